@@ -166,6 +166,7 @@ GPUDL_API int gdl_cuda_device_count(void);
 GPUDL_API gdl_device gdl_default_device(void); /* cuda:0 if available, else cpu */
 GPUDL_API int gdl_device_equal(gdl_device a, gdl_device b);
 GPUDL_API const char *gdl_device_str(gdl_device d); /* "cpu", "cuda:0" (static) */
+GPUDL_API const char *gdl_device_name(gdl_device d); /* "CPU" or the GPU's name */
 
 /* Persistent tensors (free with gdl_free). */
 GPUDL_API gdl_tensor *gdl_empty(int ndim, const int64_t *shape, gdl_dtype dt, gdl_device dev);
@@ -309,6 +310,23 @@ GPUDL_API void gdl_arena_reset(void);
 GPUDL_API size_t gdl_arena_used(void);     /* bytes handed out since the reset */
 GPUDL_API size_t gdl_arena_reserved(void); /* bytes held */
 GPUDL_API void gdl_shutdown(void);         /* frees the arenas and backends' caches */
+
+/* The ops that the autograd tape records, in the order of the op table.
+   gdl_op_name gives "add", "conv2d", ...; a test checks every one. */
+typedef enum gdl_op {
+    GDL_OP_RESHAPE, GDL_OP_SLICE,
+    GDL_OP_ADD, GDL_OP_SUB, GDL_OP_MUL, GDL_OP_DIV,
+    GDL_OP_ADD_SCALAR, GDL_OP_MUL_SCALAR, GDL_OP_POW_SCALAR, GDL_OP_EXP, GDL_OP_LOG,
+    GDL_OP_RELU, GDL_OP_LEAKY_RELU, GDL_OP_SIGMOID, GDL_OP_TANH, GDL_OP_GELU, GDL_OP_GELU_TANH,
+    GDL_OP_MATMUL, GDL_OP_LINEAR,
+    GDL_OP_SUM, GDL_OP_MEAN, GDL_OP_MAX, GDL_OP_SOFTMAX, GDL_OP_LOG_SOFTMAX,
+    GDL_OP_CONV2D, GDL_OP_MAX_POOL2D, GDL_OP_AVG_POOL2D, GDL_OP_GLOBAL_AVG_POOL2D,
+    GDL_OP_CONCAT, GDL_OP_DROPOUT, GDL_OP_BATCH_NORM, GDL_OP_LAYER_NORM, GDL_OP_EMBEDDING,
+    GDL_OP_CROSS_ENTROPY, GDL_OP_NLL_LOSS, GDL_OP_MSE, GDL_OP_BCE_WITH_LOGITS,
+    GDL_OP_COUNT
+} gdl_op;
+GPUDL_API const char *gdl_op_name(int op);
+GPUDL_API int gdl_tensor_op(const gdl_tensor *t); /* the op that made t, -1 for a leaf */
 
 /* Anomaly mode: every op checks its outputs (forward and backward) and
    fails with "gdl_<op>: produced NaN/Inf ..." at the first non-finite. */
@@ -482,3 +500,2892 @@ int gdl_cuda_stream_synchronize(void *stream);
 }
 #endif
 #endif /* GPUDL_H */
+
+/* ===========================================================================
+   IMPLEMENTATION
+   =========================================================================== */
+#ifdef GPUDL_IMPLEMENTATION
+#ifndef GPUDL_IMPLEMENTATION_DONE
+#define GPUDL_IMPLEMENTATION_DONE
+
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <stdarg.h>
+#include <float.h>
+
+#if defined(GPUDL_MALLOC) && defined(GPUDL_REALLOC) && defined(GPUDL_FREE)
+/* user allocator */
+#elif !defined(GPUDL_MALLOC) && !defined(GPUDL_REALLOC) && !defined(GPUDL_FREE)
+#define GPUDL_MALLOC(sz) malloc(sz)
+#define GPUDL_REALLOC(p, sz) realloc(p, sz)
+#define GPUDL_FREE(p) free(p)
+#else
+#error "gpudl: define all of GPUDL_MALLOC, GPUDL_REALLOC and GPUDL_FREE, or none"
+#endif
+
+#ifndef GPUDL_ASSERT
+#include <assert.h>
+#define GPUDL_ASSERT(x) assert(x)
+#endif
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define GDL__TLS thread_local
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
+#define GDL__TLS _Thread_local
+#elif defined(__GNUC__) || defined(__clang__)
+#define GDL__TLS __thread
+#elif defined(_MSC_VER)
+#define GDL__TLS __declspec(thread)
+#else
+#define GDL__TLS
+#endif
+
+#if defined(__cplusplus)
+#define GDL__RESTRICT __restrict
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L
+#define GDL__RESTRICT restrict
+#else
+#define GDL__RESTRICT
+#endif
+
+/* ---------------------------------------------------------------------------
+   [impl-errors]
+   ------------------------------------------------------------------------- */
+
+static GDL__TLS char gdl__err[1024];
+
+GPUDL_API void gdl__set_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(gdl__err, sizeof gdl__err, fmt, ap);
+    va_end(ap);
+}
+GPUDL_API const char *gdl_last_error(void) { return gdl__err; }
+GPUDL_API void gdl_clear_error(void) { gdl__err[0] = 0; }
+GPUDL_API const char *gdl_version(void) { return GPUDL_VERSION; }
+
+/* A NULL argument usually follows an earlier failure: keep that message. */
+static void gdl__null_arg(const char *op, const char *arg) {
+    char prev[sizeof gdl__err];
+    memcpy(prev, gdl__err, sizeof prev);
+    if (prev[0])
+        gdl__set_error("%s: %s is NULL (after: %s)", op, arg, prev);
+    else
+        gdl__set_error("%s: %s is NULL", op, arg);
+}
+
+static const char *const gdl__dtype_names[GDL_DTYPE_COUNT] = {"f32", "i32", "u8", "f16", "bf16"};
+static const size_t gdl__dtype_sizes[GDL_DTYPE_COUNT] = {sizeof(gdl_real), 4, 1, 2, 2};
+
+GPUDL_API const char *gdl_dtype_name(gdl_dtype dt) {
+    return ((unsigned)dt < GDL_DTYPE_COUNT) ? gdl__dtype_names[dt] : "invalid";
+}
+GPUDL_API size_t gdl_dtype_size(gdl_dtype dt) {
+    return ((unsigned)dt < GDL_DTYPE_COUNT) ? gdl__dtype_sizes[dt] : 0;
+}
+
+static const char *gdl__shape_fmt(int ndim, const int64_t *shape) {
+    static GDL__TLS char ring[8][128];
+    static GDL__TLS int slot;
+    char *s = ring[slot++ & 7];
+    size_t k = 0;
+    int i;
+    s[k++] = '[';
+    for (i = 0; i < ndim && k < 100; i++)
+        k += (size_t)snprintf(s + k, 128 - k, i ? ",%lld" : "%lld", (long long)shape[i]);
+    s[k++] = ']';
+    s[k] = 0;
+    return s;
+}
+GPUDL_API const char *gdl_shape_str(const gdl_tensor *t) {
+    return t ? gdl__shape_fmt(t->ndim, t->shape) : "(null)";
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-devices]
+   ------------------------------------------------------------------------- */
+
+GPUDL_API gdl_device gdl_cpu(void) {
+    gdl_device d;
+    d.type = GDL_DEVICE_CPU;
+    d.index = 0;
+    return d;
+}
+GPUDL_API gdl_device gdl_cuda(int index) {
+    gdl_device d;
+    d.type = GDL_DEVICE_CUDA;
+    d.index = index;
+    return d;
+}
+GPUDL_API int gdl_device_equal(gdl_device a, gdl_device b) {
+    return a.type == b.type && (a.type == GDL_DEVICE_CPU || a.index == b.index);
+}
+GPUDL_API const char *gdl_device_str(gdl_device d) {
+    static const char *const names[8] = {"cuda:0", "cuda:1", "cuda:2", "cuda:3",
+                                         "cuda:4", "cuda:5", "cuda:6", "cuda:7"};
+    if (d.type == GDL_DEVICE_CPU) return "cpu";
+    if (d.type == GDL_DEVICE_CUDA) return (d.index >= 0 && d.index < 8) ? names[d.index] : "cuda:?";
+    return "invalid-device";
+}
+GPUDL_API int gdl_cuda_device_count(void) {
+#ifdef GPUDL_CUDA
+    return gdl_cuda_runtime_device_count();
+#else
+    return 0;
+#endif
+}
+GPUDL_API int gdl_cuda_is_available(void) { return gdl_cuda_device_count() > 0; }
+GPUDL_API gdl_device gdl_default_device(void) {
+    return gdl_cuda_is_available() ? gdl_cuda(0) : gdl_cpu();
+}
+GPUDL_API const char *gdl_device_name(gdl_device d) {
+#ifdef GPUDL_CUDA
+    static GDL__TLS char name[256];
+    if (d.type == GDL_DEVICE_CUDA) {
+        if (gdl_cuda_device_info(d.index, name, sizeof name, NULL, NULL, NULL, NULL, NULL, NULL) < 0)
+            return "unknown CUDA device";
+        return name;
+    }
+#endif
+    return d.type == GDL_DEVICE_CPU ? "CPU" : "unavailable";
+}
+
+static const gdl_backend *gdl__cpu_backend(void);
+
+/* The backend of a device, made current. NULL + error if unusable. */
+static const gdl_backend *gdl__be(const char *op, gdl_device d) {
+    if (d.type == GDL_DEVICE_CPU) return gdl__cpu_backend();
+#ifdef GPUDL_CUDA
+    if (d.type == GDL_DEVICE_CUDA) {
+        static int current = -1;
+        if (d.index < 0 || d.index >= gdl_cuda_device_count()) {
+            gdl__set_error("%s: device %s is not available (%d CUDA devices)", op, gdl_device_str(d),
+                           gdl_cuda_device_count());
+            return NULL;
+        }
+        if (d.index != current) {
+            if (gdl_cuda_set_device(d.index) < 0) return NULL;
+            current = d.index;
+        }
+        return gdl_cuda_backend();
+    }
+#endif
+    gdl__set_error("%s: device %s is not available in this build (built without GPUDL_CUDA)", op,
+                   gdl_device_str(d));
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-memory]   The per-step arenas: one for the host (tensor structs, tape
+   nodes and CPU data) and one per GPU. An arena is a list of chunks; a reset
+   rewinds to the first chunk and keeps them all, so the next step, making
+   the same requests in the same order, lands at the same addresses and
+   allocates nothing.
+   ------------------------------------------------------------------------- */
+
+typedef struct gdl__chunk {
+    struct gdl__chunk *next;
+    char *base;
+    size_t size, used;
+} gdl__chunk;
+
+typedef struct gdl__arena {
+    gdl__chunk *head, *cur;
+    size_t used, reserved;
+    const gdl_backend *be; /* NULL: host memory from GPUDL_MALLOC */
+} gdl__arena;
+
+#define GDL__ALIGN 64
+#define GDL__MAX_GPUS 16
+static gdl__arena gdl__host_arena;
+static gdl__arena gdl__gpu_arena[GDL__MAX_GPUS];
+static struct gdl_node *gdl__tape;  /* last recorded node */
+static int gdl__grad_enabled = 1;
+static int gdl__anomaly = 0;
+
+static void *gdl__arena_alloc(gdl__arena *a, size_t bytes) {
+    size_t need = (bytes + GDL__ALIGN - 1) / GDL__ALIGN * GDL__ALIGN;
+    gdl__chunk *c;
+    if (need == 0) need = GDL__ALIGN;
+    if (need < bytes) return NULL; /* overflow */
+    for (c = a->cur; c; c = c->next) {
+        if (c->size - c->used >= need) {
+            void *p = c->base + c->used;
+            c->used += need;
+            a->cur = c;
+            a->used += need;
+            return p;
+        }
+        if (c->next && c->next->used == 0 && c->next->size < need) break; /* insert a bigger one here */
+    }
+    {
+        /* a new chunk after the current one: at least 1 MiB, at least double the last */
+        size_t size = need, last = a->cur ? a->cur->size : 0;
+        gdl__chunk *nc = (gdl__chunk *)GPUDL_MALLOC(sizeof(gdl__chunk));
+        if (size < ((size_t)1 << 20)) size = (size_t)1 << 20;
+        if (size < 2 * last && 2 * last <= ((size_t)1 << 30)) size = 2 * last;
+        if (!nc) return NULL;
+        nc->base = a->be ? (char *)a->be->alloc(size) : (char *)GPUDL_MALLOC(size);
+        if (!nc->base && size > need) { /* retry with what is needed */
+            size = need;
+            nc->base = a->be ? (char *)a->be->alloc(size) : (char *)GPUDL_MALLOC(size);
+        }
+        if (!nc->base) {
+            GPUDL_FREE(nc);
+            return NULL;
+        }
+        nc->size = size;
+        nc->used = need;
+        if (a->cur) {
+            /* the current chunk is full for this request: it stays in the list */
+            nc->next = a->cur->next;
+            a->cur->next = nc;
+        } else {
+            nc->next = a->head;
+            a->head = nc;
+        }
+        a->cur = nc;
+        a->used += need;
+        a->reserved += size;
+        return nc->base;
+    }
+}
+
+static void gdl__arena_reset(gdl__arena *a) {
+    gdl__chunk *c;
+    for (c = a->head; c; c = c->next) c->used = 0;
+    a->cur = a->head;
+    a->used = 0;
+}
+
+static void gdl__arena_release(gdl__arena *a) {
+    gdl__chunk *c = a->head;
+    while (c) {
+        gdl__chunk *n = c->next;
+        if (a->be) a->be->free(c->base);
+        else GPUDL_FREE(c->base);
+        GPUDL_FREE(c);
+        c = n;
+    }
+    a->head = a->cur = NULL;
+    a->used = a->reserved = 0;
+}
+
+GPUDL_API void gdl_arena_reset(void) {
+    int i;
+    gdl__arena_reset(&gdl__host_arena);
+    for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_reset(&gdl__gpu_arena[i]);
+    gdl__tape = NULL;
+}
+GPUDL_API size_t gdl_arena_used(void) {
+    size_t s = gdl__host_arena.used;
+    int i;
+    for (i = 0; i < GDL__MAX_GPUS; i++) s += gdl__gpu_arena[i].used;
+    return s;
+}
+GPUDL_API size_t gdl_arena_reserved(void) {
+    size_t s = gdl__host_arena.reserved;
+    int i;
+    for (i = 0; i < GDL__MAX_GPUS; i++) s += gdl__gpu_arena[i].reserved;
+    return s;
+}
+
+static void gdl__gemm_release(void);
+GPUDL_API void gdl_shutdown(void) {
+    int i;
+    gdl__arena_release(&gdl__host_arena);
+    for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
+    gdl__tape = NULL;
+    gdl__gemm_release();
+#ifdef GPUDL_CUDA
+    if (gdl_cuda_device_count() > 0) gdl_cuda_release_cache();
+#endif
+}
+
+/* Temporary device memory for op scratch and outputs. */
+static void *gdl__scratch(const char *op, gdl_device dev, size_t bytes) {
+    gdl__arena *a;
+    void *p;
+    if (dev.type == GDL_DEVICE_CPU) {
+        a = &gdl__host_arena;
+    } else {
+        if (dev.index < 0 || dev.index >= GDL__MAX_GPUS) {
+            gdl__set_error("%s: device %s out of range", op, gdl_device_str(dev));
+            return NULL;
+        }
+        a = &gdl__gpu_arena[dev.index];
+        if (!(a->be = gdl__be(op, dev))) return NULL; /* also makes dev current */
+    }
+    p = gdl__arena_alloc(a, bytes);
+    if (!p)
+        gdl__set_error("%s: out of memory: %.0f bytes for temporaries on %s", op, (double)bytes,
+                       gdl_device_str(dev));
+    return p;
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-tensor]
+   ------------------------------------------------------------------------- */
+
+enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2 };
+
+static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_PERSISTENT) != 0; }
+
+/* Validates and computes numel; 0 on success. */
+static int gdl__check_shape(const char *op, int ndim, const int64_t *shape, int64_t *numel) {
+    int64_t n = 1;
+    int i;
+    if (ndim < 0 || ndim > GDL_MAX_DIMS) {
+        gdl__set_error("%s: ndim %d out of range [0,%d]", op, ndim, GDL_MAX_DIMS);
+        return -1;
+    }
+    if (ndim > 0 && !shape) {
+        gdl__set_error("%s: shape is NULL", op);
+        return -1;
+    }
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] < 0) {
+            gdl__set_error("%s: negative dimension in shape %s", op, gdl__shape_fmt(ndim, shape));
+            return -1;
+        }
+        if (shape[i] > 0 && n > ((int64_t)1 << 46) / shape[i]) {
+            gdl__set_error("%s: shape %s is too large", op, gdl__shape_fmt(ndim, shape));
+            return -1;
+        }
+        n *= shape[i];
+    }
+    *numel = n;
+    return 0;
+}
+
+/* A tensor header (and its data unless `data` is given). persistent: heap,
+   else the per-step arenas. */
+static gdl_tensor *gdl__make(const char *op, int ndim, const int64_t *shape, gdl_dtype dt,
+                             gdl_device dev, int persistent, void *data) {
+    int64_t numel;
+    gdl_tensor *t;
+    const gdl_backend *be;
+    size_t bytes;
+    if ((unsigned)dt >= GDL_DTYPE_COUNT) {
+        gdl__set_error("%s: invalid dtype %d", op, (int)dt);
+        return NULL;
+    }
+    if (gdl__check_shape(op, ndim, shape, &numel) < 0) return NULL;
+    if (!(be = gdl__be(op, dev))) return NULL;
+    bytes = (size_t)numel * gdl_dtype_size(dt);
+    if (persistent) {
+        t = (gdl_tensor *)GPUDL_MALLOC(sizeof(gdl_tensor));
+        if (!t) {
+            gdl__set_error("%s: out of memory for a tensor header", op);
+            return NULL;
+        }
+    } else {
+        t = (gdl_tensor *)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor));
+        if (!t) {
+            gdl__set_error("%s: out of memory in the step arena", op);
+            return NULL;
+        }
+    }
+    memset(t, 0, sizeof *t);
+    t->dtype = dt;
+    t->device = dev;
+    t->ndim = ndim;
+    if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    t->numel = numel;
+    t->flags = persistent ? GDL__T_PERSISTENT : 0;
+    if (data) {
+        t->data = data;
+    } else if (persistent) {
+        t->data = be->alloc(bytes ? bytes : 1);
+        if (!t->data) {
+            if (dev.type == GDL_DEVICE_CPU)
+                gdl__set_error("%s: out of memory allocating %.0f bytes for %s %s on %s", op,
+                               (double)bytes, gdl_dtype_name(dt), gdl__shape_fmt(ndim, shape),
+                               gdl_device_str(dev));
+            GPUDL_FREE(t);
+            return NULL;
+        }
+        t->flags |= GDL__T_OWNS_DATA;
+    } else {
+        t->data = gdl__scratch(op, dev, bytes);
+        if (!t->data) return NULL;
+    }
+    return t;
+}
+
+static gdl_tensor *gdl__tmp(const char *op, int ndim, const int64_t *shape, gdl_dtype dt, gdl_device dev) {
+    return gdl__make(op, ndim, shape, dt, dev, 0, NULL);
+}
+
+GPUDL_API void gdl_free(gdl_tensor *t) {
+    if (!t || !gdl__is_persistent(t)) return;
+    if (t->grad) gdl_free(t->grad);
+    if (t->flags & GDL__T_OWNS_DATA) {
+        const gdl_backend *be = gdl__be("gdl_free", t->device);
+        if (be) be->free(t->data);
+    }
+    GPUDL_FREE(t);
+}
+
+GPUDL_API gdl_tensor *gdl_empty(int ndim, const int64_t *shape, gdl_dtype dt, gdl_device dev) {
+    return gdl__make("gdl_empty", ndim, shape, dt, dev, 1, NULL);
+}
+
+/* Converts one double to dtype dt at dst (host memory). */
+static void gdl__store(void *dst, gdl_dtype dt, double v) {
+    switch (dt) {
+    case GDL_F32: *(gdl_real *)dst = (gdl_real)v; break;
+    case GDL_I32: *(int32_t *)dst = (int32_t)v; break;
+    case GDL_U8: *(uint8_t *)dst = (uint8_t)v; break;
+    case GDL_F16: *(uint16_t *)dst = gdl_f32_to_f16((float)v); break;
+    case GDL_BF16: *(uint16_t *)dst = gdl_f32_to_bf16((float)v); break;
+    default: break;
+    }
+}
+static double gdl__load(const void *src, gdl_dtype dt) {
+    switch (dt) {
+    case GDL_F32: return (double)*(const gdl_real *)src;
+    case GDL_I32: return (double)*(const int32_t *)src;
+    case GDL_U8: return (double)*(const uint8_t *)src;
+    case GDL_F16: return (double)gdl_f16_to_f32(*(const uint16_t *)src);
+    case GDL_BF16: return (double)gdl_bf16_to_f32(*(const uint16_t *)src);
+    default: return 0;
+    }
+}
+
+GPUDL_API int gdl_fill_(gdl_tensor *t, double value) {
+    const gdl_backend *be;
+    if (!t) {
+        gdl__null_arg("gdl_fill_", "t");
+        return -1;
+    }
+    if (!(be = gdl__be("gdl_fill_", t->device))) return -1;
+    if (t->dtype == GDL_F32) return be->fill((gdl_real *)t->data, t->numel, (gdl_real)value);
+    {
+        /* other dtypes: fill one f32 scratch value then cast elementwise on host */
+        size_t es = gdl_dtype_size(t->dtype);
+        unsigned char one[8];
+        int64_t i;
+        gdl__store(one, t->dtype, value);
+        if (t->device.type == GDL_DEVICE_CPU) {
+            for (i = 0; i < t->numel; i++) memcpy((char *)t->data + (size_t)i * es, one, es);
+            return 0;
+        } else {
+            unsigned char *h = (unsigned char *)GPUDL_MALLOC((size_t)t->numel * es + 1);
+            int rc;
+            if (!h) {
+                gdl__set_error("gdl_fill_: out of host memory");
+                return -1;
+            }
+            for (i = 0; i < t->numel; i++) memcpy(h + (size_t)i * es, one, es);
+            rc = be->copy(t->data, h, (size_t)t->numel * es, 0);
+            GPUDL_FREE(h);
+            return rc;
+        }
+    }
+}
+
+GPUDL_API gdl_tensor *gdl_full(int ndim, const int64_t *shape, double value, gdl_dtype dt, gdl_device dev) {
+    gdl_tensor *t = gdl__make("gdl_full", ndim, shape, dt, dev, 1, NULL);
+    if (t && gdl_fill_(t, value) < 0) {
+        gdl_free(t);
+        return NULL;
+    }
+    return t;
+}
+GPUDL_API gdl_tensor *gdl_zeros(int ndim, const int64_t *shape, gdl_dtype dt, gdl_device dev) {
+    return gdl_full(ndim, shape, 0.0, dt, dev);
+}
+GPUDL_API gdl_tensor *gdl_ones(int ndim, const int64_t *shape, gdl_dtype dt, gdl_device dev) {
+    return gdl_full(ndim, shape, 1.0, dt, dev);
+}
+
+GPUDL_API gdl_tensor *gdl_from_array(const void *data, int ndim, const int64_t *shape, gdl_dtype dt,
+                                     gdl_device dev) {
+    gdl_tensor *t;
+    if (!data) {
+        gdl__null_arg("gdl_from_array", "data");
+        return NULL;
+    }
+    t = gdl__make("gdl_from_array", ndim, shape, dt, dev, 1, NULL);
+    if (!t) return NULL;
+    if (gdl__be("gdl_from_array", dev)->copy(t->data, data, (size_t)t->numel * gdl_dtype_size(dt), 0) < 0) {
+        gdl_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* Persistent tensor filled on the host by fn(i) then copied to dev. */
+static gdl_tensor *gdl__host_fill(const char *op, int ndim, const int64_t *shape, gdl_dtype dt,
+                                  gdl_device dev, double (*fn)(int64_t, const double *), const double *arg) {
+    int64_t numel, i;
+    size_t es = gdl_dtype_size(dt);
+    unsigned char *h;
+    gdl_tensor *t;
+    if (gdl__check_shape(op, ndim, shape, &numel) < 0) return NULL;
+    if ((unsigned)dt >= GDL_DTYPE_COUNT) {
+        gdl__set_error("%s: invalid dtype %d", op, (int)dt);
+        return NULL;
+    }
+    h = (unsigned char *)GPUDL_MALLOC((size_t)numel * es + 1);
+    if (!h) {
+        gdl__set_error("%s: out of host memory", op);
+        return NULL;
+    }
+    for (i = 0; i < numel; i++) gdl__store(h + (size_t)i * es, dt, fn(i, arg));
+    t = gdl_from_array(h, ndim, shape, dt, dev);
+    GPUDL_FREE(h);
+    if (!t) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl__set_error("%s: %s", op, prev);
+    }
+    return t;
+}
+
+/* ---- the generator: counter-based (splitmix64 of seed and a counter) ---- */
+static uint64_t gdl__rng_seed = 0x5eed;
+static uint64_t gdl__rng_counter = 0;
+
+GPUDL_API void gdl_manual_seed(uint64_t seed) {
+    gdl__rng_seed = seed;
+    gdl__rng_counter = 0;
+}
+GPUDL_API uint64_t gdl_rng_get_state(uint64_t *counter) {
+    if (counter) *counter = gdl__rng_counter;
+    return gdl__rng_seed;
+}
+GPUDL_API void gdl_rng_set_state(uint64_t seed, uint64_t counter) {
+    gdl__rng_seed = seed;
+    gdl__rng_counter = counter;
+}
+GPUDL_API uint64_t gdl_rng_next_u64(void) { return gdl_hash64(gdl__rng_seed, gdl__rng_counter++); }
+GPUDL_API double gdl_rng_uniform(void) { return (double)(gdl_rng_next_u64() >> 11) * (1.0 / 9007199254740992.0); }
+static double gdl__rng_normal(void) {
+    /* Box-Muller; 1-u keeps the log finite */
+    double u1 = 1.0 - gdl_rng_uniform(), u2 = gdl_rng_uniform();
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static double gdl__fill_arange(int64_t i, const double *a) { (void)a; return (double)i; }
+static double gdl__fill_uniform(int64_t i, const double *a) { (void)i; return a[0] + (a[1] - a[0]) * gdl_rng_uniform(); }
+static double gdl__fill_normal(int64_t i, const double *a) { (void)i; (void)a; return gdl__rng_normal(); }
+
+GPUDL_API gdl_tensor *gdl_arange(int64_t n, gdl_dtype dt, gdl_device dev) {
+    return gdl__host_fill("gdl_arange", 1, &n, dt, dev, gdl__fill_arange, NULL);
+}
+GPUDL_API gdl_tensor *gdl_uniform(int ndim, const int64_t *shape, double lo, double hi, gdl_device dev) {
+    double a[2];
+    a[0] = lo;
+    a[1] = hi;
+    return gdl__host_fill("gdl_uniform", ndim, shape, GDL_F32, dev, gdl__fill_uniform, a);
+}
+GPUDL_API gdl_tensor *gdl_rand(int ndim, const int64_t *shape, gdl_device dev) {
+    return gdl_uniform(ndim, shape, 0.0, 1.0, dev);
+}
+GPUDL_API gdl_tensor *gdl_randn(int ndim, const int64_t *shape, gdl_device dev) {
+    return gdl__host_fill("gdl_randn", ndim, shape, GDL_F32, dev, gdl__fill_normal, NULL);
+}
+
+/* ---- half precision, round to nearest even ---- */
+static uint32_t gdl__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float gdl__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+GPUDL_API uint16_t gdl_f32_to_f16(float f) {
+    uint32_t x = gdl__f32_bits(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu, h, rem;
+    if (a >= 0x7f800000u) return (uint16_t)(sign | (a > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520 rounds to inf */
+    if (a < 0x38800000u) {                                  /* below 2^-14: subnormal or 0 */
+        uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift, half;
+        if (a < 0x33000000u) return (uint16_t)sign;         /* below 2^-25 */
+        shift = 126 - e;
+        h = m >> shift;
+        rem = m & ((1u << shift) - 1);
+        half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    h = (a - 0x38000000u) >> 13;
+    rem = a & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++; /* a carry may reach inf: correct */
+    return (uint16_t)(sign | h);
+}
+GPUDL_API float gdl_f16_to_f32(uint16_t hv) {
+    uint32_t sign = (uint32_t)(hv & 0x8000u) << 16, e = (hv >> 10) & 0x1fu, m = hv & 0x3ffu, bits;
+    if (e == 0) {
+        if (m == 0) {
+            bits = sign;
+        } else {
+            int ee = 1;
+            while (!(m & 0x400u)) {
+                m <<= 1;
+                ee--;
+            }
+            m &= 0x3ffu;
+            bits = sign | ((uint32_t)(ee + 112) << 23) | (m << 13);
+        }
+    } else if (e == 31) {
+        bits = sign | 0x7f800000u | (m << 13);
+    } else {
+        bits = sign | ((e + 112) << 23) | (m << 13);
+    }
+    return gdl__bits_f32(bits);
+}
+GPUDL_API uint16_t gdl_f32_to_bf16(float f) {
+    uint32_t x = gdl__f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+GPUDL_API float gdl_bf16_to_f32(uint16_t h) { return gdl__bits_f32((uint32_t)h << 16); }
+
+/* ---- copies ---- */
+static int gdl__copy_kind(gdl_device dst, gdl_device src) {
+    if (src.type == GDL_DEVICE_CPU) return dst.type == GDL_DEVICE_CPU ? 2 : 0;
+    return dst.type == GDL_DEVICE_CPU ? 1 : 2;
+}
+
+/* Raw byte copy between any two devices. */
+static int gdl__copy_bytes(const char *op, void *dst, gdl_device ddev, const void *src, gdl_device sdev, size_t bytes) {
+    const gdl_backend *be;
+    int kind = gdl__copy_kind(ddev, sdev);
+    if (ddev.type == GDL_DEVICE_CUDA && sdev.type == GDL_DEVICE_CUDA && ddev.index != sdev.index) {
+        /* through the host: simple, and rare */
+        void *h = GPUDL_MALLOC(bytes + 1);
+        int rc;
+        if (!h) {
+            gdl__set_error("%s: out of host memory", op);
+            return -1;
+        }
+        rc = gdl__be(op, sdev) && gdl__be(op, sdev)->copy(h, src, bytes, 1) == 0 && gdl__be(op, ddev) &&
+                     gdl__be(op, ddev)->copy(dst, h, bytes, 0) == 0
+                 ? 0
+                 : -1;
+        GPUDL_FREE(h);
+        return rc;
+    }
+    be = gdl__be(op, ddev.type == GDL_DEVICE_CUDA ? ddev : sdev);
+    if (!be) return -1;
+    return be->copy(dst, src, bytes, kind);
+}
+
+GPUDL_API int gdl_copy_(gdl_tensor *dst, const gdl_tensor *src) {
+    if (!dst || !src) {
+        gdl__null_arg("gdl_copy_", dst ? "src" : "dst");
+        return -1;
+    }
+    if (dst->dtype != src->dtype || dst->numel != src->numel) {
+        gdl__set_error("gdl_copy_: %s %s into %s %s: shapes or dtypes differ", gdl_dtype_name(src->dtype),
+                       gdl_shape_str(src), gdl_dtype_name(dst->dtype), gdl_shape_str(dst));
+        return -1;
+    }
+    return gdl__copy_bytes("gdl_copy_", dst->data, dst->device, src->data, src->device,
+                           (size_t)src->numel * gdl_dtype_size(src->dtype));
+}
+
+GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev) {
+    gdl_tensor *r;
+    if (!t) {
+        gdl__null_arg("gdl_to", "t");
+        return NULL;
+    }
+    r = gdl__make("gdl_to", t->ndim, t->shape, t->dtype, dev, gdl__is_persistent(t), NULL);
+    if (!r) return NULL;
+    if (gdl_copy_(r, t) < 0) {
+        gdl_free(r);
+        return NULL;
+    }
+    r->requires_grad = gdl__is_persistent(t) ? t->requires_grad : 0;
+    r->name = t->name;
+    return r;
+}
+
+GPUDL_API gdl_tensor *gdl_clone(const gdl_tensor *t) {
+    gdl_tensor *r;
+    if (!t) {
+        gdl__null_arg("gdl_clone", "t");
+        return NULL;
+    }
+    r = gdl__make("gdl_clone", t->ndim, t->shape, t->dtype, t->device, 1, NULL);
+    if (r && gdl_copy_(r, t) < 0) {
+        gdl_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {
+    gdl_tensor *r;
+    const gdl_backend *be;
+    if (!t) {
+        gdl__null_arg("gdl_to_dtype", "t");
+        return NULL;
+    }
+    if (!(be = gdl__be("gdl_to_dtype", t->device))) return NULL;
+    r = gdl__tmp("gdl_to_dtype", t->ndim, t->shape, dt, t->device);
+    if (!r) return NULL;
+    if (be->cast(r->data, dt, t->data, t->dtype, t->numel) < 0) return NULL;
+    return r;
+}
+
+GPUDL_API int gdl_copy_to_host(const gdl_tensor *t, void *dst, size_t bytes) {
+    size_t need;
+    if (!t || !dst) {
+        gdl__null_arg("gdl_copy_to_host", t ? "dst" : "t");
+        return -1;
+    }
+    need = (size_t)t->numel * gdl_dtype_size(t->dtype);
+    if (bytes < need) {
+        gdl__set_error("gdl_copy_to_host: buffer of %.0f bytes is too small for %s %s (%.0f bytes)",
+                       (double)bytes, gdl_dtype_name(t->dtype), gdl_shape_str(t), (double)need);
+        return -1;
+    }
+    return gdl__copy_bytes("gdl_copy_to_host", dst, gdl_cpu(), t->data, t->device, need);
+}
+
+GPUDL_API double gdl_item(const gdl_tensor *t) {
+    unsigned char buf[8];
+    if (!t) {
+        gdl__null_arg("gdl_item", "t");
+        return NAN;
+    }
+    if (t->numel != 1) {
+        gdl__set_error("gdl_item: tensor %s has %lld elements, expected 1", gdl_shape_str(t), (long long)t->numel);
+        return NAN;
+    }
+    if (gdl_copy_to_host(t, buf, sizeof buf) < 0) return NAN;
+    return gdl__load(buf, t->dtype);
+}
+
+GPUDL_API int gdl_same_shape(const gdl_tensor *a, const gdl_tensor *b) {
+    return a && b && a->ndim == b->ndim &&
+           (a->ndim == 0 || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) == 0);
+}
+
+/* prints one dim; long dims show 3 items each end */
+static void gdl__print_rec(FILE *f, const unsigned char *h, const gdl_tensor *t, int d, int64_t off, int64_t stride) {
+    int64_t n = t->shape[d], i, inner = stride / (n ? n : 1);
+    int summarize = t->numel > 1000 && n > 6;
+    fputc('[', f);
+    for (i = 0; i < n; i++) {
+        if (summarize && i == 3) {
+            fputs(d == t->ndim - 1 ? " ...," : "\n ...,", f);
+            i = n - 3;
+        }
+        if (d == t->ndim - 1) {
+            double v = gdl__load(h + (size_t)(off + i) * gdl_dtype_size(t->dtype), t->dtype);
+            if (t->dtype == GDL_I32 || t->dtype == GDL_U8) fprintf(f, "%s%.0f", i ? ", " : "", v);
+            else fprintf(f, "%s%.4f", i ? ", " : "", v);
+        } else {
+            if (i) fprintf(f, ",\n%*s", d + 8, "");
+            gdl__print_rec(f, h, t, d + 1, off + i * inner, inner);
+        }
+    }
+    fputc(']', f);
+}
+
+GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
+    unsigned char *h;
+    size_t bytes;
+    if (!t || !f) {
+        gdl__null_arg("gdl_print", t ? "f" : "t");
+        return -1;
+    }
+    bytes = (size_t)t->numel * gdl_dtype_size(t->dtype);
+    h = (unsigned char *)GPUDL_MALLOC(bytes + 1);
+    if (!h) {
+        gdl__set_error("gdl_print: out of host memory");
+        return -1;
+    }
+    if (gdl_copy_to_host(t, h, bytes) < 0) {
+        GPUDL_FREE(h);
+        return -1;
+    }
+    fputs("tensor(", f);
+    if (t->ndim == 0) fprintf(f, "%.4f", gdl__load(h, t->dtype));
+    else if (t->numel == 0) fputs("[]", f);
+    else gdl__print_rec(f, h, t, 0, 0, t->numel);
+    fprintf(f, ", shape=%s, dtype=%s, device=%s%s)\n", gdl_shape_str(t), gdl_dtype_name(t->dtype),
+            gdl_device_str(t->device), t->requires_grad ? ", requires_grad" : "");
+    GPUDL_FREE(h);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-gemm]  (GEMM-PLACEHOLDER: replaced by the blocked kernel)
+   ------------------------------------------------------------------------- */
+static void gdl__gemm_release(void) {}
+GPUDL_API void gdl_gemm_cpu(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+                            const gdl_real *B, int ldb, gdl_real beta, gdl_real *C, int ldc) {
+    int i, j, k;
+    for (i = 0; i < M; i++)
+        for (j = 0; j < N; j++) {
+            double s = 0;
+            for (k = 0; k < K; k++) s += (double)(ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+            C[i * ldc + j] = (gdl_real)(alpha * s + (beta == 0 ? 0 : beta * C[i * ldc + j]));
+        }
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-cpu]   The CPU backend: plain loops over contiguous memory. The
+   reductions accumulate in double and run serially over the reduced
+   dimension, so results do not depend on the thread count.
+   ------------------------------------------------------------------------- */
+
+#ifdef _OPENMP
+#define GDL__PRAGMA(x) _Pragma(#x)
+#define GDL__PARALLEL_FOR(n) GDL__PRAGMA(omp parallel for schedule(static) if ((n) > 32768))
+#else
+#define GDL__PARALLEL_FOR(n)
+#endif
+
+static void *gdl__cpu_alloc(size_t bytes) {
+    void *p = GPUDL_MALLOC(bytes ? bytes : 1);
+    if (!p) gdl__set_error("gdl: out of host memory allocating %.0f bytes", (double)bytes);
+    return p;
+}
+static void gdl__cpu_free(void *p) { GPUDL_FREE(p); }
+static int gdl__cpu_copy(void *dst, const void *src, size_t bytes, int kind) {
+    (void)kind;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return 0;
+}
+static int gdl__cpu_memset0(void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+    return 0;
+}
+static int gdl__cpu_sync(void) { return 0; }
+
+static int gdl__cpu_fill(gdl_real *x, int64_t n, gdl_real v) {
+    int64_t i;
+    GDL__PARALLEL_FOR(n)
+    for (i = 0; i < n; i++) x[i] = v;
+    return 0;
+}
+
+static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n) {
+    int64_t i;
+    size_t ds = gdl_dtype_size(dt), ss = gdl_dtype_size(st);
+    if (dt == st) {
+        memmove(dst, src, (size_t)n * ds);
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        const void *s = (const char *)src + (size_t)i * ss;
+        void *d = (char *)dst + (size_t)i * ds;
+        if (st == GDL_F32 && (dt == GDL_F16 || dt == GDL_BF16)) {
+            /* direct, so the float rounds once */
+            float v = (float)*(const gdl_real *)s;
+            *(uint16_t *)d = dt == GDL_F16 ? gdl_f32_to_f16(v) : gdl_f32_to_bf16(v);
+        } else {
+            gdl__store(d, dt, gdl__load(s, st));
+        }
+    }
+    return 0;
+}
+
+static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+                         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
+                         int ldc, int64_t sC, int batch) {
+    int b;
+    for (b = 0; b < batch; b++)
+        gdl_gemm_cpu(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, ldc);
+    return 0;
+}
+
+/* Walks `shape` in row-major order, advancing two strided offsets. */
+typedef struct gdl__iter {
+    int ndim;
+    int64_t idx[GDL_MAX_DIMS];
+} gdl__iter;
+
+static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr,
+                           const gdl_real *b, const int64_t *bstr, gdl_real *out) {
+    int64_t n = 1, i, oa = 0, ob = 0, idx[GDL_MAX_DIMS] = {0};
+    int d;
+    for (d = 0; d < ndim; d++) n *= shape[d];
+    for (i = 0; i < n; i++) {
+        gdl_real x = a[oa], y = b[ob];
+        switch (op) {
+        case GDL_BIN_ADD: out[i] = x + y; break;
+        case GDL_BIN_SUB: out[i] = x - y; break;
+        case GDL_BIN_MUL: out[i] = x * y; break;
+        default: out[i] = x / y; break;
+        }
+        for (d = ndim - 1; d >= 0; d--) { /* odometer step */
+            oa += astr[d];
+            ob += bstr[d];
+            if (++idx[d] < shape[d]) break;
+            oa -= astr[d] * shape[d];
+            ob -= bstr[d] * shape[d];
+            idx[d] = 0;
+        }
+    }
+    return 0;
+}
+
+static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst,
+                           const int64_t *dstr, gdl_real alpha) {
+    int64_t n = 1, i, o = 0, idx[GDL_MAX_DIMS] = {0};
+    int d;
+    for (d = 0; d < ndim; d++) n *= shape[d];
+    for (i = 0; i < n; i++) {
+        dst[o] += alpha * src[i];
+        for (d = ndim - 1; d >= 0; d--) {
+            o += dstr[d];
+            if (++idx[d] < shape[d]) break;
+            o -= dstr[d] * shape[d];
+            idx[d] = 0;
+        }
+    }
+    return 0;
+}
+
+#define GDL__SQRT_2_OVER_PI 0.7978845608028654
+#define GDL__INV_SQRT_2 0.7071067811865476
+
+static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha) {
+    switch (op) {
+    case GDL_UN_RELU: return x > 0 ? x : 0;
+    case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x;
+    case GDL_UN_SIGMOID: return (gdl_real)(1.0 / (1.0 + exp(-(double)x)));
+    case GDL_UN_TANH: return (gdl_real)tanh((double)x);
+    case GDL_UN_GELU_ERF: return (gdl_real)(0.5 * x * (1.0 + erf(x * GDL__INV_SQRT_2)));
+    case GDL_UN_GELU_TANH:
+        return (gdl_real)(0.5 * x * (1.0 + tanh(GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))));
+    case GDL_UN_EXP: return (gdl_real)exp((double)x);
+    case GDL_UN_LOG: return (gdl_real)log((double)x);
+    case GDL_UN_SCALE: return alpha * x;
+    case GDL_UN_ADD_SCALAR: return x + alpha;
+    default: return (gdl_real)pow((double)x, (double)alpha); /* GDL_UN_POW */
+    }
+}
+
+/* d y / d x at x (y = f(x) given) */
+static double gdl__unary_grad1(int op, double x, double y, double alpha) {
+    switch (op) {
+    case GDL_UN_RELU: return x > 0 ? 1 : 0;
+    case GDL_UN_LEAKY_RELU: return x > 0 ? 1 : alpha;
+    case GDL_UN_SIGMOID: return y * (1 - y);
+    case GDL_UN_TANH: return 1 - y * y;
+    case GDL_UN_GELU_ERF: return 0.5 * (1 + erf(x * GDL__INV_SQRT_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+    case GDL_UN_GELU_TANH: {
+        double u = GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x), th = tanh(u);
+        return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * GDL__SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x);
+    }
+    case GDL_UN_EXP: return y;
+    case GDL_UN_LOG: return 1 / x;
+    case GDL_UN_SCALE: return alpha;
+    case GDL_UN_ADD_SCALAR: return 1;
+    default: return alpha * pow(x, alpha - 1); /* GDL_UN_POW */
+    }
+}
+
+static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
+    int64_t i;
+    GDL__PARALLEL_FOR(n)
+    for (i = 0; i < n; i++) y[i] = gdl__unary1(op, x[i], alpha);
+    return 0;
+}
+static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
+                                   gdl_real *gx, gdl_real alpha) {
+    int64_t i;
+    GDL__PARALLEL_FOR(n)
+    for (i = 0; i < n; i++) gx[i] += (gdl_real)(gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha));
+    return 0;
+}
+
+static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y,
+                           int32_t *idx, int accumulate) {
+    int64_t o;
+    GDL__PARALLEL_FOR(outer * n * inner)
+    for (o = 0; o < outer; o++) {
+        int64_t i, k;
+        for (i = 0; i < inner; i++) {
+            const gdl_real *p = x + o * n * inner + i;
+            gdl_real r;
+            if (op == GDL_RED_MAX) {
+                int64_t best = 0;
+                for (k = 1; k < n; k++)
+                    if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+                        best = k; /* first max; NaN wins as in PyTorch */
+                r = n ? p[best * inner] : (gdl_real)-INFINITY;
+                if (idx) idx[o * inner + i] = (int32_t)best;
+            } else {
+                double s = 0;
+                for (k = 0; k < n; k++) s += p[k * inner];
+                r = (gdl_real)(op == GDL_RED_MEAN ? s / (double)n : s);
+            }
+            if (accumulate) y[o * inner + i] += r;
+            else y[o * inner + i] = r;
+        }
+    }
+    return 0;
+}
+
+static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *gy,
+                                    const int32_t *idx, gdl_real *gx) {
+    int64_t o;
+    GDL__PARALLEL_FOR(outer * n * inner)
+    for (o = 0; o < outer; o++) {
+        int64_t i, k;
+        for (i = 0; i < inner; i++) {
+            gdl_real g = gy[o * inner + i];
+            if (op == GDL_RED_MAX) {
+                gx[(o * n + idx[o * inner + i]) * inner + i] += g;
+            } else {
+                if (op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
+                for (k = 0; k < n; k++) gx[(o * n + k) * inner + i] += g;
+            }
+        }
+    }
+    return 0;
+}
+
+static int gdl__cpu_argmax(int64_t outer, int64_t n, int64_t inner, const gdl_real *x, int32_t *out) {
+    int64_t o, i, k;
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < inner; i++) {
+            const gdl_real *p = x + o * n * inner + i;
+            int64_t best = 0;
+            for (k = 1; k < n; k++)
+                if (p[k * inner] > p[best * inner]) best = k;
+            out[o * inner + i] = (int32_t)best;
+        }
+    return 0;
+}
+
+static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y) {
+    int64_t o;
+    GDL__PARALLEL_FOR(outer * n * inner)
+    for (o = 0; o < outer; o++) {
+        int64_t i, k;
+        for (i = 0; i < inner; i++) {
+            const gdl_real *p = x + o * n * inner + i;
+            gdl_real *q = y + o * n * inner + i;
+            double mx = -INFINITY, s = 0, lse;
+            for (k = 0; k < n; k++)
+                if (p[k * inner] > mx) mx = p[k * inner];
+            for (k = 0; k < n; k++) s += exp(p[k * inner] - mx);
+            lse = mx + log(s);
+            for (k = 0; k < n; k++)
+                q[k * inner] = (gdl_real)(log_ ? p[k * inner] - lse : exp(p[k * inner] - lse));
+        }
+    }
+    return 0;
+}
+
+static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y,
+                                     const gdl_real *gy, gdl_real *gx) {
+    int64_t o;
+    GDL__PARALLEL_FOR(outer * n * inner)
+    for (o = 0; o < outer; o++) {
+        int64_t i, k;
+        for (i = 0; i < inner; i++) {
+            int64_t base = o * n * inner + i;
+            double s = 0;
+            for (k = 0; k < n; k++)
+                s += log_ ? gy[base + k * inner] : gy[base + k * inner] * y[base + k * inner];
+            for (k = 0; k < n; k++) {
+                int64_t j = base + k * inner;
+                gx[j] += (gdl_real)(log_ ? gy[j] - exp(y[j]) * s : y[j] * (gy[j] - s));
+            }
+        }
+    }
+    return 0;
+}
+
+static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
+    int64_t nc, OHW = (int64_t)g->OH * g->OW;
+    GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->KH * g->KW * OHW)
+    for (nc = 0; nc < (int64_t)g->N * g->C; nc++) {
+        const gdl_real *xp = x + nc * g->H * g->W;
+        gdl_real *cp = col + nc * g->KH * g->KW * OHW; /* [n][c*KK + kk][ohw] */
+        int kh, kw, oh, ow;
+        for (kh = 0; kh < g->KH; kh++)
+            for (kw = 0; kw < g->KW; kw++) {
+                gdl_real *row = cp + (kh * g->KW + kw) * OHW;
+                for (oh = 0; oh < g->OH; oh++) {
+                    int ih = oh * g->SH - g->PH + kh * g->DH;
+                    for (ow = 0; ow < g->OW; ow++) {
+                        int iw = ow * g->SW - g->PW + kw * g->DW;
+                        row[oh * g->OW + ow] =
+                            (ih >= 0 && ih < g->H && iw >= 0 && iw < g->W) ? xp[ih * g->W + iw] : 0;
+                    }
+                }
+            }
+    }
+    return 0;
+}
+
+static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
+    int64_t nc, OHW = (int64_t)g->OH * g->OW;
+    GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->KH * g->KW * OHW)
+    for (nc = 0; nc < (int64_t)g->N * g->C; nc++) {
+        gdl_real *xp = x + nc * g->H * g->W;
+        const gdl_real *cp = col + nc * g->KH * g->KW * OHW;
+        int kh, kw, oh, ow;
+        for (kh = 0; kh < g->KH; kh++)
+            for (kw = 0; kw < g->KW; kw++) {
+                const gdl_real *row = cp + (kh * g->KW + kw) * OHW;
+                for (oh = 0; oh < g->OH; oh++) {
+                    int ih = oh * g->SH - g->PH + kh * g->DH;
+                    if (ih < 0 || ih >= g->H) continue;
+                    for (ow = 0; ow < g->OW; ow++) {
+                        int iw = ow * g->SW - g->PW + kw * g->DW;
+                        if (iw >= 0 && iw < g->W) xp[ih * g->W + iw] += row[oh * g->OW + ow];
+                    }
+                }
+            }
+    }
+    return 0;
+}
+
+static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
+    int64_t p;
+    GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW)
+    for (p = 0; p < (int64_t)g->N * g->C; p++) {
+        const gdl_real *xp = x + p * g->H * g->W;
+        int oh, ow, kh, kw;
+        for (oh = 0; oh < g->OH; oh++)
+            for (ow = 0; ow < g->OW; ow++) {
+                gdl_real best = (gdl_real)-INFINITY;
+                int32_t bi = -1;
+                for (kh = 0; kh < g->KH; kh++) {
+                    int ih = oh * g->SH - g->PH + kh * g->DH;
+                    if (ih < 0 || ih >= g->H) continue;
+                    for (kw = 0; kw < g->KW; kw++) {
+                        int iw = ow * g->SW - g->PW + kw * g->DW;
+                        if (iw < 0 || iw >= g->W) continue;
+                        gdl_real v = xp[ih * g->W + iw];
+                        if (bi < 0 || v > best || (v != v && best == best)) { /* first max; first NaN wins */
+                            best = v;
+                            bi = ih * g->W + iw;
+                        }
+                    }
+                }
+                y[(p * g->OH + oh) * g->OW + ow] = best;
+                idx[(p * g->OH + oh) * g->OW + ow] = bi < 0 ? 0 : bi;
+            }
+    }
+    return 0;
+}
+
+static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx) {
+    int64_t p, OHW = (int64_t)g->OH * g->OW;
+    for (p = 0; p < (int64_t)g->N * g->C; p++) {
+        int64_t o;
+        for (o = 0; o < OHW; o++) gx[p * g->H * g->W + idx[p * OHW + o]] += gy[p * OHW + o];
+    }
+    return 0;
+}
+
+static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
+    int64_t p;
+    GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW)
+    for (p = 0; p < (int64_t)g->N * g->C; p++) {
+        const gdl_real *xp = x + p * g->H * g->W;
+        int oh, ow, kh, kw;
+        for (oh = 0; oh < g->OH; oh++)
+            for (ow = 0; ow < g->OW; ow++) {
+                double s = 0;
+                for (kh = 0; kh < g->KH; kh++) {
+                    int ih = oh * g->SH - g->PH + kh;
+                    if (ih < 0 || ih >= g->H) continue;
+                    for (kw = 0; kw < g->KW; kw++) {
+                        int iw = ow * g->SW - g->PW + kw;
+                        if (iw >= 0 && iw < g->W) s += xp[ih * g->W + iw];
+                    }
+                }
+                y[(p * g->OH + oh) * g->OW + ow] = (gdl_real)(s / (g->KH * g->KW));
+            }
+    }
+    return 0;
+}
+
+static int gdl__cpu_avgpool_backward(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
+    int64_t p;
+    GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW)
+    for (p = 0; p < (int64_t)g->N * g->C; p++) {
+        gdl_real *xp = gx + p * g->H * g->W;
+        int oh, ow, kh, kw;
+        for (oh = 0; oh < g->OH; oh++)
+            for (ow = 0; ow < g->OW; ow++) {
+                gdl_real v = gy[(p * g->OH + oh) * g->OW + ow] / (gdl_real)(g->KH * g->KW);
+                for (kh = 0; kh < g->KH; kh++) {
+                    int ih = oh * g->SH - g->PH + kh;
+                    if (ih < 0 || ih >= g->H) continue;
+                    for (kw = 0; kw < g->KW; kw++) {
+                        int iw = ow * g->SW - g->PW + kw;
+                        if (iw >= 0 && iw < g->W) xp[ih * g->W + iw] += v;
+                    }
+                }
+            }
+    }
+    return 0;
+}
+
+static int gdl__cpu_copy2d(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst,
+                           int64_t dld, int accumulate) {
+    int64_t r, c;
+    for (r = 0; r < rows; r++) {
+        if (accumulate)
+            for (c = 0; c < cols; c++) dst[r * dld + c] += src[r * sld + c];
+        else
+            memmove(dst + r * dld, src + r * sld, sizeof(gdl_real) * (size_t)cols);
+    }
+    return 0;
+}
+
+static int gdl__cpu_dropout(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
+    int64_t i;
+    gdl_real scale = p < 1 ? (gdl_real)(1.0 / (1.0 - p)) : 0;
+    GDL__PARALLEL_FOR(n)
+    for (i = 0; i < n; i++) y[i] = gdl_dropout_keep(seed, (uint64_t)i, p) ? x[i] * scale : 0;
+    return 0;
+}
+static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
+    int64_t i;
+    gdl_real scale = p < 1 ? (gdl_real)(1.0 / (1.0 - p)) : 0;
+    GDL__PARALLEL_FOR(n)
+    for (i = 0; i < n; i++)
+        if (gdl_dropout_keep(seed, (uint64_t)i, p)) gx[i] += gy[i] * scale;
+    return 0;
+}
+
+static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
+                              const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
+                              gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps) {
+    int64_t c;
+    GDL__PARALLEL_FOR(N * C * S)
+    for (c = 0; c < C; c++) {
+        int64_t n, s, M = N * S;
+        double mu, var, is, gm = gamma ? gamma[c] : 1, bt = beta ? beta[c] : 0;
+        if (training) {
+            double sum = 0, sq = 0;
+            for (n = 0; n < N; n++)
+                for (s = 0; s < S; s++) sum += x[(n * C + c) * S + s];
+            mu = sum / (double)M;
+            for (n = 0; n < N; n++)
+                for (s = 0; s < S; s++) {
+                    double d = x[(n * C + c) * S + s] - mu;
+                    sq += d * d;
+                }
+            var = sq / (double)M;
+            if (run_mean) {
+                run_mean[c] = (gdl_real)((1 - momentum) * run_mean[c] + momentum * mu);
+                run_var[c] = (gdl_real)((1 - momentum) * run_var[c] + momentum * (M > 1 ? sq / (double)(M - 1) : var));
+            }
+        } else {
+            mu = run_mean[c];
+            var = run_var[c];
+        }
+        is = 1.0 / sqrt(var + eps);
+        mean[c] = (gdl_real)mu;
+        invstd[c] = (gdl_real)is;
+        for (n = 0; n < N; n++)
+            for (s = 0; s < S; s++) {
+                int64_t j = (n * C + c) * S + s;
+                y[j] = (gdl_real)((x[j] - mu) * is * gm + bt);
+            }
+    }
+    return 0;
+}
+
+static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
+                                       const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
+                                       int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
+    int64_t c;
+    GDL__PARALLEL_FOR(N * C * S)
+    for (c = 0; c < C; c++) {
+        int64_t n, s, M = N * S;
+        double sg = 0, sgx = 0, mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1;
+        for (n = 0; n < N; n++)
+            for (s = 0; s < S; s++) {
+                int64_t j = (n * C + c) * S + s;
+                sg += gy[j];
+                sgx += gy[j] * (x[j] - mu) * is;
+            }
+        if (ggamma) ggamma[c] += (gdl_real)sgx;
+        if (gbeta) gbeta[c] += (gdl_real)sg;
+        if (!gx) continue;
+        for (n = 0; n < N; n++)
+            for (s = 0; s < S; s++) {
+                int64_t j = (n * C + c) * S + s;
+                if (training)
+                    gx[j] += (gdl_real)(gm * is / (double)M * ((double)M * gy[j] - sg - (x[j] - mu) * is * sgx));
+                else
+                    gx[j] += (gdl_real)(gy[j] * gm * is);
+            }
+    }
+    return 0;
+}
+
+static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
+                              const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd) {
+    int64_t r;
+    GDL__PARALLEL_FOR(rows * D)
+    for (r = 0; r < rows; r++) {
+        const gdl_real *p = x + r * D;
+        double s = 0, sq = 0, mu, rs;
+        int64_t k;
+        for (k = 0; k < D; k++) s += p[k];
+        mu = s / (double)D;
+        for (k = 0; k < D; k++) sq += (p[k] - mu) * (p[k] - mu);
+        rs = 1.0 / sqrt(sq / (double)D + eps);
+        mean[r] = (gdl_real)mu;
+        rstd[r] = (gdl_real)rs;
+        for (k = 0; k < D; k++)
+            y[r * D + k] = (gdl_real)((p[k] - mu) * rs * (gamma ? gamma[k] : 1) + (beta ? beta[k] : 0));
+    }
+    return 0;
+}
+
+static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy,
+                                       const gdl_real *gamma, const gdl_real *mean, const gdl_real *rstd,
+                                       gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
+    int64_t r, k;
+    for (r = 0; r < rows; r++) { /* serial over rows: ggamma/gbeta accumulate */
+        const gdl_real *p = x + r * D, *g = gy + r * D;
+        double mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+        for (k = 0; k < D; k++) {
+            double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
+            s1 += gh;
+            s2 += gh * xh;
+            if (ggamma) ggamma[k] += (gdl_real)(g[k] * xh);
+            if (gbeta) gbeta[k] += g[k];
+        }
+        if (gx)
+            for (k = 0; k < D; k++) {
+                double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
+                gx[r * D + k] += (gdl_real)(rs * (gh - s1 / (double)D - xh * s2 / (double)D));
+            }
+    }
+    return 0;
+}
+
+static int gdl__cpu_embedding(int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *W, gdl_real *out) {
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= V) memset(out + i * D, 0, sizeof(gdl_real) * (size_t)D);
+        else memcpy(out + i * D, W + (int64_t)idx[i] * D, sizeof(gdl_real) * (size_t)D);
+    }
+    return 0;
+}
+static int gdl__cpu_embedding_backward(int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *gy,
+                                       gdl_real *gW) {
+    int64_t i, k;
+    for (i = 0; i < n; i++)
+        if (idx[i] >= 0 && idx[i] < V)
+            for (k = 0; k < D; k++) gW[(int64_t)idx[i] * D + k] += gy[i * D + k];
+    return 0;
+}
+
+/* log-sum-exp of a row, stable */
+static double gdl__lse(const gdl_real *p, int64_t C) {
+    double mx = -INFINITY, s = 0;
+    int64_t c;
+    for (c = 0; c < C; c++)
+        if (p[c] > mx) mx = p[c];
+    for (c = 0; c < C; c++) s += exp(p[c] - mx);
+    return mx + log(s);
+}
+
+static int gdl__cpu_xent(int64_t B, int64_t C, const gdl_real *x, const int32_t *tgt, int ignore_index,
+                         double smoothing, int from_log_probs, int reduction, gdl_real *rows, gdl_real *out,
+                         gdl_real *count) {
+    int64_t b, c, cnt = 0;
+    double total = 0;
+    for (b = 0; b < B; b++) {
+        const gdl_real *p = x + b * C;
+        double lse = from_log_probs ? 0 : gdl__lse(p, C), sum_lp = 0, l;
+        if (tgt[b] == ignore_index) {
+            rows[b] = 0;
+            continue;
+        }
+        if (smoothing > 0)
+            for (c = 0; c < C; c++) sum_lp += p[c] - lse;
+        l = -((1 - smoothing) * (p[tgt[b]] - lse) + smoothing / (double)C * sum_lp);
+        rows[b] = (gdl_real)l;
+        total += l;
+        cnt++;
+    }
+    if (count) count[0] = (gdl_real)cnt;
+    if (reduction == GDL_REDUCE_SUM) out[0] = (gdl_real)total;
+    else if (reduction == GDL_REDUCE_MEAN) out[0] = (gdl_real)(total / (double)cnt); /* 0/0 = NaN as PyTorch */
+    return 0;
+}
+
+static int gdl__cpu_xent_backward(int64_t B, int64_t C, const gdl_real *x, const int32_t *tgt, int ignore_index,
+                                  double smoothing, int from_log_probs, int reduction, const gdl_real *gy,
+                                  const gdl_real *count, gdl_real *gx) {
+    int64_t b, c;
+    for (b = 0; b < B; b++) {
+        const gdl_real *p = x + b * C;
+        double g, lse;
+        if (tgt[b] == ignore_index) continue;
+        g = reduction == GDL_REDUCE_NONE ? gy[b] : reduction == GDL_REDUCE_SUM ? gy[0] : gy[0] / (double)count[0];
+        lse = from_log_probs ? 0 : gdl__lse(p, C);
+        for (c = 0; c < C; c++) {
+            double target = (1 - smoothing) * (c == tgt[b]) + smoothing / (double)C;
+            double d = from_log_probs ? -target : exp(p[c] - lse) - target;
+            gx[b * C + c] += (gdl_real)(g * d);
+        }
+    }
+    return 0;
+}
+
+static int gdl__cpu_pointwise_loss(int kind, int64_t n, const gdl_real *x, const gdl_real *y, gdl_real *out) {
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double a = x[i], t = y[i];
+        out[i] = (gdl_real)(kind == GDL_LOSS_MSE ? (a - t) * (a - t) : (a > 0 ? a : 0) - a * t + log1p(exp(-fabs(a))));
+    }
+    return 0;
+}
+static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real *x, const gdl_real *y,
+                                            const gdl_real *gout, gdl_real *gx, gdl_real *gy) {
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double a = x[i], t = y[i], g = gout[i];
+        if (kind == GDL_LOSS_MSE) {
+            if (gx) gx[i] += (gdl_real)(2 * (a - t) * g);
+            if (gy) gy[i] -= (gdl_real)(2 * (a - t) * g);
+        } else {
+            if (gx) gx[i] += (gdl_real)((1.0 / (1.0 + exp(-a)) - t) * g);
+            if (gy) gy[i] -= (gdl_real)(a * g);
+        }
+    }
+    return 0;
+}
+
+static int gdl__cpu_sgd(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *buf, double lr, double momentum,
+                        double dampening, double weight_decay, int nesterov, int first_step) {
+    int64_t i;
+    GDL__PARALLEL_FOR(n)
+    for (i = 0; i < n; i++) {
+        double d = g[i] + weight_decay * p[i];
+        if (momentum != 0) {
+            double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
+            buf[i] = (gdl_real)b;
+            d = nesterov ? d + momentum * b : b;
+        }
+        p[i] = (gdl_real)(p[i] - lr * d);
+    }
+    return 0;
+}
+
+static int gdl__cpu_adam(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *m, gdl_real *v, double lr,
+                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step) {
+    int64_t i;
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    GDL__PARALLEL_FOR(n)
+    for (i = 0; i < n; i++) {
+        double gi = g[i], pi = p[i];
+        if (decoupled) pi -= lr * weight_decay * pi;
+        else gi += weight_decay * pi;
+        m[i] = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
+        v[i] = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
+        p[i] = (gdl_real)(pi - lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + eps));
+    }
+    return 0;
+}
+
+static int gdl__cpu_count_nonfinite(int64_t n, const gdl_real *x, int64_t *out) {
+    int64_t i, c = 0;
+    for (i = 0; i < n; i++) c += !(x[i] - x[i] == 0); /* NaN and Inf give NaN */
+    *out = c;
+    return 0;
+}
+static int gdl__cpu_sum_squares(int64_t n, const gdl_real *x, double *out) {
+    int64_t i;
+    double s = 0;
+    for (i = 0; i < n; i++) s += (double)x[i] * x[i];
+    *out = s;
+    return 0;
+}
+
+static const gdl_backend *gdl__cpu_backend(void) {
+    static gdl_backend be;
+    static int ready = 0;
+    if (!ready) {
+        be.name = "cpu";
+        be.alloc = gdl__cpu_alloc;
+        be.free = gdl__cpu_free;
+        be.copy = gdl__cpu_copy;
+        be.memset0 = gdl__cpu_memset0;
+        be.synchronize = gdl__cpu_sync;
+        be.fill = gdl__cpu_fill;
+        be.cast = gdl__cpu_cast;
+        be.gemm = gdl__cpu_gemm;
+        be.binary = gdl__cpu_binary;
+        be.sum_to = gdl__cpu_sum_to;
+        be.unary = gdl__cpu_unary;
+        be.unary_backward = gdl__cpu_unary_backward;
+        be.reduce = gdl__cpu_reduce;
+        be.reduce_backward = gdl__cpu_reduce_backward;
+        be.argmax = gdl__cpu_argmax;
+        be.softmax = gdl__cpu_softmax;
+        be.softmax_backward = gdl__cpu_softmax_backward;
+        be.im2col = gdl__cpu_im2col;
+        be.col2im = gdl__cpu_col2im;
+        be.maxpool = gdl__cpu_maxpool;
+        be.maxpool_backward = gdl__cpu_maxpool_backward;
+        be.avgpool = gdl__cpu_avgpool;
+        be.avgpool_backward = gdl__cpu_avgpool_backward;
+        be.copy2d = gdl__cpu_copy2d;
+        be.dropout = gdl__cpu_dropout;
+        be.dropout_backward = gdl__cpu_dropout_backward;
+        be.batchnorm = gdl__cpu_batchnorm;
+        be.batchnorm_backward = gdl__cpu_batchnorm_backward;
+        be.layernorm = gdl__cpu_layernorm;
+        be.layernorm_backward = gdl__cpu_layernorm_backward;
+        be.embedding = gdl__cpu_embedding;
+        be.embedding_backward = gdl__cpu_embedding_backward;
+        be.xent = gdl__cpu_xent;
+        be.xent_backward = gdl__cpu_xent_backward;
+        be.pointwise_loss = gdl__cpu_pointwise_loss;
+        be.pointwise_loss_backward = gdl__cpu_pointwise_loss_backward;
+        be.sgd = gdl__cpu_sgd;
+        be.adam = gdl__cpu_adam;
+        be.count_nonfinite = gdl__cpu_count_nonfinite;
+        be.sum_squares = gdl__cpu_sum_squares;
+        ready = 1;
+    }
+    return &be;
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-ops]   The op layer: check arguments, allocate the output, call the
+   backend, record a tape node. Each op's backward is listed in the op table
+   (gdl__ops, at the end of this section) under its gdl_op id.
+   ------------------------------------------------------------------------- */
+
+typedef struct gdl_node {
+    int op;               /* gdl_op */
+    int nin;
+    gdl_tensor **in;      /* inputs; an entry may be NULL (optional bias) */
+    gdl_tensor *out;
+    gdl_tensor *saved[2]; /* extra tensors kept for backward (indices, stats) */
+    void *buf;            /* scratch kept for backward (im2col columns) */
+    int64_t i[8];         /* integer parameters */
+    double f[2];          /* real parameters */
+    gdl_conv_geom geom;
+    struct gdl_node *prev;
+} gdl_node;
+
+typedef int (*gdl__backward_fn)(gdl_node *n, const gdl_backend *be);
+typedef struct gdl__op_info {
+    const char *name;
+    gdl__backward_fn backward;
+    int kernel; /* the backend's gdl_binary_op / gdl_unary_op / gdl_reduce_op code */
+} gdl__op_info;
+static const gdl__op_info *gdl__op(int op); /* the op table, defined after the ops */
+
+#define GDL__R(t) ((gdl_real *)(t)->data)
+#define GDL__G(t) ((t) && (t)->requires_grad ? (gdl_real *)(t)->grad->data : (gdl_real *)NULL)
+
+GPUDL_API const char *gdl_op_name(int op) {
+    return (op >= 0 && op < GDL_OP_COUNT) ? gdl__op(op)->name : "invalid-op";
+}
+GPUDL_API int gdl_tensor_op(const gdl_tensor *t) { return t && t->node ? t->node->op : -1; }
+
+GPUDL_API int gdl_set_grad_enabled(int on) {
+    int prev = gdl__grad_enabled;
+    gdl__grad_enabled = on != 0;
+    return prev;
+}
+GPUDL_API int gdl_is_grad_enabled(void) { return gdl__grad_enabled; }
+GPUDL_API void gdl_set_anomaly_mode(int on) { gdl__anomaly = on != 0; }
+
+static int gdl__check_in(const char *op, const char *arg, const gdl_tensor *t, int need_f32) {
+    if (!t) {
+        gdl__null_arg(op, arg);
+        return -1;
+    }
+    if (need_f32 && t->dtype != GDL_F32) {
+        gdl__set_error("%s: %s must be f32, got %s %s", op, arg, gdl_dtype_name(t->dtype), gdl_shape_str(t));
+        return -1;
+    }
+    return 0;
+}
+
+static int gdl__check_dev(const char *op, const gdl_tensor *a, const gdl_tensor *b) {
+    if (a && b && !gdl_device_equal(a->device, b->device)) {
+        gdl__set_error("%s: expected all tensors on the same device, but found %s %s and %s %s", op,
+                       gdl_shape_str(a), gdl_device_str(a->device), gdl_shape_str(b), gdl_device_str(b->device));
+        return -1;
+    }
+    return 0;
+}
+
+static int gdl__needs_grad(int nin, gdl_tensor *const *in) {
+    int k;
+    if (!gdl__grad_enabled) return 0;
+    for (k = 0; k < nin; k++)
+        if (in[k] && in[k]->requires_grad) return 1;
+    return 0;
+}
+
+/* Records out = op(in...) on the tape when an input needs a gradient.
+   Returns the node, or NULL when none is needed (*err set on failure). */
+static gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int nin, gdl_tensor *const *in, int *err) {
+    gdl_node *n;
+    *err = 0;
+    if (!gdl__needs_grad(nin, in)) return NULL;
+    n = (gdl_node *)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_node));
+    if (n) {
+        memset(n, 0, sizeof *n);
+        n->in = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)nin);
+    }
+    if (!n || !n->in) {
+        gdl__set_error("%s: out of memory recording the autograd tape", opname);
+        *err = 1;
+        return NULL;
+    }
+    memcpy(n->in, in, sizeof(gdl_tensor *) * (size_t)nin);
+    n->op = op;
+    n->nin = nin;
+    n->out = out;
+    n->prev = gdl__tape;
+    gdl__tape = n;
+    out->node = n;
+    out->requires_grad = 1;
+    return n;
+}
+
+/* Anomaly mode: fail on a non-finite output. */
+static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
+    int64_t bad = 0;
+    if (out && gdl__anomaly && out->dtype == GDL_F32) {
+        const gdl_backend *be = gdl__be(op, out->device);
+        if (!be || be->count_nonfinite(out->numel, GDL__R(out), &bad) < 0) return NULL;
+        if (bad) {
+            gdl__set_error("%s: produced %lld NaN/Inf values in its output %s (anomaly mode)", op, (long long)bad,
+                           gdl_shape_str(out));
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* normalises a possibly negative dim */
+static int gdl__dim(const char *op, const gdl_tensor *x, int dim, int *out) {
+    int d = dim < 0 ? dim + x->ndim : dim;
+    if (d < 0 || d >= x->ndim) {
+        gdl__set_error("%s: dim %d out of range for %s (ndim %d)", op, dim, gdl_shape_str(x), x->ndim);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+/* [outer, n, inner] around dim d */
+static void gdl__split(const gdl_tensor *x, int d, int64_t *outer, int64_t *n, int64_t *inner) {
+    int k;
+    *outer = 1;
+    *inner = 1;
+    for (k = 0; k < d; k++) *outer *= x->shape[k];
+    for (k = d + 1; k < x->ndim; k++) *inner *= x->shape[k];
+    *n = x->shape[d];
+}
+
+/* ---- views ---- */
+
+static gdl_tensor *gdl__view(const char *opname, gdl_tensor *x, int ndim, const int64_t *shape, int64_t elem_offset) {
+    gdl_tensor *t;
+    gdl_node *n;
+    int err;
+    t = gdl__make(opname, ndim, shape, x->dtype, x->device, 0,
+                  (char *)x->data + (size_t)elem_offset * gdl_dtype_size(x->dtype));
+    if (!t) return NULL;
+    t->name = x->name;
+    n = gdl__record(opname, elem_offset == 0 && t->numel == x->numel ? GDL_OP_RESHAPE : GDL_OP_SLICE, t, 1, &x, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = elem_offset;
+    return t;
+}
+
+static int gdl__bw_view(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    return gx ? be->copy2d(1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
+}
+
+GPUDL_API gdl_tensor *gdl_reshape(gdl_tensor *x, int ndim, const int64_t *shape) {
+    int64_t s[GDL_MAX_DIMS], known = 1;
+    int k, infer = -1;
+    if (gdl__check_in("gdl_reshape", "x", x, 0) < 0) return NULL;
+    if (ndim < 0 || ndim > GDL_MAX_DIMS || (ndim > 0 && !shape)) {
+        gdl__set_error("gdl_reshape: bad target ndim %d", ndim);
+        return NULL;
+    }
+    for (k = 0; k < ndim; k++) {
+        s[k] = shape[k];
+        if (s[k] == -1 && infer < 0) infer = k;
+        else if (s[k] < 0) {
+            gdl__set_error("gdl_reshape: bad target shape %s", gdl__shape_fmt(ndim, shape));
+            return NULL;
+        } else known *= s[k];
+    }
+    if (infer >= 0) {
+        if (known == 0 || x->numel % known) {
+            gdl__set_error("gdl_reshape: cannot reshape %s into %s", gdl_shape_str(x), gdl__shape_fmt(ndim, shape));
+            return NULL;
+        }
+        s[infer] = x->numel / known;
+        known *= s[infer];
+    }
+    if (known != x->numel) {
+        gdl__set_error("gdl_reshape: cannot reshape %s (%lld elements) into %s", gdl_shape_str(x),
+                       (long long)x->numel, gdl__shape_fmt(ndim, shape));
+        return NULL;
+    }
+    return gdl__view("gdl_reshape", x, ndim, s, 0);
+}
+
+GPUDL_API gdl_tensor *gdl_flatten(gdl_tensor *x, int start_dim) {
+    int64_t s[GDL_MAX_DIMS];
+    int d, k;
+    if (gdl__check_in("gdl_flatten", "x", x, 0) < 0) return NULL;
+    if (x->ndim == 0) return gdl__view("gdl_flatten", x, 1, &x->numel, 0);
+    if (gdl__dim("gdl_flatten", x, start_dim, &d) < 0) return NULL;
+    for (k = 0; k < d; k++) s[k] = x->shape[k];
+    s[d] = 1;
+    for (k = d; k < x->ndim; k++) s[d] *= x->shape[k];
+    return gdl__view("gdl_flatten", x, d + 1, s, 0);
+}
+
+GPUDL_API gdl_tensor *gdl_slice(gdl_tensor *x, int64_t start, int64_t end) {
+    int64_t s[GDL_MAX_DIMS], row;
+    if (gdl__check_in("gdl_slice", "x", x, 0) < 0) return NULL;
+    if (x->ndim < 1 || start < 0 || end < start || end > x->shape[0]) {
+        gdl__set_error("gdl_slice: rows [%lld,%lld) out of range for %s", (long long)start, (long long)end,
+                       gdl_shape_str(x));
+        return NULL;
+    }
+    memcpy(s, x->shape, sizeof s);
+    s[0] = end - start;
+    row = x->shape[0] ? x->numel / x->shape[0] : 0;
+    return gdl__view("gdl_slice", x, x->ndim, s, start * row);
+}
+
+GPUDL_API gdl_tensor *gdl_detach(gdl_tensor *x) {
+    if (gdl__check_in("gdl_detach", "x", x, 0) < 0) return NULL;
+    return gdl__make("gdl_detach", x->ndim, x->shape, x->dtype, x->device, 0, x->data);
+}
+
+/* ---- elementwise binary ops with broadcasting ---- */
+
+static int gdl__broadcast(const char *op, const gdl_tensor *a, const gdl_tensor *b, int *ndim, int64_t *shape,
+                          int64_t *astr, int64_t *bstr) {
+    int nd = a->ndim > b->ndim ? a->ndim : b->ndim, d;
+    int64_t sa = 1, sb = 1;
+    for (d = nd - 1; d >= 0; d--) {
+        int ia = d - (nd - a->ndim), ib = d - (nd - b->ndim);
+        int64_t da = ia >= 0 ? a->shape[ia] : 1, db = ib >= 0 ? b->shape[ib] : 1;
+        if (da != db && da != 1 && db != 1) {
+            gdl__set_error("%s: shapes %s and %s cannot be broadcast", op, gdl_shape_str(a), gdl_shape_str(b));
+            return -1;
+        }
+        shape[d] = da == 1 ? db : da;
+        astr[d] = da == 1 ? 0 : sa;
+        bstr[d] = db == 1 ? 0 : sb;
+        sa *= da;
+        sb *= db;
+    }
+    *ndim = nd;
+    return 0;
+}
+
+static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_tensor *b) {
+    int nd, err;
+    int64_t shape[GDL_MAX_DIMS], astr[GDL_MAX_DIMS], bstr[GDL_MAX_DIMS];
+    gdl_tensor *in[2], *out;
+    const gdl_backend *be;
+    if (gdl__check_in(opname, "a", a, 1) < 0 || gdl__check_in(opname, "b", b, 1) < 0 ||
+        gdl__check_dev(opname, a, b) < 0 || gdl__broadcast(opname, a, b, &nd, shape, astr, bstr) < 0)
+        return NULL;
+    if (!(be = gdl__be(opname, a->device))) return NULL;
+    if (!(out = gdl__tmp(opname, nd, shape, GDL_F32, a->device))) return NULL;
+    if (out->numel && be->binary(gdl__op(op)->kernel, nd, shape, GDL__R(a), astr, GDL__R(b), bstr, GDL__R(out)) < 0)
+        return NULL;
+    in[0] = a;
+    in[1] = b;
+    gdl__record(opname, op, out, 2, in, &err);
+    return err ? NULL : gdl__finish(opname, out);
+}
+
+static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *a = n->in[0], *b = n->in[1];
+    gdl_real *g = GDL__R(n->out->grad), *ga = GDL__G(a), *gb = GDL__G(b), *tmp = NULL;
+    int64_t shape[GDL_MAX_DIMS], astr[GDL_MAX_DIMS], bstr[GDL_MAX_DIMS], gstr[GDL_MAX_DIMS];
+    int nd, op = n->op, rc = 0;
+    if (gdl__broadcast("gdl_backward", a, b, &nd, shape, astr, bstr) < 0) return -1;
+    gdl__broadcast("gdl_backward", n->out, n->out, &nd, shape, gstr, gstr);
+    if (op == GDL_OP_MUL || op == GDL_OP_DIV) {
+        tmp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
+        if (!tmp) return -1;
+    }
+    switch (op) {
+    case GDL_OP_ADD:
+    case GDL_OP_SUB:
+        if (ga) rc |= be->sum_to(nd, shape, g, ga, astr, 1);
+        if (gb) rc |= be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1);
+        break;
+    case GDL_OP_MUL:
+        if (ga) rc |= be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(b), bstr, tmp) | be->sum_to(nd, shape, tmp, ga, astr, 1);
+        if (gb) rc |= be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(a), astr, tmp) | be->sum_to(nd, shape, tmp, gb, bstr, 1);
+        break;
+    default: /* DIV: d(a/b)/db = -out/b */
+        if (ga) rc |= be->binary(GDL_BIN_DIV, nd, shape, g, gstr, GDL__R(b), bstr, tmp) | be->sum_to(nd, shape, tmp, ga, astr, 1);
+        if (gb)
+            rc |= be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(n->out), gstr, tmp) |
+                  be->binary(GDL_BIN_DIV, nd, shape, tmp, gstr, GDL__R(b), bstr, tmp) |
+                  be->sum_to(nd, shape, tmp, gb, bstr, -1);
+        break;
+    }
+    return rc ? -1 : 0;
+}
+
+GPUDL_API gdl_tensor *gdl_add(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_add", GDL_OP_ADD, a, b); }
+GPUDL_API gdl_tensor *gdl_sub(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_sub", GDL_OP_SUB, a, b); }
+GPUDL_API gdl_tensor *gdl_mul(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_mul", GDL_OP_MUL, a, b); }
+GPUDL_API gdl_tensor *gdl_div(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_div", GDL_OP_DIV, a, b); }
+
+/* ---- elementwise unary ops ---- */
+
+static gdl_tensor *gdl__unary(const char *opname, int op, gdl_tensor *x, double alpha) {
+    gdl_tensor *out;
+    gdl_node *n;
+    const gdl_backend *be;
+    int err;
+    if (gdl__check_in(opname, "x", x, 1) < 0 || !(be = gdl__be(opname, x->device))) return NULL;
+    if (!(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
+    if (be->unary(gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha) < 0) return NULL;
+    n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) n->f[0] = alpha;
+    return gdl__finish(opname, out);
+}
+
+static int gdl__bw_unary(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    if (!gx) return 0;
+    return be->unary_backward(gdl__op(n->op)->kernel, n->out->numel, GDL__R(n->in[0]), GDL__R(n->out),
+                              GDL__R(n->out->grad), gx, (gdl_real)n->f[0]);
+}
+
+GPUDL_API gdl_tensor *gdl_add_scalar(gdl_tensor *x, double s) { return gdl__unary("gdl_add_scalar", GDL_OP_ADD_SCALAR, x, s); }
+GPUDL_API gdl_tensor *gdl_mul_scalar(gdl_tensor *x, double s) { return gdl__unary("gdl_mul_scalar", GDL_OP_MUL_SCALAR, x, s); }
+GPUDL_API gdl_tensor *gdl_pow_scalar(gdl_tensor *x, double p) { return gdl__unary("gdl_pow_scalar", GDL_OP_POW_SCALAR, x, p); }
+GPUDL_API gdl_tensor *gdl_exp(gdl_tensor *x) { return gdl__unary("gdl_exp", GDL_OP_EXP, x, 0); }
+GPUDL_API gdl_tensor *gdl_log(gdl_tensor *x) { return gdl__unary("gdl_log", GDL_OP_LOG, x, 0); }
+GPUDL_API gdl_tensor *gdl_relu(gdl_tensor *x) { return gdl__unary("gdl_relu", GDL_OP_RELU, x, 0); }
+GPUDL_API gdl_tensor *gdl_leaky_relu(gdl_tensor *x, double slope) { return gdl__unary("gdl_leaky_relu", GDL_OP_LEAKY_RELU, x, slope); }
+GPUDL_API gdl_tensor *gdl_sigmoid(gdl_tensor *x) { return gdl__unary("gdl_sigmoid", GDL_OP_SIGMOID, x, 0); }
+GPUDL_API gdl_tensor *gdl_tanh(gdl_tensor *x) { return gdl__unary("gdl_tanh", GDL_OP_TANH, x, 0); }
+GPUDL_API gdl_tensor *gdl_gelu(gdl_tensor *x, int tanh_approximation) {
+    return tanh_approximation ? gdl__unary("gdl_gelu", GDL_OP_GELU_TANH, x, 0) : gdl__unary("gdl_gelu", GDL_OP_GELU, x, 0);
+}
+
+GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
+    const gdl_backend *be;
+    if (gdl__check_in("gdl_mul_scalar_", "t", t, 1) < 0 || !(be = gdl__be("gdl_mul_scalar_", t->device))) return -1;
+    return be->unary(GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
+}
+
+/* ---- matmul and linear ---- */
+
+GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
+    const char *op = "gdl_matmul";
+    int64_t M, N, K, batch = 1, sA, sB, shape[3];
+    int nd, err;
+    gdl_tensor *out, *in[2];
+    gdl_node *n;
+    const gdl_backend *be;
+    if (gdl__check_in(op, "a", a, 1) < 0 || gdl__check_in(op, "b", b, 1) < 0 || gdl__check_dev(op, a, b) < 0) return NULL;
+    if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
+        gdl__set_error("%s: expected 2-D or 3-D operands, got %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+        return NULL;
+    }
+    K = a->shape[a->ndim - 1];
+    if (b->shape[b->ndim - 2] != K) {
+        gdl__set_error("%s: inner dimensions differ: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+        return NULL;
+    }
+    N = b->shape[b->ndim - 1];
+    if (b->ndim == 2) { /* [..., M, K] x [K, N]: one GEMM over all rows */
+        M = a->numel / (K ? K : 1);
+        if (K == 0) M = a->ndim == 3 ? a->shape[0] * a->shape[1] : a->shape[0];
+        sA = sB = 0;
+        nd = a->ndim;
+        memcpy(shape, a->shape, sizeof(int64_t) * 3);
+        shape[nd - 1] = N;
+    } else {
+        M = a->shape[a->ndim - 2];
+        batch = b->shape[0];
+        if (a->ndim == 3 && a->shape[0] != batch) {
+            gdl__set_error("%s: batch dimensions differ: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+            return NULL;
+        }
+        sA = a->ndim == 3 ? M * K : 0;
+        sB = K * N;
+        nd = 3;
+        shape[0] = batch;
+        shape[1] = M;
+        shape[2] = N;
+    }
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) {
+        gdl__set_error("%s: dimensions too large for the GEMM: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+        return NULL;
+    }
+    if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, nd, shape, GDL_F32, a->device))) return NULL;
+    if (out->numel && be->gemm(0, 0, (int)M, (int)N, (int)K, 1, GDL__R(a), (int)K, sA, GDL__R(b), (int)N, sB, 0,
+                               GDL__R(out), (int)N, M * N, (int)batch) < 0)
+        return NULL;
+    in[0] = a;
+    in[1] = b;
+    n = gdl__record(op, GDL_OP_MATMUL, out, 2, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = M; n->i[1] = N; n->i[2] = K; n->i[3] = batch; n->i[4] = sA; n->i[5] = sB;
+    }
+    return gdl__finish(op, out);
+}
+
+static int gdl__bw_matmul(gdl_node *n, const gdl_backend *be) {
+    int M = (int)n->i[0], N = (int)n->i[1], K = (int)n->i[2], batch = (int)n->i[3], b;
+    int64_t sA = n->i[4], sB = n->i[5], sC = (int64_t)M * N;
+    gdl_real *g = GDL__R(n->out->grad), *ga = GDL__G(n->in[0]), *gb = GDL__G(n->in[1]);
+    gdl_real *A = GDL__R(n->in[0]), *B = GDL__R(n->in[1]);
+    if (!n->out->numel) return 0;
+    /* a shared (stride 0) operand sums over the batch: one GEMM at a time, never two writers at once */
+    if (ga) {
+        if (sA == 0 && batch > 1) {
+            for (b = 0; b < batch; b++)
+                if (be->gemm(0, 1, M, K, N, 1, g + b * sC, N, 0, B + b * sB, N, 0, 1, ga, K, 0, 1) < 0) return -1;
+        } else if (be->gemm(0, 1, M, K, N, 1, g, N, sC, B, N, sB, 1, ga, K, sA, batch) < 0) {
+            return -1;
+        }
+    }
+    if (gb) {
+        if (sB == 0 && batch > 1) {
+            for (b = 0; b < batch; b++)
+                if (be->gemm(1, 0, K, N, M, 1, A + b * sA, K, 0, g + b * sC, N, 0, 1, gb, N, 0, 1) < 0) return -1;
+        } else if (be->gemm(1, 0, K, N, M, 1, A, K, sA, g, N, sC, 1, gb, N, sB, batch) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias) {
+    const char *op = "gdl_linear";
+    int64_t in_f, out_f, rows, shape[GDL_MAX_DIMS];
+    int err;
+    gdl_tensor *out, *in[3];
+    const gdl_backend *be;
+    if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
+        (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
+        return NULL;
+    if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
+        gdl__set_error("%s: input %s does not match weight %s (expected the input's last dim = in_features = weight dim 1)",
+                       op, gdl_shape_str(x), gdl_shape_str(w));
+        return NULL;
+    }
+    in_f = w->shape[1];
+    out_f = w->shape[0];
+    if (bias && (bias->ndim != 1 || bias->shape[0] != out_f)) {
+        gdl__set_error("%s: bias %s does not match weight %s (expected [%lld])", op, gdl_shape_str(bias),
+                       gdl_shape_str(w), (long long)out_f);
+        return NULL;
+    }
+    rows = in_f ? x->numel / in_f : 0;
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = out_f;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device))) return NULL;
+    if (out->numel) {
+        int64_t s2[2], ystr[2], bstr[2];
+        if (be->gemm(0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
+                     GDL__R(out), (int)out_f, 0, 1) < 0)
+            return NULL;
+        s2[0] = rows; s2[1] = out_f;
+        ystr[0] = out_f; ystr[1] = 1;
+        bstr[0] = 0; bstr[1] = 1;
+        if (bias && be->binary(GDL_BIN_ADD, 2, s2, GDL__R(out), ystr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
+    }
+    in[0] = x;
+    in[1] = w;
+    in[2] = bias;
+    gdl__record(op, GDL_OP_LINEAR, out, 3, in, &err);
+    return err ? NULL : gdl__finish(op, out);
+}
+
+static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *x = n->in[0], *w = n->in[1];
+    int in_f = (int)w->shape[1], out_f = (int)w->shape[0], rows = (int)(in_f ? x->numel / in_f : 0);
+    gdl_real *g = GDL__R(n->out->grad), *gx = GDL__G(x), *gw = GDL__G(w), *gb = GDL__G(n->in[2]);
+    if (!n->out->numel) return 0;
+    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
+    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
+    if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, 1) < 0) return -1;
+    return 0;
+}
+
+/* ---- reductions and softmax ---- */
+
+static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
+    int64_t outer, nred, inner, shape[GDL_MAX_DIMS];
+    int d = 0, nd = 0, k, err;
+    gdl_tensor *out, *idx = NULL;
+    gdl_node *n;
+    const gdl_backend *be;
+    if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
+    if (all) {
+        outer = inner = 1;
+        nred = x->numel;
+    } else {
+        if (gdl__dim(opname, x, dim, &d) < 0) return NULL;
+        gdl__split(x, d, &outer, &nred, &inner);
+        for (k = 0; k < x->ndim; k++) {
+            if (k != d) shape[nd++] = x->shape[k];
+            else if (keepdim) shape[nd++] = 1;
+        }
+    }
+    if (op == GDL_OP_MAX && nred == 0) {
+        gdl__set_error("%s: cannot take the max over an empty dimension of %s", opname, gdl_shape_str(x));
+        return NULL;
+    }
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, nd, shape, GDL_F32, x->device))) return NULL;
+    if (op == GDL_OP_MAX && !(idx = gdl__tmp(opname, nd, shape, GDL_I32, x->device))) return NULL;
+    if (out->numel && be->reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
+                                 idx ? (int32_t *)idx->data : NULL, 0) < 0)
+        return NULL;
+    n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->saved[0] = idx;
+    }
+    return gdl__finish(opname, out);
+}
+
+static int gdl__bw_reduce(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    if (!gx || !n->out->numel) return 0;
+    return be->reduce_backward(gdl__op(n->op)->kernel, n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad),
+                               n->saved[0] ? (const int32_t *)n->saved[0]->data : NULL, gx);
+}
+
+GPUDL_API gdl_tensor *gdl_sum(gdl_tensor *x) { return gdl__reduce("gdl_sum", GDL_OP_SUM, x, 1, 0, 0); }
+GPUDL_API gdl_tensor *gdl_mean(gdl_tensor *x) { return gdl__reduce("gdl_mean", GDL_OP_MEAN, x, 1, 0, 0); }
+GPUDL_API gdl_tensor *gdl_sum_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_sum_dim", GDL_OP_SUM, x, 0, dim, keepdim); }
+GPUDL_API gdl_tensor *gdl_mean_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_mean_dim", GDL_OP_MEAN, x, 0, dim, keepdim); }
+GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_max_dim", GDL_OP_MAX, x, 0, dim, keepdim); }
+
+GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
+    int64_t outer, nred, inner, shape[GDL_MAX_DIMS];
+    int d, k, nd = 0;
+    gdl_tensor *out;
+    const gdl_backend *be;
+    if (gdl__check_in("gdl_argmax", "x", x, 1) < 0 || gdl__dim("gdl_argmax", x, dim, &d) < 0) return NULL;
+    gdl__split(x, d, &outer, &nred, &inner);
+    if (nred == 0) {
+        gdl__set_error("gdl_argmax: empty dimension %d of %s", dim, gdl_shape_str(x));
+        return NULL;
+    }
+    for (k = 0; k < x->ndim; k++)
+        if (k != d) shape[nd++] = x->shape[k];
+    if (!(be = gdl__be("gdl_argmax", x->device)) || !(out = gdl__tmp("gdl_argmax", nd, shape, GDL_I32, x->device)))
+        return NULL;
+    if (out->numel && be->argmax(outer, nred, inner, GDL__R(x), (int32_t *)out->data) < 0) return NULL;
+    return out;
+}
+
+static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int dim) {
+    int64_t outer, nred, inner;
+    int d, err;
+    gdl_tensor *out;
+    gdl_node *n;
+    const gdl_backend *be;
+    if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
+    gdl__split(x, d, &outer, &nred, &inner);
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
+    if (out->numel && be->softmax(op == GDL_OP_LOG_SOFTMAX, outer, nred, inner, GDL__R(x), GDL__R(out)) < 0) return NULL;
+    n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+    }
+    return gdl__finish(opname, out);
+}
+
+static int gdl__bw_softmax(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    if (!gx || !n->out->numel) return 0;
+    return be->softmax_backward(n->op == GDL_OP_LOG_SOFTMAX, n->i[0], n->i[1], n->i[2], GDL__R(n->out),
+                                GDL__R(n->out->grad), gx);
+}
+
+GPUDL_API gdl_tensor *gdl_softmax(gdl_tensor *x, int dim) { return gdl__softmax("gdl_softmax", GDL_OP_SOFTMAX, x, dim); }
+GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim) { return gdl__softmax("gdl_log_softmax", GDL_OP_LOG_SOFTMAX, x, dim); }
+
+/* ---- convolution and pooling (NCHW) ---- */
+
+GPUDL_API gdl_tensor *gdl_conv2d_ex(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, const int stride[2],
+                                    const int padding[2], const int dilation[2], int groups) {
+    const char *op = "gdl_conv2d";
+    gdl_conv_geom g;
+    int64_t OC, Cg, OCg, KK, OHW, shape[4];
+    gdl_tensor *out, *in[3];
+    gdl_real *col;
+    gdl_node *n;
+    int gi, err, direct;
+    const gdl_backend *be;
+    if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
+        (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
+        return NULL;
+    if (!stride || !padding || !dilation) {
+        gdl__null_arg(op, !stride ? "stride" : !padding ? "padding" : "dilation");
+        return NULL;
+    }
+    if (x->ndim != 4 || w->ndim != 4) {
+        gdl__set_error("%s: expected input [N,C,H,W] and weight [OC,C/groups,KH,KW], got %s and %s", op,
+                       gdl_shape_str(x), gdl_shape_str(w));
+        return NULL;
+    }
+    OC = w->shape[0];
+    if (groups < 1 || x->shape[1] % groups || OC % groups || w->shape[1] * groups != x->shape[1]) {
+        gdl__set_error("%s: input %s, weight %s and groups %d do not match (need C = weight dim 1 x groups, "
+                       "both C and OC divisible by groups)", op, gdl_shape_str(x), gdl_shape_str(w), groups);
+        return NULL;
+    }
+    if (stride[0] < 1 || stride[1] < 1 || padding[0] < 0 || padding[1] < 0 || dilation[0] < 1 || dilation[1] < 1) {
+        gdl__set_error("%s: bad stride (%d,%d), padding (%d,%d) or dilation (%d,%d)", op, stride[0], stride[1],
+                       padding[0], padding[1], dilation[0], dilation[1]);
+        return NULL;
+    }
+    if (bias && (bias->ndim != 1 || bias->shape[0] != OC)) {
+        gdl__set_error("%s: bias %s does not match %lld output channels", op, gdl_shape_str(bias), (long long)OC);
+        return NULL;
+    }
+    g.N = (int)x->shape[0]; g.C = (int)x->shape[1]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3];
+    g.KH = (int)w->shape[2]; g.KW = (int)w->shape[3];
+    g.SH = stride[0]; g.SW = stride[1]; g.PH = padding[0]; g.PW = padding[1]; g.DH = dilation[0]; g.DW = dilation[1];
+    g.OH = (g.H + 2 * g.PH - g.DH * (g.KH - 1) - 1) / g.SH + 1;
+    g.OW = (g.W + 2 * g.PW - g.DW * (g.KW - 1) - 1) / g.SW + 1;
+    if (g.H + 2 * g.PH - g.DH * (g.KH - 1) - 1 < 0 || g.W + 2 * g.PW - g.DW * (g.KW - 1) - 1 < 0 || g.OH < 1 || g.OW < 1) {
+        gdl__set_error("%s: kernel %dx%d (dilation %d,%d) is larger than the padded input %s", op, g.KH, g.KW, g.DH,
+                       g.DW, gdl_shape_str(x));
+        return NULL;
+    }
+    Cg = g.C / groups; OCg = OC / groups; KK = (int64_t)g.KH * g.KW; OHW = (int64_t)g.OH * g.OW;
+    shape[0] = g.N; shape[1] = OC; shape[2] = g.OH; shape[3] = g.OW;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, 4, shape, GDL_F32, x->device))) return NULL;
+    /* a 1x1 stride-1 unpadded convolution is a GEMM on the input itself */
+    direct = g.KH == 1 && g.KW == 1 && g.SH == 1 && g.SW == 1 && g.PH == 0 && g.PW == 0;
+    if (direct) {
+        col = GDL__R(x);
+    } else {
+        col = (gdl_real *)gdl__scratch(op, x->device, sizeof(gdl_real) * (size_t)(g.N * g.C * KK * OHW));
+        if (!col || be->im2col(&g, GDL__R(x), col) < 0) return NULL;
+    }
+    for (gi = 0; gi < groups; gi++)
+        if (be->gemm(0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+                     col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
+                     OC * OHW, g.N) < 0)
+            return NULL;
+    if (bias) {
+        int64_t s3[3], ostr[3], bstr[3];
+        s3[0] = g.N; s3[1] = OC; s3[2] = OHW;
+        ostr[0] = OC * OHW; ostr[1] = OHW; ostr[2] = 1;
+        bstr[0] = 0; bstr[1] = 1; bstr[2] = 0;
+        if (be->binary(GDL_BIN_ADD, 3, s3, GDL__R(out), ostr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
+    }
+    in[0] = x; in[1] = w; in[2] = bias;
+    n = gdl__record(op, GDL_OP_CONV2D, out, 3, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->geom = g;
+        n->buf = col;
+        n->i[0] = groups;
+        n->i[1] = direct;
+    }
+    return gdl__finish(op, out);
+}
+
+GPUDL_API gdl_tensor *gdl_conv2d(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, int stride, int padding,
+                                 int dilation, int groups) {
+    int s[2], p[2], d[2];
+    s[0] = s[1] = stride;
+    p[0] = p[1] = padding;
+    d[0] = d[1] = dilation;
+    return gdl_conv2d_ex(x, w, bias, s, p, d, groups);
+}
+
+static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
+    const gdl_conv_geom *g = &n->geom;
+    int groups = (int)n->i[0], direct = (int)n->i[1], gi, b;
+    int64_t OC = n->out->shape[1], Cg = g->C / groups, OCg = OC / groups, KK = (int64_t)g->KH * g->KW;
+    int64_t OHW = (int64_t)g->OH * g->OW, CKK = (int64_t)g->C * KK;
+    gdl_real *gy = GDL__R(n->out->grad), *gx = GDL__G(n->in[0]), *gw = GDL__G(n->in[1]), *gb = GDL__G(n->in[2]);
+    gdl_real *W = GDL__R(n->in[1]), *col = (gdl_real *)n->buf;
+    if (gb) { /* sum over N and the pixels */
+        gdl_real *t = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * OC));
+        if (!t || be->reduce(GDL_RED_SUM, g->N * OC, OHW, 1, gy, t, NULL, 0) < 0 ||
+            be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
+            return -1;
+    }
+    if (gw)
+        for (b = 0; b < g->N; b++)
+            for (gi = 0; gi < groups; gi++)
+                if (be->gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + b * OC * OHW + gi * OCg * OHW, (int)OHW, 0,
+                             col + b * CKK * OHW + gi * Cg * KK * OHW, (int)OHW, 0, 1, gw + gi * OCg * Cg * KK,
+                             (int)(Cg * KK), 0, 1) < 0)
+                    return -1;
+    if (gx) {
+        /* direct: the columns are the input, so accumulate straight into gx */
+        gdl_real *gcol = direct ? gx : (gdl_real *)gdl__scratch("gdl_backward", n->out->device,
+                                                                 sizeof(gdl_real) * (size_t)(g->N * CKK * OHW));
+        if (!gcol) return -1;
+        for (gi = 0; gi < groups; gi++)
+            if (be->gemm(1, 0, (int)(Cg * KK), (int)OHW, (int)OCg, 1, W + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+                         gy + gi * OCg * OHW, (int)OHW, OC * OHW, direct ? 1 : 0, gcol + gi * Cg * KK * OHW, (int)OHW,
+                         CKK * OHW, g->N) < 0)
+                return -1;
+        if (!direct && be->col2im(g, gcol, gx) < 0) return -1;
+    }
+    return 0;
+}
+
+static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kernel, int stride, int padding) {
+    gdl_conv_geom g;
+    int64_t shape[4];
+    gdl_tensor *out, *idx = NULL;
+    gdl_node *n;
+    int err, rc;
+    const gdl_backend *be;
+    if (gdl__check_in(opname, "input", x, 1) < 0) return NULL;
+    if (x->ndim != 4) {
+        gdl__set_error("%s: expected input [N,C,H,W], got %s", opname, gdl_shape_str(x));
+        return NULL;
+    }
+    if (stride == 0) stride = kernel;
+    if (kernel < 1 || stride < 1 || padding < 0 || padding > kernel / 2) {
+        gdl__set_error("%s: bad kernel %d, stride %d or padding %d (padding must be at most half the kernel)", opname,
+                       kernel, stride, padding);
+        return NULL;
+    }
+    memset(&g, 0, sizeof g);
+    g.N = (int)x->shape[0]; g.C = (int)x->shape[1]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3];
+    g.KH = g.KW = kernel; g.SH = g.SW = stride; g.PH = g.PW = padding; g.DH = g.DW = 1;
+    if (g.H + 2 * padding < kernel || g.W + 2 * padding < kernel) {
+        gdl__set_error("%s: kernel %d is larger than the padded input %s", opname, kernel, gdl_shape_str(x));
+        return NULL;
+    }
+    g.OH = (g.H + 2 * padding - kernel) / stride + 1;
+    g.OW = (g.W + 2 * padding - kernel) / stride + 1;
+    shape[0] = g.N; shape[1] = g.C; shape[2] = g.OH; shape[3] = g.OW;
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, 4, shape, GDL_F32, x->device))) return NULL;
+    if (op == GDL_OP_MAX_POOL2D) {
+        if (!(idx = gdl__tmp(opname, 4, shape, GDL_I32, x->device))) return NULL;
+        rc = out->numel ? be->maxpool(&g, GDL__R(x), GDL__R(out), (int32_t *)idx->data) : 0;
+    } else {
+        rc = out->numel ? be->avgpool(&g, GDL__R(x), GDL__R(out)) : 0;
+    }
+    if (rc < 0) return NULL;
+    n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->geom = g;
+        n->saved[0] = idx;
+    }
+    return gdl__finish(opname, out);
+}
+
+static int gdl__bw_pool(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    if (!gx || !n->out->numel) return 0;
+    if (n->op == GDL_OP_MAX_POOL2D)
+        return be->maxpool_backward(&n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx);
+    return be->avgpool_backward(&n->geom, GDL__R(n->out->grad), gx);
+}
+
+GPUDL_API gdl_tensor *gdl_max_pool2d(gdl_tensor *x, int kernel, int stride, int padding) {
+    return gdl__pool("gdl_max_pool2d", GDL_OP_MAX_POOL2D, x, kernel, stride, padding);
+}
+GPUDL_API gdl_tensor *gdl_avg_pool2d(gdl_tensor *x, int kernel, int stride, int padding) {
+    return gdl__pool("gdl_avg_pool2d", GDL_OP_AVG_POOL2D, x, kernel, stride, padding);
+}
+
+GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
+    const char *op = "gdl_global_avg_pool2d";
+    int64_t shape[4];
+    gdl_tensor *out;
+    gdl_node *n;
+    int err;
+    const gdl_backend *be;
+    if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
+    if (x->ndim != 4 || x->shape[2] * x->shape[3] == 0) {
+        gdl__set_error("%s: expected a non-empty input [N,C,H,W], got %s", op, gdl_shape_str(x));
+        return NULL;
+    }
+    shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = shape[3] = 1;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, 4, shape, GDL_F32, x->device))) return NULL;
+    if (out->numel && be->reduce(GDL_RED_MEAN, shape[0] * shape[1], x->shape[2] * x->shape[3], 1, GDL__R(x),
+                                 GDL__R(out), NULL, 0) < 0)
+        return NULL;
+    n = gdl__record(op, GDL_OP_GLOBAL_AVG_POOL2D, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = shape[0] * shape[1]; n->i[1] = x->shape[2] * x->shape[3]; n->i[2] = 1;
+    }
+    return gdl__finish(op, out);
+}
+
+/* ---- concat ---- */
+
+GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
+    const char *op = "gdl_concat";
+    int64_t shape[GDL_MAX_DIMS], outer, nd0, inner, total, off = 0;
+    int k, j, d, err;
+    gdl_tensor *out;
+    gdl_node *n;
+    const gdl_backend *be;
+    if (count < 1 || !xs) {
+        gdl__set_error("%s: need at least one tensor (got %d)", op, count);
+        return NULL;
+    }
+    for (k = 0; k < count; k++) {
+        if (gdl__check_in(op, "an input", xs[k], 1) < 0 || gdl__check_dev(op, xs[0], xs[k]) < 0) return NULL;
+        if (xs[k]->ndim != xs[0]->ndim) {
+            gdl__set_error("%s: tensors %s and %s differ in ndim", op, gdl_shape_str(xs[0]), gdl_shape_str(xs[k]));
+            return NULL;
+        }
+    }
+    if (gdl__dim(op, xs[0], dim, &d) < 0) return NULL;
+    memcpy(shape, xs[0]->shape, sizeof shape);
+    shape[d] = 0;
+    for (k = 0; k < count; k++) {
+        for (j = 0; j < xs[0]->ndim; j++)
+            if (j != d && xs[k]->shape[j] != xs[0]->shape[j]) {
+                gdl__set_error("%s: tensors %s and %s differ outside dim %d", op, gdl_shape_str(xs[0]),
+                               gdl_shape_str(xs[k]), d);
+                return NULL;
+            }
+        shape[d] += xs[k]->shape[d];
+    }
+    if (!(be = gdl__be(op, xs[0]->device)) || !(out = gdl__tmp(op, xs[0]->ndim, shape, GDL_F32, xs[0]->device)))
+        return NULL;
+    gdl__split(out, d, &outer, &total, &inner);
+    total *= inner;
+    for (k = 0; k < count; k++) {
+        gdl__split(xs[k], d, &outer, &nd0, &inner);
+        if (outer * nd0 * inner != 0 && be->copy2d(outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0) < 0)
+            return NULL;
+        off += nd0 * inner;
+    }
+    n = gdl__record(op, GDL_OP_CONCAT, out, count, xs, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = d;
+    return gdl__finish(op, out);
+}
+
+static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
+    int64_t outer, nd0, inner, total, off = 0;
+    int k, d = (int)n->i[0];
+    gdl__split(n->out, d, &outer, &total, &inner);
+    total *= inner;
+    for (k = 0; k < n->nin; k++) {
+        gdl_real *gx = GDL__G(n->in[k]);
+        gdl__split(n->in[k], d, &outer, &nd0, &inner);
+        if (gx && outer * nd0 * inner != 0 &&
+            be->copy2d(outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1) < 0)
+            return -1;
+        off += nd0 * inner;
+    }
+    return 0;
+}
+
+/* ---- dropout ---- */
+
+GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
+    const char *op = "gdl_dropout";
+    gdl_tensor *out;
+    gdl_node *n;
+    uint64_t seed;
+    int err;
+    const gdl_backend *be;
+    if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
+    if (!(p >= 0 && p <= 1)) {
+        gdl__set_error("%s: probability %g is not in [0,1]", op, p);
+        return NULL;
+    }
+    if (!training || p == 0) return x; /* identity, as PyTorch */
+    seed = gdl_rng_next_u64();
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
+    if (be->dropout(x->numel, p, seed, GDL__R(x), GDL__R(out)) < 0) return NULL;
+    n = gdl__record(op, GDL_OP_DROPOUT, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->f[0] = p;
+        memcpy(&n->i[0], &seed, sizeof seed);
+    }
+    return gdl__finish(op, out);
+}
+
+static int gdl__bw_dropout(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    uint64_t seed;
+    memcpy(&seed, &n->i[0], sizeof seed);
+    return gx ? be->dropout_backward(n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
+}
+
+/* ---- normalisation ---- */
+
+static int gdl__check_vec(const char *op, const char *arg, const gdl_tensor *v, int64_t len, const gdl_tensor *x) {
+    if (!v) return 0;
+    if (gdl__check_in(op, arg, v, 1) < 0 || gdl__check_dev(op, x, v) < 0) return -1;
+    if (v->numel != len) {
+        gdl__set_error("%s: %s %s should have %lld elements to match input %s", op, arg, gdl_shape_str(v),
+                       (long long)len, gdl_shape_str(x));
+        return -1;
+    }
+    return 0;
+}
+
+GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                     gdl_tensor *bias, int training, double momentum, double eps) {
+    const char *op = "gdl_batch_norm";
+    int64_t N, C, S = 1, cshape;
+    int k, err, use_batch;
+    gdl_tensor *out, *mean, *invstd, *in[3];
+    gdl_node *n;
+    const gdl_backend *be;
+    if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
+    if (x->ndim < 2 || x->ndim > 4) {
+        gdl__set_error("%s: expected input [N,C], [N,C,L] or [N,C,H,W], got %s", op, gdl_shape_str(x));
+        return NULL;
+    }
+    N = x->shape[0];
+    C = x->shape[1];
+    for (k = 2; k < x->ndim; k++) S *= x->shape[k];
+    if (gdl__check_vec(op, "running_mean", rmean, C, x) < 0 || gdl__check_vec(op, "running_var", rvar, C, x) < 0 ||
+        gdl__check_vec(op, "weight", weight, C, x) < 0 || gdl__check_vec(op, "bias", bias, C, x) < 0)
+        return NULL;
+    if ((rmean == NULL) != (rvar == NULL)) {
+        gdl__set_error("%s: give both running_mean and running_var, or neither", op);
+        return NULL;
+    }
+    use_batch = training || !rmean;
+    if (use_batch && N * S <= 1) {
+        gdl__set_error("%s: expected more than 1 value per channel when training, got input %s", op, gdl_shape_str(x));
+        return NULL;
+    }
+    cshape = C;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)) ||
+        !(mean = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) || !(invstd = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)))
+        return NULL;
+    if (be->batchnorm(N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
+                      GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
+                      rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps) < 0)
+        return NULL;
+    in[0] = x; in[1] = weight; in[2] = bias;
+    n = gdl__record(op, GDL_OP_BATCH_NORM, out, 3, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = mean;
+        n->saved[1] = invstd;
+        n->i[0] = N; n->i[1] = C; n->i[2] = S; n->i[3] = use_batch;
+    }
+    return gdl__finish(op, out);
+}
+
+static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *w = n->in[1];
+    return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
+                                  w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
+                                  GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]));
+}
+
+GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps) {
+    const char *op = "gdl_layer_norm";
+    int64_t D, rows;
+    int err;
+    gdl_tensor *out, *mean, *rstd, *in[3];
+    gdl_node *n;
+    const gdl_backend *be;
+    if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] == 0) {
+        gdl__set_error("%s: expected an input with a non-empty last dim, got %s", op, gdl_shape_str(x));
+        return NULL;
+    }
+    D = x->shape[x->ndim - 1];
+    rows = x->numel / D;
+    if (gdl__check_vec(op, "weight", weight, D, x) < 0 || gdl__check_vec(op, "bias", bias, D, x) < 0) return NULL;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)) ||
+        !(mean = gdl__tmp(op, 1, &rows, GDL_F32, x->device)) || !(rstd = gdl__tmp(op, 1, &rows, GDL_F32, x->device)))
+        return NULL;
+    if (rows && be->layernorm(rows, D, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, eps,
+                              GDL__R(out), GDL__R(mean), GDL__R(rstd)) < 0)
+        return NULL;
+    in[0] = x; in[1] = weight; in[2] = bias;
+    n = gdl__record(op, GDL_OP_LAYER_NORM, out, 3, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = mean;
+        n->saved[1] = rstd;
+        n->i[0] = rows; n->i[1] = D;
+    }
+    return gdl__finish(op, out);
+}
+
+static int gdl__bw_layer_norm(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *w = n->in[1];
+    if (!n->i[0]) return 0;
+    return be->layernorm_backward(n->i[0], n->i[1], GDL__R(n->in[0]), GDL__R(n->out->grad), w ? GDL__R(w) : NULL,
+                                  GDL__R(n->saved[0]), GDL__R(n->saved[1]), GDL__G(n->in[0]), GDL__G(w),
+                                  GDL__G(n->in[2]));
+}
+
+/* ---- embedding ---- */
+
+/* Host-side range check of integer indices (CPU tensors only). */
+static int gdl__check_indices(const char *op, const gdl_tensor *idx, int64_t lo, int64_t hi, int ignore_ok, int ignore) {
+    int64_t i;
+    const int32_t *p = (const int32_t *)idx->data;
+    if (idx->device.type != GDL_DEVICE_CPU) return 0;
+    for (i = 0; i < idx->numel; i++)
+        if ((p[i] < lo || p[i] >= hi) && !(ignore_ok && p[i] == ignore)) {
+            gdl__set_error("%s: index %d at position %lld is out of range [%lld,%lld)", op, p[i], (long long)i,
+                           (long long)lo, (long long)hi);
+            return -1;
+        }
+    return 0;
+}
+
+GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
+    const char *op = "gdl_embedding";
+    int64_t shape[GDL_MAX_DIMS];
+    int err;
+    gdl_tensor *out, *in[2];
+    const gdl_backend *be;
+    if (gdl__check_in(op, "indices", idx, 0) < 0 || gdl__check_in(op, "weight", w, 1) < 0 || gdl__check_dev(op, idx, w) < 0)
+        return NULL;
+    if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
+        gdl__set_error("%s: expected i32 indices and a weight [V,D], got %s %s and %s %s", op, gdl_dtype_name(idx->dtype),
+                       gdl_shape_str(idx), gdl_dtype_name(w->dtype), gdl_shape_str(w));
+        return NULL;
+    }
+    if (gdl__check_indices(op, idx, 0, w->shape[0], 0, 0) < 0) return NULL;
+    memcpy(shape, idx->shape, sizeof shape);
+    shape[idx->ndim] = w->shape[1];
+    if (!(be = gdl__be(op, w->device)) || !(out = gdl__tmp(op, idx->ndim + 1, shape, GDL_F32, w->device))) return NULL;
+    if (out->numel && be->embedding(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w), GDL__R(out)) < 0)
+        return NULL;
+    in[0] = idx;
+    in[1] = w;
+    gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
+    return err ? NULL : gdl__finish(op, out);
+}
+
+static int gdl__bw_embedding(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *w = n->in[1];
+    gdl_real *gw = GDL__G(w);
+    if (!gw || !n->out->numel) return 0;
+    return be->embedding_backward(n->in[0]->numel, w->shape[1], w->shape[0], (const int32_t *)n->in[0]->data,
+                                  GDL__R(n->out->grad), gw);
+}
+
+/* ---- losses ---- */
+
+GPUDL_API gdl_ce_opts gdl_ce_defaults(void) {
+    gdl_ce_opts o;
+    o.reduction = GDL_REDUCE_MEAN;
+    o.ignore_index = -100;
+    o.label_smoothing = 0;
+    return o;
+}
+
+static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
+    int64_t B, C, one = 1;
+    int err;
+    gdl_tensor *rows, *out, *count, *in[2];
+    gdl_node *n;
+    const gdl_backend *be;
+    if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", tgt, 0) < 0 ||
+        gdl__check_dev(opname, x, tgt) < 0)
+        return NULL;
+    if (x->ndim != 2 || tgt->ndim != 1 || tgt->dtype != GDL_I32 || tgt->shape[0] != x->shape[0]) {
+        gdl__set_error("%s: expected input [B,C] and i32 target [B], got %s %s and %s %s", opname,
+                       gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_dtype_name(tgt->dtype), gdl_shape_str(tgt));
+        return NULL;
+    }
+    if ((unsigned)o->reduction > GDL_REDUCE_NONE || !(o->label_smoothing >= 0 && o->label_smoothing <= 1)) {
+        gdl__set_error("%s: bad reduction %d or label_smoothing %g", opname, (int)o->reduction, o->label_smoothing);
+        return NULL;
+    }
+    B = x->shape[0];
+    C = x->shape[1];
+    if (C == 0) {
+        gdl__set_error("%s: input %s has no classes", opname, gdl_shape_str(x));
+        return NULL;
+    }
+    if (gdl__check_indices(opname, tgt, 0, C, 1, o->ignore_index) < 0) return NULL;
+    if (!(be = gdl__be(opname, x->device)) || !(rows = gdl__tmp(opname, 1, &B, GDL_F32, x->device)) ||
+        !(count = gdl__tmp(opname, 1, &one, GDL_F32, x->device)))
+        return NULL;
+    out = rows;
+    if (o->reduction != GDL_REDUCE_NONE && !(out = gdl__tmp(opname, 0, NULL, GDL_F32, x->device))) return NULL;
+    if (be->xent(B, C, GDL__R(x), (const int32_t *)tgt->data, o->ignore_index, o->label_smoothing,
+                 op == GDL_OP_NLL_LOSS, o->reduction, GDL__R(rows), GDL__R(out), GDL__R(count)) < 0)
+        return NULL;
+    in[0] = x;
+    in[1] = tgt;
+    n = gdl__record(opname, op, out, 2, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = count;
+        n->i[0] = o->ignore_index;
+        n->i[1] = o->reduction;
+        n->f[0] = o->label_smoothing;
+    }
+    return gdl__finish(opname, out);
+}
+
+static int gdl__bw_xent(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *x = n->in[0];
+    gdl_real *gx = GDL__G(x);
+    if (!gx) return 0;
+    return be->xent_backward(x->shape[0], x->shape[1], GDL__R(x), (const int32_t *)n->in[1]->data, (int)n->i[0],
+                             n->f[0], n->op == GDL_OP_NLL_LOSS, (int)n->i[1], GDL__R(n->out->grad),
+                             GDL__R(n->saved[0]), gx);
+}
+
+GPUDL_API gdl_tensor *gdl_cross_entropy_ex(gdl_tensor *logits, gdl_tensor *targets, const gdl_ce_opts *opts) {
+    gdl_ce_opts o = opts ? *opts : gdl_ce_defaults();
+    return gdl__xent("gdl_cross_entropy", GDL_OP_CROSS_ENTROPY, logits, targets, &o);
+}
+GPUDL_API gdl_tensor *gdl_cross_entropy(gdl_tensor *logits, gdl_tensor *targets) {
+    return gdl_cross_entropy_ex(logits, targets, NULL);
+}
+GPUDL_API gdl_tensor *gdl_nll_loss(gdl_tensor *log_probs, gdl_tensor *targets, gdl_reduction r, int ignore_index) {
+    gdl_ce_opts o = gdl_ce_defaults();
+    o.reduction = r;
+    o.ignore_index = ignore_index;
+    return gdl__xent("gdl_nll_loss", GDL_OP_NLL_LOSS, log_probs, targets, &o);
+}
+
+static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x, gdl_tensor *y, gdl_reduction r) {
+    int err;
+    gdl_tensor *out, *in[2];
+    const gdl_backend *be;
+    if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", y, 1) < 0 ||
+        gdl__check_dev(opname, x, y) < 0)
+        return NULL;
+    if (!gdl_same_shape(x, y)) {
+        gdl__set_error("%s: input %s and target %s must have the same shape", opname, gdl_shape_str(x), gdl_shape_str(y));
+        return NULL;
+    }
+    if ((unsigned)r > GDL_REDUCE_NONE) {
+        gdl__set_error("%s: bad reduction %d", opname, (int)r);
+        return NULL;
+    }
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
+    if (be->pointwise_loss(op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, x->numel, GDL__R(x), GDL__R(y),
+                           GDL__R(out)) < 0)
+        return NULL;
+    in[0] = x;
+    in[1] = y;
+    gdl__record(opname, op, out, 2, in, &err);
+    if (err || !gdl__finish(opname, out)) return NULL;
+    return r == GDL_REDUCE_NONE ? out : r == GDL_REDUCE_SUM ? gdl_sum(out) : gdl_mean(out);
+}
+
+static int gdl__bw_pointwise_loss(gdl_node *n, const gdl_backend *be) {
+    return be->pointwise_loss_backward(n->op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, n->out->numel,
+                                       GDL__R(n->in[0]), GDL__R(n->in[1]), GDL__R(n->out->grad), GDL__G(n->in[0]),
+                                       GDL__G(n->in[1]));
+}
+
+GPUDL_API gdl_tensor *gdl_mse_loss(gdl_tensor *input, gdl_tensor *target, gdl_reduction r) {
+    return gdl__pointwise_loss("gdl_mse_loss", GDL_OP_MSE, input, target, r);
+}
+GPUDL_API gdl_tensor *gdl_bce_with_logits(gdl_tensor *input, gdl_tensor *target, gdl_reduction r) {
+    return gdl__pointwise_loss("gdl_bce_with_logits", GDL_OP_BCE_WITH_LOGITS, input, target, r);
+}
+
+/* ---- the op table: name, backward, backend kernel code (by gdl_op) ---- */
+static const gdl__op_info gdl__ops[GDL_OP_COUNT] = {
+    {"reshape", gdl__bw_view, 0},
+    {"slice", gdl__bw_view, 0},
+    {"add", gdl__bw_binary, GDL_BIN_ADD},
+    {"sub", gdl__bw_binary, GDL_BIN_SUB},
+    {"mul", gdl__bw_binary, GDL_BIN_MUL},
+    {"div", gdl__bw_binary, GDL_BIN_DIV},
+    {"add_scalar", gdl__bw_unary, GDL_UN_ADD_SCALAR},
+    {"mul_scalar", gdl__bw_unary, GDL_UN_SCALE},
+    {"pow_scalar", gdl__bw_unary, GDL_UN_POW},
+    {"exp", gdl__bw_unary, GDL_UN_EXP},
+    {"log", gdl__bw_unary, GDL_UN_LOG},
+    {"relu", gdl__bw_unary, GDL_UN_RELU},
+    {"leaky_relu", gdl__bw_unary, GDL_UN_LEAKY_RELU},
+    {"sigmoid", gdl__bw_unary, GDL_UN_SIGMOID},
+    {"tanh", gdl__bw_unary, GDL_UN_TANH},
+    {"gelu", gdl__bw_unary, GDL_UN_GELU_ERF},
+    {"gelu_tanh", gdl__bw_unary, GDL_UN_GELU_TANH},
+    {"matmul", gdl__bw_matmul, 0},
+    {"linear", gdl__bw_linear, 0},
+    {"sum", gdl__bw_reduce, GDL_RED_SUM},
+    {"mean", gdl__bw_reduce, GDL_RED_MEAN},
+    {"max", gdl__bw_reduce, GDL_RED_MAX},
+    {"softmax", gdl__bw_softmax, 0},
+    {"log_softmax", gdl__bw_softmax, 0},
+    {"conv2d", gdl__bw_conv2d, 0},
+    {"max_pool2d", gdl__bw_pool, 0},
+    {"avg_pool2d", gdl__bw_pool, 0},
+    {"global_avg_pool2d", gdl__bw_reduce, GDL_RED_MEAN},
+    {"concat", gdl__bw_concat, 0},
+    {"dropout", gdl__bw_dropout, 0},
+    {"batch_norm", gdl__bw_batch_norm, 0},
+    {"layer_norm", gdl__bw_layer_norm, 0},
+    {"embedding", gdl__bw_embedding, 0},
+    {"cross_entropy", gdl__bw_xent, 0},
+    {"nll_loss", gdl__bw_xent, 0},
+    {"mse_loss", gdl__bw_pointwise_loss, 0},
+    {"bce_with_logits", gdl__bw_pointwise_loss, 0},
+};
+static const gdl__op_info *gdl__op(int op) { return &gdl__ops[op]; }
+
+/* ---------------------------------------------------------------------------
+   [impl-autograd]   The tape is a list of nodes in creation order, so a walk
+   from the newest node back visits every tensor after all its consumers.
+   ------------------------------------------------------------------------- */
+
+GPUDL_API int gdl_set_requires_grad(gdl_tensor *t, int on) {
+    if (gdl__check_in("gdl_set_requires_grad", "t", t, on) < 0) return -1;
+    if (t->node) {
+        gdl__set_error("gdl_set_requires_grad: %s is the result of %s, not a leaf", gdl_shape_str(t),
+                       gdl_op_name(t->node->op));
+        return -1;
+    }
+    t->requires_grad = on != 0;
+    return 0;
+}
+
+GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
+    const gdl_backend *be;
+    if (gdl__check_in("gdl_zero_grad_tensor", "t", t, 0) < 0) return -1;
+    if (!t->grad) return 0;
+    if (!(be = gdl__be("gdl_zero_grad_tensor", t->device))) return -1;
+    return be->memset0(t->grad->data, (size_t)t->grad->numel * sizeof(gdl_real));
+}
+
+GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
+    const gdl_backend *be;
+    if (gdl__check_in("gdl_sgd_update_", "param", p, 1) < 0) return -1;
+    if (!p->grad) return 0;
+    if (!(be = gdl__be("gdl_sgd_update_", p->device))) return -1;
+    return be->sgd(p->numel, GDL__R(p), GDL__R(p->grad), NULL, lr, 0, 0, 0, 0, 1);
+}
+
+static int gdl__ensure_grad(gdl_tensor *t) {
+    const gdl_backend *be;
+    if (t->grad) return 0;
+    if (gdl__is_persistent(t)) {
+        t->grad = gdl_zeros(t->ndim, t->shape, GDL_F32, t->device);
+        return t->grad ? 0 : -1;
+    }
+    if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, GDL_F32, t->device))) return -1;
+    if (!(be = gdl__be("gdl_backward", t->device))) return -1;
+    return be->memset0(t->grad->data, (size_t)t->numel * sizeof(gdl_real));
+}
+
+static int gdl__check_grad(const gdl_node *n, int k, const gdl_backend *be) {
+    int64_t bad = 0;
+    gdl_tensor *t = n->in[k];
+    if (!gdl__anomaly || !t || !t->requires_grad) return 0;
+    if (be->count_nonfinite(t->numel, GDL__R(t->grad), &bad) < 0) return -1;
+    if (bad) {
+        gdl__set_error("gdl_backward: the gradient of %s's input %d %s has %lld NaN/Inf values (anomaly mode)",
+                       gdl__op(n->op)->name, k, gdl_shape_str(t), (long long)bad);
+        return -1;
+    }
+    return 0;
+}
+
+static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *seed) {
+    gdl_node *n;
+    const gdl_backend *be;
+    int prev, rc = 0, k;
+    if (!root->requires_grad) {
+        gdl__set_error("%s: tensor %s does not require grad (no input of the ops that made it requires grad, "
+                       "or it was made in no-grad mode)", op, gdl_shape_str(root));
+        return -1;
+    }
+    if (!(be = gdl__be(op, root->device))) return -1;
+    /* gradients of intermediates from an earlier backward over the same tape start again */
+    for (n = gdl__tape; n; n = n->prev) n->out->grad = NULL;
+    if (gdl__ensure_grad(root) < 0) return -1;
+    if (seed) {
+        if (be->copy2d(1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
+            return -1;
+    } else if (be->unary(GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
+        return -1;
+    }
+    if (!root->node) return 0;
+    prev = gdl_set_grad_enabled(0);
+    for (n = gdl__tape; n && rc == 0; n = n->prev) {
+        if (!n->out->grad) continue;
+        for (k = 0; k < n->nin && rc == 0; k++)
+            if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad(n->in[k]);
+        if (rc == 0 && !(be = gdl__be(op, n->out->device))) rc = -1;
+        if (rc == 0) rc = gdl__op(n->op)->backward(n, be);
+        for (k = 0; k < n->nin && rc == 0; k++) rc = gdl__check_grad(n, k, be);
+    }
+    gdl_set_grad_enabled(prev);
+    return rc < 0 ? -1 : 0;
+}
+
+GPUDL_API int gdl_backward(gdl_tensor *loss) {
+    if (gdl__check_in("gdl_backward", "loss", loss, 1) < 0) return -1;
+    if (loss->numel != 1) {
+        gdl__set_error("gdl_backward: the loss must have one element, got %s (use gdl_backward_grad)", gdl_shape_str(loss));
+        return -1;
+    }
+    return gdl__backward("gdl_backward", loss, NULL);
+}
+
+GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
+    if (gdl__check_in("gdl_backward_grad", "t", t, 1) < 0 || gdl__check_in("gdl_backward_grad", "grad", grad, 1) < 0 ||
+        gdl__check_dev("gdl_backward_grad", t, grad) < 0)
+        return -1;
+    if (grad->numel != t->numel) {
+        gdl__set_error("gdl_backward_grad: grad %s does not match tensor %s", gdl_shape_str(grad), gdl_shape_str(t));
+        return -1;
+    }
+    return gdl__backward("gdl_backward_grad", t, grad);
+}
+
+#endif /* GPUDL_IMPLEMENTATION_DONE */
+#endif /* GPUDL_IMPLEMENTATION */
+
+/*
+   LICENSE (MIT)
+   Copyright (c) 2026 the gpudl authors.
+   Permission is hereby granted, free of charge, to any person obtaining a copy
+   of this software and associated documentation files (the "Software"), to deal
+   in the Software without restriction, including without limitation the rights
+   to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+   copies of the Software, and to permit persons to whom the Software is
+   furnished to do so, subject to the following conditions: the above copyright
+   notice and this permission notice shall be included in all copies or
+   substantial portions of the Software. THE SOFTWARE IS PROVIDED "AS IS",
+   WITHOUT WARRANTY OF ANY KIND.
+*/
