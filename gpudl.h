@@ -979,7 +979,7 @@ GPUDL_API int gdl_fill_(gdl_tensor *t, double value) {
             unsigned char *h = (unsigned char *)GPUDL_MALLOC((size_t)t->numel * es + 1);
             int rc;
             if (!h) {
-                gdl__set_error("gdl_fill_: out of host memory");
+                gdl__set_error("gdl_fill_: out of memory (host)");
                 return -1;
             }
             for (i = 0; i < t->numel; i++) memcpy(h + (size_t)i * es, one, es);
@@ -1035,7 +1035,7 @@ static gdl_tensor *gdl__host_fill(const char *op, int ndim, const int64_t *shape
     }
     h = (unsigned char *)GPUDL_MALLOC((size_t)numel * es + 1);
     if (!h) {
-        gdl__set_error("%s: out of host memory", op);
+        gdl__set_error("%s: out of memory (host)", op);
         return NULL;
     }
     for (i = 0; i < numel; i++) gdl__store(h + (size_t)i * es, dt, fn(i, arg));
@@ -1160,7 +1160,7 @@ static int gdl__copy_bytes(const char *op, void *dst, gdl_device ddev, const voi
         void *h = GPUDL_MALLOC(bytes + 1);
         int rc;
         if (!h) {
-            gdl__set_error("%s: out of host memory", op);
+            gdl__set_error("%s: out of memory (host)", op);
             return -1;
         }
         rc = gdl__be(op, sdev) && gdl__be(op, sdev)->copy(h, src, bytes, 1) == 0 && gdl__be(op, ddev) &&
@@ -1300,7 +1300,7 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
     bytes = (size_t)t->numel * gdl_dtype_size(t->dtype);
     h = (unsigned char *)GPUDL_MALLOC(bytes + 1);
     if (!h) {
-        gdl__set_error("gdl_print: out of host memory");
+        gdl__set_error("gdl_print: out of memory (host)");
         return -1;
     }
     if (gdl_copy_to_host(t, h, bytes) < 0) {
@@ -1347,7 +1347,7 @@ GPUDL_API void gdl_gemm_cpu(int ta, int tb, int M, int N, int K, gdl_real alpha,
 
 static void *gdl__cpu_alloc(size_t bytes) {
     void *p = GPUDL_MALLOC(bytes ? bytes : 1);
-    if (!p) gdl__set_error("gdl: out of host memory allocating %.0f bytes", (double)bytes);
+    if (!p) gdl__set_error("gdl: out of memory allocating %.0f bytes on the host", (double)bytes);
     return p;
 }
 static void gdl__cpu_free(void *p) { GPUDL_FREE(p); }

@@ -1,0 +1,100 @@
+# Makefile — builds gpudl's tests, examples and benchmarks.
+#
+#   make             build the tests, examples and benchmarks (CPU)
+#   make run         train the Fashion-MNIST MLP (examples/mnist_mlp)
+#   make test        everything CI checks: the test suite (plain and under
+#                    ASan/UBSan), warning-free builds (gcc, clang; C99, C11,
+#                    C++17), the harness self-test, and the CUDA builds with nvcc
+#   make test-cuda   the GPU suite (needs a GPU)
+#   make bench       CPU benchmarks
+#   make cuda        CUDA builds of the examples
+#   make clean
+#
+# Override CC, CXX, CFLAGS, NVCC, CUDA_ARCH as usual.
+
+CC ?= cc
+CXX ?= c++
+CFLAGS ?= -O2 -g -march=native
+NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+STD = -std=c99
+WARN = -Wall -Wextra -Wpedantic
+B = build
+
+# OpenMP and zlib when the toolchain has them
+OPENMP := $(shell printf 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)
+ZLIB := $(shell printf '\#include <zlib.h>\nint main(void){return 0;}' | $(CC) -x c - -lz -o /dev/null 2>/dev/null && echo yes)
+ifeq ($(ZLIB),yes)
+ZFLAGS = -DGPUDL_ZLIB
+ZLIBS = -lz
+endif
+LIBS = -lm $(ZLIBS)
+
+TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc
+SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+HDR = gpudl.h tests/harness.h
+
+.PHONY: all test test-unit test-asan test-warnings test-harness test-cuda-build test-cuda run bench cuda clean
+
+all: $(TESTS)
+
+$(B):
+	mkdir -p $(B)
+
+$(B)/test_core: tests/test_core.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/test_gradcheck: tests/test_gradcheck.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) -DGPUDL_DOUBLE $< -o $@ $(LIBS)
+$(B)/test_alloc: tests/test_alloc.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(ZFLAGS) $< -o $@ $(LIBS)
+
+$(B)/asan_test_core: tests/test_core.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/asan_test_gradcheck: tests/test_gradcheck.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) -DGPUDL_DOUBLE $< -o $@ $(LIBS)
+$(B)/asan_test_alloc: tests/test_alloc.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
+
+test: test-warnings test-harness test-cuda-build test-unit
+
+test-unit: $(TESTS) $(ASAN_TESTS)
+	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)
+
+test-asan: $(ASAN_TESTS)
+	sh tests/run.sh $(ASAN_TESTS)
+
+# The header (implementation included) must build warning-free everywhere.
+test-warnings: | $(B)
+	@set -e; for c in "gcc -std=c99" "gcc -std=c11" "clang -std=c99" "clang -std=c11" "gcc -std=c99 -fopenmp" \
+	    "gcc -std=c99 -DGPUDL_DOUBLE" "gcc -std=c99 -DGPUDL_ZLIB"; do \
+	  echo "warnings: $$c"; $$c $(WARN) -Werror -c tests/build_check.c -o $(B)/build_check.o; done; \
+	for c in "g++ -std=c++17" "clang++ -std=c++17"; do \
+	  echo "warnings: $$c"; $$c $(WARN) -Werror -x c++ -c tests/build_check.c -o $(B)/build_check.o; done; \
+	for f in tests/test_core.c tests/test_alloc.c; do echo "warnings: clang $$f"; \
+	  clang -std=c99 $(WARN) -Werror -c $$f -o $(B)/w.o; done; \
+	clang -std=c99 $(WARN) -Werror -DGPUDL_DOUBLE -c tests/test_gradcheck.c -o $(B)/w.o
+
+test-harness:
+	CC=$(CC) sh tests/harness_selftest.sh
+
+# CI has no GPU: the CUDA backend and the CUDA builds must still compile and link.
+test-cuda-build: | $(B)
+	@test -x "$(NVCC)" || { echo "nvcc not found (set NVCC=...)"; exit 1; }
+	$(NVCC) -std=c++17 -O2 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA -c gpudl_cuda.cu -o $(B)/gpudl_cuda.o
+	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -o $(B)/cuda_link_check
+	$(B)/cuda_link_check
+
+test-cuda: | $(B)
+	$(NVCC) -std=c++17 -O2 -arch=sm_90 -DGPUDL_CUDA -c gpudl_cuda.cu -o $(B)/gpudl_cuda_sm90.o
+	$(NVCC) -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda_sm90.o -lcublas -o $(B)/test_cuda
+	$(B)/test_cuda
+
+bench: | $(B)
+	$(CC) $(STD) -O3 -march=native $(OPENMP) bench/gemm.c -o $(B)/bench_gemm $(LIBS) \
+	  $(shell printf '\#include <cblas.h>\nint main(void){return 0;}' | $(CC) -x c - -lopenblas -o /dev/null 2>/dev/null && echo -DGPUDL_BENCH_OPENBLAS -lopenblas)
+	$(B)/bench_gemm
+
+clean:
+	rm -rf $(B)

@@ -1,0 +1,164 @@
+/* test_alloc.c — the per-step arena through a counting allocator: after the
+   first step, a training step with the same shapes performs no heap
+   allocation and gets the same addresses; and every allocation failure, at
+   every point of a step, gives an "out of memory" error instead of a crash,
+   after which the next step runs normally. */
+#include <stdlib.h>
+#include <stddef.h>
+
+static long n_mallocs;     /* malloc + realloc calls */
+static long fail_at = -1;  /* the call number that fails, -1 for none */
+
+static void *count_malloc(size_t n) {
+    if (n_mallocs++ == fail_at) return NULL;
+    return malloc(n);
+}
+/* gpudl does not call realloc today; counted all the same */
+static void *count_realloc(void *p, size_t n) {
+    if (n_mallocs++ == fail_at) return NULL;
+    return realloc(p, n);
+}
+
+#define GPUDL_MALLOC(sz) count_malloc(sz)
+#define GPUDL_REALLOC(p, sz) count_realloc(p, sz)
+#define GPUDL_FREE(p) free(p)
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+
+typedef struct net {
+    gdl_tensor *x, *y, *cw, *cb, *bn_rm, *bn_rv, *bn_w, *bn_b, *w1, *b1, *w2;
+} net;
+
+static int make_net(net *m) {
+    int64_t sx[4] = {8, 2, 9, 9}, sy[1] = {8}, scw[4] = {4, 2, 3, 3}, s4[1] = {4}, sw1[2] = {17, 64}, s17[1] = {17},
+            sw2[2] = {3, 17};
+    int32_t labels[8] = {0, 1, 2, 0, 1, 2, 0, 1};
+    gdl_tensor **all[] = {&m->cw, &m->cb, &m->bn_w, &m->bn_b, &m->w1, &m->b1, &m->w2};
+    size_t k;
+    gdl_manual_seed(11);
+    m->x = gdl_randn(4, sx, gdl_cpu());
+    m->y = gdl_from_array(labels, 1, sy, GDL_I32, gdl_cpu());
+    m->cw = gdl_uniform(4, scw, -0.3, 0.3, gdl_cpu());
+    m->cb = gdl_zeros(1, s4, GDL_F32, gdl_cpu());
+    m->bn_rm = gdl_zeros(1, s4, GDL_F32, gdl_cpu());
+    m->bn_rv = gdl_ones(1, s4, GDL_F32, gdl_cpu());
+    m->bn_w = gdl_ones(1, s4, GDL_F32, gdl_cpu());
+    m->bn_b = gdl_zeros(1, s4, GDL_F32, gdl_cpu());
+    m->w1 = gdl_uniform(2, sw1, -0.1, 0.1, gdl_cpu());
+    m->b1 = gdl_zeros(1, s17, GDL_F32, gdl_cpu());
+    m->w2 = gdl_uniform(2, sw2, -0.2, 0.2, gdl_cpu());
+    for (k = 0; k < sizeof all / sizeof all[0]; k++)
+        if (!*all[k] || gdl_set_requires_grad(*all[k], 1) < 0) return -1;
+    return m->x && m->y && m->bn_rm && m->bn_rv ? 0 : -1;
+}
+
+static void free_net(net *m) {
+    gdl_tensor *all[] = {m->x, m->y, m->cw, m->cb, m->bn_rm, m->bn_rv, m->bn_w, m->bn_b, m->w1, m->b1, m->w2};
+    size_t k;
+    for (k = 0; k < sizeof all / sizeof all[0]; k++) gdl_free(all[k]);
+}
+
+/* one training step; returns the loss tensor's data address, NULL on error */
+static void *step(net *m, double *loss_out) {
+    gdl_tensor *params[] = {m->cw, m->cb, m->bn_w, m->bn_b, m->w1, m->b1, m->w2};
+    gdl_tensor *h, *loss;
+    size_t k;
+    gdl_arena_reset();
+    for (k = 0; k < 7; k++) gdl_zero_grad_tensor(params[k]);
+    h = gdl_conv2d(m->x, m->cw, m->cb, 1, 1, 1, 1);
+    h = gdl_batch_norm(h, m->bn_rm, m->bn_rv, m->bn_w, m->bn_b, 1, 0.1, 1e-5);
+    h = gdl_max_pool2d(gdl_relu(h), 2, 2, 0);
+    h = gdl_dropout(gdl_flatten(h, 1), 0.1, 1);
+    h = gdl_gelu(gdl_linear(h, m->w1, m->b1), 0);
+    loss = gdl_cross_entropy(gdl_linear(h, m->w2, NULL), m->y);
+    if (!loss || gdl_backward(loss) < 0) return NULL;
+    for (k = 0; k < 7; k++)
+        if (gdl_sgd_update_(params[k], 0.05) < 0) return NULL;
+    if (loss_out) *loss_out = gdl_item(loss);
+    return loss->data;
+}
+
+TEST test_steady_state_allocates_nothing(void) {
+    net m;
+    long before;
+    void *addr1, *addr;
+    double l0, l;
+    int s;
+    ASSERT_EQ(0, make_net(&m));
+    addr1 = step(&m, &l0);
+    ASSERT_NOT_NULL(addr1);
+    for (s = 0; s < 5; s++) {
+        before = n_mallocs;
+        addr = step(&m, &l);
+        ASSERT_NOT_NULL(addr);
+        ASSERT_EQm("heap allocations in a steady-state step", 0, n_mallocs - before);
+        ASSERT(addr == addr1); /* the same addresses every step */
+    }
+    ASSERT_LT(l, l0); /* and it trains */
+    free_net(&m);
+    gdl_shutdown();
+    PASS();
+}
+
+TEST test_every_allocation_failure_is_reported(void) {
+    /* fail each heap allocation of building a net and running its first
+       step (arena chunks, gradients), one at a time */
+    net m;
+    long k, total, failures = 0;
+    gdl_shutdown();
+    total = n_mallocs;
+    ASSERT_EQ(0, make_net(&m));
+    ASSERT_NOT_NULL(step(&m, NULL));
+    total = n_mallocs - total;
+    free_net(&m);
+    for (k = 0; k < total; k++) {
+        int ok;
+        gdl_shutdown(); /* empty arenas: the step allocates from scratch */
+        gdl_clear_error();
+        fail_at = n_mallocs + k;
+        ok = make_net(&m) == 0 && step(&m, NULL) != NULL;
+        fail_at = -1;
+        if (!ok) {
+            failures++;
+            if (!strstr(gdl_last_error(), "out of memory")) {
+                free_net(&m);
+                FAILf("allocation %ld of %ld failed with: %s", k, total, gdl_last_error());
+            }
+        }
+        free_net(&m);
+        ASSERT_EQ(0, make_net(&m)); /* usable afterwards */
+        ASSERT_NOT_NULL(step(&m, NULL));
+        free_net(&m);
+    }
+    /* only the arena's first try at a big chunk may fail quietly (it retries smaller) */
+    ASSERT_GE(failures, total - 2);
+    gdl_shutdown();
+    PASS();
+}
+
+TEST test_factories_report_oom(void) {
+    int64_t s[1] = {16};
+    fail_at = n_mallocs;
+    ASSERT_NULL(gdl_zeros(1, s, GDL_F32, gdl_cpu()));
+    ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+    fail_at = n_mallocs + 1; /* the header succeeds, the data fails: nothing leaks */
+    ASSERT_NULL(gdl_randn(1, s, gdl_cpu()));
+    fail_at = -1;
+    PASS();
+}
+
+SUITE(arena) {
+    RUN_TEST(test_steady_state_allocates_nothing);
+    RUN_TEST(test_every_allocation_failure_is_reported);
+    RUN_TEST(test_factories_report_oom);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    (void)count_realloc;
+    HARNESS_MAIN_BEGIN(argc, argv);
+    RUN_SUITE(arena);
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}

@@ -1,0 +1,684 @@
+/* test_core.c — forward values against independent references (closed forms,
+   hand-worked cases, naive loops), the error paths, dtype conversions, the
+   generator, autograd behaviour and anomaly mode. Built in f32. */
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+
+#define CPU gdl_cpu()
+
+static gdl_tensor *arr(const float *v, int ndim, const int64_t *shape) {
+    return gdl_from_array(v, ndim, shape, GDL_F32, CPU);
+}
+static float at(const gdl_tensor *t, int64_t i) { return ((const float *)t->data)[i]; }
+
+static void reset(void *u) {
+    (void)u;
+    gdl_arena_reset();
+    gdl_clear_error();
+    gdl_set_grad_enabled(1);
+    gdl_set_anomaly_mode(0);
+}
+
+/* ---- forward values ---- */
+
+TEST test_add_broadcast_values(void) {
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {10, 20, 30};
+    int64_t sa[2] = {2, 3}, sb[1] = {3};
+    gdl_tensor *A = arr(a, 2, sa), *B = arr(b, 1, sb), *C;
+    int i;
+    C = gdl_add(A, B);
+    ASSERT_NOT_NULL(C);
+    ASSERT_EQ(2, C->ndim);
+    for (i = 0; i < 6; i++) ASSERT_IN_RANGE(a[i] + b[i % 3], at(C, i), 0);
+    C = gdl_div(B, A); /* [3] / [2,3] */
+    for (i = 0; i < 6; i++) ASSERT_IN_RANGE(b[i % 3] / a[i], at(C, i), 1e-6);
+    gdl_free(A);
+    gdl_free(B);
+    PASS();
+}
+
+TEST test_matmul_values(void) {
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {7, 8, 9, 10, 11, 12};
+    int64_t sa[2] = {2, 3}, sb[2] = {3, 2};
+    gdl_tensor *A = arr(a, 2, sa), *B = arr(b, 2, sb), *C = gdl_matmul(A, B);
+    ASSERT_NOT_NULL(C);
+    ASSERT_IN_RANGE(58, at(C, 0), 0);
+    ASSERT_IN_RANGE(64, at(C, 1), 0);
+    ASSERT_IN_RANGE(139, at(C, 2), 0);
+    ASSERT_IN_RANGE(154, at(C, 3), 0);
+    gdl_free(A);
+    gdl_free(B);
+    PASS();
+}
+
+TEST test_linear_matches_naive(void) {
+    int64_t sx[2] = {33, 17}, sw[2] = {5, 17}, sb[1] = {5};
+    gdl_tensor *x, *w, *b, *y;
+    int i, j, k;
+    gdl_manual_seed(3);
+    x = gdl_randn(2, sx, CPU); w = gdl_randn(2, sw, CPU); b = gdl_randn(1, sb, CPU);
+    y = gdl_linear(x, w, b);
+    ASSERT_NOT_NULL(y);
+    for (i = 0; i < 33; i++)
+        for (j = 0; j < 5; j++) {
+            double s = at(b, j);
+            for (k = 0; k < 17; k++) s += (double)at(x, i * 17 + k) * at(w, j * 17 + k);
+            ASSERT_IN_RANGE(s, at(y, i * 5 + j), 1e-4);
+        }
+    gdl_free(x); gdl_free(w); gdl_free(b);
+    PASS();
+}
+
+TEST test_reductions_values(void) {
+    float a[6] = {1, -2, 3, 4, 5, -6};
+    int64_t s[2] = {2, 3};
+    gdl_tensor *A = arr(a, 2, s), *t;
+    t = gdl_sum(A);
+    ASSERT_EQ(0, t->ndim);
+    ASSERT_IN_RANGE(5, gdl_item(t), 1e-6);
+    ASSERT_IN_RANGE(5.0 / 6, gdl_item(gdl_mean(A)), 1e-6);
+    t = gdl_sum_dim(A, 0, 0);
+    ASSERT_EQ(3, t->shape[0]);
+    ASSERT_IN_RANGE(5, at(t, 0), 0); ASSERT_IN_RANGE(3, at(t, 1), 0); ASSERT_IN_RANGE(-3, at(t, 2), 0);
+    t = gdl_mean_dim(A, 1, 1);
+    ASSERT_EQ(2, t->ndim); ASSERT_EQ(1, t->shape[1]);
+    ASSERT_IN_RANGE(2.0 / 3, at(t, 0), 1e-6); ASSERT_IN_RANGE(1.0, at(t, 1), 1e-6);
+    t = gdl_max_dim(A, 1, 0);
+    ASSERT_IN_RANGE(3, at(t, 0), 0); ASSERT_IN_RANGE(5, at(t, 1), 0);
+    t = gdl_argmax(A, 1);
+    ASSERT_EQ(GDL_I32, t->dtype);
+    ASSERT_EQ(2, ((int32_t *)t->data)[0]); ASSERT_EQ(1, ((int32_t *)t->data)[1]);
+    gdl_free(A);
+    PASS();
+}
+
+TEST test_softmax_values(void) {
+    float a[3] = {1, 2, 3};
+    int64_t s[2] = {1, 3};
+    gdl_tensor *A = arr(a, 2, s), *p = gdl_softmax(A, 1), *lp = gdl_log_softmax(A, 1);
+    double z = exp(1.0) + exp(2.0) + exp(3.0);
+    int i;
+    for (i = 0; i < 3; i++) {
+        ASSERT_IN_RANGE(exp(a[i]) / z, at(p, i), 1e-6);
+        ASSERT_IN_RANGE(a[i] - log(z), at(lp, i), 1e-6);
+    }
+    /* large logits stay finite */
+    ((float *)A->data)[0] = 1000; ((float *)A->data)[1] = 1000; ((float *)A->data)[2] = -1000;
+    p = gdl_softmax(A, 1);
+    ASSERT_IN_RANGE(0.5, at(p, 0), 1e-6);
+    ASSERT_IN_RANGE(0.0, at(p, 2), 1e-6);
+    gdl_free(A);
+    PASS();
+}
+
+TEST test_activation_values(void) {
+    float a[4] = {-2, -0.5f, 0.5f, 1};
+    int64_t s[1] = {4};
+    gdl_tensor *A = arr(a, 1, s);
+    ASSERT_IN_RANGE(0, at(gdl_relu(A), 0), 0);
+    ASSERT_IN_RANGE(0.5, at(gdl_relu(A), 2), 0);
+    ASSERT_IN_RANGE(-0.02, at(gdl_leaky_relu(A, 0.01), 0), 1e-7);
+    ASSERT_IN_RANGE(1 / (1 + exp(0.5)), at(gdl_sigmoid(A), 1), 1e-7);
+    ASSERT_IN_RANGE(tanh(-2.0), at(gdl_tanh(A), 0), 1e-7);
+    ASSERT_IN_RANGE(0.8413447460685429, at(gdl_gelu(A, 0), 3), 1e-6);
+    ASSERT_IN_RANGE(0.8411919906082768, at(gdl_gelu(A, 1), 3), 1e-6);
+    ASSERT_IN_RANGE(pow(0.5, 3), at(gdl_pow_scalar(A, 3), 2), 1e-7);
+    ASSERT_IN_RANGE(2.5, at(gdl_add_scalar(A, 1.5), 3), 0);
+    ASSERT_IN_RANGE(-3, at(gdl_mul_scalar(A, -3), 3), 0);
+    ASSERT_IN_RANGE(exp(0.5), at(gdl_exp(A), 2), 1e-6);
+    ASSERT_IN_RANGE(log(0.5), at(gdl_log(A), 2), 1e-7);
+    gdl_free(A);
+    PASS();
+}
+
+/* direct convolution, the textbook loop */
+static double naive_conv(const gdl_tensor *x, const gdl_tensor *w, const gdl_tensor *b, int n, int oc, int oh, int ow,
+                         int s, int p, int d, int groups) {
+    int C = (int)x->shape[1], H = (int)x->shape[2], W = (int)x->shape[3], OC = (int)w->shape[0];
+    int Cg = C / groups, g = oc / (OC / groups), c, kh, kw;
+    double acc = b ? at(b, oc) : 0;
+    for (c = 0; c < Cg; c++)
+        for (kh = 0; kh < w->shape[2]; kh++)
+            for (kw = 0; kw < w->shape[3]; kw++) {
+                int ih = oh * s - p + kh * d, iw = ow * s - p + kw * d;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                acc += (double)at(x, ((n * C + g * Cg + c) * H + ih) * W + iw) *
+                       at(w, ((oc * Cg + c) * w->shape[2] + kh) * w->shape[3] + kw);
+            }
+    return acc;
+}
+
+TEST test_conv2d_matches_naive(void) {
+    static const int cfg[][6] = {/* C, OC, k, s, p, d; groups last */
+                                 {3, 4, 3, 1, 1, 1}, {2, 5, 3, 2, 0, 2}, {1, 3, 5, 1, 2, 1}, {4, 4, 1, 1, 0, 1}};
+    int ci, groups;
+    for (ci = 0; ci < 4; ci++)
+        for (groups = 1; groups <= 2; groups++) {
+            const int *c = cfg[ci];
+            int64_t sx[4] = {2, c[0] * groups, 9, 7}, sw[4] = {c[1] * groups, c[0], c[2], c[2]}, sb[1] = {c[1] * groups};
+            gdl_tensor *x, *w, *b, *y;
+            int n, oc, oh, ow;
+            gdl_arena_reset();
+            x = gdl_randn(4, sx, CPU); w = gdl_randn(4, sw, CPU); b = gdl_randn(1, sb, CPU);
+            y = gdl_conv2d(x, w, b, c[3], c[4], c[5], groups);
+            if (!y) FAILm(gdl_last_error());
+            for (n = 0; n < 2; n++)
+                for (oc = 0; oc < sb[0]; oc++)
+                    for (oh = 0; oh < y->shape[2]; oh++)
+                        for (ow = 0; ow < y->shape[3]; ow++)
+                            ASSERT_IN_RANGE(naive_conv(x, w, b, n, oc, oh, ow, c[3], c[4], c[5], groups),
+                                            at(y, ((n * sb[0] + oc) * y->shape[2] + oh) * y->shape[3] + ow), 1e-4);
+            gdl_free(x); gdl_free(w); gdl_free(b);
+        }
+    PASS();
+}
+
+TEST test_pool_values(void) {
+    float a[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    int64_t s[4] = {1, 1, 4, 4};
+    gdl_tensor *A = arr(a, 4, s), *m = gdl_max_pool2d(A, 2, 2, 0), *v = gdl_avg_pool2d(A, 2, 0, 0), *g;
+    ASSERT_EQ(2, m->shape[2]);
+    ASSERT_IN_RANGE(6, at(m, 0), 0); ASSERT_IN_RANGE(8, at(m, 1), 0);
+    ASSERT_IN_RANGE(14, at(m, 2), 0); ASSERT_IN_RANGE(16, at(m, 3), 0);
+    ASSERT_IN_RANGE(3.5, at(v, 0), 0); ASSERT_IN_RANGE(13.5, at(v, 3), 0);
+    v = gdl_avg_pool2d(A, 3, 2, 1); /* padding counts: corner = (1+2+5+6)/9 */
+    ASSERT_IN_RANGE(14.0 / 9, at(v, 0), 1e-6);
+    g = gdl_global_avg_pool2d(A);
+    ASSERT_EQ(4, g->ndim);
+    ASSERT_IN_RANGE(8.5, at(g, 0), 1e-6);
+    gdl_free(A);
+    PASS();
+}
+
+TEST test_batch_norm_values_and_running_stats(void) {
+    float a[8] = {1, 2, 3, 4, 10, 20, 30, 40}; /* [N=4, C=2] column-wise: c0 = 1,3,10,30; c1 = 2,4,20,40 */
+    int64_t s[2] = {4, 2}, c2[1] = {2};
+    gdl_tensor *x = arr(a, 2, s), *rm = gdl_zeros(1, c2, GDL_F32, CPU), *rv = gdl_ones(1, c2, GDL_F32, CPU), *y;
+    double mu = (1 + 3 + 10 + 30) / 4.0, var = 0, uvar;
+    int i;
+    for (i = 0; i < 4; i++) var += (a[2 * i] - mu) * (a[2 * i] - mu);
+    uvar = var / 3;
+    var /= 4;
+    y = gdl_batch_norm(x, rm, rv, NULL, NULL, 1, 0.1, 1e-5);
+    ASSERT_NOT_NULL(y);
+    for (i = 0; i < 4; i++) ASSERT_IN_RANGE((a[2 * i] - mu) / sqrt(var + 1e-5), at(y, 2 * i), 1e-5);
+    ASSERT_IN_RANGE(0.1 * mu, at(rm, 0), 1e-5);
+    ASSERT_IN_RANGE(0.9 + 0.1 * uvar, at(rv, 0), 1e-3);
+    /* eval uses the running statistics */
+    y = gdl_batch_norm(x, rm, rv, NULL, NULL, 0, 0.1, 1e-5);
+    ASSERT_IN_RANGE((a[0] - at(rm, 0)) / sqrt(at(rv, 0) + 1e-5), at(y, 0), 1e-5);
+    gdl_free(x); gdl_free(rm); gdl_free(rv);
+    PASS();
+}
+
+TEST test_layer_norm_values(void) {
+    float a[4] = {1, 2, 3, 6};
+    int64_t s[2] = {1, 4};
+    gdl_tensor *x = arr(a, 2, s), *y = gdl_layer_norm(x, NULL, NULL, 1e-5);
+    double mu = 3, var = (4 + 1 + 0 + 9) / 4.0;
+    int i;
+    for (i = 0; i < 4; i++) ASSERT_IN_RANGE((a[i] - mu) / sqrt(var + 1e-5), at(y, i), 1e-5);
+    gdl_free(x);
+    PASS();
+}
+
+TEST test_cross_entropy_values(void) {
+    float a[6] = {1, 2, 3, 1, 1, 1};
+    int32_t t[2] = {2, 0};
+    int64_t s[2] = {2, 3}, st[1] = {2};
+    gdl_tensor *x = arr(a, 2, s), *y = gdl_from_array(t, 1, st, GDL_I32, CPU), *l;
+    double lse0 = log(exp(1.0) + exp(2.0) + exp(3.0)), lse1 = 1 + log(3.0);
+    double r0 = lse0 - 3, r1 = lse1 - 1;
+    gdl_ce_opts o = gdl_ce_defaults();
+    ASSERT_IN_RANGE((r0 + r1) / 2, gdl_item(gdl_cross_entropy(x, y)), 1e-6);
+    o.reduction = GDL_REDUCE_SUM;
+    ASSERT_IN_RANGE(r0 + r1, gdl_item(gdl_cross_entropy_ex(x, y, &o)), 1e-6);
+    o.label_smoothing = 0.3; /* loss = (1-e)*nll + e*mean_c(-logp_c) */
+    ASSERT_IN_RANGE(0.7 * r0 + 0.3 * (lse0 - 2) + 0.7 * r1 + 0.3 * (lse1 - 1), gdl_item(gdl_cross_entropy_ex(x, y, &o)), 1e-5);
+    o = gdl_ce_defaults();
+    ((int32_t *)y->data)[1] = -100; /* ignored: the mean is over the other row */
+    ASSERT_IN_RANGE(r0, gdl_item(gdl_cross_entropy_ex(x, y, &o)), 1e-6);
+    o.reduction = GDL_REDUCE_NONE;
+    l = gdl_cross_entropy_ex(x, y, &o);
+    ASSERT_EQ(1, l->ndim);
+    ASSERT_IN_RANGE(r0, at(l, 0), 1e-6);
+    ASSERT_IN_RANGE(0, at(l, 1), 0);
+    ((int32_t *)y->data)[0] = -100; /* all ignored: NaN, as PyTorch */
+    ASSERT(isnan(gdl_item(gdl_cross_entropy(x, y))));
+    /* nll on log-probabilities equals cross entropy on logits */
+    ((int32_t *)y->data)[0] = 1; ((int32_t *)y->data)[1] = 2;
+    ASSERT_IN_RANGE(gdl_item(gdl_cross_entropy(x, y)),
+                    gdl_item(gdl_nll_loss(gdl_log_softmax(x, 1), y, GDL_REDUCE_MEAN, -100)), 1e-6);
+    gdl_free(x); gdl_free(y);
+    PASS();
+}
+
+TEST test_mse_bce_values(void) {
+    float a[3] = {1, -2, 30}, b[3] = {0.5f, 1, 1};
+    int64_t s[1] = {3};
+    gdl_tensor *x = arr(a, 1, s), *y = arr(b, 1, s);
+    double bce = 0;
+    int i;
+    ASSERT_IN_RANGE((0.25 + 9 + 29.0 * 29) / 3, gdl_item(gdl_mse_loss(x, y, GDL_REDUCE_MEAN)), 1e-4);
+    ASSERT_IN_RANGE(0.25 + 9 + 29.0 * 29, gdl_item(gdl_mse_loss(x, y, GDL_REDUCE_SUM)), 1e-3);
+    for (i = 0; i < 3; i++) {
+        double p = 1 / (1 + exp(-a[i]));
+        bce += -(b[i] * log(p) + (1 - b[i]) * log(1 - p));
+    }
+    ASSERT_IN_RANGE(bce / 3, gdl_item(gdl_bce_with_logits(x, y, GDL_REDUCE_MEAN)), 1e-5);
+    ((float *)x->data)[2] = -200; /* stays finite where log(sigmoid) would not */
+    ASSERT(isfinite(gdl_item(gdl_bce_with_logits(x, y, GDL_REDUCE_SUM))));
+    gdl_free(x); gdl_free(y);
+    PASS();
+}
+
+TEST test_dropout_behaviour(void) {
+    int64_t s[1] = {100000};
+    gdl_tensor *x = gdl_ones(1, s, GDL_F32, CPU), *y, *y2;
+    int64_t i, kept = 0;
+    gdl_manual_seed(5);
+    y = gdl_dropout(x, 0.25, 1);
+    for (i = 0; i < s[0]; i++) {
+        float v = at(y, i);
+        ASSERT(v == 0 || fabs(v - 1 / 0.75) < 1e-6);
+        kept += v != 0;
+    }
+    ASSERT_IN_RANGE(0.75, kept / 100000.0, 0.01);
+    gdl_manual_seed(5);
+    y2 = gdl_dropout(x, 0.25, 1);
+    ASSERT(memcmp(y->data, y2->data, sizeof(float) * 100000) == 0);
+    ASSERT(gdl_dropout(x, 0.25, 0) == x); /* eval: identity */
+    y = gdl_dropout(x, 1.0, 1);
+    ASSERT_IN_RANGE(0, gdl_item(gdl_sum(y)), 0);
+    gdl_free(x);
+    PASS();
+}
+
+TEST test_embedding_concat_views(void) {
+    float w[6] = {0, 1, 10, 11, 20, 21};
+    int32_t idx[3] = {2, 0, 2};
+    int64_t sw[2] = {3, 2}, si[1] = {3}, s6[1] = {6}, s23[2] = {2, 3};
+    gdl_tensor *W = arr(w, 2, sw), *I = gdl_from_array(idx, 1, si, GDL_I32, CPU), *e, *c, *r, *parts[2];
+    e = gdl_embedding(I, W);
+    ASSERT_EQ(2, e->ndim);
+    ASSERT_IN_RANGE(20, at(e, 0), 0); ASSERT_IN_RANGE(1, at(e, 3), 0);
+    parts[0] = W; parts[1] = W;
+    c = gdl_concat(2, parts, 1);
+    ASSERT_EQ(4, c->shape[1]);
+    ASSERT_IN_RANGE(11, at(c, 5), 0); ASSERT_IN_RANGE(10, at(c, 6), 0);
+    r = gdl_reshape(W, 1, s6);
+    ASSERT(r->data == W->data); /* a view: no copy */
+    r = gdl_slice(W, 1, 3);
+    ASSERT(r->data == (float *)W->data + 2);
+    ASSERT_EQ(2, r->shape[0]);
+    r = gdl_reshape(W, 2, s23);
+    ASSERT_EQ(3, r->shape[1]);
+    gdl_free(W); gdl_free(I);
+    PASS();
+}
+
+/* ---- autograd behaviour ---- */
+
+TEST test_grad_accumulates_and_zeroes(void) {
+    float a[2] = {1, 2};
+    int64_t s[1] = {2};
+    gdl_tensor *x = arr(a, 1, s);
+    gdl_set_requires_grad(x, 1);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(x, x))));
+    ASSERT_IN_RANGE(2, at(x->grad, 0), 0);
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(x, x))));
+    ASSERT_IN_RANGE(4, at(x->grad, 0), 0); /* accumulated */
+    ASSERT_IN_RANGE(8, at(x->grad, 1), 0);
+    gdl_zero_grad_tensor(x);
+    ASSERT_IN_RANGE(0, at(x->grad, 1), 0);
+    gdl_free(x);
+    PASS();
+}
+
+TEST test_backward_twice_same_graph(void) {
+    float a[1] = {3};
+    int64_t s[1] = {1};
+    gdl_tensor *x = arr(a, 1, s), *l;
+    gdl_set_requires_grad(x, 1);
+    l = gdl_sum(gdl_mul(x, x));
+    ASSERT_EQ(0, gdl_backward(l));
+    ASSERT_EQ(0, gdl_backward(l)); /* intermediates restart, the leaf accumulates */
+    ASSERT_IN_RANGE(12, at(x->grad, 0), 0);
+    gdl_free(x);
+    PASS();
+}
+
+TEST test_no_grad_and_detach(void) {
+    int64_t s[1] = {3};
+    gdl_tensor *x = gdl_ones(1, s, GDL_F32, CPU), *y;
+    gdl_set_requires_grad(x, 1);
+    ASSERT_EQ(1, gdl_set_grad_enabled(0));
+    y = gdl_sum(gdl_mul(x, x));
+    ASSERT_EQ(0, y->requires_grad);
+    ASSERT_EQ(-1, gdl_tensor_op(y));
+    ASSERT_EQ(-1, gdl_backward(y));
+    ASSERT_CONTAINS(gdl_last_error(), "does not require grad");
+    gdl_set_grad_enabled(1);
+    y = gdl_sum(gdl_mul(gdl_detach(x), x)); /* only one path carries the gradient */
+    ASSERT_EQ(0, gdl_backward(y));
+    ASSERT_IN_RANGE(1, at(x->grad, 0), 0);
+    gdl_free(x);
+    PASS();
+}
+
+TEST test_anomaly_mode_names_the_op(void) {
+    float a[2] = {1, -1};
+    int64_t s[1] = {2};
+    gdl_tensor *x = arr(a, 1, s), *y;
+    ASSERT_NOT_NULL(gdl_log(x)); /* without anomaly mode: NaN flows on */
+    gdl_set_anomaly_mode(1);
+    ASSERT_NULL(gdl_log(x));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_log");
+    ASSERT_CONTAINS(gdl_last_error(), "NaN/Inf");
+    ((float *)x->data)[1] = 0; /* sqrt'(0) = inf: caught in backward */
+    gdl_set_requires_grad(x, 1);
+    y = gdl_sum(gdl_pow_scalar(x, 0.5));
+    ASSERT_NOT_NULL(y);
+    ASSERT_EQ(-1, gdl_backward(y));
+    ASSERT_CONTAINS(gdl_last_error(), "pow_scalar");
+    gdl_set_anomaly_mode(0);
+    gdl_free(x);
+    PASS();
+}
+
+/* ---- errors: message names the op, shapes, dtypes, devices; inputs untouched ---- */
+
+TEST test_error_messages(void) {
+    int64_t s1[2] = {64, 784}, s2[2] = {128, 10}, s3[1] = {3}, s4[4] = {1, 1, 2, 2};
+    gdl_tensor *a = gdl_zeros(2, s1, GDL_F32, CPU), *b = gdl_zeros(2, s2, GDL_F32, CPU);
+    gdl_tensor *i = gdl_zeros(1, s3, GDL_I32, CPU), *img = gdl_ones(4, s4, GDL_F32, CPU), fake;
+    ASSERT_NULL(gdl_matmul(a, b));
+    ASSERT_STR_EQ("gdl_matmul: inner dimensions differ: [64,784] x [128,10]", gdl_last_error());
+    ASSERT_NULL(gdl_add(a, b));
+    ASSERT_STR_EQ("gdl_add: shapes [64,784] and [128,10] cannot be broadcast", gdl_last_error());
+    ASSERT_NULL(gdl_relu(i));
+    ASSERT_STR_EQ("gdl_relu: x must be f32, got i32 [3]", gdl_last_error());
+    ASSERT_NULL(gdl_linear(a, b, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_linear: input [64,784] does not match weight [128,10]");
+    ASSERT_NULL(gdl_sum_dim(a, 2, 0));
+    ASSERT_STR_EQ("gdl_sum_dim: dim 2 out of range for [64,784] (ndim 2)", gdl_last_error());
+    ASSERT_NULL(gdl_conv2d(a, b, NULL, 1, 0, 1, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_conv2d: expected input [N,C,H,W]");
+    ASSERT_NULL(gdl_max_pool2d(img, 3, 1, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_max_pool2d: kernel 3 is larger than the padded input [1,1,2,2]");
+    ASSERT_NULL(gdl_cross_entropy(a, i));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_cross_entropy: expected input [B,C] and i32 target [B]");
+    ASSERT_NULL(gdl_reshape(a, 2, s2));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_reshape: cannot reshape [64,784]");
+    ASSERT_NULL(gdl_slice(a, 10, 65));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_slice: rows [10,65) out of range");
+    ASSERT_NULL(gdl_dropout(a, 1.5, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_dropout: probability 1.5");
+    ASSERT_EQ(-1, gdl_backward(a));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_backward: the loss must have one element, got [64,784]");
+    ASSERT(isnan(gdl_item(a)));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_item: tensor [64,784] has 50176 elements");
+    /* device mismatch, as PyTorch's "Expected all tensors to be on the same device" */
+    fake = *b;
+    fake.device = gdl_cuda(0);
+    ASSERT_NULL(gdl_add(b, &fake));
+    ASSERT_STR_EQ("gdl_add: expected all tensors on the same device, but found [128,10] cpu and [128,10] cuda:0",
+                  gdl_last_error());
+    /* NULL arguments keep the earlier cause */
+    ASSERT_NULL(gdl_relu(gdl_matmul(a, b)));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_relu: x is NULL (after: gdl_matmul: inner dimensions differ");
+    gdl_clear_error();
+    ASSERT_NULL(gdl_sigmoid(NULL));
+    ASSERT_STR_EQ("gdl_sigmoid: x is NULL", gdl_last_error());
+    gdl_free(a); gdl_free(b); gdl_free(i); gdl_free(img);
+    PASS();
+}
+
+TEST test_index_errors(void) {
+    float w[4] = {0, 1, 2, 3};
+    int32_t idx[3] = {0, 2, 1}, tg[2] = {1, 5};
+    int64_t sw[2] = {2, 2}, si[1] = {3}, st[1] = {2};
+    gdl_tensor *W = arr(w, 2, sw), *I = gdl_from_array(idx, 1, si, GDL_I32, CPU), *T = gdl_from_array(tg, 1, st, GDL_I32, CPU);
+    ASSERT_NULL(gdl_embedding(I, W));
+    ASSERT_STR_EQ("gdl_embedding: index 2 at position 1 is out of range [0,2)", gdl_last_error());
+    ASSERT_NULL(gdl_cross_entropy(W, T));
+    ASSERT_STR_EQ("gdl_cross_entropy: index 5 at position 1 is out of range [0,2)", gdl_last_error());
+    gdl_free(W); gdl_free(I); gdl_free(T);
+    PASS();
+}
+
+TEST test_factory_errors(void) {
+    int64_t bad[2] = {2, -1}, ok[1] = {4}, huge[3] = {1 << 20, 1 << 20, 1 << 20};
+    ASSERT_NULL(gdl_zeros(2, bad, GDL_F32, CPU));
+    ASSERT_CONTAINS(gdl_last_error(), "negative dimension in shape [2,-1]");
+    ASSERT_NULL(gdl_zeros(7, ok, GDL_F32, CPU));
+    ASSERT_CONTAINS(gdl_last_error(), "ndim 7 out of range");
+    ASSERT_NULL(gdl_zeros(1, ok, (gdl_dtype)42, CPU));
+    ASSERT_CONTAINS(gdl_last_error(), "invalid dtype 42");
+    ASSERT_NULL(gdl_zeros(3, huge, GDL_F32, CPU));
+    ASSERT_CONTAINS(gdl_last_error(), "too large");
+#ifndef GPUDL_CUDA
+    ASSERT_NULL(gdl_zeros(1, ok, GDL_F32, gdl_cuda(0)));
+    ASSERT_CONTAINS(gdl_last_error(), "cuda:0 is not available in this build");
+    ASSERT_EQ(0, gdl_cuda_is_available());
+    ASSERT_EQ(GDL_DEVICE_CPU, gdl_default_device().type);
+#endif
+    gdl_clear_error();
+    ASSERT_NULL(gdl_from_array(NULL, 1, ok, GDL_F32, CPU));
+    ASSERT_STR_EQ("gdl_from_array: data is NULL", gdl_last_error());
+    {
+        gdl_tensor *leaf = gdl_ones(1, ok, GDL_F32, CPU);
+        ASSERT_EQ(0, gdl_set_requires_grad(gdl_relu(leaf), 1)); /* made without grad: a leaf, as in PyTorch */
+        gdl_set_requires_grad(leaf, 1);
+        ASSERT_EQ(-1, gdl_set_requires_grad(gdl_relu(leaf), 0));
+        ASSERT_CONTAINS(gdl_last_error(), "is the result of relu, not a leaf");
+        gdl_free(leaf);
+    }
+    PASS();
+}
+
+TEST test_failed_ops_leave_inputs_untouched(void) {
+    int64_t s[2] = {3, 4}, s2[2] = {5, 4};
+    gdl_tensor *a, *b, *a0, *b0;
+    gdl_manual_seed(8);
+    a = gdl_randn(2, s, CPU); b = gdl_randn(2, s2, CPU);
+    gdl_set_requires_grad(a, 1);
+    a0 = gdl_clone(a); b0 = gdl_clone(b);
+    ASSERT_NULL(gdl_matmul(a, b));
+    ASSERT_NULL(gdl_add(a, b));
+    ASSERT_NULL(gdl_concat(2, (gdl_tensor *[]){a, b}, 1));
+    ASSERT(memcmp(a->data, a0->data, sizeof(float) * 12) == 0);
+    ASSERT(memcmp(b->data, b0->data, sizeof(float) * 20) == 0);
+    ASSERT_NULL(a->grad);
+    ASSERT(gdl_same_shape(a, a0));
+    gdl_free(a); gdl_free(b); gdl_free(a0); gdl_free(b0);
+    PASS();
+}
+
+/* ---- dtypes and the generator ---- */
+
+static uint32_t fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float bitsf(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+TEST test_f16_round_trip_all(void) {
+    uint32_t h;
+    for (h = 0; h < 65536; h++) {
+        float f = gdl_f16_to_f32((uint16_t)h);
+        if (isnan(f)) {
+            ASSERT(((h >> 10) & 0x1f) == 0x1f && (h & 0x3ff));
+            ASSERT(isnan(gdl_f16_to_f32(gdl_f32_to_f16(f))));
+        } else {
+            ASSERT_EQ(h, gdl_f32_to_f16(f));
+        }
+    }
+    PASS();
+}
+
+TEST test_f16_rounding(void) {
+    ASSERT_EQ(0x3c00, gdl_f32_to_f16(1.0f));
+    ASSERT_EQ(0x3c00, gdl_f32_to_f16(1.0f + 1.0f / 2048));          /* tie -> even */
+    ASSERT_EQ(0x3c02, gdl_f32_to_f16(1.0f + 3.0f / 2048));          /* tie -> even (up) */
+    ASSERT_EQ(0x3c01, gdl_f32_to_f16(1.0f + 1.0f / 2048 + 1e-6f)); /* above the tie */
+    ASSERT_EQ(0x7bff, gdl_f32_to_f16(65504.0f));
+    ASSERT_EQ(0x7bff, gdl_f32_to_f16(65519.0f));
+    ASSERT_EQ(0x7c00, gdl_f32_to_f16(65520.0f));
+    ASSERT_EQ(0xfc00, gdl_f32_to_f16(-INFINITY));
+    ASSERT_EQ(0x0001, gdl_f32_to_f16(bitsf(0x33800000))); /* 2^-24, smallest subnormal */
+    ASSERT_EQ(0x0000, gdl_f32_to_f16(bitsf(0x33000000))); /* 2^-25: tie -> 0 */
+    ASSERT_EQ(0x0001, gdl_f32_to_f16(bitsf(0x33400000))); /* 1.5 * 2^-25 -> 2^-24 */
+    ASSERT_EQ(0x0400, gdl_f32_to_f16(bitsf(0x38800000))); /* 2^-14, smallest normal */
+    ASSERT_EQ(0x8000, gdl_f32_to_f16(-0.0f));
+    ASSERT(isnan(gdl_f16_to_f32(gdl_f32_to_f16(NAN))));
+    PASS();
+}
+
+TEST test_bf16_rounding(void) {
+    ASSERT_EQ(0x3f80, gdl_f32_to_bf16(1.0f));
+    ASSERT_EQ(0x3f80, gdl_f32_to_bf16(bitsf(0x3f808000))); /* tie -> even */
+    ASSERT_EQ(0x3f82, gdl_f32_to_bf16(bitsf(0x3f818000))); /* tie -> even (up) */
+    ASSERT_EQ(0x3f81, gdl_f32_to_bf16(bitsf(0x3f808001)));
+    ASSERT_EQ(0x7f80, gdl_f32_to_bf16(INFINITY));
+    ASSERT_EQ(0x7f80, gdl_f32_to_bf16(bitsf(0x7f7fffff))); /* max float rounds to inf */
+    ASSERT(isnan(gdl_bf16_to_f32(gdl_f32_to_bf16(NAN))));
+    ASSERT_EQ(fbits(1.0f), fbits(gdl_bf16_to_f32(0x3f80)));
+    PASS();
+}
+
+TEST test_to_dtype_and_fill(void) {
+    float a[4] = {1.5f, -2.25f, 300.7f, 0.1f};
+    int64_t s[1] = {4};
+    gdl_tensor *x = arr(a, 1, s), *h = gdl_to_dtype(x, GDL_F16), *back, *i32, *u8 = gdl_full(1, s, 7, GDL_U8, CPU);
+    ASSERT_EQ(GDL_F16, h->dtype);
+    ASSERT_EQ(gdl_f32_to_f16(0.1f), ((uint16_t *)h->data)[3]);
+    back = gdl_to_dtype(h, GDL_F32);
+    ASSERT_IN_RANGE(-2.25, at(back, 1), 0);
+    ASSERT_IN_RANGE(0.1, at(back, 3), 1e-4);
+    i32 = gdl_to_dtype(x, GDL_I32);
+    ASSERT_EQ(300, ((int32_t *)i32->data)[2]);
+    ASSERT_EQ(-2, ((int32_t *)i32->data)[1]); /* toward zero */
+    ASSERT_EQ(7, ((uint8_t *)u8->data)[3]);
+    ASSERT_IN_RANGE(7, at(gdl_to_dtype(u8, GDL_F32), 0), 0);
+    ASSERT_EQ(2, (int)gdl_dtype_size(GDL_BF16));
+    ASSERT_STR_EQ("bf16", gdl_dtype_name(GDL_BF16));
+    gdl_free(x); gdl_free(u8);
+    PASS();
+}
+
+TEST test_generator_reproducible(void) {
+    int64_t s[1] = {1000};
+    gdl_tensor *a, *b, *u;
+    double m = 0, v = 0;
+    int i;
+    gdl_manual_seed(42);
+    /* splitmix64 of (seed, counter): integer arithmetic, the same everywhere */
+    ASSERT(gdl_rng_next_u64() == 0xbdd732262feb6e95ull);
+    ASSERT(gdl_rng_next_u64() == 0x28efe333b266f103ull);
+    gdl_manual_seed(7);
+    a = gdl_randn(1, s, CPU);
+    gdl_manual_seed(7);
+    b = gdl_randn(1, s, CPU);
+    ASSERT(memcmp(a->data, b->data, sizeof(float) * 1000) == 0);
+    for (i = 0; i < 1000; i++) m += at(a, i);
+    m /= 1000;
+    for (i = 0; i < 1000; i++) v += (at(a, i) - m) * (at(a, i) - m);
+    ASSERT_IN_RANGE(0, m, 0.1);
+    ASSERT_IN_RANGE(1, v / 999, 0.1);
+    u = gdl_uniform(1, s, -2, 3, CPU);
+    for (i = 0; i < 1000; i++) ASSERT(at(u, i) >= -2 && at(u, i) < 3);
+    {
+        gdl_tensor *r = gdl_arange(5, GDL_I32, CPU);
+        ASSERT_EQ(4, ((int32_t *)r->data)[4]);
+        gdl_free(r);
+    }
+    gdl_free(a); gdl_free(b); gdl_free(u);
+    PASS();
+}
+
+TEST test_print(void) {
+    float a[4] = {1, 2, 3, 4};
+    int64_t s[2] = {2, 2};
+    gdl_tensor *x = arr(a, 2, s);
+    char buf[512] = {0};
+    FILE *f = tmpfile();
+    ASSERT_NOT_NULL(f);
+    ASSERT_EQ(0, gdl_print(x, f));
+    rewind(f);
+    ASSERT(fread(buf, 1, sizeof buf - 1, f) > 0);
+    fclose(f);
+    ASSERT_CONTAINS(buf, "tensor([[1.0000, 2.0000],");
+    ASSERT_CONTAINS(buf, "shape=[2,2], dtype=f32, device=cpu");
+    gdl_free(x);
+    PASS();
+}
+
+TEST test_to_and_clone_lifetimes(void) {
+    int64_t s[1] = {3};
+    gdl_tensor *p = gdl_ones(1, s, GDL_F32, CPU), *q = gdl_to(p, CPU), *t, *c;
+    ASSERT(q->flags & 1); /* persistent source -> persistent copy */
+    ASSERT(q->data != p->data);
+    t = gdl_relu(p);
+    ASSERT(gdl_to(t, CPU) && !(gdl_to(t, CPU)->flags & 1)); /* temporary source -> temporary */
+    c = gdl_clone(t);
+    gdl_arena_reset();
+    ASSERT_IN_RANGE(1, at(c, 2), 0); /* survives the reset */
+    gdl_free(p); gdl_free(q); gdl_free(c);
+    PASS();
+}
+
+SUITE(values) {
+    SET_SETUP(reset, NULL);
+    RUN_TEST(test_add_broadcast_values);
+    RUN_TEST(test_matmul_values);
+    RUN_TEST(test_linear_matches_naive);
+    RUN_TEST(test_reductions_values);
+    RUN_TEST(test_softmax_values);
+    RUN_TEST(test_activation_values);
+    RUN_TEST(test_conv2d_matches_naive);
+    RUN_TEST(test_pool_values);
+    RUN_TEST(test_batch_norm_values_and_running_stats);
+    RUN_TEST(test_layer_norm_values);
+    RUN_TEST(test_cross_entropy_values);
+    RUN_TEST(test_mse_bce_values);
+    RUN_TEST(test_dropout_behaviour);
+    RUN_TEST(test_embedding_concat_views);
+}
+
+SUITE(autograd) {
+    SET_SETUP(reset, NULL);
+    RUN_TEST(test_grad_accumulates_and_zeroes);
+    RUN_TEST(test_backward_twice_same_graph);
+    RUN_TEST(test_no_grad_and_detach);
+    RUN_TEST(test_anomaly_mode_names_the_op);
+}
+
+SUITE(errors) {
+    SET_SETUP(reset, NULL);
+    RUN_TEST(test_error_messages);
+    RUN_TEST(test_index_errors);
+    RUN_TEST(test_factory_errors);
+    RUN_TEST(test_failed_ops_leave_inputs_untouched);
+}
+
+SUITE(tensors) {
+    SET_SETUP(reset, NULL);
+    RUN_TEST(test_f16_round_trip_all);
+    RUN_TEST(test_f16_rounding);
+    RUN_TEST(test_bf16_rounding);
+    RUN_TEST(test_to_dtype_and_fill);
+    RUN_TEST(test_generator_reproducible);
+    RUN_TEST(test_print);
+    RUN_TEST(test_to_and_clone_lifetimes);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    HARNESS_MAIN_BEGIN(argc, argv);
+    RUN_SUITE(values);
+    RUN_SUITE(autograd);
+    RUN_SUITE(errors);
+    RUN_SUITE(tensors);
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}
