@@ -193,6 +193,9 @@ GPUDL_API double gdl_rng_uniform(void); /* [0,1) */
 GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev);
 GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt);  /* temporary, no grad */
 GPUDL_API gdl_tensor *gdl_clone(const gdl_tensor *t);            /* persistent, no grad */
+/* Moves a persistent tensor (and its grad) to dev in place: the same
+   gdl_tensor* now lives on dev, so pointers to it (optimizers) stay valid. */
+GPUDL_API int gdl_move_(gdl_tensor *t, gdl_device dev);
 GPUDL_API int gdl_copy_(gdl_tensor *dst, const gdl_tensor *src); /* same shape & dtype, any devices */
 GPUDL_API int gdl_fill_(gdl_tensor *t, double value);
 GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s);          /* in place, no grad */
@@ -1218,6 +1221,35 @@ GPUDL_API gdl_tensor *gdl_clone(const gdl_tensor *t) {
         return NULL;
     }
     return r;
+}
+
+GPUDL_API int gdl_move_(gdl_tensor *t, gdl_device dev) {
+    gdl_tensor *copy;
+    if (!t) {
+        gdl__null_arg("gdl_move_", "t");
+        return -1;
+    }
+    if (!gdl__is_persistent(t) || !(t->flags & GDL__T_OWNS_DATA)) {
+        gdl__set_error("gdl_move_: %s is a temporary or a view; only persistent tensors move in place", gdl_shape_str(t));
+        return -1;
+    }
+    if (gdl_device_equal(t->device, dev)) return 0;
+    if (t->grad && gdl_move_(t->grad, dev) < 0) return -1;
+    if (!(copy = gdl__make("gdl_move_", t->ndim, t->shape, t->dtype, dev, 1, NULL))) return -1;
+    if (gdl_copy_(copy, t) < 0) {
+        gdl_free(copy);
+        return -1;
+    }
+    { /* swap the storage: t takes the new data, copy takes the old and is freed */
+        void *old = t->data;
+        gdl_device od = t->device;
+        t->data = copy->data;
+        t->device = dev;
+        copy->data = old;
+        copy->device = od;
+        gdl_free(copy);
+    }
+    return 0;
 }
 
 GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {

@@ -627,6 +627,23 @@ TEST test_to_and_clone_lifetimes(void) {
     PASS();
 }
 
+TEST test_move_in_place(void) {
+    int64_t s[1] = {3};
+    gdl_tensor *p = gdl_ones(1, s, GDL_F32, CPU), *t;
+    ASSERT_EQ(0, gdl_move_(p, CPU)); /* same device: nothing to do */
+    t = gdl_relu(p);
+    ASSERT_EQ(-1, gdl_move_(t, CPU));
+    ASSERT_CONTAINS(gdl_last_error(), "only persistent tensors move in place");
+#ifndef GPUDL_CUDA
+    ASSERT_EQ(-1, gdl_move_(p, gdl_cuda(0)));
+    ASSERT_CONTAINS(gdl_last_error(), "not available");
+    ASSERT_EQ(GDL_DEVICE_CPU, p->device.type); /* untouched on failure */
+    ASSERT_IN_RANGE(1, at(p, 2), 0);
+#endif
+    gdl_free(p);
+    PASS();
+}
+
 SUITE(values) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_add_broadcast_values);
@@ -670,6 +687,7 @@ SUITE(tensors) {
     RUN_TEST(test_generator_reproducible);
     RUN_TEST(test_print);
     RUN_TEST(test_to_and_clone_lifetimes);
+    RUN_TEST(test_move_in_place);
 }
 
 HARNESS_MAIN_DEFS();

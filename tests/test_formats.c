@@ -1316,6 +1316,22 @@ TEST oom_paths_are_clean(void) {
     PASS();
 }
 
+TEST directories_are_refused(void) {
+    gdl_st_file f;
+    gdl_idx x;
+    uint8_t *im, *lb;
+    int64_t n;
+    const char *d = tp("a_directory");
+    ASSERT_EQ(0, mkdir(d, 0755));
+    ASSERT(gdl_st_read(d, &f) != 0);
+    ASSERT_CONTAINS(gdl_last_error(), "a_directory");
+    ASSERT(gdl_idx_load(d, &x) != 0);
+    ASSERT_CONTAINS(gdl_last_error(), "a_directory");
+    ASSERT(gdl_cifar10_load(d, &im, &lb, &n) != 0);
+    ASSERT_CONTAINS(gdl_last_error(), "a_directory");
+    PASS();
+}
+
 SUITE(safetensors_suite) {
     RUN_TEST(st_roundtrip);
     RUN_TEST(st_roundtrip_empty_file);
@@ -1350,6 +1366,7 @@ SUITE(safetensors_suite) {
     RUN_TEST(st_write_failure_keeps_previous);
     RUN_TEST(st_read_missing_file);
     RUN_TEST(oom_paths_are_clean);
+    RUN_TEST(directories_are_refused);
 }
 
 int main(int argc, char **argv) {
