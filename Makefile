@@ -23,7 +23,7 @@ B = build
 
 # OpenMP and zlib when the toolchain has them
 OPENMP := $(shell printf 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)
-ZLIB := $(shell printf '\#include <zlib.h>\nint main(void){return 0;}' | $(CC) -x c - -lz -o /dev/null 2>/dev/null && echo yes)
+ZLIB := $(shell test -f /usr/include/zlib.h && echo yes)
 ifeq ($(ZLIB),yes)
 ZFLAGS = -DGPUDL_ZLIB
 ZLIBS = -lz
@@ -93,7 +93,7 @@ test-cuda: | $(B)
 
 bench: | $(B)
 	$(CC) $(STD) -O3 -march=native $(OPENMP) bench/gemm.c -o $(B)/bench_gemm $(LIBS) \
-	  $(shell printf '\#include <cblas.h>\nint main(void){return 0;}' | $(CC) -x c - -lopenblas -o /dev/null 2>/dev/null && echo -DGPUDL_BENCH_OPENBLAS -lopenblas)
+	  $(shell (test -f /usr/include/cblas.h || test -f /usr/include/x86_64-linux-gnu/cblas.h) && echo -DGPUDL_BENCH_OPENBLAS -lopenblas)
 	$(B)/bench_gemm
 
 clean:
