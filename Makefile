@@ -30,11 +30,11 @@ ZLIBS = -lz
 endif
 LIBS = -lm $(ZLIBS)
 
-TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc
+TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-HDR = gpudl.h tests/harness.h
+HDR = gpudl.h tests/harness.h tests/op_cases.h
 
 .PHONY: all test test-unit test-asan test-warnings test-harness test-cuda-build test-cuda run bench cuda clean
 
@@ -49,6 +49,11 @@ $(B)/test_gradcheck: tests/test_gradcheck.c $(HDR) | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) -DGPUDL_DOUBLE $< -o $@ $(LIBS)
 $(B)/test_alloc: tests/test_alloc.c $(HDR) | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) $(ZFLAGS) $< -o $@ $(LIBS)
+
+$(B)/test_formats: tests/test_formats.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/asan_test_formats: tests/test_formats.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
 
 $(B)/asan_test_core: tests/test_core.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
@@ -72,7 +77,7 @@ test-warnings: | $(B)
 	  echo "warnings: $$c"; $$c $(WARN) -Werror -c tests/build_check.c -o $(B)/build_check.o; done; \
 	for c in "g++ -std=c++17" "clang++ -std=c++17"; do \
 	  echo "warnings: $$c"; $$c $(WARN) -Werror -x c++ -c tests/build_check.c -o $(B)/build_check.o; done; \
-	for f in tests/test_core.c tests/test_alloc.c; do echo "warnings: clang $$f"; \
+	for f in tests/test_core.c tests/test_alloc.c tests/test_formats.c; do echo "warnings: clang $$f"; \
 	  clang -std=c99 $(WARN) -Werror -c $$f -o $(B)/w.o; done; \
 	clang -std=c99 $(WARN) -Werror -DGPUDL_DOUBLE -c tests/test_gradcheck.c -o $(B)/w.o
 

@@ -57,6 +57,7 @@
    [api-tensor] creation, copies, printing, dtype conversion
    [api-ops]    the differentiable ops
    [api-grad]   autograd, no-grad mode, arena, anomaly mode
+   [api-formats] IDX, CIFAR-10 and safetensors files
    [backend]    the backend interface (a table of kernels) for gpudl_cuda.cu
    [impl-*]     the implementation: errors, memory, tensors, CPU kernels,
                 op table, ops, autograd
@@ -334,6 +335,84 @@ GPUDL_API int gdl_tensor_op(const gdl_tensor *t); /* the op that made t, -1 for 
 /* Anomaly mode: every op checks its outputs (forward and backward) and
    fails with "gdl_<op>: produced NaN/Inf ..." at the first non-finite. */
 GPUDL_API void gdl_set_anomaly_mode(int on);
+
+/* ---------------------------------------------------------------------------
+   [api-formats] data and checkpoint files: IDX (MNIST, Fashion-MNIST),
+   CIFAR-10 binary, safetensors. Every loader returns 0 on success and -1 with
+   gdl_last_error() set ("gdl_idx_load: PATH: truncated: expected ..."); on
+   failure the outputs are left untouched and nothing is leaked.
+   ------------------------------------------------------------------------- */
+
+#define GDL_IDX_MAX_DIMS 8
+#define GDL_ST_MAX_DIMS 8
+#define GDL_ST_NAME_MAX 256  /* tensor names are at most 255 bytes */
+
+/* An IDX file: data in C order, already converted to host byte order. */
+typedef struct gdl_idx {
+    int dtype_code;               /* 0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64 */
+    int ndim;                     /* 1..8 */
+    int64_t dims[GDL_IDX_MAX_DIMS];
+    size_t elem_size;             /* bytes per element: 1, 2, 4 or 8 */
+    int64_t count;                /* number of elements: the product of dims */
+    void *data;                   /* count * elem_size bytes, owned; free with gdl_idx_free */
+} gdl_idx;
+
+/* Load an IDX file, plain or gzipped (gzip needs -DGPUDL_ZLIB -lz). 0 / -1. */
+GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out);
+/* Release an IDX file's data and zero the struct (NULL-safe). */
+GPUDL_API void gdl_idx_free(gdl_idx *idx);
+/* Check an (images, labels) pair: u8 [n,rows,cols] and u8 [n], labels < num_classes. 0 / -1. */
+GPUDL_API int gdl_idx_check_pair(const gdl_idx *images, const gdl_idx *labels, int num_classes,
+                                 const char *what);
+
+/* Load one CIFAR-10 binary file: *images u8 [n,3,32,32] (planes R,G,B), *labels u8 [n]. 0 / -1. */
+GPUDL_API int gdl_cifar10_load(const char *path, uint8_t **images, uint8_t **labels, int64_t *n);
+/* Load dir/data_batch_1..5.bin concatenated (train != 0) or dir/test_batch.bin. 0 / -1. */
+GPUDL_API int gdl_cifar10_load_dir(const char *dir, int train, uint8_t **images, uint8_t **labels,
+                                   int64_t *n);
+
+/* One tensor of a safetensors file; its bytes are data[begin, end) of the file. */
+typedef struct gdl_st_entry {
+    char name[GDL_ST_NAME_MAX];   /* NUL-terminated UTF-8 */
+    char dtype[8];                /* "F32", "F16", "BF16", "I64", "U8", "BOOL", ... */
+    int ndim;                     /* 0 (a scalar) .. 8 */
+    int64_t shape[GDL_ST_MAX_DIMS];
+    uint64_t begin, end;          /* byte range in the data buffer */
+} gdl_st_entry;
+
+/* A parsed safetensors file. Tensor bytes are little-endian, C order. */
+typedef struct gdl_st_file {
+    int n;                        /* number of tensors */
+    gdl_st_entry *entries;        /* in header order */
+    int n_meta;                   /* number of __metadata__ pairs */
+    char **meta_keys, **meta_vals;/* NUL-terminated UTF-8 strings */
+    const unsigned char *data;    /* the data buffer: data_len bytes */
+    uint64_t data_len;
+    unsigned char *owned;         /* private: the file buffer (gdl_st_read) or NULL */
+} gdl_st_file;
+
+/* One tensor to write: the bytes are read in host order, written little-endian. */
+typedef struct gdl_st_tensor {
+    const char *name;             /* unique, valid UTF-8, < 256 bytes, not "__metadata__" */
+    const char *dtype;            /* a name gdl_st_dtype_size() knows */
+    int ndim;                     /* 0..8 */
+    const int64_t *shape;         /* ndim dims >= 0 (may be NULL when ndim == 0) */
+    const void *data;             /* dtype size * prod(shape) bytes (may be NULL when 0) */
+} gdl_st_tensor;
+
+/* Bytes per element of a safetensors dtype name ("F32" -> 4), 0 if unknown. */
+GPUDL_API size_t gdl_st_dtype_size(const char *dtype);
+/* Read and validate a whole .safetensors file. 0 / -1; *out untouched on failure. */
+GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out);
+/* Validate buf[0, len) as safetensors; out->data points INTO buf (keep it alive). 0 / -1. */
+GPUDL_API int gdl_st_parse(const unsigned char *buf, uint64_t len, gdl_st_file *out, const char *what);
+/* Release what gdl_st_read / gdl_st_parse allocated and zero the struct (NULL-safe). */
+GPUDL_API void gdl_st_free(gdl_st_file *f);
+/* The entry called name, or NULL. */
+GPUDL_API const gdl_st_entry *gdl_st_find(const gdl_st_file *f, const char *name);
+/* Write tensors in the given order + metadata atomically (path.tmp.*, fsync, rename); path kept on failure. 0 / -1. */
+GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
+                           const char *const *meta_keys, const char *const *meta_vals);
 
 /* ---------------------------------------------------------------------------
    [backend]   A backend is a table of kernels on raw device pointers.
@@ -3403,6 +3482,1579 @@ GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
         return -1;
     }
     return gdl__backward("gdl_backward_grad", t, grad);
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-formats] IDX, CIFAR-10 binary, safetensors (reader, strict JSON
+   parser, atomic writer). Every function fails with -1 and a message that
+   names the function, the file and the problem; outputs are written only on
+   success, and every error path frees what it allocated.
+   ------------------------------------------------------------------------- */
+#include <errno.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h> /* getpid, fsync */
+#define GDL__HAVE_POSIX 1
+#if !defined(__cplusplus) && !defined(fileno)
+/* POSIX <stdio.h> declares it, but -std=c99 hides it; the declaration is identical. */
+int fileno(FILE *stream);
+#endif
+#endif
+#ifdef GPUDL_ZLIB
+#include <zlib.h>
+#endif
+
+/* ---- shared helpers ---------------------------------------------------- */
+
+static int gdl__host_is_le(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+static void gdl__bswap(unsigned char *p, size_t elem, size_t count) {
+    size_t i, j;
+    for (i = 0; i < count; i++, p += elem)
+        for (j = 0; j < elem / 2; j++) {
+            unsigned char t = p[j];
+            p[j] = p[elem - 1 - j];
+            p[elem - 1 - j] = t;
+        }
+}
+
+static const char *gdl__strerr(int e) { return e ? strerror(e) : "unknown error"; }
+
+/* Read a whole file into a fresh buffer (NUL-terminated for convenience). */
+static int gdl__read_file(const char *fn, const char *path, unsigned char **out, size_t *out_len) {
+    FILE *f;
+    unsigned char *buf;
+    size_t len = 0, cap = (size_t)1 << 16, hint = 0;
+    long end;
+    if (!path) {
+        gdl__set_error("%s: path is NULL", fn);
+        return -1;
+    }
+    f = fopen(path, "rb");
+    if (!f) {
+        gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
+        return -1;
+    }
+    /* the size, as a hint only: trusted once the first chunk reads fine */
+    if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (unsigned long)end < ((size_t)-1) / 2)
+        hint = (size_t)end;
+    if (fseek(f, 0, SEEK_SET) != 0) {
+        gdl__set_error("%s: %s: cannot seek: %s", fn, path, gdl__strerr(errno));
+        fclose(f);
+        return -1;
+    }
+    buf = (unsigned char *)GPUDL_MALLOC(cap + 1);
+    if (!buf) {
+        gdl__set_error("%s: %s: out of memory", fn, path);
+        fclose(f);
+        return -1;
+    }
+    for (;;) {
+        size_t k;
+        if (len == cap) {
+            size_t want = cap * 2;
+            unsigned char *nb;
+            if (cap > ((size_t)-1) / 4) {
+                gdl__set_error("%s: %s: file too large", fn, path);
+                goto fail;
+            }
+            if (hint >= want) want = hint + 1; /* +1: EOF is seen without another regrow */
+            nb = (unsigned char *)GPUDL_REALLOC(buf, want + 1);
+            if (!nb) {
+                gdl__set_error("%s: %s: out of memory reading %zu bytes", fn, path, want);
+                goto fail;
+            }
+            buf = nb;
+            cap = want;
+        }
+        k = fread(buf + len, 1, cap - len, f);
+        len += k;
+        if (k == 0) {
+            if (ferror(f)) {
+                gdl__set_error("%s: %s: read error: %s", fn, path, gdl__strerr(errno));
+                goto fail;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    buf[len] = 0;
+    *out = buf;
+    *out_len = len;
+    return 0;
+fail:
+    GPUDL_FREE(buf);
+    fclose(f);
+    return -1;
+}
+
+/* ---- IDX ---------------------------------------------------------------- */
+
+/* A byte source: a plain FILE, or a gzFile; two peeked bytes are replayed. */
+typedef struct gdl__rd {
+    FILE *f;
+#ifdef GPUDL_ZLIB
+    gzFile gz;
+#endif
+    unsigned char pb[2];
+    size_t npb, ipb;
+    int gz_err; /* a zlib error was seen */
+    int io_errno; /* a stdio read error was seen: its errno */
+    char gz_msg[128];
+} gdl__rd;
+
+static int gdl__rd_open(const char *fn, const char *path, gdl__rd *r) {
+    memset(r, 0, sizeof *r);
+    r->f = fopen(path, "rb");
+    if (!r->f) {
+        gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
+        return -1;
+    }
+    r->npb = fread(r->pb, 1, 2, r->f);
+    if (ferror(r->f)) {
+        gdl__set_error("%s: %s: read error: %s", fn, path, gdl__strerr(errno));
+        fclose(r->f);
+        r->f = NULL;
+        return -1;
+    }
+    if (r->npb == 2 && r->pb[0] == 0x1f && r->pb[1] == 0x8b) {
+#ifdef GPUDL_ZLIB
+        fclose(r->f);
+        r->f = NULL;
+        r->npb = 0;
+        r->gz = gzopen(path, "rb");
+        if (!r->gz) {
+            gdl__set_error("%s: %s: gzopen failed: %s", fn, path, gdl__strerr(errno));
+            return -1;
+        }
+        gzbuffer(r->gz, 1 << 18);
+#else
+        gdl__set_error("%s: %s: file is gzip-compressed: build with -DGPUDL_ZLIB and link -lz, "
+                       "or gunzip it first", fn, path);
+        fclose(r->f);
+        r->f = NULL;
+        return -1;
+#endif
+    }
+    return 0;
+}
+
+static void gdl__rd_close(gdl__rd *r) {
+    if (r->f) fclose(r->f);
+#ifdef GPUDL_ZLIB
+    if (r->gz) gzclose(r->gz);
+#endif
+    memset(r, 0, sizeof *r);
+}
+
+/* Read up to n bytes; fewer means end of data or an error (*err set). */
+static size_t gdl__rd_read(gdl__rd *r, void *dst, size_t n, int *err) {
+    unsigned char *d = (unsigned char *)dst;
+    size_t got = 0;
+    while (got < n && r->ipb < r->npb) d[got++] = r->pb[r->ipb++];
+#ifdef GPUDL_ZLIB
+    if (r->gz) {
+        while (got < n) {
+            size_t want = n - got;
+            int k = gzread(r->gz, d + got, (unsigned)(want > (1u << 30) ? (1u << 30) : want));
+            if (k <= 0) {
+                int zerr = Z_OK;
+                const char *m = gzerror(r->gz, &zerr);
+                if (k < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
+                    r->gz_err = 1;
+                    snprintf(r->gz_msg, sizeof r->gz_msg, "%s", m ? m : "gzip error");
+                    *err = 1;
+                }
+                break;
+            }
+            got += (size_t)k;
+        }
+        return got;
+    }
+#endif
+    if (got < n) {
+        got += fread(d + got, 1, n - got, r->f);
+        if (got < n && ferror(r->f)) {
+            r->io_errno = errno ? errno : EIO;
+            *err = 1;
+        }
+    }
+    return got;
+}
+
+/* " (gzip: unexpected end of file)", " (read error: ...)" or "" */
+static const char *gdl__rd_why(const gdl__rd *r, char *buf, size_t cap) {
+    if (r->gz_err) snprintf(buf, cap, " (gzip: %s)", r->gz_msg);
+    else if (r->io_errno) snprintf(buf, cap, " (read error: %s)", gdl__strerr(r->io_errno));
+    else buf[0] = 0;
+    return buf;
+}
+
+GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
+    static const char fn[] = "gdl_idx_load";
+    const uint64_t limit = (uint64_t)1 << 31; /* 2 GiB of data */
+    unsigned char hdr[4 + 4 * GDL_IDX_MAX_DIMS];
+    char why[160];
+    gdl__rd r;
+    gdl_idx res;
+    int err = 0, d;
+    size_t got, hlen;
+    uint64_t bytes;
+    unsigned char *data = NULL;
+
+    if (!path || !out) {
+        gdl__set_error("%s: path or out is NULL", fn);
+        return -1;
+    }
+    if (gdl__rd_open(fn, path, &r) < 0) return -1;
+    memset(&res, 0, sizeof res);
+    got = gdl__rd_read(&r, hdr, 4, &err);
+    if (got < 4) {
+        gdl__set_error("%s: %s: truncated: expected a 4-byte magic number, got %zu bytes%s", fn, path,
+                       got, gdl__rd_why(&r, why, sizeof why));
+        goto fail;
+    }
+    if (hdr[0] != 0 || hdr[1] != 0) {
+        gdl__set_error("%s: %s: bad magic 0x%02X%02X%02X%02X: the first two bytes must be zero "
+                       "(not an IDX file?)", fn, path, hdr[0], hdr[1], hdr[2], hdr[3]);
+        goto fail;
+    }
+    res.dtype_code = hdr[2];
+    switch (hdr[2]) {
+    case 0x08: case 0x09: res.elem_size = 1; break;
+    case 0x0B: res.elem_size = 2; break;
+    case 0x0C: case 0x0D: res.elem_size = 4; break;
+    case 0x0E: res.elem_size = 8; break;
+    default:
+        gdl__set_error("%s: %s: unknown type byte 0x%02X in magic 0x%02X%02X%02X%02X (expected 0x08, "
+                       "0x09, 0x0B, 0x0C, 0x0D or 0x0E)", fn, path, hdr[2], hdr[0], hdr[1], hdr[2], hdr[3]);
+        goto fail;
+    }
+    res.ndim = hdr[3];
+    if (res.ndim < 1 || res.ndim > GDL_IDX_MAX_DIMS) {
+        gdl__set_error("%s: %s: bad number of dimensions %d in magic (expected 1..%d)", fn, path,
+                       res.ndim, GDL_IDX_MAX_DIMS);
+        goto fail;
+    }
+    hlen = 4 + 4 * (size_t)res.ndim;
+    got = gdl__rd_read(&r, hdr + 4, hlen - 4, &err);
+    if (got < hlen - 4) {
+        gdl__set_error("%s: %s: truncated header: expected %zu bytes, got %zu%s", fn, path, hlen,
+                       4 + got, gdl__rd_why(&r, why, sizeof why));
+        goto fail;
+    }
+    bytes = res.elem_size;
+    res.count = 1;
+    for (d = 0; d < res.ndim; d++) {
+        const unsigned char *p = hdr + 4 + 4 * d;
+        uint64_t v = ((uint64_t)p[0] << 24) | ((uint64_t)p[1] << 16) | ((uint64_t)p[2] << 8) | p[3];
+        if (v == 0) {
+            gdl__set_error("%s: %s: dimension %d is 0", fn, path, d);
+            goto fail;
+        }
+        if (v > limit / bytes) {
+            gdl__set_error("%s: %s: data size exceeds 2 GiB (dimension %d is %llu)", fn, path, d,
+                           (unsigned long long)v);
+            goto fail;
+        }
+        bytes *= v;
+        res.dims[d] = (int64_t)v;
+        res.count *= (int64_t)v;
+    }
+    data = (unsigned char *)GPUDL_MALLOC((size_t)bytes);
+    if (!data) {
+        gdl__set_error("%s: %s: out of memory allocating %llu bytes", fn, path, (unsigned long long)bytes);
+        goto fail;
+    }
+    got = gdl__rd_read(&r, data, (size_t)bytes, &err);
+    if (got < bytes) {
+        gdl__set_error("%s: %s: truncated: expected %llu bytes, got %llu%s", fn, path,
+                       (unsigned long long)(hlen + bytes),
+                       (unsigned long long)(hlen + got), gdl__rd_why(&r, why, sizeof why));
+        goto fail;
+    }
+    {
+        unsigned char extra[4096];
+        uint64_t more = 0;
+        size_t k;
+        while ((k = gdl__rd_read(&r, extra, sizeof extra, &err)) > 0) more += k;
+        if (err) {
+            gdl__set_error("%s: %s: read error after the data%s", fn, path, gdl__rd_why(&r, why, sizeof why));
+            goto fail;
+        }
+        if (more) {
+            gdl__set_error("%s: %s: %llu trailing bytes: expected %llu bytes, got %llu", fn, path,
+                           (unsigned long long)more, (unsigned long long)(hlen + bytes),
+                           (unsigned long long)(hlen + bytes + more));
+            goto fail;
+        }
+    }
+    if (err) {
+        gdl__set_error("%s: %s: read error%s", fn, path, gdl__rd_why(&r, why, sizeof why));
+        goto fail;
+    }
+    if (res.elem_size > 1 && gdl__host_is_le()) gdl__bswap(data, res.elem_size, (size_t)res.count);
+    gdl__rd_close(&r);
+    res.data = data;
+    *out = res;
+    return 0;
+fail:
+    GPUDL_FREE(data);
+    gdl__rd_close(&r);
+    return -1;
+}
+
+GPUDL_API void gdl_idx_free(gdl_idx *idx) {
+    if (!idx) return;
+    GPUDL_FREE(idx->data);
+    memset(idx, 0, sizeof *idx);
+}
+
+GPUDL_API int gdl_idx_check_pair(const gdl_idx *images, const gdl_idx *labels, int num_classes,
+                                 const char *what) {
+    static const char fn[] = "gdl_idx_check_pair";
+    const uint8_t *lab;
+    int64_t i;
+    if (!what) what = "dataset";
+    if (!images || !labels || !images->data || !labels->data) {
+        gdl__set_error("%s: %s: images or labels not loaded", fn, what);
+        return -1;
+    }
+    if (num_classes < 1 || num_classes > 256) {
+        gdl__set_error("%s: %s: num_classes %d must be in 1..256 for u8 labels", fn, what, num_classes);
+        return -1;
+    }
+    if (images->dtype_code != 0x08 || images->ndim != 3) {
+        gdl__set_error("%s: %s: images must be u8 (type 0x08) with 3 dims (count, rows, cols), got "
+                       "type 0x%02X with %d dims", fn, what, images->dtype_code, images->ndim);
+        return -1;
+    }
+    if (labels->dtype_code != 0x08 || labels->ndim != 1) {
+        gdl__set_error("%s: %s: labels must be u8 (type 0x08) with 1 dim, got type 0x%02X with %d dims",
+                       fn, what, labels->dtype_code, labels->ndim);
+        return -1;
+    }
+    if (images->dims[0] != labels->dims[0]) {
+        gdl__set_error("%s: %s: %lld images but %lld labels", fn, what, (long long)images->dims[0],
+                       (long long)labels->dims[0]);
+        return -1;
+    }
+    lab = (const uint8_t *)labels->data;
+    for (i = 0; i < labels->dims[0]; i++)
+        if (lab[i] >= num_classes) {
+            gdl__set_error("%s: %s: label %d at index %lld is out of range [0, %d)", fn, what, lab[i],
+                           (long long)i, num_classes);
+            return -1;
+        }
+    return 0;
+}
+
+/* ---- CIFAR-10 binary ------------------------------------------------------ */
+
+#define GDL__CIFAR_REC 3073 /* 1 label byte + 3 x 32 x 32 pixel bytes */
+
+GPUDL_API int gdl_cifar10_load(const char *path, uint8_t **images, uint8_t **labels, int64_t *n) {
+    static const char fn[] = "gdl_cifar10_load";
+    unsigned char *buf, *shrunk;
+    uint8_t *lab;
+    size_t len, cnt, i;
+    if (!images || !labels || !n) {
+        gdl__set_error("%s: %s: an output pointer is NULL", fn, path ? path : "(null)");
+        return -1;
+    }
+    if (gdl__read_file(fn, path, &buf, &len) < 0) return -1;
+    if (len == 0 || len % GDL__CIFAR_REC != 0) {
+        gdl__set_error("%s: %s: size %zu bytes is not a positive multiple of %d (1 label byte + 3072 "
+                       "pixel bytes per record)", fn, path, len, GDL__CIFAR_REC);
+        GPUDL_FREE(buf);
+        return -1;
+    }
+    cnt = len / GDL__CIFAR_REC;
+    for (i = 0; i < cnt; i++)
+        if (buf[i * GDL__CIFAR_REC] >= 10) {
+            gdl__set_error("%s: %s: record %zu has label %d, out of range [0, 10)", fn, path, i,
+                           buf[i * GDL__CIFAR_REC]);
+            GPUDL_FREE(buf);
+            return -1;
+        }
+    lab = (uint8_t *)GPUDL_MALLOC(cnt);
+    if (!lab) {
+        gdl__set_error("%s: %s: out of memory", fn, path);
+        GPUDL_FREE(buf);
+        return -1;
+    }
+    /* compact in place: the destination never passes the source */
+    for (i = 0; i < cnt; i++) {
+        lab[i] = buf[i * GDL__CIFAR_REC];
+        memmove(buf + i * 3072, buf + i * GDL__CIFAR_REC + 1, 3072);
+    }
+    shrunk = (unsigned char *)GPUDL_REALLOC(buf, cnt * 3072);
+    if (shrunk) buf = shrunk;
+    *images = buf;
+    *labels = lab;
+    *n = (int64_t)cnt;
+    return 0;
+}
+
+GPUDL_API int gdl_cifar10_load_dir(const char *dir, int train, uint8_t **images, uint8_t **labels,
+                                   int64_t *n) {
+    static const char fn[] = "gdl_cifar10_load_dir";
+    static const char *const train_names[5] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+                                               "data_batch_4.bin", "data_batch_5.bin"};
+    static const char *const test_names[1] = {"test_batch.bin"};
+    const char *const *names = train ? train_names : test_names;
+    int nfiles = train ? 5 : 1, k;
+    uint8_t *all_img = NULL, *all_lab = NULL;
+    int64_t total = 0;
+    size_t dlen;
+    if (!dir || !images || !labels || !n) {
+        gdl__set_error("%s: dir or an output pointer is NULL", fn);
+        return -1;
+    }
+    dlen = strlen(dir);
+    for (k = 0; k < nfiles; k++) {
+        uint8_t *img = NULL, *lab = NULL;
+        int64_t cnt = 0;
+        int sep = dlen > 0 && dir[dlen - 1] != '/' && dir[dlen - 1] != '\\';
+        char *p = (char *)GPUDL_MALLOC(dlen + (size_t)sep + strlen(names[k]) + 1);
+        int rc;
+        if (!p) {
+            gdl__set_error("%s: %s: out of memory", fn, dir);
+            goto fail;
+        }
+        memcpy(p, dir, dlen);
+        if (sep) p[dlen] = '/';
+        strcpy(p + dlen + (size_t)sep, names[k]);
+        rc = gdl_cifar10_load(p, &img, &lab, &cnt); /* its message names the file */
+        GPUDL_FREE(p);
+        if (rc < 0) goto fail;
+        if (!all_img) {
+            all_img = img;
+            all_lab = lab;
+        } else {
+            uint8_t *ni = (uint8_t *)GPUDL_REALLOC(all_img, (size_t)(total + cnt) * 3072);
+            uint8_t *nl;
+            if (ni) all_img = ni;
+            nl = ni ? (uint8_t *)GPUDL_REALLOC(all_lab, (size_t)(total + cnt)) : NULL;
+            if (nl) all_lab = nl;
+            if (!ni || !nl) {
+                gdl__set_error("%s: %s: out of memory concatenating %s", fn, dir, names[k]);
+                GPUDL_FREE(img);
+                GPUDL_FREE(lab);
+                goto fail;
+            }
+            memcpy(all_img + (size_t)total * 3072, img, (size_t)cnt * 3072);
+            memcpy(all_lab + (size_t)total, lab, (size_t)cnt);
+            GPUDL_FREE(img);
+            GPUDL_FREE(lab);
+        }
+        total += cnt;
+    }
+    *images = all_img;
+    *labels = all_lab;
+    *n = total;
+    return 0;
+fail:
+    GPUDL_FREE(all_img);
+    GPUDL_FREE(all_lab);
+    return -1;
+}
+
+/* ---- safetensors: dtypes, UTF-8, a strict JSON parser --------------------- */
+
+#define GDL__ST_MAX_HEADER 100000000ull
+#define GDL__JSON_MAX_DEPTH 64
+
+GPUDL_API size_t gdl_st_dtype_size(const char *dtype) {
+    static const struct { const char *name; size_t size; } tab[] = {
+        {"BOOL", 1}, {"U8", 1},  {"I8", 1},   {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1},
+        {"I16", 2},  {"U16", 2}, {"F16", 2},  {"BF16", 2},    {"I32", 4},     {"U32", 4},
+        {"F32", 4},  {"I64", 8}, {"U64", 8},  {"F64", 8},     {"C64", 8}};
+    size_t i;
+    if (!dtype) return 0;
+    for (i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (strcmp(dtype, tab[i].name) == 0) return tab[i].size;
+    return 0;
+}
+
+/* n if s[0, n) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF), else the bad offset. */
+static size_t gdl__utf8_check(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t k, need;
+        unsigned lo = 0x80, hi = 0xBF;
+        if (c < 0x80) { i++; continue; }
+        if (c >= 0xC2 && c <= 0xDF) need = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        } else return i;
+        if (n - i <= need) return i;
+        for (k = 1; k <= need; k++) {
+            unsigned b = s[i + k];
+            if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return i;
+        }
+        i += need + 1;
+    }
+    return n;
+}
+
+typedef struct gdl__json {
+    const unsigned char *s;
+    size_t n, i;
+    int depth;
+    char *str;          /* the last decoded string, NUL-terminated */
+    size_t slen, scap;
+    const char *tok;    /* the last number token */
+    size_t toklen;
+    char err[512];
+} gdl__json;
+
+static int gdl__js_fail(gdl__json *J, const char *what) {
+    if (!J->err[0]) {
+        if (J->i >= J->n)
+            snprintf(J->err, sizeof J->err, "invalid JSON: unexpected end of header: %s", what);
+        else
+            snprintf(J->err, sizeof J->err, "invalid JSON at header byte %zu ('%c'): %s", J->i,
+                     J->s[J->i] >= 0x20 && J->s[J->i] < 0x7F ? J->s[J->i] : '?', what);
+    }
+    return -1;
+}
+
+static void gdl__js_ws(gdl__json *J) {
+    while (J->i < J->n && (J->s[J->i] == ' ' || J->s[J->i] == '\t' || J->s[J->i] == '\n' || J->s[J->i] == '\r'))
+        J->i++;
+}
+
+static int gdl__js_peek(gdl__json *J) {
+    gdl__js_ws(J);
+    return J->i < J->n ? J->s[J->i] : -1;
+}
+
+static int gdl__js_putc(gdl__json *J, unsigned char c) {
+    if (J->slen + 1 >= J->scap) {
+        size_t nc = J->scap ? J->scap * 2 : 64;
+        char *ns = (char *)GPUDL_REALLOC(J->str, nc);
+        if (!ns) {
+            snprintf(J->err, sizeof J->err, "out of memory parsing the header");
+            return -1;
+        }
+        J->str = ns;
+        J->scap = nc;
+    }
+    J->str[J->slen++] = (char)c;
+    J->str[J->slen] = 0;
+    return 0;
+}
+
+static int gdl__js_hex4(gdl__json *J, unsigned *out) {
+    unsigned v = 0;
+    int k;
+    for (k = 0; k < 4; k++) {
+        int c = J->i < J->n ? J->s[J->i] : -1, d;
+        if (c >= '0' && c <= '9') d = c - '0';
+        else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+        else return gdl__js_fail(J, "\\u needs 4 hex digits");
+        v = v * 16 + (unsigned)d;
+        J->i++;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Parse a string at J->i (which is '"') into J->str / J->slen. */
+static int gdl__js_string(gdl__json *J) {
+    J->slen = 0;
+    if (gdl__js_putc(J, 0) < 0) return -1;
+    J->slen = 0;
+    if (J->i >= J->n || J->s[J->i] != '"') return gdl__js_fail(J, "expected a string");
+    J->i++;
+    for (;;) {
+        unsigned c;
+        if (J->i >= J->n) return gdl__js_fail(J, "unterminated string");
+        c = J->s[J->i];
+        if (c == '"') {
+            J->i++;
+            return 0;
+        }
+        if (c < 0x20) return gdl__js_fail(J, "control character in string");
+        if (c != '\\') {
+            if (gdl__js_putc(J, (unsigned char)c) < 0) return -1;
+            J->i++;
+            continue;
+        }
+        J->i++;
+        if (J->i >= J->n) return gdl__js_fail(J, "unterminated escape");
+        c = J->s[J->i++];
+        switch (c) {
+        case '"': case '\\': case '/': break;
+        case 'b': c = '\b'; break;
+        case 'f': c = '\f'; break;
+        case 'n': c = '\n'; break;
+        case 'r': c = '\r'; break;
+        case 't': c = '\t'; break;
+        case 'u': {
+            unsigned cp, lo;
+            unsigned char u[4];
+            int nu, k;
+            if (gdl__js_hex4(J, &cp) < 0) return -1;
+            if (cp >= 0xDC00 && cp <= 0xDFFF) return gdl__js_fail(J, "lone low surrogate in \\u escape");
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (J->i + 1 >= J->n || J->s[J->i] != '\\' || J->s[J->i + 1] != 'u')
+                    return gdl__js_fail(J, "high surrogate not followed by a \\u low surrogate");
+                J->i += 2;
+                if (gdl__js_hex4(J, &lo) < 0) return -1;
+                if (lo < 0xDC00 || lo > 0xDFFF) return gdl__js_fail(J, "high surrogate not followed by a low surrogate");
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            if (cp < 0x80) { u[0] = (unsigned char)cp; nu = 1; }
+            else if (cp < 0x800) { u[0] = (unsigned char)(0xC0 | (cp >> 6)); u[1] = (unsigned char)(0x80 | (cp & 0x3F)); nu = 2; }
+            else if (cp < 0x10000) {
+                u[0] = (unsigned char)(0xE0 | (cp >> 12)); u[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                u[2] = (unsigned char)(0x80 | (cp & 0x3F)); nu = 3;
+            } else {
+                u[0] = (unsigned char)(0xF0 | (cp >> 18)); u[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+                u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (unsigned char)(0x80 | (cp & 0x3F)); nu = 4;
+            }
+            for (k = 0; k < nu; k++)
+                if (gdl__js_putc(J, u[k]) < 0) return -1;
+            continue;
+        }
+        default:
+            J->i--;
+            return gdl__js_fail(J, "invalid escape");
+        }
+        if (gdl__js_putc(J, (unsigned char)c) < 0) return -1;
+    }
+}
+
+/* Parse a number; *is_uint says it is a plain non-negative integer that fits in *val. */
+static int gdl__js_number(gdl__json *J, int *is_uint, uint64_t *val) {
+    size_t st = J->i;
+    int neg = 0, frac = 0, ovf = 0;
+    uint64_t v = 0;
+    if (J->i < J->n && J->s[J->i] == '-') { neg = 1; J->i++; }
+    if (J->i >= J->n || J->s[J->i] < '0' || J->s[J->i] > '9') return gdl__js_fail(J, "invalid number");
+    if (J->s[J->i] == '0') {
+        J->i++;
+        if (J->i < J->n && J->s[J->i] >= '0' && J->s[J->i] <= '9') return gdl__js_fail(J, "leading zero in number");
+    } else {
+        while (J->i < J->n && J->s[J->i] >= '0' && J->s[J->i] <= '9') {
+            unsigned d = (unsigned)(J->s[J->i] - '0');
+            if (v > (UINT64_MAX - d) / 10) ovf = 1;
+            else v = v * 10 + d;
+            J->i++;
+        }
+    }
+    if (J->i < J->n && J->s[J->i] == '.') {
+        frac = 1;
+        J->i++;
+        if (J->i >= J->n || J->s[J->i] < '0' || J->s[J->i] > '9') return gdl__js_fail(J, "digit expected after '.'");
+        while (J->i < J->n && J->s[J->i] >= '0' && J->s[J->i] <= '9') J->i++;
+    }
+    if (J->i < J->n && (J->s[J->i] == 'e' || J->s[J->i] == 'E')) {
+        frac = 1;
+        J->i++;
+        if (J->i < J->n && (J->s[J->i] == '+' || J->s[J->i] == '-')) J->i++;
+        if (J->i >= J->n || J->s[J->i] < '0' || J->s[J->i] > '9') return gdl__js_fail(J, "digit expected in exponent");
+        while (J->i < J->n && J->s[J->i] >= '0' && J->s[J->i] <= '9') J->i++;
+    }
+    J->tok = (const char *)J->s + st;
+    J->toklen = J->i - st;
+    *is_uint = !neg && !frac && !ovf;
+    *val = v;
+    return 0;
+}
+
+static int gdl__js_skip(gdl__json *J);
+
+static int gdl__js_literal(gdl__json *J, const char *lit) {
+    size_t k = strlen(lit);
+    if (J->n - J->i < k || memcmp(J->s + J->i, lit, k) != 0) return gdl__js_fail(J, "invalid literal");
+    J->i += k;
+    return 0;
+}
+
+/* Skip over any JSON value (validating it). */
+static int gdl__js_skip(gdl__json *J) {
+    int c = gdl__js_peek(J), is_uint;
+    uint64_t v;
+    switch (c) {
+    case '{': case '[': {
+        int close = c == '{' ? '}' : ']', first = 1;
+        if (++J->depth > GDL__JSON_MAX_DEPTH) return gdl__js_fail(J, "nesting too deep");
+        J->i++;
+        for (;;) {
+            c = gdl__js_peek(J);
+            if (c == close && first) break;
+            if (close == '}') {
+                if (c != '"') return gdl__js_fail(J, "expected a string key");
+                if (gdl__js_string(J) < 0) return -1;
+                if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
+                J->i++;
+            }
+            if (gdl__js_skip(J) < 0) return -1;
+            first = 0;
+            c = gdl__js_peek(J);
+            if (c == ',') { J->i++; continue; }
+            if (c == close) break;
+            return gdl__js_fail(J, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+        }
+        J->i++;
+        J->depth--;
+        return 0;
+    }
+    case '"': return gdl__js_string(J);
+    case 't': return gdl__js_literal(J, "true");
+    case 'f': return gdl__js_literal(J, "false");
+    case 'n': return gdl__js_literal(J, "null");
+    default:
+        if (c == '-' || (c >= '0' && c <= '9')) return gdl__js_number(J, &is_uint, &v);
+        return gdl__js_fail(J, "expected a value");
+    }
+}
+
+/* Parse [uint, uint, ...] into vals (at most maxn); *count gets the length.
+   A non-integer or negative element fails with a message naming field. */
+static int gdl__js_uint_array(gdl__json *J, const char *name, const char *field, uint64_t *vals, int maxn,
+                              int *count, uint64_t maxval) {
+    int c = gdl__js_peek(J), k = 0;
+    if (c != '[') {
+        snprintf(J->err, sizeof J->err, "tensor '%s': \"%s\" must be an array of non-negative integers", name, field);
+        return -1;
+    }
+    J->i++;
+    if (gdl__js_peek(J) == ']') {
+        J->i++;
+        *count = 0;
+        return 0;
+    }
+    for (;;) {
+        int is_uint;
+        uint64_t v;
+        c = gdl__js_peek(J);
+        if (c != '-' && (c < '0' || c > '9')) {
+            if (c == -1 || c == '"' || c == '{' || c == '[' || c == 't' || c == 'f' || c == 'n') {
+                if (c != -1 && gdl__js_skip(J) < 0) return -1;
+                snprintf(J->err, sizeof J->err, "tensor '%s': \"%s\" must be an array of non-negative integers", name, field);
+                return -1;
+            }
+            return gdl__js_fail(J, "expected a value");
+        }
+        if (gdl__js_number(J, &is_uint, &v) < 0) return -1;
+        if (!is_uint || v > maxval) {
+            snprintf(J->err, sizeof J->err, "tensor '%s': \"%s\"[%d] is %.*s: %s", name, field, k,
+                     (int)(J->toklen > 40 ? 40 : J->toklen), J->tok,
+                     is_uint ? "out of range" : "not a non-negative integer");
+            return -1;
+        }
+        if (k >= maxn) {
+            snprintf(J->err, sizeof J->err, "tensor '%s': \"%s\" has more than %d elements", name, field, maxn);
+            return -1;
+        }
+        vals[k++] = v;
+        c = gdl__js_peek(J);
+        if (c == ',') { J->i++; continue; }
+        if (c == ']') { J->i++; break; }
+        return gdl__js_fail(J, "expected ',' or ']'");
+    }
+    *count = k;
+    return 0;
+}
+
+/* Dynamic arrays of entries and metadata while parsing. */
+typedef struct gdl__st_build {
+    gdl_st_entry *e;
+    int n, cap;
+    char **mk, **mv;
+    int nm, mcap;
+} gdl__st_build;
+
+static void gdl__st_build_free(gdl__st_build *b) {
+    int k;
+    for (k = 0; k < b->nm; k++) {
+        GPUDL_FREE(b->mk[k]);
+        GPUDL_FREE(b->mv[k]);
+    }
+    GPUDL_FREE(b->mk);
+    GPUDL_FREE(b->mv);
+    GPUDL_FREE(b->e);
+    memset(b, 0, sizeof *b);
+}
+
+static char *gdl__strdup_n(const char *s, size_t n) {
+    char *p = (char *)GPUDL_MALLOC(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
+/* Format a shape as "[2, 3]" into buf. */
+static const char *gdl__shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t o = 0;
+    int d;
+    o += (size_t)snprintf(buf, cap, "[");
+    for (d = 0; d < ndim && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+    return buf;
+}
+
+/* Byte size of dtype x shape into *bytes; 0 if it fits in uint64 (and size_t), else -1. */
+static int gdl__st_nbytes(size_t esize, int ndim, const int64_t *shape, uint64_t *bytes) {
+    uint64_t b = esize;
+    int d, zero = 0;
+    for (d = 0; d < ndim; d++)
+        if (shape[d] == 0) zero = 1;
+    if (zero) {
+        *bytes = 0;
+        return 0;
+    }
+    for (d = 0; d < ndim; d++) {
+        uint64_t v = (uint64_t)shape[d];
+        if (v && b > UINT64_MAX / v) return -1;
+        b *= v;
+    }
+    if (b > (uint64_t)((size_t)-1)) return -1;
+    *bytes = b;
+    return 0;
+}
+
+static int gdl__st_entry_parse(gdl__json *J, gdl_st_entry *e) {
+    int seen_dtype = 0, seen_shape = 0, seen_off = 0, c, cnt, d;
+    uint64_t vals[GDL_ST_MAX_DIMS], offs[2], bytes;
+    size_t esize;
+    char sh[200];
+    if (gdl__js_peek(J) != '{') {
+        if (gdl__js_skip(J) < 0) return -1;
+        snprintf(J->err, sizeof J->err, "tensor '%s': expected an object with dtype, shape, data_offsets", e->name);
+        return -1;
+    }
+    if (++J->depth > GDL__JSON_MAX_DEPTH) return gdl__js_fail(J, "nesting too deep");
+    J->i++;
+    c = gdl__js_peek(J);
+    if (c == '}') J->i++;
+    else
+        for (;;) {
+            if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
+            if (gdl__js_string(J) < 0) return -1;
+            if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
+            J->i++;
+            if (strcmp(J->str, "dtype") == 0 && J->slen == 5) {
+                if (seen_dtype++) {
+                    snprintf(J->err, sizeof J->err, "tensor '%s': duplicate key \"dtype\"", e->name);
+                    return -1;
+                }
+                if (gdl__js_peek(J) != '"') {
+                    if (gdl__js_skip(J) < 0) return -1;
+                    snprintf(J->err, sizeof J->err, "tensor '%s': \"dtype\" must be a string", e->name);
+                    return -1;
+                }
+                if (gdl__js_string(J) < 0) return -1;
+                if (J->slen >= sizeof e->dtype || strlen(J->str) != J->slen || !gdl_st_dtype_size(J->str)) {
+                    snprintf(J->err, sizeof J->err, "tensor '%s': unknown dtype \"%.40s\"", e->name, J->str);
+                    return -1;
+                }
+                memcpy(e->dtype, J->str, J->slen + 1);
+            } else if (strcmp(J->str, "shape") == 0 && J->slen == 5) {
+                if (seen_shape++) {
+                    snprintf(J->err, sizeof J->err, "tensor '%s': duplicate key \"shape\"", e->name);
+                    return -1;
+                }
+                if (gdl__js_uint_array(J, e->name, "shape", vals, GDL_ST_MAX_DIMS, &cnt, (uint64_t)INT64_MAX) < 0)
+                    return -1;
+                e->ndim = cnt;
+                for (d = 0; d < cnt; d++) e->shape[d] = (int64_t)vals[d];
+            } else if (strcmp(J->str, "data_offsets") == 0 && J->slen == 12) {
+                if (seen_off++) {
+                    snprintf(J->err, sizeof J->err, "tensor '%s': duplicate key \"data_offsets\"", e->name);
+                    return -1;
+                }
+                if (gdl__js_uint_array(J, e->name, "data_offsets", offs, 2, &cnt, UINT64_MAX) < 0) return -1;
+                if (cnt != 2) {
+                    snprintf(J->err, sizeof J->err, "tensor '%s': \"data_offsets\" must have 2 elements, has %d",
+                             e->name, cnt);
+                    return -1;
+                }
+                e->begin = offs[0];
+                e->end = offs[1];
+            } else if (gdl__js_skip(J) < 0) /* unknown keys are allowed, as in the reference reader */
+                return -1;
+            c = gdl__js_peek(J);
+            if (c == ',') { J->i++; continue; }
+            if (c == '}') { J->i++; break; }
+            return gdl__js_fail(J, "expected ',' or '}'");
+        }
+    J->depth--;
+    if (!seen_dtype || !seen_shape || !seen_off) {
+        snprintf(J->err, sizeof J->err, "tensor '%s': missing \"%s\"", e->name,
+                 !seen_dtype ? "dtype" : !seen_shape ? "shape" : "data_offsets");
+        return -1;
+    }
+    if (e->end < e->begin) {
+        snprintf(J->err, sizeof J->err, "tensor '%s': data_offsets [%llu, %llu]: end < begin", e->name,
+                 (unsigned long long)e->begin, (unsigned long long)e->end);
+        return -1;
+    }
+    esize = gdl_st_dtype_size(e->dtype);
+    if (gdl__st_nbytes(esize, e->ndim, e->shape, &bytes) < 0) {
+        snprintf(J->err, sizeof J->err, "tensor '%s': byte size of %s x %s overflows", e->name, e->dtype,
+                 gdl__shape_str(sh, sizeof sh, e->ndim, e->shape));
+        return -1;
+    }
+    if (bytes != e->end - e->begin) {
+        snprintf(J->err, sizeof J->err,
+                 "tensor '%s': data_offsets [%llu, %llu] hold %llu bytes but %s x %s needs %llu", e->name,
+                 (unsigned long long)e->begin, (unsigned long long)e->end,
+                 (unsigned long long)(e->end - e->begin), e->dtype, gdl__shape_str(sh, sizeof sh, e->ndim, e->shape),
+                 (unsigned long long)bytes);
+        return -1;
+    }
+    return 0;
+}
+
+static int gdl__st_meta_parse(gdl__json *J, gdl__st_build *b) {
+    int c;
+    if (gdl__js_peek(J) != '{') {
+        if (gdl__js_skip(J) < 0) return -1;
+        snprintf(J->err, sizeof J->err, "__metadata__ must be an object of string -> string");
+        return -1;
+    }
+    if (++J->depth > GDL__JSON_MAX_DEPTH) return gdl__js_fail(J, "nesting too deep");
+    J->i++;
+    if (gdl__js_peek(J) == '}') {
+        J->i++;
+        J->depth--;
+        return 0;
+    }
+    for (;;) {
+        char *key, *val;
+        size_t klen;
+        if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
+        if (gdl__js_string(J) < 0) return -1;
+        klen = J->slen;
+        if (strlen(J->str) != klen) {
+            snprintf(J->err, sizeof J->err, "__metadata__ key contains a NUL character");
+            return -1;
+        }
+        key = gdl__strdup_n(J->str, klen);
+        if (!key) {
+            snprintf(J->err, sizeof J->err, "out of memory parsing the header");
+            return -1;
+        }
+        if (gdl__js_peek(J) != ':') {
+            GPUDL_FREE(key);
+            return gdl__js_fail(J, "expected ':'");
+        }
+        J->i++;
+        if (gdl__js_peek(J) != '"') {
+            int rc = gdl__js_skip(J);
+            if (rc == 0)
+                snprintf(J->err, sizeof J->err, "__metadata__[\"%.100s\"] must be a string", key);
+            GPUDL_FREE(key);
+            return -1;
+        }
+        if (gdl__js_string(J) < 0 || strlen(J->str) != J->slen) {
+            if (!J->err[0]) snprintf(J->err, sizeof J->err, "__metadata__[\"%.100s\"] contains a NUL character", key);
+            GPUDL_FREE(key);
+            return -1;
+        }
+        val = gdl__strdup_n(J->str, J->slen);
+        if (!val) {
+            GPUDL_FREE(key);
+            snprintf(J->err, sizeof J->err, "out of memory parsing the header");
+            return -1;
+        }
+        if (b->nm == b->mcap) {
+            int nc = b->mcap ? b->mcap * 2 : 8;
+            char **nk = (char **)GPUDL_REALLOC(b->mk, (size_t)nc * sizeof(char *)), **nv;
+            if (nk) b->mk = nk;
+            nv = nk ? (char **)GPUDL_REALLOC(b->mv, (size_t)nc * sizeof(char *)) : NULL;
+            if (nv) b->mv = nv;
+            if (!nk || !nv) {
+                GPUDL_FREE(key);
+                GPUDL_FREE(val);
+                snprintf(J->err, sizeof J->err, "out of memory parsing the header");
+                return -1;
+            }
+            b->mcap = nc;
+        }
+        b->mk[b->nm] = key;
+        b->mv[b->nm] = val;
+        b->nm++;
+        c = gdl__js_peek(J);
+        if (c == ',') { J->i++; continue; }
+        if (c == '}') { J->i++; break; }
+        return gdl__js_fail(J, "expected ',' or '}'");
+    }
+    J->depth--;
+    return 0;
+}
+
+static int gdl__cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first duplicate among n strings, or NULL (allocation failure: *oom = 1). */
+static const char *gdl__find_dup(const char *const *strs, int n, int *oom) {
+    const char **s;
+    const char *dup = NULL;
+    int k;
+    *oom = 0;
+    if (n < 2) return NULL;
+    s = (const char **)GPUDL_MALLOC((size_t)n * sizeof *s);
+    if (!s) {
+        *oom = 1;
+        return NULL;
+    }
+    memcpy(s, strs, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, gdl__cmp_str_ptr);
+    for (k = 1; k < n && !dup; k++)
+        if (strcmp(s[k - 1], s[k]) == 0) dup = s[k];
+    GPUDL_FREE(s);
+    return dup;
+}
+
+static int gdl__cmp_entry_off(const void *a, const void *b) {
+    const gdl_st_entry *x = (const gdl_st_entry *)a, *y = (const gdl_st_entry *)b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return 0;
+}
+
+static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned char *buf, uint64_t len,
+                              gdl_st_file *out) {
+    gdl__json J;
+    gdl__st_build b;
+    uint64_t N, data_len, pos;
+    size_t bad;
+    int c, k, oom = 0, seen_meta = 0;
+    const char *dup;
+    const char **names = NULL;
+    gdl_st_entry *sorted = NULL;
+
+    memset(&J, 0, sizeof J);
+    memset(&b, 0, sizeof b);
+    if (!buf && len) {
+        gdl__set_error("%s: %s: buffer is NULL", fn, what);
+        return -1;
+    }
+    if (len < 8) {
+        gdl__set_error("%s: %s: file is %llu bytes, too short for the 8-byte header length", fn, what,
+                       (unsigned long long)len);
+        return -1;
+    }
+    N = 0;
+    for (k = 7; k >= 0; k--) N = (N << 8) | buf[k];
+    if (N > GDL__ST_MAX_HEADER) {
+        gdl__set_error("%s: %s: header length %llu exceeds the limit of 100000000 bytes", fn, what,
+                       (unsigned long long)N);
+        return -1;
+    }
+    if (N > len - 8) {
+        gdl__set_error("%s: %s: header length %llu runs past the end of the file (%llu bytes)", fn, what,
+                       (unsigned long long)N, (unsigned long long)len);
+        return -1;
+    }
+    bad = gdl__utf8_check(buf + 8, (size_t)N);
+    if (bad != (size_t)N) {
+        gdl__set_error("%s: %s: header is not valid UTF-8 (bad byte 0x%02X at header byte %zu)", fn, what,
+                       buf[8 + bad], bad);
+        return -1;
+    }
+    data_len = len - 8 - N;
+    J.s = buf + 8;
+    J.n = (size_t)N;
+
+    c = gdl__js_peek(&J);
+    if (c != '{') {
+        if (c == -1) snprintf(J.err, sizeof J.err, "header is empty");
+        else if (gdl__js_skip(&J) == 0) snprintf(J.err, sizeof J.err, "header's top level is not a JSON object");
+        goto fail;
+    }
+    J.i++;
+    J.depth = 1;
+    if (gdl__js_peek(&J) == '}') J.i++;
+    else
+        for (;;) {
+            if (gdl__js_peek(&J) != '"') {
+                gdl__js_fail(&J, "expected a string key");
+                goto fail;
+            }
+            if (gdl__js_string(&J) < 0) goto fail;
+            if (gdl__js_peek(&J) != ':') {
+                gdl__js_fail(&J, "expected ':'");
+                goto fail;
+            }
+            J.i++;
+            if (J.slen == 12 && strcmp(J.str, "__metadata__") == 0) {
+                if (seen_meta++) {
+                    snprintf(J.err, sizeof J.err, "duplicate \"__metadata__\"");
+                    goto fail;
+                }
+                if (gdl__st_meta_parse(&J, &b) < 0) goto fail;
+            } else {
+                gdl_st_entry *e;
+                if (J.slen >= GDL_ST_NAME_MAX) {
+                    snprintf(J.err, sizeof J.err, "tensor name '%.60s...' is %zu bytes, longer than %d", J.str, J.slen,
+                             GDL_ST_NAME_MAX - 1);
+                    goto fail;
+                }
+                if (strlen(J.str) != J.slen) {
+                    snprintf(J.err, sizeof J.err, "tensor name '%s' contains a NUL character", J.str);
+                    goto fail;
+                }
+                if (b.n == b.cap) {
+                    int nc = b.cap ? b.cap * 2 : 16;
+                    gdl_st_entry *ne = (gdl_st_entry *)GPUDL_REALLOC(b.e, (size_t)nc * sizeof *ne);
+                    if (!ne) {
+                        snprintf(J.err, sizeof J.err, "out of memory parsing the header");
+                        goto fail;
+                    }
+                    b.e = ne;
+                    b.cap = nc;
+                }
+                e = &b.e[b.n++];
+                memset(e, 0, sizeof *e);
+                memcpy(e->name, J.str, J.slen + 1);
+                if (gdl__st_entry_parse(&J, e) < 0) goto fail;
+            }
+            c = gdl__js_peek(&J);
+            if (c == ',') { J.i++; continue; }
+            if (c == '}') { J.i++; break; }
+            gdl__js_fail(&J, "expected ',' or '}'");
+            goto fail;
+        }
+    if (gdl__js_peek(&J) != -1) {
+        gdl__js_fail(&J, "trailing characters after the JSON object");
+        goto fail;
+    }
+
+    /* duplicate names */
+    if (b.n > 1) {
+        names = (const char **)GPUDL_MALLOC((size_t)b.n * sizeof *names);
+        if (!names) {
+            snprintf(J.err, sizeof J.err, "out of memory");
+            goto fail;
+        }
+        for (k = 0; k < b.n; k++) names[k] = b.e[k].name;
+        dup = gdl__find_dup(names, b.n, &oom);
+        if (dup || oom) {
+            snprintf(J.err, sizeof J.err, oom ? "out of memory" : "duplicate tensor name '%s'", dup);
+            goto fail;
+        }
+    }
+    if (b.nm > 1) {
+        dup = gdl__find_dup((const char *const *)b.mk, b.nm, &oom);
+        if (dup || oom) {
+            snprintf(J.err, sizeof J.err, oom ? "out of memory" : "duplicate __metadata__ key '%.100s'", dup);
+            goto fail;
+        }
+    }
+    /* the tensors must tile [0, data_len) exactly */
+    for (k = 0; k < b.n; k++)
+        if (b.e[k].end > data_len) {
+            gdl__set_error("%s: %s: truncated: tensor '%s' data_offsets [%llu, %llu] go past the end of the "
+                           "%llu-byte data buffer", fn, what, b.e[k].name, (unsigned long long)b.e[k].begin,
+                           (unsigned long long)b.e[k].end, (unsigned long long)data_len);
+            goto fail_set;
+        }
+    pos = 0;
+    if (b.n > 0) {
+        sorted = (gdl_st_entry *)GPUDL_MALLOC((size_t)b.n * sizeof *sorted);
+        if (!sorted) {
+            snprintf(J.err, sizeof J.err, "out of memory");
+            goto fail;
+        }
+        memcpy(sorted, b.e, (size_t)b.n * sizeof *sorted);
+        qsort(sorted, (size_t)b.n, sizeof *sorted, gdl__cmp_entry_off);
+        for (k = 0; k < b.n; k++) {
+            if (sorted[k].begin > pos) {
+                gdl__set_error("%s: %s: hole in the data buffer: bytes [%llu, %llu) belong to no tensor (next is "
+                               "'%s')", fn, what, (unsigned long long)pos, (unsigned long long)sorted[k].begin,
+                               sorted[k].name);
+                goto fail_set;
+            }
+            if (sorted[k].begin < pos) {
+                gdl__set_error("%s: %s: tensor '%s' data_offsets [%llu, %llu] overlap '%s', which ends at %llu", fn,
+                               what, sorted[k].name, (unsigned long long)sorted[k].begin,
+                               (unsigned long long)sorted[k].end, sorted[k - 1].name, (unsigned long long)pos);
+                goto fail_set;
+            }
+            pos = sorted[k].end;
+        }
+    }
+    if (pos != data_len) {
+        gdl__set_error("%s: %s: %llu trailing bytes after the last tensor (data buffer %llu bytes, tensors end "
+                       "at %llu)", fn, what, (unsigned long long)(data_len - pos), (unsigned long long)data_len,
+                       (unsigned long long)pos);
+        goto fail_set;
+    }
+    GPUDL_FREE(sorted);
+    GPUDL_FREE(names);
+    GPUDL_FREE(J.str);
+    memset(out, 0, sizeof *out);
+    out->n = b.n;
+    out->entries = b.e;
+    out->n_meta = b.nm;
+    out->meta_keys = b.mk;
+    out->meta_vals = b.mv;
+    out->data = buf + 8 + N;
+    out->data_len = data_len;
+    return 0;
+fail:
+    gdl__set_error("%s: %s: header: %s", fn, what, J.err[0] ? J.err : "invalid");
+fail_set:
+    GPUDL_FREE(sorted);
+    GPUDL_FREE(names);
+    GPUDL_FREE(J.str);
+    gdl__st_build_free(&b);
+    return -1;
+}
+
+GPUDL_API int gdl_st_parse(const unsigned char *buf, uint64_t len, gdl_st_file *out, const char *what) {
+    if (!out) {
+        gdl__set_error("gdl_st_parse: out is NULL");
+        return -1;
+    }
+    return gdl__st_parse_impl("gdl_st_parse", what ? what : "(buffer)", buf, len, out);
+}
+
+GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) {
+    unsigned char *buf;
+    size_t len;
+    gdl_st_file f;
+    if (!out) {
+        gdl__set_error("gdl_st_read: out is NULL");
+        return -1;
+    }
+    if (gdl__read_file("gdl_st_read", path, &buf, &len) < 0) return -1;
+    if (gdl__st_parse_impl("gdl_st_read", path, buf, (uint64_t)len, &f) < 0) {
+        GPUDL_FREE(buf);
+        return -1;
+    }
+    f.owned = buf;
+    *out = f;
+    return 0;
+}
+
+GPUDL_API void gdl_st_free(gdl_st_file *f) {
+    int k;
+    if (!f) return;
+    for (k = 0; k < f->n_meta; k++) {
+        GPUDL_FREE(f->meta_keys[k]);
+        GPUDL_FREE(f->meta_vals[k]);
+    }
+    GPUDL_FREE(f->meta_keys);
+    GPUDL_FREE(f->meta_vals);
+    GPUDL_FREE(f->entries);
+    GPUDL_FREE(f->owned);
+    memset(f, 0, sizeof *f);
+}
+
+GPUDL_API const gdl_st_entry *gdl_st_find(const gdl_st_file *f, const char *name) {
+    int k;
+    if (!f || !name) return NULL;
+    for (k = 0; k < f->n; k++)
+        if (strcmp(f->entries[k].name, name) == 0) return &f->entries[k];
+    return NULL;
+}
+
+/* ---- safetensors writer ----------------------------------------------------- */
+
+typedef struct gdl__sb {
+    char *p;
+    size_t len, cap;
+    int oom;
+} gdl__sb;
+
+static void gdl__sb_put(gdl__sb *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap : 256;
+        char *np;
+        while (nc < b->len + n + 1) nc *= 2;
+        np = (char *)GPUDL_REALLOC(b->p, nc);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+static void gdl__sb_puts(gdl__sb *b, const char *s) { gdl__sb_put(b, s, strlen(s)); }
+
+static void gdl__sb_u64(gdl__sb *b, unsigned long long v) {
+    char t[32];
+    snprintf(t, sizeof t, "%llu", v);
+    gdl__sb_puts(b, t);
+}
+
+/* A JSON string literal; s must be valid UTF-8. */
+static void gdl__sb_json_str(gdl__sb *b, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    gdl__sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        switch (c) {
+        case '"': gdl__sb_put(b, "\\\"", 2); break;
+        case '\\': gdl__sb_put(b, "\\\\", 2); break;
+        case '\b': gdl__sb_put(b, "\\b", 2); break;
+        case '\f': gdl__sb_put(b, "\\f", 2); break;
+        case '\n': gdl__sb_put(b, "\\n", 2); break;
+        case '\r': gdl__sb_put(b, "\\r", 2); break;
+        case '\t': gdl__sb_put(b, "\\t", 2); break;
+        default:
+            if (c < 0x20) {
+                memcpy(esc, "\\u00", 4);
+                esc[4] = hex[c >> 4];
+                esc[5] = hex[c & 15];
+                gdl__sb_put(b, esc, 6);
+            } else
+                gdl__sb_put(b, (const char *)&c, 1);
+        }
+    }
+    gdl__sb_put(b, "\"", 1);
+}
+
+static int gdl__fsync_file(FILE *f) {
+#if defined(GDL__HAVE_POSIX)
+    int fd = fileno(f);
+    return fd < 0 ? -1 : fsync(fd);
+#else
+    (void)f; /* fflush already done; no portable fsync */
+    return 0;
+#endif
+}
+
+GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
+                           const char *const *meta_keys, const char *const *meta_vals) {
+    static const char fn[] = "gdl_st_write";
+    static unsigned counter = 0;
+    gdl__sb h;
+    uint64_t off = 0, *sizes = NULL;
+    const char **names = NULL;
+    const char *dup;
+    char *tmp = NULL;
+    FILE *f = NULL;
+    int k, d, oom = 0;
+    unsigned char lenb[8];
+
+    memset(&h, 0, sizeof h);
+    if (!path || n < 0 || (n > 0 && !tensors) || n_meta < 0 || (n_meta > 0 && (!meta_keys || !meta_vals))) {
+        gdl__set_error("%s: %s: bad arguments (path, n=%d, tensors, n_meta=%d, meta arrays)", fn,
+                       path ? path : "(null)", n, n_meta);
+        return -1;
+    }
+    if (n > 0) {
+        sizes = (uint64_t *)GPUDL_MALLOC((size_t)n * sizeof *sizes);
+        names = (const char **)GPUDL_MALLOC((size_t)n * sizeof *names);
+        if (!sizes || !names) {
+            gdl__set_error("%s: %s: out of memory", fn, path);
+            goto fail;
+        }
+    }
+    /* validate everything before touching the file system */
+    for (k = 0; k < n; k++) {
+        const gdl_st_tensor *t = &tensors[k];
+        size_t es, nl;
+        if (!t->name) {
+            gdl__set_error("%s: %s: tensor %d has no name", fn, path, k);
+            goto fail;
+        }
+        nl = strlen(t->name);
+        if (nl >= GDL_ST_NAME_MAX || gdl__utf8_check((const unsigned char *)t->name, nl) != nl ||
+            strcmp(t->name, "__metadata__") == 0) {
+            gdl__set_error("%s: %s: tensor %d: name '%.60s' must be valid UTF-8, shorter than %d bytes and not "
+                           "__metadata__", fn, path, k, t->name, GDL_ST_NAME_MAX);
+            goto fail;
+        }
+        es = gdl_st_dtype_size(t->dtype);
+        if (!es) {
+            gdl__set_error("%s: %s: tensor '%s': unknown dtype \"%s\"", fn, path, t->name,
+                           t->dtype ? t->dtype : "(null)");
+            goto fail;
+        }
+        if (t->ndim < 0 || t->ndim > GDL_ST_MAX_DIMS || (t->ndim > 0 && !t->shape)) {
+            gdl__set_error("%s: %s: tensor '%s': ndim %d must be 0..%d (with a shape)", fn, path, t->name, t->ndim,
+                           GDL_ST_MAX_DIMS);
+            goto fail;
+        }
+        for (d = 0; d < t->ndim; d++)
+            if (t->shape[d] < 0) {
+                gdl__set_error("%s: %s: tensor '%s': shape[%d] = %lld is negative", fn, path, t->name, d,
+                               (long long)t->shape[d]);
+                goto fail;
+            }
+        if (gdl__st_nbytes(es, t->ndim, t->shape, &sizes[k]) < 0 || sizes[k] > UINT64_MAX - off) {
+            gdl__set_error("%s: %s: tensor '%s': byte size overflows", fn, path, t->name);
+            goto fail;
+        }
+        if (sizes[k] > 0 && !t->data) {
+            gdl__set_error("%s: %s: tensor '%s': data is NULL", fn, path, t->name);
+            goto fail;
+        }
+        off += sizes[k];
+        names[k] = t->name;
+    }
+    dup = gdl__find_dup(names, n, &oom);
+    if (dup || oom) {
+        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
+        else gdl__set_error("%s: %s: duplicate tensor name '%s'", fn, path, dup);
+        goto fail;
+    }
+    for (k = 0; k < n_meta; k++) {
+        const char *mk = meta_keys[k], *mv = meta_vals[k];
+        if (!mk || !mv || gdl__utf8_check((const unsigned char *)mk, strlen(mk)) != strlen(mk) ||
+            gdl__utf8_check((const unsigned char *)mv, strlen(mv)) != strlen(mv)) {
+            gdl__set_error("%s: %s: metadata %d: key and value must be non-NULL valid UTF-8", fn, path, k);
+            goto fail;
+        }
+    }
+    dup = gdl__find_dup(meta_keys, n_meta, &oom);
+    if (dup || oom) {
+        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
+        else gdl__set_error("%s: %s: duplicate metadata key '%s'", fn, path, dup);
+        goto fail;
+    }
+
+    /* the header */
+    gdl__sb_put(&h, "{", 1);
+    if (n_meta > 0) {
+        gdl__sb_puts(&h, "\"__metadata__\":{");
+        for (k = 0; k < n_meta; k++) {
+            if (k) gdl__sb_put(&h, ",", 1);
+            gdl__sb_json_str(&h, meta_keys[k]);
+            gdl__sb_put(&h, ":", 1);
+            gdl__sb_json_str(&h, meta_vals[k]);
+        }
+        gdl__sb_put(&h, "}", 1);
+    }
+    off = 0;
+    for (k = 0; k < n; k++) {
+        const gdl_st_tensor *t = &tensors[k];
+        if (k || n_meta > 0) gdl__sb_put(&h, ",", 1);
+        gdl__sb_json_str(&h, t->name);
+        gdl__sb_puts(&h, ":{\"dtype\":");
+        gdl__sb_json_str(&h, t->dtype);
+        gdl__sb_puts(&h, ",\"shape\":[");
+        for (d = 0; d < t->ndim; d++) {
+            if (d) gdl__sb_put(&h, ",", 1);
+            gdl__sb_u64(&h, (unsigned long long)t->shape[d]);
+        }
+        gdl__sb_puts(&h, "],\"data_offsets\":[");
+        gdl__sb_u64(&h, (unsigned long long)off);
+        gdl__sb_put(&h, ",", 1);
+        gdl__sb_u64(&h, (unsigned long long)(off + sizes[k]));
+        gdl__sb_puts(&h, "]}");
+        off += sizes[k];
+    }
+    gdl__sb_put(&h, "}", 1);
+    while (!h.oom && h.len % 8 != 0) gdl__sb_put(&h, " ", 1);
+    if (h.oom) {
+        gdl__set_error("%s: %s: out of memory building the header", fn, path);
+        goto fail;
+    }
+    if (h.len > GDL__ST_MAX_HEADER) {
+        gdl__set_error("%s: %s: header is %zu bytes, over the 100000000-byte limit readers accept", fn, path, h.len);
+        goto fail;
+    }
+    for (k = 0; k < 8; k++) lenb[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
+
+    /* write path.tmp.<pid>.<counter>, flush, fsync, rename over path */
+    tmp = (char *)GPUDL_MALLOC(strlen(path) + 64);
+    if (!tmp) {
+        gdl__set_error("%s: %s: out of memory", fn, path);
+        goto fail;
+    }
+#if defined(GDL__HAVE_POSIX)
+    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, (long)getpid(), ++counter);
+#else
+    snprintf(tmp, strlen(path) + 64, "%s.tmp.%u", path, ++counter);
+#endif
+    f = fopen(tmp, "wb");
+    if (!f) {
+        gdl__set_error("%s: %s: cannot create temporary file %s: %s", fn, path, tmp, gdl__strerr(errno));
+        GPUDL_FREE(tmp);
+        tmp = NULL; /* nothing to remove */
+        goto fail;
+    }
+    errno = 0;
+    if (fwrite(lenb, 1, 8, f) != 8 || fwrite(h.p, 1, h.len, f) != h.len) goto io_fail;
+    for (k = 0; k < n; k++) {
+        const unsigned char *src = (const unsigned char *)tensors[k].data;
+        size_t es = gdl_st_dtype_size(tensors[k].dtype), left = (size_t)sizes[k];
+        if (!left) continue;
+        if (es == 1 || gdl__host_is_le() || strcmp(tensors[k].dtype, "C64") == 0) {
+            if (fwrite(src, 1, left, f) != left) goto io_fail;
+            /* C64 on a big-endian host would need per-component swaps: written as is */
+        } else {
+            unsigned char chunk[4096];
+            while (left > 0) {
+                size_t m = left < sizeof chunk ? left : sizeof chunk;
+                memcpy(chunk, src, m);
+                gdl__bswap(chunk, es, m / es);
+                if (fwrite(chunk, 1, m, f) != m) goto io_fail;
+                src += m;
+                left -= m;
+            }
+        }
+    }
+    if (fflush(f) != 0 || gdl__fsync_file(f) != 0) goto io_fail;
+    {
+        FILE *g = f;
+        f = NULL;
+        if (fclose(g) != 0) goto io_fail;
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+#ifdef _WIN32
+        /* rename() does not replace an existing file on Windows: not atomic there */
+        if (remove(path) == 0 && rename(tmp, path) == 0) goto done;
+        e = errno;
+#endif
+        gdl__set_error("%s: %s: cannot rename %s over it: %s", fn, path, tmp, gdl__strerr(e));
+        goto fail;
+    }
+#ifdef _WIN32
+done:
+#endif
+    GPUDL_FREE(tmp);
+    GPUDL_FREE(h.p);
+    GPUDL_FREE(sizes);
+    GPUDL_FREE(names);
+    return 0;
+io_fail:
+    gdl__set_error("%s: %s: writing temporary file %s failed: %s", fn, path, tmp, gdl__strerr(errno));
+fail:
+    if (f) fclose(f);
+    if (tmp) {
+        remove(tmp);
+        GPUDL_FREE(tmp);
+    }
+    GPUDL_FREE(h.p);
+    GPUDL_FREE(sizes);
+    GPUDL_FREE(names);
+    return -1;
 }
 
 #endif /* GPUDL_IMPLEMENTATION_DONE */

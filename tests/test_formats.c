@@ -43,20 +43,8 @@ static void *test_realloc(void *p, size_t sz) {
 #define GPUDL_REALLOC(p, sz) test_realloc(p, sz)
 #define GPUDL_FREE(p) free(p)
 
-#ifndef GPUDL_H
-/* stand-ins for what gpudl.h provides, until this test includes gpudl.h */
-#define GPUDL_API
-static char gdl__err_buf[1024];
-static void gdl__set_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(gdl__err_buf, sizeof gdl__err_buf, fmt, ap);
-    va_end(ap);
-}
-static const char *gdl_last_error(void) { return gdl__err_buf; }
-#include "../parts/formats_api.h"
-#include "../parts/formats_impl.h"
-#endif
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
 
 HARNESS_MAIN_DEFS();
 

@@ -1,0 +1,285 @@
+/* bench/gemm.c — speed of gpudl's built-in CPU GEMM (gdl_gemm_cpu) against
+   OpenBLAS cblas_sgemm, single-threaded and with all threads.
+
+   Build and run (from the repository root):
+
+       cc -O3 -march=native -fopenmp -DGPUDL_BENCH_OPENBLAS bench/gemm.c \
+          -lopenblas -lm -o build/bench_gemm
+       ./build/bench_gemm
+
+   Without -DGPUDL_BENCH_OPENBLAS (and -lopenblas) only the built-in kernel
+   is timed, and it is checked against a double-precision reference on a
+   sample of elements instead of against OpenBLAS.
+   Define GEMM_BENCH_NO_IMPL to link gdl_gemm_cpu from another object instead
+   of compiling gpudl's implementation into this file.
+
+   Shapes: square n x n x n for n = 128 ... 2048, and every GEMM of one
+   training step of a 784-128-10 MLP at batch 64 (y = x·Wᵀ forward, dW = gyᵀ·x
+   and dx = gy·W backward). Row-major; C = A·B with alpha = 1, beta = 0.
+
+   Timing: one warm-up call, then the number of calls that lasts >= 50 ms is
+   found; the median of 5 such repeats (monotonic clock) is reported as
+   GFLOP/s = 2·M·N·K / time. Inputs are uniform random in [-1, 1).
+   "err" is max|C - C_ref| / max|C_ref|, C_ref from OpenBLAS (or double).
+   The last line says whether the target "built-in single-threaded at
+   n = 1024 >= 0.5x OpenBLAS single-threaded" is met. */
+#if defined(__linux__) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c99 */
+#endif
+#ifndef GEMM_BENCH_NO_IMPL
+#define GPUDL_IMPLEMENTATION
+#endif
+#include "../gpudl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#ifdef GPUDL_BENCH_OPENBLAS
+#include <cblas.h>
+void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
+#endif
+
+typedef struct shape {
+    const char *name;
+    int transA, transB, M, N, K;
+} shape;
+
+static const shape shapes[] = {
+    {"square 128", 0, 0, 128, 128, 128},
+    {"square 256", 0, 0, 256, 256, 256},
+    {"square 512", 0, 0, 512, 512, 512},
+    {"square 1024", 0, 0, 1024, 1024, 1024},
+    {"square 2048", 0, 0, 2048, 2048, 2048},
+    /* 784-128-10 MLP, batch 64: Linear W is [out, in], y = x·Wᵀ */
+    {"fc1 fwd  y=x.W1^T", 0, 1, 64, 128, 784},
+    {"fc2 fwd  y=h.W2^T", 0, 1, 64, 10, 128},
+    {"fc2 bwd dW2=gy^T.h", 1, 0, 10, 128, 64},
+    {"fc2 bwd  dh=gy.W2", 0, 0, 64, 128, 10},
+    {"fc1 bwd dW1=gy^T.x", 1, 0, 128, 784, 64},
+    {"fc1 bwd  dx=gy.W1", 0, 0, 64, 784, 128},
+};
+#define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float rand_uniform(void) { /* xorshift64*, [-1, 1) */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (float)((rng_state * 0x2545F4914F6CDD1Dull) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+#ifndef GPUDL_BENCH_OPENBLAS
+static int rand_index(int n) { return (int)((rand_uniform() + 1.0f) * 0.5f * (float)n) % n; }
+#endif
+
+typedef struct problem {
+    const shape *s;
+    gdl_real *A, *B, *C;
+    int lda, ldb, ldc;
+#ifdef GPUDL_BENCH_OPENBLAS
+    float *Af, *Bf, *Cf; /* OpenBLAS is single precision even in a GPUDL_DOUBLE build */
+#endif
+} problem;
+
+static void run_builtin(const problem *p) {
+    const shape *s = p->s;
+    gdl_gemm_cpu(s->transA, s->transB, s->M, s->N, s->K, 1, p->A, p->lda, p->B, p->ldb, 0, p->C, p->ldc);
+}
+
+#ifdef GPUDL_BENCH_OPENBLAS
+static void run_openblas(const problem *p) {
+    const shape *s = p->s;
+    cblas_sgemm(CblasRowMajor, s->transA ? CblasTrans : CblasNoTrans, s->transB ? CblasTrans : CblasNoTrans, s->M,
+                s->N, s->K, 1.0f, p->Af, p->lda, p->Bf, p->ldb, 0.0f, p->Cf, p->ldc);
+}
+#endif
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median seconds per call over 5 repeats of >= 50 ms each. */
+static double time_per_call(void (*fn)(const problem *), const problem *p) {
+    double t[5], t0, dt;
+    long iters = 1, i;
+    int r;
+    fn(p); /* warm-up: first-touch, packing buffers, thread start */
+    for (;;) {  /* find a call count that lasts >= 50 ms */
+        t0 = now_s();
+        for (i = 0; i < iters; i++) fn(p);
+        dt = now_s() - t0;
+        if (dt >= 0.05) break;
+        iters = dt < 0.005 ? iters * 10 : (long)(iters * 0.06 / dt) + 1;
+    }
+    for (r = 0; r < 5; r++) {
+        t0 = now_s();
+        for (i = 0; i < iters; i++) fn(p);
+        t[r] = (now_s() - t0) / (double)iters;
+    }
+    qsort(t, 5, sizeof t[0], cmp_double);
+    return t[2];
+}
+
+static void set_threads(int n) {
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+#ifdef GPUDL_BENCH_OPENBLAS
+    openblas_set_num_threads(n);
+#endif
+    (void)n;
+}
+
+/* max|C - ref| / max|ref| */
+static double check(const problem *p) {
+    const shape *s = p->s;
+    double maxdiff = 0, maxref = 0;
+    int i, j;
+#ifdef GPUDL_BENCH_OPENBLAS
+    run_builtin(p);
+    run_openblas(p);
+    for (i = 0; i < s->M; i++)
+        for (j = 0; j < s->N; j++) {
+            double c = p->C[(size_t)i * p->ldc + j], ref = p->Cf[(size_t)i * p->ldc + j];
+            if (fabs(c - ref) > maxdiff || c != c) maxdiff = c != c ? INFINITY : fabs(c - ref);
+            if (fabs(ref) > maxref) maxref = fabs(ref);
+        }
+#else
+    /* a double-precision reference on <= 4096 sampled elements */
+    int n;
+    run_builtin(p);
+    for (n = 0; n < 4096 && n < s->M * s->N; n++) {
+        double ref = 0, c;
+        int k;
+        i = s->M * s->N <= 4096 ? n / s->N : rand_index(s->M);
+        j = s->M * s->N <= 4096 ? n % s->N : rand_index(s->N);
+        for (k = 0; k < s->K; k++) {
+            double a = s->transA ? p->A[(size_t)k * p->lda + i] : p->A[(size_t)i * p->lda + k];
+            double b = s->transB ? p->B[(size_t)j * p->ldb + k] : p->B[(size_t)k * p->ldb + j];
+            ref += a * b;
+        }
+        c = p->C[(size_t)i * p->ldc + j];
+        if (fabs(c - ref) > maxdiff || c != c) maxdiff = c != c ? INFINITY : fabs(c - ref);
+        if (fabs(ref) > maxref) maxref = fabs(ref);
+    }
+#endif
+    return maxref > 0 ? maxdiff / maxref : maxdiff;
+}
+
+int main(void) {
+    int nthreads = 1, si, target_known = 0, target_met = 0;
+    double target_ratio = 0;
+#ifdef _OPENMP
+    nthreads = omp_get_max_threads();
+#endif
+    printf("gpudl GEMM benchmark: gdl_gemm_cpu (%s, %s)", sizeof(gdl_real) == 4 ? "float" : "double",
+#if defined(__AVX512F__)
+           "compiled with AVX-512"
+#elif defined(__AVX2__) && defined(__FMA__)
+           "compiled with AVX2+FMA"
+#else
+           "no AVX2"
+#endif
+    );
+#ifdef GPUDL_BENCH_OPENBLAS
+    printf(" vs OpenBLAS cblas_sgemm (core %s)", openblas_get_corename());
+#endif
+    printf("\nthreads: 1 and %d (all); GFLOP/s, median of 5 repeats of >= 50 ms; ratio = built-in / OpenBLAS\n\n",
+           nthreads);
+#ifdef GPUDL_BENCH_OPENBLAS
+    printf("%-20s %2s %4s %4s %4s | %8s %8s %5s | %8s %8s %5s | %8s\n", "shape", "op", "M", "N", "K", "ours 1T",
+           "oblas 1T", "ratio", "ours", "oblas", "ratio", "err");
+#else
+    printf("%-20s %2s %4s %4s %4s | %8s | %8s | %8s\n", "shape", "op", "M", "N", "K", "ours 1T", "ours", "err");
+#endif
+    for (si = 0; si < NSHAPES; si++) {
+        const shape *s = &shapes[si];
+        problem p;
+        size_t na, nb, nc, i;
+        double flop = 2.0 * s->M * s->N * s->K, err, t_b1, t_bn;
+        memset(&p, 0, sizeof p);
+        p.s = s;
+        p.lda = s->transA ? s->M : s->K;
+        p.ldb = s->transB ? s->K : s->N;
+        p.ldc = s->N;
+        na = (size_t)s->M * s->K;
+        nb = (size_t)s->K * s->N;
+        nc = (size_t)s->M * s->N;
+        p.A = (gdl_real *)malloc(na * sizeof(gdl_real));
+        p.B = (gdl_real *)malloc(nb * sizeof(gdl_real));
+        p.C = (gdl_real *)malloc(nc * sizeof(gdl_real));
+        if (!p.A || !p.B || !p.C) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+        }
+        for (i = 0; i < na; i++) p.A[i] = rand_uniform();
+        for (i = 0; i < nb; i++) p.B[i] = rand_uniform();
+        for (i = 0; i < nc; i++) p.C[i] = rand_uniform();
+#ifdef GPUDL_BENCH_OPENBLAS
+        p.Af = (float *)malloc(na * sizeof(float));
+        p.Bf = (float *)malloc(nb * sizeof(float));
+        p.Cf = (float *)malloc(nc * sizeof(float));
+        if (!p.Af || !p.Bf || !p.Cf) {
+            fprintf(stderr, "out of memory\n");
+            return 1;
+        }
+        for (i = 0; i < na; i++) p.Af[i] = (float)p.A[i];
+        for (i = 0; i < nb; i++) p.Bf[i] = (float)p.B[i];
+        for (i = 0; i < nc; i++) p.Cf[i] = (float)p.C[i];
+#endif
+        set_threads(nthreads);
+        err = check(&p);
+
+        set_threads(1);
+        t_b1 = time_per_call(run_builtin, &p);
+#ifdef GPUDL_BENCH_OPENBLAS
+        {
+            double t_o1 = time_per_call(run_openblas, &p), t_on;
+            set_threads(nthreads);
+            t_bn = time_per_call(run_builtin, &p);
+            t_on = time_per_call(run_openblas, &p);
+            printf("%-20s %c%c %4d %4d %4d | %8.1f %8.1f %5.2f | %8.1f %8.1f %5.2f | %8.1e\n", s->name,
+                   s->transA ? 'T' : 'N', s->transB ? 'T' : 'N', s->M, s->N, s->K, flop / t_b1 * 1e-9,
+                   flop / t_o1 * 1e-9, t_o1 / t_b1, flop / t_bn * 1e-9, flop / t_on * 1e-9, t_on / t_bn, err);
+            if (s->M == 1024 && s->N == 1024 && s->K == 1024) {
+                target_known = 1;
+                target_ratio = t_o1 / t_b1;
+                target_met = target_ratio >= 0.5;
+            }
+            free(p.Af);
+            free(p.Bf);
+            free(p.Cf);
+        }
+#else
+        set_threads(nthreads);
+        t_bn = time_per_call(run_builtin, &p);
+        printf("%-20s %c%c %4d %4d %4d | %8.1f | %8.1f | %8.1e\n", s->name, s->transA ? 'T' : 'N',
+               s->transB ? 'T' : 'N', s->M, s->N, s->K, flop / t_b1 * 1e-9, flop / t_bn * 1e-9, err);
+#endif
+        fflush(stdout);
+        free(p.A);
+        free(p.B);
+        free(p.C);
+    }
+    printf("\n");
+    if (target_known)
+        printf("target: built-in single-threaded at n=1024 >= 0.5x OpenBLAS single-threaded: %s (%.2fx)\n",
+               target_met ? "MET" : "NOT MET", target_ratio);
+    else
+        printf("target: built-in single-threaded at n=1024 >= 0.5x OpenBLAS single-threaded: unknown "
+               "(build with -DGPUDL_BENCH_OPENBLAS -lopenblas)\n");
+    return 0;
+}

@@ -1,0 +1,208 @@
+/* op_cases.h — the table of op test cases, shared by the gradient check
+   (tests/test_gradcheck.c, double precision) and the CPU/GPU parity test
+   (tests/test_cuda.c). One row per op configuration; each row names the
+   gdl_op its output must come from, and every op in the op table must have a
+   row (test_every_op_has_a_case). Inputs: random, seeded, odd sizes. */
+#ifndef GPUDL_OP_CASES_H
+#define GPUDL_OP_CASES_H
+
+/* kinds of input */
+enum { IN_RANDN, IN_POS, IN_TARGET, IN_TARGET_IGNORE, IN_CONST, IN_CONST_POS };
+
+typedef struct gc_input {
+    int ndim;
+    int64_t shape[5];
+    int kind;
+    int range; /* targets: number of classes */
+} gc_input;
+
+typedef gdl_tensor *(*gc_forward)(gdl_tensor **in);
+
+typedef struct gc_case {
+    const char *name;
+    int op; /* the gdl_op that must make the output */
+    gc_forward forward;
+    int nin;
+    gc_input in[5];
+} gc_case;
+
+/* ---- forwards ---- */
+static gdl_tensor *f_reshape(gdl_tensor **x) { int64_t s[2] = {4, -1}; return gdl_reshape(x[0], 2, s); }
+static gdl_tensor *f_flatten(gdl_tensor **x) { return gdl_flatten(x[0], 1); }
+static gdl_tensor *f_slice(gdl_tensor **x) { return gdl_slice(x[0], 1, 4); }
+static gdl_tensor *f_add(gdl_tensor **x) { return gdl_add(x[0], x[1]); }
+static gdl_tensor *f_sub(gdl_tensor **x) { return gdl_sub(x[0], x[1]); }
+static gdl_tensor *f_mul(gdl_tensor **x) { return gdl_mul(x[0], x[1]); }
+static gdl_tensor *f_div(gdl_tensor **x) { return gdl_div(x[0], x[1]); }
+static gdl_tensor *f_add_scalar(gdl_tensor **x) { return gdl_add_scalar(x[0], 0.7); }
+static gdl_tensor *f_mul_scalar(gdl_tensor **x) { return gdl_mul_scalar(x[0], -1.3); }
+static gdl_tensor *f_pow(gdl_tensor **x) { return gdl_pow_scalar(x[0], 2.5); }
+static gdl_tensor *f_exp(gdl_tensor **x) { return gdl_exp(x[0]); }
+static gdl_tensor *f_log(gdl_tensor **x) { return gdl_log(x[0]); }
+static gdl_tensor *f_relu(gdl_tensor **x) { return gdl_relu(x[0]); }
+static gdl_tensor *f_leaky(gdl_tensor **x) { return gdl_leaky_relu(x[0], 0.1); }
+static gdl_tensor *f_sigmoid(gdl_tensor **x) { return gdl_sigmoid(x[0]); }
+static gdl_tensor *f_tanh(gdl_tensor **x) { return gdl_tanh(x[0]); }
+static gdl_tensor *f_gelu(gdl_tensor **x) { return gdl_gelu(x[0], 0); }
+static gdl_tensor *f_gelu_tanh(gdl_tensor **x) { return gdl_gelu(x[0], 1); }
+static gdl_tensor *f_matmul(gdl_tensor **x) { return gdl_matmul(x[0], x[1]); }
+static gdl_tensor *f_linear(gdl_tensor **x) { return gdl_linear(x[0], x[1], x[2]); }
+static gdl_tensor *f_linear_nb(gdl_tensor **x) { return gdl_linear(x[0], x[1], NULL); }
+static gdl_tensor *f_sum(gdl_tensor **x) { return gdl_sum(x[0]); }
+static gdl_tensor *f_mean(gdl_tensor **x) { return gdl_mean(x[0]); }
+static gdl_tensor *f_sum_dim1k(gdl_tensor **x) { return gdl_sum_dim(x[0], 1, 1); }
+static gdl_tensor *f_mean_dimm1(gdl_tensor **x) { return gdl_mean_dim(x[0], -1, 0); }
+static gdl_tensor *f_max_dim1(gdl_tensor **x) { return gdl_max_dim(x[0], 1, 0); }
+static gdl_tensor *f_max_dim0k(gdl_tensor **x) { return gdl_max_dim(x[0], 0, 1); }
+static gdl_tensor *f_softmax1(gdl_tensor **x) { return gdl_softmax(x[0], 1); }
+static gdl_tensor *f_softmax0(gdl_tensor **x) { return gdl_softmax(x[0], 0); }
+static gdl_tensor *f_log_softmaxm1(gdl_tensor **x) { return gdl_log_softmax(x[0], -1); }
+static gdl_tensor *f_log_softmax1(gdl_tensor **x) { return gdl_log_softmax(x[0], 1); }
+static gdl_tensor *f_conv_s1p1(gdl_tensor **x) { return gdl_conv2d(x[0], x[1], x[2], 1, 1, 1, 1); }
+static gdl_tensor *f_conv_s2d2(gdl_tensor **x) { return gdl_conv2d(x[0], x[1], x[2], 2, 0, 2, 1); }
+static gdl_tensor *f_conv_g3(gdl_tensor **x) { return gdl_conv2d(x[0], x[1], x[2], 1, 1, 1, 3); }
+static gdl_tensor *f_conv_1x1(gdl_tensor **x) { return gdl_conv2d(x[0], x[1], NULL, 1, 0, 1, 1); }
+static gdl_tensor *f_conv_ex(gdl_tensor **x) {
+    int s[2] = {2, 1}, p[2] = {1, 0}, d[2] = {1, 2};
+    return gdl_conv2d_ex(x[0], x[1], x[2], s, p, d, 1);
+}
+static gdl_tensor *f_maxpool2(gdl_tensor **x) { return gdl_max_pool2d(x[0], 2, 0, 0); }
+static gdl_tensor *f_maxpool3s2p1(gdl_tensor **x) { return gdl_max_pool2d(x[0], 3, 2, 1); }
+static gdl_tensor *f_avgpool2(gdl_tensor **x) { return gdl_avg_pool2d(x[0], 2, 0, 0); }
+static gdl_tensor *f_avgpool3s2p1(gdl_tensor **x) { return gdl_avg_pool2d(x[0], 3, 2, 1); }
+static gdl_tensor *f_gap(gdl_tensor **x) { return gdl_global_avg_pool2d(x[0]); }
+static gdl_tensor *f_concat0(gdl_tensor **x) { return gdl_concat(3, x, 0); }
+static gdl_tensor *f_concat1(gdl_tensor **x) { return gdl_concat(2, x, 1); }
+static gdl_tensor *f_dropout(gdl_tensor **x) { return gdl_dropout(x[0], 0.3, 1); }
+static gdl_tensor *f_bn_train(gdl_tensor **x) { return gdl_batch_norm(x[0], x[3], x[4], x[1], x[2], 1, 0.1, 1e-5); }
+static gdl_tensor *f_bn_eval(gdl_tensor **x) { return gdl_batch_norm(x[0], x[3], x[4], x[1], x[2], 0, 0.1, 1e-5); }
+static gdl_tensor *f_bn_plain(gdl_tensor **x) { return gdl_batch_norm(x[0], NULL, NULL, NULL, NULL, 1, 0.1, 1e-5); }
+static gdl_tensor *f_ln(gdl_tensor **x) { return gdl_layer_norm(x[0], x[1], x[2], 1e-5); }
+static gdl_tensor *f_ln_plain(gdl_tensor **x) { return gdl_layer_norm(x[0], NULL, NULL, 1e-5); }
+static gdl_tensor *f_embedding(gdl_tensor **x) { return gdl_embedding(x[0], x[1]); }
+static gdl_tensor *f_ce(gdl_tensor **x) { return gdl_cross_entropy(x[0], x[1]); }
+static gdl_tensor *f_ce_smooth_sum(gdl_tensor **x) {
+    gdl_ce_opts o = gdl_ce_defaults();
+    o.label_smoothing = 0.1;
+    o.reduction = GDL_REDUCE_SUM;
+    return gdl_cross_entropy_ex(x[0], x[1], &o);
+}
+static gdl_tensor *f_ce_none(gdl_tensor **x) {
+    gdl_ce_opts o = gdl_ce_defaults();
+    o.reduction = GDL_REDUCE_NONE;
+    o.label_smoothing = 0.2;
+    return gdl_cross_entropy_ex(x[0], x[1], &o);
+}
+static gdl_tensor *f_nll(gdl_tensor **x) { return gdl_nll_loss(x[0], x[1], GDL_REDUCE_MEAN, -100); }
+static gdl_tensor *f_nll_sum(gdl_tensor **x) { return gdl_nll_loss(x[0], x[1], GDL_REDUCE_SUM, -100); }
+static gdl_tensor *f_mse_none(gdl_tensor **x) { return gdl_mse_loss(x[0], x[1], GDL_REDUCE_NONE); }
+static gdl_tensor *f_mse_mean(gdl_tensor **x) { return gdl_mse_loss(x[0], x[1], GDL_REDUCE_MEAN); }
+static gdl_tensor *f_bce_none(gdl_tensor **x) { return gdl_bce_with_logits(x[0], x[1], GDL_REDUCE_NONE); }
+static gdl_tensor *f_bce_sum(gdl_tensor **x) { return gdl_bce_with_logits(x[0], x[1], GDL_REDUCE_SUM); }
+/* a small net: every op's gradient flows through others */
+static gdl_tensor *f_mlp(gdl_tensor **x) {
+    return gdl_cross_entropy(gdl_linear(gdl_relu(gdl_linear(x[0], x[1], x[2])), x[3], NULL), x[4]);
+}
+
+#define R1(a) 1, {a}
+#define R2(a, b) 2, {a, b}
+#define R3(a, b, c) 3, {a, b, c}
+#define R4(a, b, c, d) 4, {a, b, c, d}
+
+static const gc_case cases[] = {
+    {"reshape", GDL_OP_RESHAPE, f_reshape, 1, {{R2(3, 4), IN_RANDN, 0}}},
+    {"flatten", GDL_OP_RESHAPE, f_flatten, 1, {{R3(2, 3, 5), IN_RANDN, 0}}},
+    {"slice", GDL_OP_SLICE, f_slice, 1, {{R2(5, 3), IN_RANDN, 0}}},
+    {"add_broadcast", GDL_OP_ADD, f_add, 2, {{R3(3, 1, 5), IN_RANDN, 0}, {R2(4, 5), IN_RANDN, 0}}},
+    {"add_same_17", GDL_OP_ADD, f_add, 2, {{R1(17), IN_RANDN, 0}, {R1(17), IN_RANDN, 0}}},
+    {"sub_broadcast", GDL_OP_SUB, f_sub, 2, {{R2(2, 3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
+    {"mul_outer", GDL_OP_MUL, f_mul, 2, {{R2(4, 1), IN_RANDN, 0}, {R2(1, 5), IN_RANDN, 0}}},
+    {"mul_scalar_tensor", GDL_OP_MUL, f_mul, 2, {{R2(3, 3), IN_RANDN, 0}, {R1(1), IN_RANDN, 0}}},
+    {"div_broadcast", GDL_OP_DIV, f_div, 2, {{R2(3, 4), IN_RANDN, 0}, {R1(4), IN_POS, 0}}},
+    {"add_scalar", GDL_OP_ADD_SCALAR, f_add_scalar, 1, {{R1(33), IN_RANDN, 0}}},
+    {"mul_scalar", GDL_OP_MUL_SCALAR, f_mul_scalar, 1, {{R1(3), IN_RANDN, 0}}},
+    {"pow_scalar", GDL_OP_POW_SCALAR, f_pow, 1, {{R1(17), IN_POS, 0}}},
+    {"exp", GDL_OP_EXP, f_exp, 1, {{R2(3, 5), IN_RANDN, 0}}},
+    {"log", GDL_OP_LOG, f_log, 1, {{R1(17), IN_POS, 0}}},
+    {"relu", GDL_OP_RELU, f_relu, 1, {{R1(33), IN_RANDN, 0}}},
+    {"leaky_relu", GDL_OP_LEAKY_RELU, f_leaky, 1, {{R1(33), IN_RANDN, 0}}},
+    {"sigmoid", GDL_OP_SIGMOID, f_sigmoid, 1, {{R1(17), IN_RANDN, 0}}},
+    {"tanh", GDL_OP_TANH, f_tanh, 1, {{R1(17), IN_RANDN, 0}}},
+    {"gelu", GDL_OP_GELU, f_gelu, 1, {{R1(17), IN_RANDN, 0}}},
+    {"gelu_tanh", GDL_OP_GELU_TANH, f_gelu_tanh, 1, {{R1(17), IN_RANDN, 0}}},
+    {"matmul_2d", GDL_OP_MATMUL, f_matmul, 2, {{R2(3, 4), IN_RANDN, 0}, {R2(4, 5), IN_RANDN, 0}}},
+    {"matmul_1x17x3", GDL_OP_MATMUL, f_matmul, 2, {{R2(1, 17), IN_RANDN, 0}, {R2(17, 3), IN_RANDN, 0}}},
+    {"matmul_batched", GDL_OP_MATMUL, f_matmul, 2, {{R3(2, 3, 4), IN_RANDN, 0}, {R3(2, 4, 5), IN_RANDN, 0}}},
+    {"matmul_3d_2d", GDL_OP_MATMUL, f_matmul, 2, {{R3(2, 3, 4), IN_RANDN, 0}, {R2(4, 5), IN_RANDN, 0}}},
+    {"matmul_2d_3d", GDL_OP_MATMUL, f_matmul, 2, {{R2(3, 4), IN_RANDN, 0}, {R3(2, 4, 5), IN_RANDN, 0}}},
+    {"linear", GDL_OP_LINEAR, f_linear, 3, {{R2(5, 7), IN_RANDN, 0}, {R2(3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
+    {"linear_3d_input", GDL_OP_LINEAR, f_linear, 3, {{R3(2, 3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
+    {"linear_no_bias", GDL_OP_LINEAR, f_linear_nb, 2, {{R2(1, 17), IN_RANDN, 0}, {R2(3, 17), IN_RANDN, 0}}},
+    {"sum", GDL_OP_SUM, f_sum, 1, {{R2(3, 4), IN_RANDN, 0}}},
+    {"sum_dim_keepdim", GDL_OP_SUM, f_sum_dim1k, 1, {{R3(3, 4, 5), IN_RANDN, 0}}},
+    {"mean", GDL_OP_MEAN, f_mean, 1, {{R1(17), IN_RANDN, 0}}},
+    {"mean_dim_last", GDL_OP_MEAN, f_mean_dimm1, 1, {{R3(2, 3, 5), IN_RANDN, 0}}},
+    {"max_dim", GDL_OP_MAX, f_max_dim1, 1, {{R3(2, 5, 3), IN_RANDN, 0}}},
+    {"max_dim0_keepdim", GDL_OP_MAX, f_max_dim0k, 1, {{R2(17, 3), IN_RANDN, 0}}},
+    {"softmax_dim1", GDL_OP_SOFTMAX, f_softmax1, 1, {{R2(3, 5), IN_RANDN, 0}}},
+    {"softmax_dim0", GDL_OP_SOFTMAX, f_softmax0, 1, {{R3(4, 2, 3), IN_RANDN, 0}}},
+    {"log_softmax_last", GDL_OP_LOG_SOFTMAX, f_log_softmaxm1, 1, {{R3(2, 3, 4), IN_RANDN, 0}}},
+    {"log_softmax_mid", GDL_OP_LOG_SOFTMAX, f_log_softmax1, 1, {{R3(2, 3, 4), IN_RANDN, 0}}},
+    {"conv2d_s1p1", GDL_OP_CONV2D, f_conv_s1p1, 3, {{R4(2, 3, 7, 6), IN_RANDN, 0}, {R4(4, 3, 3, 3), IN_RANDN, 0}, {R1(4), IN_RANDN, 0}}},
+    {"conv2d_s2_dil2", GDL_OP_CONV2D, f_conv_s2d2, 3, {{R4(1, 2, 9, 8), IN_RANDN, 0}, {R4(3, 2, 3, 2), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
+    {"conv2d_groups3", GDL_OP_CONV2D, f_conv_g3, 3, {{R4(2, 3, 5, 5), IN_RANDN, 0}, {R4(6, 1, 3, 3), IN_RANDN, 0}, {R1(6), IN_RANDN, 0}}},
+    {"conv2d_1x1", GDL_OP_CONV2D, f_conv_1x1, 2, {{R4(2, 3, 4, 3), IN_RANDN, 0}, {R4(5, 3, 1, 1), IN_RANDN, 0}}},
+    {"conv2d_ex", GDL_OP_CONV2D, f_conv_ex, 3, {{R4(1, 2, 7, 7), IN_RANDN, 0}, {R4(3, 2, 3, 3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
+    {"max_pool2d_k2", GDL_OP_MAX_POOL2D, f_maxpool2, 1, {{R4(2, 3, 6, 7), IN_RANDN, 0}}},
+    {"max_pool2d_k3s2p1", GDL_OP_MAX_POOL2D, f_maxpool3s2p1, 1, {{R4(1, 2, 7, 5), IN_RANDN, 0}}},
+    {"avg_pool2d_k2", GDL_OP_AVG_POOL2D, f_avgpool2, 1, {{R4(2, 3, 6, 7), IN_RANDN, 0}}},
+    {"avg_pool2d_k3s2p1", GDL_OP_AVG_POOL2D, f_avgpool3s2p1, 1, {{R4(1, 2, 7, 5), IN_RANDN, 0}}},
+    {"global_avg_pool2d", GDL_OP_GLOBAL_AVG_POOL2D, f_gap, 1, {{R4(2, 3, 4, 5), IN_RANDN, 0}}},
+    {"concat_dim0", GDL_OP_CONCAT, f_concat0, 3, {{R2(2, 3), IN_RANDN, 0}, {R2(1, 3), IN_RANDN, 0}, {R2(3, 3), IN_RANDN, 0}}},
+    {"concat_dim1", GDL_OP_CONCAT, f_concat1, 2, {{R3(2, 3, 2), IN_RANDN, 0}, {R3(2, 1, 2), IN_RANDN, 0}}},
+    {"dropout", GDL_OP_DROPOUT, f_dropout, 1, {{R1(33), IN_RANDN, 0}}},
+    {"batch_norm_2d_train", GDL_OP_BATCH_NORM, f_bn_train, 5,
+     {{R4(3, 2, 3, 3), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
+    {"batch_norm_1d_train", GDL_OP_BATCH_NORM, f_bn_train, 5,
+     {{R2(5, 3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
+    {"batch_norm_eval", GDL_OP_BATCH_NORM, f_bn_eval, 5,
+     {{R3(3, 2, 4), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
+    {"batch_norm_no_affine", GDL_OP_BATCH_NORM, f_bn_plain, 1, {{R3(4, 3, 2), IN_RANDN, 0}}},
+    {"layer_norm", GDL_OP_LAYER_NORM, f_ln, 3, {{R2(3, 5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
+    {"layer_norm_no_affine", GDL_OP_LAYER_NORM, f_ln_plain, 1, {{R3(2, 2, 17), IN_RANDN, 0}}},
+    {"embedding", GDL_OP_EMBEDDING, f_embedding, 2, {{R2(2, 3), IN_TARGET, 7}, {R2(7, 4), IN_RANDN, 0}}},
+    {"cross_entropy", GDL_OP_CROSS_ENTROPY, f_ce, 2, {{R2(4, 5), IN_RANDN, 0}, {R1(4), IN_TARGET, 5}}},
+    {"cross_entropy_ignore", GDL_OP_CROSS_ENTROPY, f_ce, 2, {{R2(5, 3), IN_RANDN, 0}, {R1(5), IN_TARGET_IGNORE, 3}}},
+    {"cross_entropy_smooth_sum", GDL_OP_CROSS_ENTROPY, f_ce_smooth_sum, 2, {{R2(3, 17), IN_RANDN, 0}, {R1(3), IN_TARGET, 17}}},
+    {"cross_entropy_none", GDL_OP_CROSS_ENTROPY, f_ce_none, 2, {{R2(5, 3), IN_RANDN, 0}, {R1(5), IN_TARGET_IGNORE, 3}}},
+    {"nll_loss", GDL_OP_NLL_LOSS, f_nll, 2, {{R2(4, 5), IN_RANDN, 0}, {R1(4), IN_TARGET_IGNORE, 5}}},
+    {"nll_loss_sum", GDL_OP_NLL_LOSS, f_nll_sum, 2, {{R2(1, 3), IN_RANDN, 0}, {R1(1), IN_TARGET, 3}}},
+    {"mse_none", GDL_OP_MSE, f_mse_none, 2, {{R2(3, 5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
+    {"mse_mean", GDL_OP_MEAN, f_mse_mean, 2, {{R1(17), IN_RANDN, 0}, {R1(17), IN_RANDN, 0}}},
+    {"bce_with_logits_none", GDL_OP_BCE_WITH_LOGITS, f_bce_none, 2, {{R2(3, 5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
+    {"bce_with_logits_sum", GDL_OP_SUM, f_bce_sum, 2, {{R1(17), IN_RANDN, 0}, {R1(17), IN_RANDN, 0}}},
+    {"mlp_chain", GDL_OP_CROSS_ENTROPY, f_mlp, 5,
+     {{R2(3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}, {R1(3), IN_TARGET, 3}}},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* Makes input d of a case on the CPU (seeded by the caller). */
+static gdl_tensor *make_input(const gc_input *d) {
+    gdl_tensor *t;
+    int64_t i;
+    if (d->kind == IN_TARGET || d->kind == IN_TARGET_IGNORE) {
+        int32_t v[64];
+        for (i = 0; i < d->shape[0] * (d->ndim > 1 ? d->shape[1] : 1); i++)
+            v[i] = (int32_t)(gdl_rng_next_u64() % (uint64_t)d->range);
+        if (d->kind == IN_TARGET_IGNORE) v[1] = -100;
+        return gdl_from_array(v, d->ndim, d->shape, GDL_I32, gdl_cpu());
+    }
+    t = gdl_randn(d->ndim, d->shape, gdl_cpu());
+    if (t && (d->kind == IN_POS || d->kind == IN_CONST_POS))
+        for (i = 0; i < t->numel; i++) ((gdl_real *)t->data)[i] = (gdl_real)(0.5 + fabs((double)((gdl_real *)t->data)[i]));
+    if (t && (d->kind == IN_RANDN || d->kind == IN_POS)) gdl_set_requires_grad(t, 1);
+    return t;
+}
+
+
+#endif
