@@ -97,7 +97,6 @@ struct gdl__cu_state {
     std::mutex mu; /* guards everything below */
     std::unordered_map<void *, gdl__cu_block> live;      /* handed out: pointer -> block */
     std::multimap<size_t, void *> cache[GDL__CU_MAX_DEVICES]; /* freed blocks by size */
-    size_t reserved_dev[GDL__CU_MAX_DEVICES];
     size_t allocated, max_allocated, reserved;
     cublasHandle_t blas[GDL__CU_MAX_DEVICES];
     int tf32;
@@ -111,7 +110,6 @@ static gdl__cu_state &gdl__cu(void) {
     static gdl__cu_state *s = [] {
         gdl__cu_state *p = new gdl__cu_state;
         for (int i = 0; i < GDL__CU_MAX_DEVICES; i++) {
-            p->reserved_dev[i] = 0;
             p->blas[i] = NULL;
             p->have_prop[i] = 0;
         }
@@ -153,7 +151,6 @@ static void gdl__cu_release_device_locked(gdl__cu_state &S, int dev) {
             (void)cudaGetLastError();
         }
         S.reserved -= it->first;
-        S.reserved_dev[dev] -= it->first;
     }
     S.cache[dev].clear();
 }
@@ -196,12 +193,18 @@ static void *gdl__cu_alloc(size_t bytes) {
             return NULL;
         }
         S.reserved += size;
-        S.reserved_dev[dev] += size;
     }
     gdl__cu_block b;
     b.size = size;
     b.device = dev;
-    S.live[p] = b;
+    try { /* a C caller cannot take an exception */
+        S.live[p] = b;
+    } catch (...) {
+        if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError(); /* in neither table now: give it back */
+        S.reserved -= size;
+        gdl__set_error("gdl_cuda: out of host memory for the allocator's table");
+        return NULL;
+    }
     S.allocated += size;
     if (S.allocated > S.max_allocated) S.max_allocated = S.allocated;
     return p;
@@ -216,9 +219,15 @@ static void gdl__cu_free(void *p) {
         gdl__set_error("gdl_cuda: free of %p, which this allocator did not hand out", p);
         return;
     }
-    S.allocated -= it->second.size;
-    S.cache[it->second.device].insert(std::make_pair(it->second.size, p));
+    gdl__cu_block b = it->second;
     S.live.erase(it);
+    S.allocated -= b.size;
+    try {
+        S.cache[b.device].insert(std::make_pair(b.size, p));
+    } catch (...) { /* no host memory to remember it: return it to the driver */
+        if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+        S.reserved -= b.size;
+    }
 }
 
 void gdl_cuda_release_cache(void) {
@@ -623,4 +632,1276 @@ static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
                        -1);
     }
     return 0;
+}
+
+// ----------------------------------------------------------------------------
+// elementwise: binary with broadcasting, sum_to, unary
+
+// Shape and strides travel to the kernel by value. Before launch, size-1
+// dims are dropped and neighbours that are contiguous in both inputs are
+// merged, so [64,128] + [128] becomes 2 dims and [64,128] + [64,128] one.
+struct gdl__cu_bshape {
+    int nd;
+    int64_t shape[GDL_MAX_DIMS], as[GDL_MAX_DIMS], bs[GDL_MAX_DIMS];
+};
+
+static void gdl__cu_coalesce(int ndim, const int64_t *shape, const int64_t *astr, const int64_t *bstr,
+                             gdl__cu_bshape *g) {
+    int k = 0; /* dims kept so far, innermost first, reversed below */
+    int64_t sh[GDL_MAX_DIMS], as[GDL_MAX_DIMS], bs[GDL_MAX_DIMS];
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] == 1) continue;
+        if (k > 0 && astr[d] == as[k - 1] * sh[k - 1] && bstr[d] == bs[k - 1] * sh[k - 1]) {
+            sh[k - 1] *= shape[d]; /* merge into the inner neighbour */
+            continue;
+        }
+        sh[k] = shape[d];
+        as[k] = astr[d];
+        bs[k] = bstr[d];
+        k++;
+    }
+    g->nd = k;
+    for (int i = 0; i < k; i++) {
+        g->shape[i] = sh[k - 1 - i];
+        g->as[i] = as[k - 1 - i];
+        g->bs[i] = bs[k - 1 - i];
+    }
+}
+
+__device__ __forceinline__ float gdl__bin1(int op, float x, float y) {
+    switch (op) {
+    case GDL_BIN_ADD: return x + y;
+    case GDL_BIN_SUB: return x - y;
+    case GDL_BIN_MUL: return x * y;
+    default: return x / y;
+    }
+}
+
+// ND: the number of dims after coalescing (0: a scalar op), as a template
+// argument so the index arithmetic unrolls.
+template <int ND>
+__global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const float *a, const float *b, float *out) {
+    GDL_CU_LOOP(i, n) {
+        int64_t rem = i, oa = 0, ob = 0;
+#pragma unroll
+        for (int d = ND - 1; d >= 0; d--) {
+            int64_t id = d ? rem % g.shape[d] : rem;
+            rem = d ? rem / g.shape[d] : 0;
+            oa += id * g.as[d];
+            ob += id * g.bs[d];
+        }
+        out[i] = gdl__bin1(op, a[oa], b[ob]);
+    }
+}
+
+static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a, const int64_t *astr,
+                          const float *b, const int64_t *bstr, float *out) {
+    int64_t n = 1;
+    gdl__cu_bshape g;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    if (n <= 0) return 0;
+    gdl__cu_coalesce(ndim, shape, astr, bstr, &g);
+    unsigned grid = gdl__cu_grid(n, GDL__CU_THREADS);
+    switch (g.nd) {
+    case 0: gdl__k_binary<0><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
+    case 1: gdl__k_binary<1><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
+    case 2: gdl__k_binary<2><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
+    case 3: gdl__k_binary<3><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
+    case 4: gdl__k_binary<4><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
+    case 5: gdl__k_binary<5><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
+    default: gdl__k_binary<GDL_MAX_DIMS><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
+    }
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// sum_to: dst[i·dstr] += alpha*src[i]. A dim is "reduced" when dst does not
+// move along it (dstr 0, size > 1); the others are "kept". Each destination
+// element is owned by one thread (or one block), which loops over the source
+// elements that map to it: no atomics, the same bits every run.
+struct gdl__cu_sumto {
+    int nk, nr;
+    int64_t kshape[GDL_MAX_DIMS], kdst[GDL_MAX_DIMS], ksrc[GDL_MAX_DIMS]; /* kept dims */
+    int64_t rshape[GDL_MAX_DIMS], rsrc[GDL_MAX_DIMS];                     /* reduced dims */
+};
+
+// dst and src offsets of destination element t
+__device__ __forceinline__ void gdl__sumto_base(const gdl__cu_sumto &g, int64_t t, int64_t *od, int64_t *os) {
+    int64_t rem = t, a = 0, b = 0;
+    for (int d = g.nk - 1; d >= 0; d--) {
+        int64_t id = rem % g.kshape[d];
+        rem /= g.kshape[d];
+        a += id * g.kdst[d];
+        b += id * g.ksrc[d];
+    }
+    *od = a;
+    *os = b;
+}
+
+// one thread per destination element; it visits its sources in row-major
+// order (an odometer), the order of the CPU loop, adding into dst[o] as the
+// CPU does
+__global__ void gdl__k_sum_to_thread(gdl__cu_sumto g, int64_t nout, int64_t nred, const float *src, float *dst,
+                                     float alpha) {
+    GDL_CU_LOOP(t, nout) {
+        int64_t od, so, idx[GDL_MAX_DIMS] = {};
+        gdl__sumto_base(g, t, &od, &so);
+        float acc = dst[od];
+        for (int64_t j = 0; j < nred; j++) {
+            acc += alpha * src[so];
+            for (int d = g.nr - 1; d >= 0; d--) {
+                so += g.rsrc[d];
+                if (++idx[d] < g.rshape[d]) break;
+                so -= g.rsrc[d] * g.rshape[d];
+                idx[d] = 0;
+            }
+        }
+        dst[od] = acc;
+    }
+}
+
+// one block per destination element, for few outputs with long reductions
+// (a bias gradient over a big batch, a sum to a scalar)
+__global__ void gdl__k_sum_to_block(gdl__cu_sumto g, int64_t nout, int64_t nred, const float *src, float *dst,
+                                    float alpha) {
+    GDL_CU_ROWS(t, nout) {
+        int64_t od, os;
+        gdl__sumto_base(g, t, &od, &os);
+        float s = 0;
+        for (int64_t j = threadIdx.x; j < nred; j += blockDim.x) {
+            int64_t rem = j, so = os;
+            for (int d = g.nr - 1; d >= 0; d--) {
+                int64_t id = rem % g.rshape[d];
+                rem /= g.rshape[d];
+                so += id * g.rsrc[d];
+            }
+            s += src[so];
+        }
+        s = gdl__block_sum(s);
+        if (threadIdx.x == 0) dst[od] += alpha * s;
+    }
+}
+
+static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
+                          float alpha) {
+    gdl__cu_sumto g;
+    int64_t n = 1, nout = 1, nred = 1, sstr = 1;
+    int inner_reduced = 0, seen_inner = 0;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    if (n <= 0) return 0;
+    g.nk = g.nr = 0;
+    // walk from the innermost dim to compute the contiguous source strides,
+    // then put the kept and reduced dims back in outer-to-inner order
+    int64_t ks[GDL_MAX_DIMS], kd[GDL_MAX_DIMS], kss[GDL_MAX_DIMS], rs[GDL_MAX_DIMS], rss[GDL_MAX_DIMS];
+    int nk = 0, nr = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] != 1) {
+            int reduced = dstr[d] == 0;
+            if (!seen_inner) {
+                inner_reduced = reduced;
+                seen_inner = 1;
+            }
+            if (reduced) {
+                rs[nr] = shape[d];
+                rss[nr] = sstr;
+                nr++;
+                nred *= shape[d];
+            } else {
+                ks[nk] = shape[d];
+                kd[nk] = dstr[d];
+                kss[nk] = sstr;
+                nk++;
+                nout *= shape[d];
+            }
+        }
+        sstr *= shape[d];
+    }
+    for (int i = 0; i < nk; i++) {
+        g.kshape[i] = ks[nk - 1 - i];
+        g.kdst[i] = kd[nk - 1 - i];
+        g.ksrc[i] = kss[nk - 1 - i];
+    }
+    for (int i = 0; i < nr; i++) {
+        g.rshape[i] = rs[nr - 1 - i];
+        g.rsrc[i] = rss[nr - 1 - i];
+    }
+    g.nk = nk;
+    g.nr = nr;
+    // A block per output reads runs of the innermost dim when that dim is
+    // reduced, and keeps the GPU busy when outputs are few; a thread per
+    // output reads coalesced across threads when the innermost dim is kept.
+    if (nr > 0 && nred >= 64 && (inner_reduced || nout < 2048)) {
+        int threads = gdl__cu_row_threads(nred > 256 ? 256 : nred);
+        gdl__k_sum_to_block<<<gdl__cu_row_grid(nout), threads>>>(g, nout, nred, src, dst, alpha);
+    } else {
+        gdl__k_sum_to_thread<<<gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS>>>(g, nout, nred, src, dst,
+                                                                                       alpha);
+    }
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+#define GDL__CU_SQRT_2_OVER_PI 0.7978845608028654f
+#define GDL__CU_INV_SQRT_2 0.7071067811865476f
+
+__device__ __forceinline__ float gdl__unary1(int op, float x, float alpha) {
+    switch (op) {
+    case GDL_UN_RELU: return x > 0 ? x : 0.0f;
+    case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x;
+    case GDL_UN_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case GDL_UN_TANH: return tanhf(x);
+    case GDL_UN_GELU_ERF: return 0.5f * x * (1.0f + erff(x * GDL__CU_INV_SQRT_2));
+    case GDL_UN_GELU_TANH: return 0.5f * x * (1.0f + tanhf(GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
+    case GDL_UN_EXP: return expf(x);
+    case GDL_UN_LOG: return logf(x);
+    case GDL_UN_SCALE: return alpha * x;
+    case GDL_UN_ADD_SCALAR: return x + alpha;
+    default: return powf(x, alpha); /* GDL_UN_POW */
+    }
+}
+
+// d y / d x at x, y = f(x) given
+__device__ __forceinline__ float gdl__unary_grad1(int op, float x, float y, float alpha) {
+    switch (op) {
+    case GDL_UN_RELU: return x > 0 ? 1.0f : 0.0f;
+    case GDL_UN_LEAKY_RELU: return x > 0 ? 1.0f : alpha;
+    case GDL_UN_SIGMOID: return y * (1.0f - y);
+    case GDL_UN_TANH: return 1.0f - y * y;
+    case GDL_UN_GELU_ERF:
+        return 0.5f * (1.0f + erff(x * GDL__CU_INV_SQRT_2)) + x * expf(-0.5f * x * x) * 0.3989422804014327f;
+    case GDL_UN_GELU_TANH: {
+        float u = GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x), th = tanhf(u);
+        return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GDL__CU_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
+    }
+    case GDL_UN_EXP: return y;
+    case GDL_UN_LOG: return 1.0f / x;
+    case GDL_UN_SCALE: return alpha;
+    case GDL_UN_ADD_SCALAR: return 1.0f;
+    default: return alpha * powf(x, alpha - 1.0f); /* GDL_UN_POW */
+    }
+}
+
+__global__ void gdl__k_unary(int op, int64_t n, const float *x, float *y, float alpha) {
+    GDL_CU_LOOP(i, n) y[i] = gdl__unary1(op, x[i], alpha);
+}
+
+__global__ void gdl__k_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy,
+                                      float *gx, float alpha) {
+    GDL_CU_LOOP(i, n) gx[i] += gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha);
+}
+
+static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alpha) {
+    if (n <= 0) return 0;
+    gdl__k_unary<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(op, n, x, y, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
+                                  float alpha) {
+    if (n <= 0) return 0;
+    gdl__k_unary_backward<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(op, n, x, y, gy, gx, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// reductions over the middle dim of [outer, n, inner]; softmax
+
+// one thread per output (o, i): reads are coalesced across i when inner is
+// large. MAX follows the CPU's scan: first maximum, first NaN wins.
+__global__ void gdl__k_reduce_thread(int op, int64_t outer, int64_t n, int64_t inner, const float *x, float *y,
+                                     int32_t *idx, int accumulate) {
+    GDL_CU_LOOP(t, outer * inner) {
+        int64_t o = t / inner, i = t - o * inner;
+        const float *p = x + o * n * inner + i;
+        float r;
+        if (op == GDL_RED_MAX) {
+            int64_t best = 0;
+            float bv = n ? p[0] : 0.0f;
+            for (int64_t k = 1; k < n; k++) {
+                float v = p[k * inner];
+                if (v > bv || (v != v && bv == bv)) {
+                    best = k;
+                    bv = v;
+                }
+            }
+            r = n ? bv : -GDL__CU_INF;
+            if (idx) idx[t] = (int32_t)best;
+        } else {
+            float s = 0;
+            for (int64_t k = 0; k < n; k++) s += p[k * inner];
+            r = op == GDL_RED_MEAN ? s / (float)n : s;
+        }
+        y[t] = accumulate ? y[t] + r : r;
+    }
+}
+
+// one block per output, for long reductions over few outputs (n > 0)
+__global__ void gdl__k_reduce_block(int op, int64_t outer, int64_t n, int64_t inner, const float *x, float *y,
+                                    int32_t *idx, int accumulate) {
+    GDL_CU_ROWS(t, outer * inner) {
+        int64_t o = t / inner, i = t - o * inner;
+        const float *p = x + o * n * inner + i;
+        float r;
+        if (op == GDL_RED_MAX) {
+            float bv = 0;
+            long long bk = -1;
+            for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+                float v = p[k * inner];
+                if (gdl__max_better(v, k, bv, bk)) {
+                    bv = v;
+                    bk = k;
+                }
+            }
+            gdl__block_argmax(bv, bk);
+            r = bv;
+            if (idx && threadIdx.x == 0) idx[t] = (int32_t)bk;
+        } else {
+            float s = 0;
+            for (int64_t k = threadIdx.x; k < n; k += blockDim.x) s += p[k * inner];
+            s = gdl__block_sum(s);
+            r = op == GDL_RED_MEAN ? s / (float)n : s;
+        }
+        if (threadIdx.x == 0) y[t] = accumulate ? y[t] + r : r;
+    }
+}
+
+static int gdl__cu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const float *x, float *y, int32_t *idx,
+                          int accumulate) {
+    int64_t nout = outer * inner;
+    if (nout <= 0) return 0;
+    if (n >= 64 && (inner == 1 || nout < 1024)) {
+        gdl__k_reduce_block<<<gdl__cu_row_grid(nout), gdl__cu_row_threads(n)>>>(op, outer, n, inner, x, y, idx,
+                                                                               accumulate);
+    } else {
+        gdl__k_reduce_thread<<<gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS>>>(op, outer, n, inner, x, y,
+                                                                                       idx, accumulate);
+    }
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// SUM/MEAN: one thread per input element, each owning its gx; MAX: one
+// thread per output, each writing the one element its index names
+__global__ void gdl__k_reduce_backward_spread(int op, int64_t outer, int64_t n, int64_t inner, const float *gy,
+                                              float *gx) {
+    GDL_CU_LOOP(t, outer * n * inner) {
+        int64_t o = t / (n * inner), i = t % inner;
+        float g = gy[o * inner + i];
+        if (op == GDL_RED_MEAN) g = g / (float)n;
+        gx[t] += g;
+    }
+}
+
+__global__ void gdl__k_reduce_backward_max(int64_t outer, int64_t n, int64_t inner, const float *gy,
+                                           const int32_t *idx, float *gx) {
+    GDL_CU_LOOP(t, outer * inner) {
+        int64_t o = t / inner, i = t - o * inner;
+        gx[(o * n + idx[t]) * inner + i] += gy[t];
+    }
+}
+
+static int gdl__cu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const float *gy,
+                                   const int32_t *idx, float *gx) {
+    if (outer * n * inner <= 0) return 0;
+    if (op == GDL_RED_MAX)
+        gdl__k_reduce_backward_max<<<gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS>>>(outer, n, inner,
+                                                                                                    gy, idx, gx);
+    else
+        gdl__k_reduce_backward_spread<<<gdl__cu_grid(outer * n * inner, GDL__CU_THREADS), GDL__CU_THREADS>>>(
+            op, outer, n, inner, gy, gx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// argmax keeps the CPU's plain scan ("v > best", so a NaN is skipped unless
+// it comes first): rows are short (classes), a thread per row is enough
+__global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {
+    GDL_CU_LOOP(t, outer * inner) {
+        int64_t o = t / inner, i = t - o * inner;
+        const float *p = x + o * n * inner + i;
+        int64_t best = 0;
+        for (int64_t k = 1; k < n; k++)
+            if (p[k * inner] > p[best * inner]) best = k;
+        out[t] = (int32_t)best;
+    }
+}
+
+static int gdl__cu_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {
+    if (outer * inner <= 0) return 0;
+    gdl__k_argmax<<<gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS>>>(outer, n, inner, x, out);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// softmax over contiguous rows (inner == 1): one block per row. The max
+// ignores NaN as the CPU's "if (v > mx)" does; lse = max + log(sum exp).
+__global__ void gdl__k_softmax_rows(int log_, int64_t rows, int64_t n, const float *x, float *y) {
+    GDL_CU_ROWS(r, rows) {
+        const float *p = x + r * n;
+        float *q = y + r * n;
+        float mx = -GDL__CU_INF, s = 0;
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) mx = fmaxf(mx, p[k]);
+        mx = gdl__block_max(mx);
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) s += expf(p[k] - mx);
+        s = gdl__block_sum(s);
+        float lse = mx + logf(s);
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) q[k] = log_ ? p[k] - lse : expf(p[k] - lse);
+    }
+}
+
+// strided rows (inner > 1): one thread per (o, i), coalesced across i
+__global__ void gdl__k_softmax_strided(int log_, int64_t outer, int64_t n, int64_t inner, const float *x, float *y) {
+    GDL_CU_LOOP(t, outer * inner) {
+        int64_t o = t / inner, i = t - o * inner;
+        const float *p = x + o * n * inner + i;
+        float *q = y + o * n * inner + i;
+        float mx = -GDL__CU_INF, s = 0;
+        for (int64_t k = 0; k < n; k++) mx = fmaxf(mx, p[k * inner]);
+        for (int64_t k = 0; k < n; k++) s += expf(p[k * inner] - mx);
+        float lse = mx + logf(s);
+        for (int64_t k = 0; k < n; k++) q[k * inner] = log_ ? p[k * inner] - lse : expf(p[k * inner] - lse);
+    }
+}
+
+static int gdl__cu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const float *x, float *y) {
+    if (outer * n * inner <= 0) return 0;
+    if (inner == 1)
+        gdl__k_softmax_rows<<<gdl__cu_row_grid(outer), gdl__cu_row_threads(n)>>>(log_, outer, n, x, y);
+    else
+        gdl__k_softmax_strided<<<gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS>>>(log_, outer, n,
+                                                                                                  inner, x, y);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// softmax:     gx += y * (gy - sum(gy * y))
+// log_softmax: gx += gy - exp(y) * sum(gy)
+__global__ void gdl__k_softmax_backward_rows(int log_, int64_t rows, int64_t n, const float *y, const float *gy,
+                                             float *gx) {
+    GDL_CU_ROWS(r, rows) {
+        int64_t base = r * n;
+        float s = 0;
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) s += log_ ? gy[base + k] : gy[base + k] * y[base + k];
+        s = gdl__block_sum(s);
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+            int64_t j = base + k;
+            gx[j] += log_ ? gy[j] - expf(y[j]) * s : y[j] * (gy[j] - s);
+        }
+    }
+}
+
+__global__ void gdl__k_softmax_backward_strided(int log_, int64_t outer, int64_t n, int64_t inner, const float *y,
+                                                const float *gy, float *gx) {
+    GDL_CU_LOOP(t, outer * inner) {
+        int64_t o = t / inner, i = t - o * inner, base = o * n * inner + i;
+        float s = 0;
+        for (int64_t k = 0; k < n; k++) {
+            int64_t j = base + k * inner;
+            s += log_ ? gy[j] : gy[j] * y[j];
+        }
+        for (int64_t k = 0; k < n; k++) {
+            int64_t j = base + k * inner;
+            gx[j] += log_ ? gy[j] - expf(y[j]) * s : y[j] * (gy[j] - s);
+        }
+    }
+}
+
+static int gdl__cu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t inner, const float *y,
+                                    const float *gy, float *gx) {
+    if (outer * n * inner <= 0) return 0;
+    if (inner == 1)
+        gdl__k_softmax_backward_rows<<<gdl__cu_row_grid(outer), gdl__cu_row_threads(n)>>>(log_, outer, n, y, gy, gx);
+    else
+        gdl__k_softmax_backward_strided<<<gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS>>>(
+            log_, outer, n, inner, y, gy, gx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// convolution columns and pooling (NCHW, one (n,c) plane after another)
+
+// im2col: one thread per column element [n][c*KH*KW + kh*KW + kw][oh*OW + ow];
+// writes are coalesced along ow
+__global__ void gdl__k_im2col(gdl_conv_geom g, const float *x, float *col) {
+    int64_t OHW = (int64_t)g.OH * g.OW, total = (int64_t)g.N * g.C * g.KH * g.KW * OHW;
+    GDL_CU_LOOP(t, total) {
+        int64_t row = t / OHW; /* (nc, kh, kw) */
+        int ohw = (int)(t - row * OHW), oh = ohw / g.OW, ow = ohw - oh * g.OW;
+        int kk = (int)(row % (g.KH * g.KW)), kh = kk / g.KW, kw = kk - kh * g.KW;
+        int64_t nc = row / (g.KH * g.KW);
+        int ih = oh * g.SH - g.PH + kh * g.DH, iw = ow * g.SW - g.PW + kw * g.DW;
+        col[t] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? x[(nc * g.H + ih) * g.W + iw] : 0.0f;
+    }
+}
+
+// col2im: one thread per input pixel gathers the column entries that read
+// it: for each (kh, kw) at most one output position. Visiting (kh, kw) in
+// order and adding into x[...] repeats the CPU's sums exactly, with no atomics.
+__global__ void gdl__k_col2im(gdl_conv_geom g, const float *col, float *x) {
+    int64_t OHW = (int64_t)g.OH * g.OW, HW = (int64_t)g.H * g.W, total = (int64_t)g.N * g.C * HW;
+    GDL_CU_LOOP(t, total) {
+        int64_t nc = t / HW;
+        int hw = (int)(t - nc * HW), ih = hw / g.W, iw = hw - ih * g.W;
+        const float *cp = col + nc * g.KH * g.KW * OHW;
+        float acc = x[t];
+        for (int kh = 0; kh < g.KH; kh++) {
+            int h = ih + g.PH - kh * g.DH;
+            if (h < 0 || h % g.SH) continue;
+            int oh = h / g.SH;
+            if (oh >= g.OH) continue;
+            for (int kw = 0; kw < g.KW; kw++) {
+                int w = iw + g.PW - kw * g.DW;
+                if (w < 0 || w % g.SW) continue;
+                int ow = w / g.SW;
+                if (ow >= g.OW) continue;
+                acc += cp[(int64_t)(kh * g.KW + kw) * OHW + oh * g.OW + ow];
+            }
+        }
+        x[t] = acc;
+    }
+}
+
+static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) {
+    int64_t total = (int64_t)g->N * g->C * g->KH * g->KW * g->OH * g->OW;
+    if (total <= 0) return 0;
+    gdl__k_im2col<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, x, col);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) {
+    int64_t total = (int64_t)g->N * g->C * g->H * g->W;
+    if (total <= 0 || (int64_t)g->KH * g->KW * g->OH * g->OW <= 0) return 0;
+    gdl__k_col2im<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, col, x);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// max pooling: one thread per output, the CPU's scan (first max, first NaN)
+__global__ void gdl__k_maxpool(gdl_conv_geom g, const float *x, float *y, int32_t *idx) {
+    int64_t OHW = (int64_t)g.OH * g.OW, total = (int64_t)g.N * g.C * OHW;
+    GDL_CU_LOOP(t, total) {
+        int64_t p = t / OHW;
+        int o = (int)(t - p * OHW), oh = o / g.OW, ow = o - oh * g.OW;
+        const float *xp = x + p * g.H * g.W;
+        float best = -GDL__CU_INF;
+        int bi = -1;
+        for (int kh = 0; kh < g.KH; kh++) {
+            int ih = oh * g.SH - g.PH + kh * g.DH;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int kw = 0; kw < g.KW; kw++) {
+                int iw = ow * g.SW - g.PW + kw * g.DW;
+                if (iw < 0 || iw >= g.W) continue;
+                float v = xp[ih * g.W + iw];
+                if (bi < 0 || v > best || (v != v && best == best)) {
+                    best = v;
+                    bi = ih * g.W + iw;
+                }
+            }
+        }
+        y[t] = best;
+        idx[t] = bi < 0 ? 0 : bi;
+    }
+}
+
+// Backward by gathering: one thread per input pixel looks at the outputs
+// whose window covers it and adds gy where the saved index names it. kh and
+// kw run downwards so that outputs come in ascending order, the CPU's order.
+__global__ void gdl__k_maxpool_backward(gdl_conv_geom g, const float *gy, const int32_t *idx, float *gx) {
+    int64_t OHW = (int64_t)g.OH * g.OW, HW = (int64_t)g.H * g.W, total = (int64_t)g.N * g.C * HW;
+    GDL_CU_LOOP(t, total) {
+        int64_t p = t / HW;
+        int hw = (int)(t - p * HW), ih = hw / g.W, iw = hw - ih * g.W;
+        const float *gp = gy + p * OHW;
+        const int32_t *ip = idx + p * OHW;
+        float acc = gx[t];
+        for (int kh = g.KH - 1; kh >= 0; kh--) {
+            int h = ih + g.PH - kh * g.DH;
+            if (h < 0 || h % g.SH) continue;
+            int oh = h / g.SH;
+            if (oh >= g.OH) continue;
+            for (int kw = g.KW - 1; kw >= 0; kw--) {
+                int w = iw + g.PW - kw * g.DW;
+                if (w < 0 || w % g.SW) continue;
+                int ow = w / g.SW;
+                if (ow >= g.OW) continue;
+                if (ip[oh * g.OW + ow] == hw) acc += gp[oh * g.OW + ow];
+            }
+        }
+        gx[t] = acc;
+    }
+}
+
+static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
+    int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
+    if (total <= 0) return 0;
+    gdl__k_maxpool<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, x, y, idx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx) {
+    int64_t total = (int64_t)g->N * g->C * g->H * g->W;
+    if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
+    gdl__k_maxpool_backward<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, gy, idx, gx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// average pooling counts the padding: always divide by KH*KW. Like the CPU,
+// no dilation (pooling windows are dense).
+__global__ void gdl__k_avgpool(gdl_conv_geom g, const float *x, float *y) {
+    int64_t OHW = (int64_t)g.OH * g.OW, total = (int64_t)g.N * g.C * OHW;
+    GDL_CU_LOOP(t, total) {
+        int64_t p = t / OHW;
+        int o = (int)(t - p * OHW), oh = o / g.OW, ow = o - oh * g.OW;
+        const float *xp = x + p * g.H * g.W;
+        float s = 0;
+        for (int kh = 0; kh < g.KH; kh++) {
+            int ih = oh * g.SH - g.PH + kh;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int kw = 0; kw < g.KW; kw++) {
+                int iw = ow * g.SW - g.PW + kw;
+                if (iw >= 0 && iw < g.W) s += xp[ih * g.W + iw];
+            }
+        }
+        y[t] = s / (float)(g.KH * g.KW);
+    }
+}
+
+// gathering, in the CPU's order (ascending outputs), as maxpool_backward
+__global__ void gdl__k_avgpool_backward(gdl_conv_geom g, const float *gy, float *gx) {
+    int64_t OHW = (int64_t)g.OH * g.OW, HW = (int64_t)g.H * g.W, total = (int64_t)g.N * g.C * HW;
+    float area = (float)(g.KH * g.KW);
+    GDL_CU_LOOP(t, total) {
+        int64_t p = t / HW;
+        int hw = (int)(t - p * HW), ih = hw / g.W, iw = hw - ih * g.W;
+        const float *gp = gy + p * OHW;
+        float acc = gx[t];
+        for (int kh = g.KH - 1; kh >= 0; kh--) {
+            int h = ih + g.PH - kh;
+            if (h < 0 || h % g.SH) continue;
+            int oh = h / g.SH;
+            if (oh >= g.OH) continue;
+            for (int kw = g.KW - 1; kw >= 0; kw--) {
+                int w = iw + g.PW - kw;
+                if (w < 0 || w % g.SW) continue;
+                int ow = w / g.SW;
+                if (ow >= g.OW) continue;
+                acc += gp[oh * g.OW + ow] / area;
+            }
+        }
+        gx[t] = acc;
+    }
+}
+
+static int gdl__cu_avgpool(const gdl_conv_geom *g, const float *x, float *y) {
+    int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
+    if (total <= 0) return 0;
+    gdl__k_avgpool<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, x, y);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_avgpool_backward(const gdl_conv_geom *g, const float *gy, float *gx) {
+    int64_t total = (int64_t)g->N * g->C * g->H * g->W;
+    if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
+    gdl__k_avgpool_backward<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, gy, gx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// copy2d, dropout
+
+__global__ void gdl__k_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
+                              int accumulate) {
+    GDL_CU_LOOP(t, rows * cols) {
+        int64_t r = t / cols, c = t - r * cols;
+        float v = src[r * sld + c];
+        if (accumulate) dst[r * dld + c] += v;
+        else dst[r * dld + c] = v;
+    }
+}
+
+static int gdl__cu_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
+                          int accumulate) {
+    if (rows <= 0 || cols <= 0) return 0;
+    gdl__k_copy2d<<<gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS>>>(rows, cols, src, sld, dst, dld,
+                                                                                   accumulate);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// the mask is gdl_dropout_keep from gpudl.h: the same bits as on the CPU
+__global__ void gdl__k_dropout(int64_t n, double p, uint64_t seed, float scale, const float *x, float *y) {
+    GDL_CU_LOOP(i, n) y[i] = gdl_dropout_keep(seed, (uint64_t)i, p) ? x[i] * scale : 0.0f;
+}
+
+__global__ void gdl__k_dropout_backward(int64_t n, double p, uint64_t seed, float scale, const float *gy, float *gx) {
+    GDL_CU_LOOP(i, n) if (gdl_dropout_keep(seed, (uint64_t)i, p)) gx[i] += gy[i] * scale;
+}
+
+static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, float *y) {
+    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    if (n <= 0) return 0;
+    gdl__k_dropout<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, p, seed, scale, x, y);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
+    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    if (n <= 0) return 0;
+    gdl__k_dropout_backward<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, p, seed, scale, gy, gx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// normalisation: batchnorm (one block per channel), layernorm (one block per row)
+
+#define GDL__CU_NORM_THREADS 256
+
+// element m of channel c in x [N,C,S], m = n*S + s
+__device__ __forceinline__ int64_t gdl__bn_at(int64_t m, int64_t C, int64_t S, int64_t c) {
+    int64_t n = m / S;
+    return (n * C + c) * S + (m - n * S);
+}
+
+// Two passes over the channel (mean, then squared deviations) as the CPU.
+// Per-channel scalars are kept in double, as the CPU keeps them.
+__global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma,
+                                 const float *beta, float *y, float *mean, float *invstd, float *run_mean,
+                                 float *run_var, int training, double momentum, double eps) {
+    GDL_CU_ROWS(c, C) {
+        int64_t M = N * S;
+        double mu, var;
+        if (training) {
+            float s = 0, q = 0;
+            for (int64_t m = threadIdx.x; m < M; m += blockDim.x) s += x[gdl__bn_at(m, C, S, c)];
+            mu = (double)gdl__block_sum(s) / (double)M;
+            float muf = (float)mu;
+            for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+                float d = x[gdl__bn_at(m, C, S, c)] - muf;
+                q += d * d;
+            }
+            double sq = (double)gdl__block_sum(q);
+            var = sq / (double)M;
+            if (run_mean && threadIdx.x == 0) {
+                run_mean[c] = (float)((1 - momentum) * run_mean[c] + momentum * mu);
+                run_var[c] = (float)((1 - momentum) * run_var[c] + momentum * (M > 1 ? sq / (double)(M - 1) : var));
+            }
+        } else {
+            mu = run_mean[c];
+            var = run_var[c];
+        }
+        double is = 1.0 / sqrt(var + eps);
+        if (threadIdx.x == 0) {
+            mean[c] = (float)mu;
+            invstd[c] = (float)is;
+        }
+        float muf = (float)mu, isf = (float)is, gm = gamma ? gamma[c] : 1.0f, bt = beta ? beta[c] : 0.0f;
+        for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+            int64_t j = gdl__bn_at(m, C, S, c);
+            y[j] = (x[j] - muf) * isf * gm + bt;
+        }
+    }
+}
+
+static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma, const float *beta,
+                             float *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
+                             double momentum, double eps) {
+    if (C <= 0) return 0;
+    if (!training && (!run_mean || !run_var)) {
+        gdl__set_error("gdl_cuda: batchnorm in eval mode needs running statistics");
+        return -1;
+    }
+    gdl__k_batchnorm<<<gdl__cu_row_grid(C), GDL__CU_NORM_THREADS>>>(N, C, S, x, gamma, beta, y, mean, invstd,
+                                                                    run_mean, run_var, training, momentum, eps);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// training: gx += gamma*invstd/M * (M*gy - sum(gy) - xhat*sum(gy*xhat))
+// eval:     gx += gy*gamma*invstd (the statistics are constants)
+__global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy,
+                                          const float *gamma, const float *mean, const float *invstd, int training,
+                                          float *gx, float *ggamma, float *gbeta) {
+    GDL_CU_ROWS(c, C) {
+        int64_t M = N * S;
+        float mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1.0f, sg = 0, sgx = 0;
+        for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+            int64_t j = gdl__bn_at(m, C, S, c);
+            sg += gy[j];
+            sgx += gy[j] * (x[j] - mu) * is;
+        }
+        sg = gdl__block_sum(sg);
+        sgx = gdl__block_sum(sgx);
+        if (threadIdx.x == 0) {
+            if (ggamma) ggamma[c] += sgx;
+            if (gbeta) gbeta[c] += sg;
+        }
+        if (!gx) continue;
+        float k = gm * is / (float)M, Mf = (float)M;
+        for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+            int64_t j = gdl__bn_at(m, C, S, c);
+            if (training) gx[j] += k * (Mf * gy[j] - sg - (x[j] - mu) * is * sgx);
+            else gx[j] += gy[j] * gm * is;
+        }
+    }
+}
+
+static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy,
+                                      const float *gamma, const float *mean, const float *invstd, int training,
+                                      float *gx, float *ggamma, float *gbeta) {
+    if (C <= 0 || (!gx && !ggamma && !gbeta)) return 0;
+    gdl__k_batchnorm_backward<<<gdl__cu_row_grid(C), GDL__CU_NORM_THREADS>>>(N, C, S, x, gy, gamma, mean, invstd,
+                                                                             training, gx, ggamma, gbeta);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+__global__ void gdl__k_layernorm(int64_t rows, int64_t D, const float *x, const float *gamma, const float *beta,
+                                 float eps, float *y, float *mean, float *rstd) {
+    GDL_CU_ROWS(r, rows) {
+        const float *p = x + r * D;
+        float s = 0, q = 0;
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) s += p[k];
+        float mu = gdl__block_sum(s) / (float)D;
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) q += (p[k] - mu) * (p[k] - mu);
+        float rs = 1.0f / sqrtf(gdl__block_sum(q) / (float)D + eps);
+        if (threadIdx.x == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x)
+            y[r * D + k] = (p[k] - mu) * rs * (gamma ? gamma[k] : 1.0f) + (beta ? beta[k] : 0.0f);
+    }
+}
+
+static int gdl__cu_layernorm(int64_t rows, int64_t D, const float *x, const float *gamma, const float *beta,
+                             double eps, float *y, float *mean, float *rstd) {
+    if (rows <= 0 || D <= 0) return 0;
+    gdl__k_layernorm<<<gdl__cu_row_grid(rows), gdl__cu_row_threads(D)>>>(rows, D, x, gamma, beta, (float)eps, y,
+                                                                         mean, rstd);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// gx += rstd * (gh - mean(gh) - xhat*mean(gh*xhat)), gh = gy*gamma
+__global__ void gdl__k_layernorm_backward_x(int64_t rows, int64_t D, const float *x, const float *gy,
+                                            const float *gamma, const float *mean, const float *rstd, float *gx) {
+    GDL_CU_ROWS(r, rows) {
+        const float *p = x + r * D, *g = gy + r * D;
+        float mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+            float gh = g[k] * (gamma ? gamma[k] : 1.0f);
+            s1 += gh;
+            s2 += gh * (p[k] - mu) * rs;
+        }
+        s1 = gdl__block_sum(s1) / (float)D;
+        s2 = gdl__block_sum(s2) / (float)D;
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+            float xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1.0f);
+            gx[r * D + k] += rs * (gh - s1 - xh * s2);
+        }
+    }
+}
+
+// ggamma[k] += sum_r gy*xhat, gbeta[k] += sum_r gy. Blocks of 32 columns x
+// 16 row groups: reads are coalesced along the row, each row group sums its
+// rows in order, and the 16 partial sums are added in a fixed order.
+#define GDL__CU_LN_ROWGROUPS 16
+__global__ void gdl__k_layernorm_backward_params(int64_t rows, int64_t D, const float *x, const float *gy,
+                                                 const float *mean, const float *rstd, float *ggamma,
+                                                 float *gbeta) {
+    __shared__ float sg[GDL__CU_LN_ROWGROUPS][33], sb[GDL__CU_LN_ROWGROUPS][33];
+    for (int64_t k0 = (int64_t)blockIdx.x * 32; k0 < D; k0 += (int64_t)gridDim.x * 32) {
+        int64_t k = k0 + threadIdx.x;
+        float pg = 0, pb = 0;
+        if (k < D)
+            for (int64_t r = threadIdx.y; r < rows; r += GDL__CU_LN_ROWGROUPS) {
+                float g = gy[r * D + k];
+                pg += g * (x[r * D + k] - mean[r]) * rstd[r];
+                pb += g;
+            }
+        __syncthreads(); /* the previous column tile is done with sg/sb */
+        sg[threadIdx.y][threadIdx.x] = pg;
+        sb[threadIdx.y][threadIdx.x] = pb;
+        __syncthreads();
+        if (threadIdx.y == 0 && k < D) {
+            float tg = 0, tb = 0;
+            for (int j = 0; j < GDL__CU_LN_ROWGROUPS; j++) {
+                tg += sg[j][threadIdx.x];
+                tb += sb[j][threadIdx.x];
+            }
+            if (ggamma) ggamma[k] += tg;
+            if (gbeta) gbeta[k] += tb;
+        }
+    }
+}
+
+static int gdl__cu_layernorm_backward(int64_t rows, int64_t D, const float *x, const float *gy, const float *gamma,
+                                      const float *mean, const float *rstd, float *gx, float *ggamma, float *gbeta) {
+    if (rows <= 0 || D <= 0) return 0;
+    if (gx) {
+        gdl__k_layernorm_backward_x<<<gdl__cu_row_grid(rows), gdl__cu_row_threads(D)>>>(rows, D, x, gy, gamma, mean,
+                                                                                        rstd, gx);
+        GDL_CU_LAUNCHED();
+    }
+    if (ggamma || gbeta) {
+        dim3 block(32, GDL__CU_LN_ROWGROUPS);
+        gdl__k_layernorm_backward_params<<<gdl__cu_row_grid((D + 31) / 32), block>>>(rows, D, x, gy, mean, rstd,
+                                                                                     ggamma, gbeta);
+        GDL_CU_LAUNCHED();
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// embedding
+
+__global__ void gdl__k_embedding(int64_t n, int64_t D, int64_t V, const int32_t *idx, const float *W, float *out) {
+    GDL_CU_LOOP(t, n * D) {
+        int64_t i = t / D, k = t - i * D;
+        int32_t row = idx[i];
+        out[t] = (row >= 0 && row < V) ? W[(int64_t)row * D + k] : 0.0f;
+    }
+}
+
+// rows repeat in idx, so several threads may add into one gW row: atomics
+__global__ void gdl__k_embedding_backward(int64_t n, int64_t D, int64_t V, const int32_t *idx, const float *gy,
+                                          float *gW) {
+    GDL_CU_LOOP(t, n * D) {
+        int64_t i = t / D, k = t - i * D;
+        int32_t row = idx[i];
+        if (row >= 0 && row < V) atomicAdd(&gW[(int64_t)row * D + k], gy[t]);
+    }
+}
+
+static int gdl__cu_embedding(int64_t n, int64_t D, int64_t V, const int32_t *idx, const float *W, float *out) {
+    if (n <= 0 || D <= 0) return 0;
+    gdl__k_embedding<<<gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, D, V, idx, W, out);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_embedding_backward(int64_t n, int64_t D, int64_t V, const int32_t *idx, const float *gy,
+                                      float *gW) {
+    if (n <= 0 || D <= 0) return 0;
+    gdl__k_embedding_backward<<<gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, D, V, idx, gy, gW);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// losses
+
+// log-sum-exp of a row, by the whole block (every thread gets it)
+__device__ float gdl__block_lse(const float *p, int64_t C) {
+    float mx = -GDL__CU_INF, s = 0;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) mx = fmaxf(mx, p[c]);
+    mx = gdl__block_max(mx);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) s += expf(p[c] - mx);
+    return mx + logf(gdl__block_sum(s));
+}
+
+// rows[b] = -((1-eps)*logp[t] + eps/C * sum_c logp[c]), 0 when ignored; a
+// target outside [0,C) gives NaN (the CPU op layer rejects it first)
+__global__ void gdl__k_xent_rows(int64_t B, int64_t C, const float *x, const int32_t *tgt, int ignore_index,
+                                 float smoothing, int from_log_probs, float *rows) {
+    GDL_CU_ROWS(b, B) {
+        const float *p = x + b * C;
+        int32_t t = tgt[b];
+        if (t == ignore_index) { /* uniform across the block */
+            if (threadIdx.x == 0) rows[b] = 0;
+            continue;
+        }
+        float lse = from_log_probs ? 0.0f : gdl__block_lse(p, C), sum_lp = 0;
+        if (smoothing > 0) {
+            for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum_lp += p[c] - lse;
+            sum_lp = gdl__block_sum(sum_lp);
+        }
+        if (threadIdx.x == 0)
+            rows[b] = (t < 0 || t >= C) ? GDL__CU_NAN
+                                         : -((1 - smoothing) * (p[t] - lse) + smoothing / (float)C * sum_lp);
+    }
+}
+
+// one block: the sum of the rows and the count of non-ignored rows, left on
+// the device (count[0] for the backward pass, out[0] the reduced loss)
+__global__ void gdl__k_xent_total(int64_t B, const int32_t *tgt, int ignore_index, const float *rows, int reduction,
+                                  float *out, float *count) {
+    double s = 0, n = 0;
+    for (int64_t b = threadIdx.x; b < B; b += blockDim.x) {
+        s += rows[b]; /* ignored rows hold 0 */
+        n += tgt[b] != ignore_index;
+    }
+    s = gdl__block_sum(s);
+    n = gdl__block_sum(n);
+    if (threadIdx.x == 0) {
+        if (count) count[0] = (float)n;
+        if (reduction == GDL_REDUCE_SUM) out[0] = (float)s;
+        else if (reduction == GDL_REDUCE_MEAN) out[0] = (float)(s / n); /* 0/0 = NaN as PyTorch */
+    }
+}
+
+static int gdl__cu_xent(int64_t B, int64_t C, const float *x, const int32_t *tgt, int ignore_index,
+                        double smoothing, int from_log_probs, int reduction, float *rows, float *out, float *count) {
+    if (B > 0 && C > 0) {
+        gdl__k_xent_rows<<<gdl__cu_row_grid(B), gdl__cu_row_threads(C)>>>(B, C, x, tgt, ignore_index,
+                                                                          (float)smoothing, from_log_probs, rows);
+        GDL_CU_LAUNCHED();
+    }
+    if (count || reduction != GDL_REDUCE_NONE) {
+        gdl__k_xent_total<<<1, 512>>>(B < 0 ? 0 : B, tgt, ignore_index, rows, reduction, out, count);
+        GDL_CU_LAUNCHED();
+    }
+    return 0;
+}
+
+// gx[b,c] += g * (softmax(x)[c] - target[c]); from log-probs: g * -target[c].
+// g is gy[b] (NONE), gy[0] (SUM) or gy[0]/count[0] (MEAN, count read on the
+// device: no host round trip).
+__global__ void gdl__k_xent_backward(int64_t B, int64_t C, const float *x, const int32_t *tgt, int ignore_index,
+                                     float on, float off, int from_log_probs, int reduction, const float *gy,
+                                     const float *count, float *gx) {
+    GDL_CU_ROWS(b, B) {
+        const float *p = x + b * C;
+        int32_t t = tgt[b];
+        if (t == ignore_index) continue;
+        float g = reduction == GDL_REDUCE_NONE ? gy[b] : reduction == GDL_REDUCE_SUM ? gy[0] : gy[0] / count[0];
+        if (t < 0 || t >= C) g = GDL__CU_NAN; /* as the forward pass: a bad target poisons its row */
+        float lse = from_log_probs ? 0.0f : gdl__block_lse(p, C);
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+            float target = c == t ? on : off;
+            float d = from_log_probs ? -target : expf(p[c] - lse) - target;
+            gx[b * C + c] += g * d;
+        }
+    }
+}
+
+static int gdl__cu_xent_backward(int64_t B, int64_t C, const float *x, const int32_t *tgt, int ignore_index,
+                                 double smoothing, int from_log_probs, int reduction, const float *gy,
+                                 const float *count, float *gx) {
+    if (B <= 0 || C <= 0) return 0;
+    if (reduction == GDL_REDUCE_MEAN && !count) {
+        gdl__set_error("gdl_cuda: xent_backward with mean reduction needs the count");
+        return -1;
+    }
+    float on = (float)((1 - smoothing) + smoothing / (double)C), off = (float)(smoothing / (double)C);
+    gdl__k_xent_backward<<<gdl__cu_row_grid(B), gdl__cu_row_threads(C)>>>(B, C, x, tgt, ignore_index, on, off,
+                                                                          from_log_probs, reduction, gy, count, gx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// MSE: (x-y)^2; BCE with logits, stable: max(x,0) - x*y + log1p(exp(-|x|))
+__global__ void gdl__k_pointwise_loss(int kind, int64_t n, const float *x, const float *y, float *out) {
+    GDL_CU_LOOP(i, n) {
+        float a = x[i], t = y[i];
+        out[i] = kind == GDL_LOSS_MSE ? (a - t) * (a - t) : fmaxf(a, 0.0f) - a * t + log1pf(expf(-fabsf(a)));
+    }
+}
+
+__global__ void gdl__k_pointwise_loss_backward(int kind, int64_t n, const float *x, const float *y, const float *gout,
+                                               float *gx, float *gy) {
+    GDL_CU_LOOP(i, n) {
+        float a = x[i], t = y[i], g = gout[i];
+        if (kind == GDL_LOSS_MSE) {
+            float d = 2.0f * (a - t) * g;
+            if (gx) gx[i] += d;
+            if (gy) gy[i] -= d;
+        } else {
+            if (gx) gx[i] += (1.0f / (1.0f + expf(-a)) - t) * g;
+            if (gy) gy[i] -= a * g;
+        }
+    }
+}
+
+static int gdl__cu_pointwise_loss(int kind, int64_t n, const float *x, const float *y, float *out) {
+    if (n <= 0) return 0;
+    gdl__k_pointwise_loss<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(kind, n, x, y, out);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_pointwise_loss_backward(int kind, int64_t n, const float *x, const float *y, const float *gout,
+                                           float *gx, float *gy) {
+    if (n <= 0 || (!gx && !gy)) return 0;
+    gdl__k_pointwise_loss_backward<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(kind, n, x, y, gout, gx,
+                                                                                          gy);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// optimizers: the CPU's formulas, in double per element as the CPU computes
+// them (memory-bound either way)
+
+__global__ void gdl__k_sgd(int64_t n, float *p, const float *g, float *buf, double lr, double momentum,
+                           double dampening, double weight_decay, int nesterov, int first_step) {
+    GDL_CU_LOOP(i, n) {
+        double d = (double)g[i] + weight_decay * p[i];
+        if (momentum != 0) {
+            double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
+            buf[i] = (float)b;
+            d = nesterov ? d + momentum * b : b;
+        }
+        p[i] = (float)(p[i] - lr * d);
+    }
+}
+
+static int gdl__cu_sgd(int64_t n, float *p, const float *g, float *buf, double lr, double momentum,
+                       double dampening, double weight_decay, int nesterov, int first_step) {
+    if (n <= 0) return 0;
+    gdl__k_sgd<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, p, g, buf, lr, momentum, dampening,
+                                                                      weight_decay, nesterov, first_step);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: computed once on the host
+__global__ void gdl__k_adam(int64_t n, float *p, const float *g, float *m, float *v, double lr, double beta1,
+                            double beta2, double eps, double weight_decay, int decoupled, double bc1, double bc2) {
+    GDL_CU_LOOP(i, n) {
+        double gi = g[i], pi = p[i];
+        if (decoupled) pi -= lr * weight_decay * pi;
+        else gi += weight_decay * pi;
+        float mi = (float)(beta1 * m[i] + (1 - beta1) * gi);
+        float vi = (float)(beta2 * v[i] + (1 - beta2) * gi * gi);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = (float)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+    }
+}
+
+static int gdl__cu_adam(int64_t n, float *p, const float *g, float *m, float *v, double lr, double beta1,
+                        double beta2, double eps, double weight_decay, int decoupled, int64_t step) {
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+    if (n <= 0) return 0;
+    gdl__k_adam<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, p, g, m, v, lr, beta1, beta2, eps,
+                                                                       weight_decay, decoupled, bc1, bc2);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// host-visible results: two passes (per-block partials, then one block sums
+// them in order), so the result does not depend on scheduling; then one
+// synchronising copy to the host
+
+#define GDL__CU_PARTIALS 1024
+
+__global__ void gdl__k_nonfinite_partial(int64_t n, const float *x, unsigned long long *part) {
+    unsigned long long c = 0;
+    GDL_CU_LOOP(i, n) c += !isfinite(x[i]);
+    c = gdl__block_sum(c);
+    if (threadIdx.x == 0) part[blockIdx.x] = c;
+}
+
+__global__ void gdl__k_sum_squares_partial(int64_t n, const float *x, double *part) {
+    double s = 0;
+    GDL_CU_LOOP(i, n) s += (double)x[i] * x[i];
+    s = gdl__block_sum(s);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+template <typename T> __global__ void gdl__k_sum_partials(int nb, const T *part, T *out) {
+    T s = 0;
+    for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i];
+    s = gdl__block_sum(s);
+    if (threadIdx.x == 0) *out = s;
+}
+
+// partials then total, both in one scratch block: [nb partials][total]
+template <typename T, typename K>
+static int gdl__cu_reduce_to_host(int64_t n, const float *x, T *out, K partial_kernel) {
+    unsigned nb = gdl__cu_grid(n, GDL__CU_THREADS);
+    if (nb > GDL__CU_PARTIALS) nb = GDL__CU_PARTIALS;
+    T *buf = (T *)gdl__cu_alloc(sizeof(T) * (nb + 1));
+    if (!buf) return -1;
+    partial_kernel<<<nb, GDL__CU_THREADS>>>(n, x, buf);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
+        gdl__k_sum_partials<T><<<1, GDL__CU_THREADS>>>((int)nb, buf, buf + nb);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemcpy(out, buf + nb, sizeof(T), cudaMemcpyDeviceToHost);
+    gdl__cu_free(buf);
+    GDL_CU_TRY(e, -1);
+    return 0;
+}
+
+static int gdl__cu_count_nonfinite(int64_t n, const float *x, int64_t *out) {
+    unsigned long long c = 0;
+    if (n > 0 && gdl__cu_reduce_to_host(n, x, &c, gdl__k_nonfinite_partial) < 0) return -1;
+    *out = (int64_t)c;
+    return 0;
+}
+
+static int gdl__cu_sum_squares(int64_t n, const float *x, double *out) {
+    double s = 0;
+    if (n > 0 && gdl__cu_reduce_to_host(n, x, &s, gdl__k_sum_squares_partial) < 0) return -1;
+    *out = s;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the backend table
+
+static gdl_backend gdl__cu_make_backend(void) {
+    gdl_backend be;
+    memset(&be, 0, sizeof be);
+    be.name = "cuda";
+    be.alloc = gdl__cu_alloc;
+    be.free = gdl__cu_free;
+    be.copy = gdl__cu_copy;
+    be.memset0 = gdl__cu_memset0;
+    be.synchronize = gdl__cu_sync;
+    be.fill = gdl__cu_fill;
+    be.cast = gdl__cu_cast;
+    be.gemm = gdl__cu_gemm;
+    be.binary = gdl__cu_binary;
+    be.sum_to = gdl__cu_sum_to;
+    be.unary = gdl__cu_unary;
+    be.unary_backward = gdl__cu_unary_backward;
+    be.reduce = gdl__cu_reduce;
+    be.reduce_backward = gdl__cu_reduce_backward;
+    be.argmax = gdl__cu_argmax;
+    be.softmax = gdl__cu_softmax;
+    be.softmax_backward = gdl__cu_softmax_backward;
+    be.im2col = gdl__cu_im2col;
+    be.col2im = gdl__cu_col2im;
+    be.maxpool = gdl__cu_maxpool;
+    be.maxpool_backward = gdl__cu_maxpool_backward;
+    be.avgpool = gdl__cu_avgpool;
+    be.avgpool_backward = gdl__cu_avgpool_backward;
+    be.copy2d = gdl__cu_copy2d;
+    be.dropout = gdl__cu_dropout;
+    be.dropout_backward = gdl__cu_dropout_backward;
+    be.batchnorm = gdl__cu_batchnorm;
+    be.batchnorm_backward = gdl__cu_batchnorm_backward;
+    be.layernorm = gdl__cu_layernorm;
+    be.layernorm_backward = gdl__cu_layernorm_backward;
+    be.embedding = gdl__cu_embedding;
+    be.embedding_backward = gdl__cu_embedding_backward;
+    be.xent = gdl__cu_xent;
+    be.xent_backward = gdl__cu_xent_backward;
+    be.pointwise_loss = gdl__cu_pointwise_loss;
+    be.pointwise_loss_backward = gdl__cu_pointwise_loss_backward;
+    be.sgd = gdl__cu_sgd;
+    be.adam = gdl__cu_adam;
+    be.count_nonfinite = gdl__cu_count_nonfinite;
+    be.sum_squares = gdl__cu_sum_squares;
+    return be;
+}
+
+const gdl_backend *gdl_cuda_backend(void) {
+    static const gdl_backend be = gdl__cu_make_backend(); /* thread-safe static init */
+    return &be;
 }

@@ -1,0 +1,35 @@
+/* device_query.c — is CUDA available, how many devices, their names,
+   compute capability, SMs, memory and clock (PyTorch's torch.cuda.*).
+
+   CPU-only build:  cc -O2 examples/device_query.c -lm -o device_query
+   CUDA build:      nvcc -O2 -arch=sm_90 -DGPUDL_CUDA examples/device_query.c gpudl_cuda.cu -lcublas -o device_query
+*/
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+
+int main(void) {
+    int n = gdl_cuda_device_count(), i;
+    gdl_device dev = gdl_default_device();
+    printf("gpudl %s\n", gdl_version());
+    printf("CUDA available: %s\n", gdl_cuda_is_available() ? "yes" : "no");
+    printf("CUDA devices:   %d\n", n);
+#ifdef GPUDL_CUDA
+    for (i = 0; i < n; i++) {
+        char name[256];
+        size_t total = 0, free_b = 0;
+        int major = 0, minor = 0, sms = 0, clock_khz = 0;
+        if (gdl_cuda_device_info(i, name, sizeof name, &total, &free_b, &major, &minor, &sms, &clock_khz) < 0) {
+            printf("  cuda:%d: %s\n", i, gdl_last_error());
+            continue;
+        }
+        printf("  cuda:%d: %s, compute capability %d.%d, %d SMs, %.0f MHz, memory %.1f GiB (%.1f GiB free)\n", i,
+               name, major, minor, sms, clock_khz / 1000.0, total / 1073741824.0, free_b / 1073741824.0);
+    }
+    if (n == 0) printf("No GPU found: this CUDA build falls back to the CPU.\n");
+#else
+    (void)i;
+    printf("This is a CPU-only build (compiled without -DGPUDL_CUDA): everything runs on the CPU.\n");
+#endif
+    printf("Default device: %s (%s)\n", gdl_device_str(dev), gdl_device_name(dev));
+    return 0;
+}
