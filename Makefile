@@ -28,10 +28,10 @@ ifeq ($(ZLIB),yes)
 ZFLAGS = -DGPUDL_ZLIB
 ZLIBS = -lz
 endif
-LIBS = -lm $(ZLIBS)
+LIBS = -pthread -lm $(ZLIBS)
 
-TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats
+TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h
@@ -55,6 +55,14 @@ $(B)/test_formats: tests/test_formats.c $(HDR) | $(B)
 $(B)/asan_test_formats: tests/test_formats.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
 
+$(B)/test_data: tests/test_data.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/asan_test_data: tests/test_data.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
+# the loader's worker threads, under ThreadSanitizer
+$(B)/tsan_test_data: tests/test_data.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g -fsanitize=thread $(ZFLAGS) $< -o $@ $(LIBS)
+
 $(B)/asan_test_core: tests/test_core.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/asan_test_gradcheck: tests/test_gradcheck.c $(HDR) | $(B)
@@ -75,9 +83,10 @@ test-warnings: | $(B)
 	@set -e; for c in "gcc -std=c99" "gcc -std=c11" "clang -std=c99" "clang -std=c11" "gcc -std=c99 -fopenmp" \
 	    "gcc -std=c99 -DGPUDL_DOUBLE" "gcc -std=c99 -DGPUDL_ZLIB"; do \
 	  echo "warnings: $$c"; $$c $(WARN) -Werror -c tests/build_check.c -o $(B)/build_check.o; done; \
+	echo "warnings: gcc -std=c99 -DGPUDL_NO_THREADS"; gcc -std=c99 $(WARN) -Werror -DGPUDL_NO_THREADS -c tests/build_check.c -o $(B)/build_check.o; \
 	for c in "g++ -std=c++17" "clang++ -std=c++17"; do \
 	  echo "warnings: $$c"; $$c $(WARN) -Werror -x c++ -c tests/build_check.c -o $(B)/build_check.o; done; \
-	for f in tests/test_core.c tests/test_alloc.c tests/test_formats.c; do echo "warnings: clang $$f"; \
+	for f in tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test_data.c; do echo "warnings: clang $$f"; \
 	  clang -std=c99 $(WARN) -Werror -c $$f -o $(B)/w.o; done; \
 	clang -std=c99 $(WARN) -Werror -DGPUDL_DOUBLE -c tests/test_gradcheck.c -o $(B)/w.o
 
@@ -90,6 +99,8 @@ test-cuda-build: | $(B)
 	$(NVCC) -std=c++17 -O2 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA -c gpudl_cuda.cu -o $(B)/gpudl_cuda.o
 	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -o $(B)/cuda_link_check
 	$(B)/cuda_link_check
+	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda.o -lcublas -o $(B)/test_cuda_build
+	$(B)/test_cuda_build | tail -n 1
 
 test-cuda: | $(B)
 	$(NVCC) -std=c++17 -O2 -arch=sm_90 -DGPUDL_CUDA -c gpudl_cuda.cu -o $(B)/gpudl_cuda_sm90.o

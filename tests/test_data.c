@@ -1,0 +1,1412 @@
+/* test_data.c — datasets (arrays, IDX plain and gzipped, CIFAR-10, the
+   Fashion-MNIST locator, subsets), transforms (scale, normalise, random
+   crop with zero padding, horizontal flip) and the DataLoader (batch counts,
+   every sample once per epoch, shuffle determinism, identical batches for 0,
+   2 and 4 workers, shutdown mid-epoch), with every failure checked for a
+   clear message and no leak (a counting, fault-injecting allocator).
+
+   Build (from the repository root):
+       cc -std=c99 -Wall -Wextra -Wpedantic -pthread -DGPUDL_ZLIB \
+          tests/test_data.c -lz -lm -o build/test_data
+   also under -fsanitize=address,undefined and -fsanitize=thread. Without
+   -DGPUDL_ZLIB the gzip cases are skipped. POSIX only (temporary files).
+   The Fashion-MNIST checks use /usr/share/datasets/fashion-mnist when it
+   exists (apt-get install dataset-fashion-mnist) and are skipped otherwise.
+*/
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef GPUDL_ZLIB
+#include <zlib.h>
+#endif
+
+/* A counting, fault-injecting allocator for the library: `live` counts the
+   blocks it holds; with fail_after = k >= 0 the (k+1)-th allocation fails. */
+static long live;
+static long fail_after = -1;
+static int injected;
+static void *test_malloc(size_t sz) {
+    void *p;
+    if (fail_after == 0) { injected = 1; return NULL; }
+    if (fail_after > 0) fail_after--;
+    p = malloc(sz);
+    if (p) live++;
+    return p;
+}
+static void *test_realloc(void *p, size_t sz) {
+    void *r;
+    if (fail_after == 0) { injected = 1; return NULL; }
+    if (fail_after > 0) fail_after--;
+    r = realloc(p, sz);
+    if (!p && r) live++;
+    return r;
+}
+static void test_free(void *p) {
+    if (p) live--;
+    free(p);
+}
+#define GPUDL_MALLOC(sz) test_malloc(sz)
+#define GPUDL_REALLOC(p, sz) test_realloc(p, sz)
+#define GPUDL_FREE(p) test_free(p)
+
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+
+/* ---- temporary files ------------------------------------------------------ */
+
+static char tmpdir[64];
+static char *made[256]; /* files and dirs to remove, in creation order */
+static int nmade;
+
+static const char *tpath(const char *name) {
+    static char ring[8][512];
+    static int slot;
+    char *s = ring[slot++ & 7];
+    snprintf(s, 512, "%s/%s", tmpdir, name);
+    return s;
+}
+static void remember(const char *path) {
+    if (nmade < 256) {
+        size_t n = strlen(path) + 1;
+        made[nmade] = (char *)malloc(n);
+        if (made[nmade]) memcpy(made[nmade++], path, n);
+    }
+}
+static void cleanup_tmp(void) {
+    while (nmade > 0) {
+        char *p = made[--nmade];
+        if (unlink(p) != 0) rmdir(p);
+        free(p);
+    }
+    rmdir(tmpdir);
+}
+static int make_dir(const char *path) {
+    if (mkdir(path, 0700) != 0) return -1;
+    remember(path);
+    return 0;
+}
+
+/* Writes buf[0,n) to path, gzipped when gz (needs GPUDL_ZLIB). 0 / -1. */
+static int write_bytes(const char *path, const void *buf, size_t n, int gz) {
+    remember(path);
+    if (gz) {
+#ifdef GPUDL_ZLIB
+        gzFile f = gzopen(path, "wb");
+        int ok;
+        if (!f) return -1;
+        ok = n == 0 || gzwrite(f, buf, (unsigned)n) == (int)n;
+        return gzclose(f) == Z_OK && ok ? 0 : -1;
+#else
+        return -1;
+#endif
+    } else {
+        FILE *f = fopen(path, "wb");
+        int ok;
+        if (!f) return -1;
+        ok = fwrite(buf, 1, n, f) == n;
+        return fclose(f) == 0 && ok ? 0 : -1;
+    }
+}
+
+/* An IDX file of u8 data: magic 0 0 type ndim, big-endian dims, then the
+   data minus `cut` bytes. */
+static int write_idx(const char *path, int gz, const unsigned char magic[4], int ndim, const uint32_t *dims,
+                     const unsigned char *data, size_t nbytes, size_t cut) {
+    unsigned char *b = (unsigned char *)malloc(4 + 4 * (size_t)ndim + nbytes + 1);
+    size_t k = 0;
+    int d, rc;
+    if (!b) return -1;
+    memcpy(b, magic, 4);
+    k = 4;
+    for (d = 0; d < ndim; d++) {
+        b[k++] = (unsigned char)(dims[d] >> 24);
+        b[k++] = (unsigned char)(dims[d] >> 16);
+        b[k++] = (unsigned char)(dims[d] >> 8);
+        b[k++] = (unsigned char)dims[d];
+    }
+    if (nbytes) memcpy(b + k, data, nbytes);
+    rc = write_bytes(path, b, k + nbytes - cut, gz);
+    free(b);
+    return rc;
+}
+
+static const unsigned char MAGIC_IMAGES[4] = {0, 0, 0x08, 3};
+static const unsigned char MAGIC_LABELS[4] = {0, 0, 0x08, 1};
+
+/* n images rows x cols (pixel = (i*7 + j*3) & 255 for image i, pixel j) and labels i % 10. */
+static int write_idx_pair(const char *ipath, const char *lpath, int gz, uint32_t n, uint32_t rows, uint32_t cols) {
+    size_t np = (size_t)n * rows * cols, j;
+    unsigned char *px = (unsigned char *)malloc(np + 1), *lb = (unsigned char *)malloc(n + 1);
+    uint32_t di[3], dl[1];
+    int rc;
+    if (!px || !lb) { free(px); free(lb); return -1; }
+    for (j = 0; j < np; j++) px[j] = (unsigned char)(((j / (rows * cols)) * 7 + (j % (rows * cols)) * 3) & 255);
+    for (j = 0; j < n; j++) lb[j] = (unsigned char)(j % 10);
+    di[0] = n; di[1] = rows; di[2] = cols; dl[0] = n;
+    rc = write_idx(ipath, gz, MAGIC_IMAGES, 3, di, px, np, 0);
+    if (rc == 0) rc = write_idx(lpath, gz, MAGIC_LABELS, 1, dl, lb, n, 0);
+    free(px);
+    free(lb);
+    return rc;
+}
+
+/* ---- common --------------------------------------------------------------- */
+
+static long live0;
+static void setup(void *u) {
+    (void)u;
+    gdl_clear_error();
+    fail_after = -1;
+    injected = 0;
+    live0 = live;
+}
+#define ASSERT_NO_LEAK() ASSERT_EQm("library blocks still held (leak)", live0, live)
+
+/* A dataset of n f32 samples [2] = {i, -i}, label i % nc: content names the sample. */
+static gdl_dataset *indexed_dataset(int64_t n, int nc) {
+    float *x = (float *)malloc(sizeof(float) * 2 * (size_t)n);
+    int32_t *y = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    int64_t shape[1] = {2}, i;
+    gdl_dataset *ds = NULL;
+    if (x && y) {
+        for (i = 0; i < n; i++) {
+            x[2 * i] = (float)i;
+            x[2 * i + 1] = (float)-i;
+            y[i] = (int32_t)(i % nc);
+        }
+        ds = gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, n, nc);
+    }
+    free(x);
+    free(y);
+    return ds;
+}
+
+/* A dataset of n u8 images [c,h,w] with pseudo-random pixels, labels i % 10. */
+static gdl_dataset *image_dataset(int64_t n, int c, int h, int w, uint64_t seed) {
+    int64_t shape[3], i, numel = (int64_t)c * h * w;
+    unsigned char *x = (unsigned char *)malloc((size_t)(n * numel));
+    int32_t *y = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    gdl_dataset *ds = NULL;
+    shape[0] = c; shape[1] = h; shape[2] = w;
+    if (x && y) {
+        for (i = 0; i < n * numel; i++) x[i] = (unsigned char)(gdl_hash64(seed, (uint64_t)i) >> 56);
+        for (i = 0; i < n; i++) y[i] = (int32_t)(i % 10);
+        ds = gdl_dataset_from_arrays(x, GDL_U8, 3, shape, y, n, 10);
+    }
+    free(x);
+    free(y);
+    return ds;
+}
+
+/* All batches of `epochs` epochs of a fresh loader, concatenated. Returns
+   the number of batches, -1 on error. */
+static int collect(gdl_dataset *ds, const gdl_loader_opts *o, int epochs, float **xs, int32_t **ys, int64_t *nsamples) {
+    gdl_loader *L = gdl_loader_new(ds, o);
+    gdl_tensor *x, *y;
+    int64_t cap = 0, used = 0, per = 0;
+    int e, r, nb = 0;
+    *xs = NULL;
+    *ys = NULL;
+    *nsamples = 0;
+    if (!L) return -1;
+    for (e = 0; e < epochs; e++) {
+        while ((r = gdl_loader_next(L, &x, &y)) == 1) {
+            int64_t b = x->shape[0];
+            per = x->numel / b;
+            if (used + b > cap) {
+                cap = (used + b) * 2;
+                *xs = (float *)realloc(*xs, sizeof(float) * (size_t)(cap * per));
+                *ys = (int32_t *)realloc(*ys, sizeof(int32_t) * (size_t)cap);
+                if (!*xs || !*ys) { gdl_loader_free(L); return -1; }
+            }
+            memcpy(*xs + used * per, x->data, sizeof(float) * (size_t)x->numel);
+            memcpy(*ys + used, y->data, sizeof(int32_t) * (size_t)b);
+            used += b;
+            nb++;
+        }
+        if (r < 0) { gdl_loader_free(L); return -1; }
+    }
+    gdl_loader_free(L);
+    *nsamples = used;
+    return nb;
+}
+
+/* ---- datasets -------------------------------------------------------------- */
+
+TEST test_from_arrays(void) {
+    unsigned char px[2 * 3 * 2] = {0, 1, 2, 3, 4, 5, 250, 251, 252, 253, 254, 255};
+    int32_t lab[2] = {1, 0};
+    int64_t shape[3] = {3, 1, 2};
+    gdl_dataset *ds = gdl_dataset_from_arrays(px, GDL_U8, 3, shape, lab, 2, 4);
+    ASSERT_NOT_NULL(ds);
+    ASSERT_EQ(2, ds->n);
+    ASSERT_EQ(3, ds->ndim);
+    ASSERT_EQ(3, ds->shape[0]);
+    ASSERT_EQ(1, ds->shape[1]);
+    ASSERT_EQ(2, ds->shape[2]);
+    ASSERT_EQ(6, ds->sample_numel);
+    ASSERT_EQ(GDL_U8, ds->dtype);
+    ASSERT_EQ(4, ds->num_classes);
+    px[0] = 99; /* a copy: the caller's arrays may go */
+    lab[0] = 3;
+    ASSERT_EQ(0, ((unsigned char *)ds->x)[0]);
+    ASSERT_EQ(255, ((unsigned char *)ds->x)[11]);
+    ASSERT_EQ(1, ds->labels[0]);
+    ASSERT_EQ(0, ds->labels[1]);
+    gdl_dataset_free(ds);
+    gdl_dataset_free(NULL);
+    {
+        float f[6] = {0.5f, -1, 2, 3, 4, 5};
+        int64_t s1[1] = {3};
+        int32_t l2[2] = {0, 1};
+        ds = gdl_dataset_from_arrays(f, GDL_F32, 1, s1, l2, 2, 2);
+        ASSERT_NOT_NULL(ds);
+        ASSERT_EQ(GDL_F32, ds->dtype);
+        ASSERT_IN_RANGE(-1.0, ((float *)ds->x)[1], 0);
+        gdl_dataset_free(ds);
+    }
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_from_arrays_errors(void) {
+    unsigned char px[8] = {0};
+    int32_t lab[2] = {0, 1}, bad_hi[2] = {0, 4}, bad_lo[2] = {-1, 0};
+    int64_t shape[2] = {2, 2}, zero[2] = {2, 0};
+    ASSERT_NULL(gdl_dataset_from_arrays(NULL, GDL_U8, 2, shape, lab, 2, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_dataset_from_arrays: x is NULL");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 2, shape, NULL, 2, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "labels is NULL");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_I32, 2, shape, lab, 2, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "must be u8 or f32, got i32");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 0, shape, lab, 2, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "sample ndim 0 out of range");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, GDL_MAX_DIMS, shape, lab, 2, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "out of range");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 2, zero, lab, 2, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "[2,0] has a dimension < 1");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 2, shape, lab, 0, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "0 samples");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 2, shape, lab, 2, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "num_classes 0");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 2, shape, bad_hi, 2, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "label 4 at index 1 is out of range [0, 4)");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 2, shape, bad_lo, 2, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "label -1 at index 0");
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+static enum harness_result check_idx_dataset(gdl_dataset *ds, int64_t n, int64_t rows, int64_t cols) {
+    int64_t i, j, per = rows * cols;
+    ASSERT_NOT_NULL(ds);
+    ASSERT_EQ(n, ds->n);
+    ASSERT_EQ(3, ds->ndim);
+    ASSERT_EQ(1, ds->shape[0]);
+    ASSERT_EQ(rows, ds->shape[1]);
+    ASSERT_EQ(cols, ds->shape[2]);
+    ASSERT_EQ(GDL_U8, ds->dtype);
+    ASSERT_EQ(10, ds->num_classes);
+    for (i = 0; i < n; i++) {
+        ASSERT_EQ(i % 10, ds->labels[i]);
+        for (j = 0; j < per; j++) ASSERT_EQ((i * 7 + j * 3) & 255, ((unsigned char *)ds->x)[i * per + j]);
+    }
+    return HARNESS_PASS;
+}
+
+TEST test_idx_plain(void) {
+    gdl_dataset *ds;
+    ASSERT_EQ(0, write_idx_pair(tpath("p-img"), tpath("p-lab"), 0, 13, 4, 3));
+    ds = gdl_dataset_from_idx(tpath("p-img"), tpath("p-lab"));
+    CHECK_CALL(check_idx_dataset(ds, 13, 4, 3));
+    gdl_dataset_free(ds);
+    ds = gdl_dataset_from_idx_ex(tpath("p-img"), tpath("p-lab"), 10);
+    CHECK_CALL(check_idx_dataset(ds, 13, 4, 3));
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_idx_gzipped(void) {
+#ifdef GPUDL_ZLIB
+    gdl_dataset *ds;
+    ASSERT_EQ(0, write_idx_pair(tpath("g-img.gz"), tpath("g-lab.gz"), 1, 21, 5, 6));
+    ds = gdl_dataset_from_idx(tpath("g-img.gz"), tpath("g-lab.gz"));
+    CHECK_CALL(check_idx_dataset(ds, 21, 5, 6));
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+#else
+    SKIPm("built without GPUDL_ZLIB");
+#endif
+}
+
+/* from_idx(img, lab) must fail with a message containing each of the needles. */
+static enum harness_result expect_idx_failure(const char *img, const char *lab, int nc, const char *n1, const char *n2) {
+    long before = live;
+    gdl_dataset *ds = gdl_dataset_from_idx_ex(img, lab, nc);
+    ASSERT_NULL(ds);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_dataset_from_idx: ");
+    ASSERT_CONTAINS(gdl_last_error(), n1);
+    if (n2) ASSERT_CONTAINS(gdl_last_error(), n2);
+    ASSERT_EQm("leak on a failed load", before, live);
+    return HARNESS_PASS;
+}
+
+TEST test_idx_failures(void) {
+    unsigned char px[2 * 2 * 2 * 5] = {0}, lb[5] = {1, 2, 3, 4, 5}, lb_bad[3] = {1, 10, 2};
+    unsigned char bad_magic[4] = {1, 0, 0x08, 3}, i8_magic[4] = {0, 0, 0x09, 1};
+    uint32_t d5[3] = {5, 2, 2}, d4[1] = {4}, d5l[1] = {5}, d3[3] = {3, 2, 2}, d3l[1] = {3};
+    ASSERT_EQ(0, write_idx(tpath("ok-img"), 0, MAGIC_IMAGES, 3, d5, px, 20, 0));
+    ASSERT_EQ(0, write_idx(tpath("ok-lab"), 0, MAGIC_LABELS, 1, d5l, lb, 5, 0));
+    /* wrong magic */
+    ASSERT_EQ(0, write_idx(tpath("bm-img"), 0, bad_magic, 3, d5, px, 20, 0));
+    CHECK_CALL(expect_idx_failure(tpath("bm-img"), tpath("ok-lab"), 10, "bad magic", tpath("bm-img")));
+    /* labels with the wrong type byte */
+    ASSERT_EQ(0, write_idx(tpath("i8-lab"), 0, i8_magic, 1, d5l, lb, 5, 0));
+    CHECK_CALL(expect_idx_failure(tpath("ok-img"), tpath("i8-lab"), 10, "labels must be u8", NULL));
+    /* images and labels swapped: labels given as images */
+    CHECK_CALL(expect_idx_failure(tpath("ok-lab"), tpath("ok-img"), 10, "images must be u8", "3 dims"));
+    /* mismatched counts */
+    ASSERT_EQ(0, write_idx(tpath("4-lab"), 0, MAGIC_LABELS, 1, d4, lb, 4, 0));
+    CHECK_CALL(expect_idx_failure(tpath("ok-img"), tpath("4-lab"), 10, "5 images but 4 labels", NULL));
+    /* truncated images, truncated labels, a truncated header */
+    ASSERT_EQ(0, write_idx(tpath("tr-img"), 0, MAGIC_IMAGES, 3, d5, px, 20, 3));
+    CHECK_CALL(expect_idx_failure(tpath("tr-img"), tpath("ok-lab"), 10, "truncated", tpath("tr-img")));
+    ASSERT_EQ(0, write_idx(tpath("tr-lab"), 0, MAGIC_LABELS, 1, d5l, lb, 5, 1));
+    CHECK_CALL(expect_idx_failure(tpath("ok-img"), tpath("tr-lab"), 10, "truncated", tpath("tr-lab")));
+    ASSERT_EQ(0, write_idx(tpath("th-img"), 0, MAGIC_IMAGES, 3, d5, px, 0, 6));
+    CHECK_CALL(expect_idx_failure(tpath("th-img"), tpath("ok-lab"), 10, "truncated header", NULL));
+    /* a label >= num_classes */
+    ASSERT_EQ(0, write_idx(tpath("3-img"), 0, MAGIC_IMAGES, 3, d3, px, 12, 0));
+    ASSERT_EQ(0, write_idx(tpath("big-lab"), 0, MAGIC_LABELS, 1, d3l, lb_bad, 3, 0));
+    CHECK_CALL(expect_idx_failure(tpath("3-img"), tpath("big-lab"), 10, "label 10 at index 1 is out of range [0, 10)", NULL));
+    CHECK_CALL(expect_idx_failure(tpath("ok-img"), tpath("ok-lab"), 5, "label 5 at index 4 is out of range [0, 5)", NULL));
+    /* a missing file, NULL paths */
+    CHECK_CALL(expect_idx_failure(tpath("no-such-file"), tpath("ok-lab"), 10, "cannot open", "no-such-file"));
+    CHECK_CALL(expect_idx_failure(tpath("ok-img"), tpath("no-such-labels"), 10, "cannot open", "no-such-labels"));
+    CHECK_CALL(expect_idx_failure(NULL, tpath("ok-lab"), 10, "images_path is NULL", NULL));
+#ifdef GPUDL_ZLIB
+    /* a truncated gzip stream */
+    ASSERT_EQ(0, write_idx(tpath("trgz-img.gz"), 1, MAGIC_IMAGES, 3, d5, px, 20, 2));
+    CHECK_CALL(expect_idx_failure(tpath("trgz-img.gz"), tpath("ok-lab"), 10, "truncated", NULL));
+    {
+        /* a gzip file cut short on disk */
+        FILE *f;
+        unsigned char buf[4096];
+        size_t n;
+        ASSERT_EQ(0, write_idx(tpath("cut.gz"), 1, MAGIC_IMAGES, 3, d5, px, 20, 0));
+        f = fopen(tpath("cut.gz"), "rb");
+        ASSERT_NOT_NULL(f);
+        n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        ASSERT_EQ(0, write_bytes(tpath("cut2.gz"), buf, n - 10, 0));
+        CHECK_CALL(expect_idx_failure(tpath("cut2.gz"), tpath("ok-lab"), 10, "cut2.gz", NULL));
+    }
+#endif
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* Every allocation of a load failing in turn: NULL, an out-of-memory
+   message, nothing held; then success. */
+TEST test_idx_out_of_memory(void) {
+    long k;
+    gdl_dataset *ds = NULL;
+    ASSERT_EQ(0, write_idx_pair(tpath("oom-img"), tpath("oom-lab"), 0, 7, 3, 3));
+    for (k = 0; k < 100; k++) {
+        fail_after = k;
+        injected = 0;
+        ds = gdl_dataset_from_idx(tpath("oom-img"), tpath("oom-lab"));
+        fail_after = -1;
+        if (ds) break;
+        ASSERT(injected);
+        ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+        ASSERT_EQm("leak after an allocation failure", live0, live);
+    }
+    ASSERT_NOT_NULL(ds);
+    ASSERT_GT(k, 2);
+    CHECK_CALL(check_idx_dataset(ds, 7, 3, 3));
+    {
+        gdl_dataset *s = NULL;
+        long before = live;
+        for (k = 0; k < 100; k++) {
+            fail_after = k;
+            s = gdl_dataset_subset(ds, 2, 3);
+            fail_after = -1;
+            if (s) break;
+            ASSERT_CONTAINS(gdl_last_error(), "gdl_dataset_subset: out of memory");
+            ASSERT_EQ(before, live);
+        }
+        ASSERT_NOT_NULL(s);
+        gdl_dataset_free(s);
+    }
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_subset(void) {
+    gdl_dataset *ds = indexed_dataset(30, 7), *s, *s2;
+    ASSERT_NOT_NULL(ds);
+    s = gdl_dataset_subset(ds, 10, 15);
+    ASSERT_NOT_NULL(s);
+    ASSERT_EQ(15, s->n);
+    ASSERT_EQ(1, s->ndim);
+    ASSERT_EQ(2, s->shape[0]);
+    ASSERT_EQ(7, s->num_classes);
+    ASSERT_IN_RANGE(10.0, ((float *)s->x)[0], 0);
+    ASSERT_IN_RANGE(-24.0, ((float *)s->x)[29], 0);
+    ASSERT_EQ(10 % 7, s->labels[0]);
+    ASSERT_EQ(24 % 7, s->labels[14]);
+    s2 = gdl_dataset_subset(ds, 0, 30); /* the whole */
+    ASSERT_NOT_NULL(s2);
+    ASSERT_EQ(0, memcmp(ds->x, s2->x, sizeof(float) * 60));
+    gdl_dataset_free(s2);
+    gdl_dataset_free(ds); /* the subset is independent */
+    ASSERT_IN_RANGE(14.0, ((float *)s->x)[8], 0);
+    ASSERT_NULL(gdl_dataset_subset(s, 10, 6));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_dataset_subset: samples [10, 16) out of range for a dataset of 15");
+    ASSERT_NULL(gdl_dataset_subset(s, -1, 2));
+    ASSERT_CONTAINS(gdl_last_error(), "out of range");
+    ASSERT_NULL(gdl_dataset_subset(s, 0, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "count must be >= 1");
+    ASSERT_NULL(gdl_dataset_subset(NULL, 0, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "ds is NULL");
+    gdl_dataset_free(s);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* CIFAR-10: 5 train files of 2 records and a test file of 3. */
+TEST test_cifar10(void) {
+    unsigned char rec[3073 * 3];
+    const char *dir = tpath("cifar");
+    char path[600];
+    gdl_dataset *ds;
+    int f, r, k;
+    ASSERT_EQ(0, make_dir(dir));
+    for (f = 0; f <= 5; f++) {
+        int nrec = f < 5 ? 2 : 3;
+        for (r = 0; r < nrec; r++) {
+            rec[r * 3073] = (unsigned char)((f * 2 + r) % 10);
+            for (k = 0; k < 3072; k++) rec[r * 3073 + 1 + k] = (unsigned char)((k / 1024) * 50 + f * 2 + r);
+        }
+        if (f < 5) snprintf(path, sizeof path, "%s/data_batch_%d.bin", dir, f + 1);
+        else snprintf(path, sizeof path, "%s/test_batch.bin", dir);
+        ASSERT_EQ(0, write_bytes(path, rec, (size_t)nrec * 3073, 0));
+    }
+    ds = gdl_dataset_from_cifar10(dir, 1);
+    ASSERT_NOT_NULL(ds);
+    ASSERT_EQ(10, ds->n);
+    ASSERT_EQ(3, ds->ndim);
+    ASSERT_EQ(3, ds->shape[0]);
+    ASSERT_EQ(32, ds->shape[1]);
+    ASSERT_EQ(32, ds->shape[2]);
+    ASSERT_EQ(10, ds->num_classes);
+    for (r = 0; r < 10; r++) {
+        ASSERT_EQ(r % 10, ds->labels[r]);
+        ASSERT_EQ(r, ((unsigned char *)ds->x)[r * 3072]);            /* R plane */
+        ASSERT_EQ(50 + r, ((unsigned char *)ds->x)[r * 3072 + 1024]); /* G plane */
+        ASSERT_EQ(100 + r, ((unsigned char *)ds->x)[r * 3072 + 3071]); /* B plane */
+    }
+    gdl_dataset_free(ds);
+    ds = gdl_dataset_from_cifar10(dir, 0);
+    ASSERT_NOT_NULL(ds);
+    ASSERT_EQ(3, ds->n);
+    ASSERT_EQ(11 % 10, ds->labels[1]);
+    gdl_dataset_free(ds);
+    /* a bad label, a missing directory */
+    rec[0] = 10;
+    snprintf(path, sizeof path, "%s/test_batch.bin", dir);
+    ASSERT_EQ(0, write_bytes(path, rec, 3073, 0));
+    ASSERT_NULL(gdl_dataset_from_cifar10(dir, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_dataset_from_cifar10: ");
+    ASSERT_CONTAINS(gdl_last_error(), "label 10, out of range [0, 10)");
+    ASSERT_NULL(gdl_dataset_from_cifar10(tpath("no-cifar"), 1));
+    ASSERT_CONTAINS(gdl_last_error(), "data_batch_1.bin: cannot open");
+    ASSERT_NULL(gdl_dataset_from_cifar10(NULL, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "dir is NULL");
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* ---- the Fashion-MNIST locator ------------------------------------------------ */
+
+TEST test_fashion_locator_fake(void) {
+    const char *dir = tpath("fm"), *dir2 = tpath("fm-small");
+    char ip[600], lp[600];
+    gdl_dataset *ds;
+    ASSERT_EQ(0, make_dir(dir));
+    /* plain images, and plain labels */
+    snprintf(ip, sizeof ip, "%s/train-images-idx3-ubyte", dir);
+    snprintf(lp, sizeof lp, "%s/train-labels-idx1-ubyte", dir);
+    ASSERT_EQ(0, write_idx_pair(ip, lp, 0, 12, 28, 28));
+    ds = gdl_dataset_fashion_mnist(dir, 1);
+    CHECK_CALL(check_idx_dataset(ds, 12, 28, 28));
+    gdl_dataset_free(ds);
+    /* the t10k split is absent from dir: the error names the package */
+    ASSERT_NULL(gdl_dataset_fashion_mnist(dir, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_dataset_fashion_mnist: ");
+    ASSERT_CONTAINS(gdl_last_error(), "t10k-images-idx3-ubyte");
+    ASSERT_CONTAINS(gdl_last_error(), dir);
+    ASSERT_CONTAINS(gdl_last_error(), "apt-get install dataset-fashion-mnist");
+    ASSERT_CONTAINS(gdl_last_error(), "https://github.com/zalandoresearch/fashion-mnist");
+#ifdef GPUDL_ZLIB
+    /* gzipped names; the NULL search with ./data replaced by dir */
+    snprintf(ip, sizeof ip, "%s/t10k-images-idx3-ubyte.gz", dir);
+    snprintf(lp, sizeof lp, "%s/t10k-labels-idx1-ubyte.gz", dir);
+    ASSERT_EQ(0, write_idx_pair(ip, lp, 1, 5, 28, 28));
+    {
+        const char *saved0 = gdl__fmnist_dirs[0];
+        gdl__fmnist_dirs[0] = dir;
+        ds = gdl_dataset_fashion_mnist(NULL, 0);
+        gdl__fmnist_dirs[0] = saved0;
+    }
+    CHECK_CALL(check_idx_dataset(ds, 5, 28, 28));
+    gdl_dataset_free(ds);
+#endif
+    /* images without labels */
+    ASSERT_EQ(0, make_dir(dir2));
+    snprintf(ip, sizeof ip, "%s/train-images-idx3-ubyte", dir2);
+    snprintf(lp, sizeof lp, "%s/train-labels-idx1-ubyte", dir2);
+    ASSERT_EQ(0, write_idx_pair(ip, lp, 0, 3, 20, 20));
+    ASSERT_NULL(gdl_dataset_fashion_mnist(dir2, 1)); /* 20x20: not Fashion-MNIST */
+    ASSERT_CONTAINS(gdl_last_error(), "images are 20x20, expected 28x28");
+    ASSERT_EQ(0, unlink(lp));
+    ASSERT_NULL(gdl_dataset_fashion_mnist(dir2, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "but not train-labels-idx1-ubyte[.gz]");
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_fashion_missing_message(void) {
+    const char *s0 = gdl__fmnist_dirs[0], *s1 = gdl__fmnist_dirs[1];
+    gdl_dataset *ds;
+    ds = gdl_dataset_fashion_mnist(tpath("no-such-dir"), 1);
+    ASSERT_NULL(ds);
+    ASSERT_CONTAINS(gdl_last_error(), "not found in ");
+    ASSERT_CONTAINS(gdl_last_error(), tpath("no-such-dir"));
+    ASSERT_CONTAINS(gdl_last_error(), "apt-get install dataset-fashion-mnist");
+    ASSERT_CONTAINS(gdl_last_error(), "train-images-idx3-ubyte.gz");
+    /* the default search, made to find nothing */
+    gdl__fmnist_dirs[0] = tpath("nodata");
+    gdl__fmnist_dirs[1] = tpath("nosys");
+    ds = gdl_dataset_fashion_mnist(NULL, 1);
+    gdl__fmnist_dirs[0] = s0;
+    gdl__fmnist_dirs[1] = s1;
+    ASSERT_NULL(ds);
+    ASSERT_CONTAINS(gdl_last_error(), "apt-get install dataset-fashion-mnist");
+    ASSERT_CONTAINS(gdl_last_error(), "nosys");
+    ASSERT_CONTAINS(gdl_last_error(), "into ./");
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+#define FMNIST_SYS "/usr/share/datasets/fashion-mnist"
+
+/* NULL when the real files are usable, else why not. */
+static const char *real_fashion_missing(void) {
+    FILE *f = fopen(FMNIST_SYS "/train-images-idx3-ubyte", "rb");
+    if (f) {
+        fclose(f);
+        return NULL;
+    }
+    f = fopen(FMNIST_SYS "/train-images-idx3-ubyte.gz", "rb");
+    if (!f) return "Fashion-MNIST not installed in " FMNIST_SYS " (apt-get install dataset-fashion-mnist)";
+    fclose(f);
+#ifdef GPUDL_ZLIB
+    return NULL;
+#else
+    return "Fashion-MNIST in " FMNIST_SYS " is gzipped: build with -DGPUDL_ZLIB -lz";
+#endif
+}
+
+TEST test_fashion_real(void) {
+    static const int first_train[10] = {9, 0, 0, 3, 0, 2, 7, 2, 5, 5};
+    static const int first_test[10] = {9, 2, 1, 1, 6, 1, 4, 6, 5, 7};
+    int split;
+    if (real_fashion_missing()) SKIPm(real_fashion_missing());
+    for (split = 1; split >= 0; split--) {
+        gdl_dataset *ds = gdl_dataset_fashion_mnist(FMNIST_SYS, split);
+        int64_t hist[10] = {0}, head[10] = {0}, i, n = split ? 60000 : 10000;
+        const int *first = split ? first_train : first_test;
+        if (!ds) FAILm(gdl_last_error());
+        ASSERT_EQ(n, ds->n);
+        ASSERT_EQ(3, ds->ndim);
+        ASSERT_EQ(1, ds->shape[0]);
+        ASSERT_EQ(28, ds->shape[1]);
+        ASSERT_EQ(28, ds->shape[2]);
+        ASSERT_EQ(GDL_U8, ds->dtype);
+        ASSERT_EQ(10, ds->num_classes);
+        for (i = 0; i < n; i++) {
+            ASSERT(ds->labels[i] >= 0 && ds->labels[i] < 10);
+            hist[ds->labels[i]]++;
+            if (i < 1000) head[ds->labels[i]]++;
+        }
+        for (i = 0; i < 10; i++) {
+            ASSERT_EQ(first[i], ds->labels[i]);
+            ASSERT_EQ(n / 10, hist[i]);            /* the splits are balanced */
+            ASSERT(head[i] >= 50 && head[i] <= 150); /* and shuffled */
+        }
+        gdl_dataset_free(ds);
+    }
+    /* the default search finds them too (./data first, when it has them) */
+    {
+        gdl_dataset *ds = gdl_dataset_fashion_mnist(NULL, 0);
+        if (!ds) FAILm(gdl_last_error());
+        ASSERT_EQ(10000, ds->n);
+        gdl_dataset_free(ds);
+    }
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* One epoch of the real training set through 4 workers, a 10k subset too. */
+TEST test_fashion_real_loader(void) {
+    gdl_dataset *ds, *sub;
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L;
+    gdl_tensor *x, *y;
+    int64_t seen = 0, nb = 0, hist[10] = {0}, i;
+    double sum = 0;
+    int r;
+    if (real_fashion_missing()) SKIPm(real_fashion_missing());
+    ds = gdl_dataset_fashion_mnist(FMNIST_SYS, 1);
+    if (!ds) FAILm(gdl_last_error());
+    sub = gdl_dataset_subset(ds, 0, 10000);
+    ASSERT_NOT_NULL(sub);
+    gdl_dataset_free(ds);
+    o.batch_size = 256;
+    o.shuffle = 1;
+    o.num_workers = 4;
+    o.seed = 1;
+    o.transform.normalize = 1;
+    o.transform.mean[0] = 0.2860;
+    o.transform.std[0] = 0.3530;
+    L = gdl_loader_new(sub, &o);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(40, gdl_loader_num_batches(L));
+    while ((r = gdl_loader_next(L, &x, &y)) == 1) {
+        ASSERT_EQ(4, x->ndim);
+        ASSERT_EQ(1, x->shape[1]);
+        ASSERT_EQ(28, x->shape[2]);
+        ASSERT_EQ(28, x->shape[3]);
+        for (i = 0; i < x->numel; i++) sum += ((float *)x->data)[i];
+        for (i = 0; i < y->numel; i++) hist[((int32_t *)y->data)[i]]++;
+        seen += x->shape[0];
+        nb++;
+    }
+    ASSERT_EQ(0, r);
+    ASSERT_EQ(40, nb);
+    ASSERT_EQ(10000, seen);
+    for (i = 0; i < 10; i++) ASSERT(hist[i] > 800 && hist[i] < 1200);
+    /* normalised with the dataset's mean and std: the mean is near 0 */
+    ASSERT_IN_RANGE(0.0, sum / (10000.0 * 784), 0.05);
+    gdl_loader_free(L);
+    gdl_dataset_free(sub);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* ---- the loader -------------------------------------------------------------- */
+
+TEST test_batch_counts(void) {
+    gdl_dataset *ds = indexed_dataset(10, 3);
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L;
+    gdl_tensor *x, *y;
+    int64_t sizes[8], k;
+    int nb, drop, workers, r;
+    ASSERT_NOT_NULL(ds);
+    ASSERT_EQ(1, o.batch_size);
+    ASSERT_EQ(2, o.prefetch);
+    ASSERT_EQ(GDL_DEVICE_CPU, o.device.type);
+    for (workers = 0; workers <= 2; workers += 2)
+        for (drop = 0; drop <= 1; drop++) {
+            int epoch;
+            o.batch_size = 3;
+            o.drop_last = drop;
+            o.num_workers = workers;
+            L = gdl_loader_new(ds, &o);
+            ASSERT_NOT_NULL(L);
+            ASSERT_EQ(drop ? 3 : 4, gdl_loader_num_batches(L));
+            for (epoch = 0; epoch < 3; epoch++) {
+                ASSERT_EQ(epoch, (long long)gdl_loader_epoch(L));
+                nb = 0;
+                while ((r = gdl_loader_next(L, &x, &y)) == 1) {
+                    ASSERT(nb < 8);
+                    ASSERT_EQ(GDL_F32, x->dtype);
+                    ASSERT_EQ(GDL_I32, y->dtype);
+                    ASSERT_EQ(2, x->ndim);
+                    ASSERT_EQ(2, x->shape[1]);
+                    ASSERT_EQ(1, y->ndim);
+                    ASSERT_EQ(x->shape[0], y->shape[0]);
+                    ASSERT_EQ(x->shape[0] * 2, x->numel);
+                    ASSERT_EQ(y->shape[0], y->numel);
+                    ASSERT_EQ(GDL_DEVICE_CPU, x->device.type);
+                    for (k = 0; k < x->shape[0]; k++) { /* no shuffle: in order */
+                        ASSERT_IN_RANGE((double)(nb * 3 + k), ((float *)x->data)[2 * k], 0);
+                        ASSERT_EQ((nb * 3 + k) % 3, ((int32_t *)y->data)[k]);
+                    }
+                    sizes[nb++] = x->shape[0];
+                }
+                ASSERT_EQ(0, r);
+                ASSERT_NULL(x);
+                ASSERT_EQ(drop ? 3 : 4, nb);
+                for (k = 0; k < 3; k++) ASSERT_EQ(3, sizes[k]);
+                if (!drop) ASSERT_EQ(1, sizes[3]);
+            }
+            ASSERT_EQ(3, (long long)gdl_loader_epoch(L));
+            gdl_loader_free(L);
+        }
+    /* a batch larger than the dataset */
+    o.batch_size = 16;
+    o.drop_last = 0;
+    o.num_workers = 1;
+    L = gdl_loader_new(ds, &o);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(1, gdl_loader_num_batches(L));
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(10, x->shape[0]);
+    ASSERT_EQ(0, gdl_loader_next(L, &x, &y));
+    gdl_loader_free(L);
+    o.drop_last = 1;
+    L = gdl_loader_new(ds, &o);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(0, gdl_loader_num_batches(L));
+    ASSERT_EQ(0, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(0, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(2, (long long)gdl_loader_epoch(L));
+    gdl_loader_free(L);
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* Every sample exactly once per epoch, with x and y from the same sample. */
+TEST test_every_sample_once(void) {
+    gdl_dataset *ds = indexed_dataset(37, 5);
+    gdl_loader_opts o = gdl_loader_defaults();
+    int workers;
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 5;
+    o.shuffle = 1;
+    o.seed = 42;
+    for (workers = 0; workers <= 4; workers += 2) {
+        gdl_loader *L;
+        int epoch;
+        o.num_workers = workers;
+        L = gdl_loader_new(ds, &o);
+        ASSERT_NOT_NULL(L);
+        for (epoch = 0; epoch < 4; epoch++) {
+            int count[37] = {0}, i, r, in_order = 1, pos = 0;
+            gdl_tensor *x, *y;
+            while ((r = gdl_loader_next(L, &x, &y)) == 1) {
+                int64_t k;
+                for (k = 0; k < x->shape[0]; k++) {
+                    float v = ((float *)x->data)[2 * k];
+                    int idx = (int)v;
+                    ASSERT(idx >= 0 && idx < 37);
+                    ASSERT_IN_RANGE(-v, ((float *)x->data)[2 * k + 1], 0);
+                    ASSERT_EQ(idx % 5, ((int32_t *)y->data)[k]);
+                    count[idx]++;
+                    in_order &= idx == pos++;
+                }
+            }
+            ASSERT_EQ(0, r);
+            for (i = 0; i < 37; i++) ASSERT_EQm("each sample once per epoch", 1, count[i]);
+            ASSERT_FALSEm("shuffled", in_order);
+        }
+        gdl_loader_free(L);
+    }
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* The order of samples of `epochs` epochs (sample index of each position). */
+static int order_of(gdl_dataset *ds, const gdl_loader_opts *o, int first_epoch, int epochs, int *out) {
+    gdl_loader *L = gdl_loader_new(ds, o);
+    gdl_tensor *x, *y;
+    int e, n = 0, r;
+    if (!L) return -1;
+    if (first_epoch) gdl_loader_set_epoch(L, (uint64_t)first_epoch);
+    for (e = 0; e < epochs; e++) {
+        while ((r = gdl_loader_next(L, &x, &y)) == 1) {
+            int64_t k;
+            for (k = 0; k < x->shape[0]; k++) out[n++] = (int)((float *)x->data)[2 * k];
+        }
+        if (r < 0) n = -1;
+    }
+    gdl_loader_free(L);
+    return n;
+}
+
+TEST test_shuffle_determinism(void) {
+    enum { N = 50 };
+    gdl_dataset *ds = indexed_dataset(N, 10);
+    gdl_loader_opts o = gdl_loader_defaults();
+    int a[3 * N], b[3 * N], c[N], d[2 * N], i, same;
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 8;
+    o.shuffle = 1;
+    o.seed = 7;
+    ASSERT_EQ(3 * N, order_of(ds, &o, 0, 3, a));
+    ASSERT_EQ(3 * N, order_of(ds, &o, 0, 3, b));
+    ASSERT_EQm("same seed, same orders", 0, memcmp(a, b, sizeof a));
+    ASSERT_FALSEm("epoch 0 and 1 differ", memcmp(a, a + N, sizeof(int) * N) == 0);
+    ASSERT_FALSEm("epoch 1 and 2 differ", memcmp(a + N, a + 2 * N, sizeof(int) * N) == 0);
+    /* the order of epoch e is a function of (seed, e): set_epoch jumps there */
+    ASSERT_EQ(N, order_of(ds, &o, 2, 1, c));
+    ASSERT_EQm("set_epoch(2) gives epoch 2's order", 0, memcmp(a + 2 * N, c, sizeof c));
+    /* and does not depend on the workers */
+    o.num_workers = 3;
+    ASSERT_EQ(3 * N, order_of(ds, &o, 0, 3, b));
+    ASSERT_EQ(0, memcmp(a, b, sizeof a));
+    o.num_workers = 0;
+    /* another seed, another order */
+    o.seed = 8;
+    ASSERT_EQ(N, order_of(ds, &o, 0, 1, c));
+    ASSERT_FALSEm("seed 8 differs from seed 7", memcmp(a, c, sizeof c) == 0);
+    /* no shuffle: 0..N-1 every epoch */
+    o.shuffle = 0;
+    ASSERT_EQ(2 * N, order_of(ds, &o, 0, 2, d));
+    for (i = 0, same = 1; i < 2 * N; i++) same &= d[i] == i % N;
+    ASSERT(same);
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* num_workers 0, 1, 2 and 4 (and prefetch 1..5) give bitwise the same batches,
+   random transforms included. */
+TEST test_workers_identical(void) {
+    gdl_dataset *ds = image_dataset(53, 3, 9, 7, 11);
+    gdl_loader_opts o = gdl_loader_defaults();
+    float *xr, *xw;
+    int32_t *yr, *yw;
+    int64_t nr, nw;
+    int nbr, cfg;
+    static const int workers[5] = {1, 2, 4, 2, 4}, prefetch[5] = {2, 1, 2, 5, 3};
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 6;
+    o.shuffle = 1;
+    o.seed = 99;
+    o.transform.normalize = 3;
+    o.transform.mean[0] = 0.4914; o.transform.mean[1] = 0.4822; o.transform.mean[2] = 0.4465;
+    o.transform.std[0] = 0.2470; o.transform.std[1] = 0.2435; o.transform.std[2] = 0.2616;
+    o.transform.crop_padding = 2;
+    o.transform.hflip = 1;
+    nbr = collect(ds, &o, 3, &xr, &yr, &nr);
+    ASSERT_EQ(27, nbr);
+    ASSERT_EQ(3 * 53, nr);
+    for (cfg = 0; cfg < 5; cfg++) {
+        int nbw;
+        o.num_workers = workers[cfg];
+        o.prefetch = prefetch[cfg];
+        nbw = collect(ds, &o, 3, &xw, &yw, &nw);
+        ASSERT_EQ(nbr, nbw);
+        ASSERT_EQ(nr, nw);
+        ASSERT_EQm("x bitwise identical across num_workers", 0, memcmp(xr, xw, sizeof(float) * (size_t)(nr * 3 * 9 * 7)));
+        ASSERT_EQm("y identical across num_workers", 0, memcmp(yr, yw, sizeof(int32_t) * (size_t)nr));
+        free(xw);
+        free(yw);
+    }
+    free(xr);
+    free(yr);
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_transform_scale(void) {
+    unsigned char px[4 * 2] = {0, 1, 127, 255, 3, 200, 254, 128};
+    float fx[4] = {-3.5f, 0.25f, 1e30f, 7};
+    int32_t lab[2] = {0, 1};
+    int64_t s4[1] = {4}, s2[1] = {2}, k;
+    gdl_dataset *ds = gdl_dataset_from_arrays(px, GDL_U8, 1, s4, lab, 2, 2), *df;
+    gdl_loader *L;
+    gdl_tensor *x, *y;
+    ASSERT_NOT_NULL(ds);
+    L = gdl_loader_new(ds, NULL); /* defaults: batch 1, inline */
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(1, x->shape[0]);
+    for (k = 0; k < 4; k++) ASSERT_EQ(1, ((float *)x->data)[k] == (float)px[4 + k] / 255.0f);
+    gdl_loader_free(L);
+    /* f32 samples pass through untouched */
+    df = gdl_dataset_from_arrays(fx, GDL_F32, 1, s2, lab, 2, 2);
+    ASSERT_NOT_NULL(df);
+    L = gdl_loader_new(df, NULL);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(0, memcmp(x->data, fx, sizeof(float) * 2));
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(0, memcmp(x->data, fx + 2, sizeof(float) * 2));
+    gdl_loader_free(L);
+    gdl_dataset_free(df);
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_transform_normalize(void) {
+    unsigned char px[8] = {0, 51, 102, 255, 10, 20, 30, 40};
+    int32_t lab[1] = {0};
+    int64_t s[3] = {2, 2, 2}, s8[1] = {8}, k;
+    gdl_dataset *ds = gdl_dataset_from_arrays(px, GDL_U8, 3, s, lab, 1, 1), *d1;
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L;
+    gdl_tensor *x, *y;
+    ASSERT_NOT_NULL(ds);
+    o.transform.normalize = 2;
+    o.transform.mean[0] = 0.5;
+    o.transform.std[0] = 0.25;
+    o.transform.mean[1] = 0.1;
+    o.transform.std[1] = 2;
+    L = gdl_loader_new(ds, &o);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    for (k = 0; k < 8; k++) {
+        double m = k < 4 ? 0.5 : 0.1, sd = k < 4 ? 0.25 : 2;
+        ASSERT_IN_RANGE((px[k] / 255.0 - m) / sd, ((float *)x->data)[k], 1e-6);
+    }
+    gdl_loader_free(L);
+    /* one mean/std for all, any shape */
+    d1 = gdl_dataset_from_arrays(px, GDL_U8, 1, s8, lab, 1, 1);
+    ASSERT_NOT_NULL(d1);
+    o.transform.normalize = 1;
+    o.num_workers = 2;
+    L = gdl_loader_new(d1, &o);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    for (k = 0; k < 8; k++) ASSERT_IN_RANGE((px[k] / 255.0 - 0.5) / 0.25, ((float *)x->data)[k], 1e-6);
+    gdl_loader_free(L);
+    gdl_dataset_free(d1);
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* out (c planes of oh x ow) equals src (h x w) shifted by (dy, dx) with
+   zeros outside, mirrored when flip. */
+static int matches_shift(const float *out, const float *src, int c, int h, int w, int oh, int ow, int dy, int dx, int flip) {
+    int p, y, x;
+    for (p = 0; p < c; p++)
+        for (y = 0; y < oh; y++)
+            for (x = 0; x < ow; x++) {
+                int sx = (flip ? ow - 1 - x : x) + dx, sy = y + dy;
+                float want = (sy < 0 || sy >= h || sx < 0 || sx >= w) ? 0.0f : src[(p * h + sy) * w + sx];
+                if (out[(p * oh + y) * ow + x] != want) return 0;
+            }
+    return 1;
+}
+
+/* Finds the (dy, dx, flip) that out is; -1 if none. Encoded (dy+8)*100 + (dx+8)*2 + flip. */
+static int find_shift(const float *out, const float *src, int c, int h, int w, int oh, int ow, int pad, int flips) {
+    int dy, dx, f;
+    for (f = 0; f <= flips; f++)
+        for (dy = -pad; dy <= h + pad - oh; dy++)
+            for (dx = -pad; dx <= w + pad - ow; dx++)
+                if (matches_shift(out, src, c, h, w, oh, ow, dy, dx, f)) return (dy + 8) * 100 + (dx + 8) * 2 + f;
+    return -1;
+}
+
+TEST test_transform_crop_and_flip(void) {
+    enum { N = 60, C = 2, H = 5, W = 6 };
+    float *x = (float *)malloc(sizeof(float) * N * C * H * W), src[C * H * W];
+    int32_t lab[N] = {0};
+    int64_t shape[3] = {C, H, W};
+    gdl_dataset *ds;
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L;
+    gdl_tensor *bx, *by;
+    int i, cfg, r;
+    ASSERT_NOT_NULL(x);
+    for (i = 0; i < C * H * W; i++) src[i] = (float)(i + 1); /* no zeros in the image */
+    for (i = 0; i < N; i++) memcpy(x + i * C * H * W, src, sizeof src);
+    ds = gdl_dataset_from_arrays(x, GDL_F32, 3, shape, lab, N, 1);
+    free(x);
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 7;
+    for (cfg = 0; cfg < 4; cfg++) {
+        /* 0: crop pad 2; 1: flip; 2: crop pad 1 + flip; 3: crop 3x3 out of the unpadded image */
+        int pad = cfg == 0 ? 2 : cfg == 2 ? 1 : 0, oh = cfg == 3 ? 3 : H, ow = cfg == 3 ? 3 : W;
+        int seen[2000] = {0}, distinct = 0, flipped = 0, unflipped = 0, zeros = 0, n = 0;
+        memset(&o.transform, 0, sizeof o.transform);
+        o.transform.crop_padding = pad;
+        o.transform.crop_size = cfg == 3 ? 3 : 0;
+        o.transform.hflip = cfg == 1 || cfg == 2;
+        o.num_workers = cfg & 1 ? 2 : 0;
+        L = gdl_loader_new(ds, &o);
+        ASSERT_NOT_NULL(L);
+        while ((r = gdl_loader_next(L, &bx, &by)) == 1) {
+            int64_t k;
+            ASSERT_EQ(4, bx->ndim);
+            ASSERT_EQ(C, bx->shape[1]);
+            ASSERT_EQ(oh, bx->shape[2]);
+            ASSERT_EQ(ow, bx->shape[3]);
+            for (k = 0; k < bx->shape[0]; k++) {
+                const float *out = (const float *)bx->data + k * C * oh * ow;
+                int code = find_shift(out, src, C, H, W, oh, ow, pad, o.transform.hflip);
+                int j;
+                ASSERTm("a crop of the zero-padded image, possibly mirrored", code >= 0);
+                if (!seen[code]++) distinct++;
+                if (code & 1) flipped++;
+                else unflipped++;
+                for (j = 0; j < C * oh * ow; j++) zeros += out[j] == 0.0f;
+                n++;
+            }
+        }
+        ASSERT_EQ(0, r);
+        ASSERT_EQ(N, n);
+        if (cfg == 0) {
+            ASSERT_GT(distinct, 10); /* up to 25 offsets */
+            ASSERT_GT(zeros, 0);     /* padding came in */
+            ASSERT_EQ(0, flipped);
+        }
+        if (cfg == 1) {
+            ASSERT_EQ(2, distinct); /* as is, or mirrored */
+            ASSERT_GT(flipped, 15);
+            ASSERT_GT(unflipped, 15);
+            ASSERT_EQ(0, zeros);
+        }
+        if (cfg == 2) {
+            ASSERT_GT(distinct, 8);
+            ASSERT_GT(flipped, 10);
+            ASSERT_GT(unflipped, 10);
+        }
+        if (cfg == 3) {
+            ASSERT_GT(distinct, 4); /* 3 x 4 windows */
+            ASSERT_EQ(0, zeros);
+        }
+        gdl_loader_free(L);
+    }
+    /* a hand-checked case: the flipped, unpadded image */
+    memset(&o.transform, 0, sizeof o.transform);
+    {
+        float want[C * H * W];
+        int p, y, xx;
+        for (p = 0; p < C; p++)
+            for (y = 0; y < H; y++)
+                for (xx = 0; xx < W; xx++) want[(p * H + y) * W + xx] = src[(p * H + y) * W + (W - 1 - xx)];
+        ASSERT(matches_shift(want, src, C, H, W, H, W, 0, 0, 1));
+        ASSERT_FALSE(matches_shift(want, src, C, H, W, H, W, 0, 0, 0));
+    }
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* The random choices of a sample depend on (seed, epoch, index): another
+   epoch draws again, the same epoch of another loader repeats them. */
+TEST test_transform_randomness(void) {
+    gdl_dataset *ds = image_dataset(20, 1, 8, 8, 5);
+    gdl_loader_opts o = gdl_loader_defaults();
+    float *a, *b;
+    int32_t *ya, *yb;
+    int64_t na, nb2;
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 20;
+    o.transform.crop_padding = 3;
+    o.transform.hflip = 1;
+    ASSERT_EQ(2, collect(ds, &o, 2, &a, &ya, &na));
+    ASSERT_EQ(2, collect(ds, &o, 2, &b, &yb, &nb2));
+    ASSERT_EQ(0, memcmp(a, b, sizeof(float) * 40 * 64));
+    ASSERT_FALSEm("epoch 1 draws new crops", memcmp(a, a + 20 * 64, sizeof(float) * 20 * 64) == 0);
+    free(b);
+    free(yb);
+    o.seed = 1;
+    ASSERT_EQ(1, collect(ds, &o, 1, &b, &yb, &nb2));
+    ASSERT_FALSEm("another seed, other crops", memcmp(a, b, sizeof(float) * 20 * 64) == 0);
+    free(a);
+    free(ya);
+    free(b);
+    free(yb);
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_loader_errors(void) {
+    gdl_dataset *img = image_dataset(4, 1, 6, 6, 1), *vec = indexed_dataset(4, 2);
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_tensor *x, *y;
+    gdl_loader *L;
+    ASSERT_NOT_NULL(img);
+    ASSERT_NOT_NULL(vec);
+    ASSERT_NULL(gdl_loader_new(NULL, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_loader_new: ds is NULL");
+    o.batch_size = 0;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "batch_size must be >= 1, got 0");
+    o = gdl_loader_defaults();
+    o.num_workers = -1;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "num_workers must be in [0, 256], got -1");
+    o = gdl_loader_defaults();
+    o.prefetch = -2;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "prefetch");
+    o = gdl_loader_defaults();
+    o.transform.normalize = 3;
+    o.transform.std[0] = o.transform.std[1] = o.transform.std[2] = 1;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "transform.normalize has 3 channels but the samples are [1,6,6]");
+    o.transform.normalize = 1;
+    o.transform.std[0] = 0;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "std must be finite and > 0");
+    o = gdl_loader_defaults();
+    o.transform.crop_size = 11;
+    o.transform.crop_padding = 2;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "crop size 11x11 is larger than the padded image 10x10");
+    o.transform.crop_size = 0;
+    o.transform.crop_padding = -1;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "crop_padding -1");
+    o = gdl_loader_defaults();
+    o.transform.hflip = 1;
+    ASSERT_NULL(gdl_loader_new(vec, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "random crop and flip need image samples [C,H,W] (or [H,W]), got [2]");
+    o = gdl_loader_defaults();
+#ifndef GPUDL_CUDA
+    o.device = gdl_cuda(0);
+    o.pin_memory = 1;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_loader_new: ");
+    ASSERT_CONTAINS(gdl_last_error(), "cuda:0 is not available");
+    o = gdl_loader_defaults();
+#endif
+    /* pin_memory on the CPU: accepted, no effect */
+    o.pin_memory = 1;
+    L = gdl_loader_new(img, &o);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(-1, gdl_loader_next(L, NULL, &y));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_loader_next: x is NULL");
+    ASSERT_EQ(-1, gdl_loader_next(NULL, &x, &y));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_loader_next: l is NULL");
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    gdl_loader_free(L);
+    gdl_loader_free(NULL);
+    ASSERT_EQ(-1, gdl_loader_num_batches(NULL));
+    ASSERT_EQ(-1, gdl_loader_set_epoch(NULL, 1));
+    gdl_dataset_free(img);
+    gdl_dataset_free(vec);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* Every allocation of gdl_loader_new failing in turn. */
+TEST test_loader_out_of_memory(void) {
+    gdl_dataset *ds = image_dataset(30, 3, 4, 4, 2);
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L = NULL;
+    long k, before;
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 4;
+    o.shuffle = 1;
+    o.num_workers = 3;
+    before = live;
+    for (k = 0; k < 200; k++) {
+        fail_after = k;
+        injected = 0;
+        L = gdl_loader_new(ds, &o);
+        fail_after = -1;
+        if (L) break;
+        ASSERT(injected);
+        ASSERT_CONTAINS(gdl_last_error(), "gdl_loader_new: ");
+        ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+        ASSERT_EQm("leak after an allocation failure", before, live);
+    }
+    ASSERT_NOT_NULL(L);
+    ASSERT_GT(k, 5);
+    {
+        gdl_tensor *x, *y;
+        int n = 0;
+        while (gdl_loader_next(L, &x, &y) == 1) n++;
+        ASSERT_EQ(8, n);
+    }
+    gdl_loader_free(L);
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* Freeing a loader mid-epoch (workers busy, batches waiting), right after
+   creation, and abandoning an epoch with set_epoch. */
+TEST test_free_mid_epoch(void) {
+    gdl_dataset *ds = image_dataset(200, 3, 16, 16, 3);
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L;
+    gdl_tensor *x, *y;
+    int rep;
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 3;
+    o.shuffle = 1;
+    o.transform.crop_padding = 4;
+    o.transform.hflip = 1;
+    for (rep = 0; rep < 20; rep++) {
+        int k;
+        o.num_workers = 1 + rep % 4;
+        o.prefetch = 1 + rep % 5;
+        L = gdl_loader_new(ds, &o);
+        ASSERT_NOT_NULL(L);
+        for (k = 0; k < rep % 4; k++) ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+        gdl_loader_free(L);
+    }
+    {
+        /* set_epoch mid-epoch: the next batch is the first of that epoch */
+        float first[3 * 3 * 16 * 16];
+        o.num_workers = 3;
+        L = gdl_loader_new(ds, &o);
+        ASSERT_NOT_NULL(L);
+        ASSERT_EQ(0, gdl_loader_set_epoch(L, 5));
+        ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+        memcpy(first, x->data, sizeof first);
+        ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+        ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+        ASSERT_EQ(0, gdl_loader_set_epoch(L, 5));
+        ASSERT_EQ(5, (long long)gdl_loader_epoch(L));
+        ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+        ASSERT_EQ(0, memcmp(first, x->data, sizeof first));
+        ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+        gdl_loader_free(L);
+    }
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* Many short epochs with tiny batches: the workers race the consumer (the
+   thread sanitizer's case); each epoch still holds every sample once. */
+TEST test_loader_stress(void) {
+    gdl_dataset *ds = indexed_dataset(97, 4);
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L;
+    int epoch;
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 2;
+    o.shuffle = 1;
+    o.num_workers = 4;
+    o.prefetch = 1;
+    L = gdl_loader_new(ds, &o);
+    ASSERT_NOT_NULL(L);
+    for (epoch = 0; epoch < 60; epoch++) {
+        int count[97] = {0}, i, r, batches = 0;
+        gdl_tensor *x, *y;
+        if (epoch % 7 == 3) ASSERT_EQ(0, gdl_loader_set_epoch(L, (uint64_t)epoch * 3));
+        while ((r = gdl_loader_next(L, &x, &y)) == 1) {
+            int64_t k;
+            for (k = 0; k < x->shape[0]; k++) count[(int)((float *)x->data)[2 * k]]++;
+            /* abandon some epochs part-way */
+            if (epoch % 11 == 5 && ++batches == 10) break;
+        }
+        if (epoch % 11 == 5) {
+            ASSERT_EQ(0, gdl_loader_set_epoch(L, (uint64_t)epoch + 1));
+            continue;
+        }
+        ASSERT_EQ(0, r);
+        for (i = 0; i < 97; i++) ASSERT_EQ(1, count[i]);
+    }
+    gdl_loader_free(L);
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* The batch is persistent: gdl_arena_reset and temporaries do not touch it,
+   and it feeds the ops. */
+TEST test_batch_survives_arena_reset(void) {
+    gdl_dataset *ds = indexed_dataset(8, 2);
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L;
+    gdl_tensor *x, *y, *t;
+    float keep[8];
+    int i;
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 4;
+    o.num_workers = 2;
+    L = gdl_loader_new(ds, &o);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    memcpy(keep, x->data, sizeof keep);
+    gdl_arena_reset();
+    for (i = 0; i < 4; i++) {
+        t = gdl_mul_scalar(x, 3.0);
+        ASSERT_NOT_NULL(t);
+        ASSERT_IN_RANGE(3.0 * keep[2], ((float *)t->data)[2], 1e-6);
+        gdl_arena_reset();
+    }
+    ASSERT_EQ(0, memcmp(keep, x->data, sizeof keep));
+    t = gdl_sum(x);
+    ASSERT_NOT_NULL(t);
+    ASSERT_IN_RANGE(0.0, gdl_item(t), 1e-6); /* i + (-i) */
+    gdl_arena_reset();
+    gdl_loader_free(L);
+    gdl_dataset_free(ds);
+    gdl_shutdown(); /* the arenas' chunks */
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+SUITE(datasets) {
+    SET_SETUP(setup, NULL);
+    RUN_TEST(test_from_arrays);
+    RUN_TEST(test_from_arrays_errors);
+    RUN_TEST(test_idx_plain);
+    RUN_TEST(test_idx_gzipped);
+    RUN_TEST(test_idx_failures);
+    RUN_TEST(test_idx_out_of_memory);
+    RUN_TEST(test_subset);
+    RUN_TEST(test_cifar10);
+}
+
+SUITE(fashion_mnist) {
+    SET_SETUP(setup, NULL);
+    RUN_TEST(test_fashion_locator_fake);
+    RUN_TEST(test_fashion_missing_message);
+    RUN_TEST(test_fashion_real);
+    RUN_TEST(test_fashion_real_loader);
+}
+
+SUITE(loader) {
+    SET_SETUP(setup, NULL);
+    RUN_TEST(test_batch_counts);
+    RUN_TEST(test_every_sample_once);
+    RUN_TEST(test_shuffle_determinism);
+    RUN_TEST(test_workers_identical);
+    RUN_TEST(test_transform_scale);
+    RUN_TEST(test_transform_normalize);
+    RUN_TEST(test_transform_crop_and_flip);
+    RUN_TEST(test_transform_randomness);
+    RUN_TEST(test_loader_errors);
+    RUN_TEST(test_loader_out_of_memory);
+    RUN_TEST(test_free_mid_epoch);
+    RUN_TEST(test_loader_stress);
+    RUN_TEST(test_batch_survives_arena_reset);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    HARNESS_MAIN_BEGIN(argc, argv);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/gdl_test_data_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN_SUITE(datasets);
+    RUN_SUITE(fashion_mnist);
+    RUN_SUITE(loader);
+    cleanup_tmp();
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}

@@ -1,0 +1,1392 @@
+#ifdef NN_DEV
+#include "gpudl_dev.h"
+#endif
+/* test_nn.c — modules, optimizers and learning-rate schedulers: output shapes,
+   parameter counts, PyTorch's initialisation, state_dict names, train/eval,
+   the summary; SGD/Adam/AdamW against independent double-precision loops of
+   PyTorch's documented algorithms and against numbers printed by PyTorch
+   2.15 itself; parameter groups, clipping, checkpointing of the optimizer
+   and scheduler state; schedulers against their closed forms and PyTorch;
+   gradient accumulation; convergence (linear regression, XOR); errors.
+
+   Build (from the repository root):
+       cc -std=c99 -Wall -Wextra -Wpedantic tests/test_nn.c -lm -o build/test_nn
+   (before the nn parts are pasted into gpudl.h: add -DNN_DEV -Iparts) */
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+
+#define CPU gdl_cpu()
+#define PI 3.141592653589793
+
+static void reset(void *u) {
+    (void)u;
+    gdl_arena_reset();
+    gdl_clear_error();
+    gdl_set_grad_enabled(1);
+}
+
+static gdl_real *R(const gdl_tensor *t) { return (gdl_real *)t->data; }
+
+static gdl_tensor *vec(const float *v, int64_t n) { return gdl_from_array(v, 1, &n, GDL_F32, CPU); }
+
+/* one-dimensional f32 tensor from doubles */
+static gdl_tensor *vecd(const double *v, int64_t n) {
+    gdl_tensor *t = gdl_zeros(1, &n, GDL_F32, CPU);
+    int64_t i;
+    for (i = 0; i < n; i++) R(t)[i] = (gdl_real)v[i];
+    return t;
+}
+
+static int shape_is(const gdl_tensor *t, int ndim, const int64_t *s) {
+    int i;
+    if (!t || t->ndim != ndim) return 0;
+    for (i = 0; i < ndim; i++)
+        if (t->shape[i] != s[i]) return 0;
+    return 1;
+}
+
+/* forward of m on zeros of shape `in`, checking the output shape `out` */
+static enum harness_result fwd_shape(gdl_module *m, int nin, const int64_t *in, int nout, const int64_t *out,
+                                     gdl_dtype dt) {
+    gdl_tensor *x, *y;
+    ASSERT_NOT_NULL(m);
+    x = gdl_zeros(nin, in, dt, CPU);
+    y = gdl_forward(m, x);
+    if (!y) FAILf("forward failed: %s", gdl_last_error());
+    if (!shape_is(y, nout, out)) FAILf("%s: output shape %s", gdl_module_kind(m), gdl_shape_str(y));
+    gdl_free(x);
+    gdl_module_free(m);
+    PASS();
+}
+#define SHAPE(m, in, out) CHECK_CALL(fwd_shape((m), GDL_DIMS in, GDL_DIMS out, GDL_F32))
+
+/* ---------------------------------------------------------------------------
+   modules
+   ------------------------------------------------------------------------- */
+
+TEST test_output_shapes(void) {
+    int k31[2] = {3, 1}, p10[2] = {1, 0};
+    SHAPE(gdl_nn_linear(10, 4, 1), (3, 10), (3, 4));
+    SHAPE(gdl_nn_linear(10, 4, 0), (2, 5, 10), (2, 5, 4));
+    SHAPE(gdl_nn_conv2d(3, 8, 3, 1, 1, 1, 1, 1), (2, 3, 8, 8), (2, 8, 8, 8));
+    SHAPE(gdl_nn_conv2d(3, 8, 3, 2, 1, 1, 1, 0), (2, 3, 8, 8), (2, 8, 4, 4));
+    SHAPE(gdl_nn_conv2d(4, 6, 3, 1, 0, 1, 2, 1), (1, 4, 5, 5), (1, 6, 3, 3));
+    SHAPE(gdl_nn_conv2d(2, 2, 3, 1, 0, 2, 1, 1), (1, 2, 7, 7), (1, 2, 3, 3));
+    SHAPE(gdl_nn_conv2d_ex(3, 5, k31, NULL, p10, NULL, 1, 1), (2, 3, 6, 4), (2, 5, 6, 4));
+    SHAPE(gdl_nn_batchnorm1d(4), (5, 4), (5, 4));
+    SHAPE(gdl_nn_batchnorm1d(4), (5, 4, 3), (5, 4, 3));
+    SHAPE(gdl_nn_batchnorm2d(3), (2, 3, 4, 4), (2, 3, 4, 4));
+    SHAPE(gdl_nn_batchnorm_ex(2, 3, 1e-3, 0.01, 0, 0), (2, 3, 4, 4), (2, 3, 4, 4));
+    SHAPE(gdl_nn_layernorm(6), (2, 3, 6), (2, 3, 6));
+    SHAPE(gdl_nn_dropout(0.5), (4, 5), (4, 5));
+    SHAPE(gdl_nn_relu(), (4, 5), (4, 5));
+    SHAPE(gdl_nn_leaky_relu(0.1), (4, 5), (4, 5));
+    SHAPE(gdl_nn_sigmoid(), (4, 5), (4, 5));
+    SHAPE(gdl_nn_tanh(), (4, 5), (4, 5));
+    SHAPE(gdl_nn_gelu(0), (4, 5), (4, 5));
+    SHAPE(gdl_nn_gelu(1), (4, 5), (4, 5));
+    SHAPE(gdl_nn_identity(), (4, 5), (4, 5));
+    SHAPE(gdl_nn_maxpool2d(2, 0, 0), (1, 2, 6, 6), (1, 2, 3, 3));
+    SHAPE(gdl_nn_maxpool2d(3, 2, 1), (1, 2, 7, 7), (1, 2, 4, 4));
+    SHAPE(gdl_nn_avgpool2d(2, 2, 0), (1, 2, 6, 7), (1, 2, 3, 3));
+    SHAPE(gdl_nn_global_avgpool2d(), (2, 5, 3, 4), (2, 5, 1, 1));
+    SHAPE(gdl_nn_flatten(1), (2, 3, 4, 4), (2, 48));
+    SHAPE(gdl_nn_flatten(0), (2, 3, 4), (24));
+    CHECK_CALL(fwd_shape(gdl_nn_embedding(10, 3), GDL_DIMS(2, 4), GDL_DIMS(2, 4, 3), GDL_I32));
+    /* a small CNN */
+    SHAPE(gdl_nn_sequential(6, (gdl_module *[]){gdl_nn_conv2d(1, 4, 3, 1, 1, 1, 1, 1), gdl_nn_batchnorm2d(4),
+                                                 gdl_nn_relu(), gdl_nn_maxpool2d(2, 2, 0), gdl_nn_flatten(1),
+                                                 gdl_nn_linear(4 * 4 * 4, 10, 1)}),
+          (3, 1, 8, 8), (3, 10));
+    /* ResNet basic blocks: identity shortcut, and a strided 1x1 projection */
+    SHAPE(gdl_nn_residual(gdl_nn_sequential(5, (gdl_module *[]){gdl_nn_conv2d(4, 4, 3, 1, 1, 1, 1, 0),
+                                                                 gdl_nn_batchnorm2d(4), gdl_nn_relu(),
+                                                                 gdl_nn_conv2d(4, 4, 3, 1, 1, 1, 1, 0),
+                                                                 gdl_nn_batchnorm2d(4)}),
+                          NULL),
+          (2, 4, 6, 6), (2, 4, 6, 6));
+    SHAPE(gdl_nn_residual(gdl_nn_sequential(5, (gdl_module *[]){gdl_nn_conv2d(4, 8, 3, 2, 1, 1, 1, 0),
+                                                                 gdl_nn_batchnorm2d(8), gdl_nn_relu(),
+                                                                 gdl_nn_conv2d(8, 8, 3, 1, 1, 1, 1, 0),
+                                                                 gdl_nn_batchnorm2d(8)}),
+                          gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_conv2d(4, 8, 1, 2, 0, 1, 1, 0),
+                                                                 gdl_nn_batchnorm2d(8)})),
+          (2, 4, 6, 6), (2, 8, 3, 3));
+    /* an empty Sequential is the identity */
+    SHAPE(gdl_nn_sequential(0, NULL), (2, 3), (2, 3));
+    PASS();
+}
+
+TEST test_residual_values(void) {
+    /* relu(body(x) + x) with body = Linear(2,2) of known weights */
+    gdl_module *lin = gdl_nn_linear(2, 2, 1), *res;
+    gdl_tensor *x, *y;
+    float xv[4] = {1, -2, 0.5f, 3};
+    int64_t xs[2] = {2, 2};
+    int i, j;
+    ASSERT_NOT_NULL(lin);
+    R(gdl_module_tensor(lin, "weight"))[0] = 1; R(gdl_module_tensor(lin, "weight"))[1] = 2;
+    R(gdl_module_tensor(lin, "weight"))[2] = -1; R(gdl_module_tensor(lin, "weight"))[3] = 0.5;
+    R(gdl_module_tensor(lin, "bias"))[0] = 0.25; R(gdl_module_tensor(lin, "bias"))[1] = -0.5;
+    res = gdl_nn_residual(lin, NULL);
+    ASSERT_NOT_NULL(res);
+    x = gdl_from_array(xv, 2, xs, GDL_F32, CPU);
+    y = gdl_forward(res, x);
+    ASSERT_NOT_NULL(y);
+    for (i = 0; i < 2; i++)
+        for (j = 0; j < 2; j++) {
+            const double W[4] = {1, 2, -1, 0.5}, b[2] = {0.25, -0.5};
+            double v = b[j] + W[j * 2] * xv[i * 2] + W[j * 2 + 1] * xv[i * 2 + 1] + xv[i * 2 + j];
+            ASSERT_IN_RANGE(v > 0 ? v : 0, R(y)[i * 2 + j], 1e-6);
+        }
+    gdl_free(x);
+    gdl_module_free(res);
+    PASS();
+}
+
+static gdl_module *basic_block(int cin, int cout, int stride) {
+    gdl_module *body = gdl_nn_sequential(5, (gdl_module *[]){gdl_nn_conv2d(cin, cout, 3, stride, 1, 1, 1, 0),
+                                                            gdl_nn_batchnorm2d(cout), gdl_nn_relu(),
+                                                            gdl_nn_conv2d(cout, cout, 3, 1, 1, 1, 1, 0),
+                                                            gdl_nn_batchnorm2d(cout)});
+    gdl_module *sc = NULL;
+    if (stride != 1 || cin != cout)
+        sc = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_conv2d(cin, cout, 1, stride, 0, 1, 1, 0),
+                                                   gdl_nn_batchnorm2d(cout)});
+    return gdl_nn_residual(body, sc);
+}
+
+TEST test_param_counts(void) {
+    gdl_module *m;
+    m = gdl_nn_linear(784, 128, 1);
+    ASSERT_EQ(100480, gdl_module_num_params(m));
+    gdl_module_free(m);
+    m = gdl_nn_linear(10, 1, 0);
+    ASSERT_EQ(10, gdl_module_num_params(m));
+    gdl_module_free(m);
+    m = gdl_nn_conv2d(3, 16, 3, 1, 1, 1, 1, 1);
+    ASSERT_EQ(16 * 3 * 9 + 16, gdl_module_num_params(m));
+    gdl_module_free(m);
+    m = gdl_nn_conv2d(8, 16, 3, 1, 1, 1, 4, 0); /* groups: W [16, 2, 3, 3] */
+    ASSERT_EQ(16 * 2 * 9, gdl_module_num_params(m));
+    gdl_module_free(m);
+    m = gdl_nn_batchnorm2d(16); /* buffers are not parameters */
+    ASSERT_EQ(32, gdl_module_num_params(m));
+    ASSERT_EQ(2, gdl_module_named_tensors(m, GDL_BUFFERS, NULL, NULL, 0));
+    gdl_module_free(m);
+    m = gdl_nn_batchnorm_ex(1, 16, 1e-5, 0.1, 0, 0);
+    ASSERT_EQ(0, gdl_module_num_params(m));
+    ASSERT_EQ(0, gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, NULL, NULL, 0));
+    gdl_module_free(m);
+    m = gdl_nn_layernorm(6);
+    ASSERT_EQ(12, gdl_module_num_params(m));
+    gdl_module_free(m);
+    m = gdl_nn_embedding(100, 16);
+    ASSERT_EQ(1600, gdl_module_num_params(m));
+    gdl_module_free(m);
+    m = gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(784, 128, 1), gdl_nn_relu(), gdl_nn_linear(128, 10, 1)});
+    ASSERT_EQ(101770, gdl_module_num_params(m));
+    gdl_module_free(m);
+    /* torchvision's ResNet-18 layer2.0 (64 -> 128, stride 2): 230,144 parameters */
+    m = basic_block(64, 128, 2);
+    ASSERT_EQ(230144, gdl_module_num_params(m));
+    gdl_module_free(m);
+    PASS();
+}
+
+/* mean, variance, min and max of a tensor's elements */
+static void stats(const gdl_tensor *t, double *mean, double *var, double *lo, double *hi) {
+    double s = 0, q = 0;
+    int64_t i;
+    *lo = INFINITY;
+    *hi = -INFINITY;
+    for (i = 0; i < t->numel; i++) {
+        double v = R(t)[i];
+        s += v;
+        if (v < *lo) *lo = v;
+        if (v > *hi) *hi = v;
+    }
+    *mean = s / (double)t->numel;
+    for (i = 0; i < t->numel; i++) q += (R(t)[i] - *mean) * (R(t)[i] - *mean);
+    *var = q / (double)t->numel;
+}
+
+/* U(-b, b): inside the bound, reaching near it, mean ~ 0, var ~ b^2/3 */
+static enum harness_result check_uniform(const gdl_tensor *t, double b) {
+    double mean, var, lo, hi, n = (double)t->numel;
+    stats(t, &mean, &var, &lo, &hi);
+    ASSERT(lo >= -b && hi <= b);
+    ASSERT(lo < -0.9 * b && hi > 0.9 * b);
+    ASSERT_IN_RANGE(0, mean, 5 * b / sqrt(3 * n));
+    ASSERT_IN_RANGE(b * b / 3, var, 5 * b * b * 0.3 / sqrt(n));
+    PASS();
+}
+
+TEST test_init_ranges(void) {
+    gdl_module *m;
+    gdl_tensor *w;
+    double mean, var, lo, hi;
+    int64_t i;
+    gdl_manual_seed(1);
+    m = gdl_nn_linear(256, 64, 1);
+    CHECK_CALL(check_uniform(gdl_module_tensor(m, "weight"), 1.0 / 16));
+    CHECK_CALL(check_uniform(gdl_module_tensor(m, "bias"), 1.0 / 16));
+    ASSERT(gdl_module_tensor(m, "weight")->requires_grad);
+    gdl_module_free(m);
+    m = gdl_nn_conv2d(8, 32, 3, 1, 1, 1, 1, 1); /* fan_in 72 */
+    CHECK_CALL(check_uniform(gdl_module_tensor(m, "weight"), 1 / sqrt(72.0)));
+    w = gdl_module_tensor(m, "bias");
+    stats(w, &mean, &var, &lo, &hi);
+    ASSERT(lo >= -1 / sqrt(72.0) && hi <= 1 / sqrt(72.0));
+    gdl_module_free(m);
+    m = gdl_nn_conv2d(16, 32, 3, 1, 1, 1, 4, 0); /* fan_in = 16/4*9 = 36 */
+    CHECK_CALL(check_uniform(gdl_module_tensor(m, "weight"), 1.0 / 6));
+    gdl_module_free(m);
+    m = gdl_nn_batchnorm2d(5);
+    for (i = 0; i < 5; i++) {
+        ASSERT_IN_RANGE(1, R(gdl_module_tensor(m, "weight"))[i], 0);
+        ASSERT_IN_RANGE(0, R(gdl_module_tensor(m, "bias"))[i], 0);
+        ASSERT_IN_RANGE(0, R(gdl_module_tensor(m, "running_mean"))[i], 0);
+        ASSERT_IN_RANGE(1, R(gdl_module_tensor(m, "running_var"))[i], 0);
+    }
+    ASSERT_FALSE(gdl_module_tensor(m, "running_mean")->requires_grad);
+    gdl_module_free(m);
+    m = gdl_nn_layernorm(7);
+    for (i = 0; i < 7; i++) {
+        ASSERT_IN_RANGE(1, R(gdl_module_tensor(m, "weight"))[i], 0);
+        ASSERT_IN_RANGE(0, R(gdl_module_tensor(m, "bias"))[i], 0);
+    }
+    gdl_module_free(m);
+    m = gdl_nn_embedding(200, 50);
+    stats(gdl_module_tensor(m, "weight"), &mean, &var, &lo, &hi);
+    ASSERT_IN_RANGE(0, mean, 0.05);
+    ASSERT_IN_RANGE(1, var, 0.06);
+    gdl_module_free(m);
+    PASS();
+}
+
+static gdl_module *small_net(void) {
+    return gdl_nn_sequential(4, (gdl_module *[]){gdl_nn_conv2d(2, 3, 3, 1, 1, 1, 1, 1), gdl_nn_flatten(1),
+                                                 gdl_nn_linear(3 * 4 * 4, 5, 1), gdl_nn_embedding(3, 2)});
+}
+
+TEST test_init_reproducible(void) {
+    gdl_module *a, *b, *c;
+    gdl_tensor *ta[8], *tb[8], *tc[8];
+    int n, i, differ = 0;
+    gdl_manual_seed(42);
+    a = small_net();
+    gdl_manual_seed(42);
+    b = small_net();
+    gdl_manual_seed(43);
+    c = small_net();
+    n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, ta, 8);
+    ASSERT_EQ(5, n);
+    ASSERT_EQ(n, gdl_module_named_tensors(b, GDL_PARAMS, NULL, tb, 8));
+    ASSERT_EQ(n, gdl_module_named_tensors(c, GDL_PARAMS, NULL, tc, 8));
+    for (i = 0; i < n; i++) {
+        ASSERT_EQ(0, memcmp(ta[i]->data, tb[i]->data, sizeof(gdl_real) * (size_t)ta[i]->numel));
+        differ += memcmp(ta[i]->data, tc[i]->data, sizeof(gdl_real) * (size_t)ta[i]->numel) != 0;
+    }
+    ASSERT_EQ(n, differ);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_module_free(c);
+    PASS();
+}
+
+static gdl_module *names_net(void) {
+    return gdl_nn_sequential(7, (gdl_module *[]){gdl_nn_conv2d(3, 4, 3, 1, 1, 1, 1, 0), gdl_nn_batchnorm2d(4),
+                                                 gdl_nn_relu(), basic_block(4, 8, 2), gdl_nn_global_avgpool2d(),
+                                                 gdl_nn_flatten(1), gdl_nn_linear(8, 10, 1)});
+}
+
+TEST test_state_dict_names(void) {
+    static const char *const expect[] = {
+        "0.weight", "1.weight", "1.bias", "1.running_mean", "1.running_var",
+        "3.body.0.weight", "3.body.1.weight", "3.body.1.bias", "3.body.1.running_mean", "3.body.1.running_var",
+        "3.body.3.weight", "3.body.4.weight", "3.body.4.bias", "3.body.4.running_mean", "3.body.4.running_var",
+        "3.shortcut.0.weight", "3.shortcut.1.weight", "3.shortcut.1.bias", "3.shortcut.1.running_mean",
+        "3.shortcut.1.running_var", "6.weight", "6.bias"};
+    const int N = (int)(sizeof expect / sizeof expect[0]);
+    const char *names[32], *again[32];
+    gdl_tensor *ts[32];
+    gdl_module *m = names_net();
+    int n, i, np = 0, nb = 0;
+    ASSERT_NOT_NULL(m);
+    n = gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, NULL, NULL, 0);
+    ASSERT_EQ(N, n);
+    ASSERT_EQ(N, gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, 32));
+    for (i = 0; i < N; i++) {
+        ASSERT_STR_EQ(expect[i], names[i]);
+        ASSERT(gdl_module_tensor(m, names[i]) == ts[i]);
+        if (strstr(names[i], "running")) nb++;
+        else np++;
+    }
+    /* parameters only, buffers only, and a short buffer */
+    ASSERT_EQ(np, gdl_module_named_tensors(m, GDL_PARAMS, again, NULL, 32));
+    ASSERT_STR_EQ("3.body.0.weight", again[3]);
+    ASSERT_EQ(nb, gdl_module_named_tensors(m, GDL_BUFFERS, again, ts, 32));
+    ASSERT_STR_EQ("3.body.4.running_var", again[5]);
+    ASSERT_EQ(N, gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, again, NULL, 3));
+    /* names are stable: the same pointers on every call */
+    ASSERT_EQ(N, gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, again, NULL, 32));
+    for (i = 0; i < N; i++) ASSERT(again[i] == names[i]);
+    /* lookups by path */
+    ASSERT_STR_EQ("Residual", gdl_module_kind(gdl_module_child(m, "3")));
+    ASSERT_STR_EQ("BatchNorm2d", gdl_module_kind(gdl_module_child(m, "3.shortcut.1")));
+    ASSERT_STR_EQ("shortcut", gdl_module_name(gdl_module_child(m, "3.shortcut")));
+    ASSERT_EQ(7, gdl_module_num_children(m));
+    ASSERT_STR_EQ("6", gdl_module_name(gdl_module_child_at(m, 6)));
+    ASSERT_NULL(gdl_module_child_at(m, 7));
+    ASSERT_NULL(gdl_module_tensor(m, "3.body.9.weight"));
+    ASSERT_CONTAINS(gdl_last_error(), "no module \"9\"");
+    ASSERT_NULL(gdl_module_tensor(m, "6.gamma"));
+    ASSERT_CONTAINS(gdl_last_error(), "no parameter or buffer \"gamma\" in Linear '6'");
+    gdl_module_free(m);
+    PASS();
+}
+
+static gdl_tensor *scale_forward(gdl_module *self, gdl_tensor *x) {
+    return gdl_mul(x, gdl_module_tensor(self, "scale"));
+}
+static void free_counter(void *p) { (*(int *)p)++; }
+
+TEST test_custom_module(void) {
+    static int freed = 0;
+    gdl_module *m = gdl_nn_custom("Scale", scale_forward, &freed, free_counter), *seq;
+    gdl_tensor *x, *loss, *s;
+    const char *names[4];
+    float xv[3] = {1, 2, 3};
+    int64_t three = 3;
+    ASSERT_NOT_NULL(m);
+    ASSERT_EQ(0, gdl_module_add_param(m, "scale", gdl_full(1, &three, 2.0, GDL_F32, CPU)));
+    ASSERT_EQ(-1, gdl_module_add_param(m, "scale", gdl_zeros(1, &three, GDL_F32, CPU)));
+    ASSERT_CONTAINS(gdl_last_error(), "already has a member named \"scale\"");
+    ASSERT_EQ(0, gdl_module_add_buffer(m, "count", gdl_zeros(0, NULL, GDL_I32, CPU)));
+    ASSERT(gdl_module_user(m) == &freed);
+    seq = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_identity(), m});
+    ASSERT_NOT_NULL(seq);
+    ASSERT_EQ(2, gdl_module_named_tensors(seq, GDL_PARAMS_AND_BUFFERS, names, NULL, 4));
+    ASSERT_STR_EQ("1.scale", names[0]);
+    ASSERT_STR_EQ("1.count", names[1]);
+    x = vec(xv, 3);
+    loss = gdl_sum(gdl_forward(seq, x));
+    ASSERT_NOT_NULL(loss);
+    ASSERT_IN_RANGE(12, gdl_item(loss), 1e-6);
+    ASSERT_EQ(0, gdl_backward(loss));
+    s = gdl_module_tensor(seq, "1.scale");
+    ASSERT_IN_RANGE(3, R(s->grad)[2], 0);
+    gdl_free(x);
+    gdl_module_free(seq);
+    ASSERT_EQ(1, freed);
+    PASS();
+}
+
+TEST test_train_eval(void) {
+    gdl_module *net = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_batchnorm1d(2), gdl_nn_dropout(0.5)});
+    gdl_module *bn = gdl_module_child(net, "0"), *dp = gdl_module_child(net, "1");
+    gdl_tensor *x, *y, *rm, *rv, *big, *yb;
+    float xv[8] = {1, 10, 2, 20, 3, 30, 6, 0};
+    int64_t xs[2] = {4, 2}, bs[2] = {64, 16};
+    double mean[2], uvar[2];
+    int c, i, zeros = 0, doubled = 0;
+    ASSERT_NOT_NULL(net);
+    ASSERT_EQ(1, gdl_module_is_training(net));
+    ASSERT_EQ(1, gdl_module_is_training(dp));
+    x = gdl_from_array(xv, 2, xs, GDL_F32, CPU);
+    rm = gdl_module_tensor(net, "0.running_mean");
+    rv = gdl_module_tensor(net, "0.running_var");
+    /* training: BatchNorm normalises with the batch stats and updates the running ones */
+    y = gdl_forward(bn, x);
+    ASSERT_NOT_NULL(y);
+    for (c = 0; c < 2; c++) {
+        double s = 0, q = 0;
+        for (i = 0; i < 4; i++) s += xv[i * 2 + c];
+        mean[c] = s / 4;
+        for (i = 0; i < 4; i++) q += (xv[i * 2 + c] - mean[c]) * (xv[i * 2 + c] - mean[c]);
+        uvar[c] = q / 3;
+        for (i = 0; i < 4; i++)
+            ASSERT_IN_RANGE((xv[i * 2 + c] - mean[c]) / sqrt(q / 4 + 1e-5), R(y)[i * 2 + c], 1e-5);
+        ASSERT_IN_RANGE(0.1 * mean[c], R(rm)[c], 1e-6);
+        ASSERT_IN_RANGE(0.9 + 0.1 * uvar[c], R(rv)[c], 1e-5);
+    }
+    /* training: dropout zeroes about half and doubles the rest */
+    big = gdl_ones(2, bs, GDL_F32, CPU);
+    yb = gdl_forward(dp, big);
+    for (i = 0; i < 64 * 16; i++) {
+        zeros += R(yb)[i] == 0;
+        doubled += R(yb)[i] == 2;
+    }
+    ASSERT_EQ(64 * 16, zeros + doubled);
+    ASSERT(zeros > 400 && zeros < 624);
+    /* eval, recursively: the running stats normalise, dropout is the identity, nothing updates */
+    ASSERT_EQ(0, gdl_module_train(net, 0));
+    ASSERT_EQ(0, gdl_module_is_training(bn));
+    ASSERT_EQ(0, gdl_module_is_training(dp));
+    y = gdl_forward(net, x);
+    ASSERT_NOT_NULL(y);
+    for (c = 0; c < 2; c++) {
+        for (i = 0; i < 4; i++)
+            ASSERT_IN_RANGE((xv[i * 2 + c] - 0.1 * mean[c]) / sqrt(0.9 + 0.1 * uvar[c] + 1e-5), R(y)[i * 2 + c], 1e-5);
+        ASSERT_IN_RANGE(0.1 * mean[c], R(rm)[c], 1e-6);
+    }
+    yb = gdl_forward(dp, big);
+    ASSERT(yb == big);
+    ASSERT_EQ(0, gdl_module_train(net, 1));
+    ASSERT_EQ(1, gdl_module_is_training(dp));
+    gdl_free(x);
+    gdl_free(big);
+    gdl_module_free(net);
+    PASS();
+}
+
+static char *summary_text(gdl_module *m, int ndim, const int64_t *shape, int *rc) {
+    FILE *f = tmpfile();
+    long n;
+    char *s;
+    if (!f) return NULL;
+    *rc = gdl_module_summary(m, ndim, shape, f);
+    n = ftell(f);
+    rewind(f);
+    s = (char *)malloc((size_t)n + 1);
+    if (s) s[fread(s, 1, (size_t)n, f)] = 0;
+    fclose(f);
+    return s;
+}
+
+TEST test_summary(void) {
+    gdl_module *mlp = gdl_nn_sequential(4, (gdl_module *[]){gdl_nn_linear(784, 128, 1), gdl_nn_relu(),
+                                                            gdl_nn_dropout(0.2), gdl_nn_linear(128, 10, 1)});
+    gdl_module *cnn = names_net(), *emb;
+    gdl_tensor *rm;
+    int64_t in[2] = {2, 784}, img[4] = {2, 3, 8, 8}, tok[2] = {4, 7};
+    uint64_t seed, counter0, counter1;
+    char *s;
+    int rc = -1;
+    s = summary_text(mlp, 2, in, &rc);
+    ASSERT_EQ(0, rc);
+    ASSERT_NOT_NULL(s);
+    ASSERT_CONTAINS(s, "Layer (type)");
+    ASSERT_CONTAINS(s, "Sequential ");
+    ASSERT_CONTAINS(s, "  0 (Linear)");
+    ASSERT_CONTAINS(s, "[2,128]");
+    ASSERT_CONTAINS(s, "100,480");
+    ASSERT_CONTAINS(s, "  2 (Dropout)");
+    ASSERT_CONTAINS(s, "[2,10]");
+    ASSERT_CONTAINS(s, "1,290");
+    ASSERT_CONTAINS(s, "Total params: 101,770\n");
+    ASSERT_CONTAINS(s, "Trainable params: 101,770\n");
+    ASSERT_CONTAINS(s, "Non-trainable params: 0\n");
+    free(s);
+    /* a frozen parameter is counted as non-trainable */
+    gdl_module_tensor(mlp, "3.bias")->requires_grad = 0;
+    s = summary_text(mlp, 2, in, &rc);
+    ASSERT_CONTAINS(s, "Trainable params: 101,760\n");
+    ASSERT_CONTAINS(s, "Non-trainable params: 10\n");
+    free(s);
+    /* nested modules; no side effects: running stats, training flags, generator */
+    rm = gdl_module_tensor(cnn, "1.running_mean");
+    R(rm)[0] = 0.5;
+    seed = gdl_rng_get_state(&counter0);
+    s = summary_text(cnn, 4, img, &rc);
+    ASSERT_EQ(0, rc);
+    ASSERT_CONTAINS(s, "\n      3.body.0 (Conv2d)");
+    ASSERT_CONTAINS(s, "[2,8,4,4]");
+    ASSERT_CONTAINS(s, "\n  3 (Residual)");
+    ASSERT_CONTAINS(s, "\n    3.shortcut (Sequential)");
+    ASSERT_CONTAINS(s, "Buffer elements: 56\n");
+    ASSERT_CONTAINS(s, "Input shape: [2,3,8,8] on cpu");
+    free(s);
+    ASSERT_IN_RANGE(0.5, R(rm)[0], 0);
+    ASSERT_EQ(1, gdl_module_is_training(gdl_module_child(cnn, "3.body.1")));
+    ASSERT_EQ(seed, gdl_rng_get_state(&counter1));
+    ASSERT_EQ(counter0, counter1);
+    ASSERT_EQ(1, gdl_is_grad_enabled());
+    /* a wrong input shape fails with the module's name */
+    s = summary_text(mlp, 2, img, &rc);
+    ASSERT_EQ(-1, rc);
+    ASSERT_CONTAINS(gdl_last_error(), "Linear '0'");
+    free(s);
+    /* an Embedding first takes i32 indices */
+    emb = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_embedding(50, 8), gdl_nn_layernorm(8)});
+    s = summary_text(emb, 2, tok, &rc);
+    ASSERT_EQ(0, rc);
+    ASSERT_CONTAINS(s, "[4,7,8]");
+    ASSERT_CONTAINS(s, "Total params: 416\n");
+    free(s);
+    gdl_module_free(mlp);
+    gdl_module_free(cnn);
+    gdl_module_free(emb);
+    PASS();
+}
+
+TEST test_module_to(void) {
+    gdl_module *m = names_net();
+    gdl_tensor *x, *y;
+    int64_t img[4] = {1, 3, 8, 8};
+    ASSERT_EQ(0, gdl_module_to(m, CPU));
+    ASSERT_EQ(GDL_DEVICE_CPU, gdl_module_device(m).type);
+    x = gdl_zeros(4, img, GDL_F32, CPU);
+    y = gdl_forward(m, x);
+    ASSERT_NOT_NULL(y);
+    if (!gdl_cuda_is_available()) {
+        ASSERT_EQ(-1, gdl_module_to(m, gdl_cuda(0)));
+        ASSERT_CONTAINS(gdl_last_error(), "cuda:0");
+        ASSERT_EQ(GDL_DEVICE_CPU, gdl_module_device(m).type);
+    } else {
+        gdl_tensor *xg = gdl_to(x, gdl_cuda(0)), *yg;
+        ASSERT_EQ(0, gdl_module_to(m, gdl_cuda(0)));
+        ASSERT_EQ(GDL_DEVICE_CUDA, gdl_module_device(m).type);
+        ASSERT_EQ(GDL_DEVICE_CUDA, gdl_module_tensor(m, "3.body.1.running_var")->device.type);
+        yg = gdl_forward(m, xg);
+        ASSERT_NOT_NULL(yg);
+        ASSERT_EQ(GDL_DEVICE_CUDA, yg->device.type);
+        ASSERT_EQ(0, gdl_module_to(m, CPU));
+        gdl_free(xg);
+    }
+    gdl_free(x);
+    gdl_module_free(m);
+    PASS();
+}
+
+/* ---------------------------------------------------------------------------
+   optimizers
+   ------------------------------------------------------------------------- */
+
+/* The test problem: loss = sum(0.5*p^2 + c*p), so grad = p + c. */
+static const double P0[4] = {0.5, -1.0, 2.0, 0.25};
+static const double C0[4] = {0.1, -0.2, 0.3, 0.05};
+
+static int loss_backward(gdl_tensor *p, gdl_tensor *c) {
+    gdl_tensor *l = gdl_sum(gdl_add(gdl_mul_scalar(gdl_mul(p, p), 0.5), gdl_mul(c, p)));
+    return l ? gdl_backward(l) : -1;
+}
+
+/* torch.optim.SGD's documented algorithm, in double precision */
+static void ref_sgd(double *p, int steps, double lr, double mu, double tau, double wd, int nesterov) {
+    double b[4] = {0, 0, 0, 0};
+    int t, i;
+    for (t = 1; t <= steps; t++)
+        for (i = 0; i < 4; i++) {
+            double g = p[i] + C0[i];
+            if (wd != 0) g += wd * p[i];
+            if (mu != 0) {
+                b[i] = t == 1 ? g : mu * b[i] + (1 - tau) * g;
+                g = nesterov ? g + mu * b[i] : b[i];
+            }
+            p[i] -= lr * g;
+        }
+}
+
+/* torch.optim.Adam / AdamW's documented algorithm, in double precision */
+static void ref_adam(double *p, int steps, double lr, double b1, double b2, double eps, double wd, int decoupled) {
+    double m[4] = {0, 0, 0, 0}, v[4] = {0, 0, 0, 0};
+    int t, i;
+    for (t = 1; t <= steps; t++)
+        for (i = 0; i < 4; i++) {
+            double g = p[i] + C0[i], mh, vh;
+            if (decoupled) p[i] *= 1 - lr * wd;
+            else g += wd * p[i];
+            m[i] = b1 * m[i] + (1 - b1) * g;
+            v[i] = b2 * v[i] + (1 - b2) * g * g;
+            mh = m[i] / (1 - pow(b1, t));
+            vh = v[i] / (1 - pow(b2, t));
+            p[i] -= lr * mh / (sqrt(vh) + eps);
+        }
+}
+
+typedef struct opt_case {
+    const char *name;
+    int kind; /* 0 SGD, 1 Adam, 2 AdamW */
+    double lr, a, b, c, wd;
+    int nesterov;
+    float torch5[4]; /* the parameters after 5 steps, printed by PyTorch 2.15 (float32) */
+} opt_case;
+
+static const opt_case opt_cases[] = {
+    {"sgd", 0, 0.1, 0, 0, 0, 0, 0, {0.254294008f, -0.508588016f, 1.05812693f, 0.127147004f}},
+    {"sgd_momentum", 0, 0.1, 0.9, 0, 0, 0, 0, {-0.117495947f, 0.234991893f, -0.367068142f, -0.0587479733f}},
+    {"sgd_dampening", 0, 0.1, 0.9, 0.5, 0, 0, 0, {0.0518108904f, -0.103621781f, 0.281941712f, 0.0259054452f}},
+    {"sgd_nesterov", 0, 0.1, 0.9, 0, 0, 0, 1, {-0.162749007f, 0.325498015f, -0.540537834f, -0.0813745037f}},
+    {"sgd_weight_decay", 0, 0.1, 0.9, 0, 0, 0.01, 0, {-0.121062465f, 0.24212493f, -0.381594837f, -0.0605312325f}},
+    {"adam", 1, 0.1, 0.9, 0.999, 1e-8, 0, 0, {0.019381471f, -0.506016552f, 1.50247014f, -0.166177779f}},
+    {"adam_weight_decay", 1, 0.1, 0.9, 0.999, 1e-8, 0.1, 0, {0.0199581981f, -0.506155491f, 1.50250781f, -0.163376436f}},
+    {"adamw", 2, 0.1, 0.9, 0.999, 1e-8, 0.1, 0, {0.00612998009f, -0.46767953f, 1.41493845f, -0.166239679f}},
+};
+
+static gdl_optimizer *make_opt(const opt_case *k) {
+    if (k->kind == 0) return gdl_sgd_new(k->lr, k->a, k->b, k->wd, k->nesterov);
+    if (k->kind == 1) return gdl_adam_new(k->lr, k->a, k->b, k->c, k->wd);
+    return gdl_adamw_new(k->lr, k->a, k->b, k->c, k->wd);
+}
+
+TEST test_optimizer_formulas(const opt_case *k) {
+    gdl_tensor *p = vecd(P0, 4), *c = vecd(C0, 4);
+    gdl_optimizer *opt = make_opt(k);
+    int steps, i;
+    ASSERT_NOT_NULL(opt);
+    gdl_set_requires_grad(p, 1);
+    ASSERT_EQ(0, gdl_optim_add_params(opt, &p, 1, -1, -1));
+    for (steps = 1; steps <= 12; steps++) {
+        double ref[4];
+        gdl_arena_reset();
+        ASSERT_EQ(0, gdl_zero_grad(opt));
+        ASSERT_EQ(0, loss_backward(p, c));
+        ASSERT_EQ(0, gdl_step(opt));
+        memcpy(ref, P0, sizeof ref);
+        if (k->kind == 0) ref_sgd(ref, steps, k->lr, k->a, k->b, k->wd, k->nesterov);
+        else ref_adam(ref, steps, k->lr, k->a, k->b, k->c, k->wd, k->kind == 2);
+        for (i = 0; i < 4; i++) ASSERT_IN_RANGE(ref[i], R(p)[i], 1e-6);
+        if (steps == 5)
+            for (i = 0; i < 4; i++) ASSERT_IN_RANGE(k->torch5[i], R(p)[i], 1e-6);
+    }
+    ASSERT_EQ(12, gdl_optim_get_step(opt));
+    gdl_optim_free(opt);
+    gdl_free(p);
+    gdl_free(c);
+    PASS();
+}
+
+TEST test_param_groups(void) {
+    /* group 0: lr 0.1, weight_decay 0.1 (defaults); group 1: lr 0.01, no weight decay */
+    gdl_tensor *p1 = vecd(P0, 4), *p2 = vecd(P0, 4), *c = vecd(C0, 4);
+    gdl_optimizer *opt = gdl_sgd_new(0.1, 0.9, 0, 0.1, 0);
+    double r1[4], r2[4];
+    int i;
+    gdl_set_requires_grad(p1, 1);
+    gdl_set_requires_grad(p2, 1);
+    ASSERT_EQ(0, gdl_optim_add_params(opt, &p1, 1, -1, -1));
+    ASSERT_EQ(1, gdl_optim_add_params(opt, &p2, 1, 0.01, 0));
+    ASSERT_EQ(2, gdl_optim_num_groups(opt));
+    ASSERT_EQ(2, gdl_optim_num_params(opt));
+    ASSERT_IN_RANGE(0.01, gdl_optim_get_lr(opt, 1), 0);
+    for (i = 0; i < 3; i++) {
+        gdl_arena_reset();
+        gdl_zero_grad(opt);
+        ASSERT_EQ(0, loss_backward(p1, c));
+        ASSERT_EQ(0, loss_backward(p2, c));
+        ASSERT_EQ(0, gdl_step(opt));
+    }
+    memcpy(r1, P0, sizeof r1);
+    memcpy(r2, P0, sizeof r2);
+    ref_sgd(r1, 3, 0.1, 0.9, 0, 0.1, 0);
+    ref_sgd(r2, 3, 0.01, 0.9, 0, 0, 0);
+    for (i = 0; i < 4; i++) {
+        ASSERT_IN_RANGE(r1[i], R(p1)[i], 1e-6);
+        ASSERT_IN_RANGE(r2[i], R(p2)[i], 1e-6);
+    }
+    /* a parameter may be in one group only */
+    ASSERT_EQ(-1, gdl_optim_add_params(opt, &p1, 1, -1, -1));
+    ASSERT_CONTAINS(gdl_last_error(), "already in parameter group 0");
+    gdl_optim_free(opt);
+    gdl_free(p1);
+    gdl_free(p2);
+    gdl_free(c);
+    PASS();
+}
+
+TEST test_add_module_no_decay(void) {
+    gdl_module *m = gdl_nn_sequential(4, (gdl_module *[]){gdl_nn_conv2d(1, 2, 3, 1, 0, 1, 1, 1), gdl_nn_batchnorm2d(2),
+                                                          gdl_nn_flatten(1), gdl_nn_linear(2, 2, 1)});
+    gdl_optimizer *a = gdl_adamw_new(1e-3, 0.9, 0.999, 1e-8, 0.05), *b = gdl_sgd_new(0.1, 0, 0, 0, 0);
+    gdl_tensor *w = gdl_module_tensor(m, "0.weight"), *bias = gdl_module_tensor(m, "0.bias");
+    double wv = R(w)[0], bv = R(bias)[0];
+    ASSERT_EQ(0, gdl_optim_add_module(a, m, 1));
+    ASSERT_EQ(2, gdl_optim_num_groups(a));
+    ASSERT_EQ(6, gdl_optim_num_params(a));
+    ASSERT_EQ(0, gdl_optim_add_module(b, m, 0));
+    ASSERT_EQ(1, gdl_optim_num_groups(b));
+    /* a zero gradient isolates the weight decay: only group 0 (the 2-D+ weights) decays */
+    gdl_arena_reset();
+    {
+        int64_t xs[4] = {2, 1, 3, 3};
+        gdl_tensor *x = gdl_zeros(4, xs, GDL_F32, CPU), *loss;
+        loss = gdl_mul_scalar(gdl_sum(gdl_forward(m, x)), 0);
+        ASSERT_EQ(0, gdl_backward(loss));
+        gdl_free(x);
+    }
+    ASSERT_EQ(0, gdl_step(a));
+    ASSERT_IN_RANGE(wv * (1 - 1e-3 * 0.05), R(w)[0], 1e-7);
+    ASSERT_IN_RANGE(bv, R(bias)[0], 0);
+    gdl_optim_free(a);
+    gdl_optim_free(b);
+    gdl_module_free(m);
+    PASS();
+}
+
+TEST test_skip_params_without_grad(void) {
+    gdl_tensor *p1 = vecd(P0, 4), *p2 = vecd(P0, 4), *c = vecd(C0, 4);
+    gdl_tensor *ps[2];
+    gdl_optimizer *opt = gdl_sgd_new(0.1, 0.9, 0, 0.5, 0);
+    double r[4];
+    int i;
+    ps[0] = p1;
+    ps[1] = p2;
+    gdl_set_requires_grad(p1, 1);
+    gdl_set_requires_grad(p2, 1);
+    ASSERT_EQ(0, gdl_optim_add_params(opt, ps, 2, -1, -1));
+    for (i = 0; i < 2; i++) {
+        gdl_arena_reset();
+        gdl_zero_grad(opt);
+        ASSERT_EQ(0, loss_backward(p1, c));
+        ASSERT_EQ(0, gdl_step(opt));
+    }
+    ASSERT_NULL(p2->grad);
+    for (i = 0; i < 4; i++) ASSERT_IN_RANGE(P0[i], R(p2)[i], 0); /* weight decay and momentum did not touch it */
+    memcpy(r, P0, sizeof r);
+    ref_sgd(r, 2, 0.1, 0.9, 0, 0.5, 0);
+    for (i = 0; i < 4; i++) ASSERT_IN_RANGE(r[i], R(p1)[i], 1e-6);
+    /* set_to_none: the grads go, and the next step leaves everything alone */
+    ASSERT_EQ(0, gdl_zero_grad_ex(opt, 1));
+    ASSERT_NULL(p1->grad);
+    ASSERT_EQ(0, gdl_step(opt));
+    for (i = 0; i < 4; i++) ASSERT_IN_RANGE(r[i], R(p1)[i], 1e-6);
+    gdl_optim_free(opt);
+    gdl_free(p1);
+    gdl_free(p2);
+    gdl_free(c);
+    PASS();
+}
+
+TEST test_clip_grad_norm(void) {
+    float c1[2] = {3, 4}, c2[1] = {12};
+    gdl_tensor *a = gdl_zeros(GDL_DIMS(2), GDL_F32, CPU), *b = gdl_zeros(GDL_DIMS(1), GDL_F32, CPU);
+    gdl_tensor *ca = vec(c1, 2), *cb = vec(c2, 1), *unused = gdl_zeros(GDL_DIMS(3), GDL_F32, CPU), *ps[3];
+    gdl_optimizer *opt = gdl_sgd_new(0.1, 0, 0, 0, 0);
+    double norm, s = 6.5 / (13 + 1e-6);
+    ps[0] = a;
+    ps[1] = unused; /* no grad: ignored */
+    ps[2] = b;
+    gdl_set_requires_grad(a, 1);
+    gdl_set_requires_grad(b, 1);
+    gdl_set_requires_grad(unused, 1);
+    ASSERT_EQ(0, gdl_backward(gdl_add(gdl_sum(gdl_mul(a, ca)), gdl_sum(gdl_mul(b, cb)))));
+    /* the norm is sqrt(9 + 16 + 144) = 13 */
+    norm = gdl_clip_grad_norm(ps, 3, 100);
+    ASSERT_IN_RANGE(13, norm, 1e-9);
+    ASSERT_IN_RANGE(3, R(a->grad)[0], 0); /* under the limit: unchanged */
+    norm = gdl_clip_grad_norm(ps, 3, 6.5);
+    ASSERT_IN_RANGE(13, norm, 1e-9);
+    ASSERT_IN_RANGE(3 * s, R(a->grad)[0], 1e-6);
+    ASSERT_IN_RANGE(4 * s, R(a->grad)[1], 1e-6);
+    ASSERT_IN_RANGE(12 * s, R(b->grad)[0], 1e-6);
+    ASSERT_EQ(0, gdl_optim_add_params(opt, ps, 3, -1, -1));
+    norm = gdl_optim_clip_grad_norm(opt, 1);
+    ASSERT_IN_RANGE(6.5, norm, 1e-5);
+    ASSERT_IN_RANGE(1, sqrt(R(a->grad)[0] * R(a->grad)[0] + R(a->grad)[1] * R(a->grad)[1] + R(b->grad)[0] * R(b->grad)[0]),
+                    1e-5);
+    ASSERT_IN_RANGE(-1, gdl_clip_grad_norm(ps, 3, -1), 0);
+    ASSERT_CONTAINS(gdl_last_error(), "max_norm");
+    gdl_optim_free(opt);
+    gdl_free(a); gdl_free(b); gdl_free(ca); gdl_free(cb); gdl_free(unused);
+    PASS();
+}
+
+/* k steps of optimizer `opt` on p (the test problem) */
+static int run_steps(gdl_optimizer *opt, gdl_tensor *p, gdl_tensor *c, int k) {
+    int i;
+    for (i = 0; i < k; i++) {
+        gdl_arena_reset();
+        if (gdl_zero_grad(opt) < 0 || loss_backward(p, c) < 0 || gdl_step(opt) < 0) return -1;
+    }
+    return 0;
+}
+
+/* saving after 3 steps and restoring into a fresh optimizer continues exactly */
+TEST test_optim_state_checkpoint(const opt_case *k) {
+    gdl_tensor *p = vecd(P0, 4), *q, *c = vecd(C0, 4), *sa[8], *sb[8];
+    gdl_optimizer *a = make_opt(k), *b = make_opt(k);
+    const char *na[8], *nb[8];
+    int n, i;
+    gdl_set_requires_grad(p, 1);
+    ASSERT_EQ(0, gdl_optim_add_params(a, &p, 1, -1, -1));
+    ASSERT_EQ(0, run_steps(a, p, c, 3));
+    n = gdl_optim_state(a, na, sa, 8);
+    ASSERT_EQ(k->kind == 0 ? (k->a != 0 ? 2 : 0) : 3, n);
+    if (n) {
+        ASSERT_STR_EQ("state.0.step", na[0]);
+        ASSERT_EQ(3, ((int32_t *)sa[0]->data)[0]);
+        ASSERT_STR_EQ(k->kind == 0 ? "state.0.momentum_buffer" : "state.0.exp_avg", na[1]);
+        if (k->kind) ASSERT_STR_EQ("state.0.exp_avg_sq", na[2]);
+    }
+    /* restore into b over a copy of the parameter */
+    q = gdl_clone(p);
+    gdl_set_requires_grad(q, 1);
+    ASSERT_EQ(0, gdl_optim_add_params(b, &q, 1, -1, -1));
+    ASSERT_EQ(n, gdl_optim_state(b, nb, sb, 8));
+    for (i = 0; i < n; i++) {
+        ASSERT_STR_EQ(na[i], nb[i]);
+        ASSERT_EQ(0, gdl_copy_(sb[i], sa[i]));
+    }
+    ASSERT_EQ(0, gdl_optim_set_step(b, gdl_optim_get_step(a)));
+    ASSERT_EQ(0, run_steps(a, p, c, 2));
+    ASSERT_EQ(0, run_steps(b, q, c, 2));
+    for (i = 0; i < 4; i++) ASSERT_IN_RANGE(R(p)[i], R(q)[i], 0);
+    ASSERT_EQ(5, gdl_optim_get_step(b));
+    gdl_optim_free(a);
+    gdl_optim_free(b);
+    gdl_free(p);
+    gdl_free(q);
+    gdl_free(c);
+    PASS();
+}
+
+TEST test_state_made_before_first_step(void) {
+    /* listing the state before any step makes zero state with step 0, so the
+       first step still starts SGD's momentum buffer at g (dampening shows it) */
+    gdl_tensor *p = vecd(P0, 4), *c = vecd(C0, 4), *st[2];
+    gdl_optimizer *opt = gdl_sgd_new(0.1, 0.9, 0.5, 0, 0);
+    double r[4];
+    int i;
+    gdl_set_requires_grad(p, 1);
+    gdl_optim_add_params(opt, &p, 1, -1, -1);
+    ASSERT_EQ(2, gdl_optim_state(opt, NULL, st, 2));
+    ASSERT_EQ(0, ((int32_t *)st[0]->data)[0]);
+    ASSERT_EQ(0, run_steps(opt, p, c, 3));
+    memcpy(r, P0, sizeof r);
+    ref_sgd(r, 3, 0.1, 0.9, 0.5, 0, 0);
+    for (i = 0; i < 4; i++) ASSERT_IN_RANGE(r[i], R(p)[i], 1e-6);
+    gdl_optim_free(opt);
+    gdl_free(p);
+    gdl_free(c);
+    PASS();
+}
+
+TEST test_gradient_accumulation(void) {
+    /* 4 micro-batches of 8 with the loss scaled by 1/4, then one step == one step on the batch of 32 */
+    gdl_module *a, *b;
+    gdl_optimizer *oa, *ob;
+    gdl_tensor *x, *y, *pa[2], *pb[2];
+    int64_t xs[2] = {32, 5}, ys[2] = {32, 3};
+    int k, i;
+    gdl_manual_seed(7);
+    a = gdl_nn_linear(5, 3, 1);
+    gdl_manual_seed(7);
+    b = gdl_nn_linear(5, 3, 1);
+    x = gdl_randn(2, xs, CPU);
+    y = gdl_randn(2, ys, CPU);
+    oa = gdl_sgd_new(0.5, 0.9, 0, 0.01, 0);
+    ob = gdl_sgd_new(0.5, 0.9, 0, 0.01, 0);
+    gdl_optim_add_module(oa, a, 0);
+    gdl_optim_add_module(ob, b, 0);
+    gdl_zero_grad(oa);
+    for (k = 0; k < 4; k++) {
+        gdl_tensor *l = gdl_mse_loss(gdl_forward(a, gdl_slice(x, 8 * k, 8 * k + 8)), gdl_slice(y, 8 * k, 8 * k + 8),
+                                     GDL_REDUCE_MEAN);
+        ASSERT_EQ(0, gdl_backward(gdl_mul_scalar(l, 0.25)));
+    }
+    ASSERT_EQ(0, gdl_step(oa));
+    gdl_zero_grad(ob);
+    ASSERT_EQ(0, gdl_backward(gdl_mse_loss(gdl_forward(b, x), y, GDL_REDUCE_MEAN)));
+    ASSERT_EQ(0, gdl_step(ob));
+    gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 2);
+    gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 2);
+    for (k = 0; k < 2; k++)
+        for (i = 0; i < pa[k]->numel; i++) {
+            ASSERT_IN_RANGE(R(pb[k]->grad)[i], R(pa[k]->grad)[i], 1e-6);
+            ASSERT_IN_RANGE(R(pb[k])[i], R(pa[k])[i], 1e-6);
+        }
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_free(x);
+    gdl_free(y);
+    PASS();
+}
+
+/* optimizer state follows its parameters when the module moves (needs a GPU) */
+TEST test_state_follows_device(void) {
+    gdl_module *a, *b;
+    gdl_optimizer *oa, *ob;
+    gdl_tensor *x, *y, *xg, *yg, *pa[2], *pb[2], *st[8];
+    int64_t xs[2] = {16, 4}, ys[2] = {16, 2};
+    int k, i, n;
+    if (!gdl_cuda_is_available()) SKIPm("no CUDA device");
+    gdl_manual_seed(11);
+    a = gdl_nn_linear(4, 2, 1);
+    gdl_manual_seed(11);
+    b = gdl_nn_linear(4, 2, 1);
+    x = gdl_randn(2, xs, CPU);
+    y = gdl_randn(2, ys, CPU);
+    xg = gdl_to(x, gdl_cuda(0));
+    yg = gdl_to(y, gdl_cuda(0));
+    oa = gdl_adamw_new(0.01, 0.9, 0.999, 1e-8, 0.1);
+    ob = gdl_adamw_new(0.01, 0.9, 0.999, 1e-8, 0.1);
+    gdl_optim_add_module(oa, a, 1);
+    gdl_optim_add_module(ob, b, 1);
+    for (k = 0; k < 6; k++) {
+        gdl_arena_reset();
+        if (k == 3) ASSERT_EQ(0, gdl_module_to(b, gdl_cuda(0))); /* mid-training, with state */
+        gdl_zero_grad(oa);
+        gdl_zero_grad(ob);
+        ASSERT_EQ(0, gdl_backward(gdl_mse_loss(gdl_forward(a, x), y, GDL_REDUCE_MEAN)));
+        ASSERT_EQ(0, gdl_backward(gdl_mse_loss(gdl_forward(b, k < 3 ? x : xg), k < 3 ? y : yg, GDL_REDUCE_MEAN)));
+        ASSERT_EQ(0, gdl_step(oa));
+        ASSERT_EQ(0, gdl_step(ob));
+    }
+    n = gdl_optim_state(ob, NULL, st, 8);
+    ASSERT_EQ(6, n);
+    ASSERT_EQ(GDL_DEVICE_CPU, st[0]->device.type); /* the step count stays on the host */
+    ASSERT_EQ(GDL_DEVICE_CUDA, st[1]->device.type);
+    ASSERT_EQ(GDL_DEVICE_CUDA, st[5]->device.type);
+    ASSERT_EQ(0, gdl_module_to(b, CPU));
+    gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 2);
+    gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 2);
+    for (k = 0; k < 2; k++)
+        for (i = 0; i < pa[k]->numel; i++) ASSERT_IN_RANGE(R(pa[k])[i], R(pb[k])[i], 1e-5);
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_free(x); gdl_free(y); gdl_free(xg); gdl_free(yg);
+    PASS();
+}
+
+/* ---------------------------------------------------------------------------
+   schedulers
+   ------------------------------------------------------------------------- */
+
+static gdl_tensor *sched_param;
+static gdl_optimizer *sched_opt(int adam) {
+    int64_t one = 1;
+    gdl_optimizer *o = adam ? gdl_adam_new(0.1, 0.9, 0.999, 1e-8, 0) : gdl_sgd_new(0.1, 0, 0, 0, 0);
+    if (!sched_param) {
+        sched_param = gdl_zeros(1, &one, GDL_F32, CPU);
+        gdl_set_requires_grad(sched_param, 1);
+    }
+    gdl_optim_add_params(o, &sched_param, 1, -1, -1);
+    return o;
+}
+
+TEST test_steplr(void) {
+    /* PyTorch: StepLR(SGD(lr=0.1), 3, 0.5), lr after 0..10 steps */
+    static const double torch_lr[11] = {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025, 0.025, 0.0125, 0.0125};
+    gdl_optimizer *o = sched_opt(0);
+    gdl_scheduler *s = gdl_steplr_new(o, 3, 0.5);
+    int t;
+    ASSERT_NOT_NULL(s);
+    for (t = 0; t <= 40; t++) {
+        double closed = 0.1 * pow(0.5, t / 3);
+        ASSERT_EQ(t, gdl_scheduler_get_last_epoch(s));
+        ASSERT_IN_RANGE(closed, gdl_optim_get_lr(o, 0), 1e-15);
+        ASSERT_IN_RANGE(closed, gdl_scheduler_get_lr(s, 0), 1e-15);
+        if (t <= 10) ASSERT_IN_RANGE(torch_lr[t], gdl_optim_get_lr(o, 0), 1e-15);
+        ASSERT_EQ(0, gdl_scheduler_step(s));
+    }
+    gdl_scheduler_free(s);
+    gdl_optim_free(o);
+    PASS();
+}
+
+TEST test_cosine_lr(void) {
+    /* PyTorch: CosineAnnealingLR(SGD(lr=0.1), T_max=10, eta_min=0.001), lr after 0..25 steps */
+    static const double torch_lr[26] = {
+        0.1, 0.097577297556610113, 0.090546341221559898, 0.079595369988477424, 0.065796341221559904,
+        0.050500000000000003, 0.03520365877844011, 0.021404630011522589, 0.010453658778440109,
+        0.0034227024433899004, 0.001, 0.0034227024433899004, 0.01045365877844014, 0.021404630011522669,
+        0.035203658778440255, 0.050500000000000218, 0.065796341221560181, 0.079595369988477771,
+        0.090546341221560314, 0.097577297556610543, 0.10000000000000045, 0.097577297556610543,
+        0.090546341221560328, 0.079595369988477785, 0.065796341221560195, 0.050500000000000225};
+    gdl_optimizer *o = sched_opt(0);
+    gdl_scheduler *s = gdl_cosine_lr_new(o, 10, 0.001);
+    int t;
+    for (t = 0; t <= 25; t++) {
+        double closed = 0.001 + (0.1 - 0.001) * (1 + cos(PI * t / 10)) / 2;
+        ASSERT_IN_RANGE(closed, gdl_optim_get_lr(o, 0), 1e-15);
+        ASSERT_IN_RANGE(torch_lr[t], gdl_optim_get_lr(o, 0), 1e-14); /* PyTorch's recursive form rounds a little */
+        ASSERT_EQ(0, gdl_scheduler_step(s));
+    }
+    gdl_scheduler_free(s);
+    gdl_optim_free(o);
+    PASS();
+}
+
+TEST test_linear_warmup(void) {
+    /* PyTorch: LinearLR(SGD(lr=0.1), 0.25, 1.0, 4), lr after 0..8 steps */
+    static const double torch_lr[9] = {0.025, 0.043750000000000004, 0.062500000000000014, 0.081250000000000017,
+                                       0.1, 0.1, 0.1, 0.1, 0.1};
+    gdl_optimizer *o = sched_opt(0);
+    gdl_scheduler *s = gdl_linear_warmup_new(o, 0.25, 1.0, 4);
+    int t;
+    for (t = 0; t <= 8; t++) {
+        double closed = 0.1 * (0.25 + 0.75 * (t < 4 ? t : 4) / 4.0);
+        ASSERT_IN_RANGE(closed, gdl_optim_get_lr(o, 0), 1e-15);
+        ASSERT_IN_RANGE(torch_lr[t], gdl_optim_get_lr(o, 0), 1e-15);
+        ASSERT_EQ(0, gdl_scheduler_step(s));
+    }
+    gdl_scheduler_free(s);
+    gdl_optim_free(o);
+    PASS();
+}
+
+/* OneCycleLR(max_lr 0.1, total 100) by its definition: two cosine phases */
+static void onecycle_closed(int t, double *lr, double *mom) {
+    double init = 0.1 / 25, min_lr = init / 1e4, end1 = 0.3 * 100 - 1, pct;
+    if (t <= end1) {
+        pct = t / end1;
+        *lr = 0.1 + (init - 0.1) / 2 * (cos(PI * pct) + 1);
+        *mom = 0.85 + (0.95 - 0.85) / 2 * (cos(PI * pct) + 1);
+    } else {
+        pct = (t - end1) / (99 - end1);
+        *lr = min_lr + (0.1 - min_lr) / 2 * (cos(PI * pct) + 1);
+        *mom = 0.95 + (0.85 - 0.95) / 2 * (cos(PI * pct) + 1);
+    }
+}
+
+TEST test_onecycle(void) {
+    /* PyTorch: OneCycleLR(SGD(lr=0.1), 0.1, total_steps=100): (step, lr, momentum) */
+    static const double torch_pts[8][3] = {
+        {0, 0.0040000000000000036, 0.94999999999999996}, {1, 0.0042813780565907483, 0.94970689785771789},
+        {10, 0.029516394846410082, 0.92342042203498953}, {29, 0.10000000000000001, 0.84999999999999998},
+        {30, 0.099949653528452434, 0.85005034667293422}, {50, 0.079389345057573196, 0.87061073738537631},
+        {98, 5.0746471547578801e-05, 0.94994965332706571}, {99, 3.9999999999999998e-07, 0.94999999999999996}};
+    int adam, t, k;
+    for (adam = 0; adam < 2; adam++) {
+        gdl_optimizer *o = sched_opt(adam);
+        gdl_scheduler *s = gdl_onecycle_lr_new(o, 0.1, 100);
+        double peak = 0;
+        int peak_at = -1;
+        ASSERT_NOT_NULL(s);
+        for (t = 0, k = 0; t <= 99; t++) {
+            double lr, mom;
+            onecycle_closed(t, &lr, &mom);
+            ASSERT_IN_RANGE(lr, gdl_optim_get_lr(o, 0), 1e-15);
+            ASSERT_IN_RANGE(mom, gdl_optim_get_momentum(o, 0), 1e-15); /* SGD momentum, Adam beta1 */
+            if (gdl_optim_get_lr(o, 0) > peak) {
+                peak = gdl_optim_get_lr(o, 0);
+                peak_at = t;
+            }
+            if (k < 8 && torch_pts[k][0] == t) {
+                ASSERT_IN_RANGE(torch_pts[k][1], gdl_optim_get_lr(o, 0), 1e-15);
+                ASSERT_IN_RANGE(torch_pts[k][2], gdl_optim_get_momentum(o, 0), 1e-15);
+                k++;
+            }
+            if (t < 99) ASSERT_EQ(0, gdl_scheduler_step(s));
+        }
+        ASSERT_EQ(8, k);
+        ASSERT_EQ(29, peak_at); /* pct_start * total - 1 */
+        ASSERT_IN_RANGE(0.1, peak, 1e-15);
+        ASSERT_IN_RANGE(0.1 / 25 / 1e4, gdl_optim_get_lr(o, 0), 1e-18);
+        /* PyTorch allows one step more (to total_steps), then refuses */
+        ASSERT_EQ(0, gdl_scheduler_step(s));
+        ASSERT_EQ(-1, gdl_scheduler_step(s));
+        ASSERT_CONTAINS(gdl_last_error(), "total steps is 100");
+        ASSERT_EQ(100, gdl_scheduler_get_last_epoch(s));
+        gdl_scheduler_free(s);
+        gdl_optim_free(o);
+    }
+    PASS();
+}
+
+TEST test_scheduler_restore(void) {
+    /* two groups with their own base lr; a restored scheduler continues exactly */
+    int64_t one = 1;
+    gdl_tensor *p = gdl_zeros(1, &one, GDL_F32, CPU), *q = gdl_zeros(1, &one, GDL_F32, CPU);
+    gdl_optimizer *a = gdl_sgd_new(0.2, 0.9, 0, 0, 0), *b = gdl_sgd_new(0.2, 0.9, 0, 0, 0);
+    gdl_scheduler *sa, *sb;
+    int t, g;
+    gdl_optim_add_params(a, &p, 1, -1, -1);
+    gdl_optim_add_params(a, &q, 1, 0.02, -1);
+    gdl_optim_add_params(b, &p, 1, -1, -1);
+    gdl_optim_add_params(b, &q, 1, 0.02, -1);
+    sa = gdl_cosine_lr_new(a, 20, 0);
+    for (t = 0; t < 7; t++) gdl_scheduler_step(sa);
+    ASSERT_IN_RANGE(0.02 * (1 + cos(PI * 7 / 20)) / 2, gdl_optim_get_lr(a, 1), 1e-15);
+    sb = gdl_cosine_lr_new(b, 20, 0);
+    ASSERT_EQ(0, gdl_scheduler_set_last_epoch(sb, gdl_scheduler_get_last_epoch(sa)));
+    for (t = 0; t < 5; t++) {
+        for (g = 0; g < 2; g++) ASSERT_IN_RANGE(gdl_optim_get_lr(a, g), gdl_optim_get_lr(b, g), 0);
+        gdl_scheduler_step(sa);
+        gdl_scheduler_step(sb);
+    }
+    ASSERT_EQ(12, gdl_scheduler_get_last_epoch(sb));
+    gdl_scheduler_free(sa);
+    gdl_scheduler_free(sb);
+    /* OneCycle restored mid-way sets lr and momentum */
+    sa = gdl_onecycle_lr_new(a, 1.0, 50);
+    ASSERT_EQ(0, gdl_scheduler_set_last_epoch(sa, 14));
+    ASSERT_IN_RANGE(1.0, gdl_optim_get_lr(a, 1), 1e-15);
+    ASSERT_IN_RANGE(0.85, gdl_optim_get_momentum(a, 0), 1e-15);
+    ASSERT_EQ(-1, gdl_scheduler_set_last_epoch(sa, 51));
+    gdl_scheduler_free(sa);
+    gdl_optim_free(a);
+    gdl_optim_free(b);
+    gdl_free(p);
+    gdl_free(q);
+    PASS();
+}
+
+/* ---------------------------------------------------------------------------
+   convergence
+   ------------------------------------------------------------------------- */
+
+TEST test_linear_regression(void) {
+    int64_t xs[2] = {256, 10}, ws[2] = {10, 1}, ys[2] = {256, 1};
+    gdl_tensor *X, *wt, *noise, *Y, *W, *b;
+    gdl_module *m;
+    gdl_optimizer *opt;
+    double loss = 0;
+    int step, i;
+    gdl_manual_seed(2024);
+    X = gdl_randn(2, xs, CPU);
+    wt = gdl_randn(2, ws, CPU);
+    noise = gdl_randn(2, ys, CPU);
+    gdl_mul_scalar_(noise, 0.01);
+    Y = gdl_clone(gdl_add_scalar(gdl_add(gdl_matmul(X, wt), noise), 0.5));
+    m = gdl_nn_linear(10, 1, 1);
+    opt = gdl_sgd_new(0.1, 0, 0, 0, 0);
+    gdl_optim_add_module(opt, m, 0);
+    for (step = 0; step < 300; step++) {
+        gdl_tensor *l;
+        gdl_arena_reset();
+        gdl_zero_grad(opt);
+        l = gdl_mse_loss(gdl_forward(m, X), Y, GDL_REDUCE_MEAN);
+        ASSERT_EQ(0, gdl_backward(l));
+        ASSERT_EQ(0, gdl_step(opt));
+        loss = gdl_item(l);
+    }
+    W = gdl_module_tensor(m, "weight");
+    b = gdl_module_tensor(m, "bias");
+    for (i = 0; i < 10; i++) ASSERT_IN_RANGE(R(wt)[i], R(W)[i], 1e-2);
+    ASSERT_IN_RANGE(0.5, R(b)[0], 1e-2);
+    ASSERT(loss < 2e-4);
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_free(X); gdl_free(wt); gdl_free(noise); gdl_free(Y);
+    PASS();
+}
+
+TEST test_xor_mlp(void) {
+    float xv[8] = {0, 0, 0, 1, 1, 0, 1, 1};
+    int32_t yv[4] = {0, 1, 1, 0};
+    int64_t xs[2] = {4, 2}, four = 4;
+    gdl_tensor *X = gdl_from_array(xv, 2, xs, GDL_F32, CPU), *Y = gdl_from_array(yv, 1, &four, GDL_I32, CPU), *pred;
+    gdl_module *m;
+    gdl_optimizer *opt;
+    int step, i, correct = 0;
+    gdl_manual_seed(0);
+    m = gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(2, 16, 1), gdl_nn_tanh(), gdl_nn_linear(16, 2, 1)});
+    opt = gdl_adam_new(0.05, 0.9, 0.999, 1e-8, 0);
+    gdl_optim_add_module(opt, m, 0);
+    for (step = 0; step < 300; step++) {
+        gdl_arena_reset();
+        gdl_zero_grad(opt);
+        ASSERT_EQ(0, gdl_backward(gdl_cross_entropy(gdl_forward(m, X), Y)));
+        ASSERT_EQ(0, gdl_step(opt));
+    }
+    gdl_arena_reset();
+    pred = gdl_argmax(gdl_forward(m, X), 1);
+    for (i = 0; i < 4; i++) correct += ((int32_t *)pred->data)[i] == yv[i];
+    ASSERT_EQ(4, correct);
+    ASSERT(gdl_item(gdl_cross_entropy(gdl_forward(m, X), Y)) < 0.05);
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_free(X);
+    gdl_free(Y);
+    PASS();
+}
+
+/* ---------------------------------------------------------------------------
+   errors
+   ------------------------------------------------------------------------- */
+
+TEST test_module_errors(void) {
+    gdl_module *m, *lin;
+    gdl_tensor *x;
+    int64_t bad[2] = {4, 5};
+    x = gdl_zeros(2, bad, GDL_F32, CPU);
+    ASSERT_NULL(gdl_forward(NULL, x));
+    ASSERT_STR_EQ("gdl_forward: module is NULL", gdl_last_error());
+    gdl_clear_error();
+    ASSERT_NULL(gdl_nn_linear(-1, 3, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_nn_linear: in_features -1");
+    ASSERT_NULL(gdl_nn_conv2d(3, 8, 3, 1, 1, 1, 2, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "divisible by groups 2");
+    ASSERT_NULL(gdl_nn_conv2d(3, 8, 0, 1, 1, 1, 1, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "bad kernel (0,0)");
+    ASSERT_NULL(gdl_nn_batchnorm2d(0));
+    ASSERT_NULL(gdl_nn_embedding(10, -2));
+    ASSERT_CONTAINS(gdl_last_error(), "embedding_dim -2");
+    ASSERT_NULL(gdl_nn_dropout(1.5));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_nn_dropout: probability 1.5");
+    ASSERT_NULL(gdl_nn_maxpool2d(2, 2, 2));
+    ASSERT_CONTAINS(gdl_last_error(), "padding 2");
+    /* a wrong input shape names the module, its place and its configuration */
+    m = gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(5, 8, 1), gdl_nn_relu(), gdl_nn_linear(10, 1, 1)});
+    ASSERT_NULL(gdl_forward(m, x) );
+    ASSERT_STR_EQ("gdl_forward: Linear '2' (in_features=10, out_features=1, bias=True): expected input [..., 10], "
+                  "got [4,8]", gdl_last_error());
+    gdl_module_free(m);
+    lin = gdl_nn_linear(10, 1, 1);
+    ASSERT_NULL(gdl_forward(lin, x));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_forward: Linear (in_features=10");
+    ASSERT_NULL(gdl_forward(lin, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_forward: Linear: input is NULL");
+    gdl_module_free(lin);
+    m = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_conv2d(3, 4, 3, 1, 1, 1, 1, 1), gdl_nn_batchnorm2d(4)});
+    ASSERT_NULL(gdl_forward(m, x));
+    ASSERT_CONTAINS(gdl_last_error(), "Conv2d '0'");
+    ASSERT_CONTAINS(gdl_last_error(), "expected input [N, 3, H, W], got [4,5]");
+    /* errors from an op inside a module are prefixed with the module */
+    gdl_module_free(m);
+    m = gdl_nn_sequential(1, (gdl_module *[]){gdl_nn_maxpool2d(2, 2, 0)});
+    ASSERT_NULL(gdl_forward(m, x));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_forward: MaxPool2d '0' (kernel_size=2, stride=2, padding=0): gdl_max_pool2d:");
+    gdl_module_free(m);
+    m = gdl_nn_residual(gdl_nn_linear(5, 3, 1), NULL);
+    ASSERT_NULL(gdl_forward(m, x));
+    ASSERT_CONTAINS(gdl_last_error(), "body output [4,3] and shortcut output [4,5] differ");
+    /* a child cannot be freed on its own, nor added twice */
+    gdl_module_free(gdl_module_child(m, "body"));
+    ASSERT_CONTAINS(gdl_last_error(), "belongs to a parent");
+    lin = gdl_nn_identity();
+    ASSERT_EQ(-1, gdl_module_add_child(lin, "x", gdl_module_child(m, "body")));
+    ASSERT_CONTAINS(gdl_last_error(), "already belongs to another module");
+    ASSERT_EQ(0, gdl_module_num_children(lin));
+    gdl_module_free(lin);
+    ASSERT_EQ(-1, gdl_nn_sequential_add(m, gdl_nn_relu()));
+    ASSERT_CONTAINS(gdl_last_error(), "Residual is not a Sequential");
+    ASSERT_EQ(-1, gdl_module_add_param(m, "a.b", gdl_zeros(1, bad, GDL_F32, CPU)));
+    ASSERT_CONTAINS(gdl_last_error(), "bad name \"a.b\"");
+    ASSERT_EQ(-1, gdl_module_add_param(m, "w", gdl_relu(x)));
+    ASSERT_CONTAINS(gdl_last_error(), "must be a persistent leaf tensor");
+    gdl_module_free(m);
+    /* a failed constructor inside a Sequential: the message says which, the others are freed */
+    ASSERT_NULL(gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(2, 2, 1), gdl_nn_linear(0, 2, 1), gdl_nn_relu()}));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_nn_sequential: module 1 is NULL (after: gdl_nn_linear: in_features 0");
+    ASSERT_EQ(-1, gdl_module_named_tensors(NULL, GDL_PARAMS, NULL, NULL, 0));
+    ASSERT_EQ(-1, gdl_module_train(NULL, 1));
+    ASSERT_EQ(-1, gdl_module_num_params(NULL));
+    gdl_module_free(NULL);
+    gdl_free(x);
+    PASS();
+}
+
+TEST test_optim_errors(void) {
+    gdl_optimizer *o;
+    gdl_tensor *p = gdl_zeros(GDL_DIMS(3), GDL_F32, CPU), *i32 = gdl_zeros(GDL_DIMS(3), GDL_I32, CPU);
+    ASSERT_NULL(gdl_sgd_new(-0.1, 0, 0, 0, 0));
+    ASSERT_STR_EQ("gdl_sgd_new: invalid learning rate -0.1 (must be >= 0)", gdl_last_error());
+    ASSERT_NULL(gdl_sgd_new(0.1, 0, 0, 0, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "nesterov momentum requires a momentum > 0 and zero dampening");
+    ASSERT_NULL(gdl_sgd_new(0.1, -0.5, 0, 0, 0));
+    ASSERT_NULL(gdl_adam_new(-1, 0.9, 0.999, 1e-8, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_adam_new: invalid learning rate -1");
+    ASSERT_NULL(gdl_adam_new(1e-3, 1.0, 0.999, 1e-8, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "invalid beta parameters (1, 0.999)");
+    ASSERT_NULL(gdl_adamw_new(1e-3, 0.9, 0.999, -1, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_adamw_new: invalid epsilon -1");
+    o = gdl_sgd_new(0.1, 0, 0, 0, 0);
+    ASSERT_EQ(-1, gdl_optim_add_params(o, &i32, 1, -1, -1));
+    ASSERT_CONTAINS(gdl_last_error(), "params[0] i32 [3] must be a persistent f32 leaf");
+    {
+        gdl_tensor *tmp = gdl_relu(p);
+        ASSERT_EQ(-1, gdl_optim_add_params(o, &tmp, 1, -1, -1));
+        ASSERT_CONTAINS(gdl_last_error(), "persistent f32 leaf");
+    }
+    ASSERT_EQ(-1, gdl_optim_set_lr(o, 0, 0.1));
+    ASSERT_CONTAINS(gdl_last_error(), "group 0 out of range (the optimizer has 0 groups)");
+    ASSERT_NULL(gdl_steplr_new(o, 3, 0.5));
+    ASSERT_CONTAINS(gdl_last_error(), "no parameter groups yet");
+    ASSERT_EQ(0, gdl_optim_add_params(o, &p, 1, -1, -1));
+    ASSERT_EQ(-1, gdl_optim_set_lr(o, 0, -0.5));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_optim_set_lr: invalid learning rate -0.5");
+    ASSERT(isnan(gdl_optim_get_lr(o, 3)));
+    ASSERT_NULL(gdl_steplr_new(o, 0, 0.5));
+    ASSERT_CONTAINS(gdl_last_error(), "bad step_size 0");
+    ASSERT_NULL(gdl_cosine_lr_new(o, 0, 0));
+    ASSERT_NULL(gdl_linear_warmup_new(o, 0, 1, 5));
+    ASSERT_CONTAINS(gdl_last_error(), "bad start_factor 0");
+    ASSERT_NULL(gdl_onecycle_lr_new(o, 0.1, 3));
+    ASSERT_CONTAINS(gdl_last_error(), "empty warm-up or annealing phase");
+    gdl_clear_error();
+    ASSERT_EQ(-1, gdl_step(NULL));
+    ASSERT_STR_EQ("gdl_step: opt is NULL", gdl_last_error());
+    ASSERT_EQ(-1, gdl_scheduler_step(NULL));
+    gdl_optim_free(o);
+    gdl_optim_free(NULL);
+    gdl_scheduler_free(NULL);
+    gdl_free(p);
+    gdl_free(i32);
+    PASS();
+}
+
+/* ---------------------------------------------------------------------------
+   main
+   ------------------------------------------------------------------------- */
+
+SUITE(modules) {
+    SET_SETUP(reset, NULL);
+    RUN_TEST(test_output_shapes);
+    RUN_TEST(test_residual_values);
+    RUN_TEST(test_param_counts);
+    RUN_TEST(test_init_ranges);
+    RUN_TEST(test_init_reproducible);
+    RUN_TEST(test_state_dict_names);
+    RUN_TEST(test_custom_module);
+    RUN_TEST(test_train_eval);
+    RUN_TEST(test_summary);
+    RUN_TEST(test_module_to);
+}
+
+SUITE(optimizers) {
+    char name[96];
+    size_t i;
+    SET_SETUP(reset, NULL);
+    for (i = 0; i < sizeof opt_cases / sizeof opt_cases[0]; i++) {
+        snprintf(name, sizeof name, "test_optimizer_formulas_%s", opt_cases[i].name);
+        RUN_TEST_NAMED(name, test_optimizer_formulas, &opt_cases[i]);
+    }
+    for (i = 0; i < sizeof opt_cases / sizeof opt_cases[0]; i++) {
+        snprintf(name, sizeof name, "test_optim_state_checkpoint_%s", opt_cases[i].name);
+        RUN_TEST_NAMED(name, test_optim_state_checkpoint, &opt_cases[i]);
+    }
+    RUN_TEST(test_state_made_before_first_step);
+    RUN_TEST(test_param_groups);
+    RUN_TEST(test_add_module_no_decay);
+    RUN_TEST(test_skip_params_without_grad);
+    RUN_TEST(test_clip_grad_norm);
+    RUN_TEST(test_gradient_accumulation);
+    RUN_TEST(test_state_follows_device);
+}
+
+SUITE(schedulers) {
+    SET_SETUP(reset, NULL);
+    RUN_TEST(test_steplr);
+    RUN_TEST(test_cosine_lr);
+    RUN_TEST(test_linear_warmup);
+    RUN_TEST(test_onecycle);
+    RUN_TEST(test_scheduler_restore);
+}
+
+SUITE(convergence) {
+    SET_SETUP(reset, NULL);
+    RUN_TEST(test_linear_regression);
+    RUN_TEST(test_xor_mlp);
+}
+
+SUITE(errors) {
+    SET_SETUP(reset, NULL);
+    RUN_TEST(test_module_errors);
+    RUN_TEST(test_optim_errors);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    HARNESS_MAIN_BEGIN(argc, argv);
+    RUN_SUITE(modules);
+    RUN_SUITE(optimizers);
+    RUN_SUITE(schedulers);
+    RUN_SUITE(convergence);
+    RUN_SUITE(errors);
+    gdl_free(sched_param);
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}
