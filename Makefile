@@ -30,8 +30,8 @@ ZLIBS = -lz
 endif
 LIBS = -pthread -lm $(ZLIBS)
 
-TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data
+TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h
@@ -63,6 +63,15 @@ $(B)/asan_test_data: tests/test_data.c $(HDR) | $(B)
 $(B)/tsan_test_data: tests/test_data.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g -fsanitize=thread $(ZFLAGS) $< -o $@ $(LIBS)
 
+$(B)/test_nn: tests/test_nn.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/asan_test_nn: tests/test_nn.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/test_train: tests/test_train.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/asan_test_train: tests/test_train.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
+
 $(B)/asan_test_core: tests/test_core.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/asan_test_gradcheck: tests/test_gradcheck.c $(HDR) | $(B)
@@ -86,7 +95,7 @@ test-warnings: | $(B)
 	echo "warnings: gcc -std=c99 -DGPUDL_NO_THREADS"; gcc -std=c99 $(WARN) -Werror -DGPUDL_NO_THREADS -c tests/build_check.c -o $(B)/build_check.o; \
 	for c in "g++ -std=c++17" "clang++ -std=c++17"; do \
 	  echo "warnings: $$c"; $$c $(WARN) -Werror -x c++ -c tests/build_check.c -o $(B)/build_check.o; done; \
-	for f in tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test_data.c; do echo "warnings: clang $$f"; \
+	for f in tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test_data.c tests/test_nn.c tests/test_train.c; do echo "warnings: clang $$f"; \
 	  clang -std=c99 $(WARN) -Werror -c $$f -o $(B)/w.o; done; \
 	clang -std=c99 $(WARN) -Werror -DGPUDL_DOUBLE -c tests/test_gradcheck.c -o $(B)/w.o
 

@@ -59,6 +59,8 @@
    [api-grad]   autograd, no-grad mode, arena, anomaly mode
    [api-formats] IDX, CIFAR-10 and safetensors files
    [api-data]   datasets, transforms, the DataLoader
+   [api-nn]     modules, optimizers, learning-rate schedulers
+   [api-train]  fit / evaluate, checkpoints (safetensors)
    [backend]    the backend interface (a table of kernels) for gpudl_cuda.cu
    [impl-*]     the implementation: errors, memory, tensors, CPU kernels,
                 op table, ops, autograd
@@ -518,6 +520,308 @@ GPUDL_API int gdl_loader_set_epoch(gdl_loader *l, uint64_t epoch);
 GPUDL_API uint64_t gdl_loader_epoch(const gdl_loader *l);
 /* Stop and join the workers (also mid-epoch) and free the loader and its batches (NULL-safe). */
 GPUDL_API void gdl_loader_free(gdl_loader *l);
+
+/* ---------------------------------------------------------------------------
+   [api-nn]   Modules (PyTorch's nn.Module), optimizers (torch.optim) and
+   learning-rate schedulers (torch.optim.lr_scheduler).
+
+   Modules
+   -------
+   A gdl_module is a tree: a kind ("Linear", "Sequential", ...), child modules
+   (named "0","1",... in a Sequential, "body"/"shortcut" in a Residual), and
+   persistent parameters and buffers. Modules are made on the CPU and moved
+   with gdl_module_to(). Containers (gdl_nn_sequential, gdl_nn_residual,
+   gdl_module_add_child) TAKE OWNERSHIP of the modules given to them, also
+   when they fail, so constructors nest without leaks:
+
+       gdl_module *mlp = gdl_nn_sequential(3, (gdl_module *[]){
+           gdl_nn_linear(784, 128, 1), gdl_nn_relu(), gdl_nn_linear(128, 10, 1)});
+       if (!mlp) fprintf(stderr, "%s\n", gdl_last_error());
+       ...
+       gdl_module_free(mlp);      // frees the children and every tensor
+
+   Parameters and buffers have PyTorch's state_dict names ("0.weight",
+   "1.running_mean", "3.body.0.weight"). Default initialisation is PyTorch's:
+   Linear and Conv2d weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+   (fan_in = in_features, or in_channels/groups*kh*kw), weight first, drawn
+   from the global generator (gdl_manual_seed); BatchNorm gamma 1, beta 0,
+   running mean 0, running var 1, eps 1e-5, momentum 0.1; LayerNorm gamma 1,
+   beta 0, eps 1e-5; Embedding N(0,1). PyTorch's BatchNorm also has an int64
+   `num_batches_tracked` buffer, only used when momentum=None; gdl has no
+   int64 dtype and always uses the momentum, so it is left out.
+
+   Modules start in training mode; gdl_module_train(m, 0) is PyTorch's
+   .eval() (dropout becomes the identity, BatchNorm uses its running stats).
+
+   Optimizers and schedulers
+   -------------------------
+       gdl_optimizer *opt = gdl_sgd_new(0.1, 0.9, 0, 5e-4, 0);
+       gdl_optim_add_module(opt, model, 1);   // no weight decay on biases/norms
+       gdl_scheduler *sched = gdl_cosine_lr_new(opt, epochs, 0);
+       for each epoch { for each batch {
+           gdl_arena_reset(); gdl_zero_grad(opt);
+           loss = gdl_cross_entropy(gdl_forward(model, x), y);
+           gdl_backward(loss); gdl_step(opt); }
+         gdl_scheduler_step(sched); }
+       gdl_scheduler_free(sched); gdl_optim_free(opt); gdl_module_free(model);
+
+   The optimizer keeps pointers to the parameters (they must outlive it) and
+   persistent state tensors made lazily on each parameter's device; the state
+   follows the parameter when gdl_module_to moves it. The formulas are
+   PyTorch's, step for step (see DESIGN.md). Schedulers compute each group's
+   lr in closed form from their step count (last_epoch), as PyTorch's
+   _get_closed_form_lr does, so a restored scheduler continues exactly; one
+   scheduler per optimizer (a second one overwrites the lr of the first).
+   Free schedulers before their optimizer, the optimizer before the model.
+   ------------------------------------------------------------------------- */
+
+typedef struct gdl_module gdl_module;       /* opaque: a layer or a tree of layers */
+typedef struct gdl_optimizer gdl_optimizer; /* opaque: SGD, Adam or AdamW with param groups */
+typedef struct gdl_scheduler gdl_scheduler; /* opaque: a learning-rate schedule */
+
+/* The forward of a custom module (gdl_nn_custom): returns a tensor or NULL + error. */
+typedef gdl_tensor *(*gdl_forward_fn)(gdl_module *self, gdl_tensor *x);
+
+/* Which tensors gdl_module_named_tensors lists. */
+typedef enum gdl_tensor_set { GDL_PARAMS = 1, GDL_BUFFERS = 2, GDL_PARAMS_AND_BUFFERS = 3 } gdl_tensor_set;
+
+/* ---- layers (NULL + gdl_last_error() on bad arguments) ---- */
+/* nn.Linear: y = x W^T + b, W [out,in], b [out] (bias != 0). Input [..., in]. */
+GPUDL_API gdl_module *gdl_nn_linear(int64_t in_features, int64_t out_features, int bias);
+/* nn.Conv2d, square kernel/stride/padding/dilation; W [out, in/groups, k, k]. Input [N,in,H,W]. */
+GPUDL_API gdl_module *gdl_nn_conv2d(int in_channels, int out_channels, int kernel, int stride, int padding,
+                                    int dilation, int groups, int bias);
+/* nn.Conv2d with separate (h, w) kernel, stride, padding and dilation; NULL stride/padding/dilation = 1/0/1. */
+GPUDL_API gdl_module *gdl_nn_conv2d_ex(int in_channels, int out_channels, const int kernel[2], const int stride[2],
+                                       const int padding[2], const int dilation[2], int groups, int bias);
+/* nn.BatchNorm1d(C): input [N,C] or [N,C,L]; eps 1e-5, momentum 0.1, affine, running stats. */
+GPUDL_API gdl_module *gdl_nn_batchnorm1d(int64_t num_features);
+/* nn.BatchNorm2d(C): input [N,C,H,W]; eps 1e-5, momentum 0.1, affine, running stats. */
+GPUDL_API gdl_module *gdl_nn_batchnorm2d(int64_t num_features);
+/* BatchNorm with every option: spatial_dims 1 (BatchNorm1d) or 2 (BatchNorm2d). */
+GPUDL_API gdl_module *gdl_nn_batchnorm_ex(int spatial_dims, int64_t num_features, double eps, double momentum,
+                                          int affine, int track_running_stats);
+/* nn.LayerNorm(D) over the last dim: eps 1e-5, weight 1, bias 0. */
+GPUDL_API gdl_module *gdl_nn_layernorm(int64_t normalized_dim);
+/* nn.Dropout(p): zeroes with probability p and scales by 1/(1-p) in training; identity in eval. */
+GPUDL_API gdl_module *gdl_nn_dropout(double p);
+/* nn.Embedding(V, D): i32 indices [...] -> [..., D]; weight [V,D] ~ N(0,1). */
+GPUDL_API gdl_module *gdl_nn_embedding(int64_t num_embeddings, int64_t embedding_dim);
+/* nn.ReLU() */
+GPUDL_API gdl_module *gdl_nn_relu(void);
+/* nn.LeakyReLU(negative_slope) (PyTorch's default slope is 0.01) */
+GPUDL_API gdl_module *gdl_nn_leaky_relu(double negative_slope);
+/* nn.Sigmoid() */
+GPUDL_API gdl_module *gdl_nn_sigmoid(void);
+/* nn.Tanh() */
+GPUDL_API gdl_module *gdl_nn_tanh(void);
+/* nn.GELU(approximate = tanh_approx ? "tanh" : "none") */
+GPUDL_API gdl_module *gdl_nn_gelu(int tanh_approx);
+/* nn.Identity() */
+GPUDL_API gdl_module *gdl_nn_identity(void);
+/* nn.MaxPool2d(kernel, stride, padding); stride 0 means stride = kernel (PyTorch's None). */
+GPUDL_API gdl_module *gdl_nn_maxpool2d(int kernel, int stride, int padding);
+/* nn.AvgPool2d(kernel, stride, padding), count_include_pad; stride 0 means kernel. */
+GPUDL_API gdl_module *gdl_nn_avgpool2d(int kernel, int stride, int padding);
+/* nn.AdaptiveAvgPool2d(1): [N,C,H,W] -> [N,C,1,1]. */
+GPUDL_API gdl_module *gdl_nn_global_avgpool2d(void);
+/* nn.Flatten(start_dim) (end_dim -1); PyTorch's default start_dim is 1. */
+GPUDL_API gdl_module *gdl_nn_flatten(int start_dim);
+/* nn.Sequential of n modules (children "0".."n-1"); takes ownership of mods[], also on failure. */
+GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods);
+/* Appends m to a Sequential as child "<count>"; takes ownership of m (freed on failure unless it has a parent). 0 / -1. */
+GPUDL_API int gdl_nn_sequential_add(gdl_module *seq, gdl_module *m);
+/* relu(body(x) + shortcut(x)), shortcut NULL = identity (a ResNet basic block); takes ownership of both. */
+GPUDL_API gdl_module *gdl_nn_residual(gdl_module *body, gdl_module *shortcut);
+
+/* ---- custom modules ---- */
+/* A module of kind `kind` whose forward is `forward`; user data is freed with free_user (may be NULL). */
+GPUDL_API gdl_module *gdl_nn_custom(const char *kind, gdl_forward_fn forward, void *user, void (*free_user)(void *));
+/* The user pointer given to gdl_nn_custom (NULL for built-in modules). */
+GPUDL_API void *gdl_module_user(const gdl_module *m);
+/* Adds a named child (no '.' in the name); takes ownership of child, also on failure. 0 / -1. */
+GPUDL_API int gdl_module_add_child(gdl_module *m, const char *name, gdl_module *child);
+/* Adds a persistent f32 leaf as a parameter (sets requires_grad); takes ownership, also on failure. 0 / -1. */
+GPUDL_API int gdl_module_add_param(gdl_module *m, const char *name, gdl_tensor *t);
+/* Adds a persistent tensor as a buffer (saved, moved, not trained); takes ownership, also on failure. 0 / -1. */
+GPUDL_API int gdl_module_add_buffer(gdl_module *m, const char *name, gdl_tensor *t);
+
+/* ---- using modules ---- */
+/* The module's forward on x (a temporary, recorded on the tape); errors name the module ("Linear '0'"). */
+GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x);
+/* Sets training mode (on != 0) or eval mode on m and all its descendants, like .train()/.eval(). 0 / -1. */
+GPUDL_API int gdl_module_train(gdl_module *m, int on);
+/* 1 if m is in training mode, 0 in eval mode (or m NULL). */
+GPUDL_API int gdl_module_is_training(const gdl_module *m);
+/* Moves every parameter (with its grad) and buffer to dev in place (gdl_move_), like model.to(dev). 0 / -1. */
+GPUDL_API int gdl_module_to(gdl_module *m, gdl_device dev);
+/* The device of the module's first parameter or buffer (the CPU when it has none). */
+GPUDL_API gdl_device gdl_module_device(const gdl_module *m);
+/* Frees a root module, its descendants and all their tensors (NULL: no-op; a child: refused). */
+GPUDL_API void gdl_module_free(gdl_module *m);
+/* Zeroes the grads of all parameters in place (those without a grad are left alone). 0 / -1. */
+GPUDL_API int gdl_module_zero_grad(gdl_module *m);
+
+/* ---- introspection and state_dict names ---- */
+/* Lists parameters and/or buffers (which: GDL_PARAMS, GDL_BUFFERS or both) in state_dict order with
+   their dotted names; fills at most max entries of names/tensors (either may be NULL) and returns the
+   total count (max 0 counts), -1 on error. Names stay valid while the module lives. */
+GPUDL_API int gdl_module_named_tensors(gdl_module *m, int which, const char **names, gdl_tensor **tensors, int max);
+/* The parameter or buffer with state_dict name `name` ("3.body.0.weight"), NULL + error if none. */
+GPUDL_API gdl_tensor *gdl_module_tensor(gdl_module *m, const char *name);
+/* The descendant at dotted path `path` ("3.body"), NULL + error if none. */
+GPUDL_API gdl_module *gdl_module_child(gdl_module *m, const char *path);
+/* Number of direct children (0 for NULL). */
+GPUDL_API int gdl_module_num_children(const gdl_module *m);
+/* The i-th direct child, NULL + error when out of range. */
+GPUDL_API gdl_module *gdl_module_child_at(gdl_module *m, int i);
+/* The kind: "Linear", "Conv2d", "BatchNorm2d", "Sequential", "Residual", ... ("" for NULL). */
+GPUDL_API const char *gdl_module_kind(const gdl_module *m);
+/* The name in the parent ("0", "body"); "" for a root. */
+GPUDL_API const char *gdl_module_name(const gdl_module *m);
+/* Total number of parameter elements, recursively (-1 for NULL). */
+GPUDL_API int64_t gdl_module_num_params(const gdl_module *m);
+/* Keras-style summary: runs a no-grad eval-mode forward on zeros of input_shape (i32 zeros when the
+   first layer is an Embedding) on the module's device, then prints layer, output shape and parameter
+   count per module and the totals to f. Training flags are restored after. 0 / -1. */
+GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_shape, FILE *f);
+
+/* ---- optimizers (NULL + error on bad hyperparameters) ---- */
+/* torch.optim.SGD(lr, momentum, dampening, weight_decay, nesterov); nesterov needs momentum > 0, dampening 0. */
+GPUDL_API gdl_optimizer *gdl_sgd_new(double lr, double momentum, double dampening, double weight_decay, int nesterov);
+/* torch.optim.Adam (PyTorch defaults: 1e-3, 0.9, 0.999, 1e-8, 0); L2 weight decay added to the gradient. */
+GPUDL_API gdl_optimizer *gdl_adam_new(double lr, double beta1, double beta2, double eps, double weight_decay);
+/* torch.optim.AdamW (PyTorch defaults: 1e-3, 0.9, 0.999, 1e-8, 1e-2); decoupled weight decay. */
+GPUDL_API gdl_optimizer *gdl_adamw_new(double lr, double beta1, double beta2, double eps, double weight_decay);
+/* Adds a parameter group (persistent f32 leaves, each in one group only); lr or weight_decay < 0 takes the
+   optimizer's default. Returns the group index, -1 on error. */
+GPUDL_API int gdl_optim_add_params(gdl_optimizer *opt, gdl_tensor *const *params, int n, double lr, double weight_decay);
+/* Adds m's parameters: one group, or with no_decay_on_bias_and_norm two groups, the 2-D+ weights with the
+   default weight decay and the 0-D/1-D ones (biases, norm weights) with 0 (empty groups are skipped). 0 / -1. */
+GPUDL_API int gdl_optim_add_module(gdl_optimizer *opt, gdl_module *m, int no_decay_on_bias_and_norm);
+/* Zeroes every parameter's grad in place (PyTorch's zero_grad(set_to_none=False)). 0 / -1. */
+GPUDL_API int gdl_zero_grad(gdl_optimizer *opt);
+/* set_to_none != 0: frees the grads instead (PyTorch's default), so untouched parameters are skipped by gdl_step. */
+GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none);
+/* One optimizer step over every parameter that has a grad (others are skipped, as in PyTorch). 0 / -1. */
+GPUDL_API int gdl_step(gdl_optimizer *opt);
+/* torch.nn.utils.clip_grad_norm_: global L2 norm of the grads; if max_norm/(norm+1e-6) < 1 the grads are
+   scaled by it. Returns the norm before clipping, -1 on error. */
+GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max_norm);
+/* gdl_clip_grad_norm over all of the optimizer's parameters. */
+GPUDL_API double gdl_optim_clip_grad_norm(gdl_optimizer *opt, double max_norm);
+/* Lists the optimizer state for checkpoints, creating missing state (zeros, step 0): per parameter index i
+   (in the order added) "state.<i>.step" (i32 scalar on the CPU) and "state.<i>.momentum_buffer" (SGD with
+   momentum) or "state.<i>.exp_avg", "state.<i>.exp_avg_sq" (Adam, AdamW). Fills at most max entries
+   (names or tensors may be NULL), returns the total count, -1 on error. Names live as long as opt. */
+GPUDL_API int gdl_optim_state(gdl_optimizer *opt, const char **names, gdl_tensor **tensors, int max);
+/* Number of gdl_step calls made (-1 for NULL). */
+GPUDL_API int64_t gdl_optim_get_step(const gdl_optimizer *opt);
+/* Sets that count (for checkpoints; the per-parameter steps are in gdl_optim_state). 0 / -1. */
+GPUDL_API int gdl_optim_set_step(gdl_optimizer *opt, int64_t step);
+/* Number of parameter groups (-1 for NULL). */
+GPUDL_API int gdl_optim_num_groups(const gdl_optimizer *opt);
+/* Number of parameters over all groups (-1 for NULL). */
+GPUDL_API int gdl_optim_num_params(const gdl_optimizer *opt);
+/* The learning rate of a group (NaN + error if out of range). */
+GPUDL_API double gdl_optim_get_lr(const gdl_optimizer *opt, int group);
+/* Sets the learning rate of a group (lr >= 0). 0 / -1. */
+GPUDL_API int gdl_optim_set_lr(gdl_optimizer *opt, int group, double lr);
+/* A group's momentum (SGD) or beta1 (Adam, AdamW) (NaN + error if out of range). */
+GPUDL_API double gdl_optim_get_momentum(const gdl_optimizer *opt, int group);
+/* Sets a group's momentum (SGD) or beta1 (Adam, AdamW), in [0,1). 0 / -1. */
+GPUDL_API int gdl_optim_set_momentum(gdl_optimizer *opt, int group, double momentum);
+/* Frees the optimizer and its state (not the parameters). NULL: no-op. */
+GPUDL_API void gdl_optim_free(gdl_optimizer *opt);
+
+/* ---- learning-rate schedulers: each sets lr = f(last_epoch, base lr of the group) on creation
+   (last_epoch 0) and on every gdl_scheduler_step ---- */
+/* StepLR: lr = base * gamma^floor(last_epoch / step_size). */
+GPUDL_API gdl_scheduler *gdl_steplr_new(gdl_optimizer *opt, int step_size, double gamma);
+/* CosineAnnealingLR: lr = eta_min + (base - eta_min) * (1 + cos(pi * last_epoch / T_max)) / 2. */
+GPUDL_API gdl_scheduler *gdl_cosine_lr_new(gdl_optimizer *opt, int T_max, double eta_min);
+/* OneCycleLR(max_lr, total_steps): pct_start 0.3, div_factor 25, final_div_factor 1e4, cosine annealing,
+   cycle_momentum on (momentum or beta1 0.95 -> 0.85 -> 0.95, as PyTorch; plain SGD gets momentum too). */
+GPUDL_API gdl_scheduler *gdl_onecycle_lr_new(gdl_optimizer *opt, double max_lr, int total_steps);
+/* OneCycleLR with every option (PyTorch's defaults: 0.3, 25, 1e4, 1, 0.85, 0.95). */
+GPUDL_API gdl_scheduler *gdl_onecycle_lr_new_ex(gdl_optimizer *opt, double max_lr, int total_steps, double pct_start,
+                                                double div_factor, double final_div_factor, int cycle_momentum,
+                                                double base_momentum, double max_momentum);
+/* LinearLR: lr = base * (start + (end - start) * min(last_epoch, total_iters) / total_iters). */
+GPUDL_API gdl_scheduler *gdl_linear_warmup_new(gdl_optimizer *opt, double start_factor, double end_factor,
+                                               int total_iters);
+/* Advances last_epoch by one and sets the groups' lr (OneCycle refuses to pass total_steps). 0 / -1. */
+GPUDL_API int gdl_scheduler_step(gdl_scheduler *s);
+/* The scheduler's step count, last_epoch (0 after creation; -1 for NULL). */
+GPUDL_API int64_t gdl_scheduler_get_last_epoch(const gdl_scheduler *s);
+/* Sets last_epoch (for checkpoints) and applies the lr (and momentum) for it. 0 / -1. */
+GPUDL_API int gdl_scheduler_set_last_epoch(gdl_scheduler *s, int64_t last_epoch);
+/* The lr the scheduler last set for a group (NaN + error if out of range). */
+GPUDL_API double gdl_scheduler_get_lr(const gdl_scheduler *s, int group);
+/* Frees the scheduler (not the optimizer). NULL: no-op. */
+GPUDL_API void gdl_scheduler_free(gdl_scheduler *s);
+
+/* ---------------------------------------------------------------------------
+   [api-train]   Keras-style fit/evaluate, and checkpoints.
+       gdl_fit_opts o = gdl_fit_defaults();
+       o.epochs = 5; o.val = test_loader;
+       gdl_epoch_stats hist[5];
+       if (gdl_fit(model, train_loader, opt, &o, hist) < 0) puts(gdl_last_error());
+   Checkpoints are safetensors files. gdl_save_model writes the parameters
+   and buffers under PyTorch's state_dict names ("0.weight",
+   "1.running_mean"), so safetensors.torch.load_file + load_state_dict read
+   them (PyTorch's BN num_batches_tracked is not stored: load with
+   strict=False or add it). A training checkpoint adds the optimizer state,
+   step counts, learning rates, the scheduler position and the generator
+   state, so a resumed run continues exactly as the uninterrupted one would.
+   Saving is atomic (temporary file, fsync, rename); loading checks every
+   name, dtype and shape first and changes nothing when anything is wrong.
+   ------------------------------------------------------------------------- */
+
+/* loss(output, target) for gdl_fit/gdl_evaluate; NULL means cross entropy */
+typedef gdl_tensor *(*gdl_loss_fn)(gdl_tensor *output, gdl_tensor *target, void *user);
+
+typedef struct gdl_fit_opts {
+    int epochs;                 /* default 1 */
+    gdl_loader *val;            /* evaluated after each epoch when given */
+    gdl_scheduler *scheduler;   /* optional */
+    int scheduler_per_batch;    /* 1: step it after every optimizer step (OneCycle); 0: per epoch */
+    gdl_loss_fn loss;           /* NULL: cross entropy on integer targets */
+    void *loss_user;
+    double clip_grad_norm;      /* > 0: clip the global gradient norm before each step */
+    int accumulate;             /* micro-batches per optimizer step, default 1 (loss scaled by 1/accumulate) */
+    int verbose;                /* 0 silent; 1 (default): a live bar on a terminal, else a line per epoch */
+    const char *csv_path;       /* a CSV of per-epoch metrics, optional */
+    FILE *log;                  /* where progress goes, default stdout */
+} gdl_fit_opts;
+
+typedef struct gdl_epoch_stats {
+    int epoch;                  /* 1-based */
+    double loss, accuracy;      /* training, averaged over the epoch's samples; accuracy NaN if not a classifier */
+    double val_loss, val_accuracy; /* NaN without a validation loader */
+    double seconds, samples_per_sec;
+    int64_t samples;
+} gdl_epoch_stats;
+
+/* wall-clock seconds (gettimeofday; clock() where that is missing), for timing loops */
+GPUDL_API double gdl_now(void);
+GPUDL_API gdl_fit_opts gdl_fit_defaults(void);
+/* Trains for o->epochs over train; fills history[0..epochs-1] when not NULL. 0 / -1. */
+GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *o,
+                      gdl_epoch_stats *history);
+/* One pass over l in eval mode without gradients: mean loss and accuracy (either out may be NULL). 0 / -1. */
+GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
+                           double *accuracy_out);
+
+/* Model parameters and buffers, PyTorch names, F32. 0 / -1. */
+GPUDL_API int gdl_save_model(gdl_module *m, const char *path);
+/* Strict: the file must hold exactly the model's names with matching shapes (F32, F16, BF16 or F64). 0 / -1. */
+GPUDL_API int gdl_load_model(gdl_module *m, const char *path);
+/* The full training state; opt, sched may be NULL. epoch is the caller's counter. 0 / -1. */
+GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                  int64_t epoch);
+GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                  int64_t *epoch);
 
 /* ---------------------------------------------------------------------------
    [backend]   A backend is a table of kernels on raw device pointers.
@@ -6053,6 +6357,2448 @@ GPUDL_API uint64_t gdl_loader_epoch(const gdl_loader *l) { return l ? l->epoch :
 
 #undef GDL__PERM_DOMAIN
 #undef GDL__TF_DOMAIN
+
+/* ---------------------------------------------------------------------------
+   [impl-nn]   Modules, optimizers, learning-rate schedulers. Front end only:
+   modules call the ops of [api-ops]; optimizers call the backends' sgd/adam
+   kernels on each parameter's device.
+   ------------------------------------------------------------------------- */
+
+enum {
+    GDL__M_LINEAR, GDL__M_CONV2D, GDL__M_BATCHNORM, GDL__M_LAYERNORM, GDL__M_DROPOUT, GDL__M_EMBEDDING,
+    GDL__M_RELU, GDL__M_LEAKY_RELU, GDL__M_SIGMOID, GDL__M_TANH, GDL__M_GELU, GDL__M_IDENTITY,
+    GDL__M_MAXPOOL, GDL__M_AVGPOOL, GDL__M_GAP, GDL__M_FLATTEN, GDL__M_SEQUENTIAL, GDL__M_RESIDUAL,
+    GDL__M_CUSTOM
+};
+
+typedef struct gdl__nn_named {
+    char *name;    /* local name, owned */
+    gdl_tensor *t; /* persistent, owned */
+} gdl__nn_named;
+
+struct gdl_module {
+    int kind;               /* GDL__M_* */
+    char *kind_name;        /* "Linear", owned */
+    char *name;             /* name in the parent, owned; "" for a root */
+    gdl_module *parent;
+    int training;
+    int nchild, cap_child;
+    gdl_module **child;
+    int nparam, cap_param;
+    gdl__nn_named *param;
+    int nbuf, cap_buf;
+    gdl__nn_named *buf;
+    int64_t ia[12];         /* integer configuration (per kind, see the constructors) */
+    double fa[4];           /* real configuration */
+    gdl_forward_fn fwd;     /* custom modules */
+    void *user;
+    void (*free_user)(void *);
+    char **interned;        /* full names handed out by gdl_module_named_tensors */
+    int ninterned, cap_interned;
+};
+
+static char *gdl__nn_strdup(const char *s) {
+    size_t n = strlen(s);
+    char *r = (char *)GPUDL_MALLOC(n + 1);
+    if (r) memcpy(r, s, n + 1);
+    return r;
+}
+
+/* arr (of elem-sized items, *cap of them) grown to hold count+1: the same pointer when it
+   already does, a reallocated one otherwise, NULL when out of memory (arr is then kept). */
+static void *gdl__nn_reserve(void *arr, int *cap, int count, size_t elem) {
+    void *p;
+    int nc;
+    if (arr && count < *cap) return arr;
+    nc = *cap ? 2 * *cap : 4;
+    while (nc <= count) nc *= 2;
+    p = GPUDL_REALLOC(arr, elem * (size_t)nc);
+    if (p) *cap = nc;
+    return p;
+}
+
+/* The dotted path of m from its root ("3.body.0"; "" for a root), in a thread-local ring. */
+static const char *gdl__nn_path(const gdl_module *m) {
+    static GDL__TLS char ring[4][256];
+    static GDL__TLS int slot;
+    char *s = ring[slot++ & 3];
+    const gdl_module *chain[64], *c;
+    int n = 0;
+    size_t k = 0;
+    for (c = m; c && c->parent && n < 64; c = c->parent) chain[n++] = c;
+    s[0] = 0;
+    while (n-- > 0) {
+        size_t len = strlen(chain[n]->name);
+        if (k + len + 2 > 256) break; /* cut an absurdly deep path */
+        if (k) s[k++] = '.';
+        memcpy(s + k, chain[n]->name, len);
+        k += len;
+        s[k] = 0;
+    }
+    return s;
+}
+
+/* "Linear '3.body.0'" or "Linear" for a root, in a thread-local ring. */
+static const char *gdl__nn_label(const gdl_module *m) {
+    static GDL__TLS char ring[4][320];
+    static GDL__TLS int slot;
+    char *s = ring[slot++ & 3];
+    const char *p = gdl__nn_path(m);
+    if (p[0]) snprintf(s, 320, "%s '%s'", m->kind_name, p);
+    else snprintf(s, 320, "%s", m->kind_name);
+    return s;
+}
+
+/* PyTorch-like description of the configuration: "in_features=10, out_features=1, bias=True". */
+static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
+    const int64_t *a = m->ia;
+    s[0] = 0;
+    switch (m->kind) {
+    case GDL__M_LINEAR:
+        snprintf(s, n, "in_features=%lld, out_features=%lld, bias=%s", (long long)a[0], (long long)a[1],
+                 m->nparam > 1 ? "True" : "False");
+        break;
+    case GDL__M_CONV2D:
+        snprintf(s, n, "%lld, %lld, kernel_size=(%lld,%lld), stride=(%lld,%lld), padding=(%lld,%lld), "
+                 "dilation=(%lld,%lld), groups=%lld", (long long)a[0], (long long)a[1], (long long)a[2],
+                 (long long)a[3], (long long)a[4], (long long)a[5], (long long)a[6], (long long)a[7],
+                 (long long)a[8], (long long)a[9], (long long)a[10]);
+        break;
+    case GDL__M_BATCHNORM:
+        snprintf(s, n, "%lld, eps=%g, momentum=%g", (long long)a[0], m->fa[0], m->fa[1]);
+        break;
+    case GDL__M_LAYERNORM: snprintf(s, n, "(%lld,), eps=%g", (long long)a[0], m->fa[0]); break;
+    case GDL__M_DROPOUT: snprintf(s, n, "p=%g", m->fa[0]); break;
+    case GDL__M_EMBEDDING: snprintf(s, n, "%lld, %lld", (long long)a[0], (long long)a[1]); break;
+    case GDL__M_LEAKY_RELU: snprintf(s, n, "negative_slope=%g", m->fa[0]); break;
+    case GDL__M_MAXPOOL:
+    case GDL__M_AVGPOOL:
+        snprintf(s, n, "kernel_size=%lld, stride=%lld, padding=%lld", (long long)a[0], (long long)a[1], (long long)a[2]);
+        break;
+    case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[0]); break;
+    default: break;
+    }
+}
+
+static void gdl__nn_free_named(gdl__nn_named *v, int n) {
+    int i;
+    for (i = 0; i < n; i++) {
+        gdl_free(v[i].t);
+        GPUDL_FREE(v[i].name);
+    }
+    GPUDL_FREE(v);
+}
+
+static void gdl__nn_free_tree(gdl_module *m) {
+    int i;
+    if (!m) return;
+    for (i = 0; i < m->nchild; i++) gdl__nn_free_tree(m->child[i]);
+    GPUDL_FREE(m->child);
+    gdl__nn_free_named(m->param, m->nparam);
+    gdl__nn_free_named(m->buf, m->nbuf);
+    for (i = 0; i < m->ninterned; i++) GPUDL_FREE(m->interned[i]);
+    GPUDL_FREE(m->interned);
+    if (m->free_user) m->free_user(m->user);
+    GPUDL_FREE(m->kind_name);
+    GPUDL_FREE(m->name);
+    GPUDL_FREE(m);
+}
+
+GPUDL_API void gdl_module_free(gdl_module *m) {
+    if (!m) return;
+    if (m->parent) {
+        gdl__set_error("gdl_module_free: %s belongs to a parent module; free the root instead", gdl__nn_label(m));
+        return;
+    }
+    gdl__nn_free_tree(m);
+}
+
+/* Frees an argument whose ownership a failed call took (unless another module owns it). */
+static void gdl__nn_drop(gdl_module *m) {
+    if (m && !m->parent) gdl__nn_free_tree(m);
+}
+
+static gdl_module *gdl__nn_new(const char *op, int kind, const char *kind_name) {
+    gdl_module *m = (gdl_module *)GPUDL_MALLOC(sizeof(gdl_module));
+    if (!m) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    memset(m, 0, sizeof *m);
+    m->kind = kind;
+    m->training = 1;
+    m->kind_name = gdl__nn_strdup(kind_name);
+    m->name = gdl__nn_strdup("");
+    if (!m->kind_name || !m->name) {
+        gdl__nn_free_tree(m);
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    return m;
+}
+
+/* Is `name` already used by a parameter, buffer or child of m? */
+static int gdl__nn_name_taken(const gdl_module *m, const char *name) {
+    int i;
+    for (i = 0; i < m->nparam; i++)
+        if (!strcmp(m->param[i].name, name)) return 1;
+    for (i = 0; i < m->nbuf; i++)
+        if (!strcmp(m->buf[i].name, name)) return 1;
+    for (i = 0; i < m->nchild; i++)
+        if (!strcmp(m->child[i]->name, name)) return 1;
+    return 0;
+}
+
+static int gdl__nn_check_name(const char *op, const gdl_module *m, const char *name) {
+    if (!name || !name[0] || strchr(name, '.')) {
+        gdl__set_error("%s: bad name \"%s\" (must be non-empty, without '.')", op, name ? name : "(null)");
+        return -1;
+    }
+    if (strlen(name) > 64) {
+        gdl__set_error("%s: name \"%.64s...\" is longer than 64 characters", op, name);
+        return -1;
+    }
+    if (gdl__nn_name_taken(m, name)) {
+        gdl__set_error("%s: %s already has a member named \"%s\"", op, gdl__nn_label(m), name);
+        return -1;
+    }
+    return 0;
+}
+
+/* Adds a tensor to a module's params (buffer = 0) or buffers; takes ownership of t. */
+static int gdl__nn_add_tensor(const char *op, gdl_module *m, const char *name, gdl_tensor *t, int buffer) {
+    gdl__nn_named *v;
+    char *nm;
+    if (!m || !t) {
+        gdl__null_arg(op, !m ? "module" : "tensor");
+        gdl_free(t);
+        return -1;
+    }
+    if (gdl__nn_check_name(op, m, name) < 0) {
+        gdl_free(t);
+        return -1;
+    }
+    if (!gdl__is_persistent(t) || !(t->flags & GDL__T_OWNS_DATA) || t->node) {
+        gdl__set_error("%s: \"%s\" %s must be a persistent leaf tensor (made by a factory or gdl_clone)", op, name,
+                       gdl_shape_str(t));
+        gdl_free(t);
+        return -1;
+    }
+    if (!buffer && t->dtype != GDL_F32) {
+        gdl__set_error("%s: parameter \"%s\" must be f32, got %s", op, name, gdl_dtype_name(t->dtype));
+        gdl_free(t);
+        return -1;
+    }
+    v = (gdl__nn_named *)(buffer ? gdl__nn_reserve(m->buf, &m->cap_buf, m->nbuf, sizeof(gdl__nn_named))
+                                 : gdl__nn_reserve(m->param, &m->cap_param, m->nparam, sizeof(gdl__nn_named)));
+    if (!v) {
+        gdl__set_error("%s: out of memory", op);
+        gdl_free(t);
+        return -1;
+    }
+    if (buffer) m->buf = v;
+    else m->param = v;
+    if (!(nm = gdl__nn_strdup(name))) {
+        gdl__set_error("%s: out of memory", op);
+        gdl_free(t);
+        return -1;
+    }
+    v = buffer ? &m->buf[m->nbuf++] : &m->param[m->nparam++];
+    v->name = nm;
+    v->t = t;
+    t->name = nm;
+    if (!buffer) t->requires_grad = 1;
+    return 0;
+}
+
+GPUDL_API int gdl_module_add_param(gdl_module *m, const char *name, gdl_tensor *t) {
+    return gdl__nn_add_tensor("gdl_module_add_param", m, name, t, 0);
+}
+GPUDL_API int gdl_module_add_buffer(gdl_module *m, const char *name, gdl_tensor *t) {
+    return gdl__nn_add_tensor("gdl_module_add_buffer", m, name, t, 1);
+}
+
+static int gdl__nn_add_child(const char *op, gdl_module *m, const char *name, gdl_module *c) {
+    gdl_module **kids;
+    char *nm;
+    if (!m || !c) {
+        gdl__null_arg(op, !m ? "module" : "child");
+        if (c != m) gdl__nn_drop(c);
+        return -1;
+    }
+    if (c->parent) {
+        gdl__set_error("%s: %s already belongs to another module", op, gdl__nn_label(c));
+        return -1;
+    }
+    if (c == m) {
+        gdl__set_error("%s: a module cannot contain itself", op);
+        return -1;
+    }
+    if (gdl__nn_check_name(op, m, name) < 0) {
+        gdl__nn_drop(c);
+        return -1;
+    }
+    if ((kids = (gdl_module **)gdl__nn_reserve(m->child, &m->cap_child, m->nchild, sizeof(gdl_module *))) != NULL)
+        m->child = kids;
+    if (!kids || !(nm = gdl__nn_strdup(name))) {
+        gdl__set_error("%s: out of memory", op);
+        gdl__nn_drop(c);
+        return -1;
+    }
+    GPUDL_FREE(c->name);
+    c->name = nm;
+    c->parent = m;
+    m->child[m->nchild++] = c;
+    return 0;
+}
+
+GPUDL_API int gdl_module_add_child(gdl_module *m, const char *name, gdl_module *child) {
+    return gdl__nn_add_child("gdl_module_add_child", m, name, child);
+}
+
+GPUDL_API void *gdl_module_user(const gdl_module *m) { return m ? m->user : NULL; }
+
+/* ---- layer constructors ---- */
+
+/* U(-1/sqrt(fan_in), 1/sqrt(fan_in)) from the global generator, as PyTorch's reset_parameters. */
+static gdl_tensor *gdl__nn_uniform_init(int ndim, const int64_t *shape, int64_t fan_in) {
+    double bound = fan_in > 0 ? 1.0 / sqrt((double)fan_in) : 0;
+    return gdl_uniform(ndim, shape, -bound, bound, gdl_cpu());
+}
+
+GPUDL_API gdl_module *gdl_nn_linear(int64_t in_features, int64_t out_features, int bias) {
+    const char *op = "gdl_nn_linear";
+    gdl_module *m;
+    int64_t ws[2];
+    if (in_features < 1 || out_features < 1) {
+        gdl__set_error("%s: in_features %lld and out_features %lld must be positive", op, (long long)in_features,
+                       (long long)out_features);
+        return NULL;
+    }
+    if (!(m = gdl__nn_new(op, GDL__M_LINEAR, "Linear"))) return NULL;
+    m->ia[0] = in_features;
+    m->ia[1] = out_features;
+    ws[0] = out_features;
+    ws[1] = in_features;
+    if (gdl__nn_add_tensor(op, m, "weight", gdl__nn_uniform_init(2, ws, in_features), 0) < 0 ||
+        (bias && gdl__nn_add_tensor(op, m, "bias", gdl__nn_uniform_init(1, ws, in_features), 0) < 0)) {
+        gdl__nn_free_tree(m);
+        return NULL;
+    }
+    return m;
+}
+
+GPUDL_API gdl_module *gdl_nn_conv2d_ex(int in_channels, int out_channels, const int kernel[2], const int stride[2],
+                                       const int padding[2], const int dilation[2], int groups, int bias) {
+    const char *op = "gdl_nn_conv2d";
+    gdl_module *m;
+    int64_t ws[4], fan_in;
+    int s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1}, k;
+    if (!kernel) {
+        gdl__null_arg(op, "kernel");
+        return NULL;
+    }
+    for (k = 0; k < 2; k++) {
+        if (stride) s[k] = stride[k];
+        if (padding) p[k] = padding[k];
+        if (dilation) d[k] = dilation[k];
+    }
+    if (in_channels < 1 || out_channels < 1 || groups < 1 || in_channels % groups || out_channels % groups) {
+        gdl__set_error("%s: in_channels %d and out_channels %d must be positive and divisible by groups %d", op,
+                       in_channels, out_channels, groups);
+        return NULL;
+    }
+    if (kernel[0] < 1 || kernel[1] < 1 || s[0] < 1 || s[1] < 1 || p[0] < 0 || p[1] < 0 || d[0] < 1 || d[1] < 1) {
+        gdl__set_error("%s: bad kernel (%d,%d), stride (%d,%d), padding (%d,%d) or dilation (%d,%d)", op, kernel[0],
+                       kernel[1], s[0], s[1], p[0], p[1], d[0], d[1]);
+        return NULL;
+    }
+    if (!(m = gdl__nn_new(op, GDL__M_CONV2D, "Conv2d"))) return NULL;
+    m->ia[0] = in_channels; m->ia[1] = out_channels;
+    m->ia[2] = kernel[0]; m->ia[3] = kernel[1];
+    m->ia[4] = s[0]; m->ia[5] = s[1];
+    m->ia[6] = p[0]; m->ia[7] = p[1];
+    m->ia[8] = d[0]; m->ia[9] = d[1];
+    m->ia[10] = groups;
+    ws[0] = out_channels;
+    ws[1] = in_channels / groups;
+    ws[2] = kernel[0];
+    ws[3] = kernel[1];
+    fan_in = ws[1] * ws[2] * ws[3];
+    if (gdl__nn_add_tensor(op, m, "weight", gdl__nn_uniform_init(4, ws, fan_in), 0) < 0 ||
+        (bias && gdl__nn_add_tensor(op, m, "bias", gdl__nn_uniform_init(1, ws, fan_in), 0) < 0)) {
+        gdl__nn_free_tree(m);
+        return NULL;
+    }
+    return m;
+}
+
+GPUDL_API gdl_module *gdl_nn_conv2d(int in_channels, int out_channels, int kernel, int stride, int padding,
+                                    int dilation, int groups, int bias) {
+    int k[2], s[2], p[2], d[2];
+    k[0] = k[1] = kernel;
+    s[0] = s[1] = stride;
+    p[0] = p[1] = padding;
+    d[0] = d[1] = dilation;
+    return gdl_nn_conv2d_ex(in_channels, out_channels, k, s, p, d, groups, bias);
+}
+
+GPUDL_API gdl_module *gdl_nn_batchnorm_ex(int spatial_dims, int64_t C, double eps, double momentum, int affine,
+                                          int track_running_stats) {
+    const char *op = spatial_dims == 1 ? "gdl_nn_batchnorm1d" : "gdl_nn_batchnorm2d";
+    gdl_module *m;
+    if (spatial_dims != 1 && spatial_dims != 2) {
+        gdl__set_error("gdl_nn_batchnorm_ex: spatial_dims must be 1 or 2, got %d", spatial_dims);
+        return NULL;
+    }
+    if (C < 1 || !(eps > 0) || !(momentum >= 0 && momentum <= 1)) {
+        gdl__set_error("%s: bad num_features %lld, eps %g or momentum %g (need C > 0, eps > 0, momentum in [0,1])", op,
+                       (long long)C, eps, momentum);
+        return NULL;
+    }
+    if (!(m = gdl__nn_new(op, GDL__M_BATCHNORM, spatial_dims == 1 ? "BatchNorm1d" : "BatchNorm2d"))) return NULL;
+    m->ia[0] = C;
+    m->ia[1] = spatial_dims;
+    m->ia[2] = affine != 0;
+    m->ia[3] = track_running_stats != 0;
+    m->fa[0] = eps;
+    m->fa[1] = momentum;
+    if ((affine && (gdl__nn_add_tensor(op, m, "weight", gdl_ones(1, &C, GDL_F32, gdl_cpu()), 0) < 0 ||
+                    gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &C, GDL_F32, gdl_cpu()), 0) < 0)) ||
+        (track_running_stats &&
+         (gdl__nn_add_tensor(op, m, "running_mean", gdl_zeros(1, &C, GDL_F32, gdl_cpu()), 1) < 0 ||
+          gdl__nn_add_tensor(op, m, "running_var", gdl_ones(1, &C, GDL_F32, gdl_cpu()), 1) < 0))) {
+        gdl__nn_free_tree(m);
+        return NULL;
+    }
+    return m;
+}
+GPUDL_API gdl_module *gdl_nn_batchnorm1d(int64_t C) { return gdl_nn_batchnorm_ex(1, C, 1e-5, 0.1, 1, 1); }
+GPUDL_API gdl_module *gdl_nn_batchnorm2d(int64_t C) { return gdl_nn_batchnorm_ex(2, C, 1e-5, 0.1, 1, 1); }
+
+GPUDL_API gdl_module *gdl_nn_layernorm(int64_t D) {
+    const char *op = "gdl_nn_layernorm";
+    gdl_module *m;
+    if (D < 1) {
+        gdl__set_error("%s: normalized_dim %lld must be positive", op, (long long)D);
+        return NULL;
+    }
+    if (!(m = gdl__nn_new(op, GDL__M_LAYERNORM, "LayerNorm"))) return NULL;
+    m->ia[0] = D;
+    m->fa[0] = 1e-5;
+    if (gdl__nn_add_tensor(op, m, "weight", gdl_ones(1, &D, GDL_F32, gdl_cpu()), 0) < 0 ||
+        gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &D, GDL_F32, gdl_cpu()), 0) < 0) {
+        gdl__nn_free_tree(m);
+        return NULL;
+    }
+    return m;
+}
+
+GPUDL_API gdl_module *gdl_nn_dropout(double p) {
+    gdl_module *m;
+    if (!(p >= 0 && p <= 1)) {
+        gdl__set_error("gdl_nn_dropout: probability %g is not in [0,1]", p);
+        return NULL;
+    }
+    if (!(m = gdl__nn_new("gdl_nn_dropout", GDL__M_DROPOUT, "Dropout"))) return NULL;
+    m->fa[0] = p;
+    return m;
+}
+
+GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
+    const char *op = "gdl_nn_embedding";
+    gdl_module *m;
+    int64_t ws[2];
+    if (V < 1 || D < 1 || V > INT32_MAX) {
+        gdl__set_error("%s: num_embeddings %lld (at most 2^31-1) and embedding_dim %lld must be positive", op,
+                       (long long)V, (long long)D);
+        return NULL;
+    }
+    if (!(m = gdl__nn_new(op, GDL__M_EMBEDDING, "Embedding"))) return NULL;
+    m->ia[0] = V;
+    m->ia[1] = D;
+    ws[0] = V;
+    ws[1] = D;
+    if (gdl__nn_add_tensor(op, m, "weight", gdl_randn(2, ws, gdl_cpu()), 0) < 0) {
+        gdl__nn_free_tree(m);
+        return NULL;
+    }
+    return m;
+}
+
+static gdl_module *gdl__nn_simple(const char *op, int kind, const char *kind_name, double f, int64_t i) {
+    gdl_module *m = gdl__nn_new(op, kind, kind_name);
+    if (m) {
+        m->fa[0] = f;
+        m->ia[0] = i;
+    }
+    return m;
+}
+GPUDL_API gdl_module *gdl_nn_relu(void) { return gdl__nn_simple("gdl_nn_relu", GDL__M_RELU, "ReLU", 0, 0); }
+GPUDL_API gdl_module *gdl_nn_leaky_relu(double slope) {
+    return gdl__nn_simple("gdl_nn_leaky_relu", GDL__M_LEAKY_RELU, "LeakyReLU", slope, 0);
+}
+GPUDL_API gdl_module *gdl_nn_sigmoid(void) { return gdl__nn_simple("gdl_nn_sigmoid", GDL__M_SIGMOID, "Sigmoid", 0, 0); }
+GPUDL_API gdl_module *gdl_nn_tanh(void) { return gdl__nn_simple("gdl_nn_tanh", GDL__M_TANH, "Tanh", 0, 0); }
+GPUDL_API gdl_module *gdl_nn_gelu(int tanh_approx) {
+    return gdl__nn_simple("gdl_nn_gelu", GDL__M_GELU, "GELU", 0, tanh_approx != 0);
+}
+GPUDL_API gdl_module *gdl_nn_identity(void) {
+    return gdl__nn_simple("gdl_nn_identity", GDL__M_IDENTITY, "Identity", 0, 0);
+}
+GPUDL_API gdl_module *gdl_nn_global_avgpool2d(void) {
+    return gdl__nn_simple("gdl_nn_global_avgpool2d", GDL__M_GAP, "GlobalAvgPool2d", 0, 0);
+}
+GPUDL_API gdl_module *gdl_nn_flatten(int start_dim) {
+    return gdl__nn_simple("gdl_nn_flatten", GDL__M_FLATTEN, "Flatten", 0, start_dim);
+}
+
+static gdl_module *gdl__nn_pool(const char *op, int kind, const char *kind_name, int kernel, int stride, int padding) {
+    gdl_module *m;
+    if (kernel < 1 || stride < 0 || padding < 0 || padding > kernel / 2) {
+        gdl__set_error("%s: bad kernel %d, stride %d or padding %d (kernel >= 1, stride >= 0 (0 = kernel), "
+                       "0 <= padding <= kernel/2)", op, kernel, stride, padding);
+        return NULL;
+    }
+    if (!(m = gdl__nn_new(op, kind, kind_name))) return NULL;
+    m->ia[0] = kernel;
+    m->ia[1] = stride ? stride : kernel;
+    m->ia[2] = padding;
+    return m;
+}
+GPUDL_API gdl_module *gdl_nn_maxpool2d(int kernel, int stride, int padding) {
+    return gdl__nn_pool("gdl_nn_maxpool2d", GDL__M_MAXPOOL, "MaxPool2d", kernel, stride, padding);
+}
+GPUDL_API gdl_module *gdl_nn_avgpool2d(int kernel, int stride, int padding) {
+    return gdl__nn_pool("gdl_nn_avgpool2d", GDL__M_AVGPOOL, "AvgPool2d", kernel, stride, padding);
+}
+
+GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods) {
+    const char *op = "gdl_nn_sequential";
+    gdl_module *m = NULL;
+    int i, bad = -1;
+    char nm[24];
+    if (n < 0 || (n > 0 && !mods)) {
+        gdl__set_error("%s: bad module list (n %d, mods %s)", op, n, mods ? "given" : "NULL");
+        return NULL;
+    }
+    for (i = 0; i < n && bad < 0; i++)
+        if (!mods[i]) bad = i;
+    if (bad >= 0) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        if (prev[0]) gdl__set_error("%s: module %d is NULL (after: %s)", op, bad, prev);
+        else gdl__set_error("%s: module %d is NULL", op, bad);
+    } else {
+        m = gdl__nn_new(op, GDL__M_SEQUENTIAL, "Sequential");
+    }
+    if (!m) { /* ownership was passed: free the given modules */
+        for (i = 0; i < n; i++) gdl__nn_drop(mods[i]);
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        snprintf(nm, sizeof nm, "%d", i);
+        if (gdl__nn_add_child(op, m, nm, mods[i]) < 0) {
+            int j;
+            for (j = i + 1; j < n; j++) gdl__nn_drop(mods[j]);
+            gdl__nn_free_tree(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+GPUDL_API int gdl_nn_sequential_add(gdl_module *seq, gdl_module *mod) {
+    char nm[24];
+    if (!seq || seq->kind != GDL__M_SEQUENTIAL) {
+        if (seq) gdl__set_error("gdl_nn_sequential_add: %s is not a Sequential", gdl__nn_label(seq));
+        else gdl__null_arg("gdl_nn_sequential_add", "seq");
+        if (mod != seq) gdl__nn_drop(mod);
+        return -1;
+    }
+    snprintf(nm, sizeof nm, "%d", seq->nchild);
+    return gdl__nn_add_child("gdl_nn_sequential_add", seq, nm, mod);
+}
+
+GPUDL_API gdl_module *gdl_nn_residual(gdl_module *body, gdl_module *shortcut) {
+    const char *op = "gdl_nn_residual";
+    gdl_module *m;
+    if (!body) {
+        gdl__null_arg(op, "body");
+        gdl__nn_drop(shortcut);
+        return NULL;
+    }
+    if (body == shortcut) {
+        gdl__set_error("%s: body and shortcut are the same module", op);
+        gdl__nn_drop(body);
+        return NULL;
+    }
+    if (!(m = gdl__nn_new(op, GDL__M_RESIDUAL, "Residual"))) {
+        gdl__nn_drop(body);
+        gdl__nn_drop(shortcut);
+        return NULL;
+    }
+    m->ia[0] = shortcut != NULL;
+    if (gdl__nn_add_child(op, m, "body", body) < 0) {
+        gdl__nn_drop(shortcut);
+        gdl__nn_free_tree(m);
+        return NULL;
+    }
+    if (shortcut && gdl__nn_add_child(op, m, "shortcut", shortcut) < 0) {
+        gdl__nn_free_tree(m);
+        return NULL;
+    }
+    return m;
+}
+
+GPUDL_API gdl_module *gdl_nn_custom(const char *kind, gdl_forward_fn forward, void *user, void (*free_user)(void *)) {
+    gdl_module *m;
+    if (!kind || !kind[0] || !forward) {
+        if (!forward) gdl__null_arg("gdl_nn_custom", "forward");
+        else gdl__set_error("gdl_nn_custom: kind must be a non-empty string");
+        if (free_user) free_user(user);
+        return NULL;
+    }
+    if (!(m = gdl__nn_new("gdl_nn_custom", GDL__M_CUSTOM, kind))) {
+        if (free_user) free_user(user);
+        return NULL;
+    }
+    m->fwd = forward;
+    m->user = user;
+    m->free_user = free_user;
+    return m;
+}
+
+/* ---- forward ---- */
+
+/* gdl_module_summary's recorder: rows in pre-order; gdl_forward fills the output shapes. */
+typedef struct gdl__nn_row {
+    gdl_module *m;
+    int depth;
+    int ran;
+    int ndim;
+    int64_t shape[GDL_MAX_DIMS];
+    int training;
+} gdl__nn_row;
+static gdl__nn_row *gdl__nn_rows;
+static int gdl__nn_nrows;
+
+/* Prefixes the current error with the module (once: nested modules keep the innermost). */
+static void gdl__nn_fwd_error(const gdl_module *m) {
+    char prev[sizeof gdl__err], cfg[200];
+    if (!strncmp(gdl__err, "gdl_forward: ", 13)) return;
+    memcpy(prev, gdl__err, sizeof prev);
+    gdl__nn_config(m, cfg, sizeof cfg);
+    gdl__set_error("gdl_forward: %s (%s): %s", gdl__nn_label(m), cfg, prev);
+}
+
+static gdl_tensor *gdl__nn_fwd_fail(const gdl_module *m, const char *want, const char *got) {
+    char cfg[200];
+    gdl__nn_config(m, cfg, sizeof cfg);
+    gdl__set_error("gdl_forward: %s (%s): expected input %s, got %s", gdl__nn_label(m), cfg, want, got);
+    return NULL;
+}
+
+static gdl_tensor *gdl__nn_param(const gdl_module *m, int i) { return i < m->nparam ? m->param[i].t : NULL; }
+static gdl_tensor *gdl__nn_buffer(const gdl_module *m, int i) { return i < m->nbuf ? m->buf[i].t : NULL; }
+
+static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
+    char want[96];
+    const int64_t *a = m->ia;
+    int i;
+    switch (m->kind) {
+    case GDL__M_LINEAR:
+        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
+            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
+        }
+        return gdl_linear(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1));
+    case GDL__M_CONV2D: {
+        int s[2], p[2], d[2];
+        if (x->ndim != 4 || x->shape[1] != a[0]) {
+            snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
+        }
+        s[0] = (int)a[4]; s[1] = (int)a[5];
+        p[0] = (int)a[6]; p[1] = (int)a[7];
+        d[0] = (int)a[8]; d[1] = (int)a[9];
+        return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10]);
+    }
+    case GDL__M_BATCHNORM:
+        if (a[1] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
+            if (a[1] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)a[0], (long long)a[0]);
+            else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
+        }
+        return gdl_batch_norm(x, gdl__nn_buffer(m, 0), gdl__nn_buffer(m, 1), gdl__nn_param(m, 0), gdl__nn_param(m, 1),
+                              m->training, m->fa[1], m->fa[0]);
+    case GDL__M_LAYERNORM:
+        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
+            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
+        }
+        return gdl_layer_norm(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), m->fa[0]);
+    case GDL__M_DROPOUT: return gdl_dropout(x, m->fa[0], m->training);
+    case GDL__M_EMBEDDING:
+        if (x->dtype != GDL_I32) {
+            snprintf(want, sizeof want, "i32 indices in [0, %lld)", (long long)a[0]);
+            return gdl__nn_fwd_fail(m, want, gdl_dtype_name(x->dtype));
+        }
+        return gdl_embedding(x, gdl__nn_param(m, 0));
+    case GDL__M_RELU: return gdl_relu(x);
+    case GDL__M_LEAKY_RELU: return gdl_leaky_relu(x, m->fa[0]);
+    case GDL__M_SIGMOID: return gdl_sigmoid(x);
+    case GDL__M_TANH: return gdl_tanh(x);
+    case GDL__M_GELU: return gdl_gelu(x, (int)a[0]);
+    case GDL__M_IDENTITY: return x;
+    case GDL__M_MAXPOOL: return gdl_max_pool2d(x, (int)a[0], (int)a[1], (int)a[2]);
+    case GDL__M_AVGPOOL: return gdl_avg_pool2d(x, (int)a[0], (int)a[1], (int)a[2]);
+    case GDL__M_GAP: return gdl_global_avg_pool2d(x);
+    case GDL__M_FLATTEN: return gdl_flatten(x, (int)a[0]);
+    case GDL__M_SEQUENTIAL:
+        for (i = 0; i < m->nchild && x; i++) x = gdl_forward(m->child[i], x);
+        return x;
+    case GDL__M_RESIDUAL: {
+        gdl_tensor *y = gdl_forward(m->child[0], x), *sc;
+        if (!y) return NULL;
+        sc = a[0] ? gdl_forward(m->child[1], x) : x;
+        if (!sc) return NULL;
+        if (!gdl_same_shape(y, sc)) {
+            gdl__set_error("gdl_forward: %s: body output %s and shortcut output %s differ (%s)", gdl__nn_label(m),
+                           gdl_shape_str(y), gdl_shape_str(sc), a[0] ? "check the shortcut's stride and channels"
+                                                                      : "an identity shortcut needs the body to keep the shape");
+            return NULL;
+        }
+        y = gdl_add(y, sc);
+        return y ? gdl_relu(y) : NULL;
+    }
+    case GDL__M_CUSTOM: return m->fwd(m, x);
+    default: gdl__set_error("gdl_forward: unknown module kind %d", m->kind); return NULL;
+    }
+}
+
+GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x) {
+    gdl_tensor *y;
+    int i;
+    if (!m) {
+        gdl__null_arg("gdl_forward", "module");
+        return NULL;
+    }
+    if (!x) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        if (prev[0]) gdl__set_error("gdl_forward: %s: input is NULL (after: %s)", gdl__nn_label(m), prev);
+        else gdl__set_error("gdl_forward: %s: input is NULL", gdl__nn_label(m));
+        return NULL;
+    }
+    y = gdl__nn_forward(m, x);
+    if (!y) {
+        gdl__nn_fwd_error(m);
+        return NULL;
+    }
+    for (i = 0; i < gdl__nn_nrows; i++)
+        if (gdl__nn_rows[i].m == m) {
+            gdl__nn_rows[i].ran = 1;
+            gdl__nn_rows[i].ndim = y->ndim;
+            memcpy(gdl__nn_rows[i].shape, y->shape, sizeof y->shape);
+        }
+    return y;
+}
+
+/* ---- tree walks ---- */
+
+GPUDL_API int gdl_module_train(gdl_module *m, int on) {
+    int i;
+    if (!m) {
+        gdl__null_arg("gdl_module_train", "module");
+        return -1;
+    }
+    m->training = on != 0;
+    for (i = 0; i < m->nchild; i++) gdl_module_train(m->child[i], on);
+    return 0;
+}
+
+GPUDL_API int gdl_module_is_training(const gdl_module *m) { return m ? m->training : 0; }
+
+GPUDL_API int gdl_module_to(gdl_module *m, gdl_device dev) {
+    int i;
+    if (!m) {
+        gdl__null_arg("gdl_module_to", "module");
+        return -1;
+    }
+    if (!gdl__be("gdl_module_to", dev)) return -1;
+    for (i = 0; i < m->nparam; i++)
+        if (gdl_move_(m->param[i].t, dev) < 0) return -1;
+    for (i = 0; i < m->nbuf; i++)
+        if (gdl_move_(m->buf[i].t, dev) < 0) return -1;
+    for (i = 0; i < m->nchild; i++)
+        if (gdl_module_to(m->child[i], dev) < 0) return -1;
+    return 0;
+}
+
+static const gdl_tensor *gdl__nn_first_tensor(const gdl_module *m) {
+    int i;
+    const gdl_tensor *t;
+    if (m->nparam) return m->param[0].t;
+    if (m->nbuf) return m->buf[0].t;
+    for (i = 0; i < m->nchild; i++)
+        if ((t = gdl__nn_first_tensor(m->child[i])) != NULL) return t;
+    return NULL;
+}
+
+GPUDL_API gdl_device gdl_module_device(const gdl_module *m) {
+    const gdl_tensor *t = m ? gdl__nn_first_tensor(m) : NULL;
+    return t ? t->device : gdl_cpu();
+}
+
+GPUDL_API int gdl_module_zero_grad(gdl_module *m) {
+    int i;
+    if (!m) {
+        gdl__null_arg("gdl_module_zero_grad", "module");
+        return -1;
+    }
+    for (i = 0; i < m->nparam; i++)
+        if (gdl_zero_grad_tensor(m->param[i].t) < 0) return -1;
+    for (i = 0; i < m->nchild; i++)
+        if (gdl_module_zero_grad(m->child[i]) < 0) return -1;
+    return 0;
+}
+
+GPUDL_API int64_t gdl_module_num_params(const gdl_module *m) {
+    int64_t n = 0;
+    int i;
+    if (!m) return -1;
+    for (i = 0; i < m->nparam; i++) n += m->param[i].t->numel;
+    for (i = 0; i < m->nchild; i++) n += gdl_module_num_params(m->child[i]);
+    return n;
+}
+
+GPUDL_API int gdl_module_num_children(const gdl_module *m) { return m ? m->nchild : 0; }
+GPUDL_API const char *gdl_module_kind(const gdl_module *m) { return m ? m->kind_name : ""; }
+GPUDL_API const char *gdl_module_name(const gdl_module *m) { return m ? m->name : ""; }
+
+GPUDL_API gdl_module *gdl_module_child_at(gdl_module *m, int i) {
+    if (!m) {
+        gdl__null_arg("gdl_module_child_at", "module");
+        return NULL;
+    }
+    if (i < 0 || i >= m->nchild) {
+        gdl__set_error("gdl_module_child_at: index %d out of range: %s has %d children", i, gdl__nn_label(m), m->nchild);
+        return NULL;
+    }
+    return m->child[i];
+}
+
+/* Walks `path` (dotted) from m; *rest receives the last component when want_leaf (a tensor name). */
+static gdl_module *gdl__nn_walk(const char *op, gdl_module *m, const char *path, int want_leaf, const char **rest) {
+    const char *p = path;
+    while (1) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        int i, found = -1;
+        if (!dot && want_leaf) {
+            *rest = p;
+            return m;
+        }
+        for (i = 0; i < m->nchild && found < 0; i++)
+            if (strlen(m->child[i]->name) == len && !strncmp(m->child[i]->name, p, len)) found = i;
+        if (found < 0) {
+            gdl__set_error("%s: no module \"%.*s\" in %s (looking up \"%s\")", op, (int)len, p,
+                           m->parent ? gdl__nn_label(m) : m->kind_name, path);
+            return NULL;
+        }
+        m = m->child[found];
+        if (!dot) return m;
+        p = dot + 1;
+    }
+}
+
+GPUDL_API gdl_module *gdl_module_child(gdl_module *m, const char *path) {
+    if (!m || !path) {
+        gdl__null_arg("gdl_module_child", !m ? "module" : "path");
+        return NULL;
+    }
+    return gdl__nn_walk("gdl_module_child", m, path, 0, NULL);
+}
+
+GPUDL_API gdl_tensor *gdl_module_tensor(gdl_module *m, const char *name) {
+    const char *leaf = NULL;
+    gdl_module *o;
+    int i;
+    if (!m || !name) {
+        gdl__null_arg("gdl_module_tensor", !m ? "module" : "name");
+        return NULL;
+    }
+    if (!(o = gdl__nn_walk("gdl_module_tensor", m, name, 1, &leaf))) return NULL;
+    for (i = 0; i < o->nparam; i++)
+        if (!strcmp(o->param[i].name, leaf)) return o->param[i].t;
+    for (i = 0; i < o->nbuf; i++)
+        if (!strcmp(o->buf[i].name, leaf)) return o->buf[i].t;
+    gdl__set_error("gdl_module_tensor: no parameter or buffer \"%s\" in %s (looking up \"%s\")", leaf,
+                   o->parent ? gdl__nn_label(o) : o->kind_name, name);
+    return NULL;
+}
+
+/* Returns a copy of s owned by root, reusing an equal string (slot hint first). */
+static const char *gdl__nn_intern(gdl_module *root, const char *s, int hint) {
+    int i;
+    char *c, **v;
+    if (hint < root->ninterned && !strcmp(root->interned[hint], s)) return root->interned[hint];
+    for (i = 0; i < root->ninterned; i++)
+        if (!strcmp(root->interned[i], s)) return root->interned[i];
+    v = (char **)gdl__nn_reserve(root->interned, &root->cap_interned, root->ninterned, sizeof(char *));
+    if (!v) return NULL;
+    root->interned = v;
+    if (!(c = gdl__nn_strdup(s))) return NULL;
+    root->interned[root->ninterned++] = c;
+    return c;
+}
+
+typedef struct gdl__nn_lister {
+    gdl_module *root;
+    int which, max, count;
+    const char **names;
+    gdl_tensor **tensors;
+    char path[512];
+} gdl__nn_lister;
+
+static int gdl__nn_emit(gdl__nn_lister *L, size_t plen, const gdl__nn_named *v) {
+    if (L->count < L->max) {
+        if (L->names) {
+            const char *s;
+            if (plen + strlen(v->name) + 1 > sizeof L->path) {
+                gdl__set_error("gdl_module_named_tensors: name \"%s%s\" is too long", L->path, v->name);
+                return -1;
+            }
+            strcpy(L->path + plen, v->name);
+            if (!(s = gdl__nn_intern(L->root, L->path, L->count))) {
+                gdl__set_error("gdl_module_named_tensors: out of memory");
+                return -1;
+            }
+            L->path[plen] = 0;
+            L->names[L->count] = s;
+        }
+        if (L->tensors) L->tensors[L->count] = v->t;
+    }
+    L->count++;
+    return 0;
+}
+
+static int gdl__nn_list(gdl__nn_lister *L, const gdl_module *m, size_t plen) {
+    int i;
+    if (L->which & GDL_PARAMS)
+        for (i = 0; i < m->nparam; i++)
+            if (gdl__nn_emit(L, plen, &m->param[i]) < 0) return -1;
+    if (L->which & GDL_BUFFERS)
+        for (i = 0; i < m->nbuf; i++)
+            if (gdl__nn_emit(L, plen, &m->buf[i]) < 0) return -1;
+    for (i = 0; i < m->nchild; i++) {
+        size_t n = strlen(m->child[i]->name);
+        if (plen + n + 2 > sizeof L->path) {
+            gdl__set_error("gdl_module_named_tensors: module path \"%s%s\" is too long", L->path, m->child[i]->name);
+            return -1;
+        }
+        memcpy(L->path + plen, m->child[i]->name, n);
+        L->path[plen + n] = '.';
+        L->path[plen + n + 1] = 0;
+        if (gdl__nn_list(L, m->child[i], plen + n + 1) < 0) return -1;
+        L->path[plen] = 0;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_module_named_tensors(gdl_module *m, int which, const char **names, gdl_tensor **tensors, int max) {
+    gdl__nn_lister L;
+    if (!m) {
+        gdl__null_arg("gdl_module_named_tensors", "module");
+        return -1;
+    }
+    if (which < 1 || which > 3 || max < 0) {
+        gdl__set_error("gdl_module_named_tensors: bad which %d (GDL_PARAMS, GDL_BUFFERS or both) or max %d", which, max);
+        return -1;
+    }
+    memset(&L, 0, sizeof L);
+    L.root = m;
+    L.which = which;
+    L.max = max;
+    L.names = names;
+    L.tensors = tensors;
+    return gdl__nn_list(&L, m, 0) < 0 ? -1 : L.count;
+}
+
+/* ---- summary ---- */
+
+static void gdl__nn_count_str(int64_t v, char *s, size_t n) {
+    char tmp[32];
+    int len, i, k = 0, lead;
+    snprintf(tmp, sizeof tmp, "%lld", (long long)(v < 0 ? -v : v));
+    len = (int)strlen(tmp);
+    lead = len % 3 ? len % 3 : 3;
+    if (v < 0 && (size_t)k + 1 < n) s[k++] = '-';
+    for (i = 0; i < len && (size_t)k + 2 < n; i++) {
+        if (i >= lead && (i - lead) % 3 == 0) s[k++] = ',';
+        s[k++] = tmp[i];
+    }
+    s[k] = 0;
+}
+
+static int gdl__nn_add_rows(gdl_module *m, int depth, gdl__nn_row *rows, int *n) {
+    int i;
+    rows[*n].m = m;
+    rows[*n].depth = depth;
+    rows[*n].training = m->training;
+    (*n)++;
+    for (i = 0; i < m->nchild; i++) gdl__nn_add_rows(m->child[i], depth + 1, rows, n);
+    return 0;
+}
+
+static int gdl__nn_count_modules(const gdl_module *m) {
+    int i, n = 1;
+    for (i = 0; i < m->nchild; i++) n += gdl__nn_count_modules(m->child[i]);
+    return n;
+}
+
+static void gdl__nn_param_totals(const gdl_module *m, int64_t *total, int64_t *trainable, int64_t *buffers) {
+    int i;
+    for (i = 0; i < m->nparam; i++) {
+        *total += m->param[i].t->numel;
+        if (m->param[i].t->requires_grad) *trainable += m->param[i].t->numel;
+    }
+    for (i = 0; i < m->nbuf; i++) *buffers += m->buf[i].t->numel;
+    for (i = 0; i < m->nchild; i++) gdl__nn_param_totals(m->child[i], total, trainable, buffers);
+}
+
+GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_shape, FILE *f) {
+    const char *op = "gdl_module_summary";
+    gdl__nn_row *rows;
+    gdl_tensor *x, *y;
+    const gdl_module *first;
+    int n = 0, i, prev_grad;
+    int64_t total = 0, trainable = 0, buffers = 0;
+    char line[80];
+    if (!m || !f) {
+        gdl__null_arg(op, !m ? "module" : "f");
+        return -1;
+    }
+    if (m->parent) {
+        gdl__set_error("%s: %s is a child module; summarise its root", op, gdl__nn_label(m));
+        return -1;
+    }
+    if (gdl__nn_rows) {
+        gdl__set_error("%s: called from inside a summary", op);
+        return -1;
+    }
+    rows = (gdl__nn_row *)GPUDL_MALLOC(sizeof(gdl__nn_row) * (size_t)gdl__nn_count_modules(m));
+    if (!rows) {
+        gdl__set_error("%s: out of memory", op);
+        return -1;
+    }
+    memset(rows, 0, sizeof(gdl__nn_row) * (size_t)gdl__nn_count_modules(m));
+    gdl__nn_add_rows(m, 0, rows, &n);
+    /* an Embedding as the first layer takes i32 indices */
+    for (first = m; first->nchild; first = first->child[0]) {}
+    x = gdl_zeros(ndim, input_shape, first->kind == GDL__M_EMBEDDING ? GDL_I32 : GDL_F32, gdl_module_device(m));
+    if (!x) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl__set_error("%s: cannot make the input: %s", op, prev);
+        GPUDL_FREE(rows);
+        return -1;
+    }
+    /* eval mode and no grad: no running-stat updates, no dropout draws, no tape */
+    for (i = 0; i < n; i++) rows[i].m->training = 0;
+    prev_grad = gdl_set_grad_enabled(0);
+    gdl__nn_rows = rows;
+    gdl__nn_nrows = n;
+    y = gdl_forward(m, x);
+    gdl__nn_rows = NULL;
+    gdl__nn_nrows = 0;
+    gdl_set_grad_enabled(prev_grad);
+    for (i = 0; i < n; i++) rows[i].m->training = rows[i].training;
+    gdl_free(x);
+    if (!y) {
+        GPUDL_FREE(rows);
+        return -1;
+    }
+    memset(line, '=', 78);
+    line[78] = 0;
+    fprintf(f, "%-44s %-20s %12s\n%s\n", "Layer (type)", "Output Shape", "Param #", line);
+    for (i = 0; i < n; i++) {
+        const gdl_module *r = rows[i].m;
+        char label[256], shape[64], params[32];
+        int64_t own = 0;
+        int k;
+        for (k = 0; k < r->nparam; k++) own += r->param[k].t->numel;
+        if (i == 0) snprintf(label, sizeof label, "%s", r->kind_name);
+        else snprintf(label, sizeof label, "%*s%s (%s)", 2 * rows[i].depth, "", gdl__nn_path(r), r->kind_name);
+        if (rows[i].ran) snprintf(shape, sizeof shape, "%s", gdl__shape_fmt(rows[i].ndim, rows[i].shape));
+        else snprintf(shape, sizeof shape, "--");
+        if (r->nchild && !r->nparam) snprintf(params, sizeof params, "--");
+        else gdl__nn_count_str(own, params, sizeof params);
+        fprintf(f, "%-44s %-20s %12s\n", label, shape, params);
+    }
+    gdl__nn_param_totals(m, &total, &trainable, &buffers);
+    fprintf(f, "%s\n", line);
+    gdl__nn_count_str(total, line, sizeof line);
+    fprintf(f, "Total params: %s\n", line);
+    gdl__nn_count_str(trainable, line, sizeof line);
+    fprintf(f, "Trainable params: %s\n", line);
+    gdl__nn_count_str(total - trainable, line, sizeof line);
+    fprintf(f, "Non-trainable params: %s\n", line);
+    gdl__nn_count_str(buffers, line, sizeof line);
+    fprintf(f, "Buffer elements: %s\n", line);
+    fprintf(f, "Input shape: %s on %s\n", gdl__shape_fmt(ndim, input_shape), gdl_device_str(gdl_module_device(m)));
+    GPUDL_FREE(rows);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+   Optimizers
+   ------------------------------------------------------------------------- */
+
+enum { GDL__OPT_SGD, GDL__OPT_ADAM, GDL__OPT_ADAMW };
+
+typedef struct gdl__opt_group {
+    double lr, weight_decay;
+    double momentum, dampening; /* SGD */
+    double beta1, beta2, eps;   /* Adam */
+    int nesterov;
+    double initial_lr;          /* set by the first scheduler (PyTorch's group['initial_lr']); < 0 unset */
+} gdl__opt_group;
+
+typedef struct gdl__opt_param {
+    gdl_tensor *p;
+    int group;
+    gdl_tensor *step;  /* i32 scalar on the CPU: this parameter's step count */
+    gdl_tensor *s1;    /* SGD momentum_buffer, Adam exp_avg */
+    gdl_tensor *s2;    /* Adam exp_avg_sq */
+    char *names[3];
+} gdl__opt_param;
+
+struct gdl_optimizer {
+    int kind;
+    gdl__opt_group defaults;
+    int ngroups, cap_groups;
+    gdl__opt_group *groups;
+    int nparams, cap_params;
+    gdl__opt_param *params;
+    int64_t steps;
+};
+
+static const char *gdl__opt_kind_name(int kind) {
+    return kind == GDL__OPT_SGD ? "SGD" : kind == GDL__OPT_ADAM ? "Adam" : "AdamW";
+}
+
+static gdl_optimizer *gdl__opt_new(const char *op, int kind, const gdl__opt_group *d) {
+    gdl_optimizer *o = (gdl_optimizer *)GPUDL_MALLOC(sizeof(gdl_optimizer));
+    if (!o) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    memset(o, 0, sizeof *o);
+    o->kind = kind;
+    o->defaults = *d;
+    return o;
+}
+
+GPUDL_API gdl_optimizer *gdl_sgd_new(double lr, double momentum, double dampening, double weight_decay, int nesterov) {
+    gdl__opt_group d;
+    if (!(lr >= 0) || lr == INFINITY) {
+        gdl__set_error("gdl_sgd_new: invalid learning rate %g (must be >= 0)", lr);
+        return NULL;
+    }
+    if (!(momentum >= 0) || momentum == INFINITY || !(weight_decay >= 0) || weight_decay == INFINITY ||
+        dampening != dampening) {
+        gdl__set_error("gdl_sgd_new: invalid momentum %g, weight_decay %g or dampening %g (momentum and weight_decay "
+                       "must be >= 0)", momentum, weight_decay, dampening);
+        return NULL;
+    }
+    if (nesterov && (momentum <= 0 || dampening != 0)) {
+        gdl__set_error("gdl_sgd_new: nesterov momentum requires a momentum > 0 and zero dampening (got momentum %g, "
+                       "dampening %g)", momentum, dampening);
+        return NULL;
+    }
+    memset(&d, 0, sizeof d);
+    d.lr = lr;
+    d.momentum = momentum;
+    d.dampening = dampening;
+    d.weight_decay = weight_decay;
+    d.nesterov = nesterov != 0;
+    d.initial_lr = -1;
+    return gdl__opt_new("gdl_sgd_new", GDL__OPT_SGD, &d);
+}
+
+static gdl_optimizer *gdl__adam_new(const char *op, int kind, double lr, double beta1, double beta2, double eps,
+                                    double weight_decay) {
+    gdl__opt_group d;
+    if (!(lr >= 0) || lr == INFINITY) {
+        gdl__set_error("%s: invalid learning rate %g (must be >= 0)", op, lr);
+        return NULL;
+    }
+    if (!(eps >= 0)) {
+        gdl__set_error("%s: invalid epsilon %g (must be >= 0)", op, eps);
+        return NULL;
+    }
+    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
+        gdl__set_error("%s: invalid beta parameters (%g, %g) (each must be in [0,1))", op, beta1, beta2);
+        return NULL;
+    }
+    if (!(weight_decay >= 0)) {
+        gdl__set_error("%s: invalid weight_decay %g (must be >= 0)", op, weight_decay);
+        return NULL;
+    }
+    memset(&d, 0, sizeof d);
+    d.lr = lr;
+    d.beta1 = beta1;
+    d.beta2 = beta2;
+    d.eps = eps;
+    d.weight_decay = weight_decay;
+    d.initial_lr = -1;
+    return gdl__opt_new(op, kind, &d);
+}
+
+GPUDL_API gdl_optimizer *gdl_adam_new(double lr, double beta1, double beta2, double eps, double weight_decay) {
+    return gdl__adam_new("gdl_adam_new", GDL__OPT_ADAM, lr, beta1, beta2, eps, weight_decay);
+}
+GPUDL_API gdl_optimizer *gdl_adamw_new(double lr, double beta1, double beta2, double eps, double weight_decay) {
+    return gdl__adam_new("gdl_adamw_new", GDL__OPT_ADAMW, lr, beta1, beta2, eps, weight_decay);
+}
+
+static void gdl__opt_free_state(gdl__opt_param *pp) {
+    int k;
+    gdl_free(pp->step);
+    gdl_free(pp->s1);
+    gdl_free(pp->s2);
+    for (k = 0; k < 3; k++) GPUDL_FREE(pp->names[k]);
+}
+
+GPUDL_API void gdl_optim_free(gdl_optimizer *opt) {
+    int i;
+    if (!opt) return;
+    for (i = 0; i < opt->nparams; i++) gdl__opt_free_state(&opt->params[i]);
+    GPUDL_FREE(opt->params);
+    GPUDL_FREE(opt->groups);
+    GPUDL_FREE(opt);
+}
+
+GPUDL_API int gdl_optim_add_params(gdl_optimizer *opt, gdl_tensor *const *params, int n, double lr,
+                                   double weight_decay) {
+    const char *op = "gdl_optim_add_params";
+    gdl__opt_group g, *gv;
+    gdl__opt_param *pv;
+    int i, j;
+    if (!opt) {
+        gdl__null_arg(op, "opt");
+        return -1;
+    }
+    if (n < 0 || (n > 0 && !params)) {
+        gdl__set_error("%s: bad parameter list (n %d, params %s)", op, n, params ? "given" : "NULL");
+        return -1;
+    }
+    if (lr == INFINITY || lr != lr || weight_decay != weight_decay || weight_decay == INFINITY) {
+        gdl__set_error("%s: invalid learning rate %g or weight_decay %g", op, lr, weight_decay);
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        gdl_tensor *p = params[i];
+        if (!p) {
+            char what[32];
+            snprintf(what, sizeof what, "params[%d]", i);
+            gdl__null_arg(op, what);
+            return -1;
+        }
+        if (p->dtype != GDL_F32 || !gdl__is_persistent(p) || p->node) {
+            gdl__set_error("%s: params[%d] %s %s must be a persistent f32 leaf tensor (a parameter)", op, i,
+                           gdl_dtype_name(p->dtype), gdl_shape_str(p));
+            return -1;
+        }
+        for (j = 0; j < opt->nparams; j++)
+            if (opt->params[j].p == p) {
+                gdl__set_error("%s: params[%d] %s is already in parameter group %d (a parameter may appear in "
+                               "only one group)", op, i, gdl_shape_str(p), opt->params[j].group);
+                return -1;
+            }
+        for (j = 0; j < i; j++)
+            if (params[j] == p) {
+                gdl__set_error("%s: params[%d] and params[%d] are the same tensor", op, j, i);
+                return -1;
+            }
+    }
+    if (!(gv = (gdl__opt_group *)gdl__nn_reserve(opt->groups, &opt->cap_groups, opt->ngroups, sizeof(gdl__opt_group)))) {
+        gdl__set_error("%s: out of memory", op);
+        return -1;
+    }
+    opt->groups = gv;
+    if (n > 0) {
+        if (!(pv = (gdl__opt_param *)gdl__nn_reserve(opt->params, &opt->cap_params, opt->nparams + n - 1,
+                                                     sizeof(gdl__opt_param)))) {
+            gdl__set_error("%s: out of memory", op);
+            return -1;
+        }
+        opt->params = pv;
+    }
+    g = opt->defaults;
+    if (lr >= 0) g.lr = lr;
+    if (weight_decay >= 0) g.weight_decay = weight_decay;
+    for (i = 0; i < n; i++) {
+        gdl__opt_param *pp = &opt->params[opt->nparams++];
+        memset(pp, 0, sizeof *pp);
+        pp->p = params[i];
+        pp->group = opt->ngroups;
+    }
+    opt->groups[opt->ngroups] = g;
+    return opt->ngroups++;
+}
+
+GPUDL_API int gdl_optim_add_module(gdl_optimizer *opt, gdl_module *m, int no_decay) {
+    const char *op = "gdl_optim_add_module";
+    gdl_tensor **ps, **nd;
+    int n, i, k = 0, j = 0, rc = 0;
+    if (!opt || !m) {
+        gdl__null_arg(op, !opt ? "opt" : "module");
+        return -1;
+    }
+    if ((n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, NULL, 0)) < 0) return -1;
+    ps = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(2 * n + 1));
+    if (!ps) {
+        gdl__set_error("%s: out of memory", op);
+        return -1;
+    }
+    nd = ps + n;
+    gdl_module_named_tensors(m, GDL_PARAMS, NULL, ps, n);
+    if (!no_decay) {
+        rc = gdl_optim_add_params(opt, ps, n, -1, -1);
+    } else {
+        for (i = 0; i < n; i++) {
+            if (ps[i]->ndim >= 2) ps[k++] = ps[i];
+            else nd[j++] = ps[i];
+        }
+        if (k && gdl_optim_add_params(opt, ps, k, -1, -1) < 0) rc = -1;
+        if (rc == 0 && j && gdl_optim_add_params(opt, nd, j, -1, 0) < 0) rc = -1;
+    }
+    GPUDL_FREE(ps);
+    return rc < 0 ? -1 : 0;
+}
+
+GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none) {
+    int i;
+    if (!opt) {
+        gdl__null_arg("gdl_zero_grad", "opt");
+        return -1;
+    }
+    for (i = 0; i < opt->nparams; i++) {
+        gdl_tensor *p = opt->params[i].p;
+        if (set_to_none) {
+            gdl_free(p->grad);
+            p->grad = NULL;
+        } else if (gdl_zero_grad_tensor(p) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+GPUDL_API int gdl_zero_grad(gdl_optimizer *opt) { return gdl_zero_grad_ex(opt, 0); }
+
+static int gdl__opt_has_state(const gdl_optimizer *opt, const gdl__opt_param *pp) {
+    return opt->kind != GDL__OPT_SGD || opt->groups[pp->group].momentum != 0 || pp->s1;
+}
+
+/* Makes (zeros) or moves this parameter's state onto its device. */
+static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_param *pp, int index) {
+    gdl_tensor *p = pp->p;
+    int adam = opt->kind != GDL__OPT_SGD, k;
+    if (!pp->step) {
+        char nm[64];
+        const char *suffix[3];
+        suffix[0] = "step";
+        suffix[1] = adam ? "exp_avg" : "momentum_buffer";
+        suffix[2] = "exp_avg_sq";
+        pp->step = gdl_zeros(0, NULL, GDL_I32, gdl_cpu());
+        pp->s1 = gdl_zeros(p->ndim, p->shape, GDL_F32, p->device);
+        if (adam) pp->s2 = gdl_zeros(p->ndim, p->shape, GDL_F32, p->device);
+        for (k = 0; k < (adam ? 3 : 2); k++) {
+            snprintf(nm, sizeof nm, "state.%d.%s", index, suffix[k]);
+            pp->names[k] = gdl__nn_strdup(nm);
+        }
+        if (!pp->step || !pp->s1 || (adam && !pp->s2) || !pp->names[0] || !pp->names[1] || (adam && !pp->names[2])) {
+            char prev[sizeof gdl__err];
+            memcpy(prev, gdl__err, sizeof prev);
+            gdl__opt_free_state(pp);
+            pp->step = pp->s1 = pp->s2 = NULL;
+            pp->names[0] = pp->names[1] = pp->names[2] = NULL;
+            gdl__set_error("%s: cannot make the optimizer state of parameter %d %s: %s", op, index, gdl_shape_str(p),
+                           prev[0] ? prev : "out of memory");
+            return -1;
+        }
+        pp->step->name = pp->names[0];
+        pp->s1->name = pp->names[1];
+        if (adam) pp->s2->name = pp->names[2];
+        return 0;
+    }
+    if (!gdl_device_equal(pp->s1->device, p->device) && gdl_move_(pp->s1, p->device) < 0) return -1;
+    if (pp->s2 && !gdl_device_equal(pp->s2->device, p->device) && gdl_move_(pp->s2, p->device) < 0) return -1;
+    return 0;
+}
+
+GPUDL_API int gdl_step(gdl_optimizer *opt) {
+    const char *op = "gdl_step";
+    int i;
+    if (!opt) {
+        gdl__null_arg(op, "opt");
+        return -1;
+    }
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        gdl_tensor *p = pp->p, *g = p->grad;
+        const gdl__opt_group *gr = &opt->groups[pp->group];
+        const gdl_backend *be;
+        int32_t *stp;
+        if (!g) continue; /* as PyTorch: parameters without a grad are skipped */
+        if (!gdl_device_equal(p->device, g->device) || g->numel != p->numel || g->dtype != GDL_F32) {
+            gdl__set_error("%s: %s parameter %d %s on %s has a grad %s on %s that does not match", op,
+                           gdl__opt_kind_name(opt->kind), i, gdl_shape_str(p),
+                           gdl_device_str(p->device), gdl_shape_str(g), gdl_device_str(g->device));
+            return -1;
+        }
+        if (!(be = gdl__be(op, p->device))) return -1;
+        if (p->numel == 0) continue;
+        if (opt->kind == GDL__OPT_SGD && gr->momentum == 0 && !pp->s1) {
+            if (be->sgd(p->numel, GDL__R(p), GDL__R(g), NULL, gr->lr, 0, 0, gr->weight_decay, 0, 1) < 0) return -1;
+            continue;
+        }
+        if (gdl__opt_ensure_state(op, opt, pp, i) < 0) return -1;
+        stp = (int32_t *)pp->step->data;
+        if (opt->kind == GDL__OPT_SGD) {
+            if (be->sgd(p->numel, GDL__R(p), GDL__R(g), GDL__R(pp->s1), gr->lr, gr->momentum, gr->dampening,
+                        gr->weight_decay, gr->nesterov, *stp == 0) < 0)
+                return -1;
+            if (*stp < INT32_MAX) (*stp)++;
+        } else {
+            if (*stp < INT32_MAX) (*stp)++;
+            if (be->adam(p->numel, GDL__R(p), GDL__R(g), GDL__R(pp->s1), GDL__R(pp->s2), gr->lr, gr->beta1, gr->beta2,
+                         gr->eps, gr->weight_decay, opt->kind == GDL__OPT_ADAMW, (int64_t)*stp) < 0)
+                return -1;
+        }
+    }
+    opt->steps++;
+    return 0;
+}
+
+GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max_norm) {
+    const char *op = "gdl_clip_grad_norm";
+    double total = 0, norm, coef;
+    int i;
+    if (n < 0 || (n > 0 && !params)) {
+        gdl__set_error("%s: bad parameter list (n %d, params %s)", op, n, params ? "given" : "NULL");
+        return -1;
+    }
+    if (!(max_norm >= 0)) {
+        gdl__set_error("%s: max_norm %g must be >= 0", op, max_norm);
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        const gdl_backend *be;
+        double s = 0;
+        if (!params[i]) {
+            gdl__set_error("%s: params[%d] is NULL", op, i);
+            return -1;
+        }
+        if (!params[i]->grad || !params[i]->grad->numel) continue;
+        if (!(be = gdl__be(op, params[i]->grad->device)) || be->sum_squares(params[i]->grad->numel,
+                                                                             GDL__R(params[i]->grad), &s) < 0)
+            return -1;
+        total += s;
+    }
+    norm = sqrt(total);
+    coef = max_norm / (norm + 1e-6);
+    if (!(coef >= 1)) /* PyTorch multiplies by min(coef, 1); a NaN norm spreads NaN as there */
+        for (i = 0; i < n; i++) {
+            const gdl_backend *be;
+            gdl_tensor *g = params[i]->grad;
+            if (!g || !g->numel) continue;
+            if (!(be = gdl__be(op, g->device)) || be->unary(GDL_UN_SCALE, g->numel, GDL__R(g), GDL__R(g), (gdl_real)coef) < 0)
+                return -1;
+        }
+    return norm;
+}
+
+GPUDL_API double gdl_optim_clip_grad_norm(gdl_optimizer *opt, double max_norm) {
+    gdl_tensor **ps;
+    double r;
+    int i;
+    if (!opt) {
+        gdl__null_arg("gdl_optim_clip_grad_norm", "opt");
+        return -1;
+    }
+    ps = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(opt->nparams + 1));
+    if (!ps) {
+        gdl__set_error("gdl_optim_clip_grad_norm: out of memory");
+        return -1;
+    }
+    for (i = 0; i < opt->nparams; i++) ps[i] = opt->params[i].p;
+    r = gdl_clip_grad_norm(ps, opt->nparams, max_norm);
+    GPUDL_FREE(ps);
+    return r;
+}
+
+GPUDL_API int gdl_optim_state(gdl_optimizer *opt, const char **names, gdl_tensor **tensors, int max) {
+    int i, k, count = 0;
+    if (!opt) {
+        gdl__null_arg("gdl_optim_state", "opt");
+        return -1;
+    }
+    if (max < 0) {
+        gdl__set_error("gdl_optim_state: max %d must be >= 0", max);
+        return -1;
+    }
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        gdl_tensor *ts[3];
+        if (!gdl__opt_has_state(opt, pp)) continue;
+        if (gdl__opt_ensure_state("gdl_optim_state", opt, pp, i) < 0) return -1;
+        ts[0] = pp->step;
+        ts[1] = pp->s1;
+        ts[2] = pp->s2;
+        for (k = 0; k < 3; k++) {
+            if (!ts[k]) continue;
+            if (count < max) {
+                if (names) names[count] = pp->names[k];
+                if (tensors) tensors[count] = ts[k];
+            }
+            count++;
+        }
+    }
+    return count;
+}
+
+GPUDL_API int64_t gdl_optim_get_step(const gdl_optimizer *opt) { return opt ? opt->steps : -1; }
+GPUDL_API int gdl_optim_set_step(gdl_optimizer *opt, int64_t step) {
+    if (!opt || step < 0) {
+        if (!opt) gdl__null_arg("gdl_optim_set_step", "opt");
+        else gdl__set_error("gdl_optim_set_step: step %lld must be >= 0", (long long)step);
+        return -1;
+    }
+    opt->steps = step;
+    return 0;
+}
+GPUDL_API int gdl_optim_num_groups(const gdl_optimizer *opt) { return opt ? opt->ngroups : -1; }
+GPUDL_API int gdl_optim_num_params(const gdl_optimizer *opt) { return opt ? opt->nparams : -1; }
+
+static gdl__opt_group *gdl__opt_group_at(const char *op, const gdl_optimizer *opt, int group) {
+    if (!opt) {
+        gdl__null_arg(op, "opt");
+        return NULL;
+    }
+    if (group < 0 || group >= opt->ngroups) {
+        gdl__set_error("%s: group %d out of range (the optimizer has %d groups)", op, group, opt->ngroups);
+        return NULL;
+    }
+    return &opt->groups[group];
+}
+
+GPUDL_API double gdl_optim_get_lr(const gdl_optimizer *opt, int group) {
+    const gdl__opt_group *g = gdl__opt_group_at("gdl_optim_get_lr", opt, group);
+    return g ? g->lr : NAN;
+}
+GPUDL_API int gdl_optim_set_lr(gdl_optimizer *opt, int group, double lr) {
+    gdl__opt_group *g = gdl__opt_group_at("gdl_optim_set_lr", opt, group);
+    if (!g) return -1;
+    if (!(lr >= 0) || lr == INFINITY) {
+        gdl__set_error("gdl_optim_set_lr: invalid learning rate %g (must be >= 0)", lr);
+        return -1;
+    }
+    g->lr = lr;
+    return 0;
+}
+GPUDL_API double gdl_optim_get_momentum(const gdl_optimizer *opt, int group) {
+    const gdl__opt_group *g = gdl__opt_group_at("gdl_optim_get_momentum", opt, group);
+    return g ? (opt->kind == GDL__OPT_SGD ? g->momentum : g->beta1) : NAN;
+}
+GPUDL_API int gdl_optim_set_momentum(gdl_optimizer *opt, int group, double momentum) {
+    gdl__opt_group *g = gdl__opt_group_at("gdl_optim_set_momentum", opt, group);
+    if (!g) return -1;
+    if (!(momentum >= 0 && momentum < 1)) {
+        gdl__set_error("gdl_optim_set_momentum: %s %g must be in [0,1)",
+                       opt->kind == GDL__OPT_SGD ? "momentum" : "beta1", momentum);
+        return -1;
+    }
+    if (opt->kind == GDL__OPT_SGD) g->momentum = momentum;
+    else g->beta1 = momentum;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+   Learning-rate schedulers
+   ------------------------------------------------------------------------- */
+
+enum { GDL__SCHED_STEP, GDL__SCHED_COSINE, GDL__SCHED_ONECYCLE, GDL__SCHED_LINEAR };
+
+struct gdl_scheduler {
+    int kind;
+    gdl_optimizer *opt;
+    int64_t last_epoch;
+    int ngroups;       /* the optimizer's groups when the scheduler was made */
+    double *base_lrs;  /* per group: initial_lr */
+    double *last_lr;   /* per group: the lr set last */
+    int64_t n;         /* step_size, T_max, total_steps or total_iters */
+    double a, b;       /* gamma | eta_min | start_factor, end_factor | max_lr */
+    double pct_start, final_div;   /* OneCycle */
+    int cycle_momentum;
+    double base_m, max_m;
+};
+
+/* PyTorch's _annealing_cos */
+static double gdl__sched_cos(double start, double end, double pct) {
+    return end + (start - end) / 2.0 * (cos(3.141592653589793 * pct) + 1);
+}
+
+/* lr (and momentum, OneCycle) of group g at step t */
+static double gdl__sched_lr(const gdl_scheduler *s, int g, int64_t t, double *momentum) {
+    double base = s->base_lrs[g];
+    switch (s->kind) {
+    case GDL__SCHED_STEP: return base * pow(s->a, (double)(t / s->n));
+    case GDL__SCHED_COSINE:
+        return s->a + (base - s->a) * (1 + cos(3.141592653589793 * (double)t / (double)s->n)) / 2;
+    case GDL__SCHED_LINEAR:
+        return base * (s->a + (s->b - s->a) * (double)(t < s->n ? t : s->n) / (double)s->n);
+    default: { /* OneCycle, two phases as PyTorch (three_phase=False) */
+        double end1 = s->pct_start * (double)s->n - 1, end2 = (double)s->n - 1, pct, lr, initial = base;
+        double max_lr = s->a, min_lr = initial / s->final_div;
+        if ((double)t <= end1) {
+            pct = (double)t / end1;
+            lr = gdl__sched_cos(initial, max_lr, pct);
+            *momentum = gdl__sched_cos(s->max_m, s->base_m, pct);
+        } else {
+            pct = ((double)t - end1) / (end2 - end1);
+            lr = gdl__sched_cos(max_lr, min_lr, pct);
+            *momentum = gdl__sched_cos(s->base_m, s->max_m, pct);
+        }
+        return lr;
+    }
+    }
+}
+
+static void gdl__sched_apply(gdl_scheduler *s) {
+    int g;
+    for (g = 0; g < s->ngroups && g < s->opt->ngroups; g++) {
+        double m = 0, lr = gdl__sched_lr(s, g, s->last_epoch, &m);
+        gdl__opt_group *gr = &s->opt->groups[g];
+        gr->lr = lr;
+        s->last_lr[g] = lr;
+        if (s->kind == GDL__SCHED_ONECYCLE && s->cycle_momentum) {
+            if (s->opt->kind == GDL__OPT_SGD) gr->momentum = m;
+            else gr->beta1 = m;
+        }
+    }
+}
+
+static gdl_scheduler *gdl__sched_new(const char *op, int kind, gdl_optimizer *opt) {
+    gdl_scheduler *s;
+    int g;
+    if (!opt) {
+        gdl__null_arg(op, "opt");
+        return NULL;
+    }
+    if (opt->ngroups == 0) {
+        gdl__set_error("%s: the optimizer has no parameter groups yet (add parameters first)", op);
+        return NULL;
+    }
+    s = (gdl_scheduler *)GPUDL_MALLOC(sizeof(gdl_scheduler));
+    if (!s) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    memset(s, 0, sizeof *s);
+    s->base_lrs = (double *)GPUDL_MALLOC(sizeof(double) * 2 * (size_t)opt->ngroups);
+    if (!s->base_lrs) {
+        GPUDL_FREE(s);
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    s->last_lr = s->base_lrs + opt->ngroups;
+    s->kind = kind;
+    s->opt = opt;
+    s->ngroups = opt->ngroups;
+    for (g = 0; g < opt->ngroups; g++) {
+        /* PyTorch: group.setdefault('initial_lr', group['lr']); base_lrs = initial_lr */
+        if (opt->groups[g].initial_lr < 0) opt->groups[g].initial_lr = opt->groups[g].lr;
+        s->base_lrs[g] = opt->groups[g].initial_lr;
+        s->last_lr[g] = opt->groups[g].lr;
+    }
+    return s;
+}
+
+GPUDL_API gdl_scheduler *gdl_steplr_new(gdl_optimizer *opt, int step_size, double gamma) {
+    gdl_scheduler *s;
+    if (step_size < 1 || !(gamma >= 0) || gamma == INFINITY) {
+        gdl__set_error("gdl_steplr_new: bad step_size %d (must be >= 1) or gamma %g (must be finite, >= 0)", step_size,
+                       gamma);
+        return NULL;
+    }
+    if (!(s = gdl__sched_new("gdl_steplr_new", GDL__SCHED_STEP, opt))) return NULL;
+    s->n = step_size;
+    s->a = gamma;
+    gdl__sched_apply(s);
+    return s;
+}
+
+GPUDL_API gdl_scheduler *gdl_cosine_lr_new(gdl_optimizer *opt, int T_max, double eta_min) {
+    gdl_scheduler *s;
+    if (T_max < 1 || !(eta_min >= 0) || eta_min == INFINITY) {
+        gdl__set_error("gdl_cosine_lr_new: bad T_max %d (must be >= 1) or eta_min %g (must be finite, >= 0)", T_max,
+                       eta_min);
+        return NULL;
+    }
+    if (!(s = gdl__sched_new("gdl_cosine_lr_new", GDL__SCHED_COSINE, opt))) return NULL;
+    s->n = T_max;
+    s->a = eta_min;
+    gdl__sched_apply(s);
+    return s;
+}
+
+GPUDL_API gdl_scheduler *gdl_linear_warmup_new(gdl_optimizer *opt, double start_factor, double end_factor,
+                                               int total_iters) {
+    gdl_scheduler *s;
+    if (!(start_factor > 0 && start_factor <= 1) || !(end_factor >= 0 && end_factor <= 1) || total_iters < 1) {
+        gdl__set_error("gdl_linear_warmup_new: bad start_factor %g (must be in (0,1]), end_factor %g (in [0,1]) or "
+                       "total_iters %d (>= 1)", start_factor, end_factor, total_iters);
+        return NULL;
+    }
+    if (!(s = gdl__sched_new("gdl_linear_warmup_new", GDL__SCHED_LINEAR, opt))) return NULL;
+    s->n = total_iters;
+    s->a = start_factor;
+    s->b = end_factor;
+    gdl__sched_apply(s);
+    return s;
+}
+
+GPUDL_API gdl_scheduler *gdl_onecycle_lr_new_ex(gdl_optimizer *opt, double max_lr, int total_steps, double pct_start,
+                                                double div_factor, double final_div_factor, int cycle_momentum,
+                                                double base_momentum, double max_momentum) {
+    const char *op = "gdl_onecycle_lr_new";
+    gdl_scheduler *s;
+    int g;
+    if (total_steps < 1 || !(max_lr > 0) || max_lr == INFINITY || !(pct_start >= 0 && pct_start <= 1) ||
+        !(div_factor > 0) || !(final_div_factor > 0)) {
+        gdl__set_error("%s: bad max_lr %g (> 0), total_steps %d (>= 1), pct_start %g (in [0,1]), div_factor %g or "
+                       "final_div_factor %g (> 0)", op, max_lr, total_steps, pct_start, div_factor, final_div_factor);
+        return NULL;
+    }
+    /* PyTorch divides by (pct_start*total - 1) and by the second phase's length */
+    if (pct_start * total_steps - 1 <= 0 || (double)total_steps - pct_start * total_steps <= 0) {
+        gdl__set_error("%s: total_steps %d with pct_start %g leaves an empty warm-up or annealing phase", op,
+                       total_steps, pct_start);
+        return NULL;
+    }
+    if (cycle_momentum && !(base_momentum >= 0 && max_momentum < 1 && base_momentum <= max_momentum)) {
+        gdl__set_error("%s: bad base_momentum %g / max_momentum %g (need 0 <= base <= max < 1)", op, base_momentum,
+                       max_momentum);
+        return NULL;
+    }
+    if (!(s = gdl__sched_new(op, GDL__SCHED_ONECYCLE, opt))) return NULL;
+    s->n = total_steps;
+    s->a = max_lr;
+    s->pct_start = pct_start;
+    s->final_div = final_div_factor;
+    s->cycle_momentum = cycle_momentum != 0;
+    s->base_m = base_momentum;
+    s->max_m = max_momentum;
+    for (g = 0; g < s->ngroups; g++) { /* PyTorch overwrites initial_lr = max_lr / div_factor */
+        opt->groups[g].initial_lr = max_lr / div_factor;
+        s->base_lrs[g] = max_lr / div_factor;
+    }
+    gdl__sched_apply(s);
+    return s;
+}
+
+GPUDL_API gdl_scheduler *gdl_onecycle_lr_new(gdl_optimizer *opt, double max_lr, int total_steps) {
+    return gdl_onecycle_lr_new_ex(opt, max_lr, total_steps, 0.3, 25, 1e4, 1, 0.85, 0.95);
+}
+
+GPUDL_API int gdl_scheduler_set_last_epoch(gdl_scheduler *s, int64_t last_epoch) {
+    if (!s) {
+        gdl__null_arg("gdl_scheduler_set_last_epoch", "scheduler");
+        return -1;
+    }
+    if (last_epoch < 0 || (s->kind == GDL__SCHED_ONECYCLE && last_epoch > s->n)) {
+        if (last_epoch < 0) gdl__set_error("gdl_scheduler_set_last_epoch: last_epoch %lld must be >= 0", (long long)last_epoch);
+        else
+            gdl__set_error("gdl_scheduler_set_last_epoch: tried to step %lld times; the specified number of total "
+                           "steps is %lld", (long long)last_epoch, (long long)s->n);
+        return -1;
+    }
+    s->last_epoch = last_epoch;
+    gdl__sched_apply(s);
+    return 0;
+}
+
+GPUDL_API int gdl_scheduler_step(gdl_scheduler *s) {
+    if (!s) {
+        gdl__null_arg("gdl_scheduler_step", "scheduler");
+        return -1;
+    }
+    if (s->kind == GDL__SCHED_ONECYCLE && s->last_epoch + 1 > s->n) {
+        gdl__set_error("gdl_scheduler_step: OneCycleLR: tried to step %lld times; the specified number of total "
+                       "steps is %lld", (long long)(s->last_epoch + 1), (long long)s->n);
+        return -1;
+    }
+    s->last_epoch++;
+    gdl__sched_apply(s);
+    return 0;
+}
+
+GPUDL_API int64_t gdl_scheduler_get_last_epoch(const gdl_scheduler *s) { return s ? s->last_epoch : -1; }
+
+GPUDL_API double gdl_scheduler_get_lr(const gdl_scheduler *s, int group) {
+    if (!s) {
+        gdl__null_arg("gdl_scheduler_get_lr", "scheduler");
+        return NAN;
+    }
+    if (group < 0 || group >= s->ngroups) {
+        gdl__set_error("gdl_scheduler_get_lr: group %d out of range (the scheduler covers %d groups)", group, s->ngroups);
+        return NAN;
+    }
+    return s->last_lr[group];
+}
+
+GPUDL_API void gdl_scheduler_free(gdl_scheduler *s) {
+    if (!s) return;
+    GPUDL_FREE(s->base_lrs);
+    GPUDL_FREE(s);
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-train]   fit / evaluate with progress output, and checkpoints.
+   ------------------------------------------------------------------------- */
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/time.h>
+#endif
+
+static double gdl__now(void) {
+#if defined(__unix__) || defined(__APPLE__)
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+#else
+    return (double)clock() / CLOCKS_PER_SEC;
+#endif
+}
+
+GPUDL_API double gdl_now(void) { return gdl__now(); }
+
+static int gdl__isatty(FILE *f) {
+#ifdef GDL__HAVE_POSIX
+    return isatty(fileno(f));
+#else
+    (void)f;
+    return 0;
+#endif
+}
+
+GPUDL_API gdl_fit_opts gdl_fit_defaults(void) {
+    gdl_fit_opts o;
+    memset(&o, 0, sizeof o);
+    o.epochs = 1;
+    o.accumulate = 1;
+    o.verbose = 1;
+    return o;
+}
+
+static gdl_tensor *gdl__default_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
+    (void)user;
+    return gdl_cross_entropy(out, y);
+}
+
+/* Running sums of one pass: loss weighted by batch size, and correct
+   predictions when the output is [B,C] logits against i32 labels [B]. */
+typedef struct gdl__pass {
+    double loss_sum;
+    int64_t samples, correct, counted;
+    int32_t *pred, *label; /* host buffers of the batch size */
+    int64_t cap;
+} gdl__pass;
+
+static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, double loss) {
+    int64_t B = y->ndim >= 1 ? y->shape[0] : 1, i;
+    p->loss_sum += loss * (double)B;
+    p->samples += B;
+    if (out->ndim != 2 || y->dtype != GDL_I32 || y->ndim != 1 || out->shape[0] != B) return 0;
+    if (B > p->cap) {
+        GPUDL_FREE(p->pred);
+        GPUDL_FREE(p->label);
+        p->pred = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)B);
+        p->label = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)B);
+        p->cap = (p->pred && p->label) ? B : 0;
+        if (!p->cap) {
+            gdl__set_error("gdl_fit: out of memory (host)");
+            return -1;
+        }
+    }
+    {
+        gdl_tensor *am = gdl_argmax(out, 1);
+        if (!am || gdl_copy_to_host(am, p->pred, sizeof(int32_t) * (size_t)B) < 0 ||
+            gdl_copy_to_host(y, p->label, sizeof(int32_t) * (size_t)B) < 0)
+            return -1;
+    }
+    for (i = 0; i < B; i++) p->correct += p->pred[i] == p->label[i];
+    p->counted += B;
+    return 0;
+}
+
+static void gdl__pass_free(gdl__pass *p) {
+    GPUDL_FREE(p->pred);
+    GPUDL_FREE(p->label);
+    memset(p, 0, sizeof *p);
+}
+
+static double gdl__pass_acc(const gdl__pass *p) { return p->counted ? (double)p->correct / (double)p->counted : NAN; }
+
+GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
+                           double *accuracy_out) {
+    gdl__pass p;
+    gdl_tensor *x, *y;
+    int was_training, grad, rc;
+    if (!m || !l) {
+        gdl__null_arg("gdl_evaluate", !m ? "module" : "loader");
+        return -1;
+    }
+    if (!loss) loss = gdl__default_loss;
+    memset(&p, 0, sizeof p);
+    was_training = gdl_module_is_training(m);
+    gdl_module_train(m, 0);
+    grad = gdl_set_grad_enabled(0);
+    while ((rc = gdl_loader_next(l, &x, &y)) == 1) {
+        gdl_tensor *out, *lt;
+        double lv;
+        gdl_arena_reset();
+        if (!(out = gdl_forward(m, x)) || !(lt = loss(out, y, user))) {
+            rc = -1;
+            break;
+        }
+        lv = gdl_item(lt);
+        if (gdl__pass_batch(&p, out, y, lv) < 0) {
+            rc = -1;
+            break;
+        }
+    }
+    gdl_set_grad_enabled(grad);
+    gdl_module_train(m, was_training);
+    if (rc == 0) {
+        if (loss_out) *loss_out = p.samples ? p.loss_sum / (double)p.samples : NAN;
+        if (accuracy_out) *accuracy_out = gdl__pass_acc(&p);
+    }
+    gdl__pass_free(&p);
+    return rc < 0 ? -1 : 0;
+}
+
+static void gdl__progress(FILE *f, int epoch, int epochs, int64_t b, int64_t nb, const gdl__pass *p, double t0) {
+    double el = gdl__now() - t0, rate = el > 0 ? (double)p->samples / el : 0;
+    double eta = b > 0 ? el * (double)(nb - b) / (double)b : 0;
+    int width = 24, filled = nb > 0 ? (int)(width * b / nb) : width, i;
+    fprintf(f, "\repoch %d/%d [", epoch, epochs);
+    for (i = 0; i < width; i++) fputc(i < filled ? '=' : (i == filled ? '>' : ' '), f);
+    fprintf(f, "] %lld/%lld loss %.4f", (long long)b, (long long)nb, p->samples ? p->loss_sum / (double)p->samples : 0.0);
+    if (p->counted) fprintf(f, " acc %.2f%%", 100 * gdl__pass_acc(p));
+    fprintf(f, " %.0f samples/s ETA %.0fs   ", rate, eta);
+    fflush(f);
+}
+
+GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
+                      gdl_epoch_stats *history) {
+    gdl_fit_opts o = opts ? *opts : gdl_fit_defaults();
+    gdl_loss_fn loss = o.loss ? o.loss : gdl__default_loss;
+    FILE *log = o.log ? o.log : stdout, *csv = NULL;
+    int tty = o.verbose && gdl__isatty(log), epoch, rc = 0;
+    gdl__pass p;
+    if (!m || !train || !opt) {
+        gdl__null_arg("gdl_fit", !m ? "module" : !train ? "train loader" : "optimizer");
+        return -1;
+    }
+    if (o.epochs < 0 || o.accumulate < 0) {
+        gdl__set_error("gdl_fit: bad epochs %d or accumulate %d", o.epochs, o.accumulate);
+        return -1;
+    }
+    if (o.accumulate == 0) o.accumulate = 1;
+    if (o.csv_path) {
+        if (!(csv = fopen(o.csv_path, "w"))) {
+            gdl__set_error("gdl_fit: cannot write the metrics CSV %s", o.csv_path);
+            return -1;
+        }
+        fprintf(csv, "epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec\n");
+    }
+    memset(&p, 0, sizeof p);
+    for (epoch = 1; epoch <= o.epochs && rc == 0; epoch++) {
+        gdl_epoch_stats st;
+        gdl_tensor *x, *y;
+        int64_t nb = gdl_loader_num_batches(train), b = 0;
+        int micro = 0, got;
+        double t0 = gdl__now(), last_draw = 0;
+        p.loss_sum = 0;
+        p.samples = p.correct = p.counted = 0;
+        gdl_module_train(m, 1);
+        if (gdl_zero_grad(opt) < 0) rc = -1;
+        while (rc == 0 && (got = gdl_loader_next(train, &x, &y)) != 0) {
+            gdl_tensor *out, *lt;
+            double lv;
+            if (got < 0) {
+                rc = -1;
+                break;
+            }
+            b++;
+            gdl_arena_reset();
+            if (!(out = gdl_forward(m, x)) || !(lt = loss(out, y, o.loss_user))) {
+                rc = -1;
+                break;
+            }
+            lv = gdl_item(lt);
+            if (o.accumulate > 1) lt = gdl_mul_scalar(lt, 1.0 / o.accumulate);
+            if (!lt || gdl_backward(lt) < 0 || gdl__pass_batch(&p, out, y, lv) < 0) {
+                rc = -1;
+                break;
+            }
+            if (++micro == o.accumulate || b == nb) {
+                micro = 0;
+                if (o.clip_grad_norm > 0 && gdl_optim_clip_grad_norm(opt, o.clip_grad_norm) < 0) rc = -1;
+                if (rc == 0 && (gdl_step(opt) < 0 || gdl_zero_grad(opt) < 0)) rc = -1;
+                if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
+            }
+            if (tty && (gdl__now() - last_draw > 0.1 || b == nb)) {
+                last_draw = gdl__now();
+                gdl__progress(log, epoch, o.epochs, b, nb, &p, t0);
+            }
+        }
+        if (rc < 0) break;
+        if (o.scheduler && !o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) {
+            rc = -1;
+            break;
+        }
+        memset(&st, 0, sizeof st);
+        st.epoch = epoch;
+        st.seconds = gdl__now() - t0;
+        st.samples = p.samples;
+        st.loss = p.samples ? p.loss_sum / (double)p.samples : NAN;
+        st.accuracy = gdl__pass_acc(&p);
+        st.samples_per_sec = st.seconds > 0 ? (double)p.samples / st.seconds : 0;
+        st.val_loss = st.val_accuracy = NAN;
+        if (o.val && gdl_evaluate(m, o.val, o.loss, o.loss_user, &st.val_loss, &st.val_accuracy) < 0) {
+            rc = -1;
+            break;
+        }
+        if (history) history[epoch - 1] = st;
+        if (o.verbose) {
+            if (tty) fputc('\r', log);
+            fprintf(log, "epoch %d/%d: loss %.4f", epoch, o.epochs, st.loss);
+            if (st.accuracy == st.accuracy) fprintf(log, " acc %.2f%%", 100 * st.accuracy);
+            if (o.val) {
+                fprintf(log, " val_loss %.4f", st.val_loss);
+                if (st.val_accuracy == st.val_accuracy) fprintf(log, " val_acc %.2f%%", 100 * st.val_accuracy);
+            }
+            fprintf(log, " %.2fs %.0f samples/s%s\n", st.seconds, st.samples_per_sec, tty ? "                    " : "");
+            fflush(log);
+        }
+        if (csv) {
+            fprintf(csv, "%d,%.6f,%.6f,%.6f,%.6f,%.4f,%.1f\n", epoch, st.loss, st.accuracy, st.val_loss,
+                    st.val_accuracy, st.seconds, st.samples_per_sec);
+            fflush(csv);
+        }
+    }
+    gdl__pass_free(&p);
+    if (csv) fclose(csv);
+    if (rc < 0 && tty) fputc('\n', log);
+    return rc;
+}
+
+/* ---- checkpoints ---- */
+
+#define GDL__CKPT_MAX 4096 /* tensors in one checkpoint */
+
+typedef struct gdl__ckpt {
+    int n;
+    const char *names[GDL__CKPT_MAX]; /* the names in the file */
+    gdl_tensor *tensors[GDL__CKPT_MAX];
+    char *owned[GDL__CKPT_MAX];       /* prefixed names we allocated */
+} gdl__ckpt;
+
+static void gdl__ckpt_free(gdl__ckpt *c) {
+    int i;
+    for (i = 0; i < c->n; i++) GPUDL_FREE(c->owned[i]);
+    GPUDL_FREE(c);
+}
+
+/* Collects model (and optimizer) tensors with their file names. */
+static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer *opt, int prefixed) {
+    gdl__ckpt *c = (gdl__ckpt *)GPUDL_MALLOC(sizeof(gdl__ckpt));
+    const char *names[GDL__CKPT_MAX];
+    gdl_tensor *ts[GDL__CKPT_MAX];
+    int k, part;
+    if (!c) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return NULL;
+    }
+    memset(c, 0, sizeof *c);
+    for (part = 0; part < (opt ? 2 : 1); part++) {
+        int n = part == 0 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
+                          : gdl_optim_state(opt, names, ts, GDL__CKPT_MAX);
+        const char *prefix = part == 0 ? "model." : "optim.";
+        if (n < 0 || c->n + n > GDL__CKPT_MAX) {
+            if (n >= 0) gdl__set_error("%s: more than %d tensors", op, GDL__CKPT_MAX);
+            gdl__ckpt_free(c);
+            return NULL;
+        }
+        for (k = 0; k < n; k++) {
+            c->tensors[c->n] = ts[k];
+            if (prefixed) {
+                size_t len = strlen(prefix) + strlen(names[k]) + 1;
+                char *s = (char *)GPUDL_MALLOC(len);
+                if (!s) {
+                    gdl__set_error("%s: out of memory (host)", op);
+                    gdl__ckpt_free(c);
+                    return NULL;
+                }
+                snprintf(s, len, "%s%s", prefix, names[k]);
+                c->owned[c->n] = s;
+                c->names[c->n] = s;
+            } else {
+                c->names[c->n] = names[k];
+            }
+            c->n++;
+        }
+    }
+    return c;
+}
+
+static int gdl__ckpt_write(const char *op, const char *path, gdl__ckpt *c, int n_meta, const char *const *keys,
+                           const char *const *vals) {
+    gdl_st_tensor *st = (gdl_st_tensor *)GPUDL_MALLOC(sizeof(gdl_st_tensor) * (size_t)(c->n + 1));
+    void **host = (void **)GPUDL_MALLOC(sizeof(void *) * (size_t)(c->n + 1));
+    int i, rc = 0;
+    if (!st || !host) {
+        GPUDL_FREE(st);
+        GPUDL_FREE(host);
+        gdl__set_error("%s: out of memory (host)", op);
+        return -1;
+    }
+    memset(host, 0, sizeof(void *) * (size_t)(c->n + 1));
+    for (i = 0; i < c->n && rc == 0; i++) {
+        gdl_tensor *t = c->tensors[i];
+        size_t bytes = (size_t)t->numel * gdl_dtype_size(t->dtype);
+        if (t->dtype != GDL_F32 && t->dtype != GDL_I32) {
+            gdl__set_error("%s: tensor %s is %s; checkpoints hold f32 and i32 tensors", op, c->names[i],
+                           gdl_dtype_name(t->dtype));
+            rc = -1;
+            break;
+        }
+        if (t->device.type == GDL_DEVICE_CPU) {
+            host[i] = NULL;
+        } else if (!(host[i] = GPUDL_MALLOC(bytes + 1)) || gdl_copy_to_host(t, host[i], bytes) < 0) {
+            if (!host[i]) gdl__set_error("%s: out of memory (host)", op);
+            rc = -1;
+            break;
+        }
+        st[i].name = c->names[i];
+        st[i].dtype = t->dtype == GDL_I32 ? "I32" : sizeof(gdl_real) == 8 ? "F64" : "F32";
+        st[i].ndim = t->ndim;
+        st[i].shape = t->shape;
+        st[i].data = host[i] ? host[i] : t->data;
+    }
+    if (rc == 0) rc = gdl_st_write(path, c->n, st, n_meta, keys, vals);
+    for (i = 0; i < c->n; i++) GPUDL_FREE(host[i]);
+    GPUDL_FREE(host);
+    GPUDL_FREE(st);
+    return rc;
+}
+
+GPUDL_API int gdl_save_model(gdl_module *m, const char *path) {
+    static const char *const keys[2] = {"format", "gpudl"};
+    static const char *const vals[2] = {"pt", GPUDL_VERSION};
+    gdl__ckpt *c;
+    int rc;
+    if (!m || !path) {
+        gdl__null_arg("gdl_save_model", !m ? "module" : "path");
+        return -1;
+    }
+    if (!(c = gdl__ckpt_collect("gdl_save_model", m, NULL, 0))) return -1;
+    rc = gdl__ckpt_write("gdl_save_model", path, c, 2, keys, vals);
+    gdl__ckpt_free(c);
+    return rc;
+}
+
+/* Checks every tensor of c against the file (names, dtypes, shapes, nothing
+   extra) and converts each into a new host buffer of gdl_real: bufs[i]. */
+static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c, const gdl_st_file *f, void **bufs) {
+    int i, k;
+    for (k = 0; k < f->n; k++) {
+        for (i = 0; i < c->n; i++)
+            if (strcmp(f->entries[k].name, c->names[i]) == 0) break;
+        if (i == c->n) {
+            gdl__set_error("%s: %s: unexpected tensor '%s' (not in the model)", op, path, f->entries[k].name);
+            return -1;
+        }
+    }
+    for (i = 0; i < c->n; i++) {
+        const gdl_st_entry *e = gdl_st_find(f, c->names[i]);
+        const gdl_tensor *t = c->tensors[i];
+        const unsigned char *src;
+        gdl_real *dst;
+        int64_t j;
+        if (!e) {
+            gdl__set_error("%s: %s: missing tensor '%s'", op, path, c->names[i]);
+            return -1;
+        }
+        if (e->ndim != t->ndim || (t->ndim && memcmp(e->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))) {
+            gdl__set_error("%s: %s: tensor '%s' has shape %s in the file but %s in the model", op, path, c->names[i],
+                           gdl__shape_fmt(e->ndim, e->shape), gdl_shape_str(t));
+            return -1;
+        }
+        if (t->dtype == GDL_I32) { /* integer state (step counts): stored as I32, taken as is */
+            if (strcmp(e->dtype, "I32")) {
+                gdl__set_error("%s: %s: tensor '%s' has dtype %s; expected I32", op, path, c->names[i], e->dtype);
+                return -1;
+            }
+            if (!(bufs[i] = GPUDL_MALLOC(4 * (size_t)t->numel + 1))) {
+                gdl__set_error("%s: out of memory (host)", op);
+                return -1;
+            }
+            src = f->data + e->begin;
+            for (j = 0; j < t->numel; j++)
+                ((int32_t *)bufs[i])[j] = (int32_t)((uint32_t)src[4 * j] | (uint32_t)src[4 * j + 1] << 8 |
+                                                    (uint32_t)src[4 * j + 2] << 16 | (uint32_t)src[4 * j + 3] << 24);
+            continue;
+        }
+        if (strcmp(e->dtype, "F32") && strcmp(e->dtype, "F64") && strcmp(e->dtype, "F16") && strcmp(e->dtype, "BF16")) {
+            gdl__set_error("%s: %s: tensor '%s' has dtype %s; expected F32, F64, F16 or BF16", op, path, c->names[i],
+                           e->dtype);
+            return -1;
+        }
+        if (!(bufs[i] = GPUDL_MALLOC(sizeof(gdl_real) * (size_t)t->numel + 1))) {
+            gdl__set_error("%s: out of memory (host)", op);
+            return -1;
+        }
+        dst = (gdl_real *)bufs[i];
+        src = f->data + e->begin;
+        for (j = 0; j < t->numel; j++) { /* little-endian in the file */
+            if (!strcmp(e->dtype, "F32")) {
+                uint32_t u = (uint32_t)src[4 * j] | (uint32_t)src[4 * j + 1] << 8 | (uint32_t)src[4 * j + 2] << 16 |
+                             (uint32_t)src[4 * j + 3] << 24;
+                dst[j] = (gdl_real)gdl__bits_f32(u);
+            } else if (!strcmp(e->dtype, "F64")) {
+                uint64_t u = 0;
+                double d;
+                int b;
+                for (b = 7; b >= 0; b--) u = u << 8 | src[8 * j + b];
+                memcpy(&d, &u, 8);
+                dst[j] = (gdl_real)d;
+            } else {
+                uint16_t h = (uint16_t)(src[2 * j] | src[2 * j + 1] << 8);
+                dst[j] = (gdl_real)(!strcmp(e->dtype, "F16") ? gdl_f16_to_f32(h) : gdl_bf16_to_f32(h));
+            }
+        }
+    }
+    return 0;
+}
+
+static int gdl__ckpt_apply(const char *op, const gdl__ckpt *c, void **bufs) {
+    int i;
+    for (i = 0; i < c->n; i++)
+        if (gdl__copy_bytes(op, c->tensors[i]->data, c->tensors[i]->device, bufs[i], gdl_cpu(),
+                            gdl_dtype_size(c->tensors[i]->dtype) * (size_t)c->tensors[i]->numel) < 0)
+            return -1;
+    return 0;
+}
+
+static void gdl__free_bufs(void **bufs, int n) {
+    int i;
+    if (!bufs) return;
+    for (i = 0; i < n; i++) GPUDL_FREE(bufs[i]);
+    GPUDL_FREE(bufs);
+}
+
+static void **gdl__alloc_bufs(const char *op, int n) {
+    void **b = (void **)GPUDL_MALLOC(sizeof(void *) * (size_t)(n + 1));
+    if (!b) gdl__set_error("%s: out of memory (host)", op);
+    else memset(b, 0, sizeof(void *) * (size_t)(n + 1));
+    return b;
+}
+
+GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
+    const char *op = "gdl_load_model";
+    gdl_st_file f;
+    gdl__ckpt *c;
+    void **bufs;
+    int rc;
+    if (!m || !path) {
+        gdl__null_arg(op, !m ? "module" : "path");
+        return -1;
+    }
+    if (!(c = gdl__ckpt_collect(op, m, NULL, 0))) return -1;
+    if (gdl_st_read(path, &f) < 0) {
+        gdl__ckpt_free(c);
+        return -1;
+    }
+    bufs = gdl__alloc_bufs(op, c->n);
+    rc = bufs && gdl__ckpt_check(op, path, c, &f, bufs) == 0 ? gdl__ckpt_apply(op, c, bufs) : -1;
+    gdl__free_bufs(bufs, c->n);
+    gdl__ckpt_free(c);
+    gdl_st_free(&f);
+    return rc;
+}
+
+/* metadata of a training checkpoint */
+#define GDL__META_MAX 80
+typedef struct gdl__meta {
+    int n;
+    char keys[GDL__META_MAX][48];
+    char vals[GDL__META_MAX][48];
+    const char *kp[GDL__META_MAX], *vp[GDL__META_MAX];
+} gdl__meta;
+
+static void gdl__meta_add(gdl__meta *md, const char *key, const char *fmt, ...) {
+    va_list ap;
+    if (md->n >= GDL__META_MAX) return;
+    snprintf(md->keys[md->n], sizeof md->keys[0], "%s", key);
+    va_start(ap, fmt);
+    vsnprintf(md->vals[md->n], sizeof md->vals[0], fmt, ap);
+    va_end(ap);
+    md->kp[md->n] = md->keys[md->n];
+    md->vp[md->n] = md->vals[md->n];
+    md->n++;
+}
+
+/* a metadata value of f as a number; 0 / -1 */
+static int gdl__meta_get(const char *op, const char *path, const gdl_st_file *f, const char *key, double *out) {
+    int i;
+    for (i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_keys[i], key) == 0) {
+            char *end;
+            *out = strtod(f->meta_vals[i], &end);
+            if (end != f->meta_vals[i] && *end == 0) return 0;
+            gdl__set_error("%s: %s: metadata '%s' is not a number: '%s'", op, path, key, f->meta_vals[i]);
+            return -1;
+        }
+    gdl__set_error("%s: %s: metadata '%s' is missing (not a gpudl training checkpoint?)", op, path, key);
+    return -1;
+}
+
+static int gdl__meta_get_u64(const char *op, const char *path, const gdl_st_file *f, const char *key, uint64_t *out) {
+    int i;
+    for (i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_keys[i], key) == 0) {
+            char *end;
+            *out = (uint64_t)strtoull(f->meta_vals[i], &end, 10);
+            if (end != f->meta_vals[i] && *end == 0) return 0;
+            gdl__set_error("%s: %s: metadata '%s' is not an integer: '%s'", op, path, key, f->meta_vals[i]);
+            return -1;
+        }
+    gdl__set_error("%s: %s: metadata '%s' is missing", op, path, key);
+    return -1;
+}
+
+GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                  int64_t epoch) {
+    const char *op = "gdl_save_checkpoint";
+    gdl__meta *md;
+    gdl__ckpt *c;
+    uint64_t seed, counter;
+    int g, rc;
+    if (!m || !path) {
+        gdl__null_arg(op, !m ? "module" : "path");
+        return -1;
+    }
+    if (!(md = (gdl__meta *)GPUDL_MALLOC(sizeof(gdl__meta)))) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return -1;
+    }
+    md->n = 0;
+    seed = gdl_rng_get_state(&counter);
+    gdl__meta_add(md, "gpudl.checkpoint", "%s", GPUDL_VERSION);
+    gdl__meta_add(md, "epoch", "%lld", (long long)epoch);
+    gdl__meta_add(md, "rng.seed", "%llu", (unsigned long long)seed);
+    gdl__meta_add(md, "rng.counter", "%llu", (unsigned long long)counter);
+    if (opt) {
+        gdl__meta_add(md, "optim.step", "%lld", (long long)gdl_optim_get_step(opt));
+        gdl__meta_add(md, "optim.groups", "%d", gdl_optim_num_groups(opt));
+        for (g = 0; g < gdl_optim_num_groups(opt) && g < 32; g++) {
+            char k[48];
+            snprintf(k, sizeof k, "optim.lr.%d", g);
+            gdl__meta_add(md, k, "%.17g", gdl_optim_get_lr(opt, g));
+            snprintf(k, sizeof k, "optim.momentum.%d", g);
+            gdl__meta_add(md, k, "%.17g", gdl_optim_get_momentum(opt, g));
+        }
+    }
+    if (sched) gdl__meta_add(md, "sched.last_epoch", "%lld", (long long)gdl_scheduler_get_last_epoch(sched));
+    if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
+        GPUDL_FREE(md);
+        return -1;
+    }
+    rc = gdl__ckpt_write(op, path, c, md->n, md->kp, md->vp);
+    gdl__ckpt_free(c);
+    GPUDL_FREE(md);
+    return rc;
+}
+
+GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                  int64_t *epoch) {
+    const char *op = "gdl_load_checkpoint";
+    gdl_st_file f;
+    gdl__ckpt *c;
+    void **bufs = NULL;
+    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32];
+    uint64_t seed = 0, counter = 0;
+    int g, ng = 0, rc = -1;
+    if (!m || !path) {
+        gdl__null_arg(op, !m ? "module" : "path");
+        return -1;
+    }
+    if (!(c = gdl__ckpt_collect(op, m, opt, 1))) return -1;
+    if (gdl_st_read(path, &f) < 0) {
+        gdl__ckpt_free(c);
+        return -1;
+    }
+    /* read and check everything before changing anything */
+    if (gdl__meta_get(op, path, &f, "epoch", &ep) < 0 || gdl__meta_get_u64(op, path, &f, "rng.seed", &seed) < 0 ||
+        gdl__meta_get_u64(op, path, &f, "rng.counter", &counter) < 0)
+        goto done;
+    if (opt) {
+        ng = gdl_optim_num_groups(opt);
+        if (gdl__meta_get(op, path, &f, "optim.step", &step) < 0 || gdl__meta_get(op, path, &f, "optim.groups", &groups) < 0)
+            goto done;
+        if ((int)groups != ng || ng > 32) {
+            gdl__set_error("%s: %s: the file has %d parameter groups, the optimizer %d", op, path, (int)groups, ng);
+            goto done;
+        }
+        for (g = 0; g < ng; g++) {
+            char k[48];
+            snprintf(k, sizeof k, "optim.lr.%d", g);
+            if (gdl__meta_get(op, path, &f, k, &lr[g]) < 0) goto done;
+            snprintf(k, sizeof k, "optim.momentum.%d", g);
+            if (gdl__meta_get(op, path, &f, k, &mom[g]) < 0) goto done;
+        }
+    }
+    if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
+    if (!(bufs = gdl__alloc_bufs(op, c->n)) || gdl__ckpt_check(op, path, c, &f, bufs) < 0) goto done;
+    /* apply */
+    if (gdl__ckpt_apply(op, c, bufs) < 0) goto done;
+    if (opt) {
+        gdl_optim_set_step(opt, (int64_t)step);
+        for (g = 0; g < ng; g++) {
+            gdl_optim_set_lr(opt, g, lr[g]);
+            gdl_optim_set_momentum(opt, g, mom[g]);
+        }
+    }
+    if (sched) {
+        gdl_scheduler_set_last_epoch(sched, (int64_t)last);
+        if (opt) /* the scheduler may recompute lr from last_epoch: keep the saved values */
+            for (g = 0; g < ng; g++) gdl_optim_set_lr(opt, g, lr[g]);
+    }
+    gdl_rng_set_state(seed, counter);
+    if (epoch) *epoch = (int64_t)ep;
+    rc = 0;
+done:
+    gdl__free_bufs(bufs, c->n);
+    gdl__ckpt_free(c);
+    gdl_st_free(&f);
+    return rc;
+}
 
 #endif /* GPUDL_IMPLEMENTATION_DONE */
 #endif /* GPUDL_IMPLEMENTATION */

@@ -1,6 +1,3 @@
-#ifdef NN_DEV
-#include "gpudl_dev.h"
-#endif
 /* linear_regression.c — the first gpudl program: fit y = x·w + b with
    nn.Linear(10, 1), the mean squared error and SGD (lr 0.01) on seeded
    random data, printing the loss every few epochs and then the learned

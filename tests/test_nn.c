@@ -1,6 +1,3 @@
-#ifdef NN_DEV
-#include "gpudl_dev.h"
-#endif
 /* test_nn.c — modules, optimizers and learning-rate schedulers: output shapes,
    parameter counts, PyTorch's initialisation, state_dict names, train/eval,
    the summary; SGD/Adam/AdamW against independent double-precision loops of
@@ -1123,6 +1120,36 @@ TEST test_scheduler_restore(void) {
     PASS();
 }
 
+/* 12 training steps with a scheduler stepped after each, against PyTorch 2.15 */
+TEST test_scheduled_training_matches_pytorch(void) {
+    static const float torch12[3][4] = {
+        {0.152847424f, -0.305694848f, 0.669248402f, 0.0764237121f},     /* SGD(0.1) + OneCycleLR(0.5, 20) */
+        {-0.0316217691f, 0.738259852f, -0.693151891f, 0.00202941149f},  /* Adam(0.1) + OneCycleLR(0.5, 20) */
+        {-0.180595815f, 0.36119163f, -0.609888077f, -0.0902979076f}};   /* SGD(0.1, 0.9, wd 0.01) + Cosine(8, 0.01) */
+    int k, t, i;
+    for (k = 0; k < 3; k++) {
+        gdl_tensor *p = vecd(P0, 4), *c = vecd(C0, 4);
+        gdl_optimizer *o = k == 0 ? gdl_sgd_new(0.1, 0, 0, 0, 0)
+                         : k == 1 ? gdl_adam_new(0.1, 0.9, 0.999, 1e-8, 0)
+                                  : gdl_sgd_new(0.1, 0.9, 0, 0.01, 0);
+        gdl_scheduler *s;
+        gdl_set_requires_grad(p, 1);
+        gdl_optim_add_params(o, &p, 1, -1, -1);
+        s = k < 2 ? gdl_onecycle_lr_new(o, 0.5, 20) : gdl_cosine_lr_new(o, 8, 0.01);
+        ASSERT_NOT_NULL(s);
+        for (t = 0; t < 12; t++) {
+            ASSERT_EQ(0, run_steps(o, p, c, 1));
+            ASSERT_EQ(0, gdl_scheduler_step(s));
+        }
+        for (i = 0; i < 4; i++) ASSERT_IN_RANGE(torch12[k][i], R(p)[i], 1e-6);
+        gdl_scheduler_free(s);
+        gdl_optim_free(o);
+        gdl_free(p);
+        gdl_free(c);
+    }
+    PASS();
+}
+
 /* ---------------------------------------------------------------------------
    convergence
    ------------------------------------------------------------------------- */
@@ -1364,6 +1391,7 @@ SUITE(schedulers) {
     RUN_TEST(test_linear_warmup);
     RUN_TEST(test_onecycle);
     RUN_TEST(test_scheduler_restore);
+    RUN_TEST(test_scheduled_training_matches_pytorch);
 }
 
 SUITE(convergence) {

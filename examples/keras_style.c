@@ -1,0 +1,93 @@
+/* keras_style.c — Keras' model.summary() / compile / fit / evaluate, in C:
+   a Sequential MLP with batch norm and dropout on Fashion-MNIST, SGD with
+   Nesterov momentum and weight decay (none on biases and norms), a cosine
+   learning-rate schedule, a validation split, per-epoch history and a
+   metrics CSV, then a checkpoint saved as safetensors and loaded back.
+
+   CPU:   cc -O2 -march=native -fopenmp examples/keras_style.c -DGPUDL_ZLIB -lz -lm -pthread -o keras_style
+   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/keras_style.c gpudl_cuda.cu -lcublas -lz -o keras_style
+   Run:   ./keras_style [data_dir] [epochs] */
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include <stdlib.h>
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : NULL;
+    int epochs = argc > 2 ? atoi(argv[2]) : 3, rc = 1;
+    gdl_device dev = gdl_default_device();
+    gdl_dataset *all = NULL, *train = NULL, *val = NULL, *test = NULL;
+    gdl_loader *tl = NULL, *vl = NULL, *el = NULL;
+    gdl_module *model = NULL, *layers[9];
+    gdl_optimizer *opt = NULL;
+    gdl_scheduler *sched = NULL;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_fit_opts fo = gdl_fit_defaults();
+    gdl_epoch_stats *hist;
+    int64_t in_shape[4] = {1, 1, 28, 28};
+    double test_loss, test_acc, again;
+
+    if (epochs < 1) epochs = 1;
+    hist = (gdl_epoch_stats *)calloc((size_t)epochs, sizeof *hist);
+    gdl_manual_seed(1);
+    if (!hist || !(all = gdl_dataset_fashion_mnist(dir, 1)) || !(test = gdl_dataset_fashion_mnist(dir, 0))) goto fail;
+    /* validation_split = 1/12 */
+    if (!(train = gdl_dataset_subset(all, 0, 55000)) || !(val = gdl_dataset_subset(all, 55000, 5000))) goto fail;
+
+    layers[0] = gdl_nn_flatten(1);
+    layers[1] = gdl_nn_linear(784, 256, 1);
+    layers[2] = gdl_nn_batchnorm1d(256);
+    layers[3] = gdl_nn_relu();
+    layers[4] = gdl_nn_dropout(0.2);
+    layers[5] = gdl_nn_linear(256, 128, 1);
+    layers[6] = gdl_nn_relu();
+    layers[7] = gdl_nn_linear(128, 10, 1);
+    if (!(model = gdl_nn_sequential(8, layers)) || gdl_module_to(model, dev) < 0) goto fail;
+    gdl_module_summary(model, 4, in_shape, stdout); /* model.summary() */
+
+    /* model.compile(optimizer=SGD(0.05, momentum=0.9, nesterov=True), loss=cross entropy) */
+    if (!(opt = gdl_sgd_new(0.05, 0.9, 0, 5e-4, 1)) || gdl_optim_add_module(opt, model, 1) < 0) goto fail;
+    if (!(sched = gdl_cosine_lr_new(opt, epochs, 0))) goto fail;
+
+    lo.batch_size = 128;
+    lo.shuffle = 1;
+    lo.num_workers = 2;
+    lo.device = dev;
+    lo.pin_memory = 1;
+    if (!(tl = gdl_loader_new(train, &lo))) goto fail;
+    lo.shuffle = 0;
+    lo.batch_size = 1000;
+    if (!(vl = gdl_loader_new(val, &lo)) || !(el = gdl_loader_new(test, &lo))) goto fail;
+
+    /* model.fit(x, y, epochs, batch_size, validation_data) */
+    fo.epochs = epochs;
+    fo.val = vl;
+    fo.scheduler = sched;
+    fo.csv_path = "keras_style_metrics.csv";
+    if (gdl_fit(model, tl, opt, &fo, hist) < 0) goto fail;
+    /* model.evaluate(x_test, y_test) */
+    if (gdl_evaluate(model, el, NULL, NULL, &test_loss, &test_acc) < 0) goto fail;
+    printf("test loss %.4f, test accuracy %.2f%%, last epoch %.0f samples/s (metrics in keras_style_metrics.csv)\n",
+           test_loss, 100 * test_acc, hist[epochs - 1].samples_per_sec);
+
+    /* model.save / load */
+    if (gdl_save_model(model, "keras_style.safetensors") < 0 || gdl_load_model(model, "keras_style.safetensors") < 0 ||
+        gdl_evaluate(model, el, NULL, NULL, NULL, &again) < 0)
+        goto fail;
+    printf("saved keras_style.safetensors and loaded it back: test accuracy %.2f%%\n", 100 * again);
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "keras_style: %s\n", gdl_last_error());
+    gdl_scheduler_free(sched);
+    gdl_optim_free(opt);
+    gdl_module_free(model);
+    gdl_loader_free(tl);
+    gdl_loader_free(vl);
+    gdl_loader_free(el);
+    gdl_dataset_free(all);
+    gdl_dataset_free(train);
+    gdl_dataset_free(val);
+    gdl_dataset_free(test);
+    free(hist);
+    gdl_shutdown();
+    return rc;
+}
