@@ -36,9 +36,28 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h
 
+# the examples compiled with nvcc (CUDA builds) are part of `make test`
 .PHONY: all test test-unit test-asan test-warnings test-harness test-cuda-build test-cuda run bench cuda clean
 
-all: $(TESTS)
+EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/device_query
+CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query
+
+all: $(TESTS) $(EXAMPLES)
+
+$(B)/%: examples/%.c gpudl.h | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
+
+# one nvcc command per example, as README gives them
+$(B)/cuda_%: examples/%.c gpudl.h $(B)/gpudl_cuda.o | $(B)
+	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas $(ZLIBS) -o $@
+
+$(B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h | $(B)
+	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA -c gpudl_cuda.cu -o $@
+
+cuda: $(CUDA_EXAMPLES)
+
+run: $(B)/mnist_mlp
+	$(B)/mnist_mlp
 
 $(B):
 	mkdir -p $(B)
@@ -105,7 +124,8 @@ test-harness:
 # CI has no GPU: the CUDA backend and the CUDA builds must still compile and link.
 test-cuda-build: | $(B)
 	@test -x "$(NVCC)" || { echo "nvcc not found (set NVCC=...)"; exit 1; }
-	$(NVCC) -std=c++17 -O2 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA -c gpudl_cuda.cu -o $(B)/gpudl_cuda.o
+	$(MAKE) --no-print-directory $(B)/gpudl_cuda.o $(CUDA_EXAMPLES)
+	$(B)/cuda_device_query
 	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -o $(B)/cuda_link_check
 	$(B)/cuda_link_check
 	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda.o -lcublas -o $(B)/test_cuda_build
