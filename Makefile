@@ -54,7 +54,10 @@ $(B)/cuda_%: examples/%.c gpudl.h $(B)/gpudl_cuda.o | $(B)
 $(B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h | $(B)
 	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA -c gpudl_cuda.cu -o $@
 
-cuda: $(CUDA_EXAMPLES)
+$(B)/cuda_bench_train: bench/train.c gpudl.h $(B)/gpudl_cuda.o | $(B)
+	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -o $@
+
+cuda: $(CUDA_EXAMPLES) $(B)/cuda_bench_train
 
 run: $(B)/mnist_mlp
 	$(B)/mnist_mlp
@@ -109,6 +112,7 @@ test-asan: $(ASAN_TESTS)
 # The header (implementation included) must build warning-free everywhere.
 test-warnings: | $(B)
 	@set -e; for c in "gcc -std=c99" "gcc -std=c11" "clang -std=c99" "clang -std=c11" "gcc -std=c99 -fopenmp" \
+	    "gcc -std=c99 -O2" "gcc -std=c99 -O3 -march=native -fopenmp" "clang -std=c99 -O3" \
 	    "gcc -std=c99 -DGPUDL_DOUBLE" "gcc -std=c99 -DGPUDL_ZLIB"; do \
 	  echo "warnings: $$c"; $$c $(WARN) -Werror -c tests/build_check.c -o $(B)/build_check.o; done; \
 	echo "warnings: gcc -std=c99 -DGPUDL_NO_THREADS"; gcc -std=c99 $(WARN) -Werror -DGPUDL_NO_THREADS -c tests/build_check.c -o $(B)/build_check.o; \
@@ -124,7 +128,7 @@ test-harness:
 # CI has no GPU: the CUDA backend and the CUDA builds must still compile and link.
 test-cuda-build: | $(B)
 	@test -x "$(NVCC)" || { echo "nvcc not found (set NVCC=...)"; exit 1; }
-	$(MAKE) --no-print-directory $(B)/gpudl_cuda.o $(CUDA_EXAMPLES)
+	$(MAKE) --no-print-directory $(B)/gpudl_cuda.o $(CUDA_EXAMPLES) $(B)/cuda_bench_train
 	$(B)/cuda_device_query
 	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -o $(B)/cuda_link_check
 	$(B)/cuda_link_check
@@ -137,6 +141,8 @@ test-cuda: | $(B)
 	$(B)/test_cuda
 
 bench: | $(B)
+	$(CC) $(STD) -O3 -march=native $(OPENMP) bench/train.c -o $(B)/bench_train $(LIBS)
+	$(B)/bench_train mlp cnn fc10 fc50
 	$(CC) $(STD) -O3 -march=native $(OPENMP) bench/gemm.c -o $(B)/bench_gemm $(LIBS) \
 	  $(shell (test -f /usr/include/cblas.h || test -f /usr/include/x86_64-linux-gnu/cblas.h) && echo -DGPUDL_BENCH_OPENBLAS -lopenblas)
 	$(B)/bench_gemm

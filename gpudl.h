@@ -3061,7 +3061,7 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
 /* ---- reductions and softmax ---- */
 
 static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
-    int64_t outer, nred, inner, shape[GDL_MAX_DIMS];
+    int64_t outer, nred, inner, shape[GDL_MAX_DIMS] = {0};
     int d = 0, nd = 0, k, err;
     gdl_tensor *out, *idx = NULL;
     gdl_node *n;
@@ -4426,7 +4426,7 @@ typedef struct gdl__json {
     size_t slen, scap;
     const char *tok;    /* the last number token */
     size_t toklen;
-    char err[512];
+    char err[1024];
 } gdl__json;
 
 static int gdl__js_fail(gdl__json *J, const char *what) {
@@ -4514,7 +4514,7 @@ static int gdl__js_string(gdl__json *J) {
         case 'r': c = '\r'; break;
         case 't': c = '\t'; break;
         case 'u': {
-            unsigned cp, lo;
+            unsigned cp = 0, lo = 0;
             unsigned char u[4];
             int nu, k;
             if (gdl__js_hex4(J, &cp) < 0) return -1;

@@ -197,8 +197,19 @@ int main(void) {
 #ifdef GPUDL_BENCH_OPENBLAS
     printf(" vs OpenBLAS cblas_sgemm (core %s)", openblas_get_corename());
 #endif
-    printf("\nthreads: 1 and %d (all); GFLOP/s, median of 5 repeats of >= 50 ms; ratio = built-in / OpenBLAS\n\n",
+    printf("\nthreads: 1 and %d (all); GFLOP/s, median of 5 repeats of >= 50 ms; ratio = built-in / OpenBLAS\n",
            nthreads);
+    { /* other busy processes make the multi-threaded columns meaningless: say so */
+        FILE *f = fopen("/proc/loadavg", "r");
+        double load = 0;
+        if (f) {
+            if (fscanf(f, "%lf", &load) == 1 && load > 0.5)
+                printf("note: load average %.2f before start; other busy processes skew the %d-thread columns\n",
+                       load, nthreads);
+            fclose(f);
+        }
+    }
+    printf("\n");
 #ifdef GPUDL_BENCH_OPENBLAS
     printf("%-20s %2s %4s %4s %4s | %8s %8s %5s | %8s %8s %5s | %8s\n", "shape", "op", "M", "N", "K", "ours 1T",
            "oblas 1T", "ratio", "ours", "oblas", "ratio", "err");

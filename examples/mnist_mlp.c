@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 int main(int argc, char **argv) {
-    const char *dir = argc > 1 ? argv[1] : NULL;
+    const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL; /* "" searches the default places */
     int epochs = argc > 2 ? atoi(argv[2]) : 5, epoch;
     gdl_device dev = gdl_default_device();
     gdl_dataset *train = NULL, *test = NULL;

@@ -1,0 +1,167 @@
+/* train.c — training throughput of the benchmark nets, on the default device
+   (a GPU when built with CUDA and one is present, else the CPU).
+
+   Nets (the same as bench/pytorch/train.py):
+     mlp     784-128-10, ReLU, Adam 1e-3, batch 64          (the Fashion-MNIST MLP)
+     cnn     conv32-pool-conv64-pool-fc128-fc10, Adam, batch 64 (the Fashion-MNIST CNN)
+     fc10    10 Linear(512,512)+ReLU layers, SGD, batch 100 (the seed's small net, 1000 samples)
+     fc50    50 such layers                                  (the seed's large net)
+     wide    4096-4096-4096-10 MLP, SGD, batch 512            (GEMM-bound)
+   Inputs are random (never zeros). Per net: warm-up steps, then the median of
+   5 timed repeats of `steps` steps each; the device is synchronised by the
+   loss read (gdl_item) at the end of each repeat. Prints time per step,
+   samples/s, the FLOPs of a step and the achieved GFLOP/s, and the threads.
+
+   CPU:   cc -O3 -march=native -fopenmp bench/train.c -lm -pthread -o bench_train
+   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA bench/train.c gpudl_cuda.cu -lcublas -o bench_train
+   Run:   ./bench_train [net ...]      (default: mlp cnn fc10 fc50) */
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include <stdlib.h>
+
+typedef struct bnet {
+    const char *name;
+    gdl_module *m;
+    gdl_optimizer *opt;
+    gdl_tensor *x, *y;
+    int64_t batch;
+    double flops; /* multiply-adds x2 of forward + backward (3x forward) */
+} bnet;
+
+static gdl_module *fc_stack(int layers, int width, int in, int out) {
+    gdl_module *seq = gdl_nn_sequential(0, NULL);
+    int i;
+    for (i = 0; i < layers; i++) {
+        gdl_nn_sequential_add(seq, gdl_nn_linear(i == 0 ? in : width, width, 1));
+        gdl_nn_sequential_add(seq, gdl_nn_relu());
+    }
+    gdl_nn_sequential_add(seq, gdl_nn_linear(width, out, 1));
+    return seq;
+}
+
+static int make_net(bnet *b, const char *name, gdl_device dev) {
+    int64_t xs[4];
+    int nd = 2;
+    memset(b, 0, sizeof *b);
+    b->name = name;
+    gdl_manual_seed(0);
+    if (!strcmp(name, "mlp")) {
+        b->m = fc_stack(1, 128, 784, 10);
+        b->batch = 64;
+        xs[1] = 784;
+        b->flops = 3.0 * 2 * 64 * (784.0 * 128 + 128 * 10);
+        b->opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0);
+    } else if (!strcmp(name, "cnn")) {
+        gdl_module *l[10];
+        l[0] = gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 1);
+        l[1] = gdl_nn_relu();
+        l[2] = gdl_nn_maxpool2d(2, 2, 0);
+        l[3] = gdl_nn_conv2d(32, 64, 3, 1, 1, 1, 1, 1);
+        l[4] = gdl_nn_relu();
+        l[5] = gdl_nn_maxpool2d(2, 2, 0);
+        l[6] = gdl_nn_flatten(1);
+        l[7] = gdl_nn_linear(64 * 7 * 7, 128, 1);
+        l[8] = gdl_nn_relu();
+        l[9] = gdl_nn_linear(128, 10, 1);
+        b->m = gdl_nn_sequential(10, l);
+        b->batch = 64;
+        nd = 4;
+        xs[1] = 1; xs[2] = 28; xs[3] = 28;
+        b->flops = 3.0 * 2 * 64 * (32.0 * 9 * 784 + 64.0 * 32 * 9 * 196 + 3136.0 * 128 + 1280);
+        b->opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0);
+    } else if (!strcmp(name, "fc10") || !strcmp(name, "fc50")) {
+        int L = name[2] == '1' ? 10 : 50;
+        b->m = fc_stack(L, 512, 512, 10);
+        b->batch = 100;
+        xs[1] = 512;
+        b->flops = 3.0 * 2 * 100 * (512.0 * 512 * L + 5120);
+        b->opt = gdl_sgd_new(0.01, 0.9, 0, 0, 0);
+    } else if (!strcmp(name, "wide")) {
+        b->m = fc_stack(2, 4096, 4096, 10);
+        b->batch = 512;
+        xs[1] = 4096;
+        b->flops = 3.0 * 2 * 512 * (2 * 4096.0 * 4096 + 40960);
+        b->opt = gdl_sgd_new(0.01, 0.9, 0, 0, 0);
+    } else {
+        fprintf(stderr, "bench_train: unknown net %s (mlp, cnn, fc10, fc50, wide)\n", name);
+        return -1;
+    }
+    xs[0] = b->batch;
+    {
+        int32_t *labels = (int32_t *)malloc(sizeof(int32_t) * (size_t)b->batch);
+        int64_t i;
+        for (i = 0; i < b->batch; i++) labels[i] = (int32_t)(gdl_rng_next_u64() % 10);
+        b->y = gdl_from_array(labels, 1, &b->batch, GDL_I32, dev);
+        free(labels);
+    }
+    b->x = gdl_randn(nd, xs, dev);
+    if (!b->m || !b->opt || !b->x || !b->y || gdl_module_to(b->m, dev) < 0 || gdl_optim_add_module(b->opt, b->m, 0) < 0)
+        return -1;
+    return 0;
+}
+
+static double run_steps(bnet *b, int steps) {
+    gdl_tensor *loss = NULL;
+    int s;
+    for (s = 0; s < steps; s++) {
+        gdl_arena_reset();
+        gdl_zero_grad(b->opt);
+        loss = gdl_cross_entropy(gdl_forward(b->m, b->x), b->y);
+        if (!loss || gdl_backward(loss) < 0 || gdl_step(b->opt) < 0) return NAN;
+    }
+    return gdl_item(loss); /* waits for the device */
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    static const char *const defaults[] = {"mlp", "cnn", "fc10", "fc50"};
+    const char *const *nets = argc > 1 ? (const char *const *)(argv + 1) : defaults;
+    int nnets = argc > 1 ? argc - 1 : 4, k, threads = 1;
+    gdl_device dev = gdl_default_device();
+#ifdef _OPENMP
+    threads = omp_get_max_threads();
+#endif
+    printf("device %s (%s), %d CPU threads\n", gdl_device_str(dev), gdl_device_name(dev), threads);
+    printf("%-6s %6s %12s %12s %10s %10s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s");
+    for (k = 0; k < nnets; k++) {
+        bnet b;
+        double t[5], med, ms;
+        int r, steps;
+        if (make_net(&b, nets[k], dev) < 0) {
+            fprintf(stderr, "bench_train: %s\n", gdl_last_error());
+            return 1;
+        }
+        /* warm up, and size the repeats to ~0.5 s each */
+        {
+            double t0 = gdl_now();
+            run_steps(&b, 3);
+            ms = (gdl_now() - t0) / 3;
+            steps = ms > 0 ? (int)(0.5 / ms) : 100;
+            if (steps < 3) steps = 3;
+            if (steps > 2000) steps = 2000;
+        }
+        for (r = 0; r < 5; r++) {
+            double t0 = gdl_now();
+            if (isnan(run_steps(&b, steps))) {
+                fprintf(stderr, "bench_train: %s: %s\n", b.name, gdl_last_error());
+                return 1;
+            }
+            t[r] = (gdl_now() - t0) / steps;
+        }
+        qsort(t, 5, sizeof t[0], cmp);
+        med = t[2];
+        printf("%-6s %6lld %12.3f %12.0f %10.3f %10.1f\n", b.name, (long long)b.batch, 1e3 * med,
+               (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med);
+        fflush(stdout);
+        gdl_optim_free(b.opt);
+        gdl_module_free(b.m);
+        gdl_free(b.x);
+        gdl_free(b.y);
+    }
+    gdl_shutdown();
+    return 0;
+}
