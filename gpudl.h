@@ -12,9 +12,13 @@
        #define GPUDL_IMPLEMENTATION
        #include "gpudl.h"
 
-       cc -O2 -march=native -fopenmp my_net.c -lm -o my_net          (CPU)
+       cc -O2 -march=native -fopenmp my_net.c -lm -pthread -o my_net   (CPU)
        nvcc -O3 -arch=sm_90 -DGPUDL_CUDA my_net.c gpudl_cuda.cu \
-            -lcublas -o my_net                                      (CUDA)
+            -lcublas -o my_net                                       (CUDA)
+   Add -DGPUDL_ZLIB ... -lz to read gzipped IDX files (Fashion-MNIST).
+   README.md and examples/ show the module / optimizer / DataLoader level
+   (gdl_nn_*, gdl_adam_new, gdl_loader_new, gdl_fit); the sample below is
+   the tensor level underneath.
 
    A training step, as in PyTorch
    ------------------------------
@@ -72,6 +76,8 @@
    GPUDL_ASSERT(x)        override assert()
    GPUDL_CUDA             enable the CUDA backend (link gpudl_cuda.cu)
    GPUDL_CBLAS            route the CPU GEMM to cblas_sgemm (link -lopenblas)
+   GPUDL_ZLIB             read gzipped IDX files (link -lz)
+   GPUDL_NO_THREADS       DataLoader workers run inline (no pthreads)
    GPUDL_DOUBLE           compute in double precision on the CPU: the dtype
                           GDL_F32 then holds doubles. Used by the gradient
                           check tests; not for CUDA builds.

@@ -204,7 +204,8 @@ int main(void) {
         double load = 0;
         if (f) {
             if (fscanf(f, "%lf", &load) == 1 && load > 0.5)
-                printf("note: load average %.2f before start; other busy processes skew the %d-thread columns\n",
+                printf("note: load average %.2f before start: other busy processes skew the %d-thread columns\n"
+                       "      (with libgomp, OMP_WAIT_POLICY=passive avoids multi-ms stalls at every join)\n",
                        load, nthreads);
             fclose(f);
         }
