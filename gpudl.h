@@ -2553,44 +2553,83 @@ typedef struct gdl__iter {
     int64_t idx[GDL_MAX_DIMS];
 } gdl__iter;
 
+/* one row of a binary op: o[i] = a[i*sa] op b[i*sb]; the contiguous and
+   broadcast-scalar cases get their own loops so they vectorise */
+static void gdl__bin_row(int op, int64_t n, const gdl_real *a, int64_t sa, const gdl_real *b, int64_t sb, gdl_real *o) {
+    int64_t i;
+    if (sa == 1 && sb == 1) {
+        switch (op) {
+        case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
+        case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
+        case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
+        default: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+        }
+    } else if (sa == 1 && sb == 0) {
+        const gdl_real v = b[0];
+        switch (op) {
+        case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + v; break;
+        case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - v; break;
+        case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * v; break;
+        default: for (i = 0; i < n; i++) o[i] = a[i] / v; break;
+        }
+    } else {
+        switch (op) {
+        case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i * sa] + b[i * sb]; break;
+        case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i * sa] - b[i * sb]; break;
+        case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i * sa] * b[i * sb]; break;
+        default: for (i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; break;
+        }
+    }
+}
+
+/* Walks the outer dims (all but the last) in row-major order, advancing
+   two strided offsets: the odometer shared by binary and sum_to. */
+static void gdl__odometer_step(int ndim, const int64_t *shape, int64_t *idx, int64_t *oa, const int64_t *astr,
+                               int64_t *ob, const int64_t *bstr) {
+    int d;
+    for (d = ndim - 2; d >= 0; d--) {
+        *oa += astr[d];
+        *ob += bstr[d];
+        if (++idx[d] < shape[d]) return;
+        *oa -= astr[d] * shape[d];
+        *ob -= bstr[d] * shape[d];
+        idx[d] = 0;
+    }
+}
+
 static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr,
                            const gdl_real *b, const int64_t *bstr, gdl_real *out) {
-    int64_t n = 1, i, oa = 0, ob = 0, idx[GDL_MAX_DIMS] = {0};
+    int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, oa = 0, ob = 0, idx[GDL_MAX_DIMS] = {0};
     int d;
-    for (d = 0; d < ndim; d++) n *= shape[d];
-    for (i = 0; i < n; i++) {
-        gdl_real x = a[oa], y = b[ob];
-        switch (op) {
-        case GDL_BIN_ADD: out[i] = x + y; break;
-        case GDL_BIN_SUB: out[i] = x - y; break;
-        case GDL_BIN_MUL: out[i] = x * y; break;
-        default: out[i] = x / y; break;
-        }
-        for (d = ndim - 1; d >= 0; d--) { /* odometer step */
-            oa += astr[d];
-            ob += bstr[d];
-            if (++idx[d] < shape[d]) break;
-            oa -= astr[d] * shape[d];
-            ob -= bstr[d] * shape[d];
-            idx[d] = 0;
-        }
+    for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
+    if (inner == 0) return 0;
+    for (r = 0; r < rows; r++) {
+        gdl__bin_row(op, inner, a + oa, ndim ? astr[ndim - 1] : 0, b + ob, ndim ? bstr[ndim - 1] : 0, out + r * inner);
+        gdl__odometer_step(ndim, shape, idx, &oa, astr, &ob, bstr);
     }
     return 0;
 }
 
 static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst,
                            const int64_t *dstr, gdl_real alpha) {
-    int64_t n = 1, i, o = 0, idx[GDL_MAX_DIMS] = {0};
+    int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, i, o = 0, unused = 0, idx[GDL_MAX_DIMS] = {0};
+    int64_t ds = ndim ? dstr[ndim - 1] : 0, zero[GDL_MAX_DIMS] = {0};
     int d;
-    for (d = 0; d < ndim; d++) n *= shape[d];
-    for (i = 0; i < n; i++) {
-        dst[o] += alpha * src[i];
-        for (d = ndim - 1; d >= 0; d--) {
-            o += dstr[d];
-            if (++idx[d] < shape[d]) break;
-            o -= dstr[d] * shape[d];
-            idx[d] = 0;
+    for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
+    if (inner == 0) return 0;
+    for (r = 0; r < rows; r++) {
+        const gdl_real *p = src + r * inner;
+        gdl_real *q = dst + o;
+        if (ds == 0) { /* the row sums into one element */
+            gdl_real acc = 0;
+            for (i = 0; i < inner; i++) acc += p[i];
+            q[0] += alpha * acc;
+        } else if (ds == 1) {
+            for (i = 0; i < inner; i++) q[i] += alpha * p[i];
+        } else {
+            for (i = 0; i < inner; i++) q[i * ds] += alpha * p[i];
         }
+        gdl__odometer_step(ndim, shape, idx, &o, dstr, &unused, zero);
     }
     return 0;
 }
@@ -2635,17 +2674,54 @@ static double gdl__unary_grad1(int op, double x, double y, double alpha) {
     }
 }
 
+/* the cheap ops get their own loops (they vectorise); the rest go through
+   gdl__unary1 */
 static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
     int64_t i;
-    GDL__PARALLEL_FOR(n)
-    for (i = 0; i < n; i++) y[i] = gdl__unary1(op, x[i], alpha);
+    switch (op) {
+    case GDL_UN_RELU:
+        for (i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+        break;
+    case GDL_UN_SCALE:
+        for (i = 0; i < n; i++) y[i] = alpha * x[i];
+        break;
+    case GDL_UN_ADD_SCALAR:
+        for (i = 0; i < n; i++) y[i] = x[i] + alpha;
+        break;
+    default:
+        GDL__PARALLEL_FOR(n)
+        for (i = 0; i < n; i++) y[i] = gdl__unary1(op, x[i], alpha);
+        break;
+    }
     return 0;
 }
 static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
                                    gdl_real *gx, gdl_real alpha) {
     int64_t i;
-    GDL__PARALLEL_FOR(n)
-    for (i = 0; i < n; i++) gx[i] += (gdl_real)(gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha));
+    switch (op) {
+    case GDL_UN_RELU:
+        for (i = 0; i < n; i++) gx[i] += x[i] > 0 ? gy[i] : 0;
+        break;
+    case GDL_UN_LEAKY_RELU:
+        for (i = 0; i < n; i++) gx[i] += x[i] > 0 ? gy[i] : alpha * gy[i];
+        break;
+    case GDL_UN_SCALE:
+        for (i = 0; i < n; i++) gx[i] += alpha * gy[i];
+        break;
+    case GDL_UN_ADD_SCALAR:
+        for (i = 0; i < n; i++) gx[i] += gy[i];
+        break;
+    case GDL_UN_SIGMOID:
+        for (i = 0; i < n; i++) gx[i] += gy[i] * y[i] * (1 - y[i]);
+        break;
+    case GDL_UN_TANH:
+        for (i = 0; i < n; i++) gx[i] += gy[i] * (1 - y[i] * y[i]);
+        break;
+    default:
+        GDL__PARALLEL_FOR(n)
+        for (i = 0; i < n; i++) gx[i] += (gdl_real)(gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha));
+        break;
+    }
     return 0;
 }
 
@@ -2749,23 +2825,42 @@ static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t
     return 0;
 }
 
+/* The output columns ow whose input column ow*SW - PW + kw*DW lies inside
+   [0, W): [*lo, *hi). Rows of im2col are then a zero head, a strided copy
+   and a zero tail, with no test per element. */
+static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
+    int off = kw * g->DW - g->PW, l = 0, h = g->OW;
+    while (l < h && l * g->SW + off < 0) l++;
+    while (h > l && (h - 1) * g->SW + off >= g->W) h--;
+    *lo = l;
+    *hi = h;
+}
+
 static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
     int64_t nc, OHW = (int64_t)g->OH * g->OW;
     GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->KH * g->KW * OHW)
     for (nc = 0; nc < (int64_t)g->N * g->C; nc++) {
         const gdl_real *xp = x + nc * g->H * g->W;
         gdl_real *cp = col + nc * g->KH * g->KW * OHW; /* [n][c*KK + kk][ohw] */
-        int kh, kw, oh, ow;
+        int kh, kw, oh, ow, lo, hi;
         for (kh = 0; kh < g->KH; kh++)
             for (kw = 0; kw < g->KW; kw++) {
                 gdl_real *row = cp + (kh * g->KW + kw) * OHW;
+                gdl__valid_cols(g, kw, &lo, &hi);
                 for (oh = 0; oh < g->OH; oh++) {
                     int ih = oh * g->SH - g->PH + kh * g->DH;
-                    for (ow = 0; ow < g->OW; ow++) {
-                        int iw = ow * g->SW - g->PW + kw * g->DW;
-                        row[oh * g->OW + ow] =
-                            (ih >= 0 && ih < g->H && iw >= 0 && iw < g->W) ? xp[ih * g->W + iw] : 0;
+                    gdl_real *r = row + oh * g->OW;
+                    int64_t base = (int64_t)ih * g->W + kw * g->DW - g->PW; /* input index of ow = 0 */
+                    if (ih < 0 || ih >= g->H) {
+                        for (ow = 0; ow < g->OW; ow++) r[ow] = 0;
+                        continue;
                     }
+                    for (ow = 0; ow < lo; ow++) r[ow] = 0;
+                    if (g->SW == 1)
+                        for (ow = lo; ow < hi; ow++) r[ow] = xp[base + ow];
+                    else
+                        for (ow = lo; ow < hi; ow++) r[ow] = xp[base + (int64_t)ow * g->SW];
+                    for (ow = hi; ow < g->OW; ow++) r[ow] = 0;
                 }
             }
     }
@@ -2778,17 +2873,20 @@ static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real
     for (nc = 0; nc < (int64_t)g->N * g->C; nc++) {
         gdl_real *xp = x + nc * g->H * g->W;
         const gdl_real *cp = col + nc * g->KH * g->KW * OHW;
-        int kh, kw, oh, ow;
+        int kh, kw, oh, ow, lo, hi;
         for (kh = 0; kh < g->KH; kh++)
             for (kw = 0; kw < g->KW; kw++) {
                 const gdl_real *row = cp + (kh * g->KW + kw) * OHW;
+                gdl__valid_cols(g, kw, &lo, &hi);
                 for (oh = 0; oh < g->OH; oh++) {
                     int ih = oh * g->SH - g->PH + kh * g->DH;
+                    const gdl_real *r = row + oh * g->OW;
+                    int64_t base = (int64_t)ih * g->W + kw * g->DW - g->PW;
                     if (ih < 0 || ih >= g->H) continue;
-                    for (ow = 0; ow < g->OW; ow++) {
-                        int iw = ow * g->SW - g->PW + kw * g->DW;
-                        if (iw >= 0 && iw < g->W) xp[ih * g->W + iw] += row[oh * g->OW + ow];
-                    }
+                    if (g->SW == 1)
+                        for (ow = lo; ow < hi; ow++) xp[base + ow] += r[ow];
+                    else
+                        for (ow = lo; ow < hi; ow++) xp[base + (int64_t)ow * g->SW] += r[ow];
                 }
             }
     }
@@ -2801,6 +2899,25 @@ static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real 
     for (p = 0; p < (int64_t)g->N * g->C; p++) {
         const gdl_real *xp = x + p * g->H * g->W;
         int oh, ow, kh, kw;
+        if (g->PH == 0 && g->PW == 0 && g->DH == 1 && g->DW == 1) { /* every window inside the plane */
+            for (oh = 0; oh < g->OH; oh++)
+                for (ow = 0; ow < g->OW; ow++) {
+                    int32_t base = oh * g->SH * g->W + ow * g->SW, bi = base;
+                    gdl_real best = xp[base];
+                    for (kh = 0; kh < g->KH; kh++)
+                        for (kw = 0; kw < g->KW; kw++) {
+                            int32_t j = base + kh * g->W + kw;
+                            gdl_real v = xp[j];
+                            /* first max; first NaN wins. Branch-free: the max's place is random */
+                            int take = (v > best) | ((v != v) & (best == best));
+                            best = take ? v : best;
+                            bi = take ? j : bi;
+                        }
+                    y[(p * g->OH + oh) * g->OW + ow] = best;
+                    idx[(p * g->OH + oh) * g->OW + ow] = bi;
+                }
+            continue;
+        }
         for (oh = 0; oh < g->OH; oh++)
             for (ow = 0; ow < g->OW; ow++) {
                 gdl_real best = (gdl_real)-INFINITY;
