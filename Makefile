@@ -113,6 +113,7 @@ test-asan: $(ASAN_TESTS)
 test-warnings: | $(B)
 	@set -e; for c in "gcc -std=c99" "gcc -std=c11" "clang -std=c99" "clang -std=c11" "gcc -std=c99 -fopenmp" \
 	    "gcc -std=c99 -O2" "gcc -std=c99 -O3 -march=native -fopenmp" "clang -std=c99 -O3" \
+	    "gcc -std=c99 -DGPUDL_STATIC" "clang -std=c11 -DGPUDL_STATIC" "gcc -std=c99 -DGPUDL_CBLAS" \
 	    "gcc -std=c99 -DGPUDL_DOUBLE" "gcc -std=c99 -DGPUDL_ZLIB"; do \
 	  echo "warnings: $$c"; $$c $(WARN) -Werror -c tests/build_check.c -o $(B)/build_check.o; done; \
 	echo "warnings: gcc -std=c99 -DGPUDL_NO_THREADS"; gcc -std=c99 $(WARN) -Werror -DGPUDL_NO_THREADS -c tests/build_check.c -o $(B)/build_check.o; \

@@ -96,7 +96,11 @@
 #include <stdio.h>
 
 #ifdef GPUDL_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define GPUDL_API static __attribute__((unused)) /* a program uses only some of them */
+#else
 #define GPUDL_API static
+#endif
 #else
 #define GPUDL_API extern
 #endif
@@ -811,6 +815,14 @@ typedef struct gdl_epoch_stats {
 
 /* wall-clock seconds (gettimeofday; clock() where that is missing), for timing loops */
 GPUDL_API double gdl_now(void);
+/* Loss objects with the gdl_loss_fn signature, PyTorch's nn.CrossEntropyLoss(...) etc.: give the
+   function as gdl_fit_opts.loss and its options as .loss_user (NULL: PyTorch's defaults).
+   user: const gdl_ce_opts * (cross entropy, nll; nll needs label_smoothing 0) or
+   const gdl_reduction * (mse, bce_with_logits). */
+GPUDL_API gdl_tensor *gdl_loss_cross_entropy(gdl_tensor *output, gdl_tensor *target, void *user);
+GPUDL_API gdl_tensor *gdl_loss_nll(gdl_tensor *output, gdl_tensor *target, void *user);
+GPUDL_API gdl_tensor *gdl_loss_mse(gdl_tensor *output, gdl_tensor *target, void *user);
+GPUDL_API gdl_tensor *gdl_loss_bce_with_logits(gdl_tensor *output, gdl_tensor *target, void *user);
 GPUDL_API gdl_fit_opts gdl_fit_defaults(void);
 /* Trains for o->epochs over train; fills history[0..epochs-1] when not NULL. 0 / -1. */
 GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *o,
@@ -8949,10 +8961,24 @@ GPUDL_API gdl_fit_opts gdl_fit_defaults(void) {
     return o;
 }
 
-static gdl_tensor *gdl__default_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
-    (void)user;
-    return gdl_cross_entropy(out, y);
+GPUDL_API gdl_tensor *gdl_loss_cross_entropy(gdl_tensor *output, gdl_tensor *target, void *user) {
+    return gdl_cross_entropy_ex(output, target, (const gdl_ce_opts *)user);
 }
+GPUDL_API gdl_tensor *gdl_loss_nll(gdl_tensor *output, gdl_tensor *target, void *user) {
+    gdl_ce_opts o = user ? *(const gdl_ce_opts *)user : gdl_ce_defaults();
+    if (o.label_smoothing != 0) {
+        gdl__set_error("gdl_loss_nll: nll_loss has no label smoothing (got %g)", o.label_smoothing);
+        return NULL;
+    }
+    return gdl_nll_loss(output, target, o.reduction, o.ignore_index);
+}
+GPUDL_API gdl_tensor *gdl_loss_mse(gdl_tensor *output, gdl_tensor *target, void *user) {
+    return gdl_mse_loss(output, target, user ? *(const gdl_reduction *)user : GDL_REDUCE_MEAN);
+}
+GPUDL_API gdl_tensor *gdl_loss_bce_with_logits(gdl_tensor *output, gdl_tensor *target, void *user) {
+    return gdl_bce_with_logits(output, target, user ? *(const gdl_reduction *)user : GDL_REDUCE_MEAN);
+}
+#define gdl__default_loss gdl_loss_cross_entropy
 
 /* Running sums of one pass: loss weighted by batch size, and correct
    predictions when the output is [B,C] logits against i32 labels [B]. */

@@ -22,7 +22,7 @@ static int is_cifar_dir(const char *dir) {
 
 int main(int argc, char **argv) {
     const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL; /* "" searches the default places */
-    int epochs = argc > 2 ? atoi(argv[2]) : 2, cifar = is_cifar_dir(dir), C = cifar ? 3 : 1, side = cifar ? 32 : 28;
+    int epochs = argc > 2 ? atoi(argv[2]) : 5, cifar = is_cifar_dir(dir), C = cifar ? 3 : 1, side = cifar ? 32 : 28;
     gdl_device dev = gdl_default_device();
     gdl_dataset *train, *test;
     gdl_loader *tl = NULL, *vl = NULL;
@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
     int e, rc = 1;
 
     printf("device: %s (%s), data: %s\n", gdl_device_str(dev), gdl_device_name(dev), cifar ? "CIFAR-10" : "Fashion-MNIST");
-    if (epochs < 1 || epochs > 100) epochs = 2;
+    if (epochs < 1 || epochs > 100) epochs = 5;
     gdl_manual_seed(0);
     train = cifar ? gdl_dataset_from_cifar10(dir, 1) : gdl_dataset_fashion_mnist(dir, 1);
     test = cifar ? gdl_dataset_from_cifar10(dir, 0) : gdl_dataset_fashion_mnist(dir, 0);

@@ -120,6 +120,29 @@ TEST test_fit_errors(void) {
     PASS();
 }
 
+TEST test_loss_objects(void) {
+    float a[6] = {1, 2, 3, 1, 1, 1}, t[6] = {0, 1, 0, 1, 0, 1};
+    int32_t y[2] = {2, 0};
+    int64_t s[2] = {2, 3}, sy[1] = {2};
+    gdl_tensor *x = gdl_from_array(a, 2, s, GDL_F32, CPU), *tt = gdl_from_array(t, 2, s, GDL_F32, CPU);
+    gdl_tensor *Y = gdl_from_array(y, 1, sy, GDL_I32, CPU);
+    gdl_ce_opts o = gdl_ce_defaults();
+    gdl_reduction sum = GDL_REDUCE_SUM;
+    o.label_smoothing = 0.1;
+    ASSERT_IN_RANGE(gdl_item(gdl_cross_entropy(x, Y)), gdl_item(gdl_loss_cross_entropy(x, Y, NULL)), 0);
+    ASSERT_IN_RANGE(gdl_item(gdl_cross_entropy_ex(x, Y, &o)), gdl_item(gdl_loss_cross_entropy(x, Y, &o)), 0);
+    ASSERT_NULL(gdl_loss_nll(x, Y, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "no label smoothing");
+    ASSERT_IN_RANGE(gdl_item(gdl_nll_loss(x, Y, GDL_REDUCE_MEAN, -100)), gdl_item(gdl_loss_nll(x, Y, NULL)), 0);
+    ASSERT_IN_RANGE(gdl_item(gdl_mse_loss(x, tt, GDL_REDUCE_SUM)), gdl_item(gdl_loss_mse(x, tt, &sum)), 0);
+    ASSERT_IN_RANGE(gdl_item(gdl_bce_with_logits(x, tt, GDL_REDUCE_MEAN)),
+                    gdl_item(gdl_loss_bce_with_logits(x, tt, NULL)), 0);
+    gdl_free(x);
+    gdl_free(tt);
+    gdl_free(Y);
+    PASS();
+}
+
 static int same_params(gdl_module *a, gdl_module *b) {
     const char *na[64], *nb[64];
     gdl_tensor *ta[64], *tb[64];
@@ -330,6 +353,7 @@ SUITE(fit) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_fit_learns_and_reports);
     RUN_TEST(test_fit_errors);
+    RUN_TEST(test_loss_objects);
     RUN_TEST(test_fashion_mnist_one_epoch);
 }
 SUITE(checkpoints) {
