@@ -10,7 +10,8 @@
    Inputs are random (never zeros). Per net: warm-up steps, then the median of
    5 timed repeats of `steps` steps each; the device is synchronised by the
    loss read (gdl_item) at the end of each repeat. Prints time per step,
-   samples/s, the FLOPs of a step and the achieved GFLOP/s, and the threads.
+   samples/s, the FLOPs of a step and the achieved GFLOP/s, peak GPU memory
+   (CUDA), and the threads.
 
    CPU:   cc -O3 -march=native -fopenmp bench/train.c -lm -pthread -o bench_train
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA bench/train.c gpudl_cuda.cu -lcublas -o bench_train
@@ -126,7 +127,8 @@ int main(int argc, char **argv) {
     threads = omp_get_max_threads();
 #endif
     printf("device %s (%s), %d CPU threads\n", gdl_device_str(dev), gdl_device_name(dev), threads);
-    printf("%-6s %6s %12s %12s %10s %10s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s");
+    printf("%-6s %6s %12s %12s %10s %10s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
+           "peak MiB");
     for (k = 0; k < nnets; k++) {
         bnet b;
         double t[5], med, ms;
@@ -144,6 +146,9 @@ int main(int argc, char **argv) {
             if (steps < 3) steps = 3;
             if (steps > 2000) steps = 2000;
         }
+#ifdef GPUDL_CUDA
+        if (dev.type == GDL_DEVICE_CUDA) gdl_cuda_reset_peak_memory();
+#endif
         for (r = 0; r < 5; r++) {
             double t0 = gdl_now();
             if (isnan(run_steps(&b, steps))) {
@@ -154,8 +159,15 @@ int main(int argc, char **argv) {
         }
         qsort(t, 5, sizeof t[0], cmp);
         med = t[2];
-        printf("%-6s %6lld %12.3f %12.0f %10.3f %10.1f\n", b.name, (long long)b.batch, 1e3 * med,
-               (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med);
+        {
+            double peak = NAN; /* GPU memory held by tensors at the peak (PyTorch's max_memory_allocated) */
+#ifdef GPUDL_CUDA
+            size_t alloc, maxa, res;
+            if (dev.type == GDL_DEVICE_CUDA && gdl_cuda_memory_stats(&alloc, &maxa, &res) == 0) peak = maxa / 1048576.0;
+#endif
+            printf("%-6s %6lld %12.3f %12.0f %10.3f %10.1f %9.1f\n", b.name, (long long)b.batch, 1e3 * med,
+                   (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med, peak);
+        }
         fflush(stdout);
         gdl_optim_free(b.opt);
         gdl_module_free(b.m);
