@@ -202,8 +202,9 @@ GPUDL_API void gdl_rng_set_state(uint64_t seed, uint64_t counter);
 GPUDL_API uint64_t gdl_rng_next_u64(void);
 GPUDL_API double gdl_rng_uniform(void); /* [0,1) */
 
-/* Copies and conversions. gdl_to keeps the lifetime kind of its source:
-   a persistent source gives a persistent result. */
+/* Copies and conversions. gdl_to keeps the lifetime kind of its source: a
+   persistent source gives a persistent copy (a new leaf); a temporary gives
+   a temporary that passes gradients back to its source, as PyTorch's .to(). */
 GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev);
 GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt);  /* temporary, no grad */
 GPUDL_API gdl_tensor *gdl_clone(const gdl_tensor *t);            /* persistent, no grad */
@@ -340,6 +341,7 @@ typedef enum gdl_op {
     GDL_OP_CONV2D, GDL_OP_MAX_POOL2D, GDL_OP_AVG_POOL2D, GDL_OP_GLOBAL_AVG_POOL2D,
     GDL_OP_CONCAT, GDL_OP_DROPOUT, GDL_OP_BATCH_NORM, GDL_OP_LAYER_NORM, GDL_OP_EMBEDDING,
     GDL_OP_CROSS_ENTROPY, GDL_OP_NLL_LOSS, GDL_OP_MSE, GDL_OP_BCE_WITH_LOGITS,
+    GDL_OP_TO,
     GDL_OP_COUNT
 } gdl_op;
 GPUDL_API const char *gdl_op_name(int op);
@@ -1345,6 +1347,10 @@ enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2 };
 
 static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_PERSISTENT) != 0; }
 
+/* records an op on the autograd tape ([impl-ops]); gdl_to uses it */
+static struct gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int nin, gdl_tensor *const *in,
+                                    int *err);
+
 /* Validates and computes numel; 0 on success. */
 static int gdl__check_shape(const char *op, int ndim, const int64_t *shape, int64_t *numel) {
     int64_t n = 1;
@@ -1449,8 +1455,9 @@ GPUDL_API gdl_tensor *gdl_empty(int ndim, const int64_t *shape, gdl_dtype dt, gd
 static void gdl__store(void *dst, gdl_dtype dt, double v) {
     switch (dt) {
     case GDL_F32: *(gdl_real *)dst = (gdl_real)v; break;
-    case GDL_I32: *(int32_t *)dst = (int32_t)v; break;
-    case GDL_U8: *(uint8_t *)dst = (uint8_t)v; break;
+    /* integers: truncate toward zero and saturate (an out-of-range cast is undefined in C); NaN gives 0 */
+    case GDL_I32: *(int32_t *)dst = v != v ? 0 : v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : (int32_t)v; break;
+    case GDL_U8: *(uint8_t *)dst = v != v ? 0 : v >= 255.0 ? 255 : v <= 0.0 ? 0 : (uint8_t)v; break;
     case GDL_F16: *(uint16_t *)dst = gdl_f32_to_f16((float)v); break;
     case GDL_BF16: *(uint16_t *)dst = gdl_f32_to_bf16((float)v); break;
     default: break;
@@ -1710,8 +1717,14 @@ GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev) {
         gdl_free(r);
         return NULL;
     }
-    r->requires_grad = gdl__is_persistent(t) ? t->requires_grad : 0;
     r->name = t->name;
+    if (gdl__is_persistent(t)) {
+        r->requires_grad = t->requires_grad;
+    } else {
+        int err;
+        gdl__record("gdl_to", GDL_OP_TO, r, 1, &t, &err);
+        if (err) return NULL;
+    }
     return r;
 }
 
@@ -2791,7 +2804,8 @@ static int gdl__cpu_argmax(int64_t outer, int64_t n, int64_t inner, const gdl_re
             const gdl_real *p = x + o * n * inner + i;
             int64_t best = 0;
             for (k = 1; k < n; k++)
-                if (p[k * inner] > p[best * inner]) best = k;
+                if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+                    best = k; /* first max; NaN wins, as in max_dim and PyTorch */
             out[o * inner + i] = (int32_t)best;
         }
     return 0;
@@ -3494,6 +3508,23 @@ static int gdl__bw_view(gdl_node *n, const gdl_backend *be) {
     return gx ? be->copy2d(1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
 }
 
+/* gdl_to: the gradient goes back to the source's device and adds there */
+static int gdl__bw_to(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *x = n->in[0];
+    gdl_real *gx = GDL__G(x), *g = GDL__R(n->out->grad);
+    const gdl_backend *bx;
+    (void)be;
+    if (!gx || !x->numel) return 0;
+    if (!gdl_device_equal(x->device, n->out->device)) {
+        gdl_real *tmp = (gdl_real *)gdl__scratch("gdl_backward", x->device, sizeof(gdl_real) * (size_t)x->numel);
+        if (!tmp || gdl__copy_bytes("gdl_backward", tmp, x->device, g, n->out->device, sizeof(gdl_real) * (size_t)x->numel) < 0)
+            return -1;
+        g = tmp;
+    }
+    if (!(bx = gdl__be("gdl_backward", x->device))) return -1;
+    return bx->copy2d(1, x->numel, g, 0, gx, 0, 1);
+}
+
 GPUDL_API gdl_tensor *gdl_reshape(gdl_tensor *x, int ndim, const int64_t *shape) {
     int64_t s[GDL_MAX_DIMS], known = 1;
     int k, infer = -1;
@@ -3610,21 +3641,24 @@ static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
         if (!tmp) return -1;
     }
     switch (op) {
+    /* each product goes to tmp, then sums into the gradient: in that order (||, not |) */
     case GDL_OP_ADD:
     case GDL_OP_SUB:
-        if (ga) rc |= be->sum_to(nd, shape, g, ga, astr, 1);
-        if (gb) rc |= be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1);
+        if (ga) rc = rc || be->sum_to(nd, shape, g, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
         break;
     case GDL_OP_MUL:
-        if (ga) rc |= be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(b), bstr, tmp) | be->sum_to(nd, shape, tmp, ga, astr, 1);
-        if (gb) rc |= be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(a), astr, tmp) | be->sum_to(nd, shape, tmp, gb, bstr, 1);
+        if (ga) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
+                     be->sum_to(nd, shape, tmp, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(a), astr, tmp) < 0 ||
+                     be->sum_to(nd, shape, tmp, gb, bstr, 1) < 0;
         break;
     default: /* DIV: d(a/b)/db = -out/b */
-        if (ga) rc |= be->binary(GDL_BIN_DIV, nd, shape, g, gstr, GDL__R(b), bstr, tmp) | be->sum_to(nd, shape, tmp, ga, astr, 1);
-        if (gb)
-            rc |= be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(n->out), gstr, tmp) |
-                  be->binary(GDL_BIN_DIV, nd, shape, tmp, gstr, GDL__R(b), bstr, tmp) |
-                  be->sum_to(nd, shape, tmp, gb, bstr, -1);
+        if (ga) rc = rc || be->binary(GDL_BIN_DIV, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
+                     be->sum_to(nd, shape, tmp, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(n->out), gstr, tmp) < 0 ||
+                     be->binary(GDL_BIN_DIV, nd, shape, tmp, gstr, GDL__R(b), bstr, tmp) < 0 ||
+                     be->sum_to(nd, shape, tmp, gb, bstr, -1) < 0;
         break;
     }
     return rc ? -1 : 0;
@@ -3765,7 +3799,7 @@ static int gdl__bw_matmul(gdl_node *n, const gdl_backend *be) {
 GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias) {
     const char *op = "gdl_linear";
     int64_t in_f, out_f, rows, shape[GDL_MAX_DIMS];
-    int err;
+    int err, k;
     gdl_tensor *out, *in[3];
     const gdl_backend *be;
     if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
@@ -3783,9 +3817,14 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
                        gdl_shape_str(w), (long long)out_f);
         return NULL;
     }
-    rows = in_f ? x->numel / in_f : 0;
     memcpy(shape, x->shape, sizeof shape);
     shape[x->ndim - 1] = out_f;
+    rows = 1;
+    for (k = 0; k + 1 < x->ndim; k++) rows *= x->shape[k];
+    if (rows > INT32_MAX || in_f > INT32_MAX || out_f > INT32_MAX) {
+        gdl__set_error("%s: dimensions too large for the GEMM: input %s, weight %s", op, gdl_shape_str(x), gdl_shape_str(w));
+        return NULL;
+    }
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device))) return NULL;
     if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];
@@ -3806,7 +3845,7 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
 
 static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *x = n->in[0], *w = n->in[1];
-    int in_f = (int)w->shape[1], out_f = (int)w->shape[0], rows = (int)(in_f ? x->numel / in_f : 0);
+    int in_f = (int)w->shape[1], out_f = (int)w->shape[0], rows = (int)(n->out->numel / (out_f ? out_f : 1));
     gdl_real *g = GDL__R(n->out->grad), *gx = GDL__G(x), *gw = GDL__G(w), *gb = GDL__G(n->in[2]);
     if (!n->out->numel) return 0;
     if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
@@ -4537,6 +4576,7 @@ static const gdl__op_info gdl__ops[GDL_OP_COUNT] = {
     {"nll_loss", gdl__bw_xent, 0},
     {"mse_loss", gdl__bw_pointwise_loss, 0},
     {"bce_with_logits", gdl__bw_pointwise_loss, 0},
+    {"to", gdl__bw_to, 0},
 };
 static const gdl__op_info *gdl__op(int op) { return &gdl__ops[op]; }
 
@@ -7387,9 +7427,13 @@ static int gdl__nn_add_child(const char *op, gdl_module *m, const char *name, gd
         gdl__set_error("%s: %s already belongs to another module", op, gdl__nn_label(c));
         return -1;
     }
-    if (c == m) {
-        gdl__set_error("%s: a module cannot contain itself", op);
-        return -1;
+    {
+        const gdl_module *a;
+        for (a = m; a; a = a->parent)
+            if (a == c) {
+                gdl__set_error("%s: a module cannot contain itself or one of its ancestors", op);
+                return -1;
+            }
     }
     if (gdl__nn_check_name(op, m, name) < 0) {
         gdl__nn_drop(c);
@@ -8587,14 +8631,14 @@ GPUDL_API double gdl_optim_clip_grad_norm(gdl_optimizer *opt, double max_norm) {
         gdl__null_arg("gdl_optim_clip_grad_norm", "opt");
         return -1;
     }
-    ps = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(opt->nparams + 1));
+    /* the list lives in the step arena: a steady-state step stays allocation-free */
+    ps = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)(opt->nparams + 1));
     if (!ps) {
         gdl__set_error("gdl_optim_clip_grad_norm: out of memory");
         return -1;
     }
     for (i = 0; i < opt->nparams; i++) ps[i] = opt->params[i].p;
     r = gdl_clip_grad_norm(ps, opt->nparams, max_norm);
-    GPUDL_FREE(ps);
     return r;
 }
 
@@ -9485,6 +9529,12 @@ GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer
     gdl__meta_add(md, "epoch", "%lld", (long long)epoch);
     gdl__meta_add(md, "rng.seed", "%llu", (unsigned long long)seed);
     gdl__meta_add(md, "rng.counter", "%llu", (unsigned long long)counter);
+    if (opt && gdl_optim_num_groups(opt) > 32) {
+        gdl__set_error("%s: the optimizer has %d parameter groups; checkpoints hold at most 32", op,
+                       gdl_optim_num_groups(opt));
+        GPUDL_FREE(md);
+        return -1;
+    }
     if (opt) {
         gdl__meta_add(md, "optim.step", "%lld", (long long)gdl_optim_get_step(opt));
         gdl__meta_add(md, "optim.groups", "%d", gdl_optim_num_groups(opt));
@@ -9546,20 +9596,37 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
         }
     }
     if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
+    if (opt) {
+        if (!(step >= 0)) {
+            gdl__set_error("%s: %s: optimizer step %g is negative", op, path, step);
+            goto done;
+        }
+        for (g = 0; g < ng; g++)
+            if (!(lr[g] >= 0) || !(mom[g] >= 0 && mom[g] < 1)) {
+                gdl__set_error("%s: %s: group %d has lr %g or momentum %g out of range", op, path, g, lr[g], mom[g]);
+                goto done;
+            }
+    }
     if (!(bufs = gdl__alloc_bufs(op, c->n)) || gdl__ckpt_check(op, path, c, &f, bufs) < 0) goto done;
-    /* apply */
+    /* apply: the scheduler first, since it may refuse the position (OneCycle past its total
+       steps); it changes only the learning rates, which are set again below */
+    if (sched) {
+        int64_t before = gdl_scheduler_get_last_epoch(sched);
+        if (gdl_scheduler_set_last_epoch(sched, (int64_t)last) < 0) {
+            char why[sizeof gdl__err];
+            memcpy(why, gdl__err, sizeof why);
+            gdl_scheduler_set_last_epoch(sched, before);
+            gdl__set_error("%s: %s: %s", op, path, why);
+            goto done;
+        }
+    }
     if (gdl__ckpt_apply(op, c, bufs) < 0) goto done;
     if (opt) {
         gdl_optim_set_step(opt, (int64_t)step);
-        for (g = 0; g < ng; g++) {
+        for (g = 0; g < ng; g++) { /* in range: checked above */
             gdl_optim_set_lr(opt, g, lr[g]);
             gdl_optim_set_momentum(opt, g, mom[g]);
         }
-    }
-    if (sched) {
-        gdl_scheduler_set_last_epoch(sched, (int64_t)last);
-        if (opt) /* the scheduler may recompute lr from last_epoch: keep the saved values */
-            for (g = 0; g < ng; g++) gdl_optim_set_lr(opt, g, lr[g]);
     }
     gdl_rng_set_state(seed, counter);
     if (epoch) *epoch = (int64_t)ep;

@@ -99,6 +99,8 @@ static gdl_tensor *f_mse_none(gdl_tensor **x) { return gdl_mse_loss(x[0], x[1], 
 static gdl_tensor *f_mse_mean(gdl_tensor **x) { return gdl_mse_loss(x[0], x[1], GDL_REDUCE_MEAN); }
 static gdl_tensor *f_bce_none(gdl_tensor **x) { return gdl_bce_with_logits(x[0], x[1], GDL_REDUCE_NONE); }
 static gdl_tensor *f_bce_sum(gdl_tensor **x) { return gdl_bce_with_logits(x[0], x[1], GDL_REDUCE_SUM); }
+/* a copy to the input's own device (the parity test runs it on the GPU) */
+static gdl_tensor *f_to(gdl_tensor **x) { return gdl_to(gdl_mul_scalar(x[0], 1.5), x[0]->device); }
 /* a small net: every op's gradient flows through others */
 static gdl_tensor *f_mlp(gdl_tensor **x) {
     return gdl_cross_entropy(gdl_linear(gdl_relu(gdl_linear(x[0], x[1], x[2])), x[3], NULL), x[4]);
@@ -181,6 +183,7 @@ static const gc_case cases[] = {
     {"mse_mean", GDL_OP_MEAN, f_mse_mean, 2, {{R1(17), IN_RANDN, 0}, {R1(17), IN_RANDN, 0}}},
     {"bce_with_logits_none", GDL_OP_BCE_WITH_LOGITS, f_bce_none, 2, {{R2(3, 5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
     {"bce_with_logits_sum", GDL_OP_SUM, f_bce_sum, 2, {{R1(17), IN_RANDN, 0}, {R1(17), IN_RANDN, 0}}},
+    {"to", GDL_OP_TO, f_to, 1, {{R2(3, 5), IN_RANDN, 0}}},
     {"mlp_chain", GDL_OP_CROSS_ENTROPY, f_mlp, 5,
      {{R2(3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}, {R1(3), IN_TARGET, 3}}},
 };

@@ -644,6 +644,34 @@ TEST test_move_in_place(void) {
     PASS();
 }
 
+/* regressions from review: each once returned wrong values silently */
+TEST test_review_regressions(void) {
+    int64_t s20[2] = {2, 0}, s30[2] = {3, 0}, s3[1] = {3}, s1[1] = {3};
+    float nanv[3] = {1, NAN, 2}, bias[3] = {1, 2, 3};
+    gdl_tensor *x, *w, *b, *y, *v, *W, *h2, *loss, *big;
+    /* linear with in_features 0: y = bias (an empty sum), not stale memory */
+    x = gdl_zeros(2, s20, GDL_F32, CPU); w = gdl_zeros(2, s30, GDL_F32, CPU); b = arr(bias, 1, s3);
+    y = gdl_linear(x, w, b);
+    ASSERT_NOT_NULL(y);
+    ASSERT_IN_RANGE(1, at(y, 0), 0); ASSERT_IN_RANGE(3, at(y, 5), 0);
+    /* argmax agrees with max_dim on NaN (PyTorch: NaN wins) */
+    v = arr(nanv, 1, s1);
+    ASSERT_EQ(1, ((int32_t *)gdl_argmax(v, 0)->data)[0]);
+    /* integer stores saturate instead of overflowing */
+    big = gdl_full(1, s3, 1e12, GDL_I32, CPU);
+    ASSERT_EQ(INT32_MAX, ((int32_t *)big->data)[0]);
+    /* gdl_to on a temporary passes the gradient back (PyTorch's .to) */
+    W = gdl_ones(1, s3, GDL_F32, CPU);
+    gdl_set_requires_grad(W, 1);
+    h2 = gdl_to(gdl_mul_scalar(W, 2), CPU);
+    ASSERT_EQ(GDL_OP_TO, gdl_tensor_op(h2));
+    loss = gdl_sum(gdl_add(h2, W));
+    ASSERT_EQ(0, gdl_backward(loss));
+    ASSERT_IN_RANGE(3, at(W->grad, 0), 0);
+    gdl_free(x); gdl_free(w); gdl_free(b); gdl_free(v); gdl_free(big); gdl_free(W);
+    PASS();
+}
+
 SUITE(values) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_add_broadcast_values);
@@ -660,6 +688,7 @@ SUITE(values) {
     RUN_TEST(test_mse_bce_values);
     RUN_TEST(test_dropout_behaviour);
     RUN_TEST(test_embedding_concat_views);
+    RUN_TEST(test_review_regressions);
 }
 
 SUITE(autograd) {

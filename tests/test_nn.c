@@ -1349,7 +1349,20 @@ TEST test_optim_errors(void) {
    main
    ------------------------------------------------------------------------- */
 
+TEST test_module_cycle_refused(void) {
+    gdl_module *inner = gdl_nn_sequential(0, NULL), *outer, *kids[1];
+    kids[0] = inner;
+    outer = gdl_nn_sequential(1, kids);
+    ASSERT_NOT_NULL(outer);
+    ASSERT_EQ(-1, gdl_module_add_child(gdl_module_child_at(outer, 0), "loop", outer));
+    ASSERT_CONTAINS(gdl_last_error(), "cannot contain itself or one of its ancestors");
+    ASSERT_EQ(0, gdl_module_train(outer, 0)); /* still a tree */
+    gdl_module_free(outer);
+    PASS();
+}
+
 SUITE(modules) {
+    RUN_TEST(test_module_cycle_refused);
     SET_SETUP(reset, NULL);
     RUN_TEST(test_output_shapes);
     RUN_TEST(test_residual_values);

@@ -278,6 +278,38 @@ TEST test_resume_is_exact(void) {
     PASS();
 }
 
+TEST test_checkpoint_refuses_bad_scheduler_position(void) {
+    /* a OneCycle position past the new schedule's end: refused before anything changes */
+    gdl_module *a = small_net(9), *b = small_net(10), *copy = small_net(10);
+    gdl_optimizer *oa = gdl_sgd_new(0.1, 0.9, 0, 0, 0), *ob = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
+    gdl_scheduler *sa, *sb;
+    char path[256];
+    int i;
+    double lr0;
+    tmp_path(path, sizeof path, "ckpt3.safetensors");
+    gdl_optim_add_module(oa, a, 0);
+    gdl_optim_add_module(ob, b, 0);
+    sa = gdl_onecycle_lr_new(oa, 0.5, 20);
+    sb = gdl_onecycle_lr_new(ob, 0.5, 10);
+    for (i = 0; i < 12; i++) gdl_scheduler_step(sa);
+    ASSERT_EQ(0, gdl_save_checkpoint(path, a, oa, sa, 1));
+    lr0 = gdl_optim_get_lr(ob, 0);
+    ASSERT_EQ(-1, gdl_load_checkpoint(path, b, ob, sb, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_load_checkpoint");
+    ASSERT(same_params(b, copy));
+    ASSERT_EQ(0, gdl_scheduler_get_last_epoch(sb));
+    ASSERT_IN_RANGE(lr0, gdl_optim_get_lr(ob, 0), 0);
+    remove(path);
+    gdl_scheduler_free(sa);
+    gdl_scheduler_free(sb);
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_module_free(copy);
+    PASS();
+}
+
 TEST test_checkpoint_refuses_mismatch(void) {
     gdl_module *a = small_net(9), *b = small_net(10), *copy = small_net(10);
     gdl_optimizer *oa = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0), *ob = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
@@ -363,6 +395,7 @@ SUITE(checkpoints) {
     RUN_TEST(test_failed_save_keeps_previous_file);
     RUN_TEST(test_resume_is_exact);
     RUN_TEST(test_checkpoint_refuses_mismatch);
+    RUN_TEST(test_checkpoint_refuses_bad_scheduler_position);
 }
 
 HARNESS_MAIN_DEFS();
