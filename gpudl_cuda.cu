@@ -74,6 +74,7 @@ static void gdl__cu_report(const char *what, const char *file, int line, const c
         cublasStatus_t s_ = (call);                                                  \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                           \
             gdl__cu_report(cublasGetStatusString(s_), __FILE__, __LINE__, #call);    \
+            (void)cudaGetLastError(); /* a failed launch inside cuBLAS */            \
             return fail;                                                             \
         }                                                                            \
     } while (0)
@@ -507,7 +508,22 @@ static int gdl__cu_copy(void *dst, const void *src, size_t bytes, int kind) {
     if (!bytes || dst == src) return 0;
     if (kind == 0) GDL_CU_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), -1);
     else if (kind == 1) GDL_CU_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), -1);
-    else GDL_CU_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), -1);
+    else {
+        // The CPU copy is a memmove; cudaMemcpy's areas must not overlap (two
+        // views of one tensor, gdl_copy_ between overlapping slices): go
+        // through a scratch block then
+        uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+        if (d < s + bytes && s < d + bytes) {
+            void *tmp = gdl__cu_alloc(bytes);
+            if (!tmp) return -1;
+            cudaError_t e = cudaMemcpy(tmp, src, bytes, cudaMemcpyDeviceToDevice);
+            if (e == cudaSuccess) e = cudaMemcpy(dst, tmp, bytes, cudaMemcpyDeviceToDevice);
+            gdl__cu_free(tmp); /* stream order: the copies are queued before any reuse */
+            GDL_CU_TRY(e, -1);
+            return 0;
+        }
+        GDL_CU_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), -1);
+    }
     return 0;
 }
 
@@ -550,10 +566,21 @@ __device__ __forceinline__ uint16_t gdl__f32_to_bf16(float f) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+// Conversions to the integer dtypes, as gpudl.h's gdl__store: truncate
+// toward zero and saturate to the destination's range; NaN gives 0. (The
+// float bounds are exact: 2^31 and -2^31 are floats, and no float lies
+// strictly between 2^31 - 1 and 2^31.)
+__device__ __forceinline__ int32_t gdl__to_i32(float v) {
+    return v != v ? 0 : v >= 2147483648.0f ? INT32_MAX : v <= -2147483648.0f ? INT32_MIN : (int32_t)v;
+}
+__device__ __forceinline__ uint8_t gdl__to_u8(float v) {
+    return v != v ? 0 : v >= 255.0f ? (uint8_t)255 : v <= 0.0f ? (uint8_t)0 : (uint8_t)v;
+}
+
 // One kernel for all 20 dtype pairs: the switches are uniform across the
 // grid, so they cost nothing next to the memory traffic. Integers convert
-// exactly; float -> int truncates toward zero as C does (u8 via int32, as
-// x86 does for the C cast).
+// exactly to float and i32; float -> int and i32 -> u8 truncate toward zero
+// and saturate, as on the CPU.
 __global__ void gdl__k_cast(void *dst, int dt, const void *src, int st, int64_t n) {
     GDL_CU_LOOP(i, n) {
         int32_t iv = 0;
@@ -569,8 +596,8 @@ __global__ void gdl__k_cast(void *dst, int dt, const void *src, int st, int64_t 
         if (is_int) fv = (float)iv;
         switch (dt) {
         case GDL_F32: ((float *)dst)[i] = fv; break;
-        case GDL_I32: ((int32_t *)dst)[i] = is_int ? iv : (int32_t)fv; break;
-        case GDL_U8: ((uint8_t *)dst)[i] = (uint8_t)(is_int ? iv : (int32_t)fv); break;
+        case GDL_I32: ((int32_t *)dst)[i] = is_int ? iv : gdl__to_i32(fv); break;
+        case GDL_U8: ((uint8_t *)dst)[i] = is_int ? (uint8_t)(iv < 0 ? 0 : iv > 255 ? 255 : iv) : gdl__to_u8(fv); break;
         case GDL_F16: ((uint16_t *)dst)[i] = gdl__f32_to_f16(fv); break;
         default: ((uint16_t *)dst)[i] = gdl__f32_to_bf16(fv); break;
         }
@@ -597,12 +624,16 @@ static int gdl__cu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st, 
 // call cuBLAS with the operands swapped (B first, N and M swapped) and the
 // transpose flags kept.
 
-// C = beta*C over M x N (ldc), for K == 0 where cuBLAS would reject lda
-__global__ void gdl__k_scale2d(float *C, int M, int N, int ldc, int64_t sC, int batch, float beta) {
-    GDL_CU_LOOP(t, (int64_t)batch * M * N) {
+// C = beta*C over M x N (ldc), for K == 0 where cuBLAS would reject lda.
+// sC == 0: every batch scales the one C in turn, as the CPU's loop does, so
+// one thread owns each element and applies beta `reps` times (no two threads
+// may read-modify-write the same element).
+__global__ void gdl__k_scale2d(float *C, int M, int N, int ldc, int64_t sC, int64_t nb, int reps, float beta) {
+    GDL_CU_LOOP(t, nb * M * N) {
         int64_t b = t / ((int64_t)M * N), r = t % ((int64_t)M * N);
-        float *c = C + b * sC + (r / N) * ldc + r % N;
-        *c = beta == 0 ? 0.0f : beta * *c;
+        float *c = C + b * sC + (r / N) * ldc + r % N, v = *c;
+        for (int k = 0; k < reps; k++) v = beta == 0 ? 0.0f : beta * v;
+        *c = v;
     }
 }
 
@@ -610,8 +641,9 @@ static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
                         const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
     if (K <= 0) {
-        int64_t total = (int64_t)batch * M * N;
-        gdl__k_scale2d<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(C, M, N, ldc, sC, batch, beta);
+        int64_t nb = sC == 0 ? 1 : batch, total = nb * M * N;
+        gdl__k_scale2d<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(C, M, N, ldc, sC, nb,
+                                                                                  sC == 0 ? batch : 1, beta);
         GDL_CU_LAUNCHED();
         return 0;
     }
@@ -885,8 +917,14 @@ __global__ void gdl__k_unary(int op, int64_t n, const float *x, float *y, float 
     GDL_CU_LOOP(i, n) y[i] = gdl__unary1(op, x[i], alpha);
 }
 
+// ReLU selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
+// by a 0/1 derivative: an Inf or NaN gradient at x <= 0 must not become NaN
 __global__ void gdl__k_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy,
                                       float *gx, float alpha) {
+    if (op == GDL_UN_RELU) {
+        GDL_CU_LOOP(i, n) gx[i] += x[i] > 0 ? gy[i] : 0.0f;
+        return;
+    }
     GDL_CU_LOOP(i, n) gx[i] += gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha);
 }
 
@@ -1015,15 +1053,21 @@ static int gdl__cu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inn
     return 0;
 }
 
-// argmax keeps the CPU's plain scan ("v > best", so a NaN is skipped unless
-// it comes first): rows are short (classes), a thread per row is enough
+// argmax follows the CPU's scan, as max_dim does: the first maximum, and
+// the first NaN wins. Rows are short (classes): a thread per row is enough
 __global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {
     GDL_CU_LOOP(t, outer * inner) {
         int64_t o = t / inner, i = t - o * inner;
         const float *p = x + o * n * inner + i;
         int64_t best = 0;
-        for (int64_t k = 1; k < n; k++)
-            if (p[k * inner] > p[best * inner]) best = k;
+        float bv = n ? p[0] : 0.0f;
+        for (int64_t k = 1; k < n; k++) {
+            float v = p[k * inner];
+            if (v > bv || (v != v && bv == bv)) {
+                best = k;
+                bv = v;
+            }
+        }
         out[t] = (int32_t)best;
     }
 }
