@@ -8975,7 +8975,7 @@ GPUDL_API void gdl_scheduler_free(gdl_scheduler *s) {
 #include <sys/time.h>
 #endif
 
-static double gdl__now(void) {
+GPUDL_API double gdl_now(void) {
 #if defined(__unix__) || defined(__APPLE__)
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -8984,8 +8984,6 @@ static double gdl__now(void) {
     return (double)clock() / CLOCKS_PER_SEC;
 #endif
 }
-
-GPUDL_API double gdl_now(void) { return gdl__now(); }
 
 static int gdl__isatty(FILE *f) {
 #ifdef GDL__HAVE_POSIX
@@ -9022,7 +9020,6 @@ GPUDL_API gdl_tensor *gdl_loss_mse(gdl_tensor *output, gdl_tensor *target, void 
 GPUDL_API gdl_tensor *gdl_loss_bce_with_logits(gdl_tensor *output, gdl_tensor *target, void *user) {
     return gdl_bce_with_logits(output, target, user ? *(const gdl_reduction *)user : GDL_REDUCE_MEAN);
 }
-#define gdl__default_loss gdl_loss_cross_entropy
 
 /* Running sums of one pass: loss weighted by batch size, and correct
    predictions when the output is [B,C] logits against i32 labels [B]. */
@@ -9077,7 +9074,7 @@ GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void 
         gdl__null_arg("gdl_evaluate", !m ? "module" : "loader");
         return -1;
     }
-    if (!loss) loss = gdl__default_loss;
+    if (!loss) loss = gdl_loss_cross_entropy;
     memset(&p, 0, sizeof p);
     was_training = gdl_module_is_training(m);
     gdl_module_train(m, 0);
@@ -9107,7 +9104,7 @@ GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void 
 }
 
 static void gdl__progress(FILE *f, int epoch, int epochs, int64_t b, int64_t nb, const gdl__pass *p, double t0) {
-    double el = gdl__now() - t0, rate = el > 0 ? (double)p->samples / el : 0;
+    double el = gdl_now() - t0, rate = el > 0 ? (double)p->samples / el : 0;
     double eta = b > 0 ? el * (double)(nb - b) / (double)b : 0;
     int width = 24, filled = nb > 0 ? (int)(width * b / nb) : width, i;
     fprintf(f, "\repoch %d/%d [", epoch, epochs);
@@ -9121,7 +9118,7 @@ static void gdl__progress(FILE *f, int epoch, int epochs, int64_t b, int64_t nb,
 GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
                       gdl_epoch_stats *history) {
     gdl_fit_opts o = opts ? *opts : gdl_fit_defaults();
-    gdl_loss_fn loss = o.loss ? o.loss : gdl__default_loss;
+    gdl_loss_fn loss = o.loss ? o.loss : gdl_loss_cross_entropy;
     FILE *log = o.log ? o.log : stdout, *csv = NULL;
     int tty = o.verbose && gdl__isatty(log), epoch, rc = 0;
     gdl__pass p;
@@ -9147,7 +9144,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         gdl_tensor *x, *y;
         int64_t nb = gdl_loader_num_batches(train), b = 0;
         int micro = 0, got;
-        double t0 = gdl__now(), last_draw = 0;
+        double t0 = gdl_now(), last_draw = 0;
         p.loss_sum = 0;
         p.samples = p.correct = p.counted = 0;
         gdl_module_train(m, 1);
@@ -9177,8 +9174,8 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                 if (rc == 0 && (gdl_step(opt) < 0 || gdl_zero_grad(opt) < 0)) rc = -1;
                 if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
             }
-            if (tty && (gdl__now() - last_draw > 0.1 || b == nb)) {
-                last_draw = gdl__now();
+            if (tty && (gdl_now() - last_draw > 0.1 || b == nb)) {
+                last_draw = gdl_now();
                 gdl__progress(log, epoch, o.epochs, b, nb, &p, t0);
             }
         }
@@ -9189,7 +9186,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         }
         memset(&st, 0, sizeof st);
         st.epoch = epoch;
-        st.seconds = gdl__now() - t0;
+        st.seconds = gdl_now() - t0;
         st.samples = p.samples;
         st.loss = p.samples ? p.loss_sum / (double)p.samples : NAN;
         st.accuracy = gdl__pass_acc(&p);
@@ -9391,21 +9388,24 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
         }
         dst = (gdl_real *)bufs[i];
         src = f->data + e->begin;
-        for (j = 0; j < t->numel; j++) { /* little-endian in the file */
-            if (!strcmp(e->dtype, "F32")) {
-                uint32_t u = (uint32_t)src[4 * j] | (uint32_t)src[4 * j + 1] << 8 | (uint32_t)src[4 * j + 2] << 16 |
-                             (uint32_t)src[4 * j + 3] << 24;
-                dst[j] = (gdl_real)gdl__bits_f32(u);
-            } else if (!strcmp(e->dtype, "F64")) {
-                uint64_t u = 0;
-                double d;
-                int b;
-                for (b = 7; b >= 0; b--) u = u << 8 | src[8 * j + b];
-                memcpy(&d, &u, 8);
-                dst[j] = (gdl_real)d;
-            } else {
-                uint16_t h = (uint16_t)(src[2 * j] | src[2 * j + 1] << 8);
-                dst[j] = (gdl_real)(!strcmp(e->dtype, "F16") ? gdl_f16_to_f32(h) : gdl_bf16_to_f32(h));
+        {
+            int kind = !strcmp(e->dtype, "F32") ? 0 : !strcmp(e->dtype, "F64") ? 1 : !strcmp(e->dtype, "F16") ? 2 : 3;
+            for (j = 0; j < t->numel; j++) { /* little-endian in the file */
+                if (kind == 0) {
+                    uint32_t u = (uint32_t)src[4 * j] | (uint32_t)src[4 * j + 1] << 8 | (uint32_t)src[4 * j + 2] << 16 |
+                                 (uint32_t)src[4 * j + 3] << 24;
+                    dst[j] = (gdl_real)gdl__bits_f32(u);
+                } else if (kind == 1) {
+                    uint64_t u = 0;
+                    double d;
+                    int b;
+                    for (b = 7; b >= 0; b--) u = u << 8 | src[8 * j + b];
+                    memcpy(&d, &u, 8);
+                    dst[j] = (gdl_real)d;
+                } else {
+                    uint16_t h = (uint16_t)(src[2 * j] | src[2 * j + 1] << 8);
+                    dst[j] = (gdl_real)(kind == 2 ? gdl_f16_to_f32(h) : gdl_bf16_to_f32(h));
+                }
             }
         }
     }
@@ -9479,32 +9479,33 @@ static void gdl__meta_add(gdl__meta *md, const char *key, const char *fmt, ...) 
     md->n++;
 }
 
-/* a metadata value of f as a number; 0 / -1 */
-static int gdl__meta_get(const char *op, const char *path, const gdl_st_file *f, const char *key, double *out) {
+/* the metadata value of key in f, NULL + error when missing */
+static const char *gdl__meta_find(const char *op, const char *path, const gdl_st_file *f, const char *key) {
     int i;
     for (i = 0; i < f->n_meta; i++)
-        if (strcmp(f->meta_keys[i], key) == 0) {
-            char *end;
-            *out = strtod(f->meta_vals[i], &end);
-            if (end != f->meta_vals[i] && *end == 0) return 0;
-            gdl__set_error("%s: %s: metadata '%s' is not a number: '%s'", op, path, key, f->meta_vals[i]);
-            return -1;
-        }
+        if (strcmp(f->meta_keys[i], key) == 0) return f->meta_vals[i];
     gdl__set_error("%s: %s: metadata '%s' is missing (not a gpudl training checkpoint?)", op, path, key);
+    return NULL;
+}
+
+/* a metadata value of f as a number; 0 / -1 */
+static int gdl__meta_get(const char *op, const char *path, const gdl_st_file *f, const char *key, double *out) {
+    const char *v = gdl__meta_find(op, path, f, key);
+    char *end;
+    if (!v) return -1;
+    *out = strtod(v, &end);
+    if (end != v && *end == 0) return 0;
+    gdl__set_error("%s: %s: metadata '%s' is not a number: '%s'", op, path, key, v);
     return -1;
 }
 
 static int gdl__meta_get_u64(const char *op, const char *path, const gdl_st_file *f, const char *key, uint64_t *out) {
-    int i;
-    for (i = 0; i < f->n_meta; i++)
-        if (strcmp(f->meta_keys[i], key) == 0) {
-            char *end;
-            *out = (uint64_t)strtoull(f->meta_vals[i], &end, 10);
-            if (end != f->meta_vals[i] && *end == 0) return 0;
-            gdl__set_error("%s: %s: metadata '%s' is not an integer: '%s'", op, path, key, f->meta_vals[i]);
-            return -1;
-        }
-    gdl__set_error("%s: %s: metadata '%s' is missing", op, path, key);
+    const char *v = gdl__meta_find(op, path, f, key);
+    char *end;
+    if (!v) return -1;
+    *out = (uint64_t)strtoull(v, &end, 10);
+    if (end != v && *end == 0) return 0;
+    gdl__set_error("%s: %s: metadata '%s' is not an integer: '%s'", op, path, key, v);
     return -1;
 }
 
