@@ -101,7 +101,13 @@ $(B)/asan_test_gradcheck: tests/test_gradcheck.c $(HDR) | $(B)
 $(B)/asan_test_alloc: tests/test_alloc.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
 
-test: test-warnings test-harness test-cuda-build test-unit
+# Parts of `make test` that live in their own fragments:
+#   tests/cuda_emu/emu.mk   test-emu (the GPU suite on the CUDA-on-CPU emulator), emu
+#   tests/cpu_paths.mk      test-cpu-paths (AVX-512 / AVX2 / portable C), test-aarch64 (qemu)
+-include tests/cuda_emu/emu.mk
+-include tests/cpu_paths.mk
+
+test: test-warnings test-harness test-cuda-build test-unit test-emu test-cpu-paths test-aarch64
 
 test-unit: $(TESTS) $(ASAN_TESTS)
 	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)

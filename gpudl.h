@@ -479,8 +479,10 @@ GPUDL_API gdl_dataset *gdl_dataset_from_idx_ex(const char *images_path, const ch
 /* CIFAR-10 binary: dir/data_batch_1..5.bin (train != 0) or dir/test_batch.bin; u8 [3,32,32]. NULL + error. */
 GPUDL_API gdl_dataset *gdl_dataset_from_cifar10(const char *dir, int train);
 /* Fashion-MNIST train (60000) or t10k (10000) split, [1,28,28] u8, 10 classes. dir != NULL: only
-   that dir; NULL: ./data, then /usr/share/datasets/fashion-mnist (apt-get install
-   dataset-fashion-mnist). Files *-idx?-ubyte or *-idx?-ubyte.gz (needs GPUDL_ZLIB). NULL + error. */
+   that dir; NULL: the directory in the environment variable GPUDL_DATA if it is set and not
+   empty (only there), else ./data, then /usr/share/datasets/fashion-mnist (apt-get install
+   dataset-fashion-mnist; in gpudl's repository `make data` installs or downloads them).
+   Files *-idx?-ubyte or *-idx?-ubyte.gz (needs GPUDL_ZLIB). NULL + error. */
 GPUDL_API gdl_dataset *gdl_dataset_fashion_mnist(const char *dir_or_NULL, int train);
 /* A new dataset holding a copy of samples [start, start+count) of ds. NULL + error. */
 GPUDL_API gdl_dataset *gdl_dataset_subset(const gdl_dataset *ds, int64_t start, int64_t count);
@@ -6502,16 +6504,21 @@ static int gdl__find_data_file(const char *dir, const char *base, char *buf, siz
 GPUDL_API gdl_dataset *gdl_dataset_fashion_mnist(const char *dir_or_NULL, int train) {
     static const char fn[] = "gdl_dataset_fashion_mnist";
     static const char get[] =
-        "get them with `apt-get install dataset-fashion-mnist` (Debian/Ubuntu: installs them in "
-        "/usr/share/datasets/fashion-mnist), or download the four files train-images-idx3-ubyte.gz, "
-        "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz from the "
-        "official Fashion-MNIST page (https://github.com/zalandoresearch/fashion-mnist)";
+        "get them with `make data` in gpudl's repository (installs Debian's dataset-fashion-mnist, or "
+        "downloads and checks the four official files into ./data), or `apt-get install "
+        "dataset-fashion-mnist`, or put train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
+        "t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz from the official Fashion-MNIST page "
+        "(https://github.com/zalandoresearch/fashion-mnist) in one of those places";
     const char *split = train ? "train" : "t10k";
+    const char *env = getenv("GPUDL_DATA");
     const char *dirs[2];
-    char ibase[64], lbase[64], ipath[4096], lpath[4096];
+    char ibase[64], lbase[64], ipath[4096], lpath[4096], where[700];
     int nd, d;
     if (dir_or_NULL) {
         dirs[0] = dir_or_NULL;
+        nd = 1;
+    } else if (env && env[0]) {
+        dirs[0] = env; /* an explicit choice: searching elsewhere too would hide a typo */
         nd = 1;
     } else {
         dirs[0] = gdl__fmnist_dirs[0];
@@ -6538,13 +6545,14 @@ GPUDL_API gdl_dataset *gdl_dataset_fashion_mnist(const char *dir_or_NULL, int tr
         }
     }
     if (dir_or_NULL)
-        gdl__set_error("%s: Fashion-MNIST %s files (%s[.gz], %s[.gz]) not found in %.300s: %s into that "
-                       "directory (or pass NULL to search ./%s and %s)", fn, split, ibase, lbase, dir_or_NULL,
-                       get, gdl__fmnist_dirs[0], gdl__fmnist_dirs[1]);
+        snprintf(where, sizeof where, "%.300s (the directory given)", dir_or_NULL);
+    else if (env && env[0])
+        snprintf(where, sizeof where, "%.300s (from GPUDL_DATA)", env);
     else
-        gdl__set_error("%s: Fashion-MNIST %s files (%s[.gz], %s[.gz]) not found in ./%.200s or %.300s: %s "
-                       "into ./%.200s", fn, split, ibase, lbase, gdl__fmnist_dirs[0], gdl__fmnist_dirs[1], get,
-                       gdl__fmnist_dirs[0]);
+        snprintf(where, sizeof where, "./%.200s or %.300s (set GPUDL_DATA=DIR to look elsewhere)",
+                 gdl__fmnist_dirs[0], gdl__fmnist_dirs[1]);
+    gdl__set_error("%s: Fashion-MNIST %s files (%s[.gz], %s[.gz]) not found in %s: %s", fn, split, ibase,
+                   lbase, where, get);
     return NULL;
 }
 
