@@ -2,12 +2,22 @@
    (tests/test_gradcheck.c, double precision) and the CPU/GPU parity test
    (tests/test_cuda.c). One row per op configuration; each row names the
    gdl_op its output must come from, and every op in the op table must have a
-   row (test_every_op_has_a_case). Inputs: random, seeded, odd sizes. */
+   row (test_every_op_has_a_case). Inputs: random, seeded, odd sizes.
+
+   Fan-out: a tensor used by two ops must get the sum of both gradients, so
+   every backward must add into the gradient, never assign. Each row is also
+   run through fanout_forward() (below), which uses every differentiable input
+   a second time after the row's own ops; and the rows named *_self feed one
+   tensor to both operands of an op. */
 #ifndef GPUDL_OP_CASES_H
 #define GPUDL_OP_CASES_H
 
 /* kinds of input */
-enum { IN_RANDN, IN_POS, IN_TARGET, IN_TARGET_IGNORE, IN_CONST, IN_CONST_POS };
+enum { IN_RANDN, IN_POS, IN_TARGET, IN_TARGET_IGNORE, IN_CONST, IN_CONST_POS,
+       IN_TIES, /* small integers (-2..2): many exact ties, for max and pooling */
+       IN_NAN,  /* randn with NaN at every 7th element (from element 3) and +-Inf at some */
+       IN_PERM  /* a random permutation of distinct values: no ties anywhere, well separated */
+};
 
 typedef struct gc_input {
     int ndim;
@@ -101,6 +111,23 @@ static gdl_tensor *f_bce_none(gdl_tensor **x) { return gdl_bce_with_logits(x[0],
 static gdl_tensor *f_bce_sum(gdl_tensor **x) { return gdl_bce_with_logits(x[0], x[1], GDL_REDUCE_SUM); }
 /* a copy to the input's own device (the parity test runs it on the GPU) */
 static gdl_tensor *f_to(gdl_tensor **x) { return gdl_to(gdl_mul_scalar(x[0], 1.5), x[0]->device); }
+/* one tensor as both operands */
+static gdl_tensor *f_add_self(gdl_tensor **x) { return gdl_add(x[0], x[0]); }
+static gdl_tensor *f_sub_self(gdl_tensor **x) { return gdl_sub(x[0], x[0]); }
+static gdl_tensor *f_mul_self(gdl_tensor **x) { return gdl_mul(x[0], x[0]); }
+static gdl_tensor *f_div_self(gdl_tensor **x) { return gdl_div(x[0], x[0]); }
+static gdl_tensor *f_matmul_self(gdl_tensor **x) { return gdl_matmul(x[0], x[0]); }
+static gdl_tensor *f_linear_self(gdl_tensor **x) { return gdl_linear(x[0], x[0], NULL); }
+static gdl_tensor *f_conv_self(gdl_tensor **x) { return gdl_conv2d(x[0], x[0], NULL, 1, 1, 1, 1); }
+static gdl_tensor *f_concat_self(gdl_tensor **x) {
+    gdl_tensor *xs[2];
+    xs[0] = xs[1] = x[0];
+    return gdl_concat(2, xs, 1);
+}
+static gdl_tensor *f_bce_self(gdl_tensor **x) { return gdl_bce_with_logits(x[0], x[0], GDL_REDUCE_NONE); }
+/* the affine weight doubles as the bias: both parameter gradients land in one tensor */
+static gdl_tensor *f_ln_wb_self(gdl_tensor **x) { return gdl_layer_norm(x[0], x[1], x[1], 1e-5); }
+static gdl_tensor *f_bn_wb_self(gdl_tensor **x) { return gdl_batch_norm(x[0], NULL, NULL, x[1], x[1], 1, 0.1, 1e-5); }
 /* a small net: every op's gradient flows through others */
 static gdl_tensor *f_mlp(gdl_tensor **x) {
     return gdl_cross_entropy(gdl_linear(gdl_relu(gdl_linear(x[0], x[1], x[2])), x[3], NULL), x[4]);
@@ -184,6 +211,17 @@ static const gc_case cases[] = {
     {"bce_with_logits_none", GDL_OP_BCE_WITH_LOGITS, f_bce_none, 2, {{R2(3, 5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
     {"bce_with_logits_sum", GDL_OP_SUM, f_bce_sum, 2, {{R1(17), IN_RANDN, 0}, {R1(17), IN_RANDN, 0}}},
     {"to", GDL_OP_TO, f_to, 1, {{R2(3, 5), IN_RANDN, 0}}},
+    {"add_self", GDL_OP_ADD, f_add_self, 1, {{R2(3, 5), IN_RANDN, 0}}},
+    {"sub_self", GDL_OP_SUB, f_sub_self, 1, {{R2(3, 5), IN_RANDN, 0}}},
+    {"mul_self", GDL_OP_MUL, f_mul_self, 1, {{R2(3, 5), IN_RANDN, 0}}},
+    {"div_self", GDL_OP_DIV, f_div_self, 1, {{R1(7), IN_POS, 0}}},
+    {"matmul_self", GDL_OP_MATMUL, f_matmul_self, 1, {{R2(4, 4), IN_RANDN, 0}}},
+    {"linear_self", GDL_OP_LINEAR, f_linear_self, 1, {{R2(5, 5), IN_RANDN, 0}}},
+    {"conv2d_self", GDL_OP_CONV2D, f_conv_self, 1, {{R4(2, 2, 3, 3), IN_RANDN, 0}}},
+    {"concat_self", GDL_OP_CONCAT, f_concat_self, 1, {{R2(3, 2), IN_RANDN, 0}}},
+    {"bce_with_logits_self", GDL_OP_BCE_WITH_LOGITS, f_bce_self, 1, {{R2(3, 5), IN_RANDN, 0}}},
+    {"layer_norm_weight_is_bias", GDL_OP_LAYER_NORM, f_ln_wb_self, 2, {{R2(3, 5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
+    {"batch_norm_weight_is_bias", GDL_OP_BATCH_NORM, f_bn_wb_self, 2, {{R3(4, 3, 2), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
     {"mlp_chain", GDL_OP_CROSS_ENTROPY, f_mlp, 5,
      {{R2(3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}, {R1(3), IN_TARGET, 3}}},
 };
@@ -192,20 +230,51 @@ static const gc_case cases[] = {
 /* Makes input d of a case on the CPU (seeded by the caller). */
 static gdl_tensor *make_input(const gc_input *d) {
     gdl_tensor *t;
-    int64_t i;
+    gdl_real *v;
+    int64_t i, n = 1;
+    int k;
+    for (k = 0; k < d->ndim; k++) n *= d->shape[k];
     if (d->kind == IN_TARGET || d->kind == IN_TARGET_IGNORE) {
-        int32_t v[64];
-        for (i = 0; i < d->shape[0] * (d->ndim > 1 ? d->shape[1] : 1); i++)
-            v[i] = (int32_t)(gdl_rng_next_u64() % (uint64_t)d->range);
-        if (d->kind == IN_TARGET_IGNORE) v[1] = -100;
-        return gdl_from_array(v, d->ndim, d->shape, GDL_I32, gdl_cpu());
+        int32_t *tv = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
+        if (!tv) return NULL;
+        for (i = 0; i < n; i++) tv[i] = (int32_t)(gdl_rng_next_u64() % (uint64_t)d->range);
+        if (d->kind == IN_TARGET_IGNORE && n > 1) tv[1] = -100;
+        t = gdl_from_array(tv, d->ndim, d->shape, GDL_I32, gdl_cpu());
+        free(tv);
+        return t;
     }
     t = gdl_randn(d->ndim, d->shape, gdl_cpu());
-    if (t && (d->kind == IN_POS || d->kind == IN_CONST_POS))
-        for (i = 0; i < t->numel; i++) ((gdl_real *)t->data)[i] = (gdl_real)(0.5 + fabs((double)((gdl_real *)t->data)[i]));
-    if (t && (d->kind == IN_RANDN || d->kind == IN_POS)) gdl_set_requires_grad(t, 1);
+    if (!t) return NULL;
+    v = (gdl_real *)t->data;
+    if (d->kind == IN_POS || d->kind == IN_CONST_POS)
+        for (i = 0; i < n; i++) v[i] = (gdl_real)(0.5 + fabs((double)v[i]));
+    if (d->kind == IN_TIES)
+        for (i = 0; i < n; i++) v[i] = (gdl_real)((int64_t)(gdl_rng_next_u64() % 5) - 2);
+    if (d->kind == IN_NAN)
+        for (i = 3; i < n; i += 7) v[i] = (gdl_real)(i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY);
+    if (d->kind == IN_PERM) { /* distinct multiples of 1/8 around 0, shuffled (Fisher-Yates) */
+        for (i = 0; i < n; i++) v[i] = (gdl_real)((double)(i - n / 2) / 8.0);
+        for (i = n - 1; i > 0; i--) {
+            int64_t j = (int64_t)(gdl_rng_next_u64() % (uint64_t)(i + 1));
+            gdl_real tmp = v[i];
+            v[i] = v[j];
+            v[j] = tmp;
+        }
+    }
+    if (d->kind != IN_CONST && d->kind != IN_CONST_POS) gdl_set_requires_grad(t, 1);
     return t;
 }
 
+/* The row's output plus c_k * sum(x_k) for every differentiable input x_k.
+   The extra ops are made after the row's, so on the tape their backward runs
+   first and the row's backward must add to what is there (an "=" in place of
+   "+=" loses c_k * sum(w) from every element of x_k's gradient). */
+static gdl_tensor *fanout_forward(const gc_case *c, gdl_tensor **in) {
+    gdl_tensor *out = c->forward(in);
+    int k;
+    for (k = 0; k < c->nin && out; k++)
+        if (in[k]->requires_grad) out = gdl_add(out, gdl_mul_scalar(gdl_sum(in[k]), 0.75 + 0.5 * k));
+    return out;
+}
 
 #endif

@@ -6,7 +6,10 @@
    added to the op table without a row. Inputs are random (seeded), never
    zero, with odd sizes (1, 3, 17, 33). The check: L = sum(out * w) for a
    random w; dL/dx from gdl_backward_grad(out, w) against
-   (L(x + h e_j) - L(x - h e_j)) / 2h for every element j of every input. */
+   (L(x + h e_j) - L(x - h e_j)) / 2h for every element j of every input.
+   Every row runs twice: as written, and through fanout_forward() (each
+   differentiable input used again after the row's ops), which fails when a
+   backward assigns its gradient instead of adding to it. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
@@ -20,20 +23,30 @@
 /* ---- the check ---- */
 
 /* L = sum(out * w), forward only */
-static double loss_of(const gc_case *c, gdl_tensor **in, const double *w, int64_t n) {
+typedef struct gc_run {
+    const gc_case *c;
+    int fanout;
+} gc_run;
+
+static gdl_tensor *run_forward(const gc_run *r, gdl_tensor **in) {
+    return r->fanout ? fanout_forward(r->c, in) : r->c->forward(in);
+}
+
+static double loss_of(const gc_run *r, gdl_tensor **in, const double *w, int64_t n) {
     gdl_tensor *out;
     double L = 0;
     int64_t i;
     gdl_arena_reset();
     gdl_manual_seed(99); /* the same dropout mask in every evaluation */
-    out = c->forward(in);
+    out = run_forward(r, in);
     if (!out || out->numel != n) return NAN;
     for (i = 0; i < n; i++) L += ((double *)out->data)[i] * w[i];
     return L;
 }
 
 TEST gradcheck(void *arg) {
-    const gc_case *c = (const gc_case *)arg;
+    const gc_run *r = (const gc_run *)arg;
+    const gc_case *c = r->c;
     gdl_tensor *in[5] = {0}, *out, *wt;
     double *w = NULL, *ana[5] = {0}, worst = 0;
     int64_t n, j;
@@ -44,9 +57,9 @@ TEST gradcheck(void *arg) {
     gdl_arena_reset();
     gdl_manual_seed(99);
     gdl_set_grad_enabled(1);
-    out = c->forward(in);
+    out = run_forward(r, in);
     if (!out) FAILf("%s: forward failed: %s", c->name, gdl_last_error());
-    ASSERT_EQm("the output comes from the op this row names", c->op, gdl_tensor_op(out));
+    ASSERT_EQm("the output comes from the op this row names", r->fanout ? GDL_OP_ADD : c->op, gdl_tensor_op(out));
     n = out->numel;
     wt = gdl_randn(out->ndim, out->shape, gdl_cpu());
     ASSERT_NOT_NULL(wt);
@@ -66,16 +79,16 @@ TEST gradcheck(void *arg) {
             const double h = 1e-6;
             double x0 = x[j], lp, lm, num, err;
             x[j] = x0 + h;
-            lp = loss_of(c, in, w, n);
+            lp = loss_of(r, in, w, n);
             x[j] = x0 - h;
-            lm = loss_of(c, in, w, n);
+            lm = loss_of(r, in, w, n);
             x[j] = x0;
             num = (lp - lm) / (2 * h);
             err = fabs(num - ana[k][j]) / (1e-6 + 1e-5 * fabs(num));
             if (err > worst) worst = err;
             if (!(err <= 1.0)) {
-                snprintf(msg, sizeof msg, "%s: input %d element %lld: numeric %.10g vs analytic %.10g", c->name, k,
-                         (long long)j, num, ana[k][j]);
+                snprintf(msg, sizeof msg, "%s%s: input %d element %lld: numeric %.10g vs analytic %.10g", c->name,
+                         r->fanout ? " (fan-out)" : "", k, (long long)j, num, ana[k][j]);
                 rc = HARNESS_FAIL;
                 break;
             }
@@ -112,11 +125,20 @@ TEST test_op_names_unique(void) {
     PASS();
 }
 
+static gc_run runs[2 * NCASES];
+
 SUITE(gradients) {
     int i;
+    char name[96];
     RUN_TEST(test_every_op_has_a_case);
     RUN_TEST(test_op_names_unique);
-    for (i = 0; i < NCASES; i++) RUN_TEST_NAMED(cases[i].name, gradcheck, (void *)&cases[i]);
+    for (i = 0; i < NCASES; i++) {
+        runs[2 * i].c = runs[2 * i + 1].c = &cases[i];
+        runs[2 * i + 1].fanout = 1;
+        RUN_TEST_NAMED(cases[i].name, gradcheck, (void *)&runs[2 * i]);
+        snprintf(name, sizeof name, "%s_fanout", cases[i].name);
+        RUN_TEST_NAMED(name, gradcheck, (void *)&runs[2 * i + 1]);
+    }
 }
 
 HARNESS_MAIN_DEFS();
