@@ -21,6 +21,7 @@ static int is_cifar_dir(const char *dir) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL; /* "" searches the default places */
     int epochs = argc > 2 ? atoi(argv[2]) : 5, cifar = is_cifar_dir(dir), C = cifar ? 3 : 1, side = cifar ? 32 : 28;
     gdl_device dev = gdl_default_device();

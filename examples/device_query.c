@@ -8,6 +8,7 @@
 #include "../gpudl.h"
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     int n = gdl_cuda_device_count(), i;
     gdl_device dev = gdl_default_device();
     printf("gpudl %s\n", gdl_version());

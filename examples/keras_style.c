@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL; /* "" searches the default places */
     int epochs = argc > 2 ? atoi(argv[2]) : 3, rc = 1;
     gdl_device dev = gdl_default_device();

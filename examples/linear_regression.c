@@ -20,6 +20,7 @@ static int fail(const char *what) {
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     int64_t xs[2] = {N, D}, ws[2] = {D, 1}, ys[2] = {N, 1};
     gdl_device dev = gdl_default_device();
     gdl_tensor *X, *w_true, *noise, *Y;

@@ -6,13 +6,15 @@
    CPU:   cc -O2 -march=native -fopenmp examples/mnist_mlp.c -DGPUDL_ZLIB -lz -lm -pthread -o mnist_mlp
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/mnist_mlp.c gpudl_cuda.cu -lcublas -lz -o mnist_mlp
    Run:   ./mnist_mlp [data_dir] [epochs]
-   Data:  Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist),
-          ./data, or data_dir. */
+   Data:  data_dir if given, else $GPUDL_DATA if set, else ./data, then Debian's
+          dataset-fashion-mnist (/usr/share/datasets/fashion-mnist); `make data`
+          installs or downloads it (`make run` does that first). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include <stdlib.h>
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL; /* "" searches the default places */
     int epochs = argc > 2 ? atoi(argv[2]) : 5, epoch;
     gdl_device dev = gdl_default_device();

@@ -585,6 +585,24 @@ TEST test_fashion_locator_fake(void) {
     PASS();
 }
 
+/* Set (value) or unset (NULL) an environment variable for one test; restore_env puts it back. */
+static char env_saved[4096];
+static int env_had;
+static int with_env(const char *name, const char *value) {
+    static int saved = 0;
+    if (!saved) {
+        const char *v = getenv(name);
+        env_had = v != NULL;
+        snprintf(env_saved, sizeof env_saved, "%s", v ? v : "");
+        saved = 1;
+    }
+    return value ? setenv(name, value, 1) : unsetenv(name);
+}
+static void restore_env(const char *name) {
+    if (env_had) setenv(name, env_saved, 1);
+    else unsetenv(name);
+}
+
 TEST test_fashion_missing_message(void) {
     const char *s0 = gdl__fmnist_dirs[0], *s1 = gdl__fmnist_dirs[1];
     gdl_dataset *ds;
@@ -594,16 +612,46 @@ TEST test_fashion_missing_message(void) {
     ASSERT_CONTAINS(gdl_last_error(), tpath("no-such-dir"));
     ASSERT_CONTAINS(gdl_last_error(), "apt-get install dataset-fashion-mnist");
     ASSERT_CONTAINS(gdl_last_error(), "train-images-idx3-ubyte.gz");
-    /* the default search, made to find nothing */
+    /* the default search, made to find nothing: every place searched is named, and the commands */
+    ASSERT_EQ(0, with_env("GPUDL_DATA", NULL));
     gdl__fmnist_dirs[0] = tpath("nodata");
     gdl__fmnist_dirs[1] = tpath("nosys");
     ds = gdl_dataset_fashion_mnist(NULL, 1);
     gdl__fmnist_dirs[0] = s0;
     gdl__fmnist_dirs[1] = s1;
+    restore_env("GPUDL_DATA");
     ASSERT_NULL(ds);
     ASSERT_CONTAINS(gdl_last_error(), "apt-get install dataset-fashion-mnist");
+    ASSERT_CONTAINS(gdl_last_error(), "nodata");
     ASSERT_CONTAINS(gdl_last_error(), "nosys");
-    ASSERT_CONTAINS(gdl_last_error(), "into ./");
+    ASSERT_CONTAINS(gdl_last_error(), "`make data`");
+    ASSERT_CONTAINS(gdl_last_error(), "GPUDL_DATA");
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* GPUDL_DATA replaces the search: found there, and when absent there, no fallback elsewhere */
+TEST test_fashion_env_override(void) {
+    const char *dir = tpath("fm-env"), *s0 = gdl__fmnist_dirs[0], *s1 = gdl__fmnist_dirs[1];
+    char ip[600], lp[600];
+    gdl_dataset *ds;
+    ASSERT_EQ(0, make_dir(dir));
+    snprintf(ip, sizeof ip, "%s/train-images-idx3-ubyte", dir);
+    snprintf(lp, sizeof lp, "%s/train-labels-idx1-ubyte", dir);
+    ASSERT_EQ(0, write_idx_pair(ip, lp, 0, 7, 28, 28));
+    ASSERT_EQ(0, with_env("GPUDL_DATA", dir));
+    ds = gdl_dataset_fashion_mnist(NULL, 1);
+    ASSERT_EQ(0, with_env("GPUDL_DATA", tpath("fm-env-missing")));
+    /* the default places hold data; GPUDL_DATA must still win */
+    gdl__fmnist_dirs[0] = dir;
+    gdl__fmnist_dirs[1] = dir;
+    ASSERT_NULL(gdl_dataset_fashion_mnist(NULL, 1));
+    gdl__fmnist_dirs[0] = s0;
+    gdl__fmnist_dirs[1] = s1;
+    restore_env("GPUDL_DATA");
+    CHECK_CALL(check_idx_dataset(ds, 7, 28, 28));
+    gdl_dataset_free(ds);
+    ASSERT_CONTAINS(gdl_last_error(), "fm-env-missing (from GPUDL_DATA)");
     ASSERT_NO_LEAK();
     PASS();
 }
@@ -1374,6 +1422,7 @@ SUITE(fashion_mnist) {
     SET_SETUP(setup, NULL);
     RUN_TEST(test_fashion_locator_fake);
     RUN_TEST(test_fashion_missing_message);
+    RUN_TEST(test_fashion_env_override);
     RUN_TEST(test_fashion_real);
     RUN_TEST(test_fashion_real_loader);
 }

@@ -1,0 +1,112 @@
+#!/bin/sh
+# tools/fetch_data.sh — makes sure Fashion-MNIST is where gpudl looks for it
+# (`make data`; `make run` calls it).
+#
+# Where the data may already be, as gdl_dataset_fashion_mnist(NULL, ...) searches:
+# $GPUDL_DATA if set (then only there), else ./data, then
+# /usr/share/datasets/fashion-mnist. If none has the four files:
+#   1. with apt-get usable (root, or `sudo -n`) and GPUDL_DATA unset, install
+#      Debian's dataset-fashion-mnist;
+#   2. otherwise download the four official .gz files into $GPUDL_DATA or ./data
+#      with curl (or wget), decompress each, check it against the SHA-256 below,
+#      and only then rename it into place: no half-written file is ever left.
+# Environment (for mirrors and tests): GPUDL_DATA_MIRROR, the base URL of the
+# four .gz files (file:// works with curl); GPUDL_FETCH=download skips apt.
+set -u
+
+dir=${GPUDL_DATA:-data}
+mirror=${GPUDL_DATA_MIRROR:-http://fashion-mnist.s3-website.eu-central-1.amazonaws.com}
+mirror=${mirror%/}
+
+# SHA-256 of the decompressed IDX bytes: Debian's package re-compresses the
+# official files (its .gz sums differ) but holds the same IDX bytes.
+sums='
+train-images-idx3-ubyte c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888
+train-labels-idx1-ubyte bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9
+t10k-images-idx3-ubyte  5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b
+t10k-labels-idx1-ubyte  0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34
+'
+names=$(printf '%s\n' "$sums" | awk 'NF { print $1 }')
+
+has_all() { # dir -> 0 if all four files are there (plain or .gz)
+    for n in $names; do
+        [ -f "$1/$n" ] || [ -f "$1/$n.gz" ] || return 1
+    done
+    return 0
+}
+
+if [ -n "${GPUDL_DATA:-}" ]; then
+    has_all "$dir" && exit 0
+else
+    has_all data && exit 0
+    has_all /usr/share/datasets/fashion-mnist && exit 0
+fi
+
+if [ "${GPUDL_FETCH:-}" != download ] && [ -z "${GPUDL_DATA:-}" ] && command -v apt-get >/dev/null 2>&1; then
+    sudo=none
+    if [ "$(id -u)" = 0 ]; then sudo=""
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"
+    fi
+    if [ "$sudo" != none ]; then
+        echo "gpudl: Fashion-MNIST not found; installing Debian's dataset-fashion-mnist"
+        export DEBIAN_FRONTEND=noninteractive
+        if { $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq dataset-fashion-mnist >/dev/null 2>&1 ||
+             { $sudo apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null 2>&1 &&
+               $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq dataset-fashion-mnist >/dev/null 2>&1; }; } &&
+           has_all /usr/share/datasets/fashion-mnist; then
+            exit 0
+        fi
+        echo "gpudl: apt-get could not install dataset-fashion-mnist; downloading the files instead"
+    fi
+fi
+
+if command -v curl >/dev/null 2>&1; then get=curl
+elif command -v wget >/dev/null 2>&1 && [ "${mirror#file:}" = "$mirror" ]; then get=wget
+else
+    echo "gpudl: cannot fetch Fashion-MNIST: neither curl nor wget is installed (apt-get install curl), and" \
+         "Debian's dataset-fashion-mnist could not be installed" >&2
+    exit 1
+fi
+command -v sha256sum >/dev/null 2>&1 || { echo "gpudl: sha256sum (coreutils) is missing" >&2; exit 1; }
+mkdir -p "$dir" || { echo "gpudl: cannot create $dir" >&2; exit 1; }
+
+# The temporaries live beside their destination (same file system, so the
+# final mv is an atomic rename) and go on any exit, Ctrl-C included.
+tmp_gz=""; tmp_idx=""
+cleanup() { rm -f "$tmp_gz" "$tmp_idx"; }
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "gpudl: downloading Fashion-MNIST into $dir from $mirror"
+for n in $names; do
+    want=$(printf '%s\n' "$sums" | awk -v n="$n" '$1 == n { print $2 }')
+    if [ -f "$dir/$n" ] || [ -f "$dir/$n.gz" ]; then continue; fi
+    url="$mirror/$n.gz"
+    tmp_gz="$dir/.$n.gz.part.$$"; tmp_idx="$dir/.$n.part.$$"
+    if [ $get = curl ]; then
+        err=$(curl -fsS --retry 2 --connect-timeout 20 --max-time 600 -o "$tmp_gz" "$url" 2>&1)
+    else
+        err=$(wget -q --tries=3 --timeout=20 -O "$tmp_gz" "$url" 2>&1)
+    fi
+    if [ $? -ne 0 ]; then
+        echo "gpudl: could not download $url: ${err:-$get failed} -- no network? Without one: apt-get install" \
+             "dataset-fashion-mnist, or copy the four files into $dir" >&2
+        rm -f "$tmp_gz"; exit 1
+    fi
+    if ! gzip -dc "$tmp_gz" > "$tmp_idx" 2>/dev/null; then
+        echo "gpudl: $url is not a valid gzip file (corrupt or truncated download); nothing was kept" >&2
+        rm -f "$tmp_gz" "$tmp_idx"; exit 1
+    fi
+    got=$(sha256sum "$tmp_idx" | cut -c1-64)
+    if [ "$got" != "$want" ]; then
+        echo "gpudl: $n from $url fails its checksum (SHA-256 of the IDX bytes $got, expected $want); nothing was kept" >&2
+        rm -f "$tmp_gz" "$tmp_idx"; exit 1
+    fi
+    # keep the decompressed IDX: the checked bytes are the bytes on disk, and
+    # reading it needs no zlib
+    mv -f "$tmp_idx" "$dir/$n" || exit 1
+    rm -f "$tmp_gz"
+    echo "gpudl:   $n ok (SHA-256 checked)"
+done
+exit 0
