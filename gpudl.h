@@ -76,6 +76,8 @@
    GPUDL_ASSERT(x)        override assert()
    GPUDL_CUDA             enable the CUDA backend (link gpudl_cuda.cu)
    GPUDL_CBLAS            route the CPU GEMM to cblas_sgemm (link -lopenblas)
+   GPUDL_GEMM_PORTABLE    use the portable C GEMM micro-kernel even where the
+                          compiler targets AVX2, AVX-512 or NEON (for tests)
    GPUDL_ZLIB             read gzipped IDX files (link -lz)
    GPUDL_NO_THREADS       DataLoader workers run inline (no pthreads)
    GPUDL_DOUBLE           compute in double precision on the CPU: the dtype
@@ -231,6 +233,9 @@ GPUDL_API float gdl_bf16_to_f32(uint16_t h);
 GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_real alpha,
                             const gdl_real *A, int lda, const gdl_real *B, int ldb,
                             gdl_real beta, gdl_real *C, int ldc);
+/* The GEMM micro-kernel compiled in, e.g. "avx512 8x32", "avx2 6x16",
+   "neon 8x12", "portable 4x8" or "cblas" (chosen at compile time). */
+GPUDL_API const char *gdl_gemm_kernel_name(void);
 
 /* ---------------------------------------------------------------------------
    [api-ops]   Every result is a temporary. NULL + gdl_last_error() on error.
@@ -1899,13 +1904,28 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
                on Skylake-X ... Sapphire Rapids, Zen 4).
      AVX2+FMA  6x16: 12 ymm accumulators, 2 loads + 6 broadcasts per k.
                MC=72 KC=256 NC=3072 (16 KB of B in L1, 72 KB of A).
+     NEON      8x12 (AArch64 Advanced SIMD): 24 q-register accumulators,
+               2 A loads + 3 B loads and 24 by-lane FMAs per k.
+               MC=128 KC=256 NC=768 (12 KB of B in L1, 128 KB of A, a
+               768 KB B panel for the 1-2 MB L2/L3 of Cortex-A72/A76
+               boards). Not yet timed on an ARM board (only run under qemu).
      portable  4x8: plain C that the compiler vectorises; it also serves the
-               GPUDL_DOUBLE build. MC=128 KC=256 NC=2048.
+               GPUDL_DOUBLE build and -DGPUDL_GEMM_PORTABLE. MC=128 KC=256
+               NC=2048.
    Large square products run at ~85% (AVX-512) and ~95% (AVX2) of the
-   measured FMA peak; at MLP sizes the rest is mostly packing. The transposing packs (A not transposed, B transposed as
-   in y = x*W^T) use 8x8 / 4x4 register transposes.
+   measured FMA peak; at MLP sizes the rest is mostly packing. The
+   transposing packs (A not transposed, B transposed as in y = x*W^T) use
+   8x8 / 4x4 register transposes (4x4 on NEON).
    K is cut into equal blocks (K=784 -> 4 x 196, not 3 x 256 + 16) and M, N
    likewise (rounded to MR/NR), so no block is a sliver.
+
+   Same bits on every SIMD path: the AVX-512, AVX2 and NEON kernels all
+   compute an element of C as one chain of fused multiply-adds over k, in
+   order, within K blocks that depend only on K and KC (256 for all), then
+   alpha*acc (rounded) + beta*c, unfused. Tile shapes only decide which
+   element goes where, so the three give bitwise identical products. The
+   portable kernel multiplies and adds separately (x86-64 has no FMA
+   baseline), so it differs from them by rounding only.
 
    Threads (OpenMP, when built with -fopenmp): C is cut, at tile boundaries,
    into a grid of at most omp_get_max_threads() rectangles (the grid that
@@ -1938,12 +1958,19 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
 #include <omp.h>
 #endif
 
-#if !defined(GDL__GEMM_CBLAS) && defined(__AVX2__) && defined(__FMA__) && !defined(GPUDL_DOUBLE)
+/* Kernel selection, from what the compiler targets (no run-time dispatch:
+   build with -march=native, or the flags of the oldest CPU to run on). */
+#if !defined(GDL__GEMM_CBLAS) && !defined(GPUDL_DOUBLE) && !defined(GPUDL_GEMM_PORTABLE)
+#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #if defined(__AVX512F__)
 #define GDL__GEMM_AVX512 1 /* e.g. -march=native on Skylake-X ... Sapphire Rapids, Zen 4 */
 #else
 #define GDL__GEMM_AVX2 1
+#endif
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h> /* every AArch64 CPU has Advanced SIMD: Raspberry Pi 3-5, Jetson */
+#define GDL__GEMM_NEON 1
 #endif
 #endif
 
@@ -1986,6 +2013,18 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
 #ifndef GDL__GEMM_NC
 #define GDL__GEMM_NC 3072
 #endif
+#elif defined(GDL__GEMM_NEON)
+#define GDL__GEMM_MR 8
+#define GDL__GEMM_NR 12
+#ifndef GDL__GEMM_MC
+#define GDL__GEMM_MC 128
+#endif
+#ifndef GDL__GEMM_KC
+#define GDL__GEMM_KC 256
+#endif
+#ifndef GDL__GEMM_NC
+#define GDL__GEMM_NC 768
+#endif
 #else
 #define GDL__GEMM_MR 4
 #define GDL__GEMM_NR 8
@@ -2007,7 +2046,7 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
 
 /* acc + a*b with the same rounding as the micro-kernel, so the fallback loop
    sums like the packed path (fused on the SIMD paths; needs <math.h>). */
-#if defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_AVX512)
+#if defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_NEON)
 #define GDL__GEMM_MADD(a, b, acc) fmaf((a), (b), (acc))
 #else
 #define GDL__GEMM_MADD(a, b, acc) ((acc) + (a) * (b))
@@ -2140,6 +2179,50 @@ static void gdl__gemm_kernel(int kc, const float *GDL__RESTRICT a, const float *
 #undef GDL__GEMM_STORE
 }
 
+#elif defined(GDL__GEMM_NEON)
+
+/* One 4-wide store of alpha*acc (+ beta*c), unfused as on x86. mode: 0 beta==0,
+   1 beta==1, 2 other. */
+static inline void gdl__gemm_store4(float *c, float32x4_t acc, float alpha, float beta, int mode) {
+    float32x4_t r = vmulq_n_f32(acc, alpha);
+    if (mode == 1) r = vaddq_f32(r, vld1q_f32(c));
+    else if (mode == 2) r = vaddq_f32(r, vmulq_n_f32(vld1q_f32(c), beta));
+    vst1q_f32(c, r);
+}
+
+/* Rows 0-3 take their a from lanes of a0, rows 4-7 from lanes of a1. */
+#define GDL__GEMM_ROWS(X) X(0, a0, 0) X(1, a0, 1) X(2, a0, 2) X(3, a0, 3) \
+                          X(4, a1, 0) X(5, a1, 1) X(6, a1, 2) X(7, a1, 3)
+static void gdl__gemm_kernel(int kc, const float *GDL__RESTRICT a, const float *GDL__RESTRICT b,
+                             float *GDL__RESTRICT c, ptrdiff_t ldc, float alpha, float beta) {
+    const float32x4_t z = vdupq_n_f32(0.0f);
+#define GDL__GEMM_DECL(r, av, l) float32x4_t c##r##_0 = z, c##r##_1 = z, c##r##_2 = z;
+    GDL__GEMM_ROWS(GDL__GEMM_DECL)
+#undef GDL__GEMM_DECL
+    const int mode = beta == 0.0f ? 0 : beta == 1.0f ? 1 : 2;
+    int k;
+    for (k = 0; k < kc; k++) {
+        const float32x4_t a0 = vld1q_f32(a), a1 = vld1q_f32(a + 4);
+        const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8);
+        /* c += b * a[l], fused: the same single rounding as _mm*_fmadd_ps */
+#define GDL__GEMM_FMA(r, av, l)                        \
+    c##r##_0 = vfmaq_laneq_f32(c##r##_0, b0, av, l);   \
+    c##r##_1 = vfmaq_laneq_f32(c##r##_1, b1, av, l);   \
+    c##r##_2 = vfmaq_laneq_f32(c##r##_2, b2, av, l);
+        GDL__GEMM_ROWS(GDL__GEMM_FMA)
+#undef GDL__GEMM_FMA
+        a += 8;
+        b += 12;
+    }
+#define GDL__GEMM_STORE(r, av, l)                                  \
+    gdl__gemm_store4(c + (r) * ldc, c##r##_0, alpha, beta, mode);   \
+    gdl__gemm_store4(c + (r) * ldc + 4, c##r##_1, alpha, beta, mode); \
+    gdl__gemm_store4(c + (r) * ldc + 8, c##r##_2, alpha, beta, mode);
+    GDL__GEMM_ROWS(GDL__GEMM_STORE)
+#undef GDL__GEMM_STORE
+}
+#undef GDL__GEMM_ROWS
+
 #else /* portable */
 
 static void gdl__gemm_kernel(int kc, const gdl_real *GDL__RESTRICT a, const gdl_real *GDL__RESTRICT b,
@@ -2217,6 +2300,17 @@ static inline void gdl__gemm_tr4x4(const float *s, ptrdiff_t lds, float *d, ptrd
     _mm_storeu_ps(d + 2 * ldd, r2);
     _mm_storeu_ps(d + 3 * ldd, r3);
 }
+#elif defined(GDL__GEMM_NEON)
+/* d[c*ldd + r] = s[r*lds + c] for r, c < 4 */
+static inline void gdl__gemm_tr4x4(const float *s, ptrdiff_t lds, float *d, ptrdiff_t ldd) {
+    /* t01.val[0] = r0[0] r1[0] r0[2] r1[2], t01.val[1] = r0[1] r1[1] r0[3] r1[3] */
+    const float32x4x2_t t01 = vtrnq_f32(vld1q_f32(s), vld1q_f32(s + lds));
+    const float32x4x2_t t23 = vtrnq_f32(vld1q_f32(s + 2 * lds), vld1q_f32(s + 3 * lds));
+    vst1q_f32(d, vcombine_f32(vget_low_f32(t01.val[0]), vget_low_f32(t23.val[0])));
+    vst1q_f32(d + ldd, vcombine_f32(vget_low_f32(t01.val[1]), vget_low_f32(t23.val[1])));
+    vst1q_f32(d + 2 * ldd, vcombine_f32(vget_high_f32(t01.val[0]), vget_high_f32(t23.val[0])));
+    vst1q_f32(d + 3 * ldd, vcombine_f32(vget_high_f32(t01.val[1]), vget_high_f32(t23.val[1])));
+}
 #endif
 
 /* dst[k*W + x] = src[k*lds + x] for x < w, 0 for w <= x < W (k < kc). */
@@ -2247,6 +2341,8 @@ static inline void gdl__gemm_pack_trans(const gdl_real *src, ptrdiff_t lds, int 
             for (i = 0; i < 8; i++) dst[k * W + x + i] = s[i * lds + k];
         }
     }
+#endif
+#if defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_NEON)
     for (; x + 4 <= w; x += 4) {
         const float *s = src + x * lds;
         for (k = 0; k + 4 <= kc; k += 4) gdl__gemm_tr4x4(s + k, lds, dst + k * W + x, W);
@@ -2506,6 +2602,22 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
 #ifdef GDL__GEMM_CBLAS
 static void gdl__gemm_release(void) {} /* nothing cached on the CBLAS path */
 #endif
+
+GPUDL_API const char *gdl_gemm_kernel_name(void) {
+#if defined(GDL__GEMM_CBLAS)
+    return "cblas";
+#elif defined(GDL__GEMM_AVX512)
+    return "avx512 8x32";
+#elif defined(GDL__GEMM_AVX2)
+    return "avx2 6x16";
+#elif defined(GDL__GEMM_NEON)
+    return "neon 8x12";
+#elif defined(GPUDL_DOUBLE)
+    return "portable 4x8 (double)";
+#else
+    return "portable 4x8";
+#endif
+}
 
 /* ---------------------------------------------------------------------------
    [impl-cpu]   The CPU backend: plain loops over contiguous memory. The

@@ -90,6 +90,7 @@ for n in $names; do
         err=$(wget -q --tries=3 --timeout=20 -O "$tmp_gz" "$url" 2>&1)
     fi
     if [ $? -ne 0 ]; then
+        err=$(printf '%s\n' "$err" | tail -n 1) # curl repeats it once per retry
         echo "gpudl: could not download $url: ${err:-$get failed} -- no network? Without one: apt-get install" \
              "dataset-fashion-mnist, or copy the four files into $dir" >&2
         rm -f "$tmp_gz"; exit 1
