@@ -1,0 +1,362 @@
+/* test_gemm_kernels.c — the CPU GEMM micro-kernel a build selects (AVX-512,
+   AVX2, NEON or portable C) against a double-precision reference, against
+   the exact sums it promises (one fused chain per element on the SIMD paths)
+   and against the portable kernel, at shapes that take every edge path of
+   both: M, N around MR/NR and past MC/NC, K across several K blocks, all
+   four transposes, padded leading dimensions, beta 0 (C not read), 1 and
+   other, several threads, the unpacked fallback (inside a parallel region,
+   and when the packing buffer cannot be allocated).
+
+   Built from this one file twice and linked: compiled with -DTGK_PORTABLE_TU
+   it is only the portable kernel (gpudl.h with GPUDL_GEMM_PORTABLE, all
+   static) behind tgk_portable_gemm(); without it, the test program, with the
+   kernel the compiler flags select. -DTGK_EXPECT="\"avx2\"" makes the test
+   check that this build selected the kernel whose name starts so. */
+#include <math.h>
+#include <stdlib.h>
+
+void tgk_portable_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc);
+const char *tgk_portable_name(void);
+
+#ifdef TGK_PORTABLE_TU
+
+#define GPUDL_STATIC
+#define GPUDL_GEMM_PORTABLE
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+
+void tgk_portable_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc) {
+    gdl_gemm_cpu(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+const char *tgk_portable_name(void) { return gdl_gemm_kernel_name(); }
+
+#else /* the test program */
+
+/* allocations can be made to fail, to reach the unpacked fallback */
+static int fail_mallocs;
+static void *tgk_malloc(size_t n) { return fail_mallocs ? NULL : malloc(n); }
+static void *tgk_realloc(void *p, size_t n) { return fail_mallocs ? NULL : realloc(p, n); }
+#define GPUDL_MALLOC(n) tgk_malloc(n)
+#define GPUDL_REALLOC(p, n) tgk_realloc(p, n)
+#define GPUDL_FREE(p) free(p)
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+#include <float.h>
+#include <string.h>
+
+#if defined(GDL__GEMM_CBLAS) || defined(GPUDL_DOUBLE)
+#error "test_gemm_kernels tests the built-in float kernels: build without GPUDL_CBLAS and GPUDL_DOUBLE"
+#endif
+
+#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_NEON)
+#define TGK_FUSED 1 /* the selected kernel sums with fused multiply-adds */
+#else
+#define TGK_FUSED 0
+#endif
+/* Whether the portable kernel's acc + a*b stays unfused: gcc in ISO C mode
+   (-std=c99) does not contract, and nothing can where the target has no
+   FMA instruction. Elsewhere its exact bits are not checked. */
+#if (defined(__STRICT_ANSI__) && defined(__GNUC__) && !defined(__clang__)) || \
+    (!defined(__FMA__) && !defined(__aarch64__) && !defined(__ARM_FEATURE_FMA))
+#define TGK_PORTABLE_EXACT 1
+#else
+#define TGK_PORTABLE_EXACT 0
+#endif
+
+static const float SENTINEL = 12345.0f;
+
+typedef struct gemm_case {
+    int ta, tb, M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    float *A, *B, *C0; /* inputs; C0 is C before the call */
+} gemm_case;
+
+static unsigned long long rng_state = 88172645463325252ULL;
+static float urand(void) { /* xorshift64: uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 40) / (double)(1ULL << 23) - 1.0);
+}
+
+static float *alloc_fill(size_t n) {
+    float *p = (float *)malloc((n ? n : 1) * sizeof(float));
+    size_t i;
+    for (i = 0; i < n; i++) p[i] = urand();
+    return p;
+}
+
+/* A and B with padded leading dimensions, C with 5 columns of padding set to
+   SENTINEL. beta == 0: C's valid part is NaN, which must never be read. */
+static void case_init(gemm_case *g, int ta, int tb, int M, int N, int K, float alpha, float beta) {
+    const int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
+    int i, j;
+    g->ta = ta; g->tb = tb; g->M = M; g->N = N; g->K = K;
+    g->alpha = alpha; g->beta = beta;
+    g->lda = acols + 3;
+    g->ldb = bcols + 2;
+    g->ldc = N + 5;
+    g->A = alloc_fill((size_t)arows * g->lda);
+    g->B = alloc_fill((size_t)brows * g->ldb);
+    g->C0 = alloc_fill((size_t)M * g->ldc);
+    for (i = 0; i < M; i++)
+        for (j = 0; j < g->ldc; j++)
+            if (j >= N) g->C0[(size_t)i * g->ldc + j] = SENTINEL;
+            else if (beta == 0) g->C0[(size_t)i * g->ldc + j] = (float)NAN;
+}
+
+static void case_free(gemm_case *g) {
+    free(g->A);
+    free(g->B);
+    free(g->C0);
+}
+
+static float a_at(const gemm_case *g, int i, int k) {
+    return g->ta ? g->A[(size_t)k * g->lda + i] : g->A[(size_t)i * g->lda + k];
+}
+static float b_at(const gemm_case *g, int k, int j) {
+    return g->tb ? g->B[(size_t)j * g->ldb + k] : g->B[(size_t)k * g->ldb + j];
+}
+
+/* The exact result promised for alpha == 1, beta in {0, 1}: per K block (as
+   gdl_gemm_cpu cuts K), one chain of multiply-adds, fused or not, then added
+   to C. With alpha 1 and beta 0 or 1 no product is left for a compiler to
+   contract, so this holds whatever -ffp-contract says about the library. */
+static float exact_elem(const gemm_case *g, int i, int j, int fused) {
+    const int kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
+    float c = g->C0[(size_t)i * g->ldc + j];
+    int pc, k;
+    for (pc = 0; pc < g->K; pc += kc_blk) {
+        const int kend = pc + kc_blk < g->K ? pc + kc_blk : g->K;
+        float acc = 0;
+        for (k = pc; k < kend; k++) {
+            if (fused) {
+                acc = fmaf(a_at(g, i, k), b_at(g, k, j), acc);
+            } else {
+                volatile float p = a_at(g, i, k) * b_at(g, k, j); /* rounded on its own */
+                acc = acc + p;
+            }
+        }
+        c = (pc == 0 && g->beta == 0) ? acc : acc + c;
+    }
+    return c;
+}
+
+/* Checks C (as computed by some kernel) against the double reference within
+   the forward error bound of a K-term sum, the padding against SENTINEL, and
+   when exact >= 0 against exact_elem(.., exact) bit for bit. */
+static enum harness_result check_c(const char *who, const gemm_case *g, const float *C, int exact) {
+    int i, j, k;
+    for (i = 0; i < g->M; i++) {
+        for (j = 0; j < g->ldc; j++) {
+            const float got = C[(size_t)i * g->ldc + j];
+            double ref = 0, mag = 0, tol;
+            if (j >= g->N) {
+                if (got != SENTINEL)
+                    FAILf("%s: M=%d N=%d K=%d ta=%d tb=%d: padding C[%d][%d] written (%g)", who, g->M, g->N, g->K,
+                          g->ta, g->tb, i, j, (double)got);
+                continue;
+            }
+            for (k = 0; k < g->K; k++) {
+                const double p = (double)a_at(g, i, k) * b_at(g, k, j);
+                ref += p;
+                mag += fabs(p);
+            }
+            ref *= g->alpha;
+            mag *= fabs(g->alpha);
+            if (g->beta != 0) {
+                ref += (double)g->beta * g->C0[(size_t)i * g->ldc + j];
+                mag += fabs((double)g->beta * g->C0[(size_t)i * g->ldc + j]);
+            }
+            /* |error| <= (K + 2) u * sum |terms| with u = FLT_EPSILON / 2 */
+            tol = (g->K + 3) * (double)FLT_EPSILON * mag + 1e-30;
+            if (!(fabs(got - ref) <= tol))
+                FAILf("%s: M=%d N=%d K=%d ta=%d tb=%d alpha=%g beta=%g: C[%d][%d] = %.9g, reference %.9g (tol %.3g)",
+                      who, g->M, g->N, g->K, g->ta, g->tb, (double)g->alpha, (double)g->beta, i, j, (double)got, ref,
+                      tol);
+            if (exact >= 0) {
+                const float e = exact_elem(g, i, j, exact);
+                if (memcmp(&e, &got, sizeof e) != 0)
+                    FAILf("%s: M=%d N=%d K=%d ta=%d tb=%d beta=%g: C[%d][%d] = %a, exact sum %a", who, g->M, g->N,
+                          g->K, g->ta, g->tb, (double)g->beta, i, j, (double)got, (double)e);
+            }
+        }
+    }
+    return HARNESS_PASS;
+}
+
+static int exact_mode(const gemm_case *g, int fused, int exact_ok) {
+    return (exact_ok && g->alpha == 1 && (g->beta == 0 || g->beta == 1)) ? fused : -1;
+}
+
+/* Runs one case through the selected and the portable kernel and checks both. */
+static enum harness_result run_case(int ta, int tb, int M, int N, int K, float alpha, float beta) {
+    gemm_case g;
+    const size_t nc = (size_t)M * (N + 5);
+    float *cs = (float *)malloc(nc * sizeof(float)), *cp = (float *)malloc(nc * sizeof(float));
+    enum harness_result r;
+    case_init(&g, ta, tb, M, N, K, alpha, beta);
+    memcpy(cs, g.C0, nc * sizeof(float));
+    memcpy(cp, g.C0, nc * sizeof(float));
+    gdl_gemm_cpu(ta, tb, M, N, K, alpha, g.A, g.lda, g.B, g.ldb, beta, cs, g.ldc);
+    tgk_portable_gemm(ta, tb, M, N, K, alpha, g.A, g.lda, g.B, g.ldb, beta, cp, g.ldc);
+    r = check_c(gdl_gemm_kernel_name(), &g, cs, exact_mode(&g, TGK_FUSED, TGK_FUSED || TGK_PORTABLE_EXACT));
+    if (r == HARNESS_PASS) r = check_c("portable", &g, cp, exact_mode(&g, 0, TGK_PORTABLE_EXACT));
+    case_free(&g);
+    free(cs);
+    free(cp);
+    return r;
+}
+
+/* ---- tests ---- */
+
+TEST test_selected_kernel(void) {
+    printf("\n  selected kernel: %s (MR=%d NR=%d MC=%d KC=%d NC=%d), reference: %s\n", gdl_gemm_kernel_name(),
+           GDL__GEMM_MR, GDL__GEMM_NR, GDL__GEMM_MC, GDL__GEMM_KC, GDL__GEMM_NC, tgk_portable_name());
+    ASSERT_STR_EQ("portable 4x8", tgk_portable_name());
+#ifdef TGK_EXPECT
+    if (strncmp(gdl_gemm_kernel_name(), TGK_EXPECT, strlen(TGK_EXPECT)) != 0)
+        FAILf("this build should select the %s kernel, it selected %s", TGK_EXPECT, gdl_gemm_kernel_name());
+    PASS();
+#else
+    SKIPm("no TGK_EXPECT given: which kernel this build should select is not checked");
+#endif
+}
+
+/* Every M, N around the tile sizes of every kernel (MR 4/6/8, NR 8/12/16/32),
+   K of one, one and two blocks, all transposes, beta 0 / 1 / other. */
+TEST test_small_shapes(void) {
+    static const int Ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17};
+    static const int Ns[] = {1, 3, 7, 8, 9, 11, 12, 13, 16, 17, 24, 31, 32, 33, 40};
+    static const int Ks[] = {1, 2, 7, 257};
+    static const float ab[][2] = {{1, 0}, {1, 1}, {0.5f, -0.75f}, {1, 1}, {1, 0}, {-2, 1}};
+    size_t mi, ni, ki;
+    int t, n = 0;
+    for (mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
+        for (ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+            for (ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+                for (t = 0; t < 4; t++, n++) {
+                    const float *p = ab[n % 6];
+                    CHECK_CALL(run_case(t >> 1, t & 1, Ms[mi], Ns[ni], Ks[ki], p[0], p[1]));
+                }
+    PASS();
+}
+
+/* Past MC and NC of the selected kernel (so several M and N blocks, with
+   ragged last tiles) and two K blocks; large enough to be threaded. */
+TEST test_large_shapes(void) {
+    const int M = GDL__GEMM_MC + GDL__GEMM_MR + 1, N = GDL__GEMM_NC + GDL__GEMM_NR + 3, K = 300;
+    CHECK_CALL(run_case(0, 1, M, N, K, 1, 0)); /* y = x W^T */
+    CHECK_CALL(run_case(1, 0, M, N, K, 1, 1)); /* dW += dy^T x */
+    CHECK_CALL(run_case(0, 0, M, 37, K, 0.25f, 2));
+    PASS();
+}
+
+/* alpha == 0 or K == 0: A and B are not read, C = beta*C. */
+TEST test_degenerate(void) {
+    float C[6] = {1, 2, 3, 4, 5, 6}, A[1] = {(float)NAN}, B[1] = {(float)NAN};
+    int i;
+    gdl_gemm_cpu(0, 0, 2, 3, 1, 0.0f, A, 1, B, 3, 2.0f, C, 3);
+    for (i = 0; i < 6; i++) ASSERT_IN_RANGE(2.0 * (i + 1), C[i], 0);
+    gdl_gemm_cpu(0, 0, 2, 3, 0, 1.0f, NULL, 1, NULL, 3, 0.0f, C, 3);
+    for (i = 0; i < 6; i++) ASSERT_IN_RANGE(0.0, C[i], 0);
+    PASS();
+}
+
+/* Results must not depend on the number of threads. */
+TEST test_thread_count_independent(void) {
+#ifdef _OPENMP
+    const int M = 2 * GDL__GEMM_MC + 3, N = 3 * GDL__GEMM_NR + 5, K = 300;
+    const int saved = omp_get_max_threads();
+    gemm_case g;
+    float *c1, *c4;
+    const size_t nc = (size_t)M * (N + 5);
+    int same;
+    case_init(&g, 0, 1, M, N, K, 0.5f, 0);
+    c1 = (float *)malloc(nc * sizeof(float));
+    c4 = (float *)malloc(nc * sizeof(float));
+    memcpy(c1, g.C0, nc * sizeof(float));
+    memcpy(c4, g.C0, nc * sizeof(float));
+    omp_set_num_threads(1);
+    gdl_gemm_cpu(0, 1, M, N, K, 0.5f, g.A, g.lda, g.B, g.ldb, 0, c1, g.ldc);
+    omp_set_num_threads(4);
+    gdl_gemm_cpu(0, 1, M, N, K, 0.5f, g.A, g.lda, g.B, g.ldb, 0, c4, g.ldc);
+    omp_set_num_threads(saved);
+    same = memcmp(c1, c4, nc * sizeof(float)) == 0;
+    case_free(&g);
+    free(c1);
+    free(c4);
+    ASSERTm("1 and 4 threads give different bits", same);
+    PASS();
+#else
+    SKIPm("built without OpenMP");
+#endif
+}
+
+/* The unpacked fallback sums like the packed path: reached from inside a
+   parallel region, and when the packing buffer cannot be allocated. */
+static enum harness_result fallback_case(int ta, int tb, int in_parallel) {
+    gemm_case g;
+    const int M = 2 * GDL__GEMM_MR + 1, N = GDL__GEMM_NR + 3, K = 300;
+    const size_t nc = (size_t)M * (N + 5);
+    float *c = (float *)malloc(nc * sizeof(float));
+    enum harness_result r;
+    case_init(&g, ta, tb, M, N, K, 1, (float)(ta ^ tb));
+    memcpy(c, g.C0, nc * sizeof(float));
+    if (in_parallel) {
+#ifdef _OPENMP
+#pragma omp parallel num_threads(2)
+        {
+            if (omp_get_thread_num() == 0) gdl_gemm_cpu(ta, tb, M, N, K, 1, g.A, g.lda, g.B, g.ldb, g.beta, c, g.ldc);
+        }
+#endif
+    } else {
+        gdl__gemm_release();
+        fail_mallocs = 1;
+        gdl_gemm_cpu(ta, tb, M, N, K, 1, g.A, g.lda, g.B, g.ldb, g.beta, c, g.ldc);
+        fail_mallocs = 0;
+    }
+    r = check_c("fallback", &g, c, exact_mode(&g, TGK_FUSED, TGK_FUSED || TGK_PORTABLE_EXACT));
+    case_free(&g);
+    free(c);
+    return r;
+}
+
+TEST test_fallback_no_memory(void) {
+    int t;
+    for (t = 0; t < 4; t++) CHECK_CALL(fallback_case(t >> 1, t & 1, 0));
+    PASS();
+}
+
+TEST test_fallback_in_parallel_region(void) {
+#ifdef _OPENMP
+    int t;
+    for (t = 0; t < 4; t++) CHECK_CALL(fallback_case(t >> 1, t & 1, 1));
+    PASS();
+#else
+    SKIPm("built without OpenMP");
+#endif
+}
+
+SUITE(gemm_kernels) {
+    RUN_TEST(test_selected_kernel);
+    RUN_TEST(test_small_shapes);
+    RUN_TEST(test_large_shapes);
+    RUN_TEST(test_degenerate);
+    RUN_TEST(test_thread_count_independent);
+    RUN_TEST(test_fallback_no_memory);
+    RUN_TEST(test_fallback_in_parallel_region);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    HARNESS_MAIN_BEGIN(argc, argv);
+    RUN_SUITE(gemm_kernels);
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}
+
+#endif /* TGK_PORTABLE_TU */
