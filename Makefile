@@ -45,18 +45,18 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover
 HDR = gpudl.h tests/harness.h tests/op_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
-.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-cuda-build test-cuda-build-nvcc test-cuda run deps data bench cuda clean
+.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-cuda-build test-cuda-build-nvcc test-cuda run deps data bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/device_query
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query
 
 all: $(TESTS) $(EXAMPLES)
 
-$(B)/%: examples/%.c gpudl.h | $(B)
+$(B)/%: examples/%.c examples/example_args.h gpudl.h | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
 
 # one nvcc command per example, as README gives them
-$(B)/cuda_%: examples/%.c gpudl.h $(B)/gpudl_cuda.o | $(B)
+$(B)/cuda_%: examples/%.c examples/example_args.h gpudl.h $(B)/gpudl_cuda.o | $(B)
 	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas $(ZLIBS) -o $@
 
 $(B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h | $(B)
@@ -130,7 +130,7 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-all
 
-test-all: test-warnings test-harness test-fetch test-cuda-build test-unit test-emu test-cpu-paths test-aarch64
+test-all: test-warnings test-harness test-fetch test-examples test-cuda-build test-unit test-emu test-cpu-paths test-aarch64
 
 test-unit: $(TESTS) $(ASAN_TESTS)
 	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)
@@ -158,6 +158,10 @@ test-harness:
 # tools/fetch_data.sh's download path, on a local file:// mirror
 test-fetch:
 	sh tests/run.sh tests/test_fetch.sh
+
+# the examples as a user runs them: flags, errors, a short training run
+test-examples: $(EXAMPLES)
+	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_examples.sh
 
 # CI has no GPU: the CUDA backend and the CUDA builds must still compile and link.
 # Without nvcc (no CUDA toolkit) this part is skipped, loudly.

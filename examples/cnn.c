@@ -5,9 +5,10 @@
 
    CPU:   cc -O2 -march=native -fopenmp examples/cnn.c -DGPUDL_ZLIB -lz -lm -pthread -o cnn
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/cnn.c gpudl_cuda.cu -lcublas -lz -o cnn
-   Run:   ./cnn [fashion_mnist_dir | cifar10_dir] [epochs] */
+   Run:   ./cnn [--data fashion_mnist_dir|cifar10_dir] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE] */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
+#include "example_args.h"
 #include <stdlib.h>
 
 static int is_cifar_dir(const char *dir) {
@@ -22,28 +23,31 @@ static int is_cifar_dir(const char *dir) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
-    const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL; /* "" searches the default places */
-    int epochs = argc > 2 ? atoi(argv[2]) : 5, cifar = is_cifar_dir(dir), C = cifar ? 3 : 1, side = cifar ? 32 : 28;
-    gdl_device dev = gdl_default_device();
-    gdl_dataset *train, *test;
+    ex_args a = ex_defaults(5, 64);
+    int parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV,
+                          "Trains a small CNN on Fashion-MNIST, or on CIFAR-10 when --data names its folder.");
+    const char *dir = a.data;
+    int epochs = a.epochs, cifar = is_cifar_dir(dir), C = cifar ? 3 : 1, side = cifar ? 32 : 28;
+    gdl_device dev = a.device;
+    gdl_dataset *train = NULL, *test = NULL;
     gdl_loader *tl = NULL, *vl = NULL;
     gdl_module *model = NULL, *layers[11];
     gdl_optimizer *opt = NULL;
     gdl_loader_opts lo = gdl_loader_defaults();
     gdl_fit_opts fo = gdl_fit_defaults();
-    gdl_epoch_stats hist[100];
+    gdl_epoch_stats *hist = NULL;
     int64_t in_shape[4];
     double acc = 0, secs = 0;
     int e, rc = 1;
 
+    if (parsed) return parsed == 1 ? 0 : 2;
     printf("device: %s (%s), data: %s\n", gdl_device_str(dev), gdl_device_name(dev), cifar ? "CIFAR-10" : "Fashion-MNIST");
-    if (epochs < 1 || epochs > 100) epochs = 5;
-    gdl_manual_seed(0);
+    gdl_manual_seed(a.seed);
     train = cifar ? gdl_dataset_from_cifar10(dir, 1) : gdl_dataset_fashion_mnist(dir, 1);
     test = cifar ? gdl_dataset_from_cifar10(dir, 0) : gdl_dataset_fashion_mnist(dir, 0);
-    if (!train || !test) goto fail;
+    if (!train || !test || !(hist = (gdl_epoch_stats *)calloc((size_t)epochs, sizeof *hist))) goto fail;
 
-    lo.batch_size = 64;
+    lo.batch_size = a.batch_size;
     lo.shuffle = 1;
     lo.num_workers = 1;
     lo.pin_memory = 1;
@@ -90,6 +94,7 @@ int main(int argc, char **argv) {
 
     fo.epochs = epochs;
     fo.val = vl;
+    fo.csv_path = a.csv;
     if (gdl_fit(model, tl, opt, &fo, hist) < 0) goto fail;
     for (e = 0; e < epochs; e++) secs += hist[e].seconds;
     acc = hist[epochs - 1].val_accuracy;
@@ -104,6 +109,7 @@ fail:
     gdl_loader_free(vl);
     gdl_dataset_free(train);
     gdl_dataset_free(test);
+    free(hist);
     gdl_shutdown();
     return rc;
 }

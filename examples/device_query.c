@@ -6,11 +6,15 @@
 */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
+#include "example_args.h"
 
-int main(void) {
+int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
+    ex_args a = ex_defaults(1, 1);
+    int parsed = ex_parse(&a, argc, argv, 0, "Prints whether CUDA is available, and each device's name and memory.");
     int n = gdl_cuda_device_count(), i;
     gdl_device dev = gdl_default_device();
+    if (parsed) return parsed == 1 ? 0 : 2;
     printf("gpudl %s\n", gdl_version());
     printf("CUDA available: %s\n", gdl_cuda_is_available() ? "yes" : "no");
     printf("CUDA devices:   %d\n", n);

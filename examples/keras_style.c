@@ -6,16 +6,16 @@
 
    CPU:   cc -O2 -march=native -fopenmp examples/keras_style.c -DGPUDL_ZLIB -lz -lm -pthread -o keras_style
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/keras_style.c gpudl_cuda.cu -lcublas -lz -o keras_style
-   Run:   ./keras_style [data_dir] [epochs] */
+   Run:   ./keras_style [--data DIR] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE] */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
-#include <stdlib.h>
+#include "example_args.h"
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
-    const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL; /* "" searches the default places */
-    int epochs = argc > 2 ? atoi(argv[2]) : 3, rc = 1;
-    gdl_device dev = gdl_default_device();
+    ex_args a = ex_defaults(3, 128);
+    int parsed, epochs, rc = 1;
+    gdl_device dev;
     gdl_dataset *all = NULL, *train = NULL, *val = NULL, *test = NULL;
     gdl_loader *tl = NULL, *vl = NULL, *el = NULL;
     gdl_module *model = NULL, *layers[9];
@@ -27,10 +27,16 @@ int main(int argc, char **argv) {
     int64_t in_shape[4] = {1, 1, 28, 28};
     double test_loss, test_acc, again;
 
-    if (epochs < 1) epochs = 1;
+    a.seed = 1;
+    a.csv = "keras_style_metrics.csv";
+    parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV,
+                      "Keras-style summary / fit / evaluate / save of an MLP with batch norm on Fashion-MNIST.");
+    if (parsed) return parsed == 1 ? 0 : 2;
+    epochs = a.epochs;
+    dev = a.device;
     hist = (gdl_epoch_stats *)calloc((size_t)epochs, sizeof *hist);
-    gdl_manual_seed(1);
-    if (!hist || !(all = gdl_dataset_fashion_mnist(dir, 1)) || !(test = gdl_dataset_fashion_mnist(dir, 0))) goto fail;
+    gdl_manual_seed(a.seed);
+    if (!hist || !(all = gdl_dataset_fashion_mnist(a.data, 1)) || !(test = gdl_dataset_fashion_mnist(a.data, 0))) goto fail;
     /* validation_split = 1/12 */
     if (!(train = gdl_dataset_subset(all, 0, 55000)) || !(val = gdl_dataset_subset(all, 55000, 5000))) goto fail;
 
@@ -49,7 +55,7 @@ int main(int argc, char **argv) {
     if (!(opt = gdl_sgd_new(0.05, 0.9, 0, 5e-4, 1)) || gdl_optim_add_module(opt, model, 1) < 0) goto fail;
     if (!(sched = gdl_cosine_lr_new(opt, epochs, 0))) goto fail;
 
-    lo.batch_size = 128;
+    lo.batch_size = a.batch_size;
     lo.shuffle = 1;
     lo.num_workers = 2;
     lo.device = dev;
@@ -63,12 +69,12 @@ int main(int argc, char **argv) {
     fo.epochs = epochs;
     fo.val = vl;
     fo.scheduler = sched;
-    fo.csv_path = "keras_style_metrics.csv";
+    fo.csv_path = a.csv;
     if (gdl_fit(model, tl, opt, &fo, hist) < 0) goto fail;
     /* model.evaluate(x_test, y_test) */
     if (gdl_evaluate(model, el, NULL, NULL, &test_loss, &test_acc) < 0) goto fail;
-    printf("test loss %.4f, test accuracy %.2f%%, last epoch %.0f samples/s (metrics in keras_style_metrics.csv)\n",
-           test_loss, 100 * test_acc, hist[epochs - 1].samples_per_sec);
+    printf("test loss %.4f, test accuracy %.2f%%, last epoch %.0f samples/s (metrics in %s)\n", test_loss,
+           100 * test_acc, hist[epochs - 1].samples_per_sec, a.csv);
 
     /* model.save / load */
     if (gdl_save_model(model, "keras_style.safetensors") < 0 || gdl_load_model(model, "keras_style.safetensors") < 0 ||

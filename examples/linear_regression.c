@@ -5,32 +5,38 @@
 
    Build and run (from the repository root):
        cc -O2 examples/linear_regression.c -lm -o linear_regression && ./linear_regression
+   Options: [--epochs N] [--device cpu|cuda] [--seed N] (--help lists them)
 */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
+#include "example_args.h"
 
 #define N 1000      /* samples */
 #define D 10        /* features */
 #define BATCH 50
-#define EPOCHS 40
 
 static int fail(const char *what) {
     fprintf(stderr, "linear_regression: %s: %s\n", what, gdl_last_error());
     return 1;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     int64_t xs[2] = {N, D}, ws[2] = {D, 1}, ys[2] = {N, 1};
-    gdl_device dev = gdl_default_device();
+    ex_args a = ex_defaults(40, BATCH);
+    int parsed = ex_parse(&a, argc, argv, EX_EPOCHS | EX_DEVICE | EX_SEED,
+                          "Fits y = x.w + b with nn.Linear(10, 1), MSE and SGD on seeded random data.");
+    gdl_device dev = a.device;
     gdl_tensor *X, *w_true, *noise, *Y;
     gdl_module *model;
     gdl_optimizer *opt;
     float w[D], w_ref[D], b, b_true = 0.5f;
     int epoch, i;
 
+    if (parsed) return parsed == 1 ? 0 : 2;
+
     /* data: y = x·w_true + b_true + N(0, 0.01²) noise */
-    gdl_manual_seed(0);                                  /* torch.manual_seed(0) */
+    gdl_manual_seed(a.seed);                             /* torch.manual_seed(0) */
     X = gdl_randn(2, xs, gdl_cpu());                     /* X = torch.randn(N, D) */
     w_true = gdl_randn(2, ws, gdl_cpu());
     noise = gdl_randn(2, ys, gdl_cpu());
@@ -46,7 +52,7 @@ int main(void) {
         return fail("model");
     printf("training Linear(%d, 1) on %d samples on %s\n", D, N, gdl_device_str(dev));
 
-    for (epoch = 1; epoch <= EPOCHS; epoch++) {
+    for (epoch = 1; epoch <= a.epochs; epoch++) {
         double total = 0;
         for (i = 0; i < N; i += BATCH) {
             gdl_tensor *out, *loss;

@@ -5,19 +5,19 @@
 
    CPU:   cc -O2 -march=native -fopenmp examples/mnist_mlp.c -DGPUDL_ZLIB -lz -lm -pthread -o mnist_mlp
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/mnist_mlp.c gpudl_cuda.cu -lcublas -lz -o mnist_mlp
-   Run:   ./mnist_mlp [data_dir] [epochs]
-   Data:  data_dir if given, else $GPUDL_DATA if set, else ./data, then Debian's
+   Run:   ./mnist_mlp [--data DIR] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE]
+   Data:  --data DIR if given, else $GPUDL_DATA if set, else ./data, then Debian's
           dataset-fashion-mnist (/usr/share/datasets/fashion-mnist); `make data`
           installs or downloads it (`make run` does that first). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
-#include <stdlib.h>
+#include "example_args.h"
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
-    const char *dir = argc > 1 && argv[1][0] ? argv[1] : NULL; /* "" searches the default places */
-    int epochs = argc > 2 ? atoi(argv[2]) : 5, epoch;
-    gdl_device dev = gdl_default_device();
+    ex_args a = ex_defaults(5, 64);
+    int epochs, epoch;
+    gdl_device dev;
     gdl_dataset *train = NULL, *test = NULL;
     gdl_loader *train_loader = NULL, *test_loader = NULL;
     gdl_module *model = NULL;
@@ -26,13 +26,20 @@ int main(int argc, char **argv) {
     double total = 0, test_loss = 0, test_acc = 0;
     int rc = 1;
 
+    switch (ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED,
+                     "Trains a 784-128-10 MLP on Fashion-MNIST with Adam and prints the test accuracy.")) {
+    case 1: return 0;
+    case 2: return 2;
+    }
+    dev = a.device;
+    epochs = a.epochs;
     printf("device: %s (%s)%s\n", gdl_device_str(dev), gdl_device_name(dev),
            dev.type == GDL_DEVICE_CPU && gdl_cuda_device_count() == 0 ? " - no GPU, training on the CPU" : "");
-    gdl_manual_seed(0);
-    if (!(train = gdl_dataset_fashion_mnist(dir, 1)) || !(test = gdl_dataset_fashion_mnist(dir, 0))) goto fail;
+    gdl_manual_seed(a.seed);
+    if (!(train = gdl_dataset_fashion_mnist(a.data, 1)) || !(test = gdl_dataset_fashion_mnist(a.data, 0))) goto fail;
 
     lo = gdl_loader_defaults();
-    lo.batch_size = 64;
+    lo.batch_size = a.batch_size;
     lo.shuffle = 1;
     lo.num_workers = 1;
     lo.pin_memory = 1;

@@ -1,0 +1,168 @@
+/* example_args.h — the command-line flags the examples share, parsed strictly.
+
+   --data DIR        where Fashion-MNIST (or CIFAR-10, for cnn) is; default: the
+                     search of gdl_dataset_fashion_mnist (GPUDL_DATA, ./data,
+                     /usr/share/datasets/fashion-mnist)
+   --epochs N        training epochs
+   --batch-size N    training batch size
+   --device D        cpu, cuda, cuda:N or auto (default: cuda:0 when there is
+                     a GPU, else cpu)
+   --seed N          the generator's seed (initial weights, shuffling, dropout)
+   --csv FILE        per-epoch metrics as CSV
+   --help            the usage
+
+   Each example says which of these it takes. Values may follow the flag or
+   an '=' (--epochs=3). A bad value, an unknown flag or a stray argument
+   prints what is wrong and the usage, and the example exits with status 2;
+   nothing is guessed (`./mnist_mlp 3` is refused, not read as a folder).
+   Not part of gpudl's API: a helper of the example programs. */
+#ifndef GPUDL_EXAMPLE_ARGS_H
+#define GPUDL_EXAMPLE_ARGS_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { EX_DATA = 1, EX_EPOCHS = 2, EX_BATCH = 4, EX_DEVICE = 8, EX_SEED = 16, EX_CSV = 32 };
+
+typedef struct ex_args {
+    const char *data;  /* NULL: the default search */
+    const char *csv;   /* NULL: none, unless the example has a default */
+    int epochs, batch_size;
+    gdl_device device;
+    uint64_t seed;
+} ex_args;
+
+/* The example's defaults: no --data (the default search), no CSV, seed 0, device auto. */
+static ex_args ex_defaults(int epochs, int batch_size) {
+    ex_args a;
+    memset(&a, 0, sizeof a);
+    a.epochs = epochs;
+    a.batch_size = batch_size;
+    a.device = gdl_default_device();
+    return a;
+}
+
+static void ex_usage(FILE *f, const char *prog, const char *about, unsigned takes, const ex_args *defaults) {
+    fprintf(f, "usage: %s [options]\n%s\n\noptions:\n", prog, about);
+    if (takes & EX_DATA) fprintf(f, "  --data DIR        data folder (default: $GPUDL_DATA, ./data, /usr/share/datasets/fashion-mnist)\n");
+    if (takes & EX_EPOCHS) fprintf(f, "  --epochs N        training epochs (default %d)\n", defaults->epochs);
+    if (takes & EX_BATCH) fprintf(f, "  --batch-size N    training batch size (default %d)\n", defaults->batch_size);
+    if (takes & EX_DEVICE) fprintf(f, "  --device D        cpu, cuda, cuda:N or auto (default auto: %s)\n", gdl_device_str(defaults->device));
+    if (takes & EX_SEED) fprintf(f, "  --seed N          random seed (default %llu)\n", (unsigned long long)defaults->seed);
+    if (takes & EX_CSV) fprintf(f, "  --csv FILE        per-epoch metrics as CSV (default %s)\n", defaults->csv ? defaults->csv : "none");
+    fprintf(f, "  --help            this text\n");
+}
+
+/* A whole decimal number in [lo, hi]; 0 on success. */
+static int ex_number(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out) {
+    char *end;
+    unsigned long long v;
+    if (!s || !*s || *s < '0' || *s > '9') return -1; /* strtoull would accept " -1" */
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int ex_device(const char *s, gdl_device *out) {
+    unsigned long long i = 0;
+    if (!strcmp(s, "auto")) {
+        *out = gdl_default_device();
+        return 0;
+    }
+    if (!strcmp(s, "cpu")) {
+        *out = gdl_cpu();
+        return 0;
+    }
+    if (strcmp(s, "cuda") && (strncmp(s, "cuda:", 5) || ex_number(s + 5, 0, 63, &i) < 0)) return -1;
+    if ((int)i >= gdl_cuda_device_count()) return -2;
+    *out = gdl_cuda((int)i);
+    return 0;
+}
+
+/* 0: run; 1: --help was printed (exit 0); 2: an error was printed (exit 2). */
+static int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const char *about) {
+    static const struct { const char *name; unsigned bit; } flags[] = {
+        {"--data", EX_DATA}, {"--epochs", EX_EPOCHS}, {"--batch-size", EX_BATCH},
+        {"--device", EX_DEVICE}, {"--seed", EX_SEED}, {"--csv", EX_CSV}};
+    const char *prog = argc > 0 ? argv[0] : "example";
+    ex_args defaults = *a;
+    int i, k;
+    for (i = 1; i < argc; i++) {
+        const char *arg = argv[i], *val = NULL, *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        unsigned long long n;
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            ex_usage(stdout, prog, about, takes, &defaults);
+            return 1;
+        }
+        for (k = 0; k < (int)(sizeof flags / sizeof flags[0]); k++)
+            if ((takes & flags[k].bit) && strlen(flags[k].name) == len && !strncmp(arg, flags[k].name, len)) break;
+        if (k == (int)(sizeof flags / sizeof flags[0])) {
+            if (arg[0] == '-') fprintf(stderr, "%s: unknown option '%s'\n", prog, arg);
+            else fprintf(stderr, "%s: unexpected argument '%s' (options are given by name: see --help)\n", prog, arg);
+            ex_usage(stderr, prog, about, takes, &defaults);
+            return 2;
+        }
+        if (eq) val = eq + 1;
+        else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) val = argv[++i];
+        else {
+            fprintf(stderr, "%s: %s needs a value\n", prog, flags[k].name);
+            ex_usage(stderr, prog, about, takes, &defaults);
+            return 2;
+        }
+        switch (flags[k].bit) {
+        case EX_DATA:
+        case EX_CSV:
+            if (!*val) {
+                fprintf(stderr, "%s: %s needs a non-empty value\n", prog, flags[k].name);
+                return 2;
+            }
+            if (flags[k].bit == EX_DATA) a->data = val;
+            else a->csv = val;
+            break;
+        case EX_EPOCHS:
+            if (ex_number(val, 1, 100000, &n) < 0) {
+                fprintf(stderr, "%s: --epochs '%s': expected a whole number from 1 to 100000\n", prog, val);
+                return 2;
+            }
+            a->epochs = (int)n;
+            break;
+        case EX_BATCH:
+            if (ex_number(val, 1, 1 << 20, &n) < 0) {
+                fprintf(stderr, "%s: --batch-size '%s': expected a whole number from 1 to 1048576\n", prog, val);
+                return 2;
+            }
+            a->batch_size = (int)n;
+            break;
+        case EX_SEED:
+            if (ex_number(val, 0, UINT64_MAX, &n) < 0) {
+                fprintf(stderr, "%s: --seed '%s': expected a whole number from 0 to 2^64-1\n", prog, val);
+                return 2;
+            }
+            a->seed = (uint64_t)n;
+            break;
+        case EX_DEVICE:
+            switch (ex_device(val, &a->device)) {
+            case -1:
+                fprintf(stderr, "%s: --device '%s': expected cpu, cuda, cuda:N or auto\n", prog, val);
+                return 2;
+            case -2:
+                fprintf(stderr, "%s: --device %s: %s\n", prog, val,
+                        gdl_cuda_device_count() == 0
+                            ? "no CUDA device here (a CPU-only build, or no GPU; `make emu` builds the examples "
+                              "on the CUDA emulator)"
+                            : "no such CUDA device");
+                return 2;
+            }
+            break;
+        }
+    }
+    return 0;
+}
+
+#endif

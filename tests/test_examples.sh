@@ -1,0 +1,48 @@
+#!/bin/sh
+# test_examples.sh — the examples as a user runs them: strict flags (a bad
+# value, an unknown flag or a stray argument is refused with exit status 2 and
+# says why), --help, data located through --data and GPUDL_DATA, and one short
+# real training run of the main job. Usage: tests/test_examples.sh BUILD_DIR
+# Ends with "N passed, N failed, N skipped".
+set -u
+b=${1:-${GPUDL_BUILD:-build}}
+pass=0 fail=0 skip=0
+t=$(mktemp -d) || exit 1
+trap 'rm -rf "$t"' EXIT
+# expect STATUS PATTERN COMMAND...: runs it, checks its exit status and that its output has PATTERN
+expect() {
+    want=$1 pat=$2; shift 2
+    "$@" >"$t/out" 2>&1
+    rc=$?
+    if [ $rc -eq "$want" ] && grep -q -e "$pat" "$t/out"; then pass=$((pass + 1)); echo "  ok   $*"
+    else fail=$((fail + 1)); echo "  FAIL $* (exit $rc, wanted $want and '$pat'):"; sed 's/^/       /' "$t/out" | head -n 8
+    fi
+}
+for e in mnist_mlp cnn keras_style; do
+    expect 0 "^usage: .*$e \[options\]" "$b/$e" --help
+    expect 2 "unexpected argument '3'" "$b/$e" 3
+    expect 2 "unexpected argument ''" "$b/$e" ""
+    expect 2 "unknown option '--bogus'" "$b/$e" --bogus
+    expect 2 "\-\-epochs '0': expected a whole number" "$b/$e" --epochs 0
+    expect 2 "\-\-epochs 'abc': expected a whole number" "$b/$e" --epochs abc
+    expect 2 "\-\-batch-size '-5'" "$b/$e" --batch-size=-5
+    expect 2 "\-\-epochs needs a value" "$b/$e" --epochs
+    expect 2 "\-\-device 'gpu': expected cpu, cuda" "$b/$e" --device gpu
+    expect 2 "\-\-seed '1e3'" "$b/$e" --seed 1e3
+    # data that is not there: every place named, and the command that fetches it
+    expect 1 "not found in $t/none (the directory given).*make data" "$b/$e" --data "$t/none" --epochs 1
+    expect 1 "not found in $t/none2 (from GPUDL_DATA).*make data" env GPUDL_DATA="$t/none2" "$b/$e" --epochs 1
+done
+expect 0 "^usage: " "$b/linear_regression" --help
+expect 2 "unexpected argument 'x'" "$b/device_query" x
+expect 0 "learned" "$b/linear_regression" --epochs 3 --device cpu
+if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
+    expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 1 --device cpu --batch-size 128 --seed 3
+    # a data folder given by --data, and the same through GPUDL_DATA
+    expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 1 --data /usr/share/datasets/fashion-mnist
+    expect 0 "test accuracy [0-9]" env GPUDL_DATA=/usr/share/datasets/fashion-mnist "$b/mnist_mlp" --epochs 1
+else
+    skip=$((skip + 3)); echo "  SKIP the training runs: Fashion-MNIST is not installed (sh tools/deps.sh test installs it)"
+fi
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail -eq 0 ]
