@@ -45,7 +45,7 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover
 HDR = gpudl.h tests/harness.h tests/op_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
-.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-cuda-build test-cuda-build-nvcc test-cuda run deps data bench cuda clean
+.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-cuda-build test-cuda-build-nvcc test-cuda run deps data install uninstall bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/device_query
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query
@@ -77,6 +77,13 @@ run:
 
 deps:
 	@sh tools/deps.sh test
+
+# gpudl.h, gpudl_cuda.cu (as source), gpudl.pc, gpudl-cuda.pc and a CMake package
+PREFIX ?= /usr/local
+install:
+	@sh tools/install.sh install "$(PREFIX)" "$(DESTDIR)"
+uninstall:
+	@sh tools/install.sh uninstall "$(PREFIX)" "$(DESTDIR)"
 
 data:
 	@sh tools/fetch_data.sh
@@ -130,7 +137,7 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-all
 
-test-all: test-warnings test-harness test-fetch test-examples test-cuda-build test-unit test-emu test-cpu-paths test-aarch64
+test-all: test-warnings test-harness test-fetch test-examples test-install test-cuda-build test-unit test-emu test-cpu-paths test-aarch64
 
 test-unit: $(TESTS) $(ASAN_TESTS)
 	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)
@@ -158,6 +165,10 @@ test-harness:
 # tools/fetch_data.sh's download path, on a local file:// mirror
 test-fetch:
 	sh tests/run.sh tests/test_fetch.sh
+
+# make install into a temporary prefix; programs built through pkg-config and CMake
+test-install:
+	sh tests/run.sh tests/test_install.sh
 
 # the examples as a user runs them: flags, errors, a short training run
 test-examples: $(EXAMPLES)
