@@ -1,0 +1,123 @@
+# tests/cpu_paths.mk — every CPU code path of gpudl.h built and run (issue 17).
+# Included by the top-level Makefile; uses its B, CC, STD, WARN, OPENMP,
+# ZFLAGS, LIBS, NVCC and HDR.
+#
+#   make test-cpu-paths  the CPU suite built three ways on x86-64 and run on
+#                        each path the CPU has: AVX-512 (skipped, with a SKIP
+#                        line, on a CPU without it), AVX2+FMA, portable C
+#   make test-aarch64    the CPU suite cross-compiled for AArch64 (NEON GEMM
+#                        kernel) and run under qemu-aarch64; and the CUDA
+#                        backend compiled for Jetson Orin (sm_87)
+#
+# The CPU suite on each path: test_core, test_gradcheck, test_nn, test_train,
+# test_gemm_kernels (the selected GEMM kernel against the portable one and a
+# double reference) and train_trace (a deterministic training run compared
+# across paths: bit for bit among AVX-512, AVX2 and NEON, within 1e-5
+# relative for portable C; see tests/cpu_paths.sh). The portable path is
+# also the minimal build for small boards: -DGPUDL_NO_THREADS, no OpenMP, no
+# zlib, so its test_train (one epoch of Fashion-MNIST, unpacked into
+# $(B)/fmnist-raw) shows that such a build trains the MLP.
+#
+# Needs (Debian): gcc-aarch64-linux-gnu, qemu-user (qemu-aarch64), and for
+# the Fashion-MNIST test dataset-fashion-mnist or `make data`.
+
+CPUP_OPT ?= -O2 -g
+CPUP_DIRS = $(B)/cpu-avx512 $(B)/cpu-avx2 $(B)/cpu-portable
+CPUP_PROGS = test_core test_gradcheck test_nn test_train test_gemm_kernels train_trace
+CPUP_HDR = gpudl.h tests/harness.h tests/op_cases.h
+
+# Per path: the target flags, the options, the libraries. AVX-512 here is
+# AVX-512F on an x86-64 base (all the kernel needs), not -march=native.
+CPUP_ARCH_avx512 = -march=x86-64 -mavx2 -mfma -mavx512f
+CPUP_ARCH_avx2 = -march=x86-64 -mavx2 -mfma -mno-avx512f
+CPUP_ARCH_portable = -march=x86-64
+CPUP_OPTS_avx512 = $(OPENMP) $(ZFLAGS)
+CPUP_OPTS_avx2 = $(OPENMP) $(ZFLAGS)
+CPUP_OPTS_portable = -DGPUDL_NO_THREADS
+CPUP_LIBS_avx512 = $(LIBS)
+CPUP_LIBS_avx2 = $(LIBS)
+CPUP_LIBS_portable = -lm
+
+CPUP_X86_BINS = $(foreach d,$(CPUP_DIRS),$(addprefix $(d)/,$(CPUP_PROGS)))
+
+# AArch64: Debian's cross compiler; the binaries run under qemu-aarch64 with
+# the cross libc as its root. No zlib there (no arm64 zlib1g-dev), so the
+# Fashion-MNIST test reads the unpacked files, as on the portable path.
+AARCH64_CC ?= aarch64-linux-gnu-gcc
+AARCH64_QEMU ?= qemu-aarch64
+AARCH64_SYSROOT ?= /usr/aarch64-linux-gnu
+AARCH64_OPENMP := $(shell printf 'int main(void){return 0;}' | $(AARCH64_CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)
+A64 = $(B)/aarch64
+AARCH64_BINS = $(addprefix $(A64)/,$(CPUP_PROGS))
+
+# Jetson Orin: the CUDA backend and the main example for sm_87, through the
+# Makefile's own CUDA_ARCH override (the README's Jetson line).
+JETSON_ARCH = -gencode arch=compute_87,code=sm_87
+
+.PHONY: test-cpu-paths test-aarch64 test-jetson-build cpu-paths aarch64
+
+cpu-paths: $(CPUP_X86_BINS) $(B)/fmnist-raw/.done
+aarch64: $(AARCH64_BINS) $(B)/fmnist-raw/.done $(B)/cpu-avx2/train_trace $(B)/cpu-portable/train_trace
+
+test-cpu-paths: cpu-paths
+	sh tests/cpu_paths.sh x86 $(B)
+
+test-aarch64: test-jetson-build
+	@command -v $(AARCH64_CC) >/dev/null && command -v $(AARCH64_QEMU) >/dev/null || { \
+	  echo "test-aarch64: needs $(AARCH64_CC) and $(AARCH64_QEMU):" \
+	       "apt-get install gcc-aarch64-linux-gnu qemu-user (tools/deps.sh installs them)"; exit 1; }
+	$(MAKE) --no-print-directory aarch64
+	AARCH64_QEMU=$(AARCH64_QEMU) AARCH64_SYSROOT=$(AARCH64_SYSROOT) sh tests/cpu_paths.sh aarch64 $(B)
+
+test-jetson-build:
+	@test -x "$(NVCC)" || { echo "nvcc not found (set NVCC=...)"; exit 1; }
+	$(MAKE) --no-print-directory B=$(B)/jetson CUDA_ARCH="$(JETSON_ARCH)" $(B)/jetson/gpudl_cuda.o $(B)/jetson/cuda_mnist_mlp
+	@grep -qa sm_87 $(B)/jetson/gpudl_cuda.o && grep -qa sm_87 $(B)/jetson/cuda_mnist_mlp || \
+	  { echo "test-jetson-build: no sm_87 code in $(B)/jetson"; exit 1; }
+	@echo "jetson: gpudl_cuda.cu and cuda_mnist_mlp compiled for sm_87 (Orin): 1 passed, 0 failed, 0 skipped"
+
+# kept, so that a second `make` finds everything up to date
+.SECONDARY: $(addsuffix /tgk_portable.o,$(CPUP_DIRS) $(A64))
+
+$(CPUP_DIRS) $(A64) $(B)/fmnist-raw:
+	mkdir -p $@
+
+# Fashion-MNIST as plain IDX files for the builds without zlib (empty when
+# the data set is not installed: the test then says so and skips).
+$(B)/fmnist-raw/.done: | $(B)/fmnist-raw
+	sh tests/cpu_paths.sh unpack $(B)/fmnist-raw
+	@touch $@
+
+# --- x86-64 paths: $* is avx512, avx2 or portable ---
+$(B)/cpu-%/test_core: tests/test_core.c $(CPUP_HDR) | $(CPUP_DIRS)
+	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) $< -o $@ $(CPUP_LIBS_$*)
+$(B)/cpu-%/test_nn: tests/test_nn.c $(CPUP_HDR) | $(CPUP_DIRS)
+	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) $< -o $@ $(CPUP_LIBS_$*)
+$(B)/cpu-%/test_train: tests/test_train.c $(CPUP_HDR) | $(CPUP_DIRS)
+	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) $< -o $@ $(CPUP_LIBS_$*)
+$(B)/cpu-%/train_trace: tests/train_trace.c gpudl.h | $(CPUP_DIRS)
+	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) $< -o $@ $(CPUP_LIBS_$*)
+# the gradient check is a double build (portable GEMM): the path changes the rest of the code
+$(B)/cpu-%/test_gradcheck: tests/test_gradcheck.c $(CPUP_HDR) | $(CPUP_DIRS)
+	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(filter-out $(ZFLAGS),$(CPUP_OPTS_$*)) -DGPUDL_DOUBLE $< -o $@ $(CPUP_LIBS_$*)
+$(B)/cpu-%/tgk_portable.o: tests/test_gemm_kernels.c gpudl.h | $(CPUP_DIRS)
+	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) -DTGK_PORTABLE_TU -c $< -o $@
+$(B)/cpu-%/test_gemm_kernels: tests/test_gemm_kernels.c $(B)/cpu-%/tgk_portable.o tests/harness.h gpudl.h | $(CPUP_DIRS)
+	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) -DTGK_EXPECT='"$*"' $< $(B)/cpu-$*/tgk_portable.o -o $@ $(CPUP_LIBS_$*)
+
+# --- AArch64 ---
+A64_FLAGS = $(STD) $(WARN) $(CPUP_OPT) $(AARCH64_OPENMP)
+$(A64)/test_core: tests/test_core.c $(CPUP_HDR) | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
+$(A64)/test_nn: tests/test_nn.c $(CPUP_HDR) | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
+$(A64)/test_train: tests/test_train.c $(CPUP_HDR) | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
+$(A64)/train_trace: tests/train_trace.c gpudl.h | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
+$(A64)/test_gradcheck: tests/test_gradcheck.c $(CPUP_HDR) | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) -DGPUDL_DOUBLE $< -o $@ -pthread -lm
+$(A64)/tgk_portable.o: tests/test_gemm_kernels.c gpudl.h | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) -DTGK_PORTABLE_TU -c $< -o $@
+$(A64)/test_gemm_kernels: tests/test_gemm_kernels.c $(A64)/tgk_portable.o tests/harness.h gpudl.h | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) -DTGK_EXPECT='"neon"' $< $(A64)/tgk_portable.o -o $@ -pthread -lm

@@ -1,0 +1,160 @@
+#!/bin/sh
+# cpu_paths.sh — runs the CPU suite of each CPU code path (tests/cpu_paths.mk
+# builds them) and compares the paths' training traces.
+#
+#   sh tests/cpu_paths.sh x86 BUILD        AVX-512, AVX2 and portable C builds
+#   sh tests/cpu_paths.sh aarch64 BUILD    the AArch64 build under qemu
+#   sh tests/cpu_paths.sh unpack DIR       Fashion-MNIST as plain IDX into DIR
+#
+# A path the CPU cannot run is reported as a SKIP line and counted as
+# skipped. Every program goes through tests/run.sh, whose last line sums
+# them all ("N passed, N failed, N skipped").
+#
+# Training traces (tests/train_trace.c): the AVX-512, AVX2 and NEON GEMM
+# kernels compute each element of a product as the same chain of fused
+# multiply-adds in the same order (gpudl.h, [impl-gemm]) and the rest of the
+# library does not depend on the target, so those paths must agree bit for
+# bit. The portable kernel rounds each product before adding (no FMA in
+# x86-64's baseline); measured, it stays within 2e-7 relative of the others
+# over the trace's 55 steps, and the check allows 1e-5.
+set -u
+mode=${1:-}
+B=${2:-build}
+PORTABLE_TOL=1e-5
+
+# GPUDL_DATA for the builds without zlib: the unpacked copy, when there is one.
+raw_data() {
+    if [ -f "$B/fmnist-raw/train-images-idx3-ubyte" ]; then echo "$B/fmnist-raw"; else echo "$B/fmnist-raw-missing"; fi
+}
+
+# wrap NAME COMMAND...: an executable script that runs COMMAND "$@", so that
+# tests/run.sh (which takes one path per program) can run it.
+wrap() {
+    name=$1
+    shift
+    {
+        echo '#!/bin/sh'
+        printf 'exec'
+        for a in "$@"; do printf " '%s'" "$a"; done
+        echo ' "$@"'
+    } > "$W/$name"
+    chmod +x "$W/$name"
+}
+
+# skip NAME REASON: a program that reports one skipped test
+skip() {
+    printf '#!/bin/sh\necho "SKIP %s: %s"\necho "0 passed, 0 failed, 1 skipped"\n' "$1" "$2" > "$W/$1"
+    chmod +x "$W/$1"
+}
+
+has_flags() { # has_flags FLAG...: the CPU has every one (Linux /proc/cpuinfo)
+    for f in "$@"; do
+        grep -qw "$f" /proc/cpuinfo 2>/dev/null || return 1
+    done
+    return 0
+}
+
+case "$mode" in
+unpack)
+    dir=$B
+    mkdir -p "$dir"
+    src=
+    for d in ${GPUDL_DATA:-} data /usr/share/datasets/fashion-mnist; do
+        if [ -f "$d/train-images-idx3-ubyte.gz" ] || [ -f "$d/train-images-idx3-ubyte" ]; then src=$d; break; fi
+    done
+    if [ -z "$src" ]; then
+        echo "cpu_paths: Fashion-MNIST not found (make data): the no-zlib builds will skip their Fashion-MNIST test"
+        exit 0
+    fi
+    for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+        if [ -f "$src/$f" ]; then cp "$src/$f" "$dir/$f.tmp"; else gzip -dc "$src/$f.gz" > "$dir/$f.tmp"; fi || exit 1
+        mv "$dir/$f.tmp" "$dir/$f"
+    done
+    echo "cpu_paths: Fashion-MNIST from $src unpacked into $dir"
+    exit 0
+    ;;
+x86)
+    W=$B/cpu-paths-run
+    rm -rf "$W"
+    mkdir -p "$W"
+    progs=
+    data=$(raw_data)
+    sed -n 's/^model name[^:]*: */cpu_paths: CPU: /p' /proc/cpuinfo 2>/dev/null | head -n 1
+    # the portable trace is the reference the other x86 paths are compared with
+    if ! "$B/cpu-portable/train_trace" > "$B/cpu-portable/trace.txt"; then
+        echo "cpu_paths: the portable train_trace failed"
+        exit 1
+    fi
+    ref_fused=
+    for p in portable avx2 avx512; do
+        d=$B/cpu-$p
+        case $p in
+        avx512) need="avx2 fma avx512f" ;;
+        avx2) need="avx2 fma" ;;
+        *) need= ;;
+        esac
+        if [ -n "$need" ] && ! has_flags $need; then
+            echo "SKIP: the $p path: this CPU lacks one of: $need (built, not run)"
+            skip "$p-suite" "this CPU lacks one of: $need; the $p build was compiled but not run"
+            progs="$progs $W/$p-suite"
+            continue
+        fi
+        for t in test_core test_gradcheck test_nn test_gemm_kernels; do
+            wrap "$p-$t" "$d/$t"
+            progs="$progs $W/$p-$t"
+        done
+        if [ $p = portable ]; then
+            wrap "$p-test_train" env GPUDL_DATA="$data" "$d/test_train"
+        else
+            wrap "$p-test_train" "$d/test_train"
+        fi
+        progs="$progs $W/$p-test_train"
+        if [ $p = portable ]; then
+            continue
+        fi
+        # fused paths: within tolerance of portable C, and bitwise equal to each other
+        wrap "$p-trace-vs-portable" "$d/train_trace" --against "$B/cpu-portable/trace.txt" --tol $PORTABLE_TOL
+        progs="$progs $W/$p-trace-vs-portable"
+        if [ -n "$ref_fused" ]; then
+            wrap "$p-trace-vs-$ref_fused" "$d/train_trace" --against "$B/cpu-$ref_fused/trace.txt"
+            progs="$progs $W/$p-trace-vs-$ref_fused"
+        else
+            "$d/train_trace" > "$d/trace.txt" && ref_fused=$p
+        fi
+    done
+    sh tests/run.sh $progs
+    ;;
+aarch64)
+    W=$B/aarch64-run
+    A=$B/aarch64
+    rm -rf "$W"
+    mkdir -p "$W"
+    Q=${AARCH64_QEMU:-qemu-aarch64}
+    S=${AARCH64_SYSROOT:-/usr/aarch64-linux-gnu}
+    progs=
+    echo "cpu_paths: AArch64 under $($Q --version | head -n 1)"
+    for t in test_core test_gradcheck test_nn test_gemm_kernels; do
+        wrap "aarch64-$t" "$Q" -L "$S" "$A/$t"
+        progs="$progs $W/aarch64-$t"
+    done
+    wrap "aarch64-test_train" env GPUDL_DATA="$(raw_data)" "$Q" -L "$S" "$A/test_train"
+    progs="$progs $W/aarch64-test_train"
+    # NEON must equal AVX2 bit for bit; where the CPU has no AVX2, it is
+    # compared with portable C within tolerance (both traces made afresh)
+    if has_flags avx2 fma && "$B/cpu-avx2/train_trace" > "$W/trace-avx2.txt"; then
+        wrap "aarch64-trace-vs-avx2" "$Q" -L "$S" "$A/train_trace" --against "$W/trace-avx2.txt"
+        progs="$progs $W/aarch64-trace-vs-avx2"
+    elif "$B/cpu-portable/train_trace" > "$W/trace-portable.txt"; then
+        wrap "aarch64-trace-vs-portable" "$Q" -L "$S" "$A/train_trace" --against "$W/trace-portable.txt" --tol $PORTABLE_TOL
+        progs="$progs $W/aarch64-trace-vs-portable"
+    else
+        echo "cpu_paths: no x86 trace to compare the AArch64 one with"
+        exit 1
+    fi
+    sh tests/run.sh $progs
+    ;;
+*)
+    echo "usage: sh tests/cpu_paths.sh x86|aarch64 BUILD  or  sh tests/cpu_paths.sh unpack DIR"
+    exit 2
+    ;;
+esac
