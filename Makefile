@@ -10,6 +10,7 @@
 #                    CUDA builds with nvcc, the GPU suite on the CUDA emulator, and
 #                    the CPU suite on every CPU code path
 #   make deps        install what `make test` needs (tools/deps.sh, the one list)
+#   make plot        draw make run's metrics CSV (mnist_mlp_metrics.csv) as a PNG
 #   make data        get Fashion-MNIST: Debian's package, else a checked download
 #                    into ./data (tools/fetch_data.sh)
 #   make             build the tests, examples and benchmarks (CPU)
@@ -45,7 +46,7 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover
 HDR = gpudl.h tests/harness.h tests/op_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
-.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-cuda-build test-cuda-build-nvcc test-cuda run deps data install uninstall bench cuda clean
+.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-cuda-build test-cuda-build-nvcc test-cuda run deps data plot install uninstall bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/device_query
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query
@@ -77,6 +78,11 @@ run:
 
 deps:
 	@sh tools/deps.sh test
+
+# the loss and accuracy curves of make run's metrics CSV, as a PNG
+plot:
+	@sh tools/deps.sh plot
+	@sh tools/plot.sh mnist_mlp_metrics.csv mnist_mlp_metrics.png
 
 # gpudl.h, gpudl_cuda.cu (as source), gpudl.pc, gpudl-cuda.pc and a CMake package
 PREFIX ?= /usr/local

@@ -836,6 +836,20 @@ GPUDL_API gdl_fit_opts gdl_fit_defaults(void);
 /* Trains for o->epochs over train; fills history[0..epochs-1] when not NULL. 0 / -1. */
 GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *o,
                       gdl_epoch_stats *history);
+/* What gdl_fit shows and writes, for hand-written loops (one implementation for both):
+   gdl_progress_bar redraws "epoch 2/5 [=====>    ] 300/938 loss 0.4123 acc 85.10% 93312 samples/s ETA 3s"
+   in place when f is a terminal, at most every 0.1 s and always for the last batch; on anything else it
+   does nothing (a log file gets only the epoch lines). loss and accuracy are the epoch's running means
+   (accuracy NaN: not shown), samples the epoch's count so far, t0 gdl_now() at the epoch's start.
+   gdl_print_epoch prints the epoch's line (replacing the bar); val_* NaN are left out. */
+GPUDL_API void gdl_progress_bar(FILE *f, int epoch, int epochs, int64_t batch, int64_t num_batches, double loss,
+                                double accuracy, int64_t samples, double t0);
+GPUDL_API void gdl_print_epoch(FILE *f, int epochs, const gdl_epoch_stats *s);
+/* A per-epoch metrics CSV (epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec):
+   gdl_metrics_csv_open writes the header (NULL + error); each gdl_metrics_csv_row appends one epoch and
+   flushes, so the file is complete after every epoch (0 / -1). Close it with fclose. */
+GPUDL_API FILE *gdl_metrics_csv_open(const char *path);
+GPUDL_API int gdl_metrics_csv_row(FILE *f, const gdl_epoch_stats *s);
 /* One pass over l in eval mode without gradients: mean loss and accuracy (either out may be NULL). 0 / -1. */
 GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
                            double *accuracy_out);
@@ -9223,16 +9237,58 @@ GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void 
     return rc < 0 ? -1 : 0;
 }
 
-static void gdl__progress(FILE *f, int epoch, int epochs, int64_t b, int64_t nb, const gdl__pass *p, double t0) {
-    double el = gdl_now() - t0, rate = el > 0 ? (double)p->samples / el : 0;
+GPUDL_API void gdl_progress_bar(FILE *f, int epoch, int epochs, int64_t b, int64_t nb, double loss,
+                                double accuracy, int64_t samples, double t0) {
+    static double last_draw; /* one bar at a time: a terminal shows one */
+    double now = gdl_now(), el = now - t0, rate = el > 0 ? (double)samples / el : 0;
     double eta = b > 0 ? el * (double)(nb - b) / (double)b : 0;
     int width = 24, filled = nb > 0 ? (int)(width * b / nb) : width, i;
+    if (!f || !gdl__isatty(f) || (b != nb && b > 1 && now - last_draw < 0.1)) return;
+    last_draw = now;
     fprintf(f, "\repoch %d/%d [", epoch, epochs);
     for (i = 0; i < width; i++) fputc(i < filled ? '=' : (i == filled ? '>' : ' '), f);
-    fprintf(f, "] %lld/%lld loss %.4f", (long long)b, (long long)nb, p->samples ? p->loss_sum / (double)p->samples : 0.0);
-    if (p->counted) fprintf(f, " acc %.2f%%", 100 * gdl__pass_acc(p));
+    fprintf(f, "] %lld/%lld loss %.4f", (long long)b, (long long)nb, loss);
+    if (accuracy == accuracy) fprintf(f, " acc %.2f%%", 100 * accuracy);
     fprintf(f, " %.0f samples/s ETA %.0fs   ", rate, eta);
     fflush(f);
+}
+
+GPUDL_API void gdl_print_epoch(FILE *f, int epochs, const gdl_epoch_stats *st) {
+    int tty = gdl__isatty(f);
+    if (tty) fputc('\r', f);
+    fprintf(f, "epoch %d/%d: loss %.4f", st->epoch, epochs, st->loss);
+    if (st->accuracy == st->accuracy) fprintf(f, " acc %.2f%%", 100 * st->accuracy);
+    if (st->val_loss == st->val_loss) fprintf(f, " val_loss %.4f", st->val_loss);
+    if (st->val_accuracy == st->val_accuracy) fprintf(f, " val_acc %.2f%%", 100 * st->val_accuracy);
+    fprintf(f, " %.2fs %.0f samples/s%s\n", st->seconds, st->samples_per_sec, tty ? "                    " : "");
+    fflush(f);
+}
+
+GPUDL_API FILE *gdl_metrics_csv_open(const char *path) {
+    FILE *f;
+    if (!path) {
+        gdl__null_arg("gdl_metrics_csv_open", "path");
+        return NULL;
+    }
+    if (!(f = fopen(path, "w")) || fprintf(f, "epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec\n") < 0) {
+        if (f) fclose(f);
+        gdl__set_error("gdl_metrics_csv_open: cannot write the metrics CSV %s", path);
+        return NULL;
+    }
+    return f;
+}
+
+GPUDL_API int gdl_metrics_csv_row(FILE *f, const gdl_epoch_stats *st) {
+    if (!f || !st) {
+        gdl__null_arg("gdl_metrics_csv_row", !f ? "file" : "stats");
+        return -1;
+    }
+    if (fprintf(f, "%d,%.6f,%.6f,%.6f,%.6f,%.4f,%.1f\n", st->epoch, st->loss, st->accuracy, st->val_loss,
+                st->val_accuracy, st->seconds, st->samples_per_sec) < 0 || fflush(f) != 0) {
+        gdl__set_error("gdl_metrics_csv_row: cannot write the metrics CSV (disk full?)");
+        return -1;
+    }
+    return 0;
 }
 
 GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
@@ -9251,12 +9307,9 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         return -1;
     }
     if (o.accumulate == 0) o.accumulate = 1;
-    if (o.csv_path) {
-        if (!(csv = fopen(o.csv_path, "w"))) {
-            gdl__set_error("gdl_fit: cannot write the metrics CSV %s", o.csv_path);
-            return -1;
-        }
-        fprintf(csv, "epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec\n");
+    if (o.csv_path && !(csv = gdl_metrics_csv_open(o.csv_path))) {
+        gdl__set_error("gdl_fit: cannot write the metrics CSV %s", o.csv_path);
+        return -1;
     }
     memset(&p, 0, sizeof p);
     for (epoch = 1; epoch <= o.epochs && rc == 0; epoch++) {
@@ -9264,7 +9317,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         gdl_tensor *x, *y;
         int64_t nb = gdl_loader_num_batches(train), b = 0;
         int micro = 0, got;
-        double t0 = gdl_now(), last_draw = 0;
+        double t0 = gdl_now();
         p.loss_sum = 0;
         p.samples = p.correct = p.counted = 0;
         gdl_module_train(m, 1);
@@ -9294,10 +9347,9 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                 if (rc == 0 && (gdl_step(opt) < 0 || gdl_zero_grad(opt) < 0)) rc = -1;
                 if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
             }
-            if (tty && (gdl_now() - last_draw > 0.1 || b == nb)) {
-                last_draw = gdl_now();
-                gdl__progress(log, epoch, o.epochs, b, nb, &p, t0);
-            }
+            if (tty)
+                gdl_progress_bar(log, epoch, o.epochs, b, nb, p.samples ? p.loss_sum / (double)p.samples : 0.0,
+                                 gdl__pass_acc(&p), p.samples, t0);
         }
         if (rc < 0) break;
         if (o.scheduler && !o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) {
@@ -9317,21 +9369,10 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
             break;
         }
         if (history) history[epoch - 1] = st;
-        if (o.verbose) {
-            if (tty) fputc('\r', log);
-            fprintf(log, "epoch %d/%d: loss %.4f", epoch, o.epochs, st.loss);
-            if (st.accuracy == st.accuracy) fprintf(log, " acc %.2f%%", 100 * st.accuracy);
-            if (o.val) {
-                fprintf(log, " val_loss %.4f", st.val_loss);
-                if (st.val_accuracy == st.val_accuracy) fprintf(log, " val_acc %.2f%%", 100 * st.val_accuracy);
-            }
-            fprintf(log, " %.2fs %.0f samples/s%s\n", st.seconds, st.samples_per_sec, tty ? "                    " : "");
-            fflush(log);
-        }
-        if (csv) {
-            fprintf(csv, "%d,%.6f,%.6f,%.6f,%.6f,%.4f,%.1f\n", epoch, st.loss, st.accuracy, st.val_loss,
-                    st.val_accuracy, st.seconds, st.samples_per_sec);
-            fflush(csv);
+        if (o.verbose) gdl_print_epoch(log, o.epochs, &st);
+        if (csv && gdl_metrics_csv_row(csv, &st) < 0) {
+            rc = -1;
+            break;
         }
     }
     gdl__pass_free(&p);

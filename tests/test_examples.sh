@@ -37,10 +37,19 @@ expect 0 "^usage: " "$b/linear_regression" --help
 expect 2 "unexpected argument 'x'" "$b/device_query" x
 expect 0 "learned" "$b/linear_regression" --epochs 3 --device cpu
 if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
-    expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 1 --device cpu --batch-size 128 --seed 3
+    expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 2 --device cpu --batch-size 128 --seed 3 --csv "$t/m.csv"
+    # the metrics CSV: a header and one row per epoch, drawn by tools/plot.sh
+    expect 0 "^2,0\.[0-9]*,nan,0\.[0-9]*,0\.[0-9]*," cat "$t/m.csv"
+    if command -v gnuplot >/dev/null 2>&1; then
+        expect 0 "wrote $t/m.png" sh tools/plot.sh "$t/m.csv" "$t/m.png"
+        expect 0 "^PNG$" sh -c "head -c 4 '$t/m.png' | tail -c 3"
+    else
+        skip=$((skip + 2)); echo "  SKIP tools/plot.sh: gnuplot is not installed (sh tools/deps.sh plot)"
+    fi
+    expect 1 "not a gpudl metrics CSV" sh tools/plot.sh tools/plot.sh "$t/x.png"
     # a data folder given by --data, and the same through GPUDL_DATA
-    expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 1 --data /usr/share/datasets/fashion-mnist
-    expect 0 "test accuracy [0-9]" env GPUDL_DATA=/usr/share/datasets/fashion-mnist "$b/mnist_mlp" --epochs 1
+    expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 1 --data /usr/share/datasets/fashion-mnist --csv "$t/2.csv"
+    expect 0 "test accuracy [0-9]" env GPUDL_DATA=/usr/share/datasets/fashion-mnist "$b/mnist_mlp" --epochs 1 --csv "$t/3.csv"
 else
     skip=$((skip + 3)); echo "  SKIP the training runs: Fashion-MNIST is not installed (sh tools/deps.sh test installs it)"
 fi

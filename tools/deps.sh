@@ -2,9 +2,11 @@
 # tools/deps.sh — the one list of gpudl's prerequisites, and their installer.
 #
 #   sh tools/deps.sh run     what `make run` needs: a C compiler, make, zlib's headers
+#   sh tools/deps.sh plot    what `make plot` needs: gnuplot
 #   sh tools/deps.sh test    what `make test` needs: also g++, clang, OpenBLAS's cblas.h,
-#                            the aarch64 cross compiler and qemu-user, curl, and the
-#                            Fashion-MNIST package (the suite trains on it)
+#                            the aarch64 cross compiler and qemu-user, curl, cmake,
+#                            pkg-config, gnuplot, and the Fashion-MNIST package (the
+#                            suite trains on it)
 #
 # Each prerequisite is probed (a command or a header on disk); only missing ones
 # are installed, so a second run prints nothing and does nothing. Installing
@@ -15,7 +17,7 @@
 set -u
 
 what=${1:-test}
-case "$what" in run|test) ;; *) echo "usage: sh tools/deps.sh run|test" >&2; exit 2 ;; esac
+case "$what" in run|plot|test) ;; *) echo "usage: sh tools/deps.sh run|plot|test" >&2; exit 2 ;; esac
 
 # probe kind, probe, Debian package
 # kinds: cmd (a command on PATH), file (one of the '|'-separated paths exists)
@@ -24,8 +26,13 @@ cmd  cc          gcc
 cmd  make        make
 file /usr/include/zlib.h  zlib1g-dev
 '
+plot_list='
+cmd  gnuplot     gnuplot-nox
+'
 test_list='
 cmd  g++         g++
+cmd  cmake       cmake
+cmd  pkg-config  pkgconf
 cmd  clang       clang
 cmd  curl        curl
 file /usr/include/x86_64-linux-gnu/cblas.h|/usr/include/cblas.h|/usr/include/openblas/cblas.h  libopenblas-dev
@@ -34,7 +41,8 @@ cmd  qemu-aarch64           qemu-user
 file /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz  dataset-fashion-mnist
 '
 list=$run_list
-[ "$what" = test ] && list="$run_list$test_list"
+[ "$what" = plot ] && list="$plot_list"
+[ "$what" = test ] && list="$run_list$plot_list$test_list"
 
 missing=""
 probe() { # kind probe -> 0 if present
