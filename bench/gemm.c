@@ -21,8 +21,10 @@
    found; the median of 5 such repeats (monotonic clock) is reported as
    GFLOP/s = 2·M·N·K / time. Inputs are uniform random in [-1, 1).
    "err" is max|C - C_ref| / max|C_ref|, C_ref from OpenBLAS (or double).
-   The last line says whether the target "built-in single-threaded at
-   n = 1024 >= 0.5x OpenBLAS single-threaded" is met. */
+   The first lines name the CPU model and the micro-kernel compiled in
+   (gdl_gemm_kernel_name(): set by the -march flags). The last line says
+   whether the target "built-in single-threaded at n = 1024 >= 0.5x
+   OpenBLAS single-threaded" is met. */
 #if defined(__linux__) && !defined(_POSIX_C_SOURCE)
 #define _POSIX_C_SOURCE 199309L /* clock_gettime under -std=c99 */
 #endif
@@ -44,6 +46,47 @@
 void openblas_set_num_threads(int num_threads);
 char *openblas_get_corename(void);
 #endif
+
+/* The CPU's model as /proc/cpuinfo names it ("model name" on x86; on ARM
+   boards "Model", else "Hardware", else the implementer/part codes), and
+   the architecture compiled for. Benchmark records must say which CPU. */
+static const char *bench_cpu_model(void) {
+    static char out[320];
+    static const char *const keys[] = {"model name", "Model", "Hardware", "CPU part"};
+    char found[4][256], line[512];
+    const char *arch =
+#if defined(__x86_64__) || defined(_M_X64)
+        "x86-64";
+#elif defined(__aarch64__)
+        "aarch64";
+#else
+        "other";
+#endif
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    int k;
+    for (k = 0; k < 4; k++) found[k][0] = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        for (k = 0; k < 4; k++) {
+            size_t n = strlen(keys[k]);
+            if (!found[k][0] && strncmp(line, keys[k], n) == 0 && (line[n] == ' ' || line[n] == '\t')) {
+                char *v = colon + 1;
+                while (*v == ' ' || *v == '\t') v++;
+                v[strcspn(v, "\n")] = 0;
+                snprintf(found[k], sizeof found[k], "%s%s", k == 3 ? "CPU part " : "", v);
+            }
+        }
+    }
+    if (f) fclose(f);
+    k = 0;
+    while (k < 4 && !found[k][0]) k++;
+    /* arm64 kernels print no "model name": seen here, it is an x86 host's
+       file passed through by qemu-user */
+    snprintf(out, sizeof out, "%s (%s%s)", k < 4 ? found[k] : "unknown CPU", arch,
+             k == 0 && strcmp(arch, "aarch64") == 0 ? ", emulated on this host" : "");
+    return out;
+}
 
 typedef struct shape {
     const char *name;
@@ -185,15 +228,9 @@ int main(void) {
 #ifdef _OPENMP
     nthreads = omp_get_max_threads();
 #endif
-    printf("gpudl GEMM benchmark: gdl_gemm_cpu (%s, %s)", sizeof(gdl_real) == 4 ? "float" : "double",
-#if defined(__AVX512F__)
-           "compiled with AVX-512"
-#elif defined(__AVX2__) && defined(__FMA__)
-           "compiled with AVX2+FMA"
-#else
-           "no AVX2"
-#endif
-    );
+    printf("cpu: %s\n", bench_cpu_model());
+    printf("gpudl GEMM benchmark: gdl_gemm_cpu (%s, micro-kernel %s)", sizeof(gdl_real) == 4 ? "float" : "double",
+           gdl_gemm_kernel_name());
 #ifdef GPUDL_BENCH_OPENBLAS
     printf(" vs OpenBLAS cblas_sgemm (core %s)", openblas_get_corename());
 #endif
