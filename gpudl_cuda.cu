@@ -407,6 +407,16 @@ int gdl_cuda_stream_synchronize(void *stream) {
 // ----------------------------------------------------------------------------
 // kernel helpers
 
+// Every launch goes through GDL_CU_LAUNCH(kernel, grid, block, shmem,
+// stream)(args...): exactly kernel<<<grid, block, shmem, stream>>>(args...)
+// under nvcc; under the CUDA-on-CPU emulator (tests/cuda_emu, -DGPUDL_EMU)
+// a call into its launcher, so the emulator needs no source rewriting.
+#ifdef GPUDL_EMU
+#define GDL_CU_LAUNCH(kernel, grid, block, shmem, stream) gdl_emu_launch(#kernel, kernel, grid, block, shmem, stream)
+#else
+#define GDL_CU_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<grid, block, shmem, stream>>>
+#endif
+
 #define GDL__CU_THREADS 256
 
 // grid-stride loop: correct for any grid size, so grids can be capped
@@ -544,7 +554,7 @@ __global__ void gdl__k_fill(float *x, int64_t n, float v) {
 
 static int gdl__cu_fill(float *x, int64_t n, float v) {
     if (n <= 0) return 0;
-    gdl__k_fill<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(x, n, v);
+    GDL_CU_LAUNCH(gdl__k_fill, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(x, n, v);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -611,7 +621,7 @@ static int gdl__cu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st, 
     }
     if (n <= 0) return 0;
     if (dt == st) return gdl__cu_copy(dst, src, (size_t)n * gdl_dtype_size(dt), 2);
-    gdl__k_cast<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(dst, (int)dt, src, (int)st, n);
+    GDL_CU_LAUNCH(gdl__k_cast, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(dst, (int)dt, src, (int)st, n);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -642,7 +652,7 @@ static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
     if (K <= 0) {
         int64_t nb = sC == 0 ? 1 : batch, total = nb * M * N;
-        gdl__k_scale2d<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(C, M, N, ldc, sC, nb,
+        GDL_CU_LAUNCH(gdl__k_scale2d, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(C, M, N, ldc, sC, nb,
                                                                                   sC == 0 ? batch : 1, beta);
         GDL_CU_LAUNCHED();
         return 0;
@@ -735,13 +745,13 @@ static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a
     gdl__cu_coalesce(ndim, shape, astr, bstr, &g);
     unsigned grid = gdl__cu_grid(n, GDL__CU_THREADS);
     switch (g.nd) {
-    case 0: gdl__k_binary<0><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
-    case 1: gdl__k_binary<1><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
-    case 2: gdl__k_binary<2><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
-    case 3: gdl__k_binary<3><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
-    case 4: gdl__k_binary<4><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
-    case 5: gdl__k_binary<5><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
-    default: gdl__k_binary<GDL_MAX_DIMS><<<grid, GDL__CU_THREADS>>>(op, g, n, a, b, out); break;
+    case 0: GDL_CU_LAUNCH(gdl__k_binary<0>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
+    case 1: GDL_CU_LAUNCH(gdl__k_binary<1>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
+    case 2: GDL_CU_LAUNCH(gdl__k_binary<2>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
+    case 3: GDL_CU_LAUNCH(gdl__k_binary<3>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
+    case 4: GDL_CU_LAUNCH(gdl__k_binary<4>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
+    case 5: GDL_CU_LAUNCH(gdl__k_binary<5>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
+    default: GDL_CU_LAUNCH(gdl__k_binary<GDL_MAX_DIMS>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
     }
     GDL_CU_LAUNCHED();
     return 0;
@@ -864,9 +874,9 @@ static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, floa
     // output reads coalesced across threads when the innermost dim is kept.
     if (nr > 0 && nred >= 64 && (inner_reduced || nout < 2048)) {
         int threads = gdl__cu_row_threads(nred > 256 ? 256 : nred);
-        gdl__k_sum_to_block<<<gdl__cu_row_grid(nout), threads>>>(g, nout, nred, src, dst, alpha);
+        GDL_CU_LAUNCH(gdl__k_sum_to_block, gdl__cu_row_grid(nout), threads, 0, 0)(g, nout, nred, src, dst, alpha);
     } else {
-        gdl__k_sum_to_thread<<<gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS>>>(g, nout, nred, src, dst,
+        GDL_CU_LAUNCH(gdl__k_sum_to_thread, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(g, nout, nred, src, dst,
                                                                                        alpha);
     }
     GDL_CU_LAUNCHED();
@@ -930,7 +940,7 @@ __global__ void gdl__k_unary_backward(int op, int64_t n, const float *x, const f
 
 static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alpha) {
     if (n <= 0) return 0;
-    gdl__k_unary<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(op, n, x, y, alpha);
+    GDL_CU_LAUNCH(gdl__k_unary, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(op, n, x, y, alpha);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -938,7 +948,7 @@ static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alph
 static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
                                   float alpha) {
     if (n <= 0) return 0;
-    gdl__k_unary_backward<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(op, n, x, y, gy, gx, alpha);
+    GDL_CU_LAUNCH(gdl__k_unary_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(op, n, x, y, gy, gx, alpha);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1010,10 +1020,10 @@ static int gdl__cu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const
     int64_t nout = outer * inner;
     if (nout <= 0) return 0;
     if (n >= 64 && (inner == 1 || nout < 1024)) {
-        gdl__k_reduce_block<<<gdl__cu_row_grid(nout), gdl__cu_row_threads(n)>>>(op, outer, n, inner, x, y, idx,
+        GDL_CU_LAUNCH(gdl__k_reduce_block, gdl__cu_row_grid(nout), gdl__cu_row_threads(n), 0, 0)(op, outer, n, inner, x, y, idx,
                                                                                accumulate);
     } else {
-        gdl__k_reduce_thread<<<gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS>>>(op, outer, n, inner, x, y,
+        GDL_CU_LAUNCH(gdl__k_reduce_thread, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(op, outer, n, inner, x, y,
                                                                                        idx, accumulate);
     }
     GDL_CU_LAUNCHED();
@@ -1044,10 +1054,10 @@ static int gdl__cu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inn
                                    const int32_t *idx, float *gx) {
     if (outer * n * inner <= 0) return 0;
     if (op == GDL_RED_MAX)
-        gdl__k_reduce_backward_max<<<gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS>>>(outer, n, inner,
+        GDL_CU_LAUNCH(gdl__k_reduce_backward_max, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(outer, n, inner,
                                                                                                     gy, idx, gx);
     else
-        gdl__k_reduce_backward_spread<<<gdl__cu_grid(outer * n * inner, GDL__CU_THREADS), GDL__CU_THREADS>>>(
+        GDL_CU_LAUNCH(gdl__k_reduce_backward_spread, gdl__cu_grid(outer * n * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(
             op, outer, n, inner, gy, gx);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1074,7 +1084,7 @@ __global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const flo
 
 static int gdl__cu_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {
     if (outer * inner <= 0) return 0;
-    gdl__k_argmax<<<gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS>>>(outer, n, inner, x, out);
+    GDL_CU_LAUNCH(gdl__k_argmax, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(outer, n, inner, x, out);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1112,9 +1122,9 @@ __global__ void gdl__k_softmax_strided(int log_, int64_t outer, int64_t n, int64
 static int gdl__cu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const float *x, float *y) {
     if (outer * n * inner <= 0) return 0;
     if (inner == 1)
-        gdl__k_softmax_rows<<<gdl__cu_row_grid(outer), gdl__cu_row_threads(n)>>>(log_, outer, n, x, y);
+        GDL_CU_LAUNCH(gdl__k_softmax_rows, gdl__cu_row_grid(outer), gdl__cu_row_threads(n), 0, 0)(log_, outer, n, x, y);
     else
-        gdl__k_softmax_strided<<<gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS>>>(log_, outer, n,
+        GDL_CU_LAUNCH(gdl__k_softmax_strided, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(log_, outer, n,
                                                                                                   inner, x, y);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1156,9 +1166,9 @@ static int gdl__cu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t 
                                     const float *gy, float *gx) {
     if (outer * n * inner <= 0) return 0;
     if (inner == 1)
-        gdl__k_softmax_backward_rows<<<gdl__cu_row_grid(outer), gdl__cu_row_threads(n)>>>(log_, outer, n, y, gy, gx);
+        GDL_CU_LAUNCH(gdl__k_softmax_backward_rows, gdl__cu_row_grid(outer), gdl__cu_row_threads(n), 0, 0)(log_, outer, n, y, gy, gx);
     else
-        gdl__k_softmax_backward_strided<<<gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS>>>(
+        GDL_CU_LAUNCH(gdl__k_softmax_backward_strided, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(
             log_, outer, n, inner, y, gy, gx);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1211,7 +1221,7 @@ __global__ void gdl__k_col2im(gdl_conv_geom g, const float *col, float *x) {
 static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) {
     int64_t total = (int64_t)g->N * g->C * g->KH * g->KW * g->OH * g->OW;
     if (total <= 0) return 0;
-    gdl__k_im2col<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, x, col);
+    GDL_CU_LAUNCH(gdl__k_im2col, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, x, col);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1219,7 +1229,7 @@ static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) {
 static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) {
     int64_t total = (int64_t)g->N * g->C * g->H * g->W;
     if (total <= 0 || (int64_t)g->KH * g->KW * g->OH * g->OW <= 0) return 0;
-    gdl__k_col2im<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, col, x);
+    GDL_CU_LAUNCH(gdl__k_col2im, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, col, x);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1282,7 +1292,7 @@ __global__ void gdl__k_maxpool_backward(gdl_conv_geom g, const float *gy, const 
 static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
     int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
     if (total <= 0) return 0;
-    gdl__k_maxpool<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, x, y, idx);
+    GDL_CU_LAUNCH(gdl__k_maxpool, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, x, y, idx);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1290,7 +1300,7 @@ static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int
 static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx) {
     int64_t total = (int64_t)g->N * g->C * g->H * g->W;
     if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
-    gdl__k_maxpool_backward<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, gy, idx, gx);
+    GDL_CU_LAUNCH(gdl__k_maxpool_backward, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, gy, idx, gx);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1345,7 +1355,7 @@ __global__ void gdl__k_avgpool_backward(gdl_conv_geom g, const float *gy, float 
 static int gdl__cu_avgpool(const gdl_conv_geom *g, const float *x, float *y) {
     int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
     if (total <= 0) return 0;
-    gdl__k_avgpool<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, x, y);
+    GDL_CU_LAUNCH(gdl__k_avgpool, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, x, y);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1353,7 +1363,7 @@ static int gdl__cu_avgpool(const gdl_conv_geom *g, const float *x, float *y) {
 static int gdl__cu_avgpool_backward(const gdl_conv_geom *g, const float *gy, float *gx) {
     int64_t total = (int64_t)g->N * g->C * g->H * g->W;
     if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
-    gdl__k_avgpool_backward<<<gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS>>>(*g, gy, gx);
+    GDL_CU_LAUNCH(gdl__k_avgpool_backward, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, gy, gx);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1374,7 +1384,7 @@ __global__ void gdl__k_copy2d(int64_t rows, int64_t cols, const float *src, int6
 static int gdl__cu_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
                           int accumulate) {
     if (rows <= 0 || cols <= 0) return 0;
-    gdl__k_copy2d<<<gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS>>>(rows, cols, src, sld, dst, dld,
+    GDL_CU_LAUNCH(gdl__k_copy2d, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(rows, cols, src, sld, dst, dld,
                                                                                    accumulate);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1392,7 +1402,7 @@ __global__ void gdl__k_dropout_backward(int64_t n, double p, uint64_t seed, floa
 static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, float *y) {
     float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
     if (n <= 0) return 0;
-    gdl__k_dropout<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, p, seed, scale, x, y);
+    GDL_CU_LAUNCH(gdl__k_dropout, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, p, seed, scale, x, y);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1400,7 +1410,7 @@ static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, f
 static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
     float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
     if (n <= 0) return 0;
-    gdl__k_dropout_backward<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, p, seed, scale, gy, gx);
+    GDL_CU_LAUNCH(gdl__k_dropout_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, p, seed, scale, gy, gx);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1464,7 +1474,7 @@ static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, co
         gdl__set_error("gdl_cuda: batchnorm in eval mode needs running statistics");
         return -1;
     }
-    gdl__k_batchnorm<<<gdl__cu_row_grid(C), GDL__CU_NORM_THREADS>>>(N, C, S, x, gamma, beta, y, mean, invstd,
+    GDL_CU_LAUNCH(gdl__k_batchnorm, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, 0)(N, C, S, x, gamma, beta, y, mean, invstd,
                                                                     run_mean, run_var, training, momentum, eps);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1503,7 +1513,7 @@ static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const flo
                                       const float *gamma, const float *mean, const float *invstd, int training,
                                       float *gx, float *ggamma, float *gbeta) {
     if (C <= 0 || (!gx && !ggamma && !gbeta)) return 0;
-    gdl__k_batchnorm_backward<<<gdl__cu_row_grid(C), GDL__CU_NORM_THREADS>>>(N, C, S, x, gy, gamma, mean, invstd,
+    GDL_CU_LAUNCH(gdl__k_batchnorm_backward, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, 0)(N, C, S, x, gy, gamma, mean, invstd,
                                                                              training, gx, ggamma, gbeta);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1530,7 +1540,7 @@ __global__ void gdl__k_layernorm(int64_t rows, int64_t D, const float *x, const 
 static int gdl__cu_layernorm(int64_t rows, int64_t D, const float *x, const float *gamma, const float *beta,
                              double eps, float *y, float *mean, float *rstd) {
     if (rows <= 0 || D <= 0) return 0;
-    gdl__k_layernorm<<<gdl__cu_row_grid(rows), gdl__cu_row_threads(D)>>>(rows, D, x, gamma, beta, (float)eps, y,
+    GDL_CU_LAUNCH(gdl__k_layernorm, gdl__cu_row_grid(rows), gdl__cu_row_threads(D), 0, 0)(rows, D, x, gamma, beta, (float)eps, y,
                                                                          mean, rstd);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1593,13 +1603,13 @@ static int gdl__cu_layernorm_backward(int64_t rows, int64_t D, const float *x, c
                                       const float *mean, const float *rstd, float *gx, float *ggamma, float *gbeta) {
     if (rows <= 0 || D <= 0) return 0;
     if (gx) {
-        gdl__k_layernorm_backward_x<<<gdl__cu_row_grid(rows), gdl__cu_row_threads(D)>>>(rows, D, x, gy, gamma, mean,
+        GDL_CU_LAUNCH(gdl__k_layernorm_backward_x, gdl__cu_row_grid(rows), gdl__cu_row_threads(D), 0, 0)(rows, D, x, gy, gamma, mean,
                                                                                         rstd, gx);
         GDL_CU_LAUNCHED();
     }
     if (ggamma || gbeta) {
         dim3 block(32, GDL__CU_LN_ROWGROUPS);
-        gdl__k_layernorm_backward_params<<<gdl__cu_row_grid((D + 31) / 32), block>>>(rows, D, x, gy, mean, rstd,
+        GDL_CU_LAUNCH(gdl__k_layernorm_backward_params, gdl__cu_row_grid((D + 31) / 32), block, 0, 0)(rows, D, x, gy, mean, rstd,
                                                                                      ggamma, gbeta);
         GDL_CU_LAUNCHED();
     }
@@ -1629,7 +1639,7 @@ __global__ void gdl__k_embedding_backward(int64_t n, int64_t D, int64_t V, const
 
 static int gdl__cu_embedding(int64_t n, int64_t D, int64_t V, const int32_t *idx, const float *W, float *out) {
     if (n <= 0 || D <= 0) return 0;
-    gdl__k_embedding<<<gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, D, V, idx, W, out);
+    GDL_CU_LAUNCH(gdl__k_embedding, gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, D, V, idx, W, out);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1637,7 +1647,7 @@ static int gdl__cu_embedding(int64_t n, int64_t D, int64_t V, const int32_t *idx
 static int gdl__cu_embedding_backward(int64_t n, int64_t D, int64_t V, const int32_t *idx, const float *gy,
                                       float *gW) {
     if (n <= 0 || D <= 0) return 0;
-    gdl__k_embedding_backward<<<gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, D, V, idx, gy, gW);
+    GDL_CU_LAUNCH(gdl__k_embedding_backward, gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, D, V, idx, gy, gW);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1697,12 +1707,12 @@ __global__ void gdl__k_xent_total(int64_t B, const int32_t *tgt, int ignore_inde
 static int gdl__cu_xent(int64_t B, int64_t C, const float *x, const int32_t *tgt, int ignore_index,
                         double smoothing, int from_log_probs, int reduction, float *rows, float *out, float *count) {
     if (B > 0 && C > 0) {
-        gdl__k_xent_rows<<<gdl__cu_row_grid(B), gdl__cu_row_threads(C)>>>(B, C, x, tgt, ignore_index,
+        GDL_CU_LAUNCH(gdl__k_xent_rows, gdl__cu_row_grid(B), gdl__cu_row_threads(C), 0, 0)(B, C, x, tgt, ignore_index,
                                                                           (float)smoothing, from_log_probs, rows);
         GDL_CU_LAUNCHED();
     }
     if (count || reduction != GDL_REDUCE_NONE) {
-        gdl__k_xent_total<<<1, 512>>>(B < 0 ? 0 : B, tgt, ignore_index, rows, reduction, out, count);
+        GDL_CU_LAUNCH(gdl__k_xent_total, 1, 512, 0, 0)(B < 0 ? 0 : B, tgt, ignore_index, rows, reduction, out, count);
         GDL_CU_LAUNCHED();
     }
     return 0;
@@ -1738,7 +1748,7 @@ static int gdl__cu_xent_backward(int64_t B, int64_t C, const float *x, const int
         return -1;
     }
     float on = (float)((1 - smoothing) + smoothing / (double)C), off = (float)(smoothing / (double)C);
-    gdl__k_xent_backward<<<gdl__cu_row_grid(B), gdl__cu_row_threads(C)>>>(B, C, x, tgt, ignore_index, on, off,
+    GDL_CU_LAUNCH(gdl__k_xent_backward, gdl__cu_row_grid(B), gdl__cu_row_threads(C), 0, 0)(B, C, x, tgt, ignore_index, on, off,
                                                                           from_log_probs, reduction, gy, count, gx);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1769,7 +1779,7 @@ __global__ void gdl__k_pointwise_loss_backward(int kind, int64_t n, const float 
 
 static int gdl__cu_pointwise_loss(int kind, int64_t n, const float *x, const float *y, float *out) {
     if (n <= 0) return 0;
-    gdl__k_pointwise_loss<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(kind, n, x, y, out);
+    GDL_CU_LAUNCH(gdl__k_pointwise_loss, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(kind, n, x, y, out);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1777,7 +1787,7 @@ static int gdl__cu_pointwise_loss(int kind, int64_t n, const float *x, const flo
 static int gdl__cu_pointwise_loss_backward(int kind, int64_t n, const float *x, const float *y, const float *gout,
                                            float *gx, float *gy) {
     if (n <= 0 || (!gx && !gy)) return 0;
-    gdl__k_pointwise_loss_backward<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(kind, n, x, y, gout, gx,
+    GDL_CU_LAUNCH(gdl__k_pointwise_loss_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(kind, n, x, y, gout, gx,
                                                                                           gy);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1803,7 +1813,7 @@ __global__ void gdl__k_sgd(int64_t n, float *p, const float *g, float *buf, doub
 static int gdl__cu_sgd(int64_t n, float *p, const float *g, float *buf, double lr, double momentum,
                        double dampening, double weight_decay, int nesterov, int first_step) {
     if (n <= 0) return 0;
-    gdl__k_sgd<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, p, g, buf, lr, momentum, dampening,
+    GDL_CU_LAUNCH(gdl__k_sgd, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, p, g, buf, lr, momentum, dampening,
                                                                       weight_decay, nesterov, first_step);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1828,7 +1838,7 @@ static int gdl__cu_adam(int64_t n, float *p, const float *g, float *m, float *v,
                         double beta2, double eps, double weight_decay, int decoupled, int64_t step) {
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     if (n <= 0) return 0;
-    gdl__k_adam<<<gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS>>>(n, p, g, m, v, lr, beta1, beta2, eps,
+    GDL_CU_LAUNCH(gdl__k_adam, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, p, g, m, v, lr, beta1, beta2, eps,
                                                                        weight_decay, decoupled, bc1, bc2);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1869,10 +1879,10 @@ static int gdl__cu_reduce_to_host(int64_t n, const float *x, T *out, K partial_k
     if (nb > GDL__CU_PARTIALS) nb = GDL__CU_PARTIALS;
     T *buf = (T *)gdl__cu_alloc(sizeof(T) * (nb + 1));
     if (!buf) return -1;
-    partial_kernel<<<nb, GDL__CU_THREADS>>>(n, x, buf);
+    GDL_CU_LAUNCH(partial_kernel, nb, GDL__CU_THREADS, 0, 0)(n, x, buf);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
-        gdl__k_sum_partials<T><<<1, GDL__CU_THREADS>>>((int)nb, buf, buf + nb);
+        GDL_CU_LAUNCH(gdl__k_sum_partials<T>, 1, GDL__CU_THREADS, 0, 0)((int)nb, buf, buf + nb);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess) e = cudaMemcpy(out, buf + nb, sizeof(T), cudaMemcpyDeviceToHost);

@@ -1,0 +1,2030 @@
+/* cuda_emu.cpp — the CUDA-on-CPU emulator's runtime: the CUDA runtime and
+   cuBLAS entry points gpudl_cuda.cu uses (without libcudart or libcublas),
+   strict device memory, asynchronous streams, events, the block scheduler
+   with fibers, barrier/warp diagnostics, schedules and fault injection. See
+   cuda_emu.h for the model and its limits. */
+#include "cuda_emu.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define GDL_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GDL_EMU_ASAN 1
+#endif
+#endif
+#ifdef GDL_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+
+// ---------------------------------------------------------------------------
+// configuration, counters, diagnostics
+
+namespace {
+
+enum { EMU_SCHED_RR, EMU_SCHED_WARP, EMU_SCHED_REVTHREADS, EMU_SCHED_REVBLOCKS };
+
+struct Config {
+    int devices = 1, sched = EMU_SCHED_RR, workers = 2, quiet = 0, protect = 1;
+    size_t mem = (size_t)16384 << 20;
+    size_t quarantine = (size_t)256 << 20;
+};
+
+Config &cfg() {
+    static Config c = [] {
+        Config k;
+        const char *e;
+        if ((e = getenv("GPUDL_EMU_DEVICES")) && *e) k.devices = atoi(e);
+        if (k.devices < 0) k.devices = 0;
+        if (k.devices > 16) k.devices = 16;
+        if ((e = getenv("GPUDL_EMU_WORKERS")) && *e) k.workers = atoi(e);
+        if (k.workers < 1) k.workers = 1;
+        if (k.workers > 64) k.workers = 64;
+        if ((e = getenv("GPUDL_EMU_MEM_MB")) && *e) k.mem = (size_t)atoll(e) << 20;
+        if ((e = getenv("GPUDL_EMU_QUIET")) && *e) k.quiet = atoi(e);
+        if ((e = getenv("GPUDL_EMU_PROTECT")) && *e) k.protect = atoi(e);
+        if ((e = getenv("GPUDL_EMU_SCHED")) && *e) {
+            if (!strcmp(e, "rr") || !strcmp(e, "round-robin")) k.sched = EMU_SCHED_RR;
+            else if (!strcmp(e, "warp")) k.sched = EMU_SCHED_WARP;
+            else if (!strcmp(e, "revthreads")) k.sched = EMU_SCHED_REVTHREADS;
+            else if (!strcmp(e, "revblocks")) k.sched = EMU_SCHED_REVBLOCKS;
+            else {
+                fprintf(stderr, "gpudl emu: unknown GPUDL_EMU_SCHED '%s' (rr, warp, revthreads, revblocks)\n", e);
+                abort();
+            }
+        }
+        return k;
+    }();
+    return c;
+}
+
+std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0};
+std::atomic<long> fail_alloc_at{-1}, fail_launch_at{-1}; /* counter value that fails; -1 none */
+
+std::mutex &diag_mu = *new std::mutex;   /* never destroyed, as G() below */
+std::string &last_diag = *new std::string;
+
+void diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void diag(const char *fmt, ...) {
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    {
+        std::lock_guard<std::mutex> l(diag_mu);
+        last_diag = buf;
+    }
+    if (!cfg().quiet) fprintf(stderr, "gpudl emu: %s\n", buf);
+}
+
+// per host thread: current device and the last (non-sticky) error
+thread_local int tl_dev = 0;
+thread_local cudaError_t tl_err = cudaSuccess;
+
+cudaError_t set_err(cudaError_t e) {
+    if (e != cudaSuccess) tl_err = e;
+    return e;
+}
+
+// ---------------------------------------------------------------------------
+// device memory: every allocation its own mapping with a guard page on each
+// side, its end against the trailing guard; freed mappings stay PROT_NONE in
+// a quarantine
+
+size_t page_size() {
+    static size_t p = (size_t)sysconf(_SC_PAGESIZE);
+    return p;
+}
+
+enum { MEM_DEVICE, MEM_PINNED };
+
+struct Alloc {
+    char *map;
+    size_t map_len;
+    char *ptr;
+    size_t size, rounded; /* requested; usable bytes rounded to 256 */
+    int device, kind;
+    long id;
+};
+
+struct MemState {
+    std::mutex mu;
+    std::map<uintptr_t, Alloc> live;   /* by ptr */
+    std::deque<Alloc> quarantine;      /* oldest first */
+    size_t quarantined = 0;
+    size_t used[16] = {};
+    bool protected_ = false;           /* live device memory is PROT_NONE */
+};
+MemState &mem() {
+    static MemState *m = new MemState;
+    return *m;
+}
+
+// the allocation whose [ptr, ptr + size] holds p (one past the end counts),
+// or NULL; caller holds mem().mu
+const Alloc *find_live(const void *p) {
+    MemState &M = mem();
+    uintptr_t a = (uintptr_t)p;
+    auto it = M.live.upper_bound(a);
+    if (it == M.live.begin()) return NULL;
+    --it;
+    const Alloc &A = it->second;
+    if (a >= (uintptr_t)A.ptr && a <= (uintptr_t)A.ptr + A.size) return &A;
+    return NULL;
+}
+
+void protect_locked(bool on) {
+    MemState &M = mem();
+    if (!cfg().protect || M.protected_ == on) return;
+    size_t ps = page_size();
+    for (auto &kv : M.live) {
+        const Alloc &A = kv.second;
+        if (A.kind != MEM_DEVICE) continue;
+        size_t body = (A.rounded + ps - 1) / ps * ps;
+        mprotect(A.map + ps, body, on ? PROT_NONE : PROT_READ | PROT_WRITE);
+    }
+    M.protected_ = on;
+}
+
+// ---------------------------------------------------------------------------
+// devices, streams, events
+
+struct Stream;
+
+struct Device {
+    cudaError_t sticky = cudaSuccess;
+    Stream *legacy = nullptr;
+    std::vector<Stream *> streams; /* all, legacy included */
+};
+
+struct Op {
+    std::function<void()> fn;
+    std::vector<std::pair<Stream *, uint64_t>> waits;
+};
+
+struct Stream {
+    int dev;
+    unsigned flags;
+    bool legacy;
+    std::deque<Op> q;
+    uint64_t enq = 0, done = 0;
+    bool stop = false;
+    std::thread th;
+};
+
+struct Event {
+    int dev;
+    Stream *s = nullptr;
+    uint64_t seq = 0;
+    double t = 0; /* host seconds when it completed */
+    bool recorded = false;
+};
+
+// Never destroyed: stream threads still wait on these when exit() runs the
+// static destructors (destroying a waited-on condition variable hangs).
+struct Globals {
+    std::mutex mu; /* streams, events, devices */
+    std::condition_variable cv;
+    Device devs[16];
+    std::set<Stream *> streams;
+    std::set<Event *> events;
+};
+Globals &G() {
+    static Globals *g = new Globals;
+    return *g;
+}
+#define g_mu (G().mu)
+#define g_cv (G().cv)
+#define g_devs (G().devs)
+#define g_streams (G().streams)
+#define g_events (G().events)
+
+double now_s() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void stream_main(Stream *s);
+void install_signals();
+
+Stream *new_stream_locked(int dev, unsigned flags, bool legacy) {
+    Stream *s = new Stream;
+    s->dev = dev;
+    s->flags = flags;
+    s->legacy = legacy;
+    g_devs[dev].streams.push_back(s);
+    g_streams.insert(s);
+    s->th = std::thread(stream_main, s);
+    return s;
+}
+
+Stream *legacy_locked(int dev) {
+    if (!g_devs[dev].legacy) g_devs[dev].legacy = new_stream_locked(dev, 0, true);
+    return g_devs[dev].legacy;
+}
+
+// the stream a handle names for the calling thread, NULL if invalid
+Stream *resolve_locked(cudaStream_t st) {
+    if (st == 0 || st == cudaStreamLegacy || st == cudaStreamPerThread) return legacy_locked(tl_dev);
+    Stream *s = (Stream *)st;
+    return g_streams.count(s) ? s : nullptr;
+}
+
+bool idle_locked() {
+    for (Stream *s : g_streams)
+        if (s->done != s->enq) return false;
+    return true;
+}
+
+// queue fn on s with CUDA's legacy-stream ordering; returns its sequence number
+uint64_t enqueue_locked(Stream *s, std::function<void()> fn, std::vector<std::pair<Stream *, uint64_t>> waits = {}) {
+    Device &D = g_devs[s->dev];
+    if (s->legacy) {
+        for (Stream *o : D.streams)
+            if (o != s && !(o->flags & cudaStreamNonBlocking) && o->enq > o->done) waits.push_back({o, o->enq});
+    } else if (!(s->flags & cudaStreamNonBlocking) && D.legacy && D.legacy->enq > D.legacy->done) {
+        waits.push_back({D.legacy, D.legacy->enq});
+    }
+    {
+        std::lock_guard<std::mutex> l(mem().mu);
+        protect_locked(false);
+    }
+    Op op;
+    op.fn = std::move(fn);
+    op.waits = std::move(waits);
+    s->q.push_back(std::move(op));
+    s->enq++;
+    g_cv.notify_all();
+    return s->enq;
+}
+
+void wait_seq_locked(std::unique_lock<std::mutex> &lk, Stream *s, uint64_t seq) {
+    g_cv.wait(lk, [&] { return s->done >= seq; });
+}
+
+// after a host synchronisation: with nothing queued anywhere, device memory
+// becomes inaccessible to the host until work is queued again
+void maybe_protect_locked() {
+    if (!idle_locked()) return;
+    std::lock_guard<std::mutex> l(mem().mu);
+    protect_locked(true);
+}
+
+void wait_device_locked(std::unique_lock<std::mutex> &lk, int dev) {
+    for (Stream *s : g_devs[dev].streams) wait_seq_locked(lk, s, s->enq);
+}
+
+void stream_main(Stream *s) {
+    std::unique_lock<std::mutex> lk(g_mu);
+    for (;;) {
+        g_cv.wait(lk, [&] { return s->stop || !s->q.empty(); });
+        if (s->q.empty()) break;
+        Op &op = s->q.front();
+        g_cv.wait(lk, [&] {
+            for (auto &w : op.waits)
+                if (w.first->done < w.second) return false;
+            return true;
+        });
+        bool dead = g_devs[s->dev].sticky != cudaSuccess;
+        std::function<void()> fn = std::move(op.fn);
+        lk.unlock();
+        if (!dead) fn();
+        fn = nullptr;
+        lk.lock();
+        s->q.pop_front();
+        s->done++;
+        g_cv.notify_all();
+    }
+}
+
+void set_sticky(int dev, cudaError_t e) {
+    std::lock_guard<std::mutex> l(g_mu);
+    if (g_devs[dev].sticky == cudaSuccess) g_devs[dev].sticky = e;
+}
+
+// the error every call reports once the current device's context is broken
+cudaError_t sticky_now() {
+    std::lock_guard<std::mutex> l(g_mu);
+    return g_devs[tl_dev].sticky;
+}
+
+bool init_ok() {
+    static bool once = [] {
+        install_signals();
+        return true;
+    }();
+    return once && cfg().devices > 0;
+}
+
+#define EMU_ENTER()                                                                                    \
+    do {                                                                                               \
+        if (!init_ok()) return set_err(cudaErrorNoDevice);                                             \
+        cudaError_t st_ = sticky_now();                                                                \
+        if (st_ != cudaSuccess) return set_err(st_);                                                   \
+    } while (0)
+
+} // namespace
+
+// ---------------------------------------------------------------------------
+// fibers
+
+namespace {
+
+struct Fiber {
+    void *sp = nullptr;
+    char *stack = nullptr; /* lowest usable byte (a guard page below) */
+    size_t size = 0;
+    bool idle = true;      /* not holding a thread */
+    void *asan_fake = nullptr;
+};
+
+const size_t FIBER_STACK =
+#ifdef GDL_EMU_ASAN
+    (size_t)512 << 10;
+#else
+    (size_t)128 << 10;
+#endif
+
+#if defined(__x86_64__)
+// gdl_emu_swap(save, to): push the callee-saved registers and the SSE/x87
+// control words, store rsp in *save, load `to`, pop, return into the other
+// context. Nothing else needs saving across a call under the SysV ABI.
+extern "C" void gdl_emu_swap(void **save, void *to);
+asm(".text\n"
+    ".globl gdl_emu_swap\n"
+    ".type gdl_emu_swap,@function\n"
+    "gdl_emu_swap:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  subq $8, %rsp\n  stmxcsr (%rsp)\n  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n  fldcw 4(%rsp)\n  addq $8, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size gdl_emu_swap, .-gdl_emu_swap\n");
+
+void fiber_entry();
+
+void fiber_prepare(Fiber *f) {
+    uintptr_t top = ((uintptr_t)f->stack + f->size) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)top;
+    *--sp = 0;                        /* fake return address of fiber_entry */
+    *--sp = (uint64_t)&fiber_entry;   /* where gdl_emu_swap returns */
+    for (int i = 0; i < 6; i++) *--sp = 0;
+    --sp;
+    uint32_t ctl[2] = {0x1f80, 0x037f}; /* default MXCSR, x87 control word */
+    memcpy(sp, ctl, 8);
+    f->sp = sp;
+}
+#else
+// portable fallback: ucontext (one sigprocmask per switch: slower)
+extern "C" void gdl_emu_swap(void **save, void *to) {
+    swapcontext((ucontext_t *)*save, (ucontext_t *)to);
+}
+void fiber_entry();
+void fiber_prepare(Fiber *f) {
+    ucontext_t *uc = new ucontext_t;
+    getcontext(uc);
+    uc->uc_stack.ss_sp = f->stack;
+    uc->uc_stack.ss_size = f->size;
+    uc->uc_link = nullptr;
+    makecontext(uc, fiber_entry, 0);
+    f->sp = uc;
+}
+#endif
+
+} // namespace
+
+// ---------------------------------------------------------------------------
+// kernels: launches, blocks, the scheduler
+
+namespace {
+
+struct Launch {
+    std::string name;
+    dim3 grid, block;
+    size_t shmem;
+    int dev;
+    void *ctx;
+    void (*run)(void *);
+    void (*destroy)(void *);
+    uint64_t nblocks;
+    unsigned nthreads;
+    long number; /* launch count at submission, for messages */
+};
+
+enum { T_UNSTARTED, T_RUNNING, T_BAR, T_WARP, T_READY, T_DONE };
+
+struct TState {
+    uint8_t state;
+    Fiber *f;
+    const char *file;
+    int line;
+    int kind, arg, width;
+    unsigned mask;
+    unsigned long long val, res;
+};
+
+const char *op_name(int kind) {
+    static const char *n[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
+                              "__ballot_sync", "__any_sync", "__all_sync", "__syncwarp"};
+    return kind >= 0 && kind < 8 ? n[kind] : "?";
+}
+
+struct Block {
+    const Launch *L;
+    uint64_t linear;
+    unsigned n;
+    unsigned next_claim = 0, ndone = 0, nbar = 0;
+    const char *bar_file = nullptr;
+    int bar_line = 0;
+    std::deque<unsigned> runq;
+    bool abort = false;
+    std::string msg;
+    TState t[1024];
+};
+
+struct Worker {
+    void *sched_sp = nullptr;
+#if !defined(__x86_64__)
+    ucontext_t sched_uc;
+#endif
+    std::vector<Fiber *> fibers;
+    Fiber *cur = nullptr;
+    Block *block = nullptr;
+    int cur_thread = -1;
+    std::vector<char> dyn_shared;
+    sigjmp_buf jb;
+    volatile bool in_kernel = false;
+    const void *main_stack_bottom = nullptr;
+    size_t main_stack_size = 0;
+    std::string fault_msg;
+    char *altstack = nullptr;
+};
+
+thread_local Worker *tl_worker = nullptr;
+
+Worker *worker() {
+    if (!tl_worker) {
+        tl_worker = new Worker; /* one per OS thread that runs blocks; lives as long as the thread */
+        stack_t ss;
+        size_t n = 1 << 16;
+        tl_worker->altstack = (char *)malloc(n);
+        ss.ss_sp = tl_worker->altstack;
+        ss.ss_size = n;
+        ss.ss_flags = 0;
+        sigaltstack(&ss, NULL);
+    }
+    return tl_worker;
+}
+
+Fiber *new_fiber() {
+    Fiber *f = new Fiber;
+    size_t ps = page_size();
+    char *m = (char *)mmap(NULL, FIBER_STACK + ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                           -1, 0);
+    if (m == MAP_FAILED) {
+        fprintf(stderr, "gpudl emu: out of memory for a fiber stack\n");
+        abort();
+    }
+    mprotect(m, ps, PROT_NONE); /* overflow guard */
+    f->stack = m + ps;
+    f->size = FIBER_STACK;
+    fiber_prepare(f);
+    return f;
+}
+
+void fiber_reset(Fiber *f) {
+#ifdef GDL_EMU_ASAN
+    __asan_unpoison_memory_region(f->stack, f->size);
+#endif
+#if !defined(__x86_64__)
+    delete (ucontext_t *)f->sp;
+#endif
+    fiber_prepare(f);
+    f->idle = true;
+    f->asan_fake = nullptr;
+}
+
+// switch from the scheduler (on the worker's own stack) into fiber f
+void switch_to_fiber(Worker *W, Fiber *f) {
+    W->cur = f;
+#ifdef GDL_EMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f->stack, f->size);
+#endif
+#if defined(__x86_64__)
+    gdl_emu_swap(&W->sched_sp, f->sp);
+#else
+    void *save = &W->sched_uc;
+    gdl_emu_swap(&save, f->sp);
+#endif
+#ifdef GDL_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+    W->cur = nullptr;
+}
+
+// switch from the running fiber back to the scheduler
+void switch_to_sched(Worker *W) {
+    Fiber *f = W->cur;
+#ifdef GDL_EMU_ASAN
+    __sanitizer_start_switch_fiber(&f->asan_fake, W->main_stack_bottom, W->main_stack_size);
+#endif
+#if defined(__x86_64__)
+    gdl_emu_swap(&f->sp, W->sched_sp);
+#else
+    swapcontext((ucontext_t *)f->sp, &W->sched_uc);
+#endif
+#ifdef GDL_EMU_ASAN
+    __sanitizer_finish_switch_fiber(f->asan_fake, &W->main_stack_bottom, &W->main_stack_size);
+#endif
+}
+
+void set_coords(Worker *W, unsigned t) {
+    const dim3 &b = W->block->L->block;
+    W->cur_thread = (int)t;
+    gdl_emu_threadIdx_.x = t % b.x;
+    gdl_emu_threadIdx_.y = t / b.x % b.y;
+    gdl_emu_threadIdx_.z = t / (b.x * b.y);
+}
+
+// the thread index that the k-th claim starts, per schedule
+unsigned claim_order(unsigned k, unsigned n) { return cfg().sched == EMU_SCHED_REVTHREADS ? n - 1 - k : k; }
+
+std::string where(const Block *B, unsigned t) {
+    const Launch *L = B->L;
+    char buf[256];
+    unsigned bx = (unsigned)(B->linear % L->grid.x), by = (unsigned)(B->linear / L->grid.x % L->grid.y),
+             bz = (unsigned)(B->linear / ((uint64_t)L->grid.x * L->grid.y));
+    snprintf(buf, sizeof buf, "kernel %s (launch #%ld), block (%u,%u,%u), thread (%u,%u,%u)", L->name.c_str(),
+             L->number, bx, by, bz, t % L->block.x, t / L->block.x % L->block.y, t / (L->block.x * L->block.y));
+    return buf;
+}
+
+// a barrier or warp misuse: the launch fails; the fiber never resumes
+[[noreturn]] void fail_in_fiber(Worker *W, const std::string &msg) {
+    Block *B = W->block;
+    B->abort = true;
+    B->msg = where(B, (unsigned)W->cur_thread) + ": " + msg;
+    switch_to_sched(W);
+    abort(); /* unreachable: an aborted fiber is reset, never resumed */
+}
+
+// park the current thread until a barrier or warp operation releases it
+void park(Worker *W) {
+    switch_to_sched(W);
+    Block *B = W->block;
+    (void)B;
+}
+
+void release_locked_order(Block *B, std::vector<unsigned> &who) {
+    if (cfg().sched == EMU_SCHED_REVTHREADS) std::reverse(who.begin(), who.end());
+    for (unsigned u : who) {
+        B->t[u].state = T_READY;
+        B->runq.push_back(u);
+    }
+}
+
+void thread_exited(Worker *W, unsigned t) {
+    Block *B = W->block;
+    B->t[t].state = T_DONE;
+    B->ndone++;
+    if (B->nbar > 0) {
+        char m[256];
+        snprintf(m, sizeof m, "exited while %u thread(s) wait at __syncthreads (%s:%d)", B->nbar, B->bar_file,
+                 B->bar_line);
+        fail_in_fiber(W, m);
+    }
+    // a lane of this warp waiting on a mask that names the exiting lane
+    unsigned base = t & ~31u, lane = t & 31u;
+    for (unsigned j = base; j < base + 32 && j < B->n; j++)
+        if (B->t[j].state == T_WARP && (B->t[j].mask >> lane & 1)) {
+            char m[256];
+            snprintf(m, sizeof m, "exited while lane %u waits at %s (%s:%d) with mask 0x%08x naming it", j & 31,
+                     op_name(B->t[j].kind), B->t[j].file, B->t[j].line, B->t[j].mask);
+            fail_in_fiber(W, m);
+        }
+}
+
+void fiber_entry() {
+    Worker *W = tl_worker;
+#ifdef GDL_EMU_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &W->main_stack_bottom, &W->main_stack_size);
+#endif
+    for (;;) {
+        Fiber *f = W->cur;
+        Block *B = W->block;
+        f->idle = false;
+        while (B->next_claim < B->n) {
+            unsigned t = claim_order(B->next_claim++, B->n);
+            B->t[t].state = T_RUNNING;
+            B->t[t].f = f;
+            set_coords(W, t);
+            B->L->run(B->L->ctx);
+            thread_exited(W, t);
+        }
+        f->idle = true;
+        switch_to_sched(W);
+    }
+}
+
+Fiber *idle_fiber(Worker *W) {
+    for (Fiber *f : W->fibers)
+        if (f->idle) return f;
+    Fiber *f = new_fiber();
+    W->fibers.push_back(f);
+    return f;
+}
+
+void run_block(Worker *W, Block *B) {
+    W->block = B;
+    for (;;) {
+        if (B->abort) break;
+        Fiber *next = nullptr;
+        bool prefer_ready = cfg().sched == EMU_SCHED_WARP;
+        if (!B->runq.empty() && (prefer_ready || B->next_claim >= B->n)) {
+            unsigned t = B->runq.front();
+            if (cfg().sched == EMU_SCHED_WARP) { /* the lowest warp first */
+                auto best = B->runq.begin();
+                for (auto it = B->runq.begin(); it != B->runq.end(); ++it)
+                    if ((*it >> 5) < (*best >> 5)) best = it;
+                t = *best;
+                B->runq.erase(best);
+            } else {
+                B->runq.pop_front();
+            }
+            B->t[t].state = T_RUNNING;
+            set_coords(W, t);
+            next = B->t[t].f;
+        } else if (B->next_claim < B->n) {
+            next = idle_fiber(W);
+        } else if (B->ndone == B->n) {
+            break;
+        } else { /* nobody can run: deadlock */
+            std::string m = "deadlock: no thread can proceed;";
+            int shown = 0;
+            for (unsigned t = 0; t < B->n && shown < 4; t++) {
+                char buf[200];
+                if (B->t[t].state == T_BAR)
+                    snprintf(buf, sizeof buf, " thread %u waits at __syncthreads (%s:%d);", t, B->t[t].file,
+                             B->t[t].line);
+                else if (B->t[t].state == T_WARP)
+                    snprintf(buf, sizeof buf, " thread %u waits at %s mask 0x%08x (%s:%d);", t,
+                             op_name(B->t[t].kind), B->t[t].mask, B->t[t].file, B->t[t].line);
+                else continue;
+                m += buf;
+                shown++;
+            }
+            B->abort = true;
+            B->msg = where(B, 0) + ": " + m;
+            break;
+        }
+        switch_to_fiber(W, next);
+    }
+    if (B->abort)
+        for (Fiber *f : W->fibers)
+            if (!f->idle) fiber_reset(f);
+    W->block = nullptr;
+    W->cur_thread = -1;
+}
+
+// one launch being executed: blocks handed out to the stream thread and
+// the pool
+struct Job {
+    const Launch *L;
+    std::atomic<uint64_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex mu;
+    std::string msg;
+    int active = 0; /* pool threads inside; guarded by pool mutex */
+};
+
+void set_block_coords(const Launch *L, uint64_t b) {
+    gdl_emu_blockIdx_.x = (unsigned)(b % L->grid.x);
+    gdl_emu_blockIdx_.y = (unsigned)(b / L->grid.x % L->grid.y);
+    gdl_emu_blockIdx_.z = (unsigned)(b / ((uint64_t)L->grid.x * L->grid.y));
+    gdl_emu_blockDim_ = L->block;
+    gdl_emu_gridDim_ = L->grid;
+}
+
+void run_blocks(Job *J) {
+    Worker *W = worker();
+    const Launch *L = J->L;
+    static thread_local Block *B = new Block; /* big: one per OS thread */
+    if (sigsetjmp(W->jb, 1)) { /* a memory fault inside the kernel: the signal handler jumped here */
+#ifdef GDL_EMU_ASAN
+        __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+        W->in_kernel = false;
+        for (Fiber *f : W->fibers) fiber_reset(f);
+        W->block = nullptr;
+        W->cur = nullptr;
+        std::lock_guard<std::mutex> l(J->mu);
+        if (!J->failed.exchange(true)) J->msg = W->fault_msg;
+        return;
+    }
+    if (L->shmem) W->dyn_shared.resize(L->shmem);
+    for (;;) {
+        if (J->failed.load()) return;
+        uint64_t k = J->next.fetch_add(1);
+        if (k >= L->nblocks) return;
+        uint64_t b = cfg().sched == EMU_SCHED_REVBLOCKS ? L->nblocks - 1 - k : k;
+        B->L = L;
+        B->linear = b;
+        B->n = L->nthreads;
+        B->next_claim = B->ndone = B->nbar = 0;
+        B->runq.clear();
+        B->abort = false;
+        for (unsigned t = 0; t < B->n; t++) B->t[t].state = T_UNSTARTED;
+        set_block_coords(L, b);
+        if (L->shmem) memset(W->dyn_shared.data(), 0xff, L->shmem);
+        W->in_kernel = true;
+        run_block(W, B);
+        W->in_kernel = false;
+        if (B->abort) {
+            std::lock_guard<std::mutex> l(J->mu);
+            if (!J->failed.exchange(true)) J->msg = B->msg;
+            return;
+        }
+    }
+}
+
+// the pool: GPUDL_EMU_WORKERS - 1 threads that join the stream thread on
+// launches with several blocks
+struct Pool {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Job *> jobs;
+    std::vector<std::thread> th;
+};
+Pool &pool() {
+    static Pool *p = [] {
+        Pool *q = new Pool;
+        for (int i = 1; i < cfg().workers; i++)
+            q->th.emplace_back([q] {
+                std::unique_lock<std::mutex> lk(q->mu);
+                for (;;) {
+                    q->cv.wait(lk, [&] { return !q->jobs.empty(); });
+                    Job *J = q->jobs.front();
+                    J->active++;
+                    lk.unlock();
+                    run_blocks(J);
+                    lk.lock();
+                    J->active--;
+                    if (J->next.load() >= J->L->nblocks || J->failed.load()) {
+                        auto it = std::find(q->jobs.begin(), q->jobs.end(), J);
+                        if (it != q->jobs.end()) q->jobs.erase(it);
+                    }
+                    q->cv.notify_all();
+                }
+            });
+        for (auto &t : q->th) t.detach();
+        return q;
+    }();
+    return *p;
+}
+
+void execute_launch(Launch *L) {
+    Job J;
+    J.L = L;
+    bool par = L->nblocks > 1 && cfg().workers > 1;
+    Pool &P = pool();
+    if (par) {
+        std::lock_guard<std::mutex> l(P.mu);
+        P.jobs.push_back(&J);
+        P.cv.notify_all();
+    }
+    run_blocks(&J);
+    if (par) {
+        std::unique_lock<std::mutex> lk(P.mu);
+        auto it = std::find(P.jobs.begin(), P.jobs.end(), &J);
+        if (it != P.jobs.end()) P.jobs.erase(it);
+        P.cv.wait(lk, [&] { return J.active == 0; });
+    }
+    if (J.failed.load()) {
+        diag("%s", J.msg.c_str());
+        set_sticky(L->dev, J.msg.find("illegal address") != std::string::npos ? cudaErrorIllegalAddress
+                                                                               : cudaErrorLaunchFailure);
+    }
+}
+
+} // namespace
+
+extern "C" void *gdl_emu_dynamic_shared(void) {
+    Worker *W = tl_worker;
+    return W && W->block && W->block->L->shmem ? (void *)W->dyn_shared.data() : NULL;
+}
+
+extern "C" void gdl_emu_syncthreads_at(const char *file, int line) {
+    Worker *W = tl_worker;
+    if (!W || !W->block) {
+        diag("__syncthreads called outside a kernel (%s:%d)", file, line);
+        abort();
+    }
+    Block *B = W->block;
+    unsigned t = (unsigned)W->cur_thread;
+    if (B->ndone > 0) {
+        char m[300];
+        unsigned who = 0;
+        for (unsigned u = 0; u < B->n; u++)
+            if (B->t[u].state == T_DONE) { who = u; break; }
+        snprintf(m, sizeof m, "__syncthreads (%s:%d) after thread %u of the block exited", file, line, who);
+        fail_in_fiber(W, m);
+    }
+    if (B->nbar == 0) {
+        B->bar_file = file;
+        B->bar_line = line;
+    } else if (B->bar_line != line || strcmp(B->bar_file, file) != 0) {
+        char m[400];
+        unsigned other = 0;
+        for (unsigned u = 0; u < B->n; u++)
+            if (B->t[u].state == T_BAR) { other = u; break; }
+        snprintf(m, sizeof m, "divergent __syncthreads: this thread is at %s:%d, thread %u waits at %s:%d", file,
+                 line, other, B->bar_file, B->bar_line);
+        fail_in_fiber(W, m);
+    }
+    B->t[t].state = T_BAR;
+    B->t[t].file = file;
+    B->t[t].line = line;
+    if (++B->nbar == B->n) {
+        std::vector<unsigned> who;
+        for (unsigned u = 0; u < B->n; u++)
+            if (u != t) who.push_back(u);
+        B->nbar = 0;
+        release_locked_order(B, who);
+        B->t[t].state = T_RUNNING;
+        return;
+    }
+    park(W);
+}
+
+extern "C" unsigned long long gdl_emu_warp_op(int kind, unsigned mask, unsigned long long v, int arg, int width,
+                                              const char *file, int line) {
+    Worker *W = tl_worker;
+    if (!W || !W->block) {
+        diag("%s called outside a kernel (%s:%d)", op_name(kind), file, line);
+        abort();
+    }
+    Block *B = W->block;
+    unsigned t = (unsigned)W->cur_thread, lane = t & 31u, base = t & ~31u;
+    unsigned nlanes = B->n - base < 32 ? B->n - base : 32;
+    char m[400];
+    if (!(mask >> lane & 1)) {
+        snprintf(m, sizeof m, "%s (%s:%d) with mask 0x%08x, which leaves out the calling lane %u", op_name(kind),
+                 file, line, mask, lane);
+        fail_in_fiber(W, m);
+    }
+    if (nlanes < 32 && (mask >> nlanes)) {
+        snprintf(m, sizeof m, "%s (%s:%d) with mask 0x%08x naming lanes beyond the %u of this warp", op_name(kind),
+                 file, line, mask, nlanes);
+        fail_in_fiber(W, m);
+    }
+    if (kind <= GDL_EMU_SHFL_XOR && (width <= 0 || width > 32 || (width & (width - 1)))) {
+        snprintf(m, sizeof m, "%s (%s:%d) with width %d (a power of two up to 32)", op_name(kind), file, line,
+                 width);
+        fail_in_fiber(W, m);
+    }
+    TState &me = B->t[t];
+    me.state = T_WARP;
+    me.kind = kind;
+    me.mask = mask;
+    me.val = v;
+    me.arg = arg;
+    me.width = width;
+    me.file = file;
+    me.line = line;
+    bool complete = true;
+    for (unsigned j = 0; j < 32; j++) {
+        if (!(mask >> j & 1)) continue;
+        TState &o = B->t[base + j];
+        if (o.state == T_DONE) {
+            snprintf(m, sizeof m, "%s (%s:%d) with mask 0x%08x naming lane %u, which has exited", op_name(kind),
+                     file, line, mask, j);
+            fail_in_fiber(W, m);
+        }
+        if (o.state != T_WARP) {
+            complete = false;
+            continue;
+        }
+        if (o.kind != kind || o.mask != mask) {
+            snprintf(m, sizeof m, "%s (%s:%d) mask 0x%08x while lane %u is at %s (%s:%d) mask 0x%08x", op_name(kind),
+                     file, line, mask, j, op_name(o.kind), o.file, o.line, o.mask);
+            fail_in_fiber(W, m);
+        }
+    }
+    if (!complete) {
+        park(W);
+        return me.res;
+    }
+    // everyone named is here: exchange
+    unsigned long long ballot = 0;
+    for (unsigned j = 0; j < 32; j++)
+        if ((mask >> j & 1) && B->t[base + j].val) ballot |= 1ull << j;
+    for (unsigned j = 0; j < 32; j++) {
+        if (!(mask >> j & 1)) continue;
+        TState &o = B->t[base + j];
+        unsigned long long r = o.val;
+        if (kind <= GDL_EMU_SHFL_XOR) {
+            int w = o.width, seg = (int)j & ~(w - 1), src;
+            bool ok;
+            switch (kind) {
+            case GDL_EMU_SHFL_IDX: src = seg + (o.arg & (w - 1)); ok = true; break;
+            case GDL_EMU_SHFL_UP: src = (int)j - o.arg; ok = src >= seg; break;
+            case GDL_EMU_SHFL_DOWN: src = (int)j + o.arg; ok = src < seg + w; break;
+            default: src = (int)j ^ o.arg; ok = src >= 0 && src < seg + w; break;
+            }
+            if (ok) {
+                if (src < 0 || src > 31 || !(mask >> src & 1)) {
+                    snprintf(m, sizeof m, "%s (%s:%d): lane %u reads lane %d, which mask 0x%08x leaves out",
+                             op_name(kind), file, line, j, src, mask);
+                    fail_in_fiber(W, m);
+                }
+                r = B->t[base + (unsigned)src].val;
+            }
+        } else if (kind == GDL_EMU_BALLOT) {
+            r = ballot;
+        } else if (kind == GDL_EMU_ANY) {
+            r = ballot != 0;
+        } else if (kind == GDL_EMU_ALL) {
+            r = ballot == (unsigned long long)mask;
+        } else {
+            r = 0;
+        }
+        o.res = r;
+    }
+    std::vector<unsigned> who;
+    for (unsigned j = 0; j < 32; j++)
+        if ((mask >> j & 1) && base + j != t) who.push_back(base + j);
+    release_locked_order(B, who);
+    me.state = T_RUNNING;
+    return me.res;
+}
+
+// ---------------------------------------------------------------------------
+// signals: a fault on device memory, a guard page or a quarantined block
+
+namespace {
+
+struct sigaction old_segv, old_bus;
+
+// what lies at address a (called in the signal handler: try-lock only)
+std::string describe_addr(uintptr_t a, bool *known) {
+    MemState &M = mem();
+    char buf[400];
+    *known = false;
+    if (!M.mu.try_lock()) return "(allocation table busy)";
+    std::string r;
+    size_t ps = page_size();
+    for (auto &kv : M.live) {
+        const Alloc &A = kv.second;
+        uintptr_t lo = (uintptr_t)A.map, hi = lo + A.map_len, p = (uintptr_t)A.ptr;
+        if (a < lo || a >= hi) continue;
+        *known = true;
+        if (a >= p && a < p + A.size)
+            snprintf(buf, sizeof buf, "%zu bytes into a live %zu-byte %s allocation #%ld of cuda:%d at %p",
+                     (size_t)(a - p), A.size, A.kind == MEM_DEVICE ? "device" : "pinned", A.id, A.device, A.ptr);
+        else if (a >= p + A.size)
+            snprintf(buf, sizeof buf, "%zu bytes past the end of the %zu-byte device allocation #%ld of cuda:%d at %p",
+                     (size_t)(a - p - A.size), A.size, A.id, A.device, A.ptr);
+        else
+            snprintf(buf, sizeof buf, "%zu bytes before the %zu-byte device allocation #%ld of cuda:%d at %p",
+                     (size_t)(p - a), A.size, A.id, A.device, A.ptr);
+        r = buf;
+        break;
+    }
+    if (!*known)
+        for (auto &A : M.quarantine) {
+            uintptr_t lo = (uintptr_t)A.map, hi = lo + A.map_len, p = (uintptr_t)A.ptr;
+            if (a < lo || a >= hi) continue;
+            *known = true;
+            snprintf(buf, sizeof buf, "%ld bytes into the freed %zu-byte device allocation #%ld of cuda:%d at %p "
+                     "(use after cudaFree)", (long)(a - p), A.size, A.id, A.device, A.ptr);
+            r = buf;
+            break;
+        }
+    (void)ps;
+    M.mu.unlock();
+    return r;
+}
+
+void on_fault(int sig, siginfo_t *si, void *uc) {
+    uintptr_t a = (uintptr_t)si->si_addr;
+    bool known = false;
+    std::string what = describe_addr(a, &known);
+    Worker *W = tl_worker;
+    bool is_write = false;
+#if defined(__x86_64__) && defined(REG_ERR)
+    is_write = (((ucontext_t *)uc)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#else
+    (void)uc;
+#endif
+    if (!known && W && W->in_kernel && W->cur) {
+        Fiber *f = W->cur;
+        if (a >= (uintptr_t)f->stack - page_size() && a < (uintptr_t)f->stack) {
+            known = true;
+            what = "the guard page below the thread's stack (stack overflow)";
+        }
+    }
+    if (known && W && W->in_kernel && W->block) {
+        W->fault_msg = where(W->block, (unsigned)W->cur_thread) + ": illegal address: " +
+                       (is_write ? "write" : "read") + " at " + std::to_string((unsigned long long)a) + ", " + what;
+#ifdef GDL_EMU_ASAN
+        __sanitizer_start_switch_fiber(NULL, W->main_stack_bottom, W->main_stack_size);
+#endif
+        siglongjmp(W->jb, 1);
+    }
+    if (known) {
+        char buf[700];
+        int n = snprintf(buf, sizeof buf, "gpudl emu: host code %s device memory at %p outside kernels and copies: %s\n",
+                         is_write ? "wrote" : "read", (void *)a, what.c_str());
+        if (n > 0) (void)!write(2, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+        signal(SIGABRT, SIG_DFL);
+        abort();
+    }
+    // not ours: hand on to whoever was there before (ASan's handler, or the default)
+    struct sigaction *o = sig == SIGSEGV ? &old_segv : &old_bus;
+    if (o->sa_flags & SA_SIGINFO) {
+        if (o->sa_sigaction) {
+            o->sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (o->sa_handler != SIG_DFL && o->sa_handler != SIG_IGN) {
+        o->sa_handler(sig);
+        return;
+    }
+    signal(sig, SIG_DFL); /* re-fault with the default action */
+}
+
+void install_signals() {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------
+// launch submission
+
+extern "C" void gdl_emu_submit(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, void *ctx,
+                               void (*run)(void *), void (*destroy)(void *), const void *const *ptrs, int nptrs) {
+    cudaError_t e = cudaSuccess;
+    long num = ++n_launch;
+    if (!init_ok()) e = cudaErrorNoDevice;
+    if (e == cudaSuccess) e = sticky_now();
+    uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
+    if (e == cudaSuccess && (block.x < 1 || block.y < 1 || block.z < 1 || block.x > 1024 || block.y > 1024 ||
+                             block.z > 64 || nthreads > 1024)) {
+        diag("launch #%ld of %s: block (%u,%u,%u) exceeds the limits (1024 threads, dims 1024x1024x64)", num, name,
+             block.x, block.y, block.z);
+        e = cudaErrorInvalidConfiguration;
+    }
+    if (e == cudaSuccess && (grid.x < 1 || grid.y < 1 || grid.z < 1 || grid.x > 2147483647u || grid.y > 65535 ||
+                             grid.z > 65535)) {
+        diag("launch #%ld of %s: grid (%u,%u,%u) exceeds the limits", num, name, grid.x, grid.y, grid.z);
+        e = cudaErrorInvalidConfiguration;
+    }
+    if (e == cudaSuccess && shmem > 48 * 1024) {
+        diag("launch #%ld of %s: %zu bytes of dynamic shared memory (at most 49152)", num, name, shmem);
+        e = cudaErrorInvalidValue;
+    }
+    long fl = fail_launch_at.load();
+    if (e == cudaSuccess && fl >= 0 && num == fl) {
+        fail_launch_at.store(-1);
+        e = cudaErrorLaunchOutOfResources;
+    }
+    Stream *s = nullptr;
+    if (e == cudaSuccess) {
+        std::lock_guard<std::mutex> l(g_mu);
+        s = resolve_locked(stream);
+        if (!s) {
+            diag("launch #%ld of %s: invalid stream %p", num, name, (void *)stream);
+            e = cudaErrorInvalidResourceHandle;
+        }
+    }
+    // pointer arguments must be device (or pinned) memory of this device
+    for (int i = 0; e == cudaSuccess && i < nptrs; i++) {
+        if (!ptrs[i]) continue;
+        std::lock_guard<std::mutex> l(mem().mu);
+        const Alloc *A = find_live(ptrs[i]);
+        if (!A) {
+            bool freed = false;
+            for (auto &q : mem().quarantine)
+                if ((uintptr_t)ptrs[i] >= (uintptr_t)q.ptr && (uintptr_t)ptrs[i] <= (uintptr_t)q.ptr + q.size)
+                    freed = true;
+            diag("launch #%ld of %s: pointer argument %d (%p) is %s", num, name, i + 1, ptrs[i],
+                 freed ? "freed device memory" : "not device memory");
+            e = cudaErrorInvalidValue;
+        } else if (A->kind == MEM_DEVICE && A->device != s->dev) {
+            diag("launch #%ld of %s on cuda:%d: pointer argument %d (%p) is memory of cuda:%d", num, name, s->dev,
+                 i + 1, ptrs[i], A->device);
+            e = cudaErrorInvalidValue;
+        }
+    }
+    if (e != cudaSuccess) {
+        destroy(ctx);
+        set_err(e);
+        return;
+    }
+    Launch *L = new Launch;
+    L->name = name;
+    L->grid = grid;
+    L->block = block;
+    L->shmem = shmem;
+    L->dev = s->dev;
+    L->ctx = ctx;
+    L->run = run;
+    L->destroy = destroy;
+    L->nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    L->nthreads = (unsigned)nthreads;
+    L->number = num;
+    std::lock_guard<std::mutex> l(g_mu);
+    enqueue_locked(s, [L] {
+        execute_launch(L);
+        L->destroy(L->ctx);
+        delete L;
+    });
+}
+
+// ---------------------------------------------------------------------------
+// the runtime API
+
+namespace {
+
+// the kind of [p, p + n): device memory of which device (>= 0), pinned (-2)
+// or other host memory (-1); *bad set when it straddles an allocation's end
+int classify(const void *p, size_t n, bool *bad, const Alloc **out = nullptr) {
+    std::lock_guard<std::mutex> l(mem().mu);
+    const Alloc *A = find_live(p);
+    *bad = false;
+    if (out) *out = A;
+    if (!A) {
+        for (auto &q : mem().quarantine)
+            if ((uintptr_t)p >= (uintptr_t)q.ptr && (uintptr_t)p < (uintptr_t)q.ptr + q.size) {
+                *bad = true; /* freed device memory */
+                return q.device;
+            }
+        return -1;
+    }
+    if ((uintptr_t)p + n > (uintptr_t)A->ptr + A->size) *bad = true;
+    return A->kind == MEM_PINNED ? -2 : A->device;
+}
+
+const char *kind_name(cudaMemcpyKind k) {
+    switch (k) {
+    case cudaMemcpyHostToHost: return "HostToHost";
+    case cudaMemcpyHostToDevice: return "HostToDevice";
+    case cudaMemcpyDeviceToHost: return "DeviceToHost";
+    case cudaMemcpyDeviceToDevice: return "DeviceToDevice";
+    default: return "Default";
+    }
+}
+
+// checks of a copy; returns the error (and reports it) or success
+cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *fn) {
+    bool bd, bs;
+    int kd = classify(dst, n, &bd), ks = classify(src, n, &bs);
+    bool dev_d = kd >= 0, dev_s = ks >= 0;
+    if (bd || bs) {
+        diag("%s(%p, %p, %zu, %s): the %s range is %s", fn, dst, (void *)src, n, kind_name(kind),
+             bd ? "destination" : "source",
+             (bd ? kd : ks) >= 0 && !find_live(bd ? dst : src) ? "in freed device memory"
+                                                               : "beyond the end of its allocation");
+        return cudaErrorInvalidValue;
+    }
+    bool want_d = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool want_s = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind != cudaMemcpyDefault && (kind < 0 || kind > 4)) {
+        diag("%s: invalid copy kind %d", fn, (int)kind);
+        return cudaErrorInvalidMemcpyDirection;
+    }
+    if (kind != cudaMemcpyDefault && ((want_d && !dev_d) || (!want_d && dev_d) || (want_s && !dev_s) ||
+                                      (!want_s && dev_s))) {
+        diag("%s(%p, %p, %zu, %s): the destination is %s and the source is %s", fn, dst, (void *)src, n,
+             kind_name(kind), dev_d ? "device memory" : "host memory", dev_s ? "device memory" : "host memory");
+        return cudaErrorInvalidValue;
+    }
+    if (dev_d && dev_s && (uintptr_t)dst < (uintptr_t)src + n && (uintptr_t)src < (uintptr_t)dst + n) {
+        diag("%s(%p, %p, %zu, %s): source and destination overlap", fn, dst, (void *)src, n, kind_name(kind));
+        return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+}
+
+bool is_pinned(const void *p) {
+    bool b;
+    return classify(p, 0, &b) == -2;
+}
+
+void free_alloc_locked(const Alloc &A, bool quarantine) {
+    MemState &M = mem();
+    size_t ps = page_size();
+    if (A.kind == MEM_DEVICE) {
+        M.used[A.device] -= A.rounded;
+        size_t body = (A.rounded + ps - 1) / ps * ps;
+        // a write into the rounding slop or the gap before the block
+        mprotect(A.map + ps, body, PROT_READ);
+        const unsigned char *b = (const unsigned char *)A.map + ps, *e = (const unsigned char *)A.map + ps + body;
+        for (const unsigned char *p = b; p < e; p++) {
+            if (p == (const unsigned char *)A.ptr) p += A.size;
+            if (p >= e) break;
+            if (*p != 0xff) {
+                diag("cudaFree(%p): bytes outside the %zu-byte allocation #%ld were written (%ld bytes from its start)",
+                     A.ptr, A.size, A.id, (long)((const char *)p - A.ptr));
+                break;
+            }
+        }
+    }
+    if (!quarantine || A.kind != MEM_DEVICE) {
+        munmap(A.map, A.map_len);
+        return;
+    }
+    mprotect(A.map, A.map_len, PROT_NONE);
+    M.quarantine.push_back(A);
+    M.quarantined += A.map_len;
+    while (M.quarantined > cfg().quarantine && !M.quarantine.empty()) {
+        Alloc &o = M.quarantine.front();
+        munmap(o.map, o.map_len);
+        M.quarantined -= o.map_len;
+        M.quarantine.pop_front();
+    }
+}
+
+Alloc *map_alloc(size_t size, int kind, int dev, long id) {
+    size_t ps = page_size(), rounded = (size + 255) / 256 * 256, body = (rounded + ps - 1) / ps * ps;
+    if (rounded < size || body < rounded) return nullptr;
+    size_t len = body + 2 * ps;
+    char *m = (char *)mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) return nullptr;
+    mprotect(m + ps, body, PROT_READ | PROT_WRITE);
+    memset(m + ps, 0xff, body); /* fresh memory reads as NaN */
+    static thread_local Alloc a;
+    a.map = m;
+    a.map_len = len;
+    a.ptr = m + ps + (body - rounded);
+    a.size = size;
+    a.rounded = rounded;
+    a.device = dev;
+    a.kind = kind;
+    a.id = id;
+    return &a;
+}
+
+} // namespace
+
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    if (!count) return set_err(cudaErrorInvalidValue);
+    *count = cfg().devices;
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int d) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    if (d < 0 || d >= cfg().devices) return set_err(cudaErrorInvalidDevice);
+    tl_dev = d;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *d) {
+    if (!d) return set_err(cudaErrorInvalidValue);
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    *d = tl_dev;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+    cudaError_t s = init_ok() ? sticky_now() : cudaSuccess;
+    if (s != cudaSuccess) return s;
+    cudaError_t e = tl_err;
+    tl_err = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+    cudaError_t s = init_ok() ? sticky_now() : cudaSuccess;
+    return s != cudaSuccess ? s : tl_err;
+}
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorLaunchOutOfResources: return "cudaErrorLaunchOutOfResources";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    default: return "cudaErrorUnknown";
+    }
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    default: return "unknown error";
+    }
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    if (!p) return set_err(cudaErrorInvalidValue);
+    if (d < 0 || d >= cfg().devices) return set_err(cudaErrorInvalidDevice);
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "gpudl CUDA emulator (sm_90, %d worker threads)", cfg().workers);
+    p->totalGlobalMem = cfg().mem;
+    p->sharedMemPerBlock = 48 * 1024;
+    p->regsPerBlock = 65536;
+    p->warpSize = 32;
+    p->maxThreadsPerBlock = 1024;
+    p->maxThreadsDim[0] = 1024;
+    p->maxThreadsDim[1] = 1024;
+    p->maxThreadsDim[2] = 64;
+    p->maxGridSize[0] = 2147483647;
+    p->maxGridSize[1] = 65535;
+    p->maxGridSize[2] = 65535;
+    p->totalConstMem = 65536;
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->maxThreadsPerMultiProcessor = 2048;
+    p->sharedMemPerMultiprocessor = 228 * 1024;
+    p->unifiedAddressing = 1;
+    p->concurrentKernels = 1;
+    p->asyncEngineCount = 2;
+    p->l2CacheSize = 50 << 20;
+    p->memoryBusWidth = 5120;
+    p->pciDeviceID = d;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int d) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    if (!v) return set_err(cudaErrorInvalidValue);
+    if (d < 0 || d >= cfg().devices) return set_err(cudaErrorInvalidDevice);
+    switch (a) {
+    case cudaDevAttrClockRate: *v = 1980000; break;
+    case cudaDevAttrMemoryClockRate: *v = 2619000; break;
+    case cudaDevAttrMaxThreadsPerBlock: *v = 1024; break;
+    case cudaDevAttrWarpSize: *v = 32; break;
+    case cudaDevAttrMultiProcessorCount: *v = 132; break;
+    case cudaDevAttrComputeCapabilityMajor: *v = 9; break;
+    case cudaDevAttrComputeCapabilityMinor: *v = 0; break;
+    case cudaDevAttrMaxSharedMemoryPerBlock: *v = 48 * 1024; break;
+    case cudaDevAttrMaxBlockDimX: *v = 1024; break;
+    case cudaDevAttrMaxGridDimX: *v = 2147483647; break;
+    default:
+        diag("cudaDeviceGetAttribute: attribute %d is not emulated", (int)a);
+        return set_err(cudaErrorInvalidValue);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t *fr, size_t *tot) {
+    EMU_ENTER();
+    std::lock_guard<std::mutex> l(mem().mu);
+    size_t u = mem().used[tl_dev];
+    if (fr) *fr = cfg().mem > u ? cfg().mem - u : 0;
+    if (tot) *tot = cfg().mem;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t size) {
+    long id = ++n_alloc;
+    if (!p) return set_err(cudaErrorInvalidValue);
+    *p = NULL;
+    EMU_ENTER();
+    long fa = fail_alloc_at.load();
+    if (fa >= 0 && id == fa) {
+        fail_alloc_at.store(-1);
+        return set_err(cudaErrorMemoryAllocation);
+    }
+    if (size == 0) return cudaSuccess; /* CUDA hands out NULL for 0 bytes */
+    MemState &M = mem();
+    {
+        std::lock_guard<std::mutex> l(M.mu);
+        size_t r = (size + 255) / 256 * 256;
+        if (r < size || r > cfg().mem || M.used[tl_dev] > cfg().mem - r) return set_err(cudaErrorMemoryAllocation);
+        M.used[tl_dev] += r;
+    }
+    Alloc *A = map_alloc(size, MEM_DEVICE, tl_dev, id);
+    std::lock_guard<std::mutex> l(M.mu);
+    if (!A) {
+        M.used[tl_dev] -= (size + 255) / 256 * 256;
+        return set_err(cudaErrorMemoryAllocation);
+    }
+    M.live[(uintptr_t)A->ptr] = *A;
+    if (M.protected_ && cfg().protect) mprotect(A->map + page_size(), A->map_len - 2 * page_size(), PROT_NONE);
+    *p = A->ptr;
+    return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p) {
+    ++n_free;
+    EMU_ENTER();
+    if (!p) return cudaSuccess;
+    std::unique_lock<std::mutex> lk(g_mu);
+    Alloc A;
+    {
+        std::lock_guard<std::mutex> l(mem().mu);
+        auto it = mem().live.find((uintptr_t)p);
+        if (it == mem().live.end() || it->second.kind != MEM_DEVICE) {
+            diag("cudaFree(%p): not the start of a live device allocation", p);
+            return set_err(cudaErrorInvalidDevicePointer);
+        }
+        A = it->second;
+    }
+    // cudaFree synchronises the device
+    ++n_sync;
+    wait_device_locked(lk, A.device);
+    std::lock_guard<std::mutex> l(mem().mu);
+    mem().live.erase((uintptr_t)p);
+    free_alloc_locked(A, true);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t size) {
+    if (!p) return set_err(cudaErrorInvalidValue);
+    *p = NULL;
+    EMU_ENTER();
+    Alloc *A = map_alloc(size ? size : 1, MEM_PINNED, -1, 0);
+    if (!A) return set_err(cudaErrorMemoryAllocation);
+    std::lock_guard<std::mutex> l(mem().mu);
+    mem().live[(uintptr_t)A->ptr] = *A;
+    *p = A->ptr;
+    return cudaSuccess;
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int) { return cudaMallocHost(p, size); }
+
+cudaError_t cudaFreeHost(void *p) {
+    EMU_ENTER();
+    if (!p) return cudaSuccess;
+    std::unique_lock<std::mutex> lk(g_mu);
+    Alloc A;
+    {
+        std::lock_guard<std::mutex> l(mem().mu);
+        auto it = mem().live.find((uintptr_t)p);
+        if (it == mem().live.end() || it->second.kind != MEM_PINNED) {
+            diag("cudaFreeHost(%p): not pinned memory from cudaMallocHost", p);
+            return set_err(cudaErrorInvalidValue);
+        }
+        A = it->second;
+    }
+    // queued copies may still read or write it
+    for (int d = 0; d < cfg().devices; d++) wait_device_locked(lk, d);
+    std::lock_guard<std::mutex> l(mem().mu);
+    mem().live.erase((uintptr_t)p);
+    free_alloc_locked(A, false);
+    return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
+    EMU_ENTER();
+    if (!a) return set_err(cudaErrorInvalidValue);
+    bool bad;
+    int k = classify(p, 0, &bad);
+    memset(a, 0, sizeof *a);
+    a->type = k >= 0 ? cudaMemoryTypeDevice : k == -2 ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;
+    a->device = k >= 0 ? k : 0;
+    a->devicePointer = k != -1 ? (void *)p : NULL;
+    a->hostPointer = k < 0 && k != -1 ? (void *)p : NULL;
+    return cudaSuccess;
+}
+
+// ---- copies and memset
+
+static cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t st,
+                               bool async, const char *fn) {
+    ++n_memcpy;
+    EMU_ENTER();
+    if (!n) return cudaSuccess;
+    cudaError_t e = check_copy(dst, src, n, kind, fn);
+    if (e != cudaSuccess) return set_err(e);
+    bool b;
+    int kd = classify(dst, n, &b), ks = classify(src, n, &b);
+    bool to_host = kd < 0, from_host = ks < 0;
+    std::unique_lock<std::mutex> lk(g_mu);
+    Stream *s = resolve_locked(st);
+    if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    std::shared_ptr<std::vector<char>> stage;
+    const void *from = src;
+    if (from_host && !is_pinned(src) && async) {
+        // pageable source: CUDA stages it before returning; later changes do not matter
+        stage = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
+        from = stage->data();
+    }
+    uint64_t seq = enqueue_locked(s, [dst, from, n, stage] { memcpy(dst, from, n); });
+    // synchronous unless device to device, or async with pinned (or staged) host memory
+    bool wait = !async ? !(kd >= 0 && ks >= 0) : (to_host && !is_pinned(dst));
+    if (wait) {
+        ++n_sync;
+        wait_seq_locked(lk, s, seq);
+        maybe_protect_locked();
+        return set_err(g_devs[s->dev].sticky);
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind) {
+    return memcpy_impl(dst, src, n, kind, 0, false, "cudaMemcpy");
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t st) {
+    return memcpy_impl(dst, src, n, kind, st, true, "cudaMemcpyAsync");
+}
+
+static cudaError_t memset_impl(void *p, int v, size_t n, cudaStream_t st, const char *fn) {
+    ++n_memcpy;
+    EMU_ENTER();
+    if (!n) return cudaSuccess;
+    bool bad;
+    int k = classify(p, n, &bad);
+    if (k < 0 || bad) {
+        diag("%s(%p, %d, %zu): %s", fn, p, v, n, k < 0 ? "not device memory" : "beyond the end of its allocation");
+        return set_err(cudaErrorInvalidValue);
+    }
+    std::lock_guard<std::mutex> lk(g_mu);
+    Stream *s = resolve_locked(st);
+    if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    enqueue_locked(s, [p, v, n] { memset(p, v, n); });
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t n) { return memset_impl(p, v, n, 0, "cudaMemset"); }
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st) {
+    return memset_impl(p, v, n, st, "cudaMemsetAsync");
+}
+
+// ---- synchronisation, streams, events
+
+cudaError_t cudaDeviceSynchronize(void) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    ++n_sync;
+    std::unique_lock<std::mutex> lk(g_mu);
+    wait_device_locked(lk, tl_dev);
+    maybe_protect_locked();
+    return set_err(g_devs[tl_dev].sticky);
+}
+
+cudaError_t cudaDeviceReset(void) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    std::unique_lock<std::mutex> lk(g_mu);
+    wait_device_locked(lk, tl_dev);
+    g_devs[tl_dev].sticky = cudaSuccess;
+    std::lock_guard<std::mutex> l(mem().mu);
+    for (auto it = mem().live.begin(); it != mem().live.end();) {
+        if (it->second.kind == MEM_DEVICE && it->second.device == tl_dev) {
+            free_alloc_locked(it->second, true);
+            it = mem().live.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    tl_err = cudaSuccess;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ps, unsigned int flags) {
+    EMU_ENTER();
+    if (!ps || (flags & ~(unsigned)cudaStreamNonBlocking)) return set_err(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> l(g_mu);
+    *ps = (cudaStream_t)new_stream_locked(tl_dev, flags, false);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *ps) { return cudaStreamCreateWithFlags(ps, cudaStreamDefault); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t st) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    std::unique_lock<std::mutex> lk(g_mu);
+    Stream *s = (Stream *)st;
+    if (!st || st == cudaStreamLegacy || st == cudaStreamPerThread || !g_streams.count(s) || s->legacy)
+        return set_err(cudaErrorInvalidResourceHandle);
+    // CUDA lets queued work finish after the call returns; here the call waits for it
+    wait_seq_locked(lk, s, s->enq);
+    s->stop = true;
+    g_cv.notify_all();
+    g_streams.erase(s);
+    auto &v = g_devs[s->dev].streams;
+    v.erase(std::find(v.begin(), v.end(), s));
+    lk.unlock();
+    s->th.join();
+    delete s;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t st) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    ++n_sync;
+    std::unique_lock<std::mutex> lk(g_mu);
+    Stream *s = resolve_locked(st);
+    if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    wait_seq_locked(lk, s, s->enq);
+    maybe_protect_locked();
+    return set_err(g_devs[s->dev].sticky);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t st) {
+    EMU_ENTER();
+    std::lock_guard<std::mutex> l(g_mu);
+    Stream *s = resolve_locked(st);
+    if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    return s->done == s->enq ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *pe, unsigned int) {
+    EMU_ENTER();
+    if (!pe) return set_err(cudaErrorInvalidValue);
+    std::lock_guard<std::mutex> l(g_mu);
+    Event *e = new Event;
+    e->dev = tl_dev;
+    g_events.insert(e);
+    *pe = (cudaEvent_t)e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *pe) { return cudaEventCreateWithFlags(pe, 0); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    std::unique_lock<std::mutex> lk(g_mu);
+    Event *e = (Event *)ev;
+    if (!g_events.count(e)) return set_err(cudaErrorInvalidResourceHandle);
+    if (e->s) wait_seq_locked(lk, e->s, e->seq); /* its timestamp op refers to it */
+    g_events.erase(e);
+    delete e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
+    EMU_ENTER();
+    std::lock_guard<std::mutex> l(g_mu);
+    Event *e = (Event *)ev;
+    Stream *s = resolve_locked(st);
+    if (!g_events.count(e) || !s) return set_err(cudaErrorInvalidResourceHandle);
+    e->recorded = false;
+    e->s = s;
+    e->seq = enqueue_locked(s, [e] {
+        e->t = now_s();
+        e->recorded = true;
+    });
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    ++n_sync;
+    std::unique_lock<std::mutex> lk(g_mu);
+    Event *e = (Event *)ev;
+    if (!g_events.count(e)) return set_err(cudaErrorInvalidResourceHandle);
+    if (e->s) wait_seq_locked(lk, e->s, e->seq);
+    maybe_protect_locked();
+    return set_err(g_devs[e->dev].sticky);
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t ev) {
+    EMU_ENTER();
+    std::lock_guard<std::mutex> l(g_mu);
+    Event *e = (Event *)ev;
+    if (!g_events.count(e)) return set_err(cudaErrorInvalidResourceHandle);
+    return !e->s || e->s->done >= e->seq ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    EMU_ENTER();
+    std::lock_guard<std::mutex> l(g_mu);
+    Event *x = (Event *)a, *y = (Event *)b;
+    if (!ms || !g_events.count(x) || !g_events.count(y)) return set_err(cudaErrorInvalidResourceHandle);
+    if (!x->s || !y->s || x->s->done < x->seq || y->s->done < y->seq) return set_err(cudaErrorNotReady);
+    *ms = (float)((y->t - x->t) * 1e3);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned int) {
+    EMU_ENTER();
+    std::lock_guard<std::mutex> l(g_mu);
+    Event *e = (Event *)ev;
+    Stream *s = resolve_locked(st);
+    if (!g_events.count(e) || !s) return set_err(cudaErrorInvalidResourceHandle);
+    if (!e->s) return cudaSuccess; /* never recorded: no wait, as CUDA */
+    enqueue_locked(s, [] {}, {{e->s, e->seq}});
+    return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    if (!v) return set_err(cudaErrorInvalidValue);
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v) {
+    if (!v) return set_err(cudaErrorInvalidValue);
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+// ---- test controls (emu_api.h)
+
+int gdl_emu_fail_alloc(long k) {
+    fail_alloc_at.store(k > 0 ? n_alloc.load() + k : -1);
+    return 0;
+}
+
+int gdl_emu_fail_launch(long k) {
+    fail_launch_at.store(k > 0 ? n_launch.load() + k : -1);
+    return 0;
+}
+
+long gdl_emu_count(const char *what) {
+    if (!what) return -1;
+    if (!strcmp(what, "alloc")) return n_alloc.load();
+    if (!strcmp(what, "free")) return n_free.load();
+    if (!strcmp(what, "launch")) return n_launch.load();
+    if (!strcmp(what, "memcpy")) return n_memcpy.load();
+    if (!strcmp(what, "sync")) return n_sync.load();
+    return -1;
+}
+
+const char *gdl_emu_last_diagnostic(void) {
+    static thread_local std::string copy;
+    std::lock_guard<std::mutex> l(diag_mu);
+    copy = last_diag;
+    return copy.c_str();
+}
+
+} // extern "C"
+
+// fault injection from the environment, armed before main
+__attribute__((constructor)) static void gdl_emu_env_faults(void) {
+    const char *e;
+    if ((e = getenv("GPUDL_EMU_FAIL_ALLOC")) && atol(e) > 0) gdl_emu_fail_alloc(atol(e));
+    if ((e = getenv("GPUDL_EMU_FAIL_LAUNCH")) && atol(e) > 0) gdl_emu_fail_launch(atol(e));
+}
+
+// ---------------------------------------------------------------------------
+// cuBLAS
+
+namespace {
+
+struct BlasHandle {
+    int dev;
+    cudaStream_t stream = 0;
+    cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+};
+std::mutex &blas_mu = *new std::mutex;
+std::set<BlasHandle *> &blas_handles = *new std::set<BlasHandle *>;
+
+BlasHandle *blas_get(cublasHandle_t h) {
+    std::lock_guard<std::mutex> l(blas_mu);
+    BlasHandle *b = (BlasHandle *)h;
+    return blas_handles.count(b) ? b : nullptr;
+}
+
+float tf32(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) { /* finite: round the low 13 bits away, ties to even */
+        u += 0xfffu + ((u >> 13) & 1u);
+        u &= ~0x1fffu;
+    }
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+// C (m x n, ldc) = alpha * op(A) * op(B) + beta * C, column-major, one batch
+void sgemm_cpu(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc, bool round) {
+    std::vector<float> a((size_t)m * k), acc(m);
+    bool use_ab = alpha != 0 && k > 0;
+    if (use_ab)
+        for (int p = 0; p < k; p++)
+            for (int i = 0; i < m; i++) {
+                float v = ta ? A[(size_t)i * lda + p] : A[(size_t)p * lda + i];
+                a[(size_t)p * m + i] = round ? tf32(v) : v;
+            }
+    for (int j = 0; j < n; j++) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        if (use_ab)
+            for (int p = 0; p < k; p++) {
+                float b = tb ? B[(size_t)p * ldb + j] : B[(size_t)j * ldb + p];
+                if (round) b = tf32(b);
+                const float *ap = &a[(size_t)p * m];
+                for (int i = 0; i < m; i++) acc[i] += ap[i] * b;
+            }
+        float *c = C + (size_t)j * ldc;
+        for (int i = 0; i < m; i++) c[i] = beta == 0 ? alpha * acc[i] : alpha * acc[i] + beta * c[i];
+    }
+}
+
+// an operand of `rows` x `cols` (ld) per batch, `batch` batches `stride`
+// apart, must lie inside one device allocation of the handle's device
+bool blas_operand_ok(const char *fn, const char *what, const void *p, int rows, int cols, int ld, long long stride,
+                     int batch, int dev) {
+    if (rows == 0 || cols == 0 || batch == 0) return true;
+    long long last = (long long)(cols - 1) * ld + rows; /* elements spanned by one batch */
+    long long lo = 0, hi = last;
+    if (batch > 1) {
+        long long e = (long long)(batch - 1) * stride;
+        if (e < 0) lo = e;
+        else hi += e;
+    }
+    bool bad;
+    const Alloc *A = nullptr;
+    int k = classify((const float *)p + lo, (size_t)(hi - lo) * sizeof(float), &bad, &A);
+    if (k < 0 || bad || (A && A->device != dev)) {
+        diag("%s: operand %s (%p, %d x %d, ld %d%s) is %s", fn, what, p, rows, cols, ld, batch > 1 ? ", batched" : "",
+             k < 0 ? "not device memory" : bad ? "not inside its allocation" : "memory of another device");
+        return false;
+    }
+    return true;
+}
+
+cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                           int k, const float *alpha, const float *A, int lda, long long sA, const float *B, int ldb,
+                           long long sB, const float *beta, float *C, int ldc, long long sC, int batch) {
+    BlasHandle *H = blas_get(h);
+    if (!H) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (sticky_now() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (tl_dev != H->dev) {
+        diag("%s: handle made on cuda:%d used while cuda:%d is current", fn, H->dev, tl_dev);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    bool TA = ta != CUBLAS_OP_N, TB = tb != CUBLAS_OP_N;
+    int ar = TA ? k : m, ac = TA ? m : k, br = TB ? n : k, bc = TB ? k : n;
+    if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
+        k < 0 || batch < 0 || !alpha || !beta || lda < std::max(1, ar) || ldb < std::max(1, br) ||
+        ldc < std::max(1, m)) {
+        diag("%s: invalid arguments (m %d n %d k %d, lda %d ldb %d ldc %d, ops %d %d, batch %d)", fn, m, n, k, lda,
+             ldb, ldc, (int)ta, (int)tb, batch);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+    float al = *alpha, be = *beta;
+    bool need_ab = al != 0 && k > 0;
+    if ((need_ab && (!blas_operand_ok(fn, "A", A, ar, ac, lda, sA, batch, H->dev) ||
+                     !blas_operand_ok(fn, "B", B, br, bc, ldb, sB, batch, H->dev))) ||
+        !blas_operand_ok(fn, "C", C, m, n, ldc, sC, batch, H->dev))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    bool round = H->mode == CUBLAS_TF32_TENSOR_OP_MATH;
+    std::lock_guard<std::mutex> l(g_mu);
+    Stream *s = resolve_locked(H->stream);
+    if (!s) return CUBLAS_STATUS_INVALID_VALUE;
+    enqueue_locked(s, [=] {
+        for (int b = 0; b < batch; b++)
+            sgemm_cpu(TA, TB, m, n, k, al, A + b * sA, lda, B + b * sB, ldb, be, C + b * sC, ldc, round);
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} // namespace
+
+extern "C" {
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
+    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!init_ok()) return CUBLAS_STATUS_NOT_INITIALIZED;
+    BlasHandle *b = new BlasHandle;
+    b->dev = tl_dev;
+    std::lock_guard<std::mutex> l(blas_mu);
+    blas_handles.insert(b);
+    *h = (cublasHandle_t)b;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+    BlasHandle *b = blas_get(h);
+    if (!b) return CUBLAS_STATUS_NOT_INITIALIZED;
+    {
+        std::lock_guard<std::mutex> l(blas_mu);
+        blas_handles.erase(b);
+    }
+    delete b;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
+    BlasHandle *b = blas_get(h);
+    if (!b) return CUBLAS_STATUS_NOT_INITIALIZED;
+    b->mode = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t *mode) {
+    BlasHandle *b = blas_get(h);
+    if (!b) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!mode) return CUBLAS_STATUS_INVALID_VALUE;
+    *mode = b->mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+    BlasHandle *b = blas_get(h);
+    if (!b) return CUBLAS_STATUS_NOT_INITIALIZED;
+    b->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetStream_v2(cublasHandle_t h, cudaStream_t *s) {
+    BlasHandle *b = blas_get(h);
+    if (!b) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!s) return CUBLAS_STATUS_INVALID_VALUE;
+    *s = b->stream;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void *ws, size_t bytes) {
+    BlasHandle *b = blas_get(h);
+    if (!b) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (ws && bytes) {
+        bool bad;
+        if (classify(ws, bytes, &bad) != b->dev || bad) {
+            diag("cublasSetWorkspace: %p (%zu bytes) is not device memory of cuda:%d", ws, bytes, b->dev);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+const char *cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS_UNKNOWN";
+    }
+}
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                              const float *alpha, const float *A, int lda, const float *B, int ldb, const float *beta,
+                              float *C, int ldc) {
+    return gemm_common("cublasSgemm", h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                         int k, const float *alpha, const float *A, int lda, long long sA,
+                                         const float *B, int ldb, long long sB, const float *beta, float *C, int ldc,
+                                         long long sC, int batch) {
+    return gemm_common("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
+                       sC, batch);
+}
+
+} // extern "C"

@@ -1,0 +1,273 @@
+/* cuda_emu.h — the CUDA-on-CPU emulator's kernel-side header. Force-included
+   (g++ -include tests/cuda_emu/cuda_emu.h -DGPUDL_EMU) before gpudl_cuda.cu so
+   that g++ compiles the unchanged CUDA source as host C++; cuda_emu.cpp is the
+   runtime (the cuda* and cublas* entry points, streams, fibers, checks).
+
+   The real CUDA headers supply the types, enums and declarations; this file
+   supplies what nvcc would: threadIdx & co., __shared__, __syncthreads, warp
+   intrinsics, atomics, the bit-cast intrinsics, and the launch: gpudl_cuda.cu
+   launches through GDL_CU_LAUNCH(kernel, grid, block, shmem, stream)(args),
+   which is kernel<<<grid, block, shmem, stream>>>(args) under nvcc and
+   gdl_emu_launch(...)(args) here.
+
+   Model: a launch is queued on its stream; a worker thread per stream runs it
+   when the stream reaches it, handing blocks to GPUDL_EMU_WORKERS OS threads
+   (default 2). A block runs on one OS thread as cooperative fibers: threads
+   run to completion one after another on one fiber, and a thread gets a fiber
+   of its own only when it waits at __syncthreads or a warp operation. Static
+   __shared__ variables are `static thread_local`, hence shared by the block.
+
+   Environment: GPUDL_EMU_DEVICES (1), GPUDL_EMU_SCHED (rr | warp | revthreads
+   | revblocks), GPUDL_EMU_WORKERS (2), GPUDL_EMU_MEM_MB (16384 per device),
+   GPUDL_EMU_FAIL_ALLOC=k, GPUDL_EMU_FAIL_LAUNCH=k, GPUDL_EMU_QUIET=1 (no
+   diagnostics on stderr), GPUDL_EMU_PROTECT=0 (no host-access protection).
+
+   Limits (what the emulator does not model):
+   - timing: no warp lockstep, no memory coalescing or bank conflicts, no
+     occupancy; performance figures mean nothing; event times are host times.
+   - cuBLAS: a plain column-major loop accumulating in float (TF32 mode rounds
+     the inputs to 10-bit mantissas, nearest-even); the last bits differ from
+     cuBLAS's own blocked, FMA-ordered sums.
+   - races between threads that use neither barriers nor atomics are only
+     exposed as far as the schedules (GPUDL_EMU_SCHED) reorder them; within a
+     block, threads interleave only at barriers and warp operations.
+   - __shared__ is not refilled with garbage between blocks: a read before the
+     first write sees the previous block's (or zero) values, not NaN. Dynamic
+     shared memory (gdl_emu_dynamic_shared()) is filled with NaN per block.
+   - host access to device memory faults only while the device is idle (memory
+     is protected at every host synchronisation and unprotected when work is
+     queued); an access while kernels are queued or running is not caught.
+   - out-of-bounds accesses fault at the guard page after each allocation
+     (allocations end at a page boundary, rounded to 256 bytes); a write into
+     the < 256-byte rounding slop is found at cudaFree, a read is not; an
+     access that jumps over the guard page into other memory is not caught.
+   - no stream capture or graphs, no cudaStreamPerThread semantics (it is the
+     legacy stream), no peer access, no texture/constant memory, no
+     cooperative groups, no printf formatting differences.
+   - device math is the host libm's: expf/logf/tanhf... may differ from CUDA's
+     in the last ulp. */
+#ifndef GDL_CUDA_EMU_H
+#define GDL_CUDA_EMU_H
+#ifndef __cplusplus
+#error "cuda_emu.h is for g++ builds of .cu files"
+#endif
+
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "emu_api.h"
+
+// ---------------------------------------------------------------------------
+// coordinates: per OS thread; the block scheduler rewrites threadIdx at every
+// fiber switch, so reads are plain TLS loads
+
+inline thread_local uint3 gdl_emu_threadIdx_, gdl_emu_blockIdx_;
+inline thread_local dim3 gdl_emu_blockDim_, gdl_emu_gridDim_;
+#define threadIdx gdl_emu_threadIdx_
+#define blockIdx gdl_emu_blockIdx_
+#define blockDim gdl_emu_blockDim_
+#define gridDim gdl_emu_gridDim_
+static constexpr int warpSize = 32;
+
+// one block at a time per OS thread: a thread-local static is block-shared
+#undef __shared__
+#define __shared__ static thread_local
+
+extern "C" {
+void gdl_emu_syncthreads_at(const char *file, int line);
+unsigned long long gdl_emu_warp_op(int kind, unsigned mask, unsigned long long v, int arg, int width,
+                                   const char *file, int line);
+void *gdl_emu_dynamic_shared(void);
+}
+
+enum { GDL_EMU_SHFL_IDX, GDL_EMU_SHFL_UP, GDL_EMU_SHFL_DOWN, GDL_EMU_SHFL_XOR, GDL_EMU_BALLOT, GDL_EMU_ANY,
+       GDL_EMU_ALL, GDL_EMU_SYNCWARP };
+
+static inline void __syncthreads(const char *file = __builtin_FILE(), int line = __builtin_LINE()) {
+    gdl_emu_syncthreads_at(file, line);
+}
+
+template <class T> static inline T gdl_emu_shfl_(int kind, unsigned mask, T v, int arg, int width, const char *f, int l) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable<T>::value, "shuffle of a type wider than 8 bytes");
+    unsigned long long b = 0;
+    memcpy(&b, &v, sizeof v);
+    b = gdl_emu_warp_op(kind, mask, b, arg, width, f, l);
+    memcpy(&v, &b, sizeof v);
+    return v;
+}
+template <class T>
+static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32, const char *f = __builtin_FILE(),
+                            int l = __builtin_LINE()) {
+    return gdl_emu_shfl_(GDL_EMU_SHFL_IDX, mask, v, src, width, f, l);
+}
+template <class T>
+static inline T __shfl_up_sync(unsigned mask, T v, unsigned d, int width = 32, const char *f = __builtin_FILE(),
+                               int l = __builtin_LINE()) {
+    return gdl_emu_shfl_(GDL_EMU_SHFL_UP, mask, v, (int)d, width, f, l);
+}
+template <class T>
+static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int width = 32, const char *f = __builtin_FILE(),
+                                 int l = __builtin_LINE()) {
+    return gdl_emu_shfl_(GDL_EMU_SHFL_DOWN, mask, v, (int)d, width, f, l);
+}
+template <class T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lm, int width = 32, const char *f = __builtin_FILE(),
+                                int l = __builtin_LINE()) {
+    return gdl_emu_shfl_(GDL_EMU_SHFL_XOR, mask, v, lm, width, f, l);
+}
+static inline unsigned __ballot_sync(unsigned mask, int pred, const char *f = __builtin_FILE(), int l = __builtin_LINE()) {
+    return (unsigned)gdl_emu_warp_op(GDL_EMU_BALLOT, mask, pred != 0, 0, 32, f, l);
+}
+static inline int __any_sync(unsigned mask, int pred, const char *f = __builtin_FILE(), int l = __builtin_LINE()) {
+    return (int)gdl_emu_warp_op(GDL_EMU_ANY, mask, pred != 0, 0, 32, f, l);
+}
+static inline int __all_sync(unsigned mask, int pred, const char *f = __builtin_FILE(), int l = __builtin_LINE()) {
+    return (int)gdl_emu_warp_op(GDL_EMU_ALL, mask, pred != 0, 0, 32, f, l);
+}
+static inline void __syncwarp(unsigned mask = 0xffffffffu, const char *f = __builtin_FILE(), int l = __builtin_LINE()) {
+    (void)gdl_emu_warp_op(GDL_EMU_SYNCWARP, mask, 0, 0, 32, f, l);
+}
+
+// ---------------------------------------------------------------------------
+// atomics: atomic across the worker threads that run blocks in parallel
+
+template <class T> static inline T gdl_emu_atomic_update_(T *p, T v, T (*op)(T, T)) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomic on an odd size");
+    typedef typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type U;
+    U *u = (U *)(void *)p, old = __atomic_load_n(u, __ATOMIC_RELAXED), nu;
+    for (;;) {
+        T o, n;
+        memcpy(&o, &old, sizeof o);
+        n = op(o, v);
+        memcpy(&nu, &n, sizeof nu);
+        if (__atomic_compare_exchange_n(u, &old, nu, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) return o;
+    }
+}
+static inline float atomicAdd(float *p, float v) {
+    return gdl_emu_atomic_update_<float>(p, v, [](float a, float b) { return a + b; });
+}
+static inline double atomicAdd(double *p, double v) {
+    return gdl_emu_atomic_update_<double>(p, v, [](double a, double b) { return a + b; });
+}
+static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+static inline int atomicSub(int *p, int v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned atomicSub(unsigned *p, unsigned v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); }
+static inline int atomicExch(int *p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned atomicExch(unsigned *p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
+static inline float atomicExch(float *p, float v) {
+    return gdl_emu_atomic_update_<float>(p, v, [](float, float b) { return b; });
+}
+template <class T> static inline T gdl_emu_cas_(T *p, T cmp, T v) {
+    __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return cmp;
+}
+static inline int atomicCAS(int *p, int c, int v) { return gdl_emu_cas_(p, c, v); }
+static inline unsigned atomicCAS(unsigned *p, unsigned c, unsigned v) { return gdl_emu_cas_(p, c, v); }
+static inline unsigned long long atomicCAS(unsigned long long *p, unsigned long long c, unsigned long long v) {
+    return gdl_emu_cas_(p, c, v);
+}
+static inline int atomicMax(int *p, int v) {
+    return gdl_emu_atomic_update_<int>(p, v, [](int a, int b) { return a > b ? a : b; });
+}
+static inline unsigned atomicMax(unsigned *p, unsigned v) {
+    return gdl_emu_atomic_update_<unsigned>(p, v, [](unsigned a, unsigned b) { return a > b ? a : b; });
+}
+static inline int atomicMin(int *p, int v) {
+    return gdl_emu_atomic_update_<int>(p, v, [](int a, int b) { return a < b ? a : b; });
+}
+static inline unsigned atomicMin(unsigned *p, unsigned v) {
+    return gdl_emu_atomic_update_<unsigned>(p, v, [](unsigned a, unsigned b) { return a < b ? a : b; });
+}
+static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_block(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+// ---------------------------------------------------------------------------
+// bit casts and fast-math intrinsics, with their host meanings
+
+template <class To, class From> static inline To gdl_emu_bits_(From f) {
+    static_assert(sizeof(To) == sizeof(From), "bit cast between sizes");
+    To t;
+    memcpy(&t, &f, sizeof t);
+    return t;
+}
+static inline float __int_as_float(int x) { return gdl_emu_bits_<float>(x); }
+static inline float __uint_as_float(unsigned x) { return gdl_emu_bits_<float>(x); }
+static inline int __float_as_int(float x) { return gdl_emu_bits_<int>(x); }
+static inline unsigned __float_as_uint(float x) { return gdl_emu_bits_<unsigned>(x); }
+static inline double __longlong_as_double(long long x) { return gdl_emu_bits_<double>(x); }
+static inline long long __double_as_longlong(double x) { return gdl_emu_bits_<long long>(x); }
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline float __saturatef(float x) { return x != x ? 0.0f : x < 0 ? 0.0f : x > 1 ? 1.0f : x; }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static inline int __ffs(int x) { return __builtin_ffs(x); }
+template <class T> static inline T __ldg(const T *p) { return *p; }
+
+// ---------------------------------------------------------------------------
+// launch: kernel<<<grid, block, shmem, stream>>>(args) becomes
+// gdl_emu_launch("kernel", kernel, grid, block, shmem, stream)(args). The
+// arguments are converted to the kernel's parameter types and copied, as
+// CUDA does; pointer arguments are checked at launch.
+
+extern "C" void gdl_emu_submit(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream,
+                               void *ctx, void (*run)(void *), void (*destroy)(void *), const void *const *ptrs,
+                               int nptrs);
+
+template <class T> static inline void gdl_emu_ptr_arg_(const T &v, const void **out, int &n) {
+    if constexpr (std::is_pointer<T>::value) out[n++] = (const void *)v;
+    else (void)v, (void)out, (void)n;
+}
+
+template <class... P> struct gdl_emu_launcher {
+    void (*k)(P...);
+    const char *name;
+    dim3 grid, block;
+    size_t shmem;
+    cudaStream_t stream;
+    typedef std::tuple<typename std::decay<P>::type...> args_t;
+    struct ctx {
+        void (*k)(P...);
+        args_t args;
+    };
+    static void run(void *c) {
+        ctx *x = (ctx *)c;
+        std::apply(x->k, x->args);
+    }
+    static void destroy(void *c) { delete (ctx *)c; }
+    template <class... A> void operator()(A &&...a) const {
+        static_assert(sizeof...(A) == sizeof...(P), "kernel launched with the wrong number of arguments");
+        ctx *c = new ctx{k, args_t(std::forward<A>(a)...)};
+        const void *ptrs[sizeof...(P) + 1];
+        int n = 0;
+        std::apply([&](const auto &...v) { (gdl_emu_ptr_arg_(v, ptrs, n), ...); }, c->args);
+        gdl_emu_submit(name, grid, block, shmem, stream, c, &run, &destroy, ptrs, n);
+    }
+};
+
+template <class... P>
+static inline gdl_emu_launcher<P...> gdl_emu_launch(const char *name, void (*k)(P...), dim3 grid, dim3 block,
+                                                    size_t shmem, cudaStream_t stream) {
+    gdl_emu_launcher<P...> l;
+    l.k = k;
+    l.name = name;
+    l.grid = grid;
+    l.block = block;
+    l.shmem = shmem;
+    l.stream = stream;
+    return l;
+}
+
+#endif

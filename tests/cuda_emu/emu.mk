@@ -1,0 +1,67 @@
+# tests/cuda_emu/emu.mk — make fragment (included by the top-level Makefile):
+# the GPU suite on the CUDA-on-CPU emulator.
+#
+#   make test-emu   build gpudl_cuda.cu with g++ against the emulator; run
+#                   tests/test_cuda.c plainly, under ASan+UBSan and under a
+#                   second schedule, and the emulator's own test
+#   make emu        the examples against the emulator: build/emu_mnist_mlp ...
+#
+# Only the CUDA headers are needed (no GPU, no libcudart, no libcublas).
+
+EMU_DIR = tests/cuda_emu
+EMU_CUDA_INC ?= $(firstword $(wildcard /usr/local/cuda/include $(dir $(NVCC))../include) /usr/local/cuda/include)
+EMU_CXXFLAGS = -std=c++17 $(WARN) -Wno-pedantic -I$(EMU_CUDA_INC) -I$(EMU_DIR) -DGPUDL_EMU -DGPUDL_CUDA
+# the backend's source, compiled as host C++ with the emulator header first
+EMU_CU = -x c++ -include $(EMU_DIR)/cuda_emu.h -Wno-unknown-pragmas
+EMU_HDR = $(EMU_DIR)/cuda_emu.h $(EMU_DIR)/emu_api.h
+EMU_B = $(B)/emu
+EMU_LIBS = -pthread -lm $(ZLIBS)
+EMU_SAN = -O1 -g $(SAN)
+EMU_EXAMPLES = $(patsubst examples/%.c,$(B)/emu_%,$(wildcard examples/*.c))
+
+.PHONY: test-emu emu emu-build
+
+$(EMU_B):
+	mkdir -p $(EMU_B)
+
+# plain: -O2 keeps the 200-step training tests quick
+$(EMU_B)/cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDR) | $(EMU_B)
+	$(CXX) $(EMU_CXXFLAGS) -O2 -g -c $< -o $@
+$(EMU_B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h $(EMU_HDR) | $(EMU_B)
+	$(CXX) $(EMU_CXXFLAGS) -O2 -g $(EMU_CU) -c $< -o $@
+$(B)/emu_test_cuda: tests/test_cuda.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
+	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) -c $< -o $(EMU_B)/test_cuda.o
+	$(CXX) $(EMU_B)/test_cuda.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
+
+# ASan + UBSan over the emulator, the backend and the suite
+$(EMU_B)/asan_cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDR) | $(EMU_B)
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_SAN) -c $< -o $@
+$(EMU_B)/asan_gpudl_cuda.o: gpudl_cuda.cu gpudl.h $(EMU_HDR) | $(EMU_B)
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_SAN) $(EMU_CU) -c $< -o $@
+$(B)/emu_asan_test_cuda: tests/test_cuda.c $(HDR) $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o | $(B)
+	$(CC) $(STD) $(EMU_SAN) -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) -c $< -o $(EMU_B)/asan_test_cuda.o
+	$(CXX) $(SAN) $(EMU_B)/asan_test_cuda.o $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o -o $@ $(EMU_LIBS)
+
+# the emulator's own test: barriers, shuffles, atomics, streams, diagnostics
+$(B)/emu_selftest: $(EMU_DIR)/test_emu.cpp tests/harness.h $(EMU_HDR) $(EMU_B)/cuda_emu.o | $(B)
+	$(CXX) $(EMU_CXXFLAGS) -O1 -g $(EMU_CU) -Itests -c $< -o $(EMU_B)/test_emu.o
+	$(CXX) $(EMU_B)/test_emu.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
+
+emu-build: $(B)/emu_test_cuda $(B)/emu_asan_test_cuda $(B)/emu_selftest
+
+# The suite three ways (plain, ASan+UBSan, the reversed-thread schedule with
+# reversed blocks in a second run of the plain build) plus the self-test;
+# run.sh sums the closing lines and fails if any run fails.
+test-emu: emu-build
+	@printf '#!/bin/sh\nGPUDL_EMU_SCHED=revthreads exec %s "$$@"\n' "$(CURDIR)/$(B)/emu_test_cuda" > $(EMU_B)/sched_revthreads
+	@printf '#!/bin/sh\nGPUDL_EMU_SCHED=warp GPUDL_EMU_WORKERS=1 exec %s "$$@"\n' "$(CURDIR)/$(B)/emu_selftest" > $(EMU_B)/sched_warp_selftest
+	@chmod +x $(EMU_B)/sched_revthreads $(EMU_B)/sched_warp_selftest
+	ASAN_OPTIONS=detect_leaks=0 sh tests/run.sh $(B)/emu_selftest $(EMU_B)/sched_warp_selftest $(B)/emu_test_cuda \
+	    $(B)/emu_asan_test_cuda $(EMU_B)/sched_revthreads
+
+# the examples on the emulator (they pick the GPU when one is available)
+$(B)/emu_%: examples/%.c gpudl.h $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_CUDA -DGPUDL_EMU $(ZFLAGS) -c $< -o $(EMU_B)/$*.o
+	$(CXX) $(EMU_B)/$*.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
+
+emu: $(EMU_EXAMPLES)

@@ -1,0 +1,31 @@
+/* emu_api.h — test controls of the CUDA-on-CPU emulator (tests/cuda_emu/):
+   fault injection and event counters. C and C++; the functions exist only in
+   emulator builds (-DGPUDL_EMU), so callers guard their use with
+   #ifdef GPUDL_EMU. */
+#ifndef GDL_EMU_API_H
+#define GDL_EMU_API_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The k-th device allocation from now (1 = the next) fails with
+   cudaErrorMemoryAllocation; 0 disarms. Returns 0. */
+int gdl_emu_fail_alloc(long k);
+/* The k-th kernel launch from now fails at launch time with
+   cudaErrorLaunchOutOfResources (non-sticky, as a bad configuration); 0
+   disarms. Returns 0. */
+int gdl_emu_fail_launch(long k);
+/* Counts since the start of the process: "alloc" (cudaMalloc calls),
+   "free" (cudaFree calls), "launch" (kernel launches, cuBLAS calls not
+   included), "memcpy" (calls of cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync), "sync" (calls that made
+   the host wait for the device: cudaDeviceSynchronize, cudaStreamSynchronize,
+   cudaEventSynchronize, synchronous copies, cudaFree). -1 for an unknown name. */
+long gdl_emu_count(const char *what);
+/* The message of the last diagnostic the emulator reported (a kernel fault,
+   a barrier or warp error, a bad copy or launch), "" if none. */
+const char *gdl_emu_last_diagnostic(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
