@@ -1194,7 +1194,7 @@ static const gdl_backend *gdl__be(const char *op, gdl_device d) {
     if (d.type == GDL_DEVICE_CPU) return gdl__cpu_backend();
 #ifdef GPUDL_CUDA
     if (d.type == GDL_DEVICE_CUDA) {
-        static int current = -1;
+        static GDL__TLS int current = -1; /* CUDA's current device is per host thread */
         if (d.index < 0 || d.index >= gdl_cuda_device_count()) {
             gdl__set_error("%s: device %s is not available (%d CUDA devices)", op, gdl_device_str(d),
                            gdl_cuda_device_count());
