@@ -49,15 +49,21 @@ $(B)/emu_selftest: $(EMU_DIR)/test_emu.cpp tests/harness.h $(EMU_HDR) $(EMU_B)/c
 
 emu-build: $(B)/emu_test_cuda $(B)/emu_asan_test_cuda $(B)/emu_selftest
 
-# The suite three ways (plain, ASan+UBSan, the reversed-thread schedule with
-# reversed blocks in a second run of the plain build) plus the self-test;
-# run.sh sums the closing lines and fails if any run fails.
+# The suite three ways, each with two emulated devices: plain, ASan+UBSan,
+# and the plain build under the reversed-thread schedule; the self-test
+# plainly and under the warp-at-a-time schedule on one worker. run.sh runs
+# programs without arguments, so each configuration is a small wrapper
+# script; it sums the closing lines and fails if any run fails.
+EMU_RUNS = $(EMU_B)/run_plain $(EMU_B)/run_asan $(EMU_B)/run_revthreads $(EMU_B)/run_selftest $(EMU_B)/run_selftest_warp
+emu_wrap = printf '\#!/bin/sh\n%s exec "%s" "$$@"\n' '$(2)' '$(CURDIR)/$(3)' > $(1) && chmod +x $(1)
+
 test-emu: emu-build
-	@printf '#!/bin/sh\nGPUDL_EMU_SCHED=revthreads exec %s "$$@"\n' "$(CURDIR)/$(B)/emu_test_cuda" > $(EMU_B)/sched_revthreads
-	@printf '#!/bin/sh\nGPUDL_EMU_SCHED=warp GPUDL_EMU_WORKERS=1 exec %s "$$@"\n' "$(CURDIR)/$(B)/emu_selftest" > $(EMU_B)/sched_warp_selftest
-	@chmod +x $(EMU_B)/sched_revthreads $(EMU_B)/sched_warp_selftest
-	ASAN_OPTIONS=detect_leaks=0 sh tests/run.sh $(B)/emu_selftest $(EMU_B)/sched_warp_selftest $(B)/emu_test_cuda \
-	    $(B)/emu_asan_test_cuda $(EMU_B)/sched_revthreads
+	@$(call emu_wrap,$(EMU_B)/run_plain,GPUDL_EMU_DEVICES=2,$(B)/emu_test_cuda)
+	@$(call emu_wrap,$(EMU_B)/run_asan,GPUDL_EMU_DEVICES=2 ASAN_OPTIONS=detect_leaks=1,$(B)/emu_asan_test_cuda)
+	@$(call emu_wrap,$(EMU_B)/run_revthreads,GPUDL_EMU_DEVICES=2 GPUDL_EMU_SCHED=revthreads,$(B)/emu_test_cuda)
+	@$(call emu_wrap,$(EMU_B)/run_selftest,,$(B)/emu_selftest)
+	@$(call emu_wrap,$(EMU_B)/run_selftest_warp,GPUDL_EMU_SCHED=warp GPUDL_EMU_WORKERS=1,$(B)/emu_selftest)
+	sh tests/run.sh $(EMU_RUNS)
 
 # the examples on the emulator (they pick the GPU when one is available)
 $(B)/emu_%: examples/%.c gpudl.h $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)

@@ -1,0 +1,639 @@
+/* test_emu.cpp — the CUDA-on-CPU emulator's own test: barriers, warp
+   exchanges, atomics, dynamic shared memory, asynchronous streams, events and
+   the legacy stream's ordering, cuBLAS, fault injection, and that every
+   diagnostic (barrier, warp, memory, launch, copy, cuBLAS) fires. Compiled
+   like gpudl_cuda.cu: g++ -include cuda_emu.h. */
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "harness.h"
+
+#define LAUNCH(k, grid, block, shmem, stream) gdl_emu_launch(#k, k, grid, block, shmem, stream)
+
+static void *dmalloc(size_t n) {
+    void *p = NULL;
+    return cudaMalloc(&p, n) == cudaSuccess ? p : NULL;
+}
+
+// a launch that must fail inside the kernel: the diagnostic names the kernel
+// and thread; the error is sticky until cudaDeviceReset
+static enum harness_result expect_kernel_failure(const char *needle, cudaError_t want) {
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != want) FAILf("expected %s, got %s (%s)", cudaGetErrorName(want), cudaGetErrorName(e), gdl_emu_last_diagnostic());
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), needle);
+    ASSERT_EQ((int)want, (int)cudaGetLastError()); /* sticky: not cleared */
+    ASSERT_EQ((int)want, (int)cudaGetLastError());
+    ASSERT_EQ(0, (int)cudaDeviceReset());
+    ASSERT_EQ(0, (int)cudaGetLastError());
+    return HARNESS_PASS;
+}
+
+// ---------------------------------------------------------------------------
+// kernels
+
+__global__ void k_block_reverse(const int *in, int *out, int n) {
+    __shared__ int sh[1024];
+    int t = threadIdx.x, base = blockIdx.x * blockDim.x;
+    if (base + t < n) sh[t] = in[base + t];
+    __syncthreads();
+    int src = blockDim.x - 1 - t;
+    if (base + t < n && base + src < n) out[base + t] = sh[src];
+}
+
+// the same without the barrier: a race the emulator turns into wrong output
+__global__ void k_block_reverse_racy(const int *in, int *out, int n) {
+    __shared__ int sh[1024];
+    int t = threadIdx.x, base = blockIdx.x * blockDim.x;
+    if (base + t < n) sh[t] = in[base + t];
+    int src = blockDim.x - 1 - t;
+    if (base + t < n && base + src < n) out[base + t] = sh[src];
+}
+
+__global__ void k_shuffles(int *out) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int *o = out + (w * 32 + lane) * 8;
+    o[0] = __shfl_xor_sync(0xffffffffu, lane * 10, 5);
+    o[1] = __shfl_up_sync(0xffffffffu, lane * 10, 3);
+    o[2] = __shfl_down_sync(0xffffffffu, lane * 10, 3);
+    o[3] = __shfl_sync(0xffffffffu, lane * 10, 7);
+    o[4] = __shfl_sync(0xffffffffu, lane * 10, 2, 8); /* width 8: lane 2 of each group of 8 */
+    o[5] = (int)__ballot_sync(0xffffffffu, lane % 3 == 0);
+    o[6] = __any_sync(0xffffffffu, lane == 17) + 2 * __all_sync(0xffffffffu, lane < 32);
+    double d = __shfl_xor_sync(0xffffffffu, (double)lane + 0.5, 1);
+    o[7] = (int)(d * 2);
+}
+
+__global__ void k_warp_sum_half(float *out) { /* only lanes 0..15 take part, with a matching mask */
+    int lane = threadIdx.x;
+    if (lane >= 16) return;
+    float v = (float)lane;
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0x0000ffffu, v, o);
+    out[lane] = v;
+}
+
+__global__ void k_atomics(float *f, int *i, unsigned long long *u, int n) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    atomicAdd(f, 1.0f);
+    atomicAdd(i, 1);
+    atomicAdd(u, 2ull);
+    atomicMax(i + 1, t);
+}
+
+__global__ void k_dyn_shared(int *out) {
+    int *sh = (int *)gdl_emu_dynamic_shared();
+    int t = threadIdx.x;
+    out[blockDim.x + t] = sh[t]; /* fresh per block: all bits set */
+    __syncthreads();
+    sh[t] = t * 3;
+    __syncthreads();
+    out[t] = sh[blockDim.x - 1 - t];
+}
+
+// waits until the host sets *flag (pinned memory), then writes v
+__global__ void k_wait_then_write(volatile int *flag, int *x, int n, int v) {
+    if (threadIdx.x == 0 && blockIdx.x == 0)
+        while (__atomic_load_n((const int *)flag, __ATOMIC_ACQUIRE) == 0) sched_yield();
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = v;
+}
+
+__global__ void k_copy(const int *a, int *b, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) b[i] = a[i];
+}
+
+__global__ void k_divergent_barrier(int *x) {
+    if (threadIdx.x < 16) __syncthreads();
+    else __syncthreads();
+    x[threadIdx.x] = 1;
+}
+
+__global__ void k_barrier_after_exit(int *x) {
+    if (threadIdx.x == 0) return;
+    __syncthreads();
+    x[threadIdx.x] = 1;
+}
+
+__global__ void k_mask_leaves_out_caller(int *x) {
+    x[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, (int)threadIdx.x, 1);
+}
+
+__global__ void k_reads_lane_outside_mask(int *x) {
+    if (threadIdx.x >= 16) return;
+    x[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, (int)threadIdx.x, 16);
+}
+
+__global__ void k_mask_names_exited_lane(int *x) {
+    if (threadIdx.x >= 16) return;
+    x[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (int)threadIdx.x, 1);
+}
+
+__global__ void k_deadlock(int *x) {
+    if (threadIdx.x == 0) x[0] = __shfl_sync(0xffffffffu, 1, 0);
+    else __syncthreads();
+}
+
+__global__ void k_write_at(float *p, long i, float v) {
+    if (threadIdx.x == 0) p[i] = v;
+}
+
+__global__ void k_write_byte(char *p, long i) {
+    if (threadIdx.x == 0) p[i] = 1;
+}
+
+__global__ void k_nop(const float *) {}
+
+// ---------------------------------------------------------------------------
+// execution model
+
+TEST barrier_block_reverse(void) {
+    const int n = 1000;
+    std::vector<int> h(n), r(n);
+    for (int i = 0; i < n; i++) h[i] = i * 7 + 1;
+    int *a = (int *)dmalloc(n * 4), *b = (int *)dmalloc(n * 4);
+    ASSERT(a && b);
+    ASSERT_EQ(0, (int)cudaMemcpy(a, h.data(), n * 4, cudaMemcpyHostToDevice));
+    LAUNCH(k_block_reverse, 4, 250, 0, 0)(a, b, n);
+    ASSERT_EQ(0, (int)cudaGetLastError());
+    ASSERT_EQ(0, (int)cudaMemcpy(r.data(), b, n * 4, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; i++) ASSERT_EQ(h[(i / 250) * 250 + 249 - i % 250], r[i]);
+    // without the barrier every schedule gets it wrong: a thread reads its
+    // partner's slot before the partner has run
+    LAUNCH(k_block_reverse_racy, 4, 250, 0, 0)(a, b, n);
+    ASSERT_EQ(0, (int)cudaMemcpy(r.data(), b, n * 4, cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (int i = 0; i < n; i++) wrong += r[i] != h[(i / 250) * 250 + 249 - i % 250];
+    ASSERT_GT(wrong, 0);
+    cudaFree(a);
+    cudaFree(b);
+    PASS();
+}
+
+TEST warp_exchanges(void) {
+    int *d = (int *)dmalloc(64 * 8 * 4);
+    std::vector<int> h(64 * 8);
+    ASSERT(d);
+    LAUNCH(k_shuffles, 1, 64, 0, 0)(d);
+    ASSERT_EQ(0, (int)cudaMemcpy(h.data(), d, h.size() * 4, cudaMemcpyDeviceToHost));
+    unsigned ballot = 0;
+    for (int l = 0; l < 32; l += 3) ballot |= 1u << l;
+    for (int t = 0; t < 64; t++) {
+        int l = t & 31, *o = &h[t * 8];
+        ASSERT_EQ((l ^ 5) * 10, o[0]);
+        ASSERT_EQ((l >= 3 ? l - 3 : l) * 10, o[1]);
+        ASSERT_EQ((l + 3 < 32 ? l + 3 : l) * 10, o[2]);
+        ASSERT_EQ(70, o[3]);
+        ASSERT_EQ(((l & ~7) + 2) * 10, o[4]);
+        ASSERT_EQ((long long)ballot, (long long)(unsigned)o[5]);
+        ASSERT_EQ(3, o[6]);
+        ASSERT_EQ(2 * (l ^ 1) + 1, o[7]);
+    }
+    float *f = (float *)dmalloc(16 * 4);
+    float hf[16];
+    LAUNCH(k_warp_sum_half, 1, 32, 0, 0)(f);
+    ASSERT_EQ(0, (int)cudaMemcpy(hf, f, sizeof hf, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 16; i++) ASSERT_IN_RANGE(120.0, hf[i], 0);
+    cudaFree(d);
+    cudaFree(f);
+    PASS();
+}
+
+TEST atomics_across_workers(void) {
+    const int n = 1 << 16;
+    float *f = (float *)dmalloc(4);
+    int *i = (int *)dmalloc(8);
+    unsigned long long *u = (unsigned long long *)dmalloc(8);
+    ASSERT(f && i && u);
+    ASSERT_EQ(0, (int)cudaMemset(f, 0, 4));
+    ASSERT_EQ(0, (int)cudaMemset(i, 0, 8));
+    ASSERT_EQ(0, (int)cudaMemset(u, 0, 8));
+    LAUNCH(k_atomics, n / 128, 128, 0, 0)(f, i, u, n);
+    float hf;
+    int hi[2];
+    unsigned long long hu;
+    ASSERT_EQ(0, (int)cudaMemcpy(&hf, f, 4, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(0, (int)cudaMemcpy(hi, i, 8, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(0, (int)cudaMemcpy(&hu, u, 8, cudaMemcpyDeviceToHost));
+    ASSERT_IN_RANGE((double)n, hf, 0);
+    ASSERT_EQ(n, hi[0]);
+    ASSERT_EQ(n - 1, hi[1]);
+    ASSERT_EQ(2LL * n, (long long)hu);
+    cudaFree(f);
+    cudaFree(i);
+    cudaFree(u);
+    PASS();
+}
+
+TEST dynamic_shared_memory(void) {
+    int *d = (int *)dmalloc(2 * 64 * 4);
+    std::vector<int> h(128);
+    LAUNCH(k_dyn_shared, 3, 64, 64 * sizeof(int), 0)(d);
+    ASSERT_EQ(0, (int)cudaMemcpy(h.data(), d, 128 * 4, cudaMemcpyDeviceToHost));
+    for (int t = 0; t < 64; t++) {
+        ASSERT_EQ((63 - t) * 3, h[t]);
+        ASSERT_EQ(-1, h[64 + t]);
+    }
+    cudaFree(d);
+    PASS();
+}
+
+TEST fresh_memory_is_nan(void) {
+    float *d = (float *)dmalloc(1000 * 4), h[1000];
+    ASSERT_NOT_NULL(d);
+    ASSERT_EQ(0, (int)cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 1000; i++) ASSERT(h[i] != h[i]);
+    cudaFree(d);
+    PASS();
+}
+
+// ---------------------------------------------------------------------------
+// streams and events
+
+TEST streams_run_asynchronously(void) {
+    int *flag, *pinned, *x = (int *)dmalloc(256 * 4);
+    cudaStream_t s;
+    ASSERT_EQ(0, (int)cudaMallocHost((void **)&flag, 4));
+    ASSERT_EQ(0, (int)cudaMallocHost((void **)&pinned, 256 * 4));
+    *flag = 0;
+    for (int i = 0; i < 256; i++) pinned[i] = -5;
+    ASSERT_EQ(0, (int)cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    LAUNCH(k_wait_then_write, 1, 64, 0, s)(flag, x, 256, 42);
+    ASSERT_EQ(0, (int)cudaMemcpyAsync(pinned, x, 256 * 4, cudaMemcpyDeviceToHost, s));
+    ASSERT_EQ((int)cudaErrorNotReady, (int)cudaStreamQuery(s));
+    ASSERT_EQ(-5, pinned[0]); /* the host got here first: the copy has not run */
+    __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    ASSERT_EQ(0, (int)cudaStreamSynchronize(s));
+    for (int i = 0; i < 256; i++) ASSERT_EQ(42, pinned[i]);
+    ASSERT_EQ(0, (int)cudaStreamDestroy(s));
+    cudaFreeHost(flag);
+    cudaFreeHost(pinned);
+    cudaFree(x);
+    PASS();
+}
+
+TEST events_order_streams(void) {
+    int *flag, *a = (int *)dmalloc(64 * 4), *b = (int *)dmalloc(64 * 4), h[64];
+    cudaStream_t s1, s2;
+    cudaEvent_t e;
+    ASSERT_EQ(0, (int)cudaMallocHost((void **)&flag, 4));
+    *flag = 0;
+    ASSERT_EQ(0, (int)cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    ASSERT_EQ(0, (int)cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    ASSERT_EQ(0, (int)cudaEventCreate(&e));
+    LAUNCH(k_wait_then_write, 1, 32, 0, s1)(flag, a, 64, 7);
+    ASSERT_EQ(0, (int)cudaEventRecord(e, s1));
+    ASSERT_EQ(0, (int)cudaStreamWaitEvent(s2, e, 0));
+    LAUNCH(k_copy, 1, 32, 0, s2)(a, b, 64);
+    ASSERT_EQ((int)cudaErrorNotReady, (int)cudaEventQuery(e));
+    __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    ASSERT_EQ(0, (int)cudaStreamSynchronize(s2));
+    ASSERT_EQ(0, (int)cudaEventQuery(e));
+    ASSERT_EQ(0, (int)cudaMemcpy(h, b, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++) ASSERT_EQ(7, h[i]);
+    float ms = -1;
+    cudaEvent_t e2;
+    ASSERT_EQ(0, (int)cudaEventCreate(&e2));
+    ASSERT_EQ(0, (int)cudaEventRecord(e2, s2));
+    ASSERT_EQ(0, (int)cudaEventSynchronize(e2));
+    ASSERT_EQ(0, (int)cudaEventElapsedTime(&ms, e, e2));
+    ASSERT_GE(ms, 0);
+    cudaEventDestroy(e);
+    cudaEventDestroy(e2);
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+    cudaFreeHost(flag);
+    cudaFree(a);
+    cudaFree(b);
+    PASS();
+}
+
+TEST legacy_stream_waits_for_blocking_streams(void) {
+    int *flag, *a = (int *)dmalloc(64 * 4), *b = (int *)dmalloc(64 * 4), h[64];
+    cudaStream_t s;
+    ASSERT_EQ(0, (int)cudaMallocHost((void **)&flag, 4));
+    *flag = 0;
+    ASSERT_EQ(0, (int)cudaStreamCreate(&s)); /* blocking: ordered with the legacy stream */
+    LAUNCH(k_wait_then_write, 1, 32, 0, s)(flag, a, 64, 9);
+    LAUNCH(k_copy, 1, 32, 0, 0)(a, b, 64);
+    __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    ASSERT_EQ(0, (int)cudaMemcpy(h, b, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++) ASSERT_EQ(9, h[i]);
+    cudaStreamDestroy(s);
+    cudaFreeHost(flag);
+    cudaFree(a);
+    cudaFree(b);
+    PASS();
+}
+
+TEST pageable_async_copy_is_staged(void) {
+    int *x = (int *)dmalloc(64 * 4), h[64], r[64];
+    for (int i = 0; i < 64; i++) h[i] = i;
+    ASSERT_EQ(0, (int)cudaMemcpyAsync(x, h, sizeof h, cudaMemcpyHostToDevice, 0));
+    for (int i = 0; i < 64; i++) h[i] = -1; /* pageable: CUDA has copied it already */
+    ASSERT_EQ(0, (int)cudaMemcpy(r, x, sizeof r, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++) ASSERT_EQ(i, r[i]);
+    cudaFree(x);
+    PASS();
+}
+
+// ---------------------------------------------------------------------------
+// diagnostics: each one fires
+
+TEST diag_divergent_barrier(void) {
+    int *x = (int *)dmalloc(128);
+    LAUNCH(k_divergent_barrier, 1, 32, 0, 0)(x);
+    CHECK_CALL(expect_kernel_failure("divergent __syncthreads", cudaErrorLaunchFailure));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "k_divergent_barrier");
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "thread (");
+    PASS();
+}
+
+TEST diag_barrier_after_exit(void) {
+    int *x = (int *)dmalloc(128);
+    LAUNCH(k_barrier_after_exit, 1, 32, 0, 0)(x);
+    cudaError_t e = cudaDeviceSynchronize();
+    ASSERT_EQ((int)cudaErrorLaunchFailure, (int)e);
+    const char *m = gdl_emu_last_diagnostic();
+    if (!strstr(m, "after thread 0 of the block exited") && !strstr(m, "exited while"))
+        FAILf("unexpected diagnostic: %s", m);
+    ASSERT_EQ(0, (int)cudaDeviceReset());
+    PASS();
+}
+
+TEST diag_mask_leaves_out_caller(void) {
+    int *x = (int *)dmalloc(128);
+    LAUNCH(k_mask_leaves_out_caller, 1, 32, 0, 0)(x);
+    CHECK_CALL(expect_kernel_failure("leaves out the calling lane", cudaErrorLaunchFailure));
+    PASS();
+}
+
+TEST diag_reads_lane_outside_mask(void) {
+    int *x = (int *)dmalloc(128);
+    LAUNCH(k_reads_lane_outside_mask, 1, 32, 0, 0)(x);
+    CHECK_CALL(expect_kernel_failure("which mask 0x0000ffff leaves out", cudaErrorLaunchFailure));
+    PASS();
+}
+
+TEST diag_mask_names_exited_lane(void) {
+    int *x = (int *)dmalloc(128);
+    LAUNCH(k_mask_names_exited_lane, 1, 32, 0, 0)(x);
+    CHECK_CALL(expect_kernel_failure("exited", cudaErrorLaunchFailure));
+    PASS();
+}
+
+TEST diag_deadlock(void) {
+    int *x = (int *)dmalloc(128);
+    LAUNCH(k_deadlock, 1, 32, 0, 0)(x);
+    CHECK_CALL(expect_kernel_failure("deadlock", cudaErrorLaunchFailure));
+    PASS();
+}
+
+TEST diag_out_of_bounds_write(void) {
+    float *p = (float *)dmalloc(1024 * 4);
+    LAUNCH(k_write_at, 1, 32, 0, 0)(p, 1024L, 1.0f); /* one past the end: the guard page */
+    CHECK_CALL(expect_kernel_failure("past the end", cudaErrorIllegalAddress));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "k_write_at");
+    p = (float *)dmalloc(4096 * 4);
+    LAUNCH(k_write_at, 1, 32, 0, 0)(p, -1L, 1.0f); /* a page-sized block starts at the leading guard page */
+    CHECK_CALL(expect_kernel_failure("before the", cudaErrorIllegalAddress));
+    PASS();
+}
+
+TEST diag_write_into_rounding_slop(void) {
+    char *p = (char *)dmalloc(100);
+    LAUNCH(k_write_byte, 1, 32, 0, 0)(p, 150L);
+    ASSERT_EQ(0, (int)cudaFree(p));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "were written");
+    PASS();
+}
+
+TEST diag_use_after_free(void) {
+    float *p = (float *)dmalloc(4096), *q = (float *)dmalloc(4096);
+    ASSERT_EQ(0, (int)cudaFree(p));
+    LAUNCH(k_nop, 1, 32, 0, 0)(p);
+    ASSERT_EQ((int)cudaErrorInvalidValue, (int)cudaGetLastError());
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "freed device memory");
+    ASSERT_EQ(0, (int)cudaGetLastError()); /* not sticky */
+    // a kernel reaching freed memory through arithmetic faults on the quarantine
+    long off = (long)((char *)p - (char *)q) / 4;
+    LAUNCH(k_write_at, 1, 32, 0, 0)(q, off, 1.0f);
+    CHECK_CALL(expect_kernel_failure("use after cudaFree", cudaErrorIllegalAddress));
+    PASS();
+}
+
+TEST diag_host_access_to_device_memory(void) {
+    float *p = (float *)dmalloc(4096);
+    ASSERT_EQ(0, (int)cudaDeviceSynchronize()); /* idle: device memory is protected now */
+    int fd[2];
+    ASSERT_EQ(0, pipe(fd));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        volatile float v = p[3]; /* a host dereference of a device pointer */
+        (void)v;
+        _exit(0);
+    }
+    close(fd[1]);
+    char buf[1024] = {0};
+    ssize_t n = read(fd[0], buf, sizeof buf - 1), k;
+    while (n >= 0 && n < (ssize_t)sizeof buf - 1 && (k = read(fd[0], buf + n, sizeof buf - 1 - n)) > 0) n += k;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ASSERT(WIFSIGNALED(st));
+    ASSERT_CONTAINS(buf, "host code read device memory");
+    ASSERT_CONTAINS(buf, "12 bytes into a live 4096-byte device allocation");
+    cudaFree(p);
+    PASS();
+}
+
+TEST diag_launch_checks(void) {
+    float *p = (float *)dmalloc(64), host[4];
+    LAUNCH(k_nop, 1, 2048, 0, 0)(p);
+    ASSERT_EQ((int)cudaErrorInvalidConfiguration, (int)cudaGetLastError());
+    LAUNCH(k_nop, dim3(1, 70000), 32, 0, 0)(p);
+    ASSERT_EQ((int)cudaErrorInvalidConfiguration, (int)cudaGetLastError());
+    LAUNCH(k_nop, 1, 32, 64 * 1024, 0)(p);
+    ASSERT_EQ((int)cudaErrorInvalidValue, (int)cudaGetLastError());
+    LAUNCH(k_nop, 1, 32, 0, 0)(host);
+    ASSERT_EQ((int)cudaErrorInvalidValue, (int)cudaGetLastError());
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "not device memory");
+    LAUNCH(k_nop, 1, 32, 0, 0)((const float *)NULL); /* NULL is fine: optional arguments */
+    ASSERT_EQ(0, (int)cudaGetLastError());
+    int ndev = 0;
+    cudaGetDeviceCount(&ndev);
+    if (ndev > 1) {
+        ASSERT_EQ(0, (int)cudaSetDevice(1));
+        LAUNCH(k_nop, 1, 32, 0, 0)(p);
+        ASSERT_EQ((int)cudaErrorInvalidValue, (int)cudaGetLastError());
+        ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "memory of cuda:0");
+        ASSERT_EQ(0, (int)cudaSetDevice(0));
+    }
+    cudaFree(p);
+    PASS();
+}
+
+TEST diag_copy_checks(void) {
+    char *d = (char *)dmalloc(1000), h[2000];
+    ASSERT_EQ((int)cudaErrorInvalidValue, (int)cudaMemcpy(h, d, 100, cudaMemcpyHostToDevice)); /* wrong way */
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "the destination is host memory");
+    ASSERT_EQ((int)cudaErrorInvalidValue, (int)cudaMemcpy(d, h, 1001, cudaMemcpyHostToDevice)); /* too long */
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "beyond the end");
+    ASSERT_EQ((int)cudaErrorInvalidValue, (int)cudaMemcpy(d + 10, d, 100, cudaMemcpyDeviceToDevice));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "overlap");
+    ASSERT_EQ((int)cudaErrorInvalidValue, (int)cudaMemset(h, 0, 10));
+    ASSERT_EQ(0, (int)cudaMemcpy(d + 500, d, 100, cudaMemcpyDeviceToDevice));
+    ASSERT_EQ((int)cudaErrorInvalidValue, (int)cudaGetLastError()); /* the last failure, */
+    ASSERT_EQ(0, (int)cudaGetLastError());                          /* not sticky: cleared by the read */
+    cudaFree(d);
+    PASS();
+}
+
+// ---------------------------------------------------------------------------
+// cuBLAS
+
+TEST cublas_column_major_and_checks(void) {
+    const int m = 5, n = 3, k = 4;
+    float A[k * m], B[k * n], C[m * n], R[m * n]; /* A stored k x m (used as op T), B k x n */
+    for (int i = 0; i < k * m; i++) A[i] = (float)(i % 7) - 3;
+    for (int i = 0; i < k * n; i++) B[i] = (float)(i % 5) * 0.5f;
+    float *dA = (float *)dmalloc(sizeof A), *dB = (float *)dmalloc(sizeof B), *dC = (float *)dmalloc(sizeof C);
+    cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice);
+    cublasHandle_t h;
+    ASSERT_EQ(0, (int)cublasCreate(&h));
+    float one = 1, zero = 0;
+    // C = A^T B with C's fresh NaN contents ignored (beta 0)
+    ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, dA, k, dB, k, &zero, dC, m));
+    ASSERT_EQ(0, (int)cudaMemcpy(R, dC, sizeof R, cudaMemcpyDeviceToHost));
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int p = 0; p < k; p++) s += (double)A[i * k + p] * B[j * k + p];
+            ASSERT_IN_RANGE(s, R[j * m + i], 1e-5);
+        }
+    // argument checks
+    ASSERT_EQ((int)CUBLAS_STATUS_INVALID_VALUE,
+              (int)cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, dA, k - 1, dB, k, &zero, dC, m));
+    ASSERT_EQ((int)CUBLAS_STATUS_INVALID_VALUE,
+              (int)cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n + 1, k, &one, dA, k, dB, k, &zero, dC, m));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "not inside its allocation");
+    ASSERT_EQ((int)CUBLAS_STATUS_INVALID_VALUE,
+              (int)cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, A, k, dB, k, &zero, dC, m));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "not device memory");
+    int ndev = 0;
+    cudaGetDeviceCount(&ndev);
+    if (ndev > 1) {
+        cudaSetDevice(1);
+        ASSERT_EQ((int)CUBLAS_STATUS_INVALID_VALUE,
+                  (int)cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, dA, k, dB, k, &zero, dC, m));
+        ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "handle made on cuda:0");
+        cudaSetDevice(0);
+    }
+    // TF32 rounds the inputs: 1 + 2^-12 becomes 1
+    float a1 = 1.0f + 1.0f / 4096, b1 = 1.0f, c1;
+    cudaMemcpy(dA, &a1, 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, &b1, 4, cudaMemcpyHostToDevice);
+    ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, dA, 1, dB, 1, &zero, dC, 1));
+    cudaMemcpy(&c1, dC, 4, cudaMemcpyDeviceToHost);
+    ASSERT_EQ(1, c1 == a1);
+    ASSERT_EQ(0, (int)cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH));
+    ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, dA, 1, dB, 1, &zero, dC, 1));
+    cudaMemcpy(&c1, dC, 4, cudaMemcpyDeviceToHost);
+    ASSERT_EQ(1, c1 == 1.0f);
+    cublasDestroy(h);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    PASS();
+}
+
+// ---------------------------------------------------------------------------
+// fault injection, counters, errors
+
+TEST fault_injection_and_counts(void) {
+    long a0 = gdl_emu_count("alloc"), l0 = gdl_emu_count("launch"), s0 = gdl_emu_count("sync");
+    gdl_emu_fail_alloc(2);
+    void *p = dmalloc(16), *q = dmalloc(16), *r = dmalloc(16);
+    ASSERT(p && !q && r);
+    ASSERT_EQ((int)cudaErrorMemoryAllocation, (int)cudaGetLastError());
+    ASSERT_EQ(0, (int)cudaGetLastError());
+    ASSERT_EQ(a0 + 3, gdl_emu_count("alloc"));
+    gdl_emu_fail_launch(1);
+    LAUNCH(k_nop, 1, 32, 0, 0)((const float *)p);
+    ASSERT_EQ((int)cudaErrorLaunchOutOfResources, (int)cudaGetLastError());
+    LAUNCH(k_nop, 1, 32, 0, 0)((const float *)p);
+    ASSERT_EQ(0, (int)cudaGetLastError());
+    ASSERT_EQ(l0 + 2, gdl_emu_count("launch"));
+    ASSERT_EQ(0, (int)cudaDeviceSynchronize());
+    ASSERT_EQ(s0 + 1, gdl_emu_count("sync"));
+    ASSERT_EQ(-1, gdl_emu_count("nonsense"));
+    cudaFree(p);
+    cudaFree(r);
+    PASS();
+}
+
+TEST device_properties(void) {
+    cudaDeviceProp pr;
+    int n = 0, v = 0;
+    ASSERT_EQ(0, (int)cudaGetDeviceCount(&n));
+    ASSERT_GE(n, 1);
+    ASSERT_EQ(0, (int)cudaGetDeviceProperties(&pr, 0));
+    ASSERT_EQ(9, pr.major);
+    ASSERT_EQ(0, pr.minor);
+    ASSERT_EQ(0, (int)cudaDeviceGetAttribute(&v, cudaDevAttrClockRate, 0));
+    ASSERT_GT(v, 0);
+    ASSERT_EQ((int)cudaErrorInvalidDevice, (int)cudaSetDevice(n));
+    ASSERT_EQ((int)cudaErrorInvalidDevice, (int)cudaGetLastError());
+    PASS();
+}
+
+SUITE(model) {
+    RUN_TEST(barrier_block_reverse);
+    RUN_TEST(warp_exchanges);
+    RUN_TEST(atomics_across_workers);
+    RUN_TEST(dynamic_shared_memory);
+    RUN_TEST(fresh_memory_is_nan);
+}
+SUITE(streams) {
+    RUN_TEST(streams_run_asynchronously);
+    RUN_TEST(events_order_streams);
+    RUN_TEST(legacy_stream_waits_for_blocking_streams);
+    RUN_TEST(pageable_async_copy_is_staged);
+}
+SUITE(diagnostics) {
+    RUN_TEST(diag_divergent_barrier);
+    RUN_TEST(diag_barrier_after_exit);
+    RUN_TEST(diag_mask_leaves_out_caller);
+    RUN_TEST(diag_reads_lane_outside_mask);
+    RUN_TEST(diag_mask_names_exited_lane);
+    RUN_TEST(diag_deadlock);
+    RUN_TEST(diag_out_of_bounds_write);
+    RUN_TEST(diag_write_into_rounding_slop);
+    RUN_TEST(diag_use_after_free);
+    RUN_TEST(diag_host_access_to_device_memory);
+    RUN_TEST(diag_launch_checks);
+    RUN_TEST(diag_copy_checks);
+}
+SUITE(blas) { RUN_TEST(cublas_column_major_and_checks); }
+SUITE(runtime) {
+    RUN_TEST(fault_injection_and_counts);
+    RUN_TEST(device_properties);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    setenv("GPUDL_EMU_DEVICES", "2", 0); /* the cross-device checks need two */
+    setenv("GPUDL_EMU_QUIET", "1", 0);   /* the diagnostics are expected here */
+    HARNESS_MAIN_BEGIN(argc, argv);
+    RUN_SUITE(model);
+    RUN_SUITE(streams);
+    RUN_SUITE(diagnostics);
+    RUN_SUITE(blas);
+    RUN_SUITE(runtime);
+    HARNESS_MAIN_END();
+}
