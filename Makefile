@@ -46,7 +46,7 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover
 HDR = gpudl.h tests/harness.h tests/op_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
-.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-cuda-build test-cuda-build-nvcc test-cuda run deps data plot install uninstall bench cuda clean
+.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda run deps data plot install uninstall bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/device_query
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query
@@ -136,14 +136,16 @@ $(B)/asan_test_alloc: tests/test_alloc.c $(HDR) | $(B)
 # Parts of `make test` that live in their own fragments:
 #   tests/cuda_emu/emu.mk   test-emu (the GPU suite on the CUDA-on-CPU emulator), emu
 #   tests/cpu_paths.mk      test-cpu-paths (AVX-512 / AVX2 / portable C), test-aarch64 (qemu)
+#   tests/fuzz/fuzz.mk      fuzz (libFuzzer harnesses for every parser), fuzz-seeds
 -include tests/cuda_emu/emu.mk
 -include tests/cpu_paths.mk
+-include tests/fuzz/fuzz.mk
 
 test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-all
 
-test-all: test-warnings test-harness test-fetch test-examples test-install test-cuda-build test-unit test-emu test-cpu-paths test-aarch64
+test-all: test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-unit test-emu test-cpu-paths test-aarch64
 
 test-unit: $(TESTS) $(ASAN_TESTS)
 	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)
@@ -175,6 +177,11 @@ test-fetch:
 # make install into a temporary prefix; programs built through pkg-config and CMake
 test-install:
 	sh tests/run.sh tests/test_install.sh
+
+# every parser under libFuzzer for a short while (`make fuzz` for longer)
+TEST_FUZZ_SECONDS ?= 30
+test-fuzz:
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 
 # the examples as a user runs them: flags, errors, a short training run
 test-examples: $(EXAMPLES)

@@ -5036,7 +5036,7 @@ GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
     gdl__rd r;
     gdl_idx res;
     int err = 0, d;
-    size_t got, hlen;
+    size_t got, hlen, k_read;
     uint64_t bytes;
     unsigned char *data = NULL;
 
@@ -5099,12 +5099,30 @@ GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
         res.dims[d] = (int64_t)v;
         res.count *= (int64_t)v;
     }
-    data = (unsigned char *)GPUDL_MALLOC((size_t)bytes);
-    if (!data) {
-        gdl__set_error("%s: %s: out of memory allocating %llu bytes", fn, path, (unsigned long long)bytes);
-        goto fail;
+    /* The buffer grows with the data read, so that a few bytes claiming 2 GiB
+       (a gzip stream's size is not known before it is read) cost a few bytes. */
+    {
+        size_t cap = 0, want;
+        got = 0;
+        do {
+            unsigned char *grown;
+            want = (size_t)bytes - got;
+            if (cap - got < want) {
+                size_t ncap = cap ? cap * 2 : (size_t)1 << 16;
+                if (ncap > (size_t)bytes) ncap = (size_t)bytes;
+                if (!(grown = (unsigned char *)GPUDL_REALLOC(data, ncap))) {
+                    gdl__set_error("%s: %s: out of memory allocating %llu bytes", fn, path,
+                                   (unsigned long long)ncap);
+                    goto fail;
+                }
+                data = grown;
+                cap = ncap;
+                want = cap - got;
+            }
+            k_read = gdl__rd_read(&r, data + got, want, &err);
+            got += k_read;
+        } while (k_read == want && got < bytes && !err);
     }
-    got = gdl__rd_read(&r, data, (size_t)bytes, &err);
     if (got < bytes) {
         gdl__set_error("%s: %s: truncated: expected %llu bytes, got %llu%s", fn, path,
                        (unsigned long long)(hlen + bytes),

@@ -3,7 +3,7 @@
 #
 #   sh tools/deps.sh run     what `make run` needs: a C compiler, make, zlib's headers
 #   sh tools/deps.sh plot    what `make plot` needs: gnuplot
-#   sh tools/deps.sh test    what `make test` needs: also g++, clang, OpenBLAS's cblas.h,
+#   sh tools/deps.sh test    what `make test` needs: also g++, clang and its libFuzzer, OpenBLAS's cblas.h,
 #                            the aarch64 cross compiler and qemu-user, curl, cmake,
 #                            pkg-config, gnuplot, and the Fashion-MNIST package (the
 #                            suite trains on it)
@@ -20,7 +20,8 @@ what=${1:-test}
 case "$what" in run|plot|test) ;; *) echo "usage: sh tools/deps.sh run|plot|test" >&2; exit 2 ;; esac
 
 # probe kind, probe, Debian package
-# kinds: cmd (a command on PATH), file (one of the '|'-separated paths exists)
+# kinds: cmd (a command on PATH), file (one of the '|'-separated paths exists),
+#        glob (a shell pattern that matches a file)
 run_list='
 cmd  cc          gcc
 cmd  make        make
@@ -34,6 +35,7 @@ cmd  g++         g++
 cmd  cmake       cmake
 cmd  pkg-config  pkgconf
 cmd  clang       clang
+glob /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a  libclang-rt-dev
 cmd  curl        curl
 file /usr/include/x86_64-linux-gnu/cblas.h|/usr/include/cblas.h|/usr/include/openblas/cblas.h  libopenblas-dev
 cmd  aarch64-linux-gnu-gcc  gcc-aarch64-linux-gnu
@@ -51,6 +53,8 @@ probe() { # kind probe -> 0 if present
     file) old_ifs=$IFS; IFS='|'
           for f in $2; do if [ -e "$f" ]; then IFS=$old_ifs; return 0; fi; done
           IFS=$old_ifs; return 1 ;;
+    glob) # shellcheck disable=SC2086
+          set -- $2; [ -e "$1" ] ;;
     esac
 }
 # shellcheck disable=SC2086

@@ -1,0 +1,38 @@
+# tests/fuzz/fuzz.mk — libFuzzer harnesses for every parser (included by the
+# top-level Makefile; uses its B).
+#
+#   make fuzz                  each harness for FUZZ_SECONDS (default 60) from
+#                              the seed corpora in tests/fuzz/corpus/NAME
+#   make fuzz FUZZ_SECONDS=3600 FUZZ_JOBS=2   a long run
+#   make fuzz-seeds            rewrite the seed corpora (make_seeds.c)
+#
+# New inputs go to $(B)/fuzz/corpus-NAME, crashes to $(B)/fuzz/crash-NAME-*;
+# a crash's input, once fixed, is copied into tests/fuzz/corpus/NAME so that
+# every later run replays it first.
+
+FUZZ_NAMES = idx cifar safetensors checkpoint model
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+FUZZ_CC ?= clang
+FUZZ_FLAGS = -std=c99 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DGPUDL_ZLIB
+FUZZ_BINS = $(addprefix $(B)/fuzz/fuzz_,$(FUZZ_NAMES))
+FUZZ_DEPS = tests/fuzz/fuzz_common.h gpudl.h
+
+.PHONY: fuzz fuzz-build fuzz-seeds
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_JOBS) $(B)/fuzz $(FUZZ_NAMES)
+
+$(B)/fuzz:
+	mkdir -p $@
+
+$(B)/fuzz/fuzz_model: tests/fuzz/fuzz_checkpoint.c $(FUZZ_DEPS) | $(B)/fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) -DFZ_MODEL_ONLY $< -o $@ -lz -lm -pthread
+$(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_DEPS) | $(B)/fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< -o $@ -lz -lm -pthread
+
+fuzz-seeds: | $(B)/fuzz
+	$(CC) $(STD) $(WARN) -O1 -g -DGPUDL_ZLIB tests/fuzz/make_seeds.c -o $(B)/fuzz/make_seeds -lz -lm -pthread
+	$(B)/fuzz/make_seeds tests/fuzz/corpus
