@@ -1248,9 +1248,12 @@ bool is_pinned(const void *p) {
     return classify(p, 0, &b) == -2;
 }
 
-void free_alloc_locked(const Alloc &A, bool quarantine) {
+// returns false when a kernel wrote outside the allocation (into the
+// rounding slop that no guard page covers)
+bool free_alloc_locked(const Alloc &A, bool quarantine) {
     MemState &M = mem();
     size_t ps = page_size();
+    bool clean = true;
     if (A.kind == MEM_DEVICE) {
         M.used[A.device] -= A.rounded;
         size_t body = (A.rounded + ps - 1) / ps * ps;
@@ -1261,15 +1264,17 @@ void free_alloc_locked(const Alloc &A, bool quarantine) {
             if (p == (const unsigned char *)A.ptr) p += A.size;
             if (p >= e) break;
             if (*p != 0xff) {
-                diag("cudaFree(%p): bytes outside the %zu-byte allocation #%ld were written (%ld bytes from its start)",
-                     A.ptr, A.size, A.id, (long)((const char *)p - A.ptr));
+                diag("cudaFree(%p): illegal address: bytes outside the %zu-byte allocation #%ld of cuda:%d were "
+                     "written (%ld bytes from its start)", A.ptr, A.size, A.id, A.device,
+                     (long)((const char *)p - A.ptr));
+                clean = false;
                 break;
             }
         }
     }
     if (!quarantine || A.kind != MEM_DEVICE) {
         munmap(A.map, A.map_len);
-        return;
+        return clean;
     }
     mprotect(A.map, A.map_len, PROT_NONE);
     M.quarantine.push_back(A);
@@ -1280,6 +1285,7 @@ void free_alloc_locked(const Alloc &A, bool quarantine) {
         M.quarantined -= o.map_len;
         M.quarantine.pop_front();
     }
+    return clean;
 }
 
 Alloc *map_alloc(size_t size, int kind, int dev, long id) {
@@ -1491,7 +1497,10 @@ cudaError_t cudaFree(void *p) {
     wait_device_locked(lk, A.device);
     std::lock_guard<std::mutex> l(mem().mu);
     mem().live.erase((uintptr_t)p);
-    free_alloc_locked(A, true);
+    if (!free_alloc_locked(A, true)) { /* found late, but the same fault as a guard-page hit: sticky */
+        if (g_devs[A.device].sticky == cudaSuccess) g_devs[A.device].sticky = cudaErrorIllegalAddress;
+        return set_err(cudaErrorIllegalAddress);
+    }
     return cudaSuccess;
 }
 

@@ -17,6 +17,9 @@ EMU_HDR = $(EMU_DIR)/cuda_emu.h $(EMU_DIR)/emu_api.h
 EMU_B = $(B)/emu
 EMU_LIBS = -pthread -lm $(ZLIBS)
 EMU_SAN = -O1 -g $(SAN)
+# optimisation of the plain build; `make emu EMU_OPT="-O0 -g3"` for gdb
+# (with -g3 gdb expands threadIdx, blockIdx... as the macros they are)
+EMU_OPT ?= -O2 -g
 EMU_EXAMPLES = $(patsubst examples/%.c,$(B)/emu_%,$(wildcard examples/*.c))
 
 .PHONY: test-emu emu emu-build
@@ -26,9 +29,9 @@ $(EMU_B):
 
 # plain: -O2 keeps the 200-step training tests quick
 $(EMU_B)/cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDR) | $(EMU_B)
-	$(CXX) $(EMU_CXXFLAGS) -O2 -g -c $< -o $@
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_OPT) -c $< -o $@
 $(EMU_B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h $(EMU_HDR) | $(EMU_B)
-	$(CXX) $(EMU_CXXFLAGS) -O2 -g $(EMU_CU) -c $< -o $@
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_OPT) $(EMU_CU) -c $< -o $@
 $(B)/emu_test_cuda: tests/test_cuda.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
 	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) -c $< -o $(EMU_B)/test_cuda.o
 	$(CXX) $(EMU_B)/test_cuda.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)

@@ -405,8 +405,9 @@ TEST diag_out_of_bounds_write(void) {
 TEST diag_write_into_rounding_slop(void) {
     char *p = (char *)dmalloc(100);
     LAUNCH(k_write_byte, 1, 32, 0, 0)(p, 150L);
-    ASSERT_EQ(0, (int)cudaFree(p));
+    ASSERT_EQ((int)cudaErrorIllegalAddress, (int)cudaFree(p));
     ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "were written");
+    CHECK_CALL(expect_kernel_failure("were written", cudaErrorIllegalAddress));
     PASS();
 }
 
