@@ -56,8 +56,8 @@ JETSON_ARCH = -gencode arch=compute_87,code=sm_87
 
 .PHONY: test-cpu-paths test-aarch64 test-jetson-build cpu-paths aarch64
 
-cpu-paths: $(CPUP_X86_BINS) $(B)/fmnist-raw/.done
-aarch64: $(AARCH64_BINS) $(B)/fmnist-raw/.done $(B)/cpu-avx2/train_trace $(B)/cpu-portable/train_trace
+cpu-paths: $(CPUP_X86_BINS)
+aarch64: $(AARCH64_BINS) $(B)/cpu-avx2/train_trace $(B)/cpu-portable/train_trace
 
 test-cpu-paths: cpu-paths
 	sh tests/cpu_paths.sh x86 $(B)
@@ -79,14 +79,8 @@ test-jetson-build:
 # kept, so that a second `make` finds everything up to date
 .SECONDARY: $(addsuffix /tgk_portable.o,$(CPUP_DIRS) $(A64))
 
-$(CPUP_DIRS) $(A64) $(B)/fmnist-raw:
+$(CPUP_DIRS) $(A64):
 	mkdir -p $@
-
-# Fashion-MNIST as plain IDX files for the builds without zlib (empty when
-# the data set is not installed: the test then says so and skips).
-$(B)/fmnist-raw/.done: | $(B)/fmnist-raw
-	sh tests/cpu_paths.sh unpack $(B)/fmnist-raw
-	@touch $@
 
 # --- x86-64 paths: $* is avx512, avx2 or portable ---
 $(B)/cpu-%/test_core: tests/test_core.c $(CPUP_HDR) | $(CPUP_DIRS)

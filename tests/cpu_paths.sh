@@ -7,7 +7,9 @@
 #   sh tests/cpu_paths.sh unpack DIR       Fashion-MNIST as plain IDX into DIR
 #
 # A path the CPU cannot run is reported as a SKIP line and counted as
-# skipped. Every program goes through tests/run.sh, whose last line sums
+# skipped. Each program runs in its own scratch directory (test_train writes
+# build/test_train_* relative to it), so these runs never share files with
+# test-unit's or with each other, also under make -j. Every program goes through tests/run.sh, whose last line sums
 # them all ("N passed, N failed, N skipped").
 #
 # Training traces (tests/train_trace.c): the AVX-512, AVX2 and NEON GEMM
@@ -21,22 +23,68 @@ set -u
 mode=${1:-}
 B=${2:-build}
 PORTABLE_TOL=1e-5
+mkdir -p "$B" && B=$(cd "$B" && pwd) || exit 1
 
-# GPUDL_DATA for the builds without zlib: the unpacked copy, when there is one.
-raw_data() {
-    if [ -f "$B/fmnist-raw/train-images-idx3-ubyte" ]; then echo "$B/fmnist-raw"; else echo "$B/fmnist-raw-missing"; fi
+# find_data: the first folder holding Fashion-MNIST (.gz or plain), as gpudl
+# searches: $GPUDL_DATA, ./data, Debian's dataset-fashion-mnist.
+find_data() {
+    for d in ${GPUDL_DATA:-} data /usr/share/datasets/fashion-mnist; do
+        if [ -f "$d/train-images-idx3-ubyte.gz" ] || [ -f "$d/train-images-idx3-ubyte" ]; then
+            (cd "$d" && pwd)
+            return 0
+        fi
+    done
+    return 1
 }
 
-# wrap NAME COMMAND...: an executable script that runs COMMAND "$@", so that
-# tests/run.sh (which takes one path per program) can run it.
+# unpack DIR: plain IDX copies of Fashion-MNIST for the builds without zlib
+# (nothing when the data set is not installed: those tests then skip, saying so)
+unpack() {
+    dir=$1
+    mkdir -p "$dir"
+    if [ -f "$dir/t10k-labels-idx1-ubyte" ]; then return 0; fi
+    if ! src=$(find_data); then
+        echo "cpu_paths: Fashion-MNIST not found (make data): the no-zlib builds will skip their Fashion-MNIST test"
+        return 0
+    fi
+    for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+        if [ -f "$src/$f" ]; then cp "$src/$f" "$dir/$f.$$"; else gzip -dc "$src/$f.gz" > "$dir/$f.$$"; fi || exit 1
+        mv "$dir/$f.$$" "$dir/$f"
+    done
+    echo "cpu_paths: Fashion-MNIST from $src unpacked into $dir"
+}
+
+# wrap NAME COMMAND...: an executable script that runs COMMAND "$@" in its
+# own scratch directory $W/NAME.d, so that tests/run.sh (which takes one path
+# per program) can run it. wrap_h does the same for a harness program: run
+# verbose, it names every skipped test with its reason; the PASS lines are
+# dropped.
 wrap() {
     name=$1
     shift
+    mkdir -p "$W/$name.d/build"
     {
         echo '#!/bin/sh'
+        printf "cd '%s' || exit 1\n" "$W/$name.d"
         printf 'exec'
         for a in "$@"; do printf " '%s'" "$a"; done
         echo ' "$@"'
+    } > "$W/$name"
+    chmod +x "$W/$name"
+}
+wrap_h() {
+    name=$1
+    shift
+    mkdir -p "$W/$name.d/build"
+    {
+        echo '#!/bin/sh'
+        printf "cd '%s' || exit 1\n" "$W/$name.d"
+        printf 'out=$('
+        for a in "$@"; do printf "'%s' " "$a"; done
+        echo '-v "$@" 2>&1)'
+        echo 'rc=$?'
+        echo "printf '%s\\n' \"\$out\" | grep -v '^  PASS '"
+        echo 'exit $rc'
     } > "$W/$name"
     chmod +x "$W/$name"
 }
@@ -47,30 +95,16 @@ skip() {
     chmod +x "$W/$1"
 }
 
-has_flags() { # has_flags FLAG...: the CPU has every one (Linux /proc/cpuinfo)
+has_flags() { # has_flags FLAG...: the CPU has every one (Linux /proc/cpuinfo; CPUINFO=FILE to try a CPU's file)
     for f in "$@"; do
-        grep -qw "$f" /proc/cpuinfo 2>/dev/null || return 1
+        grep -qw "$f" "${CPUINFO:-/proc/cpuinfo}" 2>/dev/null || return 1
     done
     return 0
 }
 
 case "$mode" in
 unpack)
-    dir=$B
-    mkdir -p "$dir"
-    src=
-    for d in ${GPUDL_DATA:-} data /usr/share/datasets/fashion-mnist; do
-        if [ -f "$d/train-images-idx3-ubyte.gz" ] || [ -f "$d/train-images-idx3-ubyte" ]; then src=$d; break; fi
-    done
-    if [ -z "$src" ]; then
-        echo "cpu_paths: Fashion-MNIST not found (make data): the no-zlib builds will skip their Fashion-MNIST test"
-        exit 0
-    fi
-    for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
-        if [ -f "$src/$f" ]; then cp "$src/$f" "$dir/$f.tmp"; else gzip -dc "$src/$f.gz" > "$dir/$f.tmp"; fi || exit 1
-        mv "$dir/$f.tmp" "$dir/$f"
-    done
-    echo "cpu_paths: Fashion-MNIST from $src unpacked into $dir"
+    unpack "$B"
     exit 0
     ;;
 x86)
@@ -78,7 +112,9 @@ x86)
     rm -rf "$W"
     mkdir -p "$W"
     progs=
-    data=$(raw_data)
+    unpack "$B/fmnist-raw"
+    raw=$B/fmnist-raw
+    gz=$(find_data) || gz=$raw
     sed -n 's/^model name[^:]*: */cpu_paths: CPU: /p' /proc/cpuinfo 2>/dev/null | head -n 1
     # the portable trace is the reference the other x86 paths are compared with
     if ! "$B/cpu-portable/train_trace" > "$B/cpu-portable/trace.txt"; then
@@ -100,13 +136,13 @@ x86)
             continue
         fi
         for t in test_core test_gradcheck test_nn test_gemm_kernels; do
-            wrap "$p-$t" "$d/$t"
+            wrap_h "$p-$t" "$d/$t"
             progs="$progs $W/$p-$t"
         done
         if [ $p = portable ]; then
-            wrap "$p-test_train" env GPUDL_DATA="$data" "$d/test_train"
+            wrap_h "$p-test_train" env GPUDL_DATA="$raw" "$d/test_train"
         else
-            wrap "$p-test_train" "$d/test_train"
+            wrap_h "$p-test_train" env GPUDL_DATA="$gz" "$d/test_train"
         fi
         progs="$progs $W/$p-test_train"
         if [ $p = portable ]; then
@@ -134,10 +170,11 @@ aarch64)
     progs=
     echo "cpu_paths: AArch64 under $($Q --version | head -n 1)"
     for t in test_core test_gradcheck test_nn test_gemm_kernels; do
-        wrap "aarch64-$t" "$Q" -L "$S" "$A/$t"
+        wrap_h "aarch64-$t" "$Q" -L "$S" "$A/$t"
         progs="$progs $W/aarch64-$t"
     done
-    wrap "aarch64-test_train" env GPUDL_DATA="$(raw_data)" "$Q" -L "$S" "$A/test_train"
+    unpack "$B/fmnist-raw"
+    wrap_h "aarch64-test_train" env GPUDL_DATA="$B/fmnist-raw" "$Q" -L "$S" "$A/test_train"
     progs="$progs $W/aarch64-test_train"
     # NEON must equal AVX2 bit for bit; where the CPU has no AVX2, it is
     # compared with portable C within tolerance (both traces made afresh)
