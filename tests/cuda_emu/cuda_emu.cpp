@@ -467,7 +467,9 @@ struct Block {
     int bar_line = 0;
     std::deque<unsigned> runq;
     bool abort = false;
+    int sched = 0;
     std::string msg;
+    unsigned pending[32], exited[32]; /* per warp: lanes waiting at a warp op, lanes exited */
     TState t[1024];
 };
 
@@ -477,6 +479,7 @@ struct Worker {
     ucontext_t sched_uc;
 #endif
     std::vector<Fiber *> fibers;
+    std::vector<Fiber *> free_fibers; /* idle ones */
     Fiber *cur = nullptr;
     Block *block = nullptr;
     int cur_thread = -1;
@@ -577,7 +580,7 @@ void set_coords(Worker *W, unsigned t) {
 }
 
 // the thread index that the k-th claim starts, per schedule
-unsigned claim_order(unsigned k, unsigned n) { return cfg().sched == EMU_SCHED_REVTHREADS ? n - 1 - k : k; }
+unsigned claim_order(const Block *B, unsigned k) { return B->sched == EMU_SCHED_REVTHREADS ? B->n - 1 - k : k; }
 
 std::string where(const Block *B, unsigned t) {
     const Launch *L = B->L;
@@ -606,7 +609,7 @@ void park(Worker *W) {
 }
 
 void release_locked_order(Block *B, std::vector<unsigned> &who) {
-    if (cfg().sched == EMU_SCHED_REVTHREADS) std::reverse(who.begin(), who.end());
+    if (B->sched == EMU_SCHED_REVTHREADS) std::reverse(who.begin(), who.end());
     for (unsigned u : who) {
         B->t[u].state = T_READY;
         B->runq.push_back(u);
@@ -625,7 +628,9 @@ void thread_exited(Worker *W, unsigned t) {
     }
     // a lane of this warp waiting on a mask that names the exiting lane
     unsigned base = t & ~31u, lane = t & 31u;
-    for (unsigned j = base; j < base + 32 && j < B->n; j++)
+    B->exited[t >> 5] |= 1u << lane;
+    if (B->pending[t >> 5])
+        for (unsigned j = base; j < base + 32 && j < B->n; j++)
         if (B->t[j].state == T_WARP && (B->t[j].mask >> lane & 1)) {
             char m[256];
             snprintf(m, sizeof m, "exited while lane %u waits at %s (%s:%d) with mask 0x%08x naming it", j & 31,
@@ -644,7 +649,7 @@ void fiber_entry() {
         Block *B = W->block;
         f->idle = false;
         while (B->next_claim < B->n) {
-            unsigned t = claim_order(B->next_claim++, B->n);
+            unsigned t = claim_order(B, B->next_claim++);
             B->t[t].state = T_RUNNING;
             B->t[t].f = f;
             set_coords(W, t);
@@ -652,13 +657,17 @@ void fiber_entry() {
             thread_exited(W, t);
         }
         f->idle = true;
+        W->free_fibers.push_back(f);
         switch_to_sched(W);
     }
 }
 
 Fiber *idle_fiber(Worker *W) {
-    for (Fiber *f : W->fibers)
-        if (f->idle) return f;
+    if (!W->free_fibers.empty()) {
+        Fiber *f = W->free_fibers.back();
+        W->free_fibers.pop_back();
+        return f;
+    }
     Fiber *f = new_fiber();
     W->fibers.push_back(f);
     return f;
@@ -669,10 +678,10 @@ void run_block(Worker *W, Block *B) {
     for (;;) {
         if (B->abort) break;
         Fiber *next = nullptr;
-        bool prefer_ready = cfg().sched == EMU_SCHED_WARP;
+        bool prefer_ready = B->sched == EMU_SCHED_WARP;
         if (!B->runq.empty() && (prefer_ready || B->next_claim >= B->n)) {
             unsigned t = B->runq.front();
-            if (cfg().sched == EMU_SCHED_WARP) { /* the lowest warp first */
+            if (B->sched == EMU_SCHED_WARP) { /* the lowest warp first */
                 auto best = B->runq.begin();
                 for (auto it = B->runq.begin(); it != B->runq.end(); ++it)
                     if ((*it >> 5) < (*best >> 5)) best = it;
@@ -709,9 +718,13 @@ void run_block(Worker *W, Block *B) {
         }
         switch_to_fiber(W, next);
     }
-    if (B->abort)
-        for (Fiber *f : W->fibers)
+    if (B->abort) {
+        W->free_fibers.clear();
+        for (Fiber *f : W->fibers) {
             if (!f->idle) fiber_reset(f);
+            W->free_fibers.push_back(f);
+        }
+    }
     W->block = nullptr;
     W->cur_thread = -1;
 }
@@ -744,7 +757,11 @@ void run_blocks(Job *J) {
         __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
 #endif
         W->in_kernel = false;
-        for (Fiber *f : W->fibers) fiber_reset(f);
+        W->free_fibers.clear();
+        for (Fiber *f : W->fibers) {
+            fiber_reset(f);
+            W->free_fibers.push_back(f);
+        }
         W->block = nullptr;
         W->cur = nullptr;
         std::lock_guard<std::mutex> l(J->mu);
@@ -763,7 +780,10 @@ void run_blocks(Job *J) {
         B->next_claim = B->ndone = B->nbar = 0;
         B->runq.clear();
         B->abort = false;
+        B->sched = cfg().sched;
         for (unsigned t = 0; t < B->n; t++) B->t[t].state = T_UNSTARTED;
+        memset(B->pending, 0, sizeof B->pending);
+        memset(B->exited, 0, sizeof B->exited);
         set_block_coords(L, b);
         if (L->shmem) memset(W->dyn_shared.data(), 0xff, L->shmem);
         W->in_kernel = true;
@@ -862,7 +882,7 @@ extern "C" void gdl_emu_syncthreads_at(const char *file, int line) {
     if (B->nbar == 0) {
         B->bar_file = file;
         B->bar_line = line;
-    } else if (B->bar_line != line || strcmp(B->bar_file, file) != 0) {
+    } else if (B->bar_line != line || (B->bar_file != file && strcmp(B->bar_file, file) != 0)) {
         char m[400];
         unsigned other = 0;
         for (unsigned u = 0; u < B->n; u++)
@@ -913,6 +933,23 @@ extern "C" unsigned long long gdl_emu_warp_op(int kind, unsigned mask, unsigned 
         fail_in_fiber(W, m);
     }
     TState &me = B->t[t];
+    unsigned w = t >> 5, *pend = &B->pending[w];
+    if (B->exited[w] & mask) {
+        snprintf(m, sizeof m, "%s (%s:%d) with mask 0x%08x naming lane %d, which has exited", op_name(kind), file,
+                 line, mask, __builtin_ctz(B->exited[w] & mask));
+        fail_in_fiber(W, m);
+    }
+    // the lanes already waiting in my mask must be at the same operation with
+    // the same mask: checking one suffices, as each checked one before it
+    unsigned others = *pend & mask;
+    if (others) {
+        TState &o = B->t[base + (unsigned)__builtin_ctz(others)];
+        if (o.kind != kind || o.mask != mask) {
+            snprintf(m, sizeof m, "%s (%s:%d) mask 0x%08x while lane %d is at %s (%s:%d) mask 0x%08x", op_name(kind),
+                     file, line, mask, __builtin_ctz(others), op_name(o.kind), o.file, o.line, o.mask);
+            fail_in_fiber(W, m);
+        }
+    }
     me.state = T_WARP;
     me.kind = kind;
     me.mask = mask;
@@ -921,29 +958,12 @@ extern "C" unsigned long long gdl_emu_warp_op(int kind, unsigned mask, unsigned 
     me.width = width;
     me.file = file;
     me.line = line;
-    bool complete = true;
-    for (unsigned j = 0; j < 32; j++) {
-        if (!(mask >> j & 1)) continue;
-        TState &o = B->t[base + j];
-        if (o.state == T_DONE) {
-            snprintf(m, sizeof m, "%s (%s:%d) with mask 0x%08x naming lane %u, which has exited", op_name(kind),
-                     file, line, mask, j);
-            fail_in_fiber(W, m);
-        }
-        if (o.state != T_WARP) {
-            complete = false;
-            continue;
-        }
-        if (o.kind != kind || o.mask != mask) {
-            snprintf(m, sizeof m, "%s (%s:%d) mask 0x%08x while lane %u is at %s (%s:%d) mask 0x%08x", op_name(kind),
-                     file, line, mask, j, op_name(o.kind), o.file, o.line, o.mask);
-            fail_in_fiber(W, m);
-        }
-    }
-    if (!complete) {
+    *pend |= 1u << lane;
+    if ((*pend & mask) != mask) {
         park(W);
         return me.res;
     }
+    *pend &= ~mask;
     // everyone named is here: exchange
     unsigned long long ballot = 0;
     for (unsigned j = 0; j < 32; j++)
