@@ -39,8 +39,8 @@ ZLIBS = -lz
 endif
 LIBS = -pthread -lm $(ZLIBS)
 
-TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train
+TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h
@@ -125,6 +125,12 @@ $(B)/test_train: tests/test_train.c $(HDR) | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/asan_test_train: tests/test_train.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
+
+# checkpoints against SIGKILL mid-save and a full disk (POSIX)
+$(B)/test_crash: tests/test_crash.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $< -o $@ $(LIBS)
+$(B)/asan_test_crash: tests/test_crash.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $< -o $@ $(LIBS)
 
 $(B)/asan_test_core: tests/test_core.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)

@@ -430,7 +430,8 @@ GPUDL_API int gdl_st_parse(const unsigned char *buf, uint64_t len, gdl_st_file *
 GPUDL_API void gdl_st_free(gdl_st_file *f);
 /* The entry called name, or NULL. */
 GPUDL_API const gdl_st_entry *gdl_st_find(const gdl_st_file *f, const char *name);
-/* Write tensors in the given order + metadata atomically (path.tmp.*, fsync, rename); path kept on failure. 0 / -1. */
+/* Write tensors in the given order + metadata atomically (path.tmp.*, fsync, rename); path kept on failure.
+   Temporaries left by saves that were killed (their process is gone) are removed first. 0 / -1. */
 GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                            const char *const *meta_keys, const char *const *meta_vals);
 
@@ -4826,11 +4827,17 @@ GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
    ------------------------------------------------------------------------- */
 #include <errno.h>
 #if defined(__unix__) || defined(__APPLE__)
+#include <sys/types.h> /* pid_t, which -std=c99 hides in unistd.h */
 #include <unistd.h> /* getpid, fsync */
+#include <dirent.h> /* opendir: stale temporaries of killed saves */
+#include <signal.h> /* kill(pid, 0): is a process alive */
 #define GDL__HAVE_POSIX 1
 #if !defined(__cplusplus) && !defined(fileno)
 /* POSIX <stdio.h> declares it, but -std=c99 hides it; the declaration is identical. */
 int fileno(FILE *stream);
+#endif
+#if !defined(__cplusplus)
+int kill(pid_t pid, int sig); /* as fileno: hidden by -std=c99, declared identically */
 #endif
 #endif
 #ifdef GPUDL_ZLIB
@@ -6198,6 +6205,43 @@ static int gdl__fsync_file(FILE *f) {
 #endif
 }
 
+#if defined(GDL__HAVE_POSIX)
+/* A save killed mid-write leaves path.tmp.<pid>.<n> behind. Before writing,
+   remove those whose process is gone, so that killed saves do not pile up;
+   this process's own and those of live processes (which may be writing) are
+   left alone. A pid reused since keeps its file: harmless, only not removed. */
+static void gdl__st_remove_stale_temporaries(const char *path) {
+    char dirname[4096], full[4352];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t bl = strlen(base);
+    DIR *d;
+    struct dirent *e;
+    if (slash) {
+        size_t n = (size_t)(slash - path);
+        if (n >= sizeof dirname) return;
+        memcpy(dirname, path, n);
+        dirname[n] = 0;
+        if (n == 0) strcpy(dirname, "/");
+    } else {
+        strcpy(dirname, ".");
+    }
+    if (!(d = opendir(dirname))) return;
+    while ((e = readdir(d)) != NULL) {
+        const char *rest;
+        char *end;
+        long pid;
+        if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0) continue;
+        rest = e->d_name + bl + 5;
+        pid = strtol(rest, &end, 10);
+        if (end == rest || *end != '.' || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        snprintf(full, sizeof full, "%s/%s", dirname, e->d_name);
+        remove(full);
+    }
+    closedir(d);
+}
+#endif
+
 GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                            const char *const *meta_keys, const char *const *meta_vals) {
     static const char fn[] = "gdl_st_write";
@@ -6339,6 +6383,7 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
         goto fail;
     }
 #if defined(GDL__HAVE_POSIX)
+    gdl__st_remove_stale_temporaries(path);
     snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, (long)getpid(), ++counter);
 #else
     snprintf(tmp, strlen(path) + 64, "%s.tmp.%u", path, ++counter);
