@@ -860,34 +860,36 @@ typedef struct dev_job {
     int dev, rounds;
     int ok;
     char err[256];
+    toy a, b; /* job_train: the CPU and device copies, left for the main thread */
 } dev_job;
+
+static int steps_agree(toy *a, toy *b, int n, char *err, size_t len, const char *who) {
+    int s;
+    for (s = 0; s < n; s++) {
+        double la, lb;
+        gdl_arena_reset();
+        la = toy_step(a, 0);
+        lb = toy_step(b, 0);
+        if (!(fabs(la - lb) <= 1e-5 * (fabs(la) > 1 ? fabs(la) : 1))) {
+            snprintf(err, len, "%s step %d: CPU %.7f GPU %.7f (%.120s)", who, s, la, lb, gdl_last_error());
+            return 0;
+        }
+    }
+    return 1;
+}
 
 /* The op layer (tape, arenas) is single-threaded, so a thread running a
    training step must run alone; the device it uses is its own. */
 static void *job_train(void *arg) {
     dev_job *j = (dev_job *)arg;
-    toy a, b;
-    int s;
     j->ok = 1;
-    toy_make(&a, 0);
-    toy_make(&b, 0);
-    if (toy_to(&b, gdl_cuda(j->dev)) < 0) {
+    toy_make(&j->a, 0);
+    toy_make(&j->b, 0);
+    if (toy_to(&j->b, gdl_cuda(j->dev)) < 0) {
         j->ok = 0;
         snprintf(j->err, sizeof j->err, "%.200s", gdl_last_error());
     }
-    for (s = 0; s < 2 && j->ok; s++) {
-        double la, lb;
-        gdl_arena_reset();
-        la = toy_step(&a, 0);
-        lb = toy_step(&b, 0);
-        if (!(fabs(la - lb) <= 1e-5 * (fabs(la) > 1 ? fabs(la) : 1))) {
-            j->ok = 0;
-            snprintf(j->err, sizeof j->err, "cuda:%d step %d: CPU %.7f GPU %.7f (%.120s)", j->dev, s, la, lb,
-                     gdl_last_error());
-        }
-    }
-    toy_free(&a);
-    toy_free(&b);
+    if (j->ok) j->ok = steps_agree(&j->a, &j->b, 2, j->err, sizeof j->err, "in the thread");
     gdl_arena_reset();
     return NULL;
 }
@@ -919,7 +921,9 @@ static void *job_concurrent(void *arg) {
 #endif
 
 /* CUDA's current device belongs to the host thread: a thread that starts
-   using cuda:1 after another thread did must still get cuda:1. */
+   using cuda:1 after another thread did must still get cuda:1 (memory
+   allocated for a cuda:1 tensor on device 0 fails later, when a thread that
+   really is on device 1 launches a kernel on it). */
 TEST host_threads_own_devices(void) {
 #ifdef GPUDL_NO_THREADS
     SKIPm("built with GPUDL_NO_THREADS");
@@ -939,6 +943,13 @@ TEST host_threads_own_devices(void) {
         ASSERT_EQ(0, pthread_create(&th[i], NULL, job_train, &j[i]));
         ASSERT_EQ(0, pthread_join(th[i], NULL));
         if (!j[i].ok) FAILf("thread on cuda:%d: %s", j[i].dev, j[i].err);
+    }
+    for (i = 0; i < 2; i++) { /* the main thread goes on with what the threads made */
+        char err[256];
+        if (!steps_agree(&j[i].a, &j[i].b, 1, err, sizeof err, "main thread"))
+            FAILf("tensors made on cuda:%d by another thread: %s", j[i].dev, err);
+        toy_free(&j[i].a);
+        toy_free(&j[i].b);
     }
     gdl_free(t);
     /* both at once */
