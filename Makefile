@@ -39,8 +39,8 @@ ZLIBS = -lz
 endif
 LIBS = -pthread -lm $(ZLIBS)
 
-TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash
+TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h
@@ -130,6 +130,11 @@ $(B)/asan_test_train: tests/test_train.c $(HDR) | $(B)
 $(B)/test_crash: tests/test_crash.c $(HDR) | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) $< -o $@ $(LIBS)
 $(B)/asan_test_crash: tests/test_crash.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $< -o $@ $(LIBS)
+# gdl_fit killed mid-epoch and resumed: the weights of an uninterrupted run (POSIX)
+$(B)/test_resume: tests/test_resume.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $< -o $@ $(LIBS)
+$(B)/asan_test_resume: tests/test_resume.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $< -o $@ $(LIBS)
 
 $(B)/asan_test_core: tests/test_core.c $(HDR) | $(B)

@@ -538,6 +538,9 @@ GPUDL_API int64_t gdl_loader_num_batches(const gdl_loader *l);
 GPUDL_API int gdl_loader_set_epoch(gdl_loader *l, uint64_t epoch);
 /* The current epoch number: starts at 0, +1 after each epoch's end (0 returned by next). */
 GPUDL_API uint64_t gdl_loader_epoch(const gdl_loader *l);
+/* Resume mid-epoch: the next batch handed out is batch `batch` (0 .. num_batches) of `epoch`, the very
+   batch an uninterrupted run would get there (abandons an epoch in progress). 0 / -1. */
+GPUDL_API int gdl_loader_set_position(gdl_loader *l, uint64_t epoch, int64_t batch);
 /* Stop and join the workers (also mid-epoch) and free the loader and its batches (NULL-safe). */
 GPUDL_API void gdl_loader_free(gdl_loader *l);
 
@@ -813,6 +816,15 @@ typedef struct gdl_fit_opts {
     int verbose;                /* 0 silent; 1 (default): a live bar on a terminal, else a line per epoch */
     const char *csv_path;       /* a CSV of per-epoch metrics, optional */
     FILE *log;                  /* where progress goes, default stdout */
+    int64_t checkpoint_every;   /* > 0: save the whole training state every this many optimizer steps to
+                                   checkpoint_dir/gdl_fit.safetensors (atomically: always one whole file) */
+    const char *checkpoint_dir; /* for checkpoint_every and resume; created if missing */
+    int resume;                 /* 1: when checkpoint_dir holds a checkpoint, continue from it: model, optimizer,
+                                   scheduler, generator, epoch, batch and the epoch's running metrics. A run
+                                   killed at any point and started again with the same options ends with the
+                                   weights of an uninterrupted run, bit for bit (as torchrun's elastic restarts
+                                   expect). The CSV keeps the rows of the epochs finished before the checkpoint;
+                                   history[] gets NaN for those epochs. */
 } gdl_fit_opts;
 
 typedef struct gdl_epoch_stats {
@@ -4830,6 +4842,7 @@ GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
 #include <sys/types.h> /* pid_t, which -std=c99 hides in unistd.h */
 #include <unistd.h> /* getpid, fsync */
 #include <dirent.h> /* opendir: stale temporaries of killed saves */
+#include <sys/stat.h> /* mkdir: gdl_fit's checkpoint_dir */
 #include <signal.h> /* kill(pid, 0): is a process alive */
 #define GDL__HAVE_POSIX 1
 #if !defined(__cplusplus) && !defined(fileno)
@@ -6797,6 +6810,7 @@ struct gdl_loader {
     uint64_t epoch, tkey;
     int running;                         /* an epoch is in progress */
     int64_t cons;                        /* the next batch to hand out */
+    int64_t start_batch;                 /* where the next epoch starts (gdl_loader_set_position), else 0 */
     int held;                            /* the slot handed out last, -1 */
     int nslots;
     gdl__slot *slots;
@@ -6919,7 +6933,8 @@ static void gdl__loader_begin_epoch(gdl_loader *l) {
             l->perm[j] = t;
         }
     }
-    l->cons = 0;
+    l->cons = l->start_batch;
+    l->start_batch = 0;
     l->held = -1;
     l->running = 1;
 }
@@ -7299,7 +7314,7 @@ GPUDL_API int gdl_loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
 #ifndef GPUDL_NO_THREADS
         if (l->started > 0) {
             pthread_mutex_lock(&l->mu);
-            l->next_claim = 0;
+            l->next_claim = l->cons;
             l->active = 1;
             pthread_cond_broadcast(&l->cv_work);
             pthread_mutex_unlock(&l->mu);
@@ -7344,10 +7359,27 @@ GPUDL_API int gdl_loader_set_epoch(gdl_loader *l, uint64_t epoch) {
     }
     if (l->running) gdl__loader_stop_epoch(l);
     l->epoch = epoch;
+    l->start_batch = 0;
     return 0;
 }
 
 GPUDL_API uint64_t gdl_loader_epoch(const gdl_loader *l) { return l ? l->epoch : 0; }
+
+GPUDL_API int gdl_loader_set_position(gdl_loader *l, uint64_t epoch, int64_t batch) {
+    if (!l) {
+        gdl__set_error("gdl_loader_set_position: l is NULL");
+        return -1;
+    }
+    if (batch < 0 || batch > l->nb) {
+        gdl__set_error("gdl_loader_set_position: batch %lld out of range [0, %lld]", (long long)batch,
+                       (long long)l->nb);
+        return -1;
+    }
+    if (l->running) gdl__loader_stop_epoch(l);
+    l->epoch = epoch;
+    l->start_batch = batch;
+    return 0;
+}
 
 #undef GDL__PERM_DOMAIN
 #undef GDL__TF_DOMAIN
@@ -9333,7 +9365,8 @@ GPUDL_API FILE *gdl_metrics_csv_open(const char *path) {
         gdl__null_arg("gdl_metrics_csv_open", "path");
         return NULL;
     }
-    if (!(f = fopen(path, "w")) || fprintf(f, "epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec\n") < 0) {
+    if (!(f = fopen(path, "w")) ||
+        fprintf(f, "epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec\n") < 0 || fflush(f) != 0) {
         if (f) fclose(f);
         gdl__set_error("gdl_metrics_csv_open: cannot write the metrics CSV %s", path);
         return NULL;
@@ -9354,35 +9387,152 @@ GPUDL_API int gdl_metrics_csv_row(FILE *f, const gdl_epoch_stats *st) {
     return 0;
 }
 
+/* Where gdl_fit is inside a run, saved with its checkpoints (metadata fit.*). */
+typedef struct gdl__fit_state {
+    int64_t epoch;        /* gdl_fit's epoch, 1-based */
+    int64_t batch;        /* batches of it done */
+    int64_t loader_epoch; /* the train loader's epoch number */
+    int64_t num_batches;  /* the loader's batches per epoch, checked on resume */
+    double loss_sum;      /* the epoch's running metrics (gdl__pass) */
+    int64_t samples, correct, counted;
+} gdl__fit_state;
+static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                         const gdl__fit_state *fs);
+static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                         gdl__fit_state *fs);
+
+/* The metrics CSV of a resumed run: the rows of epochs before `from` are kept (rewritten atomically), the
+   rest dropped, and the file is opened for appending. A missing file is started anew. NULL + error. */
+static FILE *gdl__csv_resume(const char *path, int64_t from) {
+    FILE *in = fopen(path, "r"), *out;
+    char line[1024], *tmp;
+    size_t tl = strlen(path) + 16;
+    if (!in) return gdl_metrics_csv_open(path);
+    if (!(tmp = (char *)GPUDL_MALLOC(tl))) {
+        fclose(in);
+        gdl__set_error("gdl_fit: out of memory (host)");
+        return NULL;
+    }
+    snprintf(tmp, tl, "%s.tmp", path);
+    if (!(out = fopen(tmp, "w"))) {
+        fclose(in);
+        gdl__set_error("gdl_fit: cannot write %s", tmp);
+        GPUDL_FREE(tmp);
+        return NULL;
+    }
+    /* the header always (a run killed early may have left an empty file), then the rows kept */
+    fputs("epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec\n", out);
+    while (fgets(line, sizeof line, in)) {
+        char *end;
+        long long e = strtoll(line, &end, 10);
+        if (end != line && *end == ',' && e < from) fputs(line, out);
+    }
+    fclose(in);
+    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+        gdl__set_error("gdl_fit: cannot rewrite the metrics CSV %s", path);
+        remove(tmp);
+        GPUDL_FREE(tmp);
+        return NULL;
+    }
+    GPUDL_FREE(tmp);
+    if (!(out = fopen(path, "a"))) gdl__set_error("gdl_fit: cannot append to the metrics CSV %s", path);
+    return out;
+}
+
 GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
                       gdl_epoch_stats *history) {
     gdl_fit_opts o = opts ? *opts : gdl_fit_defaults();
     gdl_loss_fn loss = o.loss ? o.loss : gdl_loss_cross_entropy;
     FILE *log = o.log ? o.log : stdout, *csv = NULL;
-    int tty = o.verbose && gdl__isatty(log), epoch, rc = 0;
+    int tty = o.verbose && gdl__isatty(log), epoch, rc = 0, resumed = 0, start_epoch = 1;
+    int64_t nb = train ? gdl_loader_num_batches(train) : 0;
+    char *ckpath = NULL;
+    gdl__fit_state fs;
     gdl__pass p;
     if (!m || !train || !opt) {
         gdl__null_arg("gdl_fit", !m ? "module" : !train ? "train loader" : "optimizer");
         return -1;
     }
-    if (o.epochs < 0 || o.accumulate < 0) {
-        gdl__set_error("gdl_fit: bad epochs %d or accumulate %d", o.epochs, o.accumulate);
+    if (o.epochs < 0 || o.accumulate < 0 || o.checkpoint_every < 0) {
+        gdl__set_error("gdl_fit: bad epochs %d, accumulate %d or checkpoint_every %lld", o.epochs, o.accumulate,
+                       (long long)o.checkpoint_every);
+        return -1;
+    }
+    if ((o.checkpoint_every > 0 || o.resume) && !o.checkpoint_dir) {
+        gdl__set_error("gdl_fit: checkpoint_every and resume need checkpoint_dir");
         return -1;
     }
     if (o.accumulate == 0) o.accumulate = 1;
-    if (o.csv_path && !(csv = gdl_metrics_csv_open(o.csv_path))) {
+    memset(&fs, 0, sizeof fs);
+    if (o.checkpoint_dir) {
+        size_t cl = strlen(o.checkpoint_dir) + 32;
+        FILE *probe;
+        if (!(ckpath = (char *)GPUDL_MALLOC(cl))) {
+            gdl__set_error("gdl_fit: out of memory (host)");
+            return -1;
+        }
+        snprintf(ckpath, cl, "%s/gdl_fit.safetensors", o.checkpoint_dir);
+#if defined(GDL__HAVE_POSIX)
+        if (mkdir(o.checkpoint_dir, 0777) != 0 && errno != EEXIST) {
+            gdl__set_error("gdl_fit: cannot create checkpoint_dir %s: %s", o.checkpoint_dir, gdl__strerr(errno));
+            GPUDL_FREE(ckpath);
+            return -1;
+        }
+#endif
+        if (o.resume && (probe = fopen(ckpath, "rb")) != NULL) {
+            fclose(probe);
+            if (gdl__fit_load(ckpath, m, opt, o.scheduler, &fs) < 0) {
+                GPUDL_FREE(ckpath);
+                return -1;
+            }
+            if (fs.num_batches != nb || fs.epoch < 1 || fs.epoch > o.epochs || fs.batch < 0 || fs.batch > nb) {
+                gdl__set_error("gdl_fit: cannot resume from %s: it was taken at epoch %lld, batch %lld of a loader "
+                               "with %lld batches per epoch; this run has %d epochs of %lld batches", ckpath,
+                               (long long)fs.epoch, (long long)fs.batch, (long long)fs.num_batches, o.epochs,
+                               (long long)nb);
+                GPUDL_FREE(ckpath);
+                return -1;
+            }
+            if (gdl_loader_set_position(train, (uint64_t)fs.loader_epoch, fs.batch) < 0) {
+                GPUDL_FREE(ckpath);
+                return -1;
+            }
+            resumed = 1;
+            start_epoch = (int)fs.epoch;
+            if (o.verbose)
+                fprintf(log, "resuming from %s: epoch %d, batch %lld of %lld\n", ckpath, start_epoch,
+                        (long long)fs.batch, (long long)nb);
+        }
+    }
+    if (o.csv_path && !(csv = resumed ? gdl__csv_resume(o.csv_path, start_epoch) : gdl_metrics_csv_open(o.csv_path))) {
         gdl__set_error("gdl_fit: cannot write the metrics CSV %s", o.csv_path);
+        GPUDL_FREE(ckpath);
         return -1;
     }
     memset(&p, 0, sizeof p);
-    for (epoch = 1; epoch <= o.epochs && rc == 0; epoch++) {
+    if (history)
+        for (epoch = 1; epoch < start_epoch; epoch++) { /* finished before the checkpoint: not known here */
+            memset(&history[epoch - 1], 0, sizeof history[0]);
+            history[epoch - 1].epoch = epoch;
+            history[epoch - 1].loss = history[epoch - 1].accuracy = NAN;
+            history[epoch - 1].val_loss = history[epoch - 1].val_accuracy = NAN;
+            history[epoch - 1].seconds = history[epoch - 1].samples_per_sec = NAN;
+        }
+    for (epoch = start_epoch; epoch <= o.epochs && rc == 0; epoch++) {
         gdl_epoch_stats st;
         gdl_tensor *x, *y;
-        int64_t nb = gdl_loader_num_batches(train), b = 0;
+        int64_t b = 0;
         int micro = 0, got;
         double t0 = gdl_now();
         p.loss_sum = 0;
         p.samples = p.correct = p.counted = 0;
+        if (resumed && epoch == start_epoch) { /* the epoch the checkpoint was taken in, part done */
+            b = fs.batch;
+            p.loss_sum = fs.loss_sum;
+            p.samples = fs.samples;
+            p.correct = fs.correct;
+            p.counted = fs.counted;
+        }
         gdl_module_train(m, 1);
         if (gdl_zero_grad(opt) < 0) rc = -1;
         while (rc == 0 && (got = gdl_loader_next(train, &x, &y)) != 0) {
@@ -9409,6 +9559,17 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                 if (o.clip_grad_norm > 0 && gdl_optim_clip_grad_norm(opt, o.clip_grad_norm) < 0) rc = -1;
                 if (rc == 0 && (gdl_step(opt) < 0 || gdl_zero_grad(opt) < 0)) rc = -1;
                 if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
+                if (rc == 0 && o.checkpoint_every > 0 && gdl_optim_get_step(opt) % o.checkpoint_every == 0) {
+                    fs.epoch = epoch;
+                    fs.batch = b;
+                    fs.loader_epoch = (int64_t)gdl_loader_epoch(train);
+                    fs.num_batches = nb;
+                    fs.loss_sum = p.loss_sum;
+                    fs.samples = p.samples;
+                    fs.correct = p.correct;
+                    fs.counted = p.counted;
+                    if (gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) rc = -1;
+                }
             }
             if (tty)
                 gdl_progress_bar(log, epoch, o.epochs, b, nb, p.samples ? p.loss_sum / (double)p.samples : 0.0,
@@ -9440,6 +9601,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
     }
     gdl__pass_free(&p);
     if (csv) fclose(csv);
+    GPUDL_FREE(ckpath);
     if (rc < 0 && tty) fputc('\n', log);
     return rc;
 }
@@ -9733,9 +9895,9 @@ static int gdl__meta_get_u64(const char *op, const char *path, const gdl_st_file
     return -1;
 }
 
-GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                  int64_t epoch) {
-    const char *op = "gdl_save_checkpoint";
+/* gdl_save_checkpoint, plus gdl_fit's position (fs, may be NULL) as metadata fit.* */
+static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
+                                gdl_scheduler *sched, int64_t epoch, const gdl__fit_state *fs) {
     gdl__meta *md;
     gdl__ckpt *c;
     uint64_t seed, counter;
@@ -9772,6 +9934,16 @@ GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer
         }
     }
     if (sched) gdl__meta_add(md, "sched.last_epoch", "%lld", (long long)gdl_scheduler_get_last_epoch(sched));
+    if (fs) {
+        gdl__meta_add(md, "fit.epoch", "%lld", (long long)fs->epoch);
+        gdl__meta_add(md, "fit.batch", "%lld", (long long)fs->batch);
+        gdl__meta_add(md, "fit.loader_epoch", "%lld", (long long)fs->loader_epoch);
+        gdl__meta_add(md, "fit.num_batches", "%lld", (long long)fs->num_batches);
+        gdl__meta_add(md, "fit.loss_sum", "%.17g", fs->loss_sum);
+        gdl__meta_add(md, "fit.samples", "%lld", (long long)fs->samples);
+        gdl__meta_add(md, "fit.correct", "%lld", (long long)fs->correct);
+        gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
+    }
     if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
         GPUDL_FREE(md);
         return -1;
@@ -9780,6 +9952,40 @@ GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer
     gdl__ckpt_free(c);
     GPUDL_FREE(md);
     return rc;
+}
+
+GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                  int64_t epoch) {
+    return gdl__checkpoint_save("gdl_save_checkpoint", path, m, opt, sched, epoch, NULL);
+}
+
+static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                         const gdl__fit_state *fs) {
+    return gdl__checkpoint_save("gdl_fit", path, m, opt, sched, fs->epoch, fs);
+}
+
+/* gdl_fit's position from the checkpoint at path, then the checkpoint itself (all or nothing). 0 / -1. */
+static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                         gdl__fit_state *fs) {
+    static const char op[] = "gdl_fit";
+    static const char *const keys[8] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
+                                        "fit.loss_sum", "fit.samples", "fit.correct", "fit.counted"};
+    double v[8];
+    gdl_st_file f;
+    int i, rc = 0;
+    if (gdl_st_read(path, &f) < 0) return -1;
+    for (i = 0; i < 8 && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
+    gdl_st_free(&f);
+    if (rc < 0) return -1;
+    fs->epoch = (int64_t)v[0];
+    fs->batch = (int64_t)v[1];
+    fs->loader_epoch = (int64_t)v[2];
+    fs->num_batches = (int64_t)v[3];
+    fs->loss_sum = v[4]; /* printed with %.17g: exact */
+    fs->samples = (int64_t)v[5];
+    fs->correct = (int64_t)v[6];
+    fs->counted = (int64_t)v[7];
+    return gdl_load_checkpoint(path, m, opt, sched, NULL);
 }
 
 GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,

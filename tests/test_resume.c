@@ -1,0 +1,247 @@
+/* test_resume.c — gdl_fit's checkpoint_every / resume: a training process is
+   killed with SIGKILL mid-epoch (at several points: just after a checkpoint,
+   between two, on the last step of an epoch, twice in one run), started
+   again with the same options, and must end with the weights of the
+   uninterrupted run bit for bit, with the same per-epoch metrics in its CSV.
+   The net has dropout and batch norm, the loader shuffles with worker
+   threads and the scheduler steps per batch, so every piece of state that a
+   resume must restore is exercised. POSIX (fork). */
+#define _POSIX_C_SOURCE 200809L
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define N 600
+#define BATCH 32 /* 19 batches per epoch, the last one short */
+#define EPOCHS 3
+
+static char dir[256];
+static long kill_at;   /* the loss call that kills the process (0: none) */
+static long loss_calls;
+
+static const char *path_in(const char *name) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return p;
+}
+
+/* cross entropy, and the crash: SIGKILL, no cleanup, as the OOM killer or a preemption does it */
+static gdl_tensor *loss_or_die(gdl_tensor *out, gdl_tensor *y, void *user) {
+    (void)user;
+    if (++loss_calls == kill_at) raise(SIGKILL);
+    return gdl_cross_entropy(out, y);
+}
+
+/* Trains in this process; 0 when fit returns, 1 on an error. The weights go to weights_file. */
+static int train(const char *ckdir, int resume, long die_at, const char *weights_file, const char *csv) {
+    float *x = (float *)malloc(sizeof(float) * N * 8);
+    int32_t *lab = (int32_t *)malloc(sizeof(int32_t) * N);
+    int64_t shape[1] = {8}, i;
+    gdl_dataset *ds;
+    gdl_loader *ld;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_module *layers[6], *m;
+    gdl_optimizer *opt;
+    gdl_scheduler *sched;
+    gdl_fit_opts fo = gdl_fit_defaults();
+    int rc;
+    gdl_manual_seed(5);
+    for (i = 0; i < N; i++) {
+        int c = (int)(gdl_rng_next_u64() % 3), k;
+        lab[i] = c;
+        for (k = 0; k < 8; k++) x[i * 8 + k] = (float)((k % 3 == c ? 2.0 : 0.0) + gdl_rng_uniform() - 0.5);
+    }
+    ds = gdl_dataset_from_arrays(x, GDL_F32, 1, shape, lab, N, 3);
+    lo.batch_size = BATCH;
+    lo.shuffle = 1;
+    lo.num_workers = 2;
+    lo.seed = 77;
+    ld = gdl_loader_new(ds, &lo);
+    layers[0] = gdl_nn_linear(8, 16, 1);
+    layers[1] = gdl_nn_batchnorm1d(16);
+    layers[2] = gdl_nn_relu();
+    layers[3] = gdl_nn_dropout(0.3);
+    layers[4] = gdl_nn_linear(16, 3, 1);
+    m = gdl_nn_sequential(5, layers);
+    opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    if (!ds || !ld || !m || !opt || gdl_optim_add_module(opt, m, 0) < 0) return 1;
+    sched = gdl_onecycle_lr_new(opt, 5e-2, (int)(EPOCHS * gdl_loader_num_batches(ld)));
+    if (!sched) return 1;
+    fo.epochs = EPOCHS;
+    fo.scheduler = sched;
+    fo.scheduler_per_batch = 1;
+    fo.loss = loss_or_die;
+    fo.verbose = 0;
+    fo.csv_path = csv;
+    fo.checkpoint_every = ckdir ? 7 : 0;
+    fo.checkpoint_dir = ckdir;
+    fo.resume = resume;
+    kill_at = die_at;
+    loss_calls = 0;
+    rc = gdl_fit(m, ld, opt, &fo, NULL);
+    if (rc < 0) fprintf(stderr, "train: %s\n", gdl_last_error());
+    if (rc == 0 && gdl_save_model(m, weights_file) < 0) rc = -1;
+    gdl_scheduler_free(sched);
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_loader_free(ld);
+    gdl_dataset_free(ds);
+    free(x);
+    free(lab);
+    return rc < 0;
+}
+
+/* Runs train() in a child; returns its wait status. */
+static int in_child(const char *ckdir, int resume, long die_at, const char *weights, const char *csv) {
+    pid_t pid;
+    int status;
+    fflush(NULL);
+    pid = fork();
+    if (pid == 0) _exit(train(ckdir, resume, die_at, weights, csv));
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return status;
+}
+
+static int same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int ca, cb, same = fa && fb;
+    while (same) {
+        ca = getc(fa);
+        cb = getc(fb);
+        if (ca != cb) same = 0;
+        if (ca == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* The CSV without its timing columns (seconds, samples/s differ from run to run). */
+static int same_metrics(const char *a, const char *b) {
+    FILE *f[2];
+    char la[512], lb[512];
+    int same = 1, k;
+    f[0] = fopen(a, "r");
+    f[1] = fopen(b, "r");
+    if (!f[0] || !f[1]) same = 0;
+    while (same) {
+        char *ra = fgets(la, sizeof la, f[0]), *rb = fgets(lb, sizeof lb, f[1]);
+        if (!ra || !rb) {
+            same = !ra && !rb;
+            break;
+        }
+        for (k = 0; k < 5; k++) { /* epoch,loss,accuracy,val_loss,val_accuracy */
+            ra = strchr(ra + 1, ',');
+            rb = strchr(rb + 1, ',');
+            if (!ra || !rb) break;
+        }
+        if (!ra || !rb || ra - la != rb - lb || strncmp(la, lb, (size_t)(ra - la))) same = 0;
+    }
+    for (k = 0; k < 2; k++)
+        if (f[k]) fclose(f[k]);
+    return same;
+}
+
+static void clear_dir(const char *d) {
+    DIR *dd = opendir(d);
+    struct dirent *e;
+    char p[700];
+    while (dd && (e = readdir(dd)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+        unlink(p);
+    }
+    if (dd) closedir(dd);
+}
+
+TEST resume_after_kill(void *arg) {
+    const long *kills = (const long *)arg; /* loss calls to die at, one per crash, 0-terminated */
+    char ref[512], got[512], ck[512], refcsv[512], gotcsv[512];
+    int status, k;
+    snprintf(ref, sizeof ref, "%s", path_in("ref.safetensors"));
+    snprintf(got, sizeof got, "%s", path_in("got.safetensors"));
+    snprintf(ck, sizeof ck, "%s", path_in("ck"));
+    snprintf(refcsv, sizeof refcsv, "%s", path_in("ref.csv"));
+    snprintf(gotcsv, sizeof gotcsv, "%s", path_in("got.csv"));
+    status = in_child(NULL, 0, 0, ref, refcsv);
+    ASSERT_EQ(0, status);
+    mkdir(ck, 0777);
+    clear_dir(ck);
+    remove(got);
+    for (k = 0; kills[k]; k++) {
+        status = in_child(ck, 1, kills[k], got, gotcsv);
+        if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL)
+            FAILf("run %d: expected to die at loss call %ld, status %d", k, kills[k], status);
+    }
+    ASSERT_EQ(0, in_child(ck, 1, 0, got, gotcsv));
+    if (!same_file(ref, got)) FAILm("the resumed run's weights differ from the uninterrupted run's");
+    if (!same_metrics(refcsv, gotcsv)) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "echo '--- uninterrupted:'; cat '%s'; echo '--- resumed:'; cat '%s'", refcsv, gotcsv);
+        fflush(NULL);
+        if (system(cmd) != 0) fprintf(stderr, "(cannot show the files)\n");
+        FAILm("the resumed run's metrics CSV differs");
+    }
+    PASS();
+}
+
+/* A checkpoint from another configuration is refused with a message, before anything is changed. */
+TEST resume_mismatch_refused(void) {
+    char ck[512], p[700];
+    FILE *f;
+    snprintf(ck, sizeof ck, "%s", path_in("ck-mismatch"));
+    mkdir(ck, 0777);
+    clear_dir(ck);
+    snprintf(p, sizeof p, "%s/gdl_fit.safetensors", ck);
+    ASSERT_NOT_NULL(f = fopen(p, "wb"));
+    fputs("not a checkpoint", f);
+    fclose(f);
+    ASSERT_EQ(1 << 8, in_child(ck, 1, 0, path_in("x.safetensors"), NULL)); /* exit status 1: an error */
+    PASS();
+}
+
+static void remove_tree(void) {
+    const char *subs[2] = {"ck", "ck-mismatch"};
+    int i;
+    for (i = 0; i < 2; i++) {
+        char d[512];
+        snprintf(d, sizeof d, "%s", path_in(subs[i]));
+        clear_dir(d);
+        rmdir(d);
+    }
+    clear_dir(dir);
+    rmdir(dir);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    /* 19 steps per epoch, a checkpoint every 7 steps */
+    static const long after_ckpt[] = {8, 0};          /* one step after the checkpoint of step 7 */
+    static const long between[] = {26, 0};            /* epoch 2, between checkpoints */
+    static const long epoch_end[] = {38, 0};          /* the last batch of epoch 2 */
+    static const long twice[] = {12, 20, 0};          /* killed again after resuming once (loss calls restart) */
+    static const long before_any[] = {3, 0};          /* before the first checkpoint: starts over */
+    const char *base = getenv("TMPDIR");
+    HARNESS_MAIN_BEGIN(argc, argv);
+    snprintf(dir, sizeof dir, "%s/gpudl-resume-XXXXXX", base && base[0] ? base : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN_TEST_NAMED("resume_after_kill_after_checkpoint", resume_after_kill, (void *)after_ckpt);
+    RUN_TEST_NAMED("resume_after_kill_between_checkpoints", resume_after_kill, (void *)between);
+    RUN_TEST_NAMED("resume_after_kill_at_epoch_end", resume_after_kill, (void *)epoch_end);
+    RUN_TEST_NAMED("resume_after_two_kills", resume_after_kill, (void *)twice);
+    RUN_TEST_NAMED("resume_after_kill_before_any_checkpoint", resume_after_kill, (void *)before_any);
+    RUN_TEST(resume_mismatch_refused);
+    remove_tree();
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}
