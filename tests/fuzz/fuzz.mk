@@ -14,9 +14,11 @@ FUZZ_NAMES = idx cifar safetensors checkpoint model
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
 FUZZ_CC ?= clang
-FUZZ_FLAGS = -std=c99 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DGPUDL_ZLIB
+FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_FLAGS = -std=c99 -g -O1 -DGPUDL_ZLIB
 FUZZ_BINS = $(addprefix $(B)/fuzz/fuzz_,$(FUZZ_NAMES))
-FUZZ_DEPS = tests/fuzz/fuzz_common.h gpudl.h
+FUZZ_DEPS = tests/fuzz/fuzz_common.h gpudl.h $(B)/fuzz/gpudl_impl.o
+FUZZ_LINK = $(B)/fuzz/gpudl_impl.o -lz -lm -pthread
 
 .PHONY: fuzz fuzz-build fuzz-seeds
 
@@ -28,11 +30,14 @@ fuzz: fuzz-build
 $(B)/fuzz:
 	mkdir -p $@
 
+# the header's implementation once, instrumented for coverage, shared by every harness
+$(B)/fuzz/gpudl_impl.o: tests/fuzz/gpudl_impl.c gpudl.h | $(B)/fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link $(FUZZ_SAN) -c $< -o $@
 $(B)/fuzz/fuzz_model: tests/fuzz/fuzz_checkpoint.c $(FUZZ_DEPS) | $(B)/fuzz
-	$(FUZZ_CC) $(FUZZ_FLAGS) -DFZ_MODEL_ONLY $< -o $@ -lz -lm -pthread
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(FUZZ_SAN) -DFZ_MODEL_ONLY $< -o $@ $(FUZZ_LINK)
 $(B)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_DEPS) | $(B)/fuzz
-	$(FUZZ_CC) $(FUZZ_FLAGS) $< -o $@ -lz -lm -pthread
+	$(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer $(FUZZ_SAN) $< -o $@ $(FUZZ_LINK)
 
 fuzz-seeds: | $(B)/fuzz
-	$(CC) $(STD) $(WARN) -O1 -g -DGPUDL_ZLIB tests/fuzz/make_seeds.c -o $(B)/fuzz/make_seeds -lz -lm -pthread
+	$(CC) $(STD) $(WARN) -O1 -g -DGPUDL_ZLIB tests/fuzz/make_seeds.c tests/fuzz/gpudl_impl.c -o $(B)/fuzz/make_seeds -lz -lm -pthread
 	$(B)/fuzz/make_seeds tests/fuzz/corpus

@@ -1,11 +1,11 @@
 /* fuzz_common.h — shared by gpudl's libFuzzer harnesses (tests/fuzz/fuzz_*.c)
-   and their seed generator (make_seeds.c): the implementation of gpudl.h,
-   in-memory files, and the small model, optimizer and scheduler that the
-   checkpoint harnesses load into. Each harness is one translation unit. */
+   and their seed generator (make_seeds.c): in-memory files, and the small
+   model, optimizer and scheduler that the checkpoint harnesses load into.
+   gpudl's implementation is compiled once, in gpudl_impl.c, and linked into
+   every harness. */
 #ifndef GPUDL_FUZZ_COMMON_H
 #define GPUDL_FUZZ_COMMON_H
 #define _GNU_SOURCE /* memfd_create */
-#define GPUDL_IMPLEMENTATION
 #include "../../gpudl.h"
 #include <stdint.h>
 #include <stdio.h>

@@ -13,6 +13,9 @@ pass=0 fail=0
 for name in "$@"; do
     bin="$dir/fuzz_$name" work="$dir/corpus-$name" log="$dir/fuzz-$name.log"
     mkdir -p "$work"
+    if [ ! -d "tests/fuzz/corpus/$name" ]; then
+        fail=$((fail + 1)); echo "fuzz $name: FAILED: its seed corpus tests/fuzz/corpus/$name is missing"; continue
+    fi
     # -rss_limit_mb: the parsers accept data up to 2 GiB, so allow what that needs plus ASan's overhead
     if [ "$jobs" -gt 1 ]; then
         "$bin" -max_total_time="$secs" -jobs="$jobs" -workers="$jobs" -print_final_stats=1 -rss_limit_mb=6144 \
