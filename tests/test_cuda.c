@@ -167,6 +167,8 @@ static const gc_case gpu_cases[] = {
     {"layer_norm_D700", GDL_OP_LAYER_NORM, f_ln, 3, {{R2(2, 700), IN_RANDN, 0}, {R1(700), IN_RANDN, 0}, {R1(700), IN_RANDN, 0}}},
     /* embedding with many repeated rows (atomics), dropout */
     {"embedding_repeats", GDL_OP_EMBEDDING, f_embedding, 2, {{R2(8, 10), IN_TARGET, 5}, {R2(5, 70), IN_RANDN, 0}}},
+    /* 4000 lookups of two rows: 63 blocks add into the same 8 floats at once */
+    {"embedding_hot_rows", GDL_OP_EMBEDDING, f_embedding, 2, {{R1(4000), IN_TARGET, 2}, {R2(2, 4), IN_RANDN, 0}}},
     {"dropout_1000", GDL_OP_DROPOUT, f_dropout_half, 1, {{R1(1000), IN_RANDN, 0}}},
     /* losses: classes past a block, one class, batch past the 512-thread total */
     {"cross_entropy_C700", GDL_OP_CROSS_ENTROPY, f_ce_smooth_mean, 2, {{R2(3, 700), IN_RANDN, 0}, {R1(3), IN_TARGET, 700}}},

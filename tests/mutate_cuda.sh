@@ -1,0 +1,238 @@
+#!/bin/sh
+# mutate_cuda.sh — the GPU suite's mutation check (issue 8). Plants typical
+# kernel bugs into gpudl_cuda.cu one at a time in a scratch copy of the
+# repository (the working tree is never touched), builds the suite against
+# the CUDA-on-CPU emulator there with the fragment's own rules
+# (tests/cuda_emu/emu.mk: only gpudl_cuda.cu's object and the test binary are
+# rebuilt per mutant) and runs it. A mutant is caught when the suite fails:
+# plainly with two emulated devices, or else under the reversed-thread
+# schedule (make test-emu's second schedule). Prints a line per mutant and
+# "caught K of N". Not part of make test: it takes minutes.
+#
+#   tests/mutate_cuda.sh            every mutant
+#   tests/mutate_cuda.sh NAME...    the mutants whose names contain a NAME
+#   tests/mutate_cuda.sh -l         list the mutants
+#   MUTATE_KEEP=1                   keep the scratch copy (its path is printed)
+#
+# Each mutant is an exact-text replacement that must match exactly once in
+# gpudl_cuda.cu; one that does not (the source changed) is an error, reported
+# as such and making the exit status 2, never silently skipped.
+set -eu
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MAKE=${MAKE:-make}
+TIMEOUT=${MUTATE_TIMEOUT:-300}
+
+# ---- the mutants: name, the bug it stands for, old text, new text ----
+PY=$(mktemp "${TMPDIR:-/tmp}/gpudl_mutants.XXXXXX")
+cat > "$PY" <<'PYEOF'
+import sys
+M = [
+("block_sum_no_barrier_after_store", "missing __syncthreads: warps read the partial sums before all are written",
+ "    if (lane == 0) sh[wid] = v;\n    __syncthreads();\n    v = lane < nw ? sh[lane] : (T)0;",
+ "    if (lane == 0) sh[wid] = v;\n    v = lane < nw ? sh[lane] : (T)0;"),
+("block_sum_no_leading_barrier", "missing __syncthreads: a second call overwrites sh[] while a slow warp still reads the first",
+ "    v = gdl__warp_sum(v);\n    __syncthreads();\n    if (lane == 0) sh[wid] = v;",
+ "    v = gdl__warp_sum(v);\n    if (lane == 0) sh[wid] = v;"),
+("block_max_no_barrier", "missing __syncthreads in the block max",
+ "    v = gdl__warp_max(v);\n    __syncthreads();\n    if (lane == 0) sh[wid] = v;\n    __syncthreads();",
+ "    v = gdl__warp_max(v);\n    __syncthreads();\n    if (lane == 0) sh[wid] = v;"),
+("warp_sum_offset_8", "wrong shuffle offset: the butterfly starts at 8, lanes 16..31 never meet 0..15",
+ "for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);",
+ "for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);"),
+("warp_max_skips_offset_1", "off-by-one loop bound in a shuffle reduction (offset 1 skipped)",
+ "for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));",
+ "for (int o = 16; o > 1; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));"),
+("block_sum_half_the_warps", "wrong block-reduction size: counts warps as blockDim/64",
+ "template <typename T> __device__ T gdl__block_sum(T v) {\n    __shared__ T sh[32];\n    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;",
+ "template <typename T> __device__ T gdl__block_sum(T v) {\n    __shared__ T sh[32];\n    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 6;"),
+("argmax_tie_last", "tie rule inverted in the block argmax: the last maximum wins",
+ "    return v > bv || (v == bv && k < bk);",
+ "    return v > bv || (v == bv && k > bk);"),
+("reduce_thread_max_drops_nan", "NaN not propagated by the per-thread max",
+ "            for (int64_t k = 1; k < n; k++) {\n                float v = p[k * inner];\n                if (v > bv || (v != v && bv == bv)) {\n                    best = k;\n                    bv = v;\n                }\n            }\n            r = n ? bv : -GDL__CU_INF;",
+ "            for (int64_t k = 1; k < n; k++) {\n                float v = p[k * inner];\n                if (v > bv) {\n                    best = k;\n                    bv = v;\n                }\n            }\n            r = n ? bv : -GDL__CU_INF;"),
+("reduce_thread_skips_tail", "skipped tail element in the per-thread sum",
+ "            for (int64_t k = 0; k < n; k++) s += p[k * inner];",
+ "            for (int64_t k = 0; k < n - 1; k++) s += p[k * inner];"),
+("softmax_rows_off_by_one", "off-by-one bound: the row loop writes one element past the row",
+ "        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) q[k] = log_ ? p[k] - lse : expf(p[k] - lse);",
+ "        for (int64_t k = threadIdx.x; k <= n; k += blockDim.x) q[k] = log_ ? p[k] - lse : expf(p[k] - lse);"),
+("layernorm_skips_tail", "skipped tail element in a block-stride loop (the mean of a layernorm row)",
+ "        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) s += p[k];",
+ "        for (int64_t k = threadIdx.x; k < D - 1; k += blockDim.x) s += p[k];"),
+("unary_backward_assigns", "= for += in a backward (the unary ops)",
+ "    GDL_CU_LOOP(i, n) gx[i] += gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha);",
+ "    GDL_CU_LOOP(i, n) gx[i] = gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha);"),
+("relu_backward_assigns", "= for += in the ReLU backward",
+ "        GDL_CU_LOOP(i, n) gx[i] += x[i] > 0 ? gy[i] : 0.0f;",
+ "        GDL_CU_LOOP(i, n) gx[i] = x[i] > 0 ? gy[i] : 0.0f;"),
+("sum_to_block_assigns", "= for += in the block sum_to (bias gradients over long batches)",
+ "        if (threadIdx.x == 0) dst[od] += alpha * s;",
+ "        if (threadIdx.x == 0) dst[od] = alpha * s;"),
+("softmax_backward_rows_assigns", "= for += in the row-wise softmax backward",
+ "            gx[j] += log_ ? gy[j] - expf(y[j]) * s : y[j] * (gy[j] - s);\n        }\n    }\n}\n\n__global__ void gdl__k_softmax_backward_strided",
+ "            gx[j] = log_ ? gy[j] - expf(y[j]) * s : y[j] * (gy[j] - s);\n        }\n    }\n}\n\n__global__ void gdl__k_softmax_backward_strided"),
+("ln_params_no_barrier", "missing __syncthreads before the row-group partials are summed",
+ "        sb[threadIdx.y][threadIdx.x] = pb;\n        __syncthreads();",
+ "        sb[threadIdx.y][threadIdx.x] = pb;"),
+("gemm_swapped_leading_dims", "wrong leading dimension: lda and ldb swapped in the cuBLAS call",
+ "B + b * sB, ldb, A + b * sA, lda, &beta,",
+ "B + b * sB, lda, A + b * sA, ldb, &beta,"),
+("batched_gemm_wrong_stride", "wrong stride: the batched GEMM steps A by B's batch stride",
+ "A, lda,\n                                                 (long long)sA,",
+ "A, lda,\n                                                 (long long)sB,"),
+("copy2d_wrong_source_ld", "wrong stride: copy2d indexes the source with the destination's width",
+ "        float v = src[r * sld + c];",
+ "        float v = src[r * cols + c];"),
+("embedding_lost_atomic", "a lost atomic: atomicAdd replaced by a plain +=",
+ "        if (row >= 0 && row < V) atomicAdd(&gW[(int64_t)row * D + k], gy[t]);",
+ "        if (row >= 0 && row < V) gW[(int64_t)row * D + k] += gy[t];"),
+("col2im_bound_off_by_one", "off-by-one bound: col2im accepts oh == OH",
+ "            int oh = h / g.SH;\n            if (oh >= g.OH) continue;\n            for (int kw = 0; kw < g.KW; kw++) {",
+ "            int oh = h / g.SH;\n            if (oh > g.OH) continue;\n            for (int kw = 0; kw < g.KW; kw++) {"),
+("maxpool_tie_last", "tie rule: max pooling keeps the last maximum",
+ "                if (bi < 0 || v > best || (v != v && best == best)) {",
+ "                if (bi < 0 || v >= best || (v != v && best == best)) {"),
+("bn_running_var_biased", "batchnorm's running variance with the biased estimate",
+ "momentum * (M > 1 ? sq / (double)(M - 1) : var));",
+ "momentum * (M > 1 ? sq / (double)M : var));"),
+("xent_count_ignores_nothing", "the mean over rows counts ignored rows",
+ "        n += tgt[b] != ignore_index;",
+ "        n += 1;"),
+("adam_bias_correction_swapped", "Adam's first moment corrected with beta2's factor",
+ "(mi / bc1) / (sqrt(vi / bc2) + eps)",
+ "(mi / bc2) / (sqrt(vi / bc2) + eps)"),
+("sgd_nesterov_wrong", "Nesterov's lookahead built from the buffer instead of the gradient",
+ "            d = nesterov ? d + momentum * b : b;",
+ "            d = nesterov ? b + momentum * b : b;"),
+("partials_skip_tail", "skipped tail element in the second pass of the host-visible reductions",
+ "    for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i];",
+ "    for (int i = threadIdx.x; i < nb - 1; i += blockDim.x) s += part[i];"),
+("cast_i32_nan", "float -> i32 without the NaN case",
+ "    return v != v ? 0 : v >= 2147483648.0f ? INT32_MAX",
+ "    return v >= 2147483648.0f ? INT32_MAX"),
+("overlapping_copy_unchecked", "overlapping device-to-device copy sent straight to cudaMemcpy",
+ "        if (d < s + bytes && s < d + bytes) {",
+ "        if (false && d < s + bytes && s < d + bytes) {"),
+("dropout_backward_mask_shift", "backward regenerates the dropout mask at the wrong index",
+ "    GDL_CU_LOOP(i, n) if (gdl_dropout_keep(seed, (uint64_t)i, p)) gx[i] += gy[i] * scale;",
+ "    GDL_CU_LOOP(i, n) if (gdl_dropout_keep(seed, (uint64_t)i + 1, p)) gx[i] += gy[i] * scale;"),
+]
+
+def find(name):
+    for m in M:
+        if m[0] == name:
+            return m
+    sys.exit("no mutant named " + name)
+
+cmd = sys.argv[1]
+if cmd == "list":
+    for m in M:
+        print(m[0] + "\t" + m[1])
+elif cmd == "names":
+    for m in M:
+        print(m[0])
+elif cmd == "why":
+    print(find(sys.argv[2])[1])
+elif cmd == "check":  # every pattern exactly once in the given file
+    s = open(sys.argv[2]).read()
+    bad = [(m[0], s.count(m[2])) for m in M if s.count(m[2]) != 1]
+    for name, n in bad:
+        print("mutant %s: its text occurs %d times in gpudl_cuda.cu (must be once)" % (name, n))
+    sys.exit(1 if bad else 0)
+elif cmd == "apply":
+    name, path = sys.argv[2], sys.argv[3]
+    m = find(name)
+    s = open(path).read()
+    n = s.count(m[2])
+    if n != 1:
+        sys.exit("mutant %s: its text occurs %d times in %s (must be once)" % (name, n, path))
+    open(path, "w").write(s.replace(m[2], m[3]))
+PYEOF
+
+mut() { python3 "$PY" "$@"; }
+
+if [ "${1:-}" = "-l" ]; then
+    mut list
+    rm -f "$PY"
+    exit 0
+fi
+
+# the mutants to run
+NAMES=$(mut names)
+if [ $# -gt 0 ]; then
+    SEL=""
+    for n in $NAMES; do
+        for want in "$@"; do
+            case "$n" in *"$want"*) SEL="$SEL $n"; break ;; esac
+        done
+    done
+    NAMES=$SEL
+fi
+[ -n "$NAMES" ] || { echo "mutate_cuda.sh: no mutant matches: $*" >&2; rm -f "$PY"; exit 2; }
+
+S=$(mktemp -d "${TMPDIR:-/tmp}/gpudl_mutate.XXXXXX")
+cleanup() {
+    rm -f "$PY"
+    if [ "${MUTATE_KEEP:-0}" = 1 ]; then echo "scratch copy kept: $S"; else rm -rf "$S"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# a copy of the working tree without build outputs, data or history
+tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude=./data -cf - . | tar -C "$S" -xf -
+cp "$S/gpudl_cuda.cu" "$S/gpudl_cuda.cu.orig"
+mut check "$S/gpudl_cuda.cu.orig" || { echo "mutate_cuda.sh: the mutant list no longer fits gpudl_cuda.cu" >&2; exit 2; }
+
+build() { (cd "$S" && $MAKE -s build/emu_test_cuda) > "$S/build.log" 2>&1; }
+# run the suite; $1: extra environment (as "VAR=value ..."), prints the first failure
+run_suite() {
+    rc=0
+    (cd "$S" && env GPUDL_EMU_QUIET=1 $1 timeout "$TIMEOUT" ./build/emu_test_cuda -f) > "$S/run.log" 2>&1 || rc=$?
+    return $rc
+}
+first_failure() {
+    f=$(grep -m1 '^FAIL' "$S/run.log" || true)
+    [ -n "$f" ] || f="exit status $1$( [ "$1" = 124 ] && echo ' (timed out)')"
+    printf '%s' "$f" | cut -c1-150
+}
+
+echo "mutate_cuda.sh: scratch copy $S"
+printf 'baseline (no mutant): building ... '
+build || { echo "FAILED"; cat "$S/build.log"; exit 2; }
+if run_suite "GPUDL_EMU_DEVICES=2" && run_suite "GPUDL_EMU_SCHED=revthreads"; then
+    echo "the suite passes"
+else
+    echo "the suite FAILS without a mutant: $(first_failure $?)"
+    exit 2
+fi
+
+N=0; K=0; ERR=0; SURVIVORS=""
+t0=$(date +%s)
+for name in $NAMES; do
+    N=$((N + 1))
+    cp "$S/gpudl_cuda.cu.orig" "$S/gpudl_cuda.cu"
+    if ! mut apply "$name" "$S/gpudl_cuda.cu"; then
+        ERR=$((ERR + 1)); echo "ERROR    $name: could not be planted"; continue
+    fi
+    if ! build; then
+        ERR=$((ERR + 1)); echo "ERROR    $name: does not compile"; sed -n 1,5p "$S/build.log"; continue
+    fi
+    if run_suite "GPUDL_EMU_DEVICES=2"; then
+        if run_suite "GPUDL_EMU_SCHED=revthreads"; then
+            SURVIVORS="$SURVIVORS $name"
+            echo "SURVIVED $name ($(mut why "$name"))"
+            continue
+        else
+            rc=$?; K=$((K + 1)); echo "caught   $name [revthreads]: $(first_failure $rc)"
+        fi
+    else
+        rc=$?; K=$((K + 1)); echo "caught   $name: $(first_failure $rc)"
+    fi
+done
+cp "$S/gpudl_cuda.cu.orig" "$S/gpudl_cuda.cu"
+echo "caught $K of $N mutants in $(( $(date +%s) - t0 )) s${SURVIVORS:+; survived:$SURVIVORS}"
+[ "$ERR" -eq 0 ] || { echo "$ERR mutant(s) could not be planted or built"; exit 2; }
+[ "$K" -eq "$N" ] || exit 1
+exit 0
