@@ -11,6 +11,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -393,6 +394,11 @@ asm(".text\n"
 void fiber_entry();
 
 void fiber_prepare(Fiber *f) {
+#ifdef GDL_EMU_ASAN
+    // frames abandoned on this stack (an aborted block), or of an earlier
+    // mapping at this address, left their redzones in the shadow
+    __asan_unpoison_memory_region(f->stack, f->size);
+#endif
     uintptr_t top = ((uintptr_t)f->stack + f->size) & ~(uintptr_t)15;
     uint64_t *sp = (uint64_t *)top;
     *--sp = 0;                        /* fake return address of fiber_entry */
@@ -410,6 +416,9 @@ extern "C" void gdl_emu_swap(void **save, void *to) {
 }
 void fiber_entry();
 void fiber_prepare(Fiber *f) {
+#ifdef GDL_EMU_ASAN
+    __asan_unpoison_memory_region(f->stack, f->size);
+#endif
     ucontext_t *uc = new ucontext_t;
     getcontext(uc);
     uc->uc_stack.ss_sp = f->stack;
@@ -494,16 +503,43 @@ struct Worker {
 
 thread_local Worker *tl_worker = nullptr;
 
+void free_fiber(Fiber *f);
+
+// frees the thread's Worker when a thread that ran blocks ends (a destroyed
+// stream's thread)
+struct WorkerOwner {
+    ~WorkerOwner() {
+        Worker *W = tl_worker;
+        if (!W) return;
+        tl_worker = nullptr;
+        for (Fiber *f : W->fibers) free_fiber(f);
+        if (W->altstack) {
+            stack_t ss;
+            memset(&ss, 0, sizeof ss);
+            ss.ss_flags = SS_DISABLE;
+            sigaltstack(&ss, NULL);
+            free(W->altstack);
+        }
+        delete W;
+    }
+};
+thread_local WorkerOwner tl_worker_owner;
+
 Worker *worker() {
     if (!tl_worker) {
-        tl_worker = new Worker; /* one per OS thread that runs blocks; lives as long as the thread */
-        stack_t ss;
-        size_t n = 1 << 16;
-        tl_worker->altstack = (char *)malloc(n);
-        ss.ss_sp = tl_worker->altstack;
-        ss.ss_size = n;
-        ss.ss_flags = 0;
-        sigaltstack(&ss, NULL);
+        (void)&tl_worker_owner; /* odr-use: constructs it, so its destructor runs at thread exit */
+        tl_worker = new Worker; /* one per OS thread that runs blocks */
+        // a fault report runs on an alternate stack (a fiber's stack may be
+        // the thing that overflowed); keep one already there (ASan's)
+        stack_t ss, old;
+        if (sigaltstack(NULL, &old) == 0 && (old.ss_flags & SS_DISABLE)) {
+            size_t n = 1 << 16;
+            tl_worker->altstack = (char *)malloc(n);
+            ss.ss_sp = tl_worker->altstack;
+            ss.ss_size = n;
+            ss.ss_flags = 0;
+            sigaltstack(&ss, NULL);
+        }
     }
     return tl_worker;
 }
@@ -522,6 +558,14 @@ Fiber *new_fiber() {
     f->size = FIBER_STACK;
     fiber_prepare(f);
     return f;
+}
+
+void free_fiber(Fiber *f) {
+#if !defined(__x86_64__)
+    delete (ucontext_t *)f->sp;
+#endif
+    munmap(f->stack - page_size(), f->size + page_size());
+    delete f;
 }
 
 void fiber_reset(Fiber *f) {
@@ -593,10 +637,14 @@ std::string where(const Block *B, unsigned t) {
 }
 
 // a barrier or warp misuse: the launch fails; the fiber never resumes
-[[noreturn]] void fail_in_fiber(Worker *W, const std::string &msg) {
+// (no object with a destructor may be alive in this frame at the switch:
+// the frame is abandoned)
+[[noreturn]] void fail_in_fiber(Worker *W, const char *msg) {
     Block *B = W->block;
     B->abort = true;
-    B->msg = where(B, (unsigned)W->cur_thread) + ": " + msg;
+    B->msg = where(B, (unsigned)W->cur_thread);
+    B->msg += ": ";
+    B->msg += msg;
     switch_to_sched(W);
     abort(); /* unreachable: an aborted fiber is reset, never resumed */
 }
@@ -751,7 +799,8 @@ void set_block_coords(const Launch *L, uint64_t b) {
 void run_blocks(Job *J) {
     Worker *W = worker();
     const Launch *L = J->L;
-    static thread_local Block *B = new Block; /* big: one per OS thread */
+    static thread_local std::unique_ptr<Block> Bp(new Block); /* big: one per OS thread */
+    Block *B = Bp.get();
     if (sigsetjmp(W->jb, 1)) { /* a memory fault inside the kernel: the signal handler jumped here */
 #ifdef GDL_EMU_ASAN
         __sanitizer_finish_switch_fiber(NULL, NULL, NULL);

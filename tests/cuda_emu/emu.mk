@@ -50,16 +50,21 @@ $(B)/emu_selftest: $(EMU_DIR)/test_emu.cpp tests/harness.h $(EMU_HDR) $(EMU_B)/c
 	$(CXX) $(EMU_CXXFLAGS) -O1 -g $(EMU_CU) -Itests -c $< -o $(EMU_B)/test_emu.o
 	$(CXX) $(EMU_B)/test_emu.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
-emu-build: $(B)/emu_test_cuda $(B)/emu_asan_test_cuda $(B)/emu_selftest
+$(B)/emu_asan_selftest: $(EMU_DIR)/test_emu.cpp tests/harness.h $(EMU_HDR) $(EMU_B)/asan_cuda_emu.o | $(B)
+	$(CXX) $(EMU_CXXFLAGS) $(EMU_SAN) $(EMU_CU) -Itests -c $< -o $(EMU_B)/asan_test_emu.o
+	$(CXX) $(SAN) $(EMU_B)/asan_test_emu.o $(EMU_B)/asan_cuda_emu.o -o $@ $(EMU_LIBS)
+
+emu-build: $(B)/emu_test_cuda $(B)/emu_asan_test_cuda $(B)/emu_selftest $(B)/emu_asan_selftest
 
 # The suite four ways, each with two emulated devices: plain, ASan+UBSan,
 # and the plain build under the warp-at-a-time schedule (it exposes a
 # missing barrier between warps, e.g. before a shared buffer is reused) and
 # the reversed-thread schedule; the self-test
-# plainly and under the warp-at-a-time schedule on one worker. run.sh runs
+# plainly, under ASan+UBSan (fibers, aborted blocks and the fault handler's
+# jump must be clean) and under the warp-at-a-time schedule on one worker. run.sh runs
 # programs without arguments, so each configuration is a small wrapper
 # script; it sums the closing lines and fails if any run fails.
-EMU_RUNS = $(EMU_B)/run_plain $(EMU_B)/run_asan $(EMU_B)/run_warp $(EMU_B)/run_revthreads $(EMU_B)/run_selftest $(EMU_B)/run_selftest_warp
+EMU_RUNS = $(EMU_B)/run_plain $(EMU_B)/run_asan $(EMU_B)/run_warp $(EMU_B)/run_revthreads $(EMU_B)/run_selftest $(EMU_B)/run_asan_selftest $(EMU_B)/run_selftest_warp
 emu_wrap = printf '\#!/bin/sh\n%s exec "%s" "$$@"\n' '$(2)' '$(CURDIR)/$(3)' > $(1) && chmod +x $(1)
 
 test-emu: emu-build
@@ -68,6 +73,7 @@ test-emu: emu-build
 	@$(call emu_wrap,$(EMU_B)/run_warp,GPUDL_EMU_DEVICES=2 GPUDL_EMU_SCHED=warp,$(B)/emu_test_cuda)
 	@$(call emu_wrap,$(EMU_B)/run_revthreads,GPUDL_EMU_DEVICES=2 GPUDL_EMU_SCHED=revthreads,$(B)/emu_test_cuda)
 	@$(call emu_wrap,$(EMU_B)/run_selftest,,$(B)/emu_selftest)
+	@$(call emu_wrap,$(EMU_B)/run_asan_selftest,ASAN_OPTIONS=detect_leaks=1,$(B)/emu_asan_selftest)
 	@$(call emu_wrap,$(EMU_B)/run_selftest_warp,GPUDL_EMU_SCHED=warp GPUDL_EMU_WORKERS=1,$(B)/emu_selftest)
 	sh tests/run.sh $(EMU_RUNS)
 
