@@ -6,7 +6,8 @@
 #                        each path the CPU has: AVX-512 (skipped, with a SKIP
 #                        line, on a CPU without it), AVX2+FMA, portable C
 #   make test-aarch64    the CPU suite cross-compiled for AArch64 (NEON GEMM
-#                        kernel) and run under qemu-aarch64; and the CUDA
+#                        kernel) and run under qemu-aarch64; gpudl.h
+#                        warning-free for AArch64 (gcc, clang); and the CUDA
 #                        backend compiled for Jetson Orin (sm_87)
 #
 # The CPU suite on each path: test_core, test_gradcheck, test_nn, test_train,
@@ -69,6 +70,11 @@ test-aarch64: test-jetson-build $(B)/cpu-avx2/train_trace $(B)/cpu-portable/trai
 	@command -v $(AARCH64_CC) >/dev/null && command -v $(AARCH64_QEMU) >/dev/null || { \
 	  echo "test-aarch64: needs $(AARCH64_CC) and $(AARCH64_QEMU):" \
 	       "apt-get install gcc-aarch64-linux-gnu qemu-user (tools/deps.sh installs them)"; exit 1; }
+	@for c in "$(AARCH64_CC) -std=c99 -O2 $(AARCH64_OPENMP)" "$(AARCH64_CC) -std=c11 -O3 -DGPUDL_STATIC" \
+	    "$(AARCH64_CC) -std=c99 -DGPUDL_DOUBLE"; do \
+	  echo "warnings (aarch64): $$c"; $$c $(WARN) -Werror -c tests/build_check.c -o $(A64)-build_check.o || exit 1; done; \
+	if command -v clang >/dev/null; then echo "warnings (aarch64): clang --target=aarch64-linux-gnu -std=c99 -O2"; \
+	  clang --target=aarch64-linux-gnu -std=c99 -O2 $(WARN) -Werror -c tests/build_check.c -o $(A64)-build_check.o || exit 1; fi
 	$(MAKE) --no-print-directory aarch64
 	AARCH64_QEMU=$(AARCH64_QEMU) AARCH64_SYSROOT=$(AARCH64_SYSROOT) sh tests/cpu_paths.sh aarch64 $(B)
 
