@@ -207,6 +207,7 @@ test-cuda-build: | $(B)
 test-cuda-build-nvcc: | $(B)
 	$(MAKE) --no-print-directory $(B)/gpudl_cuda.o $(CUDA_EXAMPLES) $(B)/cuda_bench_train
 	$(B)/cuda_device_query
+	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_cuda_fallback.sh
 	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -o $(B)/cuda_link_check
 	$(B)/cuda_link_check
 	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda.o -lcublas -o $(B)/test_cuda_build

@@ -154,6 +154,7 @@ struct gdl_tensor {
     int requires_grad;
     /* private */
     unsigned flags;               /* GDL__T_* */
+    unsigned gen;                 /* a temporary's arena generation (gdl_arena_reset count); 0 if persistent */
     struct gdl_node *node;        /* the op that made it, NULL for leaves */
     const char *name;             /* optional, for messages and checkpoints */
 };
@@ -179,7 +180,9 @@ GPUDL_API gdl_device gdl_cpu(void);
 GPUDL_API gdl_device gdl_cuda(int index);
 GPUDL_API int gdl_cuda_is_available(void);
 GPUDL_API int gdl_cuda_device_count(void);
-GPUDL_API gdl_device gdl_default_device(void); /* cuda:0 if available, else cpu */
+/* cuda:0 if available, else cpu. A CUDA build (GPUDL_CUDA) that finds no GPU says so once on stderr
+   ("gpudl: no CUDA device ...: using the CPU"); GPUDL_QUIET=1 in the environment silences it. */
+GPUDL_API gdl_device gdl_default_device(void);
 GPUDL_API int gdl_device_equal(gdl_device a, gdl_device b);
 GPUDL_API const char *gdl_device_str(gdl_device d); /* "cpu", "cuda:0" (static) */
 GPUDL_API const char *gdl_device_name(gdl_device d); /* "CPU" or the GPU's name */
@@ -1186,7 +1189,20 @@ GPUDL_API int gdl_cuda_device_count(void) {
 }
 GPUDL_API int gdl_cuda_is_available(void) { return gdl_cuda_device_count() > 0; }
 GPUDL_API gdl_device gdl_default_device(void) {
-    return gdl_cuda_is_available() ? gdl_cuda(0) : gdl_cpu();
+#ifdef GPUDL_CUDA
+    static int told; /* once per process: a notice, not a log */
+    if (gdl_cuda_is_available()) return gdl_cuda(0);
+    if (!told) {
+        const char *q = getenv("GPUDL_QUIET");
+        told = 1;
+        if (!q || !q[0] || strcmp(q, "0") == 0)
+            fprintf(stderr, "gpudl: no CUDA device found (no GPU, or no driver): using the CPU "
+                            "(GPUDL_QUIET=1 hides this notice)\n");
+    }
+    return gdl_cpu();
+#else
+    return gdl_cpu();
+#endif
 }
 GPUDL_API const char *gdl_device_name(gdl_device d) {
 #ifdef GPUDL_CUDA
@@ -1249,6 +1265,13 @@ typedef struct gdl__arena {
 #define GDL__MAX_GPUS 16
 static gdl__arena gdl__host_arena;
 static gdl__arena gdl__gpu_arena[GDL__MAX_GPUS];
+/* Temporaries' headers live in two arenas used in turn, one per arena
+   generation: a header made before the last gdl_arena_reset is not written
+   over during this step, so its generation still shows that it is stale
+   (its data has been reused). One kept across two resets is caught unless a
+   new header took its place; both cost one comparison per op input. */
+static gdl__arena gdl__hdr_arena[2];
+static unsigned gdl__arena_gen = 1; /* never 0: persistent tensors have gen 0 */
 static struct gdl_node *gdl__tape;  /* last recorded node */
 static int gdl__grad_enabled = 1;
 static int gdl__anomaly = 0;
@@ -1323,18 +1346,20 @@ static void gdl__arena_release(gdl__arena *a) {
 
 GPUDL_API void gdl_arena_reset(void) {
     int i;
+    if (++gdl__arena_gen == 0) gdl__arena_gen = 1;
+    gdl__arena_reset(&gdl__hdr_arena[gdl__arena_gen & 1]);
     gdl__arena_reset(&gdl__host_arena);
     for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_reset(&gdl__gpu_arena[i]);
     gdl__tape = NULL;
 }
 GPUDL_API size_t gdl_arena_used(void) {
-    size_t s = gdl__host_arena.used;
+    size_t s = gdl__host_arena.used + gdl__hdr_arena[0].used + gdl__hdr_arena[1].used;
     int i;
     for (i = 0; i < GDL__MAX_GPUS; i++) s += gdl__gpu_arena[i].used;
     return s;
 }
 GPUDL_API size_t gdl_arena_reserved(void) {
-    size_t s = gdl__host_arena.reserved;
+    size_t s = gdl__host_arena.reserved + gdl__hdr_arena[0].reserved + gdl__hdr_arena[1].reserved;
     int i;
     for (i = 0; i < GDL__MAX_GPUS; i++) s += gdl__gpu_arena[i].reserved;
     return s;
@@ -1344,6 +1369,8 @@ static void gdl__gemm_release(void);
 GPUDL_API void gdl_shutdown(void) {
     int i;
     gdl__arena_release(&gdl__host_arena);
+    gdl__arena_release(&gdl__hdr_arena[0]);
+    gdl__arena_release(&gdl__hdr_arena[1]);
     for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
     gdl__tape = NULL;
     gdl__gemm_release();
@@ -1380,6 +1407,15 @@ static void *gdl__scratch(const char *op, gdl_device dev, size_t bytes) {
 enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2 };
 
 static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_PERSISTENT) != 0; }
+
+/* A temporary made before the last gdl_arena_reset: its memory holds this step's data now. -1 + error. */
+static int gdl__stale(const char *op, const char *arg, const gdl_tensor *t) {
+    if (gdl__is_persistent(t) || t->gen == gdl__arena_gen) return 0;
+    gdl__set_error("%s: %s is a temporary from before the last gdl_arena_reset(), whose memory now holds newer "
+                   "data: read what you need before the reset (gdl_item), or keep the tensor with gdl_clone()",
+                   op, arg);
+    return -1;
+}
 
 /* records an op on the autograd tape ([impl-ops]); gdl_to uses it */
 static struct gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int nin, gdl_tensor *const *in,
@@ -1434,7 +1470,7 @@ static gdl_tensor *gdl__make(const char *op, int ndim, const int64_t *shape, gdl
             return NULL;
         }
     } else {
-        t = (gdl_tensor *)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor));
+        t = (gdl_tensor *)gdl__arena_alloc(&gdl__hdr_arena[gdl__arena_gen & 1], sizeof(gdl_tensor));
         if (!t) {
             gdl__set_error("%s: out of memory in the step arena", op);
             return NULL;
@@ -1447,6 +1483,7 @@ static gdl_tensor *gdl__make(const char *op, int ndim, const int64_t *shape, gdl
     if (ndim) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
     t->numel = numel;
     t->flags = persistent ? GDL__T_PERSISTENT : 0;
+    t->gen = persistent ? 0 : gdl__arena_gen;
     if (data) {
         t->data = data;
     } else if (persistent) {
@@ -1730,6 +1767,7 @@ GPUDL_API int gdl_copy_(gdl_tensor *dst, const gdl_tensor *src) {
         gdl__null_arg("gdl_copy_", dst ? "src" : "dst");
         return -1;
     }
+    if (gdl__stale("gdl_copy_", "dst", dst) < 0 || gdl__stale("gdl_copy_", "src", src) < 0) return -1;
     if (dst->dtype != src->dtype || dst->numel != src->numel) {
         gdl__set_error("gdl_copy_: %s %s into %s %s: shapes or dtypes differ", gdl_dtype_name(src->dtype),
                        gdl_shape_str(src), gdl_dtype_name(dst->dtype), gdl_shape_str(dst));
@@ -1745,6 +1783,7 @@ GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev) {
         gdl__null_arg("gdl_to", "t");
         return NULL;
     }
+    if (gdl__stale("gdl_to", "t", t) < 0) return NULL;
     r = gdl__make("gdl_to", t->ndim, t->shape, t->dtype, dev, gdl__is_persistent(t), NULL);
     if (!r) return NULL;
     if (gdl_copy_(r, t) < 0) {
@@ -1768,6 +1807,7 @@ GPUDL_API gdl_tensor *gdl_clone(const gdl_tensor *t) {
         gdl__null_arg("gdl_clone", "t");
         return NULL;
     }
+    if (gdl__stale("gdl_clone", "t", t) < 0) return NULL;
     r = gdl__make("gdl_clone", t->ndim, t->shape, t->dtype, t->device, 1, NULL);
     if (r && gdl_copy_(r, t) < 0) {
         gdl_free(r);
@@ -1812,6 +1852,7 @@ GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {
         gdl__null_arg("gdl_to_dtype", "t");
         return NULL;
     }
+    if (gdl__stale("gdl_to_dtype", "t", t) < 0) return NULL;
     if (!(be = gdl__be("gdl_to_dtype", t->device))) return NULL;
     r = gdl__tmp("gdl_to_dtype", t->ndim, t->shape, dt, t->device);
     if (!r) return NULL;
@@ -1825,6 +1866,7 @@ GPUDL_API int gdl_copy_to_host(const gdl_tensor *t, void *dst, size_t bytes) {
         gdl__null_arg("gdl_copy_to_host", t ? "dst" : "t");
         return -1;
     }
+    if (gdl__stale("gdl_copy_to_host", "t", t) < 0) return -1;
     need = (size_t)t->numel * gdl_dtype_size(t->dtype);
     if (bytes < need) {
         gdl__set_error("gdl_copy_to_host: buffer of %.0f bytes is too small for %s %s (%.0f bytes)",
@@ -1840,6 +1882,7 @@ GPUDL_API double gdl_item(const gdl_tensor *t) {
         gdl__null_arg("gdl_item", "t");
         return NAN;
     }
+    if (gdl__stale("gdl_item", "t", t) < 0) return NAN;
     if (t->numel != 1) {
         gdl__set_error("gdl_item: tensor %s has %lld elements, expected 1", gdl_shape_str(t), (long long)t->numel);
         return NAN;
@@ -1882,6 +1925,7 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
         gdl__null_arg("gdl_print", t ? "f" : "t");
         return -1;
     }
+    if (gdl__stale("gdl_print", "t", t) < 0) return -1;
     bytes = (size_t)t->numel * gdl_dtype_size(t->dtype);
     h = (unsigned char *)GPUDL_MALLOC(bytes + 1);
     if (!h) {
@@ -3541,6 +3585,7 @@ static int gdl__check_in(const char *op, const char *arg, const gdl_tensor *t, i
         gdl__null_arg(op, arg);
         return -1;
     }
+    if (gdl__stale(op, arg, t) < 0) return -1;
     if (need_f32 && t->dtype != GDL_F32) {
         gdl__set_error("%s: %s must be f32, got %s %s", op, arg, gdl_dtype_name(t->dtype), gdl_shape_str(t));
         return -1;

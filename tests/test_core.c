@@ -436,6 +436,45 @@ TEST test_error_messages(void) {
     PASS();
 }
 
+/* A temporary kept across gdl_arena_reset(): its memory holds the next step's data, so every use of it
+   is refused with a message (a loss saved from the last step must not print this step's value). */
+TEST test_stale_temporary_refused(void) {
+    int64_t s[2] = {2, 3};
+    gdl_tensor *w = gdl_randn(2, s, CPU), *old, *now, *kept;
+    float host[6];
+    double v_old;
+    ASSERT_NOT_NULL(w);
+    ASSERT_EQ(0, gdl_set_requires_grad(w, 1));
+    gdl_arena_reset();
+    old = gdl_sum(gdl_mul_scalar(w, 2.0));
+    ASSERT_NOT_NULL(old);
+    v_old = gdl_item(old); /* fine within its step */
+    ASSERT(v_old == v_old);
+    ASSERT_NOT_NULL(kept = gdl_clone(old)); /* the way to keep it */
+    gdl_arena_reset();
+    now = gdl_sum(gdl_mul_scalar(w, 3.0));
+    ASSERT_NOT_NULL(now);
+    ASSERT(gdl_item(old) != gdl_item(old)); /* NaN */
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_item: t is a temporary from before the last gdl_arena_reset()");
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_clone");
+    ASSERT_NULL(gdl_add(now, old));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_add: b is a temporary from before the last gdl_arena_reset()");
+    ASSERT_EQ(-1, gdl_backward(old));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_backward: loss is a temporary");
+    ASSERT_NULL(gdl_clone(old));
+    ASSERT_NULL(gdl_to(old, CPU));
+    ASSERT_EQ(-1, gdl_copy_to_host(old, host, sizeof host));
+    ASSERT_EQ(-1, gdl_print(old, stderr));
+    /* this step's temporaries, the clone and persistent tensors work */
+    ASSERT_IN_RANGE(1.5 * v_old, gdl_item(now), 1e-5 * (1 + fabs(v_old)));
+    ASSERT_IN_RANGE(v_old, gdl_item(kept), 0);
+    ASSERT_EQ(0, gdl_backward(now));
+    gdl_free(kept);
+    gdl_free(w);
+    gdl_arena_reset();
+    PASS();
+}
+
 TEST test_index_errors(void) {
     float w[4] = {0, 1, 2, 3};
     int32_t idx[3] = {0, 2, 1}, tg[2] = {1, 5};
@@ -703,6 +742,7 @@ SUITE(errors) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_error_messages);
     RUN_TEST(test_index_errors);
+    RUN_TEST(test_stale_temporary_refused);
     RUN_TEST(test_factory_errors);
     RUN_TEST(test_failed_ops_leave_inputs_untouched);
 }

@@ -48,6 +48,10 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     fi
     expect 1 "not a gpudl metrics CSV" sh tools/plot.sh tools/plot.sh "$t/x.png"
     # a data folder given by --data, and the same through GPUDL_DATA
+    # README's "A training step", as a user copies it: it builds, trains an epoch and says how it went
+    sed -n '/^## A training step/,/^```$/p' README.md | sed '1,/^```c$/d;$d' > "$t/readme_step.c"
+    expect 0 "" cc -std=c99 -O2 -I. -DGPUDL_ZLIB -o "$t/readme_step" "$t/readme_step.c" -lz -lm -pthread
+    expect 0 "^epoch loss 0\.[0-9]*, train accuracy [0-9.]*%$" sh -c "cd '$t' && ./readme_step"
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 1 --data /usr/share/datasets/fashion-mnist --csv "$t/2.csv"
     expect 0 "test accuracy [0-9]" env GPUDL_DATA=/usr/share/datasets/fashion-mnist "$b/mnist_mlp" --epochs 1 --csv "$t/3.csv"
 else
