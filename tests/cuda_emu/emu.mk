@@ -28,8 +28,9 @@ $(EMU_B):
 	mkdir -p $(EMU_B)
 
 # plain: -O2 keeps the 200-step training tests quick
+# the runtime at -O3: its GEMM loop vectorises (a third off an example's epoch)
 $(EMU_B)/cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDR) | $(EMU_B)
-	$(CXX) $(EMU_CXXFLAGS) $(EMU_OPT) -c $< -o $@
+	$(CXX) $(EMU_CXXFLAGS) -O3 -g -c $< -o $@
 $(EMU_B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h $(EMU_HDR) | $(EMU_B)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_OPT) $(EMU_CU) -c $< -o $@
 $(B)/emu_test_cuda: tests/test_cuda.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
