@@ -342,6 +342,40 @@ TEST argmax_ties_and_nan(void) {
     PASS();
 }
 
+/* Embedding's backward adds rows that repeat, with atomics. Gradients of
+   ones make every sum an exact integer in any order, so one lost update
+   (a plain += racing between blocks) shows as a wrong count. Only blocks on
+   different emulator workers can race, so the kernel is made long enough
+   for them to overlap. */
+TEST embedding_backward_exact_counts(void) {
+    enum { N = 2000000, V = 3, D = 4 };
+    int64_t si[1] = {N}, sw[2] = {V, D};
+    int32_t *idx = (int32_t *)malloc(sizeof(int32_t) * N);
+    float g[V * D];
+    int64_t count[V] = {0};
+    gdl_tensor *ti, *w;
+    int i, v, k;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_NOT_NULL(idx);
+    for (i = 0; i < N; i++) count[idx[i] = (int32_t)((i * 7 + i / 5) % V)]++;
+    ASSERT_NOT_NULL(ti = gdl_from_array(idx, 1, si, GDL_I32, GPU));
+    ASSERT_NOT_NULL(w = gdl_zeros(2, sw, GDL_F32, GPU));
+    ASSERT_EQ(0, gdl_set_requires_grad(w, 1));
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_embedding(ti, w))));
+    ASSERT_EQ(0, gdl_copy_to_host(w->grad, g, sizeof g));
+    for (v = 0; v < V; v++)
+        for (k = 0; k < D; k++)
+            if (g[v * D + k] != (float)count[v])
+                FAILf("row %d column %d: gradient %.1f, the row occurs %lld times", v, k, (double)g[v * D + k],
+                      (long long)count[v]);
+    gdl_free(ti);
+    gdl_free(w);
+    free(idx);
+    gdl_arena_reset();
+    PASS();
+}
+
 /* ---- optimizers, clipping, anomaly mode ---- */
 
 /* Both devices get the same parameters and, each step, the same gradients
@@ -1061,6 +1095,7 @@ SUITE(kernel_paths) {
     }
     RUN_TEST(casts_all_pairs);
     RUN_TEST(argmax_ties_and_nan);
+    RUN_TEST(embedding_backward_exact_counts);
 }
 SUITE(optim) {
     static const opt_kind kinds[] = {
