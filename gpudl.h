@@ -5002,6 +5002,7 @@ typedef struct gdl__rd {
     unsigned char pb[2];
     size_t npb, ipb;
     int gz_err; /* a zlib error was seen */
+    int gz_corrupt; /* ... and it was bad data (a CRC or format error), not the stream ending early */
     int io_errno; /* a stdio read error was seen: its errno */
     char gz_msg[128];
 } gdl__rd;
@@ -5065,6 +5066,7 @@ static size_t gdl__rd_read(gdl__rd *r, void *dst, size_t n, int *err) {
                 const char *m = gzerror(r->gz, &zerr);
                 if (k < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
                     r->gz_err = 1;
+                    r->gz_corrupt = zerr == Z_DATA_ERROR;
                     snprintf(r->gz_msg, sizeof r->gz_msg, "%s", m ? m : "gzip error");
                     *err = 1;
                 }
@@ -5086,6 +5088,16 @@ static size_t gdl__rd_read(gdl__rd *r, void *dst, size_t n, int *err) {
 }
 
 /* " (gzip: unexpected end of file)", " (read error: ...)" or "" */
+/* A damaged gzip file is not a short one: say so (1), or leave the message to the caller (0). */
+static int gdl__rd_corrupt(const char *fn, const char *path, const gdl__rd *r) {
+    const char *m = r->gz_msg;
+    size_t pl = strlen(path);
+    if (!r->gz_corrupt) return 0;
+    if (strncmp(m, path, pl) == 0 && m[pl] == ':' && m[pl + 1] == ' ') m += pl + 2; /* zlib names the file too */
+    gdl__set_error("%s: %s: corrupt gzip data (zlib: %s): the file is damaged; fetch it again", fn, path, m);
+    return 1;
+}
+
 static const char *gdl__rd_why(const gdl__rd *r, char *buf, size_t cap) {
     if (r->gz_err) snprintf(buf, cap, " (gzip: %s)", r->gz_msg);
     else if (r->io_errno) snprintf(buf, cap, " (read error: %s)", gdl__strerr(r->io_errno));
@@ -5113,8 +5125,9 @@ GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
     memset(&res, 0, sizeof res);
     got = gdl__rd_read(&r, hdr, 4, &err);
     if (got < 4) {
-        gdl__set_error("%s: %s: truncated: expected a 4-byte magic number, got %zu bytes%s", fn, path,
-                       got, gdl__rd_why(&r, why, sizeof why));
+        if (!gdl__rd_corrupt(fn, path, &r))
+            gdl__set_error("%s: %s: truncated: expected a 4-byte magic number, got %zu bytes%s", fn, path,
+                           got, gdl__rd_why(&r, why, sizeof why));
         goto fail;
     }
     if (hdr[0] != 0 || hdr[1] != 0) {
@@ -5142,8 +5155,9 @@ GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
     hlen = 4 + 4 * (size_t)res.ndim;
     got = gdl__rd_read(&r, hdr + 4, hlen - 4, &err);
     if (got < hlen - 4) {
-        gdl__set_error("%s: %s: truncated header: expected %zu bytes, got %zu%s", fn, path, hlen,
-                       4 + got, gdl__rd_why(&r, why, sizeof why));
+        if (!gdl__rd_corrupt(fn, path, &r))
+            gdl__set_error("%s: %s: truncated header: expected %zu bytes, got %zu%s", fn, path, hlen,
+                           4 + got, gdl__rd_why(&r, why, sizeof why));
         goto fail;
     }
     bytes = res.elem_size;
@@ -5189,9 +5203,10 @@ GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
         } while (k_read == want && got < bytes && !err);
     }
     if (got < bytes) {
-        gdl__set_error("%s: %s: truncated: expected %llu bytes, got %llu%s", fn, path,
-                       (unsigned long long)(hlen + bytes),
-                       (unsigned long long)(hlen + got), gdl__rd_why(&r, why, sizeof why));
+        if (!gdl__rd_corrupt(fn, path, &r))
+            gdl__set_error("%s: %s: truncated: expected %llu bytes, got %llu%s", fn, path,
+                           (unsigned long long)(hlen + bytes),
+                           (unsigned long long)(hlen + got), gdl__rd_why(&r, why, sizeof why));
         goto fail;
     }
     {
@@ -5200,7 +5215,8 @@ GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
         size_t k;
         while ((k = gdl__rd_read(&r, extra, sizeof extra, &err)) > 0) more += k;
         if (err) {
-            gdl__set_error("%s: %s: read error after the data%s", fn, path, gdl__rd_why(&r, why, sizeof why));
+            if (!gdl__rd_corrupt(fn, path, &r))
+                gdl__set_error("%s: %s: read error after the data%s", fn, path, gdl__rd_why(&r, why, sizeof why));
             goto fail;
         }
         if (more) {
@@ -5211,7 +5227,8 @@ GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
         }
     }
     if (err) {
-        gdl__set_error("%s: %s: read error%s", fn, path, gdl__rd_why(&r, why, sizeof why));
+        if (!gdl__rd_corrupt(fn, path, &r))
+            gdl__set_error("%s: %s: read error%s", fn, path, gdl__rd_why(&r, why, sizeof why));
         goto fail;
     }
     if (res.elem_size > 1 && gdl__host_is_le()) gdl__bswap(data, res.elem_size, (size_t)res.count);
@@ -9774,7 +9791,20 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
         for (i = 0; i < c->n; i++)
             if (strcmp(f->entries[k].name, c->names[i]) == 0) break;
         if (i == c->n) {
-            gdl__set_error("%s: %s: unexpected tensor '%s' (not in the model)", op, path, f->entries[k].name);
+            const char *name = f->entries[k].name;
+            int is_ckpt = strncmp(name, "model.", 6) == 0 || strncmp(name, "optim.", 6) == 0;
+            if (is_ckpt && strcmp(op, "gdl_load_model") == 0)
+                gdl__set_error("%s: %s: this is a training checkpoint (it holds '%s'): load it with "
+                               "gdl_load_checkpoint, or save the model alone with gdl_save_model", op, path, name);
+            else if (strncmp(name, "optim.", 6) == 0)
+                gdl__set_error("%s: %s: the file holds optimizer state '%s' that this optimizer has no place for: "
+                               "it was saved from another kind of optimizer (Adam's exp_avg into SGD?) or with "
+                               "other parameters", op, path, name);
+            else if (!is_ckpt && strcmp(op, "gdl_load_checkpoint") == 0)
+                gdl__set_error("%s: %s: unexpected tensor '%s': this looks like a model file (gdl_save_model): "
+                               "load it with gdl_load_model", op, path, name);
+            else
+                gdl__set_error("%s: %s: unexpected tensor '%s' (not in the model)", op, path, name);
             return -1;
         }
     }
@@ -9785,7 +9815,11 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
         gdl_real *dst;
         int64_t j;
         if (!e) {
-            gdl__set_error("%s: %s: missing tensor '%s'", op, path, c->names[i]);
+            if (strncmp(c->names[i], "optim.", 6) == 0)
+                gdl__set_error("%s: %s: missing optimizer state '%s' (saved from another kind of optimizer, or "
+                               "without one?)", op, path, c->names[i]);
+            else
+                gdl__set_error("%s: %s: missing tensor '%s'", op, path, c->names[i]);
             return -1;
         }
         if (e->ndim != t->ndim || (t->ndim && memcmp(e->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))) {
@@ -9915,7 +9949,8 @@ static const char *gdl__meta_find(const char *op, const char *path, const gdl_st
     int i;
     for (i = 0; i < f->n_meta; i++)
         if (strcmp(f->meta_keys[i], key) == 0) return f->meta_vals[i];
-    gdl__set_error("%s: %s: metadata '%s' is missing (not a gpudl training checkpoint?)", op, path, key);
+    gdl__set_error("%s: %s: metadata '%s' is missing: not a gpudl training checkpoint (a model file saved with "
+                   "gdl_save_model loads with gdl_load_model)", op, path, key);
     return NULL;
 }
 

@@ -392,10 +392,17 @@ TEST idx_err_gz_corrupt(void) {
     gz = read_all(tp("full.gz"), &glen);
     ASSERT_NOT_NULL(gz);
     ASSERT_EQ(0, write_bytes(tp("half.gz"), gz, glen / 2));
-    free(gz);
     ASSERT(gdl_idx_load(tp("half.gz"), &x) != 0);
     ASSERT_CONTAINS(gdl_last_error(), "truncated");
     ASSERT_CONTAINS(gdl_last_error(), "half.gz");
+    /* a whole gzip with one damaged byte is corrupt, not truncated: its CRC fails */
+    gz[glen - 6] ^= 0xFF; /* inside the trailer's CRC-32 */
+    ASSERT_EQ(0, write_bytes(tp("flipped.gz"), gz, glen));
+    free(gz);
+    ASSERT(gdl_idx_load(tp("flipped.gz"), &x) != 0);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_idx_load: ");
+    ASSERT_CONTAINS(gdl_last_error(), "flipped.gz: corrupt gzip data (zlib: incorrect data check): the file is damaged");
+    ASSERT(strstr(gdl_last_error(), "truncated") == NULL);
     PASS();
 #endif
 }

@@ -214,6 +214,40 @@ TEST test_load_refuses_and_changes_nothing(void) {
     PASS();
 }
 
+/* Files of the wrong kind get a message that says which kind and what to call instead. */
+TEST test_load_wrong_kind_messages(void) {
+    gdl_module *a = small_net(5), *b = small_net(6);
+    gdl_optimizer *adam = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0), *sgd = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
+    char ck[256], mf[256];
+    ASSERT_NOT_NULL(adam);
+    ASSERT_NOT_NULL(sgd);
+    ASSERT_EQ(0, gdl_optim_add_module(adam, a, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(sgd, b, 0));
+    tmp_path(ck, sizeof ck, "adam.safetensors");
+    tmp_path(mf, sizeof mf, "model.safetensors");
+    ASSERT_EQ(0, gdl_save_checkpoint(ck, a, adam, NULL, 1));
+    ASSERT_EQ(0, gdl_save_model(a, mf));
+    /* an Adam checkpoint into SGD */
+    ASSERT_EQ(-1, gdl_load_checkpoint(ck, b, sgd, NULL, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "optimizer state 'optim.state.");
+    ASSERT_CONTAINS(gdl_last_error(), "another kind of optimizer");
+    /* a checkpoint into gdl_load_model */
+    ASSERT_EQ(-1, gdl_load_model(b, ck));
+    ASSERT_CONTAINS(gdl_last_error(), "this is a training checkpoint");
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_load_checkpoint");
+    /* a model file into gdl_load_checkpoint */
+    ASSERT_EQ(-1, gdl_load_checkpoint(mf, b, NULL, NULL, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "not a gpudl training checkpoint (a model file saved with gdl_save_model loads "
+                                      "with gdl_load_model)");
+    remove(ck);
+    remove(mf);
+    gdl_optim_free(adam);
+    gdl_optim_free(sgd);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    PASS();
+}
+
 TEST test_failed_save_keeps_previous_file(void) {
     gdl_module *a = small_net(5), *b = small_net(6), *c = small_net(7);
     char path[256];
@@ -392,6 +426,7 @@ SUITE(checkpoints) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_save_load_model);
     RUN_TEST(test_load_refuses_and_changes_nothing);
+    RUN_TEST(test_load_wrong_kind_messages);
     RUN_TEST(test_failed_save_keeps_previous_file);
     RUN_TEST(test_resume_is_exact);
     RUN_TEST(test_checkpoint_refuses_mismatch);
