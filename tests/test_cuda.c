@@ -350,13 +350,13 @@ TEST argmax_ties_and_nan(void) {
 TEST embedding_backward_exact_counts(void) {
     enum { N = 2000000, V = 3, D = 4 };
     int64_t si[1] = {N}, sw[2] = {V, D};
-    int32_t *idx = (int32_t *)malloc(sizeof(int32_t) * N);
+    int32_t *idx;
     float g[V * D];
     int64_t count[V] = {0};
     gdl_tensor *ti, *w;
     int i, v, k;
     if (!have_gpu()) SKIPm("no GPU");
-    ASSERT_NOT_NULL(idx);
+    ASSERT_NOT_NULL(idx = (int32_t *)malloc(sizeof(int32_t) * N));
     for (i = 0; i < N; i++) count[idx[i] = (int32_t)((i * 7 + i / 5) % V)]++;
     ASSERT_NOT_NULL(ti = gdl_from_array(idx, 1, si, GDL_I32, GPU));
     ASSERT_NOT_NULL(w = gdl_zeros(2, sw, GDL_F32, GPU));
