@@ -85,7 +85,7 @@ Config &cfg() {
     return c;
 }
 
-std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0};
+std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0}, n_graph{0};
 std::atomic<long> fail_alloc_at{-1}, fail_launch_at{-1}; /* counter value that fails; -1 none */
 
 std::mutex &diag_mu = *new std::mutex;   /* never destroyed, as G() below */
@@ -190,6 +190,11 @@ struct Op {
     std::vector<std::pair<Stream *, uint64_t>> waits;
 };
 
+struct Graph {
+    int dev;
+    std::vector<std::function<void()>> nodes; /* one captured stream: a chain */
+};
+
 struct Stream {
     int dev;
     unsigned flags;
@@ -198,6 +203,9 @@ struct Stream {
     uint64_t enq = 0, done = 0;
     bool stop = false;
     std::thread th;
+    Graph *cap = nullptr; /* capturing into it */
+    cudaStreamCaptureMode cap_mode = cudaStreamCaptureModeGlobal;
+    bool cap_invalid = false;
 };
 
 struct Event {
@@ -216,6 +224,7 @@ struct Globals {
     Device devs[16];
     std::set<Stream *> streams;
     std::set<Event *> events;
+    std::set<Graph *> graphs, execs;
 };
 Globals &G() {
     static Globals *g = new Globals;
@@ -226,6 +235,8 @@ Globals &G() {
 #define g_devs (G().devs)
 #define g_streams (G().streams)
 #define g_events (G().events)
+#define g_graphs (G().graphs)
+#define g_execs (G().execs)
 
 double now_s() {
     struct timespec ts;
@@ -265,9 +276,34 @@ bool idle_locked() {
     return true;
 }
 
-// queue fn on s with CUDA's legacy-stream ordering; returns its sequence number
+const uint64_t CAPTURED = ~(uint64_t)0; /* enqueue_locked's answer when it recorded into a graph */
+
+// Is a capture in global mode running (on dev, or anywhere with dev < 0)?
+// Then calls that may synchronise, and the legacy stream, are illegal.
+bool global_capture_locked(int dev) {
+    for (Stream *o : g_streams)
+        if (o->cap && o->cap_mode != cudaStreamCaptureModeRelaxed && (dev < 0 || o->dev == dev)) return true;
+    return false;
+}
+
+// an illegal call during capture ends every such capture as invalid
+cudaError_t capture_violation_locked(int dev, cudaError_t e, const char *what) {
+    for (Stream *o : g_streams)
+        if (o->cap && o->cap_mode != cudaStreamCaptureModeRelaxed && (dev < 0 || o->dev == dev)) {
+            o->cap_invalid = true;
+            diag("%s during stream capture: the capture is invalidated", what);
+        }
+    return e;
+}
+
+// queue fn on s with CUDA's legacy-stream ordering; returns its sequence
+// number, or CAPTURED when s is capturing (fn became a graph node)
 uint64_t enqueue_locked(Stream *s, std::function<void()> fn, std::vector<std::pair<Stream *, uint64_t>> waits = {}) {
     Device &D = g_devs[s->dev];
+    if (s->cap) {
+        s->cap->nodes.push_back(std::move(fn));
+        return CAPTURED;
+    }
     if (s->legacy) {
         for (Stream *o : D.streams)
             if (o != s && !(o->flags & cudaStreamNonBlocking) && o->enq > o->done) waits.push_back({o, o->enq});
@@ -1227,7 +1263,10 @@ extern "C" void gdl_emu_submit(const char *name, dim3 grid, dim3 block, size_t s
         set_err(e);
         return;
     }
-    Launch *L = new Launch;
+    std::shared_ptr<Launch> L(new Launch, [](Launch *l) {
+        l->destroy(l->ctx);
+        delete l;
+    });
     L->name = name;
     L->grid = grid;
     L->block = block;
@@ -1240,11 +1279,11 @@ extern "C" void gdl_emu_submit(const char *name, dim3 grid, dim3 block, size_t s
     L->nthreads = (unsigned)nthreads;
     L->number = num;
     std::lock_guard<std::mutex> l(g_mu);
-    enqueue_locked(s, [L] {
-        execute_launch(L);
-        L->destroy(L->ctx);
-        delete L;
-    });
+    if (s->legacy && global_capture_locked(s->dev)) {
+        set_err(capture_violation_locked(s->dev, cudaErrorStreamCaptureImplicit, "a launch on the legacy stream"));
+        return;
+    }
+    enqueue_locked(s, [L] { execute_launch(L.get()); });
 }
 
 // ---------------------------------------------------------------------------
@@ -1430,6 +1469,10 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorInvalidDevicePointer: return "cudaErrorInvalidDevicePointer";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     default: return "cudaErrorUnknown";
     }
 }
@@ -1449,6 +1492,10 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+    case cudaErrorIllegalState: return "the operation is not permitted in the current state";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     default: return "unknown error";
     }
 }
@@ -1521,6 +1568,11 @@ cudaError_t cudaMalloc(void **p, size_t size) {
     if (!p) return set_err(cudaErrorInvalidValue);
     *p = NULL;
     EMU_ENTER();
+    {
+        std::lock_guard<std::mutex> l(g_mu);
+        if (global_capture_locked(-1))
+            return set_err(capture_violation_locked(-1, cudaErrorStreamCaptureUnsupported, "cudaMalloc"));
+    }
     long fa = fail_alloc_at.load();
     if (fa >= 0 && id == fa) {
         fail_alloc_at.store(-1);
@@ -1551,6 +1603,8 @@ cudaError_t cudaFree(void *p) {
     EMU_ENTER();
     if (!p) return cudaSuccess;
     std::unique_lock<std::mutex> lk(g_mu);
+    if (global_capture_locked(-1))
+        return set_err(capture_violation_locked(-1, cudaErrorStreamCaptureUnsupported, "cudaFree"));
     Alloc A;
     {
         std::lock_guard<std::mutex> l(mem().mu);
@@ -1637,6 +1691,13 @@ static cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyK
     std::unique_lock<std::mutex> lk(g_mu);
     Stream *s = resolve_locked(st);
     if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    if (s->legacy && global_capture_locked(s->dev))
+        return set_err(capture_violation_locked(s->dev, cudaErrorStreamCaptureImplicit, fn));
+    if (s->cap && (!async || (from_host && !is_pinned(src)) || (to_host && !is_pinned(dst)))) {
+        s->cap_invalid = true;
+        diag("%s of pageable host memory, or synchronous, on a capturing stream: the capture is invalidated", fn);
+        return set_err(cudaErrorStreamCaptureUnsupported);
+    }
     std::shared_ptr<std::vector<char>> stage;
     const void *from = src;
     if (from_host && !is_pinned(src) && async) {
@@ -1647,7 +1708,7 @@ static cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyK
     uint64_t seq = enqueue_locked(s, [dst, from, n, stage] { memcpy(dst, from, n); });
     // synchronous unless device to device, or async with pinned (or staged) host memory
     bool wait = !async ? !(kd >= 0 && ks >= 0) : (to_host && !is_pinned(dst));
-    if (wait) {
+    if (wait && seq != CAPTURED) {
         ++n_sync;
         wait_seq_locked(lk, s, seq);
         maybe_protect_locked();
@@ -1677,6 +1738,8 @@ static cudaError_t memset_impl(void *p, int v, size_t n, cudaStream_t st, const 
     std::lock_guard<std::mutex> lk(g_mu);
     Stream *s = resolve_locked(st);
     if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    if (s->legacy && global_capture_locked(s->dev))
+        return set_err(capture_violation_locked(s->dev, cudaErrorStreamCaptureImplicit, fn));
     enqueue_locked(s, [p, v, n] { memset(p, v, n); });
     return cudaSuccess;
 }
@@ -1692,6 +1755,10 @@ cudaError_t cudaDeviceSynchronize(void) {
     if (!init_ok()) return set_err(cudaErrorNoDevice);
     ++n_sync;
     std::unique_lock<std::mutex> lk(g_mu);
+    for (Stream *o : g_devs[tl_dev].streams)
+        if (o->cap)
+            return set_err(capture_violation_locked(tl_dev, cudaErrorStreamCaptureUnsupported,
+                                                    "cudaDeviceSynchronize"));
     wait_device_locked(lk, tl_dev);
     maybe_protect_locked();
     return set_err(g_devs[tl_dev].sticky);
@@ -1750,6 +1817,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t st) {
     std::unique_lock<std::mutex> lk(g_mu);
     Stream *s = resolve_locked(st);
     if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    if (s->cap || (s->legacy && global_capture_locked(s->dev))) {
+        s->cap_invalid = s->cap != nullptr;
+        return set_err(capture_violation_locked(s->dev, cudaErrorStreamCaptureUnsupported, "cudaStreamSynchronize"));
+    }
     wait_seq_locked(lk, s, s->enq);
     maybe_protect_locked();
     return set_err(g_devs[s->dev].sticky);
@@ -1760,6 +1831,10 @@ cudaError_t cudaStreamQuery(cudaStream_t st) {
     std::lock_guard<std::mutex> l(g_mu);
     Stream *s = resolve_locked(st);
     if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    if (s->cap) {
+        s->cap_invalid = true;
+        return set_err(cudaErrorStreamCaptureUnsupported);
+    }
     return s->done == s->enq ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -1793,6 +1868,10 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st) {
     Event *e = (Event *)ev;
     Stream *s = resolve_locked(st);
     if (!g_events.count(e) || !s) return set_err(cudaErrorInvalidResourceHandle);
+    if (s->cap) { /* a marker inside the graph; fork/join across streams is not emulated */
+        enqueue_locked(s, [] {});
+        return cudaSuccess;
+    }
     e->recorded = false;
     e->s = s;
     e->seq = enqueue_locked(s, [e] {
@@ -1838,6 +1917,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t ev, unsigned int) {
     Stream *s = resolve_locked(st);
     if (!g_events.count(e) || !s) return set_err(cudaErrorInvalidResourceHandle);
     if (!e->s) return cudaSuccess; /* never recorded: no wait, as CUDA */
+    if (s->cap) { /* joining another stream into the capture */
+        s->cap_invalid = true;
+        diag("cudaStreamWaitEvent into a capturing stream: cross-stream capture is not emulated");
+        return set_err(cudaErrorStreamCaptureUnsupported);
+    }
     enqueue_locked(s, [] {}, {{e->s, e->seq}});
     return cudaSuccess;
 }
@@ -1851,6 +1935,111 @@ cudaError_t cudaRuntimeGetVersion(int *v) {
 cudaError_t cudaDriverGetVersion(int *v) {
     if (!v) return set_err(cudaErrorInvalidValue);
     *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+
+// ---- stream capture and graphs: one stream's work recorded as a chain of
+// nodes, replayed in order by cudaGraphLaunch
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t st, cudaStreamCaptureMode mode) {
+    EMU_ENTER();
+    std::lock_guard<std::mutex> l(g_mu);
+    Stream *s = resolve_locked(st);
+    if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    if (s->legacy) {
+        diag("cudaStreamBeginCapture: the legacy stream cannot be captured");
+        return set_err(cudaErrorStreamCaptureUnsupported);
+    }
+    if (s->cap) return set_err(cudaErrorIllegalState);
+    s->cap = new Graph;
+    s->cap->dev = s->dev;
+    s->cap_mode = mode;
+    s->cap_invalid = false;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t st, cudaGraph_t *pg) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    std::lock_guard<std::mutex> l(g_mu);
+    Stream *s = resolve_locked(st);
+    if (!s || !pg) return set_err(!s ? cudaErrorInvalidResourceHandle : cudaErrorInvalidValue);
+    if (!s->cap) return set_err(cudaErrorIllegalState);
+    Graph *g = s->cap;
+    s->cap = nullptr;
+    *pg = NULL;
+    if (s->cap_invalid) {
+        delete g;
+        return set_err(cudaErrorStreamCaptureInvalidated);
+    }
+    g_graphs.insert(g);
+    *pg = (cudaGraph_t)g;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t st, cudaStreamCaptureStatus *status) {
+    EMU_ENTER();
+    std::lock_guard<std::mutex> l(g_mu);
+    Stream *s = resolve_locked(st);
+    if (!s || !status) return set_err(!s ? cudaErrorInvalidResourceHandle : cudaErrorInvalidValue);
+    *status = !s->cap ? cudaStreamCaptureStatusNone
+              : s->cap_invalid ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pe, cudaGraph_t graph, unsigned long long) {
+    EMU_ENTER();
+    std::lock_guard<std::mutex> l(g_mu);
+    Graph *g = (Graph *)graph;
+    if (!pe || !g_graphs.count(g)) return set_err(cudaErrorInvalidValue);
+    Graph *x = new Graph(*g);
+    g_execs.insert(x);
+    *pe = (cudaGraphExec_t)x;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t ge, cudaStream_t st) {
+    EMU_ENTER();
+    ++n_graph;
+    std::lock_guard<std::mutex> l(g_mu);
+    Graph *x = (Graph *)ge;
+    Stream *s = resolve_locked(st);
+    if (!g_execs.count(x)) return set_err(cudaErrorInvalidValue);
+    if (!s) return set_err(cudaErrorInvalidResourceHandle);
+    if (s->dev != x->dev) {
+        diag("cudaGraphLaunch: a graph of cuda:%d launched on a stream of cuda:%d", x->dev, s->dev);
+        return set_err(cudaErrorInvalidValue);
+    }
+    if (s->legacy && global_capture_locked(s->dev))
+        return set_err(capture_violation_locked(s->dev, cudaErrorStreamCaptureImplicit, "cudaGraphLaunch"));
+    auto nodes = std::make_shared<std::vector<std::function<void()>>>(x->nodes);
+    int dev = s->dev;
+    enqueue_locked(s, [nodes, dev] {
+        for (auto &f : *nodes) {
+            {
+                std::lock_guard<std::mutex> k(g_mu);
+                if (g_devs[dev].sticky != cudaSuccess) return; /* a node faulted */
+            }
+            f();
+        }
+    });
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t ge) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    std::lock_guard<std::mutex> l(g_mu);
+    Graph *x = (Graph *)ge;
+    if (!g_execs.erase(x)) return set_err(cudaErrorInvalidValue);
+    delete x; /* a queued launch holds its own copy of the nodes */
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    std::lock_guard<std::mutex> l(g_mu);
+    Graph *g = (Graph *)graph;
+    if (!g_graphs.erase(g)) return set_err(cudaErrorInvalidValue);
+    delete g;
     return cudaSuccess;
 }
 
@@ -1873,6 +2062,7 @@ long gdl_emu_count(const char *what) {
     if (!strcmp(what, "launch")) return n_launch.load();
     if (!strcmp(what, "memcpy")) return n_memcpy.load();
     if (!strcmp(what, "sync")) return n_sync.load();
+    if (!strcmp(what, "graph")) return n_graph.load();
     return -1;
 }
 
@@ -2000,6 +2190,10 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
     std::lock_guard<std::mutex> l(g_mu);
     Stream *s = resolve_locked(H->stream);
     if (!s) return CUBLAS_STATUS_INVALID_VALUE;
+    if (s->legacy && global_capture_locked(s->dev)) {
+        capture_violation_locked(s->dev, cudaErrorStreamCaptureImplicit, fn);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     enqueue_locked(s, [=] {
         for (int b = 0; b < batch; b++)
             sgemm_cpu(TA, TB, m, n, k, al, A + b * sA, lda, B + b * sB, ldb, be, C + b * sC, ldc, round);

@@ -41,9 +41,16 @@
      (allocations end at a page boundary, rounded to 256 bytes); a write into
      the < 256-byte rounding slop is found at cudaFree, a read is not; an
      access that jumps over the guard page into other memory is not caught.
-   - no stream capture or graphs, no cudaStreamPerThread semantics (it is the
-     legacy stream), no peer access, no texture/constant memory, no
-     cooperative groups, no printf formatting differences.
+   - stream capture covers one stream (cudaStreamBeginCapture/EndCapture,
+     cudaGraphInstantiate/Launch/Destroy) with CUDA's main rules (no
+     cudaMalloc/cudaFree, legacy-stream work or synchronisation during a
+     global-mode capture; no pageable copies); fork/join of other streams
+     into a capture via events is refused, graphs are not editable, and
+     pointers are checked at capture time, not at replay.
+   - no cudaStreamPerThread semantics (it is the legacy stream), no peer
+     access, no texture/constant memory, no cooperative groups.
+   - cudaStreamDestroy waits for the stream's queued work (CUDA returns at
+     once and lets it finish).
    - device math is the host libm's: expf/logf/tanhf... may differ from CUDA's
      in the last ulp. */
 #ifndef GDL_CUDA_EMU_H

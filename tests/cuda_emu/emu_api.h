@@ -19,7 +19,8 @@ int gdl_emu_fail_launch(long k);
    "free" (cudaFree calls), "launch" (kernel launches, cuBLAS calls not
    included), "memcpy" (calls of cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync), "sync" (calls that made
    the host wait for the device: cudaDeviceSynchronize, cudaStreamSynchronize,
-   cudaEventSynchronize, synchronous copies, cudaFree). -1 for an unknown name. */
+   cudaEventSynchronize, synchronous copies, cudaFree), "graph" (cudaGraphLaunch
+   calls). -1 for an unknown name. */
 long gdl_emu_count(const char *what);
 /* The message of the last diagnostic the emulator reported (a kernel fault,
    a barrier or warp error, a bad copy or launch), "" if none. */

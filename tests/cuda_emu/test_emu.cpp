@@ -339,6 +339,68 @@ TEST pageable_async_copy_is_staged(void) {
     PASS();
 }
 
+__global__ void k_add_one(int *x, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] += 1;
+}
+
+TEST graph_capture_and_replay(void) {
+    int *x = (int *)dmalloc(64 * 4), *y = (int *)dmalloc(64 * 4), h[64];
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    cudaStreamCaptureStatus cs;
+    ASSERT_EQ(0, (int)cudaMemset(x, 0, 64 * 4));
+    ASSERT_EQ(0, (int)cudaDeviceSynchronize());
+    ASSERT_EQ(0, (int)cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ASSERT_EQ((int)cudaErrorStreamCaptureUnsupported, (int)cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal));
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ASSERT_EQ(0, (int)cudaStreamIsCapturing(s, &cs));
+    ASSERT_EQ((int)cudaStreamCaptureStatusActive, (int)cs);
+    LAUNCH(k_add_one, 1, 32, 0, s)(x, 64);
+    LAUNCH(k_add_one, 1, 32, 0, s)(x, 64);
+    ASSERT_EQ(0, (int)cudaMemcpyAsync(y, x, 64 * 4, cudaMemcpyDeviceToDevice, s));
+    ASSERT_EQ(0, (int)cudaStreamEndCapture(s, &g));
+    ASSERT_EQ(0, (int)cudaMemcpy(h, x, sizeof h, cudaMemcpyDeviceToHost));
+    ASSERT_EQ(0, h[0]); /* captured, not run */
+    ASSERT_EQ(0, (int)cudaGraphInstantiate(&ge, g, 0));
+    long g0 = gdl_emu_count("graph");
+    for (int r = 0; r < 3; r++) ASSERT_EQ(0, (int)cudaGraphLaunch(ge, s));
+    ASSERT_EQ(g0 + 3, gdl_emu_count("graph"));
+    ASSERT_EQ(0, (int)cudaStreamSynchronize(s));
+    ASSERT_EQ(0, (int)cudaMemcpy(h, y, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++) ASSERT_EQ(6, h[i]);
+    ASSERT_EQ(0, (int)cudaGraphExecDestroy(ge));
+    ASSERT_EQ(0, (int)cudaGraphDestroy(g));
+    // CUDA's rules: no cudaMalloc, no legacy-stream work, no synchronisation
+    // of the capturing stream, no pageable copies during a global capture;
+    // each ends the capture as invalidated
+    void *p = NULL;
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ASSERT_EQ((int)cudaErrorStreamCaptureUnsupported, (int)cudaMalloc(&p, 16));
+    ASSERT_EQ((int)cudaErrorStreamCaptureInvalidated, (int)cudaStreamEndCapture(s, &g));
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    LAUNCH(k_add_one, 1, 32, 0, 0)(x, 64);
+    ASSERT_EQ((int)cudaErrorStreamCaptureImplicit, (int)cudaGetLastError());
+    ASSERT_EQ((int)cudaErrorStreamCaptureInvalidated, (int)cudaStreamEndCapture(s, &g));
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ASSERT_EQ((int)cudaErrorStreamCaptureUnsupported, (int)cudaStreamSynchronize(s));
+    ASSERT_EQ((int)cudaErrorStreamCaptureInvalidated, (int)cudaStreamEndCapture(s, &g));
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ASSERT_EQ((int)cudaErrorStreamCaptureUnsupported, (int)cudaMemcpyAsync(x, h, 16, cudaMemcpyHostToDevice, s));
+    ASSERT_EQ((int)cudaErrorStreamCaptureInvalidated, (int)cudaStreamEndCapture(s, &g));
+    (void)cudaGetLastError();
+    // relaxed mode allows cudaMalloc
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    ASSERT_EQ(0, (int)cudaMalloc(&p, 16));
+    ASSERT_EQ(0, (int)cudaStreamEndCapture(s, &g));
+    ASSERT_EQ(0, (int)cudaGraphDestroy(g));
+    cudaFree(p);
+    cudaStreamDestroy(s);
+    cudaFree(x);
+    cudaFree(y);
+    PASS();
+}
+
 // ---------------------------------------------------------------------------
 // diagnostics: each one fires
 
@@ -605,6 +667,7 @@ SUITE(streams) {
     RUN_TEST(events_order_streams);
     RUN_TEST(legacy_stream_waits_for_blocking_streams);
     RUN_TEST(pageable_async_copy_is_staged);
+    RUN_TEST(graph_capture_and_replay);
 }
 SUITE(diagnostics) {
     RUN_TEST(diag_divergent_barrier);
