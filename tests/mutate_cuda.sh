@@ -14,6 +14,8 @@
 #   tests/mutate_cuda.sh NAME...    the mutants whose names contain a NAME
 #   tests/mutate_cuda.sh -l         list the mutants
 #   MUTATE_KEEP=1                   keep the scratch copy (its path is printed)
+#   MUTATE_REV=HEAD                 test a commit (git archive) instead of the
+#                                   working tree, e.g. while others edit it
 #
 # Each mutant is an exact-text replacement that must match exactly once in
 # gpudl_cuda.cu; one that does not (the source changed) is an error, reported
@@ -208,8 +210,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# a copy of the working tree without build outputs, data or history
-tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude=./data -cf - . | tar -C "$S" -xf -
+# a copy of the working tree (or of MUTATE_REV) without build outputs, data or history
+if [ -n "${MUTATE_REV:-}" ]; then
+    git -C "$ROOT" archive "$MUTATE_REV" | tar -C "$S" -xf -
+else
+    tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude=./data -cf - . | tar -C "$S" -xf -
+fi
 cp "$S/gpudl_cuda.cu" "$S/gpudl_cuda.cu.orig"
 mut check "$S/gpudl_cuda.cu.orig" || { echo "mutate_cuda.sh: the mutant list no longer fits gpudl_cuda.cu" >&2; exit 2; }
 
