@@ -39,8 +39,8 @@ ZLIBS = -lz
 endif
 LIBS = -pthread -lm $(ZLIBS)
 
-TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume
+TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume $(B)/test_monitor
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h
@@ -48,13 +48,20 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
 .PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda run deps data plot install uninstall bench cuda clean
 
-EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/device_query
-CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query
+EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/device_query $(B)/gpu_monitor
+CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
+                $(B)/cuda_gpu_monitor
 
 all: $(TESTS) $(EXAMPLES)
 
 $(B)/%: examples/%.c examples/example_args.h gpudl.h | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
+
+# the monitor reads NVML in a CPU build too; a stand-in NVML library for its tests
+$(B)/gpu_monitor: examples/gpu_monitor.c gpudl.h | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_NVML $< -o $@ $(LIBS)
+$(B)/libfake_nvml.so: tests/fake_nvml.c | $(B)
+	$(CC) $(STD) -O1 -shared -fPIC $< -o $@
 
 # one nvcc command per example, as README gives them
 $(B)/cuda_%: examples/%.c examples/example_args.h gpudl.h $(B)/gpudl_cuda.o | $(B)
@@ -137,6 +144,12 @@ $(B)/test_resume: tests/test_resume.c $(HDR) | $(B)
 $(B)/asan_test_resume: tests/test_resume.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $< -o $@ $(LIBS)
 
+# GPU monitoring through NVML's real code path, on the stand-in library
+$(B)/test_monitor: tests/test_monitor.c $(HDR) $(B)/libfake_nvml.so | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_NVML -DFAKE_NVML='"$(B)/libfake_nvml.so"' $< -o $@ $(LIBS)
+$(B)/asan_test_monitor: tests/test_monitor.c $(HDR) $(B)/libfake_nvml.so | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) -DGPUDL_NVML -DFAKE_NVML='"$(B)/libfake_nvml.so"' $< -o $@ $(LIBS)
+
 $(B)/asan_test_core: tests/test_core.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/asan_test_gradcheck: tests/test_gradcheck.c $(HDR) | $(B)
@@ -195,7 +208,7 @@ test-fuzz:
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 
 # the examples as a user runs them: flags, errors, a short training run
-test-examples: $(EXAMPLES)
+test-examples: $(EXAMPLES) $(B)/libfake_nvml.so
 	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_examples.sh
 
 # CI has no GPU: the CUDA backend and the CUDA builds must still compile and link.

@@ -65,6 +65,7 @@
    [api-data]   datasets, transforms, the DataLoader
    [api-nn]     modules, optimizers, learning-rate schedulers
    [api-train]  fit / evaluate, checkpoints (safetensors)
+   [api-monitor] GPU utilisation, memory, temperature, power (NVML)
    [backend]    the backend interface (a table of kernels) for gpudl_cuda.cu
    [impl-*]     the implementation: errors, memory, tensors, CPU kernels,
                 op table, ops, autograd
@@ -80,6 +81,8 @@
                           compiler targets AVX2, AVX-512 or NEON (for tests)
    GPUDL_ZLIB             read gzipped IDX files (link -lz)
    GPUDL_NO_THREADS       DataLoader workers run inline (no pthreads)
+   GPUDL_NVML             GPU monitoring (gdl_gpu_stats) in a CPU build too;
+                          on with GPUDL_CUDA. Uses dlopen (glibc < 2.34: -ldl)
    GPUDL_DOUBLE           compute in double precision on the CPU: the dtype
                           GDL_F32 then holds doubles. Used by the gradient
                           check tests; not for CUDA builds.
@@ -857,9 +860,10 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
    in place when f is a terminal, at most every 0.1 s and always for the last batch; on anything else it
    does nothing (a log file gets only the epoch lines). loss and accuracy are the epoch's running means
    (accuracy NaN: not shown), samples the epoch's count so far, t0 gdl_now() at the epoch's start.
+   gdl_fit adds the GPU's utilisation and memory (gdl_gpu_stats) when it trains on CUDA and NVML is there.
    gdl_print_epoch prints the epoch's line (replacing the bar); val_* NaN are left out. */
-GPUDL_API void gdl_progress_bar(FILE *f, int epoch, int epochs, int64_t batch, int64_t num_batches, double loss,
-                                double accuracy, int64_t samples, double t0);
+GPUDL_API int gdl_progress_bar(FILE *f, int epoch, int epochs, int64_t batch, int64_t num_batches, double loss,
+                               double accuracy, int64_t samples, double t0); /* 1 if it drew */
 GPUDL_API void gdl_print_epoch(FILE *f, int epochs, const gdl_epoch_stats *s);
 /* A per-epoch metrics CSV (epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec):
    gdl_metrics_csv_open writes the header (NULL + error); each gdl_metrics_csv_row appends one epoch and
@@ -879,6 +883,32 @@ GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer
                                   int64_t epoch);
 GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t *epoch);
+
+/* ---------------------------------------------------------------------------
+   [api-monitor]   What nvidia-smi shows, from NVIDIA's management library
+   (NVML), loaded at run time with dlopen: no link dependency, and a program
+   without the NVIDIA driver (CI, the CUDA emulator, a CPU-only machine)
+   gets a clear "NVML not available" error instead. GPUDL_NVML_LIB in the
+   environment names another library file (tests use a stand-in).
+   Enabled with GPUDL_CUDA or GPUDL_NVML; otherwise the calls fail with a
+   message saying how to enable them.
+       gdl_gpu_status s;
+       if (gdl_gpu_stats(0, &s) == 0) printf("%s %d%% %.1f GiB\n", s.name, s.utilization, s.memory_used / 1073741824.0);
+   ------------------------------------------------------------------------- */
+typedef struct gdl_gpu_status {
+    char name[96];
+    int utilization;            /* % of the last sample period a kernel ran; -1 if the GPU does not say */
+    int memory_utilization;     /* % of it device memory was read or written; -1 likewise */
+    size_t memory_used, memory_total; /* bytes */
+    int temperature;            /* degrees C; -1 if unknown */
+    double power, power_limit;  /* watts; NaN if unknown */
+    int sm_clock, memory_clock; /* MHz; -1 if unknown */
+} gdl_gpu_status;
+
+/* GPUs NVML sees (NVML's order, which is CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID). -1 + error. */
+GPUDL_API int gdl_gpu_count(void);
+/* The current figures of GPU index. 0 / -1 + error (NVML not available, no such GPU). */
+GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s);
 
 /* ---------------------------------------------------------------------------
    [backend]   A backend is a table of kernels on raw device pointers.
@@ -9394,19 +9424,37 @@ GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void 
     return rc < 0 ? -1 : 0;
 }
 
-GPUDL_API void gdl_progress_bar(FILE *f, int epoch, int epochs, int64_t b, int64_t nb, double loss,
-                                double accuracy, int64_t samples, double t0) {
+GPUDL_API int gdl_progress_bar(FILE *f, int epoch, int epochs, int64_t b, int64_t nb, double loss,
+                               double accuracy, int64_t samples, double t0) {
     static double last_draw; /* one bar at a time: a terminal shows one */
     double now = gdl_now(), el = now - t0, rate = el > 0 ? (double)samples / el : 0;
     double eta = b > 0 ? el * (double)(nb - b) / (double)b : 0;
     int width = 24, filled = nb > 0 ? (int)(width * b / nb) : width, i;
-    if (!f || !gdl__isatty(f) || (b != nb && b > 1 && now - last_draw < 0.1)) return;
+    if (!f || !gdl__isatty(f) || (b != nb && b > 1 && now - last_draw < 0.1)) return 0;
     last_draw = now;
     fprintf(f, "\repoch %d/%d [", epoch, epochs);
     for (i = 0; i < width; i++) fputc(i < filled ? '=' : (i == filled ? '>' : ' '), f);
     fprintf(f, "] %lld/%lld loss %.4f", (long long)b, (long long)nb, loss);
     if (accuracy == accuracy) fprintf(f, " acc %.2f%%", 100 * accuracy);
     fprintf(f, " %.0f samples/s ETA %.0fs   ", rate, eta);
+    fflush(f);
+    return 1;
+}
+
+/* After the bar, on CUDA: the GPU's load, as nvidia-smi would show it. NVML's index is taken to be CUDA's
+   (true with one GPU, or with CUDA_DEVICE_ORDER=PCI_BUS_ID). Silent without NVML. */
+static void gdl__progress_gpu(FILE *f, gdl_device dev) {
+    gdl_gpu_status s;
+    char saved[sizeof gdl__err];
+    if (dev.type != GDL_DEVICE_CUDA) return;
+    memcpy(saved, gdl__err, sizeof saved); /* a missing NVML is no error of the training */
+    if (gdl_gpu_stats(dev.index, &s) < 0) {
+        gdl__set_error("%s", saved);
+        return;
+    }
+    if (s.utilization >= 0) fprintf(f, "| GPU %d%% ", s.utilization);
+    else fprintf(f, "| GPU ");
+    fprintf(f, "%.1f/%.0f GiB   ", s.memory_used / 1073741824.0, s.memory_total / 1073741824.0);
     fflush(f);
 }
 
@@ -9633,9 +9681,9 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                     if (gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) rc = -1;
                 }
             }
-            if (tty)
-                gdl_progress_bar(log, epoch, o.epochs, b, nb, p.samples ? p.loss_sum / (double)p.samples : 0.0,
-                                 gdl__pass_acc(&p), p.samples, t0);
+            if (tty && gdl_progress_bar(log, epoch, o.epochs, b, nb, p.samples ? p.loss_sum / (double)p.samples : 0.0,
+                                        gdl__pass_acc(&p), p.samples, t0))
+                gdl__progress_gpu(log, x->device);
         }
         if (rc < 0) break;
         if (o.scheduler && !o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) {
@@ -10148,6 +10196,147 @@ done:
     gdl_st_free(&f);
     return rc;
 }
+
+/* ---------------------------------------------------------------------------
+   [impl-monitor]   NVML through dlopen. Only the few entry points used are
+   declared here, with NVML's documented types (nvmlDevice_t is a pointer;
+   nvmlReturn_t an int, 0 is success, 3 "not supported").
+   ------------------------------------------------------------------------- */
+#if (defined(GPUDL_CUDA) || defined(GPUDL_NVML)) && (defined(__unix__) || defined(__APPLE__))
+#include <dlfcn.h>
+typedef struct { unsigned int gpu, memory; } gdl__nvml_util;
+typedef struct { unsigned long long total, free, used; } gdl__nvml_mem;
+typedef struct gdl__nvml_dev *gdl__nvml_device;
+static struct {
+    int tried, ok;
+    char why[300];
+    int (*init)(void);
+    int (*count)(unsigned int *);
+    int (*handle)(unsigned int, gdl__nvml_device *);
+    int (*name)(gdl__nvml_device, char *, unsigned int);
+    int (*util)(gdl__nvml_device, gdl__nvml_util *);
+    int (*mem)(gdl__nvml_device, gdl__nvml_mem *);
+    int (*temp)(gdl__nvml_device, int, unsigned int *);
+    int (*power)(gdl__nvml_device, unsigned int *);
+    int (*limit)(gdl__nvml_device, unsigned int *);
+    int (*clock)(gdl__nvml_device, int, unsigned int *);
+    const char *(*errstr)(int);
+} gdl__nvml;
+
+/* Loads and initialises NVML once (the first caller's thread; a monitor is one thread). 0 / -1 + error. */
+static int gdl__nvml_load(const char *op) {
+    if (!gdl__nvml.tried) {
+        const char *lib = getenv("GPUDL_NVML_LIB");
+        void *h;
+        int rc;
+        gdl__nvml.tried = 1;
+        if (!lib || !lib[0]) lib = "libnvidia-ml.so.1";
+        if (!(h = dlopen(lib, RTLD_NOW | RTLD_LOCAL))) {
+            const char *e = dlerror();
+            snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available (%s): no NVIDIA driver here",
+                     e ? e : lib);
+        } else {
+            /* object to function pointer through memcpy: ISO C has no cast between them */
+#define GDL__NVML_SYM(field, sym)                                                   \
+            do {                                                                    \
+                void *p_ = dlsym(h, sym);                                           \
+                if (!p_) {                                                          \
+                    snprintf(gdl__nvml.why, sizeof gdl__nvml.why,                   \
+                             "NVML not available: %s has no %s (driver too old?)", lib, sym); \
+                    goto nvml_done;                                                 \
+                }                                                                   \
+                memcpy(&gdl__nvml.field, &p_, sizeof p_);                           \
+            } while (0)
+            GDL__NVML_SYM(init, "nvmlInit_v2");
+            GDL__NVML_SYM(count, "nvmlDeviceGetCount_v2");
+            GDL__NVML_SYM(handle, "nvmlDeviceGetHandleByIndex_v2");
+            GDL__NVML_SYM(name, "nvmlDeviceGetName");
+            GDL__NVML_SYM(util, "nvmlDeviceGetUtilizationRates");
+            GDL__NVML_SYM(mem, "nvmlDeviceGetMemoryInfo");
+            GDL__NVML_SYM(temp, "nvmlDeviceGetTemperature");
+            GDL__NVML_SYM(power, "nvmlDeviceGetPowerUsage");
+            GDL__NVML_SYM(limit, "nvmlDeviceGetEnforcedPowerLimit");
+            GDL__NVML_SYM(clock, "nvmlDeviceGetClockInfo");
+            GDL__NVML_SYM(errstr, "nvmlErrorString");
+#undef GDL__NVML_SYM
+            if ((rc = gdl__nvml.init()) != 0)
+                snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available: nvmlInit failed: %s",
+                         gdl__nvml.errstr(rc));
+            else
+                gdl__nvml.ok = 1;
+        nvml_done:
+            if (!gdl__nvml.ok) dlclose(h); /* kept open while in use: NVML has no clean unload */
+        }
+    }
+    if (!gdl__nvml.ok) gdl__set_error("%s: %s", op, gdl__nvml.why);
+    return gdl__nvml.ok ? 0 : -1;
+}
+
+GPUDL_API int gdl_gpu_count(void) {
+    unsigned int n = 0;
+    int rc;
+    if (gdl__nvml_load("gdl_gpu_count") < 0) return -1;
+    if ((rc = gdl__nvml.count(&n)) != 0) {
+        gdl__set_error("gdl_gpu_count: nvmlDeviceGetCount: %s", gdl__nvml.errstr(rc));
+        return -1;
+    }
+    return (int)n;
+}
+
+GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
+    static const char fn[] = "gdl_gpu_stats";
+    gdl__nvml_device d;
+    gdl__nvml_util u;
+    gdl__nvml_mem m;
+    unsigned int v;
+    int rc, n;
+    if (!s) {
+        gdl__null_arg(fn, "s");
+        return -1;
+    }
+    if ((n = gdl_gpu_count()) < 0) {
+        gdl__set_error("%s: %s", fn, gdl_last_error() + strlen("gdl_gpu_count: "));
+        return -1;
+    }
+    if (index < 0 || index >= n) {
+        gdl__set_error("%s: no GPU %d (NVML sees %d)", fn, index, n);
+        return -1;
+    }
+    if ((rc = gdl__nvml.handle((unsigned)index, &d)) != 0 || (rc = gdl__nvml.mem(d, &m)) != 0) {
+        gdl__set_error("%s: GPU %d: %s", fn, index, gdl__nvml.errstr(rc));
+        return -1;
+    }
+    memset(s, 0, sizeof *s);
+    s->memory_used = (size_t)m.used;
+    s->memory_total = (size_t)m.total;
+    if (gdl__nvml.name(d, s->name, sizeof s->name) != 0) snprintf(s->name, sizeof s->name, "GPU %d", index);
+    s->name[sizeof s->name - 1] = 0;
+    /* what a GPU does not report (3: not supported) is left unknown, not an error */
+    if (gdl__nvml.util(d, &u) == 0) {
+        s->utilization = (int)u.gpu;
+        s->memory_utilization = (int)u.memory;
+    } else {
+        s->utilization = s->memory_utilization = -1;
+    }
+    s->temperature = gdl__nvml.temp(d, 0 /* NVML_TEMPERATURE_GPU */, &v) == 0 ? (int)v : -1;
+    s->power = gdl__nvml.power(d, &v) == 0 ? v / 1000.0 : NAN;
+    s->power_limit = gdl__nvml.limit(d, &v) == 0 ? v / 1000.0 : NAN;
+    s->sm_clock = gdl__nvml.clock(d, 1 /* NVML_CLOCK_SM */, &v) == 0 ? (int)v : -1;
+    s->memory_clock = gdl__nvml.clock(d, 2 /* NVML_CLOCK_MEM */, &v) == 0 ? (int)v : -1;
+    return 0;
+}
+#else
+GPUDL_API int gdl_gpu_count(void) {
+    gdl__set_error("gdl_gpu_count: GPU monitoring is not compiled in: build with -DGPUDL_CUDA or -DGPUDL_NVML");
+    return -1;
+}
+GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
+    (void)index;
+    (void)s;
+    gdl__set_error("gdl_gpu_stats: GPU monitoring is not compiled in: build with -DGPUDL_CUDA or -DGPUDL_NVML");
+    return -1;
+}
+#endif
 
 #endif /* GPUDL_IMPLEMENTATION_DONE */
 #endif /* GPUDL_IMPLEMENTATION */

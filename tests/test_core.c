@@ -475,6 +475,19 @@ TEST test_stale_temporary_refused(void) {
     PASS();
 }
 
+/* A CPU build has no GPU monitoring compiled in, and says how to get it. */
+TEST test_gpu_monitor_not_compiled_in(void) {
+    gdl_gpu_status s;
+#if defined(GPUDL_CUDA) || defined(GPUDL_NVML)
+    SKIPm("built with GPU monitoring (tests/test_monitor.c covers it)");
+#endif
+    ASSERT_EQ(-1, gdl_gpu_count());
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_gpu_count: GPU monitoring is not compiled in: build with -DGPUDL_CUDA or -DGPUDL_NVML");
+    ASSERT_EQ(-1, gdl_gpu_stats(0, &s));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_gpu_stats: GPU monitoring is not compiled in");
+    PASS();
+}
+
 TEST test_index_errors(void) {
     float w[4] = {0, 1, 2, 3};
     int32_t idx[3] = {0, 2, 1}, tg[2] = {1, 5};
@@ -743,6 +756,7 @@ SUITE(errors) {
     RUN_TEST(test_error_messages);
     RUN_TEST(test_index_errors);
     RUN_TEST(test_stale_temporary_refused);
+    RUN_TEST(test_gpu_monitor_not_compiled_in);
     RUN_TEST(test_factory_errors);
     RUN_TEST(test_failed_ops_leave_inputs_untouched);
 }

@@ -1,0 +1,97 @@
+/* test_monitor.c — GPU monitoring (gdl_gpu_count, gdl_gpu_stats) through its
+   real NVML code path, dlopen included, against tests/fake_nvml.c built as a
+   shared library: the figures arrive with the right units, what a GPU does
+   not report is "unknown" and not an error, a bad index is refused, and a
+   machine without the NVIDIA library (or whose nvmlInit fails) gets a clear
+   "NVML not available". Built with -DGPUDL_NVML and FAKE_NVML="path". */
+#define _POSIX_C_SOURCE 200809L
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef FAKE_NVML
+#define FAKE_NVML "build/libfake_nvml.so"
+#endif
+
+TEST figures_from_nvml(void) {
+    gdl_gpu_status s;
+    ASSERT_EQ(2, gdl_gpu_count());
+    ASSERT_EQ(0, gdl_gpu_stats(0, &s));
+    ASSERT_STR_EQ("Fake H100 80GB HBM3", s.name);
+    ASSERT_EQ(87, s.utilization);
+    ASSERT_EQ(41, s.memory_utilization);
+    ASSERT_EQ(12884901888ll, (long long)s.memory_used);
+    ASSERT_EQ(85899345920ll, (long long)s.memory_total);
+    ASSERT_EQ(64, s.temperature);
+    ASSERT_IN_RANGE(312.5, s.power, 1e-9);
+    ASSERT_IN_RANGE(700.0, s.power_limit, 1e-9);
+    ASSERT_EQ(1980, s.sm_clock);
+    ASSERT_EQ(2619, s.memory_clock);
+    PASS();
+}
+
+TEST unsupported_fields_are_unknown(void) {
+    gdl_gpu_status s;
+    ASSERT_EQ(0, gdl_gpu_stats(1, &s));
+    ASSERT_STR_EQ("Fake Orin", s.name);
+    ASSERT_EQ(-1, s.utilization);
+    ASSERT_EQ(-1, s.memory_utilization);
+    ASSERT_EQ(-1, s.temperature);
+    ASSERT(s.power != s.power);
+    ASSERT(s.power_limit != s.power_limit);
+    ASSERT_EQ(1300, s.sm_clock);
+    ASSERT_EQ(8589934592ll, (long long)s.memory_total);
+    PASS();
+}
+
+TEST bad_arguments(void) {
+    gdl_gpu_status s;
+    ASSERT_EQ(-1, gdl_gpu_stats(2, &s));
+    ASSERT_STR_EQ("gdl_gpu_stats: no GPU 2 (NVML sees 2)", gdl_last_error());
+    ASSERT_EQ(-1, gdl_gpu_stats(-1, &s));
+    ASSERT_EQ(-1, gdl_gpu_stats(0, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_gpu_stats");
+    PASS();
+}
+
+/* In a child (NVML is loaded once per process): the library lib, FAKE_NVML_INIT_FAIL=fail.
+   0 if gdl_gpu_stats failed with a message containing want. */
+static int child_fails_with(const char *lib, int fail, const char *want) {
+    pid_t pid;
+    int status;
+    fflush(NULL);
+    if ((pid = fork()) == 0) {
+        gdl_gpu_status s;
+        setenv("GPUDL_NVML_LIB", lib, 1);
+        if (fail) setenv("FAKE_NVML_INIT_FAIL", "1", 1);
+        if (gdl_gpu_stats(0, &s) == 0) _exit(1);
+        if (!strstr(gdl_last_error(), want)) {
+            fprintf(stderr, "got: %s\n", gdl_last_error());
+            _exit(2);
+        }
+        _exit(gdl_gpu_count() == -1 && strstr(gdl_last_error(), "gdl_gpu_count: NVML not available") ? 0 : 3);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST without_nvml(void) {
+    ASSERT_EQ(0, child_fails_with("/nonexistent/libnvidia-ml.so.1", 0,
+                                  "gdl_gpu_stats: NVML not available (/nonexistent/libnvidia-ml.so.1"));
+    ASSERT_EQ(0, child_fails_with(FAKE_NVML, 1, "gdl_gpu_stats: NVML not available: nvmlInit failed: Driver Not Loaded"));
+    PASS();
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    HARNESS_MAIN_BEGIN(argc, argv);
+    RUN_TEST(without_nvml); /* first: forks before this process loads NVML */
+    setenv("GPUDL_NVML_LIB", FAKE_NVML, 1);
+    RUN_TEST(figures_from_nvml);
+    RUN_TEST(unsupported_fields_are_unknown);
+    RUN_TEST(bad_arguments);
+    HARNESS_MAIN_END();
+}
