@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -53,6 +54,7 @@ enum { EMU_SCHED_RR, EMU_SCHED_WARP, EMU_SCHED_REVTHREADS, EMU_SCHED_REVBLOCKS }
 
 struct Config {
     int devices = 1, sched = EMU_SCHED_RR, workers = 2, quiet = 0, protect = 1;
+    double timeout = 600; /* seconds a launch may run before the watchdog ends the process */
     size_t mem = (size_t)16384 << 20;
     size_t quarantine = (size_t)256 << 20;
 };
@@ -70,6 +72,7 @@ Config &cfg() {
         if ((e = getenv("GPUDL_EMU_MEM_MB")) && *e) k.mem = (size_t)atoll(e) << 20;
         if ((e = getenv("GPUDL_EMU_QUIET")) && *e) k.quiet = atoi(e);
         if ((e = getenv("GPUDL_EMU_PROTECT")) && *e) k.protect = atoi(e);
+        if ((e = getenv("GPUDL_EMU_TIMEOUT")) && *e) k.timeout = atof(e);
         if ((e = getenv("GPUDL_EMU_SCHED")) && *e) {
             if (!strcmp(e, "rr") || !strcmp(e, "round-robin")) k.sched = EMU_SCHED_RR;
             else if (!strcmp(e, "warp")) k.sched = EMU_SCHED_WARP;
@@ -917,7 +920,56 @@ Pool &pool() {
     return *p;
 }
 
+// The watchdog: a kernel that never ends (a spin on a flag nobody sets, a
+// loop that does not advance) would hang the test run; as a GPU's launch
+// timeout, end the process with a report naming the kernel.
+struct Running {
+    const Launch *L;
+    double t0;
+};
+std::mutex &run_mu = *new std::mutex;
+std::vector<Running> &running = *new std::vector<Running>;
+
+void watchdog_start() {
+    static bool once = [] {
+        if (cfg().timeout <= 0) return true;
+        std::thread([] {
+            for (;;) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                std::lock_guard<std::mutex> l(run_mu);
+                double now = now_s();
+                for (auto &r : running)
+                    if (now - r.t0 > cfg().timeout) {
+                        fprintf(stderr, "gpudl emu: kernel %s (launch #%ld) has run for %.0f s "
+                                "(GPUDL_EMU_TIMEOUT): a hang; ending the process\n",
+                                r.L->name.c_str(), r.L->number, now - r.t0);
+                        fflush(stderr);
+                        abort();
+                    }
+            }
+        }).detach();
+        return true;
+    }();
+    (void)once;
+}
+
 void execute_launch(Launch *L) {
+    watchdog_start();
+    {
+        std::lock_guard<std::mutex> l(run_mu);
+        running.push_back({L, now_s()});
+    }
+    struct Done {
+        const Launch *L;
+        ~Done() {
+            std::lock_guard<std::mutex> l(run_mu);
+            for (size_t i = 0; i < running.size(); i++)
+                if (running[i].L == L) {
+                    running.erase(running.begin() + (long)i);
+                    break;
+                }
+        }
+    } done{L};
     Job J;
     J.L = L;
     bool par = L->nblocks > 1 && cfg().workers > 1;

@@ -146,6 +146,11 @@ __global__ void k_write_byte(char *p, long i) {
 
 __global__ void k_nop(const float *) {}
 
+__global__ void k_spin(volatile int *x) {
+    while (x[0] != 12345) {
+    }
+}
+
 // ---------------------------------------------------------------------------
 // execution model
 
@@ -514,6 +519,31 @@ TEST diag_host_access_to_device_memory(void) {
     PASS();
 }
 
+// runs this program again in "hang" mode (see main) under a 1 s watchdog
+TEST diag_watchdog_ends_a_hung_kernel(void) {
+    int fd[2];
+    ASSERT_EQ(0, pipe(fd));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        setenv("GPUDL_EMU_TIMEOUT", "1", 1);
+        setenv("GDL_EMU_SELFTEST_HANG", "1", 1);
+        execl("/proc/self/exe", "test_emu", (char *)NULL);
+        _exit(3);
+    }
+    close(fd[1]);
+    char buf[1024] = {0};
+    ssize_t n = 0, k;
+    while (n < (ssize_t)sizeof buf - 1 && (k = read(fd[0], buf + n, sizeof buf - 1 - n)) > 0) n += k;
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ASSERT(WIFSIGNALED(st));
+    ASSERT_CONTAINS(buf, "kernel k_spin (launch #1) has run for");
+    PASS();
+}
+
 TEST diag_launch_checks(void) {
     float *p = (float *)dmalloc(64), host[4];
     LAUNCH(k_nop, 1, 2048, 0, 0)(p);
@@ -680,6 +710,7 @@ SUITE(diagnostics) {
     RUN_TEST(diag_write_into_rounding_slop);
     RUN_TEST(diag_use_after_free);
     RUN_TEST(diag_host_access_to_device_memory);
+    RUN_TEST(diag_watchdog_ends_a_hung_kernel);
     RUN_TEST(diag_launch_checks);
     RUN_TEST(diag_copy_checks);
 }
@@ -691,6 +722,12 @@ SUITE(runtime) {
 
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
+    if (getenv("GDL_EMU_SELFTEST_HANG")) { /* for diag_watchdog_ends_a_hung_kernel: never returns */
+        int *x = (int *)dmalloc(4);
+        LAUNCH(k_spin, 1, 32, 0, 0)(x);
+        cudaDeviceSynchronize();
+        return 0;
+    }
     setenv("GPUDL_EMU_DEVICES", "2", 0); /* the cross-device checks need two */
     setenv("GPUDL_EMU_QUIET", "1", 0);   /* the diagnostics are expected here */
     HARNESS_MAIN_BEGIN(argc, argv);
