@@ -70,7 +70,7 @@ $(B)/cuda_%: examples/%.c examples/example_args.h gpudl.h $(B)/gpudl_cuda.o | $(
 $(B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h | $(B)
 	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA -c gpudl_cuda.cu -o $@
 
-$(B)/cuda_bench_train: bench/train.c gpudl.h $(B)/gpudl_cuda.o | $(B)
+$(B)/cuda_bench_train: bench/train.c bench/bench_cpu.h gpudl.h $(B)/gpudl_cuda.o | $(B)
 	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -o $@
 
 cuda: $(CUDA_EXAMPLES) $(B)/cuda_bench_train

@@ -1,0 +1,49 @@
+/* bench_cpu.h — what the benchmarks print about the machine they ran on:
+   the CPU's model (and whether it is emulated), for bench/RESULTS.md. */
+#ifndef GPUDL_BENCH_CPU_H
+#define GPUDL_BENCH_CPU_H
+#include <stdio.h>
+#include <string.h>
+
+/* The CPU's model as /proc/cpuinfo names it ("model name" on x86; on ARM
+   boards "Model", else "Hardware", else the implementer/part codes), and
+   the architecture compiled for. Benchmark records must say which CPU. */
+static const char *bench_cpu_model(void) {
+    static char out[320];
+    static const char *const keys[] = {"model name", "Model", "Hardware", "CPU part"};
+    char found[4][256], line[512];
+    const char *arch =
+#if defined(__x86_64__) || defined(_M_X64)
+        "x86-64";
+#elif defined(__aarch64__)
+        "aarch64";
+#else
+        "other";
+#endif
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    int k;
+    for (k = 0; k < 4; k++) found[k][0] = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        for (k = 0; k < 4; k++) {
+            size_t n = strlen(keys[k]);
+            if (!found[k][0] && strncmp(line, keys[k], n) == 0 && (line[n] == ' ' || line[n] == '\t')) {
+                char *v = colon + 1;
+                while (*v == ' ' || *v == '\t') v++;
+                v[strcspn(v, "\n")] = 0;
+                snprintf(found[k], sizeof found[k], "%s%s", k == 3 ? "CPU part " : "", v);
+            }
+        }
+    }
+    if (f) fclose(f);
+    k = 0;
+    while (k < 4 && !found[k][0]) k++;
+    /* arm64 kernels print no "model name": seen here, it is an x86 host's
+       file passed through by qemu-user */
+    snprintf(out, sizeof out, "%s (%s%s)", k < 4 ? found[k] : "unknown CPU", arch,
+             k == 0 && strcmp(arch, "aarch64") == 0 ? ", emulated on this host" : "");
+    return out;
+}
+
+#endif
