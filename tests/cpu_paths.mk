@@ -79,11 +79,12 @@ test-aarch64: test-jetson-build $(B)/cpu-avx2/train_trace $(B)/cpu-portable/trai
 	AARCH64_QEMU=$(AARCH64_QEMU) AARCH64_SYSROOT=$(AARCH64_SYSROOT) sh tests/cpu_paths.sh aarch64 $(B)
 
 test-jetson-build:
-	@test -x "$(NVCC)" || { echo "nvcc not found (set NVCC=...)"; exit 1; }
-	$(MAKE) --no-print-directory B=$(B)/jetson CUDA_ARCH="$(JETSON_ARCH)" $(B)/jetson/gpudl_cuda.o $(B)/jetson/cuda_mnist_mlp
-	@grep -qa sm_87 $(B)/jetson/gpudl_cuda.o && grep -qa sm_87 $(B)/jetson/cuda_mnist_mlp || \
-	  { echo "test-jetson-build: no sm_87 code in $(B)/jetson"; exit 1; }
-	@echo "jetson: gpudl_cuda.cu and cuda_mnist_mlp compiled for sm_87 (Orin): 1 passed, 0 failed, 0 skipped"
+	@if ! test -x "$(NVCC)"; then \
+	  echo "SKIPPED: nvcc not found (set NVCC=...): the sm_87 (Jetson) build was not checked"; exit 0; fi; \
+	$(MAKE) --no-print-directory B=$(B)/jetson CUDA_ARCH="$(JETSON_ARCH)" $(B)/jetson/gpudl_cuda.o $(B)/jetson/cuda_mnist_mlp && \
+	{ grep -qa sm_87 $(B)/jetson/gpudl_cuda.o && grep -qa sm_87 $(B)/jetson/cuda_mnist_mlp || \
+	  { echo "test-jetson-build: no sm_87 code in $(B)/jetson"; exit 1; }; } && \
+	echo "jetson: gpudl_cuda.cu and cuda_mnist_mlp compiled for sm_87 (Orin): 1 passed, 0 failed, 0 skipped"
 
 # kept, so that a second `make` finds everything up to date
 .SECONDARY: $(addsuffix /tgk_portable.o,$(CPUP_DIRS) $(A64))
