@@ -376,6 +376,38 @@ TEST embedding_backward_exact_counts(void) {
     PASS();
 }
 
+/* A GEMM with K = 0 sets C = beta*C with beta = 0: C must become 0 without
+   being read, or NaN left in reused memory (0 * NaN = NaN) leaks through.
+   The step arena hands out the same addresses after a reset, so the output
+   lands where a NaN-filled temporary was. */
+TEST gemm_k0_does_not_read_c(void) {
+    int64_t sn[1] = {4096}, sa[2] = {3, 0}, sb[2] = {0, 4}, sx[2] = {5, 0}, sw[2] = {6, 0}, sbias[1] = {6};
+    gdl_tensor *neg, *a, *b, *x, *w, *bias, *c;
+    float h[30];
+    int i, round;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_NOT_NULL(neg = gdl_full(1, sn, -1.0, GDL_F32, GPU));
+    ASSERT_NOT_NULL(a = gdl_zeros(2, sa, GDL_F32, GPU));
+    ASSERT_NOT_NULL(b = gdl_zeros(2, sb, GDL_F32, GPU));
+    ASSERT_NOT_NULL(x = gdl_zeros(2, sx, GDL_F32, GPU));
+    ASSERT_NOT_NULL(w = gdl_zeros(2, sw, GDL_F32, GPU));
+    ASSERT_NOT_NULL(bias = gdl_full(1, sbias, 0.5, GDL_F32, GPU));
+    for (round = 0; round < 2; round++) {
+        gdl_arena_reset();
+        ASSERT_NOT_NULL(gdl_log(neg)); /* 16 KiB of NaN at the start of the arena */
+        gdl_arena_reset();
+        c = round == 0 ? gdl_matmul(a, b) : gdl_linear(x, w, bias);
+        ASSERT_NOT_NULL(c);
+        ASSERT_EQ(0, gdl_copy_to_host(c, h, sizeof(float) * (size_t)c->numel));
+        for (i = 0; i < c->numel; i++)
+            if (h[i] != (round == 0 ? 0.0f : 0.5f))
+                FAILf("%s with an empty inner dimension: element %d is %g", round ? "linear" : "matmul", i, (double)h[i]);
+    }
+    gdl_free(neg); gdl_free(a); gdl_free(b); gdl_free(x); gdl_free(w); gdl_free(bias);
+    gdl_arena_reset();
+    PASS();
+}
+
 /* ---- optimizers, clipping, anomaly mode ---- */
 
 /* Both devices get the same parameters and, each step, the same gradients
@@ -1096,6 +1128,7 @@ SUITE(kernel_paths) {
     RUN_TEST(casts_all_pairs);
     RUN_TEST(argmax_ties_and_nan);
     RUN_TEST(embedding_backward_exact_counts);
+    RUN_TEST(gemm_k0_does_not_read_c);
 }
 SUITE(optim) {
     static const opt_kind kinds[] = {
