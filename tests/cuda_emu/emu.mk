@@ -79,7 +79,7 @@ test-emu: emu-build
 	sh tests/run.sh $(EMU_RUNS)
 
 # the examples on the emulator (they pick the GPU when one is available)
-$(B)/emu_%: examples/%.c gpudl.h $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
+$(B)/emu_%: examples/%.c examples/example_args.h gpudl.h $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_CUDA -DGPUDL_EMU $(ZFLAGS) -c $< -o $(EMU_B)/$*.o
 	$(CXX) $(EMU_B)/$*.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
