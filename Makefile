@@ -46,7 +46,7 @@ SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover
 HDR = gpudl.h tests/harness.h tests/op_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
-.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda run deps data plot install uninstall bench cuda clean
+.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda run deps data plot mutate-cuda install uninstall bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/device_query $(B)/gpu_monitor
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
@@ -85,6 +85,10 @@ run:
 
 deps:
 	@sh tools/deps.sh test
+
+# the GPU suite's mutation check: 39 planted kernel bugs, one at a time, on the emulator (minutes)
+mutate-cuda:
+	sh tests/mutate_cuda.sh
 
 # the loss and accuracy curves of make run's metrics CSV, as a PNG
 plot:
