@@ -1376,14 +1376,14 @@ static void gdl__arena_release(gdl__arena *a) {
 
 GPUDL_API void gdl_arena_reset(void) {
     int i;
-    if (++gdl__arena_gen == 0) gdl__arena_gen = 1;
+    if (++gdl__arena_gen == 0) gdl__arena_gen = 2; /* never 0, and the parity keeps alternating */
     gdl__arena_reset(&gdl__hdr_arena[gdl__arena_gen & 1]);
     gdl__arena_reset(&gdl__host_arena);
     for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_reset(&gdl__gpu_arena[i]);
     gdl__tape = NULL;
 }
 GPUDL_API size_t gdl_arena_used(void) {
-    size_t s = gdl__host_arena.used + gdl__hdr_arena[0].used + gdl__hdr_arena[1].used;
+    size_t s = gdl__host_arena.used + gdl__hdr_arena[gdl__arena_gen & 1].used; /* this step's headers only */
     int i;
     for (i = 0; i < GDL__MAX_GPUS; i++) s += gdl__gpu_arena[i].used;
     return s;
@@ -4919,6 +4919,7 @@ GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
 #include <dirent.h> /* opendir: stale temporaries of killed saves */
 #include <sys/stat.h> /* mkdir: gdl_fit's checkpoint_dir */
 #include <signal.h> /* kill(pid, 0): is a process alive */
+#include <fcntl.h>  /* a save locks its temporary: a live writer's is never removed */
 #define GDL__HAVE_POSIX 1
 #if !defined(__cplusplus) && !defined(fileno)
 /* POSIX <stdio.h> declares it, but -std=c99 hides it; the declaration is identical. */
@@ -6312,9 +6313,14 @@ static int gdl__fsync_file(FILE *f) {
 
 #if defined(GDL__HAVE_POSIX)
 /* A save killed mid-write leaves path.tmp.<pid>.<n> behind. Before writing,
-   remove those whose process is gone, so that killed saves do not pile up;
-   this process's own and those of live processes (which may be writing) are
-   left alone. A pid reused since keeps its file: harmless, only not removed. */
+   remove those whose process is gone, so that killed saves do not pile up.
+   Only names of exactly that form are touched; this process's own are left
+   alone, and so are those of live processes: kill(pid, 0) says whether the
+   pid lives here, and since a pid from another PID namespace or host (a
+   shared volume) means nothing here, a temporary is removed only if its
+   write lock can also be taken (a writer holds one while it writes; the
+   kernel drops it when the writer dies). A pid reused since keeps its file:
+   harmless, only not removed. */
 static void gdl__st_remove_stale_temporaries(const char *path) {
     char dirname[4096], full[4352];
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
@@ -6338,10 +6344,21 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
         if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0) continue;
         rest = e->d_name + bl + 5;
         pid = strtol(rest, &end, 10);
-        if (end == rest || *end != '.' || pid <= 0 || pid == (long)getpid()) continue;
+        if (end == rest || *end != '.' || pid <= 0 || pid > 0x7fffffffL || pid == (long)getpid()) continue;
+        rest = end + 1; /* the counter: digits to the end of the name */
+        if (*rest < '0' || *rest > '9' || rest[strspn(rest, "0123456789")] != 0) continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
         snprintf(full, sizeof full, "%s/%s", dirname, e->d_name);
-        remove(full);
+        {
+            struct flock lk;
+            int fd = open(full, O_RDWR);
+            if (fd < 0) continue;
+            memset(&lk, 0, sizeof lk);
+            lk.l_type = F_WRLCK;
+            lk.l_whence = SEEK_SET;
+            if (fcntl(fd, F_SETLK, &lk) == 0) remove(full); /* nobody writes it */
+            close(fd);
+        }
     }
     closedir(d);
 }
@@ -6494,6 +6511,15 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
     snprintf(tmp, strlen(path) + 64, "%s.tmp.%u", path, ++counter);
 #endif
     f = fopen(tmp, "wb");
+#if defined(GDL__HAVE_POSIX)
+    if (f) { /* held until the file is closed: see gdl__st_remove_stale_temporaries (no lock: NFS without lockd) */
+        struct flock lk;
+        memset(&lk, 0, sizeof lk);
+        lk.l_type = F_WRLCK;
+        lk.l_whence = SEEK_SET;
+        (void)fcntl(fileno(f), F_SETLK, &lk);
+    }
+#endif
     if (!f) {
         gdl__set_error("%s: %s: cannot create temporary file %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
@@ -9463,7 +9489,8 @@ GPUDL_API void gdl_print_epoch(FILE *f, int epochs, const gdl_epoch_stats *st) {
     if (tty) fputc('\r', f);
     fprintf(f, "epoch %d/%d: loss %.4f", st->epoch, epochs, st->loss);
     if (st->accuracy == st->accuracy) fprintf(f, " acc %.2f%%", 100 * st->accuracy);
-    if (st->val_loss == st->val_loss) fprintf(f, " val_loss %.4f", st->val_loss);
+    /* a diverged validation (NaN loss, a counted accuracy) still shows its loss */
+    if (st->val_loss == st->val_loss || st->val_accuracy == st->val_accuracy) fprintf(f, " val_loss %.4f", st->val_loss);
     if (st->val_accuracy == st->val_accuracy) fprintf(f, " val_acc %.2f%%", 100 * st->val_accuracy);
     fprintf(f, " %.2fs %.0f samples/s%s\n", st->seconds, st->samples_per_sec, tty ? "                    " : "");
     fflush(f);
@@ -9503,13 +9530,15 @@ typedef struct gdl__fit_state {
     int64_t batch;        /* batches of it done */
     int64_t loader_epoch; /* the train loader's epoch number */
     int64_t num_batches;  /* the loader's batches per epoch, checked on resume */
+    int64_t val_epoch;    /* the validation loader's epoch number (its transforms depend on it); -1 without */
     double loss_sum;      /* the epoch's running metrics (gdl__pass) */
+    double seconds;       /* the epoch's training time so far */
     int64_t samples, correct, counted;
 } gdl__fit_state;
 static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                          const gdl__fit_state *fs);
 static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                         gdl__fit_state *fs);
+                         gdl__fit_state *fs, int64_t num_batches, int epochs);
 
 /* The metrics CSV of a resumed run: the rows of epochs before `from` are kept (rewritten atomically), the
    rest dropped, and the file is opened for appending. A missing file is started anew. NULL + error. */
@@ -9591,22 +9620,14 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
 #endif
         if (o.resume && (probe = fopen(ckpath, "rb")) != NULL) {
             fclose(probe);
-            if (gdl__fit_load(ckpath, m, opt, o.scheduler, &fs) < 0) {
+            /* checked before anything changes; then model, optimizer, scheduler and generator at once */
+            if (gdl__fit_load(ckpath, m, opt, o.scheduler, &fs, nb, o.epochs) < 0) {
                 GPUDL_FREE(ckpath);
                 return -1;
             }
-            if (fs.num_batches != nb || fs.epoch < 1 || fs.epoch > o.epochs || fs.batch < 0 || fs.batch > nb) {
-                gdl__set_error("gdl_fit: cannot resume from %s: it was taken at epoch %lld, batch %lld of a loader "
-                               "with %lld batches per epoch; this run has %d epochs of %lld batches", ckpath,
-                               (long long)fs.epoch, (long long)fs.batch, (long long)fs.num_batches, o.epochs,
-                               (long long)nb);
-                GPUDL_FREE(ckpath);
-                return -1;
-            }
-            if (gdl_loader_set_position(train, (uint64_t)fs.loader_epoch, fs.batch) < 0) {
-                GPUDL_FREE(ckpath);
-                return -1;
-            }
+            /* cannot fail: the position was checked against this loader */
+            gdl_loader_set_position(train, (uint64_t)fs.loader_epoch, fs.batch);
+            if (o.val && fs.val_epoch >= 0) gdl_loader_set_epoch(o.val, (uint64_t)fs.val_epoch);
             resumed = 1;
             start_epoch = (int)fs.epoch;
             if (o.verbose)
@@ -9615,8 +9636,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         }
     }
     if (o.csv_path && !(csv = resumed ? gdl__csv_resume(o.csv_path, start_epoch) : gdl_metrics_csv_open(o.csv_path))) {
-        gdl__set_error("gdl_fit: cannot write the metrics CSV %s", o.csv_path);
-        GPUDL_FREE(ckpath);
+        GPUDL_FREE(ckpath); /* the error says which file and why */
         return -1;
     }
     memset(&p, 0, sizeof p);
@@ -9638,6 +9658,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         p.samples = p.correct = p.counted = 0;
         if (resumed && epoch == start_epoch) { /* the epoch the checkpoint was taken in, part done */
             b = fs.batch;
+            t0 -= fs.seconds; /* its time so far counts, for the rate and the CSV */
             p.loss_sum = fs.loss_sum;
             p.samples = fs.samples;
             p.correct = fs.correct;
@@ -9674,6 +9695,8 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                     fs.batch = b;
                     fs.loader_epoch = (int64_t)gdl_loader_epoch(train);
                     fs.num_batches = nb;
+                    fs.val_epoch = o.val ? (int64_t)gdl_loader_epoch(o.val) : -1;
+                    fs.seconds = gdl_now() - t0;
                     fs.loss_sum = p.loss_sum;
                     fs.samples = p.samples;
                     fs.correct = p.correct;
@@ -9972,7 +9995,7 @@ GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
 }
 
 /* metadata of a training checkpoint */
-#define GDL__META_MAX 80
+#define GDL__META_MAX 96 /* 6 + 2 per group (32 at most) + 1 + 12 fit.* keys, with room */
 typedef struct gdl__meta {
     int n;
     char keys[GDL__META_MAX][48];
@@ -10067,7 +10090,9 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         gdl__meta_add(md, "fit.batch", "%lld", (long long)fs->batch);
         gdl__meta_add(md, "fit.loader_epoch", "%lld", (long long)fs->loader_epoch);
         gdl__meta_add(md, "fit.num_batches", "%lld", (long long)fs->num_batches);
+        gdl__meta_add(md, "fit.val_epoch", "%lld", (long long)fs->val_epoch);
         gdl__meta_add(md, "fit.loss_sum", "%.17g", fs->loss_sum);
+        gdl__meta_add(md, "fit.seconds", "%.17g", fs->seconds);
         gdl__meta_add(md, "fit.samples", "%lld", (long long)fs->samples);
         gdl__meta_add(md, "fit.correct", "%lld", (long long)fs->correct);
         gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
@@ -10092,27 +10117,56 @@ static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     return gdl__checkpoint_save("gdl_fit", path, m, opt, sched, fs->epoch, fs);
 }
 
-/* gdl_fit's position from the checkpoint at path, then the checkpoint itself (all or nothing). 0 / -1. */
+/* gdl_fit's position from the checkpoint at path, checked against this run (num_batches, epochs) before
+   anything changes; then the checkpoint itself (all or nothing). 0 / -1. */
 static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                         gdl__fit_state *fs) {
+                         gdl__fit_state *fs, int64_t num_batches, int epochs) {
     static const char op[] = "gdl_fit";
-    static const char *const keys[8] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
-                                        "fit.loss_sum", "fit.samples", "fit.correct", "fit.counted"};
-    double v[8];
+    static const char *const keys[10] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
+                                         "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
+                                         "fit.correct", "fit.counted"};
+    double v[10];
     gdl_st_file f;
     int i, rc = 0;
     if (gdl_st_read(path, &f) < 0) return -1;
-    for (i = 0; i < 8 && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
+    for (i = 0; i < f.n_meta && strncmp(f.meta_keys[i], "fit.", 4) != 0; i++) {
+    }
+    if (i == f.n_meta) {
+        gdl__set_error("%s: cannot resume from %s: it holds no gdl_fit position (fit.* metadata); only checkpoints "
+                       "written by gdl_fit's checkpoint_every can be resumed from", op, path);
+        gdl_st_free(&f);
+        return -1;
+    }
+    for (i = 0; i < 10 && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
     gdl_st_free(&f);
     if (rc < 0) return -1;
+    /* integers in range before they are cast (a damaged file may hold anything, NaN included) */
+    for (i = 0; i < 10; i++)
+        if (i != 5 && i != 6 && !(v[i] >= -1 && v[i] <= 9e15 && v[i] == (double)(int64_t)v[i])) {
+            gdl__set_error("%s: %s: metadata '%s' is not a valid count: %g", op, path, keys[i], v[i]);
+            return -1;
+        }
+    if (!(v[5] == v[5] && v[6] >= 0)) {
+        gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
+        return -1;
+    }
+    if ((int64_t)v[3] != num_batches || v[0] < 1 || v[0] > epochs || v[1] < 0 || v[1] > num_batches ||
+        v[2] < 0 || v[7] < 0 || v[8] < 0 || v[9] < 0) {
+        gdl__set_error("%s: cannot resume from %s: it was taken at epoch %.0f, batch %.0f of a loader with %.0f "
+                       "batches per epoch; this run has %d epochs of %lld batches", op, path, v[0], v[1], v[3],
+                       epochs, (long long)num_batches);
+        return -1;
+    }
     fs->epoch = (int64_t)v[0];
     fs->batch = (int64_t)v[1];
     fs->loader_epoch = (int64_t)v[2];
     fs->num_batches = (int64_t)v[3];
-    fs->loss_sum = v[4]; /* printed with %.17g: exact */
-    fs->samples = (int64_t)v[5];
-    fs->correct = (int64_t)v[6];
-    fs->counted = (int64_t)v[7];
+    fs->val_epoch = (int64_t)v[4];
+    fs->loss_sum = v[5]; /* printed with %.17g: exact */
+    fs->seconds = v[6];
+    fs->samples = (int64_t)v[7];
+    fs->correct = (int64_t)v[8];
+    fs->counted = (int64_t)v[9];
     return gdl_load_checkpoint(path, m, opt, sched, NULL);
 }
 
@@ -10295,7 +10349,9 @@ GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
         return -1;
     }
     if ((n = gdl_gpu_count()) < 0) {
-        gdl__set_error("%s: %s", fn, gdl_last_error() + strlen("gdl_gpu_count: "));
+        char why[sizeof gdl__err]; /* the message is rewritten from a copy: its buffer is gdl__set_error's */
+        memcpy(why, gdl__err, sizeof why);
+        gdl__set_error("%s: %s", fn, why + strlen("gdl_gpu_count: "));
         return -1;
     }
     if (index < 0 || index >= n) {

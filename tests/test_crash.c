@@ -5,13 +5,15 @@
    temporaries the dead children left are removed by the next save. A save
    that runs out of space (RLIMIT_FSIZE stands in for a full disk) fails with
    a message, leaves the previous checkpoint intact and no temporary behind.
-   POSIX only (fork, kill, setrlimit). */
+   POSIX only (fork, kill, setrlimit). Built without OpenMP: libgomp is not safe
+   to use in a child forked after its threads started. */
 #define _POSIX_C_SOURCE 200809L
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +127,50 @@ TEST kill_during_save(void) {
     /* the kills landed inside saves (temporaries left) and also after whole saves (new values) */
     ASSERT_GT(killed_mid, 0);
     ASSERT_GT(seen_new, 0);
+    /* names that only look like temporaries are never touched; a temporary whose pid is dead here
+       but whose lock is held (a writer in another PID namespace or on another host) stays too */
+    {
+        char decoy1[600], decoy2[600], locked[600];
+        FILE *f;
+        pid_t dead, holder;
+        int status, pfd[2];
+        char c;
+        dead = fork();
+        if (dead == 0) _exit(0);
+        ASSERT_EQ(dead, waitpid(dead, &status, 0)); /* a pid nobody has now */
+        snprintf(decoy1, sizeof decoy1, "%s.tmp.%ld.backup", ck, (long)dead);
+        snprintf(decoy2, sizeof decoy2, "%s.tmp.4294967296.1", ck);
+        snprintf(locked, sizeof locked, "%s.tmp.%ld.7", ck, (long)dead);
+        ASSERT_NOT_NULL(f = fopen(decoy1, "wb"));
+        fclose(f);
+        ASSERT_NOT_NULL(f = fopen(decoy2, "wb"));
+        fclose(f);
+        ASSERT_EQ(0, pipe(pfd));
+        holder = fork();
+        if (holder == 0) { /* holds a write lock on `locked` until killed */
+            struct flock lk;
+            int fd = open(locked, O_RDWR | O_CREAT, 0644);
+            memset(&lk, 0, sizeof lk);
+            lk.l_type = F_WRLCK;
+            lk.l_whence = SEEK_SET;
+            if (fd < 0 || fcntl(fd, F_SETLK, &lk) < 0) _exit(1);
+            if (write(pfd[1], "x", 1) != 1) _exit(1);
+            for (;;) pause();
+        }
+        ASSERT_EQ(1, (int)read(pfd[0], &c, 1)); /* the lock is held */
+        ASSERT_EQ(0, gdl_save_checkpoint(ck, m, opt, NULL, 0));
+        ASSERT_EQ(0, access(decoy1, F_OK));
+        ASSERT_EQ(0, access(decoy2, F_OK));
+        ASSERT_EQ(0, access(locked, F_OK));
+        kill(holder, SIGKILL);
+        ASSERT_EQ(holder, waitpid(holder, &status, 0));
+        ASSERT_EQ(0, gdl_save_checkpoint(ck, m, opt, NULL, 0));
+        ASSERT(access(locked, F_OK) != 0); /* its writer gone, its lock too: removed */
+        ASSERT_EQ(0, unlink(decoy1));
+        ASSERT_EQ(0, unlink(decoy2));
+        close(pfd[0]);
+        close(pfd[1]);
+    }
     /* the next save removes what the dead children left, and only that: a live process's
        temporary (the parent's pid stands in for a process still writing) and this one's stay */
     {

@@ -24,6 +24,7 @@
 
 static char dir[256];
 static long kill_at;   /* the loss call that kills the process (0: none) */
+static int batch_size = BATCH, epochs = EPOCHS; /* changed to make a checkpoint that does not fit */
 static long loss_calls;
 
 static const char *path_in(const char *name) {
@@ -59,7 +60,7 @@ static int train(const char *ckdir, int resume, long die_at, const char *weights
         for (k = 0; k < 8; k++) x[i * 8 + k] = (float)((k % 3 == c ? 2.0 : 0.0) + gdl_rng_uniform() - 0.5);
     }
     ds = gdl_dataset_from_arrays(x, GDL_F32, 1, shape, lab, N, 3);
-    lo.batch_size = BATCH;
+    lo.batch_size = batch_size;
     lo.shuffle = 1;
     lo.num_workers = 2;
     lo.seed = 77;
@@ -74,7 +75,7 @@ static int train(const char *ckdir, int resume, long die_at, const char *weights
     if (!ds || !ld || !m || !opt || gdl_optim_add_module(opt, m, 0) < 0) return 1;
     sched = gdl_onecycle_lr_new(opt, 5e-2, (int)(EPOCHS * gdl_loader_num_batches(ld)));
     if (!sched) return 1;
-    fo.epochs = EPOCHS;
+    fo.epochs = epochs;
     fo.scheduler = sched;
     fo.scheduler_per_batch = 1;
     fo.loss = loss_or_die;
@@ -87,7 +88,8 @@ static int train(const char *ckdir, int resume, long die_at, const char *weights
     loss_calls = 0;
     rc = gdl_fit(m, ld, opt, &fo, NULL);
     if (rc < 0) fprintf(stderr, "train: %s\n", gdl_last_error());
-    if (rc == 0 && gdl_save_model(m, weights_file) < 0) rc = -1;
+    /* also after a failure: the test checks that a refused resume changed nothing */
+    if (gdl_save_model(m, weights_file) < 0) rc = -1;
     gdl_scheduler_free(sched);
     gdl_optim_free(opt);
     gdl_module_free(m);
@@ -192,7 +194,38 @@ TEST resume_after_kill(void *arg) {
     PASS();
 }
 
-/* A checkpoint from another configuration is refused with a message, before anything is changed. */
+/* A checkpoint taken with another batch size (or more epochs) is refused before anything changes:
+   the weights after the refusal are the initial ones. */
+TEST resume_other_config_refused(void) {
+    char ck[512], init[512], got[512];
+    int status;
+    snprintf(ck, sizeof ck, "%s", path_in("ck-config"));
+    snprintf(init, sizeof init, "%s", path_in("init.safetensors"));
+    snprintf(got, sizeof got, "%s", path_in("refused.safetensors"));
+    mkdir(ck, 0777);
+    clear_dir(ck);
+    epochs = 0; /* fit returns at once: the initial weights */
+    ASSERT_EQ(0, in_child(NULL, 0, 0, init, NULL));
+    epochs = EPOCHS;
+    status = in_child(ck, 1, 10, got, NULL); /* dies after the checkpoint of step 7 */
+    ASSERT(WIFSIGNALED(status));
+    batch_size = 50;
+    ASSERT_EQ(1 << 8, in_child(ck, 1, 0, got, NULL));
+    batch_size = BATCH;
+    epochs = 1; /* the checkpoint is in epoch 1: it fits, so this run resumes and finishes */
+    ASSERT_EQ(0, in_child(ck, 1, 0, got, NULL));
+    epochs = EPOCHS;
+    /* and the refused run's weights: rerun it, then compare */
+    batch_size = 50;
+    ASSERT_EQ(1 << 8, in_child(ck, 1, 0, got, NULL));
+    batch_size = BATCH;
+    if (!same_file(init, got)) FAILm("a refused resume changed the model");
+    clear_dir(ck);
+    rmdir(ck);
+    PASS();
+}
+
+/* A file that is not a gdl_fit checkpoint is refused with a message, before anything is changed. */
 TEST resume_mismatch_refused(void) {
     char ck[512], p[700];
     FILE *f;
@@ -240,6 +273,7 @@ int main(int argc, char **argv) {
     RUN_TEST_NAMED("resume_after_kill_at_epoch_end", resume_after_kill, (void *)epoch_end);
     RUN_TEST_NAMED("resume_after_two_kills", resume_after_kill, (void *)twice);
     RUN_TEST_NAMED("resume_after_kill_before_any_checkpoint", resume_after_kill, (void *)before_any);
+    RUN_TEST(resume_other_config_refused);
     RUN_TEST(resume_mismatch_refused);
     remove_tree();
     gdl_shutdown();
