@@ -3,6 +3,8 @@
 #
 #   sh tools/deps.sh run     what `make run` needs: a C compiler, make, zlib's headers
 #   sh tools/deps.sh plot    what `make plot` needs: gnuplot
+#   sh tools/deps.sh data    Debian's Fashion-MNIST package (tools/fetch_data.sh
+#                            tries it first, then downloads)
 #   sh tools/deps.sh test    what `make test` needs: also g++, clang and its libFuzzer, OpenBLAS's cblas.h,
 #                            the aarch64 cross compiler and qemu-user, curl, cmake,
 #                            pkg-config, gnuplot, and the Fashion-MNIST package (the
@@ -17,7 +19,7 @@
 set -u
 
 what=${1:-test}
-case "$what" in run|plot|test) ;; *) echo "usage: sh tools/deps.sh run|plot|test" >&2; exit 2 ;; esac
+case "$what" in run|plot|data|test) ;; *) echo "usage: sh tools/deps.sh run|plot|data|test" >&2; exit 2 ;; esac
 
 # probe kind, probe, Debian package
 # kinds: cmd (a command on PATH), file (one of the '|'-separated paths exists),
@@ -40,11 +42,14 @@ cmd  curl        curl
 file /usr/include/x86_64-linux-gnu/cblas.h|/usr/include/cblas.h|/usr/include/openblas/cblas.h  libopenblas-dev
 cmd  aarch64-linux-gnu-gcc  gcc-aarch64-linux-gnu
 cmd  qemu-aarch64           qemu-user
+'
+data_list='
 file /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz  dataset-fashion-mnist
 '
 list=$run_list
 [ "$what" = plot ] && list="$plot_list"
-[ "$what" = test ] && list="$run_list$plot_list$test_list"
+[ "$what" = data ] && list="$data_list"
+[ "$what" = test ] && list="$run_list$plot_list$test_list$data_list"
 
 missing=""
 probe() { # kind probe -> 0 if present

@@ -42,22 +42,12 @@ else
     has_all /usr/share/datasets/fashion-mnist && exit 0
 fi
 
-if [ "${GPUDL_FETCH:-}" != download ] && [ -z "${GPUDL_DATA:-}" ] && command -v apt-get >/dev/null 2>&1; then
-    sudo=none
-    if [ "$(id -u)" = 0 ]; then sudo=""
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"
+# the package, installed as deps.sh installs everything (it says nothing when it cannot)
+if [ "${GPUDL_FETCH:-}" != download ] && [ -z "${GPUDL_DATA:-}" ]; then
+    if sh "$(dirname "$0")/deps.sh" data 2>/dev/null && has_all /usr/share/datasets/fashion-mnist; then
+        exit 0
     fi
-    if [ "$sudo" != none ]; then
-        echo "gpudl: Fashion-MNIST not found; installing Debian's dataset-fashion-mnist"
-        export DEBIAN_FRONTEND=noninteractive
-        if { $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq dataset-fashion-mnist >/dev/null 2>&1 ||
-             { $sudo apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null 2>&1 &&
-               $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq dataset-fashion-mnist >/dev/null 2>&1; }; } &&
-           has_all /usr/share/datasets/fashion-mnist; then
-            exit 0
-        fi
-        echo "gpudl: apt-get could not install dataset-fashion-mnist; downloading the files instead"
-    fi
+    echo "gpudl: Debian's dataset-fashion-mnist could not be installed here; downloading the files instead"
 fi
 
 if command -v curl >/dev/null 2>&1; then get=curl
