@@ -20,8 +20,11 @@ Choices that matter for reproducibility:
   gamma/beta gradients), so a run gives the same bits every time;
 - reductions over long rows use block reductions with a fixed block size
   for a given shape, so they are deterministic too;
-- all work goes to the legacy default stream, in order, which is what makes
-  handing a freed block to the next request safe without synchronising.
+- all work of a device (kernels, cuBLAS, copies, memsets) goes to one
+  non-blocking compute stream of that device, in order, which is what makes
+  handing a freed block to the next request safe without synchronising. The
+  legacy default stream is not used: it cannot be captured into a CUDA graph
+  and it would serialise against every other stream.
 
 Every CUDA runtime and cuBLAS call is checked; a failure sets gdl_last_error()
 to "gdl_cuda: <what> at <file>:<line> (<call>)" and the function returns -1
@@ -100,6 +103,9 @@ struct gdl__cu_state {
     std::multimap<size_t, void *> cache[GDL__CU_MAX_DEVICES]; /* freed blocks by size */
     size_t allocated, max_allocated, reserved;
     cublasHandle_t blas[GDL__CU_MAX_DEVICES];
+    void *blas_ws[GDL__CU_MAX_DEVICES];      /* cuBLAS's workspace, ours (graph capture must not allocate) */
+    std::atomic<cudaStream_t> stream[GDL__CU_MAX_DEVICES]; /* the compute stream per device, made on first use */
+    int stream_failed[GDL__CU_MAX_DEVICES];  /* its creation failed: the device stays on the legacy stream */
     int tf32;
     cudaDeviceProp prop[GDL__CU_MAX_DEVICES];
     int have_prop[GDL__CU_MAX_DEVICES];
@@ -112,6 +118,9 @@ static gdl__cu_state &gdl__cu(void) {
         gdl__cu_state *p = new gdl__cu_state;
         for (int i = 0; i < GDL__CU_MAX_DEVICES; i++) {
             p->blas[i] = NULL;
+            p->blas_ws[i] = NULL;
+            p->stream[i].store(NULL);
+            p->stream_failed[i] = 0;
             p->have_prop[i] = 0;
         }
         p->allocated = p->max_allocated = p->reserved = 0;
@@ -128,6 +137,32 @@ static int gdl__cu_current(int *dev) {
         return -1;
     }
     return 0;
+}
+
+// The current device's compute stream, created on first use. Every kernel,
+// cuBLAS call, copy and memset of the device goes to it, so they run in
+// issue order and a freed block can be handed out again at once. Should its
+// creation fail (no context), the device keeps to the legacy stream for all
+// its work, which is ordered just as well; the failure is reported once.
+static cudaStream_t gdl__cu_stream(void) {
+    gdl__cu_state &S = gdl__cu();
+    int dev;
+    if (gdl__cu_current(&dev) < 0) return 0;
+    cudaStream_t made = S.stream[dev].load(std::memory_order_acquire);
+    if (made) return made; /* every launch asks: no lock once it exists */
+    std::lock_guard<std::mutex> lock(S.mu);
+    if (!S.stream[dev].load() && !S.stream_failed[dev]) {
+        cudaStream_t s;
+        cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (e != cudaSuccess) {
+            gdl__cu_report(cudaGetErrorString(e), __FILE__, __LINE__, "cudaStreamCreateWithFlags(compute stream)");
+            (void)cudaGetLastError();
+            S.stream_failed[dev] = 1;
+            return 0;
+        }
+        S.stream[dev].store(s, std::memory_order_release);
+    }
+    return S.stream[dev].load();
 }
 
 // ----------------------------------------------------------------------------
@@ -350,21 +385,44 @@ void gdl_cuda_set_tf32(int on) {
             GDL_CUBLAS_TRY(cublasSetMathMode(S.blas[d], S.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), );
 }
 
+// cuBLAS's workspace per handle, as PyTorch sizes it: 32 MiB on Hopper and
+// later, 4 MiB before. Given by us, cuBLAS allocates nothing inside a call,
+// which stream capture requires.
+static size_t gdl__cu_blas_ws_bytes(int dev) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        major = 0;
+    }
+    return (size_t)(major >= 9 ? 32 : 4) << 20;
+}
+
+// The current device's handle, bound to its compute stream and workspace.
 static cublasHandle_t gdl__cu_blas(void) {
     gdl__cu_state &S = gdl__cu();
     int dev;
     if (gdl__cu_current(&dev) < 0) return NULL;
+    cudaStream_t st = gdl__cu_stream(); /* before the lock: it takes it too */
     std::lock_guard<std::mutex> lock(S.mu);
     if (!S.blas[dev]) {
         cublasHandle_t h;
-        GDL_CUBLAS_TRY(cublasCreate(&h), NULL);
+        size_t wsb = gdl__cu_blas_ws_bytes(dev);
+        void *ws = NULL;
+        GDL_CU_TRY(cudaMalloc(&ws, wsb), NULL);
+        cublasStatus_t st2 = cublasCreate(&h);
         // PyTorch's default: full fp32 matmuls unless TF32 is asked for
-        cublasStatus_t st = cublasSetMathMode(h, S.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
-        if (st != CUBLAS_STATUS_SUCCESS) {
-            cublasDestroy(h);
-            GDL_CUBLAS_TRY(st, NULL);
+        if (st2 == CUBLAS_STATUS_SUCCESS) {
+            st2 = cublasSetMathMode(h, S.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+            if (st2 == CUBLAS_STATUS_SUCCESS) st2 = cublasSetStream(h, st);
+            if (st2 == CUBLAS_STATUS_SUCCESS) st2 = cublasSetWorkspace(h, ws, wsb);
+            if (st2 != CUBLAS_STATUS_SUCCESS) cublasDestroy(h);
+        }
+        if (st2 != CUBLAS_STATUS_SUCCESS) {
+            if (cudaFree(ws) != cudaSuccess) (void)cudaGetLastError();
+            GDL_CUBLAS_TRY(st2, NULL);
         }
         S.blas[dev] = h;
+        S.blas_ws[dev] = ws;
     }
     return S.blas[dev];
 }
@@ -384,7 +442,7 @@ void gdl_cuda_host_free(void *p) {
 
 void *gdl_cuda_stream_create(void) {
     cudaStream_t s;
-    // non-blocking: copies on it overlap the kernels on the legacy stream
+    // non-blocking: copies on it overlap the kernels on the compute stream
     GDL_CU_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), NULL);
     return (void *)s;
 }
@@ -514,11 +572,19 @@ __device__ void gdl__block_argmax(float &v, long long &k) {
 // ----------------------------------------------------------------------------
 // memory, copies, fill, cast
 
+// Copies go to the compute stream, behind the kernels that produce or
+// consume their device side. A copy to the host returns once the bytes are
+// there; a copy from the host returns once the host buffer may be reused
+// (the caller's array may be pinned, when cudaMemcpyAsync would not wait);
+// a device-to-device copy and a memset return at once.
 static int gdl__cu_copy(void *dst, const void *src, size_t bytes, int kind) {
     if (!bytes || dst == src) return 0;
-    if (kind == 0) GDL_CU_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), -1);
-    else if (kind == 1) GDL_CU_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), -1);
-    else {
+    cudaStream_t st = gdl__cu_stream();
+    if (kind == 0 || kind == 1) {
+        GDL_CU_TRY(cudaMemcpyAsync(dst, src, bytes, kind == 0 ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, st),
+                   -1);
+        GDL_CU_TRY(cudaStreamSynchronize(st), -1);
+    } else {
         // The CPU copy is a memmove; cudaMemcpy's areas must not overlap (two
         // views of one tensor, gdl_copy_ between overlapping slices): go
         // through a scratch block then
@@ -526,20 +592,20 @@ static int gdl__cu_copy(void *dst, const void *src, size_t bytes, int kind) {
         if (d < s + bytes && s < d + bytes) {
             void *tmp = gdl__cu_alloc(bytes);
             if (!tmp) return -1;
-            cudaError_t e = cudaMemcpy(tmp, src, bytes, cudaMemcpyDeviceToDevice);
-            if (e == cudaSuccess) e = cudaMemcpy(dst, tmp, bytes, cudaMemcpyDeviceToDevice);
+            cudaError_t e = cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, st);
+            if (e == cudaSuccess) e = cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, st);
             gdl__cu_free(tmp); /* stream order: the copies are queued before any reuse */
             GDL_CU_TRY(e, -1);
             return 0;
         }
-        GDL_CU_TRY(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), -1);
+        GDL_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st), -1);
     }
     return 0;
 }
 
 static int gdl__cu_memset0(void *p, size_t bytes) {
     if (!bytes) return 0;
-    GDL_CU_TRY(cudaMemsetAsync(p, 0, bytes, 0), -1);
+    GDL_CU_TRY(cudaMemsetAsync(p, 0, bytes, gdl__cu_stream()), -1);
     return 0;
 }
 
@@ -554,7 +620,7 @@ __global__ void gdl__k_fill(float *x, int64_t n, float v) {
 
 static int gdl__cu_fill(float *x, int64_t n, float v) {
     if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_fill, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(x, n, v);
+    GDL_CU_LAUNCH(gdl__k_fill, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(x, n, v);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -621,7 +687,7 @@ static int gdl__cu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st, 
     }
     if (n <= 0) return 0;
     if (dt == st) return gdl__cu_copy(dst, src, (size_t)n * gdl_dtype_size(dt), 2);
-    GDL_CU_LAUNCH(gdl__k_cast, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(dst, (int)dt, src, (int)st, n);
+    GDL_CU_LAUNCH(gdl__k_cast, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(dst, (int)dt, src, (int)st, n);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -652,7 +718,7 @@ static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
     if (K <= 0) {
         int64_t nb = sC == 0 ? 1 : batch, total = nb * M * N;
-        GDL_CU_LAUNCH(gdl__k_scale2d, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(C, M, N, ldc, sC, nb,
+        GDL_CU_LAUNCH(gdl__k_scale2d, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(C, M, N, ldc, sC, nb,
                                                                                   sC == 0 ? batch : 1, beta);
         GDL_CU_LAUNCHED();
         return 0;
@@ -745,13 +811,13 @@ static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a
     gdl__cu_coalesce(ndim, shape, astr, bstr, &g);
     unsigned grid = gdl__cu_grid(n, GDL__CU_THREADS);
     switch (g.nd) {
-    case 0: GDL_CU_LAUNCH(gdl__k_binary<0>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
-    case 1: GDL_CU_LAUNCH(gdl__k_binary<1>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
-    case 2: GDL_CU_LAUNCH(gdl__k_binary<2>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
-    case 3: GDL_CU_LAUNCH(gdl__k_binary<3>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
-    case 4: GDL_CU_LAUNCH(gdl__k_binary<4>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
-    case 5: GDL_CU_LAUNCH(gdl__k_binary<5>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
-    default: GDL_CU_LAUNCH(gdl__k_binary<GDL_MAX_DIMS>, grid, GDL__CU_THREADS, 0, 0)(op, g, n, a, b, out); break;
+    case 0: GDL_CU_LAUNCH(gdl__k_binary<0>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 1: GDL_CU_LAUNCH(gdl__k_binary<1>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 2: GDL_CU_LAUNCH(gdl__k_binary<2>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 3: GDL_CU_LAUNCH(gdl__k_binary<3>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 4: GDL_CU_LAUNCH(gdl__k_binary<4>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 5: GDL_CU_LAUNCH(gdl__k_binary<5>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    default: GDL_CU_LAUNCH(gdl__k_binary<GDL_MAX_DIMS>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
     }
     GDL_CU_LAUNCHED();
     return 0;
@@ -874,9 +940,9 @@ static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, floa
     // output reads coalesced across threads when the innermost dim is kept.
     if (nr > 0 && nred >= 64 && (inner_reduced || nout < 2048)) {
         int threads = gdl__cu_row_threads(nred > 256 ? 256 : nred);
-        GDL_CU_LAUNCH(gdl__k_sum_to_block, gdl__cu_row_grid(nout), threads, 0, 0)(g, nout, nred, src, dst, alpha);
+        GDL_CU_LAUNCH(gdl__k_sum_to_block, gdl__cu_row_grid(nout), threads, 0, gdl__cu_stream())(g, nout, nred, src, dst, alpha);
     } else {
-        GDL_CU_LAUNCH(gdl__k_sum_to_thread, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(g, nout, nred, src, dst,
+        GDL_CU_LAUNCH(gdl__k_sum_to_thread, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(g, nout, nred, src, dst,
                                                                                        alpha);
     }
     GDL_CU_LAUNCHED();
@@ -940,7 +1006,7 @@ __global__ void gdl__k_unary_backward(int op, int64_t n, const float *x, const f
 
 static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alpha) {
     if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_unary, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(op, n, x, y, alpha);
+    GDL_CU_LAUNCH(gdl__k_unary, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, alpha);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -948,7 +1014,7 @@ static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alph
 static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
                                   float alpha) {
     if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_unary_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(op, n, x, y, gy, gx, alpha);
+    GDL_CU_LAUNCH(gdl__k_unary_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, gy, gx, alpha);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1020,10 +1086,10 @@ static int gdl__cu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const
     int64_t nout = outer * inner;
     if (nout <= 0) return 0;
     if (n >= 64 && (inner == 1 || nout < 1024)) {
-        GDL_CU_LAUNCH(gdl__k_reduce_block, gdl__cu_row_grid(nout), gdl__cu_row_threads(n), 0, 0)(op, outer, n, inner, x, y, idx,
+        GDL_CU_LAUNCH(gdl__k_reduce_block, gdl__cu_row_grid(nout), gdl__cu_row_threads(n), 0, gdl__cu_stream())(op, outer, n, inner, x, y, idx,
                                                                                accumulate);
     } else {
-        GDL_CU_LAUNCH(gdl__k_reduce_thread, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(op, outer, n, inner, x, y,
+        GDL_CU_LAUNCH(gdl__k_reduce_thread, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, outer, n, inner, x, y,
                                                                                        idx, accumulate);
     }
     GDL_CU_LAUNCHED();
@@ -1054,10 +1120,10 @@ static int gdl__cu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inn
                                    const int32_t *idx, float *gx) {
     if (outer * n * inner <= 0) return 0;
     if (op == GDL_RED_MAX)
-        GDL_CU_LAUNCH(gdl__k_reduce_backward_max, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(outer, n, inner,
+        GDL_CU_LAUNCH(gdl__k_reduce_backward_max, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(outer, n, inner,
                                                                                                     gy, idx, gx);
     else
-        GDL_CU_LAUNCH(gdl__k_reduce_backward_spread, gdl__cu_grid(outer * n * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(
+        GDL_CU_LAUNCH(gdl__k_reduce_backward_spread, gdl__cu_grid(outer * n * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
             op, outer, n, inner, gy, gx);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1084,7 +1150,7 @@ __global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const flo
 
 static int gdl__cu_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {
     if (outer * inner <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_argmax, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(outer, n, inner, x, out);
+    GDL_CU_LAUNCH(gdl__k_argmax, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(outer, n, inner, x, out);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1122,9 +1188,9 @@ __global__ void gdl__k_softmax_strided(int log_, int64_t outer, int64_t n, int64
 static int gdl__cu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const float *x, float *y) {
     if (outer * n * inner <= 0) return 0;
     if (inner == 1)
-        GDL_CU_LAUNCH(gdl__k_softmax_rows, gdl__cu_row_grid(outer), gdl__cu_row_threads(n), 0, 0)(log_, outer, n, x, y);
+        GDL_CU_LAUNCH(gdl__k_softmax_rows, gdl__cu_row_grid(outer), gdl__cu_row_threads(n), 0, gdl__cu_stream())(log_, outer, n, x, y);
     else
-        GDL_CU_LAUNCH(gdl__k_softmax_strided, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(log_, outer, n,
+        GDL_CU_LAUNCH(gdl__k_softmax_strided, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(log_, outer, n,
                                                                                                   inner, x, y);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1166,9 +1232,9 @@ static int gdl__cu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t 
                                     const float *gy, float *gx) {
     if (outer * n * inner <= 0) return 0;
     if (inner == 1)
-        GDL_CU_LAUNCH(gdl__k_softmax_backward_rows, gdl__cu_row_grid(outer), gdl__cu_row_threads(n), 0, 0)(log_, outer, n, y, gy, gx);
+        GDL_CU_LAUNCH(gdl__k_softmax_backward_rows, gdl__cu_row_grid(outer), gdl__cu_row_threads(n), 0, gdl__cu_stream())(log_, outer, n, y, gy, gx);
     else
-        GDL_CU_LAUNCH(gdl__k_softmax_backward_strided, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(
+        GDL_CU_LAUNCH(gdl__k_softmax_backward_strided, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
             log_, outer, n, inner, y, gy, gx);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1221,7 +1287,7 @@ __global__ void gdl__k_col2im(gdl_conv_geom g, const float *col, float *x) {
 static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) {
     int64_t total = (int64_t)g->N * g->C * g->KH * g->KW * g->OH * g->OW;
     if (total <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_im2col, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, x, col);
+    GDL_CU_LAUNCH(gdl__k_im2col, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, col);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1229,7 +1295,7 @@ static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) {
 static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) {
     int64_t total = (int64_t)g->N * g->C * g->H * g->W;
     if (total <= 0 || (int64_t)g->KH * g->KW * g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_col2im, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, col, x);
+    GDL_CU_LAUNCH(gdl__k_col2im, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, col, x);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1292,7 +1358,7 @@ __global__ void gdl__k_maxpool_backward(gdl_conv_geom g, const float *gy, const 
 static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
     int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
     if (total <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_maxpool, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, x, y, idx);
+    GDL_CU_LAUNCH(gdl__k_maxpool, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, y, idx);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1300,7 +1366,7 @@ static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int
 static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx) {
     int64_t total = (int64_t)g->N * g->C * g->H * g->W;
     if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_maxpool_backward, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, gy, idx, gx);
+    GDL_CU_LAUNCH(gdl__k_maxpool_backward, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, idx, gx);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1355,7 +1421,7 @@ __global__ void gdl__k_avgpool_backward(gdl_conv_geom g, const float *gy, float 
 static int gdl__cu_avgpool(const gdl_conv_geom *g, const float *x, float *y) {
     int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
     if (total <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_avgpool, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, x, y);
+    GDL_CU_LAUNCH(gdl__k_avgpool, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, y);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1363,7 +1429,7 @@ static int gdl__cu_avgpool(const gdl_conv_geom *g, const float *x, float *y) {
 static int gdl__cu_avgpool_backward(const gdl_conv_geom *g, const float *gy, float *gx) {
     int64_t total = (int64_t)g->N * g->C * g->H * g->W;
     if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_avgpool_backward, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(*g, gy, gx);
+    GDL_CU_LAUNCH(gdl__k_avgpool_backward, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, gx);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1384,7 +1450,7 @@ __global__ void gdl__k_copy2d(int64_t rows, int64_t cols, const float *src, int6
 static int gdl__cu_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
                           int accumulate) {
     if (rows <= 0 || cols <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_copy2d, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(rows, cols, src, sld, dst, dld,
+    GDL_CU_LAUNCH(gdl__k_copy2d, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(rows, cols, src, sld, dst, dld,
                                                                                    accumulate);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1402,7 +1468,7 @@ __global__ void gdl__k_dropout_backward(int64_t n, double p, uint64_t seed, floa
 static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, float *y) {
     float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
     if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_dropout, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, p, seed, scale, x, y);
+    GDL_CU_LAUNCH(gdl__k_dropout, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, seed, scale, x, y);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1410,7 +1476,7 @@ static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, f
 static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
     float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
     if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_dropout_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, p, seed, scale, gy, gx);
+    GDL_CU_LAUNCH(gdl__k_dropout_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, seed, scale, gy, gx);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1474,7 +1540,7 @@ static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, co
         gdl__set_error("gdl_cuda: batchnorm in eval mode needs running statistics");
         return -1;
     }
-    GDL_CU_LAUNCH(gdl__k_batchnorm, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, 0)(N, C, S, x, gamma, beta, y, mean, invstd,
+    GDL_CU_LAUNCH(gdl__k_batchnorm, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gamma, beta, y, mean, invstd,
                                                                     run_mean, run_var, training, momentum, eps);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1513,7 +1579,7 @@ static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const flo
                                       const float *gamma, const float *mean, const float *invstd, int training,
                                       float *gx, float *ggamma, float *gbeta) {
     if (C <= 0 || (!gx && !ggamma && !gbeta)) return 0;
-    GDL_CU_LAUNCH(gdl__k_batchnorm_backward, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, 0)(N, C, S, x, gy, gamma, mean, invstd,
+    GDL_CU_LAUNCH(gdl__k_batchnorm_backward, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gy, gamma, mean, invstd,
                                                                              training, gx, ggamma, gbeta);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1540,7 +1606,7 @@ __global__ void gdl__k_layernorm(int64_t rows, int64_t D, const float *x, const 
 static int gdl__cu_layernorm(int64_t rows, int64_t D, const float *x, const float *gamma, const float *beta,
                              double eps, float *y, float *mean, float *rstd) {
     if (rows <= 0 || D <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_layernorm, gdl__cu_row_grid(rows), gdl__cu_row_threads(D), 0, 0)(rows, D, x, gamma, beta, (float)eps, y,
+    GDL_CU_LAUNCH(gdl__k_layernorm, gdl__cu_row_grid(rows), gdl__cu_row_threads(D), 0, gdl__cu_stream())(rows, D, x, gamma, beta, (float)eps, y,
                                                                          mean, rstd);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1603,13 +1669,13 @@ static int gdl__cu_layernorm_backward(int64_t rows, int64_t D, const float *x, c
                                       const float *mean, const float *rstd, float *gx, float *ggamma, float *gbeta) {
     if (rows <= 0 || D <= 0) return 0;
     if (gx) {
-        GDL_CU_LAUNCH(gdl__k_layernorm_backward_x, gdl__cu_row_grid(rows), gdl__cu_row_threads(D), 0, 0)(rows, D, x, gy, gamma, mean,
+        GDL_CU_LAUNCH(gdl__k_layernorm_backward_x, gdl__cu_row_grid(rows), gdl__cu_row_threads(D), 0, gdl__cu_stream())(rows, D, x, gy, gamma, mean,
                                                                                         rstd, gx);
         GDL_CU_LAUNCHED();
     }
     if (ggamma || gbeta) {
         dim3 block(32, GDL__CU_LN_ROWGROUPS);
-        GDL_CU_LAUNCH(gdl__k_layernorm_backward_params, gdl__cu_row_grid((D + 31) / 32), block, 0, 0)(rows, D, x, gy, mean, rstd,
+        GDL_CU_LAUNCH(gdl__k_layernorm_backward_params, gdl__cu_row_grid((D + 31) / 32), block, 0, gdl__cu_stream())(rows, D, x, gy, mean, rstd,
                                                                                      ggamma, gbeta);
         GDL_CU_LAUNCHED();
     }
@@ -1639,7 +1705,7 @@ __global__ void gdl__k_embedding_backward(int64_t n, int64_t D, int64_t V, const
 
 static int gdl__cu_embedding(int64_t n, int64_t D, int64_t V, const int32_t *idx, const float *W, float *out) {
     if (n <= 0 || D <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_embedding, gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, D, V, idx, W, out);
+    GDL_CU_LAUNCH(gdl__k_embedding, gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, D, V, idx, W, out);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1647,7 +1713,7 @@ static int gdl__cu_embedding(int64_t n, int64_t D, int64_t V, const int32_t *idx
 static int gdl__cu_embedding_backward(int64_t n, int64_t D, int64_t V, const int32_t *idx, const float *gy,
                                       float *gW) {
     if (n <= 0 || D <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_embedding_backward, gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, D, V, idx, gy, gW);
+    GDL_CU_LAUNCH(gdl__k_embedding_backward, gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, D, V, idx, gy, gW);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1707,12 +1773,12 @@ __global__ void gdl__k_xent_total(int64_t B, const int32_t *tgt, int ignore_inde
 static int gdl__cu_xent(int64_t B, int64_t C, const float *x, const int32_t *tgt, int ignore_index,
                         double smoothing, int from_log_probs, int reduction, float *rows, float *out, float *count) {
     if (B > 0 && C > 0) {
-        GDL_CU_LAUNCH(gdl__k_xent_rows, gdl__cu_row_grid(B), gdl__cu_row_threads(C), 0, 0)(B, C, x, tgt, ignore_index,
+        GDL_CU_LAUNCH(gdl__k_xent_rows, gdl__cu_row_grid(B), gdl__cu_row_threads(C), 0, gdl__cu_stream())(B, C, x, tgt, ignore_index,
                                                                           (float)smoothing, from_log_probs, rows);
         GDL_CU_LAUNCHED();
     }
     if (count || reduction != GDL_REDUCE_NONE) {
-        GDL_CU_LAUNCH(gdl__k_xent_total, 1, 512, 0, 0)(B < 0 ? 0 : B, tgt, ignore_index, rows, reduction, out, count);
+        GDL_CU_LAUNCH(gdl__k_xent_total, 1, 512, 0, gdl__cu_stream())(B < 0 ? 0 : B, tgt, ignore_index, rows, reduction, out, count);
         GDL_CU_LAUNCHED();
     }
     return 0;
@@ -1748,7 +1814,7 @@ static int gdl__cu_xent_backward(int64_t B, int64_t C, const float *x, const int
         return -1;
     }
     float on = (float)((1 - smoothing) + smoothing / (double)C), off = (float)(smoothing / (double)C);
-    GDL_CU_LAUNCH(gdl__k_xent_backward, gdl__cu_row_grid(B), gdl__cu_row_threads(C), 0, 0)(B, C, x, tgt, ignore_index, on, off,
+    GDL_CU_LAUNCH(gdl__k_xent_backward, gdl__cu_row_grid(B), gdl__cu_row_threads(C), 0, gdl__cu_stream())(B, C, x, tgt, ignore_index, on, off,
                                                                           from_log_probs, reduction, gy, count, gx);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1779,7 +1845,7 @@ __global__ void gdl__k_pointwise_loss_backward(int kind, int64_t n, const float 
 
 static int gdl__cu_pointwise_loss(int kind, int64_t n, const float *x, const float *y, float *out) {
     if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_pointwise_loss, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(kind, n, x, y, out);
+    GDL_CU_LAUNCH(gdl__k_pointwise_loss, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(kind, n, x, y, out);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1787,7 +1853,7 @@ static int gdl__cu_pointwise_loss(int kind, int64_t n, const float *x, const flo
 static int gdl__cu_pointwise_loss_backward(int kind, int64_t n, const float *x, const float *y, const float *gout,
                                            float *gx, float *gy) {
     if (n <= 0 || (!gx && !gy)) return 0;
-    GDL_CU_LAUNCH(gdl__k_pointwise_loss_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(kind, n, x, y, gout, gx,
+    GDL_CU_LAUNCH(gdl__k_pointwise_loss_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(kind, n, x, y, gout, gx,
                                                                                           gy);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1813,7 +1879,7 @@ __global__ void gdl__k_sgd(int64_t n, float *p, const float *g, float *buf, doub
 static int gdl__cu_sgd(int64_t n, float *p, const float *g, float *buf, double lr, double momentum,
                        double dampening, double weight_decay, int nesterov, int first_step) {
     if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_sgd, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, p, g, buf, lr, momentum, dampening,
+    GDL_CU_LAUNCH(gdl__k_sgd, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, g, buf, lr, momentum, dampening,
                                                                       weight_decay, nesterov, first_step);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1838,7 +1904,7 @@ static int gdl__cu_adam(int64_t n, float *p, const float *g, float *m, float *v,
                         double beta2, double eps, double weight_decay, int decoupled, int64_t step) {
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_adam, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, 0)(n, p, g, m, v, lr, beta1, beta2, eps,
+    GDL_CU_LAUNCH(gdl__k_adam, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, g, m, v, lr, beta1, beta2, eps,
                                                                        weight_decay, decoupled, bc1, bc2);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1879,13 +1945,14 @@ static int gdl__cu_reduce_to_host(int64_t n, const float *x, T *out, K partial_k
     if (nb > GDL__CU_PARTIALS) nb = GDL__CU_PARTIALS;
     T *buf = (T *)gdl__cu_alloc(sizeof(T) * (nb + 1));
     if (!buf) return -1;
-    GDL_CU_LAUNCH(partial_kernel, nb, GDL__CU_THREADS, 0, 0)(n, x, buf);
+    GDL_CU_LAUNCH(partial_kernel, nb, GDL__CU_THREADS, 0, gdl__cu_stream())(n, x, buf);
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) {
-        GDL_CU_LAUNCH(gdl__k_sum_partials<T>, 1, GDL__CU_THREADS, 0, 0)((int)nb, buf, buf + nb);
+        GDL_CU_LAUNCH(gdl__k_sum_partials<T>, 1, GDL__CU_THREADS, 0, gdl__cu_stream())((int)nb, buf, buf + nb);
         e = cudaGetLastError();
     }
-    if (e == cudaSuccess) e = cudaMemcpy(out, buf + nb, sizeof(T), cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(out, buf + nb, sizeof(T), cudaMemcpyDeviceToHost, gdl__cu_stream());
+    if (e == cudaSuccess) e = cudaStreamSynchronize(gdl__cu_stream());
     gdl__cu_free(buf);
     GDL_CU_TRY(e, -1);
     return 0;

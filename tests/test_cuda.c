@@ -1100,6 +1100,35 @@ TEST injected_alloc_and_launch_failures(void) {
 #endif
 }
 
+/* Every kernel, cuBLAS call, copy and memset goes to the device's own
+   non-blocking compute stream, never to the legacy default stream (which
+   cannot be captured into a graph and serialises against every stream).
+   Run last, this also covers everything the suites before it did: every op,
+   the optimizers, training, the loader, two devices and two host threads. */
+TEST compute_stream_only(void) {
+#ifndef GPUDL_EMU
+    SKIPm("counting legacy-stream work needs the emulator (GPUDL_EMU)");
+#else
+    toy t;
+    int s, d, n = gdl_cuda_device_count();
+    if (!have_gpu()) SKIPm("no GPU");
+    for (d = 0; d < n && d < 2; d++) {
+        toy_make(&t, 1);
+        ASSERT_EQ(0, toy_to(&t, gdl_cuda(d)));
+        for (s = 0; s < 2; s++) {
+            gdl_arena_reset();
+            ASSERT(!isnan(toy_step(&t, 1)));
+        }
+        ASSERT(isfinite(gdl_item(gdl_sum(t.p[0])))); /* a copy to the host */
+        toy_free(&t);
+        gdl_arena_reset();
+    }
+    if (gdl_emu_count("legacy") != 0)
+        FAILf("%ld operations went to the legacy default stream", gdl_emu_count("legacy"));
+    PASS();
+#endif
+}
+
 /* ---- suites ---- */
 
 static parity_run table_runs[2 * NCASES], gpu_runs[2 * NGPU_CASES];
@@ -1159,6 +1188,7 @@ SUITE(devices) {
     RUN_TEST(host_threads_own_devices);
     RUN_TEST(injected_alloc_and_launch_failures);
 }
+SUITE(streams) { RUN_TEST(compute_stream_only); }
 
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
@@ -1169,6 +1199,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(optim);
     RUN_SUITE(training);
     RUN_SUITE(devices);
+    RUN_SUITE(streams); /* last: it checks what every suite before it did */
     gdl_shutdown();
     HARNESS_MAIN_END();
 }

@@ -88,7 +88,7 @@ Config &cfg() {
     return c;
 }
 
-std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0}, n_graph{0};
+std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0}, n_graph{0}, n_legacy{0};
 std::atomic<long> fail_alloc_at{-1}, fail_launch_at{-1}; /* counter value that fails; -1 none */
 
 std::mutex &diag_mu = *new std::mutex;   /* never destroyed, as G() below */
@@ -308,6 +308,7 @@ uint64_t enqueue_locked(Stream *s, std::function<void()> fn, std::vector<std::pa
         return CAPTURED;
     }
     if (s->legacy) {
+        ++n_legacy;
         for (Stream *o : D.streams)
             if (o != s && !(o->flags & cudaStreamNonBlocking) && o->enq > o->done) waits.push_back({o, o->enq});
     } else if (!(s->flags & cudaStreamNonBlocking) && D.legacy && D.legacy->enq > D.legacy->done) {
@@ -2115,6 +2116,7 @@ long gdl_emu_count(const char *what) {
     if (!strcmp(what, "memcpy")) return n_memcpy.load();
     if (!strcmp(what, "sync")) return n_sync.load();
     if (!strcmp(what, "graph")) return n_graph.load();
+    if (!strcmp(what, "legacy")) return n_legacy.load();
     return -1;
 }
 

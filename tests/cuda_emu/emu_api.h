@@ -20,7 +20,8 @@ int gdl_emu_fail_launch(long k);
    included), "memcpy" (calls of cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync), "sync" (calls that made
    the host wait for the device: cudaDeviceSynchronize, cudaStreamSynchronize,
    cudaEventSynchronize, synchronous copies, cudaFree), "graph" (cudaGraphLaunch
-   calls). -1 for an unknown name. */
+   calls), "legacy" (kernels, copies and memsets queued on the legacy default
+   stream). -1 for an unknown name. */
 long gdl_emu_count(const char *what);
 /* The message of the last diagnostic the emulator reported (a kernel fault,
    a barrier or warp error, a bad copy or launch), "" if none. */
