@@ -66,9 +66,26 @@
    [api-nn]     modules, optimizers, learning-rate schedulers
    [api-train]  fit / evaluate, checkpoints (safetensors)
    [api-monitor] GPU utilisation, memory, temperature, power (NVML)
-   [backend]    the backend interface (a table of kernels) for gpudl_cuda.cu
+   [backend]    the backend interface (a table of kernels, GDL_BACKEND_ENTRIES)
    [impl-*]     the implementation: errors, memory, tensors, CPU kernels,
                 op table, ops, autograd
+
+   Adding an op
+   ------------
+   One list drives the op enum, names, backward table and autocast classes
+   (GDL_OP_LIST), another the backends' kernel tables (GDL_BACKEND_ENTRIES).
+   An op touches:
+     1. a line in GDL_OP_LIST: id, name, backward, kernel code, autocast class;
+     2. its declaration in [api-ops];
+     3. the op (checks, output, backend call, tape node) and its gdl__bw_
+        backward in [impl-ops];
+     4. only for a new kernel: a line in GDL_BACKEND_ENTRIES plus its two
+        implementations, gdl__cpu_NAME ([impl-cpu]) and gdl__cu_NAME
+        (gpudl_cuda.cu) -- a backend without one does not compile;
+     5. tests: a row in tests/test_gradcheck.c (a test fails for an op
+        without one) and one in tests/test_cuda.c's parity table.
+   An op built from existing kernels (a new unary function is a new
+   gdl_unary_op code and a case in both unary kernels) touches 1-3 and 5.
 
    Compile-time options
    --------------------
@@ -340,22 +357,64 @@ GPUDL_API size_t gdl_arena_used(void);     /* bytes handed out since the reset *
 GPUDL_API size_t gdl_arena_reserved(void); /* bytes held */
 GPUDL_API void gdl_shutdown(void);         /* frees the arenas and backends' caches */
 
-/* The ops that the autograd tape records, in the order of the op table.
-   gdl_op_name gives "add", "conv2d", ...; a test checks every one. */
-typedef enum gdl_op {
-    GDL_OP_RESHAPE, GDL_OP_SLICE,
-    GDL_OP_ADD, GDL_OP_SUB, GDL_OP_MUL, GDL_OP_DIV,
-    GDL_OP_ADD_SCALAR, GDL_OP_MUL_SCALAR, GDL_OP_POW_SCALAR, GDL_OP_EXP, GDL_OP_LOG,
-    GDL_OP_RELU, GDL_OP_LEAKY_RELU, GDL_OP_SIGMOID, GDL_OP_TANH, GDL_OP_GELU, GDL_OP_GELU_TANH,
-    GDL_OP_MATMUL, GDL_OP_LINEAR,
-    GDL_OP_SUM, GDL_OP_MEAN, GDL_OP_MAX, GDL_OP_SOFTMAX, GDL_OP_LOG_SOFTMAX,
-    GDL_OP_CONV2D, GDL_OP_MAX_POOL2D, GDL_OP_AVG_POOL2D, GDL_OP_GLOBAL_AVG_POOL2D,
-    GDL_OP_CONCAT, GDL_OP_DROPOUT, GDL_OP_BATCH_NORM, GDL_OP_LAYER_NORM, GDL_OP_EMBEDDING,
-    GDL_OP_CROSS_ENTROPY, GDL_OP_NLL_LOSS, GDL_OP_MSE, GDL_OP_BCE_WITH_LOGITS,
-    GDL_OP_TO,
-    GDL_OP_COUNT
-} gdl_op;
+/* The op list: every op the autograd tape records, one line each, as
+   X(ID, name, backward function, backend kernel code, autocast class).
+   It makes the gdl_op enum (GDL_OP_ID), gdl_op_name, the op table with each
+   op's backward (the functions gdl__bw_* in [impl-ops]) and the autocast
+   class (torch.autocast's CUDA lists: matmul, linear and conv run in the low
+   dtype; softmax, losses, layer norm, sum, exp, log and pow in f32; every
+   other op in its inputs' widest dtype). The manual says how to add an op. */
+#define GDL_OP_LIST(X) \
+    X(RESHAPE, "reshape", gdl__bw_view, 0, GDL_AUTOCAST_PROMOTE) \
+    X(SLICE, "slice", gdl__bw_view, 0, GDL_AUTOCAST_PROMOTE) \
+    X(ADD, "add", gdl__bw_binary, GDL_BIN_ADD, GDL_AUTOCAST_PROMOTE) \
+    X(SUB, "sub", gdl__bw_binary, GDL_BIN_SUB, GDL_AUTOCAST_PROMOTE) \
+    X(MUL, "mul", gdl__bw_binary, GDL_BIN_MUL, GDL_AUTOCAST_PROMOTE) \
+    X(DIV, "div", gdl__bw_binary, GDL_BIN_DIV, GDL_AUTOCAST_PROMOTE) \
+    X(ADD_SCALAR, "add_scalar", gdl__bw_unary, GDL_UN_ADD_SCALAR, GDL_AUTOCAST_PROMOTE) \
+    X(MUL_SCALAR, "mul_scalar", gdl__bw_unary, GDL_UN_SCALE, GDL_AUTOCAST_PROMOTE) \
+    X(POW_SCALAR, "pow_scalar", gdl__bw_unary, GDL_UN_POW, GDL_AUTOCAST_F32) \
+    X(EXP, "exp", gdl__bw_unary, GDL_UN_EXP, GDL_AUTOCAST_F32) \
+    X(LOG, "log", gdl__bw_unary, GDL_UN_LOG, GDL_AUTOCAST_F32) \
+    X(RELU, "relu", gdl__bw_unary, GDL_UN_RELU, GDL_AUTOCAST_PROMOTE) \
+    X(LEAKY_RELU, "leaky_relu", gdl__bw_unary, GDL_UN_LEAKY_RELU, GDL_AUTOCAST_PROMOTE) \
+    X(SIGMOID, "sigmoid", gdl__bw_unary, GDL_UN_SIGMOID, GDL_AUTOCAST_PROMOTE) \
+    X(TANH, "tanh", gdl__bw_unary, GDL_UN_TANH, GDL_AUTOCAST_PROMOTE) \
+    X(GELU, "gelu", gdl__bw_unary, GDL_UN_GELU_ERF, GDL_AUTOCAST_PROMOTE) \
+    X(GELU_TANH, "gelu_tanh", gdl__bw_unary, GDL_UN_GELU_TANH, GDL_AUTOCAST_PROMOTE) \
+    X(MATMUL, "matmul", gdl__bw_matmul, 0, GDL_AUTOCAST_LOW) \
+    X(LINEAR, "linear", gdl__bw_linear, 0, GDL_AUTOCAST_LOW) \
+    X(SUM, "sum", gdl__bw_reduce, GDL_RED_SUM, GDL_AUTOCAST_F32) \
+    X(MEAN, "mean", gdl__bw_reduce, GDL_RED_MEAN, GDL_AUTOCAST_PROMOTE) \
+    X(MAX, "max", gdl__bw_reduce, GDL_RED_MAX, GDL_AUTOCAST_PROMOTE) \
+    X(SOFTMAX, "softmax", gdl__bw_softmax, 0, GDL_AUTOCAST_F32) \
+    X(LOG_SOFTMAX, "log_softmax", gdl__bw_softmax, 0, GDL_AUTOCAST_F32) \
+    X(CONV2D, "conv2d", gdl__bw_conv2d, 0, GDL_AUTOCAST_LOW) \
+    X(MAX_POOL2D, "max_pool2d", gdl__bw_pool, 0, GDL_AUTOCAST_PROMOTE) \
+    X(AVG_POOL2D, "avg_pool2d", gdl__bw_pool, 0, GDL_AUTOCAST_PROMOTE) \
+    X(GLOBAL_AVG_POOL2D, "global_avg_pool2d", gdl__bw_reduce, GDL_RED_MEAN, GDL_AUTOCAST_PROMOTE) \
+    X(CONCAT, "concat", gdl__bw_concat, 0, GDL_AUTOCAST_PROMOTE) \
+    X(DROPOUT, "dropout", gdl__bw_dropout, 0, GDL_AUTOCAST_PROMOTE) \
+    X(BATCH_NORM, "batch_norm", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
+    X(LAYER_NORM, "layer_norm", gdl__bw_layer_norm, 0, GDL_AUTOCAST_F32) \
+    X(EMBEDDING, "embedding", gdl__bw_embedding, 0, GDL_AUTOCAST_PROMOTE) \
+    X(CROSS_ENTROPY, "cross_entropy", gdl__bw_xent, 0, GDL_AUTOCAST_F32) \
+    X(NLL_LOSS, "nll_loss", gdl__bw_xent, 0, GDL_AUTOCAST_F32) \
+    X(MSE, "mse_loss", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
+    X(BCE_WITH_LOGITS, "bce_with_logits", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
+    X(TO, "to", gdl__bw_to, 0, GDL_AUTOCAST_PROMOTE)
+
+typedef enum gdl_autocast_class {
+    GDL_AUTOCAST_PROMOTE = 0, /* the inputs' widest floating dtype */
+    GDL_AUTOCAST_LOW,         /* the autocast dtype (bf16 / f16), accumulating in f32 */
+    GDL_AUTOCAST_F32          /* f32 */
+} gdl_autocast_class;
+
+#define GDL__OP_ENUM(id, name, backward, kernel, autocast) GDL_OP_##id,
+typedef enum gdl_op { GDL_OP_LIST(GDL__OP_ENUM) GDL_OP_COUNT } gdl_op;
+#undef GDL__OP_ENUM
 GPUDL_API const char *gdl_op_name(int op);
+GPUDL_API int gdl_op_autocast_class(int op); /* gdl_autocast_class; -1 for an invalid op */
 GPUDL_API int gdl_tensor_op(const gdl_tensor *t); /* the op that made t, -1 for a leaf */
 
 /* Anomaly mode: every op checks its outputs (forward and backward) and
@@ -935,104 +994,113 @@ typedef struct gdl_conv_geom {
     int OH, OW;            /* output */
 } gdl_conv_geom;
 
+/* The backend's entries, one line each: X(return type, name, (parameters)).
+   This list makes the gdl_backend struct and both backends' tables (the CPU
+   one in this header, gdl__cpu_NAME; the CUDA one in gpudl_cuda.cu,
+   gdl__cu_NAME), so an entry a backend does not define does not compile. */
+#define GDL_BACKEND_ENTRIES(X) \
+    /* memory, on the current device */ \
+    X(void *, alloc, (size_t bytes)) \
+    X(void, free, (void *p)) \
+    /* copies between host and device or within a device; kind: 0 h2d, 1 d2h, 2 d2d */ \
+    X(int, copy, (void *dst, const void *src, size_t bytes, int kind)) \
+    X(int, memset0, (void *p, size_t bytes)) \
+    X(int, synchronize, (void)) \
+    X(int, fill, (gdl_real *x, int64_t n, gdl_real v)) \
+    X(int, cast, (void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n)) \
+    /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch, \
+       element strides sA, sB, sC between batches (0 repeats a matrix) */ \
+    X(int, gemm, (int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda, \
+        int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C, int ldc, \
+        int64_t sC, int batch)) \
+    /* out[i] = a[i·astr] op b[i·bstr] over `shape` (ndim dims, out contiguous; \
+       a stride of 0 broadcasts) */ \
+    X(int, binary, (int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr, \
+        const gdl_real *b, const int64_t *bstr, gdl_real *out)) \
+    /* dst[i·dstr] += alpha*src[i] over `shape` (src contiguous): sums broadcast dims */ \
+    X(int, sum_to, (int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst, \
+        const int64_t *dstr, gdl_real alpha)) \
+    /* y = f(x; alpha) ; gx += f'(x)·gy (y is the forward output) */ \
+    X(int, unary, (int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha)) \
+    X(int, unary_backward, (int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy, \
+        gdl_real *gx, gdl_real alpha)) \
+    /* x viewed as [outer, n, inner]; y[o,i] = reduce_k x[o,k,i] (y += when accumulate); \
+       idx (MAX only) receives the arg-max k as int32 */ \
+    X(int, reduce, (int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y, \
+        int32_t *idx, int accumulate)) \
+    X(int, reduce_backward, (int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *gy, \
+        const int32_t *idx, gdl_real *gx)) \
+    X(int, argmax, (int64_t outer, int64_t n, int64_t inner, const gdl_real *x, int32_t *out)) \
+    /* softmax over the middle dim of [outer, n, inner]; log_ selects log_softmax */ \
+    X(int, softmax, (int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y)) \
+    X(int, softmax_backward, (int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y, \
+        const gdl_real *gy, gdl_real *gx)) \
+    /* x [N,C,H,W] -> col [N, C*KH*KW, OH*OW]; col2im: x += (adjoint) */ \
+    X(int, im2col, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *col)) \
+    X(int, col2im, (const gdl_conv_geom *g, const gdl_real *col, gdl_real *x)) \
+    /* pooling per (n,c) plane; idx: flat h*W+w of the max; avg counts padding */ \
+    X(int, maxpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx)) \
+    X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx)) \
+    X(int, avgpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y)) \
+    X(int, avgpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx)) \
+    /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols */ \
+    X(int, copy2d, (int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst, \
+        int64_t dld, int accumulate)) \
+    /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p) */ \
+    X(int, dropout, (int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y)) \
+    X(int, dropout_backward, (int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx)) \
+    /* x [N,C,S]. Training: batch stats (biased var) -> mean, invstd (saved), \
+       running stats updated with unbiased var when run_mean != NULL. \
+       Eval: mean/invstd are computed from running stats into mean/invstd. \
+       gamma/beta may be NULL (1 and 0). */ \
+    X(int, batchnorm, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma, \
+        const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, \
+        gdl_real *run_var, int training, double momentum, double eps)) \
+    /* gx/ggamma/gbeta may be NULL; +=. training selects the batch-stats formula */ \
+    X(int, batchnorm_backward, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy, \
+        const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, gdl_real *gx, \
+        gdl_real *ggamma, gdl_real *gbeta)) \
+    /* rows of D; mean/rstd saved per row */ \
+    X(int, layernorm, (int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma, \
+        const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd)) \
+    X(int, layernorm_backward, (int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy, \
+        const gdl_real *gamma, const gdl_real *mean, const gdl_real *rstd, gdl_real *gx, gdl_real *ggamma, \
+        gdl_real *gbeta)) \
+    /* out[i,:] = W[idx[i],:]; backward gW[idx[i],:] += gy[i,:]. Indices are \
+       checked by the op layer on the CPU; on a GPU out-of-range rows give 0. */ \
+    X(int, embedding, (int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *W, \
+        gdl_real *out)) \
+    X(int, embedding_backward, (int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *gy, \
+        gdl_real *gW)) \
+    /* cross entropy over rows of C classes. from_log_probs: x already holds \
+       log-probabilities (nll_loss). rows[b] = per-row loss (0 when ignored); \
+       out[0] = sum or mean of rows (reduction != NONE); count[0] = the number \
+       of non-ignored rows. Targets out of [0,C) and != ignore give NaN rows \
+       on a GPU; the CPU op layer rejects them first. */ \
+    X(int, xent, (int64_t B, int64_t C, const gdl_real *x, const int32_t *tgt, int ignore_index, \
+        double smoothing, int from_log_probs, int reduction, gdl_real *rows, gdl_real *out, \
+        gdl_real *count)) \
+    /* gx += d loss / dx; gy has B elements (NONE) or 1 */ \
+    X(int, xent_backward, (int64_t B, int64_t C, const gdl_real *x, const int32_t *tgt, int ignore_index, \
+        double smoothing, int from_log_probs, int reduction, const gdl_real *gy, const gdl_real *count, \
+        gdl_real *gx)) \
+    /* elementwise loss(x, y) -> out; backward gx, gy (+=, either may be NULL) */ \
+    X(int, pointwise_loss, (int kind, int64_t n, const gdl_real *x, const gdl_real *y, gdl_real *out)) \
+    X(int, pointwise_loss_backward, (int kind, int64_t n, const gdl_real *x, const gdl_real *y, \
+        const gdl_real *gout, gdl_real *gx, gdl_real *gy)) \
+    /* optimizers over one flat parameter (PyTorch's formulas, DESIGN.md) */ \
+    X(int, sgd, (int64_t n, gdl_real *p, const gdl_real *g, gdl_real *buf, double lr, double momentum, \
+        double dampening, double weight_decay, int nesterov, int first_step)) \
+    X(int, adam, (int64_t n, gdl_real *p, const gdl_real *g, gdl_real *m, gdl_real *v, double lr, \
+        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)) \
+    /* host-visible results (synchronising) */ \
+    X(int, count_nonfinite, (int64_t n, const gdl_real *x, int64_t *out)) \
+    X(int, sum_squares, (int64_t n, const gdl_real *x, double *out))
+
+#define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
 typedef struct gdl_backend {
     const char *name;
-    /* memory, on the current device */
-    void *(*alloc)(size_t bytes);
-    void (*free)(void *p);
-    /* copies between host and device or within a device; kind: 0 h2d, 1 d2h, 2 d2d */
-    int (*copy)(void *dst, const void *src, size_t bytes, int kind);
-    int (*memset0)(void *p, size_t bytes);
-    int (*synchronize)(void);
-
-    int (*fill)(gdl_real *x, int64_t n, gdl_real v);
-    int (*cast)(void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n);
-    /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch,
-       element strides sA, sB, sC between batches (0 repeats a matrix) */
-    int (*gemm)(int ta, int tb, int M, int N, int K, gdl_real alpha,
-                const gdl_real *A, int lda, int64_t sA, const gdl_real *B, int ldb, int64_t sB,
-                gdl_real beta, gdl_real *C, int ldc, int64_t sC, int batch);
-    /* out[i] = a[i·astr] op b[i·bstr] over `shape` (ndim dims, out contiguous;
-       a stride of 0 broadcasts) */
-    int (*binary)(int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr,
-                  const gdl_real *b, const int64_t *bstr, gdl_real *out);
-    /* dst[i·dstr] += alpha*src[i] over `shape` (src contiguous): sums broadcast dims */
-    int (*sum_to)(int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst,
-                  const int64_t *dstr, gdl_real alpha);
-    /* y = f(x; alpha) ; gx += f'(x)·gy (y is the forward output) */
-    int (*unary)(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha);
-    int (*unary_backward)(int op, int64_t n, const gdl_real *x, const gdl_real *y,
-                          const gdl_real *gy, gdl_real *gx, gdl_real alpha);
-    /* x viewed as [outer, n, inner]; y[o,i] = reduce_k x[o,k,i] (y += when accumulate);
-       idx (MAX only) receives the arg-max k as int32 */
-    int (*reduce)(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x,
-                  gdl_real *y, int32_t *idx, int accumulate);
-    int (*reduce_backward)(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *gy,
-                           const int32_t *idx, gdl_real *gx);
-    int (*argmax)(int64_t outer, int64_t n, int64_t inner, const gdl_real *x, int32_t *out);
-    /* softmax over the middle dim of [outer, n, inner]; log_ selects log_softmax */
-    int (*softmax)(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y);
-    int (*softmax_backward)(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y,
-                            const gdl_real *gy, gdl_real *gx);
-    /* x [N,C,H,W] -> col [N, C*KH*KW, OH*OW]; col2im: x += (adjoint) */
-    int (*im2col)(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col);
-    int (*col2im)(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x);
-    /* pooling per (n,c) plane; idx: flat h*W+w of the max; avg counts padding */
-    int (*maxpool)(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx);
-    int (*maxpool_backward)(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx);
-    int (*avgpool)(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y);
-    int (*avgpool_backward)(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx);
-    /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols */
-    int (*copy2d)(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld,
-                  gdl_real *dst, int64_t dld, int accumulate);
-    /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p) */
-    int (*dropout)(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y);
-    int (*dropout_backward)(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx);
-    /* x [N,C,S]. Training: batch stats (biased var) -> mean, invstd (saved),
-       running stats updated with unbiased var when run_mean != NULL.
-       Eval: mean/invstd are computed from running stats into mean/invstd.
-       gamma/beta may be NULL (1 and 0). */
-    int (*batchnorm)(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
-                     const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
-                     gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps);
-    /* gx/ggamma/gbeta may be NULL; +=. training selects the batch-stats formula */
-    int (*batchnorm_backward)(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
-                              const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
-                              int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta);
-    /* rows of D; mean/rstd saved per row */
-    int (*layernorm)(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
-                     const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd);
-    int (*layernorm_backward)(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy,
-                              const gdl_real *gamma, const gdl_real *mean, const gdl_real *rstd,
-                              gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta);
-    /* out[i,:] = W[idx[i],:]; backward gW[idx[i],:] += gy[i,:]. Indices are
-       checked by the op layer on the CPU; on a GPU out-of-range rows give 0. */
-    int (*embedding)(int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *W, gdl_real *out);
-    int (*embedding_backward)(int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *gy, gdl_real *gW);
-    /* cross entropy over rows of C classes. from_log_probs: x already holds
-       log-probabilities (nll_loss). rows[b] = per-row loss (0 when ignored);
-       out[0] = sum or mean of rows (reduction != NONE); count[0] = the number
-       of non-ignored rows. Targets out of [0,C) and != ignore give NaN rows
-       on a GPU; the CPU op layer rejects them first. */
-    int (*xent)(int64_t B, int64_t C, const gdl_real *x, const int32_t *tgt, int ignore_index,
-                double smoothing, int from_log_probs, int reduction, gdl_real *rows,
-                gdl_real *out, gdl_real *count);
-    /* gx += d loss / dx; gy has B elements (NONE) or 1 */
-    int (*xent_backward)(int64_t B, int64_t C, const gdl_real *x, const int32_t *tgt, int ignore_index,
-                         double smoothing, int from_log_probs, int reduction, const gdl_real *gy,
-                         const gdl_real *count, gdl_real *gx);
-    /* elementwise loss(x, y) -> out; backward gx, gy (+=, either may be NULL) */
-    int (*pointwise_loss)(int kind, int64_t n, const gdl_real *x, const gdl_real *y, gdl_real *out);
-    int (*pointwise_loss_backward)(int kind, int64_t n, const gdl_real *x, const gdl_real *y,
-                                   const gdl_real *gout, gdl_real *gx, gdl_real *gy);
-    /* optimizers over one flat parameter (PyTorch's formulas, DESIGN.md) */
-    int (*sgd)(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *buf, double lr, double momentum,
-               double dampening, double weight_decay, int nesterov, int first_step);
-    int (*adam)(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *m, gdl_real *v, double lr,
-                double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step);
-    /* host-visible results (synchronising) */
-    int (*count_nonfinite)(int64_t n, const gdl_real *x, int64_t *out);
-    int (*sum_squares)(int64_t n, const gdl_real *x, double *out);
+    GDL_BACKEND_ENTRIES(GDL__BACKEND_MEMBER)
 } gdl_backend;
 
 #ifdef __CUDACC__
@@ -2748,7 +2816,7 @@ static int gdl__cpu_memset0(void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);
     return 0;
 }
-static int gdl__cpu_sync(void) { return 0; }
+static int gdl__cpu_synchronize(void) { return 0; }
 
 static int gdl__cpu_fill(gdl_real *x, int64_t n, gdl_real v) {
     int64_t i;
@@ -3517,55 +3585,12 @@ static int gdl__cpu_sum_squares(int64_t n, const gdl_real *x, double *out) {
     return 0;
 }
 
-static const gdl_backend *gdl__cpu_backend(void) {
-    static gdl_backend be;
-    static int ready = 0;
-    if (!ready) {
-        be.name = "cpu";
-        be.alloc = gdl__cpu_alloc;
-        be.free = gdl__cpu_free;
-        be.copy = gdl__cpu_copy;
-        be.memset0 = gdl__cpu_memset0;
-        be.synchronize = gdl__cpu_sync;
-        be.fill = gdl__cpu_fill;
-        be.cast = gdl__cpu_cast;
-        be.gemm = gdl__cpu_gemm;
-        be.binary = gdl__cpu_binary;
-        be.sum_to = gdl__cpu_sum_to;
-        be.unary = gdl__cpu_unary;
-        be.unary_backward = gdl__cpu_unary_backward;
-        be.reduce = gdl__cpu_reduce;
-        be.reduce_backward = gdl__cpu_reduce_backward;
-        be.argmax = gdl__cpu_argmax;
-        be.softmax = gdl__cpu_softmax;
-        be.softmax_backward = gdl__cpu_softmax_backward;
-        be.im2col = gdl__cpu_im2col;
-        be.col2im = gdl__cpu_col2im;
-        be.maxpool = gdl__cpu_maxpool;
-        be.maxpool_backward = gdl__cpu_maxpool_backward;
-        be.avgpool = gdl__cpu_avgpool;
-        be.avgpool_backward = gdl__cpu_avgpool_backward;
-        be.copy2d = gdl__cpu_copy2d;
-        be.dropout = gdl__cpu_dropout;
-        be.dropout_backward = gdl__cpu_dropout_backward;
-        be.batchnorm = gdl__cpu_batchnorm;
-        be.batchnorm_backward = gdl__cpu_batchnorm_backward;
-        be.layernorm = gdl__cpu_layernorm;
-        be.layernorm_backward = gdl__cpu_layernorm_backward;
-        be.embedding = gdl__cpu_embedding;
-        be.embedding_backward = gdl__cpu_embedding_backward;
-        be.xent = gdl__cpu_xent;
-        be.xent_backward = gdl__cpu_xent_backward;
-        be.pointwise_loss = gdl__cpu_pointwise_loss;
-        be.pointwise_loss_backward = gdl__cpu_pointwise_loss_backward;
-        be.sgd = gdl__cpu_sgd;
-        be.adam = gdl__cpu_adam;
-        be.count_nonfinite = gdl__cpu_count_nonfinite;
-        be.sum_squares = gdl__cpu_sum_squares;
-        ready = 1;
-    }
-    return &be;
-}
+/* The table is the list's entries in the list's order (the struct is made
+   from the same list): a constant, ready before any thread asks for it. */
+#define GDL__BACKEND_INIT_CPU(ret, entry, params) gdl__cpu_##entry,
+static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CPU)};
+#undef GDL__BACKEND_INIT_CPU
+static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }
 
 /* ---------------------------------------------------------------------------
    [impl-ops]   The op layer: check arguments, allocate the output, call the
@@ -3591,6 +3616,7 @@ typedef struct gdl__op_info {
     const char *name;
     gdl__backward_fn backward;
     int kernel; /* the backend's gdl_binary_op / gdl_unary_op / gdl_reduce_op code */
+    int autocast; /* gdl_autocast_class */
 } gdl__op_info;
 static const gdl__op_info *gdl__op(int op); /* the op table, defined after the ops */
 
@@ -3600,6 +3626,7 @@ static const gdl__op_info *gdl__op(int op); /* the op table, defined after the o
 GPUDL_API const char *gdl_op_name(int op) {
     return (op >= 0 && op < GDL_OP_COUNT) ? gdl__op(op)->name : "invalid-op";
 }
+GPUDL_API int gdl_op_autocast_class(int op) { return (op >= 0 && op < GDL_OP_COUNT) ? gdl__op(op)->autocast : -1; }
 GPUDL_API int gdl_tensor_op(const gdl_tensor *t) { return t && t->node ? t->node->op : -1; }
 
 GPUDL_API int gdl_set_grad_enabled(int on) {
@@ -4753,47 +4780,10 @@ GPUDL_API gdl_tensor *gdl_bce_with_logits(gdl_tensor *input, gdl_tensor *target,
     return gdl__pointwise_loss("gdl_bce_with_logits", GDL_OP_BCE_WITH_LOGITS, input, target, r);
 }
 
-/* ---- the op table: name, backward, backend kernel code (by gdl_op) ---- */
-static const gdl__op_info gdl__ops[GDL_OP_COUNT] = {
-    {"reshape", gdl__bw_view, 0},
-    {"slice", gdl__bw_view, 0},
-    {"add", gdl__bw_binary, GDL_BIN_ADD},
-    {"sub", gdl__bw_binary, GDL_BIN_SUB},
-    {"mul", gdl__bw_binary, GDL_BIN_MUL},
-    {"div", gdl__bw_binary, GDL_BIN_DIV},
-    {"add_scalar", gdl__bw_unary, GDL_UN_ADD_SCALAR},
-    {"mul_scalar", gdl__bw_unary, GDL_UN_SCALE},
-    {"pow_scalar", gdl__bw_unary, GDL_UN_POW},
-    {"exp", gdl__bw_unary, GDL_UN_EXP},
-    {"log", gdl__bw_unary, GDL_UN_LOG},
-    {"relu", gdl__bw_unary, GDL_UN_RELU},
-    {"leaky_relu", gdl__bw_unary, GDL_UN_LEAKY_RELU},
-    {"sigmoid", gdl__bw_unary, GDL_UN_SIGMOID},
-    {"tanh", gdl__bw_unary, GDL_UN_TANH},
-    {"gelu", gdl__bw_unary, GDL_UN_GELU_ERF},
-    {"gelu_tanh", gdl__bw_unary, GDL_UN_GELU_TANH},
-    {"matmul", gdl__bw_matmul, 0},
-    {"linear", gdl__bw_linear, 0},
-    {"sum", gdl__bw_reduce, GDL_RED_SUM},
-    {"mean", gdl__bw_reduce, GDL_RED_MEAN},
-    {"max", gdl__bw_reduce, GDL_RED_MAX},
-    {"softmax", gdl__bw_softmax, 0},
-    {"log_softmax", gdl__bw_softmax, 0},
-    {"conv2d", gdl__bw_conv2d, 0},
-    {"max_pool2d", gdl__bw_pool, 0},
-    {"avg_pool2d", gdl__bw_pool, 0},
-    {"global_avg_pool2d", gdl__bw_reduce, GDL_RED_MEAN},
-    {"concat", gdl__bw_concat, 0},
-    {"dropout", gdl__bw_dropout, 0},
-    {"batch_norm", gdl__bw_batch_norm, 0},
-    {"layer_norm", gdl__bw_layer_norm, 0},
-    {"embedding", gdl__bw_embedding, 0},
-    {"cross_entropy", gdl__bw_xent, 0},
-    {"nll_loss", gdl__bw_xent, 0},
-    {"mse_loss", gdl__bw_pointwise_loss, 0},
-    {"bce_with_logits", gdl__bw_pointwise_loss, 0},
-    {"to", gdl__bw_to, 0},
-};
+/* ---- the op table, made from the op list (GDL_OP_LIST), by gdl_op ---- */
+#define GDL__OP_ROW(id, name, backward, kernel, autocast) {name, backward, kernel, autocast},
+static const gdl__op_info gdl__ops[GDL_OP_COUNT] = {GDL_OP_LIST(GDL__OP_ROW)};
+#undef GDL__OP_ROW
 static const gdl__op_info *gdl__op(int op) { return &gdl__ops[op]; }
 
 /* ---------------------------------------------------------------------------

@@ -609,7 +609,7 @@ static int gdl__cu_memset0(void *p, size_t bytes) {
     return 0;
 }
 
-static int gdl__cu_sync(void) {
+static int gdl__cu_synchronize(void) {
     GDL_CU_TRY(cudaDeviceSynchronize(), -1);
     return 0;
 }
@@ -1975,54 +1975,10 @@ static int gdl__cu_sum_squares(int64_t n, const float *x, double *out) {
 // ----------------------------------------------------------------------------
 // the backend table
 
-static gdl_backend gdl__cu_make_backend(void) {
-    gdl_backend be;
-    memset(&be, 0, sizeof be);
-    be.name = "cuda";
-    be.alloc = gdl__cu_alloc;
-    be.free = gdl__cu_free;
-    be.copy = gdl__cu_copy;
-    be.memset0 = gdl__cu_memset0;
-    be.synchronize = gdl__cu_sync;
-    be.fill = gdl__cu_fill;
-    be.cast = gdl__cu_cast;
-    be.gemm = gdl__cu_gemm;
-    be.binary = gdl__cu_binary;
-    be.sum_to = gdl__cu_sum_to;
-    be.unary = gdl__cu_unary;
-    be.unary_backward = gdl__cu_unary_backward;
-    be.reduce = gdl__cu_reduce;
-    be.reduce_backward = gdl__cu_reduce_backward;
-    be.argmax = gdl__cu_argmax;
-    be.softmax = gdl__cu_softmax;
-    be.softmax_backward = gdl__cu_softmax_backward;
-    be.im2col = gdl__cu_im2col;
-    be.col2im = gdl__cu_col2im;
-    be.maxpool = gdl__cu_maxpool;
-    be.maxpool_backward = gdl__cu_maxpool_backward;
-    be.avgpool = gdl__cu_avgpool;
-    be.avgpool_backward = gdl__cu_avgpool_backward;
-    be.copy2d = gdl__cu_copy2d;
-    be.dropout = gdl__cu_dropout;
-    be.dropout_backward = gdl__cu_dropout_backward;
-    be.batchnorm = gdl__cu_batchnorm;
-    be.batchnorm_backward = gdl__cu_batchnorm_backward;
-    be.layernorm = gdl__cu_layernorm;
-    be.layernorm_backward = gdl__cu_layernorm_backward;
-    be.embedding = gdl__cu_embedding;
-    be.embedding_backward = gdl__cu_embedding_backward;
-    be.xent = gdl__cu_xent;
-    be.xent_backward = gdl__cu_xent_backward;
-    be.pointwise_loss = gdl__cu_pointwise_loss;
-    be.pointwise_loss_backward = gdl__cu_pointwise_loss_backward;
-    be.sgd = gdl__cu_sgd;
-    be.adam = gdl__cu_adam;
-    be.count_nonfinite = gdl__cu_count_nonfinite;
-    be.sum_squares = gdl__cu_sum_squares;
-    return be;
-}
+// The entries in the order of the list in gpudl.h, which also makes the
+// struct: an entry without a gdl__cu_ function does not compile.
+#define GDL__BACKEND_INIT_CUDA(ret, entry, params) gdl__cu_##entry,
+static const gdl_backend gdl__cu_table = {"cuda", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CUDA)};
+#undef GDL__BACKEND_INIT_CUDA
 
-const gdl_backend *gdl_cuda_backend(void) {
-    static const gdl_backend be = gdl__cu_make_backend(); /* thread-safe static init */
-    return &be;
-}
+const gdl_backend *gdl_cuda_backend(void) { return &gdl__cu_table; }

@@ -125,6 +125,29 @@ TEST test_op_names_unique(void) {
     PASS();
 }
 
+/* The op list's autocast classes against torch.autocast's CUDA op lists
+   (DESIGN.md): only matmul/linear/conv go to the low dtype; the f32 list's
+   ops that gpudl has go to f32; every other op keeps its inputs' dtype. */
+TEST test_op_list_autocast_classes(void) {
+    static const char *low[] = {"matmul", "linear", "conv2d"};
+    static const char *f32[] = {"softmax", "log_softmax", "cross_entropy", "nll_loss", "layer_norm", "mse_loss",
+                                "bce_with_logits", "sum", "exp", "log", "pow_scalar"};
+    int op;
+    size_t k;
+    for (op = 0; op < GDL_OP_COUNT; op++) {
+        int want = GDL_AUTOCAST_PROMOTE;
+        for (k = 0; k < sizeof low / sizeof *low; k++)
+            if (!strcmp(gdl_op_name(op), low[k])) want = GDL_AUTOCAST_LOW;
+        for (k = 0; k < sizeof f32 / sizeof *f32; k++)
+            if (!strcmp(gdl_op_name(op), f32[k])) want = GDL_AUTOCAST_F32;
+        if (gdl_op_autocast_class(op) != want)
+            FAILf("op %s: autocast class %d, torch.autocast's is %d", gdl_op_name(op), gdl_op_autocast_class(op), want);
+    }
+    ASSERT_EQ(-1, gdl_op_autocast_class(GDL_OP_COUNT));
+    ASSERT_EQ(-1, gdl_op_autocast_class(-1));
+    PASS();
+}
+
 static gc_run runs[2 * NCASES];
 
 SUITE(gradients) {
@@ -132,6 +155,7 @@ SUITE(gradients) {
     char name[96];
     RUN_TEST(test_every_op_has_a_case);
     RUN_TEST(test_op_names_unique);
+    RUN_TEST(test_op_list_autocast_classes);
     for (i = 0; i < NCASES; i++) {
         runs[2 * i].c = runs[2 * i + 1].c = &cases[i];
         runs[2 * i + 1].fanout = 1;
