@@ -206,6 +206,10 @@ GPUDL_API gdl_device gdl_default_device(void);
 GPUDL_API int gdl_device_equal(gdl_device a, gdl_device b);
 GPUDL_API const char *gdl_device_str(gdl_device d); /* "cpu", "cuda:0" (static) */
 GPUDL_API const char *gdl_device_name(gdl_device d); /* "CPU" or the GPU's name */
+/* How many times so far the host waited for a device: copies to the host
+   (gdl_item, gdl_copy_to_host), synchronisations, a wait for an event not
+   yet reached. A steady-state training step should make none. */
+GPUDL_API int64_t gdl_sync_count(void);
 
 /* Persistent tensors (free with gdl_free). */
 GPUDL_API gdl_tensor *gdl_empty(int ndim, const int64_t *shape, gdl_dtype dt, gdl_device dev);
@@ -581,8 +585,9 @@ typedef struct gdl_loader_opts {
                                        GPUDL_NO_THREADS): assembled inline in gdl_loader_next */
     int prefetch;                   /* batches assembled ahead (raised to num_workers; 0 means 2); default 2 */
     uint64_t seed;                  /* shuffle and random transforms; default 0 */
-    int pin_memory;                 /* CUDA device (GPUDL_CUDA): page-locked host buffers, copied on the loader's
-                                       own stream, synchronised before the batch is handed out; CPU: no effect */
+    int pin_memory;                 /* CUDA device: page-locked host buffers, copied on the loader's own stream
+                                       into one of two device buffers, ordered against the compute stream with
+                                       events, so the host never waits for the device; CPU: no effect */
     gdl_device device;              /* where batches are delivered; default cpu */
     gdl_transform transform;        /* default: none */
 } gdl_loader_opts;
@@ -1006,6 +1011,22 @@ typedef struct gdl_conv_geom {
     X(int, copy, (void *dst, const void *src, size_t bytes, int kind)) \
     X(int, memset0, (void *p, size_t bytes)) \
     X(int, synchronize, (void)) \
+    /* page-locked host memory where the device has it (fast, asynchronous \
+       copies), plain host memory on the CPU */ \
+    X(void *, host_alloc, (size_t bytes)) \
+    X(void, host_free, (void *p)) \
+    /* streams and events order copies against the compute stream without \
+       the host waiting. A NULL stream is the device's compute stream; the \
+       CPU's are stand-ins (work on the CPU is done when the call returns). */ \
+    X(void *, stream_create, (void)) \
+    X(void, stream_destroy, (void *stream)) \
+    X(int, copy_async, (void *dst, const void *src, size_t bytes, int kind, void *stream)) \
+    X(void *, event_create, (void)) \
+    X(void, event_destroy, (void *event)) \
+    X(int, event_record, (void *event, void *stream)) \
+    X(int, stream_wait_event, (void *stream, void *event)) \
+    /* waits (counted by gdl_sync_count) only if the event is not reached yet */ \
+    X(int, event_synchronize, (void *event)) \
     X(int, fill, (gdl_real *x, int64_t n, gdl_real v)) \
     X(int, cast, (void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n)) \
     /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch, \
@@ -1123,6 +1144,8 @@ static inline GDL_HD int gdl_dropout_keep(uint64_t seed, uint64_t i, double p) {
 }
 
 GPUDL_API void gdl__set_error(const char *fmt, ...);
+/* a backend calls it each time the host waits for its device (gdl_sync_count) */
+GPUDL_API void gdl__count_sync(void);
 #ifdef GPUDL_CUDA
 /* defined in gpudl_cuda.cu */
 const gdl_backend *gdl_cuda_backend(void);
@@ -1134,12 +1157,6 @@ void gdl_cuda_release_cache(void);          /* cudaFree the allocator's cached b
 int gdl_cuda_memory_stats(size_t *allocated, size_t *max_allocated, size_t *reserved);
 void gdl_cuda_reset_peak_memory(void);
 void gdl_cuda_set_tf32(int on);               /* off by default, as PyTorch's matmul */
-void *gdl_cuda_host_alloc(size_t bytes);      /* pinned host memory, NULL + error */
-void gdl_cuda_host_free(void *p);
-void *gdl_cuda_stream_create(void);           /* a non-blocking stream, NULL + error */
-void gdl_cuda_stream_destroy(void *stream);
-int gdl_cuda_copy_h2d_async(void *dst, const void *src, size_t bytes, void *stream);
-int gdl_cuda_stream_synchronize(void *stream);
 #endif
 
 #ifdef __cplusplus
@@ -1213,6 +1230,22 @@ GPUDL_API void gdl__set_error(const char *fmt, ...) {
 }
 GPUDL_API const char *gdl_last_error(void) { return gdl__err; }
 GPUDL_API void gdl_clear_error(void) { gdl__err[0] = 0; }
+
+static int64_t gdl__syncs; /* host waits for a device, from every thread */
+GPUDL_API void gdl__count_sync(void) {
+#if defined(__GNUC__) || defined(__clang__)
+    __atomic_fetch_add(&gdl__syncs, 1, __ATOMIC_RELAXED);
+#else
+    gdl__syncs++;
+#endif
+}
+GPUDL_API int64_t gdl_sync_count(void) {
+#if defined(__GNUC__) || defined(__clang__)
+    return __atomic_load_n(&gdl__syncs, __ATOMIC_RELAXED);
+#else
+    return gdl__syncs;
+#endif
+}
 GPUDL_API const char *gdl_version(void) { return GPUDL_VERSION; }
 
 /* A NULL argument usually follows an earlier failure: keep that message. */
@@ -2817,6 +2850,34 @@ static int gdl__cpu_memset0(void *p, size_t bytes) {
     return 0;
 }
 static int gdl__cpu_synchronize(void) { return 0; }
+static void *gdl__cpu_host_alloc(size_t bytes) { return gdl__cpu_alloc(bytes); }
+static void gdl__cpu_host_free(void *p) { GPUDL_FREE(p); }
+/* CPU work is finished when its call returns: streams and events are
+   stand-ins that order nothing, distinct non-NULL handles so that callers
+   can tell them from a failure */
+static char gdl__cpu_stream_token, gdl__cpu_event_token;
+static void *gdl__cpu_stream_create(void) { return &gdl__cpu_stream_token; }
+static void gdl__cpu_stream_destroy(void *stream) { (void)stream; }
+static int gdl__cpu_copy_async(void *dst, const void *src, size_t bytes, int kind, void *stream) {
+    (void)stream;
+    return gdl__cpu_copy(dst, src, bytes, kind);
+}
+static void *gdl__cpu_event_create(void) { return &gdl__cpu_event_token; }
+static void gdl__cpu_event_destroy(void *event) { (void)event; }
+static int gdl__cpu_event_record(void *event, void *stream) {
+    (void)event;
+    (void)stream;
+    return 0;
+}
+static int gdl__cpu_stream_wait_event(void *stream, void *event) {
+    (void)stream;
+    (void)event;
+    return 0;
+}
+static int gdl__cpu_event_synchronize(void *event) {
+    (void)event;
+    return 0;
+}
 
 static int gdl__cpu_fill(gdl_real *x, int64_t n, gdl_real v) {
     int64_t i;
@@ -6895,6 +6956,7 @@ typedef struct gdl__slot {
     gdl_real *x;          /* host buffer: batch_size samples of out_numel */
     int32_t *y;           /* host buffer: batch_size labels */
     gdl_tensor *tx, *ty;  /* CPU device: the batch tensors, owning x and y */
+    void *copied;         /* pinned: reached when the copy out of x and y is done */
     int state;            /* GDL__SLOT_*, under the mutex */
     int64_t batch;        /* the batch it holds or is filling */
 } gdl__slot;
@@ -6922,9 +6984,14 @@ struct gdl_loader {
     int held;                            /* the slot handed out last, -1 */
     int nslots;
     gdl__slot *slots;
-    /* delivery to a GPU */
+    /* delivery to a GPU: pinned, batches alternate between two device buffers
+       (batch b in buffer b & 1), so the copy of a batch overlaps the step
+       before it; otherwise one buffer, copied on the compute stream */
     int pinned;
-    gdl_tensor *dx, *dy;
+    const gdl_backend *be;
+    gdl_tensor *dx[2], *dy[2];
+    void *used[2];                       /* reached when the steps reading buffer k were done */
+    int64_t delivered;                   /* batches delivered to the device, ever */
     void *stream;
     /* workers */
     int nthreads, started;
@@ -7076,7 +7143,13 @@ static void *gdl__loader_worker(void *arg) {
 
 /* Abandons the epoch in progress: no new claims, waits for the batches being
    filled, frees every slot. */
+static int gdl__loader_release(gdl_loader *l, gdl__slot *s);
+
 static void gdl__loader_stop_epoch(gdl_loader *l) {
+    int k;
+    /* workers refill any slot next epoch: no copy may still read one (a
+       failure here is the device's and shows at its next call) */
+    for (k = 0; l->pinned && k < l->nslots; k++) (void)gdl__loader_release(l, &l->slots[k]);
 #ifndef GPUDL_NO_THREADS
     if (l->started > 0) {
         int i, busy;
@@ -7119,10 +7192,11 @@ static void gdl__loader_destroy(gdl_loader *l) {
                 gdl_free(s->tx);
                 gdl_free(s->ty);
             } else if (l->pinned) {
-#ifdef GPUDL_CUDA
-                if (s->x) gdl_cuda_host_free(s->x);
-                if (s->y) gdl_cuda_host_free(s->y);
-#endif
+                /* no copy may still read them */
+                if (s->copied && l->be->event_synchronize(s->copied) < 0) l->be->synchronize();
+                if (s->copied) l->be->event_destroy(s->copied);
+                if (s->x) l->be->host_free(s->x);
+                if (s->y) l->be->host_free(s->y);
             } else {
                 GPUDL_FREE(s->x);
                 GPUDL_FREE(s->y);
@@ -7130,11 +7204,12 @@ static void gdl__loader_destroy(gdl_loader *l) {
         }
         GPUDL_FREE(l->slots);
     }
-    gdl_free(l->dx);
-    gdl_free(l->dy);
-#ifdef GPUDL_CUDA
-    if (l->stream) gdl_cuda_stream_destroy(l->stream);
-#endif
+    for (i = 0; i < 2; i++) {
+        gdl_free(l->dx[i]);
+        gdl_free(l->dy[i]);
+        if (l->used[i]) l->be->event_destroy(l->used[i]);
+    }
+    if (l->stream) l->be->stream_destroy(l->stream);
     GPUDL_FREE(l->perm);
     GPUDL_FREE(l);
 }
@@ -7259,22 +7334,24 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
     ahead = o.prefetch > l->nthreads ? o.prefetch : l->nthreads;
     l->nslots = l->nthreads ? ahead + 1 : 1;
     is_cpu = o.device.type == GDL_DEVICE_CPU;
-#ifdef GPUDL_CUDA
     l->pinned = o.pin_memory && !is_cpu;
-#endif
     if (!is_cpu) { /* the device first: an unusable one fails fast */
-        l->dx = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, o.device);
-        l->dy = l->dx ? gdl_empty(1, l->out_shape, GDL_I32, o.device) : NULL;
-        if (!l->dy) {
+        if (!(l->be = gdl__be(fn, o.device))) goto fail;
+        for (i = 0; i < (l->pinned ? 2 : 1); i++) {
+            l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, o.device);
+            l->dy[i] = l->dx[i] ? gdl_empty(1, l->out_shape, GDL_I32, o.device) : NULL;
+            if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->event_create()))) {
+                gdl__data_wrap_error(fn);
+                goto fail;
+            }
+        }
+        /* the buffers' blocks may come from the cache with kernels still
+           queued on them: the first copies wait for those too */
+        if (l->pinned && (!(l->stream = l->be->stream_create()) || l->be->event_record(l->used[0], NULL) < 0 ||
+                          l->be->event_record(l->used[1], NULL) < 0)) {
             gdl__data_wrap_error(fn);
             goto fail;
         }
-#ifdef GPUDL_CUDA
-        if (l->pinned && !(l->stream = gdl_cuda_stream_create())) {
-            gdl__data_wrap_error(fn);
-            goto fail;
-        }
-#endif
     }
     if (o.shuffle) {
         l->perm = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)ds->n);
@@ -7305,17 +7382,15 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
                 s->y = (int32_t *)s->ty->data;
                 continue;
             }
-#ifdef GPUDL_CUDA
             if (l->pinned) {
-                s->x = (gdl_real *)gdl_cuda_host_alloc(xbytes);
-                s->y = s->x ? (int32_t *)gdl_cuda_host_alloc(ybytes) : NULL;
-                if (!s->y) {
+                s->x = (gdl_real *)l->be->host_alloc(xbytes);
+                s->y = s->x ? (int32_t *)l->be->host_alloc(ybytes) : NULL;
+                if (!s->y || !(s->copied = l->be->event_create())) {
                     gdl__data_wrap_error(fn);
                     goto fail;
                 }
                 continue;
             }
-#endif
             s->x = (gdl_real *)GPUDL_MALLOC(xbytes);
             s->y = (int32_t *)GPUDL_MALLOC(ybytes);
             if (!s->x || !s->y) {
@@ -7366,35 +7441,58 @@ fail:
 }
 
 /* Hands slot s (batch of bsz samples) out on the loader's device. 0 / -1. */
+/* Pinned delivery of batch b into buffer k = b & 1, with no host wait:
+   mark on the compute stream that everything issued so far (all of batch
+   b-1's step) is queued before buffer k^1 is reused; make the copy stream
+   wait for the mark of buffer k (set when batch b-1 was delivered, so the
+   copy overlaps batch b-1's step; for the first two batches, set when the
+   loader was made, after any queued kernel on the buffers' cached blocks);
+   copy; make the compute stream wait for the copy. The host buffers are reused only after their copy is done
+   (gdl__loader_release). */
+static int gdl__loader_copy_pinned(gdl_loader *l, gdl__slot *s, int k, size_t xb, size_t yb) {
+    const gdl_backend *be = l->be;
+    if (be->event_record(l->used[k ^ 1], NULL) < 0) return -1;
+    if (be->stream_wait_event(l->stream, l->used[k]) < 0) return -1;
+    if (be->copy_async(l->dx[k]->data, s->x, xb, 0, l->stream) < 0 ||
+        be->copy_async(l->dy[k]->data, s->y, yb, 0, l->stream) < 0)
+        return -1;
+    if (be->event_record(s->copied, l->stream) < 0) return -1;
+    return be->stream_wait_event(NULL, s->copied);
+}
+
 static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_tensor **x, gdl_tensor **y) {
     static const char fn[] = "gdl_loader_next";
-    gdl_tensor *tx = s->tx ? s->tx : l->dx, *ty = s->ty ? s->ty : l->dy;
+    int k = l->pinned ? (int)(l->delivered & 1) : 0;
+    gdl_tensor *tx = s->tx ? s->tx : l->dx[k], *ty = s->ty ? s->ty : l->dy[k];
     tx->shape[0] = bsz;
     tx->numel = bsz * l->out_numel;
     ty->shape[0] = bsz;
     ty->numel = bsz;
     if (!s->tx) {
         size_t xb = sizeof(gdl_real) * (size_t)tx->numel, yb = sizeof(int32_t) * (size_t)bsz;
-        const gdl_backend *be = gdl__be(fn, l->o.device); /* also makes the device current */
-        /* the previous batch in dx/dy may still be read by queued kernels */
-        if (!be || be->synchronize() < 0) return -1;
-#ifdef GPUDL_CUDA
-        if (l->pinned) {
-            if (gdl_cuda_copy_h2d_async(tx->data, s->x, xb, l->stream) < 0 ||
-                gdl_cuda_copy_h2d_async(ty->data, s->y, yb, l->stream) < 0 ||
-                gdl_cuda_stream_synchronize(l->stream) < 0) {
-                gdl__data_wrap_error(fn);
-                return -1;
-            }
-        } else
-#endif
-        if (be->copy(tx->data, s->x, xb, 0) < 0 || be->copy(ty->data, s->y, yb, 0) < 0) {
+        /* makes the device current; a plain copy runs on the compute stream,
+           after the kernels that still read the buffer */
+        if (!gdl__be(fn, l->o.device) ||
+            (l->pinned ? gdl__loader_copy_pinned(l, s, k, xb, yb)
+                       : l->be->copy(tx->data, s->x, xb, 0) < 0 || l->be->copy(ty->data, s->y, yb, 0)) < 0) {
             gdl__data_wrap_error(fn);
             return -1;
         }
+        l->delivered++;
     }
     *x = tx;
     *y = ty;
+    return 0;
+}
+
+/* A slot's host buffers may be refilled once the copy out of them is done:
+   in a steady state it is, and asking costs no wait. */
+static int gdl__loader_release(gdl_loader *l, gdl__slot *s) {
+    if (!l->pinned) return 0;
+    if (!gdl__be("gdl_loader_next", l->o.device) || l->be->event_synchronize(s->copied) < 0) { /* device current */
+        gdl__data_wrap_error("gdl_loader_next");
+        return -1;
+    }
     return 0;
 }
 
@@ -7410,6 +7508,7 @@ GPUDL_API int gdl_loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
     *y = NULL;
 #ifndef GPUDL_NO_THREADS
     if (l->started > 0 && l->held >= 0) { /* the batch handed out last goes back to the workers */
+        if (gdl__loader_release(l, &l->slots[l->held]) < 0) return -1;
         pthread_mutex_lock(&l->mu);
         l->slots[l->held].state = GDL__SLOT_FREE;
         pthread_cond_broadcast(&l->cv_work);
@@ -7447,6 +7546,7 @@ GPUDL_API int gdl_loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
 #endif
     {
         s = &l->slots[0];
+        if (gdl__loader_release(l, s) < 0) return -1;
         gdl__loader_fill(l, b, s);
     }
     return gdl__loader_deliver(l, s, gdl__loader_bsz(l, b), x, y) < 0 ? -1 : 1;

@@ -428,37 +428,68 @@ static cublasHandle_t gdl__cu_blas(void) {
 }
 
 // ----------------------------------------------------------------------------
-// pinned memory and streams (for the data loader)
+// pinned memory, streams and events (the data loader orders its copies with
+// them); a NULL stream is the current device's compute stream
 
-void *gdl_cuda_host_alloc(size_t bytes) {
+static cudaStream_t gdl__cu_resolve(void *stream) { return stream ? (cudaStream_t)stream : gdl__cu_stream(); }
+
+static void *gdl__cu_host_alloc(size_t bytes) {
     void *p = NULL;
     GDL_CU_TRY(cudaMallocHost(&p, bytes ? bytes : 1), NULL);
     return p;
 }
 
-void gdl_cuda_host_free(void *p) {
+static void gdl__cu_host_free(void *p) {
     if (p) GDL_CU_TRY(cudaFreeHost(p), );
 }
 
-void *gdl_cuda_stream_create(void) {
+static void *gdl__cu_stream_create(void) {
     cudaStream_t s;
     // non-blocking: copies on it overlap the kernels on the compute stream
     GDL_CU_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), NULL);
     return (void *)s;
 }
 
-void gdl_cuda_stream_destroy(void *stream) {
+static void gdl__cu_stream_destroy(void *stream) {
     if (stream) GDL_CU_TRY(cudaStreamDestroy((cudaStream_t)stream), );
 }
 
-int gdl_cuda_copy_h2d_async(void *dst, const void *src, size_t bytes, void *stream) {
+static int gdl__cu_copy_async(void *dst, const void *src, size_t bytes, int kind, void *stream) {
+    static const cudaMemcpyKind kinds[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
     if (!bytes) return 0;
-    GDL_CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream), -1);
+    GDL_CU_TRY(cudaMemcpyAsync(dst, src, bytes, kinds[kind], gdl__cu_resolve(stream)), -1);
     return 0;
 }
 
-int gdl_cuda_stream_synchronize(void *stream) {
-    GDL_CU_TRY(cudaStreamSynchronize((cudaStream_t)stream), -1);
+static void *gdl__cu_event_create(void) {
+    cudaEvent_t e;
+    GDL_CU_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), NULL);
+    return (void *)e;
+}
+
+static void gdl__cu_event_destroy(void *event) {
+    if (event) GDL_CU_TRY(cudaEventDestroy((cudaEvent_t)event), );
+}
+
+static int gdl__cu_event_record(void *event, void *stream) {
+    GDL_CU_TRY(cudaEventRecord((cudaEvent_t)event, gdl__cu_resolve(stream)), -1);
+    return 0;
+}
+
+static int gdl__cu_stream_wait_event(void *stream, void *event) {
+    GDL_CU_TRY(cudaStreamWaitEvent(gdl__cu_resolve(stream), (cudaEvent_t)event, 0), -1);
+    return 0;
+}
+
+// A wait only if the event is not reached yet: in a steady state the copy a
+// slot waits for finished long ago, and asking costs no synchronisation.
+static int gdl__cu_event_synchronize(void *event) {
+    cudaError_t q = cudaEventQuery((cudaEvent_t)event);
+    if (q == cudaSuccess) return 0;
+    if (q != cudaErrorNotReady) GDL_CU_TRY(q, -1);
+    (void)cudaGetLastError(); /* cudaErrorNotReady is not an error */
+    gdl__count_sync();
+    GDL_CU_TRY(cudaEventSynchronize((cudaEvent_t)event), -1);
     return 0;
 }
 
@@ -583,6 +614,7 @@ static int gdl__cu_copy(void *dst, const void *src, size_t bytes, int kind) {
     if (kind == 0 || kind == 1) {
         GDL_CU_TRY(cudaMemcpyAsync(dst, src, bytes, kind == 0 ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, st),
                    -1);
+        gdl__count_sync();
         GDL_CU_TRY(cudaStreamSynchronize(st), -1);
     } else {
         // The CPU copy is a memmove; cudaMemcpy's areas must not overlap (two
@@ -610,6 +642,7 @@ static int gdl__cu_memset0(void *p, size_t bytes) {
 }
 
 static int gdl__cu_synchronize(void) {
+    gdl__count_sync();
     GDL_CU_TRY(cudaDeviceSynchronize(), -1);
     return 0;
 }
@@ -1952,7 +1985,10 @@ static int gdl__cu_reduce_to_host(int64_t n, const float *x, T *out, K partial_k
         e = cudaGetLastError();
     }
     if (e == cudaSuccess) e = cudaMemcpyAsync(out, buf + nb, sizeof(T), cudaMemcpyDeviceToHost, gdl__cu_stream());
-    if (e == cudaSuccess) e = cudaStreamSynchronize(gdl__cu_stream());
+    if (e == cudaSuccess) {
+        gdl__count_sync();
+        e = cudaStreamSynchronize(gdl__cu_stream());
+    }
     gdl__cu_free(buf);
     GDL_CU_TRY(e, -1);
     return 0;

@@ -863,7 +863,7 @@ TEST loader_pinned_matches_cpu(void) {
             if (rc <= 0) break;
             ASSERT(gdl_device_equal(xg->device, GPU));
             if (!same_bytes(xc, xg) || !same_bytes(yc, yg))
-                FAILf("epoch %d batch %d from the pinned GPU loader differs from the CPU loader's", epoch, nb);
+                FAILf("epoch %d batch %d from the pinned GPU loader differs from the CPU loader's (%s)", epoch, nb, gdl_last_error());
             /* use the device batch while the next one is being staged */
             gdl_arena_reset();
             ASSERT_NOT_NULL(gdl_sum(gdl_relu(xg)));
@@ -885,6 +885,104 @@ TEST loader_pinned_matches_cpu(void) {
         if (!have_gpu()) SKIPm("no GPU");                                                         \
         if (gdl_cuda_device_count() < 2) SKIPm("one CUDA device (emulator: GPUDL_EMU_DEVICES=2)"); \
     } while (0)
+
+/* A training loop fed by a pinned GPU loader makes no host synchronisation
+   in a steady-state step (gdl_sync_count): the batch copy is ordered against
+   the compute stream with events. The loss is read after each measured step
+   (outside the window) and must equal the CPU's; a second pass reads nothing
+   until the end, so the host runs ahead of the device and the double-buffered
+   batches must still arrive in order (the final weights equal the CPU's). */
+typedef struct sync_net {
+    gdl_tensor *w1, *b1, *w2;
+} sync_net;
+
+static void sync_net_make(sync_net *m, gdl_device dev) {
+    int64_t s1[2] = {16, 36}, sb[1] = {16}, s2[2] = {10, 16};
+    gdl_manual_seed(5);
+    m->w1 = gdl_uniform(2, s1, -0.3, 0.3, gdl_cpu());
+    m->b1 = gdl_uniform(1, sb, -0.1, 0.1, gdl_cpu());
+    m->w2 = gdl_uniform(2, s2, -0.3, 0.3, gdl_cpu());
+    gdl_move_(m->w1, dev);
+    gdl_move_(m->b1, dev);
+    gdl_move_(m->w2, dev);
+    gdl_set_requires_grad(m->w1, 1);
+    gdl_set_requires_grad(m->b1, 1);
+    gdl_set_requires_grad(m->w2, 1);
+}
+
+/* one step on the loader's next batch; NULL at the end of the epoch */
+static gdl_tensor *sync_net_step(sync_net *m, gdl_loader *l) {
+    gdl_tensor *x, *y, *loss;
+    int64_t flat[2] = {-1, 36};
+    if (gdl_loader_next(l, &x, &y) <= 0) return NULL;
+    gdl_zero_grad_tensor(m->w1);
+    gdl_zero_grad_tensor(m->b1);
+    gdl_zero_grad_tensor(m->w2);
+    loss = gdl_cross_entropy(gdl_linear(gdl_relu(gdl_linear(gdl_reshape(x, 2, flat), m->w1, m->b1)), m->w2, NULL), y);
+    if (!loss || gdl_backward(loss) < 0 || gdl_sgd_update_(m->w1, 0.1) < 0 || gdl_sgd_update_(m->b1, 0.1) < 0 ||
+        gdl_sgd_update_(m->w2, 0.1) < 0)
+        return NULL;
+    return loss;
+}
+
+TEST loader_steps_without_host_waits(void *arg) {
+    enum { N = 96, H = 6 };
+    static uint8_t px[N * H * H];
+    int32_t labels[N];
+    int64_t sshape[3] = {1, H, H};
+    int workers = *(const int *)arg, pass, step;
+    gdl_dataset *ds;
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *lc, *lg;
+    sync_net mc, mg;
+    if (!have_gpu()) SKIPm("no GPU");
+    for (step = 0; step < N * H * H; step++) px[step] = (uint8_t)((step * 53 + step / 5) & 255);
+    for (step = 0; step < N; step++) labels[step] = (step * 7) % 10;
+    ASSERT_NOT_NULL(ds = gdl_dataset_from_arrays(px, GDL_U8, 3, sshape, labels, N, 10));
+    o.batch_size = 8;
+    o.shuffle = 1;
+    o.seed = 3;
+    o.num_workers = workers;
+    o.transform.normalize = 1;
+    o.transform.mean[0] = 0.5;
+    o.transform.std[0] = 0.25;
+    ASSERT_NOT_NULL(lc = gdl_loader_new(ds, &o));
+    o.device = GPU;
+    o.pin_memory = 1;
+    ASSERT_NOT_NULL(lg = gdl_loader_new(ds, &o));
+    sync_net_make(&mc, gdl_cpu());
+    sync_net_make(&mg, GPU);
+    for (pass = 0; pass < 2; pass++) {
+        for (step = 0;; step++) {
+            gdl_tensor *lcpu, *lgpu;
+            int64_t before;
+            gdl_arena_reset();
+            lcpu = sync_net_step(&mc, lc);
+            before = gdl_sync_count();
+            lgpu = sync_net_step(&mg, lg);
+            if (pass == 0 && step >= 2 && gdl_sync_count() != before)
+                FAILf("step %d: %lld host synchronisations (%d workers)", step, (long long)(gdl_sync_count() - before),
+                      workers);
+            if (!lcpu || !lgpu) {
+                ASSERT(!lcpu && !lgpu);
+                break;
+            }
+            if (pass == 0 && fabs(gdl_item(lcpu) - gdl_item(lgpu)) > 1e-5)
+                FAILf("step %d: loss CPU %.7f GPU %.7f", step, gdl_item(lcpu), gdl_item(lgpu));
+        }
+        ASSERT_EQ(12, step);
+    }
+    ASSERT(rel_err(mc.w1, mg.w1) < 1e-5);
+    ASSERT(rel_err(mc.b1, mg.b1) < 1e-5);
+    ASSERT(rel_err(mc.w2, mg.w2) < 1e-5);
+    gdl_free(mc.w1), gdl_free(mc.b1), gdl_free(mc.w2);
+    gdl_free(mg.w1), gdl_free(mg.b1), gdl_free(mg.w2);
+    gdl_loader_free(lc);
+    gdl_loader_free(lg);
+    gdl_dataset_free(ds);
+    gdl_arena_reset();
+    PASS();
+}
 
 TEST two_devices(void) {
     toy a, b;
@@ -1184,6 +1282,11 @@ SUITE(devices) {
     RUN_TEST(overlapping_device_copies);
     RUN_TEST(allocator_steady_state_and_oom);
     RUN_TEST(loader_pinned_matches_cpu);
+    {
+        static const int inline_, two = 2;
+        RUN_TEST_NAMED("loader_steps_without_host_waits_inline", loader_steps_without_host_waits, (void *)&inline_);
+        RUN_TEST_NAMED("loader_steps_without_host_waits_2_workers", loader_steps_without_host_waits, (void *)&two);
+    }
     RUN_TEST(two_devices);
     RUN_TEST(host_threads_own_devices);
     RUN_TEST(injected_alloc_and_launch_failures);
