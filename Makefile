@@ -165,7 +165,9 @@ $(B)/asan_test_alloc: tests/test_alloc.c $(HDR) | $(B)
 #   tests/cuda_emu/emu.mk   test-emu (the GPU suite on the CUDA-on-CPU emulator), emu
 #   tests/cpu_paths.mk      test-cpu-paths (AVX-512 / AVX2 / portable C), test-aarch64 (qemu)
 #   tests/fuzz/fuzz.mk      fuzz (libFuzzer harnesses for every parser), fuzz-seeds
+#   tests/dist.mk           test-dist (launch environments, sharding; 2 MPI ranks)
 -include tests/cuda_emu/emu.mk
+-include tests/dist.mk
 -include tests/cpu_paths.mk
 -include tests/fuzz/fuzz.mk
 
@@ -173,7 +175,7 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-all
 
-test-all: test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-unit test-emu test-cpu-paths test-aarch64
+test-all: test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-unit test-dist test-emu test-cpu-paths test-aarch64
 
 test-unit: $(TESTS) $(ASAN_TESTS)
 	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)

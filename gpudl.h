@@ -65,6 +65,7 @@
    [api-data]   datasets, transforms, the DataLoader
    [api-nn]     modules, optimizers, learning-rate schedulers
    [api-train]  fit / evaluate, checkpoints (safetensors)
+   [api-dist]   data parallel across processes: torchrun, srun, mpirun; collectives
    [api-monitor] GPU utilisation, memory, temperature, power (NVML)
    [backend]    the backend interface (a table of kernels, GDL_BACKEND_ENTRIES)
    [impl-*]     the implementation: errors, memory, tensors, CPU kernels,
@@ -98,6 +99,8 @@
                           compiler targets AVX2, AVX-512 or NEON (for tests)
    GPUDL_ZLIB             read gzipped IDX files (link -lz)
    GPUDL_NO_THREADS       DataLoader workers run inline (no pthreads)
+   GPUDL_MPI              collectives over MPI for multi-process training
+                          ([api-dist]; build with mpicc)
    GPUDL_NVML             GPU monitoring (gdl_gpu_stats) in a CPU build too;
                           on with GPUDL_CUDA. Uses dlopen (glibc < 2.34: -ldl)
    GPUDL_DOUBLE           compute in double precision on the CPU: the dtype
@@ -590,6 +593,12 @@ typedef struct gdl_loader_opts {
                                        events, so the host never waits for the device; CPU: no effect */
     gdl_device device;              /* where batches are delivered; default cpu */
     gdl_transform transform;        /* default: none */
+    /* DistributedSampler: deliver only this process's shard of each epoch, as PyTorch's sampler does:
+       the epoch's indices (shuffled alike on every rank: same seed) are padded to a multiple of
+       num_replicas by repeating the first ones, and rank r takes positions r, r + num_replicas, ...
+       Every rank then has ceil(N / num_replicas) samples. 0 or 1 (default 0): the whole dataset.
+       gdl_dist_world_size() and gdl_dist_rank() give the values for a distributed job. */
+    int num_replicas, rank;
 } gdl_loader_opts;
 
 typedef struct gdl_loader gdl_loader;
@@ -947,6 +956,53 @@ GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer
                                   int64_t epoch);
 GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t *epoch);
+
+/* ---------------------------------------------------------------------------
+   [api-dist]   Several processes training one model (data parallel), as
+   launched by torchrun, Slurm's srun or OpenMPI's mpirun:
+
+       gdl_dist_init();                          // reads the launcher's variables
+       gdl_device dev = gdl_dist_device();       // cuda:(local rank) or cpu
+       o.num_replicas = gdl_dist_world_size();   // the loader's shard (DistributedSampler)
+       o.rank = gdl_dist_rank();
+       ... forward, backward, then for every parameter:
+       gdl_dist_all_reduce(p->grad, GDL_AVG);    // the same gradient on every rank
+       ... gdl_step(opt); and at the end gdl_dist_shutdown();
+
+   The environment, first match wins:
+     torchrun   RANK, WORLD_SIZE, LOCAL_RANK (MASTER_ADDR, MASTER_PORT)
+     mpirun     OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
+     srun       SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (start the processes with
+                srun: inside an sbatch script without srun, SLURM_NTASKS counts
+                processes that were never started)
+   none: a single process (rank 0 of 1). A variable missing, not a whole
+   number or out of range is an error naming it. Collectives on CPU tensors
+   go through MPI: build with -DGPUDL_MPI (mpicc ...); without it a job of
+   more than one process is refused at gdl_dist_init. CUDA tensors (NCCL) are
+   not supported yet.
+   ------------------------------------------------------------------------- */
+
+typedef enum gdl_dist_op { GDL_SUM = 0, GDL_AVG = 1 } gdl_dist_op;
+
+/* 0 / -1 + error. Once per process: a second call is an error (MPI cannot start twice). */
+GPUDL_API int gdl_dist_init(void);
+GPUDL_API int gdl_dist_is_initialized(void);
+GPUDL_API int gdl_dist_rank(void);       /* 0 when not initialised */
+GPUDL_API int gdl_dist_world_size(void); /* 1 when not initialised */
+GPUDL_API int gdl_dist_local_rank(void); /* the rank among this machine's processes; 0 */
+GPUDL_API const char *gdl_dist_launcher(void); /* "torchrun", "mpirun", "srun", "single" */
+/* cuda:(local rank mod the GPUs this process sees) where CUDA has a GPU, else cpu */
+GPUDL_API gdl_device gdl_dist_device(void);
+GPUDL_API int gdl_dist_barrier(void); /* 0 / -1 */
+/* In place, on every rank: t = sum (or mean) over the ranks of t. f32 or i32 (GDL_SUM only), CPU. */
+GPUDL_API int gdl_dist_all_reduce(gdl_tensor *t, gdl_dist_op op);
+/* t on every rank = t of rank root. */
+GPUDL_API int gdl_dist_broadcast(gdl_tensor *t, int root);
+/* out (world_size x in's elements, same dtype) = every rank's in, in rank order. */
+GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in);
+/* out = rank r's slice of the sum (or mean) over ranks of in (world_size x out's elements). */
+GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl_dist_op op);
+GPUDL_API void gdl_dist_shutdown(void);
 
 /* ---------------------------------------------------------------------------
    [api-monitor]   What nvidia-smi shows, from NVIDIA's management library
@@ -6964,6 +7020,7 @@ typedef struct gdl__slot {
 struct gdl_loader {
     gdl_dataset *ds;
     gdl_loader_opts o;
+    int64_t n;                           /* samples per epoch: the dataset's, or this rank's shard's */
     int64_t B, nb;                       /* batch size, batches per epoch */
     int out_ndim;                        /* batch dims, with the batch dim */
     int64_t out_shape[GDL_MAX_DIMS];
@@ -7077,15 +7134,23 @@ static void gdl__loader_sample(const gdl_loader *l, int64_t idx, gdl_real *out) 
 }
 
 static int64_t gdl__loader_bsz(const gdl_loader *l, int64_t b) {
-    int64_t start = b * l->B, left = l->ds->n - start;
+    int64_t start = b * l->B, left = l->n - start;
     return left < l->B ? left : l->B;
+}
+
+/* The dataset index at position pos of this epoch. Sharded: position pos of
+   rank r is position r + pos*W of the epoch's list padded to a multiple of W
+   by repeating it from its start, which is the list's element (r + pos*W) mod N. */
+static int64_t gdl__loader_index(const gdl_loader *l, int64_t pos) {
+    if (l->o.num_replicas > 1) pos = (l->o.rank + pos * (int64_t)l->o.num_replicas) % l->ds->n;
+    return l->perm ? l->perm[pos] : pos;
 }
 
 /* Batch b of the current epoch into slot s's host buffers. */
 static void gdl__loader_fill(const gdl_loader *l, int64_t b, gdl__slot *s) {
     int64_t start = b * l->B, bsz = gdl__loader_bsz(l, b), k;
     for (k = 0; k < bsz; k++) {
-        int64_t idx = l->perm ? l->perm[start + k] : start + k;
+        int64_t idx = gdl__loader_index(l, start + k);
         s->y[k] = l->ds->labels[idx];
         gdl__loader_sample(l, idx, s->x + (size_t)(k * l->out_numel));
     }
@@ -7223,7 +7288,7 @@ static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     const char *ss = gdl__shape_fmt(ds->ndim, ds->shape);
     int i;
     l->out_ndim = ds->ndim + 1;
-    l->out_shape[0] = l->B < ds->n ? l->B : ds->n; /* no buffer holds more than the dataset */
+    l->out_shape[0] = l->B < l->n ? l->B : l->n; /* no buffer holds more than an epoch */
     memcpy(l->out_shape + 1, ds->shape, sizeof(int64_t) * (size_t)ds->ndim);
     l->out_numel = ds->sample_numel;
     if (t->normalize) {
@@ -7313,6 +7378,11 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
         gdl__set_error("%s: invalid device type %d", fn, o.device.type);
         return NULL;
     }
+    if (o.num_replicas < 0 || (o.num_replicas > 1 && (o.rank < 0 || o.rank >= o.num_replicas)) ||
+        (o.num_replicas <= 1 && o.rank != 0)) {
+        gdl__set_error("%s: rank %d is not in [0, num_replicas %d)", fn, o.rank, o.num_replicas);
+        return NULL;
+    }
     if (o.prefetch == 0) o.prefetch = 2;
     l = (gdl_loader *)GPUDL_MALLOC(sizeof(gdl_loader));
     if (!l) {
@@ -7323,7 +7393,8 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
     l->ds = ds;
     l->o = o;
     l->B = o.batch_size;
-    l->nb = o.drop_last ? ds->n / l->B : (ds->n + l->B - 1) / l->B;
+    l->n = o.num_replicas > 1 ? (ds->n + o.num_replicas - 1) / o.num_replicas : ds->n;
+    l->nb = o.drop_last ? l->n / l->B : (l->n + l->B - 1) / l->B;
     l->held = -1;
     if (gdl__loader_plan(fn, l) < 0) goto fail; /* out_shape[0]: min(B, N), the buffers' batch */
 #ifdef GPUDL_NO_THREADS
@@ -10339,6 +10410,291 @@ done:
     gdl__ckpt_free(c);
     gdl_st_free(&f);
     return rc;
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-dist]   The launcher's environment and the collectives (MPI).
+   ------------------------------------------------------------------------- */
+
+#ifdef GPUDL_MPI
+#include <mpi.h>
+#endif
+
+static struct {
+    int init, rank, world, local;
+    const char *launcher;
+#ifdef GPUDL_MPI
+    MPI_Comm comm;   /* a duplicate of MPI_COMM_WORLD whose errors return */
+    int mpi_ours;    /* gdl_dist_init started MPI: shutdown ends it */
+#endif
+} gdl__dist; /* zero: not initialised (rank 0 of 1, "single") */
+
+/* The variable `name` as a whole number in [lo, hi]: 1 set, 0 unset, -1 bad. */
+static int gdl__env_int(const char *op, const char *launcher, const char *name, long lo, long hi, int *out) {
+    const char *v = getenv(name);
+    char *end;
+    long x;
+    if (!v) return 0;
+    x = strtol(v, &end, 10);
+    if (!v[0] || *end || x < lo || x > hi) {
+        gdl__set_error("%s: %s='%s' (%s) is not a whole number in [%ld, %ld]", op, name, v, launcher, lo, hi);
+        return -1;
+    }
+    *out = (int)x;
+    return 1;
+}
+
+#ifdef GPUDL_MPI
+static int gdl__mpi_fail(const char *op, const char *call, int rc) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
+    gdl__set_error("%s: %s failed: %s", op, call, msg);
+    return -1;
+}
+#endif
+
+GPUDL_API int gdl_dist_init(void) {
+    static const char op[] = "gdl_dist_init";
+    /* the launchers' variables: rank, world size, local rank */
+    static const char *const L[3][4] = {
+        {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+        {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+        {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
+    int k, rank = 0, world = 1, local = 0;
+    const char *launcher = "single";
+    if (gdl__dist.init) {
+        gdl__set_error("%s: already initialised (rank %d of %d)", op, gdl__dist.rank, gdl__dist.world);
+        return -1;
+    }
+    for (k = 0; k < 3; k++) {
+        int i;
+        if (!getenv(L[k][1]) && !getenv(L[k][2])) continue;
+        for (i = 1; i < 4; i++)
+            if (!getenv(L[k][i])) {
+                gdl__set_error("%s: %s is set (%s) but %s is not", op, getenv(L[k][1]) ? L[k][1] : L[k][2],
+                               L[k][0], L[k][i]);
+                return -1;
+            }
+        launcher = L[k][0];
+        if (gdl__env_int(op, launcher, L[k][2], 1, 1L << 20, &world) < 0 ||
+            gdl__env_int(op, launcher, L[k][1], 0, world - 1, &rank) < 0 ||
+            gdl__env_int(op, launcher, L[k][3], 0, world - 1, &local) < 0)
+            return -1;
+        break;
+    }
+#ifdef GPUDL_MPI
+    {
+        int flag = 0, rc, mr, ms;
+        if (MPI_Finalized(&flag) == MPI_SUCCESS && flag) {
+            gdl__set_error("%s: MPI was finalised (gdl_dist_shutdown): it cannot start again in this process", op);
+            return -1;
+        }
+        if ((rc = MPI_Initialized(&flag)) != MPI_SUCCESS) return gdl__mpi_fail(op, "MPI_Initialized", rc);
+        if (!flag) {
+            int provided;
+            if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+                return gdl__mpi_fail(op, "MPI_Init_thread", rc);
+            gdl__dist.mpi_ours = 1;
+        }
+        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.comm)) != MPI_SUCCESS)
+            return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
+        MPI_Comm_set_errhandler(gdl__dist.comm, MPI_ERRORS_RETURN); /* errors come back; nothing exits */
+        MPI_Comm_rank(gdl__dist.comm, &mr);
+        MPI_Comm_size(gdl__dist.comm, &ms);
+        if (!strcmp(launcher, "single")) { /* another MPI launcher (mpiexec of MPICH...): MPI's word */
+            launcher = ms > 1 ? "mpi" : "single";
+            rank = mr;
+            world = ms;
+        } else if (mr != rank || ms != world) {
+            gdl__set_error("%s: the environment (%s) says rank %d of %d but MPI says rank %d of %d: were the "
+                           "processes started by another launcher than the one whose variables are set?",
+                           op, launcher, rank, world, mr, ms);
+            MPI_Comm_free(&gdl__dist.comm);
+            return -1;
+        }
+    }
+#else
+    if (world > 1) {
+        gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
+                       "-DGPUDL_MPI (mpicc ...)", op, world, launcher);
+        return -1;
+    }
+#endif
+    gdl__dist.rank = rank;
+    gdl__dist.world = world;
+    gdl__dist.local = local;
+    gdl__dist.launcher = launcher;
+    gdl__dist.init = 1;
+    return 0;
+}
+
+GPUDL_API int gdl_dist_is_initialized(void) { return gdl__dist.init; }
+GPUDL_API int gdl_dist_rank(void) { return gdl__dist.rank; }
+GPUDL_API int gdl_dist_world_size(void) { return gdl__dist.init ? gdl__dist.world : 1; }
+GPUDL_API int gdl_dist_local_rank(void) { return gdl__dist.local; }
+GPUDL_API const char *gdl_dist_launcher(void) { return gdl__dist.init ? gdl__dist.launcher : "single"; }
+
+GPUDL_API gdl_device gdl_dist_device(void) {
+    int n = gdl_cuda_device_count();
+    return n > 0 ? gdl_cuda(gdl__dist.local % n) : gdl_cpu();
+}
+
+GPUDL_API void gdl_dist_shutdown(void) {
+#ifdef GPUDL_MPI
+    if (gdl__dist.init) {
+        MPI_Comm_free(&gdl__dist.comm);
+        if (gdl__dist.mpi_ours) MPI_Finalize();
+        gdl__dist.mpi_ours = 0;
+    }
+#endif
+    gdl__dist.init = 0;
+    gdl__dist.rank = gdl__dist.local = 0;
+}
+
+/* A collective's tensor: initialised, a CPU tensor of f32 (or i32 where
+   the op allows it). */
+static int gdl__dist_check(const char *op, const char *what, const gdl_tensor *t, int i32_ok) {
+    if (!gdl__dist.init) {
+        gdl__set_error("%s: call gdl_dist_init first", op);
+        return -1;
+    }
+    if (!t) {
+        gdl__null_arg(op, what);
+        return -1;
+    }
+    if (t->device.type != GDL_DEVICE_CPU) {
+        gdl__set_error("%s: %s %s is on %s: collectives on CUDA tensors (NCCL) are not supported yet", op, what,
+                       gdl_shape_str(t), gdl_device_str(t->device));
+        return -1;
+    }
+    if (t->dtype != GDL_F32 && !(i32_ok && t->dtype == GDL_I32)) {
+        gdl__set_error("%s: %s is %s %s; expected f32%s", op, what, gdl_dtype_name(t->dtype), gdl_shape_str(t),
+                       i32_ok ? " or i32" : "");
+        return -1;
+    }
+    return 0;
+}
+
+#ifdef GPUDL_MPI
+static MPI_Datatype gdl__mpi_type(gdl_dtype dt) {
+    if (dt == GDL_I32) return MPI_INT;
+    return sizeof(gdl_real) == sizeof(double) ? MPI_DOUBLE : MPI_FLOAT;
+}
+#endif
+
+/* x /= world: the mean, as NCCL's and PyTorch's AVG (sum, then divide) */
+static void gdl__dist_divide(gdl_tensor *t) {
+    gdl_real *x = (gdl_real *)t->data, w = (gdl_real)gdl__dist.world;
+    int64_t i;
+    if (gdl__dist.world == 1) return;
+    for (i = 0; i < t->numel; i++) x[i] /= w;
+}
+
+GPUDL_API int gdl_dist_all_reduce(gdl_tensor *t, gdl_dist_op op) {
+    static const char fn[] = "gdl_dist_all_reduce";
+    if (gdl__dist_check(fn, "t", t, op == GDL_SUM) < 0) return -1;
+    if (op != GDL_SUM && op != GDL_AVG) {
+        gdl__set_error("%s: op %d is neither GDL_SUM nor GDL_AVG", fn, (int)op);
+        return -1;
+    }
+    if (t->numel > INT32_MAX) {
+        gdl__set_error("%s: %s has more than 2^31 elements", fn, gdl_shape_str(t));
+        return -1;
+    }
+#ifdef GPUDL_MPI
+    if (gdl__dist.world > 1) {
+        int rc = MPI_Allreduce(MPI_IN_PLACE, t->data, (int)t->numel, gdl__mpi_type(t->dtype), MPI_SUM, gdl__dist.comm);
+        if (rc != MPI_SUCCESS) return gdl__mpi_fail(fn, "MPI_Allreduce", rc);
+    }
+#endif
+    if (op == GDL_AVG) gdl__dist_divide(t);
+    return 0;
+}
+
+GPUDL_API int gdl_dist_broadcast(gdl_tensor *t, int root) {
+    static const char fn[] = "gdl_dist_broadcast";
+    if (gdl__dist_check(fn, "t", t, 1) < 0) return -1;
+    if (root < 0 || root >= gdl__dist.world) {
+        gdl__set_error("%s: root %d is not a rank (world size %d)", fn, root, gdl__dist.world);
+        return -1;
+    }
+    if (t->numel > INT32_MAX) {
+        gdl__set_error("%s: %s has more than 2^31 elements", fn, gdl_shape_str(t));
+        return -1;
+    }
+#ifdef GPUDL_MPI
+    if (gdl__dist.world > 1) {
+        int rc = MPI_Bcast(t->data, (int)t->numel, gdl__mpi_type(t->dtype), root, gdl__dist.comm);
+        if (rc != MPI_SUCCESS) return gdl__mpi_fail(fn, "MPI_Bcast", rc);
+    }
+#endif
+    return 0;
+}
+
+/* big = world x small elements, one dtype */
+static int gdl__dist_pair(const char *fn, const char *bn, const gdl_tensor *big, const char *sn,
+                          const gdl_tensor *small, int i32_ok) {
+    if (gdl__dist_check(fn, bn, big, i32_ok) < 0 || gdl__dist_check(fn, sn, small, i32_ok) < 0) return -1;
+    if (big->dtype != small->dtype || big->numel != small->numel * gdl__dist.world || big->numel > INT32_MAX) {
+        gdl__set_error("%s: %s %s %s must have world size (%d) x the elements of %s %s %s, in one dtype", fn, bn,
+                       gdl_dtype_name(big->dtype), gdl_shape_str(big), gdl__dist.world, sn,
+                       gdl_dtype_name(small->dtype), gdl_shape_str(small));
+        return -1;
+    }
+    if (big->data == small->data) {
+        gdl__set_error("%s: %s and %s are the same memory", fn, bn, sn);
+        return -1;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in) {
+    static const char fn[] = "gdl_dist_all_gather";
+    if (gdl__dist_pair(fn, "out", out, "in", in, 1) < 0) return -1;
+#ifdef GPUDL_MPI
+    if (gdl__dist.world > 1) {
+        MPI_Datatype ty = gdl__mpi_type(in->dtype);
+        int rc = MPI_Allgather(in->data, (int)in->numel, ty, out->data, (int)in->numel, ty, gdl__dist.comm);
+        if (rc != MPI_SUCCESS) return gdl__mpi_fail(fn, "MPI_Allgather", rc);
+        return 0;
+    }
+#endif
+    memcpy(out->data, in->data, (size_t)in->numel * gdl_dtype_size(in->dtype));
+    return 0;
+}
+
+GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl_dist_op op) {
+    static const char fn[] = "gdl_dist_reduce_scatter";
+    if (gdl__dist_pair(fn, "in", in, "out", out, op == GDL_SUM) < 0) return -1;
+    if (op != GDL_SUM && op != GDL_AVG) {
+        gdl__set_error("%s: op %d is neither GDL_SUM nor GDL_AVG", fn, (int)op);
+        return -1;
+    }
+#ifdef GPUDL_MPI
+    if (gdl__dist.world > 1) {
+        int rc = MPI_Reduce_scatter_block(in->data, out->data, (int)out->numel, gdl__mpi_type(in->dtype), MPI_SUM,
+                                          gdl__dist.comm);
+        if (rc != MPI_SUCCESS) return gdl__mpi_fail(fn, "MPI_Reduce_scatter_block", rc);
+    } else
+#endif
+        memcpy(out->data, in->data, (size_t)out->numel * gdl_dtype_size(out->dtype));
+    if (op == GDL_AVG) gdl__dist_divide(out);
+    return 0;
+}
+
+GPUDL_API int gdl_dist_barrier(void) {
+    if (!gdl__dist.init) {
+        gdl__set_error("gdl_dist_barrier: call gdl_dist_init first");
+        return -1;
+    }
+#ifdef GPUDL_MPI
+    if (gdl__dist.world > 1) {
+        int rc = MPI_Barrier(gdl__dist.comm);
+        if (rc != MPI_SUCCESS) return gdl__mpi_fail("gdl_dist_barrier", "MPI_Barrier", rc);
+    }
+#endif
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 #                            tries it first, then downloads)
 #   sh tools/deps.sh test    what `make test` needs: also g++, clang and its libFuzzer, OpenBLAS's cblas.h,
 #                            the aarch64 cross compiler and qemu-user, curl, cmake,
-#                            pkg-config, gnuplot, and the Fashion-MNIST package (the
+#                            pkg-config, gnuplot, OpenMPI (mpicc, mpirun), and the Fashion-MNIST package (the
 #                            suite trains on it)
 #
 # Each prerequisite is probed (a command or a header on disk); only missing ones
@@ -42,6 +42,8 @@ cmd  curl        curl
 file /usr/include/x86_64-linux-gnu/cblas.h|/usr/include/cblas.h|/usr/include/openblas/cblas.h  libopenblas-dev
 cmd  aarch64-linux-gnu-gcc  gcc-aarch64-linux-gnu
 cmd  qemu-aarch64           qemu-user
+cmd  mpicc       libopenmpi-dev
+cmd  mpirun      openmpi-bin
 '
 data_list='
 file /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz  dataset-fashion-mnist

@@ -1,0 +1,28 @@
+# tests/dist.mk — make fragment (included by the top-level Makefile):
+# multi-process training, [api-dist].
+#
+#   make test-dist   the launchers' environments and the loader's shards in one
+#                    process (plain and ASan); then, where MPI is installed
+#                    (mpicc, mpirun: Debian's libopenmpi-dev openmpi-bin), the
+#                    collectives and 2-rank data-parallel SGD under mpirun -np 2
+
+MPICC ?= mpicc
+
+.PHONY: test-dist test-dist-mpi
+
+$(B)/test_dist: tests/test_dist.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $< -o $@ $(LIBS)
+$(B)/asan_test_dist: tests/test_dist.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $< -o $@ $(LIBS)
+# warning-free with MPI's headers too
+$(B)/test_dist_mpi: tests/test_dist.c $(HDR) | $(B)
+	$(MPICC) $(STD) $(WARN) -Werror $(CFLAGS) -DGPUDL_MPI $< -o $@ $(LIBS)
+
+test-dist: $(B)/test_dist $(B)/asan_test_dist
+	sh tests/run.sh $(B)/test_dist $(B)/asan_test_dist
+	@if command -v $(MPICC) >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory test-dist-mpi; else \
+	  echo "SKIPPED: mpicc or mpirun not found (apt-get install libopenmpi-dev openmpi-bin): the 2-rank tests did not run"; fi
+
+test-dist-mpi: $(B)/test_dist_mpi
+	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_mpi.sh

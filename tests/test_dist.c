@@ -1,0 +1,420 @@
+/* test_dist.c — multi-process training pieces ([api-dist]): the launchers'
+   environments (torchrun, mpirun, srun) and each of their errors, the
+   loader's DistributedSampler shards, and — built with -DGPUDL_MPI and run
+   as `mpirun -np 2 build/test_dist_mpi` — the collectives, the shards
+   gathered from both ranks, and data-parallel SGD on two ranks against one
+   process training on the whole batch.
+
+   Build: cc -std=c99 -pthread tests/test_dist.c -lm -o build/test_dist
+          mpicc -std=c99 -pthread -DGPUDL_MPI tests/test_dist.c -lm -o build/test_dist_mpi */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+
+#ifndef GPUDL_MPI /* run alone: the environment is the test's to set */
+static const char *const all_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID",
+                                       "SLURM_NTASKS", "SLURM_LOCALID"};
+
+static void clear_env(void) {
+    size_t i;
+    for (i = 0; i < sizeof all_vars / sizeof *all_vars; i++) unsetenv(all_vars[i]);
+}
+
+/* setenv pairs (NULL-terminated), init, expect failure naming `needle` */
+static int init_fails_with(const char *needle, const char *const *kv, char *msg, size_t len) {
+    int rc;
+    clear_env();
+    for (; kv[0]; kv += 2) setenv(kv[0], kv[1], 1);
+    rc = gdl_dist_init();
+    clear_env();
+    if (rc == 0) {
+        gdl_dist_shutdown();
+        snprintf(msg, len, "gdl_dist_init succeeded; expected an error naming %s", needle);
+        return 0;
+    }
+    if (!strstr(gdl_last_error(), needle)) {
+        snprintf(msg, len, "the error '%s' does not name %s", gdl_last_error(), needle);
+        return 0;
+    }
+    return 1;
+}
+
+TEST bad_environments(void) {
+    static const char *const c1[] = {"RANK", "0", NULL};
+    static const char *const c2[] = {"RANK", "0", "WORLD_SIZE", "1", NULL};
+    static const char *const c3[] = {"RANK", "x1", "WORLD_SIZE", "1", "LOCAL_RANK", "0", NULL};
+    static const char *const c4[] = {"RANK", "3", "WORLD_SIZE", "2", "LOCAL_RANK", "0", NULL};
+    static const char *const c5[] = {"RANK", "0", "WORLD_SIZE", "0", "LOCAL_RANK", "0", NULL};
+    static const char *const c6[] = {"OMPI_COMM_WORLD_SIZE", "2", NULL};
+    static const char *const c7[] = {"SLURM_PROCID", "0", "SLURM_NTASKS", "1", "SLURM_LOCALID", "", NULL};
+    static const char *const c8[] = {"RANK", "0", "WORLD_SIZE", "1", "LOCAL_RANK", "-1", NULL};
+    char msg[512];
+    if (!init_fails_with("WORLD_SIZE", c1, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("LOCAL_RANK", c2, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("RANK='x1'", c3, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("RANK='3' (torchrun) is not a whole number in [0, 1]", c4, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("WORLD_SIZE='0'", c5, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("OMPI_COMM_WORLD_RANK", c6, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("SLURM_LOCALID=''", c7, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("LOCAL_RANK='-1'", c8, msg, sizeof msg)) FAILm(msg);
+    ASSERT(!gdl_dist_is_initialized());
+    PASS();
+}
+
+/* Without MPI a job of several processes is refused, naming the way out. */
+TEST several_processes_need_mpi(void) {
+    static const char *const kv[] = {"RANK", "1", "WORLD_SIZE", "2", "LOCAL_RANK", "1", NULL};
+    char msg[512];
+    if (!init_fails_with("-DGPUDL_MPI", kv, msg, sizeof msg)) FAILm(msg);
+    PASS();
+}
+
+/* One process: the variables of each launcher are read; collectives are
+   the identity; their argument errors. */
+TEST single_process(void) {
+    static const char *const L[3][4] = {{"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+                                        {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                         "OMPI_COMM_WORLD_LOCAL_RANK"},
+                                        {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
+    int64_t s3[1] = {3}, s6[1] = {6};
+    float v[3] = {1, 2, 4};
+    gdl_tensor *t, *big, *u8;
+    int k;
+    clear_env();
+    ASSERT_EQ(-1, gdl_dist_barrier());
+    ASSERT_CONTAINS(gdl_last_error(), "call gdl_dist_init first");
+    for (k = 0; k < 3; k++) {
+        setenv(L[k][1], "0", 1);
+        setenv(L[k][2], "1", 1);
+        setenv(L[k][3], "0", 1);
+        if (gdl_dist_init() < 0) FAILf("%s: %s", L[k][0], gdl_last_error());
+        ASSERT_STR_EQ(L[k][0], gdl_dist_launcher());
+        ASSERT_EQ(0, gdl_dist_rank());
+        ASSERT_EQ(1, gdl_dist_world_size());
+        gdl_dist_shutdown();
+        clear_env();
+    }
+    ASSERT_EQ(0, gdl_dist_init());
+    ASSERT_STR_EQ("single", gdl_dist_launcher());
+    ASSERT_EQ(-1, gdl_dist_init());
+    ASSERT_CONTAINS(gdl_last_error(), "already initialised");
+    ASSERT(gdl_device_equal(gdl_dist_device(), gdl_cuda_device_count() > 0 ? gdl_cuda(0) : gdl_cpu()));
+    t = gdl_from_array(v, 1, s3, GDL_F32, gdl_cpu());
+    big = gdl_zeros(1, s6, GDL_F32, gdl_cpu());
+    u8 = gdl_zeros(1, s3, GDL_U8, gdl_cpu());
+    ASSERT_EQ(0, gdl_dist_all_reduce(t, GDL_AVG));
+    ASSERT_EQ(0, memcmp(t->data, v, sizeof v));
+    ASSERT_EQ(0, gdl_dist_broadcast(t, 0));
+    ASSERT_EQ(-1, gdl_dist_broadcast(t, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "root 1 is not a rank (world size 1)");
+    ASSERT_EQ(-1, gdl_dist_all_reduce(u8, GDL_SUM));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_dist_all_reduce: t is u8 [3]; expected f32 or i32");
+    ASSERT_EQ(-1, gdl_dist_all_gather(big, t));
+    ASSERT_CONTAINS(gdl_last_error(), "out f32 [6] must have world size (1) x the elements of in f32 [3]");
+    ASSERT_EQ(-1, gdl_dist_all_reduce(t, (gdl_dist_op)7));
+    ASSERT_CONTAINS(gdl_last_error(), "neither GDL_SUM nor GDL_AVG");
+    gdl_free(big);
+    big = gdl_zeros(1, s3, GDL_F32, gdl_cpu());
+    ASSERT_EQ(0, gdl_dist_all_gather(big, t));
+    ASSERT_EQ(0, memcmp(big->data, v, sizeof v));
+    ASSERT_EQ(0, gdl_dist_reduce_scatter(big, t, GDL_AVG));
+    ASSERT_EQ(0, memcmp(big->data, v, sizeof v));
+    ASSERT_EQ(0, gdl_dist_barrier());
+    gdl_dist_shutdown();
+    ASSERT(!gdl_dist_is_initialized());
+    ASSERT_EQ(-1, gdl_dist_all_reduce(t, GDL_SUM));
+    gdl_free(t);
+    gdl_free(big);
+    gdl_free(u8);
+    PASS();
+}
+#endif
+
+/* ---- the DistributedSampler ---- */
+
+enum { NS = 23 };
+
+/* a dataset whose label is the sample's index, so batches say which samples they hold */
+static gdl_dataset *index_dataset(void) {
+    static float x[NS];
+    static int32_t y[NS];
+    int64_t s1[1] = {1};
+    int i;
+    for (i = 0; i < NS; i++) x[i] = (float)i, y[i] = i;
+    return gdl_dataset_from_arrays(x, GDL_F32, 1, s1, y, NS, NS);
+}
+
+/* the indices a loader delivers in one epoch, in order; returns their number */
+static int epoch_indices(gdl_loader *l, int32_t *out, int max) {
+    gdl_tensor *x, *y;
+    int n = 0;
+    while (gdl_loader_next(l, &x, &y) > 0) {
+        int64_t k;
+        for (k = 0; k < y->numel && n < max; k++) out[n++] = ((int32_t *)y->data)[k];
+    }
+    return n;
+}
+
+typedef struct shard_case {
+    int world, shuffle, batch, workers;
+} shard_case;
+
+/* PyTorch's sampler: pad the epoch's list to a multiple of W by repeating
+   it from its start; rank r takes positions r, r+W, ... Checked against the
+   unsharded loader's list of the same epoch (same seed, so same shuffle). */
+TEST shards_partition_the_epoch(void *arg) {
+    const shard_case *c = (const shard_case *)arg;
+    gdl_dataset *ds = index_dataset();
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *whole, *part[5];
+    int32_t list[NS], got[5][NS];
+    int W = c->world, per = (NS + W - 1) / W, r, epoch, p;
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = c->batch;
+    o.shuffle = c->shuffle;
+    o.seed = 77;
+    o.num_workers = c->workers;
+    ASSERT_NOT_NULL(whole = gdl_loader_new(ds, &o));
+    for (r = 0; r < W; r++) {
+        o.num_replicas = W;
+        o.rank = r;
+        ASSERT_NOT_NULL(part[r] = gdl_loader_new(ds, &o));
+        ASSERT_EQ((per + c->batch - 1) / c->batch, gdl_loader_num_batches(part[r]));
+    }
+    for (epoch = 0; epoch < 3; epoch++) {
+        int seen[NS] = {0};
+        ASSERT_EQ(NS, epoch_indices(whole, list, NS));
+        for (r = 0; r < W; r++) ASSERT_EQ(per, epoch_indices(part[r], got[r], NS));
+        for (p = 0; p < per * W; p++) {
+            int want = list[p % NS], have = got[p % W][p / W];
+            if (have != want)
+                FAILf("W %d epoch %d: padded position %d (rank %d) holds %d, expected %d", W, epoch, p, p % W, have,
+                      want);
+            seen[have]++;
+        }
+        for (p = 0; p < NS; p++) ASSERT(seen[p] >= 1 && seen[p] <= 2); /* each once, the padding twice */
+    }
+    gdl_loader_free(whole);
+    for (r = 0; r < W; r++) gdl_loader_free(part[r]);
+    gdl_dataset_free(ds);
+    PASS();
+}
+
+TEST sampler_bad_rank(void) {
+    gdl_dataset *ds = index_dataset();
+    gdl_loader_opts o = gdl_loader_defaults();
+    o.num_replicas = 2;
+    o.rank = 2;
+    ASSERT_NULL(gdl_loader_new(ds, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "rank 2 is not in [0, num_replicas 2)");
+    o.num_replicas = -1;
+    o.rank = 0;
+    ASSERT_NULL(gdl_loader_new(ds, &o));
+    o.num_replicas = 0;
+    o.rank = 1;
+    ASSERT_NULL(gdl_loader_new(ds, &o));
+    gdl_dataset_free(ds);
+    PASS();
+}
+
+#ifdef GPUDL_MPI
+/* ---- two ranks under mpirun ---- */
+
+TEST collectives_two_ranks(void) {
+    int r = gdl_dist_rank(), W = gdl_dist_world_size();
+    int64_t s2[1] = {2}, s4[1] = {4};
+    float a[2], g[4], rs[4];
+    int32_t iv[2];
+    gdl_tensor *t, *ti, *in, *out, *big, *small;
+    ASSERT_EQ(2, W);
+    a[0] = (float)(r + 1), a[1] = 10.0f * (float)(r + 1);
+    t = gdl_from_array(a, 1, s2, GDL_F32, gdl_cpu());
+    ASSERT_EQ(0, gdl_dist_all_reduce(t, GDL_SUM));
+    ASSERT_EQ(3.0, ((float *)t->data)[0]);
+    ASSERT_EQ(30.0, ((float *)t->data)[1]);
+    ASSERT_EQ(0, gdl_dist_all_reduce(t, GDL_AVG));
+    ASSERT_EQ(3.0, ((float *)t->data)[0]);
+    ASSERT_EQ(30.0, ((float *)t->data)[1]);
+    iv[0] = r, iv[1] = 5;
+    ti = gdl_from_array(iv, 1, s2, GDL_I32, gdl_cpu());
+    ASSERT_EQ(0, gdl_dist_all_reduce(ti, GDL_SUM));
+    ASSERT_EQ(1, ((int32_t *)ti->data)[0]);
+    ASSERT_EQ(10, ((int32_t *)ti->data)[1]);
+    ASSERT_EQ(-1, gdl_dist_all_reduce(ti, GDL_AVG)); /* a mean of integers: refused */
+    a[0] = (float)(7 * r), a[1] = -1;
+    gdl_free(t);
+    t = gdl_from_array(a, 1, s2, GDL_F32, gdl_cpu());
+    ASSERT_EQ(0, gdl_dist_broadcast(t, 1));
+    ASSERT_EQ(7.0, ((float *)t->data)[0]);
+    small = gdl_full(1, s2, (double)r, GDL_F32, gdl_cpu());
+    big = gdl_zeros(1, s4, GDL_F32, gdl_cpu());
+    ASSERT_EQ(0, gdl_dist_all_gather(big, small));
+    memcpy(g, big->data, sizeof g);
+    ASSERT(g[0] == 0 && g[1] == 0 && g[2] == 1 && g[3] == 1);
+    rs[0] = 1, rs[1] = 2, rs[2] = 3, rs[3] = 4;
+    in = gdl_from_array(rs, 1, s4, GDL_F32, gdl_cpu());
+    gdl_mul_scalar_(in, r + 1);
+    out = gdl_zeros(1, s2, GDL_F32, gdl_cpu());
+    ASSERT_EQ(0, gdl_dist_reduce_scatter(out, in, GDL_SUM));
+    ASSERT_EQ(3.0 * (2 * r + 1), ((float *)out->data)[0]);
+    ASSERT_EQ(3.0 * (2 * r + 2), ((float *)out->data)[1]);
+    ASSERT_EQ(0, gdl_dist_barrier());
+    gdl_free(t), gdl_free(ti), gdl_free(in), gdl_free(out), gdl_free(big), gdl_free(small);
+    PASS();
+}
+
+/* Each rank's shard, gathered: together the padded epoch, as PyTorch's sampler. */
+TEST shards_gathered_from_both_ranks(void) {
+    gdl_dataset *ds = index_dataset();
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *whole, *mine;
+    int32_t list[NS], got[NS];
+    int64_t sp[1], sa[1];
+    int per = (NS + 1) / 2, p, n;
+    gdl_tensor *part, *all;
+    o.batch_size = 5;
+    o.shuffle = 1;
+    o.seed = 5;
+    ASSERT_NOT_NULL(whole = gdl_loader_new(ds, &o));
+    o.num_replicas = gdl_dist_world_size();
+    o.rank = gdl_dist_rank();
+    ASSERT_NOT_NULL(mine = gdl_loader_new(ds, &o));
+    ASSERT_EQ(NS, epoch_indices(whole, list, NS));
+    ASSERT_EQ(per, n = epoch_indices(mine, got, NS));
+    sp[0] = per, sa[0] = 2 * per;
+    part = gdl_from_array(got, 1, sp, GDL_I32, gdl_cpu());
+    all = gdl_zeros(1, sa, GDL_I32, gdl_cpu());
+    ASSERT_EQ(0, gdl_dist_all_gather(all, part));
+    for (p = 0; p < 2 * per; p++) {
+        int have = ((int32_t *)all->data)[(p % 2) * per + p / 2];
+        if (have != list[p % NS]) FAILf("padded position %d holds %d, expected %d", p, have, list[p % NS]);
+    }
+    gdl_free(part), gdl_free(all);
+    gdl_loader_free(whole), gdl_loader_free(mine);
+    gdl_dataset_free(ds);
+    PASS();
+}
+
+/* A small MLP: two ranks on half a batch each, gradients averaged with
+   gdl_dist_all_reduce, equal one process on the whole batch after 50 SGD
+   steps (to rounding: the two halves' means are added in another order). */
+typedef struct mlp {
+    gdl_tensor *w1, *b1, *w2;
+} mlp;
+
+static void mlp_make(mlp *m) {
+    int64_t s1[2] = {5, 6}, sb[1] = {5}, s2[2] = {3, 5};
+    gdl_manual_seed(21);
+    m->w1 = gdl_uniform(2, s1, -0.4, 0.4, gdl_cpu());
+    m->b1 = gdl_uniform(1, sb, -0.1, 0.1, gdl_cpu());
+    m->w2 = gdl_uniform(2, s2, -0.4, 0.4, gdl_cpu());
+    gdl_set_requires_grad(m->w1, 1), gdl_set_requires_grad(m->b1, 1), gdl_set_requires_grad(m->w2, 1);
+}
+
+static int mlp_step(mlp *m, gdl_tensor *x, gdl_tensor *y, int reduce) {
+    gdl_tensor *loss, *p[3];
+    int i;
+    p[0] = m->w1, p[1] = m->b1, p[2] = m->w2;
+    for (i = 0; i < 3; i++) gdl_zero_grad_tensor(p[i]);
+    loss = gdl_cross_entropy(gdl_linear(gdl_tanh(gdl_linear(x, m->w1, m->b1)), m->w2, NULL), y);
+    if (!loss || gdl_backward(loss) < 0) return -1;
+    for (i = 0; i < 3; i++)
+        if ((reduce && gdl_dist_all_reduce(p[i]->grad, GDL_AVG) < 0) || gdl_sgd_update_(p[i], 0.2) < 0) return -1;
+    return 0;
+}
+
+TEST data_parallel_equals_one_process(void) {
+    enum { B = 8, D = 6 };
+    float xs[B * D];
+    int32_t ys[B];
+    int64_t sx[2] = {B, D}, sy[1] = {B}, hx[2] = {B / 2, D}, hy[1] = {B / 2};
+    int r = gdl_dist_rank(), i, step;
+    mlp dp, one;
+    gdl_tensor *xall, *yall, *xh, *yh, *a[3], *b[3];
+    for (i = 0; i < B * D; i++) xs[i] = (float)sin(0.7 * i + 0.3);
+    for (i = 0; i < B; i++) ys[i] = (i * 5) % 3;
+    xall = gdl_from_array(xs, 2, sx, GDL_F32, gdl_cpu());
+    yall = gdl_from_array(ys, 1, sy, GDL_I32, gdl_cpu());
+    xh = gdl_from_array(xs + r * (B / 2) * D, 2, hx, GDL_F32, gdl_cpu());
+    yh = gdl_from_array(ys + r * (B / 2), 1, hy, GDL_I32, gdl_cpu());
+    mlp_make(&dp);
+    mlp_make(&one);
+    a[0] = dp.w1, a[1] = dp.b1, a[2] = dp.w2, b[0] = one.w1, b[1] = one.b1, b[2] = one.w2;
+    for (i = 0; i < 3; i++) ASSERT_EQ(0, gdl_dist_broadcast(a[i], 0)); /* as DDP does at construction */
+    for (step = 0; step < 50; step++) {
+        gdl_arena_reset();
+        ASSERT_EQ(0, mlp_step(&dp, xh, yh, 1));
+        ASSERT_EQ(0, mlp_step(&one, xall, yall, 0));
+    }
+    for (i = 0; i < 3; i++) {
+        int64_t k;
+        const float *p = (const float *)a[i]->data, *q = (const float *)b[i]->data;
+        for (k = 0; k < a[i]->numel; k++)
+            if (fabs(p[k] - q[k]) > 1e-6 * (1 + fabs(q[k])))
+                FAILf("rank %d parameter %d[%lld]: data parallel %.9g, one process %.9g", r, i, (long long)k, p[k],
+                      q[k]);
+    }
+    for (i = 0; i < 3; i++) gdl_free(a[i]), gdl_free(b[i]);
+    gdl_free(xall), gdl_free(yall), gdl_free(xh), gdl_free(yh);
+    gdl_arena_reset();
+    PASS();
+}
+#endif
+
+static shard_case shard_cases[] = {{1, 0, 4, 0}, {2, 0, 4, 0}, {2, 1, 5, 0}, {3, 1, 4, 2}, {4, 1, 3, 0}, {5, 0, 7, 2}};
+
+#ifndef GPUDL_MPI
+SUITE(environment) {
+    RUN_TEST(bad_environments);
+    RUN_TEST(several_processes_need_mpi);
+    RUN_TEST(single_process);
+}
+#endif
+
+SUITE(sampler) {
+    size_t i;
+    char name[64];
+    for (i = 0; i < sizeof shard_cases / sizeof *shard_cases; i++) {
+        snprintf(name, sizeof name, "shards_W%d_shuffle%d_B%d_workers%d", shard_cases[i].world,
+                 shard_cases[i].shuffle, shard_cases[i].batch, shard_cases[i].workers);
+        RUN_TEST_NAMED(name, shards_partition_the_epoch, (void *)&shard_cases[i]);
+    }
+    RUN_TEST(sampler_bad_rank);
+}
+
+#ifdef GPUDL_MPI
+SUITE(two_ranks) {
+    RUN_TEST(collectives_two_ranks);
+    RUN_TEST(shards_gathered_from_both_ranks);
+    RUN_TEST(data_parallel_equals_one_process);
+}
+#endif
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    HARNESS_MAIN_BEGIN(argc, argv);
+#ifdef GPUDL_MPI
+    /* the launcher's variables are this test's input: keep them from the
+       environment tests, which clear them */
+    if (gdl_dist_init() < 0) {
+        fprintf(stderr, "test_dist: %s\n", gdl_last_error());
+        return 1;
+    }
+    printf("rank %d of %d (%s)\n", gdl_dist_rank(), gdl_dist_world_size(), gdl_dist_launcher());
+    RUN_SUITE(sampler);
+    RUN_SUITE(two_ranks);
+    gdl_dist_shutdown();
+#else
+    RUN_SUITE(environment);
+    RUN_SUITE(sampler);
+#endif
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}
