@@ -179,6 +179,7 @@ struct gdl_tensor {
     unsigned flags;               /* GDL__T_* */
     unsigned gen;                 /* a temporary's arena generation (gdl_arena_reset count); 0 if persistent */
     struct gdl_node *node;        /* the op that made it, NULL for leaves */
+    struct gdl_node *last_use;    /* during gdl_backward with a gradient-ready hook: the oldest node reading it */
     const char *name;             /* optional, for messages and checkpoints */
 };
 
@@ -352,6 +353,11 @@ GPUDL_API gdl_tensor *gdl_bce_with_logits(gdl_tensor *input, gdl_tensor *target,
 
 GPUDL_API int gdl_set_requires_grad(gdl_tensor *t, int on); /* float leaves only */
 GPUDL_API int gdl_backward(gdl_tensor *loss);              /* loss: one element */
+/* Called by gdl_backward for every leaf that requires grad as soon as its gradient is complete
+   (after the last op of the walk that adds to it), while the rest of backward still runs: the
+   signal a bucketed all-reduce starts on (gdl_ddp). NULL removes it. Per thread. */
+typedef void (*gdl_grad_ready_fn)(gdl_tensor *leaf, void *user);
+GPUDL_API void gdl_set_grad_ready_hook(gdl_grad_ready_fn fn, void *user);
 GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad); /* t.backward(grad) */
 GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t);
 GPUDL_API int gdl_sgd_update_(gdl_tensor *param, double lr); /* p -= lr*grad, no grad */
@@ -1003,6 +1009,29 @@ GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in);
 /* out = rank r's slice of the sum (or mean) over ranks of in (world_size x out's elements). */
 GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl_dist_op op);
 GPUDL_API void gdl_dist_shutdown(void);
+
+/* DistributedDataParallel over a module whose tensors are on the CPU: the
+   parameters and buffers are broadcast from rank 0 when it is made; the
+   gradients are grouped in buckets (the parameters in reverse order, the
+   first bucket first_bucket_mb, the others bucket_cap_mb, as PyTorch), and
+   each bucket's all-reduce starts as soon as its gradients are complete,
+   while backward goes on; gdl_ddp_backward returns with every gradient the
+   mean over the ranks. */
+typedef struct gdl_ddp gdl_ddp;
+typedef struct gdl_ddp_opts {
+    double bucket_cap_mb;   /* default 25 */
+    double first_bucket_mb; /* default 1 */
+    int broadcast_buffers;  /* default 1: buffers (BatchNorm's running statistics) from rank 0 at each forward */
+} gdl_ddp_opts;
+GPUDL_API gdl_ddp_opts gdl_ddp_defaults(void);
+GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o); /* NULL + error */
+GPUDL_API gdl_tensor *gdl_ddp_forward(gdl_ddp *d, gdl_tensor *x);
+GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss); /* 0 / -1 */
+/* on != 0: backward accumulates the local gradients without communicating (PyTorch's no_sync, for
+   gradient accumulation); the next backward with it off averages what was accumulated. */
+GPUDL_API void gdl_ddp_set_no_sync(gdl_ddp *d, int on);
+GPUDL_API int gdl_ddp_num_buckets(const gdl_ddp *d);
+GPUDL_API void gdl_ddp_free(gdl_ddp *d);
 
 /* ---------------------------------------------------------------------------
    [api-monitor]   What nvidia-smi shows, from NVIDIA's management library
@@ -4960,6 +4989,34 @@ static int gdl__check_grad(const gdl_node *n, int k, const gdl_backend *be) {
     return 0;
 }
 
+static GDL__TLS gdl_grad_ready_fn gdl__ready_fn;
+static GDL__TLS void *gdl__ready_user;
+GPUDL_API void gdl_set_grad_ready_hook(gdl_grad_ready_fn fn, void *user) {
+    gdl__ready_fn = fn;
+    gdl__ready_user = user;
+}
+
+/* With a gradient-ready hook: mark each leaf with the oldest node that reads
+   it (the walk goes from the newest node back, so that node adds to the
+   leaf's gradient last); after that node, the hook gets the leaf. */
+static void gdl__mark_last_uses(void) {
+    gdl_node *n;
+    int k;
+    for (n = gdl__tape; n; n = n->prev)
+        for (k = 0; k < n->nin; k++)
+            if (n->in[k] && n->in[k]->requires_grad && !n->in[k]->node) n->in[k]->last_use = n;
+}
+static void gdl__signal_ready(gdl_node *n) {
+    int k;
+    for (k = 0; k < n->nin; k++) {
+        gdl_tensor *t = n->in[k];
+        if (t && t->last_use == n) {
+            t->last_use = NULL; /* once, even when a node reads it twice */
+            if (t->grad) gdl__ready_fn(t, gdl__ready_user);
+        }
+    }
+}
+
 static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *seed) {
     gdl_node *n;
     const gdl_backend *be;
@@ -4981,14 +5038,21 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
     }
     if (!root->node) return 0;
     prev = gdl_set_grad_enabled(0);
+    if (gdl__ready_fn) gdl__mark_last_uses();
     for (n = gdl__tape; n && rc == 0; n = n->prev) {
-        if (!n->out->grad) continue;
-        for (k = 0; k < n->nin && rc == 0; k++)
-            if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad(n->in[k]);
-        if (rc == 0 && !(be = gdl__be(op, n->out->device))) rc = -1;
-        if (rc == 0) rc = gdl__op(n->op)->backward(n, be);
-        for (k = 0; k < n->nin && rc == 0; k++) rc = gdl__check_grad(n, k, be);
+        if (n->out->grad) {
+            for (k = 0; k < n->nin && rc == 0; k++)
+                if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad(n->in[k]);
+            if (rc == 0 && !(be = gdl__be(op, n->out->device))) rc = -1;
+            if (rc == 0) rc = gdl__op(n->op)->backward(n, be);
+            for (k = 0; k < n->nin && rc == 0; k++) rc = gdl__check_grad(n, k, be);
+        }
+        if (rc == 0 && gdl__ready_fn) gdl__signal_ready(n);
     }
+    if (gdl__ready_fn) /* after an error: no stale marks */
+        for (n = gdl__tape; n; n = n->prev)
+            for (k = 0; k < n->nin; k++)
+                if (n->in[k]) n->in[k]->last_use = NULL;
     gdl_set_grad_enabled(prev);
     return rc < 0 ? -1 : 0;
 }
@@ -10680,6 +10744,231 @@ GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl
 #endif
         memcpy(out->data, in->data, (size_t)out->numel * gdl_dtype_size(out->dtype));
     if (op == GDL_AVG) gdl__dist_divide(out);
+    return 0;
+}
+
+/* ---- DistributedDataParallel ---- */
+
+typedef struct gdl__bucket {
+    int first, count;   /* params[first .. first+count-1] of the reversed list */
+    int64_t numel;
+    int pending;        /* gradients not complete yet in this backward */
+    int started;
+    gdl_real *buf;      /* the bucket's gradients, flat */
+#ifdef GPUDL_MPI
+    MPI_Request req;
+#endif
+} gdl__bucket;
+
+struct gdl_ddp {
+    gdl_module *m;
+    gdl_ddp_opts o;
+    int np, nbuckets, no_sync, failed;
+    gdl_tensor **params;  /* the module's parameters, last first */
+    int *bucket_of;       /* bucket of params[i] */
+    gdl__bucket *b;
+    int nbuf;
+    gdl_tensor **bufs;    /* buffers, broadcast at each forward */
+};
+
+GPUDL_API gdl_ddp_opts gdl_ddp_defaults(void) {
+    gdl_ddp_opts o;
+    o.bucket_cap_mb = 25;
+    o.first_bucket_mb = 1;
+    o.broadcast_buffers = 1;
+    return o;
+}
+
+GPUDL_API void gdl_ddp_free(gdl_ddp *d) {
+    int i;
+    if (!d) return;
+    for (i = 0; d->b && i < d->nbuckets; i++) GPUDL_FREE(d->b[i].buf);
+    GPUDL_FREE(d->b);
+    GPUDL_FREE(d->bucket_of);
+    GPUDL_FREE(d->params);
+    GPUDL_FREE(d->bufs);
+    GPUDL_FREE(d);
+}
+
+GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o) {
+    static const char fn[] = "gdl_ddp_new";
+    gdl_ddp *d;
+    gdl_tensor **tmp = NULL;
+    int i, n, nb;
+    double cap;
+    int64_t bytes;
+    if (!gdl__dist.init) {
+        gdl__set_error("%s: call gdl_dist_init first", fn);
+        return NULL;
+    }
+    if (!m) {
+        gdl__null_arg(fn, "module");
+        return NULL;
+    }
+    d = (gdl_ddp *)GPUDL_MALLOC(sizeof *d);
+    if (!d) {
+        gdl__set_error("%s: out of memory", fn);
+        return NULL;
+    }
+    memset(d, 0, sizeof *d);
+    d->m = m;
+    d->o = o ? *o : gdl_ddp_defaults();
+    if (!(d->o.bucket_cap_mb > 0) || !(d->o.first_bucket_mb > 0)) {
+        gdl__set_error("%s: bucket sizes must be > 0 MB (bucket_cap_mb %g, first_bucket_mb %g)", fn,
+                       d->o.bucket_cap_mb, d->o.first_bucket_mb);
+        goto fail;
+    }
+    if ((n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, NULL, 0)) < 0 ||
+        (d->nbuf = gdl_module_named_tensors(m, GDL_BUFFERS, NULL, NULL, 0)) < 0)
+        goto fail;
+    d->np = n;
+    tmp = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(n + 1));
+    d->params = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(n + 1));
+    d->bucket_of = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)(n + 1));
+    d->bufs = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(d->nbuf + 1));
+    d->b = (gdl__bucket *)GPUDL_MALLOC(sizeof(gdl__bucket) * (size_t)(n + 1));
+    if (!tmp || !d->params || !d->bucket_of || !d->bufs || !d->b) {
+        gdl__set_error("%s: out of memory", fn);
+        goto fail;
+    }
+    memset(d->b, 0, sizeof(gdl__bucket) * (size_t)(n + 1));
+    if (gdl_module_named_tensors(m, GDL_PARAMS, NULL, tmp, n) != n ||
+        gdl_module_named_tensors(m, GDL_BUFFERS, NULL, d->bufs, d->nbuf) != d->nbuf)
+        goto fail;
+    for (i = 0; i < n; i++) d->params[i] = tmp[n - 1 - i]; /* backward meets the last layers first */
+    for (i = 0; i < n; i++)
+        if (gdl__dist_check(fn, "a parameter", d->params[i], 0) < 0) goto fail;
+    /* buckets: fill up to the cap, the first one to first_bucket_mb */
+    nb = 0;
+    bytes = 0;
+    cap = d->o.first_bucket_mb * 1048576.0;
+    for (i = 0; i < n; i++) {
+        int64_t pb = d->params[i]->numel * (int64_t)sizeof(gdl_real);
+        if (nb == 0 || (d->b[nb - 1].count > 0 && (double)(bytes + pb) > cap)) {
+            if (nb > 0) cap = d->o.bucket_cap_mb * 1048576.0;
+            d->b[nb].first = i;
+            nb++;
+            bytes = 0;
+        }
+        d->b[nb - 1].count++;
+        d->b[nb - 1].numel += d->params[i]->numel;
+        d->bucket_of[i] = nb - 1;
+        bytes += pb;
+    }
+    d->nbuckets = nb;
+    for (i = 0; i < nb; i++)
+        if (d->b[i].numel > INT32_MAX ||
+            !(d->b[i].buf = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1)))) {
+            gdl__set_error("%s: out of memory for a bucket of %lld gradients", fn, (long long)d->b[i].numel);
+            goto fail;
+        }
+    /* the same start on every rank */
+    for (i = 0; i < n; i++)
+        if (gdl_dist_broadcast(d->params[i], 0) < 0) goto fail;
+    for (i = 0; i < d->nbuf; i++)
+        if (gdl_dist_broadcast(d->bufs[i], 0) < 0) goto fail;
+    GPUDL_FREE(tmp);
+    return d;
+fail:
+    GPUDL_FREE(tmp);
+    gdl_ddp_free(d);
+    return NULL;
+}
+
+GPUDL_API int gdl_ddp_num_buckets(const gdl_ddp *d) { return d ? d->nbuckets : 0; }
+GPUDL_API void gdl_ddp_set_no_sync(gdl_ddp *d, int on) {
+    if (d) d->no_sync = on != 0;
+}
+
+GPUDL_API gdl_tensor *gdl_ddp_forward(gdl_ddp *d, gdl_tensor *x) {
+    int i;
+    if (!d) {
+        gdl__null_arg("gdl_ddp_forward", "ddp");
+        return NULL;
+    }
+    if (d->o.broadcast_buffers && gdl__dist.world > 1)
+        for (i = 0; i < d->nbuf; i++)
+            if (gdl_dist_broadcast(d->bufs[i], 0) < 0) return NULL;
+    return gdl_forward(d->m, x);
+}
+
+/* A bucket's gradients are complete: gather them and start the all-reduce. */
+static void gdl__ddp_start(gdl_ddp *d, gdl__bucket *b) {
+    int64_t off = 0;
+    int i;
+    for (i = b->first; i < b->first + b->count; i++) {
+        gdl_tensor *p = d->params[i];
+        if (p->grad) memcpy(b->buf + off, p->grad->data, sizeof(gdl_real) * (size_t)p->numel);
+        else memset(b->buf + off, 0, sizeof(gdl_real) * (size_t)p->numel); /* unused this step: adds nothing */
+        off += p->numel;
+    }
+    b->started = 1;
+#ifdef GPUDL_MPI
+    if (gdl__dist.world > 1) {
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->numel, gdl__mpi_type(GDL_F32), MPI_SUM, gdl__dist.comm,
+                                &b->req);
+        if (rc != MPI_SUCCESS) {
+            gdl__mpi_fail("gdl_ddp_backward", "MPI_Iallreduce", rc);
+            b->started = 0;
+            d->failed = 1;
+        }
+    }
+#endif
+}
+
+static void gdl__ddp_ready(gdl_tensor *leaf, void *user) {
+    gdl_ddp *d = (gdl_ddp *)user;
+    int i;
+    for (i = 0; i < d->np; i++)
+        if (d->params[i] == leaf) {
+            gdl__bucket *b = &d->b[d->bucket_of[i]];
+            if (--b->pending == 0 && !d->failed) gdl__ddp_start(d, b);
+            return;
+        }
+}
+
+GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
+    static const char fn[] = "gdl_ddp_backward";
+    int i, rc;
+    if (!d) {
+        gdl__null_arg(fn, "ddp");
+        return -1;
+    }
+    if (d->no_sync) return gdl_backward(loss);
+    d->failed = 0;
+    for (i = 0; i < d->nbuckets; i++) {
+        d->b[i].pending = d->b[i].count;
+        d->b[i].started = 0;
+    }
+    gdl_set_grad_ready_hook(gdl__ddp_ready, d);
+    rc = gdl_backward(loss);
+    gdl_set_grad_ready_hook(NULL, NULL);
+    /* parameters backward did not reach (unused this step): their buckets go now, with zeros */
+    for (i = 0; i < d->nbuckets && !d->failed; i++)
+        if (!d->b[i].started) gdl__ddp_start(d, &d->b[i]);
+#ifdef GPUDL_MPI
+    for (i = 0; i < d->nbuckets; i++) /* every request started must complete, error or not */
+        if (d->b[i].started && gdl__dist.world > 1) {
+            int e = MPI_Wait(&d->b[i].req, MPI_STATUS_IGNORE);
+            if (e != MPI_SUCCESS && !d->failed) {
+                gdl__mpi_fail(fn, "MPI_Wait", e);
+                d->failed = 1;
+            }
+        }
+#endif
+    if (rc < 0 || d->failed) return -1;
+    for (i = 0; i < d->nbuckets; i++) { /* the mean over the ranks, back into the gradients */
+        gdl__bucket *b = &d->b[i];
+        int64_t off = 0, j;
+        gdl_real w = (gdl_real)gdl__dist.world;
+        int k;
+        for (k = b->first; k < b->first + b->count; k++) {
+            gdl_tensor *p = d->params[k];
+            if (!p->grad && !(p->grad = gdl_zeros(p->ndim, p->shape, GDL_F32, p->device))) return -1;
+            for (j = 0; j < p->numel; j++) ((gdl_real *)p->grad->data)[j] = b->buf[off + j] / w;
+            off += p->numel;
+        }
+    }
     return 0;
 }
 

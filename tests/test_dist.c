@@ -137,6 +137,57 @@ TEST single_process(void) {
 }
 #endif
 
+/* ---- the gradient-ready signal ---- */
+
+typedef struct ready_log {
+    int n;
+    gdl_tensor *who[8];
+    float snap[8]; /* the gradient's first element when signalled */
+} ready_log;
+
+static void on_ready(gdl_tensor *leaf, void *user) {
+    ready_log *r = (ready_log *)user;
+    if (r->n < 8) {
+        r->who[r->n] = leaf;
+        r->snap[r->n] = ((float *)leaf->grad->data)[0];
+    }
+    r->n++;
+}
+
+/* Each leaf once, the last layer's first, with its final gradient; w is
+   read by two ops (fan-out) and comes after its older use. */
+TEST grad_ready_hook(void) {
+    int64_t s1[2] = {4, 3}, sb[1] = {4}, s2[2] = {2, 4}, sx[2] = {5, 3}, sy[1] = {5};
+    float xs[15];
+    int32_t ys[5] = {0, 1, 1, 0, 1};
+    ready_log r;
+    gdl_tensor *w1, *b1, *w2, *x, *y, *h, *loss;
+    int i;
+    memset(&r, 0, sizeof r);
+    for (i = 0; i < 15; i++) xs[i] = (float)cos(i);
+    gdl_manual_seed(3);
+    w1 = gdl_randn(2, s1, gdl_cpu()), b1 = gdl_randn(1, sb, gdl_cpu()), w2 = gdl_randn(2, s2, gdl_cpu());
+    gdl_set_requires_grad(w1, 1), gdl_set_requires_grad(b1, 1), gdl_set_requires_grad(w2, 1);
+    x = gdl_from_array(xs, 2, sx, GDL_F32, gdl_cpu());
+    y = gdl_from_array(ys, 1, sy, GDL_I32, gdl_cpu());
+    /* w1 feeds the first layer and, again, a penalty added at the end */
+    h = gdl_tanh(gdl_linear(x, w1, b1));
+    loss = gdl_add(gdl_cross_entropy(gdl_linear(h, w2, NULL), y), gdl_mul_scalar(gdl_sum(gdl_mul(w1, w1)), 0.01));
+    gdl_set_grad_ready_hook(on_ready, &r);
+    ASSERT_EQ(0, gdl_backward(loss));
+    gdl_set_grad_ready_hook(NULL, NULL);
+    ASSERT_EQ(3, r.n);
+    ASSERT(r.who[0] == w2);
+    ASSERT((r.who[1] == w1 && r.who[2] == b1) || (r.who[1] == b1 && r.who[2] == w1));
+    for (i = 0; i < 3; i++) ASSERT_EQ(((float *)r.who[i]->grad->data)[0], r.snap[i]);
+    memset(&r, 0, sizeof r);
+    ASSERT_EQ(0, gdl_backward(loss)); /* no hook: nothing called */
+    ASSERT_EQ(0, r.n);
+    gdl_free(w1), gdl_free(b1), gdl_free(w2), gdl_free(x), gdl_free(y);
+    gdl_arena_reset();
+    PASS();
+}
+
 /* ---- the DistributedSampler ---- */
 
 enum { NS = 23 };
@@ -366,6 +417,93 @@ TEST data_parallel_equals_one_process(void) {
     gdl_arena_reset();
     PASS();
 }
+
+/* A module under gdl_ddp on two ranks, half of each batch per rank, equals
+   one process on the whole batch (SGD with momentum, 30 steps), with buckets
+   small enough that there are several; and with no_sync, two micro-batches
+   per rank accumulate to the same step. */
+static gdl_module *ddp_net(void) {
+    gdl_module *mods[3];
+    gdl_manual_seed(8);
+    mods[0] = gdl_nn_linear(6, 7, 1);
+    mods[1] = gdl_nn_tanh();
+    mods[2] = gdl_nn_linear(7, 3, 1);
+    return gdl_nn_sequential(3, mods);
+}
+
+static int same_params(gdl_module *a, gdl_module *b, char *msg, size_t len) {
+    gdl_tensor *pa[8], *pb[8];
+    int n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 8), i;
+    int64_t k;
+    if (n != gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 8)) return 0;
+    for (i = 0; i < n; i++)
+        for (k = 0; k < pa[i]->numel; k++) {
+            float u = ((float *)pa[i]->data)[k], v = ((float *)pb[i]->data)[k];
+            if (fabs(u - v) > 1e-6 * (1 + fabs(v))) {
+                snprintf(msg, len, "parameter %d[%lld]: ddp %.9g, one process %.9g", i, (long long)k, u, v);
+                return 0;
+            }
+        }
+    return 1;
+}
+
+TEST ddp_equals_one_process(void *arg) {
+    enum { B = 8, D = 6 };
+    int micro = *(const int *)arg; /* micro-batches per rank and step (no_sync for all but the last) */
+    float xs[B * D];
+    int32_t ys[B];
+    int r = gdl_dist_rank(), i, step, mb, per = B / 2 / micro;
+    int64_t sx[2] = {B, D}, sy[1] = {B}, mx[2], my[1];
+    gdl_module *dm = ddp_net(), *om = ddp_net();
+    gdl_ddp_opts o = gdl_ddp_defaults();
+    gdl_ddp *d;
+    gdl_optimizer *dopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0), *oopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
+    gdl_tensor *xall, *yall;
+    char msg[256];
+    mx[0] = per, mx[1] = D, my[0] = per;
+    o.first_bucket_mb = o.bucket_cap_mb = 100.0 / 1048576; /* 100 bytes: a bucket per layer or so */
+    ASSERT_NOT_NULL(d = gdl_ddp_new(dm, &o));
+    ASSERT(gdl_ddp_num_buckets(d) >= 3);
+    ASSERT_EQ(0, gdl_optim_add_module(dopt, dm, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(oopt, om, 0));
+    for (i = 0; i < B * D; i++) xs[i] = (float)sin(0.37 * i + 1);
+    for (i = 0; i < B; i++) ys[i] = (i * 2) % 3;
+    xall = gdl_from_array(xs, 2, sx, GDL_F32, gdl_cpu());
+    yall = gdl_from_array(ys, 1, sy, GDL_I32, gdl_cpu());
+    for (step = 0; step < 30; step++) {
+        gdl_arena_reset();
+        gdl_zero_grad(dopt);
+        for (mb = 0; mb < micro; mb++) {
+            int first = r * (B / 2) + mb * per;
+            gdl_tensor *x = gdl_from_array(xs + first * D, 2, mx, GDL_F32, gdl_cpu());
+            gdl_tensor *y = gdl_from_array(ys + first, 1, my, GDL_I32, gdl_cpu());
+            gdl_tensor *loss = gdl_mul_scalar(gdl_cross_entropy(gdl_ddp_forward(d, x), y), 1.0 / micro);
+            gdl_ddp_set_no_sync(d, mb < micro - 1);
+            ASSERT_EQ(0, gdl_ddp_backward(d, loss));
+            if (mb < micro - 1) { /* no_sync: the gradients are still each rank's own */
+                gdl_tensor *p0, *both;
+                int64_t s2[1] = {2};
+                gdl_module_named_tensors(dm, GDL_PARAMS, NULL, &p0, 1);
+                both = gdl_zeros(1, s2, GDL_F32, gdl_cpu());
+                ASSERT_EQ(0, gdl_dist_all_gather(both, gdl_slice(gdl_reshape(p0->grad, 1, &p0->grad->numel), 0, 1)));
+                ASSERT(((float *)both->data)[0] != ((float *)both->data)[1]);
+                gdl_free(both);
+            }
+            gdl_free(x), gdl_free(y);
+        }
+        ASSERT_EQ(0, gdl_step(dopt));
+        gdl_zero_grad(oopt);
+        ASSERT_EQ(0, gdl_backward(gdl_cross_entropy(gdl_forward(om, xall), yall)));
+        ASSERT_EQ(0, gdl_step(oopt));
+    }
+    if (!same_params(dm, om, msg, sizeof msg)) FAILf("rank %d, %d micro-batches: %s", r, micro, msg);
+    gdl_ddp_free(d);
+    gdl_optim_free(dopt), gdl_optim_free(oopt);
+    gdl_module_free(dm), gdl_module_free(om);
+    gdl_free(xall), gdl_free(yall);
+    gdl_arena_reset();
+    PASS();
+}
 #endif
 
 static shard_case shard_cases[] = {{1, 0, 4, 0}, {2, 0, 4, 0}, {2, 1, 5, 0}, {3, 1, 4, 2}, {4, 1, 3, 0}, {5, 0, 7, 2}};
@@ -377,6 +515,8 @@ SUITE(environment) {
     RUN_TEST(single_process);
 }
 #endif
+
+SUITE(autograd) { RUN_TEST(grad_ready_hook); }
 
 SUITE(sampler) {
     size_t i;
@@ -394,6 +534,11 @@ SUITE(two_ranks) {
     RUN_TEST(collectives_two_ranks);
     RUN_TEST(shards_gathered_from_both_ranks);
     RUN_TEST(data_parallel_equals_one_process);
+    {
+        static const int one = 1, two = 2;
+        RUN_TEST_NAMED("ddp_equals_one_process", ddp_equals_one_process, (void *)&one);
+        RUN_TEST_NAMED("ddp_no_sync_accumulation", ddp_equals_one_process, (void *)&two);
+    }
 }
 #endif
 
@@ -408,11 +553,13 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("rank %d of %d (%s)\n", gdl_dist_rank(), gdl_dist_world_size(), gdl_dist_launcher());
+    RUN_SUITE(autograd);
     RUN_SUITE(sampler);
     RUN_SUITE(two_ranks);
     gdl_dist_shutdown();
 #else
     RUN_SUITE(environment);
+    RUN_SUITE(autograd);
     RUN_SUITE(sampler);
 #endif
     gdl_shutdown();
