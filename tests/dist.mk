@@ -4,7 +4,8 @@
 #   make test-dist   the launchers' environments and the loader's shards in one
 #                    process (plain and ASan); then, where MPI is installed
 #                    (mpicc, mpirun: Debian's libopenmpi-dev openmpi-bin), the
-#                    collectives and 2-rank data-parallel SGD under mpirun -np 2
+#                    collectives and 2-rank data-parallel SGD under mpirun -np 2,
+#                    and examples/ddp.c on 2 ranks against mnist_mlp on one
 
 MPICC ?= mpicc
 
@@ -24,5 +25,9 @@ test-dist: $(B)/test_dist $(B)/asan_test_dist
 	  $(MAKE) --no-print-directory test-dist-mpi; else \
 	  echo "SKIPPED: mpicc or mpirun not found (apt-get install libopenmpi-dev openmpi-bin): the 2-rank tests did not run"; fi
 
-test-dist-mpi: $(B)/test_dist_mpi
-	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_mpi.sh
+# examples/ddp.c with MPI, as its top says to build it
+$(B)/ddp_mpi: examples/ddp.c examples/example_args.h gpudl.h | $(B)
+	$(MPICC) $(STD) $(WARN) -Werror $(CFLAGS) $(ZFLAGS) -DGPUDL_MPI $< -o $@ $(LIBS)
+
+test-dist-mpi: $(B)/test_dist_mpi $(B)/ddp_mpi $(B)/mnist_mlp
+	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_mpi.sh tests/test_ddp_example.sh
