@@ -9,7 +9,10 @@
 
 MPICC ?= mpicc
 
-.PHONY: test-dist test-dist-mpi
+#   make bench-ddp   bench/ddp_scaling.c on 2 MPI ranks: step, all-reduce and
+#                    overlap times, and the ring model's 8-GPU efficiency
+
+.PHONY: test-dist test-dist-mpi bench-ddp
 
 $(B)/test_dist: tests/test_dist.c $(HDR) | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $< -o $@ $(LIBS)
@@ -31,3 +34,9 @@ $(B)/ddp_mpi: examples/ddp.c examples/example_args.h gpudl.h | $(B)
 
 test-dist-mpi: $(B)/test_dist_mpi $(B)/ddp_mpi $(B)/mnist_mlp
 	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_mpi.sh tests/test_ddp_example.sh
+
+$(B)/ddp_scaling: bench/ddp_scaling.c bench/bench_cpu.h gpudl.h | $(B)
+	$(MPICC) $(STD) $(WARN) -O3 -march=native -DGPUDL_MPI $< -o $@ $(LIBS)
+
+bench-ddp: $(B)/ddp_scaling
+	mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -np 2 $(B)/ddp_scaling
