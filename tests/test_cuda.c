@@ -984,6 +984,70 @@ TEST loader_steps_without_host_waits(void *arg) {
     PASS();
 }
 
+/* Model parallel: the first layer on cuda:0, the second on cuda:1, the
+   activation moved between them with gdl_to; trained GPipe-style on two
+   micro-batches (loss / 2 each, gradients accumulating), it must match one
+   CPU run on the whole batch. */
+TEST model_parallel_two_devices(void) {
+    enum { B = 8, D = 12, H = 9, C = 4 };
+    int64_t sx[2] = {B, D}, sy[1] = {B}, s1[2] = {H, D}, sb[1] = {H}, s2[2] = {C, H};
+    int64_t hx[2] = {B / 2, D}, hy[1] = {B / 2};
+    float xs[B * D];
+    int32_t ys[B];
+    gdl_tensor *p[2][3]; /* [cpu, split][w1, b1, w2] */
+    int i, k, step, mb;
+    NEED_TWO_DEVICES();
+    for (i = 0; i < B * D; i++) xs[i] = (float)sin(0.5 * i);
+    for (i = 0; i < B; i++) ys[i] = (i * 3) % C;
+    for (k = 0; k < 2; k++) {
+        gdl_manual_seed(4);
+        p[k][0] = gdl_uniform(2, s1, -0.3, 0.3, gdl_cpu());
+        p[k][1] = gdl_uniform(1, sb, -0.1, 0.1, gdl_cpu());
+        p[k][2] = gdl_uniform(2, s2, -0.3, 0.3, gdl_cpu());
+        if (k == 1) {
+            ASSERT_EQ(0, gdl_move_(p[1][0], gdl_cuda(0)));
+            ASSERT_EQ(0, gdl_move_(p[1][1], gdl_cuda(0)));
+            ASSERT_EQ(0, gdl_move_(p[1][2], gdl_cuda(1)));
+        }
+        for (i = 0; i < 3; i++) gdl_set_requires_grad(p[k][i], 1);
+    }
+    for (step = 0; step < 5; step++) {
+        gdl_tensor *x, *y, *loss;
+        gdl_arena_reset();
+        for (k = 0; k < 2; k++)
+            for (i = 0; i < 3; i++) gdl_zero_grad_tensor(p[k][i]);
+        x = gdl_from_array(xs, 2, sx, GDL_F32, gdl_cpu());
+        y = gdl_from_array(ys, 1, sy, GDL_I32, gdl_cpu());
+        loss = gdl_cross_entropy(gdl_linear(gdl_relu(gdl_linear(x, p[0][0], p[0][1])), p[0][2], NULL), y);
+        ASSERT_EQ(0, gdl_backward(loss));
+        gdl_free(x), gdl_free(y);
+        for (mb = 0; mb < 2; mb++) { /* micro-batch mb: layer 1 on cuda:0, layer 2 on cuda:1 */
+            gdl_tensor *h;
+            x = gdl_from_array(xs + mb * (B / 2) * D, 2, hx, GDL_F32, gdl_cuda(0));
+            y = gdl_from_array(ys + mb * (B / 2), 1, hy, GDL_I32, gdl_cuda(1));
+            h = gdl_to(gdl_relu(gdl_linear(x, p[1][0], p[1][1])), gdl_cuda(1));
+            loss = gdl_mul_scalar(gdl_cross_entropy(gdl_linear(h, p[1][2], NULL), y), 0.5);
+            if (!loss || gdl_backward(loss) < 0) FAILf("micro-batch %d: %s", mb, gdl_last_error());
+            gdl_free(x), gdl_free(y);
+        }
+        for (i = 0; i < 3; i++) {
+            if (!gdl_device_equal(p[1][i]->grad->device, p[1][i]->device))
+                FAILf("parameter %d's gradient is on %s, the parameter on %s", i,
+                      gdl_device_str(p[1][i]->grad->device), gdl_device_str(p[1][i]->device));
+            if (rel_err(p[0][i]->grad, p[1][i]->grad) > 1e-5)
+                FAILf("step %d: parameter %d's gradient differs from the one-device run by %g", step, i,
+                      rel_err(p[0][i]->grad, p[1][i]->grad));
+            ASSERT_EQ(0, gdl_sgd_update_(p[0][i], 0.2));
+            ASSERT_EQ(0, gdl_sgd_update_(p[1][i], 0.2));
+        }
+    }
+    for (i = 0; i < 3; i++) ASSERT(rel_err(p[0][i], p[1][i]) < 1e-5);
+    for (k = 0; k < 2; k++)
+        for (i = 0; i < 3; i++) gdl_free(p[k][i]);
+    gdl_arena_reset();
+    PASS();
+}
+
 TEST two_devices(void) {
     toy a, b;
     int s;
@@ -1288,6 +1352,7 @@ SUITE(devices) {
         RUN_TEST_NAMED("loader_steps_without_host_waits_2_workers", loader_steps_without_host_waits, (void *)&two);
     }
     RUN_TEST(two_devices);
+    RUN_TEST(model_parallel_two_devices);
     RUN_TEST(host_threads_own_devices);
     RUN_TEST(injected_alloc_and_launch_failures);
 }
