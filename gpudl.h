@@ -935,6 +935,20 @@ typedef struct gdl_conv_geom {
     int OH, OW;            /* output */
 } gdl_conv_geom;
 
+/* One parameter of a multi-tensor optimizer step (gdl_backend.sgd_multi / adam_multi). */
+typedef struct gdl_opt_tensor {
+    int64_t n;
+    gdl_real *p;                /* updated in place */
+    const gdl_real *g;
+    gdl_real *s1, *s2;          /* SGD: s1 the momentum buffer (NULL without momentum); Adam: exp_avg, exp_avg_sq */
+    double lr, weight_decay;
+    double momentum, dampening; /* SGD */
+    double beta1, beta2, eps;   /* Adam */
+    int64_t step;               /* SGD: 0 on the buffer's first step (it starts as the gradient); Adam: the
+                                   step being taken, 1, 2, ... (bias correction) */
+    int nesterov;               /* SGD */
+} gdl_opt_tensor;
+
 typedef struct gdl_backend {
     const char *name;
     /* memory, on the current device */
@@ -1025,11 +1039,11 @@ typedef struct gdl_backend {
     int (*pointwise_loss)(int kind, int64_t n, const gdl_real *x, const gdl_real *y, gdl_real *out);
     int (*pointwise_loss_backward)(int kind, int64_t n, const gdl_real *x, const gdl_real *y,
                                    const gdl_real *gout, gdl_real *gx, gdl_real *gy);
-    /* optimizers over one flat parameter (PyTorch's formulas, DESIGN.md) */
-    int (*sgd)(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *buf, double lr, double momentum,
-               double dampening, double weight_decay, int nesterov, int first_step);
-    int (*adam)(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *m, gdl_real *v, double lr,
-                double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step);
+    /* optimizers (PyTorch's formulas, DESIGN.md) over `count` flat parameters of this device at once,
+       as PyTorch's foreach / multi_tensor_apply: one call, one kernel launch on a GPU, so a failure
+       updates nothing. decoupled: AdamW's weight decay. */
+    int (*sgd_multi)(int count, const gdl_opt_tensor *t);
+    int (*adam_multi)(int count, const gdl_opt_tensor *t, int decoupled);
     /* host-visible results (synchronising) */
     int (*count_nonfinite)(int64_t n, const gdl_real *x, int64_t *out);
     int (*sum_squares)(int64_t n, const gdl_real *x, double *out);
@@ -1055,6 +1069,8 @@ static inline GDL_HD int gdl_dropout_keep(uint64_t seed, uint64_t i, double p) {
 }
 
 GPUDL_API void gdl__set_error(const char *fmt, ...);
+/* The op that last chose a backend (gdl__be), for backends' error messages; "" before any. */
+GPUDL_API const char *gdl__backend_op(void);
 #ifdef GPUDL_CUDA
 /* defined in gpudl_cuda.cu */
 const gdl_backend *gdl_cuda_backend(void);
@@ -1249,7 +1265,11 @@ GPUDL_API const char *gdl_device_name(gdl_device d) {
 static const gdl_backend *gdl__cpu_backend(void);
 
 /* The backend of a device, made current. NULL + error if unusable. */
+static GDL__TLS const char *gdl__be_op = "";
+GPUDL_API const char *gdl__backend_op(void) { return gdl__be_op; }
+
 static const gdl_backend *gdl__be(const char *op, gdl_device d) {
+    gdl__be_op = op;
     if (d.type == GDL_DEVICE_CPU) return gdl__cpu_backend();
 #ifdef GPUDL_CUDA
     if (d.type == GDL_DEVICE_CUDA) {
@@ -3471,9 +3491,12 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
     return 0;
 }
 
-static int gdl__cpu_sgd(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *buf, double lr, double momentum,
-                        double dampening, double weight_decay, int nesterov, int first_step) {
-    int64_t i;
+static void gdl__cpu_sgd1(const gdl_opt_tensor *t) {
+    int64_t i, n = t->n;
+    gdl_real *p = t->p, *buf = t->s1;
+    const gdl_real *g = t->g;
+    double lr = t->lr, momentum = t->momentum, dampening = t->dampening, weight_decay = t->weight_decay;
+    int nesterov = t->nesterov, first_step = t->step == 0;
     GDL__PARALLEL_FOR(n)
     for (i = 0; i < n; i++) {
         double d = g[i] + weight_decay * p[i];
@@ -3484,13 +3507,19 @@ static int gdl__cpu_sgd(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *buf
         }
         p[i] = (gdl_real)(p[i] - lr * d);
     }
+}
+static int gdl__cpu_sgd_multi(int count, const gdl_opt_tensor *t) {
+    int k;
+    for (k = 0; k < count; k++) gdl__cpu_sgd1(&t[k]);
     return 0;
 }
 
-static int gdl__cpu_adam(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *m, gdl_real *v, double lr,
-                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step) {
-    int64_t i;
-    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+static void gdl__cpu_adam1(const gdl_opt_tensor *t, int decoupled) {
+    int64_t i, n = t->n;
+    gdl_real *p = t->p, *m = t->s1, *v = t->s2;
+    const gdl_real *g = t->g;
+    double lr = t->lr, beta1 = t->beta1, beta2 = t->beta2, eps = t->eps, weight_decay = t->weight_decay;
+    double bc1 = 1 - pow(beta1, (double)t->step), bc2 = 1 - pow(beta2, (double)t->step);
     GDL__PARALLEL_FOR(n)
     for (i = 0; i < n; i++) {
         double gi = g[i], pi = p[i];
@@ -3500,6 +3529,10 @@ static int gdl__cpu_adam(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *m,
         v[i] = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
         p[i] = (gdl_real)(pi - lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + eps));
     }
+}
+static int gdl__cpu_adam_multi(int count, const gdl_opt_tensor *t, int decoupled) {
+    int k;
+    for (k = 0; k < count; k++) gdl__cpu_adam1(&t[k], decoupled);
     return 0;
 }
 
@@ -3558,8 +3591,8 @@ static const gdl_backend *gdl__cpu_backend(void) {
         be.xent_backward = gdl__cpu_xent_backward;
         be.pointwise_loss = gdl__cpu_pointwise_loss;
         be.pointwise_loss_backward = gdl__cpu_pointwise_loss_backward;
-        be.sgd = gdl__cpu_sgd;
-        be.adam = gdl__cpu_adam;
+        be.sgd_multi = gdl__cpu_sgd_multi;
+        be.adam_multi = gdl__cpu_adam_multi;
         be.count_nonfinite = gdl__cpu_count_nonfinite;
         be.sum_squares = gdl__cpu_sum_squares;
         ready = 1;
@@ -4822,10 +4855,16 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
     const gdl_backend *be;
+    gdl_opt_tensor t;
     if (gdl__check_in("gdl_sgd_update_", "param", p, 1) < 0) return -1;
     if (!p->grad) return 0;
     if (!(be = gdl__be("gdl_sgd_update_", p->device))) return -1;
-    return be->sgd(p->numel, GDL__R(p), GDL__R(p->grad), NULL, lr, 0, 0, 0, 0, 1);
+    memset(&t, 0, sizeof t);
+    t.n = p->numel;
+    t.p = GDL__R(p);
+    t.g = GDL__R(p->grad);
+    t.lr = lr;
+    return be->sgd_multi(1, &t);
 }
 
 static int gdl__ensure_grad(gdl_tensor *t) {
@@ -4879,7 +4918,11 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
         for (k = 0; k < n->nin && rc == 0; k++)
             if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad(n->in[k]);
         if (rc == 0 && !(be = gdl__be(op, n->out->device))) rc = -1;
-        if (rc == 0) rc = gdl__op(n->op)->backward(n, be);
+        if (rc == 0 && (rc = gdl__op(n->op)->backward(n, be)) < 0 && strncmp(gdl__err, op, strlen(op)) != 0) {
+            char prev[sizeof gdl__err];
+            memcpy(prev, gdl__err, sizeof prev);
+            gdl__set_error("%s: the backward of %s %s failed: %s", op, gdl__op(n->op)->name, gdl_shape_str(n->out), prev);
+        }
         for (k = 0; k < n->nin && rc == 0; k++) rc = gdl__check_grad(n, k, be);
     }
     gdl_set_grad_enabled(prev);
@@ -8888,19 +8931,26 @@ static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_pa
     return 0;
 }
 
+/* All or nothing, as one foreach step in PyTorch: every parameter and grad is
+   checked and every missing state tensor made (a failure frees what this call
+   made) before anything is updated; then one multi-tensor backend call per
+   device updates them all (on a GPU one kernel launch, so a failed launch
+   updates nothing), and only then do the step counters advance. With
+   parameters on several devices a failure on a later device leaves the
+   earlier devices' parameters updated (their counters do not advance). */
 GPUDL_API int gdl_step(gdl_optimizer *opt) {
     const char *op = "gdl_step";
-    int i;
+    int adam, i, n = 0, start, nd;
+    gdl_opt_tensor *t, *sorted;
+    gdl_device *dv;
+    char *fresh;
     if (!opt) {
         gdl__null_arg(op, "opt");
         return -1;
     }
+    adam = opt->kind != GDL__OPT_SGD;
     for (i = 0; i < opt->nparams; i++) {
-        gdl__opt_param *pp = &opt->params[i];
-        gdl_tensor *p = pp->p, *g = p->grad;
-        const gdl__opt_group *gr = &opt->groups[pp->group];
-        const gdl_backend *be;
-        int32_t *stp;
+        gdl_tensor *p = opt->params[i].p, *g = p->grad;
         if (!g) continue; /* as PyTorch: parameters without a grad are skipped */
         if (!gdl_device_equal(p->device, g->device) || g->numel != p->numel || g->dtype != GDL_F32) {
             gdl__set_error("%s: %s parameter %d %s on %s has a grad %s on %s that does not match", op,
@@ -8908,25 +8958,94 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
                            gdl_device_str(p->device), gdl_shape_str(g), gdl_device_str(g->device));
             return -1;
         }
-        if (!(be = gdl__be(op, p->device))) return -1;
-        if (p->numel == 0) continue;
-        if (opt->kind == GDL__OPT_SGD && gr->momentum == 0 && !pp->s1) {
-            if (be->sgd(p->numel, GDL__R(p), GDL__R(g), NULL, gr->lr, 0, 0, gr->weight_decay, 0, 1) < 0) return -1;
-            continue;
+        if (!gdl__be(op, p->device)) return -1;
+    }
+    /* the step's tables live in the step arena: a steady-state step stays allocation-free */
+    t = (gdl_opt_tensor *)gdl__arena_alloc(&gdl__host_arena, (sizeof(gdl_opt_tensor) * 2 + sizeof(gdl_device) + 1) *
+                                                                 (size_t)(opt->nparams + 1));
+    if (!t) {
+        gdl__set_error("%s: out of memory (host) for the step's table of %d parameters", op, opt->nparams);
+        return -1;
+    }
+    sorted = t + opt->nparams + 1;
+    dv = (gdl_device *)(sorted + opt->nparams + 1);
+    fresh = (char *)(dv + opt->nparams + 1);
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        fresh[i] = 0;
+        if (!pp->p->grad || !pp->p->numel) continue;
+        if (opt->kind == GDL__OPT_SGD && opt->groups[pp->group].momentum == 0 && !pp->s1) continue;
+        fresh[i] = !pp->step;
+        if (gdl__opt_ensure_state(op, opt, pp, i) < 0) {
+            int j;
+            for (j = 0; j < i; j++)
+                if (fresh[j]) { /* back to no state, as before this call */
+                    gdl__opt_param *q = &opt->params[j];
+                    gdl__opt_free_state(q);
+                    q->step = q->s1 = q->s2 = NULL;
+                    q->names[0] = q->names[1] = q->names[2] = NULL;
+                }
+            return -1;
         }
-        if (gdl__opt_ensure_state(op, opt, pp, i) < 0) return -1;
+    }
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        const gdl__opt_group *gr = &opt->groups[pp->group];
+        gdl_tensor *p = pp->p;
+        gdl_opt_tensor *e = &t[n];
+        int64_t stp;
+        if (!p->grad || !p->numel) continue;
+        stp = pp->step ? *(const int32_t *)pp->step->data : 0;
+        memset(e, 0, sizeof *e);
+        e->n = p->numel;
+        e->p = GDL__R(p);
+        e->g = GDL__R(p->grad);
+        e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
+        e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
+        e->lr = gr->lr;
+        e->weight_decay = gr->weight_decay;
+        e->momentum = e->s1 ? gr->momentum : 0;
+        e->dampening = gr->dampening;
+        e->nesterov = gr->nesterov;
+        e->beta1 = gr->beta1;
+        e->beta2 = gr->beta2;
+        e->eps = gr->eps;
+        e->step = adam && stp < INT32_MAX ? stp + 1 : stp;
+        dv[n] = p->device;
+        fresh[n++] = 0; /* reused: 1 once the entry is in `sorted` */
+    }
+    /* grouped by device, in the order the devices first appear */
+    for (start = 0, nd = 0; start < n; nd++) {
+        gdl_device dev;
+        const gdl_backend *be;
+        int j, first = -1, count = 0, rc;
+        for (j = 0; j < n && first < 0; j++)
+            if (!fresh[j]) first = j;
+        dev = dv[first];
+        for (j = first; j < n; j++)
+            if (!fresh[j] && gdl_device_equal(dv[j], dev)) {
+                sorted[start + count++] = t[j];
+                fresh[j] = 1;
+            }
+        if (!(be = gdl__be(op, dev))) return -1;
+        rc = adam ? be->adam_multi(count, sorted + start, opt->kind == GDL__OPT_ADAMW) : be->sgd_multi(count, sorted + start);
+        if (rc < 0) {
+            char prev[sizeof gdl__err];
+            memcpy(prev, gdl__err, sizeof prev);
+            gdl__set_error("%s: the %s update of %d parameters on %s failed%s: %s", op, gdl__opt_kind_name(opt->kind),
+                           count, gdl_device_str(dev),
+                           nd ? " (the parameters of the devices before it were updated)" : ", nothing was updated",
+                           prev);
+            return -1;
+        }
+        start += count;
+    }
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        int32_t *stp;
+        if (!pp->p->grad || !pp->p->numel || !pp->step) continue;
         stp = (int32_t *)pp->step->data;
-        if (opt->kind == GDL__OPT_SGD) {
-            if (be->sgd(p->numel, GDL__R(p), GDL__R(g), GDL__R(pp->s1), gr->lr, gr->momentum, gr->dampening,
-                        gr->weight_decay, gr->nesterov, *stp == 0) < 0)
-                return -1;
-            if (*stp < INT32_MAX) (*stp)++;
-        } else {
-            if (*stp < INT32_MAX) (*stp)++;
-            if (be->adam(p->numel, GDL__R(p), GDL__R(g), GDL__R(pp->s1), GDL__R(pp->s2), gr->lr, gr->beta1, gr->beta2,
-                         gr->eps, gr->weight_decay, opt->kind == GDL__OPT_ADAMW, (int64_t)*stp) < 0)
-                return -1;
-        }
+        if (*stp < INT32_MAX) (*stp)++;
     }
     opt->steps++;
     return 0;

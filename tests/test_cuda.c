@@ -1100,6 +1100,223 @@ TEST injected_alloc_and_launch_failures(void) {
 #endif
 }
 
+/* ---- all-or-nothing training steps under injected faults (the emulator only) ---- */
+
+#ifdef GPUDL_EMU
+/* the MLP of the training tests on the GPU with an optimizer over its 4 parameters */
+typedef struct rig {
+    toy t;
+    gdl_optimizer *opt;
+} rig;
+
+static int rig_make(rig *r, const opt_kind *k) {
+    toy_make(&r->t, 0);
+    if (toy_to(&r->t, GPU) < 0 || !(r->opt = make_opt(k))) return -1;
+    return gdl_optim_add_params(r->opt, r->t.p, r->t.np, -1, -1) < 0 ? -1 : 0;
+}
+
+static void rig_free(rig *r) {
+    gdl_optim_free(r->opt);
+    toy_free(&r->t);
+}
+
+/* zero_grad, forward, backward; -1 at the first failure */
+static int rig_grads(rig *r) {
+    gdl_tensor *loss;
+    gdl_arena_reset();
+    if (gdl_zero_grad(r->opt) < 0) return -1;
+    loss = gdl_cross_entropy(toy_forward(&r->t, 0), r->t.y);
+    return loss ? gdl_backward(loss) : -1;
+}
+
+static int rig_step(rig *r) { return rig_grads(r) < 0 ? -1 : gdl_step(r->opt); }
+
+/* The bytes of every parameter and, once a step was taken, every optimizer
+   state tensor (moments, momentum buffers, per-parameter step counts) and
+   the step count: equal snapshots mean bitwise equal training states.
+   malloc'd; NULL on failure. */
+static unsigned char *rig_snapshot(rig *r, size_t *len) {
+    gdl_tensor *ts[32];
+    int n = r->t.np, i;
+    int64_t steps = gdl_optim_get_step(r->opt);
+    size_t total = sizeof steps, off;
+    unsigned char *buf;
+    for (i = 0; i < n; i++) ts[i] = r->t.p[i];
+    if (steps > 0) {
+        int m = gdl_optim_state(r->opt, NULL, ts + n, 32 - n);
+        if (m < 0 || m > 32 - n) return NULL;
+        n += m;
+    }
+    for (i = 0; i < n; i++) total += (size_t)ts[i]->numel * gdl_dtype_size(ts[i]->dtype);
+    if (!(buf = (unsigned char *)malloc(total))) return NULL;
+    memcpy(buf, &steps, sizeof steps);
+    for (i = 0, off = sizeof steps; i < n; i++) {
+        size_t b = (size_t)ts[i]->numel * gdl_dtype_size(ts[i]->dtype);
+        if (gdl_copy_to_host(ts[i], buf + off, b) < 0) {
+            free(buf);
+            return NULL;
+        }
+        off += b;
+    }
+    *len = total;
+    return buf;
+}
+
+/* 1 if both snapshots exist and are equal */
+static int same_snapshot(unsigned char *a, size_t la, unsigned char *b, size_t lb) {
+    int same = a && b && la == lb && memcmp(a, b, la) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+static int rigs_equal(rig *a, rig *b) {
+    size_t la = 0, lb = 0;
+    unsigned char *sa = rig_snapshot(a, &la), *sb = rig_snapshot(b, &lb);
+    return same_snapshot(sa, la, sb, lb);
+}
+#endif
+
+static const opt_kind fault_kinds[] = {
+    {"sgd", 0, 0.1, 0, 0, 0, 0},
+    {"sgd_momentum_nesterov", 0, 0.05, 0.9, 0, 0.01, 1},
+    {"adam", 1, 0.01, 0, 0, 0.05, 0},
+    {"adamw", 2, 0.01, 0, 0, 0.1, 0},
+};
+
+/* One optimizer launch per step whatever the number of parameters; a launch
+   failure at that launch (on the first step, while the state is new, and on
+   a later one) updates nothing, and the retried step equals a reference's. */
+TEST optimizer_step_one_launch_all_or_nothing(void *arg) {
+#ifndef GPUDL_EMU
+    (void)arg;
+    SKIPm("fault injection needs the emulator (GPUDL_EMU)");
+#else
+    const opt_kind *k = (const opt_kind *)arg;
+    rig a, b;
+    int s;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_EQ(0, rig_make(&a, k));
+    ASSERT_EQ(0, rig_make(&b, k));
+    for (s = 0; s < 4; s++) {
+        long l0, launches;
+        ASSERT_EQ(0, rig_grads(&b));
+        l0 = gdl_emu_count("launch");
+        ASSERT_EQ(0, gdl_step(b.opt));
+        launches = gdl_emu_count("launch") - l0; /* the first step also fills the new state with zeros */
+        if (s > 0 && launches != 1) FAILf("%s step %d: %ld launches, expected one", k->name, s, launches);
+        ASSERT_EQ(0, rig_grads(&a));
+        if (s == 0 || s == 2) {
+            size_t l1 = 0, l2 = 0;
+            unsigned char *s1 = rig_snapshot(&a, &l1), *s2;
+            gdl_emu_fail_launch(launches); /* the optimizer's own launch, the last */
+            ASSERT_EQ(-1, gdl_step(a.opt));
+            ASSERT_CONTAINS(gdl_last_error(), "gdl_step");
+            ASSERT_CONTAINS(gdl_last_error(), "nothing was updated");
+            s2 = rig_snapshot(&a, &l2);
+            if (!same_snapshot(s1, l1, s2, l2)) FAILf("%s step %d: a failed launch changed the state", k->name, s);
+        }
+        ASSERT_EQ(0, gdl_step(a.opt));
+        if (!rigs_equal(&a, &b)) FAILf("%s step %d: differs from the reference", k->name, s);
+    }
+    rig_free(&a);
+    rig_free(&b);
+    gdl_arena_reset();
+    PASS();
+#endif
+}
+
+/* A cuBLAS call failing at each GEMM of a training step (forward, backward):
+   an error naming the op, parameters and optimizer state bitwise unchanged,
+   and the next step equal to a reference's. */
+TEST cublas_failure_mid_step(void) {
+#ifndef GPUDL_EMU
+    SKIPm("fault injection needs the emulator (GPUDL_EMU)");
+#else
+    rig a, b;
+    long calls, c0, k;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_EQ(0, rig_make(&a, &fault_kinds[2]));
+    ASSERT_EQ(0, rig_make(&b, &fault_kinds[2]));
+    ASSERT_EQ(0, rig_step(&a));
+    c0 = gdl_emu_count("cublas");
+    ASSERT_EQ(0, rig_step(&b));
+    calls = gdl_emu_count("cublas") - c0;
+    ASSERT(calls >= 4); /* two linear layers forward, their grads backward */
+    for (k = 1; k <= calls; k++) {
+        size_t l1 = 0, l2 = 0;
+        unsigned char *s1 = rig_snapshot(&a, &l1), *s2;
+        gdl_emu_fail_cublas(k);
+        ASSERT_EQ(-1, rig_step(&a));
+        ASSERT_CONTAINS(gdl_last_error(), "CUBLAS_STATUS_EXECUTION_FAILED");
+        ASSERT_CONTAINS(gdl_last_error(), "linear"); /* gdl_linear, or the backward of linear */
+        s2 = rig_snapshot(&a, &l2);
+        if (!same_snapshot(s1, l1, s2, l2)) FAILf("a failure at cuBLAS call %ld of %ld changed the state", k, calls);
+        ASSERT_EQ(0, rig_step(&a));
+        ASSERT_EQ(0, rig_step(&b));
+        if (!rigs_equal(&a, &b)) FAILf("after a failure at cuBLAS call %ld: differs from the reference", k);
+    }
+    rig_free(&a);
+    rig_free(&b);
+    gdl_arena_reset();
+    PASS();
+#endif
+}
+
+/* Device OOM at every cudaMalloc of a training step from a cold cache (the
+   arenas and the allocator's cache released: gdl_shutdown), on the first
+   step, when the optimizer state is made, and on a later one: an error
+   saying out of memory and nothing changed, or, where the allocator could
+   give cached blocks back and retry, a step that is right; either way the
+   next step equals the reference's. */
+TEST oom_at_every_allocation_of_a_step(void) {
+#ifndef GPUDL_EMU
+    SKIPm("fault injection needs the emulator (GPUDL_EMU)");
+#else
+    int phase;
+    if (!have_gpu()) SKIPm("no GPU");
+    for (phase = 0; phase < 2; phase++) {
+        rig a, b;
+        long allocs, a0, k, failed = 0;
+        ASSERT_EQ(0, rig_make(&b, &fault_kinds[2]));
+        if (phase) ASSERT_EQ(0, rig_step(&b));
+        gdl_shutdown();
+        a0 = gdl_emu_count("alloc");
+        ASSERT_EQ(0, rig_step(&b));
+        allocs = gdl_emu_count("alloc") - a0;
+        ASSERT(allocs >= 1);
+        for (k = 1; k <= allocs; k++) {
+            size_t l1 = 0, l2 = 0;
+            unsigned char *s1, *s2;
+            int rc;
+            ASSERT_EQ(0, rig_make(&a, &fault_kinds[2]));
+            if (phase) ASSERT_EQ(0, rig_step(&a));
+            s1 = rig_snapshot(&a, &l1);
+            gdl_shutdown();
+            gdl_emu_fail_alloc(k);
+            rc = rig_step(&a);
+            gdl_emu_fail_alloc(0);
+            if (rc < 0) {
+                failed++;
+                ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+                s2 = rig_snapshot(&a, &l2);
+                if (!same_snapshot(s1, l1, s2, l2))
+                    FAILf("phase %d: OOM at allocation %ld of %ld changed the state (%s)", phase, k, allocs,
+                          gdl_last_error());
+                ASSERT_EQ(0, rig_step(&a));
+            } else {
+                free(s1);
+            }
+            if (!rigs_equal(&a, &b)) FAILf("phase %d: after OOM at allocation %ld of %ld: differs", phase, k, allocs);
+            rig_free(&a);
+        }
+        ASSERT(failed > 0); /* with nothing cached, the first allocation cannot be rescued */
+        rig_free(&b);
+    }
+    gdl_arena_reset();
+    PASS();
+#endif
+}
+
 /* ---- suites ---- */
 
 static parity_run table_runs[2 * NCASES], gpu_runs[2 * NGPU_CASES];
@@ -1159,6 +1376,13 @@ SUITE(devices) {
     RUN_TEST(host_threads_own_devices);
     RUN_TEST(injected_alloc_and_launch_failures);
 }
+SUITE(faults) {
+    int i;
+    for (i = 0; i < (int)(sizeof fault_kinds / sizeof fault_kinds[0]); i++)
+        RUN_TEST_NAMED(fault_kinds[i].name, optimizer_step_one_launch_all_or_nothing, (void *)&fault_kinds[i]);
+    RUN_TEST(cublas_failure_mid_step);
+    RUN_TEST(oom_at_every_allocation_of_a_step);
+}
 
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
@@ -1169,6 +1393,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(optim);
     RUN_SUITE(training);
     RUN_SUITE(devices);
+    RUN_SUITE(faults);
     gdl_shutdown();
     HARNESS_MAIN_END();
 }
