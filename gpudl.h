@@ -831,6 +831,22 @@ typedef struct gdl_fit_opts {
                                    weights of an uninterrupted run, bit for bit (as torchrun's elastic restarts
                                    expect). The CSV keeps the rows of the epochs finished before the checkpoint;
                                    history[] gets NaN for those epochs. */
+    int oom_retry;              /* 1 (default): a batch whose step runs out of memory (host or device) is run
+                                   again once, after the arenas, GEMM buffers and the CUDA allocator's cached
+                                   blocks are given back. Safe because nothing was updated: the optimizer step
+                                   is all or nothing (see gdl_step) and the generator is rewound, so the run
+                                   continues bit for bit as if the first attempt had not been made. */
+    int oom_split_batch;        /* 1: when that retry runs out of memory too, the batch runs as 2 micro-batches
+                                   (then 4, 8, ... up to one sample each) with gradient accumulation: the
+                                   effective batch and the loss scale are unchanged (each part's loss is
+                                   weighted by its share of the batch, which is right for a mean-reduced loss;
+                                   the gradients agree with the whole batch's to rounding). Later batches keep
+                                   the split; one notice says so. BatchNorm's statistics then come from the
+                                   micro-batches. Default 0. Either way, an out-of-memory failure is retried
+                                   only on the first micro-batch of an optimizer step (accumulate > 1 keeps
+                                   earlier micro-batches' gradients, which a failed backward may have partly
+                                   changed); in a failed forward BatchNorm may have updated its running
+                                   statistics before the failure. */
 } gdl_fit_opts;
 
 typedef struct gdl_epoch_stats {
@@ -1416,7 +1432,10 @@ GPUDL_API size_t gdl_arena_reserved(void) {
 }
 
 static void gdl__gemm_release(void);
-GPUDL_API void gdl_shutdown(void) {
+/* Gives back what the library keeps between steps: the arenas' chunks, the
+   GEMM packing buffers and the CUDA allocator's cached blocks (gdl_fit's
+   out-of-memory retry; gdl_shutdown). Between steps only: temporaries die. */
+static void gdl__release_cached_memory(void) {
     int i;
     gdl__arena_release(&gdl__host_arena);
     gdl__arena_release(&gdl__hdr_arena[0]);
@@ -1428,6 +1447,7 @@ GPUDL_API void gdl_shutdown(void) {
     if (gdl_cuda_device_count() > 0) gdl_cuda_release_cache();
 #endif
 }
+GPUDL_API void gdl_shutdown(void) { gdl__release_cached_memory(); }
 
 /* Temporary device memory for op scratch and outputs. */
 static void *gdl__scratch(const char *op, gdl_device dev, size_t bytes) {
@@ -9466,6 +9486,7 @@ GPUDL_API gdl_fit_opts gdl_fit_defaults(void) {
     o.epochs = 1;
     o.accumulate = 1;
     o.verbose = 1;
+    o.oom_retry = 1;
     return o;
 }
 
@@ -9697,13 +9718,38 @@ static FILE *gdl__csv_resume(const char *path, int64_t from) {
     return out;
 }
 
+static int gdl__error_is_oom(void) { return strstr(gdl__err, "out of memory") != NULL; }
+
+/* Forward and backward of one batch in `parts` micro-batches, each loss
+   weighted by its share of the batch and by 1/accumulate; the metrics go to
+   p. Then, when `step`, gradient clipping and the optimizer step. */
+static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optimizer *opt, const gdl_fit_opts *o,
+                          gdl_loss_fn loss, int64_t parts, int step, gdl__pass *p) {
+    int64_t B = x->shape[0], k;
+    for (k = 0; k < parts; k++) {
+        int64_t lo = B * k / parts, hi = B * (k + 1) / parts;
+        gdl_tensor *xs = x, *ys = y, *out, *lt;
+        double lv, scale = (double)(hi - lo) / (double)B / o->accumulate;
+        if (hi == lo) continue;
+        gdl_arena_reset();
+        if (parts > 1 && (!(xs = gdl_slice(x, lo, hi)) || !(ys = gdl_slice(y, lo, hi)))) return -1;
+        if (!(out = gdl_forward(m, xs)) || !(lt = loss(out, ys, o->loss_user))) return -1;
+        lv = gdl_item(lt);
+        if (scale != 1) lt = gdl_mul_scalar(lt, scale);
+        if (!lt || gdl_backward(lt) < 0 || gdl__pass_batch(p, out, ys, lv) < 0) return -1;
+    }
+    if (!step) return 0;
+    if (o->clip_grad_norm > 0 && gdl_optim_clip_grad_norm(opt, o->clip_grad_norm) < 0) return -1;
+    return gdl_step(opt);
+}
+
 GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
                       gdl_epoch_stats *history) {
     gdl_fit_opts o = opts ? *opts : gdl_fit_defaults();
     gdl_loss_fn loss = o.loss ? o.loss : gdl_loss_cross_entropy;
     FILE *log = o.log ? o.log : stdout, *csv = NULL;
     int tty = o.verbose && gdl__isatty(log), epoch, rc = 0, resumed = 0, start_epoch = 1;
-    int64_t nb = train ? gdl_loader_num_batches(train) : 0;
+    int64_t nb = train ? gdl_loader_num_batches(train) : 0, parts = 1; /* micro-batches per batch (oom_split_batch) */
     char *ckpath = NULL;
     gdl__fit_state fs;
     gdl__pass p;
@@ -9786,28 +9832,57 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         gdl_module_train(m, 1);
         if (gdl_zero_grad(opt) < 0) rc = -1;
         while (rc == 0 && (got = gdl_loader_next(train, &x, &y)) != 0) {
-            gdl_tensor *out, *lt;
-            double lv;
+            int first, last;
             if (got < 0) {
                 rc = -1;
                 break;
             }
             b++;
-            gdl_arena_reset();
-            if (!(out = gdl_forward(m, x)) || !(lt = loss(out, y, o.loss_user))) {
-                rc = -1;
-                break;
+            first = micro == 0;
+            last = ++micro == o.accumulate || b == nb;
+            {
+                /* what a failed attempt may have changed, to put back before the next */
+                double loss_sum = p.loss_sum;
+                int64_t samples = p.samples, correct = p.correct, counted = p.counted;
+                uint64_t rng_counter, rng_seed = gdl_rng_get_state(&rng_counter);
+                int retried = 0;
+                while ((rc = gdl__fit_batch(m, x, y, opt, &o, loss, parts, last, &p)) < 0 && first &&
+                       gdl__error_is_oom()) {
+                    if (retried && (!o.oom_split_batch || 2 * parts > x->shape[0])) break;
+                    if (!retried && !o.oom_retry && !o.oom_split_batch) break;
+                    if (retried || !o.oom_retry) { /* the same batch in twice as many parts, from now on */
+                        parts *= 2;
+                        if (o.verbose)
+                            fprintf(log, "%sgdl_fit: out of memory at epoch %d, batch %lld; running each batch as %lld "
+                                    "micro-batches from now on (%s)\n", tty ? "\n" : "", epoch, (long long)b,
+                                    (long long)parts, gdl__err);
+                    }
+                    retried = 1;
+                    p.loss_sum = loss_sum;
+                    p.samples = samples;
+                    p.correct = correct;
+                    p.counted = counted;
+                    gdl_rng_set_state(rng_seed, rng_counter);
+                    gdl_arena_reset();
+                    gdl__release_cached_memory();
+                    if (gdl_zero_grad(opt) < 0) break;
+                }
+                if (rc < 0 && gdl__error_is_oom()) {
+                    char prev[sizeof gdl__err];
+                    memcpy(prev, gdl__err, sizeof prev);
+                    gdl__set_error("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
+                                   "last completed step%s): %s", epoch, (long long)b, (long long)nb,
+                                   !first ? "; an out-of-memory failure is retried only on the first micro-batch "
+                                            "of an optimizer step"
+                                   : retried ? ", after retrying with the cached memory given back"
+                                             : "; oom_retry and oom_split_batch can recover",
+                                   prev);
+                }
             }
-            lv = gdl_item(lt);
-            if (o.accumulate > 1) lt = gdl_mul_scalar(lt, 1.0 / o.accumulate);
-            if (!lt || gdl_backward(lt) < 0 || gdl__pass_batch(&p, out, y, lv) < 0) {
-                rc = -1;
-                break;
-            }
-            if (++micro == o.accumulate || b == nb) {
+            if (rc < 0) break;
+            if (last) {
                 micro = 0;
-                if (o.clip_grad_norm > 0 && gdl_optim_clip_grad_norm(opt, o.clip_grad_norm) < 0) rc = -1;
-                if (rc == 0 && (gdl_step(opt) < 0 || gdl_zero_grad(opt) < 0)) rc = -1;
+                if (gdl_zero_grad(opt) < 0) rc = -1;
                 if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
                 if (rc == 0 && o.checkpoint_every > 0 && gdl_optim_get_step(opt) % o.checkpoint_every == 0) {
                     fs.epoch = epoch;

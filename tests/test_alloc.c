@@ -145,6 +145,83 @@ TEST test_every_allocation_failure_is_reported(void) {
     PASS();
 }
 
+/* gradients of one step, no update */
+static int grads(net *m) {
+    gdl_tensor *params[] = {m->cw, m->cb, m->bn_w, m->bn_b, m->w1, m->b1, m->w2};
+    gdl_tensor *h, *loss;
+    size_t k;
+    gdl_arena_reset();
+    for (k = 0; k < 7; k++) gdl_zero_grad_tensor(params[k]);
+    h = gdl_relu(gdl_conv2d(m->x, m->cw, m->cb, 1, 1, 1, 1));
+    h = gdl_gelu(gdl_linear(gdl_flatten(gdl_max_pool2d(h, 2, 2, 0), 1), m->w1, m->b1), 0);
+    loss = gdl_cross_entropy(gdl_linear(h, m->w2, NULL), m->y);
+    return loss ? gdl_backward(loss) : -1;
+}
+
+static int same_params(net *a, net *b) {
+    gdl_tensor *pa[] = {a->cw, a->cb, a->w1, a->b1, a->w2}, *pb[] = {b->cw, b->cb, b->w1, b->b1, b->w2};
+    size_t k;
+    for (k = 0; k < 5; k++)
+        if (memcmp(pa[k]->data, pb[k]->data, (size_t)pa[k]->numel * sizeof(float)) != 0) return 0;
+    return 1;
+}
+
+static gdl_optimizer *adam_over(net *m) {
+    gdl_tensor *params[] = {m->cw, m->cb, m->w1, m->b1, m->w2};
+    gdl_optimizer *o = gdl_adamw_new(0.01, 0.9, 0.99, 1e-8, 0.1);
+    if (o && gdl_optim_add_params(o, params, 5, -1, -1) < 0) {
+        gdl_optim_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+TEST test_optimizer_state_oom_changes_nothing(void) {
+    /* every heap allocation of an optimizer's first step (its state, the
+       step's table in the arena) failing in turn: "out of memory", the
+       parameters and the step count unchanged, and the step taken again
+       equals an uninjected one bitwise */
+    net a, b, c; /* c: the initial parameters */
+    gdl_optimizer *oa, *ob;
+    long k, total, failures = 0;
+    ASSERT_EQ(0, make_net(&a));
+    ASSERT_EQ(0, make_net(&b));
+    ASSERT_EQ(0, make_net(&c));
+    ASSERT_NOT_NULL(ob = adam_over(&b));
+    ASSERT_EQ(0, grads(&b));
+    gdl_shutdown(); /* the step's table needs a fresh arena chunk too */
+    ASSERT_EQ(0, grads(&b));
+    total = n_mallocs;
+    ASSERT_EQ(0, gdl_step(ob));
+    total = n_mallocs - total;
+    ASSERT_GT(total, 5); /* at least a header and data per state tensor */
+    for (k = 0; k < total; k++) {
+        ASSERT_NOT_NULL(oa = adam_over(&a));
+        ASSERT_EQ(0, grads(&a));
+        fail_at = n_mallocs + k;
+        if (gdl_step(oa) < 0) {
+            fail_at = -1;
+            failures++;
+            ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+            ASSERT_EQ(0, (int)gdl_optim_get_step(oa));
+            if (!same_params(&a, &c)) FAILf("allocation %ld of %ld: a failed step changed the parameters", k, total);
+            ASSERT_EQ(0, gdl_step(oa));
+        }
+        fail_at = -1;
+        if (!same_params(&a, &b)) FAILf("allocation %ld of %ld of the first step: the parameters differ", k, total);
+        gdl_optim_free(oa);
+        free_net(&a);
+        ASSERT_EQ(0, make_net(&a));
+    }
+    ASSERT_EQ(total, failures);
+    gdl_optim_free(ob);
+    free_net(&a);
+    free_net(&b);
+    free_net(&c);
+    gdl_shutdown();
+    PASS();
+}
+
 TEST test_factories_report_oom(void) {
     int64_t s[1] = {16};
     fail_at = n_mallocs;
@@ -159,6 +236,7 @@ TEST test_factories_report_oom(void) {
 SUITE(arena) {
     RUN_TEST(test_steady_state_allocates_nothing);
     RUN_TEST(test_every_allocation_failure_is_reported);
+    RUN_TEST(test_optimizer_state_oom_changes_nothing);
     RUN_TEST(test_factories_report_oom);
 }
 

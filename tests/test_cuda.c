@@ -1317,6 +1317,180 @@ TEST oom_at_every_allocation_of_a_step(void) {
 #endif
 }
 
+/* ---- gdl_fit's out-of-memory recovery (the emulator only) ---- */
+
+#define FIT_N 96
+#define FIT_B 32
+#define FIT_W 131 /* parameters of Linear(4,16) ReLU Linear(16,3) */
+
+#ifdef GPUDL_EMU
+/* Which calls of the loss run out of memory; the loss is called once per
+   batch attempt, so a retry is a later call. */
+typedef struct fit_inject {
+    int calls;
+    int fail_at;        /* this call fails (0: none) */
+    int fail_full_from; /* every call from this one with a whole batch of FIT_B rows fails (0: none) */
+    int fail_after;     /* this call arms a failure of the step's next cudaMalloc (the optimizer's table,
+                           after the backward) */
+    int snap_at;        /* this call copies the parameters (as the step sees them) into snap */
+    float snap[FIT_W];
+    gdl_module *m;
+} fit_inject;
+
+static int fit_weights(gdl_module *m, float *w) {
+    gdl_tensor *ts[8];
+    int n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, ts, 8), i, off = 0;
+    for (i = 0; i < n; i++) {
+        if (off + ts[i]->numel > FIT_W || gdl_copy_to_host(ts[i], w + off, sizeof(float) * (size_t)ts[i]->numel) < 0)
+            return -1;
+        off += (int)ts[i]->numel;
+    }
+    return off == FIT_W ? 0 : -1;
+}
+
+/* cross entropy after a scratch block of the device, as a loss needing
+   memory would take: with the allocator's cache given back and the next
+   cudaMalloc failing, the step runs out of memory for real */
+static gdl_tensor *fit_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
+    fit_inject *f = (fit_inject *)user;
+    int n = ++f->calls;
+    if (n == f->snap_at && fit_weights(f->m, f->snap) < 0) return NULL;
+    if (n == f->fail_after) {
+        gdl_cuda_release_cache();
+        gdl_emu_fail_alloc(1);
+    }
+    if (n == f->fail_at || (f->fail_full_from && n >= f->fail_full_from && y->shape[0] == FIT_B)) {
+        int64_t s[1] = {1 << 16};
+        gdl_tensor *scratch;
+        gdl_cuda_release_cache();
+        gdl_emu_fail_alloc(1);
+        scratch = gdl_empty(1, s, GDL_F32, GPU);
+        gdl_emu_fail_alloc(0);
+        if (!scratch) return NULL;
+        gdl_free(scratch);
+    }
+    return gdl_cross_entropy(out, y);
+}
+
+/* two epochs of 3 batches on the GPU with Adam; the final weights in w */
+static int fit_run(fit_inject *f, int oom_retry, int oom_split_batch, FILE *log, float *w) {
+    float x[FIT_N * 4];
+    int32_t y[FIT_N];
+    int64_t shape[1] = {4};
+    int i, rc = -1;
+    gdl_dataset *ds;
+    gdl_loader *l = NULL;
+    gdl_module *layers[3], *m;
+    gdl_optimizer *opt = NULL;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_fit_opts o = gdl_fit_defaults();
+    gdl_manual_seed(17);
+    for (i = 0; i < FIT_N; i++) {
+        int k;
+        y[i] = (int32_t)(gdl_rng_next_u64() % 3);
+        for (k = 0; k < 4; k++) x[i * 4 + k] = (float)((k == y[i] ? 2.0 : 0.0) + gdl_rng_uniform() - 0.5);
+    }
+    ds = gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, FIT_N, 3);
+    layers[0] = gdl_nn_linear(4, 16, 1);
+    layers[1] = gdl_nn_relu();
+    layers[2] = gdl_nn_linear(16, 3, 1);
+    m = gdl_nn_sequential(3, layers);
+    lo.batch_size = FIT_B;
+    lo.shuffle = 1;
+    lo.seed = 3;
+    lo.device = GPU;
+    if (ds && m && gdl_module_to(m, GPU) == 0 && (l = gdl_loader_new(ds, &lo)) &&
+        (opt = gdl_adam_new(0.05, 0.9, 0.999, 1e-8, 0)) && gdl_optim_add_module(opt, m, 0) == 0) {
+        f->m = m;
+        o.epochs = 2;
+        o.verbose = log != NULL;
+        o.log = log;
+        o.loss = fit_loss;
+        o.loss_user = f;
+        o.oom_retry = oom_retry;
+        o.oom_split_batch = oom_split_batch;
+        rc = gdl_fit(m, l, opt, &o, NULL);
+        if (fit_weights(m, w) < 0) rc = -2;
+    }
+    gdl_optim_free(opt);
+    gdl_loader_free(l);
+    gdl_module_free(m);
+    gdl_dataset_free(ds);
+    return rc;
+}
+#endif
+
+/* An OOM at a chosen step: the retry gives the uninjected run's weights bit for
+   bit; without the options, an error saying where, and the weights of the
+   last completed step; an OOM that a whole batch always meets: the split
+   into micro-batches ends near the uninjected run, with one notice. */
+TEST fit_recovers_from_oom(void) {
+#ifndef GPUDL_EMU
+    SKIPm("fault injection needs the emulator (GPUDL_EMU)");
+#else
+    static fit_inject ref, f;
+    float w_ref[FIT_W], w_init[FIT_W], w[FIT_W];
+    char line[512];
+    FILE *log;
+    int notices = 0, i;
+    if (!have_gpu()) SKIPm("no GPU");
+    memset(&ref, 0, sizeof ref);
+    ref.snap_at = 1;
+    ASSERT_EQ(0, fit_run(&ref, 1, 0, NULL, w_ref));
+    memcpy(w_init, ref.snap, sizeof w_init);
+    memset(&ref, 0, sizeof ref);
+    ref.snap_at = 4; /* epoch 2, batch 1: the weights after 3 steps */
+    ASSERT_EQ(0, fit_run(&ref, 1, 0, NULL, w));
+    ASSERT(memcmp(w, w_ref, sizeof w) == 0); /* deterministic */
+    ASSERT(memcmp(w_init, w_ref, sizeof w) != 0);
+    /* the retry */
+    memset(&f, 0, sizeof f);
+    f.fail_at = 4;
+    ASSERT_EQ(0, fit_run(&f, 1, 0, NULL, w));
+    ASSERT_EQ(7, f.calls); /* 6 batches and one retry */
+    ASSERTm("a retried step gives the uninjected weights bitwise", memcmp(w, w_ref, sizeof w) == 0);
+    memset(&f, 0, sizeof f);
+    f.fail_after = 4; /* the gradients are made when it fails */
+    ASSERT_EQ(0, fit_run(&f, 1, 0, NULL, w));
+    ASSERT_EQ(7, f.calls);
+    ASSERT(memcmp(w, w_ref, sizeof w) == 0);
+    memset(&f, 0, sizeof f);
+    f.fail_after = 4;
+    ASSERT_EQ(-1, fit_run(&f, 0, 0, NULL, w));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_step");
+    ASSERT(memcmp(w, ref.snap, sizeof w) == 0);
+    /* without the options: the error, and the model as the failing step found it */
+    memset(&f, 0, sizeof f);
+    f.fail_at = 4;
+    ASSERT_EQ(-1, fit_run(&f, 0, 0, NULL, w));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_fit: epoch 2, batch 1 of 3");
+    ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+    ASSERT_CONTAINS(gdl_last_error(), "oom_retry");
+    ASSERT(memcmp(w, ref.snap, sizeof w) == 0);
+    /* the retry runs out of memory too, without oom_split_batch */
+    memset(&f, 0, sizeof f);
+    f.fail_full_from = 4;
+    ASSERT_EQ(-1, fit_run(&f, 1, 0, NULL, w));
+    ASSERT_CONTAINS(gdl_last_error(), "after retrying");
+    ASSERT(memcmp(w, ref.snap, sizeof w) == 0);
+    /* the split */
+    memset(&f, 0, sizeof f);
+    f.fail_full_from = 4;
+    ASSERT_NOT_NULL(log = tmpfile());
+    ASSERT_EQ(0, fit_run(&f, 1, 1, log, w));
+    rewind(log);
+    while (fgets(line, sizeof line, log))
+        if (strstr(line, "running each batch as 2 micro-batches")) notices++;
+    fclose(log);
+    ASSERT_EQ(1, notices);
+    ASSERT_EQ(4 + 1 + 2 * 3, f.calls); /* 3 whole batches, the failed attempt and retry, 3 batches in halves */
+    for (i = 0; i < FIT_W; i++)
+        if (!(fabs(w[i] - w_ref[i]) <= 1e-5 * (fabs(w_ref[i]) > 1 ? fabs(w_ref[i]) : 1)))
+            FAILf("after the split, weight %d is %.9g, uninjected %.9g", i, (double)w[i], (double)w_ref[i]);
+    PASS();
+#endif
+}
+
 /* ---- suites ---- */
 
 static parity_run table_runs[2 * NCASES], gpu_runs[2 * NGPU_CASES];
@@ -1382,6 +1556,7 @@ SUITE(faults) {
         RUN_TEST_NAMED(fault_kinds[i].name, optimizer_step_one_launch_all_or_nothing, (void *)&fault_kinds[i]);
     RUN_TEST(cublas_failure_mid_step);
     RUN_TEST(oom_at_every_allocation_of_a_step);
+    RUN_TEST(fit_recovers_from_oom);
 }
 
 HARNESS_MAIN_DEFS();
