@@ -732,7 +732,10 @@ GPUDL_API int gdl_optim_add_module(gdl_optimizer *opt, gdl_module *m, int no_dec
 GPUDL_API int gdl_zero_grad(gdl_optimizer *opt);
 /* set_to_none != 0: frees the grads instead (PyTorch's default), so untouched parameters are skipped by gdl_step. */
 GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none);
-/* One optimizer step over every parameter that has a grad (others are skipped, as in PyTorch). 0 / -1. */
+/* One optimizer step over every parameter that has a grad (others are skipped, as in PyTorch). 0 / -1.
+   All or nothing: everything is checked and all missing state made first, then one multi-tensor update per
+   device (one kernel launch on a GPU, as PyTorch's foreach optimizers); on an error (out of memory, a failed
+   launch) no parameter, state tensor or step count has changed, so the step can be retried. */
 GPUDL_API int gdl_step(gdl_optimizer *opt);
 /* torch.nn.utils.clip_grad_norm_: global L2 norm of the grads; if max_norm/(norm+1e-6) < 1 the grads are
    scaled by it. Returns the norm before clipping, -1 on error. */

@@ -1831,13 +1831,14 @@ __global__ void gdl__k_sgd_multi(const gdl__cu_opt_entry *tab, int count, int64_
         float *p = e->p, *buf = e->s1;
         const float *g = e->g;
         double lr = e->lr, momentum = e->momentum, dampening = e->dampening, weight_decay = e->weight_decay;
+        int nesterov = e->nesterov, first_step = e->first_step;
         int64_t lo = (c - e->first_chunk) * GDL__CU_OPT_CHUNK, hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;
         for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
             double d = (double)g[i] + weight_decay * p[i];
             if (momentum != 0) {
-                double b = e->first_step ? d : momentum * buf[i] + (1 - dampening) * d;
+                double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
                 buf[i] = (float)b;
-                d = e->nesterov ? d + momentum * b : b;
+                d = nesterov ? d + momentum * b : b;
             }
             p[i] = (float)(p[i] - lr * d);
         }

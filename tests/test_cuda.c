@@ -6,8 +6,11 @@
    a block, empty, ties, NaN/Inf); every cast; argmax; each optimizer,
    gradient clipping, anomaly mode; overlapping device copies; two devices and
    host threads; the pinned-memory loader; allocator OOM recovery and, on the
-   emulator, injected allocation and launch failures; training parity of an
-   MLP and a CNN on tie-free inputs. Without a GPU every test is skipped. */
+   emulator, injected allocation, launch and cuBLAS failures at every point
+   of a training step (nothing changes; the optimizer step is one launch and
+   all or nothing) and gdl_fit's out-of-memory retry and batch split;
+   training parity of an MLP and a CNN on tie-free inputs. Without a GPU
+   every test is skipped. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
