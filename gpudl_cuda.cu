@@ -1915,7 +1915,12 @@ static int gdl__cu_opt_multi(int count, const gdl_opt_tensor *t, int adam, int d
         e = cudaGetLastError();
     }
     gdl__cu_free(dev);
-    GDL_CU_TRY(e, -1);
+    if (e != cudaSuccess) {
+        gdl__cu_report(cudaGetErrorString(e), __FILE__, __LINE__,
+                       adam ? "the table copy or gdl__k_adam_multi" : "the table copy or gdl__k_sgd_multi");
+        (void)cudaGetLastError();
+        return -1;
+    }
     return 0;
 }
 
