@@ -7570,8 +7570,8 @@ GPUDL_API int gdl_loader_set_position(gdl_loader *l, uint64_t epoch, int64_t bat
 
 /* ---------------------------------------------------------------------------
    [impl-nn]   Modules, optimizers, learning-rate schedulers. Front end only:
-   modules call the ops of [api-ops]; optimizers call the backends' sgd/adam
-   kernels on each parameter's device.
+   modules call the ops of [api-ops]; optimizers call the backends'
+   multi-tensor sgd_multi/adam_multi once per device and step.
    ------------------------------------------------------------------------- */
 
 enum {
