@@ -9055,8 +9055,8 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
         if (rc < 0) {
             char prev[sizeof gdl__err];
             memcpy(prev, gdl__err, sizeof prev);
-            gdl__set_error("%s: the %s update of %d parameters on %s failed%s: %s", op, gdl__opt_kind_name(opt->kind),
-                           count, gdl_device_str(dev),
+            gdl__set_error("%s: the %s update of %d parameter%s on %s failed%s: %s", op, gdl__opt_kind_name(opt->kind),
+                           count, count == 1 ? "" : "s", gdl_device_str(dev),
                            nd ? " (the parameters of the devices before it were updated)" : ", nothing was updated",
                            prev);
             return -1;
