@@ -811,7 +811,10 @@ GPUDL_API int gdl_optim_add_module(gdl_optimizer *opt, gdl_module *m, int no_dec
 GPUDL_API int gdl_zero_grad(gdl_optimizer *opt);
 /* set_to_none != 0: frees the grads instead (PyTorch's default), so untouched parameters are skipped by gdl_step. */
 GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none);
-/* One optimizer step over every parameter that has a grad (others are skipped, as in PyTorch). 0 / -1. */
+/* One optimizer step over every parameter that has a grad (others are skipped, as in PyTorch). 0 / -1.
+   All or nothing: everything is checked and all missing state made first, then one multi-tensor update per
+   device (one kernel launch on a GPU, as PyTorch's foreach optimizers); on an error (out of memory, a failed
+   launch) no parameter, state tensor or step count has changed, so the step can be retried. */
 GPUDL_API int gdl_step(gdl_optimizer *opt);
 /* torch.nn.utils.clip_grad_norm_: global L2 norm of the grads; if max_norm/(norm+1e-6) < 1 the grads are
    scaled by it. Returns the norm before clipping, -1 on error. */
@@ -910,6 +913,22 @@ typedef struct gdl_fit_opts {
                                    weights of an uninterrupted run, bit for bit (as torchrun's elastic restarts
                                    expect). The CSV keeps the rows of the epochs finished before the checkpoint;
                                    history[] gets NaN for those epochs. */
+    int oom_retry;              /* 1 (default): a batch whose step runs out of memory (host or device) is run
+                                   again once, after the arenas, GEMM buffers and the CUDA allocator's cached
+                                   blocks are given back. Safe because nothing was updated: the optimizer step
+                                   is all or nothing (see gdl_step) and the generator is rewound, so the run
+                                   continues bit for bit as if the first attempt had not been made. */
+    int oom_split_batch;        /* 1: when that retry runs out of memory too, the batch runs as 2 micro-batches
+                                   (then 4, 8, ... up to one sample each) with gradient accumulation: the
+                                   effective batch and the loss scale are unchanged (each part's loss is
+                                   weighted by its share of the batch, which is right for a mean-reduced loss;
+                                   the gradients agree with the whole batch's to rounding). Later batches keep
+                                   the split; one notice says so. BatchNorm's statistics then come from the
+                                   micro-batches. Default 0. Either way, an out-of-memory failure is retried
+                                   only on the first micro-batch of an optimizer step (accumulate > 1 keeps
+                                   earlier micro-batches' gradients, which a failed backward may have partly
+                                   changed); in a failed forward BatchNorm may have updated its running
+                                   statistics before the failure. */
 } gdl_fit_opts;
 
 typedef struct gdl_epoch_stats {
@@ -1084,6 +1103,20 @@ typedef struct gdl_conv_geom {
     int OH, OW;            /* output */
 } gdl_conv_geom;
 
+/* One parameter of a multi-tensor optimizer step (gdl_backend.sgd_multi / adam_multi). */
+typedef struct gdl_opt_tensor {
+    int64_t n;
+    gdl_real *p;                /* updated in place */
+    const gdl_real *g;
+    gdl_real *s1, *s2;          /* SGD: s1 the momentum buffer (NULL without momentum); Adam: exp_avg, exp_avg_sq */
+    double lr, weight_decay;
+    double momentum, dampening; /* SGD */
+    double beta1, beta2, eps;   /* Adam */
+    int64_t step;               /* SGD: 0 on the buffer's first step (it starts as the gradient); Adam: the
+                                   step being taken, 1, 2, ... (bias correction) */
+    int nesterov;               /* SGD */
+} gdl_opt_tensor;
+
 /* The backend's entries, one line each: X(return type, name, (parameters)).
    This list makes the gdl_backend struct and both backends' tables (the CPU
    one in this header, gdl__cpu_NAME; the CUDA one in gpudl_cuda.cu,
@@ -1194,11 +1227,11 @@ typedef struct gdl_conv_geom {
     X(int, pointwise_loss, (int kind, int64_t n, const gdl_real *x, const gdl_real *y, gdl_real *out)) \
     X(int, pointwise_loss_backward, (int kind, int64_t n, const gdl_real *x, const gdl_real *y, \
         const gdl_real *gout, gdl_real *gx, gdl_real *gy)) \
-    /* optimizers over one flat parameter (PyTorch's formulas, DESIGN.md) */ \
-    X(int, sgd, (int64_t n, gdl_real *p, const gdl_real *g, gdl_real *buf, double lr, double momentum, \
-        double dampening, double weight_decay, int nesterov, int first_step)) \
-    X(int, adam, (int64_t n, gdl_real *p, const gdl_real *g, gdl_real *m, gdl_real *v, double lr, \
-        double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step)) \
+    /* optimizers (PyTorch's formulas, DESIGN.md) over `count` flat parameters of this device at once, \
+       as PyTorch's foreach / multi_tensor_apply: one call, one kernel launch on a GPU, so a failure \
+       updates nothing. decoupled: AdamW's weight decay. */ \
+    X(int, sgd_multi, (int count, const gdl_opt_tensor *t)) \
+    X(int, adam_multi, (int count, const gdl_opt_tensor *t, int decoupled)) \
     /* host-visible results (synchronising) */ \
     X(int, count_nonfinite, (int64_t n, const gdl_real *x, int64_t *out)) \
     X(int, sum_squares, (int64_t n, const gdl_real *x, double *out))
@@ -1231,6 +1264,8 @@ static inline GDL_HD int gdl_dropout_keep(uint64_t seed, uint64_t i, double p) {
 GPUDL_API void gdl__set_error(const char *fmt, ...);
 /* a backend calls it each time the host waits for its device (gdl_sync_count) */
 GPUDL_API void gdl__count_sync(void);
+/* The op that last chose a backend (gdl__be), for backends' error messages; "" before any. */
+GPUDL_API const char *gdl__backend_op(void);
 #ifdef GPUDL_CUDA
 /* defined in gpudl_cuda.cu */
 const gdl_backend *gdl_cuda_backend(void);
@@ -1435,7 +1470,11 @@ GPUDL_API const char *gdl_device_name(gdl_device d) {
 static const gdl_backend *gdl__cpu_backend(void);
 
 /* The backend of a device, made current. NULL + error if unusable. */
+static GDL__TLS const char *gdl__be_op = "";
+GPUDL_API const char *gdl__backend_op(void) { return gdl__be_op; }
+
 static const gdl_backend *gdl__be(const char *op, gdl_device d) {
+    gdl__be_op = op;
     if (d.type == GDL_DEVICE_CPU) return gdl__cpu_backend();
 #ifdef GPUDL_CUDA
     if (d.type == GDL_DEVICE_CUDA) {
@@ -1582,7 +1621,10 @@ GPUDL_API size_t gdl_arena_reserved(void) {
 }
 
 static void gdl__gemm_release(void);
-GPUDL_API void gdl_shutdown(void) {
+/* Gives back what the library keeps between steps: the arenas' chunks, the
+   GEMM packing buffers and the CUDA allocator's cached blocks (gdl_fit's
+   out-of-memory retry; gdl_shutdown). Between steps only: temporaries die. */
+static void gdl__release_cached_memory(void) {
     int i;
     gdl__arena_release(&gdl__host_arena);
     gdl__arena_release(&gdl__hdr_arena[0]);
@@ -1594,6 +1636,7 @@ GPUDL_API void gdl_shutdown(void) {
     if (gdl_cuda_device_count() > 0) gdl_cuda_release_cache();
 #endif
 }
+GPUDL_API void gdl_shutdown(void) { gdl__release_cached_memory(); }
 
 /* Temporary device memory for op scratch and outputs. */
 static void *gdl__scratch(const char *op, gdl_device dev, size_t bytes) {
@@ -3685,9 +3728,12 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
     return 0;
 }
 
-static int gdl__cpu_sgd(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *buf, double lr, double momentum,
-                        double dampening, double weight_decay, int nesterov, int first_step) {
-    int64_t i;
+static void gdl__cpu_sgd1(const gdl_opt_tensor *t) {
+    int64_t i, n = t->n;
+    gdl_real *p = t->p, *buf = t->s1;
+    const gdl_real *g = t->g;
+    double lr = t->lr, momentum = t->momentum, dampening = t->dampening, weight_decay = t->weight_decay;
+    int nesterov = t->nesterov, first_step = t->step == 0;
     GDL__PARALLEL_FOR(n)
     for (i = 0; i < n; i++) {
         double d = g[i] + weight_decay * p[i];
@@ -3698,13 +3744,19 @@ static int gdl__cpu_sgd(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *buf
         }
         p[i] = (gdl_real)(p[i] - lr * d);
     }
+}
+static int gdl__cpu_sgd_multi(int count, const gdl_opt_tensor *t) {
+    int k;
+    for (k = 0; k < count; k++) gdl__cpu_sgd1(&t[k]);
     return 0;
 }
 
-static int gdl__cpu_adam(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *m, gdl_real *v, double lr,
-                         double beta1, double beta2, double eps, double weight_decay, int decoupled, int64_t step) {
-    int64_t i;
-    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+static void gdl__cpu_adam1(const gdl_opt_tensor *t, int decoupled) {
+    int64_t i, n = t->n;
+    gdl_real *p = t->p, *m = t->s1, *v = t->s2;
+    const gdl_real *g = t->g;
+    double lr = t->lr, beta1 = t->beta1, beta2 = t->beta2, eps = t->eps, weight_decay = t->weight_decay;
+    double bc1 = 1 - pow(beta1, (double)t->step), bc2 = 1 - pow(beta2, (double)t->step);
     GDL__PARALLEL_FOR(n)
     for (i = 0; i < n; i++) {
         double gi = g[i], pi = p[i];
@@ -3714,6 +3766,10 @@ static int gdl__cpu_adam(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *m,
         v[i] = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
         p[i] = (gdl_real)(pi - lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + eps));
     }
+}
+static int gdl__cpu_adam_multi(int count, const gdl_opt_tensor *t, int decoupled) {
+    int k;
+    for (k = 0; k < count; k++) gdl__cpu_adam1(&t[k], decoupled);
     return 0;
 }
 
@@ -4958,10 +5014,16 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
     const gdl_backend *be;
+    gdl_opt_tensor t;
     if (gdl__check_in("gdl_sgd_update_", "param", p, 1) < 0) return -1;
     if (!p->grad) return 0;
     if (!(be = gdl__be("gdl_sgd_update_", p->device))) return -1;
-    return be->sgd(p->numel, GDL__R(p), GDL__R(p->grad), NULL, lr, 0, 0, 0, 0, 1);
+    memset(&t, 0, sizeof t);
+    t.n = p->numel;
+    t.p = GDL__R(p);
+    t.g = GDL__R(p->grad);
+    t.lr = lr;
+    return be->sgd_multi(1, &t);
 }
 
 static int gdl__ensure_grad(gdl_tensor *t) {
@@ -5044,7 +5106,12 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
             for (k = 0; k < n->nin && rc == 0; k++)
                 if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad(n->in[k]);
             if (rc == 0 && !(be = gdl__be(op, n->out->device))) rc = -1;
-            if (rc == 0) rc = gdl__op(n->op)->backward(n, be);
+            if (rc == 0 && (rc = gdl__op(n->op)->backward(n, be)) < 0 && strncmp(gdl__err, op, strlen(op)) != 0) {
+                char prev[sizeof gdl__err];
+                memcpy(prev, gdl__err, sizeof prev);
+                gdl__set_error("%s: the backward of %s %s failed: %s", op, gdl__op(n->op)->name, gdl_shape_str(n->out),
+                               prev);
+            }
             for (k = 0; k < n->nin && rc == 0; k++) rc = gdl__check_grad(n, k, be);
         }
         if (rc == 0 && gdl__ready_fn) gdl__signal_ready(n);
@@ -7729,8 +7796,8 @@ GPUDL_API int gdl_loader_set_position(gdl_loader *l, uint64_t epoch, int64_t bat
 
 /* ---------------------------------------------------------------------------
    [impl-nn]   Modules, optimizers, learning-rate schedulers. Front end only:
-   modules call the ops of [api-ops]; optimizers call the backends' sgd/adam
-   kernels on each parameter's device.
+   modules call the ops of [api-ops]; optimizers call the backends'
+   multi-tensor sgd_multi/adam_multi once per device and step.
    ------------------------------------------------------------------------- */
 
 enum {
@@ -9113,19 +9180,26 @@ static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_pa
     return 0;
 }
 
+/* All or nothing, as one foreach step in PyTorch: every parameter and grad is
+   checked and every missing state tensor made (a failure frees what this call
+   made) before anything is updated; then one multi-tensor backend call per
+   device updates them all (on a GPU one kernel launch, so a failed launch
+   updates nothing), and only then do the step counters advance. With
+   parameters on several devices a failure on a later device leaves the
+   earlier devices' parameters updated (their counters do not advance). */
 GPUDL_API int gdl_step(gdl_optimizer *opt) {
     const char *op = "gdl_step";
-    int i;
+    int adam, i, n = 0, start, nd;
+    gdl_opt_tensor *t, *sorted;
+    gdl_device *dv;
+    char *fresh;
     if (!opt) {
         gdl__null_arg(op, "opt");
         return -1;
     }
+    adam = opt->kind != GDL__OPT_SGD;
     for (i = 0; i < opt->nparams; i++) {
-        gdl__opt_param *pp = &opt->params[i];
-        gdl_tensor *p = pp->p, *g = p->grad;
-        const gdl__opt_group *gr = &opt->groups[pp->group];
-        const gdl_backend *be;
-        int32_t *stp;
+        gdl_tensor *p = opt->params[i].p, *g = p->grad;
         if (!g) continue; /* as PyTorch: parameters without a grad are skipped */
         if (!gdl_device_equal(p->device, g->device) || g->numel != p->numel || g->dtype != GDL_F32) {
             gdl__set_error("%s: %s parameter %d %s on %s has a grad %s on %s that does not match", op,
@@ -9133,25 +9207,94 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
                            gdl_device_str(p->device), gdl_shape_str(g), gdl_device_str(g->device));
             return -1;
         }
-        if (!(be = gdl__be(op, p->device))) return -1;
-        if (p->numel == 0) continue;
-        if (opt->kind == GDL__OPT_SGD && gr->momentum == 0 && !pp->s1) {
-            if (be->sgd(p->numel, GDL__R(p), GDL__R(g), NULL, gr->lr, 0, 0, gr->weight_decay, 0, 1) < 0) return -1;
-            continue;
+        if (!gdl__be(op, p->device)) return -1;
+    }
+    /* the step's tables live in the step arena: a steady-state step stays allocation-free */
+    t = (gdl_opt_tensor *)gdl__arena_alloc(&gdl__host_arena, (sizeof(gdl_opt_tensor) * 2 + sizeof(gdl_device) + 1) *
+                                                                 (size_t)(opt->nparams + 1));
+    if (!t) {
+        gdl__set_error("%s: out of memory (host) for the step's table of %d parameters", op, opt->nparams);
+        return -1;
+    }
+    sorted = t + opt->nparams + 1;
+    dv = (gdl_device *)(sorted + opt->nparams + 1);
+    fresh = (char *)(dv + opt->nparams + 1);
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        fresh[i] = 0;
+        if (!pp->p->grad || !pp->p->numel) continue;
+        if (opt->kind == GDL__OPT_SGD && opt->groups[pp->group].momentum == 0 && !pp->s1) continue;
+        fresh[i] = !pp->step;
+        if (gdl__opt_ensure_state(op, opt, pp, i) < 0) {
+            int j;
+            for (j = 0; j < i; j++)
+                if (fresh[j]) { /* back to no state, as before this call */
+                    gdl__opt_param *q = &opt->params[j];
+                    gdl__opt_free_state(q);
+                    q->step = q->s1 = q->s2 = NULL;
+                    q->names[0] = q->names[1] = q->names[2] = NULL;
+                }
+            return -1;
         }
-        if (gdl__opt_ensure_state(op, opt, pp, i) < 0) return -1;
+    }
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        const gdl__opt_group *gr = &opt->groups[pp->group];
+        gdl_tensor *p = pp->p;
+        gdl_opt_tensor *e = &t[n];
+        int64_t stp;
+        if (!p->grad || !p->numel) continue;
+        stp = pp->step ? *(const int32_t *)pp->step->data : 0;
+        memset(e, 0, sizeof *e);
+        e->n = p->numel;
+        e->p = GDL__R(p);
+        e->g = GDL__R(p->grad);
+        e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
+        e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
+        e->lr = gr->lr;
+        e->weight_decay = gr->weight_decay;
+        e->momentum = e->s1 ? gr->momentum : 0;
+        e->dampening = gr->dampening;
+        e->nesterov = gr->nesterov;
+        e->beta1 = gr->beta1;
+        e->beta2 = gr->beta2;
+        e->eps = gr->eps;
+        e->step = adam && stp < INT32_MAX ? stp + 1 : stp;
+        dv[n] = p->device;
+        fresh[n++] = 0; /* reused: 1 once the entry is in `sorted` */
+    }
+    /* grouped by device, in the order the devices first appear */
+    for (start = 0, nd = 0; start < n; nd++) {
+        gdl_device dev;
+        const gdl_backend *be;
+        int j, first = -1, count = 0, rc;
+        for (j = 0; j < n && first < 0; j++)
+            if (!fresh[j]) first = j;
+        dev = dv[first];
+        for (j = first; j < n; j++)
+            if (!fresh[j] && gdl_device_equal(dv[j], dev)) {
+                sorted[start + count++] = t[j];
+                fresh[j] = 1;
+            }
+        if (!(be = gdl__be(op, dev))) return -1;
+        rc = adam ? be->adam_multi(count, sorted + start, opt->kind == GDL__OPT_ADAMW) : be->sgd_multi(count, sorted + start);
+        if (rc < 0) {
+            char prev[sizeof gdl__err];
+            memcpy(prev, gdl__err, sizeof prev);
+            gdl__set_error("%s: the %s update of %d parameter%s on %s failed%s: %s", op, gdl__opt_kind_name(opt->kind),
+                           count, count == 1 ? "" : "s", gdl_device_str(dev),
+                           nd ? " (the parameters of the devices before it were updated)" : ", nothing was updated",
+                           prev);
+            return -1;
+        }
+        start += count;
+    }
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        int32_t *stp;
+        if (!pp->p->grad || !pp->p->numel || !pp->step) continue;
         stp = (int32_t *)pp->step->data;
-        if (opt->kind == GDL__OPT_SGD) {
-            if (be->sgd(p->numel, GDL__R(p), GDL__R(g), GDL__R(pp->s1), gr->lr, gr->momentum, gr->dampening,
-                        gr->weight_decay, gr->nesterov, *stp == 0) < 0)
-                return -1;
-            if (*stp < INT32_MAX) (*stp)++;
-        } else {
-            if (*stp < INT32_MAX) (*stp)++;
-            if (be->adam(p->numel, GDL__R(p), GDL__R(g), GDL__R(pp->s1), GDL__R(pp->s2), gr->lr, gr->beta1, gr->beta2,
-                         gr->eps, gr->weight_decay, opt->kind == GDL__OPT_ADAMW, (int64_t)*stp) < 0)
-                return -1;
-        }
+        if (*stp < INT32_MAX) (*stp)++;
     }
     opt->steps++;
     return 0;
@@ -9572,6 +9715,7 @@ GPUDL_API gdl_fit_opts gdl_fit_defaults(void) {
     o.epochs = 1;
     o.accumulate = 1;
     o.verbose = 1;
+    o.oom_retry = 1;
     return o;
 }
 
@@ -9803,13 +9947,38 @@ static FILE *gdl__csv_resume(const char *path, int64_t from) {
     return out;
 }
 
+static int gdl__error_is_oom(void) { return strstr(gdl__err, "out of memory") != NULL; }
+
+/* Forward and backward of one batch in `parts` micro-batches, each loss
+   weighted by its share of the batch and by 1/accumulate; the metrics go to
+   p. Then, when `step`, gradient clipping and the optimizer step. */
+static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optimizer *opt, const gdl_fit_opts *o,
+                          gdl_loss_fn loss, int64_t parts, int step, gdl__pass *p) {
+    int64_t B = x->shape[0], k;
+    for (k = 0; k < parts; k++) {
+        int64_t lo = B * k / parts, hi = B * (k + 1) / parts;
+        gdl_tensor *xs = x, *ys = y, *out, *lt;
+        double lv, scale = (double)(hi - lo) / (double)B / o->accumulate;
+        if (hi == lo) continue;
+        gdl_arena_reset();
+        if (parts > 1 && (!(xs = gdl_slice(x, lo, hi)) || !(ys = gdl_slice(y, lo, hi)))) return -1;
+        if (!(out = gdl_forward(m, xs)) || !(lt = loss(out, ys, o->loss_user))) return -1;
+        lv = gdl_item(lt);
+        if (scale != 1) lt = gdl_mul_scalar(lt, scale);
+        if (!lt || gdl_backward(lt) < 0 || gdl__pass_batch(p, out, ys, lv) < 0) return -1;
+    }
+    if (!step) return 0;
+    if (o->clip_grad_norm > 0 && gdl_optim_clip_grad_norm(opt, o->clip_grad_norm) < 0) return -1;
+    return gdl_step(opt);
+}
+
 GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
                       gdl_epoch_stats *history) {
     gdl_fit_opts o = opts ? *opts : gdl_fit_defaults();
     gdl_loss_fn loss = o.loss ? o.loss : gdl_loss_cross_entropy;
     FILE *log = o.log ? o.log : stdout, *csv = NULL;
     int tty = o.verbose && gdl__isatty(log), epoch, rc = 0, resumed = 0, start_epoch = 1;
-    int64_t nb = train ? gdl_loader_num_batches(train) : 0;
+    int64_t nb = train ? gdl_loader_num_batches(train) : 0, parts = 1; /* micro-batches per batch (oom_split_batch) */
     char *ckpath = NULL;
     gdl__fit_state fs;
     gdl__pass p;
@@ -9892,28 +10061,57 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         gdl_module_train(m, 1);
         if (gdl_zero_grad(opt) < 0) rc = -1;
         while (rc == 0 && (got = gdl_loader_next(train, &x, &y)) != 0) {
-            gdl_tensor *out, *lt;
-            double lv;
+            int first, last;
             if (got < 0) {
                 rc = -1;
                 break;
             }
             b++;
-            gdl_arena_reset();
-            if (!(out = gdl_forward(m, x)) || !(lt = loss(out, y, o.loss_user))) {
-                rc = -1;
-                break;
+            first = micro == 0;
+            last = ++micro == o.accumulate || b == nb;
+            {
+                /* what a failed attempt may have changed, to put back before the next */
+                double loss_sum = p.loss_sum;
+                int64_t samples = p.samples, correct = p.correct, counted = p.counted;
+                uint64_t rng_counter, rng_seed = gdl_rng_get_state(&rng_counter);
+                int retried = 0;
+                while ((rc = gdl__fit_batch(m, x, y, opt, &o, loss, parts, last, &p)) < 0 && first &&
+                       gdl__error_is_oom()) {
+                    if (retried && (!o.oom_split_batch || 2 * parts > x->shape[0])) break;
+                    if (!retried && !o.oom_retry && !o.oom_split_batch) break;
+                    if (retried || !o.oom_retry) { /* the same batch in twice as many parts, from now on */
+                        parts *= 2;
+                        if (o.verbose)
+                            fprintf(log, "%sgdl_fit: out of memory at epoch %d, batch %lld; running each batch as %lld "
+                                    "micro-batches from now on (%s)\n", tty ? "\n" : "", epoch, (long long)b,
+                                    (long long)parts, gdl__err);
+                    }
+                    retried = 1;
+                    p.loss_sum = loss_sum;
+                    p.samples = samples;
+                    p.correct = correct;
+                    p.counted = counted;
+                    gdl_rng_set_state(rng_seed, rng_counter);
+                    gdl_arena_reset();
+                    gdl__release_cached_memory();
+                    if (gdl_zero_grad(opt) < 0) break;
+                }
+                if (rc < 0 && gdl__error_is_oom()) {
+                    char prev[sizeof gdl__err];
+                    memcpy(prev, gdl__err, sizeof prev);
+                    gdl__set_error("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
+                                   "last completed step%s): %s", epoch, (long long)b, (long long)nb,
+                                   !first ? "; an out-of-memory failure is retried only on the first micro-batch "
+                                            "of an optimizer step"
+                                   : retried ? ", after retrying with the cached memory given back"
+                                             : "; oom_retry and oom_split_batch can recover",
+                                   prev);
+                }
             }
-            lv = gdl_item(lt);
-            if (o.accumulate > 1) lt = gdl_mul_scalar(lt, 1.0 / o.accumulate);
-            if (!lt || gdl_backward(lt) < 0 || gdl__pass_batch(&p, out, y, lv) < 0) {
-                rc = -1;
-                break;
-            }
-            if (++micro == o.accumulate || b == nb) {
+            if (rc < 0) break;
+            if (last) {
                 micro = 0;
-                if (o.clip_grad_norm > 0 && gdl_optim_clip_grad_norm(opt, o.clip_grad_norm) < 0) rc = -1;
-                if (rc == 0 && (gdl_step(opt) < 0 || gdl_zero_grad(opt) < 0)) rc = -1;
+                if (gdl_zero_grad(opt) < 0) rc = -1;
                 if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
                 if (rc == 0 && o.checkpoint_every > 0 && gdl_optim_get_step(opt) % o.checkpoint_every == 0) {
                     fs.epoch = epoch;

@@ -49,14 +49,16 @@ or NULL. Nothing here calls exit().
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "gpudl.h"
 
 // ----------------------------------------------------------------------------
 // error checking
 
+// names the gpudl op that chose this backend last (gdl_linear, gdl_backward, gdl_step ...)
 static void gdl__cu_report(const char *what, const char *file, int line, const char *call) {
-    gdl__set_error("gdl_cuda: %s at %s:%d (%s)", what, file, line, call);
+    gdl__set_error("gdl_cuda: %s in %s at %s:%d (%s)", what, gdl__backend_op(), file, line, call);
 }
 
 // On failure: record the message, clear the (non-sticky) error state so the
@@ -211,7 +213,7 @@ static void *gdl__cu_alloc(size_t bytes) {
         S.cache[dev].erase(it);
     } else {
         cudaError_t e = cudaMalloc(&p, size);
-        if (e == cudaErrorMemoryAllocation) { /* give the cache back to the driver, try once more */
+        if (e == cudaErrorMemoryAllocation && !S.cache[dev].empty()) { /* give the cache back, try once more */
             (void)cudaGetLastError();
             gdl__cu_release_device_locked(S, dev);
             e = cudaMalloc(&p, size);
@@ -1894,53 +1896,138 @@ static int gdl__cu_pointwise_loss_backward(int kind, int64_t n, const float *x, 
 
 // ----------------------------------------------------------------------------
 // optimizers: the CPU's formulas, in double per element as the CPU computes
-// them (memory-bound either way)
+// them (memory-bound either way). One launch updates every parameter of the
+// device (PyTorch's multi_tensor_apply): a table of per-tensor pointers, sizes
+// and hyper-parameters goes to the device, and block b of the grid takes
+// chunk b - first_block of the tensor whose range of chunks holds b. A failed
+// launch therefore updates nothing.
 
-__global__ void gdl__k_sgd(int64_t n, float *p, const float *g, float *buf, double lr, double momentum,
-                           double dampening, double weight_decay, int nesterov, int first_step) {
-    GDL_CU_LOOP(i, n) {
-        double d = (double)g[i] + weight_decay * p[i];
-        if (momentum != 0) {
-            double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
-            buf[i] = (float)b;
-            d = nesterov ? d + momentum * b : b;
+#define GDL__CU_OPT_CHUNK (GDL__CU_THREADS * 8) /* elements per chunk */
+
+struct gdl__cu_opt_entry {
+    float *p, *s1, *s2;
+    const float *g;
+    int64_t n, first_chunk;
+    double lr, weight_decay, momentum, dampening, beta1, beta2, eps;
+    double bc1, bc2; /* Adam: 1 - beta^step, computed once on the host */
+    int nesterov, first_step;
+};
+
+// the entry whose chunks hold chunk c: entries are in order of first_chunk
+__device__ static const gdl__cu_opt_entry *gdl__cu_opt_find(const gdl__cu_opt_entry *tab, int count, int64_t c) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (tab[mid].first_chunk <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return &tab[lo];
+}
+
+__global__ void gdl__k_sgd_multi(const gdl__cu_opt_entry *tab, int count, int64_t chunks) {
+    GDL_CU_ROWS(c, chunks) {
+        const gdl__cu_opt_entry *e = gdl__cu_opt_find(tab, count, c);
+        float *p = e->p, *buf = e->s1;
+        const float *g = e->g;
+        double lr = e->lr, momentum = e->momentum, dampening = e->dampening, weight_decay = e->weight_decay;
+        int nesterov = e->nesterov, first_step = e->first_step;
+        int64_t lo = (c - e->first_chunk) * GDL__CU_OPT_CHUNK, hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;
+        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            double d = (double)g[i] + weight_decay * p[i];
+            if (momentum != 0) {
+                double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
+                buf[i] = (float)b;
+                d = nesterov ? d + momentum * b : b;
+            }
+            p[i] = (float)(p[i] - lr * d);
         }
-        p[i] = (float)(p[i] - lr * d);
     }
 }
 
-static int gdl__cu_sgd(int64_t n, float *p, const float *g, float *buf, double lr, double momentum,
-                       double dampening, double weight_decay, int nesterov, int first_step) {
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_sgd, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, g, buf, lr, momentum, dampening,
-                                                                      weight_decay, nesterov, first_step);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-// bc1 = 1 - beta1^t, bc2 = 1 - beta2^t: computed once on the host
-__global__ void gdl__k_adam(int64_t n, float *p, const float *g, float *m, float *v, double lr, double beta1,
-                            double beta2, double eps, double weight_decay, int decoupled, double bc1, double bc2) {
-    GDL_CU_LOOP(i, n) {
-        double gi = g[i], pi = p[i];
-        if (decoupled) pi -= lr * weight_decay * pi;
-        else gi += weight_decay * pi;
-        float mi = (float)(beta1 * m[i] + (1 - beta1) * gi);
-        float vi = (float)(beta2 * v[i] + (1 - beta2) * gi * gi);
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = (float)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+__global__ void gdl__k_adam_multi(const gdl__cu_opt_entry *tab, int count, int64_t chunks, int decoupled) {
+    GDL_CU_ROWS(c, chunks) {
+        const gdl__cu_opt_entry *e = gdl__cu_opt_find(tab, count, c);
+        float *p = e->p, *m = e->s1, *v = e->s2;
+        const float *g = e->g;
+        double lr = e->lr, beta1 = e->beta1, beta2 = e->beta2, eps = e->eps, weight_decay = e->weight_decay;
+        double bc1 = e->bc1, bc2 = e->bc2;
+        int64_t lo = (c - e->first_chunk) * GDL__CU_OPT_CHUNK, hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;
+        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            double gi = g[i], pi = p[i];
+            if (decoupled) pi -= lr * weight_decay * pi;
+            else gi += weight_decay * pi;
+            float mi = (float)(beta1 * m[i] + (1 - beta1) * gi);
+            float vi = (float)(beta2 * v[i] + (1 - beta2) * gi * gi);
+            m[i] = mi;
+            v[i] = vi;
+            p[i] = (float)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+        }
     }
 }
 
-static int gdl__cu_adam(int64_t n, float *p, const float *g, float *m, float *v, double lr, double beta1,
-                        double beta2, double eps, double weight_decay, int decoupled, int64_t step) {
-    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_adam, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, g, m, v, lr, beta1, beta2, eps,
-                                                                       weight_decay, decoupled, bc1, bc2);
-    GDL_CU_LAUNCHED();
+// Builds the table on the host, copies it into a block of the caching
+// allocator (in stream order, so the block can go back to the cache right
+// after the launch) and launches one kernel over all chunks.
+static int gdl__cu_opt_multi(int count, const gdl_opt_tensor *t, int adam, int decoupled) {
+    static thread_local std::vector<gdl__cu_opt_entry> host; /* reused: a steady-state step allocates nothing */
+    int64_t chunks = 0;
+    int k, used = 0;
+    if (count <= 0) return 0;
+    try {
+        host.resize((size_t)count);
+    } catch (...) {
+        gdl__set_error("gdl_cuda: out of host memory for the optimizer's table of %d tensors", count);
+        return -1;
+    }
+    for (k = 0; k < count; k++) {
+        gdl__cu_opt_entry &e = host[(size_t)used];
+        if (t[k].n <= 0) continue;
+        e.p = t[k].p;
+        e.g = t[k].g;
+        e.s1 = t[k].s1;
+        e.s2 = t[k].s2;
+        e.n = t[k].n;
+        e.first_chunk = chunks;
+        e.lr = t[k].lr;
+        e.weight_decay = t[k].weight_decay;
+        e.momentum = t[k].momentum;
+        e.dampening = t[k].dampening;
+        e.beta1 = t[k].beta1;
+        e.beta2 = t[k].beta2;
+        e.eps = t[k].eps;
+        e.bc1 = adam ? 1 - pow(t[k].beta1, (double)t[k].step) : 0;
+        e.bc2 = adam ? 1 - pow(t[k].beta2, (double)t[k].step) : 0;
+        e.nesterov = t[k].nesterov;
+        e.first_step = t[k].step == 0;
+        chunks += (t[k].n + GDL__CU_OPT_CHUNK - 1) / GDL__CU_OPT_CHUNK;
+        used++;
+    }
+    if (!used) return 0;
+    size_t bytes = sizeof(gdl__cu_opt_entry) * (size_t)used;
+    gdl__cu_opt_entry *dev = (gdl__cu_opt_entry *)gdl__cu_alloc(bytes);
+    if (!dev) return -1;
+    // from pageable memory: staged by the copy, so `host` may go when it returns
+    cudaStream_t st = gdl__cu_stream();
+    cudaError_t e = cudaMemcpyAsync(dev, host.data(), bytes, cudaMemcpyHostToDevice, st);
+    if (e == cudaSuccess) {
+        unsigned grid = (unsigned)(chunks < (1 << 20) ? chunks : (1 << 20));
+        if (adam) GDL_CU_LAUNCH(gdl__k_adam_multi, grid, GDL__CU_THREADS, 0, st)(dev, used, chunks, decoupled);
+        else GDL_CU_LAUNCH(gdl__k_sgd_multi, grid, GDL__CU_THREADS, 0, st)(dev, used, chunks);
+        e = cudaGetLastError();
+    }
+    gdl__cu_free(dev);
+    if (e != cudaSuccess) {
+        gdl__cu_report(cudaGetErrorString(e), __FILE__, __LINE__,
+                       adam ? "the table copy or gdl__k_adam_multi" : "the table copy or gdl__k_sgd_multi");
+        (void)cudaGetLastError();
+        return -1;
+    }
     return 0;
+}
+
+static int gdl__cu_sgd_multi(int count, const gdl_opt_tensor *t) { return gdl__cu_opt_multi(count, t, 0, 0); }
+static int gdl__cu_adam_multi(int count, const gdl_opt_tensor *t, int decoupled) {
+    return gdl__cu_opt_multi(count, t, 1, decoupled);
 }
 
 // ----------------------------------------------------------------------------

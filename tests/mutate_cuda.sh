@@ -107,8 +107,8 @@ M = [
  "(mi / bc1) / (sqrt(vi / bc2) + eps)",
  "(mi / bc2) / (sqrt(vi / bc2) + eps)"),
 ("sgd_nesterov_wrong", "Nesterov's lookahead built from the buffer instead of the gradient",
- "            d = nesterov ? d + momentum * b : b;",
- "            d = nesterov ? b + momentum * b : b;"),
+ "                d = nesterov ? d + momentum * b : b;",
+ "                d = nesterov ? b + momentum * b : b;"),
 ("partials_skip_tail", "skipped tail element in the second pass of the host-visible reductions",
  "    for (int i = threadIdx.x; i < nb; i += blockDim.x) s += part[i];",
  "    for (int i = threadIdx.x; i < nb - 1; i += blockDim.x) s += part[i];"),
@@ -146,8 +146,14 @@ M = [
  "            float target = c == t ? on : off;",
  "            float target = c == t ? off : on;"),
 ("sgd_momentum_first_step", "the momentum buffer read before it is initialised on the first step",
- "            double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;",
- "            double b = momentum * buf[i] + (1 - dampening) * d;"),
+ "                double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;",
+ "                double b = momentum * buf[i] + (1 - dampening) * d;"),
+("optim_multi_chunk_lookup", "a multi-tensor step's chunk given to the tensor before its own",
+ "        if (tab[mid].first_chunk <= c) lo = mid;",
+ "        if (tab[mid].first_chunk < c) lo = mid;"),
+("optim_multi_last_chunk", "a multi-tensor step's last chunk of each tensor cut short",
+ "hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;\n        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {\n            double d",
+ "hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n - 1;\n        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {\n            double d"),
 ]
 
 def find(name):

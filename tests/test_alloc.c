@@ -2,7 +2,9 @@
    first step, a training step with the same shapes performs no heap
    allocation and gets the same addresses; and every allocation failure, at
    every point of a step, gives an "out of memory" error instead of a crash,
-   after which the next step runs normally. */
+   after which the next step runs normally; an optimizer whose state cannot
+   be made changes nothing, and gdl_fit retries a step that ran out of
+   memory. */
 #include <stdlib.h>
 #include <stddef.h>
 
@@ -145,6 +147,178 @@ TEST test_every_allocation_failure_is_reported(void) {
     PASS();
 }
 
+/* gradients of one step, no update */
+static int grads(net *m) {
+    gdl_tensor *params[] = {m->cw, m->cb, m->bn_w, m->bn_b, m->w1, m->b1, m->w2};
+    gdl_tensor *h, *loss;
+    size_t k;
+    gdl_arena_reset();
+    for (k = 0; k < 7; k++) gdl_zero_grad_tensor(params[k]);
+    h = gdl_relu(gdl_conv2d(m->x, m->cw, m->cb, 1, 1, 1, 1));
+    h = gdl_gelu(gdl_linear(gdl_flatten(gdl_max_pool2d(h, 2, 2, 0), 1), m->w1, m->b1), 0);
+    loss = gdl_cross_entropy(gdl_linear(h, m->w2, NULL), m->y);
+    return loss ? gdl_backward(loss) : -1;
+}
+
+static int same_params(net *a, net *b) {
+    gdl_tensor *pa[] = {a->cw, a->cb, a->w1, a->b1, a->w2}, *pb[] = {b->cw, b->cb, b->w1, b->b1, b->w2};
+    size_t k;
+    for (k = 0; k < 5; k++)
+        if (memcmp(pa[k]->data, pb[k]->data, (size_t)pa[k]->numel * sizeof(float)) != 0) return 0;
+    return 1;
+}
+
+static gdl_optimizer *adam_over(net *m) {
+    gdl_tensor *params[] = {m->cw, m->cb, m->w1, m->b1, m->w2};
+    gdl_optimizer *o = gdl_adamw_new(0.01, 0.9, 0.99, 1e-8, 0.1);
+    if (o && gdl_optim_add_params(o, params, 5, -1, -1) < 0) {
+        gdl_optim_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+TEST test_optimizer_state_oom_changes_nothing(void) {
+    /* every heap allocation of an optimizer's first step (its state, the
+       step's table in the arena) failing in turn: "out of memory", the
+       parameters and the step count unchanged, and the step taken again
+       equals an uninjected one bitwise */
+    net a, b, c; /* c: the initial parameters */
+    gdl_optimizer *oa, *ob;
+    long k, total, failures = 0;
+    ASSERT_EQ(0, make_net(&a));
+    ASSERT_EQ(0, make_net(&b));
+    ASSERT_EQ(0, make_net(&c));
+    ASSERT_NOT_NULL(ob = adam_over(&b));
+    ASSERT_EQ(0, grads(&b));
+    gdl_shutdown(); /* the step's table needs a fresh arena chunk too */
+    ASSERT_EQ(0, grads(&b));
+    total = n_mallocs;
+    ASSERT_EQ(0, gdl_step(ob));
+    total = n_mallocs - total;
+    ASSERT_GT(total, 5); /* at least a header and data per state tensor */
+    for (k = 0; k < total; k++) {
+        ASSERT_NOT_NULL(oa = adam_over(&a));
+        ASSERT_EQ(0, grads(&a));
+        fail_at = n_mallocs + k;
+        if (gdl_step(oa) < 0) {
+            fail_at = -1;
+            failures++;
+            ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+            ASSERT_EQ(0, (int)gdl_optim_get_step(oa));
+            if (!same_params(&a, &c)) FAILf("allocation %ld of %ld: a failed step changed the parameters", k, total);
+            ASSERT_EQ(0, gdl_step(oa));
+        }
+        fail_at = -1;
+        if (!same_params(&a, &b)) FAILf("allocation %ld of %ld of the first step: the parameters differ", k, total);
+        gdl_optim_free(oa);
+        free_net(&a);
+        ASSERT_EQ(0, make_net(&a));
+    }
+    ASSERT_EQ(total, failures);
+    gdl_optim_free(ob);
+    free_net(&a);
+    free_net(&b);
+    free_net(&c);
+    gdl_shutdown();
+    PASS();
+}
+
+/* gdl_fit on the CPU with the allocation of a scratch tensor in the loss of
+   call `fail_at` failing: the retry gives the uninjected weights bitwise;
+   without it, an error and the weights of the last completed step */
+typedef struct fit_fault {
+    int calls, fail_at, snap_at;
+    gdl_module *m;
+    float snap[131];
+} fit_fault;
+
+static int fit_params(gdl_module *m, float *w) {
+    gdl_tensor *ts[4];
+    int n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, ts, 4), i, off = 0;
+    for (i = 0; i < n && n == 4; i++) {
+        memcpy(w + off, ts[i]->data, sizeof(float) * (size_t)ts[i]->numel);
+        off += (int)ts[i]->numel;
+    }
+    return off == 131 ? 0 : -1;
+}
+
+static gdl_tensor *fit_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
+    fit_fault *f = (fit_fault *)user;
+    int n = ++f->calls;
+    if (n == f->snap_at && fit_params(f->m, f->snap) < 0) return NULL;
+    if (n == f->fail_at) {
+        int64_t s[1] = {64};
+        gdl_tensor *scratch;
+        fail_at = n_mallocs;
+        scratch = gdl_zeros(1, s, GDL_F32, gdl_cpu());
+        fail_at = -1;
+        if (!scratch) return NULL;
+        gdl_free(scratch);
+    }
+    return gdl_cross_entropy(out, y);
+}
+
+static int fit_run(fit_fault *f, int oom_retry, float *w) {
+    float x[96 * 4];
+    int32_t y[96];
+    int64_t shape[1] = {4};
+    int i, rc = -1;
+    gdl_dataset *ds;
+    gdl_loader *l = NULL;
+    gdl_module *layers[3], *m;
+    gdl_optimizer *opt = NULL;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_fit_opts o = gdl_fit_defaults();
+    gdl_manual_seed(17);
+    for (i = 0; i < 96 * 4; i++) x[i] = (float)gdl_rng_uniform();
+    for (i = 0; i < 96; i++) y[i] = (int32_t)(gdl_rng_next_u64() % 3);
+    ds = gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, 96, 3);
+    layers[0] = gdl_nn_linear(4, 16, 1);
+    layers[1] = gdl_nn_relu();
+    layers[2] = gdl_nn_linear(16, 3, 1);
+    m = gdl_nn_sequential(3, layers);
+    lo.batch_size = 32;
+    lo.shuffle = 1;
+    if (ds && m && (l = gdl_loader_new(ds, &lo)) && (opt = gdl_adam_new(0.05, 0.9, 0.999, 1e-8, 0)) &&
+        gdl_optim_add_module(opt, m, 0) == 0) {
+        f->m = m;
+        o.epochs = 2;
+        o.verbose = 0;
+        o.loss = fit_loss;
+        o.loss_user = f;
+        o.oom_retry = oom_retry;
+        rc = gdl_fit(m, l, opt, &o, NULL);
+        if (fit_params(m, w) < 0) rc = -2;
+    }
+    gdl_optim_free(opt);
+    gdl_loader_free(l);
+    gdl_module_free(m);
+    gdl_dataset_free(ds);
+    return rc;
+}
+
+TEST test_fit_retries_after_oom(void) {
+    static fit_fault ref, f;
+    float w_ref[131], w[131];
+    memset(&ref, 0, sizeof ref);
+    ref.snap_at = 5; /* epoch 2, batch 2: the weights after 4 steps */
+    ASSERT_EQ(0, fit_run(&ref, 1, w_ref));
+    memset(&f, 0, sizeof f);
+    f.fail_at = 5;
+    ASSERT_EQ(0, fit_run(&f, 1, w));
+    ASSERT_EQ(7, f.calls); /* 6 batches, one retried */
+    ASSERT(memcmp(w, w_ref, sizeof w) == 0);
+    memset(&f, 0, sizeof f);
+    f.fail_at = 5;
+    ASSERT_EQ(-1, fit_run(&f, 0, w));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_fit: epoch 2, batch 2 of 3");
+    ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+    ASSERT(memcmp(w, ref.snap, sizeof w) == 0);
+    gdl_shutdown();
+    PASS();
+}
+
 TEST test_factories_report_oom(void) {
     int64_t s[1] = {16};
     fail_at = n_mallocs;
@@ -159,6 +333,8 @@ TEST test_factories_report_oom(void) {
 SUITE(arena) {
     RUN_TEST(test_steady_state_allocates_nothing);
     RUN_TEST(test_every_allocation_failure_is_reported);
+    RUN_TEST(test_optimizer_state_oom_changes_nothing);
+    RUN_TEST(test_fit_retries_after_oom);
     RUN_TEST(test_factories_report_oom);
 }
 

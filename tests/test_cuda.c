@@ -6,8 +6,11 @@
    a block, empty, ties, NaN/Inf); every cast; argmax; each optimizer,
    gradient clipping, anomaly mode; overlapping device copies; two devices and
    host threads; the pinned-memory loader; allocator OOM recovery and, on the
-   emulator, injected allocation and launch failures; training parity of an
-   MLP and a CNN on tie-free inputs. Without a GPU every test is skipped. */
+   emulator, injected allocation, launch and cuBLAS failures at every point
+   of a training step (nothing changes; the optimizer step is one launch and
+   all or nothing) and gdl_fit's out-of-memory retry and batch split;
+   training parity of an MLP and a CNN on tie-free inputs. Without a GPU
+   every test is skipped. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
@@ -1291,6 +1294,397 @@ TEST compute_stream_only(void) {
 #endif
 }
 
+/* ---- all-or-nothing training steps under injected faults (the emulator only) ---- */
+
+#ifdef GPUDL_EMU
+/* the MLP of the training tests on the GPU with an optimizer over its 4 parameters */
+typedef struct rig {
+    toy t;
+    gdl_optimizer *opt;
+} rig;
+
+static int rig_make(rig *r, const opt_kind *k) {
+    toy_make(&r->t, 0);
+    if (toy_to(&r->t, GPU) < 0 || !(r->opt = make_opt(k))) return -1;
+    return gdl_optim_add_params(r->opt, r->t.p, r->t.np, -1, -1) < 0 ? -1 : 0;
+}
+
+static void rig_free(rig *r) {
+    gdl_optim_free(r->opt);
+    toy_free(&r->t);
+}
+
+/* zero_grad, forward, backward; -1 at the first failure */
+static int rig_grads(rig *r) {
+    gdl_tensor *loss;
+    gdl_arena_reset();
+    if (gdl_zero_grad(r->opt) < 0) return -1;
+    loss = gdl_cross_entropy(toy_forward(&r->t, 0), r->t.y);
+    return loss ? gdl_backward(loss) : -1;
+}
+
+static int rig_step(rig *r) { return rig_grads(r) < 0 ? -1 : gdl_step(r->opt); }
+
+/* The bytes of every parameter and, once a step was taken, every optimizer
+   state tensor (moments, momentum buffers, per-parameter step counts) and
+   the step count: equal snapshots mean bitwise equal training states.
+   malloc'd; NULL on failure. */
+static unsigned char *rig_snapshot(rig *r, size_t *len) {
+    gdl_tensor *ts[32];
+    int n = r->t.np, i;
+    int64_t steps = gdl_optim_get_step(r->opt);
+    size_t total = sizeof steps, off;
+    unsigned char *buf;
+    for (i = 0; i < n; i++) ts[i] = r->t.p[i];
+    if (steps > 0) {
+        int m = gdl_optim_state(r->opt, NULL, ts + n, 32 - n);
+        if (m < 0 || m > 32 - n) return NULL;
+        n += m;
+    }
+    for (i = 0; i < n; i++) total += (size_t)ts[i]->numel * gdl_dtype_size(ts[i]->dtype);
+    if (!(buf = (unsigned char *)malloc(total))) return NULL;
+    memcpy(buf, &steps, sizeof steps);
+    for (i = 0, off = sizeof steps; i < n; i++) {
+        size_t b = (size_t)ts[i]->numel * gdl_dtype_size(ts[i]->dtype);
+        if (gdl_copy_to_host(ts[i], buf + off, b) < 0) {
+            free(buf);
+            return NULL;
+        }
+        off += b;
+    }
+    *len = total;
+    return buf;
+}
+
+/* 1 if both snapshots exist and are equal */
+static int same_snapshot(unsigned char *a, size_t la, unsigned char *b, size_t lb) {
+    int same = a && b && la == lb && memcmp(a, b, la) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+static int rigs_equal(rig *a, rig *b) {
+    size_t la = 0, lb = 0;
+    unsigned char *sa = rig_snapshot(a, &la), *sb = rig_snapshot(b, &lb);
+    return same_snapshot(sa, la, sb, lb);
+}
+#endif
+
+static const opt_kind fault_kinds[] = {
+    {"sgd", 0, 0.1, 0, 0, 0, 0},
+    {"sgd_momentum_nesterov", 0, 0.05, 0.9, 0, 0.01, 1},
+    {"adam", 1, 0.01, 0, 0, 0.05, 0},
+    {"adamw", 2, 0.01, 0, 0, 0.1, 0},
+};
+
+/* One optimizer launch per step whatever the number of parameters; a launch
+   failure at that launch (on the first step, while the state is new, and on
+   a later one) updates nothing, and the retried step equals a reference's. */
+TEST optimizer_step_one_launch_all_or_nothing(void *arg) {
+#ifndef GPUDL_EMU
+    (void)arg;
+    SKIPm("fault injection needs the emulator (GPUDL_EMU)");
+#else
+    const opt_kind *k = (const opt_kind *)arg;
+    rig a, b;
+    int s;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_EQ(0, rig_make(&a, k));
+    ASSERT_EQ(0, rig_make(&b, k));
+    for (s = 0; s < 4; s++) {
+        long l0, launches;
+        ASSERT_EQ(0, rig_grads(&b));
+        l0 = gdl_emu_count("launch");
+        ASSERT_EQ(0, gdl_step(b.opt));
+        launches = gdl_emu_count("launch") - l0; /* the first step also fills the new state with zeros */
+        if (s > 0 && launches != 1) FAILf("%s step %d: %ld launches, expected one", k->name, s, launches);
+        ASSERT_EQ(0, rig_grads(&a));
+        if (s == 0 || s == 2) {
+            size_t l1 = 0, l2 = 0;
+            unsigned char *s1 = rig_snapshot(&a, &l1), *s2;
+            gdl_emu_fail_launch(launches); /* the optimizer's own launch, the last */
+            ASSERT_EQ(-1, gdl_step(a.opt));
+            ASSERT_CONTAINS(gdl_last_error(), "gdl_step");
+            ASSERT_CONTAINS(gdl_last_error(), "nothing was updated");
+            s2 = rig_snapshot(&a, &l2);
+            if (!same_snapshot(s1, l1, s2, l2)) FAILf("%s step %d: a failed launch changed the state", k->name, s);
+        }
+        ASSERT_EQ(0, gdl_step(a.opt));
+        if (!rigs_equal(&a, &b)) FAILf("%s step %d: differs from the reference", k->name, s);
+    }
+    rig_free(&a);
+    rig_free(&b);
+    gdl_arena_reset();
+    PASS();
+#endif
+}
+
+/* A cuBLAS call failing at each GEMM of a training step (forward, backward):
+   an error naming the op, parameters and optimizer state bitwise unchanged,
+   and the next step equal to a reference's. */
+TEST cublas_failure_mid_step(void) {
+#ifndef GPUDL_EMU
+    SKIPm("fault injection needs the emulator (GPUDL_EMU)");
+#else
+    rig a, b;
+    long calls, c0, k;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_EQ(0, rig_make(&a, &fault_kinds[2]));
+    ASSERT_EQ(0, rig_make(&b, &fault_kinds[2]));
+    ASSERT_EQ(0, rig_step(&a));
+    c0 = gdl_emu_count("cublas");
+    ASSERT_EQ(0, rig_step(&b));
+    calls = gdl_emu_count("cublas") - c0;
+    ASSERT(calls >= 4); /* two linear layers forward, their grads backward */
+    for (k = 1; k <= calls; k++) {
+        size_t l1 = 0, l2 = 0;
+        unsigned char *s1 = rig_snapshot(&a, &l1), *s2;
+        gdl_emu_fail_cublas(k);
+        ASSERT_EQ(-1, rig_step(&a));
+        ASSERT_CONTAINS(gdl_last_error(), "CUBLAS_STATUS_EXECUTION_FAILED");
+        ASSERT_CONTAINS(gdl_last_error(), "linear"); /* gdl_linear, or the backward of linear */
+        s2 = rig_snapshot(&a, &l2);
+        if (!same_snapshot(s1, l1, s2, l2)) FAILf("a failure at cuBLAS call %ld of %ld changed the state", k, calls);
+        ASSERT_EQ(0, rig_step(&a));
+        ASSERT_EQ(0, rig_step(&b));
+        if (!rigs_equal(&a, &b)) FAILf("after a failure at cuBLAS call %ld: differs from the reference", k);
+    }
+    rig_free(&a);
+    rig_free(&b);
+    gdl_arena_reset();
+    PASS();
+#endif
+}
+
+/* Device OOM at every cudaMalloc of a training step from a cold cache (the
+   arenas and the allocator's cache released: gdl_shutdown), on the first
+   step, when the optimizer state is made, and on a later one: an error
+   saying out of memory and nothing changed, or, where the allocator could
+   give cached blocks back and retry, a step that is right; either way the
+   next step equals the reference's. */
+TEST oom_at_every_allocation_of_a_step(void) {
+#ifndef GPUDL_EMU
+    SKIPm("fault injection needs the emulator (GPUDL_EMU)");
+#else
+    int phase;
+    if (!have_gpu()) SKIPm("no GPU");
+    for (phase = 0; phase < 2; phase++) {
+        rig a, b;
+        long allocs, a0, k, failed = 0;
+        ASSERT_EQ(0, rig_make(&b, &fault_kinds[2]));
+        if (phase) ASSERT_EQ(0, rig_step(&b));
+        gdl_shutdown();
+        a0 = gdl_emu_count("alloc");
+        ASSERT_EQ(0, rig_step(&b));
+        allocs = gdl_emu_count("alloc") - a0;
+        ASSERT(allocs >= 1);
+        for (k = 1; k <= allocs; k++) {
+            size_t l1 = 0, l2 = 0;
+            unsigned char *s1, *s2;
+            int rc;
+            ASSERT_EQ(0, rig_make(&a, &fault_kinds[2]));
+            if (phase) ASSERT_EQ(0, rig_step(&a));
+            s1 = rig_snapshot(&a, &l1);
+            gdl_shutdown();
+            gdl_emu_fail_alloc(k);
+            rc = rig_step(&a);
+            gdl_emu_fail_alloc(0);
+            if (rc < 0) {
+                failed++;
+                ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+                s2 = rig_snapshot(&a, &l2);
+                if (!same_snapshot(s1, l1, s2, l2))
+                    FAILf("phase %d: OOM at allocation %ld of %ld changed the state (%s)", phase, k, allocs,
+                          gdl_last_error());
+                ASSERT_EQ(0, rig_step(&a));
+            } else {
+                free(s1);
+            }
+            if (!rigs_equal(&a, &b)) FAILf("phase %d: after OOM at allocation %ld of %ld: differs", phase, k, allocs);
+            rig_free(&a);
+        }
+        ASSERT(failed > 0); /* with nothing cached, the first allocation cannot be rescued */
+        rig_free(&b);
+    }
+    gdl_arena_reset();
+    PASS();
+#endif
+}
+
+/* ---- gdl_fit's out-of-memory recovery (the emulator only) ---- */
+
+#define FIT_N 96
+#define FIT_B 32
+#define FIT_W 131 /* parameters of Linear(4,16) ReLU Linear(16,3) */
+
+#ifdef GPUDL_EMU
+/* Which calls of the loss run out of memory; the loss is called once per
+   batch attempt, so a retry is a later call. */
+typedef struct fit_inject {
+    int calls;
+    int fail_at;        /* this call fails (0: none) */
+    int fail_full_from; /* every call from this one with a whole batch of FIT_B rows fails (0: none) */
+    int fail_after;     /* this call arms a failure of the step's next cudaMalloc (the optimizer's table,
+                           after the backward) */
+    int snap_at;        /* this call copies the parameters (as the step sees them) into snap */
+    float snap[FIT_W];
+    gdl_module *m;
+} fit_inject;
+
+static int fit_weights(gdl_module *m, float *w) {
+    gdl_tensor *ts[8];
+    int n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, ts, 8), i, off = 0;
+    for (i = 0; i < n; i++) {
+        if (off + ts[i]->numel > FIT_W || gdl_copy_to_host(ts[i], w + off, sizeof(float) * (size_t)ts[i]->numel) < 0)
+            return -1;
+        off += (int)ts[i]->numel;
+    }
+    return off == FIT_W ? 0 : -1;
+}
+
+/* cross entropy after a scratch block of the device, as a loss needing
+   memory would take: with the allocator's cache given back and the next
+   cudaMalloc failing, the step runs out of memory for real */
+static gdl_tensor *fit_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
+    fit_inject *f = (fit_inject *)user;
+    int n = ++f->calls;
+    if (n == f->snap_at && fit_weights(f->m, f->snap) < 0) return NULL;
+    if (n == f->fail_after) {
+        gdl_cuda_release_cache();
+        gdl_emu_fail_alloc(1);
+    }
+    if (n == f->fail_at || (f->fail_full_from && n >= f->fail_full_from && y->shape[0] == FIT_B)) {
+        int64_t s[1] = {1 << 16};
+        gdl_tensor *scratch;
+        gdl_cuda_release_cache();
+        gdl_emu_fail_alloc(1);
+        scratch = gdl_empty(1, s, GDL_F32, GPU);
+        gdl_emu_fail_alloc(0);
+        if (!scratch) return NULL;
+        gdl_free(scratch);
+    }
+    return gdl_cross_entropy(out, y);
+}
+
+/* two epochs of 3 batches on the GPU with Adam; the final weights in w */
+static int fit_run(fit_inject *f, int oom_retry, int oom_split_batch, FILE *log, float *w) {
+    float x[FIT_N * 4];
+    int32_t y[FIT_N];
+    int64_t shape[1] = {4};
+    int i, rc = -1;
+    gdl_dataset *ds;
+    gdl_loader *l = NULL;
+    gdl_module *layers[3], *m;
+    gdl_optimizer *opt = NULL;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_fit_opts o = gdl_fit_defaults();
+    gdl_manual_seed(17);
+    for (i = 0; i < FIT_N; i++) {
+        int k;
+        y[i] = (int32_t)(gdl_rng_next_u64() % 3);
+        for (k = 0; k < 4; k++) x[i * 4 + k] = (float)((k == y[i] ? 2.0 : 0.0) + gdl_rng_uniform() - 0.5);
+    }
+    ds = gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, FIT_N, 3);
+    layers[0] = gdl_nn_linear(4, 16, 1);
+    layers[1] = gdl_nn_relu();
+    layers[2] = gdl_nn_linear(16, 3, 1);
+    m = gdl_nn_sequential(3, layers);
+    lo.batch_size = FIT_B;
+    lo.shuffle = 1;
+    lo.seed = 3;
+    lo.device = GPU;
+    if (ds && m && gdl_module_to(m, GPU) == 0 && (l = gdl_loader_new(ds, &lo)) &&
+        (opt = gdl_adam_new(0.05, 0.9, 0.999, 1e-8, 0)) && gdl_optim_add_module(opt, m, 0) == 0) {
+        f->m = m;
+        o.epochs = 2;
+        o.verbose = log != NULL;
+        o.log = log;
+        o.loss = fit_loss;
+        o.loss_user = f;
+        o.oom_retry = oom_retry;
+        o.oom_split_batch = oom_split_batch;
+        rc = gdl_fit(m, l, opt, &o, NULL);
+        if (fit_weights(m, w) < 0) rc = -2;
+    }
+    gdl_optim_free(opt);
+    gdl_loader_free(l);
+    gdl_module_free(m);
+    gdl_dataset_free(ds);
+    return rc;
+}
+#endif
+
+/* An OOM at a chosen step: the retry gives the uninjected run's weights bit for
+   bit; without the options, an error saying where, and the weights of the
+   last completed step; an OOM that a whole batch always meets: the split
+   into micro-batches ends near the uninjected run, with one notice. */
+TEST fit_recovers_from_oom(void) {
+#ifndef GPUDL_EMU
+    SKIPm("fault injection needs the emulator (GPUDL_EMU)");
+#else
+    static fit_inject ref, f;
+    float w_ref[FIT_W], w_init[FIT_W], w[FIT_W];
+    char line[512];
+    FILE *log;
+    int notices = 0, i;
+    if (!have_gpu()) SKIPm("no GPU");
+    memset(&ref, 0, sizeof ref);
+    ref.snap_at = 1;
+    ASSERT_EQ(0, fit_run(&ref, 1, 0, NULL, w_ref));
+    memcpy(w_init, ref.snap, sizeof w_init);
+    memset(&ref, 0, sizeof ref);
+    ref.snap_at = 4; /* epoch 2, batch 1: the weights after 3 steps */
+    ASSERT_EQ(0, fit_run(&ref, 1, 0, NULL, w));
+    ASSERT(memcmp(w, w_ref, sizeof w) == 0); /* deterministic */
+    ASSERT(memcmp(w_init, w_ref, sizeof w) != 0);
+    /* the retry */
+    memset(&f, 0, sizeof f);
+    f.fail_at = 4;
+    ASSERT_EQ(0, fit_run(&f, 1, 0, NULL, w));
+    ASSERT_EQ(7, f.calls); /* 6 batches and one retry */
+    ASSERTm("a retried step gives the uninjected weights bitwise", memcmp(w, w_ref, sizeof w) == 0);
+    memset(&f, 0, sizeof f);
+    f.fail_after = 4; /* the gradients are made when it fails */
+    ASSERT_EQ(0, fit_run(&f, 1, 0, NULL, w));
+    ASSERT_EQ(7, f.calls);
+    ASSERT(memcmp(w, w_ref, sizeof w) == 0);
+    memset(&f, 0, sizeof f);
+    f.fail_after = 4;
+    ASSERT_EQ(-1, fit_run(&f, 0, 0, NULL, w));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_step");
+    ASSERT(memcmp(w, ref.snap, sizeof w) == 0);
+    /* without the options: the error, and the model as the failing step found it */
+    memset(&f, 0, sizeof f);
+    f.fail_at = 4;
+    ASSERT_EQ(-1, fit_run(&f, 0, 0, NULL, w));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_fit: epoch 2, batch 1 of 3");
+    ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+    ASSERT_CONTAINS(gdl_last_error(), "oom_retry");
+    ASSERT(memcmp(w, ref.snap, sizeof w) == 0);
+    /* the retry runs out of memory too, without oom_split_batch */
+    memset(&f, 0, sizeof f);
+    f.fail_full_from = 4;
+    ASSERT_EQ(-1, fit_run(&f, 1, 0, NULL, w));
+    ASSERT_CONTAINS(gdl_last_error(), "after retrying");
+    ASSERT(memcmp(w, ref.snap, sizeof w) == 0);
+    /* the split */
+    memset(&f, 0, sizeof f);
+    f.fail_full_from = 4;
+    ASSERT_NOT_NULL(log = tmpfile());
+    ASSERT_EQ(0, fit_run(&f, 1, 1, log, w));
+    rewind(log);
+    while (fgets(line, sizeof line, log))
+        if (strstr(line, "running each batch as 2 micro-batches")) notices++;
+    fclose(log);
+    ASSERT_EQ(1, notices);
+    ASSERT_EQ(4 + 1 + 2 * 3, f.calls); /* 3 whole batches, the failed attempt and retry, 3 batches in halves */
+    for (i = 0; i < FIT_W; i++)
+        if (!(fabs(w[i] - w_ref[i]) <= 1e-5 * (fabs(w_ref[i]) > 1 ? fabs(w_ref[i]) : 1)))
+            FAILf("after the split, weight %d is %.9g, uninjected %.9g", i, (double)w[i], (double)w_ref[i]);
+    PASS();
+#endif
+}
+
 /* ---- suites ---- */
 
 static parity_run table_runs[2 * NCASES], gpu_runs[2 * NGPU_CASES];
@@ -1357,6 +1751,14 @@ SUITE(devices) {
     RUN_TEST(injected_alloc_and_launch_failures);
 }
 SUITE(streams) { RUN_TEST(compute_stream_only); }
+SUITE(faults) {
+    int i;
+    for (i = 0; i < (int)(sizeof fault_kinds / sizeof fault_kinds[0]); i++)
+        RUN_TEST_NAMED(fault_kinds[i].name, optimizer_step_one_launch_all_or_nothing, (void *)&fault_kinds[i]);
+    RUN_TEST(cublas_failure_mid_step);
+    RUN_TEST(oom_at_every_allocation_of_a_step);
+    RUN_TEST(fit_recovers_from_oom);
+}
 
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
@@ -1367,6 +1769,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(optim);
     RUN_SUITE(training);
     RUN_SUITE(devices);
+    RUN_SUITE(faults);
     RUN_SUITE(streams); /* last: it checks what every suite before it did */
     gdl_shutdown();
     HARNESS_MAIN_END();

@@ -40,7 +40,7 @@ static int init_fails_with(const char *needle, const char *const *kv, char *msg,
         return 0;
     }
     if (!strstr(gdl_last_error(), needle)) {
-        snprintf(msg, len, "the error '%s' does not name %s", gdl_last_error(), needle);
+        snprintf(msg, len, "the error '%.300s' does not name %s", gdl_last_error(), needle);
         return 0;
     }
     return 1;

@@ -88,8 +88,8 @@ Config &cfg() {
     return c;
 }
 
-std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0}, n_graph{0}, n_legacy{0};
-std::atomic<long> fail_alloc_at{-1}, fail_launch_at{-1}; /* counter value that fails; -1 none */
+std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0}, n_graph{0}, n_cublas{0}, n_legacy{0};
+std::atomic<long> fail_alloc_at{-1}, fail_launch_at{-1}, fail_cublas_at{-1}; /* counter value that fails; -1 none */
 
 std::mutex &diag_mu = *new std::mutex;   /* never destroyed, as G() below */
 std::string &last_diag = *new std::string;
@@ -2108,6 +2108,11 @@ int gdl_emu_fail_launch(long k) {
     return 0;
 }
 
+int gdl_emu_fail_cublas(long k) {
+    fail_cublas_at.store(k > 0 ? n_cublas.load() + k : -1);
+    return 0;
+}
+
 long gdl_emu_count(const char *what) {
     if (!what) return -1;
     if (!strcmp(what, "alloc")) return n_alloc.load();
@@ -2117,6 +2122,7 @@ long gdl_emu_count(const char *what) {
     if (!strcmp(what, "sync")) return n_sync.load();
     if (!strcmp(what, "graph")) return n_graph.load();
     if (!strcmp(what, "legacy")) return n_legacy.load();
+    if (!strcmp(what, "cublas")) return n_cublas.load();
     return -1;
 }
 
@@ -2134,6 +2140,7 @@ __attribute__((constructor)) static void gdl_emu_env_faults(void) {
     const char *e;
     if ((e = getenv("GPUDL_EMU_FAIL_ALLOC")) && atol(e) > 0) gdl_emu_fail_alloc(atol(e));
     if ((e = getenv("GPUDL_EMU_FAIL_LAUNCH")) && atol(e) > 0) gdl_emu_fail_launch(atol(e));
+    if ((e = getenv("GPUDL_EMU_FAIL_CUBLAS")) && atol(e) > 0) gdl_emu_fail_cublas(atol(e));
 }
 
 // ---------------------------------------------------------------------------
@@ -2219,6 +2226,11 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
                            long long sB, const float *beta, float *C, int ldc, long long sC, int batch) {
     BlasHandle *H = blas_get(h);
     if (!H) return CUBLAS_STATUS_NOT_INITIALIZED;
+    long num = ++n_cublas, fc = fail_cublas_at.load();
+    if (fc >= 0 && num == fc) { /* injected (gdl_emu_fail_cublas): nothing runs */
+        fail_cublas_at.store(-1);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
     if (sticky_now() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
     if (tl_dev != H->dev) {
         diag("%s: handle made on cuda:%d used while cuda:%d is current", fn, H->dev, tl_dev);

@@ -19,7 +19,9 @@
 
    Environment: GPUDL_EMU_DEVICES (1), GPUDL_EMU_SCHED (rr | warp | revthreads
    | revblocks), GPUDL_EMU_WORKERS (2), GPUDL_EMU_MEM_MB (16384 per device),
-   GPUDL_EMU_FAIL_ALLOC=k, GPUDL_EMU_FAIL_LAUNCH=k, GPUDL_EMU_QUIET=1 (no
+   GPUDL_EMU_FAIL_ALLOC=k, GPUDL_EMU_FAIL_LAUNCH=k, GPUDL_EMU_FAIL_CUBLAS=k
+   (the k-th cudaMalloc, kernel launch or cuBLAS GEMM call fails; the same
+   as gdl_emu_fail_alloc / _launch / _cublas of emu_api.h), GPUDL_EMU_QUIET=1 (no
    diagnostics on stderr), GPUDL_EMU_PROTECT=0 (no host-access protection),
    GPUDL_EMU_TIMEOUT=s (600: a launch running longer ends the process with
    a report naming the kernel; 0 disables).

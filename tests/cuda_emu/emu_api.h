@@ -15,9 +15,13 @@ int gdl_emu_fail_alloc(long k);
    cudaErrorLaunchOutOfResources (non-sticky, as a bad configuration); 0
    disarms. Returns 0. */
 int gdl_emu_fail_launch(long k);
+/* The k-th cuBLAS compute call from now (a GEMM; handle and mode calls are
+   not counted) returns CUBLAS_STATUS_EXECUTION_FAILED without running; 0
+   disarms. Returns 0. */
+int gdl_emu_fail_cublas(long k);
 /* Counts since the start of the process: "alloc" (cudaMalloc calls),
    "free" (cudaFree calls), "launch" (kernel launches, cuBLAS calls not
-   included), "memcpy" (calls of cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync), "sync" (calls that made
+   included), "cublas" (cuBLAS compute calls), "memcpy" (calls of cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync), "sync" (calls that made
    the host wait for the device: cudaDeviceSynchronize, cudaStreamSynchronize,
    cudaEventSynchronize, synchronous copies, cudaFree), "graph" (cudaGraphLaunch
    calls), "legacy" (kernels, copies and memsets queued on the legacy default

@@ -665,6 +665,30 @@ TEST fault_injection_and_counts(void) {
     ASSERT_EQ(0, (int)cudaDeviceSynchronize());
     ASSERT_EQ(s0 + 1, gdl_emu_count("sync"));
     ASSERT_EQ(-1, gdl_emu_count("nonsense"));
+    // the second GEMM from now fails without touching C; the third runs
+    {
+        float one = 1, zero = 0, x = 2, c = 0;
+        long c0 = gdl_emu_count("cublas");
+        cublasHandle_t h;
+        ASSERT_EQ(0, (int)cublasCreate(&h));
+        cudaMemcpy(p, &x, 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(r, &c, 4, cudaMemcpyHostToDevice);
+        gdl_emu_fail_cublas(2);
+        ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, (float *)p, 1, (float *)p, 1, &zero,
+                                      (float *)r, 1));
+        cudaMemcpy(r, &c, 4, cudaMemcpyHostToDevice); /* back to 0 */
+        ASSERT_EQ((int)CUBLAS_STATUS_EXECUTION_FAILED,
+                  (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, (float *)p, 1, (float *)p, 1, &zero,
+                                   (float *)r, 1));
+        cudaMemcpy(&c, r, 4, cudaMemcpyDeviceToHost);
+        ASSERT_EQ(1, c == 0.0f);
+        ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, (float *)p, 1, (float *)p, 1, &zero,
+                                      (float *)r, 1));
+        cudaMemcpy(&c, r, 4, cudaMemcpyDeviceToHost);
+        ASSERT_EQ(1, c == 4.0f);
+        ASSERT_EQ(c0 + 3, gdl_emu_count("cublas"));
+        cublasDestroy(h);
+    }
     cudaFree(p);
     cudaFree(r);
     PASS();
