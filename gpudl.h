@@ -1232,6 +1232,10 @@ typedef struct gdl_opt_tensor {
        updates nothing. decoupled: AdamW's weight decay. */ \
     X(int, sgd_multi, (int count, const gdl_opt_tensor *t)) \
     X(int, adam_multi, (int count, const gdl_opt_tensor *t, int decoupled)) \
+    /* training metrics kept on the device, so a step reads nothing back: acc[0] += loss[0]*B, acc[1] += B; \
+       with logits [B,C] and i32 labels y: acc[2] += rows whose argmax (gdl_argmax's rule) is y, acc[3] += B */ \
+    X(int, fit_metrics, (const gdl_real *loss, int64_t B, int64_t C, const gdl_real *logits, const int32_t *y, \
+        double *acc)) \
     /* host-visible results (synchronising) */ \
     X(int, count_nonfinite, (int64_t n, const gdl_real *x, int64_t *out)) \
     X(int, sum_squares, (int64_t n, const gdl_real *x, double *out))
@@ -3773,6 +3777,24 @@ static int gdl__cpu_adam_multi(int count, const gdl_opt_tensor *t, int decoupled
     return 0;
 }
 
+static int gdl__cpu_fit_metrics(const gdl_real *loss, int64_t B, int64_t C, const gdl_real *logits, const int32_t *y,
+                                double *acc) {
+    acc[0] += (double)loss[0] * (double)B;
+    acc[1] += (double)B;
+    if (logits) {
+        int64_t r, k, correct = 0;
+        for (r = 0; r < B; r++) {
+            const gdl_real *p = logits + r * C;
+            int64_t best = 0;
+            for (k = 1; k < C; k++)
+                if (p[k] > p[best] || (p[k] != p[k] && p[best] == p[best])) best = k; /* gdl__cpu_argmax's rule */
+            correct += best == y[r];
+        }
+        acc[2] += (double)correct;
+        acc[3] += (double)B;
+    }
+    return 0;
+}
 static int gdl__cpu_count_nonfinite(int64_t n, const gdl_real *x, int64_t *out) {
     int64_t i, c = 0;
     for (i = 0; i < n; i++) c += !(x[i] - x[i] == 0); /* NaN and Inf give NaN */
@@ -9739,43 +9761,66 @@ GPUDL_API gdl_tensor *gdl_loss_bce_with_logits(gdl_tensor *output, gdl_tensor *t
 
 /* Running sums of one pass: loss weighted by batch size, and correct
    predictions when the output is [B,C] logits against i32 labels [B]. */
+/* A pass's running metrics. The per-batch sums stay on the device (the
+   backend's fit_metrics), so a step reads nothing back; gdl__pass_sync adds
+   them into the host fields where they are shown or saved. */
 typedef struct gdl__pass {
     double loss_sum;
-    int64_t samples, correct, counted;
-    int32_t *pred, *label; /* host buffers of the batch size */
-    int64_t cap;
+    int64_t samples, correct, counted; /* as of the last gdl__pass_sync */
+    const gdl_backend *be;
+    gdl_device dev;
+    double *dacc; /* on dev: [0..3] loss_sum, samples, correct, counted since the sync; [4..7] a snapshot */
 } gdl__pass;
 
-static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, double loss) {
-    int64_t B = y->ndim >= 1 ? y->shape[0] : 1, i;
-    p->loss_sum += loss * (double)B;
-    p->samples += B;
-    if (out->ndim != 2 || y->dtype != GDL_I32 || y->ndim != 1 || out->shape[0] != B) return 0;
-    if (B > p->cap) {
-        GPUDL_FREE(p->pred);
-        GPUDL_FREE(p->label);
-        p->pred = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)B);
-        p->label = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)B);
-        p->cap = (p->pred && p->label) ? B : 0;
-        if (!p->cap) {
-            gdl__set_error("gdl_fit: out of memory (host)");
-            return -1;
-        }
+static int gdl__pass_init(gdl__pass *p, const char *op, gdl_device dev) {
+    if (p->dacc) {
+        if (gdl_device_equal(p->dev, dev)) return gdl__be(op, dev) ? 0 : -1;
+        gdl__set_error("%s: a batch on %s after batches on %s", op, gdl_device_str(dev), gdl_device_str(p->dev));
+        return -1;
     }
-    {
-        gdl_tensor *am = gdl_argmax(out, 1);
-        if (!am || gdl_copy_to_host(am, p->pred, sizeof(int32_t) * (size_t)B) < 0 ||
-            gdl_copy_to_host(y, p->label, sizeof(int32_t) * (size_t)B) < 0)
-            return -1;
+    if (!(p->be = gdl__be(op, dev))) return -1;
+    if (!(p->dacc = (double *)p->be->alloc(8 * sizeof(double)))) return -1;
+    p->dev = dev;
+    return p->be->memset0(p->dacc, 8 * sizeof(double));
+}
+
+static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_tensor *loss) {
+    int64_t B = y->ndim >= 1 ? y->shape[0] : 1;
+    int cls = out->ndim == 2 && y->dtype == GDL_I32 && y->ndim == 1 && out->shape[0] == B &&
+              gdl_device_equal(out->device, y->device);
+    if (loss->numel != 1 || loss->dtype != GDL_F32) {
+        gdl__set_error("gdl_fit: the loss function returned %s %s, not one f32 value", gdl_dtype_name(loss->dtype),
+                       gdl_shape_str(loss));
+        return -1;
     }
-    for (i = 0; i < B; i++) p->correct += p->pred[i] == p->label[i];
-    p->counted += B;
+    if (gdl__pass_init(p, "gdl_fit", loss->device) < 0) return -1;
+    return p->be->fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? GDL__R(out) : NULL,
+                              cls ? (const int32_t *)y->data : NULL, p->dacc);
+}
+
+/* The device's sums into the host fields: the one read of the device. */
+static int gdl__pass_sync(gdl__pass *p) {
+    double h[4];
+    if (!p->dacc) return 0;
+    if (!gdl__be("gdl_fit", p->dev) || p->be->copy(h, p->dacc, sizeof h, 1) < 0 ||
+        p->be->memset0(p->dacc, sizeof h) < 0)
+        return -1;
+    p->loss_sum += h[0];
+    p->samples += (int64_t)h[1];
+    p->correct += (int64_t)h[2];
+    p->counted += (int64_t)h[3];
     return 0;
 }
 
+/* Snapshot (save != 0) or put back the device's sums, around a batch that may be retried. */
+static int gdl__pass_snapshot(gdl__pass *p, int save) {
+    if (!p->dacc) return 0;
+    if (!gdl__be("gdl_fit", p->dev)) return -1;
+    return p->be->copy(save ? p->dacc + 4 : p->dacc, save ? p->dacc : p->dacc + 4, 4 * sizeof(double), 2);
+}
+
 static void gdl__pass_free(gdl__pass *p) {
-    GPUDL_FREE(p->pred);
-    GPUDL_FREE(p->label);
+    if (p->dacc && gdl__be("gdl_fit", p->dev)) p->be->free(p->dacc);
     memset(p, 0, sizeof *p);
 }
 
@@ -9797,20 +9842,15 @@ GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void 
     grad = gdl_set_grad_enabled(0);
     while ((rc = gdl_loader_next(l, &x, &y)) == 1) {
         gdl_tensor *out, *lt;
-        double lv;
         gdl_arena_reset();
-        if (!(out = gdl_forward(m, x)) || !(lt = loss(out, y, user))) {
-            rc = -1;
-            break;
-        }
-        lv = gdl_item(lt);
-        if (gdl__pass_batch(&p, out, y, lv) < 0) {
+        if (!(out = gdl_forward(m, x)) || !(lt = loss(out, y, user)) || gdl__pass_batch(&p, out, y, lt) < 0) {
             rc = -1;
             break;
         }
     }
     gdl_set_grad_enabled(grad);
     gdl_module_train(m, was_training);
+    if (rc == 0 && gdl__pass_sync(&p) < 0) rc = -1;
     if (rc == 0) {
         if (loss_out) *loss_out = p.samples ? p.loss_sum / (double)p.samples : NAN;
         if (accuracy_out) *accuracy_out = gdl__pass_acc(&p);
@@ -9819,14 +9859,20 @@ GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void 
     return rc < 0 ? -1 : 0;
 }
 
+static double gdl__last_draw; /* one bar at a time: a terminal shows one */
+
+/* Would gdl_progress_bar draw now? (gdl_fit reads the device only then.) */
+static int gdl__progress_due(FILE *f, int64_t b, int64_t nb) {
+    return f && gdl__isatty(f) && !(b != nb && b > 1 && gdl_now() - gdl__last_draw < 0.1);
+}
+
 GPUDL_API int gdl_progress_bar(FILE *f, int epoch, int epochs, int64_t b, int64_t nb, double loss,
                                double accuracy, int64_t samples, double t0) {
-    static double last_draw; /* one bar at a time: a terminal shows one */
     double now = gdl_now(), el = now - t0, rate = el > 0 ? (double)samples / el : 0;
     double eta = b > 0 ? el * (double)(nb - b) / (double)b : 0;
     int width = 24, filled = nb > 0 ? (int)(width * b / nb) : width, i;
-    if (!f || !gdl__isatty(f) || (b != nb && b > 1 && now - last_draw < 0.1)) return 0;
-    last_draw = now;
+    if (!gdl__progress_due(f, b, nb)) return 0;
+    gdl__last_draw = now;
     fprintf(f, "\repoch %d/%d [", epoch, epochs);
     for (i = 0; i < width; i++) fputc(i < filled ? '=' : (i == filled ? '>' : ' '), f);
     fprintf(f, "] %lld/%lld loss %.4f", (long long)b, (long long)nb, loss);
@@ -9958,14 +10004,14 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
     for (k = 0; k < parts; k++) {
         int64_t lo = B * k / parts, hi = B * (k + 1) / parts;
         gdl_tensor *xs = x, *ys = y, *out, *lt;
-        double lv, scale = (double)(hi - lo) / (double)B / o->accumulate;
+        double scale = (double)(hi - lo) / (double)B / o->accumulate;
         if (hi == lo) continue;
         gdl_arena_reset();
         if (parts > 1 && (!(xs = gdl_slice(x, lo, hi)) || !(ys = gdl_slice(y, lo, hi)))) return -1;
         if (!(out = gdl_forward(m, xs)) || !(lt = loss(out, ys, o->loss_user))) return -1;
-        lv = gdl_item(lt);
+        if (gdl__pass_batch(p, out, ys, lt) < 0) return -1; /* on the device: no read back */
         if (scale != 1) lt = gdl_mul_scalar(lt, scale);
-        if (!lt || gdl_backward(lt) < 0 || gdl__pass_batch(p, out, ys, lv) < 0) return -1;
+        if (!lt || gdl_backward(lt) < 0) return -1;
     }
     if (!step) return 0;
     if (o->clip_grad_norm > 0 && gdl_optim_clip_grad_norm(opt, o->clip_grad_norm) < 0) return -1;
@@ -10075,6 +10121,10 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                 int64_t samples = p.samples, correct = p.correct, counted = p.counted;
                 uint64_t rng_counter, rng_seed = gdl_rng_get_state(&rng_counter);
                 int retried = 0;
+                if (gdl__pass_init(&p, "gdl_fit", x->device) < 0 || gdl__pass_snapshot(&p, 1) < 0) {
+                    rc = -1;
+                    break;
+                }
                 while ((rc = gdl__fit_batch(m, x, y, opt, &o, loss, parts, last, &p)) < 0 && first &&
                        gdl__error_is_oom()) {
                     if (retried && (!o.oom_split_batch || 2 * parts > x->shape[0])) break;
@@ -10091,6 +10141,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                     p.samples = samples;
                     p.correct = correct;
                     p.counted = counted;
+                    if (gdl__pass_snapshot(&p, 0) < 0) break;
                     gdl_rng_set_state(rng_seed, rng_counter);
                     gdl_arena_reset();
                     gdl__release_cached_memory();
@@ -10114,6 +10165,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                 if (gdl_zero_grad(opt) < 0) rc = -1;
                 if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
                 if (rc == 0 && o.checkpoint_every > 0 && gdl_optim_get_step(opt) % o.checkpoint_every == 0) {
+                    if (gdl__pass_sync(&p) < 0) rc = -1;
                     fs.epoch = epoch;
                     fs.batch = b;
                     fs.loader_epoch = (int64_t)gdl_loader_epoch(train);
@@ -10124,13 +10176,20 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                     fs.samples = p.samples;
                     fs.correct = p.correct;
                     fs.counted = p.counted;
-                    if (gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) rc = -1;
+                    if (rc == 0 && gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) rc = -1;
                 }
             }
-            if (tty && gdl_progress_bar(log, epoch, o.epochs, b, nb, p.samples ? p.loss_sum / (double)p.samples : 0.0,
-                                        gdl__pass_acc(&p), p.samples, t0))
-                gdl__progress_gpu(log, x->device);
+            if (rc == 0 && tty && gdl__progress_due(log, b, nb)) { /* the only read of the device in a step */
+                if (gdl__pass_sync(&p) < 0) {
+                    rc = -1;
+                    break;
+                }
+                if (gdl_progress_bar(log, epoch, o.epochs, b, nb, p.samples ? p.loss_sum / (double)p.samples : 0.0,
+                                     gdl__pass_acc(&p), p.samples, t0))
+                    gdl__progress_gpu(log, x->device);
+            }
         }
+        if (rc == 0 && gdl__pass_sync(&p) < 0) rc = -1;
         if (rc < 0) break;
         if (o.scheduler && !o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) {
             rc = -1;

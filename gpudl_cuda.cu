@@ -2031,6 +2031,46 @@ static int gdl__cu_adam_multi(int count, const gdl_opt_tensor *t, int decoupled)
 }
 
 // ----------------------------------------------------------------------------
+// training metrics on the device (gdl_fit reads them at its progress refresh)
+
+// one block: the threads take rows, the row's argmax by gdl__k_argmax's rule;
+// the correct count is summed in a fixed order, thread 0 adds it all
+__global__ void gdl__k_fit_metrics(const float *loss, int64_t B, int64_t C, const float *logits, const int32_t *y,
+                                   double *acc) {
+    unsigned long long correct = 0;
+    if (logits)
+        for (int64_t r = threadIdx.x; r < B; r += blockDim.x) {
+            const float *p = logits + r * C;
+            int64_t best = 0;
+            float bv = C ? p[0] : 0.0f;
+            for (int64_t k = 1; k < C; k++) {
+                float v = p[k];
+                if (v > bv || (v != v && bv == bv)) {
+                    best = k;
+                    bv = v;
+                }
+            }
+            correct += best == y[r];
+        }
+    correct = gdl__block_sum(correct);
+    if (threadIdx.x == 0) {
+        acc[0] += (double)loss[0] * (double)B;
+        acc[1] += (double)B;
+        if (logits) {
+            acc[2] += (double)correct;
+            acc[3] += (double)B;
+        }
+    }
+}
+
+static int gdl__cu_fit_metrics(const float *loss, int64_t B, int64_t C, const float *logits, const int32_t *y,
+                               double *acc) {
+    GDL_CU_LAUNCH(gdl__k_fit_metrics, 1, GDL__CU_THREADS, 0, gdl__cu_stream())(loss, B, C, logits, y, acc);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
 // host-visible results: two passes (per-block partials, then one block sums
 // them in order), so the result does not depend on scheduling; then one
 // synchronising copy to the host

@@ -2108,6 +2108,14 @@ int gdl_emu_fail_launch(long k) {
     return 0;
 }
 
+int gdl_emu_drain(void) {
+    if (!init_ok()) return -1;
+    std::unique_lock<std::mutex> lk(g_mu);
+    for (int d = 0; d < cfg().devices; d++) wait_device_locked(lk, d);
+    maybe_protect_locked();
+    return 0;
+}
+
 int gdl_emu_fail_cublas(long k) {
     fail_cublas_at.store(k > 0 ? n_cublas.load() + k : -1);
     return 0;

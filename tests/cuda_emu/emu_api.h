@@ -27,6 +27,11 @@ int gdl_emu_fail_cublas(long k);
    calls), "legacy" (kernels, copies and memsets queued on the legacy default
    stream). -1 for an unknown name. */
 long gdl_emu_count(const char *what);
+/* Waits until every device has finished all its queued work, as the test's
+   own wait: neither gpudl's gdl_sync_count nor the "sync" count sees it, so
+   a test can make the device catch up without counting a synchronisation.
+   Returns 0 (-1 without devices). */
+int gdl_emu_drain(void);
 /* The message of the last diagnostic the emulator reported (a kernel fault,
    a barrier or warp error, a bad copy or launch), "" if none. */
 const char *gdl_emu_last_diagnostic(void);
