@@ -65,7 +65,8 @@
    [api-data]   datasets, transforms, the DataLoader
    [api-nn]     modules, optimizers, learning-rate schedulers
    [api-train]  fit / evaluate, checkpoints (safetensors)
-   [api-monitor] GPU utilisation, memory, temperature, power (NVML)
+   [api-monitor] GPU utilisation, memory, temperature, power (NVML); gpudl's
+                memory statistics (gdl_memory_summary); the per-op profiler
    [backend]    the backend interface (a table of kernels) for gpudl_cuda.cu
    [impl-*]     the implementation: errors, memory, tensors, CPU kernels,
                 op table, ops, autograd
@@ -905,7 +906,8 @@ typedef struct gdl_gpu_status {
     int sm_clock, memory_clock; /* MHz; -1 if unknown */
 } gdl_gpu_status;
 
-/* GPUs NVML sees. -1 + error. */
+/* The GPUs gdl_gpu_stats takes (indices 0..count-1): CUDA's where CUDA sees a GPU, else NVML's.
+   -1 + error (NVML not available). */
 GPUDL_API int gdl_gpu_count(void);
 /* The current figures of GPU index. 0 / -1 + error (NVML not available, no such GPU).
    Where CUDA sees a GPU (GPUDL_CUDA), index is CUDA's (gdl_cuda(index)): the NVML device with the
@@ -10855,6 +10857,7 @@ GPUDL_API int gdl_gpu_count(void) {
     unsigned int n = 0;
     int rc;
     if (gdl__nvml_load("gdl_gpu_count") < 0) return -1;
+    if (gdl_cuda_device_count() > 0) return gdl_cuda_device_count(); /* gdl_gpu_stats maps them to NVML's */
     if ((rc = gdl__nvml.count(&n)) != 0) {
         gdl__set_error("gdl_gpu_count: nvmlDeviceGetCount: %s", gdl__nvml.errstr(rc));
         return -1;
@@ -10884,15 +10887,19 @@ GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
            CUDA_VISIBLE_DEVICES, or without CUDA_DEVICE_ORDER=PCI_BUS_ID) */
         char bus[64];
         const gdl_backend *be;
-        if (index < 0 || index >= gdl_cuda_device_count()) {
-            gdl__set_error("%s: no CUDA device %d (%d available)", fn, index, gdl_cuda_device_count());
+        if (index < 0 || index >= n) {
+            gdl__set_error("%s: no CUDA device %d (%d available)", fn, index, n);
             return -1;
         }
         if (!(be = gdl__be_lookup(fn, gdl_cuda(index)))) return -1;
-        if (!be->pci_bus_id || be->pci_bus_id(index, bus, (int)sizeof bus) < 0) {
+        if (!be->pci_bus_id) {
+            gdl__set_error("%s: cuda:%d: the %s backend gives no PCI bus id to find it by in NVML", fn, index, be->name);
+            return -1;
+        }
+        if (be->pci_bus_id(index, bus, (int)sizeof bus) < 0) {
             char why[sizeof gdl__err];
-            memcpy(why, be->pci_bus_id ? gdl__err : "", be->pci_bus_id ? sizeof why : 1);
-            gdl__set_error("%s: cuda:%d: no PCI bus id to find it in NVML%s%s", fn, index, why[0] ? ": " : "", why);
+            memcpy(why, gdl__err, sizeof why);
+            gdl__set_error("%s: cuda:%d: no PCI bus id to find it by in NVML: %s", fn, index, why);
             return -1;
         }
         if ((rc = gdl__nvml.handle_pci(bus, &d)) != 0) {

@@ -1205,6 +1205,7 @@ TEST gpu_stats_by_pci_bus_id(void) {
     gdl_gpu_status s;
     if (gdl_cuda_device_count() < 2) SKIPm("needs GPUDL_EMU_DEVICES=2");
     setenv("GPUDL_NVML_LIB", FAKE_NVML, 1);
+    ASSERT_EQ(gdl_cuda_device_count(), gdl_gpu_count()); /* the indices gdl_gpu_stats takes are CUDA's */
     ASSERT_EQ(0, gdl_gpu_stats(0, &s));
     ASSERT_STR_EQ("Fake Orin", s.name); /* NVML's device 1, bus 0000:10:00.0 */
     ASSERT_EQ(0, gdl_gpu_stats(1, &s));
