@@ -954,7 +954,8 @@ GPUDL_API const char *gdl_memory_summary(gdl_device dev);
    there, none per op), and "Launches" counts its kernels (a cuBLAS call counts as one).
    An op's time starts after its argument checks and ends when it returns its result; an op
    that fails is not counted. The op layer's thread is profiled (ops are single-threaded).
-   With the profiler off an op pays one branch. begin while on, end while off: -1 + error. */
+   With the profiler off an op pays an untaken branch where it starts and one where it ends.
+   gdl_profile_begin while it runs, or gdl_profile_end while it does not: -1 + error. */
 typedef struct gdl_profile_row {
     const char *name;       /* "gdl_linear", "gdl_linear backward", "gdl_step", ... */
     gdl_device device;      /* where it ran (CUDA rows are timed on the GPU) */
@@ -967,7 +968,7 @@ GPUDL_API int gdl_profile_end(void);
 /* The last profile's rows, sorted by total time (longest first): their count, *rows valid until
    the next gdl_profile_begin. -1 + error before any profile has ended. */
 GPUDL_API int gdl_profile_rows(const gdl_profile_row **rows);
-GPUDL_API int gdl_profile_print(FILE *f); /* the rows as a table. 0 / -1 */
+GPUDL_API int gdl_profile_print(FILE *f); /* the rows as a table. 0 / -1 + error */
 /* The last profile in Chrome's Trace Event Format: one "X" event per call, in microseconds
    from gdl_profile_begin; host times on tid 1, GPU times on tid 2 + the device index. 0 / -1. */
 GPUDL_API int gdl_profile_trace(const char *path);
@@ -1606,15 +1607,21 @@ GPUDL_API int gdl_profile_end(void) {
     return 0;
 }
 
-GPUDL_API int gdl_profile_rows(const gdl_profile_row **rows) {
-    if (!rows) {
-        gdl__null_arg("gdl_profile_rows", "rows");
+/* The readers of a profile: their argument is there, and so is a finished profile. 0 / -1 + error. */
+static int gdl__prof_ready(const char *fn, const char *arg, const void *p) {
+    if (!p) {
+        gdl__null_arg(fn, arg);
         return -1;
     }
     if (!gdl__prof.ended) {
-        gdl__set_error("gdl_profile_rows: no profile has ended yet (gdl_profile_begin ... gdl_profile_end)");
+        gdl__set_error("%s: no profile has ended yet (gdl_profile_begin ... gdl_profile_end)", fn);
         return -1;
     }
+    return 0;
+}
+
+GPUDL_API int gdl_profile_rows(const gdl_profile_row **rows) {
+    if (gdl__prof_ready("gdl_profile_rows", "rows", rows) < 0) return -1;
     *rows = gdl__prof.rows;
     return gdl__prof.nrows;
 }
@@ -1623,11 +1630,8 @@ GPUDL_API int gdl_profile_print(FILE *f) {
     const gdl_profile_row *r;
     double all = 0;
     int n, k;
-    if (!f) {
-        gdl__null_arg("gdl_profile_print", "f");
-        return -1;
-    }
-    if ((n = gdl_profile_rows(&r)) < 0) return -1;
+    if (gdl__prof_ready("gdl_profile_print", "f", f) < 0) return -1;
+    n = gdl_profile_rows(&r);
     for (k = 0; k < n; k++) all += r[k].total_ms;
     fprintf(f, "%-28s %-7s %8s %12s %12s %12s %7s %9s\n", "Name", "Device", "Calls", "Total (ms)", "Avg (ms)",
             "Max (ms)", "%", "Launches");
@@ -1645,14 +1649,7 @@ GPUDL_API int gdl_profile_print(FILE *f) {
 GPUDL_API int gdl_profile_trace(const char *path) {
     FILE *f;
     size_t i;
-    if (!path) {
-        gdl__null_arg("gdl_profile_trace", "path");
-        return -1;
-    }
-    if (!gdl__prof.ended) {
-        gdl__set_error("gdl_profile_trace: no profile has ended yet (gdl_profile_begin ... gdl_profile_end)");
-        return -1;
-    }
+    if (gdl__prof_ready("gdl_profile_trace", "path", path) < 0) return -1;
     if (!(f = fopen(path, "w"))) {
         gdl__set_error("gdl_profile_trace: cannot write %s", path);
         return -1;

@@ -170,6 +170,11 @@ static enum harness_result mc_profile_errors(void) {
     ASSERT_EQ(0, gdl_profile_end());
     ASSERT_EQ(0, gdl_profile_rows(&r)); /* nothing ran */
     ASSERT_EQ(-1, gdl_profile_rows(NULL));
+    ASSERT_EQ(-1, gdl_profile_print(NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_profile_print: f is NULL");
+    ASSERT_EQ(-1, gdl_profile_trace(NULL));
+    ASSERT_EQ(-1, gdl_profile_trace("/nonexistent-dir/trace.json"));
+    ASSERT_STR_EQ("gdl_profile_trace: cannot write /nonexistent-dir/trace.json", gdl_last_error());
     PASS();
 }
 #endif

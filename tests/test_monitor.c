@@ -143,7 +143,9 @@ TEST profile_before_any(void) {
     ASSERT_EQ(-1, gdl_profile_rows(&r));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_profile_rows: no profile has ended yet");
     ASSERT_EQ(-1, gdl_profile_print(stdout));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_profile_print: no profile has ended yet");
     ASSERT_EQ(-1, gdl_profile_trace("build/never.json"));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_profile_trace: no profile has ended yet");
     PASS();
 }
 TEST profile_errors(void) { return mc_profile_errors(); }
