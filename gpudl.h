@@ -339,7 +339,7 @@ GPUDL_API int gdl_is_grad_enabled(void);
 GPUDL_API void gdl_arena_reset(void);
 GPUDL_API size_t gdl_arena_used(void);     /* bytes handed out since the reset */
 GPUDL_API size_t gdl_arena_reserved(void); /* bytes held */
-GPUDL_API void gdl_shutdown(void);         /* frees the arenas and backends' caches */
+GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches and the last profile */
 
 /* The ops that the autograd tape records, in the order of the op table.
    gdl_op_name gives "add", "conv2d", ...; a test checks every one. */
@@ -1799,6 +1799,7 @@ GPUDL_API size_t gdl_arena_reserved(void) {
 static void gdl__gemm_release(void);
 GPUDL_API void gdl_shutdown(void) {
     int i;
+    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
     gdl__arena_release(&gdl__host_arena);
     gdl__arena_release(&gdl__hdr_arena[0]);
     gdl__arena_release(&gdl__hdr_arena[1]);
