@@ -942,7 +942,7 @@ GPUDL_API const char *gdl_memory_summary(gdl_device dev);
 
 /* The profiler, like torch.profiler's key_averages().table(): between gdl_profile_begin and
    gdl_profile_end every op (gdl_matmul, ...), every backward function ("gdl_matmul backward"),
-   gdl_step, gdl_copy_ (and so gdl_to) and the wait in gdl_loader_next is timed per call.
+   gdl_step, gdl_copy_ (and so gdl_to) and gdl_loader_next (its wait for a batch) is timed per call.
        gdl_profile_begin();
        ... some training steps ...
        gdl_profile_end();
@@ -7855,15 +7855,22 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
     return 0;
 }
 
+static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y);
 GPUDL_API int gdl_loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
-    static const char fn[] = "gdl_loader_next";
-    int64_t b;
-    int span;
-    gdl__slot *s;
+    int span, rc;
     if (!l || !x || !y) {
-        gdl__set_error("%s: %s is NULL", fn, !l ? "l" : !x ? "x" : "y");
+        gdl__set_error("gdl_loader_next: %s is NULL", !l ? "l" : !x ? "x" : "y");
         return -1;
     }
+    /* the profiler: all the consumer's time in here (waiting for a worker, handing the batch over) */
+    span = gdl__prof_on ? gdl__prof_push("gdl_loader_next", gdl_cpu()) : 0; /* host time, on any device */
+    rc = gdl__loader_next(l, x, y);
+    gdl__prof_pop(span, rc >= 0);
+    return rc;
+}
+static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
+    int64_t b;
+    gdl__slot *s;
     *x = NULL;
     *y = NULL;
 #ifndef GPUDL_NO_THREADS
@@ -7893,7 +7900,6 @@ GPUDL_API int gdl_loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
         return 0;
     }
     b = l->cons++;
-    span = gdl__prof_on ? gdl__prof_push("gdl_loader_next (wait)", gdl_cpu()) : 0; /* the host waits here */
 #ifndef GPUDL_NO_THREADS
     if (l->started > 0) {
         s = &l->slots[b % l->nslots];
@@ -7908,7 +7914,6 @@ GPUDL_API int gdl_loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
         s = &l->slots[0];
         gdl__loader_fill(l, b, s);
     }
-    gdl__prof_pop(span, 1);
     return gdl__loader_deliver(l, s, gdl__loader_bsz(l, b), x, y) < 0 ? -1 : 1;
 }
 
