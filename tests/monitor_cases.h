@@ -138,16 +138,16 @@ static enum harness_result mc_profile_sequence(gdl_device dev, int64_t relu_laun
     }
     if (total > 0) ASSERT_IN_RANGE(100.0, pct, 1e-6);
     ASSERT_EQ(0, gdl_profile_print(stdout));
-    /* the Chrome trace: valid JSON with one host event per call (and as many on the GPU's row) */
+    /* the Chrome trace: valid JSON with one host event per call, and on a GPU as many on its row */
     ASSERT_EQ(0, gdl_profile_trace(trace));
     if (system("python3 -c '' 2>/dev/null") == 0) {
         char cmd[1024];
         snprintf(cmd, sizeof cmd,
                  "python3 -c 'import json,sys; e=[v for v in json.load(open(sys.argv[1]))[\"traceEvents\"] "
                  "if v[\"ph\"]==\"X\"]; assert all(v[\"dur\"]>=0 and v[\"ts\"]>=0 for v in e); "
-                 "h=[v for v in e if v[\"tid\"]==1]; g=[v for v in e if v[\"tid\"]!=1]; "
-                 "sys.exit(0 if len(h)==%lld and len(g) in (0,len(h)) else 1)' %s",
-                 (long long)calls, trace);
+                 "h=[v for v in e if v[\"tid\"]==1]; g=[v for v in e if v[\"tid\"]==%d]; "
+                 "sys.exit(0 if len(h)==%lld and len(g)==%lld and len(e)==len(h)+len(g) else 1)' %s",
+                 2 + dev.index, (long long)calls, dev.type == GDL_DEVICE_CPU ? 0ll : (long long)calls, trace);
         ASSERT_EQm("the trace is not the JSON expected", 0, system(cmd));
     }
     remove(trace);
