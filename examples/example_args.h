@@ -9,8 +9,8 @@
                      a GPU, else cpu)
    --seed N          the generator's seed (initial weights, shuffling, dropout)
    --csv FILE        per-epoch metrics as CSV
-   --profile         profile the first epoch: gdl_profile_print's table and
-                     gdl_memory_summary after it (no value)
+   --profile         a per-op time profile (gdl_profile_print) and the memory
+                     summary (gdl_memory_summary); no value
    --help            the usage
 
    Each example says which of these it takes. Values may follow the flag or
@@ -56,8 +56,18 @@ static void ex_usage(FILE *f, const char *prog, const char *about, unsigned take
     if (takes & EX_DEVICE) fprintf(f, "  --device D        cpu, cuda, cuda:N or auto (default auto: %s)\n", gdl_device_str(defaults->device));
     if (takes & EX_SEED) fprintf(f, "  --seed N          random seed (default %llu)\n", (unsigned long long)defaults->seed);
     if (takes & EX_CSV) fprintf(f, "  --csv FILE        per-epoch metrics as CSV (default %s)\n", defaults->csv ? defaults->csv : "none");
-    if (takes & EX_PROFILE) fprintf(f, "  --profile         print the first epoch's per-op profile and memory summary\n");
+    if (takes & EX_PROFILE) fprintf(f, "  --profile         print a per-op time profile of the training and the memory summary\n");
     fprintf(f, "  --help            this text\n");
+}
+
+/* --profile: the profile begun before the training, and the memory summary of dev. 0 / -1 + error. */
+static inline int ex_profile_print(const char *what, gdl_device dev) { /* inline: no warning where unused */
+    const char *mem;
+    if (gdl_profile_end() < 0 || !(mem = gdl_memory_summary(dev))) return -1;
+    printf("\nprofile of %s on %s:\n", what, gdl_device_str(dev));
+    if (gdl_profile_print(stdout) < 0) return -1;
+    printf("%s\n", mem);
+    return 0;
 }
 
 /* A whole decimal number in [lo, hi]; 0 on success. */

@@ -85,12 +85,7 @@ int main(int argc, char **argv) {
             gdl_progress_bar(stdout, epoch, epochs, ++b, nb, loss_sum / (double)n, NAN, n, t0);
         }
         if (got < 0) goto fail;
-        if (a.profile && epoch == 1) {
-            if (gdl_profile_end() < 0) goto fail;
-            printf("\nprofile of epoch 1 (%s):\n", gdl_device_str(dev));
-            gdl_profile_print(stdout);
-            printf("%s\n", gdl_memory_summary(dev));
-        }
+        if (a.profile && epoch == 1 && ex_profile_print("epoch 1's training", dev) < 0) goto fail;
         memset(&st, 0, sizeof st);
         st.epoch = epoch;
         st.seconds = gdl_now() - t0; /* training only: the test pass below is not counted */
