@@ -40,10 +40,10 @@ endif
 LIBS = -pthread -lm $(ZLIBS)
 
 TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume $(B)/test_monitor
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor $(B)/tsan_test_monitor
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-HDR = gpudl.h tests/harness.h tests/op_cases.h
+HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
 .PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda run deps data plot mutate-cuda install uninstall bench cuda clean
@@ -153,6 +153,9 @@ $(B)/test_monitor: tests/test_monitor.c $(HDR) $(B)/libfake_nvml.so | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_NVML -DFAKE_NVML='"$(B)/libfake_nvml.so"' $< -o $@ $(LIBS)
 $(B)/asan_test_monitor: tests/test_monitor.c $(HDR) $(B)/libfake_nvml.so | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) -DGPUDL_NVML -DFAKE_NVML='"$(B)/libfake_nvml.so"' $< -o $@ $(LIBS)
+# NVML's first load from several threads, under ThreadSanitizer
+$(B)/tsan_test_monitor: tests/test_monitor.c $(HDR) $(B)/libfake_nvml.so | $(B)
+	$(CC) $(STD) -O1 -g -fsanitize=thread -DGPUDL_NVML -DFAKE_NVML='"$(B)/libfake_nvml.so"' $< -o $@ $(LIBS)
 
 $(B)/asan_test_core: tests/test_core.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)

@@ -66,7 +66,8 @@
    [api-nn]     modules, optimizers, learning-rate schedulers
    [api-train]  fit / evaluate, checkpoints (safetensors)
    [api-dist]   data parallel across processes: torchrun, srun, mpirun; collectives
-   [api-monitor] GPU utilisation, memory, temperature, power (NVML)
+   [api-monitor] GPU utilisation, memory, temperature, power (NVML); gpudl's
+                memory statistics (gdl_memory_summary); the per-op profiler
    [backend]    the backend interface (a table of kernels, GDL_BACKEND_ENTRIES)
    [impl-*]     the implementation: errors, memory, tensors, CPU kernels,
                 op table, ops, autograd
@@ -368,7 +369,7 @@ GPUDL_API int gdl_is_grad_enabled(void);
 GPUDL_API void gdl_arena_reset(void);
 GPUDL_API size_t gdl_arena_used(void);     /* bytes handed out since the reset */
 GPUDL_API size_t gdl_arena_reserved(void); /* bytes held */
-GPUDL_API void gdl_shutdown(void);         /* frees the arenas and backends' caches */
+GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches and the last profile */
 
 /* The op list: every op the autograd tape records, one line each, as
    X(ID, name, backward function, backend kernel code, autocast class).
@@ -1073,10 +1074,72 @@ typedef struct gdl_gpu_status {
     int sm_clock, memory_clock; /* MHz; -1 if unknown */
 } gdl_gpu_status;
 
-/* GPUs NVML sees (NVML's order, which is CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID). -1 + error. */
+/* The GPUs gdl_gpu_stats takes (indices 0..count-1): CUDA's where CUDA sees a GPU, else NVML's.
+   -1 + error (NVML not available). */
 GPUDL_API int gdl_gpu_count(void);
-/* The current figures of GPU index. 0 / -1 + error (NVML not available, no such GPU). */
+/* The current figures of GPU index. 0 / -1 + error (NVML not available, no such GPU).
+   Where CUDA sees a GPU (GPUDL_CUDA), index is CUDA's (gdl_cuda(index)): the NVML device with the
+   same PCI bus id, right under CUDA_VISIBLE_DEVICES too. Elsewhere (a CPU build with GPUDL_NVML, or
+   a CUDA build that found no GPU) index is NVML's own (the order of nvidia-smi). */
 GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s);
+
+/* What gpudl's own allocators hold on a device, like torch.cuda.memory_stats / memory_summary /
+   reset_peak_memory_stats. Counted by the allocator of the device's backend since the program started
+   (peaks since the last gdl_memory_reset_peak); sizes in bytes.
+   CUDA: the caching allocator. Sizes are its rounded block sizes (multiples of 512 bytes);
+   reserved = handed out + cached; a request is served from the cache (a hit) or by cudaMalloc.
+   CPU: malloc for persistent tensors' data; nothing is cached, so reserved = allocated and every
+   request is a malloc. Arena: the per-step arena of temporaries (CPU: with their headers and the tape).
+       printf("%s", gdl_memory_summary(gdl_cuda(0)));                                                  */
+typedef struct gdl_memory_status {
+    size_t allocated, peak_allocated; /* handed out and not yet freed */
+    size_t reserved, peak_reserved;   /* held from the system (CUDA: allocated + the cache) */
+    int64_t requests;                 /* allocations asked of the allocator */
+    int64_t cache_hits;               /* served from the cache (CUDA) */
+    int64_t device_mallocs;           /* cudaMalloc (CUDA) or malloc (CPU) calls */
+    int64_t frees;
+    int64_t cache_releases;           /* times the cache went back to the driver (an out-of-memory retry,
+                                         gdl_shutdown) */
+    size_t arena_used, arena_reserved;
+} gdl_memory_status;
+GPUDL_API int gdl_memory_stats(gdl_device dev, gdl_memory_status *s); /* 0 / -1 + error */
+/* peak_allocated and peak_reserved restart from the current figures. 0 / -1 + error. */
+GPUDL_API int gdl_memory_reset_peak(gdl_device dev);
+/* gdl_memory_stats as a table (a thread-local buffer, valid until the next call; NULL + error). */
+GPUDL_API const char *gdl_memory_summary(gdl_device dev);
+
+/* The profiler, like torch.profiler's key_averages().table(): between gdl_profile_begin and
+   gdl_profile_end every op (gdl_matmul, ...), every backward function ("gdl_matmul backward"),
+   gdl_step, gdl_copy_ (and so gdl_to) and gdl_loader_next (its wait for a batch) is timed per call.
+       gdl_profile_begin();
+       ... some training steps ...
+       gdl_profile_end();
+       gdl_profile_print(stdout);              (Name, Device, Calls, Total, Avg, Max, %, Launches)
+       gdl_profile_trace("trace.json");        (open in Perfetto or chrome://tracing)
+   The CPU is timed with the host's monotonic clock around the op (gdl_now, microseconds,
+   where -std=c99 hides clock_gettime). A CUDA op is timed on the GPU by events
+   recorded in its stream before and after it; they are read at gdl_profile_end (one wait
+   there, none per op), and "Launches" counts its kernels (a cuBLAS call counts as one).
+   An op's time starts after its argument checks and ends when it returns its result; an op
+   that fails is not counted. The op layer's thread is profiled (ops are single-threaded).
+   With the profiler off an op pays an untaken branch where it starts and one where it ends.
+   gdl_profile_begin while it runs, or gdl_profile_end while it does not: -1 + error. */
+typedef struct gdl_profile_row {
+    const char *name;       /* "gdl_linear", "gdl_linear backward", "gdl_step", ... */
+    gdl_device device;      /* where it ran (CUDA rows are timed on the GPU) */
+    int64_t calls;
+    double total_ms, avg_ms, max_ms, percent; /* percent of all rows' total */
+    int64_t launches;       /* kernels launched; -1 on the CPU (not counted) */
+} gdl_profile_row;
+GPUDL_API int gdl_profile_begin(void);
+GPUDL_API int gdl_profile_end(void);
+/* The last profile's rows, sorted by total time (longest first): their count, *rows valid until
+   the next gdl_profile_begin. -1 + error before any profile has ended. */
+GPUDL_API int gdl_profile_rows(const gdl_profile_row **rows);
+GPUDL_API int gdl_profile_print(FILE *f); /* the rows as a table. 0 / -1 + error */
+/* The last profile in Chrome's Trace Event Format: one "X" event per call, in microseconds
+   from gdl_profile_begin; host times on tid 1, GPU times on tid 2 + the device index. 0 / -1. */
+GPUDL_API int gdl_profile_trace(const char *path);
 
 /* ---------------------------------------------------------------------------
    [backend]   A backend is a table of kernels on raw device pointers.
@@ -1238,7 +1301,20 @@ typedef struct gdl_opt_tensor {
         double *acc)) \
     /* host-visible results (synchronising) */ \
     X(int, count_nonfinite, (int64_t n, const gdl_real *x, int64_t *out)) \
-    X(int, sum_squares, (int64_t n, const gdl_real *x, double *out))
+    X(int, sum_squares, (int64_t n, const gdl_real *x, double *out)) \
+    /* the allocator's counters for one device (gdl_memory_stats; the arena fields are left to the \
+       front end) and the restart of its peaks */ \
+    X(int, memory_stats, (int device, gdl_memory_status *s)) \
+    X(int, memory_reset_peak, (int device)) \
+    /* the profiler (gdl_profile_*): a timing marker recorded in the current device's compute stream \
+       (NULL without an error where the device has none: the CPU, whose ops the host clock times; freed \
+       with event_destroy); the milliseconds between two markers, waiting for the second; the kernels \
+       launched so far (-1: not counted) */ \
+    X(void *, timing_event, (void)) \
+    X(int, event_elapsed, (void *start, void *end, double *ms)) \
+    X(int64_t, launch_count, (void)) \
+    /* a device's PCI bus id ("0000:65:00.0"), which NVML's devices are matched by; -1 + error: none */ \
+    X(int, pci_bus_id, (int device, char *buf, int len))
 
 #define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
 typedef struct gdl_backend {
@@ -1473,12 +1549,26 @@ GPUDL_API const char *gdl_device_name(gdl_device d) {
 
 static const gdl_backend *gdl__cpu_backend(void);
 
-/* The backend of a device, made current. NULL + error if unusable. */
+#define GDL__MAX_GPUS 16
+/* The profiler's switch (its state and code: [impl-profile]). */
+static int gdl__prof_on;
+static void gdl__prof_open(const char *op, gdl_device d, const gdl_backend *be);
+
 static GDL__TLS const char *gdl__be_op = "";
 GPUDL_API const char *gdl__backend_op(void) { return gdl__be_op; }
 
+static const gdl_backend *gdl__be_lookup(const char *op, gdl_device d);
+/* The backend of a device, made current. NULL + error if unusable. Every op asks here once its
+   arguments are checked, so this is where the profiler starts timing it (gdl__finish stops), and
+   where backends learn which op their error messages are about (gdl__backend_op). */
 static const gdl_backend *gdl__be(const char *op, gdl_device d) {
+    const gdl_backend *be;
     gdl__be_op = op;
+    be = gdl__be_lookup(op, d);
+    if (gdl__prof_on && be) gdl__prof_open(op, d, be);
+    return be;
+}
+static const gdl_backend *gdl__be_lookup(const char *op, gdl_device d) {
     if (d.type == GDL_DEVICE_CPU) return gdl__cpu_backend();
 #ifdef GPUDL_CUDA
     if (d.type == GDL_DEVICE_CUDA) {
@@ -1498,6 +1588,319 @@ static const gdl_backend *gdl__be(const char *op, gdl_device d) {
     gdl__set_error("%s: device %s is not available in this build (built without GPUDL_CUDA)", op,
                    gdl_device_str(d));
     return NULL;
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-profile]   Spans: an op's opens in gdl__be and closes in gdl__finish
+   (an op that asks for a backend but never finishes — a factory, gdl_free, a
+   view — leaves its span open until the next one replaces it, uncounted).
+   Explicit spans (backward functions, gdl_step, copies, loader waits) cover
+   everything inside them. Each closed span is a record; gdl_profile_end
+   reads the GPU's events and sums the records per (name, device).
+   ------------------------------------------------------------------------- */
+typedef struct gdl__prof_rec {
+    const char *name;
+    gdl_device dev;
+    double t0, t1;          /* host seconds (gdl__prof_clock) */
+    void *e0, *e1;          /* GPU events; NULL on the CPU */
+    double gpu_t0, gpu_ms;  /* from the device's first event, and the duration (ms) */
+    int64_t launches;       /* -1: not counted */
+    int gpu;                /* timed on the GPU */
+} gdl__prof_rec;
+
+static struct {
+    int ended;              /* rows hold a finished profile */
+    double begin;           /* gdl__prof_clock at gdl_profile_begin */
+    gdl__prof_rec *rec;
+    size_t n, cap;
+    gdl__prof_rec cur;      /* the open span (cur.name != NULL) */
+    const gdl_backend *cur_be;
+    int explicit_;          /* the open span is explicit: ops inside it belong to it */
+    void *base[GDL__MAX_GPUS];     /* each device's first event, the origin of its GPU times */
+    const gdl_backend *base_be[GDL__MAX_GPUS];
+    double base_t[GDL__MAX_GPUS];  /* host time when it was recorded */
+    gdl_profile_row *rows;
+    int nrows;
+    char bw_names[GDL_OP_COUNT][48];   /* "gdl_<op> backward" */
+} gdl__prof;
+
+/* The profiler's host clock in seconds: monotonic with nanoseconds where <time.h> offers it (POSIX
+   visible: not under a bare -std=c99), else gdl_now (gettimeofday, microseconds). */
+#include <time.h>
+static double gdl__prof_clock(void) {
+#if defined(CLOCK_MONOTONIC) && (defined(__unix__) || defined(__APPLE__))
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+    return gdl_now();
+}
+
+static void gdl__prof_drop(gdl__prof_rec *r, const gdl_backend *be) {
+    if (be && be->event_destroy) {
+        be->event_destroy(r->e0);
+        be->event_destroy(r->e1);
+    }
+    r->e0 = r->e1 = NULL;
+}
+
+static void gdl__prof_start(const char *name, gdl_device d, const gdl_backend *be) {
+    gdl__prof_rec *c = &gdl__prof.cur;
+    if (c->name) gdl__prof_drop(c, gdl__prof.cur_be); /* an open span that never closed */
+    memset(c, 0, sizeof *c);
+    c->name = name;
+    c->dev = d;
+    c->launches = be->launch_count();
+    gdl__prof.cur_be = be;
+    if (d.type != GDL_DEVICE_CPU && d.index >= 0 && d.index < GDL__MAX_GPUS) { /* the CPU: the host clock */
+        if (!gdl__prof.base[d.index]) {
+            gdl__prof.base[d.index] = be->timing_event();
+            gdl__prof.base_be[d.index] = be;
+            gdl__prof.base_t[d.index] = gdl__prof_clock();
+        }
+        if (gdl__prof.base[d.index]) c->e0 = be->timing_event(); /* NULL on failure: host time only */
+    }
+    c->t0 = gdl__prof_clock();
+}
+
+static void gdl__prof_stop(void) {
+    gdl__prof_rec *c = &gdl__prof.cur;
+    const gdl_backend *be = gdl__prof.cur_be;
+    c->t1 = gdl__prof_clock();
+    if (c->e0) c->e1 = be->timing_event();
+    if (c->launches >= 0) c->launches = be->launch_count() - c->launches;
+    if (gdl__prof.n == gdl__prof.cap) {
+        size_t cap = gdl__prof.cap ? 2 * gdl__prof.cap : 1024;
+        gdl__prof_rec *r = (gdl__prof_rec *)GPUDL_REALLOC(gdl__prof.rec, cap * sizeof *r);
+        if (!r) { /* out of memory: this call goes uncounted rather than failing the op */
+            gdl__prof_drop(c, be);
+            c->name = NULL;
+            return;
+        }
+        gdl__prof.rec = r;
+        gdl__prof.cap = cap;
+    }
+    gdl__prof.rec[gdl__prof.n++] = *c;
+    c->name = NULL;
+}
+
+static void gdl__prof_open(const char *op, gdl_device d, const gdl_backend *be) {
+    const char *cur = gdl__prof.cur.name;
+    if (gdl__prof.explicit_ || (cur && (cur == op || strcmp(cur, op) == 0))) return; /* inside a span */
+    gdl__prof_start(op, d, be);
+}
+/* gdl__finish: the op named op returns its result */
+static void gdl__prof_close(const char *op) {
+    const char *cur = gdl__prof.cur.name;
+    if (!gdl__prof.explicit_ && cur && (cur == op || strcmp(cur, op) == 0)) gdl__prof_stop();
+}
+/* an explicit span around work that is not one op; 1 if it opened one (pass it to _pop) */
+static int gdl__prof_push(const char *name, gdl_device d) {
+    const gdl_backend *be;
+    if (!gdl__prof_on || gdl__prof.explicit_) return 0;
+    if (!(be = gdl__be_lookup(name, d))) return 0;
+    gdl__prof_start(name, d, be);
+    gdl__prof.explicit_ = 1;
+    return 1;
+}
+static void gdl__prof_pop(int opened, int ok) {
+    if (!opened) return;
+    gdl__prof.explicit_ = 0;
+    if (!gdl__prof_on) return;
+    if (ok) {
+        gdl__prof_stop();
+    } else {
+        gdl__prof_drop(&gdl__prof.cur, gdl__prof.cur_be);
+        gdl__prof.cur.name = NULL;
+    }
+}
+static const char *gdl__prof_bw_name(int op) {
+    char *b = gdl__prof.bw_names[op];
+    if (!b[0]) snprintf(b, sizeof gdl__prof.bw_names[op], "gdl_%s backward", gdl_op_name(op));
+    return b;
+}
+
+static void gdl__prof_free(void) {
+    size_t i;
+    int d;
+    for (i = 0; i < gdl__prof.n; i++) {
+        gdl__prof_rec *r = &gdl__prof.rec[i];
+        if (r->e0 || r->e1) {
+            const gdl_backend *be = gdl__prof.base_be[r->dev.index];
+            gdl__prof_drop(r, be);
+        }
+    }
+    for (d = 0; d < GDL__MAX_GPUS; d++) {
+        if (gdl__prof.base[d]) gdl__prof.base_be[d]->event_destroy(gdl__prof.base[d]);
+        gdl__prof.base[d] = NULL;
+    }
+    GPUDL_FREE(gdl__prof.rec);
+    GPUDL_FREE(gdl__prof.rows);
+    gdl__prof.rec = NULL;
+    gdl__prof.rows = NULL;
+    gdl__prof.n = gdl__prof.cap = 0;
+    gdl__prof.nrows = 0;
+    gdl__prof.ended = 0;
+}
+
+GPUDL_API int gdl_profile_begin(void) {
+    if (gdl__prof_on) {
+        gdl__set_error("gdl_profile_begin: the profiler is already running (call gdl_profile_end first)");
+        return -1;
+    }
+    gdl__prof_free();
+    gdl__prof.cur.name = NULL;
+    gdl__prof.explicit_ = 0;
+    gdl__prof.begin = gdl__prof_clock();
+    gdl__prof_on = 1;
+    return 0;
+}
+
+static int gdl__prof_row_cmp(const void *a, const void *b) {
+    const gdl_profile_row *x = (const gdl_profile_row *)a, *y = (const gdl_profile_row *)b;
+    if (x->total_ms != y->total_ms) return x->total_ms > y->total_ms ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+GPUDL_API int gdl_profile_end(void) {
+    size_t i;
+    int k, rc = 0;
+    double all = 0;
+    if (!gdl__prof_on) {
+        gdl__set_error("gdl_profile_end: the profiler is not running (call gdl_profile_begin first)");
+        return -1;
+    }
+    gdl__prof_on = 0;
+    if (gdl__prof.cur.name) gdl__prof_drop(&gdl__prof.cur, gdl__prof.cur_be);
+    gdl__prof.cur.name = NULL;
+    gdl__prof.explicit_ = 0;
+    /* the GPU times: the first read waits for the device, the rest are done by then */
+    for (i = 0; i < gdl__prof.n; i++) {
+        gdl__prof_rec *r = &gdl__prof.rec[i];
+        const gdl_backend *be;
+        double ms = 0, at = 0;
+        if (!r->e0) continue;
+        be = gdl__prof.base_be[r->dev.index];
+        if (!r->e1 || be->event_elapsed(r->e0, r->e1, &ms) < 0 ||
+            be->event_elapsed(gdl__prof.base[r->dev.index], r->e0, &at) < 0) {
+            rc = -1;
+            break;
+        }
+        r->gpu_ms = ms < 0 ? 0 : ms;
+        r->gpu = 1;
+        r->gpu_t0 = gdl__prof.base_t[r->dev.index] - gdl__prof.begin + at / 1e3;
+        gdl__prof_drop(r, be);
+    }
+    if (rc < 0) {
+        char why[sizeof gdl__err];
+        memcpy(why, gdl__err, sizeof why);
+        gdl__prof_free();
+        gdl__set_error("gdl_profile_end: cannot read the GPU's timings: %s", why);
+        return -1;
+    }
+    /* one row per (name, device) */
+    gdl__prof.rows = (gdl_profile_row *)GPUDL_MALLOC((gdl__prof.n ? gdl__prof.n : 1) * sizeof(gdl_profile_row));
+    if (!gdl__prof.rows) {
+        gdl__prof_free();
+        gdl__set_error("gdl_profile_end: out of memory for %lu records", (unsigned long)gdl__prof.n);
+        return -1;
+    }
+    for (i = 0; i < gdl__prof.n; i++) {
+        const gdl__prof_rec *r = &gdl__prof.rec[i];
+        double ms = r->gpu ? r->gpu_ms : (r->t1 - r->t0) * 1e3;
+        gdl_profile_row *w = NULL;
+        if (ms < 0) ms = 0; /* the host clock stepped back */
+        for (k = 0; k < gdl__prof.nrows; k++)
+            if (gdl_device_equal(gdl__prof.rows[k].device, r->dev) && strcmp(gdl__prof.rows[k].name, r->name) == 0) {
+                w = &gdl__prof.rows[k];
+                break;
+            }
+        if (!w) {
+            w = &gdl__prof.rows[gdl__prof.nrows++];
+            memset(w, 0, sizeof *w);
+            w->name = r->name;
+            w->device = r->dev;
+            w->launches = r->launches < 0 ? -1 : 0;
+        }
+        w->calls++;
+        w->total_ms += ms;
+        if (ms > w->max_ms) w->max_ms = ms;
+        if (w->launches >= 0 && r->launches >= 0) w->launches += r->launches;
+        all += ms;
+    }
+    for (k = 0; k < gdl__prof.nrows; k++) {
+        gdl_profile_row *w = &gdl__prof.rows[k];
+        w->avg_ms = w->total_ms / (double)w->calls;
+        w->percent = all > 0 ? 100.0 * w->total_ms / all : 0;
+    }
+    qsort(gdl__prof.rows, (size_t)gdl__prof.nrows, sizeof(gdl_profile_row), gdl__prof_row_cmp);
+    gdl__prof.ended = 1;
+    return 0;
+}
+
+/* The readers of a profile: their argument is there, and so is a finished profile. 0 / -1 + error. */
+static int gdl__prof_ready(const char *fn, const char *arg, const void *p) {
+    if (!p) {
+        gdl__null_arg(fn, arg);
+        return -1;
+    }
+    if (!gdl__prof.ended) {
+        gdl__set_error("%s: no profile has ended yet (gdl_profile_begin ... gdl_profile_end)", fn);
+        return -1;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_profile_rows(const gdl_profile_row **rows) {
+    if (gdl__prof_ready("gdl_profile_rows", "rows", rows) < 0) return -1;
+    *rows = gdl__prof.rows;
+    return gdl__prof.nrows;
+}
+
+GPUDL_API int gdl_profile_print(FILE *f) {
+    const gdl_profile_row *r;
+    double all = 0;
+    int n, k;
+    if (gdl__prof_ready("gdl_profile_print", "f", f) < 0) return -1;
+    n = gdl_profile_rows(&r);
+    for (k = 0; k < n; k++) all += r[k].total_ms;
+    fprintf(f, "%-28s %-7s %8s %12s %12s %12s %7s %9s\n", "Name", "Device", "Calls", "Total (ms)", "Avg (ms)",
+            "Max (ms)", "%", "Launches");
+    for (k = 0; k < n; k++) {
+        char l[24];
+        if (r[k].launches < 0) snprintf(l, sizeof l, "-");
+        else snprintf(l, sizeof l, "%lld", (long long)r[k].launches);
+        fprintf(f, "%-28s %-7s %8lld %12.3f %12.4f %12.4f %6.2f%% %9s\n", r[k].name, gdl_device_str(r[k].device),
+                (long long)r[k].calls, r[k].total_ms, r[k].avg_ms, r[k].max_ms, r[k].percent, l);
+    }
+    fprintf(f, "%-28s %-7s %8s %12.3f\n", "Total", "", "", all);
+    return ferror(f) ? -1 : 0;
+}
+
+GPUDL_API int gdl_profile_trace(const char *path) {
+    FILE *f;
+    size_t i;
+    if (gdl__prof_ready("gdl_profile_trace", "path", path) < 0) return -1;
+    if (!(f = fopen(path, "w"))) {
+        gdl__set_error("gdl_profile_trace: cannot write %s", path);
+        return -1;
+    }
+    /* names are gpudl's own ("gdl_x backward"): nothing to escape in JSON */
+    fprintf(f, "{\"traceEvents\":[\n");
+    fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"host\"}}");
+    for (i = 0; i < gdl__prof.n; i++) {
+        const gdl__prof_rec *r = &gdl__prof.rec[i];
+        fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,\"tid\":1}",
+                r->name, gdl_device_str(r->dev), (r->t0 - gdl__prof.begin) * 1e6, (r->t1 - r->t0) * 1e6);
+        if (r->gpu)
+            fprintf(f, ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":1,\"tid\":%d}",
+                    r->name, gdl_device_str(r->dev), r->gpu_t0 * 1e6, r->gpu_ms * 1e3, 2 + r->dev.index);
+    }
+    fprintf(f, "\n],\"displayTimeUnit\":\"ms\"}\n");
+    if (ferror(f) | fclose(f)) {
+        gdl__set_error("gdl_profile_trace: write error on %s", path);
+        return -1;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -1521,7 +1924,6 @@ typedef struct gdl__arena {
 } gdl__arena;
 
 #define GDL__ALIGN 64
-#define GDL__MAX_GPUS 16
 static gdl__arena gdl__host_arena;
 static gdl__arena gdl__gpu_arena[GDL__MAX_GPUS];
 /* Temporaries' headers live in two arenas used in turn, one per arena
@@ -1630,6 +2032,7 @@ static void gdl__gemm_release(void);
    out-of-memory retry; gdl_shutdown). Between steps only: temporaries die. */
 static void gdl__release_cached_memory(void) {
     int i;
+    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
     gdl__arena_release(&gdl__host_arena);
     gdl__arena_release(&gdl__hdr_arena[0]);
     gdl__arena_release(&gdl__hdr_arena[1]);
@@ -2036,8 +2439,15 @@ GPUDL_API int gdl_copy_(gdl_tensor *dst, const gdl_tensor *src) {
                        gdl_shape_str(src), gdl_dtype_name(dst->dtype), gdl_shape_str(dst));
         return -1;
     }
-    return gdl__copy_bytes("gdl_copy_", dst->data, dst->device, src->data, src->device,
-                           (size_t)src->numel * gdl_dtype_size(src->dtype));
+    {
+        int span = gdl__prof_on ? gdl__prof_push("gdl_copy_", dst->device.type != GDL_DEVICE_CPU ? dst->device
+                                                                                                 : src->device)
+                                : 0;
+        int rc = gdl__copy_bytes("gdl_copy_", dst->data, dst->device, src->data, src->device,
+                                 (size_t)src->numel * gdl_dtype_size(src->dtype));
+        gdl__prof_pop(span, rc == 0);
+        return rc;
+    }
 }
 
 GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev) {
@@ -2966,12 +3376,43 @@ GPUDL_API const char *gdl_gemm_kernel_name(void) {
 #define GDL__PARALLEL_FOR(n)
 #endif
 
+/* Each block starts with its size, so that a free knows what it gives back (gdl_memory_stats). 64 bytes
+   keep the alignment malloc gave. The counters belong to the op layer's thread, as the allocations do. */
+#define GDL__CPU_HDR 64
+static gdl_memory_status gdl__cpu_mem;
 static void *gdl__cpu_alloc(size_t bytes) {
-    void *p = GPUDL_MALLOC(bytes ? bytes : 1);
-    if (!p) gdl__set_error("gdl: out of memory allocating %.0f bytes on the host", (double)bytes);
-    return p;
+    char *p = bytes <= SIZE_MAX - GDL__CPU_HDR ? (char *)GPUDL_MALLOC(GDL__CPU_HDR + (bytes ? bytes : 1)) : NULL;
+    gdl__cpu_mem.requests++;
+    if (!p) {
+        gdl__set_error("gdl: out of memory allocating %.0f bytes on the host", (double)bytes);
+        return NULL;
+    }
+    memcpy(p, &bytes, sizeof bytes);
+    gdl__cpu_mem.device_mallocs++;
+    gdl__cpu_mem.allocated += bytes;
+    if (gdl__cpu_mem.allocated > gdl__cpu_mem.peak_allocated) gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+    return p + GDL__CPU_HDR;
 }
-static void gdl__cpu_free(void *p) { GPUDL_FREE(p); }
+static void gdl__cpu_free(void *p) {
+    size_t bytes;
+    if (!p) return;
+    memcpy(&bytes, (char *)p - GDL__CPU_HDR, sizeof bytes);
+    gdl__cpu_mem.allocated -= bytes;
+    gdl__cpu_mem.frees++;
+    GPUDL_FREE((char *)p - GDL__CPU_HDR);
+}
+static int gdl__cpu_memory_stats(int device, gdl_memory_status *s) {
+    (void)device;
+    *s = gdl__cpu_mem;
+    s->reserved = s->allocated; /* nothing is cached */
+    s->peak_reserved = s->peak_allocated;
+    return 0;
+}
+static int gdl__cpu_memory_reset_peak(int device) {
+    (void)device;
+    gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+    return 0;
+}
 static int gdl__cpu_copy(void *dst, const void *src, size_t bytes, int kind) {
     (void)kind;
     if (bytes && dst != src) memmove(dst, src, bytes);
@@ -3809,6 +4250,25 @@ static int gdl__cpu_sum_squares(int64_t n, const gdl_real *x, double *out) {
     return 0;
 }
 
+/* The profiler's and the monitor's entries that a CPU has nothing for: its
+   ops are timed with the host clock, it launches no kernels, it has no PCI
+   bus id. */
+static void *gdl__cpu_timing_event(void) { return NULL; }
+static int gdl__cpu_event_elapsed(void *start, void *end, double *ms) {
+    (void)start;
+    (void)end;
+    (void)ms;
+    gdl__set_error("gdl: the CPU has no timing events (its ops are timed with the host clock)");
+    return -1;
+}
+static int64_t gdl__cpu_launch_count(void) { return -1; }
+static int gdl__cpu_pci_bus_id(int device, char *buf, int len) {
+    (void)device;
+    if (buf && len > 0) buf[0] = 0;
+    gdl__set_error("gdl: the CPU has no PCI bus id");
+    return -1;
+}
+
 /* The table is the list's entries in the list's order (the struct is made
    from the same list): a constant, ready before any thread asks for it. */
 #define GDL__BACKEND_INIT_CPU(ret, entry, params) gdl__cpu_##entry,
@@ -3921,6 +4381,7 @@ static gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int ni
 /* Anomaly mode: fail on a non-finite output. */
 static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
     int64_t bad = 0;
+    if (gdl__prof_on) gdl__prof_close(op);
     if (out && gdl__anomaly && out->dtype == GDL_F32) {
         const gdl_backend *be = gdl__be(op, out->device);
         if (!be || be->count_nonfinite(out->numel, GDL__R(out), &bad) < 0) return NULL;
@@ -4388,7 +4849,7 @@ GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
     if (!(be = gdl__be("gdl_argmax", x->device)) || !(out = gdl__tmp("gdl_argmax", nd, shape, GDL_I32, x->device)))
         return NULL;
     if (out->numel && be->argmax(outer, nred, inner, GDL__R(x), (int32_t *)out->data) < 0) return NULL;
-    return out;
+    return gdl__finish("gdl_argmax", out);
 }
 
 static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int dim) {
@@ -5128,13 +5589,17 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
             for (k = 0; k < n->nin && rc == 0; k++)
                 if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad(n->in[k]);
             if (rc == 0 && !(be = gdl__be(op, n->out->device))) rc = -1;
-            if (rc == 0 && (rc = gdl__op(n->op)->backward(n, be)) < 0 && strncmp(gdl__err, op, strlen(op)) != 0) {
-                char prev[sizeof gdl__err];
-                memcpy(prev, gdl__err, sizeof prev);
-                gdl__set_error("%s: the backward of %s %s failed: %s", op, gdl__op(n->op)->name, gdl_shape_str(n->out),
-                               prev);
+            if (rc == 0) {
+                int span = gdl__prof_on ? gdl__prof_push(gdl__prof_bw_name(n->op), n->out->device) : 0;
+                if ((rc = gdl__op(n->op)->backward(n, be)) < 0 && strncmp(gdl__err, op, strlen(op)) != 0) {
+                    char prev[sizeof gdl__err];
+                    memcpy(prev, gdl__err, sizeof prev);
+                    gdl__set_error("%s: the backward of %s %s failed: %s", op, gdl__op(n->op)->name,
+                                   gdl_shape_str(n->out), prev);
+                }
+                for (k = 0; k < n->nin && rc == 0; k++) rc = gdl__check_grad(n, k, be);
+                gdl__prof_pop(span, rc == 0);
             }
-            for (k = 0; k < n->nin && rc == 0; k++) rc = gdl__check_grad(n, k, be);
         }
         if (rc == 0 && gdl__ready_fn) gdl__signal_ready(n);
     }
@@ -7720,14 +8185,22 @@ static int gdl__loader_release(gdl_loader *l, gdl__slot *s) {
     return 0;
 }
 
+static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y);
 GPUDL_API int gdl_loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
-    static const char fn[] = "gdl_loader_next";
-    int64_t b;
-    gdl__slot *s;
+    int span, rc;
     if (!l || !x || !y) {
-        gdl__set_error("%s: %s is NULL", fn, !l ? "l" : !x ? "x" : "y");
+        gdl__set_error("gdl_loader_next: %s is NULL", !l ? "l" : !x ? "x" : "y");
         return -1;
     }
+    /* the profiler: all the consumer's time in here (waiting for a worker, handing the batch over) */
+    span = gdl__prof_on ? gdl__prof_push("gdl_loader_next", gdl_cpu()) : 0; /* host time, on any device */
+    rc = gdl__loader_next(l, x, y);
+    gdl__prof_pop(span, rc >= 0);
+    return rc;
+}
+static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
+    int64_t b;
+    gdl__slot *s;
     *x = NULL;
     *y = NULL;
 #ifndef GPUDL_NO_THREADS
@@ -9209,16 +9682,25 @@ static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_pa
    updates nothing), and only then do the step counters advance. With
    parameters on several devices a failure on a later device leaves the
    earlier devices' parameters updated (their counters do not advance). */
+static int gdl__step(gdl_optimizer *opt);
 GPUDL_API int gdl_step(gdl_optimizer *opt) {
+    int span, rc;
+    if (!opt) {
+        gdl__null_arg("gdl_step", "opt");
+        return -1;
+    }
+    /* the profiler times the whole step on the first parameter's device */
+    span = gdl__prof_on && opt->nparams ? gdl__prof_push("gdl_step", opt->params[0].p->device) : 0;
+    rc = gdl__step(opt);
+    gdl__prof_pop(span, rc == 0);
+    return rc;
+}
+static int gdl__step(gdl_optimizer *opt) {
     const char *op = "gdl_step";
     int adam, i, n = 0, start, nd;
     gdl_opt_tensor *t, *sorted;
     gdl_device *dv;
     char *fresh;
-    if (!opt) {
-        gdl__null_arg(op, "opt");
-        return -1;
-    }
     adam = opt->kind != GDL__OPT_SGD;
     for (i = 0; i < opt->nparams; i++) {
         gdl_tensor *p = opt->params[i].p, *g = p->grad;
@@ -11244,21 +11726,72 @@ GPUDL_API int gdl_dist_barrier(void) {
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-monitor]   NVML through dlopen. Only the few entry points used are
-   declared here, with NVML's documented types (nvmlDevice_t is a pointer;
-   nvmlReturn_t an int, 0 is success, 3 "not supported").
+   [impl-monitor]   The allocators' counters (gdl_memory_stats), then NVML.
    ------------------------------------------------------------------------- */
+GPUDL_API int gdl_memory_stats(gdl_device dev, gdl_memory_status *s) {
+    const gdl_backend *be;
+    if (!s) {
+        gdl__null_arg("gdl_memory_stats", "s");
+        return -1;
+    }
+    if (!(be = gdl__be("gdl_memory_stats", dev)) || be->memory_stats(dev.index, s) < 0) return -1;
+    if (dev.type == GDL_DEVICE_CPU) {
+        s->arena_used = gdl__host_arena.used + gdl__hdr_arena[gdl__arena_gen & 1].used;
+        s->arena_reserved = gdl__host_arena.reserved + gdl__hdr_arena[0].reserved + gdl__hdr_arena[1].reserved;
+    } else { /* gdl__be has checked the index */
+        s->arena_used = gdl__gpu_arena[dev.index].used;
+        s->arena_reserved = gdl__gpu_arena[dev.index].reserved;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_memory_reset_peak(gdl_device dev) {
+    const gdl_backend *be = gdl__be("gdl_memory_reset_peak", dev);
+    return be ? be->memory_reset_peak(dev.index) : -1;
+}
+
+GPUDL_API const char *gdl_memory_summary(gdl_device dev) {
+    static GDL__TLS char buf[2048];
+    gdl_memory_status m;
+    size_t k = 0;
+    const char *rule = "------------------------------------------------------------\n";
+    if (gdl_memory_stats(dev, &m) < 0) return NULL;
+#define GDL__SUM(...) (k += (size_t)snprintf(buf + k, k < sizeof buf ? sizeof buf - k : 0, __VA_ARGS__))
+    GDL__SUM("%s", rule);
+    GDL__SUM("gpudl memory summary, %s (%s)\n", gdl_device_str(dev), gdl_device_name(dev));
+    GDL__SUM("%s", rule);
+    GDL__SUM("%-28s %15s %15s\n", "", "current", "peak");
+    GDL__SUM("%-28s %15.0f %15.0f\n", "allocated (bytes)", (double)m.allocated, (double)m.peak_allocated);
+    GDL__SUM("%-28s %15.0f %15.0f\n", "reserved (bytes)", (double)m.reserved, (double)m.peak_reserved);
+    GDL__SUM("%-28s %15.0f %15.0f\n", "step arena used / reserved", (double)m.arena_used,
+             (double)m.arena_reserved);
+    GDL__SUM("%s", rule);
+    GDL__SUM("%-28s %15lld\n", "allocation requests", (long long)m.requests);
+    GDL__SUM("%-28s %15lld\n", "cache hits", (long long)m.cache_hits);
+    GDL__SUM("%-28s %15lld\n", dev.type == GDL_DEVICE_CPU ? "mallocs" : "cudaMalloc calls",
+             (long long)m.device_mallocs);
+    GDL__SUM("%-28s %15lld\n", "frees", (long long)m.frees);
+    GDL__SUM("%-28s %15lld\n", "cache releases", (long long)m.cache_releases);
+    GDL__SUM("%s", rule);
+#undef GDL__SUM
+    return buf;
+}
+
+/* NVML through dlopen. Only the few entry points used are
+   declared here, with NVML's documented types (nvmlDevice_t is a pointer;
+   nvmlReturn_t an int, 0 is success, 3 "not supported"). */
 #if (defined(GPUDL_CUDA) || defined(GPUDL_NVML)) && (defined(__unix__) || defined(__APPLE__))
 #include <dlfcn.h>
 typedef struct { unsigned int gpu, memory; } gdl__nvml_util;
 typedef struct { unsigned long long total, free, used; } gdl__nvml_mem;
 typedef struct gdl__nvml_dev *gdl__nvml_device;
 static struct {
-    int tried, ok;
+    int ok;
     char why[300];
     int (*init)(void);
     int (*count)(unsigned int *);
     int (*handle)(unsigned int, gdl__nvml_device *);
+    int (*handle_pci)(const char *, gdl__nvml_device *);
     int (*name)(gdl__nvml_device, char *, unsigned int);
     int (*util)(gdl__nvml_device, gdl__nvml_util *);
     int (*mem)(gdl__nvml_device, gdl__nvml_mem *);
@@ -11269,13 +11802,12 @@ static struct {
     const char *(*errstr)(int);
 } gdl__nvml;
 
-/* Loads and initialises NVML once (the first caller's thread; a monitor is one thread). 0 / -1 + error. */
-static int gdl__nvml_load(const char *op) {
-    if (!gdl__nvml.tried) {
+/* Loads and initialises NVML, once per process (gdl__nvml_load). */
+static void gdl__nvml_load_once(void) {
+    {
         const char *lib = getenv("GPUDL_NVML_LIB");
         void *h;
         int rc;
-        gdl__nvml.tried = 1;
         if (!lib || !lib[0]) lib = "libnvidia-ml.so.1";
         if (!(h = dlopen(lib, RTLD_NOW | RTLD_LOCAL))) {
             const char *e = dlerror();
@@ -11296,6 +11828,7 @@ static int gdl__nvml_load(const char *op) {
             GDL__NVML_SYM(init, "nvmlInit_v2");
             GDL__NVML_SYM(count, "nvmlDeviceGetCount_v2");
             GDL__NVML_SYM(handle, "nvmlDeviceGetHandleByIndex_v2");
+            GDL__NVML_SYM(handle_pci, "nvmlDeviceGetHandleByPciBusId_v2");
             GDL__NVML_SYM(name, "nvmlDeviceGetName");
             GDL__NVML_SYM(util, "nvmlDeviceGetUtilizationRates");
             GDL__NVML_SYM(mem, "nvmlDeviceGetMemoryInfo");
@@ -11314,6 +11847,21 @@ static int gdl__nvml_load(const char *op) {
             if (!gdl__nvml.ok) dlclose(h); /* kept open while in use: NVML has no clean unload */
         }
     }
+}
+
+/* 0 / -1 + error. The first call of any thread loads; the others wait for it (monitors poll from
+   threads of their own). */
+static int gdl__nvml_load(const char *op) {
+#ifndef GPUDL_NO_THREADS
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, gdl__nvml_load_once);
+#else
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        gdl__nvml_load_once();
+    }
+#endif
     if (!gdl__nvml.ok) gdl__set_error("%s: %s", op, gdl__nvml.why);
     return gdl__nvml.ok ? 0 : -1;
 }
@@ -11322,6 +11870,7 @@ GPUDL_API int gdl_gpu_count(void) {
     unsigned int n = 0;
     int rc;
     if (gdl__nvml_load("gdl_gpu_count") < 0) return -1;
+    if (gdl_cuda_device_count() > 0) return gdl_cuda_device_count(); /* gdl_gpu_stats maps them to NVML's */
     if ((rc = gdl__nvml.count(&n)) != 0) {
         gdl__set_error("gdl_gpu_count: nvmlDeviceGetCount: %s", gdl__nvml.errstr(rc));
         return -1;
@@ -11346,11 +11895,34 @@ GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
         gdl__set_error("%s: %s", fn, why + strlen("gdl_gpu_count: "));
         return -1;
     }
-    if (index < 0 || index >= n) {
+    if (gdl_cuda_device_count() > 0) {
+        /* CUDA's index: NVML's device with the same PCI bus id (the orders differ under
+           CUDA_VISIBLE_DEVICES, or without CUDA_DEVICE_ORDER=PCI_BUS_ID) */
+        char bus[64];
+        const gdl_backend *be;
+        if (index < 0 || index >= n) {
+            gdl__set_error("%s: no CUDA device %d (%d available)", fn, index, n);
+            return -1;
+        }
+        if (!(be = gdl__be_lookup(fn, gdl_cuda(index)))) return -1;
+        if (be->pci_bus_id(index, bus, (int)sizeof bus) < 0) {
+            char why[sizeof gdl__err];
+            memcpy(why, gdl__err, sizeof why);
+            gdl__set_error("%s: cuda:%d: no PCI bus id to find it by in NVML: %s", fn, index, why);
+            return -1;
+        }
+        if ((rc = gdl__nvml.handle_pci(bus, &d)) != 0) {
+            gdl__set_error("%s: cuda:%d (PCI %s): NVML does not list it: %s", fn, index, bus, gdl__nvml.errstr(rc));
+            return -1;
+        }
+    } else if (index < 0 || index >= n) {
         gdl__set_error("%s: no GPU %d (NVML sees %d)", fn, index, n);
         return -1;
+    } else if ((rc = gdl__nvml.handle((unsigned)index, &d)) != 0) {
+        gdl__set_error("%s: GPU %d: %s", fn, index, gdl__nvml.errstr(rc));
+        return -1;
     }
-    if ((rc = gdl__nvml.handle((unsigned)index, &d)) != 0 || (rc = gdl__nvml.mem(d, &m)) != 0) {
+    if ((rc = gdl__nvml.mem(d, &m)) != 0) {
         gdl__set_error("%s: GPU %d: %s", fn, index, gdl__nvml.errstr(rc));
         return -1;
     }

@@ -103,7 +103,8 @@ struct gdl__cu_state {
     std::mutex mu; /* guards everything below */
     std::unordered_map<void *, gdl__cu_block> live;      /* handed out: pointer -> block */
     std::multimap<size_t, void *> cache[GDL__CU_MAX_DEVICES]; /* freed blocks by size */
-    size_t allocated, max_allocated, reserved;
+    size_t allocated, max_allocated, reserved; /* over all devices */
+    gdl_memory_status mem[GDL__CU_MAX_DEVICES]; /* per device (gdl_memory_stats); arena fields unused */
     cublasHandle_t blas[GDL__CU_MAX_DEVICES];
     void *blas_ws[GDL__CU_MAX_DEVICES];      /* cuBLAS's workspace, ours (graph capture must not allocate) */
     std::atomic<cudaStream_t> stream[GDL__CU_MAX_DEVICES]; /* the compute stream per device, made on first use */
@@ -124,6 +125,7 @@ static gdl__cu_state &gdl__cu(void) {
             p->stream[i].store(NULL);
             p->stream_failed[i] = 0;
             p->have_prop[i] = 0;
+            memset(&p->mem[i], 0, sizeof p->mem[i]);
         }
         p->allocated = p->max_allocated = p->reserved = 0;
         p->tf32 = 0;
@@ -189,7 +191,9 @@ static void gdl__cu_release_device_locked(gdl__cu_state &S, int dev) {
             (void)cudaGetLastError();
         }
         S.reserved -= it->first;
+        S.mem[dev].reserved -= it->first;
     }
+    if (!S.cache[dev].empty()) S.mem[dev].cache_releases++;
     S.cache[dev].clear();
 }
 
@@ -206,16 +210,21 @@ static void *gdl__cu_alloc(size_t bytes) {
         return NULL;
     }
     std::lock_guard<std::mutex> lock(S.mu);
+    gdl_memory_status &M = S.mem[dev];
+    M.requests++;
     auto it = S.cache[dev].lower_bound(size);
     if (it != S.cache[dev].end() && it->first / 2 <= size) {
         p = it->second;
         size = it->first;
         S.cache[dev].erase(it);
+        M.cache_hits++;
     } else {
+        M.device_mallocs++;
         cudaError_t e = cudaMalloc(&p, size);
         if (e == cudaErrorMemoryAllocation && !S.cache[dev].empty()) { /* give the cache back, try once more */
             (void)cudaGetLastError();
             gdl__cu_release_device_locked(S, dev);
+            M.device_mallocs++;
             e = cudaMalloc(&p, size);
         }
         if (e != cudaSuccess) {
@@ -231,6 +240,8 @@ static void *gdl__cu_alloc(size_t bytes) {
             return NULL;
         }
         S.reserved += size;
+        M.reserved += size;
+        if (M.reserved > M.peak_reserved) M.peak_reserved = M.reserved;
     }
     gdl__cu_block b;
     b.size = size;
@@ -240,11 +251,14 @@ static void *gdl__cu_alloc(size_t bytes) {
     } catch (...) {
         if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError(); /* in neither table now: give it back */
         S.reserved -= size;
+        M.reserved -= size;
         gdl__set_error("gdl_cuda: out of host memory for the allocator's table");
         return NULL;
     }
     S.allocated += size;
     if (S.allocated > S.max_allocated) S.max_allocated = S.allocated;
+    M.allocated += size;
+    if (M.allocated > M.peak_allocated) M.peak_allocated = M.allocated;
     return p;
 }
 
@@ -260,11 +274,14 @@ static void gdl__cu_free(void *p) {
     gdl__cu_block b = it->second;
     S.live.erase(it);
     S.allocated -= b.size;
+    S.mem[b.device].allocated -= b.size;
+    S.mem[b.device].frees++;
     try {
         S.cache[b.device].insert(std::make_pair(b.size, p));
     } catch (...) { /* no host memory to remember it: return it to the driver */
         if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
         S.reserved -= b.size;
+        S.mem[b.device].reserved -= b.size;
     }
 }
 
@@ -296,6 +313,27 @@ void gdl_cuda_reset_peak_memory(void) {
     gdl__cu_state &S = gdl__cu();
     std::lock_guard<std::mutex> lock(S.mu);
     S.max_allocated = S.allocated;
+    for (int d = 0; d < GDL__CU_MAX_DEVICES; d++) {
+        S.mem[d].peak_allocated = S.mem[d].allocated;
+        S.mem[d].peak_reserved = S.mem[d].reserved;
+    }
+}
+
+// One device's figures (the backend's memory_stats entry; the front end has
+// checked the index).
+static int gdl__cu_memory_stats(int device, gdl_memory_status *s) {
+    gdl__cu_state &S = gdl__cu();
+    std::lock_guard<std::mutex> lock(S.mu);
+    *s = S.mem[device];
+    return 0;
+}
+
+static int gdl__cu_memory_reset_peak(int device) {
+    gdl__cu_state &S = gdl__cu();
+    std::lock_guard<std::mutex> lock(S.mu);
+    S.mem[device].peak_allocated = S.mem[device].allocated;
+    S.mem[device].peak_reserved = S.mem[device].reserved;
+    return 0;
 }
 
 // ----------------------------------------------------------------------------
@@ -502,11 +540,46 @@ static int gdl__cu_event_synchronize(void *event) {
 // stream)(args...): exactly kernel<<<grid, block, shmem, stream>>>(args...)
 // under nvcc; under the CUDA-on-CPU emulator (tests/cuda_emu, -DGPUDL_EMU)
 // a call into its launcher, so the emulator needs no source rewriting.
+// Each launch is counted for the profiler (gdl_profile_*: launches per op).
+static std::atomic<long long> gdl__cu_launches(0);
 #ifdef GPUDL_EMU
-#define GDL_CU_LAUNCH(kernel, grid, block, shmem, stream) gdl_emu_launch(#kernel, kernel, grid, block, shmem, stream)
+#define GDL_CU_LAUNCH(kernel, grid, block, shmem, stream) \
+    gdl__cu_launches.fetch_add(1, std::memory_order_relaxed), gdl_emu_launch(#kernel, kernel, grid, block, shmem, stream)
 #else
-#define GDL_CU_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<grid, block, shmem, stream>>>
+#define GDL_CU_LAUNCH(kernel, grid, block, shmem, stream) \
+    gdl__cu_launches.fetch_add(1, std::memory_order_relaxed), kernel<<<grid, block, shmem, stream>>>
 #endif
+
+static int64_t gdl__cu_launch_count(void) { return (int64_t)gdl__cu_launches.load(std::memory_order_relaxed); }
+
+// The profiler's markers: timing events in the device's compute stream,
+// where all its work goes, read once at gdl_profile_end (freed with
+// gdl__cu_event_destroy).
+static void *gdl__cu_timing_event(void) {
+    cudaEvent_t e;
+    GDL_CU_TRY(cudaEventCreate(&e), NULL);
+    cudaError_t r = cudaEventRecord(e, gdl__cu_stream());
+    if (r != cudaSuccess) {
+        (void)cudaEventDestroy(e);
+        GDL_CU_TRY(r, NULL);
+    }
+    return (void *)e;
+}
+
+static int gdl__cu_event_elapsed(void *start, void *end, double *ms) {
+    float f = 0;
+    gdl__count_sync();
+    GDL_CU_TRY(cudaEventSynchronize((cudaEvent_t)end), -1);
+    GDL_CU_TRY(cudaEventElapsedTime(&f, (cudaEvent_t)start, (cudaEvent_t)end), -1);
+    *ms = f;
+    return 0;
+}
+
+// "0000:65:00.0": how NVML finds the GPU that CUDA calls `device`
+static int gdl__cu_pci_bus_id(int device, char *buf, int len) {
+    GDL_CU_TRY(cudaDeviceGetPCIBusId(buf, len, device), -1);
+    return 0;
+}
 
 #define GDL__CU_THREADS 256
 
@@ -765,11 +838,14 @@ static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
     if (batch == 1 || sC == 0) {
         // sC == 0 with several batches accumulates into one C: run them in
         // order, as the CPU does, instead of racing inside one batched call
-        for (int b = 0; b < batch; b++)
+        for (int b = 0; b < batch; b++) {
+            gdl__cu_launches.fetch_add(1, std::memory_order_relaxed); /* cuBLAS: counted as one kernel */
             GDL_CUBLAS_TRY(cublasSgemm(h, opB, opA, N, M, K, &alpha, B + b * sB, ldb, A + b * sA, lda, &beta,
                                        C + b * sC, ldc),
                            -1);
+        }
     } else {
+        gdl__cu_launches.fetch_add(1, std::memory_order_relaxed);
         GDL_CUBLAS_TRY(cublasSgemmStridedBatched(h, opB, opA, N, M, K, &alpha, B, ldb, (long long)sB, A, lda,
                                                  (long long)sA, &beta, C, ldc, (long long)sC, batch),
                        -1);

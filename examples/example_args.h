@@ -9,6 +9,8 @@
                      a GPU, else cpu)
    --seed N          the generator's seed (initial weights, shuffling, dropout)
    --csv FILE        per-epoch metrics as CSV
+   --profile         a per-op time profile (gdl_profile_print) and the memory
+                     summary (gdl_memory_summary); no value
    --help            the usage
 
    Each example says which of these it takes. Values may follow the flag or
@@ -25,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { EX_DATA = 1, EX_EPOCHS = 2, EX_BATCH = 4, EX_DEVICE = 8, EX_SEED = 16, EX_CSV = 32 };
+enum { EX_DATA = 1, EX_EPOCHS = 2, EX_BATCH = 4, EX_DEVICE = 8, EX_SEED = 16, EX_CSV = 32, EX_PROFILE = 64 };
 
 typedef struct ex_args {
     const char *data;  /* NULL: the default search */
@@ -33,6 +35,7 @@ typedef struct ex_args {
     int epochs, batch_size;
     gdl_device device;
     uint64_t seed;
+    int profile;       /* --profile given */
 } ex_args;
 
 /* The example's defaults: no --data (the default search), no CSV, seed 0, device auto. */
@@ -53,7 +56,18 @@ static void ex_usage(FILE *f, const char *prog, const char *about, unsigned take
     if (takes & EX_DEVICE) fprintf(f, "  --device D        cpu, cuda, cuda:N or auto (default auto: %s)\n", gdl_device_str(defaults->device));
     if (takes & EX_SEED) fprintf(f, "  --seed N          random seed (default %llu)\n", (unsigned long long)defaults->seed);
     if (takes & EX_CSV) fprintf(f, "  --csv FILE        per-epoch metrics as CSV (default %s)\n", defaults->csv ? defaults->csv : "none");
+    if (takes & EX_PROFILE) fprintf(f, "  --profile         print a per-op time profile of the training and the memory summary\n");
     fprintf(f, "  --help            this text\n");
+}
+
+/* --profile: the profile begun before the training, and the memory summary of dev. 0 / -1 + error. */
+static inline int ex_profile_print(const char *what, gdl_device dev) { /* inline: no warning where unused */
+    const char *mem;
+    if (gdl_profile_end() < 0 || !(mem = gdl_memory_summary(dev))) return -1;
+    printf("\nprofile of %s on %s:\n", what, gdl_device_str(dev));
+    if (gdl_profile_print(stdout) < 0) return -1;
+    printf("%s\n", mem);
+    return 0;
 }
 
 /* A whole decimal number in [lo, hi]; 0 on success. */
@@ -88,7 +102,7 @@ static int ex_device(const char *s, gdl_device *out) {
 static int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const char *about) {
     static const struct { const char *name; unsigned bit; } flags[] = {
         {"--data", EX_DATA}, {"--epochs", EX_EPOCHS}, {"--batch-size", EX_BATCH},
-        {"--device", EX_DEVICE}, {"--seed", EX_SEED}, {"--csv", EX_CSV}};
+        {"--device", EX_DEVICE}, {"--seed", EX_SEED}, {"--csv", EX_CSV}, {"--profile", EX_PROFILE}};
     const char *prog = argc > 0 ? argv[0] : "example";
     ex_args defaults = *a;
     int i, k;
@@ -107,6 +121,15 @@ static int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const cha
             else fprintf(stderr, "%s: unexpected argument '%s' (options are given by name: see --help)\n", prog, arg);
             ex_usage(stderr, prog, about, takes, &defaults);
             return 2;
+        }
+        if (flags[k].bit == EX_PROFILE) { /* a switch: no value */
+            if (eq) {
+                fprintf(stderr, "%s: --profile takes no value\n", prog);
+                ex_usage(stderr, prog, about, takes, &defaults);
+                return 2;
+            }
+            a->profile = 1;
+            continue;
         }
         if (eq) val = eq + 1;
         else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) val = argv[++i];

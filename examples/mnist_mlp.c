@@ -7,6 +7,7 @@
    CPU:   cc -O2 -march=native -fopenmp examples/mnist_mlp.c -DGPUDL_ZLIB -lz -lm -pthread -o mnist_mlp
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/mnist_mlp.c gpudl_cuda.cu -lcublas -lz -o mnist_mlp
    Run:   ./mnist_mlp [--data DIR] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE]
+                      [--profile]   (the first epoch's per-op time table and the memory summary)
    Data:  --data DIR if given, else $GPUDL_DATA if set, else ./data, then Debian's
           dataset-fashion-mnist (/usr/share/datasets/fashion-mnist); `make data`
           installs or downloads it (`make run` does that first). */
@@ -29,7 +30,7 @@ int main(int argc, char **argv) {
     int rc = 1;
 
     a.csv = "mnist_mlp_metrics.csv";
-    switch (ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV,
+    switch (ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE,
                      "Trains a 784-128-10 MLP on Fashion-MNIST with Adam and prints the test accuracy.")) {
     case 1: return 0;
     case 2: return 2;
@@ -71,6 +72,7 @@ int main(int argc, char **argv) {
         int64_t n = 0, b = 0, nb = gdl_loader_num_batches(train_loader);
         int got;
         gdl_module_train(model, 1);
+        if (a.profile && epoch == 1 && gdl_profile_begin() < 0) goto fail;
         while ((got = gdl_loader_next(train_loader, &x, &y)) == 1) {
             gdl_tensor *loss;
             gdl_arena_reset();                     /* the last step's temporaries go */
@@ -83,6 +85,7 @@ int main(int argc, char **argv) {
             gdl_progress_bar(stdout, epoch, epochs, ++b, nb, loss_sum / (double)n, NAN, n, t0);
         }
         if (got < 0) goto fail;
+        if (a.profile && epoch == 1 && ex_profile_print("epoch 1's training", dev) < 0) goto fail;
         memset(&st, 0, sizeof st);
         st.epoch = epoch;
         st.seconds = gdl_now() - t0; /* training only: the test pass below is not counted */

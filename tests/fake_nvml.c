@@ -3,7 +3,9 @@
    code path (dlopen, dlsym, the figures, the "not supported" cases) runs in
    tests on machines with no NVIDIA driver. Two GPUs: cuda:0 reports
    everything; cuda:1 reports no utilisation, temperature or power (as some
-   boards do). FAKE_NVML_INIT_FAIL=1 makes nvmlInit fail. */
+   boards do). FAKE_NVML_INIT_FAIL=1 makes nvmlInit fail. Their PCI bus ids are
+   those the CUDA emulator gives its cuda:1 and cuda:0, in that order: NVML's
+   order is not CUDA's, as under CUDA_VISIBLE_DEVICES. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +20,19 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned int i, device_t *d) {
     if (i > 1) return 2; /* NVML_ERROR_INVALID_ARGUMENT */
     *d = &devs[i];
     return 0;
+}
+/* NVML accepts "0000:10:00.0" and "00000000:10:00.0": compare from the bus on */
+int nvmlDeviceGetHandleByPciBusId_v2(const char *bus, device_t *d) {
+    static const char *const ids[2] = {"20:00.0", "10:00.0"};
+    const char *c = bus ? strchr(bus, ':') : NULL;
+    int i;
+    if (!c) return 2;
+    for (i = 0; i < 2; i++)
+        if (strcmp(c + 1, ids[i]) == 0) {
+            *d = &devs[i];
+            return 0;
+        }
+    return 6; /* NVML_ERROR_NOT_FOUND */
 }
 int nvmlDeviceGetName(device_t d, char *name, unsigned int len) {
     const char *n = d->index == 0 ? "Fake H100 80GB HBM3" : "Fake Orin";
@@ -58,4 +73,6 @@ int nvmlDeviceGetClockInfo(device_t d, int type, unsigned int *mhz) {
     else return 3;
     return 0;
 }
-const char *nvmlErrorString(int rc) { return rc == 9 ? "Driver Not Loaded" : rc == 3 ? "Not Supported" : "Unknown Error"; }
+const char *nvmlErrorString(int rc) {
+    return rc == 9 ? "Driver Not Loaded" : rc == 3 ? "Not Supported" : rc == 6 ? "Not Found" : "Unknown Error";
+}

@@ -9,12 +9,15 @@
    emulator, injected allocation, launch and cuBLAS failures at every point
    of a training step (nothing changes; the optimizer step is one launch and
    all or nothing) and gdl_fit's out-of-memory retry and batch split;
-   training parity of an MLP and a CNN on tie-free inputs. Without a GPU
-   every test is skipped. */
+   training parity of an MLP and a CNN on tie-free inputs; the memory
+   statistics and the profiler (tests/monitor_cases.h) and, on the emulator,
+   gdl_gpu_stats finding each GPU in a stand-in NVML by its PCI bus id.
+   Without a GPU every test is skipped. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
 #include "op_cases.h"
+#include "monitor_cases.h"
 #ifdef GPUDL_EMU
 #include "cuda_emu/emu_api.h"
 #endif
@@ -1849,10 +1852,72 @@ SUITE(faults) {
     RUN_TEST(fit_recovers_from_oom);
 }
 
+/* ---- monitoring: the caching allocator's counters, the profiler, NVML ---- */
+
+TEST cuda_memory_stats(void) {
+    gdl_memory_status s;
+    if (!have_gpu()) SKIPm("no GPU");
+    gdl_arena_reset();
+    gdl_cuda_release_cache(); /* no cached block may serve the pattern's first requests */
+    ASSERT_EQ(0, gdl_memory_stats(GPU, &s));
+    ASSERT_EQ((long long)s.allocated, (long long)s.reserved); /* nothing cached now */
+    CHECK_CALL(mc_memory_pattern(GPU, 512, 1));
+    /* an emptied cache is one release, and leaves reserved = allocated */
+    ASSERT_EQ(0, gdl_memory_stats(GPU, &s));
+    {
+        int64_t rel = s.cache_releases;
+        gdl_cuda_release_cache();
+        ASSERT_EQ(0, gdl_memory_stats(GPU, &s));
+        ASSERT_EQ(rel + 1, s.cache_releases);
+        ASSERT_EQ((long long)s.allocated, (long long)s.reserved);
+    }
+    ASSERT_EQ(-1, gdl_memory_stats(gdl_cuda(gdl_cuda_device_count()), &s));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_memory_stats: device cuda:");
+    PASS();
+}
+
+TEST cuda_profile_errors(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mc_profile_errors();
+}
+/* one launch per gdl_relu (the unary kernel) */
+TEST cuda_profile(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mc_profile_sequence(GPU, 1, "build/test_cuda_trace.json");
+}
+
+#if defined(GPUDL_EMU) && defined(FAKE_NVML) && !defined(_WIN32)
+int setenv(const char *name, const char *value, int overwrite); /* POSIX; hidden by -std=c99 */
+/* The stand-in NVML lists the emulator's cuda:1 first: stats follow the PCI bus id, not the index. */
+TEST gpu_stats_by_pci_bus_id(void) {
+    gdl_gpu_status s;
+    if (gdl_cuda_device_count() < 2) SKIPm("needs GPUDL_EMU_DEVICES=2");
+    setenv("GPUDL_NVML_LIB", FAKE_NVML, 1);
+    ASSERT_EQ(gdl_cuda_device_count(), gdl_gpu_count()); /* the indices gdl_gpu_stats takes are CUDA's */
+    ASSERT_EQ(0, gdl_gpu_stats(0, &s));
+    ASSERT_STR_EQ("Fake Orin", s.name); /* NVML's device 1, bus 0000:10:00.0 */
+    ASSERT_EQ(0, gdl_gpu_stats(1, &s));
+    ASSERT_STR_EQ("Fake H100 80GB HBM3", s.name);
+    ASSERT_EQ(-1, gdl_gpu_stats(2, &s));
+    ASSERT_STR_EQ("gdl_gpu_stats: no CUDA device 2 (2 available)", gdl_last_error());
+    PASS();
+}
+#endif
+
+SUITE(monitor) {
+#if defined(GPUDL_EMU) && defined(FAKE_NVML) && !defined(_WIN32)
+    RUN_TEST(gpu_stats_by_pci_bus_id); /* first: NVML is loaded once per process */
+#endif
+    RUN_TEST(cuda_memory_stats);
+    RUN_TEST(cuda_profile_errors);
+    RUN_TEST(cuda_profile);
+}
+
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
     printf("CUDA devices: %d (%s)\n", gdl_cuda_device_count(), gdl_device_name(gdl_default_device()));
+    RUN_SUITE(monitor);
     RUN_SUITE(ops);
     RUN_SUITE(kernel_paths);
     RUN_SUITE(optim);

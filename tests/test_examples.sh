@@ -29,6 +29,7 @@ for e in mnist_mlp cnn keras_style; do
     expect 2 "\-\-epochs needs a value" "$b/$e" --epochs
     expect 2 "\-\-device 'gpu': expected cpu, cuda" "$b/$e" --device gpu
     expect 2 "\-\-seed '1e3'" "$b/$e" --seed 1e3
+    [ "$e" != keras_style ] && expect 2 "\-\-profile takes no value" "$b/$e" --profile=1
     # data that is not there: every place named, and the command that fetches it
     expect 1 "not found in $t/none (the directory given).*make data" "$b/$e" --data "$t/none" --epochs 1
     expect 1 "not found in $t/none2 (from GPUDL_DATA).*make data" env GPUDL_DATA="$t/none2" "$b/$e" --epochs 1
@@ -61,6 +62,11 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "" cc -std=c99 -O2 -I. -DGPUDL_ZLIB -o "$t/readme_step" "$t/readme_step.c" -lz -lm -pthread
     expect 0 "^epoch loss 0\.[0-9]*, train accuracy [0-9.]*%$" sh -c "cd '$t' && ./readme_step"
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 1 --data /usr/share/datasets/fashion-mnist --csv "$t/2.csv"
+    # --profile: the first epoch's table (a forward op, its backward, the optimizer) and the memory summary
+    expect 0 "^gdl_linear backward  *cpu  *1876 " "$b/mnist_mlp" --epochs 1 --profile --csv "$t/p.csv"
+    cp "$t/out" "$t/profile"
+    expect 0 "^gdl_step  *cpu  *938 " cat "$t/profile"
+    expect 0 "^allocation requests  *[0-9]" cat "$t/profile"
     expect 0 "test accuracy [0-9]" env GPUDL_DATA=/usr/share/datasets/fashion-mnist "$b/mnist_mlp" --epochs 1 --csv "$t/3.csv"
 else
     skip=$((skip + 3)); echo "  SKIP the training runs: Fashion-MNIST is not installed (sh tools/deps.sh test installs it)"

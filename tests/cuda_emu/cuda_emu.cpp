@@ -1582,6 +1582,17 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
     p->l2CacheSize = 50 << 20;
     p->memoryBusWidth = 5120;
     p->pciDeviceID = d;
+    p->pciBusID = 0x10 * (d + 1); /* as cudaDeviceGetPCIBusId says */
+    return cudaSuccess;
+}
+
+// Each emulated device has its own bus: 0000:10:00.0, 0000:20:00.0, ...
+// (tests/fake_nvml.c lists the first two in the other order).
+cudaError_t cudaDeviceGetPCIBusId(char *buf, int len, int d) {
+    if (!init_ok()) return set_err(cudaErrorNoDevice);
+    if (!buf || len <= 0) return set_err(cudaErrorInvalidValue);
+    if (d < 0 || d >= cfg().devices) return set_err(cudaErrorInvalidDevice);
+    if (snprintf(buf, (size_t)len, "0000:%02x:00.0", 0x10 * (d + 1)) >= len) return set_err(cudaErrorInvalidValue);
     return cudaSuccess;
 }
 

@@ -33,8 +33,10 @@ $(EMU_B)/cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDR) | $(EMU_B)
 	$(CXX) $(EMU_CXXFLAGS) -O3 -g -c $< -o $@
 $(EMU_B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h $(EMU_HDR) | $(EMU_B)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_OPT) $(EMU_CU) -c $< -o $@
-$(B)/emu_test_cuda: tests/test_cuda.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
-	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) -c $< -o $(EMU_B)/test_cuda.o
+# the stand-in NVML (tests/fake_nvml.c) lists the emulated GPUs by PCI bus id, in another order
+EMU_NVML = -DFAKE_NVML='"$(CURDIR)/$(B)/libfake_nvml.so"'
+$(B)/emu_test_cuda: tests/test_cuda.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o $(B)/libfake_nvml.so | $(B)
+	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) $(EMU_NVML) -c $< -o $(EMU_B)/test_cuda.o
 	$(CXX) $(EMU_B)/test_cuda.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
 # ASan + UBSan over the emulator, the backend and the suite
@@ -42,8 +44,8 @@ $(EMU_B)/asan_cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDR) | $(EMU_B)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_SAN) -c $< -o $@
 $(EMU_B)/asan_gpudl_cuda.o: gpudl_cuda.cu gpudl.h $(EMU_HDR) | $(EMU_B)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_SAN) $(EMU_CU) -c $< -o $@
-$(B)/emu_asan_test_cuda: tests/test_cuda.c $(HDR) $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o | $(B)
-	$(CC) $(STD) $(EMU_SAN) -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) -c $< -o $(EMU_B)/asan_test_cuda.o
+$(B)/emu_asan_test_cuda: tests/test_cuda.c $(HDR) $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o $(B)/libfake_nvml.so | $(B)
+	$(CC) $(STD) $(EMU_SAN) -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) $(EMU_NVML) -c $< -o $(EMU_B)/asan_test_cuda.o
 	$(CXX) $(SAN) $(EMU_B)/asan_test_cuda.o $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o -o $@ $(EMU_LIBS)
 
 # the emulator's own test: barriers, shuffles, atomics, streams, diagnostics
