@@ -822,6 +822,9 @@ GPUDL_API int gdl_step(gdl_optimizer *opt);
 GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max_norm);
 /* gdl_clip_grad_norm over all of the optimizer's parameters. */
 GPUDL_API double gdl_optim_clip_grad_norm(gdl_optimizer *opt, double max_norm);
+/* The same clipping without reading the norm back (0 / -1): on a GPU the norm and the scaling stay on
+   the device (three kernel launches, no host synchronisation), as gdl_fit's clip_grad_norm does. */
+GPUDL_API int gdl_clip_grad_norm_nosync(gdl_tensor *const *params, int n, double max_norm);
 /* Lists the optimizer state for checkpoints, creating missing state (zeros, step 0): per parameter index i
    (in the order added) "state.<i>.step" (i32 scalar on the CPU) and "state.<i>.momentum_buffer" (SGD with
    momentum) or "state.<i>.exp_avg", "state.<i>.exp_avg_sq" (Adam, AdamW). Fills at most max entries
@@ -1299,6 +1302,10 @@ typedef struct gdl_opt_tensor {
        with logits [B,C] and i32 labels y: acc[2] += rows whose argmax (gdl_argmax's rule) is y, acc[3] += B */ \
     X(int, fit_metrics, (const gdl_real *loss, int64_t B, int64_t C, const gdl_real *logits, const int32_t *y, \
         double *acc)) \
+    /* clip_grad_norm_ without reading anything back: the global L2 norm of `count` gradients (g[i], n[i] \
+       elements), written to *norm (device memory, may be NULL), and when max_norm / (norm + 1e-6) < 1 (or \
+       NaN) every gradient scaled by it; the sum of squares in double, tensor by tensor in order */ \
+    X(int, clip_grad_norm, (int count, gdl_real *const *g, const int64_t *n, double max_norm, double *norm)) \
     /* host-visible results (synchronising) */ \
     X(int, count_nonfinite, (int64_t n, const gdl_real *x, int64_t *out)) \
     X(int, sum_squares, (int64_t n, const gdl_real *x, double *out)) \
@@ -4234,6 +4241,25 @@ static int gdl__cpu_fit_metrics(const gdl_real *loss, int64_t B, int64_t C, cons
         acc[2] += (double)correct;
         acc[3] += (double)B;
     }
+    return 0;
+}
+static int gdl__cpu_clip_grad_norm(int count, gdl_real *const *g, const int64_t *n, double max_norm, double *norm) {
+    double total = 0, nrm, coef;
+    int i;
+    for (i = 0; i < count; i++) {
+        double s = 0;
+        int64_t j;
+        for (j = 0; j < n[i]; j++) s += (double)g[i][j] * g[i][j];
+        total += s;
+    }
+    nrm = sqrt(total);
+    coef = max_norm / (nrm + 1e-6);
+    if (norm) *norm = nrm;
+    if (!(coef >= 1)) /* PyTorch multiplies by min(coef, 1); a NaN norm spreads NaN as there */
+        for (i = 0; i < count; i++) {
+            int64_t j;
+            for (j = 0; j < n[i]; j++) g[i][j] = (gdl_real)coef * g[i][j];
+        }
     return 0;
 }
 static int gdl__cpu_count_nonfinite(int64_t n, const gdl_real *x, int64_t *out) {
@@ -9804,10 +9830,17 @@ static int gdl__step(gdl_optimizer *opt) {
     return 0;
 }
 
-GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max_norm) {
-    const char *op = "gdl_clip_grad_norm";
-    double total = 0, norm, coef;
-    int i;
+/* The gradients of params, all on one device, clipped there by one backend
+   call (no read back); the norm goes to *dnorm (device memory) if given.
+   0; 1 when the gradients are on several devices (the caller clips them
+   the slow way); -1 + error. */
+static int gdl__clip_fused(const char *op, gdl_tensor *const *params, int n, double max_norm, double *dnorm,
+                           const gdl_backend **be_out) {
+    gdl_real **g;
+    int64_t *ns;
+    int i, k = 0;
+    gdl_device dev = gdl_cpu();
+    const gdl_backend *be;
     if (n < 0 || (n > 0 && !params)) {
         gdl__set_error("%s: bad parameter list (n %d, params %s)", op, n, params ? "given" : "NULL");
         return -1;
@@ -9817,12 +9850,53 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
         return -1;
     }
     for (i = 0; i < n; i++) {
-        const gdl_backend *be;
-        double s = 0;
         if (!params[i]) {
             gdl__set_error("%s: params[%d] is NULL", op, i);
             return -1;
         }
+        if (!params[i]->grad || !params[i]->grad->numel) continue;
+        if (k++ == 0) dev = params[i]->grad->device;
+        else if (!gdl_device_equal(dev, params[i]->grad->device)) return 1;
+    }
+    if (!(be = gdl__be(op, dev))) return -1;
+    *be_out = be;
+    /* the lists live in the step arena: a steady-state step stays allocation-free */
+    g = (gdl_real **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_real *) * (size_t)(k + 1));
+    ns = (int64_t *)gdl__arena_alloc(&gdl__host_arena, sizeof(int64_t) * (size_t)(k + 1));
+    if (!g || !ns) {
+        gdl__set_error("%s: out of memory", op);
+        return -1;
+    }
+    for (i = 0, k = 0; i < n; i++)
+        if (params[i]->grad && params[i]->grad->numel) {
+            g[k] = GDL__R(params[i]->grad);
+            ns[k++] = params[i]->grad->numel;
+        }
+    return be->clip_grad_norm(k, g, ns, max_norm, dnorm) < 0 ? -1 : 0;
+}
+
+GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max_norm) {
+    const char *op = "gdl_clip_grad_norm";
+    double total = 0, norm, coef, *dnorm = NULL;
+    const gdl_backend *fbe = NULL;
+    int i, rc;
+    gdl_device dev = gdl_cpu();
+    for (i = 0; i < n && params; i++) /* where the norm is computed: the first gradient's device */
+        if (params[i] && params[i]->grad && params[i]->grad->numel) {
+            dev = params[i]->grad->device;
+            break;
+        }
+    if (!(dnorm = (double *)gdl__scratch(op, dev, sizeof(double)))) return -1;
+    rc = gdl__clip_fused(op, params, n, max_norm, dnorm, &fbe);
+    if (rc < 0) return -1;
+    if (rc == 0) { /* one device: one call, then the norm's one read back */
+        if (fbe->copy(&norm, dnorm, sizeof norm, dev.type == GDL_DEVICE_CPU ? 2 : 1) < 0) return -1;
+        return norm;
+    }
+    /* gradients on several devices: a norm per device, added on the host */
+    for (i = 0; i < n; i++) {
+        const gdl_backend *be;
+        double s = 0;
         if (!params[i]->grad || !params[i]->grad->numel) continue;
         if (!(be = gdl__be(op, params[i]->grad->device)) || be->sum_squares(params[i]->grad->numel,
                                                                              GDL__R(params[i]->grad), &s) < 0)
@@ -9840,6 +9914,13 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
                 return -1;
         }
     return norm;
+}
+
+GPUDL_API int gdl_clip_grad_norm_nosync(gdl_tensor *const *params, int n, double max_norm) {
+    const gdl_backend *be = NULL;
+    int rc = gdl__clip_fused("gdl_clip_grad_norm_nosync", params, n, max_norm, NULL, &be);
+    if (rc == 1) return gdl_clip_grad_norm(params, n, max_norm) < 0 ? -1 : 0; /* several devices: read back */
+    return rc;
 }
 
 GPUDL_API double gdl_optim_clip_grad_norm(gdl_optimizer *opt, double max_norm) {
@@ -10496,7 +10577,17 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
         if (!lt || gdl_backward(lt) < 0) return -1;
     }
     if (!step) return 0;
-    if (o->clip_grad_norm > 0 && gdl_optim_clip_grad_norm(opt, o->clip_grad_norm) < 0) return -1;
+    if (o->clip_grad_norm > 0) { /* clipped on the device: nothing read back */
+        gdl_tensor **ps = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) *
+                                                                                 (size_t)(opt->nparams + 1));
+        int i;
+        if (!ps) {
+            gdl__set_error("gdl_fit: out of memory");
+            return -1;
+        }
+        for (i = 0; i < opt->nparams; i++) ps[i] = opt->params[i].p;
+        if (gdl_clip_grad_norm_nosync(ps, opt->nparams, o->clip_grad_norm) < 0) return -1;
+    }
     return gdl_step(opt);
 }
 

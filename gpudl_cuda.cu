@@ -2101,6 +2101,86 @@ static int gdl__cu_opt_multi(int count, const gdl_opt_tensor *t, int adam, int d
     return 0;
 }
 
+// clip_grad_norm_ on the device: per-chunk sums of squares (double), one
+// block adding them in chunk order, then the scaling, which reads the
+// coefficient from device memory: three launches, nothing read back. The
+// table is the optimizer's (only p, n and first_chunk are used).
+__global__ void gdl__k_sumsq_chunks(const gdl__cu_opt_entry *tab, int count, int64_t chunks, double *part) {
+    GDL_CU_ROWS(c, chunks) {
+        const gdl__cu_opt_entry *e = gdl__cu_opt_find(tab, count, c);
+        int64_t lo = (c - e->first_chunk) * GDL__CU_OPT_CHUNK, hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;
+        double s = 0;
+        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) s += (double)e->p[i] * e->p[i];
+        s = gdl__block_sum(s);
+        if (threadIdx.x == 0) part[c] = s;
+    }
+}
+
+__global__ void gdl__k_clip_coef(int64_t chunks, const double *part, double max_norm, double *norm, double *coef) {
+    double s = 0;
+    for (int64_t i = threadIdx.x; i < chunks; i += blockDim.x) s += part[i];
+    s = gdl__block_sum(s);
+    if (threadIdx.x == 0) {
+        double nrm = sqrt(s);
+        if (norm) *norm = nrm;
+        *coef = max_norm / (nrm + 1e-6);
+    }
+}
+
+__global__ void gdl__k_clip_scale(const gdl__cu_opt_entry *tab, int count, int64_t chunks, const double *coef) {
+    double cf = *coef;
+    if (cf >= 1) return; /* PyTorch multiplies by min(coef, 1); a NaN coefficient scales, spreading NaN */
+    float f = (float)cf;
+    GDL_CU_ROWS(c, chunks) {
+        const gdl__cu_opt_entry *e = gdl__cu_opt_find(tab, count, c);
+        int64_t lo = (c - e->first_chunk) * GDL__CU_OPT_CHUNK, hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;
+        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) e->p[i] = f * e->p[i];
+    }
+}
+
+static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, double max_norm, double *norm) {
+    std::vector<gdl__cu_opt_entry> host;
+    int64_t chunks = 0;
+    int used = 0;
+    try {
+        host.resize((size_t)(count > 0 ? count : 1));
+    } catch (...) {
+        gdl__set_error("gdl_cuda: out of host memory for the clipping's table of %d tensors", count);
+        return -1;
+    }
+    for (int k = 0; k < count; k++) {
+        if (n[k] <= 0) continue;
+        gdl__cu_opt_entry &e = host[(size_t)used++];
+        memset(&e, 0, sizeof e);
+        e.p = g[k];
+        e.n = n[k];
+        e.first_chunk = chunks;
+        chunks += (n[k] + GDL__CU_OPT_CHUNK - 1) / GDL__CU_OPT_CHUNK;
+    }
+    size_t tb = sizeof(gdl__cu_opt_entry) * (size_t)(used > 0 ? used : 1);
+    // one scratch block: [table][chunk sums][coefficient]
+    char *scratch = (char *)gdl__cu_alloc(tb + sizeof(double) * (size_t)(chunks + 1));
+    if (!scratch) return -1;
+    gdl__cu_opt_entry *tab = (gdl__cu_opt_entry *)scratch;
+    double *part = (double *)(scratch + tb), *coef = part + chunks;
+    cudaStream_t st = gdl__cu_stream();
+    cudaError_t e = used ? cudaMemcpyAsync(tab, host.data(), tb, cudaMemcpyHostToDevice, st) : cudaSuccess;
+    if (e == cudaSuccess) {
+        unsigned grid = (unsigned)(chunks < (1 << 20) ? (chunks > 0 ? chunks : 1) : (1 << 20));
+        if (chunks > 0) GDL_CU_LAUNCH(gdl__k_sumsq_chunks, grid, GDL__CU_THREADS, 0, st)(tab, used, chunks, part);
+        GDL_CU_LAUNCH(gdl__k_clip_coef, 1, GDL__CU_THREADS, 0, st)(chunks, part, max_norm, norm, coef);
+        if (chunks > 0) GDL_CU_LAUNCH(gdl__k_clip_scale, grid, GDL__CU_THREADS, 0, st)(tab, used, chunks, coef);
+        e = cudaGetLastError();
+    }
+    gdl__cu_free(scratch); /* stream order: the kernels run before any reuse */
+    if (e != cudaSuccess) {
+        gdl__cu_report(cudaGetErrorString(e), __FILE__, __LINE__, "gdl__cu_clip_grad_norm's copy or kernels");
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
 static int gdl__cu_sgd_multi(int count, const gdl_opt_tensor *t) { return gdl__cu_opt_multi(count, t, 0, 0); }
 static int gdl__cu_adam_multi(int count, const gdl_opt_tensor *t, int decoupled) {
     return gdl__cu_opt_multi(count, t, 1, decoupled);

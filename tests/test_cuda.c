@@ -523,6 +523,18 @@ TEST clip_grad_norm_parity(void) {
     ng = gdl_clip_grad_norm(pg, 3, 1e9);
     ASSERT_IN_RANGE(2.5, nc, 1e-4);
     ASSERT_IN_RANGE(2.5, ng, 1e-4);
+    { /* without reading the norm back: nothing synchronises, the same gradients */
+        int64_t before = gdl_sync_count();
+        ASSERT_EQ(0, gdl_clip_grad_norm_nosync(p, 3, 0.5));
+        ASSERT_EQ(0, gdl_clip_grad_norm_nosync(pg, 3, 0.5));
+        if (gdl_sync_count() != before)
+            FAILf("gdl_clip_grad_norm_nosync made %lld host synchronisations", (long long)(gdl_sync_count() - before));
+        for (i = 0; i < 3; i++) {
+            double e = rel_err(p[i]->grad, pg[i]->grad);
+            if (!(e < 1e-6)) FAILf("gradient %d clipped without a read differs: relative error %.3g", i, e);
+        }
+        ASSERT_IN_RANGE(0.5, gdl_clip_grad_norm(pg, 3, 1e9), 1e-4);
+    }
     for (i = 0; i < 3; i++) {
         gdl_free(p[i]);
         gdl_free(pg[i]);
@@ -1058,7 +1070,8 @@ TEST model_parallel_two_devices(void) {
    step: the loss and accuracy are summed on the device and read at the
    epoch's end. The count of host synchronisations of a whole fit does not
    grow with the number of steps (64 and 128 samples give the same count),
-   and the epoch's loss and accuracy equal the CPU's. The loss function lets
+   and the epoch's loss and accuracy equal the CPU's (with gradient clipping,
+   which stays on the device as well). The loss function lets
    the device catch up first with the emulator's own wait (not counted), so
    that no wait for a loader buffer can happen: the host never runs ahead. */
 #ifdef GPUDL_EMU
@@ -1104,6 +1117,7 @@ static int fit_count_syncs(int n, gdl_device dev, int64_t *syncs, gdl_epoch_stat
         return -1;
     fo.epochs = 2;
     fo.verbose = 0;
+    fo.clip_grad_norm = 0.5; /* clipped on the device too */
 #ifdef GPUDL_EMU
     if (dev.type == GDL_DEVICE_CUDA) fo.loss = drained_xent;
 #endif
