@@ -268,9 +268,8 @@ TEST test_degenerate(void) {
 
 /* Results must not depend on the number of threads. */
 TEST test_thread_count_independent(void) {
-#ifdef _OPENMP
+#ifdef GDL__POOL
     const int M = 2 * GDL__GEMM_MC + 3, N = 3 * GDL__GEMM_NR + 5, K = 300;
-    const int saved = omp_get_max_threads();
     gemm_case g;
     float *c1, *c4;
     const size_t nc = (size_t)M * (N + 5);
@@ -280,11 +279,11 @@ TEST test_thread_count_independent(void) {
     c4 = (float *)malloc(nc * sizeof(float));
     memcpy(c1, g.C0, nc * sizeof(float));
     memcpy(c4, g.C0, nc * sizeof(float));
-    omp_set_num_threads(1);
+    gdl_set_num_threads(1);
     gdl_gemm_cpu(0, 1, M, N, K, 0.5f, g.A, g.lda, g.B, g.ldb, 0, c1, g.ldc);
-    omp_set_num_threads(4);
+    gdl_set_num_threads(4);
     gdl_gemm_cpu(0, 1, M, N, K, 0.5f, g.A, g.lda, g.B, g.ldb, 0, c4, g.ldc);
-    omp_set_num_threads(saved);
+    gdl_set_num_threads(0);
     same = memcmp(c1, c4, nc * sizeof(float)) == 0;
     case_free(&g);
     free(c1);
@@ -292,9 +291,25 @@ TEST test_thread_count_independent(void) {
     ASSERTm("1 and 4 threads give different bits", same);
     PASS();
 #else
-    SKIPm("built without OpenMP");
+    SKIPm("built without threads");
 #endif
 }
+
+#ifdef GDL__POOL
+typedef struct {
+    int ta, tb, M, N, K;
+    const gemm_case *g;
+    float *c;
+} in_task_gemm;
+/* Task 0 of a pool job calls the GEMM while its thread holds the pool. */
+static void gemm_in_task(void *p, int t, int nt) {
+    const in_task_gemm *j = (const in_task_gemm *)p;
+    (void)nt;
+    if (t == 0)
+        gdl_gemm_cpu(j->ta, j->tb, j->M, j->N, j->K, 1, j->g->A, j->g->lda, j->g->B, j->g->ldb, j->g->beta, j->c,
+                     j->g->ldc);
+}
+#endif
 
 /* The unpacked fallback sums like the packed path: reached from inside a
    parallel region, and when the packing buffer cannot be allocated. */
@@ -307,10 +322,12 @@ static enum harness_result fallback_case(int ta, int tb, int in_parallel) {
     case_init(&g, ta, tb, M, N, K, 1, (float)(ta ^ tb));
     memcpy(c, g.C0, nc * sizeof(float));
     if (in_parallel) {
-#ifdef _OPENMP
-#pragma omp parallel num_threads(2)
-        {
-            if (omp_get_thread_num() == 0) gdl_gemm_cpu(ta, tb, M, N, K, 1, g.A, g.lda, g.B, g.ldb, g.beta, c, g.ldc);
+#ifdef GDL__POOL
+        in_task_gemm j;
+        j.ta = ta; j.tb = tb; j.M = M; j.N = N; j.K = K; j.g = &g; j.c = c;
+        if (gdl__pool_acquire()) {
+            gdl__pool_run(2, gemm_in_task, &j);
+            gdl__pool_release();
         }
 #endif
     } else {
@@ -332,12 +349,12 @@ TEST test_fallback_no_memory(void) {
 }
 
 TEST test_fallback_in_parallel_region(void) {
-#ifdef _OPENMP
+#ifdef GDL__POOL
     int t;
     for (t = 0; t < 4; t++) CHECK_CALL(fallback_case(t >> 1, t & 1, 1));
     PASS();
 #else
-    SKIPm("built without OpenMP");
+    SKIPm("built without threads");
 #endif
 }
 
