@@ -3053,7 +3053,7 @@ static int gdl__cpu_memset0(void *p, size_t bytes) {
 static int gdl__cpu_sync(void) { return 0; }
 
 typedef struct {
-    gdl_real * x;
+    gdl_real *x;
     int64_t n;
     gdl_real v;
 } gdl__fill_job;
@@ -3302,9 +3302,9 @@ typedef struct {
     int64_t outer;
     int64_t n;
     int64_t inner;
-    const gdl_real * x;
-    gdl_real * y;
-    int32_t * idx;
+    const gdl_real *x;
+    gdl_real *y;
+    int32_t *idx;
     int accumulate;
 } gdl__reduce_job;
 static void gdl__reduce_part(const void *p_, int64_t lo_, int64_t hi_) {
@@ -3351,9 +3351,9 @@ typedef struct {
     int64_t outer;
     int64_t n;
     int64_t inner;
-    const gdl_real * gy;
-    const int32_t * idx;
-    gdl_real * gx;
+    const gdl_real *gy;
+    const int32_t *idx;
+    gdl_real *gx;
 } gdl__reduce_backward_job;
 static void gdl__reduce_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__reduce_backward_job *a_ = (const gdl__reduce_backward_job *)p_;
@@ -3403,8 +3403,8 @@ typedef struct {
     int64_t outer;
     int64_t n;
     int64_t inner;
-    const gdl_real * x;
-    gdl_real * y;
+    const gdl_real *x;
+    gdl_real *y;
 } gdl__softmax_job;
 static void gdl__softmax_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__softmax_job *a_ = (const gdl__softmax_job *)p_;
@@ -3440,9 +3440,9 @@ typedef struct {
     int64_t outer;
     int64_t n;
     int64_t inner;
-    const gdl_real * y;
-    const gdl_real * gy;
-    gdl_real * gx;
+    const gdl_real *y;
+    const gdl_real *gy;
+    gdl_real *gx;
 } gdl__softmax_backward_job;
 static void gdl__softmax_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__softmax_backward_job *a_ = (const gdl__softmax_backward_job *)p_;
@@ -3486,9 +3486,9 @@ static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
 }
 
 typedef struct {
-    const gdl_conv_geom * g;
-    const gdl_real * x;
-    gdl_real * col;
+    const gdl_conv_geom *g;
+    const gdl_real *x;
+    gdl_real *col;
 } gdl__im2col_job;
 static void gdl__im2col_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__im2col_job *a_ = (const gdl__im2col_job *)p_;
@@ -3529,9 +3529,9 @@ static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *
 }
 
 typedef struct {
-    const gdl_conv_geom * g;
-    const gdl_real * col;
-    gdl_real * x;
+    const gdl_conv_geom *g;
+    const gdl_real *col;
+    gdl_real *x;
 } gdl__col2im_job;
 static void gdl__col2im_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__col2im_job *a_ = (const gdl__col2im_job *)p_;
@@ -3567,10 +3567,10 @@ static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real
 }
 
 typedef struct {
-    const gdl_conv_geom * g;
-    const gdl_real * x;
-    gdl_real * y;
-    int32_t * idx;
+    const gdl_conv_geom *g;
+    const gdl_real *x;
+    gdl_real *y;
+    int32_t *idx;
 } gdl__maxpool_job;
 static void gdl__maxpool_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__maxpool_job *a_ = (const gdl__maxpool_job *)p_;
@@ -3639,9 +3639,9 @@ static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy,
 }
 
 typedef struct {
-    const gdl_conv_geom * g;
-    const gdl_real * x;
-    gdl_real * y;
+    const gdl_conv_geom *g;
+    const gdl_real *x;
+    gdl_real *y;
 } gdl__avgpool_job;
 static void gdl__avgpool_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__avgpool_job *a_ = (const gdl__avgpool_job *)p_;
@@ -3674,9 +3674,9 @@ static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real 
 }
 
 typedef struct {
-    const gdl_conv_geom * g;
-    const gdl_real * gy;
-    gdl_real * gx;
+    const gdl_conv_geom *g;
+    const gdl_real *gy;
+    gdl_real *gx;
 } gdl__avgpool_backward_job;
 static void gdl__avgpool_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__avgpool_backward_job *a_ = (const gdl__avgpool_backward_job *)p_;
@@ -3723,8 +3723,8 @@ typedef struct {
     int64_t n;
     double p;
     uint64_t seed;
-    const gdl_real * x;
-    gdl_real * y;
+    const gdl_real *x;
+    gdl_real *y;
 } gdl__dropout_job;
 static void gdl__dropout_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__dropout_job *a_ = (const gdl__dropout_job *)p_;
@@ -3745,8 +3745,8 @@ typedef struct {
     int64_t n;
     double p;
     uint64_t seed;
-    const gdl_real * gy;
-    gdl_real * gx;
+    const gdl_real *gy;
+    gdl_real *gx;
 } gdl__dropout_backward_job;
 static void gdl__dropout_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__dropout_backward_job *a_ = (const gdl__dropout_backward_job *)p_;
@@ -3769,14 +3769,14 @@ typedef struct {
     int64_t N;
     int64_t C;
     int64_t S;
-    const gdl_real * x;
-    const gdl_real * gamma;
-    const gdl_real * beta;
-    gdl_real * y;
-    gdl_real * mean;
-    gdl_real * invstd;
-    gdl_real * run_mean;
-    gdl_real * run_var;
+    const gdl_real *x;
+    const gdl_real *gamma;
+    const gdl_real *beta;
+    gdl_real *y;
+    gdl_real *mean;
+    gdl_real *invstd;
+    gdl_real *run_mean;
+    gdl_real *run_var;
     int training;
     double momentum;
     double eps;
@@ -3842,15 +3842,15 @@ typedef struct {
     int64_t N;
     int64_t C;
     int64_t S;
-    const gdl_real * x;
-    const gdl_real * gy;
-    const gdl_real * gamma;
-    const gdl_real * mean;
-    const gdl_real * invstd;
+    const gdl_real *x;
+    const gdl_real *gy;
+    const gdl_real *gamma;
+    const gdl_real *mean;
+    const gdl_real *invstd;
     int training;
-    gdl_real * gx;
-    gdl_real * ggamma;
-    gdl_real * gbeta;
+    gdl_real *gx;
+    gdl_real *ggamma;
+    gdl_real *gbeta;
 } gdl__batchnorm_backward_job;
 static void gdl__batchnorm_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__batchnorm_backward_job *a_ = (const gdl__batchnorm_backward_job *)p_;
@@ -3900,13 +3900,13 @@ static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gd
 typedef struct {
     int64_t rows;
     int64_t D;
-    const gdl_real * x;
-    const gdl_real * gamma;
-    const gdl_real * beta;
+    const gdl_real *x;
+    const gdl_real *gamma;
+    const gdl_real *beta;
     double eps;
-    gdl_real * y;
-    gdl_real * mean;
-    gdl_real * rstd;
+    gdl_real *y;
+    gdl_real *mean;
+    gdl_real *rstd;
 } gdl__layernorm_job;
 static void gdl__layernorm_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__layernorm_job *a_ = (const gdl__layernorm_job *)p_;
@@ -4060,9 +4060,9 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
 
 typedef struct {
     int64_t n;
-    gdl_real * p;
-    const gdl_real * g;
-    gdl_real * buf;
+    gdl_real *p;
+    const gdl_real *g;
+    gdl_real *buf;
     double lr;
     double momentum;
     double dampening;
@@ -4101,10 +4101,10 @@ static int gdl__cpu_sgd(int64_t n, gdl_real *p, const gdl_real *g, gdl_real *buf
 
 typedef struct {
     int64_t n;
-    gdl_real * p;
-    const gdl_real * g;
-    gdl_real * m;
-    gdl_real * v;
+    gdl_real *p;
+    const gdl_real *g;
+    gdl_real *m;
+    gdl_real *v;
     double lr;
     double beta1;
     double beta2;
