@@ -5,11 +5,13 @@
    region inside a task, and parallel regions and GEMMs from several threads
    at once, neither deadlock nor race (also built under ThreadSanitizer:
    tsan_test_pool); a child forked after the workers started can use the
-   pool; the workers are joined at exit (LeakSanitizer: asan_test_pool). */
+   pool; the workers are joined at exit (LeakSanitizer: asan_test_pool).
+   Also the 2x2 max pool's branch-free path against a plain loop. */
 #define _POSIX_C_SOURCE 200809L
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -166,6 +168,47 @@ TEST test_kernels_same_bits_any_thread_count(void) {
     PASS();
 }
 
+/* The 2x2 stride-2 max pool's own path (selects by bit masks) against a
+   plain first-max, first-NaN loop, on planes full of ties, NaNs and zeros
+   of both signs, with odd sizes (a last row and column left out). */
+TEST test_maxpool2x2_path(void) {
+    const int N = 3, C = 5, H = 9, W = 11, OH = 4, OW = 5;
+    static const float vals[] = {0.0f, -0.0f, 1.0f, 1.0f, -2.0f, (float)NAN, -(float)NAN, (float)INFINITY,
+                                 -(float)INFINITY, 3.0f};
+    float *x = (float *)malloc(sizeof(float) * N * C * H * W), *y = (float *)malloc(sizeof(float) * N * C * OH * OW);
+    int32_t *idx = (int32_t *)malloc(sizeof(int32_t) * N * C * OH * OW);
+    gdl_conv_geom g;
+    int i, p, oh, ow, bad = 0;
+    uint64_t r = 9;
+    for (i = 0; i < N * C * H * W; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = vals[(r >> 33) % (sizeof vals / sizeof *vals)];
+    }
+    memset(&g, 0, sizeof g);
+    g.N = N; g.C = C; g.H = H; g.W = W; g.KH = g.KW = 2; g.SH = g.SW = 2; g.DH = g.DW = 1; g.OH = OH; g.OW = OW;
+    gdl__cpu_maxpool(&g, x, y, idx);
+    for (p = 0; p < N * C; p++)
+        for (oh = 0; oh < OH; oh++)
+            for (ow = 0; ow < OW; ow++) {
+                const float *xp = x + p * H * W;
+                int k, bi = 2 * oh * W + 2 * ow;
+                float best = xp[bi], got = y[(p * OH + oh) * OW + ow];
+                for (k = 1; k < 4; k++) {
+                    int j = (2 * oh + k / 2) * W + 2 * ow + k % 2;
+                    if (xp[j] > best || (xp[j] != xp[j] && best == best)) {
+                        best = xp[j];
+                        bi = j;
+                    }
+                }
+                bad += idx[(p * OH + oh) * OW + ow] != bi || memcmp(&best, &got, sizeof best) != 0;
+            }
+    free(x);
+    free(y);
+    free(idx);
+    ASSERT_EQm("outputs (bits) or indices differ from the first-max, first-NaN rule", 0, bad);
+    PASS();
+}
+
 /* --- nesting and concurrency -------------------------------------------- */
 
 static void nested_task(void *p, int t, int nt) {
@@ -280,6 +323,7 @@ SUITE(pool) {
     RUN_TEST(test_parallel_for_covers_each_index_once);
     RUN_TEST(test_thread_count_api_and_env);
     RUN_TEST(test_kernels_same_bits_any_thread_count);
+    RUN_TEST(test_maxpool2x2_path);
     RUN_TEST(test_nested_region_runs_serially);
     RUN_TEST(test_concurrent_callers);
     RUN_TEST(test_fork_child_uses_pool);
