@@ -2032,6 +2032,7 @@ extern int sched_getaffinity(pid_t, size_t, cpu_set_t *);
 typedef void (*gdl__task_fn)(void *ctx, int t, int nt);
 
 #define GDL__POOL_MAX 256     /* threads, the caller included */
+#ifdef GDL__POOL
 static int gdl__nthreads_want; /* gdl_set_num_threads; 0: from the environment */
 static int gdl__nthreads_env;  /* the environment's choice, once read; 0: not yet */
 
@@ -2041,7 +2042,7 @@ static int gdl__env_threads(void) {
     if (!s || !*s) s = getenv("OMP_NUM_THREADS"); /* "4" or "4,2": the outer level */
     if (s && *s) n = strtol(s, NULL, 10);
     if (n <= 0) {
-#if defined(__linux__) && defined(__GLIBC__) && defined(GDL__POOL)
+#if defined(__linux__) && defined(__GLIBC__)
         cpu_set_t set;
         if (sched_getaffinity(0, sizeof set, &set) == 0) {
             const unsigned char *b = (const unsigned char *)&set;
@@ -2056,6 +2057,7 @@ static int gdl__env_threads(void) {
     if (n < 1) n = 1;
     return n > GDL__POOL_MAX ? GDL__POOL_MAX : (int)n;
 }
+#endif
 
 GPUDL_API int gdl_get_num_threads(void) {
 #ifdef GDL__POOL
@@ -2779,6 +2781,12 @@ typedef struct gdl__gemm_args {
     const gdl_real *A, *B;
     gdl_real *C;
     ptrdiff_t lda, ldb, ldc;
+    /* nseg > 1: C = beta*C + sum over s < nseg of alpha*op(A + s*sA)*op(B + s*sB),
+       the segments in turn, each cut into K blocks as a call of its own
+       would: the batched GEMM with sC == 0 and beta 1 (a convolution's
+       weight gradient over the samples), bitwise as a loop of calls. */
+    int nseg;
+    ptrdiff_t sA, sB;
 } gdl__gemm_args;
 
 /* Split n into equal blocks of at most max, each a multiple of q (max is a
@@ -2807,14 +2815,15 @@ static void gdl__gemm_scale(const gdl__gemm_args *g) {
 static void gdl__gemm_simple(const gdl__gemm_args *g, int kc_blk) {
     const ptrdiff_t sa_i = g->transA ? 1 : g->lda, sa_k = g->transA ? g->lda : 1;
     const ptrdiff_t sb_k = g->transB ? 1 : g->ldb, sb_j = g->transB ? g->ldb : 1;
-    int i, j, k, pc;
+    int i, j, k, pc, seg;
+    for (seg = 0; seg < g->nseg; seg++)
     for (pc = 0; pc < g->K; pc += kc_blk) {
         const int kend = pc + kc_blk < g->K ? pc + kc_blk : g->K;
-        const gdl_real beta = pc == 0 ? g->beta : (gdl_real)1;
+        const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
         for (i = 0; i < g->M; i++) {
             gdl_real *c = g->C + i * g->ldc;
             for (j = 0; j < g->N; j++) {
-                const gdl_real *a = g->A + i * sa_i, *b = g->B + j * sb_j;
+                const gdl_real *a = g->A + seg * g->sA + i * sa_i, *b = g->B + seg * g->sB + j * sb_j;
                 gdl_real acc = 0, t;
                 for (k = pc; k < kend; k++) acc = GDL__GEMM_MADD(a[k * sa_k], b[k * sb_k], acc);
                 t = g->alpha * acc;
@@ -2829,21 +2838,24 @@ static void gdl__gemm_simple(const gdl__gemm_args *g, int kc_blk) {
    bbuf kc_blk x nc_blk elements, both 64-byte aligned. */
 static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
                               int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
-    int jc, pc, ic, ir, jr;
+    int jc, pc, ic, ir, jr, seg;
     for (jc = n0; jc < n1; jc += nc_blk) {
         const int nc = n1 - jc < nc_blk ? n1 - jc : nc_blk;
+        for (seg = 0; seg < g->nseg; seg++)
         for (pc = 0; pc < g->K; pc += kc_blk) {
             const int kc = g->K - pc < kc_blk ? g->K - pc : kc_blk;
-            const gdl_real beta = pc == 0 ? g->beta : (gdl_real)1; /* later K blocks accumulate */
+            /* later K blocks (and segments) accumulate */
+            const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
             for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
                 const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
-                gdl__gemm_pack_b(g->transB, g->B, g->ldb, pc, kc, jc + jr, n, bbuf + (size_t)jr * kc);
+                gdl__gemm_pack_b(g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n, bbuf + (size_t)jr * kc);
             }
             for (ic = m0; ic < m1; ic += mc_blk) {
                 const int mc = m1 - ic < mc_blk ? m1 - ic : mc_blk;
                 for (ir = 0; ir < mc; ir += GDL__GEMM_MR) {
                     const int m = mc - ir < GDL__GEMM_MR ? mc - ir : GDL__GEMM_MR;
-                    gdl__gemm_pack_a(g->transA, g->A, g->lda, ic + ir, m, pc, kc, abuf + (size_t)ir * kc);
+                    gdl__gemm_pack_a(g->transA, g->A + seg * g->sA, g->lda, ic + ir, m, pc, kc,
+                                     abuf + (size_t)ir * kc);
                 }
                 /* jr outside ir: one B micro-panel stays in L1 while the
                    A micro-panels stream past it from L2 */
@@ -2937,6 +2949,54 @@ static void gdl__gemm_task(void *p, int t, int nt) {
 
 #endif /* !GDL__GEMM_CBLAS */
 
+#ifndef GDL__GEMM_CBLAS
+/* The built-in GEMM on g (M, N > 0): threads, packing buffers, fallbacks. */
+static void gdl__gemm_run(const gdl__gemm_args *g) {
+    const int M = g->M, N = g->N, K = g->K;
+    int mc_blk, kc_blk, nc_blk, tm = 1, tn = 1;
+    size_t asz, bsz;
+    if (K <= 0 || g->alpha == 0) { /* A and B are not read */
+        gdl__gemm_scale(g);
+        return;
+    }
+    mc_blk = gdl__gemm_block(M, GDL__GEMM_MC, GDL__GEMM_MR);
+    kc_blk = gdl__gemm_block(K, GDL__GEMM_KC, 1);
+    nc_blk = gdl__gemm_block(N, GDL__GEMM_NC, GDL__GEMM_NR);
+    if (!gdl__pool_acquire()) { /* the packing buffers are in use: don't race */
+        gdl__gemm_simple(g, kc_blk);
+        return;
+    }
+#ifdef GDL__POOL
+    if ((double)M * N * K * g->nseg >= GDL__GEMM_MT_MIN) gdl__gemm_grid(M, N, gdl_get_num_threads(), &tm, &tn);
+#endif
+    /* per thread: an A block and a B panel, each rounded up to 64 bytes */
+    asz = ((size_t)mc_blk * kc_blk + 15) & ~(size_t)15;
+    bsz = ((size_t)kc_blk * nc_blk + 15) & ~(size_t)15;
+    if (!gdl__gemm_reserve((size_t)tm * tn * (asz + bsz))) {
+        tm = tn = 1; /* no memory for every thread: try one thread */
+        if (!gdl__gemm_reserve(asz + bsz)) {
+            gdl__pool_release();
+            gdl__gemm_simple(g, kc_blk);
+            return;
+        }
+    }
+#ifdef GDL__POOL
+    if (tm * tn > 1) {
+        gdl__gemm_job j;
+        j.g = g;
+        j.mc_blk = mc_blk; j.kc_blk = kc_blk; j.nc_blk = nc_blk;
+        j.tm = tm; j.tn = tn;
+        j.asz = asz; j.bsz = bsz;
+        gdl__pool_run(tm * tn, gdl__gemm_task, &j);
+        gdl__pool_release();
+        return;
+    }
+#endif
+    gdl__gemm_blocked(g, 0, M, 0, N, mc_blk, kc_blk, nc_blk, gdl__gemm_buf, gdl__gemm_buf + asz);
+    gdl__pool_release();
+}
+#endif
+
 GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_real alpha,
                             const gdl_real *A, int lda, const gdl_real *B, int ldb,
                             gdl_real beta, gdl_real *C, int ldc) {
@@ -2956,52 +3016,13 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
 #else
     {
         gdl__gemm_args g;
-        int mc_blk, kc_blk, nc_blk, tm = 1, tn = 1;
-        size_t asz, bsz;
         g.transA = transA; g.transB = transB;
         g.M = M; g.N = N; g.K = K;
         g.alpha = alpha; g.beta = beta;
         g.A = A; g.B = B; g.C = C;
         g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-        if (K <= 0 || alpha == 0) { /* A and B are not read */
-            gdl__gemm_scale(&g);
-            return;
-        }
-        mc_blk = gdl__gemm_block(M, GDL__GEMM_MC, GDL__GEMM_MR);
-        kc_blk = gdl__gemm_block(K, GDL__GEMM_KC, 1);
-        nc_blk = gdl__gemm_block(N, GDL__GEMM_NC, GDL__GEMM_NR);
-        if (!gdl__pool_acquire()) { /* the packing buffers are in use: don't race */
-            gdl__gemm_simple(&g, kc_blk);
-            return;
-        }
-#ifdef GDL__POOL
-        if ((double)M * N * K >= GDL__GEMM_MT_MIN) gdl__gemm_grid(M, N, gdl_get_num_threads(), &tm, &tn);
-#endif
-        /* per thread: an A block and a B panel, each rounded up to 64 bytes */
-        asz = ((size_t)mc_blk * kc_blk + 15) & ~(size_t)15;
-        bsz = ((size_t)kc_blk * nc_blk + 15) & ~(size_t)15;
-        if (!gdl__gemm_reserve((size_t)tm * tn * (asz + bsz))) {
-            tm = tn = 1; /* no memory for every thread: try one thread */
-            if (!gdl__gemm_reserve(asz + bsz)) {
-                gdl__pool_release();
-                gdl__gemm_simple(&g, kc_blk);
-                return;
-            }
-        }
-#ifdef GDL__POOL
-        if (tm * tn > 1) {
-            gdl__gemm_job j;
-            j.g = &g;
-            j.mc_blk = mc_blk; j.kc_blk = kc_blk; j.nc_blk = nc_blk;
-            j.tm = tm; j.tn = tn;
-            j.asz = asz; j.bsz = bsz;
-            gdl__pool_run(tm * tn, gdl__gemm_task, &j);
-            gdl__pool_release();
-            return;
-        }
-#endif
-        gdl__gemm_blocked(&g, 0, M, 0, N, mc_blk, kc_blk, nc_blk, gdl__gemm_buf, gdl__gemm_buf + asz);
-        gdl__pool_release();
+        g.nseg = 1; g.sA = g.sB = 0;
+        gdl__gemm_run(&g);
     }
 #endif
 }
@@ -3095,6 +3116,22 @@ static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, co
                          int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
                          int ldc, int64_t sC, int batch) {
     int b;
+#ifndef GDL__GEMM_CBLAS
+    if (sC == 0 && batch > 1 && beta == 1 && K > 0 && alpha != 0 && M > 0 && N > 0) {
+        /* every batch accumulates into one C: one call over K segments, so
+           the threads share the whole sum (same bits as the loop below) */
+        gdl__gemm_args g;
+        GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
+        g.transA = ta; g.transB = tb;
+        g.M = M; g.N = N; g.K = K;
+        g.alpha = alpha; g.beta = beta;
+        g.A = A; g.B = B; g.C = C;
+        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+        g.nseg = batch; g.sA = (ptrdiff_t)sA; g.sB = (ptrdiff_t)sB;
+        gdl__gemm_run(&g);
+        return 0;
+    }
+#endif
     for (b = 0; b < batch; b++)
         gdl_gemm_cpu(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, ldc);
     return 0;
@@ -4949,7 +4986,7 @@ GPUDL_API gdl_tensor *gdl_conv2d(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias,
 
 static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
     const gdl_conv_geom *g = &n->geom;
-    int groups = (int)n->i[0], direct = (int)n->i[1], gi, b;
+    int groups = (int)n->i[0], direct = (int)n->i[1], gi;
     int64_t OC = n->out->shape[1], Cg = g->C / groups, OCg = OC / groups, KK = (int64_t)g->KH * g->KW;
     int64_t OHW = (int64_t)g->OH * g->OW, CKK = (int64_t)g->C * KK;
     gdl_real *gy = GDL__R(n->out->grad), *gx = GDL__G(n->in[0]), *gw = GDL__G(n->in[1]), *gb = GDL__G(n->in[2]);
@@ -4960,13 +4997,12 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
             be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
             return -1;
     }
-    if (gw)
-        for (b = 0; b < g->N; b++)
-            for (gi = 0; gi < groups; gi++)
-                if (be->gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + b * OC * OHW + gi * OCg * OHW, (int)OHW, 0,
-                             col + b * CKK * OHW + gi * Cg * KK * OHW, (int)OHW, 0, 1, gw + gi * OCg * Cg * KK,
-                             (int)(Cg * KK), 0, 1) < 0)
-                    return -1;
+    if (gw) /* summed over the samples in turn: one batched call with sC == 0 per group */
+        for (gi = 0; gi < groups; gi++)
+            if (be->gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
+                         col + gi * Cg * KK * OHW, (int)OHW, CKK * OHW, 1, gw + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+                         g->N) < 0)
+                return -1;
     if (gx) {
         /* direct: the columns are the input, so accumulate straight into gx */
         gdl_real *gcol = direct ? gx : (gdl_real *)gdl__scratch("gdl_backward", n->out->device,

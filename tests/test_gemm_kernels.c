@@ -311,6 +311,42 @@ static void gemm_in_task(void *p, int t, int nt) {
 }
 #endif
 
+/* The batched GEMM with sC == 0 and beta 1 (a convolution's weight
+   gradient: every batch accumulates into one C) runs as one call over K
+   segments: bitwise the same as a loop of calls, on 1 thread and on 3. */
+TEST test_batched_accumulate_same_as_loop(void) {
+    static const int shapes[][3] = {{32, 9, 784}, {64, 288, 196}, {13, 70, 300}};
+    const int batch = 5;
+    size_t si;
+    int t, threads;
+    for (si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (t = 0; t < 4; t++)
+            for (threads = 1; threads <= 3; threads += 2) {
+                const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ta = t >> 1, tb = t & 1;
+                const int lda = ta ? M : K, ldb = tb ? K : N;
+                const size_t na = (size_t)M * K, nb = (size_t)K * N;
+                float *A = (float *)malloc(na * batch * sizeof(float)), *B = (float *)malloc(nb * batch * sizeof(float));
+                float *c1 = (float *)malloc((size_t)M * N * sizeof(float)), *c2 = (float *)malloc((size_t)M * N * sizeof(float));
+                size_t i;
+                int b, same;
+                for (i = 0; i < na * batch; i++) A[i] = urand();
+                for (i = 0; i < nb * batch; i++) B[i] = urand();
+                for (i = 0; i < (size_t)M * N; i++) c1[i] = c2[i] = urand();
+                gdl_set_num_threads(threads);
+                for (b = 0; b < batch; b++)
+                    gdl_gemm_cpu(ta, tb, M, N, K, 1, A + b * na, lda, B + b * nb, ldb, 1, c1, N);
+                gdl__cpu_gemm(ta, tb, M, N, K, 1, A, lda, (int64_t)na, B, ldb, (int64_t)nb, 1, c2, N, 0, batch);
+                gdl_set_num_threads(0);
+                same = memcmp(c1, c2, (size_t)M * N * sizeof(float)) == 0;
+                free(A);
+                free(B);
+                free(c1);
+                free(c2);
+                ASSERTm("one segmented call and a loop of calls give different bits", same);
+            }
+    PASS();
+}
+
 /* The unpacked fallback sums like the packed path: reached from inside a
    parallel region, and when the packing buffer cannot be allocated. */
 static enum harness_result fallback_case(int ta, int tb, int in_parallel) {
@@ -364,6 +400,7 @@ SUITE(gemm_kernels) {
     RUN_TEST(test_large_shapes);
     RUN_TEST(test_degenerate);
     RUN_TEST(test_thread_count_independent);
+    RUN_TEST(test_batched_accumulate_same_as_loop);
     RUN_TEST(test_fallback_no_memory);
     RUN_TEST(test_fallback_in_parallel_region);
 }
