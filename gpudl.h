@@ -2253,9 +2253,14 @@ typedef struct {
     int64_t n;
 } gdl__pfor_job;
 
+/* Range boundaries are multiples of 16 (but the last): a kernel with a
+   vector body and a scalar tail then treats each index the same way for
+   any thread count. */
+static int64_t gdl__pfor_bound(int64_t n, int t, int nt) { return t == nt ? n : n * t / nt / 16 * 16; }
 static void gdl__pfor_task(void *p, int t, int nt) {
     const gdl__pfor_job *j = (const gdl__pfor_job *)p;
-    j->fn(j->ctx, j->n * t / nt, j->n * (t + 1) / nt);
+    const int64_t lo = gdl__pfor_bound(j->n, t, nt), hi = gdl__pfor_bound(j->n, t + 1, nt);
+    if (hi > lo) j->fn(j->ctx, lo, hi);
 }
 
 static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
@@ -4208,9 +4213,51 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
     double weight_decay = a_->weight_decay;
     int decoupled = a_->decoupled;
     int64_t step = a_->step;
-    int64_t i;
+    int64_t i = lo_;
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
-    for (i = lo_; i < hi_; i++) {
+#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
+    /* the loop below, 8 (4) elements at a time: the same operations in
+       double, so the same bits; compilers do not vectorise the loop itself
+       (sqrt's errno) */
+    {
+#ifdef GDL__GEMM_AVX512
+#define GDL__AW 8
+#define GDL__AV(f) _mm512_##f
+#define GDL__AF(f) _mm256_##f
+        typedef __m512d vd;
+        typedef __m256 vf;
+#else
+#define GDL__AW 4
+#define GDL__AV(f) _mm256_##f
+#define GDL__AF(f) _mm_##f
+        typedef __m256d vd;
+        typedef __m128 vf;
+#endif
+        const vd b1 = GDL__AV(set1_pd)(beta1), b1c = GDL__AV(set1_pd)(1 - beta1), b2 = GDL__AV(set1_pd)(beta2);
+        const vd b2c = GDL__AV(set1_pd)(1 - beta2), vlr = GDL__AV(set1_pd)(lr), vbc1 = GDL__AV(set1_pd)(bc1);
+        const vd vbc2 = GDL__AV(set1_pd)(bc2), veps = GDL__AV(set1_pd)(eps);
+        const vd vwd = GDL__AV(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
+        for (; i + GDL__AW <= hi_; i += GDL__AW) {
+            vd gi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(g + i)), pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
+            vf mf, vv;
+            if (decoupled) pi = GDL__AV(sub_pd)(pi, GDL__AV(mul_pd)(vwd, pi));
+            else gi = GDL__AV(add_pd)(gi, GDL__AV(mul_pd)(vwd, pi));
+            mf = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b1, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(m + i))),
+                                                   GDL__AV(mul_pd)(b1c, gi)));
+            vv = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b2, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(v + i))),
+                                                   GDL__AV(mul_pd)(GDL__AV(mul_pd)(b2c, gi), gi)));
+            GDL__AF(storeu_ps)(m + i, mf);
+            GDL__AF(storeu_ps)(v + i, vv);
+            md = GDL__AV(mul_pd)(vlr, GDL__AV(div_pd)(GDL__AV(cvtps_pd)(mf), vbc1));
+            den = GDL__AV(add_pd)(GDL__AV(sqrt_pd)(GDL__AV(div_pd)(GDL__AV(cvtps_pd)(vv), vbc2)), veps);
+            GDL__AF(storeu_ps)(p + i, GDL__AV(cvtpd_ps)(GDL__AV(sub_pd)(pi, GDL__AV(div_pd)(md, den))));
+        }
+#undef GDL__AW
+#undef GDL__AV
+#undef GDL__AF
+    }
+#endif
+    for (; i < hi_; i++) {
         double gi = g[i], pi = p[i];
         if (decoupled) pi -= lr * weight_decay * pi;
         else gi += weight_decay * pi;

@@ -6,7 +6,8 @@
    at once, neither deadlock nor race (also built under ThreadSanitizer:
    tsan_test_pool); a child forked after the workers started can use the
    pool; the workers are joined at exit (LeakSanitizer: asan_test_pool).
-   Also the 2x2 max pool's branch-free path against a plain loop. */
+   Also the 2x2 max pool's branch-free path against a plain loop, and
+   Adam's vector loop against its double formula. */
 #define _POSIX_C_SOURCE 200809L
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -209,6 +210,38 @@ TEST test_maxpool2x2_path(void) {
     PASS();
 }
 
+/* Adam's vector loop (AVX2 / AVX-512 builds) gives the bits of the plain
+   double formula, decoupled weight decay or not, on the vector body and
+   the scalar tail (n = 37). */
+TEST test_adam_vector_loop_bits(void) {
+    enum { n = 37 };
+    float p[n], g[n], m[n], v[n], rp[n], rm[n], rv[n];
+    int i, k, bad = 0;
+    for (k = 0; k < 2; k++) {
+        const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+        const int step = 3;
+        const double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+        for (i = 0; i < n; i++) {
+            rp[i] = p[i] = (float)(0.37 * i - 5.1);
+            g[i] = (float)(0.011 * (i % 7) - 0.03);
+            rm[i] = m[i] = (float)(0.001 * i);
+            rv[i] = v[i] = (float)(1e-5 * (i % 5));
+        }
+        gdl__cpu_adam(n, p, g, m, v, lr, b1, b2, eps, wd, k, step);
+        for (i = 0; i < n; i++) {
+            double gi = g[i], pi = rp[i];
+            if (k) pi -= lr * wd * pi;
+            else gi += wd * pi;
+            rm[i] = (float)(b1 * rm[i] + (1 - b1) * gi);
+            rv[i] = (float)(b2 * rv[i] + (1 - b2) * gi * gi);
+            rp[i] = (float)(pi - lr * (rm[i] / bc1) / (sqrt(rv[i] / bc2) + eps));
+        }
+        bad += memcmp(p, rp, sizeof p) != 0 || memcmp(m, rm, sizeof m) != 0 || memcmp(v, rv, sizeof v) != 0;
+    }
+    ASSERT_EQm("Adam's update differs from the double formula", 0, bad);
+    PASS();
+}
+
 /* --- nesting and concurrency -------------------------------------------- */
 
 static void nested_task(void *p, int t, int nt) {
@@ -324,6 +357,7 @@ SUITE(pool) {
     RUN_TEST(test_thread_count_api_and_env);
     RUN_TEST(test_kernels_same_bits_any_thread_count);
     RUN_TEST(test_maxpool2x2_path);
+    RUN_TEST(test_adam_vector_loop_bits);
     RUN_TEST(test_nested_region_runs_serially);
     RUN_TEST(test_concurrent_callers);
     RUN_TEST(test_fork_child_uses_pool);
