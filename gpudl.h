@@ -2090,7 +2090,7 @@ GPUDL_API void gdl_set_num_threads(int n) {
 #define GDL__POOL_PAUSE() ((void)0)
 #endif
 #ifndef GDL__POOL_SPIN
-#define GDL__POOL_SPIN 2000 /* pause instructions, ~10-100 us: then sleep */
+#define GDL__POOL_SPIN 1000 /* pause instructions, ~5-50 us: then sleep */
 #endif
 
 static pthread_mutex_t gdl__pool_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -2187,11 +2187,12 @@ static void gdl__pool_after_fork(void) {
     gdl__pool_busy = 0;
 }
 
-/* Runs the job on the holder's thread and up to nt - 1 workers. The caller
-   holds the pool (gdl__pool_acquire). */
+/* Runs the job on the holder's thread and the workers (up to
+   gdl_get_num_threads() - 1 of them). The caller holds the pool
+   (gdl__pool_acquire). */
 static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
     uint32_t gen;
-    int spin = 0;
+    int spin = 0, workers = (nt < gdl_get_num_threads() ? nt : gdl_get_num_threads()) - 1;
     if (nt <= 1) {
         if (nt == 1) fn(ctx, 0, 1);
         return;
@@ -2202,7 +2203,7 @@ static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
         pthread_atfork(NULL, NULL, gdl__pool_after_fork);
     }
     gen = (uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_RELAXED) >> 32);
-    while (gdl__pool_nworkers < nt - 1 && gdl__pool_nworkers < GDL__POOL_MAX - 1 &&
+    while (gdl__pool_nworkers < workers && gdl__pool_nworkers < GDL__POOL_MAX - 1 &&
            pthread_create(&gdl__pool_th[gdl__pool_nworkers], NULL, gdl__pool_worker, (void *)(uintptr_t)gen) == 0)
         gdl__pool_nworkers++; /* if one can't start, the caller claims its tasks */
     gdl__pool_fn = fn;
@@ -2246,6 +2247,13 @@ static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
 #ifndef GDL__PAR_MIN
 #define GDL__PAR_MIN 32768
 #endif
+/* Tasks per thread of a parallel loop: with more tasks than threads, the
+   others take over the work of a thread the OS has descheduled (another
+   busy process on the machine) instead of waiting for it. (The GEMM keeps
+   one rectangle per thread: more would pack its panels more often.) */
+#ifndef GDL__POOL_SPLIT
+#define GDL__POOL_SPLIT 4
+#endif
 typedef void (*gdl__range_fn)(const void *ctx, int64_t lo, int64_t hi);
 typedef struct {
     gdl__range_fn fn;
@@ -2264,7 +2272,7 @@ static void gdl__pfor_task(void *p, int t, int nt) {
 }
 
 static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
-    int64_t nt = work > GDL__PAR_MIN ? gdl_get_num_threads() : 1;
+    int64_t nt = work > GDL__PAR_MIN ? (int64_t)GDL__POOL_SPLIT * gdl_get_num_threads() : 1;
     if (n <= 0) return;
     if (nt > n) nt = n;
     if (nt > 1 && gdl__pool_acquire()) {
