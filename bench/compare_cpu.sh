@@ -41,14 +41,18 @@ for r in $(seq "$reps"); do
         GPUDL_NUM_THREADS=$threads "$ours" "$n" | awk -v n="$n" '$1 == n {print $3}' >> "$tmp/ours.$n"
         OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
             "$py" bench/pytorch/train.py "$n" | awk -v n="$n" '$1 == n {print $3}' >> "$tmp/torch.$n"
-        echo "run $r $n: ours $(tail -1 "$tmp/ours.$n") ms/step, pytorch $(tail -1 "$tmp/torch.$n") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
+        a=$(tail -1 "$tmp/ours.$n")
+        b=$(tail -1 "$tmp/torch.$n")
+        awk -v a="$a" -v b="$b" 'BEGIN { print a / b }' >> "$tmp/ratio.$n"
+        echo "run $r $n: ours $a ms/step, pytorch $b ms/step, ratio $(tail -1 "$tmp/ratio.$n") (load $(cut -d' ' -f1 /proc/loadavg))"
     done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 median() { sort -g "$1" | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 echo
-echo "net     ours ms/step  pytorch ms/step  ours/pytorch   (medians of $reps runs)"
+echo "net     ours ms/step  pytorch ms/step  ours/pytorch  median of the runs' ratios   (medians of $reps runs)"
 for n in $nets; do
-    awk -v n="$n" -v a="$(median "$tmp/ours.$n")" -v b="$(median "$tmp/torch.$n")" \
-        'BEGIN { printf "%-6s %13.3f %16.3f %13.2f\n", n, a, b, a / b }'
+    awk -v n="$n" -v a="$(median "$tmp/ours.$n")" -v b="$(median "$tmp/torch.$n")" -v r="$(median "$tmp/ratio.$n")" \
+        'BEGIN { printf "%-6s %13.3f %16.3f %13.2f %27.2f\n", n, a, b, a / b, r }'
 done
+echo "(a run's ratio compares two programs run one after the other: on a busy machine it is the steadier figure)"
