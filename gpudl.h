@@ -2108,6 +2108,9 @@ static int gdl__pool_hooks;        /* atexit / pthread_atfork registered */
 static gdl__task_fn gdl__pool_fn;  /* the job: written before its generation is published */
 static void *gdl__pool_ctx;
 static int gdl__pool_nt;
+static int gdl__pool_active;       /* atomic: workers 0 .. active-1 take part in this job */
+static uint32_t gdl__pool_gen0[GDL__POOL_MAX]; /* a new worker's generation before its first job */
+static GDL__TLS int gdl__pool_slot; /* 0 on the holder's thread, 1 + index on a worker: whose buffers */
 
 static int gdl__pool_acquire(void) {
     int free_ = 0;
@@ -2134,7 +2137,9 @@ static void gdl__pool_claim(uint32_t gen) {
 }
 
 static void *gdl__pool_worker(void *arg) {
-    uint32_t seen = (uint32_t)(uintptr_t)arg; /* the generation before this worker's first job */
+    const int index = (int)(intptr_t)arg;
+    uint32_t seen = gdl__pool_gen0[index];
+    gdl__pool_slot = 1 + index;
     for (;;) {
         uint32_t gen;
         int spin = 0;
@@ -2154,7 +2159,8 @@ static void *gdl__pool_worker(void *arg) {
         }
         if (__atomic_load_n(&gdl__pool_stop, __ATOMIC_ACQUIRE)) return NULL;
         seen = gen;
-        gdl__pool_claim(gen);
+        /* workers past the thread count (it was lowered) sit this job out */
+        if (index < __atomic_load_n(&gdl__pool_active, __ATOMIC_ACQUIRE)) gdl__pool_claim(gen);
     }
 }
 
@@ -2203,9 +2209,14 @@ static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
         pthread_atfork(NULL, NULL, gdl__pool_after_fork);
     }
     gen = (uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_RELAXED) >> 32);
-    while (gdl__pool_nworkers < workers && gdl__pool_nworkers < GDL__POOL_MAX - 1 &&
-           pthread_create(&gdl__pool_th[gdl__pool_nworkers], NULL, gdl__pool_worker, (void *)(uintptr_t)gen) == 0)
-        gdl__pool_nworkers++; /* if one can't start, the caller claims its tasks */
+    while (gdl__pool_nworkers < workers && gdl__pool_nworkers < GDL__POOL_MAX - 1) {
+        gdl__pool_gen0[gdl__pool_nworkers] = gen;
+        if (pthread_create(&gdl__pool_th[gdl__pool_nworkers], NULL, gdl__pool_worker,
+                           (void *)(intptr_t)gdl__pool_nworkers) != 0)
+            break; /* if one can't start, the caller claims its tasks */
+        gdl__pool_nworkers++;
+    }
+    __atomic_store_n(&gdl__pool_active, workers, __ATOMIC_RELAXED); /* published with the state below */
     gdl__pool_fn = fn;
     gdl__pool_ctx = ctx;
     gdl__pool_nt = nt;
@@ -3010,6 +3021,52 @@ static void gdl__gemm_run(const gdl__gemm_args *g) {
 }
 #endif
 
+#if defined(GDL__POOL) && !defined(GDL__GEMM_CBLAS)
+#define GDL__GEMM_BATCH 1
+/* A batch of independent products (a convolution's samples): task t is
+   product t, whole, on the thread's own packing buffers. One parallel region
+   instead of one per product, and products too small to split are spread
+   over the threads too. Each product is computed as a call of its own would
+   (the grid never changes the bits). */
+typedef struct {
+    const gdl__gemm_args *g;
+    ptrdiff_t sA, sB, sC;
+    int mc_blk, kc_blk, nc_blk;
+    size_t asz, bsz;
+} gdl__gemm_batch_job;
+
+static void gdl__gemm_batch_task(void *p, int t, int nt) {
+    const gdl__gemm_batch_job *j = (const gdl__gemm_batch_job *)p;
+    gdl__gemm_args g = *j->g;
+    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__pool_slot * (j->asz + j->bsz);
+    (void)nt;
+    g.A += t * j->sA;
+    g.B += t * j->sB;
+    g.C += t * j->sC;
+    gdl__gemm_blocked(&g, 0, g.M, 0, g.N, j->mc_blk, j->kc_blk, j->nc_blk, buf, buf + j->asz);
+}
+
+/* Returns 0 (nothing done) when the pool or the memory is not to be had. */
+static int gdl__gemm_batch(const gdl__gemm_args *g, ptrdiff_t sA, ptrdiff_t sB, ptrdiff_t sC, int batch, int threads) {
+    gdl__gemm_batch_job j;
+    j.g = g;
+    j.sA = sA; j.sB = sB; j.sC = sC;
+    j.mc_blk = gdl__gemm_block(g->M, GDL__GEMM_MC, GDL__GEMM_MR);
+    j.kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
+    j.nc_blk = gdl__gemm_block(g->N, GDL__GEMM_NC, GDL__GEMM_NR);
+    j.asz = ((size_t)j.mc_blk * j.kc_blk + 15) & ~(size_t)15;
+    j.bsz = ((size_t)j.kc_blk * j.nc_blk + 15) & ~(size_t)15;
+    if (!gdl__pool_acquire()) return 0;
+    if (!gdl__gemm_reserve((size_t)threads * (j.asz + j.bsz))) {
+        gdl__pool_release();
+        return 0;
+    }
+    gdl__pool_run(batch, gdl__gemm_batch_task, &j);
+    gdl__pool_release();
+    return 1;
+}
+#endif
+
 GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_real alpha,
                             const gdl_real *A, int lda, const gdl_real *B, int ldb,
                             gdl_real beta, gdl_real *C, int ldc) {
@@ -3144,6 +3201,20 @@ static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, co
         gdl__gemm_run(&g);
         return 0;
     }
+#ifdef GDL__GEMM_BATCH
+    if (sC != 0 && batch > 1 && K > 0 && alpha != 0 && M > 0 && N > 0 && batch >= gdl_get_num_threads() &&
+        gdl_get_num_threads() > 1 && (double)M * N * K * batch >= GDL__GEMM_MT_MIN) {
+        gdl__gemm_args g;
+        GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
+        g.transA = ta; g.transB = tb;
+        g.M = M; g.N = N; g.K = K;
+        g.alpha = alpha; g.beta = beta;
+        g.A = A; g.B = B; g.C = C;
+        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+        g.nseg = 1; g.sA = g.sB = 0;
+        if (gdl__gemm_batch(&g, (ptrdiff_t)sA, (ptrdiff_t)sB, (ptrdiff_t)sC, batch, gdl_get_num_threads())) return 0;
+    }
+#endif
 #endif
     for (b = 0; b < batch; b++)
         gdl_gemm_cpu(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, ldc);

@@ -347,6 +347,42 @@ TEST test_batched_accumulate_same_as_loop(void) {
     PASS();
 }
 
+/* A batch of independent products (sC != 0) runs as one parallel region,
+   one product per task: bitwise the same as a loop of calls. */
+TEST test_batched_same_as_loop(void) {
+    static const int shapes[][3] = {{32, 784, 9}, {64, 196, 288}, {288, 196, 64}};
+    const int batch = 7;
+    size_t si;
+    int t, threads;
+    for (si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (t = 0; t < 4; t++)
+            for (threads = 2; threads <= 3; threads++) {
+                const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ta = t >> 1, tb = t & 1;
+                const int lda = ta ? M : K, ldb = tb ? K : N;
+                const size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+                float *A = (float *)malloc(na * batch * sizeof(float)), *B = (float *)malloc(nb * batch * sizeof(float));
+                float *c1 = (float *)malloc(nc * batch * sizeof(float)), *c2 = (float *)malloc(nc * batch * sizeof(float));
+                size_t i;
+                int b, same;
+                for (i = 0; i < na * batch; i++) A[i] = urand();
+                for (i = 0; i < nb * batch; i++) B[i] = urand();
+                for (i = 0; i < nc * batch; i++) c1[i] = c2[i] = urand();
+                gdl_set_num_threads(threads);
+                for (b = 0; b < batch; b++)
+                    gdl_gemm_cpu(ta, tb, M, N, K, 0.5f, A + b * na, lda, B + b * nb, ldb, 0.25f, c1 + b * nc, N);
+                gdl__cpu_gemm(ta, tb, M, N, K, 0.5f, A, lda, (int64_t)na, B, ldb, (int64_t)nb, 0.25f, c2, N,
+                              (int64_t)nc, batch);
+                gdl_set_num_threads(0);
+                same = memcmp(c1, c2, nc * batch * sizeof(float)) == 0;
+                free(A);
+                free(B);
+                free(c1);
+                free(c2);
+                ASSERTm("one batched call and a loop of calls give different bits", same);
+            }
+    PASS();
+}
+
 /* The unpacked fallback sums like the packed path: reached from inside a
    parallel region, and when the packing buffer cannot be allocated. */
 static enum harness_result fallback_case(int ta, int tb, int in_parallel) {
@@ -401,6 +437,7 @@ SUITE(gemm_kernels) {
     RUN_TEST(test_degenerate);
     RUN_TEST(test_thread_count_independent);
     RUN_TEST(test_batched_accumulate_same_as_loop);
+    RUN_TEST(test_batched_same_as_loop);
     RUN_TEST(test_fallback_no_memory);
     RUN_TEST(test_fallback_in_parallel_region);
 }

@@ -148,6 +148,8 @@ static void run_kernels(float *out) {
     o += 3 * KN;
     gdl_gemm_cpu(0, 1, 150, 130, 140, 1, x, 140, y, 140, 0, o, 130);
     o += 150 * 130;
+    gdl__cpu_gemm(0, 0, 40, 60, 50, 1, x, 50, 2000, y, 60, 3000, 0, o, 60, 2400, 6); /* a batch: one task each */
+    o += 6 * 2400;
     free(x);
     free(y);
     free(w);
@@ -240,6 +242,43 @@ TEST test_adam_vector_loop_bits(void) {
     }
     ASSERT_EQm("Adam's update differs from the double formula", 0, bad);
     PASS();
+}
+
+/* After the thread count is lowered, the workers started for the higher
+   one sit the jobs out: only slots below the count run tasks (the GEMM
+   indexes its packing buffers by slot). */
+static void slot_task(void *p, int t, int nt) {
+    int *max_slot = (int *)p;
+    (void)t;
+    (void)nt;
+    __atomic_fetch_or(max_slot, 1 << gdl__pool_slot, __ATOMIC_RELAXED);
+    { /* long enough for every awake worker to try to claim a task */
+        volatile double s = 0;
+        int i;
+        for (i = 0; i < 200000; i++) s += i;
+    }
+}
+
+TEST test_lowered_thread_count_uses_fewer_workers(void) {
+#ifdef GDL__POOL
+    int seen = 0, r;
+    gdl_set_num_threads(5);
+    ASSERT(gdl__pool_acquire());
+    gdl__pool_run(5, slot_task, &seen); /* starts 4 workers */
+    gdl__pool_release();
+    gdl_set_num_threads(2);
+    for (r = 0; r < 5; r++) {
+        seen = 0;
+        ASSERT(gdl__pool_acquire());
+        gdl__pool_run(16, slot_task, &seen);
+        gdl__pool_release();
+        ASSERT_EQm("a worker past the thread count ran a task", 0, seen & ~3);
+    }
+    gdl_set_num_threads(0);
+    PASS();
+#else
+    SKIPm("built without threads");
+#endif
 }
 
 /* --- nesting and concurrency -------------------------------------------- */
@@ -359,6 +398,7 @@ SUITE(pool) {
     RUN_TEST(test_maxpool2x2_path);
     RUN_TEST(test_adam_vector_loop_bits);
     RUN_TEST(test_nested_region_runs_serially);
+    RUN_TEST(test_lowered_thread_count_uses_fewer_workers);
     RUN_TEST(test_concurrent_callers);
     RUN_TEST(test_fork_child_uses_pool);
 }
