@@ -2359,7 +2359,11 @@ static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const v
    computed by the same operations in the same order with 1 or 64 threads:
    results are bitwise identical for any thread count. Problems with
    M*N*K < GDL__GEMM_MT_MIN (64^3) stay on the calling thread: there the
-   fork/join costs more than it saves.
+   fork/join costs more than it saves. The backend's batched GEMM (one
+   product per convolution sample) runs its products as the tasks of one
+   parallel region, each whole on its thread's buffers; with sC == 0 (all
+   products summed into one C, the weight gradient) it is one product whose
+   K runs over the samples in turn. Both give the bits of a loop of calls.
 
    Memory: the packing buffers of all threads are one block, allocated on
    first use with GPUDL_MALLOC, grow-only and reused by later calls, so the
