@@ -253,9 +253,10 @@ static void slot_task(void *p, int t, int nt) {
     (void)nt;
     __atomic_fetch_or(max_slot, 1 << gdl__pool_slot, __ATOMIC_RELAXED);
     { /* long enough for every awake worker to try to claim a task */
-        volatile double s = 0;
+        double s = 0;
         int i;
-        for (i = 0; i < 200000; i++) s += i;
+        for (i = 0; i < 200000; i++) s += i * 1e-9;
+        if (s < 0) __atomic_fetch_or(max_slot, 1 << 30, __ATOMIC_RELAXED); /* never: keeps the loop */
     }
 }
 
