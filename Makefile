@@ -30,8 +30,10 @@ STD = -std=c99
 WARN = -Wall -Wextra -Wpedantic
 B = build
 
-# OpenMP and zlib when the toolchain has them
-OPENMP := $(shell printf 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)
+# gpudl's CPU kernels use its own thread pool (-pthread), not OpenMP: no
+# -fopenmp (harmless if given). Kept empty for the rules that still name it.
+OPENMP =
+# zlib when the toolchain has it
 ZLIB := $(shell test -f /usr/include/zlib.h && echo yes)
 ifeq ($(ZLIB),yes)
 ZFLAGS = -DGPUDL_ZLIB
@@ -39,8 +41,8 @@ ZLIBS = -lz
 endif
 LIBS = -pthread -lm $(ZLIBS)
 
-TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume $(B)/test_monitor
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor $(B)/tsan_test_monitor
+TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume $(B)/test_monitor $(B)/test_pool
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor $(B)/tsan_test_monitor $(B)/asan_test_pool $(B)/tsan_test_pool
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h
@@ -148,6 +150,14 @@ $(B)/test_resume: tests/test_resume.c $(HDR) | $(B)
 $(B)/asan_test_resume: tests/test_resume.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $< -o $@ $(LIBS)
 
+# the CPU thread pool: plain, ASan+UBSan (workers joined at exit), ThreadSanitizer
+$(B)/test_pool: tests/test_pool.c $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $< -o $@ $(LIBS)
+$(B)/asan_test_pool: tests/test_pool.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $< -o $@ $(LIBS)
+$(B)/tsan_test_pool: tests/test_pool.c $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g -fsanitize=thread $< -o $@ $(LIBS)
+
 # GPU monitoring through NVML's real code path, on the stand-in library
 $(B)/test_monitor: tests/test_monitor.c $(HDR) $(B)/libfake_nvml.so | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_NVML -DFAKE_NVML='"$(B)/libfake_nvml.so"' $< -o $@ $(LIBS)
@@ -197,7 +207,7 @@ test-warnings: | $(B)
 	for c in "g++ -std=c++17" "clang++ -std=c++17"; do \
 	  echo "warnings: $$c"; $$c $(WARN) -Werror -x c++ -c tests/build_check.c -o $(B)/build_check.o; done; \
 	for f in tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test_data.c tests/test_nn.c tests/test_train.c \
-	    tests/test_crash.c tests/test_resume.c examples/mnist_mlp.c; do echo "warnings: clang $$f"; \
+	    tests/test_crash.c tests/test_resume.c tests/test_pool.c examples/mnist_mlp.c; do echo "warnings: clang $$f"; \
 	  clang -std=c99 $(WARN) -Werror -c $$f -o $(B)/w.o; done; \
 	clang -std=c99 $(WARN) -Werror -DGPUDL_DOUBLE -c tests/test_gradcheck.c -o $(B)/w.o
 
@@ -241,8 +251,12 @@ test-cuda: | $(B)
 	$(NVCC) -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda_sm90.o -lcublas -o $(B)/test_cuda
 	$(B)/test_cuda
 
-bench: | $(B)
-	$(CC) $(STD) -O3 -march=native $(OPENMP) bench/train.c -o $(B)/bench_train $(LIBS)
+$(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
+	$(CC) $(STD) -O3 -march=native bench/train.c -o $@ $(LIBS)
+
+# bench/compare_cpu.sh: ours against PyTorch on the CPU; bench/busy_cpu.sh:
+# with and without another busy process
+bench: $(B)/bench_train
 	$(B)/bench_train mlp cnn fc10 fc50
 	$(CC) $(STD) -O3 -march=native $(OPENMP) bench/gemm.c -o $(B)/bench_gemm $(LIBS) \
 	  $(shell (test -f /usr/include/cblas.h || test -f /usr/include/x86_64-linux-gnu/cblas.h) && echo -DGPUDL_BENCH_OPENBLAS -lopenblas)

@@ -12,7 +12,7 @@
        #define GPUDL_IMPLEMENTATION
        #include "gpudl.h"
 
-       cc -O2 -march=native -fopenmp my_net.c -lm -pthread -o my_net   (CPU)
+       cc -O2 -march=native my_net.c -lm -pthread -o my_net            (CPU)
        nvcc -O3 -arch=sm_90 -DGPUDL_CUDA my_net.c gpudl_cuda.cu \
             -lcublas -o my_net                                       (CUDA)
    Add -DGPUDL_ZLIB ... -lz to read gzipped IDX files (Fashion-MNIST).
@@ -99,7 +99,8 @@
    GPUDL_GEMM_PORTABLE    use the portable C GEMM micro-kernel even where the
                           compiler targets AVX2, AVX-512 or NEON (for tests)
    GPUDL_ZLIB             read gzipped IDX files (link -lz)
-   GPUDL_NO_THREADS       DataLoader workers run inline (no pthreads)
+   GPUDL_NO_THREADS       no pthreads: the CPU kernels run on one thread,
+                          DataLoader workers inline
    GPUDL_MPI              collectives over MPI for multi-process training
                           ([api-dist]; build with mpicc)
    GPUDL_NVML             GPU monitoring (gdl_gpu_stats) in a CPU build too;
@@ -107,7 +108,10 @@
    GPUDL_DOUBLE           compute in double precision on the CPU: the dtype
                           GDL_F32 then holds doubles. Used by the gradient
                           check tests; not for CUDA builds.
-   -fopenmp               multi-threaded CPU kernels
+   Threads: the CPU kernels run on gpudl's own pool (-pthread; -fopenmp is
+   not needed): gdl_set_num_threads, else the environment's
+   GPUDL_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs the process may
+   run on. Results are bitwise the same for any thread count.
 */
 #ifndef GPUDL_H
 #define GPUDL_H
@@ -268,6 +272,14 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
 /* The GEMM micro-kernel compiled in, e.g. "avx512 8x32", "avx2 6x16",
    "neon 8x12", "portable 4x8" or "cblas" (chosen at compile time). */
 GPUDL_API const char *gdl_gemm_kernel_name(void);
+
+/* Threads of the CPU kernels (gpudl's own pool; see [impl-pool]). The
+   default is the environment's GPUDL_NUM_THREADS, else OMP_NUM_THREADS,
+   else the CPUs this process may run on (sched_getaffinity). n <= 0 goes
+   back to that default. Results are bitwise the same for any count. A
+   GPUDL_NO_THREADS build always has 1. */
+GPUDL_API void gdl_set_num_threads(int n);
+GPUDL_API int gdl_get_num_threads(void);
 
 /* ---------------------------------------------------------------------------
    [api-ops]   Every result is a temporary. NULL + gdl_last_error() on error.
@@ -1397,10 +1409,6 @@ void gdl_cuda_set_tf32(int on);               /* off by default, as PyTorch's ma
 #ifndef GPUDL_ASSERT
 #include <assert.h>
 #define GPUDL_ASSERT(x) assert(x)
-#endif
-
-#ifdef _OPENMP
-#include <omp.h>
 #endif
 
 #if defined(__cplusplus) && __cplusplus >= 201103L
@@ -2627,6 +2635,320 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
 }
 
 /* ---------------------------------------------------------------------------
+   [impl-pool]  The CPU thread pool: gpudl's own workers run the GEMM and the
+   parallel loops of the CPU kernels (OpenMP is not used).
+
+   Why our own: libgomp's idle threads spin for milliseconds before they
+   sleep, and OMP_WAIT_POLICY is read before main (too late for a library to
+   set), so one other busy process on the machine made training 6-15x
+   slower. Here an idle worker spins for GDL__POOL_SPIN (tens of
+   microseconds: back-to-back ops find it awake), then sleeps on a condition
+   variable.
+
+   A job is nt tasks fn(ctx, t, nt), 0 <= t < nt. The calling thread and the
+   workers claim tasks from one counter, so a worker that the OS has
+   descheduled holds nobody up: the caller takes its task. What a task
+   computes depends only on t and nt, never on the thread that runs it, so
+   results are bitwise the same for any thread count and any timing.
+
+   One job at a time. The pool (and the GEMM's packing buffers) belong to the
+   thread that acquired it; a parallel region entered while the pool is held
+   (from inside a task, or from another thread such as a DataLoader worker)
+   runs serially on its own thread. After fork() the child starts with no
+   workers and makes new ones when it needs them (pthread_atfork). At exit
+   the workers are stopped and joined (atexit).
+
+   Thread count: gdl_set_num_threads(n); else the environment's
+   GPUDL_NUM_THREADS, else OMP_NUM_THREADS (its first number), else the CPUs
+   this process may run on (sched_getaffinity). GPUDL_NO_THREADS (or a
+   compiler without GCC's __atomic builtins): no pool, one thread.
+   ------------------------------------------------------------------------- */
+
+#if !defined(GPUDL_NO_THREADS) && (defined(__GNUC__) || defined(__clang__))
+#define GDL__POOL 1
+#include <pthread.h>
+#if defined(__linux__) && defined(__GLIBC__)
+#include <sys/types.h>
+#include <sched.h>
+#ifndef __USE_GNU /* -std=c99 hides it; the symbol is in every glibc */
+extern int sched_getaffinity(pid_t, size_t, cpu_set_t *);
+#endif
+#endif
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h> /* sysconf */
+#endif
+
+typedef void (*gdl__task_fn)(void *ctx, int t, int nt);
+
+#define GDL__POOL_MAX 256     /* threads, the caller included */
+#ifdef GDL__POOL
+static int gdl__nthreads_want; /* gdl_set_num_threads; 0: from the environment */
+static int gdl__nthreads_env;  /* the environment's choice, once read; 0: not yet */
+
+static int gdl__env_threads(void) {
+    const char *s = getenv("GPUDL_NUM_THREADS");
+    long n = 0;
+    if (!s || !*s) s = getenv("OMP_NUM_THREADS"); /* "4" or "4,2": the outer level */
+    if (s && *s) n = strtol(s, NULL, 10);
+    if (n <= 0) {
+#if defined(__linux__) && defined(__GLIBC__)
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) == 0) {
+            const unsigned char *b = (const unsigned char *)&set;
+            size_t i;
+            for (i = 0; i < sizeof set; i++) n += __builtin_popcount(b[i]);
+        }
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+        if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+    }
+    if (n < 1) n = 1;
+    return n > GDL__POOL_MAX ? GDL__POOL_MAX : (int)n;
+}
+#endif
+
+GPUDL_API int gdl_get_num_threads(void) {
+#ifdef GDL__POOL
+    int n = __atomic_load_n(&gdl__nthreads_want, __ATOMIC_RELAXED);
+    if (n > 0) return n;
+    n = __atomic_load_n(&gdl__nthreads_env, __ATOMIC_RELAXED);
+    if (n > 0) return n;
+    n = gdl__env_threads();
+    __atomic_store_n(&gdl__nthreads_env, n, __ATOMIC_RELAXED);
+    return n;
+#else
+    return 1;
+#endif
+}
+
+GPUDL_API void gdl_set_num_threads(int n) {
+#ifdef GDL__POOL
+    __atomic_store_n(&gdl__nthreads_want, n <= 0 ? 0 : n > GDL__POOL_MAX ? GDL__POOL_MAX : n, __ATOMIC_RELAXED);
+#else
+    (void)n;
+#endif
+}
+
+#ifdef GDL__POOL
+#if defined(__x86_64__) || defined(__i386__)
+#define GDL__POOL_PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__) || defined(__arm__)
+#define GDL__POOL_PAUSE() __asm__ __volatile__("yield")
+#else
+#define GDL__POOL_PAUSE() ((void)0)
+#endif
+#ifndef GDL__POOL_SPIN
+#define GDL__POOL_SPIN 1000 /* pause instructions, ~5-50 us: then sleep */
+#endif
+
+static pthread_mutex_t gdl__pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gdl__pool_work_cv = PTHREAD_COND_INITIALIZER; /* a new job, or stop */
+static pthread_cond_t gdl__pool_done_cv = PTHREAD_COND_INITIALIZER; /* the last task finished */
+static pthread_t gdl__pool_th[GDL__POOL_MAX];
+static int gdl__pool_nworkers;     /* started; changed by the pool's holder only */
+static int gdl__pool_busy;         /* atomic: 1 while a thread holds the pool */
+static uint64_t gdl__pool_state;   /* atomic: generation << 32 | tasks not yet claimed */
+static int gdl__pool_ndone;        /* atomic: tasks of this generation finished */
+static int gdl__pool_sleepers;     /* atomic: workers asleep (or about to be) */
+static int gdl__pool_stop;         /* atomic: workers exit */
+static int gdl__pool_waiting;      /* under mu: the holder sleeps on done_cv */
+static int gdl__pool_hooks;        /* atexit / pthread_atfork registered */
+static gdl__task_fn gdl__pool_fn;  /* the job: written before its generation is published */
+static void *gdl__pool_ctx;
+static int gdl__pool_nt;
+static int gdl__pool_active;       /* atomic: workers 0 .. active-1 take part in this job */
+static uint32_t gdl__pool_gen0[GDL__POOL_MAX]; /* a new worker's generation before its first job */
+static GDL__TLS int gdl__pool_slot; /* 0 on the holder's thread, 1 + index on a worker: whose buffers */
+
+static int gdl__pool_acquire(void) {
+    int free_ = 0;
+    return __atomic_compare_exchange_n(&gdl__pool_busy, &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+static void gdl__pool_release(void) { __atomic_store_n(&gdl__pool_busy, 0, __ATOMIC_RELEASE); }
+
+/* Claims and runs tasks of generation gen until none is left. A successful
+   claim means the job is still in flight, so its fields are stable. */
+static void gdl__pool_claim(uint32_t gen) {
+    uint64_t s = __atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE);
+    while ((uint32_t)(s >> 32) == gen && (uint32_t)s > 0) {
+        if (__atomic_compare_exchange_n(&gdl__pool_state, &s, s - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            const int nt = gdl__pool_nt;
+            gdl__pool_fn(gdl__pool_ctx, nt - (int)(uint32_t)s, nt);
+            if (__atomic_add_fetch(&gdl__pool_ndone, 1, __ATOMIC_ACQ_REL) == nt) {
+                pthread_mutex_lock(&gdl__pool_mu);
+                if (gdl__pool_waiting) pthread_cond_signal(&gdl__pool_done_cv);
+                pthread_mutex_unlock(&gdl__pool_mu);
+            }
+            s = __atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE);
+        }
+    }
+}
+
+static void *gdl__pool_worker(void *arg) {
+    const int index = (int)(intptr_t)arg;
+    uint32_t seen = gdl__pool_gen0[index];
+    gdl__pool_slot = 1 + index;
+    for (;;) {
+        uint32_t gen;
+        int spin = 0;
+        while ((gen = (uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE) >> 32)) == seen &&
+               !__atomic_load_n(&gdl__pool_stop, __ATOMIC_ACQUIRE)) {
+            if (spin++ < GDL__POOL_SPIN) {
+                GDL__POOL_PAUSE();
+                continue;
+            }
+            pthread_mutex_lock(&gdl__pool_mu);
+            __atomic_add_fetch(&gdl__pool_sleepers, 1, __ATOMIC_SEQ_CST);
+            while ((uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_SEQ_CST) >> 32) == seen &&
+                   !__atomic_load_n(&gdl__pool_stop, __ATOMIC_SEQ_CST))
+                pthread_cond_wait(&gdl__pool_work_cv, &gdl__pool_mu);
+            __atomic_sub_fetch(&gdl__pool_sleepers, 1, __ATOMIC_SEQ_CST);
+            pthread_mutex_unlock(&gdl__pool_mu);
+        }
+        if (__atomic_load_n(&gdl__pool_stop, __ATOMIC_ACQUIRE)) return NULL;
+        seen = gen;
+        /* workers past the thread count (it was lowered) sit this job out */
+        if (index < __atomic_load_n(&gdl__pool_active, __ATOMIC_ACQUIRE)) gdl__pool_claim(gen);
+    }
+}
+
+/* Stops and joins the workers (at exit). Skipped while another thread holds
+   the pool: the process is ending anyway. */
+static void gdl__pool_shutdown(void) {
+    int i;
+    if (!gdl__pool_acquire()) return;
+    __atomic_store_n(&gdl__pool_stop, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&gdl__pool_mu);
+    pthread_cond_broadcast(&gdl__pool_work_cv);
+    pthread_mutex_unlock(&gdl__pool_mu);
+    for (i = 0; i < gdl__pool_nworkers; i++) pthread_join(gdl__pool_th[i], NULL);
+    gdl__pool_nworkers = 0;
+    __atomic_store_n(&gdl__pool_stop, 0, __ATOMIC_SEQ_CST);
+    gdl__pool_release();
+}
+
+/* In the child of fork(): only the forking thread exists. Forget the
+   parent's workers (new ones start on demand) and reset the locks, which a
+   parent thread may have held at the fork. */
+static void gdl__pool_after_fork(void) {
+    pthread_mutex_init(&gdl__pool_mu, NULL);
+    pthread_cond_init(&gdl__pool_work_cv, NULL);
+    pthread_cond_init(&gdl__pool_done_cv, NULL);
+    gdl__pool_nworkers = 0;
+    gdl__pool_sleepers = 0;
+    gdl__pool_waiting = 0;
+    gdl__pool_stop = 0;
+    gdl__pool_busy = 0;
+}
+
+/* Runs the job on the holder's thread and the workers (up to
+   gdl_get_num_threads() - 1 of them). The caller holds the pool
+   (gdl__pool_acquire). */
+static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
+    uint32_t gen;
+    int spin = 0, workers = (nt < gdl_get_num_threads() ? nt : gdl_get_num_threads()) - 1;
+    if (nt <= 1) {
+        if (nt == 1) fn(ctx, 0, 1);
+        return;
+    }
+    if (!gdl__pool_hooks) {
+        gdl__pool_hooks = 1;
+        atexit(gdl__pool_shutdown);
+        pthread_atfork(NULL, NULL, gdl__pool_after_fork);
+    }
+    gen = (uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_RELAXED) >> 32);
+    while (gdl__pool_nworkers < workers && gdl__pool_nworkers < GDL__POOL_MAX - 1) {
+        gdl__pool_gen0[gdl__pool_nworkers] = gen;
+        if (pthread_create(&gdl__pool_th[gdl__pool_nworkers], NULL, gdl__pool_worker,
+                           (void *)(intptr_t)gdl__pool_nworkers) != 0)
+            break; /* if one can't start, the caller claims its tasks */
+        gdl__pool_nworkers++;
+    }
+    __atomic_store_n(&gdl__pool_active, workers, __ATOMIC_RELAXED); /* published with the state below */
+    gdl__pool_fn = fn;
+    gdl__pool_ctx = ctx;
+    gdl__pool_nt = nt;
+    __atomic_store_n(&gdl__pool_ndone, 0, __ATOMIC_RELAXED);
+    gen++;
+    __atomic_store_n(&gdl__pool_state, ((uint64_t)gen << 32) | (uint32_t)nt, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&gdl__pool_sleepers, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&gdl__pool_mu);
+        pthread_cond_broadcast(&gdl__pool_work_cv);
+        pthread_mutex_unlock(&gdl__pool_mu);
+    }
+    gdl__pool_claim(gen);
+    while (__atomic_load_n(&gdl__pool_ndone, __ATOMIC_ACQUIRE) != nt) {
+        if (spin++ < GDL__POOL_SPIN) {
+            GDL__POOL_PAUSE();
+            continue;
+        }
+        pthread_mutex_lock(&gdl__pool_mu);
+        gdl__pool_waiting = 1;
+        while (__atomic_load_n(&gdl__pool_ndone, __ATOMIC_ACQUIRE) != nt)
+            pthread_cond_wait(&gdl__pool_done_cv, &gdl__pool_mu);
+        gdl__pool_waiting = 0;
+        pthread_mutex_unlock(&gdl__pool_mu);
+    }
+}
+#else
+static int gdl__pool_acquire(void) { return 1; }
+static void gdl__pool_release(void) {}
+static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
+    int t;
+    for (t = 0; t < nt; t++) fn(ctx, t, nt);
+}
+#endif /* GDL__POOL */
+
+/* A loop over [0, n) cut into one contiguous range per thread. work (the
+   element count the loop touches) below GDL__PAR_MIN stays on the calling
+   thread: there waking the workers costs more than it saves. Each index is
+   computed the same way whatever range it falls in. */
+#ifndef GDL__PAR_MIN
+#define GDL__PAR_MIN 32768
+#endif
+/* Tasks per thread of a parallel loop: with more tasks than threads, the
+   others take over the work of a thread the OS has descheduled (another
+   busy process on the machine) instead of waiting for it. (The GEMM keeps
+   one rectangle per thread: more would pack its panels more often.) */
+#ifndef GDL__POOL_SPLIT
+#define GDL__POOL_SPLIT 4
+#endif
+typedef void (*gdl__range_fn)(const void *ctx, int64_t lo, int64_t hi);
+typedef struct {
+    gdl__range_fn fn;
+    const void *ctx;
+    int64_t n;
+} gdl__pfor_job;
+
+/* Range boundaries are multiples of 16 (but the last): a kernel with a
+   vector body and a scalar tail then treats each index the same way for
+   any thread count. */
+static int64_t gdl__pfor_bound(int64_t n, int t, int nt) { return t == nt ? n : n * t / nt / 16 * 16; }
+static void gdl__pfor_task(void *p, int t, int nt) {
+    const gdl__pfor_job *j = (const gdl__pfor_job *)p;
+    const int64_t lo = gdl__pfor_bound(j->n, t, nt), hi = gdl__pfor_bound(j->n, t + 1, nt);
+    if (hi > lo) j->fn(j->ctx, lo, hi);
+}
+
+static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+    int64_t nt = work > GDL__PAR_MIN ? (int64_t)GDL__POOL_SPLIT * gdl_get_num_threads() : 1;
+    if (n <= 0) return;
+    if (nt > n) nt = n;
+    if (nt > 1 && gdl__pool_acquire()) {
+        gdl__pfor_job j;
+        j.fn = fn;
+        j.ctx = ctx;
+        j.n = n;
+        gdl__pool_run((int)nt, gdl__pfor_task, &j);
+        gdl__pool_release();
+    } else {
+        fn(ctx, 0, n);
+    }
+}
+
+/* ---------------------------------------------------------------------------
    [impl-gemm]  CPU GEMM, row-major: C = alpha*op(A)*op(B) + beta*C
 
    A GotoBLAS/BLIS-style blocked GEMM. Loops, outermost first:
@@ -2678,24 +3000,28 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
    portable kernel multiplies and adds separately (x86-64 has no FMA
    baseline), so it differs from them by rounding only.
 
-   Threads (OpenMP, when built with -fopenmp): C is cut, at tile boundaries,
-   into a grid of at most omp_get_max_threads() rectangles (the grid that
+   Threads (the pool of [impl-pool]): C is cut, at tile boundaries, into a
+   grid of at most gdl_get_num_threads() rectangles (the grid that
    minimises per-thread work + packing); each thread runs the blocked loops
-   above on its rectangle with its own packing buffers. No barriers inside
-   the parallel region, no shared writes. K is never split, and every tile
+   above on its rectangle with the packing buffers of its rectangle. No
+   barriers inside the parallel region, no shared writes. K is never split, and every tile
    and K block is the same whatever the grid, so each element of C is
    computed by the same operations in the same order with 1 or 64 threads:
    results are bitwise identical for any thread count. Problems with
    M*N*K < GDL__GEMM_MT_MIN (64^3) stay on the calling thread: there the
-   fork/join costs more than it saves.
+   fork/join costs more than it saves. The backend's batched GEMM (one
+   product per convolution sample) runs its products as the tasks of one
+   parallel region, each whole on its thread's buffers; with sC == 0 (all
+   products summed into one C, the weight gradient) it is one product whose
+   K runs over the samples in turn. Both give the bits of a loop of calls.
 
    Memory: the packing buffers of all threads are one block, allocated on
    first use with GPUDL_MALLOC, grow-only and reused by later calls, so the
    steady state allocates nothing; gdl__gemm_release() frees it. If the
    allocation fails, a simple unpacked loop computes the result (slower;
-   same K blocks and summation order). That loop is also used when
-   gdl_gemm_cpu is called from inside an active OpenMP parallel region,
-   because the buffers are shared: call it from one thread at a time.
+   same K blocks and summation order). That loop is also used when another
+   thread holds the pool (gdl_gemm_cpu called from inside a parallel region,
+   or from two threads at once), because the buffers are shared.
 
    With -DGPUDL_CBLAS (float build) everything routes to cblas_sgemm.
    ------------------------------------------------------------------------- */
@@ -2703,10 +3029,6 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
 #if defined(GPUDL_CBLAS) && !defined(GPUDL_DOUBLE)
 #define GDL__GEMM_CBLAS 1
 #include <cblas.h>
-#endif
-
-#ifdef _OPENMP
-#include <omp.h>
 #endif
 
 /* Kernel selection, from what the compiler targets (no run-time dispatch:
@@ -3137,6 +3459,12 @@ typedef struct gdl__gemm_args {
     const gdl_real *A, *B;
     gdl_real *C;
     ptrdiff_t lda, ldb, ldc;
+    /* nseg > 1: C = beta*C + sum over s < nseg of alpha*op(A + s*sA)*op(B + s*sB),
+       the segments in turn, each cut into K blocks as a call of its own
+       would: the batched GEMM with sC == 0 and beta 1 (a convolution's
+       weight gradient over the samples), bitwise as a loop of calls. */
+    int nseg;
+    ptrdiff_t sA, sB;
 } gdl__gemm_args;
 
 /* Split n into equal blocks of at most max, each a multiple of q (max is a
@@ -3165,14 +3493,15 @@ static void gdl__gemm_scale(const gdl__gemm_args *g) {
 static void gdl__gemm_simple(const gdl__gemm_args *g, int kc_blk) {
     const ptrdiff_t sa_i = g->transA ? 1 : g->lda, sa_k = g->transA ? g->lda : 1;
     const ptrdiff_t sb_k = g->transB ? 1 : g->ldb, sb_j = g->transB ? g->ldb : 1;
-    int i, j, k, pc;
+    int i, j, k, pc, seg;
+    for (seg = 0; seg < g->nseg; seg++)
     for (pc = 0; pc < g->K; pc += kc_blk) {
         const int kend = pc + kc_blk < g->K ? pc + kc_blk : g->K;
-        const gdl_real beta = pc == 0 ? g->beta : (gdl_real)1;
+        const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
         for (i = 0; i < g->M; i++) {
             gdl_real *c = g->C + i * g->ldc;
             for (j = 0; j < g->N; j++) {
-                const gdl_real *a = g->A + i * sa_i, *b = g->B + j * sb_j;
+                const gdl_real *a = g->A + seg * g->sA + i * sa_i, *b = g->B + seg * g->sB + j * sb_j;
                 gdl_real acc = 0, t;
                 for (k = pc; k < kend; k++) acc = GDL__GEMM_MADD(a[k * sa_k], b[k * sb_k], acc);
                 t = g->alpha * acc;
@@ -3187,21 +3516,24 @@ static void gdl__gemm_simple(const gdl__gemm_args *g, int kc_blk) {
    bbuf kc_blk x nc_blk elements, both 64-byte aligned. */
 static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, int n1, int mc_blk, int kc_blk,
                               int nc_blk, gdl_real *GDL__RESTRICT abuf, gdl_real *GDL__RESTRICT bbuf) {
-    int jc, pc, ic, ir, jr;
+    int jc, pc, ic, ir, jr, seg;
     for (jc = n0; jc < n1; jc += nc_blk) {
         const int nc = n1 - jc < nc_blk ? n1 - jc : nc_blk;
+        for (seg = 0; seg < g->nseg; seg++)
         for (pc = 0; pc < g->K; pc += kc_blk) {
             const int kc = g->K - pc < kc_blk ? g->K - pc : kc_blk;
-            const gdl_real beta = pc == 0 ? g->beta : (gdl_real)1; /* later K blocks accumulate */
+            /* later K blocks (and segments) accumulate */
+            const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
             for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
                 const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
-                gdl__gemm_pack_b(g->transB, g->B, g->ldb, pc, kc, jc + jr, n, bbuf + (size_t)jr * kc);
+                gdl__gemm_pack_b(g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n, bbuf + (size_t)jr * kc);
             }
             for (ic = m0; ic < m1; ic += mc_blk) {
                 const int mc = m1 - ic < mc_blk ? m1 - ic : mc_blk;
                 for (ir = 0; ir < mc; ir += GDL__GEMM_MR) {
                     const int m = mc - ir < GDL__GEMM_MR ? mc - ir : GDL__GEMM_MR;
-                    gdl__gemm_pack_a(g->transA, g->A, g->lda, ic + ir, m, pc, kc, abuf + (size_t)ir * kc);
+                    gdl__gemm_pack_a(g->transA, g->A + seg * g->sA, g->lda, ic + ir, m, pc, kc,
+                                     abuf + (size_t)ir * kc);
                 }
                 /* jr outside ir: one B micro-panel stays in L1 while the
                    A micro-panels stream past it from L2 */
@@ -3236,7 +3568,7 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
     }
 }
 
-#ifdef _OPENMP
+#ifdef GDL__POOL
 /* Cut the MR x NR tiles of C into a tm x tn grid of at most nthreads
    rectangles, one per thread. Each thread runs gdl__gemm_blocked on its own
    rectangle with its own packing buffers: no barriers, no shared writes.
@@ -3275,9 +3607,119 @@ static void gdl__gemm_cell(int M, int N, int tm, int tn, int t, int *m0, int *m1
     if (*m1 > M) *m1 = M;
     if (*n1 > N) *n1 = N;
 }
-#endif /* _OPENMP */
+
+/* One rectangle of the grid: the pool's task t. */
+typedef struct {
+    const gdl__gemm_args *g;
+    int mc_blk, kc_blk, nc_blk, tm, tn;
+    size_t asz, bsz;
+} gdl__gemm_job;
+
+static void gdl__gemm_task(void *p, int t, int nt) {
+    const gdl__gemm_job *j = (const gdl__gemm_job *)p;
+    gdl_real *buf = gdl__gemm_buf + (size_t)t * (j->asz + j->bsz);
+    int m0, m1, n0, n1;
+    (void)nt;
+    gdl__gemm_cell(j->g->M, j->g->N, j->tm, j->tn, t, &m0, &m1, &n0, &n1);
+    gdl__gemm_blocked(j->g, m0, m1, n0, n1, j->mc_blk, j->kc_blk, j->nc_blk, buf, buf + j->asz);
+}
+#endif /* GDL__POOL */
 
 #endif /* !GDL__GEMM_CBLAS */
+
+#ifndef GDL__GEMM_CBLAS
+/* The built-in GEMM on g (M, N > 0): threads, packing buffers, fallbacks. */
+static void gdl__gemm_run(const gdl__gemm_args *g) {
+    const int M = g->M, N = g->N, K = g->K;
+    int mc_blk, kc_blk, nc_blk, tm = 1, tn = 1;
+    size_t asz, bsz;
+    if (K <= 0 || g->alpha == 0) { /* A and B are not read */
+        gdl__gemm_scale(g);
+        return;
+    }
+    mc_blk = gdl__gemm_block(M, GDL__GEMM_MC, GDL__GEMM_MR);
+    kc_blk = gdl__gemm_block(K, GDL__GEMM_KC, 1);
+    nc_blk = gdl__gemm_block(N, GDL__GEMM_NC, GDL__GEMM_NR);
+    if (!gdl__pool_acquire()) { /* the packing buffers are in use: don't race */
+        gdl__gemm_simple(g, kc_blk);
+        return;
+    }
+#ifdef GDL__POOL
+    if ((double)M * N * K * g->nseg >= GDL__GEMM_MT_MIN) gdl__gemm_grid(M, N, gdl_get_num_threads(), &tm, &tn);
+#endif
+    /* per thread: an A block and a B panel, each rounded up to 64 bytes */
+    asz = ((size_t)mc_blk * kc_blk + 15) & ~(size_t)15;
+    bsz = ((size_t)kc_blk * nc_blk + 15) & ~(size_t)15;
+    if (!gdl__gemm_reserve((size_t)tm * tn * (asz + bsz))) {
+        tm = tn = 1; /* no memory for every thread: try one thread */
+        if (!gdl__gemm_reserve(asz + bsz)) {
+            gdl__pool_release();
+            gdl__gemm_simple(g, kc_blk);
+            return;
+        }
+    }
+#ifdef GDL__POOL
+    if (tm * tn > 1) {
+        gdl__gemm_job j;
+        j.g = g;
+        j.mc_blk = mc_blk; j.kc_blk = kc_blk; j.nc_blk = nc_blk;
+        j.tm = tm; j.tn = tn;
+        j.asz = asz; j.bsz = bsz;
+        gdl__pool_run(tm * tn, gdl__gemm_task, &j);
+        gdl__pool_release();
+        return;
+    }
+#endif
+    gdl__gemm_blocked(g, 0, M, 0, N, mc_blk, kc_blk, nc_blk, gdl__gemm_buf, gdl__gemm_buf + asz);
+    gdl__pool_release();
+}
+#endif
+
+#if defined(GDL__POOL) && !defined(GDL__GEMM_CBLAS)
+#define GDL__GEMM_BATCH 1
+/* A batch of independent products (a convolution's samples): task t is
+   product t, whole, on the thread's own packing buffers. One parallel region
+   instead of one per product, and products too small to split are spread
+   over the threads too. Each product is computed as a call of its own would
+   (the grid never changes the bits). */
+typedef struct {
+    const gdl__gemm_args *g;
+    ptrdiff_t sA, sB, sC;
+    int mc_blk, kc_blk, nc_blk;
+    size_t asz, bsz;
+} gdl__gemm_batch_job;
+
+static void gdl__gemm_batch_task(void *p, int t, int nt) {
+    const gdl__gemm_batch_job *j = (const gdl__gemm_batch_job *)p;
+    gdl__gemm_args g = *j->g;
+    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__pool_slot * (j->asz + j->bsz);
+    (void)nt;
+    g.A += t * j->sA;
+    g.B += t * j->sB;
+    g.C += t * j->sC;
+    gdl__gemm_blocked(&g, 0, g.M, 0, g.N, j->mc_blk, j->kc_blk, j->nc_blk, buf, buf + j->asz);
+}
+
+/* Returns 0 (nothing done) when the pool or the memory is not to be had. */
+static int gdl__gemm_batch(const gdl__gemm_args *g, ptrdiff_t sA, ptrdiff_t sB, ptrdiff_t sC, int batch, int threads) {
+    gdl__gemm_batch_job j;
+    j.g = g;
+    j.sA = sA; j.sB = sB; j.sC = sC;
+    j.mc_blk = gdl__gemm_block(g->M, GDL__GEMM_MC, GDL__GEMM_MR);
+    j.kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
+    j.nc_blk = gdl__gemm_block(g->N, GDL__GEMM_NC, GDL__GEMM_NR);
+    j.asz = ((size_t)j.mc_blk * j.kc_blk + 15) & ~(size_t)15;
+    j.bsz = ((size_t)j.kc_blk * j.nc_blk + 15) & ~(size_t)15;
+    if (!gdl__pool_acquire()) return 0;
+    if (!gdl__gemm_reserve((size_t)threads * (j.asz + j.bsz))) {
+        gdl__pool_release();
+        return 0;
+    }
+    gdl__pool_run(batch, gdl__gemm_batch_task, &j);
+    gdl__pool_release();
+    return 1;
+}
+#endif
 
 GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_real alpha,
                             const gdl_real *A, int lda, const gdl_real *B, int ldb,
@@ -3298,54 +3740,13 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
 #else
     {
         gdl__gemm_args g;
-        int mc_blk, kc_blk, nc_blk, tm = 1, tn = 1;
-        size_t asz, bsz;
         g.transA = transA; g.transB = transB;
         g.M = M; g.N = N; g.K = K;
         g.alpha = alpha; g.beta = beta;
         g.A = A; g.B = B; g.C = C;
         g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-        if (K <= 0 || alpha == 0) { /* A and B are not read */
-            gdl__gemm_scale(&g);
-            return;
-        }
-        mc_blk = gdl__gemm_block(M, GDL__GEMM_MC, GDL__GEMM_MR);
-        kc_blk = gdl__gemm_block(K, GDL__GEMM_KC, 1);
-        nc_blk = gdl__gemm_block(N, GDL__GEMM_NC, GDL__GEMM_NR);
-#ifdef _OPENMP
-        if (omp_in_parallel()) { /* the packing buffers are shared: don't race */
-            gdl__gemm_simple(&g, kc_blk);
-            return;
-        }
-        if ((double)M * N * K >= GDL__GEMM_MT_MIN) gdl__gemm_grid(M, N, omp_get_max_threads(), &tm, &tn);
-#endif
-        /* per thread: an A block and a B panel, each rounded up to 64 bytes */
-        asz = ((size_t)mc_blk * kc_blk + 15) & ~(size_t)15;
-        bsz = ((size_t)kc_blk * nc_blk + 15) & ~(size_t)15;
-        if (!gdl__gemm_reserve((size_t)tm * tn * (asz + bsz))) {
-            tm = tn = 1; /* no memory for every thread: try one thread */
-            if (!gdl__gemm_reserve(asz + bsz)) {
-                gdl__gemm_simple(&g, kc_blk);
-                return;
-            }
-        }
-#ifdef _OPENMP
-        if (tm * tn > 1) {
-#pragma omp parallel num_threads(tm * tn)
-            {
-                /* the runtime may give fewer threads than asked: deal the
-                   rectangles out round-robin */
-                int t, m0, m1, n0, n1;
-                for (t = omp_get_thread_num(); t < tm * tn; t += omp_get_num_threads()) {
-                    gdl_real *buf = gdl__gemm_buf + (size_t)t * (asz + bsz);
-                    gdl__gemm_cell(M, N, tm, tn, t, &m0, &m1, &n0, &n1);
-                    gdl__gemm_blocked(&g, m0, m1, n0, n1, mc_blk, kc_blk, nc_blk, buf, buf + asz);
-                }
-            }
-            return;
-        }
-#endif
-        gdl__gemm_blocked(&g, 0, M, 0, N, mc_blk, kc_blk, nc_blk, gdl__gemm_buf, gdl__gemm_buf + asz);
+        g.nseg = 1; g.sA = g.sB = 0;
+        gdl__gemm_run(&g);
     }
 #endif
 }
@@ -3376,12 +3777,8 @@ GPUDL_API const char *gdl_gemm_kernel_name(void) {
    dimension, so results do not depend on the thread count.
    ------------------------------------------------------------------------- */
 
-#ifdef _OPENMP
-#define GDL__PRAGMA(x) _Pragma(#x)
-#define GDL__PARALLEL_FOR(n) GDL__PRAGMA(omp parallel for schedule(static) if ((n) > 32768))
-#else
-#define GDL__PARALLEL_FOR(n)
-#endif
+/* The loops worth threads run through gdl__parallel_for ([impl-pool]): each
+   kernel's arguments in a job struct, its loop in a _part(lo, hi) function. */
 
 /* Each block starts with its size, so that a free knows what it gives back (gdl_memory_stats). 64 bytes
    keep the alignment malloc gave. The counters belong to the op layer's thread, as the allocations do. */
@@ -3459,10 +3856,21 @@ static int gdl__cpu_event_synchronize(void *event) {
     return 0;
 }
 
-static int gdl__cpu_fill(gdl_real *x, int64_t n, gdl_real v) {
+typedef struct {
+    gdl_real *x;
+    int64_t n;
+    gdl_real v;
+} gdl__fill_job;
+static void gdl__fill_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__fill_job *a_ = (const gdl__fill_job *)p_;
+    gdl_real *x = a_->x;
+    gdl_real v = a_->v;
     int64_t i;
-    GDL__PARALLEL_FOR(n)
-    for (i = 0; i < n; i++) x[i] = v;
+    for (i = lo_; i < hi_; i++) x[i] = v;
+}
+static int gdl__cpu_fill(gdl_real *x, int64_t n, gdl_real v) {
+    gdl__fill_job j_ = {x, n, v};
+    gdl__parallel_for(n, n, gdl__fill_part, &j_);
     return 0;
 }
 
@@ -3491,6 +3899,36 @@ static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, co
                          int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
                          int ldc, int64_t sC, int batch) {
     int b;
+#ifndef GDL__GEMM_CBLAS
+    if (sC == 0 && batch > 1 && beta == 1 && K > 0 && alpha != 0 && M > 0 && N > 0) {
+        /* every batch accumulates into one C: one call over K segments, so
+           the threads share the whole sum (same bits as the loop below) */
+        gdl__gemm_args g;
+        GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
+        g.transA = ta; g.transB = tb;
+        g.M = M; g.N = N; g.K = K;
+        g.alpha = alpha; g.beta = beta;
+        g.A = A; g.B = B; g.C = C;
+        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+        g.nseg = batch; g.sA = (ptrdiff_t)sA; g.sB = (ptrdiff_t)sB;
+        gdl__gemm_run(&g);
+        return 0;
+    }
+#ifdef GDL__GEMM_BATCH
+    if (sC != 0 && batch > 1 && K > 0 && alpha != 0 && M > 0 && N > 0 && batch >= gdl_get_num_threads() &&
+        gdl_get_num_threads() > 1 && (double)M * N * K * batch >= GDL__GEMM_MT_MIN) {
+        gdl__gemm_args g;
+        GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
+        g.transA = ta; g.transB = tb;
+        g.M = M; g.N = N; g.K = K;
+        g.alpha = alpha; g.beta = beta;
+        g.A = A; g.B = B; g.C = C;
+        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+        g.nseg = 1; g.sA = g.sB = 0;
+        if (gdl__gemm_batch(&g, (ptrdiff_t)sA, (ptrdiff_t)sB, (ptrdiff_t)sC, batch, gdl_get_num_threads())) return 0;
+    }
+#endif
+#endif
     for (b = 0; b < batch; b++)
         gdl_gemm_cpu(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, ldc);
     return 0;
@@ -3625,6 +4063,23 @@ static double gdl__unary_grad1(int op, double x, double y, double alpha) {
 
 /* the cheap ops get their own loops (they vectorise); the rest go through
    gdl__unary1 */
+/* The unary ops that cost more than a memory pass, in parallel. */
+typedef struct {
+    int op;
+    const gdl_real *x, *y, *gy;
+    gdl_real *out;
+    gdl_real alpha;
+} gdl__unary_job;
+static void gdl__unary_part(const void *p, int64_t lo, int64_t hi) {
+    const gdl__unary_job *j = (const gdl__unary_job *)p;
+    int64_t i;
+    for (i = lo; i < hi; i++) j->out[i] = gdl__unary1(j->op, j->x[i], j->alpha);
+}
+static void gdl__unary_backward_part(const void *p, int64_t lo, int64_t hi) {
+    const gdl__unary_job *j = (const gdl__unary_job *)p;
+    int64_t i;
+    for (i = lo; i < hi; i++) j->out[i] += (gdl_real)(j->gy[i] * gdl__unary_grad1(j->op, j->x[i], j->y[i], j->alpha));
+}
 static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
     int64_t i;
     switch (op) {
@@ -3637,10 +4092,11 @@ static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl
     case GDL_UN_ADD_SCALAR:
         for (i = 0; i < n; i++) y[i] = x[i] + alpha;
         break;
-    default:
-        GDL__PARALLEL_FOR(n)
-        for (i = 0; i < n; i++) y[i] = gdl__unary1(op, x[i], alpha);
+    default: {
+        gdl__unary_job j = {op, x, NULL, NULL, y, alpha};
+        gdl__parallel_for(n, n, gdl__unary_part, &j);
         break;
+    }
     }
     return 0;
 }
@@ -3666,19 +4122,36 @@ static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const g
     case GDL_UN_TANH:
         for (i = 0; i < n; i++) gx[i] += gy[i] * (1 - y[i] * y[i]);
         break;
-    default:
-        GDL__PARALLEL_FOR(n)
-        for (i = 0; i < n; i++) gx[i] += (gdl_real)(gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha));
+    default: {
+        gdl__unary_job j = {op, x, y, gy, gx, alpha};
+        gdl__parallel_for(n, n, gdl__unary_backward_part, &j);
         break;
+    }
     }
     return 0;
 }
 
-static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y,
-                           int32_t *idx, int accumulate) {
+typedef struct {
+    int op;
+    int64_t outer;
+    int64_t n;
+    int64_t inner;
+    const gdl_real *x;
+    gdl_real *y;
+    int32_t *idx;
+    int accumulate;
+} gdl__reduce_job;
+static void gdl__reduce_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__reduce_job *a_ = (const gdl__reduce_job *)p_;
+    int op = a_->op;
+    int64_t n = a_->n;
+    int64_t inner = a_->inner;
+    const gdl_real *x = a_->x;
+    gdl_real *y = a_->y;
+    int32_t *idx = a_->idx;
+    int accumulate = a_->accumulate;
     int64_t o;
-    GDL__PARALLEL_FOR(outer * n * inner)
-    for (o = 0; o < outer; o++) {
+    for (o = lo_; o < hi_; o++) {
         int64_t i, k;
         for (i = 0; i < inner; i++) {
             const gdl_real *p = x + o * n * inner + i;
@@ -3699,14 +4172,33 @@ static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, cons
             else y[o * inner + i] = r;
         }
     }
+}
+static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y,
+                           int32_t *idx, int accumulate) {
+    gdl__reduce_job j_ = {op, outer, n, inner, x, y, idx, accumulate};
+    gdl__parallel_for(outer, outer * n * inner, gdl__reduce_part, &j_);
     return 0;
 }
 
-static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *gy,
-                                    const int32_t *idx, gdl_real *gx) {
+typedef struct {
+    int op;
+    int64_t outer;
+    int64_t n;
+    int64_t inner;
+    const gdl_real *gy;
+    const int32_t *idx;
+    gdl_real *gx;
+} gdl__reduce_backward_job;
+static void gdl__reduce_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__reduce_backward_job *a_ = (const gdl__reduce_backward_job *)p_;
+    int op = a_->op;
+    int64_t n = a_->n;
+    int64_t inner = a_->inner;
+    const gdl_real *gy = a_->gy;
+    const int32_t *idx = a_->idx;
+    gdl_real *gx = a_->gx;
     int64_t o;
-    GDL__PARALLEL_FOR(outer * n * inner)
-    for (o = 0; o < outer; o++) {
+    for (o = lo_; o < hi_; o++) {
         int64_t i, k;
         for (i = 0; i < inner; i++) {
             gdl_real g = gy[o * inner + i];
@@ -3718,6 +4210,11 @@ static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t in
             }
         }
     }
+}
+static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *gy,
+                                    const int32_t *idx, gdl_real *gx) {
+    gdl__reduce_backward_job j_ = {op, outer, n, inner, gy, idx, gx};
+    gdl__parallel_for(outer, outer * n * inner, gdl__reduce_backward_part, &j_);
     return 0;
 }
 
@@ -3735,10 +4232,23 @@ static int gdl__cpu_argmax(int64_t outer, int64_t n, int64_t inner, const gdl_re
     return 0;
 }
 
-static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y) {
+typedef struct {
+    int log_;
+    int64_t outer;
+    int64_t n;
+    int64_t inner;
+    const gdl_real *x;
+    gdl_real *y;
+} gdl__softmax_job;
+static void gdl__softmax_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__softmax_job *a_ = (const gdl__softmax_job *)p_;
+    int log_ = a_->log_;
+    int64_t n = a_->n;
+    int64_t inner = a_->inner;
+    const gdl_real *x = a_->x;
+    gdl_real *y = a_->y;
     int64_t o;
-    GDL__PARALLEL_FOR(outer * n * inner)
-    for (o = 0; o < outer; o++) {
+    for (o = lo_; o < hi_; o++) {
         int64_t i, k;
         for (i = 0; i < inner; i++) {
             const gdl_real *p = x + o * n * inner + i;
@@ -3752,14 +4262,32 @@ static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, c
                 q[k * inner] = (gdl_real)(log_ ? p[k * inner] - lse : exp(p[k * inner] - lse));
         }
     }
+}
+static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y) {
+    gdl__softmax_job j_ = {log_, outer, n, inner, x, y};
+    gdl__parallel_for(outer, outer * n * inner, gdl__softmax_part, &j_);
     return 0;
 }
 
-static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y,
-                                     const gdl_real *gy, gdl_real *gx) {
+typedef struct {
+    int log_;
+    int64_t outer;
+    int64_t n;
+    int64_t inner;
+    const gdl_real *y;
+    const gdl_real *gy;
+    gdl_real *gx;
+} gdl__softmax_backward_job;
+static void gdl__softmax_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__softmax_backward_job *a_ = (const gdl__softmax_backward_job *)p_;
+    int log_ = a_->log_;
+    int64_t n = a_->n;
+    int64_t inner = a_->inner;
+    const gdl_real *y = a_->y;
+    const gdl_real *gy = a_->gy;
+    gdl_real *gx = a_->gx;
     int64_t o;
-    GDL__PARALLEL_FOR(outer * n * inner)
-    for (o = 0; o < outer; o++) {
+    for (o = lo_; o < hi_; o++) {
         int64_t i, k;
         for (i = 0; i < inner; i++) {
             int64_t base = o * n * inner + i;
@@ -3772,6 +4300,11 @@ static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t
             }
         }
     }
+}
+static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y,
+                                     const gdl_real *gy, gdl_real *gx) {
+    gdl__softmax_backward_job j_ = {log_, outer, n, inner, y, gy, gx};
+    gdl__parallel_for(outer, outer * n * inner, gdl__softmax_backward_part, &j_);
     return 0;
 }
 
@@ -3786,10 +4319,18 @@ static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
     *hi = h;
 }
 
-static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
+typedef struct {
+    const gdl_conv_geom *g;
+    const gdl_real *x;
+    gdl_real *col;
+} gdl__im2col_job;
+static void gdl__im2col_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__im2col_job *a_ = (const gdl__im2col_job *)p_;
+    const gdl_conv_geom *g = a_->g;
+    const gdl_real *x = a_->x;
+    gdl_real *col = a_->col;
     int64_t nc, OHW = (int64_t)g->OH * g->OW;
-    GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->KH * g->KW * OHW)
-    for (nc = 0; nc < (int64_t)g->N * g->C; nc++) {
+    for (nc = lo_; nc < hi_; nc++) {
         const gdl_real *xp = x + nc * g->H * g->W;
         gdl_real *cp = col + nc * g->KH * g->KW * OHW; /* [n][c*KK + kk][ohw] */
         int kh, kw, oh, ow, lo, hi;
@@ -3814,13 +4355,25 @@ static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *
                 }
             }
     }
+}
+static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
+    gdl__im2col_job j_ = {g, x, col};
+    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__im2col_part, &j_);
     return 0;
 }
 
-static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
+typedef struct {
+    const gdl_conv_geom *g;
+    const gdl_real *col;
+    gdl_real *x;
+} gdl__col2im_job;
+static void gdl__col2im_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__col2im_job *a_ = (const gdl__col2im_job *)p_;
+    const gdl_conv_geom *g = a_->g;
+    const gdl_real *col = a_->col;
+    gdl_real *x = a_->x;
     int64_t nc, OHW = (int64_t)g->OH * g->OW;
-    GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->KH * g->KW * OHW)
-    for (nc = 0; nc < (int64_t)g->N * g->C; nc++) {
+    for (nc = lo_; nc < hi_; nc++) {
         gdl_real *xp = x + nc * g->H * g->W;
         const gdl_real *cp = col + nc * g->KH * g->KW * OHW;
         int kh, kw, oh, ow, lo, hi;
@@ -3840,15 +4393,74 @@ static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real
                 }
             }
     }
+}
+static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
+    gdl__col2im_job j_ = {g, col, x};
+    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &j_);
     return 0;
 }
 
-static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
+/* gdl_real's bits, for selects by mask */
+#ifdef GPUDL_DOUBLE
+typedef uint64_t gdl__rbits;
+#else
+typedef uint32_t gdl__rbits;
+#endif
+
+/* v replaces best (and j the index bi) if v is larger, or the first NaN:
+   by bit masks, not branches, since after a ReLU ties and the max's place
+   are random (5x faster than the branches compilers emit for ?: here). */
+#define GDL__MAXSEL(v, j)                                                                       \
+    do {                                                                                         \
+        const gdl__rbits m_ = (gdl__rbits)0 - (gdl__rbits)(((v) > best) | (((v) != (v)) & (best == best))); \
+        gdl__rbits bb_, vb_;                                                                     \
+        memcpy(&bb_, &best, sizeof bb_);                                                         \
+        memcpy(&vb_, &(v), sizeof vb_);                                                          \
+        bb_ ^= (bb_ ^ vb_) & m_;                                                                 \
+        memcpy(&best, &bb_, sizeof bb_);                                                         \
+        bi ^= (bi ^ (uint32_t)(j)) & (uint32_t)m_;                                               \
+    } while (0)
+
+/* One output row of a 2x2, stride-2 max pool (the common case): r0 is the
+   top input row, at plane index base. Vectorised at -O3. */
+static void gdl__maxpool2x2_row(const gdl_real *r0, int W, int32_t base, int OW, gdl_real *y, int32_t *idx) {
+    const gdl_real *r1 = r0 + W;
+    int ow;
+    for (ow = 0; ow < OW; ow++) {
+        const gdl_real b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+        const uint32_t j = (uint32_t)(base + 2 * ow);
+        gdl_real best = r0[2 * ow];
+        uint32_t bi = j;
+        GDL__MAXSEL(b, j + 1);
+        GDL__MAXSEL(c, j + (uint32_t)W);
+        GDL__MAXSEL(d, j + (uint32_t)W + 1);
+        y[ow] = best;
+        idx[ow] = (int32_t)bi;
+    }
+}
+
+typedef struct {
+    const gdl_conv_geom *g;
+    const gdl_real *x;
+    gdl_real *y;
+    int32_t *idx;
+} gdl__maxpool_job;
+static void gdl__maxpool_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__maxpool_job *a_ = (const gdl__maxpool_job *)p_;
+    const gdl_conv_geom *g = a_->g;
+    const gdl_real *x = a_->x;
+    gdl_real *y = a_->y;
+    int32_t *idx = a_->idx;
     int64_t p;
-    GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW)
-    for (p = 0; p < (int64_t)g->N * g->C; p++) {
+    for (p = lo_; p < hi_; p++) {
         const gdl_real *xp = x + p * g->H * g->W;
         int oh, ow, kh, kw;
+        if (g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->PH == 0 && g->PW == 0) {
+            const int W = g->W, OH = g->OH, OW = g->OW;
+            for (oh = 0; oh < OH; oh++)
+                gdl__maxpool2x2_row(xp + 2 * oh * W, W, 2 * oh * W, OW, y + (p * OH + oh) * OW, idx + (p * OH + oh) * OW);
+            continue;
+        }
         if (g->PH == 0 && g->PW == 0 && g->DH == 1 && g->DW == 1) { /* every window inside the plane */
             for (oh = 0; oh < g->OH; oh++)
                 for (ow = 0; ow < g->OW; ow++) {
@@ -3889,6 +4501,10 @@ static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real 
                 idx[(p * g->OH + oh) * g->OW + ow] = bi < 0 ? 0 : bi;
             }
     }
+}
+static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
+    gdl__maxpool_job j_ = {g, x, y, idx};
+    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__maxpool_part, &j_);
     return 0;
 }
 
@@ -3901,10 +4517,18 @@ static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy,
     return 0;
 }
 
-static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
+typedef struct {
+    const gdl_conv_geom *g;
+    const gdl_real *x;
+    gdl_real *y;
+} gdl__avgpool_job;
+static void gdl__avgpool_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__avgpool_job *a_ = (const gdl__avgpool_job *)p_;
+    const gdl_conv_geom *g = a_->g;
+    const gdl_real *x = a_->x;
+    gdl_real *y = a_->y;
     int64_t p;
-    GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW)
-    for (p = 0; p < (int64_t)g->N * g->C; p++) {
+    for (p = lo_; p < hi_; p++) {
         const gdl_real *xp = x + p * g->H * g->W;
         int oh, ow, kh, kw;
         for (oh = 0; oh < g->OH; oh++)
@@ -3921,13 +4545,25 @@ static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real 
                 y[(p * g->OH + oh) * g->OW + ow] = (gdl_real)(s / (g->KH * g->KW));
             }
     }
+}
+static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
+    gdl__avgpool_job j_ = {g, x, y};
+    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_part, &j_);
     return 0;
 }
 
-static int gdl__cpu_avgpool_backward(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
+typedef struct {
+    const gdl_conv_geom *g;
+    const gdl_real *gy;
+    gdl_real *gx;
+} gdl__avgpool_backward_job;
+static void gdl__avgpool_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__avgpool_backward_job *a_ = (const gdl__avgpool_backward_job *)p_;
+    const gdl_conv_geom *g = a_->g;
+    const gdl_real *gy = a_->gy;
+    gdl_real *gx = a_->gx;
     int64_t p;
-    GDL__PARALLEL_FOR((int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW)
-    for (p = 0; p < (int64_t)g->N * g->C; p++) {
+    for (p = lo_; p < hi_; p++) {
         gdl_real *xp = gx + p * g->H * g->W;
         int oh, ow, kh, kw;
         for (oh = 0; oh < g->OH; oh++)
@@ -3943,6 +4579,10 @@ static int gdl__cpu_avgpool_backward(const gdl_conv_geom *g, const gdl_real *gy,
                 }
             }
     }
+}
+static int gdl__cpu_avgpool_backward(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
+    gdl__avgpool_backward_job j_ = {g, gy, gx};
+    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_backward_part, &j_);
     return 0;
 }
 
@@ -3958,28 +4598,86 @@ static int gdl__cpu_copy2d(int64_t rows, int64_t cols, const gdl_real *src, int6
     return 0;
 }
 
-static int gdl__cpu_dropout(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
+typedef struct {
+    int64_t n;
+    double p;
+    uint64_t seed;
+    const gdl_real *x;
+    gdl_real *y;
+} gdl__dropout_job;
+static void gdl__dropout_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__dropout_job *a_ = (const gdl__dropout_job *)p_;
+    double p = a_->p;
+    uint64_t seed = a_->seed;
+    const gdl_real *x = a_->x;
+    gdl_real *y = a_->y;
     int64_t i;
     gdl_real scale = p < 1 ? (gdl_real)(1.0 / (1.0 - p)) : 0;
-    GDL__PARALLEL_FOR(n)
-    for (i = 0; i < n; i++) y[i] = gdl_dropout_keep(seed, (uint64_t)i, p) ? x[i] * scale : 0;
+    for (i = lo_; i < hi_; i++) y[i] = gdl_dropout_keep(seed, (uint64_t)i, p) ? x[i] * scale : 0;
+}
+static int gdl__cpu_dropout(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
+    gdl__dropout_job j_ = {n, p, seed, x, y};
+    gdl__parallel_for(n, n, gdl__dropout_part, &j_);
     return 0;
 }
-static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
+typedef struct {
+    int64_t n;
+    double p;
+    uint64_t seed;
+    const gdl_real *gy;
+    gdl_real *gx;
+} gdl__dropout_backward_job;
+static void gdl__dropout_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__dropout_backward_job *a_ = (const gdl__dropout_backward_job *)p_;
+    double p = a_->p;
+    uint64_t seed = a_->seed;
+    const gdl_real *gy = a_->gy;
+    gdl_real *gx = a_->gx;
     int64_t i;
     gdl_real scale = p < 1 ? (gdl_real)(1.0 / (1.0 - p)) : 0;
-    GDL__PARALLEL_FOR(n)
-    for (i = 0; i < n; i++)
+    for (i = lo_; i < hi_; i++)
         if (gdl_dropout_keep(seed, (uint64_t)i, p)) gx[i] += gy[i] * scale;
+}
+static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
+    gdl__dropout_backward_job j_ = {n, p, seed, gy, gx};
+    gdl__parallel_for(n, n, gdl__dropout_backward_part, &j_);
     return 0;
 }
 
-static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
-                              const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
-                              gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps) {
+typedef struct {
+    int64_t N;
+    int64_t C;
+    int64_t S;
+    const gdl_real *x;
+    const gdl_real *gamma;
+    const gdl_real *beta;
+    gdl_real *y;
+    gdl_real *mean;
+    gdl_real *invstd;
+    gdl_real *run_mean;
+    gdl_real *run_var;
+    int training;
+    double momentum;
+    double eps;
+} gdl__batchnorm_job;
+static void gdl__batchnorm_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__batchnorm_job *a_ = (const gdl__batchnorm_job *)p_;
+    int64_t N = a_->N;
+    int64_t C = a_->C;
+    int64_t S = a_->S;
+    const gdl_real *x = a_->x;
+    const gdl_real *gamma = a_->gamma;
+    const gdl_real *beta = a_->beta;
+    gdl_real *y = a_->y;
+    gdl_real *mean = a_->mean;
+    gdl_real *invstd = a_->invstd;
+    gdl_real *run_mean = a_->run_mean;
+    gdl_real *run_var = a_->run_var;
+    int training = a_->training;
+    double momentum = a_->momentum;
+    double eps = a_->eps;
     int64_t c;
-    GDL__PARALLEL_FOR(N * C * S)
-    for (c = 0; c < C; c++) {
+    for (c = lo_; c < hi_; c++) {
         int64_t n, s, M = N * S;
         double mu, var, is, gm = gamma ? gamma[c] : 1, bt = beta ? beta[c] : 0;
         if (training) {
@@ -4010,15 +4708,45 @@ static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x
                 y[j] = (gdl_real)((x[j] - mu) * is * gm + bt);
             }
     }
+}
+static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
+                              const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
+                              gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps) {
+    gdl__batchnorm_job j_ = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps};
+    gdl__parallel_for(C, N * C * S, gdl__batchnorm_part, &j_);
     return 0;
 }
 
-static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
-                                       const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
-                                       int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
+typedef struct {
+    int64_t N;
+    int64_t C;
+    int64_t S;
+    const gdl_real *x;
+    const gdl_real *gy;
+    const gdl_real *gamma;
+    const gdl_real *mean;
+    const gdl_real *invstd;
+    int training;
+    gdl_real *gx;
+    gdl_real *ggamma;
+    gdl_real *gbeta;
+} gdl__batchnorm_backward_job;
+static void gdl__batchnorm_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__batchnorm_backward_job *a_ = (const gdl__batchnorm_backward_job *)p_;
+    int64_t N = a_->N;
+    int64_t C = a_->C;
+    int64_t S = a_->S;
+    const gdl_real *x = a_->x;
+    const gdl_real *gy = a_->gy;
+    const gdl_real *gamma = a_->gamma;
+    const gdl_real *mean = a_->mean;
+    const gdl_real *invstd = a_->invstd;
+    int training = a_->training;
+    gdl_real *gx = a_->gx;
+    gdl_real *ggamma = a_->ggamma;
+    gdl_real *gbeta = a_->gbeta;
     int64_t c;
-    GDL__PARALLEL_FOR(N * C * S)
-    for (c = 0; c < C; c++) {
+    for (c = lo_; c < hi_; c++) {
         int64_t n, s, M = N * S;
         double sg = 0, sgx = 0, mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1;
         for (n = 0; n < N; n++)
@@ -4039,14 +4767,38 @@ static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gd
                     gx[j] += (gdl_real)(gy[j] * gm * is);
             }
     }
+}
+static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
+                                       const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
+                                       int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
+    gdl__batchnorm_backward_job j_ = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta};
+    gdl__parallel_for(C, N * C * S, gdl__batchnorm_backward_part, &j_);
     return 0;
 }
 
-static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
-                              const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd) {
+typedef struct {
+    int64_t rows;
+    int64_t D;
+    const gdl_real *x;
+    const gdl_real *gamma;
+    const gdl_real *beta;
+    double eps;
+    gdl_real *y;
+    gdl_real *mean;
+    gdl_real *rstd;
+} gdl__layernorm_job;
+static void gdl__layernorm_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__layernorm_job *a_ = (const gdl__layernorm_job *)p_;
+    int64_t D = a_->D;
+    const gdl_real *x = a_->x;
+    const gdl_real *gamma = a_->gamma;
+    const gdl_real *beta = a_->beta;
+    double eps = a_->eps;
+    gdl_real *y = a_->y;
+    gdl_real *mean = a_->mean;
+    gdl_real *rstd = a_->rstd;
     int64_t r;
-    GDL__PARALLEL_FOR(rows * D)
-    for (r = 0; r < rows; r++) {
+    for (r = lo_; r < hi_; r++) {
         const gdl_real *p = x + r * D;
         double s = 0, sq = 0, mu, rs;
         int64_t k;
@@ -4059,6 +4811,11 @@ static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const 
         for (k = 0; k < D; k++)
             y[r * D + k] = (gdl_real)((p[k] - mu) * rs * (gamma ? gamma[k] : 1) + (beta ? beta[k] : 0));
     }
+}
+static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
+                              const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd) {
+    gdl__layernorm_job j_ = {rows, D, x, gamma, beta, eps, y, mean, rstd};
+    gdl__parallel_for(rows, rows * D, gdl__layernorm_part, &j_);
     return 0;
 }
 
@@ -4180,14 +4937,31 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
     return 0;
 }
 
-static void gdl__cpu_sgd1(const gdl_opt_tensor *t) {
-    int64_t i, n = t->n;
-    gdl_real *p = t->p, *buf = t->s1;
-    const gdl_real *g = t->g;
-    double lr = t->lr, momentum = t->momentum, dampening = t->dampening, weight_decay = t->weight_decay;
-    int nesterov = t->nesterov, first_step = t->step == 0;
-    GDL__PARALLEL_FOR(n)
-    for (i = 0; i < n; i++) {
+typedef struct {
+    int64_t n;
+    gdl_real *p;
+    const gdl_real *g;
+    gdl_real *buf;
+    double lr;
+    double momentum;
+    double dampening;
+    double weight_decay;
+    int nesterov;
+    int first_step;
+} gdl__sgd_job;
+static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__sgd_job *a_ = (const gdl__sgd_job *)p_;
+    gdl_real *p = a_->p;
+    const gdl_real *g = a_->g;
+    gdl_real *buf = a_->buf;
+    double lr = a_->lr;
+    double momentum = a_->momentum;
+    double dampening = a_->dampening;
+    double weight_decay = a_->weight_decay;
+    int nesterov = a_->nesterov;
+    int first_step = a_->first_step;
+    int64_t i;
+    for (i = lo_; i < hi_; i++) {
         double d = g[i] + weight_decay * p[i];
         if (momentum != 0) {
             double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
@@ -4199,18 +4973,86 @@ static void gdl__cpu_sgd1(const gdl_opt_tensor *t) {
 }
 static int gdl__cpu_sgd_multi(int count, const gdl_opt_tensor *t) {
     int k;
-    for (k = 0; k < count; k++) gdl__cpu_sgd1(&t[k]);
+    for (k = 0; k < count; k++) {
+        gdl__sgd_job j_ = {t[k].n, t[k].p, t[k].g, t[k].s1, t[k].lr, t[k].momentum, t[k].dampening,
+                           t[k].weight_decay, t[k].nesterov, t[k].step == 0};
+        gdl__parallel_for(t[k].n, t[k].n, gdl__sgd_part, &j_);
+    }
     return 0;
 }
 
-static void gdl__cpu_adam1(const gdl_opt_tensor *t, int decoupled) {
-    int64_t i, n = t->n;
-    gdl_real *p = t->p, *m = t->s1, *v = t->s2;
-    const gdl_real *g = t->g;
-    double lr = t->lr, beta1 = t->beta1, beta2 = t->beta2, eps = t->eps, weight_decay = t->weight_decay;
-    double bc1 = 1 - pow(beta1, (double)t->step), bc2 = 1 - pow(beta2, (double)t->step);
-    GDL__PARALLEL_FOR(n)
-    for (i = 0; i < n; i++) {
+typedef struct {
+    int64_t n;
+    gdl_real *p;
+    const gdl_real *g;
+    gdl_real *m;
+    gdl_real *v;
+    double lr;
+    double beta1;
+    double beta2;
+    double eps;
+    double weight_decay;
+    int decoupled;
+    int64_t step;
+} gdl__adam_job;
+static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__adam_job *a_ = (const gdl__adam_job *)p_;
+    gdl_real *p = a_->p;
+    const gdl_real *g = a_->g;
+    gdl_real *m = a_->m;
+    gdl_real *v = a_->v;
+    double lr = a_->lr;
+    double beta1 = a_->beta1;
+    double beta2 = a_->beta2;
+    double eps = a_->eps;
+    double weight_decay = a_->weight_decay;
+    int decoupled = a_->decoupled;
+    int64_t step = a_->step;
+    int64_t i = lo_;
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
+    /* the loop below, 8 (4) elements at a time: the same operations in
+       double, so the same bits; compilers do not vectorise the loop itself
+       (sqrt's errno) */
+    {
+#ifdef GDL__GEMM_AVX512
+#define GDL__AW 8
+#define GDL__AV(f) _mm512_##f
+#define GDL__AF(f) _mm256_##f
+        typedef __m512d vd;
+        typedef __m256 vf;
+#else
+#define GDL__AW 4
+#define GDL__AV(f) _mm256_##f
+#define GDL__AF(f) _mm_##f
+        typedef __m256d vd;
+        typedef __m128 vf;
+#endif
+        const vd b1 = GDL__AV(set1_pd)(beta1), b1c = GDL__AV(set1_pd)(1 - beta1), b2 = GDL__AV(set1_pd)(beta2);
+        const vd b2c = GDL__AV(set1_pd)(1 - beta2), vlr = GDL__AV(set1_pd)(lr), vbc1 = GDL__AV(set1_pd)(bc1);
+        const vd vbc2 = GDL__AV(set1_pd)(bc2), veps = GDL__AV(set1_pd)(eps);
+        const vd vwd = GDL__AV(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
+        for (; i + GDL__AW <= hi_; i += GDL__AW) {
+            vd gi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(g + i)), pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
+            vf mf, vv;
+            if (decoupled) pi = GDL__AV(sub_pd)(pi, GDL__AV(mul_pd)(vwd, pi));
+            else gi = GDL__AV(add_pd)(gi, GDL__AV(mul_pd)(vwd, pi));
+            mf = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b1, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(m + i))),
+                                                   GDL__AV(mul_pd)(b1c, gi)));
+            vv = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b2, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(v + i))),
+                                                   GDL__AV(mul_pd)(GDL__AV(mul_pd)(b2c, gi), gi)));
+            GDL__AF(storeu_ps)(m + i, mf);
+            GDL__AF(storeu_ps)(v + i, vv);
+            md = GDL__AV(mul_pd)(vlr, GDL__AV(div_pd)(GDL__AV(cvtps_pd)(mf), vbc1));
+            den = GDL__AV(add_pd)(GDL__AV(sqrt_pd)(GDL__AV(div_pd)(GDL__AV(cvtps_pd)(vv), vbc2)), veps);
+            GDL__AF(storeu_ps)(p + i, GDL__AV(cvtpd_ps)(GDL__AV(sub_pd)(pi, GDL__AV(div_pd)(md, den))));
+        }
+#undef GDL__AW
+#undef GDL__AV
+#undef GDL__AF
+    }
+#endif
+    for (; i < hi_; i++) {
         double gi = g[i], pi = p[i];
         if (decoupled) pi -= lr * weight_decay * pi;
         else gi += weight_decay * pi;
@@ -4221,7 +5063,11 @@ static void gdl__cpu_adam1(const gdl_opt_tensor *t, int decoupled) {
 }
 static int gdl__cpu_adam_multi(int count, const gdl_opt_tensor *t, int decoupled) {
     int k;
-    for (k = 0; k < count; k++) gdl__cpu_adam1(&t[k], decoupled);
+    for (k = 0; k < count; k++) {
+        gdl__adam_job j_ = {t[k].n, t[k].p, t[k].g, t[k].s1, t[k].s2, t[k].lr, t[k].beta1, t[k].beta2, t[k].eps,
+                            t[k].weight_decay, decoupled, t[k].step};
+        gdl__parallel_for(t[k].n, t[k].n, gdl__adam_part, &j_);
+    }
     return 0;
 }
 
@@ -5001,7 +5847,7 @@ GPUDL_API gdl_tensor *gdl_conv2d(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias,
 
 static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
     const gdl_conv_geom *g = &n->geom;
-    int groups = (int)n->i[0], direct = (int)n->i[1], gi, b;
+    int groups = (int)n->i[0], direct = (int)n->i[1], gi;
     int64_t OC = n->out->shape[1], Cg = g->C / groups, OCg = OC / groups, KK = (int64_t)g->KH * g->KW;
     int64_t OHW = (int64_t)g->OH * g->OW, CKK = (int64_t)g->C * KK;
     gdl_real *gy = GDL__R(n->out->grad), *gx = GDL__G(n->in[0]), *gw = GDL__G(n->in[1]), *gb = GDL__G(n->in[2]);
@@ -5012,13 +5858,12 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
             be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
             return -1;
     }
-    if (gw)
-        for (b = 0; b < g->N; b++)
-            for (gi = 0; gi < groups; gi++)
-                if (be->gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + b * OC * OHW + gi * OCg * OHW, (int)OHW, 0,
-                             col + b * CKK * OHW + gi * Cg * KK * OHW, (int)OHW, 0, 1, gw + gi * OCg * Cg * KK,
-                             (int)(Cg * KK), 0, 1) < 0)
-                    return -1;
+    if (gw) /* summed over the samples in turn: one batched call with sC == 0 per group */
+        for (gi = 0; gi < groups; gi++)
+            if (be->gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
+                         col + gi * Cg * KK * OHW, (int)OHW, CKK * OHW, 1, gw + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+                         g->N) < 0)
+                return -1;
     if (gx) {
         /* direct: the columns are the input, so accumulate straight into gx */
         gdl_real *gcol = direct ? gx : (gdl_real *)gdl__scratch("gdl_backward", n->out->device,

@@ -13,7 +13,7 @@
    samples/s, the FLOPs of a step and the achieved GFLOP/s, peak GPU memory
    (CUDA), the threads, the CPU model and the GEMM micro-kernel compiled in.
 
-   CPU:   cc -O3 -march=native -fopenmp bench/train.c -lm -pthread -o bench_train
+   CPU:   cc -O3 -march=native bench/train.c -lm -pthread -o bench_train
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA bench/train.c gpudl_cuda.cu -lcublas -o bench_train
    Run:   ./bench_train [net ...]      (default: mlp cnn fc10 fc50) */
 #define GPUDL_IMPLEMENTATION
@@ -124,11 +124,8 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
     static const char *const defaults[] = {"mlp", "cnn", "fc10", "fc50"};
     const char *const *nets = argc > 1 ? (const char *const *)(argv + 1) : defaults;
-    int nnets = argc > 1 ? argc - 1 : 4, k, threads = 1;
+    int nnets = argc > 1 ? argc - 1 : 4, k, threads = gdl_get_num_threads();
     gdl_device dev = gdl_default_device();
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
     printf("device %s (%s), %d CPU threads\n", gdl_device_str(dev), gdl_device_name(dev), threads);
     printf("cpu: %s, GEMM micro-kernel %s\n", bench_cpu_model(), gdl_gemm_kernel_name());
     printf("%-6s %6s %12s %12s %10s %10s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",

@@ -5,8 +5,8 @@
    temporaries the dead children left are removed by the next save. A save
    that runs out of space (RLIMIT_FSIZE stands in for a full disk) fails with
    a message, leaves the previous checkpoint intact and no temporary behind.
-   POSIX only (fork, kill, setrlimit). Built without OpenMP: libgomp is not safe
-   to use in a child forked after its threads started. */
+   POSIX only (fork, kill, setrlimit). gpudl's thread pool is safe to use in a
+   forked child (test_pool checks it); libgomp, used before, was not. */
 #define _POSIX_C_SOURCE 200809L
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"

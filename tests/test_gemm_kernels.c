@@ -268,9 +268,8 @@ TEST test_degenerate(void) {
 
 /* Results must not depend on the number of threads. */
 TEST test_thread_count_independent(void) {
-#ifdef _OPENMP
+#ifdef GDL__POOL
     const int M = 2 * GDL__GEMM_MC + 3, N = 3 * GDL__GEMM_NR + 5, K = 300;
-    const int saved = omp_get_max_threads();
     gemm_case g;
     float *c1, *c4;
     const size_t nc = (size_t)M * (N + 5);
@@ -280,11 +279,11 @@ TEST test_thread_count_independent(void) {
     c4 = (float *)malloc(nc * sizeof(float));
     memcpy(c1, g.C0, nc * sizeof(float));
     memcpy(c4, g.C0, nc * sizeof(float));
-    omp_set_num_threads(1);
+    gdl_set_num_threads(1);
     gdl_gemm_cpu(0, 1, M, N, K, 0.5f, g.A, g.lda, g.B, g.ldb, 0, c1, g.ldc);
-    omp_set_num_threads(4);
+    gdl_set_num_threads(4);
     gdl_gemm_cpu(0, 1, M, N, K, 0.5f, g.A, g.lda, g.B, g.ldb, 0, c4, g.ldc);
-    omp_set_num_threads(saved);
+    gdl_set_num_threads(0);
     same = memcmp(c1, c4, nc * sizeof(float)) == 0;
     case_free(&g);
     free(c1);
@@ -292,8 +291,96 @@ TEST test_thread_count_independent(void) {
     ASSERTm("1 and 4 threads give different bits", same);
     PASS();
 #else
-    SKIPm("built without OpenMP");
+    SKIPm("built without threads");
 #endif
+}
+
+#ifdef GDL__POOL
+typedef struct {
+    int ta, tb, M, N, K;
+    const gemm_case *g;
+    float *c;
+} in_task_gemm;
+/* Task 0 of a pool job calls the GEMM while its thread holds the pool. */
+static void gemm_in_task(void *p, int t, int nt) {
+    const in_task_gemm *j = (const in_task_gemm *)p;
+    (void)nt;
+    if (t == 0)
+        gdl_gemm_cpu(j->ta, j->tb, j->M, j->N, j->K, 1, j->g->A, j->g->lda, j->g->B, j->g->ldb, j->g->beta, j->c,
+                     j->g->ldc);
+}
+#endif
+
+/* The batched GEMM with sC == 0 and beta 1 (a convolution's weight
+   gradient: every batch accumulates into one C) runs as one call over K
+   segments: bitwise the same as a loop of calls, on 1 thread and on 3. */
+TEST test_batched_accumulate_same_as_loop(void) {
+    static const int shapes[][3] = {{32, 9, 784}, {64, 288, 196}, {13, 70, 300}};
+    const int batch = 5;
+    size_t si;
+    int t, threads;
+    for (si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (t = 0; t < 4; t++)
+            for (threads = 1; threads <= 3; threads += 2) {
+                const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ta = t >> 1, tb = t & 1;
+                const int lda = ta ? M : K, ldb = tb ? K : N;
+                const size_t na = (size_t)M * K, nb = (size_t)K * N;
+                float *A = (float *)malloc(na * batch * sizeof(float)), *B = (float *)malloc(nb * batch * sizeof(float));
+                float *c1 = (float *)malloc((size_t)M * N * sizeof(float)), *c2 = (float *)malloc((size_t)M * N * sizeof(float));
+                size_t i;
+                int b, same;
+                for (i = 0; i < na * batch; i++) A[i] = urand();
+                for (i = 0; i < nb * batch; i++) B[i] = urand();
+                for (i = 0; i < (size_t)M * N; i++) c1[i] = c2[i] = urand();
+                gdl_set_num_threads(threads);
+                for (b = 0; b < batch; b++)
+                    gdl_gemm_cpu(ta, tb, M, N, K, 1, A + b * na, lda, B + b * nb, ldb, 1, c1, N);
+                gdl__cpu_gemm(ta, tb, M, N, K, 1, A, lda, (int64_t)na, B, ldb, (int64_t)nb, 1, c2, N, 0, batch);
+                gdl_set_num_threads(0);
+                same = memcmp(c1, c2, (size_t)M * N * sizeof(float)) == 0;
+                free(A);
+                free(B);
+                free(c1);
+                free(c2);
+                ASSERTm("one segmented call and a loop of calls give different bits", same);
+            }
+    PASS();
+}
+
+/* A batch of independent products (sC != 0) runs as one parallel region,
+   one product per task: bitwise the same as a loop of calls. */
+TEST test_batched_same_as_loop(void) {
+    static const int shapes[][3] = {{32, 784, 9}, {64, 196, 288}, {288, 196, 64}};
+    const int batch = 7;
+    size_t si;
+    int t, threads;
+    for (si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (t = 0; t < 4; t++)
+            for (threads = 2; threads <= 3; threads++) {
+                const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ta = t >> 1, tb = t & 1;
+                const int lda = ta ? M : K, ldb = tb ? K : N;
+                const size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+                float *A = (float *)malloc(na * batch * sizeof(float)), *B = (float *)malloc(nb * batch * sizeof(float));
+                float *c1 = (float *)malloc(nc * batch * sizeof(float)), *c2 = (float *)malloc(nc * batch * sizeof(float));
+                size_t i;
+                int b, same;
+                for (i = 0; i < na * batch; i++) A[i] = urand();
+                for (i = 0; i < nb * batch; i++) B[i] = urand();
+                for (i = 0; i < nc * batch; i++) c1[i] = c2[i] = urand();
+                gdl_set_num_threads(threads);
+                for (b = 0; b < batch; b++)
+                    gdl_gemm_cpu(ta, tb, M, N, K, 0.5f, A + b * na, lda, B + b * nb, ldb, 0.25f, c1 + b * nc, N);
+                gdl__cpu_gemm(ta, tb, M, N, K, 0.5f, A, lda, (int64_t)na, B, ldb, (int64_t)nb, 0.25f, c2, N,
+                              (int64_t)nc, batch);
+                gdl_set_num_threads(0);
+                same = memcmp(c1, c2, nc * batch * sizeof(float)) == 0;
+                free(A);
+                free(B);
+                free(c1);
+                free(c2);
+                ASSERTm("one batched call and a loop of calls give different bits", same);
+            }
+    PASS();
 }
 
 /* The unpacked fallback sums like the packed path: reached from inside a
@@ -307,10 +394,12 @@ static enum harness_result fallback_case(int ta, int tb, int in_parallel) {
     case_init(&g, ta, tb, M, N, K, 1, (float)(ta ^ tb));
     memcpy(c, g.C0, nc * sizeof(float));
     if (in_parallel) {
-#ifdef _OPENMP
-#pragma omp parallel num_threads(2)
-        {
-            if (omp_get_thread_num() == 0) gdl_gemm_cpu(ta, tb, M, N, K, 1, g.A, g.lda, g.B, g.ldb, g.beta, c, g.ldc);
+#ifdef GDL__POOL
+        in_task_gemm j;
+        j.ta = ta; j.tb = tb; j.M = M; j.N = N; j.K = K; j.g = &g; j.c = c;
+        if (gdl__pool_acquire()) {
+            gdl__pool_run(2, gemm_in_task, &j);
+            gdl__pool_release();
         }
 #endif
     } else {
@@ -332,12 +421,12 @@ TEST test_fallback_no_memory(void) {
 }
 
 TEST test_fallback_in_parallel_region(void) {
-#ifdef _OPENMP
+#ifdef GDL__POOL
     int t;
     for (t = 0; t < 4; t++) CHECK_CALL(fallback_case(t >> 1, t & 1, 1));
     PASS();
 #else
-    SKIPm("built without OpenMP");
+    SKIPm("built without threads");
 #endif
 }
 
@@ -347,6 +436,8 @@ SUITE(gemm_kernels) {
     RUN_TEST(test_large_shapes);
     RUN_TEST(test_degenerate);
     RUN_TEST(test_thread_count_independent);
+    RUN_TEST(test_batched_accumulate_same_as_loop);
+    RUN_TEST(test_batched_same_as_loop);
     RUN_TEST(test_fallback_no_memory);
     RUN_TEST(test_fallback_in_parallel_region);
 }

@@ -1,0 +1,431 @@
+/* test_pool.c — gpudl's CPU thread pool ([impl-pool] in gpudl.h): every
+   index of a parallel loop done exactly once at any thread count; the thread
+   count from the API and the environment; the CPU kernels that run in
+   parallel give the same bits with 1 thread and with several; a parallel
+   region inside a task, and parallel regions and GEMMs from several threads
+   at once, neither deadlock nor race (also built under ThreadSanitizer:
+   tsan_test_pool); a child forked after the workers started can use the
+   pool; the workers are joined at exit (LeakSanitizer: asan_test_pool).
+   Also the 2x2 max pool's branch-free path against a plain loop, and
+   Adam's vector loop against its double formula. */
+#define _POSIX_C_SOURCE 200809L
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void count_part(const void *p, int64_t lo, int64_t hi) {
+    int *hits = (int *)(uintptr_t)p; /* each index has one writer: no race */
+    int64_t i;
+    for (i = lo; i < hi; i++) hits[i]++;
+}
+
+/* Every index once, whatever n and the thread count (more threads than
+   indices included). */
+TEST test_parallel_for_covers_each_index_once(void) {
+    static const int64_t ns[] = {1, 2, 3, 7, 100, 40000, 100003};
+    static const int threads[] = {1, 2, 3, 7, 64};
+    size_t a, b;
+    for (a = 0; a < sizeof threads / sizeof *threads; a++) {
+        gdl_set_num_threads(threads[a]);
+        ASSERT_EQ(threads[a], gdl_get_num_threads());
+        for (b = 0; b < sizeof ns / sizeof *ns; b++) {
+            int *hits = (int *)calloc((size_t)ns[b], sizeof(int));
+            int64_t i, bad = -1;
+            gdl__parallel_for(ns[b], GDL__PAR_MIN + 1, count_part, hits); /* past the threshold */
+            for (i = 0; i < ns[b] && bad < 0; i++)
+                if (hits[i] != 1) bad = i;
+            free(hits);
+            ASSERT_EQm("an index was done 0 or 2 times", -1, (int)bad);
+        }
+    }
+    gdl_set_num_threads(0);
+    PASS();
+}
+
+TEST test_thread_count_api_and_env(void) {
+    gdl_set_num_threads(0);
+    ASSERT_GE(gdl_get_num_threads(), 1);
+#ifdef GDL__POOL
+    gdl_set_num_threads(5);
+    ASSERT_EQ(5, gdl_get_num_threads());
+    gdl_set_num_threads(100000); /* capped */
+    ASSERT_EQ(GDL__POOL_MAX, gdl_get_num_threads());
+    gdl_set_num_threads(-1);
+    setenv("GPUDL_NUM_THREADS", "3", 1);
+    setenv("OMP_NUM_THREADS", "6,2", 1);
+    ASSERT_EQ(3, gdl__env_threads());
+    unsetenv("GPUDL_NUM_THREADS");
+    ASSERT_EQ(6, gdl__env_threads()); /* OMP_NUM_THREADS, its first level */
+    unsetenv("OMP_NUM_THREADS");
+    ASSERT_GE(gdl__env_threads(), 1); /* the CPUs this process may run on */
+#else
+    gdl_set_num_threads(5);
+    ASSERT_EQ(1, gdl_get_num_threads());
+#endif
+    gdl_set_num_threads(0);
+    PASS();
+}
+
+/* --- the parallel CPU kernels: 1 thread against 3 ------------------------ */
+
+static float *rnd(int64_t n, uint64_t seed) {
+    float *x = (float *)malloc((size_t)n * sizeof(float));
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (float)((double)(seed >> 40) / (double)(1ULL << 24) * 4.0 - 2.0);
+    }
+    return x;
+}
+
+/* Runs every kernel that gdl__parallel_for threads on inputs past the
+   threshold; out receives all their outputs, one after another. */
+#define KN 70000
+#define KOUT (40 * KN)
+/* the backend's multi-tensor optimizer calls on one tensor */
+static void sgd1(int64_t n, float *p, const float *g, float *buf, double lr, double momentum, double dampening,
+                 double weight_decay, int nesterov, int first_step) {
+    gdl_opt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.n = n, t.p = p, t.g = g, t.s1 = buf, t.lr = lr, t.momentum = momentum, t.dampening = dampening;
+    t.weight_decay = weight_decay, t.nesterov = nesterov, t.step = first_step ? 0 : 1;
+    gdl__cpu_sgd_multi(1, &t);
+}
+static void adam1(int64_t n, float *p, const float *g, float *m, float *v, double lr, double beta1, double beta2,
+                  double eps, double weight_decay, int decoupled, int64_t step) {
+    gdl_opt_tensor t;
+    memset(&t, 0, sizeof t);
+    t.n = n, t.p = p, t.g = g, t.s1 = m, t.s2 = v, t.lr = lr, t.beta1 = beta1, t.beta2 = beta2, t.eps = eps;
+    t.weight_decay = weight_decay, t.step = step;
+    gdl__cpu_adam_multi(1, &t, decoupled);
+}
+
+static void run_kernels(float *out) {
+    gdl_conv_geom g;
+    float *x = rnd(KN * 4, 1), *y = rnd(KN * 4, 2), *w = rnd(KN * 4, 3), *o = out;
+    int32_t *idx = (int32_t *)malloc(KN * sizeof(int32_t));
+    memset(out, 0, KOUT * sizeof(float));
+    gdl__cpu_fill(o, KN, 0.5f);
+    o += KN;
+    gdl__cpu_unary(GDL_UN_SIGMOID, KN, x, o, 0);
+    o += KN;
+    gdl__cpu_unary_backward(GDL_UN_GELU_ERF, KN, x, y, w, o, 0);
+    o += KN;
+    gdl__cpu_reduce(GDL_RED_MAX, 70, 100, 10, x, o, idx, 0);
+    gdl__cpu_reduce_backward(GDL_RED_MAX, 70, 100, 10, y, idx, o + 700);
+    o += KN + 700;
+    gdl__cpu_reduce(GDL_RED_MEAN, 70, 100, 10, x, o, NULL, 1);
+    gdl__cpu_reduce_backward(GDL_RED_MEAN, 70, 100, 10, y, NULL, o + 700);
+    o += KN + 700;
+    gdl__cpu_softmax(1, 700, 10, 10, x, o);
+    gdl__cpu_softmax_backward(0, 700, 10, 10, y, w, o + KN);
+    o += 2 * KN;
+    /* 8 x 4 planes of 24 x 24, 3 x 3 windows, stride 1, padding 1 */
+    memset(&g, 0, sizeof g);
+    g.N = 8; g.C = 4; g.H = 24; g.W = 24; g.KH = 3; g.KW = 3;
+    g.SH = g.SW = 1; g.PH = g.PW = 1; g.DH = g.DW = 1; g.OH = 24; g.OW = 24;
+    gdl__cpu_im2col(&g, x, o); /* 8*4*9*576 = 165888 */
+    gdl__cpu_col2im(&g, o, o + 165888);
+    o += 165888 + 8 * 4 * 576;
+    g.PH = g.PW = 0; g.OH = g.OW = 22; /* every window inside: maxpool's fast path */
+    gdl__cpu_maxpool(&g, x, o, idx);
+    o += 8 * 4 * 576;
+    g.PH = g.PW = 1; g.OH = g.OW = 24;
+    gdl__cpu_maxpool(&g, x, o, idx);
+    gdl__cpu_avgpool(&g, x, o + 8 * 4 * 576);
+    gdl__cpu_avgpool_backward(&g, y, o + 2 * 8 * 4 * 576);
+    o += 3 * 8 * 4 * 576;
+    gdl__cpu_dropout(KN, 0.3, 7, x, o);
+    gdl__cpu_dropout_backward(KN, 0.3, 7, y, o + KN);
+    o += 2 * KN;
+    { /* batch 64, 16 channels, 8 x 8 */
+        float *mean = o + 2 * KN, *inv = mean + 16, *rm = inv + 16, *rv = rm + 16, *gg = rv + 16, *gb = gg + 16;
+        int c;
+        for (c = 0; c < 16; c++) rv[c] = 1;
+        gdl__cpu_batchnorm(64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5);
+        gdl__cpu_batchnorm_backward(64, 16, 64, x, y, w, mean, inv, 1, o + KN, gg, gb);
+        o += 2 * KN + 6 * 16;
+    }
+    gdl__cpu_layernorm(700, 100, x, w, y, 1e-5, o, o + KN, o + KN + 700);
+    o += KN + 1400;
+    memcpy(o, x, KN * sizeof(float));
+    memcpy(o + KN, y, KN * sizeof(float));
+    sgd1(KN, o, w, o + KN, 0.1, 0.9, 0, 1e-4, 1, 0);
+    o += 2 * KN;
+    memcpy(o, x, KN * sizeof(float));
+    memset(o + KN, 0, 2 * KN * sizeof(float));
+    adam1(KN, o, w, o + KN, o + 2 * KN, 1e-3, 0.9, 0.999, 1e-8, 0.01, 1, 3);
+    o += 3 * KN;
+    gdl_gemm_cpu(0, 1, 150, 130, 140, 1, x, 140, y, 140, 0, o, 130);
+    o += 150 * 130;
+    gdl__cpu_gemm(0, 0, 40, 60, 50, 1, x, 50, 2000, y, 60, 3000, 0, o, 60, 2400, 6); /* a batch: one task each */
+    o += 6 * 2400;
+    free(x);
+    free(y);
+    free(w);
+    free(idx);
+}
+
+TEST test_kernels_same_bits_any_thread_count(void) {
+    float *a = (float *)malloc(KOUT * sizeof(float)), *b = (float *)malloc(KOUT * sizeof(float));
+    int same;
+    gdl_set_num_threads(1);
+    run_kernels(a);
+    gdl_set_num_threads(3);
+    run_kernels(b);
+    gdl_set_num_threads(0);
+    same = memcmp(a, b, KOUT * sizeof(float)) == 0;
+    free(a);
+    free(b);
+    ASSERTm("1 and 3 threads give different bits", same);
+    PASS();
+}
+
+/* The 2x2 stride-2 max pool's own path (selects by bit masks) against a
+   plain first-max, first-NaN loop, on planes full of ties, NaNs and zeros
+   of both signs, with odd sizes (a last row and column left out). */
+TEST test_maxpool2x2_path(void) {
+    const int N = 3, C = 5, H = 9, W = 11, OH = 4, OW = 5;
+    static const float vals[] = {0.0f, -0.0f, 1.0f, 1.0f, -2.0f, (float)NAN, -(float)NAN, (float)INFINITY,
+                                 -(float)INFINITY, 3.0f};
+    float *x = (float *)malloc(sizeof(float) * N * C * H * W), *y = (float *)malloc(sizeof(float) * N * C * OH * OW);
+    int32_t *idx = (int32_t *)malloc(sizeof(int32_t) * N * C * OH * OW);
+    gdl_conv_geom g;
+    int i, p, oh, ow, bad = 0;
+    uint64_t r = 9;
+    for (i = 0; i < N * C * H * W; i++) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = vals[(r >> 33) % (sizeof vals / sizeof *vals)];
+    }
+    memset(&g, 0, sizeof g);
+    g.N = N; g.C = C; g.H = H; g.W = W; g.KH = g.KW = 2; g.SH = g.SW = 2; g.DH = g.DW = 1; g.OH = OH; g.OW = OW;
+    gdl__cpu_maxpool(&g, x, y, idx);
+    for (p = 0; p < N * C; p++)
+        for (oh = 0; oh < OH; oh++)
+            for (ow = 0; ow < OW; ow++) {
+                const float *xp = x + p * H * W;
+                int k, bi = 2 * oh * W + 2 * ow;
+                float best = xp[bi], got = y[(p * OH + oh) * OW + ow];
+                for (k = 1; k < 4; k++) {
+                    int j = (2 * oh + k / 2) * W + 2 * ow + k % 2;
+                    if (xp[j] > best || (xp[j] != xp[j] && best == best)) {
+                        best = xp[j];
+                        bi = j;
+                    }
+                }
+                bad += idx[(p * OH + oh) * OW + ow] != bi || memcmp(&best, &got, sizeof best) != 0;
+            }
+    free(x);
+    free(y);
+    free(idx);
+    ASSERT_EQm("outputs (bits) or indices differ from the first-max, first-NaN rule", 0, bad);
+    PASS();
+}
+
+/* Adam's vector loop (AVX2 / AVX-512 builds) gives the bits of the plain
+   double formula, decoupled weight decay or not, on the vector body and
+   the scalar tail (n = 37). */
+TEST test_adam_vector_loop_bits(void) {
+    enum { n = 37 };
+    float p[n], g[n], m[n], v[n], rp[n], rm[n], rv[n];
+    int i, k, bad = 0;
+    for (k = 0; k < 2; k++) {
+        const double lr = 1e-3, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+        const int step = 3;
+        const double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
+        for (i = 0; i < n; i++) {
+            rp[i] = p[i] = (float)(0.37 * i - 5.1);
+            g[i] = (float)(0.011 * (i % 7) - 0.03);
+            rm[i] = m[i] = (float)(0.001 * i);
+            rv[i] = v[i] = (float)(1e-5 * (i % 5));
+        }
+        adam1(n, p, g, m, v, lr, b1, b2, eps, wd, k, step);
+        for (i = 0; i < n; i++) {
+            double gi = g[i], pi = rp[i];
+            if (k) pi -= lr * wd * pi;
+            else gi += wd * pi;
+            rm[i] = (float)(b1 * rm[i] + (1 - b1) * gi);
+            rv[i] = (float)(b2 * rv[i] + (1 - b2) * gi * gi);
+            rp[i] = (float)(pi - lr * (rm[i] / bc1) / (sqrt(rv[i] / bc2) + eps));
+        }
+        bad += memcmp(p, rp, sizeof p) != 0 || memcmp(m, rm, sizeof m) != 0 || memcmp(v, rv, sizeof v) != 0;
+    }
+    ASSERT_EQm("Adam's update differs from the double formula", 0, bad);
+    PASS();
+}
+
+/* After the thread count is lowered, the workers started for the higher
+   one sit the jobs out: only slots below the count run tasks (the GEMM
+   indexes its packing buffers by slot). */
+static void slot_task(void *p, int t, int nt) {
+    int *max_slot = (int *)p;
+    (void)t;
+    (void)nt;
+    __atomic_fetch_or(max_slot, 1 << gdl__pool_slot, __ATOMIC_RELAXED);
+    { /* long enough for every awake worker to try to claim a task */
+        double s = 0;
+        int i;
+        for (i = 0; i < 200000; i++) s += i * 1e-9;
+        if (s < 0) __atomic_fetch_or(max_slot, 1 << 30, __ATOMIC_RELAXED); /* never: keeps the loop */
+    }
+}
+
+TEST test_lowered_thread_count_uses_fewer_workers(void) {
+#ifdef GDL__POOL
+    int seen = 0, r;
+    gdl_set_num_threads(5);
+    ASSERT(gdl__pool_acquire());
+    gdl__pool_run(5, slot_task, &seen); /* starts 4 workers */
+    gdl__pool_release();
+    gdl_set_num_threads(2);
+    for (r = 0; r < 5; r++) {
+        seen = 0;
+        ASSERT(gdl__pool_acquire());
+        gdl__pool_run(16, slot_task, &seen);
+        gdl__pool_release();
+        ASSERT_EQm("a worker past the thread count ran a task", 0, seen & ~3);
+    }
+    gdl_set_num_threads(0);
+    PASS();
+#else
+    SKIPm("built without threads");
+#endif
+}
+
+/* --- nesting and concurrency -------------------------------------------- */
+
+static void nested_task(void *p, int t, int nt) {
+    int *hits = (int *)p;
+    (void)nt;
+    /* the pool is held: this inner loop runs on this thread */
+    gdl__parallel_for(1000, GDL__PAR_MIN + 1, count_part, hits + t * 1000);
+}
+
+TEST test_nested_region_runs_serially(void) {
+    int *hits = (int *)calloc(4 * 1000, sizeof(int));
+    int i, ok = 1;
+    gdl_set_num_threads(4);
+    ASSERT(gdl__pool_acquire());
+    gdl__pool_run(4, nested_task, hits);
+    gdl__pool_release();
+    gdl_set_num_threads(0);
+    for (i = 0; i < 4000; i++) ok &= hits[i] == 1;
+    free(hits);
+    ASSERTm("a nested loop missed or repeated an index", ok);
+    PASS();
+}
+
+/* Each thread: parallel loops and GEMMs on its own data, many times. Only
+   one holds the pool at a time; the others run serially (the GEMM unpacked). */
+typedef struct {
+    float A[96 * 80], B[80 * 72], C[96 * 72], ref[96 * 72];
+    int hits[50000];
+    int ok;
+} worker_data;
+
+static void *hammer(void *p) {
+    worker_data *d = (worker_data *)p;
+    int r, i;
+    d->ok = 1;
+    for (r = 0; r < 40; r++) {
+        memset(d->hits, 0, sizeof d->hits);
+        gdl__parallel_for(50000, 50000, count_part, d->hits);
+        for (i = 0; i < 50000; i++) d->ok &= d->hits[i] == 1;
+        gdl_gemm_cpu(0, 0, 96, 72, 80, 1, d->A, 80, d->B, 72, 0, d->C, 72);
+        d->ok &= memcmp(d->C, d->ref, sizeof d->C) == 0;
+    }
+    return NULL;
+}
+
+TEST test_concurrent_callers(void) {
+    enum { NT = 3 };
+    pthread_t th[NT];
+    worker_data *d = (worker_data *)calloc(NT + 1, sizeof(worker_data));
+    int t, i, ok = 1;
+    gdl_set_num_threads(2);
+    for (t = 0; t <= NT; t++) {
+        for (i = 0; i < 96 * 80; i++) d[t].A[i] = (float)((i * 7 + t) % 13) - 6;
+        for (i = 0; i < 80 * 72; i++) d[t].B[i] = (float)((i * 5 + t) % 11) - 5;
+        gdl_gemm_cpu(0, 0, 96, 72, 80, 1, d[t].A, 80, d[t].B, 72, 0, d[t].ref, 72);
+    }
+    for (t = 0; t < NT; t++) ASSERT_EQ(0, pthread_create(&th[t], NULL, hammer, &d[t]));
+    hammer(&d[NT]); /* and this thread */
+    for (t = 0; t < NT; t++) pthread_join(th[t], NULL);
+    for (t = 0; t <= NT; t++) ok &= d[t].ok;
+    free(d);
+    gdl_set_num_threads(0);
+    ASSERTm("a concurrent loop or GEMM gave a wrong result", ok);
+    PASS();
+}
+
+/* A child of fork() after the workers started: its parallel GEMM must
+   finish (libgomp's would hang). The parent kills it after 20 s. */
+#if defined(__SANITIZE_THREAD__)
+#define TP_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TP_TSAN 1
+#endif
+#endif
+TEST test_fork_child_uses_pool(void) {
+#ifdef TP_TSAN
+    SKIPm("ThreadSanitizer does not support threads started after a multi-threaded fork");
+#else
+    float *A = rnd(200 * 200, 5), *C = (float *)malloc(200 * 200 * sizeof(float));
+    pid_t pid;
+    int status = 0, waited = 0;
+    gdl_set_num_threads(2);
+    gdl_gemm_cpu(0, 0, 200, 200, 200, 1, A, 200, A, 200, 0, C, 200); /* workers running */
+    pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        float *c2 = (float *)malloc(200 * 200 * sizeof(float));
+        gdl_gemm_cpu(0, 0, 200, 200, 200, 1, A, 200, A, 200, 0, c2, 200);
+        _exit(memcmp(C, c2, 200 * 200 * sizeof(float)) == 0 ? 0 : 3);
+    }
+    while (waited < 2000 && waitpid(pid, &status, WNOHANG) == 0) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+        waited++;
+    }
+    if (waited >= 2000) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    free(A);
+    free(C);
+    gdl_set_num_threads(0);
+    ASSERTm("the forked child hung", waited < 2000);
+    ASSERT(WIFEXITED(status));
+    ASSERT_EQm("the child's GEMM differs", 0, WEXITSTATUS(status));
+    PASS();
+#endif
+}
+
+SUITE(pool) {
+    RUN_TEST(test_parallel_for_covers_each_index_once);
+    RUN_TEST(test_thread_count_api_and_env);
+    RUN_TEST(test_kernels_same_bits_any_thread_count);
+    RUN_TEST(test_maxpool2x2_path);
+    RUN_TEST(test_adam_vector_loop_bits);
+    RUN_TEST(test_nested_region_runs_serially);
+    RUN_TEST(test_lowered_thread_count_uses_fewer_workers);
+    RUN_TEST(test_concurrent_callers);
+    RUN_TEST(test_fork_child_uses_pool);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    HARNESS_MAIN_BEGIN(argc, argv);
+    RUN_SUITE(pool);
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}
