@@ -945,6 +945,12 @@ typedef struct gdl_fit_opts {
                                    earlier micro-batches' gradients, which a failed backward may have partly
                                    changed); in a failed forward BatchNorm may have updated its running
                                    statistics before the failure. */
+    struct gdl_ddp *ddp;        /* DistributedDataParallel over the model (gdl_ddp_new): forward and backward go
+                                   through it (gradients averaged across the ranks; no_sync on the micro-batches
+                                   of an accumulated step but the last); the epoch's loss and accuracy are summed
+                                   over every rank's samples; only rank 0 prints, writes the CSV and saves
+                                   checkpoints (every rank resumes from them). Give each rank its shard of the
+                                   data (the loader's num_replicas, rank). NULL (default): one process */
 } gdl_fit_opts;
 
 typedef struct gdl_epoch_stats {
@@ -1066,6 +1072,7 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss); /* 0 / -1 */
    gradient accumulation); the next backward with it off averages what was accumulated. */
 GPUDL_API void gdl_ddp_set_no_sync(gdl_ddp *d, int on);
 GPUDL_API int gdl_ddp_num_buckets(const gdl_ddp *d);
+GPUDL_API gdl_module *gdl_ddp_module(const gdl_ddp *d); /* the module it wraps */
 GPUDL_API void gdl_ddp_free(gdl_ddp *d);
 
 /* ---------------------------------------------------------------------------
@@ -11403,6 +11410,9 @@ static FILE *gdl__csv_resume(const char *path, int64_t from) {
 
 static int gdl__error_is_oom(void) { return strstr(gdl__err, "out of memory") != NULL; }
 
+/* [impl-dist]: a pass's sums over every rank (in double) */
+static int gdl__dist_pass_sum(gdl__pass *p);
+
 /* Forward and backward of one batch in `parts` micro-batches, each loss
    weighted by its share of the batch and by 1/accumulate; the metrics go to
    p. Then, when `step`, gradient clipping and the optimizer step. */
@@ -11416,10 +11426,17 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
         if (hi == lo) continue;
         gdl_arena_reset();
         if (parts > 1 && (!(xs = gdl_slice(x, lo, hi)) || !(ys = gdl_slice(y, lo, hi)))) return -1;
-        if (!(out = gdl_forward(m, xs)) || !(lt = loss(out, ys, o->loss_user))) return -1;
+        if (!(out = o->ddp ? gdl_ddp_forward(o->ddp, xs) : gdl_forward(m, xs)) || !(lt = loss(out, ys, o->loss_user)))
+            return -1;
         if (gdl__pass_batch(p, out, ys, lt) < 0) return -1; /* on the device: no read back */
         if (scale != 1) lt = gdl_mul_scalar(lt, scale);
-        if (!lt || gdl_backward(lt) < 0) return -1;
+        if (!lt) return -1;
+        if (o->ddp) { /* the ranks' gradients are averaged once per optimizer step: at its last backward */
+            gdl_ddp_set_no_sync(o->ddp, !(step && k == parts - 1));
+            if (gdl_ddp_backward(o->ddp, lt) < 0) return -1;
+        } else if (gdl_backward(lt) < 0) {
+            return -1;
+        }
     }
     if (!step) return 0;
     if (o->clip_grad_norm > 0) { /* clipped on the device: nothing read back */
@@ -11441,7 +11458,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
     gdl_fit_opts o = opts ? *opts : gdl_fit_defaults();
     gdl_loss_fn loss = o.loss ? o.loss : gdl_loss_cross_entropy;
     FILE *log = o.log ? o.log : stdout, *csv = NULL;
-    int tty = o.verbose && gdl__isatty(log), epoch, rc = 0, resumed = 0, start_epoch = 1;
+    int rank0 = !o.ddp || gdl_dist_rank() == 0, tty, epoch, rc = 0, resumed = 0, start_epoch = 1;
     int64_t nb = train ? gdl_loader_num_batches(train) : 0, parts = 1; /* micro-batches per batch (oom_split_batch) */
     char *ckpath = NULL;
     gdl__fit_state fs;
@@ -11460,6 +11477,15 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         return -1;
     }
     if (o.accumulate == 0) o.accumulate = 1;
+    if (o.ddp && gdl_ddp_module(o.ddp) != m) {
+        gdl__set_error("gdl_fit: opts.ddp wraps another module than the one given");
+        return -1;
+    }
+    if (!rank0) { /* under DDP only rank 0 shows and writes */
+        o.verbose = 0;
+        o.csv_path = NULL;
+    }
+    tty = o.verbose && gdl__isatty(log);
     memset(&fs, 0, sizeof fs);
     if (o.checkpoint_dir) {
         size_t cl = strlen(o.checkpoint_dir) + 32;
@@ -11594,7 +11620,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                     fs.samples = p.samples;
                     fs.correct = p.correct;
                     fs.counted = p.counted;
-                    if (rc == 0 && gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) rc = -1;
+                    if (rc == 0 && rank0 && gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) rc = -1;
                 }
             }
             if (rc == 0 && tty && gdl__progress_due(log, b, nb)) { /* the only read of the device in a step */
@@ -11608,6 +11634,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
             }
         }
         if (rc == 0 && gdl__pass_sync(&p) < 0) rc = -1;
+        if (rc == 0 && o.ddp && gdl__dist_pass_sum(&p) < 0) rc = -1; /* the epoch's figures over every rank */
         if (rc < 0) break;
         if (o.scheduler && !o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) {
             rc = -1;
@@ -12551,6 +12578,20 @@ fail:
 }
 
 GPUDL_API int gdl_ddp_num_buckets(const gdl_ddp *d) { return d ? d->nbuckets : 0; }
+GPUDL_API gdl_module *gdl_ddp_module(const gdl_ddp *d) { return d ? d->m : NULL; }
+
+static int gdl__dist_pass_sum(gdl__pass *p) {
+    double v[4];
+    v[0] = p->loss_sum, v[1] = (double)p->samples, v[2] = (double)p->correct, v[3] = (double)p->counted;
+#ifdef GPUDL_MPI
+    if (gdl__dist.init && gdl__dist.world > 1) {
+        int rc = MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_SUM, gdl__dist.comm);
+        if (rc != MPI_SUCCESS) return gdl__mpi_fail("gdl_fit", "MPI_Allreduce of the epoch's metrics", rc);
+    }
+#endif
+    p->loss_sum = v[0], p->samples = (int64_t)v[1], p->correct = (int64_t)v[2], p->counted = (int64_t)v[3];
+    return 0;
+}
 GPUDL_API void gdl_ddp_set_no_sync(gdl_ddp *d, int on) {
     if (d) d->no_sync = on != 0;
 }

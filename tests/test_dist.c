@@ -504,6 +504,62 @@ TEST ddp_equals_one_process(void *arg) {
     gdl_arena_reset();
     PASS();
 }
+
+/* gdl_fit under DDP on 2 ranks, each with its shard (batch 4), equals gdl_fit
+   in one process on the whole data (batch 8): the same weights and the same
+   epoch figures (loss and accuracy summed over both ranks). */
+TEST fit_under_ddp_equals_one_process(void) {
+    enum { N = 48, D = 6 };
+    static float xs[N * D];
+    int32_t ys[N];
+    int64_t s1[1] = {D};
+    int i, r = gdl_dist_rank();
+    gdl_dataset *ds;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_loader *lone, *lmine;
+    gdl_module *one = ddp_net(), *dm = ddp_net();
+    gdl_optimizer *oo = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0), *od = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    gdl_fit_opts fo = gdl_fit_defaults();
+    gdl_epoch_stats h1[2], h2[2];
+    gdl_ddp *d;
+    char msg[256];
+    for (i = 0; i < N * D; i++) xs[i] = (float)cos(0.23 * i + 0.5);
+    for (i = 0; i < N; i++) ys[i] = (i * 7 + i / 5) % 3;
+    ASSERT_NOT_NULL(ds = gdl_dataset_from_arrays(xs, GDL_F32, 1, s1, ys, N, 3));
+    lo.batch_size = 8;
+    lo.shuffle = 1;
+    lo.seed = 12;
+    ASSERT_NOT_NULL(lone = gdl_loader_new(ds, &lo));
+    lo.batch_size = 4;
+    lo.num_replicas = 2;
+    lo.rank = r;
+    ASSERT_NOT_NULL(lmine = gdl_loader_new(ds, &lo));
+    ASSERT_NOT_NULL(d = gdl_ddp_new(dm, NULL));
+    ASSERT_EQ(0, gdl_optim_add_module(oo, one, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(od, dm, 0));
+    fo.epochs = 2;
+    fo.verbose = 0;
+    if (gdl_fit(one, lone, oo, &fo, h1) < 0) FAILf("one process: %s", gdl_last_error());
+    fo.ddp = d;
+    if (gdl_fit(dm, lmine, od, &fo, h2) < 0) FAILf("rank %d under DDP: %s", r, gdl_last_error());
+    if (!same_params(dm, one, msg, sizeof msg)) FAILf("rank %d: %s", r, msg);
+    for (i = 0; i < 2; i++) {
+        ASSERT_EQ(N, h2[i].samples);
+        if (fabs(h1[i].loss - h2[i].loss) > 1e-6 * (1 + fabs(h1[i].loss)) || h1[i].accuracy != h2[i].accuracy)
+            FAILf("epoch %d: one process loss %.8f acc %.4f, DDP loss %.8f acc %.4f", i + 1, h1[i].loss,
+                  h1[i].accuracy, h2[i].loss, h2[i].accuracy);
+    }
+    fo.ddp = d;
+    ASSERT_EQ(-1, gdl_fit(one, lmine, oo, &fo, NULL)); /* the DDP wraps another module */
+    ASSERT_CONTAINS(gdl_last_error(), "opts.ddp wraps another module");
+    gdl_ddp_free(d);
+    gdl_optim_free(oo), gdl_optim_free(od);
+    gdl_module_free(one), gdl_module_free(dm);
+    gdl_loader_free(lone), gdl_loader_free(lmine);
+    gdl_dataset_free(ds);
+    gdl_arena_reset();
+    PASS();
+}
 #endif
 
 static shard_case shard_cases[] = {{1, 0, 4, 0}, {2, 0, 4, 0}, {2, 1, 5, 0}, {3, 1, 4, 2}, {4, 1, 3, 0}, {5, 0, 7, 2}};
@@ -539,6 +595,7 @@ SUITE(two_ranks) {
         RUN_TEST_NAMED("ddp_equals_one_process", ddp_equals_one_process, (void *)&one);
         RUN_TEST_NAMED("ddp_no_sync_accumulation", ddp_equals_one_process, (void *)&two);
     }
+    RUN_TEST(fit_under_ddp_equals_one_process);
 }
 #endif
 
