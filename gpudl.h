@@ -1533,17 +1533,32 @@ GPUDL_API const char *gdl_device_str(gdl_device d) {
     if (d.type == GDL_DEVICE_CUDA) return (d.index >= 0 && d.index < 8) ? names[d.index] : "cuda:?";
     return "invalid-device";
 }
-GPUDL_API int gdl_cuda_device_count(void) {
+/* The GPU backends of this build: a table of what the front end asks of a
+   device runtime, the one place that names GPUDL_CUDA. NULL: not built in
+   (the CPU backend is always there). */
+typedef struct gdl__gpu_kind {
+    int (*count)(void);
+    int (*set_device)(int index);
+    int (*name)(int index, char *buf, size_t len);
+    void (*release_cache)(void);
+    const gdl_backend *(*backend)(void);
+} gdl__gpu_kind;
 #ifdef GPUDL_CUDA
-    return gdl_cuda_runtime_device_count();
-#else
-    return 0;
-#endif
+static int gdl__cuda_name(int index, char *buf, size_t len) {
+    return gdl_cuda_device_info(index, buf, len, NULL, NULL, NULL, NULL, NULL, NULL);
 }
+static const gdl__gpu_kind gdl__cuda_kind = {gdl_cuda_runtime_device_count, gdl_cuda_set_device, gdl__cuda_name,
+                                             gdl_cuda_release_cache, gdl_cuda_backend};
+static const gdl__gpu_kind *const gdl__cuda_registry = &gdl__cuda_kind;
+#else
+static const gdl__gpu_kind *const gdl__cuda_registry = NULL;
+#endif
+
+GPUDL_API int gdl_cuda_device_count(void) { return gdl__cuda_registry ? gdl__cuda_registry->count() : 0; }
 GPUDL_API int gdl_cuda_is_available(void) { return gdl_cuda_device_count() > 0; }
 GPUDL_API gdl_device gdl_default_device(void) {
-#ifdef GPUDL_CUDA
     static int told; /* once per process: a notice, not a log */
+    if (!gdl__cuda_registry) return gdl_cpu();
     if (gdl_cuda_is_available()) return gdl_cuda(0);
     if (!told) {
         const char *q = getenv("GPUDL_QUIET");
@@ -1553,19 +1568,11 @@ GPUDL_API gdl_device gdl_default_device(void) {
                             "(GPUDL_QUIET=1 hides this notice)\n");
     }
     return gdl_cpu();
-#else
-    return gdl_cpu();
-#endif
 }
 GPUDL_API const char *gdl_device_name(gdl_device d) {
-#ifdef GPUDL_CUDA
     static GDL__TLS char name[256];
-    if (d.type == GDL_DEVICE_CUDA) {
-        if (gdl_cuda_device_info(d.index, name, sizeof name, NULL, NULL, NULL, NULL, NULL, NULL) < 0)
-            return "unknown CUDA device";
-        return name;
-    }
-#endif
+    if (d.type == GDL_DEVICE_CUDA && gdl__cuda_registry)
+        return gdl__cuda_registry->name(d.index, name, sizeof name) < 0 ? "unknown CUDA device" : name;
     return d.type == GDL_DEVICE_CPU ? "CPU" : "unavailable";
 }
 
@@ -1592,8 +1599,7 @@ static const gdl_backend *gdl__be(const char *op, gdl_device d) {
 }
 static const gdl_backend *gdl__be_lookup(const char *op, gdl_device d) {
     if (d.type == GDL_DEVICE_CPU) return gdl__cpu_backend();
-#ifdef GPUDL_CUDA
-    if (d.type == GDL_DEVICE_CUDA) {
+    if (d.type == GDL_DEVICE_CUDA && gdl__cuda_registry) {
         static GDL__TLS int current = -1; /* CUDA's current device is per host thread */
         if (d.index < 0 || d.index >= gdl_cuda_device_count()) {
             gdl__set_error("%s: device %s is not available (%d CUDA devices)", op, gdl_device_str(d),
@@ -1601,12 +1607,11 @@ static const gdl_backend *gdl__be_lookup(const char *op, gdl_device d) {
             return NULL;
         }
         if (d.index != current) {
-            if (gdl_cuda_set_device(d.index) < 0) return NULL;
+            if (gdl__cuda_registry->set_device(d.index) < 0) return NULL;
             current = d.index;
         }
-        return gdl_cuda_backend();
+        return gdl__cuda_registry->backend();
     }
-#endif
     gdl__set_error("%s: device %s is not available in this build (built without GPUDL_CUDA)", op,
                    gdl_device_str(d));
     return NULL;
@@ -2061,9 +2066,7 @@ static void gdl__release_cached_memory(void) {
     for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
     gdl__tape = NULL;
     gdl__gemm_release();
-#ifdef GPUDL_CUDA
-    if (gdl_cuda_device_count() > 0) gdl_cuda_release_cache();
-#endif
+    if (gdl_cuda_device_count() > 0) gdl__cuda_registry->release_cache();
 }
 GPUDL_API void gdl_shutdown(void) { gdl__release_cached_memory(); }
 
