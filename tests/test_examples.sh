@@ -45,6 +45,9 @@ expect 1 "gpu_monitor: gdl_gpu_count: NVML not available" env GPUDL_NVML_LIB=/no
 expect 2 "unexpected argument 'x'" "$b/gpu_monitor" x
 expect 2 "unexpected argument 'x'" "$b/device_query" x
 expect 0 "learned" "$b/linear_regression" --epochs 3 --device cpu
+# the CPU column of the CPU-against-GPU table (no GPU here), both nets trained
+expect 0 "^50 layers  *[0-9.]*  *- .* 2\.[0-9]" "$b/cpu_vs_gpu" --epochs 1 --device cpu
+expect 2 "unexpected argument 'x'" "$b/cpu_vs_gpu" x
 if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 2 --device cpu --batch-size 128 --seed 3 --csv "$t/m.csv"
     # the metrics CSV: a header and one row per epoch, drawn by tools/plot.sh

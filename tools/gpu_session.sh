@@ -7,7 +7,8 @@
 #      on the kernel suites (the whole suite under racecheck takes too long)
 #   3. ours against PyTorch eager on the same GPU (bench/compare.sh; PyTorch
 #      must be installed there)
-#   4. the examples on the GPU: device query, the NVML monitor, the MLP
+#   4. the examples on the GPU: device query, the NVML monitor, the MLP,
+#      the CPU-against-GPU table (examples/cpu_vs_gpu.c)
 #      (needs Fashion-MNIST: copy it into ./data and carry it)
 # Logs go to $OUT (default ./gpu_out): summary.txt plus one log per step,
 # at most 8 files. A failing step is reported and the next one still runs;
@@ -42,6 +43,6 @@ else
     fails=$((fails + 1))
 fi
 step "bench/compare.sh vs PyTorch" compare.log sh -c 'make cuda && sh bench/compare.sh'
-step "examples on the GPU" examples.log sh -c 'build/cuda_device_query && build/cuda_gpu_monitor --count 3 && build/cuda_mnist_mlp --device cuda --epochs 1'
+step "examples on the GPU" examples.log sh -c 'build/cuda_device_query && build/cuda_gpu_monitor --count 3 && build/cuda_mnist_mlp --device cuda --epochs 1 && build/cuda_cpu_vs_gpu'
 echo "failed steps: $fails" | tee -a "$S"
 exit "$fails"
