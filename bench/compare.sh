@@ -1,23 +1,35 @@
 #!/bin/sh
-# compare.sh — ours and PyTorch's eager mode on the same machine, same nets,
-# same run: prints both tables and the ratio of time per step (ours/PyTorch,
-# below 1 means gpudl is faster). Run from the repository root on the GPU
-# machine after `make cuda` (or on the CPU with the CPU build):
+# compare.sh — ours and PyTorch on the same machine, same nets, same run:
+# prints both tables and the ratio of time per step (ours/PyTorch, below 1
+# means gpudl is faster). Run from the repository root on the GPU machine
+# after `make cuda` (or on the CPU with the CPU build):
 #   sh bench/compare.sh [net ...]
+# Nets: mlp cnn fc10 fc50 wide air, and PyTorch's modes NET-amp (bf16
+# autocast, channels_last) and NET-graph (whole step as a CUDA graph): see
+# bench/pytorch/train.py. A net or mode our bench_train does not have yet
+# shows "-" in the ours column; PyTorch's figure is still taken.
 set -e
-nets=${*:-"mlp cnn fc10 fc50 wide"}
+nets=${*:-"mlp cnn fc10 fc50 wide mlp-graph cnn-amp air air-amp"}
 ours=${BENCH_TRAIN:-build/cuda_bench_train}
 [ -x "$ours" ] || ours=build/bench_train
+py=${PYTHON:-python3}
 tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for n in $nets; do
+    # one net per run, so that a net ours lacks does not stop the others
+    "$ours" "$n" >"$tmp/one" 2>&1 || echo "ours: $(grep -m 1 'bench_train:' "$tmp/one")" >>"$tmp/missing"
+    cat "$tmp/one"
+    awk -v n="$n" '$1 == n' "$tmp/one" >>"$tmp/ours"
+done
 # shellcheck disable=SC2086
-"$ours" $nets | tee "$tmp/ours"
-# shellcheck disable=SC2086
-python3 bench/pytorch/train.py $nets | tee "$tmp/torch"
+"$py" bench/pytorch/train.py $nets | tee "$tmp/torch"
 echo
-echo "net     ours ms/step  pytorch ms/step  ours/pytorch"
+[ -f "$tmp/missing" ] && cat "$tmp/missing"
+echo "net        ours ms/step  pytorch ms/step  ours/pytorch"
 for n in $nets; do
     a=$(awk -v n="$n" '$1 == n {print $3}' "$tmp/ours")
-    b=$(awk -v n="$n" '$1 == n {print $3}' "$tmp/torch")
-    awk -v n="$n" -v a="$a" -v b="$b" 'BEGIN { printf "%-6s %13.3f %16.3f %13.2f\n", n, a, b, a / b }'
+    b=$(awk -v n="$n" '$1 == n && $2 != "skipped:" {print $3}' "$tmp/torch")
+    awk -v n="$n" -v a="$a" -v b="$b" 'BEGIN {
+        printf "%-10s %13s %16s %13s\n", n, a == "" ? "-" : sprintf("%.3f", a), b == "" ? "-" : sprintf("%.3f", b),
+               (a == "" || b == "") ? "-" : sprintf("%.2f", a / b) }'
 done
-rm -rf "$tmp"

@@ -7,6 +7,10 @@
      fc10    10 Linear(512,512)+ReLU layers, SGD, batch 100 (the seed's small net, 1000 samples)
      fc50    50 such layers                                  (the seed's large net)
      wide    4096-4096-4096-10 MLP, SGD, batch 512            (GEMM-bound)
+     air     an airbench-shaped CIFAR-10 net, batch 1024, SGD nesterov: a 2x2 conv
+             stem (24) + GELU, then three groups conv3x3-maxpool-BN-GELU-conv3x3-BN-GELU
+             of 64, 256, 256 channels, maxpool 3, Linear(256, 10) (not in the default list:
+             ~0.7 TFLOP a step, seconds on a CPU)
    Inputs are random (never zeros). Per net: warm-up steps, then the median of
    5 timed repeats of `steps` steps each; the device is synchronised by the
    loss read (gdl_item) at the end of each repeat. Prints time per step,
@@ -86,8 +90,35 @@ static int make_net(bnet *b, const char *name, gdl_device dev) {
         xs[1] = 4096;
         b->flops = 3.0 * 2 * 512 * (2 * 4096.0 * 4096 + 40960);
         b->opt = gdl_sgd_new(0.01, 0.9, 0, 0, 0);
+    } else if (!strcmp(name, "air")) {
+        static const int width[3] = {64, 256, 256};
+        int g, cin = 24;
+        gdl_module *seq = gdl_nn_sequential(0, NULL);
+        gdl_nn_sequential_add(seq, gdl_nn_conv2d(3, 24, 2, 1, 0, 1, 1, 1)); /* 32x32 -> 31x31 */
+        gdl_nn_sequential_add(seq, gdl_nn_gelu(0));
+        for (g = 0; g < 3; g++) { /* 31 -> 15 -> 7 -> 3 */
+            gdl_nn_sequential_add(seq, gdl_nn_conv2d(cin, width[g], 3, 1, 1, 1, 1, 0));
+            gdl_nn_sequential_add(seq, gdl_nn_maxpool2d(2, 2, 0));
+            gdl_nn_sequential_add(seq, gdl_nn_batchnorm2d(width[g]));
+            gdl_nn_sequential_add(seq, gdl_nn_gelu(0));
+            gdl_nn_sequential_add(seq, gdl_nn_conv2d(width[g], width[g], 3, 1, 1, 1, 1, 0));
+            gdl_nn_sequential_add(seq, gdl_nn_batchnorm2d(width[g]));
+            gdl_nn_sequential_add(seq, gdl_nn_gelu(0));
+            cin = width[g];
+        }
+        gdl_nn_sequential_add(seq, gdl_nn_maxpool2d(3, 3, 0));
+        gdl_nn_sequential_add(seq, gdl_nn_flatten(1));
+        gdl_nn_sequential_add(seq, gdl_nn_linear(256, 10, 0));
+        b->m = seq;
+        b->batch = 1024;
+        nd = 4;
+        xs[1] = 3; xs[2] = 32; xs[3] = 32;
+        b->flops = 3.0 * 2 * 1024 *
+                   (24.0 * 3 * 4 * 961 + 64.0 * 24 * 9 * 961 + 64.0 * 64 * 9 * 225 + 256.0 * 64 * 9 * 225 +
+                    256.0 * 256 * 9 * 49 + 256.0 * 256 * 9 * 49 + 256.0 * 256 * 9 * 9 + 2560);
+        b->opt = gdl_sgd_new(0.01, 0.9, 0, 5e-4, 1);
     } else {
-        fprintf(stderr, "bench_train: unknown net %s (mlp, cnn, fc10, fc50, wide)\n", name);
+        fprintf(stderr, "bench_train: unknown net %s (mlp, cnn, fc10, fc50, wide, air)\n", name);
         return -1;
     }
     xs[0] = b->batch;
