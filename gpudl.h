@@ -949,8 +949,9 @@ typedef struct gdl_fit_opts {
                                    through it (gradients averaged across the ranks; no_sync on the micro-batches
                                    of an accumulated step but the last); the epoch's loss and accuracy are summed
                                    over every rank's samples; only rank 0 prints, writes the CSV and saves
-                                   checkpoints (every rank resumes from them). Give each rank its shard of the
-                                   data (the loader's num_replicas, rank). NULL (default): one process */
+                                   checkpoints (every rank resumes from them, also on another number of ranks:
+                                   [api-dist]). Give each rank its shard of the data (the loader's num_replicas,
+                                   rank). NULL (default): one process */
 } gdl_fit_opts;
 
 typedef struct gdl_epoch_stats {
@@ -1027,6 +1028,46 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
    go through MPI: build with -DGPUDL_MPI (mpicc ...); without it a job of
    more than one process is refused at gdl_dist_init. CUDA tensors (NCCL) are
    not supported yet.
+
+   A rank that stalls or dies: every collective (gdl_ddp_backward's gradient
+   all-reduces, gdl_dist_barrier and the meeting in gdl_dist_shutdown too)
+   waits at most gdl_dist_timeout() seconds for the other ranks, like the
+   timeout of PyTorch's init_process_group: GPUDL_DIST_TIMEOUT=<seconds> at
+   gdl_dist_init, or gdl_dist_set_timeout; default 600 (PyTorch's for NCCL;
+   tests use 1 or 2). The wait polls MPI_Test (spinning for the first
+   millisecond, then in naps of a millisecond), and on timeout it returns -1
+   with an error naming the collective, the ranks that did not arrive (the
+   waiting ranks ask each other where they are, for a quarter of the timeout:
+   those that answer are named as waiting, and in which collective), the
+   timeout and the variable; gdl_fit returns that error. The library never
+   exits: the process group is unusable after a timeout or an MPI error (later
+   collectives fail at once, no further MPI call is made, gdl_dist_shutdown
+   skips MPI's finalisation, which would wait for ever), so the program should
+   end with a non-zero status: the launcher (mpirun, srun, torchrun) then ends
+   the other ranks. A rank killed outright usually ends the job sooner, by the
+   launcher's teardown (mpirun's, when a rank exits on a signal).
+
+   gdl_fit under DDP (gdl_fit_opts.ddp) with checkpoint_every and resume:
+   rank 0 writes checkpoint_dir/gdl_fit.safetensors (atomically) with the
+   model, the optimizer's state and step, the scheduler, rank 0's generator,
+   the epoch, the batch, the loader's epoch, the epoch's running loss and
+   accuracy summed over every rank, the world size (the loader's
+   num_replicas) and the batch size per rank; no rank goes on before the file
+   is whole, and a failed save fails every rank. checkpoint_dir must be the
+   same directory for every rank (one machine, or a shared file system). On
+   resume rank 0 says whether a checkpoint is there; every rank loads it, all
+   or none (checked everywhere before anything changes), and the run goes on
+   as the uninterrupted one would, bit for bit on every rank (per-rank random
+   streams, e.g. dropout seeded by rank, restart from rank 0's generator).
+   Elastic restarts (torchrun's, or the job started again on fewer or more
+   ranks): the checkpoint's position is counted in samples of the epoch,
+   batch x batch size x world size, and the sampler shards the rest of the
+   epoch for the new world size. A checkpoint at an epoch's end always
+   resumes; one mid-epoch needs its samples to be a whole number of the new
+   steps (batch size x world size), else the error says so. With the same
+   samples per step (2 ranks x 32 then 1 x 64) the run continues on the same
+   global batches: equal to the uninterrupted run to rounding (the mean of two
+   half-batch means against one mean: about 1e-7 relative), not bit for bit.
    ------------------------------------------------------------------------- */
 
 typedef enum gdl_dist_op { GDL_SUM = 0, GDL_AVG = 1 } gdl_dist_op;
