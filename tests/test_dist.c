@@ -69,6 +69,37 @@ TEST bad_environments(void) {
     PASS();
 }
 
+/* The collectives' timeout: GPUDL_DIST_TIMEOUT at gdl_dist_init, gdl_dist_set_timeout; bad values named. */
+TEST timeout_settings(void) {
+    static const char *const bad[] = {"0", "-3", "x", "", "2s", "nan"};
+    size_t i;
+    clear_env();
+    ASSERT_EQ(600.0, gdl_dist_timeout());
+    for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("GPUDL_DIST_TIMEOUT", bad[i], 1);
+        ASSERT_EQ(-1, gdl_dist_init());
+        ASSERT_CONTAINS(gdl_last_error(), "GPUDL_DIST_TIMEOUT='");
+        ASSERT_CONTAINS(gdl_last_error(), "is not a number of seconds > 0");
+        ASSERT(!gdl_dist_is_initialized());
+    }
+    setenv("GPUDL_DIST_TIMEOUT", "2.5", 1);
+    ASSERT_EQ(0, gdl_dist_init());
+    ASSERT_EQ(2.5, gdl_dist_timeout());
+    ASSERT_EQ(0, gdl_dist_set_timeout(7));
+    ASSERT_EQ(7.0, gdl_dist_timeout());
+    ASSERT_EQ(-1, gdl_dist_set_timeout(0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_dist_set_timeout: 0 is not a number of seconds > 0");
+    ASSERT_EQ(-1, gdl_dist_set_timeout(NAN));
+    ASSERT_EQ(7.0, gdl_dist_timeout());
+    ASSERT_EQ(0, gdl_dist_set_timeout(INFINITY));
+    ASSERT(isinf(gdl_dist_timeout()));
+    ASSERT_EQ(0, gdl_dist_barrier()); /* one process: nothing to wait for */
+    gdl_dist_shutdown();
+    unsetenv("GPUDL_DIST_TIMEOUT");
+    ASSERT_EQ(0, gdl_dist_set_timeout(600));
+    PASS();
+}
+
 /* Without MPI a job of several processes is refused, naming the way out. */
 TEST several_processes_need_mpi(void) {
     static const char *const kv[] = {"RANK", "1", "WORLD_SIZE", "2", "LOCAL_RANK", "1", NULL};
@@ -718,6 +749,7 @@ static shard_case shard_cases[] = {{1, 0, 4, 0}, {2, 0, 4, 0}, {2, 1, 5, 0}, {3,
 SUITE(environment) {
     RUN_TEST(bad_environments);
     RUN_TEST(several_processes_need_mpi);
+    RUN_TEST(timeout_settings);
     RUN_TEST(single_process);
 }
 #endif
