@@ -7,9 +7,9 @@
                       the timeout with an error naming the gradient all-reduce,
                       rank 1, the timeout and GPUDL_DIST_TIMEOUT; later
                       collectives fail at once; rank 0 exits 1
-     stall3           3 ranks in gdl_dist_barrier, rank 2 stopped: ranks 0
-                      and 1 time out, rank 0 names rank 2 as missing and rank 1
-                      as waiting in the barrier too
+     stall3           3 ranks in gdl_dist_all_reduce, rank 2 stopped: ranks 0
+                      and 1 time out (t unchanged), rank 0 names rank 2 as
+                      missing and rank 1 as waiting in the all-reduce too
      train DIR        2 ranks x batch 8 (the shards of 96 samples), 1 epoch,
                       a checkpoint at its end in DIR
      kill DIR         2 ranks x batch 8, 2 epochs, a checkpoint every 2 steps
@@ -148,16 +148,20 @@ static void stall(void) {
 
 static void stall3(void) {
     const char *e;
+    int64_t s4[1] = {4};
+    gdl_tensor *t = gdl_ones(1, s4, GDL_F32, gdl_cpu());
     if (gdl_dist_rank() == 2) raise(SIGSTOP);
-    CHECK(gdl_dist_barrier() == -1, "gdl_dist_barrier fails with rank 2 stopped");
+    CHECK(gdl_dist_all_reduce(t, GDL_SUM) == -1, "gdl_dist_all_reduce fails with rank 2 stopped");
+    CHECK(((float *)t->data)[0] == 1, "t is as it was");
     status = 3;
     e = gdl_last_error();
     if (gdl_dist_rank() == 0) {
         printf("rank 0's error: %s\n", e);
-        CHECK(contains(e, "gdl_dist_barrier: the barrier: timed out after 1 s") && contains(e, "rank 2 did not arrive") &&
-                  contains(e, "rank 1 waits in the barrier"),
+        CHECK(contains(e, "gdl_dist_all_reduce: the all-reduce of f32 [4]: timed out after 1 s") &&
+                  contains(e, "rank 2 did not arrive") && contains(e, "rank 1 waits in the all-reduce of f32 [4]"),
               "the error names rank 2 as missing and rank 1 as waiting too");
     }
+    gdl_free(t);
 }
 
 static void train(const char *dir, int kill) {
