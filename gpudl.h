@@ -12489,12 +12489,19 @@ GPUDL_API gdl_device gdl_dist_device(void) {
     return n > 0 ? gdl_cuda(gdl__dist.local % n) : gdl_cpu();
 }
 
+#ifdef GPUDL_MPI
+static int gdl__dist_arrive(const char *op, const char *what);
+static int gdl__dist_meet(void) {
+    return gdl__dist_arrive("gdl_dist_shutdown", "the meeting of every rank before MPI_Finalize");
+}
+#endif
+
 GPUDL_API void gdl_dist_shutdown(void) {
 #ifdef GPUDL_MPI
     /* MPI_Finalize waits for every rank without a limit: the ranks meet first, within the timeout, and
        after a failure (or when one does not come) MPI is left as it is; the launcher ends the job when
        the process exits */
-    if (gdl__dist.init && !gdl__dist.broken && (gdl__dist.world == 1 || gdl_dist_barrier() == 0)) {
+    if (gdl__dist.init && !gdl__dist.broken && (gdl__dist.world == 1 || gdl__dist_meet() == 0)) {
         MPI_Comm_free(&gdl__dist.comm);
         MPI_Comm_free(&gdl__dist.ctl);
         if (gdl__dist.mpi_ours) MPI_Finalize();
