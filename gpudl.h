@@ -12612,15 +12612,15 @@ static int gdl__dist_timed_out(const char *op, const char *what, double waited) 
         if (r != me && !seen[r] && nmiss++ < 8 && km < sizeof miss)
             km += (size_t)snprintf(miss + km, sizeof miss - km, "%s%d", km ? ", " : "", r);
     if (nmiss > 8 && km < sizeof miss) snprintf(miss + km, sizeof miss - km, " and %d more", nmiss - 8);
-    GPUDL_FREE(seen);
     gdl__set_error("%s: %s: timed out after %.3g s waiting for the other ranks (this is rank %d of %d, %lld "
                    "collectives started): %s%s%s%s%s. Set GPUDL_DIST_TIMEOUT (seconds, now %g) or call "
                    "gdl_dist_set_timeout if a rank is only slow. The process group is unusable now: end this "
                    "process with a non-zero status and the launcher ends the others",
                    op, what, waited, me, W, (long long)gdl__dist.seq, nmiss > 1 ? "ranks " : nmiss ? "rank " : "",
                    miss, nmiss ? " did not arrive (no answer: stalled, dead, or busy outside gpudl's collectives)"
-                               : "every other rank answered",
+                               : seen ? "every other rank answered" : "(out of memory: the others were not asked)",
                    kw ? "; " : "", wait, t);
+    GPUDL_FREE(seen);
     return -1;
 }
 
