@@ -503,12 +503,13 @@ TEST ddp_equals_one_process(void *arg) {
     xall = gdl_from_array(xs, 2, sx, GDL_F32, gdl_cpu());
     yall = gdl_from_array(ys, 1, sy, GDL_I32, gdl_cpu());
     for (step = 0; step < 30; step++) {
+        gdl_tensor *keep[2][2]; /* the tape reads each micro-batch's input until the arena is reset */
         gdl_arena_reset();
         gdl_zero_grad(dopt);
         for (mb = 0; mb < micro; mb++) {
             int first = r * (B / 2) + mb * per;
-            gdl_tensor *x = gdl_from_array(xs + first * D, 2, mx, GDL_F32, gdl_cpu());
-            gdl_tensor *y = gdl_from_array(ys + first, 1, my, GDL_I32, gdl_cpu());
+            gdl_tensor *x = keep[mb][0] = gdl_from_array(xs + first * D, 2, mx, GDL_F32, gdl_cpu());
+            gdl_tensor *y = keep[mb][1] = gdl_from_array(ys + first, 1, my, GDL_I32, gdl_cpu());
             gdl_tensor *loss = gdl_mul_scalar(gdl_cross_entropy(gdl_ddp_forward(d, x), y), 1.0 / micro);
             gdl_ddp_set_no_sync(d, mb < micro - 1);
             ASSERT_EQ(0, gdl_ddp_backward(d, loss));
@@ -521,12 +522,13 @@ TEST ddp_equals_one_process(void *arg) {
                 ASSERT(((float *)both->data)[0] != ((float *)both->data)[1]);
                 gdl_free(both);
             }
-            gdl_free(x), gdl_free(y);
         }
         ASSERT_EQ(0, gdl_step(dopt));
         gdl_zero_grad(oopt);
         ASSERT_EQ(0, gdl_backward(gdl_cross_entropy(gdl_forward(om, xall), yall)));
         ASSERT_EQ(0, gdl_step(oopt));
+        gdl_arena_reset();
+        for (mb = 0; mb < micro; mb++) gdl_free(keep[mb][0]), gdl_free(keep[mb][1]);
     }
     if (!same_params(dm, om, msg, sizeof msg)) FAILf("rank %d, %d micro-batches: %s", r, micro, msg);
     gdl_ddp_free(d);
