@@ -12,7 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h> /* getpid, rmdir */
+#include <sys/stat.h> /* mkdir */
+#include <unistd.h>   /* getpid, rmdir */
 
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -743,6 +744,50 @@ TEST fit_resume_under_ddp(void *arg) {
     remove_dir(dir);
     PASS();
 }
+
+/* Failures around checkpoints end every rank's gdl_fit with -1, none left waiting: rank 0's save fails
+   (its path is a directory): rank 1 is told so; a checkpoint that only rank 0 sees (each rank's own
+   checkpoint_dir): rank 0 resumes, rank 1 cannot read it, and neither loads anything. */
+TEST fit_checkpoint_failures_under_ddp(void) {
+    ddp_run a, b, c;
+    char dir[256], mine[300], blocker[340], msg[128];
+    int r = gdl_dist_rank();
+    shared_dir(dir, sizeof dir, "fail");
+    snprintf(blocker, sizeof blocker, "%s/gdl_fit.safetensors", dir);
+    if (r == 0) {
+        ASSERT_EQ(0, mkdir(dir, 0777));
+        ASSERT_EQ(0, mkdir(blocker, 0777));
+    }
+    ASSERT_EQ(0, gdl_dist_barrier());
+    crash_at = 0;
+    ASSERT_EQ(0, run_make(&a, 4));
+    ASSERT_EQ(-1, run_fit(&a, 1, 2, 0, dir, NULL));
+    if (r == 1) ASSERT_CONTAINS(gdl_last_error(), "gdl_fit: 1 of 2 ranks failed saving the checkpoint (rank 0)");
+    else ASSERT(strstr(gdl_last_error(), "ranks failed") == NULL); /* rank 0 says why its save failed */
+    run_free(&a);
+    ASSERT_EQ(0, gdl_dist_barrier());
+    if (r == 0) ASSERT_EQ(0, rmdir(blocker));
+    /* each rank its own directory: only rank 0's gets the checkpoint */
+    snprintf(mine, sizeof mine, "%s/rank%d", dir, r);
+    ASSERT_EQ(0, run_make(&a, 4));
+    if (run_fit(&a, 1, 6, 0, mine, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
+    run_free(&a);
+    ASSERT_EQ(0, run_make(&b, 4));
+    ASSERT_EQ(-1, run_fit(&b, 2, 6, 1, mine, NULL));
+    if (r == 0) ASSERT_CONTAINS(gdl_last_error(), "gdl_fit: 1 of 2 ranks failed loading the checkpoint to resume from");
+    else ASSERT_CONTAINS(gdl_last_error(), mine); /* its own: the file is not there */
+    ASSERT_EQ(0, run_make(&c, 4));
+    if (!bitwise_params(b.m, c.m, msg, sizeof msg)) FAILf("rank %d loaded something: %s", r, msg);
+    ASSERT_EQ(0, gdl_optim_get_step(b.opt));
+    run_free(&b);
+    run_free(&c);
+    ASSERT_EQ(0, gdl_dist_barrier());
+    snprintf(blocker, sizeof blocker, "%s/gdl_fit.safetensors", mine);
+    remove(blocker);
+    rmdir(mine);
+    remove_dir(dir);
+    PASS();
+}
 #endif
 
 static shard_case shard_cases[] = {{1, 0, 4, 0}, {2, 0, 4, 0}, {2, 1, 5, 0}, {3, 1, 4, 2}, {4, 1, 3, 0}, {5, 0, 7, 2}};
@@ -785,6 +830,7 @@ SUITE(two_ranks) {
         RUN_TEST_NAMED("fit_resume_under_ddp_epoch_end", fit_resume_under_ddp, (void *)&end);
         RUN_TEST_NAMED("fit_resume_under_ddp_mid_epoch", fit_resume_under_ddp, (void *)&mid);
     }
+    RUN_TEST(fit_checkpoint_failures_under_ddp);
 }
 #endif
 
