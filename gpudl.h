@@ -65,7 +65,8 @@
    [api-data]   datasets, transforms, the DataLoader
    [api-nn]     modules, optimizers, learning-rate schedulers
    [api-train]  fit / evaluate, checkpoints (safetensors)
-   [api-dist]   data parallel across processes: torchrun, srun, mpirun; collectives
+   [api-dist]   data parallel across processes: torchrun, srun, mpirun; collectives;
+                timeouts on a stalled rank; resume and elastic restarts
    [api-monitor] GPU utilisation, memory, temperature, power (NVML); gpudl's
                 memory statistics (gdl_memory_summary); the per-op profiler
    [backend]    the backend interface (a table of kernels, GDL_BACKEND_ENTRIES)
