@@ -1040,15 +1040,15 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
    failed call leaves its tensors as they were); gdl_ddp_backward's buckets
    are non-blocking all-reduces. Either wait polls MPI_Test (yielding the
    processor between tests for 0.1 s, then napping a millisecond); on
-   timeout it returns -1 with an error naming the collective, the ranks that did not arrive (the
-   waiting ranks ask each other where they are, for a quarter of the timeout:
-   those that answer are named as waiting, and in which collective), the
-   timeout and the variable; gdl_fit returns that error. The library never
-   exits: the process group is unusable after a timeout or an MPI error (later
-   collectives fail at once, no further MPI call is made, gdl_dist_shutdown
-   skips MPI's finalisation, which would wait for ever), so the program should
-   end with a non-zero status: the launcher (mpirun, srun, torchrun) then ends
-   the other ranks. A rank killed outright usually ends the job sooner, by the
+   timeout it returns -1 with an error naming the collective, the ranks that
+   did not arrive (the waiting ranks ask each other where they are, for a
+   quarter of the timeout, 0.5 to 5 s: those that answer are named as
+   waiting, and in which collective), the timeout and the variable; gdl_fit
+   returns that error. The library never exits: the process group is unusable
+   after a timeout or an MPI error (later collectives fail at once, no further
+   MPI call is made, gdl_dist_shutdown skips MPI's finalisation, which would
+   wait for ever), so the program should end with a non-zero status: the
+   launcher (mpirun, srun, torchrun) then ends the other ranks. A rank killed outright usually ends the job sooner, by the
    launcher's teardown (mpirun's, when a rank exits on a signal).
 
    gdl_fit under DDP (gdl_fit_opts.ddp) with checkpoint_every and resume:
@@ -12572,7 +12572,7 @@ static int gdl__dist_timed_out(const char *op, const char *what, double waited) 
     int W = gdl__dist.world, me = gdl__dist.rank, r, heard = 0, nmiss = 0, nwait = 0;
     char *seen = (char *)GPUDL_MALLOC((size_t)W + 1);
     char miss[256] = "", wait[512] = "", buf[128];
-    double t = gdl_dist_timeout(), grace = t / 4 < 0.25 ? 0.25 : t / 4 > 5 ? 5 : t / 4, until;
+    double t = gdl_dist_timeout(), grace = t / 4 < 0.5 ? 0.5 : t / 4 > 5 ? 5 : t / 4, until;
     size_t km = 0, kw = 0;
     gdl__dist.broken = 1;
     snprintf(gdl__dist.broken_why, sizeof gdl__dist.broken_why, "%s timed out: %s", op, what);
