@@ -1064,9 +1064,10 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
    as the uninterrupted one would, bit for bit on every rank (per-rank random
    streams, e.g. dropout seeded by rank, restart from rank 0's generator).
    Elastic restarts (torchrun's, or the job started again on fewer or more
-   ranks): the checkpoint's position is counted in samples of the epoch,
-   batch x batch size x world size, and the sampler shards the rest of the
-   epoch for the new world size. A checkpoint at an epoch's end always
+   ranks, or with another batch size per rank, one process too): the
+   checkpoint's position is counted in samples of the epoch, batch x batch
+   size x world size, and the sampler shards the rest of the epoch for the
+   new world size. A checkpoint at an epoch's end always
    resumes; one mid-epoch needs its samples to be a whole number of the new
    steps (batch size x world size), else the error says so. With the same
    samples per step (2 ranks x 32 then 1 x 64) the run continues on the same
