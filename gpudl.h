@@ -65,7 +65,8 @@
    [api-data]   datasets, transforms, the DataLoader
    [api-nn]     modules, optimizers, learning-rate schedulers
    [api-train]  fit / evaluate, checkpoints (safetensors)
-   [api-dist]   data parallel across processes: torchrun, srun, mpirun; collectives
+   [api-dist]   data parallel across processes: torchrun, srun, mpirun; collectives;
+                timeouts on a stalled rank; resume and elastic restarts
    [api-monitor] GPU utilisation, memory, temperature, power (NVML); gpudl's
                 memory statistics (gdl_memory_summary); the per-op profiler
    [backend]    the backend interface (a table of kernels, GDL_BACKEND_ENTRIES)
@@ -949,8 +950,9 @@ typedef struct gdl_fit_opts {
                                    through it (gradients averaged across the ranks; no_sync on the micro-batches
                                    of an accumulated step but the last); the epoch's loss and accuracy are summed
                                    over every rank's samples; only rank 0 prints, writes the CSV and saves
-                                   checkpoints (every rank resumes from them). Give each rank its shard of the
-                                   data (the loader's num_replicas, rank). NULL (default): one process */
+                                   checkpoints (every rank resumes from them, also on another number of ranks:
+                                   [api-dist]). Give each rank its shard of the data (the loader's num_replicas,
+                                   rank). NULL (default): one process */
 } gdl_fit_opts;
 
 typedef struct gdl_epoch_stats {
@@ -1027,6 +1029,50 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
    go through MPI: build with -DGPUDL_MPI (mpicc ...); without it a job of
    more than one process is refused at gdl_dist_init. CUDA tensors (NCCL) are
    not supported yet.
+
+   A rank that stalls or dies: every collective (gdl_ddp_backward's gradient
+   all-reduces, gdl_dist_barrier and the meeting in gdl_dist_shutdown too)
+   waits at most gdl_dist_timeout() seconds for the other ranks, like the
+   timeout of PyTorch's init_process_group: GPUDL_DIST_TIMEOUT=<seconds> at
+   gdl_dist_init, or gdl_dist_set_timeout; default 600 (PyTorch's for NCCL;
+   tests use 1 or 2). The collectives first meet in a non-blocking barrier,
+   then run MPI's blocking collective (faster than its non-blocking one; a
+   failed call leaves its tensors as they were); gdl_ddp_backward's buckets
+   are non-blocking all-reduces. Either wait polls MPI_Test (yielding the
+   processor between tests for 0.1 s, then napping a millisecond); on
+   timeout it returns -1 with an error naming the collective, the ranks that
+   did not arrive (the waiting ranks ask each other where they are, for a
+   quarter of the timeout, 0.5 to 5 s: those that answer are named as
+   waiting, and in which collective), the timeout and the variable; gdl_fit
+   returns that error. The library never exits: the process group is unusable
+   after a timeout or an MPI error (later collectives fail at once, no further
+   MPI call is made, gdl_dist_shutdown skips MPI's finalisation, which would
+   wait for ever), so the program should end with a non-zero status: the
+   launcher (mpirun, srun, torchrun) then ends the other ranks. A rank killed outright usually ends the job sooner, by the
+   launcher's teardown (mpirun's, when a rank exits on a signal).
+
+   gdl_fit under DDP (gdl_fit_opts.ddp) with checkpoint_every and resume:
+   rank 0 writes checkpoint_dir/gdl_fit.safetensors (atomically) with the
+   model, the optimizer's state and step, the scheduler, rank 0's generator,
+   the epoch, the batch, the loader's epoch, the epoch's running loss and
+   accuracy summed over every rank, the world size (the loader's
+   num_replicas) and the batch size per rank; no rank goes on before the file
+   is whole, and a failed save fails every rank. checkpoint_dir must be the
+   same directory for every rank (one machine, or a shared file system). On
+   resume rank 0 says whether a checkpoint is there; every rank loads it, all
+   or none (checked everywhere before anything changes), and the run goes on
+   as the uninterrupted one would, bit for bit on every rank (per-rank random
+   streams, e.g. dropout seeded by rank, restart from rank 0's generator).
+   Elastic restarts (torchrun's, or the job started again on fewer or more
+   ranks, or with another batch size per rank, one process too): the
+   checkpoint's position is counted in samples of the epoch, batch x batch
+   size x world size, and the sampler shards the rest of the epoch for the
+   new world size. A checkpoint at an epoch's end always
+   resumes; one mid-epoch needs its samples to be a whole number of the new
+   steps (batch size x world size), else the error says so. With the same
+   samples per step (2 ranks x 32 then 1 x 64) the run continues on the same
+   global batches: equal to the uninterrupted run to rounding (the mean of two
+   half-batch means against one mean: about 1e-7 relative), not bit for bit.
    ------------------------------------------------------------------------- */
 
 typedef enum gdl_dist_op { GDL_SUM = 0, GDL_AVG = 1 } gdl_dist_op;
@@ -1041,6 +1087,12 @@ GPUDL_API const char *gdl_dist_launcher(void); /* "torchrun", "mpirun", "srun", 
 /* cuda:(local rank mod the GPUs this process sees) where CUDA has a GPU, else cpu */
 GPUDL_API gdl_device gdl_dist_device(void);
 GPUDL_API int gdl_dist_barrier(void); /* 0 / -1 */
+/* How long a collective (and gdl_ddp_backward's gradient all-reduce, gdl_dist_barrier, the meeting in
+   gdl_dist_shutdown) waits for the other ranks, in seconds: GPUDL_DIST_TIMEOUT when it is set at
+   gdl_dist_init, else 600 (PyTorch's default for NCCL), or what gdl_dist_set_timeout set last (> 0;
+   INFINITY waits for ever). 0 / -1 + error. */
+GPUDL_API int gdl_dist_set_timeout(double seconds);
+GPUDL_API double gdl_dist_timeout(void);
 /* In place, on every rank: t = sum (or mean) over the ranks of t. f32 or i32 (GDL_SUM only), CPU. */
 GPUDL_API int gdl_dist_all_reduce(gdl_tensor *t, gdl_dist_op op);
 /* t on every rank = t of rank root. */
@@ -11366,12 +11418,13 @@ typedef struct gdl__fit_state {
     int64_t val_epoch;    /* the validation loader's epoch number (its transforms depend on it); -1 without */
     double loss_sum;      /* the epoch's running metrics (gdl__pass) */
     double seconds;       /* the epoch's training time so far */
-    int64_t samples, correct, counted;
+    int64_t samples, correct, counted; /* under DDP: the sums over every rank */
+    int64_t replicas, batch_size; /* the train loader's shards (world size) and per-rank batch size */
 } gdl__fit_state;
 static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                          const gdl__fit_state *fs);
 static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                         gdl__fit_state *fs, int64_t num_batches, int epochs);
+                         gdl__fit_state *fs, const gdl_loader *train, int epochs, int ddp);
 
 /* The metrics CSV of a resumed run: the rows of epochs before `from` are kept (rewritten atomically), the
    rest dropped, and the file is opened for appending. A missing file is started anew. NULL + error. */
@@ -11415,6 +11468,11 @@ static int gdl__error_is_oom(void) { return strstr(gdl__err, "out of memory") !=
 
 /* [impl-dist]: a pass's sums over every rank (in double) */
 static int gdl__dist_pass_sum(gdl__pass *p);
+/* [impl-dist]: v[0..n-1] summed (max: the largest) over every rank, within the timeout; as is in one process */
+static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int n, int max);
+/* [impl-dist]: every rank says whether its part (what) worked: 0 when all did. A rank that failed keeps
+   its own error; the others get one saying how many failed. */
+static int gdl__dist_agree(const char *op, const char *what, int ok);
 
 /* Forward and backward of one batch in `parts` micro-batches, each loss
    weighted by its share of the batch and by 1/accumulate; the metrics go to
@@ -11505,17 +11563,31 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
             return -1;
         }
 #endif
-        if (o.resume && (probe = fopen(ckpath, "rb")) != NULL) {
-            fclose(probe);
-            /* checked before anything changes; then model, optimizer, scheduler and generator at once */
-            if (gdl__fit_load(ckpath, m, opt, o.scheduler, &fs, nb, o.epochs) < 0) {
+        if (o.resume) {
+            double have = 0;
+            if (rank0 && (probe = fopen(ckpath, "rb")) != NULL) {
+                fclose(probe);
+                have = 1;
+            }
+            /* under DDP rank 0's word: every rank resumes, or none does */
+            if (o.ddp && gdl__dist_reduce_f64("gdl_fit", "the look for a checkpoint to resume from", &have, 1, 1) < 0) {
+                GPUDL_FREE(ckpath);
+                return -1;
+            }
+            resumed = have > 0;
+        }
+        if (resumed) {
+            /* checked before anything changes (on every rank, under DDP); then model, optimizer, scheduler
+               and generator at once */
+            if (gdl__fit_load(ckpath, m, opt, o.scheduler, &fs, train, o.epochs, o.ddp != NULL) < 0) {
                 GPUDL_FREE(ckpath);
                 return -1;
             }
             /* cannot fail: the position was checked against this loader */
             gdl_loader_set_position(train, (uint64_t)fs.loader_epoch, fs.batch);
             if (o.val && fs.val_epoch >= 0) gdl_loader_set_epoch(o.val, (uint64_t)fs.val_epoch);
-            resumed = 1;
+            if (!rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
+                fs.loss_sum = 0, fs.samples = fs.correct = fs.counted = 0;
             start_epoch = (int)fs.epoch;
             if (o.verbose)
                 fprintf(log, "resuming from %s: epoch %d, batch %lld of %lld\n", ckpath, start_epoch,
@@ -11612,6 +11684,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                 if (gdl_zero_grad(opt) < 0) rc = -1;
                 if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
                 if (rc == 0 && o.checkpoint_every > 0 && gdl_optim_get_step(opt) % o.checkpoint_every == 0) {
+                    double v[5];
                     if (gdl__pass_sync(&p) < 0) rc = -1;
                     fs.epoch = epoch;
                     fs.batch = b;
@@ -11623,7 +11696,28 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                     fs.samples = p.samples;
                     fs.correct = p.correct;
                     fs.counted = p.counted;
-                    if (rc == 0 && rank0 && gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) rc = -1;
+                    fs.replicas = train->o.num_replicas > 1 ? train->o.num_replicas : 1;
+                    fs.batch_size = train->B;
+                    /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
+                       restart with another number of ranks counts them once */
+                    v[0] = rc < 0, v[1] = p.loss_sum, v[2] = (double)p.samples, v[3] = (double)p.correct;
+                    v[4] = (double)p.counted;
+                    if (o.ddp && gdl__dist_reduce_f64("gdl_fit", "the checkpoint's running sums", v, 5, 0) == 0) {
+                        if (v[0] > 0 && rc == 0)
+                            gdl__set_error("gdl_fit: %.0f rank(s) failed at the checkpoint of step %lld", v[0],
+                                           (long long)gdl_optim_get_step(opt));
+                        if (v[0] > 0) rc = -1;
+                        fs.loss_sum = v[1], fs.samples = (int64_t)v[2], fs.correct = (int64_t)v[3];
+                        fs.counted = (int64_t)v[4];
+                        if (rc == 0 && rank0 && gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) rc = -1;
+                        /* every rank learns whether rank 0's save worked, and none goes on before the file
+                           is whole (a barrier): a later resume on any rank reads the complete checkpoint */
+                        if (gdl__dist_agree("gdl_fit", "saving the checkpoint (rank 0)", rc == 0) < 0) rc = -1;
+                    } else if (o.ddp) {
+                        rc = -1;
+                    } else if (rc == 0 && gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) {
+                        rc = -1;
+                    }
                 }
             }
             if (rc == 0 && tty && gdl__progress_due(log, b, nb)) { /* the only read of the device in a step */
@@ -12026,6 +12120,8 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         gdl__meta_add(md, "fit.samples", "%lld", (long long)fs->samples);
         gdl__meta_add(md, "fit.correct", "%lld", (long long)fs->correct);
         gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
+        gdl__meta_add(md, "fit.replicas", "%lld", (long long)fs->replicas);
+        gdl__meta_add(md, "fit.batch_size", "%lld", (long long)fs->batch_size);
     }
     if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
         GPUDL_FREE(md);
@@ -12047,61 +12143,98 @@ static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     return gdl__checkpoint_save("gdl_fit", path, m, opt, sched, fs->epoch, fs);
 }
 
-/* gdl_fit's position from the checkpoint at path, checked against this run (num_batches, epochs) before
-   anything changes; then the checkpoint itself (all or nothing). 0 / -1. */
+static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                int64_t *epoch, int ddp);
+
+/* gdl_fit's position from the checkpoint at path, checked against this run (the train loader, epochs)
+   before anything changes; then the checkpoint itself (all or nothing; under DDP on every rank or on none).
+   A checkpoint taken with other shards (world size) or another batch size is resumed where the same
+   samples of the epoch are done: its position in samples over every rank (batch x batch size x world
+   size) must be a whole number of this run's batches, or the epoch's end. 0 / -1. */
 static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                         gdl__fit_state *fs, int64_t num_batches, int epochs) {
+                         gdl__fit_state *fs, const gdl_loader *train, int epochs, int ddp) {
     static const char op[] = "gdl_fit";
-    static const char *const keys[10] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
+    static const char *const keys[12] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
                                          "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
-                                         "fit.correct", "fit.counted"};
-    double v[10];
+                                         "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
+    double v[12];
     gdl_st_file f;
-    int i, rc = 0;
-    if (gdl_st_read(path, &f) < 0) return -1;
+    int i, rc = 0, nk = 10;
+    int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
+    if (gdl_st_read(path, &f) < 0) goto fail;
     for (i = 0; i < f.n_meta && strncmp(f.meta_keys[i], "fit.", 4) != 0; i++) {
     }
     if (i == f.n_meta) {
         gdl__set_error("%s: cannot resume from %s: it holds no gdl_fit position (fit.* metadata); only checkpoints "
                        "written by gdl_fit's checkpoint_every can be resumed from", op, path);
         gdl_st_free(&f);
-        return -1;
+        goto fail;
     }
-    for (i = 0; i < 10 && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
+    for (i = 0; i < f.n_meta; i++) /* the shards and batch size: absent from older checkpoints */
+        if (strcmp(f.meta_keys[i], "fit.replicas") == 0) nk = 12;
+    for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
     gdl_st_free(&f);
-    if (rc < 0) return -1;
+    if (rc < 0) goto fail;
+    if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
     /* integers in range before they are cast (a damaged file may hold anything, NaN included) */
-    for (i = 0; i < 10; i++)
+    for (i = 0; i < nk; i++)
         if (i != 5 && i != 6 && !(v[i] >= -1 && v[i] <= 9e15 && v[i] == (double)(int64_t)v[i])) {
             gdl__set_error("%s: %s: metadata '%s' is not a valid count: %g", op, path, keys[i], v[i]);
-            return -1;
+            goto fail;
         }
     if (!(v[5] == v[5] && v[6] >= 0)) {
         gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
-        return -1;
+        goto fail;
     }
-    if ((int64_t)v[3] != num_batches || v[0] < 1 || v[0] > epochs || v[1] < 0 || v[1] > num_batches ||
-        v[2] < 0 || v[7] < 0 || v[8] < 0 || v[9] < 0) {
-        gdl__set_error("%s: cannot resume from %s: it was taken at epoch %.0f, batch %.0f of a loader with %.0f "
-                       "batches per epoch; this run has %d epochs of %lld batches", op, path, v[0], v[1], v[3],
-                       epochs, (long long)num_batches);
-        return -1;
+    if (v[0] < 1 || v[0] > epochs || v[1] < 0 || v[1] > v[3] || v[2] < 0 || v[7] < 0 || v[8] < 0 || v[9] < 0 ||
+        v[10] < 1 || v[11] < 1) {
+        gdl__set_error("%s: cannot resume from %s: it was taken at epoch %.0f, batch %.0f of %.0f; this run has %d "
+                       "epochs", op, path, v[0], v[1], v[3], epochs);
+        goto fail;
+    }
+    fs->batch = (int64_t)v[1];
+    if ((int64_t)v[10] == W && (int64_t)v[11] == B) {
+        if ((int64_t)v[3] != num_batches) {
+            gdl__set_error("%s: cannot resume from %s: it was taken at epoch %.0f, batch %.0f of a loader with %.0f "
+                           "batches per epoch; this run's has %lld (another dataset?)", op, path, v[0], v[1], v[3],
+                           (long long)num_batches);
+            goto fail;
+        }
+    } else if ((int64_t)v[1] == (int64_t)v[3]) { /* taken at the end of an epoch */
+        fs->batch = num_batches;
+    } else { /* the same samples done: the sampler re-shards the epoch for this run's world size */
+        int64_t done = (int64_t)v[1] * (int64_t)v[10] * (int64_t)v[11];
+        if (done % (W * B) != 0 || done / (W * B) > num_batches) {
+            gdl__set_error("%s: cannot resume from %s: it was taken in epoch %.0f after %lld samples (batch %.0f of "
+                           "batch size %.0f on %.0f ranks); with batch size %lld on %lld ranks (%lld samples a step) "
+                           "that is not a whole number of batches: resume from a checkpoint at an epoch's end, or "
+                           "keep the samples per step", op, path, v[0], (long long)done, v[1], v[11], v[10],
+                           (long long)B, (long long)W, (long long)(W * B));
+            goto fail;
+        }
+        fs->batch = done / (W * B);
     }
     fs->epoch = (int64_t)v[0];
-    fs->batch = (int64_t)v[1];
     fs->loader_epoch = (int64_t)v[2];
-    fs->num_batches = (int64_t)v[3];
+    fs->num_batches = num_batches;
     fs->val_epoch = (int64_t)v[4];
     fs->loss_sum = v[5]; /* printed with %.17g: exact */
     fs->seconds = v[6];
     fs->samples = (int64_t)v[7];
     fs->correct = (int64_t)v[8];
     fs->counted = (int64_t)v[9];
-    return gdl_load_checkpoint(path, m, opt, sched, NULL);
+    fs->replicas = W;
+    fs->batch_size = B;
+    return gdl__checkpoint_load(path, m, opt, sched, NULL, ddp);
+fail:
+    if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);
+    return -1;
 }
 
-GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                  int64_t *epoch) {
+/* ddp: every rank loads, or none: the ranks agree once everything is checked, before anything changes
+   (*agreed says it was done) */
+static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                 int64_t *epoch, int ddp, int *agreed) {
     const char *op = "gdl_load_checkpoint";
     gdl_st_file f;
     gdl__ckpt *c;
@@ -12151,6 +12284,10 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
             }
     }
     if (!(bufs = gdl__alloc_bufs(op, c->n)) || gdl__ckpt_check(op, path, c, &f, bufs) < 0) goto done;
+    if (ddp) {
+        *agreed = 1;
+        if (gdl__dist_agree("gdl_fit", "loading the checkpoint to resume from", 1) < 0) goto done;
+    }
     /* apply: the scheduler first, since it may refuse the position (OneCycle past its total
        steps); it changes only the learning rates, which are set again below */
     if (sched) {
@@ -12181,22 +12318,46 @@ done:
     return rc;
 }
 
+static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                int64_t *epoch, int ddp) {
+    int agreed = 0, rc = gdl__checkpoint_load_(path, m, opt, sched, epoch, ddp, &agreed);
+    if (ddp && !agreed) gdl__dist_agree("gdl_fit", "loading the checkpoint to resume from", 0);
+    return rc;
+}
+
+GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                  int64_t *epoch) {
+    return gdl__checkpoint_load(path, m, opt, sched, epoch, 0);
+}
+
 /* ---------------------------------------------------------------------------
    [impl-dist]   The launcher's environment and the collectives (MPI).
    ------------------------------------------------------------------------- */
 
 #ifdef GPUDL_MPI
 #include <mpi.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <poll.h>  /* poll(NULL, 0, ms): a millisecond's sleep that -std=c99 does not hide */
+#include <sched.h> /* sched_yield */
 #endif
+#endif
+
+#define GDL__DIST_DEFAULT_TIMEOUT 600.0 /* seconds, PyTorch's default for NCCL process groups */
 
 static struct {
     int init, rank, world, local;
     const char *launcher;
+    int64_t seq;     /* collectives this rank has started: the ranks are in step when theirs agree */
+    int broken;      /* a collective timed out or failed: no further MPI call is made */
+    char broken_why[160];
 #ifdef GPUDL_MPI
     MPI_Comm comm;   /* a duplicate of MPI_COMM_WORLD whose errors return */
+    MPI_Comm ctl;    /* another: "where are you?" between waiting ranks, never mixed with the data */
     int mpi_ours;    /* gdl_dist_init started MPI: shutdown ends it */
 #endif
 } gdl__dist; /* zero: not initialised (rank 0 of 1, "single") */
+
+static double gdl__dist_timeout_s; /* 0: GDL__DIST_DEFAULT_TIMEOUT */
 
 /* The variable `name` as a whole number in [lo, hi]: 1 set, 0 unset, -1 bad. */
 static int gdl__env_int(const char *op, const char *launcher, const char *name, long lo, long hi, int *out) {
@@ -12252,6 +12413,19 @@ GPUDL_API int gdl_dist_init(void) {
             return -1;
         break;
     }
+    {
+        const char *v = getenv("GPUDL_DIST_TIMEOUT");
+        if (v) {
+            char *end;
+            double t = strtod(v, &end);
+            if (!v[0] || *end || !(t > 0)) {
+                gdl__set_error("%s: GPUDL_DIST_TIMEOUT='%s' is not a number of seconds > 0 (how long a collective "
+                               "waits for the other ranks; 'inf': for ever)", op, v);
+                return -1;
+            }
+            gdl__dist_timeout_s = t;
+        }
+    }
 #ifdef GPUDL_MPI
     {
         int flag = 0, rc, mr, ms;
@@ -12268,7 +12442,12 @@ GPUDL_API int gdl_dist_init(void) {
         }
         if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.comm)) != MPI_SUCCESS)
             return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
+        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.ctl)) != MPI_SUCCESS) {
+            MPI_Comm_free(&gdl__dist.comm);
+            return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
+        }
         MPI_Comm_set_errhandler(gdl__dist.comm, MPI_ERRORS_RETURN); /* errors come back; nothing exits */
+        MPI_Comm_set_errhandler(gdl__dist.ctl, MPI_ERRORS_RETURN);
         MPI_Comm_rank(gdl__dist.comm, &mr);
         MPI_Comm_size(gdl__dist.comm, &ms);
         if (!strcmp(launcher, "single")) { /* another MPI launcher (mpiexec of MPICH...): MPI's word */
@@ -12280,6 +12459,7 @@ GPUDL_API int gdl_dist_init(void) {
                            "processes started by another launcher than the one whose variables are set?",
                            op, launcher, rank, world, mr, ms);
             MPI_Comm_free(&gdl__dist.comm);
+            MPI_Comm_free(&gdl__dist.ctl);
             return -1;
         }
     }
@@ -12294,6 +12474,8 @@ GPUDL_API int gdl_dist_init(void) {
     gdl__dist.world = world;
     gdl__dist.local = local;
     gdl__dist.launcher = launcher;
+    gdl__dist.seq = 0;
+    gdl__dist.broken = 0;
     gdl__dist.init = 1;
     return 0;
 }
@@ -12309,25 +12491,197 @@ GPUDL_API gdl_device gdl_dist_device(void) {
     return n > 0 ? gdl_cuda(gdl__dist.local % n) : gdl_cpu();
 }
 
+#ifdef GPUDL_MPI
+static int gdl__dist_arrive(const char *op, const char *what);
+static int gdl__dist_meet(void) {
+    return gdl__dist_arrive("gdl_dist_shutdown", "the meeting of every rank before MPI_Finalize");
+}
+#endif
+
 GPUDL_API void gdl_dist_shutdown(void) {
 #ifdef GPUDL_MPI
-    if (gdl__dist.init) {
+    /* MPI_Finalize waits for every rank without a limit: the ranks meet first, within the timeout, and
+       after a failure (or when one does not come) MPI is left as it is; the launcher ends the job when
+       the process exits */
+    if (gdl__dist.init && !gdl__dist.broken && (gdl__dist.world == 1 || gdl__dist_meet() == 0)) {
         MPI_Comm_free(&gdl__dist.comm);
+        MPI_Comm_free(&gdl__dist.ctl);
         if (gdl__dist.mpi_ours) MPI_Finalize();
         gdl__dist.mpi_ours = 0;
     }
 #endif
     gdl__dist.init = 0;
+    gdl__dist.broken = 0;
     gdl__dist.rank = gdl__dist.local = 0;
+}
+
+GPUDL_API int gdl_dist_set_timeout(double seconds) {
+    if (!(seconds > 0)) {
+        gdl__set_error("gdl_dist_set_timeout: %g is not a number of seconds > 0 (INFINITY: wait for ever)", seconds);
+        return -1;
+    }
+    gdl__dist_timeout_s = seconds;
+    return 0;
+}
+
+GPUDL_API double gdl_dist_timeout(void) { return gdl__dist_timeout_s > 0 ? gdl__dist_timeout_s : GDL__DIST_DEFAULT_TIMEOUT; }
+
+#ifdef GPUDL_MPI
+enum { GDL__TAG_ASK = 1, GDL__TAG_ANSWER = 2 };
+
+/* An MPI call failed: nothing more can be trusted of the communicator. */
+static int gdl__dist_fail(const char *op, const char *call, int rc) {
+    gdl__mpi_fail(op, call, rc);
+    gdl__dist.broken = 1;
+    snprintf(gdl__dist.broken_why, sizeof gdl__dist.broken_why, "%s: %s failed", op, call);
+    return -1;
+}
+
+/* Answers the ranks asking where this one is: its collective number and what it is. The answers go
+   from a ring of buffers: an answer is short and sent eagerly, long gone before its buffer comes back. */
+static void gdl__dist_answer(const char *what) {
+    static char ring[16][128];
+    static int next;
+    int flag = 0;
+    MPI_Status st;
+    while (MPI_Iprobe(MPI_ANY_SOURCE, GDL__TAG_ASK, gdl__dist.ctl, &flag, &st) == MPI_SUCCESS && flag) {
+        char c;
+        char *a = ring[next++ & 15];
+        MPI_Request r;
+        if (MPI_Recv(&c, 1, MPI_CHAR, st.MPI_SOURCE, GDL__TAG_ASK, gdl__dist.ctl, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return;
+        snprintf(a, sizeof ring[0], "%lld %s", (long long)gdl__dist.seq, what);
+        if (MPI_Isend(a, (int)strlen(a) + 1, MPI_CHAR, st.MPI_SOURCE, GDL__TAG_ANSWER, gdl__dist.ctl, &r) ==
+            MPI_SUCCESS)
+            MPI_Request_free(&r);
+    }
+}
+
+static void gdl__dist_nap(int ms) {
+#if defined(__unix__) || defined(__APPLE__)
+    if (ms) poll(NULL, 0, ms);
+    else sched_yield();
+#else
+    (void)ms;
+#endif
+}
+
+/* The wait of `what` (a collective of op) ran out of time: ask the other ranks where they are for a
+   moment (those waiting in a collective answer), and say who did not arrive. Always -1. */
+static int gdl__dist_timed_out(const char *op, const char *what, double waited) {
+    static const char ask = 1;
+    int W = gdl__dist.world, me = gdl__dist.rank, r, heard = 0, nmiss = 0, nwait = 0;
+    char *seen = (char *)GPUDL_MALLOC((size_t)W + 1);
+    char miss[256] = "", wait[512] = "", buf[128];
+    double t = gdl_dist_timeout(), grace = t / 4 < 0.5 ? 0.5 : t / 4 > 5 ? 5 : t / 4, until;
+    size_t km = 0, kw = 0;
+    gdl__dist.broken = 1;
+    snprintf(gdl__dist.broken_why, sizeof gdl__dist.broken_why, "%s timed out: %s", op, what);
+    if (seen) memset(seen, 0, (size_t)W + 1);
+    for (r = 0; seen && r < W; r++)
+        if (r != me) {
+            MPI_Request q;
+            if (MPI_Isend((void *)&ask, 1, MPI_CHAR, r, GDL__TAG_ASK, gdl__dist.ctl, &q) == MPI_SUCCESS)
+                MPI_Request_free(&q);
+        }
+    until = MPI_Wtime() + grace;
+    while (seen && heard < W - 1 && MPI_Wtime() < until) {
+        int flag = 0;
+        MPI_Status st;
+        gdl__dist_answer(what); /* those that time out at the same moment ask too */
+        if (MPI_Iprobe(MPI_ANY_SOURCE, GDL__TAG_ANSWER, gdl__dist.ctl, &flag, &st) != MPI_SUCCESS) break;
+        if (!flag) {
+            gdl__dist_nap(1);
+            continue;
+        }
+        if (MPI_Recv(buf, (int)sizeof buf, MPI_CHAR, st.MPI_SOURCE, GDL__TAG_ANSWER, gdl__dist.ctl,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            break;
+        buf[sizeof buf - 1] = 0;
+        if (st.MPI_SOURCE < 0 || st.MPI_SOURCE >= W || seen[st.MPI_SOURCE]) continue;
+        seen[st.MPI_SOURCE] = 1;
+        heard++;
+        if (nwait++ < 4 && kw < sizeof wait) {
+            char *sp = strchr(buf, ' ');
+            long long s2 = strtoll(buf, NULL, 10);
+            kw += (size_t)snprintf(wait + kw, sizeof wait - kw, "%srank %d waits in %s (%lld started%s)",
+                                   kw ? "; " : "", st.MPI_SOURCE, sp ? sp + 1 : "?", s2,
+                                   s2 == gdl__dist.seq ? "" : ": the ranks are out of step, they did not call "
+                                                              "the same collectives in the same order");
+        }
+    }
+    for (r = 0; seen && r < W; r++)
+        if (r != me && !seen[r] && nmiss++ < 8 && km < sizeof miss)
+            km += (size_t)snprintf(miss + km, sizeof miss - km, "%s%d", km ? ", " : "", r);
+    if (nmiss > 8 && km < sizeof miss) snprintf(miss + km, sizeof miss - km, " and %d more", nmiss - 8);
+    gdl__set_error("%s: %s: timed out after %.3g s waiting for the other ranks (this is rank %d of %d, %lld "
+                   "collectives started): %s%s%s%s%s. Set GPUDL_DIST_TIMEOUT (seconds, now %g) or call "
+                   "gdl_dist_set_timeout if a rank is only slow. The process group is unusable now: end this "
+                   "process with a non-zero status and the launcher ends the others",
+                   op, what, waited, me, W, (long long)gdl__dist.seq, nmiss > 1 ? "ranks " : nmiss ? "rank " : "",
+                   miss, nmiss ? " did not arrive (no answer: stalled, dead, or busy outside gpudl's collectives)"
+                               : seen ? "every other rank answered" : "(out of memory: the others were not asked)",
+                   kw ? "; " : "", wait, t);
+    GPUDL_FREE(seen);
+    return -1;
+}
+
+/* Waits for req within the timeout, polling: a rank that stalls or dies makes this one fail with an error
+   instead of hanging. For the first 0.1 s it tests and yields the processor by turns (as MPI's own waits
+   spin: the latency stays; a rank sharing the core runs), then naps a millisecond between tests, answering
+   the ranks that ask where this one is. 0 / -1. */
+static int gdl__dist_wait(const char *op, const char *what, MPI_Request *req) {
+    double t0 = MPI_Wtime(), limit = gdl_dist_timeout(), now;
+    for (;;) {
+        int done = 0, rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return gdl__dist_fail(op, "MPI_Test", rc);
+        if (done) return 0;
+        now = MPI_Wtime();
+        if (now - t0 >= limit) return gdl__dist_timed_out(op, what, now - t0);
+        if (now - t0 > 0.1) {
+            gdl__dist_answer(what);
+            gdl__dist_nap(1);
+        } else {
+            gdl__dist_nap(0);
+        }
+    }
+}
+
+/* Starting a collective: rc is what its MPI_I... call returned. Then the timed wait. 0 / -1. */
+static int gdl__dist_run(const char *op, const char *call, const char *what, int rc, MPI_Request *req) {
+    if (rc != MPI_SUCCESS) return gdl__dist_fail(op, call, rc);
+    return gdl__dist_wait(op, what, req);
+}
+
+/* Before a blocking collective: every rank has arrived (a barrier within the timeout). MPI's blocking
+   collectives are faster than its non-blocking ones (OpenMPI's tuned algorithms: about half the time of
+   MPI_Iallreduce on 0.4 and 40 MB here), and once every rank is there they complete; a barrier of a
+   few microseconds buys the timeout. 0 / -1. */
+static int gdl__dist_arrive(const char *op, const char *what) {
+    MPI_Request q;
+    gdl__dist.seq++;
+    return gdl__dist_run(op, "MPI_Ibarrier", what, MPI_Ibarrier(gdl__dist.comm, &q), &q);
+}
+#endif
+
+/* Every collective first: initialised, and no earlier failure. */
+static int gdl__dist_ready(const char *op) {
+    if (!gdl__dist.init) {
+        gdl__set_error("%s: call gdl_dist_init first", op);
+        return -1;
+    }
+    if (gdl__dist.broken) {
+        gdl__set_error("%s: the process group is unusable after an earlier failure (%s): end the process with a "
+                       "non-zero status", op, gdl__dist.broken_why);
+        return -1;
+    }
+    return 0;
 }
 
 /* A collective's tensor: initialised, a CPU tensor of f32 (or i32 where
    the op allows it). */
 static int gdl__dist_check(const char *op, const char *what, const gdl_tensor *t, int i32_ok) {
-    if (!gdl__dist.init) {
-        gdl__set_error("%s: call gdl_dist_init first", op);
-        return -1;
-    }
+    if (gdl__dist_ready(op) < 0) return -1;
     if (!t) {
         gdl__null_arg(op, what);
         return -1;
@@ -12373,8 +12727,12 @@ GPUDL_API int gdl_dist_all_reduce(gdl_tensor *t, gdl_dist_op op) {
     }
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
-        int rc = MPI_Allreduce(MPI_IN_PLACE, t->data, (int)t->numel, gdl__mpi_type(t->dtype), MPI_SUM, gdl__dist.comm);
-        if (rc != MPI_SUCCESS) return gdl__mpi_fail(fn, "MPI_Allreduce", rc);
+        char what[96];
+        int rc;
+        snprintf(what, sizeof what, "the all-reduce of %s %s", gdl_dtype_name(t->dtype), gdl_shape_str(t));
+        if (gdl__dist_arrive(fn, what) < 0) return -1;
+        rc = MPI_Allreduce(MPI_IN_PLACE, t->data, (int)t->numel, gdl__mpi_type(t->dtype), MPI_SUM, gdl__dist.comm);
+        if (rc != MPI_SUCCESS) return gdl__dist_fail(fn, "MPI_Allreduce", rc);
     }
 #endif
     if (op == GDL_AVG) gdl__dist_divide(t);
@@ -12394,8 +12752,13 @@ GPUDL_API int gdl_dist_broadcast(gdl_tensor *t, int root) {
     }
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
-        int rc = MPI_Bcast(t->data, (int)t->numel, gdl__mpi_type(t->dtype), root, gdl__dist.comm);
-        if (rc != MPI_SUCCESS) return gdl__mpi_fail(fn, "MPI_Bcast", rc);
+        char what[96];
+        int rc;
+        snprintf(what, sizeof what, "the broadcast of %s %s from rank %d", gdl_dtype_name(t->dtype),
+                 gdl_shape_str(t), root);
+        if (gdl__dist_arrive(fn, what) < 0) return -1;
+        rc = MPI_Bcast(t->data, (int)t->numel, gdl__mpi_type(t->dtype), root, gdl__dist.comm);
+        if (rc != MPI_SUCCESS) return gdl__dist_fail(fn, "MPI_Bcast", rc);
     }
 #endif
     return 0;
@@ -12424,9 +12787,12 @@ GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in) {
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         MPI_Datatype ty = gdl__mpi_type(in->dtype);
-        int rc = MPI_Allgather(in->data, (int)in->numel, ty, out->data, (int)in->numel, ty, gdl__dist.comm);
-        if (rc != MPI_SUCCESS) return gdl__mpi_fail(fn, "MPI_Allgather", rc);
-        return 0;
+        char what[96];
+        int rc;
+        snprintf(what, sizeof what, "the all-gather of %s %s", gdl_dtype_name(in->dtype), gdl_shape_str(in));
+        if (gdl__dist_arrive(fn, what) < 0) return -1;
+        rc = MPI_Allgather(in->data, (int)in->numel, ty, out->data, (int)in->numel, ty, gdl__dist.comm);
+        return rc != MPI_SUCCESS ? gdl__dist_fail(fn, "MPI_Allgather", rc) : 0;
     }
 #endif
     memcpy(out->data, in->data, (size_t)in->numel * gdl_dtype_size(in->dtype));
@@ -12442,9 +12808,13 @@ GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl
     }
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
-        int rc = MPI_Reduce_scatter_block(in->data, out->data, (int)out->numel, gdl__mpi_type(in->dtype), MPI_SUM,
-                                          gdl__dist.comm);
-        if (rc != MPI_SUCCESS) return gdl__mpi_fail(fn, "MPI_Reduce_scatter_block", rc);
+        char what[96];
+        int rc;
+        snprintf(what, sizeof what, "the reduce-scatter of %s %s", gdl_dtype_name(in->dtype), gdl_shape_str(in));
+        if (gdl__dist_arrive(fn, what) < 0) return -1;
+        rc = MPI_Reduce_scatter_block(in->data, out->data, (int)out->numel, gdl__mpi_type(in->dtype), MPI_SUM,
+                                      gdl__dist.comm);
+        if (rc != MPI_SUCCESS) return gdl__dist_fail(fn, "MPI_Reduce_scatter_block", rc);
     } else
 #endif
         memcpy(out->data, in->data, (size_t)out->numel * gdl_dtype_size(out->dtype));
@@ -12487,7 +12857,13 @@ GPUDL_API gdl_ddp_opts gdl_ddp_defaults(void) {
 GPUDL_API void gdl_ddp_free(gdl_ddp *d) {
     int i;
     if (!d) return;
-    for (i = 0; d->b && i < d->nbuckets; i++) GPUDL_FREE(d->b[i].buf);
+    for (i = 0; d->b && i < d->nbuckets; i++) {
+#ifdef GPUDL_MPI
+        /* an all-reduce left in flight by a timeout may still write its bucket: leaked, deliberately */
+        if (d->b[i].req != MPI_REQUEST_NULL && d->b[i].started && gdl__dist.broken) continue;
+#endif
+        GPUDL_FREE(d->b[i].buf);
+    }
     GPUDL_FREE(d->b);
     GPUDL_FREE(d->bucket_of);
     GPUDL_FREE(d->params);
@@ -12583,15 +12959,44 @@ fail:
 GPUDL_API int gdl_ddp_num_buckets(const gdl_ddp *d) { return d ? d->nbuckets : 0; }
 GPUDL_API gdl_module *gdl_ddp_module(const gdl_ddp *d) { return d ? d->m : NULL; }
 
+static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int n, int max) {
+#ifdef GPUDL_MPI
+    if (gdl__dist.init && gdl__dist.world > 1) {
+        MPI_Request q;
+        if (gdl__dist_ready(op) < 0) return -1;
+        gdl__dist.seq++;
+        return gdl__dist_run(op, "MPI_Iallreduce", what,
+                             MPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, max ? MPI_MAX : MPI_SUM, gdl__dist.comm,
+                                            &q), &q);
+    }
+#else
+    (void)op, (void)what, (void)v, (void)n, (void)max;
+#endif
+    return 0;
+}
+
+static int gdl__dist_agree(const char *op, const char *what, int ok) {
+    double bad = ok ? 0 : 1;
+    char keep[sizeof gdl__err];
+    memcpy(keep, gdl__err, sizeof keep);
+    if (gdl__dist_reduce_f64(op, what, &bad, 1, 0) < 0) {
+        if (!ok) memcpy(gdl__err, keep, sizeof keep); /* this rank's own failure says more */
+        return -1;
+    }
+    if (!ok) return -1;
+    if (bad > 0) {
+        gdl__set_error("%s: %.0f of %d ranks failed %s (their own errors say why)", op,
+                       bad, gdl_dist_world_size(), what);
+        return -1;
+    }
+    return 0;
+}
+
 static int gdl__dist_pass_sum(gdl__pass *p) {
     double v[4];
     v[0] = p->loss_sum, v[1] = (double)p->samples, v[2] = (double)p->correct, v[3] = (double)p->counted;
-#ifdef GPUDL_MPI
-    if (gdl__dist.init && gdl__dist.world > 1) {
-        int rc = MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_SUM, gdl__dist.comm);
-        if (rc != MPI_SUCCESS) return gdl__mpi_fail("gdl_fit", "MPI_Allreduce of the epoch's metrics", rc);
-    }
-#endif
+    if (gdl__dist_reduce_f64("gdl_fit", "the all-reduce of the epoch's loss and accuracy sums", v, 4, 0) < 0)
+        return -1;
     p->loss_sum = v[0], p->samples = (int64_t)v[1], p->correct = (int64_t)v[2], p->counted = (int64_t)v[3];
     return 0;
 }
@@ -12624,10 +13029,12 @@ static void gdl__ddp_start(gdl_ddp *d, gdl__bucket *b) {
     b->started = 1;
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->numel, gdl__mpi_type(GDL_F32), MPI_SUM, gdl__dist.comm,
-                                &b->req);
+        int rc;
+        gdl__dist.seq++;
+        rc = MPI_Iallreduce(MPI_IN_PLACE, b->buf, (int)b->numel, gdl__mpi_type(GDL_F32), MPI_SUM, gdl__dist.comm,
+                            &b->req);
         if (rc != MPI_SUCCESS) {
-            gdl__mpi_fail("gdl_ddp_backward", "MPI_Iallreduce", rc);
+            gdl__dist_fail("gdl_ddp_backward", "MPI_Iallreduce", rc);
             b->started = 0;
             d->failed = 1;
         }
@@ -12654,6 +13061,7 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
         return -1;
     }
     if (d->no_sync) return gdl_backward(loss);
+    if (gdl__dist_ready(fn) < 0) return -1;
     d->failed = 0;
     for (i = 0; i < d->nbuckets; i++) {
         d->b[i].pending = d->b[i].count;
@@ -12666,13 +13074,14 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
     for (i = 0; i < d->nbuckets && !d->failed; i++)
         if (!d->b[i].started) gdl__ddp_start(d, &d->b[i]);
 #ifdef GPUDL_MPI
-    for (i = 0; i < d->nbuckets; i++) /* every request started must complete, error or not */
-        if (d->b[i].started && gdl__dist.world > 1) {
-            int e = MPI_Wait(&d->b[i].req, MPI_STATUS_IGNORE);
-            if (e != MPI_SUCCESS && !d->failed) {
-                gdl__mpi_fail(fn, "MPI_Wait", e);
-                d->failed = 1;
-            }
+    /* every request started must complete, error or not; after a timeout or an MPI error no MPI call is
+       made again, and the requests still in flight keep their buckets (see gdl_ddp_free) */
+    for (i = 0; i < d->nbuckets; i++)
+        if (d->b[i].started && gdl__dist.world > 1 && !gdl__dist.broken) {
+            char what[96];
+            snprintf(what, sizeof what, "the all-reduce of gradient bucket %d of %d (%lld values)", i + 1,
+                     d->nbuckets, (long long)d->b[i].numel);
+            if (gdl__dist_wait(fn, what, &d->b[i].req) < 0) d->failed = 1;
         }
 #endif
     if (rc < 0 || d->failed) return -1;
@@ -12692,14 +13101,13 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
 }
 
 GPUDL_API int gdl_dist_barrier(void) {
-    if (!gdl__dist.init) {
-        gdl__set_error("gdl_dist_barrier: call gdl_dist_init first");
-        return -1;
-    }
+    if (gdl__dist_ready("gdl_dist_barrier") < 0) return -1;
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
-        int rc = MPI_Barrier(gdl__dist.comm);
-        if (rc != MPI_SUCCESS) return gdl__mpi_fail("gdl_dist_barrier", "MPI_Barrier", rc);
+        MPI_Request q;
+        gdl__dist.seq++;
+        return gdl__dist_run("gdl_dist_barrier", "MPI_Ibarrier", "the barrier", MPI_Ibarrier(gdl__dist.comm, &q),
+                             &q);
     }
 #endif
     return 0;

@@ -12,7 +12,10 @@
      srun -n 2 ./ddp --epochs 2                          (Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)
      RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 ./ddp              (torchrun's variables; for more than one process
                                                           the processes must also be MPI's, e.g. mpirun -x RANK)
-   Run:   ./ddp [--data DIR] [--epochs N] [--batch-size N] [--seed N] */
+   Run:   ./ddp [--data DIR] [--epochs N] [--batch-size N] [--seed N]
+   A rank that stalls or dies: the others stop with an error naming it after
+   GPUDL_DIST_TIMEOUT seconds (default 600; e.g. mpirun -x GPUDL_DIST_TIMEOUT=60)
+   and exit 1, and the launcher ends the job. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"

@@ -5,7 +5,9 @@
 #                    process (plain and ASan); then, where MPI is installed
 #                    (mpicc, mpirun: Debian's libopenmpi-dev openmpi-bin), the
 #                    collectives and 2-rank data-parallel SGD under mpirun -np 2,
-#                    and examples/ddp.c on 2 ranks against mnist_mlp on one
+#                    a rank that stalls or is killed (timeouts, never a hang),
+#                    an elastic restart from 2 ranks to 1, and examples/ddp.c
+#                    on 2 ranks against mnist_mlp on one
 
 MPICC ?= mpicc
 
@@ -32,8 +34,12 @@ test-dist: $(B)/test_dist $(B)/asan_test_dist
 $(B)/ddp_mpi: examples/ddp.c examples/example_args.h gpudl.h | $(B)
 	$(MPICC) $(STD) $(WARN) -Werror $(CFLAGS) $(ZFLAGS) -DGPUDL_MPI $< -o $@ $(LIBS)
 
-test-dist-mpi: $(B)/test_dist_mpi $(B)/ddp_mpi $(B)/mnist_mlp
-	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_mpi.sh tests/test_ddp_example.sh
+# a rank that stalls or is killed, and an elastic restart on fewer ranks (tests/dist_faults.c)
+$(B)/dist_faults: tests/dist_faults.c $(HDR) | $(B)
+	$(MPICC) $(STD) $(WARN) -Werror $(CFLAGS) -DGPUDL_MPI $< -o $@ $(LIBS)
+
+test-dist-mpi: $(B)/test_dist_mpi $(B)/dist_faults $(B)/ddp_mpi $(B)/mnist_mlp
+	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_mpi.sh tests/test_dist_faults.sh tests/test_ddp_example.sh
 
 $(B)/ddp_scaling: bench/ddp_scaling.c bench/bench_cpu.h gpudl.h | $(B)
 	$(MPICC) $(STD) $(WARN) -O3 -march=native -DGPUDL_MPI $< -o $@ $(LIBS)

@@ -8,10 +8,13 @@
    Build: cc -std=c99 -pthread tests/test_dist.c -lm -o build/test_dist
           mpicc -std=c99 -pthread -DGPUDL_MPI tests/test_dist.c -lm -o build/test_dist_mpi */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h> /* mkdir */
+#include <unistd.h>   /* getpid, rmdir */
 
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -65,6 +68,37 @@ TEST bad_environments(void) {
     if (!init_fails_with("SLURM_LOCALID=''", c7, msg, sizeof msg)) FAILm(msg);
     if (!init_fails_with("LOCAL_RANK='-1'", c8, msg, sizeof msg)) FAILm(msg);
     ASSERT(!gdl_dist_is_initialized());
+    PASS();
+}
+
+/* The collectives' timeout: GPUDL_DIST_TIMEOUT at gdl_dist_init, gdl_dist_set_timeout; bad values named. */
+TEST timeout_settings(void) {
+    static const char *const bad[] = {"0", "-3", "x", "", "2s", "nan"};
+    size_t i;
+    clear_env();
+    ASSERT_EQ(600.0, gdl_dist_timeout());
+    for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("GPUDL_DIST_TIMEOUT", bad[i], 1);
+        ASSERT_EQ(-1, gdl_dist_init());
+        ASSERT_CONTAINS(gdl_last_error(), "GPUDL_DIST_TIMEOUT='");
+        ASSERT_CONTAINS(gdl_last_error(), "is not a number of seconds > 0");
+        ASSERT(!gdl_dist_is_initialized());
+    }
+    setenv("GPUDL_DIST_TIMEOUT", "2.5", 1);
+    ASSERT_EQ(0, gdl_dist_init());
+    ASSERT_EQ(2.5, gdl_dist_timeout());
+    ASSERT_EQ(0, gdl_dist_set_timeout(7));
+    ASSERT_EQ(7.0, gdl_dist_timeout());
+    ASSERT_EQ(-1, gdl_dist_set_timeout(0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_dist_set_timeout: 0 is not a number of seconds > 0");
+    ASSERT_EQ(-1, gdl_dist_set_timeout(NAN));
+    ASSERT_EQ(7.0, gdl_dist_timeout());
+    ASSERT_EQ(0, gdl_dist_set_timeout(INFINITY));
+    ASSERT(isinf(gdl_dist_timeout()));
+    ASSERT_EQ(0, gdl_dist_barrier()); /* one process: nothing to wait for */
+    gdl_dist_shutdown();
+    unsetenv("GPUDL_DIST_TIMEOUT");
+    ASSERT_EQ(0, gdl_dist_set_timeout(600));
     PASS();
 }
 
@@ -471,12 +505,13 @@ TEST ddp_equals_one_process(void *arg) {
     xall = gdl_from_array(xs, 2, sx, GDL_F32, gdl_cpu());
     yall = gdl_from_array(ys, 1, sy, GDL_I32, gdl_cpu());
     for (step = 0; step < 30; step++) {
+        gdl_tensor *keep[2][2]; /* the tape reads each micro-batch's input until the arena is reset */
         gdl_arena_reset();
         gdl_zero_grad(dopt);
         for (mb = 0; mb < micro; mb++) {
             int first = r * (B / 2) + mb * per;
-            gdl_tensor *x = gdl_from_array(xs + first * D, 2, mx, GDL_F32, gdl_cpu());
-            gdl_tensor *y = gdl_from_array(ys + first, 1, my, GDL_I32, gdl_cpu());
+            gdl_tensor *x = keep[mb][0] = gdl_from_array(xs + first * D, 2, mx, GDL_F32, gdl_cpu());
+            gdl_tensor *y = keep[mb][1] = gdl_from_array(ys + first, 1, my, GDL_I32, gdl_cpu());
             gdl_tensor *loss = gdl_mul_scalar(gdl_cross_entropy(gdl_ddp_forward(d, x), y), 1.0 / micro);
             gdl_ddp_set_no_sync(d, mb < micro - 1);
             ASSERT_EQ(0, gdl_ddp_backward(d, loss));
@@ -489,12 +524,13 @@ TEST ddp_equals_one_process(void *arg) {
                 ASSERT(((float *)both->data)[0] != ((float *)both->data)[1]);
                 gdl_free(both);
             }
-            gdl_free(x), gdl_free(y);
         }
         ASSERT_EQ(0, gdl_step(dopt));
         gdl_zero_grad(oopt);
         ASSERT_EQ(0, gdl_backward(gdl_cross_entropy(gdl_forward(om, xall), yall)));
         ASSERT_EQ(0, gdl_step(oopt));
+        gdl_arena_reset();
+        for (mb = 0; mb < micro; mb++) gdl_free(keep[mb][0]), gdl_free(keep[mb][1]);
     }
     if (!same_params(dm, om, msg, sizeof msg)) FAILf("rank %d, %d micro-batches: %s", r, micro, msg);
     gdl_ddp_free(d);
@@ -560,6 +596,199 @@ TEST fit_under_ddp_equals_one_process(void) {
     gdl_arena_reset();
     PASS();
 }
+
+/* ---- gdl_fit under DDP: checkpoints and resume ---- */
+
+/* The loss gdl_fit calls, failing at its call number crash_at (0: never), as a crash would interrupt
+   the run: every rank fails at the same batch, so none is left waiting. */
+static int crash_at, loss_calls;
+static gdl_tensor *crashing_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
+    if (crash_at && ++loss_calls == crash_at) {
+        gdl_clear_error();
+        return NULL;
+    }
+    return gdl_loss_cross_entropy(out, y, user);
+}
+
+enum { RN = 48, RD = 6 };
+static float rxs[RN * RD];
+static int32_t rys[RN];
+
+typedef struct ddp_run {
+    gdl_dataset *ds;
+    gdl_loader *l;
+    gdl_module *m;
+    gdl_optimizer *opt;
+    gdl_scheduler *sched;
+    gdl_ddp *d;
+} ddp_run;
+
+/* a fresh model, optimizer, scheduler and loader (batch per rank, this rank's shard) */
+static int run_make(ddp_run *r, int batch) {
+    gdl_loader_opts lo = gdl_loader_defaults();
+    int64_t s1[1] = {RD};
+    int i;
+    for (i = 0; i < RN * RD; i++) rxs[i] = (float)cos(0.19 * i + 0.4);
+    for (i = 0; i < RN; i++) rys[i] = (i * 5 + i / 7) % 3;
+    memset(r, 0, sizeof *r);
+    lo.batch_size = batch;
+    lo.shuffle = 1;
+    lo.seed = 31;
+    lo.num_replicas = gdl_dist_world_size();
+    lo.rank = gdl_dist_rank();
+    gdl_manual_seed(1234 + (uint64_t)gdl_dist_rank()); /* each rank its own start: DDP broadcasts rank 0's */
+    r->m = ddp_net();
+    if (!(r->ds = gdl_dataset_from_arrays(rxs, GDL_F32, 1, s1, rys, RN, 3)) || !(r->l = gdl_loader_new(r->ds, &lo)) ||
+        !(r->opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0)) || gdl_optim_add_module(r->opt, r->m, 0) < 0 ||
+        !(r->sched = gdl_steplr_new(r->opt, 1, 0.7)) || !(r->d = gdl_ddp_new(r->m, NULL)))
+        return -1;
+    return 0;
+}
+
+static void run_free(ddp_run *r) {
+    gdl_ddp_free(r->d);
+    gdl_scheduler_free(r->sched);
+    gdl_optim_free(r->opt);
+    gdl_module_free(r->m);
+    gdl_loader_free(r->l);
+    gdl_dataset_free(r->ds);
+    gdl_arena_reset();
+}
+
+static int run_fit(ddp_run *r, int epochs, int64_t every, int resume, const char *dir, gdl_epoch_stats *h) {
+    gdl_fit_opts fo = gdl_fit_defaults();
+    fo.epochs = epochs;
+    fo.verbose = 0;
+    fo.ddp = r->d;
+    fo.scheduler = r->sched;
+    fo.loss = crashing_loss;
+    fo.checkpoint_every = every;
+    fo.checkpoint_dir = dir;
+    fo.resume = resume;
+    return gdl_fit(r->m, r->l, r->opt, &fo, h);
+}
+
+static int bitwise_params(gdl_module *a, gdl_module *b, char *msg, size_t len) {
+    gdl_tensor *pa[8], *pb[8];
+    int n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 8), i;
+    if (n != gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 8)) return 0;
+    for (i = 0; i < n; i++)
+        if (memcmp(pa[i]->data, pb[i]->data, sizeof(float) * (size_t)pa[i]->numel) != 0) {
+            snprintf(msg, len, "parameter %d differs from the uninterrupted run's", i);
+            return 0;
+        }
+    return 1;
+}
+
+/* a directory name both ranks agree on (rank 0's pid) */
+static void shared_dir(char *dir, size_t len, const char *tag) {
+    int32_t pid = (int32_t)getpid();
+    int64_t s1[1] = {1};
+    gdl_tensor *t = gdl_from_array(&pid, 1, s1, GDL_I32, gdl_cpu());
+    gdl_dist_broadcast(t, 0);
+    snprintf(dir, len, "/tmp/gpudl-ddp-resume-%d-%s", (int)((int32_t *)t->data)[0], tag);
+    gdl_free(t);
+}
+
+static void remove_dir(const char *dir) {
+    char f[300];
+    gdl_dist_barrier(); /* nobody reads it any more */
+    if (gdl_dist_rank() != 0) return;
+    snprintf(f, sizeof f, "%s/gdl_fit.safetensors", dir);
+    remove(f);
+    rmdir(dir);
+}
+
+/* Two ranks, 6 batches of 4 per rank and epoch, Adam and StepLR: a run stopped after epoch 1 (at_end) or
+   in epoch 2 (its loss fails at batch 4, the last checkpoint is at batch 2) and resumed from rank 0's
+   checkpoint by fresh objects ends bit for bit where the uninterrupted run ends, on every rank (each
+   rank loaded the model, the optimizer's moments, the scheduler and the sampler's position); the resumed
+   epoch's figures are the uninterrupted ones (loss to rounding: the sums meet in another order). A resume
+   whose batch size cannot continue the epoch is refused on both ranks, neither left waiting. */
+TEST fit_resume_under_ddp(void *arg) {
+    int at_end = *(const int *)arg, i;
+    ddp_run a, b;
+    gdl_epoch_stats hs[2], hr[2];
+    char dir[256], msg[128];
+    shared_dir(dir, sizeof dir, at_end ? "end" : "mid");
+    crash_at = 0;
+    ASSERT_EQ(0, run_make(&a, 4));
+    ASSERT_EQ(6, gdl_loader_num_batches(a.l));
+    if (run_fit(&a, 2, 0, 0, NULL, hs) < 0) FAILf("uninterrupted: %s", gdl_last_error());
+    ASSERT_EQ(0, run_make(&b, 4));
+    if (at_end) {
+        if (run_fit(&b, 1, 6, 0, dir, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
+    } else {
+        crash_at = 10, loss_calls = 0;
+        ASSERT_EQ(-1, run_fit(&b, 2, 4, 0, dir, NULL));
+        crash_at = 0;
+        run_free(&b);
+        /* another batch size: 16 samples done are not a whole number of 2 x 3-sample batches */
+        ASSERT_EQ(0, run_make(&b, 3));
+        ASSERT_EQ(-1, run_fit(&b, 2, 4, 1, dir, NULL));
+        ASSERT_CONTAINS(gdl_last_error(), "after 16 samples (batch 2 of batch size 4 on 2 ranks); with batch size 3 on 2 ranks");
+    }
+    run_free(&b);
+    ASSERT_EQ(0, run_make(&b, 4));
+    if (run_fit(&b, 2, 4, 1, dir, hr) < 0) FAILf("resumed: %s", gdl_last_error());
+    if (!bitwise_params(a.m, b.m, msg, sizeof msg)) FAILf("rank %d: %s", gdl_dist_rank(), msg);
+    if (!at_end) ASSERT(isnan(hr[0].loss)); /* finished before the checkpoint: not known */
+    for (i = at_end ? 0 : 1; i < 2; i++) { /* at_end: epoch 1's figures come from the checkpoint */
+        ASSERT_EQ(hs[i].samples, hr[i].samples);
+        ASSERT_EQ(hs[i].accuracy, hr[i].accuracy);
+        if (fabs(hs[i].loss - hr[i].loss) > 1e-12 * fabs(hs[i].loss))
+            FAILf("epoch %d loss: uninterrupted %.17g, resumed %.17g", i + 1, hs[i].loss, hr[i].loss);
+    }
+    ASSERT_EQ(gdl_optim_get_lr(a.opt, 0), gdl_optim_get_lr(b.opt, 0));
+    run_free(&a);
+    run_free(&b);
+    remove_dir(dir);
+    PASS();
+}
+
+/* Failures around checkpoints end every rank's gdl_fit with -1, none left waiting: rank 0's save fails
+   (its path is a directory): rank 1 is told so; a checkpoint that only rank 0 sees (each rank's own
+   checkpoint_dir): rank 0 resumes, rank 1 cannot read it, and neither loads anything. */
+TEST fit_checkpoint_failures_under_ddp(void) {
+    ddp_run a, b, c;
+    char dir[256], mine[300], blocker[340], msg[128];
+    int r = gdl_dist_rank();
+    shared_dir(dir, sizeof dir, "fail");
+    snprintf(blocker, sizeof blocker, "%s/gdl_fit.safetensors", dir);
+    if (r == 0) {
+        ASSERT(mkdir(dir, 0777) == 0 || errno == EEXIST); /* a failed run before may have left it */
+        ASSERT(mkdir(blocker, 0777) == 0 || errno == EEXIST);
+    }
+    ASSERT_EQ(0, gdl_dist_barrier());
+    crash_at = 0;
+    ASSERT_EQ(0, run_make(&a, 4));
+    ASSERT_EQ(-1, run_fit(&a, 1, 2, 0, dir, NULL));
+    if (r == 1) ASSERT_CONTAINS(gdl_last_error(), "gdl_fit: 1 of 2 ranks failed saving the checkpoint (rank 0)");
+    else ASSERT(strstr(gdl_last_error(), "ranks failed") == NULL); /* rank 0 says why its save failed */
+    run_free(&a);
+    ASSERT_EQ(0, gdl_dist_barrier());
+    if (r == 0) ASSERT_EQ(0, rmdir(blocker));
+    /* each rank its own directory: only rank 0's gets the checkpoint */
+    snprintf(mine, sizeof mine, "%s/rank%d", dir, r);
+    ASSERT_EQ(0, run_make(&a, 4));
+    if (run_fit(&a, 1, 6, 0, mine, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
+    run_free(&a);
+    ASSERT_EQ(0, run_make(&b, 4));
+    ASSERT_EQ(-1, run_fit(&b, 2, 6, 1, mine, NULL));
+    if (r == 0) ASSERT_CONTAINS(gdl_last_error(), "gdl_fit: 1 of 2 ranks failed loading the checkpoint to resume from");
+    else ASSERT_CONTAINS(gdl_last_error(), mine); /* its own: the file is not there */
+    ASSERT_EQ(0, run_make(&c, 4));
+    if (!bitwise_params(b.m, c.m, msg, sizeof msg)) FAILf("rank %d loaded something: %s", r, msg);
+    ASSERT_EQ(0, gdl_optim_get_step(b.opt));
+    run_free(&b);
+    run_free(&c);
+    ASSERT_EQ(0, gdl_dist_barrier());
+    snprintf(blocker, sizeof blocker, "%s/gdl_fit.safetensors", mine);
+    remove(blocker);
+    rmdir(mine);
+    remove_dir(dir);
+    PASS();
+}
 #endif
 
 static shard_case shard_cases[] = {{1, 0, 4, 0}, {2, 0, 4, 0}, {2, 1, 5, 0}, {3, 1, 4, 2}, {4, 1, 3, 0}, {5, 0, 7, 2}};
@@ -568,6 +797,7 @@ static shard_case shard_cases[] = {{1, 0, 4, 0}, {2, 0, 4, 0}, {2, 1, 5, 0}, {3,
 SUITE(environment) {
     RUN_TEST(bad_environments);
     RUN_TEST(several_processes_need_mpi);
+    RUN_TEST(timeout_settings);
     RUN_TEST(single_process);
 }
 #endif
@@ -596,6 +826,12 @@ SUITE(two_ranks) {
         RUN_TEST_NAMED("ddp_no_sync_accumulation", ddp_equals_one_process, (void *)&two);
     }
     RUN_TEST(fit_under_ddp_equals_one_process);
+    {
+        static const int end = 1, mid = 0;
+        RUN_TEST_NAMED("fit_resume_under_ddp_epoch_end", fit_resume_under_ddp, (void *)&end);
+        RUN_TEST_NAMED("fit_resume_under_ddp_mid_epoch", fit_resume_under_ddp, (void *)&mid);
+    }
+    RUN_TEST(fit_checkpoint_failures_under_ddp);
 }
 #endif
 
