@@ -428,7 +428,8 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(NLL_LOSS, "nll_loss", gdl__bw_xent, 0, GDL_AUTOCAST_F32) \
     X(MSE, "mse_loss", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
     X(BCE_WITH_LOGITS, "bce_with_logits", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
-    X(TO, "to", gdl__bw_to, 0, GDL_AUTOCAST_PROMOTE)
+    X(TO, "to", gdl__bw_to, 0, GDL_AUTOCAST_PROMOTE) \
+    X(CAST, "cast", gdl__bw_cast, 0, GDL_AUTOCAST_PROMOTE)
 
 typedef enum gdl_autocast_class {
     GDL_AUTOCAST_PROMOTE = 0, /* the inputs' widest floating dtype */
@@ -2543,19 +2544,19 @@ GPUDL_API int gdl_move_(gdl_tensor *t, gdl_device dev) {
     return 0;
 }
 
+static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt); /* [impl-ops] */
+static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out);
 GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {
-    gdl_tensor *r;
-    const gdl_backend *be;
     if (!t) {
         gdl__null_arg("gdl_to_dtype", "t");
         return NULL;
     }
     if (gdl__stale("gdl_to_dtype", "t", t) < 0) return NULL;
-    if (!(be = gdl__be("gdl_to_dtype", t->device))) return NULL;
-    r = gdl__tmp("gdl_to_dtype", t->ndim, t->shape, dt, t->device);
-    if (!r) return NULL;
-    if (be->cast(r->data, dt, t->data, t->dtype, t->numel) < 0) return NULL;
-    return r;
+    if ((unsigned)dt >= GDL_DTYPE_COUNT) {
+        gdl__set_error("gdl_to_dtype: invalid dtype %d", (int)dt);
+        return NULL;
+    }
+    return gdl__finish("gdl_to_dtype", gdl__cast_t("gdl_to_dtype", t, dt));
 }
 
 GPUDL_API int gdl_copy_to_host(const gdl_tensor *t, void *dst, size_t bytes) {
@@ -5210,7 +5211,9 @@ static int gdl__check_in(const char *op, const char *arg, const gdl_tensor *t, i
     }
     if (gdl__stale(op, arg, t) < 0) return -1;
     if (need_f32 && t->dtype != GDL_F32) {
-        gdl__set_error("%s: %s must be f32, got %s %s", op, arg, gdl_dtype_name(t->dtype), gdl_shape_str(t));
+        gdl__set_error(t->dtype == GDL_F16 || t->dtype == GDL_BF16 ? "%s: %s must be f32 here (no bf16/f16 path), got %s %s"
+                                                                   : "%s: %s must be a float tensor, got %s %s",
+                       op, arg, gdl_dtype_name(t->dtype), gdl_shape_str(t));
         return -1;
     }
     return 0;
@@ -5276,6 +5279,139 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
     return out;
 }
 
+/* ---- run-time dtypes ----
+   The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs runs
+   through gdl__lowp_in / gdl__lowp_out, the one place that knows about low
+   precision: each low-precision input becomes an f32 temporary (a
+   differentiable cast), the f32 op runs unchanged, and its result is rounded
+   once to the output dtype (another cast). That is PyTorch's "compute in
+   opmath (f32), round the output". Autograd needs nothing else: the casts
+   are tape nodes, so a bf16 tensor's gradient arrives in bf16. */
+
+static int gdl__is_float(gdl_dtype dt) { return dt == GDL_F32 || dt == GDL_F16 || dt == GDL_BF16; }
+
+/* PyTorch's promotion among the float dtypes: equal stays, anything else is
+   f32 (f32 + bf16, f16 + bf16) */
+static gdl_dtype gdl__promote(gdl_dtype a, gdl_dtype b) { return a == b ? a : GDL_F32; }
+
+/* dst += src over n elements of any float dtypes (sums in f32, rounds once) */
+static int gdl__acc_any(const char *op, const gdl_backend *be, gdl_device dev, void *dst, gdl_dtype ddt,
+                        const void *src, gdl_dtype sdt, int64_t n) {
+    gdl_real *s = (gdl_real *)src, *d;
+    if (n <= 0) return 0;
+    if (sdt != GDL_F32) {
+        if (!(s = (gdl_real *)gdl__scratch(op, dev, sizeof(gdl_real) * (size_t)n)) || be->cast(s, GDL_F32, src, sdt, n) < 0)
+            return -1;
+    }
+    if (ddt == GDL_F32) return be->copy2d(1, n, s, 0, (gdl_real *)dst, 0, 1);
+    if (!(d = (gdl_real *)gdl__scratch(op, dev, sizeof(gdl_real) * (size_t)n)) || be->cast(d, GDL_F32, dst, ddt, n) < 0 ||
+        be->copy2d(1, n, s, 0, d, 0, 1) < 0)
+        return -1;
+    return be->cast(dst, ddt, d, GDL_F32, n);
+}
+
+/* a new temporary x converted to dt; recorded (GDL_OP_CAST) when x needs a
+   gradient and both dtypes are floats */
+static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt) {
+    gdl_tensor *r;
+    const gdl_backend *be;
+    int err;
+    if (!(be = gdl__be(op, x->device)) || !(r = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
+    if (x->numel && be->cast(r->data, dt, x->data, x->dtype, x->numel) < 0) return NULL;
+    r->name = x->name;
+    if (gdl__is_float(x->dtype) && gdl__is_float(dt)) {
+        gdl__record(op, GDL_OP_CAST, r, 1, &x, &err);
+        if (err) return NULL;
+    }
+    return r;
+}
+
+static int gdl__bw_cast(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *x = n->in[0];
+    if (!x->requires_grad) return 0;
+    return gdl__acc_any("gdl_backward", be, x->device, x->grad->data, x->grad->dtype, n->out->grad->data,
+                        n->out->grad->dtype, x->numel);
+}
+
+/* Called first by every op that takes float tensors, with pointers to its
+   float arguments (NULL entries: absent optional arguments). Returns 0 when
+   all are f32 (the op goes on as before: a loop of compares); -1 with an
+   error naming the dtypes when one is not a float; 1 when some are bf16/f16:
+   then each of them is replaced by an f32 copy and *out_dt is the dtype the
+   op's result must be rounded to (PyTorch's promotion; follow_first: the
+   first argument's dtype, as the norms' and embedding's output). */
+static int gdl__lowp_in(const char *op, int n, gdl_tensor **const *args, int follow_first, gdl_dtype *out_dt) {
+    int k, low = 0, first = 1;
+    gdl_dtype dt = GDL_F32;
+    gdl_tensor *orig[8] = {0};
+    for (k = 0; k < n; k++)
+        if (*args[k] && (*args[k])->dtype != GDL_F32) break;
+    if (k == n) return 0;
+    for (k = 0; k < n; k++) {
+        gdl_tensor *t = *args[k];
+        if (!t) continue;
+        if (gdl__stale(op, "an input", t) < 0) return -1;
+        if (!gdl__is_float(t->dtype)) {
+            char buf[256];
+            int j, len = 0;
+            buf[0] = 0;
+            for (j = 0; j < n && len < (int)sizeof buf - 64; j++)
+                if (*args[j])
+                    len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s %s", len ? (j + 1 < n ? ", " : " and ") : "",
+                                    gdl_dtype_name((*args[j])->dtype), gdl_shape_str(*args[j]));
+            if (n == 2 && strcmp(op, "gdl_matmul") == 0)
+                gdl__set_error("%s: cannot multiply %s %s by %s %s", op, gdl_dtype_name((*args[0])->dtype),
+                               gdl_shape_str(*args[0]), gdl_dtype_name((*args[1])->dtype), gdl_shape_str(*args[1]));
+            else
+                gdl__set_error("%s: expected %s (f32, bf16 or f16), got %s", op,
+                               strchr(buf, ',') || strstr(buf, " and ") ? "float tensors" : "a float tensor", buf);
+            return -1;
+        }
+        if (t->dtype != GDL_F32) low = 1;
+        if (first) dt = t->dtype;
+        else if (!follow_first) dt = gdl__promote(dt, t->dtype);
+        first = 0;
+    }
+    if (!low) return 0;
+    for (k = 1; k < n; k++)
+        if (*args[0] && gdl__check_dev(op, *args[0], *args[k]) < 0) return -1;
+    for (k = 0; k < n; k++) {
+        gdl_tensor *t = *args[k];
+        int j;
+        if (!t || t->dtype == GDL_F32) continue;
+        /* a tensor passed twice (x / x) gets one copy, so its two partial
+           gradients sum in f32 and round once: two casts would round each
+           and add in the low dtype, which loses a cancelling sum */
+        for (j = 0; j < k && j < 8; j++)
+            if (orig[j] == t) break;
+        if (j < k && j < 8) {
+            *args[k] = *args[j];
+            continue;
+        }
+        if (k < 8) orig[k] = t;
+        if (!(*args[k] = gdl__cast_t(op, t, GDL_F32))) return -1;
+    }
+    *out_dt = dt;
+    return 1;
+}
+
+/* the f32 result of an op that had low-precision inputs, rounded to dt */
+static gdl_tensor *gdl__lowp_out(const char *op, gdl_tensor *r, gdl_dtype dt) {
+    if (!r || r->dtype != GDL_F32 || dt == GDL_F32) return r;
+    return gdl__finish(op, gdl__cast_t(op, r, dt));
+}
+
+/* The hook at the top of an op: `call` re-runs the op on the f32 copies. */
+#define GDL__LOWP_(op, follow, call, ...)                                                      \
+    do {                                                                                       \
+        gdl_tensor **const lp_args_[] = {__VA_ARGS__};                                         \
+        gdl_dtype lp_dt_ = GDL_F32;                                                            \
+        int lp_rc_ = gdl__lowp_in(op, (int)(sizeof lp_args_ / sizeof lp_args_[0]), lp_args_, follow, &lp_dt_); \
+        if (lp_rc_) return lp_rc_ < 0 ? NULL : gdl__lowp_out(op, call, lp_dt_);               \
+    } while (0)
+#define GDL__LOWP(op, call, ...) GDL__LOWP_(op, 0, call, __VA_ARGS__)
+#define GDL__LOWP_FIRST(op, call, ...) GDL__LOWP_(op, 1, call, __VA_ARGS__)
+
 /* normalises a possibly negative dim */
 static int gdl__dim(const char *op, const gdl_tensor *x, int dim, int *out) {
     int d = dim < 0 ? dim + x->ndim : dim;
@@ -5314,7 +5450,11 @@ static gdl_tensor *gdl__view(const char *opname, gdl_tensor *x, int ndim, const 
 }
 
 static int gdl__bw_view(gdl_node *n, const gdl_backend *be) {
-    gdl_real *gx = GDL__G(n->in[0]);
+    gdl_tensor *x = n->in[0];
+    gdl_real *gx = GDL__G(x);
+    if (gx && x->dtype != GDL_F32)
+        return gdl__acc_any("gdl_backward", be, x->device, (char *)x->grad->data + (size_t)n->i[0] * gdl_dtype_size(x->dtype),
+                            x->dtype, n->out->grad->data, n->out->grad->dtype, n->out->numel);
     return gx ? be->copy2d(1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
 }
 
@@ -5324,14 +5464,17 @@ static int gdl__bw_to(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(x), *g = GDL__R(n->out->grad);
     const gdl_backend *bx;
     (void)be;
+    size_t es = gdl_dtype_size(x->grad->dtype);
     if (!gx || !x->numel) return 0;
     if (!gdl_device_equal(x->device, n->out->device)) {
-        gdl_real *tmp = (gdl_real *)gdl__scratch("gdl_backward", x->device, sizeof(gdl_real) * (size_t)x->numel);
-        if (!tmp || gdl__copy_bytes("gdl_backward", tmp, x->device, g, n->out->device, sizeof(gdl_real) * (size_t)x->numel) < 0)
+        gdl_real *tmp = (gdl_real *)gdl__scratch("gdl_backward", x->device, es * (size_t)x->numel);
+        if (!tmp || gdl__copy_bytes("gdl_backward", tmp, x->device, g, n->out->device, es * (size_t)x->numel) < 0)
             return -1;
         g = tmp;
     }
     if (!(bx = gdl__be("gdl_backward", x->device))) return -1;
+    if (x->grad->dtype != GDL_F32)
+        return gdl__acc_any("gdl_backward", bx, x->device, gx, x->grad->dtype, g, x->grad->dtype, x->numel);
     return bx->copy2d(1, x->numel, g, 0, gx, 0, 1);
 }
 
@@ -5426,6 +5569,7 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
     int64_t shape[GDL_MAX_DIMS], astr[GDL_MAX_DIMS], bstr[GDL_MAX_DIMS];
     gdl_tensor *in[2], *out;
     const gdl_backend *be;
+    GDL__LOWP(opname, gdl__binary(opname, op, a, b), &a, &b);
     if (gdl__check_in(opname, "a", a, 1) < 0 || gdl__check_in(opname, "b", b, 1) < 0 ||
         gdl__check_dev(opname, a, b) < 0 || gdl__broadcast(opname, a, b, &nd, shape, astr, bstr) < 0)
         return NULL;
@@ -5486,6 +5630,7 @@ static gdl_tensor *gdl__unary(const char *opname, int op, gdl_tensor *x, double 
     gdl_node *n;
     const gdl_backend *be;
     int err;
+    GDL__LOWP(opname, gdl__unary(opname, op, x, alpha), &x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || !(be = gdl__be(opname, x->device))) return NULL;
     if (!(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (be->unary(gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha) < 0) return NULL;
@@ -5517,7 +5662,15 @@ GPUDL_API gdl_tensor *gdl_gelu(gdl_tensor *x, int tanh_approximation) {
 
 GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
     const gdl_backend *be;
-    if (gdl__check_in("gdl_mul_scalar_", "t", t, 1) < 0 || !(be = gdl__be("gdl_mul_scalar_", t->device))) return -1;
+    if (gdl__check_in("gdl_mul_scalar_", "t", t, 0) < 0 || !(be = gdl__be("gdl_mul_scalar_", t->device))) return -1;
+    if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) { /* in f32, rounded once */
+        gdl_real *f = (gdl_real *)gdl__scratch("gdl_mul_scalar_", t->device, sizeof(gdl_real) * (size_t)t->numel);
+        if (!f || be->cast(f, GDL_F32, t->data, t->dtype, t->numel) < 0 ||
+            be->unary(GDL_UN_SCALE, t->numel, f, f, (gdl_real)s) < 0)
+            return -1;
+        return be->cast(t->data, t->dtype, f, GDL_F32, t->numel);
+    }
+    if (gdl__check_in("gdl_mul_scalar_", "t", t, 1) < 0) return -1;
     return be->unary(GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
 }
 
@@ -5530,6 +5683,7 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
     gdl_tensor *out, *in[2];
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP(op, gdl_matmul(a, b), &a, &b);
     if (gdl__check_in(op, "a", a, 1) < 0 || gdl__check_in(op, "b", b, 1) < 0 || gdl__check_dev(op, a, b) < 0) return NULL;
     if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
         gdl__set_error("%s: expected 2-D or 3-D operands, got %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
@@ -5612,6 +5766,7 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
     int err, k;
     gdl_tensor *out, *in[3];
     const gdl_backend *be;
+    GDL__LOWP(op, gdl_linear(x, w, bias), &x, &w, &bias);
     if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
         (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
         return NULL;
@@ -5672,6 +5827,7 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
     gdl_tensor *out, *idx = NULL;
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP(opname, gdl__reduce(opname, op, x, all, dim, keepdim), &x);
     if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
     if (all) {
         outer = inner = 1;
@@ -5720,6 +5876,7 @@ GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
     int d, k, nd = 0;
     gdl_tensor *out;
     const gdl_backend *be;
+    GDL__LOWP("gdl_argmax", gdl_argmax(x, dim), &x);
     if (gdl__check_in("gdl_argmax", "x", x, 1) < 0 || gdl__dim("gdl_argmax", x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (nred == 0) {
@@ -5740,6 +5897,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
     gdl_tensor *out;
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP(opname, gdl__softmax(opname, op, x, dim), &x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
@@ -5774,6 +5932,7 @@ GPUDL_API gdl_tensor *gdl_conv2d_ex(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bi
     gdl_node *n;
     int gi, err, direct;
     const gdl_backend *be;
+    GDL__LOWP(op, gdl_conv2d_ex(x, w, bias, stride, padding, dilation, groups), &x, &w, &bias);
     if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
         (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
         return NULL;
@@ -5896,6 +6055,7 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     gdl_node *n;
     int err, rc;
     const gdl_backend *be;
+    GDL__LOWP(opname, gdl__pool(opname, op, x, kernel, stride, padding), &x);
     if (gdl__check_in(opname, "input", x, 1) < 0) return NULL;
     if (x->ndim != 4) {
         gdl__set_error("%s: expected input [N,C,H,W], got %s", opname, gdl_shape_str(x));
@@ -5956,6 +6116,7 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
     gdl_node *n;
     int err;
     const gdl_backend *be;
+    GDL__LOWP(op, gdl_global_avg_pool2d(x), &x);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim != 4 || x->shape[2] * x->shape[3] == 0) {
         gdl__set_error("%s: expected a non-empty input [N,C,H,W], got %s", op, gdl_shape_str(x));
@@ -5986,6 +6147,26 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     if (count < 1 || !xs) {
         gdl__set_error("%s: need at least one tensor (got %d)", op, count);
         return NULL;
+    }
+    for (k = 0; k < count; k++)
+        if (xs[k] && xs[k]->dtype != GDL_F32) break;
+    if (k < count) { /* the low-precision path on a copy of the list (the caller's stays as it is) */
+        gdl_tensor **cv = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)count);
+        gdl_tensor ***pp = (gdl_tensor ***)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor **) * (size_t)count);
+        gdl_dtype dt = GDL_F32;
+        if (!cv || !pp) {
+            gdl__set_error("%s: out of host memory", op);
+            return NULL;
+        }
+        for (k = 0; k < count; k++) {
+            cv[k] = xs[k];
+            pp[k] = &cv[k];
+        }
+        if ((k = gdl__lowp_in(op, count, pp, 0, &dt)) <= 0) {
+            if (k < 0) return NULL;
+        } else {
+            return gdl__lowp_out(op, gdl_concat(count, cv, dim), dt);
+        }
     }
     for (k = 0; k < count; k++) {
         if (gdl__check_in(op, "an input", xs[k], 1) < 0 || gdl__check_dev(op, xs[0], xs[k]) < 0) return NULL;
@@ -6047,6 +6228,7 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     uint64_t seed;
     int err;
     const gdl_backend *be;
+    GDL__LOWP(op, gdl_dropout(x, p, training), &x);
     if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
     if (!(p >= 0 && p <= 1)) {
         gdl__set_error("%s: probability %g is not in [0,1]", op, p);
@@ -6093,6 +6275,7 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
     gdl_tensor *out, *mean, *invstd, *in[3];
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP_FIRST(op, gdl_batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps), &x, &weight, &bias);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim < 2 || x->ndim > 4) {
         gdl__set_error("%s: expected input [N,C], [N,C,L] or [N,C,H,W], got %s", op, gdl_shape_str(x));
@@ -6146,6 +6329,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
     gdl_tensor *out, *mean, *rstd, *in[3];
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP_FIRST(op, gdl_layer_norm(x, weight, bias, eps), &x, &weight, &bias);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] == 0) {
         gdl__set_error("%s: expected an input with a non-empty last dim, got %s", op, gdl_shape_str(x));
@@ -6201,6 +6385,7 @@ GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
     int err;
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
+    GDL__LOWP(op, gdl_embedding(idx, w), &w);
     if (gdl__check_in(op, "indices", idx, 0) < 0 || gdl__check_in(op, "weight", w, 1) < 0 || gdl__check_dev(op, idx, w) < 0)
         return NULL;
     if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
@@ -6244,6 +6429,7 @@ static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tens
     gdl_tensor *rows, *out, *count, *in[2];
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP(opname, gdl__xent(opname, op, x, tgt, o), &x);
     if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", tgt, 0) < 0 ||
         gdl__check_dev(opname, x, tgt) < 0)
         return NULL;
@@ -6311,6 +6497,7 @@ static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x
     int err;
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
+    GDL__LOWP(opname, gdl__pointwise_loss(opname, op, x, y, r), &x, &y);
     if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", y, 1) < 0 ||
         gdl__check_dev(opname, x, y) < 0)
         return NULL;
@@ -6358,7 +6545,12 @@ static const gdl__op_info *gdl__op(int op) { return &gdl__ops[op]; }
    ------------------------------------------------------------------------- */
 
 GPUDL_API int gdl_set_requires_grad(gdl_tensor *t, int on) {
-    if (gdl__check_in("gdl_set_requires_grad", "t", t, on) < 0) return -1;
+    if (gdl__check_in("gdl_set_requires_grad", "t", t, 0) < 0) return -1;
+    if (on && !gdl__is_float(t->dtype)) {
+        gdl__set_error("gdl_set_requires_grad: only float tensors (f32, bf16, f16) can require grad, got %s %s",
+                       gdl_dtype_name(t->dtype), gdl_shape_str(t));
+        return -1;
+    }
     if (t->node) {
         gdl__set_error("gdl_set_requires_grad: %s is the result of %s, not a leaf", gdl_shape_str(t),
                        gdl_op_name(t->node->op));
@@ -6373,7 +6565,7 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
     if (gdl__check_in("gdl_zero_grad_tensor", "t", t, 0) < 0) return -1;
     if (!t->grad) return 0;
     if (!(be = gdl__be("gdl_zero_grad_tensor", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->grad->numel * sizeof(gdl_real));
+    return be->memset0(t->grad->data, (size_t)t->grad->numel * gdl_dtype_size(t->grad->dtype));
 }
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
@@ -6394,18 +6586,19 @@ static int gdl__ensure_grad(gdl_tensor *t) {
     const gdl_backend *be;
     if (t->grad) return 0;
     if (gdl__is_persistent(t)) {
-        t->grad = gdl_zeros(t->ndim, t->shape, GDL_F32, t->device);
+        t->grad = gdl_zeros(t->ndim, t->shape, t->dtype, t->device);
         return t->grad ? 0 : -1;
     }
-    if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, GDL_F32, t->device))) return -1;
+    /* in the tensor's dtype, as PyTorch */
+    if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, t->dtype, t->device))) return -1;
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->numel * sizeof(gdl_real));
+    return be->memset0(t->grad->data, (size_t)t->numel * gdl_dtype_size(t->dtype));
 }
 
 static int gdl__check_grad(const gdl_node *n, int k, const gdl_backend *be) {
     int64_t bad = 0;
     gdl_tensor *t = n->in[k];
-    if (!gdl__anomaly || !t || !t->requires_grad) return 0;
+    if (!gdl__anomaly || !t || !t->requires_grad || t->grad->dtype != GDL_F32) return 0; /* low: its f32 source is checked */
     if (be->count_nonfinite(t->numel, GDL__R(t->grad), &bad) < 0) return -1;
     if (bad) {
         gdl__set_error("gdl_backward: the gradient of %s's input %d %s has %lld NaN/Inf values (anomaly mode)",
@@ -6456,7 +6649,14 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
     /* gradients of intermediates from an earlier backward over the same tape start again */
     for (n = gdl__tape; n; n = n->prev) n->out->grad = NULL;
     if (gdl__ensure_grad(root) < 0) return -1;
-    if (seed) {
+    if (root->dtype != GDL_F32 || (seed && seed->dtype != GDL_F32)) {
+        gdl_real *one = NULL;
+        if (!seed && (!(one = (gdl_real *)gdl__scratch(op, root->device, sizeof(gdl_real))) || be->fill(one, 1, 1) < 0))
+            return -1;
+        if (gdl__acc_any(op, be, root->device, root->grad->data, root->dtype, seed ? seed->data : (void *)one,
+                         seed ? seed->dtype : GDL_F32, root->numel) < 0)
+            return -1;
+    } else if (seed) {
         if (be->copy2d(1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
             return -1;
     } else if (be->unary(GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
@@ -6493,7 +6693,12 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
 }
 
 GPUDL_API int gdl_backward(gdl_tensor *loss) {
-    if (gdl__check_in("gdl_backward", "loss", loss, 1) < 0) return -1;
+    if (gdl__check_in("gdl_backward", "loss", loss, 0) < 0) return -1;
+    if (!gdl__is_float(loss->dtype)) {
+        gdl__set_error("gdl_backward: the loss must be a float tensor, got %s %s", gdl_dtype_name(loss->dtype),
+                       gdl_shape_str(loss));
+        return -1;
+    }
     if (loss->numel != 1) {
         gdl__set_error("gdl_backward: the loss must have one element, got %s (use gdl_backward_grad)", gdl_shape_str(loss));
         return -1;
@@ -6502,9 +6707,14 @@ GPUDL_API int gdl_backward(gdl_tensor *loss) {
 }
 
 GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
-    if (gdl__check_in("gdl_backward_grad", "t", t, 1) < 0 || gdl__check_in("gdl_backward_grad", "grad", grad, 1) < 0 ||
+    if (gdl__check_in("gdl_backward_grad", "t", t, 0) < 0 || gdl__check_in("gdl_backward_grad", "grad", grad, 0) < 0 ||
         gdl__check_dev("gdl_backward_grad", t, grad) < 0)
         return -1;
+    if (!gdl__is_float(t->dtype) || !gdl__is_float(grad->dtype)) {
+        gdl__set_error("gdl_backward_grad: expected float tensors, got %s %s and grad %s %s", gdl_dtype_name(t->dtype),
+                       gdl_shape_str(t), gdl_dtype_name(grad->dtype), gdl_shape_str(grad));
+        return -1;
+    }
     if (grad->numel != t->numel) {
         gdl__set_error("gdl_backward_grad: grad %s does not match tensor %s", gdl_shape_str(grad), gdl_shape_str(t));
         return -1;

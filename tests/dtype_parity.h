@@ -1,0 +1,173 @@
+/* dtype_parity.h — every row of tests/op_cases.h run in bf16 and in f16
+   against the same row in f32, forward and backward, on one device (the CPU
+   in tests/test_dtype.c, the emulated GPU in tests/test_cuda.c).
+
+   Both runs start from the same values: every float input is first rounded
+   to the low dtype, and the f32 run gets those rounded values. So the runs
+   differ only by what the low-precision run rounds: each op's output (once,
+   after computing in f32) and each gradient. The row's output-gradient seed
+   w is also rounded to the low dtype for both runs.
+
+   Tolerance, per compared tensor (output, each input's gradient):
+       max_i |low_i - ref_i| <= tol * max(max_i |ref_i|, 1e-3) + 1e-6
+   with tol 1e-2 for bf16 (8 significant bits: one rounding is <= 2^-9 =
+   2e-3 relative) and 2e-3 for f16 (11 bits: 2^-12 = 2.4e-4), doubled for a
+   fanned-out row (its sum, scale and add round values as large as the
+   output). The margin covers the few roundings of a row's chain; reductions accumulate in f32 in both runs, so they need no wider
+   tolerance than elementwise ops. BatchNorm's running statistics stay f32
+   (inputs of kind IN_CONST / IN_CONST_POS), as under PyTorch's autocast. */
+#ifndef GPUDL_DTYPE_PARITY_H
+#define GPUDL_DTYPE_PARITY_H
+
+#include "op_cases.h"
+
+typedef struct dtype_run {
+    int c;          /* index into cases[] */
+    int fanout;
+    gdl_dtype dt;   /* GDL_BF16 or GDL_F16 */
+    gdl_device dev;
+} dtype_run;
+
+static double dtype_tol(gdl_dtype dt) { return dt == GDL_BF16 ? 1e-2 : 2e-3; }
+/* a fanned-out row adds three roundings (sum, scale, add) of values as large as the output's */
+static double dtype_tol_run(gdl_dtype dt, int fanout) { return dtype_tol(dt) * (fanout ? 2 : 1); }
+
+/* the values of a float tensor on any device, as doubles on the host (malloc'd) */
+static double *dtype_host_values(gdl_tensor *t) {
+    gdl_tensor *f = gdl_to(gdl_to_dtype(t, GDL_F32), gdl_cpu());
+    double *v;
+    int64_t i;
+    if (!f) return NULL;
+    v = (double *)malloc(sizeof(double) * (size_t)(t->numel + 1));
+    if (!v) return NULL;
+    for (i = 0; i < t->numel; i++) v[i] = (double)((const float *)f->data)[i];
+    return v;
+}
+
+/* 0 when within tolerance; else the relative error (also for a NaN) */
+static double dtype_compare(gdl_tensor *low, gdl_tensor *ref, double tol, double *rel_out) {
+    double *a = dtype_host_values(low), *b = dtype_host_values(ref), worst = 0, scale = 1e-3, bad = 0;
+    int64_t i;
+    if (!a || !b || low->numel != ref->numel) {
+        free(a);
+        free(b);
+        return 1;
+    }
+    for (i = 0; i < ref->numel; i++)
+        if (fabs(b[i]) > scale) scale = fabs(b[i]);
+    for (i = 0; i < ref->numel; i++) {
+        double e = fabs(a[i] - b[i]);
+        if (!(e <= worst)) worst = e; /* NaN sticks */
+    }
+    *rel_out = worst / scale;
+    if (!(worst <= tol * scale + 1e-6)) bad = worst / scale;
+    if (bad != bad) bad = 1;
+    free(a);
+    free(b);
+    return bad;
+}
+
+static int dtype_is_low_input(const gc_input *d) {
+    return d->kind != IN_TARGET && d->kind != IN_TARGET_IGNORE && d->kind != IN_CONST && d->kind != IN_CONST_POS;
+}
+
+static gdl_tensor *dtype_forward(const dtype_run *r, gdl_tensor **in) {
+    return r->fanout ? fanout_forward(&cases[r->c], in) : cases[r->c].forward(in);
+}
+
+TEST dtype_parity(void *arg) {
+    const dtype_run *r = (const dtype_run *)arg;
+    const gc_case *c = &cases[r->c];
+    gdl_tensor *cpu[5] = {0}, *ref[5] = {0}, *low[5] = {0}, *out, *wref, *wlow, *w;
+    int k;
+    double rel;
+    char msg[400] = "";
+    gdl_manual_seed(1234);
+    for (k = 0; k < c->nin; k++) {
+        ASSERT_NOT_NULL(cpu[k] = make_input(&c->in[k]));
+        if (dtype_is_low_input(&c->in[k])) { /* round the values once: both runs start from them */
+            float *v = (float *)cpu[k]->data;
+            int64_t i;
+            for (i = 0; i < cpu[k]->numel; i++)
+                v[i] = r->dt == GDL_BF16 ? gdl_bf16_to_f32(gdl_f32_to_bf16(v[i])) : gdl_f16_to_f32(gdl_f32_to_f16(v[i]));
+        }
+    }
+    gdl_arena_reset();
+    for (k = 0; k < c->nin; k++) {
+        ASSERT_NOT_NULL(ref[k] = gdl_to(cpu[k], r->dev));
+        if (dtype_is_low_input(&c->in[k])) {
+            gdl_tensor *t = gdl_clone(gdl_to_dtype(cpu[k], r->dt));
+            ASSERT_NOT_NULL(t);
+            ASSERT_NOT_NULL(low[k] = gdl_to(t, r->dev));
+            gdl_free(t);
+            ASSERT_EQ(0, gdl_set_requires_grad(low[k], cpu[k]->requires_grad));
+        } else {
+            ASSERT_NOT_NULL(low[k] = gdl_to(cpu[k], r->dev));
+        }
+    }
+    gdl_set_grad_enabled(1);
+    /* the f32 run */
+    gdl_arena_reset();
+    gdl_manual_seed(99);
+    out = dtype_forward(r, ref);
+    if (!out) FAILf("%s: f32 forward failed: %s", c->name, gdl_last_error());
+    w = gdl_randn(out->ndim, out->shape, gdl_cpu());
+    ASSERT_NOT_NULL(w);
+    {
+        float *v = (float *)w->data;
+        int64_t i;
+        for (i = 0; i < w->numel; i++)
+            v[i] = r->dt == GDL_BF16 ? gdl_bf16_to_f32(gdl_f32_to_bf16(v[i])) : gdl_f16_to_f32(gdl_f32_to_f16(v[i]));
+    }
+    ASSERT_NOT_NULL(wref = gdl_to(w, r->dev));
+    if (gdl_backward_grad(out, wref) < 0) FAILf("%s: f32 backward failed: %s", c->name, gdl_last_error());
+    {
+        gdl_tensor *out_ref = gdl_clone(out), *gl;
+        gdl_tensor *gref[5] = {0};
+        for (k = 0; k < c->nin; k++)
+            if (ref[k]->requires_grad) ASSERT_NOT_NULL(gref[k] = gdl_clone(ref[k]->grad));
+        /* the low-precision run */
+        gdl_arena_reset();
+        gdl_manual_seed(99);
+        out = dtype_forward(r, low);
+        if (!out) FAILf("%s %s: forward failed: %s", c->name, gdl_dtype_name(r->dt), gdl_last_error());
+        /* the cast row converts to f32 */
+        ASSERT_EQm("the output keeps the inputs' dtype", (int)(c->op == GDL_OP_CAST ? GDL_F32 : r->dt),
+                   (int)out->dtype);
+        ASSERT_NOT_NULL(wlow = gdl_to_dtype(wref, r->dt));
+        if (gdl_backward_grad(out, wlow) < 0)
+            FAILf("%s %s: backward failed: %s", c->name, gdl_dtype_name(r->dt), gdl_last_error());
+        if (dtype_compare(out, out_ref, dtype_tol_run(r->dt, r->fanout), &rel))
+            snprintf(msg, sizeof msg, "%s %s%s: output differs from f32 by %.3g (relative to its max)", c->name,
+                     gdl_dtype_name(r->dt), r->fanout ? " fanout" : "", rel);
+        for (k = 0; k < c->nin && !msg[0]; k++) {
+            if (!gref[k]) continue;
+            gl = low[k]->grad;
+            if (!gl) {
+                snprintf(msg, sizeof msg, "%s %s: input %d has no gradient", c->name, gdl_dtype_name(r->dt), k);
+                break;
+            }
+            if (gl->dtype != low[k]->dtype) {
+                snprintf(msg, sizeof msg, "%s: the gradient of a %s input is %s", c->name, gdl_dtype_name(low[k]->dtype),
+                         gdl_dtype_name(gl->dtype));
+                break;
+            }
+            if (dtype_compare(gl, gref[k], dtype_tol_run(r->dt, r->fanout), &rel))
+                snprintf(msg, sizeof msg, "%s %s%s: gradient of input %d differs from f32 by %.3g (relative to its max)",
+                         c->name, gdl_dtype_name(r->dt), r->fanout ? " fanout" : "", k, rel);
+        }
+        gdl_free(out_ref);
+        for (k = 0; k < c->nin; k++) gdl_free(gref[k]);
+    }
+    gdl_free(w);
+    for (k = 0; k < c->nin; k++) {
+        gdl_free(cpu[k]);
+        gdl_free(ref[k]);
+        gdl_free(low[k]);
+    }
+    gdl_arena_reset();
+    if (msg[0]) FAILm(msg);
+    PASS();
+}
+
+#endif
