@@ -1238,6 +1238,11 @@ typedef struct gdl_opt_tensor {
     X(int, gemm, (int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda, \
         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C, int ldc, \
         int64_t sC, int batch)) \
+    /* the same GEMM on f16 or bf16 matrices (dt): products summed in f32, \
+       C = alpha*AB + beta*C formed in f32 and rounded once to dt (cuBLAS: \
+       GemmEx, CUBLAS_COMPUTE_32F; the CPU: f32 copies, the f32 kernel) */ \
+    X(int, gemm_lp, (gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, \
+        int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC, int batch)) \
     /* out[i] = a[i·astr] op b[i·bstr] over `shape` (ndim dims, out contiguous; \
        a stride of 0 broadcasts) */ \
     X(int, binary, (int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr, \
@@ -3906,6 +3911,39 @@ static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st,
     return 0;
 }
 
+/* elements a row-major operand spans: rows of cols, ld apart, batch copies s apart */
+static int64_t gdl__gemm_span(int rows, int cols, int ld, int64_t s, int batch) {
+    if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
+    return (int64_t)(rows - 1) * ld + cols + (int64_t)(batch - 1) * (s > 0 ? s : 0);
+}
+static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+                         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
+                         int ldc, int64_t sC, int batch);
+/* f32 copies of the spans (C's gaps between rows too, so they go back as
+   they were), the f32 kernel, C rounded once */
+static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
+                            int batch) {
+    int64_t na, nb, nc;
+    gdl_real *f;
+    int rc;
+    if (M <= 0 || N <= 0 || batch <= 0) return 0;
+    na = K > 0 ? gdl__gemm_span(ta ? K : M, ta ? M : K, lda, sA, batch) : 0;
+    nb = K > 0 ? gdl__gemm_span(tb ? N : K, tb ? K : N, ldb, sB, batch) : 0;
+    nc = gdl__gemm_span(M, N, ldc, sC, batch);
+    if (!(f = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(na + nb + nc + 1)))) {
+        gdl__set_error("%s: out of host memory for a %s GEMM's f32 copies", gdl__be_op, gdl_dtype_name(dt));
+        return -1;
+    }
+    gdl__cpu_cast(f, GDL_F32, A, dt, na);
+    gdl__cpu_cast(f + na, GDL_F32, B, dt, nb);
+    gdl__cpu_cast(f + na + nb, GDL_F32, C, dt, nc);
+    rc = gdl__cpu_gemm(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
+    if (rc == 0) gdl__cpu_cast(C, dt, f + na + nb, GDL_F32, nc);
+    GPUDL_FREE(f);
+    return rc;
+}
+
 static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
                          int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
                          int ldc, int64_t sC, int batch) {
@@ -5674,7 +5712,29 @@ GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
     return be->unary(GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
 }
 
-/* ---- matmul and linear ---- */
+/* ---- matmul and linear ----
+   Both run natively in f16 and bf16 (inputs of one low dtype): the
+   backend's gemm_lp sums in f32 and rounds C once, forward and backward. */
+
+static int gdl__is_low(gdl_dtype dt) { return dt == GDL_F16 || dt == GDL_BF16; }
+#define GDL__AT(p, dt, off) ((void *)((char *)(p) + (size_t)(off) * gdl_dtype_size(dt)))
+
+/* C = op(A)op(B) + beta*C in dtype dt: the f32 kernels or the low-precision GEMM */
+static int gdl__gemm_dt(const gdl_backend *be, gdl_dtype dt, int ta, int tb, int M, int N, int K, const void *A, int lda,
+                        int64_t sA, const void *B, int ldb, int64_t sB, int beta, void *C, int ldc, int64_t sC, int batch) {
+    if (dt == GDL_F32)
+        return be->gemm(ta, tb, M, N, K, 1, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB, (gdl_real)beta,
+                        (gdl_real *)C, ldc, sC, batch);
+    return be->gemm_lp(dt, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, (float)beta, C, ldc, sC, batch);
+}
+
+/* n ones of dtype dt (a low-precision linear's bias goes in and out through a rank-1 GEMM with them) */
+static void *gdl__ones_dt(const char *op, const gdl_backend *be, gdl_device dev, gdl_dtype dt, int64_t n) {
+    gdl_real *f = (gdl_real *)gdl__scratch(op, dev, sizeof(gdl_real) * (size_t)(n ? n : 1));
+    void *o = gdl__scratch(op, dev, gdl_dtype_size(dt) * (size_t)(n ? n : 1));
+    if (!f || !o || be->fill(f, n, 1) < 0 || be->cast(o, dt, f, GDL_F32, n) < 0) return NULL;
+    return o;
+}
 
 GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
     const char *op = "gdl_matmul";
@@ -5683,8 +5743,12 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
     gdl_tensor *out, *in[2];
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP(op, gdl_matmul(a, b), &a, &b);
-    if (gdl__check_in(op, "a", a, 1) < 0 || gdl__check_in(op, "b", b, 1) < 0 || gdl__check_dev(op, a, b) < 0) return NULL;
+    gdl_dtype dt = GDL_F32;
+    if (a && b && a->dtype == b->dtype && gdl__is_low(a->dtype)) dt = a->dtype; /* native */
+    else GDL__LOWP(op, gdl_matmul(a, b), &a, &b);
+    if (gdl__check_in(op, "a", a, dt == GDL_F32) < 0 || gdl__check_in(op, "b", b, dt == GDL_F32) < 0 ||
+        gdl__check_dev(op, a, b) < 0)
+        return NULL;
     if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
         gdl__set_error("%s: expected 2-D or 3-D operands, got %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
@@ -5720,9 +5784,9 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
         gdl__set_error("%s: dimensions too large for the GEMM: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
     }
-    if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, nd, shape, GDL_F32, a->device))) return NULL;
-    if (out->numel && be->gemm(0, 0, (int)M, (int)N, (int)K, 1, GDL__R(a), (int)K, sA, GDL__R(b), (int)N, sB, 0,
-                               GDL__R(out), (int)N, M * N, (int)batch) < 0)
+    if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, nd, shape, dt, a->device))) return NULL;
+    if (out->numel && gdl__gemm_dt(be, dt, 0, 0, (int)M, (int)N, (int)K, a->data, (int)K, sA, b->data, (int)N, sB, 0,
+                                   out->data, (int)N, M * N, (int)batch) < 0)
         return NULL;
     in[0] = a;
     in[1] = b;
@@ -5737,23 +5801,29 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
 static int gdl__bw_matmul(gdl_node *n, const gdl_backend *be) {
     int M = (int)n->i[0], N = (int)n->i[1], K = (int)n->i[2], batch = (int)n->i[3], b;
     int64_t sA = n->i[4], sB = n->i[5], sC = (int64_t)M * N;
-    gdl_real *g = GDL__R(n->out->grad), *ga = GDL__G(n->in[0]), *gb = GDL__G(n->in[1]);
-    gdl_real *A = GDL__R(n->in[0]), *B = GDL__R(n->in[1]);
+    gdl_dtype dt = n->out->dtype; /* f32, or the inputs' one low dtype */
+    void *g = n->out->grad->data, *A = n->in[0]->data, *B = n->in[1]->data;
+    void *ga = n->in[0]->requires_grad ? n->in[0]->grad->data : NULL;
+    void *gb = n->in[1]->requires_grad ? n->in[1]->grad->data : NULL;
     if (!n->out->numel) return 0;
     /* a shared (stride 0) operand sums over the batch: one GEMM at a time, never two writers at once */
     if (ga) {
         if (sA == 0 && batch > 1) {
             for (b = 0; b < batch; b++)
-                if (be->gemm(0, 1, M, K, N, 1, g + b * sC, N, 0, B + b * sB, N, 0, 1, ga, K, 0, 1) < 0) return -1;
-        } else if (be->gemm(0, 1, M, K, N, 1, g, N, sC, B, N, sB, 1, ga, K, sA, batch) < 0) {
+                if (gdl__gemm_dt(be, dt, 0, 1, M, K, N, GDL__AT(g, dt, b * sC), N, 0, GDL__AT(B, dt, b * sB), N, 0, 1, ga,
+                                 K, 0, 1) < 0)
+                    return -1;
+        } else if (gdl__gemm_dt(be, dt, 0, 1, M, K, N, g, N, sC, B, N, sB, 1, ga, K, sA, batch) < 0) {
             return -1;
         }
     }
     if (gb) {
         if (sB == 0 && batch > 1) {
             for (b = 0; b < batch; b++)
-                if (be->gemm(1, 0, K, N, M, 1, A + b * sA, K, 0, g + b * sC, N, 0, 1, gb, N, 0, 1) < 0) return -1;
-        } else if (be->gemm(1, 0, K, N, M, 1, A, K, sA, g, N, sC, 1, gb, N, sB, batch) < 0) {
+                if (gdl__gemm_dt(be, dt, 1, 0, K, N, M, GDL__AT(A, dt, b * sA), K, 0, GDL__AT(g, dt, b * sC), N, 0, 1, gb,
+                                 N, 0, 1) < 0)
+                    return -1;
+        } else if (gdl__gemm_dt(be, dt, 1, 0, K, N, M, A, K, sA, g, N, sC, 1, gb, N, sB, batch) < 0) {
             return -1;
         }
     }
@@ -5766,9 +5836,12 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
     int err, k;
     gdl_tensor *out, *in[3];
     const gdl_backend *be;
-    GDL__LOWP(op, gdl_linear(x, w, bias), &x, &w, &bias);
-    if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
-        (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
+    gdl_dtype dt = GDL_F32;
+    if (x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype)) dt = x->dtype;
+    else GDL__LOWP(op, gdl_linear(x, w, bias), &x, &w, &bias);
+    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0 || gdl__check_in(op, "weight", w, dt == GDL_F32) < 0 ||
+        (bias && gdl__check_in(op, "bias", bias, dt == GDL_F32) < 0) || gdl__check_dev(op, x, w) < 0 ||
+        gdl__check_dev(op, x, bias) < 0)
         return NULL;
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
         gdl__set_error("%s: input %s does not match weight %s (expected the input's last dim = in_features = weight dim 1)",
@@ -5790,8 +5863,15 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
         gdl__set_error("%s: dimensions too large for the GEMM: input %s, weight %s", op, gdl_shape_str(x), gdl_shape_str(w));
         return NULL;
     }
-    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device))) return NULL;
-    if (out->numel) {
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, shape, dt, x->device))) return NULL;
+    if (out->numel && dt != GDL_F32) { /* out = bias rows (ones x bias), then out += x W^T: one rounding */
+        void *ones = bias ? gdl__ones_dt(op, be, x->device, dt, rows) : NULL;
+        if ((bias && (!ones || gdl__gemm_dt(be, dt, 0, 0, (int)rows, (int)out_f, 1, ones, 1, 0, bias->data, (int)out_f, 0,
+                                            0, out->data, (int)out_f, 0, 1) < 0)) ||
+            gdl__gemm_dt(be, dt, 0, 1, (int)rows, (int)out_f, (int)in_f, x->data, (int)in_f, 0, w->data, (int)in_f, 0,
+                         bias ? 1 : 0, out->data, (int)out_f, 0, 1) < 0)
+            return NULL;
+    } else if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];
         if (be->gemm(0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
                      GDL__R(out), (int)out_f, 0, 1) < 0)
@@ -5812,7 +5892,16 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *x = n->in[0], *w = n->in[1];
     int in_f = (int)w->shape[1], out_f = (int)w->shape[0], rows = (int)(n->out->numel / (out_f ? out_f : 1));
     gdl_real *g = GDL__R(n->out->grad), *gx = GDL__G(x), *gw = GDL__G(w), *gb = GDL__G(n->in[2]);
+    gdl_dtype dt = n->out->dtype;
     if (!n->out->numel) return 0;
+    if (dt != GDL_F32) { /* the same GEMMs in dt; the bias gradient is ones^T g */
+        void *ones = gb ? gdl__ones_dt("gdl_backward", be, x->device, dt, rows) : NULL;
+        if (gx && gdl__gemm_dt(be, dt, 0, 0, rows, in_f, out_f, g, out_f, 0, w->data, in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
+        if (gw && gdl__gemm_dt(be, dt, 1, 0, out_f, in_f, rows, g, out_f, 0, x->data, in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
+        if (gb && (!ones || gdl__gemm_dt(be, dt, 0, 0, 1, out_f, rows, ones, rows, 0, g, out_f, 0, 1, gb, out_f, 0, 1) < 0))
+            return -1;
+        return 0;
+    }
     if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
     if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
     if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, 1) < 0) return -1;

@@ -1798,6 +1798,14 @@ TEST dtype_parity_gpu(void *arg) {
     return dtype_parity(arg);
 }
 
+/* matmul and linear in bf16 / f16 through cublasGemmEx / GemmStridedBatchedEx, off the block sizes */
+TEST dtype_gemm_sizes_gpu(void) {
+    static gdl_device dev;
+    if (!have_gpu()) SKIPm("no GPU");
+    dev = GPU;
+    return dtype_gemm_sizes((void *)&dev);
+}
+
 /* ---- suites ---- */
 
 static parity_run table_runs[2 * NCASES], gpu_runs[2 * NGPU_CASES];
@@ -1842,6 +1850,7 @@ SUITE(dtypes) {
             snprintf(name, sizeof name, "%s_%s%s", cases[i].name, gdl_dtype_name(r->dt), r->fanout ? "_fanout" : "");
             RUN_TEST_NAMED(name, dtype_parity_gpu, (void *)r);
         }
+    RUN_TEST(dtype_gemm_sizes_gpu);
 }
 SUITE(optim) {
     static const opt_kind kinds[] = {

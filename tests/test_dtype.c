@@ -116,41 +116,6 @@ TEST grad_dtype_fanout(void) {
     PASS();
 }
 
-/* GEMM shapes that take every path of the blocked kernel (edges off every
-   block size, a K longer than one K block, batched), in bf16 and f16 against
-   f32 on the same rounded values, forward and both gradients. */
-TEST gemm_sizes(void) {
-    static const int64_t mnk[][3] = {{1, 1, 1}, {7, 5, 3}, {67, 33, 129}, {130, 17, 300}, {9, 257, 31}};
-    static const gdl_dtype dts[2] = {GDL_BF16, GDL_F16};
-    int c, d;
-    for (d = 0; d < 2; d++)
-        for (c = 0; c < (int)(sizeof mnk / sizeof mnk[0]); c++) {
-            int64_t sa[2] = {mnk[c][0], mnk[c][2]}, sb[2] = {mnk[c][2], mnk[c][1]};
-            gdl_tensor *a = rnd(2, sa, dts[d]), *b = rnd(2, sb, dts[d]), *fa, *fb, *r, *fr, *w;
-            double tol = dtype_tol(dts[d]), rel;
-            ASSERT_NOT_NULL(fa = gdl_clone(gdl_to_dtype(a, GDL_F32)));
-            ASSERT_NOT_NULL(fb = gdl_clone(gdl_to_dtype(b, GDL_F32)));
-            gdl_set_requires_grad(a, 1);
-            gdl_set_requires_grad(b, 1);
-            gdl_set_requires_grad(fa, 1);
-            gdl_set_requires_grad(fb, 1);
-            ASSERT_NOT_NULL(r = gdl_matmul(a, b));
-            ASSERT_EQ((int)dts[d], (int)r->dtype);
-            ASSERT_NOT_NULL(fr = gdl_matmul(fa, fb));
-            ASSERT_NOT_NULL(w = gdl_to_dtype(gdl_randn(r->ndim, r->shape, CPU), dts[d]));
-            ASSERT_EQ(0, gdl_backward_grad(r, w));
-            ASSERT_EQ(0, gdl_backward_grad(fr, gdl_to_dtype(w, GDL_F32)));
-            if (dtype_compare(r, fr, tol, &rel)) FAILf("matmul %s %lldx%lldx%lld: output off by %g", gdl_dtype_name(dts[d]),
-                                                          (long long)mnk[c][0], (long long)mnk[c][1], (long long)mnk[c][2], rel);
-            if (dtype_compare(a->grad, fa->grad, tol, &rel)) FAILf("grad a off by %g", rel);
-            if (dtype_compare(b->grad, fb->grad, tol, &rel)) FAILf("grad b off by %g", rel);
-            ASSERT(tol > 0);
-            gdl_free(a); gdl_free(b); gdl_free(fa); gdl_free(fb);
-            gdl_arena_reset();
-        }
-    PASS();
-}
-
 /* BatchNorm on a bf16 input with f32 affine parameters and running
    statistics (autocast's layout): the output is bf16, the running
    statistics update as in f32. */
@@ -236,7 +201,11 @@ SUITE(semantics) {
     SET_SETUP(reset, NULL);
     RUN_TEST(promotion);
     RUN_TEST(grad_dtype_fanout);
-    RUN_TEST(gemm_sizes);
+    {
+        static gdl_device cpu_dev;
+        cpu_dev = gdl_cpu();
+        RUN_TEST_NAMED("gemm_sizes", dtype_gemm_sizes, (void *)&cpu_dev);
+    }
     RUN_TEST(batch_norm_mixed);
     RUN_TEST(errors_name_dtypes);
 }
