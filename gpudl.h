@@ -48,6 +48,29 @@
      temporaries are temporaries.
    * The op layer is single-threaded: call ops from one thread at a time.
 
+   Dtypes
+   ------
+   f32, bf16 and f16 tensors can all be computed on; i32 holds labels and
+   indices, u8 raw pixels. As in PyTorch:
+   * an op's result has its inputs' dtype: relu of bf16 is bf16; a binary
+     op on two dtypes promotes to the wider (f32 + bf16 -> f32, and
+     f16 + bf16 -> f32, as neither holds the other);
+   * the arithmetic is f32 whatever the storage ("opmath"): GEMMs accumulate
+     in f32, reductions, softmax, losses and the norms' statistics are f32,
+     and the result is rounded to bf16/f16 once;
+   * a tensor's gradient has its dtype (a bf16 weight gets a bf16 .grad);
+   * gdl_to_dtype is differentiable between float dtypes (PyTorch's .to).
+   How: matmul and linear run natively when their inputs share one low dtype
+   (the backend entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA;
+   on the CPU f32 copies through the f32 kernel). Every other op given bf16
+   or f16 runs its f32 kernel on f32 copies of the low-precision inputs and
+   rounds its output once (one place in [impl-ops]: gdl__lowp_in/out, with
+   differentiable casts, so autograd needs nothing else). That is PyTorch's
+   numerics, not yet its speed: native low-precision kernels for the rest
+   are future work. BatchNorm's running statistics must be f32 (the input
+   and affine parameters may be low; the output has the input's dtype), as
+   under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
+
    Errors
    ------
    Functions return NULL (tensors) or a negative code (int). gdl_last_error()
@@ -80,12 +103,15 @@
      1. a line in GDL_OP_LIST: id, name, backward, kernel code, autocast class;
      2. its declaration in [api-ops];
      3. the op (checks, output, backend call, tape node) and its gdl__bw_
-        backward in [impl-ops];
+        backward in [impl-ops]; an op taking float tensors starts with
+        GDL__LOWP(name, call, &each float argument), which runs it on f32
+        copies of bf16/f16 inputs and rounds the result;
      4. only for a new kernel: a line in GDL_BACKEND_ENTRIES plus its two
         implementations, gdl__cpu_NAME ([impl-cpu]) and gdl__cu_NAME
         (gpudl_cuda.cu) -- a backend without one does not compile;
-     5. tests: a row in tests/test_gradcheck.c (a test fails for an op
-        without one) and one in tests/test_cuda.c's parity table.
+     5. tests: a row in tests/op_cases.h (a test fails for an op without
+        one): it runs in the gradient check, the CPU/GPU parity table and
+        the bf16/f16 parity tables (tests/test_dtype.c, tests/test_cuda.c).
    An op built from existing kernels (a new unary function is a new
    gdl_unary_op code and a case in both unary kernels) touches 1-3 and 5.
 
@@ -107,7 +133,11 @@
                           on with GPUDL_CUDA. Uses dlopen (glibc < 2.34: -ldl)
    GPUDL_DOUBLE           compute in double precision on the CPU: the dtype
                           GDL_F32 then holds doubles. Used by the gradient
-                          check tests; not for CUDA builds.
+                          check (tests/test_gradcheck.c): central finite
+                          differences need ~1e-10 accuracy, which float
+                          cannot give, and a double build checks the very
+                          f32 code paths (an F64 dtype would check other
+                          kernels). Not for CUDA builds.
    Threads: the CPU kernels run on gpudl's own pool (-pthread; -fopenmp is
    not needed): gdl_set_num_threads, else the environment's
    GPUDL_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs the process may
@@ -149,12 +179,13 @@ typedef double gdl_real;   /* the compute type behind GDL_F32 */
 typedef float gdl_real;
 #endif
 
+/* The float dtypes are all computed on, in f32 arithmetic (MANUAL: Dtypes). */
 typedef enum gdl_dtype {
-    GDL_F32 = 0, /* compute type (gdl_real) */
+    GDL_F32 = 0, /* float (gdl_real), the kernels' compute type */
     GDL_I32,     /* labels, indices */
     GDL_U8,      /* raw pixels */
-    GDL_F16,     /* storage only: IEEE half */
-    GDL_BF16,    /* storage only: bfloat16 */
+    GDL_F16,     /* IEEE half: ops compute in f32 and round their result to f16 */
+    GDL_BF16,    /* bfloat16: likewise */
     GDL_DTYPE_COUNT
 } gdl_dtype;
 
@@ -244,7 +275,8 @@ GPUDL_API double gdl_rng_uniform(void); /* [0,1) */
    persistent source gives a persistent copy (a new leaf); a temporary gives
    a temporary that passes gradients back to its source, as PyTorch's .to(). */
 GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev);
-GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt);  /* temporary, no grad */
+/* a temporary; between float dtypes it passes gradients back (rounded to t's dtype) */
+GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt);
 GPUDL_API gdl_tensor *gdl_clone(const gdl_tensor *t);            /* persistent, no grad */
 /* Moves a persistent tensor (and its grad) to dev in place: the same
    gdl_tensor* now lives on dev, so pointers to it (optimizers) stay valid. */
@@ -258,7 +290,7 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f);
 GPUDL_API const char *gdl_shape_str(const gdl_tensor *t); /* "[64,784]" (thread-local ring) */
 GPUDL_API int gdl_same_shape(const gdl_tensor *a, const gdl_tensor *b);
 
-/* Half-precision storage types, round to nearest even. */
+/* Half-precision conversions, round to nearest even. */
 GPUDL_API uint16_t gdl_f32_to_f16(float x);
 GPUDL_API float gdl_f16_to_f32(uint16_t h);
 GPUDL_API uint16_t gdl_f32_to_bf16(float x);
@@ -283,6 +315,8 @@ GPUDL_API int gdl_get_num_threads(void);
 
 /* ---------------------------------------------------------------------------
    [api-ops]   Every result is a temporary. NULL + gdl_last_error() on error.
+   Float inputs may be f32, bf16 or f16; the result's dtype follows them
+   (MANUAL: Dtypes).
    ------------------------------------------------------------------------- */
 
 typedef enum gdl_reduction { GDL_REDUCE_MEAN = 0, GDL_REDUCE_SUM = 1, GDL_REDUCE_NONE = 2 } gdl_reduction;
