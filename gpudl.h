@@ -3931,6 +3931,15 @@ static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st,
         memmove(dst, src, (size_t)n * ds);
         return 0;
     }
+    if (dt == GDL_F32 && (st == GDL_F16 || st == GDL_BF16)) { /* the low-precision ops' inputs: a tight loop */
+        const uint16_t *h = (const uint16_t *)src;
+        gdl_real *f = (gdl_real *)dst;
+        if (st == GDL_F16)
+            for (i = 0; i < n; i++) f[i] = (gdl_real)gdl_f16_to_f32(h[i]);
+        else
+            for (i = 0; i < n; i++) f[i] = (gdl_real)gdl_bf16_to_f32(h[i]);
+        return 0;
+    }
     for (i = 0; i < n; i++) {
         const void *s = (const char *)src + (size_t)i * ss;
         void *d = (char *)dst + (size_t)i * ds;
@@ -5425,13 +5434,15 @@ static int gdl__lowp_in(const char *op, int n, gdl_tensor **const *args, int fol
         if (gdl__stale(op, "an input", t) < 0) return -1;
         if (!gdl__is_float(t->dtype)) {
             char buf[256];
-            int j, len = 0;
+            int j, len = 0, last = 0;
             buf[0] = 0;
+            for (j = 0; j < n; j++)
+                if (*args[j]) last = j;
             for (j = 0; j < n && len < (int)sizeof buf - 64; j++)
                 if (*args[j])
-                    len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s %s", len ? (j + 1 < n ? ", " : " and ") : "",
+                    len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s %s", len ? (j < last ? ", " : " and ") : "",
                                     gdl_dtype_name((*args[j])->dtype), gdl_shape_str(*args[j]));
-            if (n == 2 && strcmp(op, "gdl_matmul") == 0)
+            if (strcmp(op, "gdl_matmul") == 0 && *args[0] && *args[1])
                 gdl__set_error("%s: cannot multiply %s %s by %s %s", op, gdl_dtype_name((*args[0])->dtype),
                                gdl_shape_str(*args[0]), gdl_dtype_name((*args[1])->dtype), gdl_shape_str(*args[1]));
             else
@@ -5473,16 +5484,38 @@ static gdl_tensor *gdl__lowp_out(const char *op, gdl_tensor *r, gdl_dtype dt) {
     return gdl__finish(op, gdl__cast_t(op, r, dt));
 }
 
-/* The hook at the top of an op: `call` re-runs the op on the f32 copies. */
-#define GDL__LOWP_(op, follow, call, ...)                                                      \
-    do {                                                                                       \
-        gdl_tensor **const lp_args_[] = {__VA_ARGS__};                                         \
-        gdl_dtype lp_dt_ = GDL_F32;                                                            \
-        int lp_rc_ = gdl__lowp_in(op, (int)(sizeof lp_args_ / sizeof lp_args_[0]), lp_args_, follow, &lp_dt_); \
-        if (lp_rc_) return lp_rc_ < 0 ? NULL : gdl__lowp_out(op, call, lp_dt_);               \
+/* The hook at the top of an op, naming its float arguments (up to three
+   variables; NULL ones are absent optional arguments): `call` re-runs the op
+   on the f32 copies. The f32 path pays one compare per argument; the
+   arguments' addresses are never taken, so they stay in registers. */
+#define GDL__LOWP_(op, follow, call, a, b, c)                                                         \
+    do {                                                                                              \
+        gdl_tensor *lp_none_ = NULL;                                                                  \
+        if (((a) && (a)->dtype != GDL_F32) || ((b) && (b)->dtype != GDL_F32) ||                       \
+            ((c) && (c)->dtype != GDL_F32)) {                                                         \
+            gdl_tensor *lp_t_[3];                                                                     \
+            gdl_tensor **const lp_p_[3] = {&lp_t_[0], &lp_t_[1], &lp_t_[2]};                          \
+            gdl_dtype lp_dt_ = GDL_F32;                                                               \
+            int lp_rc_;                                                                               \
+            lp_t_[0] = (a);                                                                           \
+            lp_t_[1] = (b);                                                                           \
+            lp_t_[2] = (c);                                                                           \
+            lp_rc_ = gdl__lowp_in(op, 3, lp_p_, follow, &lp_dt_);                                     \
+            if (lp_rc_ < 0) return NULL;                                                              \
+            if (lp_rc_ > 0) {                                                                         \
+                (a) = lp_t_[0];                                                                       \
+                (b) = lp_t_[1];                                                                       \
+                (c) = lp_t_[2];                                                                       \
+                return gdl__lowp_out(op, call, lp_dt_);                                               \
+            }                                                                                         \
+        }                                                                                             \
+        (void)lp_none_;                                                                               \
     } while (0)
-#define GDL__LOWP(op, call, ...) GDL__LOWP_(op, 0, call, __VA_ARGS__)
-#define GDL__LOWP_FIRST(op, call, ...) GDL__LOWP_(op, 1, call, __VA_ARGS__)
+#define GDL__LOWP1(op, call, a) GDL__LOWP_(op, 0, call, a, lp_none_, lp_none_)
+#define GDL__LOWP2(op, call, a, b) GDL__LOWP_(op, 0, call, a, b, lp_none_)
+#define GDL__LOWP3(op, call, a, b, c) GDL__LOWP_(op, 0, call, a, b, c)
+/* the result follows the first argument's dtype (the norms) */
+#define GDL__LOWP3_FIRST(op, call, a, b, c) GDL__LOWP_(op, 1, call, a, b, c)
 
 /* normalises a possibly negative dim */
 static int gdl__dim(const char *op, const gdl_tensor *x, int dim, int *out) {
@@ -5641,7 +5674,7 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
     int64_t shape[GDL_MAX_DIMS], astr[GDL_MAX_DIMS], bstr[GDL_MAX_DIMS];
     gdl_tensor *in[2], *out;
     const gdl_backend *be;
-    GDL__LOWP(opname, gdl__binary(opname, op, a, b), &a, &b);
+    GDL__LOWP2(opname, gdl__binary(opname, op, a, b), a, b);
     if (gdl__check_in(opname, "a", a, 1) < 0 || gdl__check_in(opname, "b", b, 1) < 0 ||
         gdl__check_dev(opname, a, b) < 0 || gdl__broadcast(opname, a, b, &nd, shape, astr, bstr) < 0)
         return NULL;
@@ -5702,7 +5735,7 @@ static gdl_tensor *gdl__unary(const char *opname, int op, gdl_tensor *x, double 
     gdl_node *n;
     const gdl_backend *be;
     int err;
-    GDL__LOWP(opname, gdl__unary(opname, op, x, alpha), &x);
+    GDL__LOWP1(opname, gdl__unary(opname, op, x, alpha), x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || !(be = gdl__be(opname, x->device))) return NULL;
     if (!(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (be->unary(gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha) < 0) return NULL;
@@ -5778,8 +5811,10 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
     gdl_node *n;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
-    if (a && b && a->dtype == b->dtype && gdl__is_low(a->dtype)) dt = a->dtype; /* native */
-    else GDL__LOWP(op, gdl_matmul(a, b), &a, &b);
+    if ((a && a->dtype != GDL_F32) || (b && b->dtype != GDL_F32)) {
+        if (a && b && a->dtype == b->dtype && gdl__is_low(a->dtype)) dt = a->dtype; /* native */
+        else GDL__LOWP2(op, gdl_matmul(a, b), a, b);
+    }
     if (gdl__check_in(op, "a", a, dt == GDL_F32) < 0 || gdl__check_in(op, "b", b, dt == GDL_F32) < 0 ||
         gdl__check_dev(op, a, b) < 0)
         return NULL;
@@ -5871,8 +5906,10 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
     gdl_tensor *out, *in[3];
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
-    if (x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype)) dt = x->dtype;
-    else GDL__LOWP(op, gdl_linear(x, w, bias), &x, &w, &bias);
+    if ((x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) || (bias && bias->dtype != GDL_F32)) {
+        if (x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype)) dt = x->dtype;
+        else GDL__LOWP3(op, gdl_linear(x, w, bias), x, w, bias);
+    }
     if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0 || gdl__check_in(op, "weight", w, dt == GDL_F32) < 0 ||
         (bias && gdl__check_in(op, "bias", bias, dt == GDL_F32) < 0) || gdl__check_dev(op, x, w) < 0 ||
         gdl__check_dev(op, x, bias) < 0)
@@ -5950,7 +5987,7 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
     gdl_tensor *out, *idx = NULL;
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP(opname, gdl__reduce(opname, op, x, all, dim, keepdim), &x);
+    GDL__LOWP1(opname, gdl__reduce(opname, op, x, all, dim, keepdim), x);
     if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
     if (all) {
         outer = inner = 1;
@@ -5999,7 +6036,7 @@ GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
     int d, k, nd = 0;
     gdl_tensor *out;
     const gdl_backend *be;
-    GDL__LOWP("gdl_argmax", gdl_argmax(x, dim), &x);
+    GDL__LOWP1("gdl_argmax", gdl_argmax(x, dim), x);
     if (gdl__check_in("gdl_argmax", "x", x, 1) < 0 || gdl__dim("gdl_argmax", x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (nred == 0) {
@@ -6020,7 +6057,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
     gdl_tensor *out;
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP(opname, gdl__softmax(opname, op, x, dim), &x);
+    GDL__LOWP1(opname, gdl__softmax(opname, op, x, dim), x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
@@ -6055,7 +6092,7 @@ GPUDL_API gdl_tensor *gdl_conv2d_ex(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bi
     gdl_node *n;
     int gi, err, direct;
     const gdl_backend *be;
-    GDL__LOWP(op, gdl_conv2d_ex(x, w, bias, stride, padding, dilation, groups), &x, &w, &bias);
+    GDL__LOWP3(op, gdl_conv2d_ex(x, w, bias, stride, padding, dilation, groups), x, w, bias);
     if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
         (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
         return NULL;
@@ -6178,7 +6215,7 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     gdl_node *n;
     int err, rc;
     const gdl_backend *be;
-    GDL__LOWP(opname, gdl__pool(opname, op, x, kernel, stride, padding), &x);
+    GDL__LOWP1(opname, gdl__pool(opname, op, x, kernel, stride, padding), x);
     if (gdl__check_in(opname, "input", x, 1) < 0) return NULL;
     if (x->ndim != 4) {
         gdl__set_error("%s: expected input [N,C,H,W], got %s", opname, gdl_shape_str(x));
@@ -6239,7 +6276,7 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
     gdl_node *n;
     int err;
     const gdl_backend *be;
-    GDL__LOWP(op, gdl_global_avg_pool2d(x), &x);
+    GDL__LOWP1(op, gdl_global_avg_pool2d(x), x);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim != 4 || x->shape[2] * x->shape[3] == 0) {
         gdl__set_error("%s: expected a non-empty input [N,C,H,W], got %s", op, gdl_shape_str(x));
@@ -6351,7 +6388,7 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     uint64_t seed;
     int err;
     const gdl_backend *be;
-    GDL__LOWP(op, gdl_dropout(x, p, training), &x);
+    GDL__LOWP1(op, gdl_dropout(x, p, training), x);
     if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
     if (!(p >= 0 && p <= 1)) {
         gdl__set_error("%s: probability %g is not in [0,1]", op, p);
@@ -6398,7 +6435,7 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
     gdl_tensor *out, *mean, *invstd, *in[3];
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP_FIRST(op, gdl_batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps), &x, &weight, &bias);
+    GDL__LOWP3_FIRST(op, gdl_batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps), x, weight, bias);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim < 2 || x->ndim > 4) {
         gdl__set_error("%s: expected input [N,C], [N,C,L] or [N,C,H,W], got %s", op, gdl_shape_str(x));
@@ -6452,7 +6489,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
     gdl_tensor *out, *mean, *rstd, *in[3];
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP_FIRST(op, gdl_layer_norm(x, weight, bias, eps), &x, &weight, &bias);
+    GDL__LOWP3_FIRST(op, gdl_layer_norm(x, weight, bias, eps), x, weight, bias);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] == 0) {
         gdl__set_error("%s: expected an input with a non-empty last dim, got %s", op, gdl_shape_str(x));
@@ -6508,7 +6545,7 @@ GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
     int err;
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
-    GDL__LOWP(op, gdl_embedding(idx, w), &w);
+    GDL__LOWP1(op, gdl_embedding(idx, w), w);
     if (gdl__check_in(op, "indices", idx, 0) < 0 || gdl__check_in(op, "weight", w, 1) < 0 || gdl__check_dev(op, idx, w) < 0)
         return NULL;
     if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
@@ -6552,7 +6589,7 @@ static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tens
     gdl_tensor *rows, *out, *count, *in[2];
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP(opname, gdl__xent(opname, op, x, tgt, o), &x);
+    GDL__LOWP1(opname, gdl__xent(opname, op, x, tgt, o), x);
     if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", tgt, 0) < 0 ||
         gdl__check_dev(opname, x, tgt) < 0)
         return NULL;
@@ -6620,7 +6657,7 @@ static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x
     int err;
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
-    GDL__LOWP(opname, gdl__pointwise_loss(opname, op, x, y, r), &x, &y);
+    GDL__LOWP2(opname, gdl__pointwise_loss(opname, op, x, y, r), x, y);
     if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", y, 1) < 0 ||
         gdl__check_dev(opname, x, y) < 0)
         return NULL;
@@ -6688,7 +6725,8 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
     if (gdl__check_in("gdl_zero_grad_tensor", "t", t, 0) < 0) return -1;
     if (!t->grad) return 0;
     if (!(be = gdl__be("gdl_zero_grad_tensor", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->grad->numel * gdl_dtype_size(t->grad->dtype));
+    return be->memset0(t->grad->data, (size_t)t->grad->numel *
+                                          (t->grad->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->grad->dtype)));
 }
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
@@ -6715,7 +6753,7 @@ static int gdl__ensure_grad(gdl_tensor *t) {
     /* in the tensor's dtype, as PyTorch */
     if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, t->dtype, t->device))) return -1;
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->numel * gdl_dtype_size(t->dtype));
+    return be->memset0(t->grad->data, (size_t)t->numel * (t->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->dtype)));
 }
 
 static int gdl__check_grad(const gdl_node *n, int k, const gdl_backend *be) {
@@ -11043,6 +11081,11 @@ static int gdl__clip_fused(const char *op, gdl_tensor *const *params, int n, dou
             return -1;
         }
         if (!params[i]->grad || !params[i]->grad->numel) continue;
+        if (params[i]->grad->dtype != GDL_F32) { /* the kernels read f32 */
+            gdl__set_error("%s: params[%d] %s has a %s gradient; gradient clipping takes f32 gradients", op, i,
+                           gdl_shape_str(params[i]), gdl_dtype_name(params[i]->grad->dtype));
+            return -1;
+        }
         if (k++ == 0) dev = params[i]->grad->device;
         else if (!gdl_device_equal(dev, params[i]->grad->device)) return 1;
     }
@@ -11086,6 +11129,11 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
         const gdl_backend *be;
         double s = 0;
         if (!params[i]->grad || !params[i]->grad->numel) continue;
+        if (params[i]->grad->dtype != GDL_F32) {
+            gdl__set_error("%s: params[%d] %s has a %s gradient; gradient clipping takes f32 gradients", op, i,
+                           gdl_shape_str(params[i]), gdl_dtype_name(params[i]->grad->dtype));
+            return -1;
+        }
         if (!(be = gdl__be(op, params[i]->grad->device)) || be->sum_squares(params[i]->grad->numel,
                                                                              GDL__R(params[i]->grad), &s) < 0)
             return -1;

@@ -165,6 +165,16 @@ TEST errors_name_dtypes(void) {
     ASSERT_EQ(-1, gdl_set_requires_grad(b, 1));
     ASSERT_CONTAINS(gdl_last_error(), "only float tensors");
     ASSERT_EQ(-1, gdl_sgd_update_(h, 0.1)); /* no low-precision path: says so */
+    {   /* a bf16 gradient is refused by gradient clipping (its kernels read f32) */
+        gdl_tensor *p = rnd(1, &s3, GDL_BF16);
+        gdl_tensor *ps[1];
+        ps[0] = p;
+        ASSERT_EQ(0, gdl_set_requires_grad(p, 1));
+        ASSERT_EQ(0, gdl_backward(gdl_sum(p)));
+        ASSERT(gdl_clip_grad_norm(ps, 1, 1.0) < 0);
+        ASSERT_CONTAINS(gdl_last_error(), "has a bf16 gradient; gradient clipping takes f32 gradients");
+        gdl_free(p);
+    }
     /* the failed calls left the inputs as they were */
     ASSERT_EQ(0, memcmp(before, h->data, sizeof before));
     ASSERT_NULL(h->grad);
