@@ -160,6 +160,7 @@ TEST dtype_parity(void *arg) {
         for (k = 0; k < c->nin; k++) gdl_free(gref[k]);
     }
     gdl_free(w);
+    gdl_free(wref);
     for (k = 0; k < c->nin; k++) {
         gdl_free(cpu[k]);
         gdl_free(ref[k]);
@@ -205,7 +206,12 @@ TEST dtype_gemm_sizes(void *arg) {
             ASSERT_EQ((int)dts[d], (int)r->dtype);
             ASSERT_EQm("bf16 x bf16 runs natively (the GEMM makes the output, no cast)", GDL_OP_MATMUL, gdl_tensor_op(r));
             ASSERT_NOT_NULL(fr = gdl_matmul(fa, fb));
-            ASSERT_NOT_NULL(w = gdl_to_dtype(gdl_to(gdl_randn(r->ndim, r->shape, gdl_cpu()), dev), dts[d]));
+            {
+                gdl_tensor *wp = dtype_rnd(r->ndim, r->shape, dts[d], dev);
+                ASSERT_NOT_NULL(wp);
+                ASSERT_NOT_NULL(w = gdl_to_dtype(wp, dts[d])); /* a temporary copy */
+                gdl_free(wp);
+            }
             ASSERT_EQ(0, gdl_backward_grad(r, w));
             ASSERT_EQ(0, gdl_backward_grad(fr, gdl_to_dtype(w, GDL_F32)));
             if (dtype_compare(r, fr, tol, &rel)) FAILf("matmul %s %lldx%lldx%lld: output off by %g", gdl_dtype_name(dts[d]),
