@@ -182,6 +182,65 @@ static gdl_tensor *dtype_rnd(int ndim, const int64_t *shape, gdl_dtype dt, gdl_d
     return r;
 }
 
+/* max |a - b| over all elements, both read as f32, on any device */
+static double dtype_maxdiff(gdl_tensor *a, gdl_tensor *b) {
+    double *x = dtype_host_values(a), *y = dtype_host_values(b), m = 0;
+    int64_t i;
+    if (!x || !y || a->numel != b->numel) m = INFINITY;
+    for (i = 0; m == m && m != INFINITY && i < a->numel; i++) {
+        double e = fabs(x[i] - y[i]);
+        if (!(e <= m)) m = e;
+    }
+    free(x);
+    free(y);
+    return m;
+}
+
+/* PyTorch's promotion for every pair of float dtypes: the widest wins
+   (f16 + bf16 is f32, as neither holds the other); the result equals the
+   f32 computation on the same values rounded once. Binary ops, a loss,
+   matmul and linear (native when both are one low dtype), concat. */
+TEST dtype_promotion(void *arg) {
+    static const gdl_dtype dts[3] = {GDL_F32, GDL_BF16, GDL_F16};
+    gdl_device dev = *(const gdl_device *)arg;
+    int64_t s[2] = {3, 5}, s1 = 5, s15[2] = {1, 5}, s53[2] = {5, 3};
+    int i, j;
+    for (i = 0; i < 3; i++)
+        for (j = 0; j < 3; j++) {
+            gdl_tensor *a = dtype_rnd(2, s, dts[i], dev), *b = dtype_rnd(1, &s1, dts[j], dev);
+            gdl_tensor *m = dtype_rnd(2, s53, dts[j], dev), *r, *fa, *fb, *want, *xs[2];
+            gdl_dtype exp = dts[i] == dts[j] ? dts[i] : GDL_F32;
+            ASSERT_NOT_NULL(a);
+            ASSERT_NOT_NULL(b);
+            ASSERT_NOT_NULL(m);
+            fa = gdl_to_dtype(a, GDL_F32);
+            fb = gdl_to_dtype(b, GDL_F32);
+            ASSERT_NOT_NULL(r = gdl_mul(a, b));
+            ASSERT_EQm("mul's result dtype", (int)exp, (int)r->dtype);
+            want = gdl_to_dtype(gdl_mul(fa, fb), exp); /* computed in f32, rounded once */
+            ASSERT_IN_RANGE(0, dtype_maxdiff(r, want), 0);
+            ASSERT_NOT_NULL(r = gdl_sub(b, a));
+            ASSERT_EQm("sub's result dtype", (int)exp, (int)r->dtype);
+            ASSERT_IN_RANGE(0, dtype_maxdiff(r, gdl_to_dtype(gdl_sub(fb, fa), exp)), 0);
+            ASSERT_NOT_NULL(r = gdl_mse_loss(a, a, GDL_REDUCE_MEAN));
+            ASSERT_EQ((int)dts[i], (int)r->dtype);
+            ASSERT_NOT_NULL(r = gdl_matmul(a, m));
+            ASSERT_EQm("matmul's result dtype", (int)exp, (int)r->dtype);
+            ASSERT_IN_RANGE(0, dtype_maxdiff(r, gdl_to_dtype(gdl_matmul(fa, gdl_to_dtype(m, GDL_F32)), exp)), 0);
+            ASSERT_NOT_NULL(r = gdl_linear(a, gdl_reshape(b, 2, s15), b->ndim ? gdl_slice(b, 0, 1) : NULL));
+            ASSERT_EQm("linear's result dtype", (int)exp, (int)r->dtype);
+            xs[0] = a;
+            xs[1] = gdl_reshape(m, 2, s);
+            ASSERT_NOT_NULL(r = gdl_concat(2, xs, 0));
+            ASSERT_EQm("concat's result dtype", (int)exp, (int)r->dtype);
+            gdl_free(a);
+            gdl_free(b);
+            gdl_free(m);
+            gdl_arena_reset();
+        }
+    PASS();
+}
+
 /* GEMM shapes that take every path of the blocked kernel (edges off every
    block size, a K longer than one K block, batched), in bf16 and f16 against
    f32 on the same rounded values, forward and both gradients; K = 0 gives

@@ -1798,6 +1798,13 @@ TEST dtype_parity_gpu(void *arg) {
     return dtype_parity(arg);
 }
 
+TEST dtype_promotion_gpu(void) {
+    static gdl_device dev;
+    if (!have_gpu()) SKIPm("no GPU");
+    dev = GPU;
+    return dtype_promotion((void *)&dev);
+}
+
 /* matmul and linear in bf16 / f16 through cublasGemmEx / GemmStridedBatchedEx, off the block sizes */
 TEST dtype_gemm_sizes_gpu(void) {
     static gdl_device dev;
@@ -1851,6 +1858,7 @@ SUITE(dtypes) {
             RUN_TEST_NAMED(name, dtype_parity_gpu, (void *)r);
         }
     RUN_TEST(dtype_gemm_sizes_gpu);
+    RUN_TEST(dtype_promotion_gpu);
 }
 SUITE(optim) {
     static const opt_kind kinds[] = {

@@ -50,33 +50,6 @@ static double maxdiff(gdl_tensor *a, gdl_tensor *b) {
     return m;
 }
 
-TEST promotion(void) {
-    static const gdl_dtype dts[3] = {GDL_F32, GDL_BF16, GDL_F16};
-    int64_t s[2] = {3, 5}, s1 = 5;
-    int i, j;
-    for (i = 0; i < 3; i++)
-        for (j = 0; j < 3; j++) {
-            gdl_tensor *a = rnd(2, s, dts[i]), *b = rnd(1, &s1, dts[j]), *r, *fa, *fb, *want;
-            gdl_dtype exp = dts[i] == dts[j] ? dts[i] : GDL_F32; /* the widest wins; f16 + bf16 is f32 */
-            ASSERT_NOT_NULL(a);
-            ASSERT_NOT_NULL(b);
-            ASSERT_NOT_NULL(r = gdl_mul(a, b));
-            ASSERT_EQm("mul's result dtype", (int)exp, (int)r->dtype);
-            fa = gdl_to_dtype(a, GDL_F32);
-            fb = gdl_to_dtype(b, GDL_F32);
-            want = gdl_to_dtype(gdl_mul(fa, fb), exp); /* computed in f32, rounded once */
-            ASSERT_IN_RANGE(0, maxdiff(r, want), 0);
-            ASSERT_NOT_NULL(r = gdl_mse_loss(a, a, GDL_REDUCE_MEAN));
-            ASSERT_EQ((int)dts[i], (int)r->dtype);
-            ASSERT_NOT_NULL(r = gdl_linear(a, gdl_reshape(b, 2, (const int64_t[]){1, 5}), NULL));
-            ASSERT_EQm("linear's result dtype", (int)exp, (int)r->dtype);
-            gdl_free(a);
-            gdl_free(b);
-            gdl_arena_reset();
-        }
-    PASS();
-}
-
 /* A bf16 leaf used twice, by ops in different dtypes: its gradient is bf16
    and sums both uses. */
 TEST grad_dtype_fanout(void) {
@@ -209,7 +182,11 @@ SUITE(parity) {
 
 SUITE(semantics) {
     SET_SETUP(reset, NULL);
-    RUN_TEST(promotion);
+    {
+        static gdl_device cpu_dev0;
+        cpu_dev0 = gdl_cpu();
+        RUN_TEST_NAMED("promotion", dtype_promotion, (void *)&cpu_dev0);
+    }
     RUN_TEST(grad_dtype_fanout);
     {
         static gdl_device cpu_dev;
