@@ -5414,10 +5414,10 @@ static int gdl__bw_cast(gdl_node *n, const gdl_backend *be) {
                         n->out->grad->dtype, x->numel);
 }
 
-/* Called first by every op that takes float tensors, with pointers to its
-   float arguments (NULL entries: absent optional arguments). Returns 0 when
-   all are f32 (the op goes on as before: a loop of compares); -1 with an
-   error naming the dtypes when one is not a float; 1 when some are bf16/f16:
+/* The slow path of the GDL__LOWP hooks (below), taken when a float argument
+   of an op is not f32; args point at its float arguments (NULL entries:
+   absent optional arguments). Returns 0 when all are f32 after all; -1 with
+   an error naming the dtypes when one is not a float; 1 when some are bf16/f16:
    then each of them is replaced by an f32 copy and *out_dt is the dtype the
    op's result must be rounded to (PyTorch's promotion; follow_first: the
    first argument's dtype, as the norms' and embedding's output). */
