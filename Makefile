@@ -41,8 +41,8 @@ ZLIBS = -lz
 endif
 LIBS = -pthread -lm $(ZLIBS)
 
-TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume $(B)/test_monitor $(B)/test_pool
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor $(B)/tsan_test_monitor $(B)/asan_test_pool $(B)/tsan_test_pool
+TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume $(B)/test_monitor $(B)/test_pool $(B)/test_dtype
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor $(B)/tsan_test_monitor $(B)/asan_test_pool $(B)/tsan_test_pool $(B)/asan_test_dtype
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h
@@ -134,6 +134,10 @@ $(B)/test_nn: tests/test_nn.c $(HDR) | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/asan_test_nn: tests/test_nn.c $(HDR) | $(B)
 	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/test_dtype: tests/test_dtype.c tests/dtype_parity.h tests/op_cases.h $(HDR) | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/asan_test_dtype: tests/test_dtype.c tests/dtype_parity.h tests/op_cases.h $(HDR) | $(B)
+	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/test_train: tests/test_train.c $(HDR) | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/asan_test_train: tests/test_train.c $(HDR) | $(B)
@@ -207,7 +211,7 @@ test-warnings: | $(B)
 	for c in "g++ -std=c++17" "clang++ -std=c++17"; do \
 	  echo "warnings: $$c"; $$c $(WARN) -Werror -x c++ -c tests/build_check.c -o $(B)/build_check.o; done; \
 	for f in tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test_data.c tests/test_nn.c tests/test_train.c \
-	    tests/test_crash.c tests/test_resume.c tests/test_pool.c examples/mnist_mlp.c; do echo "warnings: clang $$f"; \
+	    tests/test_crash.c tests/test_resume.c tests/test_pool.c tests/test_dtype.c examples/mnist_mlp.c; do echo "warnings: clang $$f"; \
 	  clang -std=c99 $(WARN) -Werror -c $$f -o $(B)/w.o; done; \
 	clang -std=c99 $(WARN) -Werror -DGPUDL_DOUBLE -c tests/test_gradcheck.c -o $(B)/w.o
 

@@ -48,6 +48,29 @@
      temporaries are temporaries.
    * The op layer is single-threaded: call ops from one thread at a time.
 
+   Dtypes
+   ------
+   f32, bf16 and f16 tensors can all be computed on; i32 holds labels and
+   indices, u8 raw pixels. As in PyTorch:
+   * an op's result has its inputs' dtype: relu of bf16 is bf16; a binary
+     op on two dtypes promotes to the wider (f32 + bf16 -> f32, and
+     f16 + bf16 -> f32, as neither holds the other);
+   * the arithmetic is f32 whatever the storage ("opmath"): GEMMs accumulate
+     in f32, reductions, softmax, losses and the norms' statistics are f32,
+     and the result is rounded to bf16/f16 once;
+   * a tensor's gradient has its dtype (a bf16 weight gets a bf16 .grad);
+   * gdl_to_dtype is differentiable between float dtypes (PyTorch's .to).
+   How: matmul and linear run natively when their inputs share one low dtype
+   (the backend entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA;
+   on the CPU f32 copies through the f32 kernel). Every other op given bf16
+   or f16 runs its f32 kernel on f32 copies of the low-precision inputs and
+   rounds its output once (one place in [impl-ops]: gdl__lowp_in/out, with
+   differentiable casts, so autograd needs nothing else). That is PyTorch's
+   numerics, not yet its speed: native low-precision kernels for the rest
+   are future work. BatchNorm's running statistics must be f32 (the input
+   and affine parameters may be low; the output has the input's dtype), as
+   under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
+
    Errors
    ------
    Functions return NULL (tensors) or a negative code (int). gdl_last_error()
@@ -81,12 +104,15 @@
      1. a line in GDL_OP_LIST: id, name, backward, kernel code, autocast class;
      2. its declaration in [api-ops];
      3. the op (checks, output, backend call, tape node) and its gdl__bw_
-        backward in [impl-ops];
+        backward in [impl-ops]; an op taking float tensors starts with
+        GDL__LOWP(name, call, &each float argument), which runs it on f32
+        copies of bf16/f16 inputs and rounds the result;
      4. only for a new kernel: a line in GDL_BACKEND_ENTRIES plus its two
         implementations, gdl__cpu_NAME ([impl-cpu]) and gdl__cu_NAME
         (gpudl_cuda.cu) -- a backend without one does not compile;
-     5. tests: a row in tests/test_gradcheck.c (a test fails for an op
-        without one) and one in tests/test_cuda.c's parity table.
+     5. tests: a row in tests/op_cases.h (a test fails for an op without
+        one): it runs in the gradient check, the CPU/GPU parity table and
+        the bf16/f16 parity tables (tests/test_dtype.c, tests/test_cuda.c).
    An op built from existing kernels (a new unary function is a new
    gdl_unary_op code and a case in both unary kernels) touches 1-3 and 5.
 
@@ -108,7 +134,11 @@
                           on with GPUDL_CUDA. Uses dlopen (glibc < 2.34: -ldl)
    GPUDL_DOUBLE           compute in double precision on the CPU: the dtype
                           GDL_F32 then holds doubles. Used by the gradient
-                          check tests; not for CUDA builds.
+                          check (tests/test_gradcheck.c): central finite
+                          differences need ~1e-10 accuracy, which float
+                          cannot give, and a double build checks the very
+                          f32 code paths (an F64 dtype would check other
+                          kernels). Not for CUDA builds.
    Threads: the CPU kernels run on gpudl's own pool (-pthread; -fopenmp is
    not needed): gdl_set_num_threads, else the environment's
    GPUDL_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs the process may
@@ -150,12 +180,13 @@ typedef double gdl_real;   /* the compute type behind GDL_F32 */
 typedef float gdl_real;
 #endif
 
+/* The float dtypes are all computed on, in f32 arithmetic (MANUAL: Dtypes). */
 typedef enum gdl_dtype {
-    GDL_F32 = 0, /* compute type (gdl_real) */
+    GDL_F32 = 0, /* float (gdl_real), the kernels' compute type */
     GDL_I32,     /* labels, indices */
     GDL_U8,      /* raw pixels */
-    GDL_F16,     /* storage only: IEEE half */
-    GDL_BF16,    /* storage only: bfloat16 */
+    GDL_F16,     /* IEEE half: ops compute in f32 and round their result to f16 */
+    GDL_BF16,    /* bfloat16: likewise */
     GDL_DTYPE_COUNT
 } gdl_dtype;
 
@@ -245,7 +276,8 @@ GPUDL_API double gdl_rng_uniform(void); /* [0,1) */
    persistent source gives a persistent copy (a new leaf); a temporary gives
    a temporary that passes gradients back to its source, as PyTorch's .to(). */
 GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev);
-GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt);  /* temporary, no grad */
+/* a temporary; between float dtypes it passes gradients back (rounded to t's dtype) */
+GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt);
 GPUDL_API gdl_tensor *gdl_clone(const gdl_tensor *t);            /* persistent, no grad */
 /* Moves a persistent tensor (and its grad) to dev in place: the same
    gdl_tensor* now lives on dev, so pointers to it (optimizers) stay valid. */
@@ -259,7 +291,7 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f);
 GPUDL_API const char *gdl_shape_str(const gdl_tensor *t); /* "[64,784]" (thread-local ring) */
 GPUDL_API int gdl_same_shape(const gdl_tensor *a, const gdl_tensor *b);
 
-/* Half-precision storage types, round to nearest even. */
+/* Half-precision conversions, round to nearest even. */
 GPUDL_API uint16_t gdl_f32_to_f16(float x);
 GPUDL_API float gdl_f16_to_f32(uint16_t h);
 GPUDL_API uint16_t gdl_f32_to_bf16(float x);
@@ -284,6 +316,8 @@ GPUDL_API int gdl_get_num_threads(void);
 
 /* ---------------------------------------------------------------------------
    [api-ops]   Every result is a temporary. NULL + gdl_last_error() on error.
+   Float inputs may be f32, bf16 or f16; the result's dtype follows them
+   (MANUAL: Dtypes).
    ------------------------------------------------------------------------- */
 
 typedef enum gdl_reduction { GDL_REDUCE_MEAN = 0, GDL_REDUCE_SUM = 1, GDL_REDUCE_NONE = 2 } gdl_reduction;
@@ -429,7 +463,8 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(NLL_LOSS, "nll_loss", gdl__bw_xent, 0, GDL_AUTOCAST_F32) \
     X(MSE, "mse_loss", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
     X(BCE_WITH_LOGITS, "bce_with_logits", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
-    X(TO, "to", gdl__bw_to, 0, GDL_AUTOCAST_PROMOTE)
+    X(TO, "to", gdl__bw_to, 0, GDL_AUTOCAST_PROMOTE) \
+    X(CAST, "cast", gdl__bw_cast, 0, GDL_AUTOCAST_PROMOTE)
 
 typedef enum gdl_autocast_class {
     GDL_AUTOCAST_PROMOTE = 0, /* the inputs' widest floating dtype */
@@ -1289,6 +1324,11 @@ typedef struct gdl_opt_tensor {
     X(int, gemm, (int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda, \
         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C, int ldc, \
         int64_t sC, int batch)) \
+    /* the same GEMM on f16 or bf16 matrices (dt): products summed in f32, \
+       C = alpha*AB + beta*C formed in f32 and rounded once to dt (cuBLAS: \
+       GemmEx, CUBLAS_COMPUTE_32F; the CPU: f32 copies, the f32 kernel) */ \
+    X(int, gemm_lp, (gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, \
+        int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC, int batch)) \
     /* out[i] = a[i·astr] op b[i·bstr] over `shape` (ndim dims, out contiguous; \
        a stride of 0 broadcasts) */ \
     X(int, binary, (int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr, \
@@ -2595,19 +2635,19 @@ GPUDL_API int gdl_move_(gdl_tensor *t, gdl_device dev) {
     return 0;
 }
 
+static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt); /* [impl-ops] */
+static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out);
 GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {
-    gdl_tensor *r;
-    const gdl_backend *be;
     if (!t) {
         gdl__null_arg("gdl_to_dtype", "t");
         return NULL;
     }
     if (gdl__stale("gdl_to_dtype", "t", t) < 0) return NULL;
-    if (!(be = gdl__be("gdl_to_dtype", t->device))) return NULL;
-    r = gdl__tmp("gdl_to_dtype", t->ndim, t->shape, dt, t->device);
-    if (!r) return NULL;
-    if (be->cast(r->data, dt, t->data, t->dtype, t->numel) < 0) return NULL;
-    return r;
+    if ((unsigned)dt >= GDL_DTYPE_COUNT) {
+        gdl__set_error("gdl_to_dtype: invalid dtype %d", (int)dt);
+        return NULL;
+    }
+    return gdl__finish("gdl_to_dtype", gdl__cast_t("gdl_to_dtype", t, dt));
 }
 
 GPUDL_API int gdl_copy_to_host(const gdl_tensor *t, void *dst, size_t bytes) {
@@ -3943,6 +3983,15 @@ static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st,
         memmove(dst, src, (size_t)n * ds);
         return 0;
     }
+    if (dt == GDL_F32 && (st == GDL_F16 || st == GDL_BF16)) { /* the low-precision ops' inputs: a tight loop */
+        const uint16_t *h = (const uint16_t *)src;
+        gdl_real *f = (gdl_real *)dst;
+        if (st == GDL_F16)
+            for (i = 0; i < n; i++) f[i] = (gdl_real)gdl_f16_to_f32(h[i]);
+        else
+            for (i = 0; i < n; i++) f[i] = (gdl_real)gdl_bf16_to_f32(h[i]);
+        return 0;
+    }
     for (i = 0; i < n; i++) {
         const void *s = (const char *)src + (size_t)i * ss;
         void *d = (char *)dst + (size_t)i * ds;
@@ -3955,6 +4004,39 @@ static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st,
         }
     }
     return 0;
+}
+
+/* elements a row-major operand spans: rows of cols, ld apart, batch copies s apart */
+static int64_t gdl__gemm_span(int rows, int cols, int ld, int64_t s, int batch) {
+    if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
+    return (int64_t)(rows - 1) * ld + cols + (int64_t)(batch - 1) * (s > 0 ? s : 0);
+}
+static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+                         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
+                         int ldc, int64_t sC, int batch);
+/* f32 copies of the spans (C's gaps between rows too, so they go back as
+   they were), the f32 kernel, C rounded once */
+static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
+                            int batch) {
+    int64_t na, nb, nc;
+    gdl_real *f;
+    int rc;
+    if (M <= 0 || N <= 0 || batch <= 0) return 0;
+    na = K > 0 ? gdl__gemm_span(ta ? K : M, ta ? M : K, lda, sA, batch) : 0;
+    nb = K > 0 ? gdl__gemm_span(tb ? N : K, tb ? K : N, ldb, sB, batch) : 0;
+    nc = gdl__gemm_span(M, N, ldc, sC, batch);
+    if (!(f = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(na + nb + nc + 1)))) {
+        gdl__set_error("%s: out of host memory for a %s GEMM's f32 copies", gdl__be_op, gdl_dtype_name(dt));
+        return -1;
+    }
+    gdl__cpu_cast(f, GDL_F32, A, dt, na);
+    gdl__cpu_cast(f + na, GDL_F32, B, dt, nb);
+    gdl__cpu_cast(f + na + nb, GDL_F32, C, dt, nc);
+    rc = gdl__cpu_gemm(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
+    if (rc == 0) gdl__cpu_cast(C, dt, f + na + nb, GDL_F32, nc);
+    GPUDL_FREE(f);
+    return rc;
 }
 
 static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
@@ -5262,7 +5344,9 @@ static int gdl__check_in(const char *op, const char *arg, const gdl_tensor *t, i
     }
     if (gdl__stale(op, arg, t) < 0) return -1;
     if (need_f32 && t->dtype != GDL_F32) {
-        gdl__set_error("%s: %s must be f32, got %s %s", op, arg, gdl_dtype_name(t->dtype), gdl_shape_str(t));
+        gdl__set_error(t->dtype == GDL_F16 || t->dtype == GDL_BF16 ? "%s: %s must be f32 here (no bf16/f16 path), got %s %s"
+                                                                   : "%s: %s must be a float tensor, got %s %s",
+                       op, arg, gdl_dtype_name(t->dtype), gdl_shape_str(t));
         return -1;
     }
     return 0;
@@ -5328,6 +5412,163 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
     return out;
 }
 
+/* ---- run-time dtypes ----
+   The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs runs
+   through gdl__lowp_in / gdl__lowp_out, the one place that knows about low
+   precision: each low-precision input becomes an f32 temporary (a
+   differentiable cast), the f32 op runs unchanged, and its result is rounded
+   once to the output dtype (another cast). That is PyTorch's "compute in
+   opmath (f32), round the output". Autograd needs nothing else: the casts
+   are tape nodes, so a bf16 tensor's gradient arrives in bf16. */
+
+static int gdl__is_float(gdl_dtype dt) { return dt == GDL_F32 || dt == GDL_F16 || dt == GDL_BF16; }
+
+/* PyTorch's promotion among the float dtypes: equal stays, anything else is
+   f32 (f32 + bf16, f16 + bf16) */
+static gdl_dtype gdl__promote(gdl_dtype a, gdl_dtype b) { return a == b ? a : GDL_F32; }
+
+/* dst += src over n elements of any float dtypes (sums in f32, rounds once) */
+static int gdl__acc_any(const char *op, const gdl_backend *be, gdl_device dev, void *dst, gdl_dtype ddt,
+                        const void *src, gdl_dtype sdt, int64_t n) {
+    gdl_real *s = (gdl_real *)src, *d;
+    if (n <= 0) return 0;
+    if (sdt != GDL_F32) {
+        if (!(s = (gdl_real *)gdl__scratch(op, dev, sizeof(gdl_real) * (size_t)n)) || be->cast(s, GDL_F32, src, sdt, n) < 0)
+            return -1;
+    }
+    if (ddt == GDL_F32) return be->copy2d(1, n, s, 0, (gdl_real *)dst, 0, 1);
+    if (!(d = (gdl_real *)gdl__scratch(op, dev, sizeof(gdl_real) * (size_t)n)) || be->cast(d, GDL_F32, dst, ddt, n) < 0 ||
+        be->copy2d(1, n, s, 0, d, 0, 1) < 0)
+        return -1;
+    return be->cast(dst, ddt, d, GDL_F32, n);
+}
+
+/* a new temporary x converted to dt; recorded (GDL_OP_CAST) when x needs a
+   gradient and both dtypes are floats */
+static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt) {
+    gdl_tensor *r;
+    const gdl_backend *be;
+    int err;
+    if (!(be = gdl__be(op, x->device)) || !(r = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
+    if (x->numel && be->cast(r->data, dt, x->data, x->dtype, x->numel) < 0) return NULL;
+    r->name = x->name;
+    if (gdl__is_float(x->dtype) && gdl__is_float(dt)) {
+        gdl__record(op, GDL_OP_CAST, r, 1, &x, &err);
+        if (err) return NULL;
+    }
+    return r;
+}
+
+static int gdl__bw_cast(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *x = n->in[0];
+    if (!x->requires_grad) return 0;
+    return gdl__acc_any("gdl_backward", be, x->device, x->grad->data, x->grad->dtype, n->out->grad->data,
+                        n->out->grad->dtype, x->numel);
+}
+
+/* The slow path of the GDL__LOWP hooks (below), taken when a float argument
+   of an op is not f32; args point at its float arguments (NULL entries:
+   absent optional arguments). Returns 0 when all are f32 after all; -1 with
+   an error naming the dtypes when one is not a float; 1 when some are bf16/f16:
+   then each of them is replaced by an f32 copy and *out_dt is the dtype the
+   op's result must be rounded to (PyTorch's promotion; follow_first: the
+   first argument's dtype, as the norms' and embedding's output). */
+static int gdl__lowp_in(const char *op, int n, gdl_tensor **const *args, int follow_first, gdl_dtype *out_dt) {
+    int k, low = 0, first = 1;
+    gdl_dtype dt = GDL_F32;
+    gdl_tensor *orig[8] = {0};
+    for (k = 0; k < n; k++)
+        if (*args[k] && (*args[k])->dtype != GDL_F32) break;
+    if (k == n) return 0;
+    for (k = 0; k < n; k++) {
+        gdl_tensor *t = *args[k];
+        if (!t) continue;
+        if (gdl__stale(op, "an input", t) < 0) return -1;
+        if (!gdl__is_float(t->dtype)) {
+            char buf[256];
+            int j, len = 0, last = 0;
+            buf[0] = 0;
+            for (j = 0; j < n; j++)
+                if (*args[j]) last = j;
+            for (j = 0; j < n && len < (int)sizeof buf - 64; j++)
+                if (*args[j])
+                    len += snprintf(buf + len, sizeof buf - (size_t)len, "%s%s %s", len ? (j < last ? ", " : " and ") : "",
+                                    gdl_dtype_name((*args[j])->dtype), gdl_shape_str(*args[j]));
+            if (strcmp(op, "gdl_matmul") == 0 && *args[0] && *args[1])
+                gdl__set_error("%s: cannot multiply %s %s by %s %s", op, gdl_dtype_name((*args[0])->dtype),
+                               gdl_shape_str(*args[0]), gdl_dtype_name((*args[1])->dtype), gdl_shape_str(*args[1]));
+            else
+                gdl__set_error("%s: expected %s (f32, bf16 or f16), got %s", op,
+                               strchr(buf, ',') || strstr(buf, " and ") ? "float tensors" : "a float tensor", buf);
+            return -1;
+        }
+        if (t->dtype != GDL_F32) low = 1;
+        if (first) dt = t->dtype;
+        else if (!follow_first) dt = gdl__promote(dt, t->dtype);
+        first = 0;
+    }
+    if (!low) return 0;
+    for (k = 1; k < n; k++)
+        if (*args[0] && gdl__check_dev(op, *args[0], *args[k]) < 0) return -1;
+    for (k = 0; k < n; k++) {
+        gdl_tensor *t = *args[k];
+        int j;
+        if (!t || t->dtype == GDL_F32) continue;
+        /* a tensor passed twice (x / x) gets one copy, so its two partial
+           gradients sum in f32 and round once: two casts would round each
+           and add in the low dtype, which loses a cancelling sum */
+        for (j = 0; j < k && j < 8; j++)
+            if (orig[j] == t) break;
+        if (j < k && j < 8) {
+            *args[k] = *args[j];
+            continue;
+        }
+        if (k < 8) orig[k] = t;
+        if (!(*args[k] = gdl__cast_t(op, t, GDL_F32))) return -1;
+    }
+    *out_dt = dt;
+    return 1;
+}
+
+/* the f32 result of an op that had low-precision inputs, rounded to dt */
+static gdl_tensor *gdl__lowp_out(const char *op, gdl_tensor *r, gdl_dtype dt) {
+    if (!r || r->dtype != GDL_F32 || dt == GDL_F32) return r;
+    return gdl__finish(op, gdl__cast_t(op, r, dt));
+}
+
+/* The hook at the top of an op, naming its float arguments (up to three
+   variables; NULL ones are absent optional arguments): `call` re-runs the op
+   on the f32 copies. The f32 path pays one compare per argument; the
+   arguments' addresses are never taken, so they stay in registers. */
+#define GDL__LOWP_(op, follow, call, a, b, c)                                                         \
+    do {                                                                                              \
+        gdl_tensor *lp_none_ = NULL;                                                                  \
+        if (((a) && (a)->dtype != GDL_F32) || ((b) && (b)->dtype != GDL_F32) ||                       \
+            ((c) && (c)->dtype != GDL_F32)) {                                                         \
+            gdl_tensor *lp_t_[3];                                                                     \
+            gdl_tensor **const lp_p_[3] = {&lp_t_[0], &lp_t_[1], &lp_t_[2]};                          \
+            gdl_dtype lp_dt_ = GDL_F32;                                                               \
+            int lp_rc_;                                                                               \
+            lp_t_[0] = (a);                                                                           \
+            lp_t_[1] = (b);                                                                           \
+            lp_t_[2] = (c);                                                                           \
+            lp_rc_ = gdl__lowp_in(op, 3, lp_p_, follow, &lp_dt_);                                     \
+            if (lp_rc_ < 0) return NULL;                                                              \
+            if (lp_rc_ > 0) {                                                                         \
+                (a) = lp_t_[0];                                                                       \
+                (b) = lp_t_[1];                                                                       \
+                (c) = lp_t_[2];                                                                       \
+                return gdl__lowp_out(op, call, lp_dt_);                                               \
+            }                                                                                         \
+        }                                                                                             \
+        (void)lp_none_;                                                                               \
+    } while (0)
+#define GDL__LOWP1(op, call, a) GDL__LOWP_(op, 0, call, a, lp_none_, lp_none_)
+#define GDL__LOWP2(op, call, a, b) GDL__LOWP_(op, 0, call, a, b, lp_none_)
+#define GDL__LOWP3(op, call, a, b, c) GDL__LOWP_(op, 0, call, a, b, c)
+/* the result follows the first argument's dtype (the norms) */
+#define GDL__LOWP3_FIRST(op, call, a, b, c) GDL__LOWP_(op, 1, call, a, b, c)
+
 /* normalises a possibly negative dim */
 static int gdl__dim(const char *op, const gdl_tensor *x, int dim, int *out) {
     int d = dim < 0 ? dim + x->ndim : dim;
@@ -5366,7 +5607,11 @@ static gdl_tensor *gdl__view(const char *opname, gdl_tensor *x, int ndim, const 
 }
 
 static int gdl__bw_view(gdl_node *n, const gdl_backend *be) {
-    gdl_real *gx = GDL__G(n->in[0]);
+    gdl_tensor *x = n->in[0];
+    gdl_real *gx = GDL__G(x);
+    if (gx && x->dtype != GDL_F32)
+        return gdl__acc_any("gdl_backward", be, x->device, (char *)x->grad->data + (size_t)n->i[0] * gdl_dtype_size(x->dtype),
+                            x->dtype, n->out->grad->data, n->out->grad->dtype, n->out->numel);
     return gx ? be->copy2d(1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
 }
 
@@ -5376,14 +5621,17 @@ static int gdl__bw_to(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(x), *g = GDL__R(n->out->grad);
     const gdl_backend *bx;
     (void)be;
+    size_t es = gdl_dtype_size(x->grad->dtype);
     if (!gx || !x->numel) return 0;
     if (!gdl_device_equal(x->device, n->out->device)) {
-        gdl_real *tmp = (gdl_real *)gdl__scratch("gdl_backward", x->device, sizeof(gdl_real) * (size_t)x->numel);
-        if (!tmp || gdl__copy_bytes("gdl_backward", tmp, x->device, g, n->out->device, sizeof(gdl_real) * (size_t)x->numel) < 0)
+        gdl_real *tmp = (gdl_real *)gdl__scratch("gdl_backward", x->device, es * (size_t)x->numel);
+        if (!tmp || gdl__copy_bytes("gdl_backward", tmp, x->device, g, n->out->device, es * (size_t)x->numel) < 0)
             return -1;
         g = tmp;
     }
     if (!(bx = gdl__be("gdl_backward", x->device))) return -1;
+    if (x->grad->dtype != GDL_F32)
+        return gdl__acc_any("gdl_backward", bx, x->device, gx, x->grad->dtype, g, x->grad->dtype, x->numel);
     return bx->copy2d(1, x->numel, g, 0, gx, 0, 1);
 }
 
@@ -5478,6 +5726,7 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
     int64_t shape[GDL_MAX_DIMS], astr[GDL_MAX_DIMS], bstr[GDL_MAX_DIMS];
     gdl_tensor *in[2], *out;
     const gdl_backend *be;
+    GDL__LOWP2(opname, gdl__binary(opname, op, a, b), a, b);
     if (gdl__check_in(opname, "a", a, 1) < 0 || gdl__check_in(opname, "b", b, 1) < 0 ||
         gdl__check_dev(opname, a, b) < 0 || gdl__broadcast(opname, a, b, &nd, shape, astr, bstr) < 0)
         return NULL;
@@ -5538,6 +5787,7 @@ static gdl_tensor *gdl__unary(const char *opname, int op, gdl_tensor *x, double 
     gdl_node *n;
     const gdl_backend *be;
     int err;
+    GDL__LOWP1(opname, gdl__unary(opname, op, x, alpha), x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || !(be = gdl__be(opname, x->device))) return NULL;
     if (!(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (be->unary(gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha) < 0) return NULL;
@@ -5569,11 +5819,41 @@ GPUDL_API gdl_tensor *gdl_gelu(gdl_tensor *x, int tanh_approximation) {
 
 GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
     const gdl_backend *be;
-    if (gdl__check_in("gdl_mul_scalar_", "t", t, 1) < 0 || !(be = gdl__be("gdl_mul_scalar_", t->device))) return -1;
+    if (gdl__check_in("gdl_mul_scalar_", "t", t, 0) < 0 || !(be = gdl__be("gdl_mul_scalar_", t->device))) return -1;
+    if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) { /* in f32, rounded once */
+        gdl_real *f = (gdl_real *)gdl__scratch("gdl_mul_scalar_", t->device, sizeof(gdl_real) * (size_t)t->numel);
+        if (!f || be->cast(f, GDL_F32, t->data, t->dtype, t->numel) < 0 ||
+            be->unary(GDL_UN_SCALE, t->numel, f, f, (gdl_real)s) < 0)
+            return -1;
+        return be->cast(t->data, t->dtype, f, GDL_F32, t->numel);
+    }
+    if (gdl__check_in("gdl_mul_scalar_", "t", t, 1) < 0) return -1;
     return be->unary(GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
 }
 
-/* ---- matmul and linear ---- */
+/* ---- matmul and linear ----
+   Both run natively in f16 and bf16 (inputs of one low dtype): the
+   backend's gemm_lp sums in f32 and rounds C once, forward and backward. */
+
+static int gdl__is_low(gdl_dtype dt) { return dt == GDL_F16 || dt == GDL_BF16; }
+#define GDL__AT(p, dt, off) ((void *)((char *)(p) + (size_t)(off) * gdl_dtype_size(dt)))
+
+/* C = op(A)op(B) + beta*C in dtype dt: the f32 kernels or the low-precision GEMM */
+static int gdl__gemm_dt(const gdl_backend *be, gdl_dtype dt, int ta, int tb, int M, int N, int K, const void *A, int lda,
+                        int64_t sA, const void *B, int ldb, int64_t sB, int beta, void *C, int ldc, int64_t sC, int batch) {
+    if (dt == GDL_F32)
+        return be->gemm(ta, tb, M, N, K, 1, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB, (gdl_real)beta,
+                        (gdl_real *)C, ldc, sC, batch);
+    return be->gemm_lp(dt, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, (float)beta, C, ldc, sC, batch);
+}
+
+/* n ones of dtype dt (a low-precision linear's bias goes in and out through a rank-1 GEMM with them) */
+static void *gdl__ones_dt(const char *op, const gdl_backend *be, gdl_device dev, gdl_dtype dt, int64_t n) {
+    gdl_real *f = (gdl_real *)gdl__scratch(op, dev, sizeof(gdl_real) * (size_t)(n ? n : 1));
+    void *o = gdl__scratch(op, dev, gdl_dtype_size(dt) * (size_t)(n ? n : 1));
+    if (!f || !o || be->fill(f, n, 1) < 0 || be->cast(o, dt, f, GDL_F32, n) < 0) return NULL;
+    return o;
+}
 
 GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
     const char *op = "gdl_matmul";
@@ -5582,7 +5862,14 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
     gdl_tensor *out, *in[2];
     gdl_node *n;
     const gdl_backend *be;
-    if (gdl__check_in(op, "a", a, 1) < 0 || gdl__check_in(op, "b", b, 1) < 0 || gdl__check_dev(op, a, b) < 0) return NULL;
+    gdl_dtype dt = GDL_F32;
+    if ((a && a->dtype != GDL_F32) || (b && b->dtype != GDL_F32)) {
+        if (a && b && a->dtype == b->dtype && gdl__is_low(a->dtype)) dt = a->dtype; /* native */
+        else GDL__LOWP2(op, gdl_matmul(a, b), a, b);
+    }
+    if (gdl__check_in(op, "a", a, dt == GDL_F32) < 0 || gdl__check_in(op, "b", b, dt == GDL_F32) < 0 ||
+        gdl__check_dev(op, a, b) < 0)
+        return NULL;
     if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
         gdl__set_error("%s: expected 2-D or 3-D operands, got %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
@@ -5618,9 +5905,9 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
         gdl__set_error("%s: dimensions too large for the GEMM: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
     }
-    if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, nd, shape, GDL_F32, a->device))) return NULL;
-    if (out->numel && be->gemm(0, 0, (int)M, (int)N, (int)K, 1, GDL__R(a), (int)K, sA, GDL__R(b), (int)N, sB, 0,
-                               GDL__R(out), (int)N, M * N, (int)batch) < 0)
+    if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, nd, shape, dt, a->device))) return NULL;
+    if (out->numel && gdl__gemm_dt(be, dt, 0, 0, (int)M, (int)N, (int)K, a->data, (int)K, sA, b->data, (int)N, sB, 0,
+                                   out->data, (int)N, M * N, (int)batch) < 0)
         return NULL;
     in[0] = a;
     in[1] = b;
@@ -5635,23 +5922,29 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
 static int gdl__bw_matmul(gdl_node *n, const gdl_backend *be) {
     int M = (int)n->i[0], N = (int)n->i[1], K = (int)n->i[2], batch = (int)n->i[3], b;
     int64_t sA = n->i[4], sB = n->i[5], sC = (int64_t)M * N;
-    gdl_real *g = GDL__R(n->out->grad), *ga = GDL__G(n->in[0]), *gb = GDL__G(n->in[1]);
-    gdl_real *A = GDL__R(n->in[0]), *B = GDL__R(n->in[1]);
+    gdl_dtype dt = n->out->dtype; /* f32, or the inputs' one low dtype */
+    void *g = n->out->grad->data, *A = n->in[0]->data, *B = n->in[1]->data;
+    void *ga = n->in[0]->requires_grad ? n->in[0]->grad->data : NULL;
+    void *gb = n->in[1]->requires_grad ? n->in[1]->grad->data : NULL;
     if (!n->out->numel) return 0;
     /* a shared (stride 0) operand sums over the batch: one GEMM at a time, never two writers at once */
     if (ga) {
         if (sA == 0 && batch > 1) {
             for (b = 0; b < batch; b++)
-                if (be->gemm(0, 1, M, K, N, 1, g + b * sC, N, 0, B + b * sB, N, 0, 1, ga, K, 0, 1) < 0) return -1;
-        } else if (be->gemm(0, 1, M, K, N, 1, g, N, sC, B, N, sB, 1, ga, K, sA, batch) < 0) {
+                if (gdl__gemm_dt(be, dt, 0, 1, M, K, N, GDL__AT(g, dt, b * sC), N, 0, GDL__AT(B, dt, b * sB), N, 0, 1, ga,
+                                 K, 0, 1) < 0)
+                    return -1;
+        } else if (gdl__gemm_dt(be, dt, 0, 1, M, K, N, g, N, sC, B, N, sB, 1, ga, K, sA, batch) < 0) {
             return -1;
         }
     }
     if (gb) {
         if (sB == 0 && batch > 1) {
             for (b = 0; b < batch; b++)
-                if (be->gemm(1, 0, K, N, M, 1, A + b * sA, K, 0, g + b * sC, N, 0, 1, gb, N, 0, 1) < 0) return -1;
-        } else if (be->gemm(1, 0, K, N, M, 1, A, K, sA, g, N, sC, 1, gb, N, sB, batch) < 0) {
+                if (gdl__gemm_dt(be, dt, 1, 0, K, N, M, GDL__AT(A, dt, b * sA), K, 0, GDL__AT(g, dt, b * sC), N, 0, 1, gb,
+                                 N, 0, 1) < 0)
+                    return -1;
+        } else if (gdl__gemm_dt(be, dt, 1, 0, K, N, M, A, K, sA, g, N, sC, 1, gb, N, sB, batch) < 0) {
             return -1;
         }
     }
@@ -5664,8 +5957,14 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
     int err, k;
     gdl_tensor *out, *in[3];
     const gdl_backend *be;
-    if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
-        (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
+    gdl_dtype dt = GDL_F32;
+    if ((x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) || (bias && bias->dtype != GDL_F32)) {
+        if (x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype)) dt = x->dtype;
+        else GDL__LOWP3(op, gdl_linear(x, w, bias), x, w, bias);
+    }
+    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0 || gdl__check_in(op, "weight", w, dt == GDL_F32) < 0 ||
+        (bias && gdl__check_in(op, "bias", bias, dt == GDL_F32) < 0) || gdl__check_dev(op, x, w) < 0 ||
+        gdl__check_dev(op, x, bias) < 0)
         return NULL;
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
         gdl__set_error("%s: input %s does not match weight %s (expected the input's last dim = in_features = weight dim 1)",
@@ -5687,8 +5986,15 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
         gdl__set_error("%s: dimensions too large for the GEMM: input %s, weight %s", op, gdl_shape_str(x), gdl_shape_str(w));
         return NULL;
     }
-    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device))) return NULL;
-    if (out->numel) {
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, shape, dt, x->device))) return NULL;
+    if (out->numel && dt != GDL_F32) { /* out = bias rows (ones x bias), then out += x W^T: one rounding */
+        void *ones = bias ? gdl__ones_dt(op, be, x->device, dt, rows) : NULL;
+        if ((bias && (!ones || gdl__gemm_dt(be, dt, 0, 0, (int)rows, (int)out_f, 1, ones, 1, 0, bias->data, (int)out_f, 0,
+                                            0, out->data, (int)out_f, 0, 1) < 0)) ||
+            gdl__gemm_dt(be, dt, 0, 1, (int)rows, (int)out_f, (int)in_f, x->data, (int)in_f, 0, w->data, (int)in_f, 0,
+                         bias ? 1 : 0, out->data, (int)out_f, 0, 1) < 0)
+            return NULL;
+    } else if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];
         if (be->gemm(0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
                      GDL__R(out), (int)out_f, 0, 1) < 0)
@@ -5709,7 +6015,16 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *x = n->in[0], *w = n->in[1];
     int in_f = (int)w->shape[1], out_f = (int)w->shape[0], rows = (int)(n->out->numel / (out_f ? out_f : 1));
     gdl_real *g = GDL__R(n->out->grad), *gx = GDL__G(x), *gw = GDL__G(w), *gb = GDL__G(n->in[2]);
+    gdl_dtype dt = n->out->dtype;
     if (!n->out->numel) return 0;
+    if (dt != GDL_F32) { /* the same GEMMs in dt; the bias gradient is ones^T g */
+        void *ones = gb ? gdl__ones_dt("gdl_backward", be, x->device, dt, rows) : NULL;
+        if (gx && gdl__gemm_dt(be, dt, 0, 0, rows, in_f, out_f, g, out_f, 0, w->data, in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
+        if (gw && gdl__gemm_dt(be, dt, 1, 0, out_f, in_f, rows, g, out_f, 0, x->data, in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
+        if (gb && (!ones || gdl__gemm_dt(be, dt, 0, 0, 1, out_f, rows, ones, rows, 0, g, out_f, 0, 1, gb, out_f, 0, 1) < 0))
+            return -1;
+        return 0;
+    }
     if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
     if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
     if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, 1) < 0) return -1;
@@ -5724,6 +6039,7 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
     gdl_tensor *out, *idx = NULL;
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP1(opname, gdl__reduce(opname, op, x, all, dim, keepdim), x);
     if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
     if (all) {
         outer = inner = 1;
@@ -5772,6 +6088,7 @@ GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
     int d, k, nd = 0;
     gdl_tensor *out;
     const gdl_backend *be;
+    GDL__LOWP1("gdl_argmax", gdl_argmax(x, dim), x);
     if (gdl__check_in("gdl_argmax", "x", x, 1) < 0 || gdl__dim("gdl_argmax", x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (nred == 0) {
@@ -5792,6 +6109,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
     gdl_tensor *out;
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP1(opname, gdl__softmax(opname, op, x, dim), x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
@@ -5826,6 +6144,7 @@ GPUDL_API gdl_tensor *gdl_conv2d_ex(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bi
     gdl_node *n;
     int gi, err, direct;
     const gdl_backend *be;
+    GDL__LOWP3(op, gdl_conv2d_ex(x, w, bias, stride, padding, dilation, groups), x, w, bias);
     if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
         (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
         return NULL;
@@ -5948,6 +6267,7 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     gdl_node *n;
     int err, rc;
     const gdl_backend *be;
+    GDL__LOWP1(opname, gdl__pool(opname, op, x, kernel, stride, padding), x);
     if (gdl__check_in(opname, "input", x, 1) < 0) return NULL;
     if (x->ndim != 4) {
         gdl__set_error("%s: expected input [N,C,H,W], got %s", opname, gdl_shape_str(x));
@@ -6008,6 +6328,7 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
     gdl_node *n;
     int err;
     const gdl_backend *be;
+    GDL__LOWP1(op, gdl_global_avg_pool2d(x), x);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim != 4 || x->shape[2] * x->shape[3] == 0) {
         gdl__set_error("%s: expected a non-empty input [N,C,H,W], got %s", op, gdl_shape_str(x));
@@ -6038,6 +6359,26 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     if (count < 1 || !xs) {
         gdl__set_error("%s: need at least one tensor (got %d)", op, count);
         return NULL;
+    }
+    for (k = 0; k < count; k++)
+        if (xs[k] && xs[k]->dtype != GDL_F32) break;
+    if (k < count) { /* the low-precision path on a copy of the list (the caller's stays as it is) */
+        gdl_tensor **cv = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)count);
+        gdl_tensor ***pp = (gdl_tensor ***)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor **) * (size_t)count);
+        gdl_dtype dt = GDL_F32;
+        if (!cv || !pp) {
+            gdl__set_error("%s: out of host memory", op);
+            return NULL;
+        }
+        for (k = 0; k < count; k++) {
+            cv[k] = xs[k];
+            pp[k] = &cv[k];
+        }
+        if ((k = gdl__lowp_in(op, count, pp, 0, &dt)) <= 0) {
+            if (k < 0) return NULL;
+        } else {
+            return gdl__lowp_out(op, gdl_concat(count, cv, dim), dt);
+        }
     }
     for (k = 0; k < count; k++) {
         if (gdl__check_in(op, "an input", xs[k], 1) < 0 || gdl__check_dev(op, xs[0], xs[k]) < 0) return NULL;
@@ -6099,6 +6440,7 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     uint64_t seed;
     int err;
     const gdl_backend *be;
+    GDL__LOWP1(op, gdl_dropout(x, p, training), x);
     if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
     if (!(p >= 0 && p <= 1)) {
         gdl__set_error("%s: probability %g is not in [0,1]", op, p);
@@ -6145,6 +6487,7 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
     gdl_tensor *out, *mean, *invstd, *in[3];
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP3_FIRST(op, gdl_batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps), x, weight, bias);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim < 2 || x->ndim > 4) {
         gdl__set_error("%s: expected input [N,C], [N,C,L] or [N,C,H,W], got %s", op, gdl_shape_str(x));
@@ -6198,6 +6541,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
     gdl_tensor *out, *mean, *rstd, *in[3];
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP3_FIRST(op, gdl_layer_norm(x, weight, bias, eps), x, weight, bias);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] == 0) {
         gdl__set_error("%s: expected an input with a non-empty last dim, got %s", op, gdl_shape_str(x));
@@ -6253,6 +6597,7 @@ GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
     int err;
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
+    GDL__LOWP1(op, gdl_embedding(idx, w), w);
     if (gdl__check_in(op, "indices", idx, 0) < 0 || gdl__check_in(op, "weight", w, 1) < 0 || gdl__check_dev(op, idx, w) < 0)
         return NULL;
     if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
@@ -6296,6 +6641,7 @@ static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tens
     gdl_tensor *rows, *out, *count, *in[2];
     gdl_node *n;
     const gdl_backend *be;
+    GDL__LOWP1(opname, gdl__xent(opname, op, x, tgt, o), x);
     if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", tgt, 0) < 0 ||
         gdl__check_dev(opname, x, tgt) < 0)
         return NULL;
@@ -6363,6 +6709,7 @@ static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x
     int err;
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
+    GDL__LOWP2(opname, gdl__pointwise_loss(opname, op, x, y, r), x, y);
     if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", y, 1) < 0 ||
         gdl__check_dev(opname, x, y) < 0)
         return NULL;
@@ -6410,7 +6757,12 @@ static const gdl__op_info *gdl__op(int op) { return &gdl__ops[op]; }
    ------------------------------------------------------------------------- */
 
 GPUDL_API int gdl_set_requires_grad(gdl_tensor *t, int on) {
-    if (gdl__check_in("gdl_set_requires_grad", "t", t, on) < 0) return -1;
+    if (gdl__check_in("gdl_set_requires_grad", "t", t, 0) < 0) return -1;
+    if (on && !gdl__is_float(t->dtype)) {
+        gdl__set_error("gdl_set_requires_grad: only float tensors (f32, bf16, f16) can require grad, got %s %s",
+                       gdl_dtype_name(t->dtype), gdl_shape_str(t));
+        return -1;
+    }
     if (t->node) {
         gdl__set_error("gdl_set_requires_grad: %s is the result of %s, not a leaf", gdl_shape_str(t),
                        gdl_op_name(t->node->op));
@@ -6425,7 +6777,8 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
     if (gdl__check_in("gdl_zero_grad_tensor", "t", t, 0) < 0) return -1;
     if (!t->grad) return 0;
     if (!(be = gdl__be("gdl_zero_grad_tensor", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->grad->numel * sizeof(gdl_real));
+    return be->memset0(t->grad->data, (size_t)t->grad->numel *
+                                          (t->grad->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->grad->dtype)));
 }
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
@@ -6446,18 +6799,19 @@ static int gdl__ensure_grad(gdl_tensor *t) {
     const gdl_backend *be;
     if (t->grad) return 0;
     if (gdl__is_persistent(t)) {
-        t->grad = gdl_zeros(t->ndim, t->shape, GDL_F32, t->device);
+        t->grad = gdl_zeros(t->ndim, t->shape, t->dtype, t->device);
         return t->grad ? 0 : -1;
     }
-    if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, GDL_F32, t->device))) return -1;
+    /* in the tensor's dtype, as PyTorch */
+    if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, t->dtype, t->device))) return -1;
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->numel * sizeof(gdl_real));
+    return be->memset0(t->grad->data, (size_t)t->numel * (t->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->dtype)));
 }
 
 static int gdl__check_grad(const gdl_node *n, int k, const gdl_backend *be) {
     int64_t bad = 0;
     gdl_tensor *t = n->in[k];
-    if (!gdl__anomaly || !t || !t->requires_grad) return 0;
+    if (!gdl__anomaly || !t || !t->requires_grad || t->grad->dtype != GDL_F32) return 0; /* low: its f32 source is checked */
     if (be->count_nonfinite(t->numel, GDL__R(t->grad), &bad) < 0) return -1;
     if (bad) {
         gdl__set_error("gdl_backward: the gradient of %s's input %d %s has %lld NaN/Inf values (anomaly mode)",
@@ -6508,7 +6862,14 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
     /* gradients of intermediates from an earlier backward over the same tape start again */
     for (n = gdl__tape; n; n = n->prev) n->out->grad = NULL;
     if (gdl__ensure_grad(root) < 0) return -1;
-    if (seed) {
+    if (root->dtype != GDL_F32 || (seed && seed->dtype != GDL_F32)) {
+        gdl_real *one = NULL;
+        if (!seed && (!(one = (gdl_real *)gdl__scratch(op, root->device, sizeof(gdl_real))) || be->fill(one, 1, 1) < 0))
+            return -1;
+        if (gdl__acc_any(op, be, root->device, root->grad->data, root->dtype, seed ? seed->data : (void *)one,
+                         seed ? seed->dtype : GDL_F32, root->numel) < 0)
+            return -1;
+    } else if (seed) {
         if (be->copy2d(1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
             return -1;
     } else if (be->unary(GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
@@ -6545,7 +6906,12 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
 }
 
 GPUDL_API int gdl_backward(gdl_tensor *loss) {
-    if (gdl__check_in("gdl_backward", "loss", loss, 1) < 0) return -1;
+    if (gdl__check_in("gdl_backward", "loss", loss, 0) < 0) return -1;
+    if (!gdl__is_float(loss->dtype)) {
+        gdl__set_error("gdl_backward: the loss must be a float tensor, got %s %s", gdl_dtype_name(loss->dtype),
+                       gdl_shape_str(loss));
+        return -1;
+    }
     if (loss->numel != 1) {
         gdl__set_error("gdl_backward: the loss must have one element, got %s (use gdl_backward_grad)", gdl_shape_str(loss));
         return -1;
@@ -6554,9 +6920,14 @@ GPUDL_API int gdl_backward(gdl_tensor *loss) {
 }
 
 GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
-    if (gdl__check_in("gdl_backward_grad", "t", t, 1) < 0 || gdl__check_in("gdl_backward_grad", "grad", grad, 1) < 0 ||
+    if (gdl__check_in("gdl_backward_grad", "t", t, 0) < 0 || gdl__check_in("gdl_backward_grad", "grad", grad, 0) < 0 ||
         gdl__check_dev("gdl_backward_grad", t, grad) < 0)
         return -1;
+    if (!gdl__is_float(t->dtype) || !gdl__is_float(grad->dtype)) {
+        gdl__set_error("gdl_backward_grad: expected float tensors, got %s %s and grad %s %s", gdl_dtype_name(t->dtype),
+                       gdl_shape_str(t), gdl_dtype_name(grad->dtype), gdl_shape_str(grad));
+        return -1;
+    }
     if (grad->numel != t->numel) {
         gdl__set_error("gdl_backward_grad: grad %s does not match tensor %s", gdl_shape_str(grad), gdl_shape_str(t));
         return -1;
@@ -10762,6 +11133,11 @@ static int gdl__clip_fused(const char *op, gdl_tensor *const *params, int n, dou
             return -1;
         }
         if (!params[i]->grad || !params[i]->grad->numel) continue;
+        if (params[i]->grad->dtype != GDL_F32) { /* the kernels read f32 */
+            gdl__set_error("%s: params[%d] %s has a %s gradient; gradient clipping takes f32 gradients", op, i,
+                           gdl_shape_str(params[i]), gdl_dtype_name(params[i]->grad->dtype));
+            return -1;
+        }
         if (k++ == 0) dev = params[i]->grad->device;
         else if (!gdl_device_equal(dev, params[i]->grad->device)) return 1;
     }
@@ -10805,6 +11181,11 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
         const gdl_backend *be;
         double s = 0;
         if (!params[i]->grad || !params[i]->grad->numel) continue;
+        if (params[i]->grad->dtype != GDL_F32) {
+            gdl__set_error("%s: params[%d] %s has a %s gradient; gradient clipping takes f32 gradients", op, i,
+                           gdl_shape_str(params[i]), gdl_dtype_name(params[i]->grad->dtype));
+            return -1;
+        }
         if (!(be = gdl__be(op, params[i]->grad->device)) || be->sum_squares(params[i]->grad->numel,
                                                                              GDL__R(params[i]->grad), &s) < 0)
             return -1;

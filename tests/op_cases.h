@@ -111,6 +111,8 @@ static gdl_tensor *f_bce_none(gdl_tensor **x) { return gdl_bce_with_logits(x[0],
 static gdl_tensor *f_bce_sum(gdl_tensor **x) { return gdl_bce_with_logits(x[0], x[1], GDL_REDUCE_SUM); }
 /* a copy to the input's own device (the parity test runs it on the GPU) */
 static gdl_tensor *f_to(gdl_tensor **x) { return gdl_to(gdl_mul_scalar(x[0], 1.5), x[0]->device); }
+/* a differentiable dtype conversion (f32 to f32 here: the double build has no exact low dtype) */
+static gdl_tensor *f_cast(gdl_tensor **x) { return gdl_to_dtype(gdl_mul_scalar(x[0], 1.5), GDL_F32); }
 /* one tensor as both operands */
 static gdl_tensor *f_add_self(gdl_tensor **x) { return gdl_add(x[0], x[0]); }
 static gdl_tensor *f_sub_self(gdl_tensor **x) { return gdl_sub(x[0], x[0]); }
@@ -211,6 +213,7 @@ static const gc_case cases[] = {
     {"bce_with_logits_none", GDL_OP_BCE_WITH_LOGITS, f_bce_none, 2, {{R2(3, 5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
     {"bce_with_logits_sum", GDL_OP_SUM, f_bce_sum, 2, {{R1(17), IN_RANDN, 0}, {R1(17), IN_RANDN, 0}}},
     {"to", GDL_OP_TO, f_to, 1, {{R2(3, 5), IN_RANDN, 0}}},
+    {"cast", GDL_OP_CAST, f_cast, 1, {{R2(3, 5), IN_RANDN, 0}}},
     {"add_self", GDL_OP_ADD, f_add_self, 1, {{R2(3, 5), IN_RANDN, 0}}},
     {"sub_self", GDL_OP_SUB, f_sub_self, 1, {{R2(3, 5), IN_RANDN, 0}}},
     {"mul_self", GDL_OP_MUL, f_mul_self, 1, {{R2(3, 5), IN_RANDN, 0}}},

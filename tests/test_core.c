@@ -399,7 +399,7 @@ TEST test_error_messages(void) {
     ASSERT_NULL(gdl_add(a, b));
     ASSERT_STR_EQ("gdl_add: shapes [64,784] and [128,10] cannot be broadcast", gdl_last_error());
     ASSERT_NULL(gdl_relu(i));
-    ASSERT_STR_EQ("gdl_relu: x must be f32, got i32 [3]", gdl_last_error());
+    ASSERT_STR_EQ("gdl_relu: expected a float tensor (f32, bf16 or f16), got i32 [3]", gdl_last_error());
     ASSERT_NULL(gdl_linear(a, b, NULL));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_linear: input [64,784] does not match weight [128,10]");
     ASSERT_NULL(gdl_sum_dim(a, 2, 0));

@@ -17,6 +17,7 @@
 #include "../gpudl.h"
 #include "harness.h"
 #include "op_cases.h"
+#include "dtype_parity.h"
 #include "monitor_cases.h"
 #ifdef GPUDL_EMU
 #include "cuda_emu/emu_api.h"
@@ -1790,6 +1791,28 @@ TEST fit_recovers_from_oom(void) {
 #endif
 }
 
+/* ---- run-time dtypes: every op_cases row in bf16 and f16 against f32, on the GPU ---- */
+
+TEST dtype_parity_gpu(void *arg) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return dtype_parity(arg);
+}
+
+TEST dtype_promotion_gpu(void) {
+    static gdl_device dev;
+    if (!have_gpu()) SKIPm("no GPU");
+    dev = GPU;
+    return dtype_promotion((void *)&dev);
+}
+
+/* matmul and linear in bf16 / f16 through cublasGemmEx / GemmStridedBatchedEx, off the block sizes */
+TEST dtype_gemm_sizes_gpu(void) {
+    static gdl_device dev;
+    if (!have_gpu()) SKIPm("no GPU");
+    dev = GPU;
+    return dtype_gemm_sizes((void *)&dev);
+}
+
 /* ---- suites ---- */
 
 static parity_run table_runs[2 * NCASES], gpu_runs[2 * NGPU_CASES];
@@ -1819,6 +1842,23 @@ SUITE(kernel_paths) {
     RUN_TEST(argmax_ties_and_nan);
     RUN_TEST(embedding_backward_exact_counts);
     RUN_TEST(gemm_k0_does_not_read_c);
+}
+static dtype_run dtype_runs[4 * NCASES];
+SUITE(dtypes) {
+    int i, j;
+    char name[128];
+    for (i = 0; i < NCASES; i++)
+        for (j = 0; j < 4; j++) {
+            dtype_run *r = &dtype_runs[4 * i + j];
+            r->c = i;
+            r->dt = j < 2 ? GDL_BF16 : GDL_F16;
+            r->fanout = j & 1;
+            r->dev = GPU;
+            snprintf(name, sizeof name, "%s_%s%s", cases[i].name, gdl_dtype_name(r->dt), r->fanout ? "_fanout" : "");
+            RUN_TEST_NAMED(name, dtype_parity_gpu, (void *)r);
+        }
+    RUN_TEST(dtype_gemm_sizes_gpu);
+    RUN_TEST(dtype_promotion_gpu);
 }
 SUITE(optim) {
     static const opt_kind kinds[] = {
@@ -1933,6 +1973,7 @@ int main(int argc, char **argv) {
     printf("CUDA devices: %d (%s)\n", gdl_cuda_device_count(), gdl_device_name(gdl_default_device()));
     RUN_SUITE(monitor);
     RUN_SUITE(ops);
+    RUN_SUITE(dtypes);
     RUN_SUITE(kernel_paths);
     RUN_SUITE(optim);
     RUN_SUITE(training);

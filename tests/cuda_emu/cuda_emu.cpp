@@ -2220,7 +2220,7 @@ void sgemm_cpu(bool ta, bool tb, int m, int n, int k, float alpha, const float *
 // an operand of `rows` x `cols` (ld) per batch, `batch` batches `stride`
 // apart, must lie inside one device allocation of the handle's device
 bool blas_operand_ok(const char *fn, const char *what, const void *p, int rows, int cols, int ld, long long stride,
-                     int batch, int dev) {
+                     int batch, int dev, size_t esize = sizeof(float)) {
     if (rows == 0 || cols == 0 || batch == 0) return true;
     long long last = (long long)(cols - 1) * ld + rows; /* elements spanned by one batch */
     long long lo = 0, hi = last;
@@ -2231,7 +2231,7 @@ bool blas_operand_ok(const char *fn, const char *what, const void *p, int rows, 
     }
     bool bad;
     const Alloc *A = nullptr;
-    int k = classify((const float *)p + lo, (size_t)(hi - lo) * sizeof(float), &bad, &A);
+    int k = classify((const char *)p + lo * (long long)esize, (size_t)(hi - lo) * esize, &bad, &A);
     if (k < 0 || bad || (A && A->device != dev)) {
         diag("%s: operand %s (%p, %d x %d, ld %d%s) is %s", fn, what, p, rows, cols, ld, batch > 1 ? ", batched" : "",
              k < 0 ? "not device memory" : bad ? "not inside its allocation" : "memory of another device");
@@ -2240,9 +2240,70 @@ bool blas_operand_ok(const char *fn, const char *what, const void *p, int rows, 
     return true;
 }
 
+// 16-bit floats as cuBLAS stores them, round to nearest even (NaN stays NaN)
+float half_to_float(uint16_t h, bool bf) {
+    uint32_t u;
+    float f;
+    if (bf) {
+        u = (uint32_t)h << 16;
+    } else {
+        uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+        if (e == 0x1f) u = sign | 0x7f800000u | (m << 13);
+        else if (e) u = sign | ((e + 112) << 23) | (m << 13);
+        else if (!m) u = sign;
+        else { /* subnormal: m * 2^-24 exactly */
+            f = (float)m * 5.9604644775390625e-8f;
+            return sign ? -f : f;
+        }
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+uint16_t float_to_half(float f, bool bf) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (bf) {
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+        return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    float a = std::fabs(f);
+    if (a != a) return (uint16_t)(sign | 0x7e00u);
+    if (a >= 65520.0f) return (uint16_t)(sign | 0x7c00u); /* rounds past the largest half */
+    if (a < 6.103515625e-05f) { /* subnormal or zero: units of 2^-24, ties to even */
+        float q = a * 16777216.0f;
+        return (uint16_t)(sign | (uint16_t)std::nearbyint(q));
+    }
+    uint32_t au;
+    memcpy(&au, &a, 4);
+    uint32_t r = au + 0xfffu + ((au >> 13) & 1u); /* round the low 13 bits, ties to even */
+    return (uint16_t)(sign | (uint16_t)((((r >> 23) - 112) << 10) | ((r >> 13) & 0x3ff)));
+}
+
+// one batch of a GemmEx on 16-bit matrices: f32 copies, the f32 GEMM (accumulating in f32), C rounded once
+void hgemm_cpu(bool ta, bool tb, int m, int n, int k, float alpha, const uint16_t *A, int lda, const uint16_t *B,
+               int ldb, float beta, uint16_t *C, int ldc, bool bf) {
+    int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    bool use_ab = alpha != 0 && k > 0;
+    std::vector<float> a(use_ab ? (size_t)lda * ac : 0), b(use_ab ? (size_t)ldb * bc : 0), c((size_t)ldc * n);
+    if (use_ab) {
+        for (int j = 0; j < ac; j++)
+            for (int i = 0; i < ar; i++) a[(size_t)j * lda + i] = half_to_float(A[(size_t)j * lda + i], bf);
+        for (int j = 0; j < bc; j++)
+            for (int i = 0; i < br; i++) b[(size_t)j * ldb + i] = half_to_float(B[(size_t)j * ldb + i], bf);
+    }
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) c[(size_t)j * ldc + i] = half_to_float(C[(size_t)j * ldc + i], bf);
+    sgemm_cpu(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, false);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) C[(size_t)j * ldc + i] = float_to_half(c[(size_t)j * ldc + i], bf);
+}
+
+// elem: 0 for f32 (cublasSgemm*), else CUDA_R_16F or CUDA_R_16BF (cublasGemm*Ex)
 cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                           int k, const float *alpha, const float *A, int lda, long long sA, const float *B, int ldb,
-                           long long sB, const float *beta, float *C, int ldc, long long sC, int batch) {
+                           int k, const float *alpha, const void *A, int lda, long long sA, const void *B, int ldb,
+                           long long sB, const float *beta, void *C, int ldc, long long sC, int batch, int elem = 0) {
+    size_t es = elem ? 2 : sizeof(float);
     BlasHandle *H = blas_get(h);
     if (!H) return CUBLAS_STATUS_NOT_INITIALIZED;
     long num = ++n_cublas, fc = fail_cublas_at.load();
@@ -2267,9 +2328,9 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
     if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
     float al = *alpha, be = *beta;
     bool need_ab = al != 0 && k > 0;
-    if ((need_ab && (!blas_operand_ok(fn, "A", A, ar, ac, lda, sA, batch, H->dev) ||
-                     !blas_operand_ok(fn, "B", B, br, bc, ldb, sB, batch, H->dev))) ||
-        !blas_operand_ok(fn, "C", C, m, n, ldc, sC, batch, H->dev))
+    if ((need_ab && (!blas_operand_ok(fn, "A", A, ar, ac, lda, sA, batch, H->dev, es) ||
+                     !blas_operand_ok(fn, "B", B, br, bc, ldb, sB, batch, H->dev, es))) ||
+        !blas_operand_ok(fn, "C", C, m, n, ldc, sC, batch, H->dev, es))
         return CUBLAS_STATUS_INVALID_VALUE;
     bool round = H->mode == CUBLAS_TF32_TENSOR_OP_MATH;
     std::lock_guard<std::mutex> l(g_mu);
@@ -2280,8 +2341,14 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     enqueue_locked(s, [=] {
-        for (int b = 0; b < batch; b++)
-            sgemm_cpu(TA, TB, m, n, k, al, A + b * sA, lda, B + b * sB, ldb, be, C + b * sC, ldc, round);
+        for (int b = 0; b < batch; b++) {
+            if (elem)
+                hgemm_cpu(TA, TB, m, n, k, al, (const uint16_t *)A + b * sA, lda, (const uint16_t *)B + b * sB, ldb, be,
+                          (uint16_t *)C + b * sC, ldc, elem == CUDA_R_16BF);
+            else
+                sgemm_cpu(TA, TB, m, n, k, al, (const float *)A + b * sA, lda, (const float *)B + b * sB, ldb, be,
+                          (float *)C + b * sC, ldc, round);
+        }
     });
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -2382,6 +2449,45 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
                                          long long sC, int batch) {
     return gemm_common("cublasSgemmStridedBatched", h, ta, tb, m, n, k, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc,
                        sC, batch);
+}
+
+// GemmEx on f16 / bf16 matrices with f32 accumulation, the one form gpudl
+// uses: A, B and C of one 16-bit type, CUBLAS_COMPUTE_32F (float alpha and
+// beta). Anything else is CUBLAS_STATUS_NOT_SUPPORTED with a diagnostic.
+static cublasStatus_t gemm_ex_types(const char *fn, cudaDataType at, cudaDataType bt, cudaDataType ct,
+                                    cublasComputeType_t comp, int *elem) {
+    if (at != bt || at != ct || (at != CUDA_R_16F && at != CUDA_R_16BF) || comp != CUBLAS_COMPUTE_32F) {
+        diag("%s: the emulator runs A, B, C of one type, f16 or bf16, with CUBLAS_COMPUTE_32F (got types %d %d %d, "
+             "compute %d)", fn, (int)at, (int)bt, (int)ct, (int)comp);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    *elem = (int)at;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt,
+                            int ldb, const void *beta, void *C, cudaDataType ct, int ldc, cublasComputeType_t comp,
+                            cublasGemmAlgo_t algo) {
+    int elem = 0;
+    cublasStatus_t st = gemm_ex_types("cublasGemmEx", at, bt, ct, comp, &elem);
+    (void)algo;
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    return gemm_common("cublasGemmEx", h, ta, tb, m, n, k, (const float *)alpha, A, lda, 0, B, ldb, 0,
+                       (const float *)beta, C, ldc, 0, 1, elem);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                                          int k, const void *alpha, const void *A, cudaDataType at, int lda,
+                                          long long sA, const void *B, cudaDataType bt, int ldb, long long sB,
+                                          const void *beta, void *C, cudaDataType ct, int ldc, long long sC, int batch,
+                                          cublasComputeType_t comp, cublasGemmAlgo_t algo) {
+    int elem = 0;
+    cublasStatus_t st = gemm_ex_types("cublasGemmStridedBatchedEx", at, bt, ct, comp, &elem);
+    (void)algo;
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    return gemm_common("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, (const float *)alpha, A, lda, sA, B, ldb, sB,
+                       (const float *)beta, C, ldc, sC, batch, elem);
 }
 
 } // extern "C"

@@ -645,6 +645,54 @@ TEST cublas_column_major_and_checks(void) {
     PASS();
 }
 
+// GemmEx / GemmStridedBatchedEx on 16-bit matrices: products summed in f32
+// (257 terms of 1 and 2^-8 give 2; a bf16 sum would stay at 1), C rounded
+// once, beta read in f32; mixed or unsupported types refused.
+TEST cublas_gemm_ex_16bit(void) {
+    const int k = 257;
+    uint16_t A[k], B[k], C[2], R[2];
+    for (int i = 0; i < k; i++) {
+        A[i] = 0x3F80;                      /* bf16 1.0 */
+        B[i] = i == 0 ? 0x3F80 : 0x3B80;    /* 1.0, then 2^-8 */
+    }
+    uint16_t *dA = (uint16_t *)dmalloc(sizeof A), *dB = (uint16_t *)dmalloc(sizeof B), *dC = (uint16_t *)dmalloc(sizeof C);
+    cudaMemcpy(dA, A, sizeof A, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B, sizeof B, cudaMemcpyHostToDevice);
+    cublasHandle_t h;
+    ASSERT_EQ(0, (int)cublasCreate(&h));
+    float one = 1, zero = 0;
+    ASSERT_EQ(0, (int)cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 1, 1, k, &one, dA, CUDA_R_16BF, k, dB, CUDA_R_16BF, k,
+                                   &zero, dC, CUDA_R_16BF, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cudaMemcpy(R, dC, 2, cudaMemcpyDeviceToHost);
+    ASSERT_EQ(0x4000, (int)R[0]); /* bf16 2.0 */
+    /* f16, two batches, beta = 1: C[b] = A[b] * B[b] + C[b] */
+    uint16_t a2[2] = {0x4200, 0x3C00}, b2[2] = {0x3800, 0x3800}; /* 3, 1 and 0.5, 0.5 */
+    C[0] = 0x3C00;                                                /* 1 */
+    C[1] = 0x0000;
+    cudaMemcpy(dA, a2, sizeof a2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, b2, sizeof b2, cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C, sizeof C, cudaMemcpyHostToDevice);
+    ASSERT_EQ(0, (int)cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, dA, CUDA_R_16F, 1, 1, dB,
+                                                 CUDA_R_16F, 1, 1, &one, dC, CUDA_R_16F, 1, 1, 2, CUBLAS_COMPUTE_32F,
+                                                 CUBLAS_GEMM_DEFAULT));
+    cudaMemcpy(R, dC, sizeof R, cudaMemcpyDeviceToHost);
+    ASSERT_EQ(0x4100, (int)R[0]); /* 3 * 0.5 + 1 = 2.5 */
+    ASSERT_EQ(0x3800, (int)R[1]); /* 0.5 */
+    ASSERT_EQ((int)CUBLAS_STATUS_NOT_SUPPORTED,
+              (int)cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, dA, CUDA_R_16F, 1, dB, CUDA_R_16BF, 1, &zero,
+                                dC, CUDA_R_16F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "cublasGemmEx: the emulator runs A, B, C of one type");
+    ASSERT_EQ((int)CUBLAS_STATUS_INVALID_VALUE, /* C spans 2 x 2 16-bit elements: past its allocation */
+              (int)cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 1, &one, dA, CUDA_R_16F, 2, dB, CUDA_R_16F, 1, &zero,
+                                dC, CUDA_R_16F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "not inside its allocation");
+    cublasDestroy(h);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    PASS();
+}
+
 // ---------------------------------------------------------------------------
 // fault injection, counters, errors
 
@@ -738,7 +786,10 @@ SUITE(diagnostics) {
     RUN_TEST(diag_launch_checks);
     RUN_TEST(diag_copy_checks);
 }
-SUITE(blas) { RUN_TEST(cublas_column_major_and_checks); }
+SUITE(blas) {
+    RUN_TEST(cublas_column_major_and_checks);
+    RUN_TEST(cublas_gemm_ex_16bit);
+}
 SUITE(runtime) {
     RUN_TEST(fault_injection_and_counts);
     RUN_TEST(device_properties);

@@ -1,0 +1,307 @@
+/* dtype_parity.h — every row of tests/op_cases.h run in bf16 and in f16
+   against the same row in f32, forward and backward, on one device (the CPU
+   in tests/test_dtype.c, the emulated GPU in tests/test_cuda.c).
+
+   Both runs start from the same values: every float input is first rounded
+   to the low dtype, and the f32 run gets those rounded values. So the runs
+   differ only by what the low-precision run rounds: each op's output (once,
+   after computing in f32) and each gradient. The row's output-gradient seed
+   w is also rounded to the low dtype for both runs.
+
+   Tolerance, per compared tensor (output, each input's gradient):
+       max_i |low_i - ref_i| <= tol * max(max_i |ref_i|, 1e-3) + 1e-6
+   with tol 1e-2 for bf16 (8 significant bits: one rounding is <= 2^-9 =
+   2e-3 relative) and 2e-3 for f16 (11 bits: 2^-12 = 2.4e-4), doubled for a
+   fanned-out row (its sum, scale and add round values as large as the
+   output). The margin covers the few roundings of a row's chain; reductions accumulate in f32 in both runs, so they need no wider
+   tolerance than elementwise ops. BatchNorm's running statistics stay f32
+   (inputs of kind IN_CONST / IN_CONST_POS), as under PyTorch's autocast. */
+#ifndef GPUDL_DTYPE_PARITY_H
+#define GPUDL_DTYPE_PARITY_H
+
+#include "op_cases.h"
+
+typedef struct dtype_run {
+    int c;          /* index into cases[] */
+    int fanout;
+    gdl_dtype dt;   /* GDL_BF16 or GDL_F16 */
+    gdl_device dev;
+} dtype_run;
+
+static double dtype_tol(gdl_dtype dt) { return dt == GDL_BF16 ? 1e-2 : 2e-3; }
+/* a fanned-out row adds three roundings (sum, scale, add) of values as large as the output's */
+static double dtype_tol_run(gdl_dtype dt, int fanout) { return dtype_tol(dt) * (fanout ? 2 : 1); }
+
+/* the values of a float tensor on any device, as doubles on the host (malloc'd) */
+static double *dtype_host_values(gdl_tensor *t) {
+    gdl_tensor *f = gdl_to(gdl_to_dtype(t, GDL_F32), gdl_cpu());
+    double *v;
+    int64_t i;
+    if (!f) return NULL;
+    v = (double *)malloc(sizeof(double) * (size_t)(t->numel + 1));
+    if (!v) return NULL;
+    for (i = 0; i < t->numel; i++) v[i] = (double)((const float *)f->data)[i];
+    return v;
+}
+
+/* 0 when within tolerance; else the relative error (also for a NaN) */
+static double dtype_compare(gdl_tensor *low, gdl_tensor *ref, double tol, double *rel_out) {
+    double *a = dtype_host_values(low), *b = dtype_host_values(ref), worst = 0, scale = 1e-3, bad = 0;
+    int64_t i;
+    if (!a || !b || low->numel != ref->numel) {
+        free(a);
+        free(b);
+        return 1;
+    }
+    for (i = 0; i < ref->numel; i++)
+        if (fabs(b[i]) > scale) scale = fabs(b[i]);
+    for (i = 0; i < ref->numel; i++) {
+        double e = fabs(a[i] - b[i]);
+        if (!(e <= worst)) worst = e; /* NaN sticks */
+    }
+    *rel_out = worst / scale;
+    if (!(worst <= tol * scale + 1e-6)) bad = worst / scale;
+    if (bad != bad) bad = 1;
+    free(a);
+    free(b);
+    return bad;
+}
+
+static int dtype_is_low_input(const gc_input *d) {
+    return d->kind != IN_TARGET && d->kind != IN_TARGET_IGNORE && d->kind != IN_CONST && d->kind != IN_CONST_POS;
+}
+
+static gdl_tensor *dtype_forward(const dtype_run *r, gdl_tensor **in) {
+    return r->fanout ? fanout_forward(&cases[r->c], in) : cases[r->c].forward(in);
+}
+
+TEST dtype_parity(void *arg) {
+    const dtype_run *r = (const dtype_run *)arg;
+    const gc_case *c = &cases[r->c];
+    gdl_tensor *cpu[5] = {0}, *ref[5] = {0}, *low[5] = {0}, *out, *wref, *wlow, *w;
+    int k;
+    double rel;
+    char msg[400] = "";
+    gdl_manual_seed(1234);
+    for (k = 0; k < c->nin; k++) {
+        ASSERT_NOT_NULL(cpu[k] = make_input(&c->in[k]));
+        if (dtype_is_low_input(&c->in[k])) { /* round the values once: both runs start from them */
+            float *v = (float *)cpu[k]->data;
+            int64_t i;
+            for (i = 0; i < cpu[k]->numel; i++)
+                v[i] = r->dt == GDL_BF16 ? gdl_bf16_to_f32(gdl_f32_to_bf16(v[i])) : gdl_f16_to_f32(gdl_f32_to_f16(v[i]));
+        }
+    }
+    gdl_arena_reset();
+    for (k = 0; k < c->nin; k++) {
+        ASSERT_NOT_NULL(ref[k] = gdl_to(cpu[k], r->dev));
+        if (dtype_is_low_input(&c->in[k])) {
+            gdl_tensor *t = gdl_clone(gdl_to_dtype(cpu[k], r->dt));
+            ASSERT_NOT_NULL(t);
+            ASSERT_NOT_NULL(low[k] = gdl_to(t, r->dev));
+            gdl_free(t);
+            ASSERT_EQ(0, gdl_set_requires_grad(low[k], cpu[k]->requires_grad));
+        } else {
+            ASSERT_NOT_NULL(low[k] = gdl_to(cpu[k], r->dev));
+        }
+    }
+    gdl_set_grad_enabled(1);
+    /* the f32 run */
+    gdl_arena_reset();
+    gdl_manual_seed(99);
+    out = dtype_forward(r, ref);
+    if (!out) FAILf("%s: f32 forward failed: %s", c->name, gdl_last_error());
+    w = gdl_randn(out->ndim, out->shape, gdl_cpu());
+    ASSERT_NOT_NULL(w);
+    {
+        float *v = (float *)w->data;
+        int64_t i;
+        for (i = 0; i < w->numel; i++)
+            v[i] = r->dt == GDL_BF16 ? gdl_bf16_to_f32(gdl_f32_to_bf16(v[i])) : gdl_f16_to_f32(gdl_f32_to_f16(v[i]));
+    }
+    ASSERT_NOT_NULL(wref = gdl_to(w, r->dev));
+    if (gdl_backward_grad(out, wref) < 0) FAILf("%s: f32 backward failed: %s", c->name, gdl_last_error());
+    {
+        gdl_tensor *out_ref = gdl_clone(out), *gl;
+        gdl_tensor *gref[5] = {0};
+        for (k = 0; k < c->nin; k++)
+            if (ref[k]->requires_grad) ASSERT_NOT_NULL(gref[k] = gdl_clone(ref[k]->grad));
+        /* the low-precision run */
+        gdl_arena_reset();
+        gdl_manual_seed(99);
+        out = dtype_forward(r, low);
+        if (!out) FAILf("%s %s: forward failed: %s", c->name, gdl_dtype_name(r->dt), gdl_last_error());
+        /* the cast row converts to f32 */
+        ASSERT_EQm("the output keeps the inputs' dtype", (int)(c->op == GDL_OP_CAST ? GDL_F32 : r->dt),
+                   (int)out->dtype);
+        ASSERT_NOT_NULL(wlow = gdl_to_dtype(wref, r->dt));
+        if (gdl_backward_grad(out, wlow) < 0)
+            FAILf("%s %s: backward failed: %s", c->name, gdl_dtype_name(r->dt), gdl_last_error());
+        if (dtype_compare(out, out_ref, dtype_tol_run(r->dt, r->fanout), &rel))
+            snprintf(msg, sizeof msg, "%s %s%s: output differs from f32 by %.3g (relative to its max)", c->name,
+                     gdl_dtype_name(r->dt), r->fanout ? " fanout" : "", rel);
+        for (k = 0; k < c->nin && !msg[0]; k++) {
+            if (!gref[k]) continue;
+            gl = low[k]->grad;
+            if (!gl) {
+                snprintf(msg, sizeof msg, "%s %s: input %d has no gradient", c->name, gdl_dtype_name(r->dt), k);
+                break;
+            }
+            if (gl->dtype != low[k]->dtype) {
+                snprintf(msg, sizeof msg, "%s: the gradient of a %s input is %s", c->name, gdl_dtype_name(low[k]->dtype),
+                         gdl_dtype_name(gl->dtype));
+                break;
+            }
+            if (dtype_compare(gl, gref[k], dtype_tol_run(r->dt, r->fanout), &rel))
+                snprintf(msg, sizeof msg, "%s %s%s: gradient of input %d differs from f32 by %.3g (relative to its max)",
+                         c->name, gdl_dtype_name(r->dt), r->fanout ? " fanout" : "", k, rel);
+        }
+        gdl_free(out_ref);
+        for (k = 0; k < c->nin; k++) gdl_free(gref[k]);
+    }
+    gdl_free(w);
+    gdl_free(wref);
+    for (k = 0; k < c->nin; k++) {
+        gdl_free(cpu[k]);
+        gdl_free(ref[k]);
+        gdl_free(low[k]);
+    }
+    gdl_arena_reset();
+    if (msg[0]) FAILm(msg);
+    PASS();
+}
+
+/* a persistent tensor of dtype dt on dev holding randn values (rounded to dt) */
+static gdl_tensor *dtype_rnd(int ndim, const int64_t *shape, gdl_dtype dt, gdl_device dev) {
+    gdl_tensor *f = gdl_randn(ndim, shape, gdl_cpu()), *t, *r;
+    if (!f) return NULL;
+    t = dt == GDL_F32 ? f : gdl_clone(gdl_to_dtype(f, dt));
+    r = gdl_to(t, dev);
+    if (t != f) gdl_free(t);
+    gdl_free(f);
+    return r;
+}
+
+/* max |a - b| over all elements, both read as f32, on any device */
+static double dtype_maxdiff(gdl_tensor *a, gdl_tensor *b) {
+    double *x = dtype_host_values(a), *y = dtype_host_values(b), m = 0;
+    int64_t i;
+    if (!x || !y || a->numel != b->numel) m = INFINITY;
+    for (i = 0; m == m && m != INFINITY && i < a->numel; i++) {
+        double e = fabs(x[i] - y[i]);
+        if (!(e <= m)) m = e;
+    }
+    free(x);
+    free(y);
+    return m;
+}
+
+/* PyTorch's promotion for every pair of float dtypes: the widest wins
+   (f16 + bf16 is f32, as neither holds the other); the result equals the
+   f32 computation on the same values rounded once. Binary ops, a loss,
+   matmul and linear (native when both are one low dtype), concat. */
+TEST dtype_promotion(void *arg) {
+    static const gdl_dtype dts[3] = {GDL_F32, GDL_BF16, GDL_F16};
+    gdl_device dev = *(const gdl_device *)arg;
+    int64_t s[2] = {3, 5}, s1 = 5, s15[2] = {1, 5}, s53[2] = {5, 3};
+    int i, j;
+    for (i = 0; i < 3; i++)
+        for (j = 0; j < 3; j++) {
+            gdl_tensor *a = dtype_rnd(2, s, dts[i], dev), *b = dtype_rnd(1, &s1, dts[j], dev);
+            gdl_tensor *m = dtype_rnd(2, s53, dts[j], dev), *r, *fa, *fb, *want, *xs[2];
+            gdl_dtype exp = dts[i] == dts[j] ? dts[i] : GDL_F32;
+            ASSERT_NOT_NULL(a);
+            ASSERT_NOT_NULL(b);
+            ASSERT_NOT_NULL(m);
+            fa = gdl_to_dtype(a, GDL_F32);
+            fb = gdl_to_dtype(b, GDL_F32);
+            ASSERT_NOT_NULL(r = gdl_mul(a, b));
+            ASSERT_EQm("mul's result dtype", (int)exp, (int)r->dtype);
+            want = gdl_to_dtype(gdl_mul(fa, fb), exp); /* computed in f32, rounded once */
+            ASSERT_IN_RANGE(0, dtype_maxdiff(r, want), 0);
+            ASSERT_NOT_NULL(r = gdl_sub(b, a));
+            ASSERT_EQm("sub's result dtype", (int)exp, (int)r->dtype);
+            ASSERT_IN_RANGE(0, dtype_maxdiff(r, gdl_to_dtype(gdl_sub(fb, fa), exp)), 0);
+            ASSERT_NOT_NULL(r = gdl_mse_loss(a, a, GDL_REDUCE_MEAN));
+            ASSERT_EQ((int)dts[i], (int)r->dtype);
+            ASSERT_NOT_NULL(r = gdl_matmul(a, m));
+            ASSERT_EQm("matmul's result dtype", (int)exp, (int)r->dtype);
+            ASSERT_IN_RANGE(0, dtype_maxdiff(r, gdl_to_dtype(gdl_matmul(fa, gdl_to_dtype(m, GDL_F32)), exp)), 0);
+            ASSERT_NOT_NULL(r = gdl_linear(a, gdl_reshape(b, 2, s15), b->ndim ? gdl_slice(b, 0, 1) : NULL));
+            ASSERT_EQm("linear's result dtype", (int)exp, (int)r->dtype);
+            xs[0] = a;
+            xs[1] = gdl_reshape(m, 2, s);
+            ASSERT_NOT_NULL(r = gdl_concat(2, xs, 0));
+            ASSERT_EQm("concat's result dtype", (int)exp, (int)r->dtype);
+            gdl_free(a);
+            gdl_free(b);
+            gdl_free(m);
+            gdl_arena_reset();
+        }
+    PASS();
+}
+
+/* GEMM shapes that take every path of the blocked kernel (edges off every
+   block size, a K longer than one K block, batched), in bf16 and f16 against
+   f32 on the same rounded values, forward and both gradients; K = 0 gives
+   zeros. Also a bf16 linear with bias, whose bias goes through the GEMM. */
+TEST dtype_gemm_sizes(void *arg) {
+    gdl_device dev = *(const gdl_device *)arg;
+    static const int64_t mnk[][3] = {{1, 1, 1}, {7, 5, 3}, {67, 33, 129}, {130, 17, 300}, {9, 257, 31}, {3, 4, 0}};
+    static const gdl_dtype dts[2] = {GDL_BF16, GDL_F16};
+    int c, d;
+    for (d = 0; d < 2; d++)
+        for (c = 0; c < (int)(sizeof mnk / sizeof mnk[0]); c++) {
+            int64_t sa[2] = {mnk[c][0], mnk[c][2]}, sb[2] = {mnk[c][2], mnk[c][1]};
+            gdl_tensor *a = dtype_rnd(2, sa, dts[d], dev), *b = dtype_rnd(2, sb, dts[d], dev), *fa, *fb, *r, *fr, *w;
+            double tol = dtype_tol(dts[d]), rel;
+            ASSERT_NOT_NULL(fa = gdl_clone(gdl_to_dtype(a, GDL_F32)));
+            ASSERT_NOT_NULL(fb = gdl_clone(gdl_to_dtype(b, GDL_F32)));
+            gdl_set_requires_grad(a, 1);
+            gdl_set_requires_grad(b, 1);
+            gdl_set_requires_grad(fa, 1);
+            gdl_set_requires_grad(fb, 1);
+            ASSERT_NOT_NULL(r = gdl_matmul(a, b));
+            ASSERT_EQ((int)dts[d], (int)r->dtype);
+            ASSERT_EQm("bf16 x bf16 runs natively (the GEMM makes the output, no cast)", GDL_OP_MATMUL, gdl_tensor_op(r));
+            ASSERT_NOT_NULL(fr = gdl_matmul(fa, fb));
+            {
+                gdl_tensor *wp = dtype_rnd(r->ndim, r->shape, dts[d], dev);
+                ASSERT_NOT_NULL(wp);
+                ASSERT_NOT_NULL(w = gdl_to_dtype(wp, dts[d])); /* a temporary copy */
+                gdl_free(wp);
+            }
+            ASSERT_EQ(0, gdl_backward_grad(r, w));
+            ASSERT_EQ(0, gdl_backward_grad(fr, gdl_to_dtype(w, GDL_F32)));
+            if (dtype_compare(r, fr, tol, &rel)) FAILf("matmul %s %lldx%lldx%lld: output off by %g", gdl_dtype_name(dts[d]),
+                                                          (long long)mnk[c][0], (long long)mnk[c][1], (long long)mnk[c][2], rel);
+            if (dtype_compare(a->grad, fa->grad, tol, &rel)) FAILf("grad a off by %g", rel);
+            if (dtype_compare(b->grad, fb->grad, tol, &rel)) FAILf("grad b off by %g", rel);
+            if (mnk[c][1] > 1) { /* linear: x [M,K], weight [N,K] = b^T's layout is not needed: use b [K,N] as [N',K'] */
+                int64_t ws[2] = {mnk[c][1], mnk[c][2]}, bs = mnk[c][1];
+                gdl_tensor *W = dtype_rnd(2, ws, dts[d], dev), *bias = dtype_rnd(1, &bs, dts[d], dev), *fW, *fbias, *y, *fy;
+                ASSERT_NOT_NULL(fW = gdl_clone(gdl_to_dtype(W, GDL_F32)));
+                ASSERT_NOT_NULL(fbias = gdl_clone(gdl_to_dtype(bias, GDL_F32)));
+                gdl_set_requires_grad(W, 1);
+                gdl_set_requires_grad(bias, 1);
+                gdl_set_requires_grad(fW, 1);
+                gdl_set_requires_grad(fbias, 1);
+                ASSERT_NOT_NULL(y = gdl_linear(a, W, bias));
+                ASSERT_EQ(GDL_OP_LINEAR, gdl_tensor_op(y));
+                ASSERT_EQ((int)dts[d], (int)y->dtype);
+                ASSERT_NOT_NULL(fy = gdl_linear(fa, fW, fbias));
+                ASSERT_EQ(0, gdl_backward_grad(y, gdl_to_dtype(fy, dts[d])));
+                ASSERT_EQ(0, gdl_backward_grad(fy, gdl_to_dtype(gdl_to_dtype(fy, dts[d]), GDL_F32)));
+                if (dtype_compare(y, fy, tol, &rel)) FAILf("linear: output off by %g", rel);
+                if (dtype_compare(W->grad, fW->grad, tol, &rel)) FAILf("linear: weight grad off by %g", rel);
+                if (dtype_compare(bias->grad, fbias->grad, tol, &rel)) FAILf("linear: bias grad off by %g", rel);
+                if (dtype_compare(a->grad, fa->grad, 2 * tol, &rel)) FAILf("linear: input grad off by %g", rel);
+                gdl_free(W); gdl_free(bias); gdl_free(fW); gdl_free(fbias);
+            }
+            gdl_free(a); gdl_free(b); gdl_free(fa); gdl_free(fb);
+            gdl_arena_reset();
+        }
+    PASS();
+}
+
+#endif

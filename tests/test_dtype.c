@@ -1,0 +1,207 @@
+/* test_dtype.c — run-time dtypes on the CPU: every op that takes floats,
+   forward and backward, in bf16 and f16 against f32 (the dtype parity table,
+   tests/dtype_parity.h, over the rows of tests/op_cases.h, plain and fanned
+   out); PyTorch's type promotion for mixed inputs; gradients in the leaf's
+   dtype; GEMM sizes off the kernel's block sizes; error messages that name
+   dtypes, and failed calls that leave their inputs untouched. */
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+
+#include "dtype_parity.h"
+
+#define CPU gdl_cpu()
+
+static void reset(void *u) {
+    (void)u;
+    gdl_arena_reset();
+    gdl_clear_error();
+    gdl_set_grad_enabled(1);
+}
+
+/* a persistent tensor of dtype dt holding randn values (rounded to dt) */
+static gdl_tensor *rnd(int ndim, const int64_t *shape, gdl_dtype dt) {
+    gdl_tensor *f = gdl_randn(ndim, shape, CPU), *t;
+    if (!f || dt == GDL_F32) return f;
+    t = gdl_clone(gdl_to_dtype(f, dt));
+    gdl_free(f);
+    return t;
+}
+
+static double val(gdl_tensor *t, int64_t i) {
+    gdl_tensor *f = gdl_to_dtype(t, GDL_F32);
+    return f ? (double)((const float *)f->data)[i] : NAN;
+}
+
+/* max |a - b| over all elements, both read as f32 */
+static double maxdiff(gdl_tensor *a, gdl_tensor *b) {
+    gdl_tensor *fa = gdl_to_dtype(a, GDL_F32), *fb = gdl_to_dtype(b, GDL_F32);
+    double m = 0;
+    int64_t i;
+    if (!fa || !fb || a->numel != b->numel) return INFINITY;
+    for (i = 0; i < a->numel; i++) {
+        double e = fabs((double)((float *)fa->data)[i] - (double)((float *)fb->data)[i]);
+        if (!(e <= m)) m = e;
+    }
+    return m;
+}
+
+/* A bf16 leaf used twice, by ops in different dtypes: its gradient is bf16
+   and sums both uses. */
+TEST grad_dtype_fanout(void) {
+    int64_t n = 33;
+    gdl_tensor *x = rnd(1, &n, GDL_BF16), *y = rnd(1, &n, GDL_F32), *loss;
+    int64_t i;
+    ASSERT_NOT_NULL(x);
+    ASSERT_EQ(0, gdl_set_requires_grad(x, 1));
+    ASSERT_EQ(0, gdl_set_requires_grad(y, 1));
+    /* sum(x * 3) + sum(x * y): dx = 3 + y, dy = x */
+    loss = gdl_add(gdl_sum(gdl_mul_scalar(x, 3)), gdl_sum(gdl_mul(x, y)));
+    ASSERT_NOT_NULL(loss);
+    ASSERT_EQm("bf16 + f32 promotes to f32", (int)GDL_F32, (int)loss->dtype);
+    ASSERT_EQ(0, gdl_backward(loss));
+    ASSERT_NOT_NULL(x->grad);
+    ASSERT_EQ((int)GDL_BF16, (int)x->grad->dtype);
+    ASSERT_EQ((int)GDL_F32, (int)y->grad->dtype);
+    for (i = 0; i < n; i++) {
+        double want = 3 + val(y, i);
+        ASSERT_IN_RANGE(want, val(x->grad, i), 1e-2 * fabs(want) + 1e-2);
+        ASSERT_IN_RANGE(val(x, i), val(y->grad, i), 0);
+    }
+    /* a bf16 loss: backward seeds it in bf16 */
+    ASSERT_EQ(0, gdl_zero_grad_tensor(x));
+    loss = gdl_sum(gdl_mul_scalar(x, 2));
+    ASSERT_EQ((int)GDL_BF16, (int)loss->dtype);
+    ASSERT_EQ(0, gdl_backward(loss));
+    for (i = 0; i < n; i++) ASSERT_IN_RANGE(2, val(x->grad, i), 0);
+    /* in place */
+    {
+        double before = val(x, 5);
+        ASSERT_EQ(0, gdl_mul_scalar_(x, 0.5));
+        ASSERT_IN_RANGE(before * 0.5, val(x, 5), 0);
+    }
+    gdl_free(x);
+    gdl_free(y);
+    PASS();
+}
+
+/* BatchNorm on a bf16 input with f32 affine parameters and running
+   statistics (autocast's layout): the output is bf16, the running
+   statistics update as in f32. */
+TEST batch_norm_mixed(void) {
+    int64_t s[4] = {4, 3, 5, 5}, c = 3;
+    gdl_tensor *x = rnd(4, s, GDL_BF16), *fx, *rm = gdl_zeros(1, &c, GDL_F32, CPU), *rv = gdl_ones(1, &c, GDL_F32, CPU);
+    gdl_tensor *rm2 = gdl_zeros(1, &c, GDL_F32, CPU), *rv2 = gdl_ones(1, &c, GDL_F32, CPU), *y, *fy;
+    ASSERT_NOT_NULL(fx = gdl_to_dtype(x, GDL_F32));
+    ASSERT_NOT_NULL(y = gdl_batch_norm(x, rm, rv, NULL, NULL, 1, 0.1, 1e-5));
+    ASSERT_EQ((int)GDL_BF16, (int)y->dtype);
+    ASSERT_NOT_NULL(fy = gdl_batch_norm(fx, rm2, rv2, NULL, NULL, 1, 0.1, 1e-5));
+    ASSERT_IN_RANGE(0, maxdiff(rm, rm2), 0);
+    ASSERT_IN_RANGE(0, maxdiff(rv, rv2), 0);
+    ASSERT_IN_RANGE(0, maxdiff(y, gdl_to_dtype(fy, GDL_BF16)), 0);
+    /* running statistics in a low dtype have no path (they are updated in place) */
+    {
+        gdl_tensor *rmb = gdl_clone(gdl_to_dtype(rm, GDL_BF16));
+        ASSERT_NULL(gdl_batch_norm(x, rmb, rv, NULL, NULL, 1, 0.1, 1e-5));
+        ASSERT_STR_EQ("gdl_batch_norm: running_mean must be f32 here (no bf16/f16 path), got bf16 [3]", gdl_last_error());
+        gdl_free(rmb);
+    }
+    gdl_free(x); gdl_free(rm); gdl_free(rv); gdl_free(rm2); gdl_free(rv2);
+    PASS();
+}
+
+TEST errors_name_dtypes(void) {
+    int64_t sa[2] = {64, 784}, sb[2] = {784, 10}, s3 = 3;
+    gdl_tensor *a = rnd(2, sa, GDL_F16), *b = gdl_zeros(2, sb, GDL_I32, CPU), *u = gdl_zeros(1, &s3, GDL_U8, CPU);
+    gdl_tensor *h = rnd(1, &s3, GDL_BF16), *g = rnd(1, &s3, GDL_F16), *f = rnd(1, &s3, GDL_F32);
+    uint16_t before[3];
+    gdl_tensor *xs[2];
+    ASSERT_EQ(0, gdl_set_requires_grad(a, 1));
+    ASSERT_EQ(0, gdl_set_requires_grad(h, 1));
+    memcpy(before, h->data, sizeof before);
+    ASSERT_NULL(gdl_matmul(a, b));
+    ASSERT_STR_EQ("gdl_matmul: cannot multiply f16 [64,784] by i32 [784,10]", gdl_last_error());
+    ASSERT_NULL(gdl_add(h, u));
+    ASSERT_STR_EQ("gdl_add: expected float tensors (f32, bf16 or f16), got bf16 [3] and u8 [3]", gdl_last_error());
+    ASSERT_NULL(gdl_relu(u));
+    ASSERT_STR_EQ("gdl_relu: expected a float tensor (f32, bf16 or f16), got u8 [3]", gdl_last_error());
+    xs[0] = h;
+    xs[1] = u;
+    ASSERT_NULL(gdl_concat(2, xs, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_concat: expected float tensors (f32, bf16 or f16), got bf16 [3] and u8 [3]");
+    ASSERT_NULL(gdl_add(h, a)); /* shapes, after the casts: the op's own message */
+    ASSERT_STR_EQ("gdl_add: shapes [3] and [64,784] cannot be broadcast", gdl_last_error());
+    ASSERT_EQ(-1, gdl_set_requires_grad(b, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "only float tensors");
+    ASSERT_EQ(-1, gdl_sgd_update_(h, 0.1)); /* no low-precision path: says so */
+    {   /* a bf16 gradient is refused by gradient clipping (its kernels read f32) */
+        gdl_tensor *p = rnd(1, &s3, GDL_BF16);
+        gdl_tensor *ps[1];
+        ps[0] = p;
+        ASSERT_EQ(0, gdl_set_requires_grad(p, 1));
+        ASSERT_EQ(0, gdl_backward(gdl_sum(p)));
+        ASSERT(gdl_clip_grad_norm(ps, 1, 1.0) < 0);
+        ASSERT_CONTAINS(gdl_last_error(), "has a bf16 gradient; gradient clipping takes f32 gradients");
+        gdl_free(p);
+    }
+    /* the failed calls left the inputs as they were */
+    ASSERT_EQ(0, memcmp(before, h->data, sizeof before));
+    ASSERT_NULL(h->grad);
+    ASSERT_EQ(1, h->requires_grad);
+    ASSERT_NULL(h->node);
+    /* mixed promotions that succeed */
+    ASSERT_EQ((int)GDL_F32, (int)gdl_add(h, g)->dtype);
+    ASSERT_EQ((int)GDL_F32, (int)gdl_sub(g, f)->dtype);
+    ASSERT_EQ((int)GDL_F16, (int)gdl_div(g, g)->dtype);
+    ASSERT_EQ((int)GDL_I32, (int)gdl_argmax(gdl_reshape(h, 2, (const int64_t[]){1, 3}), 1)->dtype);
+    gdl_free(a); gdl_free(b); gdl_free(u); gdl_free(h); gdl_free(g); gdl_free(f);
+    PASS();
+}
+
+static dtype_run runs[4 * NCASES];
+
+SUITE(parity) {
+    int i, j;
+    char name[128];
+    SET_SETUP(reset, NULL);
+    for (i = 0; i < NCASES; i++)
+        for (j = 0; j < 4; j++) {
+            dtype_run *r = &runs[4 * i + j];
+            r->c = i;
+            r->dt = j < 2 ? GDL_BF16 : GDL_F16;
+            r->fanout = j & 1;
+            r->dev = gdl_cpu();
+            snprintf(name, sizeof name, "%s_%s%s", cases[i].name, gdl_dtype_name(r->dt), r->fanout ? "_fanout" : "");
+            RUN_TEST_NAMED(name, dtype_parity, (void *)r);
+        }
+}
+
+SUITE(semantics) {
+    SET_SETUP(reset, NULL);
+    {
+        static gdl_device cpu_dev0;
+        cpu_dev0 = gdl_cpu();
+        RUN_TEST_NAMED("promotion", dtype_promotion, (void *)&cpu_dev0);
+    }
+    RUN_TEST(grad_dtype_fanout);
+    {
+        static gdl_device cpu_dev;
+        cpu_dev = gdl_cpu();
+        RUN_TEST_NAMED("gemm_sizes", dtype_gemm_sizes, (void *)&cpu_dev);
+    }
+    RUN_TEST(batch_norm_mixed);
+    RUN_TEST(errors_name_dtypes);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    HARNESS_MAIN_BEGIN(argc, argv);
+    RUN_SUITE(parity);
+    RUN_SUITE(semantics);
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}
