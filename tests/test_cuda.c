@@ -1608,7 +1608,9 @@ TEST oom_at_every_allocation_of_a_step(void) {
             if (!rigs_equal(&a, &b)) FAILf("phase %d: after OOM at allocation %ld of %ld: differs", phase, k, allocs);
             rig_free(&a);
         }
-        ASSERT(failed > 0); /* with nothing cached, the first allocation cannot be rescued */
+        /* with nothing cached, the first allocation of the first step cannot be rescued; a later step
+           allocates only an arena chunk, which a retry with the size needed rescues */
+        if (phase == 0) ASSERT(failed > 0);
         rig_free(&b);
     }
     gdl_arena_reset();
@@ -1629,8 +1631,8 @@ typedef struct fit_inject {
     int calls;
     int fail_at;        /* this call fails (0: none) */
     int fail_full_from; /* every call from this one with a whole batch of FIT_B rows fails (0: none) */
-    int fail_after;     /* this call arms a failure of the step's next cudaMalloc (the optimizer's table,
-                           after the backward) */
+    int fail_after;     /* this call arms a failure of the step's next cudaMalloc (on the first step the
+                           optimizer's table, after the backward) */
     int snap_at;        /* this call copies the parameters (as the step sees them) into snap */
     float snap[FIT_W];
     gdl_module *m;
@@ -1749,15 +1751,16 @@ TEST fit_recovers_from_oom(void) {
     ASSERT_EQ(7, f.calls); /* 6 batches and one retry */
     ASSERTm("a retried step gives the uninjected weights bitwise", memcmp(w, w_ref, sizeof w) == 0);
     memset(&f, 0, sizeof f);
-    f.fail_after = 4; /* the gradients are made when it fails */
+    /* the first step: the one that allocates (the optimizer's table; a steady-state step allocates nothing) */
+    f.fail_after = 1; /* the gradients are made when it fails */
     ASSERT_EQ(0, fit_run(&f, 1, 0, NULL, w));
     ASSERT_EQ(7, f.calls);
     ASSERT(memcmp(w, w_ref, sizeof w) == 0);
     memset(&f, 0, sizeof f);
-    f.fail_after = 4;
+    f.fail_after = 1;
     ASSERT_EQ(-1, fit_run(&f, 0, 0, NULL, w));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_step");
-    ASSERT(memcmp(w, ref.snap, sizeof w) == 0);
+    ASSERT(memcmp(w, w_init, sizeof w) == 0);
     /* without the options: the error, and the model as the failing step found it */
     memset(&f, 0, sizeof f);
     f.fail_at = 4;
