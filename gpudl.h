@@ -2119,13 +2119,15 @@ static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_P
    state as views (llm.c's malloc_and_point_parameters; made by an optimizer,
    [impl-nn]). Reference counted: every tensor viewing it holds a reference
    and so does the optimizer, so tensors and optimizer may be freed in any
-   order. grad_shift: bytes from a parameter's data to its gradient's slot
-   (the gradients mirror the parameters); params_bytes: the parameters'
-   region, at the start. */
+   order. data: the allocation; base: its first 64-byte boundary, where the
+   slots start (whatever the backend's alignment). grad_shift: bytes from a
+   parameter's data to its gradient's slot (the gradients mirror the
+   parameters); params_bytes: the parameters' region, at base. */
 typedef struct gdl__flat {
     int refs;
     gdl_device device;
     void *data;
+    char *base;
     size_t bytes, params_bytes, grad_shift;
 } gdl__flat;
 
@@ -6511,7 +6513,7 @@ static int gdl__ensure_grad(gdl_tensor *t) {
     if (gdl__is_persistent(t)) {
         gdl__flat *f = t->flat;
         /* a parameter in a flat block: its gradient is the slot mirroring it, so the gradients stay one buffer */
-        if (f && f->grad_shift && (size_t)((char *)t->data - (char *)f->data) < f->params_bytes)
+        if (f && f->grad_shift && (size_t)((char *)t->data - f->base) < f->params_bytes)
             t->grad = gdl__flat_view("gdl_backward", f, (char *)t->data + f->grad_shift, t->ndim, t->shape, 1);
         else
             t->grad = gdl_zeros(t->ndim, t->shape, GDL_F32, t->device);
@@ -10673,7 +10675,7 @@ static size_t gdl__flat_round(size_t b) { return (b + GDL__FLAT_ALIGN - 1) / GDL
 
 static char *gdl__opt_slot(const gdl_optimizer *opt, const gdl__opt_param *pp, int region) {
     const gdl__opt_dev *dv = &opt->devs[pp->dev];
-    return (char *)dv->flat->data + dv->region * (size_t)region + pp->off;
+    return dv->flat->base + dv->region * (size_t)region + pp->off;
 }
 
 /* Moves t's elements into `slot` of block f and lets go of its old storage
@@ -10827,10 +10829,12 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
             dv->flat->params_bytes = dv->region;
             dv->flat->grad_shift = dv->region;
             dv->hyper_seen = (gdl_opt_hyper *)GPUDL_MALLOC(hyper_bytes);
-            if (dv->hyper_seen && (dv->flat->data = be->alloc(bytes)) != NULL) {
+            if (dv->hyper_seen && (dv->flat->data = be->alloc(bytes + GDL__FLAT_ALIGN)) != NULL) {
+                uintptr_t a = (uintptr_t)dv->flat->data;
+                dv->flat->base = (char *)dv->flat->data + (GDL__FLAT_ALIGN - a % GDL__FLAT_ALIGN) % GDL__FLAT_ALIGN;
                 /* zeros for the state slots; NaN bits in the host copy, so every group is written below */
                 memset(dv->hyper_seen, 0xff, hyper_bytes);
-                ok = be->memset0(dv->flat->data, bytes) == 0;
+                ok = be->memset0(dv->flat->base, bytes) == 0;
             }
         }
         if (!ok) {
@@ -10847,7 +10851,7 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
                            gdl_device_str(where), prev[0] ? prev : "out of memory");
             return -1;
         }
-        dv->hyper = (gdl_opt_hyper *)((char *)dv->flat->data + dv->region * (size_t)nregions);
+        dv->hyper = (gdl_opt_hyper *)(dv->flat->base + dv->region * (size_t)nregions);
         dv->steps = (int32_t *)((char *)dv->hyper + hyper_bytes);
         dv->nsteps = opt->nparams;
     }
@@ -10926,7 +10930,7 @@ GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none) {
     if (gdl__opt_layout("gdl_zero_grad", opt) < 0) return -1;
     for (d = 0; d < opt->ndevs; d++) {
         const gdl_backend *be = gdl__be("gdl_zero_grad", opt->devs[d].device);
-        if (!be || be->memset0((char *)opt->devs[d].flat->data + opt->devs[d].region, opt->devs[d].region) < 0)
+        if (!be || be->memset0(opt->devs[d].flat->base + opt->devs[d].region, opt->devs[d].region) < 0)
             return -1;
     }
     for (i = 0; i < opt->nparams; i++) { /* a grad the block could not take (another device or size) */
