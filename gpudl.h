@@ -46,6 +46,10 @@
      no-op. Keep a temporary across steps with gdl_clone() (persistent copy).
    * Gradients of persistent tensors are persistent; gradients of
      temporaries are temporaries.
+   * An optimizer moves its parameters, their gradients and its state into
+     one flat buffer per device (llm.c's malloc_and_point_parameters): the
+     gdl_tensor pointers stay the same, their data become views of it
+     ([api-nn], "The flat parameter buffer").
    * The op layer is single-threaded: call ops from one thread at a time.
 
    Errors
@@ -688,14 +692,46 @@ GPUDL_API void gdl_loader_free(gdl_loader *l);
          gdl_scheduler_step(sched); }
        gdl_scheduler_free(sched); gdl_optim_free(opt); gdl_module_free(model);
 
-   The optimizer keeps pointers to the parameters (they must outlive it) and
-   persistent state tensors made lazily on each parameter's device; the state
-   follows the parameter when gdl_module_to moves it. The formulas are
+   The optimizer keeps pointers to the parameters (they must outlive the
+   optimizer's use) and persistent state tensors made lazily (zeros) at a
+   parameter's first step or by gdl_optim_state. The formulas are
    PyTorch's, step for step (see DESIGN.md). Schedulers compute each group's
    lr in closed form from their step count (last_epoch), as PyTorch's
    _get_closed_form_lr does, so a restored scheduler continues exactly; one
    scheduler per optimizer (a second one overwrites the lr of the first).
    Free schedulers before their optimizer, the optimizer before the model.
+
+   The flat parameter buffer
+   -------------------------
+   At its first gdl_zero_grad, gdl_step or gdl_optim_state an optimizer
+   makes one allocation per device its parameters are on, and moves into it
+   (in parameter order, every slot 64-byte aligned) the parameters, then
+   their gradients in the same layout, then SGD's momentum buffers or Adam's
+   exp_avg and exp_avg_sq, then its per-group hyper-parameters and
+   per-parameter step counts. The same gdl_tensor pointers now view the
+   buffer, so modules, checkpoints and user code see no change; backward
+   gives a parameter its gradient slot; the buffer lives as long as any
+   tensor viewing it (parameters may outlive the optimizer). Consequences:
+   * gdl_zero_grad is one memset per device; gdl_step is one backend call
+     (one kernel launch) per device over a table of the parameters that is
+     made once and kept while they stay the same;
+   * the kernels read lr, the other hyper-parameters and the step counts
+     (hence Adam's bias corrections) from the buffer, and advance the counts
+     themselves: a steady-state step copies nothing to the device and waits
+     for nothing, and a captured step stays right when lr changes.
+     gdl_optim_set_lr, set_momentum and the schedulers write the new values
+     into the buffer at once (an asynchronous copy on the compute stream);
+   * the host's step tensors of gdl_optim_state ("state.<i>.step") are read
+     back from the buffer by gdl_optim_state (a wait, for checkpoints), and
+     written back to it by the next step (so a checkpoint load sets them);
+   * the buffer is made again (values, state and counts kept) when
+     parameters are added (gdl_optim_add_params) or moved (gdl_module_to to
+     another device), or when an SGD without momentum gets some
+     (gdl_optim_set_momentum, OneCycle): a step that does so copies and
+     allocates. A gradient made outside the buffer (by hand, before it
+     existed) is moved into its slot at the next zero_grad or step.
+   Two optimizers over the same parameters each take them into their own
+   buffer in turn (right, but each switch copies).
    ------------------------------------------------------------------------- */
 
 typedef struct gdl_module gdl_module;       /* opaque: a layer or a tree of layers */
@@ -776,7 +812,9 @@ GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x);
 GPUDL_API int gdl_module_train(gdl_module *m, int on);
 /* 1 if m is in training mode, 0 in eval mode (or m NULL). */
 GPUDL_API int gdl_module_is_training(const gdl_module *m);
-/* Moves every parameter (with its grad) and buffer to dev in place (gdl_move_), like model.to(dev). 0 / -1. */
+/* Moves every parameter (with its grad) and buffer to dev in place (gdl_move_), like model.to(dev). 0 / -1.
+   Parameters leave their optimizer's flat buffer; the optimizer makes one on dev at its next use, with the
+   state and step counts. */
 GPUDL_API int gdl_module_to(gdl_module *m, gdl_device dev);
 /* The device of the module's first parameter or buffer (the CPU when it has none). */
 GPUDL_API gdl_device gdl_module_device(const gdl_module *m);
@@ -822,14 +860,17 @@ GPUDL_API int gdl_optim_add_params(gdl_optimizer *opt, gdl_tensor *const *params
 /* Adds m's parameters: one group, or with no_decay_on_bias_and_norm two groups, the 2-D+ weights with the
    default weight decay and the 0-D/1-D ones (biases, norm weights) with 0 (empty groups are skipped). 0 / -1. */
 GPUDL_API int gdl_optim_add_module(gdl_optimizer *opt, gdl_module *m, int no_decay_on_bias_and_norm);
-/* Zeroes every parameter's grad in place (PyTorch's zero_grad(set_to_none=False)). 0 / -1. */
+/* Zeroes every parameter's grad in place (PyTorch's zero_grad(set_to_none=False)): one memset per device
+   over the flat gradient buffer (made here if not yet). 0 / -1. */
 GPUDL_API int gdl_zero_grad(gdl_optimizer *opt);
-/* set_to_none != 0: frees the grads instead (PyTorch's default), so untouched parameters are skipped by gdl_step. */
+/* set_to_none != 0: frees the grads instead (PyTorch's default), so untouched parameters are skipped by gdl_step;
+   the next backward gives each parameter its slot of the flat buffer again (zeroed). */
 GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none);
 /* One optimizer step over every parameter that has a grad (others are skipped, as in PyTorch). 0 / -1.
    All or nothing: everything is checked and all missing state made first, then one multi-tensor update per
    device (one kernel launch on a GPU, as PyTorch's foreach optimizers); on an error (out of memory, a failed
-   launch) no parameter, state tensor or step count has changed, so the step can be retried. */
+   launch) no parameter, state tensor or step count has changed, so the step can be retried. In steady state
+   nothing is copied to the device, allocated or waited for (see "The flat parameter buffer"). */
 GPUDL_API int gdl_step(gdl_optimizer *opt);
 /* torch.nn.utils.clip_grad_norm_: global L2 norm of the grads; if max_norm/(norm+1e-6) < 1 the grads are
    scaled by it. Returns the norm before clipping, -1 on error. */
@@ -841,8 +882,10 @@ GPUDL_API double gdl_optim_clip_grad_norm(gdl_optimizer *opt, double max_norm);
 GPUDL_API int gdl_clip_grad_norm_nosync(gdl_tensor *const *params, int n, double max_norm);
 /* Lists the optimizer state for checkpoints, creating missing state (zeros, step 0): per parameter index i
    (in the order added) "state.<i>.step" (i32 scalar on the CPU) and "state.<i>.momentum_buffer" (SGD with
-   momentum) or "state.<i>.exp_avg", "state.<i>.exp_avg_sq" (Adam, AdamW). Fills at most max entries
-   (names or tensors may be NULL), returns the total count, -1 on error. Names live as long as opt. */
+   momentum) or "state.<i>.exp_avg", "state.<i>.exp_avg_sq" (Adam, AdamW; views of the flat buffer). Fills at
+   most max entries (names or tensors may be NULL), returns the total count, -1 on error. Names live as long
+   as opt. The step tensors are read back from the device here (a wait); values written into them reach the
+   device at the next step. */
 GPUDL_API int gdl_optim_state(gdl_optimizer *opt, const char **names, gdl_tensor **tensors, int max);
 /* Number of gdl_step calls made (-1 for NULL). */
 GPUDL_API int64_t gdl_optim_get_step(const gdl_optimizer *opt);
@@ -854,7 +897,7 @@ GPUDL_API int gdl_optim_num_groups(const gdl_optimizer *opt);
 GPUDL_API int gdl_optim_num_params(const gdl_optimizer *opt);
 /* The learning rate of a group (NaN + error if out of range). */
 GPUDL_API double gdl_optim_get_lr(const gdl_optimizer *opt, int group);
-/* Sets the learning rate of a group (lr >= 0). 0 / -1. */
+/* Sets the learning rate of a group (lr >= 0), also in the flat buffer (an asynchronous copy). 0 / -1. */
 GPUDL_API int gdl_optim_set_lr(gdl_optimizer *opt, int group, double lr);
 /* A group's momentum (SGD) or beta1 (Adam, AdamW) (NaN + error if out of range). */
 GPUDL_API double gdl_optim_get_momentum(const gdl_optimizer *opt, int group);
