@@ -603,13 +603,16 @@ static gdl_module *flat_net(void) {
 }
 static int flat_net_step(gdl_module *m, gdl_optimizer *opt, gdl_tensor *x, gdl_tensor *y) {
     gdl_tensor *xd, *yd, *loss;
+    int rc;
     gdl_arena_reset();
     if (gdl_zero_grad(opt) < 0) return -1;
-    xd = gdl_to(x, gdl_module_device(m));
+    xd = gdl_to(x, gdl_module_device(m)); /* persistent copies of persistent tensors */
     yd = gdl_to(y, gdl_module_device(m));
     loss = xd && yd ? gdl_cross_entropy(gdl_forward(m, xd), yd) : NULL;
-    if (!loss || gdl_backward(loss) < 0) return -1;
-    return gdl_step(opt);
+    rc = !loss || gdl_backward(loss) < 0 ? -1 : gdl_step(opt);
+    gdl_free(xd);
+    gdl_free(yd);
+    return rc;
 }
 static int flat_nets_equal(gdl_module *a, gdl_module *b) {
     gdl_tensor *ta[8], *tb[8];
