@@ -10840,23 +10840,28 @@ static int gdl__opt_steps_up(const char *op, gdl_optimizer *opt) {
    moves (out of memory) nothing has changed. */
 static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
     gdl__opt_dev *devs;
-    int nd = 0, i, d, nregions;
+    int nd = 0, i, d, nregions, *where_dev;
+    size_t *where_off;
     size_t hyper_bytes = gdl__flat_round(sizeof(gdl_opt_hyper) * (size_t)(opt->ngroups ? opt->ngroups : 1));
     if (gdl__opt_steps_down(op, opt) < 0) return -1;
     nregions = opt->kind != GDL__OPT_SGD ? 4 : gdl__opt_needs_s1(opt) ? 3 : 2;
+    /* the new slots go to the parameters only once the blocks are made: until then the old ones hold */
+    where_off = (size_t *)gdl__arena_alloc(&gdl__host_arena, (sizeof(size_t) + sizeof(int)) * (size_t)(opt->nparams + 1));
     devs = (gdl__opt_dev *)GPUDL_MALLOC(sizeof(gdl__opt_dev) * (size_t)(opt->nparams + 1));
-    if (!devs) {
+    if (!devs || !where_off) {
+        GPUDL_FREE(devs);
         gdl__set_error("%s: out of memory (host)", op);
         return -1;
     }
+    where_dev = (int *)(where_off + opt->nparams + 1);
     memset(devs, 0, sizeof(gdl__opt_dev) * (size_t)(opt->nparams + 1));
     for (i = 0; i < opt->nparams; i++) { /* the devices in order of first appearance, the slots */
-        gdl__opt_param *pp = &opt->params[i];
-        for (d = 0; d < nd && !gdl_device_equal(devs[d].device, pp->p->device); d++) {}
-        if (d == nd) devs[nd++].device = pp->p->device;
-        pp->dev = d;
-        pp->off = devs[d].region;
-        devs[d].region += gdl__flat_round((size_t)pp->p->numel * sizeof(gdl_real));
+        const gdl_tensor *p = opt->params[i].p;
+        for (d = 0; d < nd && !gdl_device_equal(devs[d].device, p->device); d++) {}
+        if (d == nd) devs[nd++].device = p->device;
+        where_dev[i] = d;
+        where_off[i] = devs[d].region;
+        devs[d].region += gdl__flat_round((size_t)p->numel * sizeof(gdl_real));
     }
     for (d = 0; d < nd; d++) {
         gdl__opt_dev *dv = &devs[d];
@@ -10904,6 +10909,10 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
         int nold = opt->ndevs, rc = 0;
         opt->devs = devs;
         opt->ndevs = nd;
+        for (i = 0; i < opt->nparams; i++) {
+            opt->params[i].dev = where_dev[i];
+            opt->params[i].off = where_off[i];
+        }
         for (i = 0; i < opt->nparams && rc == 0; i++) {
             gdl__opt_param *pp = &opt->params[i];
             gdl__flat *f = devs[pp->dev].flat;
