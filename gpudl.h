@@ -46,6 +46,10 @@
      no-op. Keep a temporary across steps with gdl_clone() (persistent copy).
    * Gradients of persistent tensors are persistent; gradients of
      temporaries are temporaries.
+   * An optimizer moves its parameters, their gradients and its state into
+     one flat buffer per device (llm.c's malloc_and_point_parameters): the
+     gdl_tensor pointers stay the same, their data become views of it
+     ([api-nn], "The flat parameter buffer").
    * The op layer is single-threaded: call ops from one thread at a time.
 
    Dtypes
@@ -201,6 +205,7 @@ typedef struct gdl_device {
 
 typedef struct gdl_tensor gdl_tensor;
 struct gdl_node;
+struct gdl__flat;
 
 /* Read the fields; change them only through the API. */
 struct gdl_tensor {
@@ -218,6 +223,7 @@ struct gdl_tensor {
     struct gdl_node *node;        /* the op that made it, NULL for leaves */
     struct gdl_node *last_use;    /* during gdl_backward with a gradient-ready hook: the oldest node reading it */
     const char *name;             /* optional, for messages and checkpoints */
+    struct gdl__flat *flat;       /* data is a view into an optimizer's flat block (one reference held) */
 };
 
 /* GDL_DIMS(2, 3) expands to the (ndim, shape) argument pair (C only). */
@@ -722,14 +728,46 @@ GPUDL_API void gdl_loader_free(gdl_loader *l);
          gdl_scheduler_step(sched); }
        gdl_scheduler_free(sched); gdl_optim_free(opt); gdl_module_free(model);
 
-   The optimizer keeps pointers to the parameters (they must outlive it) and
-   persistent state tensors made lazily on each parameter's device; the state
-   follows the parameter when gdl_module_to moves it. The formulas are
+   The optimizer keeps pointers to the parameters (they must outlive the
+   optimizer's use) and persistent state tensors made lazily (zeros) at a
+   parameter's first step or by gdl_optim_state. The formulas are
    PyTorch's, step for step (see DESIGN.md). Schedulers compute each group's
    lr in closed form from their step count (last_epoch), as PyTorch's
    _get_closed_form_lr does, so a restored scheduler continues exactly; one
    scheduler per optimizer (a second one overwrites the lr of the first).
    Free schedulers before their optimizer, the optimizer before the model.
+
+   The flat parameter buffer
+   -------------------------
+   At its first gdl_zero_grad, gdl_step or gdl_optim_state an optimizer
+   makes one allocation per device its parameters are on, and moves into it
+   (in parameter order, every slot 64-byte aligned) the parameters, then
+   their gradients in the same layout, then SGD's momentum buffers or Adam's
+   exp_avg and exp_avg_sq, then its per-group hyper-parameters and
+   per-parameter step counts. The same gdl_tensor pointers now view the
+   buffer, so modules, checkpoints and user code see no change; backward
+   gives a parameter its gradient slot; the buffer lives as long as any
+   tensor viewing it (parameters may outlive the optimizer). Consequences:
+   * gdl_zero_grad is one memset per device; gdl_step is one backend call
+     (one kernel launch) per device over a table of the parameters that is
+     made once and kept while they stay the same;
+   * the kernels read lr, the other hyper-parameters and the step counts
+     (hence Adam's bias corrections) from the buffer, and advance the counts
+     themselves: a steady-state step copies nothing to the device and waits
+     for nothing, and a captured step stays right when lr changes.
+     gdl_optim_set_lr, set_momentum and the schedulers write the new values
+     into the buffer at once (an asynchronous copy on the compute stream);
+   * the host's step tensors of gdl_optim_state ("state.<i>.step") are read
+     back from the buffer by gdl_optim_state (a wait, for checkpoints), and
+     written back to it by the next step (so a checkpoint load sets them);
+   * the buffer is made again (values, state and counts kept) when
+     parameters are added (gdl_optim_add_params) or moved (gdl_module_to to
+     another device), or when an SGD without momentum gets some
+     (gdl_optim_set_momentum, OneCycle): a step that does so copies and
+     allocates. A gradient made outside the buffer (by hand, before it
+     existed) is moved into its slot at the next zero_grad or step.
+   Two optimizers over the same parameters each take them into their own
+   buffer in turn (right, but each switch copies).
    ------------------------------------------------------------------------- */
 
 typedef struct gdl_module gdl_module;       /* opaque: a layer or a tree of layers */
@@ -810,7 +848,9 @@ GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x);
 GPUDL_API int gdl_module_train(gdl_module *m, int on);
 /* 1 if m is in training mode, 0 in eval mode (or m NULL). */
 GPUDL_API int gdl_module_is_training(const gdl_module *m);
-/* Moves every parameter (with its grad) and buffer to dev in place (gdl_move_), like model.to(dev). 0 / -1. */
+/* Moves every parameter (with its grad) and buffer to dev in place (gdl_move_), like model.to(dev). 0 / -1.
+   Parameters leave their optimizer's flat buffer; the optimizer makes one on dev at its next use, with the
+   state and step counts. */
 GPUDL_API int gdl_module_to(gdl_module *m, gdl_device dev);
 /* The device of the module's first parameter or buffer (the CPU when it has none). */
 GPUDL_API gdl_device gdl_module_device(const gdl_module *m);
@@ -856,14 +896,17 @@ GPUDL_API int gdl_optim_add_params(gdl_optimizer *opt, gdl_tensor *const *params
 /* Adds m's parameters: one group, or with no_decay_on_bias_and_norm two groups, the 2-D+ weights with the
    default weight decay and the 0-D/1-D ones (biases, norm weights) with 0 (empty groups are skipped). 0 / -1. */
 GPUDL_API int gdl_optim_add_module(gdl_optimizer *opt, gdl_module *m, int no_decay_on_bias_and_norm);
-/* Zeroes every parameter's grad in place (PyTorch's zero_grad(set_to_none=False)). 0 / -1. */
+/* Zeroes every parameter's grad in place (PyTorch's zero_grad(set_to_none=False)): one memset per device
+   over the flat gradient buffer (made here if not yet). 0 / -1. */
 GPUDL_API int gdl_zero_grad(gdl_optimizer *opt);
-/* set_to_none != 0: frees the grads instead (PyTorch's default), so untouched parameters are skipped by gdl_step. */
+/* set_to_none != 0: frees the grads instead (PyTorch's default), so untouched parameters are skipped by gdl_step;
+   the next backward gives each parameter its slot of the flat buffer again (zeroed). */
 GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none);
 /* One optimizer step over every parameter that has a grad (others are skipped, as in PyTorch). 0 / -1.
    All or nothing: everything is checked and all missing state made first, then one multi-tensor update per
    device (one kernel launch on a GPU, as PyTorch's foreach optimizers); on an error (out of memory, a failed
-   launch) no parameter, state tensor or step count has changed, so the step can be retried. */
+   launch) no parameter, state tensor or step count has changed, so the step can be retried. In steady state
+   nothing is copied to the device, allocated or waited for (see "The flat parameter buffer"). */
 GPUDL_API int gdl_step(gdl_optimizer *opt);
 /* torch.nn.utils.clip_grad_norm_: global L2 norm of the grads; if max_norm/(norm+1e-6) < 1 the grads are
    scaled by it. Returns the norm before clipping, -1 on error. */
@@ -875,8 +918,10 @@ GPUDL_API double gdl_optim_clip_grad_norm(gdl_optimizer *opt, double max_norm);
 GPUDL_API int gdl_clip_grad_norm_nosync(gdl_tensor *const *params, int n, double max_norm);
 /* Lists the optimizer state for checkpoints, creating missing state (zeros, step 0): per parameter index i
    (in the order added) "state.<i>.step" (i32 scalar on the CPU) and "state.<i>.momentum_buffer" (SGD with
-   momentum) or "state.<i>.exp_avg", "state.<i>.exp_avg_sq" (Adam, AdamW). Fills at most max entries
-   (names or tensors may be NULL), returns the total count, -1 on error. Names live as long as opt. */
+   momentum) or "state.<i>.exp_avg", "state.<i>.exp_avg_sq" (Adam, AdamW; views of the flat buffer). Fills at
+   most max entries (names or tensors may be NULL), returns the total count, -1 on error. Names live as long
+   as opt. The step tensors are read back from the device here (a wait); values written into them reach the
+   device at the next step. */
 GPUDL_API int gdl_optim_state(gdl_optimizer *opt, const char **names, gdl_tensor **tensors, int max);
 /* Number of gdl_step calls made (-1 for NULL). */
 GPUDL_API int64_t gdl_optim_get_step(const gdl_optimizer *opt);
@@ -888,7 +933,7 @@ GPUDL_API int gdl_optim_num_groups(const gdl_optimizer *opt);
 GPUDL_API int gdl_optim_num_params(const gdl_optimizer *opt);
 /* The learning rate of a group (NaN + error if out of range). */
 GPUDL_API double gdl_optim_get_lr(const gdl_optimizer *opt, int group);
-/* Sets the learning rate of a group (lr >= 0). 0 / -1. */
+/* Sets the learning rate of a group (lr >= 0), also in the flat buffer (an asynchronous copy). 0 / -1. */
 GPUDL_API int gdl_optim_set_lr(gdl_optimizer *opt, int group, double lr);
 /* A group's momentum (SGD) or beta1 (Adam, AdamW) (NaN + error if out of range). */
 GPUDL_API double gdl_optim_get_momentum(const gdl_optimizer *opt, int group);
@@ -1275,18 +1320,28 @@ typedef struct gdl_conv_geom {
     int OH, OW;            /* output */
 } gdl_conv_geom;
 
-/* One parameter of a multi-tensor optimizer step (gdl_backend.sgd_multi / adam_multi). */
+/* A parameter group's hyper-parameters as the optimizer kernels read them:
+   in the device's memory (the optimizer's flat block), written by
+   gdl_optim_set_lr / set_momentum and the schedulers with an asynchronous
+   copy, so a captured step reads the current values. */
+typedef struct gdl_opt_hyper {
+    double lr, weight_decay;
+    double momentum, dampening; /* SGD */
+    double beta1, beta2, eps;   /* Adam */
+    int32_t nesterov, pad_;     /* SGD */
+} gdl_opt_hyper;
+
+/* One parameter of a multi-tensor optimizer table (gdl_backend.opt_table_new): device pointers, fixed
+   while the parameter set stays the same. */
 typedef struct gdl_opt_tensor {
     int64_t n;
     gdl_real *p;                /* updated in place */
     const gdl_real *g;
-    gdl_real *s1, *s2;          /* SGD: s1 the momentum buffer (NULL without momentum); Adam: exp_avg, exp_avg_sq */
-    double lr, weight_decay;
-    double momentum, dampening; /* SGD */
-    double beta1, beta2, eps;   /* Adam */
-    int64_t step;               /* SGD: 0 on the buffer's first step (it starts as the gradient); Adam: the
-                                   step being taken, 1, 2, ... (bias correction) */
-    int nesterov;               /* SGD */
+    gdl_real *s1, *s2;          /* SGD: s1 the momentum buffer (NULL: no momentum); Adam: exp_avg, exp_avg_sq */
+    const gdl_opt_hyper *hyper; /* its group's hyper-parameters (device memory) */
+    int32_t *step;              /* its step count (device memory; NULL: not counted): SGD's buffer starts as the
+                                   gradient when it is 0; Adam corrects the bias for step + 1. Each call adds 1
+                                   (saturating at INT32_MAX) once every element is updated. */
 } gdl_opt_tensor;
 
 /* The backend's entries, one line each: X(return type, name, (parameters)).
@@ -1404,11 +1459,15 @@ typedef struct gdl_opt_tensor {
     X(int, pointwise_loss, (int kind, int64_t n, const gdl_real *x, const gdl_real *y, gdl_real *out)) \
     X(int, pointwise_loss_backward, (int kind, int64_t n, const gdl_real *x, const gdl_real *y, \
         const gdl_real *gout, gdl_real *gx, gdl_real *gy)) \
-    /* optimizers (PyTorch's formulas, DESIGN.md) over `count` flat parameters of this device at once, \
-       as PyTorch's foreach / multi_tensor_apply: one call, one kernel launch on a GPU, so a failure \
-       updates nothing. decoupled: AdamW's weight decay. */ \
-    X(int, sgd_multi, (int count, const gdl_opt_tensor *t)) \
-    X(int, adam_multi, (int count, const gdl_opt_tensor *t, int decoupled)) \
+    /* optimizers (PyTorch's formulas, DESIGN.md) over the `count` parameters of a table at once, as \
+       PyTorch's foreach / multi_tensor_apply: one call, one kernel launch on a GPU, so a failure \
+       updates nothing. The table is built once (one copy to the device) and kept while the parameters \
+       stay the same; lr, the step counts and the bias corrections are read from device memory at each \
+       call, so a captured call stays right when they change. decoupled: AdamW's weight decay. */ \
+    X(void *, opt_table_new, (int count, const gdl_opt_tensor *t)) \
+    X(void, opt_table_free, (void *table)) \
+    X(int, sgd_multi, (const void *table)) \
+    X(int, adam_multi, (const void *table, int decoupled)) \
     /* training metrics kept on the device, so a step reads nothing back: acc[0] += loss[0]*B, acc[1] += B; \
        with logits [B,C] and i32 labels y: acc[2] += rows whose argmax (gdl_argmax's rule) is y, acc[3] += B */ \
     X(int, fit_metrics, (const gdl_real *loss, int64_t B, int64_t C, const gdl_real *logits, const int32_t *y, \
@@ -2191,6 +2250,35 @@ enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2 };
 
 static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_PERSISTENT) != 0; }
 
+/* One allocation of a device holding parameters, gradients and optimizer
+   state as views (llm.c's malloc_and_point_parameters; made by an optimizer,
+   [impl-nn]). Reference counted: every tensor viewing it holds a reference
+   and so does the optimizer, so tensors and optimizer may be freed in any
+   order. data: the allocation; base: its first 64-byte boundary, where the
+   slots start (whatever the backend's alignment). grad_shift: bytes from a
+   parameter's data to its gradient's slot (the gradients mirror the
+   parameters); params_bytes: the parameters' region, at base. */
+typedef struct gdl__flat {
+    int refs;
+    gdl_device device;
+    void *data;
+    char *base;
+    size_t bytes, params_bytes, grad_shift;
+} gdl__flat;
+
+static void gdl__flat_unref(gdl__flat *f) {
+    if (!f || --f->refs > 0) return;
+    {
+        const gdl_backend *be = gdl__be("gdl_free", f->device);
+        if (be) be->free(f->data);
+    }
+    GPUDL_FREE(f);
+}
+/* persistent tensors whose storage is their own: an allocation or a slot of a flat block */
+static int gdl__own_storage(const gdl_tensor *t) {
+    return gdl__is_persistent(t) && ((t->flags & GDL__T_OWNS_DATA) || t->flat);
+}
+
 /* A temporary made before the last gdl_arena_reset: its memory holds this step's data now. -1 + error. */
 static int gdl__stale(const char *op, const char *arg, const gdl_tensor *t) {
     if (gdl__is_persistent(t) || t->gen == gdl__arena_gen) return 0;
@@ -2298,6 +2386,7 @@ GPUDL_API void gdl_free(gdl_tensor *t) {
         const gdl_backend *be = gdl__be("gdl_free", t->device);
         if (be) be->free(t->data);
     }
+    gdl__flat_unref(t->flat);
     GPUDL_FREE(t);
 }
 
@@ -2612,7 +2701,7 @@ GPUDL_API int gdl_move_(gdl_tensor *t, gdl_device dev) {
         gdl__null_arg("gdl_move_", "t");
         return -1;
     }
-    if (!gdl__is_persistent(t) || !(t->flags & GDL__T_OWNS_DATA)) {
+    if (!gdl__own_storage(t)) {
         gdl__set_error("gdl_move_: %s is a temporary or a view; only persistent tensors move in place", gdl_shape_str(t));
         return -1;
     }
@@ -2623,13 +2712,19 @@ GPUDL_API int gdl_move_(gdl_tensor *t, gdl_device dev) {
         gdl_free(copy);
         return -1;
     }
-    { /* swap the storage: t takes the new data, copy takes the old and is freed */
+    { /* swap the storage: t takes the new data, copy takes the old (an allocation or a flat slot) and is freed */
         void *old = t->data;
         gdl_device od = t->device;
+        gdl__flat *of = t->flat;
+        unsigned oflags = t->flags;
         t->data = copy->data;
         t->device = dev;
+        t->flat = NULL;
+        t->flags |= GDL__T_OWNS_DATA;
         copy->data = old;
         copy->device = od;
+        copy->flat = of;
+        copy->flags = oflags;
         gdl_free(copy);
     }
     return 0;
@@ -5115,13 +5210,40 @@ static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
         p[i] = (gdl_real)(p[i] - lr * d);
     }
 }
-static int gdl__cpu_sgd_multi(int count, const gdl_opt_tensor *t) {
-    int k;
-    for (k = 0; k < count; k++) {
-        gdl__sgd_job j_ = {t[k].n, t[k].p, t[k].g, t[k].s1, t[k].lr, t[k].momentum, t[k].dampening,
-                           t[k].weight_decay, t[k].nesterov, t[k].step == 0};
-        gdl__parallel_for(t[k].n, t[k].n, gdl__sgd_part, &j_);
+/* The CPU's table is a copy of the entries: device memory is host memory. */
+typedef struct {
+    int count;
+    gdl_opt_tensor t[1];
+} gdl__cpu_opt_table;
+static void *gdl__cpu_opt_table_new(int count, const gdl_opt_tensor *t) {
+    gdl__cpu_opt_table *tab;
+    if (count < 0) count = 0;
+    tab = (gdl__cpu_opt_table *)GPUDL_MALLOC(sizeof(gdl__cpu_opt_table) + sizeof(gdl_opt_tensor) * (size_t)count);
+    if (!tab) {
+        gdl__set_error("gdl: out of memory for the optimizer's table of %d tensors", count);
+        return NULL;
     }
+    tab->count = count;
+    if (count) memcpy(tab->t, t, sizeof(gdl_opt_tensor) * (size_t)count);
+    return tab;
+}
+static void gdl__cpu_opt_table_free(void *table) { GPUDL_FREE(table); }
+static void gdl__cpu_opt_count(const gdl__cpu_opt_table *tab) {
+    int k;
+    for (k = 0; k < tab->count; k++)
+        if (tab->t[k].step && *tab->t[k].step < INT32_MAX) (*tab->t[k].step)++;
+}
+static int gdl__cpu_sgd_multi(const void *table) {
+    const gdl__cpu_opt_table *tab = (const gdl__cpu_opt_table *)table;
+    int k;
+    for (k = 0; k < tab->count; k++) {
+        const gdl_opt_tensor *t = &tab->t[k];
+        const gdl_opt_hyper *h = t->hyper;
+        gdl__sgd_job j_ = {t->n, t->p, t->g, t->s1, h->lr, t->s1 ? h->momentum : 0, h->dampening,
+                           h->weight_decay, h->nesterov, !t->step || *t->step == 0};
+        gdl__parallel_for(t->n, t->n, gdl__sgd_part, &j_);
+    }
+    gdl__cpu_opt_count(tab);
     return 0;
 }
 
@@ -5205,13 +5327,18 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
         p[i] = (gdl_real)(pi - lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + eps));
     }
 }
-static int gdl__cpu_adam_multi(int count, const gdl_opt_tensor *t, int decoupled) {
+static int gdl__cpu_adam_multi(const void *table, int decoupled) {
+    const gdl__cpu_opt_table *tab = (const gdl__cpu_opt_table *)table;
     int k;
-    for (k = 0; k < count; k++) {
-        gdl__adam_job j_ = {t[k].n, t[k].p, t[k].g, t[k].s1, t[k].s2, t[k].lr, t[k].beta1, t[k].beta2, t[k].eps,
-                            t[k].weight_decay, decoupled, t[k].step};
-        gdl__parallel_for(t[k].n, t[k].n, gdl__adam_part, &j_);
+    for (k = 0; k < tab->count; k++) {
+        const gdl_opt_tensor *t = &tab->t[k];
+        const gdl_opt_hyper *h = t->hyper;
+        int64_t stp = t->step ? *t->step : 0;
+        gdl__adam_job j_ = {t->n, t->p, t->g, t->s1, t->s2, h->lr, h->beta1, h->beta2, h->eps,
+                            h->weight_decay, decoupled, stp < INT32_MAX ? stp + 1 : stp};
+        gdl__parallel_for(t->n, t->n, gdl__adam_part, &j_);
     }
+    gdl__cpu_opt_count(tab);
     return 0;
 }
 
@@ -6782,24 +6909,62 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
 }
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
+    const char *op = "gdl_sgd_update_";
     const gdl_backend *be;
     gdl_opt_tensor t;
-    if (gdl__check_in("gdl_sgd_update_", "param", p, 1) < 0) return -1;
+    gdl_opt_hyper h, *dh;
+    void *tab;
+    int rc;
+    if (gdl__check_in(op, "param", p, 1) < 0) return -1;
     if (!p->grad) return 0;
-    if (!(be = gdl__be("gdl_sgd_update_", p->device))) return -1;
+    if (!(be = gdl__be(op, p->device))) return -1;
+    /* a one-off table: the optimizers keep theirs */
+    memset(&h, 0, sizeof h);
+    h.lr = lr;
+    if (!(dh = (gdl_opt_hyper *)gdl__scratch(op, p->device, sizeof h)) || be->copy_async(dh, &h, sizeof h, 0, NULL) < 0)
+        return -1;
     memset(&t, 0, sizeof t);
     t.n = p->numel;
     t.p = GDL__R(p);
     t.g = GDL__R(p->grad);
-    t.lr = lr;
-    return be->sgd_multi(1, &t);
+    t.hyper = dh;
+    if (p->device.type == GDL_DEVICE_CPU) { /* the CPU's table is the entries: one on the stack allocates nothing */
+        gdl__cpu_opt_table one;
+        one.count = 1;
+        one.t[0] = t;
+        return be->sgd_multi(&one);
+    }
+    if (!(tab = be->opt_table_new(1, &t))) return -1;
+    rc = be->sgd_multi(tab);
+    be->opt_table_free(tab);
+    return rc;
+}
+
+/* A persistent tensor of f32 elements at `slot` of flat block f (zeroed when zero is set). */
+static gdl_tensor *gdl__flat_view(const char *op, gdl__flat *f, void *slot, int ndim, const int64_t *shape,
+                                  int zero) {
+    const gdl_backend *be;
+    gdl_tensor *v = gdl__make(op, ndim, shape, GDL_F32, f->device, 1, slot);
+    if (!v) return NULL;
+    if (zero && (!(be = gdl__be(op, f->device)) || be->memset0(slot, (size_t)v->numel * sizeof(gdl_real)) < 0)) {
+        GPUDL_FREE(v);
+        return NULL;
+    }
+    v->flat = f;
+    f->refs++;
+    return v;
 }
 
 static int gdl__ensure_grad(gdl_tensor *t) {
     const gdl_backend *be;
     if (t->grad) return 0;
     if (gdl__is_persistent(t)) {
-        t->grad = gdl_zeros(t->ndim, t->shape, t->dtype, t->device);
+        gdl__flat *f = t->flat;
+        /* a parameter in a flat block (f32): its gradient is the slot mirroring it, so the gradients stay one buffer */
+        if (f && f->grad_shift && (size_t)((char *)t->data - f->base) < f->params_bytes)
+            t->grad = gdl__flat_view("gdl_backward", f, (char *)t->data + f->grad_shift, t->ndim, t->shape, 1);
+        else
+            t->grad = gdl_zeros(t->ndim, t->shape, t->dtype, t->device);
         return t->grad ? 0 : -1;
     }
     /* in the tensor's dtype, as PyTorch */
@@ -9813,7 +9978,7 @@ static int gdl__nn_add_tensor(const char *op, gdl_module *m, const char *name, g
         gdl_free(t);
         return -1;
     }
-    if (!gdl__is_persistent(t) || !(t->flags & GDL__T_OWNS_DATA) || t->node) {
+    if (!gdl__own_storage(t) || t->node) {
         gdl__set_error("%s: \"%s\" %s must be a persistent leaf tensor (made by a factory or gdl_clone)", op, name,
                        gdl_shape_str(t));
         gdl_free(t);
@@ -10708,11 +10873,35 @@ typedef struct gdl__opt_group {
 typedef struct gdl__opt_param {
     gdl_tensor *p;
     int group;
-    gdl_tensor *step;  /* i32 scalar on the CPU: this parameter's step count */
+    gdl_tensor *step;  /* i32 scalar on the CPU: this parameter's step count as of the last read back (the
+                          count itself is in the flat block, where the kernels add to it) */
     gdl_tensor *s1;    /* SGD momentum_buffer, Adam exp_avg */
     gdl_tensor *s2;    /* Adam exp_avg_sq */
     char *names[3];
+    int dev;           /* its flat block: index in the optimizer's devs */
+    size_t off;        /* bytes from the start of each region of that block to its slot */
 } gdl__opt_param;
+
+/* One device's flat block (llm.c's malloc_and_point_parameters), one
+   allocation: the parameters, then their gradients, momentum buffers or
+   exp_avg, exp_avg_sq (regions of `region` bytes, slots in parameter order,
+   64-byte aligned), then each group's hyper-parameters and each parameter's
+   step count (int32, indexed by parameter). One allocation means one memset
+   for zero_grad, contiguous gradients (a bucketed all-reduce can take views
+   of them), and one place the kernels read their scalars from. */
+typedef struct gdl__opt_dev {
+    gdl_device device;
+    gdl__flat *flat;
+    size_t region;
+    int nregions;              /* 2: SGD without momentum, 3: SGD, 4: Adam */
+    gdl_opt_hyper *hyper;      /* device: [ngroups] */
+    int32_t *steps;            /* device: [nsteps], by parameter index */
+    int nsteps;
+    gdl_opt_hyper *hyper_seen; /* host: what `hyper` holds (or will once the queued copies run) */
+    void *table;               /* the backend's table of the last step ... */
+    gdl_opt_tensor *tab;       /* ... and the entries it was made from */
+    int ntab;
+} gdl__opt_dev;
 
 struct gdl_optimizer {
     int kind;
@@ -10722,6 +10911,10 @@ struct gdl_optimizer {
     int nparams, cap_params;
     gdl__opt_param *params;
     int64_t steps;
+    int ndevs;
+    gdl__opt_dev *devs;        /* the flat blocks, in the order their devices first appear */
+    int layout_dirty;          /* parameters were added: make the blocks again */
+    int steps_dirty;           /* the host step tensors are newer than the blocks' counts */
 };
 
 static const char *gdl__opt_kind_name(int kind) {
@@ -10811,9 +11004,26 @@ static void gdl__opt_free_state(gdl__opt_param *pp) {
     for (k = 0; k < 3; k++) GPUDL_FREE(pp->names[k]);
 }
 
+/* Lets go of the flat blocks (the tensors viewing them keep them alive) and the tables. */
+static void gdl__opt_release_devs(gdl_optimizer *opt) {
+    int d;
+    for (d = 0; d < opt->ndevs; d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        const gdl_backend *be = dv->table ? gdl__be("gdl_optim", dv->device) : NULL;
+        if (be) be->opt_table_free(dv->table);
+        gdl__flat_unref(dv->flat);
+        GPUDL_FREE(dv->hyper_seen);
+        GPUDL_FREE(dv->tab);
+    }
+    GPUDL_FREE(opt->devs);
+    opt->devs = NULL;
+    opt->ndevs = 0;
+}
+
 GPUDL_API void gdl_optim_free(gdl_optimizer *opt) {
     int i;
     if (!opt) return;
+    gdl__opt_release_devs(opt);
     for (i = 0; i < opt->nparams; i++) gdl__opt_free_state(&opt->params[i]);
     GPUDL_FREE(opt->params);
     GPUDL_FREE(opt->groups);
@@ -10886,6 +11096,7 @@ GPUDL_API int gdl_optim_add_params(gdl_optimizer *opt, gdl_tensor *const *params
         pp->group = opt->ngroups;
     }
     opt->groups[opt->ngroups] = g;
+    opt->layout_dirty = 1; /* a new group (and its parameters): the blocks are made again at the next use */
     return opt->ngroups++;
 }
 
@@ -10919,63 +11130,330 @@ GPUDL_API int gdl_optim_add_module(gdl_optimizer *opt, gdl_module *m, int no_dec
     return rc < 0 ? -1 : 0;
 }
 
-GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none) {
+static int gdl__opt_has_state(const gdl_optimizer *opt, const gdl__opt_param *pp) {
+    return opt->kind != GDL__OPT_SGD || opt->groups[pp->group].momentum != 0 || pp->s1;
+}
+
+/* ---- the flat blocks ---- */
+
+#define GDL__FLAT_ALIGN 64 /* bytes: every slot starts on a cache line (and a GPU's 128-bit loads) */
+static size_t gdl__flat_round(size_t b) { return (b + GDL__FLAT_ALIGN - 1) / GDL__FLAT_ALIGN * GDL__FLAT_ALIGN; }
+
+static char *gdl__opt_slot(const gdl_optimizer *opt, const gdl__opt_param *pp, int region) {
+    const gdl__opt_dev *dv = &opt->devs[pp->dev];
+    return dv->flat->base + dv->region * (size_t)region + pp->off;
+}
+
+/* Moves t's elements into `slot` of block f and lets go of its old storage
+   (an allocation, or a slot of another block): the same gdl_tensor* now
+   views the block, so every pointer to it stays valid. */
+static int gdl__flat_rehome(const char *op, gdl_tensor *t, gdl__flat *f, void *slot) {
+    size_t bytes = (size_t)t->numel * sizeof(gdl_real);
+    if (t->flat == f && t->data == slot) return 0;
+    if (gdl__copy_bytes(op, slot, f->device, t->data, t->device, bytes) < 0) return -1;
+    if (t->flags & GDL__T_OWNS_DATA) {
+        const gdl_backend *be = gdl__be(op, t->device);
+        if (be) be->free(t->data);
+        t->flags &= ~(unsigned)GDL__T_OWNS_DATA;
+    } else {
+        gdl__flat_unref(t->flat);
+    }
+    t->data = slot;
+    t->device = f->device;
+    t->flat = f;
+    f->refs++;
+    return 0;
+}
+
+/* a grad the flat block can take: f32, the parameter's size and device, storage of its own */
+static int gdl__opt_grad_fits(const gdl_tensor *p) {
+    const gdl_tensor *g = p->grad;
+    return g && g->dtype == GDL_F32 && g->numel == p->numel && gdl_device_equal(g->device, p->device) &&
+           gdl__own_storage(g);
+}
+
+static int gdl__opt_needs_s1(const gdl_optimizer *opt) {
     int i;
+    if (opt->kind != GDL__OPT_SGD) return 1;
+    for (i = 0; i < opt->ngroups; i++)
+        if (opt->groups[i].momentum != 0) return 1;
+    for (i = 0; i < opt->nparams; i++)
+        if (opt->params[i].s1) return 1;
+    return 0;
+}
+
+static void gdl__opt_hyper_of(const gdl__opt_group *g, gdl_opt_hyper *h) {
+    memset(h, 0, sizeof *h);
+    h->lr = g->lr;
+    h->weight_decay = g->weight_decay;
+    h->momentum = g->momentum;
+    h->dampening = g->dampening;
+    h->beta1 = g->beta1;
+    h->beta2 = g->beta2;
+    h->eps = g->eps;
+    h->nesterov = g->nesterov;
+}
+
+/* Writes the groups' hyper-parameters that changed into every block: an
+   asynchronous copy each on the device's compute stream (from pageable
+   memory the copy takes the bytes before it returns), so the kernels of
+   the next step read them and nothing waits. */
+static int gdl__opt_push_hyper(const char *op, gdl_optimizer *opt) {
+    int d, g;
+    for (d = 0; d < opt->ndevs; d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        const gdl_backend *be = NULL;
+        for (g = 0; g < opt->ngroups; g++) {
+            gdl_opt_hyper h;
+            gdl__opt_hyper_of(&opt->groups[g], &h);
+            if (!memcmp(&h, &dv->hyper_seen[g], sizeof h)) continue;
+            if (!be && !(be = gdl__be(op, dv->device))) return -1;
+            if (be->copy_async(&dv->hyper[g], &h, sizeof h, 0, NULL) < 0) return -1;
+            dv->hyper_seen[g] = h;
+        }
+    }
+    return 0;
+}
+
+/* The blocks' step counts into the host step tensors (waits for the device). */
+static int gdl__opt_steps_down(const char *op, gdl_optimizer *opt) {
+    int d, i;
+    int32_t *buf;
+    if (opt->steps_dirty || !opt->ndevs) return 0; /* the host's are the newer */
+    buf = (int32_t *)gdl__arena_alloc(&gdl__host_arena, sizeof(int32_t) * (size_t)(opt->nparams + 1));
+    if (!buf) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return -1;
+    }
+    for (d = 0; d < opt->ndevs; d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        if (gdl__copy_bytes(op, buf, gdl_cpu(), dv->steps, dv->device, sizeof(int32_t) * (size_t)dv->nsteps) < 0)
+            return -1;
+        for (i = 0; i < dv->nsteps; i++)
+            if (opt->params[i].dev == d && opt->params[i].step) *(int32_t *)opt->params[i].step->data = buf[i];
+    }
+    return 0;
+}
+
+/* The host step tensors into the blocks (asynchronous copies). */
+static int gdl__opt_steps_up(const char *op, gdl_optimizer *opt) {
+    int d, i;
+    int32_t *buf;
+    if (!opt->steps_dirty) return 0;
+    buf = (int32_t *)gdl__arena_alloc(&gdl__host_arena, sizeof(int32_t) * (size_t)(opt->nparams + 1));
+    if (!buf) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return -1;
+    }
+    for (i = 0; i < opt->nparams; i++) {
+        const gdl_tensor *st = opt->params[i].step;
+        buf[i] = st ? *(const int32_t *)st->data : 0;
+    }
+    for (d = 0; d < opt->ndevs; d++) {
+        const gdl_backend *be = gdl__be(op, opt->devs[d].device);
+        if (!be || be->copy_async(opt->devs[d].steps, buf, sizeof(int32_t) * (size_t)opt->nparams, 0, NULL) < 0)
+            return -1;
+    }
+    opt->steps_dirty = 0;
+    return 0;
+}
+
+/* Makes the blocks: one per device the parameters are on, each parameter,
+   gradient and state tensor moved into its slot. On an error before the
+   moves (out of memory) nothing has changed. */
+static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
+    gdl__opt_dev *devs;
+    int nd = 0, i, d, nregions, *where_dev;
+    size_t *where_off;
+    size_t hyper_bytes = gdl__flat_round(sizeof(gdl_opt_hyper) * (size_t)(opt->ngroups ? opt->ngroups : 1));
+    if (gdl__opt_steps_down(op, opt) < 0) return -1;
+    nregions = opt->kind != GDL__OPT_SGD ? 4 : gdl__opt_needs_s1(opt) ? 3 : 2;
+    /* the new slots go to the parameters only once the blocks are made: until then the old ones hold */
+    where_off = (size_t *)gdl__arena_alloc(&gdl__host_arena, (sizeof(size_t) + sizeof(int)) * (size_t)(opt->nparams + 1));
+    devs = (gdl__opt_dev *)GPUDL_MALLOC(sizeof(gdl__opt_dev) * (size_t)(opt->nparams + 1));
+    if (!devs || !where_off) {
+        GPUDL_FREE(devs);
+        gdl__set_error("%s: out of memory (host)", op);
+        return -1;
+    }
+    where_dev = (int *)(where_off + opt->nparams + 1);
+    memset(devs, 0, sizeof(gdl__opt_dev) * (size_t)(opt->nparams + 1));
+    for (i = 0; i < opt->nparams; i++) { /* the devices in order of first appearance, the slots */
+        const gdl_tensor *p = opt->params[i].p;
+        for (d = 0; d < nd && !gdl_device_equal(devs[d].device, p->device); d++) {}
+        if (d == nd) devs[nd++].device = p->device;
+        where_dev[i] = d;
+        where_off[i] = devs[d].region;
+        devs[d].region += gdl__flat_round((size_t)p->numel * sizeof(gdl_real));
+    }
+    for (d = 0; d < nd; d++) {
+        gdl__opt_dev *dv = &devs[d];
+        size_t bytes = dv->region * (size_t)nregions + hyper_bytes + sizeof(int32_t) * (size_t)(opt->nparams + 1);
+        const gdl_backend *be = gdl__be(op, dv->device);
+        int ok = 0;
+        dv->nregions = nregions;
+        if (be && (dv->flat = (gdl__flat *)GPUDL_MALLOC(sizeof(gdl__flat))) != NULL) {
+            memset(dv->flat, 0, sizeof *dv->flat);
+            dv->flat->refs = 1;
+            dv->flat->device = dv->device;
+            dv->flat->bytes = bytes;
+            dv->flat->params_bytes = dv->region;
+            dv->flat->grad_shift = dv->region;
+            dv->hyper_seen = (gdl_opt_hyper *)GPUDL_MALLOC(hyper_bytes);
+            if (dv->hyper_seen && (dv->flat->data = be->alloc(bytes + GDL__FLAT_ALIGN)) != NULL) {
+                uintptr_t a = (uintptr_t)dv->flat->data;
+                dv->flat->base = (char *)dv->flat->data + (GDL__FLAT_ALIGN - a % GDL__FLAT_ALIGN) % GDL__FLAT_ALIGN;
+                /* zeros for the state slots; NaN bits in the host copy, so every group is written below */
+                memset(dv->hyper_seen, 0xff, hyper_bytes);
+                ok = be->memset0(dv->flat->base, bytes) == 0;
+            }
+        }
+        if (!ok) {
+            char prev[sizeof gdl__err];
+            gdl_device where = dv->device;
+            memcpy(prev, gdl__err, sizeof prev);
+            for (i = 0; i <= d; i++) {
+                if (devs[i].flat && devs[i].flat->data) gdl__be(op, devs[i].device)->free(devs[i].flat->data);
+                GPUDL_FREE(devs[i].flat);
+                GPUDL_FREE(devs[i].hyper_seen);
+            }
+            GPUDL_FREE(devs);
+            gdl__set_error("%s: cannot make the flat parameter buffer of %.0f bytes on %s: %s", op, (double)bytes,
+                           gdl_device_str(where), prev[0] ? prev : "out of memory");
+            return -1;
+        }
+        dv->hyper = (gdl_opt_hyper *)(dv->flat->base + dv->region * (size_t)nregions);
+        dv->steps = (int32_t *)((char *)dv->hyper + hyper_bytes);
+        dv->nsteps = opt->nparams;
+    }
+    /* the blocks are made: move everything in, then let go of the old ones */
+    {
+        gdl__opt_dev *old = opt->devs;
+        int nold = opt->ndevs, rc = 0;
+        opt->devs = devs;
+        opt->ndevs = nd;
+        for (i = 0; i < opt->nparams; i++) {
+            opt->params[i].dev = where_dev[i];
+            opt->params[i].off = where_off[i];
+        }
+        for (i = 0; i < opt->nparams && rc == 0; i++) {
+            gdl__opt_param *pp = &opt->params[i];
+            gdl__flat *f = devs[pp->dev].flat;
+            if (gdl__flat_rehome(op, pp->p, f, gdl__opt_slot(opt, pp, 0)) < 0) rc = -1;
+            else if (gdl__opt_grad_fits(pp->p) && gdl__flat_rehome(op, pp->p->grad, f, gdl__opt_slot(opt, pp, 1)) < 0)
+                rc = -1;
+            else if (pp->s1 && gdl__flat_rehome(op, pp->s1, f, gdl__opt_slot(opt, pp, 2)) < 0) rc = -1;
+            else if (pp->s2 && gdl__flat_rehome(op, pp->s2, f, gdl__opt_slot(opt, pp, 3)) < 0) rc = -1;
+        }
+        opt->devs = old;
+        opt->ndevs = nold;
+        gdl__opt_release_devs(opt);
+        opt->devs = devs;
+        opt->ndevs = nd;
+        opt->layout_dirty = 0;
+        opt->steps_dirty = 1;
+        if (rc < 0) {
+            opt->layout_dirty = 1; /* some tensors moved, some not: made again at the next use */
+            return -1;
+        }
+    }
+    if (gdl__opt_push_hyper(op, opt) < 0 || gdl__opt_steps_up(op, opt) < 0) return -1;
+    return 0;
+}
+
+/* Makes sure every parameter (and its state) is in its slot, making the
+   blocks again when the parameters changed: added, moved (gdl_module_to),
+   or momentum turned on for an SGD that had no buffers. A gradient made
+   outside the block (before it existed, by hand) is moved into its slot. */
+static int gdl__opt_layout(const char *op, gdl_optimizer *opt) {
+    int i, ok = !opt->layout_dirty && opt->ndevs > 0;
+    if (!opt->nparams) return 0;
+    if (ok && opt->kind == GDL__OPT_SGD && opt->devs[0].nregions < 3 && gdl__opt_needs_s1(opt)) ok = 0;
+    for (i = 0; i < opt->nparams && ok; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        const gdl_tensor *p = pp->p;
+        if (p->flat != opt->devs[pp->dev].flat || p->data != gdl__opt_slot(opt, pp, 0) ||
+            (pp->s1 && pp->s1->data != gdl__opt_slot(opt, pp, 2)) || (pp->s2 && pp->s2->data != gdl__opt_slot(opt, pp, 3)))
+            ok = 0;
+    }
+    if (!ok) return gdl__opt_rebuild(op, opt);
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        if (gdl__opt_grad_fits(pp->p) && pp->p->grad->data != gdl__opt_slot(opt, pp, 1) &&
+            gdl__flat_rehome(op, pp->p->grad, opt->devs[pp->dev].flat, gdl__opt_slot(opt, pp, 1)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none) {
+    int i, d;
     if (!opt) {
         gdl__null_arg("gdl_zero_grad", "opt");
         return -1;
     }
-    for (i = 0; i < opt->nparams; i++) {
-        gdl_tensor *p = opt->params[i].p;
-        if (set_to_none) {
+    if (set_to_none) {
+        for (i = 0; i < opt->nparams; i++) {
+            gdl_tensor *p = opt->params[i].p;
             gdl_free(p->grad);
             p->grad = NULL;
-        } else if (gdl_zero_grad_tensor(p) < 0) {
-            return -1;
         }
+        return 0;
+    }
+    /* the gradients are one region per block: one memset each (slots of parameters without a grad
+       included: backward zeroes a slot when it gives it out) */
+    if (gdl__opt_layout("gdl_zero_grad", opt) < 0) return -1;
+    for (d = 0; d < opt->ndevs; d++) {
+        const gdl_backend *be = gdl__be("gdl_zero_grad", opt->devs[d].device);
+        if (!be || be->memset0(opt->devs[d].flat->base + opt->devs[d].region, opt->devs[d].region) < 0)
+            return -1;
+    }
+    for (i = 0; i < opt->nparams; i++) { /* a grad the block could not take (another device or size) */
+        gdl__opt_param *pp = &opt->params[i];
+        if (pp->p->grad && pp->p->grad->data != gdl__opt_slot(opt, pp, 1) && gdl_zero_grad_tensor(pp->p) < 0)
+            return -1;
     }
     return 0;
 }
 GPUDL_API int gdl_zero_grad(gdl_optimizer *opt) { return gdl_zero_grad_ex(opt, 0); }
 
-static int gdl__opt_has_state(const gdl_optimizer *opt, const gdl__opt_param *pp) {
-    return opt->kind != GDL__OPT_SGD || opt->groups[pp->group].momentum != 0 || pp->s1;
-}
-
-/* Makes (zeros) or moves this parameter's state onto its device. */
+/* Makes this parameter's state (zeros, step 0) in its slots; the layout is made. */
 static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_param *pp, int index) {
     gdl_tensor *p = pp->p;
     int adam = opt->kind != GDL__OPT_SGD, k;
-    if (!pp->step) {
-        char nm[64];
-        const char *suffix[3];
-        suffix[0] = "step";
-        suffix[1] = adam ? "exp_avg" : "momentum_buffer";
-        suffix[2] = "exp_avg_sq";
-        pp->step = gdl_zeros(0, NULL, GDL_I32, gdl_cpu());
-        pp->s1 = gdl_zeros(p->ndim, p->shape, GDL_F32, p->device);
-        if (adam) pp->s2 = gdl_zeros(p->ndim, p->shape, GDL_F32, p->device);
-        for (k = 0; k < (adam ? 3 : 2); k++) {
-            snprintf(nm, sizeof nm, "state.%d.%s", index, suffix[k]);
-            pp->names[k] = gdl__nn_strdup(nm);
-        }
-        if (!pp->step || !pp->s1 || (adam && !pp->s2) || !pp->names[0] || !pp->names[1] || (adam && !pp->names[2])) {
-            char prev[sizeof gdl__err];
-            memcpy(prev, gdl__err, sizeof prev);
-            gdl__opt_free_state(pp);
-            pp->step = pp->s1 = pp->s2 = NULL;
-            pp->names[0] = pp->names[1] = pp->names[2] = NULL;
-            gdl__set_error("%s: cannot make the optimizer state of parameter %d %s: %s", op, index, gdl_shape_str(p),
-                           prev[0] ? prev : "out of memory");
-            return -1;
-        }
-        pp->step->name = pp->names[0];
-        pp->s1->name = pp->names[1];
-        if (adam) pp->s2->name = pp->names[2];
-        return 0;
+    char nm[64];
+    const char *suffix[3];
+    gdl__flat *f;
+    if (pp->step) return 0;
+    f = opt->devs[pp->dev].flat;
+    suffix[0] = "step";
+    suffix[1] = adam ? "exp_avg" : "momentum_buffer";
+    suffix[2] = "exp_avg_sq";
+    pp->step = gdl_zeros(0, NULL, GDL_I32, gdl_cpu()); /* the checkpoint's copy of the count */
+    pp->s1 = gdl__flat_view(op, f, gdl__opt_slot(opt, pp, 2), p->ndim, p->shape, 1);
+    if (adam) pp->s2 = gdl__flat_view(op, f, gdl__opt_slot(opt, pp, 3), p->ndim, p->shape, 1);
+    for (k = 0; k < (adam ? 3 : 2); k++) {
+        snprintf(nm, sizeof nm, "state.%d.%s", index, suffix[k]);
+        pp->names[k] = gdl__nn_strdup(nm);
     }
-    if (!gdl_device_equal(pp->s1->device, p->device) && gdl_move_(pp->s1, p->device) < 0) return -1;
-    if (pp->s2 && !gdl_device_equal(pp->s2->device, p->device) && gdl_move_(pp->s2, p->device) < 0) return -1;
+    if (!pp->step || !pp->s1 || (adam && !pp->s2) || !pp->names[0] || !pp->names[1] || (adam && !pp->names[2])) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl__opt_free_state(pp);
+        pp->step = pp->s1 = pp->s2 = NULL;
+        pp->names[0] = pp->names[1] = pp->names[2] = NULL;
+        gdl__set_error("%s: cannot make the optimizer state of parameter %d %s: %s", op, index, gdl_shape_str(p),
+                       prev[0] ? prev : "out of memory");
+        return -1;
+    }
+    pp->step->name = pp->names[0];
+    pp->s1->name = pp->names[1];
+    if (adam) pp->s2->name = pp->names[2];
+    { /* its count in the block starts at 0 too (an asynchronous write: nothing is read back) */
+        static const int32_t zero = 0;
+        const gdl_backend *be = gdl__be(op, p->device);
+        if (!be || be->copy_async(&opt->devs[pp->dev].steps[index], &zero, sizeof zero, 0, NULL) < 0) return -1;
+    }
     return 0;
 }
 
@@ -10983,9 +11461,12 @@ static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_pa
    checked and every missing state tensor made (a failure frees what this call
    made) before anything is updated; then one multi-tensor backend call per
    device updates them all (on a GPU one kernel launch, so a failed launch
-   updates nothing), and only then do the step counters advance. With
-   parameters on several devices a failure on a later device leaves the
-   earlier devices' parameters updated (their counters do not advance). */
+   updates nothing), and the step counts (in the blocks) advance in that same
+   call. With parameters on several devices a failure on a later device
+   leaves the earlier devices' parameters updated and counted.
+   A steady-state step copies nothing to the device: the table of a device
+   is kept while its entries stay the same, and lr changes reach the block
+   when they are made (gdl_optim_set_lr, the schedulers). */
 static int gdl__step(gdl_optimizer *opt);
 GPUDL_API int gdl_step(gdl_optimizer *opt) {
     int span, rc;
@@ -11001,9 +11482,9 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
 }
 static int gdl__step(gdl_optimizer *opt) {
     const char *op = "gdl_step";
-    int adam, i, n = 0, start, nd;
-    gdl_opt_tensor *t, *sorted;
-    gdl_device *dv;
+    int adam, i, d;
+    gdl_opt_tensor *t;
+    int *count;
     char *fresh;
     adam = opt->kind != GDL__OPT_SGD;
     for (i = 0; i < opt->nparams; i++) {
@@ -11017,16 +11498,16 @@ static int gdl__step(gdl_optimizer *opt) {
         }
         if (!gdl__be(op, p->device)) return -1;
     }
-    /* the step's tables live in the step arena: a steady-state step stays allocation-free */
-    t = (gdl_opt_tensor *)gdl__arena_alloc(&gdl__host_arena, (sizeof(gdl_opt_tensor) * 2 + sizeof(gdl_device) + 1) *
+    if (gdl__opt_layout(op, opt) < 0) return -1;
+    /* the step's lists live in the step arena: a steady-state step stays allocation-free */
+    t = (gdl_opt_tensor *)gdl__arena_alloc(&gdl__host_arena, (sizeof(gdl_opt_tensor) + sizeof(int) + 1) *
                                                                  (size_t)(opt->nparams + 1));
     if (!t) {
         gdl__set_error("%s: out of memory (host) for the step's table of %d parameters", op, opt->nparams);
         return -1;
     }
-    sorted = t + opt->nparams + 1;
-    dv = (gdl_device *)(sorted + opt->nparams + 1);
-    fresh = (char *)(dv + opt->nparams + 1);
+    count = (int *)(t + opt->nparams + 1);
+    fresh = (char *)(count + opt->nparams + 1);
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_param *pp = &opt->params[i];
         fresh[i] = 0;
@@ -11045,64 +11526,72 @@ static int gdl__step(gdl_optimizer *opt) {
             return -1;
         }
     }
-    for (i = 0; i < opt->nparams; i++) {
-        gdl__opt_param *pp = &opt->params[i];
-        const gdl__opt_group *gr = &opt->groups[pp->group];
-        gdl_tensor *p = pp->p;
-        gdl_opt_tensor *e = &t[n];
-        int64_t stp;
-        if (!p->grad || !p->numel) continue;
-        stp = pp->step ? *(const int32_t *)pp->step->data : 0;
-        memset(e, 0, sizeof *e);
-        e->n = p->numel;
-        e->p = GDL__R(p);
-        e->g = GDL__R(p->grad);
-        e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
-        e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
-        e->lr = gr->lr;
-        e->weight_decay = gr->weight_decay;
-        e->momentum = e->s1 ? gr->momentum : 0;
-        e->dampening = gr->dampening;
-        e->nesterov = gr->nesterov;
-        e->beta1 = gr->beta1;
-        e->beta2 = gr->beta2;
-        e->eps = gr->eps;
-        e->step = adam && stp < INT32_MAX ? stp + 1 : stp;
-        dv[n] = p->device;
-        fresh[n++] = 0; /* reused: 1 once the entry is in `sorted` */
-    }
-    /* grouped by device, in the order the devices first appear */
-    for (start = 0, nd = 0; start < n; nd++) {
-        gdl_device dev;
-        const gdl_backend *be;
-        int j, first = -1, count = 0, rc;
-        for (j = 0; j < n && first < 0; j++)
-            if (!fresh[j]) first = j;
-        dev = dv[first];
-        for (j = first; j < n; j++)
-            if (!fresh[j] && gdl_device_equal(dv[j], dev)) {
-                sorted[start + count++] = t[j];
-                fresh[j] = 1;
+    if (gdl__opt_push_hyper(op, opt) < 0 || gdl__opt_steps_up(op, opt) < 0) return -1;
+    /* each device's entries, contiguous in t, in parameter order */
+    {
+        int n = 0;
+        for (d = 0; d < opt->ndevs; d++) {
+            gdl__opt_dev *dv = &opt->devs[d];
+            count[d] = 0;
+            for (i = 0; i < opt->nparams; i++) {
+                gdl__opt_param *pp = &opt->params[i];
+                gdl_opt_tensor *e;
+                if (pp->dev != d || !pp->p->grad || !pp->p->numel) continue;
+                e = &t[n + count[d]++];
+                memset(e, 0, sizeof *e);
+                e->n = pp->p->numel;
+                e->p = GDL__R(pp->p);
+                e->g = GDL__R(pp->p->grad);
+                e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
+                e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
+                e->hyper = &dv->hyper[pp->group];
+                e->step = pp->step ? &dv->steps[i] : NULL;
             }
-        if (!(be = gdl__be(op, dev))) return -1;
-        rc = adam ? be->adam_multi(count, sorted + start, opt->kind == GDL__OPT_ADAMW) : be->sgd_multi(count, sorted + start);
+            n += count[d];
+        }
+    }
+    /* the tables: kept while the entries stay the same (a steady-state step copies nothing) */
+    for (d = 0, i = 0; d < opt->ndevs; i += count[d], d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        const gdl_backend *be;
+        void *tab;
+        gdl_opt_tensor *keep;
+        if (dv->table && dv->ntab == count[d] && !memcmp(dv->tab, t + i, sizeof(gdl_opt_tensor) * (size_t)count[d]))
+            continue;
+        if (!(be = gdl__be(op, dv->device))) return -1;
+        keep = (gdl_opt_tensor *)GPUDL_MALLOC(sizeof(gdl_opt_tensor) * (size_t)(count[d] + 1));
+        if (!keep || !(tab = be->opt_table_new(count[d], t + i))) {
+            char prev[sizeof gdl__err];
+            memcpy(prev, gdl__err, sizeof prev);
+            gdl__set_error("%s: cannot make the %s table of %d parameter%s on %s, nothing was updated: %s", op,
+                           gdl__opt_kind_name(opt->kind), count[d], count[d] == 1 ? "" : "s",
+                           gdl_device_str(dv->device), keep ? prev : "out of memory (host)");
+            GPUDL_FREE(keep);
+            return -1;
+        }
+        if (count[d]) memcpy(keep, t + i, sizeof(gdl_opt_tensor) * (size_t)count[d]);
+        if (dv->table) be->opt_table_free(dv->table);
+        GPUDL_FREE(dv->tab);
+        dv->table = tab;
+        dv->tab = keep;
+        dv->ntab = count[d];
+    }
+    for (d = 0; d < opt->ndevs; d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        const gdl_backend *be;
+        int rc;
+        if (!dv->ntab) continue;
+        if (!(be = gdl__be(op, dv->device))) return -1;
+        rc = adam ? be->adam_multi(dv->table, opt->kind == GDL__OPT_ADAMW) : be->sgd_multi(dv->table);
         if (rc < 0) {
             char prev[sizeof gdl__err];
             memcpy(prev, gdl__err, sizeof prev);
             gdl__set_error("%s: the %s update of %d parameter%s on %s failed%s: %s", op, gdl__opt_kind_name(opt->kind),
-                           count, count == 1 ? "" : "s", gdl_device_str(dev),
-                           nd ? " (the parameters of the devices before it were updated)" : ", nothing was updated",
+                           dv->ntab, dv->ntab == 1 ? "" : "s", gdl_device_str(dv->device),
+                           d ? " (the parameters of the devices before it were updated)" : ", nothing was updated",
                            prev);
             return -1;
         }
-        start += count;
-    }
-    for (i = 0; i < opt->nparams; i++) {
-        gdl__opt_param *pp = &opt->params[i];
-        int32_t *stp;
-        if (!pp->p->grad || !pp->p->numel || !pp->step) continue;
-        stp = (int32_t *)pp->step->data;
-        if (*stp < INT32_MAX) (*stp)++;
     }
     opt->steps++;
     return 0;
@@ -11240,6 +11729,10 @@ GPUDL_API int gdl_optim_state(gdl_optimizer *opt, const char **names, gdl_tensor
         gdl__set_error("gdl_optim_state: max %d must be >= 0", max);
         return -1;
     }
+    /* the state lives in the flat blocks; the step counts are read back from there (the one wait) and
+       the host's copies are the newer after this call (a checkpoint load writes them) */
+    if (gdl__opt_layout("gdl_optim_state", opt) < 0 || gdl__opt_steps_down("gdl_optim_state", opt) < 0) return -1;
+    opt->steps_dirty = 1;
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_param *pp = &opt->params[i];
         gdl_tensor *ts[3];
@@ -11297,7 +11790,7 @@ GPUDL_API int gdl_optim_set_lr(gdl_optimizer *opt, int group, double lr) {
         return -1;
     }
     g->lr = lr;
-    return 0;
+    return gdl__opt_push_hyper("gdl_optim_set_lr", opt); /* into the flat blocks, asynchronously */
 }
 GPUDL_API double gdl_optim_get_momentum(const gdl_optimizer *opt, int group) {
     const gdl__opt_group *g = gdl__opt_group_at("gdl_optim_get_momentum", opt, group);
@@ -11313,7 +11806,7 @@ GPUDL_API int gdl_optim_set_momentum(gdl_optimizer *opt, int group, double momen
     }
     if (opt->kind == GDL__OPT_SGD) g->momentum = momentum;
     else g->beta1 = momentum;
-    return 0;
+    return gdl__opt_push_hyper("gdl_optim_set_momentum", opt);
 }
 
 /* ---------------------------------------------------------------------------
@@ -11379,6 +11872,9 @@ static void gdl__sched_apply(gdl_scheduler *s) {
             else gr->beta1 = m;
         }
     }
+    /* into the optimizer's flat blocks now (asynchronous copies); an error here shows at its next step,
+       which writes what is still missing */
+    if (gdl__opt_push_hyper("gdl_scheduler_step", s->opt) < 0) gdl_clear_error();
 }
 
 static gdl_scheduler *gdl__sched_new(const char *op, int kind, gdl_optimizer *opt) {
@@ -13473,7 +13969,7 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
         int k;
         for (k = b->first; k < b->first + b->count; k++) {
             gdl_tensor *p = d->params[k];
-            if (!p->grad && !(p->grad = gdl_zeros(p->ndim, p->shape, GDL_F32, p->device))) return -1;
+            if (gdl__ensure_grad(p) < 0) return -1;
             for (j = 0; j < p->numel; j++) ((gdl_real *)p->grad->data)[j] = b->buf[off + j] / w;
             off += p->numel;
         }

@@ -2025,10 +2025,14 @@ static int gdl__cu_pointwise_loss_backward(int kind, int64_t n, const float *x, 
 // ----------------------------------------------------------------------------
 // optimizers: the CPU's formulas, in double per element as the CPU computes
 // them (memory-bound either way). One launch updates every parameter of the
-// device (PyTorch's multi_tensor_apply): a table of per-tensor pointers, sizes
-// and hyper-parameters goes to the device, and block b of the grid takes
-// chunk b - first_block of the tensor whose range of chunks holds b. A failed
-// launch therefore updates nothing.
+// device (PyTorch's multi_tensor_apply): a table of per-tensor pointers and
+// sizes, made once in device memory and kept by the optimizer while its
+// parameters stay the same, and block b of the grid takes chunk b -
+// first_block of the tensor whose range of chunks holds b. lr and the other
+// hyper-parameters, the step counts and so the bias corrections are read
+// from device memory (the optimizer's flat block), so a captured launch stays
+// right when a scheduler changes lr; the last block to finish advances the
+// step counts. A failed launch therefore updates nothing.
 
 #define GDL__CU_OPT_CHUNK (GDL__CU_THREADS * 8) /* elements per chunk */
 
@@ -2036,9 +2040,17 @@ struct gdl__cu_opt_entry {
     float *p, *s1, *s2;
     const float *g;
     int64_t n, first_chunk;
-    double lr, weight_decay, momentum, dampening, beta1, beta2, eps;
-    double bc1, bc2; /* Adam: 1 - beta^step, computed once on the host */
-    int nesterov, first_step;
+    const gdl_opt_hyper *h;
+    int32_t *step;
+};
+
+// the host's handle of a table: entries in device memory, then the counter
+// of finished blocks (0 between launches)
+struct gdl__cu_opt_table {
+    gdl__cu_opt_entry *tab;
+    unsigned *done;
+    int count;
+    int64_t chunks;
 };
 
 // the entry whose chunks hold chunk c: entries are in order of first_chunk
@@ -2052,13 +2064,33 @@ __device__ static const gdl__cu_opt_entry *gdl__cu_opt_find(const gdl__cu_opt_en
     return &tab[lo];
 }
 
-__global__ void gdl__k_sgd_multi(const gdl__cu_opt_entry *tab, int count, int64_t chunks) {
+// After the block's work: the last block of the grid to get here (every
+// other block has read its step counts) adds one to every count and
+// re-arms the counter. `last` is the kernel's __shared__ flag.
+__device__ static void gdl__cu_opt_count(const gdl__cu_opt_entry *tab, int count, unsigned *done, int *last) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        *last = atomicAdd(done, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (*last) {
+        __threadfence();
+        for (int k = threadIdx.x; k < count; k += blockDim.x)
+            if (tab[k].step && *tab[k].step < 2147483647) *tab[k].step += 1;
+        if (threadIdx.x == 0) *done = 0;
+    }
+}
+
+__global__ void gdl__k_sgd_multi(const gdl__cu_opt_entry *tab, int count, int64_t chunks, unsigned *done) {
+    __shared__ int last;
     GDL_CU_ROWS(c, chunks) {
         const gdl__cu_opt_entry *e = gdl__cu_opt_find(tab, count, c);
+        const gdl_opt_hyper *h = e->h;
         float *p = e->p, *buf = e->s1;
         const float *g = e->g;
-        double lr = e->lr, momentum = e->momentum, dampening = e->dampening, weight_decay = e->weight_decay;
-        int nesterov = e->nesterov, first_step = e->first_step;
+        double lr = h->lr, momentum = buf ? h->momentum : 0, dampening = h->dampening, weight_decay = h->weight_decay;
+        int nesterov = h->nesterov, first_step = !e->step || *e->step == 0;
         int64_t lo = (c - e->first_chunk) * GDL__CU_OPT_CHUNK, hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;
         for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
             double d = (double)g[i] + weight_decay * p[i];
@@ -2070,15 +2102,21 @@ __global__ void gdl__k_sgd_multi(const gdl__cu_opt_entry *tab, int count, int64_
             p[i] = (float)(p[i] - lr * d);
         }
     }
+    gdl__cu_opt_count(tab, count, done, &last);
 }
 
-__global__ void gdl__k_adam_multi(const gdl__cu_opt_entry *tab, int count, int64_t chunks, int decoupled) {
+__global__ void gdl__k_adam_multi(const gdl__cu_opt_entry *tab, int count, int64_t chunks, int decoupled,
+                                  unsigned *done) {
+    __shared__ int last;
     GDL_CU_ROWS(c, chunks) {
         const gdl__cu_opt_entry *e = gdl__cu_opt_find(tab, count, c);
+        const gdl_opt_hyper *h = e->h;
         float *p = e->p, *m = e->s1, *v = e->s2;
         const float *g = e->g;
-        double lr = e->lr, beta1 = e->beta1, beta2 = e->beta2, eps = e->eps, weight_decay = e->weight_decay;
-        double bc1 = e->bc1, bc2 = e->bc2;
+        double lr = h->lr, beta1 = h->beta1, beta2 = h->beta2, eps = h->eps, weight_decay = h->weight_decay;
+        int64_t stp = e->step ? *e->step : 0;
+        double step = (double)(stp < 2147483647 ? stp + 1 : stp);
+        double bc1 = 1 - pow(beta1, step), bc2 = 1 - pow(beta2, step);
         int64_t lo = (c - e->first_chunk) * GDL__CU_OPT_CHUNK, hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;
         for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
             double gi = g[i], pi = p[i];
@@ -2091,63 +2129,83 @@ __global__ void gdl__k_adam_multi(const gdl__cu_opt_entry *tab, int count, int64
             p[i] = (float)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
         }
     }
+    gdl__cu_opt_count(tab, count, done, &last);
 }
 
-// Builds the table on the host, copies it into a block of the caching
-// allocator (in stream order, so the block can go back to the cache right
-// after the launch) and launches one kernel over all chunks.
-static int gdl__cu_opt_multi(int count, const gdl_opt_tensor *t, int adam, int decoupled) {
-    static thread_local std::vector<gdl__cu_opt_entry> host; /* reused: a steady-state step allocates nothing */
+// The table goes to a block of the caching allocator with one copy (from
+// pageable memory: staged, so `host` may go when it returns) and the block
+// counter is zeroed; both in stream order on the compute stream.
+static void *gdl__cu_opt_table_new(int count, const gdl_opt_tensor *t) {
+    std::vector<gdl__cu_opt_entry> host;
     int64_t chunks = 0;
-    int k, used = 0;
-    if (count <= 0) return 0;
+    int used = 0;
     try {
-        host.resize((size_t)count);
+        host.resize((size_t)(count > 0 ? count : 1));
     } catch (...) {
         gdl__set_error("gdl_cuda: out of host memory for the optimizer's table of %d tensors", count);
-        return -1;
+        return NULL;
     }
-    for (k = 0; k < count; k++) {
-        gdl__cu_opt_entry &e = host[(size_t)used];
+    for (int k = 0; k < count; k++) {
         if (t[k].n <= 0) continue;
+        gdl__cu_opt_entry &e = host[(size_t)used++];
+        memset(&e, 0, sizeof e);
         e.p = t[k].p;
         e.g = t[k].g;
         e.s1 = t[k].s1;
         e.s2 = t[k].s2;
         e.n = t[k].n;
         e.first_chunk = chunks;
-        e.lr = t[k].lr;
-        e.weight_decay = t[k].weight_decay;
-        e.momentum = t[k].momentum;
-        e.dampening = t[k].dampening;
-        e.beta1 = t[k].beta1;
-        e.beta2 = t[k].beta2;
-        e.eps = t[k].eps;
-        e.bc1 = adam ? 1 - pow(t[k].beta1, (double)t[k].step) : 0;
-        e.bc2 = adam ? 1 - pow(t[k].beta2, (double)t[k].step) : 0;
-        e.nesterov = t[k].nesterov;
-        e.first_step = t[k].step == 0;
+        e.h = t[k].hyper;
+        e.step = t[k].step;
         chunks += (t[k].n + GDL__CU_OPT_CHUNK - 1) / GDL__CU_OPT_CHUNK;
-        used++;
     }
-    if (!used) return 0;
-    size_t bytes = sizeof(gdl__cu_opt_entry) * (size_t)used;
-    gdl__cu_opt_entry *dev = (gdl__cu_opt_entry *)gdl__cu_alloc(bytes);
-    if (!dev) return -1;
-    // from pageable memory: staged by the copy, so `host` may go when it returns
+    gdl__cu_opt_table *h = new (std::nothrow) gdl__cu_opt_table;
+    if (!h) {
+        gdl__set_error("gdl_cuda: out of host memory for the optimizer's table");
+        return NULL;
+    }
+    size_t tb = sizeof(gdl__cu_opt_entry) * (size_t)(used > 0 ? used : 1);
+    char *block = (char *)gdl__cu_alloc(tb + sizeof(unsigned));
+    if (!block) {
+        delete h;
+        return NULL;
+    }
+    h->tab = (gdl__cu_opt_entry *)block;
+    h->done = (unsigned *)(block + tb);
+    h->count = used;
+    h->chunks = chunks;
     cudaStream_t st = gdl__cu_stream();
-    cudaError_t e = cudaMemcpyAsync(dev, host.data(), bytes, cudaMemcpyHostToDevice, st);
-    if (e == cudaSuccess) {
-        unsigned grid = (unsigned)(chunks < (1 << 20) ? chunks : (1 << 20));
-        if (adam) GDL_CU_LAUNCH(gdl__k_adam_multi, grid, GDL__CU_THREADS, 0, st)(dev, used, chunks, decoupled);
-        else GDL_CU_LAUNCH(gdl__k_sgd_multi, grid, GDL__CU_THREADS, 0, st)(dev, used, chunks);
-        e = cudaGetLastError();
-    }
-    gdl__cu_free(dev);
+    cudaError_t e = used ? cudaMemcpyAsync(h->tab, host.data(), sizeof(gdl__cu_opt_entry) * (size_t)used,
+                                           cudaMemcpyHostToDevice, st)
+                         : cudaSuccess;
+    if (e == cudaSuccess) e = cudaMemsetAsync(h->done, 0, sizeof(unsigned), st);
     if (e != cudaSuccess) {
-        gdl__cu_report(cudaGetErrorString(e), __FILE__, __LINE__,
-                       adam ? "the table copy or gdl__k_adam_multi" : "the table copy or gdl__k_sgd_multi");
+        gdl__cu_report(cudaGetErrorString(e), __FILE__, __LINE__, "the optimizer table's copy");
         (void)cudaGetLastError();
+        gdl__cu_free(block);
+        delete h;
+        return NULL;
+    }
+    return h;
+}
+
+static void gdl__cu_opt_table_free(void *table) {
+    gdl__cu_opt_table *h = (gdl__cu_opt_table *)table;
+    if (!h) return;
+    gdl__cu_free(h->tab); /* stream order: the launches queued before are done before any reuse */
+    delete h;
+}
+
+static int gdl__cu_opt_multi(const void *table, int adam, int decoupled) {
+    const gdl__cu_opt_table *h = (const gdl__cu_opt_table *)table;
+    if (!h || !h->count) return 0;
+    cudaStream_t st = gdl__cu_stream();
+    unsigned grid = (unsigned)(h->chunks < (1 << 20) ? h->chunks : (1 << 20));
+    if (adam) GDL_CU_LAUNCH(gdl__k_adam_multi, grid, GDL__CU_THREADS, 0, st)(h->tab, h->count, h->chunks, decoupled, h->done);
+    else GDL_CU_LAUNCH(gdl__k_sgd_multi, grid, GDL__CU_THREADS, 0, st)(h->tab, h->count, h->chunks, h->done);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        gdl__cu_report(cudaGetErrorString(e), __FILE__, __LINE__, adam ? "gdl__k_adam_multi" : "gdl__k_sgd_multi");
         return -1;
     }
     return 0;
@@ -2233,10 +2291,8 @@ static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, 
     return 0;
 }
 
-static int gdl__cu_sgd_multi(int count, const gdl_opt_tensor *t) { return gdl__cu_opt_multi(count, t, 0, 0); }
-static int gdl__cu_adam_multi(int count, const gdl_opt_tensor *t, int decoupled) {
-    return gdl__cu_opt_multi(count, t, 1, decoupled);
-}
+static int gdl__cu_sgd_multi(const void *table) { return gdl__cu_opt_multi(table, 0, 0); }
+static int gdl__cu_adam_multi(const void *table, int decoupled) { return gdl__cu_opt_multi(table, 1, decoupled); }
 
 // ----------------------------------------------------------------------------
 // training metrics on the device (gdl_fit reads them at its progress refresh)

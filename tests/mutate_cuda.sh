@@ -153,7 +153,9 @@ M = [
  "        if (tab[mid].first_chunk < c) lo = mid;"),
 ("optim_multi_last_chunk", "a multi-tensor step's last chunk of each tensor cut short",
  "hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;\n        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {\n            double d",
- "hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n - 1;\n        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {\n            double d"),
+ "hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n - 1;\n        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {\n            double d"),("optim_step_count_skips_first", "the multi-tensor kernel's step counts not advanced for the first tensor",
+ "            if (tab[k].step && *tab[k].step < 2147483647) *tab[k].step += 1;",
+ "            if (k > 0 && tab[k].step && *tab[k].step < 2147483647) *tab[k].step += 1;"),
 ]
 
 def find(name):

@@ -650,6 +650,168 @@ TEST test_optimizer_formulas(const opt_case *k) {
     PASS();
 }
 
+/* ---- the flat parameter buffer ---- */
+
+/* The optimizer kernels' arithmetic element by element (double per element,
+   float storage), as they were before the parameters became views of one
+   buffer: the flat optimizer must give these bits. */
+typedef struct fref_group {
+    double lr, wd, mom, damp, b1, b2, eps;
+    int nesterov;
+} fref_group;
+static void fref_step(int kind, const fref_group *h, int64_t n, float *p, const float *g, float *s1, float *s2,
+                      int *step, int *has_state) {
+    int64_t i;
+    if (kind == 0) {
+        double mom = *has_state ? h->mom : 0;
+        for (i = 0; i < n; i++) {
+            double d = g[i] + h->wd * p[i];
+            if (mom != 0) {
+                double b = *step == 0 ? d : mom * s1[i] + (1 - h->damp) * d;
+                s1[i] = (float)b;
+                d = h->nesterov ? d + mom * b : b;
+            }
+            p[i] = (float)(p[i] - h->lr * d);
+        }
+    } else {
+        double t = (double)(*step + 1), bc1 = 1 - pow(h->b1, t), bc2 = 1 - pow(h->b2, t);
+        for (i = 0; i < n; i++) {
+            double gi = g[i], pi = p[i];
+            if (kind == 2) pi -= h->lr * h->wd * pi;
+            else gi += h->wd * pi;
+            s1[i] = (float)(h->b1 * s1[i] + (1 - h->b1) * gi);
+            s2[i] = (float)(h->b2 * s2[i] + (1 - h->b2) * gi * gi);
+            p[i] = (float)(pi - h->lr * (s1[i] / bc1) / (sqrt(s2[i] / bc2) + h->eps));
+        }
+    }
+    if (*has_state) (*step)++;
+}
+
+#define FLAT_NP 4
+/* Parameters of 5, 1500, 37 and 64 elements (the last added as a second group after 8 steps), 30 steps
+   with lr and momentum (beta1) changed on the way: bitwise the reference's. The parameters, gradients and
+   state are views of one allocation: each slot follows the one before at a 64-byte boundary, and the
+   gradients, momentum buffers / exp_avg and exp_avg_sq are the same layout one, two and three region
+   sizes further on. zero_grad zeroes them; set_to_none gives the same slots back. */
+TEST test_flat_buffer_bitwise(const opt_case *k) {
+    static const int64_t sizes[FLAT_NP] = {5, 1500, 37, 64};
+    gdl_tensor *p[FLAT_NP], *c[FLAT_NP];
+    float *rp[FLAT_NP], *rs1[FLAT_NP], *rs2[FLAT_NP];
+    int rstep[FLAT_NP] = {0}, rhas[FLAT_NP] = {0}, j, s, np = 3;
+    fref_group hg[2];
+    gdl_optimizer *opt = make_opt(k);
+    ASSERT_NOT_NULL(opt);
+    memset(hg, 0, sizeof hg);
+    hg[0].lr = k->lr;
+    hg[0].wd = k->wd;
+    hg[0].mom = k->kind == 0 ? k->a : 0;
+    hg[0].damp = k->b;
+    hg[0].nesterov = k->nesterov;
+    hg[0].b1 = k->a;
+    hg[0].b2 = k->b;
+    hg[0].eps = k->c;
+    hg[1] = hg[0];
+    hg[1].lr = 0.03;
+    hg[1].wd = 0;
+    gdl_manual_seed(5);
+    for (j = 0; j < FLAT_NP; j++) {
+        ASSERT_NOT_NULL(p[j] = gdl_randn(1, &sizes[j], CPU));
+        ASSERT_NOT_NULL(c[j] = gdl_randn(1, &sizes[j], CPU));
+        ASSERT_EQ(0, gdl_set_requires_grad(p[j], 1));
+        rp[j] = (float *)calloc((size_t)sizes[j], sizeof(float));
+        rs1[j] = (float *)calloc((size_t)sizes[j], sizeof(float));
+        rs2[j] = (float *)calloc((size_t)sizes[j], sizeof(float));
+        ASSERT(rp[j] && rs1[j] && rs2[j]);
+        memcpy(rp[j], p[j]->data, sizeof(float) * (size_t)sizes[j]);
+    }
+    ASSERT_EQ(0, gdl_optim_add_params(opt, p, 3, -1, -1));
+    for (s = 0; s < 30; s++) {
+        gdl_tensor *loss = NULL;
+        if (s == 8) { /* a parameter added later: the buffer is made again, the others keep their state */
+            ASSERT_EQ(1, gdl_optim_add_params(opt, &p[3], 1, hg[1].lr, 0));
+            np = 4;
+        }
+        if (s == 12) {
+            ASSERT_EQ(0, gdl_optim_set_lr(opt, 0, 0.05));
+            hg[0].lr = 0.05;
+        }
+        if (s == 20) { /* plain SGD gets momentum (its buffers appear), the others a new momentum / beta1 */
+            ASSERT_EQ(0, gdl_optim_set_momentum(opt, 0, 0.5));
+            if (k->kind == 0) hg[0].mom = 0.5;
+            else hg[0].b1 = 0.5;
+        }
+        gdl_arena_reset();
+        ASSERT_EQ(0, gdl_zero_grad_ex(opt, s % 5 == 4)); /* now and then PyTorch's set_to_none */
+        for (j = 0; j < np; j++) {
+            int64_t i;
+            for (i = 0; i < sizes[j]; i++) R(c[j])[i] = (gdl_real)(gdl_rng_uniform() - 0.5);
+            loss = loss ? gdl_add(loss, gdl_sum(gdl_mul(p[j], c[j]))) : gdl_sum(gdl_mul(p[j], c[j]));
+        }
+        ASSERT_EQ(0, gdl_backward(loss)); /* the gradient of p[j] is c[j], exactly */
+        ASSERT_EQ(0, gdl_step(opt));
+        for (j = 0; j < np; j++) {
+            const fref_group *h = &hg[j == 3];
+            if (k->kind != 0 || h->mom != 0) rhas[j] = 1;
+            fref_step(k->kind, h, sizes[j], rp[j], (const float *)c[j]->data, rs1[j], rs2[j], &rstep[j], &rhas[j]);
+            if (memcmp(rp[j], p[j]->data, sizeof(float) * (size_t)sizes[j]) != 0)
+                FAILf("%s step %d: parameter %d differs from the reference's bits", k->name, s, j);
+        }
+        /* one buffer: parameters, gradients and state at fixed distances */
+        {
+            char *base = (char *)p[0]->data;
+            ptrdiff_t region = (char *)p[0]->grad->data - base, off = 0;
+            ASSERT(region > 0);
+            for (j = 0; j < np; j++) {
+                gdl_tensor *st[3];
+                char nm[32];
+                ASSERT_EQ(off, (char *)p[j]->data - base);
+                ASSERT_EQ(off + region, (char *)p[j]->grad->data - base);
+                ASSERT_EQ(0, ((uintptr_t)p[j]->data) % 64);
+                if (rhas[j]) {
+                    const char *names[40];
+                    gdl_tensor *ts[40];
+                    int n = gdl_optim_state(opt, names, ts, 40), i, found = 0;
+                    ASSERT(n > 0 && n <= 40);
+                    snprintf(nm, sizeof nm, "state.%d.", j);
+                    for (i = 0; i < n; i++)
+                        if (!strncmp(names[i], nm, strlen(nm))) st[found++] = ts[i];
+                    ASSERT_EQ(k->kind == 0 ? 2 : 3, found);
+                    ASSERT_EQ(rstep[j], ((int32_t *)st[0]->data)[0]); /* read back from the buffer */
+                    ASSERT_EQ(off + 2 * region, (char *)st[1]->data - base);
+                    if (k->kind != 0) ASSERT_EQ(off + 3 * region, (char *)st[2]->data - base);
+                }
+                off += (ptrdiff_t)((sizes[j] * 4 + 63) / 64 * 64);
+            }
+            ASSERT_EQ(off, region);
+        }
+    }
+    /* zero_grad: every gradient zero; set_to_none: none, then the same slots again */
+    {
+        void *g1 = p[1]->grad->data;
+        int64_t i;
+        ASSERT_EQ(0, gdl_zero_grad(opt));
+        for (j = 0; j < np; j++)
+            for (i = 0; i < sizes[j]; i++) ASSERT_EQ(0.0, (double)R(p[j]->grad)[i]);
+        ASSERT_EQ(0, gdl_zero_grad_ex(opt, 1));
+        for (j = 0; j < np; j++) ASSERT(p[j]->grad == NULL);
+        gdl_arena_reset();
+        ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(p[1], c[1]))));
+        ASSERT(p[1]->grad->data == g1);
+        ASSERT(p[0]->grad == NULL);
+    }
+    gdl_optim_free(opt);
+    /* the parameters outlive the optimizer (they hold the buffer) */
+    ASSERT_EQ(0, memcmp(rp[1], p[1]->data, sizeof(float) * (size_t)sizes[1]));
+    for (j = 0; j < FLAT_NP; j++) {
+        gdl_free(p[j]);
+        gdl_free(c[j]);
+        free(rp[j]);
+        free(rs1[j]);
+        free(rs2[j]);
+    }
+    PASS();
+}
+
 TEST test_param_groups(void) {
     /* group 0: lr 0.1, weight_decay 0.1 (defaults); group 1: lr 0.01, no weight decay */
     gdl_tensor *p1 = vecd(P0, 4), *p2 = vecd(P0, 4), *c = vecd(C0, 4);
@@ -1387,6 +1549,10 @@ SUITE(optimizers) {
     for (i = 0; i < sizeof opt_cases / sizeof opt_cases[0]; i++) {
         snprintf(name, sizeof name, "test_optim_state_checkpoint_%s", opt_cases[i].name);
         RUN_TEST_NAMED(name, test_optim_state_checkpoint, &opt_cases[i]);
+    }
+    for (i = 0; i < sizeof opt_cases / sizeof opt_cases[0]; i++) {
+        snprintf(name, sizeof name, "test_flat_buffer_bitwise_%s", opt_cases[i].name);
+        RUN_TEST_NAMED(name, test_flat_buffer_bitwise, &opt_cases[i]);
     }
     RUN_TEST(test_state_made_before_first_step);
     RUN_TEST(test_param_groups);

@@ -90,22 +90,31 @@ static float *rnd(int64_t n, uint64_t seed) {
    threshold; out receives all their outputs, one after another. */
 #define KN 70000
 #define KOUT (40 * KN)
-/* the backend's multi-tensor optimizer calls on one tensor */
+/* the backend's multi-tensor optimizer calls on one tensor (a one-entry CPU table) */
 static void sgd1(int64_t n, float *p, const float *g, float *buf, double lr, double momentum, double dampening,
                  double weight_decay, int nesterov, int first_step) {
-    gdl_opt_tensor t;
-    memset(&t, 0, sizeof t);
-    t.n = n, t.p = p, t.g = g, t.s1 = buf, t.lr = lr, t.momentum = momentum, t.dampening = dampening;
-    t.weight_decay = weight_decay, t.nesterov = nesterov, t.step = first_step ? 0 : 1;
-    gdl__cpu_sgd_multi(1, &t);
+    gdl__cpu_opt_table tab;
+    gdl_opt_hyper h;
+    int32_t step = first_step ? 0 : 1;
+    memset(&tab, 0, sizeof tab);
+    memset(&h, 0, sizeof h);
+    h.lr = lr, h.momentum = momentum, h.dampening = dampening, h.weight_decay = weight_decay, h.nesterov = nesterov;
+    tab.count = 1;
+    tab.t[0].n = n, tab.t[0].p = p, tab.t[0].g = g, tab.t[0].s1 = buf, tab.t[0].hyper = &h, tab.t[0].step = &step;
+    gdl__cpu_sgd_multi(&tab);
 }
 static void adam1(int64_t n, float *p, const float *g, float *m, float *v, double lr, double beta1, double beta2,
                   double eps, double weight_decay, int decoupled, int64_t step) {
-    gdl_opt_tensor t;
-    memset(&t, 0, sizeof t);
-    t.n = n, t.p = p, t.g = g, t.s1 = m, t.s2 = v, t.lr = lr, t.beta1 = beta1, t.beta2 = beta2, t.eps = eps;
-    t.weight_decay = weight_decay, t.step = step;
-    gdl__cpu_adam_multi(1, &t, decoupled);
+    gdl__cpu_opt_table tab;
+    gdl_opt_hyper h;
+    int32_t done = (int32_t)(step - 1); /* the steps taken before: this one is `step` */
+    memset(&tab, 0, sizeof tab);
+    memset(&h, 0, sizeof h);
+    h.lr = lr, h.beta1 = beta1, h.beta2 = beta2, h.eps = eps, h.weight_decay = weight_decay;
+    tab.count = 1;
+    tab.t[0].n = n, tab.t[0].p = p, tab.t[0].g = g, tab.t[0].s1 = m, tab.t[0].s2 = v, tab.t[0].hyper = &h;
+    tab.t[0].step = &done;
+    gdl__cpu_adam_multi(&tab, decoupled);
 }
 
 static void run_kernels(float *out) {

@@ -89,6 +89,7 @@ Config &cfg() {
 }
 
 std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0}, n_graph{0}, n_cublas{0}, n_legacy{0};
+std::atomic<long> n_h2d{0}, n_memset{0};
 std::atomic<long> fail_alloc_at{-1}, fail_launch_at{-1}, fail_cublas_at{-1}; /* counter value that fails; -1 none */
 
 std::mutex &diag_mu = *new std::mutex;   /* never destroyed, as G() below */
@@ -1752,6 +1753,7 @@ static cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyK
     bool b;
     int kd = classify(dst, n, &b), ks = classify(src, n, &b);
     bool to_host = kd < 0, from_host = ks < 0;
+    if (from_host && !to_host) ++n_h2d;
     std::unique_lock<std::mutex> lk(g_mu);
     Stream *s = resolve_locked(st);
     if (!s) return set_err(cudaErrorInvalidResourceHandle);
@@ -1791,6 +1793,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 
 static cudaError_t memset_impl(void *p, int v, size_t n, cudaStream_t st, const char *fn) {
     ++n_memcpy;
+    ++n_memset;
     EMU_ENTER();
     if (!n) return cudaSuccess;
     bool bad;
@@ -2138,6 +2141,8 @@ long gdl_emu_count(const char *what) {
     if (!strcmp(what, "free")) return n_free.load();
     if (!strcmp(what, "launch")) return n_launch.load();
     if (!strcmp(what, "memcpy")) return n_memcpy.load();
+    if (!strcmp(what, "h2d")) return n_h2d.load();
+    if (!strcmp(what, "memset")) return n_memset.load();
     if (!strcmp(what, "sync")) return n_sync.load();
     if (!strcmp(what, "graph")) return n_graph.load();
     if (!strcmp(what, "legacy")) return n_legacy.load();
