@@ -1033,8 +1033,8 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
    * host values the step passes to kernels are recorded: a learning rate or
      a step count read on the host stays as it was at capture.
    gdl_graph_capture resets the arena before the warm-up and before the
-   capture. On the CPU there are no graphs: a replay calls the step again,
-   so one program runs unchanged on both devices.
+   capture. On the CPU there are no graphs: a replay resets the arena and
+   calls the step again, so one program runs unchanged on both devices.
    ------------------------------------------------------------------------- */
 
 typedef struct gdl_graph gdl_graph;
@@ -12335,7 +12335,10 @@ GPUDL_API int gdl_graph_replay(gdl_graph *g) {
         gdl__null_arg("gdl_graph_replay", "g");
         return -1;
     }
-    if (!g->exec) return g->step(g->ctx);
+    if (!g->exec) { /* the CPU: the step again, on a fresh arena as at capture */
+        gdl_arena_reset();
+        return g->step(g->ctx);
+    }
     if (!gdl__be_lookup("gdl_graph_replay", g->dev)) return -1; /* makes the graph's device current */
     return g->be->graph_launch(g->exec);
 }
