@@ -92,6 +92,7 @@
    [api-data]   datasets, transforms, the DataLoader
    [api-nn]     modules, optimizers, learning-rate schedulers
    [api-train]  fit / evaluate, checkpoints (safetensors)
+   [api-graph]  a training step captured once as a CUDA graph and replayed
    [api-dist]   data parallel across processes: torchrun, srun, mpirun; collectives;
                 timeouts on a stalled rank; resume and elastic restarts
    [api-monitor] GPU utilisation, memory, temperature, power (NVML); gpudl's
@@ -1087,6 +1088,47 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
                                   int64_t *epoch);
 
 /* ---------------------------------------------------------------------------
+   [api-graph]   A whole training step captured once and replayed, as
+   torch.cuda.graphs: on a GPU, a step of small kernels costs more in launch
+   overhead than in work; a graph launches all of them with one call.
+       typedef struct { gdl_tensor *x, *y, *loss; ... } my_step;
+       static int step(void *c) {           // zero_grad, forward, loss,
+           my_step *s = c; ...               // backward, update: no host reads
+           s->loss = gdl_cross_entropy(gdl_forward(m, s->x), s->y);
+           return s->loss && gdl_backward(s->loss) == 0 ? 0 : -1;
+       }
+       gdl_graph *g = gdl_graph_capture(dev, step, &s);  // runs the step once
+       for (...) { gdl_copy_(s.x, next_x); gdl_copy_(s.y, next_y); gdl_graph_replay(g); }
+       printf("%f\n", gdl_item(s.loss));    // the last replay's loss
+       gdl_graph_free(g);
+   gdl_graph_capture first runs the step once for real (a warm-up that makes
+   the gradients, optimizer state, cuBLAS workspace and step arena), then
+   records a second call of it without running it. Each replay runs the
+   recorded kernels again on the same memory. The rules, as CUDA's:
+   * inputs go into the same tensors before each replay (gdl_copy_); the
+     step's temporaries (the loss) keep their addresses and hold the last
+     replay's values until the next gdl_arena_reset;
+   * inside the step: no host reads (gdl_item, gdl_copy_to_host), no new
+     persistent tensors or other device allocations, no dropout (its mask
+     would repeat); such a call fails the capture with an error naming it,
+     and nothing of the device's memory has changed since the warm-up;
+   * host values the step passes to kernels are recorded: a learning rate or
+     a step count read on the host stays as it was at capture.
+   gdl_graph_capture resets the arena before the warm-up and before the
+   capture. On the CPU there are no graphs: a replay resets the arena and
+   calls the step again, so one program runs unchanged on both devices.
+   ------------------------------------------------------------------------- */
+
+typedef struct gdl_graph gdl_graph;
+/* The step's graph on dev (after one real run of the step). NULL + error. */
+GPUDL_API gdl_graph *gdl_graph_capture(gdl_device dev, int (*step)(void *ctx), void *ctx);
+/* Runs the recorded step once more, queued on the device's compute stream. 0 / -1. */
+GPUDL_API int gdl_graph_replay(gdl_graph *g);
+GPUDL_API void gdl_graph_free(gdl_graph *g);
+/* 1 while gdl_graph_capture records a step (ops that cannot be captured ask) */
+GPUDL_API int gdl_graph_is_capturing(void);
+
+/* ---------------------------------------------------------------------------
    [api-dist]   Several processes training one model (data parallel), as
    launched by torchrun, Slurm's srun or OpenMPI's mpirun:
 
@@ -1491,7 +1533,14 @@ typedef struct gdl_opt_tensor {
     X(int, event_elapsed, (void *start, void *end, double *ms)) \
     X(int64_t, launch_count, (void)) \
     /* a device's PCI bus id ("0000:65:00.0"), which NVML's devices are matched by; -1 + error: none */ \
-    X(int, pci_bus_id, (int device, char *buf, int len))
+    X(int, pci_bus_id, (int device, char *buf, int len)) \
+    /* CUDA graphs (gdl_graph_*): record the current device's compute stream instead of running it \
+       (device allocations are refused meanwhile), stop into a ready-to-launch graph (also after a \
+       failure, which leaves *graph NULL), launch one on the compute stream, free one. The CPU has none. */ \
+    X(int, graph_begin, (void)) \
+    X(int, graph_end, (void **graph)) \
+    X(int, graph_launch, (void *graph)) \
+    X(void, graph_destroy, (void *graph))
 
 #define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
 typedef struct gdl_backend {
@@ -2114,6 +2163,7 @@ static unsigned gdl__arena_gen = 1; /* never 0: persistent tensors have gen 0 */
 static struct gdl_node *gdl__tape;  /* last recorded node */
 static int gdl__grad_enabled = 1;
 static int gdl__anomaly = 0;
+static int gdl__capturing = 0; /* gdl_graph_capture is recording a step ([impl-graph]) */
 
 static void *gdl__arena_alloc(gdl__arena *a, size_t bytes) {
     size_t need = (bytes + GDL__ALIGN - 1) / GDL__ALIGN * GDL__ALIGN;
@@ -2745,13 +2795,22 @@ GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {
     return gdl__finish("gdl_to_dtype", gdl__cast_t("gdl_to_dtype", t, dt));
 }
 
+/* A host read of a GPU tensor cannot be part of a CUDA graph (it would wait
+   for work that is only being recorded): say so before CUDA does. */
+static int gdl__no_capture(const char *op, gdl_device d) {
+    if (!gdl__capturing || d.type == GDL_DEVICE_CPU) return 0;
+    gdl__set_error("%s: reads %s inside a CUDA graph capture (read the step's results after gdl_graph_replay)", op,
+                   gdl_device_str(d));
+    return -1;
+}
+
 GPUDL_API int gdl_copy_to_host(const gdl_tensor *t, void *dst, size_t bytes) {
     size_t need;
     if (!t || !dst) {
         gdl__null_arg("gdl_copy_to_host", t ? "dst" : "t");
         return -1;
     }
-    if (gdl__stale("gdl_copy_to_host", "t", t) < 0) return -1;
+    if (gdl__stale("gdl_copy_to_host", "t", t) < 0 || gdl__no_capture("gdl_copy_to_host", t->device) < 0) return -1;
     need = (size_t)t->numel * gdl_dtype_size(t->dtype);
     if (bytes < need) {
         gdl__set_error("gdl_copy_to_host: buffer of %.0f bytes is too small for %s %s (%.0f bytes)",
@@ -2767,7 +2826,7 @@ GPUDL_API double gdl_item(const gdl_tensor *t) {
         gdl__null_arg("gdl_item", "t");
         return NAN;
     }
-    if (gdl__stale("gdl_item", "t", t) < 0) return NAN;
+    if (gdl__stale("gdl_item", "t", t) < 0 || gdl__no_capture("gdl_item", t->device) < 0) return NAN;
     if (t->numel != 1) {
         gdl__set_error("gdl_item: tensor %s has %lld elements, expected 1", gdl_shape_str(t), (long long)t->numel);
         return NAN;
@@ -5412,6 +5471,21 @@ static int gdl__cpu_pci_bus_id(int device, char *buf, int len) {
     return -1;
 }
 
+/* No graphs on the CPU: gdl_graph_* call the step itself there. */
+static int gdl__cpu_graph_begin(void) {
+    gdl__set_error("gdl: the CPU has no CUDA graphs");
+    return -1;
+}
+static int gdl__cpu_graph_end(void **graph) {
+    *graph = NULL;
+    return gdl__cpu_graph_begin();
+}
+static int gdl__cpu_graph_launch(void *graph) {
+    (void)graph;
+    return gdl__cpu_graph_begin();
+}
+static void gdl__cpu_graph_destroy(void *graph) { (void)graph; }
+
 /* The table is the list's entries in the list's order (the struct is made
    from the same list): a constant, ready before any thread asks for it. */
 #define GDL__BACKEND_INIT_CPU(ret, entry, params) gdl__cpu_##entry,
@@ -6574,6 +6648,11 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
         return NULL;
     }
     if (!training || p == 0) return x; /* identity, as PyTorch */
+    if (gdl__capturing) { /* the host draws the mask's seed: a replay would repeat it */
+        gdl__set_error("%s: dropout in training cannot be captured in a CUDA graph (every replay would drop the "
+                       "same elements)", op);
+        return NULL;
+    }
     seed = gdl_rng_next_u64();
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (be->dropout(x->numel, p, seed, GDL__R(x), GDL__R(out)) < 0) return NULL;
@@ -13205,6 +13284,95 @@ static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *
 GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t *epoch) {
     return gdl__checkpoint_load(path, m, opt, sched, epoch, 0);
+}
+
+/* ---------------------------------------------------------------------------
+   [impl-graph]   gdl_graph_capture / replay: the backend records the
+   compute stream; here are the warm-up, the arena resets and the errors.
+   ------------------------------------------------------------------------- */
+
+struct gdl_graph {
+    gdl_device dev;
+    const gdl_backend *be;
+    int (*step)(void *ctx);
+    void *ctx;
+    void *exec; /* the backend's graph; NULL on the CPU, where a replay calls the step */
+};
+
+GPUDL_API int gdl_graph_is_capturing(void) { return gdl__capturing; }
+
+GPUDL_API gdl_graph *gdl_graph_capture(gdl_device dev, int (*step)(void *ctx), void *ctx) {
+    const char *op = "gdl_graph_capture";
+    gdl_graph *g;
+    int rc, end;
+    if (!step) {
+        gdl__null_arg(op, "step");
+        return NULL;
+    }
+    if (gdl__capturing) {
+        gdl__set_error("%s: already capturing a step (graphs do not nest)", op);
+        return NULL;
+    }
+    if (!(g = (gdl_graph *)GPUDL_MALLOC(sizeof *g))) {
+        gdl__set_error("%s: out of host memory", op);
+        return NULL;
+    }
+    memset(g, 0, sizeof *g);
+    g->dev = dev;
+    g->step = step;
+    g->ctx = ctx;
+    if (!(g->be = gdl__be_lookup(op, dev))) goto fail;
+    /* the warm-up: a real step, which makes everything the recorded one will use */
+    gdl_arena_reset();
+    if (step(ctx) < 0) {
+        gdl__set_error("%s: the warm-up step failed: %s", op, gdl_last_error());
+        goto fail;
+    }
+    if (dev.type == GDL_DEVICE_CPU) return g;
+    gdl_arena_reset();
+    if (gdl__be_lookup(op, dev) == NULL || g->be->graph_begin() < 0) goto fail;
+    gdl__capturing = 1;
+    rc = step(ctx);
+    gdl__capturing = 0;
+    if (rc < 0) {
+        /* keep the step's error: ending the capture adds CUDA's own (invalidated) */
+        char why[sizeof gdl__err];
+        snprintf(why, sizeof why, "%s", gdl_last_error());
+        g->be->graph_end(&g->exec);
+        gdl__set_error("%s: the step cannot be captured on %s: %s (MANUAL [api-graph]: no host reads, new "
+                       "tensors or dropout inside a captured step)",
+                       op, gdl_device_str(dev), why);
+        goto fail;
+    }
+    end = g->be->graph_end(&g->exec);
+    if (end < 0) {
+        gdl__set_error("%s: capturing the step on %s failed: %s", op, gdl_device_str(dev), gdl_last_error());
+        goto fail;
+    }
+    return g;
+fail:
+    gdl__capturing = 0;
+    gdl_graph_free(g);
+    return NULL;
+}
+
+GPUDL_API int gdl_graph_replay(gdl_graph *g) {
+    if (!g) {
+        gdl__null_arg("gdl_graph_replay", "g");
+        return -1;
+    }
+    if (!g->exec) { /* the CPU: the step again, on a fresh arena as at capture */
+        gdl_arena_reset();
+        return g->step(g->ctx);
+    }
+    if (!gdl__be_lookup("gdl_graph_replay", g->dev)) return -1; /* makes the graph's device current */
+    return g->be->graph_launch(g->exec);
+}
+
+GPUDL_API void gdl_graph_free(gdl_graph *g) {
+    if (!g) return;
+    if (g->exec && gdl__be_lookup("gdl_graph_free", g->dev)) g->be->graph_destroy(g->exec);
+    GPUDL_FREE(g);
 }
 
 /* ---------------------------------------------------------------------------

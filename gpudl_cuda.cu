@@ -197,12 +197,22 @@ static void gdl__cu_release_device_locked(gdl__cu_state &S, int dev) {
     S.cache[dev].clear();
 }
 
+// the device whose compute stream this thread is capturing (gdl_graph_*), -1: none
+static thread_local int gdl__cu_capturing = -1;
+
 static void *gdl__cu_alloc(size_t bytes) {
     gdl__cu_state &S = gdl__cu();
     int dev;
     size_t size;
     void *p = NULL;
     if (gdl__cu_current(&dev) < 0) return NULL;
+    if (gdl__cu_capturing == dev) {
+        // even a cached block: the graph would write into it on every replay,
+        // long after its owner may have given it back
+        gdl__set_error("gdl_cuda: %s allocates device memory (%.0f bytes) inside a CUDA graph capture on cuda:%d",
+                       gdl__backend_op(), (double)bytes, dev);
+        return NULL;
+    }
     if (bytes == 0) bytes = 1;
     size = (bytes + GDL__CU_GRANULE - 1) / GDL__CU_GRANULE * GDL__CU_GRANULE;
     if (size < bytes) {
@@ -2397,6 +2407,50 @@ static int gdl__cu_sum_squares(int64_t n, const float *x, double *out) {
     if (n > 0 && gdl__cu_reduce_to_host(n, x, &s, gdl__k_sum_squares_partial) < 0) return -1;
     *out = s;
     return 0;
+}
+
+// ----------------------------------------------------------------------------
+// CUDA graphs (gdl_graph_*): the compute stream recorded in global mode, so a
+// synchronisation, cudaMalloc or legacy-stream work anywhere meanwhile fails
+// the capture, as PyTorch's default; our allocator refuses even cache hits.
+
+static int gdl__cu_graph_begin(void) {
+    int dev;
+    if (gdl__cu_current(&dev) < 0) return -1;
+    cudaStream_t st = gdl__cu_stream();
+    if (!st) {
+        gdl__set_error("gdl_cuda: cuda:%d has no compute stream to capture (the legacy stream cannot be)", dev);
+        return -1;
+    }
+    GDL_CU_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), -1);
+    gdl__cu_capturing = dev;
+    return 0;
+}
+
+static int gdl__cu_graph_end(void **graph) {
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    *graph = NULL;
+    gdl__cu_capturing = -1;
+    GDL_CU_TRY(cudaStreamEndCapture(gdl__cu_stream(), &g), -1);
+    cudaError_t e = cudaGraphInstantiate(&x, g, 0);
+    (void)cudaGraphDestroy(g); /* the instance keeps what it needs */
+    GDL_CU_TRY(e, -1);
+    *graph = (void *)x;
+    return 0;
+}
+
+static int gdl__cu_graph_launch(void *graph) {
+    GDL_CU_TRY(cudaGraphLaunch((cudaGraphExec_t)graph, gdl__cu_stream()), -1);
+    return 0;
+}
+
+static void gdl__cu_graph_destroy(void *graph) {
+    cudaError_t e = cudaGraphExecDestroy((cudaGraphExec_t)graph);
+    if (e != cudaSuccess) {
+        gdl__cu_report(cudaGetErrorString(e), __FILE__, __LINE__, "cudaGraphExecDestroy");
+        (void)cudaGetLastError();
+    }
 }
 
 // ----------------------------------------------------------------------------

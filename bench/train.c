@@ -11,11 +11,14 @@
              stem (24) + GELU, then three groups conv3x3-maxpool-BN-GELU-conv3x3-BN-GELU
              of 64, 256, 256 channels, maxpool 3, Linear(256, 10) (not in the default list:
              ~0.7 TFLOP a step, seconds on a CPU)
+   NET-graph: the same net with its whole step captured once as a CUDA graph
+   (gdl_graph_capture) and replayed; on the CPU a replay is the eager step.
    Inputs are random (never zeros). Per net: warm-up steps, then the median of
    5 timed repeats of `steps` steps each; the device is synchronised by the
    loss read (gdl_item) at the end of each repeat. Prints time per step,
    samples/s, the FLOPs of a step and the achieved GFLOP/s, peak GPU memory
-   (CUDA), the threads, the CPU model and the GEMM micro-kernel compiled in.
+   (CUDA), the host's time to queue a step (on a GPU the launch overhead that
+   a graph removes), the threads, the CPU model and the GEMM micro-kernel.
 
    CPU:   cc -O3 -march=native bench/train.c -lm -pthread -o bench_train
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA bench/train.c gpudl_cuda.cu -lcublas -o bench_train
@@ -31,9 +34,10 @@ typedef struct bnet {
     const char *name;
     gdl_module *m;
     gdl_optimizer *opt;
-    gdl_tensor *x, *y;
+    gdl_tensor *x, *y, *loss;
     int64_t batch;
-    double flops; /* multiply-adds x2 of forward + backward (3x forward) */
+    double flops;     /* multiply-adds x2 of forward + backward (3x forward) */
+    gdl_graph *graph; /* NET-graph: the step captured once (gdl_graph_capture), replayed */
 } bnet;
 
 static gdl_module *fc_stack(int layers, int width, int in, int out) {
@@ -47,11 +51,27 @@ static gdl_module *fc_stack(int layers, int width, int in, int out) {
     return seq;
 }
 
-static int make_net(bnet *b, const char *name, gdl_device dev) {
+/* one training step on the net's fixed input: no host read, so it can be captured */
+static int bstep(void *ctx) {
+    bnet *b = (bnet *)ctx;
+    if (gdl_zero_grad(b->opt) < 0) return -1;
+    b->loss = gdl_cross_entropy(gdl_forward(b->m, b->x), b->y);
+    return b->loss && gdl_backward(b->loss) == 0 && gdl_step(b->opt) == 0 ? 0 : -1;
+}
+
+static int make_net(bnet *b, const char *full, gdl_device dev) {
     int64_t xs[4];
-    int nd = 2;
+    int nd = 2, graph = 0;
+    char name[16];
+    const char *dash = strchr(full, '-');
     memset(b, 0, sizeof *b);
-    b->name = name;
+    b->name = full;
+    snprintf(name, sizeof name, "%.*s", dash ? (int)(dash - full) : (int)strlen(full), full);
+    if (dash && !strcmp(dash, "-graph")) graph = 1;
+    else if (dash) {
+        fprintf(stderr, "bench_train: mode %s of %s is not built yet (-graph is)\n", dash + 1, full);
+        return -1;
+    }
     gdl_manual_seed(0);
     if (!strcmp(name, "mlp")) {
         b->m = fc_stack(1, 128, 784, 10);
@@ -132,19 +152,25 @@ static int make_net(bnet *b, const char *name, gdl_device dev) {
     b->x = gdl_randn(nd, xs, dev);
     if (!b->m || !b->opt || !b->x || !b->y || gdl_module_to(b->m, dev) < 0 || gdl_optim_add_module(b->opt, b->m, 0) < 0)
         return -1;
+    if (graph && !(b->graph = gdl_graph_capture(dev, bstep, b))) return -1;
     return 0;
 }
 
-static double run_steps(bnet *b, int steps) {
-    gdl_tensor *loss = NULL;
+/* `steps` steps; *issue: the host's time to queue them (all of it on the
+   CPU, where the work is done in the call) */
+static double run_steps(bnet *b, int steps, double *issue) {
+    double t0 = gdl_now();
     int s;
     for (s = 0; s < steps; s++) {
-        gdl_arena_reset();
-        gdl_zero_grad(b->opt);
-        loss = gdl_cross_entropy(gdl_forward(b->m, b->x), b->y);
-        if (!loss || gdl_backward(loss) < 0 || gdl_step(b->opt) < 0) return NAN;
+        if (b->graph) {
+            if (gdl_graph_replay(b->graph) < 0) return NAN;
+        } else {
+            gdl_arena_reset();
+            if (bstep(b) < 0) return NAN;
+        }
     }
-    return gdl_item(loss); /* waits for the device */
+    if (issue) *issue = gdl_now() - t0;
+    return gdl_item(b->loss); /* waits for the device */
 }
 
 static int cmp(const void *a, const void *b) {
@@ -159,11 +185,11 @@ int main(int argc, char **argv) {
     gdl_device dev = gdl_default_device();
     printf("device %s (%s), %d CPU threads\n", gdl_device_str(dev), gdl_device_name(dev), threads);
     printf("cpu: %s, GEMM micro-kernel %s\n", bench_cpu_model(), gdl_gemm_kernel_name());
-    printf("%-6s %6s %12s %12s %10s %10s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
-           "peak MiB");
+    printf("%-10s %6s %12s %12s %10s %10s %9s %11s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
+           "peak MiB", "host us/st");
     for (k = 0; k < nnets; k++) {
         bnet b;
-        double t[5], med, ms;
+        double t[5], host[5], med, ms;
         int r, steps;
         if (make_net(&b, nets[k], dev) < 0) {
             fprintf(stderr, "bench_train: %s\n", gdl_last_error());
@@ -172,7 +198,7 @@ int main(int argc, char **argv) {
         /* warm up, and size the repeats to ~0.5 s each */
         {
             double t0 = gdl_now();
-            run_steps(&b, 3);
+            run_steps(&b, 3, NULL);
             ms = (gdl_now() - t0) / 3;
             steps = ms > 0 ? (int)(0.5 / ms) : 100;
             if (steps < 3) steps = 3;
@@ -183,13 +209,15 @@ int main(int argc, char **argv) {
 #endif
         for (r = 0; r < 5; r++) {
             double t0 = gdl_now();
-            if (isnan(run_steps(&b, steps))) {
+            if (isnan(run_steps(&b, steps, &host[r]))) {
                 fprintf(stderr, "bench_train: %s: %s\n", b.name, gdl_last_error());
                 return 1;
             }
             t[r] = (gdl_now() - t0) / steps;
+            host[r] /= steps;
         }
         qsort(t, 5, sizeof t[0], cmp);
+        qsort(host, 5, sizeof host[0], cmp);
         med = t[2];
         {
             double peak = NAN; /* GPU memory held by tensors at the peak (PyTorch's max_memory_allocated) */
@@ -197,10 +225,11 @@ int main(int argc, char **argv) {
             size_t alloc, maxa, res;
             if (dev.type == GDL_DEVICE_CUDA && gdl_cuda_memory_stats(&alloc, &maxa, &res) == 0) peak = maxa / 1048576.0;
 #endif
-            printf("%-6s %6lld %12.3f %12.0f %10.3f %10.1f %9.1f\n", b.name, (long long)b.batch, 1e3 * med,
-                   (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med, peak);
+            printf("%-10s %6lld %12.3f %12.0f %10.3f %10.1f %9.1f %11.1f\n", b.name, (long long)b.batch, 1e3 * med,
+                   (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med, peak, 1e6 * host[2]);
         }
         fflush(stdout);
+        gdl_graph_free(b.graph);
         gdl_optim_free(b.opt);
         gdl_module_free(b.m);
         gdl_free(b.x);

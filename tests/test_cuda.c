@@ -1602,6 +1602,186 @@ TEST compute_stream_only(void) {
 #endif
 }
 
+/* ---- CUDA graphs: a captured step replayed (gdl_graph_*) ---- */
+
+typedef struct graph_ctx {
+    toy *t;
+    int cnn;
+    gdl_optimizer *opt; /* NULL: plain SGD through gdl_sgd_update_ */
+    int misuse;         /* 1: reads the loss, 2: makes a persistent tensor, 3: dropout */
+    gdl_tensor *loss;
+} graph_ctx;
+
+/* one training step on the toy's fixed input tensors, with no host read */
+static int graph_step(void *c) {
+    graph_ctx *g = (graph_ctx *)c;
+    toy *t = g->t;
+    gdl_tensor *z;
+    int i;
+    if (g->opt ? gdl_zero_grad(g->opt) < 0 : 0) return -1;
+    for (i = 0; !g->opt && i < t->np; i++)
+        if (gdl_zero_grad_tensor(t->p[i]) < 0) return -1;
+    z = toy_forward(t, g->cnn);
+    if (g->misuse == 3 && gdl_graph_is_capturing()) z = gdl_dropout(z, 0.5, 1);
+    g->loss = gdl_cross_entropy(z, t->y);
+    if (!g->loss || gdl_backward(g->loss) < 0) return -1;
+    if (g->misuse == 1 && gdl_graph_is_capturing() && isnan(gdl_item(g->loss))) return -1;
+    if (g->misuse == 2 && gdl_graph_is_capturing()) {
+        gdl_tensor *keep = gdl_clone(g->loss);
+        if (!keep) return -1;
+        gdl_free(keep);
+    }
+    if (g->opt) return gdl_step(g->opt);
+    for (i = 0; i < t->np; i++)
+        if (gdl_sgd_update_(t->p[i], 0.1) < 0) return -1;
+    return 0;
+}
+
+#define GRAPH_STEPS 50
+
+/* `steps` batches on dev, eagerly or through a graph (captured on batch 0,
+   replayed for the rest), the MLP with Adam or the CNN with SGD (momentum,
+   nesterov, weight decay); halfway the learning rate drops to a third (a
+   scheduler's work, which a replay must see). The parameters, the last loss. */
+static int graph_run(int cnn, gdl_device dev, int use_graph, int steps, float *params, int64_t *np, float *loss) {
+    toy t;
+    graph_ctx c;
+    gdl_tensor *xs[GRAPH_STEPS], *ys[GRAPH_STEPS];
+    gdl_graph *g = NULL;
+    int s, i, rc = -1;
+    int64_t off = 0;
+    toy_make(&t, cnn);
+    memset(&c, 0, sizeof c);
+    c.t = &t;
+    c.cnn = cnn;
+    gdl_manual_seed(77);
+    for (s = 0; s < steps; s++) { /* the batches, made on the host in the same order either way */
+        int32_t lab[TRAIN_B];
+        for (i = 0; i < TRAIN_B; i++) lab[i] = (int32_t)(gdl_rng_next_u64() % 10);
+        xs[s] = gdl_rand(t.x->ndim, t.x->shape, gdl_cpu());
+        ys[s] = gdl_from_array(lab, 1, t.y->shape, GDL_I32, gdl_cpu());
+    }
+    if (toy_to(&t, dev) < 0) goto out;
+    c.opt = cnn ? gdl_sgd_new(0.05, 0.9, 0, 1e-3, 1) : gdl_adam_new(3e-3, 0.9, 0.999, 1e-8, 0);
+    if (!c.opt || gdl_optim_add_params(c.opt, t.p, t.np, -1, -1) < 0) goto out;
+    for (s = 0; s < steps; s++) {
+        if (gdl_copy_(t.x, xs[s]) < 0 || gdl_copy_(t.y, ys[s]) < 0) goto out;
+        if (s == steps / 2 && gdl_optim_set_lr(c.opt, 0, cnn ? 0.05 / 3 : 1e-3) < 0) goto out;
+        if (use_graph && s == 0) {
+            if (!(g = gdl_graph_capture(dev, graph_step, &c))) goto out;
+        } else if (use_graph) {
+            if (gdl_graph_replay(g) < 0) goto out;
+        } else {
+            gdl_arena_reset();
+            if (graph_step(&c) < 0) goto out;
+        }
+    }
+    *loss = (float)gdl_item(c.loss);
+    for (i = 0; i < t.np; i++) {
+        if (gdl_copy_to_host(t.p[i], params + off, sizeof(float) * (size_t)t.p[i]->numel) < 0) goto out;
+        off += t.p[i]->numel;
+    }
+    *np = off;
+    rc = 0;
+out:
+    gdl_graph_free(g);
+    gdl_optim_free(c.opt);
+    for (s = 0; s < steps; s++) {
+        gdl_free(xs[s]);
+        gdl_free(ys[s]);
+    }
+    toy_free(&t);
+    gdl_arena_reset();
+    return rc;
+}
+
+/* 50 replayed steps equal 50 eager steps bit for bit (MLP, and the CNN for
+   fewer steps), on the GPU and on the CPU (where a replay calls the step) */
+TEST graph_replay_equals_eager(void) {
+    static float a[20000], b[20000];
+    int cnn, d;
+    for (d = 0; d < 2; d++)
+        for (cnn = 0; cnn < 2; cnn++) {
+            gdl_device dev = d ? GPU : gdl_cpu();
+            int steps = cnn ? 12 : GRAPH_STEPS;
+            int64_t na = 0, nb = 0;
+            long graphs0;
+            float la, lb;
+            if (d && !have_gpu()) SKIPm("no GPU");
+            ASSERT_EQ(0, graph_run(cnn, dev, 0, steps, a, &na, &la));
+#ifdef GPUDL_EMU
+            graphs0 = gdl_emu_count("graph");
+#else
+            graphs0 = 0;
+#endif
+            if (graph_run(cnn, dev, 1, steps, b, &nb, &lb) < 0) FAILf("%s: %s", gdl_device_str(dev), gdl_last_error());
+#ifdef GPUDL_EMU
+            if (d && gdl_emu_count("graph") - graphs0 != steps - 1)
+                FAILf("%ld graph launches for %d replays", gdl_emu_count("graph") - graphs0, steps - 1);
+#else
+            (void)graphs0;
+#endif
+            ASSERT_EQ(na, nb);
+            ASSERT(na <= 20000);
+            if (memcmp(a, b, sizeof(float) * (size_t)na) || la != lb)
+                FAILf("%s %s: %d replayed steps differ from eager ones (loss %.9g vs %.9g)", gdl_device_str(dev),
+                      cnn ? "CNN" : "MLP", steps, lb, la);
+        }
+    PASS();
+}
+
+/* what cannot be captured fails with an error naming it, the device's memory
+   is as after the warm-up step, and the device goes on working */
+TEST graph_capture_errors(void) {
+    static const char *const want[4] = {NULL, "gdl_item", "allocates device memory", "dropout"};
+    int misuse;
+    if (!have_gpu()) SKIPm("no GPU");
+    for (misuse = 1; misuse <= 3; misuse++) {
+        toy t, ref;
+        graph_ctx c, cr;
+        gdl_graph *g;
+        float p[64 * 196], q[64 * 196];
+        toy_make(&t, 0);
+        toy_make(&ref, 0);
+        ASSERT_EQ(0, toy_to(&t, GPU));
+        ASSERT_EQ(0, toy_to(&ref, GPU));
+        memset(&c, 0, sizeof c);
+        c.t = &t;
+        c.misuse = misuse;
+        cr = c;
+        cr.t = &ref;
+        cr.misuse = 0;
+        g = gdl_graph_capture(GPU, graph_step, &c);
+        if (g) FAILf("misuse %d was captured", misuse);
+        if (!strstr(gdl_last_error(), want[misuse]) || !strstr(gdl_last_error(), "gdl_graph_capture"))
+            FAILf("misuse %d: the error does not name '%s': %s", misuse, want[misuse], gdl_last_error());
+        ASSERT_EQ(0, gdl_graph_is_capturing());
+        /* the warm-up was the only step that ran: as one eager step */
+        gdl_arena_reset();
+        ASSERT_EQ(0, graph_step(&cr));
+        ASSERT_EQ(0, gdl_copy_to_host(t.p[0], p, sizeof p));
+        ASSERT_EQ(0, gdl_copy_to_host(ref.p[0], q, sizeof q));
+        if (memcmp(p, q, sizeof p)) FAILf("misuse %d: the failed capture changed the weights", misuse);
+        /* and the device still trains */
+        gdl_arena_reset();
+        ASSERT_EQ(0, graph_step(&cr));
+        ASSERT(isfinite(gdl_item(cr.loss)));
+        toy_free(&t);
+        toy_free(&ref);
+        gdl_arena_reset();
+    }
+    ASSERT(gdl_graph_capture(GPU, NULL, NULL) == NULL);
+    ASSERT(strstr(gdl_last_error(), "step") != NULL);
+    ASSERT_EQ(-1, gdl_graph_replay(NULL));
+    gdl_graph_free(NULL);
+    PASS();
+}
+
+SUITE(graphs) {
+    RUN_TEST(graph_replay_equals_eager);
+    RUN_TEST(graph_capture_errors);
+}
+
 /* ---- all-or-nothing training steps under injected faults (the emulator only) ---- */
 
 #ifdef GPUDL_EMU
@@ -2190,6 +2370,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(training);
     RUN_SUITE(devices);
     RUN_SUITE(faults);
+    RUN_SUITE(graphs);
     RUN_SUITE(streams); /* last: it checks what every suite before it did */
     gdl_shutdown();
     HARNESS_MAIN_END();
