@@ -1034,6 +1034,14 @@ typedef struct gdl_fit_opts {
                                    checkpoints (every rank resumes from them, also on another number of ranks:
                                    [api-dist]). Give each rank its shard of the data (the loader's num_replicas,
                                    rank). NULL (default): one process */
+    int cuda_graph;             /* 1 (default): on a GPU, after a batch size's first (eager) step its whole step
+                                   (forward, loss, backward, optimizer, zero_grad, the metrics) is captured as a
+                                   CUDA graph ([api-graph]) and later batches of that size replay it from fixed
+                                   input buffers: one launch instead of dozens. Only where it can be: one
+                                   process, accumulate 1, no batch split, no clipping (its table upload cannot
+                                   be captured yet); a step that cannot be captured (a loss that reads the
+                                   device, dropout) runs eagerly, with one notice. 0: every step eagerly. No
+                                   effect on the CPU. */
 } gdl_fit_opts;
 
 typedef struct gdl_epoch_stats {
@@ -12164,6 +12172,7 @@ GPUDL_API gdl_fit_opts gdl_fit_defaults(void) {
     o.accumulate = 1;
     o.verbose = 1;
     o.oom_retry = 1;
+    o.cuda_graph = 1;
     return o;
 }
 
@@ -12470,6 +12479,67 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
     return gdl_step(opt);
 }
 
+/* gdl_fit's CUDA graphs ([api-graph]): one per batch size (the full batches
+   and the last, partial one), each with the fixed input buffers it reads. */
+#define GDL__FIT_GRAPHS 2
+static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(void *ctx), void *ctx);
+
+typedef struct gdl__fit_graph {
+    int64_t batch;   /* the batch size; 0: a free slot */
+    gdl_graph *g;    /* NULL (batch set): the step could not be captured, so it runs eagerly */
+    gdl_tensor *x, *y;
+    struct gdl__fit_step {
+        gdl_module *m;
+        gdl_optimizer *opt;
+        const gdl_fit_opts *o;
+        gdl_loss_fn loss;
+        gdl__pass *p;
+        gdl_tensor *x, *y;
+    } ctx;
+} gdl__fit_graph;
+
+/* what the graph holds: the eager path's step of one whole batch and its zero_grad */
+static int gdl__fit_graph_step(void *c) {
+    struct gdl__fit_step *s = (struct gdl__fit_step *)c;
+    if (gdl__fit_batch(s->m, s->x, s->y, s->opt, s->o, s->loss, 1, 1, s->p) < 0) return -1;
+    return gdl_zero_grad(s->opt);
+}
+
+/* After a batch size's first (eager, complete) step: records its graph.
+   A failure is not an error: the slot stays eager and *why says why. */
+static void gdl__fit_graph_capture(gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor *y, gdl_module *m,
+                                   gdl_optimizer *opt, const gdl_fit_opts *o, gdl_loss_fn loss, gdl__pass *p,
+                                   char *why, size_t whylen) {
+    int64_t steps = opt->steps;
+    fg->batch = x->shape[0];
+    if (!(fg->x = gdl_empty(x->ndim, x->shape, x->dtype, x->device)) ||
+        !(fg->y = gdl_empty(y->ndim, y->shape, y->dtype, y->device)) || gdl_copy_(fg->x, x) < 0 ||
+        gdl_copy_(fg->y, y) < 0) {
+        snprintf(why, whylen, "%s", gdl_last_error());
+        return;
+    }
+    fg->ctx.m = m;
+    fg->ctx.opt = opt;
+    fg->ctx.o = o;
+    fg->ctx.loss = loss;
+    fg->ctx.p = p;
+    fg->ctx.x = fg->x;
+    fg->ctx.y = fg->y;
+    fg->g = gdl__graph_record("gdl_fit", x->device, gdl__fit_graph_step, &fg->ctx);
+    opt->steps = steps; /* the recorded gdl_step counted a step that did not run */
+    if (!fg->g) snprintf(why, whylen, "%s", gdl_last_error());
+}
+
+static void gdl__fit_graphs_free(gdl__fit_graph *fg) {
+    int k;
+    for (k = 0; k < GDL__FIT_GRAPHS; k++) {
+        gdl_graph_free(fg[k].g);
+        gdl_free(fg[k].x);
+        gdl_free(fg[k].y);
+    }
+    memset(fg, 0, sizeof(gdl__fit_graph) * GDL__FIT_GRAPHS);
+}
+
 GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
                       gdl_epoch_stats *history) {
     gdl_fit_opts o = opts ? *opts : gdl_fit_defaults();
@@ -12480,10 +12550,13 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
     char *ckpath = NULL;
     gdl__fit_state fs;
     gdl__pass p;
+    gdl__fit_graph graphs[GDL__FIT_GRAPHS];
+    int graph_notice = 0;
     if (!m || !train || !opt) {
         gdl__null_arg("gdl_fit", !m ? "module" : !train ? "train loader" : "optimizer");
         return -1;
     }
+    memset(graphs, 0, sizeof graphs);
     if (o.epochs < 0 || o.accumulate < 0 || o.checkpoint_every < 0) {
         gdl__set_error("gdl_fit: bad epochs %d, accumulate %d or checkpoint_every %lld", o.epochs, o.accumulate,
                        (long long)o.checkpoint_every);
@@ -12582,7 +12655,8 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         gdl_module_train(m, 1);
         if (gdl_zero_grad(opt) < 0) rc = -1;
         while (rc == 0 && (got = gdl_loader_next(train, &x, &y)) != 0) {
-            int first, last;
+            int first, last, k;
+            gdl__fit_graph *fg = NULL;
             if (got < 0) {
                 rc = -1;
                 break;
@@ -12590,7 +12664,20 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
             b++;
             first = micro == 0;
             last = ++micro == o.accumulate || b == nb;
-            {
+            if (o.cuda_graph && x->device.type == GDL_DEVICE_CUDA && o.accumulate == 1 && parts == 1 && !o.ddp &&
+                !(o.clip_grad_norm > 0)) {
+                for (k = 0; k < GDL__FIT_GRAPHS && !fg; k++)
+                    if (graphs[k].batch == x->shape[0] || graphs[k].batch == 0) fg = &graphs[k];
+            }
+            if (fg && fg->g) { /* a step of this size was recorded: the new batch into its inputs, one launch */
+                if (gdl_copy_(fg->x, x) < 0 || gdl_copy_(fg->y, y) < 0 || gdl_graph_replay(fg->g) < 0) {
+                    rc = -1;
+                    break;
+                }
+                opt->steps++;
+                micro = 0;
+                if (o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
+            } else {
                 /* what a failed attempt may have changed, to put back before the next */
                 double loss_sum = p.loss_sum;
                 int64_t samples = p.samples, correct = p.correct, counted = p.counted;
@@ -12633,12 +12720,24 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                                              : "; oom_retry and oom_split_batch can recover",
                                    prev);
                 }
+                if (rc < 0) break;
+                if (last) {
+                    micro = 0;
+                    if (gdl_zero_grad(opt) < 0) rc = -1;
+                    if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0)
+                        rc = -1;
+                    if (rc == 0 && fg && !fg->batch) { /* this size's first step ran: record it for the next */
+                        char why[sizeof gdl__err];
+                        why[0] = 0;
+                        gdl__fit_graph_capture(fg, x, y, m, opt, &o, loss, &p, why, sizeof why);
+                        if (!fg->g && o.verbose && !graph_notice++)
+                            fprintf(log, "%sgdl_fit: the step runs eagerly, not as a CUDA graph: %s\n",
+                                    tty ? "\n" : "", why);
+                    }
+                }
             }
             if (rc < 0) break;
             if (last) {
-                micro = 0;
-                if (gdl_zero_grad(opt) < 0) rc = -1;
-                if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
                 if (rc == 0 && o.checkpoint_every > 0 && gdl_optim_get_step(opt) % o.checkpoint_every == 0) {
                     double v[5];
                     if (gdl__pass_sync(&p) < 0) rc = -1;
@@ -12712,6 +12811,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
             break;
         }
     }
+    gdl__fit_graphs_free(graphs);
     gdl__pass_free(&p);
     if (csv) fclose(csv);
     GPUDL_FREE(ckpath);
@@ -13301,14 +13401,11 @@ struct gdl_graph {
 
 GPUDL_API int gdl_graph_is_capturing(void) { return gdl__capturing; }
 
-GPUDL_API gdl_graph *gdl_graph_capture(gdl_device dev, int (*step)(void *ctx), void *ctx) {
-    const char *op = "gdl_graph_capture";
+/* Records step (run before, so that its memory exists) into a graph; on the
+   CPU only keeps it. NULL + error naming op. */
+static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(void *ctx), void *ctx) {
     gdl_graph *g;
-    int rc, end;
-    if (!step) {
-        gdl__null_arg(op, "step");
-        return NULL;
-    }
+    int rc;
     if (gdl__capturing) {
         gdl__set_error("%s: already capturing a step (graphs do not nest)", op);
         return NULL;
@@ -13322,15 +13419,9 @@ GPUDL_API gdl_graph *gdl_graph_capture(gdl_device dev, int (*step)(void *ctx), v
     g->step = step;
     g->ctx = ctx;
     if (!(g->be = gdl__be_lookup(op, dev))) goto fail;
-    /* the warm-up: a real step, which makes everything the recorded one will use */
-    gdl_arena_reset();
-    if (step(ctx) < 0) {
-        gdl__set_error("%s: the warm-up step failed: %s", op, gdl_last_error());
-        goto fail;
-    }
     if (dev.type == GDL_DEVICE_CPU) return g;
     gdl_arena_reset();
-    if (gdl__be_lookup(op, dev) == NULL || g->be->graph_begin() < 0) goto fail;
+    if (g->be->graph_begin() < 0) goto fail;
     gdl__capturing = 1;
     rc = step(ctx);
     gdl__capturing = 0;
@@ -13344,8 +13435,7 @@ GPUDL_API gdl_graph *gdl_graph_capture(gdl_device dev, int (*step)(void *ctx), v
                        op, gdl_device_str(dev), why);
         goto fail;
     }
-    end = g->be->graph_end(&g->exec);
-    if (end < 0) {
+    if (g->be->graph_end(&g->exec) < 0) {
         gdl__set_error("%s: capturing the step on %s failed: %s", op, gdl_device_str(dev), gdl_last_error());
         goto fail;
     }
@@ -13354,6 +13444,26 @@ fail:
     gdl__capturing = 0;
     gdl_graph_free(g);
     return NULL;
+}
+
+GPUDL_API gdl_graph *gdl_graph_capture(gdl_device dev, int (*step)(void *ctx), void *ctx) {
+    const char *op = "gdl_graph_capture";
+    if (!step) {
+        gdl__null_arg(op, "step");
+        return NULL;
+    }
+    if (gdl__capturing) {
+        gdl__set_error("%s: already capturing a step (graphs do not nest)", op);
+        return NULL;
+    }
+    if (!gdl__be_lookup(op, dev)) return NULL;
+    /* the warm-up: a real step, which makes everything the recorded one will use */
+    gdl_arena_reset();
+    if (step(ctx) < 0) {
+        gdl__set_error("%s: the warm-up step failed: %s", op, gdl_last_error());
+        return NULL;
+    }
+    return gdl__graph_record(op, dev, step, ctx);
 }
 
 GPUDL_API int gdl_graph_replay(gdl_graph *g) {

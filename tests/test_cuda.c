@@ -2093,6 +2093,7 @@ static int fit_run(fit_inject *f, int oom_retry, int oom_split_batch, FILE *log,
         o.loss_user = f;
         o.oom_retry = oom_retry;
         o.oom_split_batch = oom_split_batch;
+        o.cuda_graph = 0; /* the loss injects its faults when it is called: every step eagerly */
         rc = gdl_fit(m, l, opt, &o, NULL);
         if (fit_weights(m, w) < 0) rc = -2;
     }
@@ -2103,6 +2104,114 @@ static int fit_run(fit_inject *f, int oom_retry, int oom_split_batch, FILE *log,
     return rc;
 }
 #endif
+
+#ifdef GPUDL_EMU
+/* gdl_fit with and without CUDA graphs: 3 epochs of 80 samples in batches
+   of 32 (two full ones and a partial one: two graphs), Adam with OneCycle
+   stepped per batch (lr changes between replays). drop: a dropout layer,
+   which cannot be captured (the fit then runs eagerly, with one notice). */
+static int fit_graph_run(int graph, int drop, FILE *log, float *w, gdl_epoch_stats *hist, int *calls) {
+    enum { N = 80 };
+    float x[N * 4];
+    int32_t y[N];
+    int64_t shape[1] = {4};
+    int i, rc = -1, nl = 0;
+    gdl_dataset *ds;
+    gdl_loader *l = NULL;
+    gdl_module *layers[4], *m;
+    gdl_optimizer *opt = NULL;
+    gdl_scheduler *sched = NULL;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_fit_opts o = gdl_fit_defaults();
+    fit_inject f;
+    memset(&f, 0, sizeof f);
+    gdl_manual_seed(23);
+    for (i = 0; i < N; i++) {
+        int k;
+        y[i] = (int32_t)(gdl_rng_next_u64() % 3);
+        for (k = 0; k < 4; k++) x[i * 4 + k] = (float)((k == y[i] ? 2.0 : 0.0) + gdl_rng_uniform() - 0.5);
+    }
+    ds = gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, N, 3);
+    layers[nl++] = gdl_nn_linear(4, 16, 1);
+    layers[nl++] = gdl_nn_relu();
+    if (drop) layers[nl++] = gdl_nn_dropout(0.25);
+    layers[nl++] = gdl_nn_linear(16, 3, 1);
+    m = gdl_nn_sequential(nl, layers);
+    lo.batch_size = FIT_B;
+    lo.shuffle = 1;
+    lo.seed = 5;
+    lo.device = GPU;
+    if (ds && m && gdl_module_to(m, GPU) == 0 && (l = gdl_loader_new(ds, &lo)) &&
+        (opt = gdl_adam_new(0.05, 0.9, 0.999, 1e-8, 0)) && gdl_optim_add_module(opt, m, 0) == 0 &&
+        (sched = gdl_onecycle_lr_new(opt, 0.05, 9))) {
+        f.m = m;
+        o.epochs = 3;
+        o.verbose = log != NULL;
+        o.log = log;
+        o.loss = fit_loss; /* counts its calls: a replayed step does not call it */
+        o.loss_user = &f;
+        o.scheduler = sched;
+        o.scheduler_per_batch = 1;
+        o.cuda_graph = graph;
+        rc = gdl_fit(m, l, opt, &o, hist);
+        if (fit_weights(m, w) < 0) rc = -2;
+        if (gdl_optim_get_step(opt) != 9) rc = -3;
+    }
+    *calls = f.calls;
+    gdl_scheduler_free(sched);
+    gdl_optim_free(opt);
+    gdl_loader_free(l);
+    gdl_module_free(m);
+    gdl_dataset_free(ds);
+    return rc;
+}
+
+/* the graphs give the eager run's weights and epoch figures bit for bit, with
+   the loss called only for each batch size's first step and its capture */
+TEST fit_graph_equals_eager(void) {
+    float we[FIT_W], wg[FIT_W];
+    gdl_epoch_stats he[3], hg[3];
+    int ce, cg, e;
+    long graphs0;
+    char line[512];
+    FILE *log;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_EQ(0, fit_graph_run(0, 0, NULL, we, he, &ce));
+    graphs0 = gdl_emu_count("graph");
+    ASSERT_EQ(0, fit_graph_run(1, 0, NULL, wg, hg, &cg));
+    ASSERT_EQ(9, ce);
+    ASSERT_EQ(4, cg); /* two sizes: an eager step and a capture each */
+    ASSERT_EQ(7, gdl_emu_count("graph") - graphs0); /* the other 7 of the 9 steps */
+    ASSERTm("the graphs' weights equal the eager ones bit for bit", memcmp(we, wg, sizeof we) == 0);
+    for (e = 0; e < 3; e++)
+        if (he[e].loss != hg[e].loss || he[e].accuracy != hg[e].accuracy || he[e].samples != hg[e].samples)
+            FAILf("epoch %d: eager loss %.9g acc %.4f, graphs %.9g %.4f", e + 1, he[e].loss, he[e].accuracy,
+                  hg[e].loss, hg[e].accuracy);
+    /* dropout cannot be captured: eager, the same as cuda_graph 0, one notice */
+    ASSERT_EQ(0, fit_graph_run(0, 1, NULL, we, he, &ce));
+    log = tmpfile();
+    ASSERT(log != NULL);
+    ASSERT_EQ(0, fit_graph_run(1, 1, log, wg, hg, &cg));
+    ASSERT_EQ(ce, 9);
+    ASSERTm("a fit that fell back to eager equals the eager one", memcmp(we, wg, sizeof we) == 0);
+    rewind(log);
+    e = 0;
+    while (fgets(line, sizeof line, log))
+        if (strstr(line, "not as a CUDA graph")) {
+            e++;
+            ASSERT_CONTAINS(line, "dropout");
+        }
+    fclose(log);
+    ASSERT_EQ(1, e);
+    PASS();
+}
+
+#endif
+SUITE(fit_graphs) {
+#ifdef GPUDL_EMU
+    RUN_TEST(fit_graph_equals_eager);
+#endif
+}
 
 /* An OOM at a chosen step: the retry gives the uninjected run's weights bit for
    bit; without the options, an error saying where, and the weights of the
@@ -2371,6 +2480,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(devices);
     RUN_SUITE(faults);
     RUN_SUITE(graphs);
+    RUN_SUITE(fit_graphs);
     RUN_SUITE(streams); /* last: it checks what every suite before it did */
     gdl_shutdown();
     HARNESS_MAIN_END();
