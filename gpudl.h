@@ -13476,7 +13476,12 @@ GPUDL_API int gdl_graph_replay(gdl_graph *g) {
         return g->step(g->ctx);
     }
     if (!gdl__be_lookup("gdl_graph_replay", g->dev)) return -1; /* makes the graph's device current */
-    return g->be->graph_launch(g->exec);
+    {
+        int span = gdl__prof_on ? gdl__prof_push("gdl_graph_replay", g->dev) : 0, rc;
+        rc = g->be->graph_launch(g->exec);
+        gdl__prof_pop(span, rc == 0);
+        return rc;
+    }
 }
 
 GPUDL_API void gdl_graph_free(gdl_graph *g) {

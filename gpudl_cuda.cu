@@ -2440,7 +2440,9 @@ static int gdl__cu_graph_end(void **graph) {
     return 0;
 }
 
+// counted as one launch (the profiler's "Launches"): the host's one call for all the graph's kernels
 static int gdl__cu_graph_launch(void *graph) {
+    gdl__cu_launches.fetch_add(1, std::memory_order_relaxed);
     GDL_CU_TRY(cudaGraphLaunch((cudaGraphExec_t)graph, gdl__cu_stream()), -1);
     return 0;
 }

@@ -18,7 +18,8 @@
    loss read (gdl_item) at the end of each repeat. Prints time per step,
    samples/s, the FLOPs of a step and the achieved GFLOP/s, peak GPU memory
    (CUDA), the host's time to queue a step (on a GPU the launch overhead that
-   a graph removes), the threads, the CPU model and the GEMM micro-kernel.
+   a graph removes) and the kernel launches of a step (a replay is one; from
+   the profiler), the threads, the CPU model and the GEMM micro-kernel.
 
    CPU:   cc -O3 -march=native bench/train.c -lm -pthread -o bench_train
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA bench/train.c gpudl_cuda.cu -lcublas -o bench_train
@@ -185,8 +186,8 @@ int main(int argc, char **argv) {
     gdl_device dev = gdl_default_device();
     printf("device %s (%s), %d CPU threads\n", gdl_device_str(dev), gdl_device_name(dev), threads);
     printf("cpu: %s, GEMM micro-kernel %s\n", bench_cpu_model(), gdl_gemm_kernel_name());
-    printf("%-10s %6s %12s %12s %10s %10s %9s %11s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
-           "peak MiB", "host us/st");
+    printf("%-10s %6s %12s %12s %10s %10s %9s %11s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
+           "peak MiB", "host us/st", "launch/st");
     for (k = 0; k < nnets; k++) {
         bnet b;
         double t[5], host[5], med, ms;
@@ -220,13 +221,22 @@ int main(int argc, char **argv) {
         qsort(host, 5, sizeof host[0], cmp);
         med = t[2];
         {
-            double peak = NAN; /* GPU memory held by tensors at the peak (PyTorch's max_memory_allocated) */
+            double peak = NAN;     /* GPU memory held by tensors at the peak (PyTorch's max_memory_allocated) */
+            double launches = NAN; /* kernel launches per step (a graph replay is one), from the profiler */
+            const gdl_profile_row *rows;
+            int nr, i;
 #ifdef GPUDL_CUDA
             size_t alloc, maxa, res;
             if (dev.type == GDL_DEVICE_CUDA && gdl_cuda_memory_stats(&alloc, &maxa, &res) == 0) peak = maxa / 1048576.0;
 #endif
-            printf("%-10s %6lld %12.3f %12.0f %10.3f %10.1f %9.1f %11.1f\n", b.name, (long long)b.batch, 1e3 * med,
-                   (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med, peak, 1e6 * host[2]);
+            if (dev.type == GDL_DEVICE_CUDA && gdl_profile_begin() == 0) {
+                run_steps(&b, 5, NULL);
+                if (gdl_profile_end() == 0 && (nr = gdl_profile_rows(&rows)) >= 0)
+                    for (launches = 0, i = 0; i < nr; i++)
+                        if (rows[i].launches > 0) launches += (double)rows[i].launches / 5;
+            }
+            printf("%-10s %6lld %12.3f %12.0f %10.3f %10.1f %9.1f %11.1f %9.1f\n", b.name, (long long)b.batch, 1e3 * med,
+                   (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med, peak, 1e6 * host[2], launches);
         }
         fflush(stdout);
         gdl_graph_free(b.graph);
