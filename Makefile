@@ -188,7 +188,7 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-all
 
-test-all: test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-unit test-dist test-emu test-cpu-paths test-aarch64
+test-all: test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-unit test-dist test-emu test-dist-nccl test-cpu-paths test-aarch64
 
 test-unit: $(TESTS) $(ASAN_TESTS)
 	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)

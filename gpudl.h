@@ -1202,6 +1202,10 @@ typedef struct gdl_opt_tensor {
     int nesterov;               /* SGD */
 } gdl_opt_tensor;
 
+/* the collectives of the backend entry `collective`; an id of comm_id has at most GDL_COMM_ID_BYTES */
+enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATHER, GDL_COLL_REDUCE_SCATTER };
+#define GDL_COMM_ID_BYTES 128
+
 /* The backend's entries, one line each: X(return type, name, (parameters)).
    This list makes the gdl_backend struct and both backends' tables (the CPU
    one in this header, gdl__cpu_NAME; the CUDA one in gpudl_cuda.cu,
@@ -1340,7 +1344,24 @@ typedef struct gdl_opt_tensor {
     X(int, event_elapsed, (void *start, void *end, double *ms)) \
     X(int64_t, launch_count, (void)) \
     /* a device's PCI bus id ("0000:65:00.0"), which NVML's devices are matched by; -1 + error: none */ \
-    X(int, pci_bus_id, (int device, char *buf, int len))
+    X(int, pci_bus_id, (int device, char *buf, int len)) \
+    /* collectives among the processes of a job, one device per process ([impl-dist]; NCCL on a GPU; \
+       the CPU's collectives are MPI's, in the front end, so its entries refuse). comm_id: the job's id \
+       (at most GDL_COMM_ID_BYTES), made by rank 0, which the front end hands to every rank; comm_init: \
+       this rank joins on `device` (returns once every rank has); collective: kind (GDL_COLL_*) on the \
+       device's communication stream, after the compute stream's work so far; count is per rank (all-gather: \
+       sent, reduce-scatter: received); avg divides the sum by the world size; join: the compute stream \
+       waits for it now, else at the next comm_join (DDP's buckets overlap the rest of backward); \
+       comm_sync: the host waits for the communication stream (barrier: an all-reduce of one element \
+       first) at most timeout_s seconds; a timeout or a peer's error aborts the communicator and every \
+       later call fails; comm_destroy frees it (nothing to do when none was made) */ \
+    X(int, comm_id, (void *id, int bytes)) \
+    X(int, comm_init, (int device, const void *id, int world, int rank)) \
+    X(int, collective, (int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg, int root, \
+        int join)) \
+    X(int, comm_join, (void)) \
+    X(int, comm_sync, (int barrier, double timeout_s)) \
+    X(void, comm_destroy, (void))
 
 #define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
 typedef struct gdl_backend {
@@ -5150,6 +5171,32 @@ static int gdl__cpu_pci_bus_id(int device, char *buf, int len) {
     gdl__set_error("gdl: the CPU has no PCI bus id");
     return -1;
 }
+
+/* Collectives of CPU tensors are MPI's ([impl-dist]), not the backend's. */
+static int gdl__cpu_no_comm(void) {
+    gdl__set_error("gdl: the CPU backend has no communicator: collectives of CPU tensors go through MPI");
+    return -1;
+}
+static int gdl__cpu_comm_id(void *id, int bytes) {
+    (void)id;
+    (void)bytes;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_comm_init(int device, const void *id, int world, int rank) {
+    (void)device, (void)id, (void)world, (void)rank;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_collective(int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg,
+                               int root, int join) {
+    (void)kind, (void)send, (void)recv, (void)count, (void)dt, (void)avg, (void)root, (void)join;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_comm_join(void) { return gdl__cpu_no_comm(); }
+static int gdl__cpu_comm_sync(int barrier, double timeout_s) {
+    (void)barrier, (void)timeout_s;
+    return gdl__cpu_no_comm();
+}
+static void gdl__cpu_comm_destroy(void) {}
 
 /* The table is the list's entries in the list's order (the struct is made
    from the same list): a constant, ready before any thread asks for it. */
@@ -12192,6 +12239,10 @@ done:
 static struct {
     int init, rank, world, local;
     const char *launcher;
+    double timeout;      /* GPUDL_DIST_TIMEOUT: seconds a rank waits for the others */
+    int have_id;         /* NCCL's id of the job was handed round at init */
+    unsigned char id[GDL_COMM_ID_BYTES];
+    int comm_dev;        /* the communicator's CUDA device + 1; 0: none made yet */
 #ifdef GPUDL_MPI
     MPI_Comm comm;   /* a duplicate of MPI_COMM_WORLD whose errors return */
     int mpi_ours;    /* gdl_dist_init started MPI: shutdown ends it */
@@ -12222,6 +12273,258 @@ static int gdl__mpi_fail(const char *op, const char *call, int rc) {
     return -1;
 }
 #endif
+
+/* The GPU backend that carries collectives of CUDA tensors (NCCL), NULL when this build or machine has none. */
+static const gdl_backend *gdl__dist_gpu(void) {
+    return gdl__cuda_registry && gdl_cuda_device_count() > 0 ? gdl__cuda_registry->backend() : NULL;
+}
+
+/* ---- the rendezvous without MPI: NCCL's id from rank 0 over TCP, as torchrun's
+   env:// store. Rank 0 listens at MASTER_PORT; every other rank connects to
+   MASTER_ADDR:MASTER_PORT (retrying while rank 0 is not up yet), says its rank
+   and world size, and receives the id once every rank has come. Each side
+   gives up after the timeout with an error naming the address. */
+#if !defined(GPUDL_MPI) && (defined(__unix__) || defined(__APPLE__))
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#define GDL__HAVE_RDV 1
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0 /* macOS: SIGPIPE stays possible */
+#endif
+
+enum { GDL__RDV_HELLO = 12, GDL__RDV_REPLY = 12 + GDL_COMM_ID_BYTES };
+
+static void gdl__put32(unsigned char *b, uint32_t v) {
+    b[0] = (unsigned char)(v >> 24), b[1] = (unsigned char)(v >> 16), b[2] = (unsigned char)(v >> 8),
+    b[3] = (unsigned char)v;
+}
+static uint32_t gdl__get32(const unsigned char *b) {
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
+}
+
+/* n bytes in or out of fd before the deadline (gdl_now seconds): 0, or -1 with errno (ETIMEDOUT, EPIPE: closed) */
+static int gdl__rdv_io(int fd, unsigned char *b, size_t n, int out, double deadline) {
+    size_t k = 0;
+    while (k < n) {
+        struct pollfd pf;
+        double left = deadline - gdl_now();
+        ssize_t r;
+        if (left <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        pf.fd = fd, pf.events = (short)(out ? POLLOUT : POLLIN), pf.revents = 0;
+        if (poll(&pf, 1, (int)(left * 1000) + 1) <= 0) continue;
+        r = out ? send(fd, b + k, n - k, MSG_NOSIGNAL) : recv(fd, b + k, n - k, 0);
+        if (r == 0) errno = EPIPE;
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR) continue;
+            return -1;
+        }
+        k += (size_t)r;
+    }
+    return 0;
+}
+
+/* A TCP connection to host:port, or -1 with errno. */
+static int gdl__rdv_connect(const char *host, int port) {
+#ifdef AI_PASSIVE /* getaddrinfo: POSIX 2001, hidden by a bare -std=c99 */
+    struct addrinfo hints, *res, *a;
+    char ps[16];
+    int fd = -1, e = ECONNREFUSED;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(ps, sizeof ps, "%d", port);
+    if (getaddrinfo(host, ps, &hints, &res) != 0) {
+        errno = EHOSTUNREACH;
+        return -1;
+    }
+    for (a = res; a; a = a->ai_next) {
+        if ((fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol)) < 0) continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+        e = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) errno = e;
+    return fd;
+#else /* numeric IPv4 (or localhost) only */
+    struct sockaddr_in sa;
+    int fd;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = !strcmp(host, "localhost") ? htonl(0x7f000001u) : inet_addr(host);
+    if (sa.sin_addr.s_addr == (in_addr_t)-1) {
+        errno = EHOSTUNREACH;
+        return -1;
+    }
+    if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0) return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+#endif
+}
+
+/* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
+static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
+    const char *addr = getenv("MASTER_ADDR"), *ps = getenv("MASTER_PORT");
+    char *end;
+    long port;
+    double deadline = gdl_now() + timeout;
+    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
+    if (!addr || !addr[0] || !ps) {
+        gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
+                       "(rank 0's host and a free port, as torchrun sets them)", op, !addr || !addr[0] ?
+                       "MASTER_ADDR" : "MASTER_PORT", world);
+        return -1;
+    }
+    port = strtol(ps, &end, 10);
+    if (!ps[0] || *end || port < 1 || port > 65535) {
+        gdl__set_error("%s: MASTER_PORT='%s' is not a port number in [1, 65535]", op, ps);
+        return -1;
+    }
+    if (rank == 0) {
+        int lfd, one = 1, got = 0, i, rc = -1, *fds;
+        struct sockaddr_in sa;
+        char *seen;
+        if (!(fds = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)world)) || !(seen = (char *)GPUDL_MALLOC((size_t)world))) {
+            GPUDL_FREE(fds);
+            gdl__set_error("%s: out of memory", op);
+            return -1;
+        }
+        memset(seen, 0, (size_t)world);
+        memset(&sa, 0, sizeof sa);
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons((uint16_t)port);
+        sa.sin_addr.s_addr = htonl(INADDR_ANY);
+        if ((lfd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+            setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+            bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, world) != 0) {
+            gdl__set_error("%s: rank 0 cannot listen at MASTER_PORT=%ld: %s", op, port, strerror(errno));
+            if (lfd >= 0) close(lfd);
+            GPUDL_FREE(fds), GPUDL_FREE(seen);
+            return -1;
+        }
+        while (got < world - 1) {
+            struct pollfd pf;
+            double left = deadline - gdl_now();
+            int fd, r, w;
+            if (left <= 0) {
+                char missing[200];
+                size_t k = 0;
+                for (i = 1; i < world && k + 12 < sizeof missing; i++)
+                    if (!seen[i]) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", k ? ", " : "", i);
+                gdl__set_error("%s: rank 0 waited %g s (GPUDL_DIST_TIMEOUT) at MASTER_ADDR=%s MASTER_PORT=%ld: %d of "
+                               "%d ranks came; missing: rank %s", op, timeout, addr, port, got + 1, world, missing);
+                goto done;
+            }
+            pf.fd = lfd, pf.events = POLLIN, pf.revents = 0;
+            if (poll(&pf, 1, (int)(left * 1000) + 1) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
+            if (gdl__rdv_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
+                memcmp(hello, "gdlR", 4) != 0) {
+                close(fd); /* not one of ours (a port scan, a stale job): wait on */
+                continue;
+            }
+            r = (int)gdl__get32(hello + 4), w = (int)gdl__get32(hello + 8);
+            if (w != world || r <= 0 || r >= world || seen[r]) {
+                memset(reply, 0, sizeof reply);
+                gdl__put32(reply, 1);
+                gdl__put32(reply + 4, (uint32_t)world);
+                (void)gdl__rdv_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
+                close(fd);
+                if (w != world)
+                    gdl__set_error("%s: rank %d says WORLD_SIZE=%d, rank 0 says %d (MASTER_ADDR=%s MASTER_PORT=%ld)",
+                                   op, r, w, world, addr, port);
+                else
+                    gdl__set_error("%s: rank %d came twice, or is out of range, at MASTER_PORT=%ld (two jobs on one "
+                                   "port?)", op, r, port);
+                goto done;
+            }
+            seen[r] = 1;
+            fds[got++] = fd;
+        }
+        memset(reply, 0, sizeof reply);
+        gdl__put32(reply + 4, (uint32_t)world);
+        memcpy(reply + 12, id, GDL_COMM_ID_BYTES);
+        rc = 0;
+        for (i = 0; i < got; i++)
+            if (gdl__rdv_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
+                gdl__set_error("%s: rank 0 could not send the job's id to a rank: %s", op, strerror(errno));
+                rc = -1;
+            }
+    done:
+        for (i = 0; i < got; i++) close(fds[i]);
+        close(lfd);
+        GPUDL_FREE(fds), GPUDL_FREE(seen);
+        return rc;
+    } else {
+        int fd = -1, e = 0;
+        while ((fd = gdl__rdv_connect(addr, (int)port)) < 0) { /* rank 0 may not listen yet */
+            e = errno;
+            if (gdl_now() + 0.1 > deadline) {
+                gdl__set_error("%s: rank %d could not reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld within %g s "
+                               "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout, strerror(e));
+                return -1;
+            }
+            poll(NULL, 0, 100);
+        }
+        memcpy(hello, "gdlR", 4);
+        gdl__put32(hello + 4, (uint32_t)rank);
+        gdl__put32(hello + 8, (uint32_t)world);
+        if (gdl__rdv_io(fd, hello, sizeof hello, 1, deadline) < 0 ||
+            gdl__rdv_io(fd, reply, sizeof reply, 0, deadline) < 0) {
+            e = errno;
+            close(fd);
+            gdl__set_error("%s: rank %d reached MASTER_ADDR=%s MASTER_PORT=%ld but got no answer within %g s "
+                           "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
+                           e == EPIPE ? "rank 0 gave up (some rank never came)" : strerror(e));
+            return -1;
+        }
+        close(fd);
+        if (gdl__get32(reply) != 0) {
+            gdl__set_error("%s: rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld refused rank %d: it says WORLD_SIZE=%u, this "
+                           "rank %d (or this rank came twice)", op, addr, port, rank, gdl__get32(reply + 4), world);
+            return -1;
+        }
+        memcpy(id, reply + 12, GDL_COMM_ID_BYTES);
+        return 0;
+    }
+}
+#endif
+
+/* The communicator of CUDA device dev, made at the first collective on it (NCCL's id was handed round
+   at init). The GPU backend, made current; NULL + error. */
+static const gdl_backend *gdl__dist_comm(const char *op, gdl_device dev) {
+    const gdl_backend *be = gdl__be(op, dev);
+    if (!be) return NULL;
+    if (gdl__dist.comm_dev == dev.index + 1) return be;
+    if (gdl__dist.comm_dev) {
+        gdl__set_error("%s: the job's NCCL communicator is on cuda:%d, the tensor on %s: one device per process", op,
+                       gdl__dist.comm_dev - 1, gdl_device_str(dev));
+        return NULL;
+    }
+    if (!gdl__dist.have_id) { /* one process: its own id */
+        if (gdl__dist.world > 1) {
+            gdl__set_error("%s: no NCCL id was handed round at gdl_dist_init (no GPU then?)", op);
+            return NULL;
+        }
+        if (be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return NULL;
+        gdl__dist.have_id = 1;
+    }
+    if (be->comm_init(dev.index, gdl__dist.id, gdl__dist.world, gdl__dist.rank) < 0) return NULL;
+    gdl__dist.comm_dev = dev.index + 1;
+    return be;
+}
 
 GPUDL_API int gdl_dist_init(void) {
     static const char op[] = "gdl_dist_init";
@@ -12284,18 +12587,60 @@ GPUDL_API int gdl_dist_init(void) {
         }
     }
 #else
-    if (world > 1) {
+    if (world > 1 && !gdl__dist_gpu()) {
         gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
-                       "-DGPUDL_MPI (mpicc ...)", op, world, launcher);
+                       "-DGPUDL_MPI (mpicc ...), or with GPUDL_CUDA and NCCL on a machine with GPUs", op, world,
+                       launcher);
         return -1;
     }
 #endif
+    {
+        const char *t = getenv("GPUDL_DIST_TIMEOUT");
+        char *end;
+        gdl__dist.timeout = 300;
+        if (t) {
+            gdl__dist.timeout = strtod(t, &end);
+            if (!t[0] || *end || !(gdl__dist.timeout > 0)) {
+                gdl__set_error("%s: GPUDL_DIST_TIMEOUT='%s' is not a number of seconds > 0", op, t);
+                goto fail;
+            }
+        }
+    }
+    /* NCCL's id, for collectives of CUDA tensors: made by rank 0, handed round over MPI or the rendezvous */
+    gdl__dist.have_id = 0;
+    gdl__dist.comm_dev = 0;
+    if (world > 1 && gdl__dist_gpu()) {
+        const gdl_backend *be = gdl__dist_gpu();
+        if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) goto fail;
+#ifdef GPUDL_MPI
+        {
+            int rc = MPI_Bcast(gdl__dist.id, GDL_COMM_ID_BYTES, MPI_BYTE, 0, gdl__dist.comm);
+            if (rc != MPI_SUCCESS) {
+                gdl__mpi_fail(op, "MPI_Bcast of NCCL's id", rc);
+                goto fail;
+            }
+        }
+#elif defined(GDL__HAVE_RDV)
+        if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl__dist.timeout) < 0) goto fail;
+#else
+        gdl__set_error("%s: %d processes without MPI need the TCP rendezvous, which this platform lacks", op, world);
+        goto fail;
+#endif
+        gdl__dist.have_id = 1;
+    }
     gdl__dist.rank = rank;
     gdl__dist.world = world;
     gdl__dist.local = local;
     gdl__dist.launcher = launcher;
     gdl__dist.init = 1;
     return 0;
+fail:
+#ifdef GPUDL_MPI
+    MPI_Comm_free(&gdl__dist.comm);
+    if (gdl__dist.mpi_ours) MPI_Finalize();
+    gdl__dist.mpi_ours = 0;
+#endif
+    return -1;
 }
 
 GPUDL_API int gdl_dist_is_initialized(void) { return gdl__dist.init; }
@@ -12310,6 +12655,19 @@ GPUDL_API gdl_device gdl_dist_device(void) {
 }
 
 GPUDL_API void gdl_dist_shutdown(void) {
+    if (gdl__dist.comm_dev) { /* queued collectives end (or time out) before the communicator goes */
+        const gdl_backend *be = gdl__dist_gpu();
+        if (be) {
+            char keep[sizeof gdl__err];
+            memcpy(keep, gdl__err, sizeof keep); /* shutdown reports nothing: the caller's last error stays */
+            (void)gdl__be_lookup("gdl_dist_shutdown", gdl_cuda(gdl__dist.comm_dev - 1));
+            (void)be->comm_sync(0, gdl__dist.timeout);
+            be->comm_destroy();
+            memcpy(gdl__err, keep, sizeof keep);
+        }
+        gdl__dist.comm_dev = 0;
+    }
+    gdl__dist.have_id = 0;
 #ifdef GPUDL_MPI
     if (gdl__dist.init) {
         MPI_Comm_free(&gdl__dist.comm);
@@ -12332,17 +12690,28 @@ static int gdl__dist_check(const char *op, const char *what, const gdl_tensor *t
         gdl__null_arg(op, what);
         return -1;
     }
-    if (t->device.type != GDL_DEVICE_CPU) {
-        gdl__set_error("%s: %s %s is on %s: collectives on CUDA tensors (NCCL) are not supported yet", op, what,
-                       gdl_shape_str(t), gdl_device_str(t->device));
-        return -1;
-    }
     if (t->dtype != GDL_F32 && !(i32_ok && t->dtype == GDL_I32)) {
         gdl__set_error("%s: %s is %s %s; expected f32%s", op, what, gdl_dtype_name(t->dtype), gdl_shape_str(t),
                        i32_ok ? " or i32" : "");
         return -1;
     }
+#ifndef GPUDL_MPI
+    if (t->device.type == GDL_DEVICE_CPU && gdl__dist.world > 1) {
+        gdl__set_error("%s: %s %s is on the CPU: collectives of CPU tensors among %d processes go through MPI: "
+                       "build with -DGPUDL_MPI (mpicc ...); NCCL (this build's transport) takes CUDA tensors", op,
+                       what, gdl_shape_str(t), gdl__dist.world);
+        return -1;
+    }
+#endif
     return 0;
+}
+
+/* A collective of CUDA tensors: NCCL on the device's communication stream, ordered after the compute
+   stream's work and before what the compute stream does next; the host does not wait. */
+static int gdl__dist_nccl(const char *op, int kind, const gdl_tensor *send, gdl_tensor *recv, int64_t count,
+                          int avg, int root) {
+    const gdl_backend *be = gdl__dist_comm(op, recv->device);
+    return be ? be->collective(kind, send->data, recv->data, count, recv->dtype, avg, root, 1) : -1;
 }
 
 #ifdef GPUDL_MPI
@@ -12371,6 +12740,7 @@ GPUDL_API int gdl_dist_all_reduce(gdl_tensor *t, gdl_dist_op op) {
         gdl__set_error("%s: %s has more than 2^31 elements", fn, gdl_shape_str(t));
         return -1;
     }
+    if (t->device.type == GDL_DEVICE_CUDA) return gdl__dist_nccl(fn, GDL_COLL_ALL_REDUCE, t, t, t->numel, op == GDL_AVG, 0);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         int rc = MPI_Allreduce(MPI_IN_PLACE, t->data, (int)t->numel, gdl__mpi_type(t->dtype), MPI_SUM, gdl__dist.comm);
@@ -12392,6 +12762,7 @@ GPUDL_API int gdl_dist_broadcast(gdl_tensor *t, int root) {
         gdl__set_error("%s: %s has more than 2^31 elements", fn, gdl_shape_str(t));
         return -1;
     }
+    if (t->device.type == GDL_DEVICE_CUDA) return gdl__dist_nccl(fn, GDL_COLL_BROADCAST, t, t, t->numel, 0, root);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         int rc = MPI_Bcast(t->data, (int)t->numel, gdl__mpi_type(t->dtype), root, gdl__dist.comm);
@@ -12415,12 +12786,18 @@ static int gdl__dist_pair(const char *fn, const char *bn, const gdl_tensor *big,
         gdl__set_error("%s: %s and %s are the same memory", fn, bn, sn);
         return -1;
     }
+    if (big->device.type != small->device.type || big->device.index != small->device.index) {
+        gdl__set_error("%s: %s is on %s, %s on %s: one device", fn, bn, gdl_device_str(big->device), sn,
+                       gdl_device_str(small->device));
+        return -1;
+    }
     return 0;
 }
 
 GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in) {
     static const char fn[] = "gdl_dist_all_gather";
     if (gdl__dist_pair(fn, "out", out, "in", in, 1) < 0) return -1;
+    if (in->device.type == GDL_DEVICE_CUDA) return gdl__dist_nccl(fn, GDL_COLL_ALL_GATHER, in, out, in->numel, 0, 0);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         MPI_Datatype ty = gdl__mpi_type(in->dtype);
@@ -12440,6 +12817,8 @@ GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl
         gdl__set_error("%s: op %d is neither GDL_SUM nor GDL_AVG", fn, (int)op);
         return -1;
     }
+    if (in->device.type == GDL_DEVICE_CUDA)
+        return gdl__dist_nccl(fn, GDL_COLL_REDUCE_SCATTER, in, out, out->numel, op == GDL_AVG, 0);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         int rc = MPI_Reduce_scatter_block(in->data, out->data, (int)out->numel, gdl__mpi_type(in->dtype), MPI_SUM,
@@ -12474,6 +12853,8 @@ struct gdl_ddp {
     gdl__bucket *b;
     int nbuf;
     gdl_tensor **bufs;    /* buffers, broadcast at each forward */
+    const gdl_backend *gpu; /* CUDA parameters: the buckets are device memory, all-reduced by NCCL */
+    gdl_device dev;
 };
 
 GPUDL_API gdl_ddp_opts gdl_ddp_defaults(void) {
@@ -12487,7 +12868,11 @@ GPUDL_API gdl_ddp_opts gdl_ddp_defaults(void) {
 GPUDL_API void gdl_ddp_free(gdl_ddp *d) {
     int i;
     if (!d) return;
-    for (i = 0; d->b && i < d->nbuckets; i++) GPUDL_FREE(d->b[i].buf);
+    if (d->gpu && d->b) { /* the buckets' last all-reduce is queued on the device before their memory goes back */
+        if (gdl__be_lookup("gdl_ddp_free", d->dev)) (void)d->gpu->comm_join();
+        for (i = 0; i < d->nbuckets; i++) d->gpu->free(d->b[i].buf);
+    }
+    for (i = 0; d->b && !d->gpu && i < d->nbuckets; i++) GPUDL_FREE(d->b[i].buf);
     GPUDL_FREE(d->b);
     GPUDL_FREE(d->bucket_of);
     GPUDL_FREE(d->params);
@@ -12541,8 +12926,19 @@ GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o) {
         gdl_module_named_tensors(m, GDL_BUFFERS, NULL, d->bufs, d->nbuf) != d->nbuf)
         goto fail;
     for (i = 0; i < n; i++) d->params[i] = tmp[n - 1 - i]; /* backward meets the last layers first */
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
+        gdl_device pd = d->params[i]->device, d0 = d->params[0]->device;
         if (gdl__dist_check(fn, "a parameter", d->params[i], 0) < 0) goto fail;
+        if (pd.type != d0.type || pd.index != d0.index) {
+            gdl__set_error("%s: parameters on %s and %s: DDP takes a module on one device", fn, gdl_device_str(d0),
+                           gdl_device_str(pd));
+            goto fail;
+        }
+    }
+    if (n > 0 && d->params[0]->device.type == GDL_DEVICE_CUDA) {
+        d->dev = d->params[0]->device;
+        if (!(d->gpu = gdl__dist_comm(fn, d->dev))) goto fail;
+    }
     /* buckets: fill up to the cap, the first one to first_bucket_mb */
     nb = 0;
     bytes = 0;
@@ -12563,7 +12959,8 @@ GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o) {
     d->nbuckets = nb;
     for (i = 0; i < nb; i++)
         if (d->b[i].numel > INT32_MAX ||
-            !(d->b[i].buf = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1)))) {
+            !(d->b[i].buf = (gdl_real *)(d->gpu ? d->gpu->alloc(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1))
+                                                : GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1))))) {
             gdl__set_error("%s: out of memory for a bucket of %lld gradients", fn, (long long)d->b[i].numel);
             goto fail;
         }
@@ -12592,6 +12989,29 @@ static int gdl__dist_pass_sum(gdl__pass *p) {
         if (rc != MPI_SUCCESS) return gdl__mpi_fail("gdl_fit", "MPI_Allreduce of the epoch's metrics", rc);
     }
 #endif
+#ifndef GPUDL_MPI
+    if (gdl__dist.init && gdl__dist.world > 1) {
+        /* NCCL is the transport, in float: each figure goes as its float and the float of the remainder,
+           so a rank's own rounding is not lost (counts stay exact far beyond 2^24) */
+        float hl[8];
+        int64_t s8[1] = {8};
+        gdl_tensor *t;
+        int k, rc;
+        for (k = 0; k < 4; k++) hl[2 * k] = (float)v[k], hl[2 * k + 1] = (float)(v[k] - (double)(float)v[k]);
+        if (!(t = gdl_from_array(hl, 1, s8, GDL_F32, gdl_dist_device()))) return -1;
+        rc = gdl_dist_all_reduce(t, GDL_SUM);
+        if (rc == 0) {
+            gdl_tensor *h = gdl_to(t, gdl_cpu());
+            if (!h) rc = -1;
+            else {
+                for (k = 0; k < 4; k++) v[k] = (double)((float *)h->data)[2 * k] + (double)((float *)h->data)[2 * k + 1];
+                gdl_free(h);
+            }
+        }
+        gdl_free(t);
+        if (rc < 0) return -1;
+    }
+#endif
     p->loss_sum = v[0], p->samples = (int64_t)v[1], p->correct = (int64_t)v[2], p->counted = (int64_t)v[3];
     return 0;
 }
@@ -12611,10 +13031,25 @@ GPUDL_API gdl_tensor *gdl_ddp_forward(gdl_ddp *d, gdl_tensor *x) {
     return gdl_forward(d->m, x);
 }
 
-/* A bucket's gradients are complete: gather them and start the all-reduce. */
+/* A bucket's gradients are complete: gather them and start the all-reduce. On a GPU the copies are
+   queued on the compute stream, and NCCL's all-reduce (the mean) on the communication stream after
+   them: backward goes on while it runs. */
 static void gdl__ddp_start(gdl_ddp *d, gdl__bucket *b) {
     int64_t off = 0;
     int i;
+    if (d->gpu) {
+        for (i = b->first; i < b->first + b->count && !d->failed; i++) {
+            gdl_tensor *p = d->params[i];
+            size_t bytes = sizeof(gdl_real) * (size_t)p->numel;
+            if ((p->grad ? d->gpu->copy(b->buf + off, p->grad->data, bytes, 2) : d->gpu->memset0(b->buf + off, bytes)) < 0)
+                d->failed = 1;
+            off += p->numel;
+        }
+        if (!d->failed && d->gpu->collective(GDL_COLL_ALL_REDUCE, b->buf, b->buf, b->numel, GDL_F32, 1, 0, 0) < 0)
+            d->failed = 1;
+        b->started = !d->failed;
+        return;
+    }
     for (i = b->first; i < b->first + b->count; i++) {
         gdl_tensor *p = d->params[i];
         if (p->grad) memcpy(b->buf + off, p->grad->data, sizeof(gdl_real) * (size_t)p->numel);
@@ -12667,7 +13102,7 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
         if (!d->b[i].started) gdl__ddp_start(d, &d->b[i]);
 #ifdef GPUDL_MPI
     for (i = 0; i < d->nbuckets; i++) /* every request started must complete, error or not */
-        if (d->b[i].started && gdl__dist.world > 1) {
+        if (d->b[i].started && gdl__dist.world > 1 && !d->gpu) {
             int e = MPI_Wait(&d->b[i].req, MPI_STATUS_IGNORE);
             if (e != MPI_SUCCESS && !d->failed) {
                 gdl__mpi_fail(fn, "MPI_Wait", e);
@@ -12675,6 +13110,21 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
             }
         }
 #endif
+    if (d->gpu) { /* the compute stream waits for the all-reduces, then takes the means back */
+        if (rc < 0 || d->failed || !gdl__be(fn, d->dev) || d->gpu->comm_join() < 0) return -1;
+        for (i = 0; i < d->nbuckets; i++) {
+            gdl__bucket *b = &d->b[i];
+            int64_t off = 0;
+            int k;
+            for (k = b->first; k < b->first + b->count; k++) {
+                gdl_tensor *p = d->params[k];
+                if (!p->grad && !(p->grad = gdl_zeros(p->ndim, p->shape, GDL_F32, p->device))) return -1;
+                if (d->gpu->copy(p->grad->data, b->buf + off, sizeof(gdl_real) * (size_t)p->numel, 2) < 0) return -1;
+                off += p->numel;
+            }
+        }
+        return 0;
+    }
     if (rc < 0 || d->failed) return -1;
     for (i = 0; i < d->nbuckets; i++) { /* the mean over the ranks, back into the gradients */
         gdl__bucket *b = &d->b[i];
@@ -12697,9 +13147,20 @@ GPUDL_API int gdl_dist_barrier(void) {
         return -1;
     }
 #ifdef GPUDL_MPI
+    if (gdl__dist.comm_dev) { /* NCCL's queued collectives done first, with the timeout: a missing peer
+                                 fails here rather than leave MPI_Barrier waiting */
+        const gdl_backend *be = gdl__dist_comm("gdl_dist_barrier", gdl_cuda(gdl__dist.comm_dev - 1));
+        if (!be || be->comm_sync(0, gdl__dist.timeout) < 0) return -1;
+    }
     if (gdl__dist.world > 1) {
         int rc = MPI_Barrier(gdl__dist.comm);
         if (rc != MPI_SUCCESS) return gdl__mpi_fail("gdl_dist_barrier", "MPI_Barrier", rc);
+    }
+#else
+    if (gdl__dist.world > 1) { /* NCCL is the transport: an all-reduce, waited for with the timeout */
+        const gdl_backend *be = gdl__dist_comm("gdl_dist_barrier", gdl__dist.comm_dev ? gdl_cuda(gdl__dist.comm_dev - 1)
+                                                                                     : gdl_dist_device());
+        if (!be || be->comm_sync(1, gdl__dist.timeout) < 0) return -1;
     }
 #endif
     return 0;
