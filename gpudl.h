@@ -14,7 +14,7 @@
 
        cc -O2 -march=native my_net.c -lm -pthread -o my_net            (CPU)
        nvcc -O3 -arch=sm_90 -DGPUDL_CUDA my_net.c gpudl_cuda.cu \
-            -lcublas -o my_net                                       (CUDA)
+            -lcublas -lnccl -o my_net                                (CUDA)
    Add -DGPUDL_ZLIB ... -lz to read gzipped IDX files (Fashion-MNIST).
    README.md and examples/ show the module / optimizer / DataLoader level
    (gdl_nn_*, gdl_adam_new, gdl_loader_new, gdl_fit); the sample below is
@@ -102,7 +102,10 @@
    GPUDL_NO_THREADS       no pthreads: the CPU kernels run on one thread,
                           DataLoader workers inline
    GPUDL_MPI              collectives over MPI for multi-process training
-                          ([api-dist]; build with mpicc)
+                          ([api-dist]; build with mpicc); CUDA tensors use
+                          NCCL (-lnccl with gpudl_cuda.cu)
+   GPUDL_NO_NCCL          (gpudl_cuda.cu) build the CUDA backend without
+                          NCCL: no collectives of CUDA tensors, no -lnccl
    GPUDL_NVML             GPU monitoring (gdl_gpu_stats) in a CPU build too;
                           on with GPUDL_CUDA. Uses dlopen (glibc < 2.34: -ldl)
    GPUDL_DOUBLE           compute in double precision on the CPU: the dtype
@@ -1023,10 +1026,44 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
                 srun: inside an sbatch script without srun, SLURM_NTASKS counts
                 processes that were never started)
    none: a single process (rank 0 of 1). A variable missing, not a whole
-   number or out of range is an error naming it. Collectives on CPU tensors
-   go through MPI: build with -DGPUDL_MPI (mpicc ...); without it a job of
-   more than one process is refused at gdl_dist_init. CUDA tensors (NCCL) are
-   not supported yet.
+   number or out of range is an error naming it.
+
+   Transports: collectives of CPU tensors go through MPI; collectives of CUDA
+   tensors (and gdl_ddp over a module on a GPU) through NCCL, one GPU per
+   process (cuda:(local rank)), on a communication stream of that device:
+   it starts after the compute stream's work so far (a gradient bucket is
+   complete), and the compute stream waits for it before what comes next
+   (DDP: before the gradients are taken back, so the optimizer reads
+   averaged gradients); the host does not wait. NCCL's unique id (128 bytes)
+   is made by rank 0 at gdl_dist_init and handed round over MPI (MPI_Bcast)
+   when built with -DGPUDL_MPI, otherwise over TCP: rank 0 listens at
+   MASTER_PORT, the others connect to MASTER_ADDR:MASTER_PORT (retrying
+   until rank 0 is up) and receive it. The communicator itself is made at
+   the first collective of a CUDA tensor. Builds:
+     CPU, MPI:    mpicc -O2 -DGPUDL_MPI app.c -lm -pthread -o app
+     GPU, NCCL:   nvcc -O3 -arch=sm_90 -DGPUDL_CUDA app.c gpudl_cuda.cu -lcublas -lnccl -o app
+     both (CPU tensors over MPI, CUDA tensors over NCCL, the id over MPI):
+                  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -c gpudl_cuda.cu
+                  mpicc -O2 -DGPUDL_MPI -DGPUDL_CUDA -c app.c
+                  mpicc app.o gpudl_cuda.o -L/usr/local/cuda/lib64 -lcudart -lcublas -lnccl -lstdc++ -lm \
+                      -pthread -o app
+   Launch (2 GPUs on one machine):
+     mpirun -np 2 ./app                                         (MPI build)
+     torchrun-style, no MPI: one process per GPU, e.g.
+       for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+                        MASTER_PORT=29500 ./app & done; wait
+     srun -n 2 ./app        (MPI build; or set MASTER_ADDR/MASTER_PORT too)
+   Without MPI, a job of several processes needs a GPU (NCCL) and its
+   collectives of CPU tensors are refused (they say to build with
+   -DGPUDL_MPI); without MPI or a GPU it is refused at gdl_dist_init. One
+   process on a GPU goes through NCCL too (a communicator of one rank).
+   GPUDL_DIST_TIMEOUT (seconds, default 300) bounds every wait: the
+   rendezvous (a rank that never comes: an error naming MASTER_ADDR,
+   MASTER_PORT and the missing rank; a different WORLD_SIZE: an error on
+   both sides), gdl_dist_barrier and gdl_dist_shutdown (NCCL's queued
+   collectives; a peer that left: the communicator is aborted and every
+   later collective fails). Collectives do not wait on the host: an error of
+   NCCL shows at the next collective, barrier or shutdown.
    ------------------------------------------------------------------------- */
 
 typedef enum gdl_dist_op { GDL_SUM = 0, GDL_AVG = 1 } gdl_dist_op;
@@ -1041,7 +1078,8 @@ GPUDL_API const char *gdl_dist_launcher(void); /* "torchrun", "mpirun", "srun", 
 /* cuda:(local rank mod the GPUs this process sees) where CUDA has a GPU, else cpu */
 GPUDL_API gdl_device gdl_dist_device(void);
 GPUDL_API int gdl_dist_barrier(void); /* 0 / -1 */
-/* In place, on every rank: t = sum (or mean) over the ranks of t. f32 or i32 (GDL_SUM only), CPU. */
+/* In place, on every rank: t = sum (or mean) over the ranks of t. f32 or i32 (GDL_SUM only); CPU (MPI) or
+   CUDA (NCCL, ordered on the device's streams). */
 GPUDL_API int gdl_dist_all_reduce(gdl_tensor *t, gdl_dist_op op);
 /* t on every rank = t of rank root. */
 GPUDL_API int gdl_dist_broadcast(gdl_tensor *t, int root);
@@ -1051,7 +1089,7 @@ GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in);
 GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl_dist_op op);
 GPUDL_API void gdl_dist_shutdown(void);
 
-/* DistributedDataParallel over a module whose tensors are on the CPU: the
+/* DistributedDataParallel over a module whose tensors are on the CPU (MPI) or on one GPU (NCCL): the
    parameters and buffers are broadcast from rank 0 when it is made; the
    gradients are grouped in buckets (the parameters in reverse order, the
    first bucket first_bucket_mb, the others bucket_cap_mb, as PyTorch), and

@@ -53,6 +53,10 @@ $(B)/emu_test_dist_nccl_mpi: tests/test_dist_nccl.c $(HDR) $(EMU_B)/gpudl_cuda.o
 	$(MPICC) $(STD) $(WARN) -O2 -g -DGPUDL_MPI -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $(EMU_B)/test_dist_nccl_mpi.o
 	$(CXX) $(EMU_B)/test_dist_nccl_mpi.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(shell $(MPICC) --showme:link 2>/dev/null) $(EMU_LIBS)
 
+# the same test on a real GPU (tools/gpu_session.sh): NCCL itself
+$(B)/test_dist_nccl_cuda: tests/test_dist_nccl.c $(HDR) $(B)/gpudl_cuda.o | $(B)
+	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lnccl -o $@
+
 test-dist-nccl: $(B)/emu_test_dist_nccl
 	@if command -v $(MPICC) >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
 	  $(MAKE) --no-print-directory $(B)/emu_test_dist_nccl_mpi; fi

@@ -15,7 +15,9 @@
    tensors), DDP against one process on the whole batch, and a rank that
    leaves early: the other's barrier fails within the timeout.
 
-   Build: see tests/dist.mk (emulator objects; -DGPUDL_MPI with mpicc). */
+   Build: see tests/dist.mk (emulator objects; -DGPUDL_MPI with mpicc); on a GPU
+       nvcc -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_dist_nccl.c gpudl_cuda.cu -lcublas -lnccl
+   (one GPU: the one-process tests, with NCCL over one rank; two GPUs: the two ranks too). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -30,8 +32,10 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
+#ifdef GPUDL_EMU
 #include <nccl.h>
 #include "emu_api.h"
+#endif
 
 static int g_ranks; /* 2: this process is one of two ranks */
 
@@ -209,6 +213,7 @@ TEST rendezvous_errors(void) {
     char msg[600], want[160];
     int port = free_port(), st = 0;
     pid_t child;
+    if (gdl_cuda_device_count() < 1) SKIPm("no GPU: a job of 2 processes has no transport without MPI");
     ASSERT(port > 0);
     set_rank(1, 2, 0); /* no MASTER_PORT */
     if (!init_fails("MASTER_PORT is not set", 1, msg, sizeof msg)) FAILm(msg);
@@ -261,6 +266,7 @@ TEST one_rank_nccl(void) {
     float *a;
     int64_t i;
     static const int one = 1;
+    if (gdl_cuda_device_count() < 1) SKIPm("no GPU: NCCL has nothing to run on");
     clear_env();
     ASSERT_EQ(0, gdl_dist_init());
     ASSERT_EQ(1, gdl_dist_world_size());
@@ -292,6 +298,7 @@ TEST one_rank_nccl(void) {
     PASS();
 }
 
+#ifdef GPUDL_EMU
 /* The emulator's NCCL with two ranks as threads of this process, each on its device. */
 typedef struct rank_thread {
     int rank, ok;
@@ -362,6 +369,9 @@ TEST emulator_ranks_as_threads(void) {
     }
     PASS();
 }
+#else
+TEST emulator_ranks_as_threads(void) { SKIPm("the emulator's own NCCL test"); }
+#endif
 
 SUITE(one_process) {
     RUN_TEST(rendezvous_errors);
@@ -478,16 +488,23 @@ TEST peer_leaves(void) {
     double t0;
     int64_t s2[1] = {2};
     if (gdl_dist_rank() == 1) PASS(); /* it shuts down and exits */
-    gdl_emu_nccl_timeout(1);
+#ifdef GPUDL_EMU
+    gdl_emu_nccl_timeout(1); /* the emulator's collective gives up; NCCL's waits for GPUDL_DIST_TIMEOUT */
+#endif
     t = gdl_zeros(1, s2, GDL_F32, gdl_dist_device());
     t0 = gdl_now();
     ASSERT_EQ(0, gdl_dist_all_reduce(t, GDL_SUM)); /* queued: the host does not wait */
     ASSERT_EQ(-1, gdl_dist_barrier());
+#ifdef GPUDL_EMU
     ASSERT_LT(gdl_now() - t0, 10.0);
     ASSERT_CONTAINS(gdl_last_error(), "a collective failed");
+    gdl_emu_nccl_timeout(0);
+#else
+    ASSERT_LT(gdl_now() - t0, gdl__dist.timeout + 10.0);
+    ASSERT_CONTAINS(gdl_last_error(), "NCCL");
+#endif
     ASSERT_EQ(-1, gdl_dist_all_reduce(t, GDL_SUM));
     ASSERT_CONTAINS(gdl_last_error(), "aborted");
-    gdl_emu_nccl_timeout(0);
     gdl_free(t);
     PASS();
 }
