@@ -482,6 +482,60 @@ TEST collectives_cuda(void) {
     PASS();
 }
 
+/* gdl_fit under DDP on CUDA, each rank its shard (batch 4), equals gdl_fit in one process on the whole
+   data (batch 8): the weights, and the epoch figures summed over the ranks (through NCCL without MPI). */
+TEST fit_under_ddp_cuda(void) {
+    enum { N = 48, D = 6 };
+    static float xs[N * D];
+    int32_t ys[N];
+    int64_t s1[1] = {D};
+    int i, r = gdl_dist_rank();
+    gdl_device dev = gdl_dist_device();
+    gdl_dataset *ds;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_loader *lone, *lmine;
+    gdl_module *one = ddp_net(dev), *dm = ddp_net(dev);
+    gdl_optimizer *oo = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0), *od = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    gdl_fit_opts fo = gdl_fit_defaults();
+    gdl_epoch_stats h1[2], h2[2];
+    gdl_ddp *d;
+    char msg[256];
+    for (i = 0; i < N * D; i++) xs[i] = (float)cos(0.23 * i + 0.5);
+    for (i = 0; i < N; i++) ys[i] = (i * 7 + i / 5) % 3;
+    ASSERT_NOT_NULL(ds = gdl_dataset_from_arrays(xs, GDL_F32, 1, s1, ys, N, 3));
+    lo.batch_size = 8;
+    lo.shuffle = 1;
+    lo.seed = 12;
+    lo.device = dev;
+    ASSERT_NOT_NULL(lone = gdl_loader_new(ds, &lo));
+    lo.batch_size = 4;
+    lo.num_replicas = 2;
+    lo.rank = r;
+    ASSERT_NOT_NULL(lmine = gdl_loader_new(ds, &lo));
+    if (!(d = gdl_ddp_new(dm, NULL))) FAILm(gdl_last_error());
+    ASSERT_EQ(0, gdl_optim_add_module(oo, one, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(od, dm, 0));
+    fo.epochs = 2;
+    fo.verbose = 0;
+    if (gdl_fit(one, lone, oo, &fo, h1) < 0) FAILf("one process: %s", gdl_last_error());
+    fo.ddp = d;
+    if (gdl_fit(dm, lmine, od, &fo, h2) < 0) FAILf("rank %d under DDP: %s", r, gdl_last_error());
+    if (!same_params(dm, one, 1e-6, msg, sizeof msg)) FAILf("rank %d: %s", r, msg);
+    for (i = 0; i < 2; i++) {
+        ASSERT_EQ(N, h2[i].samples);
+        if (fabs(h1[i].loss - h2[i].loss) > 1e-6 * (1 + fabs(h1[i].loss)) || h1[i].accuracy != h2[i].accuracy)
+            FAILf("epoch %d: one process loss %.8f acc %.4f, DDP loss %.8f acc %.4f", i + 1, h1[i].loss,
+                  h1[i].accuracy, h2[i].loss, h2[i].accuracy);
+    }
+    gdl_ddp_free(d);
+    gdl_optim_free(oo), gdl_optim_free(od);
+    gdl_module_free(one), gdl_module_free(dm);
+    gdl_loader_free(lone), gdl_loader_free(lmine);
+    gdl_dataset_free(ds);
+    gdl_arena_reset();
+    PASS();
+}
+
 /* Rank 1 leaves; rank 0's next collective finds no peer: the barrier fails within the timeout. */
 TEST peer_leaves(void) {
     gdl_tensor *t;
@@ -514,6 +568,7 @@ SUITE(two_ranks) {
     RUN_TEST(collectives_cuda);
     RUN_TEST_NAMED("ddp_cuda_equals_one_process", ddp_cuda_equals_one_process, (void *)&one);
     RUN_TEST_NAMED("ddp_cuda_no_sync_accumulation", ddp_cuda_equals_one_process, (void *)&two);
+    RUN_TEST(fit_under_ddp_cuda);
     RUN_TEST(peer_leaves);
 }
 
