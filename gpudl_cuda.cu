@@ -2475,9 +2475,9 @@ static void gdl__cu_comm_destroy(void) {
     if (gdl__nc.comm || gdl__nc.stream) {
         gdl__cu_on_device on(gdl__nc.dev);
         if (gdl__nc.comm) (void)ncclCommDestroy(gdl__nc.comm);
-        if (gdl__nc.stream) (void)cudaStreamDestroy(gdl__nc.stream);
         if (gdl__nc.ready) (void)cudaEventDestroy(gdl__nc.ready);
         if (gdl__nc.done) (void)cudaEventDestroy(gdl__nc.done);
+        if (gdl__nc.stream) (void)cudaStreamDestroy(gdl__nc.stream);
         if (gdl__nc.scratch) gdl__cu_free(gdl__nc.scratch);
         (void)cudaGetLastError();
     }

@@ -44,7 +44,8 @@ bench-ddp: $(B)/ddp_scaling
 # NCCL on the CUDA emulator (tests/test_dist_nccl.c): one process (the
 # rendezvous's errors, one rank, ranks as threads), then two ranks started
 # torchrun-style and, where MPI is installed, under mpirun -np 2
-# (tests/test_dist_nccl.sh runs them all)
+# (tests/test_dist_nccl.sh runs them all); then the same under ASan+UBSan
+# without the MPI run
 $(B)/emu_test_dist_nccl: tests/test_dist_nccl.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
 	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $(EMU_B)/test_dist_nccl.o
 	$(CXX) $(EMU_B)/test_dist_nccl.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
@@ -57,7 +58,13 @@ $(B)/emu_test_dist_nccl_mpi: tests/test_dist_nccl.c $(HDR) $(EMU_B)/gpudl_cuda.o
 $(B)/test_dist_nccl_cuda: tests/test_dist_nccl.c $(HDR) $(B)/gpudl_cuda.o | $(B)
 	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lnccl -o $@
 
-test-dist-nccl: $(B)/emu_test_dist_nccl
+# under ASan+UBSan (the emulator's objects of make test-emu)
+$(B)/emu_asan_test_dist_nccl: tests/test_dist_nccl.c $(HDR) $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o | $(B)
+	$(CC) $(STD) $(EMU_SAN) -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $(EMU_B)/asan_test_dist_nccl.o
+	$(CXX) $(SAN) $(EMU_B)/asan_test_dist_nccl.o $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o -o $@ $(EMU_LIBS)
+
+test-dist-nccl: $(B)/emu_test_dist_nccl $(B)/emu_asan_test_dist_nccl
 	@if command -v $(MPICC) >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
 	  $(MAKE) --no-print-directory $(B)/emu_test_dist_nccl_mpi; fi
 	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_nccl.sh
+	GPUDL_BUILD=$(B) GPUDL_NCCL_TEST=$(B)/emu_asan_test_dist_nccl ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh tests/test_dist_nccl.sh

@@ -108,9 +108,10 @@ TEST ddp_cuda_equals_one_process(void *arg) {
     gdl_ddp_opts o = gdl_ddp_defaults();
     gdl_ddp *d;
     gdl_optimizer *dopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0), *oopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
-    gdl_tensor *xall, *yall;
+    gdl_tensor *xall, *yall, *xt[2], *yt[2];
     char msg[256];
     ASSERT(dev.type == GDL_DEVICE_CUDA);
+    ASSERT(micro <= 2);
     ASSERT(dm && om);
     mx[0] = per, mx[1] = D, my[0] = per;
     o.first_bucket_mb = o.bucket_cap_mb = 100.0 / 1048576; /* several buckets: all-reduces overlap backward */
@@ -127,14 +128,16 @@ TEST ddp_cuda_equals_one_process(void *arg) {
         gdl_zero_grad(dopt);
         for (mb = 0; mb < micro; mb++) {
             int first = r * (B / W) + mb * per;
-            gdl_tensor *x = gdl_from_array(xs + first * D, 2, mx, GDL_F32, dev);
-            gdl_tensor *y = gdl_from_array(ys + first, 1, my, GDL_I32, dev);
-            gdl_tensor *loss = gdl_mul_scalar(gdl_cross_entropy(gdl_ddp_forward(d, x), y), 1.0 / micro);
+            gdl_tensor *loss;
+            /* kept until the step: the tape of the step's first backward still names them in the second */
+            xt[mb] = gdl_from_array(xs + first * D, 2, mx, GDL_F32, dev);
+            yt[mb] = gdl_from_array(ys + first, 1, my, GDL_I32, dev);
+            loss = gdl_mul_scalar(gdl_cross_entropy(gdl_ddp_forward(d, xt[mb]), yt[mb]), 1.0 / micro);
             gdl_ddp_set_no_sync(d, mb < micro - 1);
             if (gdl_ddp_backward(d, loss) < 0) FAILf("step %d: %s", step, gdl_last_error());
-            gdl_free(x), gdl_free(y);
         }
         ASSERT_EQ(0, gdl_step(dopt));
+        for (mb = 0; mb < micro; mb++) gdl_free(xt[mb]), gdl_free(yt[mb]);
         gdl_zero_grad(oopt);
         ASSERT_EQ(0, gdl_backward(gdl_cross_entropy(gdl_forward(om, xall), yall)));
         ASSERT_EQ(0, gdl_step(oopt));

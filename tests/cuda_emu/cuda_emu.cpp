@@ -1864,6 +1864,15 @@ cudaError_t cudaStreamDestroy(cudaStream_t st) {
         return set_err(cudaErrorInvalidResourceHandle);
     // CUDA lets queued work finish after the call returns; here the call waits for it
     wait_seq_locked(lk, s, s->enq);
+    // CUDA lets events recorded on it, and waits queued elsewhere on them, outlive it: all of its work
+    // is done, so they refer to nothing any more
+    for (Event *e : g_events)
+        if (e->s == s) e->s = nullptr;
+    for (Stream *o : g_streams)
+        for (Op &op : o->q)
+            op.waits.erase(std::remove_if(op.waits.begin(), op.waits.end(),
+                                          [s](const std::pair<Stream *, uint64_t> &w) { return w.first == s; }),
+                           op.waits.end());
     s->stop = true;
     g_cv.notify_all();
     g_streams.erase(s);
@@ -1969,7 +1978,9 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     std::lock_guard<std::mutex> l(g_mu);
     Event *x = (Event *)a, *y = (Event *)b;
     if (!ms || !g_events.count(x) || !g_events.count(y)) return set_err(cudaErrorInvalidResourceHandle);
-    if (!x->s || !y->s || x->s->done < x->seq || y->s->done < y->seq) return set_err(cudaErrorNotReady);
+    /* s is null when never recorded, or when its stream was destroyed (all done) */
+    if ((x->s ? x->s->done < x->seq : !x->recorded) || (y->s ? y->s->done < y->seq : !y->recorded))
+        return set_err(cudaErrorNotReady);
     *ms = (float)((y->t - x->t) * 1e3);
     return cudaSuccess;
 }
