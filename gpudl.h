@@ -1039,7 +1039,9 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
    when built with -DGPUDL_MPI, otherwise over TCP: rank 0 listens at
    MASTER_PORT, the others connect to MASTER_ADDR:MASTER_PORT (retrying
    until rank 0 is up) and receive it. The communicator itself is made at
-   the first collective of a CUDA tensor. Builds:
+   the first collective of a CUDA tensor (gdl_ddp_new's broadcast), which
+   returns once every rank has made its own. gdl_fit's epoch figures under
+   DDP are summed over MPI, or without MPI through NCCL. Builds:
      CPU, MPI:    mpicc -O2 -DGPUDL_MPI app.c -lm -pthread -o app
      GPU, NCCL:   nvcc -O3 -arch=sm_90 -DGPUDL_CUDA app.c gpudl_cuda.cu -lcublas -lnccl -o app
      both (CPU tensors over MPI, CUDA tensors over NCCL, the id over MPI):

@@ -2377,6 +2377,8 @@ static int gdl__cu_comm_check(void) {
     return 0;
 }
 
+static void gdl__cu_comm_destroy(void);
+
 static int gdl__cu_comm_id(void *id, int bytes) {
     ncclUniqueId u;
     if (bytes < (int)sizeof u) {
@@ -2399,16 +2401,24 @@ static int gdl__cu_comm_init(int device, const void *id, int world, int rank) {
     gdl__cu_on_device on(device);
     if (!on.ok) GDL_CU_TRY(cudaSetDevice(device), -1);
     memcpy(&u, id, sizeof u);
-    GDL_CU_TRY(cudaStreamCreateWithFlags(&gdl__nc.stream, cudaStreamNonBlocking), -1);
-    if (cudaEventCreateWithFlags(&gdl__nc.ready, cudaEventDisableTiming) != cudaSuccess ||
+    gdl__nc.dev = device, gdl__nc.world = world, gdl__nc.rank = rank;
+    if (cudaStreamCreateWithFlags(&gdl__nc.stream, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaEventCreateWithFlags(&gdl__nc.ready, cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&gdl__nc.done, cudaEventDisableTiming) != cudaSuccess ||
         !(gdl__nc.scratch = (float *)gdl__cu_alloc(sizeof(float)))) {
         (void)cudaGetLastError();
-        gdl__set_error("gdl_cuda: NCCL: no events or memory for the communicator on cuda:%d", device);
+        gdl__cu_comm_destroy();
+        gdl__set_error("gdl_cuda: NCCL: no stream, events or memory for the communicator on cuda:%d", device);
         return -1;
     }
-    gdl__nc.dev = device, gdl__nc.world = world, gdl__nc.rank = rank;
-    GDL_NCCL_TRY(ncclCommInitRank(&gdl__nc.comm, world, u, rank), -1);
+    ncclResult_t r = ncclCommInitRank(&gdl__nc.comm, world, u, rank);
+    if (r != ncclSuccess) { /* nothing is left half made: a later call may try again */
+        gdl__nc.comm = NULL;
+        gdl__cu_comm_destroy();
+        gdl__set_error("gdl_cuda: NCCL: ncclCommInitRank (rank %d of %d on cuda:%d): %s", rank, world, device,
+                       ncclGetErrorString(r));
+        return -1;
+    }
     return 0;
 }
 
