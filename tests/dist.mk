@@ -44,8 +44,9 @@ bench-ddp: $(B)/ddp_scaling
 # NCCL on the CUDA emulator (tests/test_dist_nccl.c): one process (the
 # rendezvous's errors, one rank, ranks as threads), then two ranks started
 # torchrun-style and, where MPI is installed, under mpirun -np 2
-# (tests/test_dist_nccl.sh runs them all); then the same under ASan+UBSan
-# without the MPI run
+# (tests/test_dist_nccl.sh runs them all); examples/ddp.c on two emulated
+# GPUs torchrun-style against mnist_mlp on one CPU process; then
+# test_dist_nccl under ASan+UBSan without the MPI run
 $(B)/emu_test_dist_nccl: tests/test_dist_nccl.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
 	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $(EMU_B)/test_dist_nccl.o
 	$(CXX) $(EMU_B)/test_dist_nccl.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
@@ -63,8 +64,8 @@ $(B)/emu_asan_test_dist_nccl: tests/test_dist_nccl.c $(HDR) $(EMU_B)/asan_gpudl_
 	$(CC) $(STD) $(EMU_SAN) -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $(EMU_B)/asan_test_dist_nccl.o
 	$(CXX) $(SAN) $(EMU_B)/asan_test_dist_nccl.o $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o -o $@ $(EMU_LIBS)
 
-test-dist-nccl: $(B)/emu_test_dist_nccl $(B)/emu_asan_test_dist_nccl
+test-dist-nccl: $(B)/emu_test_dist_nccl $(B)/emu_asan_test_dist_nccl $(B)/emu_ddp $(B)/mnist_mlp
 	@if command -v $(MPICC) >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
 	  $(MAKE) --no-print-directory $(B)/emu_test_dist_nccl_mpi; fi
-	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_nccl.sh
+	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_nccl.sh tests/test_ddp_example_nccl.sh
 	GPUDL_BUILD=$(B) GPUDL_NCCL_TEST=$(B)/emu_asan_test_dist_nccl ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh tests/test_dist_nccl.sh
