@@ -52,7 +52,7 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
-                $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel
+                $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_ddp
 
 all: $(TESTS) $(EXAMPLES)
 
