@@ -109,6 +109,7 @@ TEST ddp_cuda_equals_one_process(void *arg) {
     gdl_ddp *d;
     gdl_optimizer *dopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0), *oopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
     gdl_tensor *xall, *yall, *xt[2], *yt[2];
+    int64_t syncs;
     char msg[256];
     ASSERT(dev.type == GDL_DEVICE_CUDA);
     ASSERT(micro <= 2);
@@ -134,7 +135,12 @@ TEST ddp_cuda_equals_one_process(void *arg) {
             yt[mb] = gdl_from_array(ys + first, 1, my, GDL_I32, dev);
             loss = gdl_mul_scalar(gdl_cross_entropy(gdl_ddp_forward(d, xt[mb]), yt[mb]), 1.0 / micro);
             gdl_ddp_set_no_sync(d, mb < micro - 1);
+            syncs = gdl_sync_count();
             if (gdl_ddp_backward(d, loss) < 0) FAILf("step %d: %s", step, gdl_last_error());
+            /* the buckets' copies and all-reduces are queued: the host waits for nothing */
+            if (step > 0 && gdl_sync_count() != syncs)
+                FAILf("step %d: gdl_ddp_backward made %lld host synchronisations", step,
+                      (long long)(gdl_sync_count() - syncs));
         }
         ASSERT_EQ(0, gdl_step(dopt));
         for (mb = 0; mb < micro; mb++) gdl_free(xt[mb]), gdl_free(yt[mb]);
