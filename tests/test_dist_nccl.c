@@ -313,6 +313,7 @@ typedef struct rank_thread {
     int rank, ok;
     ncclUniqueId id;
     int collective; /* 0: this rank joins the communicator and then never calls the collective */
+    int count;      /* elements it reduces (3; another count on one rank is a mismatch) */
     double seconds;
     ncclResult_t async;
     char why[200];
@@ -335,7 +336,7 @@ static void *rank_main(void *arg) {
     cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
     t0 = gdl_now();
     if (R->collective) {
-        ncclAllReduce(d, d, 3, ncclFloat32, ncclSum, c, s);
+        ncclAllReduce(d, d, (size_t)R->count, ncclFloat32, ncclSum, c, s);
         cudaStreamSynchronize(s);
     }
     R->seconds = gdl_now() - t0;
@@ -356,7 +357,8 @@ TEST emulator_ranks_as_threads(void) {
     pthread_t th[2];
     int k, pass;
     if (gdl_cuda_device_count() < 2) SKIPm("two emulated devices (GPUDL_EMU_DEVICES=2)");
-    for (pass = 0; pass < 2; pass++) { /* 0: both reduce; 1: rank 1 never calls, rank 0 times out */
+    /* 0: both reduce; 1: rank 1 never calls, rank 0 times out; 2: the ranks' counts differ */
+    for (pass = 0; pass < 3; pass++) {
         memset(R, 0, sizeof R);
         ASSERT_EQ(ncclSuccess, ncclGetUniqueId(&R[0].id));
         R[1].id = R[0].id;
@@ -364,6 +366,7 @@ TEST emulator_ranks_as_threads(void) {
         for (k = 0; k < 2; k++) {
             R[k].rank = k;
             R[k].collective = !(pass == 1 && k == 1);
+            R[k].count = pass == 2 && k == 1 ? 2 : 3;
             ASSERT_EQ(0, pthread_create(&th[k], NULL, rank_main, &R[k]));
         }
         for (k = 0; k < 2; k++) pthread_join(th[k], NULL);
@@ -374,6 +377,11 @@ TEST emulator_ranks_as_threads(void) {
             ASSERT_EQ(ncclRemoteError, R[0].async);
             ASSERT_LT(R[0].seconds, 5.0);
             ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "a rank never arrived");
+        }
+        if (pass == 2) { /* both see it, neither output changes */
+            ASSERT_EQ(ncclInvalidUsage, R[0].async);
+            ASSERT_EQ(ncclInvalidUsage, R[1].async);
+            ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "does not match");
         }
     }
     PASS();
