@@ -12369,8 +12369,35 @@ static int gdl__rdv_io(int fd, unsigned char *b, size_t n, int out, double deadl
     return 0;
 }
 
-/* A TCP connection to host:port, or -1 with errno. */
-static int gdl__rdv_connect(const char *host, int port) {
+/* connect() that gives up at the deadline: a host that does not answer would otherwise hold a blocking
+   connect for the kernel's SYN retries (minutes). 0, or -1 with errno. */
+static int gdl__rdv_connect_by(int fd, const struct sockaddr *sa, socklen_t len, double deadline) {
+    int fl = fcntl(fd, F_GETFL, 0), rc, err = 0;
+    socklen_t el = sizeof err;
+    struct pollfd pf;
+    double left;
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return connect(fd, sa, len);
+    rc = connect(fd, sa, len);
+    if (rc != 0 && errno == EINPROGRESS) {
+        pf.fd = fd, pf.events = POLLOUT, pf.revents = 0;
+        left = deadline - gdl_now();
+        if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) return -1;
+        if (err) {
+            errno = err;
+            return -1;
+        }
+        rc = 0;
+    }
+    if (rc == 0) fcntl(fd, F_SETFL, fl);
+    return rc;
+}
+
+/* A TCP connection to host:port, or -1 with errno, or -2: host is no address (it does not resolve). */
+static int gdl__rdv_connect(const char *host, int port, double deadline) {
 #ifdef AI_PASSIVE /* getaddrinfo: POSIX 2001, hidden by a bare -std=c99 */
     struct addrinfo hints, *res, *a;
     char ps[16];
@@ -12379,13 +12406,10 @@ static int gdl__rdv_connect(const char *host, int port) {
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     snprintf(ps, sizeof ps, "%d", port);
-    if (getaddrinfo(host, ps, &hints, &res) != 0) {
-        errno = EHOSTUNREACH;
-        return -1;
-    }
+    if (getaddrinfo(host, ps, &hints, &res) != 0) return -2;
     for (a = res; a; a = a->ai_next) {
         if ((fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol)) < 0) continue;
-        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+        if (gdl__rdv_connect_by(fd, a->ai_addr, a->ai_addrlen, deadline) == 0) break;
         e = errno;
         close(fd);
         fd = -1;
@@ -12400,12 +12424,9 @@ static int gdl__rdv_connect(const char *host, int port) {
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)port);
     sa.sin_addr.s_addr = !strcmp(host, "localhost") ? htonl(0x7f000001u) : inet_addr(host);
-    if (sa.sin_addr.s_addr == (in_addr_t)-1) {
-        errno = EHOSTUNREACH;
-        return -1;
-    }
+    if (sa.sin_addr.s_addr == (in_addr_t)-1) return -2;
     if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0) return -1;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+    if (gdl__rdv_connect_by(fd, (struct sockaddr *)&sa, sizeof sa, deadline) != 0) {
         int e = errno;
         close(fd);
         errno = e;
@@ -12509,11 +12530,17 @@ static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *i
         return rc;
     } else {
         int fd = -1, e = 0;
-        while ((fd = gdl__rdv_connect(addr, (int)port)) < 0) { /* rank 0 may not listen yet */
-            e = errno;
+        while ((fd = gdl__rdv_connect(addr, (int)port, deadline)) < 0) { /* rank 0 may not listen yet */
+            e = fd == -2 ? 0 : errno;
             if (gdl_now() + 0.1 > deadline) {
                 gdl__set_error("%s: rank %d could not reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld within %g s "
-                               "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout, strerror(e));
+                               "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
+                               fd == -2 ? "MASTER_ADDR does not resolve to an address"
+#ifndef AI_PASSIVE
+                                          " (this build takes numeric IPv4 addresses only: define _POSIX_C_SOURCE "
+                                          "200112L or more for host names)"
+#endif
+                                        : strerror(e));
                 return -1;
             }
             poll(NULL, 0, 100);
