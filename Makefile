@@ -52,7 +52,7 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
-                $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_cpu_vs_gpu
+                $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_cpu_vs_gpu $(B)/cuda_ddp
 
 all: $(TESTS) $(EXAMPLES)
 
@@ -67,13 +67,13 @@ $(B)/libfake_nvml.so: tests/fake_nvml.c | $(B)
 
 # one nvcc command per example, as README gives them
 $(B)/cuda_%: examples/%.c examples/example_args.h gpudl.h $(B)/gpudl_cuda.o | $(B)
-	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas $(ZLIBS) -o $@
+	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas -lnccl $(ZLIBS) -o $@
 
 $(B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h | $(B)
 	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA -c gpudl_cuda.cu -o $@
 
 $(B)/cuda_bench_train: bench/train.c bench/bench_cpu.h gpudl.h $(B)/gpudl_cuda.o | $(B)
-	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -o $@
+	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lnccl -o $@
 
 cuda: $(CUDA_EXAMPLES) $(B)/cuda_bench_train
 
@@ -192,7 +192,7 @@ test:
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-all
 
-test-all: test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-unit test-dist test-emu test-cpu-paths test-aarch64
+test-all: test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-unit test-dist test-emu test-dist-nccl test-cpu-paths test-aarch64
 
 test-unit: $(TESTS) $(ASAN_TESTS)
 	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)
@@ -245,14 +245,14 @@ test-cuda-build-nvcc: | $(B)
 	$(MAKE) --no-print-directory $(B)/gpudl_cuda.o $(CUDA_EXAMPLES) $(B)/cuda_bench_train
 	$(B)/cuda_device_query
 	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_cuda_fallback.sh
-	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -o $(B)/cuda_link_check
+	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -lnccl -o $(B)/cuda_link_check
 	$(B)/cuda_link_check
-	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda.o -lcublas -o $(B)/test_cuda_build
+	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda.o -lcublas -lnccl -o $(B)/test_cuda_build
 	sh tests/run.sh $(B)/test_cuda_build
 
 test-cuda: | $(B)
 	$(NVCC) -std=c++17 -O2 -arch=sm_90 -DGPUDL_CUDA -c gpudl_cuda.cu -o $(B)/gpudl_cuda_sm90.o
-	$(NVCC) -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda_sm90.o -lcublas -o $(B)/test_cuda
+	$(NVCC) -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda_sm90.o -lcublas -lnccl -o $(B)/test_cuda
 	$(B)/test_cuda
 
 $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)

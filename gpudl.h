@@ -14,7 +14,7 @@
 
        cc -O2 -march=native my_net.c -lm -pthread -o my_net            (CPU)
        nvcc -O3 -arch=sm_90 -DGPUDL_CUDA my_net.c gpudl_cuda.cu \
-            -lcublas -o my_net                                       (CUDA)
+            -lcublas -lnccl -o my_net                                (CUDA)
    Add -DGPUDL_ZLIB ... -lz to read gzipped IDX files (Fashion-MNIST).
    README.md and examples/ show the module / optimizer / DataLoader level
    (gdl_nn_*, gdl_adam_new, gdl_loader_new, gdl_fit); the sample below is
@@ -134,7 +134,10 @@
    GPUDL_NO_THREADS       no pthreads: the CPU kernels run on one thread,
                           DataLoader workers inline
    GPUDL_MPI              collectives over MPI for multi-process training
-                          ([api-dist]; build with mpicc)
+                          ([api-dist]; build with mpicc); CUDA tensors use
+                          NCCL (-lnccl with gpudl_cuda.cu)
+   GPUDL_NO_NCCL          (gpudl_cuda.cu) build the CUDA backend without
+                          NCCL: no collectives of CUDA tensors, no -lnccl
    GPUDL_NVML             GPU monitoring (gdl_gpu_stats) in a CPU build too;
                           on with GPUDL_CUDA. Uses dlopen (glibc < 2.34: -ldl)
    GPUDL_DOUBLE           compute in double precision on the CPU: the dtype
@@ -1155,10 +1158,48 @@ GPUDL_API int gdl_graph_is_capturing(void);
                 srun: inside an sbatch script without srun, SLURM_NTASKS counts
                 processes that were never started)
    none: a single process (rank 0 of 1). A variable missing, not a whole
-   number or out of range is an error naming it. Collectives on CPU tensors
-   go through MPI: build with -DGPUDL_MPI (mpicc ...); without it a job of
-   more than one process is refused at gdl_dist_init. CUDA tensors (NCCL) are
-   not supported yet.
+   number or out of range is an error naming it.
+
+   Transports: collectives of CPU tensors go through MPI; collectives of CUDA
+   tensors (and gdl_ddp over a module on a GPU) through NCCL, one GPU per
+   process (cuda:(local rank)), on a communication stream of that device:
+   it starts after the compute stream's work so far (a gradient bucket is
+   complete), and the compute stream waits for it before what comes next
+   (DDP: before the gradients are taken back, so the optimizer reads
+   averaged gradients); the host does not wait. NCCL's unique id (128 bytes)
+   is made by rank 0 at gdl_dist_init and handed round over MPI (MPI_Bcast)
+   when built with -DGPUDL_MPI, otherwise over TCP: rank 0 listens at
+   MASTER_PORT, the others connect to MASTER_ADDR:MASTER_PORT (retrying
+   until rank 0 is up) and receive it. The communicator itself is made at
+   the first collective of a CUDA tensor (gdl_ddp_new's broadcast), which
+   returns once every rank has made its own. gdl_fit's epoch figures under
+   DDP are summed over MPI, or without MPI through NCCL. Builds:
+     CPU, MPI:    mpicc -O2 -DGPUDL_MPI app.c -lm -pthread -o app
+     GPU, NCCL:   nvcc -O3 -arch=sm_90 -DGPUDL_CUDA app.c gpudl_cuda.cu -lcublas -lnccl -o app
+     both (CPU tensors over MPI, CUDA tensors over NCCL, the id over MPI):
+                  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -c gpudl_cuda.cu
+                  mpicc -O2 -DGPUDL_MPI -DGPUDL_CUDA -c app.c
+                  mpicc app.o gpudl_cuda.o -L/usr/local/cuda/lib64 -lcudart -lcublas -lnccl -lstdc++ -lm \
+                      -pthread -o app
+   Launch (2 GPUs on one machine):
+     mpirun -np 2 ./app                                         (MPI build)
+     torchrun-style, no MPI: one process per GPU, e.g.
+       for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+                        MASTER_PORT=29500 ./app & done; wait
+     srun -n 2 ./app        (MPI build; or set MASTER_ADDR/MASTER_PORT too)
+   Without MPI, a job of several processes needs a GPU (NCCL) and its
+   collectives of CPU tensors are refused (they say to build with
+   -DGPUDL_MPI); without MPI or a GPU it is refused at gdl_dist_init. One
+   process on a GPU goes through NCCL too (a communicator of one rank).
+   The timeout below (gdl_dist_timeout, GPUDL_DIST_TIMEOUT) bounds NCCL's
+   waits too: the rendezvous (a rank that never comes: an error naming
+   MASTER_ADDR, MASTER_PORT and the missing rank; a different WORLD_SIZE: an
+   error on both sides), gdl_dist_barrier and gdl_dist_shutdown (NCCL's
+   queued collectives; a peer that left: the communicator is aborted and
+   every later collective fails). Collectives of CUDA tensors do not wait on
+   the host: an error of NCCL shows at the next collective, barrier or
+   shutdown.
+
 
    A rank that stalls or dies: every collective (gdl_ddp_backward's gradient
    all-reduces, gdl_dist_barrier and the meeting in gdl_dist_shutdown too)
@@ -1223,7 +1264,8 @@ GPUDL_API int gdl_dist_barrier(void); /* 0 / -1 */
    INFINITY waits for ever). 0 / -1 + error. */
 GPUDL_API int gdl_dist_set_timeout(double seconds);
 GPUDL_API double gdl_dist_timeout(void);
-/* In place, on every rank: t = sum (or mean) over the ranks of t. f32 or i32 (GDL_SUM only), CPU. */
+/* In place, on every rank: t = sum (or mean) over the ranks of t. f32 or i32 (GDL_SUM only); CPU (MPI) or
+   CUDA (NCCL, ordered on the device's streams). */
 GPUDL_API int gdl_dist_all_reduce(gdl_tensor *t, gdl_dist_op op);
 /* t on every rank = t of rank root. */
 GPUDL_API int gdl_dist_broadcast(gdl_tensor *t, int root);
@@ -1233,7 +1275,7 @@ GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in);
 GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl_dist_op op);
 GPUDL_API void gdl_dist_shutdown(void);
 
-/* DistributedDataParallel over a module whose tensors are on the CPU: the
+/* DistributedDataParallel over a module whose tensors are on the CPU (MPI) or on one GPU (NCCL): the
    parameters and buffers are broadcast from rank 0 when it is made; the
    gradients are grouped in buckets (the parameters in reverse order, the
    first bucket first_bucket_mb, the others bucket_cap_mb, as PyTorch), and
@@ -1394,6 +1436,10 @@ typedef struct gdl_opt_tensor {
                                    (saturating at INT32_MAX) once every element is updated. */
 } gdl_opt_tensor;
 
+/* the collectives of the backend entry `collective`; an id of comm_id has at most GDL_COMM_ID_BYTES */
+enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATHER, GDL_COLL_REDUCE_SCATTER };
+#define GDL_COMM_ID_BYTES 128
+
 /* The backend's entries, one line each: X(return type, name, (parameters)).
    This list makes the gdl_backend struct and both backends' tables (the CPU
    one in this header, gdl__cpu_NAME; the CUDA one in gpudl_cuda.cu,
@@ -1548,7 +1594,24 @@ typedef struct gdl_opt_tensor {
     X(int, graph_begin, (void)) \
     X(int, graph_end, (void **graph)) \
     X(int, graph_launch, (void *graph)) \
-    X(void, graph_destroy, (void *graph))
+    X(void, graph_destroy, (void *graph)) \
+    /* collectives among the processes of a job, one device per process ([impl-dist]; NCCL on a GPU; \
+       the CPU's collectives are MPI's, in the front end, so its entries refuse). comm_id: the job's id \
+       (at most GDL_COMM_ID_BYTES), made by rank 0, which the front end hands to every rank; comm_init: \
+       this rank joins on `device` (returns once every rank has); collective: kind (GDL_COLL_*) on the \
+       device's communication stream, after the compute stream's work so far; count is per rank (all-gather: \
+       sent, reduce-scatter: received); avg divides the sum by the world size; join: the compute stream \
+       waits for it now, else at the next comm_join (DDP's buckets overlap the rest of backward); \
+       comm_sync: the host waits for the communication stream (barrier: an all-reduce of one element \
+       first) at most timeout_s seconds; a timeout or a peer's error aborts the communicator and every \
+       later call fails; comm_destroy frees it (nothing to do when none was made) */ \
+    X(int, comm_id, (void *id, int bytes)) \
+    X(int, comm_init, (int device, const void *id, int world, int rank)) \
+    X(int, collective, (int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg, int root, \
+        int join)) \
+    X(int, comm_join, (void)) \
+    X(int, comm_sync, (int barrier, double timeout_s)) \
+    X(void, comm_destroy, (void))
 
 #define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
 typedef struct gdl_backend {
@@ -5493,6 +5556,32 @@ static int gdl__cpu_graph_launch(void *graph) {
     return gdl__cpu_graph_begin();
 }
 static void gdl__cpu_graph_destroy(void *graph) { (void)graph; }
+
+/* Collectives of CPU tensors are MPI's ([impl-dist]), not the backend's. */
+static int gdl__cpu_no_comm(void) {
+    gdl__set_error("gdl: the CPU backend has no communicator: collectives of CPU tensors go through MPI");
+    return -1;
+}
+static int gdl__cpu_comm_id(void *id, int bytes) {
+    (void)id;
+    (void)bytes;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_comm_init(int device, const void *id, int world, int rank) {
+    (void)device, (void)id, (void)world, (void)rank;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_collective(int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg,
+                               int root, int join) {
+    (void)kind, (void)send, (void)recv, (void)count, (void)dt, (void)avg, (void)root, (void)join;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_comm_join(void) { return gdl__cpu_no_comm(); }
+static int gdl__cpu_comm_sync(int barrier, double timeout_s) {
+    (void)barrier, (void)timeout_s;
+    return gdl__cpu_no_comm();
+}
+static void gdl__cpu_comm_destroy(void) {}
 
 /* The table is the list's entries in the list's order (the struct is made
    from the same list): a constant, ready before any thread asks for it. */
@@ -13510,6 +13599,9 @@ static struct {
     int64_t seq;     /* collectives this rank has started: the ranks are in step when theirs agree */
     int broken;      /* a collective timed out or failed: no further MPI call is made */
     char broken_why[160];
+    int have_id;         /* NCCL's id of the job was handed round at init */
+    unsigned char id[GDL_COMM_ID_BYTES];
+    int comm_dev;        /* the communicator's CUDA device + 1; 0: none made yet */
 #ifdef GPUDL_MPI
     MPI_Comm comm;   /* a duplicate of MPI_COMM_WORLD whose errors return */
     MPI_Comm ctl;    /* another: "where are you?" between waiting ranks, never mixed with the data */
@@ -13543,6 +13635,285 @@ static int gdl__mpi_fail(const char *op, const char *call, int rc) {
     return -1;
 }
 #endif
+
+/* The GPU backend that carries collectives of CUDA tensors (NCCL), NULL when this build or machine has none. */
+static const gdl_backend *gdl__dist_gpu(void) {
+    return gdl__cuda_registry && gdl_cuda_device_count() > 0 ? gdl__cuda_registry->backend() : NULL;
+}
+
+/* ---- the rendezvous without MPI: NCCL's id from rank 0 over TCP, as torchrun's
+   env:// store. Rank 0 listens at MASTER_PORT; every other rank connects to
+   MASTER_ADDR:MASTER_PORT (retrying while rank 0 is not up yet), says its rank
+   and world size, and receives the id once every rank has come. Each side
+   gives up after the timeout with an error naming the address. */
+#if !defined(GPUDL_MPI) && (defined(__unix__) || defined(__APPLE__))
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#define GDL__HAVE_RDV 1
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0 /* macOS: SIGPIPE stays possible */
+#endif
+
+enum { GDL__RDV_HELLO = 12, GDL__RDV_REPLY = 12 + GDL_COMM_ID_BYTES };
+
+static void gdl__put32(unsigned char *b, uint32_t v) {
+    b[0] = (unsigned char)(v >> 24), b[1] = (unsigned char)(v >> 16), b[2] = (unsigned char)(v >> 8),
+    b[3] = (unsigned char)v;
+}
+static uint32_t gdl__get32(const unsigned char *b) {
+    return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
+}
+
+/* n bytes in or out of fd before the deadline (gdl_now seconds): 0, or -1 with errno (ETIMEDOUT, EPIPE: closed) */
+static int gdl__rdv_io(int fd, unsigned char *b, size_t n, int out, double deadline) {
+    size_t k = 0;
+    while (k < n) {
+        struct pollfd pf;
+        double left = deadline - gdl_now();
+        ssize_t r;
+        if (left <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        pf.fd = fd, pf.events = (short)(out ? POLLOUT : POLLIN), pf.revents = 0;
+        if (poll(&pf, 1, (int)(left * 1000) + 1) <= 0) continue;
+        r = out ? send(fd, b + k, n - k, MSG_NOSIGNAL) : recv(fd, b + k, n - k, 0);
+        if (r == 0) errno = EPIPE;
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR) continue;
+            return -1;
+        }
+        k += (size_t)r;
+    }
+    return 0;
+}
+
+/* connect() that gives up at the deadline: a host that does not answer would otherwise hold a blocking
+   connect for the kernel's SYN retries (minutes). 0, or -1 with errno. */
+static int gdl__rdv_connect_by(int fd, const struct sockaddr *sa, socklen_t len, double deadline) {
+    int fl = fcntl(fd, F_GETFL, 0), rc, err = 0;
+    socklen_t el = sizeof err;
+    struct pollfd pf;
+    double left;
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return connect(fd, sa, len);
+    rc = connect(fd, sa, len);
+    if (rc != 0 && errno == EINPROGRESS) {
+        pf.fd = fd, pf.events = POLLOUT, pf.revents = 0;
+        left = deadline - gdl_now();
+        if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) return -1;
+        if (err) {
+            errno = err;
+            return -1;
+        }
+        rc = 0;
+    }
+    if (rc == 0) fcntl(fd, F_SETFL, fl);
+    return rc;
+}
+
+/* A TCP connection to host:port, or -1 with errno, or -2: host is no address (it does not resolve). */
+static int gdl__rdv_connect(const char *host, int port, double deadline) {
+#ifdef AI_PASSIVE /* getaddrinfo: POSIX 2001, hidden by a bare -std=c99 */
+    struct addrinfo hints, *res, *a;
+    char ps[16];
+    int fd = -1, e = ECONNREFUSED;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(ps, sizeof ps, "%d", port);
+    if (getaddrinfo(host, ps, &hints, &res) != 0) return -2;
+    for (a = res; a; a = a->ai_next) {
+        if ((fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol)) < 0) continue;
+        if (gdl__rdv_connect_by(fd, a->ai_addr, a->ai_addrlen, deadline) == 0) break;
+        e = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) errno = e;
+    return fd;
+#else /* numeric IPv4 (or localhost) only */
+    struct sockaddr_in sa;
+    int fd;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = !strcmp(host, "localhost") ? htonl(0x7f000001u) : inet_addr(host);
+    if (sa.sin_addr.s_addr == (in_addr_t)-1) return -2;
+    if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0) return -1;
+    if (gdl__rdv_connect_by(fd, (struct sockaddr *)&sa, sizeof sa, deadline) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+#endif
+}
+
+/* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
+static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
+    const char *addr = getenv("MASTER_ADDR"), *ps = getenv("MASTER_PORT");
+    char *end;
+    long port;
+    double deadline = gdl_now() + timeout;
+    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
+    if (!addr || !addr[0] || !ps) {
+        gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
+                       "(rank 0's host and a free port, as torchrun sets them)", op, !addr || !addr[0] ?
+                       "MASTER_ADDR" : "MASTER_PORT", world);
+        return -1;
+    }
+    port = strtol(ps, &end, 10);
+    if (!ps[0] || *end || port < 1 || port > 65535) {
+        gdl__set_error("%s: MASTER_PORT='%s' is not a port number in [1, 65535]", op, ps);
+        return -1;
+    }
+    if (rank == 0) {
+        int lfd, one = 1, got = 0, i, rc = -1, *fds;
+        struct sockaddr_in sa;
+        char *seen;
+        if (!(fds = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)world)) || !(seen = (char *)GPUDL_MALLOC((size_t)world))) {
+            GPUDL_FREE(fds);
+            gdl__set_error("%s: out of memory", op);
+            return -1;
+        }
+        memset(seen, 0, (size_t)world);
+        memset(&sa, 0, sizeof sa);
+        sa.sin_family = AF_INET;
+        sa.sin_port = htons((uint16_t)port);
+        sa.sin_addr.s_addr = htonl(INADDR_ANY);
+        if ((lfd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+            setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+            bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, world) != 0) {
+            gdl__set_error("%s: rank 0 cannot listen at MASTER_PORT=%ld: %s", op, port, strerror(errno));
+            if (lfd >= 0) close(lfd);
+            GPUDL_FREE(fds), GPUDL_FREE(seen);
+            return -1;
+        }
+        while (got < world - 1) {
+            struct pollfd pf;
+            double left = deadline - gdl_now();
+            int fd, r, w;
+            if (left <= 0) {
+                char missing[200];
+                size_t k = 0;
+                for (i = 1; i < world && k + 12 < sizeof missing; i++)
+                    if (!seen[i]) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", k ? ", " : "", i);
+                gdl__set_error("%s: rank 0 waited %g s (GPUDL_DIST_TIMEOUT) at MASTER_ADDR=%s MASTER_PORT=%ld: %d of "
+                               "%d ranks came; missing: rank %s", op, timeout, addr, port, got + 1, world, missing);
+                goto done;
+            }
+            pf.fd = lfd, pf.events = POLLIN, pf.revents = 0;
+            if (poll(&pf, 1, (int)(left * 1000) + 1) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
+            if (gdl__rdv_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
+                memcmp(hello, "gdlR", 4) != 0) {
+                close(fd); /* not one of ours (a port scan, a stale job): wait on */
+                continue;
+            }
+            r = (int)gdl__get32(hello + 4), w = (int)gdl__get32(hello + 8);
+            if (w != world || r <= 0 || r >= world || seen[r]) {
+                memset(reply, 0, sizeof reply);
+                gdl__put32(reply, 1);
+                gdl__put32(reply + 4, (uint32_t)world);
+                (void)gdl__rdv_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
+                close(fd);
+                if (w != world)
+                    gdl__set_error("%s: rank %d says WORLD_SIZE=%d, rank 0 says %d (MASTER_ADDR=%s MASTER_PORT=%ld)",
+                                   op, r, w, world, addr, port);
+                else
+                    gdl__set_error("%s: rank %d came twice, or is out of range, at MASTER_PORT=%ld (two jobs on one "
+                                   "port?)", op, r, port);
+                goto done;
+            }
+            seen[r] = 1;
+            fds[got++] = fd;
+        }
+        memset(reply, 0, sizeof reply);
+        gdl__put32(reply + 4, (uint32_t)world);
+        memcpy(reply + 12, id, GDL_COMM_ID_BYTES);
+        rc = 0;
+        for (i = 0; i < got; i++)
+            if (gdl__rdv_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
+                gdl__set_error("%s: rank 0 could not send the job's id to a rank: %s", op, strerror(errno));
+                rc = -1;
+            }
+    done:
+        for (i = 0; i < got; i++) close(fds[i]);
+        close(lfd);
+        GPUDL_FREE(fds), GPUDL_FREE(seen);
+        return rc;
+    } else {
+        int fd = -1, e = 0;
+        while ((fd = gdl__rdv_connect(addr, (int)port, deadline)) < 0) { /* rank 0 may not listen yet */
+            e = fd == -2 ? 0 : errno;
+            if (gdl_now() + 0.1 > deadline) {
+                gdl__set_error("%s: rank %d could not reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld within %g s "
+                               "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
+                               fd == -2 ? "MASTER_ADDR does not resolve to an address"
+#ifndef AI_PASSIVE
+                                          " (this build takes numeric IPv4 addresses only: define _POSIX_C_SOURCE "
+                                          "200112L or more for host names)"
+#endif
+                                        : strerror(e));
+                return -1;
+            }
+            poll(NULL, 0, 100);
+        }
+        memcpy(hello, "gdlR", 4);
+        gdl__put32(hello + 4, (uint32_t)rank);
+        gdl__put32(hello + 8, (uint32_t)world);
+        if (gdl__rdv_io(fd, hello, sizeof hello, 1, deadline) < 0 ||
+            gdl__rdv_io(fd, reply, sizeof reply, 0, deadline) < 0) {
+            e = errno;
+            close(fd);
+            gdl__set_error("%s: rank %d reached MASTER_ADDR=%s MASTER_PORT=%ld but got no answer within %g s "
+                           "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
+                           e == EPIPE ? "rank 0 gave up (some rank never came)" : strerror(e));
+            return -1;
+        }
+        close(fd);
+        if (gdl__get32(reply) != 0) {
+            gdl__set_error("%s: rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld refused rank %d: it says WORLD_SIZE=%u, this "
+                           "rank %d (or this rank came twice)", op, addr, port, rank, gdl__get32(reply + 4), world);
+            return -1;
+        }
+        memcpy(id, reply + 12, GDL_COMM_ID_BYTES);
+        return 0;
+    }
+}
+#endif
+
+/* The communicator of CUDA device dev, made at the first collective on it (NCCL's id was handed round
+   at init). The GPU backend, made current; NULL + error. */
+static const gdl_backend *gdl__dist_comm(const char *op, gdl_device dev) {
+    const gdl_backend *be = gdl__be(op, dev);
+    if (!be) return NULL;
+    if (gdl__dist.comm_dev == dev.index + 1) return be;
+    if (gdl__dist.comm_dev) {
+        gdl__set_error("%s: the job's NCCL communicator is on cuda:%d, the tensor on %s: one device per process", op,
+                       gdl__dist.comm_dev - 1, gdl_device_str(dev));
+        return NULL;
+    }
+    if (!gdl__dist.have_id) { /* one process: its own id */
+        if (gdl__dist.world > 1) {
+            gdl__set_error("%s: no NCCL id was handed round at gdl_dist_init (no GPU then?)", op);
+            return NULL;
+        }
+        if (be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return NULL;
+        gdl__dist.have_id = 1;
+    }
+    if (be->comm_init(dev.index, gdl__dist.id, gdl__dist.world, gdl__dist.rank) < 0) return NULL;
+    gdl__dist.comm_dev = dev.index + 1;
+    return be;
+}
 
 GPUDL_API int gdl_dist_init(void) {
     static const char op[] = "gdl_dist_init";
@@ -13624,12 +13995,35 @@ GPUDL_API int gdl_dist_init(void) {
         }
     }
 #else
-    if (world > 1) {
+    if (world > 1 && !gdl__dist_gpu()) {
         gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
-                       "-DGPUDL_MPI (mpicc ...)", op, world, launcher);
+                       "-DGPUDL_MPI (mpicc ...), or with GPUDL_CUDA and NCCL on a machine with GPUs", op, world,
+                       launcher);
         return -1;
     }
 #endif
+    /* NCCL's id, for collectives of CUDA tensors: made by rank 0, handed round over MPI or the rendezvous */
+    gdl__dist.have_id = 0;
+    gdl__dist.comm_dev = 0;
+    if (world > 1 && gdl__dist_gpu()) {
+        const gdl_backend *be = gdl__dist_gpu();
+        if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) goto fail;
+#ifdef GPUDL_MPI
+        {
+            int rc = MPI_Bcast(gdl__dist.id, GDL_COMM_ID_BYTES, MPI_BYTE, 0, gdl__dist.comm);
+            if (rc != MPI_SUCCESS) {
+                gdl__mpi_fail(op, "MPI_Bcast of NCCL's id", rc);
+                goto fail;
+            }
+        }
+#elif defined(GDL__HAVE_RDV)
+        if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) goto fail;
+#else
+        gdl__set_error("%s: %d processes without MPI need the TCP rendezvous, which this platform lacks", op, world);
+        goto fail;
+#endif
+        gdl__dist.have_id = 1;
+    }
     gdl__dist.rank = rank;
     gdl__dist.world = world;
     gdl__dist.local = local;
@@ -13638,6 +14032,13 @@ GPUDL_API int gdl_dist_init(void) {
     gdl__dist.broken = 0;
     gdl__dist.init = 1;
     return 0;
+fail:
+#ifdef GPUDL_MPI
+    MPI_Comm_free(&gdl__dist.comm);
+    if (gdl__dist.mpi_ours) MPI_Finalize();
+    gdl__dist.mpi_ours = 0;
+#endif
+    return -1;
 }
 
 GPUDL_API int gdl_dist_is_initialized(void) { return gdl__dist.init; }
@@ -13659,6 +14060,19 @@ static int gdl__dist_meet(void) {
 #endif
 
 GPUDL_API void gdl_dist_shutdown(void) {
+    if (gdl__dist.comm_dev) { /* queued collectives end (or time out) before the communicator goes */
+        const gdl_backend *be = gdl__dist_gpu();
+        if (be) {
+            char keep[sizeof gdl__err];
+            memcpy(keep, gdl__err, sizeof keep); /* shutdown reports nothing: the caller's last error stays */
+            (void)gdl__be_lookup("gdl_dist_shutdown", gdl_cuda(gdl__dist.comm_dev - 1));
+            (void)be->comm_sync(0, gdl_dist_timeout());
+            be->comm_destroy();
+            memcpy(gdl__err, keep, sizeof keep);
+        }
+        gdl__dist.comm_dev = 0;
+    }
+    gdl__dist.have_id = 0;
 #ifdef GPUDL_MPI
     /* MPI_Finalize waits for every rank without a limit: the ranks meet first, within the timeout, and
        after a failure (or when one does not come) MPI is left as it is; the launcher ends the job when
@@ -13846,17 +14260,28 @@ static int gdl__dist_check(const char *op, const char *what, const gdl_tensor *t
         gdl__null_arg(op, what);
         return -1;
     }
-    if (t->device.type != GDL_DEVICE_CPU) {
-        gdl__set_error("%s: %s %s is on %s: collectives on CUDA tensors (NCCL) are not supported yet", op, what,
-                       gdl_shape_str(t), gdl_device_str(t->device));
-        return -1;
-    }
     if (t->dtype != GDL_F32 && !(i32_ok && t->dtype == GDL_I32)) {
         gdl__set_error("%s: %s is %s %s; expected f32%s", op, what, gdl_dtype_name(t->dtype), gdl_shape_str(t),
                        i32_ok ? " or i32" : "");
         return -1;
     }
+#ifndef GPUDL_MPI
+    if (t->device.type == GDL_DEVICE_CPU && gdl__dist.world > 1) {
+        gdl__set_error("%s: %s %s is on the CPU: collectives of CPU tensors among %d processes go through MPI: "
+                       "build with -DGPUDL_MPI (mpicc ...); NCCL (this build's transport) takes CUDA tensors", op,
+                       what, gdl_shape_str(t), gdl__dist.world);
+        return -1;
+    }
+#endif
     return 0;
+}
+
+/* A collective of CUDA tensors: NCCL on the device's communication stream, ordered after the compute
+   stream's work and before what the compute stream does next; the host does not wait. */
+static int gdl__dist_nccl(const char *op, int kind, const gdl_tensor *send, gdl_tensor *recv, int64_t count,
+                          int avg, int root) {
+    const gdl_backend *be = gdl__dist_comm(op, recv->device);
+    return be ? be->collective(kind, send->data, recv->data, count, recv->dtype, avg, root, 1) : -1;
 }
 
 #ifdef GPUDL_MPI
@@ -13885,6 +14310,7 @@ GPUDL_API int gdl_dist_all_reduce(gdl_tensor *t, gdl_dist_op op) {
         gdl__set_error("%s: %s has more than 2^31 elements", fn, gdl_shape_str(t));
         return -1;
     }
+    if (t->device.type == GDL_DEVICE_CUDA) return gdl__dist_nccl(fn, GDL_COLL_ALL_REDUCE, t, t, t->numel, op == GDL_AVG, 0);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         char what[96];
@@ -13910,6 +14336,7 @@ GPUDL_API int gdl_dist_broadcast(gdl_tensor *t, int root) {
         gdl__set_error("%s: %s has more than 2^31 elements", fn, gdl_shape_str(t));
         return -1;
     }
+    if (t->device.type == GDL_DEVICE_CUDA) return gdl__dist_nccl(fn, GDL_COLL_BROADCAST, t, t, t->numel, 0, root);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         char what[96];
@@ -13938,12 +14365,18 @@ static int gdl__dist_pair(const char *fn, const char *bn, const gdl_tensor *big,
         gdl__set_error("%s: %s and %s are the same memory", fn, bn, sn);
         return -1;
     }
+    if (big->device.type != small->device.type || big->device.index != small->device.index) {
+        gdl__set_error("%s: %s is on %s, %s on %s: one device", fn, bn, gdl_device_str(big->device), sn,
+                       gdl_device_str(small->device));
+        return -1;
+    }
     return 0;
 }
 
 GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in) {
     static const char fn[] = "gdl_dist_all_gather";
     if (gdl__dist_pair(fn, "out", out, "in", in, 1) < 0) return -1;
+    if (in->device.type == GDL_DEVICE_CUDA) return gdl__dist_nccl(fn, GDL_COLL_ALL_GATHER, in, out, in->numel, 0, 0);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         MPI_Datatype ty = gdl__mpi_type(in->dtype);
@@ -13966,6 +14399,8 @@ GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl
         gdl__set_error("%s: op %d is neither GDL_SUM nor GDL_AVG", fn, (int)op);
         return -1;
     }
+    if (in->device.type == GDL_DEVICE_CUDA)
+        return gdl__dist_nccl(fn, GDL_COLL_REDUCE_SCATTER, in, out, out->numel, op == GDL_AVG, 0);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         char what[96];
@@ -14004,6 +14439,8 @@ struct gdl_ddp {
     gdl__bucket *b;
     int nbuf;
     gdl_tensor **bufs;    /* buffers, broadcast at each forward */
+    const gdl_backend *gpu; /* CUDA parameters: the buckets are device memory, all-reduced by NCCL */
+    gdl_device dev;
 };
 
 GPUDL_API gdl_ddp_opts gdl_ddp_defaults(void) {
@@ -14017,7 +14454,11 @@ GPUDL_API gdl_ddp_opts gdl_ddp_defaults(void) {
 GPUDL_API void gdl_ddp_free(gdl_ddp *d) {
     int i;
     if (!d) return;
-    for (i = 0; d->b && i < d->nbuckets; i++) {
+    if (d->gpu && d->b) { /* the buckets' last all-reduce is queued on the device before their memory goes back */
+        if (gdl__be_lookup("gdl_ddp_free", d->dev)) (void)d->gpu->comm_join();
+        for (i = 0; i < d->nbuckets; i++) d->gpu->free(d->b[i].buf);
+    }
+    for (i = 0; d->b && !d->gpu && i < d->nbuckets; i++) {
 #ifdef GPUDL_MPI
         /* an all-reduce left in flight by a timeout may still write its bucket: leaked, deliberately */
         if (d->b[i].req != MPI_REQUEST_NULL && d->b[i].started && gdl__dist.broken) continue;
@@ -14077,8 +14518,19 @@ GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o) {
         gdl_module_named_tensors(m, GDL_BUFFERS, NULL, d->bufs, d->nbuf) != d->nbuf)
         goto fail;
     for (i = 0; i < n; i++) d->params[i] = tmp[n - 1 - i]; /* backward meets the last layers first */
-    for (i = 0; i < n; i++)
+    for (i = 0; i < n; i++) {
+        gdl_device pd = d->params[i]->device, d0 = d->params[0]->device;
         if (gdl__dist_check(fn, "a parameter", d->params[i], 0) < 0) goto fail;
+        if (pd.type != d0.type || pd.index != d0.index) {
+            gdl__set_error("%s: parameters on %s and %s: DDP takes a module on one device", fn, gdl_device_str(d0),
+                           gdl_device_str(pd));
+            goto fail;
+        }
+    }
+    if (n > 0 && d->params[0]->device.type == GDL_DEVICE_CUDA) {
+        d->dev = d->params[0]->device;
+        if (!(d->gpu = gdl__dist_comm(fn, d->dev))) goto fail;
+    }
     /* buckets: fill up to the cap, the first one to first_bucket_mb */
     nb = 0;
     bytes = 0;
@@ -14099,7 +14551,8 @@ GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o) {
     d->nbuckets = nb;
     for (i = 0; i < nb; i++)
         if (d->b[i].numel > INT32_MAX ||
-            !(d->b[i].buf = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1)))) {
+            !(d->b[i].buf = (gdl_real *)(d->gpu ? d->gpu->alloc(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1))
+                                                : GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1))))) {
             gdl__set_error("%s: out of memory for a bucket of %lld gradients", fn, (long long)d->b[i].numel);
             goto fail;
         }
@@ -14155,8 +14608,32 @@ static int gdl__dist_agree(const char *op, const char *what, int ok) {
 static int gdl__dist_pass_sum(gdl__pass *p) {
     double v[4];
     v[0] = p->loss_sum, v[1] = (double)p->samples, v[2] = (double)p->correct, v[3] = (double)p->counted;
+#ifndef GPUDL_MPI
+    if (gdl__dist.init && gdl__dist.world > 1) { /* without MPI: over NCCL */
+        /* NCCL is the transport, in float: each figure goes as its float and the float of the remainder,
+           so a rank's own rounding is not lost (counts stay exact far beyond 2^24) */
+        float hl[8];
+        int64_t s8[1] = {8};
+        gdl_tensor *t;
+        int k, rc;
+        for (k = 0; k < 4; k++) hl[2 * k] = (float)v[k], hl[2 * k + 1] = (float)(v[k] - (double)(float)v[k]);
+        if (!(t = gdl_from_array(hl, 1, s8, GDL_F32, gdl_dist_device()))) return -1;
+        rc = gdl_dist_all_reduce(t, GDL_SUM);
+        if (rc == 0) {
+            gdl_tensor *h = gdl_to(t, gdl_cpu());
+            if (!h) rc = -1;
+            else {
+                for (k = 0; k < 4; k++) v[k] = (double)((float *)h->data)[2 * k] + (double)((float *)h->data)[2 * k + 1];
+                gdl_free(h);
+            }
+        }
+        gdl_free(t);
+        if (rc < 0) return -1;
+    }
+#else
     if (gdl__dist_reduce_f64("gdl_fit", "the all-reduce of the epoch's loss and accuracy sums", v, 4, 0) < 0)
         return -1;
+#endif
     p->loss_sum = v[0], p->samples = (int64_t)v[1], p->correct = (int64_t)v[2], p->counted = (int64_t)v[3];
     return 0;
 }
@@ -14176,10 +14653,25 @@ GPUDL_API gdl_tensor *gdl_ddp_forward(gdl_ddp *d, gdl_tensor *x) {
     return gdl_forward(d->m, x);
 }
 
-/* A bucket's gradients are complete: gather them and start the all-reduce. */
+/* A bucket's gradients are complete: gather them and start the all-reduce. On a GPU the copies are
+   queued on the compute stream, and NCCL's all-reduce (the mean) on the communication stream after
+   them: backward goes on while it runs. */
 static void gdl__ddp_start(gdl_ddp *d, gdl__bucket *b) {
     int64_t off = 0;
     int i;
+    if (d->gpu) {
+        for (i = b->first; i < b->first + b->count && !d->failed; i++) {
+            gdl_tensor *p = d->params[i];
+            size_t bytes = sizeof(gdl_real) * (size_t)p->numel;
+            if ((p->grad ? d->gpu->copy(b->buf + off, p->grad->data, bytes, 2) : d->gpu->memset0(b->buf + off, bytes)) < 0)
+                d->failed = 1;
+            off += p->numel;
+        }
+        if (!d->failed && d->gpu->collective(GDL_COLL_ALL_REDUCE, b->buf, b->buf, b->numel, GDL_F32, 1, 0, 0) < 0)
+            d->failed = 1;
+        b->started = !d->failed;
+        return;
+    }
     for (i = b->first; i < b->first + b->count; i++) {
         gdl_tensor *p = d->params[i];
         if (p->grad) memcpy(b->buf + off, p->grad->data, sizeof(gdl_real) * (size_t)p->numel);
@@ -14237,13 +14729,28 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
     /* every request started must complete, error or not; after a timeout or an MPI error no MPI call is
        made again, and the requests still in flight keep their buckets (see gdl_ddp_free) */
     for (i = 0; i < d->nbuckets; i++)
-        if (d->b[i].started && gdl__dist.world > 1 && !gdl__dist.broken) {
+        if (d->b[i].started && gdl__dist.world > 1 && !d->gpu && !gdl__dist.broken) {
             char what[96];
             snprintf(what, sizeof what, "the all-reduce of gradient bucket %d of %d (%lld values)", i + 1,
                      d->nbuckets, (long long)d->b[i].numel);
             if (gdl__dist_wait(fn, what, &d->b[i].req) < 0) d->failed = 1;
         }
 #endif
+    if (d->gpu) { /* the compute stream waits for the all-reduces, then takes the means back */
+        if (rc < 0 || d->failed || !gdl__be(fn, d->dev) || d->gpu->comm_join() < 0) return -1;
+        for (i = 0; i < d->nbuckets; i++) {
+            gdl__bucket *b = &d->b[i];
+            int64_t off = 0;
+            int k;
+            for (k = b->first; k < b->first + b->count; k++) {
+                gdl_tensor *p = d->params[k];
+                if (!p->grad && !(p->grad = gdl_zeros(p->ndim, p->shape, GDL_F32, p->device))) return -1;
+                if (d->gpu->copy(p->grad->data, b->buf + off, sizeof(gdl_real) * (size_t)p->numel, 2) < 0) return -1;
+                off += p->numel;
+            }
+        }
+        return 0;
+    }
     if (rc < 0 || d->failed) return -1;
     for (i = 0; i < d->nbuckets; i++) { /* the mean over the ranks, back into the gradients */
         gdl__bucket *b = &d->b[i];
@@ -14263,11 +14770,22 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
 GPUDL_API int gdl_dist_barrier(void) {
     if (gdl__dist_ready("gdl_dist_barrier") < 0) return -1;
 #ifdef GPUDL_MPI
+    if (gdl__dist.comm_dev) { /* NCCL's queued collectives done first, with the timeout: a missing peer
+                                 fails here rather than leave MPI_Barrier waiting */
+        const gdl_backend *be = gdl__dist_comm("gdl_dist_barrier", gdl_cuda(gdl__dist.comm_dev - 1));
+        if (!be || be->comm_sync(0, gdl_dist_timeout()) < 0) return -1;
+    }
     if (gdl__dist.world > 1) {
         MPI_Request q;
         gdl__dist.seq++;
         return gdl__dist_run("gdl_dist_barrier", "MPI_Ibarrier", "the barrier", MPI_Ibarrier(gdl__dist.comm, &q),
                              &q);
+    }
+#else
+    if (gdl__dist.world > 1) { /* NCCL is the transport: an all-reduce, waited for with the timeout */
+        const gdl_backend *be = gdl__dist_comm("gdl_dist_barrier", gdl__dist.comm_dev ? gdl_cuda(gdl__dist.comm_dev - 1)
+                                                                                     : gdl_dist_device());
+        if (!be || be->comm_sync(1, gdl_dist_timeout()) < 0) return -1;
     }
 #endif
     return 0;

@@ -5,13 +5,18 @@
    backward (gdl_ddp), and rank 0 prints. The batch size is per process, as
    in PyTorch: 2 processes at --batch-size 32 step on 64 samples.
 
-   Build: mpicc -O2 -march=native -DGPUDL_MPI -DGPUDL_ZLIB examples/ddp.c -lz -lm -pthread -o ddp
+   Each process trains on gdl_dist_device(): cuda:(local rank) where there are GPUs (gradients over
+   NCCL), else the CPU (gradients over MPI).
+   Build: mpicc -O2 -march=native -DGPUDL_MPI -DGPUDL_ZLIB examples/ddp.c -lz -lm -pthread -o ddp   (CPU)
           (without mpicc and -DGPUDL_MPI it runs as one process)
+          nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/ddp.c gpudl_cuda.cu -lcublas -lnccl -lz \
+               -o ddp                                                                          (GPUs, NCCL)
    Launch, any of:
      mpirun -np 2 ./ddp --epochs 2                       (OpenMPI; as root add --allow-run-as-root)
      srun -n 2 ./ddp --epochs 2                          (Slurm: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID)
-     RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 ./ddp              (torchrun's variables; for more than one process
-                                                          the processes must also be MPI's, e.g. mpirun -x RANK)
+     for r in 0 1; do RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+         ./ddp --epochs 2 & done; wait                  (torchrun's variables: the nvcc build, one GPU per
+                                                          process, no MPI; a CPU build needs MPI's processes)
    Run:   ./ddp [--data DIR] [--epochs N] [--batch-size N] [--seed N]
    A rank that stalls or dies: the others stop with an error naming it after
    GPUDL_DIST_TIMEOUT seconds (default 600; e.g. mpirun -x GPUDL_DIST_TIMEOUT=60)
@@ -32,6 +37,7 @@ int main(int argc, char **argv) {
     gdl_loader_opts lo;
     int rc = 1, epoch, rank, world, dist = 0;
     int64_t two[1] = {2};
+    gdl_device dev;
     double test_loss = 0, test_acc = 0;
 
     switch (ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_SEED,
@@ -46,6 +52,7 @@ int main(int argc, char **argv) {
     if (rank == 0)
         printf("%d process%s (%s), %d samples per process and step\n", world, world > 1 ? "es" : "",
                gdl_dist_launcher(), a.batch_size);
+    dev = gdl_dist_device();
     gdl_manual_seed(a.seed); /* the same model on every rank; gdl_ddp_new broadcasts rank 0's anyway */
     if (!(train = gdl_dataset_fashion_mnist(a.data, 1)) || !(test = gdl_dataset_fashion_mnist(a.data, 0))) goto fail;
     lo = gdl_loader_defaults();
@@ -55,9 +62,11 @@ int main(int argc, char **argv) {
     lo.num_workers = 1;
     lo.num_replicas = world; /* this rank's shard of each epoch */
     lo.rank = rank;
+    lo.device = dev;
     if (!(loader = gdl_loader_new(train, &lo))) goto fail;
     lo = gdl_loader_defaults();
     lo.batch_size = 1000;
+    lo.device = dev;
     if (!(test_loader = gdl_loader_new(test, &lo))) goto fail;
     {
         gdl_module *layers[4];
@@ -65,7 +74,7 @@ int main(int argc, char **argv) {
         layers[1] = gdl_nn_linear(784, 128, 1);
         layers[2] = gdl_nn_relu();
         layers[3] = gdl_nn_linear(128, 10, 1);
-        if (!(model = gdl_nn_sequential(4, layers))) goto fail;
+        if (!(model = gdl_nn_sequential(4, layers)) || gdl_module_to(model, dev) < 0) goto fail;
     }
     if (!(ddp = gdl_ddp_new(model, NULL))) goto fail;
     if (!(opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0)) || gdl_optim_add_module(opt, model, 0) < 0) goto fail;
@@ -91,7 +100,13 @@ int main(int argc, char **argv) {
         /* the epoch's mean loss over every rank's samples */
         ((gdl_real *)sums->data)[0] = (gdl_real)loss_sum;
         ((gdl_real *)sums->data)[1] = (gdl_real)n;
-        if (gdl_dist_all_reduce(sums, GDL_SUM) < 0) goto fail;
+        { /* reduced on the training device: CPU tensors over MPI, CUDA tensors over NCCL */
+            gdl_tensor *on = gdl_to(sums, dev), *back = NULL;
+            int bad = !on || gdl_dist_all_reduce(on, GDL_SUM) < 0 || !(back = gdl_to(on, gdl_cpu()));
+            if (!bad) memcpy(sums->data, back->data, 2 * sizeof(gdl_real));
+            gdl_free(on), gdl_free(back);
+            if (bad) goto fail;
+        }
         if (gdl_evaluate(model, test_loader, NULL, NULL, &test_loss, &test_acc) < 0) goto fail;
         if (rank == 0)
             printf("epoch %d/%d: loss %.4f over %.0f samples, test accuracy %.2f%% (%.1f s)\n", epoch, a.epochs,

@@ -14,7 +14,7 @@ MPICC ?= mpicc
 #   make bench-ddp   bench/ddp_scaling.c on 2 MPI ranks: step, all-reduce and
 #                    overlap times, and the ring model's 8-GPU efficiency
 
-.PHONY: test-dist test-dist-mpi bench-ddp
+.PHONY: test-dist test-dist-mpi test-dist-nccl bench-ddp
 
 $(B)/test_dist: tests/test_dist.c $(HDR) | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $< -o $@ $(LIBS)
@@ -46,3 +46,32 @@ $(B)/ddp_scaling: bench/ddp_scaling.c bench/bench_cpu.h gpudl.h | $(B)
 
 bench-ddp: $(B)/ddp_scaling
 	mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root) -np 2 $(B)/ddp_scaling
+
+# NCCL on the CUDA emulator (tests/test_dist_nccl.c): one process (the
+# rendezvous's errors, one rank, ranks as threads), then two ranks started
+# torchrun-style and, where MPI is installed, under mpirun -np 2
+# (tests/test_dist_nccl.sh runs them all); examples/ddp.c on two emulated
+# GPUs torchrun-style against mnist_mlp on one CPU process; then
+# test_dist_nccl under ASan+UBSan without the MPI run
+$(B)/emu_test_dist_nccl: tests/test_dist_nccl.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
+	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $(EMU_B)/test_dist_nccl.o
+	$(CXX) $(EMU_B)/test_dist_nccl.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
+# with MPI: compiled by mpicc, linked by the C++ compiler with MPI's libraries
+$(B)/emu_test_dist_nccl_mpi: tests/test_dist_nccl.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
+	$(MPICC) $(STD) $(WARN) -O2 -g -DGPUDL_MPI -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $(EMU_B)/test_dist_nccl_mpi.o
+	$(CXX) $(EMU_B)/test_dist_nccl_mpi.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(shell $(MPICC) --showme:link 2>/dev/null) $(EMU_LIBS)
+
+# the same test on a real GPU (tools/gpu_session.sh): NCCL itself
+$(B)/test_dist_nccl_cuda: tests/test_dist_nccl.c $(HDR) $(B)/gpudl_cuda.o | $(B)
+	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lnccl -o $@
+
+# under ASan+UBSan (the emulator's objects of make test-emu)
+$(B)/emu_asan_test_dist_nccl: tests/test_dist_nccl.c $(HDR) $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o | $(B)
+	$(CC) $(STD) $(EMU_SAN) -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $(EMU_B)/asan_test_dist_nccl.o
+	$(CXX) $(SAN) $(EMU_B)/asan_test_dist_nccl.o $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o -o $@ $(EMU_LIBS)
+
+test-dist-nccl: $(B)/emu_test_dist_nccl $(B)/emu_asan_test_dist_nccl $(B)/emu_ddp $(B)/mnist_mlp
+	@if command -v $(MPICC) >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
+	  $(MAKE) --no-print-directory $(B)/emu_test_dist_nccl_mpi; fi
+	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_nccl.sh tests/test_ddp_example_nccl.sh
+	GPUDL_BUILD=$(B) GPUDL_NCCL_TEST=$(B)/emu_asan_test_dist_nccl ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh tests/test_dist_nccl.sh

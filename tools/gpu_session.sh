@@ -10,6 +10,10 @@
 #   4. the examples on the GPU: device query, the NVML monitor, the MLP,
 #      the CPU-against-GPU table (examples/cpu_vs_gpu.c)
 #      (needs Fashion-MNIST: copy it into ./data and carry it)
+#   5. NCCL (tests/test_dist_nccl.c built by nvcc, -lnccl): the collectives
+#      and DDP of CUDA tensors through NCCL over one rank, the rendezvous's
+#      errors; with two GPUs also two ranks started torchrun-style; then
+#      examples/ddp.c on one GPU (NCCL over one rank; needs the data)
 # Logs go to $OUT (default ./gpu_out): summary.txt plus one log per step,
 # at most 8 files. A failing step is reported and the next one still runs;
 # the exit status is the number of failed steps.
@@ -44,5 +48,8 @@ else
 fi
 step "bench/compare.sh vs PyTorch" compare.log sh -c 'make cuda && sh bench/compare.sh'
 step "examples on the GPU" examples.log sh -c 'build/cuda_device_query && build/cuda_gpu_monitor --count 3 && build/cuda_mnist_mlp --device cuda --epochs 1 && build/cuda_cpu_vs_gpu'
+step "NCCL: one rank per GPU" nccl.log sh -c 'make build/test_dist_nccl_cuda build/cuda_ddp &&
+    GPUDL_NCCL_TEST=build/test_dist_nccl_cuda GPUDL_NCCL_RANKS=$(nvidia-smi -L | wc -l) sh tests/test_dist_nccl.sh &&
+    build/cuda_ddp --epochs 1'
 echo "failed steps: $fails" | tee -a "$S"
 exit "$fails"

@@ -1867,6 +1867,15 @@ cudaError_t cudaStreamDestroy(cudaStream_t st) {
         return set_err(cudaErrorInvalidResourceHandle);
     // CUDA lets queued work finish after the call returns; here the call waits for it
     wait_seq_locked(lk, s, s->enq);
+    // CUDA lets events recorded on it, and waits queued elsewhere on them, outlive it: all of its work
+    // is done, so they refer to nothing any more
+    for (Event *e : g_events)
+        if (e->s == s) e->s = nullptr;
+    for (Stream *o : g_streams)
+        for (Op &op : o->q)
+            op.waits.erase(std::remove_if(op.waits.begin(), op.waits.end(),
+                                          [s](const std::pair<Stream *, uint64_t> &w) { return w.first == s; }),
+                           op.waits.end());
     s->stop = true;
     g_cv.notify_all();
     g_streams.erase(s);
@@ -1972,7 +1981,9 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     std::lock_guard<std::mutex> l(g_mu);
     Event *x = (Event *)a, *y = (Event *)b;
     if (!ms || !g_events.count(x) || !g_events.count(y)) return set_err(cudaErrorInvalidResourceHandle);
-    if (!x->s || !y->s || x->s->done < x->seq || y->s->done < y->seq) return set_err(cudaErrorNotReady);
+    /* s is null when never recorded, or when its stream was destroyed (all done) */
+    if ((x->s ? x->s->done < x->seq : !x->recorded) || (y->s ? y->s->done < y->seq : !y->recorded))
+        return set_err(cudaErrorNotReady);
     *ms = (float)((y->t - x->t) * 1e3);
     return cudaSuccess;
 }
@@ -2493,6 +2504,402 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     return gemm_common("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, (const float *)alpha, A, lda, sA, B, ldb, sB,
                        (const float *)beta, C, ldc, sC, batch, elem);
+}
+
+} // extern "C"
+
+// ---------------------------------------------------------------------------
+// NCCL: communicators over a POSIX shared-memory segment named by the unique
+// id, so the ranks may be processes (one emulated device each) or threads of
+// one process (the design and its limits: cuda_emu.h). A collective is a
+// stream operation: when its stream reaches it, the rank copies its part into
+// its slot of the segment, waits at a process-shared barrier, computes its
+// result from every slot (reductions add the ranks' values in rank order, so
+// every rank gets the same bits), and waits again before the slots are
+// reused; large buffers go through in chunks. A barrier that does not fill
+// within the timeout breaks the communicator for every rank: the collective
+// leaves its output untouched and ncclCommGetAsyncError reports the error.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <nccl.h>
+
+namespace {
+
+const uint64_t NCCL_MAGIC = 0x6c6363656e756d65ull; /* "emuncccl" */
+const size_t NCCL_CHUNK = (size_t)1 << 20;         /* bytes per rank and round */
+const int NCCL_MAX_RANKS = 64;
+
+struct NcclSlot {                 /* what a rank says it is doing, checked by every rank */
+    uint32_t kind, dtype, op, root;
+    uint64_t count, seq;
+};
+
+struct NcclSeg {
+    std::atomic<uint32_t> nranks; /* set by the first rank to arrive; 0: not yet */
+    std::atomic<uint32_t> arrived, gen, broken;
+    std::atomic<uint32_t> joined; /* ranks past ncclCommInitRank's opening */
+    NcclSlot slot[NCCL_MAX_RANKS];
+};
+
+size_t nccl_seg_bytes(int n) { return (sizeof(NcclSeg) + 255) / 256 * 256 + (size_t)n * NCCL_CHUNK; }
+
+std::atomic<double> nccl_timeout_s{-1};
+double nccl_timeout(void) {
+    double t = nccl_timeout_s.load();
+    if (t >= 0) return t;
+    const char *e = getenv("GPUDL_EMU_NCCL_TIMEOUT");
+    return e && atof(e) > 0 ? atof(e) : 120.0;
+}
+
+} // namespace
+
+struct ncclComm {
+    int nranks, rank, dev;
+    NcclSeg *seg;
+    char *data;                     /* nranks slots of NCCL_CHUNK bytes */
+    size_t bytes;
+    std::atomic<int> async_err{ncclSuccess};
+    std::atomic<int> aborted{0};
+    std::atomic<int> inflight{0};   /* queued collectives not done yet */
+    uint64_t seq = 0;               /* collectives issued (host side) */
+    char name[64];
+};
+
+namespace {
+
+std::mutex nccl_mu;
+std::set<ncclComm *> nccl_comms;
+
+// The process-shared barrier: the last rank to arrive starts a new
+// generation. false when it broke (a peer gave up or this rank timed out).
+bool nccl_barrier(ncclComm *c, const char *what) {
+    NcclSeg *S = c->seg;
+    uint32_t g = S->gen.load();
+    if (S->broken.load() || c->aborted.load()) return false;
+    if (S->arrived.fetch_add(1) + 1 == (uint32_t)c->nranks) {
+        S->arrived.store(0);
+        S->gen.fetch_add(1);
+        return true;
+    }
+    double t0 = now_s(), limit = nccl_timeout();
+    for (int spin = 0; S->gen.load() == g; spin++) {
+        if (S->broken.load() || c->aborted.load()) return false;
+        if (now_s() - t0 > limit) {
+            S->broken.store(1);
+            diag("%s: rank %d of %d waited %.3g s (GPUDL_EMU_NCCL_TIMEOUT) for its peers on communicator %s: "
+                 "a rank never arrived; the communicator is broken", what, c->rank, c->nranks, limit, c->name);
+            return false;
+        }
+        if (spin < 100) sched_yield();
+        else {
+            struct timespec ts = {0, spin < 1000 ? 50000 : 500000};
+            nanosleep(&ts, nullptr);
+        }
+    }
+    return true; /* it filled: a break after that is the next barrier's */
+}
+
+size_t nccl_type_size(ncclDataType_t t) {
+    switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+    }
+}
+
+// acc[i] (op)= x[i] for the types gpudl uses; the first rank's values are copied
+template <typename T> void nccl_add(void *acc, const void *x, size_t n, bool first) {
+    T *a = (T *)acc;
+    const T *b = (const T *)x;
+    for (size_t i = 0; i < n; i++) a[i] = first ? b[i] : (T)(a[i] + b[i]);
+}
+template <typename T> void nccl_div(void *acc, size_t n, int w) {
+    T *a = (T *)acc;
+    for (size_t i = 0; i < n; i++) a[i] = (T)(a[i] / (T)w);
+}
+bool nccl_reduce(ncclDataType_t t, void *acc, const void *x, size_t n, bool first) {
+    switch (t) {
+    case ncclFloat32: nccl_add<float>(acc, x, n, first); return true;
+    case ncclFloat64: nccl_add<double>(acc, x, n, first); return true;
+    case ncclInt32: nccl_add<int32_t>(acc, x, n, first); return true;
+    case ncclInt64: nccl_add<int64_t>(acc, x, n, first); return true;
+    default: return false;
+    }
+}
+void nccl_average(ncclDataType_t t, void *acc, size_t n, int w) {
+    switch (t) {
+    case ncclFloat32: nccl_div<float>(acc, n, w); break;
+    case ncclFloat64: nccl_div<double>(acc, n, w); break;
+    case ncclInt32: nccl_div<int32_t>(acc, n, w); break;
+    case ncclInt64: nccl_div<int64_t>(acc, n, w); break;
+    default: break;
+    }
+}
+
+enum { NK_ALLREDUCE = 1, NK_BROADCAST, NK_ALLGATHER, NK_REDUCESCATTER, NK_BARRIER };
+const char *nccl_kind_name(int k) {
+    static const char *const n[] = {"?", "ncclAllReduce", "ncclBroadcast", "ncclAllGather", "ncclReduceScatter",
+                                    "ncclCommInitRank"};
+    return k >= 0 && k <= 5 ? n[k] : "?";
+}
+
+void nccl_fail(ncclComm *c, ncclResult_t r) {
+    int ok = ncclSuccess;
+    c->async_err.compare_exchange_strong(ok, (int)r);
+    c->seg->broken.store(1);
+}
+
+// One collective, run by the stream's thread when the stream reaches it.
+// count: elements per rank (all-gather: sent; reduce-scatter: received).
+void nccl_run(ncclComm *c, int kind, const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+              int root, uint64_t seq) {
+    const char *what = nccl_kind_name(kind);
+    size_t es = nccl_type_size(dt), per = NCCL_CHUNK / es;
+    NcclSeg *S = c->seg;
+    int W = c->nranks, me = c->rank;
+    if (c->async_err.load() != ncclSuccess || S->broken.load()) return;
+    NcclSlot mine = {(uint32_t)kind, (uint32_t)dt, (uint32_t)op, (uint32_t)root, (uint64_t)count, seq};
+    S->slot[me] = mine;
+    if (!nccl_barrier(c, what)) return nccl_fail(c, ncclRemoteError);
+    for (int r = 0; r < W; r++) { /* NCCL hangs or corrupts on mismatched calls; the emulator says so */
+        const NcclSlot &o = S->slot[r];
+        if (o.kind != mine.kind || o.dtype != mine.dtype || o.op != mine.op || o.root != mine.root ||
+            o.count != mine.count || o.seq != mine.seq) {
+            diag("%s: rank %d's call #%llu (count %llu, type %u, op %u, root %u) does not match rank %d's call #%llu "
+                 "(%s, count %llu, type %u, op %u, root %u) on communicator %s", what, me, (unsigned long long)seq,
+                 (unsigned long long)count, (unsigned)dt, (unsigned)op, (unsigned)root, r,
+                 (unsigned long long)o.seq, nccl_kind_name((int)o.kind), (unsigned long long)o.count, o.dtype, o.op,
+                 o.root, c->name);
+            return nccl_fail(c, ncclInvalidUsage);
+        }
+    }
+    if (!nccl_barrier(c, what)) return nccl_fail(c, ncclRemoteError);
+    // every round: write my part, barrier, read, barrier (the slots are reused)
+    auto slot = [&](int r) { return c->data + (size_t)r * NCCL_CHUNK; };
+    std::vector<char> acc;
+    int rounds_per = kind == NK_REDUCESCATTER ? W : 1;
+    for (int dst = 0; dst < rounds_per; dst++)
+        for (size_t off = 0; off < count; off += per) {
+            size_t n = std::min(per, count - off), nb = n * es;
+            const char *src = (const char *)send;
+            if (kind == NK_REDUCESCATTER) src += ((size_t)dst * count + off) * es;
+            else src += off * es;
+            if (kind != NK_BROADCAST || me == root) memcpy(slot(me), src, nb);
+            if (!nccl_barrier(c, what)) return nccl_fail(c, ncclRemoteError);
+            char *out = (char *)recv;
+            switch (kind) {
+            case NK_ALLREDUCE:
+            case NK_REDUCESCATTER:
+                if (kind == NK_REDUCESCATTER && dst != me) break;
+                acc.resize(nb);
+                for (int r = 0; r < W; r++) nccl_reduce(dt, acc.data(), slot(r), n, r == 0);
+                if (op == ncclAvg) nccl_average(dt, acc.data(), n, W);
+                memcpy(out + off * es, acc.data(), nb);
+                break;
+            case NK_BROADCAST: memcpy(out + off * es, slot(root), nb); break;
+            case NK_ALLGATHER:
+                for (int r = 0; r < W; r++) memcpy(out + ((size_t)r * count + off) * es, slot(r), nb);
+                break;
+            }
+            if (!nccl_barrier(c, what)) return nccl_fail(c, ncclRemoteError);
+        }
+}
+
+ncclResult_t nccl_enqueue(const char *fn, int kind, const void *send, void *recv, size_t count,
+                          ncclDataType_t dt, ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t st) {
+    {
+        std::lock_guard<std::mutex> l(nccl_mu);
+        if (!nccl_comms.count(c)) {
+            diag("%s: not a communicator (%p)", fn, (void *)c);
+            return ncclInvalidArgument;
+        }
+    }
+    if (!init_ok()) return ncclUnhandledCudaError;
+    if (tl_dev != c->dev) {
+        diag("%s: communicator of cuda:%d used while cuda:%d is current", fn, c->dev, tl_dev);
+        return ncclInvalidUsage;
+    }
+    if (!nccl_type_size(dt) || (kind != NK_BROADCAST && !(dt == ncclFloat32 || dt == ncclFloat64 ||
+                                                           dt == ncclInt32 || dt == ncclInt64))) {
+        diag("%s: data type %d is not one the emulator reduces", fn, (int)dt);
+        return ncclInvalidArgument;
+    }
+    if ((kind == NK_ALLREDUCE || kind == NK_REDUCESCATTER) && op != ncclSum && op != ncclAvg) {
+        diag("%s: reduction %d: the emulator has ncclSum and ncclAvg", fn, (int)op);
+        return ncclInvalidArgument;
+    }
+    if (root < 0 || root >= c->nranks) {
+        diag("%s: root %d of %d ranks", fn, root, c->nranks);
+        return ncclInvalidArgument;
+    }
+    size_t es = nccl_type_size(dt);
+    size_t sn = kind == NK_REDUCESCATTER ? count * c->nranks : count;
+    size_t rn = kind == NK_ALLGATHER ? count * c->nranks : count;
+    bool bad;
+    if (count && ((kind != NK_BROADCAST || c->rank == root) && (classify(send, sn * es, &bad) != c->dev || bad))) {
+        diag("%s: the send buffer %p (%zu bytes) is not memory of cuda:%d", fn, send, sn * es, c->dev);
+        return ncclInvalidArgument;
+    }
+    if (count && (classify(recv, rn * es, &bad) != c->dev || bad)) {
+        diag("%s: the receive buffer %p (%zu bytes) is not memory of cuda:%d", fn, recv, rn * es, c->dev);
+        return ncclInvalidArgument;
+    }
+    std::lock_guard<std::mutex> lk(g_mu);
+    Stream *s = resolve_locked(st);
+    if (!s || s->dev != c->dev) {
+        diag("%s: not a stream of cuda:%d", fn, c->dev);
+        return ncclInvalidArgument;
+    }
+    if (s->cap) {
+        diag("%s: stream capture of collectives is not emulated", fn);
+        return ncclInvalidUsage;
+    }
+    uint64_t seq = ++c->seq;
+    c->inflight.fetch_add(1);
+    enqueue_locked(s, [=] {
+        nccl_run(c, kind, send, recv, count, dt, op, root, seq);
+        c->inflight.fetch_sub(1);
+    });
+    return ncclSuccess;
+}
+
+} // namespace
+
+extern "C" {
+
+const char *ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+    }
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    if (!id) return ncclInvalidArgument;
+    uint64_t r = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&r, sizeof r, 1, f) != 1) r = (uint64_t)now_s() * 1000003u ^ (uint64_t)getpid() << 20;
+    if (f) fclose(f);
+    memset(id, 0, sizeof *id);
+    memcpy(id->internal, &NCCL_MAGIC, 8);
+    memcpy(id->internal + 8, &r, 8);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
+    uint64_t magic, key;
+    if (!out || nranks < 1 || nranks > NCCL_MAX_RANKS || rank < 0 || rank >= nranks) {
+        diag("ncclCommInitRank: rank %d of %d ranks (the emulator has at most %d)", rank, nranks, NCCL_MAX_RANKS);
+        return ncclInvalidArgument;
+    }
+    memcpy(&magic, id.internal, 8);
+    memcpy(&key, id.internal + 8, 8);
+    if (magic != NCCL_MAGIC) {
+        diag("ncclCommInitRank: the unique id was not made by ncclGetUniqueId");
+        return ncclInvalidArgument;
+    }
+    if (!init_ok()) return ncclUnhandledCudaError;
+    ncclComm *c = new ncclComm;
+    c->nranks = nranks;
+    c->rank = rank;
+    c->dev = tl_dev;
+    snprintf(c->name, sizeof c->name, "/gdl-emu-nccl-%016llx", (unsigned long long)key);
+    c->bytes = nccl_seg_bytes(nranks);
+    int fd = shm_open(c->name, O_RDWR | O_CREAT, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)c->bytes) != 0) {
+        diag("ncclCommInitRank: shared memory %s: %s", c->name, strerror(errno));
+        if (fd >= 0) close(fd);
+        delete c;
+        return ncclSystemError;
+    }
+    void *p = mmap(nullptr, c->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        diag("ncclCommInitRank: mmap of %s: %s", c->name, strerror(errno));
+        delete c;
+        return ncclSystemError;
+    }
+    c->seg = (NcclSeg *)p;
+    c->data = (char *)p + (sizeof(NcclSeg) + 255) / 256 * 256;
+    uint32_t zero = 0;
+    if (!c->seg->nranks.compare_exchange_strong(zero, (uint32_t)nranks) && zero != (uint32_t)nranks) {
+        diag("ncclCommInitRank: rank %d says %d ranks, an earlier rank said %u", rank, nranks, zero);
+        c->seg->broken.store(1);
+        munmap(p, c->bytes);
+        delete c;
+        return ncclInvalidUsage;
+    }
+    // every rank has opened the segment past this barrier: its name can go
+    bool ok = nccl_barrier(c, "ncclCommInitRank");
+    if (rank == 0 || !ok) shm_unlink(c->name);
+    if (!ok) {
+        munmap(p, c->bytes);
+        delete c;
+        return ncclRemoteError;
+    }
+    {
+        std::lock_guard<std::mutex> l(nccl_mu);
+        nccl_comms.insert(c);
+    }
+    *out = c;
+    return ncclSuccess;
+}
+
+static ncclResult_t nccl_release(ncclComm_t c, bool abort) {
+    {
+        std::lock_guard<std::mutex> l(nccl_mu);
+        if (!nccl_comms.erase(c)) return ncclInvalidArgument;
+    }
+    if (abort) c->aborted.store(1);
+    while (c->inflight.load() > 0) { /* queued collectives end (an aborted one at its next barrier) */
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, nullptr);
+    }
+    munmap(c->seg, c->bytes);
+    delete c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t c) { return nccl_release(c, false); }
+ncclResult_t ncclCommAbort(ncclComm_t c) { return nccl_release(c, true); }
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *e) {
+    std::lock_guard<std::mutex> l(nccl_mu);
+    if (!e || !nccl_comms.count(c)) return ncclInvalidArgument;
+    *e = (ncclResult_t)c->async_err.load();
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+                           ncclComm_t c, cudaStream_t st) {
+    return nccl_enqueue("ncclAllReduce", NK_ALLREDUCE, send, recv, count, dt, op, 0, c, st);
+}
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t dt, int root, ncclComm_t c,
+                           cudaStream_t st) {
+    return nccl_enqueue("ncclBroadcast", NK_BROADCAST, send, recv, count, dt, ncclSum, root, c, st);
+}
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclComm_t c,
+                           cudaStream_t st) {
+    return nccl_enqueue("ncclAllGather", NK_ALLGATHER, send, recv, count, dt, ncclSum, 0, c, st);
+}
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t dt, ncclRedOp_t op,
+                               ncclComm_t c, cudaStream_t st) {
+    return nccl_enqueue("ncclReduceScatter", NK_REDUCESCATTER, send, recv, count, dt, op, 0, c, st);
+}
+
+int gdl_emu_nccl_timeout(double seconds) {
+    nccl_timeout_s.store(seconds > 0 ? seconds : -1);
+    return 0;
 }
 
 } // extern "C"

@@ -56,7 +56,42 @@
    - cudaStreamDestroy waits for the stream's queued work (CUDA returns at
      once and lets it finish).
    - device math is the host libm's: expf/logf/tanhf... may differ from CUDA's
-     in the last ulp. */
+     in the last ulp.
+
+   NCCL (cuda_emu.cpp, the end): ncclGetUniqueId, ncclCommInitRank,
+   ncclAllReduce, ncclBroadcast, ncclAllGather, ncclReduceScatter,
+   ncclCommDestroy, ncclCommAbort, ncclCommGetAsyncError, ncclGetErrorString.
+   Design: the unique id holds a random key that names a POSIX shared-memory
+   segment (/dev/shm/gdl-emu-nccl-<key>); every rank maps it, so the ranks
+   may be processes (each with its emulated devices, taking one) or threads
+   of one process (each with its current device), or both. The segment holds
+   a barrier (atomic counter and generation, process-shared), each rank's
+   description of its current call, and one 1 MiB slot per rank.
+   ncclCommInitRank returns once every rank has mapped the segment (rank 0
+   then unlinks its name). A collective checks its arguments (the buffers
+   must be memory of the communicator's device, the current device must be
+   its device) and is queued on its stream, so it runs in CUDA's stream
+   order and after the events the stream waits for. When the stream
+   reaches it, every rank writes the call's description (kind, count,
+   type, op, root, sequence number) and checks that all ranks make the
+   same call (a mismatch is a diagnostic and ncclInvalidUsage, where NCCL
+   would hang or corrupt), then, 1 MiB per rank per round: writes its part
+   into its slot, waits at the barrier, computes its result from the slots,
+   waits again. Sums add the ranks' values in rank order (so every rank
+   has the same bits; ncclAvg then divides by the rank count, as the CPU
+   path's sum-then-divide). Timeout: a barrier not filled within
+   GPUDL_EMU_NCCL_TIMEOUT seconds (120; gdl_emu_nccl_timeout()) breaks the
+   communicator for every rank: the collective's output stays untouched,
+   ncclCommGetAsyncError returns ncclRemoteError, a diagnostic names the
+   waiting rank, and later collectives do nothing. ncclCommInitRank fails
+   (ncclRemoteError) the same way when a rank never comes.
+   Limits: float32, float64, int32 and int64 for reductions (any type for
+   broadcast and all-gather), ncclSum and ncclAvg only; at most 64 ranks;
+   no ncclGroupStart/End, no ncclCommInitAll or split, no stream capture of
+   collectives, no in-kernel NCCL; the stream's worker thread blocks while
+   it waits for peers (a real GPU's kernel would spin), so a rank's other
+   work on that stream waits too; slow (two barriers per MiB); a segment
+   left behind by a killed job stays in /dev/shm until removed. */
 #ifndef GDL_CUDA_EMU_H
 #define GDL_CUDA_EMU_H
 #ifndef __cplusplus

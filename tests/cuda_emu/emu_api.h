@@ -33,6 +33,11 @@ long gdl_emu_count(const char *what);
    a test can make the device catch up without counting a synchronisation.
    Returns 0 (-1 without devices). */
 int gdl_emu_drain(void);
+/* The seconds an emulated NCCL collective (or ncclCommInitRank) waits for
+   its peers before it breaks the communicator (ncclCommGetAsyncError then
+   says ncclRemoteError); <= 0 restores GPUDL_EMU_NCCL_TIMEOUT (120 s when
+   unset). Returns 0. */
+int gdl_emu_nccl_timeout(double seconds);
 /* The message of the last diagnostic the emulator reported (a kernel fault,
    a barrier or warp error, a bad copy or launch), "" if none. */
 const char *gdl_emu_last_diagnostic(void);

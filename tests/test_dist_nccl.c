@@ -1,0 +1,614 @@
+/* test_dist_nccl.c — collectives and DDP of CUDA tensors through NCCL
+   ([api-dist]), on the CUDA-on-CPU emulator (tests/cuda_emu/, whose NCCL
+   runs ranks as processes or threads over shared memory).
+
+   Run alone, it tests one process: the TCP rendezvous's errors (no
+   MASTER_PORT, a bad one, rank 0 that never comes, a rank that never comes,
+   mismatched world sizes), the one-rank NCCL path (collectives and DDP equal
+   to plain training), and the emulator's NCCL with ranks as threads
+   (collectives, and a peer that never comes: an error after the timeout,
+   not a hang). Run as two ranks — tests/test_dist_nccl.sh starts them
+   torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT,
+   no MPI), or, built with -DGPUDL_MPI, under mpirun -np 2 — each rank on its
+   emulated device cuda:(local rank): the collectives against the values
+   every rank can compute (and, with MPI, against MPI's results on CPU
+   tensors), DDP against one process on the whole batch, and a rank that
+   leaves early: the other's barrier fails within the timeout.
+
+   Build: see tests/dist.mk (emulator objects; -DGPUDL_MPI with mpicc); on a GPU
+       nvcc -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_dist_nccl.c gpudl_cuda.cu -lcublas -lnccl
+   (one GPU: the one-process tests, with NCCL over one rank; two GPUs: the two ranks too). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+#ifdef GPUDL_EMU
+#include <nccl.h>
+#include "emu_api.h"
+#endif
+
+static int g_ranks; /* 2: this process is one of two ranks */
+
+/* ---- deterministic data each rank can compute for every rank ---- */
+
+static float val(int rank, int64_t i) { return (float)sin(0.001 * (double)i + rank) * (float)(rank + 1); }
+
+static gdl_tensor *rank_data(int rank, int64_t n, gdl_device dev) {
+    float *a = (float *)malloc(sizeof(float) * (size_t)n);
+    gdl_tensor *t;
+    int64_t i;
+    for (i = 0; i < n; i++) a[i] = val(rank, i);
+    t = gdl_from_array(a, 1, &n, GDL_F32, dev);
+    free(a);
+    return t;
+}
+
+/* t's values on the host (a copy, freed by the caller) */
+static float *host(gdl_tensor *t) {
+    gdl_tensor *h = gdl_to(t, gdl_cpu());
+    float *a;
+    if (!h) return NULL;
+    a = (float *)malloc(sizeof(float) * (size_t)h->numel);
+    memcpy(a, h->data, sizeof(float) * (size_t)h->numel);
+    gdl_free(h);
+    return a;
+}
+
+/* ---- DDP: two ranks on half a batch each (or one rank on all of it) against one process ---- */
+
+static gdl_module *ddp_net(gdl_device dev) {
+    gdl_module *mods[3], *m;
+    gdl_manual_seed(8);
+    mods[0] = gdl_nn_linear(6, 7, 1);
+    mods[1] = gdl_nn_tanh();
+    mods[2] = gdl_nn_linear(7, 3, 1);
+    m = gdl_nn_sequential(3, mods);
+    if (gdl_module_to(m, dev) < 0) return NULL;
+    return m;
+}
+
+static int same_params(gdl_module *a, gdl_module *b, double tol, char *msg, size_t len) {
+    gdl_tensor *pa[8], *pb[8];
+    int n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 8), i, ok = 1;
+    int64_t k;
+    if (n != gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 8)) return 0;
+    for (i = 0; i < n && ok; i++) {
+        float *u = host(pa[i]), *v = host(pb[i]);
+        for (k = 0; u && v && k < pa[i]->numel && ok; k++)
+            if (!(fabs(u[k] - v[k]) <= tol * (1 + fabs(v[k])))) {
+                snprintf(msg, len, "parameter %d[%lld]: ddp %.9g, one process %.9g", i, (long long)k, u[k], v[k]);
+                ok = 0;
+            }
+        if (!u || !v) ok = 0, snprintf(msg, len, "copy to host: %.200s", gdl_last_error());
+        free(u), free(v);
+    }
+    return ok;
+}
+
+/* arg: micro-batches per rank and step (no_sync on all but the last) */
+TEST ddp_cuda_equals_one_process(void *arg) {
+    enum { B = 8, D = 6 };
+    int micro = *(const int *)arg;
+    float xs[B * D];
+    int32_t ys[B];
+    int W = gdl_dist_world_size(), r = gdl_dist_rank(), i, step, mb, per = B / W / micro;
+    int64_t sx[2] = {B, D}, sy[1] = {B}, mx[2], my[1];
+    gdl_device dev = gdl_dist_device();
+    gdl_module *dm = ddp_net(dev), *om = ddp_net(dev);
+    gdl_ddp_opts o = gdl_ddp_defaults();
+    gdl_ddp *d;
+    gdl_optimizer *dopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0), *oopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
+    gdl_tensor *xall, *yall, *xt[2], *yt[2];
+    int64_t syncs;
+    char msg[256];
+    ASSERT(dev.type == GDL_DEVICE_CUDA);
+    ASSERT(micro <= 2);
+    ASSERT(dm && om);
+    mx[0] = per, mx[1] = D, my[0] = per;
+    o.first_bucket_mb = o.bucket_cap_mb = 100.0 / 1048576; /* several buckets: all-reduces overlap backward */
+    if (!(d = gdl_ddp_new(dm, &o))) FAILm(gdl_last_error());
+    ASSERT(gdl_ddp_num_buckets(d) >= 3);
+    ASSERT_EQ(0, gdl_optim_add_module(dopt, dm, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(oopt, om, 0));
+    for (i = 0; i < B * D; i++) xs[i] = (float)sin(0.37 * i + 1);
+    for (i = 0; i < B; i++) ys[i] = (i * 2) % 3;
+    xall = gdl_from_array(xs, 2, sx, GDL_F32, dev);
+    yall = gdl_from_array(ys, 1, sy, GDL_I32, dev);
+    for (step = 0; step < 20; step++) {
+        gdl_arena_reset();
+        gdl_zero_grad(dopt);
+        for (mb = 0; mb < micro; mb++) {
+            int first = r * (B / W) + mb * per;
+            gdl_tensor *loss;
+            /* kept until the step: the tape of the step's first backward still names them in the second */
+            xt[mb] = gdl_from_array(xs + first * D, 2, mx, GDL_F32, dev);
+            yt[mb] = gdl_from_array(ys + first, 1, my, GDL_I32, dev);
+            loss = gdl_mul_scalar(gdl_cross_entropy(gdl_ddp_forward(d, xt[mb]), yt[mb]), 1.0 / micro);
+            gdl_ddp_set_no_sync(d, mb < micro - 1);
+            syncs = gdl_sync_count();
+            if (gdl_ddp_backward(d, loss) < 0) FAILf("step %d: %s", step, gdl_last_error());
+            /* the buckets' copies and all-reduces are queued: the host waits for nothing */
+            if (step > 0 && gdl_sync_count() != syncs)
+                FAILf("step %d: gdl_ddp_backward made %lld host synchronisations", step,
+                      (long long)(gdl_sync_count() - syncs));
+        }
+        ASSERT_EQ(0, gdl_step(dopt));
+        for (mb = 0; mb < micro; mb++) gdl_free(xt[mb]), gdl_free(yt[mb]);
+        gdl_zero_grad(oopt);
+        ASSERT_EQ(0, gdl_backward(gdl_cross_entropy(gdl_forward(om, xall), yall)));
+        ASSERT_EQ(0, gdl_step(oopt));
+    }
+    if (!same_params(dm, om, 1e-6, msg, sizeof msg)) FAILf("rank %d, %d micro-batches: %s", r, micro, msg);
+    gdl_ddp_free(d);
+    gdl_optim_free(dopt), gdl_optim_free(oopt);
+    gdl_module_free(dm), gdl_module_free(om);
+    gdl_free(xall), gdl_free(yall);
+    gdl_arena_reset();
+    PASS();
+}
+
+/* ---- one process ---- */
+
+#ifndef GPUDL_MPI
+static const char *const all_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                       "GPUDL_DIST_TIMEOUT"};
+
+static void clear_env(void) {
+    size_t i;
+    for (i = 0; i < sizeof all_vars / sizeof *all_vars; i++) unsetenv(all_vars[i]);
+}
+
+/* a TCP port nobody listens at (the kernel's pick, released) */
+static int free_port(void) {
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(0x7f000001u);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+        port = ntohs(sa.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+static void set_rank(int rank, int world, int port) {
+    char b[3][16];
+    clear_env();
+    snprintf(b[0], sizeof b[0], "%d", rank);
+    snprintf(b[1], sizeof b[1], "%d", world);
+    snprintf(b[2], sizeof b[2], "%d", port);
+    setenv("RANK", b[0], 1);
+    setenv("WORLD_SIZE", b[1], 1);
+    setenv("LOCAL_RANK", b[0], 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    if (port) setenv("MASTER_PORT", b[2], 1);
+}
+
+/* gdl_dist_init fails with `needle` in its error within `within` seconds */
+static int init_fails(const char *needle, double within, char *msg, size_t len) {
+    double t0 = gdl_now(), dt;
+    int rc = gdl_dist_init();
+    dt = gdl_now() - t0;
+    if (rc == 0) {
+        gdl_dist_shutdown();
+        snprintf(msg, len, "gdl_dist_init succeeded; expected an error naming %s", needle);
+        return 0;
+    }
+    if (!strstr(gdl_last_error(), needle)) {
+        snprintf(msg, len, "the error '%.300s' does not name %s", gdl_last_error(), needle);
+        return 0;
+    }
+    if (dt > within) {
+        snprintf(msg, len, "the error came after %.1f s (at most %.1f expected): %.300s", dt, within, gdl_last_error());
+        return 0;
+    }
+    return 1;
+}
+
+/* Runs first, before the emulator has any stream threads (one case forks). */
+TEST rendezvous_errors(void) {
+    char msg[600], want[160];
+    int port = free_port(), st = 0;
+    pid_t child;
+    if (gdl_cuda_device_count() < 1) SKIPm("no GPU: a job of 2 processes has no transport without MPI");
+    ASSERT(port > 0);
+    set_rank(1, 2, 0); /* no MASTER_PORT */
+    if (!init_fails("MASTER_PORT is not set", 1, msg, sizeof msg)) FAILm(msg);
+    set_rank(1, 2, 0);
+    setenv("MASTER_PORT", "http", 1);
+    if (!init_fails("MASTER_PORT='http' is not a port number", 1, msg, sizeof msg)) FAILm(msg);
+    set_rank(1, 2, 0);
+    unsetenv("MASTER_ADDR");
+    setenv("MASTER_PORT", "29500", 1);
+    if (!init_fails("MASTER_ADDR is not set", 1, msg, sizeof msg)) FAILm(msg);
+    set_rank(1, 2, port);
+    setenv("GPUDL_DIST_TIMEOUT", "soon", 1);
+    if (!init_fails("GPUDL_DIST_TIMEOUT='soon'", 1, msg, sizeof msg)) FAILm(msg);
+    /* rank 0 never comes: rank 1 retries, then gives up naming where it looked */
+    set_rank(1, 2, port);
+    setenv("GPUDL_DIST_TIMEOUT", "1", 1);
+    snprintf(want, sizeof want, "rank 1 could not reach rank 0 at MASTER_ADDR=127.0.0.1 MASTER_PORT=%d within 1 s", port);
+    if (!init_fails(want, 5, msg, sizeof msg)) FAILm(msg);
+    /* rank 1 never comes: rank 0 gives up, naming the missing rank */
+    set_rank(0, 2, port);
+    setenv("GPUDL_DIST_TIMEOUT", "1", 1);
+    if (!init_fails("1 of 2 ranks came; missing: rank 1", 5, msg, sizeof msg)) FAILm(msg);
+    /* world sizes that disagree: both sides say so */
+    fflush(NULL);
+    if ((child = fork()) == 0) {
+        int ok;
+        set_rank(1, 3, port);
+        setenv("GPUDL_DIST_TIMEOUT", "5", 1);
+        ok = gdl_dist_init() < 0 && strstr(gdl_last_error(), "refused rank 1: it says WORLD_SIZE=2, this rank 3");
+        if (!ok) fprintf(stderr, "child: %s\n", gdl_last_error());
+        _exit(ok ? 0 : 1);
+    }
+    ASSERT(child > 0);
+    set_rank(0, 2, port);
+    setenv("GPUDL_DIST_TIMEOUT", "5", 1);
+    if (!init_fails("rank 1 says WORLD_SIZE=3, rank 0 says 2", 6, msg, sizeof msg)) FAILm(msg);
+    ASSERT_EQ(child, waitpid(child, &st, 0));
+    ASSERTm("the rank with the other world size did not get its error", WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    clear_env();
+    ASSERT(!gdl_dist_is_initialized());
+    PASS();
+}
+
+/* One process: NCCL over one rank. The collectives are the identity (through NCCL all the same), their
+   errors; DDP equals plain training. */
+TEST one_rank_nccl(void) {
+    gdl_device dev = gdl_cuda(0);
+    int64_t n = 1000, s2[1] = {2};
+    gdl_tensor *t, *big, *cpu;
+    float *a;
+    int64_t i;
+    static const int one = 1;
+    if (gdl_cuda_device_count() < 1) SKIPm("no GPU: NCCL has nothing to run on");
+    clear_env();
+    ASSERT_EQ(0, gdl_dist_init());
+    ASSERT_EQ(1, gdl_dist_world_size());
+    t = rank_data(0, n, dev);
+    ASSERT_EQ(0, gdl_dist_all_reduce(t, GDL_AVG));
+    ASSERT_EQ(0, gdl_dist_broadcast(t, 0));
+    big = gdl_zeros(1, &n, GDL_F32, dev);
+    ASSERT_EQ(0, gdl_dist_all_gather(big, t));
+    ASSERT_EQ(0, gdl_dist_reduce_scatter(t, big, GDL_SUM));
+    ASSERT_NOT_NULL(a = host(t));
+    for (i = 0; i < n; i++)
+        if (a[i] != val(0, i)) FAILf("[%lld]: %g, expected %g", (long long)i, a[i], val(0, i));
+    free(a);
+    ASSERT_EQ(-1, gdl_dist_broadcast(t, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "root 1 is not a rank");
+    cpu = gdl_zeros(1, &n, GDL_F32, gdl_cpu());
+    ASSERT_EQ(-1, gdl_dist_all_gather(cpu, t));
+    ASSERT_CONTAINS(gdl_last_error(), "out is on cpu, in on cuda:0: one device");
+    if (gdl_cuda_device_count() > 1) { /* one communicator per process, on one device */
+        gdl_tensor *other = gdl_zeros(1, s2, GDL_F32, gdl_cuda(1));
+        ASSERT_EQ(-1, gdl_dist_all_reduce(other, GDL_SUM));
+        ASSERT_CONTAINS(gdl_last_error(), "communicator is on cuda:0, the tensor on cuda:1");
+        gdl_free(other);
+    }
+    ASSERT_EQ(0, gdl_dist_barrier());
+    gdl_free(t), gdl_free(big), gdl_free(cpu);
+    CHECK_CALL(ddp_cuda_equals_one_process((void *)&one));
+    gdl_dist_shutdown();
+    PASS();
+}
+
+#ifdef GPUDL_EMU
+/* The emulator's NCCL with two ranks as threads of this process, each on its device. */
+typedef struct rank_thread {
+    int rank, ok;
+    ncclUniqueId id;
+    int collective; /* 0: this rank joins the communicator and then never calls the collective */
+    int count;      /* elements it reduces (3; another count on one rank is a mismatch) */
+    double seconds;
+    ncclResult_t async;
+    char why[200];
+} rank_thread;
+
+static void *rank_main(void *arg) {
+    rank_thread *R = (rank_thread *)arg;
+    ncclComm_t c;
+    cudaStream_t s;
+    float h[3], *d = NULL;
+    double t0;
+    cudaSetDevice(R->rank);
+    if (ncclCommInitRank(&c, 2, R->id, R->rank) != ncclSuccess) {
+        snprintf(R->why, sizeof R->why, "ncclCommInitRank: %s", gdl_emu_last_diagnostic());
+        return NULL;
+    }
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    cudaMalloc((void **)&d, sizeof h);
+    h[0] = (float)R->rank + 1, h[1] = 10, h[2] = -3;
+    cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);
+    t0 = gdl_now();
+    if (R->collective) {
+        ncclAllReduce(d, d, (size_t)R->count, ncclFloat32, ncclSum, c, s);
+        cudaStreamSynchronize(s);
+    }
+    R->seconds = gdl_now() - t0;
+    cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+    ncclCommGetAsyncError(c, &R->async);
+    R->ok = R->async == ncclSuccess && R->collective ? h[0] == 3 && h[1] == 20 && h[2] == -6
+                                                     : h[0] == (float)R->rank + 1 && h[1] == 10; /* untouched */
+    if (!R->ok) snprintf(R->why, sizeof R->why, "rank %d: %g %g %g, async %d", R->rank, h[0], h[1], h[2], (int)R->async);
+    cudaFree(d);
+    cudaStreamDestroy(s);
+    if (R->async == ncclSuccess) ncclCommDestroy(c);
+    else ncclCommAbort(c);
+    return NULL;
+}
+
+TEST emulator_ranks_as_threads(void) {
+    rank_thread R[2];
+    pthread_t th[2];
+    int k, pass;
+    if (gdl_cuda_device_count() < 2) SKIPm("two emulated devices (GPUDL_EMU_DEVICES=2)");
+    /* 0: both reduce; 1: rank 1 never calls, rank 0 times out; 2: the ranks' counts differ */
+    for (pass = 0; pass < 3; pass++) {
+        memset(R, 0, sizeof R);
+        ASSERT_EQ(ncclSuccess, ncclGetUniqueId(&R[0].id));
+        R[1].id = R[0].id;
+        gdl_emu_nccl_timeout(pass ? 0.5 : 0);
+        for (k = 0; k < 2; k++) {
+            R[k].rank = k;
+            R[k].collective = !(pass == 1 && k == 1);
+            R[k].count = pass == 2 && k == 1 ? 2 : 3;
+            ASSERT_EQ(0, pthread_create(&th[k], NULL, rank_main, &R[k]));
+        }
+        for (k = 0; k < 2; k++) pthread_join(th[k], NULL);
+        gdl_emu_nccl_timeout(0);
+        for (k = 0; k < 2; k++)
+            if (!R[k].ok) FAILf("pass %d: %s", pass, R[k].why);
+        if (pass == 1) {
+            ASSERT_EQ(ncclRemoteError, R[0].async);
+            ASSERT_LT(R[0].seconds, 5.0);
+            ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "a rank never arrived");
+        }
+        if (pass == 2) { /* both see it, neither output changes */
+            ASSERT_EQ(ncclInvalidUsage, R[0].async);
+            ASSERT_EQ(ncclInvalidUsage, R[1].async);
+            ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "does not match");
+        }
+    }
+    PASS();
+}
+#else
+TEST emulator_ranks_as_threads(void) { SKIPm("the emulator's own NCCL test"); }
+#endif
+
+SUITE(one_process) {
+    RUN_TEST(rendezvous_errors);
+    RUN_TEST(one_rank_nccl);
+    RUN_TEST(emulator_ranks_as_threads);
+}
+#endif
+
+/* ---- two ranks ---- */
+
+TEST collectives_cuda(void) {
+    enum { N = 300001 }; /* > the emulator's 1 MiB round: several rounds, the last one short */
+    int r = gdl_dist_rank(), W = gdl_dist_world_size();
+    gdl_device dev = gdl_dist_device();
+    int64_t n = N, s2[1] = {2}, s4[1] = {4}, i;
+    float *got, fv[2];
+    int32_t iv[2];
+    gdl_tensor *t, *big, *ti, *in, *out;
+    ASSERT_EQ(2, W);
+    ASSERT(gdl_device_equal(dev, gdl_cuda(gdl_dist_local_rank())));
+    /* all-reduce, sum and mean, of a buffer larger than a round */
+    t = rank_data(r, n, dev);
+    ASSERT_EQ(0, gdl_dist_all_reduce(t, GDL_SUM));
+    ASSERT_NOT_NULL(got = host(t));
+    for (i = 0; i < n; i++)
+        if (got[i] != val(0, i) + val(1, i)) FAILf("sum [%lld]: %.9g, expected %.9g", (long long)i, got[i], val(0, i) + val(1, i));
+    free(got);
+    gdl_free(t);
+    t = rank_data(r, n, dev);
+    ASSERT_EQ(0, gdl_dist_all_reduce(t, GDL_AVG));
+    ASSERT_NOT_NULL(got = host(t));
+    for (i = 0; i < n; i++)
+        if (got[i] != (val(0, i) + val(1, i)) / 2) FAILf("mean [%lld]: %.9g", (long long)i, got[i]);
+    free(got);
+#ifdef GPUDL_MPI
+    { /* the same through MPI on CPU tensors: the same bits */
+        gdl_tensor *c = rank_data(r, n, gdl_cpu());
+        ASSERT_EQ(0, gdl_dist_all_reduce(c, GDL_AVG));
+        ASSERT_NOT_NULL(got = host(t));
+        ASSERT_EQ(0, memcmp(got, c->data, sizeof(float) * (size_t)n));
+        free(got);
+        gdl_free(c);
+    }
+#endif
+    /* all-gather of the large buffer: rank order */
+    gdl_free(t);
+    t = rank_data(r, n, dev);
+    big = gdl_zeros(1, (int64_t[1]){2 * n}, GDL_F32, dev);
+    ASSERT_EQ(0, gdl_dist_all_gather(big, t));
+    ASSERT_NOT_NULL(got = host(big));
+    for (i = 0; i < 2 * n; i++)
+        if (got[i] != val((int)(i / n), i % n)) FAILf("all_gather [%lld]: %.9g", (long long)i, got[i]);
+    free(got);
+    /* reduce-scatter of it: rank r's half of the sum */
+    gdl_free(big);
+    big = gdl_zeros(1, (int64_t[1]){2 * n}, GDL_F32, dev);
+    {
+        float *a = (float *)malloc(sizeof(float) * (size_t)(2 * n));
+        int64_t m = 2 * n;
+        for (i = 0; i < 2 * n; i++) a[i] = val(r, i);
+        gdl_free(big);
+        big = gdl_from_array(a, 1, &m, GDL_F32, dev);
+        free(a);
+    }
+    ASSERT_EQ(0, gdl_dist_reduce_scatter(t, big, GDL_SUM));
+    ASSERT_NOT_NULL(got = host(t));
+    for (i = 0; i < n; i++)
+        if (got[i] != val(0, r * n + i) + val(1, r * n + i)) FAILf("reduce_scatter [%lld]: %.9g", (long long)i, got[i]);
+    free(got);
+    /* small ones: i32 sums, broadcast from rank 1, the mean refused for integers */
+    iv[0] = r, iv[1] = 5;
+    ti = gdl_from_array(iv, 1, s2, GDL_I32, dev);
+    ASSERT_EQ(0, gdl_dist_all_reduce(ti, GDL_SUM));
+    {
+        gdl_tensor *h = gdl_to(ti, gdl_cpu());
+        ASSERT_EQ(1, ((int32_t *)h->data)[0]);
+        ASSERT_EQ(10, ((int32_t *)h->data)[1]);
+        gdl_free(h);
+    }
+    ASSERT_EQ(-1, gdl_dist_all_reduce(ti, GDL_AVG));
+    fv[0] = (float)(7 * r), fv[1] = -1;
+    in = gdl_from_array(fv, 1, s2, GDL_F32, dev);
+    ASSERT_EQ(0, gdl_dist_broadcast(in, 1));
+    ASSERT_NOT_NULL(got = host(in));
+    ASSERT(got[0] == 7 && got[1] == -1);
+    free(got);
+    gdl_free(in);
+    {
+        float rs[4] = {1, 2, 3, 4};
+        in = gdl_from_array(rs, 1, s4, GDL_F32, dev);
+    }
+    gdl_mul_scalar_(in, r + 1);
+    out = gdl_zeros(1, s2, GDL_F32, dev);
+    ASSERT_EQ(0, gdl_dist_reduce_scatter(out, in, GDL_AVG));
+    ASSERT_NOT_NULL(got = host(out));
+    ASSERT(got[0] == 1.5f * (float)(2 * r + 1) && got[1] == 1.5f * (float)(2 * r + 2));
+    free(got);
+#ifndef GPUDL_MPI
+    { /* CPU tensors need MPI, which this build lacks */
+        gdl_tensor *c = gdl_zeros(1, s2, GDL_F32, gdl_cpu());
+        ASSERT_EQ(-1, gdl_dist_all_reduce(c, GDL_SUM));
+        ASSERT_CONTAINS(gdl_last_error(), "-DGPUDL_MPI");
+        gdl_free(c);
+    }
+#endif
+    ASSERT_EQ(0, gdl_dist_barrier());
+    gdl_free(t), gdl_free(big), gdl_free(ti), gdl_free(in), gdl_free(out);
+    PASS();
+}
+
+/* gdl_fit under DDP on CUDA, each rank its shard (batch 4), equals gdl_fit in one process on the whole
+   data (batch 8): the weights, and the epoch figures summed over the ranks (through NCCL without MPI). */
+TEST fit_under_ddp_cuda(void) {
+    enum { N = 48, D = 6 };
+    static float xs[N * D];
+    int32_t ys[N];
+    int64_t s1[1] = {D};
+    int i, r = gdl_dist_rank();
+    gdl_device dev = gdl_dist_device();
+    gdl_dataset *ds;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_loader *lone, *lmine;
+    gdl_module *one = ddp_net(dev), *dm = ddp_net(dev);
+    gdl_optimizer *oo = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0), *od = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    gdl_fit_opts fo = gdl_fit_defaults();
+    gdl_epoch_stats h1[2], h2[2];
+    gdl_ddp *d;
+    char msg[256];
+    for (i = 0; i < N * D; i++) xs[i] = (float)cos(0.23 * i + 0.5);
+    for (i = 0; i < N; i++) ys[i] = (i * 7 + i / 5) % 3;
+    ASSERT_NOT_NULL(ds = gdl_dataset_from_arrays(xs, GDL_F32, 1, s1, ys, N, 3));
+    lo.batch_size = 8;
+    lo.shuffle = 1;
+    lo.seed = 12;
+    lo.device = dev;
+    ASSERT_NOT_NULL(lone = gdl_loader_new(ds, &lo));
+    lo.batch_size = 4;
+    lo.num_replicas = 2;
+    lo.rank = r;
+    ASSERT_NOT_NULL(lmine = gdl_loader_new(ds, &lo));
+    if (!(d = gdl_ddp_new(dm, NULL))) FAILm(gdl_last_error());
+    ASSERT_EQ(0, gdl_optim_add_module(oo, one, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(od, dm, 0));
+    fo.epochs = 2;
+    fo.verbose = 0;
+    if (gdl_fit(one, lone, oo, &fo, h1) < 0) FAILf("one process: %s", gdl_last_error());
+    fo.ddp = d;
+    if (gdl_fit(dm, lmine, od, &fo, h2) < 0) FAILf("rank %d under DDP: %s", r, gdl_last_error());
+    if (!same_params(dm, one, 1e-6, msg, sizeof msg)) FAILf("rank %d: %s", r, msg);
+    for (i = 0; i < 2; i++) {
+        ASSERT_EQ(N, h2[i].samples);
+        if (fabs(h1[i].loss - h2[i].loss) > 1e-6 * (1 + fabs(h1[i].loss)) || h1[i].accuracy != h2[i].accuracy)
+            FAILf("epoch %d: one process loss %.8f acc %.4f, DDP loss %.8f acc %.4f", i + 1, h1[i].loss,
+                  h1[i].accuracy, h2[i].loss, h2[i].accuracy);
+    }
+    gdl_ddp_free(d);
+    gdl_optim_free(oo), gdl_optim_free(od);
+    gdl_module_free(one), gdl_module_free(dm);
+    gdl_loader_free(lone), gdl_loader_free(lmine);
+    gdl_dataset_free(ds);
+    gdl_arena_reset();
+    PASS();
+}
+
+/* Rank 1 leaves; rank 0's next collective finds no peer: the barrier fails within the timeout. */
+TEST peer_leaves(void) {
+    gdl_tensor *t;
+    double t0;
+    int64_t s2[1] = {2};
+    if (gdl_dist_rank() == 1) PASS(); /* it shuts down and exits */
+#ifdef GPUDL_EMU
+    gdl_emu_nccl_timeout(1); /* the emulator's collective gives up; NCCL's waits for GPUDL_DIST_TIMEOUT */
+#endif
+    t = gdl_zeros(1, s2, GDL_F32, gdl_dist_device());
+    t0 = gdl_now();
+    ASSERT_EQ(0, gdl_dist_all_reduce(t, GDL_SUM)); /* queued: the host does not wait */
+    ASSERT_EQ(-1, gdl_dist_barrier());
+#ifdef GPUDL_EMU
+    ASSERT_LT(gdl_now() - t0, 10.0);
+    ASSERT_CONTAINS(gdl_last_error(), "a collective failed");
+    gdl_emu_nccl_timeout(0);
+#else
+    ASSERT_LT(gdl_now() - t0, gdl__dist.timeout + 10.0);
+    ASSERT_CONTAINS(gdl_last_error(), "NCCL");
+#endif
+    ASSERT_EQ(-1, gdl_dist_all_reduce(t, GDL_SUM));
+    ASSERT_CONTAINS(gdl_last_error(), "aborted");
+    gdl_free(t);
+    PASS();
+}
+
+SUITE(two_ranks) {
+    static const int one = 1, two = 2;
+    RUN_TEST(collectives_cuda);
+    RUN_TEST_NAMED("ddp_cuda_equals_one_process", ddp_cuda_equals_one_process, (void *)&one);
+    RUN_TEST_NAMED("ddp_cuda_no_sync_accumulation", ddp_cuda_equals_one_process, (void *)&two);
+    RUN_TEST(fit_under_ddp_cuda);
+    RUN_TEST(peer_leaves);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    const char *w = getenv("WORLD_SIZE");
+    HARNESS_MAIN_BEGIN(argc, argv);
+    if (!w) w = getenv("OMPI_COMM_WORLD_SIZE");
+    g_ranks = w ? atoi(w) : 1;
+    if (g_ranks > 1) {
+        if (gdl_dist_init() < 0) {
+            fprintf(stderr, "test_dist_nccl: %s\n", gdl_last_error());
+            return 1;
+        }
+        printf("rank %d of %d (%s) on %s\n", gdl_dist_rank(), gdl_dist_world_size(), gdl_dist_launcher(),
+               gdl_device_str(gdl_dist_device()));
+        RUN_SUITE(two_ranks);
+        gdl_dist_shutdown();
+    } else {
+#ifndef GPUDL_MPI
+        RUN_SUITE(one_process);
+#endif
+    }
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}
