@@ -1125,6 +1125,7 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
      and nothing of the device's memory has changed since the warm-up;
    * host values the step passes to kernels are recorded: a learning rate or
      a step count read on the host stays as it was at capture.
+   gdl_fit does all this itself on a GPU (gdl_fit_opts.cuda_graph).
    gdl_graph_capture resets the arena before the warm-up and before the
    capture. On the CPU there are no graphs: a replay resets the arena and
    calls the step again, so one program runs unchanged on both devices.
