@@ -2056,25 +2056,30 @@ static gdl_tensor *fit_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
     return gdl_cross_entropy(out, y);
 }
 
+/* n samples of 4 features in 3 classes: feature k is about 2 where k is the class */
+static gdl_dataset *fit_dataset(int n, uint64_t seed) {
+    float x[128 * 4];
+    int32_t y[128];
+    int64_t shape[1] = {4};
+    int i, k;
+    if (n > 128) return NULL;
+    gdl_manual_seed(seed);
+    for (i = 0; i < n; i++) {
+        y[i] = (int32_t)(gdl_rng_next_u64() % 3);
+        for (k = 0; k < 4; k++) x[i * 4 + k] = (float)((k == y[i] ? 2.0 : 0.0) + gdl_rng_uniform() - 0.5);
+    }
+    return gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, n, 3);
+}
+
 /* two epochs of 3 batches on the GPU with Adam; the final weights in w */
 static int fit_run(fit_inject *f, int oom_retry, int oom_split_batch, FILE *log, float *w) {
-    float x[FIT_N * 4];
-    int32_t y[FIT_N];
-    int64_t shape[1] = {4};
-    int i, rc = -1;
-    gdl_dataset *ds;
+    int rc = -1;
+    gdl_dataset *ds = fit_dataset(FIT_N, 17);
     gdl_loader *l = NULL;
     gdl_module *layers[3], *m;
     gdl_optimizer *opt = NULL;
     gdl_loader_opts lo = gdl_loader_defaults();
     gdl_fit_opts o = gdl_fit_defaults();
-    gdl_manual_seed(17);
-    for (i = 0; i < FIT_N; i++) {
-        int k;
-        y[i] = (int32_t)(gdl_rng_next_u64() % 3);
-        for (k = 0; k < 4; k++) x[i * 4 + k] = (float)((k == y[i] ? 2.0 : 0.0) + gdl_rng_uniform() - 0.5);
-    }
-    ds = gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, FIT_N, 3);
     layers[0] = gdl_nn_linear(4, 16, 1);
     layers[1] = gdl_nn_relu();
     layers[2] = gdl_nn_linear(16, 3, 1);
@@ -2111,12 +2116,8 @@ static int fit_run(fit_inject *f, int oom_retry, int oom_split_batch, FILE *log,
    stepped per batch (lr changes between replays). drop: a dropout layer,
    which cannot be captured (the fit then runs eagerly, with one notice). */
 static int fit_graph_run(int graph, int drop, FILE *log, float *w, gdl_epoch_stats *hist, int *calls) {
-    enum { N = 80 };
-    float x[N * 4];
-    int32_t y[N];
-    int64_t shape[1] = {4};
-    int i, rc = -1, nl = 0;
-    gdl_dataset *ds;
+    int rc = -1, nl = 0;
+    gdl_dataset *ds = fit_dataset(80, 23);
     gdl_loader *l = NULL;
     gdl_module *layers[4], *m;
     gdl_optimizer *opt = NULL;
@@ -2125,13 +2126,6 @@ static int fit_graph_run(int graph, int drop, FILE *log, float *w, gdl_epoch_sta
     gdl_fit_opts o = gdl_fit_defaults();
     fit_inject f;
     memset(&f, 0, sizeof f);
-    gdl_manual_seed(23);
-    for (i = 0; i < N; i++) {
-        int k;
-        y[i] = (int32_t)(gdl_rng_next_u64() % 3);
-        for (k = 0; k < 4; k++) x[i * 4 + k] = (float)((k == y[i] ? 2.0 : 0.0) + gdl_rng_uniform() - 0.5);
-    }
-    ds = gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, N, 3);
     layers[nl++] = gdl_nn_linear(4, 16, 1);
     layers[nl++] = gdl_nn_relu();
     if (drop) layers[nl++] = gdl_nn_dropout(0.25);
