@@ -12574,23 +12574,25 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
 #define GDL__FIT_GRAPHS 2
 static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(void *ctx), void *ctx);
 
+typedef struct gdl__fit_step { /* what a recorded step works on */
+    gdl_module *m;
+    gdl_optimizer *opt;
+    const gdl_fit_opts *o;
+    gdl_loss_fn loss;
+    gdl__pass *p;
+    gdl_tensor *x, *y;
+} gdl__fit_step;
+
 typedef struct gdl__fit_graph {
     int64_t batch;   /* the batch size; 0: a free slot */
     gdl_graph *g;    /* NULL (batch set): the step could not be captured, so it runs eagerly */
     gdl_tensor *x, *y;
-    struct gdl__fit_step {
-        gdl_module *m;
-        gdl_optimizer *opt;
-        const gdl_fit_opts *o;
-        gdl_loss_fn loss;
-        gdl__pass *p;
-        gdl_tensor *x, *y;
-    } ctx;
+    gdl__fit_step ctx;
 } gdl__fit_graph;
 
 /* what the graph holds: the eager path's step of one whole batch and its zero_grad */
 static int gdl__fit_graph_step(void *c) {
-    struct gdl__fit_step *s = (struct gdl__fit_step *)c;
+    gdl__fit_step *s = (gdl__fit_step *)c;
     if (gdl__fit_batch(s->m, s->x, s->y, s->opt, s->o, s->loss, 1, 1, s->p) < 0) return -1;
     return gdl_zero_grad(s->opt);
 }
