@@ -13,6 +13,8 @@
 #include <stdlib.h>
 
 #include "dtype_parity.h"
+#include "autocast_cases.h"
+#include <pthread.h>
 
 #define CPU gdl_cpu()
 
@@ -162,6 +164,35 @@ TEST errors_name_dtypes(void) {
     PASS();
 }
 
+/* autocast's state is per thread, as torch.autocast's: a region opened on
+   one thread is not open on another, and each thread nests its own */
+static void *ac_thread(void *arg) {
+    int *res = (int *)arg;
+    res[0] = gdl_autocast_enabled();
+    res[1] = gdl_autocast_begin(GDL_F16);
+    res[2] = (int)gdl_autocast_dtype();
+    res[3] = gdl_autocast_end();
+    res[4] = gdl_autocast_end(); /* this thread has no region left */
+    return NULL;
+}
+
+TEST autocast_threads(void) {
+    pthread_t th;
+    int res[5] = {-9, -9, -9, -9, -9};
+    ASSERT_EQ(0, gdl_autocast_begin(GDL_BF16));
+    ASSERT_EQ(0, pthread_create(&th, NULL, ac_thread, res));
+    ASSERT_EQ(0, pthread_join(th, NULL));
+    ASSERT_EQm("a region on the main thread is not open on another", 0, res[0]);
+    ASSERT_EQ(0, res[1]);
+    ASSERT_EQ((int)GDL_F16, res[2]);
+    ASSERT_EQ(0, res[3]);
+    ASSERT_EQ(-1, res[4]);
+    ASSERT_EQm("the other thread's regions did not touch this one's", (int)GDL_BF16, (int)gdl_autocast_dtype());
+    ASSERT_EQ(0, gdl_autocast_end());
+    ASSERT_EQ(0, gdl_autocast_enabled());
+    PASS();
+}
+
 static dtype_run runs[4 * NCASES];
 
 SUITE(parity) {
@@ -197,11 +228,32 @@ SUITE(semantics) {
     RUN_TEST(errors_name_dtypes);
 }
 
+SUITE(autocast) {
+    static ac_run ac[2];
+    int j;
+    SET_SETUP(reset, NULL);
+    for (j = 0; j < 2; j++) {
+        char name[64];
+        ac[j].dt = j ? GDL_F16 : GDL_BF16;
+        ac[j].dev = gdl_cpu();
+        ac[j].steps = 200;
+        snprintf(name, sizeof name, "ops_%s", gdl_dtype_name(ac[j].dt));
+        RUN_TEST_NAMED(name, autocast_ops, (void *)&ac[j]);
+        snprintf(name, sizeof name, "cache_%s", gdl_dtype_name(ac[j].dt));
+        RUN_TEST_NAMED(name, autocast_cache, (void *)&ac[j]);
+        snprintf(name, sizeof name, "training_200_steps_%s", gdl_dtype_name(ac[j].dt));
+        RUN_TEST_NAMED(name, autocast_training, (void *)&ac[j]);
+    }
+    RUN_TEST_NAMED("nesting_errors", autocast_nesting_errors, (void *)&ac[0]);
+    RUN_TEST(autocast_threads);
+}
+
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
     RUN_SUITE(parity);
     RUN_SUITE(semantics);
+    RUN_SUITE(autocast);
     gdl_shutdown();
     HARNESS_MAIN_END();
 }
