@@ -11780,8 +11780,17 @@ static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_ten
                        gdl_shape_str(loss));
         return -1;
     }
+    const gdl_real *o = (const gdl_real *)out->data;
     if (gdl__pass_init(p, "gdl_fit", loss->device) < 0) return -1;
-    return p->be->fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? GDL__R(out) : NULL,
+    if (cls && out->dtype != GDL_F32) { /* bf16/f16 logits (autocast): the metrics kernel reads f32 */
+        gdl_real *f;
+        if (!gdl__is_float(out->dtype)) cls = 0;
+        else if (!(f = (gdl_real *)gdl__scratch("gdl_fit", out->device, sizeof(gdl_real) * (size_t)out->numel)) ||
+                 p->be->cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0)
+            return -1;
+        else o = f;
+    }
+    return p->be->fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? o : NULL,
                               cls ? (const int32_t *)y->data : NULL, p->dacc);
 }
 
