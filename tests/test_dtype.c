@@ -193,6 +193,90 @@ TEST autocast_threads(void) {
     PASS();
 }
 
+/* gdl_fit's autocast option: forward and loss in the region (the casts are
+   counted), backward and the step outside, validation in it too; the run
+   follows the f32 one. A bad option fails before anything runs. */
+static gdl_dataset *ac_blobs(int64_t n, uint64_t seed) {
+    float *x = (float *)malloc(sizeof(float) * (size_t)n * 4);
+    int32_t *y = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    int64_t i, shape[1] = {4};
+    gdl_dataset *ds;
+    gdl_manual_seed(seed);
+    for (i = 0; i < n && x && y; i++) {
+        int c = (int)(gdl_rng_next_u64() % 3), k;
+        y[i] = c;
+        for (k = 0; k < 4; k++) x[i * 4 + k] = (float)((k == c ? 2.0 : 0.0) + (gdl_rng_uniform() - 0.5) * 2);
+    }
+    ds = x && y ? gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, n, 3) : NULL;
+    free(x);
+    free(y);
+    return ds;
+}
+
+static int ac_fit(gdl_dtype dt, gdl_epoch_stats *h, int64_t *casts) {
+    gdl_dataset *tr = ac_blobs(512, 1), *va = ac_blobs(256, 2);
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_loader *tl, *vl;
+    gdl_module *l[4], *m;
+    gdl_optimizer *opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    gdl_fit_opts o = gdl_fit_defaults();
+    int64_t c0, c1;
+    int rc;
+    lo.batch_size = 32;
+    lo.shuffle = 1;
+    lo.seed = 7;
+    tl = gdl_loader_new(tr, &lo);
+    lo.shuffle = 0;
+    vl = gdl_loader_new(va, &lo);
+    gdl_manual_seed(3);
+    l[0] = gdl_nn_linear(4, 16, 1);
+    l[1] = gdl_nn_batchnorm1d(16);
+    l[2] = gdl_nn_relu();
+    l[3] = gdl_nn_linear(16, 3, 1);
+    m = gdl_nn_sequential(4, l);
+    if (!m || !opt || !tl || !vl || gdl_optim_add_module(opt, m, 0) < 0) return -1;
+    o.epochs = 3;
+    o.val = vl;
+    o.verbose = 0;
+    o.autocast = dt;
+    gdl_autocast_stats(&c0, NULL);
+    rc = gdl_fit(m, tl, opt, &o, h);
+    gdl_autocast_stats(&c1, NULL);
+    *casts = c1 - c0;
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_loader_free(tl);
+    gdl_loader_free(vl);
+    gdl_dataset_free(tr);
+    gdl_dataset_free(va);
+    return rc;
+}
+
+TEST autocast_fit(void) {
+    gdl_epoch_stats ref[3], low[3];
+    int64_t casts;
+    int e, dt;
+    ASSERT_EQ(0, ac_fit(GDL_F32, ref, &casts));
+    ASSERT_EQm("no casts without the option", 0, casts);
+    ASSERT_GT(ref[2].val_accuracy, 0.9);
+    for (dt = 0; dt < 2; dt++) {
+        ASSERT_EQ(0, ac_fit(dt ? GDL_F16 : GDL_BF16, low, &casts));
+        /* 16 training and 8 validation batches an epoch, two linears each: at least their inputs and weights */
+        ASSERT_GT(casts, 3 * (16 + 8) * 4 - 1);
+        ASSERT_EQm("the region is closed after gdl_fit", 0, gdl_autocast_enabled());
+        for (e = 0; e < 3; e++) {
+            ASSERT_IN_RANGE(ref[e].loss, low[e].loss, 0.02 * ref[0].loss);
+            ASSERT_IN_RANGE(ref[e].val_loss, low[e].val_loss, 0.02 * ref[0].loss);
+            ASSERT_IN_RANGE(ref[e].val_accuracy, low[e].val_accuracy, 0.02);
+            ASSERT_IN_RANGE(ref[e].accuracy, low[e].accuracy, 0.02);
+        }
+    }
+    ASSERT_EQ(-1, ac_fit(GDL_I32, low, &casts));
+    ASSERT_STR_EQ("gdl_fit: the autocast option must be bf16, f16 or f32 (off), got i32", gdl_last_error());
+    ASSERT_EQ(0, casts);
+    PASS();
+}
+
 static dtype_run runs[4 * NCASES];
 
 SUITE(parity) {
@@ -246,6 +330,7 @@ SUITE(autocast) {
     }
     RUN_TEST_NAMED("nesting_errors", autocast_nesting_errors, (void *)&ac[0]);
     RUN_TEST(autocast_threads);
+    RUN_TEST(autocast_fit);
 }
 
 HARNESS_MAIN_DEFS();
