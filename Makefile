@@ -258,6 +258,10 @@ test-cuda: | $(B)
 $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 	$(CC) $(STD) -O3 -march=native bench/train.c -o $@ $(LIBS)
 
+# mixed precision against f32: memory, step time, Fashion-MNIST accuracy (bench/RESULTS.md)
+$(B)/bench_amp: bench/amp.c bench/bench_cpu.h gpudl.h | $(B)
+	$(CC) $(STD) $(WARN) -O3 -march=native $(ZFLAGS) bench/amp.c -o $@ $(LIBS)
+
 # bench/compare_cpu.sh: ours against PyTorch on the CPU; bench/busy_cpu.sh:
 # with and without another busy process
 bench: $(B)/bench_train
