@@ -79,10 +79,18 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "^gdl_step  *cpu  *938 " cat "$t/profile"
     expect 0 "^allocation requests  *[0-9]" cat "$t/profile"
     expect 0 "test accuracy [0-9]" env GPUDL_DATA=/usr/share/datasets/fashion-mnist "$b/mnist_mlp" --epochs 1 --csv "$t/3.csv"
-    # mixed precision: bf16 autocast trains as f32 does (an epoch: above 80 %)
-    expect 0 "test accuracy 8[0-9]\.[0-9]*%" "$b/mnist_mlp" --epochs 1 --device cpu --amp bf16 --csv "$t/4.csv"
+    # mixed precision (issue 10): the main job with bf16 autocast ends within 0.5 points of f32's test
+    # accuracy (5 epochs, seed 0; about 13 s for both on the development VM)
+    expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --device cpu --seed 0 --csv "$t/5.csv"
+    cp "$t/out" "$t/f32"
+    expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --device cpu --seed 0 --amp bf16 --csv "$t/4.csv"
     cp "$t/out" "$t/amp"
     expect 0 "^mixed precision: autocast to bf16" cat "$t/amp"
+    acc() { sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p' "$1" | tail -n 1; }
+    expect 0 "within 0.5 points" awk -v a="$(acc "$t/f32")" -v b="$(acc "$t/amp")" 'BEGIN {
+        d = a - b; if (d < 0) d = -d
+        if (a > 80 && b > 80 && d <= 0.5) { printf "bf16 %s%% within 0.5 points of f32 %s%%\n", b, a; exit 0 }
+        printf "bf16 %s%% against f32 %s%%\n", b, a; exit 1 }'
 else
     skip=$((skip + 3)); echo "  SKIP the training runs: Fashion-MNIST is not installed (sh tools/deps.sh test installs it)"
 fi
