@@ -71,6 +71,52 @@
    and affine parameters may be low; the output has the input's dtype), as
    under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
 
+   Mixed precision (autocast)
+   --------------------------
+   torch.autocast, as a region on the calling thread:
+       gdl_arena_reset();                 // first: the region's casts are
+       gdl_zero_grad(opt);                //   this step's temporaries
+       gdl_autocast_begin(GDL_BF16);      // with torch.autocast("cuda", torch.bfloat16):
+       loss = gdl_cross_entropy(gdl_forward(model, x), y);
+       gdl_autocast_end();
+       gdl_backward(loss);                // backward and the step outside it
+       gdl_step(opt);
+   or let gdl_fit do it: gdl_fit_opts.autocast = GDL_BF16 (or GDL_F16; 0 =
+   GDL_F32 = off) runs each batch's forward and loss in a region, and its
+   validation pass too; gdl_evaluate called inside a region runs in it.
+   Inside a region each op follows its autocast class (GDL_OP_LIST;
+   gdl_op_autocast_class), PyTorch's CUDA lists:
+   * LOW (matmul, linear, conv2d): float inputs are cast to the region's
+     dtype and the op runs in it, accumulating in f32 (matmul and linear
+     natively through the backend's gemm_lp); the result is bf16/f16;
+   * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
+     mse_loss, bce_with_logits, sum, exp, log, pow_scalar): inputs cast to
+     f32, result f32 -- so a loss is f32;
+   * PROMOTE (the rest: relu, add, pooling, batch_norm, dropout, concat ...):
+     as outside a region, in the inputs' widest dtype (Dtypes above).
+   Parameters stay f32; what changes is the dtype of activations (a LOW
+   op's output, and what the next op saves for backward). Casts are
+   differentiable, so a parameter's gradient arrives in f32. The cast of a
+   parameter (a persistent leaf that requires grad) to the low dtype is
+   cached: a weight used by several ops in a region is cast once and its
+   gradient flows back through one cast (gdl_autocast_stats counts casts
+   and cache hits). The cache rule: a cached cast is an arena temporary, so
+   it is valid until the next gdl_arena_reset or until the outermost
+   gdl_autocast_end, whichever comes first; a gdl_backward also drops it
+   (an optimizer step usually follows, and would leave the casts stale).
+   Put the step's gdl_arena_reset before gdl_autocast_begin (as above and
+   as gdl_fit does); a reset inside a region is allowed (the cache simply
+   starts again). Weights changed in place inside a region without a
+   backward (gdl_sgd_update_ on an outside gradient, gdl_copy_) are not
+   noticed: end the region or reset first.
+   Regions nest (gdl_autocast_end restores the enclosing region's dtype;
+   the cache lives until the outermost end, as torch.autocast's) and are
+   per host thread: another thread's ops are not affected.
+   Outside a region the cost is one thread-local compare per op. Today only
+   matmul and linear have native bf16/f16 kernels; other ops compute on f32
+   copies (Dtypes above), so autocast gives PyTorch's numerics but not yet
+   its memory or speed savings (bench/RESULTS.md has the figures).
+
    Errors
    ------
    Functions return NULL (tensors) or a negative code (int). gdl_last_error()
@@ -83,7 +129,7 @@
    [types]      dtypes, devices, the tensor struct
    [api-tensor] creation, copies, printing, dtype conversion
    [api-ops]    the differentiable ops
-   [api-grad]   autograd, no-grad mode, arena, anomaly mode
+   [api-grad]   autograd, no-grad mode, arena, anomaly mode; autocast
    [api-formats] IDX, CIFAR-10 and safetensors files
    [api-data]   datasets, transforms, the DataLoader
    [api-nn]     modules, optimizers, learning-rate schedulers
@@ -105,8 +151,9 @@
      2. its declaration in [api-ops];
      3. the op (checks, output, backend call, tape node) and its gdl__bw_
         backward in [impl-ops]; an op taking float tensors starts with
-        GDL__LOWP(name, call, &each float argument), which runs it on f32
-        copies of bf16/f16 inputs and rounds the result;
+        GDL__LOWP1/2/3(name, GDL_OP_ id, call, each float argument), which
+        runs it on f32 copies of bf16/f16 inputs and rounds the result, and
+        under autocast casts its inputs as the op's autocast class says;
      4. only for a new kernel: a line in GDL_BACKEND_ENTRIES plus its two
         implementations, gdl__cpu_NAME ([impl-cpu]) and gdl__cu_NAME
         (gpudl_cuda.cu) -- a backend without one does not compile;
@@ -6995,6 +7042,8 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
         return -1;
     }
     if (!(be = gdl__be(op, root->device))) return -1;
+    /* an optimizer step usually follows: casts of the weights made so far would be stale */
+    gdl__ac_ncache = 0;
     /* gradients of intermediates from an earlier backward over the same tape start again */
     for (n = gdl__tape; n; n = n->prev) n->out->grad = NULL;
     if (gdl__ensure_grad(root) < 0) return -1;

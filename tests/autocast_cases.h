@@ -235,6 +235,19 @@ TEST autocast_cache(void *arg) {
     gdl_autocast_stats(&c1, &h1);
     ASSERT_EQ(3, c1 - c0);
     ASSERT_EQ(0, h1 - h0);
+    /* a backward inside a region drops the cache: a step may follow and change the weights */
+    gdl_arena_reset();
+    gdl_autocast_stats(&c0, &h0);
+    ASSERT_EQ(0, gdl_autocast_begin(r->dt));
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_linear(x, W, b))));
+    ASSERT_EQ(0, gdl_sgd_update_(W, 0.5));
+    ASSERT_NOT_NULL(h = gdl_linear(x, W, b));
+    gdl_autocast_stats(&c1, &h1);
+    ASSERT_EQ(0, h1 - h0);
+    ASSERT_EQm("x, W, b and the sum's input (F32 class), then x, W and b again", 7, c1 - c0);
+    ASSERT_EQ(0, gdl_autocast_end());
+    ASSERTm("the new cast holds the updated weights",
+            dtype_maxdiff(h, gdl_linear(gdl_to_dtype(x, r->dt), gdl_to_dtype(W, r->dt), gdl_to_dtype(b, r->dt))) == 0);
     /* outside a region nothing is cast */
     gdl_autocast_stats(&c0, &h0);
     ASSERT_EQ((int)GDL_F32, (int)gdl_linear(x, W, b)->dtype);

@@ -23,6 +23,7 @@ static void reset(void *u) {
     gdl_arena_reset();
     gdl_clear_error();
     gdl_set_grad_enabled(1);
+    while (gdl_autocast_enabled()) gdl_autocast_end(); /* a failed test's region */
 }
 
 /* a persistent tensor of dtype dt holding randn values (rounded to dt) */
