@@ -41,7 +41,7 @@ static gdl_dtype ac_expected(const gc_case *c, gdl_dtype ac, gdl_dtype in) {
    exact: a row without a LOW op must then match the reference exactly, a
    row with one within the rounding of its output and gradients. */
 static int ac_row(const ac_run *r, const gc_case *c, char *msg, size_t msz) {
-    gdl_tensor *cpu[5] = {0}, *ref[5] = {0}, *low[5] = {0}, *out = NULL, *w = NULL, *wd, *out_ref = NULL;
+    gdl_tensor *cpu[5] = {0}, *ref[5] = {0}, *low[5] = {0}, *out = NULL, *w = NULL, *wdev = NULL, *wd, *out_ref = NULL;
     gdl_tensor *gref[5] = {0};
     int k, pass, ok = 0;
     double rel, tol = ac_row_has_low(c) ? 2 * dtype_tol(r->dt) : 0;
@@ -94,9 +94,10 @@ static int ac_row(const ac_run *r, const gc_case *c, char *msg, size_t msz) {
             v = (float *)w->data;
             for (i = 0; i < w->numel; i++)
                 v[i] = r->dt == GDL_BF16 ? gdl_bf16_to_f32(gdl_f32_to_bf16(v[i])) : gdl_f16_to_f32(gdl_f32_to_f16(v[i]));
+            if (!(wdev = gdl_to(w, r->dev))) goto fail; /* persistent */
         }
         /* backward outside the region, as with torch.autocast */
-        if (!(wd = gdl_to_dtype(gdl_to(w, r->dev), out->dtype)) || gdl_backward_grad(out, wd) < 0) {
+        if (!(wd = gdl_to_dtype(wdev, out->dtype)) || gdl_backward_grad(out, wd) < 0) {
             snprintf(msg, msz, "%s: backward (pass %d) failed: %.200s", c->name, pass, gdl_last_error());
             goto done;
         }
@@ -133,6 +134,7 @@ fail:
 done:
     while (gdl_autocast_enabled()) gdl_autocast_end();
     gdl_free(w);
+    gdl_free(wdev);
     gdl_free(out_ref);
     for (k = 0; k < 5; k++) {
         gdl_free(cpu[k]);
