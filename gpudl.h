@@ -103,7 +103,8 @@
    and cache hits). The cache rule: a cached cast is an arena temporary, so
    it is valid until the next gdl_arena_reset or until the outermost
    gdl_autocast_end, whichever comes first; a gdl_backward also drops it
-   (an optimizer step usually follows, and would leave the casts stale).
+   (an optimizer step usually follows, and would leave the casts stale),
+   and a cast made in no-grad mode is not reused with gradients on.
    Put the step's gdl_arena_reset before gdl_autocast_begin (as above and
    as gdl_fit does); a reset inside a region is allowed (the cache simply
    starts again). Weights changed in place inside a region without a
@@ -5588,7 +5589,8 @@ static gdl_tensor *gdl__ac_cast(const char *op, gdl_tensor *x, gdl_dtype dt) {
     gdl_tensor *r;
     if (cache)
         for (i = 0; i < gdl__ac_ncache; i++)
-            if (gdl__ac_cache[i].src == x && gdl__ac_cache[i].gen == gdl__arena_gen && gdl__ac_cache[i].cast->dtype == dt) {
+            if (gdl__ac_cache[i].src == x && gdl__ac_cache[i].gen == gdl__arena_gen && gdl__ac_cache[i].cast->dtype == dt &&
+                (gdl__ac_cache[i].cast->node != NULL) == (gdl__grad_enabled != 0)) { /* a no-grad cast has no way back */
                 gdl__ac_stat[1]++;
                 return gdl__ac_cache[i].cast;
             }

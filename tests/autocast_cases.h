@@ -237,6 +237,23 @@ TEST autocast_cache(void *arg) {
     gdl_autocast_stats(&c1, &h1);
     ASSERT_EQ(3, c1 - c0);
     ASSERT_EQ(0, h1 - h0);
+    /* a cast made in no-grad mode is not reused where the gradient must flow back through it */
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_zero_grad_tensor(W));
+    ASSERT_EQ(0, gdl_autocast_begin(r->dt));
+    gdl_set_grad_enabled(0);
+    ASSERT_NOT_NULL(gdl_linear(x, W, b));
+    gdl_set_grad_enabled(1);
+    ASSERT_NOT_NULL(loss = gdl_sum(gdl_linear(x, W, b)));
+    ASSERT_EQ(0, gdl_autocast_end());
+    ASSERT_EQ(0, gdl_backward(loss));
+    ASSERT_NOT_NULL(gW = gdl_to_dtype(W->grad, GDL_F32));
+    {
+        gdl_tensor *z = gdl_zeros(2, sw, GDL_F32, r->dev);
+        double d = dtype_maxdiff(gW, z);
+        gdl_free(z);
+        ASSERTm("W gets its gradient", d > 0 && d < INFINITY);
+    }
     /* a backward inside a region drops the cache: a step may follow and change the weights */
     gdl_arena_reset();
     gdl_autocast_stats(&c0, &h0);
