@@ -1816,7 +1816,7 @@ TEST dtype_gemm_sizes_gpu(void) {
 
 /* ---- autocast on the GPU (tests/autocast_cases.h): each op's dtype by its
    class, the cast cache, nesting, loss curves (fewer steps than the CPU's
-   200 on the emulator, where every kernel runs on the host) ---- */
+   200: 30 on the emulator, where every kernel runs on the host) ---- */
 
 TEST autocast_gpu(void *arg) {
     ac_run r = *(const ac_run *)arg;
@@ -1879,7 +1879,7 @@ SUITE(autocast) {
     static ac_run ac[] = {{GDL_BF16, {GDL_DEVICE_CPU, 0}, 0}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 0},
                           {GDL_BF16, {GDL_DEVICE_CPU, 0}, 1}, {GDL_BF16, {GDL_DEVICE_CPU, 0}, 2},
 #ifdef GPUDL_EMU
-                          {GDL_BF16, {GDL_DEVICE_CPU, 0}, 50}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 50}};
+                          {GDL_BF16, {GDL_DEVICE_CPU, 0}, 30}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 30}};
 #else
                           {GDL_BF16, {GDL_DEVICE_CPU, 0}, 200}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 200}};
 #endif
