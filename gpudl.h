@@ -5621,12 +5621,14 @@ static int gdl__ac_in(const char *op, int opid, int n, gdl_tensor **const *args)
     gdl_dtype to;
     if (cls == GDL_AUTOCAST_PROMOTE) return 0;
     to = cls == GDL_AUTOCAST_LOW ? gdl__ac_dt : GDL_F32;
+    for (k = 0; k < n; k++) /* a non-float argument: the op's own error, naming the dtypes given */
+        if (*args[k] && !gdl__is_float((*args[k])->dtype)) return 0;
     for (k = 0; k < n; k++)
-        if (*args[k] && gdl__is_float((*args[k])->dtype) && (*args[k])->dtype != to) break;
+        if (*args[k] && (*args[k])->dtype != to) break;
     if (k == n) return 0;
     for (k = 0; k < n; k++) {
         gdl_tensor *t = *args[k];
-        if (!t || !gdl__is_float(t->dtype) || t->dtype == to) continue;
+        if (!t || t->dtype == to) continue;
         if (gdl__stale(op, "an input", t) < 0) return -1;
         for (j = 0; j < k && j < 8; j++) /* a tensor passed twice: one cast (see gdl__lowp_in) */
             if (orig[j] == t) break;
