@@ -113,6 +113,8 @@
    Regions nest (gdl_autocast_end restores the enclosing region's dtype;
    the cache lives until the outermost end, as torch.autocast's) and are
    per host thread: another thread's ops are not affected.
+   f16's narrow range can flush small gradients to zero: PyTorch pairs it
+   with a GradScaler (loss scaling); bf16 has f32's range and needs none.
    Outside a region the cost is one thread-local compare per op. Today only
    matmul and linear have native bf16/f16 kernels; other ops compute on f32
    copies (Dtypes above), so autocast gives PyTorch's numerics but not yet
