@@ -75,6 +75,55 @@
    and affine parameters may be low; the output has the input's dtype), as
    under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
 
+   Mixed precision (autocast)
+   --------------------------
+   torch.autocast, as a region on the calling thread:
+       gdl_arena_reset();                 // first: the region's casts are
+       gdl_zero_grad(opt);                //   this step's temporaries
+       gdl_autocast_begin(GDL_BF16);      // with torch.autocast("cuda", torch.bfloat16):
+       loss = gdl_cross_entropy(gdl_forward(model, x), y);
+       gdl_autocast_end();
+       gdl_backward(loss);                // backward and the step outside it
+       gdl_step(opt);
+   or let gdl_fit do it: gdl_fit_opts.autocast = GDL_BF16 (or GDL_F16; 0 =
+   GDL_F32 = off) runs each batch's forward and loss in a region, and its
+   validation pass too; gdl_evaluate called inside a region runs in it.
+   Inside a region each op follows its autocast class (GDL_OP_LIST;
+   gdl_op_autocast_class), PyTorch's CUDA lists:
+   * LOW (matmul, linear, conv2d): float inputs are cast to the region's
+     dtype and the op runs in it, accumulating in f32 (matmul and linear
+     natively through the backend's gemm_lp); the result is bf16/f16;
+   * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
+     mse_loss, bce_with_logits, sum, exp, log, pow_scalar): inputs cast to
+     f32, result f32 -- so a loss is f32;
+   * PROMOTE (the rest: relu, add, pooling, batch_norm, dropout, concat ...):
+     as outside a region, in the inputs' widest dtype (Dtypes above).
+   Parameters stay f32; what changes is the dtype of activations (a LOW
+   op's output, and what the next op saves for backward). Casts are
+   differentiable, so a parameter's gradient arrives in f32. The cast of a
+   parameter (a persistent leaf that requires grad) to the low dtype is
+   cached: a weight used by several ops in a region is cast once and its
+   gradient flows back through one cast (gdl_autocast_stats counts casts
+   and cache hits). The cache rule: a cached cast is an arena temporary, so
+   it is valid until the next gdl_arena_reset or until the outermost
+   gdl_autocast_end, whichever comes first; a gdl_backward also drops it
+   (an optimizer step usually follows, and would leave the casts stale),
+   and a cast made in no-grad mode is not reused with gradients on.
+   Put the step's gdl_arena_reset before gdl_autocast_begin (as above and
+   as gdl_fit does); a reset inside a region is allowed (the cache simply
+   starts again). Weights changed in place inside a region without a
+   backward (gdl_sgd_update_ on an outside gradient, gdl_copy_) are not
+   noticed: end the region or reset first.
+   Regions nest (gdl_autocast_end restores the enclosing region's dtype;
+   the cache lives until the outermost end, as torch.autocast's) and are
+   per host thread: another thread's ops are not affected.
+   f16's narrow range can flush small gradients to zero: PyTorch pairs it
+   with a GradScaler (loss scaling); bf16 has f32's range and needs none.
+   Outside a region the cost is one thread-local compare per op. Today only
+   matmul and linear have native bf16/f16 kernels; other ops compute on f32
+   copies (Dtypes above), so autocast gives PyTorch's numerics but not yet
+   its memory or speed savings (bench/RESULTS.md has the figures).
+
    Errors
    ------
    Functions return NULL (tensors) or a negative code (int). gdl_last_error()
@@ -87,7 +136,7 @@
    [types]      dtypes, devices, the tensor struct
    [api-tensor] creation, copies, printing, dtype conversion
    [api-ops]    the differentiable ops
-   [api-grad]   autograd, no-grad mode, arena, anomaly mode
+   [api-grad]   autograd, no-grad mode, arena, anomaly mode; autocast
    [api-formats] IDX, CIFAR-10 and safetensors files
    [api-data]   datasets, transforms, the DataLoader
    [api-nn]     modules, optimizers, learning-rate schedulers
@@ -110,8 +159,9 @@
      2. its declaration in [api-ops];
      3. the op (checks, output, backend call, tape node) and its gdl__bw_
         backward in [impl-ops]; an op taking float tensors starts with
-        GDL__LOWP(name, call, &each float argument), which runs it on f32
-        copies of bf16/f16 inputs and rounds the result;
+        GDL__LOWP1/2/3(name, GDL_OP_ id, call, each float argument), which
+        runs it on f32 copies of bf16/f16 inputs and rounds the result, and
+        under autocast casts its inputs as the op's autocast class says;
      4. only for a new kernel: a line in GDL_BACKEND_ENTRIES plus its two
         implementations, gdl__cpu_NAME ([impl-cpu]) and gdl__cu_NAME
         (gpudl_cuda.cu) -- a backend without one does not compile;
@@ -487,6 +537,15 @@ typedef enum gdl_op { GDL_OP_LIST(GDL__OP_ENUM) GDL_OP_COUNT } gdl_op;
 #undef GDL__OP_ENUM
 GPUDL_API const char *gdl_op_name(int op);
 GPUDL_API int gdl_op_autocast_class(int op); /* gdl_autocast_class; -1 for an invalid op */
+
+/* Autocast (MANUAL: Mixed precision), torch.autocast's regions: per host
+   thread, nestable (gdl_autocast_end restores the enclosing region's state). */
+GPUDL_API int gdl_autocast_begin(gdl_dtype dt); /* GDL_BF16 or GDL_F16; -1 + error otherwise */
+GPUDL_API int gdl_autocast_end(void);           /* -1 + error without an open region */
+GPUDL_API int gdl_autocast_enabled(void);       /* 1 inside a region on this thread */
+GPUDL_API gdl_dtype gdl_autocast_dtype(void);   /* the region's dtype; GDL_F32 outside */
+/* this thread's counts since it started: casts autocast made, and casts of parameters taken from its cache */
+GPUDL_API void gdl_autocast_stats(int64_t *casts, int64_t *cache_hits);
 GPUDL_API int gdl_tensor_op(const gdl_tensor *t); /* the op that made t, -1 for a leaf */
 
 /* Anomaly mode: every op checks its outputs (forward and backward) and
@@ -1045,6 +1104,9 @@ typedef struct gdl_fit_opts {
                                    be captured yet); a step that cannot be captured (a loss that reads the
                                    device, dropout) runs eagerly, with one notice. 0: every step eagerly. No
                                    effect on the CPU. */
+    gdl_dtype autocast;         /* GDL_BF16 / GDL_F16: each batch's forward and loss run in an autocast region
+                                   (gdl_autocast_begin; backward and the optimizer step outside it, as with
+                                   torch.autocast), and so does the validation pass. 0 (GDL_F32): off */
 } gdl_fit_opts;
 
 typedef struct gdl_epoch_stats {
@@ -1084,7 +1146,8 @@ GPUDL_API void gdl_print_epoch(FILE *f, int epochs, const gdl_epoch_stats *s);
    flushes, so the file is complete after every epoch (0 / -1). Close it with fclose. */
 GPUDL_API FILE *gdl_metrics_csv_open(const char *path);
 GPUDL_API int gdl_metrics_csv_row(FILE *f, const gdl_epoch_stats *s);
-/* One pass over l in eval mode without gradients: mean loss and accuracy (either out may be NULL). 0 / -1. */
+/* One pass over l in eval mode without gradients: mean loss and accuracy (either out may be NULL). 0 / -1.
+   Called inside an autocast region, it runs in it (gdl_fit's autocast option puts its validation pass in one). */
 GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
                            double *accuracy_out);
 
@@ -5721,6 +5784,7 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
    are tape nodes, so a bf16 tensor's gradient arrives in bf16. */
 
 static int gdl__is_float(gdl_dtype dt) { return dt == GDL_F32 || dt == GDL_F16 || dt == GDL_BF16; }
+static int gdl__is_low(gdl_dtype dt) { return dt == GDL_F16 || dt == GDL_BF16; }
 
 /* PyTorch's promotion among the float dtypes: equal stays, anything else is
    f32 (f32 + bf16, f16 + bf16) */
@@ -5765,17 +5829,136 @@ static int gdl__bw_cast(gdl_node *n, const gdl_backend *be) {
                         n->out->grad->dtype, x->numel);
 }
 
+/* ---- autocast (MANUAL: Mixed precision) ----
+   The state is per host thread, as torch.autocast's: the dtype ops of class
+   GDL_AUTOCAST_LOW run in (GDL_F32 = off, so the hooks' test is one compare
+   of it), the enclosing regions' dtypes, and the cache of parameters' casts.
+   A cache entry is valid only in the arena generation it was made in: the
+   cast is a temporary, and gdl_arena_reset hands its memory to the next
+   step. */
+#define GDL__AC_DEPTH 32
+#define GDL__AC_CACHE 256
+typedef struct gdl__ac_entry {
+    const gdl_tensor *src;
+    gdl_tensor *cast;
+    unsigned gen;
+} gdl__ac_entry;
+static GDL__TLS gdl_dtype gdl__ac_dt = GDL_F32;
+static GDL__TLS int gdl__ac_depth;
+static GDL__TLS gdl_dtype gdl__ac_outer[GDL__AC_DEPTH];
+static GDL__TLS gdl__ac_entry gdl__ac_cache[GDL__AC_CACHE];
+static GDL__TLS int gdl__ac_ncache;
+static GDL__TLS int64_t gdl__ac_stat[2]; /* casts made, cache hits */
+
+GPUDL_API int gdl_autocast_begin(gdl_dtype dt) {
+    if (dt != GDL_BF16 && dt != GDL_F16) {
+        gdl__set_error("gdl_autocast_begin: the autocast dtype must be bf16 or f16, got %s", gdl_dtype_name(dt));
+        return -1;
+    }
+    if (gdl__ac_depth == GDL__AC_DEPTH) {
+        gdl__set_error("gdl_autocast_begin: more than %d nested autocast regions", GDL__AC_DEPTH);
+        return -1;
+    }
+    gdl__ac_outer[gdl__ac_depth++] = gdl__ac_dt;
+    gdl__ac_dt = dt;
+    return 0;
+}
+
+GPUDL_API int gdl_autocast_end(void) {
+    if (gdl__ac_depth == 0) {
+        gdl__set_error("gdl_autocast_end: no autocast region is open on this thread (gdl_autocast_begin)");
+        return -1;
+    }
+    gdl__ac_dt = gdl__ac_outer[--gdl__ac_depth];
+    if (gdl__ac_depth == 0) gdl__ac_ncache = 0; /* torch.autocast drops its cache on leaving the outermost region */
+    return 0;
+}
+
+GPUDL_API gdl_dtype gdl_autocast_dtype(void) { return gdl__ac_dt; }
+GPUDL_API int gdl_autocast_enabled(void) { return gdl__ac_dt != GDL_F32; }
+GPUDL_API void gdl_autocast_stats(int64_t *casts, int64_t *cache_hits) {
+    if (casts) *casts = gdl__ac_stat[0];
+    if (cache_hits) *cache_hits = gdl__ac_stat[1];
+}
+
+/* x in dt for an autocast op. A parameter (a persistent leaf that requires a
+   gradient) going to a low dtype is cast once per region and step, as
+   torch.autocast caches: a weight used by several ops is rounded once and
+   its gradient arrives through one cast, in f32. */
+static gdl_tensor *gdl__ac_cast(const char *op, gdl_tensor *x, gdl_dtype dt) {
+    int i, cache = gdl__is_low(dt) && x->requires_grad && !x->node && gdl__is_persistent(x);
+    gdl_tensor *r;
+    if (cache)
+        for (i = 0; i < gdl__ac_ncache; i++)
+            if (gdl__ac_cache[i].src == x && gdl__ac_cache[i].gen == gdl__arena_gen && gdl__ac_cache[i].cast->dtype == dt &&
+                (gdl__ac_cache[i].cast->node != NULL) == (gdl__grad_enabled != 0)) { /* a no-grad cast has no way back */
+                gdl__ac_stat[1]++;
+                return gdl__ac_cache[i].cast;
+            }
+    if (!(r = gdl__cast_t(op, x, dt))) return NULL;
+    gdl__ac_stat[0]++;
+    if (cache) {
+        for (i = 0; i < gdl__ac_ncache && gdl__ac_cache[i].gen == gdl__arena_gen; i++) {}
+        if (i == gdl__ac_ncache && i < GDL__AC_CACHE) gdl__ac_ncache++; /* else a stale entry's slot, or none */
+        if (i < GDL__AC_CACHE) {
+            gdl__ac_cache[i].src = x;
+            gdl__ac_cache[i].cast = r;
+            gdl__ac_cache[i].gen = gdl__arena_gen;
+        }
+    }
+    return r;
+}
+
+/* a native low-precision GEMM in dt is what autocast wants (or autocast is off) */
+static int gdl__ac_native(gdl_dtype dt) { return gdl__ac_dt == GDL_F32 || gdl__ac_dt == dt; }
+
+/* Autocast's part of the hooks' slow path: an op of class LOW (F32) whose
+   float arguments are not all the autocast dtype (f32) gets them cast, and
+   `call` re-runs it on them: 1. Otherwise 0, and the op goes on as outside
+   autocast (class PROMOTE always does). */
+static int gdl__ac_in(const char *op, int opid, int n, gdl_tensor **const *args) {
+    int k, j, cls = opid >= 0 ? gdl__op(opid)->autocast : GDL_AUTOCAST_PROMOTE;
+    gdl_tensor *orig[8] = {0};
+    gdl_dtype to;
+    if (cls == GDL_AUTOCAST_PROMOTE) return 0;
+    to = cls == GDL_AUTOCAST_LOW ? gdl__ac_dt : GDL_F32;
+    for (k = 0; k < n; k++) /* a non-float argument: the op's own error, naming the dtypes given */
+        if (*args[k] && !gdl__is_float((*args[k])->dtype)) return 0;
+    for (k = 0; k < n; k++)
+        if (*args[k] && (*args[k])->dtype != to) break;
+    if (k == n) return 0;
+    for (k = 0; k < n; k++) {
+        gdl_tensor *t = *args[k];
+        if (!t || t->dtype == to) continue;
+        if (gdl__stale(op, "an input", t) < 0) return -1;
+        for (j = 0; j < k && j < 8; j++) /* a tensor passed twice: one cast (see gdl__lowp_in) */
+            if (orig[j] == t) break;
+        if (k < 8) orig[k] = t;
+        if (j < k && j < 8) *args[k] = *args[j];
+        else if (!(*args[k] = gdl__ac_cast(op, t, to))) return -1;
+    }
+    return 1;
+}
+
 /* The slow path of the GDL__LOWP hooks (below), taken when a float argument
-   of an op is not f32; args point at its float arguments (NULL entries:
-   absent optional arguments). Returns 0 when all are f32 after all; -1 with
+   of an op is not f32 or autocast is on; args point at its float arguments
+   (NULL entries: absent optional arguments); opid: the op's GDL_OP_ id (its
+   autocast class), -1 for none. Under autocast, an op of class LOW or F32
+   gets its arguments cast to its dtype and re-runs (1, *out_dt f32: the
+   result stays as it comes). Otherwise returns 0 when all are f32; -1 with
    an error naming the dtypes when one is not a float; 1 when some are bf16/f16:
-   then each of them is replaced by an f32 copy and *out_dt is the dtype the
+   then each of them is replaced by an f32 copy, *out_dt is the dtype the
    op's result must be rounded to (PyTorch's promotion; follow_first: the
-   first argument's dtype, as the norms' and embedding's output). */
-static int gdl__lowp_in(const char *op, int n, gdl_tensor **const *args, int follow_first, gdl_dtype *out_dt) {
+   first argument's dtype, as the norms' and embedding's output), and autocast
+   is off until gdl__lowp_out: the re-run is the f32 computation itself. */
+static int gdl__lowp_in(const char *op, int opid, int n, gdl_tensor **const *args, int follow_first, gdl_dtype *out_dt) {
     int k, low = 0, first = 1;
     gdl_dtype dt = GDL_F32;
     gdl_tensor *orig[8] = {0};
+    if (gdl__ac_dt != GDL_F32 && (k = gdl__ac_in(op, opid, n, args)) != 0) {
+        *out_dt = GDL_F32;
+        return k;
+    }
     for (k = 0; k < n; k++)
         if (*args[k] && (*args[k])->dtype != GDL_F32) break;
     if (k == n) return 0;
@@ -5826,47 +6009,51 @@ static int gdl__lowp_in(const char *op, int n, gdl_tensor **const *args, int fol
         if (!(*args[k] = gdl__cast_t(op, t, GDL_F32))) return -1;
     }
     *out_dt = dt;
+    gdl__ac_dt = GDL_F32;
     return 1;
 }
 
-/* the f32 result of an op that had low-precision inputs, rounded to dt */
-static gdl_tensor *gdl__lowp_out(const char *op, gdl_tensor *r, gdl_dtype dt) {
+/* the f32 result of an op that had low-precision inputs, rounded to dt;
+   ac: the autocast dtype before gdl__lowp_in, restored */
+static gdl_tensor *gdl__lowp_out(const char *op, gdl_tensor *r, gdl_dtype dt, gdl_dtype ac) {
+    gdl__ac_dt = ac;
     if (!r || r->dtype != GDL_F32 || dt == GDL_F32) return r;
     return gdl__finish(op, gdl__cast_t(op, r, dt));
 }
 
-/* The hook at the top of an op, naming its float arguments (up to three
-   variables; NULL ones are absent optional arguments): `call` re-runs the op
-   on the f32 copies. The f32 path pays one compare per argument; the
-   arguments' addresses are never taken, so they stay in registers. */
-#define GDL__LOWP_(op, follow, call, a, b, c)                                                         \
+/* The hook at the top of an op, naming its GDL_OP_ id (its autocast class;
+   -1: none) and its float arguments (up to three variables; NULL ones are
+   absent optional arguments): `call` re-runs the op on the copies. The f32
+   path outside autocast pays one compare per argument and one for autocast;
+   the arguments' addresses are never taken, so they stay in registers. */
+#define GDL__LOWP_(op, opid, follow, call, a, b, c)                                                   \
     do {                                                                                              \
         gdl_tensor *lp_none_ = NULL;                                                                  \
-        if (((a) && (a)->dtype != GDL_F32) || ((b) && (b)->dtype != GDL_F32) ||                       \
+        if (gdl__ac_dt != GDL_F32 || ((a) && (a)->dtype != GDL_F32) || ((b) && (b)->dtype != GDL_F32) || \
             ((c) && (c)->dtype != GDL_F32)) {                                                         \
             gdl_tensor *lp_t_[3];                                                                     \
             gdl_tensor **const lp_p_[3] = {&lp_t_[0], &lp_t_[1], &lp_t_[2]};                          \
-            gdl_dtype lp_dt_ = GDL_F32;                                                               \
+            gdl_dtype lp_dt_ = GDL_F32, lp_ac_ = gdl__ac_dt;                                          \
             int lp_rc_;                                                                               \
             lp_t_[0] = (a);                                                                           \
             lp_t_[1] = (b);                                                                           \
             lp_t_[2] = (c);                                                                           \
-            lp_rc_ = gdl__lowp_in(op, 3, lp_p_, follow, &lp_dt_);                                     \
+            lp_rc_ = gdl__lowp_in(op, opid, 3, lp_p_, follow, &lp_dt_);                               \
             if (lp_rc_ < 0) return NULL;                                                              \
             if (lp_rc_ > 0) {                                                                         \
                 (a) = lp_t_[0];                                                                       \
                 (b) = lp_t_[1];                                                                       \
                 (c) = lp_t_[2];                                                                       \
-                return gdl__lowp_out(op, call, lp_dt_);                                               \
+                return gdl__lowp_out(op, call, lp_dt_, lp_ac_);                                       \
             }                                                                                         \
         }                                                                                             \
         (void)lp_none_;                                                                               \
     } while (0)
-#define GDL__LOWP1(op, call, a) GDL__LOWP_(op, 0, call, a, lp_none_, lp_none_)
-#define GDL__LOWP2(op, call, a, b) GDL__LOWP_(op, 0, call, a, b, lp_none_)
-#define GDL__LOWP3(op, call, a, b, c) GDL__LOWP_(op, 0, call, a, b, c)
+#define GDL__LOWP1(op, opid, call, a) GDL__LOWP_(op, opid, 0, call, a, lp_none_, lp_none_)
+#define GDL__LOWP2(op, opid, call, a, b) GDL__LOWP_(op, opid, 0, call, a, b, lp_none_)
+#define GDL__LOWP3(op, opid, call, a, b, c) GDL__LOWP_(op, opid, 0, call, a, b, c)
 /* the result follows the first argument's dtype (the norms) */
-#define GDL__LOWP3_FIRST(op, call, a, b, c) GDL__LOWP_(op, 1, call, a, b, c)
+#define GDL__LOWP3_FIRST(op, opid, call, a, b, c) GDL__LOWP_(op, opid, 1, call, a, b, c)
 
 /* normalises a possibly negative dim */
 static int gdl__dim(const char *op, const gdl_tensor *x, int dim, int *out) {
@@ -6025,7 +6212,7 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
     int64_t shape[GDL_MAX_DIMS], astr[GDL_MAX_DIMS], bstr[GDL_MAX_DIMS];
     gdl_tensor *in[2], *out;
     const gdl_backend *be;
-    GDL__LOWP2(opname, gdl__binary(opname, op, a, b), a, b);
+    GDL__LOWP2(opname, op, gdl__binary(opname, op, a, b), a, b);
     if (gdl__check_in(opname, "a", a, 1) < 0 || gdl__check_in(opname, "b", b, 1) < 0 ||
         gdl__check_dev(opname, a, b) < 0 || gdl__broadcast(opname, a, b, &nd, shape, astr, bstr) < 0)
         return NULL;
@@ -6086,7 +6273,7 @@ static gdl_tensor *gdl__unary(const char *opname, int op, gdl_tensor *x, double 
     gdl_node *n;
     const gdl_backend *be;
     int err;
-    GDL__LOWP1(opname, gdl__unary(opname, op, x, alpha), x);
+    GDL__LOWP1(opname, op, gdl__unary(opname, op, x, alpha), x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || !(be = gdl__be(opname, x->device))) return NULL;
     if (!(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
     if (be->unary(gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha) < 0) return NULL;
@@ -6134,7 +6321,6 @@ GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
    Both run natively in f16 and bf16 (inputs of one low dtype): the
    backend's gemm_lp sums in f32 and rounds C once, forward and backward. */
 
-static int gdl__is_low(gdl_dtype dt) { return dt == GDL_F16 || dt == GDL_BF16; }
 #define GDL__AT(p, dt, off) ((void *)((char *)(p) + (size_t)(off) * gdl_dtype_size(dt)))
 
 /* C = op(A)op(B) + beta*C in dtype dt: the f32 kernels or the low-precision GEMM */
@@ -6162,9 +6348,9 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
     gdl_node *n;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
-    if ((a && a->dtype != GDL_F32) || (b && b->dtype != GDL_F32)) {
-        if (a && b && a->dtype == b->dtype && gdl__is_low(a->dtype)) dt = a->dtype; /* native */
-        else GDL__LOWP2(op, gdl_matmul(a, b), a, b);
+    if (gdl__ac_dt != GDL_F32 || (a && a->dtype != GDL_F32) || (b && b->dtype != GDL_F32)) {
+        if (a && b && a->dtype == b->dtype && gdl__is_low(a->dtype) && gdl__ac_native(a->dtype)) dt = a->dtype; /* native */
+        else GDL__LOWP2(op, GDL_OP_MATMUL, gdl_matmul(a, b), a, b);
     }
     if (gdl__check_in(op, "a", a, dt == GDL_F32) < 0 || gdl__check_in(op, "b", b, dt == GDL_F32) < 0 ||
         gdl__check_dev(op, a, b) < 0)
@@ -6257,9 +6443,11 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
     gdl_tensor *out, *in[3];
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
-    if ((x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) || (bias && bias->dtype != GDL_F32)) {
-        if (x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype)) dt = x->dtype;
-        else GDL__LOWP3(op, gdl_linear(x, w, bias), x, w, bias);
+    if (gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) || (bias && bias->dtype != GDL_F32)) {
+        if (x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype) &&
+            gdl__ac_native(x->dtype))
+            dt = x->dtype;
+        else GDL__LOWP3(op, GDL_OP_LINEAR, gdl_linear(x, w, bias), x, w, bias);
     }
     if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0 || gdl__check_in(op, "weight", w, dt == GDL_F32) < 0 ||
         (bias && gdl__check_in(op, "bias", bias, dt == GDL_F32) < 0) || gdl__check_dev(op, x, w) < 0 ||
@@ -6338,7 +6526,7 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
     gdl_tensor *out, *idx = NULL;
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP1(opname, gdl__reduce(opname, op, x, all, dim, keepdim), x);
+    GDL__LOWP1(opname, op, gdl__reduce(opname, op, x, all, dim, keepdim), x);
     if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
     if (all) {
         outer = inner = 1;
@@ -6387,7 +6575,7 @@ GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
     int d, k, nd = 0;
     gdl_tensor *out;
     const gdl_backend *be;
-    GDL__LOWP1("gdl_argmax", gdl_argmax(x, dim), x);
+    GDL__LOWP1("gdl_argmax", -1, gdl_argmax(x, dim), x);
     if (gdl__check_in("gdl_argmax", "x", x, 1) < 0 || gdl__dim("gdl_argmax", x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (nred == 0) {
@@ -6408,7 +6596,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
     gdl_tensor *out;
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP1(opname, gdl__softmax(opname, op, x, dim), x);
+    GDL__LOWP1(opname, op, gdl__softmax(opname, op, x, dim), x);
     if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
@@ -6443,7 +6631,7 @@ GPUDL_API gdl_tensor *gdl_conv2d_ex(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bi
     gdl_node *n;
     int gi, err, direct;
     const gdl_backend *be;
-    GDL__LOWP3(op, gdl_conv2d_ex(x, w, bias, stride, padding, dilation, groups), x, w, bias);
+    GDL__LOWP3(op, GDL_OP_CONV2D, gdl_conv2d_ex(x, w, bias, stride, padding, dilation, groups), x, w, bias);
     if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
         (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
         return NULL;
@@ -6566,7 +6754,7 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     gdl_node *n;
     int err, rc;
     const gdl_backend *be;
-    GDL__LOWP1(opname, gdl__pool(opname, op, x, kernel, stride, padding), x);
+    GDL__LOWP1(opname, op, gdl__pool(opname, op, x, kernel, stride, padding), x);
     if (gdl__check_in(opname, "input", x, 1) < 0) return NULL;
     if (x->ndim != 4) {
         gdl__set_error("%s: expected input [N,C,H,W], got %s", opname, gdl_shape_str(x));
@@ -6627,7 +6815,7 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
     gdl_node *n;
     int err;
     const gdl_backend *be;
-    GDL__LOWP1(op, gdl_global_avg_pool2d(x), x);
+    GDL__LOWP1(op, GDL_OP_GLOBAL_AVG_POOL2D, gdl_global_avg_pool2d(x), x);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim != 4 || x->shape[2] * x->shape[3] == 0) {
         gdl__set_error("%s: expected a non-empty input [N,C,H,W], got %s", op, gdl_shape_str(x));
@@ -6673,10 +6861,11 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
             cv[k] = xs[k];
             pp[k] = &cv[k];
         }
-        if ((k = gdl__lowp_in(op, count, pp, 0, &dt)) <= 0) {
+        gdl_dtype ac = gdl__ac_dt;
+        if ((k = gdl__lowp_in(op, GDL_OP_CONCAT, count, pp, 0, &dt)) <= 0) {
             if (k < 0) return NULL;
         } else {
-            return gdl__lowp_out(op, gdl_concat(count, cv, dim), dt);
+            return gdl__lowp_out(op, gdl_concat(count, cv, dim), dt, ac);
         }
     }
     for (k = 0; k < count; k++) {
@@ -6739,7 +6928,7 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     uint64_t seed;
     int err;
     const gdl_backend *be;
-    GDL__LOWP1(op, gdl_dropout(x, p, training), x);
+    GDL__LOWP1(op, GDL_OP_DROPOUT, gdl_dropout(x, p, training), x);
     if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
     if (!(p >= 0 && p <= 1)) {
         gdl__set_error("%s: probability %g is not in [0,1]", op, p);
@@ -6791,7 +6980,7 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
     gdl_tensor *out, *mean, *invstd, *in[3];
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP3_FIRST(op, gdl_batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps), x, weight, bias);
+    GDL__LOWP3_FIRST(op, GDL_OP_BATCH_NORM, gdl_batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps), x, weight, bias);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim < 2 || x->ndim > 4) {
         gdl__set_error("%s: expected input [N,C], [N,C,L] or [N,C,H,W], got %s", op, gdl_shape_str(x));
@@ -6845,7 +7034,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
     gdl_tensor *out, *mean, *rstd, *in[3];
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP3_FIRST(op, gdl_layer_norm(x, weight, bias, eps), x, weight, bias);
+    GDL__LOWP3_FIRST(op, GDL_OP_LAYER_NORM, gdl_layer_norm(x, weight, bias, eps), x, weight, bias);
     if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
     if (x->ndim < 1 || x->shape[x->ndim - 1] == 0) {
         gdl__set_error("%s: expected an input with a non-empty last dim, got %s", op, gdl_shape_str(x));
@@ -6901,7 +7090,7 @@ GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
     int err;
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
-    GDL__LOWP1(op, gdl_embedding(idx, w), w);
+    GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl_embedding(idx, w), w);
     if (gdl__check_in(op, "indices", idx, 0) < 0 || gdl__check_in(op, "weight", w, 1) < 0 || gdl__check_dev(op, idx, w) < 0)
         return NULL;
     if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
@@ -6945,7 +7134,7 @@ static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tens
     gdl_tensor *rows, *out, *count, *in[2];
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP1(opname, gdl__xent(opname, op, x, tgt, o), x);
+    GDL__LOWP1(opname, op, gdl__xent(opname, op, x, tgt, o), x);
     if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", tgt, 0) < 0 ||
         gdl__check_dev(opname, x, tgt) < 0)
         return NULL;
@@ -7013,7 +7202,7 @@ static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x
     int err;
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
-    GDL__LOWP2(opname, gdl__pointwise_loss(opname, op, x, y, r), x, y);
+    GDL__LOWP2(opname, op, gdl__pointwise_loss(opname, op, x, y, r), x, y);
     if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", y, 1) < 0 ||
         gdl__check_dev(opname, x, y) < 0)
         return NULL;
@@ -7201,6 +7390,8 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
         return -1;
     }
     if (!(be = gdl__be(op, root->device))) return -1;
+    /* an optimizer step usually follows: casts of the weights made so far would be stale */
+    gdl__ac_ncache = 0;
     /* gradients of intermediates from an earlier backward over the same tape start again */
     for (n = gdl__tape; n; n = n->prev) n->out->grad = NULL;
     if (gdl__ensure_grad(root) < 0) return -1;
@@ -12318,8 +12509,17 @@ static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_ten
                        gdl_shape_str(loss));
         return -1;
     }
+    const gdl_real *o = (const gdl_real *)out->data;
     if (gdl__pass_init(p, "gdl_fit", loss->device) < 0) return -1;
-    return p->be->fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? GDL__R(out) : NULL,
+    if (cls && out->dtype != GDL_F32) { /* bf16/f16 logits (autocast): the metrics kernel reads f32 */
+        gdl_real *f;
+        if (!gdl__is_float(out->dtype)) cls = 0;
+        else if (!(f = (gdl_real *)gdl__scratch("gdl_fit", out->device, sizeof(gdl_real) * (size_t)out->numel)) ||
+                 p->be->cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0)
+            return -1;
+        else o = f;
+    }
+    return p->be->fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? o : NULL,
                               cls ? (const int32_t *)y->data : NULL, p->dacc);
 }
 
@@ -12542,8 +12742,12 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
         if (hi == lo) continue;
         gdl_arena_reset();
         if (parts > 1 && (!(xs = gdl_slice(x, lo, hi)) || !(ys = gdl_slice(y, lo, hi)))) return -1;
-        if (!(out = o->ddp ? gdl_ddp_forward(o->ddp, xs) : gdl_forward(m, xs)) || !(lt = loss(out, ys, o->loss_user)))
-            return -1;
+        /* the region opens after the reset: its cached casts are this step's temporaries */
+        if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) return -1;
+        out = o->ddp ? gdl_ddp_forward(o->ddp, xs) : gdl_forward(m, xs);
+        lt = out ? loss(out, ys, o->loss_user) : NULL;
+        if (o->autocast != GDL_F32) gdl_autocast_end();
+        if (!lt) return -1;
         if (gdl__pass_batch(p, out, ys, lt) < 0) return -1; /* on the device: no read back */
         if (scale != 1) lt = gdl_mul_scalar(lt, scale);
         if (!lt) return -1;
@@ -12649,6 +12853,10 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         return -1;
     }
     memset(graphs, 0, sizeof graphs);
+    if (o.autocast != GDL_F32 && o.autocast != GDL_BF16 && o.autocast != GDL_F16) {
+        gdl__set_error("gdl_fit: the autocast option must be bf16, f16 or f32 (off), got %s", gdl_dtype_name(o.autocast));
+        return -1;
+    }
     if (o.epochs < 0 || o.accumulate < 0 || o.checkpoint_every < 0) {
         gdl__set_error("gdl_fit: bad epochs %d, accumulate %d or checkpoint_every %lld", o.epochs, o.accumulate,
                        (long long)o.checkpoint_every);
@@ -12892,9 +13100,17 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         st.accuracy = gdl__pass_acc(&p);
         st.samples_per_sec = st.seconds > 0 ? (double)p.samples / st.seconds : 0;
         st.val_loss = st.val_accuracy = NAN;
-        if (o.val && gdl_evaluate(m, o.val, o.loss, o.loss_user, &st.val_loss, &st.val_accuracy) < 0) {
-            rc = -1;
-            break;
+        if (o.val) {
+            int erc;
+            if (o.autocast != GDL_F32 && gdl_autocast_begin(o.autocast) < 0) erc = -1;
+            else {
+                erc = gdl_evaluate(m, o.val, o.loss, o.loss_user, &st.val_loss, &st.val_accuracy);
+                if (o.autocast != GDL_F32) gdl_autocast_end();
+            }
+            if (erc < 0) {
+                rc = -1;
+                break;
+            }
         }
         if (history) history[epoch - 1] = st;
         if (o.verbose) gdl_print_epoch(log, o.epochs, &st);

@@ -11,6 +11,8 @@
    --csv FILE        per-epoch metrics as CSV
    --profile         a per-op time profile (gdl_profile_print) and the memory
                      summary (gdl_memory_summary); no value
+   --amp DT          mixed precision: forward and loss under autocast in DT,
+                     bf16 or f16 (gdl_autocast_begin); default off (f32)
    --help            the usage
 
    Each example says which of these it takes. Values may follow the flag or
@@ -27,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { EX_DATA = 1, EX_EPOCHS = 2, EX_BATCH = 4, EX_DEVICE = 8, EX_SEED = 16, EX_CSV = 32, EX_PROFILE = 64 };
+enum { EX_DATA = 1, EX_EPOCHS = 2, EX_BATCH = 4, EX_DEVICE = 8, EX_SEED = 16, EX_CSV = 32, EX_PROFILE = 64, EX_AMP = 128 };
 
 typedef struct ex_args {
     const char *data;  /* NULL: the default search */
@@ -36,6 +38,7 @@ typedef struct ex_args {
     gdl_device device;
     uint64_t seed;
     int profile;       /* --profile given */
+    gdl_dtype amp;     /* --amp: GDL_BF16 or GDL_F16; GDL_F32 (0): off */
 } ex_args;
 
 /* The example's defaults: no --data (the default search), no CSV, seed 0, device auto. */
@@ -57,6 +60,7 @@ static void ex_usage(FILE *f, const char *prog, const char *about, unsigned take
     if (takes & EX_SEED) fprintf(f, "  --seed N          random seed (default %llu)\n", (unsigned long long)defaults->seed);
     if (takes & EX_CSV) fprintf(f, "  --csv FILE        per-epoch metrics as CSV (default %s)\n", defaults->csv ? defaults->csv : "none");
     if (takes & EX_PROFILE) fprintf(f, "  --profile         print a per-op time profile of the training and the memory summary\n");
+    if (takes & EX_AMP) fprintf(f, "  --amp DT          mixed precision: autocast to bf16 or f16 (default off)\n");
     fprintf(f, "  --help            this text\n");
 }
 
@@ -102,7 +106,8 @@ static int ex_device(const char *s, gdl_device *out) {
 static int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const char *about) {
     static const struct { const char *name; unsigned bit; } flags[] = {
         {"--data", EX_DATA}, {"--epochs", EX_EPOCHS}, {"--batch-size", EX_BATCH},
-        {"--device", EX_DEVICE}, {"--seed", EX_SEED}, {"--csv", EX_CSV}, {"--profile", EX_PROFILE}};
+        {"--device", EX_DEVICE}, {"--seed", EX_SEED}, {"--csv", EX_CSV}, {"--profile", EX_PROFILE},
+        {"--amp", EX_AMP}};
     const char *prog = argc > 0 ? argv[0] : "example";
     ex_args defaults = *a;
     int i, k;
@@ -168,6 +173,14 @@ static int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const cha
                 return 2;
             }
             a->seed = (uint64_t)n;
+            break;
+        case EX_AMP:
+            if (!strcmp(val, "bf16")) a->amp = GDL_BF16;
+            else if (!strcmp(val, "f16")) a->amp = GDL_F16;
+            else {
+                fprintf(stderr, "%s: --amp '%s': expected bf16 or f16\n", prog, val);
+                return 2;
+            }
             break;
         case EX_DEVICE:
             switch (ex_device(val, &a->device)) {

@@ -8,6 +8,7 @@
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/mnist_mlp.c gpudl_cuda.cu -lcublas -lnccl -lz -o mnist_mlp
    Run:   ./mnist_mlp [--data DIR] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE]
                       [--profile]   (the first epoch's per-op time table and the memory summary)
+                      [--amp bf16|f16]  (mixed precision: forward and loss under autocast)
    Data:  --data DIR if given, else $GPUDL_DATA if set, else ./data, then Debian's
           dataset-fashion-mnist (/usr/share/datasets/fashion-mnist); `make data`
           installs or downloads it (`make run` does that first). */
@@ -30,7 +31,7 @@ int main(int argc, char **argv) {
     int rc = 1;
 
     a.csv = "mnist_mlp_metrics.csv";
-    switch (ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE,
+    switch (ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_AMP,
                      "Trains a 784-128-10 MLP on Fashion-MNIST with Adam and prints the test accuracy.")) {
     case 1: return 0;
     case 2: return 2;
@@ -39,6 +40,7 @@ int main(int argc, char **argv) {
     epochs = a.epochs;
     printf("device: %s (%s)%s\n", gdl_device_str(dev), gdl_device_name(dev),
            dev.type == GDL_DEVICE_CPU && gdl_cuda_device_count() == 0 ? " - no GPU, training on the CPU" : "");
+    if (a.amp != GDL_F32) printf("mixed precision: autocast to %s\n", gdl_dtype_name(a.amp));
     gdl_manual_seed(a.seed);
     if (!(train = gdl_dataset_fashion_mnist(a.data, 1)) || !(test = gdl_dataset_fashion_mnist(a.data, 0))) goto fail;
 
@@ -77,7 +79,9 @@ int main(int argc, char **argv) {
             gdl_tensor *loss;
             gdl_arena_reset();                     /* the last step's temporaries go */
             gdl_zero_grad(opt);                    /* optimizer.zero_grad()          */
+            if (a.amp != GDL_F32 && gdl_autocast_begin(a.amp) < 0) goto fail; /* with torch.autocast(...): */
             loss = gdl_cross_entropy(gdl_forward(model, x), y); /* loss = crit(model(x), y) */
+            if (a.amp != GDL_F32) gdl_autocast_end();            /* backward outside the region */
             if (!loss || gdl_backward(loss) < 0) goto fail;      /* loss.backward()  */
             if (gdl_step(opt) < 0) goto fail;                    /* optimizer.step() */
             loss_sum += gdl_item(loss) * (double)y->shape[0];
@@ -94,7 +98,14 @@ int main(int argc, char **argv) {
         st.loss = loss_sum / (double)n;
         st.accuracy = NAN;
         total += st.seconds;
-        if (gdl_evaluate(model, test_loader, NULL, NULL, &test_loss, &test_acc) < 0) goto fail;
+        if (a.amp != GDL_F32 && gdl_autocast_begin(a.amp) < 0) goto fail;
+        rc = gdl_evaluate(model, test_loader, NULL, NULL, &test_loss, &test_acc);
+        if (a.amp != GDL_F32) gdl_autocast_end();
+        if (rc < 0) {
+            rc = 1;
+            goto fail;
+        }
+        rc = 1;
         st.val_loss = test_loss;
         st.val_accuracy = test_acc;
         gdl_print_epoch(stdout, epochs, &st);

@@ -18,6 +18,7 @@
 #include "harness.h"
 #include "op_cases.h"
 #include "dtype_parity.h"
+#include "autocast_cases.h"
 #include "monitor_cases.h"
 #ifdef GPUDL_EMU
 #include "cuda_emu/emu_api.h"
@@ -2301,6 +2302,20 @@ TEST dtype_gemm_sizes_gpu(void) {
     return dtype_gemm_sizes((void *)&dev);
 }
 
+/* ---- autocast on the GPU (tests/autocast_cases.h): each op's dtype by its
+   class, the cast cache, nesting, loss curves (fewer steps than the CPU's
+   200: 30 on the emulator, where every kernel runs on the host) ---- */
+
+TEST autocast_gpu(void *arg) {
+    ac_run r = *(const ac_run *)arg;
+    if (!have_gpu()) SKIPm("no GPU");
+    r.dev = GPU;
+    if (r.steps == 0) return autocast_ops(&r);
+    if (r.steps == 1) return autocast_cache(&r);
+    if (r.steps == 2) return autocast_nesting_errors(&r);
+    return autocast_training(&r);
+}
+
 /* ---- suites ---- */
 
 static parity_run table_runs[2 * NCASES], gpu_runs[2 * NGPU_CASES];
@@ -2347,6 +2362,18 @@ SUITE(dtypes) {
         }
     RUN_TEST(dtype_gemm_sizes_gpu);
     RUN_TEST(dtype_promotion_gpu);
+}
+SUITE(autocast) {
+    static ac_run ac[] = {{GDL_BF16, {GDL_DEVICE_CPU, 0}, 0}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 0},
+                          {GDL_BF16, {GDL_DEVICE_CPU, 0}, 1}, {GDL_BF16, {GDL_DEVICE_CPU, 0}, 2},
+#ifdef GPUDL_EMU
+                          {GDL_BF16, {GDL_DEVICE_CPU, 0}, 30}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 30}};
+#else
+                          {GDL_BF16, {GDL_DEVICE_CPU, 0}, 200}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 200}};
+#endif
+    static const char *names[] = {"ops_bf16", "ops_f16", "cache_bf16", "nesting_errors", "training_bf16", "training_f16"};
+    int i;
+    for (i = 0; i < 6; i++) RUN_TEST_NAMED(names[i], autocast_gpu, (void *)&ac[i]);
 }
 SUITE(optim) {
     static const opt_kind kinds[] = {
@@ -2468,6 +2495,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(monitor);
     RUN_SUITE(ops);
     RUN_SUITE(dtypes);
+    RUN_SUITE(autocast);
     RUN_SUITE(kernel_paths);
     RUN_SUITE(optim);
     RUN_SUITE(training);

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 
 #include "dtype_parity.h"
+#include "autocast_cases.h"
+#include <pthread.h>
 
 #define CPU gdl_cpu()
 
@@ -21,6 +23,7 @@ static void reset(void *u) {
     gdl_arena_reset();
     gdl_clear_error();
     gdl_set_grad_enabled(1);
+    while (gdl_autocast_enabled()) gdl_autocast_end(); /* a failed test's region */
 }
 
 /* a persistent tensor of dtype dt holding randn values (rounded to dt) */
@@ -162,6 +165,119 @@ TEST errors_name_dtypes(void) {
     PASS();
 }
 
+/* autocast's state is per thread, as torch.autocast's: a region opened on
+   one thread is not open on another, and each thread nests its own */
+static void *ac_thread(void *arg) {
+    int *res = (int *)arg;
+    res[0] = gdl_autocast_enabled();
+    res[1] = gdl_autocast_begin(GDL_F16);
+    res[2] = (int)gdl_autocast_dtype();
+    res[3] = gdl_autocast_end();
+    res[4] = gdl_autocast_end(); /* this thread has no region left */
+    return NULL;
+}
+
+TEST autocast_threads(void) {
+    pthread_t th;
+    int res[5] = {-9, -9, -9, -9, -9};
+    ASSERT_EQ(0, gdl_autocast_begin(GDL_BF16));
+    ASSERT_EQ(0, pthread_create(&th, NULL, ac_thread, res));
+    ASSERT_EQ(0, pthread_join(th, NULL));
+    ASSERT_EQm("a region on the main thread is not open on another", 0, res[0]);
+    ASSERT_EQ(0, res[1]);
+    ASSERT_EQ((int)GDL_F16, res[2]);
+    ASSERT_EQ(0, res[3]);
+    ASSERT_EQ(-1, res[4]);
+    ASSERT_EQm("the other thread's regions did not touch this one's", (int)GDL_BF16, (int)gdl_autocast_dtype());
+    ASSERT_EQ(0, gdl_autocast_end());
+    ASSERT_EQ(0, gdl_autocast_enabled());
+    PASS();
+}
+
+/* gdl_fit's autocast option: forward and loss in the region (the casts are
+   counted), backward and the step outside, validation in it too; the run
+   follows the f32 one. A bad option fails before anything runs. */
+static gdl_dataset *ac_blobs(int64_t n, uint64_t seed) {
+    float *x = (float *)malloc(sizeof(float) * (size_t)n * 4);
+    int32_t *y = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    int64_t i, shape[1] = {4};
+    gdl_dataset *ds;
+    gdl_manual_seed(seed);
+    for (i = 0; i < n && x && y; i++) {
+        int c = (int)(gdl_rng_next_u64() % 3), k;
+        y[i] = c;
+        for (k = 0; k < 4; k++) x[i * 4 + k] = (float)((k == c ? 2.0 : 0.0) + (gdl_rng_uniform() - 0.5) * 2);
+    }
+    ds = x && y ? gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, n, 3) : NULL;
+    free(x);
+    free(y);
+    return ds;
+}
+
+static int ac_fit(gdl_dtype dt, gdl_epoch_stats *h, int64_t *casts) {
+    gdl_dataset *tr = ac_blobs(512, 1), *va = ac_blobs(256, 2);
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_loader *tl, *vl;
+    gdl_module *l[4], *m;
+    gdl_optimizer *opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    gdl_fit_opts o = gdl_fit_defaults();
+    int64_t c0, c1;
+    int rc;
+    lo.batch_size = 32;
+    lo.shuffle = 1;
+    lo.seed = 7;
+    tl = gdl_loader_new(tr, &lo);
+    lo.shuffle = 0;
+    vl = gdl_loader_new(va, &lo);
+    gdl_manual_seed(3);
+    l[0] = gdl_nn_linear(4, 16, 1);
+    l[1] = gdl_nn_batchnorm1d(16);
+    l[2] = gdl_nn_relu();
+    l[3] = gdl_nn_linear(16, 3, 1);
+    m = gdl_nn_sequential(4, l);
+    if (!m || !opt || !tl || !vl || gdl_optim_add_module(opt, m, 0) < 0) return -1;
+    o.epochs = 3;
+    o.val = vl;
+    o.verbose = 0;
+    o.autocast = dt;
+    gdl_autocast_stats(&c0, NULL);
+    rc = gdl_fit(m, tl, opt, &o, h);
+    gdl_autocast_stats(&c1, NULL);
+    *casts = c1 - c0;
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_loader_free(tl);
+    gdl_loader_free(vl);
+    gdl_dataset_free(tr);
+    gdl_dataset_free(va);
+    return rc;
+}
+
+TEST autocast_fit(void) {
+    gdl_epoch_stats ref[3], low[3];
+    int64_t casts;
+    int e, dt;
+    ASSERT_EQ(0, ac_fit(GDL_F32, ref, &casts));
+    ASSERT_EQm("no casts without the option", 0, casts);
+    ASSERT_GT(ref[2].val_accuracy, 0.9);
+    for (dt = 0; dt < 2; dt++) {
+        ASSERT_EQ(0, ac_fit(dt ? GDL_F16 : GDL_BF16, low, &casts));
+        /* 16 training and 8 validation batches an epoch, two linears each: at least their inputs and weights */
+        ASSERT_GT(casts, 3 * (16 + 8) * 4 - 1);
+        ASSERT_EQm("the region is closed after gdl_fit", 0, gdl_autocast_enabled());
+        for (e = 0; e < 3; e++) {
+            ASSERT_IN_RANGE(ref[e].loss, low[e].loss, 0.02 * ref[0].loss);
+            ASSERT_IN_RANGE(ref[e].val_loss, low[e].val_loss, 0.02 * ref[0].loss);
+            ASSERT_IN_RANGE(ref[e].val_accuracy, low[e].val_accuracy, 0.02);
+            ASSERT_IN_RANGE(ref[e].accuracy, low[e].accuracy, 0.02);
+        }
+    }
+    ASSERT_EQ(-1, ac_fit(GDL_I32, low, &casts));
+    ASSERT_STR_EQ("gdl_fit: the autocast option must be bf16, f16 or f32 (off), got i32", gdl_last_error());
+    ASSERT_EQ(0, casts);
+    PASS();
+}
+
 static dtype_run runs[4 * NCASES];
 
 SUITE(parity) {
@@ -197,11 +313,33 @@ SUITE(semantics) {
     RUN_TEST(errors_name_dtypes);
 }
 
+SUITE(autocast) {
+    static ac_run ac[2];
+    int j;
+    SET_SETUP(reset, NULL);
+    for (j = 0; j < 2; j++) {
+        char name[64];
+        ac[j].dt = j ? GDL_F16 : GDL_BF16;
+        ac[j].dev = gdl_cpu();
+        ac[j].steps = 200;
+        snprintf(name, sizeof name, "ops_%s", gdl_dtype_name(ac[j].dt));
+        RUN_TEST_NAMED(name, autocast_ops, (void *)&ac[j]);
+        snprintf(name, sizeof name, "cache_%s", gdl_dtype_name(ac[j].dt));
+        RUN_TEST_NAMED(name, autocast_cache, (void *)&ac[j]);
+        snprintf(name, sizeof name, "training_200_steps_%s", gdl_dtype_name(ac[j].dt));
+        RUN_TEST_NAMED(name, autocast_training, (void *)&ac[j]);
+    }
+    RUN_TEST_NAMED("nesting_errors", autocast_nesting_errors, (void *)&ac[0]);
+    RUN_TEST(autocast_threads);
+    RUN_TEST(autocast_fit);
+}
+
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
     RUN_SUITE(parity);
     RUN_SUITE(semantics);
+    RUN_SUITE(autocast);
     gdl_shutdown();
     HARNESS_MAIN_END();
 }
