@@ -11248,6 +11248,7 @@ typedef struct gdl__opt_param {
     char *names[3];
     int dev;           /* its flat block: index in the optimizer's devs */
     size_t off;        /* bytes from the start of each region of that block to its slot */
+    int32_t step_seen; /* the count gdl_optim_state read back into `step`: a different value was written */
 } gdl__opt_param;
 
 /* One device's flat block (llm.c's malloc_and_point_parameters), one
@@ -11282,7 +11283,9 @@ struct gdl_optimizer {
     int ndevs;
     gdl__opt_dev *devs;        /* the flat blocks, in the order their devices first appear */
     int layout_dirty;          /* parameters were added: make the blocks again */
-    int steps_dirty;           /* the host step tensors are newer than the blocks' counts */
+    int steps_dirty;           /* 1: the blocks are new, every host step count goes up; 2: gdl_optim_state
+                                  handed the step tensors out, those written since (a checkpoint load) go up
+                                  (the others may be behind the blocks': replayed graphs step on the device) */
 };
 
 static const char *gdl__opt_kind_name(int kind) {
@@ -11568,6 +11571,8 @@ static void gdl__opt_hyper_of(const gdl__opt_group *g, gdl_opt_hyper *h) {
    the next step read them and nothing waits. */
 static int gdl__opt_push_hyper(const char *op, gdl_optimizer *opt) {
     int d, g;
+    /* new groups: the blocks are made again at the next use, and every group's values go up then */
+    if (opt->layout_dirty) return 0;
     for (d = 0; d < opt->ndevs; d++) {
         gdl__opt_dev *dv = &opt->devs[d];
         const gdl_backend *be = NULL;
@@ -11575,6 +11580,11 @@ static int gdl__opt_push_hyper(const char *op, gdl_optimizer *opt) {
             gdl_opt_hyper h;
             gdl__opt_hyper_of(&opt->groups[g], &h);
             if (!memcmp(&h, &dv->hyper_seen[g], sizeof h)) continue;
+            if (gdl__capturing) { /* a copy from the host cannot be recorded: say so before it is lost */
+                gdl__set_error("%s: the optimizer's hyper-parameters cannot change inside a CUDA graph capture "
+                               "(change them between replays)", op);
+                return -1;
+            }
             if (!be && !(be = gdl__be(op, dv->device))) return -1;
             if (be->copy_async(&dv->hyper[g], &h, sizeof h, 0, NULL) < 0) return -1;
             dv->hyper_seen[g] = h;
@@ -11587,7 +11597,7 @@ static int gdl__opt_push_hyper(const char *op, gdl_optimizer *opt) {
 static int gdl__opt_steps_down(const char *op, gdl_optimizer *opt) {
     int d, i;
     int32_t *buf;
-    if (opt->steps_dirty || !opt->ndevs) return 0; /* the host's are the newer */
+    if (opt->steps_dirty == 1 || !opt->ndevs) return 0; /* the host's are the newer */
     buf = (int32_t *)gdl__arena_alloc(&gdl__host_arena, sizeof(int32_t) * (size_t)(opt->nparams + 1));
     if (!buf) {
         gdl__set_error("%s: out of memory (host)", op);
@@ -11597,8 +11607,13 @@ static int gdl__opt_steps_down(const char *op, gdl_optimizer *opt) {
         gdl__opt_dev *dv = &opt->devs[d];
         if (gdl__copy_bytes(op, buf, gdl_cpu(), dv->steps, dv->device, sizeof(int32_t) * (size_t)dv->nsteps) < 0)
             return -1;
-        for (i = 0; i < dv->nsteps; i++)
-            if (opt->params[i].dev == d && opt->params[i].step) *(int32_t *)opt->params[i].step->data = buf[i];
+        for (i = 0; i < dv->nsteps; i++) {
+            gdl__opt_param *pp = &opt->params[i];
+            /* a count written since the last read (not sent up yet) is kept */
+            if (pp->dev != d || !pp->step || (opt->steps_dirty == 2 && *(int32_t *)pp->step->data != pp->step_seen))
+                continue;
+            *(int32_t *)pp->step->data = pp->step_seen = buf[i];
+        }
     }
     return 0;
 }
@@ -11607,7 +11622,25 @@ static int gdl__opt_steps_down(const char *op, gdl_optimizer *opt) {
 static int gdl__opt_steps_up(const char *op, gdl_optimizer *opt) {
     int d, i;
     int32_t *buf;
-    if (!opt->steps_dirty) return 0;
+    if (!opt->steps_dirty || opt->layout_dirty) return 0; /* a new layout takes them all up */
+    if (gdl__capturing) {
+        gdl__set_error("%s: the optimizer's step counts were set from the host (a checkpoint load) and cannot be "
+                       "sent inside a CUDA graph capture: take a step first", op);
+        return -1;
+    }
+    if (opt->steps_dirty == 2) { /* only the counts written since gdl_optim_state read them */
+        for (i = 0; i < opt->nparams; i++) {
+            gdl__opt_param *pp = &opt->params[i];
+            const gdl_backend *be;
+            if (!pp->step || *(const int32_t *)pp->step->data == pp->step_seen) continue;
+            if (!(be = gdl__be(op, opt->devs[pp->dev].device)) ||
+                be->copy_async(&opt->devs[pp->dev].steps[i], pp->step->data, sizeof(int32_t), 0, NULL) < 0)
+                return -1;
+            pp->step_seen = *(const int32_t *)pp->step->data;
+        }
+        opt->steps_dirty = 0;
+        return 0;
+    }
     buf = (int32_t *)gdl__arena_alloc(&gdl__host_arena, sizeof(int32_t) * (size_t)(opt->nparams + 1));
     if (!buf) {
         gdl__set_error("%s: out of memory (host)", op);
@@ -12097,10 +12130,10 @@ GPUDL_API int gdl_optim_state(gdl_optimizer *opt, const char **names, gdl_tensor
         gdl__set_error("gdl_optim_state: max %d must be >= 0", max);
         return -1;
     }
-    /* the state lives in the flat blocks; the step counts are read back from there (the one wait) and
-       the host's copies are the newer after this call (a checkpoint load writes them) */
+    /* the state lives in the flat blocks; the step counts are read back from there (the one wait), and
+       a count written into its step tensor afterwards (a checkpoint load) goes up at the next step */
     if (gdl__opt_layout("gdl_optim_state", opt) < 0 || gdl__opt_steps_down("gdl_optim_state", opt) < 0) return -1;
-    opt->steps_dirty = 1;
+    if (opt->steps_dirty != 1) opt->steps_dirty = 2;
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_param *pp = &opt->params[i];
         gdl_tensor *ts[3];
@@ -12773,7 +12806,7 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
     return gdl_step(opt);
 }
 
-/* gdl_fit's CUDA graphs ([api-graph]): one per batch size (the full batches
+/* gdl_fit's CUDA graphs ([api-graph]): one per batch shape (the full batches
    and the last, partial one), each with the fixed input buffers it reads. */
 #define GDL__FIT_GRAPHS 2
 static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(void *ctx), void *ctx);
@@ -12788,11 +12821,16 @@ typedef struct gdl__fit_step { /* what a recorded step works on */
 } gdl__fit_step;
 
 typedef struct gdl__fit_graph {
-    int64_t batch;   /* the batch size; 0: a free slot */
-    gdl_graph *g;    /* NULL (batch set): the step could not be captured, so it runs eagerly */
-    gdl_tensor *x, *y;
+    int used;        /* 0: a free slot */
+    gdl_graph *g;    /* NULL (used): the step could not be captured, so it runs eagerly */
+    gdl_tensor *x, *y; /* the inputs it reads: batches of their shapes and dtypes replay it */
     gdl__fit_step ctx;
 } gdl__fit_graph;
+
+static int gdl__fit_graph_fits(const gdl__fit_graph *fg, const gdl_tensor *x, const gdl_tensor *y) {
+    return fg->x && fg->y && fg->x->dtype == x->dtype && fg->y->dtype == y->dtype && gdl_same_shape(fg->x, x) &&
+           gdl_same_shape(fg->y, y);
+}
 
 /* what the graph holds: the eager path's step of one whole batch and its zero_grad */
 static int gdl__fit_graph_step(void *c) {
@@ -12807,7 +12845,7 @@ static void gdl__fit_graph_capture(gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor
                                    gdl_optimizer *opt, const gdl_fit_opts *o, gdl_loss_fn loss, gdl__pass *p,
                                    char *why, size_t whylen) {
     int64_t steps = opt->steps;
-    fg->batch = x->shape[0];
+    fg->used = 1;
     if (!(fg->x = gdl_empty(x->ndim, x->shape, x->dtype, x->device)) ||
         !(fg->y = gdl_empty(y->ndim, y->shape, y->dtype, y->device)) || gdl_copy_(fg->x, x) < 0 ||
         gdl_copy_(fg->y, y) < 0) {
@@ -12966,8 +13004,8 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
             last = ++micro == o.accumulate || b == nb;
             if (o.cuda_graph && x->device.type == GDL_DEVICE_CUDA && o.accumulate == 1 && parts == 1 && !o.ddp &&
                 !(o.clip_grad_norm > 0)) {
-                for (k = 0; k < GDL__FIT_GRAPHS && !fg; k++)
-                    if (graphs[k].batch == x->shape[0] || graphs[k].batch == 0) fg = &graphs[k];
+                for (k = 0; k < GDL__FIT_GRAPHS && !fg; k++) /* this shape's, else a free slot; none: eager */
+                    if (!graphs[k].used || gdl__fit_graph_fits(&graphs[k], x, y)) fg = &graphs[k];
             }
             if (fg && fg->g) { /* a step of this size was recorded: the new batch into its inputs, one launch */
                 if (gdl_copy_(fg->x, x) < 0 || gdl_copy_(fg->y, y) < 0 || gdl_graph_replay(fg->g) < 0) {
@@ -13006,6 +13044,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                     if (gdl__pass_snapshot(&p, 0) < 0) break;
                     gdl_rng_set_state(rng_seed, rng_counter);
                     gdl_arena_reset();
+                    gdl__fit_graphs_free(graphs); /* their kernels write into the memory given back next */
                     gdl__release_cached_memory();
                     if (gdl_zero_grad(opt) < 0) break;
                 }
@@ -13026,7 +13065,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                     if (gdl_zero_grad(opt) < 0) rc = -1;
                     if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0)
                         rc = -1;
-                    if (rc == 0 && fg && !fg->batch) { /* this size's first step ran: record it for the next */
+                    if (rc == 0 && fg && !fg->used) { /* this shape's first step ran: record it for the next */
                         char why[sizeof gdl__err];
                         why[0] = 0;
                         gdl__fit_graph_capture(fg, x, y, m, opt, &o, loss, &p, why, sizeof why);

@@ -1609,7 +1609,7 @@ typedef struct graph_ctx {
     toy *t;
     int cnn;
     gdl_optimizer *opt; /* NULL: plain SGD through gdl_sgd_update_ */
-    int misuse;         /* 1: reads the loss, 2: makes a persistent tensor, 3: dropout */
+    int misuse;         /* 1: reads the loss, 2: makes a persistent tensor, 3: dropout, 4: sets lr */
     gdl_tensor *loss;
 } graph_ctx;
 
@@ -1627,6 +1627,7 @@ static int graph_step(void *c) {
     g->loss = gdl_cross_entropy(z, t->y);
     if (!g->loss || gdl_backward(g->loss) < 0) return -1;
     if (g->misuse == 1 && gdl_graph_is_capturing() && isnan(gdl_item(g->loss))) return -1;
+    if (g->misuse == 4 && gdl_graph_is_capturing() && gdl_optim_set_lr(g->opt, 0, 1e-4) < 0) return -1;
     if (g->misuse == 2 && gdl_graph_is_capturing()) {
         gdl_tensor *keep = gdl_clone(g->loss);
         if (!keep) return -1;
@@ -1778,9 +1779,81 @@ TEST graph_capture_errors(void) {
     PASS();
 }
 
+/* the optimizer's step counts are the device's: a read of them (a
+   checkpoint's gdl_optim_state) between replays does not send stale counts
+   back at the next eager step; an lr set inside a capture is refused and
+   reaches the device at the next eager step */
+static int32_t graph_adam_step_count(gdl_optimizer *opt) {
+    const char *names[32];
+    gdl_tensor *ts[32];
+    int n = gdl_optim_state(opt, names, ts, 32), i;
+    for (i = 0; i < n && i < 32; i++)
+        if (strstr(names[i], ".step")) return *(const int32_t *)ts[i]->data;
+    return -1;
+}
+
+TEST graph_step_counts_and_lr(void) {
+    toy t, ref;
+    graph_ctx c, cr;
+    gdl_graph *g;
+    float p[64 * 196], q[64 * 196];
+    int i;
+    if (!have_gpu()) SKIPm("no GPU");
+    toy_make(&t, 0);
+    toy_make(&ref, 0);
+    ASSERT_EQ(0, toy_to(&t, GPU));
+    ASSERT_EQ(0, toy_to(&ref, GPU));
+    memset(&c, 0, sizeof c);
+    c.t = &t;
+    c.opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    ASSERT(c.opt && gdl_optim_add_params(c.opt, t.p, t.np, -1, -1) == 0);
+    cr = c;
+    cr.t = &ref;
+    cr.opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    ASSERT(cr.opt && gdl_optim_add_params(cr.opt, ref.p, ref.np, -1, -1) == 0);
+    ASSERT((g = gdl_graph_capture(GPU, graph_step, &c)) != NULL); /* step 1 (the warm-up) */
+    for (i = 0; i < 3; i++) ASSERT_EQ(0, gdl_graph_replay(g));
+    ASSERT_EQ(4, graph_adam_step_count(c.opt));
+    for (i = 0; i < 3; i++) ASSERT_EQ(0, gdl_graph_replay(g));
+    gdl_arena_reset();
+    ASSERT_EQ(0, graph_step(&c)); /* eager: step 8 */
+    ASSERT_EQ(8, graph_adam_step_count(c.opt));
+    for (i = 0; i < 8; i++) { /* the same 8 steps eagerly */
+        gdl_arena_reset();
+        ASSERT_EQ(0, graph_step(&cr));
+    }
+    ASSERT_EQ(0, gdl_copy_to_host(t.p[0], p, sizeof p));
+    ASSERT_EQ(0, gdl_copy_to_host(ref.p[0], q, sizeof q));
+    ASSERTm("replays around a state read equal eager steps", memcmp(p, q, sizeof p) == 0);
+    gdl_graph_free(g);
+    /* set_lr inside a capture: refused, then sent by the next eager step */
+    c.misuse = 4;
+    ASSERT(gdl_graph_capture(GPU, graph_step, &c) == NULL); /* its warm-up is step 9 */
+    ASSERT_CONTAINS(gdl_last_error(), "inside a CUDA graph capture");
+    c.misuse = 0;
+    cr.misuse = 0;
+    gdl_arena_reset();
+    ASSERT_EQ(0, graph_step(&cr)); /* step 9 of the reference */
+    ASSERT_EQ(0, gdl_optim_set_lr(cr.opt, 0, 1e-4));
+    gdl_arena_reset();
+    ASSERT_EQ(0, graph_step(&c));
+    gdl_arena_reset();
+    ASSERT_EQ(0, graph_step(&cr));
+    ASSERT_EQ(0, gdl_copy_to_host(t.p[0], p, sizeof p));
+    ASSERT_EQ(0, gdl_copy_to_host(ref.p[0], q, sizeof q));
+    ASSERTm("the lr set in the failed capture is the one the next step used", memcmp(p, q, sizeof p) == 0);
+    gdl_optim_free(c.opt);
+    gdl_optim_free(cr.opt);
+    toy_free(&t);
+    toy_free(&ref);
+    gdl_arena_reset();
+    PASS();
+}
+
 SUITE(graphs) {
     RUN_TEST(graph_replay_equals_eager);
     RUN_TEST(graph_capture_errors);
+    RUN_TEST(graph_step_counts_and_lr);
 }
 
 /* ---- all-or-nothing training steps under injected faults (the emulator only) ---- */

@@ -1538,6 +1538,54 @@ SUITE(modules) {
     RUN_TEST(test_module_to);
 }
 
+/* lr of a group added after the flat buffer was made: set before the next
+   step (the buffer is made again then), and the step uses it */
+TEST test_set_lr_after_new_group(void) {
+    int64_t s2[1] = {3};
+    gdl_tensor *a = gdl_full(1, s2, 1.0, GDL_F32, gdl_cpu()), *b = gdl_full(1, s2, 1.0, GDL_F32, gdl_cpu());
+    gdl_optimizer *opt = gdl_adam_new(0.1, 0.9, 0.999, 1e-8, 0);
+    float va[3], vb[3];
+    int k;
+    ASSERT(a && b && opt);
+    gdl_set_requires_grad(a, 1);
+    gdl_set_requires_grad(b, 1);
+    ASSERT_EQ(0, gdl_optim_add_params(opt, &a, 1, -1, -1));
+    for (k = 0; k < 3; k++) { /* the buffer exists, with one group */
+        gdl_arena_reset();
+        ASSERT_EQ(0, gdl_zero_grad(opt));
+        ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(a, a))));
+        ASSERT_EQ(0, gdl_step(opt));
+    }
+    ASSERT_EQ(1, gdl_optim_add_params(opt, &b, 1, 0.5, 0)); /* the new group's index */
+    ASSERT_EQ(0, gdl_optim_set_lr(opt, 1, 0.25)); /* the new group's, before the buffer has it */
+    ASSERT_EQ(0, gdl_optim_set_lr(opt, 0, 0.0));
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_zero_grad(opt));
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_add(gdl_mul(a, a), gdl_mul(b, b)))));
+    ASSERT_EQ(0, gdl_step(opt));
+    ASSERT_EQ(0, gdl_copy_to_host(a, va, sizeof va));
+    ASSERT_EQ(0, gdl_copy_to_host(b, vb, sizeof vb));
+    /* Adam's first step moves b by lr (0.25) exactly in sign; a stays (lr 0) */
+    for (k = 0; k < 3; k++) {
+        ASSERT(fabsf(vb[k] - 0.75f) < 1e-6f);
+        ASSERT(va[k] < 1.0f && va[k] > 0.5f);
+    }
+    {
+        float before[3];
+        memcpy(before, va, sizeof va);
+        gdl_arena_reset();
+        ASSERT_EQ(0, gdl_zero_grad(opt));
+        ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_add(gdl_mul(a, a), gdl_mul(b, b)))));
+        ASSERT_EQ(0, gdl_step(opt));
+        ASSERT_EQ(0, gdl_copy_to_host(a, va, sizeof va));
+        ASSERTm("lr 0 leaves a where it was", memcmp(va, before, sizeof va) == 0);
+    }
+    gdl_optim_free(opt);
+    gdl_free(a);
+    gdl_free(b);
+    PASS();
+}
+
 SUITE(optimizers) {
     char name[96];
     size_t i;
@@ -1561,6 +1609,7 @@ SUITE(optimizers) {
     RUN_TEST(test_clip_grad_norm);
     RUN_TEST(test_gradient_accumulation);
     RUN_TEST(test_state_follows_device);
+    RUN_TEST(test_set_lr_after_new_group);
 }
 
 SUITE(schedulers) {
