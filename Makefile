@@ -88,7 +88,7 @@ run:
 deps:
 	@sh tools/deps.sh test
 
-# the GPU suite's mutation check: 39 planted kernel bugs, one at a time, on the emulator (minutes)
+# the GPU suite's mutation check: 42 planted kernel bugs, one at a time, on the emulator (minutes)
 mutate-cuda:
 	sh tests/mutate_cuda.sh
 

@@ -75,6 +75,54 @@
    and affine parameters may be low; the output has the input's dtype), as
    under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
 
+   GradScaler
+   ----------
+   PyTorch's torch.amp.GradScaler, for f16 training whose small gradients
+   would underflow: the loss is multiplied by a large scale before
+   backward, the gradients divided by it before the step, and a step whose
+   gradients overflowed (inf/NaN) is skipped while the scale backs off.
+       gdl_grad_scaler *sc = gdl_grad_scaler_new(NULL);  // 2^16, x2, x0.5, 2000
+       for each batch {
+           gdl_arena_reset(); gdl_zero_grad(opt);
+           loss = gdl_cross_entropy(gdl_forward(model, x), y);
+           gdl_backward(gdl_grad_scaler_scale(sc, loss));
+           gdl_grad_scaler_unscale(sc, opt);          // optional: before clipping
+           gdl_optim_clip_grad_norm(opt, 1.0);
+           gdl_grad_scaler_step(sc, opt);             // skipped on inf/NaN
+           gdl_grad_scaler_update(sc);
+       }
+       gdl_grad_scaler_free(sc);
+   or gdl_fit_opts.scaler = sc. As PyTorch: the scale is made on the device
+   of the first loss scaled; unscale multiplies every gradient by
+   (float)(1/(double)scale) and sets found_inf when one was inf or NaN
+   before; once per optimizer between updates (a second call is an error,
+   as is unscale after step); step unscales when that was not done; update
+   multiplies the scale by backoff_factor after an overflow (the growth
+   tracker restarts), else counts a clean step and after growth_interval of
+   them multiplies it by growth_factor (kept if that is not finite).
+   Everything stays on the device, nothing is waited for, so a step with the
+   scaler is captured and replayed as any other ([api-graph]):
+   * the scale, growth tracker and found_inf are device scalars; scale is a
+     differentiable gdl_mul by the scale tensor;
+   * unscale is one kernel over the optimizer's flat gradient region (the
+     padding between slots is zero; a run of slots is cut where a parameter
+     has no gradient, since its slot may hold an old one);
+   * the optimizer's flat block holds a skip flag that unscale sets with
+     found_inf and update clears; the SGD/Adam kernels read it and return
+     at once, so a skipped step changes no parameter, state or step count
+     (gdl_optim_get_step still counts the call);
+   * update is a one-thread kernel (PyTorch's _amp_update_scale_).
+   gdl_grad_scaler_get_scale and _get_growth_tracker read the device (a
+   wait). The scaler's state goes into training checkpoints as metadata
+   "scaler.scale" and "scaler.growth_tracker" when it is attached to the
+   optimizer saved (gdl_optim_set_grad_scaler; unscale and gdl_fit attach
+   it); a checkpoint without them loads and leaves the scaler as it is.
+   One scaler per optimizer; parameters on several devices with one scaler
+   are refused ("one GradScaler over several devices is not supported").
+   With a power-of-two scale and no overflow, scaled training gives the
+   unscaled weights bit for bit. enabled = 0 makes every call a no-op
+   (step is gdl_step), as GradScaler(enabled=False).
+
    Errors
    ------
    Functions return NULL (tensors) or a negative code (int). gdl_last_error()
@@ -924,7 +972,7 @@ GPUDL_API int gdl_clip_grad_norm_nosync(gdl_tensor *const *params, int n, double
    as opt. The step tensors are read back from the device here (a wait); values written into them reach the
    device at the next step. */
 GPUDL_API int gdl_optim_state(gdl_optimizer *opt, const char **names, gdl_tensor **tensors, int max);
-/* Number of gdl_step calls made (-1 for NULL). */
+/* Number of gdl_step calls made, steps a GradScaler skipped on the device included (-1 for NULL). */
 GPUDL_API int64_t gdl_optim_get_step(const gdl_optimizer *opt);
 /* Sets that count (for checkpoints; the per-parameter steps are in gdl_optim_state). 0 / -1. */
 GPUDL_API int gdl_optim_set_step(gdl_optimizer *opt, int64_t step);

@@ -343,8 +343,13 @@ static enum harness_result gs_errors_case(gdl_device dev) {
     ASSERT_EQ(-1, gdl_grad_scaler_update(s));
     gdl_arena_reset();
     ASSERT_EQ(0, gdl_zero_grad(opt));
-    ASSERT_NULL(gdl_grad_scaler_scale(s, gdl_arange(3, GDL_I32, dev)));
-    ASSERT_CONTAINS(gdl_last_error(), "float");
+    {
+        gdl_tensor *ints = gdl_arange(3, GDL_I32, dev);
+        gdl_tensor *r = gdl_grad_scaler_scale(s, ints);
+        gdl_free(ints);
+        ASSERT_NULL(r);
+        ASSERT_CONTAINS(gdl_last_error(), "float");
+    }
     ASSERT_EQ(0, gdl_backward(gdl_grad_scaler_scale(s, gs_loss(w))));
     ASSERT_EQ(-1, gdl_grad_scaler_update(s));
     ASSERT_CONTAINS(gdl_last_error(), "no optimizer was unscaled");
