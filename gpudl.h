@@ -12134,6 +12134,19 @@ GPUDL_API int gdl_grad_scaler_update(gdl_grad_scaler *s) {
     return 0;
 }
 
+/* gdl_fit's retry of a step that failed (out of memory) after the unscale: back to the step's start (found_inf
+   and the skip flag cleared: the retry computes them again). Nothing is queued when the last step ended. */
+static int gdl__scaler_rearm(gdl_grad_scaler *s, gdl_optimizer *opt) {
+    gdl__scaler_opt *r = s->o.enabled && s->scale ? gdl__scaler_find(s, opt) : NULL;
+    const gdl_backend *be;
+    if (!r || r->stage == GDL__SC_READY) return 0;
+    if (!(be = gdl__be("gdl_fit", s->dev)) || be->memset0(s->found_inf->data, sizeof(gdl_real)) < 0 ||
+        gdl__scaler_clear_skip("gdl_fit", opt) < 0)
+        return -1;
+    r->stage = GDL__SC_READY;
+    return 0;
+}
+
 GPUDL_API double gdl_grad_scaler_get_scale(gdl_grad_scaler *s) {
     if (!s) {
         gdl__null_arg("gdl_grad_scaler_get_scale", "s");
@@ -12934,6 +12947,7 @@ static int gdl__dist_agree(const char *op, const char *what, int ok);
 static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optimizer *opt, const gdl_fit_opts *o,
                           gdl_loss_fn loss, int64_t parts, int step, gdl__pass *p) {
     int64_t B = x->shape[0], k;
+    if (o->scaler && gdl__scaler_rearm(o->scaler, opt) < 0) return -1; /* after a failed attempt */
     for (k = 0; k < parts; k++) {
         int64_t lo = B * k / parts, hi = B * (k + 1) / parts;
         gdl_tensor *xs = x, *ys = y, *out, *lt;

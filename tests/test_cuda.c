@@ -2110,6 +2110,7 @@ typedef struct fit_inject {
     int snap_at;        /* this call copies the parameters (as the step sees them) into snap */
     float snap[FIT_W];
     gdl_module *m;
+    gdl_grad_scaler *scaler; /* gdl_fit_opts.scaler */
 } fit_inject;
 
 static int fit_weights(gdl_module *m, float *w) {
@@ -2184,6 +2185,7 @@ static int fit_run(fit_inject *f, int oom_retry, int oom_split_batch, FILE *log,
         o.loss_user = f;
         o.oom_retry = oom_retry;
         o.oom_split_batch = oom_split_batch;
+        o.scaler = f->scaler;
         rc = gdl_fit(m, l, opt, &o, NULL);
         if (fit_weights(m, w) < 0) rc = -2;
     }
@@ -2230,6 +2232,26 @@ TEST fit_recovers_from_oom(void) {
     ASSERT_EQ(0, fit_run(&f, 1, 0, NULL, w));
     ASSERT_EQ(7, f.calls);
     ASSERT(memcmp(w, w_ref, sizeof w) == 0);
+    /* with a GradScaler (2^16: the unscaled weights bitwise): the retry of a step that failed after the
+       unscale (in the optimizer's first step) starts the scaler's step again */
+    for (i = 0; i < 2; i++) {
+        memset(&f, 0, sizeof f);
+        ASSERT_NOT_NULL(f.scaler = gdl_grad_scaler_new(NULL));
+        if (i) {
+            f.fail_at = 4;
+        } else { /* the scale made first, so the first step's table is the allocation that fails */
+            gdl_tensor *one = gdl_ones(0, NULL, GDL_F32, GPU);
+            ASSERT_NOT_NULL(gdl_grad_scaler_scale(f.scaler, one));
+            gdl_free(one);
+            gdl_arena_reset();
+            f.fail_after = 1;
+        }
+        if (fit_run(&f, 1, 0, NULL, w) != 0) FAILf("with a scaler, failure %d: %s", i, gdl_last_error());
+        ASSERT_EQ(7, f.calls);
+        ASSERT(memcmp(w, w_ref, sizeof w) == 0);
+        ASSERT_EQ(6, gdl_grad_scaler_get_growth_tracker(f.scaler)); /* 6 steps, none skipped or counted twice */
+        gdl_grad_scaler_free(f.scaler);
+    }
     memset(&f, 0, sizeof f);
     f.fail_after = 1;
     ASSERT_EQ(-1, fit_run(&f, 0, 0, NULL, w));
