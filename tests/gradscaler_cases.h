@@ -389,4 +389,49 @@ static enum harness_result gs_errors_case(gdl_device dev) {
     PASS();
 }
 
+/* a parameter without a gradient (zero_grad set_to_none, unused) whose slot still holds an overflowed
+   gradient of an earlier step: unscale skips its slot (the gradient range is cut there), so the step runs */
+static enum harness_result gs_stale_slot_case(gdl_device dev) {
+    static const float big[5] = {1e38f, 1e38f, 1e38f, 1e38f, 1e38f};
+    gdl_tensor *p[3], *xb = gdl_from_array(big, GDL_DIMS(5), GDL_F32, dev);
+    gdl_optimizer *opt = gdl_sgd_new(0.5, 0, 0, 0, 0);
+    gdl_grad_scaler *s = gdl_grad_scaler_new(NULL);
+    float a0[3], a1[3], c1[4];
+    int i;
+    p[0] = gdl_ones(GDL_DIMS(3), GDL_F32, dev);
+    p[1] = gdl_ones(GDL_DIMS(5), GDL_F32, dev);
+    p[2] = gdl_ones(GDL_DIMS(4), GDL_F32, dev);
+    ASSERT(p[0] && p[1] && p[2] && xb && opt && s);
+    for (i = 0; i < 3; i++) ASSERT_EQ(0, gdl_set_requires_grad(p[i], 1));
+    ASSERT_EQ(0, gdl_optim_add_params(opt, p, 3, -1, -1));
+    /* step 1: p[1]'s gradient overflows: skipped */
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_zero_grad(opt));
+    ASSERT_EQ(0, gdl_backward(gdl_grad_scaler_scale(
+                     s, gdl_add(gdl_add(gdl_sum(p[0]), gdl_sum(gdl_mul(p[1], xb))), gdl_sum(p[2])))));
+    ASSERT_EQ(0, gdl_grad_scaler_step(s, opt));
+    ASSERT_EQ(0, gdl_grad_scaler_update(s));
+    ASSERT_IN_RANGE(32768.0, gdl_grad_scaler_get_scale(s), 0);
+    ASSERT_EQ(0, gdl_copy_to_host(p[0], a0, sizeof a0));
+    ASSERT_IN_RANGE(1.0, a0[0], 0);
+    /* step 2 without p[1] */
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_zero_grad_ex(opt, 1));
+    ASSERT_EQ(0, gdl_backward(gdl_grad_scaler_scale(s, gdl_add(gdl_sum(p[0]), gdl_sum(p[2])))));
+    ASSERT_NULL(p[1]->grad);
+    ASSERT_EQ(0, gdl_grad_scaler_step(s, opt));
+    ASSERT_EQ(0, gdl_grad_scaler_update(s));
+    ASSERT_EQ(1, gdl_grad_scaler_get_growth_tracker(s));
+    ASSERT_EQ(0, gdl_copy_to_host(p[0], a1, sizeof a1));
+    ASSERT_EQ(0, gdl_copy_to_host(p[2], c1, sizeof c1));
+    ASSERT_IN_RANGE(0.5, a1[2], 0); /* 1 - 0.5 * 1 */
+    ASSERT_IN_RANGE(0.5, c1[3], 0);
+    gdl_grad_scaler_free(s);
+    gdl_optim_free(opt);
+    for (i = 0; i < 3; i++) gdl_free(p[i]);
+    gdl_free(xb);
+    gdl_arena_reset();
+    PASS();
+}
+
 #endif

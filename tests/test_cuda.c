@@ -1812,6 +1812,11 @@ TEST grad_scaler_errors(void) {
     return gs_errors_case(GPU);
 }
 
+TEST grad_scaler_stale_slot(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return gs_stale_slot_case(GPU);
+}
+
 /* the same weights on the GPU and the CPU (the same kernels' formulas) */
 TEST grad_scaler_gpu_equals_cpu(void) {
     float a[GS_N1 + 9], b[GS_N1 + 9];
@@ -1869,6 +1874,7 @@ SUITE(graphs) {
     RUN_TEST(grad_scaler_graph_equals_eager);
     RUN_TEST(grad_scaler_clip_checkpoint);
     RUN_TEST(grad_scaler_errors);
+    RUN_TEST(grad_scaler_stale_slot);
     RUN_TEST(grad_scaler_gpu_equals_cpu);
     RUN_TEST(grad_scaler_two_devices_refused);
 }

@@ -1549,6 +1549,7 @@ TEST test_grad_scaler_matches_pytorch(void) {
 TEST test_grad_scaler_graph_equals_eager(void) { return gs_graph_case(gdl_cpu()); }
 TEST test_grad_scaler_clip_checkpoint(void) { return gs_clip_and_checkpoint_case(gdl_cpu(), "build/test_nn_scaler.safetensors"); }
 TEST test_grad_scaler_errors(void) { return gs_errors_case(gdl_cpu()); }
+TEST test_grad_scaler_stale_slot(void) { return gs_stale_slot_case(gdl_cpu()); }
 
 SUITE(optimizers) {
     char name[96];
@@ -1577,6 +1578,7 @@ SUITE(optimizers) {
     RUN_TEST(test_grad_scaler_graph_equals_eager);
     RUN_TEST(test_grad_scaler_clip_checkpoint);
     RUN_TEST(test_grad_scaler_errors);
+    RUN_TEST(test_grad_scaler_stale_slot);
 }
 
 SUITE(schedulers) {
