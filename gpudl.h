@@ -114,7 +114,9 @@
    * update is a one-thread kernel (PyTorch's _amp_update_scale_).
    gdl_grad_scaler_get_scale and _get_growth_tracker read the device (a
    wait). The scaler's state goes into training checkpoints as metadata
-   "scaler.scale" and "scaler.growth_tracker" when it is attached to the
+   "scaler.scale", "scaler.growth_tracker", "scaler.growth_factor",
+   "scaler.backoff_factor" and "scaler.growth_interval" (PyTorch's
+   state_dict; a load restores all five) when it is attached to the
    optimizer saved (gdl_optim_set_grad_scaler; unscale and gdl_fit attach
    it); a checkpoint without them loads and leaves the scaler as it is.
    One scaler per optimizer; parameters on several devices with one scaler
@@ -1051,7 +1053,7 @@ GPUDL_API int64_t gdl_grad_scaler_get_growth_tracker(gdl_grad_scaler *s);
 /* Sets the scale (> 0, finite) and the growth tracker (>= 0), as load_state_dict. 0 / -1. */
 GPUDL_API int gdl_grad_scaler_set_state(gdl_grad_scaler *s, double scale, int64_t growth_tracker);
 /* Attaches s to opt (NULL detaches) so gdl_save_checkpoint / gdl_load_checkpoint with opt save and restore its
-   state ("scaler.scale", "scaler.growth_tracker"); gdl_grad_scaler_unscale attaches it too. An optimizer has
+   state ("scaler.scale", "scaler.growth_tracker", the factors and the interval: PyTorch's state_dict); gdl_grad_scaler_unscale attaches it too. An optimizer has
    at most one scaler. 0 / -1. */
 GPUDL_API int gdl_optim_set_grad_scaler(gdl_optimizer *opt, gdl_grad_scaler *s);
 /* Frees the scaler (detaching it from its optimizers). NULL: no-op. */
@@ -13591,6 +13593,9 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         }
         gdl__meta_add(md, "scaler.scale", "%.17g", sc);
         gdl__meta_add(md, "scaler.growth_tracker", "%lld", (long long)tr);
+        gdl__meta_add(md, "scaler.growth_factor", "%.17g", opt->scaler->o.growth_factor);
+        gdl__meta_add(md, "scaler.backoff_factor", "%.17g", opt->scaler->o.backoff_factor);
+        gdl__meta_add(md, "scaler.growth_interval", "%d", opt->scaler->o.growth_interval);
     }
     if (fs) {
         gdl__meta_add(md, "fit.epoch", "%lld", (long long)fs->epoch);
@@ -13722,7 +13727,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
     gdl_st_file f;
     gdl__ckpt *c;
     void **bufs = NULL;
-    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0;
+    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3];
     uint64_t seed = 0, counter = 0;
     int g, ng = 0, rc = -1, has_scaler = 0;
     if (!m || !path) {
@@ -13760,12 +13765,18 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
         }
         has_scaler = g < f.n_meta;
         if (has_scaler && (gdl__meta_get(op, path, &f, "scaler.scale", &sc_scale) < 0 ||
-                           gdl__meta_get(op, path, &f, "scaler.growth_tracker", &sc_tracker) < 0))
+                           gdl__meta_get(op, path, &f, "scaler.growth_tracker", &sc_tracker) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.growth_factor", &sc_opt[0]) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.backoff_factor", &sc_opt[1]) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.growth_interval", &sc_opt[2]) < 0))
             goto done;
         if (has_scaler && (!(sc_scale > 0) || (float)sc_scale - (float)sc_scale != 0 || !(sc_tracker >= 0) ||
-                           sc_tracker > INT32_MAX || sc_tracker != (double)(int64_t)sc_tracker)) {
-            gdl__set_error("%s: %s: scaler.scale %g or scaler.growth_tracker %g out of range", op, path, sc_scale,
-                           sc_tracker);
+                           sc_tracker > INT32_MAX || sc_tracker != (double)(int64_t)sc_tracker ||
+                           !(sc_opt[0] > 1) || sc_opt[0] - sc_opt[0] != 0 || !(sc_opt[1] > 0 && sc_opt[1] < 1) ||
+                           !(sc_opt[2] >= 1 && sc_opt[2] <= INT32_MAX) || sc_opt[2] != (double)(int64_t)sc_opt[2])) {
+            gdl__set_error("%s: %s: the scaler's state is out of range (scale %g, growth_tracker %g, growth_factor %g, "
+                           "backoff_factor %g, growth_interval %g)", op, path, sc_scale, sc_tracker, sc_opt[0],
+                           sc_opt[1], sc_opt[2]);
             goto done;
         }
     }
@@ -13804,7 +13815,12 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
             gdl_optim_set_lr(opt, g, lr[g]);
             gdl_optim_set_momentum(opt, g, mom[g]);
         }
-        if (has_scaler && gdl_grad_scaler_set_state(opt->scaler, sc_scale, (int64_t)sc_tracker) < 0) goto done;
+        if (has_scaler) { /* as GradScaler.load_state_dict: the factors and interval too */
+            if (gdl_grad_scaler_set_state(opt->scaler, sc_scale, (int64_t)sc_tracker) < 0) goto done;
+            opt->scaler->o.growth_factor = sc_opt[0];
+            opt->scaler->o.backoff_factor = sc_opt[1];
+            opt->scaler->o.growth_interval = (int)sc_opt[2];
+        }
     }
     gdl_rng_set_state(seed, counter);
     if (epoch) *epoch = (int64_t)ep;

@@ -264,7 +264,24 @@ TEST test_failed_save_keeps_previous_file(void) {
     PASS();
 }
 
-/* trains epochs [from, to) of a fixed run; returns 0 */
+/* a loss of ~64: times a scale near 2^127 it overflows */
+static gdl_tensor *big_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
+    (void)user;
+    return gdl_mul_scalar(gdl_cross_entropy(out, y), 64.0);
+}
+
+/* trains epochs [from, to) of a fixed run (with a GradScaler when sc); returns 0 */
+static int run_epochs_scaled(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *s, gdl_loader *l, int from, int to,
+                             gdl_grad_scaler *sc) {
+    gdl_fit_opts o = gdl_fit_defaults();
+    o.epochs = to - from;
+    o.verbose = 0;
+    o.scheduler = s;
+    o.scaler = sc;
+    if (sc) o.loss = big_loss;
+    gdl_loader_set_epoch(l, (uint64_t)from);
+    return gdl_fit(m, l, opt, &o, NULL);
+}
 static int run_epochs(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *s, gdl_loader *l, int from, int to) {
     gdl_fit_opts o = gdl_fit_defaults();
     o.epochs = to - from;
@@ -304,6 +321,49 @@ TEST test_resume_is_exact(void) {
     gdl_scheduler_free(sb);
     gdl_optim_free(oa);
     gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_loader_free(la);
+    gdl_loader_free(lb);
+    gdl_dataset_free(tr);
+    PASS();
+}
+
+/* the same with a GradScaler whose state matters (it grows every 2 clean steps and overflows now and then: a
+   resumed run with a fresh scaler ends elsewhere unless the checkpoint restores the scale and tracker) */
+TEST test_resume_with_scaler_is_exact(void) {
+    gdl_dataset *tr = blobs(200, 4);
+    gdl_loader *la = loader(tr, 1), *lb = loader(tr, 1);
+    gdl_module *a = small_net(9), *b = small_net(10);
+    gdl_optimizer *oa = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0), *ob = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    gdl_grad_scaler_opts so = gdl_grad_scaler_defaults();
+    gdl_grad_scaler *ca, *cb;
+    char path[256];
+    int64_t epoch = -1;
+    so.init_scale = 0x1p118;
+    so.growth_interval = 2;
+    ASSERT_NOT_NULL(ca = gdl_grad_scaler_new(&so));
+    ASSERT_NOT_NULL(cb = gdl_grad_scaler_new(NULL));
+    tmp_path(path, sizeof path, "ckpt_scaler.safetensors");
+    gdl_optim_add_module(oa, a, 0);
+    gdl_optim_add_module(ob, b, 0);
+    gdl_manual_seed(123);
+    ASSERT_EQ(0, run_epochs_scaled(a, oa, NULL, la, 0, 2, ca));
+    ASSERT_EQ(0, gdl_save_checkpoint(path, a, oa, NULL, 2));
+    ASSERT_LT(gdl_grad_scaler_get_scale(ca), 0x1p125); /* it overflowed */
+    ASSERT_EQ(0, run_epochs_scaled(a, oa, NULL, la, 2, 4, ca));
+    gdl_manual_seed(999);
+    ASSERT_EQ(0, gdl_optim_set_grad_scaler(ob, cb));
+    ASSERT_EQ(0, gdl_load_checkpoint(path, b, ob, NULL, &epoch));
+    ASSERT_EQ(0, run_epochs_scaled(b, ob, NULL, lb, (int)epoch, 4, cb));
+    ASSERT(same_params(a, b)); /* bit for bit */
+    ASSERT_IN_RANGE(gdl_grad_scaler_get_scale(ca), gdl_grad_scaler_get_scale(cb), 0);
+    ASSERT_EQ(gdl_grad_scaler_get_growth_tracker(ca), gdl_grad_scaler_get_growth_tracker(cb));
+    remove(path);
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_grad_scaler_free(ca);
+    gdl_grad_scaler_free(cb);
     gdl_module_free(a);
     gdl_module_free(b);
     gdl_loader_free(la);
@@ -419,11 +479,6 @@ static void reset(void *u) {
    the weights equal an unscaled run's bit for bit (gradient clipping after the unscale included); a scale of
    2^127 and a loss of ~64 overflow: the steps are skipped and the scale backs off until it fits; the scaler's state is in
    gdl_fit's checkpoints */
-static gdl_tensor *big_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
-    (void)user;
-    return gdl_mul_scalar(gdl_cross_entropy(out, y), 64.0);
-}
-
 static int fit_scaled(gdl_grad_scaler *s, float *w, const char *ckdir) {
     gdl_dataset *tr = blobs(200, 1);
     gdl_loader *tl = loader(tr, 1);
@@ -504,6 +559,7 @@ SUITE(checkpoints) {
     RUN_TEST(test_load_wrong_kind_messages);
     RUN_TEST(test_failed_save_keeps_previous_file);
     RUN_TEST(test_resume_is_exact);
+    RUN_TEST(test_resume_with_scaler_is_exact);
     RUN_TEST(test_checkpoint_refuses_mismatch);
     RUN_TEST(test_checkpoint_refuses_bad_scheduler_position);
 }
