@@ -45,7 +45,8 @@ TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B
 ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor $(B)/tsan_test_monitor $(B)/asan_test_pool $(B)/tsan_test_pool $(B)/asan_test_dtype
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype_parity.h tests/autocast_cases.h
+HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype_parity.h tests/autocast_cases.h \
+      tests/gradscaler_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
 .PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda run deps data plot mutate-cuda install uninstall bench cuda clean
@@ -88,7 +89,7 @@ run:
 deps:
 	@sh tools/deps.sh test
 
-# the GPU suite's mutation check: 39 planted kernel bugs, one at a time, on the emulator (minutes)
+# the GPU suite's mutation check: 42 planted kernel bugs, one at a time, on the emulator (minutes)
 mutate-cuda:
 	sh tests/mutate_cuda.sh
 

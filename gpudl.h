@@ -124,6 +124,56 @@
    copies (Dtypes above), so autocast gives PyTorch's numerics but not yet
    its memory or speed savings (bench/RESULTS.md has the figures).
 
+   GradScaler
+   ----------
+   PyTorch's torch.amp.GradScaler, for f16 training whose small gradients
+   would underflow: the loss is multiplied by a large scale before
+   backward, the gradients divided by it before the step, and a step whose
+   gradients overflowed (inf/NaN) is skipped while the scale backs off.
+       gdl_grad_scaler *sc = gdl_grad_scaler_new(NULL);  // 2^16, x2, x0.5, 2000
+       for each batch {
+           gdl_arena_reset(); gdl_zero_grad(opt);
+           loss = gdl_cross_entropy(gdl_forward(model, x), y);
+           gdl_backward(gdl_grad_scaler_scale(sc, loss));
+           gdl_grad_scaler_unscale(sc, opt);          // optional: before clipping
+           gdl_optim_clip_grad_norm(opt, 1.0);
+           gdl_grad_scaler_step(sc, opt);             // skipped on inf/NaN
+           gdl_grad_scaler_update(sc);
+       }
+       gdl_grad_scaler_free(sc);
+   or gdl_fit_opts.scaler = sc. As PyTorch: the scale is made on the device
+   of the first loss scaled; unscale multiplies every gradient by
+   (float)(1/(double)scale) and sets found_inf when one was inf or NaN
+   before; once per optimizer between updates (a second call is an error,
+   as is unscale after step); step unscales when that was not done; update
+   multiplies the scale by backoff_factor after an overflow (the growth
+   tracker restarts), else counts a clean step and after growth_interval of
+   them multiplies it by growth_factor (kept if that is not finite).
+   Everything stays on the device, nothing is waited for, so a step with the
+   scaler is captured and replayed as any other ([api-graph]):
+   * the scale, growth tracker and found_inf are device scalars; scale is a
+     differentiable gdl_mul by the scale tensor;
+   * unscale is one kernel over the optimizer's flat gradient region (the
+     padding between slots is zero; a run of slots is cut where a parameter
+     has no gradient, since its slot may hold an old one);
+   * the optimizer's flat block holds a skip flag that unscale sets with
+     found_inf and update clears; the SGD/Adam kernels read it and return
+     at once, so a skipped step changes no parameter, state or step count
+     (gdl_optim_get_step still counts the call);
+   * update is a one-thread kernel (PyTorch's _amp_update_scale_).
+   gdl_grad_scaler_get_scale and _get_growth_tracker read the device (a
+   wait). The scaler's state goes into training checkpoints as metadata
+   "scaler.scale", "scaler.growth_tracker", "scaler.growth_factor",
+   "scaler.backoff_factor" and "scaler.growth_interval" (PyTorch's
+   state_dict; a load restores all five) when it is attached to the
+   optimizer saved (gdl_optim_set_grad_scaler; unscale and gdl_fit attach
+   it); a checkpoint without them loads and leaves the scaler as it is.
+   One scaler per optimizer; parameters on several devices with one scaler
+   are refused ("one GradScaler over several devices is not supported").
+   With a power-of-two scale and no overflow, scaled training gives the
+   unscaled weights bit for bit. enabled = 0 makes every call a no-op
+   (step is gdl_step), as GradScaler(enabled=False).
+
    Errors
    ------
    Functions return NULL (tensors) or a negative code (int). gdl_last_error()
@@ -986,7 +1036,7 @@ GPUDL_API int gdl_clip_grad_norm_nosync(gdl_tensor *const *params, int n, double
    as opt. The step tensors are read back from the device here (a wait); values written into them reach the
    device at the next step. */
 GPUDL_API int gdl_optim_state(gdl_optimizer *opt, const char **names, gdl_tensor **tensors, int max);
-/* Number of gdl_step calls made (-1 for NULL). */
+/* Number of gdl_step calls made, steps a GradScaler skipped on the device included (-1 for NULL). */
 GPUDL_API int64_t gdl_optim_get_step(const gdl_optimizer *opt);
 /* Sets that count (for checkpoints; the per-parameter steps are in gdl_optim_state). 0 / -1. */
 GPUDL_API int gdl_optim_set_step(gdl_optimizer *opt, int64_t step);
@@ -1031,6 +1081,45 @@ GPUDL_API int gdl_scheduler_set_last_epoch(gdl_scheduler *s, int64_t last_epoch)
 GPUDL_API double gdl_scheduler_get_lr(const gdl_scheduler *s, int group);
 /* Frees the scheduler (not the optimizer). NULL: no-op. */
 GPUDL_API void gdl_scheduler_free(gdl_scheduler *s);
+
+/* ---- GradScaler (torch.amp.GradScaler; MANUAL: "GradScaler"): the loss scaled before backward, the gradients
+   unscaled and checked for inf/NaN, the step skipped and the scale backed off on an overflow, all on the device
+   with no host synchronisation ---- */
+typedef struct gdl_grad_scaler gdl_grad_scaler;
+typedef struct gdl_grad_scaler_opts {
+    double init_scale;     /* default 65536 (2^16); > 0 */
+    double growth_factor;  /* default 2; > 1 */
+    double backoff_factor; /* default 0.5; in (0,1) */
+    int growth_interval;   /* default 2000 clean steps before the scale grows; >= 1 */
+    int enabled;           /* default 1; 0: scale returns the loss, unscale and update do nothing, step is gdl_step */
+} gdl_grad_scaler_opts;
+GPUDL_API gdl_grad_scaler_opts gdl_grad_scaler_defaults(void);
+/* NULL opts: the defaults. NULL + error on bad options. The scale lives on the device of the first loss scaled. */
+GPUDL_API gdl_grad_scaler *gdl_grad_scaler_new(const gdl_grad_scaler_opts *o);
+/* loss * scale (differentiable; the scale is read from device memory, nothing is waited for). A temporary. */
+GPUDL_API gdl_tensor *gdl_grad_scaler_scale(gdl_grad_scaler *s, gdl_tensor *loss);
+/* unscale_: every gradient of opt times (float)(1/(double)scale), and the step's found_inf flag set when one
+   was inf or NaN. At most once per optimizer between updates, before gdl_grad_scaler_step. 0 / -1. */
+GPUDL_API int gdl_grad_scaler_unscale(gdl_grad_scaler *s, gdl_optimizer *opt);
+/* Unscales (if not done yet), then gdl_step, which the optimizer's kernels skip on the device when found_inf is
+   set (no parameter, state or step count changes). 0 / -1. */
+GPUDL_API int gdl_grad_scaler_step(gdl_grad_scaler *s, gdl_optimizer *opt);
+/* _amp_update_scale_: after an overflow scale *= backoff_factor and the tracker restarts; else the tracker
+   counts, and at growth_interval scale *= growth_factor (if finite) and the tracker restarts. Clears found_inf
+   for the next step. 0 / -1 (also when no optimizer was unscaled or stepped since the last update). */
+GPUDL_API int gdl_grad_scaler_update(gdl_grad_scaler *s);
+/* The current scale (reads the device: a wait). 1.0 when disabled; NaN + error for NULL. */
+GPUDL_API double gdl_grad_scaler_get_scale(gdl_grad_scaler *s);
+/* The clean steps counted towards the next growth (reads the device). -1 + error for NULL. */
+GPUDL_API int64_t gdl_grad_scaler_get_growth_tracker(gdl_grad_scaler *s);
+/* Sets the scale (> 0, finite) and the growth tracker (>= 0), as load_state_dict. 0 / -1. */
+GPUDL_API int gdl_grad_scaler_set_state(gdl_grad_scaler *s, double scale, int64_t growth_tracker);
+/* Attaches s to opt (NULL detaches) so gdl_save_checkpoint / gdl_load_checkpoint with opt save and restore its
+   state ("scaler.scale", "scaler.growth_tracker", the factors and the interval: PyTorch's state_dict); gdl_grad_scaler_unscale attaches it too. An optimizer has
+   at most one scaler. 0 / -1. */
+GPUDL_API int gdl_optim_set_grad_scaler(gdl_optimizer *opt, gdl_grad_scaler *s);
+/* Frees the scaler (detaching it from its optimizers). NULL: no-op. */
+GPUDL_API void gdl_grad_scaler_free(gdl_grad_scaler *s);
 
 /* ---------------------------------------------------------------------------
    [api-train]   Keras-style fit/evaluate, and checkpoints.
@@ -1107,6 +1196,9 @@ typedef struct gdl_fit_opts {
     gdl_dtype autocast;         /* GDL_BF16 / GDL_F16: each batch's forward and loss run in an autocast region
                                    (gdl_autocast_begin; backward and the optimizer step outside it, as with
                                    torch.autocast), and so does the validation pass. 0 (GDL_F32): off */
+    gdl_grad_scaler *scaler;    /* a GradScaler (gdl_grad_scaler_new): the loss scaled before backward, the grads
+                                   unscaled before clipping, gdl_grad_scaler_step + update instead of gdl_step; its
+                                   state goes into the checkpoints. NULL (default): none */
 } gdl_fit_opts;
 
 typedef struct gdl_epoch_stats {
@@ -1498,6 +1590,8 @@ typedef struct gdl_opt_tensor {
     int32_t *step;              /* its step count (device memory; NULL: not counted): SGD's buffer starts as the
                                    gradient when it is 0; Adam corrects the bias for step + 1. Each call adds 1
                                    (saturating at INT32_MAX) once every element is updated. */
+    const gdl_real *skip;       /* NULL, or a device flag (GradScaler's found_inf): non-zero, the call changes
+                                   nothing, step counts included. One flag per table: the first entry's is read. */
 } gdl_opt_tensor;
 
 /* the collectives of the backend entry `collective`; an id of comm_id has at most GDL_COMM_ID_BYTES */
@@ -1628,6 +1722,14 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(void, opt_table_free, (void *table)) \
     X(int, sgd_multi, (const void *table)) \
     X(int, adam_multi, (const void *table, int decoupled)) \
+    /* GradScaler, nothing read back (PyTorch's _amp_foreach_non_finite_check_and_unscale_ and \
+       _amp_update_scale_): g[i] *= (float)(1 / (double)*scale) (left as is when that is 1), and *found_inf \
+       and *found_inf2 (when not NULL) set to 1 when some g[i] was inf or NaN before; update, one element: \
+       *found_inf non-zero: scale *= backoff, tracker 0; else tracker + 1, at `interval` scale *= growth \
+       (kept when that is not finite) and tracker 0; then *found_inf = 0 (scale rounded to float) */ \
+    X(int, amp_unscale, (int64_t n, gdl_real *g, const gdl_real *scale, gdl_real *found_inf, gdl_real *found_inf2)) \
+    X(int, amp_update_scale, (gdl_real *scale, int32_t *tracker, gdl_real *found_inf, double growth, double backoff, \
+        int interval)) \
     /* training metrics kept on the device, so a step reads nothing back: acc[0] += loss[0]*B, acc[1] += B; \
        with logits [B,C] and i32 labels y: acc[2] += rows whose argmax (gdl_argmax's rule) is y, acc[3] += B */ \
     X(int, fit_metrics, (const gdl_real *loss, int64_t B, int64_t C, const gdl_real *logits, const int32_t *y, \
@@ -5427,9 +5529,14 @@ static void gdl__cpu_opt_count(const gdl__cpu_opt_table *tab) {
     for (k = 0; k < tab->count; k++)
         if (tab->t[k].step && *tab->t[k].step < INT32_MAX) (*tab->t[k].step)++;
 }
+/* GradScaler's found_inf set: the step is skipped, counts included */
+static int gdl__cpu_opt_skipped(const gdl__cpu_opt_table *tab) {
+    return tab->count > 0 && tab->t[0].skip && *tab->t[0].skip != 0;
+}
 static int gdl__cpu_sgd_multi(const void *table) {
     const gdl__cpu_opt_table *tab = (const gdl__cpu_opt_table *)table;
     int k;
+    if (gdl__cpu_opt_skipped(tab)) return 0;
     for (k = 0; k < tab->count; k++) {
         const gdl_opt_tensor *t = &tab->t[k];
         const gdl_opt_hyper *h = t->hyper;
@@ -5524,6 +5631,7 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
 static int gdl__cpu_adam_multi(const void *table, int decoupled) {
     const gdl__cpu_opt_table *tab = (const gdl__cpu_opt_table *)table;
     int k;
+    if (gdl__cpu_opt_skipped(tab)) return 0;
     for (k = 0; k < tab->count; k++) {
         const gdl_opt_tensor *t = &tab->t[k];
         const gdl_opt_hyper *h = t->hyper;
@@ -5536,6 +5644,36 @@ static int gdl__cpu_adam_multi(const void *table, int decoupled) {
     return 0;
 }
 
+static int gdl__cpu_amp_unscale(int64_t n, gdl_real *g, const gdl_real *scale, gdl_real *found_inf,
+                                gdl_real *found_inf2) {
+    float inv = (float)(1.0 / (double)*scale); /* PyTorch: scale.double().reciprocal().float() */
+    int64_t i;
+    int found = 0;
+    for (i = 0; i < n; i++) {
+        found |= !(g[i] - g[i] == 0); /* inf and NaN give NaN */
+        if (inv != 1.0f) g[i] = (gdl_real)(g[i] * inv);
+    }
+    if (found) {
+        *found_inf = 1;
+        if (found_inf2) *found_inf2 = 1;
+    }
+    return 0;
+}
+static int gdl__cpu_amp_update_scale(gdl_real *scale, int32_t *tracker, gdl_real *found_inf, double growth,
+                                     double backoff, int interval) {
+    if (*found_inf != 0) {
+        *scale = (gdl_real)(float)(*scale * backoff);
+        *tracker = 0;
+    } else if (*tracker + 1 >= interval) {
+        float grown = (float)(*scale * growth);
+        if (grown - grown == 0) *scale = (gdl_real)grown;
+        *tracker = 0;
+    } else {
+        (*tracker)++;
+    }
+    *found_inf = 0;
+    return 0;
+}
 static int gdl__cpu_fit_metrics(const gdl_real *loss, int64_t B, int64_t C, const gdl_real *logits, const int32_t *y,
                                 double *acc) {
     acc[0] += (double)loss[0] * (double)B;
@@ -11254,8 +11392,9 @@ typedef struct gdl__opt_param {
 /* One device's flat block (llm.c's malloc_and_point_parameters), one
    allocation: the parameters, then their gradients, momentum buffers or
    exp_avg, exp_avg_sq (regions of `region` bytes, slots in parameter order,
-   64-byte aligned), then each group's hyper-parameters and each parameter's
-   step count (int32, indexed by parameter). One allocation means one memset
+   64-byte aligned), then each group's hyper-parameters, the GradScaler's
+   skip flag (found_inf) and each parameter's step count (int32, indexed by
+   parameter). One allocation means one memset
    for zero_grad, contiguous gradients (a bucketed all-reduce can take views
    of them), and one place the kernels read their scalars from. */
 typedef struct gdl__opt_dev {
@@ -11264,6 +11403,8 @@ typedef struct gdl__opt_dev {
     size_t region;
     int nregions;              /* 2: SGD without momentum, 3: SGD, 4: Adam */
     gdl_opt_hyper *hyper;      /* device: [ngroups] */
+    gdl_real *skip;            /* device: GradScaler's found_inf for this optimizer (0: step; the kernels skip
+                                  the step when it is set) */
     int32_t *steps;            /* device: [nsteps], by parameter index */
     int nsteps;
     gdl_opt_hyper *hyper_seen; /* host: what `hyper` holds (or will once the queued copies run) */
@@ -11283,6 +11424,7 @@ struct gdl_optimizer {
     int ndevs;
     gdl__opt_dev *devs;        /* the flat blocks, in the order their devices first appear */
     int layout_dirty;          /* parameters were added: make the blocks again */
+    gdl_grad_scaler *scaler;   /* attached: its state goes into checkpoints (gdl_optim_set_grad_scaler) */
     int steps_dirty;           /* 1: the blocks are new, every host step count goes up; 2: gdl_optim_state
                                   handed the step tensors out, those written since (a checkpoint load) go up
                                   (the others may be behind the blocks': replayed graphs step on the device) */
@@ -11391,9 +11533,11 @@ static void gdl__opt_release_devs(gdl_optimizer *opt) {
     opt->ndevs = 0;
 }
 
+static void gdl__scaler_forget(gdl_grad_scaler *s, gdl_optimizer *opt);
 GPUDL_API void gdl_optim_free(gdl_optimizer *opt) {
     int i;
     if (!opt) return;
+    if (opt->scaler) gdl__scaler_forget(opt->scaler, opt);
     gdl__opt_release_devs(opt);
     for (i = 0; i < opt->nparams; i++) gdl__opt_free_state(&opt->params[i]);
     GPUDL_FREE(opt->params);
@@ -11689,7 +11833,8 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
     }
     for (d = 0; d < nd; d++) {
         gdl__opt_dev *dv = &devs[d];
-        size_t bytes = dv->region * (size_t)nregions + hyper_bytes + sizeof(int32_t) * (size_t)(opt->nparams + 1);
+        size_t bytes = dv->region * (size_t)nregions + hyper_bytes + GDL__FLAT_ALIGN +
+                       sizeof(int32_t) * (size_t)(opt->nparams + 1);
         const gdl_backend *be = gdl__be(op, dv->device);
         int ok = 0;
         dv->nregions = nregions;
@@ -11724,7 +11869,8 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
             return -1;
         }
         dv->hyper = (gdl_opt_hyper *)(dv->flat->base + dv->region * (size_t)nregions);
-        dv->steps = (int32_t *)((char *)dv->hyper + hyper_bytes);
+        dv->skip = (gdl_real *)((char *)dv->hyper + hyper_bytes);
+        dv->steps = (int32_t *)((char *)dv->skip + GDL__FLAT_ALIGN);
         dv->nsteps = opt->nparams;
     }
     /* the blocks are made: move everything in, then let go of the old ones */
@@ -11947,6 +12093,7 @@ static int gdl__step(gdl_optimizer *opt) {
                 e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
                 e->hyper = &dv->hyper[pp->group];
                 e->step = pp->step ? &dv->steps[i] : NULL;
+                e->skip = dv->skip;
             }
             n += count[d];
         }
@@ -11995,6 +12142,372 @@ static int gdl__step(gdl_optimizer *opt) {
         }
     }
     opt->steps++;
+    return 0;
+}
+
+/* ---- GradScaler (torch.amp.GradScaler) ----
+   The scale, the growth tracker and found_inf are tensors on the device of
+   the first loss scaled; every call queues work on that device and reads
+   nothing back, so a captured step with the scaler replays right. Each
+   optimizer has a skip flag in its flat block that its kernels read (a
+   skipped step changes nothing, step counts included): unscale sets it
+   with found_inf, update clears it. Per optimizer, as PyTorch's
+   _per_optimizer_states: READY, UNSCALED, STEPPED between updates. */
+enum { GDL__SC_READY = 0, GDL__SC_UNSCALED, GDL__SC_STEPPED };
+
+typedef struct gdl__scaler_opt {
+    gdl_optimizer *opt;
+    int stage;
+} gdl__scaler_opt;
+
+struct gdl_grad_scaler {
+    gdl_grad_scaler_opts o;
+    gdl_tensor *scale, *found_inf, *tracker; /* f32, f32, i32 scalars on dev; NULL until the first scale */
+    gdl_device dev;
+    double pending_scale;                    /* the state until then */
+    int64_t pending_tracker;
+    int nopts, cap_opts;
+    gdl__scaler_opt *opts;                   /* the optimizers attached (opt->scaler == this) */
+};
+
+GPUDL_API gdl_grad_scaler_opts gdl_grad_scaler_defaults(void) {
+    gdl_grad_scaler_opts o;
+    o.init_scale = 65536.0;
+    o.growth_factor = 2.0;
+    o.backoff_factor = 0.5;
+    o.growth_interval = 2000;
+    o.enabled = 1;
+    return o;
+}
+
+GPUDL_API gdl_grad_scaler *gdl_grad_scaler_new(const gdl_grad_scaler_opts *opts) {
+    const char *op = "gdl_grad_scaler_new";
+    gdl_grad_scaler_opts o = opts ? *opts : gdl_grad_scaler_defaults();
+    gdl_grad_scaler *s;
+    if (!(o.init_scale > 0) || o.init_scale - o.init_scale != 0 || (float)o.init_scale - (float)o.init_scale != 0) {
+        gdl__set_error("%s: init_scale %g must be > 0 and finite as a float", op, o.init_scale);
+        return NULL;
+    }
+    if (!(o.growth_factor > 1) || o.growth_factor - o.growth_factor != 0) {
+        gdl__set_error("%s: growth_factor %g must be > 1 and finite", op, o.growth_factor);
+        return NULL;
+    }
+    if (!(o.backoff_factor > 0 && o.backoff_factor < 1)) {
+        gdl__set_error("%s: backoff_factor %g must be in (0,1)", op, o.backoff_factor);
+        return NULL;
+    }
+    if (o.growth_interval < 1) {
+        gdl__set_error("%s: growth_interval %d must be >= 1", op, o.growth_interval);
+        return NULL;
+    }
+    if (!(s = (gdl_grad_scaler *)GPUDL_MALLOC(sizeof *s))) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    memset(s, 0, sizeof *s);
+    s->o = o;
+    s->o.enabled = o.enabled != 0;
+    s->pending_scale = (double)(float)o.init_scale;
+    return s;
+}
+
+static gdl__scaler_opt *gdl__scaler_find(gdl_grad_scaler *s, const gdl_optimizer *opt) {
+    int i;
+    for (i = 0; i < s->nopts; i++)
+        if (s->opts[i].opt == opt) return &s->opts[i];
+    return NULL;
+}
+
+/* clears opt's skip flags (queued on its devices) */
+static int gdl__scaler_clear_skip(const char *op, gdl_optimizer *opt) {
+    int d;
+    for (d = 0; d < opt->ndevs; d++) {
+        const gdl_backend *be = gdl__be(op, opt->devs[d].device);
+        if (!be || be->memset0(opt->devs[d].skip, sizeof(gdl_real)) < 0) return -1;
+    }
+    return 0;
+}
+
+static void gdl__scaler_forget(gdl_grad_scaler *s, gdl_optimizer *opt) {
+    gdl__scaler_opt *r = gdl__scaler_find(s, opt);
+    if (r) *r = s->opts[--s->nopts];
+    opt->scaler = NULL;
+}
+
+GPUDL_API int gdl_optim_set_grad_scaler(gdl_optimizer *opt, gdl_grad_scaler *s) {
+    const char *op = "gdl_optim_set_grad_scaler";
+    if (!opt) {
+        gdl__null_arg(op, "opt");
+        return -1;
+    }
+    if (opt->scaler == s) return 0;
+    if (s && s->nopts == s->cap_opts) {
+        int cap = s->cap_opts ? 2 * s->cap_opts : 4;
+        gdl__scaler_opt *v = (gdl__scaler_opt *)GPUDL_REALLOC(s->opts, sizeof(gdl__scaler_opt) * (size_t)cap);
+        if (!v) {
+            gdl__set_error("%s: out of memory", op);
+            return -1;
+        }
+        s->opts = v;
+        s->cap_opts = cap;
+    }
+    if (opt->scaler) { /* a skip flag the old scaler set must not outlive it */
+        if (gdl__scaler_clear_skip(op, opt) < 0) return -1;
+        gdl__scaler_forget(opt->scaler, opt);
+    }
+    if (s) {
+        s->opts[s->nopts].opt = opt;
+        s->opts[s->nopts++].stage = GDL__SC_READY;
+        opt->scaler = s;
+    }
+    return 0;
+}
+
+GPUDL_API void gdl_grad_scaler_free(gdl_grad_scaler *s) {
+    if (!s) return;
+    while (s->nopts > 0) {
+        gdl_optimizer *opt = s->opts[0].opt;
+        gdl__scaler_clear_skip("gdl_grad_scaler_free", opt);
+        gdl__scaler_forget(s, opt);
+    }
+    gdl_free(s->scale);
+    gdl_free(s->found_inf);
+    gdl_free(s->tracker);
+    GPUDL_FREE(s->opts);
+    GPUDL_FREE(s);
+}
+
+/* the state tensors on dev, at the first scale (PyTorch's _lazy_init_scale_growth_tracker) */
+static int gdl__scaler_init(const char *op, gdl_grad_scaler *s, gdl_device dev) {
+    int32_t tr = (int32_t)s->pending_tracker;
+    if (s->scale) return 0;
+    s->scale = gdl_full(0, NULL, s->pending_scale, GDL_F32, dev);
+    s->found_inf = gdl_zeros(0, NULL, GDL_F32, dev);
+    s->tracker = gdl_from_array(&tr, 0, NULL, GDL_I32, dev);
+    if (!s->scale || !s->found_inf || !s->tracker) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl_free(s->scale);
+        gdl_free(s->found_inf);
+        gdl_free(s->tracker);
+        s->scale = s->found_inf = s->tracker = NULL;
+        gdl__set_error("%s: cannot make the scaler's state on %s: %s", op, gdl_device_str(dev), prev);
+        return -1;
+    }
+    s->dev = dev;
+    return 0;
+}
+
+static int gdl__scaler_ready(const char *op, gdl_grad_scaler *s) {
+    if (s->scale) return 0;
+    gdl__set_error("%s: no loss has been scaled by this GradScaler yet (call gdl_grad_scaler_scale first: the scale "
+                   "lives on the loss's device)", op);
+    return -1;
+}
+
+GPUDL_API gdl_tensor *gdl_grad_scaler_scale(gdl_grad_scaler *s, gdl_tensor *loss) {
+    const char *op = "gdl_grad_scaler_scale";
+    if (!s || !loss) {
+        gdl__null_arg(op, !s ? "s" : "loss");
+        return NULL;
+    }
+    if (!s->o.enabled) return loss;
+    if (loss->dtype != GDL_F32 && loss->dtype != GDL_BF16 && loss->dtype != GDL_F16) {
+        gdl__set_error("%s: the loss %s is %s; a float loss is scaled", op, gdl_shape_str(loss),
+                       gdl_dtype_name(loss->dtype));
+        return NULL;
+    }
+    if (gdl__scaler_init(op, s, loss->device) < 0) return NULL;
+    if (!gdl_device_equal(s->dev, loss->device)) {
+        gdl__set_error("%s: the loss is on %s but the scaler's scale is on %s; one GradScaler over several devices "
+                       "is not supported (use one scaler per device)", op, gdl_device_str(loss->device),
+                       gdl_device_str(s->dev));
+        return NULL;
+    }
+    return gdl_mul(loss, s->scale);
+}
+
+/* unscale_ on one optimizer; the record exists and is READY */
+static int gdl__scaler_unscale(const char *op, gdl_grad_scaler *s, gdl_optimizer *opt, gdl__scaler_opt *r) {
+    const gdl_backend *be;
+    int i, d;
+    for (i = 0; i < opt->nparams; i++) { /* everything checked before anything changes */
+        const gdl_tensor *p = opt->params[i].p;
+        if (!p->grad) continue;
+        if (!gdl_device_equal(p->grad->device, s->dev)) {
+            gdl__set_error("%s: parameter %d %s has its gradient on %s but the scaler's scale is on %s; one GradScaler "
+                           "over several devices is not supported", op, i, gdl_shape_str(p),
+                           gdl_device_str(p->grad->device), gdl_device_str(s->dev));
+            return -1;
+        }
+        if (p->grad->dtype != GDL_F32) {
+            gdl__set_error("%s: parameter %d %s has a %s gradient; the scaler unscales f32 gradients", op, i,
+                           gdl_shape_str(p), gdl_dtype_name(p->grad->dtype));
+            return -1;
+        }
+    }
+    if (!(be = gdl__be(op, s->dev)) || gdl__opt_layout(op, opt) < 0) return -1;
+    /* one call per run of consecutive parameters whose gradients are in their slots: the whole gradient
+       region in the usual case (the padding between slots is zero: the block starts zeroed and nothing
+       writes there, and a zero stays finite). A slot without a gradient (zero_grad set_to_none) may hold
+       an old one, so it ends a run; a gradient outside the block is a call of its own. */
+    for (d = 0; d < opt->ndevs; d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        char *lo = NULL, *hi = NULL;
+        for (i = 0; i <= opt->nparams; i++) {
+            gdl__opt_param *pp = i < opt->nparams ? &opt->params[i] : NULL;
+            gdl_tensor *g = pp && pp->dev == d ? pp->p->grad : NULL;
+            char *slot = pp && pp->dev == d ? gdl__opt_slot(opt, pp, 1) : NULL;
+            if (pp && pp->dev != d) continue;
+            if (g && g->numel && (char *)g->data == slot) {
+                if (!lo) lo = slot;
+                hi = slot + (size_t)g->numel * sizeof(gdl_real);
+                continue;
+            }
+            if (lo && be->amp_unscale((int64_t)((size_t)(hi - lo) / sizeof(gdl_real)), (gdl_real *)lo,
+                                      GDL__R(s->scale), GDL__R(s->found_inf), dv->skip) < 0)
+                return -1;
+            lo = hi = NULL;
+            if (g && g->numel &&
+                be->amp_unscale(g->numel, GDL__R(g), GDL__R(s->scale), GDL__R(s->found_inf), dv->skip) < 0)
+                return -1;
+        }
+    }
+    r->stage = GDL__SC_UNSCALED;
+    return 0;
+}
+
+/* the record of opt in s, attaching s to opt when it has no scaler */
+static gdl__scaler_opt *gdl__scaler_record(const char *op, gdl_grad_scaler *s, gdl_optimizer *opt) {
+    if (opt->scaler && opt->scaler != s) {
+        gdl__set_error("%s: the optimizer is attached to another GradScaler (gdl_optim_set_grad_scaler)", op);
+        return NULL;
+    }
+    if (!opt->scaler && gdl_optim_set_grad_scaler(opt, s) < 0) return NULL;
+    return gdl__scaler_find(s, opt);
+}
+
+GPUDL_API int gdl_grad_scaler_unscale(gdl_grad_scaler *s, gdl_optimizer *opt) {
+    const char *op = "gdl_grad_scaler_unscale";
+    gdl__scaler_opt *r;
+    if (!s || !opt) {
+        gdl__null_arg(op, !s ? "s" : "opt");
+        return -1;
+    }
+    if (!s->o.enabled) return 0;
+    if (gdl__scaler_ready(op, s) < 0 || !(r = gdl__scaler_record(op, s, opt))) return -1;
+    if (r->stage == GDL__SC_UNSCALED) {
+        gdl__set_error("%s: already called for this optimizer since the last update (PyTorch: unscale_() has "
+                       "already been called on this optimizer since the last update())", op);
+        return -1;
+    }
+    if (r->stage == GDL__SC_STEPPED) {
+        gdl__set_error("%s: called after gdl_grad_scaler_step for this optimizer; call gdl_grad_scaler_update first",
+                       op);
+        return -1;
+    }
+    return gdl__scaler_unscale(op, s, opt, r);
+}
+
+GPUDL_API int gdl_grad_scaler_step(gdl_grad_scaler *s, gdl_optimizer *opt) {
+    const char *op = "gdl_grad_scaler_step";
+    gdl__scaler_opt *r;
+    if (!s || !opt) {
+        gdl__null_arg(op, !s ? "s" : "opt");
+        return -1;
+    }
+    if (!s->o.enabled) return gdl_step(opt);
+    if (gdl__scaler_ready(op, s) < 0 || !(r = gdl__scaler_record(op, s, opt))) return -1;
+    if (r->stage == GDL__SC_STEPPED) {
+        gdl__set_error("%s: already called for this optimizer since the last update (call gdl_grad_scaler_update "
+                       "after each step)", op);
+        return -1;
+    }
+    if (r->stage == GDL__SC_READY && gdl__scaler_unscale(op, s, opt, r) < 0) return -1;
+    /* the kernels read the skip flag: an overflow skips the update on the device */
+    if (gdl_step(opt) < 0) return -1;
+    r->stage = GDL__SC_STEPPED;
+    return 0;
+}
+
+GPUDL_API int gdl_grad_scaler_update(gdl_grad_scaler *s) {
+    const char *op = "gdl_grad_scaler_update";
+    const gdl_backend *be;
+    int i, any = 0;
+    if (!s) {
+        gdl__null_arg(op, "s");
+        return -1;
+    }
+    if (!s->o.enabled) return 0;
+    if (gdl__scaler_ready(op, s) < 0) return -1;
+    for (i = 0; i < s->nopts; i++) any |= s->opts[i].stage != GDL__SC_READY;
+    if (!any) {
+        gdl__set_error("%s: no optimizer was unscaled or stepped with this scaler since the last update (PyTorch: "
+                       "No inf checks were recorded prior to update)", op);
+        return -1;
+    }
+    if (!(be = gdl__be(op, s->dev)) ||
+        be->amp_update_scale(GDL__R(s->scale), (int32_t *)s->tracker->data, GDL__R(s->found_inf),
+                             s->o.growth_factor, s->o.backoff_factor, s->o.growth_interval) < 0)
+        return -1;
+    for (i = 0; i < s->nopts; i++)
+        if (s->opts[i].stage != GDL__SC_READY) {
+            if (gdl__scaler_clear_skip(op, s->opts[i].opt) < 0) return -1;
+            s->opts[i].stage = GDL__SC_READY;
+        }
+    return 0;
+}
+
+/* gdl_fit's retry of a step that failed (out of memory) after the unscale: back to the step's start (found_inf
+   and the skip flag cleared: the retry computes them again). Nothing is queued when the last step ended. */
+static int gdl__scaler_rearm(gdl_grad_scaler *s, gdl_optimizer *opt) {
+    gdl__scaler_opt *r = s->o.enabled && s->scale ? gdl__scaler_find(s, opt) : NULL;
+    const gdl_backend *be;
+    if (!r || r->stage == GDL__SC_READY) return 0;
+    if (!(be = gdl__be("gdl_fit", s->dev)) || be->memset0(s->found_inf->data, sizeof(gdl_real)) < 0 ||
+        gdl__scaler_clear_skip("gdl_fit", opt) < 0)
+        return -1;
+    r->stage = GDL__SC_READY;
+    return 0;
+}
+
+GPUDL_API double gdl_grad_scaler_get_scale(gdl_grad_scaler *s) {
+    if (!s) {
+        gdl__null_arg("gdl_grad_scaler_get_scale", "s");
+        return NAN;
+    }
+    if (!s->o.enabled) return 1.0;
+    return s->scale ? gdl_item(s->scale) : s->pending_scale;
+}
+
+GPUDL_API int64_t gdl_grad_scaler_get_growth_tracker(gdl_grad_scaler *s) {
+    if (!s) {
+        gdl__null_arg("gdl_grad_scaler_get_growth_tracker", "s");
+        return -1;
+    }
+    return s->tracker ? (int64_t)gdl_item(s->tracker) : s->pending_tracker;
+}
+
+GPUDL_API int gdl_grad_scaler_set_state(gdl_grad_scaler *s, double scale, int64_t growth_tracker) {
+    const char *op = "gdl_grad_scaler_set_state";
+    if (!s) {
+        gdl__null_arg(op, "s");
+        return -1;
+    }
+    if (!(scale > 0) || (float)scale - (float)scale != 0 || growth_tracker < 0 || growth_tracker > INT32_MAX) {
+        gdl__set_error("%s: scale %g must be > 0 and finite as a float, growth_tracker %lld in [0, 2^31)", op, scale,
+                       (long long)growth_tracker);
+        return -1;
+    }
+    if (s->scale) {
+        gdl_real v = (gdl_real)(float)scale;
+        int32_t t = (int32_t)growth_tracker;
+        if (gdl__copy_bytes(op, s->scale->data, s->dev, &v, gdl_cpu(), sizeof v) < 0 ||
+            gdl__copy_bytes(op, s->tracker->data, s->dev, &t, gdl_cpu(), sizeof t) < 0)
+            return -1;
+    }
+    s->pending_scale = (double)(float)scale;
+    s->pending_tracker = growth_tracker;
     return 0;
 }
 
@@ -12768,6 +13281,7 @@ static int gdl__dist_agree(const char *op, const char *what, int ok);
 static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optimizer *opt, const gdl_fit_opts *o,
                           gdl_loss_fn loss, int64_t parts, int step, gdl__pass *p) {
     int64_t B = x->shape[0], k;
+    if (o->scaler && gdl__scaler_rearm(o->scaler, opt) < 0) return -1; /* after a failed attempt */
     for (k = 0; k < parts; k++) {
         int64_t lo = B * k / parts, hi = B * (k + 1) / parts;
         gdl_tensor *xs = x, *ys = y, *out, *lt;
@@ -12783,6 +13297,7 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
         if (!lt) return -1;
         if (gdl__pass_batch(p, out, ys, lt) < 0) return -1; /* on the device: no read back */
         if (scale != 1) lt = gdl_mul_scalar(lt, scale);
+        if (lt && o->scaler) lt = gdl_grad_scaler_scale(o->scaler, lt);
         if (!lt) return -1;
         if (o->ddp) { /* the ranks' gradients are averaged once per optimizer step: at its last backward */
             gdl_ddp_set_no_sync(o->ddp, !(step && k == parts - 1));
@@ -12792,6 +13307,7 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
         }
     }
     if (!step) return 0;
+    if (o->scaler && o->clip_grad_norm > 0 && gdl_grad_scaler_unscale(o->scaler, opt) < 0) return -1;
     if (o->clip_grad_norm > 0) { /* clipped on the device: nothing read back */
         gdl_tensor **ps = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) *
                                                                                  (size_t)(opt->nparams + 1));
@@ -12803,6 +13319,7 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
         for (i = 0; i < opt->nparams; i++) ps[i] = opt->params[i].p;
         if (gdl_clip_grad_norm_nosync(ps, opt->nparams, o->clip_grad_norm) < 0) return -1;
     }
+    if (o->scaler) return gdl_grad_scaler_step(o->scaler, opt) < 0 ? -1 : gdl_grad_scaler_update(o->scaler);
     return gdl_step(opt);
 }
 
@@ -12909,6 +13426,8 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         gdl__set_error("gdl_fit: opts.ddp wraps another module than the one given");
         return -1;
     }
+    /* the scaler's state goes into the checkpoints and comes back on resume */
+    if (o.scaler && opt->scaler != o.scaler && gdl_optim_set_grad_scaler(opt, o.scaler) < 0) return -1;
     if (!rank0) { /* under DDP only rank 0 shows and writes */
         o.verbose = 0;
         o.csv_path = NULL;
@@ -13512,6 +14031,19 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         }
     }
     if (sched) gdl__meta_add(md, "sched.last_epoch", "%lld", (long long)gdl_scheduler_get_last_epoch(sched));
+    if (opt && opt->scaler && opt->scaler->o.enabled) { /* PyTorch's GradScaler.state_dict() */
+        double sc = gdl_grad_scaler_get_scale(opt->scaler);
+        int64_t tr = gdl_grad_scaler_get_growth_tracker(opt->scaler);
+        if (sc != sc || tr < 0) {
+            GPUDL_FREE(md);
+            return -1;
+        }
+        gdl__meta_add(md, "scaler.scale", "%.17g", sc);
+        gdl__meta_add(md, "scaler.growth_tracker", "%lld", (long long)tr);
+        gdl__meta_add(md, "scaler.growth_factor", "%.17g", opt->scaler->o.growth_factor);
+        gdl__meta_add(md, "scaler.backoff_factor", "%.17g", opt->scaler->o.backoff_factor);
+        gdl__meta_add(md, "scaler.growth_interval", "%d", opt->scaler->o.growth_interval);
+    }
     if (fs) {
         gdl__meta_add(md, "fit.epoch", "%lld", (long long)fs->epoch);
         gdl__meta_add(md, "fit.batch", "%lld", (long long)fs->batch);
@@ -13642,9 +14174,9 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
     gdl_st_file f;
     gdl__ckpt *c;
     void **bufs = NULL;
-    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32];
+    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3];
     uint64_t seed = 0, counter = 0;
-    int g, ng = 0, rc = -1;
+    int g, ng = 0, rc = -1, has_scaler = 0;
     if (!m || !path) {
         gdl__null_arg(op, !m ? "module" : "path");
         return -1;
@@ -13675,6 +14207,26 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
         }
     }
     if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
+    if (opt && opt->scaler) { /* older checkpoints and runs without a scaler have none: the scaler is left as is */
+        for (g = 0; g < f.n_meta && strcmp(f.meta_keys[g], "scaler.scale") != 0; g++) {
+        }
+        has_scaler = g < f.n_meta;
+        if (has_scaler && (gdl__meta_get(op, path, &f, "scaler.scale", &sc_scale) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.growth_tracker", &sc_tracker) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.growth_factor", &sc_opt[0]) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.backoff_factor", &sc_opt[1]) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.growth_interval", &sc_opt[2]) < 0))
+            goto done;
+        if (has_scaler && (!(sc_scale > 0) || (float)sc_scale - (float)sc_scale != 0 || !(sc_tracker >= 0) ||
+                           sc_tracker > INT32_MAX || sc_tracker != (double)(int64_t)sc_tracker ||
+                           !(sc_opt[0] > 1) || sc_opt[0] - sc_opt[0] != 0 || !(sc_opt[1] > 0 && sc_opt[1] < 1) ||
+                           !(sc_opt[2] >= 1 && sc_opt[2] <= INT32_MAX) || sc_opt[2] != (double)(int64_t)sc_opt[2])) {
+            gdl__set_error("%s: %s: the scaler's state is out of range (scale %g, growth_tracker %g, growth_factor %g, "
+                           "backoff_factor %g, growth_interval %g)", op, path, sc_scale, sc_tracker, sc_opt[0],
+                           sc_opt[1], sc_opt[2]);
+            goto done;
+        }
+    }
     if (opt) {
         if (!(step >= 0)) {
             gdl__set_error("%s: %s: optimizer step %g is negative", op, path, step);
@@ -13709,6 +14261,12 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
         for (g = 0; g < ng; g++) { /* in range: checked above */
             gdl_optim_set_lr(opt, g, lr[g]);
             gdl_optim_set_momentum(opt, g, mom[g]);
+        }
+        if (has_scaler) { /* as GradScaler.load_state_dict: the factors and interval too */
+            if (gdl_grad_scaler_set_state(opt->scaler, sc_scale, (int64_t)sc_tracker) < 0) goto done;
+            opt->scaler->o.growth_factor = sc_opt[0];
+            opt->scaler->o.backoff_factor = sc_opt[1];
+            opt->scaler->o.growth_interval = (int)sc_opt[2];
         }
     }
     gdl_rng_set_state(seed, counter);

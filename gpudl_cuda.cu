@@ -2066,6 +2066,7 @@ struct gdl__cu_opt_entry {
 struct gdl__cu_opt_table {
     gdl__cu_opt_entry *tab;
     unsigned *done;
+    const float *skip; // GradScaler's found_inf (NULL: none): set, every block returns at once
     int count;
     int64_t chunks;
 };
@@ -2099,8 +2100,10 @@ __device__ static void gdl__cu_opt_count(const gdl__cu_opt_entry *tab, int count
     }
 }
 
-__global__ void gdl__k_sgd_multi(const gdl__cu_opt_entry *tab, int count, int64_t chunks, unsigned *done) {
+__global__ void gdl__k_sgd_multi(const gdl__cu_opt_entry *tab, int count, int64_t chunks, unsigned *done,
+                                 const float *skip) {
     __shared__ int last;
+    if (skip && *skip != 0) return; // every block reads the same flag: none counts, none updates
     GDL_CU_ROWS(c, chunks) {
         const gdl__cu_opt_entry *e = gdl__cu_opt_find(tab, count, c);
         const gdl_opt_hyper *h = e->h;
@@ -2123,8 +2126,9 @@ __global__ void gdl__k_sgd_multi(const gdl__cu_opt_entry *tab, int count, int64_
 }
 
 __global__ void gdl__k_adam_multi(const gdl__cu_opt_entry *tab, int count, int64_t chunks, int decoupled,
-                                  unsigned *done) {
+                                  unsigned *done, const float *skip) {
     __shared__ int last;
+    if (skip && *skip != 0) return;
     GDL_CU_ROWS(c, chunks) {
         const gdl__cu_opt_entry *e = gdl__cu_opt_find(tab, count, c);
         const gdl_opt_hyper *h = e->h;
@@ -2191,6 +2195,7 @@ static void *gdl__cu_opt_table_new(int count, const gdl_opt_tensor *t) {
     h->done = (unsigned *)(block + tb);
     h->count = used;
     h->chunks = chunks;
+    h->skip = count > 0 ? t[0].skip : NULL;
     cudaStream_t st = gdl__cu_stream();
     cudaError_t e = used ? cudaMemcpyAsync(h->tab, host.data(), sizeof(gdl__cu_opt_entry) * (size_t)used,
                                            cudaMemcpyHostToDevice, st)
@@ -2218,8 +2223,10 @@ static int gdl__cu_opt_multi(const void *table, int adam, int decoupled) {
     if (!h || !h->count) return 0;
     cudaStream_t st = gdl__cu_stream();
     unsigned grid = (unsigned)(h->chunks < (1 << 20) ? h->chunks : (1 << 20));
-    if (adam) GDL_CU_LAUNCH(gdl__k_adam_multi, grid, GDL__CU_THREADS, 0, st)(h->tab, h->count, h->chunks, decoupled, h->done);
-    else GDL_CU_LAUNCH(gdl__k_sgd_multi, grid, GDL__CU_THREADS, 0, st)(h->tab, h->count, h->chunks, h->done);
+    if (adam)
+        GDL_CU_LAUNCH(gdl__k_adam_multi, grid, GDL__CU_THREADS, 0, st)(h->tab, h->count, h->chunks, decoupled, h->done,
+                                                                        h->skip);
+    else GDL_CU_LAUNCH(gdl__k_sgd_multi, grid, GDL__CU_THREADS, 0, st)(h->tab, h->count, h->chunks, h->done, h->skip);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         gdl__cu_report(cudaGetErrorString(e), __FILE__, __LINE__, adam ? "gdl__k_adam_multi" : "gdl__k_sgd_multi");
@@ -2310,6 +2317,57 @@ static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, 
 
 static int gdl__cu_sgd_multi(const void *table) { return gdl__cu_opt_multi(table, 0, 0); }
 static int gdl__cu_adam_multi(const void *table, int decoupled) { return gdl__cu_opt_multi(table, 1, decoupled); }
+
+// ----------------------------------------------------------------------------
+// GradScaler: the CPU's formulas; the scale, found_inf and the tracker stay
+// in device memory (nothing read back, so a captured step replays right).
+// found_inf is only ever set to 1 by the unscale kernel (a benign race).
+
+__global__ void gdl__k_amp_unscale(int64_t n, float *g, const float *scale, float *found_inf, float *found_inf2) {
+    float inv = (float)(1.0 / (double)*scale); // PyTorch: scale.double().reciprocal().float()
+    int found = 0;
+    GDL_CU_LOOP(i, n) {
+        float v = g[i];
+        found |= !(v - v == 0.0f);
+        if (inv != 1.0f) g[i] = v * inv;
+    }
+    if (found) {
+        *found_inf = 1.0f;
+        if (found_inf2) *found_inf2 = 1.0f;
+    }
+}
+
+static int gdl__cu_amp_unscale(int64_t n, float *g, const float *scale, float *found_inf, float *found_inf2) {
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_amp_unscale, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        n, g, scale, found_inf, found_inf2);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+__global__ void gdl__k_amp_update_scale(float *scale, int32_t *tracker, float *found_inf, double growth,
+                                        double backoff, int interval) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    if (*found_inf != 0.0f) {
+        *scale = (float)(*scale * backoff);
+        *tracker = 0;
+    } else if (*tracker + 1 >= interval) {
+        float grown = (float)(*scale * growth);
+        if (grown - grown == 0.0f) *scale = grown;
+        *tracker = 0;
+    } else {
+        *tracker += 1;
+    }
+    *found_inf = 0.0f;
+}
+
+static int gdl__cu_amp_update_scale(float *scale, int32_t *tracker, float *found_inf, double growth, double backoff,
+                                    int interval) {
+    GDL_CU_LAUNCH(gdl__k_amp_update_scale, 1, 32, 0, gdl__cu_stream())(scale, tracker, found_inf, growth, backoff,
+                                                                       interval);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
 
 // ----------------------------------------------------------------------------
 // training metrics on the device (gdl_fit reads them at its progress refresh)

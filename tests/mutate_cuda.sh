@@ -156,6 +156,15 @@ M = [
  "hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n - 1;\n        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {\n            double d"),("optim_step_count_skips_first", "the multi-tensor kernel's step counts not advanced for the first tensor",
  "            if (tab[k].step && *tab[k].step < 2147483647) *tab[k].step += 1;",
  "            if (k > 0 && tab[k].step && *tab[k].step < 2147483647) *tab[k].step += 1;"),
+("amp_skip_ignored", "an optimizer step run although the GradScaler found inf/NaN",
+ "    if (skip && *skip != 0) return; // every block",
+ "    if (0 && skip && *skip != 0) return; // every block"),
+("amp_unscale_nan_missed", "the GradScaler's check catching infinities but not NaN",
+ "        found |= !(v - v == 0.0f);",
+ "        found |= v == INFINITY || v == -INFINITY;"),
+("amp_update_growth_early", "the scale grown one clean step early",
+ "    } else if (*tracker + 1 >= interval) {",
+ "    } else if (*tracker + 2 >= interval) {"),
 ]
 
 def find(name):

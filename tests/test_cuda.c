@@ -20,6 +20,7 @@
 #include "dtype_parity.h"
 #include "autocast_cases.h"
 #include "monitor_cases.h"
+#include "gradscaler_cases.h"
 #ifdef GPUDL_EMU
 #include "cuda_emu/emu_api.h"
 #endif
@@ -1850,10 +1851,106 @@ TEST graph_step_counts_and_lr(void) {
     PASS();
 }
 
+/* ---- GradScaler on the GPU (tests/gradscaler_cases.h) ---- */
+
+TEST grad_scaler_matches_pytorch(void) {
+    double rel;
+    if (!have_gpu()) SKIPm("no GPU");
+    CHECK_CALL(gs_ref_case(GPU, &rel));
+    printf("    GradScaler vs PyTorch on %s: weights within %.2g relative\n", gdl_device_str(GPU), rel);
+    PASS();
+}
+
+/* captured and replayed == eager bitwise with overflows during the replays; no host wait in a step */
+TEST grad_scaler_graph_equals_eager(void) {
+#ifdef GPUDL_EMU
+    long graphs0 = gdl_emu_count("graph");
+#endif
+    if (!have_gpu()) SKIPm("no GPU");
+    CHECK_CALL(gs_graph_case(GPU));
+#ifdef GPUDL_EMU
+    if (gdl_emu_count("graph") - graphs0 != GS_STEPS - 1)
+        FAILf("%ld graph launches for %d replays", gdl_emu_count("graph") - graphs0, GS_STEPS - 1);
+#endif
+    PASS();
+}
+
+TEST grad_scaler_clip_checkpoint(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return gs_clip_and_checkpoint_case(GPU, "build/test_cuda_scaler.safetensors");
+}
+
+TEST grad_scaler_errors(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return gs_errors_case(GPU);
+}
+
+TEST grad_scaler_stale_slot(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return gs_stale_slot_case(GPU);
+}
+
+/* the same weights on the GPU and the CPU (the same kernels' formulas) */
+TEST grad_scaler_gpu_equals_cpu(void) {
+    float a[GS_N1 + 9], b[GS_N1 + 9];
+    int64_t sa, sb;
+    int i;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_EQ(0, gs_run(gdl_cpu(), 0, a, &sa));
+    ASSERT_EQ(0, gs_run(GPU, 0, b, &sb));
+    for (i = 0; i < GS_N1 + 9; i++)
+        if (!(fabs(a[i] - b[i]) <= 1e-6 * fabs(a[i]) + 1e-7)) FAILf("value %d: GPU %.9g, CPU %.9g", i, b[i], a[i]);
+    PASS();
+}
+
+/* parameters on two devices with one scaler: refused, naming both devices, nothing changed */
+TEST grad_scaler_two_devices_refused(void) {
+    gdl_tensor *w0, *w1, *ps[2];
+    gdl_optimizer *opt;
+    gdl_grad_scaler *s;
+    float before[3], after[3];
+    if (gdl_cuda_device_count() < 2) SKIPm("needs two GPUs");
+    w0 = gdl_ones(GDL_DIMS(3), GDL_F32, gdl_cuda(0));
+    w1 = gdl_ones(GDL_DIMS(3), GDL_F32, gdl_cuda(1));
+    opt = gdl_sgd_new(0.1, 0, 0, 0, 0);
+    s = gdl_grad_scaler_new(NULL);
+    ASSERT(w0 && w1 && opt && s);
+    ps[0] = w0;
+    ps[1] = w1;
+    ASSERT_EQ(0, gdl_set_requires_grad(w0, 1));
+    ASSERT_EQ(0, gdl_set_requires_grad(w1, 1));
+    ASSERT_EQ(0, gdl_optim_add_params(opt, ps, 2, -1, -1));
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_zero_grad(opt));
+    ASSERT_EQ(0, gdl_backward(gdl_grad_scaler_scale(s, gdl_sum(gdl_mul(w0, w0)))));
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(w1, w1))));
+    ASSERT_NULL(gdl_grad_scaler_scale(s, gdl_sum(w1)));
+    ASSERT_CONTAINS(gdl_last_error(), "not supported");
+    ASSERT_EQ(0, gdl_copy_to_host(w0->grad, before, sizeof before));
+    ASSERT_EQ(-1, gdl_grad_scaler_step(s, opt));
+    ASSERT_CONTAINS(gdl_last_error(), "cuda:1");
+    ASSERT_CONTAINS(gdl_last_error(), "several devices is not supported");
+    ASSERT_EQ(0, gdl_copy_to_host(w0->grad, after, sizeof after));
+    ASSERT_EQ(0, memcmp(before, after, sizeof before));
+    gdl_grad_scaler_free(s);
+    gdl_optim_free(opt);
+    gdl_free(w0);
+    gdl_free(w1);
+    gdl_arena_reset();
+    PASS();
+}
+
 SUITE(graphs) {
     RUN_TEST(graph_replay_equals_eager);
     RUN_TEST(graph_capture_errors);
     RUN_TEST(graph_step_counts_and_lr);
+    RUN_TEST(grad_scaler_matches_pytorch);
+    RUN_TEST(grad_scaler_graph_equals_eager);
+    RUN_TEST(grad_scaler_clip_checkpoint);
+    RUN_TEST(grad_scaler_errors);
+    RUN_TEST(grad_scaler_stale_slot);
+    RUN_TEST(grad_scaler_gpu_equals_cpu);
+    RUN_TEST(grad_scaler_two_devices_refused);
 }
 
 /* ---- all-or-nothing training steps under injected faults (the emulator only) ---- */
@@ -2093,6 +2190,7 @@ typedef struct fit_inject {
     int snap_at;        /* this call copies the parameters (as the step sees them) into snap */
     float snap[FIT_W];
     gdl_module *m;
+    gdl_grad_scaler *scaler; /* gdl_fit_opts.scaler */
 } fit_inject;
 
 static int fit_weights(gdl_module *m, float *w) {
@@ -2173,6 +2271,7 @@ static int fit_run(fit_inject *f, int oom_retry, int oom_split_batch, FILE *log,
         o.oom_retry = oom_retry;
         o.oom_split_batch = oom_split_batch;
         o.cuda_graph = 0; /* the loss injects its faults when it is called: every step eagerly */
+        o.scaler = f->scaler;
         rc = gdl_fit(m, l, opt, &o, NULL);
         if (fit_weights(m, w) < 0) rc = -2;
     }
@@ -2316,6 +2415,26 @@ TEST fit_recovers_from_oom(void) {
     ASSERT_EQ(0, fit_run(&f, 1, 0, NULL, w));
     ASSERT_EQ(7, f.calls);
     ASSERT(memcmp(w, w_ref, sizeof w) == 0);
+    /* with a GradScaler (2^16: the unscaled weights bitwise): the retry of a step that failed after the
+       unscale (in the optimizer's first step) starts the scaler's step again */
+    for (i = 0; i < 2; i++) {
+        memset(&f, 0, sizeof f);
+        ASSERT_NOT_NULL(f.scaler = gdl_grad_scaler_new(NULL));
+        if (i) {
+            f.fail_at = 4;
+        } else { /* the scale made first, so the first step's table is the allocation that fails */
+            gdl_tensor *one = gdl_ones(0, NULL, GDL_F32, GPU);
+            ASSERT_NOT_NULL(gdl_grad_scaler_scale(f.scaler, one));
+            gdl_free(one);
+            gdl_arena_reset();
+            f.fail_after = 1;
+        }
+        if (fit_run(&f, 1, 0, NULL, w) != 0) FAILf("with a scaler, failure %d: %s", i, gdl_last_error());
+        ASSERT_EQ(7, f.calls);
+        ASSERT(memcmp(w, w_ref, sizeof w) == 0);
+        ASSERT_EQ(6, gdl_grad_scaler_get_growth_tracker(f.scaler)); /* 6 steps, none skipped or counted twice */
+        gdl_grad_scaler_free(f.scaler);
+    }
     memset(&f, 0, sizeof f);
     f.fail_after = 1;
     ASSERT_EQ(-1, fit_run(&f, 0, 0, NULL, w));

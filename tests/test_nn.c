@@ -12,6 +12,7 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
+#include "gradscaler_cases.h"
 
 #include <math.h>
 #include <string.h>
@@ -1586,6 +1587,18 @@ TEST test_set_lr_after_new_group(void) {
     PASS();
 }
 
+TEST test_grad_scaler_matches_pytorch(void) {
+    double rel;
+    CHECK_CALL(gs_ref_case(gdl_cpu(), &rel));
+    printf("    GradScaler vs PyTorch on the CPU: weights within %.2g relative\n", rel);
+    PASS();
+}
+
+TEST test_grad_scaler_graph_equals_eager(void) { return gs_graph_case(gdl_cpu()); }
+TEST test_grad_scaler_clip_checkpoint(void) { return gs_clip_and_checkpoint_case(gdl_cpu(), "build/test_nn_scaler.safetensors"); }
+TEST test_grad_scaler_errors(void) { return gs_errors_case(gdl_cpu()); }
+TEST test_grad_scaler_stale_slot(void) { return gs_stale_slot_case(gdl_cpu()); }
+
 SUITE(optimizers) {
     char name[96];
     size_t i;
@@ -1610,6 +1623,11 @@ SUITE(optimizers) {
     RUN_TEST(test_gradient_accumulation);
     RUN_TEST(test_state_follows_device);
     RUN_TEST(test_set_lr_after_new_group);
+    RUN_TEST(test_grad_scaler_matches_pytorch);
+    RUN_TEST(test_grad_scaler_graph_equals_eager);
+    RUN_TEST(test_grad_scaler_clip_checkpoint);
+    RUN_TEST(test_grad_scaler_errors);
+    RUN_TEST(test_grad_scaler_stale_slot);
 }
 
 SUITE(schedulers) {

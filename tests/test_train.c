@@ -264,7 +264,24 @@ TEST test_failed_save_keeps_previous_file(void) {
     PASS();
 }
 
-/* trains epochs [from, to) of a fixed run; returns 0 */
+/* a loss of ~64: times a scale near 2^127 it overflows */
+static gdl_tensor *big_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
+    (void)user;
+    return gdl_mul_scalar(gdl_cross_entropy(out, y), 64.0);
+}
+
+/* trains epochs [from, to) of a fixed run (with a GradScaler when sc); returns 0 */
+static int run_epochs_scaled(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *s, gdl_loader *l, int from, int to,
+                             gdl_grad_scaler *sc) {
+    gdl_fit_opts o = gdl_fit_defaults();
+    o.epochs = to - from;
+    o.verbose = 0;
+    o.scheduler = s;
+    o.scaler = sc;
+    if (sc) o.loss = big_loss;
+    gdl_loader_set_epoch(l, (uint64_t)from);
+    return gdl_fit(m, l, opt, &o, NULL);
+}
 static int run_epochs(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *s, gdl_loader *l, int from, int to) {
     gdl_fit_opts o = gdl_fit_defaults();
     o.epochs = to - from;
@@ -304,6 +321,49 @@ TEST test_resume_is_exact(void) {
     gdl_scheduler_free(sb);
     gdl_optim_free(oa);
     gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_loader_free(la);
+    gdl_loader_free(lb);
+    gdl_dataset_free(tr);
+    PASS();
+}
+
+/* the same with a GradScaler whose state matters (it grows every 2 clean steps and overflows now and then: a
+   resumed run with a fresh scaler ends elsewhere unless the checkpoint restores the scale and tracker) */
+TEST test_resume_with_scaler_is_exact(void) {
+    gdl_dataset *tr = blobs(200, 4);
+    gdl_loader *la = loader(tr, 1), *lb = loader(tr, 1);
+    gdl_module *a = small_net(9), *b = small_net(10);
+    gdl_optimizer *oa = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0), *ob = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    gdl_grad_scaler_opts so = gdl_grad_scaler_defaults();
+    gdl_grad_scaler *ca, *cb;
+    char path[256];
+    int64_t epoch = -1;
+    so.init_scale = 0x1p118;
+    so.growth_interval = 2;
+    ASSERT_NOT_NULL(ca = gdl_grad_scaler_new(&so));
+    ASSERT_NOT_NULL(cb = gdl_grad_scaler_new(NULL));
+    tmp_path(path, sizeof path, "ckpt_scaler.safetensors");
+    gdl_optim_add_module(oa, a, 0);
+    gdl_optim_add_module(ob, b, 0);
+    gdl_manual_seed(123);
+    ASSERT_EQ(0, run_epochs_scaled(a, oa, NULL, la, 0, 2, ca));
+    ASSERT_EQ(0, gdl_save_checkpoint(path, a, oa, NULL, 2));
+    ASSERT_LT(gdl_grad_scaler_get_scale(ca), 0x1p125); /* it overflowed */
+    ASSERT_EQ(0, run_epochs_scaled(a, oa, NULL, la, 2, 4, ca));
+    gdl_manual_seed(999);
+    ASSERT_EQ(0, gdl_optim_set_grad_scaler(ob, cb));
+    ASSERT_EQ(0, gdl_load_checkpoint(path, b, ob, NULL, &epoch));
+    ASSERT_EQ(0, run_epochs_scaled(b, ob, NULL, lb, (int)epoch, 4, cb));
+    ASSERT(same_params(a, b)); /* bit for bit */
+    ASSERT_IN_RANGE(gdl_grad_scaler_get_scale(ca), gdl_grad_scaler_get_scale(cb), 0);
+    ASSERT_EQ(gdl_grad_scaler_get_growth_tracker(ca), gdl_grad_scaler_get_growth_tracker(cb));
+    remove(path);
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_grad_scaler_free(ca);
+    gdl_grad_scaler_free(cb);
     gdl_module_free(a);
     gdl_module_free(b);
     gdl_loader_free(la);
@@ -415,10 +475,80 @@ static void reset(void *u) {
     gdl_clear_error();
 }
 
+/* gdl_fit with a GradScaler: with a scale of 2^16 every gradient is the unscaled one times 2^16 exactly, so
+   the weights equal an unscaled run's bit for bit (gradient clipping after the unscale included); a scale of
+   2^127 and a loss of ~64 overflow: the steps are skipped and the scale backs off until it fits; the scaler's state is in
+   gdl_fit's checkpoints */
+static int fit_scaled(gdl_grad_scaler *s, float *w, const char *ckdir) {
+    gdl_dataset *tr = blobs(200, 1);
+    gdl_loader *tl = loader(tr, 1);
+    gdl_module *m = small_net(3);
+    gdl_optimizer *opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    gdl_fit_opts o = gdl_fit_defaults();
+    gdl_tensor *p[8];
+    int rc = -1, n, i;
+    int64_t off = 0;
+    if (!tr || !tl || !m || !opt || gdl_optim_add_module(opt, m, 0) < 0) goto out;
+    o.epochs = 2;
+    o.verbose = 0;
+    o.clip_grad_norm = 1.0;
+    o.scaler = s;
+    if (ckdir) { /* a loss of ~64 times 2^127 overflows */
+        o.loss = big_loss;
+        o.checkpoint_dir = ckdir;
+        o.checkpoint_every = 5;
+    }
+    if (gdl_fit(m, tl, opt, &o, NULL) < 0) goto out;
+    n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, p, 8);
+    for (i = 0; i < n && i < 8; i++) {
+        if (gdl_copy_to_host(p[i], w + off, sizeof(float) * (size_t)p[i]->numel) < 0) goto out;
+        off += p[i]->numel;
+    }
+    rc = (int)off;
+out:
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_loader_free(tl);
+    gdl_dataset_free(tr);
+    return rc;
+}
+
+TEST test_fit_grad_scaler(void) {
+    static float a[256], b[256], c[256];
+    gdl_grad_scaler_opts so = gdl_grad_scaler_defaults();
+    gdl_grad_scaler *s = gdl_grad_scaler_new(NULL), *big;
+    char ck[256];
+    gdl_st_file f;
+    int n, i, found = 0;
+    ASSERT_NOT_NULL(s);
+    ASSERT_GT(n = fit_scaled(NULL, a, NULL), 0);
+    ASSERT(n <= 256);
+    ASSERT_EQ(n, fit_scaled(s, b, NULL));
+    ASSERT_EQ(0, memcmp(a, b, sizeof(float) * (size_t)n));
+    ASSERT_IN_RANGE(65536.0, gdl_grad_scaler_get_scale(s), 0);
+    ASSERT_EQ(14, gdl_grad_scaler_get_growth_tracker(s)); /* 2 epochs of 7 batches, no overflow */
+    so.init_scale = 0x1p127;
+    ASSERT_NOT_NULL(big = gdl_grad_scaler_new(&so));
+    tmp_path(ck, sizeof ck, "scaler_ckpt");
+    ASSERT_EQ(n, fit_scaled(big, c, ck));
+    ASSERT_LT(gdl_grad_scaler_get_scale(big), 0x1p127);
+    for (i = 0; i < n; i++) ASSERT(isfinite(c[i]));
+    strcat(ck, "/gdl_fit.safetensors");
+    ASSERT_EQ(0, gdl_st_read(ck, &f));
+    for (i = 0; i < f.n_meta; i++) found += !strcmp(f.meta_keys[i], "scaler.scale") || !strcmp(f.meta_keys[i], "scaler.growth_tracker");
+    gdl_st_free(&f);
+    ASSERT_EQ(2, found);
+    remove(ck);
+    gdl_grad_scaler_free(s);
+    gdl_grad_scaler_free(big);
+    PASS();
+}
+
 SUITE(fit) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_fit_learns_and_reports);
     RUN_TEST(test_fit_errors);
+    RUN_TEST(test_fit_grad_scaler);
     RUN_TEST(test_loss_objects);
     RUN_TEST(test_fashion_mnist_one_epoch);
 }
@@ -429,6 +559,7 @@ SUITE(checkpoints) {
     RUN_TEST(test_load_wrong_kind_messages);
     RUN_TEST(test_failed_save_keeps_previous_file);
     RUN_TEST(test_resume_is_exact);
+    RUN_TEST(test_resume_with_scaler_is_exact);
     RUN_TEST(test_checkpoint_refuses_mismatch);
     RUN_TEST(test_checkpoint_refuses_bad_scheduler_position);
 }
