@@ -14802,7 +14802,36 @@ static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int
                                             &q), &q);
     }
 #else
-    (void)op, (void)what, (void)v, (void)n, (void)max;
+    if (gdl__dist.init && gdl__dist.world > 1) {
+        /* NCCL is the transport: every rank's doubles gathered bit for bit (as pairs of i32), then summed
+           (or the max taken) in rank order on the host, so every rank gets the same exact figures; the
+           host waits with the timeout before it reads, so a missing peer fails here, never hangs */
+        gdl_device dev = gdl__dist.comm_dev ? gdl_cuda(gdl__dist.comm_dev - 1) : gdl_dist_device();
+        int64_t s1[1], sw[1];
+        gdl_tensor *in = NULL, *all = NULL, *h = NULL;
+        const gdl_backend *be;
+        int rc = -1, r, k;
+        if (gdl__dist_ready(op) < 0) return -1;
+        s1[0] = 2 * (int64_t)n, sw[0] = 2 * (int64_t)n * gdl__dist.world;
+        if ((in = gdl_from_array(v, 1, s1, GDL_I32, dev)) && (all = gdl_empty(1, sw, GDL_I32, dev)) &&
+            gdl_dist_all_gather(all, in) == 0 && (be = gdl__dist_comm(op, dev)) &&
+            be->comm_sync(0, gdl_dist_timeout()) == 0 && (h = gdl_to(all, gdl_cpu()))) {
+            const double *g = (const double *)h->data;
+            for (k = 0; k < n; k++) {
+                double a = g[k];
+                for (r = 1; r < gdl__dist.world; r++) a = max ? (g[r * n + k] > a ? g[r * n + k] : a) : a + g[r * n + k];
+                v[k] = a;
+            }
+            rc = 0;
+        }
+        if (rc < 0) {
+            char why[sizeof gdl__err];
+            memcpy(why, gdl__err, sizeof why);
+            gdl__set_error("%s: %s over NCCL: %s", op, what, why);
+        }
+        gdl_free(h), gdl_free(all), gdl_free(in);
+        return rc;
+    }
 #endif
     return 0;
 }
@@ -14827,32 +14856,8 @@ static int gdl__dist_agree(const char *op, const char *what, int ok) {
 static int gdl__dist_pass_sum(gdl__pass *p) {
     double v[4];
     v[0] = p->loss_sum, v[1] = (double)p->samples, v[2] = (double)p->correct, v[3] = (double)p->counted;
-#ifndef GPUDL_MPI
-    if (gdl__dist.init && gdl__dist.world > 1) { /* without MPI: over NCCL */
-        /* NCCL is the transport, in float: each figure goes as its float and the float of the remainder,
-           so a rank's own rounding is not lost (counts stay exact far beyond 2^24) */
-        float hl[8];
-        int64_t s8[1] = {8};
-        gdl_tensor *t;
-        int k, rc;
-        for (k = 0; k < 4; k++) hl[2 * k] = (float)v[k], hl[2 * k + 1] = (float)(v[k] - (double)(float)v[k]);
-        if (!(t = gdl_from_array(hl, 1, s8, GDL_F32, gdl_dist_device()))) return -1;
-        rc = gdl_dist_all_reduce(t, GDL_SUM);
-        if (rc == 0) {
-            gdl_tensor *h = gdl_to(t, gdl_cpu());
-            if (!h) rc = -1;
-            else {
-                for (k = 0; k < 4; k++) v[k] = (double)((float *)h->data)[2 * k] + (double)((float *)h->data)[2 * k + 1];
-                gdl_free(h);
-            }
-        }
-        gdl_free(t);
-        if (rc < 0) return -1;
-    }
-#else
     if (gdl__dist_reduce_f64("gdl_fit", "the all-reduce of the epoch's loss and accuracy sums", v, 4, 0) < 0)
         return -1;
-#endif
     p->loss_sum = v[0], p->samples = (int64_t)v[1], p->correct = (int64_t)v[2], p->counted = (int64_t)v[3];
     return 0;
 }

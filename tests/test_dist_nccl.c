@@ -553,6 +553,121 @@ TEST fit_under_ddp_cuda(void) {
     PASS();
 }
 
+/* gdl_fit under DDP with a checkpoint every 3 steps, resumed by fresh objects (NCCL carries gdl_fit's
+   agreements without MPI): both ranks find rank 0's checkpoint and resume at its step, and end bit for bit
+   where the uninterrupted run ends; epoch 1's figures (the checkpoint's running sums: every rank's) and
+   epoch 2's are the uninterrupted ones. */
+typedef struct fit_run {
+    gdl_dataset *ds;
+    gdl_loader *l;
+    gdl_module *m;
+    gdl_optimizer *opt;
+    gdl_ddp *d;
+} fit_run;
+
+enum { FN = 48, FD = 6 };
+static float fxs[FN * FD];
+static int32_t fys[FN];
+
+static int fit_make(fit_run *f) {
+    gdl_loader_opts lo = gdl_loader_defaults();
+    int64_t s1[1] = {FD};
+    int i;
+    for (i = 0; i < FN * FD; i++) fxs[i] = (float)cos(0.19 * i + 0.4);
+    for (i = 0; i < FN; i++) fys[i] = (i * 5 + i / 7) % 3;
+    memset(f, 0, sizeof *f);
+    lo.batch_size = 4;
+    lo.shuffle = 1;
+    lo.seed = 31;
+    lo.num_replicas = gdl_dist_world_size();
+    lo.rank = gdl_dist_rank();
+    lo.device = gdl_dist_device();
+    if (!(f->m = ddp_net(gdl_dist_device())) || !(f->ds = gdl_dataset_from_arrays(fxs, GDL_F32, 1, s1, fys, FN, 3)) ||
+        !(f->l = gdl_loader_new(f->ds, &lo)) || !(f->opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0)) ||
+        gdl_optim_add_module(f->opt, f->m, 0) < 0 || !(f->d = gdl_ddp_new(f->m, NULL)))
+        return -1;
+    return 0;
+}
+
+static void fit_free(fit_run *f) {
+    gdl_ddp_free(f->d);
+    gdl_optim_free(f->opt);
+    gdl_module_free(f->m);
+    gdl_loader_free(f->l);
+    gdl_dataset_free(f->ds);
+    gdl_arena_reset();
+}
+
+static int fit_go(fit_run *f, int epochs, int64_t every, int resume, const char *dir, gdl_epoch_stats *h) {
+    gdl_fit_opts fo = gdl_fit_defaults();
+    fo.epochs = epochs;
+    fo.verbose = 0;
+    fo.ddp = f->d;
+    fo.checkpoint_every = every;
+    fo.checkpoint_dir = dir;
+    fo.resume = resume;
+    return gdl_fit(f->m, f->l, f->opt, &fo, h);
+}
+
+static int bitwise_same(gdl_module *a, gdl_module *b, char *msg, size_t len) {
+    gdl_tensor *pa[8], *pb[8];
+    int n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 8), i, ok = 1;
+    if (n != gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 8)) return 0;
+    for (i = 0; i < n && ok; i++) {
+        float *u = host(pa[i]), *v = host(pb[i]);
+        if (!u || !v || memcmp(u, v, sizeof(float) * (size_t)pa[i]->numel) != 0) {
+            snprintf(msg, len, "parameter %d differs from the uninterrupted run's", i);
+            ok = 0;
+        }
+        free(u), free(v);
+    }
+    return ok;
+}
+
+TEST fit_resume_under_ddp_cuda(void) {
+    fit_run a, b;
+    gdl_epoch_stats hs[2], hr[2];
+    char dir[256], f[300], msg[128];
+    int32_t pid = (int32_t)getpid();
+    int64_t s1[1] = {1};
+    int i;
+    gdl_tensor *t = gdl_from_array(&pid, 1, s1, GDL_I32, gdl_dist_device());
+    ASSERT_EQ(0, gdl_dist_broadcast(t, 0)); /* a directory both ranks name alike: rank 0's pid */
+    {
+        gdl_tensor *h = gdl_to(t, gdl_cpu());
+        ASSERT_NOT_NULL(h);
+        snprintf(dir, sizeof dir, "/tmp/gpudl-nccl-resume-%d", (int)((int32_t *)h->data)[0]);
+        gdl_free(h);
+    }
+    gdl_free(t);
+    ASSERT_EQ(0, fit_make(&a));
+    ASSERT_EQ(6, gdl_loader_num_batches(a.l));
+    if (fit_go(&a, 2, 0, 0, NULL, hs) < 0) FAILf("uninterrupted: %s", gdl_last_error());
+    ASSERT_EQ(0, fit_make(&b));
+    if (fit_go(&b, 1, 3, 0, dir, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
+    fit_free(&b);
+    ASSERT_EQ(0, fit_make(&b));
+    if (fit_go(&b, 2, 3, 1, dir, hr) < 0) FAILf("rank %d resumed: %s", gdl_dist_rank(), gdl_last_error());
+    ASSERT_EQ(12, gdl_optim_get_step(b.opt));
+    if (!bitwise_same(b.m, a.m, msg, sizeof msg)) FAILf("rank %d: %s", gdl_dist_rank(), msg);
+    for (i = 0; i < 2; i++) {
+        ASSERT_EQ(hs[i].samples, hr[i].samples);
+        ASSERT_EQ(hs[i].accuracy, hr[i].accuracy);
+        if (hs[i].loss != hr[i].loss)
+            FAILf("rank %d epoch %d loss: uninterrupted %.17g, resumed %.17g", gdl_dist_rank(), i + 1, hs[i].loss,
+                  hr[i].loss);
+    }
+    fit_free(&a);
+    fit_free(&b);
+    ASSERT_EQ(0, gdl_dist_barrier()); /* nobody reads the checkpoint any more */
+    if (gdl_dist_rank() == 0) {
+        snprintf(f, sizeof f, "%s/gdl_fit.safetensors", dir);
+        remove(f);
+        rmdir(dir);
+    }
+    PASS();
+}
+
 /* Rank 1 leaves; rank 0's next collective finds no peer: the barrier fails within the timeout. */
 TEST peer_leaves(void) {
     gdl_tensor *t;
@@ -586,6 +701,7 @@ SUITE(two_ranks) {
     RUN_TEST_NAMED("ddp_cuda_equals_one_process", ddp_cuda_equals_one_process, (void *)&one);
     RUN_TEST_NAMED("ddp_cuda_no_sync_accumulation", ddp_cuda_equals_one_process, (void *)&two);
     RUN_TEST(fit_under_ddp_cuda);
+    RUN_TEST(fit_resume_under_ddp_cuda);
     RUN_TEST(peer_leaves);
 }
 
