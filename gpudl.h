@@ -14134,6 +14134,10 @@ static const gdl_backend *gdl__dist_comm(const char *op, gdl_device dev) {
     return be;
 }
 
+#ifdef GPUDL_MPI
+static int gdl__dist_wait(const char *op, const char *what, MPI_Request *req);
+#endif
+
 GPUDL_API int gdl_dist_init(void) {
     static const char op[] = "gdl_dist_init";
     /* the launchers' variables: rank, world size, local rank */
@@ -14224,18 +14228,48 @@ GPUDL_API int gdl_dist_init(void) {
     /* NCCL's id, for collectives of CUDA tensors: made by rank 0, handed round over MPI or the rendezvous */
     gdl__dist.have_id = 0;
     gdl__dist.comm_dev = 0;
+#ifdef GPUDL_MPI
+    if (world > 1) {
+        /* rank 0 always broadcasts, with the id a status word (0: no GPU backend there, 1: the id, 2: making it
+           failed), and every rank waits with the timeout: no rank is left waiting for a broadcast that never
+           comes, whichever ranks have GPUs. A rank without one, or all without an id, have no NCCL (CUDA
+           collectives fail then, saying so); a failed id fails every rank's init. */
+        const gdl_backend *be = gdl__dist_gpu();
+        unsigned char buf[1 + GDL_COMM_ID_BYTES];
+        MPI_Request q;
+        int rc;
+        char keep[sizeof gdl__err];
+        memset(buf, 0, sizeof buf);
+        if (rank == 0 && be) buf[0] = be->comm_id(buf + 1, GDL_COMM_ID_BYTES) == 0 ? 1 : 2;
+        memcpy(keep, gdl__err, sizeof keep);
+        gdl__dist.rank = rank, gdl__dist.world = world; /* for the timed wait's report */
+        gdl__dist.seq = 0;
+        rc = MPI_Ibcast(buf, (int)sizeof buf, MPI_BYTE, 0, gdl__dist.comm, &q);
+        if (rc != MPI_SUCCESS) {
+            gdl__mpi_fail(op, "MPI_Ibcast of NCCL's id", rc);
+            goto fail;
+        }
+        if (gdl__dist_wait(op, "the broadcast of NCCL's id from rank 0", &q) < 0) goto fail;
+        if (buf[0] == 2) {
+            if (rank == 0) {
+                char why[sizeof gdl__err];
+                memcpy(why, keep, sizeof why);
+                gdl__set_error("%s: rank 0 could not make NCCL's id: %s", op, why);
+            } else {
+                gdl__set_error("%s: rank 0 could not make NCCL's id (its own error says why)", op);
+            }
+            goto fail;
+        }
+        if (buf[0] == 1 && be) {
+            memcpy(gdl__dist.id, buf + 1, GDL_COMM_ID_BYTES);
+            gdl__dist.have_id = 1;
+        }
+    }
+#else
     if (world > 1 && gdl__dist_gpu()) {
         const gdl_backend *be = gdl__dist_gpu();
         if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) goto fail;
-#ifdef GPUDL_MPI
-        {
-            int rc = MPI_Bcast(gdl__dist.id, GDL_COMM_ID_BYTES, MPI_BYTE, 0, gdl__dist.comm);
-            if (rc != MPI_SUCCESS) {
-                gdl__mpi_fail(op, "MPI_Bcast of NCCL's id", rc);
-                goto fail;
-            }
-        }
-#elif defined(GDL__HAVE_RDV)
+#if defined(GDL__HAVE_RDV)
         if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) goto fail;
 #else
         gdl__set_error("%s: %d processes without MPI need the TCP rendezvous, which this platform lacks", op, world);
@@ -14243,6 +14277,7 @@ GPUDL_API int gdl_dist_init(void) {
 #endif
         gdl__dist.have_id = 1;
     }
+#endif
     gdl__dist.rank = rank;
     gdl__dist.world = world;
     gdl__dist.local = local;
@@ -14253,10 +14288,12 @@ GPUDL_API int gdl_dist_init(void) {
     return 0;
 fail:
 #ifdef GPUDL_MPI
+    /* no MPI_Finalize: it waits for every rank without a limit, and another may have failed otherwise (the
+       launcher ends the job when the process exits) */
     MPI_Comm_free(&gdl__dist.comm);
-    if (gdl__dist.mpi_ours) MPI_Finalize();
-    gdl__dist.mpi_ours = 0;
+    MPI_Comm_free(&gdl__dist.ctl);
 #endif
+    gdl__dist.rank = 0, gdl__dist.world = 0, gdl__dist.broken = 0, gdl__dist.have_id = 0;
     return -1;
 }
 

@@ -711,6 +711,18 @@ int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
     if (!w) w = getenv("OMPI_COMM_WORLD_SIZE");
     g_ranks = w ? atoi(w) : 1;
+    if (g_ranks > 1 && getenv("GPUDL_TEST_INIT_FAILS")) {
+        /* rank 0 cannot make NCCL's id (GPUDL_EMU_NCCL_FAIL_ID=1 there): every rank's gdl_dist_init fails
+           within the timeout (GPUDL_DIST_TIMEOUT), none left waiting for the id */
+        double t0 = gdl_now();
+        int rc = gdl_dist_init(), ok;
+        const char *e = gdl_last_error();
+        ok = rc == -1 && gdl_now() - t0 < 20 && strstr(e, "rank 0 could not make NCCL's id") != NULL;
+        printf("init_fails: gdl_dist_init %d after %.3f s: %s\n%d passed, %d failed, 0 skipped\n", rc,
+               gdl_now() - t0, e, ok, !ok);
+        gdl_shutdown();
+        return !ok;
+    }
     if (g_ranks > 1) {
         if (gdl_dist_init() < 0) {
             fprintf(stderr, "test_dist_nccl: %s\n", gdl_last_error());

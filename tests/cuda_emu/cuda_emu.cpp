@@ -2784,8 +2784,11 @@ const char *ncclGetErrorString(ncclResult_t r) {
     }
 }
 
+// GPUDL_EMU_NCCL_FAIL_ID=1: fails (ncclSystemError), as NCCL does without network interfaces: a test's
+// rank 0 that cannot make the id
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     if (!id) return ncclInvalidArgument;
+    if (getenv("GPUDL_EMU_NCCL_FAIL_ID") && atoi(getenv("GPUDL_EMU_NCCL_FAIL_ID")) == 1) return ncclSystemError;
     uint64_t r = 0;
     FILE *f = fopen("/dev/urandom", "rb");
     if (!f || fread(&r, sizeof r, 1, f) != 1) r = (uint64_t)now_s() * 1000003u ^ (uint64_t)getpid() << 20;
