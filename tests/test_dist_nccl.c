@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <unistd.h>
+#include <time.h>
 
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -220,8 +221,8 @@ static int init_fails(const char *needle, double within, char *msg, size_t len) 
 /* Runs first, before the emulator has any stream threads (one case forks). */
 TEST rendezvous_errors(void) {
     char msg[600], want[160];
-    int port = free_port(), st = 0;
-    pid_t child;
+    int port = free_port(), st = 0, i, rc;
+    pid_t child, kids[2];
     if (gdl_cuda_device_count() < 1) SKIPm("no GPU: a job of 2 processes has no transport without MPI");
     ASSERT(port > 0);
     set_rank(1, 2, 0); /* no MASTER_PORT */
@@ -250,7 +251,7 @@ TEST rendezvous_errors(void) {
     if ((child = fork()) == 0) {
         int ok;
         set_rank(1, 3, port);
-        setenv("GPUDL_DIST_TIMEOUT", "5", 1);
+        setenv("GPUDL_DIST_TIMEOUT", "inf", 1); /* no limit: waits in pieces, no overflow */
         ok = gdl_dist_init() < 0 && strstr(gdl_last_error(), "refused rank 1: it says WORLD_SIZE=2, this rank 3");
         if (!ok) fprintf(stderr, "child: %s\n", gdl_last_error());
         _exit(ok ? 0 : 1);
@@ -261,6 +262,49 @@ TEST rendezvous_errors(void) {
     if (!init_fails("rank 1 says WORLD_SIZE=3, rank 0 says 2", 6, msg, sizeof msg)) FAILm(msg);
     ASSERT_EQ(child, waitpid(child, &st, 0));
     ASSERTm("the rank with the other world size did not get its error", WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* of 3 ranks, rank 1 comes, goes and comes again (restarted): rank 0 answers its newer connection */
+    fflush(NULL);
+    port = free_port();
+    for (i = 1; i <= 2; i++)
+        if ((kids[i - 1] = fork()) == 0) {
+            int ok = 1;
+            set_rank(i, 3, port);
+            setenv("GPUDL_DIST_TIMEOUT", "10", 1);
+            if (i == 1) { /* the first coming: says it is rank 1, then is gone */
+                struct sockaddr_in sa;
+                unsigned char hello[12] = {'g', 'd', 'l', 'R', 0, 0, 0, 1, 0, 0, 0, 3};
+                int fd = -1, k;
+                memset(&sa, 0, sizeof sa);
+                sa.sin_family = AF_INET;
+                sa.sin_port = htons((uint16_t)port);
+                sa.sin_addr.s_addr = htonl(0x7f000001);
+                for (k = 0; k < 500; k++) { /* until rank 0 listens */
+                    fd = socket(AF_INET, SOCK_STREAM, 0);
+                    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) break;
+                    close(fd), fd = -1;
+                    nanosleep(&(struct timespec){0, 10000000}, NULL);
+                }
+                ok = fd >= 0 && write(fd, hello, sizeof hello) == (ssize_t)sizeof hello;
+                if (fd >= 0) close(fd);
+            } else {
+                nanosleep(&(struct timespec){0, 500000000}, NULL); /* rank 2 last */
+            }
+            ok = ok && gdl_dist_init() == 0 && gdl_dist_rank() == i;
+            if (!ok) fprintf(stderr, "rank %d: %s\n", i, gdl_last_error());
+            gdl_dist_shutdown();
+            _exit(ok ? 0 : 1);
+        }
+    ASSERT(kids[0] > 0 && kids[1] > 0);
+    set_rank(0, 3, port);
+    setenv("GPUDL_DIST_TIMEOUT", "10", 1);
+    rc = gdl_dist_init();
+    if (rc < 0) snprintf(msg, sizeof msg, "rank 0: %.500s", gdl_last_error());
+    gdl_dist_shutdown();
+    for (i = 0; i < 2; i++) {
+        ASSERT_EQ(kids[i], waitpid(kids[i], &st, 0));
+        ASSERTm("a rank of 3 (one restarted) failed its gdl_dist_init", WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    if (rc < 0) FAILm(msg);
     clear_env();
     ASSERT(!gdl_dist_is_initialized());
     PASS();

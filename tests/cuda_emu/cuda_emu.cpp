@@ -2548,7 +2548,10 @@ std::atomic<double> nccl_timeout_s{-1};
 double nccl_timeout(void) {
     double t = nccl_timeout_s.load();
     if (t >= 0) return t;
+    // the emulator's own setting first, then gpudl's (NCCL itself has no such limit: gpudl's waits bound it)
     const char *e = getenv("GPUDL_EMU_NCCL_TIMEOUT");
+    if (e && atof(e) > 0) return atof(e);
+    e = getenv("GPUDL_DIST_TIMEOUT");
     return e && atof(e) > 0 ? atof(e) : 120.0;
 }
 
@@ -2587,7 +2590,7 @@ bool nccl_barrier(ncclComm *c, const char *what) {
         if (S->broken.load() || c->aborted.load()) return false;
         if (now_s() - t0 > limit) {
             S->broken.store(1);
-            diag("%s: rank %d of %d waited %.3g s (GPUDL_EMU_NCCL_TIMEOUT) for its peers on communicator %s: "
+            diag("%s: rank %d of %d waited %.3g s (GPUDL_EMU_NCCL_TIMEOUT or GPUDL_DIST_TIMEOUT) for its peers on communicator %s: "
                  "a rank never arrived; the communicator is broken", what, c->rank, c->nranks, limit, c->name);
             return false;
         }
