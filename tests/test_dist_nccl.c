@@ -597,6 +597,50 @@ TEST fit_under_ddp_cuda(void) {
     PASS();
 }
 
+/* A parameter the forward does not use gets its gradient from gdl_ddp_backward (the mean of zeros) in the
+   optimizer's flat block, as gdl_backward gives it on the CPU: its slot, not a tensor of its own. */
+TEST ddp_cuda_unused_param_flat_slot(void) {
+    enum { B = 4, D = 6 };
+    float xs[B * D];
+    int32_t ys[B] = {0, 1, 2, 1};
+    int64_t sx[2] = {B, D}, sy[1] = {B}, s5[1] = {5};
+    gdl_device dev = gdl_dist_device();
+    gdl_module *m = ddp_net(dev);
+    gdl_tensor *spare = gdl_zeros(1, s5, GDL_F32, dev), *x, *y;
+    gdl_optimizer *opt = gdl_sgd_new(0.1, 0, 0, 0, 0);
+    gdl_ddp *d;
+    float *g;
+    int i, step;
+    for (i = 0; i < B * D; i++) xs[i] = (float)cos(0.3 * i);
+    ASSERT_EQ(0, gdl_set_requires_grad(spare, 1));
+    ASSERT_EQ(0, gdl_module_add_param(m, "spare", spare));
+    ASSERT_EQ(0, gdl_optim_add_module(opt, m, 0));
+    if (!(d = gdl_ddp_new(m, NULL))) FAILm(gdl_last_error());
+    x = gdl_from_array(xs, 2, sx, GDL_F32, dev);
+    y = gdl_from_array(ys, 1, sy, GDL_I32, dev);
+    for (step = 0; step < 2; step++) { /* the second: the parameters are in the flat block */
+        ASSERT_EQ(0, gdl_zero_grad_ex(opt, 1)); /* PyTorch's default: the grads go */
+        ASSERT(!spare->grad);
+        if (gdl_ddp_backward(d, gdl_cross_entropy(gdl_ddp_forward(d, x), y)) < 0) FAILm(gdl_last_error());
+        ASSERT_NOT_NULL(spare->grad);
+        if (step == 1) {
+            ASSERT_NOT_NULL(spare->flat);
+            ASSERTm("the unused parameter's gradient is not its slot of the flat block",
+                    spare->grad->flat == spare->flat);
+            ASSERT_NOT_NULL(g = host(spare->grad));
+            for (i = 0; i < 5; i++) ASSERT_EQ(0.0f, g[i]);
+            free(g);
+        }
+        ASSERT_EQ(0, gdl_step(opt));
+    }
+    gdl_ddp_free(d);
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_free(x), gdl_free(y);
+    gdl_arena_reset();
+    PASS();
+}
+
 /* gdl_fit under DDP with a checkpoint every 3 steps, resumed by fresh objects (NCCL carries gdl_fit's
    agreements without MPI): both ranks find rank 0's checkpoint and resume at its step, and end bit for bit
    where the uninterrupted run ends; epoch 1's figures (the checkpoint's running sums: every rank's) and
@@ -744,6 +788,7 @@ SUITE(two_ranks) {
     RUN_TEST(collectives_cuda);
     RUN_TEST_NAMED("ddp_cuda_equals_one_process", ddp_cuda_equals_one_process, (void *)&one);
     RUN_TEST_NAMED("ddp_cuda_no_sync_accumulation", ddp_cuda_equals_one_process, (void *)&two);
+    RUN_TEST(ddp_cuda_unused_param_flat_slot);
     RUN_TEST(fit_under_ddp_cuda);
     RUN_TEST(fit_resume_under_ddp_cuda);
     RUN_TEST(peer_leaves);
