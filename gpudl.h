@@ -1288,7 +1288,10 @@ GPUDL_API int gdl_graph_is_capturing(void);
    read of a CUDA tensor after them (gdl_item, gdl_to) waits for the device
    without a limit: call gdl_dist_barrier first where a peer may be gone.
    NCCL's own ncclCommInitRank (at the first collective of CUDA tensors)
-   waits for every rank without a limit of gpudl's. gdl_fit returns the
+   waits for every rank without a limit of gpudl's (NCCL's non-blocking
+   mode, which would bound it, makes every later NCCL call a poll; not done
+   yet); a rank that never comes past the rendezvous hangs the others there.
+   gdl_fit returns the
    error of a wait that timed out. The library never exits: the process
    group is unusable after a timeout or an MPI error (later collectives fail
    at once, no further MPI call is made, gdl_dist_shutdown skips MPI's
