@@ -1347,35 +1347,49 @@ GPUDL_API int gdl_graph_is_capturing(void);
    collectives of CPU tensors are refused (they say to build with
    -DGPUDL_MPI); without MPI or a GPU it is refused at gdl_dist_init. One
    process on a GPU goes through NCCL too (a communicator of one rank).
-   The timeout below (gdl_dist_timeout, GPUDL_DIST_TIMEOUT) bounds NCCL's
-   waits too: the rendezvous (a rank that never comes: an error naming
-   MASTER_ADDR, MASTER_PORT and the missing rank; a different WORLD_SIZE: an
-   error on both sides), gdl_dist_barrier and gdl_dist_shutdown (NCCL's
-   queued collectives; a peer that left: the communicator is aborted and
-   every later collective fails). Collectives of CUDA tensors do not wait on
-   the host: an error of NCCL shows at the next collective, barrier or
-   shutdown.
 
-
-   A rank that stalls or dies: every collective (gdl_ddp_backward's gradient
-   all-reduces, gdl_dist_barrier and the meeting in gdl_dist_shutdown too)
-   waits at most gdl_dist_timeout() seconds for the other ranks, like the
-   timeout of PyTorch's init_process_group: GPUDL_DIST_TIMEOUT=<seconds> at
-   gdl_dist_init, or gdl_dist_set_timeout; default 600 (PyTorch's for NCCL;
-   tests use 1 or 2). The collectives first meet in a non-blocking barrier,
-   then run MPI's blocking collective (faster than its non-blocking one; a
-   failed call leaves its tensors as they were); gdl_ddp_backward's buckets
-   are non-blocking all-reduces. Either wait polls MPI_Test (yielding the
-   processor between tests for 0.1 s, then napping a millisecond); on
-   timeout it returns -1 with an error naming the collective, the ranks that
-   did not arrive (the waiting ranks ask each other where they are, for a
-   quarter of the timeout, 0.5 to 5 s: those that answer are named as
-   waiting, and in which collective), the timeout and the variable; gdl_fit
-   returns that error. The library never exits: the process group is unusable
-   after a timeout or an MPI error (later collectives fail at once, no further
-   MPI call is made, gdl_dist_shutdown skips MPI's finalisation, which would
-   wait for ever), so the program should end with a non-zero status: the
-   launcher (mpirun, srun, torchrun) then ends the other ranks. A rank killed outright usually ends the job sooner, by the
+   A rank that stalls or dies: gpudl's waits for the other ranks last at
+   most gdl_dist_timeout() seconds, like the timeout of PyTorch's
+   init_process_group: GPUDL_DIST_TIMEOUT=<seconds> (read at gdl_dist_init;
+   'inf': for ever), or gdl_dist_set_timeout, which wins over the variable
+   from its first call on (a later gdl_dist_init still checks the variable
+   but keeps the call's value); default 600 (PyTorch's for NCCL; tests use 1 or 2). Bounded:
+   - with MPI, every collective of CPU tensors, gdl_ddp_backward's gradient
+     all-reduces, gdl_dist_barrier, the meeting in gdl_dist_shutdown and the
+     broadcast of NCCL's id at gdl_dist_init. The collectives first meet in a
+     non-blocking barrier, then run MPI's blocking collective (faster than
+     its non-blocking one; a failed call leaves its tensors as they were);
+     gdl_ddp_backward's buckets are non-blocking all-reduces. Either wait
+     polls MPI_Test (yielding the processor between tests for 0.1 s, then
+     napping a millisecond); on timeout it returns -1 with an error naming
+     the collective, the ranks that did not arrive (the waiting ranks ask
+     each other where they are, for a quarter of the timeout, 0.5 to 5 s:
+     those that answer are named as waiting, and in which collective), the
+     timeout and the variable;
+   - with NCCL (CUDA tensors), the TCP rendezvous without MPI (a rank that
+     never comes: an error naming MASTER_ADDR, MASTER_PORT and the missing
+     rank; a different WORLD_SIZE: an error on both sides), and every place
+     where the host waits for NCCL's queued collectives: gdl_dist_barrier,
+     gdl_dist_shutdown, gdl_fit's reads of its loss and accuracy sums (each
+     epoch's end, a checkpoint, the progress bar) and its agreements between
+     ranks (resume, checkpoint saves). A peer that left or never comes: the
+     communicator is aborted, and every later collective fails.
+   Not bounded: collectives of CUDA tensors (gdl_dist_all_reduce...,
+   gdl_ddp_backward's buckets) do not wait on the host; an error of NCCL
+   shows at the next collective, barrier or shutdown, and a program's own
+   read of a CUDA tensor after them (gdl_item, gdl_to) waits for the device
+   without a limit: call gdl_dist_barrier first where a peer may be gone.
+   NCCL's own ncclCommInitRank (at the first collective of CUDA tensors)
+   waits for every rank without a limit of gpudl's (NCCL's non-blocking
+   mode, which would bound it, makes every later NCCL call a poll; not done
+   yet); a rank that never comes past the rendezvous hangs the others there.
+   gdl_fit returns the
+   error of a wait that timed out. The library never exits: the process
+   group is unusable after a timeout or an MPI error (later collectives fail
+   at once, no further MPI call is made, gdl_dist_shutdown skips MPI's
+   finalisation, which would wait for ever), so the program should end with
+   a non-zero status: the launcher (mpirun, srun, torchrun) then ends the
+   other ranks. A rank killed outright usually ends the job sooner, by the
    launcher's teardown (mpirun's, when a rank exits on a signal).
 
    gdl_fit under DDP (gdl_fit_opts.ddp) with checkpoint_every and resume:
@@ -1414,10 +1428,10 @@ GPUDL_API const char *gdl_dist_launcher(void); /* "torchrun", "mpirun", "srun", 
 /* cuda:(local rank mod the GPUs this process sees) where CUDA has a GPU, else cpu */
 GPUDL_API gdl_device gdl_dist_device(void);
 GPUDL_API int gdl_dist_barrier(void); /* 0 / -1 */
-/* How long a collective (and gdl_ddp_backward's gradient all-reduce, gdl_dist_barrier, the meeting in
-   gdl_dist_shutdown) waits for the other ranks, in seconds: GPUDL_DIST_TIMEOUT when it is set at
-   gdl_dist_init, else 600 (PyTorch's default for NCCL), or what gdl_dist_set_timeout set last (> 0;
-   INFINITY waits for ever). 0 / -1 + error. */
+/* How long a wait for the other ranks lasts, in seconds (what is bounded: [api-dist] above): what
+   gdl_dist_set_timeout set last once it has been called (> 0; INFINITY waits for ever), else
+   GPUDL_DIST_TIMEOUT as it was at the last gdl_dist_init ('inf' too), else 600 (PyTorch's default for
+   NCCL). 0 / -1 + error. */
 GPUDL_API int gdl_dist_set_timeout(double seconds);
 GPUDL_API double gdl_dist_timeout(void);
 /* In place, on every rank: t = sum (or mean) over the ranks of t. f32 or i32 (GDL_SUM only); CPU (MPI) or
@@ -13070,9 +13084,11 @@ static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_ten
 }
 
 /* The device's sums into the host fields: the one read of the device. */
+static int gdl__dist_settle(const char *op);
 static int gdl__pass_sync(gdl__pass *p) {
     double h[4];
     if (!p->dacc) return 0;
+    if (gdl__dist_settle("gdl_fit") < 0) return -1; /* DDP's queued NCCL all-reduces end, or time out, first */
     if (!gdl__be("gdl_fit", p->dev) || p->be->copy(h, p->dacc, sizeof h, 1) < 0 ||
         p->be->memset0(p->dacc, sizeof h) < 0)
         return -1;
@@ -14426,6 +14442,7 @@ static struct {
 } gdl__dist; /* zero: not initialised (rank 0 of 1, "single") */
 
 static double gdl__dist_timeout_s; /* 0: GDL__DIST_DEFAULT_TIMEOUT */
+static int gdl__dist_timeout_called; /* gdl_dist_set_timeout was called: GPUDL_DIST_TIMEOUT no longer counts */
 
 /* The variable `name` as a whole number in [lo, hi]: 1 set, 0 unset, -1 bad. */
 static int gdl__env_int(const char *op, const char *launcher, const char *name, long lo, long hi, int *out) {
@@ -14483,6 +14500,10 @@ static uint32_t gdl__get32(const unsigned char *b) {
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
 }
 
+/* poll's milliseconds for `left` seconds: at most an hour at a time (the callers poll again while time is
+   left), so a long or infinite timeout (GPUDL_DIST_TIMEOUT=inf) never overflows an int */
+static int gdl__poll_ms(double left) { return left >= 3600 ? 3600000 : left <= 0 ? 0 : (int)(left * 1000) + 1; }
+
 /* n bytes in or out of fd before the deadline (gdl_now seconds): 0, or -1 with errno (ETIMEDOUT, EPIPE: closed) */
 static int gdl__rdv_io(int fd, unsigned char *b, size_t n, int out, double deadline) {
     size_t k = 0;
@@ -14495,7 +14516,7 @@ static int gdl__rdv_io(int fd, unsigned char *b, size_t n, int out, double deadl
             return -1;
         }
         pf.fd = fd, pf.events = (short)(out ? POLLOUT : POLLIN), pf.revents = 0;
-        if (poll(&pf, 1, (int)(left * 1000) + 1) <= 0) continue;
+        if (poll(&pf, 1, gdl__poll_ms(left)) <= 0) continue;
         r = out ? send(fd, b + k, n - k, MSG_NOSIGNAL) : recv(fd, b + k, n - k, 0);
         if (r == 0) errno = EPIPE;
         if (r <= 0) {
@@ -14517,11 +14538,17 @@ static int gdl__rdv_connect_by(int fd, const struct sockaddr *sa, socklen_t len,
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return connect(fd, sa, len);
     rc = connect(fd, sa, len);
     if (rc != 0 && errno == EINPROGRESS) {
-        pf.fd = fd, pf.events = POLLOUT, pf.revents = 0;
-        left = deadline - gdl_now();
-        if (left <= 0 || poll(&pf, 1, (int)(left * 1000) + 1) <= 0) {
-            errno = ETIMEDOUT;
-            return -1;
+        pf.fd = fd, pf.events = POLLOUT;
+        for (;;) {
+            int pr;
+            left = deadline - gdl_now();
+            if (left <= 0) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
+            pf.revents = 0;
+            if ((pr = poll(&pf, 1, gdl__poll_ms(left))) > 0) break;
+            if (pr < 0 && errno != EINTR) return -1;
         }
         if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) return -1;
         if (err) {
@@ -14602,6 +14629,7 @@ static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *i
             return -1;
         }
         memset(seen, 0, (size_t)world);
+        for (i = 0; i < world; i++) fds[i] = -1; /* by rank */
         memset(&sa, 0, sizeof sa);
         sa.sin_family = AF_INET;
         sa.sin_port = htons((uint16_t)port);
@@ -14628,41 +14656,55 @@ static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *i
                 goto done;
             }
             pf.fd = lfd, pf.events = POLLIN, pf.revents = 0;
-            if (poll(&pf, 1, (int)(left * 1000) + 1) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
+            if (poll(&pf, 1, gdl__poll_ms(left)) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
             if (gdl__rdv_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
                 memcmp(hello, "gdlR", 4) != 0) {
                 close(fd); /* not one of ours (a port scan, a stale job): wait on */
                 continue;
             }
             r = (int)gdl__get32(hello + 4), w = (int)gdl__get32(hello + 8);
-            if (w != world || r <= 0 || r >= world || seen[r]) {
+            if (w != world || r <= 0 || r >= world) {
                 memset(reply, 0, sizeof reply);
                 gdl__put32(reply, 1);
                 gdl__put32(reply + 4, (uint32_t)world);
                 (void)gdl__rdv_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
                 close(fd);
-                if (w != world)
+                if (w != world) {
                     gdl__set_error("%s: rank %d says WORLD_SIZE=%d, rank 0 says %d (MASTER_ADDR=%s MASTER_PORT=%ld)",
                                    op, r, w, world, addr, port);
-                else
-                    gdl__set_error("%s: rank %d came twice, or is out of range, at MASTER_PORT=%ld (two jobs on one "
-                                   "port?)", op, r, port);
-                goto done;
+                    goto done;
+                }
+                continue; /* no rank of this job (its launcher checks RANK < WORLD_SIZE): wait on */
             }
-            seen[r] = 1;
-            fds[got++] = fd;
+            if (seen[r]) { /* a rank that came again (restarted): its newer connection is the one to answer */
+                close(fds[r]);
+            } else {
+                seen[r] = 1;
+                got++;
+            }
+            fds[r] = fd;
+            if (got == world - 1) /* a rank that went away since it came (EOF: readable) comes again */
+                for (i = 1; i < world; i++) {
+                    struct pollfd q;
+                    q.fd = fds[i], q.events = POLLIN, q.revents = 0;
+                    if (poll(&q, 1, 0) > 0) {
+                        close(fds[i]);
+                        fds[i] = -1, seen[i] = 0, got--;
+                    }
+                }
         }
         memset(reply, 0, sizeof reply);
         gdl__put32(reply + 4, (uint32_t)world);
         memcpy(reply + 12, id, GDL_COMM_ID_BYTES);
         rc = 0;
-        for (i = 0; i < got; i++)
+        for (i = 1; i < world; i++)
             if (gdl__rdv_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
-                gdl__set_error("%s: rank 0 could not send the job's id to a rank: %s", op, strerror(errno));
+                gdl__set_error("%s: rank 0 could not send the job's id to rank %d: %s", op, i, strerror(errno));
                 rc = -1;
             }
     done:
-        for (i = 0; i < got; i++) close(fds[i]);
+        for (i = 1; i < world; i++)
+            if (fds[i] >= 0) close(fds[i]);
         close(lfd);
         GPUDL_FREE(fds), GPUDL_FREE(seen);
         return rc;
@@ -14698,7 +14740,7 @@ static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *i
         close(fd);
         if (gdl__get32(reply) != 0) {
             gdl__set_error("%s: rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld refused rank %d: it says WORLD_SIZE=%u, this "
-                           "rank %d (or this rank came twice)", op, addr, port, rank, gdl__get32(reply + 4), world);
+                           "rank %d", op, addr, port, rank, gdl__get32(reply + 4), world);
             return -1;
         }
         memcpy(id, reply + 12, GDL_COMM_ID_BYTES);
@@ -14729,6 +14771,20 @@ static const gdl_backend *gdl__dist_comm(const char *op, gdl_device dev) {
     if (be->comm_init(dev.index, gdl__dist.id, gdl__dist.world, gdl__dist.rank) < 0) return NULL;
     gdl__dist.comm_dev = dev.index + 1;
     return be;
+}
+
+#ifdef GPUDL_MPI
+static int gdl__dist_wait(const char *op, const char *what, MPI_Request *req);
+#endif
+
+/* The host is about to read the device (which waits for the compute stream, and so for the queued NCCL
+   collectives it joined): the communication stream is waited for first, within the timeout, so that a
+   peer that never comes gives an error rather than a read that waits for ever. 0 without a communicator. */
+static int gdl__dist_settle(const char *op) {
+    const gdl_backend *be;
+    if (!gdl__dist.comm_dev || gdl__dist.world < 2) return 0;
+    be = gdl__dist_comm(op, gdl_cuda(gdl__dist.comm_dev - 1));
+    return be ? be->comm_sync(0, gdl_dist_timeout()) : -1;
 }
 
 GPUDL_API int gdl_dist_init(void) {
@@ -14770,7 +14826,7 @@ GPUDL_API int gdl_dist_init(void) {
                                "waits for the other ranks; 'inf': for ever)", op, v);
                 return -1;
             }
-            gdl__dist_timeout_s = t;
+            if (!gdl__dist_timeout_called) gdl__dist_timeout_s = t;
         }
     }
 #ifdef GPUDL_MPI
@@ -14821,18 +14877,48 @@ GPUDL_API int gdl_dist_init(void) {
     /* NCCL's id, for collectives of CUDA tensors: made by rank 0, handed round over MPI or the rendezvous */
     gdl__dist.have_id = 0;
     gdl__dist.comm_dev = 0;
+#ifdef GPUDL_MPI
+    if (world > 1) {
+        /* rank 0 always broadcasts, with the id a status word (0: no GPU backend there, 1: the id, 2: making it
+           failed), and every rank waits with the timeout: no rank is left waiting for a broadcast that never
+           comes, whichever ranks have GPUs. A rank without one, or all without an id, have no NCCL (CUDA
+           collectives fail then, saying so); a failed id fails every rank's init. */
+        const gdl_backend *be = gdl__dist_gpu();
+        unsigned char buf[1 + GDL_COMM_ID_BYTES];
+        MPI_Request q;
+        int rc;
+        char keep[sizeof gdl__err];
+        memset(buf, 0, sizeof buf);
+        if (rank == 0 && be) buf[0] = be->comm_id(buf + 1, GDL_COMM_ID_BYTES) == 0 ? 1 : 2;
+        memcpy(keep, gdl__err, sizeof keep);
+        gdl__dist.rank = rank, gdl__dist.world = world; /* for the timed wait's report */
+        gdl__dist.seq = 0;
+        rc = MPI_Ibcast(buf, (int)sizeof buf, MPI_BYTE, 0, gdl__dist.comm, &q);
+        if (rc != MPI_SUCCESS) {
+            gdl__mpi_fail(op, "MPI_Ibcast of NCCL's id", rc);
+            goto fail;
+        }
+        if (gdl__dist_wait(op, "the broadcast of NCCL's id from rank 0", &q) < 0) goto fail;
+        if (buf[0] == 2) {
+            if (rank == 0) {
+                char why[sizeof gdl__err];
+                memcpy(why, keep, sizeof why);
+                gdl__set_error("%s: rank 0 could not make NCCL's id: %s", op, why);
+            } else {
+                gdl__set_error("%s: rank 0 could not make NCCL's id (its own error says why)", op);
+            }
+            goto fail;
+        }
+        if (buf[0] == 1 && be) {
+            memcpy(gdl__dist.id, buf + 1, GDL_COMM_ID_BYTES);
+            gdl__dist.have_id = 1;
+        }
+    }
+#else
     if (world > 1 && gdl__dist_gpu()) {
         const gdl_backend *be = gdl__dist_gpu();
         if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) goto fail;
-#ifdef GPUDL_MPI
-        {
-            int rc = MPI_Bcast(gdl__dist.id, GDL_COMM_ID_BYTES, MPI_BYTE, 0, gdl__dist.comm);
-            if (rc != MPI_SUCCESS) {
-                gdl__mpi_fail(op, "MPI_Bcast of NCCL's id", rc);
-                goto fail;
-            }
-        }
-#elif defined(GDL__HAVE_RDV)
+#if defined(GDL__HAVE_RDV)
         if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) goto fail;
 #else
         gdl__set_error("%s: %d processes without MPI need the TCP rendezvous, which this platform lacks", op, world);
@@ -14840,6 +14926,7 @@ GPUDL_API int gdl_dist_init(void) {
 #endif
         gdl__dist.have_id = 1;
     }
+#endif
     gdl__dist.rank = rank;
     gdl__dist.world = world;
     gdl__dist.local = local;
@@ -14850,10 +14937,12 @@ GPUDL_API int gdl_dist_init(void) {
     return 0;
 fail:
 #ifdef GPUDL_MPI
+    /* no MPI_Finalize: it waits for every rank without a limit, and another may have failed otherwise (the
+       launcher ends the job when the process exits) */
     MPI_Comm_free(&gdl__dist.comm);
-    if (gdl__dist.mpi_ours) MPI_Finalize();
-    gdl__dist.mpi_ours = 0;
+    MPI_Comm_free(&gdl__dist.ctl);
 #endif
+    gdl__dist.rank = 0, gdl__dist.world = 0, gdl__dist.broken = 0, gdl__dist.have_id = 0;
     return -1;
 }
 
@@ -14911,6 +15000,7 @@ GPUDL_API int gdl_dist_set_timeout(double seconds) {
         return -1;
     }
     gdl__dist_timeout_s = seconds;
+    gdl__dist_timeout_called = 1;
     return 0;
 }
 
@@ -15399,7 +15489,36 @@ static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int
                                             &q), &q);
     }
 #else
-    (void)op, (void)what, (void)v, (void)n, (void)max;
+    if (gdl__dist.init && gdl__dist.world > 1) {
+        /* NCCL is the transport: every rank's doubles gathered bit for bit (as pairs of i32), then summed
+           (or the max taken) in rank order on the host, so every rank gets the same exact figures; the
+           host waits with the timeout before it reads, so a missing peer fails here, never hangs */
+        gdl_device dev = gdl__dist.comm_dev ? gdl_cuda(gdl__dist.comm_dev - 1) : gdl_dist_device();
+        int64_t s1[1], sw[1];
+        gdl_tensor *in = NULL, *all = NULL, *h = NULL;
+        const gdl_backend *be;
+        int rc = -1, r, k;
+        if (gdl__dist_ready(op) < 0) return -1;
+        s1[0] = 2 * (int64_t)n, sw[0] = 2 * (int64_t)n * gdl__dist.world;
+        if ((in = gdl_from_array(v, 1, s1, GDL_I32, dev)) && (all = gdl_empty(1, sw, GDL_I32, dev)) &&
+            gdl_dist_all_gather(all, in) == 0 && (be = gdl__dist_comm(op, dev)) &&
+            be->comm_sync(0, gdl_dist_timeout()) == 0 && (h = gdl_to(all, gdl_cpu()))) {
+            const double *g = (const double *)h->data;
+            for (k = 0; k < n; k++) {
+                double a = g[k];
+                for (r = 1; r < gdl__dist.world; r++) a = max ? (g[r * n + k] > a ? g[r * n + k] : a) : a + g[r * n + k];
+                v[k] = a;
+            }
+            rc = 0;
+        }
+        if (rc < 0) {
+            char why[sizeof gdl__err];
+            memcpy(why, gdl__err, sizeof why);
+            gdl__set_error("%s: %s over NCCL: %s", op, what, why);
+        }
+        gdl_free(h), gdl_free(all), gdl_free(in);
+        return rc;
+    }
 #endif
     return 0;
 }
@@ -15424,32 +15543,8 @@ static int gdl__dist_agree(const char *op, const char *what, int ok) {
 static int gdl__dist_pass_sum(gdl__pass *p) {
     double v[4];
     v[0] = p->loss_sum, v[1] = (double)p->samples, v[2] = (double)p->correct, v[3] = (double)p->counted;
-#ifndef GPUDL_MPI
-    if (gdl__dist.init && gdl__dist.world > 1) { /* without MPI: over NCCL */
-        /* NCCL is the transport, in float: each figure goes as its float and the float of the remainder,
-           so a rank's own rounding is not lost (counts stay exact far beyond 2^24) */
-        float hl[8];
-        int64_t s8[1] = {8};
-        gdl_tensor *t;
-        int k, rc;
-        for (k = 0; k < 4; k++) hl[2 * k] = (float)v[k], hl[2 * k + 1] = (float)(v[k] - (double)(float)v[k]);
-        if (!(t = gdl_from_array(hl, 1, s8, GDL_F32, gdl_dist_device()))) return -1;
-        rc = gdl_dist_all_reduce(t, GDL_SUM);
-        if (rc == 0) {
-            gdl_tensor *h = gdl_to(t, gdl_cpu());
-            if (!h) rc = -1;
-            else {
-                for (k = 0; k < 4; k++) v[k] = (double)((float *)h->data)[2 * k] + (double)((float *)h->data)[2 * k + 1];
-                gdl_free(h);
-            }
-        }
-        gdl_free(t);
-        if (rc < 0) return -1;
-    }
-#else
     if (gdl__dist_reduce_f64("gdl_fit", "the all-reduce of the epoch's loss and accuracy sums", v, 4, 0) < 0)
         return -1;
-#endif
     p->loss_sum = v[0], p->samples = (int64_t)v[1], p->correct = (int64_t)v[2], p->counted = (int64_t)v[3];
     return 0;
 }
@@ -15560,7 +15655,7 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
             int k;
             for (k = b->first; k < b->first + b->count; k++) {
                 gdl_tensor *p = d->params[k];
-                if (!p->grad && !(p->grad = gdl_zeros(p->ndim, p->shape, GDL_F32, p->device))) return -1;
+                if (gdl__ensure_grad(p) < 0) return -1; /* a flat block's parameter: its slot, as on the CPU */
                 if (d->gpu->copy(p->grad->data, b->buf + off, sizeof(gdl_real) * (size_t)p->numel, 2) < 0) return -1;
                 off += p->numel;
             }

@@ -97,6 +97,13 @@ TEST timeout_settings(void) {
     ASSERT(isinf(gdl_dist_timeout()));
     ASSERT_EQ(0, gdl_dist_barrier()); /* one process: nothing to wait for */
     gdl_dist_shutdown();
+    /* a gdl_dist_set_timeout call wins over GPUDL_DIST_TIMEOUT at a later gdl_dist_init (still checked) */
+    ASSERT_EQ(0, gdl_dist_init());
+    ASSERT(isinf(gdl_dist_timeout()));
+    gdl_dist_shutdown();
+    setenv("GPUDL_DIST_TIMEOUT", "x", 1);
+    ASSERT_EQ(-1, gdl_dist_init());
+    ASSERT(isinf(gdl_dist_timeout()));
     unsetenv("GPUDL_DIST_TIMEOUT");
     ASSERT_EQ(0, gdl_dist_set_timeout(600));
     PASS();

@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <netinet/in.h>
 #include <unistd.h>
+#include <time.h>
 
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -220,8 +221,8 @@ static int init_fails(const char *needle, double within, char *msg, size_t len) 
 /* Runs first, before the emulator has any stream threads (one case forks). */
 TEST rendezvous_errors(void) {
     char msg[600], want[160];
-    int port = free_port(), st = 0;
-    pid_t child;
+    int port = free_port(), st = 0, i, rc;
+    pid_t child, kids[2];
     if (gdl_cuda_device_count() < 1) SKIPm("no GPU: a job of 2 processes has no transport without MPI");
     ASSERT(port > 0);
     set_rank(1, 2, 0); /* no MASTER_PORT */
@@ -250,7 +251,7 @@ TEST rendezvous_errors(void) {
     if ((child = fork()) == 0) {
         int ok;
         set_rank(1, 3, port);
-        setenv("GPUDL_DIST_TIMEOUT", "5", 1);
+        setenv("GPUDL_DIST_TIMEOUT", "inf", 1); /* no limit: waits in pieces, no overflow */
         ok = gdl_dist_init() < 0 && strstr(gdl_last_error(), "refused rank 1: it says WORLD_SIZE=2, this rank 3");
         if (!ok) fprintf(stderr, "child: %s\n", gdl_last_error());
         _exit(ok ? 0 : 1);
@@ -261,6 +262,49 @@ TEST rendezvous_errors(void) {
     if (!init_fails("rank 1 says WORLD_SIZE=3, rank 0 says 2", 6, msg, sizeof msg)) FAILm(msg);
     ASSERT_EQ(child, waitpid(child, &st, 0));
     ASSERTm("the rank with the other world size did not get its error", WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* of 3 ranks, rank 1 comes, goes and comes again (restarted): rank 0 answers its newer connection */
+    fflush(NULL);
+    port = free_port();
+    for (i = 1; i <= 2; i++)
+        if ((kids[i - 1] = fork()) == 0) {
+            int ok = 1;
+            set_rank(i, 3, port);
+            setenv("GPUDL_DIST_TIMEOUT", "10", 1);
+            if (i == 1) { /* the first coming: says it is rank 1, then is gone */
+                struct sockaddr_in sa;
+                unsigned char hello[12] = {'g', 'd', 'l', 'R', 0, 0, 0, 1, 0, 0, 0, 3};
+                int fd = -1, k;
+                memset(&sa, 0, sizeof sa);
+                sa.sin_family = AF_INET;
+                sa.sin_port = htons((uint16_t)port);
+                sa.sin_addr.s_addr = htonl(0x7f000001);
+                for (k = 0; k < 500; k++) { /* until rank 0 listens */
+                    fd = socket(AF_INET, SOCK_STREAM, 0);
+                    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) break;
+                    close(fd), fd = -1;
+                    nanosleep(&(struct timespec){0, 10000000}, NULL);
+                }
+                ok = fd >= 0 && write(fd, hello, sizeof hello) == (ssize_t)sizeof hello;
+                if (fd >= 0) close(fd);
+            } else {
+                nanosleep(&(struct timespec){0, 500000000}, NULL); /* rank 2 last */
+            }
+            ok = ok && gdl_dist_init() == 0 && gdl_dist_rank() == i;
+            if (!ok) fprintf(stderr, "rank %d: %s\n", i, gdl_last_error());
+            gdl_dist_shutdown();
+            _exit(ok ? 0 : 1);
+        }
+    ASSERT(kids[0] > 0 && kids[1] > 0);
+    set_rank(0, 3, port);
+    setenv("GPUDL_DIST_TIMEOUT", "10", 1);
+    rc = gdl_dist_init();
+    if (rc < 0) snprintf(msg, sizeof msg, "rank 0: %.500s", gdl_last_error());
+    gdl_dist_shutdown();
+    for (i = 0; i < 2; i++) {
+        ASSERT_EQ(kids[i], waitpid(kids[i], &st, 0));
+        ASSERTm("a rank of 3 (one restarted) failed its gdl_dist_init", WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    if (rc < 0) FAILm(msg);
     clear_env();
     ASSERT(!gdl_dist_is_initialized());
     PASS();
@@ -553,6 +597,165 @@ TEST fit_under_ddp_cuda(void) {
     PASS();
 }
 
+/* A parameter the forward does not use gets its gradient from gdl_ddp_backward (the mean of zeros) in the
+   optimizer's flat block, as gdl_backward gives it on the CPU: its slot, not a tensor of its own. */
+TEST ddp_cuda_unused_param_flat_slot(void) {
+    enum { B = 4, D = 6 };
+    float xs[B * D];
+    int32_t ys[B] = {0, 1, 2, 1};
+    int64_t sx[2] = {B, D}, sy[1] = {B}, s5[1] = {5};
+    gdl_device dev = gdl_dist_device();
+    gdl_module *m = ddp_net(dev);
+    gdl_tensor *spare = gdl_zeros(1, s5, GDL_F32, dev), *x, *y;
+    gdl_optimizer *opt = gdl_sgd_new(0.1, 0, 0, 0, 0);
+    gdl_ddp *d;
+    float *g;
+    int i, step;
+    for (i = 0; i < B * D; i++) xs[i] = (float)cos(0.3 * i);
+    ASSERT_EQ(0, gdl_set_requires_grad(spare, 1));
+    ASSERT_EQ(0, gdl_module_add_param(m, "spare", spare));
+    ASSERT_EQ(0, gdl_optim_add_module(opt, m, 0));
+    if (!(d = gdl_ddp_new(m, NULL))) FAILm(gdl_last_error());
+    x = gdl_from_array(xs, 2, sx, GDL_F32, dev);
+    y = gdl_from_array(ys, 1, sy, GDL_I32, dev);
+    for (step = 0; step < 2; step++) { /* the second: the parameters are in the flat block */
+        ASSERT_EQ(0, gdl_zero_grad_ex(opt, 1)); /* PyTorch's default: the grads go */
+        ASSERT(!spare->grad);
+        if (gdl_ddp_backward(d, gdl_cross_entropy(gdl_ddp_forward(d, x), y)) < 0) FAILm(gdl_last_error());
+        ASSERT_NOT_NULL(spare->grad);
+        if (step == 1) {
+            ASSERT_NOT_NULL(spare->flat);
+            ASSERTm("the unused parameter's gradient is not its slot of the flat block",
+                    spare->grad->flat == spare->flat);
+            ASSERT_NOT_NULL(g = host(spare->grad));
+            for (i = 0; i < 5; i++) ASSERT_EQ(0.0f, g[i]);
+            free(g);
+        }
+        ASSERT_EQ(0, gdl_step(opt));
+    }
+    gdl_ddp_free(d);
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_free(x), gdl_free(y);
+    gdl_arena_reset();
+    PASS();
+}
+
+/* gdl_fit under DDP with a checkpoint every 3 steps, resumed by fresh objects (NCCL carries gdl_fit's
+   agreements without MPI): both ranks find rank 0's checkpoint and resume at its step, and end bit for bit
+   where the uninterrupted run ends; epoch 1's figures (the checkpoint's running sums: every rank's) and
+   epoch 2's are the uninterrupted ones. */
+typedef struct fit_run {
+    gdl_dataset *ds;
+    gdl_loader *l;
+    gdl_module *m;
+    gdl_optimizer *opt;
+    gdl_ddp *d;
+} fit_run;
+
+enum { FN = 48, FD = 6 };
+static float fxs[FN * FD];
+static int32_t fys[FN];
+
+static int fit_make(fit_run *f) {
+    gdl_loader_opts lo = gdl_loader_defaults();
+    int64_t s1[1] = {FD};
+    int i;
+    for (i = 0; i < FN * FD; i++) fxs[i] = (float)cos(0.19 * i + 0.4);
+    for (i = 0; i < FN; i++) fys[i] = (i * 5 + i / 7) % 3;
+    memset(f, 0, sizeof *f);
+    lo.batch_size = 4;
+    lo.shuffle = 1;
+    lo.seed = 31;
+    lo.num_replicas = gdl_dist_world_size();
+    lo.rank = gdl_dist_rank();
+    lo.device = gdl_dist_device();
+    if (!(f->m = ddp_net(gdl_dist_device())) || !(f->ds = gdl_dataset_from_arrays(fxs, GDL_F32, 1, s1, fys, FN, 3)) ||
+        !(f->l = gdl_loader_new(f->ds, &lo)) || !(f->opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0)) ||
+        gdl_optim_add_module(f->opt, f->m, 0) < 0 || !(f->d = gdl_ddp_new(f->m, NULL)))
+        return -1;
+    return 0;
+}
+
+static void fit_free(fit_run *f) {
+    gdl_ddp_free(f->d);
+    gdl_optim_free(f->opt);
+    gdl_module_free(f->m);
+    gdl_loader_free(f->l);
+    gdl_dataset_free(f->ds);
+    gdl_arena_reset();
+}
+
+static int fit_go(fit_run *f, int epochs, int64_t every, int resume, const char *dir, gdl_epoch_stats *h) {
+    gdl_fit_opts fo = gdl_fit_defaults();
+    fo.epochs = epochs;
+    fo.verbose = 0;
+    fo.ddp = f->d;
+    fo.checkpoint_every = every;
+    fo.checkpoint_dir = dir;
+    fo.resume = resume;
+    return gdl_fit(f->m, f->l, f->opt, &fo, h);
+}
+
+static int bitwise_same(gdl_module *a, gdl_module *b, char *msg, size_t len) {
+    gdl_tensor *pa[8], *pb[8];
+    int n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 8), i, ok = 1;
+    if (n != gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 8)) return 0;
+    for (i = 0; i < n && ok; i++) {
+        float *u = host(pa[i]), *v = host(pb[i]);
+        if (!u || !v || memcmp(u, v, sizeof(float) * (size_t)pa[i]->numel) != 0) {
+            snprintf(msg, len, "parameter %d differs from the uninterrupted run's", i);
+            ok = 0;
+        }
+        free(u), free(v);
+    }
+    return ok;
+}
+
+TEST fit_resume_under_ddp_cuda(void) {
+    fit_run a, b;
+    gdl_epoch_stats hs[2], hr[2];
+    char dir[256], f[300], msg[128];
+    int32_t pid = (int32_t)getpid();
+    int64_t s1[1] = {1};
+    int i;
+    gdl_tensor *t = gdl_from_array(&pid, 1, s1, GDL_I32, gdl_dist_device());
+    ASSERT_EQ(0, gdl_dist_broadcast(t, 0)); /* a directory both ranks name alike: rank 0's pid */
+    {
+        gdl_tensor *h = gdl_to(t, gdl_cpu());
+        ASSERT_NOT_NULL(h);
+        snprintf(dir, sizeof dir, "/tmp/gpudl-nccl-resume-%d", (int)((int32_t *)h->data)[0]);
+        gdl_free(h);
+    }
+    gdl_free(t);
+    ASSERT_EQ(0, fit_make(&a));
+    ASSERT_EQ(6, gdl_loader_num_batches(a.l));
+    if (fit_go(&a, 2, 0, 0, NULL, hs) < 0) FAILf("uninterrupted: %s", gdl_last_error());
+    ASSERT_EQ(0, fit_make(&b));
+    if (fit_go(&b, 1, 3, 0, dir, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
+    fit_free(&b);
+    ASSERT_EQ(0, fit_make(&b));
+    if (fit_go(&b, 2, 3, 1, dir, hr) < 0) FAILf("rank %d resumed: %s", gdl_dist_rank(), gdl_last_error());
+    ASSERT_EQ(12, gdl_optim_get_step(b.opt));
+    if (!bitwise_same(b.m, a.m, msg, sizeof msg)) FAILf("rank %d: %s", gdl_dist_rank(), msg);
+    for (i = 0; i < 2; i++) {
+        ASSERT_EQ(hs[i].samples, hr[i].samples);
+        ASSERT_EQ(hs[i].accuracy, hr[i].accuracy);
+        if (hs[i].loss != hr[i].loss)
+            FAILf("rank %d epoch %d loss: uninterrupted %.17g, resumed %.17g", gdl_dist_rank(), i + 1, hs[i].loss,
+                  hr[i].loss);
+    }
+    fit_free(&a);
+    fit_free(&b);
+    ASSERT_EQ(0, gdl_dist_barrier()); /* nobody reads the checkpoint any more */
+    if (gdl_dist_rank() == 0) {
+        snprintf(f, sizeof f, "%s/gdl_fit.safetensors", dir);
+        remove(f);
+        rmdir(dir);
+    }
+    PASS();
+}
+
 /* Rank 1 leaves; rank 0's next collective finds no peer: the barrier fails within the timeout. */
 TEST peer_leaves(void) {
     gdl_tensor *t;
@@ -585,7 +788,9 @@ SUITE(two_ranks) {
     RUN_TEST(collectives_cuda);
     RUN_TEST_NAMED("ddp_cuda_equals_one_process", ddp_cuda_equals_one_process, (void *)&one);
     RUN_TEST_NAMED("ddp_cuda_no_sync_accumulation", ddp_cuda_equals_one_process, (void *)&two);
+    RUN_TEST(ddp_cuda_unused_param_flat_slot);
     RUN_TEST(fit_under_ddp_cuda);
+    RUN_TEST(fit_resume_under_ddp_cuda);
     RUN_TEST(peer_leaves);
 }
 
@@ -595,6 +800,18 @@ int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
     if (!w) w = getenv("OMPI_COMM_WORLD_SIZE");
     g_ranks = w ? atoi(w) : 1;
+    if (g_ranks > 1 && getenv("GPUDL_TEST_INIT_FAILS")) {
+        /* rank 0 cannot make NCCL's id (GPUDL_EMU_NCCL_FAIL_ID=1 there): every rank's gdl_dist_init fails
+           within the timeout (GPUDL_DIST_TIMEOUT), none left waiting for the id */
+        double t0 = gdl_now();
+        int rc = gdl_dist_init(), ok;
+        const char *e = gdl_last_error();
+        ok = rc == -1 && gdl_now() - t0 < 20 && strstr(e, "rank 0 could not make NCCL's id") != NULL;
+        printf("init_fails: gdl_dist_init %d after %.3f s: %s\n%d passed, %d failed, 0 skipped\n", rc,
+               gdl_now() - t0, e, ok, !ok);
+        gdl_shutdown();
+        return !ok;
+    }
     if (g_ranks > 1) {
         if (gdl_dist_init() < 0) {
             fprintf(stderr, "test_dist_nccl: %s\n", gdl_last_error());

@@ -60,6 +60,12 @@ if [ -z "${GPUDL_NCCL_TEST:-}" ] && [ -x "$b/emu_test_dist_nccl_mpi" ] && comman
     timeout 180 mpirun --oversubscribe $root -np 2 -x GPUDL_EMU_DEVICES -x GPUDL_EMU_QUIET \
         sh -c "\"$b/emu_test_dist_nccl_mpi\" >\"$tmp/mpi.\$OMPI_COMM_WORLD_RANK\" 2>&1"
     for r in 0 1; do tally "$tmp/mpi.$r" "mpirun rank $r"; done
+    # rank 0 cannot make NCCL's id: every rank's gdl_dist_init fails, none hangs
+    # shellcheck disable=SC2086
+    timeout 60 mpirun --oversubscribe $root -np 2 -x GPUDL_EMU_DEVICES -x GPUDL_EMU_QUIET -x GPUDL_DIST_TIMEOUT=5 \
+        -x GPUDL_TEST_INIT_FAILS=1 sh -c "[ \$OMPI_COMM_WORLD_RANK = 0 ] && export GPUDL_EMU_NCCL_FAIL_ID=1;
+        \"$b/emu_test_dist_nccl_mpi\" >\"$tmp/idfail.\$OMPI_COMM_WORLD_RANK\" 2>&1" 2>/dev/null
+    for r in 0 1; do tally "$tmp/idfail.$r" "mpirun, rank 0 without NCCL's id: rank $r"; done
 elif [ -z "${GPUDL_NCCL_TEST:-}" ]; then
     echo "SKIPPED: the MPI build or mpirun is missing: NCCL's id over MPI was not tested"
     skipped=$((skipped + 1))

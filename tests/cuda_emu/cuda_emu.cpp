@@ -2548,7 +2548,10 @@ std::atomic<double> nccl_timeout_s{-1};
 double nccl_timeout(void) {
     double t = nccl_timeout_s.load();
     if (t >= 0) return t;
+    // the emulator's own setting first, then gpudl's (NCCL itself has no such limit: gpudl's waits bound it)
     const char *e = getenv("GPUDL_EMU_NCCL_TIMEOUT");
+    if (e && atof(e) > 0) return atof(e);
+    e = getenv("GPUDL_DIST_TIMEOUT");
     return e && atof(e) > 0 ? atof(e) : 120.0;
 }
 
@@ -2587,7 +2590,7 @@ bool nccl_barrier(ncclComm *c, const char *what) {
         if (S->broken.load() || c->aborted.load()) return false;
         if (now_s() - t0 > limit) {
             S->broken.store(1);
-            diag("%s: rank %d of %d waited %.3g s (GPUDL_EMU_NCCL_TIMEOUT) for its peers on communicator %s: "
+            diag("%s: rank %d of %d waited %.3g s (GPUDL_EMU_NCCL_TIMEOUT or GPUDL_DIST_TIMEOUT) for its peers on communicator %s: "
                  "a rank never arrived; the communicator is broken", what, c->rank, c->nranks, limit, c->name);
             return false;
         }
@@ -2784,8 +2787,11 @@ const char *ncclGetErrorString(ncclResult_t r) {
     }
 }
 
+// GPUDL_EMU_NCCL_FAIL_ID=1: fails (ncclSystemError), as NCCL does without network interfaces: a test's
+// rank 0 that cannot make the id
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     if (!id) return ncclInvalidArgument;
+    if (getenv("GPUDL_EMU_NCCL_FAIL_ID") && atoi(getenv("GPUDL_EMU_NCCL_FAIL_ID")) == 1) return ncclSystemError;
     uint64_t r = 0;
     FILE *f = fopen("/dev/urandom", "rb");
     if (!f || fread(&r, sizeof r, 1, f) != 1) r = (uint64_t)now_s() * 1000003u ^ (uint64_t)getpid() << 20;

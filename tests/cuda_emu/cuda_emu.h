@@ -80,7 +80,8 @@
    waits again. Sums add the ranks' values in rank order (so every rank
    has the same bits; ncclAvg then divides by the rank count, as the CPU
    path's sum-then-divide). Timeout: a barrier not filled within
-   GPUDL_EMU_NCCL_TIMEOUT seconds (120; gdl_emu_nccl_timeout()) breaks the
+   GPUDL_EMU_NCCL_TIMEOUT seconds (else GPUDL_DIST_TIMEOUT, else 120;
+   gdl_emu_nccl_timeout() overrides both) breaks the
    communicator for every rank: the collective's output stays untouched,
    ncclCommGetAsyncError returns ncclRemoteError, a diagnostic names the
    waiting rank, and later collectives do nothing. ncclCommInitRank fails

@@ -35,8 +35,9 @@ long gdl_emu_count(const char *what);
 int gdl_emu_drain(void);
 /* The seconds an emulated NCCL collective (or ncclCommInitRank) waits for
    its peers before it breaks the communicator (ncclCommGetAsyncError then
-   says ncclRemoteError); <= 0 restores GPUDL_EMU_NCCL_TIMEOUT (120 s when
-   unset). Returns 0. */
+   says ncclRemoteError); <= 0 restores the environment's: GPUDL_EMU_NCCL_TIMEOUT,
+   else GPUDL_DIST_TIMEOUT (gpudl's, as the process has it at each wait),
+   else 120 s. Returns 0. */
 int gdl_emu_nccl_timeout(double seconds);
 /* The message of the last diagnostic the emulator reported (a kernel fault,
    a barrier or warp error, a bad copy or launch), "" if none. */
