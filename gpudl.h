@@ -1185,9 +1185,9 @@ typedef struct gdl_fit_opts {
                                    checkpoints (every rank resumes from them, also on another number of ranks:
                                    [api-dist]). Give each rank its shard of the data (the loader's num_replicas,
                                    rank). NULL (default): one process */
-    int cuda_graph;             /* 1 (default): on a GPU, after a batch size's first (eager) step its whole step
+    int cuda_graph;             /* 1 (default): on a GPU, after an input shape's first (eager) step its whole step
                                    (forward, loss, backward, optimizer, zero_grad, the metrics) is captured as a
-                                   CUDA graph ([api-graph]) and later batches of that size replay it from fixed
+                                   CUDA graph ([api-graph]) and later batches of that shape replay it from fixed
                                    input buffers: one launch instead of dozens. Only where it can be: one
                                    process, accumulate 1, no batch split, no clipping (its table upload cannot
                                    be captured yet); a step that cannot be captured (a loss that reads the
