@@ -1189,10 +1189,9 @@ typedef struct gdl_fit_opts {
                                    (forward, loss, backward, optimizer, zero_grad, the metrics) is captured as a
                                    CUDA graph ([api-graph]) and later batches of that shape replay it from fixed
                                    input buffers: one launch instead of dozens. Only where it can be: one
-                                   process, accumulate 1, no batch split, no clipping (its table upload cannot
-                                   be captured yet); a step that cannot be captured (a loss that reads the
-                                   device, dropout) runs eagerly, with one notice. 0: every step eagerly. No
-                                   effect on the CPU. */
+                                   process, accumulate 1, no batch split; a step that cannot be captured (a
+                                   loss that reads the device, dropout) runs eagerly, with one notice. 0: every
+                                   step eagerly. No effect on the CPU. */
     gdl_dtype autocast;         /* GDL_BF16 / GDL_F16: each batch's forward and loss run in an autocast region
                                    (gdl_autocast_begin; backward and the optimizer step outside it, as with
                                    torch.autocast), and so does the validation pass. 0 (GDL_F32): off */
@@ -13537,8 +13536,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
             b++;
             first = micro == 0;
             last = ++micro == o.accumulate || b == nb;
-            if (o.cuda_graph && x->device.type == GDL_DEVICE_CUDA && o.accumulate == 1 && parts == 1 && !o.ddp &&
-                !(o.clip_grad_norm > 0)) {
+            if (o.cuda_graph && x->device.type == GDL_DEVICE_CUDA && o.accumulate == 1 && parts == 1 && !o.ddp) {
                 for (k = 0; k < GDL__FIT_GRAPHS && !fg; k++) /* this shape's, else a free slot; none: eager */
                     if (!graphs[k].used || gdl__fit_graph_fits(&graphs[k], x, y)) fg = &graphs[k];
             }

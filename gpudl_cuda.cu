@@ -302,7 +302,10 @@ static void gdl__cu_free(void *p) {
     }
 }
 
+static void gdl__cu_clip_release(void);
+
 void gdl_cuda_release_cache(void) {
+    gdl__cu_clip_release(); /* the clipping's kept tables go back into the cache first */
     gdl__cu_state &S = gdl__cu();
     std::lock_guard<std::mutex> lock(S.mu);
     int cur = -1;
@@ -2272,10 +2275,30 @@ __global__ void gdl__k_clip_scale(const gdl__cu_opt_entry *tab, int count, int64
     }
 }
 
+// The clipping's table and scratch per device, kept while the gradients it
+// covers stay the same (an optimizer's flat slots do): a steady-state clip
+// copies nothing to the device, so a step with clipping can be captured.
+struct gdl__cu_clip_cache {
+    std::vector<gdl__cu_opt_entry> host; /* what the device table holds */
+    char *block;                         /* [table][chunk sums][coefficient] */
+    size_t bytes;
+};
+static gdl__cu_clip_cache gdl__cu_clips[GDL__CU_MAX_DEVICES];
+
+static void gdl__cu_clip_release(void) {
+    for (int d = 0; d < GDL__CU_MAX_DEVICES; d++)
+        if (gdl__cu_clips[d].block) {
+            gdl__cu_free(gdl__cu_clips[d].block); /* stream order: launches queued before it run first */
+            gdl__cu_clips[d].block = NULL;
+            gdl__cu_clips[d].host.clear();
+        }
+}
+
 static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, double max_norm, double *norm) {
     std::vector<gdl__cu_opt_entry> host;
     int64_t chunks = 0;
-    int used = 0;
+    int used = 0, dev;
+    if (gdl__cu_current(&dev) < 0) return -1;
     try {
         host.resize((size_t)(count > 0 ? count : 1));
     } catch (...) {
@@ -2292,13 +2315,24 @@ static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, 
         chunks += (n[k] + GDL__CU_OPT_CHUNK - 1) / GDL__CU_OPT_CHUNK;
     }
     size_t tb = sizeof(gdl__cu_opt_entry) * (size_t)(used > 0 ? used : 1);
-    // one scratch block: [table][chunk sums][coefficient]
-    char *scratch = (char *)gdl__cu_alloc(tb + sizeof(double) * (size_t)(chunks + 1));
-    if (!scratch) return -1;
-    gdl__cu_opt_entry *tab = (gdl__cu_opt_entry *)scratch;
-    double *part = (double *)(scratch + tb), *coef = part + chunks;
+    size_t need = tb + sizeof(double) * (size_t)(chunks + 1);
+    gdl__cu_clip_cache &C = gdl__cu_clips[dev];
     cudaStream_t st = gdl__cu_stream();
-    cudaError_t e = used ? cudaMemcpyAsync(tab, host.data(), tb, cudaMemcpyHostToDevice, st) : cudaSuccess;
+    cudaError_t e = cudaSuccess;
+    host.resize((size_t)used);
+    if (!C.block || C.bytes != need || C.host.size() != host.size() ||
+        (used && memcmp(C.host.data(), host.data(), sizeof(gdl__cu_opt_entry) * (size_t)used))) {
+        if (C.block) gdl__cu_free(C.block);
+        C.host.clear();
+        if (!(C.block = (char *)gdl__cu_alloc(need))) return -1;
+        C.bytes = need;
+        e = used ? cudaMemcpyAsync(C.block, host.data(), sizeof(gdl__cu_opt_entry) * (size_t)used,
+                                   cudaMemcpyHostToDevice, st)
+                 : cudaSuccess;
+        if (e == cudaSuccess) C.host.swap(host);
+    }
+    gdl__cu_opt_entry *tab = (gdl__cu_opt_entry *)C.block;
+    double *part = (double *)(C.block + tb), *coef = part + chunks;
     if (e == cudaSuccess) {
         unsigned grid = (unsigned)(chunks < (1 << 20) ? (chunks > 0 ? chunks : 1) : (1 << 20));
         if (chunks > 0) GDL_CU_LAUNCH(gdl__k_sumsq_chunks, grid, GDL__CU_THREADS, 0, st)(tab, used, chunks, part);
@@ -2306,7 +2340,6 @@ static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, 
         if (chunks > 0) GDL_CU_LAUNCH(gdl__k_clip_scale, grid, GDL__CU_THREADS, 0, st)(tab, used, chunks, coef);
         e = cudaGetLastError();
     }
-    gdl__cu_free(scratch); /* stream order: the kernels run before any reuse */
     if (e != cudaSuccess) {
         gdl__cu_report(cudaGetErrorString(e), __FILE__, __LINE__, "gdl__cu_clip_grad_norm's copy or kernels");
         (void)cudaGetLastError();
