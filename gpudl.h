@@ -1187,8 +1187,10 @@ typedef struct gdl_fit_opts {
                                    rank). NULL (default): one process */
     int cuda_graph;             /* 1 (default): on a GPU, after an input shape's first (eager) step its whole step
                                    (forward, loss, backward, optimizer, zero_grad, the metrics) is captured as a
-                                   CUDA graph ([api-graph]) and later batches of that shape replay it from fixed
-                                   input buffers: one launch instead of dozens. Only where it can be: one
+                                   CUDA graph ([api-graph]) and later batches of that shape replay it: one
+                                   launch instead of dozens, reading each batch in the device buffer the
+                                   loader copied it to (with pin_memory, two buffers in turn: a graph each, so
+                                   the next batch's copy overlaps this replay). Only where it can be: one
                                    process, accumulate 1, no batch split; a step that cannot be captured (a
                                    loss that reads the device, dropout) runs eagerly, with one notice. 0: every
                                    step eagerly. No effect on the CPU. */
@@ -1279,7 +1281,8 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
      and nothing of the device's memory has changed since the warm-up;
    * host values the step passes to kernels are recorded: a learning rate or
      a step count read on the host stays as it was at capture.
-   gdl_fit does all this itself on a GPU (gdl_fit_opts.cuda_graph).
+   gdl_fit does all this itself on a GPU (gdl_fit_opts.cuda_graph), with no
+   copy of the inputs: its graphs read the loader's own device buffers.
    gdl_graph_capture resets the arena before the warm-up and before the
    capture. On the CPU there are no graphs: a replay resets the arena and
    calls the step again, so one program runs unchanged on both devices.
@@ -13338,9 +13341,13 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
     return gdl_step(opt);
 }
 
-/* gdl_fit's CUDA graphs ([api-graph]): one per batch shape (the full batches
-   and the last, partial one), each with the fixed input buffers it reads. */
-#define GDL__FIT_GRAPHS 2
+/* gdl_fit's CUDA graphs ([api-graph]): one per input buffer and batch shape.
+   The loader delivers a GPU's batches into two fixed device buffers in turn
+   (gdl__loader_deliver: its events order each copy after the steps that read
+   the buffer before), so a graph recorded on each buffer reads the batch
+   where the loader wrote it, and a replay copies nothing: two buffers times
+   two shapes (the full batches and the last, partial one). */
+#define GDL__FIT_GRAPHS 4
 static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(void *ctx), void *ctx);
 
 typedef struct gdl__fit_step { /* what a recorded step works on */
@@ -13353,15 +13360,45 @@ typedef struct gdl__fit_step { /* what a recorded step works on */
 } gdl__fit_step;
 
 typedef struct gdl__fit_graph {
-    int used;        /* 0: a free slot */
-    gdl_graph *g;    /* NULL (used): the step could not be captured, so it runs eagerly */
-    gdl_tensor *x, *y; /* the inputs it reads: batches of their shapes and dtypes replay it */
+    int used;           /* 0: a free slot */
+    gdl_graph *g;       /* NULL (used): the step could not be captured, so batches of this shape run eagerly */
+    const void *xd, *yd; /* the input buffers it reads ... */
+    int ndim;           /* ... and the batch's shape and dtypes */
+    int64_t shape[GDL_MAX_DIMS], ny;
+    gdl_dtype xdt, ydt;
     gdl__fit_step ctx;
 } gdl__fit_graph;
 
-static int gdl__fit_graph_fits(const gdl__fit_graph *fg, const gdl_tensor *x, const gdl_tensor *y) {
-    return fg->x && fg->y && fg->x->dtype == x->dtype && fg->y->dtype == y->dtype && gdl_same_shape(fg->x, x) &&
-           gdl_same_shape(fg->y, y);
+/* x and y have the shapes and dtypes fg was recorded for (same_buffers: and are its buffers) */
+static int gdl__fit_graph_fits(const gdl__fit_graph *fg, const gdl_tensor *x, const gdl_tensor *y, int same_buffers) {
+    if (!fg->used || fg->xdt != x->dtype || fg->ydt != y->dtype || fg->ndim != x->ndim || y->ndim != 1 ||
+        fg->ny != y->shape[0] || memcmp(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
+        return 0;
+    return !same_buffers || (fg->xd == x->data && fg->yd == y->data);
+}
+
+/* The graph slot for the batch (x, y), and what to do with it: *capture 0: replay it (or, with a NULL
+   graph, run eagerly: this shape's capture failed before); 1: run this step eagerly, then record the
+   next one (the shape's first step: it makes what the step allocates); 2: record now and replay (another
+   buffer of a shape recorded already: everything is made). NULL: eagerly (no slot left). */
+static gdl__fit_graph *gdl__fit_graph_find(gdl__fit_graph *graphs, const gdl_tensor *x, const gdl_tensor *y,
+                                           int *capture) {
+    int k, warm = 0;
+    *capture = 0;
+    if (x->ndim > GDL_MAX_DIMS || y->ndim != 1) return NULL;
+    for (k = 0; k < GDL__FIT_GRAPHS; k++)
+        if (gdl__fit_graph_fits(&graphs[k], x, y, 1)) return &graphs[k];
+    for (k = 0; k < GDL__FIT_GRAPHS; k++)
+        if (gdl__fit_graph_fits(&graphs[k], x, y, 0)) {
+            if (!graphs[k].g) return &graphs[k]; /* this shape cannot be captured: eager, no new attempt */
+            warm = 1;
+        }
+    for (k = 0; k < GDL__FIT_GRAPHS; k++)
+        if (!graphs[k].used) {
+            *capture = warm ? 2 : 1;
+            return &graphs[k];
+        }
+    return NULL;
 }
 
 /* what the graph holds: the eager path's step of one whole batch and its zero_grad */
@@ -13371,26 +13408,28 @@ static int gdl__fit_graph_step(void *c) {
     return gdl_zero_grad(s->opt);
 }
 
-/* After a batch size's first (eager, complete) step: records its graph.
-   A failure is not an error: the slot stays eager and *why says why. */
+/* Records the step on the batch (x, y) in the buffers where it lies, after a step of this shape has run
+   (so its memory exists). A failure is not an error: the slot stays eager and *why says why. */
 static void gdl__fit_graph_capture(gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor *y, gdl_module *m,
                                    gdl_optimizer *opt, const gdl_fit_opts *o, gdl_loss_fn loss, gdl__pass *p,
                                    char *why, size_t whylen) {
     int64_t steps = opt->steps;
     fg->used = 1;
-    if (!(fg->x = gdl_empty(x->ndim, x->shape, x->dtype, x->device)) ||
-        !(fg->y = gdl_empty(y->ndim, y->shape, y->dtype, y->device)) || gdl_copy_(fg->x, x) < 0 ||
-        gdl_copy_(fg->y, y) < 0) {
-        snprintf(why, whylen, "%s", gdl_last_error());
-        return;
-    }
+    fg->xd = x->data;
+    fg->yd = y->data;
+    fg->ndim = x->ndim;
+    memset(fg->shape, 0, sizeof fg->shape);
+    memcpy(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    fg->ny = y->shape[0];
+    fg->xdt = x->dtype;
+    fg->ydt = y->dtype;
     fg->ctx.m = m;
     fg->ctx.opt = opt;
     fg->ctx.o = o;
     fg->ctx.loss = loss;
     fg->ctx.p = p;
-    fg->ctx.x = fg->x;
-    fg->ctx.y = fg->y;
+    fg->ctx.x = x; /* read while recording only: a replay runs the kernels on the buffers */
+    fg->ctx.y = y;
     fg->g = gdl__graph_record("gdl_fit", x->device, gdl__fit_graph_step, &fg->ctx);
     opt->steps = steps; /* the recorded gdl_step counted a step that did not run */
     if (!fg->g) snprintf(why, whylen, "%s", gdl_last_error());
@@ -13398,11 +13437,7 @@ static void gdl__fit_graph_capture(gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor
 
 static void gdl__fit_graphs_free(gdl__fit_graph *fg) {
     int k;
-    for (k = 0; k < GDL__FIT_GRAPHS; k++) {
-        gdl_graph_free(fg[k].g);
-        gdl_free(fg[k].x);
-        gdl_free(fg[k].y);
-    }
+    for (k = 0; k < GDL__FIT_GRAPHS; k++) gdl_graph_free(fg[k].g);
     memset(fg, 0, sizeof(gdl__fit_graph) * GDL__FIT_GRAPHS);
 }
 
@@ -13527,7 +13562,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         gdl_module_train(m, 1);
         if (gdl_zero_grad(opt) < 0) rc = -1;
         while (rc == 0 && (got = gdl_loader_next(train, &x, &y)) != 0) {
-            int first, last, k;
+            int first, last, capture = 0;
             gdl__fit_graph *fg = NULL;
             if (got < 0) {
                 rc = -1;
@@ -13536,12 +13571,17 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
             b++;
             first = micro == 0;
             last = ++micro == o.accumulate || b == nb;
-            if (o.cuda_graph && x->device.type == GDL_DEVICE_CUDA && o.accumulate == 1 && parts == 1 && !o.ddp) {
-                for (k = 0; k < GDL__FIT_GRAPHS && !fg; k++) /* this shape's, else a free slot; none: eager */
-                    if (!graphs[k].used || gdl__fit_graph_fits(&graphs[k], x, y)) fg = &graphs[k];
+            if (o.cuda_graph && x->device.type == GDL_DEVICE_CUDA && o.accumulate == 1 && parts == 1 && !o.ddp)
+                fg = gdl__fit_graph_find(graphs, x, y, &capture);
+            if (fg && capture == 2) { /* the other buffer of a recorded shape: record it on this batch */
+                char why[sizeof gdl__err];
+                why[0] = 0;
+                gdl__fit_graph_capture(fg, x, y, m, opt, &o, loss, &p, why, sizeof why);
+                if (!fg->g && o.verbose && !graph_notice++)
+                    fprintf(log, "%sgdl_fit: the step runs eagerly, not as a CUDA graph: %s\n", tty ? "\n" : "", why);
             }
-            if (fg && fg->g) { /* a step of this size was recorded: the new batch into its inputs, one launch */
-                if (gdl_copy_(fg->x, x) < 0 || gdl_copy_(fg->y, y) < 0 || gdl_graph_replay(fg->g) < 0) {
+            if (fg && fg->g) { /* a step of this batch's buffers and shape was recorded: one launch */
+                if (gdl_graph_replay(fg->g) < 0) {
                     rc = -1;
                     break;
                 }
@@ -13598,7 +13638,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                     if (gdl_zero_grad(opt) < 0) rc = -1;
                     if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0)
                         rc = -1;
-                    if (rc == 0 && fg && !fg->used) { /* this shape's first step ran: record it for the next */
+                    if (rc == 0 && fg && capture == 1) { /* this shape's first step ran: record it for the next */
                         char why[sizeof gdl__err];
                         why[0] = 0;
                         gdl__fit_graph_capture(fg, x, y, m, opt, &o, loss, &p, why, sizeof why);

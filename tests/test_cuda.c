@@ -2291,8 +2291,11 @@ static int fit_run(fit_inject *f, int oom_retry, int oom_split_batch, FILE *log,
 /* gdl_fit with and without CUDA graphs: 3 epochs of 80 samples in batches
    of 32 (two full ones and a partial one: two graphs), Adam with OneCycle
    stepped per batch (lr changes between replays). drop: a dropout layer,
-   which cannot be captured (the fit then runs eagerly, with one notice). */
-static int fit_graph_run(int graph, int drop, double clip, FILE *log, float *w, gdl_epoch_stats *hist, int *calls) {
+   which cannot be captured (the fit then runs eagerly, with one notice).
+   pin: the loader's pinned delivery, into two device buffers in turn (a
+   graph per buffer and batch size), else into one. */
+static int fit_graph_run(int graph, int drop, double clip, int pin, FILE *log, float *w, gdl_epoch_stats *hist,
+                         int *calls) {
     int rc = -1, nl = 0;
     gdl_dataset *ds = fit_dataset(80, 23);
     gdl_loader *l = NULL;
@@ -2312,6 +2315,7 @@ static int fit_graph_run(int graph, int drop, double clip, FILE *log, float *w, 
     lo.shuffle = 1;
     lo.seed = 5;
     lo.device = GPU;
+    lo.pin_memory = pin;
     if (ds && m && gdl_module_to(m, GPU) == 0 && (l = gdl_loader_new(ds, &lo)) &&
         (opt = gdl_adam_new(0.05, 0.9, 0.999, 1e-8, 0)) && gdl_optim_add_module(opt, m, 0) == 0 &&
         (sched = gdl_onecycle_lr_new(opt, 0.05, 9))) {
@@ -2339,35 +2343,49 @@ static int fit_graph_run(int graph, int drop, double clip, FILE *log, float *w, 
 }
 
 /* the graphs give the eager run's weights and epoch figures bit for bit, with
-   the loss called only for each batch size's first step and its capture */
+   the loss called only for the steps run eagerly or recorded, and a replay
+   reading its batch where the loader put it (no copy) */
 TEST fit_graph_equals_eager(void) {
-    float we[FIT_W], wg[FIT_W];
+    float we[FIT_W], wg[FIT_W], wu[FIT_W];
     gdl_epoch_stats he[3], hg[3];
-    int ce, cg, e;
-    long graphs0;
+    int ce, cg, e, pin;
+    long graphs0, copies_e, copies_g;
     char line[512];
     FILE *log;
     int clip;
     if (!have_gpu()) SKIPm("no GPU");
-    for (clip = 0; clip < 2; clip++) { /* and with the gradient clipped (0.5: most steps clip) */
-        ASSERT_EQ(0, fit_graph_run(0, 0, clip * 0.5, NULL, we, he, &ce));
-        if (clip) ASSERTm("clipping changed the training", memcmp(we, wg, sizeof we) != 0); /* wg: unclipped */
-        graphs0 = gdl_emu_count("graph");
-        ASSERT_EQ(0, fit_graph_run(1, 0, clip * 0.5, NULL, wg, hg, &cg));
-        ASSERT_EQ(9, ce);
-        ASSERT_EQ(4, cg); /* two sizes: an eager step and a capture each */
-        ASSERT_EQ(7, gdl_emu_count("graph") - graphs0); /* the other 7 of the 9 steps */
-        ASSERTm("the graphs' weights equal the eager ones bit for bit", memcmp(we, wg, sizeof we) == 0);
-        for (e = 0; e < 3; e++)
-            if (he[e].loss != hg[e].loss || he[e].accuracy != hg[e].accuracy || he[e].samples != hg[e].samples)
-                FAILf("clip %d, epoch %d: eager loss %.9g acc %.4f, graphs %.9g %.4f", clip, e + 1, he[e].loss,
-                      he[e].accuracy, hg[e].loss, hg[e].accuracy);
-    }
+    for (pin = 0; pin < 2; pin++)
+        for (clip = 0; clip < 2; clip++) { /* and with the gradient clipped (0.5: most steps clip) */
+            copies_e = gdl_emu_count("d2d");
+            ASSERT_EQ(0, fit_graph_run(0, 0, clip * 0.5, pin, NULL, we, he, &ce));
+            copies_e = gdl_emu_count("d2d") - copies_e;
+            if (clip) ASSERTm("clipping changed the training", memcmp(we, wu, sizeof we) != 0);
+            else memcpy(wu, we, sizeof wu);
+            graphs0 = gdl_emu_count("graph");
+            copies_g = gdl_emu_count("d2d");
+            ASSERT_EQ(0, fit_graph_run(1, 0, clip * 0.5, pin, NULL, wg, hg, &cg));
+            copies_g = gdl_emu_count("d2d") - copies_g;
+            ASSERT_EQ(9, ce);
+            /* batches 32, 32, 16 per epoch. One buffer: each size's first step eagerly, then its capture
+               (4 calls). Two buffers, in turn (32 in 0, 32 in 1, 16 in 0, then 32 in 1 ...): a size's first
+               step eagerly and its capture, and its first batch in the other buffer recorded and replayed
+               at once (6 calls) */
+            ASSERT_EQ(pin ? 6 : 4, cg);
+            ASSERT_EQ(7, gdl_emu_count("graph") - graphs0); /* the 7 steps not run eagerly */
+            if (copies_g > copies_e)
+                FAILf("pin %d: the graphs' fit made %ld device-to-device copies, the eager one %ld: a replay must "
+                      "read the loader's buffer, not a copy of it", pin, copies_g, copies_e);
+            ASSERTm("the graphs' weights equal the eager ones bit for bit", memcmp(we, wg, sizeof we) == 0);
+            for (e = 0; e < 3; e++)
+                if (he[e].loss != hg[e].loss || he[e].accuracy != hg[e].accuracy || he[e].samples != hg[e].samples)
+                    FAILf("pin %d, clip %d, epoch %d: eager loss %.9g acc %.4f, graphs %.9g %.4f", pin, clip, e + 1,
+                          he[e].loss, he[e].accuracy, hg[e].loss, hg[e].accuracy);
+        }
     /* dropout cannot be captured: eager, the same as cuda_graph 0, one notice */
-    ASSERT_EQ(0, fit_graph_run(0, 1, 0, NULL, we, he, &ce));
+    ASSERT_EQ(0, fit_graph_run(0, 1, 0, 1, NULL, we, he, &ce));
     log = tmpfile();
     ASSERT(log != NULL);
-    ASSERT_EQ(0, fit_graph_run(1, 1, 0, log, wg, hg, &cg));
+    ASSERT_EQ(0, fit_graph_run(1, 1, 0, 1, log, wg, hg, &cg));
     ASSERT_EQ(ce, 9);
     ASSERTm("a fit that fell back to eager equals the eager one", memcmp(we, wg, sizeof we) == 0);
     rewind(log);

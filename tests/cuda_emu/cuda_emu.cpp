@@ -89,7 +89,7 @@ Config &cfg() {
 }
 
 std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0}, n_graph{0}, n_cublas{0}, n_legacy{0};
-std::atomic<long> n_h2d{0}, n_memset{0};
+std::atomic<long> n_h2d{0}, n_d2d{0}, n_memset{0};
 std::atomic<long> fail_alloc_at{-1}, fail_launch_at{-1}, fail_cublas_at{-1}; /* counter value that fails; -1 none */
 
 std::mutex &diag_mu = *new std::mutex;   /* never destroyed, as G() below */
@@ -1754,6 +1754,7 @@ static cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyK
     int kd = classify(dst, n, &b), ks = classify(src, n, &b);
     bool to_host = kd < 0, from_host = ks < 0;
     if (from_host && !to_host) ++n_h2d;
+    if (!from_host && !to_host) ++n_d2d;
     std::unique_lock<std::mutex> lk(g_mu);
     Stream *s = resolve_locked(st);
     if (!s) return set_err(cudaErrorInvalidResourceHandle);
@@ -2153,6 +2154,7 @@ long gdl_emu_count(const char *what) {
     if (!strcmp(what, "launch")) return n_launch.load();
     if (!strcmp(what, "memcpy")) return n_memcpy.load();
     if (!strcmp(what, "h2d")) return n_h2d.load();
+    if (!strcmp(what, "d2d")) return n_d2d.load();
     if (!strcmp(what, "memset")) return n_memset.load();
     if (!strcmp(what, "sync")) return n_sync.load();
     if (!strcmp(what, "graph")) return n_graph.load();

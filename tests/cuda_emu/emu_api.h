@@ -22,7 +22,7 @@ int gdl_emu_fail_cublas(long k);
 /* Counts since the start of the process: "alloc" (cudaMalloc calls),
    "free" (cudaFree calls), "launch" (kernel launches, cuBLAS calls not
    included), "cublas" (cuBLAS compute calls), "memcpy" (calls of cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync), "h2d" (those of them
-   copying host memory to a device), "memset" (cudaMemset, cudaMemsetAsync calls), "sync" (calls that made
+   copying host memory to a device), "d2d" (those copying within or between devices), "memset" (cudaMemset, cudaMemsetAsync calls), "sync" (calls that made
    the host wait for the device: cudaDeviceSynchronize, cudaStreamSynchronize,
    cudaEventSynchronize, synchronous copies, cudaFree), "graph" (cudaGraphLaunch
    calls), "legacy" (kernels, copies and memsets queued on the legacy default
