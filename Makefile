@@ -76,7 +76,7 @@ $(B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h | $(B)
 $(B)/cuda_bench_train: bench/train.c bench/bench_cpu.h gpudl.h $(B)/gpudl_cuda.o | $(B)
 	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lnccl -o $@
 
-cuda: $(CUDA_EXAMPLES) $(B)/cuda_bench_train
+cuda: $(CUDA_EXAMPLES) $(B)/cuda_bench_train $(B)/cuda_fmnist92
 
 # Set-up first, then a make of its own: the compiler probes above (zlib,
 # OpenMP) must see what the set-up installed.
@@ -212,7 +212,7 @@ test-warnings: | $(B)
 	for c in "g++ -std=c++17" "clang++ -std=c++17"; do \
 	  echo "warnings: $$c"; $$c $(WARN) -Werror -x c++ -c tests/build_check.c -o $(B)/build_check.o; done; \
 	for f in tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test_data.c tests/test_nn.c tests/test_train.c \
-	    tests/test_crash.c tests/test_resume.c tests/test_pool.c tests/test_dtype.c examples/mnist_mlp.c; do echo "warnings: clang $$f"; \
+	    tests/test_crash.c tests/test_resume.c tests/test_pool.c tests/test_dtype.c examples/mnist_mlp.c bench/fmnist92.c; do echo "warnings: clang $$f"; \
 	  clang -std=c99 $(WARN) -Werror -c $$f -o $(B)/w.o; done; \
 	clang -std=c99 $(WARN) -Werror -DGPUDL_DOUBLE -c tests/test_gradcheck.c -o $(B)/w.o
 
@@ -243,7 +243,7 @@ test-cuda-build: | $(B)
 	  echo "SKIPPED: nvcc not found (not in PATH, not /usr/local/cuda/bin/nvcc; set NVCC=...): the CUDA builds were not checked"; fi
 
 test-cuda-build-nvcc: | $(B)
-	$(MAKE) --no-print-directory $(B)/gpudl_cuda.o $(CUDA_EXAMPLES) $(B)/cuda_bench_train
+	$(MAKE) --no-print-directory $(B)/gpudl_cuda.o $(CUDA_EXAMPLES) $(B)/cuda_bench_train $(B)/cuda_fmnist92
 	$(B)/cuda_device_query
 	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_cuda_fallback.sh
 	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -lnccl -o $(B)/cuda_link_check
@@ -258,6 +258,12 @@ test-cuda: | $(B)
 
 $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 	$(CC) $(STD) -O3 -march=native bench/train.c -o $@ $(LIBS)
+
+# Fashion-MNIST to 92 % end to end (issue 10's target; bench/pytorch/fmnist92.py is PyTorch's side)
+$(B)/fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h | $(B)
+	$(CC) $(STD) $(WARN) -O3 -march=native $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/cuda_fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h $(B)/gpudl_cuda.o | $(B)
+	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas -lnccl $(ZLIBS) -o $@
 
 # mixed precision against f32: memory, step time, Fashion-MNIST accuracy (bench/RESULTS.md)
 $(B)/bench_amp: bench/amp.c bench/bench_cpu.h gpudl.h | $(B)

@@ -4,12 +4,12 @@
 # means gpudl is faster). Run from the repository root on the GPU machine
 # after `make cuda` (or on the CPU with the CPU build):
 #   sh bench/compare.sh [net ...]
-# Nets: mlp cnn fc10 fc50 wide air, and PyTorch's modes NET-amp (bf16
-# autocast, channels_last) and NET-graph (whole step as a CUDA graph): see
-# bench/pytorch/train.py. A net or mode our bench_train does not have yet
-# shows "-" in the ours column; PyTorch's figure is still taken.
+# Nets: mlp cnn fc10 fc50 wide air, and the modes NET-amp (bf16 autocast;
+# PyTorch's with channels_last), NET-graph (whole step as a CUDA graph) and
+# NET-amp-graph (both): see bench/train.c and bench/pytorch/train.py. A net
+# or mode one side lacks shows "-" in its column; the other is still taken.
 set -e
-nets=${*:-"mlp cnn fc10 fc50 wide mlp-graph cnn-amp air air-amp"}
+nets=${*:-"mlp cnn fc10 fc50 wide mlp-graph cnn-graph cnn-amp cnn-amp-graph air air-amp air-amp-graph"}
 ours=${BENCH_TRAIN:-build/cuda_bench_train}
 [ -x "$ours" ] || ours=build/bench_train
 py=${PYTHON:-python3}
@@ -25,11 +25,11 @@ done
 "$py" bench/pytorch/train.py $nets | tee "$tmp/torch"
 echo
 [ -f "$tmp/missing" ] && cat "$tmp/missing"
-echo "net        ours ms/step  pytorch ms/step  ours/pytorch"
+echo "net            ours ms/step  pytorch ms/step  ours/pytorch"
 for n in $nets; do
     a=$(awk -v n="$n" '$1 == n {print $3}' "$tmp/ours")
     b=$(awk -v n="$n" '$1 == n && $2 != "skipped:" {print $3}' "$tmp/torch")
     awk -v n="$n" -v a="$a" -v b="$b" 'BEGIN {
-        printf "%-10s %13s %16s %13s\n", n, a == "" ? "-" : sprintf("%.3f", a), b == "" ? "-" : sprintf("%.3f", b),
+        printf "%-14s %13s %16s %13s\n", n, a == "" ? "-" : sprintf("%.3f", a), b == "" ? "-" : sprintf("%.3f", b),
                (a == "" || b == "") ? "-" : sprintf("%.2f", a / b) }'
 done

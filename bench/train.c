@@ -11,8 +11,11 @@
              stem (24) + GELU, then three groups conv3x3-maxpool-BN-GELU-conv3x3-BN-GELU
              of 64, 256, 256 channels, maxpool 3, Linear(256, 10) (not in the default list:
              ~0.7 TFLOP a step, seconds on a CPU)
+   Modes, after the net's name (the same as bench/pytorch/train.py's):
    NET-graph: the same net with its whole step captured once as a CUDA graph
    (gdl_graph_capture) and replayed; on the CPU a replay is the eager step.
+   NET-amp: forward and loss under bf16 autocast (gdl_autocast_begin), as
+   PyTorch's torch.autocast; NET-amp-graph: both.
    Inputs are random (never zeros). Per net: warm-up steps, then the median of
    5 timed repeats of `steps` steps each; the device is synchronised by the
    loss read (gdl_item) at the end of each repeat. Prints time per step,
@@ -39,6 +42,7 @@ typedef struct bnet {
     int64_t batch;
     double flops;     /* multiply-adds x2 of forward + backward (3x forward) */
     gdl_graph *graph; /* NET-graph: the step captured once (gdl_graph_capture), replayed */
+    int amp;          /* NET-amp: forward and loss in a bf16 autocast region */
 } bnet;
 
 static gdl_module *fc_stack(int layers, int width, int in, int out) {
@@ -55,8 +59,9 @@ static gdl_module *fc_stack(int layers, int width, int in, int out) {
 /* one training step on the net's fixed input: no host read, so it can be captured */
 static int bstep(void *ctx) {
     bnet *b = (bnet *)ctx;
-    if (gdl_zero_grad(b->opt) < 0) return -1;
+    if (gdl_zero_grad(b->opt) < 0 || (b->amp && gdl_autocast_begin(GDL_BF16) < 0)) return -1;
     b->loss = gdl_cross_entropy(gdl_forward(b->m, b->x), b->y);
+    if (b->amp) gdl_autocast_end(); /* backward and the step outside the region, as with torch.autocast */
     return b->loss && gdl_backward(b->loss) == 0 && gdl_step(b->opt) == 0 ? 0 : -1;
 }
 
@@ -68,10 +73,11 @@ static int make_net(bnet *b, const char *full, gdl_device dev) {
     memset(b, 0, sizeof *b);
     b->name = full;
     snprintf(name, sizeof name, "%.*s", dash ? (int)(dash - full) : (int)strlen(full), full);
-    if (dash && !strcmp(dash, "-graph")) graph = 1;
-    else if (dash) {
-        fprintf(stderr, "bench_train: mode %s of %s is not built yet (-graph is)\n", dash + 1, full);
-        return -1;
+    if (dash && (!strcmp(dash, "-graph") || !strcmp(dash, "-amp-graph"))) graph = 1;
+    if (dash && (!strcmp(dash, "-amp") || !strcmp(dash, "-amp-graph"))) b->amp = 1;
+    if (dash && !graph && !b->amp) {
+        fprintf(stderr, "bench_train: unknown mode %s of %s (graph, amp, amp-graph)\n", dash + 1, full);
+        return -2;
     }
     gdl_manual_seed(0);
     if (!strcmp(name, "mlp")) {
@@ -140,7 +146,7 @@ static int make_net(bnet *b, const char *full, gdl_device dev) {
         b->opt = gdl_sgd_new(0.01, 0.9, 0, 5e-4, 1);
     } else {
         fprintf(stderr, "bench_train: unknown net %s (mlp, cnn, fc10, fc50, wide, air)\n", name);
-        return -1;
+        return -2;
     }
     xs[0] = b->batch;
     {
@@ -186,14 +192,14 @@ int main(int argc, char **argv) {
     gdl_device dev = gdl_default_device();
     printf("device %s (%s), %d CPU threads\n", gdl_device_str(dev), gdl_device_name(dev), threads);
     printf("cpu: %s, GEMM micro-kernel %s\n", bench_cpu_model(), gdl_gemm_kernel_name());
-    printf("%-10s %6s %12s %12s %10s %10s %9s %11s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
+    printf("%-14s %6s %12s %12s %10s %10s %9s %11s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
            "peak MiB", "host us/st", "launch/st");
     for (k = 0; k < nnets; k++) {
         bnet b;
         double t[5], host[5], med, ms;
         int r, steps;
-        if (make_net(&b, nets[k], dev) < 0) {
-            fprintf(stderr, "bench_train: %s\n", gdl_last_error());
+        if ((r = make_net(&b, nets[k], dev)) < 0) {
+            if (r == -1) fprintf(stderr, "bench_train: %s\n", gdl_last_error()); /* -2: said */
             return 1;
         }
         /* warm up, and size the repeats to ~0.5 s each */
@@ -235,7 +241,7 @@ int main(int argc, char **argv) {
                     for (launches = 0, i = 0; i < nr; i++)
                         if (rows[i].launches > 0) launches += (double)rows[i].launches / 5;
             }
-            printf("%-10s %6lld %12.3f %12.0f %10.3f %10.1f %9.1f %11.1f %9.1f\n", b.name, (long long)b.batch, 1e3 * med,
+            printf("%-14s %6lld %12.3f %12.0f %10.3f %10.1f %9.1f %11.1f %9.1f\n", b.name, (long long)b.batch, 1e3 * med,
                    (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med, peak, 1e6 * host[2], launches);
         }
         fflush(stdout);

@@ -8,8 +8,9 @@
 #   3. ours against PyTorch eager on the same GPU (bench/compare.sh; PyTorch
 #      must be installed there)
 #   4. the examples on the GPU: device query, the NVML monitor, the MLP,
-#      the CPU-against-GPU table (examples/cpu_vs_gpu.c)
-#      (needs Fashion-MNIST: copy it into ./data and carry it)
+#      the CPU-against-GPU table (examples/cpu_vs_gpu.c), and Fashion-MNIST
+#      to 92 % end to end, ours (bf16 and f32) and PyTorch's, 3 times each
+#      (bench/fmnist92.c; needs Fashion-MNIST: copy it into ./data and carry it)
 #   5. NCCL (tests/test_dist_nccl.c built by nvcc, -lnccl): the collectives
 #      and DDP of CUDA tensors through NCCL over one rank, the rendezvous's
 #      errors; with two GPUs also two ranks started torchrun-style; then
@@ -47,7 +48,9 @@ else
     fails=$((fails + 1))
 fi
 step "bench/compare.sh vs PyTorch" compare.log sh -c 'make cuda && sh bench/compare.sh'
-step "examples on the GPU" examples.log sh -c 'build/cuda_device_query && build/cuda_gpu_monitor --count 3 && build/cuda_mnist_mlp --device cuda --epochs 1 && build/cuda_cpu_vs_gpu'
+step "examples on the GPU" examples.log sh -c 'build/cuda_device_query && build/cuda_gpu_monitor --count 3 && build/cuda_mnist_mlp --device cuda --epochs 1 && build/cuda_cpu_vs_gpu &&
+    for r in 1 2 3; do build/cuda_fmnist92 --amp bf16; build/cuda_fmnist92; python3 bench/pytorch/fmnist92.py --amp;
+    python3 bench/pytorch/fmnist92.py; done'
 step "NCCL: one rank per GPU" nccl.log sh -c 'make build/test_dist_nccl_cuda build/cuda_ddp &&
     GPUDL_NCCL_TEST=build/test_dist_nccl_cuda GPUDL_NCCL_RANKS=$(nvidia-smi -L | wc -l) sh tests/test_dist_nccl.sh &&
     build/cuda_ddp --epochs 1'

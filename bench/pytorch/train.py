@@ -9,6 +9,7 @@ A net name may carry a mode suffix (the baselines of issue 10):
   NET-amp    bf16 autocast (torch.autocast), and channels_last for the conv nets
   NET-graph  the whole step (forward, backward, optimizer) captured once with
              torch.cuda.graph and replayed (CUDA only; Adam with capturable=True)
+  NET-amp-graph  both
 """
 import statistics
 import sys
@@ -81,14 +82,15 @@ def step_fn(m, opt, x, y, amp, dev):
 def make_runner(name, dev):
     """(run(steps) -> last loss, batch, flops) for NET, NET-amp or NET-graph."""
     base, _, mode = name.partition("-")
-    if mode not in ("", "amp", "graph"):
-        raise SystemExit(f"unknown mode {mode} in {name} (amp, graph)")
-    m, opt, x, y, batch, flops = make(base, dev, capturable=(mode == "graph"))
-    if mode == "amp" and x.dim() == 4:
+    if mode not in ("", "amp", "graph", "amp-graph"):
+        raise SystemExit(f"unknown mode {mode} in {name} (amp, graph, amp-graph)")
+    amp, graph = mode.startswith("amp"), mode.endswith("graph")
+    m, opt, x, y, batch, flops = make(base, dev, capturable=graph)
+    if amp and x.dim() == 4:
         m = m.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
-    step = step_fn(m, opt, x, y, mode == "amp", dev)
-    if mode != "graph":
+    step = step_fn(m, opt, x, y, amp, dev)
+    if not graph:
         def run(steps):
             loss = None
             for _ in range(steps):
@@ -121,11 +123,11 @@ def main():
     nets = sys.argv[1:] or ["mlp", "cnn", "fc10", "fc50"]
     name = torch.cuda.get_device_name(0) if dev == "cuda" else "CPU"
     print(f"device {dev} ({name}), torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
-    print(f"{'net':10} {'batch':>6} {'ms/step':>12} {'samples/s':>12} {'GFLOP/step':>10} {'GFLOP/s':>10} {'peak MiB':>9}")
+    print(f"{'net':14} {'batch':>6} {'ms/step':>12} {'samples/s':>12} {'GFLOP/step':>10} {'GFLOP/s':>10} {'peak MiB':>9}")
     for n in nets:
         run, batch, flops = make_runner(n, dev)
         if run is None:
-            print(f"{n:10} skipped: CUDA graphs need a GPU", flush=True)
+            print(f"{n:14} skipped: CUDA graphs need a GPU", flush=True)
             continue
         t0 = time.perf_counter()
         run(3)
@@ -140,7 +142,7 @@ def main():
             ts.append((time.perf_counter() - t0) / steps)
         med = statistics.median(ts)
         peak = torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda" else float("nan")
-        print(f"{n:10} {batch:6d} {1e3 * med:12.3f} {batch / med:12.0f} {flops * 1e-9:10.3f} "
+        print(f"{n:14} {batch:6d} {1e3 * med:12.3f} {batch / med:12.0f} {flops * 1e-9:10.3f} "
               f"{flops * 1e-9 / med:10.1f} {peak:9.1f}", flush=True)
 
 
