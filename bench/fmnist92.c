@@ -10,7 +10,7 @@
 
    CPU:   make build/fmnist92 && build/fmnist92 --device cpu
    CUDA:  make build/cuda_fmnist92 && build/cuda_fmnist92 --amp bf16
-   Flags: [--data DIR] [--epochs N (planned, default 4)] [--batch-size N] [--device D] [--seed N]
+   Flags: [--data DIR] [--epochs N (planned, default 5)] [--batch-size N] [--device D] [--seed N]
           [--amp bf16|f16] [--target PERCENT (default 92)] [--eager (no CUDA graphs)]
    Exit status 0 when the target was reached, 1 when not, 2 for bad flags. */
 #define GPUDL_IMPLEMENTATION
@@ -19,7 +19,7 @@
 
 int main(int argc, char **argv) {
     double t0 = gdl_now(), t_data = 0, target = 92, reached = -1, acc = 0;
-    ex_args a = ex_defaults(4, 256);
+    ex_args a = ex_defaults(5, 256);
     int k, failed = 1, eager = 0, parsed, ep;
     char *rest[4];
     int nrest = 0;

@@ -46,7 +46,7 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--amp", action="store_true")
     ap.add_argument("--compile", action="store_true")
-    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--target", type=float, default=0.92)
     ap.add_argument("--seed", type=int, default=0)
