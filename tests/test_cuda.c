@@ -21,6 +21,7 @@
 #include "autocast_cases.h"
 #include "monitor_cases.h"
 #include "gradscaler_cases.h"
+#include "master_cases.h"
 #ifdef GPUDL_EMU
 #include "cuda_emu/emu_api.h"
 #endif
@@ -2596,6 +2597,83 @@ SUITE(optim) {
     RUN_TEST(clip_grad_norm_parity);
     RUN_TEST(anomaly_mode_parity);
 }
+/* ---- master weights on the GPU (tests/master_cases.h): the kernels' low paths bitwise, one launch a step ---- */
+TEST master_weights_bitwise(void *arg) {
+    const mw_kind *k = (const mw_kind *)arg;
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_bitwise_case(GPU, k);
+}
+/* a steady-state step with master weights: zero_grad one memset, the step one launch, no copy, no wait */
+TEST master_weights_one_launch(void) {
+#ifdef GPUDL_EMU
+    int64_t n = 3000, sy0;
+    long l0, m0, h0;
+    gdl_tensor *p, *q, *loss, *ps[2];
+    gdl_optimizer *opt;
+    int s;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_NOT_NULL(p = gdl_ones(1, &n, GDL_F32, GPU));
+    ASSERT_NOT_NULL(q = gdl_ones(1, &n, GDL_F32, GPU));
+    ASSERT_EQ(0, gdl_set_requires_grad(p, 1));
+    ASSERT_EQ(0, gdl_set_requires_grad(q, 1));
+    ps[0] = p, ps[1] = q;
+    ASSERT_NOT_NULL(opt = gdl_adamw_new(1e-3, 0.9, 0.999, 1e-8, 0.01));
+    ASSERT_EQ(0, gdl_optim_add_params(opt, ps, 2, -1, -1));
+    ASSERT_EQ(0, gdl_optim_set_master_weights(opt, GDL_BF16));
+    for (s = 0; s < 4; s++) {
+        gdl_arena_reset();
+        m0 = gdl_emu_count("memset");
+        l0 = gdl_emu_count("launch");
+        ASSERT_EQ(0, gdl_zero_grad(opt));
+        if (s > 0) ASSERT_EQ(1, gdl_emu_count("memset") - m0);
+        if (s > 0) ASSERT_EQ(0, gdl_emu_count("launch") - l0);
+        ASSERT_NOT_NULL(loss = gdl_add(gdl_sum(p), gdl_sum(q)));
+        ASSERT_EQ(0, gdl_backward(loss));
+        l0 = gdl_emu_count("launch");
+        h0 = gdl_emu_count("h2d");
+        sy0 = gdl_sync_count();
+        ASSERT_EQ(0, gdl_step(opt));
+        if (s > 0) {
+            ASSERT_EQ(1, gdl_emu_count("launch") - l0);
+            ASSERT_EQ(0, gdl_emu_count("h2d") - h0);
+            ASSERT_EQ(0, gdl_sync_count() - sy0);
+        }
+    }
+    gdl_optim_free(opt);
+    gdl_free(p);
+    gdl_free(q);
+    PASS();
+#else
+    SKIPm("counts launches on the emulator");
+#endif
+}
+TEST master_weights_memory(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_memory_case(GPU);
+}
+TEST master_weights_mlp(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_mlp_case(GPU);
+}
+TEST master_weights_checkpoint(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_checkpoint_case(GPU, "build/test_cuda_master.safetensors");
+}
+TEST master_weights_errors(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_errors_case(GPU);
+}
+SUITE(master_weights) {
+    size_t i;
+    for (i = 0; i < sizeof mw_kinds / sizeof mw_kinds[0]; i++)
+        RUN_TEST_NAMED(mw_kinds[i].name, master_weights_bitwise, (void *)&mw_kinds[i]);
+    RUN_TEST(master_weights_one_launch);
+    RUN_TEST(master_weights_memory);
+    RUN_TEST(master_weights_mlp);
+    RUN_TEST(master_weights_checkpoint);
+    RUN_TEST(master_weights_errors);
+}
+
 SUITE(training) {
     static const int mlp = 0, cnn = 1;
     RUN_TEST_NAMED("mlp_steps", train_parity, (void *)&mlp);
@@ -2699,6 +2777,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(autocast);
     RUN_SUITE(kernel_paths);
     RUN_SUITE(optim);
+    RUN_SUITE(master_weights);
     RUN_SUITE(training);
     RUN_SUITE(devices);
     RUN_SUITE(faults);
