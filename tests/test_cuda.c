@@ -2383,10 +2383,81 @@ TEST fit_graph_equals_eager(void) {
     PASS();
 }
 
+/* gdl_fit under bf16 autocast with master weights, with and without CUDA graphs: the flat buffer's addresses
+   stay fixed, so the replays give the eager run's masters and bf16 weights bit for bit */
+static int mw_fit_run(int graph, float *masters, uint16_t *w, int *calls) {
+    int rc = -1, k, n;
+    gdl_dataset *ds = fit_dataset(80, 23);
+    gdl_loader *l = NULL;
+    gdl_module *m = gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(4, 16, 1), gdl_nn_relu(), gdl_nn_linear(16, 3, 1)});
+    gdl_optimizer *opt = NULL;
+    gdl_scheduler *sched = NULL;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_fit_opts o = gdl_fit_defaults();
+    fit_inject f;
+    memset(&f, 0, sizeof f);
+    lo.batch_size = FIT_B;
+    lo.shuffle = 1;
+    lo.seed = 5;
+    lo.device = GPU;
+    if (ds && m && gdl_module_to(m, GPU) == 0 && (l = gdl_loader_new(ds, &lo)) &&
+        (opt = gdl_adamw_new(0.05, 0.9, 0.999, 1e-8, 0.01)) && gdl_optim_add_module(opt, m, 0) == 0 &&
+        gdl_optim_set_master_weights(opt, GDL_BF16) == 0 && (sched = gdl_onecycle_lr_new(opt, 0.05, 9))) {
+        f.m = m;
+        o.epochs = 3;
+        o.loss = fit_loss;
+        o.loss_user = &f;
+        o.scheduler = sched;
+        o.scheduler_per_batch = 1;
+        o.cuda_graph = graph;
+        o.autocast = GDL_BF16;
+        o.verbose = 0;
+        rc = gdl_fit(m, l, opt, &o, NULL);
+        for (k = 0, n = 0; rc == 0 && k < 4; k++) {
+            gdl_tensor *mt = gdl_optim_master_weight(opt, k);
+            if (!mt || gdl_copy_to_host(mt, masters + n, sizeof(float) * (size_t)mt->numel) < 0) rc = -2;
+            else n += (int)mt->numel;
+        }
+        if (rc == 0) {
+            gdl_tensor *ps[4];
+            gdl_module_named_tensors(m, GDL_PARAMS, NULL, ps, 4);
+            for (k = 0, n = 0; k < 4; k++) {
+                if (ps[k]->dtype != GDL_BF16 || gdl_copy_to_host(ps[k], w + n, 2 * (size_t)ps[k]->numel) < 0) rc = -3;
+                n += (int)ps[k]->numel;
+            }
+        }
+        if (gdl_optim_get_step(opt) != 9) rc = -4;
+    }
+    *calls = f.calls;
+    gdl_scheduler_free(sched);
+    gdl_optim_free(opt);
+    gdl_loader_free(l);
+    gdl_module_free(m);
+    gdl_dataset_free(ds);
+    return rc;
+}
+TEST fit_graph_master_weights(void) {
+    float me[FIT_W], mg[FIT_W];
+    uint16_t we[FIT_W], wg[FIT_W];
+    int ce, cg;
+    long graphs0;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_EQ(0, mw_fit_run(0, me, we, &ce));
+    graphs0 = gdl_emu_count("graph");
+    ASSERT_EQ(0, mw_fit_run(1, mg, wg, &cg));
+    ASSERT_EQ(9, ce);
+    ASSERT_EQ(4, cg);
+    ASSERT_EQ(7, gdl_emu_count("graph") - graphs0);
+    ASSERTm("masters: graphs == eager bit for bit", memcmp(me, mg, sizeof me) == 0);
+    ASSERTm("bf16 weights: graphs == eager bit for bit", memcmp(we, wg, sizeof we) == 0);
+    PASS();
+}
+
 #endif
 SUITE(fit_graphs) {
 #ifdef GPUDL_EMU
     RUN_TEST(fit_graph_equals_eager);
+    RUN_TEST(fit_graph_master_weights);
 #endif
 }
 
