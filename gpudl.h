@@ -5517,9 +5517,19 @@ typedef struct {
     uint16_t *plow;       /* ... and the parameter rounded from the f32 master p */
     int low;
 } gdl__sgd_job;
-/* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even) */
-static float gdl__opt_lowf(int low, uint16_t h) { return low == GDL_F16 ? gdl_f16_to_f32(h) : gdl_bf16_to_f32(h); }
-static uint16_t gdl__opt_round(int low, float f) { return low == GDL_F16 ? gdl_f32_to_f16(f) : gdl_f32_to_bf16(f); }
+/* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even); bf16 spelt
+   out (gdl_bf16_to_f32, gdl_f32_to_bf16) so the loops below keep no call */
+static float gdl__opt_lowf(int low, uint16_t h) {
+    return low == GDL_F16 ? gdl_f16_to_f32(h) : gdl__bits_f32((uint32_t)h << 16);
+}
+static uint16_t gdl__opt_round(int low, float f) {
+    uint32_t x, r, q;
+    if (low == GDL_F16) return gdl_f32_to_f16(f);
+    x = gdl__f32_bits(f);
+    r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    q = (x >> 16) | 0x40u;                                  /* a NaN stays a (quiet) NaN */
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? q : r); /* a select: the loops vectorise */
+}
 static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__sgd_job *a_ = (const gdl__sgd_job *)p_;
     gdl_real *p = a_->p;
@@ -5533,15 +5543,29 @@ static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
     int first_step = a_->first_step;
     int64_t i;
     if (a_->low) { /* the same formula on the f32 master, the gradient read from dtype low */
-        for (i = lo_; i < hi_; i++) {
-            double d = (double)gdl__opt_lowf(a_->low, a_->glow[i]) + weight_decay * p[i];
+        const uint16_t *glow = a_->glow;
+        uint16_t *plow = a_->plow;
+        const int low = a_->low;
+        if (low == GDL_BF16) /* the loop below with the dtype a constant (no call: vectorised) */
+            for (i = lo_; i < hi_; i++) {
+                double d = (double)gdl__opt_lowf(GDL_BF16, glow[i]) + weight_decay * p[i];
+                if (momentum != 0) {
+                    double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
+                    buf[i] = (gdl_real)b;
+                    d = nesterov ? d + momentum * b : b;
+                }
+                p[i] = (gdl_real)(p[i] - lr * d);
+                plow[i] = gdl__opt_round(GDL_BF16, (float)p[i]);
+            }
+        else for (i = lo_; i < hi_; i++) {
+            double d = (double)gdl__opt_lowf(low, glow[i]) + weight_decay * p[i];
             if (momentum != 0) {
                 double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
                 buf[i] = (gdl_real)b;
                 d = nesterov ? d + momentum * b : b;
             }
             p[i] = (gdl_real)(p[i] - lr * d);
-            a_->plow[i] = gdl__opt_round(a_->low, (float)p[i]);
+            plow[i] = gdl__opt_round(low, (float)p[i]);
         }
         return;
     }
@@ -5635,14 +5659,18 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
     int64_t i = lo_;
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
     if (a_->low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
+        const uint16_t *glow = a_->glow;
+        uint16_t *plow = a_->plow;
+        const int low = a_->low;
         for (; i < hi_; i++) {
-            double gi = gdl__opt_lowf(a_->low, a_->glow[i]), pi = p[i];
+            double gi = gdl__opt_lowf(low, glow[i]), pi = p[i];
+            gdl_real mi, vi;
             if (decoupled) pi -= lr * weight_decay * pi;
             else gi += weight_decay * pi;
-            m[i] = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
-            v[i] = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
-            p[i] = (gdl_real)(pi - lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + eps));
-            a_->plow[i] = gdl__opt_round(a_->low, (float)p[i]);
+            m[i] = mi = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
+            v[i] = vi = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
+            p[i] = (gdl_real)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+            plow[i] = gdl__opt_round(low, (float)p[i]);
         }
         return;
     }

@@ -426,6 +426,53 @@ static enum harness_result mw_checkpoint_case(gdl_device dev, const char *path) 
     PASS();
 }
 
+/* NaN, infinities and values that round to infinity: each parameter is its master rounded as gdl_f32_to_bf16
+   rounds (a quiet NaN kept a NaN), in the vector body and the tail of the loops */
+static enum harness_result mw_special_values_case(gdl_device dev) {
+    int64_t n = 45, i;
+    float v[45], got[45];
+    uint16_t gh[45], ph[45];
+    gdl_tensor *p, *c, *m, *loss;
+    gdl_optimizer *opt = gdl_sgd_new(1.0, 0, 0, 0, 0);
+    ASSERT_NOT_NULL(opt);
+    for (i = 0; i < n; i++) {
+        v[i] = (float)(i - 20) * 0.37f;
+        gh[i] = gdl_f32_to_bf16((float)(i % 7) - 3.0f);
+    }
+    v[3] = 3.4e38f; /* rounds up to inf in bf16 */
+    v[40] = -3.4e38f;
+    v[41] = 1e-40f;    /* subnormal */
+    gh[5] = 0x7fc1;    /* NaN */
+    gh[6] = 0x7f80;    /* inf */
+    gh[42] = 0xff80;   /* -inf */
+    gh[43] = 0x7f81;   /* signalling NaN */
+    gh[3] = gh[40] = gh[41] = 0;
+    ASSERT_NOT_NULL(p = gdl_from_array(v, 1, &n, GDL_F32, dev));
+    ASSERT_EQ(0, gdl_set_requires_grad(p, 1));
+    ASSERT_EQ(0, gdl_optim_add_params(opt, &p, 1, -1, -1));
+    ASSERT_EQ(0, gdl_optim_set_master_weights(opt, GDL_BF16));
+    ASSERT_NOT_NULL(c = gdl_from_array(gh, 1, &n, GDL_BF16, dev));
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_zero_grad(opt));
+    ASSERT_NOT_NULL(loss = gdl_sum(gdl_mul(p, c)));
+    ASSERT_EQ(0, gdl_backward(loss));
+    ASSERT_EQ(0, gdl_step(opt));
+    ASSERT_NOT_NULL(m = gdl_optim_master_weight(opt, 0));
+    ASSERT_EQ(0, gdl_copy_to_host(m, got, sizeof got));
+    ASSERT_EQ(0, gdl_copy_to_host(p, ph, sizeof ph));
+    for (i = 0; i < n; i++)
+        if (ph[i] != gdl_f32_to_bf16(got[i]))
+            FAILf("element %lld: master %a rounds to 0x%04x, the parameter is 0x%04x", (long long)i, (double)got[i],
+                  gdl_f32_to_bf16(got[i]), ph[i]);
+    ASSERT(got[5] != got[5]);
+    ASSERT_EQ(0x7f80, ph[3]);
+    ASSERT_EQ(0xff80, ph[40]);
+    gdl_optim_free(opt);
+    gdl_free(p);
+    gdl_free(c);
+    PASS();
+}
+
 static enum harness_result mw_errors_case(gdl_device dev) {
     int64_t n = 8;
     gdl_tensor *p = gdl_ones(1, &n, GDL_F32, dev), *q = gdl_ones(1, &n, GDL_BF16, dev), *loss;

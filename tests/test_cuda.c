@@ -2734,6 +2734,10 @@ TEST master_weights_errors(void) {
     if (!have_gpu()) SKIPm("no GPU");
     return mw_errors_case(GPU);
 }
+TEST master_weights_special_values(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_special_values_case(GPU);
+}
 SUITE(master_weights) {
     size_t i;
     for (i = 0; i < sizeof mw_kinds / sizeof mw_kinds[0]; i++)
@@ -2743,6 +2747,7 @@ SUITE(master_weights) {
     RUN_TEST(master_weights_mlp);
     RUN_TEST(master_weights_checkpoint);
     RUN_TEST(master_weights_errors);
+    RUN_TEST(master_weights_special_values);
 }
 
 SUITE(training) {

@@ -1637,6 +1637,7 @@ TEST test_master_weights_memory(void) { return mw_memory_case(gdl_cpu()); }
 TEST test_master_weights_mlp(void) { return mw_mlp_case(gdl_cpu()); }
 TEST test_master_weights_checkpoint(void) { return mw_checkpoint_case(gdl_cpu(), "build/test_nn_master.safetensors"); }
 TEST test_master_weights_errors(void) { return mw_errors_case(gdl_cpu()); }
+TEST test_master_weights_special_values(void) { return mw_special_values_case(gdl_cpu()); }
 
 SUITE(master_weights) {
     char name[96];
@@ -1650,6 +1651,7 @@ SUITE(master_weights) {
     RUN_TEST(test_master_weights_mlp);
     RUN_TEST(test_master_weights_checkpoint);
     RUN_TEST(test_master_weights_errors);
+    RUN_TEST(test_master_weights_special_values);
 }
 
 SUITE(schedulers) {
