@@ -73,7 +73,9 @@
    numerics, not yet its speed: native low-precision kernels for the rest
    are future work. BatchNorm's running statistics must be f32 (the input
    and affine parameters may be low; the output has the input's dtype), as
-   under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
+   under torch.autocast. Optimizers take f32 parameters, or bf16/f16 ones
+   that they keep f32 master weights for ("Master weights" below);
+   gdl_sgd_update_ takes f32 ones.
 
    Mixed precision (autocast)
    --------------------------
@@ -123,6 +125,54 @@
    matmul and linear have native bf16/f16 kernels; other ops compute on f32
    copies (Dtypes above), so autocast gives PyTorch's numerics but not yet
    its memory or speed savings (bench/RESULTS.md has the figures).
+
+   Master weights
+   --------------
+   llm.c's way, for memory: the model's parameters and gradients in bf16
+   (or f16), the optimizer keeping an f32 master copy of each parameter and
+   its state in f32:
+       gdl_optim_add_module(opt, model, 0);
+       gdl_optim_set_master_weights(opt, GDL_BF16);   // GDL_F32 turns it off
+   At once every parameter of opt becomes a bf16 tensor (the same
+   gdl_tensor pointers, now views of bf16 slots of the flat buffer, rounded
+   to nearest even from the f32 values, which become the masters); backward
+   gives them bf16 gradients (bf16 slots: zero_grad stays one memset). A
+   step reads the bf16 gradient, updates the f32 master and the f32 state by
+   the same formulas as for f32 parameters (bit for bit what the f32
+   optimizer would do with that gradient) and writes the parameter as the
+   master rounded to nearest even: still one launch per device, lr and step
+   counts read from the buffer (so CUDA graphs and gdl_fit's cuda_graph
+   replay it). gdl_optim_master_weight(opt, i) is parameter i's master.
+   The buffer: bf16 parameters, bf16 gradients, f32 masters, f32 state (so
+   parameters + gradients take half the bytes of f32's; with Adam the whole
+   buffer is the same 16 bytes per parameter as with f32 parameters, and an
+   autocast forward no longer makes a bf16 copy of each weight per step).
+   Under gdl_autocast_begin(GDL_BF16) the LOW ops take the weights as they
+   are: no casts of parameters (gdl_autocast_stats). Outside autocast the
+   model computes in bf16 given bf16 inputs (an f32 input promotes to f32).
+   GDL_F32 makes the parameters f32 again with their masters' values (state
+   and step counts kept); f16 works the same way (GDL_F16). Consequences:
+   * checkpoints (gdl_save_checkpoint, gdl_fit's) save each master under its
+     parameter's name, as f32, so resuming into a master-weights optimizer
+     is bit for bit (the parameters are rounded from the masters loaded),
+     and loading into a plain f32 model and optimizer gives it the masters
+     as its parameters (and the same state); an f32 checkpoint loads into a
+     master-weights run the same way. gdl_save_model / gdl_load_model of a
+     bf16 model write the bf16 values widened to f32 and round them back
+     (the masters are not touched: load weights through gdl_load_checkpoint
+     with the optimizer, or before gdl_optim_set_master_weights). A write to
+     a bf16 parameter by hand is overwritten by the next step's rounding of
+     its master: write the master (gdl_optim_master_weight) instead;
+   * gradient clipping (gdl_clip_grad_norm, gdl_optim_clip_grad_norm, gdl_fit's
+     clip_grad_norm), the GradScaler (f16 training wants f32 gradients to
+     unscale) and DDP (it all-reduces f32 gradients) refuse bf16/f16
+     gradients with an error naming the dtype;
+   * set_lr, set_momentum, the schedulers and gdl_optim_add_params work as
+     before; an f32 parameter added later is converted at the optimizer's
+     next use (a parameter of the master dtype is accepted too, and widened
+     into its master); gdl_module_to moves masters with their parameters;
+   * gdl_optim_free lets go of the masters: the parameters stay bf16 (call
+     gdl_optim_set_master_weights(opt, GDL_F32) first to get f32 back).
 
    GradScaler
    ----------
@@ -1003,7 +1053,8 @@ GPUDL_API gdl_optimizer *gdl_sgd_new(double lr, double momentum, double dampenin
 GPUDL_API gdl_optimizer *gdl_adam_new(double lr, double beta1, double beta2, double eps, double weight_decay);
 /* torch.optim.AdamW (PyTorch defaults: 1e-3, 0.9, 0.999, 1e-8, 1e-2); decoupled weight decay. */
 GPUDL_API gdl_optimizer *gdl_adamw_new(double lr, double beta1, double beta2, double eps, double weight_decay);
-/* Adds a parameter group (persistent f32 leaves, each in one group only); lr or weight_decay < 0 takes the
+/* Adds a parameter group (persistent f32 leaves, or of the master weights' dtype, each in one group only); lr or
+   weight_decay < 0 takes the
    optimizer's default. Returns the group index, -1 on error. */
 GPUDL_API int gdl_optim_add_params(gdl_optimizer *opt, gdl_tensor *const *params, int n, double lr, double weight_decay);
 /* Master weights (llm.c's, for memory): dt GDL_BF16 or GDL_F16 makes every parameter of opt a dt tensor (the same

@@ -2718,6 +2718,59 @@ TEST master_weights_one_launch(void) {
     SKIPm("counts launches on the emulator");
 #endif
 }
+/* masters follow the model: 3 steps on cuda:0, gdl_module_to(cuda:1), 3 more, bitwise (masters and bf16
+   parameters) a reference that stays on cuda:0 */
+TEST master_weights_follow_module_to(void) {
+    int64_t xs[2] = {5, 6}, ys[1] = {5};
+    int32_t labels[5] = {0, 2, 1, 1, 0};
+    gdl_module *a, *b;
+    gdl_optimizer *oa, *ob;
+    gdl_tensor *x, *y, *ta[4], *tb[4];
+    int s, k;
+    if (gdl_cuda_device_count() < 2) SKIPm("needs two GPUs (GPUDL_EMU_DEVICES=2)");
+    gdl_manual_seed(3);
+    ASSERT_NOT_NULL(x = gdl_randn(2, xs, gdl_cpu()));
+    ASSERT_NOT_NULL(y = gdl_from_array(labels, 1, ys, GDL_I32, gdl_cpu()));
+    ASSERT_NOT_NULL(a = flat_net());
+    ASSERT_NOT_NULL(b = flat_net());
+    ASSERT_EQ(0, gdl_module_to(a, gdl_cuda(0)));
+    ASSERT_EQ(0, gdl_module_to(b, gdl_cuda(0)));
+    ASSERT_NOT_NULL(oa = gdl_adamw_new(0.02, 0.9, 0.999, 1e-8, 0.01));
+    ASSERT_NOT_NULL(ob = gdl_adamw_new(0.02, 0.9, 0.999, 1e-8, 0.01));
+    ASSERT_EQ(0, gdl_optim_add_module(oa, a, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(ob, b, 0));
+    ASSERT_EQ(0, gdl_optim_set_master_weights(oa, GDL_BF16));
+    ASSERT_EQ(0, gdl_optim_set_master_weights(ob, GDL_BF16));
+    for (s = 0; s < 6; s++) {
+        if (s == 3) ASSERT_EQ(0, gdl_module_to(b, gdl_cuda(1)));
+        ASSERT_EQ(0, flat_net_step(a, oa, x, y));
+        ASSERT_EQ(0, flat_net_step(b, ob, x, y));
+    }
+    ASSERT_EQ(4, gdl_module_named_tensors(a, GDL_PARAMS, NULL, ta, 4));
+    ASSERT_EQ(4, gdl_module_named_tensors(b, GDL_PARAMS, NULL, tb, 4));
+    for (k = 0; k < 4; k++) {
+        float fa[64], fb[64];
+        uint16_t ha[64], hb[64];
+        gdl_tensor *ma = gdl_optim_master_weight(oa, k), *mb = gdl_optim_master_weight(ob, k);
+        ASSERT(ma && mb && ma->numel <= 64);
+        ASSERT(gdl_device_equal(mb->device, gdl_cuda(1)));
+        ASSERT(gdl_device_equal(tb[k]->device, gdl_cuda(1)));
+        ASSERT_EQ(GDL_BF16, tb[k]->dtype);
+        ASSERT_EQ(0, gdl_copy_to_host(ma, fa, sizeof(float) * (size_t)ma->numel));
+        ASSERT_EQ(0, gdl_copy_to_host(mb, fb, sizeof(float) * (size_t)ma->numel));
+        ASSERT_EQ(0, gdl_copy_to_host(ta[k], ha, 2 * (size_t)ma->numel));
+        ASSERT_EQ(0, gdl_copy_to_host(tb[k], hb, 2 * (size_t)ma->numel));
+        ASSERTm("masters bitwise after the move", !memcmp(fa, fb, sizeof(float) * (size_t)ma->numel));
+        ASSERTm("bf16 parameters bitwise after the move", !memcmp(ha, hb, 2 * (size_t)ma->numel));
+    }
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_free(x);
+    gdl_free(y);
+    PASS();
+}
 TEST master_weights_memory(void) {
     if (!have_gpu()) SKIPm("no GPU");
     return mw_memory_case(GPU);
@@ -2743,6 +2796,7 @@ SUITE(master_weights) {
     for (i = 0; i < sizeof mw_kinds / sizeof mw_kinds[0]; i++)
         RUN_TEST_NAMED(mw_kinds[i].name, master_weights_bitwise, (void *)&mw_kinds[i]);
     RUN_TEST(master_weights_one_launch);
+    RUN_TEST(master_weights_follow_module_to);
     RUN_TEST(master_weights_memory);
     RUN_TEST(master_weights_mlp);
     RUN_TEST(master_weights_checkpoint);
