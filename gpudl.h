@@ -1054,8 +1054,7 @@ GPUDL_API gdl_optimizer *gdl_adam_new(double lr, double beta1, double beta2, dou
 /* torch.optim.AdamW (PyTorch defaults: 1e-3, 0.9, 0.999, 1e-8, 1e-2); decoupled weight decay. */
 GPUDL_API gdl_optimizer *gdl_adamw_new(double lr, double beta1, double beta2, double eps, double weight_decay);
 /* Adds a parameter group (persistent f32 leaves, or of the master weights' dtype, each in one group only); lr or
-   weight_decay < 0 takes the
-   optimizer's default. Returns the group index, -1 on error. */
+   weight_decay < 0 takes the optimizer's default. Returns the group index, -1 on error. */
 GPUDL_API int gdl_optim_add_params(gdl_optimizer *opt, gdl_tensor *const *params, int n, double lr, double weight_decay);
 /* Master weights (llm.c's, for memory): dt GDL_BF16 or GDL_F16 makes every parameter of opt a dt tensor (the same
    gdl_tensor pointers, rounded to nearest even) with dt gradients, while the optimizer keeps an f32 master copy of
