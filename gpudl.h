@@ -5693,6 +5693,35 @@ typedef struct {
     uint16_t *plow;
     int low;
 } gdl__adam_job;
+#if defined(GDL__GEMM_AVX512)
+/* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
+static __m256 gdl__bf16v_load(const uint16_t *h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
+}
+static void gdl__bf16v_store(uint16_t *h, __m256 f) {
+    const __m256i x = _mm256_castps_si256(f), one = _mm256_set1_epi32(1);
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                 _mm256_and_si256(_mm256_srli_epi32(x, 16), one));
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), q, nan);
+    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* the 8 halves, in order, in the low 128 bits */
+    _mm_storeu_si128((__m128i *)h, _mm256_castsi256_si128(r));
+}
+#elif defined(GDL__GEMM_AVX2)
+/* the same, 4 at a time */
+static __m128 gdl__bf16v_load(const uint16_t *h) {
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)h)), 16));
+}
+static void gdl__bf16v_store(uint16_t *h, __m128 f) {
+    const __m128i x = _mm_castps_si128(f), one = _mm_set1_epi32(1);
+    __m128i r = _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(_mm_srli_epi32(x, 16), one));
+    __m128i q = _mm_or_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(0x40));
+    __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
+    r = _mm_blendv_epi8(_mm_srli_epi32(r, 16), q, nan);
+    _mm_storel_epi64((__m128i *)h, _mm_packus_epi32(r, r));
+}
+#endif
 static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__adam_job *a_ = (const gdl__adam_job *)p_;
     gdl_real *p = a_->p;
@@ -5708,27 +5737,14 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
     int64_t step = a_->step;
     int64_t i = lo_;
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
-    if (a_->low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
-        const uint16_t *glow = a_->glow;
-        uint16_t *plow = a_->plow;
-        const int low = a_->low;
-        for (; i < hi_; i++) {
-            double gi = gdl__opt_lowf(low, glow[i]), pi = p[i];
-            gdl_real mi, vi;
-            if (decoupled) pi -= lr * weight_decay * pi;
-            else gi += weight_decay * pi;
-            m[i] = mi = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
-            v[i] = vi = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
-            p[i] = (gdl_real)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
-            plow[i] = gdl__opt_round(low, (float)p[i]);
-        }
-        return;
-    }
 #if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
     /* the loop below, 8 (4) elements at a time: the same operations in
        double, so the same bits; compilers do not vectorise the loop itself
-       (sqrt's errno) */
-    {
+       (sqrt's errno). Master weights in bf16 too (bg, bp: the gradient read
+       from bf16, the parameter rounded to it); f16's go to the scalar loop. */
+    if (!a_->low || a_->low == GDL_BF16) {
+        const uint16_t *bg = a_->low ? a_->glow : NULL;
+        uint16_t *bp = a_->low ? a_->plow : NULL;
 #ifdef GDL__GEMM_AVX512
 #define GDL__AW 8
 #define GDL__AV(f) _mm512_##f
@@ -5747,8 +5763,9 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
         const vd vbc2 = GDL__AV(set1_pd)(bc2), veps = GDL__AV(set1_pd)(eps);
         const vd vwd = GDL__AV(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
         for (; i + GDL__AW <= hi_; i += GDL__AW) {
-            vd gi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(g + i)), pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
-            vf mf, vv;
+            vd gi = GDL__AV(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__AF(loadu_ps)(g + i));
+            vd pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
+            vf mf, vv, pn;
             if (decoupled) pi = GDL__AV(sub_pd)(pi, GDL__AV(mul_pd)(vwd, pi));
             else gi = GDL__AV(add_pd)(gi, GDL__AV(mul_pd)(vwd, pi));
             mf = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b1, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(m + i))),
@@ -5759,13 +5776,31 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
             GDL__AF(storeu_ps)(v + i, vv);
             md = GDL__AV(mul_pd)(vlr, GDL__AV(div_pd)(GDL__AV(cvtps_pd)(mf), vbc1));
             den = GDL__AV(add_pd)(GDL__AV(sqrt_pd)(GDL__AV(div_pd)(GDL__AV(cvtps_pd)(vv), vbc2)), veps);
-            GDL__AF(storeu_ps)(p + i, GDL__AV(cvtpd_ps)(GDL__AV(sub_pd)(pi, GDL__AV(div_pd)(md, den))));
+            pn = GDL__AV(cvtpd_ps)(GDL__AV(sub_pd)(pi, GDL__AV(div_pd)(md, den)));
+            GDL__AF(storeu_ps)(p + i, pn);
+            if (bp) gdl__bf16v_store(bp + i, pn);
         }
 #undef GDL__AW
 #undef GDL__AV
 #undef GDL__AF
     }
 #endif
+    if (a_->low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
+        const uint16_t *glow = a_->glow;
+        uint16_t *plow = a_->plow;
+        const int low = a_->low;
+        for (; i < hi_; i++) {
+            double gi = gdl__opt_lowf(low, glow[i]), pi = p[i];
+            gdl_real mi, vi;
+            if (decoupled) pi -= lr * weight_decay * pi;
+            else gi += weight_decay * pi;
+            m[i] = mi = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
+            v[i] = vi = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
+            p[i] = (gdl_real)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+            plow[i] = gdl__opt_round(low, (float)p[i]);
+        }
+        return;
+    }
     for (; i < hi_; i++) {
         double gi = g[i], pi = p[i];
         if (decoupled) pi -= lr * weight_decay * pi;

@@ -428,12 +428,12 @@ static enum harness_result mw_checkpoint_case(gdl_device dev, const char *path) 
 
 /* NaN, infinities and values that round to infinity: each parameter is its master rounded as gdl_f32_to_bf16
    rounds (a quiet NaN kept a NaN), in the vector body and the tail of the loops */
-static enum harness_result mw_special_values_case(gdl_device dev) {
+static enum harness_result mw_special_values_run(gdl_device dev, int adam) {
     int64_t n = 45, i;
     float v[45], got[45];
     uint16_t gh[45], ph[45];
     gdl_tensor *p, *c, *m, *loss;
-    gdl_optimizer *opt = gdl_sgd_new(1.0, 0, 0, 0, 0);
+    gdl_optimizer *opt = adam ? gdl_adamw_new(1e-3, 0.9, 0.999, 1e-8, 0.01) : gdl_sgd_new(1.0, 0, 0, 0, 0);
     ASSERT_NOT_NULL(opt);
     for (i = 0; i < n; i++) {
         v[i] = (float)(i - 20) * 0.37f;
@@ -470,6 +470,11 @@ static enum harness_result mw_special_values_case(gdl_device dev) {
     gdl_optim_free(opt);
     gdl_free(p);
     gdl_free(c);
+    PASS();
+}
+static enum harness_result mw_special_values_case(gdl_device dev) {
+    CHECK_CALL(mw_special_values_run(dev, 0)); /* SGD */
+    CHECK_CALL(mw_special_values_run(dev, 1)); /* AdamW (the CPU's vector loop) */
     PASS();
 }
 
