@@ -148,7 +148,10 @@
    buffer is the same 16 bytes per parameter as with f32 parameters, and an
    autocast forward no longer makes a bf16 copy of each weight per step).
    Under gdl_autocast_begin(GDL_BF16) the LOW ops take the weights as they
-   are: no casts of parameters (gdl_autocast_stats). Outside autocast the
+   are: no casts of parameters (gdl_autocast_stats); where each weight
+   reaches its LOW ops through one cast (an MLP) training is bit for bit
+   the f32 parameters' under autocast, whose gradients arrive through the
+   bf16 casts anyway. Outside autocast the
    model computes in bf16 given bf16 inputs (an f32 input promotes to f32).
    GDL_F32 makes the parameters f32 again with their masters' values (state
    and step counts kept); f16 works the same way (GDL_F16). Consequences:

@@ -2777,7 +2777,7 @@ TEST master_weights_memory(void) {
 }
 TEST master_weights_mlp(void) {
     if (!have_gpu()) SKIPm("no GPU");
-    return mw_mlp_case(GPU);
+    return mw_mlp_case(GPU, 50);
 }
 TEST master_weights_checkpoint(void) {
     if (!have_gpu()) SKIPm("no GPU");

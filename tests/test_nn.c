@@ -1634,7 +1634,7 @@ SUITE(optimizers) {
 /* ---- master weights (tests/master_cases.h) ---- */
 TEST test_master_weights_bitwise(const mw_kind *k) { return mw_bitwise_case(gdl_cpu(), k); }
 TEST test_master_weights_memory(void) { return mw_memory_case(gdl_cpu()); }
-TEST test_master_weights_mlp(void) { return mw_mlp_case(gdl_cpu()); }
+TEST test_master_weights_mlp(void) { return mw_mlp_case(gdl_cpu(), 200); }
 TEST test_master_weights_checkpoint(void) { return mw_checkpoint_case(gdl_cpu(), "build/test_nn_master.safetensors"); }
 TEST test_master_weights_errors(void) { return mw_errors_case(gdl_cpu()); }
 TEST test_master_weights_special_values(void) { return mw_special_values_case(gdl_cpu()); }
