@@ -242,7 +242,7 @@
    [api-grad]   autograd, no-grad mode, arena, anomaly mode; autocast
    [api-formats] IDX, CIFAR-10 and safetensors files
    [api-data]   datasets, transforms, the DataLoader
-   [api-nn]     modules, optimizers, learning-rate schedulers
+   [api-nn]     modules, optimizers (master weights), learning-rate schedulers
    [api-train]  fit / evaluate, checkpoints (safetensors)
    [api-graph]  a training step captured once as a CUDA graph and replayed
    [api-dist]   data parallel across processes: torchrun, srun, mpirun; collectives;
