@@ -73,7 +73,9 @@
    numerics, not yet its speed: native low-precision kernels for the rest
    are future work. BatchNorm's running statistics must be f32 (the input
    and affine parameters may be low; the output has the input's dtype), as
-   under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
+   under torch.autocast. Optimizers take f32 parameters, or bf16/f16 ones
+   that they keep f32 master weights for ("Master weights" below);
+   gdl_sgd_update_ takes f32 ones.
 
    Mixed precision (autocast)
    --------------------------
@@ -123,6 +125,57 @@
    matmul and linear have native bf16/f16 kernels; other ops compute on f32
    copies (Dtypes above), so autocast gives PyTorch's numerics but not yet
    its memory or speed savings (bench/RESULTS.md has the figures).
+
+   Master weights
+   --------------
+   llm.c's way, for memory: the model's parameters and gradients in bf16
+   (or f16), the optimizer keeping an f32 master copy of each parameter and
+   its state in f32:
+       gdl_optim_add_module(opt, model, 0);
+       gdl_optim_set_master_weights(opt, GDL_BF16);   // GDL_F32 turns it off
+   At once every parameter of opt becomes a bf16 tensor (the same
+   gdl_tensor pointers, now views of bf16 slots of the flat buffer, rounded
+   to nearest even from the f32 values, which become the masters); backward
+   gives them bf16 gradients (bf16 slots: zero_grad stays one memset). A
+   step reads the bf16 gradient, updates the f32 master and the f32 state by
+   the same formulas as for f32 parameters (bit for bit what the f32
+   optimizer would do with that gradient) and writes the parameter as the
+   master rounded to nearest even: still one launch per device, lr and step
+   counts read from the buffer (so CUDA graphs and gdl_fit's cuda_graph
+   replay it). gdl_optim_master_weight(opt, i) is parameter i's master.
+   The buffer: bf16 parameters, bf16 gradients, f32 masters, f32 state (so
+   parameters + gradients take half the bytes of f32's; with Adam the whole
+   buffer is the same 16 bytes per parameter as with f32 parameters, and an
+   autocast forward no longer makes a bf16 copy of each weight per step).
+   Under gdl_autocast_begin(GDL_BF16) the LOW ops take the weights as they
+   are: no casts of parameters (gdl_autocast_stats); where each weight
+   reaches its LOW ops through one cast (an MLP) training is bit for bit
+   the f32 parameters' under autocast, whose gradients arrive through the
+   bf16 casts anyway. Outside autocast the
+   model computes in bf16 given bf16 inputs (an f32 input promotes to f32).
+   GDL_F32 makes the parameters f32 again with their masters' values (state
+   and step counts kept); f16 works the same way (GDL_F16). Consequences:
+   * checkpoints (gdl_save_checkpoint, gdl_fit's) save each master under its
+     parameter's name, as f32, so resuming into a master-weights optimizer
+     is bit for bit (the parameters are rounded from the masters loaded),
+     and loading into a plain f32 model and optimizer gives it the masters
+     as its parameters (and the same state); an f32 checkpoint loads into a
+     master-weights run the same way. gdl_save_model / gdl_load_model of a
+     bf16 model write the bf16 values widened to f32 and round them back
+     (the masters are not touched: load weights through gdl_load_checkpoint
+     with the optimizer, or before gdl_optim_set_master_weights). A write to
+     a bf16 parameter by hand is overwritten by the next step's rounding of
+     its master: write the master (gdl_optim_master_weight) instead;
+   * gradient clipping (gdl_clip_grad_norm, gdl_optim_clip_grad_norm, gdl_fit's
+     clip_grad_norm), the GradScaler (f16 training wants f32 gradients to
+     unscale) and DDP (it all-reduces f32 gradients) refuse bf16/f16
+     gradients with an error naming the dtype;
+   * set_lr, set_momentum, the schedulers and gdl_optim_add_params work as
+     before; an f32 parameter added later is converted at the optimizer's
+     next use (a parameter of the master dtype is accepted too, and widened
+     into its master); gdl_module_to moves masters with their parameters;
+   * gdl_optim_free lets go of the masters: the parameters stay bf16 (call
+     gdl_optim_set_master_weights(opt, GDL_F32) first to get f32 back).
 
    GradScaler
    ----------
@@ -189,7 +242,7 @@
    [api-grad]   autograd, no-grad mode, arena, anomaly mode; autocast
    [api-formats] IDX, CIFAR-10 and safetensors files
    [api-data]   datasets, transforms, the DataLoader
-   [api-nn]     modules, optimizers, learning-rate schedulers
+   [api-nn]     modules, optimizers (master weights), learning-rate schedulers
    [api-train]  fit / evaluate, checkpoints (safetensors)
    [api-graph]  a training step captured once as a CUDA graph and replayed
    [api-dist]   data parallel across processes: torchrun, srun, mpirun; collectives;
@@ -1003,9 +1056,20 @@ GPUDL_API gdl_optimizer *gdl_sgd_new(double lr, double momentum, double dampenin
 GPUDL_API gdl_optimizer *gdl_adam_new(double lr, double beta1, double beta2, double eps, double weight_decay);
 /* torch.optim.AdamW (PyTorch defaults: 1e-3, 0.9, 0.999, 1e-8, 1e-2); decoupled weight decay. */
 GPUDL_API gdl_optimizer *gdl_adamw_new(double lr, double beta1, double beta2, double eps, double weight_decay);
-/* Adds a parameter group (persistent f32 leaves, each in one group only); lr or weight_decay < 0 takes the
-   optimizer's default. Returns the group index, -1 on error. */
+/* Adds a parameter group (persistent f32 leaves, or of the master weights' dtype, each in one group only); lr or
+   weight_decay < 0 takes the optimizer's default. Returns the group index, -1 on error. */
 GPUDL_API int gdl_optim_add_params(gdl_optimizer *opt, gdl_tensor *const *params, int n, double lr, double weight_decay);
+/* Master weights (llm.c's, for memory): dt GDL_BF16 or GDL_F16 makes every parameter of opt a dt tensor (the same
+   gdl_tensor pointers, rounded to nearest even) with dt gradients, while the optimizer keeps an f32 master copy of
+   each in its flat buffer, with its state in f32; a step reads the dt gradient, updates master and state by the
+   same f32 formulas and writes the parameter rounded from the master (one launch). GDL_F32 turns it off: the
+   parameters become f32 again, with their masters' values. Parameters added later convert at the optimizer's
+   next use. Gradients present are converted too. See MANUAL "Master weights". 0 / -1. */
+GPUDL_API int gdl_optim_set_master_weights(gdl_optimizer *opt, gdl_dtype dt);
+/* The parameters' dtype with master weights, GDL_F32 when off (or opt NULL). */
+GPUDL_API gdl_dtype gdl_optim_master_weights(const gdl_optimizer *opt);
+/* Parameter i's f32 master (a view of the flat buffer; owned by opt), NULL + error without master weights. */
+GPUDL_API gdl_tensor *gdl_optim_master_weight(gdl_optimizer *opt, int i);
 /* Adds m's parameters: one group, or with no_decay_on_bias_and_norm two groups, the 2-D+ weights with the
    default weight decay and the 0-D/1-D ones (biases, norm weights) with 0 (empty groups are skipped). 0 / -1. */
 GPUDL_API int gdl_optim_add_module(gdl_optimizer *opt, gdl_module *m, int no_decay_on_bias_and_norm);
@@ -1608,6 +1672,12 @@ typedef struct gdl_opt_tensor {
                                    (saturating at INT32_MAX) once every element is updated. */
     const gdl_real *skip;       /* NULL, or a device flag (GradScaler's found_inf): non-zero, the call changes
                                    nothing, step counts included. One flag per table: the first entry's is read. */
+    /* master weights (gdl_optim_set_master_weights): p is the f32 master and g is NULL; the gradient is read
+       from glow (dtype low) and, after p's update, plow (dtype low) is set to p rounded to nearest even.
+       low is GDL_F32 (0) without master weights (plow, glow NULL). */
+    void *plow;
+    const void *glow;
+    int32_t low, pad_;
 } gdl_opt_tensor;
 
 /* the collectives of the backend entry `collective`; an id of comm_id has at most GDL_COMM_ID_BYTES */
@@ -5499,7 +5569,23 @@ typedef struct {
     double weight_decay;
     int nesterov;
     int first_step;
+    const uint16_t *glow; /* master weights (gdl_opt_tensor): the gradient of dtype low, ... */
+    uint16_t *plow;       /* ... and the parameter rounded from the f32 master p */
+    int low;
 } gdl__sgd_job;
+/* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even); bf16 spelt
+   out (gdl_bf16_to_f32, gdl_f32_to_bf16) so the loops below keep no call */
+static float gdl__opt_lowf(int low, uint16_t h) {
+    return low == GDL_F16 ? gdl_f16_to_f32(h) : gdl__bits_f32((uint32_t)h << 16);
+}
+static uint16_t gdl__opt_round(int low, float f) {
+    uint32_t x, r, q;
+    if (low == GDL_F16) return gdl_f32_to_f16(f);
+    x = gdl__f32_bits(f);
+    r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    q = (x >> 16) | 0x40u;                                  /* a NaN stays a (quiet) NaN */
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? q : r); /* a select: the loops vectorise */
+}
 static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__sgd_job *a_ = (const gdl__sgd_job *)p_;
     gdl_real *p = a_->p;
@@ -5512,6 +5598,33 @@ static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
     int nesterov = a_->nesterov;
     int first_step = a_->first_step;
     int64_t i;
+    if (a_->low) { /* the same formula on the f32 master, the gradient read from dtype low */
+        const uint16_t *glow = a_->glow;
+        uint16_t *plow = a_->plow;
+        const int low = a_->low;
+        if (low == GDL_BF16) /* the loop below with the dtype a constant (no call: vectorised) */
+            for (i = lo_; i < hi_; i++) {
+                double d = (double)gdl__opt_lowf(GDL_BF16, glow[i]) + weight_decay * p[i];
+                if (momentum != 0) {
+                    double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
+                    buf[i] = (gdl_real)b;
+                    d = nesterov ? d + momentum * b : b;
+                }
+                p[i] = (gdl_real)(p[i] - lr * d);
+                plow[i] = gdl__opt_round(GDL_BF16, (float)p[i]);
+            }
+        else for (i = lo_; i < hi_; i++) {
+            double d = (double)gdl__opt_lowf(low, glow[i]) + weight_decay * p[i];
+            if (momentum != 0) {
+                double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
+                buf[i] = (gdl_real)b;
+                d = nesterov ? d + momentum * b : b;
+            }
+            p[i] = (gdl_real)(p[i] - lr * d);
+            plow[i] = gdl__opt_round(low, (float)p[i]);
+        }
+        return;
+    }
     for (i = lo_; i < hi_; i++) {
         double d = g[i] + weight_decay * p[i];
         if (momentum != 0) {
@@ -5557,7 +5670,12 @@ static int gdl__cpu_sgd_multi(const void *table) {
         const gdl_opt_tensor *t = &tab->t[k];
         const gdl_opt_hyper *h = t->hyper;
         gdl__sgd_job j_ = {t->n, t->p, t->g, t->s1, h->lr, t->s1 ? h->momentum : 0, h->dampening,
-                           h->weight_decay, h->nesterov, !t->step || *t->step == 0};
+                           h->weight_decay, h->nesterov, !t->step || *t->step == 0, NULL, NULL, 0};
+        if (t->low != GDL_F32) {
+            j_.glow = (const uint16_t *)t->glow;
+            j_.plow = (uint16_t *)t->plow;
+            j_.low = t->low;
+        }
         gdl__parallel_for(t->n, t->n, gdl__sgd_part, &j_);
     }
     gdl__cpu_opt_count(tab);
@@ -5577,7 +5695,39 @@ typedef struct {
     double weight_decay;
     int decoupled;
     int64_t step;
+    const uint16_t *glow; /* master weights, as gdl__sgd_job */
+    uint16_t *plow;
+    int low;
 } gdl__adam_job;
+#if defined(GDL__GEMM_AVX512)
+/* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
+static __m256 gdl__bf16v_load(const uint16_t *h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
+}
+static void gdl__bf16v_store(uint16_t *h, __m256 f) {
+    const __m256i x = _mm256_castps_si256(f), one = _mm256_set1_epi32(1);
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                 _mm256_and_si256(_mm256_srli_epi32(x, 16), one));
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), q, nan);
+    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* the 8 halves, in order, in the low 128 bits */
+    _mm_storeu_si128((__m128i *)h, _mm256_castsi256_si128(r));
+}
+#elif defined(GDL__GEMM_AVX2)
+/* the same, 4 at a time */
+static __m128 gdl__bf16v_load(const uint16_t *h) {
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)h)), 16));
+}
+static void gdl__bf16v_store(uint16_t *h, __m128 f) {
+    const __m128i x = _mm_castps_si128(f), one = _mm_set1_epi32(1);
+    __m128i r = _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(_mm_srli_epi32(x, 16), one));
+    __m128i q = _mm_or_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(0x40));
+    __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
+    r = _mm_blendv_epi8(_mm_srli_epi32(r, 16), q, nan);
+    _mm_storel_epi64((__m128i *)h, _mm_packus_epi32(r, r));
+}
+#endif
 static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
     const gdl__adam_job *a_ = (const gdl__adam_job *)p_;
     gdl_real *p = a_->p;
@@ -5596,8 +5746,11 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
 #if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
     /* the loop below, 8 (4) elements at a time: the same operations in
        double, so the same bits; compilers do not vectorise the loop itself
-       (sqrt's errno) */
-    {
+       (sqrt's errno). Master weights in bf16 too (bg, bp: the gradient read
+       from bf16, the parameter rounded to it); f16's go to the scalar loop. */
+    if (!a_->low || a_->low == GDL_BF16) {
+        const uint16_t *bg = a_->low ? a_->glow : NULL;
+        uint16_t *bp = a_->low ? a_->plow : NULL;
 #ifdef GDL__GEMM_AVX512
 #define GDL__AW 8
 #define GDL__AV(f) _mm512_##f
@@ -5616,8 +5769,9 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
         const vd vbc2 = GDL__AV(set1_pd)(bc2), veps = GDL__AV(set1_pd)(eps);
         const vd vwd = GDL__AV(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
         for (; i + GDL__AW <= hi_; i += GDL__AW) {
-            vd gi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(g + i)), pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
-            vf mf, vv;
+            vd gi = GDL__AV(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__AF(loadu_ps)(g + i));
+            vd pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
+            vf mf, vv, pn;
             if (decoupled) pi = GDL__AV(sub_pd)(pi, GDL__AV(mul_pd)(vwd, pi));
             else gi = GDL__AV(add_pd)(gi, GDL__AV(mul_pd)(vwd, pi));
             mf = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b1, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(m + i))),
@@ -5628,13 +5782,31 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
             GDL__AF(storeu_ps)(v + i, vv);
             md = GDL__AV(mul_pd)(vlr, GDL__AV(div_pd)(GDL__AV(cvtps_pd)(mf), vbc1));
             den = GDL__AV(add_pd)(GDL__AV(sqrt_pd)(GDL__AV(div_pd)(GDL__AV(cvtps_pd)(vv), vbc2)), veps);
-            GDL__AF(storeu_ps)(p + i, GDL__AV(cvtpd_ps)(GDL__AV(sub_pd)(pi, GDL__AV(div_pd)(md, den))));
+            pn = GDL__AV(cvtpd_ps)(GDL__AV(sub_pd)(pi, GDL__AV(div_pd)(md, den)));
+            GDL__AF(storeu_ps)(p + i, pn);
+            if (bp) gdl__bf16v_store(bp + i, pn);
         }
 #undef GDL__AW
 #undef GDL__AV
 #undef GDL__AF
     }
 #endif
+    if (a_->low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
+        const uint16_t *glow = a_->glow;
+        uint16_t *plow = a_->plow;
+        const int low = a_->low;
+        for (; i < hi_; i++) {
+            double gi = gdl__opt_lowf(low, glow[i]), pi = p[i];
+            gdl_real mi, vi;
+            if (decoupled) pi -= lr * weight_decay * pi;
+            else gi += weight_decay * pi;
+            m[i] = mi = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
+            v[i] = vi = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
+            p[i] = (gdl_real)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+            plow[i] = gdl__opt_round(low, (float)p[i]);
+        }
+        return;
+    }
     for (; i < hi_; i++) {
         double gi = g[i], pi = p[i];
         if (decoupled) pi -= lr * weight_decay * pi;
@@ -5653,7 +5825,12 @@ static int gdl__cpu_adam_multi(const void *table, int decoupled) {
         const gdl_opt_hyper *h = t->hyper;
         int64_t stp = t->step ? *t->step : 0;
         gdl__adam_job j_ = {t->n, t->p, t->g, t->s1, t->s2, h->lr, h->beta1, h->beta2, h->eps,
-                            h->weight_decay, decoupled, stp < INT32_MAX ? stp + 1 : stp};
+                            h->weight_decay, decoupled, stp < INT32_MAX ? stp + 1 : stp, NULL, NULL, 0};
+        if (t->low != GDL_F32) {
+            j_.glow = (const uint16_t *)t->glow;
+            j_.plow = (uint16_t *)t->plow;
+            j_.low = t->low;
+        }
         gdl__parallel_for(t->n, t->n, gdl__adam_part, &j_);
     }
     gdl__cpu_opt_count(tab);
@@ -7460,13 +7637,14 @@ GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
     return rc;
 }
 
-/* A persistent tensor of f32 elements at `slot` of flat block f (zeroed when zero is set). */
+/* A persistent tensor of dtype dt at `slot` of flat block f (zeroed when zero is set). */
 static gdl_tensor *gdl__flat_view(const char *op, gdl__flat *f, void *slot, int ndim, const int64_t *shape,
-                                  int zero) {
+                                  gdl_dtype dt, int zero) {
     const gdl_backend *be;
-    gdl_tensor *v = gdl__make(op, ndim, shape, GDL_F32, f->device, 1, slot);
+    gdl_tensor *v = gdl__make(op, ndim, shape, dt, f->device, 1, slot);
     if (!v) return NULL;
-    if (zero && (!(be = gdl__be(op, f->device)) || be->memset0(slot, (size_t)v->numel * sizeof(gdl_real)) < 0)) {
+    if (zero && (!(be = gdl__be(op, f->device)) ||
+                 be->memset0(slot, (size_t)v->numel * (dt == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(dt))) < 0)) {
         GPUDL_FREE(v);
         return NULL;
     }
@@ -7480,9 +7658,11 @@ static int gdl__ensure_grad(gdl_tensor *t) {
     if (t->grad) return 0;
     if (gdl__is_persistent(t)) {
         gdl__flat *f = t->flat;
-        /* a parameter in a flat block (f32): its gradient is the slot mirroring it, so the gradients stay one buffer */
+        /* a parameter in a flat block: its gradient (its dtype: f32, or bf16/f16 with master weights) is the
+           slot mirroring it, so the gradients stay one buffer */
         if (f && f->grad_shift && (size_t)((char *)t->data - f->base) < f->params_bytes)
-            t->grad = gdl__flat_view("gdl_backward", f, (char *)t->data + f->grad_shift, t->ndim, t->shape, 1);
+            t->grad = gdl__flat_view("gdl_backward", f, (char *)t->data + f->grad_shift, t->ndim, t->shape, t->dtype,
+                                     1);
         else
             t->grad = gdl_zeros(t->ndim, t->shape, t->dtype, t->device);
         return t->grad ? 0 : -1;
@@ -11401,7 +11581,9 @@ typedef struct gdl__opt_param {
     gdl_tensor *s2;    /* Adam exp_avg_sq */
     char *names[3];
     int dev;           /* its flat block: index in the optimizer's devs */
-    size_t off;        /* bytes from the start of each region of that block to its slot */
+    size_t off;        /* bytes from the start of each f32 region of that block to its slot */
+    size_t off_lo;     /* ... of the parameter and gradient regions (off without master weights) */
+    gdl_tensor *master; /* master weights: the f32 master (a view of its slot), NULL without */
     int32_t step_seen; /* the count gdl_optim_state read back into `step`: a different value was written */
 } gdl__opt_param;
 
@@ -11416,8 +11598,12 @@ typedef struct gdl__opt_param {
 typedef struct gdl__opt_dev {
     gdl_device device;
     gdl__flat *flat;
-    size_t region;
-    int nregions;              /* 2: SGD without momentum, 3: SGD, 4: Adam */
+    size_t region;             /* bytes of an f32 region */
+    size_t region_lo;          /* bytes of the parameter and gradient regions: `region`, or with master weights
+                                  half of it (slots of 2-byte elements) */
+    gdl_dtype low;             /* master weights: the parameters' dtype (then an f32 region of masters follows
+                                  the gradients); GDL_F32 without */
+    int nregions;              /* 2: SGD without momentum, 3: SGD, 4: Adam (the masters not counted) */
     gdl_opt_hyper *hyper;      /* device: [ngroups] */
     gdl_real *skip;            /* device: GradScaler's found_inf for this optimizer (0: step; the kernels skip
                                   the step when it is set) */
@@ -11441,6 +11627,8 @@ struct gdl_optimizer {
     gdl__opt_dev *devs;        /* the flat blocks, in the order their devices first appear */
     int layout_dirty;          /* parameters were added: make the blocks again */
     gdl_grad_scaler *scaler;   /* attached: its state goes into checkpoints (gdl_optim_set_grad_scaler) */
+    gdl_dtype master;          /* gdl_optim_set_master_weights: the parameters' dtype (f32 masters kept in the
+                                  blocks); GDL_F32: off */
     int steps_dirty;           /* 1: the blocks are new, every host step count goes up; 2: gdl_optim_state
                                   handed the step tensors out, those written since (a checkpoint load) go up
                                   (the others may be behind the blocks': replayed graphs step on the device) */
@@ -11555,7 +11743,10 @@ GPUDL_API void gdl_optim_free(gdl_optimizer *opt) {
     if (!opt) return;
     if (opt->scaler) gdl__scaler_forget(opt->scaler, opt);
     gdl__opt_release_devs(opt);
-    for (i = 0; i < opt->nparams; i++) gdl__opt_free_state(&opt->params[i]);
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_free_state(&opt->params[i]);
+        gdl_free(opt->params[i].master);
+    }
     GPUDL_FREE(opt->params);
     GPUDL_FREE(opt->groups);
     GPUDL_FREE(opt);
@@ -11587,9 +11778,11 @@ GPUDL_API int gdl_optim_add_params(gdl_optimizer *opt, gdl_tensor *const *params
             gdl__null_arg(op, what);
             return -1;
         }
-        if (p->dtype != GDL_F32 || !gdl__is_persistent(p) || p->node) {
-            gdl__set_error("%s: params[%d] %s %s must be a persistent f32 leaf tensor (a parameter)", op, i,
-                           gdl_dtype_name(p->dtype), gdl_shape_str(p));
+        if ((p->dtype != GDL_F32 && p->dtype != opt->master) || !gdl__is_persistent(p) || p->node) {
+            gdl__set_error("%s: params[%d] %s %s must be a persistent f32 leaf tensor (a parameter)%s%s", op, i,
+                           gdl_dtype_name(p->dtype), gdl_shape_str(p),
+                           opt->master != GDL_F32 ? " or one of the master weights' dtype " : "",
+                           opt->master != GDL_F32 ? gdl_dtype_name(opt->master) : "");
             return -1;
         }
         for (j = 0; j < opt->nparams; j++)
@@ -11670,18 +11863,51 @@ static int gdl__opt_has_state(const gdl_optimizer *opt, const gdl__opt_param *pp
 #define GDL__FLAT_ALIGN 64 /* bytes: every slot starts on a cache line (and a GPU's 128-bit loads) */
 static size_t gdl__flat_round(size_t b) { return (b + GDL__FLAT_ALIGN - 1) / GDL__FLAT_ALIGN * GDL__FLAT_ALIGN; }
 
+/* region: 0 the parameter, 1 its gradient, 2 and 3 the state (momentum_buffer; exp_avg, exp_avg_sq), 4 its f32
+   master. The block: parameters, gradients (region_lo bytes each), then the masters if any, s1, s2 (region). */
 static char *gdl__opt_slot(const gdl_optimizer *opt, const gdl__opt_param *pp, int region) {
     const gdl__opt_dev *dv = &opt->devs[pp->dev];
-    return dv->flat->base + dv->region * (size_t)region + pp->off;
+    size_t f32_at = dv->region_lo * 2;
+    if (region < 2) return dv->flat->base + dv->region_lo * (size_t)region + pp->off_lo;
+    if (region == 4) return dv->flat->base + f32_at + pp->off;
+    return dv->flat->base + f32_at + dv->region * (size_t)(region - 2 + (dv->low != GDL_F32)) + pp->off;
 }
+/* bytes of the f32 regions after the gradients (masters, state) */
+static size_t gdl__opt_f32_bytes(const gdl__opt_dev *dv) {
+    return dv->region * (size_t)(dv->nregions - 2 + (dv->low != GDL_F32));
+}
+static size_t gdl__elt_bytes(gdl_dtype dt) { return dt == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(dt); }
 
 /* Moves t's elements into `slot` of block f and lets go of its old storage
    (an allocation, or a slot of another block): the same gdl_tensor* now
    views the block, so every pointer to it stays valid. */
+static int gdl__flat_rehome_as(const char *op, gdl_tensor *t, gdl__flat *f, void *slot, gdl_dtype dt,
+                               const gdl_tensor *src);
 static int gdl__flat_rehome(const char *op, gdl_tensor *t, gdl__flat *f, void *slot) {
-    size_t bytes = (size_t)t->numel * sizeof(gdl_real);
-    if (t->flat == f && t->data == slot) return 0;
-    if (gdl__copy_bytes(op, slot, f->device, t->data, t->device, bytes) < 0) return -1;
+    return gdl__flat_rehome_as(op, t, f, slot, t->dtype, t);
+}
+/* The same, t becoming dtype dt with src's values (t itself, or a master weight's f32 copy; converted, rounding
+   to nearest even, on the block's device, where a conversion needs src). */
+static int gdl__flat_rehome_as(const char *op, gdl_tensor *t, gdl__flat *f, void *slot, gdl_dtype dt,
+                               const gdl_tensor *src) {
+    if (t->flat == f && t->data == slot && t->dtype == dt && src == t) return 0;
+    if (src->dtype == dt) {
+        if (gdl__copy_bytes(op, slot, f->device, src->data, src->device, (size_t)t->numel * gdl__elt_bytes(dt)) < 0)
+            return -1;
+    } else {
+        const gdl_backend *be = gdl__be(op, f->device);
+        if (!gdl_device_equal(src->device, f->device)) {
+            gdl__set_error("%s: cannot convert %s %s on %s to %s on %s (the optimizer's master weights convert on "
+                           "one device)", op, gdl_dtype_name(src->dtype), gdl_shape_str(src),
+                           gdl_device_str(src->device), gdl_dtype_name(dt), gdl_device_str(f->device));
+            return -1;
+        }
+        if (!be || be->cast(slot, dt, src->data, src->dtype, t->numel) < 0) return -1;
+    }
+    if (t->flat == f && t->data == slot) { /* converted in place: the dtype is all that changes */
+        t->dtype = dt;
+        return 0;
+    }
     if (t->flags & GDL__T_OWNS_DATA) {
         const gdl_backend *be = gdl__be(op, t->device);
         if (be) be->free(t->data);
@@ -11692,14 +11918,15 @@ static int gdl__flat_rehome(const char *op, gdl_tensor *t, gdl__flat *f, void *s
     t->data = slot;
     t->device = f->device;
     t->flat = f;
+    t->dtype = dt;
     f->refs++;
     return 0;
 }
 
-/* a grad the flat block can take: f32, the parameter's size and device, storage of its own */
+/* a grad the flat block can take: the parameter's dtype, size and device, storage of its own */
 static int gdl__opt_grad_fits(const gdl_tensor *p) {
     const gdl_tensor *g = p->grad;
-    return g && g->dtype == GDL_F32 && g->numel == p->numel && gdl_device_equal(g->device, p->device) &&
+    return g && g->dtype == p->dtype && g->numel == p->numel && gdl_device_equal(g->device, p->device) &&
            gdl__own_storage(g);
 }
 
@@ -11819,25 +12046,57 @@ static int gdl__opt_steps_up(const char *op, gdl_optimizer *opt) {
     return 0;
 }
 
+/* A parameter into its slots of block f (the layout is opt->devs): with master weights its f32 master
+   (made from the parameter the first time, which then becomes dtype opt->master, rounded to nearest even),
+   and without, the parameter back to f32 from its master if it had one (the master is let go). */
+static int gdl__opt_move_param(const char *op, gdl_optimizer *opt, gdl__opt_param *pp, gdl__flat *f) {
+    gdl_tensor *p = pp->p;
+    if (opt->master == GDL_F32) {
+        if (pp->master) {
+            if (gdl__flat_rehome_as(op, p, f, gdl__opt_slot(opt, pp, 0), GDL_F32, pp->master) < 0) return -1;
+            gdl_free(pp->master);
+            pp->master = NULL;
+            return 0;
+        }
+        return gdl__flat_rehome_as(op, p, f, gdl__opt_slot(opt, pp, 0), GDL_F32, p);
+    }
+    if (pp->master) {
+        if (gdl__flat_rehome(op, pp->master, f, gdl__opt_slot(opt, pp, 4)) < 0) return -1;
+    } else {
+        gdl_tensor *m = gdl__flat_view(op, f, gdl__opt_slot(opt, pp, 4), p->ndim, p->shape, GDL_F32, 0);
+        if (!m) return -1;
+        m->name = "master"; /* never in a file: checkpoints save it under the parameter's name */
+        /* f32 -> f32: a copy; a parameter of the low dtype (added as one) widens exactly */
+        if (gdl__flat_rehome_as(op, m, f, m->data, GDL_F32, p) < 0) {
+            gdl_free(m);
+            return -1;
+        }
+        pp->master = m;
+    }
+    return gdl__flat_rehome_as(op, p, f, gdl__opt_slot(opt, pp, 0), opt->master, pp->master);
+}
+
 /* Makes the blocks: one per device the parameters are on, each parameter,
    gradient and state tensor moved into its slot. On an error before the
    moves (out of memory) nothing has changed. */
 static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
     gdl__opt_dev *devs;
     int nd = 0, i, d, nregions, *where_dev;
-    size_t *where_off;
+    size_t *where_off, *where_lo;
+    size_t lo_size = opt->master == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(opt->master);
     size_t hyper_bytes = gdl__flat_round(sizeof(gdl_opt_hyper) * (size_t)(opt->ngroups ? opt->ngroups : 1));
     if (gdl__opt_steps_down(op, opt) < 0) return -1;
     nregions = opt->kind != GDL__OPT_SGD ? 4 : gdl__opt_needs_s1(opt) ? 3 : 2;
     /* the new slots go to the parameters only once the blocks are made: until then the old ones hold */
-    where_off = (size_t *)gdl__arena_alloc(&gdl__host_arena, (sizeof(size_t) + sizeof(int)) * (size_t)(opt->nparams + 1));
+    where_off = (size_t *)gdl__arena_alloc(&gdl__host_arena, (2 * sizeof(size_t) + sizeof(int)) * (size_t)(opt->nparams + 1));
     devs = (gdl__opt_dev *)GPUDL_MALLOC(sizeof(gdl__opt_dev) * (size_t)(opt->nparams + 1));
     if (!devs || !where_off) {
         GPUDL_FREE(devs);
         gdl__set_error("%s: out of memory (host)", op);
         return -1;
     }
-    where_dev = (int *)(where_off + opt->nparams + 1);
+    where_lo = where_off + opt->nparams + 1;
+    where_dev = (int *)(where_lo + opt->nparams + 1);
     memset(devs, 0, sizeof(gdl__opt_dev) * (size_t)(opt->nparams + 1));
     for (i = 0; i < opt->nparams; i++) { /* the devices in order of first appearance, the slots */
         const gdl_tensor *p = opt->params[i].p;
@@ -11845,22 +12104,26 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
         if (d == nd) devs[nd++].device = p->device;
         where_dev[i] = d;
         where_off[i] = devs[d].region;
+        where_lo[i] = devs[d].region_lo;
         devs[d].region += gdl__flat_round((size_t)p->numel * sizeof(gdl_real));
+        devs[d].region_lo += gdl__flat_round((size_t)p->numel * lo_size);
     }
     for (d = 0; d < nd; d++) {
         gdl__opt_dev *dv = &devs[d];
-        size_t bytes = dv->region * (size_t)nregions + hyper_bytes + GDL__FLAT_ALIGN +
-                       sizeof(int32_t) * (size_t)(opt->nparams + 1);
+        size_t bytes;
         const gdl_backend *be = gdl__be(op, dv->device);
         int ok = 0;
         dv->nregions = nregions;
+        dv->low = opt->master;
+        bytes = dv->region_lo * 2 + gdl__opt_f32_bytes(dv) + hyper_bytes + GDL__FLAT_ALIGN +
+                sizeof(int32_t) * (size_t)(opt->nparams + 1);
         if (be && (dv->flat = (gdl__flat *)GPUDL_MALLOC(sizeof(gdl__flat))) != NULL) {
             memset(dv->flat, 0, sizeof *dv->flat);
             dv->flat->refs = 1;
             dv->flat->device = dv->device;
             dv->flat->bytes = bytes;
-            dv->flat->params_bytes = dv->region;
-            dv->flat->grad_shift = dv->region;
+            dv->flat->params_bytes = dv->region_lo;
+            dv->flat->grad_shift = dv->region_lo;
             dv->hyper_seen = (gdl_opt_hyper *)GPUDL_MALLOC(hyper_bytes);
             if (dv->hyper_seen && (dv->flat->data = be->alloc(bytes + GDL__FLAT_ALIGN)) != NULL) {
                 uintptr_t a = (uintptr_t)dv->flat->data;
@@ -11884,7 +12147,7 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
                            gdl_device_str(where), prev[0] ? prev : "out of memory");
             return -1;
         }
-        dv->hyper = (gdl_opt_hyper *)(dv->flat->base + dv->region * (size_t)nregions);
+        dv->hyper = (gdl_opt_hyper *)(dv->flat->base + dv->region_lo * 2 + gdl__opt_f32_bytes(dv));
         dv->skip = (gdl_real *)((char *)dv->hyper + hyper_bytes);
         dv->steps = (int32_t *)((char *)dv->skip + GDL__FLAT_ALIGN);
         dv->nsteps = opt->nparams;
@@ -11898,12 +12161,15 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
         for (i = 0; i < opt->nparams; i++) {
             opt->params[i].dev = where_dev[i];
             opt->params[i].off = where_off[i];
+            opt->params[i].off_lo = where_lo[i];
         }
         for (i = 0; i < opt->nparams && rc == 0; i++) {
             gdl__opt_param *pp = &opt->params[i];
             gdl__flat *f = devs[pp->dev].flat;
-            if (gdl__flat_rehome(op, pp->p, f, gdl__opt_slot(opt, pp, 0)) < 0) rc = -1;
-            else if (gdl__opt_grad_fits(pp->p) && gdl__flat_rehome(op, pp->p->grad, f, gdl__opt_slot(opt, pp, 1)) < 0)
+            int gfits = gdl__opt_grad_fits(pp->p);
+            if (gdl__opt_move_param(op, opt, pp, f) < 0) rc = -1;
+            else if (gfits && gdl__flat_rehome_as(op, pp->p->grad, f, gdl__opt_slot(opt, pp, 1), pp->p->dtype,
+                                                  pp->p->grad) < 0)
                 rc = -1;
             else if (pp->s1 && gdl__flat_rehome(op, pp->s1, f, gdl__opt_slot(opt, pp, 2)) < 0) rc = -1;
             else if (pp->s2 && gdl__flat_rehome(op, pp->s2, f, gdl__opt_slot(opt, pp, 3)) < 0) rc = -1;
@@ -11932,10 +12198,14 @@ static int gdl__opt_layout(const char *op, gdl_optimizer *opt) {
     int i, ok = !opt->layout_dirty && opt->ndevs > 0;
     if (!opt->nparams) return 0;
     if (ok && opt->kind == GDL__OPT_SGD && opt->devs[0].nregions < 3 && gdl__opt_needs_s1(opt)) ok = 0;
+    if (ok && opt->devs[0].low != opt->master) ok = 0; /* master weights turned on or off */
     for (i = 0; i < opt->nparams && ok; i++) {
         gdl__opt_param *pp = &opt->params[i];
         const gdl_tensor *p = pp->p;
-        if (p->flat != opt->devs[pp->dev].flat || p->data != gdl__opt_slot(opt, pp, 0) ||
+        if (p->dtype != opt->master || (opt->master != GDL_F32 && (!pp->master ||
+                                                                    pp->master->data != gdl__opt_slot(opt, pp, 4))))
+            ok = 0;
+        else if (p->flat != opt->devs[pp->dev].flat || p->data != gdl__opt_slot(opt, pp, 0) ||
             (pp->s1 && pp->s1->data != gdl__opt_slot(opt, pp, 2)) || (pp->s2 && pp->s2->data != gdl__opt_slot(opt, pp, 3)))
             ok = 0;
     }
@@ -11968,7 +12238,7 @@ GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none) {
     if (gdl__opt_layout("gdl_zero_grad", opt) < 0) return -1;
     for (d = 0; d < opt->ndevs; d++) {
         const gdl_backend *be = gdl__be("gdl_zero_grad", opt->devs[d].device);
-        if (!be || be->memset0(opt->devs[d].flat->base + opt->devs[d].region, opt->devs[d].region) < 0)
+        if (!be || be->memset0(opt->devs[d].flat->base + opt->devs[d].region_lo, opt->devs[d].region_lo) < 0)
             return -1;
     }
     for (i = 0; i < opt->nparams; i++) { /* a grad the block could not take (another device or size) */
@@ -11993,8 +12263,8 @@ static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_pa
     suffix[1] = adam ? "exp_avg" : "momentum_buffer";
     suffix[2] = "exp_avg_sq";
     pp->step = gdl_zeros(0, NULL, GDL_I32, gdl_cpu()); /* the checkpoint's copy of the count */
-    pp->s1 = gdl__flat_view(op, f, gdl__opt_slot(opt, pp, 2), p->ndim, p->shape, 1);
-    if (adam) pp->s2 = gdl__flat_view(op, f, gdl__opt_slot(opt, pp, 3), p->ndim, p->shape, 1);
+    pp->s1 = gdl__flat_view(op, f, gdl__opt_slot(opt, pp, 2), p->ndim, p->shape, GDL_F32, 1);
+    if (adam) pp->s2 = gdl__flat_view(op, f, gdl__opt_slot(opt, pp, 3), p->ndim, p->shape, GDL_F32, 1);
     for (k = 0; k < (adam ? 3 : 2); k++) {
         snprintf(nm, sizeof nm, "state.%d.%s", index, suffix[k]);
         pp->names[k] = gdl__nn_strdup(nm);
@@ -12053,10 +12323,11 @@ static int gdl__step(gdl_optimizer *opt) {
     for (i = 0; i < opt->nparams; i++) {
         gdl_tensor *p = opt->params[i].p, *g = p->grad;
         if (!g) continue; /* as PyTorch: parameters without a grad are skipped */
-        if (!gdl_device_equal(p->device, g->device) || g->numel != p->numel || g->dtype != GDL_F32) {
-            gdl__set_error("%s: %s parameter %d %s on %s has a grad %s on %s that does not match", op,
-                           gdl__opt_kind_name(opt->kind), i, gdl_shape_str(p),
-                           gdl_device_str(p->device), gdl_shape_str(g), gdl_device_str(g->device));
+        if (!gdl_device_equal(p->device, g->device) || g->numel != p->numel || g->dtype != p->dtype) {
+            gdl__set_error("%s: %s parameter %d %s %s on %s has a grad %s %s on %s that does not match", op,
+                           gdl__opt_kind_name(opt->kind), i, gdl_dtype_name(p->dtype), gdl_shape_str(p),
+                           gdl_device_str(p->device), gdl_dtype_name(g->dtype), gdl_shape_str(g),
+                           gdl_device_str(g->device));
             return -1;
         }
         if (!gdl__be(op, p->device)) return -1;
@@ -12103,8 +12374,15 @@ static int gdl__step(gdl_optimizer *opt) {
                 e = &t[n + count[d]++];
                 memset(e, 0, sizeof *e);
                 e->n = pp->p->numel;
-                e->p = GDL__R(pp->p);
-                e->g = GDL__R(pp->p->grad);
+                if (pp->master) { /* the f32 master is updated, the parameter rounded from it */
+                    e->p = GDL__R(pp->master);
+                    e->plow = pp->p->data;
+                    e->glow = pp->p->grad->data;
+                    e->low = (int32_t)pp->p->dtype;
+                } else {
+                    e->p = GDL__R(pp->p);
+                    e->g = GDL__R(pp->p->grad);
+                }
                 e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
                 e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
                 e->hyper = &dv->hyper[pp->group];
@@ -12638,6 +12916,12 @@ GPUDL_API double gdl_optim_clip_grad_norm(gdl_optimizer *opt, double max_norm) {
         gdl__null_arg("gdl_optim_clip_grad_norm", "opt");
         return -1;
     }
+    if (opt->master != GDL_F32) {
+        gdl__set_error("gdl_optim_clip_grad_norm: the optimizer's parameters are %s with f32 master weights "
+                       "(gdl_optim_set_master_weights), so their gradients are %s; gradient clipping takes f32 "
+                       "gradients", gdl_dtype_name(opt->master), gdl_dtype_name(opt->master));
+        return -1;
+    }
     /* the list lives in the step arena: a steady-state step stays allocation-free */
     ps = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)(opt->nparams + 1));
     if (!ps) {
@@ -12647,6 +12931,75 @@ GPUDL_API double gdl_optim_clip_grad_norm(gdl_optimizer *opt, double max_norm) {
     for (i = 0; i < opt->nparams; i++) ps[i] = opt->params[i].p;
     r = gdl_clip_grad_norm(ps, opt->nparams, max_norm);
     return r;
+}
+
+GPUDL_API int gdl_optim_set_master_weights(gdl_optimizer *opt, gdl_dtype dt) {
+    const char *op = "gdl_optim_set_master_weights";
+    gdl_dtype was;
+    if (!opt) {
+        gdl__null_arg(op, "opt");
+        return -1;
+    }
+    if (dt != GDL_F32 && dt != GDL_BF16 && dt != GDL_F16) {
+        gdl__set_error("%s: dtype %s: the parameters can be bf16 or f16 (with f32 master weights), or f32 (off)", op,
+                       gdl_dtype_name(dt));
+        return -1;
+    }
+    if (dt == opt->master) return 0;
+    if (gdl__capturing) {
+        gdl__set_error("%s: the parameters' dtype (%s to %s) cannot change inside a CUDA graph capture", op,
+                       gdl_dtype_name(opt->master), gdl_dtype_name(dt));
+        return -1;
+    }
+    if (dt != GDL_F32 && opt->scaler && opt->scaler->o.enabled) {
+        gdl__set_error("%s: the optimizer has a GradScaler, which unscales f32 gradients; %s parameters with master "
+                       "weights have %s gradients (bf16 needs no loss scaling)", op, gdl_dtype_name(dt),
+                       gdl_dtype_name(dt));
+        return -1;
+    }
+    was = opt->master;
+    opt->master = dt;
+    opt->layout_dirty = 1;
+    if (opt->nparams && gdl__opt_layout(op, opt) < 0) {
+        opt->master = was; /* the next use moves what did move back */
+        opt->layout_dirty = 1;
+        return -1;
+    }
+    return 0;
+}
+
+GPUDL_API gdl_dtype gdl_optim_master_weights(const gdl_optimizer *opt) { return opt ? opt->master : GDL_F32; }
+
+GPUDL_API gdl_tensor *gdl_optim_master_weight(gdl_optimizer *opt, int i) {
+    const char *op = "gdl_optim_master_weight";
+    if (!opt) {
+        gdl__null_arg(op, "opt");
+        return NULL;
+    }
+    if (i < 0 || i >= opt->nparams) {
+        gdl__set_error("%s: parameter %d out of range (the optimizer has %d)", op, i, opt->nparams);
+        return NULL;
+    }
+    if (opt->master == GDL_F32) {
+        gdl__set_error("%s: the optimizer keeps no master weights (gdl_optim_set_master_weights)", op);
+        return NULL;
+    }
+    if (gdl__opt_layout(op, opt) < 0) return NULL;
+    return opt->params[i].master;
+}
+
+/* Master weights into the parameters (rounded to nearest even), after they were written (a checkpoint load). */
+static int gdl__opt_round_params(const char *op, gdl_optimizer *opt) {
+    int i;
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        const gdl_backend *be;
+        if (!pp->master) continue;
+        if (!(be = gdl__be(op, pp->p->device)) ||
+            be->cast(pp->p->data, pp->p->dtype, pp->master->data, GDL_F32, pp->p->numel) < 0)
+            return -1;
+    }
+    return 0;
 }
 
 GPUDL_API int gdl_optim_state(gdl_optimizer *opt, const char **names, gdl_tensor **tensors, int max) {
@@ -13767,9 +14120,24 @@ static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer
         return NULL;
     }
     memset(c, 0, sizeof *c);
+    /* master weights: the masters are made (or moved) first, and saved under their parameters' names (f32), so a
+       resume is bit for bit and a plain f32 model loads them as its parameters */
+    if (opt && opt->master != GDL_F32 && gdl__opt_layout(op, opt) < 0) {
+        gdl__ckpt_free(c);
+        return NULL;
+    }
     for (part = 0; part < (opt ? 2 : 1); part++) {
         int n = part == 0 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
                           : gdl_optim_state(opt, names, ts, GDL__CKPT_MAX);
+        if (part == 0 && opt && opt->master != GDL_F32 && n > 0 && n <= GDL__CKPT_MAX) {
+            int j;
+            for (k = 0; k < n; k++)
+                for (j = 0; j < opt->nparams; j++)
+                    if (opt->params[j].p == ts[k] && opt->params[j].master) {
+                        ts[k] = opt->params[j].master;
+                        break;
+                    }
+        }
         const char *prefix = part == 0 ? "model." : "optim.";
         if (n < 0 || c->n + n > GDL__CKPT_MAX) {
             if (n >= 0) gdl__set_error("%s: more than %d tensors", op, GDL__CKPT_MAX);
@@ -13813,13 +14181,27 @@ static int gdl__ckpt_write(const char *op, const char *path, gdl__ckpt *c, int n
     for (i = 0; i < c->n && rc == 0; i++) {
         gdl_tensor *t = c->tensors[i];
         size_t bytes = (size_t)t->numel * gdl_dtype_size(t->dtype);
-        if (t->dtype != GDL_F32 && t->dtype != GDL_I32) {
-            gdl__set_error("%s: tensor %s is %s; checkpoints hold f32 and i32 tensors", op, c->names[i],
-                           gdl_dtype_name(t->dtype));
+        if (t->dtype != GDL_F32 && t->dtype != GDL_I32 && t->dtype != GDL_F16 && t->dtype != GDL_BF16) {
+            gdl__set_error("%s: tensor %s is %s; checkpoints hold f32 and i32 tensors (f16/bf16 saved as f32)", op,
+                           c->names[i], gdl_dtype_name(t->dtype));
             rc = -1;
             break;
         }
-        if (t->device.type == GDL_DEVICE_CPU) {
+        if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) { /* widened exactly, so every file holds one float type */
+            uint16_t *h = (uint16_t *)GPUDL_MALLOC(bytes + 1);
+            gdl_real *w = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)t->numel + 1);
+            int64_t j;
+            host[i] = w;
+            if (!h || !w || gdl_copy_to_host(t, h, bytes) < 0) {
+                if (!h || !w) gdl__set_error("%s: out of memory (host)", op);
+                GPUDL_FREE(h);
+                rc = -1;
+                break;
+            }
+            for (j = 0; j < t->numel; j++)
+                w[j] = (gdl_real)(t->dtype == GDL_F16 ? gdl_f16_to_f32(h[j]) : gdl_bf16_to_f32(h[j]));
+            GPUDL_FREE(h);
+        } else if (t->device.type == GDL_DEVICE_CPU) {
             host[i] = NULL;
         } else if (!(host[i] = GPUDL_MALLOC(bytes + 1)) || gdl_copy_to_host(t, host[i], bytes) < 0) {
             if (!host[i]) gdl__set_error("%s: out of memory (host)", op);
@@ -13943,6 +14325,11 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
                     dst[j] = (gdl_real)(kind == 2 ? gdl_f16_to_f32(h) : gdl_bf16_to_f32(h));
                 }
             }
+            if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) /* rounded in place (2j <= j's element, read before) */
+                for (j = 0; j < t->numel; j++) {
+                    float v = (float)dst[j];
+                    ((uint16_t *)bufs[i])[j] = t->dtype == GDL_F16 ? gdl_f32_to_f16(v) : gdl_f32_to_bf16(v);
+                }
         }
     }
     return 0;
@@ -14310,6 +14697,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
         }
     }
     if (gdl__ckpt_apply(op, c, bufs) < 0) goto done;
+    if (opt && opt->master != GDL_F32 && gdl__opt_round_params(op, opt) < 0) goto done; /* from the masters loaded */
     if (opt) {
         gdl_optim_set_step(opt, (int64_t)step);
         for (g = 0; g < ng; g++) { /* in range: checked above */
@@ -15661,6 +16049,12 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
         gdl__null_arg(fn, "ddp");
         return -1;
     }
+    for (i = 0; i < d->np; i++)
+        if (d->params[i]->dtype != GDL_F32) { /* master weights turned on after gdl_ddp_new */
+            gdl__set_error("%s: parameter %s is %s (an optimizer's master weights?); DDP all-reduces f32 gradients",
+                           fn, gdl_shape_str(d->params[i]), gdl_dtype_name(d->params[i]->dtype));
+            return -1;
+        }
     if (d->no_sync) return gdl_backward(loss);
     if (gdl__dist_ready(fn) < 0) return -1;
     d->failed = 0;

@@ -2062,7 +2062,18 @@ struct gdl__cu_opt_entry {
     int64_t n, first_chunk;
     const gdl_opt_hyper *h;
     int32_t *step;
+    uint16_t *plow;       // master weights: p is the f32 master, plow its rounding (dtype low), read
+    const uint16_t *glow; // the gradient from glow (dtype low); low 0 (GDL_F32): none
+    int low;
 };
+
+// master weights: a low gradient element in f32, an f32 master rounded to nearest even
+__device__ __forceinline__ float gdl__cu_opt_lowf(int low, uint16_t h) {
+    return low == GDL_F16 ? gdl__f16_to_f32(h) : gdl__bf16_to_f32(h);
+}
+__device__ __forceinline__ uint16_t gdl__cu_opt_round(int low, float f) {
+    return low == GDL_F16 ? gdl__f32_to_f16(f) : gdl__f32_to_bf16(f);
+}
 
 // the host's handle of a table: entries in device memory, then the counter
 // of finished blocks (0 between launches)
@@ -2115,14 +2126,16 @@ __global__ void gdl__k_sgd_multi(const gdl__cu_opt_entry *tab, int count, int64_
         double lr = h->lr, momentum = buf ? h->momentum : 0, dampening = h->dampening, weight_decay = h->weight_decay;
         int nesterov = h->nesterov, first_step = !e->step || *e->step == 0;
         int64_t lo = (c - e->first_chunk) * GDL__CU_OPT_CHUNK, hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;
+        int low = e->low;
         for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-            double d = (double)g[i] + weight_decay * p[i];
+            double d = (double)(low ? gdl__cu_opt_lowf(low, e->glow[i]) : g[i]) + weight_decay * p[i];
             if (momentum != 0) {
                 double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
                 buf[i] = (float)b;
                 d = nesterov ? d + momentum * b : b;
             }
             p[i] = (float)(p[i] - lr * d);
+            if (low) e->plow[i] = gdl__cu_opt_round(low, p[i]);
         }
     }
     gdl__cu_opt_count(tab, count, done, &last);
@@ -2142,8 +2155,9 @@ __global__ void gdl__k_adam_multi(const gdl__cu_opt_entry *tab, int count, int64
         double step = (double)(stp < 2147483647 ? stp + 1 : stp);
         double bc1 = 1 - pow(beta1, step), bc2 = 1 - pow(beta2, step);
         int64_t lo = (c - e->first_chunk) * GDL__CU_OPT_CHUNK, hi = lo + GDL__CU_OPT_CHUNK < e->n ? lo + GDL__CU_OPT_CHUNK : e->n;
+        int low = e->low;
         for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-            double gi = g[i], pi = p[i];
+            double gi = low ? gdl__cu_opt_lowf(low, e->glow[i]) : g[i], pi = p[i];
             if (decoupled) pi -= lr * weight_decay * pi;
             else gi += weight_decay * pi;
             float mi = (float)(beta1 * m[i] + (1 - beta1) * gi);
@@ -2151,6 +2165,7 @@ __global__ void gdl__k_adam_multi(const gdl__cu_opt_entry *tab, int count, int64
             m[i] = mi;
             v[i] = vi;
             p[i] = (float)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+            if (low) e->plow[i] = gdl__cu_opt_round(low, p[i]);
         }
     }
     gdl__cu_opt_count(tab, count, done, &last);
@@ -2181,6 +2196,9 @@ static void *gdl__cu_opt_table_new(int count, const gdl_opt_tensor *t) {
         e.first_chunk = chunks;
         e.h = t[k].hyper;
         e.step = t[k].step;
+        e.low = t[k].low == GDL_F16 || t[k].low == GDL_BF16 ? (int)t[k].low : 0;
+        e.plow = e.low ? (uint16_t *)t[k].plow : NULL;
+        e.glow = e.low ? (const uint16_t *)t[k].glow : NULL;
         chunks += (t[k].n + GDL__CU_OPT_CHUNK - 1) / GDL__CU_OPT_CHUNK;
     }
     gdl__cu_opt_table *h = new (std::nothrow) gdl__cu_opt_table;

@@ -9,7 +9,11 @@
       repeats;
    3. Fashion-MNIST: the MLP trained with gdl_fit (Adam 1e-3, batch 64, the
       given epochs) in f32, with bf16 and with f16 autocast; test accuracy.
-   Usage: build/bench_amp [EPOCHS (default 5; 0 skips 3)] [DEVICE cpu|cuda] */
+   4. with a third argument `mw`, instead: master weights (gdl_optim_set_master_weights): the bytes of the
+      parameters, their gradients and the optimizer's state (f32 masters included) after a step, the
+      autocast casts of parameters, and the step time, for f32 parameters (plain, and under bf16 autocast)
+      against bf16 parameters with f32 masters under bf16 autocast.
+   Usage: build/bench_amp [EPOCHS (default 5; 0 skips 3)] [DEVICE cpu|cuda] [mw] */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "bench_cpu.h"
@@ -124,11 +128,119 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
     return 0;
 }
 
+/* mode 0: f32, 1: f32 under bf16 autocast, 2: bf16 parameters + f32 masters under bf16 autocast */
+static int mw_figures(const char *name, gdl_module *(*make)(void), gdl_device dev, int mode) {
+    static const char *const runs[3] = {"f32", "f32+ac", "bf16+mw"};
+    int64_t sx[4] = {64, 1, 28, 28}, sy = 64;
+    gdl_tensor *x, *y, *loss, *ps[64], *st[256];
+    gdl_module *m;
+    gdl_optimizer *opt;
+    size_t pb = 0, gb = 0, sb = 0, mb = 0, low = 0, pc = 0;
+    double t[21];
+    int r, i, np, ns;
+    int32_t lab[64];
+    gdl_manual_seed(1);
+    for (i = 0; i < 64; i++) lab[i] = i % 10;
+    if (!(m = make()) || gdl_module_to(m, dev) < 0) return -1;
+    if (!(opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0)) || gdl_optim_add_module(opt, m, 0) < 0) return -1;
+    if (mode == 2 && gdl_optim_set_master_weights(opt, GDL_BF16) < 0) return -1;
+    x = gdl_to(gdl_randn(4, sx, gdl_cpu()), dev);
+    x = x ? gdl_clone(x) : NULL;
+    y = gdl_clone(gdl_to(gdl_from_array(lab, 1, &sy, GDL_I32, gdl_cpu()), dev));
+    if (!x || !y) return -1;
+    bench_input = x->data;
+    for (r = 0; r < 24; r++) {
+        double t0;
+        gdl_arena_reset();
+        t0 = gdl_now();
+        gdl_zero_grad(opt);
+        if (mode && gdl_autocast_begin(GDL_BF16) < 0) return -1;
+        loss = gdl_cross_entropy(gdl_forward(m, x), y);
+        if (mode) gdl_autocast_end();
+        if (!loss) return -1;
+        if (r == 0) {
+            size_t act = tape_bytes(&low, &pc);
+            (void)act;
+        }
+        if (gdl_backward(loss) < 0 || gdl_step(opt) < 0 || gdl_item(loss) != gdl_item(loss)) return -1; /* read: waits */
+        if (r >= 3) t[r - 3] = gdl_now() - t0;
+    }
+    qsort(t, 21, sizeof t[0], cmp_d);
+    np = gdl_module_named_tensors(m, GDL_PARAMS, NULL, ps, 64);
+    ns = gdl_optim_state(opt, NULL, st, 256);
+    if (np < 0 || np > 64 || ns < 0 || ns > 256) return -1;
+    for (i = 0; i < np; i++) {
+        pb += (size_t)ps[i]->numel * gdl_dtype_size(ps[i]->dtype);
+        if (ps[i]->grad) gb += (size_t)ps[i]->grad->numel * gdl_dtype_size(ps[i]->grad->dtype);
+        if (mode == 2) {
+            gdl_tensor *mt = gdl_optim_master_weight(opt, i);
+            if (!mt) return -1;
+            mb += (size_t)mt->numel * gdl_dtype_size(mt->dtype);
+        }
+    }
+    for (i = 0; i < ns; i++) sb += (size_t)st[i]->numel * gdl_dtype_size(st[i]->dtype);
+    printf("%-4s %-7s | %9.1f | %9.1f | %9.1f | %9.1f | %9.1f | %10.1f | %8.3f\n", name, runs[mode],
+           (double)pb / 1024, (double)gb / 1024, (double)mb / 1024, (double)sb / 1024,
+           (double)(pb + gb + mb + sb) / 1024, (double)pc / 1024, 1e3 * t[10]);
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_free(x);
+    gdl_free(y);
+    gdl_arena_reset();
+    return 0;
+}
+
+/* gdl_step alone on one parameter of 2^20 elements (its gradient made once): median of 21 */
+static int mw_step_alone(gdl_device dev) {
+    int64_t n = 1 << 20;
+    int kind, mode, s;
+    printf("\ngdl_step alone, one parameter of 2^20 elements | f32 ms | bf16+mw ms\n");
+    for (kind = 0; kind < 2; kind++) {
+        double med[2];
+        for (mode = 0; mode < 2; mode++) {
+            gdl_tensor *p = gdl_ones(1, &n, GDL_F32, dev);
+            gdl_optimizer *o = kind ? gdl_adamw_new(1e-3, 0.9, 0.999, 1e-8, 0.01) : gdl_sgd_new(0.01, 0.9, 0, 0, 0);
+            double t[21];
+            if (!p || !o || gdl_set_requires_grad(p, 1) < 0 || gdl_optim_add_params(o, &p, 1, -1, -1) < 0 ||
+                (mode && gdl_optim_set_master_weights(o, GDL_BF16) < 0) || gdl_zero_grad(o) < 0)
+                return -1;
+            gdl_arena_reset();
+            if (gdl_backward(gdl_sum(p)) < 0) return -1;
+            for (s = 0; s < 24; s++) {
+                double t0 = gdl_now();
+                if (gdl_step(o) < 0 || gdl_optim_state(o, NULL, NULL, 0) < 0) return -1; /* reads the counts back: waits */
+                if (s >= 3) t[s - 3] = gdl_now() - t0;
+            }
+            qsort(t, 21, sizeof t[0], cmp_d);
+            med[mode] = t[10];
+            gdl_optim_free(o);
+            gdl_free(p);
+            gdl_arena_reset();
+        }
+        printf("%-46s | %6.3f | %6.3f\n", kind ? "AdamW" : "SGD momentum 0.9", 1e3 * med[0], 1e3 * med[1]);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int epochs = argc > 1 ? atoi(argv[1]) : 5, k;
     gdl_device dev = argc > 2 && !strcmp(argv[2], "cuda") ? gdl_cuda(0) : gdl_cpu();
     static const gdl_dtype dts[3] = {GDL_F32, GDL_BF16, GDL_F16};
     printf("cpu: %s; device %s\n\n", bench_cpu_model(), gdl_device_str(dev));
+    if (argc > 3 && !strcmp(argv[3], "mw")) {
+        printf("net  run     | param KiB | grad KiB  | master KiB| state KiB | total KiB | param cast | step ms (median of 21)\n");
+        for (k = 0; k < 6; k++)
+            if (mw_figures(k < 3 ? "mlp" : "cnn", k < 3 ? mlp : cnn, dev, k % 3) < 0) {
+                fprintf(stderr, "bench_amp: %s\n", gdl_last_error());
+                return 1;
+            }
+        if (mw_step_alone(dev) < 0) {
+            fprintf(stderr, "bench_amp: %s\n", gdl_last_error());
+            return 1;
+        }
+        gdl_shutdown();
+        return 0;
+    }
     printf("net  dtype | arena KiB  | tape KiB   | param cast | low    | step ms (median of 21)\n");
     for (k = 0; k < 6; k++)
         if (step_figures(k < 3 ? "mlp" : "cnn", k < 3 ? mlp : cnn, dev, dts[k % 3]) < 0) {

@@ -21,6 +21,7 @@
 #include "autocast_cases.h"
 #include "monitor_cases.h"
 #include "gradscaler_cases.h"
+#include "master_cases.h"
 #ifdef GPUDL_EMU
 #include "cuda_emu/emu_api.h"
 #endif
@@ -2400,10 +2401,81 @@ TEST fit_graph_equals_eager(void) {
     PASS();
 }
 
+/* gdl_fit under bf16 autocast with master weights, with and without CUDA graphs: the flat buffer's addresses
+   stay fixed, so the replays give the eager run's masters and bf16 weights bit for bit */
+static int mw_fit_run(int graph, float *masters, uint16_t *w, int *calls) {
+    int rc = -1, k, n;
+    gdl_dataset *ds = fit_dataset(80, 23);
+    gdl_loader *l = NULL;
+    gdl_module *m = gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(4, 16, 1), gdl_nn_relu(), gdl_nn_linear(16, 3, 1)});
+    gdl_optimizer *opt = NULL;
+    gdl_scheduler *sched = NULL;
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_fit_opts o = gdl_fit_defaults();
+    fit_inject f;
+    memset(&f, 0, sizeof f);
+    lo.batch_size = FIT_B;
+    lo.shuffle = 1;
+    lo.seed = 5;
+    lo.device = GPU;
+    if (ds && m && gdl_module_to(m, GPU) == 0 && (l = gdl_loader_new(ds, &lo)) &&
+        (opt = gdl_adamw_new(0.05, 0.9, 0.999, 1e-8, 0.01)) && gdl_optim_add_module(opt, m, 0) == 0 &&
+        gdl_optim_set_master_weights(opt, GDL_BF16) == 0 && (sched = gdl_onecycle_lr_new(opt, 0.05, 9))) {
+        f.m = m;
+        o.epochs = 3;
+        o.loss = fit_loss;
+        o.loss_user = &f;
+        o.scheduler = sched;
+        o.scheduler_per_batch = 1;
+        o.cuda_graph = graph;
+        o.autocast = GDL_BF16;
+        o.verbose = 0;
+        rc = gdl_fit(m, l, opt, &o, NULL);
+        for (k = 0, n = 0; rc == 0 && k < 4; k++) {
+            gdl_tensor *mt = gdl_optim_master_weight(opt, k);
+            if (!mt || gdl_copy_to_host(mt, masters + n, sizeof(float) * (size_t)mt->numel) < 0) rc = -2;
+            else n += (int)mt->numel;
+        }
+        if (rc == 0) {
+            gdl_tensor *ps[4];
+            gdl_module_named_tensors(m, GDL_PARAMS, NULL, ps, 4);
+            for (k = 0, n = 0; k < 4; k++) {
+                if (ps[k]->dtype != GDL_BF16 || gdl_copy_to_host(ps[k], w + n, 2 * (size_t)ps[k]->numel) < 0) rc = -3;
+                n += (int)ps[k]->numel;
+            }
+        }
+        if (gdl_optim_get_step(opt) != 9) rc = -4;
+    }
+    *calls = f.calls;
+    gdl_scheduler_free(sched);
+    gdl_optim_free(opt);
+    gdl_loader_free(l);
+    gdl_module_free(m);
+    gdl_dataset_free(ds);
+    return rc;
+}
+TEST fit_graph_master_weights(void) {
+    float me[FIT_W], mg[FIT_W];
+    uint16_t we[FIT_W], wg[FIT_W];
+    int ce, cg;
+    long graphs0;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_EQ(0, mw_fit_run(0, me, we, &ce));
+    graphs0 = gdl_emu_count("graph");
+    ASSERT_EQ(0, mw_fit_run(1, mg, wg, &cg));
+    ASSERT_EQ(9, ce);
+    ASSERT_EQ(4, cg);
+    ASSERT_EQ(7, gdl_emu_count("graph") - graphs0);
+    ASSERTm("masters: graphs == eager bit for bit", memcmp(me, mg, sizeof me) == 0);
+    ASSERTm("bf16 weights: graphs == eager bit for bit", memcmp(we, wg, sizeof we) == 0);
+    PASS();
+}
+
 #endif
 SUITE(fit_graphs) {
 #ifdef GPUDL_EMU
     RUN_TEST(fit_graph_equals_eager);
+    RUN_TEST(fit_graph_master_weights);
 #endif
 }
 
@@ -2614,6 +2686,142 @@ SUITE(optim) {
     RUN_TEST(clip_grad_norm_parity);
     RUN_TEST(anomaly_mode_parity);
 }
+/* ---- master weights on the GPU (tests/master_cases.h): the kernels' low paths bitwise, one launch a step ---- */
+TEST master_weights_bitwise(void *arg) {
+    const mw_kind *k = (const mw_kind *)arg;
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_bitwise_case(GPU, k);
+}
+/* a steady-state step with master weights: zero_grad one memset, the step one launch, no copy, no wait */
+TEST master_weights_one_launch(void) {
+#ifdef GPUDL_EMU
+    int64_t n = 3000, sy0;
+    long l0, m0, h0;
+    gdl_tensor *p, *q, *loss, *ps[2];
+    gdl_optimizer *opt;
+    int s;
+    if (!have_gpu()) SKIPm("no GPU");
+    ASSERT_NOT_NULL(p = gdl_ones(1, &n, GDL_F32, GPU));
+    ASSERT_NOT_NULL(q = gdl_ones(1, &n, GDL_F32, GPU));
+    ASSERT_EQ(0, gdl_set_requires_grad(p, 1));
+    ASSERT_EQ(0, gdl_set_requires_grad(q, 1));
+    ps[0] = p, ps[1] = q;
+    ASSERT_NOT_NULL(opt = gdl_adamw_new(1e-3, 0.9, 0.999, 1e-8, 0.01));
+    ASSERT_EQ(0, gdl_optim_add_params(opt, ps, 2, -1, -1));
+    ASSERT_EQ(0, gdl_optim_set_master_weights(opt, GDL_BF16));
+    for (s = 0; s < 4; s++) {
+        gdl_arena_reset();
+        m0 = gdl_emu_count("memset");
+        l0 = gdl_emu_count("launch");
+        ASSERT_EQ(0, gdl_zero_grad(opt));
+        if (s > 0) ASSERT_EQ(1, gdl_emu_count("memset") - m0);
+        if (s > 0) ASSERT_EQ(0, gdl_emu_count("launch") - l0);
+        ASSERT_NOT_NULL(loss = gdl_add(gdl_sum(p), gdl_sum(q)));
+        ASSERT_EQ(0, gdl_backward(loss));
+        l0 = gdl_emu_count("launch");
+        h0 = gdl_emu_count("h2d");
+        sy0 = gdl_sync_count();
+        ASSERT_EQ(0, gdl_step(opt));
+        if (s > 0) {
+            ASSERT_EQ(1, gdl_emu_count("launch") - l0);
+            ASSERT_EQ(0, gdl_emu_count("h2d") - h0);
+            ASSERT_EQ(0, gdl_sync_count() - sy0);
+        }
+    }
+    gdl_optim_free(opt);
+    gdl_free(p);
+    gdl_free(q);
+    PASS();
+#else
+    SKIPm("counts launches on the emulator");
+#endif
+}
+/* masters follow the model: 3 steps on cuda:0, gdl_module_to(cuda:1), 3 more, bitwise (masters and bf16
+   parameters) a reference that stays on cuda:0 */
+TEST master_weights_follow_module_to(void) {
+    int64_t xs[2] = {5, 6}, ys[1] = {5};
+    int32_t labels[5] = {0, 2, 1, 1, 0};
+    gdl_module *a, *b;
+    gdl_optimizer *oa, *ob;
+    gdl_tensor *x, *y, *ta[4], *tb[4];
+    int s, k;
+    if (gdl_cuda_device_count() < 2) SKIPm("needs two GPUs (GPUDL_EMU_DEVICES=2)");
+    gdl_manual_seed(3);
+    ASSERT_NOT_NULL(x = gdl_randn(2, xs, gdl_cpu()));
+    ASSERT_NOT_NULL(y = gdl_from_array(labels, 1, ys, GDL_I32, gdl_cpu()));
+    ASSERT_NOT_NULL(a = flat_net());
+    ASSERT_NOT_NULL(b = flat_net());
+    ASSERT_EQ(0, gdl_module_to(a, gdl_cuda(0)));
+    ASSERT_EQ(0, gdl_module_to(b, gdl_cuda(0)));
+    ASSERT_NOT_NULL(oa = gdl_adamw_new(0.02, 0.9, 0.999, 1e-8, 0.01));
+    ASSERT_NOT_NULL(ob = gdl_adamw_new(0.02, 0.9, 0.999, 1e-8, 0.01));
+    ASSERT_EQ(0, gdl_optim_add_module(oa, a, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(ob, b, 0));
+    ASSERT_EQ(0, gdl_optim_set_master_weights(oa, GDL_BF16));
+    ASSERT_EQ(0, gdl_optim_set_master_weights(ob, GDL_BF16));
+    for (s = 0; s < 6; s++) {
+        if (s == 3) ASSERT_EQ(0, gdl_module_to(b, gdl_cuda(1)));
+        ASSERT_EQ(0, flat_net_step(a, oa, x, y));
+        ASSERT_EQ(0, flat_net_step(b, ob, x, y));
+    }
+    ASSERT_EQ(4, gdl_module_named_tensors(a, GDL_PARAMS, NULL, ta, 4));
+    ASSERT_EQ(4, gdl_module_named_tensors(b, GDL_PARAMS, NULL, tb, 4));
+    for (k = 0; k < 4; k++) {
+        float fa[64], fb[64];
+        uint16_t ha[64], hb[64];
+        gdl_tensor *ma = gdl_optim_master_weight(oa, k), *mb = gdl_optim_master_weight(ob, k);
+        ASSERT(ma && mb && ma->numel <= 64);
+        ASSERT(gdl_device_equal(mb->device, gdl_cuda(1)));
+        ASSERT(gdl_device_equal(tb[k]->device, gdl_cuda(1)));
+        ASSERT_EQ(GDL_BF16, tb[k]->dtype);
+        ASSERT_EQ(0, gdl_copy_to_host(ma, fa, sizeof(float) * (size_t)ma->numel));
+        ASSERT_EQ(0, gdl_copy_to_host(mb, fb, sizeof(float) * (size_t)ma->numel));
+        ASSERT_EQ(0, gdl_copy_to_host(ta[k], ha, 2 * (size_t)ma->numel));
+        ASSERT_EQ(0, gdl_copy_to_host(tb[k], hb, 2 * (size_t)ma->numel));
+        ASSERTm("masters bitwise after the move", !memcmp(fa, fb, sizeof(float) * (size_t)ma->numel));
+        ASSERTm("bf16 parameters bitwise after the move", !memcmp(ha, hb, 2 * (size_t)ma->numel));
+    }
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_free(x);
+    gdl_free(y);
+    PASS();
+}
+TEST master_weights_memory(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_memory_case(GPU);
+}
+TEST master_weights_mlp(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_mlp_case(GPU, 50);
+}
+TEST master_weights_checkpoint(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_checkpoint_case(GPU, "build/test_cuda_master.safetensors");
+}
+TEST master_weights_errors(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_errors_case(GPU);
+}
+TEST master_weights_special_values(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return mw_special_values_case(GPU);
+}
+SUITE(master_weights) {
+    size_t i;
+    for (i = 0; i < sizeof mw_kinds / sizeof mw_kinds[0]; i++)
+        RUN_TEST_NAMED(mw_kinds[i].name, master_weights_bitwise, (void *)&mw_kinds[i]);
+    RUN_TEST(master_weights_one_launch);
+    RUN_TEST(master_weights_follow_module_to);
+    RUN_TEST(master_weights_memory);
+    RUN_TEST(master_weights_mlp);
+    RUN_TEST(master_weights_checkpoint);
+    RUN_TEST(master_weights_errors);
+    RUN_TEST(master_weights_special_values);
+}
+
 SUITE(training) {
     static const int mlp = 0, cnn = 1;
     RUN_TEST_NAMED("mlp_steps", train_parity, (void *)&mlp);
@@ -2717,6 +2925,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(autocast);
     RUN_SUITE(kernel_paths);
     RUN_SUITE(optim);
+    RUN_SUITE(master_weights);
     RUN_SUITE(training);
     RUN_SUITE(devices);
     RUN_SUITE(faults);

@@ -176,6 +176,36 @@ TEST single_process(void) {
     gdl_free(u8);
     PASS();
 }
+/* DDP all-reduces f32 gradients: master weights (bf16 parameters) are refused, naming the dtype, whether the
+   parameters became bf16 before gdl_ddp_new or after */
+TEST ddp_refuses_master_weights(void) {
+    gdl_module *m = gdl_nn_linear(3, 2, 1);
+    gdl_optimizer *opt = gdl_sgd_new(0.1, 0, 0, 0, 0);
+    gdl_ddp *d;
+    gdl_tensor *x, *loss;
+    int64_t xs[2] = {4, 3};
+    clear_env();
+    ASSERT(m && opt);
+    ASSERT_EQ(0, gdl_dist_init());
+    ASSERT_NOT_NULL(d = gdl_ddp_new(m, NULL));
+    ASSERT_EQ(0, gdl_optim_add_module(opt, m, 0));
+    ASSERT_EQ(0, gdl_optim_set_master_weights(opt, GDL_BF16));
+    gdl_arena_reset();
+    ASSERT_NOT_NULL(x = gdl_zeros(2, xs, GDL_BF16, gdl_cpu()));
+    ASSERT_NOT_NULL(loss = gdl_sum(gdl_ddp_forward(d, x)));
+    ASSERT_EQ(-1, gdl_ddp_backward(d, loss));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_ddp_backward");
+    ASSERT_CONTAINS(gdl_last_error(), "bf16");
+    gdl_arena_reset(); /* the refused backward left its graph on the tape */
+    gdl_ddp_free(d);
+    ASSERT_NULL(gdl_ddp_new(m, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "bf16");
+    gdl_dist_shutdown();
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_free(x);
+    PASS();
+}
 #endif
 
 /* ---- the gradient-ready signal ---- */
@@ -806,6 +836,7 @@ SUITE(environment) {
     RUN_TEST(several_processes_need_mpi);
     RUN_TEST(timeout_settings);
     RUN_TEST(single_process);
+    RUN_TEST(ddp_refuses_master_weights);
 }
 #endif
 

@@ -13,6 +13,7 @@
 #include "../gpudl.h"
 #include "harness.h"
 #include "gradscaler_cases.h"
+#include "master_cases.h"
 
 #include <math.h>
 #include <string.h>
@@ -1630,6 +1631,29 @@ SUITE(optimizers) {
     RUN_TEST(test_grad_scaler_stale_slot);
 }
 
+/* ---- master weights (tests/master_cases.h) ---- */
+TEST test_master_weights_bitwise(const mw_kind *k) { return mw_bitwise_case(gdl_cpu(), k); }
+TEST test_master_weights_memory(void) { return mw_memory_case(gdl_cpu()); }
+TEST test_master_weights_mlp(void) { return mw_mlp_case(gdl_cpu(), 200); }
+TEST test_master_weights_checkpoint(void) { return mw_checkpoint_case(gdl_cpu(), "build/test_nn_master.safetensors"); }
+TEST test_master_weights_errors(void) { return mw_errors_case(gdl_cpu()); }
+TEST test_master_weights_special_values(void) { return mw_special_values_case(gdl_cpu()); }
+
+SUITE(master_weights) {
+    char name[96];
+    size_t i;
+    SET_SETUP(reset, NULL);
+    for (i = 0; i < sizeof mw_kinds / sizeof mw_kinds[0]; i++) {
+        snprintf(name, sizeof name, "test_master_weights_bitwise_%s", mw_kinds[i].name);
+        RUN_TEST_NAMED(name, test_master_weights_bitwise, &mw_kinds[i]);
+    }
+    RUN_TEST(test_master_weights_memory);
+    RUN_TEST(test_master_weights_mlp);
+    RUN_TEST(test_master_weights_checkpoint);
+    RUN_TEST(test_master_weights_errors);
+    RUN_TEST(test_master_weights_special_values);
+}
+
 SUITE(schedulers) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_steplr);
@@ -1657,6 +1681,7 @@ int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
     RUN_SUITE(modules);
     RUN_SUITE(optimizers);
+    RUN_SUITE(master_weights);
     RUN_SUITE(schedulers);
     RUN_SUITE(convergence);
     RUN_SUITE(errors);
