@@ -64,16 +64,26 @@
      and the result is rounded to bf16/f16 once;
    * a tensor's gradient has its dtype (a bf16 weight gets a bf16 .grad);
    * gdl_to_dtype is differentiable between float dtypes (PyTorch's .to).
-   How: matmul and linear run natively when their inputs share one low dtype
-   (the backend entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA;
-   on the CPU f32 copies through the f32 kernel). Every other op given bf16
-   or f16 runs its f32 kernel on f32 copies of the low-precision inputs and
-   rounds its output once (one place in [impl-ops]: gdl__lowp_in/out, with
-   differentiable casts, so autograd needs nothing else). That is PyTorch's
-   numerics, not yet its speed: native low-precision kernels for the rest
-   are future work. BatchNorm's running statistics must be f32 (the input
-   and affine parameters may be low; the output has the input's dtype), as
-   under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
+   How: these ops run natively when their float inputs share one low dtype:
+   * matmul and linear (the backend entry gemm_lp: cublasGemmEx with f32
+     accumulation on CUDA; on the CPU f32 copies through the f32 kernel);
+   * the elementwise ops -- relu, leaky_relu, sigmoid, tanh, gelu (both),
+     exp, log, add_scalar, mul_scalar (and gdl_mul_scalar_), pow_scalar,
+     add, sub, mul, div with broadcasting, dropout -- forward and backward
+     (entries unary_lp, unary_backward_lp, binary_lp, sum_to_lp, dropout_lp,
+     dropout_backward_lp): each element is loaded to f32, computed with the
+     f32 kernel's formula and rounded once on store, so the forward result
+     is bit for bit the cast path's below, with no f32 temporaries (half of
+     f32's memory); a gradient is summed in f32 and added to the
+     low-precision .grad with one rounding. The backward of sigmoid, tanh
+     and exp reads the rounded output, as PyTorch's does.
+   Every other op given bf16 or f16 (and any op given mixed dtypes) runs its
+   f32 kernel on f32 copies of the low-precision inputs and rounds its
+   output once (one place in [impl-ops]: gdl__lowp_in/out, with
+   differentiable casts, so autograd needs nothing else): PyTorch's
+   numerics, but more memory than f32. BatchNorm's running statistics must
+   be f32 (the input and affine parameters may be low; the output has the
+   input's dtype), as under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
 
    Mixed precision (autocast)
    --------------------------
@@ -119,10 +129,12 @@
    per host thread: another thread's ops are not affected.
    f16's narrow range can flush small gradients to zero: PyTorch pairs it
    with a GradScaler (loss scaling); bf16 has f32's range and needs none.
-   Outside a region the cost is one thread-local compare per op. Today only
-   matmul and linear have native bf16/f16 kernels; other ops compute on f32
-   copies (Dtypes above), so autocast gives PyTorch's numerics but not yet
-   its memory or speed savings (bench/RESULTS.md has the figures).
+   Outside a region the cost is one thread-local compare per op. Natively
+   in bf16/f16 (Dtypes above): matmul, linear and the elementwise ops
+   (activations, add/sub/mul/div, the scalar ops, dropout); an elementwise
+   op of class PROMOTE on low-precision activations stays in their dtype
+   without a cast. The other ops (pooling, norms, concat, losses ...)
+   compute on f32 copies, so they do not yet save memory or time.
 
    GradScaler
    ----------
@@ -219,7 +231,9 @@
         one): it runs in the gradient check, the CPU/GPU parity table and
         the bf16/f16 parity tables (tests/test_dtype.c, tests/test_cuda.c).
    An op built from existing kernels (a new unary function is a new
-   gdl_unary_op code and a case in both unary kernels) touches 1-3 and 5.
+   gdl_unary_op code and a case in both unary kernels) touches 1-3 and 5;
+   a new unary function is native in bf16/f16 too (gdl__unary1 serves both
+   the f32 and the low-precision kernels, on the CPU and on CUDA).
 
    Compile-time options
    --------------------
@@ -6178,7 +6192,9 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
    differentiable cast), the f32 op runs unchanged, and its result is rounded
    once to the output dtype (another cast). That is PyTorch's "compute in
    opmath (f32), round the output". Autograd needs nothing else: the casts
-   are tape nodes, so a bf16 tensor's gradient arrives in bf16. */
+   are tape nodes, so a bf16 tensor's gradient arrives in bf16. The ops that
+   have native low-precision kernels (matmul, linear, the elementwise ones:
+   gdl__lp_native) test for one low dtype before the hook and skip it. */
 
 static int gdl__is_float(gdl_dtype dt) { return dt == GDL_F32 || dt == GDL_F16 || dt == GDL_BF16; }
 static int gdl__is_low(gdl_dtype dt) { return dt == GDL_F16 || dt == GDL_BF16; }
