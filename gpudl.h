@@ -69,9 +69,9 @@
      accumulation on CUDA; on the CPU f32 copies through the f32 kernel);
    * the elementwise ops -- relu, leaky_relu, sigmoid, tanh, gelu (both),
      exp, log, add_scalar, mul_scalar (and gdl_mul_scalar_), pow_scalar,
-     add, sub, mul, div with broadcasting, dropout -- forward and backward
-     (entries unary_lp, unary_backward_lp, binary_lp, sum_to_lp, dropout_lp,
-     dropout_backward_lp): each element is loaded to f32, computed with the
+     add, sub, mul, div with broadcasting, dropout, concat -- forward and
+     backward (entries unary_lp, unary_backward_lp, binary_lp, sum_to_lp,
+     dropout_lp, dropout_backward_lp, copy2d_lp): each element is loaded to f32, computed with the
      f32 kernel's formula and rounded once on store, so the forward result
      is bit for bit the cast path's below, with no f32 temporaries (half of
      f32's memory); a gradient is summed in f32 and added to the
@@ -131,9 +131,9 @@
    with a GradScaler (loss scaling); bf16 has f32's range and needs none.
    Outside a region the cost is one thread-local compare per op. Natively
    in bf16/f16 (Dtypes above): matmul, linear and the elementwise ops
-   (activations, add/sub/mul/div, the scalar ops, dropout); an elementwise
-   op of class PROMOTE on low-precision activations stays in their dtype
-   without a cast. The other ops (pooling, norms, concat, losses ...)
+   (activations, add/sub/mul/div, the scalar ops, dropout, concat); an
+   elementwise op of class PROMOTE on low-precision activations stays in
+   their dtype without a cast. The other ops (pooling, norms, losses ...)
    compute on f32 copies, so they do not yet save memory or time.
 
    GradScaler
@@ -1710,6 +1710,9 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
         const int64_t *dstr, float alpha)) \
     X(int, dropout_lp, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y)) \
     X(int, dropout_backward_lp, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx)) \
+    /* copy2d on elements of dt: a copy is exact; accumulate adds in f32 and rounds once */ \
+    X(int, copy2d_lp, (gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst, \
+        int64_t dld, int accumulate)) \
     /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols */ \
     X(int, copy2d, (int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst, \
         int64_t dld, int accumulate)) \
@@ -5446,6 +5449,27 @@ static int gdl__cpu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint6
     return 0;
 }
 
+static int gdl__cpu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                              int64_t dld, int accumulate) {
+    size_t es = gdl_dtype_size(dt);
+    gdl_real sb[GDL__LP_CHUNK], db[GDL__LP_CHUNK];
+    int64_t r, c, i, m;
+    for (r = 0; r < rows; r++) {
+        if (!accumulate) {
+            memmove((char *)dst + (size_t)(r * dld) * es, (const char *)src + (size_t)(r * sld) * es, es * (size_t)cols);
+            continue;
+        }
+        for (c = 0; c < cols; c += m) {
+            m = cols - c < GDL__LP_CHUNK ? cols - c : GDL__LP_CHUNK;
+            gdl__lp_get(dt, src, r * sld + c, 1, m, sb);
+            gdl__lp_get(dt, dst, r * dld + c, 1, m, db);
+            for (i = 0; i < m; i++) db[i] += sb[i];
+            gdl__lp_put(dt, dst, r * dld + c, m, db);
+        }
+    }
+    return 0;
+}
+
 typedef struct {
     int64_t N;
     int64_t C;
@@ -7326,16 +7350,26 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     gdl_tensor *out;
     gdl_node *n;
     const gdl_backend *be;
+    gdl_dtype dt = GDL_F32;
     if (count < 1 || !xs) {
         gdl__set_error("%s: need at least one tensor (got %d)", op, count);
         return NULL;
     }
     for (k = 0; k < count; k++)
+        if (!xs[k] || xs[k]->dtype != xs[0]->dtype) break;
+    /* native in one low dtype, unless a tensor comes twice (its gradients
+       are summed in f32 by the cast path's one copy, rounded once) */
+    if (k == count && gdl__lp_native(GDL_OP_CONCAT, xs[0]->dtype)) {
+        dt = xs[0]->dtype;
+        for (k = 1; k < count && dt != GDL_F32; k++)
+            for (j = 0; j < k; j++)
+                if (xs[j] == xs[k]) dt = GDL_F32;
+    }
+    for (k = 0; k < count && dt == GDL_F32; k++)
         if (xs[k] && xs[k]->dtype != GDL_F32) break;
-    if (k < count) { /* the low-precision path on a copy of the list (the caller's stays as it is) */
+    if (dt == GDL_F32 && k < count) { /* the low-precision path on a copy of the list (the caller's stays as it is) */
         gdl_tensor **cv = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)count);
         gdl_tensor ***pp = (gdl_tensor ***)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor **) * (size_t)count);
-        gdl_dtype dt = GDL_F32;
         if (!cv || !pp) {
             gdl__set_error("%s: out of host memory", op);
             return NULL;
@@ -7352,7 +7386,7 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
         }
     }
     for (k = 0; k < count; k++) {
-        if (gdl__check_in(op, "an input", xs[k], 1) < 0 || gdl__check_dev(op, xs[0], xs[k]) < 0) return NULL;
+        if (gdl__check_in(op, "an input", xs[k], dt == GDL_F32) < 0 || gdl__check_dev(op, xs[0], xs[k]) < 0) return NULL;
         if (xs[k]->ndim != xs[0]->ndim) {
             gdl__set_error("%s: tensors %s and %s differ in ndim", op, gdl_shape_str(xs[0]), gdl_shape_str(xs[k]));
             return NULL;
@@ -7370,13 +7404,16 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
             }
         shape[d] += xs[k]->shape[d];
     }
-    if (!(be = gdl__be(op, xs[0]->device)) || !(out = gdl__tmp(op, xs[0]->ndim, shape, GDL_F32, xs[0]->device)))
+    if (!(be = gdl__be(op, xs[0]->device)) || !(out = gdl__tmp(op, xs[0]->ndim, shape, dt, xs[0]->device)))
         return NULL;
     gdl__split(out, d, &outer, &total, &inner);
     total *= inner;
     for (k = 0; k < count; k++) {
         gdl__split(xs[k], d, &outer, &nd0, &inner);
-        if (outer * nd0 * inner != 0 && be->copy2d(outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0) < 0)
+        if (outer * nd0 * inner != 0 &&
+            (dt == GDL_F32 ? be->copy2d(outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0)
+                           : be->copy2d_lp(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
+                                           (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0)) < 0)
             return NULL;
         off += nd0 * inner;
     }
@@ -7393,9 +7430,12 @@ static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
     total *= inner;
     for (k = 0; k < n->nin; k++) {
         gdl_real *gx = GDL__G(n->in[k]);
+        gdl_dtype dt = n->out->dtype;
         gdl__split(n->in[k], d, &outer, &nd0, &inner);
         if (gx && outer * nd0 * inner != 0 &&
-            be->copy2d(outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1) < 0)
+            (dt == GDL_F32 ? be->copy2d(outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1)
+                           : be->copy2d_lp(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
+                                           total, gx, nd0 * inner, 1)) < 0)
             return -1;
         off += nd0 * inner;
     }

@@ -1865,6 +1865,28 @@ static int gdl__cu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64
     return gdl__cu_dropout_lp_run(dt, n, p, seed, gy, gx, 1);
 }
 
+// a copy moves the 16-bit patterns as they are; accumulate adds in f32 and rounds once
+__global__ void gdl__k_copy2d_lp(int dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                                 int64_t dld, int accumulate) {
+    GDL_CU_LOOP(t, rows * cols) {
+        int64_t r = t / cols, c = t - r * cols;
+        if (accumulate)
+            gdl__lp_st(dt, dst, r * dld + c, gdl__lp_ld(dt, dst, r * dld + c) + gdl__lp_ld(dt, src, r * sld + c));
+        else
+            ((uint16_t *)dst)[r * dld + c] = ((const uint16_t *)src)[r * sld + c];
+    }
+}
+
+static int gdl__cu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                             int64_t dld, int accumulate) {
+    if (gdl__cu_lp_check("copy2d_lp", dt) < 0) return -1;
+    if (rows <= 0 || cols <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_copy2d_lp, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        (int)dt, rows, cols, src, sld, dst, dld, accumulate);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // normalisation: batchnorm (one block per channel), layernorm (one block per row)
 

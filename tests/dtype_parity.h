@@ -344,14 +344,16 @@ static size_t dtype_arena_used(gdl_device dev) {
 /* the arena bytes of an MLP-like chain of elementwise ops in dt, forward and
    (backward) backward from a seed in dt; 0 on a failure */
 static size_t dtype_chain_bytes(gdl_device dev, gdl_dtype dt, int backward) {
-    int64_t sx[2] = {64, 1024}, sb = 1024;
-    gdl_tensor *x = dtype_rnd(2, sx, dt, dev), *b = dtype_rnd(1, &sb, dt, dev), *w = dtype_rnd(2, sx, dt, dev), *y;
+    int64_t sx[2] = {64, 1024}, sb = 1024, sw[2] = {128, 1024};
+    gdl_tensor *x = dtype_rnd(2, sx, dt, dev), *b = dtype_rnd(1, &sb, dt, dev), *w = dtype_rnd(2, sw, dt, dev), *y, *xs[2];
     size_t before, after = 0;
     if (!x || !b || !w || gdl_set_requires_grad(x, 1) < 0 || gdl_set_requires_grad(b, 1) < 0) goto done;
     gdl_arena_reset();
     before = dtype_arena_used(dev);
     y = gdl_gelu(gdl_add(gdl_relu(x), b), 0);
-    y = gdl_sub(gdl_mul_scalar(gdl_dropout(gdl_tanh(y), 0.25, 1), 0.5), x);
+    xs[0] = gdl_sub(gdl_mul_scalar(gdl_dropout(gdl_tanh(y), 0.25, 1), 0.5), x);
+    xs[1] = gdl_sigmoid(x);
+    y = xs[0] && xs[1] ? gdl_concat(2, xs, 0) : NULL;
     if (!y || y->dtype != dt || (backward && gdl_backward_grad(y, w) < 0)) goto done;
     if (backward && (!x->grad || x->grad->dtype != dt || !b->grad || b->grad->dtype != dt)) goto done;
     after = dtype_arena_used(dev) - before;
@@ -365,7 +367,7 @@ done:
 
 /* Elementwise ops on one low dtype run natively: (1) the result equals the
    cast path's (f32 copies, the f32 op, the result rounded once) bit for bit
-   -- unary ops, binary ops with broadcasting, dropout -- over sizes that take
+   -- unary ops, binary ops with broadcasting, dropout, concat -- over sizes that take
    every path (odd sizes, chunk tails, threaded sizes) and edge values;
    (2) no f32 temporaries: an elementwise chain in bf16 uses half the arena
    bytes of the same chain in f32, forward and backward (the cast path used
@@ -442,6 +444,21 @@ TEST dtype_native_elementwise(void *arg) {
                 ASSERT(dtype_same_bits(r, gdl_to_dtype(f2(fx, fm), dts[d])));
                 ASSERT_NOT_NULL(r = f2(m, m));
                 ASSERT(dtype_same_bits(r, gdl_to_dtype(f2(fm, fm), dts[d])));
+            }
+            {   /* concat: an exact copy */
+                gdl_tensor *xs[3], *fxs[3];
+                xs[0] = m;
+                xs[1] = gdl_relu(m);
+                xs[2] = m;
+                fxs[0] = fm;
+                fxs[1] = gdl_relu(fm);
+                fxs[2] = fm;
+                ASSERT_NOT_NULL(r = gdl_concat(2, xs, 1));
+                ASSERT_EQ((int)dts[d], (int)r->dtype);
+                ASSERT(dtype_same_bits(r, gdl_to_dtype(gdl_concat(2, fxs, 1), dts[d])));
+                ASSERT_NOT_NULL(r = gdl_concat(3, xs, 0)); /* m twice: the cast path */
+                ASSERT_EQ((int)dts[d], (int)r->dtype);
+                ASSERT(dtype_same_bits(r, gdl_to_dtype(gdl_concat(3, fxs, 0), dts[d])));
             }
             /* in place, rounded once */
             ASSERT_NOT_NULL(want = gdl_to_dtype(gdl_mul_scalar(fx, -0.7), dts[d]));
