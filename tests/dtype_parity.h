@@ -336,6 +336,53 @@ static gdl_tensor *dtype_rnd_edges(int64_t n, gdl_dtype dt, gdl_device dev, int 
     return r;
 }
 
+/* The gradients of f2(a, b) (b == NULL: f1(a); same: f2(a, a)) in a's low
+   dtype against the f32 computation on the same values with the seed
+   rounded to that dtype: a native gradient is the f32 one rounded once
+   (the f32 path's products and sums, from zero), so the bits must match.
+   0 when they do, else a message in msg. */
+static int dtype_grads_match(gdl_tensor *(*f1)(gdl_tensor *), gdl_tensor *(*f2)(gdl_tensor *, gdl_tensor *),
+                             gdl_tensor *a, gdl_tensor *b, int same, char *msg, size_t msz) {
+    gdl_dtype dt = a->dtype;
+    gdl_tensor *la = gdl_clone(a), *lb = b && !same ? gdl_clone(b) : NULL;
+    gdl_tensor *fa = gdl_clone(gdl_to_dtype(a, GDL_F32)), *fb = b && !same ? gdl_clone(gdl_to_dtype(b, GDL_F32)) : NULL;
+    gdl_tensor *lo, *fo, *w = NULL;
+    int bad = 1;
+    msg[0] = 0;
+    if (!la || !fa || (b && !same && (!lb || !fb))) goto done;
+    gdl_set_requires_grad(la, 1);
+    gdl_set_requires_grad(fa, 1);
+    if (lb) gdl_set_requires_grad(lb, 1);
+    if (fb) gdl_set_requires_grad(fb, 1);
+    lo = b ? f2(la, same ? la : lb) : f1(la);
+    fo = b ? f2(fa, same ? fa : fb) : f1(fa);
+    if (!lo || !fo || lo->dtype != dt) goto done;
+    if (!(w = dtype_rnd(lo->ndim, lo->shape, dt, lo->device))) goto done;
+    if (gdl_backward_grad(lo, w) < 0 || gdl_backward_grad(fo, gdl_to_dtype(w, GDL_F32)) < 0) goto done;
+    if (!la->grad || la->grad->dtype != dt || !dtype_same_bits(la->grad, gdl_to_dtype(fa->grad, dt))) {
+        snprintf(msg, msz, "the first input's gradient");
+        goto done;
+    }
+    if (lb && (!lb->grad || lb->grad->dtype != dt || !dtype_same_bits(lb->grad, gdl_to_dtype(fb->grad, dt)))) {
+        snprintf(msg, msz, "the second input's gradient");
+        goto done;
+    }
+    bad = 0;
+done:
+    if (bad && !msg[0]) snprintf(msg, msz, "%.150s", gdl_last_error());
+    gdl_free(la);
+    gdl_free(lb);
+    gdl_free(fa);
+    gdl_free(fb);
+    gdl_free(w);
+    return bad;
+}
+static gdl_tensor *dtype_gelu_erf(gdl_tensor *x) { return gdl_gelu(x, 0); }
+static gdl_tensor *dtype_gelu_tanh(gdl_tensor *x) { return gdl_gelu(x, 1); }
+static gdl_tensor *dtype_leaky(gdl_tensor *x) { return gdl_leaky_relu(x, 0.05); }
+static gdl_tensor *dtype_scale(gdl_tensor *x) { return gdl_mul_scalar(x, -1.3); }
+static gdl_tensor *dtype_sqrt(gdl_tensor *x) { return gdl_pow_scalar(x, 0.5); }
+
 static size_t dtype_arena_used(gdl_device dev) {
     gdl_memory_status m;
     return gdl_memory_stats(dev, &m) == 0 ? m.arena_used : (size_t)-1;
@@ -459,6 +506,43 @@ TEST dtype_native_elementwise(void *arg) {
                 ASSERT_NOT_NULL(r = gdl_concat(3, xs, 0)); /* m twice: the cast path */
                 ASSERT_EQ((int)dts[d], (int)r->dtype);
                 ASSERT(dtype_same_bits(r, gdl_to_dtype(gdl_concat(3, fxs, 0), dts[d])));
+            }
+            if (n <= 1000) { /* gradients: broadcast dims summed in f32 (every sum_to path), a tensor passed twice */
+                int64_t sr1[2] = {rows, 1}, s1 = 1;
+                gdl_tensor *bs[4], *pm, *r1 = dtype_rnd(2, sr1, GDL_F32, dev), *r2 = dtype_rnd(1, &s1, GDL_F32, dev);
+                char msg[200];
+                int v;
+                gdl_tensor *(*un[])(gdl_tensor *) = {gdl_relu, dtype_gelu_erf, dtype_gelu_tanh, dtype_leaky, dtype_scale,
+                                                     gdl_log, dtype_sqrt};
+                ASSERT_NOT_NULL(pm = gdl_to_dtype(gdl_add_scalar(gdl_sigmoid(fm), 0.5), dts[d])); /* positive */
+                bs[0] = gdl_reshape(p, 1, &n);
+                ASSERT_NOT_NULL(r1);
+                ASSERT_NOT_NULL(r2);
+                bs[1] = gdl_to_dtype(gdl_add_scalar(gdl_sigmoid(r1), 0.5), dts[d]);
+                bs[2] = gdl_to_dtype(gdl_add_scalar(gdl_sigmoid(r2), 0.5), dts[d]);
+                gdl_free(r1); /* the temporaries made of them stay until the arena's reset */
+                gdl_free(r2);
+                bs[3] = pm;
+                for (k = 0; k < 4; k++) {
+                    gdl_tensor *(*f2)(gdl_tensor *, gdl_tensor *) =
+                        k == 0 ? gdl_add : k == 1 ? gdl_sub : k == 2 ? gdl_mul : gdl_div;
+                    for (v = 0; v < 4; v++) {
+                        ASSERT_NOT_NULL(bs[v]);
+                        if (dtype_grads_match(NULL, f2, m, bs[v], 0, msg, sizeof msg))
+                            FAILf("%s binary op %d, b variant %d, %lld elements: %s differs from the f32 one rounded",
+                                  gdl_dtype_name(dts[d]), k, v, (long long)n, msg);
+                        if (dtype_grads_match(NULL, f2, bs[v], m, 0, msg, sizeof msg))
+                            FAILf("%s binary op %d, a variant %d, %lld elements: %s differs from the f32 one rounded",
+                                  gdl_dtype_name(dts[d]), k, v, (long long)n, msg);
+                    }
+                    if (dtype_grads_match(NULL, f2, pm, pm, 1, msg, sizeof msg))
+                        FAILf("%s binary op %d of a tensor with itself: %s differs from the f32 one rounded",
+                              gdl_dtype_name(dts[d]), k, msg);
+                }
+                for (k = 0; k < (int)(sizeof un / sizeof un[0]); k++)
+                    if (dtype_grads_match(un[k], NULL, k >= 5 ? pm : m, NULL, 0, msg, sizeof msg))
+                        FAILf("%s unary case %d, %lld elements: %s differs from the f32 one rounded", gdl_dtype_name(dts[d]),
+                              k, (long long)n, msg);
             }
             /* in place, rounded once */
             ASSERT_NOT_NULL(want = gdl_to_dtype(gdl_mul_scalar(fx, -0.7), dts[d]));
