@@ -5230,15 +5230,33 @@ static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const g
    the f32 kernel's on the same values, then rounded once) and stored. */
 #define GDL__LP_CHUNK 256
 
+/* x86's F16C converts 8 halves at a time, rounding to nearest even as
+   gdl_f32_to_f16 does; groups holding an infinity or NaN take the scalar
+   functions, so every bit (NaN payloads included) stays theirs */
+#if defined(__F16C__) && defined(__AVX__) && !defined(GPUDL_DOUBLE)
+#include <immintrin.h>
+#define GDL__F16C 1
+#endif
+
 /* n elements of src (dtype st: f32 or low) from element off, s apart, as f32 */
 static void gdl__lp_get(gdl_dtype st, const void *src, int64_t off, int64_t s, int64_t n, gdl_real *buf) {
-    int64_t i;
+    int64_t i = 0, k;
     if (st == GDL_F32) {
         const gdl_real *p = (const gdl_real *)src + off;
         for (i = 0; i < n; i++) buf[i] = p[i * s];
     } else if (st == GDL_F16) {
         const uint16_t *h = (const uint16_t *)src + off;
-        for (i = 0; i < n; i++) buf[i] = (gdl_real)gdl_f16_to_f32(h[i * s]);
+#ifdef GDL__F16C
+        if (s == 1)
+            for (; i + 8 <= n; i += 8) {
+                __m128i hv = _mm_loadu_si128((const __m128i *)(const void *)(h + i)), e = _mm_set1_epi16(0x7c00);
+                if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(hv, e), e)) == 0)
+                    _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(hv));
+                else
+                    for (k = i; k < i + 8; k++) buf[k] = gdl_f16_to_f32(h[k]);
+            }
+#endif
+        for (k = i; k < n; k++) buf[k] = (gdl_real)gdl_f16_to_f32(h[k * s]);
     } else {
         const uint16_t *h = (const uint16_t *)src + off;
         for (i = 0; i < n; i++) buf[i] = (gdl_real)gdl_bf16_to_f32(h[i * s]);
@@ -5251,7 +5269,21 @@ static void gdl__lp_put(gdl_dtype dt, void *dst, int64_t off, int64_t n, const g
         memcpy((gdl_real *)dst + off, buf, sizeof(gdl_real) * (size_t)n);
     } else if (dt == GDL_F16) {
         uint16_t *h = (uint16_t *)dst + off;
-        for (i = 0; i < n; i++) h[i] = gdl_f32_to_f16((float)buf[i]);
+        i = 0;
+#ifdef GDL__F16C
+        for (; i + 8 <= n; i += 8) {
+            __m256 v = _mm256_loadu_ps(buf + i);
+            /* |v| < inf for all 8 (false for NaN) */
+            __m256 fin = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
+            if (_mm256_movemask_ps(fin) == 0xff) {
+                _mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+            } else {
+                int64_t k;
+                for (k = i; k < i + 8; k++) h[k] = gdl_f32_to_f16(buf[k]);
+            }
+        }
+#endif
+        for (; i < n; i++) h[i] = gdl_f32_to_f16((float)buf[i]);
     } else {
         uint16_t *h = (uint16_t *)dst + off;
         for (i = 0; i < n; i++) h[i] = gdl_f32_to_bf16((float)buf[i]);

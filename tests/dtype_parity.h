@@ -319,7 +319,8 @@ static int dtype_same_bits(gdl_tensor *a, gdl_tensor *b) {
 /* n values of dtype dt on dev: randn (positive: |randn| + 0.01), the first
    ones the edge cases (zeros of both signs, infinities, NaN, huge, tiny) */
 static gdl_tensor *dtype_rnd_edges(int64_t n, gdl_dtype dt, gdl_device dev, int positive) {
-    static const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3e38f, -1e-30f, 70000.0f};
+    static const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3e38f, -1e-30f, 70000.0f, 65504.0f, -65520.0f,
+                                 2.98023224e-8f, 4.47034836e-8f, 1e-5f, -6.1e-5f, 1.0009765625f, -2.0f};
     gdl_tensor *f = gdl_randn(1, &n, gdl_cpu()), *t, *r;
     float *v;
     int64_t i;
