@@ -581,6 +581,12 @@ TEST dtype_native_elementwise(void *arg) {
         gdl_autocast_stats(&casts1, NULL);
         ASSERT_EQ(casts0 + 1, casts1);
         ASSERT_EQ(0, gdl_autocast_end());
+        /* anomaly mode sees a native op's non-finite output as it saw the f32 op's */
+        gdl_set_anomaly_mode(1);
+        r = gdl_log(gdl_sub(x, x)); /* log 0 = -inf */
+        gdl_set_anomaly_mode(0);
+        ASSERT_NULL(r);
+        ASSERT_CONTAINS(gdl_last_error(), "gdl_log: produced 100 NaN/Inf values");
         gdl_free(x);
         gdl_arena_reset();
     }
