@@ -71,19 +71,21 @@
      exp, log, add_scalar, mul_scalar (and gdl_mul_scalar_), pow_scalar,
      add, sub, mul, div with broadcasting, dropout, concat -- forward and
      backward (entries unary_lp, unary_backward_lp, binary_lp, sum_to_lp,
-     dropout_lp, dropout_backward_lp, copy2d_lp): each element is loaded to f32, computed with the
-     f32 kernel's formula and rounded once on store, so the forward result
-     is bit for bit the cast path's below, with no f32 temporaries (half of
-     f32's memory); a gradient is summed in f32 and added to the
-     low-precision .grad with one rounding. The backward of sigmoid, tanh
-     and exp reads the rounded output, as PyTorch's does.
+     dropout_lp, dropout_backward_lp, copy2d_lp): each element is loaded
+     to f32, computed with the f32 kernel's formula and rounded once on
+     store, so the forward result is bit for bit the cast path's below,
+     with no f32 temporaries (half of f32's memory); a gradient is summed
+     in f32 and added to the low-precision .grad with one rounding (the
+     f32 gradient rounded, when the .grad starts at zero). The backward of
+     sigmoid, tanh and exp reads the rounded output, as PyTorch's does.
    Every other op given bf16 or f16 (and any op given mixed dtypes) runs its
    f32 kernel on f32 copies of the low-precision inputs and rounds its
    output once (one place in [impl-ops]: gdl__lowp_in/out, with
    differentiable casts, so autograd needs nothing else): PyTorch's
    numerics, but more memory than f32. BatchNorm's running statistics must
    be f32 (the input and affine parameters may be low; the output has the
-   input's dtype), as under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
+   input's dtype), as under torch.autocast. Optimizers and gdl_sgd_update_
+   take f32 parameters.
 
    Mixed precision (autocast)
    --------------------------
