@@ -64,18 +64,29 @@
      and the result is rounded to bf16/f16 once;
    * a tensor's gradient has its dtype (a bf16 weight gets a bf16 .grad);
    * gdl_to_dtype is differentiable between float dtypes (PyTorch's .to).
-   How: matmul and linear run natively when their inputs share one low dtype
-   (the backend entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA;
-   on the CPU f32 copies through the f32 kernel). Every other op given bf16
-   or f16 runs its f32 kernel on f32 copies of the low-precision inputs and
-   rounds its output once (one place in [impl-ops]: gdl__lowp_in/out, with
-   differentiable casts, so autograd needs nothing else). That is PyTorch's
-   numerics, not yet its speed: native low-precision kernels for the rest
-   are future work. BatchNorm's running statistics must be f32 (the input
-   and affine parameters may be low; the output has the input's dtype), as
-   under torch.autocast. Optimizers take f32 parameters, or bf16/f16 ones
-   that they keep f32 master weights for ("Master weights" below);
-   gdl_sgd_update_ takes f32 ones.
+   How: these ops run natively when their float inputs share one low dtype:
+   * matmul and linear (the backend entry gemm_lp: cublasGemmEx with f32
+     accumulation on CUDA; on the CPU f32 copies through the f32 kernel);
+   * the elementwise ops -- relu, leaky_relu, sigmoid, tanh, gelu (both),
+     exp, log, add_scalar, mul_scalar (and gdl_mul_scalar_), pow_scalar,
+     add, sub, mul, div with broadcasting, dropout, concat -- forward and
+     backward (entries unary_lp, unary_backward_lp, binary_lp, sum_to_lp,
+     dropout_lp, dropout_backward_lp, copy2d_lp): each element is loaded
+     to f32, computed with the f32 kernel's formula and rounded once on
+     store, so the forward result is bit for bit the cast path's below,
+     with no f32 temporaries (half of f32's memory); a gradient is summed
+     in f32 and added to the low-precision .grad with one rounding (the
+     f32 gradient rounded, when the .grad starts at zero). The backward of
+     sigmoid, tanh and exp reads the rounded output, as PyTorch's does.
+   Every other op given bf16 or f16 (and any op given mixed dtypes) runs its
+   f32 kernel on f32 copies of the low-precision inputs and rounds its
+   output once (one place in [impl-ops]: gdl__lowp_in/out, with
+   differentiable casts, so autograd needs nothing else): PyTorch's
+   numerics, but more memory than f32. BatchNorm's running statistics must
+   be f32 (the input and affine parameters may be low; the output has the
+   input's dtype), as under torch.autocast. Optimizers take f32 parameters,
+   or bf16/f16 ones that they keep f32 master weights for ("Master weights"
+   below); gdl_sgd_update_ takes f32 ones.
 
    Mixed precision (autocast)
    --------------------------
@@ -121,10 +132,12 @@
    per host thread: another thread's ops are not affected.
    f16's narrow range can flush small gradients to zero: PyTorch pairs it
    with a GradScaler (loss scaling); bf16 has f32's range and needs none.
-   Outside a region the cost is one thread-local compare per op. Today only
-   matmul and linear have native bf16/f16 kernels; other ops compute on f32
-   copies (Dtypes above), so autocast gives PyTorch's numerics but not yet
-   its memory or speed savings (bench/RESULTS.md has the figures).
+   Outside a region the cost is one thread-local compare per op. Natively
+   in bf16/f16 (Dtypes above): matmul, linear and the elementwise ops
+   (activations, add/sub/mul/div, the scalar ops, dropout, concat); an
+   elementwise op of class PROMOTE on low-precision activations stays in
+   their dtype without a cast. The other ops (pooling, norms, losses ...)
+   compute on f32 copies, so they do not yet save memory or time.
 
    Master weights
    --------------
@@ -272,7 +285,9 @@
         one): it runs in the gradient check, the CPU/GPU parity table and
         the bf16/f16 parity tables (tests/test_dtype.c, tests/test_cuda.c).
    An op built from existing kernels (a new unary function is a new
-   gdl_unary_op code and a case in both unary kernels) touches 1-3 and 5.
+   gdl_unary_op code and a case in both unary kernels) touches 1-3 and 5;
+   a new unary function is native in bf16/f16 too (gdl__unary1 serves both
+   the f32 and the low-precision kernels, on the CPU and on CUDA).
 
    Compile-time options
    --------------------
@@ -1754,6 +1769,24 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx)) \
     X(int, avgpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y)) \
     X(int, avgpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx)) \
+    /* native bf16/f16 elementwise kernels (dt: GDL_BF16 or GDL_F16; binary_lp and sum_to_lp take \
+       each operand's dtype, f32 or one low dtype): every element is loaded to f32, computed with \
+       the f32 kernel's formula and rounded once on store; "+=" loads the accumulator, adds in f32 \
+       and rounds once. binary_lp's out may be a itself (same strides: an in-place add); sum_to_lp \
+       sums each destination's sources in f32 first (from 0, as the f32 sum_to into a zeroed \
+       buffer), then adds that to dst and rounds */ \
+    X(int, unary_lp, (gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha)) \
+    X(int, unary_backward_lp, (gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy, \
+        void *gx, float alpha)) \
+    X(int, binary_lp, (int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr, \
+        gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out)) \
+    X(int, sum_to_lp, (int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst, \
+        const int64_t *dstr, float alpha)) \
+    X(int, dropout_lp, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y)) \
+    X(int, dropout_backward_lp, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx)) \
+    /* copy2d on elements of dt: a copy is exact; accumulate adds in f32 and rounds once */ \
+    X(int, copy2d_lp, (gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst, \
+        int64_t dld, int accumulate)) \
     /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols */ \
     X(int, copy2d, (int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst, \
         int64_t dld, int accumulate)) \
@@ -5265,6 +5298,284 @@ static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const g
     return 0;
 }
 
+/* ---- native bf16/f16 elementwise kernels ----
+   Chunks of GDL__LP_CHUNK elements are loaded to f32 on the stack, computed
+   with the f32 kernels' formulas (the same expressions, so a result equals
+   the f32 kernel's on the same values, then rounded once) and stored. */
+#define GDL__LP_CHUNK 256
+
+/* x86's F16C converts 8 halves at a time, rounding to nearest even as
+   gdl_f32_to_f16 does; groups holding an infinity or NaN take the scalar
+   functions, so every bit (NaN payloads included) stays theirs */
+#if defined(__F16C__) && defined(__AVX__) && !defined(GPUDL_DOUBLE)
+#include <immintrin.h>
+#define GDL__F16C 1
+#endif
+
+/* n elements of src (dtype st: f32 or low) from element off, s apart, as f32 */
+static void gdl__lp_get(gdl_dtype st, const void *src, int64_t off, int64_t s, int64_t n, gdl_real *buf) {
+    int64_t i = 0, k;
+    if (st == GDL_F32) {
+        const gdl_real *p = (const gdl_real *)src + off;
+        for (i = 0; i < n; i++) buf[i] = p[i * s];
+    } else if (st == GDL_F16) {
+        const uint16_t *h = (const uint16_t *)src + off;
+#ifdef GDL__F16C
+        if (s == 1)
+            for (; i + 8 <= n; i += 8) {
+                __m128i hv = _mm_loadu_si128((const __m128i *)(const void *)(h + i)), e = _mm_set1_epi16(0x7c00);
+                if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(hv, e), e)) == 0)
+                    _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(hv));
+                else
+                    for (k = i; k < i + 8; k++) buf[k] = gdl_f16_to_f32(h[k]);
+            }
+#endif
+        for (k = i; k < n; k++) buf[k] = (gdl_real)gdl_f16_to_f32(h[k * s]);
+    } else {
+        const uint16_t *h = (const uint16_t *)src + off;
+        for (i = 0; i < n; i++) buf[i] = (gdl_real)gdl_bf16_to_f32(h[i * s]);
+    }
+}
+/* n contiguous elements of dst (dtype dt) from element off, rounded once from buf */
+static void gdl__lp_put(gdl_dtype dt, void *dst, int64_t off, int64_t n, const gdl_real *buf) {
+    int64_t i;
+    if (dt == GDL_F32) {
+        memcpy((gdl_real *)dst + off, buf, sizeof(gdl_real) * (size_t)n);
+    } else if (dt == GDL_F16) {
+        uint16_t *h = (uint16_t *)dst + off;
+        i = 0;
+#ifdef GDL__F16C
+        for (; i + 8 <= n; i += 8) {
+            __m256 v = _mm256_loadu_ps(buf + i);
+            /* |v| < inf for all 8 (false for NaN) */
+            __m256 fin = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), _mm256_set1_ps(INFINITY), _CMP_LT_OQ);
+            if (_mm256_movemask_ps(fin) == 0xff) {
+                _mm_storeu_si128((__m128i *)(void *)(h + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+            } else {
+                int64_t k;
+                for (k = i; k < i + 8; k++) h[k] = gdl_f32_to_f16(buf[k]);
+            }
+        }
+#endif
+        for (; i < n; i++) h[i] = gdl_f32_to_f16((float)buf[i]);
+    } else {
+        uint16_t *h = (uint16_t *)dst + off;
+        for (i = 0; i < n; i++) h[i] = gdl_f32_to_bf16((float)buf[i]);
+    }
+}
+
+typedef struct {
+    gdl_dtype dt;
+    int op;
+    const void *x, *y, *gy;
+    void *out;
+    gdl_real alpha;
+    double p;
+    uint64_t seed;
+} gdl__lp_job;
+
+static void gdl__unary_lp_part(const void *p_, int64_t lo, int64_t hi) {
+    const gdl__lp_job *j = (const gdl__lp_job *)p_;
+    gdl_real xb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK], alpha = j->alpha;
+    int64_t c, i, m;
+    for (c = lo; c < hi; c += m) {
+        m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
+        gdl__lp_get(j->dt, j->x, c, 1, m, xb);
+        switch (j->op) { /* gdl__cpu_unary's loops */
+        case GDL_UN_RELU: for (i = 0; i < m; i++) ob[i] = xb[i] > 0 ? xb[i] : 0; break;
+        case GDL_UN_SCALE: for (i = 0; i < m; i++) ob[i] = alpha * xb[i]; break;
+        case GDL_UN_ADD_SCALAR: for (i = 0; i < m; i++) ob[i] = xb[i] + alpha; break;
+        default: for (i = 0; i < m; i++) ob[i] = gdl__unary1(j->op, xb[i], alpha); break;
+        }
+        gdl__lp_put(j->dt, j->out, c, m, ob);
+    }
+}
+static int gdl__cpu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+    gdl__lp_job j;
+    memset(&j, 0, sizeof j);
+    j.dt = dt; j.op = op; j.x = x; j.out = y; j.alpha = (gdl_real)alpha;
+    gdl__parallel_for(n, op == GDL_UN_RELU || op == GDL_UN_SCALE || op == GDL_UN_ADD_SCALAR ? n : 8 * n,
+                      gdl__unary_lp_part, &j);
+    return 0;
+}
+
+static void gdl__unary_backward_lp_part(const void *p_, int64_t lo, int64_t hi) {
+    const gdl__lp_job *j = (const gdl__lp_job *)p_;
+    gdl_real xb[GDL__LP_CHUNK], yb[GDL__LP_CHUNK], gyb[GDL__LP_CHUNK], gb[GDL__LP_CHUNK], alpha = j->alpha;
+    int64_t c, i, m;
+    int op = j->op, need_y = op == GDL_UN_SIGMOID || op == GDL_UN_TANH || op == GDL_UN_EXP;
+    for (c = lo; c < hi; c += m) {
+        m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
+        gdl__lp_get(j->dt, j->x, c, 1, m, xb);
+        if (need_y) gdl__lp_get(j->dt, j->y, c, 1, m, yb);
+        else for (i = 0; i < m; i++) yb[i] = 0;
+        gdl__lp_get(j->dt, j->gy, c, 1, m, gyb);
+        gdl__lp_get(j->dt, j->out, c, 1, m, gb);
+        switch (op) { /* gdl__cpu_unary_backward's loops */
+        case GDL_UN_RELU: for (i = 0; i < m; i++) gb[i] += xb[i] > 0 ? gyb[i] : 0; break;
+        case GDL_UN_LEAKY_RELU: for (i = 0; i < m; i++) gb[i] += xb[i] > 0 ? gyb[i] : alpha * gyb[i]; break;
+        case GDL_UN_SCALE: for (i = 0; i < m; i++) gb[i] += alpha * gyb[i]; break;
+        case GDL_UN_ADD_SCALAR: for (i = 0; i < m; i++) gb[i] += gyb[i]; break;
+        case GDL_UN_SIGMOID: for (i = 0; i < m; i++) gb[i] += gyb[i] * yb[i] * (1 - yb[i]); break;
+        case GDL_UN_TANH: for (i = 0; i < m; i++) gb[i] += gyb[i] * (1 - yb[i] * yb[i]); break;
+        default:
+            for (i = 0; i < m; i++) gb[i] += (gdl_real)(gyb[i] * gdl__unary_grad1(op, xb[i], yb[i], alpha));
+            break;
+        }
+        gdl__lp_put(j->dt, j->out, c, m, gb);
+    }
+}
+static int gdl__cpu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
+                                      void *gx, float alpha) {
+    gdl__lp_job j;
+    memset(&j, 0, sizeof j);
+    j.dt = dt; j.op = op; j.x = x; j.y = y; j.gy = gy; j.out = gx; j.alpha = (gdl_real)alpha;
+    gdl__parallel_for(n, 8 * n, gdl__unary_backward_lp_part, &j);
+    return 0;
+}
+
+/* the offsets of row r (all dims but the last, row-major) in two strided operands */
+static void gdl__row_offsets(int ndim, const int64_t *shape, int64_t r, const int64_t *astr, int64_t *oa,
+                             const int64_t *bstr, int64_t *ob) {
+    int d;
+    *oa = *ob = 0;
+    for (d = ndim - 2; d >= 0; d--) {
+        int64_t id = r % shape[d];
+        r /= shape[d];
+        *oa += id * astr[d];
+        *ob += id * bstr[d];
+    }
+}
+
+typedef struct {
+    int op, ndim;
+    const int64_t *shape, *astr, *bstr;
+    gdl_dtype at, bt, ot;
+    const void *a, *b;
+    void *out;
+} gdl__binary_lp_job;
+static void gdl__binary_lp_part(const void *p_, int64_t lo, int64_t hi) {
+    const gdl__binary_lp_job *j = (const gdl__binary_lp_job *)p_;
+    int nd = j->ndim;
+    int64_t inner = nd ? j->shape[nd - 1] : 1, sa = nd ? j->astr[nd - 1] : 0, sb = nd ? j->bstr[nd - 1] : 0, r, c, m;
+    gdl_real ab[GDL__LP_CHUNK], bb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK];
+    for (r = lo; r < hi; r++) {
+        int64_t oa, ob_;
+        gdl__row_offsets(nd, j->shape, r, j->astr, &oa, j->bstr, &ob_);
+        for (c = 0; c < inner; c += m) {
+            m = inner - c < GDL__LP_CHUNK ? inner - c : GDL__LP_CHUNK;
+            gdl__lp_get(j->at, j->a, oa + c * sa, sa, m, ab);
+            gdl__lp_get(j->bt, j->b, ob_ + c * sb, sb, m, bb);
+            gdl__bin_row(j->op, m, ab, 1, bb, 1, ob);
+            gdl__lp_put(j->ot, j->out, r * inner + c, m, ob);
+        }
+    }
+}
+static int gdl__cpu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
+                              gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+    int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1;
+    int d;
+    gdl__binary_lp_job j;
+    for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
+    if (inner == 0 || rows == 0) return 0;
+    j.op = op; j.ndim = ndim; j.shape = shape; j.astr = astr; j.bstr = bstr;
+    j.at = at; j.bt = bt; j.ot = ot; j.a = a; j.b = b; j.out = out;
+    gdl__parallel_for(rows, rows * inner, gdl__binary_lp_part, &j);
+    return 0;
+}
+
+/* gdl__cpu_sum_to into a zeroed f32 buffer over dst's elements, then added
+   to dst and rounded: the f32 path's gradient of an f32 copy, then its cast */
+static int gdl__cpu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
+                              const int64_t *dstr, float alpha_) {
+    int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, i, c, m, o = 0, unused = 0, span = 1, idx[GDL_MAX_DIMS] = {0};
+    int64_t ds = ndim ? dstr[ndim - 1] : 0, zero[GDL_MAX_DIMS] = {0};
+    gdl_real *acc, buf[GDL__LP_CHUNK], db[GDL__LP_CHUNK], alpha = (gdl_real)alpha_;
+    int d;
+    for (d = 0; d < ndim; d++) {
+        if (shape[d] == 0) return 0;
+        span += (shape[d] - 1) * dstr[d];
+    }
+    for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
+    if (!(acc = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)span))) {
+        gdl__set_error("%s: out of host memory for a %s gradient's f32 sums", gdl__be_op, gdl_dtype_name(dt));
+        return -1;
+    }
+    memset(acc, 0, sizeof(gdl_real) * (size_t)span);
+    for (r = 0; r < rows; r++) {
+        gdl_real *q = acc + o, racc = 0;
+        for (c = 0; c < inner; c += m) {
+            m = inner - c < GDL__LP_CHUNK ? inner - c : GDL__LP_CHUNK;
+            gdl__lp_get(st, src, r * inner + c, 1, m, buf);
+            if (ds == 0) for (i = 0; i < m; i++) racc += buf[i];
+            else if (ds == 1) for (i = 0; i < m; i++) q[c + i] += alpha * buf[i];
+            else for (i = 0; i < m; i++) q[(c + i) * ds] += alpha * buf[i];
+        }
+        if (ds == 0) q[0] += alpha * racc;
+        gdl__odometer_step(ndim, shape, idx, &o, dstr, &unused, zero);
+    }
+    for (c = 0; c < span; c += m) {
+        m = span - c < GDL__LP_CHUNK ? span - c : GDL__LP_CHUNK;
+        gdl__lp_get(dt, dst, c, 1, m, db);
+        for (i = 0; i < m; i++) db[i] += acc[c + i];
+        gdl__lp_put(dt, dst, c, m, db);
+    }
+    GPUDL_FREE(acc);
+    return 0;
+}
+
+static void gdl__dropout_lp_part(const void *p_, int64_t lo, int64_t hi) {
+    const gdl__lp_job *j = (const gdl__lp_job *)p_;
+    gdl_real xb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK], scale = j->p < 1 ? (gdl_real)(1.0 / (1.0 - j->p)) : 0;
+    int64_t c, i, m;
+    for (c = lo; c < hi; c += m) {
+        m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
+        gdl__lp_get(j->dt, j->x, c, 1, m, xb);
+        if (j->gy) { /* backward: gx += kept gy * scale (a dropped element adds 0, as the cast path's f32 gradient) */
+            gdl__lp_get(j->dt, j->out, c, 1, m, ob);
+            for (i = 0; i < m; i++) ob[i] += gdl_dropout_keep(j->seed, (uint64_t)(c + i), j->p) ? xb[i] * scale : 0;
+        } else {
+            for (i = 0; i < m; i++) ob[i] = gdl_dropout_keep(j->seed, (uint64_t)(c + i), j->p) ? xb[i] * scale : 0;
+        }
+        gdl__lp_put(j->dt, j->out, c, m, ob);
+    }
+}
+static int gdl__cpu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+    gdl__lp_job j;
+    memset(&j, 0, sizeof j);
+    j.dt = dt; j.x = x; j.out = y; j.p = p; j.seed = seed;
+    gdl__parallel_for(n, n, gdl__dropout_lp_part, &j);
+    return 0;
+}
+static int gdl__cpu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+    gdl__lp_job j;
+    memset(&j, 0, sizeof j);
+    j.dt = dt; j.x = gy; j.gy = gy; j.out = gx; j.p = p; j.seed = seed;
+    gdl__parallel_for(n, n, gdl__dropout_lp_part, &j);
+    return 0;
+}
+
+static int gdl__cpu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                              int64_t dld, int accumulate) {
+    size_t es = gdl_dtype_size(dt);
+    gdl_real sb[GDL__LP_CHUNK], db[GDL__LP_CHUNK];
+    int64_t r, c, i, m;
+    for (r = 0; r < rows; r++) {
+        if (!accumulate) {
+            memmove((char *)dst + (size_t)(r * dld) * es, (const char *)src + (size_t)(r * sld) * es, es * (size_t)cols);
+            continue;
+        }
+        for (c = 0; c < cols; c += m) {
+            m = cols - c < GDL__LP_CHUNK ? cols - c : GDL__LP_CHUNK;
+            gdl__lp_get(dt, src, r * sld + c, 1, m, sb);
+            gdl__lp_get(dt, dst, r * dld + c, 1, m, db);
+            for (i = 0; i < m; i++) db[i] += sb[i];
+            gdl__lp_put(dt, dst, r * dld + c, m, db);
+        }
+    }
+    return 0;
+}
+
 typedef struct {
     int64_t N;
     int64_t C;
@@ -6093,9 +6404,15 @@ static gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int ni
 static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
     int64_t bad = 0;
     if (gdl__prof_on) gdl__prof_close(op);
-    if (out && gdl__anomaly && out->dtype == GDL_F32) {
+    if (out && gdl__anomaly && (out->dtype == GDL_F32 || out->dtype == GDL_F16 || out->dtype == GDL_BF16)) {
         const gdl_backend *be = gdl__be(op, out->device);
-        if (!be || be->count_nonfinite(out->numel, GDL__R(out), &bad) < 0) return NULL;
+        gdl_real *f = GDL__R(out);
+        if (!be) return NULL;
+        if (out->dtype != GDL_F32 && /* a native low-precision op's output: checked in f32 */
+            (!(f = (gdl_real *)gdl__scratch(op, out->device, sizeof(gdl_real) * (size_t)(out->numel + 1))) ||
+             be->cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0))
+            return NULL;
+        if (be->count_nonfinite(out->numel, f, &bad) < 0) return NULL;
         if (bad) {
             gdl__set_error("%s: produced %lld NaN/Inf values in its output %s (anomaly mode)", op, (long long)bad,
                            gdl_shape_str(out));
@@ -6112,7 +6429,9 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
    differentiable cast), the f32 op runs unchanged, and its result is rounded
    once to the output dtype (another cast). That is PyTorch's "compute in
    opmath (f32), round the output". Autograd needs nothing else: the casts
-   are tape nodes, so a bf16 tensor's gradient arrives in bf16. */
+   are tape nodes, so a bf16 tensor's gradient arrives in bf16. The ops that
+   have native low-precision kernels (matmul, linear, the elementwise ones:
+   gdl__lp_native) test for one low dtype before the hook and skip it. */
 
 static int gdl__is_float(gdl_dtype dt) { return dt == GDL_F32 || dt == GDL_F16 || dt == GDL_BF16; }
 static int gdl__is_low(gdl_dtype dt) { return dt == GDL_F16 || dt == GDL_BF16; }
@@ -6124,17 +6443,13 @@ static gdl_dtype gdl__promote(gdl_dtype a, gdl_dtype b) { return a == b ? a : GD
 /* dst += src over n elements of any float dtypes (sums in f32, rounds once) */
 static int gdl__acc_any(const char *op, const gdl_backend *be, gdl_device dev, void *dst, gdl_dtype ddt,
                         const void *src, gdl_dtype sdt, int64_t n) {
-    gdl_real *s = (gdl_real *)src, *d;
+    static const int64_t one = 1;
+    (void)op;
+    (void)dev;
     if (n <= 0) return 0;
-    if (sdt != GDL_F32) {
-        if (!(s = (gdl_real *)gdl__scratch(op, dev, sizeof(gdl_real) * (size_t)n)) || be->cast(s, GDL_F32, src, sdt, n) < 0)
-            return -1;
-    }
-    if (ddt == GDL_F32) return be->copy2d(1, n, s, 0, (gdl_real *)dst, 0, 1);
-    if (!(d = (gdl_real *)gdl__scratch(op, dev, sizeof(gdl_real) * (size_t)n)) || be->cast(d, GDL_F32, dst, ddt, n) < 0 ||
-        be->copy2d(1, n, s, 0, d, 0, 1) < 0)
-        return -1;
-    return be->cast(dst, ddt, d, GDL_F32, n);
+    if (sdt == GDL_F32 && ddt == GDL_F32) return be->copy2d(1, n, (const gdl_real *)src, 0, (gdl_real *)dst, 0, 1);
+    /* in place, no f32 copies: the sum is formed in f32 and rounded once */
+    return be->binary_lp(GDL_BIN_ADD, 1, &n, ddt, dst, &one, sdt, src, &one, ddt, dst);
 }
 
 /* a new temporary x converted to dt; recorded (GDL_OP_CAST) when x needs a
@@ -6242,6 +6557,18 @@ static gdl_tensor *gdl__ac_cast(const char *op, gdl_tensor *x, gdl_dtype dt) {
 
 /* a native low-precision GEMM in dt is what autocast wants (or autocast is off) */
 static int gdl__ac_native(gdl_dtype dt) { return gdl__ac_dt == GDL_F32 || gdl__ac_dt == dt; }
+
+/* an elementwise op (opid) whose float inputs all have the low dtype dt runs
+   natively in dt (the backend's *_lp kernels) unless autocast wants its
+   inputs cast: class F32 (exp, log, pow_scalar) in a region, or class LOW in
+   a region of the other low dtype */
+static int gdl__lp_native(int opid, gdl_dtype dt) {
+    int cls;
+    if (!gdl__is_low(dt)) return 0;
+    if (gdl__ac_dt == GDL_F32) return 1;
+    cls = gdl__op(opid)->autocast;
+    return cls == GDL_AUTOCAST_PROMOTE || (cls == GDL_AUTOCAST_LOW && gdl__ac_dt == dt);
+}
 
 /* Autocast's part of the hooks' slow path: an op of class LOW (F32) whose
    float arguments are not all the autocast dtype (f32) gets them cast, and
@@ -6543,18 +6870,75 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
     int64_t shape[GDL_MAX_DIMS], astr[GDL_MAX_DIMS], bstr[GDL_MAX_DIMS];
     gdl_tensor *in[2], *out;
     const gdl_backend *be;
-    GDL__LOWP2(opname, op, gdl__binary(opname, op, a, b), a, b);
-    if (gdl__check_in(opname, "a", a, 1) < 0 || gdl__check_in(opname, "b", b, 1) < 0 ||
+    gdl_dtype dt = GDL_F32;
+    if (gdl__ac_dt != GDL_F32 || (a && a->dtype != GDL_F32) || (b && b->dtype != GDL_F32)) {
+        if (a && b && a->dtype == b->dtype && gdl__lp_native(op, a->dtype)) dt = a->dtype; /* native */
+        else GDL__LOWP2(opname, op, gdl__binary(opname, op, a, b), a, b);
+    }
+    if (gdl__check_in(opname, "a", a, dt == GDL_F32) < 0 || gdl__check_in(opname, "b", b, dt == GDL_F32) < 0 ||
         gdl__check_dev(opname, a, b) < 0 || gdl__broadcast(opname, a, b, &nd, shape, astr, bstr) < 0)
         return NULL;
     if (!(be = gdl__be(opname, a->device))) return NULL;
-    if (!(out = gdl__tmp(opname, nd, shape, GDL_F32, a->device))) return NULL;
-    if (out->numel && be->binary(gdl__op(op)->kernel, nd, shape, GDL__R(a), astr, GDL__R(b), bstr, GDL__R(out)) < 0)
+    if (!(out = gdl__tmp(opname, nd, shape, dt, a->device))) return NULL;
+    if (out->numel &&
+        (dt == GDL_F32 ? be->binary(gdl__op(op)->kernel, nd, shape, GDL__R(a), astr, GDL__R(b), bstr, GDL__R(out))
+                       : be->binary_lp(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data)) < 0)
         return NULL;
     in[0] = a;
     in[1] = b;
     gdl__record(opname, op, out, 2, in, &err);
     return err ? NULL : gdl__finish(opname, out);
+}
+
+/* the backward of a native low-precision binary op: the products in an f32
+   scratch (as the f32 path forms them), each gradient summed in f32 and
+   rounded once into the input's gradient. A tensor passed twice (x / x)
+   gets both partial gradients summed in f32 first and rounded once, as the
+   cast path's one f32 copy: two roundings would lose a cancelling sum. */
+static int gdl__bw_binary_lp(gdl_node *n, const gdl_backend *be, int nd, const int64_t *shape, const int64_t *astr,
+                             const int64_t *bstr, const int64_t *gstr) {
+    gdl_tensor *a = n->in[0], *b = n->in[1];
+    gdl_dtype dt = n->out->dtype, gat = dt, gbt = dt;
+    const void *g = n->out->grad->data;
+    void *ga = a->requires_grad ? a->grad->data : NULL, *gb = b->requires_grad ? b->grad->data : NULL;
+    gdl_real *tmp = NULL, *both = NULL;
+    int op = n->op, rc = 0;
+    const gdl_device dev = n->out->device;
+    if (op == GDL_OP_MUL || op == GDL_OP_DIV) {
+        tmp = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)n->out->numel);
+        if (!tmp) return -1;
+    }
+    if (a == b && ga) {
+        if (!(both = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(a->numel + 1))) ||
+            be->fill(both, a->numel, 0) < 0)
+            return -1;
+        ga = gb = both;
+        gat = gbt = GDL_F32;
+    }
+    switch (op) {
+    case GDL_OP_ADD:
+    case GDL_OP_SUB:
+        if (ga) rc = rc || be->sum_to_lp(nd, shape, dt, g, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->sum_to_lp(nd, shape, dt, g, gbt, gb, bstr, op == GDL_OP_SUB ? -1.0f : 1.0f) < 0;
+        break;
+    case GDL_OP_MUL:
+        if (ga) rc = rc || be->binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, a->data, astr, GDL_F32, tmp) < 0 ||
+                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gbt, gb, bstr, 1) < 0;
+        break;
+    default: /* DIV: d(a/b)/db = -(a/b)/b, with a/b formed again in f32 (the rounded output would lose
+                cancelling sums over broadcast dims; PyTorch recomputes it too) */
+        if (ga) rc = rc || be->binary_lp(GDL_BIN_DIV, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->binary_lp(GDL_BIN_DIV, nd, shape, dt, a->data, astr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                     be->binary_lp(GDL_BIN_DIV, nd, shape, GDL_F32, tmp, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gbt, gb, bstr, -1) < 0;
+        break;
+    }
+    if (!rc && both) rc = gdl__acc_any("gdl_backward", be, dev, a->grad->data, dt, both, GDL_F32, a->numel) < 0;
+    return rc ? -1 : 0;
 }
 
 static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
@@ -6564,6 +6948,7 @@ static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     int nd, op = n->op, rc = 0;
     if (gdl__broadcast("gdl_backward", a, b, &nd, shape, astr, bstr) < 0) return -1;
     gdl__broadcast("gdl_backward", n->out, n->out, &nd, shape, gstr, gstr);
+    if (n->out->dtype != GDL_F32) return gdl__bw_binary_lp(n, be, nd, shape, astr, bstr, gstr);
     if (op == GDL_OP_MUL || op == GDL_OP_DIV) {
         tmp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
         if (!tmp) return -1;
@@ -6604,10 +6989,16 @@ static gdl_tensor *gdl__unary(const char *opname, int op, gdl_tensor *x, double 
     gdl_node *n;
     const gdl_backend *be;
     int err;
-    GDL__LOWP1(opname, op, gdl__unary(opname, op, x, alpha), x);
-    if (gdl__check_in(opname, "x", x, 1) < 0 || !(be = gdl__be(opname, x->device))) return NULL;
-    if (!(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
-    if (be->unary(gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha) < 0) return NULL;
+    gdl_dtype dt = GDL_F32;
+    if (gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32)) {
+        if (x && gdl__lp_native(op, x->dtype)) dt = x->dtype; /* native */
+        else GDL__LOWP1(opname, op, gdl__unary(opname, op, x, alpha), x);
+    }
+    if (gdl__check_in(opname, "x", x, dt == GDL_F32) < 0 || !(be = gdl__be(opname, x->device))) return NULL;
+    if (!(out = gdl__tmp(opname, x->ndim, x->shape, dt, x->device))) return NULL;
+    if ((dt == GDL_F32 ? be->unary(gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha)
+                       : be->unary_lp(dt, gdl__op(op)->kernel, x->numel, x->data, out->data, (float)alpha)) < 0)
+        return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
     if (err) return NULL;
     if (n) n->f[0] = alpha;
@@ -6617,6 +7008,9 @@ static gdl_tensor *gdl__unary(const char *opname, int op, gdl_tensor *x, double 
 static int gdl__bw_unary(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     if (!gx) return 0;
+    if (n->out->dtype != GDL_F32) /* native: the saved output is the rounded one, as PyTorch's */
+        return be->unary_backward_lp(n->out->dtype, gdl__op(n->op)->kernel, n->out->numel, n->in[0]->data, n->out->data,
+                                     n->out->grad->data, gx, (float)n->f[0]);
     return be->unary_backward(gdl__op(n->op)->kernel, n->out->numel, GDL__R(n->in[0]), GDL__R(n->out),
                               GDL__R(n->out->grad), gx, (gdl_real)n->f[0]);
 }
@@ -6637,13 +7031,8 @@ GPUDL_API gdl_tensor *gdl_gelu(gdl_tensor *x, int tanh_approximation) {
 GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
     const gdl_backend *be;
     if (gdl__check_in("gdl_mul_scalar_", "t", t, 0) < 0 || !(be = gdl__be("gdl_mul_scalar_", t->device))) return -1;
-    if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) { /* in f32, rounded once */
-        gdl_real *f = (gdl_real *)gdl__scratch("gdl_mul_scalar_", t->device, sizeof(gdl_real) * (size_t)t->numel);
-        if (!f || be->cast(f, GDL_F32, t->data, t->dtype, t->numel) < 0 ||
-            be->unary(GDL_UN_SCALE, t->numel, f, f, (gdl_real)s) < 0)
-            return -1;
-        return be->cast(t->data, t->dtype, f, GDL_F32, t->numel);
-    }
+    if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) /* in f32, rounded once, in place */
+        return be->unary_lp(t->dtype, GDL_UN_SCALE, t->numel, t->data, t->data, (float)s);
     if (gdl__check_in("gdl_mul_scalar_", "t", t, 1) < 0) return -1;
     return be->unary(GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
 }
@@ -7174,16 +7563,26 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     gdl_tensor *out;
     gdl_node *n;
     const gdl_backend *be;
+    gdl_dtype dt = GDL_F32;
     if (count < 1 || !xs) {
         gdl__set_error("%s: need at least one tensor (got %d)", op, count);
         return NULL;
     }
     for (k = 0; k < count; k++)
+        if (!xs[k] || xs[k]->dtype != xs[0]->dtype) break;
+    /* native in one low dtype, unless a tensor comes twice (its gradients
+       are summed in f32 by the cast path's one copy, rounded once) */
+    if (k == count && gdl__lp_native(GDL_OP_CONCAT, xs[0]->dtype)) {
+        dt = xs[0]->dtype;
+        for (k = 1; k < count && dt != GDL_F32; k++)
+            for (j = 0; j < k; j++)
+                if (xs[j] == xs[k]) dt = GDL_F32;
+    }
+    for (k = 0; k < count && dt == GDL_F32; k++)
         if (xs[k] && xs[k]->dtype != GDL_F32) break;
-    if (k < count) { /* the low-precision path on a copy of the list (the caller's stays as it is) */
+    if (dt == GDL_F32 && k < count) { /* the low-precision path on a copy of the list (the caller's stays as it is) */
         gdl_tensor **cv = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)count);
         gdl_tensor ***pp = (gdl_tensor ***)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor **) * (size_t)count);
-        gdl_dtype dt = GDL_F32;
         if (!cv || !pp) {
             gdl__set_error("%s: out of host memory", op);
             return NULL;
@@ -7200,7 +7599,7 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
         }
     }
     for (k = 0; k < count; k++) {
-        if (gdl__check_in(op, "an input", xs[k], 1) < 0 || gdl__check_dev(op, xs[0], xs[k]) < 0) return NULL;
+        if (gdl__check_in(op, "an input", xs[k], dt == GDL_F32) < 0 || gdl__check_dev(op, xs[0], xs[k]) < 0) return NULL;
         if (xs[k]->ndim != xs[0]->ndim) {
             gdl__set_error("%s: tensors %s and %s differ in ndim", op, gdl_shape_str(xs[0]), gdl_shape_str(xs[k]));
             return NULL;
@@ -7218,13 +7617,16 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
             }
         shape[d] += xs[k]->shape[d];
     }
-    if (!(be = gdl__be(op, xs[0]->device)) || !(out = gdl__tmp(op, xs[0]->ndim, shape, GDL_F32, xs[0]->device)))
+    if (!(be = gdl__be(op, xs[0]->device)) || !(out = gdl__tmp(op, xs[0]->ndim, shape, dt, xs[0]->device)))
         return NULL;
     gdl__split(out, d, &outer, &total, &inner);
     total *= inner;
     for (k = 0; k < count; k++) {
         gdl__split(xs[k], d, &outer, &nd0, &inner);
-        if (outer * nd0 * inner != 0 && be->copy2d(outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0) < 0)
+        if (outer * nd0 * inner != 0 &&
+            (dt == GDL_F32 ? be->copy2d(outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0)
+                           : be->copy2d_lp(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
+                                           (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0)) < 0)
             return NULL;
         off += nd0 * inner;
     }
@@ -7241,9 +7643,12 @@ static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
     total *= inner;
     for (k = 0; k < n->nin; k++) {
         gdl_real *gx = GDL__G(n->in[k]);
+        gdl_dtype dt = n->out->dtype;
         gdl__split(n->in[k], d, &outer, &nd0, &inner);
         if (gx && outer * nd0 * inner != 0 &&
-            be->copy2d(outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1) < 0)
+            (dt == GDL_F32 ? be->copy2d(outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1)
+                           : be->copy2d_lp(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
+                                           total, gx, nd0 * inner, 1)) < 0)
             return -1;
         off += nd0 * inner;
     }
@@ -7259,8 +7664,12 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     uint64_t seed;
     int err;
     const gdl_backend *be;
-    GDL__LOWP1(op, GDL_OP_DROPOUT, gdl_dropout(x, p, training), x);
-    if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
+    gdl_dtype dt = GDL_F32;
+    if (gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32)) {
+        if (x && gdl__lp_native(GDL_OP_DROPOUT, x->dtype)) dt = x->dtype; /* native */
+        else GDL__LOWP1(op, GDL_OP_DROPOUT, gdl_dropout(x, p, training), x);
+    }
+    if (gdl__check_in(op, "x", x, dt == GDL_F32) < 0) return NULL;
     if (!(p >= 0 && p <= 1)) {
         gdl__set_error("%s: probability %g is not in [0,1]", op, p);
         return NULL;
@@ -7272,8 +7681,10 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
         return NULL;
     }
     seed = gdl_rng_next_u64();
-    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
-    if (be->dropout(x->numel, p, seed, GDL__R(x), GDL__R(out)) < 0) return NULL;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
+    if ((dt == GDL_F32 ? be->dropout(x->numel, p, seed, GDL__R(x), GDL__R(out))
+                       : be->dropout_lp(dt, x->numel, p, seed, x->data, out->data)) < 0)
+        return NULL;
     n = gdl__record(op, GDL_OP_DROPOUT, out, 1, &x, &err);
     if (err) return NULL;
     if (n) {
@@ -7287,6 +7698,8 @@ static int gdl__bw_dropout(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     uint64_t seed;
     memcpy(&seed, &n->i[0], sizeof seed);
+    if (gx && n->out->dtype != GDL_F32)
+        return be->dropout_backward_lp(n->out->dtype, n->out->numel, n->f[0], seed, n->out->grad->data, gx);
     return gx ? be->dropout_backward(n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
 }
 

@@ -1073,14 +1073,14 @@ __global__ void gdl__k_sum_to_block(gdl__cu_sumto g, int64_t nout, int64_t nred,
     }
 }
 
-static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
-                          float alpha) {
-    gdl__cu_sumto g;
+// the kept and reduced dims of a sum_to, outer to inner; 0 when there is nothing to do
+static int gdl__cu_sumto_plan(int ndim, const int64_t *shape, const int64_t *dstr, gdl__cu_sumto *g, int64_t *nout_,
+                              int64_t *nred_, int *block) {
     int64_t n = 1, nout = 1, nred = 1, sstr = 1;
     int inner_reduced = 0, seen_inner = 0;
     for (int d = 0; d < ndim; d++) n *= shape[d];
     if (n <= 0) return 0;
-    g.nk = g.nr = 0;
+    g->nk = g->nr = 0;
     // walk from the innermost dim to compute the contiguous source strides,
     // then put the kept and reduced dims back in outer-to-inner order
     int64_t ks[GDL_MAX_DIMS], kd[GDL_MAX_DIMS], kss[GDL_MAX_DIMS], rs[GDL_MAX_DIMS], rss[GDL_MAX_DIMS];
@@ -1108,20 +1108,32 @@ static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, floa
         sstr *= shape[d];
     }
     for (int i = 0; i < nk; i++) {
-        g.kshape[i] = ks[nk - 1 - i];
-        g.kdst[i] = kd[nk - 1 - i];
-        g.ksrc[i] = kss[nk - 1 - i];
+        g->kshape[i] = ks[nk - 1 - i];
+        g->kdst[i] = kd[nk - 1 - i];
+        g->ksrc[i] = kss[nk - 1 - i];
     }
     for (int i = 0; i < nr; i++) {
-        g.rshape[i] = rs[nr - 1 - i];
-        g.rsrc[i] = rss[nr - 1 - i];
+        g->rshape[i] = rs[nr - 1 - i];
+        g->rsrc[i] = rss[nr - 1 - i];
     }
-    g.nk = nk;
-    g.nr = nr;
+    g->nk = nk;
+    g->nr = nr;
+    *nout_ = nout;
+    *nred_ = nred;
     // A block per output reads runs of the innermost dim when that dim is
     // reduced, and keeps the GPU busy when outputs are few; a thread per
     // output reads coalesced across threads when the innermost dim is kept.
-    if (nr > 0 && nred >= 64 && (inner_reduced || nout < 2048)) {
+    *block = nr > 0 && nred >= 64 && (inner_reduced || nout < 2048);
+    return 1;
+}
+
+static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
+                          float alpha) {
+    gdl__cu_sumto g;
+    int64_t nout, nred;
+    int block;
+    if (!gdl__cu_sumto_plan(ndim, shape, dstr, &g, &nout, &nred, &block)) return 0;
+    if (block) {
         int threads = gdl__cu_row_threads(nred > 256 ? 256 : nred);
         GDL_CU_LAUNCH(gdl__k_sum_to_block, gdl__cu_row_grid(nout), threads, 0, gdl__cu_stream())(g, nout, nred, src, dst, alpha);
     } else {
@@ -1198,6 +1210,169 @@ static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float
                                   float alpha) {
     if (n <= 0) return 0;
     GDL_CU_LAUNCH(gdl__k_unary_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, gy, gx, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// native bf16/f16 elementwise kernels (the backend's *_lp entries): each
+// element is loaded to f32, computed with the f32 kernel's formula and
+// rounded once on store. The dtype is uniform across the grid, so its
+// switch costs nothing next to the memory traffic (as gdl__k_cast's).
+
+// element i of p, of dtype t (f32, f16 or bf16), as f32
+__device__ __forceinline__ float gdl__lp_ld(int t, const void *p, int64_t i) {
+    if (t == GDL_F32) return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return t == GDL_F16 ? gdl__f16_to_f32(h) : gdl__bf16_to_f32(h);
+}
+// element i of p, of dtype t, set to v rounded once
+__device__ __forceinline__ void gdl__lp_st(int t, void *p, int64_t i, float v) {
+    if (t == GDL_F32) ((float *)p)[i] = v;
+    else ((uint16_t *)p)[i] = t == GDL_F16 ? gdl__f32_to_f16(v) : gdl__f32_to_bf16(v);
+}
+
+static int gdl__cu_lp_check(const char *what, gdl_dtype dt) {
+    if (dt == GDL_F16 || dt == GDL_BF16) return 0;
+    gdl__set_error("gdl_cuda: %s takes f16 or bf16, not %s", what, gdl_dtype_name(dt));
+    return -1;
+}
+static int gdl__cu_lp_check_any(const char *what, gdl_dtype dt) {
+    return dt == GDL_F32 ? 0 : gdl__cu_lp_check(what, dt);
+}
+
+__global__ void gdl__k_unary_lp(int dt, int op, int64_t n, const void *x, void *y, float alpha) {
+    GDL_CU_LOOP(i, n) gdl__lp_st(dt, y, i, gdl__unary1(op, gdl__lp_ld(dt, x, i), alpha));
+}
+
+// the f32 kernel's formulas (ReLU selects, see gdl__k_unary_backward); the
+// accumulator is loaded, the term added in f32, the sum rounded once
+__global__ void gdl__k_unary_backward_lp(int dt, int op, int64_t n, const void *x, const void *y, const void *gy,
+                                         void *gx, float alpha) {
+    GDL_CU_LOOP(i, n) {
+        float xv = gdl__lp_ld(dt, x, i), g = gdl__lp_ld(dt, gy, i), d;
+        if (op == GDL_UN_RELU) d = xv > 0 ? g : 0.0f;
+        else d = g * gdl__unary_grad1(op, xv, gdl__lp_ld(dt, y, i), alpha);
+        gdl__lp_st(dt, gx, i, gdl__lp_ld(dt, gx, i) + d);
+    }
+}
+
+static int gdl__cu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+    if (gdl__cu_lp_check("unary_lp", dt) < 0) return -1;
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_unary_lp, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())((int)dt, op, n, x, y, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
+                                     void *gx, float alpha) {
+    if (gdl__cu_lp_check("unary_backward_lp", dt) < 0) return -1;
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_unary_backward_lp, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())((int)dt, op, n, x, y, gy,
+                                                                                                   gx, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+template <int ND>
+__global__ void gdl__k_binary_lp(int op, gdl__cu_bshape g, int64_t n, int at, const void *a, int bt, const void *b,
+                                 int ot, void *out) {
+    GDL_CU_LOOP(i, n) {
+        int64_t rem = i, oa = 0, ob = 0;
+#pragma unroll
+        for (int d = ND - 1; d >= 0; d--) {
+            int64_t id = d ? rem % g.shape[d] : rem;
+            rem = d ? rem / g.shape[d] : 0;
+            oa += id * g.as[d];
+            ob += id * g.bs[d];
+        }
+        gdl__lp_st(ot, out, i, gdl__bin1(op, gdl__lp_ld(at, a, oa), gdl__lp_ld(bt, b, ob)));
+    }
+}
+
+static int gdl__cu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
+                             gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+    int64_t n = 1;
+    gdl__cu_bshape g;
+    if (gdl__cu_lp_check_any("binary_lp", at) < 0 || gdl__cu_lp_check_any("binary_lp", bt) < 0 ||
+        gdl__cu_lp_check_any("binary_lp", ot) < 0)
+        return -1;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    if (n <= 0) return 0;
+    gdl__cu_coalesce(ndim, shape, astr, bstr, &g);
+    unsigned grid = gdl__cu_grid(n, GDL__CU_THREADS);
+    int ia = (int)at, ib = (int)bt, io = (int)ot;
+    switch (g.nd) {
+    case 0: GDL_CU_LAUNCH(gdl__k_binary_lp<0>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
+    case 1: GDL_CU_LAUNCH(gdl__k_binary_lp<1>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
+    case 2: GDL_CU_LAUNCH(gdl__k_binary_lp<2>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
+    case 3: GDL_CU_LAUNCH(gdl__k_binary_lp<3>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
+    case 4: GDL_CU_LAUNCH(gdl__k_binary_lp<4>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
+    case 5: GDL_CU_LAUNCH(gdl__k_binary_lp<5>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
+    default: GDL_CU_LAUNCH(gdl__k_binary_lp<GDL_MAX_DIMS>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
+    }
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// sum_to_lp: as gdl__k_sum_to_thread / _block, but each destination's
+// sources are summed from 0 in f32 (the f32 path's zeroed gradient of an f32
+// copy), then added to the destination and rounded once (that copy's cast)
+__global__ void gdl__k_sum_to_thread_lp(gdl__cu_sumto g, int64_t nout, int64_t nred, int st, const void *src, int dt,
+                                        void *dst, float alpha) {
+    GDL_CU_LOOP(t, nout) {
+        int64_t od, so, idx[GDL_MAX_DIMS] = {};
+        gdl__sumto_base(g, t, &od, &so);
+        float acc = 0.0f;
+        for (int64_t j = 0; j < nred; j++) {
+            acc += alpha * gdl__lp_ld(st, src, so);
+            for (int d = g.nr - 1; d >= 0; d--) {
+                so += g.rsrc[d];
+                if (++idx[d] < g.rshape[d]) break;
+                so -= g.rsrc[d] * g.rshape[d];
+                idx[d] = 0;
+            }
+        }
+        gdl__lp_st(dt, dst, od, gdl__lp_ld(dt, dst, od) + acc);
+    }
+}
+
+__global__ void gdl__k_sum_to_block_lp(gdl__cu_sumto g, int64_t nout, int64_t nred, int st, const void *src, int dt,
+                                       void *dst, float alpha) {
+    GDL_CU_ROWS(t, nout) {
+        int64_t od, os;
+        gdl__sumto_base(g, t, &od, &os);
+        float s = 0;
+        for (int64_t j = threadIdx.x; j < nred; j += blockDim.x) {
+            int64_t rem = j, so = os;
+            for (int d = g.nr - 1; d >= 0; d--) {
+                int64_t id = rem % g.rshape[d];
+                rem /= g.rshape[d];
+                so += id * g.rsrc[d];
+            }
+            s += gdl__lp_ld(st, src, so);
+        }
+        s = gdl__block_sum(s);
+        if (threadIdx.x == 0) gdl__lp_st(dt, dst, od, gdl__lp_ld(dt, dst, od) + alpha * s);
+    }
+}
+
+static int gdl__cu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
+                             const int64_t *dstr, float alpha) {
+    gdl__cu_sumto g;
+    int64_t nout, nred;
+    int block;
+    if (gdl__cu_lp_check_any("sum_to_lp", st) < 0 || gdl__cu_lp_check_any("sum_to_lp", dt) < 0) return -1;
+    if (!gdl__cu_sumto_plan(ndim, shape, dstr, &g, &nout, &nred, &block)) return 0;
+    if (block) {
+        int threads = gdl__cu_row_threads(nred > 256 ? 256 : nred);
+        GDL_CU_LAUNCH(gdl__k_sum_to_block_lp, gdl__cu_row_grid(nout), threads, 0, gdl__cu_stream())(g, nout, nred, (int)st, src,
+                                                                                                (int)dt, dst, alpha);
+    } else {
+        GDL_CU_LAUNCH(gdl__k_sum_to_thread_lp, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+            g, nout, nred, (int)st, src, (int)dt, dst, alpha);
+    }
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1660,6 +1835,54 @@ static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const fl
     float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
     if (n <= 0) return 0;
     GDL_CU_LAUNCH(gdl__k_dropout_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, seed, scale, gy, gx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// backward: gx += (kept ? gy * scale : 0), rounded once (a dropped element
+// adds 0, as the f32 path's zeroed gradient of an f32 copy)
+__global__ void gdl__k_dropout_lp(int dt, int64_t n, double p, uint64_t seed, float scale, const void *x, void *y,
+                                  int backward) {
+    GDL_CU_LOOP(i, n) {
+        float v = gdl_dropout_keep(seed, (uint64_t)i, p) ? gdl__lp_ld(dt, x, i) * scale : 0.0f;
+        gdl__lp_st(dt, y, i, backward ? gdl__lp_ld(dt, y, i) + v : v);
+    }
+}
+
+static int gdl__cu_dropout_lp_run(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y, int backward) {
+    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    if (gdl__cu_lp_check(backward ? "dropout_backward_lp" : "dropout_lp", dt) < 0) return -1;
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_dropout_lp, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())((int)dt, n, p, seed, scale, x, y,
+                                                                                            backward);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+static int gdl__cu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+    return gdl__cu_dropout_lp_run(dt, n, p, seed, x, y, 0);
+}
+static int gdl__cu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+    return gdl__cu_dropout_lp_run(dt, n, p, seed, gy, gx, 1);
+}
+
+// a copy moves the 16-bit patterns as they are; accumulate adds in f32 and rounds once
+__global__ void gdl__k_copy2d_lp(int dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                                 int64_t dld, int accumulate) {
+    GDL_CU_LOOP(t, rows * cols) {
+        int64_t r = t / cols, c = t - r * cols;
+        if (accumulate)
+            gdl__lp_st(dt, dst, r * dld + c, gdl__lp_ld(dt, dst, r * dld + c) + gdl__lp_ld(dt, src, r * sld + c));
+        else
+            ((uint16_t *)dst)[r * dld + c] = ((const uint16_t *)src)[r * sld + c];
+    }
+}
+
+static int gdl__cu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                             int64_t dld, int accumulate) {
+    if (gdl__cu_lp_check("copy2d_lp", dt) < 0) return -1;
+    if (rows <= 0 || cols <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_copy2d_lp, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        (int)dt, rows, cols, src, sld, dst, dld, accumulate);
     GDL_CU_LAUNCHED();
     return 0;
 }

@@ -304,4 +304,293 @@ TEST dtype_gemm_sizes(void *arg) {
     PASS();
 }
 
+/* ---- native low-precision elementwise ops (the backend's *_lp kernels) ---- */
+
+/* 1 when a and b hold the same bytes (any device) */
+static int dtype_same_bits(gdl_tensor *a, gdl_tensor *b) {
+    gdl_tensor *ha = a ? gdl_to(a, gdl_cpu()) : NULL, *hb = b ? gdl_to(b, gdl_cpu()) : NULL;
+    int same = ha && hb && a->dtype == b->dtype && a->numel == b->numel &&
+               memcmp(ha->data, hb->data, (size_t)a->numel * gdl_dtype_size(a->dtype)) == 0;
+    if (ha && ha != a) gdl_free(ha);
+    if (hb && hb != b) gdl_free(hb);
+    return same;
+}
+
+/* n values of dtype dt on dev: randn (positive: |randn| + 0.01), the first
+   ones the edge cases (zeros of both signs, infinities, NaN, huge, tiny) */
+static gdl_tensor *dtype_rnd_edges(int64_t n, gdl_dtype dt, gdl_device dev, int positive) {
+    static const float edge[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3e38f, -1e-30f, 70000.0f, 65504.0f, -65520.0f,
+                                 2.98023224e-8f, 4.47034836e-8f, 1e-5f, -6.1e-5f, 1.0009765625f, -2.0f};
+    gdl_tensor *f = gdl_randn(1, &n, gdl_cpu()), *t, *r;
+    float *v;
+    int64_t i;
+    if (!f) return NULL;
+    v = (float *)f->data;
+    for (i = 0; i < n; i++) {
+        if (n >= 64 && i < (int64_t)(sizeof edge / sizeof edge[0])) v[i] = edge[i];
+        if (positive) v[i] = fabsf(v[i]) + 0.01f;
+    }
+    t = gdl_clone(gdl_to_dtype(f, dt));
+    r = t ? gdl_to(t, dev) : NULL;
+    gdl_free(t);
+    gdl_free(f);
+    return r;
+}
+
+/* The gradients of f2(a, b) (b == NULL: f1(a); same: f2(a, a)) in a's low
+   dtype against the f32 computation on the same values with the seed
+   rounded to that dtype: a native gradient is the f32 one rounded once
+   (the f32 path's products and sums, from zero), so the bits must match.
+   0 when they do, else a message in msg. */
+static int dtype_grads_match(gdl_tensor *(*f1)(gdl_tensor *), gdl_tensor *(*f2)(gdl_tensor *, gdl_tensor *),
+                             gdl_tensor *a, gdl_tensor *b, int same, char *msg, size_t msz) {
+    gdl_dtype dt = a->dtype;
+    gdl_tensor *la = gdl_clone(a), *lb = b && !same ? gdl_clone(b) : NULL;
+    gdl_tensor *fa = gdl_clone(gdl_to_dtype(a, GDL_F32)), *fb = b && !same ? gdl_clone(gdl_to_dtype(b, GDL_F32)) : NULL;
+    gdl_tensor *lo, *fo, *w = NULL;
+    int bad = 1;
+    msg[0] = 0;
+    if (!la || !fa || (b && !same && (!lb || !fb))) goto done;
+    gdl_set_requires_grad(la, 1);
+    gdl_set_requires_grad(fa, 1);
+    if (lb) gdl_set_requires_grad(lb, 1);
+    if (fb) gdl_set_requires_grad(fb, 1);
+    lo = b ? f2(la, same ? la : lb) : f1(la);
+    fo = b ? f2(fa, same ? fa : fb) : f1(fa);
+    if (!lo || !fo || lo->dtype != dt) goto done;
+    if (!(w = dtype_rnd(lo->ndim, lo->shape, dt, lo->device))) goto done;
+    if (gdl_backward_grad(lo, w) < 0 || gdl_backward_grad(fo, gdl_to_dtype(w, GDL_F32)) < 0) goto done;
+    if (!la->grad || la->grad->dtype != dt || !dtype_same_bits(la->grad, gdl_to_dtype(fa->grad, dt))) {
+        snprintf(msg, msz, "the first input's gradient");
+        goto done;
+    }
+    if (lb && (!lb->grad || lb->grad->dtype != dt || !dtype_same_bits(lb->grad, gdl_to_dtype(fb->grad, dt)))) {
+        snprintf(msg, msz, "the second input's gradient");
+        goto done;
+    }
+    bad = 0;
+done:
+    if (bad && !msg[0]) snprintf(msg, msz, "%.150s", gdl_last_error());
+    gdl_free(la);
+    gdl_free(lb);
+    gdl_free(fa);
+    gdl_free(fb);
+    gdl_free(w);
+    return bad;
+}
+static gdl_tensor *dtype_gelu_erf(gdl_tensor *x) { return gdl_gelu(x, 0); }
+static gdl_tensor *dtype_gelu_tanh(gdl_tensor *x) { return gdl_gelu(x, 1); }
+static gdl_tensor *dtype_leaky(gdl_tensor *x) { return gdl_leaky_relu(x, 0.05); }
+static gdl_tensor *dtype_scale(gdl_tensor *x) { return gdl_mul_scalar(x, -1.3); }
+static gdl_tensor *dtype_sqrt(gdl_tensor *x) { return gdl_pow_scalar(x, 0.5); }
+
+static size_t dtype_arena_used(gdl_device dev) {
+    gdl_memory_status m;
+    return gdl_memory_stats(dev, &m) == 0 ? m.arena_used : (size_t)-1;
+}
+
+/* the arena bytes of an MLP-like chain of elementwise ops in dt, forward and
+   (backward) backward from a seed in dt; 0 on a failure */
+static size_t dtype_chain_bytes(gdl_device dev, gdl_dtype dt, int backward) {
+    int64_t sx[2] = {64, 1024}, sb = 1024, sw[2] = {128, 1024};
+    gdl_tensor *x = dtype_rnd(2, sx, dt, dev), *b = dtype_rnd(1, &sb, dt, dev), *w = dtype_rnd(2, sw, dt, dev), *y, *xs[2];
+    size_t before, after = 0;
+    if (!x || !b || !w || gdl_set_requires_grad(x, 1) < 0 || gdl_set_requires_grad(b, 1) < 0) goto done;
+    gdl_arena_reset();
+    before = dtype_arena_used(dev);
+    y = gdl_gelu(gdl_add(gdl_relu(x), b), 0);
+    xs[0] = gdl_sub(gdl_mul_scalar(gdl_dropout(gdl_tanh(y), 0.25, 1), 0.5), x);
+    xs[1] = gdl_sigmoid(x);
+    y = xs[0] && xs[1] ? gdl_concat(2, xs, 0) : NULL;
+    if (!y || y->dtype != dt || (backward && gdl_backward_grad(y, w) < 0)) goto done;
+    if (backward && (!x->grad || x->grad->dtype != dt || !b->grad || b->grad->dtype != dt)) goto done;
+    after = dtype_arena_used(dev) - before;
+done:
+    gdl_free(x);
+    gdl_free(b);
+    gdl_free(w);
+    gdl_arena_reset();
+    return after;
+}
+
+/* Elementwise ops on one low dtype run natively: (1) the result equals the
+   cast path's (f32 copies, the f32 op, the result rounded once) bit for bit
+   -- unary ops, binary ops with broadcasting, dropout, concat -- over sizes that take
+   every path (odd sizes, chunk tails, threaded sizes) and edge values;
+   (2) no f32 temporaries: an elementwise chain in bf16 uses half the arena
+   bytes of the same chain in f32, forward and backward (the cast path used
+   more than f32); (3) autocast: class PROMOTE ops stay native in either low
+   dtype, class F32 (exp) still casts. */
+TEST dtype_native_elementwise(void *arg) {
+    gdl_device dev = *(const gdl_device *)arg;
+    static const int64_t sizes[] = {1, 7, 255, 256, 257, 1000, 40001};
+    static const gdl_dtype dts[2] = {GDL_BF16, GDL_F16};
+    int d, s, k;
+    size_t lo[2], hi[2];
+    int64_t casts0, casts1;
+    for (d = 0; d < 2; d++)
+        for (s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); s++) {
+            int64_t n = sizes[s], rows = n > 7 ? 3 : 1, sh[2] = {rows, n};
+            gdl_tensor *x = dtype_rnd_edges(n, dts[d], dev, 0), *p = dtype_rnd_edges(n, dts[d], dev, 1);
+            gdl_tensor *m = dtype_rnd(2, sh, dts[d], dev), *fx, *fp, *fm, *r, *want;
+            ASSERT_NOT_NULL(x);
+            ASSERT_NOT_NULL(p);
+            ASSERT_NOT_NULL(m);
+            ASSERT_NOT_NULL(fx = gdl_to_dtype(x, GDL_F32));
+            ASSERT_NOT_NULL(fp = gdl_to_dtype(p, GDL_F32));
+            ASSERT_NOT_NULL(fm = gdl_to_dtype(m, GDL_F32));
+            for (k = 0; k < 13; k++) {
+                gdl_tensor *in = k >= 10 ? p : x, *fin = k >= 10 ? fp : fx;
+                gdl_tensor *(*f1)(gdl_tensor *) = NULL;
+                switch (k) {
+                case 0: f1 = gdl_relu; break;
+                case 1: f1 = gdl_sigmoid; break;
+                case 2: f1 = gdl_tanh; break;
+                case 3: f1 = gdl_exp; break;
+                case 10: f1 = gdl_log; break;
+                default: break;
+                }
+                if (f1) {
+                    r = f1(in);
+                    want = gdl_to_dtype(f1(fin), dts[d]);
+                } else if (k == 4 || k == 5) {
+                    r = gdl_gelu(in, k == 5);
+                    want = gdl_to_dtype(gdl_gelu(fin, k == 5), dts[d]);
+                } else if (k == 6) {
+                    r = gdl_leaky_relu(in, 0.1);
+                    want = gdl_to_dtype(gdl_leaky_relu(fin, 0.1), dts[d]);
+                } else if (k == 7) {
+                    r = gdl_mul_scalar(in, 0.3);
+                    want = gdl_to_dtype(gdl_mul_scalar(fin, 0.3), dts[d]);
+                } else if (k == 8) {
+                    r = gdl_add_scalar(in, -1.7);
+                    want = gdl_to_dtype(gdl_add_scalar(fin, -1.7), dts[d]);
+                } else if (k == 9) {
+                    gdl_manual_seed(99);
+                    r = gdl_dropout(in, 0.3, 1);
+                    gdl_manual_seed(99);
+                    want = gdl_to_dtype(gdl_dropout(fin, 0.3, 1), dts[d]);
+                } else {
+                    r = gdl_pow_scalar(in, k == 11 ? 0.5 : 3);
+                    want = gdl_to_dtype(gdl_pow_scalar(fin, k == 11 ? 0.5 : 3), dts[d]);
+                }
+                ASSERT_NOT_NULL(r);
+                ASSERT_NOT_NULL(want);
+                ASSERT_EQm("a native op's result has its input's dtype", (int)dts[d], (int)r->dtype);
+                if (!dtype_same_bits(r, want))
+                    FAILf("%s unary case %d on %lld elements differs from the cast path", gdl_dtype_name(dts[d]), k,
+                          (long long)n);
+            }
+            /* binary: [rows, n] op [n] (broadcast), [n] op [rows, n], same shapes */
+            for (k = 0; k < 4; k++) {
+                gdl_tensor *(*f2)(gdl_tensor *, gdl_tensor *) =
+                    k == 0 ? gdl_add : k == 1 ? gdl_sub : k == 2 ? gdl_mul : gdl_div;
+                ASSERT_NOT_NULL(r = f2(m, p));
+                ASSERT_EQ((int)dts[d], (int)r->dtype);
+                ASSERT(dtype_same_bits(r, gdl_to_dtype(f2(fm, fp), dts[d])));
+                ASSERT_NOT_NULL(r = f2(x, m));
+                ASSERT(dtype_same_bits(r, gdl_to_dtype(f2(fx, fm), dts[d])));
+                ASSERT_NOT_NULL(r = f2(m, m));
+                ASSERT(dtype_same_bits(r, gdl_to_dtype(f2(fm, fm), dts[d])));
+            }
+            {   /* concat: an exact copy */
+                gdl_tensor *xs[3], *fxs[3];
+                xs[0] = m;
+                xs[1] = gdl_relu(m);
+                xs[2] = m;
+                fxs[0] = fm;
+                fxs[1] = gdl_relu(fm);
+                fxs[2] = fm;
+                ASSERT_NOT_NULL(r = gdl_concat(2, xs, 1));
+                ASSERT_EQ((int)dts[d], (int)r->dtype);
+                ASSERT(dtype_same_bits(r, gdl_to_dtype(gdl_concat(2, fxs, 1), dts[d])));
+                ASSERT_NOT_NULL(r = gdl_concat(3, xs, 0)); /* m twice: the cast path */
+                ASSERT_EQ((int)dts[d], (int)r->dtype);
+                ASSERT(dtype_same_bits(r, gdl_to_dtype(gdl_concat(3, fxs, 0), dts[d])));
+            }
+            if (n <= 1000) { /* gradients: broadcast dims summed in f32 (every sum_to path), a tensor passed twice */
+                int64_t sr1[2] = {rows, 1}, s1 = 1;
+                gdl_tensor *bs[4], *pm, *r1 = dtype_rnd(2, sr1, GDL_F32, dev), *r2 = dtype_rnd(1, &s1, GDL_F32, dev);
+                char msg[200];
+                int v;
+                gdl_tensor *(*un[])(gdl_tensor *) = {gdl_relu, dtype_gelu_erf, dtype_gelu_tanh, dtype_leaky, dtype_scale,
+                                                     gdl_log, dtype_sqrt};
+                ASSERT_NOT_NULL(pm = gdl_to_dtype(gdl_add_scalar(gdl_sigmoid(fm), 0.5), dts[d])); /* positive */
+                bs[0] = gdl_reshape(p, 1, &n);
+                ASSERT_NOT_NULL(r1);
+                ASSERT_NOT_NULL(r2);
+                bs[1] = gdl_to_dtype(gdl_add_scalar(gdl_sigmoid(r1), 0.5), dts[d]);
+                bs[2] = gdl_to_dtype(gdl_add_scalar(gdl_sigmoid(r2), 0.5), dts[d]);
+                gdl_free(r1); /* the temporaries made of them stay until the arena's reset */
+                gdl_free(r2);
+                bs[3] = pm;
+                for (k = 0; k < 4; k++) {
+                    gdl_tensor *(*f2)(gdl_tensor *, gdl_tensor *) =
+                        k == 0 ? gdl_add : k == 1 ? gdl_sub : k == 2 ? gdl_mul : gdl_div;
+                    for (v = 0; v < 4; v++) {
+                        ASSERT_NOT_NULL(bs[v]);
+                        if (dtype_grads_match(NULL, f2, m, bs[v], 0, msg, sizeof msg))
+                            FAILf("%s binary op %d, b variant %d, %lld elements: %s differs from the f32 one rounded",
+                                  gdl_dtype_name(dts[d]), k, v, (long long)n, msg);
+                        if (dtype_grads_match(NULL, f2, bs[v], m, 0, msg, sizeof msg))
+                            FAILf("%s binary op %d, a variant %d, %lld elements: %s differs from the f32 one rounded",
+                                  gdl_dtype_name(dts[d]), k, v, (long long)n, msg);
+                    }
+                    if (dtype_grads_match(NULL, f2, pm, pm, 1, msg, sizeof msg))
+                        FAILf("%s binary op %d of a tensor with itself: %s differs from the f32 one rounded",
+                              gdl_dtype_name(dts[d]), k, msg);
+                }
+                for (k = 0; k < (int)(sizeof un / sizeof un[0]); k++)
+                    if (dtype_grads_match(un[k], NULL, k >= 5 ? pm : m, NULL, 0, msg, sizeof msg))
+                        FAILf("%s unary case %d, %lld elements: %s differs from the f32 one rounded", gdl_dtype_name(dts[d]),
+                              k, (long long)n, msg);
+            }
+            /* in place, rounded once */
+            ASSERT_NOT_NULL(want = gdl_to_dtype(gdl_mul_scalar(fx, -0.7), dts[d]));
+            ASSERT_EQ(0, gdl_mul_scalar_(x, -0.7));
+            ASSERT(dtype_same_bits(x, want));
+            gdl_free(x);
+            gdl_free(p);
+            gdl_free(m);
+            gdl_arena_reset();
+        }
+    /* memory: half of f32's arena bytes, headers aside (the CPU's arena holds the tape too) */
+    for (k = 0; k < 2; k++) {
+        ASSERT((lo[k] = dtype_chain_bytes(dev, GDL_BF16, k)) > 0);
+        ASSERT((hi[k] = dtype_chain_bytes(dev, GDL_F32, k)) > 0);
+        if (!(lo[k] <= hi[k] / 2 + 32768))
+            FAILf("a bf16 elementwise chain (%s) used %zu arena bytes, f32 %zu: not native?", k ? "forward+backward" : "forward",
+                  lo[k], hi[k]);
+    }
+    if (getenv("GPUDL_TEST_VERBOSE"))
+        printf("\n  arena bytes, elementwise chain on %s: forward bf16 %zu f32 %zu; forward+backward bf16 %zu f32 %zu\n",
+               gdl_device_str(dev), lo[0], hi[0], lo[1], hi[1]);
+    /* autocast: PROMOTE ops stay native in either region; exp (class F32) casts to f32 */
+    {
+        int64_t n = 100;
+        gdl_tensor *x = dtype_rnd(1, &n, GDL_BF16, dev), *r;
+        ASSERT_NOT_NULL(x);
+        ASSERT_EQ(0, gdl_autocast_begin(GDL_F16));
+        gdl_autocast_stats(&casts0, NULL);
+        ASSERT_NOT_NULL(r = gdl_dropout(gdl_add(gdl_relu(x), x), 0.5, 1));
+        ASSERT_EQ((int)GDL_BF16, (int)r->dtype);
+        gdl_autocast_stats(&casts1, NULL);
+        ASSERT_EQm("PROMOTE ops on bf16 under f16 autocast cast nothing", casts0, casts1);
+        ASSERT_NOT_NULL(r = gdl_exp(x));
+        ASSERT_EQ((int)GDL_F32, (int)r->dtype);
+        gdl_autocast_stats(&casts1, NULL);
+        ASSERT_EQ(casts0 + 1, casts1);
+        ASSERT_EQ(0, gdl_autocast_end());
+        /* anomaly mode sees a native op's non-finite output as it saw the f32 op's */
+        gdl_set_anomaly_mode(1);
+        r = gdl_log(gdl_sub(x, x)); /* log 0 = -inf */
+        gdl_set_anomaly_mode(0);
+        ASSERT_NULL(r);
+        ASSERT_CONTAINS(gdl_last_error(), "gdl_log: produced 100 NaN/Inf values");
+        gdl_free(x);
+        gdl_arena_reset();
+    }
+    PASS();
+}
+
 #endif

@@ -2585,6 +2585,14 @@ TEST dtype_promotion_gpu(void) {
     return dtype_promotion((void *)&dev);
 }
 
+/* native bf16 / f16 elementwise kernels: the cast path's bits, half of f32's arena bytes, autocast */
+TEST dtype_native_elementwise_gpu(void) {
+    static gdl_device dev;
+    if (!have_gpu()) SKIPm("no GPU");
+    dev = GPU;
+    return dtype_native_elementwise((void *)&dev);
+}
+
 /* matmul and linear in bf16 / f16 through cublasGemmEx / GemmStridedBatchedEx, off the block sizes */
 TEST dtype_gemm_sizes_gpu(void) {
     static gdl_device dev;
@@ -2653,6 +2661,7 @@ SUITE(dtypes) {
         }
     RUN_TEST(dtype_gemm_sizes_gpu);
     RUN_TEST(dtype_promotion_gpu);
+    RUN_TEST(dtype_native_elementwise_gpu);
 }
 SUITE(autocast) {
     static ac_run ac[] = {{GDL_BF16, {GDL_DEVICE_CPU, 0}, 0}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 0},

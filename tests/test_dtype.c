@@ -311,6 +311,11 @@ SUITE(semantics) {
     }
     RUN_TEST(batch_norm_mixed);
     RUN_TEST(errors_name_dtypes);
+    {
+        static gdl_device cpu_dev1;
+        cpu_dev1 = gdl_cpu();
+        RUN_TEST_NAMED("native_elementwise", dtype_native_elementwise, (void *)&cpu_dev1);
+    }
 }
 
 SUITE(autocast) {
