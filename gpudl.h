@@ -14,7 +14,7 @@
 
        cc -O2 -march=native my_net.c -lm -pthread -o my_net            (CPU)
        nvcc -O3 -arch=sm_90 -DGPUDL_CUDA my_net.c gpudl_cuda.cu \
-            -lcublas -lnccl -o my_net                                (CUDA)
+            -lcublas -lcublasLt -lnccl -o my_net                                (CUDA)
    Add -DGPUDL_ZLIB ... -lz to read gzipped IDX files (Fashion-MNIST).
    README.md and examples/ show the module / optimizer / DataLoader level
    (gdl_nn_*, gdl_adam_new, gdl_loader_new, gdl_fit); the sample below is
@@ -173,6 +173,28 @@
    With a power-of-two scale and no overflow, scaled training gives the
    unscaled weights bit for bit. enabled = 0 makes every call a no-op
    (step is gdl_step), as GradScaler(enabled=False).
+
+   Fused ops
+   ---------
+   gdl_linear_act(x, W, b, act) and gdl_conv2d_act(...) are act(linear) and
+   act(conv2d) as one op (act: GDL_ACT_NONE, _RELU, _GELU_TANH, _GELU).
+   On CUDA the linear is one cublasLtMatmul with a RELU_BIAS / GELU_AUX_BIAS
+   / BIAS epilogue (GELU's input kept as the aux output for backward; erf
+   GELU, a bias not 16-byte aligned, or GELU with out_features not a
+   multiple of 8 take the GEMM and one bias+activation pass); the
+   convolution's bias and activation are one pass over its output; either
+   backward computes act' and the bias gradient in one kernel before the
+   GEMMs. The arithmetic is the unfused ops' own, so in f32 the results are
+   bitwise those of gdl_linear/gdl_conv2d then gdl_relu/gdl_gelu on the CPU
+   (and on the emulator; a real cuBLASLt's GEMM and GELU may differ from
+   cublasSgemm's and gpudl's kernel in the last bits). bf16/f16 inputs and
+   autocast run the f32 op on f32 copies (the GDL__LOWP hook).
+   gdl_nn_sequential uses them without code changes: a Linear followed by
+   ReLU or GELU, and a Conv2d followed by ReLU, run fused, except under
+   anomaly mode, while gdl_module_summary records, under autocast or with
+   non-f32 tensors. gdl_nn_set_fusion(0), or GPUDL_NO_FUSION=1 in the
+   environment, turns it off (the per-op profiler then lists linear and
+   relu rows instead of linear_act).
 
    Errors
    ------
@@ -1354,11 +1376,11 @@ GPUDL_API int gdl_graph_is_capturing(void);
    returns once every rank has made its own. gdl_fit's epoch figures under
    DDP are summed over MPI, or without MPI through NCCL. Builds:
      CPU, MPI:    mpicc -O2 -DGPUDL_MPI app.c -lm -pthread -o app
-     GPU, NCCL:   nvcc -O3 -arch=sm_90 -DGPUDL_CUDA app.c gpudl_cuda.cu -lcublas -lnccl -o app
+     GPU, NCCL:   nvcc -O3 -arch=sm_90 -DGPUDL_CUDA app.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o app
      both (CPU tensors over MPI, CUDA tensors over NCCL, the id over MPI):
                   nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -c gpudl_cuda.cu
                   mpicc -O2 -DGPUDL_MPI -DGPUDL_CUDA -c app.c
-                  mpicc app.o gpudl_cuda.o -L/usr/local/cuda/lib64 -lcudart -lcublas -lnccl -lstdc++ -lm \
+                  mpicc app.o gpudl_cuda.o -L/usr/local/cuda/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -lm \
                       -pthread -o app
    Launch (2 GPUs on one machine):
      mpirun -np 2 ./app                                         (MPI build)

@@ -7,7 +7,7 @@ Build: one .c file of the program defines GPUDL_IMPLEMENTATION and includes
 gpudl.h; this file includes gpudl.h for the declarations only and is compiled
 as CUDA C++ (gpudl.h wraps its declarations in extern "C"):
 
-    nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/x.c gpudl_cuda.cu -lcublas -lnccl -o x
+    nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/x.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o x
 
 (-DGPUDL_NO_NCCL builds without NCCL: CUDA tensors then have no collectives.)
 
