@@ -17,17 +17,22 @@
 
 #define FZ_STEPS 20
 
-static gdl_module *fz_mlp(void) {
+/* big (the CPU): past the threaded loops' threshold; else (a GPU, on the emulator) smaller, still with 70+ rows
+   and 132 pixels (the block-per-output bias reduction), GELU tanh with 40 outputs (cuBLASLt's GELU_AUX) and 20
+   (aux ld not divisible by 8: the GEMM + one pass) */
+static gdl_module *fz_mlp(int big) {
     gdl_manual_seed(11);
-    return gdl_nn_sequential(7, (gdl_module *[]){gdl_nn_linear(37, 300, 1), gdl_nn_relu(), gdl_nn_linear(300, 40, 1),
-                                                 gdl_nn_gelu(1), gdl_nn_linear(40, 20, 1), gdl_nn_gelu(0),
-                                                 gdl_nn_linear(20, 10, 1)});
+    return gdl_nn_sequential(9, (gdl_module *[]){gdl_nn_linear(37, big ? 300 : 64, 1), gdl_nn_relu(),
+                                                 gdl_nn_linear(big ? 300 : 64, 40, 1), gdl_nn_gelu(1),
+                                                 gdl_nn_linear(40, 20, 1), gdl_nn_gelu(1), gdl_nn_linear(20, 12, 1),
+                                                 gdl_nn_gelu(0), gdl_nn_linear(12, 10, 1)});
 }
 
-static gdl_module *fz_cnn(void) {
+static gdl_module *fz_cnn(int big) {
+    int c = big ? 24 : 8;
     gdl_manual_seed(12);
-    return gdl_nn_sequential(7, (gdl_module *[]){gdl_nn_conv2d(3, 24, 3, 1, 1, 1, 1, 1), gdl_nn_relu(),
-                                                 gdl_nn_maxpool2d(2, 0, 0), gdl_nn_conv2d(24, 6, 3, 1, 0, 1, 1, 1),
+    return gdl_nn_sequential(7, (gdl_module *[]){gdl_nn_conv2d(3, c, 3, 1, 1, 1, 1, 1), gdl_nn_relu(),
+                                                 gdl_nn_maxpool2d(2, 0, 0), gdl_nn_conv2d(c, 6, 3, 1, 0, 1, 1, 1),
                                                  gdl_nn_relu(), gdl_nn_flatten(1), gdl_nn_linear(72, 10, 1)});
 }
 
@@ -48,14 +53,16 @@ static int fz_append(unsigned char **buf, size_t *len, gdl_tensor *t) {
 /* trains a fresh model (cnn or mlp) FZ_STEPS SGD steps on dev with fusion on or off; the losses, the last
    output, every gradient and weight in *buf */
 static int fz_train(gdl_device dev, int cnn, int fuse, unsigned char **buf, size_t *len) {
-    gdl_module *m = cnn ? fz_cnn() : fz_mlp();
+    int big = dev.type == GDL_DEVICE_CPU;
+    gdl_module *m = cnn ? fz_cnn(big) : fz_mlp(big);
     gdl_optimizer *opt = gdl_sgd_new(0.05, 0.9, 0, 1e-4, 0);
     gdl_tensor *x, *y, *out = NULL, *ts[32];
     int32_t lab[130];
-    int64_t B = cnn ? 12 : 130, xs4[4] = {12, 3, 12, 11}, xs2[2] = {130, 37};
+    int64_t B = cnn ? (big ? 12 : 4) : (big ? 130 : 70), xs4[4] = {0, 3, 12, 11}, xs2[2] = {0, 37};
     int step, k, n, prev = gdl_nn_set_fusion(fuse), rc = -1;
     *buf = NULL;
     *len = 0;
+    xs4[0] = xs2[0] = B;
     gdl_manual_seed(13);
     x = cnn ? gdl_randn(4, xs4, dev) : gdl_randn(2, xs2, dev);
     for (k = 0; k < B; k++) lab[k] = (int32_t)((k * 7 + 3) % 10);
