@@ -43,10 +43,14 @@ static int fz_append(unsigned char **buf, size_t *len, gdl_tensor *t) {
     unsigned char *nb;
     if (!h) return -1;
     n = (size_t)h->numel * gdl_dtype_size(h->dtype);
-    if (!(nb = (unsigned char *)realloc(*buf, *len + n + 1))) return -1;
+    if (!(nb = (unsigned char *)realloc(*buf, *len + n + 1))) {
+        gdl_free(h);
+        return -1;
+    }
     memcpy(nb + *len, h->data, n);
     *buf = nb;
     *len += n;
+    gdl_free(h); /* a copy of a persistent tensor is persistent (a no-op for temporaries) */
     return 0;
 }
 
