@@ -46,7 +46,7 @@ ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype_parity.h tests/autocast_cases.h \
-      tests/gradscaler_cases.h tests/master_cases.h
+      tests/gradscaler_cases.h tests/master_cases.h tests/fusion_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
 .PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda run deps data plot mutate-cuda install uninstall bench cuda clean
@@ -68,13 +68,13 @@ $(B)/libfake_nvml.so: tests/fake_nvml.c | $(B)
 
 # one nvcc command per example, as README gives them
 $(B)/cuda_%: examples/%.c examples/example_args.h gpudl.h $(B)/gpudl_cuda.o | $(B)
-	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas -lnccl $(ZLIBS) -o $@
+	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl $(ZLIBS) -o $@
 
 $(B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h | $(B)
 	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA -c gpudl_cuda.cu -o $@
 
 $(B)/cuda_bench_train: bench/train.c bench/bench_cpu.h gpudl.h $(B)/gpudl_cuda.o | $(B)
-	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lnccl -o $@
+	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl -o $@
 
 cuda: $(CUDA_EXAMPLES) $(B)/cuda_bench_train $(B)/cuda_fmnist92
 
@@ -246,14 +246,14 @@ test-cuda-build-nvcc: | $(B)
 	$(MAKE) --no-print-directory $(B)/gpudl_cuda.o $(CUDA_EXAMPLES) $(B)/cuda_bench_train $(B)/cuda_fmnist92
 	$(B)/cuda_device_query
 	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_cuda_fallback.sh
-	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -lnccl -o $(B)/cuda_link_check
+	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl -o $(B)/cuda_link_check
 	$(B)/cuda_link_check
-	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda.o -lcublas -lnccl -o $(B)/test_cuda_build
+	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl -o $(B)/test_cuda_build
 	sh tests/run.sh $(B)/test_cuda_build
 
 test-cuda: | $(B)
 	$(NVCC) -std=c++17 -O2 -arch=sm_90 -DGPUDL_CUDA -c gpudl_cuda.cu -o $(B)/gpudl_cuda_sm90.o
-	$(NVCC) -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda_sm90.o -lcublas -lnccl -o $(B)/test_cuda
+	$(NVCC) -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda_sm90.o -lcublas -lcublasLt -lnccl -o $(B)/test_cuda
 	$(B)/test_cuda
 
 $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
@@ -263,7 +263,7 @@ $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 $(B)/fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h | $(B)
 	$(CC) $(STD) $(WARN) -O3 -march=native $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/cuda_fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h $(B)/gpudl_cuda.o | $(B)
-	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas -lnccl $(ZLIBS) -o $@
+	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl $(ZLIBS) -o $@
 
 # mixed precision against f32: memory, step time, Fashion-MNIST accuracy (bench/RESULTS.md)
 $(B)/bench_amp: bench/amp.c bench/bench_cpu.h gpudl.h | $(B)

@@ -14,7 +14,7 @@
 
        cc -O2 -march=native my_net.c -lm -pthread -o my_net            (CPU)
        nvcc -O3 -arch=sm_90 -DGPUDL_CUDA my_net.c gpudl_cuda.cu \
-            -lcublas -lnccl -o my_net                                (CUDA)
+            -lcublas -lcublasLt -lnccl -o my_net                                (CUDA)
    Add -DGPUDL_ZLIB ... -lz to read gzipped IDX files (Fashion-MNIST).
    README.md and examples/ show the module / optimizer / DataLoader level
    (gdl_nn_*, gdl_adam_new, gdl_loader_new, gdl_fit); the sample below is
@@ -239,6 +239,28 @@
    With a power-of-two scale and no overflow, scaled training gives the
    unscaled weights bit for bit. enabled = 0 makes every call a no-op
    (step is gdl_step), as GradScaler(enabled=False).
+
+   Fused ops
+   ---------
+   gdl_linear_act(x, W, b, act) and gdl_conv2d_act(...) are act(linear) and
+   act(conv2d) as one op (act: GDL_ACT_NONE, _RELU, _GELU_TANH, _GELU).
+   On CUDA the linear is one cublasLtMatmul with a RELU_BIAS / GELU_AUX_BIAS
+   / BIAS epilogue (GELU's input kept as the aux output for backward; erf
+   GELU, a bias not 16-byte aligned, or GELU with out_features not a
+   multiple of 8 take the GEMM and one bias+activation pass); the
+   convolution's bias and activation are one pass over its output; either
+   backward computes act' and the bias gradient in one kernel before the
+   GEMMs. The arithmetic is the unfused ops' own, so in f32 the results are
+   bitwise those of gdl_linear/gdl_conv2d then gdl_relu/gdl_gelu on the CPU
+   (and on the emulator; a real cuBLASLt's GEMM and GELU may differ from
+   cublasSgemm's and gpudl's kernel in the last bits). bf16/f16 inputs and
+   autocast run the f32 op on f32 copies (the GDL__LOWP hook).
+   gdl_nn_sequential uses them without code changes: a Linear followed by
+   ReLU or GELU, and a Conv2d followed by ReLU, run fused, except under
+   anomaly mode, while gdl_module_summary records, under autocast or with
+   non-f32 tensors. gdl_nn_set_fusion(0), or GPUDL_NO_FUSION=1 in the
+   environment, turns it off (the per-op profiler then lists linear and
+   relu rows instead of linear_act).
 
    Errors
    ------
@@ -525,6 +547,15 @@ GPUDL_API gdl_tensor *gdl_gelu(gdl_tensor *x, int tanh_approximation);
 /* linear algebra */
 GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b); /* [M,K]x[K,N], [B,M,K]x[B,K,N] or x[K,N] */
 GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias); /* W [out,in]; bias may be NULL */
+/* The activation fused into gdl_linear_act / gdl_conv2d_act: GELU_TANH is
+   gdl_gelu(x, 1) (the tanh approximation, cuBLASLt's GELU epilogue), GELU
+   is gdl_gelu(x, 0) (erf). */
+typedef enum gdl_act { GDL_ACT_NONE = 0, GDL_ACT_RELU, GDL_ACT_GELU_TANH, GDL_ACT_GELU } gdl_act;
+/* act(linear(x, weight, bias)) as one op: on the CPU the GEMM, then bias and
+   activation in one pass over the output (bitwise linear then relu/gelu in
+   f32); on CUDA one cublasLtMatmul with a bias/activation epilogue; backward
+   one kernel for act' and the bias gradient, then the two GEMMs. */
+GPUDL_API gdl_tensor *gdl_linear_act(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, gdl_act act);
 
 /* reductions */
 GPUDL_API gdl_tensor *gdl_sum(gdl_tensor *x);  /* all elements -> scalar */
@@ -542,6 +573,10 @@ GPUDL_API gdl_tensor *gdl_conv2d(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *
 GPUDL_API gdl_tensor *gdl_conv2d_ex(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias,
                                     const int stride[2], const int padding[2],
                                     const int dilation[2], int groups);
+/* act(conv2d(...)): bias add and activation in one pass over the convolution's
+   output, and their backward (act' and the bias gradient) in one pass too */
+GPUDL_API gdl_tensor *gdl_conv2d_act(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias,
+                                     int stride, int padding, int dilation, int groups, gdl_act act);
 GPUDL_API gdl_tensor *gdl_max_pool2d(gdl_tensor *x, int kernel, int stride, int padding);
 GPUDL_API gdl_tensor *gdl_avg_pool2d(gdl_tensor *x, int kernel, int stride, int padding); /* count_include_pad */
 GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x); /* [N,C,H,W] -> [N,C,1,1] */
@@ -623,12 +658,14 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(GELU_TANH, "gelu_tanh", gdl__bw_unary, GDL_UN_GELU_TANH, GDL_AUTOCAST_PROMOTE) \
     X(MATMUL, "matmul", gdl__bw_matmul, 0, GDL_AUTOCAST_LOW) \
     X(LINEAR, "linear", gdl__bw_linear, 0, GDL_AUTOCAST_LOW) \
+    X(LINEAR_ACT, "linear_act", gdl__bw_linear_act, 0, GDL_AUTOCAST_LOW) \
     X(SUM, "sum", gdl__bw_reduce, GDL_RED_SUM, GDL_AUTOCAST_F32) \
     X(MEAN, "mean", gdl__bw_reduce, GDL_RED_MEAN, GDL_AUTOCAST_PROMOTE) \
     X(MAX, "max", gdl__bw_reduce, GDL_RED_MAX, GDL_AUTOCAST_PROMOTE) \
     X(SOFTMAX, "softmax", gdl__bw_softmax, 0, GDL_AUTOCAST_F32) \
     X(LOG_SOFTMAX, "log_softmax", gdl__bw_softmax, 0, GDL_AUTOCAST_F32) \
     X(CONV2D, "conv2d", gdl__bw_conv2d, 0, GDL_AUTOCAST_LOW) \
+    X(CONV2D_ACT, "conv2d_act", gdl__bw_conv2d, 0, GDL_AUTOCAST_LOW) \
     X(MAX_POOL2D, "max_pool2d", gdl__bw_pool, 0, GDL_AUTOCAST_PROMOTE) \
     X(AVG_POOL2D, "avg_pool2d", gdl__bw_pool, 0, GDL_AUTOCAST_PROMOTE) \
     X(GLOBAL_AVG_POOL2D, "global_avg_pool2d", gdl__bw_reduce, GDL_RED_MEAN, GDL_AUTOCAST_PROMOTE) \
@@ -1007,6 +1044,15 @@ GPUDL_API gdl_module *gdl_nn_flatten(int start_dim);
 GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods);
 /* Appends m to a Sequential as child "<count>"; takes ownership of m (freed on failure unless it has a parent). 0 / -1. */
 GPUDL_API int gdl_nn_sequential_add(gdl_module *seq, gdl_module *m);
+/* Fusion in Sequential's forward: a Linear followed by ReLU or GELU (either
+   form), or a Conv2d followed by ReLU, runs as one gdl_linear_act /
+   gdl_conv2d_act op (fewer kernel launches and memory passes; the same
+   outputs and gradients bit for bit in f32 on the CPU). Not fused: under
+   anomaly mode, during gdl_module_summary, under autocast or with non-f32
+   inputs or parameters. On by default; the environment variable
+   GPUDL_NO_FUSION=1 turns it off at start. on: 1 / 0 sets it, -1 only asks;
+   returns the previous setting. Process-wide. */
+GPUDL_API int gdl_nn_set_fusion(int on);
 /* relu(body(x) + shortcut(x)), shortcut NULL = identity (a ResNet basic block); takes ownership of both. */
 GPUDL_API gdl_module *gdl_nn_residual(gdl_module *body, gdl_module *shortcut);
 
@@ -1412,11 +1458,11 @@ GPUDL_API int gdl_graph_is_capturing(void);
    returns once every rank has made its own. gdl_fit's epoch figures under
    DDP are summed over MPI, or without MPI through NCCL. Builds:
      CPU, MPI:    mpicc -O2 -DGPUDL_MPI app.c -lm -pthread -o app
-     GPU, NCCL:   nvcc -O3 -arch=sm_90 -DGPUDL_CUDA app.c gpudl_cuda.cu -lcublas -lnccl -o app
+     GPU, NCCL:   nvcc -O3 -arch=sm_90 -DGPUDL_CUDA app.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o app
      both (CPU tensors over MPI, CUDA tensors over NCCL, the id over MPI):
                   nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -c gpudl_cuda.cu
                   mpicc -O2 -DGPUDL_MPI -DGPUDL_CUDA -c app.c
-                  mpicc app.o gpudl_cuda.o -L/usr/local/cuda/lib64 -lcudart -lcublas -lnccl -lstdc++ -lm \
+                  mpicc app.o gpudl_cuda.o -L/usr/local/cuda/lib64 -lcudart -lcublas -lcublasLt -lnccl -lstdc++ -lm \
                       -pthread -o app
    Launch (2 GPUs on one machine):
      mpirun -np 2 ./app                                         (MPI build)
@@ -1750,6 +1796,19 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, unary, (int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha)) \
     X(int, unary_backward, (int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy, \
         gdl_real *gx, gdl_real alpha)) \
+    /* fused bias + activation; act: GDL_UN_RELU, GDL_UN_GELU_TANH, GDL_UN_GELU_ERF, or -1 (none). \
+       bias_act: y viewed as [outer, C, inner], in place: pre = y + bias[c] (bias NULL: y), kept in `pre` \
+       when not NULL, and y = act(pre), in one pass, with unary's and binary's arithmetic. linear_act: \
+       y[M,N] = act(x[M,K]·w[N,K]^T + bias) the same way (cuBLASLt's epilogues on CUDA). \
+       act_backward_reduce over [outer, n, inner]: gpre = 0 + act'(pre)·gy (set, as unary_backward adds \
+       to zeros; ReLU's pre may be its output), and when sum != NULL, sum[o,i] (+= when accumulate) = \
+       the sum over k of gpre[o,k,i], in reduce's order */ \
+    X(int, bias_act, (int act, int64_t outer, int64_t C, int64_t inner, const gdl_real *bias, gdl_real *y, \
+        gdl_real *pre)) \
+    X(int, linear_act, (int act, int M, int N, int K, const gdl_real *x, const gdl_real *w, const gdl_real *bias, \
+        gdl_real *y, gdl_real *pre)) \
+    X(int, act_backward_reduce, (int act, int64_t outer, int64_t n, int64_t inner, const gdl_real *pre, \
+        const gdl_real *gy, gdl_real *gpre, gdl_real *sum, int accumulate)) \
     /* x viewed as [outer, n, inner]; y[o,i] = reduce_k x[o,k,i] (y += when accumulate); \
        idx (MAX only) receives the arg-max k as int32 */ \
     X(int, reduce, (int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y, \
@@ -4834,6 +4893,62 @@ static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, cons
     return 0;
 }
 
+/* Fused bias + activation (gdl_linear_act, gdl_conv2d_act). The arithmetic is
+   the unfused ops' own (binary add in f32, then gdl__unary1; the backward's
+   gdl__unary_grad1 product rounded and added to zero), so the fused path is
+   bitwise the unfused one. */
+typedef struct {
+    int act;
+    int64_t C, inner;
+    const gdl_real *bias, *pre, *gy;
+    gdl_real *y, *out;
+} gdl__act_job;
+static void gdl__bias_act_part(const void *p, int64_t lo, int64_t hi) {
+    const gdl__act_job *j = (const gdl__act_job *)p;
+    int64_t i;
+    for (i = lo; i < hi; i++) {
+        gdl_real v = j->y[i];
+        if (j->bias) v = v + j->bias[(i / j->inner) % j->C];
+        if (j->out) j->out[i] = v;
+        j->y[i] = j->act < 0 ? v : j->act == GDL_UN_RELU ? (v > 0 ? v : 0) : gdl__unary1(j->act, v, 0);
+    }
+}
+static int gdl__cpu_bias_act(int act, int64_t outer, int64_t C, int64_t inner, const gdl_real *bias, gdl_real *y,
+                             gdl_real *pre) {
+    gdl__act_job j;
+    int64_t n = outer * C * inner;
+    memset(&j, 0, sizeof j);
+    j.act = act; j.C = C; j.inner = inner ? inner : 1; j.bias = bias; j.y = y; j.out = pre;
+    gdl__parallel_for(n, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * n : n, gdl__bias_act_part, &j);
+    return 0;
+}
+static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, const gdl_real *w, const gdl_real *bias,
+                               gdl_real *y, gdl_real *pre) {
+    if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
+    return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
+}
+static void gdl__act_backward_part(const void *p, int64_t lo, int64_t hi) {
+    const gdl__act_job *j = (const gdl__act_job *)p;
+    int64_t i;
+    if (j->act < 0)
+        for (i = lo; i < hi; i++) j->out[i] = (gdl_real)0 + j->gy[i];
+    else if (j->act == GDL_UN_RELU)
+        for (i = lo; i < hi; i++) j->out[i] = (gdl_real)0 + (j->pre[i] > 0 ? j->gy[i] : 0);
+    else
+        for (i = lo; i < hi; i++)
+            j->out[i] = (gdl_real)0 + (gdl_real)(j->gy[i] * gdl__unary_grad1(j->act, j->pre[i], 0, 0));
+}
+static int gdl__cpu_act_backward_reduce(int act, int64_t outer, int64_t n, int64_t inner, const gdl_real *pre,
+                                        const gdl_real *gy, gdl_real *gpre, gdl_real *sum, int accumulate) {
+    gdl__act_job j;
+    int64_t total = outer * n * inner;
+    memset(&j, 0, sizeof j);
+    j.act = act; j.pre = pre; j.gy = gy; j.out = gpre;
+    gdl__parallel_for(total, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * total : total,
+                      gdl__act_backward_part, &j);
+    return sum ? gdl__cpu_reduce(GDL_RED_SUM, outer, n, inner, gpre, sum, NULL, accumulate) : 0;
+}
+
 typedef struct {
     int op;
     int64_t outer;
@@ -7238,6 +7353,93 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
     return 0;
 }
 
+/* gdl_act -> the backend's activation code (GDL_UN_*, -1 none); -2 after an error naming op */
+static int gdl__act_code(const char *op, int act) {
+    switch (act) {
+    case GDL_ACT_NONE: return -1;
+    case GDL_ACT_RELU: return GDL_UN_RELU;
+    case GDL_ACT_GELU_TANH: return GDL_UN_GELU_TANH;
+    case GDL_ACT_GELU: return GDL_UN_GELU_ERF;
+    default:
+        gdl__set_error("%s: unknown activation %d (GDL_ACT_NONE, GDL_ACT_RELU, GDL_ACT_GELU_TANH or GDL_ACT_GELU)", op,
+                       act);
+        return -2;
+    }
+}
+
+GPUDL_API gdl_tensor *gdl_linear_act(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, gdl_act act) {
+    const char *op = "gdl_linear_act";
+    int64_t in_f, out_f, rows, shape[GDL_MAX_DIMS];
+    int err, k, ua = gdl__act_code(op, (int)act);
+    gdl_tensor *out, *pre = NULL, *in[3];
+    gdl_node *n;
+    const gdl_backend *be;
+    if (ua == -2) return NULL;
+    /* low dtypes and autocast: the f32 op on f32 copies, rounded once */
+    GDL__LOWP3(op, GDL_OP_LINEAR_ACT, gdl_linear_act(x, w, bias, act), x, w, bias);
+    if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
+        (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 ||
+        gdl__check_dev(op, x, bias) < 0)
+        return NULL;
+    if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
+        gdl__set_error("%s: input %s does not match weight %s (expected the input's last dim = in_features = weight dim 1)",
+                       op, gdl_shape_str(x), gdl_shape_str(w));
+        return NULL;
+    }
+    in_f = w->shape[1];
+    out_f = w->shape[0];
+    if (bias && (bias->ndim != 1 || bias->shape[0] != out_f)) {
+        gdl__set_error("%s: bias %s does not match weight %s (expected [%lld])", op, gdl_shape_str(bias),
+                       gdl_shape_str(w), (long long)out_f);
+        return NULL;
+    }
+    memcpy(shape, x->shape, sizeof shape);
+    shape[x->ndim - 1] = out_f;
+    rows = 1;
+    for (k = 0; k + 1 < x->ndim; k++) rows *= x->shape[k];
+    if (rows > INT32_MAX || in_f > INT32_MAX || out_f > INT32_MAX) {
+        gdl__set_error("%s: dimensions too large for the GEMM: input %s, weight %s", op, gdl_shape_str(x), gdl_shape_str(w));
+        return NULL;
+    }
+    in[0] = x;
+    in[1] = w;
+    in[2] = bias;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device))) return NULL;
+    /* GELU's backward needs its input (cuBLASLt's aux output); ReLU's reads the output */
+    if ((ua == GDL_UN_GELU_TANH || ua == GDL_UN_GELU_ERF) && gdl__needs_grad(3, in) &&
+        !(pre = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device)))
+        return NULL;
+    if (out->numel && be->linear_act(ua, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w),
+                                     bias ? GDL__R(bias) : NULL, GDL__R(out), pre ? GDL__R(pre) : NULL) < 0)
+        return NULL;
+    n = gdl__record(op, GDL_OP_LINEAR_ACT, out, 3, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = ua;
+        n->saved[0] = pre;
+    }
+    return gdl__finish(op, out);
+}
+
+static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *x = n->in[0], *w = n->in[1];
+    int in_f = (int)w->shape[1], out_f = (int)w->shape[0], rows = (int)(n->out->numel / (out_f ? out_f : 1));
+    int ua = (int)n->i[0];
+    gdl_real *g = GDL__R(n->out->grad), *gx = GDL__G(x), *gw = GDL__G(w), *gb = GDL__G(n->in[2]);
+    if (!n->out->numel) return 0;
+    if (ua >= 0 && (gx || gw || gb)) { /* act' and the bias gradient in one pass; then the GEMMs take act'·g */
+        gdl_real *gp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
+        const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
+        if (!gp || be->act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, 1) < 0) return -1;
+        g = gp;
+    } else if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, 1) < 0) {
+        return -1;
+    }
+    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
+    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
+    return 0;
+}
+
 /* ---- reductions and softmax ---- */
 
 static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
@@ -7341,17 +7543,18 @@ GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim) { return gdl__soft
 
 /* ---- convolution and pooling (NCHW) ---- */
 
-GPUDL_API gdl_tensor *gdl_conv2d_ex(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, const int stride[2],
-                                    const int padding[2], const int dilation[2], int groups) {
-    const char *op = "gdl_conv2d";
+/* conv2d (act -2: GDL_OP_CONV2D) or conv2d then bias + act (the backend's code, -1 none) in one pass
+   (GDL_OP_CONV2D_ACT) */
+static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, const int stride[2],
+                               const int padding[2], const int dilation[2], int groups, int act) {
     gdl_conv_geom g;
     int64_t OC, Cg, OCg, KK, OHW, shape[4];
-    gdl_tensor *out, *in[3];
+    gdl_tensor *out, *pre = NULL, *in[3];
     gdl_real *col;
     gdl_node *n;
-    int gi, err, direct;
+    int gi, err, direct, opid = act >= -1 ? GDL_OP_CONV2D_ACT : GDL_OP_CONV2D;
     const gdl_backend *be;
-    GDL__LOWP3(op, GDL_OP_CONV2D, gdl_conv2d_ex(x, w, bias, stride, padding, dilation, groups), x, w, bias);
+    GDL__LOWP3(op, opid, gdl__conv2d(op, x, w, bias, stride, padding, dilation, groups, act), x, w, bias);
     if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
         (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
         return NULL;
@@ -7405,23 +7608,46 @@ GPUDL_API gdl_tensor *gdl_conv2d_ex(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bi
                      col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
                      OC * OHW, g.N) < 0)
             return NULL;
-    if (bias) {
+    in[0] = x; in[1] = w; in[2] = bias;
+    if (act >= -1) {
+        if (act >= 0 && act != GDL_UN_RELU && gdl__needs_grad(3, in) && !(pre = gdl__tmp(op, 4, shape, GDL_F32, x->device)))
+            return NULL;
+        if (out->numel && be->bias_act(act, g.N, OC, OHW, bias ? GDL__R(bias) : NULL, GDL__R(out),
+                                       pre ? GDL__R(pre) : NULL) < 0)
+            return NULL;
+    } else if (bias) {
         int64_t s3[3], ostr[3], bstr[3];
         s3[0] = g.N; s3[1] = OC; s3[2] = OHW;
         ostr[0] = OC * OHW; ostr[1] = OHW; ostr[2] = 1;
         bstr[0] = 0; bstr[1] = 1; bstr[2] = 0;
         if (be->binary(GDL_BIN_ADD, 3, s3, GDL__R(out), ostr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
     }
-    in[0] = x; in[1] = w; in[2] = bias;
-    n = gdl__record(op, GDL_OP_CONV2D, out, 3, in, &err);
+    n = gdl__record(op, opid, out, 3, in, &err);
     if (err) return NULL;
     if (n) {
         n->geom = g;
         n->buf = col;
         n->i[0] = groups;
         n->i[1] = direct;
+        n->i[2] = act;
+        n->saved[0] = pre;
     }
     return gdl__finish(op, out);
+}
+
+GPUDL_API gdl_tensor *gdl_conv2d_ex(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, const int stride[2],
+                                    const int padding[2], const int dilation[2], int groups) {
+    return gdl__conv2d("gdl_conv2d", x, w, bias, stride, padding, dilation, groups, -2);
+}
+
+GPUDL_API gdl_tensor *gdl_conv2d_act(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, int stride, int padding,
+                                     int dilation, int groups, gdl_act act) {
+    int s[2], p[2], d[2], ua = gdl__act_code("gdl_conv2d_act", (int)act);
+    if (ua == -2) return NULL;
+    s[0] = s[1] = stride;
+    p[0] = p[1] = padding;
+    d[0] = d[1] = dilation;
+    return gdl__conv2d("gdl_conv2d_act", x, w, bias, s, p, d, groups, ua);
 }
 
 GPUDL_API gdl_tensor *gdl_conv2d(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, int stride, int padding,
@@ -7440,7 +7666,19 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
     int64_t OHW = (int64_t)g->OH * g->OW, CKK = (int64_t)g->C * KK;
     gdl_real *gy = GDL__R(n->out->grad), *gx = GDL__G(n->in[0]), *gw = GDL__G(n->in[1]), *gb = GDL__G(n->in[2]);
     gdl_real *W = GDL__R(n->in[1]), *col = (gdl_real *)n->buf;
-    if (gb) { /* sum over N and the pixels */
+    int act = n->op == GDL_OP_CONV2D_ACT ? (int)n->i[2] : -1;
+    if (act >= 0 && n->out->numel && (gx || gw || gb)) {
+        /* act' into a scratch gradient, with the bias gradient's per-(n,c) sums in the same pass, in the
+           unfused backward's order (sum over the pixels, then over N) */
+        gdl_real *gp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
+        gdl_real *t = gb ? (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * OC))
+                         : NULL;
+        const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
+        if (!gp || (gb && !t) || be->act_backward_reduce(act, g->N * OC, OHW, 1, pre, gy, gp, t, 0) < 0 ||
+            (gb && be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0))
+            return -1;
+        gy = gp;
+    } else if (gb) { /* sum over N and the pixels */
         gdl_real *t = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * OC));
         if (!t || be->reduce(GDL_RED_SUM, g->N * OC, OHW, 1, gy, t, NULL, 0) < 0 ||
             be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
@@ -11521,6 +11759,60 @@ static gdl_tensor *gdl__nn_fwd_fail(const gdl_module *m, const char *want, const
 static gdl_tensor *gdl__nn_param(const gdl_module *m, int i) { return i < m->nparam ? m->param[i].t : NULL; }
 static gdl_tensor *gdl__nn_buffer(const gdl_module *m, int i) { return i < m->nbuf ? m->buf[i].t : NULL; }
 
+/* Fusion of a Linear or Conv2d with the activation module after it in a
+   Sequential (gdl_nn_set_fusion). It is skipped wherever the intermediate is
+   looked at or the numerics would differ: anomaly mode (which checks each
+   op's output), gdl_module_summary's recording (each module's output
+   shape), autocast or a non-f32 input or parameter. */
+static int gdl__nn_fuse = -1; /* -1: not read from GPUDL_NO_FUSION yet */
+GPUDL_API int gdl_nn_set_fusion(int on) {
+    int prev;
+    if (gdl__nn_fuse < 0) {
+        const char *e = getenv("GPUDL_NO_FUSION");
+        gdl__nn_fuse = !(e && e[0] && strcmp(e, "0") != 0);
+    }
+    prev = gdl__nn_fuse;
+    if (on >= 0) gdl__nn_fuse = on != 0;
+    return prev;
+}
+
+/* the gdl_act to fuse a followed by b with (input x), or -1 */
+static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_tensor *x) {
+    int act, k;
+    if ((a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D) || gdl_nn_set_fusion(-1) == 0) return -1;
+    if (b->kind == GDL__M_RELU) act = GDL_ACT_RELU;
+    else if (b->kind == GDL__M_GELU && a->kind == GDL__M_LINEAR) act = b->ia[0] ? GDL_ACT_GELU_TANH : GDL_ACT_GELU;
+    else return -1;
+    if (gdl__anomaly || gdl__nn_nrows || gdl__ac_dt != GDL_F32 || !x || x->dtype != GDL_F32) return -1;
+    for (k = 0; k < a->nparam; k++)
+        if (a->param[k].t && a->param[k].t->dtype != GDL_F32) return -1;
+    return act;
+}
+
+/* the Linear / Conv2d module m's forward with act fused in; input checks as gdl__nn_forward's */
+static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act) {
+    char want[96];
+    const int64_t *a = m->ia;
+    if (m->kind == GDL__M_LINEAR) {
+        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
+            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
+        }
+        return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
+    } else {
+        int s[2], p[2], d[2];
+        if (x->ndim != 4 || x->shape[1] != a[0]) {
+            snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
+        }
+        s[0] = (int)a[4]; s[1] = (int)a[5];
+        p[0] = (int)a[6]; p[1] = (int)a[7];
+        d[0] = (int)a[8]; d[1] = (int)a[9];
+        return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10],
+                           gdl__act_code("gdl_conv2d_act", (int)act));
+    }
+}
+
 static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     char want[96];
     const int64_t *a = m->ia;
@@ -11575,7 +11867,16 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     case GDL__M_GAP: return gdl_global_avg_pool2d(x);
     case GDL__M_FLATTEN: return gdl_flatten(x, (int)a[0]);
     case GDL__M_SEQUENTIAL:
-        for (i = 0; i < m->nchild && x; i++) x = gdl_forward(m->child[i], x);
+        for (i = 0; i < m->nchild && x; i++) {
+            int act = i + 1 < m->nchild ? gdl__nn_fusable(m->child[i], m->child[i + 1], x) : -1;
+            if (act >= 0) { /* Linear/Conv2d then its activation: one fused op (gdl_nn_set_fusion) */
+                x = gdl__nn_forward_act(m->child[i], x, (gdl_act)act);
+                if (!x) gdl__nn_fwd_error(m->child[i]);
+                i++;
+            } else {
+                x = gdl_forward(m->child[i], x);
+            }
+        }
         return x;
     case GDL__M_RESIDUAL: {
         gdl_tensor *y = gdl_forward(m->child[0], x), *sc;

@@ -7,7 +7,7 @@ Build: one .c file of the program defines GPUDL_IMPLEMENTATION and includes
 gpudl.h; this file includes gpudl.h for the declarations only and is compiled
 as CUDA C++ (gpudl.h wraps its declarations in extern "C"):
 
-    nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/x.c gpudl_cuda.cu -lcublas -lnccl -o x
+    nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/x.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o x
 
 (-DGPUDL_NO_NCCL builds without NCCL: CUDA tensors then have no collectives.)
 
@@ -42,6 +42,7 @@ or NULL. Nothing here calls exit().
 
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #ifndef GPUDL_NO_NCCL
@@ -113,6 +114,7 @@ struct gdl__cu_state {
     size_t allocated, max_allocated, reserved; /* over all devices */
     gdl_memory_status mem[GDL__CU_MAX_DEVICES]; /* per device (gdl_memory_stats); arena fields unused */
     cublasHandle_t blas[GDL__CU_MAX_DEVICES];
+    cublasLtHandle_t lt[GDL__CU_MAX_DEVICES]; /* cuBLASLt (fused epilogues), sharing cuBLAS's workspace and stream */
     void *blas_ws[GDL__CU_MAX_DEVICES];      /* cuBLAS's workspace, ours (graph capture must not allocate) */
     std::atomic<cudaStream_t> stream[GDL__CU_MAX_DEVICES]; /* the compute stream per device, made on first use */
     int stream_failed[GDL__CU_MAX_DEVICES];  /* its creation failed: the device stays on the legacy stream */
@@ -128,6 +130,7 @@ static gdl__cu_state &gdl__cu(void) {
         gdl__cu_state *p = new gdl__cu_state;
         for (int i = 0; i < GDL__CU_MAX_DEVICES; i++) {
             p->blas[i] = NULL;
+            p->lt[i] = NULL;
             p->blas_ws[i] = NULL;
             p->stream[i].store(NULL);
             p->stream_failed[i] = 0;
@@ -1485,6 +1488,199 @@ static int gdl__cu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inn
             op, outer, n, inner, gy, gx);
     GDL_CU_LAUNCHED();
     return 0;
+}
+
+// the largest power of two (up to 256) dividing a pointer: cuBLASLt's heuristic
+// assumes 256-byte operands unless told
+static uint32_t gdl__cu_align(const void *p) {
+    uint32_t a = 256;
+    while (a > 4 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+
+// One cublasLtMatmul computing y = act(x w^T + bias) (see gdl__cu_linear_act):
+// 0 done, -1 error, 1 cuBLASLt has no algorithm for it (nothing ran).
+static int gdl__cu_lt_matmul(int act, int M, int N, int K, const float *x, const float *w, const float *bias,
+                             float *y, float *pre) {
+    gdl__cu_state &S = gdl__cu();
+    int dev;
+    if (!gdl__cu_blas() || gdl__cu_current(&dev) < 0) return -1; /* the workspace is cuBLAS's */
+    cudaStream_t st = gdl__cu_stream();
+    size_t wsb = gdl__cu_blas_ws_bytes(dev);
+    cublasLtHandle_t lt;
+    void *ws;
+    {
+        std::lock_guard<std::mutex> lock(S.mu);
+        if (!S.lt[dev]) GDL_CUBLAS_TRY(cublasLtCreate(&S.lt[dev]), -1);
+        lt = S.lt[dev];
+        ws = S.blas_ws[dev];
+    }
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t heur;
+    cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi;
+    if (act == GDL_UN_RELU) epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    else if (act == GDL_UN_GELU_TANH)
+        epi = pre ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                  : (bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+    else epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    int64_t auxld = N;
+    uint64_t wsmax = wsb;
+    uint32_t al[4] = {gdl__cu_align(w), gdl__cu_align(x), gdl__cu_align(y), gdl__cu_align(y)};
+    float alpha = 1.0f, beta = 0.0f;
+    int found = 0, rc = -1;
+    memset(&heur, 0, sizeof heur);
+    cublasStatus_t e = cublasLtMatmulDescCreate(&desc, S.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                                CUDA_R_32F);
+    if (e == CUBLAS_STATUS_SUCCESS) e = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof opT);
+    if (e == CUBLAS_STATUS_SUCCESS) e = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof opN);
+    if (e == CUBLAS_STATUS_SUCCESS) e = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    if (e == CUBLAS_STATUS_SUCCESS && bias)
+        e = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (e == CUBLAS_STATUS_SUCCESS && pre)
+        e = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre);
+    if (e == CUBLAS_STATUS_SUCCESS && pre)
+        e = cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &auxld, sizeof auxld);
+    if (e == CUBLAS_STATUS_SUCCESS) e = cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, (uint64_t)K, (uint64_t)N, K);
+    if (e == CUBLAS_STATUS_SUCCESS) e = cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, (uint64_t)K, (uint64_t)M, K);
+    if (e == CUBLAS_STATUS_SUCCESS) e = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, (uint64_t)N, (uint64_t)M, N);
+    if (e == CUBLAS_STATUS_SUCCESS) e = cublasLtMatmulPreferenceCreate(&pref);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsmax, sizeof wsmax);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]);
+    if (e == CUBLAS_STATUS_SUCCESS)
+        e = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], sizeof al[3]);
+    if (e == CUBLAS_STATUS_SUCCESS) {
+        cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
+        if (h != CUBLAS_STATUS_SUCCESS || found < 1 || heur.state != CUBLAS_STATUS_SUCCESS) {
+            rc = 1; /* not this shape or alignment: the caller's GEMM + bias_act */
+        } else {
+            gdl__cu_launches.fetch_add(1, std::memory_order_relaxed); /* one kernel, epilogue included */
+            e = cublasLtMatmul(lt, desc, &alpha, w, la, x, lb, &beta, y, ld, y, ld, &heur.algo, ws, wsb, st);
+            if (e == CUBLAS_STATUS_SUCCESS) rc = 0;
+        }
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (rc < 0) GDL_CUBLAS_TRY(e, -1);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// fused bias + activation (gdl_linear_act, gdl_conv2d_act): the arithmetic of
+// the unfused kernels (the binary add, gdl__unary1, unary_backward adding to a
+// zeroed gradient, reduce's summation order), so fused and unfused agree bit
+// for bit wherever the GEMMs do
+
+__device__ __forceinline__ float gdl__act1(int act, float v) {
+    return act < 0 ? v : act == GDL_UN_RELU ? (v > 0 ? v : 0.0f) : gdl__unary1(act, v, 0.0f);
+}
+
+// ReLU selects (as unary_backward does); pre may be ReLU's output
+__device__ __forceinline__ float gdl__act_grad(int act, float pre, float gy) {
+    return 0.0f + (act < 0 ? gy : act == GDL_UN_RELU ? (pre > 0 ? gy : 0.0f) : gy * gdl__unary_grad1(act, pre, 0.0f, 0.0f));
+}
+
+__global__ void gdl__k_bias_act(int act, int64_t n, int64_t C, int64_t inner, const float *bias, float *y, float *pre) {
+    GDL_CU_LOOP(i, n) {
+        float v = y[i];
+        if (bias) v = v + bias[(i / inner) % C];
+        if (pre) pre[i] = v;
+        y[i] = gdl__act1(act, v);
+    }
+}
+
+static int gdl__cu_bias_act(int act, int64_t outer, int64_t C, int64_t inner, const float *bias, float *y, float *pre) {
+    int64_t n = outer * C * inner;
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_bias_act, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        act, n, C, inner ? inner : 1, bias, y, pre);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+__global__ void gdl__k_act_backward(int act, int64_t n, const float *pre, const float *gy, float *gpre) {
+    GDL_CU_LOOP(i, n) gpre[i] = gdl__act_grad(act, pre[i], gy[i]);
+}
+
+// gdl__k_reduce_thread / _block with act' applied to each element read (and written to gpre)
+__global__ void gdl__k_act_reduce_thread(int act, int64_t outer, int64_t n, int64_t inner, const float *pre,
+                                         const float *gy, float *gpre, float *sum, int accumulate) {
+    GDL_CU_LOOP(t, outer * inner) {
+        int64_t o = t / inner, i = t - o * inner, base = o * n * inner + i;
+        float s = 0;
+        for (int64_t k = 0; k < n; k++) {
+            float g = gdl__act_grad(act, pre[base + k * inner], gy[base + k * inner]);
+            gpre[base + k * inner] = g;
+            s += g;
+        }
+        sum[t] = accumulate ? sum[t] + s : s;
+    }
+}
+
+__global__ void gdl__k_act_reduce_block(int act, int64_t outer, int64_t n, int64_t inner, const float *pre,
+                                        const float *gy, float *gpre, float *sum, int accumulate) {
+    GDL_CU_ROWS(t, outer * inner) {
+        int64_t o = t / inner, i = t - o * inner, base = o * n * inner + i;
+        float s = 0;
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+            float g = gdl__act_grad(act, pre[base + k * inner], gy[base + k * inner]);
+            gpre[base + k * inner] = g;
+            s += g;
+        }
+        s = gdl__block_sum(s);
+        if (threadIdx.x == 0) sum[t] = accumulate ? sum[t] + s : s;
+    }
+}
+
+static int gdl__cu_act_backward_reduce(int act, int64_t outer, int64_t n, int64_t inner, const float *pre,
+                                       const float *gy, float *gpre, float *sum, int accumulate) {
+    int64_t nout = outer * inner;
+    if (nout <= 0 || n < 0) return 0;
+    if (!sum) {
+        if (nout * n > 0)
+            GDL_CU_LAUNCH(gdl__k_act_backward, gdl__cu_grid(nout * n, GDL__CU_THREADS), GDL__CU_THREADS, 0,
+                          gdl__cu_stream())(act, nout * n, pre, gy, gpre);
+    } else if (n >= 64 && (inner == 1 || nout < 1024)) { /* gdl__cu_reduce's choice */
+        GDL_CU_LAUNCH(gdl__k_act_reduce_block, gdl__cu_row_grid(nout), gdl__cu_row_threads(n), 0, gdl__cu_stream())(
+            act, outer, n, inner, pre, gy, gpre, sum, accumulate);
+    } else {
+        GDL_CU_LAUNCH(gdl__k_act_reduce_thread, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0,
+                      gdl__cu_stream())(act, outer, n, inner, pre, gy, gpre, sum, accumulate);
+    }
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// y[M,N] = act(x[M,K]·w[N,K]^T + bias) as one cublasLtMatmul with a bias /
+// activation epilogue (llm.c's matmul_cublaslt). cuBLASLt is column-major:
+// our row-major y is its N x M matrix D = op(A)·B with A = w (K x N, ld K,
+// transposed) and B = x (K x M, ld K); the bias runs along D's rows, as
+// cuBLASLt's bias vector does. GELU keeps its input in the aux buffer (ld N,
+// which cuBLASLt wants divisible by 8). Where cuBLASLt cannot (erf GELU, K 0,
+// misaligned bias or aux, no algorithm): the GEMM, then one bias_act pass.
+static int gdl__cu_linear_act(int act, int M, int N, int K, const float *x, const float *w, const float *bias,
+                              float *y, float *pre) {
+    if (M <= 0 || N <= 0) return 0;
+    bool lt_ok = K > 0 && act != GDL_UN_GELU_ERF && (!bias || (uintptr_t)bias % 16 == 0) &&
+                 (!pre || (N % 8 == 0 && (uintptr_t)pre % 16 == 0)) && (uintptr_t)y % 16 == 0;
+    if (lt_ok) {
+        int rc = gdl__cu_lt_matmul(act, M, N, K, x, w, bias, y, pre);
+        if (rc <= 0) return rc; /* 1: no algorithm for it, take the other way */
+    }
+    if (gdl__cu_gemm(0, 1, M, N, K, 1.0f, x, K, 0, w, K, 0, 0.0f, y, N, 0, 1) < 0) return -1;
+    if (!bias && act < 0) return 0;
+    return gdl__cu_bias_act(act, M, N, 1, bias, y, pre);
 }
 
 // argmax follows the CPU's scan, as max_dim does: the first maximum, and

@@ -25,7 +25,7 @@
    the profiler), the threads, the CPU model and the GEMM micro-kernel.
 
    CPU:   cc -O3 -march=native bench/train.c -lm -pthread -o bench_train
-   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA bench/train.c gpudl_cuda.cu -lcublas -lnccl -o bench_train
+   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA bench/train.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o bench_train
    Run:   ./bench_train [net ...]      (default: mlp cnn fc10 fc50) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"

@@ -4,7 +4,7 @@
    holds data_batch_1.bin .. test_batch.bin. Adam lr 1e-3, batch 64.
 
    CPU:   cc -O2 -march=native examples/cnn.c -DGPUDL_ZLIB -lz -lm -pthread -o cnn
-   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/cnn.c gpudl_cuda.cu -lcublas -lnccl -lz -o cnn
+   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/cnn.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o cnn
    Run:   ./cnn [--data fashion_mnist_dir|cifar10_dir] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE]
                 [--profile]   (per-op times of the whole gdl_fit, validation included: try --epochs 1) */
 #define GPUDL_IMPLEMENTATION

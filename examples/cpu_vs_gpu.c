@@ -7,7 +7,7 @@
 
    Build and run (from the repository root):
        cc -std=c99 -O2 -march=native examples/cpu_vs_gpu.c -lm -pthread -o cpu_vs_gpu && ./cpu_vs_gpu
-       nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/cpu_vs_gpu.c gpudl_cuda.cu -lcublas -o cpu_vs_gpu
+       nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/cpu_vs_gpu.c gpudl_cuda.cu -lcublas -lcublasLt -o cpu_vs_gpu
    Options: [--epochs N] [--device cpu|cuda|cuda:N] [--seed N] (--help lists them);
    --device names the GPU to compare against (default: the first one).
 

@@ -9,7 +9,7 @@
    NCCL), else the CPU (gradients over MPI).
    Build: mpicc -O2 -march=native -DGPUDL_MPI -DGPUDL_ZLIB examples/ddp.c -lz -lm -pthread -o ddp   (CPU)
           (without mpicc and -DGPUDL_MPI it runs as one process)
-          nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/ddp.c gpudl_cuda.cu -lcublas -lnccl -lz \
+          nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/ddp.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz \
                -o ddp                                                                          (GPUs, NCCL)
    Launch, any of:
      mpirun -np 2 ./ddp --epochs 2                       (OpenMPI; as root add --allow-run-as-root)

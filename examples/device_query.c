@@ -2,7 +2,7 @@
    compute capability, SMs, memory and clock (PyTorch's torch.cuda.*).
 
    CPU-only build:  cc -O2 examples/device_query.c -lm -o device_query
-   CUDA build:      nvcc -O2 -arch=sm_90 -DGPUDL_CUDA examples/device_query.c gpudl_cuda.cu -lcublas -lnccl -o device_query
+   CUDA build:      nvcc -O2 -arch=sm_90 -DGPUDL_CUDA examples/device_query.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o device_query
 */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"

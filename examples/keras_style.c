@@ -5,7 +5,7 @@
    metrics CSV, then a checkpoint saved as safetensors and loaded back.
 
    CPU:   cc -O2 -march=native examples/keras_style.c -DGPUDL_ZLIB -lz -lm -pthread -o keras_style
-   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/keras_style.c gpudl_cuda.cu -lcublas -lnccl -lz -o keras_style
+   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/keras_style.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o keras_style
    Run:   ./keras_style [--data DIR] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE] */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"

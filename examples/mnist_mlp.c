@@ -5,7 +5,7 @@
    to a metrics CSV (mnist_mlp_metrics.csv; `make plot` draws it).
 
    CPU:   cc -O2 -march=native examples/mnist_mlp.c -DGPUDL_ZLIB -lz -lm -pthread -o mnist_mlp
-   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/mnist_mlp.c gpudl_cuda.cu -lcublas -lnccl -lz -o mnist_mlp
+   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/mnist_mlp.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o mnist_mlp
    Run:   ./mnist_mlp [--data DIR] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE]
                       [--profile]   (the first epoch's per-op time table and the memory summary)
                       [--amp bf16|f16]  (mixed precision: forward and loss under autocast)

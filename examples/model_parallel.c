@@ -7,7 +7,7 @@
    With fewer than two GPUs both halves run on what there is, the same code.
 
    CPU:   cc -O2 -march=native -DGPUDL_ZLIB examples/model_parallel.c -lz -lm -pthread -o model_parallel
-   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/model_parallel.c gpudl_cuda.cu -lcublas -lnccl -lz -o model_parallel
+   CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/model_parallel.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o model_parallel
    Run:   ./model_parallel [--data DIR] [--epochs N] [--batch-size N] [--seed N] */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"

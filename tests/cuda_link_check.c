@@ -2,7 +2,7 @@
    one small computation on the GPU when there is one; without a GPU it says
    so and falls back to the CPU (this must still build, link and exit 0).
 
-       nvcc -O2 -arch=sm_90 -DGPUDL_CUDA tests/cuda_link_check.c gpudl_cuda.cu -lcublas -lnccl -o /tmp/clc && /tmp/clc
+       nvcc -O2 -arch=sm_90 -DGPUDL_CUDA tests/cuda_link_check.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o /tmp/clc && /tmp/clc
 
    nvcc compiles this .c file as C with the host compiler (no -x cu): the
    header's implementation is plain C99. With a GPU, the same randn tensor

@@ -63,7 +63,7 @@ $(B)/emu_test_dist_nccl_mpi: tests/test_dist_nccl.c $(HDR) $(EMU_B)/gpudl_cuda.o
 
 # the same test on a real GPU (tools/gpu_session.sh): NCCL itself
 $(B)/test_dist_nccl_cuda: tests/test_dist_nccl.c $(HDR) $(B)/gpudl_cuda.o | $(B)
-	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lnccl -o $@
+	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl -o $@
 
 # under ASan+UBSan (the emulator's objects of make test-emu)
 $(B)/emu_asan_test_dist_nccl: tests/test_dist_nccl.c $(HDR) $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o | $(B)

@@ -58,6 +58,15 @@ static gdl_tensor *f_gelu_tanh(gdl_tensor **x) { return gdl_gelu(x[0], 1); }
 static gdl_tensor *f_matmul(gdl_tensor **x) { return gdl_matmul(x[0], x[1]); }
 static gdl_tensor *f_linear(gdl_tensor **x) { return gdl_linear(x[0], x[1], x[2]); }
 static gdl_tensor *f_linear_nb(gdl_tensor **x) { return gdl_linear(x[0], x[1], NULL); }
+static gdl_tensor *f_linear_relu(gdl_tensor **x) { return gdl_linear_act(x[0], x[1], x[2], GDL_ACT_RELU); }
+static gdl_tensor *f_linear_gelu_tanh(gdl_tensor **x) { return gdl_linear_act(x[0], x[1], x[2], GDL_ACT_GELU_TANH); }
+static gdl_tensor *f_linear_gelu_nb(gdl_tensor **x) { return gdl_linear_act(x[0], x[1], NULL, GDL_ACT_GELU); }
+static gdl_tensor *f_linear_act_none(gdl_tensor **x) { return gdl_linear_act(x[0], x[1], x[2], GDL_ACT_NONE); }
+static gdl_tensor *f_linear_relu_self(gdl_tensor **x) { return gdl_linear_act(x[0], x[0], NULL, GDL_ACT_RELU); }
+static gdl_tensor *f_conv_relu(gdl_tensor **x) { return gdl_conv2d_act(x[0], x[1], x[2], 1, 1, 1, 1, GDL_ACT_RELU); }
+static gdl_tensor *f_conv_gelu_g3(gdl_tensor **x) { return gdl_conv2d_act(x[0], x[1], x[2], 1, 1, 1, 3, GDL_ACT_GELU_TANH); }
+static gdl_tensor *f_conv_gelu_1x1(gdl_tensor **x) { return gdl_conv2d_act(x[0], x[1], NULL, 1, 0, 1, 1, GDL_ACT_GELU); }
+static gdl_tensor *f_conv_act_none(gdl_tensor **x) { return gdl_conv2d_act(x[0], x[1], x[2], 2, 0, 2, 1, GDL_ACT_NONE); }
 static gdl_tensor *f_sum(gdl_tensor **x) { return gdl_sum(x[0]); }
 static gdl_tensor *f_mean(gdl_tensor **x) { return gdl_mean(x[0]); }
 static gdl_tensor *f_sum_dim1k(gdl_tensor **x) { return gdl_sum_dim(x[0], 1, 1); }
@@ -169,6 +178,21 @@ static const gc_case cases[] = {
     {"linear", GDL_OP_LINEAR, f_linear, 3, {{R2(5, 7), IN_RANDN, 0}, {R2(3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
     {"linear_3d_input", GDL_OP_LINEAR, f_linear, 3, {{R3(2, 3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
     {"linear_no_bias", GDL_OP_LINEAR, f_linear_nb, 2, {{R2(1, 17), IN_RANDN, 0}, {R2(3, 17), IN_RANDN, 0}}},
+    /* fused bias + activation: 70 rows / 72 pixels take the block-per-column bias reduction on a GPU, 16
+       outputs the cuBLASLt GELU_AUX epilogue (aux ld divisible by 8), 3 outputs or erf GELU the GEMM + one pass */
+    {"linear_act_relu", GDL_OP_LINEAR_ACT, f_linear_relu, 3, {{R2(5, 7), IN_RANDN, 0}, {R2(3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
+    {"linear_act_relu_70rows", GDL_OP_LINEAR_ACT, f_linear_relu, 3, {{R2(70, 9), IN_RANDN, 0}, {R2(5, 9), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
+    {"linear_act_gelu_tanh_3d", GDL_OP_LINEAR_ACT, f_linear_gelu_tanh, 3, {{R3(2, 3, 4), IN_RANDN, 0}, {R2(8, 4), IN_RANDN, 0}, {R1(8), IN_RANDN, 0}}},
+    {"linear_act_gelu_tanh_70rows", GDL_OP_LINEAR_ACT, f_linear_gelu_tanh, 3, {{R2(70, 5), IN_RANDN, 0}, {R2(16, 5), IN_RANDN, 0}, {R1(16), IN_RANDN, 0}}},
+    {"linear_act_gelu_tanh_odd", GDL_OP_LINEAR_ACT, f_linear_gelu_tanh, 3, {{R2(5, 7), IN_RANDN, 0}, {R2(3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
+    {"linear_act_gelu_no_bias", GDL_OP_LINEAR_ACT, f_linear_gelu_nb, 2, {{R2(1, 17), IN_RANDN, 0}, {R2(3, 17), IN_RANDN, 0}}},
+    {"linear_act_none", GDL_OP_LINEAR_ACT, f_linear_act_none, 3, {{R2(5, 7), IN_RANDN, 0}, {R2(3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
+    {"linear_act_relu_self", GDL_OP_LINEAR_ACT, f_linear_relu_self, 1, {{R2(5, 5), IN_RANDN, 0}}},
+    {"conv2d_act_relu", GDL_OP_CONV2D_ACT, f_conv_relu, 3, {{R4(2, 3, 7, 6), IN_RANDN, 0}, {R4(4, 3, 3, 3), IN_RANDN, 0}, {R1(4), IN_RANDN, 0}}},
+    {"conv2d_act_relu_72px", GDL_OP_CONV2D_ACT, f_conv_relu, 3, {{R4(2, 2, 9, 8), IN_RANDN, 0}, {R4(3, 2, 3, 3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
+    {"conv2d_act_gelu_tanh_groups3", GDL_OP_CONV2D_ACT, f_conv_gelu_g3, 3, {{R4(2, 3, 5, 5), IN_RANDN, 0}, {R4(6, 1, 3, 3), IN_RANDN, 0}, {R1(6), IN_RANDN, 0}}},
+    {"conv2d_act_gelu_1x1_no_bias", GDL_OP_CONV2D_ACT, f_conv_gelu_1x1, 2, {{R4(2, 3, 4, 3), IN_RANDN, 0}, {R4(5, 3, 1, 1), IN_RANDN, 0}}},
+    {"conv2d_act_none", GDL_OP_CONV2D_ACT, f_conv_act_none, 3, {{R4(1, 2, 9, 8), IN_RANDN, 0}, {R4(3, 2, 3, 2), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
     {"sum", GDL_OP_SUM, f_sum, 1, {{R2(3, 4), IN_RANDN, 0}}},
     {"sum_dim_keepdim", GDL_OP_SUM, f_sum_dim1k, 1, {{R3(3, 4, 5), IN_RANDN, 0}}},
     {"mean", GDL_OP_MEAN, f_mean, 1, {{R1(17), IN_RANDN, 0}}},

@@ -22,6 +22,7 @@
 #include "monitor_cases.h"
 #include "gradscaler_cases.h"
 #include "master_cases.h"
+#include "fusion_cases.h"
 #ifdef GPUDL_EMU
 #include "cuda_emu/emu_api.h"
 #endif
@@ -157,6 +158,15 @@ static const gc_case gpu_cases[] = {
     {"matmul_3d_2d_big", GDL_OP_MATMUL, f_matmul, 2, {{R3(4, 9, 33), IN_RANDN, 0}, {R2(33, 6), IN_RANDN, 0}}},
     {"matmul_2d_3d_big", GDL_OP_MATMUL, f_matmul, 2, {{R2(9, 33), IN_RANDN, 0}, {R3(4, 33, 6), IN_RANDN, 0}}},
     {"linear_70x33", GDL_OP_LINEAR, f_linear, 3, {{R2(70, 33), IN_RANDN, 0}, {R2(20, 33), IN_RANDN, 0}, {R1(20), IN_RANDN, 0}}},
+    /* fused bias + activation: cuBLASLt's RELU_BIAS and GELU_AUX_BIAS epilogues (24 outputs: aux ld
+       divisible by 8), the GEMM + bias_act way (erf GELU, 20 outputs with an aux), the block (rows >= 64)
+       and thread (>= 1024 outputs) bias reductions, a big convolution plane */
+    {"linear_act_relu_130x33", GDL_OP_LINEAR_ACT, f_linear_relu, 3, {{R2(130, 33), IN_RANDN, 0}, {R2(20, 33), IN_RANDN, 0}, {R1(20), IN_RANDN, 0}}},
+    {"linear_act_gelu_tanh_70x33", GDL_OP_LINEAR_ACT, f_linear_gelu_tanh, 3, {{R2(70, 33), IN_RANDN, 0}, {R2(24, 33), IN_RANDN, 0}, {R1(24), IN_RANDN, 0}}},
+    {"linear_act_gelu_tanh_20out", GDL_OP_LINEAR_ACT, f_linear_gelu_tanh, 3, {{R2(70, 33), IN_RANDN, 0}, {R2(20, 33), IN_RANDN, 0}, {R1(20), IN_RANDN, 0}}},
+    {"linear_act_gelu_erf_70x33", GDL_OP_LINEAR_ACT, f_linear_gelu_nb, 2, {{R2(70, 33), IN_RANDN, 0}, {R2(20, 33), IN_RANDN, 0}}},
+    {"linear_act_relu_1030out", GDL_OP_LINEAR_ACT, f_linear_relu, 3, {{R2(70, 5), IN_RANDN, 0}, {R2(1030, 5), IN_RANDN, 0}, {R1(1030), IN_RANDN, 0}}},
+    {"conv2d_act_relu_big", GDL_OP_CONV2D_ACT, f_conv_relu, 3, {{R4(2, 3, 20, 19), IN_RANDN, 0}, {R4(8, 3, 3, 3), IN_RANDN, 0}, {R1(8), IN_RANDN, 0}}},
     /* convolution and pooling, bigger planes; ties and NaN in max pooling */
     {"conv2d_big", GDL_OP_CONV2D, f_conv_s1p1, 3, {{R4(2, 3, 20, 19), IN_RANDN, 0}, {R4(8, 3, 3, 3), IN_RANDN, 0}, {R1(8), IN_RANDN, 0}}},
     {"conv2d_s2p2", GDL_OP_CONV2D, f_conv_s2p2, 3, {{R4(2, 2, 11, 9), IN_RANDN, 0}, {R4(3, 2, 5, 3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
@@ -198,6 +208,8 @@ static const gc_case gpu_cases[] = {
     {"empty_matmul_M0", GDL_OP_MATMUL, f_matmul, 2, {{R2(0, 4), IN_RANDN, 0}, {R2(4, 3), IN_RANDN, 0}}},
     {"empty_matmul_K0", GDL_OP_MATMUL, f_matmul, 2, {{R2(3, 0), IN_RANDN, 0}, {R2(0, 4), IN_RANDN, 0}}},
     {"empty_linear_in0", GDL_OP_LINEAR, f_linear, 3, {{R2(3, 0), IN_RANDN, 0}, {R2(4, 0), IN_RANDN, 0}, {R1(4), IN_RANDN, 0}}},
+    {"empty_linear_act_in0", GDL_OP_LINEAR_ACT, f_linear_relu, 3, {{R2(3, 0), IN_RANDN, 0}, {R2(4, 0), IN_RANDN, 0}, {R1(4), IN_RANDN, 0}}},
+    {"empty_linear_act_rows0", GDL_OP_LINEAR_ACT, f_linear_gelu_tanh, 3, {{R2(0, 4), IN_RANDN, 0}, {R2(8, 4), IN_RANDN, 0}, {R1(8), IN_RANDN, 0}}},
     {"empty_softmax", GDL_OP_SOFTMAX, f_softmax1, 1, {{R2(0, 5), IN_RANDN, 0}}},
     {"empty_concat_piece", GDL_OP_CONCAT, f_concat0, 3, {{R2(2, 3), IN_RANDN, 0}, {R2(0, 3), IN_RANDN, 0}, {R2(1, 3), IN_RANDN, 0}}},
     {"empty_layer_norm_rows", GDL_OP_LAYER_NORM, f_ln_plain, 1, {{R2(0, 5), IN_RANDN, 0}}},
@@ -1856,6 +1868,97 @@ TEST graph_step_counts_and_lr(void) {
     PASS();
 }
 
+/* ---- fused Linear/Conv2d + activation (tests/fusion_cases.h) ---- */
+
+TEST fusion_train_bitwise(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return fz_train_bitwise_case(GPU);
+}
+
+TEST fusion_when(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return fz_when_fused_case(GPU);
+}
+
+TEST fusion_errors(void) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return fz_errors_case(GPU);
+}
+
+/* the launches the fusion saves: linear + bias + ReLU forward is one cuBLASLt call and no kernel (three
+   launches unfused); erf GELU (no cuBLASLt epilogue) the GEMM and one pass; a misaligned bias (a view one
+   float in) the same; backward one kernel before the GEMMs */
+TEST fusion_launch_counts(void) {
+#ifndef GPUDL_EMU
+    SKIPm("counts cuBLAS calls on the emulator (GPUDL_EMU)");
+#else
+    int64_t xs[2] = {70, 33}, ws[2] = {24, 33}, bs = 25;
+    gdl_tensor *x, *w, *b, *bv, *y;
+    long c0, l0;
+    if (!have_gpu()) SKIPm("no GPU");
+    gdl_manual_seed(5);
+    x = gdl_randn(2, xs, GPU);
+    w = gdl_randn(2, ws, GPU);
+    b = gdl_randn(1, &bs, GPU);
+    ASSERT(x && w && b);
+    bv = gdl_slice(b, 1, 25); /* 4 bytes past a 256-byte boundary */
+    ASSERT(bv != NULL);
+    c0 = gdl_emu_count("cublas");
+    l0 = gdl_emu_count("launch");
+    ASSERT((y = gdl_linear_act(x, w, gdl_slice(b, 0, 24), GDL_ACT_RELU)) != NULL);
+    ASSERT_EQ(1, gdl_emu_count("cublas") - c0);
+    ASSERT_EQ(0, gdl_emu_count("launch") - l0);
+    c0 = gdl_emu_count("cublas");
+    l0 = gdl_emu_count("launch");
+    ASSERT(gdl_linear_act(x, w, gdl_slice(b, 0, 24), GDL_ACT_GELU_TANH) != NULL);
+    ASSERT_EQ(1, gdl_emu_count("cublas") - c0);
+    ASSERT_EQ(0, gdl_emu_count("launch") - l0);
+    c0 = gdl_emu_count("cublas");
+    l0 = gdl_emu_count("launch");
+    ASSERT(gdl_linear_act(x, w, gdl_slice(b, 0, 24), GDL_ACT_GELU) != NULL);
+    ASSERT_EQ(1, gdl_emu_count("cublas") - c0);
+    ASSERT_EQ(1, gdl_emu_count("launch") - l0);
+    c0 = gdl_emu_count("cublas");
+    l0 = gdl_emu_count("launch");
+    ASSERT(gdl_linear_act(x, w, bv, GDL_ACT_RELU) != NULL);
+    ASSERT_EQ(1, gdl_emu_count("cublas") - c0);
+    ASSERT_EQ(1, gdl_emu_count("launch") - l0);
+    c0 = gdl_emu_count("cublas");
+    l0 = gdl_emu_count("launch");
+    ASSERT(gdl_relu(gdl_linear(x, w, gdl_slice(b, 0, 24))) != NULL);
+    ASSERT_EQ(1, gdl_emu_count("cublas") - c0);
+    ASSERT_EQ(2, gdl_emu_count("launch") - l0);
+    /* backward of a fused op whose output gradient is given: one kernel (act' + bias gradient), two GEMMs */
+    {
+        gdl_tensor *xg = gdl_randn(2, xs, GPU), *wg = gdl_randn(2, ws, GPU), *bg = gdl_randn(1, &ws[0], GPU), *o, *s;
+        ASSERT(xg && wg && bg);
+        gdl_set_requires_grad(xg, 1);
+        gdl_set_requires_grad(wg, 1);
+        gdl_set_requires_grad(bg, 1);
+        ASSERT((o = gdl_linear_act(xg, wg, bg, GDL_ACT_GELU_TANH)) != NULL);
+        ASSERT((s = gdl_sum(o)) != NULL);
+        ASSERT_EQ(0, gdl_backward(s)); /* makes the leaves' gradients */
+        gdl_zero_grad_tensor(xg);
+        gdl_zero_grad_tensor(wg);
+        gdl_zero_grad_tensor(bg);
+        c0 = gdl_emu_count("cublas");
+        l0 = gdl_emu_count("launch");
+        ASSERT_EQ(0, gdl_backward(s));
+        ASSERT_EQ(2, gdl_emu_count("cublas") - c0);
+        /* the seed (fill + add), sum's backward, the intermediate's memset, act' + bias gradient */
+        if (gdl_emu_count("launch") - l0 > 5) FAILf("%ld launches in the backward", gdl_emu_count("launch") - l0);
+        gdl_free(xg);
+        gdl_free(wg);
+        gdl_free(bg);
+    }
+    gdl_arena_reset();
+    gdl_free(x);
+    gdl_free(w);
+    gdl_free(b);
+    PASS();
+#endif
+}
+
 /* ---- GradScaler on the GPU (tests/gradscaler_cases.h) ---- */
 
 TEST grad_scaler_matches_pytorch(void) {
@@ -1949,6 +2052,10 @@ SUITE(graphs) {
     RUN_TEST(graph_replay_equals_eager);
     RUN_TEST(graph_capture_errors);
     RUN_TEST(graph_step_counts_and_lr);
+    RUN_TEST(fusion_train_bitwise);
+    RUN_TEST(fusion_when);
+    RUN_TEST(fusion_errors);
+    RUN_TEST(fusion_launch_counts);
     RUN_TEST(grad_scaler_matches_pytorch);
     RUN_TEST(grad_scaler_graph_equals_eager);
     RUN_TEST(grad_scaler_clip_checkpoint);

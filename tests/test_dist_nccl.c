@@ -16,7 +16,7 @@
    leaves early: the other's barrier fails within the timeout.
 
    Build: see tests/dist.mk (emulator objects; -DGPUDL_MPI with mpicc); on a GPU
-       nvcc -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_dist_nccl.c gpudl_cuda.cu -lcublas -lnccl
+       nvcc -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_dist_nccl.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl
    (one GPU: the one-process tests, with NCCL over one rank; two GPUs: the two ranks too). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>

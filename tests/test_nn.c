@@ -14,6 +14,7 @@
 #include "harness.h"
 #include "gradscaler_cases.h"
 #include "master_cases.h"
+#include "fusion_cases.h"
 
 #include <math.h>
 #include <string.h>
@@ -1525,6 +1526,11 @@ TEST test_module_cycle_refused(void) {
     PASS();
 }
 
+/* fused Linear/Conv2d + activation in Sequential (tests/fusion_cases.h) */
+TEST test_fusion_train_bitwise(void) { return fz_train_bitwise_case(gdl_cpu()); }
+TEST test_fusion_when(void) { return fz_when_fused_case(gdl_cpu()); }
+TEST test_fusion_errors(void) { return fz_errors_case(gdl_cpu()); }
+
 SUITE(modules) {
     RUN_TEST(test_module_cycle_refused);
     SET_SETUP(reset, NULL);
@@ -1538,6 +1544,9 @@ SUITE(modules) {
     RUN_TEST(test_train_eval);
     RUN_TEST(test_summary);
     RUN_TEST(test_module_to);
+    RUN_TEST(test_fusion_train_bitwise);
+    RUN_TEST(test_fusion_when);
+    RUN_TEST(test_fusion_errors);
 }
 
 /* lr of a group added after the flat buffer was made: set before the next

@@ -2511,6 +2511,349 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
 } // extern "C"
 
 // ---------------------------------------------------------------------------
+// cuBLASLt: the matmul with bias / activation epilogues, the part gpudl uses
+// (llm.c's matmul_cublaslt): f32 A, B, C, D with CUBLAS_COMPUTE_32F (or
+// _FAST_TF32, rounding as TF32 mode does) and f32 scales; D = alpha op(A)
+// op(B) + beta C computed by sgemm_cpu, as cublasSgemm is, then the
+// epilogue per element of D: + bias[row], the pre-activation to the aux
+// buffer (GELU_AUX), then ReLU or tanh-GELU with the formulas of gpudl's own
+// kernels (0.5 v (1 + tanhf(0.7978845608028654 (v + 0.044715 v^3))): the
+// last bits of real cuBLASLt's GELU may differ). Descriptors are checked
+// (live handles and descriptors, attribute sizes, shapes, device memory of
+// every operand, aux ld divisible by 8 and >= the rows of D, C == D or
+// beta 0); other types, epilogues and attributes are
+// CUBLAS_STATUS_NOT_SUPPORTED with a diagnostic.
+
+struct cublasLtContext {
+    int dev;
+};
+
+namespace {
+
+struct LtDesc {
+    cublasComputeType_t comp;
+    cudaDataType_t scale;
+    int32_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    uint32_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bias = nullptr;
+    void *aux = nullptr;
+    int64_t auxld = 0;
+};
+struct LtLayout {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct LtPref {
+    uint64_t ws = 0;
+};
+std::mutex &lt_mu = *new std::mutex;
+std::set<cublasLtContext *> &lt_handles = *new std::set<cublasLtContext *>;
+std::map<const void *, LtDesc> &lt_descs = *new std::map<const void *, LtDesc>;
+std::map<const void *, LtLayout> &lt_layouts = *new std::map<const void *, LtLayout>;
+std::map<const void *, LtPref> &lt_prefs = *new std::map<const void *, LtPref>;
+
+bool lt_epilogue(uint32_t e, bool *bias, bool *relu, bool *gelu, bool *aux) {
+    *bias = *relu = *gelu = *aux = false;
+    switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return true;
+    case CUBLASLT_EPILOGUE_RELU: *relu = true; return true;
+    case CUBLASLT_EPILOGUE_BIAS: *bias = true; return true;
+    case CUBLASLT_EPILOGUE_RELU_BIAS: *bias = *relu = true; return true;
+    case CUBLASLT_EPILOGUE_GELU: *gelu = true; return true;
+    case CUBLASLT_EPILOGUE_GELU_BIAS: *gelu = *bias = true; return true;
+    case CUBLASLT_EPILOGUE_GELU_AUX: *gelu = *aux = true; return true;
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: *gelu = *aux = *bias = true; return true;
+    default: return false;
+    }
+}
+
+// the checks shared by the heuristic and the matmul; pointers are checked by the matmul only
+cublasStatus_t lt_check(const char *fn, cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                        cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dl, LtDesc *D,
+                        LtLayout *L) {
+    std::lock_guard<std::mutex> l(lt_mu);
+    if (!lt_handles.count(h)) {
+        diag("%s: not a live cuBLASLt handle (%p)", fn, (void *)h);
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    }
+    if (!lt_descs.count(d) || !lt_layouts.count(a) || !lt_layouts.count(b) || !lt_layouts.count(c) ||
+        !lt_layouts.count(dl)) {
+        diag("%s: a matmul descriptor or matrix layout is not live (destroyed or never created)", fn);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    *D = lt_descs[d];
+    L[0] = lt_layouts[a]; L[1] = lt_layouts[b]; L[2] = lt_layouts[c]; L[3] = lt_layouts[dl];
+    if (tl_dev != h->dev) {
+        diag("%s: handle made on cuda:%d used while cuda:%d is current", fn, h->dev, tl_dev);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if ((D->comp != CUBLAS_COMPUTE_32F && D->comp != CUBLAS_COMPUTE_32F_FAST_TF32) || D->scale != CUDA_R_32F ||
+        L[0].type != CUDA_R_32F || L[1].type != CUDA_R_32F || L[2].type != CUDA_R_32F || L[3].type != CUDA_R_32F) {
+        diag("%s: the emulator runs f32 matrices with CUBLAS_COMPUTE_32F(_FAST_TF32) and f32 scales only", fn);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    bool bias, relu, gelu, aux;
+    if (!lt_epilogue(D->epi, &bias, &relu, &gelu, &aux)) {
+        diag("%s: epilogue %u is not emulated (DEFAULT, RELU, BIAS, RELU_BIAS, GELU, GELU_BIAS, GELU_AUX, "
+             "GELU_AUX_BIAS are)", fn, D->epi);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    bool TA = D->ta != CUBLAS_OP_N, TB = D->tb != CUBLAS_OP_N;
+    uint64_t m = L[3].rows, n = L[3].cols, k = TA ? L[0].rows : L[0].cols;
+    uint64_t am = TA ? L[0].cols : L[0].rows, bk = TB ? L[1].cols : L[1].rows, bn = TB ? L[1].rows : L[1].cols;
+    if ((D->ta != CUBLAS_OP_N && D->ta != CUBLAS_OP_T) || (D->tb != CUBLAS_OP_N && D->tb != CUBLAS_OP_T) || am != m ||
+        bk != k || bn != n || L[2].rows != m || L[2].cols != n || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX) {
+        diag("%s: shapes do not match: op(A) %llux%llu, op(B) %llux%llu, C %llux%llu, D %llux%llu", fn,
+             (unsigned long long)am, (unsigned long long)k, (unsigned long long)bk, (unsigned long long)bn,
+             (unsigned long long)L[2].rows, (unsigned long long)L[2].cols, (unsigned long long)m,
+             (unsigned long long)n);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    for (int i = 0; i < 4; i++)
+        if (L[i].ld < (int64_t)std::max<uint64_t>(1, L[i].rows) || L[i].ld > INT32_MAX) {
+            diag("%s: matrix %d: ld %lld below its %llu rows", fn, i, (long long)L[i].ld,
+                 (unsigned long long)L[i].rows);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    if (aux && (D->auxld < (int64_t)m || D->auxld % 8 != 0)) {
+        diag("%s: GELU aux ld %lld must be divisible by 8 and at least the %llu rows of D", fn, (long long)D->auxld,
+             (unsigned long long)m);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} // namespace
+
+extern "C" {
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    if (!h) return CUBLAS_STATUS_INVALID_VALUE;
+    if (!init_ok()) return CUBLAS_STATUS_NOT_INITIALIZED;
+    cublasLtContext *c = new cublasLtContext;
+    c->dev = tl_dev;
+    std::lock_guard<std::mutex> l(lt_mu);
+    lt_handles.insert(c);
+    *h = c;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    std::lock_guard<std::mutex> l(lt_mu);
+    if (!lt_handles.erase(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t comp, cudaDataType_t scale) {
+    if (!d) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasLtMatmulDescOpaque_t *o = new cublasLtMatmulDescOpaque_t();
+    LtDesc v;
+    v.comp = comp;
+    v.scale = scale;
+    std::lock_guard<std::mutex> l(lt_mu);
+    lt_descs[o] = v;
+    *d = o;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    std::lock_guard<std::mutex> l(lt_mu);
+    if (!lt_descs.erase(d)) return CUBLAS_STATUS_INVALID_VALUE;
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t size) {
+    std::lock_guard<std::mutex> l(lt_mu);
+    auto it = lt_descs.find(d);
+    if (it == lt_descs.end() || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    LtDesc &v = it->second;
+    size_t want;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: case CUBLASLT_MATMUL_DESC_TRANSB: want = sizeof(int32_t); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: want = sizeof(uint32_t); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: want = sizeof(void *); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: want = sizeof(int64_t); break;
+    default:
+        diag("cublasLtMatmulDescSetAttribute: attribute %d is not emulated", (int)attr);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (size != want) {
+        diag("cublasLtMatmulDescSetAttribute: attribute %d takes %zu bytes, got %zu", (int)attr, want, size);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: memcpy(&v.ta, buf, 4); break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: memcpy(&v.tb, buf, 4); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: memcpy(&v.epi, buf, 4); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&v.bias, buf, sizeof(void *)); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: memcpy(&v.aux, buf, sizeof(void *)); break;
+    default: memcpy(&v.auxld, buf, 8); break;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *m, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+    if (!m) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasLtMatrixLayoutOpaque_t *o = new cublasLtMatrixLayoutOpaque_t();
+    LtLayout v;
+    v.type = type; v.rows = rows; v.cols = cols; v.ld = ld;
+    std::lock_guard<std::mutex> l(lt_mu);
+    lt_layouts[o] = v;
+    *m = o;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t m) {
+    std::lock_guard<std::mutex> l(lt_mu);
+    if (!lt_layouts.erase(m)) return CUBLAS_STATUS_INVALID_VALUE;
+    delete m;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    if (!p) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasLtMatmulPreferenceOpaque_t *o = new cublasLtMatmulPreferenceOpaque_t();
+    std::lock_guard<std::mutex> l(lt_mu);
+    lt_prefs[o] = LtPref();
+    *p = o;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    std::lock_guard<std::mutex> l(lt_mu);
+    if (!lt_prefs.erase(p)) return CUBLAS_STATUS_INVALID_VALUE;
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t size) {
+    std::lock_guard<std::mutex> l(lt_mu);
+    auto it = lt_prefs.find(p);
+    if (it == lt_prefs.end() || !buf) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+        if (size != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&it->second.ws, buf, 8);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+        return size == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    default:
+        diag("cublasLtMatmulPreferenceSetAttribute: attribute %d is not emulated", (int)attr);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+}
+
+// one algorithm for every configuration the matmul runs; none (NOT_SUPPORTED) for the rest
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t dl, cublasLtMatmulPreference_t p, int requested,
+                                              cublasLtMatmulHeuristicResult_t results[], int *count) {
+    LtDesc D;
+    LtLayout L[4];
+    if (!results || !count || requested <= 0) return CUBLAS_STATUS_INVALID_VALUE;
+    {
+        std::lock_guard<std::mutex> l(lt_mu);
+        if (!lt_prefs.count(p)) return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    *count = 0;
+    cublasStatus_t st = lt_check("cublasLtMatmulAlgoGetHeuristic", h, d, a, b, c, dl, &D, L);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    memset(&results[0], 0, sizeof results[0]);
+    results[0].algo.data[0] = 0x656d75u; /* "emu" */
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    results[0].wavesCount = 1.0f;
+    *count = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t a, const void *B, cublasLtMatrixLayout_t b, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t c, void *Dp, cublasLtMatrixLayout_t dl,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsbytes, cudaStream_t stream) {
+    const char *fn = "cublasLtMatmul";
+    LtDesc D;
+    LtLayout L[4];
+    (void)algo; /* NULL: cuBLASLt picks one; any heuristic result is the emulator's one algorithm */
+    cublasStatus_t st = lt_check(fn, h, d, a, b, c, dl, &D, L);
+    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    long num = ++n_cublas, fc = fail_cublas_at.load();
+    if (fc >= 0 && num == fc) { /* injected (gdl_emu_fail_cublas): nothing runs */
+        fail_cublas_at.store(-1);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    if (sticky_now() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (!alpha || !beta) {
+        diag("%s: alpha or beta is NULL", fn);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    bool bias, relu, gelu, aux;
+    lt_epilogue(D.epi, &bias, &relu, &gelu, &aux);
+    bool TA = D.ta != CUBLAS_OP_N, TB = D.tb != CUBLAS_OP_N;
+    int m = (int)L[3].rows, n = (int)L[3].cols, k = (int)(TA ? L[0].rows : L[0].cols);
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    if (C != Dp && be != 0) {
+        diag("%s: the emulator runs C == D (in place) or beta 0", fn);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (C == Dp && (L[2].ld != L[3].ld)) {
+        diag("%s: C and D are one matrix with two layouts (ld %lld and %lld)", fn, (long long)L[2].ld,
+             (long long)L[3].ld);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    int dev = h->dev;
+    if ((al != 0 && k > 0 &&
+         (!blas_operand_ok(fn, "A", A, (int)L[0].rows, (int)L[0].cols, (int)L[0].ld, 0, 1, dev) ||
+          !blas_operand_ok(fn, "B", B, (int)L[1].rows, (int)L[1].cols, (int)L[1].ld, 0, 1, dev))) ||
+        (be != 0 && !blas_operand_ok(fn, "C", C, m, n, (int)L[2].ld, 0, 1, dev)) ||
+        !blas_operand_ok(fn, "D", Dp, m, n, (int)L[3].ld, 0, 1, dev) ||
+        (bias && !blas_operand_ok(fn, "bias", D.bias, m, 1, m, 0, 1, dev)) ||
+        (aux && !blas_operand_ok(fn, "aux", D.aux, m, n, (int)D.auxld, 0, 1, dev)))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (wsbytes) {
+        bool bad;
+        if (!ws || classify(ws, wsbytes, &bad) != dev || bad) {
+            diag("%s: workspace %p (%zu bytes) is not device memory of cuda:%d", fn, ws, wsbytes, dev);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
+    bool round = D.comp == CUBLAS_COMPUTE_32F_FAST_TF32;
+    int lda = (int)L[0].ld, ldb = (int)L[1].ld, ldd = (int)L[3].ld;
+    const float *bp = (const float *)D.bias;
+    float *xp = (float *)D.aux, *dp = (float *)Dp;
+    int64_t auxld = D.auxld;
+    std::lock_guard<std::mutex> l(g_mu);
+    Stream *s = resolve_locked(stream);
+    if (!s) return CUBLAS_STATUS_INVALID_VALUE;
+    if (s->legacy && global_capture_locked(s->dev)) {
+        capture_violation_locked(s->dev, cudaErrorStreamCaptureImplicit, fn);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    enqueue_locked(s, [=] {
+        sgemm_cpu(TA, TB, m, n, k, al, (const float *)A, lda, (const float *)B, ldb, be, dp, ldd, round);
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float v = dp[(size_t)j * ldd + i];
+                if (bias) v = v + bp[i];
+                if (aux) xp[(size_t)j * auxld + i] = v;
+                if (relu) v = v > 0 ? v : 0.0f;
+                if (gelu) v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+                dp[(size_t)j * ldd + i] = v;
+            }
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+} // extern "C"
+
+// ---------------------------------------------------------------------------
 // NCCL: communicators over a POSIX shared-memory segment named by the unique
 // id, so the ranks may be processes (one emulated device each) or threads of
 // one process (the design and its limits: cuda_emu.h). A collective is a

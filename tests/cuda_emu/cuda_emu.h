@@ -32,6 +32,11 @@
    - cuBLAS: a plain column-major loop accumulating in float (TF32 mode rounds
      the inputs to 10-bit mantissas, nearest-even); the last bits differ from
      cuBLAS's own blocked, FMA-ordered sums.
+   - cuBLASLt: cublasLtMatmul with f32 matrices and the DEFAULT, RELU, BIAS,
+     RELU_BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS epilogues only (the
+     GEMM above, then the epilogue with gpudl's own ReLU / tanh-GELU formulas);
+     the heuristic returns one algorithm for every configuration it runs and
+     ignores alignment preferences.
    - races between threads that use neither barriers nor atomics are only
      exposed as far as the schedules (GPUDL_EMU_SCHED) reorder them; within a
      block, threads interleave only at barriers and warp operations.
@@ -101,6 +106,7 @@
 
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>

@@ -86,3 +86,9 @@ $(B)/emu_%: examples/%.c examples/example_args.h gpudl.h $(EMU_B)/gpudl_cuda.o $
 	$(CXX) $(EMU_B)/$*.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
 emu: $(EMU_EXAMPLES)
+
+# bench/train.c on the emulator: its launches/step column counts kernel launches
+# (timings mean nothing there); `GPUDL_NO_FUSION=1` for the unfused module layer
+$(B)/emu_bench_train: bench/train.c bench/bench_cpu.h gpudl.h $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_CUDA -DGPUDL_EMU -c $< -o $(EMU_B)/bench_train.o
+	$(CXX) $(EMU_B)/bench_train.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)

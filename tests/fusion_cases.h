@@ -1,0 +1,213 @@
+/* fusion_cases.h -- the fused bias + activation ops at the module level, shared
+   by the CPU suite (test_nn.c) and the GPU suite (test_cuda.c, on the
+   emulator): each case takes the device to run on. Include after gpudl.h and
+   harness.h.
+   * a Sequential MLP (Linear+ReLU, Linear+GELU tanh, Linear+GELU erf) and a
+     CNN (Conv2d+ReLU twice, pooling, Linear) trained 20 steps with fusion on
+     and off (gdl_nn_set_fusion) give the same losses, outputs, gradients and
+     weights bit for bit; the sizes take the threaded CPU loops and, on a GPU,
+     cuBLASLt's epilogues and both bias-gradient reductions;
+   * the fused op is what runs, and is not used where the module layer must
+     not fuse (fusion off, anomaly mode, autocast, a non-f32 parameter);
+   * gdl_linear_act / gdl_conv2d_act's errors name the op, shapes, dtypes. */
+#ifndef GPUDL_FUSION_CASES_H
+#define GPUDL_FUSION_CASES_H
+
+#include <string.h>
+
+#define FZ_STEPS 20
+
+/* big (the CPU): past the threaded loops' threshold; else (a GPU, on the emulator) smaller, still with 70+ rows
+   and 132 pixels (the block-per-output bias reduction), GELU tanh with 40 outputs (cuBLASLt's GELU_AUX) and 20
+   (aux ld not divisible by 8: the GEMM + one pass) */
+static gdl_module *fz_mlp(int big) {
+    gdl_manual_seed(11);
+    return gdl_nn_sequential(9, (gdl_module *[]){gdl_nn_linear(37, big ? 300 : 64, 1), gdl_nn_relu(),
+                                                 gdl_nn_linear(big ? 300 : 64, 40, 1), gdl_nn_gelu(1),
+                                                 gdl_nn_linear(40, 20, 1), gdl_nn_gelu(1), gdl_nn_linear(20, 12, 1),
+                                                 gdl_nn_gelu(0), gdl_nn_linear(12, 10, 1)});
+}
+
+static gdl_module *fz_cnn(int big) {
+    int c = big ? 24 : 8;
+    gdl_manual_seed(12);
+    return gdl_nn_sequential(7, (gdl_module *[]){gdl_nn_conv2d(3, c, 3, 1, 1, 1, 1, 1), gdl_nn_relu(),
+                                                 gdl_nn_maxpool2d(2, 0, 0), gdl_nn_conv2d(c, 6, 3, 1, 0, 1, 1, 1),
+                                                 gdl_nn_relu(), gdl_nn_flatten(1), gdl_nn_linear(72, 10, 1)});
+}
+
+/* appends t's bytes (copied to the host) to *buf */
+static int fz_append(unsigned char **buf, size_t *len, gdl_tensor *t) {
+    gdl_tensor *h = t ? gdl_to(t, gdl_cpu()) : NULL;
+    size_t n;
+    unsigned char *nb;
+    if (!h) return -1;
+    n = (size_t)h->numel * gdl_dtype_size(h->dtype);
+    if (!(nb = (unsigned char *)realloc(*buf, *len + n + 1))) {
+        gdl_free(h);
+        return -1;
+    }
+    memcpy(nb + *len, h->data, n);
+    *buf = nb;
+    *len += n;
+    gdl_free(h); /* a copy of a persistent tensor is persistent (a no-op for temporaries) */
+    return 0;
+}
+
+/* trains a fresh model (cnn or mlp) FZ_STEPS SGD steps on dev with fusion on or off; the losses, the last
+   output, every gradient and weight in *buf */
+static int fz_train(gdl_device dev, int cnn, int fuse, unsigned char **buf, size_t *len) {
+    int big = dev.type == GDL_DEVICE_CPU;
+    gdl_module *m = cnn ? fz_cnn(big) : fz_mlp(big);
+    gdl_optimizer *opt = gdl_sgd_new(0.05, 0.9, 0, 1e-4, 0);
+    gdl_tensor *x, *y, *out = NULL, *ts[32];
+    int32_t lab[130];
+    int64_t B = cnn ? (big ? 12 : 4) : (big ? 130 : 70), xs4[4] = {0, 3, 12, 11}, xs2[2] = {0, 37};
+    int step, k, n, prev = gdl_nn_set_fusion(fuse), rc = -1;
+    *buf = NULL;
+    *len = 0;
+    xs4[0] = xs2[0] = B;
+    gdl_manual_seed(13);
+    x = cnn ? gdl_randn(4, xs4, dev) : gdl_randn(2, xs2, dev);
+    for (k = 0; k < B; k++) lab[k] = (int32_t)((k * 7 + 3) % 10);
+    y = gdl_from_array(lab, 1, &B, GDL_I32, dev);
+    if (!m || !opt || !x || !y || gdl_module_to(m, dev) < 0 || gdl_optim_add_module(opt, m, 0) < 0) goto done;
+    for (step = 0; step < FZ_STEPS; step++) {
+        gdl_tensor *loss;
+        gdl_arena_reset();
+        if (gdl_zero_grad(opt) < 0) goto done;
+        out = gdl_forward(m, x);
+        loss = out ? gdl_cross_entropy(out, y) : NULL;
+        if (!loss || gdl_backward(loss) < 0 || fz_append(buf, len, loss) < 0) goto done;
+        if (step + 1 < FZ_STEPS && gdl_step(opt) < 0) goto done;
+    }
+    if (fz_append(buf, len, out) < 0) goto done;
+    n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, ts, 32);
+    for (k = 0; k < n; k++)
+        if (fz_append(buf, len, ts[k]) < 0 || fz_append(buf, len, ts[k]->grad) < 0) goto done;
+    rc = 0;
+done:
+    gdl_arena_reset();
+    gdl_nn_set_fusion(prev);
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_free(x);
+    gdl_free(y);
+    return rc;
+}
+
+static int fz_first_diff(const unsigned char *a, const unsigned char *b, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (a[i] != b[i]) return (int)i;
+    return -1;
+}
+
+TEST fz_train_bitwise_case(gdl_device dev) {
+    int cnn;
+    for (cnn = 0; cnn < 2; cnn++) {
+        unsigned char *a = NULL, *b = NULL;
+        size_t la = 0, lb = 0;
+        int ra = fz_train(dev, cnn, 1, &a, &la), rb = fz_train(dev, cnn, 0, &b, &lb);
+        if (ra < 0 || rb < 0) {
+            free(a);
+            free(b);
+            FAILf("%s training failed: %s", cnn ? "CNN" : "MLP", gdl_last_error());
+        }
+        if (la != lb || la == 0 || fz_first_diff(a, b, la) >= 0) {
+            int at = la == lb ? fz_first_diff(a, b, la) : -2;
+            free(a);
+            free(b);
+            FAILf("%s: fused and unfused training differ (%zu vs %zu bytes, first differing byte %d)",
+                  cnn ? "CNN" : "MLP", la, lb, at);
+        }
+        free(a);
+        free(b);
+    }
+    PASS();
+}
+
+/* the op that made a two-module Sequential's output */
+static int fz_pair_op(gdl_device dev, gdl_module *act, int conv) {
+    gdl_module *m;
+    gdl_tensor *x, *y;
+    int64_t s4[4] = {2, 3, 5, 4}, s2[2] = {4, 6};
+    int op;
+    gdl_manual_seed(3);
+    m = gdl_nn_sequential(2, (gdl_module *[]){conv ? gdl_nn_conv2d(3, 4, 3, 1, 1, 1, 1, 1) : gdl_nn_linear(6, 5, 1), act});
+    x = conv ? gdl_randn(4, s4, dev) : gdl_randn(2, s2, dev);
+    if (!m || !x || gdl_module_to(m, dev) < 0) return -2;
+    y = gdl_forward(m, x);
+    op = y ? gdl_tensor_op(y) : -3;
+    gdl_module_free(m);
+    gdl_free(x);
+    gdl_arena_reset();
+    return op;
+}
+
+TEST fz_when_fused_case(gdl_device dev) {
+    int prev = gdl_nn_set_fusion(1);
+    ASSERT_EQ(1, gdl_nn_set_fusion(-1));
+    ASSERT_EQ(GDL_OP_LINEAR_ACT, fz_pair_op(dev, gdl_nn_relu(), 0));
+    ASSERT_EQ(GDL_OP_LINEAR_ACT, fz_pair_op(dev, gdl_nn_gelu(1), 0));
+    ASSERT_EQ(GDL_OP_LINEAR_ACT, fz_pair_op(dev, gdl_nn_gelu(0), 0));
+    ASSERT_EQ(GDL_OP_CONV2D_ACT, fz_pair_op(dev, gdl_nn_relu(), 1));
+    ASSERT_EQ(GDL_OP_GELU_TANH, fz_pair_op(dev, gdl_nn_gelu(1), 1)); /* only ReLU after a Conv2d */
+    ASSERT_EQ(GDL_OP_TANH, fz_pair_op(dev, gdl_nn_tanh(), 0));
+    /* anomaly mode checks the intermediate: not fused */
+    gdl_set_anomaly_mode(1);
+    ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 0));
+    gdl_set_anomaly_mode(0);
+    /* autocast: the unfused ops' dtypes */
+    {
+        int op;
+        ASSERT_EQ(0, gdl_autocast_begin(GDL_BF16));
+        op = fz_pair_op(dev, gdl_nn_relu(), 0);
+        ASSERT_EQ(0, gdl_autocast_end());
+        ASSERT(op >= 0 && op != GDL_OP_LINEAR_ACT); /* relu on bf16: its f32 run and the cast to bf16 */
+    }
+    ASSERT_EQ(1, gdl_nn_set_fusion(0));
+    ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 0));
+    ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 1));
+    ASSERT_EQ(0, gdl_nn_set_fusion(prev));
+    PASS();
+}
+
+TEST fz_errors_case(gdl_device dev) {
+    int64_t s2[2] = {4, 6}, w2[2] = {5, 6}, wbad[2] = {5, 7}, b1 = 5, bbad = 4, s4[4] = {2, 3, 5, 4},
+            k4[4] = {4, 3, 3, 3};
+    gdl_tensor *x = gdl_randn(2, s2, dev), *w = gdl_randn(2, w2, dev), *wb = gdl_randn(2, wbad, dev);
+    gdl_tensor *b = gdl_randn(1, &b1, dev), *bb = gdl_randn(1, &bbad, dev), *bc = gdl_randn(1, &b1, gdl_cpu());
+    gdl_tensor *xi = gdl_zeros(2, s2, GDL_I32, dev), *xc = gdl_randn(4, s4, dev), *wc = gdl_randn(4, k4, dev);
+    gdl_tensor *y;
+    ASSERT(x && w && wb && b && bb && bc && xi && xc && wc);
+    ASSERT(gdl_linear_act(x, w, b, (gdl_act)7) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_linear_act: unknown activation 7");
+    ASSERT(gdl_conv2d_act(xc, wc, NULL, 1, 1, 1, 1, (gdl_act)-1) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_conv2d_act: unknown activation -1");
+    ASSERT(gdl_linear_act(x, wb, b, GDL_ACT_RELU) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_linear_act: input [4,6] does not match weight [5,7]");
+    ASSERT(gdl_linear_act(x, w, bb, GDL_ACT_GELU_TANH) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_linear_act: bias [4] does not match weight [5,6]");
+    ASSERT(gdl_linear_act(xi, w, b, GDL_ACT_RELU) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_linear_act");
+    ASSERT_CONTAINS(gdl_last_error(), "i32");
+    if (dev.type != GDL_DEVICE_CPU) {
+        ASSERT(gdl_linear_act(x, w, bc, GDL_ACT_RELU) == NULL);
+        ASSERT_CONTAINS(gdl_last_error(), "gdl_linear_act");
+        ASSERT_CONTAINS(gdl_last_error(), "cpu");
+    }
+    ASSERT(gdl_conv2d_act(xc, w, NULL, 1, 1, 1, 1, GDL_ACT_RELU) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_conv2d_act: expected input [N,C,H,W] and weight");
+    ASSERT(gdl_conv2d_act(xc, wc, b, 1, 1, 1, 1, GDL_ACT_RELU) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_conv2d_act: bias [5] does not match 4 output channels");
+    /* the inputs are untouched and still usable */
+    y = gdl_linear_act(x, w, b, GDL_ACT_RELU);
+    ASSERT(y != NULL);
+    gdl_arena_reset();
+    gdl_free(x); gdl_free(w); gdl_free(wb); gdl_free(b); gdl_free(bb); gdl_free(bc); gdl_free(xi); gdl_free(xc);
+    gdl_free(wc);
+    PASS();
+}
+
+#endif
