@@ -5372,17 +5372,45 @@ static int gdl__cpu_lp_check(const char *entry, gdl_dtype dt) {
 #define GDL__GEOM_OUT(g) ((int64_t)(g)->N * (g)->C * (g)->OH * (g)->OW)
 #define GDL__GEOM_COL(g) (GDL__GEOM_OUT(g) * (g)->KH * (g)->KW)
 
+/* im2col moves values without arithmetic: the 16-bit patterns are gathered
+   as they are (f16 and bf16 alike; +0 is 0 in both), in the f32 kernel's
+   layout, planes split over the threads */
+typedef struct {
+    const gdl_conv_geom *g;
+    const uint16_t *x;
+    uint16_t *col;
+} gdl__im2col16_job;
+static void gdl__im2col16_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__im2col16_job *a_ = (const gdl__im2col16_job *)p_;
+    const gdl_conv_geom *g = a_->g;
+    int64_t nc, OHW = (int64_t)g->OH * g->OW;
+    for (nc = lo_; nc < hi_; nc++) {
+        const uint16_t *xp = a_->x + nc * g->H * g->W;
+        uint16_t *cp = a_->col + nc * g->KH * g->KW * OHW;
+        int kh, kw, oh, ow;
+        for (kh = 0; kh < g->KH; kh++)
+            for (kw = 0; kw < g->KW; kw++)
+                for (oh = 0; oh < g->OH; oh++) {
+                    int ih = oh * g->SH - g->PH + kh * g->DH;
+                    uint16_t *r = cp + (kh * g->KW + kw) * OHW + (int64_t)oh * g->OW;
+                    if (ih < 0 || ih >= g->H) {
+                        memset(r, 0, sizeof(uint16_t) * (size_t)g->OW);
+                        continue;
+                    }
+                    for (ow = 0; ow < g->OW; ow++) {
+                        int iw = ow * g->SW - g->PW + kw * g->DW;
+                        r[ow] = iw >= 0 && iw < g->W ? xp[(int64_t)ih * g->W + iw] : (uint16_t)0;
+                    }
+                }
+    }
+}
 static int gdl__cpu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
-    const void *src[2];
-    int64_t n[2];
-    gdl_real *b[2], *f;
+    gdl__im2col16_job j_;
     if (gdl__cpu_lp_check("im2col", dt) < 0) return -1;
-    src[0] = x; n[0] = GDL__GEOM_IN(g); src[1] = NULL; n[1] = GDL__GEOM_COL(g);
-    if (n[1] <= 0) return 0;
-    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    gdl__cpu_im2col(g, b[0], b[1]);
-    gdl__cpu_cast(col, dt, b[1], GDL_F32, n[1]); /* exact: the values are x's */
-    GPUDL_FREE(f);
+    j_.g = g;
+    j_.x = (const uint16_t *)x;
+    j_.col = (uint16_t *)col;
+    gdl__parallel_for((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &j_);
     return 0;
 }
 static int gdl__cpu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
