@@ -64,16 +64,31 @@
      and the result is rounded to bf16/f16 once;
    * a tensor's gradient has its dtype (a bf16 weight gets a bf16 .grad);
    * gdl_to_dtype is differentiable between float dtypes (PyTorch's .to).
-   How: matmul and linear run natively when their inputs share one low dtype
-   (the backend entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA;
-   on the CPU f32 copies through the f32 kernel). Every other op given bf16
-   or f16 runs its f32 kernel on f32 copies of the low-precision inputs and
+   How: these ops run natively in the low dtype, keeping only bf16/f16
+   tensors (activations, saved inputs, gradients) in the arena:
+   * matmul and linear, when their inputs share one low dtype (the backend
+     entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA);
+   * conv2d (x, weight and bias of one low dtype; any stride, padding,
+     dilation, groups): columns in the low dtype, the GEMMs through gemm_lp,
+     the bias folded into the GEMM so the output rounds once; backward: the
+     weight and bias gradients through gemm_lp, the input gradient's column
+     sums (col2im) in f32 with one rounding into the gradient;
+   * max_pool2d (exact), avg_pool2d and global_avg_pool2d (sums in f32);
+   * batch_norm with a low-precision input, as cuDNN under autocast: x, y and
+     the input gradient in the low dtype; the statistics, running statistics
+     and affine parameters (and their gradients) f32 -- low-precision weight
+     and bias get an f32 copy inside the op (a cast).
+   On the CPU, which has no bf16/f16 arithmetic, the native kernels widen
+   their operands to f32 in malloc'd memory for the duration of the call
+   (not the arena) and round the result once. Every other op given bf16 or
+   f16 runs its f32 kernel on f32 copies of the low-precision inputs and
    rounds its output once (one place in [impl-ops]: gdl__lowp_in/out, with
-   differentiable casts, so autograd needs nothing else). That is PyTorch's
-   numerics, not yet its speed: native low-precision kernels for the rest
-   are future work. BatchNorm's running statistics must be f32 (the input
-   and affine parameters may be low; the output has the input's dtype), as
-   under torch.autocast. Optimizers and gdl_sgd_update_ take f32 parameters.
+   differentiable casts, so autograd needs nothing else): PyTorch's
+   numerics, but the f32 copies stay in the arena until the step's reset.
+   Mixed dtypes (f16 with bf16, f32 with a low one) take that path too.
+   BatchNorm's running statistics must be f32 (the output has the input's
+   dtype), as under torch.autocast. Optimizers and gdl_sgd_update_ take f32
+   parameters.
 
    Mixed precision (autocast)
    --------------------------
@@ -91,13 +106,15 @@
    Inside a region each op follows its autocast class (GDL_OP_LIST;
    gdl_op_autocast_class), PyTorch's CUDA lists:
    * LOW (matmul, linear, conv2d): float inputs are cast to the region's
-     dtype and the op runs in it, accumulating in f32 (matmul and linear
-     natively through the backend's gemm_lp); the result is bf16/f16;
+     dtype and the op runs in it natively, accumulating in f32 (the
+     backend's gemm_lp); the result is bf16/f16;
    * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
      mse_loss, bce_with_logits, sum, exp, log, pow_scalar): inputs cast to
      f32, result f32 -- so a loss is f32;
    * PROMOTE (the rest: relu, add, pooling, batch_norm, dropout, concat ...):
-     as outside a region, in the inputs' widest dtype (Dtypes above).
+     as outside a region, in the inputs' widest dtype (Dtypes above); the
+     poolings and batch_norm of a low-precision activation run natively
+     (batch_norm with the module's f32 parameters, as cuDNN).
    Parameters stay f32; what changes is the dtype of activations (a LOW
    op's output, and what the next op saves for backward). Casts are
    differentiable, so a parameter's gradient arrives in f32. The cast of a
@@ -119,10 +136,11 @@
    per host thread: another thread's ops are not affected.
    f16's narrow range can flush small gradients to zero: PyTorch pairs it
    with a GradScaler (loss scaling); bf16 has f32's range and needs none.
-   Outside a region the cost is one thread-local compare per op. Today only
-   matmul and linear have native bf16/f16 kernels; other ops compute on f32
-   copies (Dtypes above), so autocast gives PyTorch's numerics but not yet
-   its memory or speed savings (bench/RESULTS.md has the figures).
+   Outside a region the cost is one thread-local compare per op. matmul,
+   linear, conv2d, the poolings and batch_norm have native bf16/f16 kernels
+   (Dtypes above); the other ops still compute on f32 copies, so a network's
+   memory saving depends on its mix of ops (bench/RESULTS.md, bench/amp.c,
+   has the figures).
 
    GradScaler
    ----------
@@ -211,7 +229,10 @@
         backward in [impl-ops]; an op taking float tensors starts with
         GDL__LOWP1/2/3(name, GDL_OP_ id, call, each float argument), which
         runs it on f32 copies of bf16/f16 inputs and rounds the result, and
-        under autocast casts its inputs as the op's autocast class says;
+        under autocast casts its inputs as the op's autocast class says (a
+        native low-precision path, as conv2d's or batch_norm's, comes
+        before the hook: inputs of one low dtype, and gdl__ac_native for
+        an op of class LOW);
      4. only for a new kernel: a line in GDL_BACKEND_ENTRIES plus its two
         implementations, gdl__cpu_NAME ([impl-cpu]) and gdl__cu_NAME
         (gpudl_cuda.cu) -- a backend without one does not compile;
@@ -6102,8 +6123,10 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
 }
 
 /* ---- run-time dtypes ----
-   The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs runs
-   through gdl__lowp_in / gdl__lowp_out, the one place that knows about low
+   The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs
+   without a native path (matmul, linear, conv2d, the poolings and
+   batch_norm have one: their *_lp backend entries) runs through
+   gdl__lowp_in / gdl__lowp_out, the one place that knows about low
    precision: each low-precision input becomes an f32 temporary (a
    differentiable cast), the f32 op runs unchanged, and its result is rounded
    once to the output dtype (another cast). That is PyTorch's "compute in

@@ -86,3 +86,9 @@ $(B)/emu_%: examples/%.c examples/example_args.h gpudl.h $(EMU_B)/gpudl_cuda.o $
 	$(CXX) $(EMU_B)/$*.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
 emu: $(EMU_EXAMPLES)
+
+# bench/amp.c on the emulator (memory figures of autocast on a GPU: the
+# device arena and the allocator's peak; its times are the host's)
+$(B)/emu_bench_amp: bench/amp.c bench/bench_cpu.h $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
+	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) -c bench/amp.c -o $(EMU_B)/bench_amp.o
+	$(CXX) $(EMU_B)/bench_amp.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
