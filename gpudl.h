@@ -7006,7 +7006,12 @@ static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, c
 /* its backward: the same GEMMs as the f32 one, in dt; the bias gradient is
    gy times ones; the columns' gradient goes back through col2im_lp, whose
    sums are f32 (gx rounded once; the columns' gradient itself is rounded
-   to dt first, as the GEMM's output) */
+   to dt first, as the GEMM's output). The weight and bias gradients sum
+   over the samples: the CPU's gemm_lp does that in f32 with one rounding
+   (sC == 0), but cuBLAS runs such a call sample by sample, rounding C to dt
+   each time (a rounding error growing with the batch); elsewhere than on
+   the CPU they are per-sample products (scratch) summed by one more GEMM
+   with ones: two roundings whatever the batch. */
 static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
     const gdl_conv_geom *g = &n->geom;
     gdl_dtype dt = n->out->dtype;
@@ -7017,18 +7022,42 @@ static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
     void *gx = n->in[0]->requires_grad ? n->in[0]->grad->data : NULL;
     void *gw = n->in[1]->requires_grad ? n->in[1]->grad->data : NULL;
     void *gb = n->in[2] && n->in[2]->requires_grad ? n->in[2]->grad->data : NULL;
-    if (gb) {
-        void *ones = gdl__ones_dt("gdl_backward", be, n->out->device, dt, OHW);
-        if (!ones || gdl__gemm_dt(be, dt, 0, 1, 1, (int)OC, (int)OHW, ones, (int)OHW, 0, gy, (int)OHW, OC * OHW, 1, gb,
-                                  (int)OC, 0, g->N) < 0)
+    int per_sample = g->N > 1 && n->out->device.type != GDL_DEVICE_CPU;
+    void *part = NULL, *ones_n = NULL;
+    if (per_sample && (gw || gb)) {
+        int64_t np = (gw ? OCg * Cg * KK : 0) > OC ? OCg * Cg * KK : OC;
+        if (!(part = gdl__scratch("gdl_backward", n->out->device, gdl_dtype_size(dt) * (size_t)(g->N * np))) ||
+            !(ones_n = gdl__ones_dt("gdl_backward", be, n->out->device, dt, g->N)))
             return -1;
     }
-    if (gw)
-        for (gi = 0; gi < groups; gi++)
-            if (gdl__gemm_dt(be, dt, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW,
-                             OC * OHW, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, 1,
-                             GDL__AT(gw, dt, gi * OCg * Cg * KK), (int)(Cg * KK), 0, g->N) < 0)
+    if (gb) {
+        void *ones = gdl__ones_dt("gdl_backward", be, n->out->device, dt, OHW);
+        if (!ones) return -1;
+        if (per_sample) { /* part [N, OC] = gy[n] ones, then gb += ones_N^T part */
+            if (gdl__gemm_dt(be, dt, 0, 0, (int)OC, 1, (int)OHW, gy, (int)OHW, OC * OHW, ones, 1, 0, 0, part, 1, OC, g->N) < 0 ||
+                gdl__gemm_dt(be, dt, 0, 0, 1, (int)OC, g->N, ones_n, g->N, 0, part, (int)OC, 0, 1, gb, (int)OC, 0, 1) < 0)
                 return -1;
+        } else if (gdl__gemm_dt(be, dt, 0, 1, 1, (int)OC, (int)OHW, ones, (int)OHW, 0, gy, (int)OHW, OC * OHW, 1, gb,
+                                (int)OC, 0, g->N) < 0) {
+            return -1;
+        }
+    }
+    if (gw)
+        for (gi = 0; gi < groups; gi++) {
+            int64_t wg = OCg * Cg * KK; /* one group's block of gw: OCg rows of Cg*KK, contiguous */
+            if (per_sample) {
+                if (gdl__gemm_dt(be, dt, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW,
+                                 OC * OHW, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, 0, part,
+                                 (int)(Cg * KK), wg, g->N) < 0 ||
+                    gdl__gemm_dt(be, dt, 0, 0, 1, (int)wg, g->N, ones_n, g->N, 0, part, (int)wg, 0, 1,
+                                 GDL__AT(gw, dt, gi * wg), (int)wg, 0, 1) < 0)
+                    return -1;
+            } else if (gdl__gemm_dt(be, dt, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, GDL__AT(gy, dt, gi * OCg * OHW),
+                                    (int)OHW, OC * OHW, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, 1,
+                                    GDL__AT(gw, dt, gi * wg), (int)(Cg * KK), 0, g->N) < 0) {
+                return -1;
+            }
+        }
     if (gx) {
         void *gcol = direct ? gx : gdl__scratch("gdl_backward", n->out->device, gdl_dtype_size(dt) * (size_t)(g->N * CKK * OHW));
         if (!gcol) return -1;
