@@ -71,8 +71,11 @@
    * conv2d (x, weight and bias of one low dtype; any stride, padding,
      dilation, groups): columns in the low dtype, the GEMMs through gemm_lp,
      the bias folded into the GEMM so the output rounds once; backward: the
-     weight and bias gradients through gemm_lp, the input gradient's column
-     sums (col2im) in f32 with one rounding into the gradient;
+     weight and bias gradients through gemm_lp (the batch summed in f32 on
+     the CPU; on a GPU per-sample products, then one more GEMM summing
+     them: two roundings, where cuBLAS would round after every sample),
+     the input gradient's column sums (col2im) in f32 with one rounding
+     into the gradient;
    * max_pool2d (exact), avg_pool2d and global_avg_pool2d (sums in f32);
    * batch_norm with a low-precision input, as cuDNN under autocast: x, y and
      the input gradient in the low dtype; the statistics, running statistics
