@@ -431,6 +431,15 @@ TEST dtype_native_cnn(void *arg) {
         for (k = 3; k < 5; k++)
             if (dtype_maxdiff(l[k], f[k]) > 1e-2 * (1 + dtype_maxdiff(f[k], f[k])))
                 FAILf("%s: running statistic %d differs", c->name, k);
+    /* under autocast: conv2d (class LOW) casts f32 inputs and runs natively;
+       pooling and batch_norm (PROMOTE) take a low activation natively */
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_autocast_begin(r->dt));
+    out = dtype_cnn_forward(c, c->op == GDL_OP_CONV2D ? f : l);
+    ASSERT_EQ(0, gdl_autocast_end());
+    ASSERT_NOT_NULL(out);
+    ASSERT_EQm("autocast: the output is in the region's dtype", (int)r->dt, (int)out->dtype);
+    ASSERT_EQm("autocast: the op itself makes the output", c->op, gdl_tensor_op(out));
     gdl_arena_reset();
     for (k = 0; k < c->nin; k++) {
         gdl_free(f[k]);
