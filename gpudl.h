@@ -64,9 +64,23 @@
      and the result is rounded to bf16/f16 once;
    * a tensor's gradient has its dtype (a bf16 weight gets a bf16 .grad);
    * gdl_to_dtype is differentiable between float dtypes (PyTorch's .to).
-   How: these ops run natively when their float inputs share one low dtype:
-   * matmul and linear (the backend entry gemm_lp: cublasGemmEx with f32
-     accumulation on CUDA; on the CPU f32 copies through the f32 kernel);
+   How: these ops run natively in the low dtype, keeping only bf16/f16
+   tensors (activations, saved inputs, gradients) in the arena:
+   * matmul and linear, when their inputs share one low dtype (the backend
+     entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA);
+   * conv2d (x, weight and bias of one low dtype; any stride, padding,
+     dilation, groups): columns in the low dtype, the GEMMs through gemm_lp,
+     the bias folded into the GEMM so the output rounds once; backward: the
+     weight and bias gradients through gemm_lp (the batch summed in f32 on
+     the CPU; on a GPU per-sample products, then one more GEMM summing
+     them: two roundings, where cuBLAS would round after every sample),
+     the input gradient's column sums (col2im) in f32 with one rounding
+     into the gradient;
+   * max_pool2d (exact), avg_pool2d and global_avg_pool2d (sums in f32);
+   * batch_norm with a low-precision input, as cuDNN under autocast: x, y and
+     the input gradient in the low dtype; the statistics, running statistics
+     and affine parameters (and their gradients) f32 -- low-precision weight
+     and bias get an f32 copy inside the op (a cast);
    * the elementwise ops -- relu, leaky_relu, sigmoid, tanh, gelu (both),
      exp, log, add_scalar, mul_scalar (and gdl_mul_scalar_), pow_scalar,
      add, sub, mul, div with broadcasting, dropout, concat -- forward and
@@ -78,15 +92,18 @@
      in f32 and added to the low-precision .grad with one rounding (the
      f32 gradient rounded, when the .grad starts at zero). The backward of
      sigmoid, tanh and exp reads the rounded output, as PyTorch's does.
-   Every other op given bf16 or f16 (and any op given mixed dtypes) runs its
-   f32 kernel on f32 copies of the low-precision inputs and rounds its
-   output once (one place in [impl-ops]: gdl__lowp_in/out, with
-   differentiable casts, so autograd needs nothing else): PyTorch's
-   numerics, but more memory than f32. BatchNorm's running statistics must
-   be f32 (the input and affine parameters may be low; the output has the
-   input's dtype), as under torch.autocast. Optimizers take f32 parameters,
-   or bf16/f16 ones that they keep f32 master weights for ("Master weights"
-   below); gdl_sgd_update_ takes f32 ones.
+   On the CPU, which has no bf16/f16 arithmetic, the GEMM, conv, pooling
+   and batch_norm kernels widen their operands to f32 in malloc'd memory
+   for the duration of the call (not the arena) and round the result once.
+   Every other op given bf16 or f16 runs its f32 kernel on f32 copies of
+   the low-precision inputs and rounds its output once (one place in
+   [impl-ops]: gdl__lowp_in/out, with differentiable casts, so autograd
+   needs nothing else): PyTorch's numerics, but the f32 copies stay in the
+   arena until the step's reset. Mixed dtypes (f16 with bf16, f32 with a
+   low one) take that path too. BatchNorm's running statistics must be f32
+   (the output has the input's dtype), as under torch.autocast. Optimizers
+   take f32 parameters, or bf16/f16 ones that they keep f32 master weights
+   for ("Master weights" below); gdl_sgd_update_ takes f32 ones.
 
    Mixed precision (autocast)
    --------------------------
@@ -104,13 +121,15 @@
    Inside a region each op follows its autocast class (GDL_OP_LIST;
    gdl_op_autocast_class), PyTorch's CUDA lists:
    * LOW (matmul, linear, conv2d): float inputs are cast to the region's
-     dtype and the op runs in it, accumulating in f32 (matmul and linear
-     natively through the backend's gemm_lp); the result is bf16/f16;
+     dtype and the op runs in it natively, accumulating in f32 (the
+     backend's gemm_lp); the result is bf16/f16;
    * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
      mse_loss, bce_with_logits, sum, exp, log, pow_scalar): inputs cast to
      f32, result f32 -- so a loss is f32;
    * PROMOTE (the rest: relu, add, pooling, batch_norm, dropout, concat ...):
-     as outside a region, in the inputs' widest dtype (Dtypes above).
+     as outside a region, in the inputs' widest dtype (Dtypes above); the
+     poolings and batch_norm of a low-precision activation run natively
+     (batch_norm with the module's f32 parameters, as cuDNN).
    Parameters stay f32; what changes is the dtype of activations (a LOW
    op's output, and what the next op saves for backward). Casts are
    differentiable, so a parameter's gradient arrives in f32. The cast of a
@@ -133,11 +152,14 @@
    f16's narrow range can flush small gradients to zero: PyTorch pairs it
    with a GradScaler (loss scaling); bf16 has f32's range and needs none.
    Outside a region the cost is one thread-local compare per op. Natively
-   in bf16/f16 (Dtypes above): matmul, linear and the elementwise ops
-   (activations, add/sub/mul/div, the scalar ops, dropout, concat); an
-   elementwise op of class PROMOTE on low-precision activations stays in
-   their dtype without a cast. The other ops (pooling, norms, losses ...)
-   compute on f32 copies, so they do not yet save memory or time.
+   in bf16/f16 (Dtypes above): matmul, linear, conv2d, the poolings,
+   batch_norm and the elementwise ops (activations, add/sub/mul/div, the
+   scalar ops, dropout, concat); an op of class PROMOTE on low-precision
+   activations stays in their dtype without a cast. So an MLP's or a CNN's
+   activations and saved tensors are bf16/f16 under autocast (memory per
+   step against f32: bench/RESULTS.md, bench/amp.c); the few ops without
+   native kernels (embedding, layer_norm outside autocast ...) compute on
+   f32 copies.
 
    Master weights
    --------------
@@ -299,7 +321,10 @@
         backward in [impl-ops]; an op taking float tensors starts with
         GDL__LOWP1/2/3(name, GDL_OP_ id, call, each float argument), which
         runs it on f32 copies of bf16/f16 inputs and rounds the result, and
-        under autocast casts its inputs as the op's autocast class says;
+        under autocast casts its inputs as the op's autocast class says (a
+        native low-precision path, as conv2d's or batch_norm's, comes
+        before the hook: inputs of one low dtype, and gdl__ac_native for
+        an op of class LOW);
      4. only for a new kernel: a line in GDL_BACKEND_ENTRIES plus its two
         implementations, gdl__cpu_NAME ([impl-cpu]) and gdl__cu_NAME
         (gpudl_cuda.cu) -- a backend without one does not compile;
@@ -1828,6 +1853,15 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx)) \
     X(int, avgpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y)) \
     X(int, avgpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx)) \
+    /* the same on f16/bf16 tensors (dt): im2col copies; col2im, the pooling \
+       backward and avgpool sum in f32 and round each result once (x/gx: \
+       the old value plus the sum, rounded once); max pooling is exact */ \
+    X(int, im2col_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col)) \
+    X(int, col2im_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x)) \
+    X(int, maxpool_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx)) \
+    X(int, maxpool_backward_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx)) \
+    X(int, avgpool_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y)) \
+    X(int, avgpool_backward_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx)) \
     /* native bf16/f16 elementwise kernels (dt: GDL_BF16 or GDL_F16; binary_lp and sum_to_lp take \
        each operand's dtype, f32 or one low dtype): every element is loaded to f32, computed with \
        the f32 kernel's formula and rounded once on store; "+=" loads the accumulator, adds in f32 \
@@ -1862,6 +1896,14 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* gx/ggamma/gbeta may be NULL; +=. training selects the batch-stats formula */ \
     X(int, batchnorm_backward, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy, \
         const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, gdl_real *gx, \
+        gdl_real *ggamma, gdl_real *gbeta)) \
+    /* the same with x, y, gy and gx f16/bf16 (dt) and the rest f32 (cuDNN's \
+       under torch.autocast): f32 arithmetic, y and gx rounded once */ \
+    X(int, batchnorm_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
+        const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
+        int training, double momentum, double eps)) \
+    X(int, batchnorm_backward_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
+        const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, void *gx, \
         gdl_real *ggamma, gdl_real *gbeta)) \
     /* rows of D; mean/rstd saved per row */ \
     X(int, layernorm, (int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma, \
@@ -5823,6 +5865,165 @@ static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gd
     return 0;
 }
 
+/* The low-precision entries on the CPU, which has no bf16/f16 arithmetic:
+   the operands widened to f32 in malloc'd memory (not the arena, so only
+   the low-precision tensors stay for backward), the f32 kernel, the output
+   rounded once -- as gdl__cpu_gemm_lp. An accumulated output (x, gx) is
+   widened too, so its old value and the new sum round once together. */
+static gdl_real *gdl__cpu_lp_wide(gdl_dtype dt, int nbuf, const void *const *src, const int64_t *n, gdl_real **out) {
+    int64_t total = 1;
+    int k;
+    gdl_real *f;
+    for (k = 0; k < nbuf; k++) total += n[k] > 0 ? n[k] : 0;
+    if (!(f = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)total))) {
+        gdl__set_error("%s: out of host memory for the f32 copies of a %s kernel", gdl__be_op, gdl_dtype_name(dt));
+        return NULL;
+    }
+    total = 0;
+    for (k = 0; k < nbuf; k++) {
+        out[k] = f + total;
+        if (src[k] && n[k] > 0) gdl__cpu_cast(out[k], GDL_F32, src[k], dt, n[k]);
+        total += n[k] > 0 ? n[k] : 0;
+    }
+    return f;
+}
+static int gdl__cpu_lp_check(const char *entry, gdl_dtype dt) {
+    if (dt == GDL_F16 || dt == GDL_BF16) return 0;
+    gdl__set_error("%s: the low-precision %s takes f16 or bf16, not %s", gdl__be_op, entry, gdl_dtype_name(dt));
+    return -1;
+}
+#define GDL__GEOM_IN(g) ((int64_t)(g)->N * (g)->C * (g)->H * (g)->W)
+#define GDL__GEOM_OUT(g) ((int64_t)(g)->N * (g)->C * (g)->OH * (g)->OW)
+#define GDL__GEOM_COL(g) (GDL__GEOM_OUT(g) * (g)->KH * (g)->KW)
+
+/* im2col moves values without arithmetic: the 16-bit patterns are gathered
+   as they are (f16 and bf16 alike; +0 is 0 in both), in the f32 kernel's
+   layout, planes split over the threads */
+typedef struct {
+    const gdl_conv_geom *g;
+    const uint16_t *x;
+    uint16_t *col;
+} gdl__im2col16_job;
+static void gdl__im2col16_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__im2col16_job *a_ = (const gdl__im2col16_job *)p_;
+    const gdl_conv_geom *g = a_->g;
+    int64_t nc, OHW = (int64_t)g->OH * g->OW;
+    for (nc = lo_; nc < hi_; nc++) {
+        const uint16_t *xp = a_->x + nc * g->H * g->W;
+        uint16_t *cp = a_->col + nc * g->KH * g->KW * OHW;
+        int kh, kw, oh, ow;
+        for (kh = 0; kh < g->KH; kh++)
+            for (kw = 0; kw < g->KW; kw++)
+                for (oh = 0; oh < g->OH; oh++) {
+                    int ih = oh * g->SH - g->PH + kh * g->DH;
+                    uint16_t *r = cp + (kh * g->KW + kw) * OHW + (int64_t)oh * g->OW;
+                    if (ih < 0 || ih >= g->H) {
+                        memset(r, 0, sizeof(uint16_t) * (size_t)g->OW);
+                        continue;
+                    }
+                    for (ow = 0; ow < g->OW; ow++) {
+                        int iw = ow * g->SW - g->PW + kw * g->DW;
+                        r[ow] = iw >= 0 && iw < g->W ? xp[(int64_t)ih * g->W + iw] : (uint16_t)0;
+                    }
+                }
+    }
+}
+static int gdl__cpu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+    gdl__im2col16_job j_;
+    if (gdl__cpu_lp_check("im2col", dt) < 0) return -1;
+    j_.g = g;
+    j_.x = (const uint16_t *)x;
+    j_.col = (uint16_t *)col;
+    gdl__parallel_for((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &j_);
+    return 0;
+}
+static int gdl__cpu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    if (gdl__cpu_lp_check("col2im", dt) < 0) return -1;
+    src[0] = col; n[0] = GDL__GEOM_COL(g); src[1] = x; n[1] = GDL__GEOM_IN(g);
+    if (n[0] <= 0 || n[1] <= 0) return 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    gdl__cpu_col2im(g, b[0], b[1]);
+    gdl__cpu_cast(x, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return 0;
+}
+/* pooling forward (avg selects avgpool; idx for the max) */
+static int gdl__cpu_pool_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    if (gdl__cpu_lp_check(avg ? "avgpool" : "maxpool", dt) < 0) return -1;
+    src[0] = x; n[0] = GDL__GEOM_IN(g); src[1] = NULL; n[1] = GDL__GEOM_OUT(g);
+    if (n[1] <= 0) return 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    if (avg) gdl__cpu_avgpool(g, b[0], b[1]);
+    else gdl__cpu_maxpool(g, b[0], b[1], idx);
+    gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return 0;
+}
+static int gdl__cpu_pool_backward_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const void *gy, const int32_t *idx,
+                                     void *gx) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    if (gdl__cpu_lp_check(avg ? "avgpool_backward" : "maxpool_backward", dt) < 0) return -1;
+    src[0] = gy; n[0] = GDL__GEOM_OUT(g); src[1] = gx; n[1] = GDL__GEOM_IN(g);
+    if (n[0] <= 0 || n[1] <= 0) return 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    if (avg) gdl__cpu_avgpool_backward(g, b[0], b[1]);
+    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1]);
+    gdl__cpu_cast(gx, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return 0;
+}
+static int gdl__cpu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    return gdl__cpu_pool_lp(dt, 0, g, x, y, idx);
+}
+static int gdl__cpu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
+    return gdl__cpu_pool_backward_lp(dt, 0, g, gy, idx, gx);
+}
+static int gdl__cpu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+    return gdl__cpu_pool_lp(dt, 1, g, x, y, NULL);
+}
+static int gdl__cpu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+    return gdl__cpu_pool_backward_lp(dt, 1, g, gy, NULL, gx);
+}
+static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
+                                 const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
+                                 gdl_real *run_var, int training, double momentum, double eps) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    int rc;
+    if (gdl__cpu_lp_check("batchnorm", dt) < 0) return -1;
+    src[0] = x; n[0] = N * C * S; src[1] = NULL; n[1] = N * C * S;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps);
+    if (rc == 0) gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return rc;
+}
+static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
+                                          const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
+                                          int training, void *gx, gdl_real *ggamma, gdl_real *gbeta) {
+    const void *src[3];
+    int64_t n[3];
+    gdl_real *b[3], *f;
+    int rc;
+    if (gdl__cpu_lp_check("batchnorm_backward", dt) < 0) return -1;
+    src[0] = x; src[1] = gy; src[2] = gx;
+    n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 3, src, n, b))) return -1;
+    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], gamma, mean, invstd, training, gx ? b[2] : NULL, ggamma, gbeta);
+    if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
+    GPUDL_FREE(f);
+    return rc;
+}
+
 typedef struct {
     int64_t rows;
     int64_t D;
@@ -6538,8 +6739,10 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
 }
 
 /* ---- run-time dtypes ----
-   The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs runs
-   through gdl__lowp_in / gdl__lowp_out, the one place that knows about low
+   The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs
+   without a native path (matmul, linear, conv2d, the poolings and
+   batch_norm have one: their *_lp backend entries) runs through
+   gdl__lowp_in / gdl__lowp_out, the one place that knows about low
    precision: each low-precision input becomes an f32 temporary (a
    differentiable cast), the f32 op runs unchanged, and its result is rounded
    once to the output dtype (another cast). That is PyTorch's "compute in
@@ -7479,9 +7682,13 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
     return gdl__finish(opname, out);
 }
 
+static int gdl__gap_lp(const char *op, const gdl_backend *be, gdl_dtype dt, gdl_device dev, int64_t P, int64_t HW,
+                       const void *src, void *dst, int backward);
 static int gdl__bw_reduce(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     if (!gx || !n->out->numel) return 0;
+    if (n->op == GDL_OP_GLOBAL_AVG_POOL2D && n->out->dtype != GDL_F32) /* the native low-precision one */
+        return gdl__gap_lp("gdl_backward", be, n->out->dtype, n->out->device, n->i[0], n->i[1], n->out->grad->data, gx, 1);
     return be->reduce_backward(gdl__op(n->op)->kernel, n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad),
                                n->saved[0] ? (const int32_t *)n->saved[0]->data : NULL, gx);
 }
@@ -7543,6 +7750,102 @@ GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim) { return gdl__soft
 
 /* ---- convolution and pooling (NCHW) ---- */
 
+/* A convolution on f16/bf16 (dt) x, w, bias: the columns in dt, the GEMMs
+   through gemm_lp (f32 sums), the bias first written into out by a rank-1
+   GEMM with ones so that out = bias + W*col rounds once, as gdl_linear's
+   low path. *colp: the columns (x's data when direct). */
+static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, const gdl_conv_geom *g, int groups,
+                          int direct, gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, gdl_tensor *out, void **colp) {
+    int64_t OC = out->shape[1], Cg = g->C / groups, OCg = OC / groups, KK = (int64_t)g->KH * g->KW;
+    int64_t OHW = (int64_t)g->OH * g->OW;
+    void *col = x->data;
+    int gi;
+    if (!direct && (!(col = gdl__scratch(op, x->device, gdl_dtype_size(dt) * (size_t)(g->N * g->C * KK * OHW))) ||
+                    be->im2col_lp(dt, g, x->data, col) < 0))
+        return -1;
+    *colp = col;
+    if (bias) {
+        void *ones = gdl__ones_dt(op, be, x->device, dt, OHW);
+        if (!ones || gdl__gemm_dt(be, dt, 0, 0, (int)OC, (int)OHW, 1, bias->data, 1, 0, ones, (int)OHW, 0, 0, out->data,
+                                  (int)OHW, OC * OHW, g->N) < 0)
+            return -1;
+    }
+    for (gi = 0; gi < groups; gi++)
+        if (gdl__gemm_dt(be, dt, 0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), GDL__AT(w->data, dt, gi * OCg * Cg * KK),
+                         (int)(Cg * KK), 0, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, g->C * KK * OHW, bias ? 1 : 0,
+                         GDL__AT(out->data, dt, gi * OCg * OHW), (int)OHW, OC * OHW, g->N) < 0)
+            return -1;
+    return 0;
+}
+
+/* its backward: the same GEMMs as the f32 one, in dt; the bias gradient is
+   gy times ones; the columns' gradient goes back through col2im_lp, whose
+   sums are f32 (gx rounded once; the columns' gradient itself is rounded
+   to dt first, as the GEMM's output). The weight and bias gradients sum
+   over the samples: the CPU's gemm_lp does that in f32 with one rounding
+   (sC == 0), but cuBLAS runs such a call sample by sample, rounding C to dt
+   each time (a rounding error growing with the batch); elsewhere than on
+   the CPU they are per-sample products (scratch) summed by one more GEMM
+   with ones: two roundings whatever the batch. */
+static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
+    const gdl_conv_geom *g = &n->geom;
+    gdl_dtype dt = n->out->dtype;
+    int groups = (int)n->i[0], direct = (int)n->i[1], gi;
+    int64_t OC = n->out->shape[1], Cg = g->C / groups, OCg = OC / groups, KK = (int64_t)g->KH * g->KW;
+    int64_t OHW = (int64_t)g->OH * g->OW, CKK = (int64_t)g->C * KK;
+    void *gy = n->out->grad->data, *W = n->in[1]->data, *col = n->buf;
+    void *gx = n->in[0]->requires_grad ? n->in[0]->grad->data : NULL;
+    void *gw = n->in[1]->requires_grad ? n->in[1]->grad->data : NULL;
+    void *gb = n->in[2] && n->in[2]->requires_grad ? n->in[2]->grad->data : NULL;
+    int per_sample = g->N > 1 && n->out->device.type != GDL_DEVICE_CPU;
+    void *part = NULL, *ones_n = NULL;
+    if (per_sample && (gw || gb)) {
+        int64_t np = (gw ? OCg * Cg * KK : 0) > OC ? OCg * Cg * KK : OC;
+        if (!(part = gdl__scratch("gdl_backward", n->out->device, gdl_dtype_size(dt) * (size_t)(g->N * np))) ||
+            !(ones_n = gdl__ones_dt("gdl_backward", be, n->out->device, dt, g->N)))
+            return -1;
+    }
+    if (gb) {
+        void *ones = gdl__ones_dt("gdl_backward", be, n->out->device, dt, OHW);
+        if (!ones) return -1;
+        if (per_sample) { /* part [N, OC] = gy[n] ones, then gb += ones_N^T part */
+            if (gdl__gemm_dt(be, dt, 0, 0, (int)OC, 1, (int)OHW, gy, (int)OHW, OC * OHW, ones, 1, 0, 0, part, 1, OC, g->N) < 0 ||
+                gdl__gemm_dt(be, dt, 0, 0, 1, (int)OC, g->N, ones_n, g->N, 0, part, (int)OC, 0, 1, gb, (int)OC, 0, 1) < 0)
+                return -1;
+        } else if (gdl__gemm_dt(be, dt, 0, 1, 1, (int)OC, (int)OHW, ones, (int)OHW, 0, gy, (int)OHW, OC * OHW, 1, gb,
+                                (int)OC, 0, g->N) < 0) {
+            return -1;
+        }
+    }
+    if (gw)
+        for (gi = 0; gi < groups; gi++) {
+            int64_t wg = OCg * Cg * KK; /* one group's block of gw: OCg rows of Cg*KK, contiguous */
+            if (per_sample) {
+                if (gdl__gemm_dt(be, dt, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW,
+                                 OC * OHW, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, 0, part,
+                                 (int)(Cg * KK), wg, g->N) < 0 ||
+                    gdl__gemm_dt(be, dt, 0, 0, 1, (int)wg, g->N, ones_n, g->N, 0, part, (int)wg, 0, 1,
+                                 GDL__AT(gw, dt, gi * wg), (int)wg, 0, 1) < 0)
+                    return -1;
+            } else if (gdl__gemm_dt(be, dt, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, GDL__AT(gy, dt, gi * OCg * OHW),
+                                    (int)OHW, OC * OHW, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, 1,
+                                    GDL__AT(gw, dt, gi * wg), (int)(Cg * KK), 0, g->N) < 0) {
+                return -1;
+            }
+        }
+    if (gx) {
+        void *gcol = direct ? gx : gdl__scratch("gdl_backward", n->out->device, gdl_dtype_size(dt) * (size_t)(g->N * CKK * OHW));
+        if (!gcol) return -1;
+        for (gi = 0; gi < groups; gi++)
+            if (gdl__gemm_dt(be, dt, 1, 0, (int)(Cg * KK), (int)OHW, (int)OCg, GDL__AT(W, dt, gi * OCg * Cg * KK),
+                             (int)(Cg * KK), 0, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW, OC * OHW, direct ? 1 : 0,
+                             GDL__AT(gcol, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, g->N) < 0)
+                return -1;
+        if (!direct && be->col2im_lp(dt, g, gcol, gx) < 0) return -1;
+    }
+    return 0;
+}
+
 /* conv2d (act -2: GDL_OP_CONV2D) or conv2d then bias + act (the backend's code, -1 none) in one pass
    (GDL_OP_CONV2D_ACT) */
 static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, const int stride[2],
@@ -7554,9 +7857,17 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
     gdl_node *n;
     int gi, err, direct, opid = act >= -1 ? GDL_OP_CONV2D_ACT : GDL_OP_CONV2D;
     const gdl_backend *be;
-    GDL__LOWP3(op, opid, gdl__conv2d(op, x, w, bias, stride, padding, dilation, groups, act), x, w, bias);
-    if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
-        (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 || gdl__check_dev(op, x, bias) < 0)
+    gdl_dtype dt = GDL_F32;
+    if (gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) || (bias && bias->dtype != GDL_F32)) {
+        /* native (gdl__conv2d_lp) for the plain convolution; the fused one in low precision through f32 copies */
+        if (act == -2 && x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype) &&
+            gdl__ac_native(x->dtype))
+            dt = x->dtype;
+        else GDL__LOWP3(op, opid, gdl__conv2d(op, x, w, bias, stride, padding, dilation, groups, act), x, w, bias);
+    }
+    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0 || gdl__check_in(op, "weight", w, dt == GDL_F32) < 0 ||
+        (bias && gdl__check_in(op, "bias", bias, dt == GDL_F32) < 0) || gdl__check_dev(op, x, w) < 0 ||
+        gdl__check_dev(op, x, bias) < 0)
         return NULL;
     if (!stride || !padding || !dilation) {
         gdl__null_arg(op, !stride ? "stride" : !padding ? "padding" : "dilation");
@@ -7594,16 +7905,20 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
     }
     Cg = g.C / groups; OCg = OC / groups; KK = (int64_t)g.KH * g.KW; OHW = (int64_t)g.OH * g.OW;
     shape[0] = g.N; shape[1] = OC; shape[2] = g.OH; shape[3] = g.OW;
-    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, 4, shape, GDL_F32, x->device))) return NULL;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, 4, shape, dt, x->device))) return NULL;
     /* a 1x1 stride-1 unpadded convolution is a GEMM on the input itself */
     direct = g.KH == 1 && g.KW == 1 && g.SH == 1 && g.SW == 1 && g.PH == 0 && g.PW == 0;
-    if (direct) {
+    if (dt != GDL_F32) {
+        void *lcol = NULL;
+        if (gdl__conv2d_lp(op, be, dt, &g, groups, direct, x, w, bias, out, &lcol) < 0) return NULL;
+        col = (gdl_real *)lcol;
+    } else if (direct) {
         col = GDL__R(x);
     } else {
         col = (gdl_real *)gdl__scratch(op, x->device, sizeof(gdl_real) * (size_t)(g.N * g.C * KK * OHW));
         if (!col || be->im2col(&g, GDL__R(x), col) < 0) return NULL;
     }
-    for (gi = 0; gi < groups; gi++)
+    for (gi = 0; gi < groups && dt == GDL_F32; gi++) /* (the low path made out above) */
         if (be->gemm(0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                      col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
                      OC * OHW, g.N) < 0)
@@ -7615,7 +7930,7 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
         if (out->numel && be->bias_act(act, g.N, OC, OHW, bias ? GDL__R(bias) : NULL, GDL__R(out),
                                        pre ? GDL__R(pre) : NULL) < 0)
             return NULL;
-    } else if (bias) {
+    } else if (bias && dt == GDL_F32) {
         int64_t s3[3], ostr[3], bstr[3];
         s3[0] = g.N; s3[1] = OC; s3[2] = OHW;
         ostr[0] = OC * OHW; ostr[1] = OHW; ostr[2] = 1;
@@ -7666,6 +7981,7 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
     int64_t OHW = (int64_t)g->OH * g->OW, CKK = (int64_t)g->C * KK;
     gdl_real *gy = GDL__R(n->out->grad), *gx = GDL__G(n->in[0]), *gw = GDL__G(n->in[1]), *gb = GDL__G(n->in[2]);
     gdl_real *W = GDL__R(n->in[1]), *col = (gdl_real *)n->buf;
+    if (n->out->dtype != GDL_F32) return gdl__bw_conv2d_lp(n, be);
     int act = n->op == GDL_OP_CONV2D_ACT ? (int)n->i[2] : -1;
     if (act >= 0 && n->out->numel && (gx || gw || gb)) {
         /* act' into a scratch gradient, with the bias gradient's per-(n,c) sums in the same pass, in the
@@ -7712,8 +8028,10 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     gdl_node *n;
     int err, rc;
     const gdl_backend *be;
-    GDL__LOWP1(opname, op, gdl__pool(opname, op, x, kernel, stride, padding), x);
-    if (gdl__check_in(opname, "input", x, 1) < 0) return NULL;
+    gdl_dtype dt = GDL_F32;
+    if (x && gdl__is_low(x->dtype)) dt = x->dtype; /* native (autocast's class PROMOTE casts nothing) */
+    else GDL__LOWP1(opname, op, gdl__pool(opname, op, x, kernel, stride, padding), x);
+    if (gdl__check_in(opname, "input", x, dt == GDL_F32) < 0) return NULL;
     if (x->ndim != 4) {
         gdl__set_error("%s: expected input [N,C,H,W], got %s", opname, gdl_shape_str(x));
         return NULL;
@@ -7734,12 +8052,14 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     g.OH = (g.H + 2 * padding - kernel) / stride + 1;
     g.OW = (g.W + 2 * padding - kernel) / stride + 1;
     shape[0] = g.N; shape[1] = g.C; shape[2] = g.OH; shape[3] = g.OW;
-    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, 4, shape, GDL_F32, x->device))) return NULL;
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, 4, shape, dt, x->device))) return NULL;
     if (op == GDL_OP_MAX_POOL2D) {
         if (!(idx = gdl__tmp(opname, 4, shape, GDL_I32, x->device))) return NULL;
-        rc = out->numel ? be->maxpool(&g, GDL__R(x), GDL__R(out), (int32_t *)idx->data) : 0;
+        rc = !out->numel ? 0
+             : dt != GDL_F32 ? be->maxpool_lp(dt, &g, x->data, out->data, (int32_t *)idx->data)
+                             : be->maxpool(&g, GDL__R(x), GDL__R(out), (int32_t *)idx->data);
     } else {
-        rc = out->numel ? be->avgpool(&g, GDL__R(x), GDL__R(out)) : 0;
+        rc = !out->numel ? 0 : dt != GDL_F32 ? be->avgpool_lp(dt, &g, x->data, out->data) : be->avgpool(&g, GDL__R(x), GDL__R(out));
     }
     if (rc < 0) return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
@@ -7753,7 +8073,13 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
 
 static int gdl__bw_pool(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
+    gdl_dtype dt = n->out->dtype;
     if (!gx || !n->out->numel) return 0;
+    if (dt != GDL_F32) {
+        if (n->op == GDL_OP_MAX_POOL2D)
+            return be->maxpool_backward_lp(dt, &n->geom, n->out->grad->data, (const int32_t *)n->saved[0]->data, gx);
+        return be->avgpool_backward_lp(dt, &n->geom, n->out->grad->data, gx);
+    }
     if (n->op == GDL_OP_MAX_POOL2D)
         return be->maxpool_backward(&n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx);
     return be->avgpool_backward(&n->geom, GDL__R(n->out->grad), gx);
@@ -7766,6 +8092,23 @@ GPUDL_API gdl_tensor *gdl_avg_pool2d(gdl_tensor *x, int kernel, int stride, int 
     return gdl__pool("gdl_avg_pool2d", GDL_OP_AVG_POOL2D, x, kernel, stride, padding);
 }
 
+/* global average pooling of rows [P, HW] in dt as GEMMs with a vector of
+   ones and alpha = 1/HW: forward y = x ones / HW, backward gx += gy ones^T /
+   HW (f32 sums, rounded once) */
+static int gdl__gap_lp(const char *op, const gdl_backend *be, gdl_dtype dt, gdl_device dev, int64_t P, int64_t HW,
+                       const void *src, void *dst, int backward) {
+    void *ones;
+    float inv = (float)(1.0 / (double)HW);
+    if (P > INT32_MAX || HW > INT32_MAX) {
+        gdl__set_error("%s: input too large for the low-precision path (%lld planes of %lld)", op, (long long)P, (long long)HW);
+        return -1;
+    }
+    if (!(ones = gdl__ones_dt(op, be, dev, dt, HW))) return -1;
+    if (backward) /* dst = gx [P,HW] += src = gy [P,1] x ones [1,HW] / HW */
+        return be->gemm_lp(dt, 0, 0, (int)P, (int)HW, 1, inv, src, 1, 0, ones, (int)HW, 0, 1.0f, dst, (int)HW, 0, 1);
+    return be->gemm_lp(dt, 0, 0, (int)P, 1, (int)HW, inv, src, (int)HW, 0, ones, 1, 0, 0.0f, dst, 1, 0, 1);
+}
+
 GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
     const char *op = "gdl_global_avg_pool2d";
     int64_t shape[4];
@@ -7773,17 +8116,24 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
     gdl_node *n;
     int err;
     const gdl_backend *be;
-    GDL__LOWP1(op, GDL_OP_GLOBAL_AVG_POOL2D, gdl_global_avg_pool2d(x), x);
-    if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
+    gdl_dtype dt = GDL_F32;
+    if (x && gdl__is_low(x->dtype)) dt = x->dtype; /* native: a GEMM with ones (f32 sums, one rounding) */
+    else GDL__LOWP1(op, GDL_OP_GLOBAL_AVG_POOL2D, gdl_global_avg_pool2d(x), x);
+    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0) return NULL;
     if (x->ndim != 4 || x->shape[2] * x->shape[3] == 0) {
         gdl__set_error("%s: expected a non-empty input [N,C,H,W], got %s", op, gdl_shape_str(x));
         return NULL;
     }
     shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = shape[3] = 1;
-    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, 4, shape, GDL_F32, x->device))) return NULL;
-    if (out->numel && be->reduce(GDL_RED_MEAN, shape[0] * shape[1], x->shape[2] * x->shape[3], 1, GDL__R(x),
-                                 GDL__R(out), NULL, 0) < 0)
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, 4, shape, dt, x->device))) return NULL;
+    if (dt != GDL_F32) {
+        if (out->numel && gdl__gap_lp(op, be, dt, x->device, shape[0] * shape[1], x->shape[2] * x->shape[3], x->data,
+                                      out->data, 0) < 0)
+            return NULL;
+    } else if (out->numel && be->reduce(GDL_RED_MEAN, shape[0] * shape[1], x->shape[2] * x->shape[3], 1, GDL__R(x),
+                                        GDL__R(out), NULL, 0) < 0) {
         return NULL;
+    }
     n = gdl__record(op, GDL_OP_GLOBAL_AVG_POOL2D, out, 1, &x, &err);
     if (err) return NULL;
     if (n) {
@@ -7962,8 +8312,26 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
     gdl_tensor *out, *mean, *invstd, *in[3];
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP3_FIRST(op, GDL_OP_BATCH_NORM, gdl_batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps), x, weight, bias);
-    if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
+    gdl_dtype dt = GDL_F32;
+    if (x && gdl__is_low(x->dtype) && (!weight || weight->dtype == GDL_F32 || weight->dtype == x->dtype) &&
+        (!bias || bias->dtype == GDL_F32 || bias->dtype == x->dtype)) {
+        /* native (cuDNN's under autocast): x and y in dt, the statistics and
+           the affine parameters f32 -- low ones get an f32 copy (a cast) */
+        dt = x->dtype;
+        if (gdl__check_in(op, "weight", weight ? weight : x, 0) < 0 || gdl__check_in(op, "bias", bias ? bias : x, 0) < 0 ||
+            gdl__check_dev(op, x, weight) < 0 || gdl__check_dev(op, x, bias) < 0)
+            return NULL;
+        if (weight && weight->dtype != GDL_F32) {
+            gdl_tensor *w0 = weight; /* passed twice (weight is bias): one copy, so its gradient rounds once */
+            if (!(weight = gdl__cast_t(op, weight, GDL_F32))) return NULL;
+            if (bias == w0) bias = weight;
+        }
+        if (bias && bias->dtype != GDL_F32 && !(bias = gdl__cast_t(op, bias, GDL_F32))) return NULL;
+    } else {
+        GDL__LOWP3_FIRST(op, GDL_OP_BATCH_NORM, gdl_batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps), x,
+                         weight, bias);
+    }
+    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0) return NULL;
     if (x->ndim < 2 || x->ndim > 4) {
         gdl__set_error("%s: expected input [N,C], [N,C,L] or [N,C,H,W], got %s", op, gdl_shape_str(x));
         return NULL;
@@ -7984,13 +8352,19 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
         return NULL;
     }
     cshape = C;
-    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)) ||
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device)) ||
         !(mean = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) || !(invstd = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)))
         return NULL;
-    if (be->batchnorm(N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
-                      GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
-                      rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps) < 0)
+    if (dt != GDL_F32) {
+        if (be->batchnorm_lp(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
+                             GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL, rvar ? GDL__R(rvar) : NULL,
+                             use_batch, momentum, eps) < 0)
+            return NULL;
+    } else if (be->batchnorm(N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
+                             GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
+                             rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps) < 0) {
         return NULL;
+    }
     in[0] = x; in[1] = weight; in[2] = bias;
     n = gdl__record(op, GDL_OP_BATCH_NORM, out, 3, in, &err);
     if (err) return NULL;
@@ -8004,6 +8378,11 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
 
 static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
+    if (n->out->dtype != GDL_F32)
+        return be->batchnorm_backward_lp(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
+                                         w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
+                                         n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
+                                         GDL__G(n->in[2]));
     return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
                                   w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
                                   GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]));

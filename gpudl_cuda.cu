@@ -773,6 +773,20 @@ __device__ __forceinline__ uint16_t gdl__f32_to_bf16(float f) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+// Loads and stores of the kernels templated on the storage type T: float,
+// __half or __nv_bfloat16 (the low-precision *_lp entries). The arithmetic
+// is f32 whatever T is; for float both are the identity, so the f32
+// instantiations compute exactly what the f32-only kernels did.
+__device__ __forceinline__ float gdl__ld(float v) { return v; }
+__device__ __forceinline__ float gdl__ld(__half v) { return gdl__f16_to_f32(__half_as_ushort(v)); }
+__device__ __forceinline__ float gdl__ld(__nv_bfloat16 v) { return gdl__bf16_to_f32(__bfloat16_as_ushort(v)); }
+template <typename T> __device__ __forceinline__ T gdl__st(float f);
+template <> __device__ __forceinline__ float gdl__st<float>(float f) { return f; }
+template <> __device__ __forceinline__ __half gdl__st<__half>(float f) { return __ushort_as_half(gdl__f32_to_f16(f)); }
+template <> __device__ __forceinline__ __nv_bfloat16 gdl__st<__nv_bfloat16>(float f) {
+    return __ushort_as_bfloat16(gdl__f32_to_bf16(f));
+}
+
 // Conversions to the integer dtypes, as gpudl.h's gdl__store: truncate
 // toward zero and saturate to the destination's range; NaN gives 0. (The
 // float bounds are exact: 2^31 and -2^31 are floats, and no float lies
@@ -1799,7 +1813,7 @@ static int gdl__cu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t 
 
 // im2col: one thread per column element [n][c*KH*KW + kh*KW + kw][oh*OW + ow];
 // writes are coalesced along ow
-__global__ void gdl__k_im2col(gdl_conv_geom g, const float *x, float *col) {
+template <typename T> __global__ void gdl__k_im2col(gdl_conv_geom g, const T *x, T *col) {
     int64_t OHW = (int64_t)g.OH * g.OW, total = (int64_t)g.N * g.C * g.KH * g.KW * OHW;
     GDL_CU_LOOP(t, total) {
         int64_t row = t / OHW; /* (nc, kh, kw) */
@@ -1807,20 +1821,20 @@ __global__ void gdl__k_im2col(gdl_conv_geom g, const float *x, float *col) {
         int kk = (int)(row % (g.KH * g.KW)), kh = kk / g.KW, kw = kk - kh * g.KW;
         int64_t nc = row / (g.KH * g.KW);
         int ih = oh * g.SH - g.PH + kh * g.DH, iw = ow * g.SW - g.PW + kw * g.DW;
-        col[t] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? x[(nc * g.H + ih) * g.W + iw] : 0.0f;
+        col[t] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? x[(nc * g.H + ih) * g.W + iw] : gdl__st<T>(0.0f);
     }
 }
 
 // col2im: one thread per input pixel gathers the column entries that read
 // it: for each (kh, kw) at most one output position. Visiting (kh, kw) in
 // order and adding into x[...] repeats the CPU's sums exactly, with no atomics.
-__global__ void gdl__k_col2im(gdl_conv_geom g, const float *col, float *x) {
+template <typename T> __global__ void gdl__k_col2im(gdl_conv_geom g, const T *col, T *x) {
     int64_t OHW = (int64_t)g.OH * g.OW, HW = (int64_t)g.H * g.W, total = (int64_t)g.N * g.C * HW;
     GDL_CU_LOOP(t, total) {
         int64_t nc = t / HW;
         int hw = (int)(t - nc * HW), ih = hw / g.W, iw = hw - ih * g.W;
-        const float *cp = col + nc * g.KH * g.KW * OHW;
-        float acc = x[t];
+        const T *cp = col + nc * g.KH * g.KW * OHW;
+        float acc = gdl__ld(x[t]);
         for (int kh = 0; kh < g.KH; kh++) {
             int h = ih + g.PH - kh * g.DH;
             if (h < 0 || h % g.SH) continue;
@@ -1831,36 +1845,59 @@ __global__ void gdl__k_col2im(gdl_conv_geom g, const float *col, float *x) {
                 if (w < 0 || w % g.SW) continue;
                 int ow = w / g.SW;
                 if (ow >= g.OW) continue;
-                acc += cp[(int64_t)(kh * g.KW + kw) * OHW + oh * g.OW + ow];
+                acc += gdl__ld(cp[(int64_t)(kh * g.KW + kw) * OHW + oh * g.OW + ow]);
             }
         }
-        x[t] = acc;
+        x[t] = gdl__st<T>(acc);
     }
 }
 
-static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) {
+template <typename T> static int gdl__cu_im2col_t(const gdl_conv_geom *g, const T *x, T *col) {
     int64_t total = (int64_t)g->N * g->C * g->KH * g->KW * g->OH * g->OW;
     if (total <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_im2col, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, col);
+    GDL_CU_LAUNCH(gdl__k_im2col<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, col);
     GDL_CU_LAUNCHED();
     return 0;
 }
 
-static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) {
+template <typename T> static int gdl__cu_col2im_t(const gdl_conv_geom *g, const T *col, T *x) {
     int64_t total = (int64_t)g->N * g->C * g->H * g->W;
     if (total <= 0 || (int64_t)g->KH * g->KW * g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_col2im, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, col, x);
+    GDL_CU_LAUNCH(gdl__k_col2im<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, col, x);
     GDL_CU_LAUNCHED();
     return 0;
+}
+
+static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
+static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) { return gdl__cu_col2im_t<float>(g, col, x); }
+
+// the *_lp entries' dtype check: f16 or bf16
+static int gdl__cu_lp_dt(const char *entry, gdl_dtype dt) {
+    if (dt == GDL_F16 || dt == GDL_BF16) return 0;
+    gdl__set_error("gdl_cuda: the low-precision %s takes f16 or bf16, not %s", entry, gdl_dtype_name(dt));
+    return -1;
+}
+// the call for f16 or the one for bf16 (their storage types: __half, __nv_bfloat16)
+#define GDL__CU_LP_CALL(dt, call_f16, call_bf16) ((dt) == GDL_F16 ? (call_f16) : (call_bf16))
+
+static int gdl__cu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+    if (gdl__cu_lp_dt("im2col", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_im2col_t<__half>(g, (const __half *)x, (__half *)col),
+                           gdl__cu_im2col_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)col));
+}
+static int gdl__cu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+    if (gdl__cu_lp_dt("col2im", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_col2im_t<__half>(g, (const __half *)col, (__half *)x),
+                           gdl__cu_col2im_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)col, (__nv_bfloat16 *)x));
 }
 
 // max pooling: one thread per output, the CPU's scan (first max, first NaN)
-__global__ void gdl__k_maxpool(gdl_conv_geom g, const float *x, float *y, int32_t *idx) {
+template <typename T> __global__ void gdl__k_maxpool(gdl_conv_geom g, const T *x, T *y, int32_t *idx) {
     int64_t OHW = (int64_t)g.OH * g.OW, total = (int64_t)g.N * g.C * OHW;
     GDL_CU_LOOP(t, total) {
         int64_t p = t / OHW;
         int o = (int)(t - p * OHW), oh = o / g.OW, ow = o - oh * g.OW;
-        const float *xp = x + p * g.H * g.W;
+        const T *xp = x + p * g.H * g.W;
         float best = -GDL__CU_INF;
         int bi = -1;
         for (int kh = 0; kh < g.KH; kh++) {
@@ -1869,14 +1906,14 @@ __global__ void gdl__k_maxpool(gdl_conv_geom g, const float *x, float *y, int32_
             for (int kw = 0; kw < g.KW; kw++) {
                 int iw = ow * g.SW - g.PW + kw * g.DW;
                 if (iw < 0 || iw >= g.W) continue;
-                float v = xp[ih * g.W + iw];
+                float v = gdl__ld(xp[ih * g.W + iw]);
                 if (bi < 0 || v > best || (v != v && best == best)) {
                     best = v;
                     bi = ih * g.W + iw;
                 }
             }
         }
-        y[t] = best;
+        y[t] = gdl__st<T>(best); /* exact: one of x's values */
         idx[t] = bi < 0 ? 0 : bi;
     }
 }
@@ -1884,14 +1921,14 @@ __global__ void gdl__k_maxpool(gdl_conv_geom g, const float *x, float *y, int32_
 // Backward by gathering: one thread per input pixel looks at the outputs
 // whose window covers it and adds gy where the saved index names it. kh and
 // kw run downwards so that outputs come in ascending order, the CPU's order.
-__global__ void gdl__k_maxpool_backward(gdl_conv_geom g, const float *gy, const int32_t *idx, float *gx) {
+template <typename T> __global__ void gdl__k_maxpool_backward(gdl_conv_geom g, const T *gy, const int32_t *idx, T *gx) {
     int64_t OHW = (int64_t)g.OH * g.OW, HW = (int64_t)g.H * g.W, total = (int64_t)g.N * g.C * HW;
     GDL_CU_LOOP(t, total) {
         int64_t p = t / HW;
         int hw = (int)(t - p * HW), ih = hw / g.W, iw = hw - ih * g.W;
-        const float *gp = gy + p * OHW;
+        const T *gp = gy + p * OHW;
         const int32_t *ip = idx + p * OHW;
-        float acc = gx[t];
+        float acc = gdl__ld(gx[t]);
         for (int kh = g.KH - 1; kh >= 0; kh--) {
             int h = ih + g.PH - kh * g.DH;
             if (h < 0 || h % g.SH) continue;
@@ -1902,59 +1939,76 @@ __global__ void gdl__k_maxpool_backward(gdl_conv_geom g, const float *gy, const 
                 if (w < 0 || w % g.SW) continue;
                 int ow = w / g.SW;
                 if (ow >= g.OW) continue;
-                if (ip[oh * g.OW + ow] == hw) acc += gp[oh * g.OW + ow];
+                if (ip[oh * g.OW + ow] == hw) acc += gdl__ld(gp[oh * g.OW + ow]);
             }
         }
-        gx[t] = acc;
+        gx[t] = gdl__st<T>(acc);
     }
 }
 
-static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
+template <typename T> static int gdl__cu_maxpool_t(const gdl_conv_geom *g, const T *x, T *y, int32_t *idx) {
     int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
     if (total <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_maxpool, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, y, idx);
+    GDL_CU_LAUNCH(gdl__k_maxpool<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, y, idx);
     GDL_CU_LAUNCHED();
     return 0;
 }
 
-static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx) {
+template <typename T> static int gdl__cu_maxpool_backward_t(const gdl_conv_geom *g, const T *gy, const int32_t *idx, T *gx) {
     int64_t total = (int64_t)g->N * g->C * g->H * g->W;
     if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_maxpool_backward, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, idx, gx);
+    GDL_CU_LAUNCH(gdl__k_maxpool_backward<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, idx, gx);
     GDL_CU_LAUNCHED();
     return 0;
+}
+
+static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
+    return gdl__cu_maxpool_t<float>(g, x, y, idx);
+}
+static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx) {
+    return gdl__cu_maxpool_backward_t<float>(g, gy, idx, gx);
+}
+static int gdl__cu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    if (gdl__cu_lp_dt("maxpool", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_maxpool_t<__half>(g, (const __half *)x, (__half *)y, idx),
+                           gdl__cu_maxpool_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y, idx));
+}
+static int gdl__cu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
+    if (gdl__cu_lp_dt("maxpool_backward", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_maxpool_backward_t<__half>(g, (const __half *)gy, idx, (__half *)gx),
+                           gdl__cu_maxpool_backward_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)gy, idx, (__nv_bfloat16 *)gx));
 }
 
 // average pooling counts the padding: always divide by KH*KW. Like the CPU,
 // no dilation (pooling windows are dense).
-__global__ void gdl__k_avgpool(gdl_conv_geom g, const float *x, float *y) {
+template <typename T> __global__ void gdl__k_avgpool(gdl_conv_geom g, const T *x, T *y) {
     int64_t OHW = (int64_t)g.OH * g.OW, total = (int64_t)g.N * g.C * OHW;
     GDL_CU_LOOP(t, total) {
         int64_t p = t / OHW;
         int o = (int)(t - p * OHW), oh = o / g.OW, ow = o - oh * g.OW;
-        const float *xp = x + p * g.H * g.W;
+        const T *xp = x + p * g.H * g.W;
         float s = 0;
         for (int kh = 0; kh < g.KH; kh++) {
             int ih = oh * g.SH - g.PH + kh;
             if (ih < 0 || ih >= g.H) continue;
             for (int kw = 0; kw < g.KW; kw++) {
                 int iw = ow * g.SW - g.PW + kw;
-                if (iw >= 0 && iw < g.W) s += xp[ih * g.W + iw];
+                if (iw >= 0 && iw < g.W) s += gdl__ld(xp[ih * g.W + iw]);
             }
         }
-        y[t] = s / (float)(g.KH * g.KW);
+        y[t] = gdl__st<T>(s / (float)(g.KH * g.KW));
     }
 }
 
 // gathering, in the CPU's order (ascending outputs), as maxpool_backward
-__global__ void gdl__k_avgpool_backward(gdl_conv_geom g, const float *gy, float *gx) {
+template <typename T> __global__ void gdl__k_avgpool_backward(gdl_conv_geom g, const T *gy, T *gx) {
     int64_t OHW = (int64_t)g.OH * g.OW, HW = (int64_t)g.H * g.W, total = (int64_t)g.N * g.C * HW;
     float area = (float)(g.KH * g.KW);
     GDL_CU_LOOP(t, total) {
         int64_t p = t / HW;
         int hw = (int)(t - p * HW), ih = hw / g.W, iw = hw - ih * g.W;
-        const float *gp = gy + p * OHW;
-        float acc = gx[t];
+        const T *gp = gy + p * OHW;
+        float acc = gdl__ld(gx[t]);
         for (int kh = g.KH - 1; kh >= 0; kh--) {
             int h = ih + g.PH - kh;
             if (h < 0 || h % g.SH) continue;
@@ -1965,27 +2019,42 @@ __global__ void gdl__k_avgpool_backward(gdl_conv_geom g, const float *gy, float 
                 if (w < 0 || w % g.SW) continue;
                 int ow = w / g.SW;
                 if (ow >= g.OW) continue;
-                acc += gp[oh * g.OW + ow] / area;
+                acc += gdl__ld(gp[oh * g.OW + ow]) / area;
             }
         }
-        gx[t] = acc;
+        gx[t] = gdl__st<T>(acc);
     }
 }
 
-static int gdl__cu_avgpool(const gdl_conv_geom *g, const float *x, float *y) {
+template <typename T> static int gdl__cu_avgpool_t(const gdl_conv_geom *g, const T *x, T *y) {
     int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
     if (total <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_avgpool, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, y);
+    GDL_CU_LAUNCH(gdl__k_avgpool<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, y);
     GDL_CU_LAUNCHED();
     return 0;
 }
 
-static int gdl__cu_avgpool_backward(const gdl_conv_geom *g, const float *gy, float *gx) {
+template <typename T> static int gdl__cu_avgpool_backward_t(const gdl_conv_geom *g, const T *gy, T *gx) {
     int64_t total = (int64_t)g->N * g->C * g->H * g->W;
     if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_avgpool_backward, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, gx);
+    GDL_CU_LAUNCH(gdl__k_avgpool_backward<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, gx);
     GDL_CU_LAUNCHED();
     return 0;
+}
+
+static int gdl__cu_avgpool(const gdl_conv_geom *g, const float *x, float *y) { return gdl__cu_avgpool_t<float>(g, x, y); }
+static int gdl__cu_avgpool_backward(const gdl_conv_geom *g, const float *gy, float *gx) {
+    return gdl__cu_avgpool_backward_t<float>(g, gy, gx);
+}
+static int gdl__cu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+    if (gdl__cu_lp_dt("avgpool", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_avgpool_t<__half>(g, (const __half *)x, (__half *)y),
+                           gdl__cu_avgpool_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y));
+}
+static int gdl__cu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+    if (gdl__cu_lp_dt("avgpool_backward", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_avgpool_backward_t<__half>(g, (const __half *)gy, (__half *)gx),
+                           gdl__cu_avgpool_backward_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)gy, (__nv_bfloat16 *)gx));
 }
 
 // ----------------------------------------------------------------------------
@@ -2096,19 +2165,20 @@ __device__ __forceinline__ int64_t gdl__bn_at(int64_t m, int64_t C, int64_t S, i
 
 // Two passes over the channel (mean, then squared deviations) as the CPU.
 // Per-channel scalars are kept in double, as the CPU keeps them.
-__global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma,
-                                 const float *beta, float *y, float *mean, float *invstd, float *run_mean,
+template <typename T>
+__global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const T *x, const float *gamma,
+                                 const float *beta, T *y, float *mean, float *invstd, float *run_mean,
                                  float *run_var, int training, double momentum, double eps) {
     GDL_CU_ROWS(c, C) {
         int64_t M = N * S;
         double mu, var;
         if (training) {
             float s = 0, q = 0;
-            for (int64_t m = threadIdx.x; m < M; m += blockDim.x) s += x[gdl__bn_at(m, C, S, c)];
+            for (int64_t m = threadIdx.x; m < M; m += blockDim.x) s += gdl__ld(x[gdl__bn_at(m, C, S, c)]);
             mu = (double)gdl__block_sum(s) / (double)M;
             float muf = (float)mu;
             for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
-                float d = x[gdl__bn_at(m, C, S, c)] - muf;
+                float d = gdl__ld(x[gdl__bn_at(m, C, S, c)]) - muf;
                 q += d * d;
             }
             double sq = (double)gdl__block_sum(q);
@@ -2129,20 +2199,21 @@ __global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const float *x
         float muf = (float)mu, isf = (float)is, gm = gamma ? gamma[c] : 1.0f, bt = beta ? beta[c] : 0.0f;
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
-            y[j] = (x[j] - muf) * isf * gm + bt;
+            y[j] = gdl__st<T>((gdl__ld(x[j]) - muf) * isf * gm + bt);
         }
     }
 }
 
-static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma, const float *beta,
-                             float *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
-                             double momentum, double eps) {
+template <typename T>
+static int gdl__cu_batchnorm_t(int64_t N, int64_t C, int64_t S, const T *x, const float *gamma, const float *beta,
+                               T *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
+                               double momentum, double eps) {
     if (C <= 0) return 0;
     if (!training && (!run_mean || !run_var)) {
         gdl__set_error("gdl_cuda: batchnorm in eval mode needs running statistics");
         return -1;
     }
-    GDL_CU_LAUNCH(gdl__k_batchnorm, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gamma, beta, y, mean, invstd,
+    GDL_CU_LAUNCH(gdl__k_batchnorm<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gamma, beta, y, mean, invstd,
                                                                     run_mean, run_var, training, momentum, eps);
     GDL_CU_LAUNCHED();
     return 0;
@@ -2150,16 +2221,18 @@ static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, co
 
 // training: gx += gamma*invstd/M * (M*gy - sum(gy) - xhat*sum(gy*xhat))
 // eval:     gx += gy*gamma*invstd (the statistics are constants)
-__global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy,
+template <typename T>
+__global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const T *x, const T *gy,
                                           const float *gamma, const float *mean, const float *invstd, int training,
-                                          float *gx, float *ggamma, float *gbeta) {
+                                          T *gx, float *ggamma, float *gbeta) {
     GDL_CU_ROWS(c, C) {
         int64_t M = N * S;
         float mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1.0f, sg = 0, sgx = 0;
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
-            sg += gy[j];
-            sgx += gy[j] * (x[j] - mu) * is;
+            float gj = gdl__ld(gy[j]);
+            sg += gj;
+            sgx += gj * (gdl__ld(x[j]) - mu) * is;
         }
         sg = gdl__block_sum(sg);
         sgx = gdl__block_sum(sgx);
@@ -2171,20 +2244,54 @@ __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const
         float k = gm * is / (float)M, Mf = (float)M;
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
-            if (training) gx[j] += k * (Mf * gy[j] - sg - (x[j] - mu) * is * sgx);
-            else gx[j] += gy[j] * gm * is;
+            if (training) gx[j] = gdl__st<T>(gdl__ld(gx[j]) + k * (Mf * gdl__ld(gy[j]) - sg - (gdl__ld(x[j]) - mu) * is * sgx));
+            else gx[j] = gdl__st<T>(gdl__ld(gx[j]) + gdl__ld(gy[j]) * gm * is);
         }
     }
 }
 
-static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy,
-                                      const float *gamma, const float *mean, const float *invstd, int training,
-                                      float *gx, float *ggamma, float *gbeta) {
+template <typename T>
+static int gdl__cu_batchnorm_backward_t(int64_t N, int64_t C, int64_t S, const T *x, const T *gy,
+                                        const float *gamma, const float *mean, const float *invstd, int training,
+                                        T *gx, float *ggamma, float *gbeta) {
     if (C <= 0 || (!gx && !ggamma && !gbeta)) return 0;
-    GDL_CU_LAUNCH(gdl__k_batchnorm_backward, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gy, gamma, mean, invstd,
+    GDL_CU_LAUNCH(gdl__k_batchnorm_backward<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gy, gamma, mean, invstd,
                                                                              training, gx, ggamma, gbeta);
     GDL_CU_LAUNCHED();
     return 0;
+}
+
+static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma, const float *beta,
+                             float *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
+                             double momentum, double eps) {
+    return gdl__cu_batchnorm_t<float>(N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps);
+}
+static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy,
+                                      const float *gamma, const float *mean, const float *invstd, int training,
+                                      float *gx, float *ggamma, float *gbeta) {
+    return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta);
+}
+static int gdl__cu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
+                                const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                                int training, double momentum, double eps) {
+    if (gdl__cu_lp_dt("batchnorm", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt,
+                           gdl__cu_batchnorm_t<__half>(N, C, S, (const __half *)x, gamma, beta, (__half *)y, mean, invstd,
+                                                       run_mean, run_var, training, momentum, eps),
+                           gdl__cu_batchnorm_t<__nv_bfloat16>(N, C, S, (const __nv_bfloat16 *)x, gamma, beta,
+                                                              (__nv_bfloat16 *)y, mean, invstd, run_mean, run_var,
+                                                              training, momentum, eps));
+}
+static int gdl__cu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
+                                         const float *gamma, const float *mean, const float *invstd, int training,
+                                         void *gx, float *ggamma, float *gbeta) {
+    if (gdl__cu_lp_dt("batchnorm_backward", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt,
+                           gdl__cu_batchnorm_backward_t<__half>(N, C, S, (const __half *)x, (const __half *)gy, gamma, mean,
+                                                                invstd, training, (__half *)gx, ggamma, gbeta),
+                           gdl__cu_batchnorm_backward_t<__nv_bfloat16>(N, C, S, (const __nv_bfloat16 *)x,
+                                                                       (const __nv_bfloat16 *)gy, gamma, mean, invstd,
+                                                                       training, (__nv_bfloat16 *)gx, ggamma, gbeta));
 }
 
 __global__ void gdl__k_layernorm(int64_t rows, int64_t D, const float *x, const float *gamma, const float *beta,

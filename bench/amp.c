@@ -1,10 +1,15 @@
 /* amp.c — mixed precision (autocast) against f32, for bench/RESULTS.md:
-   1. memory: after one forward + loss of the MLP (784-128-10, batch 64) and
-      of examples/cnn.c's CNN (1x28x28, batch 64), the bytes of temporaries in
+   1. memory: after one forward + loss of the MLP (784-128-10, batch 64),
+      of examples/cnn.c's CNN (1x28x28, batch 64) and of a CNN with batch
+      norm and global average pooling (cnnb), the bytes of temporaries in
       the arena (gdl_arena_used: everything the step has made so far) and the
       bytes of the activations the tape holds for backward (every
       temporary a recorded op reads or makes, counted once), with the share
-      of them in the low dtype;
+      of them in the low dtype; the step's peak: the arena after the whole
+      step (forward, backward, Adam: the arena only grows until the reset)
+      and the device allocator's peak_allocated during a step
+      (gdl_memory_reset_peak before it; on the CPU gdl's persistent
+      allocations, which the arena's blocks are among);
    2. time: a whole training step (forward, loss, backward, Adam), median of
       repeats;
    3. Fashion-MNIST: the MLP trained with gdl_fit (Adam 1e-3, batch 64, the
@@ -43,6 +48,23 @@ static gdl_module *cnn(void) {
     l[7] = gdl_nn_linear(64 * 7 * 7, 128, 1);
     l[8] = gdl_nn_relu();
     l[9] = gdl_nn_linear(128, 10, 1);
+    return gdl_nn_sequential(10, l);
+}
+
+/* conv-bn-relu-pool, conv-bn-relu, global average pool, fc: the native
+   low-precision batch norm and pooling */
+static gdl_module *cnnb(void) {
+    gdl_module *l[10];
+    l[0] = gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 0);
+    l[1] = gdl_nn_batchnorm2d(32);
+    l[2] = gdl_nn_relu();
+    l[3] = gdl_nn_maxpool2d(2, 2, 0);
+    l[4] = gdl_nn_conv2d(32, 64, 3, 1, 1, 1, 1, 0);
+    l[5] = gdl_nn_batchnorm2d(64);
+    l[6] = gdl_nn_relu();
+    l[7] = gdl_nn_global_avgpool2d();
+    l[8] = gdl_nn_flatten(1);
+    l[9] = gdl_nn_linear(64, 10, 1);
     return gdl_nn_sequential(10, l);
 }
 
@@ -87,7 +109,7 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
     gdl_tensor *x, *y, *loss;
     gdl_module *m;
     gdl_optimizer *opt;
-    size_t arena = 0, act = 0, low = 0, pc = 0;
+    size_t arena = 0, act = 0, low = 0, pc = 0, step_arena = 0, dev_peak = 0;
     double t[21];
     int r, i;
     int32_t lab[64];
@@ -103,6 +125,7 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
     for (r = 0; r < 24; r++) {
         double t0;
         gdl_arena_reset();
+        if (r == 1 && gdl_memory_reset_peak(dev) < 0) return -1;
         t0 = gdl_now();
         gdl_zero_grad(opt);
         if (dt != GDL_F32 && gdl_autocast_begin(dt) < 0) return -1;
@@ -114,12 +137,18 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
             act = tape_bytes(&low, &pc);
         }
         if (gdl_backward(loss) < 0 || gdl_step(opt) < 0 || gdl_item(loss) != gdl_item(loss)) return -1; /* read: waits */
+        if (r == 1) {
+            gdl_memory_status st;
+            if (gdl_memory_stats(dev, &st) < 0) return -1;
+            step_arena = gdl_arena_used();
+            dev_peak = st.peak_allocated;
+        }
         if (r >= 3) t[r - 3] = gdl_now() - t0;
     }
     qsort(t, 21, sizeof t[0], cmp_d);
-    printf("%-4s %-5s | %10.1f | %10.1f | %10.1f | %5.1f%% | %8.3f\n", name, dt == GDL_F32 ? "f32" : gdl_dtype_name(dt),
-           (double)arena / 1024, (double)act / 1024, (double)pc / 1024, act ? 100.0 * (double)low / (double)act : 0,
-           1e3 * t[10]);
+    printf("%-4s %-5s | %10.1f | %10.1f | %10.1f | %5.1f%% | %10.1f | %10.1f | %8.3f\n", name,
+           dt == GDL_F32 ? "f32" : gdl_dtype_name(dt), (double)arena / 1024, (double)act / 1024, (double)pc / 1024,
+           act ? 100.0 * (double)low / (double)act : 0, (double)step_arena / 1024, (double)dev_peak / 1024, 1e3 * t[10]);
     gdl_optim_free(opt);
     gdl_module_free(m);
     gdl_free(x);
@@ -241,9 +270,9 @@ int main(int argc, char **argv) {
         gdl_shutdown();
         return 0;
     }
-    printf("net  dtype | arena KiB  | tape KiB   | param cast | low    | step ms (median of 21)\n");
-    for (k = 0; k < 6; k++)
-        if (step_figures(k < 3 ? "mlp" : "cnn", k < 3 ? mlp : cnn, dev, dts[k % 3]) < 0) {
+    printf("net  dtype | arena KiB  | tape KiB   | param cast | low    | step arena | dev peak   | step ms (median of 21)\n");
+    for (k = 0; k < 9; k++)
+        if (step_figures(k < 3 ? "mlp" : k < 6 ? "cnn" : "cnnb", k < 3 ? mlp : k < 6 ? cnn : cnnb, dev, dts[k % 3]) < 0) {
             fprintf(stderr, "bench_amp: %s\n", gdl_last_error());
             return 1;
         }

@@ -593,4 +593,144 @@ TEST dtype_native_elementwise(void *arg) {
     PASS();
 }
 
+/* ---- native low-precision CNN ops ----
+   conv2d, the poolings and batch_norm on bf16/f16 inputs run in the low
+   dtype itself: the output is made by the op (no cast node), and a forward
+   plus backward keeps at most ~70% of the f32 run's arena bytes (the old
+   path, f32 copies of every input, kept more than f32). The backward starts
+   from a per-sample dot product with random weights (a convolution whose
+   kernel is the whole output plane, itself native), since seeding a large
+   low-precision root takes f32 scratch. Geometries: stride,
+   padding, dilation, groups, odd sizes, a 1x1 convolution (the GEMM on the
+   input), and sizes above the CPU's threading threshold; the values are
+   checked against f32 on the same rounded inputs as dtype_parity. */
+typedef struct dtype_cnn_case {
+    const char *name;
+    int op;            /* the GDL_OP_ that must make the output */
+    int nin;           /* x, then w, bias (conv) or weight, bias, running stats (bn) */
+    int64_t shape[5][4];
+    int ndims[5];
+    int low_params;    /* bn: weight and bias in the low dtype too (f32 copies inside the op) */
+    double arena_ratio;
+    double tol_mul;    /* 0: the parity tolerance; else that times it */
+} dtype_cnn_case;
+
+static gdl_tensor *dtype_cnn_forward(const dtype_cnn_case *c, gdl_tensor **in) {
+    int s2[2] = {2, 1}, p2[2] = {1, 2}, d2[2] = {2, 1};
+    if (strcmp(c->name, "conv3x3_bias") == 0 || strcmp(c->name, "conv_batch64") == 0) return gdl_conv2d(in[0], in[1], in[2], 1, 1, 1, 1);
+    if (strcmp(c->name, "conv_s2p1d2_g2") == 0) return gdl_conv2d_ex(in[0], in[1], in[2], s2, p2, d2, 2);
+    if (strcmp(c->name, "conv1x1") == 0) return gdl_conv2d(in[0], in[1], NULL, 1, 0, 1, 1);
+    if (strcmp(c->name, "maxpool2") == 0) return gdl_max_pool2d(in[0], 2, 0, 0);
+    if (strcmp(c->name, "maxpool3s2p1") == 0) return gdl_max_pool2d(in[0], 3, 2, 1);
+    if (strcmp(c->name, "avgpool3s2p1") == 0) return gdl_avg_pool2d(in[0], 3, 2, 1);
+    if (strcmp(c->name, "global_avg_pool") == 0) return gdl_global_avg_pool2d(in[0]);
+    if (strcmp(c->name, "bn_eval") == 0) return gdl_batch_norm(in[0], in[3], in[4], in[1], in[2], 0, 0.1, 1e-5);
+    return gdl_batch_norm(in[0], in[3], in[4], in[1], in[2], 1, 0.1, 1e-5); /* bn_train* */
+}
+
+static const dtype_cnn_case dtype_cnn_cases[] = {
+    {"conv3x3_bias", GDL_OP_CONV2D, 3, {{4, 8, 16, 16}, {16, 8, 3, 3}, {16}}, {4, 4, 1}, 0, 0.7, 0},
+    /* the weight and bias gradients sum over 64 samples: rounded to the low
+       dtype once or twice, not once per sample (cuBLAS's sC == 0 loop) */
+    {"conv_batch64", GDL_OP_CONV2D, 3, {{64, 4, 12, 12}, {8, 4, 3, 3}, {8}}, {4, 4, 1}, 0, 0.7, 0.4},
+    {"conv_s2p1d2_g2", GDL_OP_CONV2D, 3, {{2, 4, 11, 9}, {6, 2, 3, 3}, {6}}, {4, 4, 1}, 0, 0.7, 0},
+    {"conv1x1", GDL_OP_CONV2D, 2, {{2, 8, 16, 16}, {16, 8, 1, 1}}, {4, 4}, 0, 0.7, 0},
+    {"maxpool2", GDL_OP_MAX_POOL2D, 1, {{4, 8, 16, 16}}, {4}, 0, 0.7, 0},
+    {"maxpool3s2p1", GDL_OP_MAX_POOL2D, 1, {{2, 3, 9, 7}}, {4}, 0, 0.8, 0},
+    {"avgpool3s2p1", GDL_OP_AVG_POOL2D, 1, {{4, 8, 17, 15}}, {4}, 0, 0.7, 0},
+    {"global_avg_pool", GDL_OP_GLOBAL_AVG_POOL2D, 1, {{64, 32, 4, 4}}, {4}, 0, 0.7, 0},
+    {"bn_train", GDL_OP_BATCH_NORM, 5, {{4, 8, 16, 16}, {8}, {8}, {8}, {8}}, {4, 1, 1, 1, 1}, 0, 0.7, 0},
+    {"bn_train_low_params", GDL_OP_BATCH_NORM, 5, {{4, 8, 16, 16}, {8}, {8}, {8}, {8}}, {4, 1, 1, 1, 1}, 1, 0.7, 0},
+    {"bn_eval", GDL_OP_BATCH_NORM, 5, {{3, 5, 7, 9}, {5}, {5}, {5}, {5}}, {4, 1, 1, 1, 1}, 0, 0.8, 0},
+};
+#define DTYPE_NCNN ((int)(sizeof dtype_cnn_cases / sizeof dtype_cnn_cases[0]))
+
+TEST dtype_native_cnn(void *arg) {
+    const dtype_run *r = (const dtype_run *)arg;
+    const dtype_cnn_case *c = &dtype_cnn_cases[r->c];
+    gdl_tensor *f[5] = {0}, *l[5] = {0}, *out, *fout, *seed, *gref[5] = {0}, *oref, *root, *one;
+    double tol = dtype_tol(r->dt) * (c->tol_mul > 0 ? c->tol_mul : 1), rel, af, al;
+    int k, bn = c->op == GDL_OP_BATCH_NORM;
+    gdl_manual_seed(77);
+    for (k = 0; k < c->nin; k++) {
+        int is_x = k == 0, stat = bn && k >= 3; /* running statistics stay f32, positive variance */
+        gdl_tensor *v = dtype_rnd(c->ndims[k], c->shape[k], r->dt, r->dev);
+        ASSERT_NOT_NULL(v);
+        if (stat && k == 4) {
+            ASSERT_NOT_NULL(f[k] = gdl_clone(gdl_to_dtype(gdl_add_scalar(gdl_mul(v, v), 0.5), GDL_F32)));
+        } else {
+            ASSERT_NOT_NULL(f[k] = gdl_clone(gdl_to_dtype(v, GDL_F32)));
+        }
+        if (stat || (bn && !is_x && !c->low_params)) ASSERT_NOT_NULL(l[k] = gdl_clone(f[k]));
+        else ASSERT_NOT_NULL(l[k] = gdl_clone(v));
+        gdl_free(v);
+        if (!stat) {
+            ASSERT_EQ(0, gdl_set_requires_grad(f[k], 1));
+            ASSERT_EQ(0, gdl_set_requires_grad(l[k], 1));
+        }
+        gdl_arena_reset();
+    }
+    /* f32 */
+    gdl_arena_reset();
+    ASSERT_NOT_NULL(fout = dtype_cnn_forward(c, f));
+    {
+        int64_t ws[4] = {1, fout->shape[1], fout->shape[2], fout->shape[3]};
+        gdl_tensor *w = dtype_rnd(4, ws, r->dt, r->dev);
+        ASSERT_NOT_NULL(w);
+        ASSERT_NOT_NULL(seed = gdl_clone(gdl_to_dtype(w, GDL_F32)));
+        gdl_free(w);
+    }
+    ASSERT_NOT_NULL(root = gdl_conv2d(fout, seed, NULL, 1, 0, 1, 1));
+    ASSERT_NOT_NULL(one = gdl_full(root->ndim, root->shape, 1.0, GDL_F32, r->dev));
+    ASSERT_EQ(0, gdl_backward_grad(root, one));
+    gdl_free(one);
+    af = (double)dtype_arena_used(r->dev);
+    ASSERT_NOT_NULL(oref = gdl_clone(fout));
+    for (k = 0; k < c->nin; k++)
+        if (f[k]->requires_grad) ASSERT_NOT_NULL(gref[k] = gdl_clone(f[k]->grad));
+    /* low */
+    gdl_arena_reset();
+    ASSERT_NOT_NULL(out = dtype_cnn_forward(c, l));
+    ASSERT_EQm("the output keeps the input's dtype", (int)r->dt, (int)out->dtype);
+    ASSERT_EQm("the op itself makes the output (native, no cast of an f32 result)", c->op, gdl_tensor_op(out));
+    ASSERT_NOT_NULL(root = gdl_conv2d(out, gdl_to_dtype(seed, r->dt), NULL, 1, 0, 1, 1));
+    ASSERT_NOT_NULL(one = gdl_full(root->ndim, root->shape, 1.0, r->dt, r->dev));
+    ASSERT_EQ(0, gdl_backward_grad(root, one));
+    gdl_free(one);
+    al = (double)dtype_arena_used(r->dev);
+    if (!(al <= c->arena_ratio * af))
+        FAILf("%s %s: the arena holds %.0f bytes after forward+backward, f32 %.0f (want <= %.2fx)", c->name,
+              gdl_dtype_name(r->dt), al, af, c->arena_ratio);
+    if (dtype_compare(out, oref, tol, &rel)) FAILf("%s %s: output off by %.3g", c->name, gdl_dtype_name(r->dt), rel);
+    for (k = 0; k < c->nin; k++) {
+        if (!gref[k]) continue;
+        ASSERT_NOT_NULL(l[k]->grad);
+        ASSERT_EQm("a gradient has its tensor's dtype", (int)l[k]->dtype, (int)l[k]->grad->dtype);
+        if (dtype_compare(l[k]->grad, gref[k], tol, &rel))
+            FAILf("%s %s: gradient of input %d off by %.3g", c->name, gdl_dtype_name(r->dt), k, rel);
+    }
+    if (bn && c->nin > 3) /* the running statistics: f32, as the f32 run left them */
+        for (k = 3; k < 5; k++)
+            if (dtype_maxdiff(l[k], f[k]) > 1e-2 * (1 + dtype_maxdiff(f[k], f[k])))
+                FAILf("%s: running statistic %d differs", c->name, k);
+    /* under autocast: conv2d (class LOW) casts f32 inputs and runs natively;
+       pooling and batch_norm (PROMOTE) take a low activation natively */
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_autocast_begin(r->dt));
+    out = dtype_cnn_forward(c, c->op == GDL_OP_CONV2D ? f : l);
+    ASSERT_EQ(0, gdl_autocast_end());
+    ASSERT_NOT_NULL(out);
+    ASSERT_EQm("autocast: the output is in the region's dtype", (int)r->dt, (int)out->dtype);
+    ASSERT_EQm("autocast: the op itself makes the output", c->op, gdl_tensor_op(out));
+    gdl_arena_reset();
+    for (k = 0; k < c->nin; k++) {
+        gdl_free(f[k]);
+        gdl_free(l[k]);
+        gdl_free(gref[k]);
+    }
+    gdl_free(seed);
+    gdl_free(oref);
+    PASS();
+}
+
 #endif

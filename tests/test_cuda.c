@@ -2708,6 +2708,12 @@ TEST dtype_gemm_sizes_gpu(void) {
     return dtype_gemm_sizes((void *)&dev);
 }
 
+/* conv2d, pooling and batch_norm run natively in bf16/f16 on the GPU too (tests/dtype_parity.h) */
+TEST dtype_native_cnn_gpu(void *arg) {
+    if (!have_gpu()) SKIPm("no GPU");
+    return dtype_native_cnn(arg);
+}
+
 /* ---- autocast on the GPU (tests/autocast_cases.h): each op's dtype by its
    class, the cast cache, nesting, loss curves (fewer steps than the CPU's
    200: 30 on the emulator, where every kernel runs on the host) ---- */
@@ -2753,6 +2759,7 @@ SUITE(kernel_paths) {
     RUN_TEST(gemm_k0_does_not_read_c);
 }
 static dtype_run dtype_runs[4 * NCASES];
+static dtype_run cnn_runs[2 * DTYPE_NCNN];
 SUITE(dtypes) {
     int i, j;
     char name[128];
@@ -2769,6 +2776,15 @@ SUITE(dtypes) {
     RUN_TEST(dtype_gemm_sizes_gpu);
     RUN_TEST(dtype_promotion_gpu);
     RUN_TEST(dtype_native_elementwise_gpu);
+    for (i = 0; i < DTYPE_NCNN; i++)
+        for (j = 0; j < 2; j++) {
+            dtype_run *r = &cnn_runs[2 * i + j];
+            r->c = i;
+            r->dt = j ? GDL_F16 : GDL_BF16;
+            r->dev = GPU;
+            snprintf(name, sizeof name, "native_%s_%s", dtype_cnn_cases[i].name, gdl_dtype_name(r->dt));
+            RUN_TEST_NAMED(name, dtype_native_cnn_gpu, (void *)r);
+        }
 }
 SUITE(autocast) {
     static ac_run ac[] = {{GDL_BF16, {GDL_DEVICE_CPU, 0}, 0}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 0},

@@ -296,6 +296,22 @@ SUITE(parity) {
         }
 }
 
+static dtype_run cnn_runs[2 * DTYPE_NCNN];
+SUITE(native_cnn) {
+    int i, j;
+    char name[128];
+    SET_SETUP(reset, NULL);
+    for (i = 0; i < DTYPE_NCNN; i++)
+        for (j = 0; j < 2; j++) {
+            dtype_run *r = &cnn_runs[2 * i + j];
+            r->c = i;
+            r->dt = j ? GDL_F16 : GDL_BF16;
+            r->dev = gdl_cpu();
+            snprintf(name, sizeof name, "%s_%s", dtype_cnn_cases[i].name, gdl_dtype_name(r->dt));
+            RUN_TEST_NAMED(name, dtype_native_cnn, (void *)r);
+        }
+}
+
 SUITE(semantics) {
     SET_SETUP(reset, NULL);
     {
@@ -343,6 +359,7 @@ HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
     RUN_SUITE(parity);
+    RUN_SUITE(native_cnn);
     RUN_SUITE(semantics);
     RUN_SUITE(autocast);
     gdl_shutdown();

@@ -92,3 +92,9 @@ emu: $(EMU_EXAMPLES)
 $(B)/emu_bench_train: bench/train.c bench/bench_cpu.h gpudl.h $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
 	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_CUDA -DGPUDL_EMU -c $< -o $(EMU_B)/bench_train.o
 	$(CXX) $(EMU_B)/bench_train.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
+
+# bench/amp.c on the emulator (memory figures of autocast on a GPU: the
+# device arena and the allocator's peak; its times are the host's)
+$(B)/emu_bench_amp: bench/amp.c bench/bench_cpu.h $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
+	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) -c bench/amp.c -o $(EMU_B)/bench_amp.o
+	$(CXX) $(EMU_B)/bench_amp.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
