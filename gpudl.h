@@ -71,10 +71,10 @@
    * conv2d (x, weight and bias of one low dtype; any stride, padding,
      dilation, groups): columns in the low dtype, the GEMMs through gemm_lp,
      the bias folded into the GEMM so the output rounds once; backward: the
-     weight and bias gradients through gemm_lp (the batch summed in f32 on
-     the CPU; on a GPU per-sample products, then one more GEMM summing
-     them: two roundings, where cuBLAS would round after every sample),
-     the input gradient's column sums (col2im) in f32 with one rounding
+     weight and bias gradients through gemm_lp (the batch summed in f32
+     and rounded once; on a GPU once per chunk of samples of up to 64 MiB
+     of f32 products), the input gradient's column sums (col2im) in f32
+     with one rounding
      into the gradient;
    * max_pool2d (exact), avg_pool2d and global_avg_pool2d (sums in f32);
    * batch_norm with a low-precision input, as cuDNN under autocast: x, y and
@@ -1801,7 +1801,8 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, fill, (gdl_real *x, int64_t n, gdl_real v)) \
     X(int, cast, (void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n)) \
     /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch, \
-       element strides sA, sB, sC between batches (0 repeats a matrix) */ \
+       element strides sA, sB, sC between batches (0 repeats a matrix; sC 0: every batch in turn into \
+       the one C, so beta 1 sums the products -- a GPU sums a chunk of them in f32 first) */ \
     X(int, gemm, (int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda, \
         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C, int ldc, \
         int64_t sC, int batch)) \
@@ -7782,11 +7783,9 @@ static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, c
    gy times ones; the columns' gradient goes back through col2im_lp, whose
    sums are f32 (gx rounded once; the columns' gradient itself is rounded
    to dt first, as the GEMM's output). The weight and bias gradients sum
-   over the samples: the CPU's gemm_lp does that in f32 with one rounding
-   (sC == 0), but cuBLAS runs such a call sample by sample, rounding C to dt
-   each time (a rounding error growing with the batch); elsewhere than on
-   the CPU they are per-sample products (scratch) summed by one more GEMM
-   with ones: two roundings whatever the batch. */
+   over the samples in one gemm_lp call with sC == 0, which sums the
+   products in f32 and rounds once (on a GPU once per chunk of samples:
+   gdl__cu_gemm_sum), not once a sample. */
 static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
     const gdl_conv_geom *g = &n->geom;
     gdl_dtype dt = n->out->dtype;
@@ -7797,41 +7796,19 @@ static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
     void *gx = n->in[0]->requires_grad ? n->in[0]->grad->data : NULL;
     void *gw = n->in[1]->requires_grad ? n->in[1]->grad->data : NULL;
     void *gb = n->in[2] && n->in[2]->requires_grad ? n->in[2]->grad->data : NULL;
-    int per_sample = g->N > 1 && n->out->device.type != GDL_DEVICE_CPU;
-    void *part = NULL, *ones_n = NULL;
-    if (per_sample && (gw || gb)) {
-        int64_t np = (gw ? OCg * Cg * KK : 0) > OC ? OCg * Cg * KK : OC;
-        if (!(part = gdl__scratch("gdl_backward", n->out->device, gdl_dtype_size(dt) * (size_t)(g->N * np))) ||
-            !(ones_n = gdl__ones_dt("gdl_backward", be, n->out->device, dt, g->N)))
-            return -1;
-    }
     if (gb) {
         void *ones = gdl__ones_dt("gdl_backward", be, n->out->device, dt, OHW);
-        if (!ones) return -1;
-        if (per_sample) { /* part [N, OC] = gy[n] ones, then gb += ones_N^T part */
-            if (gdl__gemm_dt(be, dt, 0, 0, (int)OC, 1, (int)OHW, gy, (int)OHW, OC * OHW, ones, 1, 0, 0, part, 1, OC, g->N) < 0 ||
-                gdl__gemm_dt(be, dt, 0, 0, 1, (int)OC, g->N, ones_n, g->N, 0, part, (int)OC, 0, 1, gb, (int)OC, 0, 1) < 0)
-                return -1;
-        } else if (gdl__gemm_dt(be, dt, 0, 1, 1, (int)OC, (int)OHW, ones, (int)OHW, 0, gy, (int)OHW, OC * OHW, 1, gb,
-                                (int)OC, 0, g->N) < 0) {
+        if (!ones || gdl__gemm_dt(be, dt, 0, 1, 1, (int)OC, (int)OHW, ones, (int)OHW, 0, gy, (int)OHW, OC * OHW, 1, gb,
+                                  (int)OC, 0, g->N) < 0)
             return -1;
-        }
     }
     if (gw)
         for (gi = 0; gi < groups; gi++) {
             int64_t wg = OCg * Cg * KK; /* one group's block of gw: OCg rows of Cg*KK, contiguous */
-            if (per_sample) {
-                if (gdl__gemm_dt(be, dt, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW,
-                                 OC * OHW, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, 0, part,
-                                 (int)(Cg * KK), wg, g->N) < 0 ||
-                    gdl__gemm_dt(be, dt, 0, 0, 1, (int)wg, g->N, ones_n, g->N, 0, part, (int)wg, 0, 1,
-                                 GDL__AT(gw, dt, gi * wg), (int)wg, 0, 1) < 0)
-                    return -1;
-            } else if (gdl__gemm_dt(be, dt, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, GDL__AT(gy, dt, gi * OCg * OHW),
-                                    (int)OHW, OC * OHW, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, 1,
-                                    GDL__AT(gw, dt, gi * wg), (int)(Cg * KK), 0, g->N) < 0) {
+            if (gdl__gemm_dt(be, dt, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW,
+                             OC * OHW, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, 1,
+                             GDL__AT(gw, dt, gi * wg), (int)(Cg * KK), 0, g->N) < 0)
                 return -1;
-            }
         }
     if (gx) {
         void *gcol = direct ? gx : gdl__scratch("gdl_backward", n->out->device, gdl_dtype_size(dt) * (size_t)(g->N * CKK * OHW));

@@ -306,9 +306,11 @@ static void gdl__cu_free(void *p) {
 }
 
 static void gdl__cu_clip_release(void);
+static void gdl__cu_fold_release(void);
 
 void gdl_cuda_release_cache(void) {
-    gdl__cu_clip_release(); /* the clipping's kept tables go back into the cache first */
+    gdl__cu_clip_release(); /* the clipping's kept tables and the GEMM's fold workspace go back into the cache first */
+    gdl__cu_fold_release();
     gdl__cu_state &S = gdl__cu();
     std::lock_guard<std::mutex> lock(S.mu);
     int cur = -1;
@@ -858,6 +860,10 @@ __global__ void gdl__k_scale2d(float *C, int M, int N, int ldc, int64_t sC, int6
     }
 }
 
+// a GEMM whose batches all sum into one C (sC == 0), in chunks (below): 1 done, 0 not taken, -1 error
+static int gdl__cu_gemm_sum(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int batch);
+
 static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
                         const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
@@ -872,9 +878,13 @@ static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
     if (!h) return -1;
     cublasOperation_t opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLAS's first operand: our B */
     cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (sC == 0 && batch > 1) { /* one C for every batch: summed in chunks, not raced on by one batched call */
+        int r = gdl__cu_gemm_sum(GDL_F32, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, batch);
+        if (r != 0) return r < 0 ? -1 : 0;
+    }
     if (batch == 1 || sC == 0) {
-        // sC == 0 with several batches accumulates into one C: run them in
-        // order, as the CPU does, instead of racing inside one batched call
+        // what gdl__cu_gemm_sum leaves (a product too large to chunk): the
+        // batches in order, as the CPU does
         for (int b = 0; b < batch; b++) {
             gdl__cu_launches.fetch_add(1, std::memory_order_relaxed); /* cuBLAS: counted as one kernel */
             GDL_CUBLAS_TRY(cublasSgemm(h, opB, opA, N, M, K, &alpha, B + b * sB, ldb, A + b * sA, lda, &beta,
@@ -924,6 +934,10 @@ static int gdl__cu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, fl
     size_t es = 2;
     cublasOperation_t opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* swapped operands: see gdl__cu_gemm */
     cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (sC == 0 && batch > 1) { /* f32 sums of the chunk's products, C rounded once a chunk */
+        int r = gdl__cu_gemm_sum(dt, ta, tb, M, N, K, alpha, A, lda, sA, B, ldb, sB, beta, C, ldc, batch);
+        if (r != 0) return r < 0 ? -1 : 0;
+    }
     if (batch == 1 || sC == 0) {
         for (int b = 0; b < batch; b++) {
             gdl__cu_launches.fetch_add(1, std::memory_order_relaxed);
@@ -1247,6 +1261,85 @@ __device__ __forceinline__ float gdl__lp_ld(int t, const void *p, int64_t i) {
 __device__ __forceinline__ void gdl__lp_st(int t, void *p, int64_t i, float v) {
     if (t == GDL_F32) ((float *)p)[i] = v;
     else ((uint16_t *)p)[i] = t == GDL_F16 ? gdl__f32_to_f16(v) : gdl__f32_to_bf16(v);
+}
+
+// ---- a GEMM whose batches all sum into one C (sC == 0: the weight
+// gradient of a convolution, a broadcast operand's gradient)
+// One call per sample would be `batch` launches (1024 per conv layer at
+// batch 1024), and one strided-batched call would race on C. Instead a
+// chunk of the products goes into an f32 workspace with one batched call
+// (beta 0), and one kernel folds them into C in batch order with the
+// per-sample calls' recurrence c = P_b + beta*c, in f32: two launches a
+// chunk, and a low-precision C is rounded once a chunk instead of once a
+// sample. The workspace is kept per device (a capture must not allocate;
+// the eager step before it grows it) and goes back with the cache.
+#define GDL__CU_FOLD_BYTES ((size_t)64 << 20)
+
+__global__ void gdl__k_gemm_fold(void *C, int ct, int M, int N, int ldc, const float *W, int nb, float beta) {
+    int64_t mn = (int64_t)M * N;
+    GDL_CU_LOOP(t, mn) {
+        int64_t i = (t / N) * ldc + t % N;
+        float acc = beta == 0 ? 0.0f : gdl__lp_ld(ct, C, i);
+        for (int b = 0; b < nb; b++) acc = beta == 0 ? W[b * mn + t] : W[b * mn + t] + beta * acc;
+        gdl__lp_st(ct, C, i, acc);
+    }
+}
+
+static struct {
+    void *ws;
+    size_t bytes;
+} gdl__cu_folds[GDL__CU_MAX_DEVICES];
+
+static void gdl__cu_fold_release(void) {
+    for (int d = 0; d < GDL__CU_MAX_DEVICES; d++)
+        if (gdl__cu_folds[d].ws) {
+            gdl__cu_free(gdl__cu_folds[d].ws); /* stream order: the folds queued before run first */
+            gdl__cu_folds[d].ws = NULL;
+            gdl__cu_folds[d].bytes = 0;
+        }
+}
+
+static int gdl__cu_gemm_sum(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int batch) {
+    int64_t mn = (int64_t)M * N, chunk = (int64_t)(GDL__CU_FOLD_BYTES / (sizeof(float) * (size_t)mn));
+    size_t es = dt == GDL_F32 ? sizeof(float) : 2, need;
+    float zero = 0;
+    int dev;
+    if (chunk > batch) chunk = batch;
+    if (chunk < 2) return 0; /* one product fills the budget: a call per sample, no workspace */
+    if (gdl__cu_current(&dev) < 0) return -1;
+    need = sizeof(float) * (size_t)(chunk * mn);
+    if (gdl__cu_folds[dev].bytes < need) {
+        void *p = gdl__cu_alloc(need); /* refused inside a capture, naming the op */
+        if (!p) return -1;
+        gdl__cu_free(gdl__cu_folds[dev].ws);
+        gdl__cu_folds[dev].ws = p;
+        gdl__cu_folds[dev].bytes = need;
+    }
+    cublasHandle_t h = gdl__cu_blas();
+    if (!h) return -1;
+    float *W = (float *)gdl__cu_folds[dev].ws;
+    cublasOperation_t opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* swapped operands: see gdl__cu_gemm */
+    cublasOperation_t opA = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cudaDataType t = dt == GDL_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    for (int64_t b0 = 0; b0 < batch; b0 += chunk) {
+        int nb = (int)(batch - b0 < chunk ? batch - b0 : chunk);
+        const char *a = (const char *)A + b0 * sA * (int64_t)es, *b = (const char *)B + b0 * sB * (int64_t)es;
+        gdl__cu_launches.fetch_add(1, std::memory_order_relaxed);
+        if (dt == GDL_F32)
+            GDL_CUBLAS_TRY(cublasSgemmStridedBatched(h, opB, opA, N, M, K, &alpha, (const float *)b, ldb, (long long)sB,
+                                                     (const float *)a, lda, (long long)sA, &zero, W, N, (long long)mn, nb),
+                           -1);
+        else
+            GDL_CUBLAS_TRY(cublasGemmStridedBatchedEx(h, opB, opA, N, M, K, &alpha, b, t, ldb, (long long)sB, a, t, lda,
+                                                      (long long)sA, &zero, W, CUDA_R_32F, N, (long long)mn, nb,
+                                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                           -1);
+        GDL_CU_LAUNCH(gdl__k_gemm_fold, gdl__cu_grid(mn, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+            C, (int)dt, M, N, ldc, W, nb, beta);
+        GDL_CU_LAUNCHED();
+    }
+    return 1;
 }
 
 static int gdl__cu_lp_check(const char *what, gdl_dtype dt) {

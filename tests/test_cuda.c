@@ -430,6 +430,92 @@ TEST gemm_k0_does_not_read_c(void) {
     PASS();
 }
 
+/* The backend's GEMM with sC == 0, every batch into one C (a convolution's
+   weight gradient): on the GPU a chunk of the products goes into an f32
+   workspace with one batched call and one kernel folds them into C in
+   order, where one call per sample took `batch` launches. Against the CPU
+   backend on the same data: one chunk, several chunks (80 MB of products
+   against the 64 MiB workspace), a product too large to chunk (one call a
+   sample), beta 1 (a sum), 0.5 and 0 (the last product), a transposed B,
+   and bf16 (summed in f32, rounded once: per-sample rounding would be an
+   error growing with the batch). */
+#ifdef GPUDL_EMU
+typedef struct gemm_sum_case {
+    int tb, M, N, K, batch;
+    float beta;
+    gdl_dtype dt;
+    int chunks; /* the fold kernels expected (0: per-sample calls) */
+} gemm_sum_case;
+
+TEST gemm_sums_batches(void) {
+    static const gemm_sum_case cases[] = {
+        {1, 37, 29, 13, 5, 1.0f, GDL_F32, 1},     {0, 37, 29, 13, 70, 0.5f, GDL_F32, 1},
+        {1, 8, 8, 3, 3, 0.0f, GDL_F32, 1},        {1, 1024, 1024, 2, 20, 1.0f, GDL_F32, 2},
+        {1, 3000, 3000, 1, 2, 1.0f, GDL_F32, 0},  {1, 64, 288, 196, 64, 1.0f, GDL_BF16, 1},
+        {0, 37, 29, 13, 70, 1.0f, GDL_F16, 1},
+    };
+    const gdl_backend *gb = gdl_cuda_backend(), *cb = &gdl__cpu_table;
+    size_t k;
+    if (!have_gpu()) SKIPm("no GPU");
+    for (k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const gemm_sum_case *c = &cases[k];
+        int64_t sa[1], sb[1], sc[1], sA = (int64_t)c->M * c->K, sB = (int64_t)c->K * c->N;
+        gdl_tensor *a, *b, *cc, *ga, *gbt, *gc, *back, *ref = NULL, *got = NULL;
+        float *h1, *h2;
+        long l0, b0, launches, blas;
+        double err, tol = c->dt == GDL_F32 ? 1e-5 : c->dt == GDL_BF16 ? 1e-2 : 2e-3;
+        sa[0] = sA * c->batch;
+        sb[0] = sB * c->batch;
+        sc[0] = (int64_t)c->M * c->N;
+        gdl_manual_seed(40 + k);
+        ASSERT_NOT_NULL(a = gdl_randn(1, sa, gdl_cpu()));
+        ASSERT_NOT_NULL(b = gdl_randn(1, sb, gdl_cpu()));
+        ASSERT_NOT_NULL(cc = gdl_randn(1, sc, gdl_cpu()));
+        if (c->dt != GDL_F32) { /* the data in dt on both devices */
+            gdl_tensor *f[3];
+            f[0] = a, f[1] = b, f[2] = cc;
+            ASSERT_NOT_NULL(a = gdl_clone(gdl_to_dtype(f[0], c->dt)));
+            ASSERT_NOT_NULL(b = gdl_clone(gdl_to_dtype(f[1], c->dt)));
+            ASSERT_NOT_NULL(cc = gdl_clone(gdl_to_dtype(f[2], c->dt)));
+            gdl_free(f[0]), gdl_free(f[1]), gdl_free(f[2]);
+        }
+        ASSERT_NOT_NULL(ga = gdl_to(a, GPU));
+        ASSERT_NOT_NULL(gbt = gdl_to(b, GPU));
+        ASSERT_NOT_NULL(gc = gdl_to(cc, GPU));
+        ASSERT_EQ(0, gdl_cuda_set_device(0));
+        l0 = gdl_emu_count("launch");
+        b0 = gdl_emu_count("cublas");
+        if (c->dt == GDL_F32) {
+            ASSERT_EQ(0, gb->gemm(0, c->tb, c->M, c->N, c->K, 1.0f, (float *)ga->data, c->K, sA, (float *)gbt->data,
+                                  c->tb ? c->K : c->N, sB, c->beta, (float *)gc->data, c->N, 0, c->batch));
+            ASSERT_EQ(0, cb->gemm(0, c->tb, c->M, c->N, c->K, 1.0f, (float *)a->data, c->K, sA, (float *)b->data,
+                                  c->tb ? c->K : c->N, sB, c->beta, (float *)cc->data, c->N, 0, c->batch));
+        } else {
+            ASSERT_EQ(0, gb->gemm_lp(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, ga->data, c->K, sA, gbt->data,
+                                     c->tb ? c->K : c->N, sB, c->beta, gc->data, c->N, 0, c->batch));
+            ASSERT_EQ(0, cb->gemm_lp(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, a->data, c->K, sA, b->data,
+                                     c->tb ? c->K : c->N, sB, c->beta, cc->data, c->N, 0, c->batch));
+        }
+        launches = gdl_emu_count("launch") - l0;
+        blas = gdl_emu_count("cublas") - b0;
+        if (c->chunks ? launches != c->chunks || blas != c->chunks : launches != 0 || blas != c->batch)
+            FAILf("case %d: %ld kernels and %ld cuBLAS calls for %d batches (expected %d chunks)", (int)k, launches, blas,
+                  c->batch, c->chunks);
+        ASSERT_NOT_NULL(back = gdl_to(gc, gdl_cpu()));
+        ASSERT_NOT_NULL(got = gdl_to_dtype(back, GDL_F32));
+        ASSERT_NOT_NULL(ref = gdl_to_dtype(cc, GDL_F32));
+        h1 = (float *)got->data;
+        h2 = (float *)ref->data;
+        err = rel_err_host(h1, h2, sc[0]);
+        if (!(err <= tol)) FAILf("case %d (%s, batch %d, beta %g): GPU against CPU %.3g > %.3g", (int)k,
+                                 gdl_dtype_name(c->dt), c->batch, (double)c->beta, err, tol);
+        gdl_free(a), gdl_free(b), gdl_free(cc), gdl_free(ga), gdl_free(gbt), gdl_free(gc), gdl_free(back);
+        gdl_arena_reset();
+    }
+    PASS();
+}
+#endif
+
 /* ---- optimizers, clipping, anomaly mode ---- */
 
 /* Both devices get the same parameters and, each step, the same gradients
@@ -2757,6 +2843,9 @@ SUITE(kernel_paths) {
     RUN_TEST(argmax_ties_and_nan);
     RUN_TEST(embedding_backward_exact_counts);
     RUN_TEST(gemm_k0_does_not_read_c);
+#ifdef GPUDL_EMU
+    RUN_TEST(gemm_sums_batches);
+#endif
 }
 static dtype_run dtype_runs[4 * NCASES];
 static dtype_run cnn_runs[2 * DTYPE_NCNN];

@@ -2299,6 +2299,21 @@ uint16_t float_to_half(float f, bool bf) {
 }
 
 // one batch of a GemmEx on 16-bit matrices: f32 copies, the f32 GEMM (accumulating in f32), C rounded once
+// f16/bf16 A and B into an f32 C
+void hgemm_cpu_c32(bool ta, bool tb, int m, int n, int k, float alpha, const uint16_t *A, int lda, const uint16_t *B,
+                   int ldb, float beta, float *C, int ldc, bool bf) {
+    int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    bool use_ab = alpha != 0 && k > 0;
+    std::vector<float> a(use_ab ? (size_t)lda * ac : 0), b(use_ab ? (size_t)ldb * bc : 0);
+    if (use_ab) {
+        for (int j = 0; j < ac; j++)
+            for (int i = 0; i < ar; i++) a[(size_t)j * lda + i] = half_to_float(A[(size_t)j * lda + i], bf);
+        for (int j = 0; j < bc; j++)
+            for (int i = 0; i < br; i++) b[(size_t)j * ldb + i] = half_to_float(B[(size_t)j * ldb + i], bf);
+    }
+    sgemm_cpu(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc, false);
+}
+
 void hgemm_cpu(bool ta, bool tb, int m, int n, int k, float alpha, const uint16_t *A, int lda, const uint16_t *B,
                int ldb, float beta, uint16_t *C, int ldc, bool bf) {
     int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
@@ -2317,11 +2332,13 @@ void hgemm_cpu(bool ta, bool tb, int m, int n, int k, float alpha, const uint16_
         for (int i = 0; i < m; i++) C[(size_t)j * ldc + i] = float_to_half(c[(size_t)j * ldc + i], bf);
 }
 
-// elem: 0 for f32 (cublasSgemm*), else CUDA_R_16F or CUDA_R_16BF (cublasGemm*Ex)
+// elem: 0 for f32 (cublasSgemm*), else CUDA_R_16F or CUDA_R_16BF (cublasGemm*Ex), with C of that type or
+// (c32) f32
 cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                            int k, const float *alpha, const void *A, int lda, long long sA, const void *B, int ldb,
-                           long long sB, const float *beta, void *C, int ldc, long long sC, int batch, int elem = 0) {
-    size_t es = elem ? 2 : sizeof(float);
+                           long long sB, const float *beta, void *C, int ldc, long long sC, int batch, int elem = 0,
+                           bool c32 = false) {
+    size_t es = elem ? 2 : sizeof(float), ces = elem && !c32 ? 2 : sizeof(float);
     BlasHandle *H = blas_get(h);
     if (!H) return CUBLAS_STATUS_NOT_INITIALIZED;
     long num = ++n_cublas, fc = fail_cublas_at.load();
@@ -2348,7 +2365,7 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
     bool need_ab = al != 0 && k > 0;
     if ((need_ab && (!blas_operand_ok(fn, "A", A, ar, ac, lda, sA, batch, H->dev, es) ||
                      !blas_operand_ok(fn, "B", B, br, bc, ldb, sB, batch, H->dev, es))) ||
-        !blas_operand_ok(fn, "C", C, m, n, ldc, sC, batch, H->dev, es))
+        !blas_operand_ok(fn, "C", C, m, n, ldc, sC, batch, H->dev, ces))
         return CUBLAS_STATUS_INVALID_VALUE;
     bool round = H->mode == CUBLAS_TF32_TENSOR_OP_MATH;
     std::lock_guard<std::mutex> l(g_mu);
@@ -2360,7 +2377,10 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
     }
     enqueue_locked(s, [=] {
         for (int b = 0; b < batch; b++) {
-            if (elem)
+            if (elem && c32)
+                hgemm_cpu_c32(TA, TB, m, n, k, al, (const uint16_t *)A + b * sA, lda, (const uint16_t *)B + b * sB, ldb,
+                              be, (float *)C + b * sC, ldc, elem == CUDA_R_16BF);
+            else if (elem)
                 hgemm_cpu(TA, TB, m, n, k, al, (const uint16_t *)A + b * sA, lda, (const uint16_t *)B + b * sB, ldb, be,
                           (uint16_t *)C + b * sC, ldc, elem == CUDA_R_16BF);
             else
@@ -2472,14 +2492,17 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
 // GemmEx on f16 / bf16 matrices with f32 accumulation, the one form gpudl
 // uses: A, B and C of one 16-bit type, CUBLAS_COMPUTE_32F (float alpha and
 // beta). Anything else is CUBLAS_STATUS_NOT_SUPPORTED with a diagnostic.
+// elem: A's and B's type; *c32: C is f32 (cuBLAS's f16/bf16 x f16/bf16 -> f32 with CUBLAS_COMPUTE_32F)
 static cublasStatus_t gemm_ex_types(const char *fn, cudaDataType at, cudaDataType bt, cudaDataType ct,
-                                    cublasComputeType_t comp, int *elem) {
-    if (at != bt || at != ct || (at != CUDA_R_16F && at != CUDA_R_16BF) || comp != CUBLAS_COMPUTE_32F) {
-        diag("%s: the emulator runs A, B, C of one type, f16 or bf16, with CUBLAS_COMPUTE_32F (got types %d %d %d, "
-             "compute %d)", fn, (int)at, (int)bt, (int)ct, (int)comp);
+                                    cublasComputeType_t comp, int *elem, bool *c32) {
+    if (at != bt || (ct != at && ct != CUDA_R_32F) || (at != CUDA_R_16F && at != CUDA_R_16BF) ||
+        comp != CUBLAS_COMPUTE_32F) {
+        diag("%s: the emulator runs A and B of one type, f16 or bf16, into C of that type or f32, with "
+             "CUBLAS_COMPUTE_32F (got types %d %d %d, compute %d)", fn, (int)at, (int)bt, (int)ct, (int)comp);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     *elem = (int)at;
+    *c32 = ct == CUDA_R_32F;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -2488,11 +2511,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             int ldb, const void *beta, void *C, cudaDataType ct, int ldc, cublasComputeType_t comp,
                             cublasGemmAlgo_t algo) {
     int elem = 0;
-    cublasStatus_t st = gemm_ex_types("cublasGemmEx", at, bt, ct, comp, &elem);
+    bool c32 = false;
+    cublasStatus_t st = gemm_ex_types("cublasGemmEx", at, bt, ct, comp, &elem, &c32);
     (void)algo;
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     return gemm_common("cublasGemmEx", h, ta, tb, m, n, k, (const float *)alpha, A, lda, 0, B, ldb, 0,
-                       (const float *)beta, C, ldc, 0, 1, elem);
+                       (const float *)beta, C, ldc, 0, 1, elem, c32);
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
@@ -2501,11 +2525,12 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
                                           const void *beta, void *C, cudaDataType ct, int ldc, long long sC, int batch,
                                           cublasComputeType_t comp, cublasGemmAlgo_t algo) {
     int elem = 0;
-    cublasStatus_t st = gemm_ex_types("cublasGemmStridedBatchedEx", at, bt, ct, comp, &elem);
+    bool c32 = false;
+    cublasStatus_t st = gemm_ex_types("cublasGemmStridedBatchedEx", at, bt, ct, comp, &elem, &c32);
     (void)algo;
     if (st != CUBLAS_STATUS_SUCCESS) return st;
     return gemm_common("cublasGemmStridedBatchedEx", h, ta, tb, m, n, k, (const float *)alpha, A, lda, sA, B, ldb, sB,
-                       (const float *)beta, C, ldc, sC, batch, elem);
+                       (const float *)beta, C, ldc, sC, batch, elem, c32);
 }
 
 } // extern "C"

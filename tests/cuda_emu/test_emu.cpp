@@ -665,6 +665,19 @@ TEST cublas_gemm_ex_16bit(void) {
                                    &zero, dC, CUDA_R_16BF, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     cudaMemcpy(R, dC, 2, cudaMemcpyDeviceToHost);
     ASSERT_EQ(0x4000, (int)R[0]); /* bf16 2.0 */
+    /* bf16 A and B into an f32 C: the f32 sum itself (1 + 256 * 2^-8 + 2^-9 would round away in bf16) */
+    {
+        float *dF = (float *)dmalloc(sizeof(float)), fr = 0.5f / 256, f;
+        cudaMemcpy(dF, &fr, sizeof fr, cudaMemcpyHostToDevice);
+        ASSERT_EQ(0, (int)cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 1, 1, k, &one, dA, CUDA_R_16BF, k, dB, CUDA_R_16BF,
+                                       k, &one, dF, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        cudaMemcpy(&f, dF, sizeof f, cudaMemcpyDeviceToHost);
+        ASSERT_EQ(2.0f + 0.5f / 256, f);
+        ASSERT_EQ((int)CUBLAS_STATUS_NOT_SUPPORTED, /* f32 A and B go through cublasSgemm */
+                  (int)cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, dF, CUDA_R_32F, 1, dF, CUDA_R_32F, 1,
+                                    &zero, dF, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        cudaFree(dF);
+    }
     /* f16, two batches, beta = 1: C[b] = A[b] * B[b] + C[b] */
     uint16_t a2[2] = {0x4200, 0x3C00}, b2[2] = {0x3800, 0x3800}; /* 3, 1 and 0.5, 0.5 */
     C[0] = 0x3C00;                                                /* 1 */
@@ -681,7 +694,7 @@ TEST cublas_gemm_ex_16bit(void) {
     ASSERT_EQ((int)CUBLAS_STATUS_NOT_SUPPORTED,
               (int)cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, dA, CUDA_R_16F, 1, dB, CUDA_R_16BF, 1, &zero,
                                 dC, CUDA_R_16F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "cublasGemmEx: the emulator runs A, B, C of one type");
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "cublasGemmEx: the emulator runs A and B of one type");
     ASSERT_EQ((int)CUBLAS_STATUS_INVALID_VALUE, /* C spans 2 x 2 16-bit elements: past its allocation */
               (int)cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 1, &one, dA, CUDA_R_16F, 2, dB, CUDA_R_16F, 1, &zero,
                                 dC, CUDA_R_16F, 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
