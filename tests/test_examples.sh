@@ -73,9 +73,11 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "" cc -std=c99 -O2 -I. -DGPUDL_ZLIB -o "$t/readme_step" "$t/readme_step.c" -lz -lm -pthread
     expect 0 "^epoch loss 0\.[0-9]*, train accuracy [0-9.]*%$" sh -c "cd '$t' && ./readme_step"
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 1 --data /usr/share/datasets/fashion-mnist --csv "$t/2.csv"
-    # --profile: the first epoch's table (a forward op, its backward, the optimizer) and the memory summary
-    expect 0 "^gdl_linear backward  *cpu  *1876 " "$b/mnist_mlp" --epochs 1 --profile --csv "$t/p.csv"
+    # --profile: the first epoch's table (a forward op, its backward, the optimizer) and the memory summary;
+    # the Sequential runs its Linear+ReLU as one fused op and the last Linear as gdl_linear
+    expect 0 "^gdl_linear_act backward  *cpu  *938 " "$b/mnist_mlp" --epochs 1 --profile --csv "$t/p.csv"
     cp "$t/out" "$t/profile"
+    expect 0 "^gdl_linear backward  *cpu  *938 " cat "$t/profile"
     expect 0 "^gdl_step  *cpu  *938 " cat "$t/profile"
     expect 0 "^allocation requests  *[0-9]" cat "$t/profile"
     expect 0 "test accuracy [0-9]" env GPUDL_DATA=/usr/share/datasets/fashion-mnist "$b/mnist_mlp" --epochs 1 --csv "$t/3.csv"
