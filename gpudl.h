@@ -184,10 +184,12 @@
    autocast forward no longer makes a bf16 copy of each weight per step).
    Under gdl_autocast_begin(GDL_BF16) the LOW ops take the weights as they
    are: no casts of parameters (gdl_autocast_stats); where each weight
-   reaches its LOW ops through one cast (an MLP) training is bit for bit
-   the f32 parameters' under autocast, whose gradients arrive through the
-   bf16 casts anyway. Outside autocast the
-   model computes in bf16 given bf16 inputs (an f32 input promotes to f32).
+   reaches its LOW ops through one cast (an MLP) training is the same
+   computation as the f32 parameters' under autocast, whose gradients
+   arrive through the bf16 casts anyway (bit for bit on the CPU; a GPU's
+   cuBLAS may choose other kernels for the differently placed operands).
+   Outside autocast the model computes in bf16 given bf16 inputs (an f32
+   input promotes to f32).
    GDL_F32 makes the parameters f32 again with their masters' values (state
    and step counts kept); f16 works the same way (GDL_F16). Consequences:
    * checkpoints (gdl_save_checkpoint, gdl_fit's) save each master under its
@@ -1430,7 +1432,9 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
      would repeat); such a call fails the capture with an error naming it,
      and nothing of the device's memory has changed since the warm-up;
    * host values the step passes to kernels are recorded: a learning rate or
-     a step count read on the host stays as it was at capture.
+     a step count read on the host stays as it was at capture;
+   * the memory a graph runs on (the step arena, workspaces kept by the
+     backend) lives until gdl_shutdown: replay nothing after it.
    gdl_fit does all this itself on a GPU (gdl_fit_opts.cuda_graph), with no
    copy of the inputs: its graphs read the loader's own device buffers.
    gdl_graph_capture resets the arena before the warm-up and before the
@@ -13605,6 +13609,12 @@ GPUDL_API int gdl_optim_set_grad_scaler(gdl_optimizer *opt, gdl_grad_scaler *s) 
         return -1;
     }
     if (opt->scaler == s) return 0;
+    if (s && s->o.enabled && opt->master != GDL_F32) { /* as gdl_optim_set_master_weights refuses the other order */
+        gdl__set_error("%s: the optimizer keeps %s parameters with f32 master weights, so its gradients are %s; a "
+                       "GradScaler unscales f32 gradients (bf16 needs no loss scaling)", op,
+                       gdl_dtype_name(opt->master), gdl_dtype_name(opt->master));
+        return -1;
+    }
     if (s && s->nopts == s->cap_opts) {
         int cap = s->cap_opts ? 2 * s->cap_opts : 4;
         gdl__scaler_opt *v = (gdl__scaler_opt *)GPUDL_REALLOC(s->opts, sizeof(gdl__scaler_opt) * (size_t)cap);

@@ -1272,7 +1272,9 @@ __device__ __forceinline__ void gdl__lp_st(int t, void *p, int64_t i, float v) {
 // per-sample calls' recurrence c = P_b + beta*c, in f32: two launches a
 // chunk, and a low-precision C is rounded once a chunk instead of once a
 // sample. The workspace is kept per device (a capture must not allocate;
-// the eager step before it grows it) and goes back with the cache.
+// the eager step before it grows it). A graph recorded before it grew
+// still writes into the smaller one, so that one is kept too, until
+// gdl_cuda_release_cache gives them all back.
 #define GDL__CU_FOLD_BYTES ((size_t)64 << 20)
 
 __global__ void gdl__k_gemm_fold(void *C, int ct, int M, int N, int ldc, const float *W, int nb, float beta) {
@@ -1285,18 +1287,22 @@ __global__ void gdl__k_gemm_fold(void *C, int ct, int M, int N, int ldc, const f
     }
 }
 
-static struct {
+struct gdl__cu_fold {
     void *ws;
     size_t bytes;
-} gdl__cu_folds[GDL__CU_MAX_DEVICES];
+    std::vector<void *> retired; /* smaller ones it replaced, which recorded graphs may still use */
+};
+static gdl__cu_fold gdl__cu_folds[GDL__CU_MAX_DEVICES];
 
 static void gdl__cu_fold_release(void) {
-    for (int d = 0; d < GDL__CU_MAX_DEVICES; d++)
-        if (gdl__cu_folds[d].ws) {
-            gdl__cu_free(gdl__cu_folds[d].ws); /* stream order: the folds queued before run first */
-            gdl__cu_folds[d].ws = NULL;
-            gdl__cu_folds[d].bytes = 0;
-        }
+    for (int d = 0; d < GDL__CU_MAX_DEVICES; d++) {
+        gdl__cu_fold &F = gdl__cu_folds[d];
+        for (void *p : F.retired) gdl__cu_free(p); /* stream order: the folds queued before run first */
+        F.retired.clear();
+        gdl__cu_free(F.ws);
+        F.ws = NULL;
+        F.bytes = 0;
+    }
 }
 
 static int gdl__cu_gemm_sum(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
@@ -1310,11 +1316,20 @@ static int gdl__cu_gemm_sum(gdl_dtype dt, int ta, int tb, int M, int N, int K, f
     if (gdl__cu_current(&dev) < 0) return -1;
     need = sizeof(float) * (size_t)(chunk * mn);
     if (gdl__cu_folds[dev].bytes < need) {
+        gdl__cu_fold &F = gdl__cu_folds[dev];
         void *p = gdl__cu_alloc(need); /* refused inside a capture, naming the op */
         if (!p) return -1;
-        gdl__cu_free(gdl__cu_folds[dev].ws);
-        gdl__cu_folds[dev].ws = p;
-        gdl__cu_folds[dev].bytes = need;
+        if (F.ws) {
+            try {
+                F.retired.push_back(F.ws);
+            } catch (...) {
+                gdl__cu_free(p);
+                gdl__set_error("gdl_cuda: out of host memory for the GEMM's workspaces");
+                return -1;
+            }
+        }
+        F.ws = p;
+        F.bytes = need;
     }
     cublasHandle_t h = gdl__cu_blas();
     if (!h) return -1;
@@ -2912,23 +2927,27 @@ __global__ void gdl__k_clip_scale(const gdl__cu_opt_entry *tab, int count, int64
     }
 }
 
-// The clipping's table and scratch per device, kept while the gradients it
-// covers stay the same (an optimizer's flat slots do): a steady-state clip
-// copies nothing to the device, so a step with clipping can be captured.
+// The clipping's tables and scratch per device, one per set of gradients
+// clipped (an optimizer's flat slots stay the same), kept: a steady-state
+// clip copies nothing to the device, so a step with clipping can be
+// captured, and a graph recorded with one set keeps its table while another
+// set is clipped. At most GDL__CU_CLIP_SETS per device: past that the
+// oldest goes (a graph still using it must not be replayed), so a program
+// clipping ever-new tensors does not grow without bound.
+#define GDL__CU_CLIP_SETS 16
 struct gdl__cu_clip_cache {
     std::vector<gdl__cu_opt_entry> host; /* what the device table holds */
     char *block;                         /* [table][chunk sums][coefficient] */
     size_t bytes;
 };
-static gdl__cu_clip_cache gdl__cu_clips[GDL__CU_MAX_DEVICES];
+static std::vector<gdl__cu_clip_cache> gdl__cu_clips[GDL__CU_MAX_DEVICES];
 
 static void gdl__cu_clip_release(void) {
-    for (int d = 0; d < GDL__CU_MAX_DEVICES; d++)
-        if (gdl__cu_clips[d].block) {
-            gdl__cu_free(gdl__cu_clips[d].block); /* stream order: launches queued before it run first */
-            gdl__cu_clips[d].block = NULL;
-            gdl__cu_clips[d].host.clear();
-        }
+    for (int d = 0; d < GDL__CU_MAX_DEVICES; d++) {
+        for (gdl__cu_clip_cache &C : gdl__cu_clips[d])
+            gdl__cu_free(C.block); /* stream order: launches queued before it run first */
+        gdl__cu_clips[d].clear();
+    }
 }
 
 static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, double max_norm, double *norm) {
@@ -2953,23 +2972,43 @@ static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, 
     }
     size_t tb = sizeof(gdl__cu_opt_entry) * (size_t)(used > 0 ? used : 1);
     size_t need = tb + sizeof(double) * (size_t)(chunks + 1);
-    gdl__cu_clip_cache &C = gdl__cu_clips[dev];
+    std::vector<gdl__cu_clip_cache> &sets = gdl__cu_clips[dev];
     cudaStream_t st = gdl__cu_stream();
     cudaError_t e = cudaSuccess;
+    size_t k;
     host.resize((size_t)used);
-    if (!C.block || C.bytes != need || C.host.size() != host.size() ||
-        (used && memcmp(C.host.data(), host.data(), sizeof(gdl__cu_opt_entry) * (size_t)used))) {
-        if (C.block) gdl__cu_free(C.block);
-        C.host.clear();
-        if (!(C.block = (char *)gdl__cu_alloc(need))) return -1;
+    for (k = 0; k < sets.size(); k++)
+        if (sets[k].bytes == need && sets[k].host.size() == host.size() &&
+            (!used || !memcmp(sets[k].host.data(), host.data(), sizeof(gdl__cu_opt_entry) * (size_t)used)))
+            break;
+    if (k == sets.size()) { /* a new set: its table, copied once */
+        gdl__cu_clip_cache C;
+        if (!(C.block = (char *)gdl__cu_alloc(need))) return -1; /* refused inside a capture */
         C.bytes = need;
         e = used ? cudaMemcpyAsync(C.block, host.data(), sizeof(gdl__cu_opt_entry) * (size_t)used,
                                    cudaMemcpyHostToDevice, st)
                  : cudaSuccess;
-        if (e == cudaSuccess) C.host.swap(host);
+        if (e != cudaSuccess) {
+            gdl__cu_free(C.block);
+        } else {
+            try {
+                if (sets.size() == GDL__CU_CLIP_SETS) {
+                    gdl__cu_free(sets[0].block);
+                    sets.erase(sets.begin());
+                }
+                C.host.swap(host);
+                sets.push_back(C);
+                k = sets.size() - 1;
+            } catch (...) {
+                gdl__cu_free(C.block);
+                gdl__set_error("gdl_cuda: out of host memory for the clipping's table");
+                return -1;
+            }
+        }
     }
-    gdl__cu_opt_entry *tab = (gdl__cu_opt_entry *)C.block;
-    double *part = (double *)(C.block + tb), *coef = part + chunks;
+    char *block = e == cudaSuccess ? sets[k].block : NULL;
+    gdl__cu_opt_entry *tab = (gdl__cu_opt_entry *)block;
+    double *part = block ? (double *)(block + tb) : NULL, *coef = part ? part + chunks : NULL;
     if (e == cudaSuccess) {
         unsigned grid = (unsigned)(chunks < (1 << 20) ? (chunks > 0 ? chunks : 1) : (1 << 20));
         if (chunks > 0) GDL_CU_LAUNCH(gdl__k_sumsq_chunks, grid, GDL__CU_THREADS, 0, st)(tab, used, chunks, part);

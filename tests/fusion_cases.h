@@ -103,8 +103,34 @@ static int fz_first_diff(const unsigned char *a, const unsigned char *b, size_t 
     return -1;
 }
 
+/* the largest difference of two float buffers over their largest magnitude */
+static double fz_rel_diff(const unsigned char *a, const unsigned char *b, size_t n) {
+    size_t i;
+    double num = 0, den = 1e-30;
+    for (i = 0; i + sizeof(float) <= n; i += sizeof(float)) {
+        float x, y;
+        memcpy(&x, a + i, sizeof x);
+        memcpy(&y, b + i, sizeof y);
+        if (x != x || y != y) { /* NaN only where both have it */
+            if (x == x || y == y) return 1e30;
+            continue;
+        }
+        if (fabs((double)x - y) > num) num = fabs((double)x - y);
+        if (fabs((double)x) > den) den = fabs((double)x);
+    }
+    return num / den;
+}
+
+/* Fused and unfused training agree bit for bit on the CPU and the emulator (the same arithmetic). On a
+   real GPU cuBLASLt's kernel and GELU epilogue may differ from cuBLAS's GEMM and our kernels in the last
+   bits, so there they agree to 1e-3 of the largest value after the 20 steps. */
 TEST fz_train_bitwise_case(gdl_device dev) {
     int cnn;
+#ifdef GPUDL_EMU
+    int exact = 1;
+#else
+    int exact = dev.type == GDL_DEVICE_CPU;
+#endif
     for (cnn = 0; cnn < 2; cnn++) {
         unsigned char *a = NULL, *b = NULL;
         size_t la = 0, lb = 0;
@@ -114,7 +140,7 @@ TEST fz_train_bitwise_case(gdl_device dev) {
             free(b);
             FAILf("%s training failed: %s", cnn ? "CNN" : "MLP", gdl_last_error());
         }
-        if (la != lb || la == 0 || fz_first_diff(a, b, la) >= 0) {
+        if (la != lb || la == 0 || (exact ? fz_first_diff(a, b, la) >= 0 : !(fz_rel_diff(a, b, la) <= 1e-3))) {
             int at = la == lb ? fz_first_diff(a, b, la) : -2;
             free(a);
             free(b);

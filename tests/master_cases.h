@@ -328,7 +328,12 @@ static enum harness_result mw_mlp_case(gdl_device dev, int steps) {
     /* in fact bit for bit: under autocast each f32 weight's gradient arrives through its bf16 cast (so it is a
        bf16 value widened), the forward reads round(f32 weight), and the f32 optimizer's update of it is the
        master's: the two runs are the same computation */
-    if (memcmp(&l0, &l1, sizeof l0)) FAILf("last losses %a (f32 parameters) and %a (master weights) differ", l0, l1);
+    /* (on the CPU and the emulator; a real GPU's cuBLAS may pick other kernels for the differently aligned
+       operands of the two runs, flat slots against arena casts, so there the tolerance above stands) */
+#ifndef GPUDL_EMU
+    if (dev.type == GDL_DEVICE_CPU)
+#endif
+        if (memcmp(&l0, &l1, sizeof l0)) FAILf("last losses %a (f32 parameters) and %a (master weights) differ", l0, l1);
     ASSERT_EQ(c_f32 - 6, c_mw);              /* the 6 weights and biases are not cast */
     PASS();
 }
@@ -518,8 +523,10 @@ static enum harness_result mw_errors_case(gdl_device dev) {
     ASSERT_EQ(-1, gdl_clip_grad_norm(&p, 1, 1.0));
     ASSERT_CONTAINS(gdl_last_error(), "bf16 gradient");
     ASSERT_NOT_NULL(gdl_grad_scaler_scale(sc, loss));
-    ASSERT_EQ(-1, gdl_grad_scaler_unscale(sc, opt));
-    ASSERT_CONTAINS(gdl_last_error(), "bf16 gradient");
+    ASSERT_EQ(-1, gdl_grad_scaler_unscale(sc, opt)); /* it attaches itself to opt: refused there */
+    ASSERT_CONTAINS(gdl_last_error(), "gradients are bf16");
+    ASSERT_EQ(-1, gdl_optim_set_grad_scaler(opt, sc));
+    ASSERT_CONTAINS(gdl_last_error(), "f32 master weights");
     ASSERT_EQ(0, gdl_optim_set_master_weights(opt, GDL_F32));
     ASSERT_EQ(0, gdl_optim_set_grad_scaler(opt, sc));
     ASSERT_EQ(-1, gdl_optim_set_master_weights(opt, GDL_BF16));

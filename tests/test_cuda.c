@@ -1954,6 +1954,107 @@ TEST graph_step_counts_and_lr(void) {
     PASS();
 }
 
+/* Two graphs whose steps need different amounts of the GEMM's fold
+   workspace (a conv's weight gradient, summed over the batch): recording
+   the larger grows the workspace, and the first graph, which still writes
+   into the smaller one, must not be given memory that is handed out again
+   (16 new tensors of zeros stay zeros after its replay, and its result is
+   the eager step's). */
+typedef struct fold_step {
+    gdl_tensor *x, *w;
+} fold_step;
+static int fold_graph_step(void *c) {
+    fold_step *s = (fold_step *)c;
+    gdl_tensor *y = gdl_conv2d(s->x, s->w, NULL, 1, 0, 1, 1), *l = y ? gdl_sum(y) : NULL;
+    if (s->w->grad && gdl_zero_grad_tensor(s->w) < 0) return -1;
+    return l && gdl_backward(l) == 0 ? 0 : -1;
+}
+TEST graph_outlives_workspace_growth(void) {
+    int64_t xs[4] = {4, 1, 8, 8}, wa[4] = {2, 1, 3, 3}, wb[4] = {8, 1, 3, 3}, n1 = 72;
+    fold_step a, b;
+    gdl_graph *ga, *gb;
+    gdl_tensor *t[16];
+    float h[72], want[18], got[18];
+    int i, j;
+    if (!have_gpu()) SKIPm("no GPU");
+    gdl_cuda_release_cache(); /* the workspace starts small: from this test's first conv */
+    gdl_manual_seed(77);
+    ASSERT_NOT_NULL(a.x = gdl_randn(4, xs, GPU));
+    ASSERT_NOT_NULL(a.w = gdl_randn(4, wa, GPU));
+    ASSERT_NOT_NULL(b.x = gdl_randn(4, xs, GPU));
+    ASSERT_NOT_NULL(b.w = gdl_randn(4, wb, GPU));
+    ASSERT_EQ(0, gdl_set_requires_grad(a.w, 1));
+    ASSERT_EQ(0, gdl_set_requires_grad(b.w, 1));
+    ASSERT_NOT_NULL(ga = gdl_graph_capture(GPU, fold_graph_step, &a));
+    ASSERT_EQ(0, gdl_copy_to_host(a.w->grad, want, sizeof want)); /* the warm-up's: eager */
+    ASSERT_NOT_NULL(gb = gdl_graph_capture(GPU, fold_graph_step, &b));
+    for (i = 0; i < 16; i++) ASSERT_NOT_NULL(t[i] = gdl_zeros(1, &n1, GDL_F32, GPU));
+    ASSERT_EQ(0, gdl_graph_replay(ga));
+    for (i = 0; i < 16; i++) {
+        ASSERT_EQ(0, gdl_copy_to_host(t[i], h, sizeof h));
+        for (j = 0; j < 72; j++)
+            if (h[j] != 0) FAILf("tensor %d of zeros holds %g at %d after the first graph's replay", i, (double)h[j], j);
+    }
+    ASSERT_EQ(0, gdl_copy_to_host(a.w->grad, got, sizeof got));
+    ASSERTm("the replay's weight gradient is the eager one", memcmp(want, got, sizeof want) == 0);
+    gdl_graph_free(ga);
+    gdl_graph_free(gb);
+    for (i = 0; i < 16; i++) gdl_free(t[i]);
+    gdl_free(a.x), gdl_free(a.w), gdl_free(b.x), gdl_free(b.w);
+    gdl_arena_reset();
+    PASS();
+}
+
+/* A graph that clips one set of gradients keeps its clipping table while
+   another set of the same sizes is clipped eagerly (the backend keeps a
+   table per set): the replay clips its own tensors, not the other set's. */
+typedef struct clip_step {
+    gdl_tensor *src[2], *p[2]; /* the step clips p's gradients, copied from src */
+} clip_step;
+static int clip_graph_step(void *c) {
+    clip_step *s = (clip_step *)c;
+    if (gdl_copy_(s->p[0]->grad, s->src[0]) < 0 || gdl_copy_(s->p[1]->grad, s->src[1]) < 0) return -1;
+    return gdl_clip_grad_norm_nosync(s->p, 2, 0.5);
+}
+static gdl_tensor *clip_param(int64_t n) { /* a parameter with a gradient of random values */
+    gdl_tensor *p = gdl_zeros(1, &n, GDL_F32, GPU);
+    if (!p || gdl_set_requires_grad(p, 1) < 0 || !(p->grad = gdl_randn(1, &n, GPU))) return NULL;
+    return p;
+}
+TEST graph_keeps_its_clip_table(void) {
+    int64_t n = 300;
+    clip_step a;
+    gdl_tensor *other[2];
+    gdl_graph *g;
+    float want[2][300], got[300], o0[300], src0[300];
+    int k;
+    if (!have_gpu()) SKIPm("no GPU");
+    gdl_manual_seed(78);
+    for (k = 0; k < 2; k++) {
+        ASSERT_NOT_NULL(a.src[k] = gdl_randn(1, &n, GPU));
+        ASSERT_NOT_NULL(a.p[k] = clip_param(n));
+        ASSERT_NOT_NULL(other[k] = clip_param(n));
+    }
+    ASSERT_NOT_NULL(g = gdl_graph_capture(GPU, clip_graph_step, &a));
+    for (k = 0; k < 2; k++) ASSERT_EQ(0, gdl_copy_to_host(a.p[k]->grad, want[k], sizeof want[k])); /* the warm-up's */
+    ASSERT_EQ(0, gdl_copy_to_host(a.src[0], src0, sizeof src0));
+    ASSERTm("the step clips", memcmp(want[0], src0, sizeof src0) != 0);
+    ASSERT_EQ(0, gdl_clip_grad_norm_nosync(other, 2, 0.25)); /* another set, eagerly */
+    ASSERT_EQ(0, gdl_copy_to_host(other[0]->grad, o0, sizeof o0));
+    for (k = 0; k < 2; k++) ASSERT_EQ(0, gdl_fill_(a.p[k]->grad, 7.0));
+    ASSERT_EQ(0, gdl_graph_replay(g));
+    for (k = 0; k < 2; k++) {
+        ASSERT_EQ(0, gdl_copy_to_host(a.p[k]->grad, got, sizeof got));
+        ASSERTm("the replay clipped its own gradients as the eager step did", memcmp(got, want[k], sizeof got) == 0);
+    }
+    ASSERT_EQ(0, gdl_copy_to_host(other[0]->grad, got, sizeof got));
+    ASSERTm("the replay left the other set alone", memcmp(got, o0, sizeof got) == 0);
+    gdl_graph_free(g);
+    for (k = 0; k < 2; k++) gdl_free(a.src[k]), gdl_free(a.p[k]), gdl_free(other[k]);
+    gdl_arena_reset();
+    PASS();
+}
+
 /* ---- fused Linear/Conv2d + activation (tests/fusion_cases.h) ---- */
 
 TEST fusion_train_bitwise(void) {
@@ -2138,6 +2239,8 @@ SUITE(graphs) {
     RUN_TEST(graph_replay_equals_eager);
     RUN_TEST(graph_capture_errors);
     RUN_TEST(graph_step_counts_and_lr);
+    RUN_TEST(graph_outlives_workspace_growth);
+    RUN_TEST(graph_keeps_its_clip_table);
     RUN_TEST(fusion_train_bitwise);
     RUN_TEST(fusion_when);
     RUN_TEST(fusion_errors);
