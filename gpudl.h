@@ -1434,7 +1434,9 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
    * host values the step passes to kernels are recorded: a learning rate or
      a step count read on the host stays as it was at capture;
    * the memory a graph runs on (the step arena, workspaces kept by the
-     backend) lives until gdl_shutdown: replay nothing after it.
+     backend) lives until gdl_shutdown: replay nothing after it. A CUDA
+     device keeps the clipping tables of the last 16 sets of gradients
+     clipped: record a graph again after clipping 16 other sets.
    gdl_fit does all this itself on a GPU (gdl_fit_opts.cuda_graph), with no
    copy of the inputs: its graphs read the loader's own device buffers.
    gdl_graph_capture resets the arena before the warm-up and before the
