@@ -10,6 +10,8 @@
 #                    CUDA builds with nvcc, the GPU suite on the CUDA emulator, and
 #                    the CPU suite on every CPU code path
 #   make deps        install what `make test` needs (tools/deps.sh, the one list)
+#   make test-fresh  CI's .ci/run and `make run` in a fresh minimal Debian root
+#                    (tools/fresh_check.sh; root only; not part of make test)
 #   make plot        draw make run's metrics CSV (mnist_mlp_metrics.csv) as a PNG
 #   make data        get Fashion-MNIST: Debian's package, else a checked download
 #                    into ./data (tools/fetch_data.sh)
@@ -49,7 +51,7 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype
       tests/gradscaler_cases.h tests/master_cases.h tests/fusion_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
-.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda run deps data plot mutate-cuda install uninstall bench cuda clean
+.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data plot mutate-cuda install uninstall bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
@@ -88,6 +90,10 @@ run:
 
 deps:
 	@sh tools/deps.sh test
+
+# .ci/run and make run on a fresh minimal Debian (FRESH_ARGS=--new remakes its root)
+test-fresh:
+	@sh tools/fresh_check.sh $(FRESH_ARGS)
 
 # the GPU suite's mutation check: 42 planted kernel bugs, one at a time, on the emulator (minutes)
 mutate-cuda:

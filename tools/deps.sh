@@ -1,86 +1,189 @@
 #!/bin/sh
 # tools/deps.sh — the one list of gpudl's prerequisites, and their installer.
 #
-#   sh tools/deps.sh run     what `make run` needs: a C compiler, make, zlib's headers
+#   sh tools/deps.sh run     what `make run` needs: a C compiler that links zlib, make
 #   sh tools/deps.sh plot    what `make plot` needs: gnuplot
 #   sh tools/deps.sh data    Debian's Fashion-MNIST package (tools/fetch_data.sh
 #                            tries it first, then downloads)
-#   sh tools/deps.sh test    what `make test` needs: also g++, clang and its libFuzzer, OpenBLAS's cblas.h,
-#                            the aarch64 cross compiler and qemu-user, curl, cmake,
-#                            pkg-config, gnuplot, OpenMPI (mpicc, mpirun), and the Fashion-MNIST package (the
-#                            suite trains on it)
+#   sh tools/deps.sh test    what `make test` needs: also g++, gcc's sanitizers,
+#                            clang with libFuzzer, OpenBLAS, the aarch64 cross
+#                            compiler with its C library and qemu-user, OpenMPI,
+#                            curl, cmake, pkg-config, gnuplot and the Fashion-MNIST
+#                            package (the suite trains on it)
+#   sh tools/deps.sh fresh   what tools/fresh_check.sh (make test-fresh) needs: debootstrap
 #
-# Each prerequisite is probed (a command or a header on disk); only missing ones
-# are installed, so a second run prints nothing and does nothing. Installing
-# uses apt-get, as root or through `sudo -n`; it never asks a question. Where it
-# cannot install, it prints the one command to run and exits 1.
+# Each prerequisite is a capability, probed by doing what the suite does with
+# it: compile and link a small program, run it (under qemu, under mpirun -np 2).
+# A command that merely exists proves nothing: the aarch64 cross compiler
+# without its C library was once "there" and failed 25 minutes into the suite.
+# Only failing capabilities are installed, so a second run prints nothing. After
+# an install every one of them is probed again, and one that still fails stops
+# here with what it tried and what it printed: `make test` fails in its first
+# minute, not in its last. Installing uses apt-get, as root or through `sudo -n`,
+# and never asks a question. Where it cannot install, it prints the one command
+# to run and exits 1.
 # The CUDA toolkit (nvcc) is not an apt package here: it is looked for, not
-# installed (see `nvcc_note` below).
+# installed (see the end of this file).
 set -u
 
 what=${1:-test}
-case "$what" in run|plot|data|test) ;; *) echo "usage: sh tools/deps.sh run|plot|data|test" >&2; exit 2 ;; esac
+case "$what" in run|plot|data|test|fresh) ;;
+*) echo "usage: sh tools/deps.sh run|plot|data|test|fresh" >&2; exit 2 ;; esac
 
-# probe kind, probe, Debian package
-# kinds: cmd (a command on PATH), file (one of the '|'-separated paths exists),
-#        glob (a shell pattern that matches a file)
-run_list='
-cmd  cc          gcc
-cmd  make        make
-file /usr/include/zlib.h  zlib1g-dev
-'
-plot_list='
-cmd  gnuplot     gnuplot-nox
-'
-test_list='
-cmd  g++         g++
-cmd  cmake       cmake
-cmd  pkg-config  pkgconf
-cmd  clang       clang
-glob /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a  libclang-rt-dev
-cmd  curl        curl
-file /usr/include/x86_64-linux-gnu/cblas.h|/usr/include/cblas.h|/usr/include/openblas/cblas.h  libopenblas-dev
-cmd  aarch64-linux-gnu-gcc  gcc-aarch64-linux-gnu
-cmd  qemu-aarch64           qemu-user
-cmd  mpicc       libopenmpi-dev
-cmd  mpirun      openmpi-bin
-'
-data_list='
-file /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz  dataset-fashion-mnist
-'
-list=$run_list
-[ "$what" = plot ] && list="$plot_list"
-[ "$what" = data ] && list="$data_list"
-[ "$what" = test ] && list="$run_list$plot_list$test_list$data_list"
-
-missing=""
-probe() { # kind probe -> 0 if present
+# capability: the Debian packages it needs (all of them, not only the one that
+# pulls the others in, since we install without Recommends)
+packages() {
     case "$1" in
-    cmd) command -v "$2" >/dev/null 2>&1 ;;
-    file) old_ifs=$IFS; IFS='|'
-          for f in $2; do if [ -e "$f" ]; then IFS=$old_ifs; return 0; fi; done
-          IFS=$old_ifs; return 1 ;;
-    glob) # shellcheck disable=SC2086
-          set -- $2; [ -e "$1" ] ;;
+    cc)         echo "gcc libc6-dev zlib1g-dev" ;;
+    make)       echo "make" ;;
+    gnuplot)    echo "gnuplot-nox" ;;
+    fmnist)     echo "dataset-fashion-mnist" ;;
+    cxx)        echo "g++" ;;
+    sanitizers) echo "gcc g++" ;;
+    fuzzer)     echo "clang libclang-rt-dev" ;;
+    openblas)   echo "libopenblas-dev" ;;
+    aarch64)    echo "gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user" ;;
+    mpi)        echo "libopenmpi-dev openmpi-bin" ;;
+    curl)       echo "curl" ;;
+    cmake)      echo "cmake" ;;
+    pkgconfig)  echo "pkgconf" ;;
+    debootstrap) echo "debootstrap" ;;
     esac
 }
-# shellcheck disable=SC2086
-while read -r kind p pkg; do
-    [ -n "$kind" ] || continue
-    probe "$kind" "$p" || missing="$missing $pkg"
-done <<LIST
-$list
-LIST
 
-if [ -n "$missing" ]; then
+# capability: what it is, for messages
+describe() {
+    case "$1" in
+    cc)         echo "cc compiles and links a C program with zlib (-lz)" ;;
+    make)       echo "make" ;;
+    gnuplot)    echo "gnuplot" ;;
+    fmnist)     echo "Fashion-MNIST in /usr/share/datasets/fashion-mnist" ;;
+    cxx)        echo "g++ compiles and links a C++17 program" ;;
+    sanitizers) echo "gcc links with -fsanitize=address,undefined and -fsanitize=thread" ;;
+    fuzzer)     echo "clang links a libFuzzer program (-fsanitize=fuzzer,address,undefined)" ;;
+    openblas)   echo "cc links a program against OpenBLAS's cblas.h (-lopenblas)" ;;
+    aarch64)    echo "aarch64-linux-gnu-gcc links a program against the cross C library, and qemu-aarch64 runs it" ;;
+    mpi)        echo "mpicc links an MPI program, and mpirun -np 2 runs it" ;;
+    curl)       echo "curl" ;;
+    cmake)      echo "cmake" ;;
+    pkgconfig)  echo "pkg-config" ;;
+    debootstrap) echo "debootstrap" ;;
+    esac
+}
+
+case "$what" in
+run)   caps="cc make" ;;
+plot)  caps="gnuplot" ;;
+data)  caps="fmnist" ;;
+fresh) caps="debootstrap" ;;
+test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist" ;;
+esac
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpudl-deps.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM HUP
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# probe CAP: 0 when the capability works; what it ran and printed goes to $tmp/CAP.log
+probe() {
+    log="$tmp/$1.log"
+    : >"$log"
+    (cd "$tmp" && "probe_$1") >>"$log" 2>&1
+}
+
+probe_cc() {
+    have cc || { echo "no cc"; return 1; }
+    printf '#include <stdio.h>\n#include <zlib.h>\nint main(void){printf("%%lu\\n",(unsigned long)crc32(0L,Z_NULL,0));return 0;}\n' >z.c
+    cc -std=c99 z.c -o z -lz -lm -pthread && ./z
+}
+probe_make() { have make || { echo "no make"; return 1; }; }
+probe_gnuplot() { have gnuplot || { echo "no gnuplot"; return 1; }; }
+probe_curl() { have curl || { echo "no curl"; return 1; }; }
+probe_cmake() { have cmake && cmake --version >/dev/null || { echo "no working cmake"; return 1; }; }
+probe_pkgconfig() { have pkg-config || { echo "no pkg-config"; return 1; }; }
+probe_debootstrap() { have debootstrap || { echo "no debootstrap"; return 1; }; }
+probe_fmnist() {
+    [ -e /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ] ||
+        { echo "no /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"; return 1; }
+}
+probe_cxx() {
+    have g++ || { echo "no g++"; return 1; }
+    printf '#include <vector>\nint main(){std::vector<int> v{1,2};return v[1]==2?0:1;}\n' >x.cpp
+    g++ -std=c++17 x.cpp -o x && ./x
+}
+probe_sanitizers() {
+    have gcc || { echo "no gcc"; return 1; }
+    printf '#include <stdlib.h>\nint main(void){int *p=malloc(4);*p=0;free(p);return 0;}\n' >s.c
+    gcc -std=c99 -fsanitize=address,undefined s.c -o s_asan && ./s_asan &&
+    gcc -std=c99 -fsanitize=thread s.c -o s_tsan -pthread
+}
+probe_fuzzer() {
+    have clang || { echo "no clang"; return 1; }
+    printf '#include <stdint.h>\n#include <stddef.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n){(void)d;(void)n;return 0;}\n' >f.c
+    clang -fsanitize=fuzzer,address,undefined f.c -o f && ./f -runs=1 >/dev/null 2>&1
+}
+probe_openblas() {
+    have cc || { echo "no cc"; return 1; }
+    printf '#include <cblas.h>\nint main(void){float a=2,b=3,c=0;cblas_sgemm(CblasRowMajor,CblasNoTrans,CblasNoTrans,1,1,1,1.f,&a,1,&b,1,0.f,&c,1);return c==6.f?0:1;}\n' >b.c
+    cc -std=c99 b.c -o b -lopenblas && ./b
+}
+probe_aarch64() {
+    have aarch64-linux-gnu-gcc || { echo "no aarch64-linux-gnu-gcc"; return 1; }
+    have qemu-aarch64 || { echo "no qemu-aarch64"; return 1; }
+    # the headers and libraries the suite's cross builds use
+    printf '#include <stdio.h>\n#include <stdint.h>\n#include <math.h>\n#include <pthread.h>\nint main(void){printf("%%d\\n",(int)sqrt(16.0));return 0;}\n' >a.c
+    aarch64-linux-gnu-gcc -std=c99 -O2 a.c -o a -pthread -lm &&
+    test "$(qemu-aarch64 -L /usr/aarch64-linux-gnu ./a)" = 4 || return 1
+    # clang's cross build of the header (tests/cpu_paths.mk) uses the same C library
+    if have clang; then clang --target=aarch64-linux-gnu -std=c99 -c a.c -o a.o || return 1; fi
+}
+probe_mpi() {
+    have mpicc || { echo "no mpicc"; return 1; }
+    have mpirun || { echo "no mpirun"; return 1; }
+    printf '#include <mpi.h>\n#include <stdio.h>\nint main(int c,char**v){int n=0;MPI_Init(&c,&v);MPI_Comm_size(MPI_COMM_WORLD,&n);MPI_Finalize();return n==2?0:1;}\n' >m.c
+    mpicc m.c -o m || return 1
+    root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
+    timeout 120 mpirun --oversubscribe $root -np 2 ./m
+}
+
+failing=""
+for c in $caps; do probe "$c" || failing="$failing $c"; done
+
+pkgs_of() { # caps -> their packages, each once
+    out=""
+    for c in "$@"; do
+        for p in $(packages "$c"); do
+            case " $out " in *" $p "*) ;; *) out="$out $p" ;; esac
+        done
+    done
+    echo "$out"
+}
+
+report() { # caps that fail -> stderr
+    for c in "$@"; do
+        if [ -s "$tmp/$c.log" ]; then
+            echo "gpudl:   $(describe "$c"): fails (packages:$(pkgs_of "$c")); the last lines it printed:" >&2
+            tail -n 8 "$tmp/$c.log" | sed -e 's/^/gpudl:     /' >&2
+        else
+            echo "gpudl:   $(describe "$c"): fails (packages:$(pkgs_of "$c")), printing nothing" >&2
+        fi
+    done
+}
+
+if [ -n "$failing" ]; then
+    # shellcheck disable=SC2086
+    missing=$(pkgs_of $failing)
     if [ "$(id -u)" = 0 ]; then sudo=""
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo -n"
+    elif have sudo && sudo -n true 2>/dev/null; then sudo="sudo -n"
     else sudo="none"
     fi
-    if [ "$sudo" = none ] || ! command -v apt-get >/dev/null 2>&1; then
-        echo "gpudl: missing prerequisites for \`make $what\`:$missing" >&2
-        if command -v apt-get >/dev/null 2>&1; then
-            echo "gpudl: install them with:  sudo apt-get install -y$missing" >&2
+    if [ "$sudo" = none ] || ! have apt-get; then
+        echo "gpudl: missing prerequisites for \`make $what\`:" >&2
+        # shellcheck disable=SC2086
+        report $failing
+        if have apt-get; then
+            echo "gpudl: install them with:  sudo apt-get install -y --no-install-recommends$missing" >&2
         else
             echo "gpudl: these are Debian package names; install the equivalents with your system's package manager" >&2
         fi
@@ -91,14 +194,21 @@ if [ -n "$missing" ]; then
     # an old or empty package list makes installs fail: refresh it once
     $sudo apt-get -o DPkg::Lock::Timeout=300 update -qq || { echo "gpudl: apt-get update failed" >&2; exit 1; }
     # shellcheck disable=SC2086
-    $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $missing >/dev/null ||
-        { echo "gpudl: apt-get install$missing failed (the messages above say why)" >&2; exit 1; }
+    $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $missing >"$tmp/apt.log" 2>&1 ||
+        { tail -n 20 "$tmp/apt.log" >&2; echo "gpudl: apt-get install$missing failed (the messages above say why)" >&2; exit 1; }
+    still=""
+    for c in $failing; do probe "$c" || still="$still $c"; done
+    if [ -n "$still" ]; then
+        echo "gpudl: installed$missing, but these still fail:" >&2
+        # shellcheck disable=SC2086
+        report $still
+        exit 1
+    fi
 fi
 
 # nvcc: `make test` compiles the CUDA backend with it; it comes with NVIDIA's
 # CUDA toolkit (usually /usr/local/cuda), which is not installed from here.
-if [ "$what" = test ] && ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ] &&
-   [ -z "${NVCC:-}" ]; then
+if [ "$what" = test ] && ! have nvcc && [ ! -x /usr/local/cuda/bin/nvcc ] && [ -z "${NVCC:-}" ]; then
     echo "gpudl: nvcc not found (not in PATH, not /usr/local/cuda/bin/nvcc): the nvcc builds of \`make test\`" \
          "will be skipped; install NVIDIA's CUDA toolkit or set NVCC=/path/to/nvcc to include them" >&2
 fi
