@@ -20,6 +20,11 @@
 #   make bench       CPU benchmarks
 #   make cuda        CUDA builds of the examples
 #   make clean
+#   make amalgamate  join src/ and cuda/ (order: src/PARTS, cuda/PARTS) into gpudl.h and
+#                    gpudl_cuda.cu: edit the parts, not those two (make test checks they match)
+#   make dev-header  the same into build/dev/ with #line, so errors and gdb name src/ files; tests
+#                    include "../gpudl.h", so build a copy from there: cp tests/test_core.c
+#                    build/dev/tests/ && cc -std=c99 -Itests build/dev/tests/test_core.c -lm -pthread
 #
 # Override CC, CXX, CFLAGS, NVCC, CUDA_ARCH as usual.
 
@@ -195,7 +200,7 @@ $(B)/asan_test_alloc: tests/test_alloc.c $(HDR) | $(B)
 -include tests/cpu_paths.mk
 -include tests/fuzz/fuzz.mk
 
-test:
+test: test-amalgamation
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-all
 
@@ -285,3 +290,34 @@ bench: $(B)/bench_train
 
 clean:
 	rm -rf $(B)
+
+# ---- gpudl.h and gpudl_cuda.cu, joined from src/ and cuda/ (tools/amalgamate.sh) ----
+.PHONY: amalgamate dev-header test-amalgamation
+amalgamate:
+	sh tools/amalgamate.sh
+
+# A build that needs gpudl.h (or gpudl_cuda.cu) regenerates it when a part is
+# newer. The script replaces a file only when its bytes change, and the recipe
+# does not touch it: when the parts make the same bytes (after a checkout the
+# parts may be newer), the file keeps its mtime, so nothing built from it is
+# rebuilt (make compares the mtime after the recipe); make just re-runs the
+# script, silent and a few milliseconds, while the parts stay newer. A touch
+# would rebuild every test and example once for nothing. No loop either way.
+# (Only where the parts are: a copy of the tree without src/ builds as before.)
+ifneq ($(wildcard src/PARTS),)
+gpudl.h: src/PARTS $(wildcard src/*.h)
+	@sh tools/amalgamate.sh
+endif
+ifneq ($(wildcard cuda/PARTS),)
+gpudl_cuda.cu: cuda/PARTS $(wildcard cuda/*.cu*)
+	@sh tools/amalgamate.sh
+endif
+
+# build/dev/gpudl.h and build/dev/gpudl_cuda.cu with #line directives (see the top)
+dev-header:
+	sh tools/amalgamate.sh --lines $(B)/dev
+	@mkdir -p $(B)/dev/tests
+
+# the committed gpudl.h and gpudl_cuda.cu are what their parts make (make test's first check)
+test-amalgamation:
+	@sh tools/amalgamate.sh --check

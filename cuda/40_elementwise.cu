@@ -1,0 +1,289 @@
+// ----------------------------------------------------------------------------
+// elementwise: binary with broadcasting, sum_to, unary
+
+// Shape and strides travel to the kernel by value. Before launch, size-1
+// dims are dropped and neighbours that are contiguous in both inputs are
+// merged, so [64,128] + [128] becomes 2 dims and [64,128] + [64,128] one.
+struct gdl__cu_bshape {
+    int nd;
+    int64_t shape[GDL_MAX_DIMS], as[GDL_MAX_DIMS], bs[GDL_MAX_DIMS];
+};
+
+static void gdl__cu_coalesce(int ndim, const int64_t *shape, const int64_t *astr, const int64_t *bstr,
+                             gdl__cu_bshape *g) {
+    int k = 0; /* dims kept so far, innermost first, reversed below */
+    int64_t sh[GDL_MAX_DIMS], as[GDL_MAX_DIMS], bs[GDL_MAX_DIMS];
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] == 1) continue;
+        if (k > 0 && astr[d] == as[k - 1] * sh[k - 1] && bstr[d] == bs[k - 1] * sh[k - 1]) {
+            sh[k - 1] *= shape[d]; /* merge into the inner neighbour */
+            continue;
+        }
+        sh[k] = shape[d];
+        as[k] = astr[d];
+        bs[k] = bstr[d];
+        k++;
+    }
+    g->nd = k;
+    for (int i = 0; i < k; i++) {
+        g->shape[i] = sh[k - 1 - i];
+        g->as[i] = as[k - 1 - i];
+        g->bs[i] = bs[k - 1 - i];
+    }
+}
+
+__device__ __forceinline__ float gdl__bin1(int op, float x, float y) {
+    switch (op) {
+    case GDL_BIN_ADD: return x + y;
+    case GDL_BIN_SUB: return x - y;
+    case GDL_BIN_MUL: return x * y;
+    default: return x / y;
+    }
+}
+
+// ND: the number of dims after coalescing (0: a scalar op), as a template
+// argument so the index arithmetic unrolls.
+template <int ND>
+__global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const float *a, const float *b, float *out) {
+    GDL_CU_LOOP(i, n) {
+        int64_t rem = i, oa = 0, ob = 0;
+#pragma unroll
+        for (int d = ND - 1; d >= 0; d--) {
+            int64_t id = d ? rem % g.shape[d] : rem;
+            rem = d ? rem / g.shape[d] : 0;
+            oa += id * g.as[d];
+            ob += id * g.bs[d];
+        }
+        out[i] = gdl__bin1(op, a[oa], b[ob]);
+    }
+}
+
+static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a, const int64_t *astr,
+                          const float *b, const int64_t *bstr, float *out) {
+    int64_t n = 1;
+    gdl__cu_bshape g;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    if (n <= 0) return 0;
+    gdl__cu_coalesce(ndim, shape, astr, bstr, &g);
+    unsigned grid = gdl__cu_grid(n, GDL__CU_THREADS);
+    switch (g.nd) {
+    case 0: GDL_CU_LAUNCH(gdl__k_binary<0>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 1: GDL_CU_LAUNCH(gdl__k_binary<1>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 2: GDL_CU_LAUNCH(gdl__k_binary<2>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 3: GDL_CU_LAUNCH(gdl__k_binary<3>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 4: GDL_CU_LAUNCH(gdl__k_binary<4>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 5: GDL_CU_LAUNCH(gdl__k_binary<5>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    default: GDL_CU_LAUNCH(gdl__k_binary<GDL_MAX_DIMS>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    }
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// sum_to: dst[i·dstr] += alpha*src[i]. A dim is "reduced" when dst does not
+// move along it (dstr 0, size > 1); the others are "kept". Each destination
+// element is owned by one thread (or one block), which loops over the source
+// elements that map to it: no atomics, the same bits every run.
+struct gdl__cu_sumto {
+    int nk, nr;
+    int64_t kshape[GDL_MAX_DIMS], kdst[GDL_MAX_DIMS], ksrc[GDL_MAX_DIMS]; /* kept dims */
+    int64_t rshape[GDL_MAX_DIMS], rsrc[GDL_MAX_DIMS];                     /* reduced dims */
+};
+
+// dst and src offsets of destination element t
+__device__ __forceinline__ void gdl__sumto_base(const gdl__cu_sumto &g, int64_t t, int64_t *od, int64_t *os) {
+    int64_t rem = t, a = 0, b = 0;
+    for (int d = g.nk - 1; d >= 0; d--) {
+        int64_t id = rem % g.kshape[d];
+        rem /= g.kshape[d];
+        a += id * g.kdst[d];
+        b += id * g.ksrc[d];
+    }
+    *od = a;
+    *os = b;
+}
+
+// one thread per destination element; it visits its sources in row-major
+// order (an odometer), the order of the CPU loop, adding into dst[o] as the
+// CPU does
+__global__ void gdl__k_sum_to_thread(gdl__cu_sumto g, int64_t nout, int64_t nred, const float *src, float *dst,
+                                     float alpha) {
+    GDL_CU_LOOP(t, nout) {
+        int64_t od, so, idx[GDL_MAX_DIMS] = {};
+        gdl__sumto_base(g, t, &od, &so);
+        float acc = dst[od];
+        for (int64_t j = 0; j < nred; j++) {
+            acc += alpha * src[so];
+            for (int d = g.nr - 1; d >= 0; d--) {
+                so += g.rsrc[d];
+                if (++idx[d] < g.rshape[d]) break;
+                so -= g.rsrc[d] * g.rshape[d];
+                idx[d] = 0;
+            }
+        }
+        dst[od] = acc;
+    }
+}
+
+// one block per destination element, for few outputs with long reductions
+// (a bias gradient over a big batch, a sum to a scalar)
+__global__ void gdl__k_sum_to_block(gdl__cu_sumto g, int64_t nout, int64_t nred, const float *src, float *dst,
+                                    float alpha) {
+    GDL_CU_ROWS(t, nout) {
+        int64_t od, os;
+        gdl__sumto_base(g, t, &od, &os);
+        float s = 0;
+        for (int64_t j = threadIdx.x; j < nred; j += blockDim.x) {
+            int64_t rem = j, so = os;
+            for (int d = g.nr - 1; d >= 0; d--) {
+                int64_t id = rem % g.rshape[d];
+                rem /= g.rshape[d];
+                so += id * g.rsrc[d];
+            }
+            s += src[so];
+        }
+        s = gdl__block_sum(s);
+        if (threadIdx.x == 0) dst[od] += alpha * s;
+    }
+}
+
+// the kept and reduced dims of a sum_to, outer to inner; 0 when there is nothing to do
+static int gdl__cu_sumto_plan(int ndim, const int64_t *shape, const int64_t *dstr, gdl__cu_sumto *g, int64_t *nout_,
+                              int64_t *nred_, int *block) {
+    int64_t n = 1, nout = 1, nred = 1, sstr = 1;
+    int inner_reduced = 0, seen_inner = 0;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    if (n <= 0) return 0;
+    g->nk = g->nr = 0;
+    // walk from the innermost dim to compute the contiguous source strides,
+    // then put the kept and reduced dims back in outer-to-inner order
+    int64_t ks[GDL_MAX_DIMS], kd[GDL_MAX_DIMS], kss[GDL_MAX_DIMS], rs[GDL_MAX_DIMS], rss[GDL_MAX_DIMS];
+    int nk = 0, nr = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] != 1) {
+            int reduced = dstr[d] == 0;
+            if (!seen_inner) {
+                inner_reduced = reduced;
+                seen_inner = 1;
+            }
+            if (reduced) {
+                rs[nr] = shape[d];
+                rss[nr] = sstr;
+                nr++;
+                nred *= shape[d];
+            } else {
+                ks[nk] = shape[d];
+                kd[nk] = dstr[d];
+                kss[nk] = sstr;
+                nk++;
+                nout *= shape[d];
+            }
+        }
+        sstr *= shape[d];
+    }
+    for (int i = 0; i < nk; i++) {
+        g->kshape[i] = ks[nk - 1 - i];
+        g->kdst[i] = kd[nk - 1 - i];
+        g->ksrc[i] = kss[nk - 1 - i];
+    }
+    for (int i = 0; i < nr; i++) {
+        g->rshape[i] = rs[nr - 1 - i];
+        g->rsrc[i] = rss[nr - 1 - i];
+    }
+    g->nk = nk;
+    g->nr = nr;
+    *nout_ = nout;
+    *nred_ = nred;
+    // A block per output reads runs of the innermost dim when that dim is
+    // reduced, and keeps the GPU busy when outputs are few; a thread per
+    // output reads coalesced across threads when the innermost dim is kept.
+    *block = nr > 0 && nred >= 64 && (inner_reduced || nout < 2048);
+    return 1;
+}
+
+static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
+                          float alpha) {
+    gdl__cu_sumto g;
+    int64_t nout, nred;
+    int block;
+    if (!gdl__cu_sumto_plan(ndim, shape, dstr, &g, &nout, &nred, &block)) return 0;
+    if (block) {
+        int threads = gdl__cu_row_threads(nred > 256 ? 256 : nred);
+        GDL_CU_LAUNCH(gdl__k_sum_to_block, gdl__cu_row_grid(nout), threads, 0, gdl__cu_stream())(g, nout, nred, src, dst, alpha);
+    } else {
+        GDL_CU_LAUNCH(gdl__k_sum_to_thread, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(g, nout, nred, src, dst,
+                                                                                       alpha);
+    }
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+#define GDL__CU_SQRT_2_OVER_PI 0.7978845608028654f
+#define GDL__CU_INV_SQRT_2 0.7071067811865476f
+
+__device__ __forceinline__ float gdl__unary1(int op, float x, float alpha) {
+    switch (op) {
+    case GDL_UN_RELU: return x > 0 ? x : 0.0f;
+    case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x;
+    case GDL_UN_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case GDL_UN_TANH: return tanhf(x);
+    case GDL_UN_GELU_ERF: return 0.5f * x * (1.0f + erff(x * GDL__CU_INV_SQRT_2));
+    case GDL_UN_GELU_TANH: return 0.5f * x * (1.0f + tanhf(GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
+    case GDL_UN_EXP: return expf(x);
+    case GDL_UN_LOG: return logf(x);
+    case GDL_UN_SCALE: return alpha * x;
+    case GDL_UN_ADD_SCALAR: return x + alpha;
+    default: return powf(x, alpha); /* GDL_UN_POW */
+    }
+}
+
+// d y / d x at x, y = f(x) given
+__device__ __forceinline__ float gdl__unary_grad1(int op, float x, float y, float alpha) {
+    switch (op) {
+    case GDL_UN_RELU: return x > 0 ? 1.0f : 0.0f;
+    case GDL_UN_LEAKY_RELU: return x > 0 ? 1.0f : alpha;
+    case GDL_UN_SIGMOID: return y * (1.0f - y);
+    case GDL_UN_TANH: return 1.0f - y * y;
+    case GDL_UN_GELU_ERF:
+        return 0.5f * (1.0f + erff(x * GDL__CU_INV_SQRT_2)) + x * expf(-0.5f * x * x) * 0.3989422804014327f;
+    case GDL_UN_GELU_TANH: {
+        float u = GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x), th = tanhf(u);
+        return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GDL__CU_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
+    }
+    case GDL_UN_EXP: return y;
+    case GDL_UN_LOG: return 1.0f / x;
+    case GDL_UN_SCALE: return alpha;
+    case GDL_UN_ADD_SCALAR: return 1.0f;
+    default: return alpha * powf(x, alpha - 1.0f); /* GDL_UN_POW */
+    }
+}
+
+__global__ void gdl__k_unary(int op, int64_t n, const float *x, float *y, float alpha) {
+    GDL_CU_LOOP(i, n) y[i] = gdl__unary1(op, x[i], alpha);
+}
+
+// ReLU selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
+// by a 0/1 derivative: an Inf or NaN gradient at x <= 0 must not become NaN
+__global__ void gdl__k_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy,
+                                      float *gx, float alpha) {
+    if (op == GDL_UN_RELU) {
+        GDL_CU_LOOP(i, n) gx[i] += x[i] > 0 ? gy[i] : 0.0f;
+        return;
+    }
+    GDL_CU_LOOP(i, n) gx[i] += gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha);
+}
+
+static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alpha) {
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_unary, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
+                                  float alpha) {
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_unary_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, gy, gx, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+

@@ -1,0 +1,344 @@
+// ----------------------------------------------------------------------------
+// convolution columns and pooling (NCHW, one (n,c) plane after another)
+
+// im2col: one thread per column element [n][c*KH*KW + kh*KW + kw][oh*OW + ow];
+// writes are coalesced along ow
+template <typename T> __global__ void gdl__k_im2col(gdl_conv_geom g, const T *x, T *col) {
+    int64_t OHW = (int64_t)g.OH * g.OW, total = (int64_t)g.N * g.C * g.KH * g.KW * OHW;
+    GDL_CU_LOOP(t, total) {
+        int64_t row = t / OHW; /* (nc, kh, kw) */
+        int ohw = (int)(t - row * OHW), oh = ohw / g.OW, ow = ohw - oh * g.OW;
+        int kk = (int)(row % (g.KH * g.KW)), kh = kk / g.KW, kw = kk - kh * g.KW;
+        int64_t nc = row / (g.KH * g.KW);
+        int ih = oh * g.SH - g.PH + kh * g.DH, iw = ow * g.SW - g.PW + kw * g.DW;
+        col[t] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? x[(nc * g.H + ih) * g.W + iw] : gdl__st<T>(0.0f);
+    }
+}
+
+// col2im: one thread per input pixel gathers the column entries that read
+// it: for each (kh, kw) at most one output position. Visiting (kh, kw) in
+// order and adding into x[...] repeats the CPU's sums exactly, with no atomics.
+template <typename T> __global__ void gdl__k_col2im(gdl_conv_geom g, const T *col, T *x) {
+    int64_t OHW = (int64_t)g.OH * g.OW, HW = (int64_t)g.H * g.W, total = (int64_t)g.N * g.C * HW;
+    GDL_CU_LOOP(t, total) {
+        int64_t nc = t / HW;
+        int hw = (int)(t - nc * HW), ih = hw / g.W, iw = hw - ih * g.W;
+        const T *cp = col + nc * g.KH * g.KW * OHW;
+        float acc = gdl__ld(x[t]);
+        for (int kh = 0; kh < g.KH; kh++) {
+            int h = ih + g.PH - kh * g.DH;
+            if (h < 0 || h % g.SH) continue;
+            int oh = h / g.SH;
+            if (oh >= g.OH) continue;
+            for (int kw = 0; kw < g.KW; kw++) {
+                int w = iw + g.PW - kw * g.DW;
+                if (w < 0 || w % g.SW) continue;
+                int ow = w / g.SW;
+                if (ow >= g.OW) continue;
+                acc += gdl__ld(cp[(int64_t)(kh * g.KW + kw) * OHW + oh * g.OW + ow]);
+            }
+        }
+        x[t] = gdl__st<T>(acc);
+    }
+}
+
+template <typename T> static int gdl__cu_im2col_t(const gdl_conv_geom *g, const T *x, T *col) {
+    int64_t total = (int64_t)g->N * g->C * g->KH * g->KW * g->OH * g->OW;
+    if (total <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_im2col<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, col);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+template <typename T> static int gdl__cu_col2im_t(const gdl_conv_geom *g, const T *col, T *x) {
+    int64_t total = (int64_t)g->N * g->C * g->H * g->W;
+    if (total <= 0 || (int64_t)g->KH * g->KW * g->OH * g->OW <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_col2im<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, col, x);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
+static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) { return gdl__cu_col2im_t<float>(g, col, x); }
+
+// the *_lp entries' dtype check: f16 or bf16
+static int gdl__cu_lp_dt(const char *entry, gdl_dtype dt) {
+    if (dt == GDL_F16 || dt == GDL_BF16) return 0;
+    gdl__set_error("gdl_cuda: the low-precision %s takes f16 or bf16, not %s", entry, gdl_dtype_name(dt));
+    return -1;
+}
+// the call for f16 or the one for bf16 (their storage types: __half, __nv_bfloat16)
+#define GDL__CU_LP_CALL(dt, call_f16, call_bf16) ((dt) == GDL_F16 ? (call_f16) : (call_bf16))
+
+static int gdl__cu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+    if (gdl__cu_lp_dt("im2col", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_im2col_t<__half>(g, (const __half *)x, (__half *)col),
+                           gdl__cu_im2col_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)col));
+}
+static int gdl__cu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+    if (gdl__cu_lp_dt("col2im", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_col2im_t<__half>(g, (const __half *)col, (__half *)x),
+                           gdl__cu_col2im_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)col, (__nv_bfloat16 *)x));
+}
+
+// max pooling: one thread per output, the CPU's scan (first max, first NaN)
+template <typename T> __global__ void gdl__k_maxpool(gdl_conv_geom g, const T *x, T *y, int32_t *idx) {
+    int64_t OHW = (int64_t)g.OH * g.OW, total = (int64_t)g.N * g.C * OHW;
+    GDL_CU_LOOP(t, total) {
+        int64_t p = t / OHW;
+        int o = (int)(t - p * OHW), oh = o / g.OW, ow = o - oh * g.OW;
+        const T *xp = x + p * g.H * g.W;
+        float best = -GDL__CU_INF;
+        int bi = -1;
+        for (int kh = 0; kh < g.KH; kh++) {
+            int ih = oh * g.SH - g.PH + kh * g.DH;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int kw = 0; kw < g.KW; kw++) {
+                int iw = ow * g.SW - g.PW + kw * g.DW;
+                if (iw < 0 || iw >= g.W) continue;
+                float v = gdl__ld(xp[ih * g.W + iw]);
+                if (bi < 0 || v > best || (v != v && best == best)) {
+                    best = v;
+                    bi = ih * g.W + iw;
+                }
+            }
+        }
+        y[t] = gdl__st<T>(best); /* exact: one of x's values */
+        idx[t] = bi < 0 ? 0 : bi;
+    }
+}
+
+// Backward by gathering: one thread per input pixel looks at the outputs
+// whose window covers it and adds gy where the saved index names it. kh and
+// kw run downwards so that outputs come in ascending order, the CPU's order.
+template <typename T> __global__ void gdl__k_maxpool_backward(gdl_conv_geom g, const T *gy, const int32_t *idx, T *gx) {
+    int64_t OHW = (int64_t)g.OH * g.OW, HW = (int64_t)g.H * g.W, total = (int64_t)g.N * g.C * HW;
+    GDL_CU_LOOP(t, total) {
+        int64_t p = t / HW;
+        int hw = (int)(t - p * HW), ih = hw / g.W, iw = hw - ih * g.W;
+        const T *gp = gy + p * OHW;
+        const int32_t *ip = idx + p * OHW;
+        float acc = gdl__ld(gx[t]);
+        for (int kh = g.KH - 1; kh >= 0; kh--) {
+            int h = ih + g.PH - kh * g.DH;
+            if (h < 0 || h % g.SH) continue;
+            int oh = h / g.SH;
+            if (oh >= g.OH) continue;
+            for (int kw = g.KW - 1; kw >= 0; kw--) {
+                int w = iw + g.PW - kw * g.DW;
+                if (w < 0 || w % g.SW) continue;
+                int ow = w / g.SW;
+                if (ow >= g.OW) continue;
+                if (ip[oh * g.OW + ow] == hw) acc += gdl__ld(gp[oh * g.OW + ow]);
+            }
+        }
+        gx[t] = gdl__st<T>(acc);
+    }
+}
+
+template <typename T> static int gdl__cu_maxpool_t(const gdl_conv_geom *g, const T *x, T *y, int32_t *idx) {
+    int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
+    if (total <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_maxpool<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, y, idx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+template <typename T> static int gdl__cu_maxpool_backward_t(const gdl_conv_geom *g, const T *gy, const int32_t *idx, T *gx) {
+    int64_t total = (int64_t)g->N * g->C * g->H * g->W;
+    if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_maxpool_backward<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, idx, gx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
+    return gdl__cu_maxpool_t<float>(g, x, y, idx);
+}
+static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx) {
+    return gdl__cu_maxpool_backward_t<float>(g, gy, idx, gx);
+}
+static int gdl__cu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    if (gdl__cu_lp_dt("maxpool", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_maxpool_t<__half>(g, (const __half *)x, (__half *)y, idx),
+                           gdl__cu_maxpool_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y, idx));
+}
+static int gdl__cu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
+    if (gdl__cu_lp_dt("maxpool_backward", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_maxpool_backward_t<__half>(g, (const __half *)gy, idx, (__half *)gx),
+                           gdl__cu_maxpool_backward_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)gy, idx, (__nv_bfloat16 *)gx));
+}
+
+// average pooling counts the padding: always divide by KH*KW. Like the CPU,
+// no dilation (pooling windows are dense).
+template <typename T> __global__ void gdl__k_avgpool(gdl_conv_geom g, const T *x, T *y) {
+    int64_t OHW = (int64_t)g.OH * g.OW, total = (int64_t)g.N * g.C * OHW;
+    GDL_CU_LOOP(t, total) {
+        int64_t p = t / OHW;
+        int o = (int)(t - p * OHW), oh = o / g.OW, ow = o - oh * g.OW;
+        const T *xp = x + p * g.H * g.W;
+        float s = 0;
+        for (int kh = 0; kh < g.KH; kh++) {
+            int ih = oh * g.SH - g.PH + kh;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int kw = 0; kw < g.KW; kw++) {
+                int iw = ow * g.SW - g.PW + kw;
+                if (iw >= 0 && iw < g.W) s += gdl__ld(xp[ih * g.W + iw]);
+            }
+        }
+        y[t] = gdl__st<T>(s / (float)(g.KH * g.KW));
+    }
+}
+
+// gathering, in the CPU's order (ascending outputs), as maxpool_backward
+template <typename T> __global__ void gdl__k_avgpool_backward(gdl_conv_geom g, const T *gy, T *gx) {
+    int64_t OHW = (int64_t)g.OH * g.OW, HW = (int64_t)g.H * g.W, total = (int64_t)g.N * g.C * HW;
+    float area = (float)(g.KH * g.KW);
+    GDL_CU_LOOP(t, total) {
+        int64_t p = t / HW;
+        int hw = (int)(t - p * HW), ih = hw / g.W, iw = hw - ih * g.W;
+        const T *gp = gy + p * OHW;
+        float acc = gdl__ld(gx[t]);
+        for (int kh = g.KH - 1; kh >= 0; kh--) {
+            int h = ih + g.PH - kh;
+            if (h < 0 || h % g.SH) continue;
+            int oh = h / g.SH;
+            if (oh >= g.OH) continue;
+            for (int kw = g.KW - 1; kw >= 0; kw--) {
+                int w = iw + g.PW - kw;
+                if (w < 0 || w % g.SW) continue;
+                int ow = w / g.SW;
+                if (ow >= g.OW) continue;
+                acc += gdl__ld(gp[oh * g.OW + ow]) / area;
+            }
+        }
+        gx[t] = gdl__st<T>(acc);
+    }
+}
+
+template <typename T> static int gdl__cu_avgpool_t(const gdl_conv_geom *g, const T *x, T *y) {
+    int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
+    if (total <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_avgpool<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, y);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+template <typename T> static int gdl__cu_avgpool_backward_t(const gdl_conv_geom *g, const T *gy, T *gx) {
+    int64_t total = (int64_t)g->N * g->C * g->H * g->W;
+    if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_avgpool_backward<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, gx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_avgpool(const gdl_conv_geom *g, const float *x, float *y) { return gdl__cu_avgpool_t<float>(g, x, y); }
+static int gdl__cu_avgpool_backward(const gdl_conv_geom *g, const float *gy, float *gx) {
+    return gdl__cu_avgpool_backward_t<float>(g, gy, gx);
+}
+static int gdl__cu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+    if (gdl__cu_lp_dt("avgpool", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_avgpool_t<__half>(g, (const __half *)x, (__half *)y),
+                           gdl__cu_avgpool_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y));
+}
+static int gdl__cu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+    if (gdl__cu_lp_dt("avgpool_backward", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt, gdl__cu_avgpool_backward_t<__half>(g, (const __half *)gy, (__half *)gx),
+                           gdl__cu_avgpool_backward_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)gy, (__nv_bfloat16 *)gx));
+}
+
+// ----------------------------------------------------------------------------
+// copy2d, dropout
+
+__global__ void gdl__k_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
+                              int accumulate) {
+    GDL_CU_LOOP(t, rows * cols) {
+        int64_t r = t / cols, c = t - r * cols;
+        float v = src[r * sld + c];
+        if (accumulate) dst[r * dld + c] += v;
+        else dst[r * dld + c] = v;
+    }
+}
+
+static int gdl__cu_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
+                          int accumulate) {
+    if (rows <= 0 || cols <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_copy2d, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(rows, cols, src, sld, dst, dld,
+                                                                                   accumulate);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// the mask is gdl_dropout_keep from gpudl.h: the same bits as on the CPU
+__global__ void gdl__k_dropout(int64_t n, double p, uint64_t seed, float scale, const float *x, float *y) {
+    GDL_CU_LOOP(i, n) y[i] = gdl_dropout_keep(seed, (uint64_t)i, p) ? x[i] * scale : 0.0f;
+}
+
+__global__ void gdl__k_dropout_backward(int64_t n, double p, uint64_t seed, float scale, const float *gy, float *gx) {
+    GDL_CU_LOOP(i, n) if (gdl_dropout_keep(seed, (uint64_t)i, p)) gx[i] += gy[i] * scale;
+}
+
+static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, float *y) {
+    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_dropout, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, seed, scale, x, y);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
+    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_dropout_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, seed, scale, gy, gx);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// backward: gx += (kept ? gy * scale : 0), rounded once (a dropped element
+// adds 0, as the f32 path's zeroed gradient of an f32 copy)
+__global__ void gdl__k_dropout_lp(int dt, int64_t n, double p, uint64_t seed, float scale, const void *x, void *y,
+                                  int backward) {
+    GDL_CU_LOOP(i, n) {
+        float v = gdl_dropout_keep(seed, (uint64_t)i, p) ? gdl__lp_ld(dt, x, i) * scale : 0.0f;
+        gdl__lp_st(dt, y, i, backward ? gdl__lp_ld(dt, y, i) + v : v);
+    }
+}
+
+static int gdl__cu_dropout_lp_run(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y, int backward) {
+    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    if (gdl__cu_lp_check(backward ? "dropout_backward_lp" : "dropout_lp", dt) < 0) return -1;
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_dropout_lp, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())((int)dt, n, p, seed, scale, x, y,
+                                                                                            backward);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+static int gdl__cu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+    return gdl__cu_dropout_lp_run(dt, n, p, seed, x, y, 0);
+}
+static int gdl__cu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+    return gdl__cu_dropout_lp_run(dt, n, p, seed, gy, gx, 1);
+}
+
+// a copy moves the 16-bit patterns as they are; accumulate adds in f32 and rounds once
+__global__ void gdl__k_copy2d_lp(int dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                                 int64_t dld, int accumulate) {
+    GDL_CU_LOOP(t, rows * cols) {
+        int64_t r = t / cols, c = t - r * cols;
+        if (accumulate)
+            gdl__lp_st(dt, dst, r * dld + c, gdl__lp_ld(dt, dst, r * dld + c) + gdl__lp_ld(dt, src, r * sld + c));
+        else
+            ((uint16_t *)dst)[r * dld + c] = ((const uint16_t *)src)[r * sld + c];
+    }
+}
+
+static int gdl__cu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                             int64_t dld, int accumulate) {
+    if (gdl__cu_lp_check("copy2d_lp", dt) < 0) return -1;
+    if (rows <= 0 || cols <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_copy2d_lp, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        (int)dt, rows, cols, src, sld, dst, dld, accumulate);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+

@@ -1,0 +1,239 @@
+// ----------------------------------------------------------------------------
+// normalisation: batchnorm (one block per channel), layernorm (one block per row)
+
+#define GDL__CU_NORM_THREADS 256
+
+// element m of channel c in x [N,C,S], m = n*S + s
+__device__ __forceinline__ int64_t gdl__bn_at(int64_t m, int64_t C, int64_t S, int64_t c) {
+    int64_t n = m / S;
+    return (n * C + c) * S + (m - n * S);
+}
+
+// Two passes over the channel (mean, then squared deviations) as the CPU.
+// Per-channel scalars are kept in double, as the CPU keeps them.
+template <typename T>
+__global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const T *x, const float *gamma,
+                                 const float *beta, T *y, float *mean, float *invstd, float *run_mean,
+                                 float *run_var, int training, double momentum, double eps) {
+    GDL_CU_ROWS(c, C) {
+        int64_t M = N * S;
+        double mu, var;
+        if (training) {
+            float s = 0, q = 0;
+            for (int64_t m = threadIdx.x; m < M; m += blockDim.x) s += gdl__ld(x[gdl__bn_at(m, C, S, c)]);
+            mu = (double)gdl__block_sum(s) / (double)M;
+            float muf = (float)mu;
+            for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+                float d = gdl__ld(x[gdl__bn_at(m, C, S, c)]) - muf;
+                q += d * d;
+            }
+            double sq = (double)gdl__block_sum(q);
+            var = sq / (double)M;
+            if (run_mean && threadIdx.x == 0) {
+                run_mean[c] = (float)((1 - momentum) * run_mean[c] + momentum * mu);
+                run_var[c] = (float)((1 - momentum) * run_var[c] + momentum * (M > 1 ? sq / (double)(M - 1) : var));
+            }
+        } else {
+            mu = run_mean[c];
+            var = run_var[c];
+        }
+        double is = 1.0 / sqrt(var + eps);
+        if (threadIdx.x == 0) {
+            mean[c] = (float)mu;
+            invstd[c] = (float)is;
+        }
+        float muf = (float)mu, isf = (float)is, gm = gamma ? gamma[c] : 1.0f, bt = beta ? beta[c] : 0.0f;
+        for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+            int64_t j = gdl__bn_at(m, C, S, c);
+            y[j] = gdl__st<T>((gdl__ld(x[j]) - muf) * isf * gm + bt);
+        }
+    }
+}
+
+template <typename T>
+static int gdl__cu_batchnorm_t(int64_t N, int64_t C, int64_t S, const T *x, const float *gamma, const float *beta,
+                               T *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
+                               double momentum, double eps) {
+    if (C <= 0) return 0;
+    if (!training && (!run_mean || !run_var)) {
+        gdl__set_error("gdl_cuda: batchnorm in eval mode needs running statistics");
+        return -1;
+    }
+    GDL_CU_LAUNCH(gdl__k_batchnorm<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gamma, beta, y, mean, invstd,
+                                                                    run_mean, run_var, training, momentum, eps);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// training: gx += gamma*invstd/M * (M*gy - sum(gy) - xhat*sum(gy*xhat))
+// eval:     gx += gy*gamma*invstd (the statistics are constants)
+template <typename T>
+__global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const T *x, const T *gy,
+                                          const float *gamma, const float *mean, const float *invstd, int training,
+                                          T *gx, float *ggamma, float *gbeta) {
+    GDL_CU_ROWS(c, C) {
+        int64_t M = N * S;
+        float mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1.0f, sg = 0, sgx = 0;
+        for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+            int64_t j = gdl__bn_at(m, C, S, c);
+            float gj = gdl__ld(gy[j]);
+            sg += gj;
+            sgx += gj * (gdl__ld(x[j]) - mu) * is;
+        }
+        sg = gdl__block_sum(sg);
+        sgx = gdl__block_sum(sgx);
+        if (threadIdx.x == 0) {
+            if (ggamma) ggamma[c] += sgx;
+            if (gbeta) gbeta[c] += sg;
+        }
+        if (!gx) continue;
+        float k = gm * is / (float)M, Mf = (float)M;
+        for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+            int64_t j = gdl__bn_at(m, C, S, c);
+            if (training) gx[j] = gdl__st<T>(gdl__ld(gx[j]) + k * (Mf * gdl__ld(gy[j]) - sg - (gdl__ld(x[j]) - mu) * is * sgx));
+            else gx[j] = gdl__st<T>(gdl__ld(gx[j]) + gdl__ld(gy[j]) * gm * is);
+        }
+    }
+}
+
+template <typename T>
+static int gdl__cu_batchnorm_backward_t(int64_t N, int64_t C, int64_t S, const T *x, const T *gy,
+                                        const float *gamma, const float *mean, const float *invstd, int training,
+                                        T *gx, float *ggamma, float *gbeta) {
+    if (C <= 0 || (!gx && !ggamma && !gbeta)) return 0;
+    GDL_CU_LAUNCH(gdl__k_batchnorm_backward<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gy, gamma, mean, invstd,
+                                                                             training, gx, ggamma, gbeta);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma, const float *beta,
+                             float *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
+                             double momentum, double eps) {
+    return gdl__cu_batchnorm_t<float>(N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps);
+}
+static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy,
+                                      const float *gamma, const float *mean, const float *invstd, int training,
+                                      float *gx, float *ggamma, float *gbeta) {
+    return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta);
+}
+static int gdl__cu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
+                                const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                                int training, double momentum, double eps) {
+    if (gdl__cu_lp_dt("batchnorm", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt,
+                           gdl__cu_batchnorm_t<__half>(N, C, S, (const __half *)x, gamma, beta, (__half *)y, mean, invstd,
+                                                       run_mean, run_var, training, momentum, eps),
+                           gdl__cu_batchnorm_t<__nv_bfloat16>(N, C, S, (const __nv_bfloat16 *)x, gamma, beta,
+                                                              (__nv_bfloat16 *)y, mean, invstd, run_mean, run_var,
+                                                              training, momentum, eps));
+}
+static int gdl__cu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
+                                         const float *gamma, const float *mean, const float *invstd, int training,
+                                         void *gx, float *ggamma, float *gbeta) {
+    if (gdl__cu_lp_dt("batchnorm_backward", dt) < 0) return -1;
+    return GDL__CU_LP_CALL(dt,
+                           gdl__cu_batchnorm_backward_t<__half>(N, C, S, (const __half *)x, (const __half *)gy, gamma, mean,
+                                                                invstd, training, (__half *)gx, ggamma, gbeta),
+                           gdl__cu_batchnorm_backward_t<__nv_bfloat16>(N, C, S, (const __nv_bfloat16 *)x,
+                                                                       (const __nv_bfloat16 *)gy, gamma, mean, invstd,
+                                                                       training, (__nv_bfloat16 *)gx, ggamma, gbeta));
+}
+
+__global__ void gdl__k_layernorm(int64_t rows, int64_t D, const float *x, const float *gamma, const float *beta,
+                                 float eps, float *y, float *mean, float *rstd) {
+    GDL_CU_ROWS(r, rows) {
+        const float *p = x + r * D;
+        float s = 0, q = 0;
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) s += p[k];
+        float mu = gdl__block_sum(s) / (float)D;
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) q += (p[k] - mu) * (p[k] - mu);
+        float rs = 1.0f / sqrtf(gdl__block_sum(q) / (float)D + eps);
+        if (threadIdx.x == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x)
+            y[r * D + k] = (p[k] - mu) * rs * (gamma ? gamma[k] : 1.0f) + (beta ? beta[k] : 0.0f);
+    }
+}
+
+static int gdl__cu_layernorm(int64_t rows, int64_t D, const float *x, const float *gamma, const float *beta,
+                             double eps, float *y, float *mean, float *rstd) {
+    if (rows <= 0 || D <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_layernorm, gdl__cu_row_grid(rows), gdl__cu_row_threads(D), 0, gdl__cu_stream())(rows, D, x, gamma, beta, (float)eps, y,
+                                                                         mean, rstd);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// gx += rstd * (gh - mean(gh) - xhat*mean(gh*xhat)), gh = gy*gamma
+__global__ void gdl__k_layernorm_backward_x(int64_t rows, int64_t D, const float *x, const float *gy,
+                                            const float *gamma, const float *mean, const float *rstd, float *gx) {
+    GDL_CU_ROWS(r, rows) {
+        const float *p = x + r * D, *g = gy + r * D;
+        float mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+            float gh = g[k] * (gamma ? gamma[k] : 1.0f);
+            s1 += gh;
+            s2 += gh * (p[k] - mu) * rs;
+        }
+        s1 = gdl__block_sum(s1) / (float)D;
+        s2 = gdl__block_sum(s2) / (float)D;
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+            float xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1.0f);
+            gx[r * D + k] += rs * (gh - s1 - xh * s2);
+        }
+    }
+}
+
+// ggamma[k] += sum_r gy*xhat, gbeta[k] += sum_r gy. Blocks of 32 columns x
+// 16 row groups: reads are coalesced along the row, each row group sums its
+// rows in order, and the 16 partial sums are added in a fixed order.
+#define GDL__CU_LN_ROWGROUPS 16
+__global__ void gdl__k_layernorm_backward_params(int64_t rows, int64_t D, const float *x, const float *gy,
+                                                 const float *mean, const float *rstd, float *ggamma,
+                                                 float *gbeta) {
+    __shared__ float sg[GDL__CU_LN_ROWGROUPS][33], sb[GDL__CU_LN_ROWGROUPS][33];
+    for (int64_t k0 = (int64_t)blockIdx.x * 32; k0 < D; k0 += (int64_t)gridDim.x * 32) {
+        int64_t k = k0 + threadIdx.x;
+        float pg = 0, pb = 0;
+        if (k < D)
+            for (int64_t r = threadIdx.y; r < rows; r += GDL__CU_LN_ROWGROUPS) {
+                float g = gy[r * D + k];
+                pg += g * (x[r * D + k] - mean[r]) * rstd[r];
+                pb += g;
+            }
+        __syncthreads(); /* the previous column tile is done with sg/sb */
+        sg[threadIdx.y][threadIdx.x] = pg;
+        sb[threadIdx.y][threadIdx.x] = pb;
+        __syncthreads();
+        if (threadIdx.y == 0 && k < D) {
+            float tg = 0, tb = 0;
+            for (int j = 0; j < GDL__CU_LN_ROWGROUPS; j++) {
+                tg += sg[j][threadIdx.x];
+                tb += sb[j][threadIdx.x];
+            }
+            if (ggamma) ggamma[k] += tg;
+            if (gbeta) gbeta[k] += tb;
+        }
+    }
+}
+
+static int gdl__cu_layernorm_backward(int64_t rows, int64_t D, const float *x, const float *gy, const float *gamma,
+                                      const float *mean, const float *rstd, float *gx, float *ggamma, float *gbeta) {
+    if (rows <= 0 || D <= 0) return 0;
+    if (gx) {
+        GDL_CU_LAUNCH(gdl__k_layernorm_backward_x, gdl__cu_row_grid(rows), gdl__cu_row_threads(D), 0, gdl__cu_stream())(rows, D, x, gy, gamma, mean,
+                                                                                        rstd, gx);
+        GDL_CU_LAUNCHED();
+    }
+    if (ggamma || gbeta) {
+        dim3 block(32, GDL__CU_LN_ROWGROUPS);
+        GDL_CU_LAUNCH(gdl__k_layernorm_backward_params, gdl__cu_row_grid((D + 31) / 32), block, 0, gdl__cu_stream())(rows, D, x, gy, mean, rstd,
+                                                                                     ggamma, gbeta);
+        GDL_CU_LAUNCHED();
+    }
+    return 0;
+}
+

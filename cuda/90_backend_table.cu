@@ -1,0 +1,10 @@
+// ----------------------------------------------------------------------------
+// the backend table
+
+// The entries in the order of the list in gpudl.h, which also makes the
+// struct: an entry without a gdl__cu_ function does not compile.
+#define GDL__BACKEND_INIT_CUDA(ret, entry, params) gdl__cu_##entry,
+static const gdl_backend gdl__cu_table = {"cuda", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CUDA)};
+#undef GDL__BACKEND_INIT_CUDA
+
+const gdl_backend *gdl_cuda_backend(void) { return &gdl__cu_table; }

@@ -1,0 +1,314 @@
+/* ---------------------------------------------------------------------------
+   [impl-pool]  The CPU thread pool: gpudl's own workers run the GEMM and the
+   parallel loops of the CPU kernels (OpenMP is not used).
+
+   Why our own: libgomp's idle threads spin for milliseconds before they
+   sleep, and OMP_WAIT_POLICY is read before main (too late for a library to
+   set), so one other busy process on the machine made training 6-15x
+   slower. Here an idle worker spins for GDL__POOL_SPIN (tens of
+   microseconds: back-to-back ops find it awake), then sleeps on a condition
+   variable.
+
+   A job is nt tasks fn(ctx, t, nt), 0 <= t < nt. The calling thread and the
+   workers claim tasks from one counter, so a worker that the OS has
+   descheduled holds nobody up: the caller takes its task. What a task
+   computes depends only on t and nt, never on the thread that runs it, so
+   results are bitwise the same for any thread count and any timing.
+
+   One job at a time. The pool (and the GEMM's packing buffers) belong to the
+   thread that acquired it; a parallel region entered while the pool is held
+   (from inside a task, or from another thread such as a DataLoader worker)
+   runs serially on its own thread. After fork() the child starts with no
+   workers and makes new ones when it needs them (pthread_atfork). At exit
+   the workers are stopped and joined (atexit).
+
+   Thread count: gdl_set_num_threads(n); else the environment's
+   GPUDL_NUM_THREADS, else OMP_NUM_THREADS (its first number), else the CPUs
+   this process may run on (sched_getaffinity). GPUDL_NO_THREADS (or a
+   compiler without GCC's __atomic builtins): no pool, one thread.
+   ------------------------------------------------------------------------- */
+
+#if !defined(GPUDL_NO_THREADS) && (defined(__GNUC__) || defined(__clang__))
+#define GDL__POOL 1
+#include <pthread.h>
+#if defined(__linux__) && defined(__GLIBC__)
+#include <sys/types.h>
+#include <sched.h>
+#ifndef __USE_GNU /* -std=c99 hides it; the symbol is in every glibc */
+extern int sched_getaffinity(pid_t, size_t, cpu_set_t *);
+#endif
+#endif
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h> /* sysconf */
+#endif
+
+typedef void (*gdl__task_fn)(void *ctx, int t, int nt);
+
+#define GDL__POOL_MAX 256     /* threads, the caller included */
+#ifdef GDL__POOL
+static int gdl__nthreads_want; /* gdl_set_num_threads; 0: from the environment */
+static int gdl__nthreads_env;  /* the environment's choice, once read; 0: not yet */
+
+static int gdl__env_threads(void) {
+    const char *s = getenv("GPUDL_NUM_THREADS");
+    long n = 0;
+    if (!s || !*s) s = getenv("OMP_NUM_THREADS"); /* "4" or "4,2": the outer level */
+    if (s && *s) n = strtol(s, NULL, 10);
+    if (n <= 0) {
+#if defined(__linux__) && defined(__GLIBC__)
+        cpu_set_t set;
+        if (sched_getaffinity(0, sizeof set, &set) == 0) {
+            const unsigned char *b = (const unsigned char *)&set;
+            size_t i;
+            for (i = 0; i < sizeof set; i++) n += __builtin_popcount(b[i]);
+        }
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+        if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+    }
+    if (n < 1) n = 1;
+    return n > GDL__POOL_MAX ? GDL__POOL_MAX : (int)n;
+}
+#endif
+
+GPUDL_API int gdl_get_num_threads(void) {
+#ifdef GDL__POOL
+    int n = __atomic_load_n(&gdl__nthreads_want, __ATOMIC_RELAXED);
+    if (n > 0) return n;
+    n = __atomic_load_n(&gdl__nthreads_env, __ATOMIC_RELAXED);
+    if (n > 0) return n;
+    n = gdl__env_threads();
+    __atomic_store_n(&gdl__nthreads_env, n, __ATOMIC_RELAXED);
+    return n;
+#else
+    return 1;
+#endif
+}
+
+GPUDL_API void gdl_set_num_threads(int n) {
+#ifdef GDL__POOL
+    __atomic_store_n(&gdl__nthreads_want, n <= 0 ? 0 : n > GDL__POOL_MAX ? GDL__POOL_MAX : n, __ATOMIC_RELAXED);
+#else
+    (void)n;
+#endif
+}
+
+#ifdef GDL__POOL
+#if defined(__x86_64__) || defined(__i386__)
+#define GDL__POOL_PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__) || defined(__arm__)
+#define GDL__POOL_PAUSE() __asm__ __volatile__("yield")
+#else
+#define GDL__POOL_PAUSE() ((void)0)
+#endif
+#ifndef GDL__POOL_SPIN
+#define GDL__POOL_SPIN 1000 /* pause instructions, ~5-50 us: then sleep */
+#endif
+
+static pthread_mutex_t gdl__pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gdl__pool_work_cv = PTHREAD_COND_INITIALIZER; /* a new job, or stop */
+static pthread_cond_t gdl__pool_done_cv = PTHREAD_COND_INITIALIZER; /* the last task finished */
+static pthread_t gdl__pool_th[GDL__POOL_MAX];
+static int gdl__pool_nworkers;     /* started; changed by the pool's holder only */
+static int gdl__pool_busy;         /* atomic: 1 while a thread holds the pool */
+static uint64_t gdl__pool_state;   /* atomic: generation << 32 | tasks not yet claimed */
+static int gdl__pool_ndone;        /* atomic: tasks of this generation finished */
+static int gdl__pool_sleepers;     /* atomic: workers asleep (or about to be) */
+static int gdl__pool_stop;         /* atomic: workers exit */
+static int gdl__pool_waiting;      /* under mu: the holder sleeps on done_cv */
+static int gdl__pool_hooks;        /* atexit / pthread_atfork registered */
+static gdl__task_fn gdl__pool_fn;  /* the job: written before its generation is published */
+static void *gdl__pool_ctx;
+static int gdl__pool_nt;
+static int gdl__pool_active;       /* atomic: workers 0 .. active-1 take part in this job */
+static uint32_t gdl__pool_gen0[GDL__POOL_MAX]; /* a new worker's generation before its first job */
+static GDL__TLS int gdl__pool_slot; /* 0 on the holder's thread, 1 + index on a worker: whose buffers */
+
+static int gdl__pool_acquire(void) {
+    int free_ = 0;
+    return __atomic_compare_exchange_n(&gdl__pool_busy, &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+static void gdl__pool_release(void) { __atomic_store_n(&gdl__pool_busy, 0, __ATOMIC_RELEASE); }
+
+/* Claims and runs tasks of generation gen until none is left. A successful
+   claim means the job is still in flight, so its fields are stable. */
+static void gdl__pool_claim(uint32_t gen) {
+    uint64_t s = __atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE);
+    while ((uint32_t)(s >> 32) == gen && (uint32_t)s > 0) {
+        if (__atomic_compare_exchange_n(&gdl__pool_state, &s, s - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            const int nt = gdl__pool_nt;
+            gdl__pool_fn(gdl__pool_ctx, nt - (int)(uint32_t)s, nt);
+            if (__atomic_add_fetch(&gdl__pool_ndone, 1, __ATOMIC_ACQ_REL) == nt) {
+                pthread_mutex_lock(&gdl__pool_mu);
+                if (gdl__pool_waiting) pthread_cond_signal(&gdl__pool_done_cv);
+                pthread_mutex_unlock(&gdl__pool_mu);
+            }
+            s = __atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE);
+        }
+    }
+}
+
+static void *gdl__pool_worker(void *arg) {
+    const int index = (int)(intptr_t)arg;
+    uint32_t seen = gdl__pool_gen0[index];
+    gdl__pool_slot = 1 + index;
+    for (;;) {
+        uint32_t gen;
+        int spin = 0;
+        while ((gen = (uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE) >> 32)) == seen &&
+               !__atomic_load_n(&gdl__pool_stop, __ATOMIC_ACQUIRE)) {
+            if (spin++ < GDL__POOL_SPIN) {
+                GDL__POOL_PAUSE();
+                continue;
+            }
+            pthread_mutex_lock(&gdl__pool_mu);
+            __atomic_add_fetch(&gdl__pool_sleepers, 1, __ATOMIC_SEQ_CST);
+            while ((uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_SEQ_CST) >> 32) == seen &&
+                   !__atomic_load_n(&gdl__pool_stop, __ATOMIC_SEQ_CST))
+                pthread_cond_wait(&gdl__pool_work_cv, &gdl__pool_mu);
+            __atomic_sub_fetch(&gdl__pool_sleepers, 1, __ATOMIC_SEQ_CST);
+            pthread_mutex_unlock(&gdl__pool_mu);
+        }
+        if (__atomic_load_n(&gdl__pool_stop, __ATOMIC_ACQUIRE)) return NULL;
+        seen = gen;
+        /* workers past the thread count (it was lowered) sit this job out */
+        if (index < __atomic_load_n(&gdl__pool_active, __ATOMIC_ACQUIRE)) gdl__pool_claim(gen);
+    }
+}
+
+/* Stops and joins the workers (at exit). Skipped while another thread holds
+   the pool: the process is ending anyway. */
+static void gdl__pool_shutdown(void) {
+    int i;
+    if (!gdl__pool_acquire()) return;
+    __atomic_store_n(&gdl__pool_stop, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&gdl__pool_mu);
+    pthread_cond_broadcast(&gdl__pool_work_cv);
+    pthread_mutex_unlock(&gdl__pool_mu);
+    for (i = 0; i < gdl__pool_nworkers; i++) pthread_join(gdl__pool_th[i], NULL);
+    gdl__pool_nworkers = 0;
+    __atomic_store_n(&gdl__pool_stop, 0, __ATOMIC_SEQ_CST);
+    gdl__pool_release();
+}
+
+/* In the child of fork(): only the forking thread exists. Forget the
+   parent's workers (new ones start on demand) and reset the locks, which a
+   parent thread may have held at the fork. */
+static void gdl__pool_after_fork(void) {
+    pthread_mutex_init(&gdl__pool_mu, NULL);
+    pthread_cond_init(&gdl__pool_work_cv, NULL);
+    pthread_cond_init(&gdl__pool_done_cv, NULL);
+    gdl__pool_nworkers = 0;
+    gdl__pool_sleepers = 0;
+    gdl__pool_waiting = 0;
+    gdl__pool_stop = 0;
+    gdl__pool_busy = 0;
+}
+
+/* Runs the job on the holder's thread and the workers (up to
+   gdl_get_num_threads() - 1 of them). The caller holds the pool
+   (gdl__pool_acquire). */
+static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
+    uint32_t gen;
+    int spin = 0, workers = (nt < gdl_get_num_threads() ? nt : gdl_get_num_threads()) - 1;
+    if (nt <= 1) {
+        if (nt == 1) fn(ctx, 0, 1);
+        return;
+    }
+    if (!gdl__pool_hooks) {
+        gdl__pool_hooks = 1;
+        atexit(gdl__pool_shutdown);
+        pthread_atfork(NULL, NULL, gdl__pool_after_fork);
+    }
+    gen = (uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_RELAXED) >> 32);
+    while (gdl__pool_nworkers < workers && gdl__pool_nworkers < GDL__POOL_MAX - 1) {
+        gdl__pool_gen0[gdl__pool_nworkers] = gen;
+        if (pthread_create(&gdl__pool_th[gdl__pool_nworkers], NULL, gdl__pool_worker,
+                           (void *)(intptr_t)gdl__pool_nworkers) != 0)
+            break; /* if one can't start, the caller claims its tasks */
+        gdl__pool_nworkers++;
+    }
+    __atomic_store_n(&gdl__pool_active, workers, __ATOMIC_RELAXED); /* published with the state below */
+    gdl__pool_fn = fn;
+    gdl__pool_ctx = ctx;
+    gdl__pool_nt = nt;
+    __atomic_store_n(&gdl__pool_ndone, 0, __ATOMIC_RELAXED);
+    gen++;
+    __atomic_store_n(&gdl__pool_state, ((uint64_t)gen << 32) | (uint32_t)nt, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&gdl__pool_sleepers, __ATOMIC_SEQ_CST)) {
+        pthread_mutex_lock(&gdl__pool_mu);
+        pthread_cond_broadcast(&gdl__pool_work_cv);
+        pthread_mutex_unlock(&gdl__pool_mu);
+    }
+    gdl__pool_claim(gen);
+    while (__atomic_load_n(&gdl__pool_ndone, __ATOMIC_ACQUIRE) != nt) {
+        if (spin++ < GDL__POOL_SPIN) {
+            GDL__POOL_PAUSE();
+            continue;
+        }
+        pthread_mutex_lock(&gdl__pool_mu);
+        gdl__pool_waiting = 1;
+        while (__atomic_load_n(&gdl__pool_ndone, __ATOMIC_ACQUIRE) != nt)
+            pthread_cond_wait(&gdl__pool_done_cv, &gdl__pool_mu);
+        gdl__pool_waiting = 0;
+        pthread_mutex_unlock(&gdl__pool_mu);
+    }
+}
+#else
+static int gdl__pool_acquire(void) { return 1; }
+static void gdl__pool_release(void) {}
+static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
+    int t;
+    for (t = 0; t < nt; t++) fn(ctx, t, nt);
+}
+#endif /* GDL__POOL */
+
+/* A loop over [0, n) cut into one contiguous range per thread. work (the
+   element count the loop touches) below GDL__PAR_MIN stays on the calling
+   thread: there waking the workers costs more than it saves. Each index is
+   computed the same way whatever range it falls in. */
+#ifndef GDL__PAR_MIN
+#define GDL__PAR_MIN 32768
+#endif
+/* Tasks per thread of a parallel loop: with more tasks than threads, the
+   others take over the work of a thread the OS has descheduled (another
+   busy process on the machine) instead of waiting for it. (The GEMM keeps
+   one rectangle per thread: more would pack its panels more often.) */
+#ifndef GDL__POOL_SPLIT
+#define GDL__POOL_SPLIT 4
+#endif
+typedef void (*gdl__range_fn)(const void *ctx, int64_t lo, int64_t hi);
+typedef struct {
+    gdl__range_fn fn;
+    const void *ctx;
+    int64_t n;
+} gdl__pfor_job;
+
+/* Range boundaries are multiples of 16 (but the last): a kernel with a
+   vector body and a scalar tail then treats each index the same way for
+   any thread count. */
+static int64_t gdl__pfor_bound(int64_t n, int t, int nt) { return t == nt ? n : n * t / nt / 16 * 16; }
+static void gdl__pfor_task(void *p, int t, int nt) {
+    const gdl__pfor_job *j = (const gdl__pfor_job *)p;
+    const int64_t lo = gdl__pfor_bound(j->n, t, nt), hi = gdl__pfor_bound(j->n, t + 1, nt);
+    if (hi > lo) j->fn(j->ctx, lo, hi);
+}
+
+static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+    int64_t nt = work > GDL__PAR_MIN ? (int64_t)GDL__POOL_SPLIT * gdl_get_num_threads() : 1;
+    if (n <= 0) return;
+    if (nt > n) nt = n;
+    if (nt > 1 && gdl__pool_acquire()) {
+        gdl__pfor_job j;
+        j.fn = fn;
+        j.ctx = ctx;
+        j.n = n;
+        gdl__pool_run((int)nt, gdl__pfor_task, &j);
+        gdl__pool_release();
+    } else {
+        fn(ctx, 0, n);
+    }
+}
+

@@ -1,0 +1,635 @@
+/* ---------------------------------------------------------------------------
+   [impl-cpu]   The CPU backend: plain loops over contiguous memory. The
+   reductions accumulate in double and run serially over the reduced
+   dimension, so results do not depend on the thread count.
+   ------------------------------------------------------------------------- */
+
+/* The loops worth threads run through gdl__parallel_for ([impl-pool]): each
+   kernel's arguments in a job struct, its loop in a _part(lo, hi) function. */
+
+/* Each block starts with its size, so that a free knows what it gives back (gdl_memory_stats). 64 bytes
+   keep the alignment malloc gave. The counters belong to the op layer's thread, as the allocations do. */
+#define GDL__CPU_HDR 64
+static gdl_memory_status gdl__cpu_mem;
+static void *gdl__cpu_alloc(size_t bytes) {
+    char *p = bytes <= SIZE_MAX - GDL__CPU_HDR ? (char *)GPUDL_MALLOC(GDL__CPU_HDR + (bytes ? bytes : 1)) : NULL;
+    gdl__cpu_mem.requests++;
+    if (!p) {
+        gdl__set_error("gdl: out of memory allocating %.0f bytes on the host", (double)bytes);
+        return NULL;
+    }
+    memcpy(p, &bytes, sizeof bytes);
+    gdl__cpu_mem.device_mallocs++;
+    gdl__cpu_mem.allocated += bytes;
+    if (gdl__cpu_mem.allocated > gdl__cpu_mem.peak_allocated) gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+    return p + GDL__CPU_HDR;
+}
+static void gdl__cpu_free(void *p) {
+    size_t bytes;
+    if (!p) return;
+    memcpy(&bytes, (char *)p - GDL__CPU_HDR, sizeof bytes);
+    gdl__cpu_mem.allocated -= bytes;
+    gdl__cpu_mem.frees++;
+    GPUDL_FREE((char *)p - GDL__CPU_HDR);
+}
+static int gdl__cpu_memory_stats(int device, gdl_memory_status *s) {
+    (void)device;
+    *s = gdl__cpu_mem;
+    s->reserved = s->allocated; /* nothing is cached */
+    s->peak_reserved = s->peak_allocated;
+    return 0;
+}
+static int gdl__cpu_memory_reset_peak(int device) {
+    (void)device;
+    gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+    return 0;
+}
+static int gdl__cpu_copy(void *dst, const void *src, size_t bytes, int kind) {
+    (void)kind;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return 0;
+}
+static int gdl__cpu_memset0(void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+    return 0;
+}
+static int gdl__cpu_synchronize(void) { return 0; }
+static void *gdl__cpu_host_alloc(size_t bytes) { return gdl__cpu_alloc(bytes); }
+static void gdl__cpu_host_free(void *p) { GPUDL_FREE(p); }
+/* CPU work is finished when its call returns: streams and events are
+   stand-ins that order nothing, distinct non-NULL handles so that callers
+   can tell them from a failure */
+static char gdl__cpu_stream_token, gdl__cpu_event_token;
+static void *gdl__cpu_stream_create(void) { return &gdl__cpu_stream_token; }
+static void gdl__cpu_stream_destroy(void *stream) { (void)stream; }
+static int gdl__cpu_copy_async(void *dst, const void *src, size_t bytes, int kind, void *stream) {
+    (void)stream;
+    return gdl__cpu_copy(dst, src, bytes, kind);
+}
+static void *gdl__cpu_event_create(void) { return &gdl__cpu_event_token; }
+static void gdl__cpu_event_destroy(void *event) { (void)event; }
+static int gdl__cpu_event_record(void *event, void *stream) {
+    (void)event;
+    (void)stream;
+    return 0;
+}
+static int gdl__cpu_stream_wait_event(void *stream, void *event) {
+    (void)stream;
+    (void)event;
+    return 0;
+}
+static int gdl__cpu_event_synchronize(void *event) {
+    (void)event;
+    return 0;
+}
+
+typedef struct {
+    gdl_real *x;
+    int64_t n;
+    gdl_real v;
+} gdl__fill_job;
+static void gdl__fill_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__fill_job *a_ = (const gdl__fill_job *)p_;
+    gdl_real *x = a_->x;
+    gdl_real v = a_->v;
+    int64_t i;
+    for (i = lo_; i < hi_; i++) x[i] = v;
+}
+static int gdl__cpu_fill(gdl_real *x, int64_t n, gdl_real v) {
+    gdl__fill_job j_ = {x, n, v};
+    gdl__parallel_for(n, n, gdl__fill_part, &j_);
+    return 0;
+}
+
+static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n) {
+    int64_t i;
+    size_t ds = gdl_dtype_size(dt), ss = gdl_dtype_size(st);
+    if (dt == st) {
+        memmove(dst, src, (size_t)n * ds);
+        return 0;
+    }
+    if (dt == GDL_F32 && (st == GDL_F16 || st == GDL_BF16)) { /* the low-precision ops' inputs: a tight loop */
+        const uint16_t *h = (const uint16_t *)src;
+        gdl_real *f = (gdl_real *)dst;
+        if (st == GDL_F16)
+            for (i = 0; i < n; i++) f[i] = (gdl_real)gdl_f16_to_f32(h[i]);
+        else
+            for (i = 0; i < n; i++) f[i] = (gdl_real)gdl_bf16_to_f32(h[i]);
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        const void *s = (const char *)src + (size_t)i * ss;
+        void *d = (char *)dst + (size_t)i * ds;
+        if (st == GDL_F32 && (dt == GDL_F16 || dt == GDL_BF16)) {
+            /* direct, so the float rounds once */
+            float v = (float)*(const gdl_real *)s;
+            *(uint16_t *)d = dt == GDL_F16 ? gdl_f32_to_f16(v) : gdl_f32_to_bf16(v);
+        } else {
+            gdl__store(d, dt, gdl__load(s, st));
+        }
+    }
+    return 0;
+}
+
+/* elements a row-major operand spans: rows of cols, ld apart, batch copies s apart */
+static int64_t gdl__gemm_span(int rows, int cols, int ld, int64_t s, int batch) {
+    if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
+    return (int64_t)(rows - 1) * ld + cols + (int64_t)(batch - 1) * (s > 0 ? s : 0);
+}
+static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+                         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
+                         int ldc, int64_t sC, int batch);
+/* f32 copies of the spans (C's gaps between rows too, so they go back as
+   they were), the f32 kernel, C rounded once */
+static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
+                            int batch) {
+    int64_t na, nb, nc;
+    gdl_real *f;
+    int rc;
+    if (M <= 0 || N <= 0 || batch <= 0) return 0;
+    na = K > 0 ? gdl__gemm_span(ta ? K : M, ta ? M : K, lda, sA, batch) : 0;
+    nb = K > 0 ? gdl__gemm_span(tb ? N : K, tb ? K : N, ldb, sB, batch) : 0;
+    nc = gdl__gemm_span(M, N, ldc, sC, batch);
+    if (!(f = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(na + nb + nc + 1)))) {
+        gdl__set_error("%s: out of host memory for a %s GEMM's f32 copies", gdl__be_op, gdl_dtype_name(dt));
+        return -1;
+    }
+    gdl__cpu_cast(f, GDL_F32, A, dt, na);
+    gdl__cpu_cast(f + na, GDL_F32, B, dt, nb);
+    gdl__cpu_cast(f + na + nb, GDL_F32, C, dt, nc);
+    rc = gdl__cpu_gemm(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
+    if (rc == 0) gdl__cpu_cast(C, dt, f + na + nb, GDL_F32, nc);
+    GPUDL_FREE(f);
+    return rc;
+}
+
+static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+                         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
+                         int ldc, int64_t sC, int batch) {
+    int b;
+#ifndef GDL__GEMM_CBLAS
+    if (sC == 0 && batch > 1 && beta == 1 && K > 0 && alpha != 0 && M > 0 && N > 0) {
+        /* every batch accumulates into one C: one call over K segments, so
+           the threads share the whole sum (same bits as the loop below) */
+        gdl__gemm_args g;
+        GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
+        g.transA = ta; g.transB = tb;
+        g.M = M; g.N = N; g.K = K;
+        g.alpha = alpha; g.beta = beta;
+        g.A = A; g.B = B; g.C = C;
+        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+        g.nseg = batch; g.sA = (ptrdiff_t)sA; g.sB = (ptrdiff_t)sB;
+        gdl__gemm_run(&g);
+        return 0;
+    }
+#ifdef GDL__GEMM_BATCH
+    if (sC != 0 && batch > 1 && K > 0 && alpha != 0 && M > 0 && N > 0 && batch >= gdl_get_num_threads() &&
+        gdl_get_num_threads() > 1 && (double)M * N * K * batch >= GDL__GEMM_MT_MIN) {
+        gdl__gemm_args g;
+        GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
+        g.transA = ta; g.transB = tb;
+        g.M = M; g.N = N; g.K = K;
+        g.alpha = alpha; g.beta = beta;
+        g.A = A; g.B = B; g.C = C;
+        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+        g.nseg = 1; g.sA = g.sB = 0;
+        if (gdl__gemm_batch(&g, (ptrdiff_t)sA, (ptrdiff_t)sB, (ptrdiff_t)sC, batch, gdl_get_num_threads())) return 0;
+    }
+#endif
+#endif
+    for (b = 0; b < batch; b++)
+        gdl_gemm_cpu(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, ldc);
+    return 0;
+}
+
+/* Walks `shape` in row-major order, advancing two strided offsets. */
+typedef struct gdl__iter {
+    int ndim;
+    int64_t idx[GDL_MAX_DIMS];
+} gdl__iter;
+
+/* one row of a binary op: o[i] = a[i*sa] op b[i*sb]; the contiguous and
+   broadcast-scalar cases get their own loops so they vectorise */
+static void gdl__bin_row(int op, int64_t n, const gdl_real *a, int64_t sa, const gdl_real *b, int64_t sb, gdl_real *o) {
+    int64_t i;
+    if (sa == 1 && sb == 1) {
+        switch (op) {
+        case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
+        case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
+        case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
+        default: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+        }
+    } else if (sa == 1 && sb == 0) {
+        const gdl_real v = b[0];
+        switch (op) {
+        case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + v; break;
+        case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - v; break;
+        case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * v; break;
+        default: for (i = 0; i < n; i++) o[i] = a[i] / v; break;
+        }
+    } else {
+        switch (op) {
+        case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i * sa] + b[i * sb]; break;
+        case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i * sa] - b[i * sb]; break;
+        case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i * sa] * b[i * sb]; break;
+        default: for (i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; break;
+        }
+    }
+}
+
+/* Walks the outer dims (all but the last) in row-major order, advancing
+   two strided offsets: the odometer shared by binary and sum_to. */
+static void gdl__odometer_step(int ndim, const int64_t *shape, int64_t *idx, int64_t *oa, const int64_t *astr,
+                               int64_t *ob, const int64_t *bstr) {
+    int d;
+    for (d = ndim - 2; d >= 0; d--) {
+        *oa += astr[d];
+        *ob += bstr[d];
+        if (++idx[d] < shape[d]) return;
+        *oa -= astr[d] * shape[d];
+        *ob -= bstr[d] * shape[d];
+        idx[d] = 0;
+    }
+}
+
+static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr,
+                           const gdl_real *b, const int64_t *bstr, gdl_real *out) {
+    int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, oa = 0, ob = 0, idx[GDL_MAX_DIMS] = {0};
+    int d;
+    for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
+    if (inner == 0) return 0;
+    for (r = 0; r < rows; r++) {
+        gdl__bin_row(op, inner, a + oa, ndim ? astr[ndim - 1] : 0, b + ob, ndim ? bstr[ndim - 1] : 0, out + r * inner);
+        gdl__odometer_step(ndim, shape, idx, &oa, astr, &ob, bstr);
+    }
+    return 0;
+}
+
+static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst,
+                           const int64_t *dstr, gdl_real alpha) {
+    int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, i, o = 0, unused = 0, idx[GDL_MAX_DIMS] = {0};
+    int64_t ds = ndim ? dstr[ndim - 1] : 0, zero[GDL_MAX_DIMS] = {0};
+    int d;
+    for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
+    if (inner == 0) return 0;
+    for (r = 0; r < rows; r++) {
+        const gdl_real *p = src + r * inner;
+        gdl_real *q = dst + o;
+        if (ds == 0) { /* the row sums into one element */
+            gdl_real acc = 0;
+            for (i = 0; i < inner; i++) acc += p[i];
+            q[0] += alpha * acc;
+        } else if (ds == 1) {
+            for (i = 0; i < inner; i++) q[i] += alpha * p[i];
+        } else {
+            for (i = 0; i < inner; i++) q[i * ds] += alpha * p[i];
+        }
+        gdl__odometer_step(ndim, shape, idx, &o, dstr, &unused, zero);
+    }
+    return 0;
+}
+
+#define GDL__SQRT_2_OVER_PI 0.7978845608028654
+#define GDL__INV_SQRT_2 0.7071067811865476
+
+static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha) {
+    switch (op) {
+    case GDL_UN_RELU: return x > 0 ? x : 0;
+    case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x;
+    case GDL_UN_SIGMOID: return (gdl_real)(1.0 / (1.0 + exp(-(double)x)));
+    case GDL_UN_TANH: return (gdl_real)tanh((double)x);
+    case GDL_UN_GELU_ERF: return (gdl_real)(0.5 * x * (1.0 + erf(x * GDL__INV_SQRT_2)));
+    case GDL_UN_GELU_TANH:
+        return (gdl_real)(0.5 * x * (1.0 + tanh(GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))));
+    case GDL_UN_EXP: return (gdl_real)exp((double)x);
+    case GDL_UN_LOG: return (gdl_real)log((double)x);
+    case GDL_UN_SCALE: return alpha * x;
+    case GDL_UN_ADD_SCALAR: return x + alpha;
+    default: return (gdl_real)pow((double)x, (double)alpha); /* GDL_UN_POW */
+    }
+}
+
+/* d y / d x at x (y = f(x) given) */
+static double gdl__unary_grad1(int op, double x, double y, double alpha) {
+    switch (op) {
+    case GDL_UN_RELU: return x > 0 ? 1 : 0;
+    case GDL_UN_LEAKY_RELU: return x > 0 ? 1 : alpha;
+    case GDL_UN_SIGMOID: return y * (1 - y);
+    case GDL_UN_TANH: return 1 - y * y;
+    case GDL_UN_GELU_ERF: return 0.5 * (1 + erf(x * GDL__INV_SQRT_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+    case GDL_UN_GELU_TANH: {
+        double u = GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x), th = tanh(u);
+        return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * GDL__SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x);
+    }
+    case GDL_UN_EXP: return y;
+    case GDL_UN_LOG: return 1 / x;
+    case GDL_UN_SCALE: return alpha;
+    case GDL_UN_ADD_SCALAR: return 1;
+    default: return alpha * pow(x, alpha - 1); /* GDL_UN_POW */
+    }
+}
+
+/* the cheap ops get their own loops (they vectorise); the rest go through
+   gdl__unary1 */
+/* The unary ops that cost more than a memory pass, in parallel. */
+typedef struct {
+    int op;
+    const gdl_real *x, *y, *gy;
+    gdl_real *out;
+    gdl_real alpha;
+} gdl__unary_job;
+static void gdl__unary_part(const void *p, int64_t lo, int64_t hi) {
+    const gdl__unary_job *j = (const gdl__unary_job *)p;
+    int64_t i;
+    for (i = lo; i < hi; i++) j->out[i] = gdl__unary1(j->op, j->x[i], j->alpha);
+}
+static void gdl__unary_backward_part(const void *p, int64_t lo, int64_t hi) {
+    const gdl__unary_job *j = (const gdl__unary_job *)p;
+    int64_t i;
+    for (i = lo; i < hi; i++) j->out[i] += (gdl_real)(j->gy[i] * gdl__unary_grad1(j->op, j->x[i], j->y[i], j->alpha));
+}
+static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
+    int64_t i;
+    switch (op) {
+    case GDL_UN_RELU:
+        for (i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+        break;
+    case GDL_UN_SCALE:
+        for (i = 0; i < n; i++) y[i] = alpha * x[i];
+        break;
+    case GDL_UN_ADD_SCALAR:
+        for (i = 0; i < n; i++) y[i] = x[i] + alpha;
+        break;
+    default: {
+        gdl__unary_job j = {op, x, NULL, NULL, y, alpha};
+        gdl__parallel_for(n, n, gdl__unary_part, &j);
+        break;
+    }
+    }
+    return 0;
+}
+static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
+                                   gdl_real *gx, gdl_real alpha) {
+    int64_t i;
+    switch (op) {
+    case GDL_UN_RELU:
+        for (i = 0; i < n; i++) gx[i] += x[i] > 0 ? gy[i] : 0;
+        break;
+    case GDL_UN_LEAKY_RELU:
+        for (i = 0; i < n; i++) gx[i] += x[i] > 0 ? gy[i] : alpha * gy[i];
+        break;
+    case GDL_UN_SCALE:
+        for (i = 0; i < n; i++) gx[i] += alpha * gy[i];
+        break;
+    case GDL_UN_ADD_SCALAR:
+        for (i = 0; i < n; i++) gx[i] += gy[i];
+        break;
+    case GDL_UN_SIGMOID:
+        for (i = 0; i < n; i++) gx[i] += gy[i] * y[i] * (1 - y[i]);
+        break;
+    case GDL_UN_TANH:
+        for (i = 0; i < n; i++) gx[i] += gy[i] * (1 - y[i] * y[i]);
+        break;
+    default: {
+        gdl__unary_job j = {op, x, y, gy, gx, alpha};
+        gdl__parallel_for(n, n, gdl__unary_backward_part, &j);
+        break;
+    }
+    }
+    return 0;
+}
+
+typedef struct {
+    int op;
+    int64_t outer;
+    int64_t n;
+    int64_t inner;
+    const gdl_real *x;
+    gdl_real *y;
+    int32_t *idx;
+    int accumulate;
+} gdl__reduce_job;
+static void gdl__reduce_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__reduce_job *a_ = (const gdl__reduce_job *)p_;
+    int op = a_->op;
+    int64_t n = a_->n;
+    int64_t inner = a_->inner;
+    const gdl_real *x = a_->x;
+    gdl_real *y = a_->y;
+    int32_t *idx = a_->idx;
+    int accumulate = a_->accumulate;
+    int64_t o;
+    for (o = lo_; o < hi_; o++) {
+        int64_t i, k;
+        for (i = 0; i < inner; i++) {
+            const gdl_real *p = x + o * n * inner + i;
+            gdl_real r;
+            if (op == GDL_RED_MAX) {
+                int64_t best = 0;
+                for (k = 1; k < n; k++)
+                    if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+                        best = k; /* first max; NaN wins as in PyTorch */
+                r = n ? p[best * inner] : (gdl_real)-INFINITY;
+                if (idx) idx[o * inner + i] = (int32_t)best;
+            } else {
+                double s = 0;
+                for (k = 0; k < n; k++) s += p[k * inner];
+                r = (gdl_real)(op == GDL_RED_MEAN ? s / (double)n : s);
+            }
+            if (accumulate) y[o * inner + i] += r;
+            else y[o * inner + i] = r;
+        }
+    }
+}
+static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y,
+                           int32_t *idx, int accumulate) {
+    gdl__reduce_job j_ = {op, outer, n, inner, x, y, idx, accumulate};
+    gdl__parallel_for(outer, outer * n * inner, gdl__reduce_part, &j_);
+    return 0;
+}
+
+/* Fused bias + activation (gdl_linear_act, gdl_conv2d_act). The arithmetic is
+   the unfused ops' own (binary add in f32, then gdl__unary1; the backward's
+   gdl__unary_grad1 product rounded and added to zero), so the fused path is
+   bitwise the unfused one. */
+typedef struct {
+    int act;
+    int64_t C, inner;
+    const gdl_real *bias, *pre, *gy;
+    gdl_real *y, *out;
+} gdl__act_job;
+static void gdl__bias_act_part(const void *p, int64_t lo, int64_t hi) {
+    const gdl__act_job *j = (const gdl__act_job *)p;
+    int64_t i;
+    for (i = lo; i < hi; i++) {
+        gdl_real v = j->y[i];
+        if (j->bias) v = v + j->bias[(i / j->inner) % j->C];
+        if (j->out) j->out[i] = v;
+        j->y[i] = j->act < 0 ? v : j->act == GDL_UN_RELU ? (v > 0 ? v : 0) : gdl__unary1(j->act, v, 0);
+    }
+}
+static int gdl__cpu_bias_act(int act, int64_t outer, int64_t C, int64_t inner, const gdl_real *bias, gdl_real *y,
+                             gdl_real *pre) {
+    gdl__act_job j;
+    int64_t n = outer * C * inner;
+    memset(&j, 0, sizeof j);
+    j.act = act; j.C = C; j.inner = inner ? inner : 1; j.bias = bias; j.y = y; j.out = pre;
+    gdl__parallel_for(n, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * n : n, gdl__bias_act_part, &j);
+    return 0;
+}
+static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, const gdl_real *w, const gdl_real *bias,
+                               gdl_real *y, gdl_real *pre) {
+    if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
+    return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
+}
+static void gdl__act_backward_part(const void *p, int64_t lo, int64_t hi) {
+    const gdl__act_job *j = (const gdl__act_job *)p;
+    int64_t i;
+    if (j->act < 0)
+        for (i = lo; i < hi; i++) j->out[i] = (gdl_real)0 + j->gy[i];
+    else if (j->act == GDL_UN_RELU)
+        for (i = lo; i < hi; i++) j->out[i] = (gdl_real)0 + (j->pre[i] > 0 ? j->gy[i] : 0);
+    else
+        for (i = lo; i < hi; i++)
+            j->out[i] = (gdl_real)0 + (gdl_real)(j->gy[i] * gdl__unary_grad1(j->act, j->pre[i], 0, 0));
+}
+static int gdl__cpu_act_backward_reduce(int act, int64_t outer, int64_t n, int64_t inner, const gdl_real *pre,
+                                        const gdl_real *gy, gdl_real *gpre, gdl_real *sum, int accumulate) {
+    gdl__act_job j;
+    int64_t total = outer * n * inner;
+    memset(&j, 0, sizeof j);
+    j.act = act; j.pre = pre; j.gy = gy; j.out = gpre;
+    gdl__parallel_for(total, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * total : total,
+                      gdl__act_backward_part, &j);
+    return sum ? gdl__cpu_reduce(GDL_RED_SUM, outer, n, inner, gpre, sum, NULL, accumulate) : 0;
+}
+
+typedef struct {
+    int op;
+    int64_t outer;
+    int64_t n;
+    int64_t inner;
+    const gdl_real *gy;
+    const int32_t *idx;
+    gdl_real *gx;
+} gdl__reduce_backward_job;
+static void gdl__reduce_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__reduce_backward_job *a_ = (const gdl__reduce_backward_job *)p_;
+    int op = a_->op;
+    int64_t n = a_->n;
+    int64_t inner = a_->inner;
+    const gdl_real *gy = a_->gy;
+    const int32_t *idx = a_->idx;
+    gdl_real *gx = a_->gx;
+    int64_t o;
+    for (o = lo_; o < hi_; o++) {
+        int64_t i, k;
+        for (i = 0; i < inner; i++) {
+            gdl_real g = gy[o * inner + i];
+            if (op == GDL_RED_MAX) {
+                gx[(o * n + idx[o * inner + i]) * inner + i] += g;
+            } else {
+                if (op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
+                for (k = 0; k < n; k++) gx[(o * n + k) * inner + i] += g;
+            }
+        }
+    }
+}
+static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *gy,
+                                    const int32_t *idx, gdl_real *gx) {
+    gdl__reduce_backward_job j_ = {op, outer, n, inner, gy, idx, gx};
+    gdl__parallel_for(outer, outer * n * inner, gdl__reduce_backward_part, &j_);
+    return 0;
+}
+
+static int gdl__cpu_argmax(int64_t outer, int64_t n, int64_t inner, const gdl_real *x, int32_t *out) {
+    int64_t o, i, k;
+    for (o = 0; o < outer; o++)
+        for (i = 0; i < inner; i++) {
+            const gdl_real *p = x + o * n * inner + i;
+            int64_t best = 0;
+            for (k = 1; k < n; k++)
+                if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+                    best = k; /* first max; NaN wins, as in max_dim and PyTorch */
+            out[o * inner + i] = (int32_t)best;
+        }
+    return 0;
+}
+
+typedef struct {
+    int log_;
+    int64_t outer;
+    int64_t n;
+    int64_t inner;
+    const gdl_real *x;
+    gdl_real *y;
+} gdl__softmax_job;
+static void gdl__softmax_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__softmax_job *a_ = (const gdl__softmax_job *)p_;
+    int log_ = a_->log_;
+    int64_t n = a_->n;
+    int64_t inner = a_->inner;
+    const gdl_real *x = a_->x;
+    gdl_real *y = a_->y;
+    int64_t o;
+    for (o = lo_; o < hi_; o++) {
+        int64_t i, k;
+        for (i = 0; i < inner; i++) {
+            const gdl_real *p = x + o * n * inner + i;
+            gdl_real *q = y + o * n * inner + i;
+            double mx = -INFINITY, s = 0, lse;
+            for (k = 0; k < n; k++)
+                if (p[k * inner] > mx) mx = p[k * inner];
+            for (k = 0; k < n; k++) s += exp(p[k * inner] - mx);
+            lse = mx + log(s);
+            for (k = 0; k < n; k++)
+                q[k * inner] = (gdl_real)(log_ ? p[k * inner] - lse : exp(p[k * inner] - lse));
+        }
+    }
+}
+static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y) {
+    gdl__softmax_job j_ = {log_, outer, n, inner, x, y};
+    gdl__parallel_for(outer, outer * n * inner, gdl__softmax_part, &j_);
+    return 0;
+}
+
+typedef struct {
+    int log_;
+    int64_t outer;
+    int64_t n;
+    int64_t inner;
+    const gdl_real *y;
+    const gdl_real *gy;
+    gdl_real *gx;
+} gdl__softmax_backward_job;
+static void gdl__softmax_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__softmax_backward_job *a_ = (const gdl__softmax_backward_job *)p_;
+    int log_ = a_->log_;
+    int64_t n = a_->n;
+    int64_t inner = a_->inner;
+    const gdl_real *y = a_->y;
+    const gdl_real *gy = a_->gy;
+    gdl_real *gx = a_->gx;
+    int64_t o;
+    for (o = lo_; o < hi_; o++) {
+        int64_t i, k;
+        for (i = 0; i < inner; i++) {
+            int64_t base = o * n * inner + i;
+            double s = 0;
+            for (k = 0; k < n; k++)
+                s += log_ ? gy[base + k * inner] : gy[base + k * inner] * y[base + k * inner];
+            for (k = 0; k < n; k++) {
+                int64_t j = base + k * inner;
+                gx[j] += (gdl_real)(log_ ? gy[j] - exp(y[j]) * s : y[j] * (gy[j] - s));
+            }
+        }
+    }
+}
+static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y,
+                                     const gdl_real *gy, gdl_real *gx) {
+    gdl__softmax_backward_job j_ = {log_, outer, n, inner, y, gy, gx};
+    gdl__parallel_for(outer, outer * n * inner, gdl__softmax_backward_part, &j_);
+    return 0;
+}
+

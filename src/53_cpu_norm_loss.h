@@ -1,0 +1,452 @@
+typedef struct {
+    int64_t N;
+    int64_t C;
+    int64_t S;
+    const gdl_real *x;
+    const gdl_real *gamma;
+    const gdl_real *beta;
+    gdl_real *y;
+    gdl_real *mean;
+    gdl_real *invstd;
+    gdl_real *run_mean;
+    gdl_real *run_var;
+    int training;
+    double momentum;
+    double eps;
+} gdl__batchnorm_job;
+static void gdl__batchnorm_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__batchnorm_job *a_ = (const gdl__batchnorm_job *)p_;
+    int64_t N = a_->N;
+    int64_t C = a_->C;
+    int64_t S = a_->S;
+    const gdl_real *x = a_->x;
+    const gdl_real *gamma = a_->gamma;
+    const gdl_real *beta = a_->beta;
+    gdl_real *y = a_->y;
+    gdl_real *mean = a_->mean;
+    gdl_real *invstd = a_->invstd;
+    gdl_real *run_mean = a_->run_mean;
+    gdl_real *run_var = a_->run_var;
+    int training = a_->training;
+    double momentum = a_->momentum;
+    double eps = a_->eps;
+    int64_t c;
+    for (c = lo_; c < hi_; c++) {
+        int64_t n, s, M = N * S;
+        double mu, var, is, gm = gamma ? gamma[c] : 1, bt = beta ? beta[c] : 0;
+        if (training) {
+            double sum = 0, sq = 0;
+            for (n = 0; n < N; n++)
+                for (s = 0; s < S; s++) sum += x[(n * C + c) * S + s];
+            mu = sum / (double)M;
+            for (n = 0; n < N; n++)
+                for (s = 0; s < S; s++) {
+                    double d = x[(n * C + c) * S + s] - mu;
+                    sq += d * d;
+                }
+            var = sq / (double)M;
+            if (run_mean) {
+                run_mean[c] = (gdl_real)((1 - momentum) * run_mean[c] + momentum * mu);
+                run_var[c] = (gdl_real)((1 - momentum) * run_var[c] + momentum * (M > 1 ? sq / (double)(M - 1) : var));
+            }
+        } else {
+            mu = run_mean[c];
+            var = run_var[c];
+        }
+        is = 1.0 / sqrt(var + eps);
+        mean[c] = (gdl_real)mu;
+        invstd[c] = (gdl_real)is;
+        for (n = 0; n < N; n++)
+            for (s = 0; s < S; s++) {
+                int64_t j = (n * C + c) * S + s;
+                y[j] = (gdl_real)((x[j] - mu) * is * gm + bt);
+            }
+    }
+}
+static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
+                              const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
+                              gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps) {
+    gdl__batchnorm_job j_ = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps};
+    gdl__parallel_for(C, N * C * S, gdl__batchnorm_part, &j_);
+    return 0;
+}
+
+typedef struct {
+    int64_t N;
+    int64_t C;
+    int64_t S;
+    const gdl_real *x;
+    const gdl_real *gy;
+    const gdl_real *gamma;
+    const gdl_real *mean;
+    const gdl_real *invstd;
+    int training;
+    gdl_real *gx;
+    gdl_real *ggamma;
+    gdl_real *gbeta;
+} gdl__batchnorm_backward_job;
+static void gdl__batchnorm_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__batchnorm_backward_job *a_ = (const gdl__batchnorm_backward_job *)p_;
+    int64_t N = a_->N;
+    int64_t C = a_->C;
+    int64_t S = a_->S;
+    const gdl_real *x = a_->x;
+    const gdl_real *gy = a_->gy;
+    const gdl_real *gamma = a_->gamma;
+    const gdl_real *mean = a_->mean;
+    const gdl_real *invstd = a_->invstd;
+    int training = a_->training;
+    gdl_real *gx = a_->gx;
+    gdl_real *ggamma = a_->ggamma;
+    gdl_real *gbeta = a_->gbeta;
+    int64_t c;
+    for (c = lo_; c < hi_; c++) {
+        int64_t n, s, M = N * S;
+        double sg = 0, sgx = 0, mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1;
+        for (n = 0; n < N; n++)
+            for (s = 0; s < S; s++) {
+                int64_t j = (n * C + c) * S + s;
+                sg += gy[j];
+                sgx += gy[j] * (x[j] - mu) * is;
+            }
+        if (ggamma) ggamma[c] += (gdl_real)sgx;
+        if (gbeta) gbeta[c] += (gdl_real)sg;
+        if (!gx) continue;
+        for (n = 0; n < N; n++)
+            for (s = 0; s < S; s++) {
+                int64_t j = (n * C + c) * S + s;
+                if (training)
+                    gx[j] += (gdl_real)(gm * is / (double)M * ((double)M * gy[j] - sg - (x[j] - mu) * is * sgx));
+                else
+                    gx[j] += (gdl_real)(gy[j] * gm * is);
+            }
+    }
+}
+static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
+                                       const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
+                                       int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
+    gdl__batchnorm_backward_job j_ = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta};
+    gdl__parallel_for(C, N * C * S, gdl__batchnorm_backward_part, &j_);
+    return 0;
+}
+
+/* The low-precision entries on the CPU, which has no bf16/f16 arithmetic:
+   the operands widened to f32 in malloc'd memory (not the arena, so only
+   the low-precision tensors stay for backward), the f32 kernel, the output
+   rounded once -- as gdl__cpu_gemm_lp. An accumulated output (x, gx) is
+   widened too, so its old value and the new sum round once together. */
+static gdl_real *gdl__cpu_lp_wide(gdl_dtype dt, int nbuf, const void *const *src, const int64_t *n, gdl_real **out) {
+    int64_t total = 1;
+    int k;
+    gdl_real *f;
+    for (k = 0; k < nbuf; k++) total += n[k] > 0 ? n[k] : 0;
+    if (!(f = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)total))) {
+        gdl__set_error("%s: out of host memory for the f32 copies of a %s kernel", gdl__be_op, gdl_dtype_name(dt));
+        return NULL;
+    }
+    total = 0;
+    for (k = 0; k < nbuf; k++) {
+        out[k] = f + total;
+        if (src[k] && n[k] > 0) gdl__cpu_cast(out[k], GDL_F32, src[k], dt, n[k]);
+        total += n[k] > 0 ? n[k] : 0;
+    }
+    return f;
+}
+static int gdl__cpu_lp_check(const char *entry, gdl_dtype dt) {
+    if (dt == GDL_F16 || dt == GDL_BF16) return 0;
+    gdl__set_error("%s: the low-precision %s takes f16 or bf16, not %s", gdl__be_op, entry, gdl_dtype_name(dt));
+    return -1;
+}
+#define GDL__GEOM_IN(g) ((int64_t)(g)->N * (g)->C * (g)->H * (g)->W)
+#define GDL__GEOM_OUT(g) ((int64_t)(g)->N * (g)->C * (g)->OH * (g)->OW)
+#define GDL__GEOM_COL(g) (GDL__GEOM_OUT(g) * (g)->KH * (g)->KW)
+
+/* im2col moves values without arithmetic: the 16-bit patterns are gathered
+   as they are (f16 and bf16 alike; +0 is 0 in both), in the f32 kernel's
+   layout, planes split over the threads */
+typedef struct {
+    const gdl_conv_geom *g;
+    const uint16_t *x;
+    uint16_t *col;
+} gdl__im2col16_job;
+static void gdl__im2col16_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__im2col16_job *a_ = (const gdl__im2col16_job *)p_;
+    const gdl_conv_geom *g = a_->g;
+    int64_t nc, OHW = (int64_t)g->OH * g->OW;
+    for (nc = lo_; nc < hi_; nc++) {
+        const uint16_t *xp = a_->x + nc * g->H * g->W;
+        uint16_t *cp = a_->col + nc * g->KH * g->KW * OHW;
+        int kh, kw, oh, ow;
+        for (kh = 0; kh < g->KH; kh++)
+            for (kw = 0; kw < g->KW; kw++)
+                for (oh = 0; oh < g->OH; oh++) {
+                    int ih = oh * g->SH - g->PH + kh * g->DH;
+                    uint16_t *r = cp + (kh * g->KW + kw) * OHW + (int64_t)oh * g->OW;
+                    if (ih < 0 || ih >= g->H) {
+                        memset(r, 0, sizeof(uint16_t) * (size_t)g->OW);
+                        continue;
+                    }
+                    for (ow = 0; ow < g->OW; ow++) {
+                        int iw = ow * g->SW - g->PW + kw * g->DW;
+                        r[ow] = iw >= 0 && iw < g->W ? xp[(int64_t)ih * g->W + iw] : (uint16_t)0;
+                    }
+                }
+    }
+}
+static int gdl__cpu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+    gdl__im2col16_job j_;
+    if (gdl__cpu_lp_check("im2col", dt) < 0) return -1;
+    j_.g = g;
+    j_.x = (const uint16_t *)x;
+    j_.col = (uint16_t *)col;
+    gdl__parallel_for((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &j_);
+    return 0;
+}
+static int gdl__cpu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    if (gdl__cpu_lp_check("col2im", dt) < 0) return -1;
+    src[0] = col; n[0] = GDL__GEOM_COL(g); src[1] = x; n[1] = GDL__GEOM_IN(g);
+    if (n[0] <= 0 || n[1] <= 0) return 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    gdl__cpu_col2im(g, b[0], b[1]);
+    gdl__cpu_cast(x, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return 0;
+}
+/* pooling forward (avg selects avgpool; idx for the max) */
+static int gdl__cpu_pool_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    if (gdl__cpu_lp_check(avg ? "avgpool" : "maxpool", dt) < 0) return -1;
+    src[0] = x; n[0] = GDL__GEOM_IN(g); src[1] = NULL; n[1] = GDL__GEOM_OUT(g);
+    if (n[1] <= 0) return 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    if (avg) gdl__cpu_avgpool(g, b[0], b[1]);
+    else gdl__cpu_maxpool(g, b[0], b[1], idx);
+    gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return 0;
+}
+static int gdl__cpu_pool_backward_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const void *gy, const int32_t *idx,
+                                     void *gx) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    if (gdl__cpu_lp_check(avg ? "avgpool_backward" : "maxpool_backward", dt) < 0) return -1;
+    src[0] = gy; n[0] = GDL__GEOM_OUT(g); src[1] = gx; n[1] = GDL__GEOM_IN(g);
+    if (n[0] <= 0 || n[1] <= 0) return 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    if (avg) gdl__cpu_avgpool_backward(g, b[0], b[1]);
+    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1]);
+    gdl__cpu_cast(gx, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return 0;
+}
+static int gdl__cpu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    return gdl__cpu_pool_lp(dt, 0, g, x, y, idx);
+}
+static int gdl__cpu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
+    return gdl__cpu_pool_backward_lp(dt, 0, g, gy, idx, gx);
+}
+static int gdl__cpu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+    return gdl__cpu_pool_lp(dt, 1, g, x, y, NULL);
+}
+static int gdl__cpu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+    return gdl__cpu_pool_backward_lp(dt, 1, g, gy, NULL, gx);
+}
+static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
+                                 const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
+                                 gdl_real *run_var, int training, double momentum, double eps) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    int rc;
+    if (gdl__cpu_lp_check("batchnorm", dt) < 0) return -1;
+    src[0] = x; n[0] = N * C * S; src[1] = NULL; n[1] = N * C * S;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps);
+    if (rc == 0) gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return rc;
+}
+static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
+                                          const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
+                                          int training, void *gx, gdl_real *ggamma, gdl_real *gbeta) {
+    const void *src[3];
+    int64_t n[3];
+    gdl_real *b[3], *f;
+    int rc;
+    if (gdl__cpu_lp_check("batchnorm_backward", dt) < 0) return -1;
+    src[0] = x; src[1] = gy; src[2] = gx;
+    n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 3, src, n, b))) return -1;
+    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], gamma, mean, invstd, training, gx ? b[2] : NULL, ggamma, gbeta);
+    if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
+    GPUDL_FREE(f);
+    return rc;
+}
+
+typedef struct {
+    int64_t rows;
+    int64_t D;
+    const gdl_real *x;
+    const gdl_real *gamma;
+    const gdl_real *beta;
+    double eps;
+    gdl_real *y;
+    gdl_real *mean;
+    gdl_real *rstd;
+} gdl__layernorm_job;
+static void gdl__layernorm_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__layernorm_job *a_ = (const gdl__layernorm_job *)p_;
+    int64_t D = a_->D;
+    const gdl_real *x = a_->x;
+    const gdl_real *gamma = a_->gamma;
+    const gdl_real *beta = a_->beta;
+    double eps = a_->eps;
+    gdl_real *y = a_->y;
+    gdl_real *mean = a_->mean;
+    gdl_real *rstd = a_->rstd;
+    int64_t r;
+    for (r = lo_; r < hi_; r++) {
+        const gdl_real *p = x + r * D;
+        double s = 0, sq = 0, mu, rs;
+        int64_t k;
+        for (k = 0; k < D; k++) s += p[k];
+        mu = s / (double)D;
+        for (k = 0; k < D; k++) sq += (p[k] - mu) * (p[k] - mu);
+        rs = 1.0 / sqrt(sq / (double)D + eps);
+        mean[r] = (gdl_real)mu;
+        rstd[r] = (gdl_real)rs;
+        for (k = 0; k < D; k++)
+            y[r * D + k] = (gdl_real)((p[k] - mu) * rs * (gamma ? gamma[k] : 1) + (beta ? beta[k] : 0));
+    }
+}
+static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
+                              const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd) {
+    gdl__layernorm_job j_ = {rows, D, x, gamma, beta, eps, y, mean, rstd};
+    gdl__parallel_for(rows, rows * D, gdl__layernorm_part, &j_);
+    return 0;
+}
+
+static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy,
+                                       const gdl_real *gamma, const gdl_real *mean, const gdl_real *rstd,
+                                       gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
+    int64_t r, k;
+    for (r = 0; r < rows; r++) { /* serial over rows: ggamma/gbeta accumulate */
+        const gdl_real *p = x + r * D, *g = gy + r * D;
+        double mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
+        for (k = 0; k < D; k++) {
+            double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
+            s1 += gh;
+            s2 += gh * xh;
+            if (ggamma) ggamma[k] += (gdl_real)(g[k] * xh);
+            if (gbeta) gbeta[k] += g[k];
+        }
+        if (gx)
+            for (k = 0; k < D; k++) {
+                double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
+                gx[r * D + k] += (gdl_real)(rs * (gh - s1 / (double)D - xh * s2 / (double)D));
+            }
+    }
+    return 0;
+}
+
+static int gdl__cpu_embedding(int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *W, gdl_real *out) {
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= V) memset(out + i * D, 0, sizeof(gdl_real) * (size_t)D);
+        else memcpy(out + i * D, W + (int64_t)idx[i] * D, sizeof(gdl_real) * (size_t)D);
+    }
+    return 0;
+}
+static int gdl__cpu_embedding_backward(int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *gy,
+                                       gdl_real *gW) {
+    int64_t i, k;
+    for (i = 0; i < n; i++)
+        if (idx[i] >= 0 && idx[i] < V)
+            for (k = 0; k < D; k++) gW[(int64_t)idx[i] * D + k] += gy[i * D + k];
+    return 0;
+}
+
+/* log-sum-exp of a row, stable */
+static double gdl__lse(const gdl_real *p, int64_t C) {
+    double mx = -INFINITY, s = 0;
+    int64_t c;
+    for (c = 0; c < C; c++)
+        if (p[c] > mx) mx = p[c];
+    for (c = 0; c < C; c++) s += exp(p[c] - mx);
+    return mx + log(s);
+}
+
+static int gdl__cpu_xent(int64_t B, int64_t C, const gdl_real *x, const int32_t *tgt, int ignore_index,
+                         double smoothing, int from_log_probs, int reduction, gdl_real *rows, gdl_real *out,
+                         gdl_real *count) {
+    int64_t b, c, cnt = 0;
+    double total = 0;
+    for (b = 0; b < B; b++) {
+        const gdl_real *p = x + b * C;
+        double lse = from_log_probs ? 0 : gdl__lse(p, C), sum_lp = 0, l;
+        if (tgt[b] == ignore_index) {
+            rows[b] = 0;
+            continue;
+        }
+        if (smoothing > 0)
+            for (c = 0; c < C; c++) sum_lp += p[c] - lse;
+        l = -((1 - smoothing) * (p[tgt[b]] - lse) + smoothing / (double)C * sum_lp);
+        rows[b] = (gdl_real)l;
+        total += l;
+        cnt++;
+    }
+    if (count) count[0] = (gdl_real)cnt;
+    if (reduction == GDL_REDUCE_SUM) out[0] = (gdl_real)total;
+    else if (reduction == GDL_REDUCE_MEAN) out[0] = (gdl_real)(total / (double)cnt); /* 0/0 = NaN as PyTorch */
+    return 0;
+}
+
+static int gdl__cpu_xent_backward(int64_t B, int64_t C, const gdl_real *x, const int32_t *tgt, int ignore_index,
+                                  double smoothing, int from_log_probs, int reduction, const gdl_real *gy,
+                                  const gdl_real *count, gdl_real *gx) {
+    int64_t b, c;
+    for (b = 0; b < B; b++) {
+        const gdl_real *p = x + b * C;
+        double g, lse;
+        if (tgt[b] == ignore_index) continue;
+        g = reduction == GDL_REDUCE_NONE ? gy[b] : reduction == GDL_REDUCE_SUM ? gy[0] : gy[0] / (double)count[0];
+        lse = from_log_probs ? 0 : gdl__lse(p, C);
+        for (c = 0; c < C; c++) {
+            double target = (1 - smoothing) * (c == tgt[b]) + smoothing / (double)C;
+            double d = from_log_probs ? -target : exp(p[c] - lse) - target;
+            gx[b * C + c] += (gdl_real)(g * d);
+        }
+    }
+    return 0;
+}
+
+static int gdl__cpu_pointwise_loss(int kind, int64_t n, const gdl_real *x, const gdl_real *y, gdl_real *out) {
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double a = x[i], t = y[i];
+        out[i] = (gdl_real)(kind == GDL_LOSS_MSE ? (a - t) * (a - t) : (a > 0 ? a : 0) - a * t + log1p(exp(-fabs(a))));
+    }
+    return 0;
+}
+static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real *x, const gdl_real *y,
+                                            const gdl_real *gout, gdl_real *gx, gdl_real *gy) {
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double a = x[i], t = y[i], g = gout[i];
+        if (kind == GDL_LOSS_MSE) {
+            if (gx) gx[i] += (gdl_real)(2 * (a - t) * g);
+            if (gy) gy[i] -= (gdl_real)(2 * (a - t) * g);
+        } else {
+            if (gx) gx[i] += (gdl_real)((1.0 / (1.0 + exp(-a)) - t) * g);
+            if (gy) gy[i] -= (gdl_real)(a * g);
+        }
+    }
+    return 0;
+}
+

@@ -1,0 +1,427 @@
+typedef struct {
+    int64_t n;
+    gdl_real *p;
+    const gdl_real *g;
+    gdl_real *buf;
+    double lr;
+    double momentum;
+    double dampening;
+    double weight_decay;
+    int nesterov;
+    int first_step;
+    const uint16_t *glow; /* master weights (gdl_opt_tensor): the gradient of dtype low, ... */
+    uint16_t *plow;       /* ... and the parameter rounded from the f32 master p */
+    int low;
+} gdl__sgd_job;
+/* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even); bf16 spelt
+   out (gdl_bf16_to_f32, gdl_f32_to_bf16) so the loops below keep no call */
+static float gdl__opt_lowf(int low, uint16_t h) {
+    return low == GDL_F16 ? gdl_f16_to_f32(h) : gdl__bits_f32((uint32_t)h << 16);
+}
+static uint16_t gdl__opt_round(int low, float f) {
+    uint32_t x, r, q;
+    if (low == GDL_F16) return gdl_f32_to_f16(f);
+    x = gdl__f32_bits(f);
+    r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    q = (x >> 16) | 0x40u;                                  /* a NaN stays a (quiet) NaN */
+    return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? q : r); /* a select: the loops vectorise */
+}
+static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__sgd_job *a_ = (const gdl__sgd_job *)p_;
+    gdl_real *p = a_->p;
+    const gdl_real *g = a_->g;
+    gdl_real *buf = a_->buf;
+    double lr = a_->lr;
+    double momentum = a_->momentum;
+    double dampening = a_->dampening;
+    double weight_decay = a_->weight_decay;
+    int nesterov = a_->nesterov;
+    int first_step = a_->first_step;
+    int64_t i;
+    if (a_->low) { /* the same formula on the f32 master, the gradient read from dtype low */
+        const uint16_t *glow = a_->glow;
+        uint16_t *plow = a_->plow;
+        const int low = a_->low;
+        if (low == GDL_BF16) /* the loop below with the dtype a constant (no call: vectorised) */
+            for (i = lo_; i < hi_; i++) {
+                double d = (double)gdl__opt_lowf(GDL_BF16, glow[i]) + weight_decay * p[i];
+                if (momentum != 0) {
+                    double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
+                    buf[i] = (gdl_real)b;
+                    d = nesterov ? d + momentum * b : b;
+                }
+                p[i] = (gdl_real)(p[i] - lr * d);
+                plow[i] = gdl__opt_round(GDL_BF16, (float)p[i]);
+            }
+        else for (i = lo_; i < hi_; i++) {
+            double d = (double)gdl__opt_lowf(low, glow[i]) + weight_decay * p[i];
+            if (momentum != 0) {
+                double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
+                buf[i] = (gdl_real)b;
+                d = nesterov ? d + momentum * b : b;
+            }
+            p[i] = (gdl_real)(p[i] - lr * d);
+            plow[i] = gdl__opt_round(low, (float)p[i]);
+        }
+        return;
+    }
+    for (i = lo_; i < hi_; i++) {
+        double d = g[i] + weight_decay * p[i];
+        if (momentum != 0) {
+            double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
+            buf[i] = (gdl_real)b;
+            d = nesterov ? d + momentum * b : b;
+        }
+        p[i] = (gdl_real)(p[i] - lr * d);
+    }
+}
+/* The CPU's table is a copy of the entries: device memory is host memory. */
+typedef struct {
+    int count;
+    gdl_opt_tensor t[1];
+} gdl__cpu_opt_table;
+static void *gdl__cpu_opt_table_new(int count, const gdl_opt_tensor *t) {
+    gdl__cpu_opt_table *tab;
+    if (count < 0) count = 0;
+    tab = (gdl__cpu_opt_table *)GPUDL_MALLOC(sizeof(gdl__cpu_opt_table) + sizeof(gdl_opt_tensor) * (size_t)count);
+    if (!tab) {
+        gdl__set_error("gdl: out of memory for the optimizer's table of %d tensors", count);
+        return NULL;
+    }
+    tab->count = count;
+    if (count) memcpy(tab->t, t, sizeof(gdl_opt_tensor) * (size_t)count);
+    return tab;
+}
+static void gdl__cpu_opt_table_free(void *table) { GPUDL_FREE(table); }
+static void gdl__cpu_opt_count(const gdl__cpu_opt_table *tab) {
+    int k;
+    for (k = 0; k < tab->count; k++)
+        if (tab->t[k].step && *tab->t[k].step < INT32_MAX) (*tab->t[k].step)++;
+}
+/* GradScaler's found_inf set: the step is skipped, counts included */
+static int gdl__cpu_opt_skipped(const gdl__cpu_opt_table *tab) {
+    return tab->count > 0 && tab->t[0].skip && *tab->t[0].skip != 0;
+}
+static int gdl__cpu_sgd_multi(const void *table) {
+    const gdl__cpu_opt_table *tab = (const gdl__cpu_opt_table *)table;
+    int k;
+    if (gdl__cpu_opt_skipped(tab)) return 0;
+    for (k = 0; k < tab->count; k++) {
+        const gdl_opt_tensor *t = &tab->t[k];
+        const gdl_opt_hyper *h = t->hyper;
+        gdl__sgd_job j_ = {t->n, t->p, t->g, t->s1, h->lr, t->s1 ? h->momentum : 0, h->dampening,
+                           h->weight_decay, h->nesterov, !t->step || *t->step == 0, NULL, NULL, 0};
+        if (t->low != GDL_F32) {
+            j_.glow = (const uint16_t *)t->glow;
+            j_.plow = (uint16_t *)t->plow;
+            j_.low = t->low;
+        }
+        gdl__parallel_for(t->n, t->n, gdl__sgd_part, &j_);
+    }
+    gdl__cpu_opt_count(tab);
+    return 0;
+}
+
+typedef struct {
+    int64_t n;
+    gdl_real *p;
+    const gdl_real *g;
+    gdl_real *m;
+    gdl_real *v;
+    double lr;
+    double beta1;
+    double beta2;
+    double eps;
+    double weight_decay;
+    int decoupled;
+    int64_t step;
+    const uint16_t *glow; /* master weights, as gdl__sgd_job */
+    uint16_t *plow;
+    int low;
+} gdl__adam_job;
+#if defined(GDL__GEMM_AVX512)
+/* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
+static __m256 gdl__bf16v_load(const uint16_t *h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h)), 16));
+}
+static void gdl__bf16v_store(uint16_t *h, __m256 f) {
+    const __m256i x = _mm256_castps_si256(f), one = _mm256_set1_epi32(1);
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)),
+                                 _mm256_and_si256(_mm256_srli_epi32(x, 16), one));
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(_mm256_srli_epi32(r, 16), q, nan);
+    r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08); /* the 8 halves, in order, in the low 128 bits */
+    _mm_storeu_si128((__m128i *)h, _mm256_castsi256_si128(r));
+}
+#elif defined(GDL__GEMM_AVX2)
+/* the same, 4 at a time */
+static __m128 gdl__bf16v_load(const uint16_t *h) {
+    return _mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64((const __m128i *)h)), 16));
+}
+static void gdl__bf16v_store(uint16_t *h, __m128 f) {
+    const __m128i x = _mm_castps_si128(f), one = _mm_set1_epi32(1);
+    __m128i r = _mm_add_epi32(_mm_add_epi32(x, _mm_set1_epi32(0x7fff)), _mm_and_si128(_mm_srli_epi32(x, 16), one));
+    __m128i q = _mm_or_si128(_mm_srli_epi32(x, 16), _mm_set1_epi32(0x40));
+    __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(x, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
+    r = _mm_blendv_epi8(_mm_srli_epi32(r, 16), q, nan);
+    _mm_storel_epi64((__m128i *)h, _mm_packus_epi32(r, r));
+}
+#endif
+static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
+    const gdl__adam_job *a_ = (const gdl__adam_job *)p_;
+    gdl_real *p = a_->p;
+    const gdl_real *g = a_->g;
+    gdl_real *m = a_->m;
+    gdl_real *v = a_->v;
+    double lr = a_->lr;
+    double beta1 = a_->beta1;
+    double beta2 = a_->beta2;
+    double eps = a_->eps;
+    double weight_decay = a_->weight_decay;
+    int decoupled = a_->decoupled;
+    int64_t step = a_->step;
+    int64_t i = lo_;
+    double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
+#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
+    /* the loop below, 8 (4) elements at a time: the same operations in
+       double, so the same bits; compilers do not vectorise the loop itself
+       (sqrt's errno). Master weights in bf16 too (bg, bp: the gradient read
+       from bf16, the parameter rounded to it); f16's go to the scalar loop. */
+    if (!a_->low || a_->low == GDL_BF16) {
+        const uint16_t *bg = a_->low ? a_->glow : NULL;
+        uint16_t *bp = a_->low ? a_->plow : NULL;
+#ifdef GDL__GEMM_AVX512
+#define GDL__AW 8
+#define GDL__AV(f) _mm512_##f
+#define GDL__AF(f) _mm256_##f
+        typedef __m512d vd;
+        typedef __m256 vf;
+#else
+#define GDL__AW 4
+#define GDL__AV(f) _mm256_##f
+#define GDL__AF(f) _mm_##f
+        typedef __m256d vd;
+        typedef __m128 vf;
+#endif
+        const vd b1 = GDL__AV(set1_pd)(beta1), b1c = GDL__AV(set1_pd)(1 - beta1), b2 = GDL__AV(set1_pd)(beta2);
+        const vd b2c = GDL__AV(set1_pd)(1 - beta2), vlr = GDL__AV(set1_pd)(lr), vbc1 = GDL__AV(set1_pd)(bc1);
+        const vd vbc2 = GDL__AV(set1_pd)(bc2), veps = GDL__AV(set1_pd)(eps);
+        const vd vwd = GDL__AV(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
+        for (; i + GDL__AW <= hi_; i += GDL__AW) {
+            vd gi = GDL__AV(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__AF(loadu_ps)(g + i));
+            vd pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
+            vf mf, vv, pn;
+            if (decoupled) pi = GDL__AV(sub_pd)(pi, GDL__AV(mul_pd)(vwd, pi));
+            else gi = GDL__AV(add_pd)(gi, GDL__AV(mul_pd)(vwd, pi));
+            mf = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b1, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(m + i))),
+                                                   GDL__AV(mul_pd)(b1c, gi)));
+            vv = GDL__AV(cvtpd_ps)(GDL__AV(add_pd)(GDL__AV(mul_pd)(b2, GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(v + i))),
+                                                   GDL__AV(mul_pd)(GDL__AV(mul_pd)(b2c, gi), gi)));
+            GDL__AF(storeu_ps)(m + i, mf);
+            GDL__AF(storeu_ps)(v + i, vv);
+            md = GDL__AV(mul_pd)(vlr, GDL__AV(div_pd)(GDL__AV(cvtps_pd)(mf), vbc1));
+            den = GDL__AV(add_pd)(GDL__AV(sqrt_pd)(GDL__AV(div_pd)(GDL__AV(cvtps_pd)(vv), vbc2)), veps);
+            pn = GDL__AV(cvtpd_ps)(GDL__AV(sub_pd)(pi, GDL__AV(div_pd)(md, den)));
+            GDL__AF(storeu_ps)(p + i, pn);
+            if (bp) gdl__bf16v_store(bp + i, pn);
+        }
+#undef GDL__AW
+#undef GDL__AV
+#undef GDL__AF
+    }
+#endif
+    if (a_->low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
+        const uint16_t *glow = a_->glow;
+        uint16_t *plow = a_->plow;
+        const int low = a_->low;
+        for (; i < hi_; i++) {
+            double gi = gdl__opt_lowf(low, glow[i]), pi = p[i];
+            gdl_real mi, vi;
+            if (decoupled) pi -= lr * weight_decay * pi;
+            else gi += weight_decay * pi;
+            m[i] = mi = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
+            v[i] = vi = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
+            p[i] = (gdl_real)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+            plow[i] = gdl__opt_round(low, (float)p[i]);
+        }
+        return;
+    }
+    for (; i < hi_; i++) {
+        double gi = g[i], pi = p[i];
+        if (decoupled) pi -= lr * weight_decay * pi;
+        else gi += weight_decay * pi;
+        m[i] = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
+        v[i] = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
+        p[i] = (gdl_real)(pi - lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + eps));
+    }
+}
+static int gdl__cpu_adam_multi(const void *table, int decoupled) {
+    const gdl__cpu_opt_table *tab = (const gdl__cpu_opt_table *)table;
+    int k;
+    if (gdl__cpu_opt_skipped(tab)) return 0;
+    for (k = 0; k < tab->count; k++) {
+        const gdl_opt_tensor *t = &tab->t[k];
+        const gdl_opt_hyper *h = t->hyper;
+        int64_t stp = t->step ? *t->step : 0;
+        gdl__adam_job j_ = {t->n, t->p, t->g, t->s1, t->s2, h->lr, h->beta1, h->beta2, h->eps,
+                            h->weight_decay, decoupled, stp < INT32_MAX ? stp + 1 : stp, NULL, NULL, 0};
+        if (t->low != GDL_F32) {
+            j_.glow = (const uint16_t *)t->glow;
+            j_.plow = (uint16_t *)t->plow;
+            j_.low = t->low;
+        }
+        gdl__parallel_for(t->n, t->n, gdl__adam_part, &j_);
+    }
+    gdl__cpu_opt_count(tab);
+    return 0;
+}
+
+static int gdl__cpu_amp_unscale(int64_t n, gdl_real *g, const gdl_real *scale, gdl_real *found_inf,
+                                gdl_real *found_inf2) {
+    float inv = (float)(1.0 / (double)*scale); /* PyTorch: scale.double().reciprocal().float() */
+    int64_t i;
+    int found = 0;
+    for (i = 0; i < n; i++) {
+        found |= !(g[i] - g[i] == 0); /* inf and NaN give NaN */
+        if (inv != 1.0f) g[i] = (gdl_real)(g[i] * inv);
+    }
+    if (found) {
+        *found_inf = 1;
+        if (found_inf2) *found_inf2 = 1;
+    }
+    return 0;
+}
+static int gdl__cpu_amp_update_scale(gdl_real *scale, int32_t *tracker, gdl_real *found_inf, double growth,
+                                     double backoff, int interval) {
+    if (*found_inf != 0) {
+        *scale = (gdl_real)(float)(*scale * backoff);
+        *tracker = 0;
+    } else if (*tracker + 1 >= interval) {
+        float grown = (float)(*scale * growth);
+        if (grown - grown == 0) *scale = (gdl_real)grown;
+        *tracker = 0;
+    } else {
+        (*tracker)++;
+    }
+    *found_inf = 0;
+    return 0;
+}
+static int gdl__cpu_fit_metrics(const gdl_real *loss, int64_t B, int64_t C, const gdl_real *logits, const int32_t *y,
+                                double *acc) {
+    acc[0] += (double)loss[0] * (double)B;
+    acc[1] += (double)B;
+    if (logits) {
+        int64_t r, k, correct = 0;
+        for (r = 0; r < B; r++) {
+            const gdl_real *p = logits + r * C;
+            int64_t best = 0;
+            for (k = 1; k < C; k++)
+                if (p[k] > p[best] || (p[k] != p[k] && p[best] == p[best])) best = k; /* gdl__cpu_argmax's rule */
+            correct += best == y[r];
+        }
+        acc[2] += (double)correct;
+        acc[3] += (double)B;
+    }
+    return 0;
+}
+static int gdl__cpu_clip_grad_norm(int count, gdl_real *const *g, const int64_t *n, double max_norm, double *norm) {
+    double total = 0, nrm, coef;
+    int i;
+    for (i = 0; i < count; i++) {
+        double s = 0;
+        int64_t j;
+        for (j = 0; j < n[i]; j++) s += (double)g[i][j] * g[i][j];
+        total += s;
+    }
+    nrm = sqrt(total);
+    coef = max_norm / (nrm + 1e-6);
+    if (norm) *norm = nrm;
+    if (!(coef >= 1)) /* PyTorch multiplies by min(coef, 1); a NaN norm spreads NaN as there */
+        for (i = 0; i < count; i++) {
+            int64_t j;
+            for (j = 0; j < n[i]; j++) g[i][j] = (gdl_real)coef * g[i][j];
+        }
+    return 0;
+}
+static int gdl__cpu_count_nonfinite(int64_t n, const gdl_real *x, int64_t *out) {
+    int64_t i, c = 0;
+    for (i = 0; i < n; i++) c += !(x[i] - x[i] == 0); /* NaN and Inf give NaN */
+    *out = c;
+    return 0;
+}
+static int gdl__cpu_sum_squares(int64_t n, const gdl_real *x, double *out) {
+    int64_t i;
+    double s = 0;
+    for (i = 0; i < n; i++) s += (double)x[i] * x[i];
+    *out = s;
+    return 0;
+}
+
+/* The profiler's and the monitor's entries that a CPU has nothing for: its
+   ops are timed with the host clock, it launches no kernels, it has no PCI
+   bus id. */
+static void *gdl__cpu_timing_event(void) { return NULL; }
+static int gdl__cpu_event_elapsed(void *start, void *end, double *ms) {
+    (void)start;
+    (void)end;
+    (void)ms;
+    gdl__set_error("gdl: the CPU has no timing events (its ops are timed with the host clock)");
+    return -1;
+}
+static int64_t gdl__cpu_launch_count(void) { return -1; }
+static int gdl__cpu_pci_bus_id(int device, char *buf, int len) {
+    (void)device;
+    if (buf && len > 0) buf[0] = 0;
+    gdl__set_error("gdl: the CPU has no PCI bus id");
+    return -1;
+}
+
+/* No graphs on the CPU: gdl_graph_* call the step itself there. */
+static int gdl__cpu_graph_begin(void) {
+    gdl__set_error("gdl: the CPU has no CUDA graphs");
+    return -1;
+}
+static int gdl__cpu_graph_end(void **graph) {
+    *graph = NULL;
+    return gdl__cpu_graph_begin();
+}
+static int gdl__cpu_graph_launch(void *graph) {
+    (void)graph;
+    return gdl__cpu_graph_begin();
+}
+static void gdl__cpu_graph_destroy(void *graph) { (void)graph; }
+
+/* Collectives of CPU tensors are MPI's ([impl-dist]), not the backend's. */
+static int gdl__cpu_no_comm(void) {
+    gdl__set_error("gdl: the CPU backend has no communicator: collectives of CPU tensors go through MPI");
+    return -1;
+}
+static int gdl__cpu_comm_id(void *id, int bytes) {
+    (void)id;
+    (void)bytes;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_comm_init(int device, const void *id, int world, int rank) {
+    (void)device, (void)id, (void)world, (void)rank;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_collective(int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg,
+                               int root, int join) {
+    (void)kind, (void)send, (void)recv, (void)count, (void)dt, (void)avg, (void)root, (void)join;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_comm_join(void) { return gdl__cpu_no_comm(); }
+static int gdl__cpu_comm_sync(int barrier, double timeout_s) {
+    (void)barrier, (void)timeout_s;
+    return gdl__cpu_no_comm();
+}
+static void gdl__cpu_comm_destroy(void) {}
+
+/* The table is the list's entries in the list's order (the struct is made
+   from the same list): a constant, ready before any thread asks for it. */
+#define GDL__BACKEND_INIT_CPU(ret, entry, params) gdl__cpu_##entry,
+static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CPU)};
+#undef GDL__BACKEND_INIT_CPU
+static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }
+

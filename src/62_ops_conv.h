@@ -1,0 +1,475 @@
+/* ---- reductions and softmax ---- */
+
+static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
+    int64_t outer, nred, inner, shape[GDL_MAX_DIMS] = {0};
+    int d = 0, nd = 0, k, err;
+    gdl_tensor *out, *idx = NULL;
+    gdl_node *n;
+    const gdl_backend *be;
+    GDL__LOWP1(opname, op, gdl__reduce(opname, op, x, all, dim, keepdim), x);
+    if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
+    if (all) {
+        outer = inner = 1;
+        nred = x->numel;
+    } else {
+        if (gdl__dim(opname, x, dim, &d) < 0) return NULL;
+        gdl__split(x, d, &outer, &nred, &inner);
+        for (k = 0; k < x->ndim; k++) {
+            if (k != d) shape[nd++] = x->shape[k];
+            else if (keepdim) shape[nd++] = 1;
+        }
+    }
+    if (op == GDL_OP_MAX && nred == 0) {
+        gdl__set_error("%s: cannot take the max over an empty dimension of %s", opname, gdl_shape_str(x));
+        return NULL;
+    }
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, nd, shape, GDL_F32, x->device))) return NULL;
+    if (op == GDL_OP_MAX && !(idx = gdl__tmp(opname, nd, shape, GDL_I32, x->device))) return NULL;
+    if (out->numel && be->reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
+                                 idx ? (int32_t *)idx->data : NULL, 0) < 0)
+        return NULL;
+    n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->saved[0] = idx;
+    }
+    return gdl__finish(opname, out);
+}
+
+static int gdl__gap_lp(const char *op, const gdl_backend *be, gdl_dtype dt, gdl_device dev, int64_t P, int64_t HW,
+                       const void *src, void *dst, int backward);
+static int gdl__bw_reduce(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    if (!gx || !n->out->numel) return 0;
+    if (n->op == GDL_OP_GLOBAL_AVG_POOL2D && n->out->dtype != GDL_F32) /* the native low-precision one */
+        return gdl__gap_lp("gdl_backward", be, n->out->dtype, n->out->device, n->i[0], n->i[1], n->out->grad->data, gx, 1);
+    return be->reduce_backward(gdl__op(n->op)->kernel, n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad),
+                               n->saved[0] ? (const int32_t *)n->saved[0]->data : NULL, gx);
+}
+
+GPUDL_API gdl_tensor *gdl_sum(gdl_tensor *x) { return gdl__reduce("gdl_sum", GDL_OP_SUM, x, 1, 0, 0); }
+GPUDL_API gdl_tensor *gdl_mean(gdl_tensor *x) { return gdl__reduce("gdl_mean", GDL_OP_MEAN, x, 1, 0, 0); }
+GPUDL_API gdl_tensor *gdl_sum_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_sum_dim", GDL_OP_SUM, x, 0, dim, keepdim); }
+GPUDL_API gdl_tensor *gdl_mean_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_mean_dim", GDL_OP_MEAN, x, 0, dim, keepdim); }
+GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_max_dim", GDL_OP_MAX, x, 0, dim, keepdim); }
+
+GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
+    int64_t outer, nred, inner, shape[GDL_MAX_DIMS];
+    int d, k, nd = 0;
+    gdl_tensor *out;
+    const gdl_backend *be;
+    GDL__LOWP1("gdl_argmax", -1, gdl_argmax(x, dim), x);
+    if (gdl__check_in("gdl_argmax", "x", x, 1) < 0 || gdl__dim("gdl_argmax", x, dim, &d) < 0) return NULL;
+    gdl__split(x, d, &outer, &nred, &inner);
+    if (nred == 0) {
+        gdl__set_error("gdl_argmax: empty dimension %d of %s", dim, gdl_shape_str(x));
+        return NULL;
+    }
+    for (k = 0; k < x->ndim; k++)
+        if (k != d) shape[nd++] = x->shape[k];
+    if (!(be = gdl__be("gdl_argmax", x->device)) || !(out = gdl__tmp("gdl_argmax", nd, shape, GDL_I32, x->device)))
+        return NULL;
+    if (out->numel && be->argmax(outer, nred, inner, GDL__R(x), (int32_t *)out->data) < 0) return NULL;
+    return gdl__finish("gdl_argmax", out);
+}
+
+static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int dim) {
+    int64_t outer, nred, inner;
+    int d, err;
+    gdl_tensor *out;
+    gdl_node *n;
+    const gdl_backend *be;
+    GDL__LOWP1(opname, op, gdl__softmax(opname, op, x, dim), x);
+    if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
+    gdl__split(x, d, &outer, &nred, &inner);
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
+    if (out->numel && be->softmax(op == GDL_OP_LOG_SOFTMAX, outer, nred, inner, GDL__R(x), GDL__R(out)) < 0) return NULL;
+    n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+    }
+    return gdl__finish(opname, out);
+}
+
+static int gdl__bw_softmax(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    if (!gx || !n->out->numel) return 0;
+    return be->softmax_backward(n->op == GDL_OP_LOG_SOFTMAX, n->i[0], n->i[1], n->i[2], GDL__R(n->out),
+                                GDL__R(n->out->grad), gx);
+}
+
+GPUDL_API gdl_tensor *gdl_softmax(gdl_tensor *x, int dim) { return gdl__softmax("gdl_softmax", GDL_OP_SOFTMAX, x, dim); }
+GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim) { return gdl__softmax("gdl_log_softmax", GDL_OP_LOG_SOFTMAX, x, dim); }
+
+/* ---- convolution and pooling (NCHW) ---- */
+
+/* A convolution on f16/bf16 (dt) x, w, bias: the columns in dt, the GEMMs
+   through gemm_lp (f32 sums), the bias first written into out by a rank-1
+   GEMM with ones so that out = bias + W*col rounds once, as gdl_linear's
+   low path. *colp: the columns (x's data when direct). */
+static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, const gdl_conv_geom *g, int groups,
+                          int direct, gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, gdl_tensor *out, void **colp) {
+    int64_t OC = out->shape[1], Cg = g->C / groups, OCg = OC / groups, KK = (int64_t)g->KH * g->KW;
+    int64_t OHW = (int64_t)g->OH * g->OW;
+    void *col = x->data;
+    int gi;
+    if (!direct && (!(col = gdl__scratch(op, x->device, gdl_dtype_size(dt) * (size_t)(g->N * g->C * KK * OHW))) ||
+                    be->im2col_lp(dt, g, x->data, col) < 0))
+        return -1;
+    *colp = col;
+    if (bias) {
+        void *ones = gdl__ones_dt(op, be, x->device, dt, OHW);
+        if (!ones || gdl__gemm_dt(be, dt, 0, 0, (int)OC, (int)OHW, 1, bias->data, 1, 0, ones, (int)OHW, 0, 0, out->data,
+                                  (int)OHW, OC * OHW, g->N) < 0)
+            return -1;
+    }
+    for (gi = 0; gi < groups; gi++)
+        if (gdl__gemm_dt(be, dt, 0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), GDL__AT(w->data, dt, gi * OCg * Cg * KK),
+                         (int)(Cg * KK), 0, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, g->C * KK * OHW, bias ? 1 : 0,
+                         GDL__AT(out->data, dt, gi * OCg * OHW), (int)OHW, OC * OHW, g->N) < 0)
+            return -1;
+    return 0;
+}
+
+/* its backward: the same GEMMs as the f32 one, in dt; the bias gradient is
+   gy times ones; the columns' gradient goes back through col2im_lp, whose
+   sums are f32 (gx rounded once; the columns' gradient itself is rounded
+   to dt first, as the GEMM's output). The weight and bias gradients sum
+   over the samples in one gemm_lp call with sC == 0, which sums the
+   products in f32 and rounds once (on a GPU once per chunk of samples:
+   gdl__cu_gemm_sum), not once a sample. */
+static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
+    const gdl_conv_geom *g = &n->geom;
+    gdl_dtype dt = n->out->dtype;
+    int groups = (int)n->i[0], direct = (int)n->i[1], gi;
+    int64_t OC = n->out->shape[1], Cg = g->C / groups, OCg = OC / groups, KK = (int64_t)g->KH * g->KW;
+    int64_t OHW = (int64_t)g->OH * g->OW, CKK = (int64_t)g->C * KK;
+    void *gy = n->out->grad->data, *W = n->in[1]->data, *col = n->buf;
+    void *gx = n->in[0]->requires_grad ? n->in[0]->grad->data : NULL;
+    void *gw = n->in[1]->requires_grad ? n->in[1]->grad->data : NULL;
+    void *gb = n->in[2] && n->in[2]->requires_grad ? n->in[2]->grad->data : NULL;
+    if (gb) {
+        void *ones = gdl__ones_dt("gdl_backward", be, n->out->device, dt, OHW);
+        if (!ones || gdl__gemm_dt(be, dt, 0, 1, 1, (int)OC, (int)OHW, ones, (int)OHW, 0, gy, (int)OHW, OC * OHW, 1, gb,
+                                  (int)OC, 0, g->N) < 0)
+            return -1;
+    }
+    if (gw)
+        for (gi = 0; gi < groups; gi++) {
+            int64_t wg = OCg * Cg * KK; /* one group's block of gw: OCg rows of Cg*KK, contiguous */
+            if (gdl__gemm_dt(be, dt, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW,
+                             OC * OHW, GDL__AT(col, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, 1,
+                             GDL__AT(gw, dt, gi * wg), (int)(Cg * KK), 0, g->N) < 0)
+                return -1;
+        }
+    if (gx) {
+        void *gcol = direct ? gx : gdl__scratch("gdl_backward", n->out->device, gdl_dtype_size(dt) * (size_t)(g->N * CKK * OHW));
+        if (!gcol) return -1;
+        for (gi = 0; gi < groups; gi++)
+            if (gdl__gemm_dt(be, dt, 1, 0, (int)(Cg * KK), (int)OHW, (int)OCg, GDL__AT(W, dt, gi * OCg * Cg * KK),
+                             (int)(Cg * KK), 0, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW, OC * OHW, direct ? 1 : 0,
+                             GDL__AT(gcol, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, g->N) < 0)
+                return -1;
+        if (!direct && be->col2im_lp(dt, g, gcol, gx) < 0) return -1;
+    }
+    return 0;
+}
+
+/* conv2d (act -2: GDL_OP_CONV2D) or conv2d then bias + act (the backend's code, -1 none) in one pass
+   (GDL_OP_CONV2D_ACT) */
+static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, const int stride[2],
+                               const int padding[2], const int dilation[2], int groups, int act) {
+    gdl_conv_geom g;
+    int64_t OC, Cg, OCg, KK, OHW, shape[4];
+    gdl_tensor *out, *pre = NULL, *in[3];
+    gdl_real *col;
+    gdl_node *n;
+    int gi, err, direct, opid = act >= -1 ? GDL_OP_CONV2D_ACT : GDL_OP_CONV2D;
+    const gdl_backend *be;
+    gdl_dtype dt = GDL_F32;
+    if (gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) || (bias && bias->dtype != GDL_F32)) {
+        /* native (gdl__conv2d_lp) for the plain convolution; the fused one in low precision through f32 copies */
+        if (act == -2 && x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype) &&
+            gdl__ac_native(x->dtype))
+            dt = x->dtype;
+        else GDL__LOWP3(op, opid, gdl__conv2d(op, x, w, bias, stride, padding, dilation, groups, act), x, w, bias);
+    }
+    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0 || gdl__check_in(op, "weight", w, dt == GDL_F32) < 0 ||
+        (bias && gdl__check_in(op, "bias", bias, dt == GDL_F32) < 0) || gdl__check_dev(op, x, w) < 0 ||
+        gdl__check_dev(op, x, bias) < 0)
+        return NULL;
+    if (!stride || !padding || !dilation) {
+        gdl__null_arg(op, !stride ? "stride" : !padding ? "padding" : "dilation");
+        return NULL;
+    }
+    if (x->ndim != 4 || w->ndim != 4) {
+        gdl__set_error("%s: expected input [N,C,H,W] and weight [OC,C/groups,KH,KW], got %s and %s", op,
+                       gdl_shape_str(x), gdl_shape_str(w));
+        return NULL;
+    }
+    OC = w->shape[0];
+    if (groups < 1 || x->shape[1] % groups || OC % groups || w->shape[1] * groups != x->shape[1]) {
+        gdl__set_error("%s: input %s, weight %s and groups %d do not match (need C = weight dim 1 x groups, "
+                       "both C and OC divisible by groups)", op, gdl_shape_str(x), gdl_shape_str(w), groups);
+        return NULL;
+    }
+    if (stride[0] < 1 || stride[1] < 1 || padding[0] < 0 || padding[1] < 0 || dilation[0] < 1 || dilation[1] < 1) {
+        gdl__set_error("%s: bad stride (%d,%d), padding (%d,%d) or dilation (%d,%d)", op, stride[0], stride[1],
+                       padding[0], padding[1], dilation[0], dilation[1]);
+        return NULL;
+    }
+    if (bias && (bias->ndim != 1 || bias->shape[0] != OC)) {
+        gdl__set_error("%s: bias %s does not match %lld output channels", op, gdl_shape_str(bias), (long long)OC);
+        return NULL;
+    }
+    g.N = (int)x->shape[0]; g.C = (int)x->shape[1]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3];
+    g.KH = (int)w->shape[2]; g.KW = (int)w->shape[3];
+    g.SH = stride[0]; g.SW = stride[1]; g.PH = padding[0]; g.PW = padding[1]; g.DH = dilation[0]; g.DW = dilation[1];
+    g.OH = (g.H + 2 * g.PH - g.DH * (g.KH - 1) - 1) / g.SH + 1;
+    g.OW = (g.W + 2 * g.PW - g.DW * (g.KW - 1) - 1) / g.SW + 1;
+    if (g.H + 2 * g.PH - g.DH * (g.KH - 1) - 1 < 0 || g.W + 2 * g.PW - g.DW * (g.KW - 1) - 1 < 0 || g.OH < 1 || g.OW < 1) {
+        gdl__set_error("%s: kernel %dx%d (dilation %d,%d) is larger than the padded input %s", op, g.KH, g.KW, g.DH,
+                       g.DW, gdl_shape_str(x));
+        return NULL;
+    }
+    Cg = g.C / groups; OCg = OC / groups; KK = (int64_t)g.KH * g.KW; OHW = (int64_t)g.OH * g.OW;
+    shape[0] = g.N; shape[1] = OC; shape[2] = g.OH; shape[3] = g.OW;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, 4, shape, dt, x->device))) return NULL;
+    /* a 1x1 stride-1 unpadded convolution is a GEMM on the input itself */
+    direct = g.KH == 1 && g.KW == 1 && g.SH == 1 && g.SW == 1 && g.PH == 0 && g.PW == 0;
+    if (dt != GDL_F32) {
+        void *lcol = NULL;
+        if (gdl__conv2d_lp(op, be, dt, &g, groups, direct, x, w, bias, out, &lcol) < 0) return NULL;
+        col = (gdl_real *)lcol;
+    } else if (direct) {
+        col = GDL__R(x);
+    } else {
+        col = (gdl_real *)gdl__scratch(op, x->device, sizeof(gdl_real) * (size_t)(g.N * g.C * KK * OHW));
+        if (!col || be->im2col(&g, GDL__R(x), col) < 0) return NULL;
+    }
+    for (gi = 0; gi < groups && dt == GDL_F32; gi++) /* (the low path made out above) */
+        if (be->gemm(0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+                     col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
+                     OC * OHW, g.N) < 0)
+            return NULL;
+    in[0] = x; in[1] = w; in[2] = bias;
+    if (act >= -1) {
+        if (act >= 0 && act != GDL_UN_RELU && gdl__needs_grad(3, in) && !(pre = gdl__tmp(op, 4, shape, GDL_F32, x->device)))
+            return NULL;
+        if (out->numel && be->bias_act(act, g.N, OC, OHW, bias ? GDL__R(bias) : NULL, GDL__R(out),
+                                       pre ? GDL__R(pre) : NULL) < 0)
+            return NULL;
+    } else if (bias && dt == GDL_F32) {
+        int64_t s3[3], ostr[3], bstr[3];
+        s3[0] = g.N; s3[1] = OC; s3[2] = OHW;
+        ostr[0] = OC * OHW; ostr[1] = OHW; ostr[2] = 1;
+        bstr[0] = 0; bstr[1] = 1; bstr[2] = 0;
+        if (be->binary(GDL_BIN_ADD, 3, s3, GDL__R(out), ostr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
+    }
+    n = gdl__record(op, opid, out, 3, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->geom = g;
+        n->buf = col;
+        n->i[0] = groups;
+        n->i[1] = direct;
+        n->i[2] = act;
+        n->saved[0] = pre;
+    }
+    return gdl__finish(op, out);
+}
+
+GPUDL_API gdl_tensor *gdl_conv2d_ex(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, const int stride[2],
+                                    const int padding[2], const int dilation[2], int groups) {
+    return gdl__conv2d("gdl_conv2d", x, w, bias, stride, padding, dilation, groups, -2);
+}
+
+GPUDL_API gdl_tensor *gdl_conv2d_act(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, int stride, int padding,
+                                     int dilation, int groups, gdl_act act) {
+    int s[2], p[2], d[2], ua = gdl__act_code("gdl_conv2d_act", (int)act);
+    if (ua == -2) return NULL;
+    s[0] = s[1] = stride;
+    p[0] = p[1] = padding;
+    d[0] = d[1] = dilation;
+    return gdl__conv2d("gdl_conv2d_act", x, w, bias, s, p, d, groups, ua);
+}
+
+GPUDL_API gdl_tensor *gdl_conv2d(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, int stride, int padding,
+                                 int dilation, int groups) {
+    int s[2], p[2], d[2];
+    s[0] = s[1] = stride;
+    p[0] = p[1] = padding;
+    d[0] = d[1] = dilation;
+    return gdl_conv2d_ex(x, w, bias, s, p, d, groups);
+}
+
+static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
+    const gdl_conv_geom *g = &n->geom;
+    int groups = (int)n->i[0], direct = (int)n->i[1], gi;
+    int64_t OC = n->out->shape[1], Cg = g->C / groups, OCg = OC / groups, KK = (int64_t)g->KH * g->KW;
+    int64_t OHW = (int64_t)g->OH * g->OW, CKK = (int64_t)g->C * KK;
+    gdl_real *gy = GDL__R(n->out->grad), *gx = GDL__G(n->in[0]), *gw = GDL__G(n->in[1]), *gb = GDL__G(n->in[2]);
+    gdl_real *W = GDL__R(n->in[1]), *col = (gdl_real *)n->buf;
+    if (n->out->dtype != GDL_F32) return gdl__bw_conv2d_lp(n, be);
+    int act = n->op == GDL_OP_CONV2D_ACT ? (int)n->i[2] : -1;
+    if (act >= 0 && n->out->numel && (gx || gw || gb)) {
+        /* act' into a scratch gradient, with the bias gradient's per-(n,c) sums in the same pass, in the
+           unfused backward's order (sum over the pixels, then over N) */
+        gdl_real *gp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
+        gdl_real *t = gb ? (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * OC))
+                         : NULL;
+        const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
+        if (!gp || (gb && !t) || be->act_backward_reduce(act, g->N * OC, OHW, 1, pre, gy, gp, t, 0) < 0 ||
+            (gb && be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0))
+            return -1;
+        gy = gp;
+    } else if (gb) { /* sum over N and the pixels */
+        gdl_real *t = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * OC));
+        if (!t || be->reduce(GDL_RED_SUM, g->N * OC, OHW, 1, gy, t, NULL, 0) < 0 ||
+            be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
+            return -1;
+    }
+    if (gw) /* summed over the samples in turn: one batched call with sC == 0 per group */
+        for (gi = 0; gi < groups; gi++)
+            if (be->gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
+                         col + gi * Cg * KK * OHW, (int)OHW, CKK * OHW, 1, gw + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+                         g->N) < 0)
+                return -1;
+    if (gx) {
+        /* direct: the columns are the input, so accumulate straight into gx */
+        gdl_real *gcol = direct ? gx : (gdl_real *)gdl__scratch("gdl_backward", n->out->device,
+                                                                 sizeof(gdl_real) * (size_t)(g->N * CKK * OHW));
+        if (!gcol) return -1;
+        for (gi = 0; gi < groups; gi++)
+            if (be->gemm(1, 0, (int)(Cg * KK), (int)OHW, (int)OCg, 1, W + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+                         gy + gi * OCg * OHW, (int)OHW, OC * OHW, direct ? 1 : 0, gcol + gi * Cg * KK * OHW, (int)OHW,
+                         CKK * OHW, g->N) < 0)
+                return -1;
+        if (!direct && be->col2im(g, gcol, gx) < 0) return -1;
+    }
+    return 0;
+}
+
+static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kernel, int stride, int padding) {
+    gdl_conv_geom g;
+    int64_t shape[4];
+    gdl_tensor *out, *idx = NULL;
+    gdl_node *n;
+    int err, rc;
+    const gdl_backend *be;
+    gdl_dtype dt = GDL_F32;
+    if (x && gdl__is_low(x->dtype)) dt = x->dtype; /* native (autocast's class PROMOTE casts nothing) */
+    else GDL__LOWP1(opname, op, gdl__pool(opname, op, x, kernel, stride, padding), x);
+    if (gdl__check_in(opname, "input", x, dt == GDL_F32) < 0) return NULL;
+    if (x->ndim != 4) {
+        gdl__set_error("%s: expected input [N,C,H,W], got %s", opname, gdl_shape_str(x));
+        return NULL;
+    }
+    if (stride == 0) stride = kernel;
+    if (kernel < 1 || stride < 1 || padding < 0 || padding > kernel / 2) {
+        gdl__set_error("%s: bad kernel %d, stride %d or padding %d (padding must be at most half the kernel)", opname,
+                       kernel, stride, padding);
+        return NULL;
+    }
+    memset(&g, 0, sizeof g);
+    g.N = (int)x->shape[0]; g.C = (int)x->shape[1]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3];
+    g.KH = g.KW = kernel; g.SH = g.SW = stride; g.PH = g.PW = padding; g.DH = g.DW = 1;
+    if (g.H + 2 * padding < kernel || g.W + 2 * padding < kernel) {
+        gdl__set_error("%s: kernel %d is larger than the padded input %s", opname, kernel, gdl_shape_str(x));
+        return NULL;
+    }
+    g.OH = (g.H + 2 * padding - kernel) / stride + 1;
+    g.OW = (g.W + 2 * padding - kernel) / stride + 1;
+    shape[0] = g.N; shape[1] = g.C; shape[2] = g.OH; shape[3] = g.OW;
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, 4, shape, dt, x->device))) return NULL;
+    if (op == GDL_OP_MAX_POOL2D) {
+        if (!(idx = gdl__tmp(opname, 4, shape, GDL_I32, x->device))) return NULL;
+        rc = !out->numel ? 0
+             : dt != GDL_F32 ? be->maxpool_lp(dt, &g, x->data, out->data, (int32_t *)idx->data)
+                             : be->maxpool(&g, GDL__R(x), GDL__R(out), (int32_t *)idx->data);
+    } else {
+        rc = !out->numel ? 0 : dt != GDL_F32 ? be->avgpool_lp(dt, &g, x->data, out->data) : be->avgpool(&g, GDL__R(x), GDL__R(out));
+    }
+    if (rc < 0) return NULL;
+    n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->geom = g;
+        n->saved[0] = idx;
+    }
+    return gdl__finish(opname, out);
+}
+
+static int gdl__bw_pool(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    gdl_dtype dt = n->out->dtype;
+    if (!gx || !n->out->numel) return 0;
+    if (dt != GDL_F32) {
+        if (n->op == GDL_OP_MAX_POOL2D)
+            return be->maxpool_backward_lp(dt, &n->geom, n->out->grad->data, (const int32_t *)n->saved[0]->data, gx);
+        return be->avgpool_backward_lp(dt, &n->geom, n->out->grad->data, gx);
+    }
+    if (n->op == GDL_OP_MAX_POOL2D)
+        return be->maxpool_backward(&n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx);
+    return be->avgpool_backward(&n->geom, GDL__R(n->out->grad), gx);
+}
+
+GPUDL_API gdl_tensor *gdl_max_pool2d(gdl_tensor *x, int kernel, int stride, int padding) {
+    return gdl__pool("gdl_max_pool2d", GDL_OP_MAX_POOL2D, x, kernel, stride, padding);
+}
+GPUDL_API gdl_tensor *gdl_avg_pool2d(gdl_tensor *x, int kernel, int stride, int padding) {
+    return gdl__pool("gdl_avg_pool2d", GDL_OP_AVG_POOL2D, x, kernel, stride, padding);
+}
+
+/* global average pooling of rows [P, HW] in dt as GEMMs with a vector of
+   ones and alpha = 1/HW: forward y = x ones / HW, backward gx += gy ones^T /
+   HW (f32 sums, rounded once) */
+static int gdl__gap_lp(const char *op, const gdl_backend *be, gdl_dtype dt, gdl_device dev, int64_t P, int64_t HW,
+                       const void *src, void *dst, int backward) {
+    void *ones;
+    float inv = (float)(1.0 / (double)HW);
+    if (P > INT32_MAX || HW > INT32_MAX) {
+        gdl__set_error("%s: input too large for the low-precision path (%lld planes of %lld)", op, (long long)P, (long long)HW);
+        return -1;
+    }
+    if (!(ones = gdl__ones_dt(op, be, dev, dt, HW))) return -1;
+    if (backward) /* dst = gx [P,HW] += src = gy [P,1] x ones [1,HW] / HW */
+        return be->gemm_lp(dt, 0, 0, (int)P, (int)HW, 1, inv, src, 1, 0, ones, (int)HW, 0, 1.0f, dst, (int)HW, 0, 1);
+    return be->gemm_lp(dt, 0, 0, (int)P, 1, (int)HW, inv, src, (int)HW, 0, ones, 1, 0, 0.0f, dst, 1, 0, 1);
+}
+
+GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
+    const char *op = "gdl_global_avg_pool2d";
+    int64_t shape[4];
+    gdl_tensor *out;
+    gdl_node *n;
+    int err;
+    const gdl_backend *be;
+    gdl_dtype dt = GDL_F32;
+    if (x && gdl__is_low(x->dtype)) dt = x->dtype; /* native: a GEMM with ones (f32 sums, one rounding) */
+    else GDL__LOWP1(op, GDL_OP_GLOBAL_AVG_POOL2D, gdl_global_avg_pool2d(x), x);
+    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0) return NULL;
+    if (x->ndim != 4 || x->shape[2] * x->shape[3] == 0) {
+        gdl__set_error("%s: expected a non-empty input [N,C,H,W], got %s", op, gdl_shape_str(x));
+        return NULL;
+    }
+    shape[0] = x->shape[0]; shape[1] = x->shape[1]; shape[2] = shape[3] = 1;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, 4, shape, dt, x->device))) return NULL;
+    if (dt != GDL_F32) {
+        if (out->numel && gdl__gap_lp(op, be, dt, x->device, shape[0] * shape[1], x->shape[2] * x->shape[3], x->data,
+                                      out->data, 0) < 0)
+            return NULL;
+    } else if (out->numel && be->reduce(GDL_RED_MEAN, shape[0] * shape[1], x->shape[2] * x->shape[3], 1, GDL__R(x),
+                                        GDL__R(out), NULL, 0) < 0) {
+        return NULL;
+    }
+    n = gdl__record(op, GDL_OP_GLOBAL_AVG_POOL2D, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = shape[0] * shape[1]; n->i[1] = x->shape[2] * x->shape[3]; n->i[2] = 1;
+    }
+    return gdl__finish(op, out);
+}
+
