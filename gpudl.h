@@ -976,7 +976,7 @@ GPUDL_API void gdl_loader_free(gdl_loader *l);
    The optimizer keeps pointers to the parameters (they must outlive the
    optimizer's use) and persistent state tensors made lazily (zeros) at a
    parameter's first step or by gdl_optim_state. The formulas are
-   PyTorch's, step for step (see DESIGN.md). Schedulers compute each group's
+   PyTorch's, step for step (docs/DESIGN.md). Schedulers compute each group's
    lr in closed form from their step count (last_epoch), as PyTorch's
    _get_closed_form_lr does, so a restored scheduler continues exactly; one
    scheduler per optimizer (a second one overwrites the lr of the first).
@@ -1940,7 +1940,7 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, pointwise_loss, (int kind, int64_t n, const gdl_real *x, const gdl_real *y, gdl_real *out)) \
     X(int, pointwise_loss_backward, (int kind, int64_t n, const gdl_real *x, const gdl_real *y, \
         const gdl_real *gout, gdl_real *gx, gdl_real *gy)) \
-    /* optimizers (PyTorch's formulas, DESIGN.md) over the `count` parameters of a table at once, as \
+    /* optimizers (PyTorch's formulas: docs/DESIGN.md) over the `count` parameters of a table at once, as \
        PyTorch's foreach / multi_tensor_apply: one call, one kernel launch on a GPU, so a failure \
        updates nothing. The table is built once (one copy to the device) and kept while the parameters \
        stay the same; lr, the step counts and the bias corrections are read from device memory at each \

@@ -45,7 +45,7 @@
    The optimizer keeps pointers to the parameters (they must outlive the
    optimizer's use) and persistent state tensors made lazily (zeros) at a
    parameter's first step or by gdl_optim_state. The formulas are
-   PyTorch's, step for step (see DESIGN.md). Schedulers compute each group's
+   PyTorch's, step for step (docs/DESIGN.md). Schedulers compute each group's
    lr in closed form from their step count (last_epoch), as PyTorch's
    _get_closed_form_lr does, so a restored scheduler continues exactly; one
    scheduler per optimizer (a second one overwrites the lr of the first).

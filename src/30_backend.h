@@ -223,7 +223,7 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, pointwise_loss, (int kind, int64_t n, const gdl_real *x, const gdl_real *y, gdl_real *out)) \
     X(int, pointwise_loss_backward, (int kind, int64_t n, const gdl_real *x, const gdl_real *y, \
         const gdl_real *gout, gdl_real *gx, gdl_real *gy)) \
-    /* optimizers (PyTorch's formulas, DESIGN.md) over the `count` parameters of a table at once, as \
+    /* optimizers (PyTorch's formulas: docs/DESIGN.md) over the `count` parameters of a table at once, as \
        PyTorch's foreach / multi_tensor_apply: one call, one kernel launch on a GPU, so a failure \
        updates nothing. The table is built once (one copy to the device) and kept while the parameters \
        stay the same; lr, the step counts and the bias corrections are read from device memory at each \

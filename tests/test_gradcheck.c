@@ -126,7 +126,7 @@ TEST test_op_names_unique(void) {
 }
 
 /* The op list's autocast classes against torch.autocast's CUDA op lists
-   (DESIGN.md): only matmul/linear/conv go to the low dtype; the f32 list's
+   (docs/DESIGN.md): only matmul/linear/conv go to the low dtype; the f32 list's
    ops that gpudl has go to f32; every other op keeps its inputs' dtype. The
    fused linear_act / conv2d_act follow linear / conv2d, which they begin with. */
 TEST test_op_list_autocast_classes(void) {
