@@ -108,11 +108,19 @@ step_time "copy of the root" "$t"
 mount -t proc proc "$root/proc" &&
 mount -t sysfs sysfs "$root/sys" &&
 mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev" || { echo "fresh_check: mounts failed" >&2; exit 1; }
+# The toolkit as it is installed here: its directory (read-only), the
+# /usr/local/cuda link to it, and the loader's configuration for its libraries
+# (a program linked with cuBLAS runs without LD_LIBRARY_PATH, as on our machines).
 if [ -d /usr/local/cuda/bin ]; then
-    mkdir -p "$root/usr/local/cuda"
     cuda=$(readlink -f /usr/local/cuda)
-    mount --bind "$cuda" "$root/usr/local/cuda" && mount -o remount,bind,ro "$root/usr/local/cuda" ||
+    mkdir -p "$root$cuda"
+    mount --bind "$cuda" "$root$cuda" && mount -o remount,bind,ro "$root$cuda" ||
         { echo "fresh_check: cannot mount the CUDA toolkit" >&2; exit 1; }
+    [ -L /usr/local/cuda ] && ln -sfn "$(readlink /usr/local/cuda)" "$root/usr/local/cuda"
+    for f in /etc/ld.so.conf.d/*.conf; do
+        grep -q "^/usr/local/cuda" "$f" 2>/dev/null && cp "$f" "$root/etc/ld.so.conf.d/"
+    done
+    chroot "$root" /sbin/ldconfig
 else
     echo "fresh_check: no CUDA toolkit in /usr/local/cuda: the nvcc parts will be skipped"
 fi
