@@ -390,7 +390,7 @@
         given x and the output y), both in 50_cpu_core.h AND both in
         cuda/40_elementwise.cu: the switches' default is pow, so a missing
         case computes pow without an error;
-     c. when dy/dx reads y (sigmoid, tanh, exp, sqrt): the code in need_y
+     c. when dy/dx reads y (as sigmoid's, tanh's, exp's): the code in need_y
         of gdl__unary_backward_lp_part (52_cpu_lowp.h), or the bf16/f16
         backward on the CPU reads y as 0.
    It is then native in bf16/f16 on both backends (the low-precision
