@@ -295,48 +295,106 @@
 
    Table of contents (search for the tag)
    -----------------
-   [types]      dtypes, devices, the tensor struct
-   [api-tensor] creation, copies, printing, dtype conversion
-   [api-ops]    the differentiable ops
-   [api-grad]   autograd, no-grad mode, arena, anomaly mode; autocast
-   [api-formats] IDX, CIFAR-10 and safetensors files
-   [api-data]   datasets, transforms, the DataLoader
-   [api-nn]     modules, optimizers (master weights), learning-rate schedulers
-   [api-train]  fit / evaluate, checkpoints (safetensors)
-   [api-graph]  a training step captured once as a CUDA graph and replayed
-   [api-dist]   data parallel across processes: torchrun, srun, mpirun; collectives;
-                timeouts on a stalled rank; resume and elastic restarts
-   [api-monitor] GPU utilisation, memory, temperature, power (NVML); gpudl's
-                memory statistics (gdl_memory_summary); the per-op profiler
-   [backend]    the backend interface (a table of kernels, GDL_BACKEND_ENTRIES)
-   [impl-*]     the implementation: errors, memory, tensors, CPU kernels,
-                op table, ops, autograd
+   gpudl.h is generated from src/ by tools/amalgamate.sh: edit the parts.
+   Each section is one or more files of src/, joined in the order of
+   src/PARTS (make amalgamate; make test checks that gpudl.h is what they
+   make); gpudl_cuda.cu is made the same way from cuda/ (cuda/PARTS). The
+   design, layer by layer, and how to extend it: docs/DESIGN.md.
+   tag             file in src/                   holds
+                   00_manual.h                    the manual (this comment)
+   [types]         10_types.h                     version, dtypes, devices, tensors
+   [api-tensor]    20_api_tensor.h                creation, copies, dtypes, threads
+   [api-ops]       21_api_ops.h                   the differentiable ops
+   [api-grad]      22_api_grad.h                  autograd, arena, autocast; GDL_OP_LIST
+   [api-formats]   23_api_formats.h               IDX, CIFAR-10, safetensors files
+   [api-data]      24_api_data.h                  datasets, transforms, the DataLoader
+   [api-nn]        25_api_nn.h                    modules, optimizers, schedulers, scaler
+   [api-train]     26_api_train.h                 fit / evaluate, checkpoints
+   [api-graph]     27_api_graph.h                 a training step as a CUDA graph
+   [api-dist]      28_api_dist.h                  processes, collectives, DDP, restarts
+   [api-monitor]   29_api_monitor.h               NVML, memory statistics, the profiler
+   [backend]       30_backend.h                   the kernel table GDL_BACKEND_ENTRIES
+                   40_impl_prelude.h              the implementation: guards, includes
+   [impl-errors]   41_errors.h                    gdl__set_error, gdl_last_error
+   [impl-devices]  42_devices.h                   devices and their backends (gdl__be)
+   [impl-profile]  43_profile.h                   the profiler's spans and trace
+   [impl-memory]   44_memory.h                    the per-step arenas
+   [impl-tensor]   45_tensor.h                    storage, tensors, RNG, f16/bf16, copies
+   [impl-pool]     46_pool.h                      the CPU thread pool
+   [impl-gemm]     47_gemm.h                      the CPU GEMM kernels (AVX, CBLAS)
+   [impl-cpu]      50_cpu_core.h                  elementwise, reductions, softmax
+                   51_cpu_conv_pool.h             im2col, pooling, copy2d, dropout
+                   52_cpu_lowp.h                  native bf16/f16 elementwise kernels
+                   53_cpu_norm_loss.h             norms, embedding, losses
+                   54_cpu_optim.h                 SGD/Adam, scaler, metrics; the table
+   [impl-ops]      60_ops_core.h                  checks, outputs, tape, dtypes, autocast
+                   61_ops_elementwise.h           views, elementwise, matmul, linear
+                   62_ops_conv.h                  reductions, softmax, conv, pooling
+                   63_ops_nn.h                    concat, norms, losses; the op table
+   [impl-autograd] 65_autograd.h                  gradient buffers, the backward walk
+   [impl-formats]  70_formats_idx_cifar.h         IDX, CIFAR-10
+                   71_formats_safetensors_read.h  safetensors reader (strict JSON)
+                   72_formats_safetensors_write.h safetensors writer
+   [impl-data]     75_data.h                      datasets, transforms, the DataLoader
+   [impl-nn]       80_nn_modules.h                modules
+                   81_optimizers.h                optimizers, master weights, flat blocks
+                   82_gradscaler.h                GradScaler
+                   83_schedulers.h                learning-rate schedulers
+   [impl-train]    85_train.h                     fit / evaluate, gdl_fit's CUDA graphs
+                   86_checkpoints.h               checkpoints
+   [impl-graph]    87_graph.h                     gdl_graph_capture / replay
+   [impl-dist]     90_dist.h                      launchers, rendezvous, MPI and NCCL
+                   91_ddp.h                       DistributedDataParallel
+   [impl-monitor]  95_monitor.h                   allocator counters, NVML
+                   99_end.h                       the closing #endifs; the license
 
    Adding an op
    ------------
    One list drives the op enum, names, backward table and autocast classes
-   (GDL_OP_LIST), another the backends' kernel tables (GDL_BACKEND_ENTRIES).
+   (GDL_OP_LIST, [api-grad]), another the backends' kernel tables
+   (GDL_BACKEND_ENTRIES, [backend]). Files are in src/ unless named.
    An op touches:
-     1. a line in GDL_OP_LIST: id, name, backward, kernel code, autocast class;
-     2. its declaration in [api-ops];
+     1. a line in GDL_OP_LIST (22_api_grad.h): id, name, backward, kernel
+        code, autocast class (PyTorch's: matmul-like LOW, the f32 list F32,
+        else PROMOTE);
+     2. its declaration in [api-ops] (21_api_ops.h);
      3. the op (checks, output, backend call, tape node) and its gdl__bw_
-        backward in [impl-ops]; an op taking float tensors starts with
+        backward in [impl-ops] (60-63_ops_*.h; a backward adds into the
+        gradients, never assigns); an op taking float tensors starts with
         GDL__LOWP1/2/3(name, GDL_OP_ id, call, each float argument), which
         runs it on f32 copies of bf16/f16 inputs and rounds the result, and
         under autocast casts its inputs as the op's autocast class says (a
         native low-precision path, as conv2d's or batch_norm's, comes
-        before the hook: inputs of one low dtype, and gdl__ac_native for
-        an op of class LOW);
-     4. only for a new kernel: a line in GDL_BACKEND_ENTRIES plus its two
-        implementations, gdl__cpu_NAME ([impl-cpu]) and gdl__cu_NAME
-        (gpudl_cuda.cu) -- a backend without one does not compile;
+        before the hook: inputs of one low dtype, gdl__lp_native, and
+        gdl__ac_native for an op of class LOW);
+     4. only for a new kernel: a line in GDL_BACKEND_ENTRIES (30_backend.h)
+        plus its two implementations, gdl__cpu_NAME ([impl-cpu], 50-54_cpu_*.h)
+        and gdl__cu_NAME (cuda/, joined into gpudl_cuda.cu) -- a backend without
+        one does not compile; a CUDA, cuBLAS or NCCL call new to
+        gpudl_cuda.cu also goes into the emulator (tests/cuda_emu/cuda_emu.cpp);
      5. tests: a row in tests/op_cases.h (a test fails for an op without
-        one): it runs in the gradient check, the CPU/GPU parity table and
-        the bf16/f16 parity tables (tests/test_dtype.c, tests/test_cuda.c).
-   An op built from existing kernels (a new unary function is a new
-   gdl_unary_op code and a case in both unary kernels) touches 1-3 and 5;
-   a new unary function is native in bf16/f16 too (gdl__unary1 serves both
-   the f32 and the low-precision kernels, on the CPU and on CUDA).
+        one): it runs in the gradient check (tests/test_gradcheck.c), the
+        CPU/GPU parity table, the bf16/f16 parity tables (tests/test_dtype.c,
+        tests/test_cuda.c) and the autocast table (tests/autocast_cases.h);
+        an op of class LOW or F32 also goes into the lists of
+        test_op_list_autocast_classes (tests/test_gradcheck.c);
+     6. sh tools/amalgamate.sh (make amalgamate); commit gpudl.h and
+        gpudl_cuda.cu with the parts. Run test_gradcheck, test_dtype,
+        test_core and make test-emu: the GPU side is checked only there.
+   A new unary function (gdl_sqrt, say) needs no new backend entry: it is
+   1, 2, 3 (a one-line gdl_NAME calling gdl__unary; the backward is
+   gdl__bw_unary), 5, 6 and a new kernel code:
+     a. a GDL_UN_ code in enum gdl_unary_op (30_backend.h), named in its
+        GDL_OP_LIST line;
+     b. a case in gdl__unary1 (the value) and in gdl__unary_grad1 (dy/dx,
+        given x and the output y), both in 50_cpu_core.h AND both in
+        cuda/40_elementwise.cu: the switches' default is pow, so a missing
+        case computes pow without an error;
+     c. when dy/dx reads y (as sigmoid's, tanh's, exp's): the code in need_y
+        of gdl__unary_backward_lp_part (52_cpu_lowp.h), or the bf16/f16
+        backward on the CPU reads y as 0.
+   It is then native in bf16/f16 on both backends (the low-precision
+   kernels call the same gdl__unary1 and gdl__unary_grad1).
 
    Compile-time options
    --------------------
