@@ -48,7 +48,15 @@ mkdir -p "$dir" || exit 1
 mounted_under() { # the mount points under $root, deepest first
     awk -v r="$root" '$2 == r || index($2, r "/") == 1 { print $2 }' /proc/self/mounts | sort -r
 }
+in_root_pids() { # the processes whose root is the run's root
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && echo "${p#/proc/}"
+    done
+}
 unmount_all() {
+    # what the suite left running in there (an MPI daemon, a stopped run) goes first
+    pids=$(in_root_pids)
+    [ -z "$pids" ] || { kill $pids 2>/dev/null; sleep 2; kill -9 $(in_root_pids) 2>/dev/null; }
     for m in $(mounted_under); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
     if [ -n "$(mounted_under)" ]; then
         echo "fresh_check: still mounted under $root (not removed):" >&2

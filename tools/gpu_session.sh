@@ -1,58 +1,244 @@
 #!/bin/sh
-# tools/gpu_session.sh — every check that needs a real NVIDIA GPU, as one
-# command for a session that is lent one (see README "Testing on a GPU").
-# Builds for sm_90 (make test-cuda), then, each step logged:
-#   1. the GPU suite (make test-cuda) on the real device
-#   2. the same suite under compute-sanitizer memcheck, and racecheck/synccheck
-#      on the kernel suites (the whole suite under racecheck takes too long)
-#   3. ours against PyTorch eager on the same GPU (bench/compare.sh; PyTorch
-#      must be installed there)
-#   4. the examples on the GPU: device query, the NVML monitor, the MLP,
-#      the CPU-against-GPU table (examples/cpu_vs_gpu.c), and Fashion-MNIST
-#      to 92 % end to end, ours (bf16 and f32) and PyTorch's, 3 times each
-#      (bench/fmnist92.c; needs Fashion-MNIST: copy it into ./data and carry it)
-#   5. NCCL (tests/test_dist_nccl.c built by nvcc, -lnccl): the collectives
-#      and DDP of CUDA tensors through NCCL over one rank, the rendezvous's
-#      errors; with two GPUs also two ranks started torchrun-style; then
-#      examples/ddp.c on one GPU (NCCL over one rank; needs the data)
-# Logs go to $OUT (default ./gpu_out): summary.txt plus one log per step,
-# at most 8 files. A failing step is reported and the next one still runs;
-# the exit status is the number of failed steps.
+# tools/gpu_session.sh — the checks that need a real NVIDIA GPU, planned for a
+# lent machine: about 25 minutes in all, at most 10 minutes a command, so it
+# runs as steps, the most valuable first. README "Testing on a GPU" says what
+# each step proves.
+#
+#   sh tools/gpu_session.sh [STEP ...]       (no STEP: every step, in order)
+#
+#   probe     what the machine has: the GPU and its compute capability, nvcc's
+#             version, libnccl, compute-sanitizer, python3 with torch (CUDA);
+#             later steps adapt to it (no libnccl: built with GPUDL_NO_NCCL)
+#             and say what they skip
+#   build     the backend, the GPU suite, the examples and the benchmarks, for
+#             the GPU's own architecture (make, B=build/gpu_session)
+#   suite     the GPU suite (tests/test_cuda.c) on the device
+#   sanitize  compute-sanitizer on the kernel suites: memcheck, racecheck,
+#             initcheck, synccheck
+#   bench     ours against PyTorch on the same GPU (bench/compare.sh)
+#   examples  the examples, and Fashion-MNIST to 92 % end to end, ours and
+#             PyTorch's (bench/fmnist92.c; needs the data in ./data, carried)
+#   nccl      NCCL's collectives and DDP of CUDA tensors, one rank per GPU
+#
+# The planned calls, each under its 10 minutes (every step has a time limit of
+# its own below, so a hang costs that step only):
+#   1. sh tools/gpu_session.sh probe build suite     (limits 30+240+300 s)
+#   2. sh tools/gpu_session.sh sanitize              (limit 540 s)
+#   3. sh tools/gpu_session.sh bench nccl            (limits 300+180 s)
+#   4. sh tools/gpu_session.sh examples              (limit 540 s)
+# A later call finds the earlier builds while the machine is kept warm (ignored
+# build outputs stay); a step whose builds are missing builds them first.
+#
+# Logs: $OUT (default ./gpu_out): summary.txt (one line per step, appended
+# across calls while $OUT is kept) and one STEP.log per step: at most 8 files,
+# as the device tool brings back. The exit status is the number of failed steps.
+#
+# GPU_SESSION_DRY=1 runs the same script on the CUDA emulator (tests/cuda_emu,
+# built with g++), with smaller runs where the emulator is slow; make test
+# runs it, so that the script itself is tested before a GPU is lent.
 set -u
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-gpu_out}
-mkdir -p "$OUT"
+mkdir -p "$OUT" || exit 1
 S="$OUT/summary.txt"
-: >"$S"
+dry=${GPU_SESSION_DRY:-0}
+G=build/gpu_session
+[ "$dry" = 1 ] && G=build/gpu_session_dry
+mkdir -p "$G" || exit 1
 fails=0
-step() { # name log command...
-    name=$1 log=$2
+NVCC=${NVCC:-$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)}
+SANITIZER=$(command -v compute-sanitizer 2>/dev/null || echo "$(dirname "$NVCC")/compute-sanitizer")
+# the suites that run kernels: what the sanitizers take (the whole suite under
+# them would not fit in one command)
+KERNEL_SUITES="-s ops -s kernel_paths"
+
+note() { echo "$*" | tee -a "$S"; }
+
+# step NAME LIMIT FUNCTION: runs it with a time limit, logs to $OUT/NAME.log,
+# and writes one line to the summary
+step() {
+    name=$1 limit=$2
     shift 2
+    # the emulator is many times slower than a GPU, and CI's machine is shared
+    [ "$dry" = 1 ] && limit=$((limit * 4))
     t0=$(date +%s)
-    if "$@" >"$OUT/$log" 2>&1; then r=ok; else r="FAILED (exit $?)"; fails=$((fails + 1)); fi
-    echo "$name: $r in $(($(date +%s) - t0)) s; last line: $(tail -n 1 "$OUT/$log")" | tee -a "$S"
+    # a step is this script again, so that timeout can end it and its children
+    timeout -k 10 "$limit" sh "$0" --step "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    case $rc in
+    0) r=ok ;;
+    124|137) r="FAILED: over its ${limit}-second limit"; fails=$((fails + 1)) ;;
+    *) r="FAILED (exit $rc)"; fails=$((fails + 1)) ;;
+    esac
+    note "$name: $r in $(($(date +%s) - t0)) s; last line: $(tail -n 1 "$OUT/$name.log")"
 }
-{
-    date -u
-    git log --oneline -1 2>/dev/null
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
-    nvcc --version 2>&1 | tail -n 1
-    lscpu | grep 'Model name'
-} >>"$S"
-step "build + make test-cuda" test_cuda.log make test-cuda
-if command -v compute-sanitizer >/dev/null 2>&1; then
-    step "memcheck (whole suite)" sanitizer.log compute-sanitizer --tool memcheck --leak-check full --error-exitcode 1 build/test_cuda
-    step "racecheck (kernel suites)" racecheck.log compute-sanitizer --tool racecheck --error-exitcode 1 build/test_cuda -s ops -s kernel_paths
-    step "synccheck (kernel suites)" synccheck.log compute-sanitizer --tool synccheck --error-exitcode 1 build/test_cuda -s ops -s kernel_paths
-else
-    echo "compute-sanitizer: not found" | tee -a "$S"
-    fails=$((fails + 1))
+
+# --- probe: what this machine has ---------------------------------------
+probe() {
+    {
+        echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+        echo "commit: $(git log --oneline -1 2>/dev/null || echo unknown)"
+        echo "cpu: $(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p')"
+        if [ "$dry" = 1 ]; then
+            echo "gpu: none (GPU_SESSION_DRY=1: the CUDA emulator, tests/cuda_emu)"
+            arch=emu
+        elif command -v nvidia-smi >/dev/null 2>&1; then
+            nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader
+            cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
+            arch=${cc:-90}
+            echo "gpus: $(nvidia-smi -L | wc -l)"
+        else
+            echo "gpu: nvidia-smi not found"
+            arch=90
+        fi
+        if [ -x "$NVCC" ]; then echo "nvcc: $("$NVCC" --version | tail -n 1)"; else echo "nvcc: not found"; fi
+        nccl=no
+        if [ "$dry" = 1 ]; then nccl=emulated
+        elif ldconfig -p 2>/dev/null | grep -q 'libnccl\.so' ||
+             ls "$(dirname "$NVCC")"/../lib64/libnccl.so* "$(dirname "$NVCC")"/../lib/libnccl.so* >/dev/null 2>&1; then nccl=yes
+        fi
+        echo "libnccl: $nccl"
+        if [ -x "$SANITIZER" ]; then san=yes; else san=no; fi
+        echo "compute-sanitizer: $san"
+        torch=no
+        if [ "$dry" = 1 ]; then python3 -c 'import torch' >/dev/null 2>&1 && torch=cpu
+        else python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1 && torch=yes
+        fi
+        echo "python3 torch: $torch"
+        echo "fashion-mnist: $( [ -f data/t10k-labels-idx1-ubyte.gz ] || [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ] && echo yes || echo no)"
+    } >"$G/probe.txt" 2>&1
+    # what later steps read, one variable a line
+    printf 'arch=%s\nnccl=%s\nsan=%s\ntorch=%s\ngpus=%s\n' "$arch" "$nccl" "$san" "$torch" \
+        "$(sed -n 's/^gpus: //p' "$G/probe.txt")" >"$G/probe.env"
+    cat "$G/probe.txt"
+}
+need_probe() { [ -f "$G/probe.env" ] || probe >/dev/null; . "./$G/probe.env"; }
+
+# --- build ----------------------------------------------------------------
+# Real GPU: the Makefile's own nvcc rules, for this GPU's architecture, in a
+# build directory of their own. The emulator: the Makefile's emulator builds.
+targets() {
+    if [ "$dry" = 1 ]; then
+        echo "build/emu_test_cuda build/emu_device_query build/emu_gpu_monitor build/emu_mnist_mlp build/emu_cpu_vs_gpu" \
+             "build/emu_bench_train build/emu_test_dist_nccl build/emu_ddp build/libfake_nvml.so"
+    else
+        t="$G/cuda_test_cuda $G/cuda_device_query $G/cuda_gpu_monitor $G/cuda_mnist_mlp $G/cuda_cpu_vs_gpu $G/cuda_bench_train $G/cuda_fmnist92"
+        [ "$nccl" = yes ] && t="$t $G/test_dist_nccl_cuda $G/cuda_ddp"
+        echo "$t"
+    fi
+}
+build() {
+    need_probe
+    if [ "$dry" = 1 ]; then
+        # shellcheck disable=SC2046
+        make --no-print-directory $(targets)
+    else
+        nccl_vars=""
+        [ "$nccl" = yes ] || nccl_vars="NCCL_LIBS= CUDA_DEFS=-DGPUDL_NO_NCCL"
+        # shellcheck disable=SC2046,SC2086
+        make --no-print-directory -j "$(nproc)" B="$G" NVCC="$NVCC" \
+            CUDA_ARCH="-gencode arch=compute_$arch,code=sm_$arch" $nccl_vars $(targets)
+    fi
+}
+built() { # every target of this configuration is there
+    need_probe
+    for t in $(targets); do [ -e "$t" ] || return 1; done
+}
+need_build() { built || build; }
+bin() { # NAME -> the program of this configuration
+    if [ "$dry" = 1 ]; then echo "build/emu_$1"; else echo "$G/cuda_$1"; fi
+}
+
+# --- the checks -----------------------------------------------------------
+suite() {
+    need_build || return 1
+    if [ "$dry" = 1 ]; then
+        # the emulator runs the whole suite in make test-emu: here one suite shows the step works
+        GPUDL_EMU_DEVICES=2 "$(bin test_cuda)" -s kernel_paths
+    else
+        "$(bin test_cuda)"
+    fi
+}
+sanitize() {
+    need_build || return 1
+    if [ "$san" != yes ]; then echo "SKIPPED: compute-sanitizer not found"; return 0; fi
+    rc=0
+    for tool in memcheck racecheck initcheck synccheck; do
+        extra=""
+        [ "$tool" = memcheck ] && extra="--leak-check full"
+        echo "== compute-sanitizer --tool $tool"
+        # shellcheck disable=SC2086
+        "$SANITIZER" --tool "$tool" $extra --error-exitcode 1 "$(bin test_cuda)" $KERNEL_SUITES || rc=1
+    done
+    return $rc
+}
+bench() {
+    need_build || return 1
+    if [ "$torch" = yes ]; then
+        BENCH_TRAIN="$(bin bench_train)" sh bench/compare.sh
+    elif [ "$dry" = 1 ]; then
+        echo "SKIPPED: PyTorch's side (no torch: the emulator's times mean nothing anyway); ours alone, one net:"
+        "$(bin bench_train)" mlp
+    else
+        echo "SKIPPED: PyTorch's side (python3 cannot import torch with CUDA); ours alone:"
+        "$(bin bench_train)"
+    fi
+}
+examples() {
+    need_build || return 1
+    "$(bin device_query)" || return 1
+    if [ "$dry" = 1 ]; then
+        GPUDL_NVML_LIB=build/libfake_nvml.so "$(bin gpu_monitor)" --count 1 --interval 0.05 || return 1
+        # an epoch of large batches: the emulator is slow
+        "$(bin mnist_mlp)" --device cuda --epochs 1 --batch-size 1024 || return 1
+        echo "SKIPPED (dry run): cpu_vs_gpu and Fashion-MNIST to 92 % (minutes on the emulator)"
+        return 0
+    fi
+    "$(bin gpu_monitor)" --count 3 || return 1
+    "$(bin mnist_mlp)" --device cuda --epochs 1 || return 1
+    "$(bin cpu_vs_gpu)" || return 1
+    for r in 1 2 3; do
+        echo "== fmnist92, run $r"
+        "$(bin fmnist92)" --amp bf16 || return 1
+        "$(bin fmnist92)" || return 1
+        if [ "$torch" = yes ]; then
+            python3 bench/pytorch/fmnist92.py --amp || return 1
+            python3 bench/pytorch/fmnist92.py || return 1
+        fi
+    done
+    [ "$torch" = yes ] || echo "SKIPPED: PyTorch's fmnist92 (python3 cannot import torch with CUDA)"
+}
+nccl_step() {
+    need_build || return 1
+    if [ "$nccl" = no ]; then echo "SKIPPED: no libnccl on this machine (the other steps were built with GPUDL_NO_NCCL)"; return 0; fi
+    if [ "$dry" = 1 ]; then
+        GPUDL_NCCL_TEST=build/emu_test_dist_nccl GPUDL_NCCL_RANKS=1 sh tests/test_dist_nccl.sh
+    else
+        GPUDL_NCCL_TEST="$G/test_dist_nccl_cuda" GPUDL_NCCL_RANKS="${gpus:-1}" sh tests/test_dist_nccl.sh &&
+            "$(bin ddp)" --epochs 1
+    fi
+}
+
+if [ "${1:-}" = --step ]; then # one step's work, under step()'s time limit
+    "$2"
+    exit
 fi
-step "bench/compare.sh vs PyTorch" compare.log sh -c 'make cuda && sh bench/compare.sh'
-step "examples on the GPU" examples.log sh -c 'build/cuda_device_query && build/cuda_gpu_monitor --count 3 && build/cuda_mnist_mlp --device cuda --epochs 1 && build/cuda_cpu_vs_gpu &&
-    for r in 1 2 3; do build/cuda_fmnist92 --amp bf16; build/cuda_fmnist92; python3 bench/pytorch/fmnist92.py --amp;
-    python3 bench/pytorch/fmnist92.py; done'
-step "NCCL: one rank per GPU" nccl.log sh -c 'make build/test_dist_nccl_cuda build/cuda_ddp &&
-    GPUDL_NCCL_TEST=build/test_dist_nccl_cuda GPUDL_NCCL_RANKS=$(nvidia-smi -L | wc -l) sh tests/test_dist_nccl.sh &&
-    build/cuda_ddp --epochs 1'
-echo "failed steps: $fails" | tee -a "$S"
+steps=${*:-"probe build suite sanitize bench nccl examples"}
+for s in $steps; do
+    case $s in probe|build|suite|sanitize|bench|examples|nccl) ;;
+    *) echo "gpu_session: no step '$s' (probe build suite sanitize bench nccl examples)" >&2; exit 2 ;; esac
+done
+[ "$dry" = 1 ] && note "== dry run on the CUDA emulator (GPU_SESSION_DRY=1)"
+for s in $steps; do
+    case $s in
+    probe)    step probe 30 probe; cat "$G/probe.txt" >>"$S" ;;
+    build)    step build 240 build ;;
+    suite)    step suite 300 suite ;;
+    sanitize) step sanitize 540 sanitize ;;
+    bench)    step bench 300 bench ;;
+    nccl)     step nccl 180 nccl_step ;;
+    examples) step examples 540 examples ;;
+    esac
+done
+note "failed steps: $fails"
 exit "$fails"
