@@ -9049,16 +9049,140 @@ static const char *gdl__rd_why(const gdl__rd *r, char *buf, size_t cap) {
     return buf;
 }
 
-GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
-    static const char fn[] = "gdl_idx_load";
+/* gdl_idx_load's header: the magic (dtype, ndim) and the dims into res; its length (*hlen) and the data's
+   size (*bytes). */
+static int gdl__idx_header(const char *fn, const char *path, gdl__rd *r, gdl_idx *res, size_t *hlen,
+                           uint64_t *bytes, int *err) {
     const uint64_t limit = (uint64_t)1 << 31; /* 2 GiB of data */
     unsigned char hdr[4 + 4 * GDL_IDX_MAX_DIMS];
     char why[160];
+    size_t got;
+    int d;
+    got = gdl__rd_read(r, hdr, 4, err);
+    if (got < 4) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: truncated: expected a 4-byte magic number, got %zu bytes%s", fn, path,
+                           got, gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    if (hdr[0] != 0 || hdr[1] != 0) {
+        gdl__set_error("%s: %s: bad magic 0x%02X%02X%02X%02X: the first two bytes must be zero "
+                       "(not an IDX file?)", fn, path, hdr[0], hdr[1], hdr[2], hdr[3]);
+        return -1;
+    }
+    res->dtype_code = hdr[2];
+    switch (hdr[2]) {
+    case 0x08: case 0x09: res->elem_size = 1; break;
+    case 0x0B: res->elem_size = 2; break;
+    case 0x0C: case 0x0D: res->elem_size = 4; break;
+    case 0x0E: res->elem_size = 8; break;
+    default:
+        gdl__set_error("%s: %s: unknown type byte 0x%02X in magic 0x%02X%02X%02X%02X (expected 0x08, "
+                       "0x09, 0x0B, 0x0C, 0x0D or 0x0E)", fn, path, hdr[2], hdr[0], hdr[1], hdr[2], hdr[3]);
+        return -1;
+    }
+    res->ndim = hdr[3];
+    if (res->ndim < 1 || res->ndim > GDL_IDX_MAX_DIMS) {
+        gdl__set_error("%s: %s: bad number of dimensions %d in magic (expected 1..%d)", fn, path,
+                       res->ndim, GDL_IDX_MAX_DIMS);
+        return -1;
+    }
+    *hlen = 4 + 4 * (size_t)res->ndim;
+    got = gdl__rd_read(r, hdr + 4, *hlen - 4, err);
+    if (got < *hlen - 4) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: truncated header: expected %zu bytes, got %zu%s", fn, path, *hlen,
+                           4 + got, gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    *bytes = res->elem_size;
+    res->count = 1;
+    for (d = 0; d < res->ndim; d++) {
+        const unsigned char *p = hdr + 4 + 4 * d;
+        uint64_t v = ((uint64_t)p[0] << 24) | ((uint64_t)p[1] << 16) | ((uint64_t)p[2] << 8) | p[3];
+        if (v == 0) {
+            gdl__set_error("%s: %s: dimension %d is 0", fn, path, d);
+            return -1;
+        }
+        if (v > limit / *bytes) {
+            gdl__set_error("%s: %s: data size exceeds 2 GiB (dimension %d is %llu)", fn, path, d,
+                           (unsigned long long)v);
+            return -1;
+        }
+        *bytes *= v;
+        res->dims[d] = (int64_t)v;
+        res->count *= (int64_t)v;
+    }
+    return 0;
+}
+
+/* The data (bytes of it, into *data) and the end of the file: nothing may follow. */
+static int gdl__idx_data(const char *fn, const char *path, gdl__rd *r, size_t hlen, uint64_t bytes,
+                         unsigned char **data, int *err) {
+    char why[160];
+    size_t got = 0, k_read;
+    /* The buffer grows with the data read, so that a few bytes claiming 2 GiB
+       (a gzip stream's size is not known before it is read) cost a few bytes. */
+    {
+        size_t cap = 0, want;
+        do {
+            unsigned char *grown;
+            want = (size_t)bytes - got;
+            if (cap - got < want) {
+                size_t ncap = cap ? cap * 2 : (size_t)1 << 16;
+                if (ncap > (size_t)bytes) ncap = (size_t)bytes;
+                if (!(grown = (unsigned char *)GPUDL_REALLOC(*data, ncap))) {
+                    gdl__set_error("%s: %s: out of memory allocating %llu bytes", fn, path,
+                                   (unsigned long long)ncap);
+                    return -1;
+                }
+                *data = grown;
+                cap = ncap;
+                want = cap - got;
+            }
+            k_read = gdl__rd_read(r, *data + got, want, err);
+            got += k_read;
+        } while (k_read == want && got < bytes && !*err);
+    }
+    if (got < bytes) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: truncated: expected %llu bytes, got %llu%s", fn, path,
+                           (unsigned long long)(hlen + bytes),
+                           (unsigned long long)(hlen + got), gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    {
+        unsigned char extra[4096];
+        uint64_t more = 0;
+        size_t k;
+        while ((k = gdl__rd_read(r, extra, sizeof extra, err)) > 0) more += k;
+        if (*err) {
+            if (!gdl__rd_corrupt(fn, path, r))
+                gdl__set_error("%s: %s: read error after the data%s", fn, path, gdl__rd_why(r, why, sizeof why));
+            return -1;
+        }
+        if (more) {
+            gdl__set_error("%s: %s: %llu trailing bytes: expected %llu bytes, got %llu", fn, path,
+                           (unsigned long long)more, (unsigned long long)(hlen + bytes),
+                           (unsigned long long)(hlen + bytes + more));
+            return -1;
+        }
+    }
+    if (*err) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: read error%s", fn, path, gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
+    static const char fn[] = "gdl_idx_load";
     gdl__rd r;
     gdl_idx res;
-    int err = 0, d;
-    size_t got, hlen, k_read;
-    uint64_t bytes;
+    int err = 0;
+    size_t hlen = 0;
+    uint64_t bytes = 0;
     unsigned char *data = NULL;
 
     if (!path || !out) {
@@ -9067,114 +9191,9 @@ GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
     }
     if (gdl__rd_open(fn, path, &r) < 0) return -1;
     memset(&res, 0, sizeof res);
-    got = gdl__rd_read(&r, hdr, 4, &err);
-    if (got < 4) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: truncated: expected a 4-byte magic number, got %zu bytes%s", fn, path,
-                           got, gdl__rd_why(&r, why, sizeof why));
+    if (gdl__idx_header(fn, path, &r, &res, &hlen, &bytes, &err) < 0 ||
+        gdl__idx_data(fn, path, &r, hlen, bytes, &data, &err) < 0)
         goto fail;
-    }
-    if (hdr[0] != 0 || hdr[1] != 0) {
-        gdl__set_error("%s: %s: bad magic 0x%02X%02X%02X%02X: the first two bytes must be zero "
-                       "(not an IDX file?)", fn, path, hdr[0], hdr[1], hdr[2], hdr[3]);
-        goto fail;
-    }
-    res.dtype_code = hdr[2];
-    switch (hdr[2]) {
-    case 0x08: case 0x09: res.elem_size = 1; break;
-    case 0x0B: res.elem_size = 2; break;
-    case 0x0C: case 0x0D: res.elem_size = 4; break;
-    case 0x0E: res.elem_size = 8; break;
-    default:
-        gdl__set_error("%s: %s: unknown type byte 0x%02X in magic 0x%02X%02X%02X%02X (expected 0x08, "
-                       "0x09, 0x0B, 0x0C, 0x0D or 0x0E)", fn, path, hdr[2], hdr[0], hdr[1], hdr[2], hdr[3]);
-        goto fail;
-    }
-    res.ndim = hdr[3];
-    if (res.ndim < 1 || res.ndim > GDL_IDX_MAX_DIMS) {
-        gdl__set_error("%s: %s: bad number of dimensions %d in magic (expected 1..%d)", fn, path,
-                       res.ndim, GDL_IDX_MAX_DIMS);
-        goto fail;
-    }
-    hlen = 4 + 4 * (size_t)res.ndim;
-    got = gdl__rd_read(&r, hdr + 4, hlen - 4, &err);
-    if (got < hlen - 4) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: truncated header: expected %zu bytes, got %zu%s", fn, path, hlen,
-                           4 + got, gdl__rd_why(&r, why, sizeof why));
-        goto fail;
-    }
-    bytes = res.elem_size;
-    res.count = 1;
-    for (d = 0; d < res.ndim; d++) {
-        const unsigned char *p = hdr + 4 + 4 * d;
-        uint64_t v = ((uint64_t)p[0] << 24) | ((uint64_t)p[1] << 16) | ((uint64_t)p[2] << 8) | p[3];
-        if (v == 0) {
-            gdl__set_error("%s: %s: dimension %d is 0", fn, path, d);
-            goto fail;
-        }
-        if (v > limit / bytes) {
-            gdl__set_error("%s: %s: data size exceeds 2 GiB (dimension %d is %llu)", fn, path, d,
-                           (unsigned long long)v);
-            goto fail;
-        }
-        bytes *= v;
-        res.dims[d] = (int64_t)v;
-        res.count *= (int64_t)v;
-    }
-    /* The buffer grows with the data read, so that a few bytes claiming 2 GiB
-       (a gzip stream's size is not known before it is read) cost a few bytes. */
-    {
-        size_t cap = 0, want;
-        got = 0;
-        do {
-            unsigned char *grown;
-            want = (size_t)bytes - got;
-            if (cap - got < want) {
-                size_t ncap = cap ? cap * 2 : (size_t)1 << 16;
-                if (ncap > (size_t)bytes) ncap = (size_t)bytes;
-                if (!(grown = (unsigned char *)GPUDL_REALLOC(data, ncap))) {
-                    gdl__set_error("%s: %s: out of memory allocating %llu bytes", fn, path,
-                                   (unsigned long long)ncap);
-                    goto fail;
-                }
-                data = grown;
-                cap = ncap;
-                want = cap - got;
-            }
-            k_read = gdl__rd_read(&r, data + got, want, &err);
-            got += k_read;
-        } while (k_read == want && got < bytes && !err);
-    }
-    if (got < bytes) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: truncated: expected %llu bytes, got %llu%s", fn, path,
-                           (unsigned long long)(hlen + bytes),
-                           (unsigned long long)(hlen + got), gdl__rd_why(&r, why, sizeof why));
-        goto fail;
-    }
-    {
-        unsigned char extra[4096];
-        uint64_t more = 0;
-        size_t k;
-        while ((k = gdl__rd_read(&r, extra, sizeof extra, &err)) > 0) more += k;
-        if (err) {
-            if (!gdl__rd_corrupt(fn, path, &r))
-                gdl__set_error("%s: %s: read error after the data%s", fn, path, gdl__rd_why(&r, why, sizeof why));
-            goto fail;
-        }
-        if (more) {
-            gdl__set_error("%s: %s: %llu trailing bytes: expected %llu bytes, got %llu", fn, path,
-                           (unsigned long long)more, (unsigned long long)(hlen + bytes),
-                           (unsigned long long)(hlen + bytes + more));
-            goto fail;
-        }
-    }
-    if (err) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: read error%s", fn, path, gdl__rd_why(&r, why, sizeof why));
-        goto fail;
-    }
     if (res.elem_size > 1 && gdl__host_is_le()) gdl__bswap(data, res.elem_size, (size_t)res.count);
     gdl__rd_close(&r);
     res.data = data;
@@ -9913,19 +9932,11 @@ static int gdl__cmp_entry_off(const void *a, const void *b) {
     return 0;
 }
 
-static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned char *buf, uint64_t len,
-                              gdl_st_file *out) {
-    gdl__json J;
-    gdl__st_build b;
-    uint64_t N, data_len, pos;
+/* The file's first 8 bytes: the header's length (*N), checked against the limit and the file, and the header
+   valid UTF-8. */
+static int gdl__st_prefix(const char *fn, const char *what, const unsigned char *buf, uint64_t len, uint64_t *N) {
     size_t bad;
-    int c, k, oom = 0, seen_meta = 0;
-    const char *dup;
-    const char **names = NULL;
-    gdl_st_entry *sorted = NULL;
-
-    memset(&J, 0, sizeof J);
-    memset(&b, 0, sizeof b);
+    int k;
     if (!buf && len) {
         gdl__set_error("%s: %s: buffer is NULL", fn, what);
         return -1;
@@ -9935,154 +9946,177 @@ static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned c
                        (unsigned long long)len);
         return -1;
     }
-    N = 0;
-    for (k = 7; k >= 0; k--) N = (N << 8) | buf[k];
-    if (N > GDL__ST_MAX_HEADER) {
+    *N = 0;
+    for (k = 7; k >= 0; k--) *N = (*N << 8) | buf[k];
+    if (*N > GDL__ST_MAX_HEADER) {
         gdl__set_error("%s: %s: header length %llu exceeds the limit of 100000000 bytes", fn, what,
-                       (unsigned long long)N);
+                       (unsigned long long)*N);
         return -1;
     }
-    if (N > len - 8) {
+    if (*N > len - 8) {
         gdl__set_error("%s: %s: header length %llu runs past the end of the file (%llu bytes)", fn, what,
-                       (unsigned long long)N, (unsigned long long)len);
+                       (unsigned long long)*N, (unsigned long long)len);
         return -1;
     }
-    bad = gdl__utf8_check(buf + 8, (size_t)N);
-    if (bad != (size_t)N) {
+    bad = gdl__utf8_check(buf + 8, (size_t)*N);
+    if (bad != (size_t)*N) {
         gdl__set_error("%s: %s: header is not valid UTF-8 (bad byte 0x%02X at header byte %zu)", fn, what,
                        buf[8 + bad], bad);
         return -1;
     }
-    data_len = len - 8 - N;
-    J.s = buf + 8;
-    J.n = (size_t)N;
+    return 0;
+}
 
-    c = gdl__js_peek(&J);
+/* The header's JSON object: __metadata__ and the tensors' entries into b. -1: J->err says why. */
+static int gdl__st_parse_top(gdl__json *J, gdl__st_build *b) {
+    int c = gdl__js_peek(J), seen_meta = 0;
     if (c != '{') {
-        if (c == -1) snprintf(J.err, sizeof J.err, "header is empty");
-        else if (gdl__js_skip(&J) == 0) snprintf(J.err, sizeof J.err, "header's top level is not a JSON object");
-        goto fail;
+        if (c == -1) snprintf(J->err, sizeof J->err, "header is empty");
+        else if (gdl__js_skip(J) == 0) snprintf(J->err, sizeof J->err, "header's top level is not a JSON object");
+        return -1;
     }
-    J.i++;
-    J.depth = 1;
-    if (gdl__js_peek(&J) == '}') J.i++;
+    J->i++;
+    J->depth = 1;
+    if (gdl__js_peek(J) == '}') J->i++;
     else
         for (;;) {
-            if (gdl__js_peek(&J) != '"') {
-                gdl__js_fail(&J, "expected a string key");
-                goto fail;
-            }
-            if (gdl__js_string(&J) < 0) goto fail;
-            if (gdl__js_peek(&J) != ':') {
-                gdl__js_fail(&J, "expected ':'");
-                goto fail;
-            }
-            J.i++;
-            if (J.slen == 12 && strcmp(J.str, "__metadata__") == 0) {
+            if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
+            if (gdl__js_string(J) < 0) return -1;
+            if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
+            J->i++;
+            if (J->slen == 12 && strcmp(J->str, "__metadata__") == 0) {
                 if (seen_meta++) {
-                    snprintf(J.err, sizeof J.err, "duplicate \"__metadata__\"");
-                    goto fail;
+                    snprintf(J->err, sizeof J->err, "duplicate \"__metadata__\"");
+                    return -1;
                 }
-                if (gdl__st_meta_parse(&J, &b) < 0) goto fail;
+                if (gdl__st_meta_parse(J, b) < 0) return -1;
             } else {
                 gdl_st_entry *e;
-                if (J.slen >= GDL_ST_NAME_MAX) {
-                    snprintf(J.err, sizeof J.err, "tensor name '%.60s...' is %zu bytes, longer than %d", J.str, J.slen,
-                             GDL_ST_NAME_MAX - 1);
-                    goto fail;
+                if (J->slen >= GDL_ST_NAME_MAX) {
+                    snprintf(J->err, sizeof J->err, "tensor name '%.60s...' is %zu bytes, longer than %d", J->str,
+                             J->slen, GDL_ST_NAME_MAX - 1);
+                    return -1;
                 }
-                if (strlen(J.str) != J.slen) {
-                    snprintf(J.err, sizeof J.err, "tensor name '%s' contains a NUL character", J.str);
-                    goto fail;
+                if (strlen(J->str) != J->slen) {
+                    snprintf(J->err, sizeof J->err, "tensor name '%s' contains a NUL character", J->str);
+                    return -1;
                 }
-                if (b.n == b.cap) {
-                    int nc = b.cap ? b.cap * 2 : 16;
-                    gdl_st_entry *ne = (gdl_st_entry *)GPUDL_REALLOC(b.e, (size_t)nc * sizeof *ne);
+                if (b->n == b->cap) {
+                    int nc = b->cap ? b->cap * 2 : 16;
+                    gdl_st_entry *ne = (gdl_st_entry *)GPUDL_REALLOC(b->e, (size_t)nc * sizeof *ne);
                     if (!ne) {
-                        snprintf(J.err, sizeof J.err, "out of memory parsing the header");
-                        goto fail;
+                        snprintf(J->err, sizeof J->err, "out of memory parsing the header");
+                        return -1;
                     }
-                    b.e = ne;
-                    b.cap = nc;
+                    b->e = ne;
+                    b->cap = nc;
                 }
-                e = &b.e[b.n++];
+                e = &b->e[b->n++];
                 memset(e, 0, sizeof *e);
-                memcpy(e->name, J.str, J.slen + 1);
-                if (gdl__st_entry_parse(&J, e) < 0) goto fail;
+                memcpy(e->name, J->str, J->slen + 1);
+                if (gdl__st_entry_parse(J, e) < 0) return -1;
             }
-            c = gdl__js_peek(&J);
-            if (c == ',') { J.i++; continue; }
-            if (c == '}') { J.i++; break; }
-            gdl__js_fail(&J, "expected ',' or '}'");
-            goto fail;
+            c = gdl__js_peek(J);
+            if (c == ',') { J->i++; continue; }
+            if (c == '}') { J->i++; break; }
+            return gdl__js_fail(J, "expected ',' or '}'");
         }
-    if (gdl__js_peek(&J) != -1) {
-        gdl__js_fail(&J, "trailing characters after the JSON object");
-        goto fail;
-    }
+    if (gdl__js_peek(J) != -1) return gdl__js_fail(J, "trailing characters after the JSON object");
+    return 0;
+}
 
-    /* duplicate names */
-    if (b.n > 1) {
-        names = (const char **)GPUDL_MALLOC((size_t)b.n * sizeof *names);
+/* No tensor name and no __metadata__ key twice. -1: J->err says why. */
+static int gdl__st_check_dups(gdl__json *J, const gdl__st_build *b) {
+    const char **names;
+    const char *dup;
+    int k, oom = 0;
+    if (b->n > 1) {
+        names = (const char **)GPUDL_MALLOC((size_t)b->n * sizeof *names);
         if (!names) {
-            snprintf(J.err, sizeof J.err, "out of memory");
-            goto fail;
+            snprintf(J->err, sizeof J->err, "out of memory");
+            return -1;
         }
-        for (k = 0; k < b.n; k++) names[k] = b.e[k].name;
-        dup = gdl__find_dup(names, b.n, &oom);
+        for (k = 0; k < b->n; k++) names[k] = b->e[k].name;
+        dup = gdl__find_dup(names, b->n, &oom);
+        GPUDL_FREE(names);
         if (dup || oom) {
-            snprintf(J.err, sizeof J.err, oom ? "out of memory" : "duplicate tensor name '%s'", dup);
-            goto fail;
+            snprintf(J->err, sizeof J->err, oom ? "out of memory" : "duplicate tensor name '%s'", dup);
+            return -1;
         }
     }
-    if (b.nm > 1) {
-        dup = gdl__find_dup((const char *const *)b.mk, b.nm, &oom);
+    if (b->nm > 1) {
+        dup = gdl__find_dup((const char *const *)b->mk, b->nm, &oom);
         if (dup || oom) {
-            snprintf(J.err, sizeof J.err, oom ? "out of memory" : "duplicate __metadata__ key '%.100s'", dup);
-            goto fail;
+            snprintf(J->err, sizeof J->err, oom ? "out of memory" : "duplicate __metadata__ key '%.100s'", dup);
+            return -1;
         }
     }
-    /* the tensors must tile [0, data_len) exactly */
-    for (k = 0; k < b.n; k++)
-        if (b.e[k].end > data_len) {
+    return 0;
+}
+
+/* The tensors must tile [0, data_len) exactly: no tensor past the end, no hole, no overlap, nothing after. */
+static int gdl__st_check_tiling(const char *fn, const char *what, const gdl__st_build *b, uint64_t data_len) {
+    gdl_st_entry *sorted = NULL;
+    uint64_t pos = 0;
+    int k, rc = 0;
+    for (k = 0; k < b->n; k++)
+        if (b->e[k].end > data_len) {
             gdl__set_error("%s: %s: truncated: tensor '%s' data_offsets [%llu, %llu] go past the end of the "
-                           "%llu-byte data buffer", fn, what, b.e[k].name, (unsigned long long)b.e[k].begin,
-                           (unsigned long long)b.e[k].end, (unsigned long long)data_len);
-            goto fail_set;
+                           "%llu-byte data buffer", fn, what, b->e[k].name, (unsigned long long)b->e[k].begin,
+                           (unsigned long long)b->e[k].end, (unsigned long long)data_len);
+            return -1;
         }
-    pos = 0;
-    if (b.n > 0) {
-        sorted = (gdl_st_entry *)GPUDL_MALLOC((size_t)b.n * sizeof *sorted);
+    if (b->n > 0) {
+        sorted = (gdl_st_entry *)GPUDL_MALLOC((size_t)b->n * sizeof *sorted);
         if (!sorted) {
-            snprintf(J.err, sizeof J.err, "out of memory");
-            goto fail;
+            gdl__set_error("%s: %s: header: %s", fn, what, "out of memory");
+            return -1;
         }
-        memcpy(sorted, b.e, (size_t)b.n * sizeof *sorted);
-        qsort(sorted, (size_t)b.n, sizeof *sorted, gdl__cmp_entry_off);
-        for (k = 0; k < b.n; k++) {
+        memcpy(sorted, b->e, (size_t)b->n * sizeof *sorted);
+        qsort(sorted, (size_t)b->n, sizeof *sorted, gdl__cmp_entry_off);
+        for (k = 0; k < b->n && rc == 0; k++) {
             if (sorted[k].begin > pos) {
                 gdl__set_error("%s: %s: hole in the data buffer: bytes [%llu, %llu) belong to no tensor (next is "
                                "'%s')", fn, what, (unsigned long long)pos, (unsigned long long)sorted[k].begin,
                                sorted[k].name);
-                goto fail_set;
-            }
-            if (sorted[k].begin < pos) {
+                rc = -1;
+            } else if (sorted[k].begin < pos) {
                 gdl__set_error("%s: %s: tensor '%s' data_offsets [%llu, %llu] overlap '%s', which ends at %llu", fn,
                                what, sorted[k].name, (unsigned long long)sorted[k].begin,
                                (unsigned long long)sorted[k].end, sorted[k - 1].name, (unsigned long long)pos);
-                goto fail_set;
+                rc = -1;
+            } else {
+                pos = sorted[k].end;
             }
-            pos = sorted[k].end;
         }
+        GPUDL_FREE(sorted);
     }
-    if (pos != data_len) {
+    if (rc == 0 && pos != data_len) {
         gdl__set_error("%s: %s: %llu trailing bytes after the last tensor (data buffer %llu bytes, tensors end "
                        "at %llu)", fn, what, (unsigned long long)(data_len - pos), (unsigned long long)data_len,
                        (unsigned long long)pos);
-        goto fail_set;
+        rc = -1;
     }
-    GPUDL_FREE(sorted);
-    GPUDL_FREE(names);
+    return rc;
+}
+
+static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned char *buf, uint64_t len,
+                              gdl_st_file *out) {
+    gdl__json J;
+    gdl__st_build b;
+    uint64_t N, data_len;
+
+    memset(&J, 0, sizeof J);
+    memset(&b, 0, sizeof b);
+    if (gdl__st_prefix(fn, what, buf, len, &N) < 0) return -1;
+    data_len = len - 8 - N;
+    J.s = buf + 8;
+    J.n = (size_t)N;
+    if (gdl__st_parse_top(&J, &b) < 0 || gdl__st_check_dups(&J, &b) < 0) {
+        gdl__set_error("%s: %s: header: %s", fn, what, J.err[0] ? J.err : "invalid");
+        goto fail;
+    }
+    if (gdl__st_check_tiling(fn, what, &b, data_len) < 0) goto fail;
     GPUDL_FREE(J.str);
     memset(out, 0, sizeof *out);
     out->n = b.n;
@@ -10094,10 +10128,6 @@ static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned c
     out->data_len = data_len;
     return 0;
 fail:
-    gdl__set_error("%s: %s: header: %s", fn, what, J.err[0] ? J.err : "invalid");
-fail_set:
-    GPUDL_FREE(sorted);
-    GPUDL_FREE(names);
     GPUDL_FREE(J.str);
     gdl__st_build_free(&b);
     return -1;
@@ -10277,17 +10307,159 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
 }
 #endif
 
+/* gdl_st_write's tensors checked before anything is written: names, dtypes, shapes, data; their byte sizes
+   (sizes[k]) and names (names[k]). */
+static int gdl__st_check_tensors(const char *fn, const char *path, int n, const gdl_st_tensor *tensors,
+                                 uint64_t *sizes, const char **names) {
+    uint64_t off = 0;
+    const char *dup;
+    int k, d, oom = 0;
+    for (k = 0; k < n; k++) {
+        const gdl_st_tensor *t = &tensors[k];
+        size_t es, nl;
+        if (!t->name) {
+            gdl__set_error("%s: %s: tensor %d has no name", fn, path, k);
+            return -1;
+        }
+        nl = strlen(t->name);
+        if (nl >= GDL_ST_NAME_MAX || gdl__utf8_check((const unsigned char *)t->name, nl) != nl ||
+            strcmp(t->name, "__metadata__") == 0) {
+            gdl__set_error("%s: %s: tensor %d: name '%.60s' must be valid UTF-8, shorter than %d bytes and not "
+                           "__metadata__", fn, path, k, t->name, GDL_ST_NAME_MAX);
+            return -1;
+        }
+        es = gdl_st_dtype_size(t->dtype);
+        if (!es) {
+            gdl__set_error("%s: %s: tensor '%s': unknown dtype \"%s\"", fn, path, t->name,
+                           t->dtype ? t->dtype : "(null)");
+            return -1;
+        }
+        if (t->ndim < 0 || t->ndim > GDL_ST_MAX_DIMS || (t->ndim > 0 && !t->shape)) {
+            gdl__set_error("%s: %s: tensor '%s': ndim %d must be 0..%d (with a shape)", fn, path, t->name, t->ndim,
+                           GDL_ST_MAX_DIMS);
+            return -1;
+        }
+        for (d = 0; d < t->ndim; d++)
+            if (t->shape[d] < 0) {
+                gdl__set_error("%s: %s: tensor '%s': shape[%d] = %lld is negative", fn, path, t->name, d,
+                               (long long)t->shape[d]);
+                return -1;
+            }
+        if (gdl__st_nbytes(es, t->ndim, t->shape, &sizes[k]) < 0 || sizes[k] > UINT64_MAX - off) {
+            gdl__set_error("%s: %s: tensor '%s': byte size overflows", fn, path, t->name);
+            return -1;
+        }
+        if (sizes[k] > 0 && !t->data) {
+            gdl__set_error("%s: %s: tensor '%s': data is NULL", fn, path, t->name);
+            return -1;
+        }
+        off += sizes[k];
+        names[k] = t->name;
+    }
+    dup = gdl__find_dup(names, n, &oom);
+    if (dup || oom) {
+        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
+        else gdl__set_error("%s: %s: duplicate tensor name '%s'", fn, path, dup);
+        return -1;
+    }
+    return 0;
+}
+
+/* gdl_st_write's metadata checked: keys and values valid UTF-8, no key twice. */
+static int gdl__st_check_meta(const char *fn, const char *path, int n_meta, const char *const *meta_keys,
+                              const char *const *meta_vals) {
+    const char *dup;
+    int k, oom = 0;
+    for (k = 0; k < n_meta; k++) {
+        const char *mk = meta_keys[k], *mv = meta_vals[k];
+        if (!mk || !mv || gdl__utf8_check((const unsigned char *)mk, strlen(mk)) != strlen(mk) ||
+            gdl__utf8_check((const unsigned char *)mv, strlen(mv)) != strlen(mv)) {
+            gdl__set_error("%s: %s: metadata %d: key and value must be non-NULL valid UTF-8", fn, path, k);
+            return -1;
+        }
+    }
+    dup = gdl__find_dup(meta_keys, n_meta, &oom);
+    if (dup || oom) {
+        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
+        else gdl__set_error("%s: %s: duplicate metadata key '%s'", fn, path, dup);
+        return -1;
+    }
+    return 0;
+}
+
+/* The JSON header into h (h->oom on failure), padded with spaces to a multiple of 8 bytes. */
+static void gdl__st_header(gdl__sb *h, int n, const gdl_st_tensor *tensors, const uint64_t *sizes, int n_meta,
+                           const char *const *meta_keys, const char *const *meta_vals) {
+    uint64_t off = 0;
+    int k, d;
+    gdl__sb_put(h, "{", 1);
+    if (n_meta > 0) {
+        gdl__sb_puts(h, "\"__metadata__\":{");
+        for (k = 0; k < n_meta; k++) {
+            if (k) gdl__sb_put(h, ",", 1);
+            gdl__sb_json_str(h, meta_keys[k]);
+            gdl__sb_put(h, ":", 1);
+            gdl__sb_json_str(h, meta_vals[k]);
+        }
+        gdl__sb_put(h, "}", 1);
+    }
+    for (k = 0; k < n; k++) {
+        const gdl_st_tensor *t = &tensors[k];
+        if (k || n_meta > 0) gdl__sb_put(h, ",", 1);
+        gdl__sb_json_str(h, t->name);
+        gdl__sb_puts(h, ":{\"dtype\":");
+        gdl__sb_json_str(h, t->dtype);
+        gdl__sb_puts(h, ",\"shape\":[");
+        for (d = 0; d < t->ndim; d++) {
+            if (d) gdl__sb_put(h, ",", 1);
+            gdl__sb_u64(h, (unsigned long long)t->shape[d]);
+        }
+        gdl__sb_puts(h, "],\"data_offsets\":[");
+        gdl__sb_u64(h, (unsigned long long)off);
+        gdl__sb_put(h, ",", 1);
+        gdl__sb_u64(h, (unsigned long long)(off + sizes[k]));
+        gdl__sb_puts(h, "]}");
+        off += sizes[k];
+    }
+    gdl__sb_put(h, "}", 1);
+    while (!h->oom && h->len % 8 != 0) gdl__sb_put(h, " ", 1);
+}
+
+/* The tensors' bytes to f, little-endian; -1 (errno set) when a write fails. */
+static int gdl__st_write_data(FILE *f, int n, const gdl_st_tensor *tensors, const uint64_t *sizes) {
+    int k;
+    for (k = 0; k < n; k++) {
+        const unsigned char *src = (const unsigned char *)tensors[k].data;
+        size_t es = gdl_st_dtype_size(tensors[k].dtype), left = (size_t)sizes[k];
+        if (!left) continue;
+        if (es == 1 || gdl__host_is_le() || strcmp(tensors[k].dtype, "C64") == 0) {
+            if (fwrite(src, 1, left, f) != left) return -1;
+            /* C64 on a big-endian host would need per-component swaps: written as is */
+        } else {
+            unsigned char chunk[4096];
+            while (left > 0) {
+                size_t m = left < sizeof chunk ? left : sizeof chunk;
+                memcpy(chunk, src, m);
+                gdl__bswap(chunk, es, m / es);
+                if (fwrite(chunk, 1, m, f) != m) return -1;
+                src += m;
+                left -= m;
+            }
+        }
+    }
+    return 0;
+}
+
 GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                            const char *const *meta_keys, const char *const *meta_vals) {
     static const char fn[] = "gdl_st_write";
     static unsigned counter = 0;
     gdl__sb h;
-    uint64_t off = 0, *sizes = NULL;
+    uint64_t *sizes = NULL;
     const char **names = NULL;
-    const char *dup;
     char *tmp = NULL;
     FILE *f = NULL;
-    int k, d, oom = 0;
+    int k;
     unsigned char lenb[8];
 
     memset(&h, 0, sizeof h);
@@ -10305,102 +10477,12 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
         }
     }
     /* validate everything before touching the file system */
-    for (k = 0; k < n; k++) {
-        const gdl_st_tensor *t = &tensors[k];
-        size_t es, nl;
-        if (!t->name) {
-            gdl__set_error("%s: %s: tensor %d has no name", fn, path, k);
-            goto fail;
-        }
-        nl = strlen(t->name);
-        if (nl >= GDL_ST_NAME_MAX || gdl__utf8_check((const unsigned char *)t->name, nl) != nl ||
-            strcmp(t->name, "__metadata__") == 0) {
-            gdl__set_error("%s: %s: tensor %d: name '%.60s' must be valid UTF-8, shorter than %d bytes and not "
-                           "__metadata__", fn, path, k, t->name, GDL_ST_NAME_MAX);
-            goto fail;
-        }
-        es = gdl_st_dtype_size(t->dtype);
-        if (!es) {
-            gdl__set_error("%s: %s: tensor '%s': unknown dtype \"%s\"", fn, path, t->name,
-                           t->dtype ? t->dtype : "(null)");
-            goto fail;
-        }
-        if (t->ndim < 0 || t->ndim > GDL_ST_MAX_DIMS || (t->ndim > 0 && !t->shape)) {
-            gdl__set_error("%s: %s: tensor '%s': ndim %d must be 0..%d (with a shape)", fn, path, t->name, t->ndim,
-                           GDL_ST_MAX_DIMS);
-            goto fail;
-        }
-        for (d = 0; d < t->ndim; d++)
-            if (t->shape[d] < 0) {
-                gdl__set_error("%s: %s: tensor '%s': shape[%d] = %lld is negative", fn, path, t->name, d,
-                               (long long)t->shape[d]);
-                goto fail;
-            }
-        if (gdl__st_nbytes(es, t->ndim, t->shape, &sizes[k]) < 0 || sizes[k] > UINT64_MAX - off) {
-            gdl__set_error("%s: %s: tensor '%s': byte size overflows", fn, path, t->name);
-            goto fail;
-        }
-        if (sizes[k] > 0 && !t->data) {
-            gdl__set_error("%s: %s: tensor '%s': data is NULL", fn, path, t->name);
-            goto fail;
-        }
-        off += sizes[k];
-        names[k] = t->name;
-    }
-    dup = gdl__find_dup(names, n, &oom);
-    if (dup || oom) {
-        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
-        else gdl__set_error("%s: %s: duplicate tensor name '%s'", fn, path, dup);
+    if (gdl__st_check_tensors(fn, path, n, tensors, sizes, names) < 0 ||
+        gdl__st_check_meta(fn, path, n_meta, meta_keys, meta_vals) < 0)
         goto fail;
-    }
-    for (k = 0; k < n_meta; k++) {
-        const char *mk = meta_keys[k], *mv = meta_vals[k];
-        if (!mk || !mv || gdl__utf8_check((const unsigned char *)mk, strlen(mk)) != strlen(mk) ||
-            gdl__utf8_check((const unsigned char *)mv, strlen(mv)) != strlen(mv)) {
-            gdl__set_error("%s: %s: metadata %d: key and value must be non-NULL valid UTF-8", fn, path, k);
-            goto fail;
-        }
-    }
-    dup = gdl__find_dup(meta_keys, n_meta, &oom);
-    if (dup || oom) {
-        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
-        else gdl__set_error("%s: %s: duplicate metadata key '%s'", fn, path, dup);
-        goto fail;
-    }
 
     /* the header */
-    gdl__sb_put(&h, "{", 1);
-    if (n_meta > 0) {
-        gdl__sb_puts(&h, "\"__metadata__\":{");
-        for (k = 0; k < n_meta; k++) {
-            if (k) gdl__sb_put(&h, ",", 1);
-            gdl__sb_json_str(&h, meta_keys[k]);
-            gdl__sb_put(&h, ":", 1);
-            gdl__sb_json_str(&h, meta_vals[k]);
-        }
-        gdl__sb_put(&h, "}", 1);
-    }
-    off = 0;
-    for (k = 0; k < n; k++) {
-        const gdl_st_tensor *t = &tensors[k];
-        if (k || n_meta > 0) gdl__sb_put(&h, ",", 1);
-        gdl__sb_json_str(&h, t->name);
-        gdl__sb_puts(&h, ":{\"dtype\":");
-        gdl__sb_json_str(&h, t->dtype);
-        gdl__sb_puts(&h, ",\"shape\":[");
-        for (d = 0; d < t->ndim; d++) {
-            if (d) gdl__sb_put(&h, ",", 1);
-            gdl__sb_u64(&h, (unsigned long long)t->shape[d]);
-        }
-        gdl__sb_puts(&h, "],\"data_offsets\":[");
-        gdl__sb_u64(&h, (unsigned long long)off);
-        gdl__sb_put(&h, ",", 1);
-        gdl__sb_u64(&h, (unsigned long long)(off + sizes[k]));
-        gdl__sb_puts(&h, "]}");
-        off += sizes[k];
-    }
-    gdl__sb_put(&h, "}", 1);
-    while (!h.oom && h.len % 8 != 0) gdl__sb_put(&h, " ", 1);
+    gdl__st_header(&h, n, tensors, sizes, n_meta, meta_keys, meta_vals);
     if (h.oom) {
         gdl__set_error("%s: %s: out of memory building the header", fn, path);
         goto fail;
@@ -10441,25 +10523,7 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
     }
     errno = 0;
     if (fwrite(lenb, 1, 8, f) != 8 || fwrite(h.p, 1, h.len, f) != h.len) goto io_fail;
-    for (k = 0; k < n; k++) {
-        const unsigned char *src = (const unsigned char *)tensors[k].data;
-        size_t es = gdl_st_dtype_size(tensors[k].dtype), left = (size_t)sizes[k];
-        if (!left) continue;
-        if (es == 1 || gdl__host_is_le() || strcmp(tensors[k].dtype, "C64") == 0) {
-            if (fwrite(src, 1, left, f) != left) goto io_fail;
-            /* C64 on a big-endian host would need per-component swaps: written as is */
-        } else {
-            unsigned char chunk[4096];
-            while (left > 0) {
-                size_t m = left < sizeof chunk ? left : sizeof chunk;
-                memcpy(chunk, src, m);
-                gdl__bswap(chunk, es, m / es);
-                if (fwrite(chunk, 1, m, f) != m) goto io_fail;
-                src += m;
-                left -= m;
-            }
-        }
-    }
+    if (gdl__st_write_data(f, n, tensors, sizes) < 0) goto io_fail;
     if (fflush(f) != 0 || gdl__fsync_file(f) != 0) goto io_fail;
     {
         FILE *g = f;
@@ -11159,36 +11223,147 @@ static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     return 0;
 }
 
+/* gdl_loader_new's options checked. */
+static int gdl__loader_check_opts(const char *fn, const gdl_dataset *ds, const gdl_loader_opts *o) {
+    if (!ds) {
+        gdl__set_error("%s: ds is NULL", fn);
+        return -1;
+    }
+    if (o->batch_size < 1) {
+        gdl__set_error("%s: batch_size must be >= 1, got %lld", fn, (long long)o->batch_size);
+        return -1;
+    }
+    if (o->num_workers < 0 || o->num_workers > 256) {
+        gdl__set_error("%s: num_workers must be in [0, 256], got %d", fn, o->num_workers);
+        return -1;
+    }
+    if (o->prefetch < 0 || o->prefetch > 1024) {
+        gdl__set_error("%s: prefetch must be in [0, 1024] (0: the default 2), got %d", fn, o->prefetch);
+        return -1;
+    }
+    if (o->device.type != GDL_DEVICE_CPU && o->device.type != GDL_DEVICE_CUDA) {
+        gdl__set_error("%s: invalid device type %d", fn, o->device.type);
+        return -1;
+    }
+    if (o->num_replicas < 0 || (o->num_replicas > 1 && (o->rank < 0 || o->rank >= o->num_replicas)) ||
+        (o->num_replicas <= 1 && o->rank != 0)) {
+        gdl__set_error("%s: rank %d is not in [0, num_replicas %d)", fn, o->rank, o->num_replicas);
+        return -1;
+    }
+    return 0;
+}
+
+/* A GPU loader's device batch buffers (two with pin_memory, with their events and copy stream). */
+static int gdl__loader_device_buffers(const char *fn, gdl_loader *l) {
+    int i;
+    if (!(l->be = gdl__be(fn, l->o.device))) return -1;
+    for (i = 0; i < (l->pinned ? 2 : 1); i++) {
+        l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, l->o.device);
+        l->dy[i] = l->dx[i] ? gdl_empty(1, l->out_shape, GDL_I32, l->o.device) : NULL;
+        if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->event_create()))) {
+            gdl__data_wrap_error(fn);
+            return -1;
+        }
+    }
+    /* the buffers' blocks may come from the cache with kernels still
+       queued on them: the first copies wait for those too */
+    if (l->pinned && (!(l->stream = l->be->stream_create()) || l->be->event_record(l->used[0], NULL) < 0 ||
+                      l->be->event_record(l->used[1], NULL) < 0)) {
+        gdl__data_wrap_error(fn);
+        return -1;
+    }
+    return 0;
+}
+
+/* The slots' host batch buffers: CPU tensors (a CPU loader), pinned memory, or plain memory. */
+static int gdl__loader_slots(const char *fn, gdl_loader *l) {
+    int64_t bmax;
+    size_t xbytes, ybytes;
+    int i, is_cpu = l->o.device.type == GDL_DEVICE_CPU;
+    l->slots = (gdl__slot *)GPUDL_MALLOC(sizeof(gdl__slot) * (size_t)l->nslots);
+    if (!l->slots) {
+        gdl__set_error("%s: out of memory", fn);
+        return -1;
+    }
+    memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
+    bmax = l->out_shape[0];
+    xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel), ybytes = sizeof(int32_t) * (size_t)bmax;
+    for (i = 0; i < l->nslots; i++) {
+        gdl__slot *s = &l->slots[i];
+        if (is_cpu) {
+            s->tx = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, l->o.device);
+            s->ty = s->tx ? gdl_empty(1, l->out_shape, GDL_I32, l->o.device) : NULL;
+            if (!s->ty) {
+                gdl__data_wrap_error(fn);
+                return -1;
+            }
+            s->x = (gdl_real *)s->tx->data;
+            s->y = (int32_t *)s->ty->data;
+            continue;
+        }
+        if (l->pinned) {
+            s->x = (gdl_real *)l->be->host_alloc(xbytes);
+            s->y = s->x ? (int32_t *)l->be->host_alloc(ybytes) : NULL;
+            if (!s->y || !(s->copied = l->be->event_create())) {
+                gdl__data_wrap_error(fn);
+                return -1;
+            }
+            continue;
+        }
+        s->x = (gdl_real *)GPUDL_MALLOC(xbytes);
+        s->y = (int32_t *)GPUDL_MALLOC(ybytes);
+        if (!s->x || !s->y) {
+            gdl__set_error("%s: out of memory for %d host batch buffers of %s", fn, l->nslots,
+                           gdl__shape_fmt(l->out_ndim, l->out_shape));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#ifndef GPUDL_NO_THREADS
+/* The worker threads and what they share (l->sync_init once the mutex and conditions exist). */
+static int gdl__loader_start_workers(const char *fn, gdl_loader *l) {
+    int i;
+    l->threads = (pthread_t *)GPUDL_MALLOC(sizeof(pthread_t) * (size_t)l->nthreads);
+    if (!l->threads) {
+        gdl__set_error("%s: out of memory", fn);
+        return -1;
+    }
+    if (pthread_mutex_init(&l->mu, NULL) != 0) {
+        gdl__set_error("%s: pthread_mutex_init failed", fn);
+        return -1;
+    }
+    if (pthread_cond_init(&l->cv_work, NULL) != 0) {
+        pthread_mutex_destroy(&l->mu);
+        gdl__set_error("%s: pthread_cond_init failed", fn);
+        return -1;
+    }
+    if (pthread_cond_init(&l->cv_ready, NULL) != 0) {
+        pthread_cond_destroy(&l->cv_work);
+        pthread_mutex_destroy(&l->mu);
+        gdl__set_error("%s: pthread_cond_init failed", fn);
+        return -1;
+    }
+    l->sync_init = 1;
+    for (i = 0; i < l->nthreads; i++) {
+        int rc = pthread_create(&l->threads[i], NULL, gdl__loader_worker, l);
+        if (rc != 0) {
+            gdl__set_error("%s: cannot start worker thread %d of %d: %s", fn, i + 1, l->nthreads, strerror(rc));
+            return -1;
+        }
+        l->started++;
+    }
+    return 0;
+}
+#endif
+
 GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opts) {
     static const char fn[] = "gdl_loader_new";
     gdl_loader_opts o = opts ? *opts : gdl_loader_defaults();
     gdl_loader *l;
-    int i, ahead, is_cpu;
-    if (!ds) {
-        gdl__set_error("%s: ds is NULL", fn);
-        return NULL;
-    }
-    if (o.batch_size < 1) {
-        gdl__set_error("%s: batch_size must be >= 1, got %lld", fn, (long long)o.batch_size);
-        return NULL;
-    }
-    if (o.num_workers < 0 || o.num_workers > 256) {
-        gdl__set_error("%s: num_workers must be in [0, 256], got %d", fn, o.num_workers);
-        return NULL;
-    }
-    if (o.prefetch < 0 || o.prefetch > 1024) {
-        gdl__set_error("%s: prefetch must be in [0, 1024] (0: the default 2), got %d", fn, o.prefetch);
-        return NULL;
-    }
-    if (o.device.type != GDL_DEVICE_CPU && o.device.type != GDL_DEVICE_CUDA) {
-        gdl__set_error("%s: invalid device type %d", fn, o.device.type);
-        return NULL;
-    }
-    if (o.num_replicas < 0 || (o.num_replicas > 1 && (o.rank < 0 || o.rank >= o.num_replicas)) ||
-        (o.num_replicas <= 1 && o.rank != 0)) {
-        gdl__set_error("%s: rank %d is not in [0, num_replicas %d)", fn, o.rank, o.num_replicas);
-        return NULL;
-    }
+    int ahead;
+    if (gdl__loader_check_opts(fn, ds, &o) < 0) return NULL;
     if (o.prefetch == 0) o.prefetch = 2;
     l = (gdl_loader *)GPUDL_MALLOC(sizeof(gdl_loader));
     if (!l) {
@@ -11210,26 +11385,9 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
 #endif
     ahead = o.prefetch > l->nthreads ? o.prefetch : l->nthreads;
     l->nslots = l->nthreads ? ahead + 1 : 1;
-    is_cpu = o.device.type == GDL_DEVICE_CPU;
-    l->pinned = o.pin_memory && !is_cpu;
-    if (!is_cpu) { /* the device first: an unusable one fails fast */
-        if (!(l->be = gdl__be(fn, o.device))) goto fail;
-        for (i = 0; i < (l->pinned ? 2 : 1); i++) {
-            l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, o.device);
-            l->dy[i] = l->dx[i] ? gdl_empty(1, l->out_shape, GDL_I32, o.device) : NULL;
-            if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->event_create()))) {
-                gdl__data_wrap_error(fn);
-                goto fail;
-            }
-        }
-        /* the buffers' blocks may come from the cache with kernels still
-           queued on them: the first copies wait for those too */
-        if (l->pinned && (!(l->stream = l->be->stream_create()) || l->be->event_record(l->used[0], NULL) < 0 ||
-                          l->be->event_record(l->used[1], NULL) < 0)) {
-            gdl__data_wrap_error(fn);
-            goto fail;
-        }
-    }
+    l->pinned = o.pin_memory && o.device.type != GDL_DEVICE_CPU;
+    /* the device first: an unusable one fails fast */
+    if (o.device.type != GDL_DEVICE_CPU && gdl__loader_device_buffers(fn, l) < 0) goto fail;
     if (o.shuffle) {
         l->perm = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)ds->n);
         if (!l->perm) {
@@ -11237,79 +11395,9 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
             goto fail;
         }
     }
-    l->slots = (gdl__slot *)GPUDL_MALLOC(sizeof(gdl__slot) * (size_t)l->nslots);
-    if (!l->slots) {
-        gdl__set_error("%s: out of memory", fn);
-        goto fail;
-    }
-    memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
-    {
-        int64_t bmax = l->out_shape[0];
-        size_t xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel), ybytes = sizeof(int32_t) * (size_t)bmax;
-        for (i = 0; i < l->nslots; i++) {
-            gdl__slot *s = &l->slots[i];
-            if (is_cpu) {
-                s->tx = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, o.device);
-                s->ty = s->tx ? gdl_empty(1, l->out_shape, GDL_I32, o.device) : NULL;
-                if (!s->ty) {
-                    gdl__data_wrap_error(fn);
-                    goto fail;
-                }
-                s->x = (gdl_real *)s->tx->data;
-                s->y = (int32_t *)s->ty->data;
-                continue;
-            }
-            if (l->pinned) {
-                s->x = (gdl_real *)l->be->host_alloc(xbytes);
-                s->y = s->x ? (int32_t *)l->be->host_alloc(ybytes) : NULL;
-                if (!s->y || !(s->copied = l->be->event_create())) {
-                    gdl__data_wrap_error(fn);
-                    goto fail;
-                }
-                continue;
-            }
-            s->x = (gdl_real *)GPUDL_MALLOC(xbytes);
-            s->y = (int32_t *)GPUDL_MALLOC(ybytes);
-            if (!s->x || !s->y) {
-                gdl__set_error("%s: out of memory for %d host batch buffers of %s", fn, l->nslots,
-                               gdl__shape_fmt(l->out_ndim, l->out_shape));
-                goto fail;
-            }
-        }
-    }
+    if (gdl__loader_slots(fn, l) < 0) goto fail;
 #ifndef GPUDL_NO_THREADS
-    if (l->nthreads > 0) {
-        l->threads = (pthread_t *)GPUDL_MALLOC(sizeof(pthread_t) * (size_t)l->nthreads);
-        if (!l->threads) {
-            gdl__set_error("%s: out of memory", fn);
-            goto fail;
-        }
-        if (pthread_mutex_init(&l->mu, NULL) != 0) {
-            gdl__set_error("%s: pthread_mutex_init failed", fn);
-            goto fail;
-        }
-        if (pthread_cond_init(&l->cv_work, NULL) != 0) {
-            pthread_mutex_destroy(&l->mu);
-            gdl__set_error("%s: pthread_cond_init failed", fn);
-            goto fail;
-        }
-        if (pthread_cond_init(&l->cv_ready, NULL) != 0) {
-            pthread_cond_destroy(&l->cv_work);
-            pthread_mutex_destroy(&l->mu);
-            gdl__set_error("%s: pthread_cond_init failed", fn);
-            goto fail;
-        }
-        l->sync_init = 1;
-        for (i = 0; i < l->nthreads; i++) {
-            int rc = pthread_create(&l->threads[i], NULL, gdl__loader_worker, l);
-            if (rc != 0) {
-                gdl__set_error("%s: cannot start worker thread %d of %d: %s", fn, i + 1, l->nthreads,
-                               strerror(rc));
-                goto fail;
-            }
-            l->started++;
-        }
-    }
+    if (l->nthreads > 0 && gdl__loader_start_workers(fn, l) < 0) goto fail;
 #endif
     return l;
 fail:
@@ -13393,13 +13481,9 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
     gdl__prof_pop(span, rc == 0);
     return rc;
 }
-static int gdl__step(gdl_optimizer *opt) {
-    const char *op = "gdl_step";
-    int adam, i, d;
-    gdl_opt_tensor *t;
-    int *count;
-    char *fresh;
-    adam = opt->kind != GDL__OPT_SGD;
+/* gdl_step's parts, in order. Every parameter's grad matches it (device, size, dtype), on a usable device. */
+static int gdl__step_check_grads(const char *op, gdl_optimizer *opt) {
+    int i;
     for (i = 0; i < opt->nparams; i++) {
         gdl_tensor *p = opt->params[i].p, *g = p->grad;
         if (!g) continue; /* as PyTorch: parameters without a grad are skipped */
@@ -13412,16 +13496,12 @@ static int gdl__step(gdl_optimizer *opt) {
         }
         if (!gdl__be(op, p->device)) return -1;
     }
-    if (gdl__opt_layout(op, opt) < 0) return -1;
-    /* the step's lists live in the step arena: a steady-state step stays allocation-free */
-    t = (gdl_opt_tensor *)gdl__arena_alloc(&gdl__host_arena, (sizeof(gdl_opt_tensor) + sizeof(int) + 1) *
-                                                                 (size_t)(opt->nparams + 1));
-    if (!t) {
-        gdl__set_error("%s: out of memory (host) for the step's table of %d parameters", op, opt->nparams);
-        return -1;
-    }
-    count = (int *)(t + opt->nparams + 1);
-    fresh = (char *)(count + opt->nparams + 1);
+    return 0;
+}
+
+/* The state of every parameter the step updates (fresh[i]: made now); on failure none is made. */
+static int gdl__step_ensure_states(const char *op, gdl_optimizer *opt, char *fresh) {
+    int i;
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_param *pp = &opt->params[i];
         fresh[i] = 0;
@@ -13440,39 +13520,44 @@ static int gdl__step(gdl_optimizer *opt) {
             return -1;
         }
     }
-    if (gdl__opt_push_hyper(op, opt) < 0 || gdl__opt_steps_up(op, opt) < 0) return -1;
-    /* each device's entries, contiguous in t, in parameter order */
-    {
-        int n = 0;
-        for (d = 0; d < opt->ndevs; d++) {
-            gdl__opt_dev *dv = &opt->devs[d];
-            count[d] = 0;
-            for (i = 0; i < opt->nparams; i++) {
-                gdl__opt_param *pp = &opt->params[i];
-                gdl_opt_tensor *e;
-                if (pp->dev != d || !pp->p->grad || !pp->p->numel) continue;
-                e = &t[n + count[d]++];
-                memset(e, 0, sizeof *e);
-                e->n = pp->p->numel;
-                if (pp->master) { /* the f32 master is updated, the parameter rounded from it */
-                    e->p = GDL__R(pp->master);
-                    e->plow = pp->p->data;
-                    e->glow = pp->p->grad->data;
-                    e->low = (int32_t)pp->p->dtype;
-                } else {
-                    e->p = GDL__R(pp->p);
-                    e->g = GDL__R(pp->p->grad);
-                }
-                e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
-                e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
-                e->hyper = &dv->hyper[pp->group];
-                e->step = pp->step ? &dv->steps[i] : NULL;
-                e->skip = dv->skip;
+    return 0;
+}
+
+/* Each device's entries, contiguous in t, in parameter order (count[d] of device d). */
+static void gdl__step_entries(gdl_optimizer *opt, gdl_opt_tensor *t, int *count) {
+    int n = 0, d, i;
+    for (d = 0; d < opt->ndevs; d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        count[d] = 0;
+        for (i = 0; i < opt->nparams; i++) {
+            gdl__opt_param *pp = &opt->params[i];
+            gdl_opt_tensor *e;
+            if (pp->dev != d || !pp->p->grad || !pp->p->numel) continue;
+            e = &t[n + count[d]++];
+            memset(e, 0, sizeof *e);
+            e->n = pp->p->numel;
+            if (pp->master) { /* the f32 master is updated, the parameter rounded from it */
+                e->p = GDL__R(pp->master);
+                e->plow = pp->p->data;
+                e->glow = pp->p->grad->data;
+                e->low = (int32_t)pp->p->dtype;
+            } else {
+                e->p = GDL__R(pp->p);
+                e->g = GDL__R(pp->p->grad);
             }
-            n += count[d];
+            e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
+            e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
+            e->hyper = &dv->hyper[pp->group];
+            e->step = pp->step ? &dv->steps[i] : NULL;
+            e->skip = dv->skip;
         }
+        n += count[d];
     }
-    /* the tables: kept while the entries stay the same (a steady-state step copies nothing) */
+}
+
+/* The devices' tables: kept while the entries stay the same (a steady-state step copies nothing). */
+static int gdl__step_tables(const char *op, gdl_optimizer *opt, const gdl_opt_tensor *t, const int *count) {
+    int d, i;
     for (d = 0, i = 0; d < opt->ndevs; i += count[d], d++) {
         gdl__opt_dev *dv = &opt->devs[d];
         const gdl_backend *be;
@@ -13498,6 +13583,12 @@ static int gdl__step(gdl_optimizer *opt) {
         dv->tab = keep;
         dv->ntab = count[d];
     }
+    return 0;
+}
+
+/* The update: one backend call per device. */
+static int gdl__step_update(const char *op, gdl_optimizer *opt) {
+    int d, adam = opt->kind != GDL__OPT_SGD;
     for (d = 0; d < opt->ndevs; d++) {
         gdl__opt_dev *dv = &opt->devs[d];
         const gdl_backend *be;
@@ -13515,6 +13606,27 @@ static int gdl__step(gdl_optimizer *opt) {
             return -1;
         }
     }
+    return 0;
+}
+
+static int gdl__step(gdl_optimizer *opt) {
+    const char *op = "gdl_step";
+    gdl_opt_tensor *t;
+    int *count;
+    if (gdl__step_check_grads(op, opt) < 0 || gdl__opt_layout(op, opt) < 0) return -1;
+    /* the step's lists live in the step arena: a steady-state step stays allocation-free */
+    t = (gdl_opt_tensor *)gdl__arena_alloc(&gdl__host_arena, (sizeof(gdl_opt_tensor) + sizeof(int) + 1) *
+                                                                 (size_t)(opt->nparams + 1));
+    if (!t) {
+        gdl__set_error("%s: out of memory (host) for the step's table of %d parameters", op, opt->nparams);
+        return -1;
+    }
+    count = (int *)(t + opt->nparams + 1);
+    if (gdl__step_ensure_states(op, opt, (char *)(count + opt->nparams + 1)) < 0 ||
+        gdl__opt_push_hyper(op, opt) < 0 || gdl__opt_steps_up(op, opt) < 0)
+        return -1;
+    gdl__step_entries(opt, t, count);
+    if (gdl__step_tables(op, opt, t, count) < 0 || gdl__step_update(op, opt) < 0) return -1;
     opt->steps++;
     return 0;
 }
@@ -16194,13 +16306,148 @@ static int gdl__rdv_connect(const char *host, int port, double deadline) {
 #endif
 }
 
+/* gdl__rendezvous on rank 0: waits for every other rank at MASTER_PORT (until deadline), then sends each the id. */
+static int gdl__rdv_serve(const char *op, int world, const unsigned char *id, double timeout, double deadline,
+                          const char *addr, long port) {
+    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
+    int lfd, one = 1, got = 0, i, rc = -1, *fds;
+    struct sockaddr_in sa;
+    char *seen;
+    if (!(fds = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)world)) || !(seen = (char *)GPUDL_MALLOC((size_t)world))) {
+        GPUDL_FREE(fds);
+        gdl__set_error("%s: out of memory", op);
+        return -1;
+    }
+    memset(seen, 0, (size_t)world);
+    for (i = 0; i < world; i++) fds[i] = -1; /* by rank */
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    if ((lfd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, world) != 0) {
+        gdl__set_error("%s: rank 0 cannot listen at MASTER_PORT=%ld: %s", op, port, strerror(errno));
+        if (lfd >= 0) close(lfd);
+        GPUDL_FREE(fds), GPUDL_FREE(seen);
+        return -1;
+    }
+    while (got < world - 1) {
+        struct pollfd pf;
+        double left = deadline - gdl_now();
+        int fd, r, w;
+        if (left <= 0) {
+            char missing[200];
+            size_t k = 0;
+            for (i = 1; i < world && k + 12 < sizeof missing; i++)
+                if (!seen[i]) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", k ? ", " : "", i);
+            gdl__set_error("%s: rank 0 waited %g s (GPUDL_DIST_TIMEOUT) at MASTER_ADDR=%s MASTER_PORT=%ld: %d of "
+                           "%d ranks came; missing: rank %s", op, timeout, addr, port, got + 1, world, missing);
+            goto done;
+        }
+        pf.fd = lfd, pf.events = POLLIN, pf.revents = 0;
+        if (poll(&pf, 1, gdl__poll_ms(left)) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
+        if (gdl__rdv_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
+            memcmp(hello, "gdlR", 4) != 0) {
+            close(fd); /* not one of ours (a port scan, a stale job): wait on */
+            continue;
+        }
+        r = (int)gdl__get32(hello + 4), w = (int)gdl__get32(hello + 8);
+        if (w != world || r <= 0 || r >= world) {
+            memset(reply, 0, sizeof reply);
+            gdl__put32(reply, 1);
+            gdl__put32(reply + 4, (uint32_t)world);
+            (void)gdl__rdv_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
+            close(fd);
+            if (w != world) {
+                gdl__set_error("%s: rank %d says WORLD_SIZE=%d, rank 0 says %d (MASTER_ADDR=%s MASTER_PORT=%ld)",
+                               op, r, w, world, addr, port);
+                goto done;
+            }
+            continue; /* no rank of this job (its launcher checks RANK < WORLD_SIZE): wait on */
+        }
+        if (seen[r]) { /* a rank that came again (restarted): its newer connection is the one to answer */
+            close(fds[r]);
+        } else {
+            seen[r] = 1;
+            got++;
+        }
+        fds[r] = fd;
+        if (got == world - 1) /* a rank that went away since it came (EOF: readable) comes again */
+            for (i = 1; i < world; i++) {
+                struct pollfd q;
+                q.fd = fds[i], q.events = POLLIN, q.revents = 0;
+                if (poll(&q, 1, 0) > 0) {
+                    close(fds[i]);
+                    fds[i] = -1, seen[i] = 0, got--;
+                }
+            }
+    }
+    memset(reply, 0, sizeof reply);
+    gdl__put32(reply + 4, (uint32_t)world);
+    memcpy(reply + 12, id, GDL_COMM_ID_BYTES);
+    rc = 0;
+    for (i = 1; i < world; i++)
+        if (gdl__rdv_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
+            gdl__set_error("%s: rank 0 could not send the job's id to rank %d: %s", op, i, strerror(errno));
+            rc = -1;
+        }
+done:
+    for (i = 1; i < world; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    close(lfd);
+    GPUDL_FREE(fds), GPUDL_FREE(seen);
+    return rc;
+}
+
+/* gdl__rendezvous on the other ranks: reaches rank 0 (until deadline), says who it is, receives the id. */
+static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id, double timeout, double deadline,
+                         const char *addr, long port) {
+    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
+    int fd = -1, e = 0;
+    while ((fd = gdl__rdv_connect(addr, (int)port, deadline)) < 0) { /* rank 0 may not listen yet */
+        e = fd == -2 ? 0 : errno;
+        if (gdl_now() + 0.1 > deadline) {
+            gdl__set_error("%s: rank %d could not reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld within %g s "
+                           "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
+                           fd == -2 ? "MASTER_ADDR does not resolve to an address"
+#ifndef AI_PASSIVE
+                                      " (this build takes numeric IPv4 addresses only: define _POSIX_C_SOURCE "
+                                      "200112L or more for host names)"
+#endif
+                                    : strerror(e));
+            return -1;
+        }
+        poll(NULL, 0, 100);
+    }
+    memcpy(hello, "gdlR", 4);
+    gdl__put32(hello + 4, (uint32_t)rank);
+    gdl__put32(hello + 8, (uint32_t)world);
+    if (gdl__rdv_io(fd, hello, sizeof hello, 1, deadline) < 0 ||
+        gdl__rdv_io(fd, reply, sizeof reply, 0, deadline) < 0) {
+        e = errno;
+        close(fd);
+        gdl__set_error("%s: rank %d reached MASTER_ADDR=%s MASTER_PORT=%ld but got no answer within %g s "
+                       "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
+                       e == EPIPE ? "rank 0 gave up (some rank never came)" : strerror(e));
+        return -1;
+    }
+    close(fd);
+    if (gdl__get32(reply) != 0) {
+        gdl__set_error("%s: rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld refused rank %d: it says WORLD_SIZE=%u, this "
+                       "rank %d", op, addr, port, rank, gdl__get32(reply + 4), world);
+        return -1;
+    }
+    memcpy(id, reply + 12, GDL_COMM_ID_BYTES);
+    return 0;
+}
+
 /* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
 static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
     const char *addr = getenv("MASTER_ADDR"), *ps = getenv("MASTER_PORT");
     char *end;
     long port;
     double deadline = gdl_now() + timeout;
-    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
     if (!addr || !addr[0] || !ps) {
         gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
                        "(rank 0's host and a free port, as torchrun sets them)", op, !addr || !addr[0] ?
@@ -16212,133 +16459,8 @@ static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *i
         gdl__set_error("%s: MASTER_PORT='%s' is not a port number in [1, 65535]", op, ps);
         return -1;
     }
-    if (rank == 0) {
-        int lfd, one = 1, got = 0, i, rc = -1, *fds;
-        struct sockaddr_in sa;
-        char *seen;
-        if (!(fds = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)world)) || !(seen = (char *)GPUDL_MALLOC((size_t)world))) {
-            GPUDL_FREE(fds);
-            gdl__set_error("%s: out of memory", op);
-            return -1;
-        }
-        memset(seen, 0, (size_t)world);
-        for (i = 0; i < world; i++) fds[i] = -1; /* by rank */
-        memset(&sa, 0, sizeof sa);
-        sa.sin_family = AF_INET;
-        sa.sin_port = htons((uint16_t)port);
-        sa.sin_addr.s_addr = htonl(INADDR_ANY);
-        if ((lfd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
-            setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-            bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, world) != 0) {
-            gdl__set_error("%s: rank 0 cannot listen at MASTER_PORT=%ld: %s", op, port, strerror(errno));
-            if (lfd >= 0) close(lfd);
-            GPUDL_FREE(fds), GPUDL_FREE(seen);
-            return -1;
-        }
-        while (got < world - 1) {
-            struct pollfd pf;
-            double left = deadline - gdl_now();
-            int fd, r, w;
-            if (left <= 0) {
-                char missing[200];
-                size_t k = 0;
-                for (i = 1; i < world && k + 12 < sizeof missing; i++)
-                    if (!seen[i]) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", k ? ", " : "", i);
-                gdl__set_error("%s: rank 0 waited %g s (GPUDL_DIST_TIMEOUT) at MASTER_ADDR=%s MASTER_PORT=%ld: %d of "
-                               "%d ranks came; missing: rank %s", op, timeout, addr, port, got + 1, world, missing);
-                goto done;
-            }
-            pf.fd = lfd, pf.events = POLLIN, pf.revents = 0;
-            if (poll(&pf, 1, gdl__poll_ms(left)) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
-            if (gdl__rdv_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
-                memcmp(hello, "gdlR", 4) != 0) {
-                close(fd); /* not one of ours (a port scan, a stale job): wait on */
-                continue;
-            }
-            r = (int)gdl__get32(hello + 4), w = (int)gdl__get32(hello + 8);
-            if (w != world || r <= 0 || r >= world) {
-                memset(reply, 0, sizeof reply);
-                gdl__put32(reply, 1);
-                gdl__put32(reply + 4, (uint32_t)world);
-                (void)gdl__rdv_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
-                close(fd);
-                if (w != world) {
-                    gdl__set_error("%s: rank %d says WORLD_SIZE=%d, rank 0 says %d (MASTER_ADDR=%s MASTER_PORT=%ld)",
-                                   op, r, w, world, addr, port);
-                    goto done;
-                }
-                continue; /* no rank of this job (its launcher checks RANK < WORLD_SIZE): wait on */
-            }
-            if (seen[r]) { /* a rank that came again (restarted): its newer connection is the one to answer */
-                close(fds[r]);
-            } else {
-                seen[r] = 1;
-                got++;
-            }
-            fds[r] = fd;
-            if (got == world - 1) /* a rank that went away since it came (EOF: readable) comes again */
-                for (i = 1; i < world; i++) {
-                    struct pollfd q;
-                    q.fd = fds[i], q.events = POLLIN, q.revents = 0;
-                    if (poll(&q, 1, 0) > 0) {
-                        close(fds[i]);
-                        fds[i] = -1, seen[i] = 0, got--;
-                    }
-                }
-        }
-        memset(reply, 0, sizeof reply);
-        gdl__put32(reply + 4, (uint32_t)world);
-        memcpy(reply + 12, id, GDL_COMM_ID_BYTES);
-        rc = 0;
-        for (i = 1; i < world; i++)
-            if (gdl__rdv_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
-                gdl__set_error("%s: rank 0 could not send the job's id to rank %d: %s", op, i, strerror(errno));
-                rc = -1;
-            }
-    done:
-        for (i = 1; i < world; i++)
-            if (fds[i] >= 0) close(fds[i]);
-        close(lfd);
-        GPUDL_FREE(fds), GPUDL_FREE(seen);
-        return rc;
-    } else {
-        int fd = -1, e = 0;
-        while ((fd = gdl__rdv_connect(addr, (int)port, deadline)) < 0) { /* rank 0 may not listen yet */
-            e = fd == -2 ? 0 : errno;
-            if (gdl_now() + 0.1 > deadline) {
-                gdl__set_error("%s: rank %d could not reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld within %g s "
-                               "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
-                               fd == -2 ? "MASTER_ADDR does not resolve to an address"
-#ifndef AI_PASSIVE
-                                          " (this build takes numeric IPv4 addresses only: define _POSIX_C_SOURCE "
-                                          "200112L or more for host names)"
-#endif
-                                        : strerror(e));
-                return -1;
-            }
-            poll(NULL, 0, 100);
-        }
-        memcpy(hello, "gdlR", 4);
-        gdl__put32(hello + 4, (uint32_t)rank);
-        gdl__put32(hello + 8, (uint32_t)world);
-        if (gdl__rdv_io(fd, hello, sizeof hello, 1, deadline) < 0 ||
-            gdl__rdv_io(fd, reply, sizeof reply, 0, deadline) < 0) {
-            e = errno;
-            close(fd);
-            gdl__set_error("%s: rank %d reached MASTER_ADDR=%s MASTER_PORT=%ld but got no answer within %g s "
-                           "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
-                           e == EPIPE ? "rank 0 gave up (some rank never came)" : strerror(e));
-            return -1;
-        }
-        close(fd);
-        if (gdl__get32(reply) != 0) {
-            gdl__set_error("%s: rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld refused rank %d: it says WORLD_SIZE=%u, this "
-                           "rank %d", op, addr, port, rank, gdl__get32(reply + 4), world);
-            return -1;
-        }
-        memcpy(id, reply + 12, GDL_COMM_ID_BYTES);
-        return 0;
-    }
+    return rank == 0 ? gdl__rdv_serve(op, world, id, timeout, deadline, addr, port)
+                     : gdl__rdv_join(op, rank, world, id, timeout, deadline, addr, port);
 }
 #endif
 
@@ -16380,19 +16502,16 @@ static int gdl__dist_settle(const char *op) {
     return be ? be->comm_sync(0, gdl_dist_timeout()) : -1;
 }
 
-GPUDL_API int gdl_dist_init(void) {
-    static const char op[] = "gdl_dist_init";
+/* gdl_dist_init's environment: the launcher's rank, world size and local rank (none: one process), and
+   GPUDL_DIST_TIMEOUT. */
+static int gdl__dist_env(const char *op, int *rank, int *world, int *local, const char **launcher) {
     /* the launchers' variables: rank, world size, local rank */
     static const char *const L[3][4] = {
         {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
         {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
         {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
-    int k, rank = 0, world = 1, local = 0;
-    const char *launcher = "single";
-    if (gdl__dist.init) {
-        gdl__set_error("%s: already initialised (rank %d of %d)", op, gdl__dist.rank, gdl__dist.world);
-        return -1;
-    }
+    const char *v;
+    int k;
     for (k = 0; k < 3; k++) {
         int i;
         if (!getenv(L[k][1]) && !getenv(L[k][2])) continue;
@@ -16402,72 +16521,71 @@ GPUDL_API int gdl_dist_init(void) {
                                L[k][0], L[k][i]);
                 return -1;
             }
-        launcher = L[k][0];
-        if (gdl__env_int(op, launcher, L[k][2], 1, 1L << 20, &world) < 0 ||
-            gdl__env_int(op, launcher, L[k][1], 0, world - 1, &rank) < 0 ||
-            gdl__env_int(op, launcher, L[k][3], 0, world - 1, &local) < 0)
+        *launcher = L[k][0];
+        if (gdl__env_int(op, *launcher, L[k][2], 1, 1L << 20, world) < 0 ||
+            gdl__env_int(op, *launcher, L[k][1], 0, *world - 1, rank) < 0 ||
+            gdl__env_int(op, *launcher, L[k][3], 0, *world - 1, local) < 0)
             return -1;
         break;
     }
-    {
-        const char *v = getenv("GPUDL_DIST_TIMEOUT");
-        if (v) {
-            char *end;
-            double t = strtod(v, &end);
-            if (!v[0] || *end || !(t > 0)) {
-                gdl__set_error("%s: GPUDL_DIST_TIMEOUT='%s' is not a number of seconds > 0 (how long a collective "
-                               "waits for the other ranks; 'inf': for ever)", op, v);
-                return -1;
-            }
-            if (!gdl__dist_timeout_called) gdl__dist_timeout_s = t;
+    if ((v = getenv("GPUDL_DIST_TIMEOUT")) != NULL) {
+        char *end;
+        double t = strtod(v, &end);
+        if (!v[0] || *end || !(t > 0)) {
+            gdl__set_error("%s: GPUDL_DIST_TIMEOUT='%s' is not a number of seconds > 0 (how long a collective "
+                           "waits for the other ranks; 'inf': for ever)", op, v);
+            return -1;
         }
+        if (!gdl__dist_timeout_called) gdl__dist_timeout_s = t;
     }
+    return 0;
+}
+
 #ifdef GPUDL_MPI
-    {
-        int flag = 0, rc, mr, ms;
-        if (MPI_Finalized(&flag) == MPI_SUCCESS && flag) {
-            gdl__set_error("%s: MPI was finalised (gdl_dist_shutdown): it cannot start again in this process", op);
-            return -1;
-        }
-        if ((rc = MPI_Initialized(&flag)) != MPI_SUCCESS) return gdl__mpi_fail(op, "MPI_Initialized", rc);
-        if (!flag) {
-            int provided;
-            if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
-                return gdl__mpi_fail(op, "MPI_Init_thread", rc);
-            gdl__dist.mpi_ours = 1;
-        }
-        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.comm)) != MPI_SUCCESS)
-            return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
-        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.ctl)) != MPI_SUCCESS) {
-            MPI_Comm_free(&gdl__dist.comm);
-            return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
-        }
-        MPI_Comm_set_errhandler(gdl__dist.comm, MPI_ERRORS_RETURN); /* errors come back; nothing exits */
-        MPI_Comm_set_errhandler(gdl__dist.ctl, MPI_ERRORS_RETURN);
-        MPI_Comm_rank(gdl__dist.comm, &mr);
-        MPI_Comm_size(gdl__dist.comm, &ms);
-        if (!strcmp(launcher, "single")) { /* another MPI launcher (mpiexec of MPICH...): MPI's word */
-            launcher = ms > 1 ? "mpi" : "single";
-            rank = mr;
-            world = ms;
-        } else if (mr != rank || ms != world) {
-            gdl__set_error("%s: the environment (%s) says rank %d of %d but MPI says rank %d of %d: were the "
-                           "processes started by another launcher than the one whose variables are set?",
-                           op, launcher, rank, world, mr, ms);
-            MPI_Comm_free(&gdl__dist.comm);
-            MPI_Comm_free(&gdl__dist.ctl);
-            return -1;
-        }
-    }
-#else
-    if (world > 1 && !gdl__dist_gpu()) {
-        gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
-                       "-DGPUDL_MPI (mpicc ...), or with GPUDL_CUDA and NCCL on a machine with GPUs", op, world,
-                       launcher);
+/* MPI started (unless the program did) and its two communicators made; MPI's rank and size checked against
+   the launcher's (or taken, with another MPI launcher). */
+static int gdl__dist_mpi_start(const char *op, int *rank, int *world, const char **launcher) {
+    int flag = 0, rc, mr, ms;
+    if (MPI_Finalized(&flag) == MPI_SUCCESS && flag) {
+        gdl__set_error("%s: MPI was finalised (gdl_dist_shutdown): it cannot start again in this process", op);
         return -1;
     }
+    if ((rc = MPI_Initialized(&flag)) != MPI_SUCCESS) return gdl__mpi_fail(op, "MPI_Initialized", rc);
+    if (!flag) {
+        int provided;
+        if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+            return gdl__mpi_fail(op, "MPI_Init_thread", rc);
+        gdl__dist.mpi_ours = 1;
+    }
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.comm)) != MPI_SUCCESS)
+        return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.ctl)) != MPI_SUCCESS) {
+        MPI_Comm_free(&gdl__dist.comm);
+        return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
+    }
+    MPI_Comm_set_errhandler(gdl__dist.comm, MPI_ERRORS_RETURN); /* errors come back; nothing exits */
+    MPI_Comm_set_errhandler(gdl__dist.ctl, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(gdl__dist.comm, &mr);
+    MPI_Comm_size(gdl__dist.comm, &ms);
+    if (!strcmp(*launcher, "single")) { /* another MPI launcher (mpiexec of MPICH...): MPI's word */
+        *launcher = ms > 1 ? "mpi" : "single";
+        *rank = mr;
+        *world = ms;
+    } else if (mr != *rank || ms != *world) {
+        gdl__set_error("%s: the environment (%s) says rank %d of %d but MPI says rank %d of %d: were the "
+                       "processes started by another launcher than the one whose variables are set?",
+                       op, *launcher, *rank, *world, mr, ms);
+        MPI_Comm_free(&gdl__dist.comm);
+        MPI_Comm_free(&gdl__dist.ctl);
+        return -1;
+    }
+    return 0;
+}
 #endif
-    /* NCCL's id, for collectives of CUDA tensors: made by rank 0, handed round over MPI or the rendezvous */
+
+/* NCCL's id, for collectives of CUDA tensors: made by rank 0, handed round over MPI or the rendezvous
+   (gdl__dist.have_id: every rank has it). */
+static int gdl__dist_share_id(const char *op, int rank, int world) {
     gdl__dist.have_id = 0;
     gdl__dist.comm_dev = 0;
 #ifdef GPUDL_MPI
@@ -16487,11 +16605,8 @@ GPUDL_API int gdl_dist_init(void) {
         gdl__dist.rank = rank, gdl__dist.world = world; /* for the timed wait's report */
         gdl__dist.seq = 0;
         rc = MPI_Ibcast(buf, (int)sizeof buf, MPI_BYTE, 0, gdl__dist.comm, &q);
-        if (rc != MPI_SUCCESS) {
-            gdl__mpi_fail(op, "MPI_Ibcast of NCCL's id", rc);
-            goto fail;
-        }
-        if (gdl__dist_wait(op, "the broadcast of NCCL's id from rank 0", &q) < 0) goto fail;
+        if (rc != MPI_SUCCESS) return gdl__mpi_fail(op, "MPI_Ibcast of NCCL's id", rc);
+        if (gdl__dist_wait(op, "the broadcast of NCCL's id from rank 0", &q) < 0) return -1;
         if (buf[0] == 2) {
             if (rank == 0) {
                 char why[sizeof gdl__err];
@@ -16500,7 +16615,7 @@ GPUDL_API int gdl_dist_init(void) {
             } else {
                 gdl__set_error("%s: rank 0 could not make NCCL's id (its own error says why)", op);
             }
-            goto fail;
+            return -1;
         }
         if (buf[0] == 1 && be) {
             memcpy(gdl__dist.id, buf + 1, GDL_COMM_ID_BYTES);
@@ -16510,16 +16625,39 @@ GPUDL_API int gdl_dist_init(void) {
 #else
     if (world > 1 && gdl__dist_gpu()) {
         const gdl_backend *be = gdl__dist_gpu();
-        if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) goto fail;
+        if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return -1;
 #if defined(GDL__HAVE_RDV)
-        if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) goto fail;
+        if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) return -1;
 #else
         gdl__set_error("%s: %d processes without MPI need the TCP rendezvous, which this platform lacks", op, world);
-        goto fail;
+        return -1;
 #endif
         gdl__dist.have_id = 1;
     }
 #endif
+    return 0;
+}
+
+GPUDL_API int gdl_dist_init(void) {
+    static const char op[] = "gdl_dist_init";
+    int rank = 0, world = 1, local = 0;
+    const char *launcher = "single";
+    if (gdl__dist.init) {
+        gdl__set_error("%s: already initialised (rank %d of %d)", op, gdl__dist.rank, gdl__dist.world);
+        return -1;
+    }
+    if (gdl__dist_env(op, &rank, &world, &local, &launcher) < 0) return -1;
+#ifdef GPUDL_MPI
+    if (gdl__dist_mpi_start(op, &rank, &world, &launcher) < 0) return -1;
+#else
+    if (world > 1 && !gdl__dist_gpu()) {
+        gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
+                       "-DGPUDL_MPI (mpicc ...), or with GPUDL_CUDA and NCCL on a machine with GPUs", op, world,
+                       launcher);
+        return -1;
+    }
+#endif
+    if (gdl__dist_share_id(op, rank, world) < 0) goto fail;
     gdl__dist.rank = rank;
     gdl__dist.world = world;
     gdl__dist.local = local;
