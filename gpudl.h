@@ -6746,6 +6746,25 @@ static int gdl__check_dev(const char *op, const gdl_tensor *a, const gdl_tensor 
     return 0;
 }
 
+/* The two tensors of an op (a_f32, b_f32: f32 only), each checked, then on one device. */
+static int gdl__check_two(const char *op, const char *aname, const gdl_tensor *a, int a_f32, const char *bname,
+                          const gdl_tensor *b, int b_f32) {
+    if (gdl__check_in(op, aname, a, a_f32) < 0 || gdl__check_in(op, bname, b, b_f32) < 0 || gdl__check_dev(op, a, b) < 0)
+        return -1;
+    return 0;
+}
+
+/* The input, weight and optional bias of an op (linear, convolution; need_f32: f32 only), each checked, then
+   all on the input's device. */
+static int gdl__check_xwb(const char *op, const gdl_tensor *x, const gdl_tensor *w, const gdl_tensor *bias,
+                          int need_f32) {
+    if (gdl__check_in(op, "input", x, need_f32) < 0 || gdl__check_in(op, "weight", w, need_f32) < 0 ||
+        (bias && gdl__check_in(op, "bias", bias, need_f32) < 0) || gdl__check_dev(op, x, w) < 0 ||
+        gdl__check_dev(op, x, bias) < 0)
+        return -1;
+    return 0;
+}
+
 static int gdl__needs_grad(int nin, gdl_tensor *const *in) {
     int k;
     if (!gdl__grad_enabled) return 0;
@@ -6940,6 +6959,19 @@ static gdl_tensor *gdl__ac_cast(const char *op, gdl_tensor *x, gdl_dtype dt) {
 
 /* a native low-precision GEMM in dt is what autocast wants (or autocast is off) */
 static int gdl__ac_native(gdl_dtype dt) { return gdl__ac_dt == GDL_F32 || gdl__ac_dt == dt; }
+
+/* An op on input, weight and optional bias (linear, convolution) leaves its f32 path: autocast is on, or one
+   of them is not f32. */
+static int gdl__xwb_not_f32(const gdl_tensor *x, const gdl_tensor *w, const gdl_tensor *bias) {
+    return gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) ||
+           (bias && bias->dtype != GDL_F32);
+}
+
+/* ... and runs natively in their dtype: all of one low dtype, which autocast wants (or autocast is off). */
+static int gdl__xwb_native(const gdl_tensor *x, const gdl_tensor *w, const gdl_tensor *bias) {
+    return x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype) &&
+           gdl__ac_native(x->dtype);
+}
 
 /* an elementwise op (opid) whose float inputs all have the low dtype dt runs
    natively in dt (the backend's *_lp kernels) unless autocast wants its
@@ -7258,8 +7290,8 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
         if (a && b && a->dtype == b->dtype && gdl__lp_native(op, a->dtype)) dt = a->dtype; /* native */
         else GDL__LOWP2(opname, op, gdl__binary(opname, op, a, b), a, b);
     }
-    if (gdl__check_in(opname, "a", a, dt == GDL_F32) < 0 || gdl__check_in(opname, "b", b, dt == GDL_F32) < 0 ||
-        gdl__check_dev(opname, a, b) < 0 || gdl__broadcast(opname, a, b, &nd, shape, astr, bstr) < 0)
+    if (gdl__check_two(opname, "a", a, dt == GDL_F32, "b", b, dt == GDL_F32) < 0 ||
+        gdl__broadcast(opname, a, b, &nd, shape, astr, bstr) < 0)
         return NULL;
     if (!(be = gdl__be(opname, a->device))) return NULL;
     if (!(out = gdl__tmp(opname, nd, shape, dt, a->device))) return NULL;
@@ -7455,9 +7487,7 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
         if (a && b && a->dtype == b->dtype && gdl__is_low(a->dtype) && gdl__ac_native(a->dtype)) dt = a->dtype; /* native */
         else GDL__LOWP2(op, GDL_OP_MATMUL, gdl_matmul(a, b), a, b);
     }
-    if (gdl__check_in(op, "a", a, dt == GDL_F32) < 0 || gdl__check_in(op, "b", b, dt == GDL_F32) < 0 ||
-        gdl__check_dev(op, a, b) < 0)
-        return NULL;
+    if (gdl__check_two(op, "a", a, dt == GDL_F32, "b", b, dt == GDL_F32) < 0) return NULL;
     if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
         gdl__set_error("%s: expected 2-D or 3-D operands, got %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
@@ -7539,43 +7569,50 @@ static int gdl__bw_matmul(gdl_node *n, const gdl_backend *be) {
     return 0;
 }
 
-GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias) {
-    const char *op = "gdl_linear";
-    int64_t in_f, out_f, rows, shape[GDL_MAX_DIMS];
-    int err, k;
-    gdl_tensor *out, *in[3];
-    const gdl_backend *be;
-    gdl_dtype dt = GDL_F32;
-    if (gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) || (bias && bias->dtype != GDL_F32)) {
-        if (x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype) &&
-            gdl__ac_native(x->dtype))
-            dt = x->dtype;
-        else GDL__LOWP3(op, GDL_OP_LINEAR, gdl_linear(x, w, bias), x, w, bias);
-    }
-    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0 || gdl__check_in(op, "weight", w, dt == GDL_F32) < 0 ||
-        (bias && gdl__check_in(op, "bias", bias, dt == GDL_F32) < 0) || gdl__check_dev(op, x, w) < 0 ||
-        gdl__check_dev(op, x, bias) < 0)
-        return NULL;
+/* gdl_linear's and gdl_linear_act's shapes: input [..., in_features], weight [out_features, in_features],
+   bias [out_features]; the output's shape and the GEMM's rows (the input's leading dims). -1 after an error. */
+static int gdl__linear_shapes(const char *op, const gdl_tensor *x, const gdl_tensor *w, const gdl_tensor *bias,
+                              int64_t shape[GDL_MAX_DIMS], int64_t *rows) {
+    int64_t in_f, out_f;
+    int k;
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
         gdl__set_error("%s: input %s does not match weight %s (expected the input's last dim = in_features = weight dim 1)",
                        op, gdl_shape_str(x), gdl_shape_str(w));
-        return NULL;
+        return -1;
     }
     in_f = w->shape[1];
     out_f = w->shape[0];
     if (bias && (bias->ndim != 1 || bias->shape[0] != out_f)) {
         gdl__set_error("%s: bias %s does not match weight %s (expected [%lld])", op, gdl_shape_str(bias),
                        gdl_shape_str(w), (long long)out_f);
-        return NULL;
+        return -1;
     }
-    memcpy(shape, x->shape, sizeof shape);
+    memcpy(shape, x->shape, sizeof(int64_t) * GDL_MAX_DIMS);
     shape[x->ndim - 1] = out_f;
-    rows = 1;
-    for (k = 0; k + 1 < x->ndim; k++) rows *= x->shape[k];
-    if (rows > INT32_MAX || in_f > INT32_MAX || out_f > INT32_MAX) {
+    *rows = 1;
+    for (k = 0; k + 1 < x->ndim; k++) *rows *= x->shape[k];
+    if (*rows > INT32_MAX || in_f > INT32_MAX || out_f > INT32_MAX) {
         gdl__set_error("%s: dimensions too large for the GEMM: input %s, weight %s", op, gdl_shape_str(x), gdl_shape_str(w));
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias) {
+    const char *op = "gdl_linear";
+    int64_t in_f, out_f, rows, shape[GDL_MAX_DIMS];
+    int err;
+    gdl_tensor *out, *in[3];
+    const gdl_backend *be;
+    gdl_dtype dt = GDL_F32;
+    if (gdl__xwb_not_f32(x, w, bias)) {
+        if (gdl__xwb_native(x, w, bias)) dt = x->dtype;
+        else GDL__LOWP3(op, GDL_OP_LINEAR, gdl_linear(x, w, bias), x, w, bias);
+    }
+    if (gdl__check_xwb(op, x, w, bias, dt == GDL_F32) < 0 || gdl__linear_shapes(op, x, w, bias, shape, &rows) < 0)
+        return NULL;
+    in_f = w->shape[1];
+    out_f = w->shape[0];
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, shape, dt, x->device))) return NULL;
     if (out->numel && dt != GDL_F32) { /* out = bias rows (ones x bias), then out += x W^T: one rounding */
         void *ones = bias ? gdl__ones_dt(op, be, x->device, dt, rows) : NULL;
@@ -7638,37 +7675,16 @@ static int gdl__act_code(const char *op, int act) {
 GPUDL_API gdl_tensor *gdl_linear_act(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, gdl_act act) {
     const char *op = "gdl_linear_act";
     int64_t in_f, out_f, rows, shape[GDL_MAX_DIMS];
-    int err, k, ua = gdl__act_code(op, (int)act);
+    int err, ua = gdl__act_code(op, (int)act);
     gdl_tensor *out, *pre = NULL, *in[3];
     gdl_node *n;
     const gdl_backend *be;
     if (ua == -2) return NULL;
     /* low dtypes and autocast: the f32 op on f32 copies, rounded once */
     GDL__LOWP3(op, GDL_OP_LINEAR_ACT, gdl_linear_act(x, w, bias, act), x, w, bias);
-    if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
-        (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 ||
-        gdl__check_dev(op, x, bias) < 0)
-        return NULL;
-    if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
-        gdl__set_error("%s: input %s does not match weight %s (expected the input's last dim = in_features = weight dim 1)",
-                       op, gdl_shape_str(x), gdl_shape_str(w));
-        return NULL;
-    }
+    if (gdl__check_xwb(op, x, w, bias, 1) < 0 || gdl__linear_shapes(op, x, w, bias, shape, &rows) < 0) return NULL;
     in_f = w->shape[1];
     out_f = w->shape[0];
-    if (bias && (bias->ndim != 1 || bias->shape[0] != out_f)) {
-        gdl__set_error("%s: bias %s does not match weight %s (expected [%lld])", op, gdl_shape_str(bias),
-                       gdl_shape_str(w), (long long)out_f);
-        return NULL;
-    }
-    memcpy(shape, x->shape, sizeof shape);
-    shape[x->ndim - 1] = out_f;
-    rows = 1;
-    for (k = 0; k + 1 < x->ndim; k++) rows *= x->shape[k];
-    if (rows > INT32_MAX || in_f > INT32_MAX || out_f > INT32_MAX) {
-        gdl__set_error("%s: dimensions too large for the GEMM: input %s, weight %s", op, gdl_shape_str(x), gdl_shape_str(w));
-        return NULL;
-    }
     in[0] = x;
     in[1] = w;
     in[2] = bias;
@@ -7899,17 +7915,12 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
     int gi, err, direct, opid = act >= -1 ? GDL_OP_CONV2D_ACT : GDL_OP_CONV2D;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
-    if (gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) || (bias && bias->dtype != GDL_F32)) {
+    if (gdl__xwb_not_f32(x, w, bias)) {
         /* native (gdl__conv2d_lp) for the plain convolution; the fused one in low precision through f32 copies */
-        if (act == -2 && x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype) &&
-            gdl__ac_native(x->dtype))
-            dt = x->dtype;
+        if (act == -2 && gdl__xwb_native(x, w, bias)) dt = x->dtype;
         else GDL__LOWP3(op, opid, gdl__conv2d(op, x, w, bias, stride, padding, dilation, groups, act), x, w, bias);
     }
-    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0 || gdl__check_in(op, "weight", w, dt == GDL_F32) < 0 ||
-        (bias && gdl__check_in(op, "bias", bias, dt == GDL_F32) < 0) || gdl__check_dev(op, x, w) < 0 ||
-        gdl__check_dev(op, x, bias) < 0)
-        return NULL;
+    if (gdl__check_xwb(op, x, w, bias, dt == GDL_F32) < 0) return NULL;
     if (!stride || !padding || !dilation) {
         gdl__null_arg(op, !stride ? "stride" : !padding ? "padding" : "dilation");
         return NULL;
@@ -8493,8 +8504,7 @@ GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
     GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl_embedding(idx, w), w);
-    if (gdl__check_in(op, "indices", idx, 0) < 0 || gdl__check_in(op, "weight", w, 1) < 0 || gdl__check_dev(op, idx, w) < 0)
-        return NULL;
+    if (gdl__check_two(op, "indices", idx, 0, "weight", w, 1) < 0) return NULL;
     if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
         gdl__set_error("%s: expected i32 indices and a weight [V,D], got %s %s and %s %s", op, gdl_dtype_name(idx->dtype),
                        gdl_shape_str(idx), gdl_dtype_name(w->dtype), gdl_shape_str(w));
@@ -8537,9 +8547,7 @@ static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tens
     gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(opname, op, gdl__xent(opname, op, x, tgt, o), x);
-    if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", tgt, 0) < 0 ||
-        gdl__check_dev(opname, x, tgt) < 0)
-        return NULL;
+    if (gdl__check_two(opname, "input", x, 1, "target", tgt, 0) < 0) return NULL;
     if (x->ndim != 2 || tgt->ndim != 1 || tgt->dtype != GDL_I32 || tgt->shape[0] != x->shape[0]) {
         gdl__set_error("%s: expected input [B,C] and i32 target [B], got %s %s and %s %s", opname,
                        gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_dtype_name(tgt->dtype), gdl_shape_str(tgt));
@@ -8605,9 +8613,7 @@ static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
     GDL__LOWP2(opname, op, gdl__pointwise_loss(opname, op, x, y, r), x, y);
-    if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", y, 1) < 0 ||
-        gdl__check_dev(opname, x, y) < 0)
-        return NULL;
+    if (gdl__check_two(opname, "input", x, 1, "target", y, 1) < 0) return NULL;
     if (!gdl_same_shape(x, y)) {
         gdl__set_error("%s: input %s and target %s must have the same shape", opname, gdl_shape_str(x), gdl_shape_str(y));
         return NULL;
@@ -8858,9 +8864,7 @@ GPUDL_API int gdl_backward(gdl_tensor *loss) {
 }
 
 GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
-    if (gdl__check_in("gdl_backward_grad", "t", t, 0) < 0 || gdl__check_in("gdl_backward_grad", "grad", grad, 0) < 0 ||
-        gdl__check_dev("gdl_backward_grad", t, grad) < 0)
-        return -1;
+    if (gdl__check_two("gdl_backward_grad", "t", t, 0, "grad", grad, 0) < 0) return -1;
     if (!gdl__is_float(t->dtype) || !gdl__is_float(grad->dtype)) {
         gdl__set_error("gdl_backward_grad: expected float tensors, got %s %s and grad %s %s", gdl_dtype_name(t->dtype),
                        gdl_shape_str(t), gdl_dtype_name(grad->dtype), gdl_shape_str(grad));
@@ -9103,16 +9107,140 @@ static const char *gdl__rd_why(const gdl__rd *r, char *buf, size_t cap) {
     return buf;
 }
 
-GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
-    static const char fn[] = "gdl_idx_load";
+/* gdl_idx_load's header: the magic (dtype, ndim) and the dims into res; its length (*hlen) and the data's
+   size (*bytes). */
+static int gdl__idx_header(const char *fn, const char *path, gdl__rd *r, gdl_idx *res, size_t *hlen,
+                           uint64_t *bytes, int *err) {
     const uint64_t limit = (uint64_t)1 << 31; /* 2 GiB of data */
     unsigned char hdr[4 + 4 * GDL_IDX_MAX_DIMS];
     char why[160];
+    size_t got;
+    int d;
+    got = gdl__rd_read(r, hdr, 4, err);
+    if (got < 4) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: truncated: expected a 4-byte magic number, got %zu bytes%s", fn, path,
+                           got, gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    if (hdr[0] != 0 || hdr[1] != 0) {
+        gdl__set_error("%s: %s: bad magic 0x%02X%02X%02X%02X: the first two bytes must be zero "
+                       "(not an IDX file?)", fn, path, hdr[0], hdr[1], hdr[2], hdr[3]);
+        return -1;
+    }
+    res->dtype_code = hdr[2];
+    switch (hdr[2]) {
+    case 0x08: case 0x09: res->elem_size = 1; break;
+    case 0x0B: res->elem_size = 2; break;
+    case 0x0C: case 0x0D: res->elem_size = 4; break;
+    case 0x0E: res->elem_size = 8; break;
+    default:
+        gdl__set_error("%s: %s: unknown type byte 0x%02X in magic 0x%02X%02X%02X%02X (expected 0x08, "
+                       "0x09, 0x0B, 0x0C, 0x0D or 0x0E)", fn, path, hdr[2], hdr[0], hdr[1], hdr[2], hdr[3]);
+        return -1;
+    }
+    res->ndim = hdr[3];
+    if (res->ndim < 1 || res->ndim > GDL_IDX_MAX_DIMS) {
+        gdl__set_error("%s: %s: bad number of dimensions %d in magic (expected 1..%d)", fn, path,
+                       res->ndim, GDL_IDX_MAX_DIMS);
+        return -1;
+    }
+    *hlen = 4 + 4 * (size_t)res->ndim;
+    got = gdl__rd_read(r, hdr + 4, *hlen - 4, err);
+    if (got < *hlen - 4) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: truncated header: expected %zu bytes, got %zu%s", fn, path, *hlen,
+                           4 + got, gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    *bytes = res->elem_size;
+    res->count = 1;
+    for (d = 0; d < res->ndim; d++) {
+        const unsigned char *p = hdr + 4 + 4 * d;
+        uint64_t v = ((uint64_t)p[0] << 24) | ((uint64_t)p[1] << 16) | ((uint64_t)p[2] << 8) | p[3];
+        if (v == 0) {
+            gdl__set_error("%s: %s: dimension %d is 0", fn, path, d);
+            return -1;
+        }
+        if (v > limit / *bytes) {
+            gdl__set_error("%s: %s: data size exceeds 2 GiB (dimension %d is %llu)", fn, path, d,
+                           (unsigned long long)v);
+            return -1;
+        }
+        *bytes *= v;
+        res->dims[d] = (int64_t)v;
+        res->count *= (int64_t)v;
+    }
+    return 0;
+}
+
+/* The data (bytes of it, into *data) and the end of the file: nothing may follow. */
+static int gdl__idx_data(const char *fn, const char *path, gdl__rd *r, size_t hlen, uint64_t bytes,
+                         unsigned char **data, int *err) {
+    char why[160];
+    size_t got = 0, k_read;
+    /* The buffer grows with the data read, so that a few bytes claiming 2 GiB
+       (a gzip stream's size is not known before it is read) cost a few bytes. */
+    {
+        size_t cap = 0, want;
+        do {
+            unsigned char *grown;
+            want = (size_t)bytes - got;
+            if (cap - got < want) {
+                size_t ncap = cap ? cap * 2 : (size_t)1 << 16;
+                if (ncap > (size_t)bytes) ncap = (size_t)bytes;
+                if (!(grown = (unsigned char *)GPUDL_REALLOC(*data, ncap))) {
+                    gdl__set_error("%s: %s: out of memory allocating %llu bytes", fn, path,
+                                   (unsigned long long)ncap);
+                    return -1;
+                }
+                *data = grown;
+                cap = ncap;
+                want = cap - got;
+            }
+            k_read = gdl__rd_read(r, *data + got, want, err);
+            got += k_read;
+        } while (k_read == want && got < bytes && !*err);
+    }
+    if (got < bytes) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: truncated: expected %llu bytes, got %llu%s", fn, path,
+                           (unsigned long long)(hlen + bytes),
+                           (unsigned long long)(hlen + got), gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    {
+        unsigned char extra[4096];
+        uint64_t more = 0;
+        size_t k;
+        while ((k = gdl__rd_read(r, extra, sizeof extra, err)) > 0) more += k;
+        if (*err) {
+            if (!gdl__rd_corrupt(fn, path, r))
+                gdl__set_error("%s: %s: read error after the data%s", fn, path, gdl__rd_why(r, why, sizeof why));
+            return -1;
+        }
+        if (more) {
+            gdl__set_error("%s: %s: %llu trailing bytes: expected %llu bytes, got %llu", fn, path,
+                           (unsigned long long)more, (unsigned long long)(hlen + bytes),
+                           (unsigned long long)(hlen + bytes + more));
+            return -1;
+        }
+    }
+    if (*err) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: read error%s", fn, path, gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
+    static const char fn[] = "gdl_idx_load";
     gdl__rd r;
     gdl_idx res;
-    int err = 0, d;
-    size_t got, hlen, k_read;
-    uint64_t bytes;
+    int err = 0;
+    size_t hlen = 0;
+    uint64_t bytes = 0;
     unsigned char *data = NULL;
 
     if (!path || !out) {
@@ -9121,114 +9249,9 @@ GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
     }
     if (gdl__rd_open(fn, path, &r) < 0) return -1;
     memset(&res, 0, sizeof res);
-    got = gdl__rd_read(&r, hdr, 4, &err);
-    if (got < 4) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: truncated: expected a 4-byte magic number, got %zu bytes%s", fn, path,
-                           got, gdl__rd_why(&r, why, sizeof why));
+    if (gdl__idx_header(fn, path, &r, &res, &hlen, &bytes, &err) < 0 ||
+        gdl__idx_data(fn, path, &r, hlen, bytes, &data, &err) < 0)
         goto fail;
-    }
-    if (hdr[0] != 0 || hdr[1] != 0) {
-        gdl__set_error("%s: %s: bad magic 0x%02X%02X%02X%02X: the first two bytes must be zero "
-                       "(not an IDX file?)", fn, path, hdr[0], hdr[1], hdr[2], hdr[3]);
-        goto fail;
-    }
-    res.dtype_code = hdr[2];
-    switch (hdr[2]) {
-    case 0x08: case 0x09: res.elem_size = 1; break;
-    case 0x0B: res.elem_size = 2; break;
-    case 0x0C: case 0x0D: res.elem_size = 4; break;
-    case 0x0E: res.elem_size = 8; break;
-    default:
-        gdl__set_error("%s: %s: unknown type byte 0x%02X in magic 0x%02X%02X%02X%02X (expected 0x08, "
-                       "0x09, 0x0B, 0x0C, 0x0D or 0x0E)", fn, path, hdr[2], hdr[0], hdr[1], hdr[2], hdr[3]);
-        goto fail;
-    }
-    res.ndim = hdr[3];
-    if (res.ndim < 1 || res.ndim > GDL_IDX_MAX_DIMS) {
-        gdl__set_error("%s: %s: bad number of dimensions %d in magic (expected 1..%d)", fn, path,
-                       res.ndim, GDL_IDX_MAX_DIMS);
-        goto fail;
-    }
-    hlen = 4 + 4 * (size_t)res.ndim;
-    got = gdl__rd_read(&r, hdr + 4, hlen - 4, &err);
-    if (got < hlen - 4) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: truncated header: expected %zu bytes, got %zu%s", fn, path, hlen,
-                           4 + got, gdl__rd_why(&r, why, sizeof why));
-        goto fail;
-    }
-    bytes = res.elem_size;
-    res.count = 1;
-    for (d = 0; d < res.ndim; d++) {
-        const unsigned char *p = hdr + 4 + 4 * d;
-        uint64_t v = ((uint64_t)p[0] << 24) | ((uint64_t)p[1] << 16) | ((uint64_t)p[2] << 8) | p[3];
-        if (v == 0) {
-            gdl__set_error("%s: %s: dimension %d is 0", fn, path, d);
-            goto fail;
-        }
-        if (v > limit / bytes) {
-            gdl__set_error("%s: %s: data size exceeds 2 GiB (dimension %d is %llu)", fn, path, d,
-                           (unsigned long long)v);
-            goto fail;
-        }
-        bytes *= v;
-        res.dims[d] = (int64_t)v;
-        res.count *= (int64_t)v;
-    }
-    /* The buffer grows with the data read, so that a few bytes claiming 2 GiB
-       (a gzip stream's size is not known before it is read) cost a few bytes. */
-    {
-        size_t cap = 0, want;
-        got = 0;
-        do {
-            unsigned char *grown;
-            want = (size_t)bytes - got;
-            if (cap - got < want) {
-                size_t ncap = cap ? cap * 2 : (size_t)1 << 16;
-                if (ncap > (size_t)bytes) ncap = (size_t)bytes;
-                if (!(grown = (unsigned char *)GPUDL_REALLOC(data, ncap))) {
-                    gdl__set_error("%s: %s: out of memory allocating %llu bytes", fn, path,
-                                   (unsigned long long)ncap);
-                    goto fail;
-                }
-                data = grown;
-                cap = ncap;
-                want = cap - got;
-            }
-            k_read = gdl__rd_read(&r, data + got, want, &err);
-            got += k_read;
-        } while (k_read == want && got < bytes && !err);
-    }
-    if (got < bytes) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: truncated: expected %llu bytes, got %llu%s", fn, path,
-                           (unsigned long long)(hlen + bytes),
-                           (unsigned long long)(hlen + got), gdl__rd_why(&r, why, sizeof why));
-        goto fail;
-    }
-    {
-        unsigned char extra[4096];
-        uint64_t more = 0;
-        size_t k;
-        while ((k = gdl__rd_read(&r, extra, sizeof extra, &err)) > 0) more += k;
-        if (err) {
-            if (!gdl__rd_corrupt(fn, path, &r))
-                gdl__set_error("%s: %s: read error after the data%s", fn, path, gdl__rd_why(&r, why, sizeof why));
-            goto fail;
-        }
-        if (more) {
-            gdl__set_error("%s: %s: %llu trailing bytes: expected %llu bytes, got %llu", fn, path,
-                           (unsigned long long)more, (unsigned long long)(hlen + bytes),
-                           (unsigned long long)(hlen + bytes + more));
-            goto fail;
-        }
-    }
-    if (err) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: read error%s", fn, path, gdl__rd_why(&r, why, sizeof why));
-        goto fail;
-    }
     if (res.elem_size > 1 && gdl__host_is_le()) gdl__bswap(data, res.elem_size, (size_t)res.count);
     gdl__rd_close(&r);
     res.data = data;
@@ -9967,19 +9990,11 @@ static int gdl__cmp_entry_off(const void *a, const void *b) {
     return 0;
 }
 
-static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned char *buf, uint64_t len,
-                              gdl_st_file *out) {
-    gdl__json J;
-    gdl__st_build b;
-    uint64_t N, data_len, pos;
+/* The file's first 8 bytes: the header's length (*N), checked against the limit and the file, and the header
+   valid UTF-8. */
+static int gdl__st_prefix(const char *fn, const char *what, const unsigned char *buf, uint64_t len, uint64_t *N) {
     size_t bad;
-    int c, k, oom = 0, seen_meta = 0;
-    const char *dup;
-    const char **names = NULL;
-    gdl_st_entry *sorted = NULL;
-
-    memset(&J, 0, sizeof J);
-    memset(&b, 0, sizeof b);
+    int k;
     if (!buf && len) {
         gdl__set_error("%s: %s: buffer is NULL", fn, what);
         return -1;
@@ -9989,154 +10004,177 @@ static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned c
                        (unsigned long long)len);
         return -1;
     }
-    N = 0;
-    for (k = 7; k >= 0; k--) N = (N << 8) | buf[k];
-    if (N > GDL__ST_MAX_HEADER) {
+    *N = 0;
+    for (k = 7; k >= 0; k--) *N = (*N << 8) | buf[k];
+    if (*N > GDL__ST_MAX_HEADER) {
         gdl__set_error("%s: %s: header length %llu exceeds the limit of 100000000 bytes", fn, what,
-                       (unsigned long long)N);
+                       (unsigned long long)*N);
         return -1;
     }
-    if (N > len - 8) {
+    if (*N > len - 8) {
         gdl__set_error("%s: %s: header length %llu runs past the end of the file (%llu bytes)", fn, what,
-                       (unsigned long long)N, (unsigned long long)len);
+                       (unsigned long long)*N, (unsigned long long)len);
         return -1;
     }
-    bad = gdl__utf8_check(buf + 8, (size_t)N);
-    if (bad != (size_t)N) {
+    bad = gdl__utf8_check(buf + 8, (size_t)*N);
+    if (bad != (size_t)*N) {
         gdl__set_error("%s: %s: header is not valid UTF-8 (bad byte 0x%02X at header byte %zu)", fn, what,
                        buf[8 + bad], bad);
         return -1;
     }
-    data_len = len - 8 - N;
-    J.s = buf + 8;
-    J.n = (size_t)N;
+    return 0;
+}
 
-    c = gdl__js_peek(&J);
+/* The header's JSON object: __metadata__ and the tensors' entries into b. -1: J->err says why. */
+static int gdl__st_parse_top(gdl__json *J, gdl__st_build *b) {
+    int c = gdl__js_peek(J), seen_meta = 0;
     if (c != '{') {
-        if (c == -1) snprintf(J.err, sizeof J.err, "header is empty");
-        else if (gdl__js_skip(&J) == 0) snprintf(J.err, sizeof J.err, "header's top level is not a JSON object");
-        goto fail;
+        if (c == -1) snprintf(J->err, sizeof J->err, "header is empty");
+        else if (gdl__js_skip(J) == 0) snprintf(J->err, sizeof J->err, "header's top level is not a JSON object");
+        return -1;
     }
-    J.i++;
-    J.depth = 1;
-    if (gdl__js_peek(&J) == '}') J.i++;
+    J->i++;
+    J->depth = 1;
+    if (gdl__js_peek(J) == '}') J->i++;
     else
         for (;;) {
-            if (gdl__js_peek(&J) != '"') {
-                gdl__js_fail(&J, "expected a string key");
-                goto fail;
-            }
-            if (gdl__js_string(&J) < 0) goto fail;
-            if (gdl__js_peek(&J) != ':') {
-                gdl__js_fail(&J, "expected ':'");
-                goto fail;
-            }
-            J.i++;
-            if (J.slen == 12 && strcmp(J.str, "__metadata__") == 0) {
+            if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
+            if (gdl__js_string(J) < 0) return -1;
+            if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
+            J->i++;
+            if (J->slen == 12 && strcmp(J->str, "__metadata__") == 0) {
                 if (seen_meta++) {
-                    snprintf(J.err, sizeof J.err, "duplicate \"__metadata__\"");
-                    goto fail;
+                    snprintf(J->err, sizeof J->err, "duplicate \"__metadata__\"");
+                    return -1;
                 }
-                if (gdl__st_meta_parse(&J, &b) < 0) goto fail;
+                if (gdl__st_meta_parse(J, b) < 0) return -1;
             } else {
                 gdl_st_entry *e;
-                if (J.slen >= GDL_ST_NAME_MAX) {
-                    snprintf(J.err, sizeof J.err, "tensor name '%.60s...' is %zu bytes, longer than %d", J.str, J.slen,
-                             GDL_ST_NAME_MAX - 1);
-                    goto fail;
+                if (J->slen >= GDL_ST_NAME_MAX) {
+                    snprintf(J->err, sizeof J->err, "tensor name '%.60s...' is %zu bytes, longer than %d", J->str,
+                             J->slen, GDL_ST_NAME_MAX - 1);
+                    return -1;
                 }
-                if (strlen(J.str) != J.slen) {
-                    snprintf(J.err, sizeof J.err, "tensor name '%s' contains a NUL character", J.str);
-                    goto fail;
+                if (strlen(J->str) != J->slen) {
+                    snprintf(J->err, sizeof J->err, "tensor name '%s' contains a NUL character", J->str);
+                    return -1;
                 }
-                if (b.n == b.cap) {
-                    int nc = b.cap ? b.cap * 2 : 16;
-                    gdl_st_entry *ne = (gdl_st_entry *)GPUDL_REALLOC(b.e, (size_t)nc * sizeof *ne);
+                if (b->n == b->cap) {
+                    int nc = b->cap ? b->cap * 2 : 16;
+                    gdl_st_entry *ne = (gdl_st_entry *)GPUDL_REALLOC(b->e, (size_t)nc * sizeof *ne);
                     if (!ne) {
-                        snprintf(J.err, sizeof J.err, "out of memory parsing the header");
-                        goto fail;
+                        snprintf(J->err, sizeof J->err, "out of memory parsing the header");
+                        return -1;
                     }
-                    b.e = ne;
-                    b.cap = nc;
+                    b->e = ne;
+                    b->cap = nc;
                 }
-                e = &b.e[b.n++];
+                e = &b->e[b->n++];
                 memset(e, 0, sizeof *e);
-                memcpy(e->name, J.str, J.slen + 1);
-                if (gdl__st_entry_parse(&J, e) < 0) goto fail;
+                memcpy(e->name, J->str, J->slen + 1);
+                if (gdl__st_entry_parse(J, e) < 0) return -1;
             }
-            c = gdl__js_peek(&J);
-            if (c == ',') { J.i++; continue; }
-            if (c == '}') { J.i++; break; }
-            gdl__js_fail(&J, "expected ',' or '}'");
-            goto fail;
+            c = gdl__js_peek(J);
+            if (c == ',') { J->i++; continue; }
+            if (c == '}') { J->i++; break; }
+            return gdl__js_fail(J, "expected ',' or '}'");
         }
-    if (gdl__js_peek(&J) != -1) {
-        gdl__js_fail(&J, "trailing characters after the JSON object");
-        goto fail;
-    }
+    if (gdl__js_peek(J) != -1) return gdl__js_fail(J, "trailing characters after the JSON object");
+    return 0;
+}
 
-    /* duplicate names */
-    if (b.n > 1) {
-        names = (const char **)GPUDL_MALLOC((size_t)b.n * sizeof *names);
+/* No tensor name and no __metadata__ key twice. -1: J->err says why. */
+static int gdl__st_check_dups(gdl__json *J, const gdl__st_build *b) {
+    const char **names;
+    const char *dup;
+    int k, oom = 0;
+    if (b->n > 1) {
+        names = (const char **)GPUDL_MALLOC((size_t)b->n * sizeof *names);
         if (!names) {
-            snprintf(J.err, sizeof J.err, "out of memory");
-            goto fail;
+            snprintf(J->err, sizeof J->err, "out of memory");
+            return -1;
         }
-        for (k = 0; k < b.n; k++) names[k] = b.e[k].name;
-        dup = gdl__find_dup(names, b.n, &oom);
+        for (k = 0; k < b->n; k++) names[k] = b->e[k].name;
+        dup = gdl__find_dup(names, b->n, &oom);
+        GPUDL_FREE(names);
         if (dup || oom) {
-            snprintf(J.err, sizeof J.err, oom ? "out of memory" : "duplicate tensor name '%s'", dup);
-            goto fail;
+            snprintf(J->err, sizeof J->err, oom ? "out of memory" : "duplicate tensor name '%s'", dup);
+            return -1;
         }
     }
-    if (b.nm > 1) {
-        dup = gdl__find_dup((const char *const *)b.mk, b.nm, &oom);
+    if (b->nm > 1) {
+        dup = gdl__find_dup((const char *const *)b->mk, b->nm, &oom);
         if (dup || oom) {
-            snprintf(J.err, sizeof J.err, oom ? "out of memory" : "duplicate __metadata__ key '%.100s'", dup);
-            goto fail;
+            snprintf(J->err, sizeof J->err, oom ? "out of memory" : "duplicate __metadata__ key '%.100s'", dup);
+            return -1;
         }
     }
-    /* the tensors must tile [0, data_len) exactly */
-    for (k = 0; k < b.n; k++)
-        if (b.e[k].end > data_len) {
+    return 0;
+}
+
+/* The tensors must tile [0, data_len) exactly: no tensor past the end, no hole, no overlap, nothing after. */
+static int gdl__st_check_tiling(const char *fn, const char *what, const gdl__st_build *b, uint64_t data_len) {
+    gdl_st_entry *sorted = NULL;
+    uint64_t pos = 0;
+    int k, rc = 0;
+    for (k = 0; k < b->n; k++)
+        if (b->e[k].end > data_len) {
             gdl__set_error("%s: %s: truncated: tensor '%s' data_offsets [%llu, %llu] go past the end of the "
-                           "%llu-byte data buffer", fn, what, b.e[k].name, (unsigned long long)b.e[k].begin,
-                           (unsigned long long)b.e[k].end, (unsigned long long)data_len);
-            goto fail_set;
+                           "%llu-byte data buffer", fn, what, b->e[k].name, (unsigned long long)b->e[k].begin,
+                           (unsigned long long)b->e[k].end, (unsigned long long)data_len);
+            return -1;
         }
-    pos = 0;
-    if (b.n > 0) {
-        sorted = (gdl_st_entry *)GPUDL_MALLOC((size_t)b.n * sizeof *sorted);
+    if (b->n > 0) {
+        sorted = (gdl_st_entry *)GPUDL_MALLOC((size_t)b->n * sizeof *sorted);
         if (!sorted) {
-            snprintf(J.err, sizeof J.err, "out of memory");
-            goto fail;
+            gdl__set_error("%s: %s: header: %s", fn, what, "out of memory");
+            return -1;
         }
-        memcpy(sorted, b.e, (size_t)b.n * sizeof *sorted);
-        qsort(sorted, (size_t)b.n, sizeof *sorted, gdl__cmp_entry_off);
-        for (k = 0; k < b.n; k++) {
+        memcpy(sorted, b->e, (size_t)b->n * sizeof *sorted);
+        qsort(sorted, (size_t)b->n, sizeof *sorted, gdl__cmp_entry_off);
+        for (k = 0; k < b->n && rc == 0; k++) {
             if (sorted[k].begin > pos) {
                 gdl__set_error("%s: %s: hole in the data buffer: bytes [%llu, %llu) belong to no tensor (next is "
                                "'%s')", fn, what, (unsigned long long)pos, (unsigned long long)sorted[k].begin,
                                sorted[k].name);
-                goto fail_set;
-            }
-            if (sorted[k].begin < pos) {
+                rc = -1;
+            } else if (sorted[k].begin < pos) {
                 gdl__set_error("%s: %s: tensor '%s' data_offsets [%llu, %llu] overlap '%s', which ends at %llu", fn,
                                what, sorted[k].name, (unsigned long long)sorted[k].begin,
                                (unsigned long long)sorted[k].end, sorted[k - 1].name, (unsigned long long)pos);
-                goto fail_set;
+                rc = -1;
+            } else {
+                pos = sorted[k].end;
             }
-            pos = sorted[k].end;
         }
+        GPUDL_FREE(sorted);
     }
-    if (pos != data_len) {
+    if (rc == 0 && pos != data_len) {
         gdl__set_error("%s: %s: %llu trailing bytes after the last tensor (data buffer %llu bytes, tensors end "
                        "at %llu)", fn, what, (unsigned long long)(data_len - pos), (unsigned long long)data_len,
                        (unsigned long long)pos);
-        goto fail_set;
+        rc = -1;
     }
-    GPUDL_FREE(sorted);
-    GPUDL_FREE(names);
+    return rc;
+}
+
+static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned char *buf, uint64_t len,
+                              gdl_st_file *out) {
+    gdl__json J;
+    gdl__st_build b;
+    uint64_t N, data_len;
+
+    memset(&J, 0, sizeof J);
+    memset(&b, 0, sizeof b);
+    if (gdl__st_prefix(fn, what, buf, len, &N) < 0) return -1;
+    data_len = len - 8 - N;
+    J.s = buf + 8;
+    J.n = (size_t)N;
+    if (gdl__st_parse_top(&J, &b) < 0 || gdl__st_check_dups(&J, &b) < 0) {
+        gdl__set_error("%s: %s: header: %s", fn, what, J.err[0] ? J.err : "invalid");
+        goto fail;
+    }
+    if (gdl__st_check_tiling(fn, what, &b, data_len) < 0) goto fail;
     GPUDL_FREE(J.str);
     memset(out, 0, sizeof *out);
     out->n = b.n;
@@ -10148,10 +10186,6 @@ static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned c
     out->data_len = data_len;
     return 0;
 fail:
-    gdl__set_error("%s: %s: header: %s", fn, what, J.err[0] ? J.err : "invalid");
-fail_set:
-    GPUDL_FREE(sorted);
-    GPUDL_FREE(names);
     GPUDL_FREE(J.str);
     gdl__st_build_free(&b);
     return -1;
@@ -10331,17 +10365,159 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
 }
 #endif
 
+/* gdl_st_write's tensors checked before anything is written: names, dtypes, shapes, data; their byte sizes
+   (sizes[k]) and names (names[k]). */
+static int gdl__st_check_tensors(const char *fn, const char *path, int n, const gdl_st_tensor *tensors,
+                                 uint64_t *sizes, const char **names) {
+    uint64_t off = 0;
+    const char *dup;
+    int k, d, oom = 0;
+    for (k = 0; k < n; k++) {
+        const gdl_st_tensor *t = &tensors[k];
+        size_t es, nl;
+        if (!t->name) {
+            gdl__set_error("%s: %s: tensor %d has no name", fn, path, k);
+            return -1;
+        }
+        nl = strlen(t->name);
+        if (nl >= GDL_ST_NAME_MAX || gdl__utf8_check((const unsigned char *)t->name, nl) != nl ||
+            strcmp(t->name, "__metadata__") == 0) {
+            gdl__set_error("%s: %s: tensor %d: name '%.60s' must be valid UTF-8, shorter than %d bytes and not "
+                           "__metadata__", fn, path, k, t->name, GDL_ST_NAME_MAX);
+            return -1;
+        }
+        es = gdl_st_dtype_size(t->dtype);
+        if (!es) {
+            gdl__set_error("%s: %s: tensor '%s': unknown dtype \"%s\"", fn, path, t->name,
+                           t->dtype ? t->dtype : "(null)");
+            return -1;
+        }
+        if (t->ndim < 0 || t->ndim > GDL_ST_MAX_DIMS || (t->ndim > 0 && !t->shape)) {
+            gdl__set_error("%s: %s: tensor '%s': ndim %d must be 0..%d (with a shape)", fn, path, t->name, t->ndim,
+                           GDL_ST_MAX_DIMS);
+            return -1;
+        }
+        for (d = 0; d < t->ndim; d++)
+            if (t->shape[d] < 0) {
+                gdl__set_error("%s: %s: tensor '%s': shape[%d] = %lld is negative", fn, path, t->name, d,
+                               (long long)t->shape[d]);
+                return -1;
+            }
+        if (gdl__st_nbytes(es, t->ndim, t->shape, &sizes[k]) < 0 || sizes[k] > UINT64_MAX - off) {
+            gdl__set_error("%s: %s: tensor '%s': byte size overflows", fn, path, t->name);
+            return -1;
+        }
+        if (sizes[k] > 0 && !t->data) {
+            gdl__set_error("%s: %s: tensor '%s': data is NULL", fn, path, t->name);
+            return -1;
+        }
+        off += sizes[k];
+        names[k] = t->name;
+    }
+    dup = gdl__find_dup(names, n, &oom);
+    if (dup || oom) {
+        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
+        else gdl__set_error("%s: %s: duplicate tensor name '%s'", fn, path, dup);
+        return -1;
+    }
+    return 0;
+}
+
+/* gdl_st_write's metadata checked: keys and values valid UTF-8, no key twice. */
+static int gdl__st_check_meta(const char *fn, const char *path, int n_meta, const char *const *meta_keys,
+                              const char *const *meta_vals) {
+    const char *dup;
+    int k, oom = 0;
+    for (k = 0; k < n_meta; k++) {
+        const char *mk = meta_keys[k], *mv = meta_vals[k];
+        if (!mk || !mv || gdl__utf8_check((const unsigned char *)mk, strlen(mk)) != strlen(mk) ||
+            gdl__utf8_check((const unsigned char *)mv, strlen(mv)) != strlen(mv)) {
+            gdl__set_error("%s: %s: metadata %d: key and value must be non-NULL valid UTF-8", fn, path, k);
+            return -1;
+        }
+    }
+    dup = gdl__find_dup(meta_keys, n_meta, &oom);
+    if (dup || oom) {
+        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
+        else gdl__set_error("%s: %s: duplicate metadata key '%s'", fn, path, dup);
+        return -1;
+    }
+    return 0;
+}
+
+/* The JSON header into h (h->oom on failure), padded with spaces to a multiple of 8 bytes. */
+static void gdl__st_header(gdl__sb *h, int n, const gdl_st_tensor *tensors, const uint64_t *sizes, int n_meta,
+                           const char *const *meta_keys, const char *const *meta_vals) {
+    uint64_t off = 0;
+    int k, d;
+    gdl__sb_put(h, "{", 1);
+    if (n_meta > 0) {
+        gdl__sb_puts(h, "\"__metadata__\":{");
+        for (k = 0; k < n_meta; k++) {
+            if (k) gdl__sb_put(h, ",", 1);
+            gdl__sb_json_str(h, meta_keys[k]);
+            gdl__sb_put(h, ":", 1);
+            gdl__sb_json_str(h, meta_vals[k]);
+        }
+        gdl__sb_put(h, "}", 1);
+    }
+    for (k = 0; k < n; k++) {
+        const gdl_st_tensor *t = &tensors[k];
+        if (k || n_meta > 0) gdl__sb_put(h, ",", 1);
+        gdl__sb_json_str(h, t->name);
+        gdl__sb_puts(h, ":{\"dtype\":");
+        gdl__sb_json_str(h, t->dtype);
+        gdl__sb_puts(h, ",\"shape\":[");
+        for (d = 0; d < t->ndim; d++) {
+            if (d) gdl__sb_put(h, ",", 1);
+            gdl__sb_u64(h, (unsigned long long)t->shape[d]);
+        }
+        gdl__sb_puts(h, "],\"data_offsets\":[");
+        gdl__sb_u64(h, (unsigned long long)off);
+        gdl__sb_put(h, ",", 1);
+        gdl__sb_u64(h, (unsigned long long)(off + sizes[k]));
+        gdl__sb_puts(h, "]}");
+        off += sizes[k];
+    }
+    gdl__sb_put(h, "}", 1);
+    while (!h->oom && h->len % 8 != 0) gdl__sb_put(h, " ", 1);
+}
+
+/* The tensors' bytes to f, little-endian; -1 (errno set) when a write fails. */
+static int gdl__st_write_data(FILE *f, int n, const gdl_st_tensor *tensors, const uint64_t *sizes) {
+    int k;
+    for (k = 0; k < n; k++) {
+        const unsigned char *src = (const unsigned char *)tensors[k].data;
+        size_t es = gdl_st_dtype_size(tensors[k].dtype), left = (size_t)sizes[k];
+        if (!left) continue;
+        if (es == 1 || gdl__host_is_le() || strcmp(tensors[k].dtype, "C64") == 0) {
+            if (fwrite(src, 1, left, f) != left) return -1;
+            /* C64 on a big-endian host would need per-component swaps: written as is */
+        } else {
+            unsigned char chunk[4096];
+            while (left > 0) {
+                size_t m = left < sizeof chunk ? left : sizeof chunk;
+                memcpy(chunk, src, m);
+                gdl__bswap(chunk, es, m / es);
+                if (fwrite(chunk, 1, m, f) != m) return -1;
+                src += m;
+                left -= m;
+            }
+        }
+    }
+    return 0;
+}
+
 GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                            const char *const *meta_keys, const char *const *meta_vals) {
     static const char fn[] = "gdl_st_write";
     static unsigned counter = 0;
     gdl__sb h;
-    uint64_t off = 0, *sizes = NULL;
+    uint64_t *sizes = NULL;
     const char **names = NULL;
-    const char *dup;
     char *tmp = NULL;
     FILE *f = NULL;
-    int k, d, oom = 0;
+    int k;
     unsigned char lenb[8];
 
     memset(&h, 0, sizeof h);
@@ -10359,102 +10535,12 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
         }
     }
     /* validate everything before touching the file system */
-    for (k = 0; k < n; k++) {
-        const gdl_st_tensor *t = &tensors[k];
-        size_t es, nl;
-        if (!t->name) {
-            gdl__set_error("%s: %s: tensor %d has no name", fn, path, k);
-            goto fail;
-        }
-        nl = strlen(t->name);
-        if (nl >= GDL_ST_NAME_MAX || gdl__utf8_check((const unsigned char *)t->name, nl) != nl ||
-            strcmp(t->name, "__metadata__") == 0) {
-            gdl__set_error("%s: %s: tensor %d: name '%.60s' must be valid UTF-8, shorter than %d bytes and not "
-                           "__metadata__", fn, path, k, t->name, GDL_ST_NAME_MAX);
-            goto fail;
-        }
-        es = gdl_st_dtype_size(t->dtype);
-        if (!es) {
-            gdl__set_error("%s: %s: tensor '%s': unknown dtype \"%s\"", fn, path, t->name,
-                           t->dtype ? t->dtype : "(null)");
-            goto fail;
-        }
-        if (t->ndim < 0 || t->ndim > GDL_ST_MAX_DIMS || (t->ndim > 0 && !t->shape)) {
-            gdl__set_error("%s: %s: tensor '%s': ndim %d must be 0..%d (with a shape)", fn, path, t->name, t->ndim,
-                           GDL_ST_MAX_DIMS);
-            goto fail;
-        }
-        for (d = 0; d < t->ndim; d++)
-            if (t->shape[d] < 0) {
-                gdl__set_error("%s: %s: tensor '%s': shape[%d] = %lld is negative", fn, path, t->name, d,
-                               (long long)t->shape[d]);
-                goto fail;
-            }
-        if (gdl__st_nbytes(es, t->ndim, t->shape, &sizes[k]) < 0 || sizes[k] > UINT64_MAX - off) {
-            gdl__set_error("%s: %s: tensor '%s': byte size overflows", fn, path, t->name);
-            goto fail;
-        }
-        if (sizes[k] > 0 && !t->data) {
-            gdl__set_error("%s: %s: tensor '%s': data is NULL", fn, path, t->name);
-            goto fail;
-        }
-        off += sizes[k];
-        names[k] = t->name;
-    }
-    dup = gdl__find_dup(names, n, &oom);
-    if (dup || oom) {
-        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
-        else gdl__set_error("%s: %s: duplicate tensor name '%s'", fn, path, dup);
+    if (gdl__st_check_tensors(fn, path, n, tensors, sizes, names) < 0 ||
+        gdl__st_check_meta(fn, path, n_meta, meta_keys, meta_vals) < 0)
         goto fail;
-    }
-    for (k = 0; k < n_meta; k++) {
-        const char *mk = meta_keys[k], *mv = meta_vals[k];
-        if (!mk || !mv || gdl__utf8_check((const unsigned char *)mk, strlen(mk)) != strlen(mk) ||
-            gdl__utf8_check((const unsigned char *)mv, strlen(mv)) != strlen(mv)) {
-            gdl__set_error("%s: %s: metadata %d: key and value must be non-NULL valid UTF-8", fn, path, k);
-            goto fail;
-        }
-    }
-    dup = gdl__find_dup(meta_keys, n_meta, &oom);
-    if (dup || oom) {
-        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
-        else gdl__set_error("%s: %s: duplicate metadata key '%s'", fn, path, dup);
-        goto fail;
-    }
 
     /* the header */
-    gdl__sb_put(&h, "{", 1);
-    if (n_meta > 0) {
-        gdl__sb_puts(&h, "\"__metadata__\":{");
-        for (k = 0; k < n_meta; k++) {
-            if (k) gdl__sb_put(&h, ",", 1);
-            gdl__sb_json_str(&h, meta_keys[k]);
-            gdl__sb_put(&h, ":", 1);
-            gdl__sb_json_str(&h, meta_vals[k]);
-        }
-        gdl__sb_put(&h, "}", 1);
-    }
-    off = 0;
-    for (k = 0; k < n; k++) {
-        const gdl_st_tensor *t = &tensors[k];
-        if (k || n_meta > 0) gdl__sb_put(&h, ",", 1);
-        gdl__sb_json_str(&h, t->name);
-        gdl__sb_puts(&h, ":{\"dtype\":");
-        gdl__sb_json_str(&h, t->dtype);
-        gdl__sb_puts(&h, ",\"shape\":[");
-        for (d = 0; d < t->ndim; d++) {
-            if (d) gdl__sb_put(&h, ",", 1);
-            gdl__sb_u64(&h, (unsigned long long)t->shape[d]);
-        }
-        gdl__sb_puts(&h, "],\"data_offsets\":[");
-        gdl__sb_u64(&h, (unsigned long long)off);
-        gdl__sb_put(&h, ",", 1);
-        gdl__sb_u64(&h, (unsigned long long)(off + sizes[k]));
-        gdl__sb_puts(&h, "]}");
-        off += sizes[k];
-    }
-    gdl__sb_put(&h, "}", 1);
-    while (!h.oom && h.len % 8 != 0) gdl__sb_put(&h, " ", 1);
+    gdl__st_header(&h, n, tensors, sizes, n_meta, meta_keys, meta_vals);
     if (h.oom) {
         gdl__set_error("%s: %s: out of memory building the header", fn, path);
         goto fail;
@@ -10495,25 +10581,7 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
     }
     errno = 0;
     if (fwrite(lenb, 1, 8, f) != 8 || fwrite(h.p, 1, h.len, f) != h.len) goto io_fail;
-    for (k = 0; k < n; k++) {
-        const unsigned char *src = (const unsigned char *)tensors[k].data;
-        size_t es = gdl_st_dtype_size(tensors[k].dtype), left = (size_t)sizes[k];
-        if (!left) continue;
-        if (es == 1 || gdl__host_is_le() || strcmp(tensors[k].dtype, "C64") == 0) {
-            if (fwrite(src, 1, left, f) != left) goto io_fail;
-            /* C64 on a big-endian host would need per-component swaps: written as is */
-        } else {
-            unsigned char chunk[4096];
-            while (left > 0) {
-                size_t m = left < sizeof chunk ? left : sizeof chunk;
-                memcpy(chunk, src, m);
-                gdl__bswap(chunk, es, m / es);
-                if (fwrite(chunk, 1, m, f) != m) goto io_fail;
-                src += m;
-                left -= m;
-            }
-        }
-    }
+    if (gdl__st_write_data(f, n, tensors, sizes) < 0) goto io_fail;
     if (fflush(f) != 0 || gdl__fsync_file(f) != 0) goto io_fail;
     {
         FILE *g = f;
@@ -11213,36 +11281,147 @@ static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     return 0;
 }
 
+/* gdl_loader_new's options checked. */
+static int gdl__loader_check_opts(const char *fn, const gdl_dataset *ds, const gdl_loader_opts *o) {
+    if (!ds) {
+        gdl__set_error("%s: ds is NULL", fn);
+        return -1;
+    }
+    if (o->batch_size < 1) {
+        gdl__set_error("%s: batch_size must be >= 1, got %lld", fn, (long long)o->batch_size);
+        return -1;
+    }
+    if (o->num_workers < 0 || o->num_workers > 256) {
+        gdl__set_error("%s: num_workers must be in [0, 256], got %d", fn, o->num_workers);
+        return -1;
+    }
+    if (o->prefetch < 0 || o->prefetch > 1024) {
+        gdl__set_error("%s: prefetch must be in [0, 1024] (0: the default 2), got %d", fn, o->prefetch);
+        return -1;
+    }
+    if (o->device.type != GDL_DEVICE_CPU && o->device.type != GDL_DEVICE_CUDA) {
+        gdl__set_error("%s: invalid device type %d", fn, o->device.type);
+        return -1;
+    }
+    if (o->num_replicas < 0 || (o->num_replicas > 1 && (o->rank < 0 || o->rank >= o->num_replicas)) ||
+        (o->num_replicas <= 1 && o->rank != 0)) {
+        gdl__set_error("%s: rank %d is not in [0, num_replicas %d)", fn, o->rank, o->num_replicas);
+        return -1;
+    }
+    return 0;
+}
+
+/* A GPU loader's device batch buffers (two with pin_memory, with their events and copy stream). */
+static int gdl__loader_device_buffers(const char *fn, gdl_loader *l) {
+    int i;
+    if (!(l->be = gdl__be(fn, l->o.device))) return -1;
+    for (i = 0; i < (l->pinned ? 2 : 1); i++) {
+        l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, l->o.device);
+        l->dy[i] = l->dx[i] ? gdl_empty(1, l->out_shape, GDL_I32, l->o.device) : NULL;
+        if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->event_create()))) {
+            gdl__data_wrap_error(fn);
+            return -1;
+        }
+    }
+    /* the buffers' blocks may come from the cache with kernels still
+       queued on them: the first copies wait for those too */
+    if (l->pinned && (!(l->stream = l->be->stream_create()) || l->be->event_record(l->used[0], NULL) < 0 ||
+                      l->be->event_record(l->used[1], NULL) < 0)) {
+        gdl__data_wrap_error(fn);
+        return -1;
+    }
+    return 0;
+}
+
+/* The slots' host batch buffers: CPU tensors (a CPU loader), pinned memory, or plain memory. */
+static int gdl__loader_slots(const char *fn, gdl_loader *l) {
+    int64_t bmax;
+    size_t xbytes, ybytes;
+    int i, is_cpu = l->o.device.type == GDL_DEVICE_CPU;
+    l->slots = (gdl__slot *)GPUDL_MALLOC(sizeof(gdl__slot) * (size_t)l->nslots);
+    if (!l->slots) {
+        gdl__set_error("%s: out of memory", fn);
+        return -1;
+    }
+    memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
+    bmax = l->out_shape[0];
+    xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel), ybytes = sizeof(int32_t) * (size_t)bmax;
+    for (i = 0; i < l->nslots; i++) {
+        gdl__slot *s = &l->slots[i];
+        if (is_cpu) {
+            s->tx = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, l->o.device);
+            s->ty = s->tx ? gdl_empty(1, l->out_shape, GDL_I32, l->o.device) : NULL;
+            if (!s->ty) {
+                gdl__data_wrap_error(fn);
+                return -1;
+            }
+            s->x = (gdl_real *)s->tx->data;
+            s->y = (int32_t *)s->ty->data;
+            continue;
+        }
+        if (l->pinned) {
+            s->x = (gdl_real *)l->be->host_alloc(xbytes);
+            s->y = s->x ? (int32_t *)l->be->host_alloc(ybytes) : NULL;
+            if (!s->y || !(s->copied = l->be->event_create())) {
+                gdl__data_wrap_error(fn);
+                return -1;
+            }
+            continue;
+        }
+        s->x = (gdl_real *)GPUDL_MALLOC(xbytes);
+        s->y = (int32_t *)GPUDL_MALLOC(ybytes);
+        if (!s->x || !s->y) {
+            gdl__set_error("%s: out of memory for %d host batch buffers of %s", fn, l->nslots,
+                           gdl__shape_fmt(l->out_ndim, l->out_shape));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#ifndef GPUDL_NO_THREADS
+/* The worker threads and what they share (l->sync_init once the mutex and conditions exist). */
+static int gdl__loader_start_workers(const char *fn, gdl_loader *l) {
+    int i;
+    l->threads = (pthread_t *)GPUDL_MALLOC(sizeof(pthread_t) * (size_t)l->nthreads);
+    if (!l->threads) {
+        gdl__set_error("%s: out of memory", fn);
+        return -1;
+    }
+    if (pthread_mutex_init(&l->mu, NULL) != 0) {
+        gdl__set_error("%s: pthread_mutex_init failed", fn);
+        return -1;
+    }
+    if (pthread_cond_init(&l->cv_work, NULL) != 0) {
+        pthread_mutex_destroy(&l->mu);
+        gdl__set_error("%s: pthread_cond_init failed", fn);
+        return -1;
+    }
+    if (pthread_cond_init(&l->cv_ready, NULL) != 0) {
+        pthread_cond_destroy(&l->cv_work);
+        pthread_mutex_destroy(&l->mu);
+        gdl__set_error("%s: pthread_cond_init failed", fn);
+        return -1;
+    }
+    l->sync_init = 1;
+    for (i = 0; i < l->nthreads; i++) {
+        int rc = pthread_create(&l->threads[i], NULL, gdl__loader_worker, l);
+        if (rc != 0) {
+            gdl__set_error("%s: cannot start worker thread %d of %d: %s", fn, i + 1, l->nthreads, strerror(rc));
+            return -1;
+        }
+        l->started++;
+    }
+    return 0;
+}
+#endif
+
 GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opts) {
     static const char fn[] = "gdl_loader_new";
     gdl_loader_opts o = opts ? *opts : gdl_loader_defaults();
     gdl_loader *l;
-    int i, ahead, is_cpu;
-    if (!ds) {
-        gdl__set_error("%s: ds is NULL", fn);
-        return NULL;
-    }
-    if (o.batch_size < 1) {
-        gdl__set_error("%s: batch_size must be >= 1, got %lld", fn, (long long)o.batch_size);
-        return NULL;
-    }
-    if (o.num_workers < 0 || o.num_workers > 256) {
-        gdl__set_error("%s: num_workers must be in [0, 256], got %d", fn, o.num_workers);
-        return NULL;
-    }
-    if (o.prefetch < 0 || o.prefetch > 1024) {
-        gdl__set_error("%s: prefetch must be in [0, 1024] (0: the default 2), got %d", fn, o.prefetch);
-        return NULL;
-    }
-    if (o.device.type != GDL_DEVICE_CPU && o.device.type != GDL_DEVICE_CUDA) {
-        gdl__set_error("%s: invalid device type %d", fn, o.device.type);
-        return NULL;
-    }
-    if (o.num_replicas < 0 || (o.num_replicas > 1 && (o.rank < 0 || o.rank >= o.num_replicas)) ||
-        (o.num_replicas <= 1 && o.rank != 0)) {
-        gdl__set_error("%s: rank %d is not in [0, num_replicas %d)", fn, o.rank, o.num_replicas);
-        return NULL;
-    }
+    int ahead;
+    if (gdl__loader_check_opts(fn, ds, &o) < 0) return NULL;
     if (o.prefetch == 0) o.prefetch = 2;
     l = (gdl_loader *)GPUDL_MALLOC(sizeof(gdl_loader));
     if (!l) {
@@ -11264,26 +11443,9 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
 #endif
     ahead = o.prefetch > l->nthreads ? o.prefetch : l->nthreads;
     l->nslots = l->nthreads ? ahead + 1 : 1;
-    is_cpu = o.device.type == GDL_DEVICE_CPU;
-    l->pinned = o.pin_memory && !is_cpu;
-    if (!is_cpu) { /* the device first: an unusable one fails fast */
-        if (!(l->be = gdl__be(fn, o.device))) goto fail;
-        for (i = 0; i < (l->pinned ? 2 : 1); i++) {
-            l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, o.device);
-            l->dy[i] = l->dx[i] ? gdl_empty(1, l->out_shape, GDL_I32, o.device) : NULL;
-            if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->event_create()))) {
-                gdl__data_wrap_error(fn);
-                goto fail;
-            }
-        }
-        /* the buffers' blocks may come from the cache with kernels still
-           queued on them: the first copies wait for those too */
-        if (l->pinned && (!(l->stream = l->be->stream_create()) || l->be->event_record(l->used[0], NULL) < 0 ||
-                          l->be->event_record(l->used[1], NULL) < 0)) {
-            gdl__data_wrap_error(fn);
-            goto fail;
-        }
-    }
+    l->pinned = o.pin_memory && o.device.type != GDL_DEVICE_CPU;
+    /* the device first: an unusable one fails fast */
+    if (o.device.type != GDL_DEVICE_CPU && gdl__loader_device_buffers(fn, l) < 0) goto fail;
     if (o.shuffle) {
         l->perm = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)ds->n);
         if (!l->perm) {
@@ -11291,79 +11453,9 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
             goto fail;
         }
     }
-    l->slots = (gdl__slot *)GPUDL_MALLOC(sizeof(gdl__slot) * (size_t)l->nslots);
-    if (!l->slots) {
-        gdl__set_error("%s: out of memory", fn);
-        goto fail;
-    }
-    memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
-    {
-        int64_t bmax = l->out_shape[0];
-        size_t xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel), ybytes = sizeof(int32_t) * (size_t)bmax;
-        for (i = 0; i < l->nslots; i++) {
-            gdl__slot *s = &l->slots[i];
-            if (is_cpu) {
-                s->tx = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, o.device);
-                s->ty = s->tx ? gdl_empty(1, l->out_shape, GDL_I32, o.device) : NULL;
-                if (!s->ty) {
-                    gdl__data_wrap_error(fn);
-                    goto fail;
-                }
-                s->x = (gdl_real *)s->tx->data;
-                s->y = (int32_t *)s->ty->data;
-                continue;
-            }
-            if (l->pinned) {
-                s->x = (gdl_real *)l->be->host_alloc(xbytes);
-                s->y = s->x ? (int32_t *)l->be->host_alloc(ybytes) : NULL;
-                if (!s->y || !(s->copied = l->be->event_create())) {
-                    gdl__data_wrap_error(fn);
-                    goto fail;
-                }
-                continue;
-            }
-            s->x = (gdl_real *)GPUDL_MALLOC(xbytes);
-            s->y = (int32_t *)GPUDL_MALLOC(ybytes);
-            if (!s->x || !s->y) {
-                gdl__set_error("%s: out of memory for %d host batch buffers of %s", fn, l->nslots,
-                               gdl__shape_fmt(l->out_ndim, l->out_shape));
-                goto fail;
-            }
-        }
-    }
+    if (gdl__loader_slots(fn, l) < 0) goto fail;
 #ifndef GPUDL_NO_THREADS
-    if (l->nthreads > 0) {
-        l->threads = (pthread_t *)GPUDL_MALLOC(sizeof(pthread_t) * (size_t)l->nthreads);
-        if (!l->threads) {
-            gdl__set_error("%s: out of memory", fn);
-            goto fail;
-        }
-        if (pthread_mutex_init(&l->mu, NULL) != 0) {
-            gdl__set_error("%s: pthread_mutex_init failed", fn);
-            goto fail;
-        }
-        if (pthread_cond_init(&l->cv_work, NULL) != 0) {
-            pthread_mutex_destroy(&l->mu);
-            gdl__set_error("%s: pthread_cond_init failed", fn);
-            goto fail;
-        }
-        if (pthread_cond_init(&l->cv_ready, NULL) != 0) {
-            pthread_cond_destroy(&l->cv_work);
-            pthread_mutex_destroy(&l->mu);
-            gdl__set_error("%s: pthread_cond_init failed", fn);
-            goto fail;
-        }
-        l->sync_init = 1;
-        for (i = 0; i < l->nthreads; i++) {
-            int rc = pthread_create(&l->threads[i], NULL, gdl__loader_worker, l);
-            if (rc != 0) {
-                gdl__set_error("%s: cannot start worker thread %d of %d: %s", fn, i + 1, l->nthreads,
-                               strerror(rc));
-                goto fail;
-            }
-            l->started++;
-        }
-    }
+    if (l->nthreads > 0 && gdl__loader_start_workers(fn, l) < 0) goto fail;
 #endif
     return l;
 fail:
@@ -12210,27 +12302,31 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
 }
 
 /* the Linear / Conv2d module m's forward with act fused in; input checks as gdl__nn_forward's */
-static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act) {
+/* A Linear's input [..., in_features] (conv: a Conv2d's [N, in_channels, H, W]) checked against module m:
+   0, or -1 after the error; for a Conv2d its stride, padding and dilation. */
+static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[2], int p[2], int d[2]) {
     char want[96];
     const int64_t *a = m->ia;
-    if (m->kind == GDL__M_LINEAR) {
-        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
-            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
-            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
-        }
-        return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
-    } else {
-        int s[2], p[2], d[2];
-        if (x->ndim != 4 || x->shape[1] != a[0]) {
-            snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
-            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
-        }
+    if (!conv ? x->ndim < 1 || x->shape[x->ndim - 1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
+        if (!conv) snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+        gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
+        return -1;
+    }
+    if (conv) {
         s[0] = (int)a[4]; s[1] = (int)a[5];
         p[0] = (int)a[6]; p[1] = (int)a[7];
         d[0] = (int)a[8]; d[1] = (int)a[9];
-        return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10],
-                           gdl__act_code("gdl_conv2d_act", (int)act));
     }
+    return 0;
+}
+
+static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act) {
+    int s[2], p[2], d[2], conv = m->kind != GDL__M_LINEAR;
+    if (gdl__nn_check_xw(m, x, conv, s, p, d) < 0) return NULL;
+    if (!conv) return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
+    return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)m->ia[10],
+                       gdl__act_code("gdl_conv2d_act", (int)act));
 }
 
 static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
@@ -12239,20 +12335,11 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     int i;
     switch (m->kind) {
     case GDL__M_LINEAR:
-        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
-            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
-            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
-        }
+        if (gdl__nn_check_xw(m, x, 0, NULL, NULL, NULL) < 0) return NULL;
         return gdl_linear(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1));
     case GDL__M_CONV2D: {
         int s[2], p[2], d[2];
-        if (x->ndim != 4 || x->shape[1] != a[0]) {
-            snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
-            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
-        }
-        s[0] = (int)a[4]; s[1] = (int)a[5];
-        p[0] = (int)a[6]; p[1] = (int)a[7];
-        d[0] = (int)a[8]; d[1] = (int)a[9];
+        if (gdl__nn_check_xw(m, x, 1, s, p, d) < 0) return NULL;
         return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10]);
     }
     case GDL__M_BATCHNORM:
@@ -13447,13 +13534,9 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
     gdl__prof_pop(span, rc == 0);
     return rc;
 }
-static int gdl__step(gdl_optimizer *opt) {
-    const char *op = "gdl_step";
-    int adam, i, d;
-    gdl_opt_tensor *t;
-    int *count;
-    char *fresh;
-    adam = opt->kind != GDL__OPT_SGD;
+/* gdl_step's parts, in order. Every parameter's grad matches it (device, size, dtype), on a usable device. */
+static int gdl__step_check_grads(const char *op, gdl_optimizer *opt) {
+    int i;
     for (i = 0; i < opt->nparams; i++) {
         gdl_tensor *p = opt->params[i].p, *g = p->grad;
         if (!g) continue; /* as PyTorch: parameters without a grad are skipped */
@@ -13466,16 +13549,12 @@ static int gdl__step(gdl_optimizer *opt) {
         }
         if (!gdl__be(op, p->device)) return -1;
     }
-    if (gdl__opt_layout(op, opt) < 0) return -1;
-    /* the step's lists live in the step arena: a steady-state step stays allocation-free */
-    t = (gdl_opt_tensor *)gdl__arena_alloc(&gdl__host_arena, (sizeof(gdl_opt_tensor) + sizeof(int) + 1) *
-                                                                 (size_t)(opt->nparams + 1));
-    if (!t) {
-        gdl__set_error("%s: out of memory (host) for the step's table of %d parameters", op, opt->nparams);
-        return -1;
-    }
-    count = (int *)(t + opt->nparams + 1);
-    fresh = (char *)(count + opt->nparams + 1);
+    return 0;
+}
+
+/* The state of every parameter the step updates (fresh[i]: made now); on failure none is made. */
+static int gdl__step_ensure_states(const char *op, gdl_optimizer *opt, char *fresh) {
+    int i;
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_param *pp = &opt->params[i];
         fresh[i] = 0;
@@ -13494,39 +13573,44 @@ static int gdl__step(gdl_optimizer *opt) {
             return -1;
         }
     }
-    if (gdl__opt_push_hyper(op, opt) < 0 || gdl__opt_steps_up(op, opt) < 0) return -1;
-    /* each device's entries, contiguous in t, in parameter order */
-    {
-        int n = 0;
-        for (d = 0; d < opt->ndevs; d++) {
-            gdl__opt_dev *dv = &opt->devs[d];
-            count[d] = 0;
-            for (i = 0; i < opt->nparams; i++) {
-                gdl__opt_param *pp = &opt->params[i];
-                gdl_opt_tensor *e;
-                if (pp->dev != d || !pp->p->grad || !pp->p->numel) continue;
-                e = &t[n + count[d]++];
-                memset(e, 0, sizeof *e);
-                e->n = pp->p->numel;
-                if (pp->master) { /* the f32 master is updated, the parameter rounded from it */
-                    e->p = GDL__R(pp->master);
-                    e->plow = pp->p->data;
-                    e->glow = pp->p->grad->data;
-                    e->low = (int32_t)pp->p->dtype;
-                } else {
-                    e->p = GDL__R(pp->p);
-                    e->g = GDL__R(pp->p->grad);
-                }
-                e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
-                e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
-                e->hyper = &dv->hyper[pp->group];
-                e->step = pp->step ? &dv->steps[i] : NULL;
-                e->skip = dv->skip;
+    return 0;
+}
+
+/* Each device's entries, contiguous in t, in parameter order (count[d] of device d). */
+static void gdl__step_entries(gdl_optimizer *opt, gdl_opt_tensor *t, int *count) {
+    int n = 0, d, i;
+    for (d = 0; d < opt->ndevs; d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        count[d] = 0;
+        for (i = 0; i < opt->nparams; i++) {
+            gdl__opt_param *pp = &opt->params[i];
+            gdl_opt_tensor *e;
+            if (pp->dev != d || !pp->p->grad || !pp->p->numel) continue;
+            e = &t[n + count[d]++];
+            memset(e, 0, sizeof *e);
+            e->n = pp->p->numel;
+            if (pp->master) { /* the f32 master is updated, the parameter rounded from it */
+                e->p = GDL__R(pp->master);
+                e->plow = pp->p->data;
+                e->glow = pp->p->grad->data;
+                e->low = (int32_t)pp->p->dtype;
+            } else {
+                e->p = GDL__R(pp->p);
+                e->g = GDL__R(pp->p->grad);
             }
-            n += count[d];
+            e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
+            e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
+            e->hyper = &dv->hyper[pp->group];
+            e->step = pp->step ? &dv->steps[i] : NULL;
+            e->skip = dv->skip;
         }
+        n += count[d];
     }
-    /* the tables: kept while the entries stay the same (a steady-state step copies nothing) */
+}
+
+/* The devices' tables: kept while the entries stay the same (a steady-state step copies nothing). */
+static int gdl__step_tables(const char *op, gdl_optimizer *opt, const gdl_opt_tensor *t, const int *count) {
+    int d, i;
     for (d = 0, i = 0; d < opt->ndevs; i += count[d], d++) {
         gdl__opt_dev *dv = &opt->devs[d];
         const gdl_backend *be;
@@ -13552,6 +13636,12 @@ static int gdl__step(gdl_optimizer *opt) {
         dv->tab = keep;
         dv->ntab = count[d];
     }
+    return 0;
+}
+
+/* The update: one backend call per device. */
+static int gdl__step_update(const char *op, gdl_optimizer *opt) {
+    int d, adam = opt->kind != GDL__OPT_SGD;
     for (d = 0; d < opt->ndevs; d++) {
         gdl__opt_dev *dv = &opt->devs[d];
         const gdl_backend *be;
@@ -13569,6 +13659,27 @@ static int gdl__step(gdl_optimizer *opt) {
             return -1;
         }
     }
+    return 0;
+}
+
+static int gdl__step(gdl_optimizer *opt) {
+    const char *op = "gdl_step";
+    gdl_opt_tensor *t;
+    int *count;
+    if (gdl__step_check_grads(op, opt) < 0 || gdl__opt_layout(op, opt) < 0) return -1;
+    /* the step's lists live in the step arena: a steady-state step stays allocation-free */
+    t = (gdl_opt_tensor *)gdl__arena_alloc(&gdl__host_arena, (sizeof(gdl_opt_tensor) + sizeof(int) + 1) *
+                                                                 (size_t)(opt->nparams + 1));
+    if (!t) {
+        gdl__set_error("%s: out of memory (host) for the step's table of %d parameters", op, opt->nparams);
+        return -1;
+    }
+    count = (int *)(t + opt->nparams + 1);
+    if (gdl__step_ensure_states(op, opt, (char *)(count + opt->nparams + 1)) < 0 ||
+        gdl__opt_push_hyper(op, opt) < 0 || gdl__opt_steps_up(op, opt) < 0)
+        return -1;
+    gdl__step_entries(opt, t, count);
+    if (gdl__step_tables(op, opt, t, count) < 0 || gdl__step_update(op, opt) < 0) return -1;
     opt->steps++;
     return 0;
 }
@@ -14934,304 +15045,385 @@ static void gdl__fit_graphs_free(gdl__fit_graph *fg) {
     memset(fg, 0, sizeof(gdl__fit_graph) * GDL__FIT_GRAPHS);
 }
 
-GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
-                      gdl_epoch_stats *history) {
-    gdl_fit_opts o = opts ? *opts : gdl_fit_defaults();
-    gdl_loss_fn loss = o.loss ? o.loss : gdl_loss_cross_entropy;
-    FILE *log = o.log ? o.log : stdout, *csv = NULL;
-    int rank0 = !o.ddp || gdl_dist_rank() == 0, tty, epoch, rc = 0, resumed = 0, start_epoch = 1;
-    int64_t nb = train ? gdl_loader_num_batches(train) : 0, parts = 1; /* micro-batches per batch (oom_split_batch) */
-    char *ckpath = NULL;
-    gdl__fit_state fs;
+/* gdl_fit's run: the options as applied, where it is, and what it holds. */
+typedef struct gdl__fit_run {
+    gdl_module *m;
+    gdl_loader *train;
+    gdl_optimizer *opt;
+    gdl_fit_opts o;
+    gdl_loss_fn loss;
+    FILE *log, *csv;
+    int rank0, tty, resumed, start_epoch, graph_notice;
+    int64_t nb, parts; /* the loader's batches per epoch; micro-batches per batch (oom_split_batch) */
+    char *ckpath;      /* the checkpoint file; NULL without checkpoint_dir */
+    gdl__fit_state fs; /* as loaded on resume, as saved at a checkpoint */
     gdl__pass p;
     gdl__fit_graph graphs[GDL__FIT_GRAPHS];
-    int graph_notice = 0;
+    int epoch, micro; /* the epoch under way; micro-batches of the optimizer step so far */
+    int64_t b;        /* its batches so far */
+    double t0;        /* when it started (earlier on resume: its time before the checkpoint counts) */
+} gdl__fit_run;
+
+/* Records fg on the batch (x, y); a failure leaves the step eager and says so once. */
+static void gdl__fit_graph_try(gdl__fit_run *r, gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor *y) {
+    char why[sizeof gdl__err];
+    why[0] = 0;
+    gdl__fit_graph_capture(fg, x, y, r->m, r->opt, &r->o, r->loss, &r->p, why, sizeof why);
+    if (!fg->g && r->o.verbose && !r->graph_notice++)
+        fprintf(r->log, "%sgdl_fit: the step runs eagerly, not as a CUDA graph: %s\n", r->tty ? "\n" : "", why);
+}
+
+/* The arguments and options checked and applied (r->o: as gdl_fit runs them). */
+static int gdl__fit_check(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl_optimizer *opt,
+                          const gdl_fit_opts *opts) {
+    gdl_fit_opts *o = &r->o;
+    memset(r, 0, sizeof *r);
+    *o = opts ? *opts : gdl_fit_defaults();
+    r->m = m;
+    r->train = train;
+    r->opt = opt;
+    r->loss = o->loss ? o->loss : gdl_loss_cross_entropy;
+    r->log = o->log ? o->log : stdout;
+    r->rank0 = !o->ddp || gdl_dist_rank() == 0;
+    r->start_epoch = 1;
+    r->nb = train ? gdl_loader_num_batches(train) : 0;
+    r->parts = 1;
     if (!m || !train || !opt) {
         gdl__null_arg("gdl_fit", !m ? "module" : !train ? "train loader" : "optimizer");
         return -1;
     }
-    memset(graphs, 0, sizeof graphs);
-    if (o.autocast != GDL_F32 && o.autocast != GDL_BF16 && o.autocast != GDL_F16) {
-        gdl__set_error("gdl_fit: the autocast option must be bf16, f16 or f32 (off), got %s", gdl_dtype_name(o.autocast));
+    if (o->autocast != GDL_F32 && o->autocast != GDL_BF16 && o->autocast != GDL_F16) {
+        gdl__set_error("gdl_fit: the autocast option must be bf16, f16 or f32 (off), got %s", gdl_dtype_name(o->autocast));
         return -1;
     }
-    if (o.epochs < 0 || o.accumulate < 0 || o.checkpoint_every < 0) {
-        gdl__set_error("gdl_fit: bad epochs %d, accumulate %d or checkpoint_every %lld", o.epochs, o.accumulate,
-                       (long long)o.checkpoint_every);
+    if (o->epochs < 0 || o->accumulate < 0 || o->checkpoint_every < 0) {
+        gdl__set_error("gdl_fit: bad epochs %d, accumulate %d or checkpoint_every %lld", o->epochs, o->accumulate,
+                       (long long)o->checkpoint_every);
         return -1;
     }
-    if ((o.checkpoint_every > 0 || o.resume) && !o.checkpoint_dir) {
+    if ((o->checkpoint_every > 0 || o->resume) && !o->checkpoint_dir) {
         gdl__set_error("gdl_fit: checkpoint_every and resume need checkpoint_dir");
         return -1;
     }
-    if (o.accumulate == 0) o.accumulate = 1;
-    if (o.ddp && gdl_ddp_module(o.ddp) != m) {
+    if (o->accumulate == 0) o->accumulate = 1;
+    if (o->ddp && gdl_ddp_module(o->ddp) != m) {
         gdl__set_error("gdl_fit: opts.ddp wraps another module than the one given");
         return -1;
     }
     /* the scaler's state goes into the checkpoints and comes back on resume */
-    if (o.scaler && opt->scaler != o.scaler && gdl_optim_set_grad_scaler(opt, o.scaler) < 0) return -1;
-    if (!rank0) { /* under DDP only rank 0 shows and writes */
-        o.verbose = 0;
-        o.csv_path = NULL;
+    if (o->scaler && opt->scaler != o->scaler && gdl_optim_set_grad_scaler(opt, o->scaler) < 0) return -1;
+    if (!r->rank0) { /* under DDP only rank 0 shows and writes */
+        o->verbose = 0;
+        o->csv_path = NULL;
     }
-    tty = o.verbose && gdl__isatty(log);
-    memset(&fs, 0, sizeof fs);
-    if (o.checkpoint_dir) {
-        size_t cl = strlen(o.checkpoint_dir) + 32;
-        FILE *probe;
-        if (!(ckpath = (char *)GPUDL_MALLOC(cl))) {
-            gdl__set_error("gdl_fit: out of memory (host)");
-            return -1;
-        }
-        snprintf(ckpath, cl, "%s/gdl_fit.safetensors", o.checkpoint_dir);
-#if defined(GDL__HAVE_POSIX)
-        if (mkdir(o.checkpoint_dir, 0777) != 0 && errno != EEXIST) {
-            gdl__set_error("gdl_fit: cannot create checkpoint_dir %s: %s", o.checkpoint_dir, gdl__strerr(errno));
-            GPUDL_FREE(ckpath);
-            return -1;
-        }
-#endif
-        if (o.resume) {
-            double have = 0;
-            if (rank0 && (probe = fopen(ckpath, "rb")) != NULL) {
-                fclose(probe);
-                have = 1;
-            }
-            /* under DDP rank 0's word: every rank resumes, or none does */
-            if (o.ddp && gdl__dist_reduce_f64("gdl_fit", "the look for a checkpoint to resume from", &have, 1, 1) < 0) {
-                GPUDL_FREE(ckpath);
-                return -1;
-            }
-            resumed = have > 0;
-        }
-        if (resumed) {
-            /* checked before anything changes (on every rank, under DDP); then model, optimizer, scheduler
-               and generator at once */
-            if (gdl__fit_load(ckpath, m, opt, o.scheduler, &fs, train, o.epochs, o.ddp != NULL) < 0) {
-                GPUDL_FREE(ckpath);
-                return -1;
-            }
-            /* cannot fail: the position was checked against this loader */
-            gdl_loader_set_position(train, (uint64_t)fs.loader_epoch, fs.batch);
-            if (o.val && fs.val_epoch >= 0) gdl_loader_set_epoch(o.val, (uint64_t)fs.val_epoch);
-            if (!rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
-                fs.loss_sum = 0, fs.samples = fs.correct = fs.counted = 0;
-            start_epoch = (int)fs.epoch;
-            if (o.verbose)
-                fprintf(log, "resuming from %s: epoch %d, batch %lld of %lld\n", ckpath, start_epoch,
-                        (long long)fs.batch, (long long)nb);
-        }
-    }
-    if (o.csv_path && !(csv = resumed ? gdl__csv_resume(o.csv_path, start_epoch) : gdl_metrics_csv_open(o.csv_path))) {
-        GPUDL_FREE(ckpath); /* the error says which file and why */
+    r->tty = o->verbose && gdl__isatty(r->log);
+    return 0;
+}
+
+/* checkpoint_dir: the checkpoint's path, the directory made, and with resume whether to resume (r->resumed).
+   On failure nothing is left to free. */
+static int gdl__fit_checkpoint_dir(gdl__fit_run *r) {
+    const gdl_fit_opts *o = &r->o;
+    size_t cl = strlen(o->checkpoint_dir) + 32;
+    FILE *probe;
+    double have = 0;
+    if (!(r->ckpath = (char *)GPUDL_MALLOC(cl))) {
+        gdl__set_error("gdl_fit: out of memory (host)");
         return -1;
     }
-    memset(&p, 0, sizeof p);
+    snprintf(r->ckpath, cl, "%s/gdl_fit.safetensors", o->checkpoint_dir);
+#if defined(GDL__HAVE_POSIX)
+    if (mkdir(o->checkpoint_dir, 0777) != 0 && errno != EEXIST) {
+        gdl__set_error("gdl_fit: cannot create checkpoint_dir %s: %s", o->checkpoint_dir, gdl__strerr(errno));
+        GPUDL_FREE(r->ckpath);
+        return -1;
+    }
+#endif
+    if (!o->resume) return 0;
+    if (r->rank0 && (probe = fopen(r->ckpath, "rb")) != NULL) {
+        fclose(probe);
+        have = 1;
+    }
+    /* under DDP rank 0's word: every rank resumes, or none does */
+    if (o->ddp && gdl__dist_reduce_f64("gdl_fit", "the look for a checkpoint to resume from", &have, 1, 1) < 0) {
+        GPUDL_FREE(r->ckpath);
+        return -1;
+    }
+    r->resumed = have > 0;
+    return 0;
+}
+
+/* Resume: model, optimizer, scheduler and generator from the checkpoint, the loaders where it was taken. */
+static int gdl__fit_resume(gdl__fit_run *r) {
+    const gdl_fit_opts *o = &r->o;
+    gdl__fit_state *fs = &r->fs;
+    /* checked before anything changes (on every rank, under DDP); then model, optimizer, scheduler
+       and generator at once */
+    if (gdl__fit_load(r->ckpath, r->m, r->opt, o->scheduler, fs, r->train, o->epochs, o->ddp != NULL) < 0) return -1;
+    /* cannot fail: the position was checked against this loader */
+    gdl_loader_set_position(r->train, (uint64_t)fs->loader_epoch, fs->batch);
+    if (o->val && fs->val_epoch >= 0) gdl_loader_set_epoch(o->val, (uint64_t)fs->val_epoch);
+    if (!r->rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
+        fs->loss_sum = 0, fs->samples = fs->correct = fs->counted = 0;
+    r->start_epoch = (int)fs->epoch;
+    if (o->verbose)
+        fprintf(r->log, "resuming from %s: epoch %d, batch %lld of %lld\n", r->ckpath, r->start_epoch,
+                (long long)fs->batch, (long long)r->nb);
+    return 0;
+}
+
+/* Everything before the first epoch: checks, the checkpoint directory, resume, the metrics CSV, and the
+   history of the epochs a resumed run finished before its checkpoint. Nothing to free on failure. */
+static int gdl__fit_begin(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl_optimizer *opt,
+                          const gdl_fit_opts *opts, gdl_epoch_stats *history) {
+    int epoch;
+    if (gdl__fit_check(r, m, train, opt, opts) < 0) return -1;
+    if (r->o.checkpoint_dir && gdl__fit_checkpoint_dir(r) < 0) return -1;
+    if (r->resumed && gdl__fit_resume(r) < 0) {
+        GPUDL_FREE(r->ckpath);
+        return -1;
+    }
+    if (r->o.csv_path && !(r->csv = r->resumed ? gdl__csv_resume(r->o.csv_path, r->start_epoch)
+                                               : gdl_metrics_csv_open(r->o.csv_path))) {
+        GPUDL_FREE(r->ckpath); /* the error says which file and why */
+        return -1;
+    }
     if (history)
-        for (epoch = 1; epoch < start_epoch; epoch++) { /* finished before the checkpoint: not known here */
+        for (epoch = 1; epoch < r->start_epoch; epoch++) { /* finished before the checkpoint: not known here */
             memset(&history[epoch - 1], 0, sizeof history[0]);
             history[epoch - 1].epoch = epoch;
             history[epoch - 1].loss = history[epoch - 1].accuracy = NAN;
             history[epoch - 1].val_loss = history[epoch - 1].val_accuracy = NAN;
             history[epoch - 1].seconds = history[epoch - 1].samples_per_sec = NAN;
         }
-    for (epoch = start_epoch; epoch <= o.epochs && rc == 0; epoch++) {
-        gdl_epoch_stats st;
-        gdl_tensor *x, *y;
-        int64_t b = 0;
-        int micro = 0, got;
-        double t0 = gdl_now();
-        p.loss_sum = 0;
-        p.samples = p.correct = p.counted = 0;
-        if (resumed && epoch == start_epoch) { /* the epoch the checkpoint was taken in, part done */
-            b = fs.batch;
-            t0 -= fs.seconds; /* its time so far counts, for the rate and the CSV */
-            p.loss_sum = fs.loss_sum;
-            p.samples = fs.samples;
-            p.correct = fs.correct;
-            p.counted = fs.counted;
-        }
-        gdl_module_train(m, 1);
-        if (gdl_zero_grad(opt) < 0) rc = -1;
-        while (rc == 0 && (got = gdl_loader_next(train, &x, &y)) != 0) {
-            int first, last, capture = 0;
-            gdl__fit_graph *fg = NULL;
-            if (got < 0) {
-                rc = -1;
-                break;
-            }
-            b++;
-            first = micro == 0;
-            last = ++micro == o.accumulate || b == nb;
-            if (o.cuda_graph && x->device.type == GDL_DEVICE_CUDA && o.accumulate == 1 && parts == 1 && !o.ddp)
-                fg = gdl__fit_graph_find(graphs, x, y, &capture);
-            if (fg && capture == 2) { /* the other buffer of a recorded shape: record it on this batch */
-                char why[sizeof gdl__err];
-                why[0] = 0;
-                gdl__fit_graph_capture(fg, x, y, m, opt, &o, loss, &p, why, sizeof why);
-                if (!fg->g && o.verbose && !graph_notice++)
-                    fprintf(log, "%sgdl_fit: the step runs eagerly, not as a CUDA graph: %s\n", tty ? "\n" : "", why);
-            }
-            if (fg && fg->g) { /* a step of this batch's buffers and shape was recorded: one launch */
-                if (gdl_graph_replay(fg->g) < 0) {
-                    rc = -1;
-                    break;
-                }
-                opt->steps++;
-                micro = 0;
-                if (o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
-            } else {
-                /* what a failed attempt may have changed, to put back before the next */
-                double loss_sum = p.loss_sum;
-                int64_t samples = p.samples, correct = p.correct, counted = p.counted;
-                uint64_t rng_counter, rng_seed = gdl_rng_get_state(&rng_counter);
-                int retried = 0;
-                if (gdl__pass_init(&p, "gdl_fit", x->device) < 0 || gdl__pass_snapshot(&p, 1) < 0) {
-                    rc = -1;
-                    break;
-                }
-                while ((rc = gdl__fit_batch(m, x, y, opt, &o, loss, parts, last, &p)) < 0 && first &&
-                       gdl__error_is_oom()) {
-                    if (retried && (!o.oom_split_batch || 2 * parts > x->shape[0])) break;
-                    if (!retried && !o.oom_retry && !o.oom_split_batch) break;
-                    if (retried || !o.oom_retry) { /* the same batch in twice as many parts, from now on */
-                        parts *= 2;
-                        if (o.verbose)
-                            fprintf(log, "%sgdl_fit: out of memory at epoch %d, batch %lld; running each batch as %lld "
-                                    "micro-batches from now on (%s)\n", tty ? "\n" : "", epoch, (long long)b,
-                                    (long long)parts, gdl__err);
-                    }
-                    retried = 1;
-                    p.loss_sum = loss_sum;
-                    p.samples = samples;
-                    p.correct = correct;
-                    p.counted = counted;
-                    if (gdl__pass_snapshot(&p, 0) < 0) break;
-                    gdl_rng_set_state(rng_seed, rng_counter);
-                    gdl_arena_reset();
-                    gdl__fit_graphs_free(graphs); /* their kernels write into the memory given back next */
-                    gdl__release_cached_memory();
-                    if (gdl_zero_grad(opt) < 0) break;
-                }
-                if (rc < 0 && gdl__error_is_oom()) {
-                    char prev[sizeof gdl__err];
-                    memcpy(prev, gdl__err, sizeof prev);
-                    gdl__set_error("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
-                                   "last completed step%s): %s", epoch, (long long)b, (long long)nb,
-                                   !first ? "; an out-of-memory failure is retried only on the first micro-batch "
-                                            "of an optimizer step"
-                                   : retried ? ", after retrying with the cached memory given back"
-                                             : "; oom_retry and oom_split_batch can recover",
-                                   prev);
-                }
-                if (rc < 0) break;
-                if (last) {
-                    micro = 0;
-                    if (gdl_zero_grad(opt) < 0) rc = -1;
-                    if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0)
-                        rc = -1;
-                    if (rc == 0 && fg && capture == 1) { /* this shape's first step ran: record it for the next */
-                        char why[sizeof gdl__err];
-                        why[0] = 0;
-                        gdl__fit_graph_capture(fg, x, y, m, opt, &o, loss, &p, why, sizeof why);
-                        if (!fg->g && o.verbose && !graph_notice++)
-                            fprintf(log, "%sgdl_fit: the step runs eagerly, not as a CUDA graph: %s\n",
-                                    tty ? "\n" : "", why);
-                    }
-                }
-            }
-            if (rc < 0) break;
-            if (last) {
-                if (rc == 0 && o.checkpoint_every > 0 && gdl_optim_get_step(opt) % o.checkpoint_every == 0) {
-                    double v[5];
-                    if (gdl__pass_sync(&p) < 0) rc = -1;
-                    fs.epoch = epoch;
-                    fs.batch = b;
-                    fs.loader_epoch = (int64_t)gdl_loader_epoch(train);
-                    fs.num_batches = nb;
-                    fs.val_epoch = o.val ? (int64_t)gdl_loader_epoch(o.val) : -1;
-                    fs.seconds = gdl_now() - t0;
-                    fs.loss_sum = p.loss_sum;
-                    fs.samples = p.samples;
-                    fs.correct = p.correct;
-                    fs.counted = p.counted;
-                    fs.replicas = train->o.num_replicas > 1 ? train->o.num_replicas : 1;
-                    fs.batch_size = train->B;
-                    /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
-                       restart with another number of ranks counts them once */
-                    v[0] = rc < 0, v[1] = p.loss_sum, v[2] = (double)p.samples, v[3] = (double)p.correct;
-                    v[4] = (double)p.counted;
-                    if (o.ddp && gdl__dist_reduce_f64("gdl_fit", "the checkpoint's running sums", v, 5, 0) == 0) {
-                        if (v[0] > 0 && rc == 0)
-                            gdl__set_error("gdl_fit: %.0f rank(s) failed at the checkpoint of step %lld", v[0],
-                                           (long long)gdl_optim_get_step(opt));
-                        if (v[0] > 0) rc = -1;
-                        fs.loss_sum = v[1], fs.samples = (int64_t)v[2], fs.correct = (int64_t)v[3];
-                        fs.counted = (int64_t)v[4];
-                        if (rc == 0 && rank0 && gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) rc = -1;
-                        /* every rank learns whether rank 0's save worked, and none goes on before the file
-                           is whole (a barrier): a later resume on any rank reads the complete checkpoint */
-                        if (gdl__dist_agree("gdl_fit", "saving the checkpoint (rank 0)", rc == 0) < 0) rc = -1;
-                    } else if (o.ddp) {
-                        rc = -1;
-                    } else if (rc == 0 && gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) {
-                        rc = -1;
-                    }
-                }
-            }
-            if (rc == 0 && tty && gdl__progress_due(log, b, nb)) { /* the only read of the device in a step */
-                if (gdl__pass_sync(&p) < 0) {
-                    rc = -1;
-                    break;
-                }
-                if (gdl_progress_bar(log, epoch, o.epochs, b, nb, p.samples ? p.loss_sum / (double)p.samples : 0.0,
-                                     gdl__pass_acc(&p), p.samples, t0))
-                    gdl__progress_gpu(log, x->device);
-            }
-        }
-        if (rc == 0 && gdl__pass_sync(&p) < 0) rc = -1;
-        if (rc == 0 && o.ddp && gdl__dist_pass_sum(&p) < 0) rc = -1; /* the epoch's figures over every rank */
-        if (rc < 0) break;
-        if (o.scheduler && !o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) {
-            rc = -1;
-            break;
-        }
-        memset(&st, 0, sizeof st);
-        st.epoch = epoch;
-        st.seconds = gdl_now() - t0;
-        st.samples = p.samples;
-        st.loss = p.samples ? p.loss_sum / (double)p.samples : NAN;
-        st.accuracy = gdl__pass_acc(&p);
-        st.samples_per_sec = st.seconds > 0 ? (double)p.samples / st.seconds : 0;
-        st.val_loss = st.val_accuracy = NAN;
-        if (o.val) {
-            int erc;
-            if (o.autocast != GDL_F32 && gdl_autocast_begin(o.autocast) < 0) erc = -1;
-            else {
-                erc = gdl_evaluate(m, o.val, o.loss, o.loss_user, &st.val_loss, &st.val_accuracy);
-                if (o.autocast != GDL_F32) gdl_autocast_end();
-            }
-            if (erc < 0) {
-                rc = -1;
-                break;
-            }
-        }
-        if (history) history[epoch - 1] = st;
-        if (o.verbose) gdl_print_epoch(log, o.epochs, &st);
-        if (csv && gdl_metrics_csv_row(csv, &st) < 0) {
-            rc = -1;
-            break;
-        }
+    return 0;
+}
+
+/* What a failed attempt at a batch may have changed, to put back before the next. */
+typedef struct gdl__fit_undo {
+    double loss_sum;
+    int64_t samples, correct, counted;
+    uint64_t rng_seed, rng_counter;
+} gdl__fit_undo;
+
+static int gdl__fit_undo_save(gdl__fit_run *r, gdl__fit_undo *u, gdl_device dev) {
+    u->loss_sum = r->p.loss_sum;
+    u->samples = r->p.samples, u->correct = r->p.correct, u->counted = r->p.counted;
+    u->rng_seed = gdl_rng_get_state(&u->rng_counter);
+    return gdl__pass_init(&r->p, "gdl_fit", dev) < 0 || gdl__pass_snapshot(&r->p, 1) < 0 ? -1 : 0;
+}
+
+/* Back to before the attempt, with the cached memory given back. */
+static int gdl__fit_undo_apply(gdl__fit_run *r, const gdl__fit_undo *u) {
+    r->p.loss_sum = u->loss_sum;
+    r->p.samples = u->samples, r->p.correct = u->correct, r->p.counted = u->counted;
+    if (gdl__pass_snapshot(&r->p, 0) < 0) return -1;
+    gdl_rng_set_state(u->rng_seed, u->rng_counter);
+    gdl_arena_reset();
+    gdl__fit_graphs_free(r->graphs); /* their kernels write into the memory given back next */
+    gdl__release_cached_memory();
+    return gdl_zero_grad(r->opt);
+}
+
+/* After an out-of-memory failure of an attempt: try again? (retried: an attempt was retried already.) From the
+   second retry on, or the first without oom_retry, the batch runs in twice as many micro-batches. */
+static int gdl__fit_oom_again(gdl__fit_run *r, const gdl_tensor *x, int retried) {
+    if (retried && (!r->o.oom_split_batch || 2 * r->parts > x->shape[0])) return 0;
+    if (!retried && !r->o.oom_retry && !r->o.oom_split_batch) return 0;
+    if (retried || !r->o.oom_retry) { /* the same batch in twice as many parts, from now on */
+        r->parts *= 2;
+        if (r->o.verbose)
+            fprintf(r->log, "%sgdl_fit: out of memory at epoch %d, batch %lld; running each batch as %lld "
+                    "micro-batches from now on (%s)\n", r->tty ? "\n" : "", r->epoch, (long long)r->b,
+                    (long long)r->parts, gdl__err);
     }
-    gdl__fit_graphs_free(graphs);
-    gdl__pass_free(&p);
-    if (csv) fclose(csv);
-    GPUDL_FREE(ckpath);
-    if (rc < 0 && tty) fputc('\n', log);
+    return 1;
+}
+
+/* One batch eagerly (forward, backward and, when last, the optimizer step); an out of memory on the first
+   micro-batch of a step is retried and split as the options allow, and the error says where it stopped. */
+static int gdl__fit_eager(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y, int first, int last) {
+    gdl__fit_undo u;
+    int rc, retried = 0;
+    if (gdl__fit_undo_save(r, &u, x->device) < 0) return -1;
+    while ((rc = gdl__fit_batch(r->m, x, y, r->opt, &r->o, r->loss, r->parts, last, &r->p)) < 0 && first &&
+           gdl__error_is_oom()) {
+        if (!gdl__fit_oom_again(r, x, retried)) break;
+        retried = 1;
+        if (gdl__fit_undo_apply(r, &u) < 0) break;
+    }
+    if (rc < 0 && gdl__error_is_oom()) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl__set_error("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
+                       "last completed step%s): %s", r->epoch, (long long)r->b, (long long)r->nb,
+                       !first ? "; an out-of-memory failure is retried only on the first micro-batch "
+                                "of an optimizer step"
+                       : retried ? ", after retrying with the cached memory given back"
+                                 : "; oom_retry and oom_split_batch can recover",
+                       prev);
+    }
     return rc;
 }
 
+/* A recorded step of this batch's buffers and shape: one launch. */
+static int gdl__fit_replay(gdl__fit_run *r, gdl__fit_graph *fg) {
+    if (gdl_graph_replay(fg->g) < 0) return -1;
+    r->opt->steps++;
+    r->micro = 0;
+    return r->o.scheduler && r->o.scheduler_per_batch && gdl_scheduler_step(r->o.scheduler) < 0 ? -1 : 0;
+}
+
+/* The checkpoint after an optimizer step: the running figures (under DDP: the job's, over every rank) and
+   where the run is, saved by rank 0; every rank learns whether the save worked. */
+static int gdl__fit_checkpoint(gdl__fit_run *r) {
+    gdl__fit_state *fs = &r->fs;
+    gdl__pass *p = &r->p;
+    double v[5];
+    int rc = 0;
+    if (gdl__pass_sync(p) < 0) rc = -1;
+    fs->epoch = r->epoch;
+    fs->batch = r->b;
+    fs->loader_epoch = (int64_t)gdl_loader_epoch(r->train);
+    fs->num_batches = r->nb;
+    fs->val_epoch = r->o.val ? (int64_t)gdl_loader_epoch(r->o.val) : -1;
+    fs->seconds = gdl_now() - r->t0;
+    fs->loss_sum = p->loss_sum;
+    fs->samples = p->samples;
+    fs->correct = p->correct;
+    fs->counted = p->counted;
+    fs->replicas = r->train->o.num_replicas > 1 ? r->train->o.num_replicas : 1;
+    fs->batch_size = r->train->B;
+    if (!r->o.ddp) return rc == 0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0 ? -1 : rc;
+    /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
+       restart with another number of ranks counts them once */
+    v[0] = rc < 0, v[1] = p->loss_sum, v[2] = (double)p->samples, v[3] = (double)p->correct;
+    v[4] = (double)p->counted;
+    if (gdl__dist_reduce_f64("gdl_fit", "the checkpoint's running sums", v, 5, 0) != 0) return -1;
+    if (v[0] > 0 && rc == 0)
+        gdl__set_error("gdl_fit: %.0f rank(s) failed at the checkpoint of step %lld", v[0],
+                       (long long)gdl_optim_get_step(r->opt));
+    if (v[0] > 0) rc = -1;
+    fs->loss_sum = v[1], fs->samples = (int64_t)v[2], fs->correct = (int64_t)v[3];
+    fs->counted = (int64_t)v[4];
+    if (rc == 0 && r->rank0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0) rc = -1;
+    /* every rank learns whether rank 0's save worked, and none goes on before the file
+       is whole (a barrier): a later resume on any rank reads the complete checkpoint */
+    if (gdl__dist_agree("gdl_fit", "saving the checkpoint (rank 0)", rc == 0) < 0) rc = -1;
+    return rc;
+}
+
+/* The progress bar, when one is due: the only read of the device in a step. */
+static int gdl__fit_progress(gdl__fit_run *r, const gdl_tensor *x) {
+    gdl__pass *p = &r->p;
+    if (!r->tty || !gdl__progress_due(r->log, r->b, r->nb)) return 0;
+    if (gdl__pass_sync(p) < 0) return -1;
+    if (gdl_progress_bar(r->log, r->epoch, r->o.epochs, r->b, r->nb, p->samples ? p->loss_sum / (double)p->samples : 0.0,
+                         gdl__pass_acc(p), p->samples, r->t0))
+        gdl__progress_gpu(r->log, x->device);
+    return 0;
+}
+
+/* One batch of the loader: the step (replayed as a CUDA graph where one is recorded, else eagerly, with the
+   graph recorded after the first step of its shape), then the checkpoint and the progress bar. */
+static int gdl__fit_train_batch(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y) {
+    const gdl_fit_opts *o = &r->o;
+    gdl__fit_graph *fg = NULL;
+    int first, last, capture = 0;
+    r->b++;
+    first = r->micro == 0;
+    last = ++r->micro == o->accumulate || r->b == r->nb;
+    if (o->cuda_graph && x->device.type == GDL_DEVICE_CUDA && o->accumulate == 1 && r->parts == 1 && !o->ddp)
+        fg = gdl__fit_graph_find(r->graphs, x, y, &capture);
+    if (fg && capture == 2) gdl__fit_graph_try(r, fg, x, y); /* the other buffer of a recorded shape: record it now */
+    if (fg && fg->g) {
+        if (gdl__fit_replay(r, fg) < 0) return -1;
+    } else {
+        if (gdl__fit_eager(r, x, y, first, last) < 0) return -1;
+        if (last) {
+            r->micro = 0;
+            if (gdl_zero_grad(r->opt) < 0) return -1;
+            if (o->scheduler && o->scheduler_per_batch && gdl_scheduler_step(o->scheduler) < 0) return -1;
+            if (fg && capture == 1) gdl__fit_graph_try(r, fg, x, y); /* this shape's first step ran: record it */
+        }
+    }
+    if (last && o->checkpoint_every > 0 && gdl_optim_get_step(r->opt) % o->checkpoint_every == 0 &&
+        gdl__fit_checkpoint(r) < 0)
+        return -1;
+    return gdl__fit_progress(r, x);
+}
+
+/* The end of an epoch: the scheduler's epoch step, the epoch's figures, validation, history, output, CSV. */
+static int gdl__fit_epoch_metrics(gdl__fit_run *r, gdl_epoch_stats *history) {
+    const gdl_fit_opts *o = &r->o;
+    const gdl__pass *p = &r->p;
+    gdl_epoch_stats st;
+    if (o->scheduler && !o->scheduler_per_batch && gdl_scheduler_step(o->scheduler) < 0) return -1;
+    memset(&st, 0, sizeof st);
+    st.epoch = r->epoch;
+    st.seconds = gdl_now() - r->t0;
+    st.samples = p->samples;
+    st.loss = p->samples ? p->loss_sum / (double)p->samples : NAN;
+    st.accuracy = gdl__pass_acc(p);
+    st.samples_per_sec = st.seconds > 0 ? (double)p->samples / st.seconds : 0;
+    st.val_loss = st.val_accuracy = NAN;
+    if (o->val) {
+        int erc;
+        if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) erc = -1;
+        else {
+            erc = gdl_evaluate(r->m, o->val, o->loss, o->loss_user, &st.val_loss, &st.val_accuracy);
+            if (o->autocast != GDL_F32) gdl_autocast_end();
+        }
+        if (erc < 0) return -1;
+    }
+    if (history) history[r->epoch - 1] = st;
+    if (o->verbose) gdl_print_epoch(r->log, o->epochs, &st);
+    return r->csv && gdl_metrics_csv_row(r->csv, &st) < 0 ? -1 : 0;
+}
+
+/* One epoch: its batches (the first epoch of a resumed run from where the checkpoint was taken), then the
+   epoch's figures (under DDP over every rank) and the metrics. */
+static int gdl__fit_epoch(gdl__fit_run *r, int epoch, gdl_epoch_stats *history) {
+    gdl__pass *p = &r->p;
+    gdl_tensor *x, *y;
+    int rc = 0, got;
+    r->epoch = epoch;
+    r->b = 0;
+    r->micro = 0;
+    r->t0 = gdl_now();
+    p->loss_sum = 0;
+    p->samples = p->correct = p->counted = 0;
+    if (r->resumed && epoch == r->start_epoch) { /* the epoch the checkpoint was taken in, part done */
+        r->b = r->fs.batch;
+        r->t0 -= r->fs.seconds; /* its time so far counts, for the rate and the CSV */
+        p->loss_sum = r->fs.loss_sum;
+        p->samples = r->fs.samples;
+        p->correct = r->fs.correct;
+        p->counted = r->fs.counted;
+    }
+    gdl_module_train(r->m, 1);
+    if (gdl_zero_grad(r->opt) < 0) rc = -1;
+    while (rc == 0 && (got = gdl_loader_next(r->train, &x, &y)) != 0)
+        if (got < 0 || gdl__fit_train_batch(r, x, y) < 0) rc = -1;
+    if (rc == 0 && gdl__pass_sync(p) < 0) rc = -1;
+    if (rc == 0 && r->o.ddp && gdl__dist_pass_sum(p) < 0) rc = -1; /* the epoch's figures over every rank */
+    if (rc < 0) return -1;
+    return gdl__fit_epoch_metrics(r, history);
+}
+
+GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
+                      gdl_epoch_stats *history) {
+    gdl__fit_run r;
+    int epoch, rc = 0;
+    if (gdl__fit_begin(&r, m, train, opt, opts, history) < 0) return -1;
+    for (epoch = r.start_epoch; epoch <= r.o.epochs && rc == 0; epoch++) rc = gdl__fit_epoch(&r, epoch, history);
+    gdl__fit_graphs_free(r.graphs);
+    gdl__pass_free(&r.p);
+    if (r.csv) fclose(r.csv);
+    GPUDL_FREE(r.ckpath);
+    if (rc < 0 && r.tty) fputc('\n', r.log);
+    return rc;
+}
 /* ---- checkpoints ---- */
 
 #define GDL__CKPT_MAX 4096 /* tensors in one checkpoint */
@@ -16167,13 +16359,148 @@ static int gdl__rdv_connect(const char *host, int port, double deadline) {
 #endif
 }
 
+/* gdl__rendezvous on rank 0: waits for every other rank at MASTER_PORT (until deadline), then sends each the id. */
+static int gdl__rdv_serve(const char *op, int world, const unsigned char *id, double timeout, double deadline,
+                          const char *addr, long port) {
+    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
+    int lfd, one = 1, got = 0, i, rc = -1, *fds;
+    struct sockaddr_in sa;
+    char *seen;
+    if (!(fds = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)world)) || !(seen = (char *)GPUDL_MALLOC((size_t)world))) {
+        GPUDL_FREE(fds);
+        gdl__set_error("%s: out of memory", op);
+        return -1;
+    }
+    memset(seen, 0, (size_t)world);
+    for (i = 0; i < world; i++) fds[i] = -1; /* by rank */
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    if ((lfd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, world) != 0) {
+        gdl__set_error("%s: rank 0 cannot listen at MASTER_PORT=%ld: %s", op, port, strerror(errno));
+        if (lfd >= 0) close(lfd);
+        GPUDL_FREE(fds), GPUDL_FREE(seen);
+        return -1;
+    }
+    while (got < world - 1) {
+        struct pollfd pf;
+        double left = deadline - gdl_now();
+        int fd, r, w;
+        if (left <= 0) {
+            char missing[200];
+            size_t k = 0;
+            for (i = 1; i < world && k + 12 < sizeof missing; i++)
+                if (!seen[i]) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", k ? ", " : "", i);
+            gdl__set_error("%s: rank 0 waited %g s (GPUDL_DIST_TIMEOUT) at MASTER_ADDR=%s MASTER_PORT=%ld: %d of "
+                           "%d ranks came; missing: rank %s", op, timeout, addr, port, got + 1, world, missing);
+            goto done;
+        }
+        pf.fd = lfd, pf.events = POLLIN, pf.revents = 0;
+        if (poll(&pf, 1, gdl__poll_ms(left)) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
+        if (gdl__rdv_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
+            memcmp(hello, "gdlR", 4) != 0) {
+            close(fd); /* not one of ours (a port scan, a stale job): wait on */
+            continue;
+        }
+        r = (int)gdl__get32(hello + 4), w = (int)gdl__get32(hello + 8);
+        if (w != world || r <= 0 || r >= world) {
+            memset(reply, 0, sizeof reply);
+            gdl__put32(reply, 1);
+            gdl__put32(reply + 4, (uint32_t)world);
+            (void)gdl__rdv_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
+            close(fd);
+            if (w != world) {
+                gdl__set_error("%s: rank %d says WORLD_SIZE=%d, rank 0 says %d (MASTER_ADDR=%s MASTER_PORT=%ld)",
+                               op, r, w, world, addr, port);
+                goto done;
+            }
+            continue; /* no rank of this job (its launcher checks RANK < WORLD_SIZE): wait on */
+        }
+        if (seen[r]) { /* a rank that came again (restarted): its newer connection is the one to answer */
+            close(fds[r]);
+        } else {
+            seen[r] = 1;
+            got++;
+        }
+        fds[r] = fd;
+        if (got == world - 1) /* a rank that went away since it came (EOF: readable) comes again */
+            for (i = 1; i < world; i++) {
+                struct pollfd q;
+                q.fd = fds[i], q.events = POLLIN, q.revents = 0;
+                if (poll(&q, 1, 0) > 0) {
+                    close(fds[i]);
+                    fds[i] = -1, seen[i] = 0, got--;
+                }
+            }
+    }
+    memset(reply, 0, sizeof reply);
+    gdl__put32(reply + 4, (uint32_t)world);
+    memcpy(reply + 12, id, GDL_COMM_ID_BYTES);
+    rc = 0;
+    for (i = 1; i < world; i++)
+        if (gdl__rdv_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
+            gdl__set_error("%s: rank 0 could not send the job's id to rank %d: %s", op, i, strerror(errno));
+            rc = -1;
+        }
+done:
+    for (i = 1; i < world; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    close(lfd);
+    GPUDL_FREE(fds), GPUDL_FREE(seen);
+    return rc;
+}
+
+/* gdl__rendezvous on the other ranks: reaches rank 0 (until deadline), says who it is, receives the id. */
+static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id, double timeout, double deadline,
+                         const char *addr, long port) {
+    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
+    int fd = -1, e = 0;
+    while ((fd = gdl__rdv_connect(addr, (int)port, deadline)) < 0) { /* rank 0 may not listen yet */
+        e = fd == -2 ? 0 : errno;
+        if (gdl_now() + 0.1 > deadline) {
+            gdl__set_error("%s: rank %d could not reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld within %g s "
+                           "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
+                           fd == -2 ? "MASTER_ADDR does not resolve to an address"
+#ifndef AI_PASSIVE
+                                      " (this build takes numeric IPv4 addresses only: define _POSIX_C_SOURCE "
+                                      "200112L or more for host names)"
+#endif
+                                    : strerror(e));
+            return -1;
+        }
+        poll(NULL, 0, 100);
+    }
+    memcpy(hello, "gdlR", 4);
+    gdl__put32(hello + 4, (uint32_t)rank);
+    gdl__put32(hello + 8, (uint32_t)world);
+    if (gdl__rdv_io(fd, hello, sizeof hello, 1, deadline) < 0 ||
+        gdl__rdv_io(fd, reply, sizeof reply, 0, deadline) < 0) {
+        e = errno;
+        close(fd);
+        gdl__set_error("%s: rank %d reached MASTER_ADDR=%s MASTER_PORT=%ld but got no answer within %g s "
+                       "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
+                       e == EPIPE ? "rank 0 gave up (some rank never came)" : strerror(e));
+        return -1;
+    }
+    close(fd);
+    if (gdl__get32(reply) != 0) {
+        gdl__set_error("%s: rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld refused rank %d: it says WORLD_SIZE=%u, this "
+                       "rank %d", op, addr, port, rank, gdl__get32(reply + 4), world);
+        return -1;
+    }
+    memcpy(id, reply + 12, GDL_COMM_ID_BYTES);
+    return 0;
+}
+
 /* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
 static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
     const char *addr = getenv("MASTER_ADDR"), *ps = getenv("MASTER_PORT");
     char *end;
     long port;
     double deadline = gdl_now() + timeout;
-    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
     if (!addr || !addr[0] || !ps) {
         gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
                        "(rank 0's host and a free port, as torchrun sets them)", op, !addr || !addr[0] ?
@@ -16185,133 +16512,8 @@ static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *i
         gdl__set_error("%s: MASTER_PORT='%s' is not a port number in [1, 65535]", op, ps);
         return -1;
     }
-    if (rank == 0) {
-        int lfd, one = 1, got = 0, i, rc = -1, *fds;
-        struct sockaddr_in sa;
-        char *seen;
-        if (!(fds = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)world)) || !(seen = (char *)GPUDL_MALLOC((size_t)world))) {
-            GPUDL_FREE(fds);
-            gdl__set_error("%s: out of memory", op);
-            return -1;
-        }
-        memset(seen, 0, (size_t)world);
-        for (i = 0; i < world; i++) fds[i] = -1; /* by rank */
-        memset(&sa, 0, sizeof sa);
-        sa.sin_family = AF_INET;
-        sa.sin_port = htons((uint16_t)port);
-        sa.sin_addr.s_addr = htonl(INADDR_ANY);
-        if ((lfd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
-            setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-            bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, world) != 0) {
-            gdl__set_error("%s: rank 0 cannot listen at MASTER_PORT=%ld: %s", op, port, strerror(errno));
-            if (lfd >= 0) close(lfd);
-            GPUDL_FREE(fds), GPUDL_FREE(seen);
-            return -1;
-        }
-        while (got < world - 1) {
-            struct pollfd pf;
-            double left = deadline - gdl_now();
-            int fd, r, w;
-            if (left <= 0) {
-                char missing[200];
-                size_t k = 0;
-                for (i = 1; i < world && k + 12 < sizeof missing; i++)
-                    if (!seen[i]) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", k ? ", " : "", i);
-                gdl__set_error("%s: rank 0 waited %g s (GPUDL_DIST_TIMEOUT) at MASTER_ADDR=%s MASTER_PORT=%ld: %d of "
-                               "%d ranks came; missing: rank %s", op, timeout, addr, port, got + 1, world, missing);
-                goto done;
-            }
-            pf.fd = lfd, pf.events = POLLIN, pf.revents = 0;
-            if (poll(&pf, 1, gdl__poll_ms(left)) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
-            if (gdl__rdv_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
-                memcmp(hello, "gdlR", 4) != 0) {
-                close(fd); /* not one of ours (a port scan, a stale job): wait on */
-                continue;
-            }
-            r = (int)gdl__get32(hello + 4), w = (int)gdl__get32(hello + 8);
-            if (w != world || r <= 0 || r >= world) {
-                memset(reply, 0, sizeof reply);
-                gdl__put32(reply, 1);
-                gdl__put32(reply + 4, (uint32_t)world);
-                (void)gdl__rdv_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
-                close(fd);
-                if (w != world) {
-                    gdl__set_error("%s: rank %d says WORLD_SIZE=%d, rank 0 says %d (MASTER_ADDR=%s MASTER_PORT=%ld)",
-                                   op, r, w, world, addr, port);
-                    goto done;
-                }
-                continue; /* no rank of this job (its launcher checks RANK < WORLD_SIZE): wait on */
-            }
-            if (seen[r]) { /* a rank that came again (restarted): its newer connection is the one to answer */
-                close(fds[r]);
-            } else {
-                seen[r] = 1;
-                got++;
-            }
-            fds[r] = fd;
-            if (got == world - 1) /* a rank that went away since it came (EOF: readable) comes again */
-                for (i = 1; i < world; i++) {
-                    struct pollfd q;
-                    q.fd = fds[i], q.events = POLLIN, q.revents = 0;
-                    if (poll(&q, 1, 0) > 0) {
-                        close(fds[i]);
-                        fds[i] = -1, seen[i] = 0, got--;
-                    }
-                }
-        }
-        memset(reply, 0, sizeof reply);
-        gdl__put32(reply + 4, (uint32_t)world);
-        memcpy(reply + 12, id, GDL_COMM_ID_BYTES);
-        rc = 0;
-        for (i = 1; i < world; i++)
-            if (gdl__rdv_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
-                gdl__set_error("%s: rank 0 could not send the job's id to rank %d: %s", op, i, strerror(errno));
-                rc = -1;
-            }
-    done:
-        for (i = 1; i < world; i++)
-            if (fds[i] >= 0) close(fds[i]);
-        close(lfd);
-        GPUDL_FREE(fds), GPUDL_FREE(seen);
-        return rc;
-    } else {
-        int fd = -1, e = 0;
-        while ((fd = gdl__rdv_connect(addr, (int)port, deadline)) < 0) { /* rank 0 may not listen yet */
-            e = fd == -2 ? 0 : errno;
-            if (gdl_now() + 0.1 > deadline) {
-                gdl__set_error("%s: rank %d could not reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld within %g s "
-                               "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
-                               fd == -2 ? "MASTER_ADDR does not resolve to an address"
-#ifndef AI_PASSIVE
-                                          " (this build takes numeric IPv4 addresses only: define _POSIX_C_SOURCE "
-                                          "200112L or more for host names)"
-#endif
-                                        : strerror(e));
-                return -1;
-            }
-            poll(NULL, 0, 100);
-        }
-        memcpy(hello, "gdlR", 4);
-        gdl__put32(hello + 4, (uint32_t)rank);
-        gdl__put32(hello + 8, (uint32_t)world);
-        if (gdl__rdv_io(fd, hello, sizeof hello, 1, deadline) < 0 ||
-            gdl__rdv_io(fd, reply, sizeof reply, 0, deadline) < 0) {
-            e = errno;
-            close(fd);
-            gdl__set_error("%s: rank %d reached MASTER_ADDR=%s MASTER_PORT=%ld but got no answer within %g s "
-                           "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
-                           e == EPIPE ? "rank 0 gave up (some rank never came)" : strerror(e));
-            return -1;
-        }
-        close(fd);
-        if (gdl__get32(reply) != 0) {
-            gdl__set_error("%s: rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld refused rank %d: it says WORLD_SIZE=%u, this "
-                           "rank %d", op, addr, port, rank, gdl__get32(reply + 4), world);
-            return -1;
-        }
-        memcpy(id, reply + 12, GDL_COMM_ID_BYTES);
-        return 0;
-    }
+    return rank == 0 ? gdl__rdv_serve(op, world, id, timeout, deadline, addr, port)
+                     : gdl__rdv_join(op, rank, world, id, timeout, deadline, addr, port);
 }
 #endif
 
@@ -16353,19 +16555,16 @@ static int gdl__dist_settle(const char *op) {
     return be ? be->comm_sync(0, gdl_dist_timeout()) : -1;
 }
 
-GPUDL_API int gdl_dist_init(void) {
-    static const char op[] = "gdl_dist_init";
+/* gdl_dist_init's environment: the launcher's rank, world size and local rank (none: one process), and
+   GPUDL_DIST_TIMEOUT. */
+static int gdl__dist_env(const char *op, int *rank, int *world, int *local, const char **launcher) {
     /* the launchers' variables: rank, world size, local rank */
     static const char *const L[3][4] = {
         {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
         {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
         {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
-    int k, rank = 0, world = 1, local = 0;
-    const char *launcher = "single";
-    if (gdl__dist.init) {
-        gdl__set_error("%s: already initialised (rank %d of %d)", op, gdl__dist.rank, gdl__dist.world);
-        return -1;
-    }
+    const char *v;
+    int k;
     for (k = 0; k < 3; k++) {
         int i;
         if (!getenv(L[k][1]) && !getenv(L[k][2])) continue;
@@ -16375,72 +16574,71 @@ GPUDL_API int gdl_dist_init(void) {
                                L[k][0], L[k][i]);
                 return -1;
             }
-        launcher = L[k][0];
-        if (gdl__env_int(op, launcher, L[k][2], 1, 1L << 20, &world) < 0 ||
-            gdl__env_int(op, launcher, L[k][1], 0, world - 1, &rank) < 0 ||
-            gdl__env_int(op, launcher, L[k][3], 0, world - 1, &local) < 0)
+        *launcher = L[k][0];
+        if (gdl__env_int(op, *launcher, L[k][2], 1, 1L << 20, world) < 0 ||
+            gdl__env_int(op, *launcher, L[k][1], 0, *world - 1, rank) < 0 ||
+            gdl__env_int(op, *launcher, L[k][3], 0, *world - 1, local) < 0)
             return -1;
         break;
     }
-    {
-        const char *v = getenv("GPUDL_DIST_TIMEOUT");
-        if (v) {
-            char *end;
-            double t = strtod(v, &end);
-            if (!v[0] || *end || !(t > 0)) {
-                gdl__set_error("%s: GPUDL_DIST_TIMEOUT='%s' is not a number of seconds > 0 (how long a collective "
-                               "waits for the other ranks; 'inf': for ever)", op, v);
-                return -1;
-            }
-            if (!gdl__dist_timeout_called) gdl__dist_timeout_s = t;
+    if ((v = getenv("GPUDL_DIST_TIMEOUT")) != NULL) {
+        char *end;
+        double t = strtod(v, &end);
+        if (!v[0] || *end || !(t > 0)) {
+            gdl__set_error("%s: GPUDL_DIST_TIMEOUT='%s' is not a number of seconds > 0 (how long a collective "
+                           "waits for the other ranks; 'inf': for ever)", op, v);
+            return -1;
         }
+        if (!gdl__dist_timeout_called) gdl__dist_timeout_s = t;
     }
+    return 0;
+}
+
 #ifdef GPUDL_MPI
-    {
-        int flag = 0, rc, mr, ms;
-        if (MPI_Finalized(&flag) == MPI_SUCCESS && flag) {
-            gdl__set_error("%s: MPI was finalised (gdl_dist_shutdown): it cannot start again in this process", op);
-            return -1;
-        }
-        if ((rc = MPI_Initialized(&flag)) != MPI_SUCCESS) return gdl__mpi_fail(op, "MPI_Initialized", rc);
-        if (!flag) {
-            int provided;
-            if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
-                return gdl__mpi_fail(op, "MPI_Init_thread", rc);
-            gdl__dist.mpi_ours = 1;
-        }
-        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.comm)) != MPI_SUCCESS)
-            return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
-        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.ctl)) != MPI_SUCCESS) {
-            MPI_Comm_free(&gdl__dist.comm);
-            return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
-        }
-        MPI_Comm_set_errhandler(gdl__dist.comm, MPI_ERRORS_RETURN); /* errors come back; nothing exits */
-        MPI_Comm_set_errhandler(gdl__dist.ctl, MPI_ERRORS_RETURN);
-        MPI_Comm_rank(gdl__dist.comm, &mr);
-        MPI_Comm_size(gdl__dist.comm, &ms);
-        if (!strcmp(launcher, "single")) { /* another MPI launcher (mpiexec of MPICH...): MPI's word */
-            launcher = ms > 1 ? "mpi" : "single";
-            rank = mr;
-            world = ms;
-        } else if (mr != rank || ms != world) {
-            gdl__set_error("%s: the environment (%s) says rank %d of %d but MPI says rank %d of %d: were the "
-                           "processes started by another launcher than the one whose variables are set?",
-                           op, launcher, rank, world, mr, ms);
-            MPI_Comm_free(&gdl__dist.comm);
-            MPI_Comm_free(&gdl__dist.ctl);
-            return -1;
-        }
-    }
-#else
-    if (world > 1 && !gdl__dist_gpu()) {
-        gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
-                       "-DGPUDL_MPI (mpicc ...), or with GPUDL_CUDA and NCCL on a machine with GPUs", op, world,
-                       launcher);
+/* MPI started (unless the program did) and its two communicators made; MPI's rank and size checked against
+   the launcher's (or taken, with another MPI launcher). */
+static int gdl__dist_mpi_start(const char *op, int *rank, int *world, const char **launcher) {
+    int flag = 0, rc, mr, ms;
+    if (MPI_Finalized(&flag) == MPI_SUCCESS && flag) {
+        gdl__set_error("%s: MPI was finalised (gdl_dist_shutdown): it cannot start again in this process", op);
         return -1;
     }
+    if ((rc = MPI_Initialized(&flag)) != MPI_SUCCESS) return gdl__mpi_fail(op, "MPI_Initialized", rc);
+    if (!flag) {
+        int provided;
+        if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+            return gdl__mpi_fail(op, "MPI_Init_thread", rc);
+        gdl__dist.mpi_ours = 1;
+    }
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.comm)) != MPI_SUCCESS)
+        return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.ctl)) != MPI_SUCCESS) {
+        MPI_Comm_free(&gdl__dist.comm);
+        return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
+    }
+    MPI_Comm_set_errhandler(gdl__dist.comm, MPI_ERRORS_RETURN); /* errors come back; nothing exits */
+    MPI_Comm_set_errhandler(gdl__dist.ctl, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(gdl__dist.comm, &mr);
+    MPI_Comm_size(gdl__dist.comm, &ms);
+    if (!strcmp(*launcher, "single")) { /* another MPI launcher (mpiexec of MPICH...): MPI's word */
+        *launcher = ms > 1 ? "mpi" : "single";
+        *rank = mr;
+        *world = ms;
+    } else if (mr != *rank || ms != *world) {
+        gdl__set_error("%s: the environment (%s) says rank %d of %d but MPI says rank %d of %d: were the "
+                       "processes started by another launcher than the one whose variables are set?",
+                       op, *launcher, *rank, *world, mr, ms);
+        MPI_Comm_free(&gdl__dist.comm);
+        MPI_Comm_free(&gdl__dist.ctl);
+        return -1;
+    }
+    return 0;
+}
 #endif
-    /* NCCL's id, for collectives of CUDA tensors: made by rank 0, handed round over MPI or the rendezvous */
+
+/* NCCL's id, for collectives of CUDA tensors: made by rank 0, handed round over MPI or the rendezvous
+   (gdl__dist.have_id: every rank has it). */
+static int gdl__dist_share_id(const char *op, int rank, int world) {
     gdl__dist.have_id = 0;
     gdl__dist.comm_dev = 0;
 #ifdef GPUDL_MPI
@@ -16460,11 +16658,8 @@ GPUDL_API int gdl_dist_init(void) {
         gdl__dist.rank = rank, gdl__dist.world = world; /* for the timed wait's report */
         gdl__dist.seq = 0;
         rc = MPI_Ibcast(buf, (int)sizeof buf, MPI_BYTE, 0, gdl__dist.comm, &q);
-        if (rc != MPI_SUCCESS) {
-            gdl__mpi_fail(op, "MPI_Ibcast of NCCL's id", rc);
-            goto fail;
-        }
-        if (gdl__dist_wait(op, "the broadcast of NCCL's id from rank 0", &q) < 0) goto fail;
+        if (rc != MPI_SUCCESS) return gdl__mpi_fail(op, "MPI_Ibcast of NCCL's id", rc);
+        if (gdl__dist_wait(op, "the broadcast of NCCL's id from rank 0", &q) < 0) return -1;
         if (buf[0] == 2) {
             if (rank == 0) {
                 char why[sizeof gdl__err];
@@ -16473,7 +16668,7 @@ GPUDL_API int gdl_dist_init(void) {
             } else {
                 gdl__set_error("%s: rank 0 could not make NCCL's id (its own error says why)", op);
             }
-            goto fail;
+            return -1;
         }
         if (buf[0] == 1 && be) {
             memcpy(gdl__dist.id, buf + 1, GDL_COMM_ID_BYTES);
@@ -16483,16 +16678,39 @@ GPUDL_API int gdl_dist_init(void) {
 #else
     if (world > 1 && gdl__dist_gpu()) {
         const gdl_backend *be = gdl__dist_gpu();
-        if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) goto fail;
+        if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return -1;
 #if defined(GDL__HAVE_RDV)
-        if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) goto fail;
+        if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) return -1;
 #else
         gdl__set_error("%s: %d processes without MPI need the TCP rendezvous, which this platform lacks", op, world);
-        goto fail;
+        return -1;
 #endif
         gdl__dist.have_id = 1;
     }
 #endif
+    return 0;
+}
+
+GPUDL_API int gdl_dist_init(void) {
+    static const char op[] = "gdl_dist_init";
+    int rank = 0, world = 1, local = 0;
+    const char *launcher = "single";
+    if (gdl__dist.init) {
+        gdl__set_error("%s: already initialised (rank %d of %d)", op, gdl__dist.rank, gdl__dist.world);
+        return -1;
+    }
+    if (gdl__dist_env(op, &rank, &world, &local, &launcher) < 0) return -1;
+#ifdef GPUDL_MPI
+    if (gdl__dist_mpi_start(op, &rank, &world, &launcher) < 0) return -1;
+#else
+    if (world > 1 && !gdl__dist_gpu()) {
+        gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
+                       "-DGPUDL_MPI (mpicc ...), or with GPUDL_CUDA and NCCL on a machine with GPUs", op, world,
+                       launcher);
+        return -1;
+    }
+#endif
+    if (gdl__dist_share_id(op, rank, world) < 0) goto fail;
     gdl__dist.rank = rank;
     gdl__dist.world = world;
     gdl__dist.local = local;

@@ -67,6 +67,25 @@ static int gdl__check_dev(const char *op, const gdl_tensor *a, const gdl_tensor 
     return 0;
 }
 
+/* The two tensors of an op (a_f32, b_f32: f32 only), each checked, then on one device. */
+static int gdl__check_two(const char *op, const char *aname, const gdl_tensor *a, int a_f32, const char *bname,
+                          const gdl_tensor *b, int b_f32) {
+    if (gdl__check_in(op, aname, a, a_f32) < 0 || gdl__check_in(op, bname, b, b_f32) < 0 || gdl__check_dev(op, a, b) < 0)
+        return -1;
+    return 0;
+}
+
+/* The input, weight and optional bias of an op (linear, convolution; need_f32: f32 only), each checked, then
+   all on the input's device. */
+static int gdl__check_xwb(const char *op, const gdl_tensor *x, const gdl_tensor *w, const gdl_tensor *bias,
+                          int need_f32) {
+    if (gdl__check_in(op, "input", x, need_f32) < 0 || gdl__check_in(op, "weight", w, need_f32) < 0 ||
+        (bias && gdl__check_in(op, "bias", bias, need_f32) < 0) || gdl__check_dev(op, x, w) < 0 ||
+        gdl__check_dev(op, x, bias) < 0)
+        return -1;
+    return 0;
+}
+
 static int gdl__needs_grad(int nin, gdl_tensor *const *in) {
     int k;
     if (!gdl__grad_enabled) return 0;
@@ -261,6 +280,19 @@ static gdl_tensor *gdl__ac_cast(const char *op, gdl_tensor *x, gdl_dtype dt) {
 
 /* a native low-precision GEMM in dt is what autocast wants (or autocast is off) */
 static int gdl__ac_native(gdl_dtype dt) { return gdl__ac_dt == GDL_F32 || gdl__ac_dt == dt; }
+
+/* An op on input, weight and optional bias (linear, convolution) leaves its f32 path: autocast is on, or one
+   of them is not f32. */
+static int gdl__xwb_not_f32(const gdl_tensor *x, const gdl_tensor *w, const gdl_tensor *bias) {
+    return gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) ||
+           (bias && bias->dtype != GDL_F32);
+}
+
+/* ... and runs natively in their dtype: all of one low dtype, which autocast wants (or autocast is off). */
+static int gdl__xwb_native(const gdl_tensor *x, const gdl_tensor *w, const gdl_tensor *bias) {
+    return x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype) &&
+           gdl__ac_native(x->dtype);
+}
 
 /* an elementwise op (opid) whose float inputs all have the low dtype dt runs
    natively in dt (the backend's *_lp kernels) unless autocast wants its

@@ -139,8 +139,8 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
         if (a && b && a->dtype == b->dtype && gdl__lp_native(op, a->dtype)) dt = a->dtype; /* native */
         else GDL__LOWP2(opname, op, gdl__binary(opname, op, a, b), a, b);
     }
-    if (gdl__check_in(opname, "a", a, dt == GDL_F32) < 0 || gdl__check_in(opname, "b", b, dt == GDL_F32) < 0 ||
-        gdl__check_dev(opname, a, b) < 0 || gdl__broadcast(opname, a, b, &nd, shape, astr, bstr) < 0)
+    if (gdl__check_two(opname, "a", a, dt == GDL_F32, "b", b, dt == GDL_F32) < 0 ||
+        gdl__broadcast(opname, a, b, &nd, shape, astr, bstr) < 0)
         return NULL;
     if (!(be = gdl__be(opname, a->device))) return NULL;
     if (!(out = gdl__tmp(opname, nd, shape, dt, a->device))) return NULL;
@@ -336,9 +336,7 @@ GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
         if (a && b && a->dtype == b->dtype && gdl__is_low(a->dtype) && gdl__ac_native(a->dtype)) dt = a->dtype; /* native */
         else GDL__LOWP2(op, GDL_OP_MATMUL, gdl_matmul(a, b), a, b);
     }
-    if (gdl__check_in(op, "a", a, dt == GDL_F32) < 0 || gdl__check_in(op, "b", b, dt == GDL_F32) < 0 ||
-        gdl__check_dev(op, a, b) < 0)
-        return NULL;
+    if (gdl__check_two(op, "a", a, dt == GDL_F32, "b", b, dt == GDL_F32) < 0) return NULL;
     if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
         gdl__set_error("%s: expected 2-D or 3-D operands, got %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
@@ -420,43 +418,50 @@ static int gdl__bw_matmul(gdl_node *n, const gdl_backend *be) {
     return 0;
 }
 
-GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias) {
-    const char *op = "gdl_linear";
-    int64_t in_f, out_f, rows, shape[GDL_MAX_DIMS];
-    int err, k;
-    gdl_tensor *out, *in[3];
-    const gdl_backend *be;
-    gdl_dtype dt = GDL_F32;
-    if (gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) || (bias && bias->dtype != GDL_F32)) {
-        if (x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype) &&
-            gdl__ac_native(x->dtype))
-            dt = x->dtype;
-        else GDL__LOWP3(op, GDL_OP_LINEAR, gdl_linear(x, w, bias), x, w, bias);
-    }
-    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0 || gdl__check_in(op, "weight", w, dt == GDL_F32) < 0 ||
-        (bias && gdl__check_in(op, "bias", bias, dt == GDL_F32) < 0) || gdl__check_dev(op, x, w) < 0 ||
-        gdl__check_dev(op, x, bias) < 0)
-        return NULL;
+/* gdl_linear's and gdl_linear_act's shapes: input [..., in_features], weight [out_features, in_features],
+   bias [out_features]; the output's shape and the GEMM's rows (the input's leading dims). -1 after an error. */
+static int gdl__linear_shapes(const char *op, const gdl_tensor *x, const gdl_tensor *w, const gdl_tensor *bias,
+                              int64_t shape[GDL_MAX_DIMS], int64_t *rows) {
+    int64_t in_f, out_f;
+    int k;
     if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
         gdl__set_error("%s: input %s does not match weight %s (expected the input's last dim = in_features = weight dim 1)",
                        op, gdl_shape_str(x), gdl_shape_str(w));
-        return NULL;
+        return -1;
     }
     in_f = w->shape[1];
     out_f = w->shape[0];
     if (bias && (bias->ndim != 1 || bias->shape[0] != out_f)) {
         gdl__set_error("%s: bias %s does not match weight %s (expected [%lld])", op, gdl_shape_str(bias),
                        gdl_shape_str(w), (long long)out_f);
-        return NULL;
+        return -1;
     }
-    memcpy(shape, x->shape, sizeof shape);
+    memcpy(shape, x->shape, sizeof(int64_t) * GDL_MAX_DIMS);
     shape[x->ndim - 1] = out_f;
-    rows = 1;
-    for (k = 0; k + 1 < x->ndim; k++) rows *= x->shape[k];
-    if (rows > INT32_MAX || in_f > INT32_MAX || out_f > INT32_MAX) {
+    *rows = 1;
+    for (k = 0; k + 1 < x->ndim; k++) *rows *= x->shape[k];
+    if (*rows > INT32_MAX || in_f > INT32_MAX || out_f > INT32_MAX) {
         gdl__set_error("%s: dimensions too large for the GEMM: input %s, weight %s", op, gdl_shape_str(x), gdl_shape_str(w));
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias) {
+    const char *op = "gdl_linear";
+    int64_t in_f, out_f, rows, shape[GDL_MAX_DIMS];
+    int err;
+    gdl_tensor *out, *in[3];
+    const gdl_backend *be;
+    gdl_dtype dt = GDL_F32;
+    if (gdl__xwb_not_f32(x, w, bias)) {
+        if (gdl__xwb_native(x, w, bias)) dt = x->dtype;
+        else GDL__LOWP3(op, GDL_OP_LINEAR, gdl_linear(x, w, bias), x, w, bias);
+    }
+    if (gdl__check_xwb(op, x, w, bias, dt == GDL_F32) < 0 || gdl__linear_shapes(op, x, w, bias, shape, &rows) < 0)
+        return NULL;
+    in_f = w->shape[1];
+    out_f = w->shape[0];
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, shape, dt, x->device))) return NULL;
     if (out->numel && dt != GDL_F32) { /* out = bias rows (ones x bias), then out += x W^T: one rounding */
         void *ones = bias ? gdl__ones_dt(op, be, x->device, dt, rows) : NULL;
@@ -519,37 +524,16 @@ static int gdl__act_code(const char *op, int act) {
 GPUDL_API gdl_tensor *gdl_linear_act(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias, gdl_act act) {
     const char *op = "gdl_linear_act";
     int64_t in_f, out_f, rows, shape[GDL_MAX_DIMS];
-    int err, k, ua = gdl__act_code(op, (int)act);
+    int err, ua = gdl__act_code(op, (int)act);
     gdl_tensor *out, *pre = NULL, *in[3];
     gdl_node *n;
     const gdl_backend *be;
     if (ua == -2) return NULL;
     /* low dtypes and autocast: the f32 op on f32 copies, rounded once */
     GDL__LOWP3(op, GDL_OP_LINEAR_ACT, gdl_linear_act(x, w, bias, act), x, w, bias);
-    if (gdl__check_in(op, "input", x, 1) < 0 || gdl__check_in(op, "weight", w, 1) < 0 ||
-        (bias && gdl__check_in(op, "bias", bias, 1) < 0) || gdl__check_dev(op, x, w) < 0 ||
-        gdl__check_dev(op, x, bias) < 0)
-        return NULL;
-    if (w->ndim != 2 || x->ndim < 1 || x->shape[x->ndim - 1] != w->shape[1]) {
-        gdl__set_error("%s: input %s does not match weight %s (expected the input's last dim = in_features = weight dim 1)",
-                       op, gdl_shape_str(x), gdl_shape_str(w));
-        return NULL;
-    }
+    if (gdl__check_xwb(op, x, w, bias, 1) < 0 || gdl__linear_shapes(op, x, w, bias, shape, &rows) < 0) return NULL;
     in_f = w->shape[1];
     out_f = w->shape[0];
-    if (bias && (bias->ndim != 1 || bias->shape[0] != out_f)) {
-        gdl__set_error("%s: bias %s does not match weight %s (expected [%lld])", op, gdl_shape_str(bias),
-                       gdl_shape_str(w), (long long)out_f);
-        return NULL;
-    }
-    memcpy(shape, x->shape, sizeof shape);
-    shape[x->ndim - 1] = out_f;
-    rows = 1;
-    for (k = 0; k + 1 < x->ndim; k++) rows *= x->shape[k];
-    if (rows > INT32_MAX || in_f > INT32_MAX || out_f > INT32_MAX) {
-        gdl__set_error("%s: dimensions too large for the GEMM: input %s, weight %s", op, gdl_shape_str(x), gdl_shape_str(w));
-        return NULL;
-    }
     in[0] = x;
     in[1] = w;
     in[2] = bias;

@@ -189,17 +189,12 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
     int gi, err, direct, opid = act >= -1 ? GDL_OP_CONV2D_ACT : GDL_OP_CONV2D;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
-    if (gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32) || (w && w->dtype != GDL_F32) || (bias && bias->dtype != GDL_F32)) {
+    if (gdl__xwb_not_f32(x, w, bias)) {
         /* native (gdl__conv2d_lp) for the plain convolution; the fused one in low precision through f32 copies */
-        if (act == -2 && x && w && x->dtype == w->dtype && gdl__is_low(x->dtype) && (!bias || bias->dtype == x->dtype) &&
-            gdl__ac_native(x->dtype))
-            dt = x->dtype;
+        if (act == -2 && gdl__xwb_native(x, w, bias)) dt = x->dtype;
         else GDL__LOWP3(op, opid, gdl__conv2d(op, x, w, bias, stride, padding, dilation, groups, act), x, w, bias);
     }
-    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0 || gdl__check_in(op, "weight", w, dt == GDL_F32) < 0 ||
-        (bias && gdl__check_in(op, "bias", bias, dt == GDL_F32) < 0) || gdl__check_dev(op, x, w) < 0 ||
-        gdl__check_dev(op, x, bias) < 0)
-        return NULL;
+    if (gdl__check_xwb(op, x, w, bias, dt == GDL_F32) < 0) return NULL;
     if (!stride || !padding || !dilation) {
         gdl__null_arg(op, !stride ? "stride" : !padding ? "padding" : "dilation");
         return NULL;

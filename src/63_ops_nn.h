@@ -308,8 +308,7 @@ GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
     GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl_embedding(idx, w), w);
-    if (gdl__check_in(op, "indices", idx, 0) < 0 || gdl__check_in(op, "weight", w, 1) < 0 || gdl__check_dev(op, idx, w) < 0)
-        return NULL;
+    if (gdl__check_two(op, "indices", idx, 0, "weight", w, 1) < 0) return NULL;
     if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
         gdl__set_error("%s: expected i32 indices and a weight [V,D], got %s %s and %s %s", op, gdl_dtype_name(idx->dtype),
                        gdl_shape_str(idx), gdl_dtype_name(w->dtype), gdl_shape_str(w));
@@ -352,9 +351,7 @@ static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tens
     gdl_node *n;
     const gdl_backend *be;
     GDL__LOWP1(opname, op, gdl__xent(opname, op, x, tgt, o), x);
-    if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", tgt, 0) < 0 ||
-        gdl__check_dev(opname, x, tgt) < 0)
-        return NULL;
+    if (gdl__check_two(opname, "input", x, 1, "target", tgt, 0) < 0) return NULL;
     if (x->ndim != 2 || tgt->ndim != 1 || tgt->dtype != GDL_I32 || tgt->shape[0] != x->shape[0]) {
         gdl__set_error("%s: expected input [B,C] and i32 target [B], got %s %s and %s %s", opname,
                        gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_dtype_name(tgt->dtype), gdl_shape_str(tgt));
@@ -420,9 +417,7 @@ static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x
     gdl_tensor *out, *in[2];
     const gdl_backend *be;
     GDL__LOWP2(opname, op, gdl__pointwise_loss(opname, op, x, y, r), x, y);
-    if (gdl__check_in(opname, "input", x, 1) < 0 || gdl__check_in(opname, "target", y, 1) < 0 ||
-        gdl__check_dev(opname, x, y) < 0)
-        return NULL;
+    if (gdl__check_two(opname, "input", x, 1, "target", y, 1) < 0) return NULL;
     if (!gdl_same_shape(x, y)) {
         gdl__set_error("%s: input %s and target %s must have the same shape", opname, gdl_shape_str(x), gdl_shape_str(y));
         return NULL;

@@ -210,9 +210,7 @@ GPUDL_API int gdl_backward(gdl_tensor *loss) {
 }
 
 GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
-    if (gdl__check_in("gdl_backward_grad", "t", t, 0) < 0 || gdl__check_in("gdl_backward_grad", "grad", grad, 0) < 0 ||
-        gdl__check_dev("gdl_backward_grad", t, grad) < 0)
-        return -1;
+    if (gdl__check_two("gdl_backward_grad", "t", t, 0, "grad", grad, 0) < 0) return -1;
     if (!gdl__is_float(t->dtype) || !gdl__is_float(grad->dtype)) {
         gdl__set_error("gdl_backward_grad: expected float tensors, got %s %s and grad %s %s", gdl_dtype_name(t->dtype),
                        gdl_shape_str(t), gdl_dtype_name(grad->dtype), gdl_shape_str(grad));

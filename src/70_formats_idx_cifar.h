@@ -228,16 +228,140 @@ static const char *gdl__rd_why(const gdl__rd *r, char *buf, size_t cap) {
     return buf;
 }
 
-GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
-    static const char fn[] = "gdl_idx_load";
+/* gdl_idx_load's header: the magic (dtype, ndim) and the dims into res; its length (*hlen) and the data's
+   size (*bytes). */
+static int gdl__idx_header(const char *fn, const char *path, gdl__rd *r, gdl_idx *res, size_t *hlen,
+                           uint64_t *bytes, int *err) {
     const uint64_t limit = (uint64_t)1 << 31; /* 2 GiB of data */
     unsigned char hdr[4 + 4 * GDL_IDX_MAX_DIMS];
     char why[160];
+    size_t got;
+    int d;
+    got = gdl__rd_read(r, hdr, 4, err);
+    if (got < 4) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: truncated: expected a 4-byte magic number, got %zu bytes%s", fn, path,
+                           got, gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    if (hdr[0] != 0 || hdr[1] != 0) {
+        gdl__set_error("%s: %s: bad magic 0x%02X%02X%02X%02X: the first two bytes must be zero "
+                       "(not an IDX file?)", fn, path, hdr[0], hdr[1], hdr[2], hdr[3]);
+        return -1;
+    }
+    res->dtype_code = hdr[2];
+    switch (hdr[2]) {
+    case 0x08: case 0x09: res->elem_size = 1; break;
+    case 0x0B: res->elem_size = 2; break;
+    case 0x0C: case 0x0D: res->elem_size = 4; break;
+    case 0x0E: res->elem_size = 8; break;
+    default:
+        gdl__set_error("%s: %s: unknown type byte 0x%02X in magic 0x%02X%02X%02X%02X (expected 0x08, "
+                       "0x09, 0x0B, 0x0C, 0x0D or 0x0E)", fn, path, hdr[2], hdr[0], hdr[1], hdr[2], hdr[3]);
+        return -1;
+    }
+    res->ndim = hdr[3];
+    if (res->ndim < 1 || res->ndim > GDL_IDX_MAX_DIMS) {
+        gdl__set_error("%s: %s: bad number of dimensions %d in magic (expected 1..%d)", fn, path,
+                       res->ndim, GDL_IDX_MAX_DIMS);
+        return -1;
+    }
+    *hlen = 4 + 4 * (size_t)res->ndim;
+    got = gdl__rd_read(r, hdr + 4, *hlen - 4, err);
+    if (got < *hlen - 4) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: truncated header: expected %zu bytes, got %zu%s", fn, path, *hlen,
+                           4 + got, gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    *bytes = res->elem_size;
+    res->count = 1;
+    for (d = 0; d < res->ndim; d++) {
+        const unsigned char *p = hdr + 4 + 4 * d;
+        uint64_t v = ((uint64_t)p[0] << 24) | ((uint64_t)p[1] << 16) | ((uint64_t)p[2] << 8) | p[3];
+        if (v == 0) {
+            gdl__set_error("%s: %s: dimension %d is 0", fn, path, d);
+            return -1;
+        }
+        if (v > limit / *bytes) {
+            gdl__set_error("%s: %s: data size exceeds 2 GiB (dimension %d is %llu)", fn, path, d,
+                           (unsigned long long)v);
+            return -1;
+        }
+        *bytes *= v;
+        res->dims[d] = (int64_t)v;
+        res->count *= (int64_t)v;
+    }
+    return 0;
+}
+
+/* The data (bytes of it, into *data) and the end of the file: nothing may follow. */
+static int gdl__idx_data(const char *fn, const char *path, gdl__rd *r, size_t hlen, uint64_t bytes,
+                         unsigned char **data, int *err) {
+    char why[160];
+    size_t got = 0, k_read;
+    /* The buffer grows with the data read, so that a few bytes claiming 2 GiB
+       (a gzip stream's size is not known before it is read) cost a few bytes. */
+    {
+        size_t cap = 0, want;
+        do {
+            unsigned char *grown;
+            want = (size_t)bytes - got;
+            if (cap - got < want) {
+                size_t ncap = cap ? cap * 2 : (size_t)1 << 16;
+                if (ncap > (size_t)bytes) ncap = (size_t)bytes;
+                if (!(grown = (unsigned char *)GPUDL_REALLOC(*data, ncap))) {
+                    gdl__set_error("%s: %s: out of memory allocating %llu bytes", fn, path,
+                                   (unsigned long long)ncap);
+                    return -1;
+                }
+                *data = grown;
+                cap = ncap;
+                want = cap - got;
+            }
+            k_read = gdl__rd_read(r, *data + got, want, err);
+            got += k_read;
+        } while (k_read == want && got < bytes && !*err);
+    }
+    if (got < bytes) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: truncated: expected %llu bytes, got %llu%s", fn, path,
+                           (unsigned long long)(hlen + bytes),
+                           (unsigned long long)(hlen + got), gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    {
+        unsigned char extra[4096];
+        uint64_t more = 0;
+        size_t k;
+        while ((k = gdl__rd_read(r, extra, sizeof extra, err)) > 0) more += k;
+        if (*err) {
+            if (!gdl__rd_corrupt(fn, path, r))
+                gdl__set_error("%s: %s: read error after the data%s", fn, path, gdl__rd_why(r, why, sizeof why));
+            return -1;
+        }
+        if (more) {
+            gdl__set_error("%s: %s: %llu trailing bytes: expected %llu bytes, got %llu", fn, path,
+                           (unsigned long long)more, (unsigned long long)(hlen + bytes),
+                           (unsigned long long)(hlen + bytes + more));
+            return -1;
+        }
+    }
+    if (*err) {
+        if (!gdl__rd_corrupt(fn, path, r))
+            gdl__set_error("%s: %s: read error%s", fn, path, gdl__rd_why(r, why, sizeof why));
+        return -1;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
+    static const char fn[] = "gdl_idx_load";
     gdl__rd r;
     gdl_idx res;
-    int err = 0, d;
-    size_t got, hlen, k_read;
-    uint64_t bytes;
+    int err = 0;
+    size_t hlen = 0;
+    uint64_t bytes = 0;
     unsigned char *data = NULL;
 
     if (!path || !out) {
@@ -246,114 +370,9 @@ GPUDL_API int gdl_idx_load(const char *path, gdl_idx *out) {
     }
     if (gdl__rd_open(fn, path, &r) < 0) return -1;
     memset(&res, 0, sizeof res);
-    got = gdl__rd_read(&r, hdr, 4, &err);
-    if (got < 4) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: truncated: expected a 4-byte magic number, got %zu bytes%s", fn, path,
-                           got, gdl__rd_why(&r, why, sizeof why));
+    if (gdl__idx_header(fn, path, &r, &res, &hlen, &bytes, &err) < 0 ||
+        gdl__idx_data(fn, path, &r, hlen, bytes, &data, &err) < 0)
         goto fail;
-    }
-    if (hdr[0] != 0 || hdr[1] != 0) {
-        gdl__set_error("%s: %s: bad magic 0x%02X%02X%02X%02X: the first two bytes must be zero "
-                       "(not an IDX file?)", fn, path, hdr[0], hdr[1], hdr[2], hdr[3]);
-        goto fail;
-    }
-    res.dtype_code = hdr[2];
-    switch (hdr[2]) {
-    case 0x08: case 0x09: res.elem_size = 1; break;
-    case 0x0B: res.elem_size = 2; break;
-    case 0x0C: case 0x0D: res.elem_size = 4; break;
-    case 0x0E: res.elem_size = 8; break;
-    default:
-        gdl__set_error("%s: %s: unknown type byte 0x%02X in magic 0x%02X%02X%02X%02X (expected 0x08, "
-                       "0x09, 0x0B, 0x0C, 0x0D or 0x0E)", fn, path, hdr[2], hdr[0], hdr[1], hdr[2], hdr[3]);
-        goto fail;
-    }
-    res.ndim = hdr[3];
-    if (res.ndim < 1 || res.ndim > GDL_IDX_MAX_DIMS) {
-        gdl__set_error("%s: %s: bad number of dimensions %d in magic (expected 1..%d)", fn, path,
-                       res.ndim, GDL_IDX_MAX_DIMS);
-        goto fail;
-    }
-    hlen = 4 + 4 * (size_t)res.ndim;
-    got = gdl__rd_read(&r, hdr + 4, hlen - 4, &err);
-    if (got < hlen - 4) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: truncated header: expected %zu bytes, got %zu%s", fn, path, hlen,
-                           4 + got, gdl__rd_why(&r, why, sizeof why));
-        goto fail;
-    }
-    bytes = res.elem_size;
-    res.count = 1;
-    for (d = 0; d < res.ndim; d++) {
-        const unsigned char *p = hdr + 4 + 4 * d;
-        uint64_t v = ((uint64_t)p[0] << 24) | ((uint64_t)p[1] << 16) | ((uint64_t)p[2] << 8) | p[3];
-        if (v == 0) {
-            gdl__set_error("%s: %s: dimension %d is 0", fn, path, d);
-            goto fail;
-        }
-        if (v > limit / bytes) {
-            gdl__set_error("%s: %s: data size exceeds 2 GiB (dimension %d is %llu)", fn, path, d,
-                           (unsigned long long)v);
-            goto fail;
-        }
-        bytes *= v;
-        res.dims[d] = (int64_t)v;
-        res.count *= (int64_t)v;
-    }
-    /* The buffer grows with the data read, so that a few bytes claiming 2 GiB
-       (a gzip stream's size is not known before it is read) cost a few bytes. */
-    {
-        size_t cap = 0, want;
-        got = 0;
-        do {
-            unsigned char *grown;
-            want = (size_t)bytes - got;
-            if (cap - got < want) {
-                size_t ncap = cap ? cap * 2 : (size_t)1 << 16;
-                if (ncap > (size_t)bytes) ncap = (size_t)bytes;
-                if (!(grown = (unsigned char *)GPUDL_REALLOC(data, ncap))) {
-                    gdl__set_error("%s: %s: out of memory allocating %llu bytes", fn, path,
-                                   (unsigned long long)ncap);
-                    goto fail;
-                }
-                data = grown;
-                cap = ncap;
-                want = cap - got;
-            }
-            k_read = gdl__rd_read(&r, data + got, want, &err);
-            got += k_read;
-        } while (k_read == want && got < bytes && !err);
-    }
-    if (got < bytes) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: truncated: expected %llu bytes, got %llu%s", fn, path,
-                           (unsigned long long)(hlen + bytes),
-                           (unsigned long long)(hlen + got), gdl__rd_why(&r, why, sizeof why));
-        goto fail;
-    }
-    {
-        unsigned char extra[4096];
-        uint64_t more = 0;
-        size_t k;
-        while ((k = gdl__rd_read(&r, extra, sizeof extra, &err)) > 0) more += k;
-        if (err) {
-            if (!gdl__rd_corrupt(fn, path, &r))
-                gdl__set_error("%s: %s: read error after the data%s", fn, path, gdl__rd_why(&r, why, sizeof why));
-            goto fail;
-        }
-        if (more) {
-            gdl__set_error("%s: %s: %llu trailing bytes: expected %llu bytes, got %llu", fn, path,
-                           (unsigned long long)more, (unsigned long long)(hlen + bytes),
-                           (unsigned long long)(hlen + bytes + more));
-            goto fail;
-        }
-    }
-    if (err) {
-        if (!gdl__rd_corrupt(fn, path, &r))
-            gdl__set_error("%s: %s: read error%s", fn, path, gdl__rd_why(&r, why, sizeof why));
-        goto fail;
-    }
     if (res.elem_size > 1 && gdl__host_is_le()) gdl__bswap(data, res.elem_size, (size_t)res.count);
     gdl__rd_close(&r);
     res.data = data;

@@ -569,19 +569,11 @@ static int gdl__cmp_entry_off(const void *a, const void *b) {
     return 0;
 }
 
-static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned char *buf, uint64_t len,
-                              gdl_st_file *out) {
-    gdl__json J;
-    gdl__st_build b;
-    uint64_t N, data_len, pos;
+/* The file's first 8 bytes: the header's length (*N), checked against the limit and the file, and the header
+   valid UTF-8. */
+static int gdl__st_prefix(const char *fn, const char *what, const unsigned char *buf, uint64_t len, uint64_t *N) {
     size_t bad;
-    int c, k, oom = 0, seen_meta = 0;
-    const char *dup;
-    const char **names = NULL;
-    gdl_st_entry *sorted = NULL;
-
-    memset(&J, 0, sizeof J);
-    memset(&b, 0, sizeof b);
+    int k;
     if (!buf && len) {
         gdl__set_error("%s: %s: buffer is NULL", fn, what);
         return -1;
@@ -591,154 +583,177 @@ static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned c
                        (unsigned long long)len);
         return -1;
     }
-    N = 0;
-    for (k = 7; k >= 0; k--) N = (N << 8) | buf[k];
-    if (N > GDL__ST_MAX_HEADER) {
+    *N = 0;
+    for (k = 7; k >= 0; k--) *N = (*N << 8) | buf[k];
+    if (*N > GDL__ST_MAX_HEADER) {
         gdl__set_error("%s: %s: header length %llu exceeds the limit of 100000000 bytes", fn, what,
-                       (unsigned long long)N);
+                       (unsigned long long)*N);
         return -1;
     }
-    if (N > len - 8) {
+    if (*N > len - 8) {
         gdl__set_error("%s: %s: header length %llu runs past the end of the file (%llu bytes)", fn, what,
-                       (unsigned long long)N, (unsigned long long)len);
+                       (unsigned long long)*N, (unsigned long long)len);
         return -1;
     }
-    bad = gdl__utf8_check(buf + 8, (size_t)N);
-    if (bad != (size_t)N) {
+    bad = gdl__utf8_check(buf + 8, (size_t)*N);
+    if (bad != (size_t)*N) {
         gdl__set_error("%s: %s: header is not valid UTF-8 (bad byte 0x%02X at header byte %zu)", fn, what,
                        buf[8 + bad], bad);
         return -1;
     }
-    data_len = len - 8 - N;
-    J.s = buf + 8;
-    J.n = (size_t)N;
+    return 0;
+}
 
-    c = gdl__js_peek(&J);
+/* The header's JSON object: __metadata__ and the tensors' entries into b. -1: J->err says why. */
+static int gdl__st_parse_top(gdl__json *J, gdl__st_build *b) {
+    int c = gdl__js_peek(J), seen_meta = 0;
     if (c != '{') {
-        if (c == -1) snprintf(J.err, sizeof J.err, "header is empty");
-        else if (gdl__js_skip(&J) == 0) snprintf(J.err, sizeof J.err, "header's top level is not a JSON object");
-        goto fail;
+        if (c == -1) snprintf(J->err, sizeof J->err, "header is empty");
+        else if (gdl__js_skip(J) == 0) snprintf(J->err, sizeof J->err, "header's top level is not a JSON object");
+        return -1;
     }
-    J.i++;
-    J.depth = 1;
-    if (gdl__js_peek(&J) == '}') J.i++;
+    J->i++;
+    J->depth = 1;
+    if (gdl__js_peek(J) == '}') J->i++;
     else
         for (;;) {
-            if (gdl__js_peek(&J) != '"') {
-                gdl__js_fail(&J, "expected a string key");
-                goto fail;
-            }
-            if (gdl__js_string(&J) < 0) goto fail;
-            if (gdl__js_peek(&J) != ':') {
-                gdl__js_fail(&J, "expected ':'");
-                goto fail;
-            }
-            J.i++;
-            if (J.slen == 12 && strcmp(J.str, "__metadata__") == 0) {
+            if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
+            if (gdl__js_string(J) < 0) return -1;
+            if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
+            J->i++;
+            if (J->slen == 12 && strcmp(J->str, "__metadata__") == 0) {
                 if (seen_meta++) {
-                    snprintf(J.err, sizeof J.err, "duplicate \"__metadata__\"");
-                    goto fail;
+                    snprintf(J->err, sizeof J->err, "duplicate \"__metadata__\"");
+                    return -1;
                 }
-                if (gdl__st_meta_parse(&J, &b) < 0) goto fail;
+                if (gdl__st_meta_parse(J, b) < 0) return -1;
             } else {
                 gdl_st_entry *e;
-                if (J.slen >= GDL_ST_NAME_MAX) {
-                    snprintf(J.err, sizeof J.err, "tensor name '%.60s...' is %zu bytes, longer than %d", J.str, J.slen,
-                             GDL_ST_NAME_MAX - 1);
-                    goto fail;
+                if (J->slen >= GDL_ST_NAME_MAX) {
+                    snprintf(J->err, sizeof J->err, "tensor name '%.60s...' is %zu bytes, longer than %d", J->str,
+                             J->slen, GDL_ST_NAME_MAX - 1);
+                    return -1;
                 }
-                if (strlen(J.str) != J.slen) {
-                    snprintf(J.err, sizeof J.err, "tensor name '%s' contains a NUL character", J.str);
-                    goto fail;
+                if (strlen(J->str) != J->slen) {
+                    snprintf(J->err, sizeof J->err, "tensor name '%s' contains a NUL character", J->str);
+                    return -1;
                 }
-                if (b.n == b.cap) {
-                    int nc = b.cap ? b.cap * 2 : 16;
-                    gdl_st_entry *ne = (gdl_st_entry *)GPUDL_REALLOC(b.e, (size_t)nc * sizeof *ne);
+                if (b->n == b->cap) {
+                    int nc = b->cap ? b->cap * 2 : 16;
+                    gdl_st_entry *ne = (gdl_st_entry *)GPUDL_REALLOC(b->e, (size_t)nc * sizeof *ne);
                     if (!ne) {
-                        snprintf(J.err, sizeof J.err, "out of memory parsing the header");
-                        goto fail;
+                        snprintf(J->err, sizeof J->err, "out of memory parsing the header");
+                        return -1;
                     }
-                    b.e = ne;
-                    b.cap = nc;
+                    b->e = ne;
+                    b->cap = nc;
                 }
-                e = &b.e[b.n++];
+                e = &b->e[b->n++];
                 memset(e, 0, sizeof *e);
-                memcpy(e->name, J.str, J.slen + 1);
-                if (gdl__st_entry_parse(&J, e) < 0) goto fail;
+                memcpy(e->name, J->str, J->slen + 1);
+                if (gdl__st_entry_parse(J, e) < 0) return -1;
             }
-            c = gdl__js_peek(&J);
-            if (c == ',') { J.i++; continue; }
-            if (c == '}') { J.i++; break; }
-            gdl__js_fail(&J, "expected ',' or '}'");
-            goto fail;
+            c = gdl__js_peek(J);
+            if (c == ',') { J->i++; continue; }
+            if (c == '}') { J->i++; break; }
+            return gdl__js_fail(J, "expected ',' or '}'");
         }
-    if (gdl__js_peek(&J) != -1) {
-        gdl__js_fail(&J, "trailing characters after the JSON object");
-        goto fail;
-    }
+    if (gdl__js_peek(J) != -1) return gdl__js_fail(J, "trailing characters after the JSON object");
+    return 0;
+}
 
-    /* duplicate names */
-    if (b.n > 1) {
-        names = (const char **)GPUDL_MALLOC((size_t)b.n * sizeof *names);
+/* No tensor name and no __metadata__ key twice. -1: J->err says why. */
+static int gdl__st_check_dups(gdl__json *J, const gdl__st_build *b) {
+    const char **names;
+    const char *dup;
+    int k, oom = 0;
+    if (b->n > 1) {
+        names = (const char **)GPUDL_MALLOC((size_t)b->n * sizeof *names);
         if (!names) {
-            snprintf(J.err, sizeof J.err, "out of memory");
-            goto fail;
+            snprintf(J->err, sizeof J->err, "out of memory");
+            return -1;
         }
-        for (k = 0; k < b.n; k++) names[k] = b.e[k].name;
-        dup = gdl__find_dup(names, b.n, &oom);
+        for (k = 0; k < b->n; k++) names[k] = b->e[k].name;
+        dup = gdl__find_dup(names, b->n, &oom);
+        GPUDL_FREE(names);
         if (dup || oom) {
-            snprintf(J.err, sizeof J.err, oom ? "out of memory" : "duplicate tensor name '%s'", dup);
-            goto fail;
+            snprintf(J->err, sizeof J->err, oom ? "out of memory" : "duplicate tensor name '%s'", dup);
+            return -1;
         }
     }
-    if (b.nm > 1) {
-        dup = gdl__find_dup((const char *const *)b.mk, b.nm, &oom);
+    if (b->nm > 1) {
+        dup = gdl__find_dup((const char *const *)b->mk, b->nm, &oom);
         if (dup || oom) {
-            snprintf(J.err, sizeof J.err, oom ? "out of memory" : "duplicate __metadata__ key '%.100s'", dup);
-            goto fail;
+            snprintf(J->err, sizeof J->err, oom ? "out of memory" : "duplicate __metadata__ key '%.100s'", dup);
+            return -1;
         }
     }
-    /* the tensors must tile [0, data_len) exactly */
-    for (k = 0; k < b.n; k++)
-        if (b.e[k].end > data_len) {
+    return 0;
+}
+
+/* The tensors must tile [0, data_len) exactly: no tensor past the end, no hole, no overlap, nothing after. */
+static int gdl__st_check_tiling(const char *fn, const char *what, const gdl__st_build *b, uint64_t data_len) {
+    gdl_st_entry *sorted = NULL;
+    uint64_t pos = 0;
+    int k, rc = 0;
+    for (k = 0; k < b->n; k++)
+        if (b->e[k].end > data_len) {
             gdl__set_error("%s: %s: truncated: tensor '%s' data_offsets [%llu, %llu] go past the end of the "
-                           "%llu-byte data buffer", fn, what, b.e[k].name, (unsigned long long)b.e[k].begin,
-                           (unsigned long long)b.e[k].end, (unsigned long long)data_len);
-            goto fail_set;
+                           "%llu-byte data buffer", fn, what, b->e[k].name, (unsigned long long)b->e[k].begin,
+                           (unsigned long long)b->e[k].end, (unsigned long long)data_len);
+            return -1;
         }
-    pos = 0;
-    if (b.n > 0) {
-        sorted = (gdl_st_entry *)GPUDL_MALLOC((size_t)b.n * sizeof *sorted);
+    if (b->n > 0) {
+        sorted = (gdl_st_entry *)GPUDL_MALLOC((size_t)b->n * sizeof *sorted);
         if (!sorted) {
-            snprintf(J.err, sizeof J.err, "out of memory");
-            goto fail;
+            gdl__set_error("%s: %s: header: %s", fn, what, "out of memory");
+            return -1;
         }
-        memcpy(sorted, b.e, (size_t)b.n * sizeof *sorted);
-        qsort(sorted, (size_t)b.n, sizeof *sorted, gdl__cmp_entry_off);
-        for (k = 0; k < b.n; k++) {
+        memcpy(sorted, b->e, (size_t)b->n * sizeof *sorted);
+        qsort(sorted, (size_t)b->n, sizeof *sorted, gdl__cmp_entry_off);
+        for (k = 0; k < b->n && rc == 0; k++) {
             if (sorted[k].begin > pos) {
                 gdl__set_error("%s: %s: hole in the data buffer: bytes [%llu, %llu) belong to no tensor (next is "
                                "'%s')", fn, what, (unsigned long long)pos, (unsigned long long)sorted[k].begin,
                                sorted[k].name);
-                goto fail_set;
-            }
-            if (sorted[k].begin < pos) {
+                rc = -1;
+            } else if (sorted[k].begin < pos) {
                 gdl__set_error("%s: %s: tensor '%s' data_offsets [%llu, %llu] overlap '%s', which ends at %llu", fn,
                                what, sorted[k].name, (unsigned long long)sorted[k].begin,
                                (unsigned long long)sorted[k].end, sorted[k - 1].name, (unsigned long long)pos);
-                goto fail_set;
+                rc = -1;
+            } else {
+                pos = sorted[k].end;
             }
-            pos = sorted[k].end;
         }
+        GPUDL_FREE(sorted);
     }
-    if (pos != data_len) {
+    if (rc == 0 && pos != data_len) {
         gdl__set_error("%s: %s: %llu trailing bytes after the last tensor (data buffer %llu bytes, tensors end "
                        "at %llu)", fn, what, (unsigned long long)(data_len - pos), (unsigned long long)data_len,
                        (unsigned long long)pos);
-        goto fail_set;
+        rc = -1;
     }
-    GPUDL_FREE(sorted);
-    GPUDL_FREE(names);
+    return rc;
+}
+
+static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned char *buf, uint64_t len,
+                              gdl_st_file *out) {
+    gdl__json J;
+    gdl__st_build b;
+    uint64_t N, data_len;
+
+    memset(&J, 0, sizeof J);
+    memset(&b, 0, sizeof b);
+    if (gdl__st_prefix(fn, what, buf, len, &N) < 0) return -1;
+    data_len = len - 8 - N;
+    J.s = buf + 8;
+    J.n = (size_t)N;
+    if (gdl__st_parse_top(&J, &b) < 0 || gdl__st_check_dups(&J, &b) < 0) {
+        gdl__set_error("%s: %s: header: %s", fn, what, J.err[0] ? J.err : "invalid");
+        goto fail;
+    }
+    if (gdl__st_check_tiling(fn, what, &b, data_len) < 0) goto fail;
     GPUDL_FREE(J.str);
     memset(out, 0, sizeof *out);
     out->n = b.n;
@@ -750,10 +765,6 @@ static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned c
     out->data_len = data_len;
     return 0;
 fail:
-    gdl__set_error("%s: %s: header: %s", fn, what, J.err[0] ? J.err : "invalid");
-fail_set:
-    GPUDL_FREE(sorted);
-    GPUDL_FREE(names);
     GPUDL_FREE(J.str);
     gdl__st_build_free(&b);
     return -1;

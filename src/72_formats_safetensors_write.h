@@ -124,17 +124,159 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
 }
 #endif
 
+/* gdl_st_write's tensors checked before anything is written: names, dtypes, shapes, data; their byte sizes
+   (sizes[k]) and names (names[k]). */
+static int gdl__st_check_tensors(const char *fn, const char *path, int n, const gdl_st_tensor *tensors,
+                                 uint64_t *sizes, const char **names) {
+    uint64_t off = 0;
+    const char *dup;
+    int k, d, oom = 0;
+    for (k = 0; k < n; k++) {
+        const gdl_st_tensor *t = &tensors[k];
+        size_t es, nl;
+        if (!t->name) {
+            gdl__set_error("%s: %s: tensor %d has no name", fn, path, k);
+            return -1;
+        }
+        nl = strlen(t->name);
+        if (nl >= GDL_ST_NAME_MAX || gdl__utf8_check((const unsigned char *)t->name, nl) != nl ||
+            strcmp(t->name, "__metadata__") == 0) {
+            gdl__set_error("%s: %s: tensor %d: name '%.60s' must be valid UTF-8, shorter than %d bytes and not "
+                           "__metadata__", fn, path, k, t->name, GDL_ST_NAME_MAX);
+            return -1;
+        }
+        es = gdl_st_dtype_size(t->dtype);
+        if (!es) {
+            gdl__set_error("%s: %s: tensor '%s': unknown dtype \"%s\"", fn, path, t->name,
+                           t->dtype ? t->dtype : "(null)");
+            return -1;
+        }
+        if (t->ndim < 0 || t->ndim > GDL_ST_MAX_DIMS || (t->ndim > 0 && !t->shape)) {
+            gdl__set_error("%s: %s: tensor '%s': ndim %d must be 0..%d (with a shape)", fn, path, t->name, t->ndim,
+                           GDL_ST_MAX_DIMS);
+            return -1;
+        }
+        for (d = 0; d < t->ndim; d++)
+            if (t->shape[d] < 0) {
+                gdl__set_error("%s: %s: tensor '%s': shape[%d] = %lld is negative", fn, path, t->name, d,
+                               (long long)t->shape[d]);
+                return -1;
+            }
+        if (gdl__st_nbytes(es, t->ndim, t->shape, &sizes[k]) < 0 || sizes[k] > UINT64_MAX - off) {
+            gdl__set_error("%s: %s: tensor '%s': byte size overflows", fn, path, t->name);
+            return -1;
+        }
+        if (sizes[k] > 0 && !t->data) {
+            gdl__set_error("%s: %s: tensor '%s': data is NULL", fn, path, t->name);
+            return -1;
+        }
+        off += sizes[k];
+        names[k] = t->name;
+    }
+    dup = gdl__find_dup(names, n, &oom);
+    if (dup || oom) {
+        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
+        else gdl__set_error("%s: %s: duplicate tensor name '%s'", fn, path, dup);
+        return -1;
+    }
+    return 0;
+}
+
+/* gdl_st_write's metadata checked: keys and values valid UTF-8, no key twice. */
+static int gdl__st_check_meta(const char *fn, const char *path, int n_meta, const char *const *meta_keys,
+                              const char *const *meta_vals) {
+    const char *dup;
+    int k, oom = 0;
+    for (k = 0; k < n_meta; k++) {
+        const char *mk = meta_keys[k], *mv = meta_vals[k];
+        if (!mk || !mv || gdl__utf8_check((const unsigned char *)mk, strlen(mk)) != strlen(mk) ||
+            gdl__utf8_check((const unsigned char *)mv, strlen(mv)) != strlen(mv)) {
+            gdl__set_error("%s: %s: metadata %d: key and value must be non-NULL valid UTF-8", fn, path, k);
+            return -1;
+        }
+    }
+    dup = gdl__find_dup(meta_keys, n_meta, &oom);
+    if (dup || oom) {
+        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
+        else gdl__set_error("%s: %s: duplicate metadata key '%s'", fn, path, dup);
+        return -1;
+    }
+    return 0;
+}
+
+/* The JSON header into h (h->oom on failure), padded with spaces to a multiple of 8 bytes. */
+static void gdl__st_header(gdl__sb *h, int n, const gdl_st_tensor *tensors, const uint64_t *sizes, int n_meta,
+                           const char *const *meta_keys, const char *const *meta_vals) {
+    uint64_t off = 0;
+    int k, d;
+    gdl__sb_put(h, "{", 1);
+    if (n_meta > 0) {
+        gdl__sb_puts(h, "\"__metadata__\":{");
+        for (k = 0; k < n_meta; k++) {
+            if (k) gdl__sb_put(h, ",", 1);
+            gdl__sb_json_str(h, meta_keys[k]);
+            gdl__sb_put(h, ":", 1);
+            gdl__sb_json_str(h, meta_vals[k]);
+        }
+        gdl__sb_put(h, "}", 1);
+    }
+    for (k = 0; k < n; k++) {
+        const gdl_st_tensor *t = &tensors[k];
+        if (k || n_meta > 0) gdl__sb_put(h, ",", 1);
+        gdl__sb_json_str(h, t->name);
+        gdl__sb_puts(h, ":{\"dtype\":");
+        gdl__sb_json_str(h, t->dtype);
+        gdl__sb_puts(h, ",\"shape\":[");
+        for (d = 0; d < t->ndim; d++) {
+            if (d) gdl__sb_put(h, ",", 1);
+            gdl__sb_u64(h, (unsigned long long)t->shape[d]);
+        }
+        gdl__sb_puts(h, "],\"data_offsets\":[");
+        gdl__sb_u64(h, (unsigned long long)off);
+        gdl__sb_put(h, ",", 1);
+        gdl__sb_u64(h, (unsigned long long)(off + sizes[k]));
+        gdl__sb_puts(h, "]}");
+        off += sizes[k];
+    }
+    gdl__sb_put(h, "}", 1);
+    while (!h->oom && h->len % 8 != 0) gdl__sb_put(h, " ", 1);
+}
+
+/* The tensors' bytes to f, little-endian; -1 (errno set) when a write fails. */
+static int gdl__st_write_data(FILE *f, int n, const gdl_st_tensor *tensors, const uint64_t *sizes) {
+    int k;
+    for (k = 0; k < n; k++) {
+        const unsigned char *src = (const unsigned char *)tensors[k].data;
+        size_t es = gdl_st_dtype_size(tensors[k].dtype), left = (size_t)sizes[k];
+        if (!left) continue;
+        if (es == 1 || gdl__host_is_le() || strcmp(tensors[k].dtype, "C64") == 0) {
+            if (fwrite(src, 1, left, f) != left) return -1;
+            /* C64 on a big-endian host would need per-component swaps: written as is */
+        } else {
+            unsigned char chunk[4096];
+            while (left > 0) {
+                size_t m = left < sizeof chunk ? left : sizeof chunk;
+                memcpy(chunk, src, m);
+                gdl__bswap(chunk, es, m / es);
+                if (fwrite(chunk, 1, m, f) != m) return -1;
+                src += m;
+                left -= m;
+            }
+        }
+    }
+    return 0;
+}
+
 GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                            const char *const *meta_keys, const char *const *meta_vals) {
     static const char fn[] = "gdl_st_write";
     static unsigned counter = 0;
     gdl__sb h;
-    uint64_t off = 0, *sizes = NULL;
+    uint64_t *sizes = NULL;
     const char **names = NULL;
-    const char *dup;
     char *tmp = NULL;
     FILE *f = NULL;
-    int k, d, oom = 0;
+    int k;
     unsigned char lenb[8];
 
     memset(&h, 0, sizeof h);
@@ -152,102 +294,12 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
         }
     }
     /* validate everything before touching the file system */
-    for (k = 0; k < n; k++) {
-        const gdl_st_tensor *t = &tensors[k];
-        size_t es, nl;
-        if (!t->name) {
-            gdl__set_error("%s: %s: tensor %d has no name", fn, path, k);
-            goto fail;
-        }
-        nl = strlen(t->name);
-        if (nl >= GDL_ST_NAME_MAX || gdl__utf8_check((const unsigned char *)t->name, nl) != nl ||
-            strcmp(t->name, "__metadata__") == 0) {
-            gdl__set_error("%s: %s: tensor %d: name '%.60s' must be valid UTF-8, shorter than %d bytes and not "
-                           "__metadata__", fn, path, k, t->name, GDL_ST_NAME_MAX);
-            goto fail;
-        }
-        es = gdl_st_dtype_size(t->dtype);
-        if (!es) {
-            gdl__set_error("%s: %s: tensor '%s': unknown dtype \"%s\"", fn, path, t->name,
-                           t->dtype ? t->dtype : "(null)");
-            goto fail;
-        }
-        if (t->ndim < 0 || t->ndim > GDL_ST_MAX_DIMS || (t->ndim > 0 && !t->shape)) {
-            gdl__set_error("%s: %s: tensor '%s': ndim %d must be 0..%d (with a shape)", fn, path, t->name, t->ndim,
-                           GDL_ST_MAX_DIMS);
-            goto fail;
-        }
-        for (d = 0; d < t->ndim; d++)
-            if (t->shape[d] < 0) {
-                gdl__set_error("%s: %s: tensor '%s': shape[%d] = %lld is negative", fn, path, t->name, d,
-                               (long long)t->shape[d]);
-                goto fail;
-            }
-        if (gdl__st_nbytes(es, t->ndim, t->shape, &sizes[k]) < 0 || sizes[k] > UINT64_MAX - off) {
-            gdl__set_error("%s: %s: tensor '%s': byte size overflows", fn, path, t->name);
-            goto fail;
-        }
-        if (sizes[k] > 0 && !t->data) {
-            gdl__set_error("%s: %s: tensor '%s': data is NULL", fn, path, t->name);
-            goto fail;
-        }
-        off += sizes[k];
-        names[k] = t->name;
-    }
-    dup = gdl__find_dup(names, n, &oom);
-    if (dup || oom) {
-        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
-        else gdl__set_error("%s: %s: duplicate tensor name '%s'", fn, path, dup);
+    if (gdl__st_check_tensors(fn, path, n, tensors, sizes, names) < 0 ||
+        gdl__st_check_meta(fn, path, n_meta, meta_keys, meta_vals) < 0)
         goto fail;
-    }
-    for (k = 0; k < n_meta; k++) {
-        const char *mk = meta_keys[k], *mv = meta_vals[k];
-        if (!mk || !mv || gdl__utf8_check((const unsigned char *)mk, strlen(mk)) != strlen(mk) ||
-            gdl__utf8_check((const unsigned char *)mv, strlen(mv)) != strlen(mv)) {
-            gdl__set_error("%s: %s: metadata %d: key and value must be non-NULL valid UTF-8", fn, path, k);
-            goto fail;
-        }
-    }
-    dup = gdl__find_dup(meta_keys, n_meta, &oom);
-    if (dup || oom) {
-        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
-        else gdl__set_error("%s: %s: duplicate metadata key '%s'", fn, path, dup);
-        goto fail;
-    }
 
     /* the header */
-    gdl__sb_put(&h, "{", 1);
-    if (n_meta > 0) {
-        gdl__sb_puts(&h, "\"__metadata__\":{");
-        for (k = 0; k < n_meta; k++) {
-            if (k) gdl__sb_put(&h, ",", 1);
-            gdl__sb_json_str(&h, meta_keys[k]);
-            gdl__sb_put(&h, ":", 1);
-            gdl__sb_json_str(&h, meta_vals[k]);
-        }
-        gdl__sb_put(&h, "}", 1);
-    }
-    off = 0;
-    for (k = 0; k < n; k++) {
-        const gdl_st_tensor *t = &tensors[k];
-        if (k || n_meta > 0) gdl__sb_put(&h, ",", 1);
-        gdl__sb_json_str(&h, t->name);
-        gdl__sb_puts(&h, ":{\"dtype\":");
-        gdl__sb_json_str(&h, t->dtype);
-        gdl__sb_puts(&h, ",\"shape\":[");
-        for (d = 0; d < t->ndim; d++) {
-            if (d) gdl__sb_put(&h, ",", 1);
-            gdl__sb_u64(&h, (unsigned long long)t->shape[d]);
-        }
-        gdl__sb_puts(&h, "],\"data_offsets\":[");
-        gdl__sb_u64(&h, (unsigned long long)off);
-        gdl__sb_put(&h, ",", 1);
-        gdl__sb_u64(&h, (unsigned long long)(off + sizes[k]));
-        gdl__sb_puts(&h, "]}");
-        off += sizes[k];
-    }
-    gdl__sb_put(&h, "}", 1);
-    while (!h.oom && h.len % 8 != 0) gdl__sb_put(&h, " ", 1);
+    gdl__st_header(&h, n, tensors, sizes, n_meta, meta_keys, meta_vals);
     if (h.oom) {
         gdl__set_error("%s: %s: out of memory building the header", fn, path);
         goto fail;
@@ -288,25 +340,7 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
     }
     errno = 0;
     if (fwrite(lenb, 1, 8, f) != 8 || fwrite(h.p, 1, h.len, f) != h.len) goto io_fail;
-    for (k = 0; k < n; k++) {
-        const unsigned char *src = (const unsigned char *)tensors[k].data;
-        size_t es = gdl_st_dtype_size(tensors[k].dtype), left = (size_t)sizes[k];
-        if (!left) continue;
-        if (es == 1 || gdl__host_is_le() || strcmp(tensors[k].dtype, "C64") == 0) {
-            if (fwrite(src, 1, left, f) != left) goto io_fail;
-            /* C64 on a big-endian host would need per-component swaps: written as is */
-        } else {
-            unsigned char chunk[4096];
-            while (left > 0) {
-                size_t m = left < sizeof chunk ? left : sizeof chunk;
-                memcpy(chunk, src, m);
-                gdl__bswap(chunk, es, m / es);
-                if (fwrite(chunk, 1, m, f) != m) goto io_fail;
-                src += m;
-                left -= m;
-            }
-        }
-    }
+    if (gdl__st_write_data(f, n, tensors, sizes) < 0) goto io_fail;
     if (fflush(f) != 0 || gdl__fsync_file(f) != 0) goto io_fail;
     {
         FILE *g = f;

@@ -659,36 +659,147 @@ static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     return 0;
 }
 
+/* gdl_loader_new's options checked. */
+static int gdl__loader_check_opts(const char *fn, const gdl_dataset *ds, const gdl_loader_opts *o) {
+    if (!ds) {
+        gdl__set_error("%s: ds is NULL", fn);
+        return -1;
+    }
+    if (o->batch_size < 1) {
+        gdl__set_error("%s: batch_size must be >= 1, got %lld", fn, (long long)o->batch_size);
+        return -1;
+    }
+    if (o->num_workers < 0 || o->num_workers > 256) {
+        gdl__set_error("%s: num_workers must be in [0, 256], got %d", fn, o->num_workers);
+        return -1;
+    }
+    if (o->prefetch < 0 || o->prefetch > 1024) {
+        gdl__set_error("%s: prefetch must be in [0, 1024] (0: the default 2), got %d", fn, o->prefetch);
+        return -1;
+    }
+    if (o->device.type != GDL_DEVICE_CPU && o->device.type != GDL_DEVICE_CUDA) {
+        gdl__set_error("%s: invalid device type %d", fn, o->device.type);
+        return -1;
+    }
+    if (o->num_replicas < 0 || (o->num_replicas > 1 && (o->rank < 0 || o->rank >= o->num_replicas)) ||
+        (o->num_replicas <= 1 && o->rank != 0)) {
+        gdl__set_error("%s: rank %d is not in [0, num_replicas %d)", fn, o->rank, o->num_replicas);
+        return -1;
+    }
+    return 0;
+}
+
+/* A GPU loader's device batch buffers (two with pin_memory, with their events and copy stream). */
+static int gdl__loader_device_buffers(const char *fn, gdl_loader *l) {
+    int i;
+    if (!(l->be = gdl__be(fn, l->o.device))) return -1;
+    for (i = 0; i < (l->pinned ? 2 : 1); i++) {
+        l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, l->o.device);
+        l->dy[i] = l->dx[i] ? gdl_empty(1, l->out_shape, GDL_I32, l->o.device) : NULL;
+        if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->event_create()))) {
+            gdl__data_wrap_error(fn);
+            return -1;
+        }
+    }
+    /* the buffers' blocks may come from the cache with kernels still
+       queued on them: the first copies wait for those too */
+    if (l->pinned && (!(l->stream = l->be->stream_create()) || l->be->event_record(l->used[0], NULL) < 0 ||
+                      l->be->event_record(l->used[1], NULL) < 0)) {
+        gdl__data_wrap_error(fn);
+        return -1;
+    }
+    return 0;
+}
+
+/* The slots' host batch buffers: CPU tensors (a CPU loader), pinned memory, or plain memory. */
+static int gdl__loader_slots(const char *fn, gdl_loader *l) {
+    int64_t bmax;
+    size_t xbytes, ybytes;
+    int i, is_cpu = l->o.device.type == GDL_DEVICE_CPU;
+    l->slots = (gdl__slot *)GPUDL_MALLOC(sizeof(gdl__slot) * (size_t)l->nslots);
+    if (!l->slots) {
+        gdl__set_error("%s: out of memory", fn);
+        return -1;
+    }
+    memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
+    bmax = l->out_shape[0];
+    xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel), ybytes = sizeof(int32_t) * (size_t)bmax;
+    for (i = 0; i < l->nslots; i++) {
+        gdl__slot *s = &l->slots[i];
+        if (is_cpu) {
+            s->tx = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, l->o.device);
+            s->ty = s->tx ? gdl_empty(1, l->out_shape, GDL_I32, l->o.device) : NULL;
+            if (!s->ty) {
+                gdl__data_wrap_error(fn);
+                return -1;
+            }
+            s->x = (gdl_real *)s->tx->data;
+            s->y = (int32_t *)s->ty->data;
+            continue;
+        }
+        if (l->pinned) {
+            s->x = (gdl_real *)l->be->host_alloc(xbytes);
+            s->y = s->x ? (int32_t *)l->be->host_alloc(ybytes) : NULL;
+            if (!s->y || !(s->copied = l->be->event_create())) {
+                gdl__data_wrap_error(fn);
+                return -1;
+            }
+            continue;
+        }
+        s->x = (gdl_real *)GPUDL_MALLOC(xbytes);
+        s->y = (int32_t *)GPUDL_MALLOC(ybytes);
+        if (!s->x || !s->y) {
+            gdl__set_error("%s: out of memory for %d host batch buffers of %s", fn, l->nslots,
+                           gdl__shape_fmt(l->out_ndim, l->out_shape));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#ifndef GPUDL_NO_THREADS
+/* The worker threads and what they share (l->sync_init once the mutex and conditions exist). */
+static int gdl__loader_start_workers(const char *fn, gdl_loader *l) {
+    int i;
+    l->threads = (pthread_t *)GPUDL_MALLOC(sizeof(pthread_t) * (size_t)l->nthreads);
+    if (!l->threads) {
+        gdl__set_error("%s: out of memory", fn);
+        return -1;
+    }
+    if (pthread_mutex_init(&l->mu, NULL) != 0) {
+        gdl__set_error("%s: pthread_mutex_init failed", fn);
+        return -1;
+    }
+    if (pthread_cond_init(&l->cv_work, NULL) != 0) {
+        pthread_mutex_destroy(&l->mu);
+        gdl__set_error("%s: pthread_cond_init failed", fn);
+        return -1;
+    }
+    if (pthread_cond_init(&l->cv_ready, NULL) != 0) {
+        pthread_cond_destroy(&l->cv_work);
+        pthread_mutex_destroy(&l->mu);
+        gdl__set_error("%s: pthread_cond_init failed", fn);
+        return -1;
+    }
+    l->sync_init = 1;
+    for (i = 0; i < l->nthreads; i++) {
+        int rc = pthread_create(&l->threads[i], NULL, gdl__loader_worker, l);
+        if (rc != 0) {
+            gdl__set_error("%s: cannot start worker thread %d of %d: %s", fn, i + 1, l->nthreads, strerror(rc));
+            return -1;
+        }
+        l->started++;
+    }
+    return 0;
+}
+#endif
+
 GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opts) {
     static const char fn[] = "gdl_loader_new";
     gdl_loader_opts o = opts ? *opts : gdl_loader_defaults();
     gdl_loader *l;
-    int i, ahead, is_cpu;
-    if (!ds) {
-        gdl__set_error("%s: ds is NULL", fn);
-        return NULL;
-    }
-    if (o.batch_size < 1) {
-        gdl__set_error("%s: batch_size must be >= 1, got %lld", fn, (long long)o.batch_size);
-        return NULL;
-    }
-    if (o.num_workers < 0 || o.num_workers > 256) {
-        gdl__set_error("%s: num_workers must be in [0, 256], got %d", fn, o.num_workers);
-        return NULL;
-    }
-    if (o.prefetch < 0 || o.prefetch > 1024) {
-        gdl__set_error("%s: prefetch must be in [0, 1024] (0: the default 2), got %d", fn, o.prefetch);
-        return NULL;
-    }
-    if (o.device.type != GDL_DEVICE_CPU && o.device.type != GDL_DEVICE_CUDA) {
-        gdl__set_error("%s: invalid device type %d", fn, o.device.type);
-        return NULL;
-    }
-    if (o.num_replicas < 0 || (o.num_replicas > 1 && (o.rank < 0 || o.rank >= o.num_replicas)) ||
-        (o.num_replicas <= 1 && o.rank != 0)) {
-        gdl__set_error("%s: rank %d is not in [0, num_replicas %d)", fn, o.rank, o.num_replicas);
-        return NULL;
-    }
+    int ahead;
+    if (gdl__loader_check_opts(fn, ds, &o) < 0) return NULL;
     if (o.prefetch == 0) o.prefetch = 2;
     l = (gdl_loader *)GPUDL_MALLOC(sizeof(gdl_loader));
     if (!l) {
@@ -710,26 +821,9 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
 #endif
     ahead = o.prefetch > l->nthreads ? o.prefetch : l->nthreads;
     l->nslots = l->nthreads ? ahead + 1 : 1;
-    is_cpu = o.device.type == GDL_DEVICE_CPU;
-    l->pinned = o.pin_memory && !is_cpu;
-    if (!is_cpu) { /* the device first: an unusable one fails fast */
-        if (!(l->be = gdl__be(fn, o.device))) goto fail;
-        for (i = 0; i < (l->pinned ? 2 : 1); i++) {
-            l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, o.device);
-            l->dy[i] = l->dx[i] ? gdl_empty(1, l->out_shape, GDL_I32, o.device) : NULL;
-            if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->event_create()))) {
-                gdl__data_wrap_error(fn);
-                goto fail;
-            }
-        }
-        /* the buffers' blocks may come from the cache with kernels still
-           queued on them: the first copies wait for those too */
-        if (l->pinned && (!(l->stream = l->be->stream_create()) || l->be->event_record(l->used[0], NULL) < 0 ||
-                          l->be->event_record(l->used[1], NULL) < 0)) {
-            gdl__data_wrap_error(fn);
-            goto fail;
-        }
-    }
+    l->pinned = o.pin_memory && o.device.type != GDL_DEVICE_CPU;
+    /* the device first: an unusable one fails fast */
+    if (o.device.type != GDL_DEVICE_CPU && gdl__loader_device_buffers(fn, l) < 0) goto fail;
     if (o.shuffle) {
         l->perm = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)ds->n);
         if (!l->perm) {
@@ -737,79 +831,9 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
             goto fail;
         }
     }
-    l->slots = (gdl__slot *)GPUDL_MALLOC(sizeof(gdl__slot) * (size_t)l->nslots);
-    if (!l->slots) {
-        gdl__set_error("%s: out of memory", fn);
-        goto fail;
-    }
-    memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
-    {
-        int64_t bmax = l->out_shape[0];
-        size_t xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel), ybytes = sizeof(int32_t) * (size_t)bmax;
-        for (i = 0; i < l->nslots; i++) {
-            gdl__slot *s = &l->slots[i];
-            if (is_cpu) {
-                s->tx = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, o.device);
-                s->ty = s->tx ? gdl_empty(1, l->out_shape, GDL_I32, o.device) : NULL;
-                if (!s->ty) {
-                    gdl__data_wrap_error(fn);
-                    goto fail;
-                }
-                s->x = (gdl_real *)s->tx->data;
-                s->y = (int32_t *)s->ty->data;
-                continue;
-            }
-            if (l->pinned) {
-                s->x = (gdl_real *)l->be->host_alloc(xbytes);
-                s->y = s->x ? (int32_t *)l->be->host_alloc(ybytes) : NULL;
-                if (!s->y || !(s->copied = l->be->event_create())) {
-                    gdl__data_wrap_error(fn);
-                    goto fail;
-                }
-                continue;
-            }
-            s->x = (gdl_real *)GPUDL_MALLOC(xbytes);
-            s->y = (int32_t *)GPUDL_MALLOC(ybytes);
-            if (!s->x || !s->y) {
-                gdl__set_error("%s: out of memory for %d host batch buffers of %s", fn, l->nslots,
-                               gdl__shape_fmt(l->out_ndim, l->out_shape));
-                goto fail;
-            }
-        }
-    }
+    if (gdl__loader_slots(fn, l) < 0) goto fail;
 #ifndef GPUDL_NO_THREADS
-    if (l->nthreads > 0) {
-        l->threads = (pthread_t *)GPUDL_MALLOC(sizeof(pthread_t) * (size_t)l->nthreads);
-        if (!l->threads) {
-            gdl__set_error("%s: out of memory", fn);
-            goto fail;
-        }
-        if (pthread_mutex_init(&l->mu, NULL) != 0) {
-            gdl__set_error("%s: pthread_mutex_init failed", fn);
-            goto fail;
-        }
-        if (pthread_cond_init(&l->cv_work, NULL) != 0) {
-            pthread_mutex_destroy(&l->mu);
-            gdl__set_error("%s: pthread_cond_init failed", fn);
-            goto fail;
-        }
-        if (pthread_cond_init(&l->cv_ready, NULL) != 0) {
-            pthread_cond_destroy(&l->cv_work);
-            pthread_mutex_destroy(&l->mu);
-            gdl__set_error("%s: pthread_cond_init failed", fn);
-            goto fail;
-        }
-        l->sync_init = 1;
-        for (i = 0; i < l->nthreads; i++) {
-            int rc = pthread_create(&l->threads[i], NULL, gdl__loader_worker, l);
-            if (rc != 0) {
-                gdl__set_error("%s: cannot start worker thread %d of %d: %s", fn, i + 1, l->nthreads,
-                               strerror(rc));
-                goto fail;
-            }
-            l->started++;
-        }
-    }
+    if (l->nthreads > 0 && gdl__loader_start_workers(fn, l) < 0) goto fail;
 #endif
     return l;
 fail:

@@ -677,27 +677,31 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
 }
 
 /* the Linear / Conv2d module m's forward with act fused in; input checks as gdl__nn_forward's */
-static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act) {
+/* A Linear's input [..., in_features] (conv: a Conv2d's [N, in_channels, H, W]) checked against module m:
+   0, or -1 after the error; for a Conv2d its stride, padding and dilation. */
+static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[2], int p[2], int d[2]) {
     char want[96];
     const int64_t *a = m->ia;
-    if (m->kind == GDL__M_LINEAR) {
-        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
-            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
-            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
-        }
-        return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
-    } else {
-        int s[2], p[2], d[2];
-        if (x->ndim != 4 || x->shape[1] != a[0]) {
-            snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
-            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
-        }
+    if (!conv ? x->ndim < 1 || x->shape[x->ndim - 1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
+        if (!conv) snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+        gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
+        return -1;
+    }
+    if (conv) {
         s[0] = (int)a[4]; s[1] = (int)a[5];
         p[0] = (int)a[6]; p[1] = (int)a[7];
         d[0] = (int)a[8]; d[1] = (int)a[9];
-        return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10],
-                           gdl__act_code("gdl_conv2d_act", (int)act));
     }
+    return 0;
+}
+
+static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act) {
+    int s[2], p[2], d[2], conv = m->kind != GDL__M_LINEAR;
+    if (gdl__nn_check_xw(m, x, conv, s, p, d) < 0) return NULL;
+    if (!conv) return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
+    return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)m->ia[10],
+                       gdl__act_code("gdl_conv2d_act", (int)act));
 }
 
 static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
@@ -706,20 +710,11 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     int i;
     switch (m->kind) {
     case GDL__M_LINEAR:
-        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
-            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
-            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
-        }
+        if (gdl__nn_check_xw(m, x, 0, NULL, NULL, NULL) < 0) return NULL;
         return gdl_linear(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1));
     case GDL__M_CONV2D: {
         int s[2], p[2], d[2];
-        if (x->ndim != 4 || x->shape[1] != a[0]) {
-            snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
-            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
-        }
-        s[0] = (int)a[4]; s[1] = (int)a[5];
-        p[0] = (int)a[6]; p[1] = (int)a[7];
-        d[0] = (int)a[8]; d[1] = (int)a[9];
+        if (gdl__nn_check_xw(m, x, 1, s, p, d) < 0) return NULL;
         return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10]);
     }
     case GDL__M_BATCHNORM:

@@ -753,13 +753,9 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
     gdl__prof_pop(span, rc == 0);
     return rc;
 }
-static int gdl__step(gdl_optimizer *opt) {
-    const char *op = "gdl_step";
-    int adam, i, d;
-    gdl_opt_tensor *t;
-    int *count;
-    char *fresh;
-    adam = opt->kind != GDL__OPT_SGD;
+/* gdl_step's parts, in order. Every parameter's grad matches it (device, size, dtype), on a usable device. */
+static int gdl__step_check_grads(const char *op, gdl_optimizer *opt) {
+    int i;
     for (i = 0; i < opt->nparams; i++) {
         gdl_tensor *p = opt->params[i].p, *g = p->grad;
         if (!g) continue; /* as PyTorch: parameters without a grad are skipped */
@@ -772,16 +768,12 @@ static int gdl__step(gdl_optimizer *opt) {
         }
         if (!gdl__be(op, p->device)) return -1;
     }
-    if (gdl__opt_layout(op, opt) < 0) return -1;
-    /* the step's lists live in the step arena: a steady-state step stays allocation-free */
-    t = (gdl_opt_tensor *)gdl__arena_alloc(&gdl__host_arena, (sizeof(gdl_opt_tensor) + sizeof(int) + 1) *
-                                                                 (size_t)(opt->nparams + 1));
-    if (!t) {
-        gdl__set_error("%s: out of memory (host) for the step's table of %d parameters", op, opt->nparams);
-        return -1;
-    }
-    count = (int *)(t + opt->nparams + 1);
-    fresh = (char *)(count + opt->nparams + 1);
+    return 0;
+}
+
+/* The state of every parameter the step updates (fresh[i]: made now); on failure none is made. */
+static int gdl__step_ensure_states(const char *op, gdl_optimizer *opt, char *fresh) {
+    int i;
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_param *pp = &opt->params[i];
         fresh[i] = 0;
@@ -800,39 +792,44 @@ static int gdl__step(gdl_optimizer *opt) {
             return -1;
         }
     }
-    if (gdl__opt_push_hyper(op, opt) < 0 || gdl__opt_steps_up(op, opt) < 0) return -1;
-    /* each device's entries, contiguous in t, in parameter order */
-    {
-        int n = 0;
-        for (d = 0; d < opt->ndevs; d++) {
-            gdl__opt_dev *dv = &opt->devs[d];
-            count[d] = 0;
-            for (i = 0; i < opt->nparams; i++) {
-                gdl__opt_param *pp = &opt->params[i];
-                gdl_opt_tensor *e;
-                if (pp->dev != d || !pp->p->grad || !pp->p->numel) continue;
-                e = &t[n + count[d]++];
-                memset(e, 0, sizeof *e);
-                e->n = pp->p->numel;
-                if (pp->master) { /* the f32 master is updated, the parameter rounded from it */
-                    e->p = GDL__R(pp->master);
-                    e->plow = pp->p->data;
-                    e->glow = pp->p->grad->data;
-                    e->low = (int32_t)pp->p->dtype;
-                } else {
-                    e->p = GDL__R(pp->p);
-                    e->g = GDL__R(pp->p->grad);
-                }
-                e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
-                e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
-                e->hyper = &dv->hyper[pp->group];
-                e->step = pp->step ? &dv->steps[i] : NULL;
-                e->skip = dv->skip;
+    return 0;
+}
+
+/* Each device's entries, contiguous in t, in parameter order (count[d] of device d). */
+static void gdl__step_entries(gdl_optimizer *opt, gdl_opt_tensor *t, int *count) {
+    int n = 0, d, i;
+    for (d = 0; d < opt->ndevs; d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        count[d] = 0;
+        for (i = 0; i < opt->nparams; i++) {
+            gdl__opt_param *pp = &opt->params[i];
+            gdl_opt_tensor *e;
+            if (pp->dev != d || !pp->p->grad || !pp->p->numel) continue;
+            e = &t[n + count[d]++];
+            memset(e, 0, sizeof *e);
+            e->n = pp->p->numel;
+            if (pp->master) { /* the f32 master is updated, the parameter rounded from it */
+                e->p = GDL__R(pp->master);
+                e->plow = pp->p->data;
+                e->glow = pp->p->grad->data;
+                e->low = (int32_t)pp->p->dtype;
+            } else {
+                e->p = GDL__R(pp->p);
+                e->g = GDL__R(pp->p->grad);
             }
-            n += count[d];
+            e->s1 = pp->s1 ? GDL__R(pp->s1) : NULL;
+            e->s2 = pp->s2 ? GDL__R(pp->s2) : NULL;
+            e->hyper = &dv->hyper[pp->group];
+            e->step = pp->step ? &dv->steps[i] : NULL;
+            e->skip = dv->skip;
         }
+        n += count[d];
     }
-    /* the tables: kept while the entries stay the same (a steady-state step copies nothing) */
+}
+
+/* The devices' tables: kept while the entries stay the same (a steady-state step copies nothing). */
+static int gdl__step_tables(const char *op, gdl_optimizer *opt, const gdl_opt_tensor *t, const int *count) {
+    int d, i;
     for (d = 0, i = 0; d < opt->ndevs; i += count[d], d++) {
         gdl__opt_dev *dv = &opt->devs[d];
         const gdl_backend *be;
@@ -858,6 +855,12 @@ static int gdl__step(gdl_optimizer *opt) {
         dv->tab = keep;
         dv->ntab = count[d];
     }
+    return 0;
+}
+
+/* The update: one backend call per device. */
+static int gdl__step_update(const char *op, gdl_optimizer *opt) {
+    int d, adam = opt->kind != GDL__OPT_SGD;
     for (d = 0; d < opt->ndevs; d++) {
         gdl__opt_dev *dv = &opt->devs[d];
         const gdl_backend *be;
@@ -875,6 +878,27 @@ static int gdl__step(gdl_optimizer *opt) {
             return -1;
         }
     }
+    return 0;
+}
+
+static int gdl__step(gdl_optimizer *opt) {
+    const char *op = "gdl_step";
+    gdl_opt_tensor *t;
+    int *count;
+    if (gdl__step_check_grads(op, opt) < 0 || gdl__opt_layout(op, opt) < 0) return -1;
+    /* the step's lists live in the step arena: a steady-state step stays allocation-free */
+    t = (gdl_opt_tensor *)gdl__arena_alloc(&gdl__host_arena, (sizeof(gdl_opt_tensor) + sizeof(int) + 1) *
+                                                                 (size_t)(opt->nparams + 1));
+    if (!t) {
+        gdl__set_error("%s: out of memory (host) for the step's table of %d parameters", op, opt->nparams);
+        return -1;
+    }
+    count = (int *)(t + opt->nparams + 1);
+    if (gdl__step_ensure_states(op, opt, (char *)(count + opt->nparams + 1)) < 0 ||
+        gdl__opt_push_hyper(op, opt) < 0 || gdl__opt_steps_up(op, opt) < 0)
+        return -1;
+    gdl__step_entries(opt, t, count);
+    if (gdl__step_tables(op, opt, t, count) < 0 || gdl__step_update(op, opt) < 0) return -1;
     opt->steps++;
     return 0;
 }

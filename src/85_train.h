@@ -457,301 +457,382 @@ static void gdl__fit_graphs_free(gdl__fit_graph *fg) {
     memset(fg, 0, sizeof(gdl__fit_graph) * GDL__FIT_GRAPHS);
 }
 
-GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
-                      gdl_epoch_stats *history) {
-    gdl_fit_opts o = opts ? *opts : gdl_fit_defaults();
-    gdl_loss_fn loss = o.loss ? o.loss : gdl_loss_cross_entropy;
-    FILE *log = o.log ? o.log : stdout, *csv = NULL;
-    int rank0 = !o.ddp || gdl_dist_rank() == 0, tty, epoch, rc = 0, resumed = 0, start_epoch = 1;
-    int64_t nb = train ? gdl_loader_num_batches(train) : 0, parts = 1; /* micro-batches per batch (oom_split_batch) */
-    char *ckpath = NULL;
-    gdl__fit_state fs;
+/* gdl_fit's run: the options as applied, where it is, and what it holds. */
+typedef struct gdl__fit_run {
+    gdl_module *m;
+    gdl_loader *train;
+    gdl_optimizer *opt;
+    gdl_fit_opts o;
+    gdl_loss_fn loss;
+    FILE *log, *csv;
+    int rank0, tty, resumed, start_epoch, graph_notice;
+    int64_t nb, parts; /* the loader's batches per epoch; micro-batches per batch (oom_split_batch) */
+    char *ckpath;      /* the checkpoint file; NULL without checkpoint_dir */
+    gdl__fit_state fs; /* as loaded on resume, as saved at a checkpoint */
     gdl__pass p;
     gdl__fit_graph graphs[GDL__FIT_GRAPHS];
-    int graph_notice = 0;
+    int epoch, micro; /* the epoch under way; micro-batches of the optimizer step so far */
+    int64_t b;        /* its batches so far */
+    double t0;        /* when it started (earlier on resume: its time before the checkpoint counts) */
+} gdl__fit_run;
+
+/* Records fg on the batch (x, y); a failure leaves the step eager and says so once. */
+static void gdl__fit_graph_try(gdl__fit_run *r, gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor *y) {
+    char why[sizeof gdl__err];
+    why[0] = 0;
+    gdl__fit_graph_capture(fg, x, y, r->m, r->opt, &r->o, r->loss, &r->p, why, sizeof why);
+    if (!fg->g && r->o.verbose && !r->graph_notice++)
+        fprintf(r->log, "%sgdl_fit: the step runs eagerly, not as a CUDA graph: %s\n", r->tty ? "\n" : "", why);
+}
+
+/* The arguments and options checked and applied (r->o: as gdl_fit runs them). */
+static int gdl__fit_check(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl_optimizer *opt,
+                          const gdl_fit_opts *opts) {
+    gdl_fit_opts *o = &r->o;
+    memset(r, 0, sizeof *r);
+    *o = opts ? *opts : gdl_fit_defaults();
+    r->m = m;
+    r->train = train;
+    r->opt = opt;
+    r->loss = o->loss ? o->loss : gdl_loss_cross_entropy;
+    r->log = o->log ? o->log : stdout;
+    r->rank0 = !o->ddp || gdl_dist_rank() == 0;
+    r->start_epoch = 1;
+    r->nb = train ? gdl_loader_num_batches(train) : 0;
+    r->parts = 1;
     if (!m || !train || !opt) {
         gdl__null_arg("gdl_fit", !m ? "module" : !train ? "train loader" : "optimizer");
         return -1;
     }
-    memset(graphs, 0, sizeof graphs);
-    if (o.autocast != GDL_F32 && o.autocast != GDL_BF16 && o.autocast != GDL_F16) {
-        gdl__set_error("gdl_fit: the autocast option must be bf16, f16 or f32 (off), got %s", gdl_dtype_name(o.autocast));
+    if (o->autocast != GDL_F32 && o->autocast != GDL_BF16 && o->autocast != GDL_F16) {
+        gdl__set_error("gdl_fit: the autocast option must be bf16, f16 or f32 (off), got %s", gdl_dtype_name(o->autocast));
         return -1;
     }
-    if (o.epochs < 0 || o.accumulate < 0 || o.checkpoint_every < 0) {
-        gdl__set_error("gdl_fit: bad epochs %d, accumulate %d or checkpoint_every %lld", o.epochs, o.accumulate,
-                       (long long)o.checkpoint_every);
+    if (o->epochs < 0 || o->accumulate < 0 || o->checkpoint_every < 0) {
+        gdl__set_error("gdl_fit: bad epochs %d, accumulate %d or checkpoint_every %lld", o->epochs, o->accumulate,
+                       (long long)o->checkpoint_every);
         return -1;
     }
-    if ((o.checkpoint_every > 0 || o.resume) && !o.checkpoint_dir) {
+    if ((o->checkpoint_every > 0 || o->resume) && !o->checkpoint_dir) {
         gdl__set_error("gdl_fit: checkpoint_every and resume need checkpoint_dir");
         return -1;
     }
-    if (o.accumulate == 0) o.accumulate = 1;
-    if (o.ddp && gdl_ddp_module(o.ddp) != m) {
+    if (o->accumulate == 0) o->accumulate = 1;
+    if (o->ddp && gdl_ddp_module(o->ddp) != m) {
         gdl__set_error("gdl_fit: opts.ddp wraps another module than the one given");
         return -1;
     }
     /* the scaler's state goes into the checkpoints and comes back on resume */
-    if (o.scaler && opt->scaler != o.scaler && gdl_optim_set_grad_scaler(opt, o.scaler) < 0) return -1;
-    if (!rank0) { /* under DDP only rank 0 shows and writes */
-        o.verbose = 0;
-        o.csv_path = NULL;
+    if (o->scaler && opt->scaler != o->scaler && gdl_optim_set_grad_scaler(opt, o->scaler) < 0) return -1;
+    if (!r->rank0) { /* under DDP only rank 0 shows and writes */
+        o->verbose = 0;
+        o->csv_path = NULL;
     }
-    tty = o.verbose && gdl__isatty(log);
-    memset(&fs, 0, sizeof fs);
-    if (o.checkpoint_dir) {
-        size_t cl = strlen(o.checkpoint_dir) + 32;
-        FILE *probe;
-        if (!(ckpath = (char *)GPUDL_MALLOC(cl))) {
-            gdl__set_error("gdl_fit: out of memory (host)");
-            return -1;
-        }
-        snprintf(ckpath, cl, "%s/gdl_fit.safetensors", o.checkpoint_dir);
-#if defined(GDL__HAVE_POSIX)
-        if (mkdir(o.checkpoint_dir, 0777) != 0 && errno != EEXIST) {
-            gdl__set_error("gdl_fit: cannot create checkpoint_dir %s: %s", o.checkpoint_dir, gdl__strerr(errno));
-            GPUDL_FREE(ckpath);
-            return -1;
-        }
-#endif
-        if (o.resume) {
-            double have = 0;
-            if (rank0 && (probe = fopen(ckpath, "rb")) != NULL) {
-                fclose(probe);
-                have = 1;
-            }
-            /* under DDP rank 0's word: every rank resumes, or none does */
-            if (o.ddp && gdl__dist_reduce_f64("gdl_fit", "the look for a checkpoint to resume from", &have, 1, 1) < 0) {
-                GPUDL_FREE(ckpath);
-                return -1;
-            }
-            resumed = have > 0;
-        }
-        if (resumed) {
-            /* checked before anything changes (on every rank, under DDP); then model, optimizer, scheduler
-               and generator at once */
-            if (gdl__fit_load(ckpath, m, opt, o.scheduler, &fs, train, o.epochs, o.ddp != NULL) < 0) {
-                GPUDL_FREE(ckpath);
-                return -1;
-            }
-            /* cannot fail: the position was checked against this loader */
-            gdl_loader_set_position(train, (uint64_t)fs.loader_epoch, fs.batch);
-            if (o.val && fs.val_epoch >= 0) gdl_loader_set_epoch(o.val, (uint64_t)fs.val_epoch);
-            if (!rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
-                fs.loss_sum = 0, fs.samples = fs.correct = fs.counted = 0;
-            start_epoch = (int)fs.epoch;
-            if (o.verbose)
-                fprintf(log, "resuming from %s: epoch %d, batch %lld of %lld\n", ckpath, start_epoch,
-                        (long long)fs.batch, (long long)nb);
-        }
-    }
-    if (o.csv_path && !(csv = resumed ? gdl__csv_resume(o.csv_path, start_epoch) : gdl_metrics_csv_open(o.csv_path))) {
-        GPUDL_FREE(ckpath); /* the error says which file and why */
+    r->tty = o->verbose && gdl__isatty(r->log);
+    return 0;
+}
+
+/* checkpoint_dir: the checkpoint's path, the directory made, and with resume whether to resume (r->resumed).
+   On failure nothing is left to free. */
+static int gdl__fit_checkpoint_dir(gdl__fit_run *r) {
+    const gdl_fit_opts *o = &r->o;
+    size_t cl = strlen(o->checkpoint_dir) + 32;
+    FILE *probe;
+    double have = 0;
+    if (!(r->ckpath = (char *)GPUDL_MALLOC(cl))) {
+        gdl__set_error("gdl_fit: out of memory (host)");
         return -1;
     }
-    memset(&p, 0, sizeof p);
+    snprintf(r->ckpath, cl, "%s/gdl_fit.safetensors", o->checkpoint_dir);
+#if defined(GDL__HAVE_POSIX)
+    if (mkdir(o->checkpoint_dir, 0777) != 0 && errno != EEXIST) {
+        gdl__set_error("gdl_fit: cannot create checkpoint_dir %s: %s", o->checkpoint_dir, gdl__strerr(errno));
+        GPUDL_FREE(r->ckpath);
+        return -1;
+    }
+#endif
+    if (!o->resume) return 0;
+    if (r->rank0 && (probe = fopen(r->ckpath, "rb")) != NULL) {
+        fclose(probe);
+        have = 1;
+    }
+    /* under DDP rank 0's word: every rank resumes, or none does */
+    if (o->ddp && gdl__dist_reduce_f64("gdl_fit", "the look for a checkpoint to resume from", &have, 1, 1) < 0) {
+        GPUDL_FREE(r->ckpath);
+        return -1;
+    }
+    r->resumed = have > 0;
+    return 0;
+}
+
+/* Resume: model, optimizer, scheduler and generator from the checkpoint, the loaders where it was taken. */
+static int gdl__fit_resume(gdl__fit_run *r) {
+    const gdl_fit_opts *o = &r->o;
+    gdl__fit_state *fs = &r->fs;
+    /* checked before anything changes (on every rank, under DDP); then model, optimizer, scheduler
+       and generator at once */
+    if (gdl__fit_load(r->ckpath, r->m, r->opt, o->scheduler, fs, r->train, o->epochs, o->ddp != NULL) < 0) return -1;
+    /* cannot fail: the position was checked against this loader */
+    gdl_loader_set_position(r->train, (uint64_t)fs->loader_epoch, fs->batch);
+    if (o->val && fs->val_epoch >= 0) gdl_loader_set_epoch(o->val, (uint64_t)fs->val_epoch);
+    if (!r->rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
+        fs->loss_sum = 0, fs->samples = fs->correct = fs->counted = 0;
+    r->start_epoch = (int)fs->epoch;
+    if (o->verbose)
+        fprintf(r->log, "resuming from %s: epoch %d, batch %lld of %lld\n", r->ckpath, r->start_epoch,
+                (long long)fs->batch, (long long)r->nb);
+    return 0;
+}
+
+/* Everything before the first epoch: checks, the checkpoint directory, resume, the metrics CSV, and the
+   history of the epochs a resumed run finished before its checkpoint. Nothing to free on failure. */
+static int gdl__fit_begin(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl_optimizer *opt,
+                          const gdl_fit_opts *opts, gdl_epoch_stats *history) {
+    int epoch;
+    if (gdl__fit_check(r, m, train, opt, opts) < 0) return -1;
+    if (r->o.checkpoint_dir && gdl__fit_checkpoint_dir(r) < 0) return -1;
+    if (r->resumed && gdl__fit_resume(r) < 0) {
+        GPUDL_FREE(r->ckpath);
+        return -1;
+    }
+    if (r->o.csv_path && !(r->csv = r->resumed ? gdl__csv_resume(r->o.csv_path, r->start_epoch)
+                                               : gdl_metrics_csv_open(r->o.csv_path))) {
+        GPUDL_FREE(r->ckpath); /* the error says which file and why */
+        return -1;
+    }
     if (history)
-        for (epoch = 1; epoch < start_epoch; epoch++) { /* finished before the checkpoint: not known here */
+        for (epoch = 1; epoch < r->start_epoch; epoch++) { /* finished before the checkpoint: not known here */
             memset(&history[epoch - 1], 0, sizeof history[0]);
             history[epoch - 1].epoch = epoch;
             history[epoch - 1].loss = history[epoch - 1].accuracy = NAN;
             history[epoch - 1].val_loss = history[epoch - 1].val_accuracy = NAN;
             history[epoch - 1].seconds = history[epoch - 1].samples_per_sec = NAN;
         }
-    for (epoch = start_epoch; epoch <= o.epochs && rc == 0; epoch++) {
-        gdl_epoch_stats st;
-        gdl_tensor *x, *y;
-        int64_t b = 0;
-        int micro = 0, got;
-        double t0 = gdl_now();
-        p.loss_sum = 0;
-        p.samples = p.correct = p.counted = 0;
-        if (resumed && epoch == start_epoch) { /* the epoch the checkpoint was taken in, part done */
-            b = fs.batch;
-            t0 -= fs.seconds; /* its time so far counts, for the rate and the CSV */
-            p.loss_sum = fs.loss_sum;
-            p.samples = fs.samples;
-            p.correct = fs.correct;
-            p.counted = fs.counted;
-        }
-        gdl_module_train(m, 1);
-        if (gdl_zero_grad(opt) < 0) rc = -1;
-        while (rc == 0 && (got = gdl_loader_next(train, &x, &y)) != 0) {
-            int first, last, capture = 0;
-            gdl__fit_graph *fg = NULL;
-            if (got < 0) {
-                rc = -1;
-                break;
-            }
-            b++;
-            first = micro == 0;
-            last = ++micro == o.accumulate || b == nb;
-            if (o.cuda_graph && x->device.type == GDL_DEVICE_CUDA && o.accumulate == 1 && parts == 1 && !o.ddp)
-                fg = gdl__fit_graph_find(graphs, x, y, &capture);
-            if (fg && capture == 2) { /* the other buffer of a recorded shape: record it on this batch */
-                char why[sizeof gdl__err];
-                why[0] = 0;
-                gdl__fit_graph_capture(fg, x, y, m, opt, &o, loss, &p, why, sizeof why);
-                if (!fg->g && o.verbose && !graph_notice++)
-                    fprintf(log, "%sgdl_fit: the step runs eagerly, not as a CUDA graph: %s\n", tty ? "\n" : "", why);
-            }
-            if (fg && fg->g) { /* a step of this batch's buffers and shape was recorded: one launch */
-                if (gdl_graph_replay(fg->g) < 0) {
-                    rc = -1;
-                    break;
-                }
-                opt->steps++;
-                micro = 0;
-                if (o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) rc = -1;
-            } else {
-                /* what a failed attempt may have changed, to put back before the next */
-                double loss_sum = p.loss_sum;
-                int64_t samples = p.samples, correct = p.correct, counted = p.counted;
-                uint64_t rng_counter, rng_seed = gdl_rng_get_state(&rng_counter);
-                int retried = 0;
-                if (gdl__pass_init(&p, "gdl_fit", x->device) < 0 || gdl__pass_snapshot(&p, 1) < 0) {
-                    rc = -1;
-                    break;
-                }
-                while ((rc = gdl__fit_batch(m, x, y, opt, &o, loss, parts, last, &p)) < 0 && first &&
-                       gdl__error_is_oom()) {
-                    if (retried && (!o.oom_split_batch || 2 * parts > x->shape[0])) break;
-                    if (!retried && !o.oom_retry && !o.oom_split_batch) break;
-                    if (retried || !o.oom_retry) { /* the same batch in twice as many parts, from now on */
-                        parts *= 2;
-                        if (o.verbose)
-                            fprintf(log, "%sgdl_fit: out of memory at epoch %d, batch %lld; running each batch as %lld "
-                                    "micro-batches from now on (%s)\n", tty ? "\n" : "", epoch, (long long)b,
-                                    (long long)parts, gdl__err);
-                    }
-                    retried = 1;
-                    p.loss_sum = loss_sum;
-                    p.samples = samples;
-                    p.correct = correct;
-                    p.counted = counted;
-                    if (gdl__pass_snapshot(&p, 0) < 0) break;
-                    gdl_rng_set_state(rng_seed, rng_counter);
-                    gdl_arena_reset();
-                    gdl__fit_graphs_free(graphs); /* their kernels write into the memory given back next */
-                    gdl__release_cached_memory();
-                    if (gdl_zero_grad(opt) < 0) break;
-                }
-                if (rc < 0 && gdl__error_is_oom()) {
-                    char prev[sizeof gdl__err];
-                    memcpy(prev, gdl__err, sizeof prev);
-                    gdl__set_error("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
-                                   "last completed step%s): %s", epoch, (long long)b, (long long)nb,
-                                   !first ? "; an out-of-memory failure is retried only on the first micro-batch "
-                                            "of an optimizer step"
-                                   : retried ? ", after retrying with the cached memory given back"
-                                             : "; oom_retry and oom_split_batch can recover",
-                                   prev);
-                }
-                if (rc < 0) break;
-                if (last) {
-                    micro = 0;
-                    if (gdl_zero_grad(opt) < 0) rc = -1;
-                    if (rc == 0 && o.scheduler && o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0)
-                        rc = -1;
-                    if (rc == 0 && fg && capture == 1) { /* this shape's first step ran: record it for the next */
-                        char why[sizeof gdl__err];
-                        why[0] = 0;
-                        gdl__fit_graph_capture(fg, x, y, m, opt, &o, loss, &p, why, sizeof why);
-                        if (!fg->g && o.verbose && !graph_notice++)
-                            fprintf(log, "%sgdl_fit: the step runs eagerly, not as a CUDA graph: %s\n",
-                                    tty ? "\n" : "", why);
-                    }
-                }
-            }
-            if (rc < 0) break;
-            if (last) {
-                if (rc == 0 && o.checkpoint_every > 0 && gdl_optim_get_step(opt) % o.checkpoint_every == 0) {
-                    double v[5];
-                    if (gdl__pass_sync(&p) < 0) rc = -1;
-                    fs.epoch = epoch;
-                    fs.batch = b;
-                    fs.loader_epoch = (int64_t)gdl_loader_epoch(train);
-                    fs.num_batches = nb;
-                    fs.val_epoch = o.val ? (int64_t)gdl_loader_epoch(o.val) : -1;
-                    fs.seconds = gdl_now() - t0;
-                    fs.loss_sum = p.loss_sum;
-                    fs.samples = p.samples;
-                    fs.correct = p.correct;
-                    fs.counted = p.counted;
-                    fs.replicas = train->o.num_replicas > 1 ? train->o.num_replicas : 1;
-                    fs.batch_size = train->B;
-                    /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
-                       restart with another number of ranks counts them once */
-                    v[0] = rc < 0, v[1] = p.loss_sum, v[2] = (double)p.samples, v[3] = (double)p.correct;
-                    v[4] = (double)p.counted;
-                    if (o.ddp && gdl__dist_reduce_f64("gdl_fit", "the checkpoint's running sums", v, 5, 0) == 0) {
-                        if (v[0] > 0 && rc == 0)
-                            gdl__set_error("gdl_fit: %.0f rank(s) failed at the checkpoint of step %lld", v[0],
-                                           (long long)gdl_optim_get_step(opt));
-                        if (v[0] > 0) rc = -1;
-                        fs.loss_sum = v[1], fs.samples = (int64_t)v[2], fs.correct = (int64_t)v[3];
-                        fs.counted = (int64_t)v[4];
-                        if (rc == 0 && rank0 && gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) rc = -1;
-                        /* every rank learns whether rank 0's save worked, and none goes on before the file
-                           is whole (a barrier): a later resume on any rank reads the complete checkpoint */
-                        if (gdl__dist_agree("gdl_fit", "saving the checkpoint (rank 0)", rc == 0) < 0) rc = -1;
-                    } else if (o.ddp) {
-                        rc = -1;
-                    } else if (rc == 0 && gdl__fit_save(ckpath, m, opt, o.scheduler, &fs) < 0) {
-                        rc = -1;
-                    }
-                }
-            }
-            if (rc == 0 && tty && gdl__progress_due(log, b, nb)) { /* the only read of the device in a step */
-                if (gdl__pass_sync(&p) < 0) {
-                    rc = -1;
-                    break;
-                }
-                if (gdl_progress_bar(log, epoch, o.epochs, b, nb, p.samples ? p.loss_sum / (double)p.samples : 0.0,
-                                     gdl__pass_acc(&p), p.samples, t0))
-                    gdl__progress_gpu(log, x->device);
-            }
-        }
-        if (rc == 0 && gdl__pass_sync(&p) < 0) rc = -1;
-        if (rc == 0 && o.ddp && gdl__dist_pass_sum(&p) < 0) rc = -1; /* the epoch's figures over every rank */
-        if (rc < 0) break;
-        if (o.scheduler && !o.scheduler_per_batch && gdl_scheduler_step(o.scheduler) < 0) {
-            rc = -1;
-            break;
-        }
-        memset(&st, 0, sizeof st);
-        st.epoch = epoch;
-        st.seconds = gdl_now() - t0;
-        st.samples = p.samples;
-        st.loss = p.samples ? p.loss_sum / (double)p.samples : NAN;
-        st.accuracy = gdl__pass_acc(&p);
-        st.samples_per_sec = st.seconds > 0 ? (double)p.samples / st.seconds : 0;
-        st.val_loss = st.val_accuracy = NAN;
-        if (o.val) {
-            int erc;
-            if (o.autocast != GDL_F32 && gdl_autocast_begin(o.autocast) < 0) erc = -1;
-            else {
-                erc = gdl_evaluate(m, o.val, o.loss, o.loss_user, &st.val_loss, &st.val_accuracy);
-                if (o.autocast != GDL_F32) gdl_autocast_end();
-            }
-            if (erc < 0) {
-                rc = -1;
-                break;
-            }
-        }
-        if (history) history[epoch - 1] = st;
-        if (o.verbose) gdl_print_epoch(log, o.epochs, &st);
-        if (csv && gdl_metrics_csv_row(csv, &st) < 0) {
-            rc = -1;
-            break;
-        }
+    return 0;
+}
+
+/* What a failed attempt at a batch may have changed, to put back before the next. */
+typedef struct gdl__fit_undo {
+    double loss_sum;
+    int64_t samples, correct, counted;
+    uint64_t rng_seed, rng_counter;
+} gdl__fit_undo;
+
+static int gdl__fit_undo_save(gdl__fit_run *r, gdl__fit_undo *u, gdl_device dev) {
+    u->loss_sum = r->p.loss_sum;
+    u->samples = r->p.samples, u->correct = r->p.correct, u->counted = r->p.counted;
+    u->rng_seed = gdl_rng_get_state(&u->rng_counter);
+    return gdl__pass_init(&r->p, "gdl_fit", dev) < 0 || gdl__pass_snapshot(&r->p, 1) < 0 ? -1 : 0;
+}
+
+/* Back to before the attempt, with the cached memory given back. */
+static int gdl__fit_undo_apply(gdl__fit_run *r, const gdl__fit_undo *u) {
+    r->p.loss_sum = u->loss_sum;
+    r->p.samples = u->samples, r->p.correct = u->correct, r->p.counted = u->counted;
+    if (gdl__pass_snapshot(&r->p, 0) < 0) return -1;
+    gdl_rng_set_state(u->rng_seed, u->rng_counter);
+    gdl_arena_reset();
+    gdl__fit_graphs_free(r->graphs); /* their kernels write into the memory given back next */
+    gdl__release_cached_memory();
+    return gdl_zero_grad(r->opt);
+}
+
+/* After an out-of-memory failure of an attempt: try again? (retried: an attempt was retried already.) From the
+   second retry on, or the first without oom_retry, the batch runs in twice as many micro-batches. */
+static int gdl__fit_oom_again(gdl__fit_run *r, const gdl_tensor *x, int retried) {
+    if (retried && (!r->o.oom_split_batch || 2 * r->parts > x->shape[0])) return 0;
+    if (!retried && !r->o.oom_retry && !r->o.oom_split_batch) return 0;
+    if (retried || !r->o.oom_retry) { /* the same batch in twice as many parts, from now on */
+        r->parts *= 2;
+        if (r->o.verbose)
+            fprintf(r->log, "%sgdl_fit: out of memory at epoch %d, batch %lld; running each batch as %lld "
+                    "micro-batches from now on (%s)\n", r->tty ? "\n" : "", r->epoch, (long long)r->b,
+                    (long long)r->parts, gdl__err);
     }
-    gdl__fit_graphs_free(graphs);
-    gdl__pass_free(&p);
-    if (csv) fclose(csv);
-    GPUDL_FREE(ckpath);
-    if (rc < 0 && tty) fputc('\n', log);
+    return 1;
+}
+
+/* One batch eagerly (forward, backward and, when last, the optimizer step); an out of memory on the first
+   micro-batch of a step is retried and split as the options allow, and the error says where it stopped. */
+static int gdl__fit_eager(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y, int first, int last) {
+    gdl__fit_undo u;
+    int rc, retried = 0;
+    if (gdl__fit_undo_save(r, &u, x->device) < 0) return -1;
+    while ((rc = gdl__fit_batch(r->m, x, y, r->opt, &r->o, r->loss, r->parts, last, &r->p)) < 0 && first &&
+           gdl__error_is_oom()) {
+        if (!gdl__fit_oom_again(r, x, retried)) break;
+        retried = 1;
+        if (gdl__fit_undo_apply(r, &u) < 0) break;
+    }
+    if (rc < 0 && gdl__error_is_oom()) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl__set_error("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
+                       "last completed step%s): %s", r->epoch, (long long)r->b, (long long)r->nb,
+                       !first ? "; an out-of-memory failure is retried only on the first micro-batch "
+                                "of an optimizer step"
+                       : retried ? ", after retrying with the cached memory given back"
+                                 : "; oom_retry and oom_split_batch can recover",
+                       prev);
+    }
     return rc;
 }
 
+/* A recorded step of this batch's buffers and shape: one launch. */
+static int gdl__fit_replay(gdl__fit_run *r, gdl__fit_graph *fg) {
+    if (gdl_graph_replay(fg->g) < 0) return -1;
+    r->opt->steps++;
+    r->micro = 0;
+    return r->o.scheduler && r->o.scheduler_per_batch && gdl_scheduler_step(r->o.scheduler) < 0 ? -1 : 0;
+}
+
+/* The checkpoint after an optimizer step: the running figures (under DDP: the job's, over every rank) and
+   where the run is, saved by rank 0; every rank learns whether the save worked. */
+static int gdl__fit_checkpoint(gdl__fit_run *r) {
+    gdl__fit_state *fs = &r->fs;
+    gdl__pass *p = &r->p;
+    double v[5];
+    int rc = 0;
+    if (gdl__pass_sync(p) < 0) rc = -1;
+    fs->epoch = r->epoch;
+    fs->batch = r->b;
+    fs->loader_epoch = (int64_t)gdl_loader_epoch(r->train);
+    fs->num_batches = r->nb;
+    fs->val_epoch = r->o.val ? (int64_t)gdl_loader_epoch(r->o.val) : -1;
+    fs->seconds = gdl_now() - r->t0;
+    fs->loss_sum = p->loss_sum;
+    fs->samples = p->samples;
+    fs->correct = p->correct;
+    fs->counted = p->counted;
+    fs->replicas = r->train->o.num_replicas > 1 ? r->train->o.num_replicas : 1;
+    fs->batch_size = r->train->B;
+    if (!r->o.ddp) return rc == 0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0 ? -1 : rc;
+    /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
+       restart with another number of ranks counts them once */
+    v[0] = rc < 0, v[1] = p->loss_sum, v[2] = (double)p->samples, v[3] = (double)p->correct;
+    v[4] = (double)p->counted;
+    if (gdl__dist_reduce_f64("gdl_fit", "the checkpoint's running sums", v, 5, 0) != 0) return -1;
+    if (v[0] > 0 && rc == 0)
+        gdl__set_error("gdl_fit: %.0f rank(s) failed at the checkpoint of step %lld", v[0],
+                       (long long)gdl_optim_get_step(r->opt));
+    if (v[0] > 0) rc = -1;
+    fs->loss_sum = v[1], fs->samples = (int64_t)v[2], fs->correct = (int64_t)v[3];
+    fs->counted = (int64_t)v[4];
+    if (rc == 0 && r->rank0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0) rc = -1;
+    /* every rank learns whether rank 0's save worked, and none goes on before the file
+       is whole (a barrier): a later resume on any rank reads the complete checkpoint */
+    if (gdl__dist_agree("gdl_fit", "saving the checkpoint (rank 0)", rc == 0) < 0) rc = -1;
+    return rc;
+}
+
+/* The progress bar, when one is due: the only read of the device in a step. */
+static int gdl__fit_progress(gdl__fit_run *r, const gdl_tensor *x) {
+    gdl__pass *p = &r->p;
+    if (!r->tty || !gdl__progress_due(r->log, r->b, r->nb)) return 0;
+    if (gdl__pass_sync(p) < 0) return -1;
+    if (gdl_progress_bar(r->log, r->epoch, r->o.epochs, r->b, r->nb, p->samples ? p->loss_sum / (double)p->samples : 0.0,
+                         gdl__pass_acc(p), p->samples, r->t0))
+        gdl__progress_gpu(r->log, x->device);
+    return 0;
+}
+
+/* One batch of the loader: the step (replayed as a CUDA graph where one is recorded, else eagerly, with the
+   graph recorded after the first step of its shape), then the checkpoint and the progress bar. */
+static int gdl__fit_train_batch(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y) {
+    const gdl_fit_opts *o = &r->o;
+    gdl__fit_graph *fg = NULL;
+    int first, last, capture = 0;
+    r->b++;
+    first = r->micro == 0;
+    last = ++r->micro == o->accumulate || r->b == r->nb;
+    if (o->cuda_graph && x->device.type == GDL_DEVICE_CUDA && o->accumulate == 1 && r->parts == 1 && !o->ddp)
+        fg = gdl__fit_graph_find(r->graphs, x, y, &capture);
+    if (fg && capture == 2) gdl__fit_graph_try(r, fg, x, y); /* the other buffer of a recorded shape: record it now */
+    if (fg && fg->g) {
+        if (gdl__fit_replay(r, fg) < 0) return -1;
+    } else {
+        if (gdl__fit_eager(r, x, y, first, last) < 0) return -1;
+        if (last) {
+            r->micro = 0;
+            if (gdl_zero_grad(r->opt) < 0) return -1;
+            if (o->scheduler && o->scheduler_per_batch && gdl_scheduler_step(o->scheduler) < 0) return -1;
+            if (fg && capture == 1) gdl__fit_graph_try(r, fg, x, y); /* this shape's first step ran: record it */
+        }
+    }
+    if (last && o->checkpoint_every > 0 && gdl_optim_get_step(r->opt) % o->checkpoint_every == 0 &&
+        gdl__fit_checkpoint(r) < 0)
+        return -1;
+    return gdl__fit_progress(r, x);
+}
+
+/* The end of an epoch: the scheduler's epoch step, the epoch's figures, validation, history, output, CSV. */
+static int gdl__fit_epoch_metrics(gdl__fit_run *r, gdl_epoch_stats *history) {
+    const gdl_fit_opts *o = &r->o;
+    const gdl__pass *p = &r->p;
+    gdl_epoch_stats st;
+    if (o->scheduler && !o->scheduler_per_batch && gdl_scheduler_step(o->scheduler) < 0) return -1;
+    memset(&st, 0, sizeof st);
+    st.epoch = r->epoch;
+    st.seconds = gdl_now() - r->t0;
+    st.samples = p->samples;
+    st.loss = p->samples ? p->loss_sum / (double)p->samples : NAN;
+    st.accuracy = gdl__pass_acc(p);
+    st.samples_per_sec = st.seconds > 0 ? (double)p->samples / st.seconds : 0;
+    st.val_loss = st.val_accuracy = NAN;
+    if (o->val) {
+        int erc;
+        if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) erc = -1;
+        else {
+            erc = gdl_evaluate(r->m, o->val, o->loss, o->loss_user, &st.val_loss, &st.val_accuracy);
+            if (o->autocast != GDL_F32) gdl_autocast_end();
+        }
+        if (erc < 0) return -1;
+    }
+    if (history) history[r->epoch - 1] = st;
+    if (o->verbose) gdl_print_epoch(r->log, o->epochs, &st);
+    return r->csv && gdl_metrics_csv_row(r->csv, &st) < 0 ? -1 : 0;
+}
+
+/* One epoch: its batches (the first epoch of a resumed run from where the checkpoint was taken), then the
+   epoch's figures (under DDP over every rank) and the metrics. */
+static int gdl__fit_epoch(gdl__fit_run *r, int epoch, gdl_epoch_stats *history) {
+    gdl__pass *p = &r->p;
+    gdl_tensor *x, *y;
+    int rc = 0, got;
+    r->epoch = epoch;
+    r->b = 0;
+    r->micro = 0;
+    r->t0 = gdl_now();
+    p->loss_sum = 0;
+    p->samples = p->correct = p->counted = 0;
+    if (r->resumed && epoch == r->start_epoch) { /* the epoch the checkpoint was taken in, part done */
+        r->b = r->fs.batch;
+        r->t0 -= r->fs.seconds; /* its time so far counts, for the rate and the CSV */
+        p->loss_sum = r->fs.loss_sum;
+        p->samples = r->fs.samples;
+        p->correct = r->fs.correct;
+        p->counted = r->fs.counted;
+    }
+    gdl_module_train(r->m, 1);
+    if (gdl_zero_grad(r->opt) < 0) rc = -1;
+    while (rc == 0 && (got = gdl_loader_next(r->train, &x, &y)) != 0)
+        if (got < 0 || gdl__fit_train_batch(r, x, y) < 0) rc = -1;
+    if (rc == 0 && gdl__pass_sync(p) < 0) rc = -1;
+    if (rc == 0 && r->o.ddp && gdl__dist_pass_sum(p) < 0) rc = -1; /* the epoch's figures over every rank */
+    if (rc < 0) return -1;
+    return gdl__fit_epoch_metrics(r, history);
+}
+
+GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
+                      gdl_epoch_stats *history) {
+    gdl__fit_run r;
+    int epoch, rc = 0;
+    if (gdl__fit_begin(&r, m, train, opt, opts, history) < 0) return -1;
+    for (epoch = r.start_epoch; epoch <= r.o.epochs && rc == 0; epoch++) rc = gdl__fit_epoch(&r, epoch, history);
+    gdl__fit_graphs_free(r.graphs);
+    gdl__pass_free(&r.p);
+    if (r.csv) fclose(r.csv);
+    GPUDL_FREE(r.ckpath);
+    if (rc < 0 && r.tty) fputc('\n', r.log);
+    return rc;
+}

@@ -188,13 +188,148 @@ static int gdl__rdv_connect(const char *host, int port, double deadline) {
 #endif
 }
 
+/* gdl__rendezvous on rank 0: waits for every other rank at MASTER_PORT (until deadline), then sends each the id. */
+static int gdl__rdv_serve(const char *op, int world, const unsigned char *id, double timeout, double deadline,
+                          const char *addr, long port) {
+    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
+    int lfd, one = 1, got = 0, i, rc = -1, *fds;
+    struct sockaddr_in sa;
+    char *seen;
+    if (!(fds = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)world)) || !(seen = (char *)GPUDL_MALLOC((size_t)world))) {
+        GPUDL_FREE(fds);
+        gdl__set_error("%s: out of memory", op);
+        return -1;
+    }
+    memset(seen, 0, (size_t)world);
+    for (i = 0; i < world; i++) fds[i] = -1; /* by rank */
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    if ((lfd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, world) != 0) {
+        gdl__set_error("%s: rank 0 cannot listen at MASTER_PORT=%ld: %s", op, port, strerror(errno));
+        if (lfd >= 0) close(lfd);
+        GPUDL_FREE(fds), GPUDL_FREE(seen);
+        return -1;
+    }
+    while (got < world - 1) {
+        struct pollfd pf;
+        double left = deadline - gdl_now();
+        int fd, r, w;
+        if (left <= 0) {
+            char missing[200];
+            size_t k = 0;
+            for (i = 1; i < world && k + 12 < sizeof missing; i++)
+                if (!seen[i]) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", k ? ", " : "", i);
+            gdl__set_error("%s: rank 0 waited %g s (GPUDL_DIST_TIMEOUT) at MASTER_ADDR=%s MASTER_PORT=%ld: %d of "
+                           "%d ranks came; missing: rank %s", op, timeout, addr, port, got + 1, world, missing);
+            goto done;
+        }
+        pf.fd = lfd, pf.events = POLLIN, pf.revents = 0;
+        if (poll(&pf, 1, gdl__poll_ms(left)) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
+        if (gdl__rdv_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
+            memcmp(hello, "gdlR", 4) != 0) {
+            close(fd); /* not one of ours (a port scan, a stale job): wait on */
+            continue;
+        }
+        r = (int)gdl__get32(hello + 4), w = (int)gdl__get32(hello + 8);
+        if (w != world || r <= 0 || r >= world) {
+            memset(reply, 0, sizeof reply);
+            gdl__put32(reply, 1);
+            gdl__put32(reply + 4, (uint32_t)world);
+            (void)gdl__rdv_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
+            close(fd);
+            if (w != world) {
+                gdl__set_error("%s: rank %d says WORLD_SIZE=%d, rank 0 says %d (MASTER_ADDR=%s MASTER_PORT=%ld)",
+                               op, r, w, world, addr, port);
+                goto done;
+            }
+            continue; /* no rank of this job (its launcher checks RANK < WORLD_SIZE): wait on */
+        }
+        if (seen[r]) { /* a rank that came again (restarted): its newer connection is the one to answer */
+            close(fds[r]);
+        } else {
+            seen[r] = 1;
+            got++;
+        }
+        fds[r] = fd;
+        if (got == world - 1) /* a rank that went away since it came (EOF: readable) comes again */
+            for (i = 1; i < world; i++) {
+                struct pollfd q;
+                q.fd = fds[i], q.events = POLLIN, q.revents = 0;
+                if (poll(&q, 1, 0) > 0) {
+                    close(fds[i]);
+                    fds[i] = -1, seen[i] = 0, got--;
+                }
+            }
+    }
+    memset(reply, 0, sizeof reply);
+    gdl__put32(reply + 4, (uint32_t)world);
+    memcpy(reply + 12, id, GDL_COMM_ID_BYTES);
+    rc = 0;
+    for (i = 1; i < world; i++)
+        if (gdl__rdv_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
+            gdl__set_error("%s: rank 0 could not send the job's id to rank %d: %s", op, i, strerror(errno));
+            rc = -1;
+        }
+done:
+    for (i = 1; i < world; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    close(lfd);
+    GPUDL_FREE(fds), GPUDL_FREE(seen);
+    return rc;
+}
+
+/* gdl__rendezvous on the other ranks: reaches rank 0 (until deadline), says who it is, receives the id. */
+static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id, double timeout, double deadline,
+                         const char *addr, long port) {
+    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
+    int fd = -1, e = 0;
+    while ((fd = gdl__rdv_connect(addr, (int)port, deadline)) < 0) { /* rank 0 may not listen yet */
+        e = fd == -2 ? 0 : errno;
+        if (gdl_now() + 0.1 > deadline) {
+            gdl__set_error("%s: rank %d could not reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld within %g s "
+                           "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
+                           fd == -2 ? "MASTER_ADDR does not resolve to an address"
+#ifndef AI_PASSIVE
+                                      " (this build takes numeric IPv4 addresses only: define _POSIX_C_SOURCE "
+                                      "200112L or more for host names)"
+#endif
+                                    : strerror(e));
+            return -1;
+        }
+        poll(NULL, 0, 100);
+    }
+    memcpy(hello, "gdlR", 4);
+    gdl__put32(hello + 4, (uint32_t)rank);
+    gdl__put32(hello + 8, (uint32_t)world);
+    if (gdl__rdv_io(fd, hello, sizeof hello, 1, deadline) < 0 ||
+        gdl__rdv_io(fd, reply, sizeof reply, 0, deadline) < 0) {
+        e = errno;
+        close(fd);
+        gdl__set_error("%s: rank %d reached MASTER_ADDR=%s MASTER_PORT=%ld but got no answer within %g s "
+                       "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
+                       e == EPIPE ? "rank 0 gave up (some rank never came)" : strerror(e));
+        return -1;
+    }
+    close(fd);
+    if (gdl__get32(reply) != 0) {
+        gdl__set_error("%s: rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld refused rank %d: it says WORLD_SIZE=%u, this "
+                       "rank %d", op, addr, port, rank, gdl__get32(reply + 4), world);
+        return -1;
+    }
+    memcpy(id, reply + 12, GDL_COMM_ID_BYTES);
+    return 0;
+}
+
 /* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
 static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
     const char *addr = getenv("MASTER_ADDR"), *ps = getenv("MASTER_PORT");
     char *end;
     long port;
     double deadline = gdl_now() + timeout;
-    unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
     if (!addr || !addr[0] || !ps) {
         gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
                        "(rank 0's host and a free port, as torchrun sets them)", op, !addr || !addr[0] ?
@@ -206,133 +341,8 @@ static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *i
         gdl__set_error("%s: MASTER_PORT='%s' is not a port number in [1, 65535]", op, ps);
         return -1;
     }
-    if (rank == 0) {
-        int lfd, one = 1, got = 0, i, rc = -1, *fds;
-        struct sockaddr_in sa;
-        char *seen;
-        if (!(fds = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)world)) || !(seen = (char *)GPUDL_MALLOC((size_t)world))) {
-            GPUDL_FREE(fds);
-            gdl__set_error("%s: out of memory", op);
-            return -1;
-        }
-        memset(seen, 0, (size_t)world);
-        for (i = 0; i < world; i++) fds[i] = -1; /* by rank */
-        memset(&sa, 0, sizeof sa);
-        sa.sin_family = AF_INET;
-        sa.sin_port = htons((uint16_t)port);
-        sa.sin_addr.s_addr = htonl(INADDR_ANY);
-        if ((lfd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
-            setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-            bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, world) != 0) {
-            gdl__set_error("%s: rank 0 cannot listen at MASTER_PORT=%ld: %s", op, port, strerror(errno));
-            if (lfd >= 0) close(lfd);
-            GPUDL_FREE(fds), GPUDL_FREE(seen);
-            return -1;
-        }
-        while (got < world - 1) {
-            struct pollfd pf;
-            double left = deadline - gdl_now();
-            int fd, r, w;
-            if (left <= 0) {
-                char missing[200];
-                size_t k = 0;
-                for (i = 1; i < world && k + 12 < sizeof missing; i++)
-                    if (!seen[i]) k += (size_t)snprintf(missing + k, sizeof missing - k, "%s%d", k ? ", " : "", i);
-                gdl__set_error("%s: rank 0 waited %g s (GPUDL_DIST_TIMEOUT) at MASTER_ADDR=%s MASTER_PORT=%ld: %d of "
-                               "%d ranks came; missing: rank %s", op, timeout, addr, port, got + 1, world, missing);
-                goto done;
-            }
-            pf.fd = lfd, pf.events = POLLIN, pf.revents = 0;
-            if (poll(&pf, 1, gdl__poll_ms(left)) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
-            if (gdl__rdv_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
-                memcmp(hello, "gdlR", 4) != 0) {
-                close(fd); /* not one of ours (a port scan, a stale job): wait on */
-                continue;
-            }
-            r = (int)gdl__get32(hello + 4), w = (int)gdl__get32(hello + 8);
-            if (w != world || r <= 0 || r >= world) {
-                memset(reply, 0, sizeof reply);
-                gdl__put32(reply, 1);
-                gdl__put32(reply + 4, (uint32_t)world);
-                (void)gdl__rdv_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
-                close(fd);
-                if (w != world) {
-                    gdl__set_error("%s: rank %d says WORLD_SIZE=%d, rank 0 says %d (MASTER_ADDR=%s MASTER_PORT=%ld)",
-                                   op, r, w, world, addr, port);
-                    goto done;
-                }
-                continue; /* no rank of this job (its launcher checks RANK < WORLD_SIZE): wait on */
-            }
-            if (seen[r]) { /* a rank that came again (restarted): its newer connection is the one to answer */
-                close(fds[r]);
-            } else {
-                seen[r] = 1;
-                got++;
-            }
-            fds[r] = fd;
-            if (got == world - 1) /* a rank that went away since it came (EOF: readable) comes again */
-                for (i = 1; i < world; i++) {
-                    struct pollfd q;
-                    q.fd = fds[i], q.events = POLLIN, q.revents = 0;
-                    if (poll(&q, 1, 0) > 0) {
-                        close(fds[i]);
-                        fds[i] = -1, seen[i] = 0, got--;
-                    }
-                }
-        }
-        memset(reply, 0, sizeof reply);
-        gdl__put32(reply + 4, (uint32_t)world);
-        memcpy(reply + 12, id, GDL_COMM_ID_BYTES);
-        rc = 0;
-        for (i = 1; i < world; i++)
-            if (gdl__rdv_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
-                gdl__set_error("%s: rank 0 could not send the job's id to rank %d: %s", op, i, strerror(errno));
-                rc = -1;
-            }
-    done:
-        for (i = 1; i < world; i++)
-            if (fds[i] >= 0) close(fds[i]);
-        close(lfd);
-        GPUDL_FREE(fds), GPUDL_FREE(seen);
-        return rc;
-    } else {
-        int fd = -1, e = 0;
-        while ((fd = gdl__rdv_connect(addr, (int)port, deadline)) < 0) { /* rank 0 may not listen yet */
-            e = fd == -2 ? 0 : errno;
-            if (gdl_now() + 0.1 > deadline) {
-                gdl__set_error("%s: rank %d could not reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld within %g s "
-                               "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
-                               fd == -2 ? "MASTER_ADDR does not resolve to an address"
-#ifndef AI_PASSIVE
-                                          " (this build takes numeric IPv4 addresses only: define _POSIX_C_SOURCE "
-                                          "200112L or more for host names)"
-#endif
-                                        : strerror(e));
-                return -1;
-            }
-            poll(NULL, 0, 100);
-        }
-        memcpy(hello, "gdlR", 4);
-        gdl__put32(hello + 4, (uint32_t)rank);
-        gdl__put32(hello + 8, (uint32_t)world);
-        if (gdl__rdv_io(fd, hello, sizeof hello, 1, deadline) < 0 ||
-            gdl__rdv_io(fd, reply, sizeof reply, 0, deadline) < 0) {
-            e = errno;
-            close(fd);
-            gdl__set_error("%s: rank %d reached MASTER_ADDR=%s MASTER_PORT=%ld but got no answer within %g s "
-                           "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
-                           e == EPIPE ? "rank 0 gave up (some rank never came)" : strerror(e));
-            return -1;
-        }
-        close(fd);
-        if (gdl__get32(reply) != 0) {
-            gdl__set_error("%s: rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld refused rank %d: it says WORLD_SIZE=%u, this "
-                           "rank %d", op, addr, port, rank, gdl__get32(reply + 4), world);
-            return -1;
-        }
-        memcpy(id, reply + 12, GDL_COMM_ID_BYTES);
-        return 0;
-    }
+    return rank == 0 ? gdl__rdv_serve(op, world, id, timeout, deadline, addr, port)
+                     : gdl__rdv_join(op, rank, world, id, timeout, deadline, addr, port);
 }
 #endif
 
@@ -374,19 +384,16 @@ static int gdl__dist_settle(const char *op) {
     return be ? be->comm_sync(0, gdl_dist_timeout()) : -1;
 }
 
-GPUDL_API int gdl_dist_init(void) {
-    static const char op[] = "gdl_dist_init";
+/* gdl_dist_init's environment: the launcher's rank, world size and local rank (none: one process), and
+   GPUDL_DIST_TIMEOUT. */
+static int gdl__dist_env(const char *op, int *rank, int *world, int *local, const char **launcher) {
     /* the launchers' variables: rank, world size, local rank */
     static const char *const L[3][4] = {
         {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
         {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
         {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
-    int k, rank = 0, world = 1, local = 0;
-    const char *launcher = "single";
-    if (gdl__dist.init) {
-        gdl__set_error("%s: already initialised (rank %d of %d)", op, gdl__dist.rank, gdl__dist.world);
-        return -1;
-    }
+    const char *v;
+    int k;
     for (k = 0; k < 3; k++) {
         int i;
         if (!getenv(L[k][1]) && !getenv(L[k][2])) continue;
@@ -396,72 +403,71 @@ GPUDL_API int gdl_dist_init(void) {
                                L[k][0], L[k][i]);
                 return -1;
             }
-        launcher = L[k][0];
-        if (gdl__env_int(op, launcher, L[k][2], 1, 1L << 20, &world) < 0 ||
-            gdl__env_int(op, launcher, L[k][1], 0, world - 1, &rank) < 0 ||
-            gdl__env_int(op, launcher, L[k][3], 0, world - 1, &local) < 0)
+        *launcher = L[k][0];
+        if (gdl__env_int(op, *launcher, L[k][2], 1, 1L << 20, world) < 0 ||
+            gdl__env_int(op, *launcher, L[k][1], 0, *world - 1, rank) < 0 ||
+            gdl__env_int(op, *launcher, L[k][3], 0, *world - 1, local) < 0)
             return -1;
         break;
     }
-    {
-        const char *v = getenv("GPUDL_DIST_TIMEOUT");
-        if (v) {
-            char *end;
-            double t = strtod(v, &end);
-            if (!v[0] || *end || !(t > 0)) {
-                gdl__set_error("%s: GPUDL_DIST_TIMEOUT='%s' is not a number of seconds > 0 (how long a collective "
-                               "waits for the other ranks; 'inf': for ever)", op, v);
-                return -1;
-            }
-            if (!gdl__dist_timeout_called) gdl__dist_timeout_s = t;
+    if ((v = getenv("GPUDL_DIST_TIMEOUT")) != NULL) {
+        char *end;
+        double t = strtod(v, &end);
+        if (!v[0] || *end || !(t > 0)) {
+            gdl__set_error("%s: GPUDL_DIST_TIMEOUT='%s' is not a number of seconds > 0 (how long a collective "
+                           "waits for the other ranks; 'inf': for ever)", op, v);
+            return -1;
         }
+        if (!gdl__dist_timeout_called) gdl__dist_timeout_s = t;
     }
+    return 0;
+}
+
 #ifdef GPUDL_MPI
-    {
-        int flag = 0, rc, mr, ms;
-        if (MPI_Finalized(&flag) == MPI_SUCCESS && flag) {
-            gdl__set_error("%s: MPI was finalised (gdl_dist_shutdown): it cannot start again in this process", op);
-            return -1;
-        }
-        if ((rc = MPI_Initialized(&flag)) != MPI_SUCCESS) return gdl__mpi_fail(op, "MPI_Initialized", rc);
-        if (!flag) {
-            int provided;
-            if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
-                return gdl__mpi_fail(op, "MPI_Init_thread", rc);
-            gdl__dist.mpi_ours = 1;
-        }
-        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.comm)) != MPI_SUCCESS)
-            return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
-        if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.ctl)) != MPI_SUCCESS) {
-            MPI_Comm_free(&gdl__dist.comm);
-            return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
-        }
-        MPI_Comm_set_errhandler(gdl__dist.comm, MPI_ERRORS_RETURN); /* errors come back; nothing exits */
-        MPI_Comm_set_errhandler(gdl__dist.ctl, MPI_ERRORS_RETURN);
-        MPI_Comm_rank(gdl__dist.comm, &mr);
-        MPI_Comm_size(gdl__dist.comm, &ms);
-        if (!strcmp(launcher, "single")) { /* another MPI launcher (mpiexec of MPICH...): MPI's word */
-            launcher = ms > 1 ? "mpi" : "single";
-            rank = mr;
-            world = ms;
-        } else if (mr != rank || ms != world) {
-            gdl__set_error("%s: the environment (%s) says rank %d of %d but MPI says rank %d of %d: were the "
-                           "processes started by another launcher than the one whose variables are set?",
-                           op, launcher, rank, world, mr, ms);
-            MPI_Comm_free(&gdl__dist.comm);
-            MPI_Comm_free(&gdl__dist.ctl);
-            return -1;
-        }
-    }
-#else
-    if (world > 1 && !gdl__dist_gpu()) {
-        gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
-                       "-DGPUDL_MPI (mpicc ...), or with GPUDL_CUDA and NCCL on a machine with GPUs", op, world,
-                       launcher);
+/* MPI started (unless the program did) and its two communicators made; MPI's rank and size checked against
+   the launcher's (or taken, with another MPI launcher). */
+static int gdl__dist_mpi_start(const char *op, int *rank, int *world, const char **launcher) {
+    int flag = 0, rc, mr, ms;
+    if (MPI_Finalized(&flag) == MPI_SUCCESS && flag) {
+        gdl__set_error("%s: MPI was finalised (gdl_dist_shutdown): it cannot start again in this process", op);
         return -1;
     }
+    if ((rc = MPI_Initialized(&flag)) != MPI_SUCCESS) return gdl__mpi_fail(op, "MPI_Initialized", rc);
+    if (!flag) {
+        int provided;
+        if ((rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided)) != MPI_SUCCESS)
+            return gdl__mpi_fail(op, "MPI_Init_thread", rc);
+        gdl__dist.mpi_ours = 1;
+    }
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.comm)) != MPI_SUCCESS)
+        return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
+    if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &gdl__dist.ctl)) != MPI_SUCCESS) {
+        MPI_Comm_free(&gdl__dist.comm);
+        return gdl__mpi_fail(op, "MPI_Comm_dup", rc);
+    }
+    MPI_Comm_set_errhandler(gdl__dist.comm, MPI_ERRORS_RETURN); /* errors come back; nothing exits */
+    MPI_Comm_set_errhandler(gdl__dist.ctl, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(gdl__dist.comm, &mr);
+    MPI_Comm_size(gdl__dist.comm, &ms);
+    if (!strcmp(*launcher, "single")) { /* another MPI launcher (mpiexec of MPICH...): MPI's word */
+        *launcher = ms > 1 ? "mpi" : "single";
+        *rank = mr;
+        *world = ms;
+    } else if (mr != *rank || ms != *world) {
+        gdl__set_error("%s: the environment (%s) says rank %d of %d but MPI says rank %d of %d: were the "
+                       "processes started by another launcher than the one whose variables are set?",
+                       op, *launcher, *rank, *world, mr, ms);
+        MPI_Comm_free(&gdl__dist.comm);
+        MPI_Comm_free(&gdl__dist.ctl);
+        return -1;
+    }
+    return 0;
+}
 #endif
-    /* NCCL's id, for collectives of CUDA tensors: made by rank 0, handed round over MPI or the rendezvous */
+
+/* NCCL's id, for collectives of CUDA tensors: made by rank 0, handed round over MPI or the rendezvous
+   (gdl__dist.have_id: every rank has it). */
+static int gdl__dist_share_id(const char *op, int rank, int world) {
     gdl__dist.have_id = 0;
     gdl__dist.comm_dev = 0;
 #ifdef GPUDL_MPI
@@ -481,11 +487,8 @@ GPUDL_API int gdl_dist_init(void) {
         gdl__dist.rank = rank, gdl__dist.world = world; /* for the timed wait's report */
         gdl__dist.seq = 0;
         rc = MPI_Ibcast(buf, (int)sizeof buf, MPI_BYTE, 0, gdl__dist.comm, &q);
-        if (rc != MPI_SUCCESS) {
-            gdl__mpi_fail(op, "MPI_Ibcast of NCCL's id", rc);
-            goto fail;
-        }
-        if (gdl__dist_wait(op, "the broadcast of NCCL's id from rank 0", &q) < 0) goto fail;
+        if (rc != MPI_SUCCESS) return gdl__mpi_fail(op, "MPI_Ibcast of NCCL's id", rc);
+        if (gdl__dist_wait(op, "the broadcast of NCCL's id from rank 0", &q) < 0) return -1;
         if (buf[0] == 2) {
             if (rank == 0) {
                 char why[sizeof gdl__err];
@@ -494,7 +497,7 @@ GPUDL_API int gdl_dist_init(void) {
             } else {
                 gdl__set_error("%s: rank 0 could not make NCCL's id (its own error says why)", op);
             }
-            goto fail;
+            return -1;
         }
         if (buf[0] == 1 && be) {
             memcpy(gdl__dist.id, buf + 1, GDL_COMM_ID_BYTES);
@@ -504,16 +507,39 @@ GPUDL_API int gdl_dist_init(void) {
 #else
     if (world > 1 && gdl__dist_gpu()) {
         const gdl_backend *be = gdl__dist_gpu();
-        if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) goto fail;
+        if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return -1;
 #if defined(GDL__HAVE_RDV)
-        if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) goto fail;
+        if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) return -1;
 #else
         gdl__set_error("%s: %d processes without MPI need the TCP rendezvous, which this platform lacks", op, world);
-        goto fail;
+        return -1;
 #endif
         gdl__dist.have_id = 1;
     }
 #endif
+    return 0;
+}
+
+GPUDL_API int gdl_dist_init(void) {
+    static const char op[] = "gdl_dist_init";
+    int rank = 0, world = 1, local = 0;
+    const char *launcher = "single";
+    if (gdl__dist.init) {
+        gdl__set_error("%s: already initialised (rank %d of %d)", op, gdl__dist.rank, gdl__dist.world);
+        return -1;
+    }
+    if (gdl__dist_env(op, &rank, &world, &local, &launcher) < 0) return -1;
+#ifdef GPUDL_MPI
+    if (gdl__dist_mpi_start(op, &rank, &world, &launcher) < 0) return -1;
+#else
+    if (world > 1 && !gdl__dist_gpu()) {
+        gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
+                       "-DGPUDL_MPI (mpicc ...), or with GPUDL_CUDA and NCCL on a machine with GPUs", op, world,
+                       launcher);
+        return -1;
+    }
+#endif
+    if (gdl__dist_share_id(op, rank, world) < 0) goto fail;
     gdl__dist.rank = rank;
     gdl__dist.world = world;
     gdl__dist.local = local;
