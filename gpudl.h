@@ -3694,6 +3694,55 @@ static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
 #define GDL__POOL_SPLIT 4
 #endif
 typedef void (*gdl__range_fn)(const void *ctx, int64_t lo, int64_t hi);
+
+/* The CPU kernels' parallel loops: the loop body is a function over a range
+   [lo, hi) of the loop's indices, and its arguments travel in one shared
+   struct, gdl__args, with a slot per role, so a kernel needs no struct of
+   its own and its body reads a.x, a.out ... directly:
+
+       static void gdl__scale_part(gdl__args a, int64_t lo, int64_t hi) {
+           int64_t i;
+           for (i = lo; i < hi; i++) a.out[i] = a.alpha * a.x[i];
+       }
+       ...
+       gdl__args a = gdl__args_none();
+       a.x = x; a.out = y; a.alpha = alpha;
+       gdl__parallel_loop(n, n, gdl__scale_part, &a);
+
+   A kernel sets only the slots its body reads; the rest stay 0 / NULL. A
+   kernel whose arguments fit no slot points ctx at a struct of them. The
+   body takes the struct by value: its own copy, which no store through
+   a.out can change, so the compiler keeps the slots in registers. A loop
+   that branches on slots reads them from locals (gdl__bias_act_part):
+   gcc unswitches loops on those (a vectorised version per case), not on
+   a's fields. */
+typedef struct gdl__args {
+    int op;                            /* the variant the body switches on: an op or activation, log_, decoupled */
+    int accumulate;                    /* add into the output instead of overwriting it */
+    int64_t n, inner, C;               /* sizes besides the loop's own: [outer][n][inner]; channels */
+    const gdl_real *x, *y, *gy, *bias; /* f32 inputs */
+    gdl_real *out, *pre;               /* f32 outputs */
+    int32_t *idx;                      /* argmax indices written (reduce, maxpool) */
+    const int32_t *argmax;             /* ... and read back (reduce_backward) */
+    gdl_real alpha;                    /* a scalar operand: unary's alpha, fill's value */
+    double p;                          /* dropout's probability ... */
+    uint64_t seed;                     /* ... and seed */
+    gdl_dtype dt;                      /* the low-precision kernels' dtype: of lx, ly, lgy, lout */
+    const void *lx, *ly, *lgy;
+    void *lout;
+    const gdl_conv_geom *g;            /* convolution and pooling */
+    const gdl_opt_tensor *t;           /* an optimizer's tensor */
+    const void *ctx;                   /* anything else: a struct of the caller's */
+} gdl__args;
+typedef void (*gdl__loop_fn)(gdl__args a, int64_t lo, int64_t hi);
+
+/* every slot 0 / NULL */
+static gdl__args gdl__args_none(void) {
+    gdl__args a;
+    memset(&a, 0, sizeof a);
+    return a;
+}
+
 typedef struct {
     gdl__range_fn fn;
     const void *ctx;
@@ -3710,22 +3759,51 @@ static void gdl__pfor_task(void *p, int t, int nt) {
     if (hi > lo) j->fn(j->ctx, lo, hi);
 }
 
-static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+/* The tasks a loop over [0, n) of `work` elements is cut into: 1 (run it on
+   the calling thread) below GDL__PAR_MIN */
+static int gdl__pfor_tasks(int64_t n, int64_t work) {
     int64_t nt = work > GDL__PAR_MIN ? (int64_t)GDL__POOL_SPLIT * gdl_get_num_threads() : 1;
+    return (int)(nt > n ? n : nt);
+}
+
+/* fn(ctx, lo, hi) over the ranges of [0, n) */
+static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+    const int nt = gdl__pfor_tasks(n, work);
     if (n <= 0) return;
-    if (nt > n) nt = n;
     if (nt > 1 && gdl__pool_acquire()) {
         gdl__pfor_job j;
         j.fn = fn;
         j.ctx = ctx;
         j.n = n;
-        gdl__pool_run((int)nt, gdl__pfor_task, &j);
+        gdl__pool_run(nt, gdl__pfor_task, &j);
         gdl__pool_release();
     } else {
         fn(ctx, 0, n);
     }
 }
 
+/* body(*a, lo, hi) over the ranges of [0, n): the CPU kernels' form. On one
+   thread, body is called here, directly, so that the compiler can inline
+   it into the kernel, as it would the loop written out there. */
+typedef struct {
+    gdl__loop_fn body;
+    const gdl__args *a;
+} gdl__loop_job;
+static void gdl__loop_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__loop_job *j = (const gdl__loop_job *)p;
+    j->body(*j->a, lo, hi);
+}
+static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+    if (n <= 0) return;
+    if (gdl__pfor_tasks(n, work) > 1) {
+        gdl__loop_job j;
+        j.body = body;
+        j.a = a;
+        gdl__parallel_for(n, work, gdl__loop_range, &j);
+    } else {
+        body(*a, 0, n);
+    }
+}
 /* ---------------------------------------------------------------------------
    [impl-gemm]  CPU GEMM, row-major: C = alpha*op(A)*op(B) + beta*C
 
@@ -4386,13 +4464,17 @@ static void gdl__gemm_cell(int M, int N, int tm, int tn, int t, int *m0, int *m1
     if (*n1 > N) *n1 = N;
 }
 
-/* One rectangle of the grid: the pool's task t. */
+/* A threaded GEMM's tasks, each on its thread's packing buffers (asz + bsz
+   elements): the rectangles of a tm x tn grid of C (gdl__gemm_task), or the
+   products of a batch, sA, sB, sC apart (gdl__gemm_batch_task). */
 typedef struct {
     const gdl__gemm_args *g;
     int mc_blk, kc_blk, nc_blk, tm, tn;
     size_t asz, bsz;
+    ptrdiff_t sA, sB, sC;
 } gdl__gemm_job;
 
+/* One rectangle of the grid: the pool's task t. */
 static void gdl__gemm_task(void *p, int t, int nt) {
     const gdl__gemm_job *j = (const gdl__gemm_job *)p;
     gdl_real *buf = gdl__gemm_buf + (size_t)t * (j->asz + j->bsz);
@@ -4443,6 +4525,7 @@ static void gdl__gemm_run(const gdl__gemm_args *g) {
         j.mc_blk = mc_blk; j.kc_blk = kc_blk; j.nc_blk = nc_blk;
         j.tm = tm; j.tn = tn;
         j.asz = asz; j.bsz = bsz;
+        j.sA = j.sB = j.sC = 0;
         gdl__pool_run(tm * tn, gdl__gemm_task, &j);
         gdl__pool_release();
         return;
@@ -4460,15 +4543,8 @@ static void gdl__gemm_run(const gdl__gemm_args *g) {
    instead of one per product, and products too small to split are spread
    over the threads too. Each product is computed as a call of its own would
    (the grid never changes the bits). */
-typedef struct {
-    const gdl__gemm_args *g;
-    ptrdiff_t sA, sB, sC;
-    int mc_blk, kc_blk, nc_blk;
-    size_t asz, bsz;
-} gdl__gemm_batch_job;
-
 static void gdl__gemm_batch_task(void *p, int t, int nt) {
-    const gdl__gemm_batch_job *j = (const gdl__gemm_batch_job *)p;
+    const gdl__gemm_job *j = (const gdl__gemm_job *)p;
     gdl__gemm_args g = *j->g;
     gdl_real *buf = gdl__gemm_buf + (size_t)gdl__pool_slot * (j->asz + j->bsz);
     (void)nt;
@@ -4480,8 +4556,9 @@ static void gdl__gemm_batch_task(void *p, int t, int nt) {
 
 /* Returns 0 (nothing done) when the pool or the memory is not to be had. */
 static int gdl__gemm_batch(const gdl__gemm_args *g, ptrdiff_t sA, ptrdiff_t sB, ptrdiff_t sC, int batch, int threads) {
-    gdl__gemm_batch_job j;
+    gdl__gemm_job j;
     j.g = g;
+    j.tm = j.tn = 1; /* not a grid */
     j.sA = sA; j.sB = sB; j.sC = sC;
     j.mc_blk = gdl__gemm_block(g->M, GDL__GEMM_MC, GDL__GEMM_MR);
     j.kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
@@ -4555,8 +4632,9 @@ GPUDL_API const char *gdl_gemm_kernel_name(void) {
    dimension, so results do not depend on the thread count.
    ------------------------------------------------------------------------- */
 
-/* The loops worth threads run through gdl__parallel_for ([impl-pool]): each
-   kernel's arguments in a job struct, its loop in a _part(lo, hi) function. */
+/* The loops worth threads run through gdl__parallel_loop ([impl-pool]): the
+   loop over a range [lo, hi) in a _part function, its arguments in the
+   slots of a gdl__args. */
 
 /* Each block starts with its size, so that a free knows what it gives back (gdl_memory_stats). 64 bytes
    keep the alignment malloc gave. The counters belong to the op layer's thread, as the allocations do. */
@@ -4634,21 +4712,14 @@ static int gdl__cpu_event_synchronize(void *event) {
     return 0;
 }
 
-typedef struct {
-    gdl_real *x;
-    int64_t n;
-    gdl_real v;
-} gdl__fill_job;
-static void gdl__fill_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__fill_job *a_ = (const gdl__fill_job *)p_;
-    gdl_real *x = a_->x;
-    gdl_real v = a_->v;
+static void gdl__fill_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
-    for (i = lo_; i < hi_; i++) x[i] = v;
+    for (i = lo; i < hi; i++) a.out[i] = a.alpha;
 }
 static int gdl__cpu_fill(gdl_real *x, int64_t n, gdl_real v) {
-    gdl__fill_job j_ = {x, n, v};
-    gdl__parallel_for(n, n, gdl__fill_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.out = x; a.alpha = v;
+    gdl__parallel_loop(n, n, gdl__fill_part, &a);
     return 0;
 }
 
@@ -4884,21 +4955,13 @@ static double gdl__unary_grad1(int op, double x, double y, double alpha) {
 /* the cheap ops get their own loops (they vectorise); the rest go through
    gdl__unary1 */
 /* The unary ops that cost more than a memory pass, in parallel. */
-typedef struct {
-    int op;
-    const gdl_real *x, *y, *gy;
-    gdl_real *out;
-    gdl_real alpha;
-} gdl__unary_job;
-static void gdl__unary_part(const void *p, int64_t lo, int64_t hi) {
-    const gdl__unary_job *j = (const gdl__unary_job *)p;
+static void gdl__unary_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
-    for (i = lo; i < hi; i++) j->out[i] = gdl__unary1(j->op, j->x[i], j->alpha);
+    for (i = lo; i < hi; i++) a.out[i] = gdl__unary1(a.op, a.x[i], a.alpha);
 }
-static void gdl__unary_backward_part(const void *p, int64_t lo, int64_t hi) {
-    const gdl__unary_job *j = (const gdl__unary_job *)p;
+static void gdl__unary_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
-    for (i = lo; i < hi; i++) j->out[i] += (gdl_real)(j->gy[i] * gdl__unary_grad1(j->op, j->x[i], j->y[i], j->alpha));
+    for (i = lo; i < hi; i++) a.out[i] += (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], a.y[i], a.alpha));
 }
 static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
     int64_t i;
@@ -4913,8 +4976,9 @@ static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl
         for (i = 0; i < n; i++) y[i] = x[i] + alpha;
         break;
     default: {
-        gdl__unary_job j = {op, x, NULL, NULL, y, alpha};
-        gdl__parallel_for(n, n, gdl__unary_part, &j);
+        gdl__args a = gdl__args_none();
+        a.op = op; a.x = x; a.out = y; a.alpha = alpha;
+        gdl__parallel_loop(n, n, gdl__unary_part, &a);
         break;
     }
     }
@@ -4943,60 +5007,44 @@ static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const g
         for (i = 0; i < n; i++) gx[i] += gy[i] * (1 - y[i] * y[i]);
         break;
     default: {
-        gdl__unary_job j = {op, x, y, gy, gx, alpha};
-        gdl__parallel_for(n, n, gdl__unary_backward_part, &j);
+        gdl__args a = gdl__args_none();
+        a.op = op; a.x = x; a.y = y; a.gy = gy; a.out = gx; a.alpha = alpha;
+        gdl__parallel_loop(n, n, gdl__unary_backward_part, &a);
         break;
     }
     }
     return 0;
 }
 
-typedef struct {
-    int op;
-    int64_t outer;
-    int64_t n;
-    int64_t inner;
-    const gdl_real *x;
-    gdl_real *y;
-    int32_t *idx;
-    int accumulate;
-} gdl__reduce_job;
-static void gdl__reduce_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__reduce_job *a_ = (const gdl__reduce_job *)p_;
-    int op = a_->op;
-    int64_t n = a_->n;
-    int64_t inner = a_->inner;
-    const gdl_real *x = a_->x;
-    gdl_real *y = a_->y;
-    int32_t *idx = a_->idx;
-    int accumulate = a_->accumulate;
-    int64_t o;
-    for (o = lo_; o < hi_; o++) {
-        int64_t i, k;
+/* [outer][n][inner] layouts: one part does the outer indices [lo, hi) */
+static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t n = a.n, inner = a.inner;
+    int64_t o, i, k;
+    for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
-            const gdl_real *p = x + o * n * inner + i;
+            const gdl_real *p = a.x + o * n * inner + i;
             gdl_real r;
-            if (op == GDL_RED_MAX) {
+            if (a.op == GDL_RED_MAX) {
                 int64_t best = 0;
                 for (k = 1; k < n; k++)
                     if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
                         best = k; /* first max; NaN wins as in PyTorch */
                 r = n ? p[best * inner] : (gdl_real)-INFINITY;
-                if (idx) idx[o * inner + i] = (int32_t)best;
+                if (a.idx) a.idx[o * inner + i] = (int32_t)best;
             } else {
                 double s = 0;
                 for (k = 0; k < n; k++) s += p[k * inner];
-                r = (gdl_real)(op == GDL_RED_MEAN ? s / (double)n : s);
+                r = (gdl_real)(a.op == GDL_RED_MEAN ? s / (double)n : s);
             }
-            if (accumulate) y[o * inner + i] += r;
-            else y[o * inner + i] = r;
+            if (a.accumulate) a.out[o * inner + i] += r;
+            else a.out[o * inner + i] = r;
         }
-    }
 }
 static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y,
                            int32_t *idx, int accumulate) {
-    gdl__reduce_job j_ = {op, outer, n, inner, x, y, idx, accumulate};
-    gdl__parallel_for(outer, outer * n * inner, gdl__reduce_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.op = op; a.n = n; a.inner = inner; a.x = x; a.out = y; a.idx = idx; a.accumulate = accumulate;
+    gdl__parallel_loop(outer, outer * n * inner, gdl__reduce_part, &a);
     return 0;
 }
 
@@ -5004,29 +5052,27 @@ static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, cons
    the unfused ops' own (binary add in f32, then gdl__unary1; the backward's
    gdl__unary_grad1 product rounded and added to zero), so the fused path is
    bitwise the unfused one. */
-typedef struct {
-    int act;
-    int64_t C, inner;
-    const gdl_real *bias, *pre, *gy;
-    gdl_real *y, *out;
-} gdl__act_job;
-static void gdl__bias_act_part(const void *p, int64_t lo, int64_t hi) {
-    const gdl__act_job *j = (const gdl__act_job *)p;
+/* y = out in place: y + bias, its copy in pre (when asked), then the activation act (< 0: none). The
+   slots in locals: read from a, gcc does not unswitch the loop on them and leaves it scalar. */
+static void gdl__bias_act_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int act = a.op;
+    const int64_t C = a.C, inner = a.inner;
+    const gdl_real *bias = a.bias;
+    gdl_real *y = a.out, *pre = a.pre;
     int64_t i;
     for (i = lo; i < hi; i++) {
-        gdl_real v = j->y[i];
-        if (j->bias) v = v + j->bias[(i / j->inner) % j->C];
-        if (j->out) j->out[i] = v;
-        j->y[i] = j->act < 0 ? v : j->act == GDL_UN_RELU ? (v > 0 ? v : 0) : gdl__unary1(j->act, v, 0);
+        gdl_real v = y[i];
+        if (bias) v = v + bias[(i / inner) % C];
+        if (pre) pre[i] = v;
+        y[i] = act < 0 ? v : act == GDL_UN_RELU ? (v > 0 ? v : 0) : gdl__unary1(act, v, 0);
     }
 }
 static int gdl__cpu_bias_act(int act, int64_t outer, int64_t C, int64_t inner, const gdl_real *bias, gdl_real *y,
                              gdl_real *pre) {
-    gdl__act_job j;
+    gdl__args a = gdl__args_none();
     int64_t n = outer * C * inner;
-    memset(&j, 0, sizeof j);
-    j.act = act; j.C = C; j.inner = inner ? inner : 1; j.bias = bias; j.y = y; j.out = pre;
-    gdl__parallel_for(n, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * n : n, gdl__bias_act_part, &j);
+    a.op = act; a.C = C; a.inner = inner ? inner : 1; a.bias = bias; a.out = y; a.pre = pre;
+    gdl__parallel_loop(n, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * n : n, gdl__bias_act_part, &a);
     return 0;
 }
 static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, const gdl_real *w, const gdl_real *bias,
@@ -5034,63 +5080,46 @@ static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, 
     if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
     return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
 }
-static void gdl__act_backward_part(const void *p, int64_t lo, int64_t hi) {
-    const gdl__act_job *j = (const gdl__act_job *)p;
+/* x: the pre-activation */
+static void gdl__act_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
-    if (j->act < 0)
-        for (i = lo; i < hi; i++) j->out[i] = (gdl_real)0 + j->gy[i];
-    else if (j->act == GDL_UN_RELU)
-        for (i = lo; i < hi; i++) j->out[i] = (gdl_real)0 + (j->pre[i] > 0 ? j->gy[i] : 0);
+    if (a.op < 0)
+        for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + a.gy[i];
+    else if (a.op == GDL_UN_RELU)
+        for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + (a.x[i] > 0 ? a.gy[i] : 0);
     else
         for (i = lo; i < hi; i++)
-            j->out[i] = (gdl_real)0 + (gdl_real)(j->gy[i] * gdl__unary_grad1(j->act, j->pre[i], 0, 0));
+            a.out[i] = (gdl_real)0 + (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], 0, 0));
 }
 static int gdl__cpu_act_backward_reduce(int act, int64_t outer, int64_t n, int64_t inner, const gdl_real *pre,
                                         const gdl_real *gy, gdl_real *gpre, gdl_real *sum, int accumulate) {
-    gdl__act_job j;
+    gdl__args a = gdl__args_none();
     int64_t total = outer * n * inner;
-    memset(&j, 0, sizeof j);
-    j.act = act; j.pre = pre; j.gy = gy; j.out = gpre;
-    gdl__parallel_for(total, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * total : total,
-                      gdl__act_backward_part, &j);
+    a.op = act; a.x = pre; a.gy = gy; a.out = gpre;
+    gdl__parallel_loop(total, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * total : total,
+                       gdl__act_backward_part, &a);
     return sum ? gdl__cpu_reduce(GDL_RED_SUM, outer, n, inner, gpre, sum, NULL, accumulate) : 0;
 }
 
-typedef struct {
-    int op;
-    int64_t outer;
-    int64_t n;
-    int64_t inner;
-    const gdl_real *gy;
-    const int32_t *idx;
-    gdl_real *gx;
-} gdl__reduce_backward_job;
-static void gdl__reduce_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__reduce_backward_job *a_ = (const gdl__reduce_backward_job *)p_;
-    int op = a_->op;
-    int64_t n = a_->n;
-    int64_t inner = a_->inner;
-    const gdl_real *gy = a_->gy;
-    const int32_t *idx = a_->idx;
-    gdl_real *gx = a_->gx;
-    int64_t o;
-    for (o = lo_; o < hi_; o++) {
-        int64_t i, k;
+static void gdl__reduce_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t n = a.n, inner = a.inner;
+    int64_t o, i, k;
+    for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
-            gdl_real g = gy[o * inner + i];
-            if (op == GDL_RED_MAX) {
-                gx[(o * n + idx[o * inner + i]) * inner + i] += g;
+            gdl_real g = a.gy[o * inner + i];
+            if (a.op == GDL_RED_MAX) {
+                a.out[(o * n + a.argmax[o * inner + i]) * inner + i] += g;
             } else {
-                if (op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
-                for (k = 0; k < n; k++) gx[(o * n + k) * inner + i] += g;
+                if (a.op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
+                for (k = 0; k < n; k++) a.out[(o * n + k) * inner + i] += g;
             }
         }
-    }
 }
 static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *gy,
                                     const int32_t *idx, gdl_real *gx) {
-    gdl__reduce_backward_job j_ = {op, outer, n, inner, gy, idx, gx};
-    gdl__parallel_for(outer, outer * n * inner, gdl__reduce_backward_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.op = op; a.n = n; a.inner = inner; a.gy = gy; a.argmax = idx; a.out = gx;
+    gdl__parallel_loop(outer, outer * n * inner, gdl__reduce_backward_part, &a);
     return 0;
 }
 
@@ -5108,79 +5137,51 @@ static int gdl__cpu_argmax(int64_t outer, int64_t n, int64_t inner, const gdl_re
     return 0;
 }
 
-typedef struct {
-    int log_;
-    int64_t outer;
-    int64_t n;
-    int64_t inner;
-    const gdl_real *x;
-    gdl_real *y;
-} gdl__softmax_job;
-static void gdl__softmax_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__softmax_job *a_ = (const gdl__softmax_job *)p_;
-    int log_ = a_->log_;
-    int64_t n = a_->n;
-    int64_t inner = a_->inner;
-    const gdl_real *x = a_->x;
-    gdl_real *y = a_->y;
-    int64_t o;
-    for (o = lo_; o < hi_; o++) {
-        int64_t i, k;
+/* op: log_softmax */
+static void gdl__softmax_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t n = a.n, inner = a.inner;
+    int64_t o, i, k;
+    for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
-            const gdl_real *p = x + o * n * inner + i;
-            gdl_real *q = y + o * n * inner + i;
+            const gdl_real *p = a.x + o * n * inner + i;
+            gdl_real *q = a.out + o * n * inner + i;
             double mx = -INFINITY, s = 0, lse;
             for (k = 0; k < n; k++)
                 if (p[k * inner] > mx) mx = p[k * inner];
             for (k = 0; k < n; k++) s += exp(p[k * inner] - mx);
             lse = mx + log(s);
             for (k = 0; k < n; k++)
-                q[k * inner] = (gdl_real)(log_ ? p[k * inner] - lse : exp(p[k * inner] - lse));
+                q[k * inner] = (gdl_real)(a.op ? p[k * inner] - lse : exp(p[k * inner] - lse));
         }
-    }
 }
 static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y) {
-    gdl__softmax_job j_ = {log_, outer, n, inner, x, y};
-    gdl__parallel_for(outer, outer * n * inner, gdl__softmax_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.op = log_; a.n = n; a.inner = inner; a.x = x; a.out = y;
+    gdl__parallel_loop(outer, outer * n * inner, gdl__softmax_part, &a);
     return 0;
 }
 
-typedef struct {
-    int log_;
-    int64_t outer;
-    int64_t n;
-    int64_t inner;
-    const gdl_real *y;
-    const gdl_real *gy;
-    gdl_real *gx;
-} gdl__softmax_backward_job;
-static void gdl__softmax_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__softmax_backward_job *a_ = (const gdl__softmax_backward_job *)p_;
-    int log_ = a_->log_;
-    int64_t n = a_->n;
-    int64_t inner = a_->inner;
-    const gdl_real *y = a_->y;
-    const gdl_real *gy = a_->gy;
-    gdl_real *gx = a_->gx;
-    int64_t o;
-    for (o = lo_; o < hi_; o++) {
-        int64_t i, k;
+static void gdl__softmax_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t n = a.n, inner = a.inner;
+    const gdl_real *y = a.y, *gy = a.gy;
+    int64_t o, i, k;
+    for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
             int64_t base = o * n * inner + i;
             double s = 0;
             for (k = 0; k < n; k++)
-                s += log_ ? gy[base + k * inner] : gy[base + k * inner] * y[base + k * inner];
+                s += a.op ? gy[base + k * inner] : gy[base + k * inner] * y[base + k * inner];
             for (k = 0; k < n; k++) {
                 int64_t j = base + k * inner;
-                gx[j] += (gdl_real)(log_ ? gy[j] - exp(y[j]) * s : y[j] * (gy[j] - s));
+                a.out[j] += (gdl_real)(a.op ? gy[j] - exp(y[j]) * s : y[j] * (gy[j] - s));
             }
         }
-    }
 }
 static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y,
                                      const gdl_real *gy, gdl_real *gx) {
-    gdl__softmax_backward_job j_ = {log_, outer, n, inner, y, gy, gx};
-    gdl__parallel_for(outer, outer * n * inner, gdl__softmax_backward_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.op = log_; a.n = n; a.inner = inner; a.y = y; a.gy = gy; a.out = gx;
+    gdl__parallel_loop(outer, outer * n * inner, gdl__softmax_backward_part, &a);
     return 0;
 }
 
@@ -5195,20 +5196,13 @@ static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
     *hi = h;
 }
 
-typedef struct {
-    const gdl_conv_geom *g;
-    const gdl_real *x;
-    gdl_real *col;
-} gdl__im2col_job;
-static void gdl__im2col_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__im2col_job *a_ = (const gdl__im2col_job *)p_;
-    const gdl_conv_geom *g = a_->g;
-    const gdl_real *x = a_->x;
-    gdl_real *col = a_->col;
+/* The conv and pool parts do the planes (n, c) in [lo, hi) of a.g's geometry. */
+static void gdl__im2col_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t nc, OHW = (int64_t)g->OH * g->OW;
-    for (nc = lo_; nc < hi_; nc++) {
-        const gdl_real *xp = x + nc * g->H * g->W;
-        gdl_real *cp = col + nc * g->KH * g->KW * OHW; /* [n][c*KK + kk][ohw] */
+    for (nc = lo; nc < hi; nc++) {
+        const gdl_real *xp = a.x + nc * g->H * g->W;
+        gdl_real *cp = a.out + nc * g->KH * g->KW * OHW; /* [n][c*KK + kk][ohw] */
         int kh, kw, oh, ow, lo, hi;
         for (kh = 0; kh < g->KH; kh++)
             for (kw = 0; kw < g->KW; kw++) {
@@ -5233,25 +5227,19 @@ static void gdl__im2col_part(const void *p_, int64_t lo_, int64_t hi_) {
     }
 }
 static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
-    gdl__im2col_job j_ = {g, x, col};
-    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__im2col_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = x; a.out = col;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__im2col_part, &a);
     return 0;
 }
 
-typedef struct {
-    const gdl_conv_geom *g;
-    const gdl_real *col;
-    gdl_real *x;
-} gdl__col2im_job;
-static void gdl__col2im_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__col2im_job *a_ = (const gdl__col2im_job *)p_;
-    const gdl_conv_geom *g = a_->g;
-    const gdl_real *col = a_->col;
-    gdl_real *x = a_->x;
+/* x: the columns; out: the image they add into */
+static void gdl__col2im_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t nc, OHW = (int64_t)g->OH * g->OW;
-    for (nc = lo_; nc < hi_; nc++) {
-        gdl_real *xp = x + nc * g->H * g->W;
-        const gdl_real *cp = col + nc * g->KH * g->KW * OHW;
+    for (nc = lo; nc < hi; nc++) {
+        gdl_real *xp = a.out + nc * g->H * g->W;
+        const gdl_real *cp = a.x + nc * g->KH * g->KW * OHW;
         int kh, kw, oh, ow, lo, hi;
         for (kh = 0; kh < g->KH; kh++)
             for (kw = 0; kw < g->KW; kw++) {
@@ -5271,8 +5259,9 @@ static void gdl__col2im_part(const void *p_, int64_t lo_, int64_t hi_) {
     }
 }
 static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
-    gdl__col2im_job j_ = {g, col, x};
-    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = col; a.out = x;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &a);
     return 0;
 }
 
@@ -5315,26 +5304,17 @@ static void gdl__maxpool2x2_row(const gdl_real *r0, int W, int32_t base, int OW,
     }
 }
 
-typedef struct {
-    const gdl_conv_geom *g;
-    const gdl_real *x;
-    gdl_real *y;
-    int32_t *idx;
-} gdl__maxpool_job;
-static void gdl__maxpool_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__maxpool_job *a_ = (const gdl__maxpool_job *)p_;
-    const gdl_conv_geom *g = a_->g;
-    const gdl_real *x = a_->x;
-    gdl_real *y = a_->y;
-    int32_t *idx = a_->idx;
+static void gdl__maxpool_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t p;
-    for (p = lo_; p < hi_; p++) {
-        const gdl_real *xp = x + p * g->H * g->W;
+    for (p = lo; p < hi; p++) {
+        const gdl_real *xp = a.x + p * g->H * g->W;
         int oh, ow, kh, kw;
         if (g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->PH == 0 && g->PW == 0) {
             const int W = g->W, OH = g->OH, OW = g->OW;
             for (oh = 0; oh < OH; oh++)
-                gdl__maxpool2x2_row(xp + 2 * oh * W, W, 2 * oh * W, OW, y + (p * OH + oh) * OW, idx + (p * OH + oh) * OW);
+                gdl__maxpool2x2_row(xp + 2 * oh * W, W, 2 * oh * W, OW, a.out + (p * OH + oh) * OW,
+                                    a.idx + (p * OH + oh) * OW);
             continue;
         }
         if (g->PH == 0 && g->PW == 0 && g->DH == 1 && g->DW == 1) { /* every window inside the plane */
@@ -5351,8 +5331,8 @@ static void gdl__maxpool_part(const void *p_, int64_t lo_, int64_t hi_) {
                             best = take ? v : best;
                             bi = take ? j : bi;
                         }
-                    y[(p * g->OH + oh) * g->OW + ow] = best;
-                    idx[(p * g->OH + oh) * g->OW + ow] = bi;
+                    a.out[(p * g->OH + oh) * g->OW + ow] = best;
+                    a.idx[(p * g->OH + oh) * g->OW + ow] = bi;
                 }
             continue;
         }
@@ -5373,14 +5353,15 @@ static void gdl__maxpool_part(const void *p_, int64_t lo_, int64_t hi_) {
                         }
                     }
                 }
-                y[(p * g->OH + oh) * g->OW + ow] = best;
-                idx[(p * g->OH + oh) * g->OW + ow] = bi < 0 ? 0 : bi;
+                a.out[(p * g->OH + oh) * g->OW + ow] = best;
+                a.idx[(p * g->OH + oh) * g->OW + ow] = bi < 0 ? 0 : bi;
             }
     }
 }
 static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
-    gdl__maxpool_job j_ = {g, x, y, idx};
-    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__maxpool_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = x; a.out = y; a.idx = idx;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__maxpool_part, &a);
     return 0;
 }
 
@@ -5393,19 +5374,11 @@ static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy,
     return 0;
 }
 
-typedef struct {
-    const gdl_conv_geom *g;
-    const gdl_real *x;
-    gdl_real *y;
-} gdl__avgpool_job;
-static void gdl__avgpool_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__avgpool_job *a_ = (const gdl__avgpool_job *)p_;
-    const gdl_conv_geom *g = a_->g;
-    const gdl_real *x = a_->x;
-    gdl_real *y = a_->y;
+static void gdl__avgpool_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t p;
-    for (p = lo_; p < hi_; p++) {
-        const gdl_real *xp = x + p * g->H * g->W;
+    for (p = lo; p < hi; p++) {
+        const gdl_real *xp = a.x + p * g->H * g->W;
         int oh, ow, kh, kw;
         for (oh = 0; oh < g->OH; oh++)
             for (ow = 0; ow < g->OW; ow++) {
@@ -5418,33 +5391,26 @@ static void gdl__avgpool_part(const void *p_, int64_t lo_, int64_t hi_) {
                         if (iw >= 0 && iw < g->W) s += xp[ih * g->W + iw];
                     }
                 }
-                y[(p * g->OH + oh) * g->OW + ow] = (gdl_real)(s / (g->KH * g->KW));
+                a.out[(p * g->OH + oh) * g->OW + ow] = (gdl_real)(s / (g->KH * g->KW));
             }
     }
 }
 static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
-    gdl__avgpool_job j_ = {g, x, y};
-    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = x; a.out = y;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_part, &a);
     return 0;
 }
 
-typedef struct {
-    const gdl_conv_geom *g;
-    const gdl_real *gy;
-    gdl_real *gx;
-} gdl__avgpool_backward_job;
-static void gdl__avgpool_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__avgpool_backward_job *a_ = (const gdl__avgpool_backward_job *)p_;
-    const gdl_conv_geom *g = a_->g;
-    const gdl_real *gy = a_->gy;
-    gdl_real *gx = a_->gx;
+static void gdl__avgpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t p;
-    for (p = lo_; p < hi_; p++) {
-        gdl_real *xp = gx + p * g->H * g->W;
+    for (p = lo; p < hi; p++) {
+        gdl_real *xp = a.out + p * g->H * g->W;
         int oh, ow, kh, kw;
         for (oh = 0; oh < g->OH; oh++)
             for (ow = 0; ow < g->OW; ow++) {
-                gdl_real v = gy[(p * g->OH + oh) * g->OW + ow] / (gdl_real)(g->KH * g->KW);
+                gdl_real v = a.gy[(p * g->OH + oh) * g->OW + ow] / (gdl_real)(g->KH * g->KW);
                 for (kh = 0; kh < g->KH; kh++) {
                     int ih = oh * g->SH - g->PH + kh;
                     if (ih < 0 || ih >= g->H) continue;
@@ -5457,8 +5423,9 @@ static void gdl__avgpool_backward_part(const void *p_, int64_t lo_, int64_t hi_)
     }
 }
 static int gdl__cpu_avgpool_backward(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
-    gdl__avgpool_backward_job j_ = {g, gy, gx};
-    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_backward_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.g = g; a.gy = gy; a.out = gx;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_backward_part, &a);
     return 0;
 }
 
@@ -5474,49 +5441,27 @@ static int gdl__cpu_copy2d(int64_t rows, int64_t cols, const gdl_real *src, int6
     return 0;
 }
 
-typedef struct {
-    int64_t n;
-    double p;
-    uint64_t seed;
-    const gdl_real *x;
-    gdl_real *y;
-} gdl__dropout_job;
-static void gdl__dropout_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__dropout_job *a_ = (const gdl__dropout_job *)p_;
-    double p = a_->p;
-    uint64_t seed = a_->seed;
-    const gdl_real *x = a_->x;
-    gdl_real *y = a_->y;
+static void gdl__dropout_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_real scale = a.p < 1 ? (gdl_real)(1.0 / (1.0 - a.p)) : 0;
     int64_t i;
-    gdl_real scale = p < 1 ? (gdl_real)(1.0 / (1.0 - p)) : 0;
-    for (i = lo_; i < hi_; i++) y[i] = gdl_dropout_keep(seed, (uint64_t)i, p) ? x[i] * scale : 0;
+    for (i = lo; i < hi; i++) a.out[i] = gdl_dropout_keep(a.seed, (uint64_t)i, a.p) ? a.x[i] * scale : 0;
 }
 static int gdl__cpu_dropout(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
-    gdl__dropout_job j_ = {n, p, seed, x, y};
-    gdl__parallel_for(n, n, gdl__dropout_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.p = p; a.seed = seed; a.x = x; a.out = y;
+    gdl__parallel_loop(n, n, gdl__dropout_part, &a);
     return 0;
 }
-typedef struct {
-    int64_t n;
-    double p;
-    uint64_t seed;
-    const gdl_real *gy;
-    gdl_real *gx;
-} gdl__dropout_backward_job;
-static void gdl__dropout_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__dropout_backward_job *a_ = (const gdl__dropout_backward_job *)p_;
-    double p = a_->p;
-    uint64_t seed = a_->seed;
-    const gdl_real *gy = a_->gy;
-    gdl_real *gx = a_->gx;
+static void gdl__dropout_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_real scale = a.p < 1 ? (gdl_real)(1.0 / (1.0 - a.p)) : 0;
     int64_t i;
-    gdl_real scale = p < 1 ? (gdl_real)(1.0 / (1.0 - p)) : 0;
-    for (i = lo_; i < hi_; i++)
-        if (gdl_dropout_keep(seed, (uint64_t)i, p)) gx[i] += gy[i] * scale;
+    for (i = lo; i < hi; i++)
+        if (gdl_dropout_keep(a.seed, (uint64_t)i, a.p)) a.out[i] += a.gy[i] * scale;
 }
 static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
-    gdl__dropout_backward_job j_ = {n, p, seed, gy, gx};
-    gdl__parallel_for(n, n, gdl__dropout_backward_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.p = p; a.seed = seed; a.gy = gy; a.out = gx;
+    gdl__parallel_loop(n, n, gdl__dropout_backward_part, &a);
     return 0;
 }
 
@@ -5586,53 +5531,41 @@ static void gdl__lp_put(gdl_dtype dt, void *dst, int64_t off, int64_t n, const g
     }
 }
 
-typedef struct {
-    gdl_dtype dt;
-    int op;
-    const void *x, *y, *gy;
-    void *out;
-    gdl_real alpha;
-    double p;
-    uint64_t seed;
-} gdl__lp_job;
-
-static void gdl__unary_lp_part(const void *p_, int64_t lo, int64_t hi) {
-    const gdl__lp_job *j = (const gdl__lp_job *)p_;
-    gdl_real xb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK], alpha = j->alpha;
+/* The parts below read and write a.dt's lx, ly, lgy, lout. */
+static void gdl__unary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
+    gdl_real xb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK], alpha = a.alpha;
     int64_t c, i, m;
     for (c = lo; c < hi; c += m) {
         m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
-        gdl__lp_get(j->dt, j->x, c, 1, m, xb);
-        switch (j->op) { /* gdl__cpu_unary's loops */
+        gdl__lp_get(a.dt, a.lx, c, 1, m, xb);
+        switch (a.op) { /* gdl__cpu_unary's loops */
         case GDL_UN_RELU: for (i = 0; i < m; i++) ob[i] = xb[i] > 0 ? xb[i] : 0; break;
         case GDL_UN_SCALE: for (i = 0; i < m; i++) ob[i] = alpha * xb[i]; break;
         case GDL_UN_ADD_SCALAR: for (i = 0; i < m; i++) ob[i] = xb[i] + alpha; break;
-        default: for (i = 0; i < m; i++) ob[i] = gdl__unary1(j->op, xb[i], alpha); break;
+        default: for (i = 0; i < m; i++) ob[i] = gdl__unary1(a.op, xb[i], alpha); break;
         }
-        gdl__lp_put(j->dt, j->out, c, m, ob);
+        gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
 static int gdl__cpu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
-    gdl__lp_job j;
-    memset(&j, 0, sizeof j);
-    j.dt = dt; j.op = op; j.x = x; j.out = y; j.alpha = (gdl_real)alpha;
-    gdl__parallel_for(n, op == GDL_UN_RELU || op == GDL_UN_SCALE || op == GDL_UN_ADD_SCALAR ? n : 8 * n,
-                      gdl__unary_lp_part, &j);
+    gdl__args a = gdl__args_none();
+    a.dt = dt; a.op = op; a.lx = x; a.lout = y; a.alpha = (gdl_real)alpha;
+    gdl__parallel_loop(n, op == GDL_UN_RELU || op == GDL_UN_SCALE || op == GDL_UN_ADD_SCALAR ? n : 8 * n,
+                       gdl__unary_lp_part, &a);
     return 0;
 }
 
-static void gdl__unary_backward_lp_part(const void *p_, int64_t lo, int64_t hi) {
-    const gdl__lp_job *j = (const gdl__lp_job *)p_;
-    gdl_real xb[GDL__LP_CHUNK], yb[GDL__LP_CHUNK], gyb[GDL__LP_CHUNK], gb[GDL__LP_CHUNK], alpha = j->alpha;
+static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
+    gdl_real xb[GDL__LP_CHUNK], yb[GDL__LP_CHUNK], gyb[GDL__LP_CHUNK], gb[GDL__LP_CHUNK], alpha = a.alpha;
     int64_t c, i, m;
-    int op = j->op, need_y = op == GDL_UN_SIGMOID || op == GDL_UN_TANH || op == GDL_UN_EXP;
+    int op = a.op, need_y = op == GDL_UN_SIGMOID || op == GDL_UN_TANH || op == GDL_UN_EXP;
     for (c = lo; c < hi; c += m) {
         m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
-        gdl__lp_get(j->dt, j->x, c, 1, m, xb);
-        if (need_y) gdl__lp_get(j->dt, j->y, c, 1, m, yb);
+        gdl__lp_get(a.dt, a.lx, c, 1, m, xb);
+        if (need_y) gdl__lp_get(a.dt, a.ly, c, 1, m, yb);
         else for (i = 0; i < m; i++) yb[i] = 0;
-        gdl__lp_get(j->dt, j->gy, c, 1, m, gyb);
-        gdl__lp_get(j->dt, j->out, c, 1, m, gb);
+        gdl__lp_get(a.dt, a.lgy, c, 1, m, gyb);
+        gdl__lp_get(a.dt, a.lout, c, 1, m, gb);
         switch (op) { /* gdl__cpu_unary_backward's loops */
         case GDL_UN_RELU: for (i = 0; i < m; i++) gb[i] += xb[i] > 0 ? gyb[i] : 0; break;
         case GDL_UN_LEAKY_RELU: for (i = 0; i < m; i++) gb[i] += xb[i] > 0 ? gyb[i] : alpha * gyb[i]; break;
@@ -5644,15 +5577,14 @@ static void gdl__unary_backward_lp_part(const void *p_, int64_t lo, int64_t hi) 
             for (i = 0; i < m; i++) gb[i] += (gdl_real)(gyb[i] * gdl__unary_grad1(op, xb[i], yb[i], alpha));
             break;
         }
-        gdl__lp_put(j->dt, j->out, c, m, gb);
+        gdl__lp_put(a.dt, a.lout, c, m, gb);
     }
 }
 static int gdl__cpu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
                                       void *gx, float alpha) {
-    gdl__lp_job j;
-    memset(&j, 0, sizeof j);
-    j.dt = dt; j.op = op; j.x = x; j.y = y; j.gy = gy; j.out = gx; j.alpha = (gdl_real)alpha;
-    gdl__parallel_for(n, 8 * n, gdl__unary_backward_lp_part, &j);
+    gdl__args a = gdl__args_none();
+    a.dt = dt; a.op = op; a.lx = x; a.ly = y; a.lgy = gy; a.lout = gx; a.alpha = (gdl_real)alpha;
+    gdl__parallel_loop(n, 8 * n, gdl__unary_backward_lp_part, &a);
     return 0;
 }
 
@@ -5669,6 +5601,7 @@ static void gdl__row_offsets(int ndim, const int64_t *shape, int64_t r, const in
     }
 }
 
+/* rows [lo, hi); a.ctx: the arguments (their own kinds: strides, three dtypes) */
 typedef struct {
     int op, ndim;
     const int64_t *shape, *astr, *bstr;
@@ -5676,8 +5609,8 @@ typedef struct {
     const void *a, *b;
     void *out;
 } gdl__binary_lp_job;
-static void gdl__binary_lp_part(const void *p_, int64_t lo, int64_t hi) {
-    const gdl__binary_lp_job *j = (const gdl__binary_lp_job *)p_;
+static void gdl__binary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__binary_lp_job *j = (const gdl__binary_lp_job *)a.ctx;
     int nd = j->ndim;
     int64_t inner = nd ? j->shape[nd - 1] : 1, sa = nd ? j->astr[nd - 1] : 0, sb = nd ? j->bstr[nd - 1] : 0, r, c, m;
     gdl_real ab[GDL__LP_CHUNK], bb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK];
@@ -5698,11 +5631,13 @@ static int gdl__cpu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype 
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1;
     int d;
     gdl__binary_lp_job j;
+    gdl__args args = gdl__args_none();
     for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
     if (inner == 0 || rows == 0) return 0;
     j.op = op; j.ndim = ndim; j.shape = shape; j.astr = astr; j.bstr = bstr;
     j.at = at; j.bt = bt; j.ot = ot; j.a = a; j.b = b; j.out = out;
-    gdl__parallel_for(rows, rows * inner, gdl__binary_lp_part, &j);
+    args.ctx = &j;
+    gdl__parallel_loop(rows, rows * inner, gdl__binary_lp_part, &args);
     return 0;
 }
 
@@ -5746,34 +5681,31 @@ static int gdl__cpu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, cons
     return 0;
 }
 
-static void gdl__dropout_lp_part(const void *p_, int64_t lo, int64_t hi) {
-    const gdl__lp_job *j = (const gdl__lp_job *)p_;
-    gdl_real xb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK], scale = j->p < 1 ? (gdl_real)(1.0 / (1.0 - j->p)) : 0;
+static void gdl__dropout_lp_part(gdl__args a, int64_t lo, int64_t hi) {
+    gdl_real xb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK], scale = a.p < 1 ? (gdl_real)(1.0 / (1.0 - a.p)) : 0;
     int64_t c, i, m;
     for (c = lo; c < hi; c += m) {
         m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
-        gdl__lp_get(j->dt, j->x, c, 1, m, xb);
-        if (j->gy) { /* backward: gx += kept gy * scale (a dropped element adds 0, as the cast path's f32 gradient) */
-            gdl__lp_get(j->dt, j->out, c, 1, m, ob);
-            for (i = 0; i < m; i++) ob[i] += gdl_dropout_keep(j->seed, (uint64_t)(c + i), j->p) ? xb[i] * scale : 0;
+        gdl__lp_get(a.dt, a.lx, c, 1, m, xb);
+        if (a.lgy) { /* backward: gx += kept gy * scale (a dropped element adds 0, as the cast path's f32 gradient) */
+            gdl__lp_get(a.dt, a.lout, c, 1, m, ob);
+            for (i = 0; i < m; i++) ob[i] += gdl_dropout_keep(a.seed, (uint64_t)(c + i), a.p) ? xb[i] * scale : 0;
         } else {
-            for (i = 0; i < m; i++) ob[i] = gdl_dropout_keep(j->seed, (uint64_t)(c + i), j->p) ? xb[i] * scale : 0;
+            for (i = 0; i < m; i++) ob[i] = gdl_dropout_keep(a.seed, (uint64_t)(c + i), a.p) ? xb[i] * scale : 0;
         }
-        gdl__lp_put(j->dt, j->out, c, m, ob);
+        gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
 static int gdl__cpu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
-    gdl__lp_job j;
-    memset(&j, 0, sizeof j);
-    j.dt = dt; j.x = x; j.out = y; j.p = p; j.seed = seed;
-    gdl__parallel_for(n, n, gdl__dropout_lp_part, &j);
+    gdl__args a = gdl__args_none();
+    a.dt = dt; a.lx = x; a.lout = y; a.p = p; a.seed = seed;
+    gdl__parallel_loop(n, n, gdl__dropout_lp_part, &a);
     return 0;
 }
 static int gdl__cpu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
-    gdl__lp_job j;
-    memset(&j, 0, sizeof j);
-    j.dt = dt; j.x = gy; j.gy = gy; j.out = gx; j.p = p; j.seed = seed;
-    gdl__parallel_for(n, n, gdl__dropout_lp_part, &j);
+    gdl__args a = gdl__args_none();
+    a.dt = dt; a.lx = gy; a.lgy = gy; a.lout = gx; a.p = p; a.seed = seed;
+    gdl__parallel_loop(n, n, gdl__dropout_lp_part, &a);
     return 0;
 }
 
@@ -5798,43 +5730,25 @@ static int gdl__cpu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const vo
     return 0;
 }
 
+/* The normalisations' arguments are theirs alone: a struct of them in a.ctx,
+   copied (as gdl__args is) so that the loops keep its fields in registers.
+   A part does the channels (batchnorm) or rows (layernorm) [lo, hi). */
 typedef struct {
-    int64_t N;
-    int64_t C;
-    int64_t S;
-    const gdl_real *x;
-    const gdl_real *gamma;
-    const gdl_real *beta;
-    gdl_real *y;
-    gdl_real *mean;
-    gdl_real *invstd;
-    gdl_real *run_mean;
-    gdl_real *run_var;
+    int64_t N, C, S;
+    const gdl_real *x, *gamma, *beta;
+    gdl_real *y, *mean, *invstd, *run_mean, *run_var;
     int training;
-    double momentum;
-    double eps;
+    double momentum, eps;
 } gdl__batchnorm_job;
-static void gdl__batchnorm_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__batchnorm_job *a_ = (const gdl__batchnorm_job *)p_;
-    int64_t N = a_->N;
-    int64_t C = a_->C;
-    int64_t S = a_->S;
-    const gdl_real *x = a_->x;
-    const gdl_real *gamma = a_->gamma;
-    const gdl_real *beta = a_->beta;
-    gdl_real *y = a_->y;
-    gdl_real *mean = a_->mean;
-    gdl_real *invstd = a_->invstd;
-    gdl_real *run_mean = a_->run_mean;
-    gdl_real *run_var = a_->run_var;
-    int training = a_->training;
-    double momentum = a_->momentum;
-    double eps = a_->eps;
+static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__batchnorm_job b = *(const gdl__batchnorm_job *)a.ctx;
+    const int64_t N = b.N, C = b.C, S = b.S;
+    const gdl_real *x = b.x;
     int64_t c;
-    for (c = lo_; c < hi_; c++) {
+    for (c = lo; c < hi; c++) {
         int64_t n, s, M = N * S;
-        double mu, var, is, gm = gamma ? gamma[c] : 1, bt = beta ? beta[c] : 0;
-        if (training) {
+        double mu, var, is, gm = b.gamma ? b.gamma[c] : 1, bt = b.beta ? b.beta[c] : 0;
+        if (b.training) {
             double sum = 0, sq = 0;
             for (n = 0; n < N; n++)
                 for (s = 0; s < S; s++) sum += x[(n * C + c) * S + s];
@@ -5845,88 +5759,74 @@ static void gdl__batchnorm_part(const void *p_, int64_t lo_, int64_t hi_) {
                     sq += d * d;
                 }
             var = sq / (double)M;
-            if (run_mean) {
-                run_mean[c] = (gdl_real)((1 - momentum) * run_mean[c] + momentum * mu);
-                run_var[c] = (gdl_real)((1 - momentum) * run_var[c] + momentum * (M > 1 ? sq / (double)(M - 1) : var));
+            if (b.run_mean) {
+                b.run_mean[c] = (gdl_real)((1 - b.momentum) * b.run_mean[c] + b.momentum * mu);
+                b.run_var[c] = (gdl_real)((1 - b.momentum) * b.run_var[c] + b.momentum * (M > 1 ? sq / (double)(M - 1) : var));
             }
         } else {
-            mu = run_mean[c];
-            var = run_var[c];
+            mu = b.run_mean[c];
+            var = b.run_var[c];
         }
-        is = 1.0 / sqrt(var + eps);
-        mean[c] = (gdl_real)mu;
-        invstd[c] = (gdl_real)is;
+        is = 1.0 / sqrt(var + b.eps);
+        b.mean[c] = (gdl_real)mu;
+        b.invstd[c] = (gdl_real)is;
         for (n = 0; n < N; n++)
             for (s = 0; s < S; s++) {
                 int64_t j = (n * C + c) * S + s;
-                y[j] = (gdl_real)((x[j] - mu) * is * gm + bt);
+                b.y[j] = (gdl_real)((x[j] - mu) * is * gm + bt);
             }
     }
 }
 static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
                               gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps) {
-    gdl__batchnorm_job j_ = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps};
-    gdl__parallel_for(C, N * C * S, gdl__batchnorm_part, &j_);
+    gdl__batchnorm_job b = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    gdl__parallel_loop(C, N * C * S, gdl__batchnorm_part, &a);
     return 0;
 }
 
 typedef struct {
-    int64_t N;
-    int64_t C;
-    int64_t S;
-    const gdl_real *x;
-    const gdl_real *gy;
-    const gdl_real *gamma;
-    const gdl_real *mean;
-    const gdl_real *invstd;
+    int64_t N, C, S;
+    const gdl_real *x, *gy, *gamma, *mean, *invstd;
     int training;
-    gdl_real *gx;
-    gdl_real *ggamma;
-    gdl_real *gbeta;
+    gdl_real *gx, *ggamma, *gbeta;
 } gdl__batchnorm_backward_job;
-static void gdl__batchnorm_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__batchnorm_backward_job *a_ = (const gdl__batchnorm_backward_job *)p_;
-    int64_t N = a_->N;
-    int64_t C = a_->C;
-    int64_t S = a_->S;
-    const gdl_real *x = a_->x;
-    const gdl_real *gy = a_->gy;
-    const gdl_real *gamma = a_->gamma;
-    const gdl_real *mean = a_->mean;
-    const gdl_real *invstd = a_->invstd;
-    int training = a_->training;
-    gdl_real *gx = a_->gx;
-    gdl_real *ggamma = a_->ggamma;
-    gdl_real *gbeta = a_->gbeta;
+static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__batchnorm_backward_job b = *(const gdl__batchnorm_backward_job *)a.ctx;
+    const int64_t N = b.N, C = b.C, S = b.S;
+    const gdl_real *x = b.x, *gy = b.gy;
     int64_t c;
-    for (c = lo_; c < hi_; c++) {
+    for (c = lo; c < hi; c++) {
         int64_t n, s, M = N * S;
-        double sg = 0, sgx = 0, mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1;
+        double sg = 0, sgx = 0, mu = b.mean[c], is = b.invstd[c], gm = b.gamma ? b.gamma[c] : 1;
         for (n = 0; n < N; n++)
             for (s = 0; s < S; s++) {
                 int64_t j = (n * C + c) * S + s;
                 sg += gy[j];
                 sgx += gy[j] * (x[j] - mu) * is;
             }
-        if (ggamma) ggamma[c] += (gdl_real)sgx;
-        if (gbeta) gbeta[c] += (gdl_real)sg;
-        if (!gx) continue;
+        if (b.ggamma) b.ggamma[c] += (gdl_real)sgx;
+        if (b.gbeta) b.gbeta[c] += (gdl_real)sg;
+        if (!b.gx) continue;
         for (n = 0; n < N; n++)
             for (s = 0; s < S; s++) {
                 int64_t j = (n * C + c) * S + s;
-                if (training)
-                    gx[j] += (gdl_real)(gm * is / (double)M * ((double)M * gy[j] - sg - (x[j] - mu) * is * sgx));
+                if (b.training)
+                    b.gx[j] += (gdl_real)(gm * is / (double)M * ((double)M * gy[j] - sg - (x[j] - mu) * is * sgx));
                 else
-                    gx[j] += (gdl_real)(gy[j] * gm * is);
+                    b.gx[j] += (gdl_real)(gy[j] * gm * is);
             }
     }
 }
 static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
                                        int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
-    gdl__batchnorm_backward_job j_ = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta};
-    gdl__parallel_for(C, N * C * S, gdl__batchnorm_backward_part, &j_);
+    gdl__batchnorm_backward_job b = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    gdl__parallel_loop(C, N * C * S, gdl__batchnorm_backward_part, &a);
     return 0;
 }
 
@@ -5964,18 +5864,12 @@ static int gdl__cpu_lp_check(const char *entry, gdl_dtype dt) {
 /* im2col moves values without arithmetic: the 16-bit patterns are gathered
    as they are (f16 and bf16 alike; +0 is 0 in both), in the f32 kernel's
    layout, planes split over the threads */
-typedef struct {
-    const gdl_conv_geom *g;
-    const uint16_t *x;
-    uint16_t *col;
-} gdl__im2col16_job;
-static void gdl__im2col16_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__im2col16_job *a_ = (const gdl__im2col16_job *)p_;
-    const gdl_conv_geom *g = a_->g;
+static void gdl__im2col16_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t nc, OHW = (int64_t)g->OH * g->OW;
-    for (nc = lo_; nc < hi_; nc++) {
-        const uint16_t *xp = a_->x + nc * g->H * g->W;
-        uint16_t *cp = a_->col + nc * g->KH * g->KW * OHW;
+    for (nc = lo; nc < hi; nc++) {
+        const uint16_t *xp = (const uint16_t *)a.lx + nc * g->H * g->W;
+        uint16_t *cp = (uint16_t *)a.lout + nc * g->KH * g->KW * OHW;
         int kh, kw, oh, ow;
         for (kh = 0; kh < g->KH; kh++)
             for (kw = 0; kw < g->KW; kw++)
@@ -5994,12 +5888,10 @@ static void gdl__im2col16_part(const void *p_, int64_t lo_, int64_t hi_) {
     }
 }
 static int gdl__cpu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
-    gdl__im2col16_job j_;
+    gdl__args a = gdl__args_none();
     if (gdl__cpu_lp_check("im2col", dt) < 0) return -1;
-    j_.g = g;
-    j_.x = (const uint16_t *)x;
-    j_.col = (uint16_t *)col;
-    gdl__parallel_for((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &j_);
+    a.g = g; a.lx = x; a.lout = col;
+    gdl__parallel_loop((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &a);
     return 0;
 }
 static int gdl__cpu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
@@ -6090,45 +5982,35 @@ static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, in
 }
 
 typedef struct {
-    int64_t rows;
-    int64_t D;
-    const gdl_real *x;
-    const gdl_real *gamma;
-    const gdl_real *beta;
+    int64_t rows, D;
+    const gdl_real *x, *gamma, *beta;
     double eps;
-    gdl_real *y;
-    gdl_real *mean;
-    gdl_real *rstd;
+    gdl_real *y, *mean, *rstd;
 } gdl__layernorm_job;
-static void gdl__layernorm_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__layernorm_job *a_ = (const gdl__layernorm_job *)p_;
-    int64_t D = a_->D;
-    const gdl_real *x = a_->x;
-    const gdl_real *gamma = a_->gamma;
-    const gdl_real *beta = a_->beta;
-    double eps = a_->eps;
-    gdl_real *y = a_->y;
-    gdl_real *mean = a_->mean;
-    gdl_real *rstd = a_->rstd;
+static void gdl__layernorm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__layernorm_job b = *(const gdl__layernorm_job *)a.ctx;
+    const int64_t D = b.D;
     int64_t r;
-    for (r = lo_; r < hi_; r++) {
-        const gdl_real *p = x + r * D;
+    for (r = lo; r < hi; r++) {
+        const gdl_real *p = b.x + r * D;
         double s = 0, sq = 0, mu, rs;
         int64_t k;
         for (k = 0; k < D; k++) s += p[k];
         mu = s / (double)D;
         for (k = 0; k < D; k++) sq += (p[k] - mu) * (p[k] - mu);
-        rs = 1.0 / sqrt(sq / (double)D + eps);
-        mean[r] = (gdl_real)mu;
-        rstd[r] = (gdl_real)rs;
+        rs = 1.0 / sqrt(sq / (double)D + b.eps);
+        b.mean[r] = (gdl_real)mu;
+        b.rstd[r] = (gdl_real)rs;
         for (k = 0; k < D; k++)
-            y[r * D + k] = (gdl_real)((p[k] - mu) * rs * (gamma ? gamma[k] : 1) + (beta ? beta[k] : 0));
+            b.y[r * D + k] = (gdl_real)((p[k] - mu) * rs * (b.gamma ? b.gamma[k] : 1) + (b.beta ? b.beta[k] : 0));
     }
 }
 static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd) {
-    gdl__layernorm_job j_ = {rows, D, x, gamma, beta, eps, y, mean, rstd};
-    gdl__parallel_for(rows, rows * D, gdl__layernorm_part, &j_);
+    gdl__layernorm_job b = {rows, D, x, gamma, beta, eps, y, mean, rstd};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    gdl__parallel_loop(rows, rows * D, gdl__layernorm_part, &a);
     return 0;
 }
 
@@ -6250,21 +6132,6 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
     return 0;
 }
 
-typedef struct {
-    int64_t n;
-    gdl_real *p;
-    const gdl_real *g;
-    gdl_real *buf;
-    double lr;
-    double momentum;
-    double dampening;
-    double weight_decay;
-    int nesterov;
-    int first_step;
-    const uint16_t *glow; /* master weights (gdl_opt_tensor): the gradient of dtype low, ... */
-    uint16_t *plow;       /* ... and the parameter rounded from the f32 master p */
-    int low;
-} gdl__sgd_job;
 /* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even); bf16 spelt
    out (gdl_bf16_to_f32, gdl_f32_to_bf16) so the loops below keep no call */
 static float gdl__opt_lowf(int low, uint16_t h) {
@@ -6278,24 +6145,26 @@ static uint16_t gdl__opt_round(int low, float f) {
     q = (x >> 16) | 0x40u;                                  /* a NaN stays a (quiet) NaN */
     return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? q : r); /* a select: the loops vectorise */
 }
-static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__sgd_job *a_ = (const gdl__sgd_job *)p_;
-    gdl_real *p = a_->p;
-    const gdl_real *g = a_->g;
-    gdl_real *buf = a_->buf;
-    double lr = a_->lr;
-    double momentum = a_->momentum;
-    double dampening = a_->dampening;
-    double weight_decay = a_->weight_decay;
-    int nesterov = a_->nesterov;
-    int first_step = a_->first_step;
+/* The optimizers' parts update the elements [lo, hi) of the tensor a.t with
+   its group's hyper-parameters (both copied: see gdl__args). */
+static void gdl__sgd_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_opt_tensor t = *a.t;
+    const gdl_opt_hyper h = *t.hyper;
+    gdl_real *p = t.p, *buf = t.s1; /* s1: the momentum buffer */
+    const gdl_real *g = t.g;
+    const double momentum = buf ? h.momentum : 0;
+    const int first_step = a.op; /* the buffer starts as the gradient */
+    /* locals, and first_step from the caller: gcc then unswitches the loops on them (a vectorised
+       version each); with first_step read from *t.step here it does not (gcc 12, -fopt-info-vec) */
+    const double lr = h.lr, dampening = h.dampening, weight_decay = h.weight_decay;
+    const int nesterov = h.nesterov;
     int64_t i;
-    if (a_->low) { /* the same formula on the f32 master, the gradient read from dtype low */
-        const uint16_t *glow = a_->glow;
-        uint16_t *plow = a_->plow;
-        const int low = a_->low;
+    if (t.low) { /* the same formula on the f32 master, the gradient read from dtype low */
+        const uint16_t *glow = (const uint16_t *)t.glow;
+        uint16_t *plow = (uint16_t *)t.plow;
+        const int low = t.low;
         if (low == GDL_BF16) /* the loop below with the dtype a constant (no call: vectorised) */
-            for (i = lo_; i < hi_; i++) {
+            for (i = lo; i < hi; i++) {
                 double d = (double)gdl__opt_lowf(GDL_BF16, glow[i]) + weight_decay * p[i];
                 if (momentum != 0) {
                     double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
@@ -6305,7 +6174,7 @@ static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
                 p[i] = (gdl_real)(p[i] - lr * d);
                 plow[i] = gdl__opt_round(GDL_BF16, (float)p[i]);
             }
-        else for (i = lo_; i < hi_; i++) {
+        else for (i = lo; i < hi; i++) {
             double d = (double)gdl__opt_lowf(low, glow[i]) + weight_decay * p[i];
             if (momentum != 0) {
                 double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
@@ -6317,7 +6186,7 @@ static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
         }
         return;
     }
-    for (i = lo_; i < hi_; i++) {
+    for (i = lo; i < hi; i++) {
         double d = g[i] + weight_decay * p[i];
         if (momentum != 0) {
             double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
@@ -6360,37 +6229,14 @@ static int gdl__cpu_sgd_multi(const void *table) {
     if (gdl__cpu_opt_skipped(tab)) return 0;
     for (k = 0; k < tab->count; k++) {
         const gdl_opt_tensor *t = &tab->t[k];
-        const gdl_opt_hyper *h = t->hyper;
-        gdl__sgd_job j_ = {t->n, t->p, t->g, t->s1, h->lr, t->s1 ? h->momentum : 0, h->dampening,
-                           h->weight_decay, h->nesterov, !t->step || *t->step == 0, NULL, NULL, 0};
-        if (t->low != GDL_F32) {
-            j_.glow = (const uint16_t *)t->glow;
-            j_.plow = (uint16_t *)t->plow;
-            j_.low = t->low;
-        }
-        gdl__parallel_for(t->n, t->n, gdl__sgd_part, &j_);
+        gdl__args a = gdl__args_none();
+        a.t = t; a.op = !t->step || *t->step == 0;
+        gdl__parallel_loop(t->n, t->n, gdl__sgd_part, &a);
     }
     gdl__cpu_opt_count(tab);
     return 0;
 }
 
-typedef struct {
-    int64_t n;
-    gdl_real *p;
-    const gdl_real *g;
-    gdl_real *m;
-    gdl_real *v;
-    double lr;
-    double beta1;
-    double beta2;
-    double eps;
-    double weight_decay;
-    int decoupled;
-    int64_t step;
-    const uint16_t *glow; /* master weights, as gdl__sgd_job */
-    uint16_t *plow;
-    int low;
-} gdl__adam_job;
 #if defined(GDL__GEMM_AVX512)
 /* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
 static __m256 gdl__bf16v_load(const uint16_t *h) {
@@ -6420,29 +6266,24 @@ static void gdl__bf16v_store(uint16_t *h, __m128 f) {
     _mm_storel_epi64((__m128i *)h, _mm_packus_epi32(r, r));
 }
 #endif
-static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__adam_job *a_ = (const gdl__adam_job *)p_;
-    gdl_real *p = a_->p;
-    const gdl_real *g = a_->g;
-    gdl_real *m = a_->m;
-    gdl_real *v = a_->v;
-    double lr = a_->lr;
-    double beta1 = a_->beta1;
-    double beta2 = a_->beta2;
-    double eps = a_->eps;
-    double weight_decay = a_->weight_decay;
-    int decoupled = a_->decoupled;
-    int64_t step = a_->step;
-    int64_t i = lo_;
+static void gdl__adam_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_opt_tensor t = *a.t;
+    const gdl_opt_hyper h = *t.hyper;
+    gdl_real *p = t.p, *m = t.s1, *v = t.s2; /* s1, s2: exp_avg, exp_avg_sq */
+    const gdl_real *g = t.g;
+    const int decoupled = a.op; /* AdamW */
+    const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2, eps = h.eps, weight_decay = h.weight_decay;
+    const int64_t stp = t.step ? *t.step : 0, step = stp < INT32_MAX ? stp + 1 : stp;
+    int64_t i = lo;
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
 #if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
     /* the loop below, 8 (4) elements at a time: the same operations in
        double, so the same bits; compilers do not vectorise the loop itself
        (sqrt's errno). Master weights in bf16 too (bg, bp: the gradient read
        from bf16, the parameter rounded to it); f16's go to the scalar loop. */
-    if (!a_->low || a_->low == GDL_BF16) {
-        const uint16_t *bg = a_->low ? a_->glow : NULL;
-        uint16_t *bp = a_->low ? a_->plow : NULL;
+    if (!t.low || t.low == GDL_BF16) {
+        const uint16_t *bg = t.low ? (const uint16_t *)t.glow : NULL;
+        uint16_t *bp = t.low ? (uint16_t *)t.plow : NULL;
 #ifdef GDL__GEMM_AVX512
 #define GDL__AW 8
 #define GDL__AV(f) _mm512_##f
@@ -6460,7 +6301,7 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
         const vd b2c = GDL__AV(set1_pd)(1 - beta2), vlr = GDL__AV(set1_pd)(lr), vbc1 = GDL__AV(set1_pd)(bc1);
         const vd vbc2 = GDL__AV(set1_pd)(bc2), veps = GDL__AV(set1_pd)(eps);
         const vd vwd = GDL__AV(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
-        for (; i + GDL__AW <= hi_; i += GDL__AW) {
+        for (; i + GDL__AW <= hi; i += GDL__AW) {
             vd gi = GDL__AV(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__AF(loadu_ps)(g + i));
             vd pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
             vf mf, vv, pn;
@@ -6483,11 +6324,11 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
 #undef GDL__AF
     }
 #endif
-    if (a_->low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
-        const uint16_t *glow = a_->glow;
-        uint16_t *plow = a_->plow;
-        const int low = a_->low;
-        for (; i < hi_; i++) {
+    if (t.low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
+        const uint16_t *glow = (const uint16_t *)t.glow;
+        uint16_t *plow = (uint16_t *)t.plow;
+        const int low = t.low;
+        for (; i < hi; i++) {
             double gi = gdl__opt_lowf(low, glow[i]), pi = p[i];
             gdl_real mi, vi;
             if (decoupled) pi -= lr * weight_decay * pi;
@@ -6499,7 +6340,7 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
         }
         return;
     }
-    for (; i < hi_; i++) {
+    for (; i < hi; i++) {
         double gi = g[i], pi = p[i];
         if (decoupled) pi -= lr * weight_decay * pi;
         else gi += weight_decay * pi;
@@ -6514,16 +6355,9 @@ static int gdl__cpu_adam_multi(const void *table, int decoupled) {
     if (gdl__cpu_opt_skipped(tab)) return 0;
     for (k = 0; k < tab->count; k++) {
         const gdl_opt_tensor *t = &tab->t[k];
-        const gdl_opt_hyper *h = t->hyper;
-        int64_t stp = t->step ? *t->step : 0;
-        gdl__adam_job j_ = {t->n, t->p, t->g, t->s1, t->s2, h->lr, h->beta1, h->beta2, h->eps,
-                            h->weight_decay, decoupled, stp < INT32_MAX ? stp + 1 : stp, NULL, NULL, 0};
-        if (t->low != GDL_F32) {
-            j_.glow = (const uint16_t *)t->glow;
-            j_.plow = (uint16_t *)t->plow;
-            j_.low = t->low;
-        }
-        gdl__parallel_for(t->n, t->n, gdl__adam_part, &j_);
+        gdl__args a = gdl__args_none();
+        a.t = t; a.op = decoupled;
+        gdl__parallel_loop(t->n, t->n, gdl__adam_part, &a);
     }
     gdl__cpu_opt_count(tab);
     return 0;

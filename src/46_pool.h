@@ -280,6 +280,55 @@ static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
 #define GDL__POOL_SPLIT 4
 #endif
 typedef void (*gdl__range_fn)(const void *ctx, int64_t lo, int64_t hi);
+
+/* The CPU kernels' parallel loops: the loop body is a function over a range
+   [lo, hi) of the loop's indices, and its arguments travel in one shared
+   struct, gdl__args, with a slot per role, so a kernel needs no struct of
+   its own and its body reads a.x, a.out ... directly:
+
+       static void gdl__scale_part(gdl__args a, int64_t lo, int64_t hi) {
+           int64_t i;
+           for (i = lo; i < hi; i++) a.out[i] = a.alpha * a.x[i];
+       }
+       ...
+       gdl__args a = gdl__args_none();
+       a.x = x; a.out = y; a.alpha = alpha;
+       gdl__parallel_loop(n, n, gdl__scale_part, &a);
+
+   A kernel sets only the slots its body reads; the rest stay 0 / NULL. A
+   kernel whose arguments fit no slot points ctx at a struct of them. The
+   body takes the struct by value: its own copy, which no store through
+   a.out can change, so the compiler keeps the slots in registers. A loop
+   that branches on slots reads them from locals (gdl__bias_act_part):
+   gcc unswitches loops on those (a vectorised version per case), not on
+   a's fields. */
+typedef struct gdl__args {
+    int op;                            /* the variant the body switches on: an op or activation, log_, decoupled */
+    int accumulate;                    /* add into the output instead of overwriting it */
+    int64_t n, inner, C;               /* sizes besides the loop's own: [outer][n][inner]; channels */
+    const gdl_real *x, *y, *gy, *bias; /* f32 inputs */
+    gdl_real *out, *pre;               /* f32 outputs */
+    int32_t *idx;                      /* argmax indices written (reduce, maxpool) */
+    const int32_t *argmax;             /* ... and read back (reduce_backward) */
+    gdl_real alpha;                    /* a scalar operand: unary's alpha, fill's value */
+    double p;                          /* dropout's probability ... */
+    uint64_t seed;                     /* ... and seed */
+    gdl_dtype dt;                      /* the low-precision kernels' dtype: of lx, ly, lgy, lout */
+    const void *lx, *ly, *lgy;
+    void *lout;
+    const gdl_conv_geom *g;            /* convolution and pooling */
+    const gdl_opt_tensor *t;           /* an optimizer's tensor */
+    const void *ctx;                   /* anything else: a struct of the caller's */
+} gdl__args;
+typedef void (*gdl__loop_fn)(gdl__args a, int64_t lo, int64_t hi);
+
+/* every slot 0 / NULL */
+static gdl__args gdl__args_none(void) {
+    gdl__args a;
+    memset(&a, 0, sizeof a);
+    return a;
+}
+
 typedef struct {
     gdl__range_fn fn;
     const void *ctx;
@@ -296,19 +345,48 @@ static void gdl__pfor_task(void *p, int t, int nt) {
     if (hi > lo) j->fn(j->ctx, lo, hi);
 }
 
-static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+/* The tasks a loop over [0, n) of `work` elements is cut into: 1 (run it on
+   the calling thread) below GDL__PAR_MIN */
+static int gdl__pfor_tasks(int64_t n, int64_t work) {
     int64_t nt = work > GDL__PAR_MIN ? (int64_t)GDL__POOL_SPLIT * gdl_get_num_threads() : 1;
+    return (int)(nt > n ? n : nt);
+}
+
+/* fn(ctx, lo, hi) over the ranges of [0, n) */
+static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+    const int nt = gdl__pfor_tasks(n, work);
     if (n <= 0) return;
-    if (nt > n) nt = n;
     if (nt > 1 && gdl__pool_acquire()) {
         gdl__pfor_job j;
         j.fn = fn;
         j.ctx = ctx;
         j.n = n;
-        gdl__pool_run((int)nt, gdl__pfor_task, &j);
+        gdl__pool_run(nt, gdl__pfor_task, &j);
         gdl__pool_release();
     } else {
         fn(ctx, 0, n);
     }
 }
 
+/* body(*a, lo, hi) over the ranges of [0, n): the CPU kernels' form. On one
+   thread, body is called here, directly, so that the compiler can inline
+   it into the kernel, as it would the loop written out there. */
+typedef struct {
+    gdl__loop_fn body;
+    const gdl__args *a;
+} gdl__loop_job;
+static void gdl__loop_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__loop_job *j = (const gdl__loop_job *)p;
+    j->body(*j->a, lo, hi);
+}
+static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+    if (n <= 0) return;
+    if (gdl__pfor_tasks(n, work) > 1) {
+        gdl__loop_job j;
+        j.body = body;
+        j.a = a;
+        gdl__parallel_for(n, work, gdl__loop_range, &j);
+    } else {
+        body(*a, 0, n);
+    }
+}

@@ -658,13 +658,17 @@ static void gdl__gemm_cell(int M, int N, int tm, int tn, int t, int *m0, int *m1
     if (*n1 > N) *n1 = N;
 }
 
-/* One rectangle of the grid: the pool's task t. */
+/* A threaded GEMM's tasks, each on its thread's packing buffers (asz + bsz
+   elements): the rectangles of a tm x tn grid of C (gdl__gemm_task), or the
+   products of a batch, sA, sB, sC apart (gdl__gemm_batch_task). */
 typedef struct {
     const gdl__gemm_args *g;
     int mc_blk, kc_blk, nc_blk, tm, tn;
     size_t asz, bsz;
+    ptrdiff_t sA, sB, sC;
 } gdl__gemm_job;
 
+/* One rectangle of the grid: the pool's task t. */
 static void gdl__gemm_task(void *p, int t, int nt) {
     const gdl__gemm_job *j = (const gdl__gemm_job *)p;
     gdl_real *buf = gdl__gemm_buf + (size_t)t * (j->asz + j->bsz);
@@ -715,6 +719,7 @@ static void gdl__gemm_run(const gdl__gemm_args *g) {
         j.mc_blk = mc_blk; j.kc_blk = kc_blk; j.nc_blk = nc_blk;
         j.tm = tm; j.tn = tn;
         j.asz = asz; j.bsz = bsz;
+        j.sA = j.sB = j.sC = 0;
         gdl__pool_run(tm * tn, gdl__gemm_task, &j);
         gdl__pool_release();
         return;
@@ -732,15 +737,8 @@ static void gdl__gemm_run(const gdl__gemm_args *g) {
    instead of one per product, and products too small to split are spread
    over the threads too. Each product is computed as a call of its own would
    (the grid never changes the bits). */
-typedef struct {
-    const gdl__gemm_args *g;
-    ptrdiff_t sA, sB, sC;
-    int mc_blk, kc_blk, nc_blk;
-    size_t asz, bsz;
-} gdl__gemm_batch_job;
-
 static void gdl__gemm_batch_task(void *p, int t, int nt) {
-    const gdl__gemm_batch_job *j = (const gdl__gemm_batch_job *)p;
+    const gdl__gemm_job *j = (const gdl__gemm_job *)p;
     gdl__gemm_args g = *j->g;
     gdl_real *buf = gdl__gemm_buf + (size_t)gdl__pool_slot * (j->asz + j->bsz);
     (void)nt;
@@ -752,8 +750,9 @@ static void gdl__gemm_batch_task(void *p, int t, int nt) {
 
 /* Returns 0 (nothing done) when the pool or the memory is not to be had. */
 static int gdl__gemm_batch(const gdl__gemm_args *g, ptrdiff_t sA, ptrdiff_t sB, ptrdiff_t sC, int batch, int threads) {
-    gdl__gemm_batch_job j;
+    gdl__gemm_job j;
     j.g = g;
+    j.tm = j.tn = 1; /* not a grid */
     j.sA = sA; j.sB = sB; j.sC = sC;
     j.mc_blk = gdl__gemm_block(g->M, GDL__GEMM_MC, GDL__GEMM_MR);
     j.kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);

@@ -4,8 +4,9 @@
    dimension, so results do not depend on the thread count.
    ------------------------------------------------------------------------- */
 
-/* The loops worth threads run through gdl__parallel_for ([impl-pool]): each
-   kernel's arguments in a job struct, its loop in a _part(lo, hi) function. */
+/* The loops worth threads run through gdl__parallel_loop ([impl-pool]): the
+   loop over a range [lo, hi) in a _part function, its arguments in the
+   slots of a gdl__args. */
 
 /* Each block starts with its size, so that a free knows what it gives back (gdl_memory_stats). 64 bytes
    keep the alignment malloc gave. The counters belong to the op layer's thread, as the allocations do. */
@@ -83,21 +84,14 @@ static int gdl__cpu_event_synchronize(void *event) {
     return 0;
 }
 
-typedef struct {
-    gdl_real *x;
-    int64_t n;
-    gdl_real v;
-} gdl__fill_job;
-static void gdl__fill_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__fill_job *a_ = (const gdl__fill_job *)p_;
-    gdl_real *x = a_->x;
-    gdl_real v = a_->v;
+static void gdl__fill_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
-    for (i = lo_; i < hi_; i++) x[i] = v;
+    for (i = lo; i < hi; i++) a.out[i] = a.alpha;
 }
 static int gdl__cpu_fill(gdl_real *x, int64_t n, gdl_real v) {
-    gdl__fill_job j_ = {x, n, v};
-    gdl__parallel_for(n, n, gdl__fill_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.out = x; a.alpha = v;
+    gdl__parallel_loop(n, n, gdl__fill_part, &a);
     return 0;
 }
 
@@ -333,21 +327,13 @@ static double gdl__unary_grad1(int op, double x, double y, double alpha) {
 /* the cheap ops get their own loops (they vectorise); the rest go through
    gdl__unary1 */
 /* The unary ops that cost more than a memory pass, in parallel. */
-typedef struct {
-    int op;
-    const gdl_real *x, *y, *gy;
-    gdl_real *out;
-    gdl_real alpha;
-} gdl__unary_job;
-static void gdl__unary_part(const void *p, int64_t lo, int64_t hi) {
-    const gdl__unary_job *j = (const gdl__unary_job *)p;
+static void gdl__unary_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
-    for (i = lo; i < hi; i++) j->out[i] = gdl__unary1(j->op, j->x[i], j->alpha);
+    for (i = lo; i < hi; i++) a.out[i] = gdl__unary1(a.op, a.x[i], a.alpha);
 }
-static void gdl__unary_backward_part(const void *p, int64_t lo, int64_t hi) {
-    const gdl__unary_job *j = (const gdl__unary_job *)p;
+static void gdl__unary_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
-    for (i = lo; i < hi; i++) j->out[i] += (gdl_real)(j->gy[i] * gdl__unary_grad1(j->op, j->x[i], j->y[i], j->alpha));
+    for (i = lo; i < hi; i++) a.out[i] += (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], a.y[i], a.alpha));
 }
 static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
     int64_t i;
@@ -362,8 +348,9 @@ static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl
         for (i = 0; i < n; i++) y[i] = x[i] + alpha;
         break;
     default: {
-        gdl__unary_job j = {op, x, NULL, NULL, y, alpha};
-        gdl__parallel_for(n, n, gdl__unary_part, &j);
+        gdl__args a = gdl__args_none();
+        a.op = op; a.x = x; a.out = y; a.alpha = alpha;
+        gdl__parallel_loop(n, n, gdl__unary_part, &a);
         break;
     }
     }
@@ -392,60 +379,44 @@ static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const g
         for (i = 0; i < n; i++) gx[i] += gy[i] * (1 - y[i] * y[i]);
         break;
     default: {
-        gdl__unary_job j = {op, x, y, gy, gx, alpha};
-        gdl__parallel_for(n, n, gdl__unary_backward_part, &j);
+        gdl__args a = gdl__args_none();
+        a.op = op; a.x = x; a.y = y; a.gy = gy; a.out = gx; a.alpha = alpha;
+        gdl__parallel_loop(n, n, gdl__unary_backward_part, &a);
         break;
     }
     }
     return 0;
 }
 
-typedef struct {
-    int op;
-    int64_t outer;
-    int64_t n;
-    int64_t inner;
-    const gdl_real *x;
-    gdl_real *y;
-    int32_t *idx;
-    int accumulate;
-} gdl__reduce_job;
-static void gdl__reduce_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__reduce_job *a_ = (const gdl__reduce_job *)p_;
-    int op = a_->op;
-    int64_t n = a_->n;
-    int64_t inner = a_->inner;
-    const gdl_real *x = a_->x;
-    gdl_real *y = a_->y;
-    int32_t *idx = a_->idx;
-    int accumulate = a_->accumulate;
-    int64_t o;
-    for (o = lo_; o < hi_; o++) {
-        int64_t i, k;
+/* [outer][n][inner] layouts: one part does the outer indices [lo, hi) */
+static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t n = a.n, inner = a.inner;
+    int64_t o, i, k;
+    for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
-            const gdl_real *p = x + o * n * inner + i;
+            const gdl_real *p = a.x + o * n * inner + i;
             gdl_real r;
-            if (op == GDL_RED_MAX) {
+            if (a.op == GDL_RED_MAX) {
                 int64_t best = 0;
                 for (k = 1; k < n; k++)
                     if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
                         best = k; /* first max; NaN wins as in PyTorch */
                 r = n ? p[best * inner] : (gdl_real)-INFINITY;
-                if (idx) idx[o * inner + i] = (int32_t)best;
+                if (a.idx) a.idx[o * inner + i] = (int32_t)best;
             } else {
                 double s = 0;
                 for (k = 0; k < n; k++) s += p[k * inner];
-                r = (gdl_real)(op == GDL_RED_MEAN ? s / (double)n : s);
+                r = (gdl_real)(a.op == GDL_RED_MEAN ? s / (double)n : s);
             }
-            if (accumulate) y[o * inner + i] += r;
-            else y[o * inner + i] = r;
+            if (a.accumulate) a.out[o * inner + i] += r;
+            else a.out[o * inner + i] = r;
         }
-    }
 }
 static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y,
                            int32_t *idx, int accumulate) {
-    gdl__reduce_job j_ = {op, outer, n, inner, x, y, idx, accumulate};
-    gdl__parallel_for(outer, outer * n * inner, gdl__reduce_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.op = op; a.n = n; a.inner = inner; a.x = x; a.out = y; a.idx = idx; a.accumulate = accumulate;
+    gdl__parallel_loop(outer, outer * n * inner, gdl__reduce_part, &a);
     return 0;
 }
 
@@ -453,29 +424,27 @@ static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, cons
    the unfused ops' own (binary add in f32, then gdl__unary1; the backward's
    gdl__unary_grad1 product rounded and added to zero), so the fused path is
    bitwise the unfused one. */
-typedef struct {
-    int act;
-    int64_t C, inner;
-    const gdl_real *bias, *pre, *gy;
-    gdl_real *y, *out;
-} gdl__act_job;
-static void gdl__bias_act_part(const void *p, int64_t lo, int64_t hi) {
-    const gdl__act_job *j = (const gdl__act_job *)p;
+/* y = out in place: y + bias, its copy in pre (when asked), then the activation act (< 0: none). The
+   slots in locals: read from a, gcc does not unswitch the loop on them and leaves it scalar. */
+static void gdl__bias_act_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int act = a.op;
+    const int64_t C = a.C, inner = a.inner;
+    const gdl_real *bias = a.bias;
+    gdl_real *y = a.out, *pre = a.pre;
     int64_t i;
     for (i = lo; i < hi; i++) {
-        gdl_real v = j->y[i];
-        if (j->bias) v = v + j->bias[(i / j->inner) % j->C];
-        if (j->out) j->out[i] = v;
-        j->y[i] = j->act < 0 ? v : j->act == GDL_UN_RELU ? (v > 0 ? v : 0) : gdl__unary1(j->act, v, 0);
+        gdl_real v = y[i];
+        if (bias) v = v + bias[(i / inner) % C];
+        if (pre) pre[i] = v;
+        y[i] = act < 0 ? v : act == GDL_UN_RELU ? (v > 0 ? v : 0) : gdl__unary1(act, v, 0);
     }
 }
 static int gdl__cpu_bias_act(int act, int64_t outer, int64_t C, int64_t inner, const gdl_real *bias, gdl_real *y,
                              gdl_real *pre) {
-    gdl__act_job j;
+    gdl__args a = gdl__args_none();
     int64_t n = outer * C * inner;
-    memset(&j, 0, sizeof j);
-    j.act = act; j.C = C; j.inner = inner ? inner : 1; j.bias = bias; j.y = y; j.out = pre;
-    gdl__parallel_for(n, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * n : n, gdl__bias_act_part, &j);
+    a.op = act; a.C = C; a.inner = inner ? inner : 1; a.bias = bias; a.out = y; a.pre = pre;
+    gdl__parallel_loop(n, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * n : n, gdl__bias_act_part, &a);
     return 0;
 }
 static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, const gdl_real *w, const gdl_real *bias,
@@ -483,63 +452,46 @@ static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, 
     if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
     return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
 }
-static void gdl__act_backward_part(const void *p, int64_t lo, int64_t hi) {
-    const gdl__act_job *j = (const gdl__act_job *)p;
+/* x: the pre-activation */
+static void gdl__act_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
-    if (j->act < 0)
-        for (i = lo; i < hi; i++) j->out[i] = (gdl_real)0 + j->gy[i];
-    else if (j->act == GDL_UN_RELU)
-        for (i = lo; i < hi; i++) j->out[i] = (gdl_real)0 + (j->pre[i] > 0 ? j->gy[i] : 0);
+    if (a.op < 0)
+        for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + a.gy[i];
+    else if (a.op == GDL_UN_RELU)
+        for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + (a.x[i] > 0 ? a.gy[i] : 0);
     else
         for (i = lo; i < hi; i++)
-            j->out[i] = (gdl_real)0 + (gdl_real)(j->gy[i] * gdl__unary_grad1(j->act, j->pre[i], 0, 0));
+            a.out[i] = (gdl_real)0 + (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], 0, 0));
 }
 static int gdl__cpu_act_backward_reduce(int act, int64_t outer, int64_t n, int64_t inner, const gdl_real *pre,
                                         const gdl_real *gy, gdl_real *gpre, gdl_real *sum, int accumulate) {
-    gdl__act_job j;
+    gdl__args a = gdl__args_none();
     int64_t total = outer * n * inner;
-    memset(&j, 0, sizeof j);
-    j.act = act; j.pre = pre; j.gy = gy; j.out = gpre;
-    gdl__parallel_for(total, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * total : total,
-                      gdl__act_backward_part, &j);
+    a.op = act; a.x = pre; a.gy = gy; a.out = gpre;
+    gdl__parallel_loop(total, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * total : total,
+                       gdl__act_backward_part, &a);
     return sum ? gdl__cpu_reduce(GDL_RED_SUM, outer, n, inner, gpre, sum, NULL, accumulate) : 0;
 }
 
-typedef struct {
-    int op;
-    int64_t outer;
-    int64_t n;
-    int64_t inner;
-    const gdl_real *gy;
-    const int32_t *idx;
-    gdl_real *gx;
-} gdl__reduce_backward_job;
-static void gdl__reduce_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__reduce_backward_job *a_ = (const gdl__reduce_backward_job *)p_;
-    int op = a_->op;
-    int64_t n = a_->n;
-    int64_t inner = a_->inner;
-    const gdl_real *gy = a_->gy;
-    const int32_t *idx = a_->idx;
-    gdl_real *gx = a_->gx;
-    int64_t o;
-    for (o = lo_; o < hi_; o++) {
-        int64_t i, k;
+static void gdl__reduce_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t n = a.n, inner = a.inner;
+    int64_t o, i, k;
+    for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
-            gdl_real g = gy[o * inner + i];
-            if (op == GDL_RED_MAX) {
-                gx[(o * n + idx[o * inner + i]) * inner + i] += g;
+            gdl_real g = a.gy[o * inner + i];
+            if (a.op == GDL_RED_MAX) {
+                a.out[(o * n + a.argmax[o * inner + i]) * inner + i] += g;
             } else {
-                if (op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
-                for (k = 0; k < n; k++) gx[(o * n + k) * inner + i] += g;
+                if (a.op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
+                for (k = 0; k < n; k++) a.out[(o * n + k) * inner + i] += g;
             }
         }
-    }
 }
 static int gdl__cpu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *gy,
                                     const int32_t *idx, gdl_real *gx) {
-    gdl__reduce_backward_job j_ = {op, outer, n, inner, gy, idx, gx};
-    gdl__parallel_for(outer, outer * n * inner, gdl__reduce_backward_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.op = op; a.n = n; a.inner = inner; a.gy = gy; a.argmax = idx; a.out = gx;
+    gdl__parallel_loop(outer, outer * n * inner, gdl__reduce_backward_part, &a);
     return 0;
 }
 
@@ -557,79 +509,51 @@ static int gdl__cpu_argmax(int64_t outer, int64_t n, int64_t inner, const gdl_re
     return 0;
 }
 
-typedef struct {
-    int log_;
-    int64_t outer;
-    int64_t n;
-    int64_t inner;
-    const gdl_real *x;
-    gdl_real *y;
-} gdl__softmax_job;
-static void gdl__softmax_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__softmax_job *a_ = (const gdl__softmax_job *)p_;
-    int log_ = a_->log_;
-    int64_t n = a_->n;
-    int64_t inner = a_->inner;
-    const gdl_real *x = a_->x;
-    gdl_real *y = a_->y;
-    int64_t o;
-    for (o = lo_; o < hi_; o++) {
-        int64_t i, k;
+/* op: log_softmax */
+static void gdl__softmax_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t n = a.n, inner = a.inner;
+    int64_t o, i, k;
+    for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
-            const gdl_real *p = x + o * n * inner + i;
-            gdl_real *q = y + o * n * inner + i;
+            const gdl_real *p = a.x + o * n * inner + i;
+            gdl_real *q = a.out + o * n * inner + i;
             double mx = -INFINITY, s = 0, lse;
             for (k = 0; k < n; k++)
                 if (p[k * inner] > mx) mx = p[k * inner];
             for (k = 0; k < n; k++) s += exp(p[k * inner] - mx);
             lse = mx + log(s);
             for (k = 0; k < n; k++)
-                q[k * inner] = (gdl_real)(log_ ? p[k * inner] - lse : exp(p[k * inner] - lse));
+                q[k * inner] = (gdl_real)(a.op ? p[k * inner] - lse : exp(p[k * inner] - lse));
         }
-    }
 }
 static int gdl__cpu_softmax(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y) {
-    gdl__softmax_job j_ = {log_, outer, n, inner, x, y};
-    gdl__parallel_for(outer, outer * n * inner, gdl__softmax_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.op = log_; a.n = n; a.inner = inner; a.x = x; a.out = y;
+    gdl__parallel_loop(outer, outer * n * inner, gdl__softmax_part, &a);
     return 0;
 }
 
-typedef struct {
-    int log_;
-    int64_t outer;
-    int64_t n;
-    int64_t inner;
-    const gdl_real *y;
-    const gdl_real *gy;
-    gdl_real *gx;
-} gdl__softmax_backward_job;
-static void gdl__softmax_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__softmax_backward_job *a_ = (const gdl__softmax_backward_job *)p_;
-    int log_ = a_->log_;
-    int64_t n = a_->n;
-    int64_t inner = a_->inner;
-    const gdl_real *y = a_->y;
-    const gdl_real *gy = a_->gy;
-    gdl_real *gx = a_->gx;
-    int64_t o;
-    for (o = lo_; o < hi_; o++) {
-        int64_t i, k;
+static void gdl__softmax_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t n = a.n, inner = a.inner;
+    const gdl_real *y = a.y, *gy = a.gy;
+    int64_t o, i, k;
+    for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
             int64_t base = o * n * inner + i;
             double s = 0;
             for (k = 0; k < n; k++)
-                s += log_ ? gy[base + k * inner] : gy[base + k * inner] * y[base + k * inner];
+                s += a.op ? gy[base + k * inner] : gy[base + k * inner] * y[base + k * inner];
             for (k = 0; k < n; k++) {
                 int64_t j = base + k * inner;
-                gx[j] += (gdl_real)(log_ ? gy[j] - exp(y[j]) * s : y[j] * (gy[j] - s));
+                a.out[j] += (gdl_real)(a.op ? gy[j] - exp(y[j]) * s : y[j] * (gy[j] - s));
             }
         }
-    }
 }
 static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y,
                                      const gdl_real *gy, gdl_real *gx) {
-    gdl__softmax_backward_job j_ = {log_, outer, n, inner, y, gy, gx};
-    gdl__parallel_for(outer, outer * n * inner, gdl__softmax_backward_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.op = log_; a.n = n; a.inner = inner; a.y = y; a.gy = gy; a.out = gx;
+    gdl__parallel_loop(outer, outer * n * inner, gdl__softmax_backward_part, &a);
     return 0;
 }
 

@@ -9,20 +9,13 @@ static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
     *hi = h;
 }
 
-typedef struct {
-    const gdl_conv_geom *g;
-    const gdl_real *x;
-    gdl_real *col;
-} gdl__im2col_job;
-static void gdl__im2col_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__im2col_job *a_ = (const gdl__im2col_job *)p_;
-    const gdl_conv_geom *g = a_->g;
-    const gdl_real *x = a_->x;
-    gdl_real *col = a_->col;
+/* The conv and pool parts do the planes (n, c) in [lo, hi) of a.g's geometry. */
+static void gdl__im2col_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t nc, OHW = (int64_t)g->OH * g->OW;
-    for (nc = lo_; nc < hi_; nc++) {
-        const gdl_real *xp = x + nc * g->H * g->W;
-        gdl_real *cp = col + nc * g->KH * g->KW * OHW; /* [n][c*KK + kk][ohw] */
+    for (nc = lo; nc < hi; nc++) {
+        const gdl_real *xp = a.x + nc * g->H * g->W;
+        gdl_real *cp = a.out + nc * g->KH * g->KW * OHW; /* [n][c*KK + kk][ohw] */
         int kh, kw, oh, ow, lo, hi;
         for (kh = 0; kh < g->KH; kh++)
             for (kw = 0; kw < g->KW; kw++) {
@@ -47,25 +40,19 @@ static void gdl__im2col_part(const void *p_, int64_t lo_, int64_t hi_) {
     }
 }
 static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
-    gdl__im2col_job j_ = {g, x, col};
-    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__im2col_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = x; a.out = col;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__im2col_part, &a);
     return 0;
 }
 
-typedef struct {
-    const gdl_conv_geom *g;
-    const gdl_real *col;
-    gdl_real *x;
-} gdl__col2im_job;
-static void gdl__col2im_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__col2im_job *a_ = (const gdl__col2im_job *)p_;
-    const gdl_conv_geom *g = a_->g;
-    const gdl_real *col = a_->col;
-    gdl_real *x = a_->x;
+/* x: the columns; out: the image they add into */
+static void gdl__col2im_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t nc, OHW = (int64_t)g->OH * g->OW;
-    for (nc = lo_; nc < hi_; nc++) {
-        gdl_real *xp = x + nc * g->H * g->W;
-        const gdl_real *cp = col + nc * g->KH * g->KW * OHW;
+    for (nc = lo; nc < hi; nc++) {
+        gdl_real *xp = a.out + nc * g->H * g->W;
+        const gdl_real *cp = a.x + nc * g->KH * g->KW * OHW;
         int kh, kw, oh, ow, lo, hi;
         for (kh = 0; kh < g->KH; kh++)
             for (kw = 0; kw < g->KW; kw++) {
@@ -85,8 +72,9 @@ static void gdl__col2im_part(const void *p_, int64_t lo_, int64_t hi_) {
     }
 }
 static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
-    gdl__col2im_job j_ = {g, col, x};
-    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = col; a.out = x;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &a);
     return 0;
 }
 
@@ -129,26 +117,17 @@ static void gdl__maxpool2x2_row(const gdl_real *r0, int W, int32_t base, int OW,
     }
 }
 
-typedef struct {
-    const gdl_conv_geom *g;
-    const gdl_real *x;
-    gdl_real *y;
-    int32_t *idx;
-} gdl__maxpool_job;
-static void gdl__maxpool_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__maxpool_job *a_ = (const gdl__maxpool_job *)p_;
-    const gdl_conv_geom *g = a_->g;
-    const gdl_real *x = a_->x;
-    gdl_real *y = a_->y;
-    int32_t *idx = a_->idx;
+static void gdl__maxpool_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t p;
-    for (p = lo_; p < hi_; p++) {
-        const gdl_real *xp = x + p * g->H * g->W;
+    for (p = lo; p < hi; p++) {
+        const gdl_real *xp = a.x + p * g->H * g->W;
         int oh, ow, kh, kw;
         if (g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->PH == 0 && g->PW == 0) {
             const int W = g->W, OH = g->OH, OW = g->OW;
             for (oh = 0; oh < OH; oh++)
-                gdl__maxpool2x2_row(xp + 2 * oh * W, W, 2 * oh * W, OW, y + (p * OH + oh) * OW, idx + (p * OH + oh) * OW);
+                gdl__maxpool2x2_row(xp + 2 * oh * W, W, 2 * oh * W, OW, a.out + (p * OH + oh) * OW,
+                                    a.idx + (p * OH + oh) * OW);
             continue;
         }
         if (g->PH == 0 && g->PW == 0 && g->DH == 1 && g->DW == 1) { /* every window inside the plane */
@@ -165,8 +144,8 @@ static void gdl__maxpool_part(const void *p_, int64_t lo_, int64_t hi_) {
                             best = take ? v : best;
                             bi = take ? j : bi;
                         }
-                    y[(p * g->OH + oh) * g->OW + ow] = best;
-                    idx[(p * g->OH + oh) * g->OW + ow] = bi;
+                    a.out[(p * g->OH + oh) * g->OW + ow] = best;
+                    a.idx[(p * g->OH + oh) * g->OW + ow] = bi;
                 }
             continue;
         }
@@ -187,14 +166,15 @@ static void gdl__maxpool_part(const void *p_, int64_t lo_, int64_t hi_) {
                         }
                     }
                 }
-                y[(p * g->OH + oh) * g->OW + ow] = best;
-                idx[(p * g->OH + oh) * g->OW + ow] = bi < 0 ? 0 : bi;
+                a.out[(p * g->OH + oh) * g->OW + ow] = best;
+                a.idx[(p * g->OH + oh) * g->OW + ow] = bi < 0 ? 0 : bi;
             }
     }
 }
 static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
-    gdl__maxpool_job j_ = {g, x, y, idx};
-    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__maxpool_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = x; a.out = y; a.idx = idx;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__maxpool_part, &a);
     return 0;
 }
 
@@ -207,19 +187,11 @@ static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy,
     return 0;
 }
 
-typedef struct {
-    const gdl_conv_geom *g;
-    const gdl_real *x;
-    gdl_real *y;
-} gdl__avgpool_job;
-static void gdl__avgpool_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__avgpool_job *a_ = (const gdl__avgpool_job *)p_;
-    const gdl_conv_geom *g = a_->g;
-    const gdl_real *x = a_->x;
-    gdl_real *y = a_->y;
+static void gdl__avgpool_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t p;
-    for (p = lo_; p < hi_; p++) {
-        const gdl_real *xp = x + p * g->H * g->W;
+    for (p = lo; p < hi; p++) {
+        const gdl_real *xp = a.x + p * g->H * g->W;
         int oh, ow, kh, kw;
         for (oh = 0; oh < g->OH; oh++)
             for (ow = 0; ow < g->OW; ow++) {
@@ -232,33 +204,26 @@ static void gdl__avgpool_part(const void *p_, int64_t lo_, int64_t hi_) {
                         if (iw >= 0 && iw < g->W) s += xp[ih * g->W + iw];
                     }
                 }
-                y[(p * g->OH + oh) * g->OW + ow] = (gdl_real)(s / (g->KH * g->KW));
+                a.out[(p * g->OH + oh) * g->OW + ow] = (gdl_real)(s / (g->KH * g->KW));
             }
     }
 }
 static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
-    gdl__avgpool_job j_ = {g, x, y};
-    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = x; a.out = y;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_part, &a);
     return 0;
 }
 
-typedef struct {
-    const gdl_conv_geom *g;
-    const gdl_real *gy;
-    gdl_real *gx;
-} gdl__avgpool_backward_job;
-static void gdl__avgpool_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__avgpool_backward_job *a_ = (const gdl__avgpool_backward_job *)p_;
-    const gdl_conv_geom *g = a_->g;
-    const gdl_real *gy = a_->gy;
-    gdl_real *gx = a_->gx;
+static void gdl__avgpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t p;
-    for (p = lo_; p < hi_; p++) {
-        gdl_real *xp = gx + p * g->H * g->W;
+    for (p = lo; p < hi; p++) {
+        gdl_real *xp = a.out + p * g->H * g->W;
         int oh, ow, kh, kw;
         for (oh = 0; oh < g->OH; oh++)
             for (ow = 0; ow < g->OW; ow++) {
-                gdl_real v = gy[(p * g->OH + oh) * g->OW + ow] / (gdl_real)(g->KH * g->KW);
+                gdl_real v = a.gy[(p * g->OH + oh) * g->OW + ow] / (gdl_real)(g->KH * g->KW);
                 for (kh = 0; kh < g->KH; kh++) {
                     int ih = oh * g->SH - g->PH + kh;
                     if (ih < 0 || ih >= g->H) continue;
@@ -271,8 +236,9 @@ static void gdl__avgpool_backward_part(const void *p_, int64_t lo_, int64_t hi_)
     }
 }
 static int gdl__cpu_avgpool_backward(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
-    gdl__avgpool_backward_job j_ = {g, gy, gx};
-    gdl__parallel_for((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_backward_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.g = g; a.gy = gy; a.out = gx;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_backward_part, &a);
     return 0;
 }
 
@@ -288,49 +254,27 @@ static int gdl__cpu_copy2d(int64_t rows, int64_t cols, const gdl_real *src, int6
     return 0;
 }
 
-typedef struct {
-    int64_t n;
-    double p;
-    uint64_t seed;
-    const gdl_real *x;
-    gdl_real *y;
-} gdl__dropout_job;
-static void gdl__dropout_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__dropout_job *a_ = (const gdl__dropout_job *)p_;
-    double p = a_->p;
-    uint64_t seed = a_->seed;
-    const gdl_real *x = a_->x;
-    gdl_real *y = a_->y;
+static void gdl__dropout_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_real scale = a.p < 1 ? (gdl_real)(1.0 / (1.0 - a.p)) : 0;
     int64_t i;
-    gdl_real scale = p < 1 ? (gdl_real)(1.0 / (1.0 - p)) : 0;
-    for (i = lo_; i < hi_; i++) y[i] = gdl_dropout_keep(seed, (uint64_t)i, p) ? x[i] * scale : 0;
+    for (i = lo; i < hi; i++) a.out[i] = gdl_dropout_keep(a.seed, (uint64_t)i, a.p) ? a.x[i] * scale : 0;
 }
 static int gdl__cpu_dropout(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
-    gdl__dropout_job j_ = {n, p, seed, x, y};
-    gdl__parallel_for(n, n, gdl__dropout_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.p = p; a.seed = seed; a.x = x; a.out = y;
+    gdl__parallel_loop(n, n, gdl__dropout_part, &a);
     return 0;
 }
-typedef struct {
-    int64_t n;
-    double p;
-    uint64_t seed;
-    const gdl_real *gy;
-    gdl_real *gx;
-} gdl__dropout_backward_job;
-static void gdl__dropout_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__dropout_backward_job *a_ = (const gdl__dropout_backward_job *)p_;
-    double p = a_->p;
-    uint64_t seed = a_->seed;
-    const gdl_real *gy = a_->gy;
-    gdl_real *gx = a_->gx;
+static void gdl__dropout_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_real scale = a.p < 1 ? (gdl_real)(1.0 / (1.0 - a.p)) : 0;
     int64_t i;
-    gdl_real scale = p < 1 ? (gdl_real)(1.0 / (1.0 - p)) : 0;
-    for (i = lo_; i < hi_; i++)
-        if (gdl_dropout_keep(seed, (uint64_t)i, p)) gx[i] += gy[i] * scale;
+    for (i = lo; i < hi; i++)
+        if (gdl_dropout_keep(a.seed, (uint64_t)i, a.p)) a.out[i] += a.gy[i] * scale;
 }
 static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
-    gdl__dropout_backward_job j_ = {n, p, seed, gy, gx};
-    gdl__parallel_for(n, n, gdl__dropout_backward_part, &j_);
+    gdl__args a = gdl__args_none();
+    a.p = p; a.seed = seed; a.gy = gy; a.out = gx;
+    gdl__parallel_loop(n, n, gdl__dropout_backward_part, &a);
     return 0;
 }
 

@@ -64,53 +64,41 @@ static void gdl__lp_put(gdl_dtype dt, void *dst, int64_t off, int64_t n, const g
     }
 }
 
-typedef struct {
-    gdl_dtype dt;
-    int op;
-    const void *x, *y, *gy;
-    void *out;
-    gdl_real alpha;
-    double p;
-    uint64_t seed;
-} gdl__lp_job;
-
-static void gdl__unary_lp_part(const void *p_, int64_t lo, int64_t hi) {
-    const gdl__lp_job *j = (const gdl__lp_job *)p_;
-    gdl_real xb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK], alpha = j->alpha;
+/* The parts below read and write a.dt's lx, ly, lgy, lout. */
+static void gdl__unary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
+    gdl_real xb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK], alpha = a.alpha;
     int64_t c, i, m;
     for (c = lo; c < hi; c += m) {
         m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
-        gdl__lp_get(j->dt, j->x, c, 1, m, xb);
-        switch (j->op) { /* gdl__cpu_unary's loops */
+        gdl__lp_get(a.dt, a.lx, c, 1, m, xb);
+        switch (a.op) { /* gdl__cpu_unary's loops */
         case GDL_UN_RELU: for (i = 0; i < m; i++) ob[i] = xb[i] > 0 ? xb[i] : 0; break;
         case GDL_UN_SCALE: for (i = 0; i < m; i++) ob[i] = alpha * xb[i]; break;
         case GDL_UN_ADD_SCALAR: for (i = 0; i < m; i++) ob[i] = xb[i] + alpha; break;
-        default: for (i = 0; i < m; i++) ob[i] = gdl__unary1(j->op, xb[i], alpha); break;
+        default: for (i = 0; i < m; i++) ob[i] = gdl__unary1(a.op, xb[i], alpha); break;
         }
-        gdl__lp_put(j->dt, j->out, c, m, ob);
+        gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
 static int gdl__cpu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
-    gdl__lp_job j;
-    memset(&j, 0, sizeof j);
-    j.dt = dt; j.op = op; j.x = x; j.out = y; j.alpha = (gdl_real)alpha;
-    gdl__parallel_for(n, op == GDL_UN_RELU || op == GDL_UN_SCALE || op == GDL_UN_ADD_SCALAR ? n : 8 * n,
-                      gdl__unary_lp_part, &j);
+    gdl__args a = gdl__args_none();
+    a.dt = dt; a.op = op; a.lx = x; a.lout = y; a.alpha = (gdl_real)alpha;
+    gdl__parallel_loop(n, op == GDL_UN_RELU || op == GDL_UN_SCALE || op == GDL_UN_ADD_SCALAR ? n : 8 * n,
+                       gdl__unary_lp_part, &a);
     return 0;
 }
 
-static void gdl__unary_backward_lp_part(const void *p_, int64_t lo, int64_t hi) {
-    const gdl__lp_job *j = (const gdl__lp_job *)p_;
-    gdl_real xb[GDL__LP_CHUNK], yb[GDL__LP_CHUNK], gyb[GDL__LP_CHUNK], gb[GDL__LP_CHUNK], alpha = j->alpha;
+static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
+    gdl_real xb[GDL__LP_CHUNK], yb[GDL__LP_CHUNK], gyb[GDL__LP_CHUNK], gb[GDL__LP_CHUNK], alpha = a.alpha;
     int64_t c, i, m;
-    int op = j->op, need_y = op == GDL_UN_SIGMOID || op == GDL_UN_TANH || op == GDL_UN_EXP;
+    int op = a.op, need_y = op == GDL_UN_SIGMOID || op == GDL_UN_TANH || op == GDL_UN_EXP;
     for (c = lo; c < hi; c += m) {
         m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
-        gdl__lp_get(j->dt, j->x, c, 1, m, xb);
-        if (need_y) gdl__lp_get(j->dt, j->y, c, 1, m, yb);
+        gdl__lp_get(a.dt, a.lx, c, 1, m, xb);
+        if (need_y) gdl__lp_get(a.dt, a.ly, c, 1, m, yb);
         else for (i = 0; i < m; i++) yb[i] = 0;
-        gdl__lp_get(j->dt, j->gy, c, 1, m, gyb);
-        gdl__lp_get(j->dt, j->out, c, 1, m, gb);
+        gdl__lp_get(a.dt, a.lgy, c, 1, m, gyb);
+        gdl__lp_get(a.dt, a.lout, c, 1, m, gb);
         switch (op) { /* gdl__cpu_unary_backward's loops */
         case GDL_UN_RELU: for (i = 0; i < m; i++) gb[i] += xb[i] > 0 ? gyb[i] : 0; break;
         case GDL_UN_LEAKY_RELU: for (i = 0; i < m; i++) gb[i] += xb[i] > 0 ? gyb[i] : alpha * gyb[i]; break;
@@ -122,15 +110,14 @@ static void gdl__unary_backward_lp_part(const void *p_, int64_t lo, int64_t hi) 
             for (i = 0; i < m; i++) gb[i] += (gdl_real)(gyb[i] * gdl__unary_grad1(op, xb[i], yb[i], alpha));
             break;
         }
-        gdl__lp_put(j->dt, j->out, c, m, gb);
+        gdl__lp_put(a.dt, a.lout, c, m, gb);
     }
 }
 static int gdl__cpu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
                                       void *gx, float alpha) {
-    gdl__lp_job j;
-    memset(&j, 0, sizeof j);
-    j.dt = dt; j.op = op; j.x = x; j.y = y; j.gy = gy; j.out = gx; j.alpha = (gdl_real)alpha;
-    gdl__parallel_for(n, 8 * n, gdl__unary_backward_lp_part, &j);
+    gdl__args a = gdl__args_none();
+    a.dt = dt; a.op = op; a.lx = x; a.ly = y; a.lgy = gy; a.lout = gx; a.alpha = (gdl_real)alpha;
+    gdl__parallel_loop(n, 8 * n, gdl__unary_backward_lp_part, &a);
     return 0;
 }
 
@@ -147,6 +134,7 @@ static void gdl__row_offsets(int ndim, const int64_t *shape, int64_t r, const in
     }
 }
 
+/* rows [lo, hi); a.ctx: the arguments (their own kinds: strides, three dtypes) */
 typedef struct {
     int op, ndim;
     const int64_t *shape, *astr, *bstr;
@@ -154,8 +142,8 @@ typedef struct {
     const void *a, *b;
     void *out;
 } gdl__binary_lp_job;
-static void gdl__binary_lp_part(const void *p_, int64_t lo, int64_t hi) {
-    const gdl__binary_lp_job *j = (const gdl__binary_lp_job *)p_;
+static void gdl__binary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__binary_lp_job *j = (const gdl__binary_lp_job *)a.ctx;
     int nd = j->ndim;
     int64_t inner = nd ? j->shape[nd - 1] : 1, sa = nd ? j->astr[nd - 1] : 0, sb = nd ? j->bstr[nd - 1] : 0, r, c, m;
     gdl_real ab[GDL__LP_CHUNK], bb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK];
@@ -176,11 +164,13 @@ static int gdl__cpu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype 
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1;
     int d;
     gdl__binary_lp_job j;
+    gdl__args args = gdl__args_none();
     for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
     if (inner == 0 || rows == 0) return 0;
     j.op = op; j.ndim = ndim; j.shape = shape; j.astr = astr; j.bstr = bstr;
     j.at = at; j.bt = bt; j.ot = ot; j.a = a; j.b = b; j.out = out;
-    gdl__parallel_for(rows, rows * inner, gdl__binary_lp_part, &j);
+    args.ctx = &j;
+    gdl__parallel_loop(rows, rows * inner, gdl__binary_lp_part, &args);
     return 0;
 }
 
@@ -224,34 +214,31 @@ static int gdl__cpu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, cons
     return 0;
 }
 
-static void gdl__dropout_lp_part(const void *p_, int64_t lo, int64_t hi) {
-    const gdl__lp_job *j = (const gdl__lp_job *)p_;
-    gdl_real xb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK], scale = j->p < 1 ? (gdl_real)(1.0 / (1.0 - j->p)) : 0;
+static void gdl__dropout_lp_part(gdl__args a, int64_t lo, int64_t hi) {
+    gdl_real xb[GDL__LP_CHUNK], ob[GDL__LP_CHUNK], scale = a.p < 1 ? (gdl_real)(1.0 / (1.0 - a.p)) : 0;
     int64_t c, i, m;
     for (c = lo; c < hi; c += m) {
         m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
-        gdl__lp_get(j->dt, j->x, c, 1, m, xb);
-        if (j->gy) { /* backward: gx += kept gy * scale (a dropped element adds 0, as the cast path's f32 gradient) */
-            gdl__lp_get(j->dt, j->out, c, 1, m, ob);
-            for (i = 0; i < m; i++) ob[i] += gdl_dropout_keep(j->seed, (uint64_t)(c + i), j->p) ? xb[i] * scale : 0;
+        gdl__lp_get(a.dt, a.lx, c, 1, m, xb);
+        if (a.lgy) { /* backward: gx += kept gy * scale (a dropped element adds 0, as the cast path's f32 gradient) */
+            gdl__lp_get(a.dt, a.lout, c, 1, m, ob);
+            for (i = 0; i < m; i++) ob[i] += gdl_dropout_keep(a.seed, (uint64_t)(c + i), a.p) ? xb[i] * scale : 0;
         } else {
-            for (i = 0; i < m; i++) ob[i] = gdl_dropout_keep(j->seed, (uint64_t)(c + i), j->p) ? xb[i] * scale : 0;
+            for (i = 0; i < m; i++) ob[i] = gdl_dropout_keep(a.seed, (uint64_t)(c + i), a.p) ? xb[i] * scale : 0;
         }
-        gdl__lp_put(j->dt, j->out, c, m, ob);
+        gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
 static int gdl__cpu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
-    gdl__lp_job j;
-    memset(&j, 0, sizeof j);
-    j.dt = dt; j.x = x; j.out = y; j.p = p; j.seed = seed;
-    gdl__parallel_for(n, n, gdl__dropout_lp_part, &j);
+    gdl__args a = gdl__args_none();
+    a.dt = dt; a.lx = x; a.lout = y; a.p = p; a.seed = seed;
+    gdl__parallel_loop(n, n, gdl__dropout_lp_part, &a);
     return 0;
 }
 static int gdl__cpu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
-    gdl__lp_job j;
-    memset(&j, 0, sizeof j);
-    j.dt = dt; j.x = gy; j.gy = gy; j.out = gx; j.p = p; j.seed = seed;
-    gdl__parallel_for(n, n, gdl__dropout_lp_part, &j);
+    gdl__args a = gdl__args_none();
+    a.dt = dt; a.lx = gy; a.lgy = gy; a.lout = gx; a.p = p; a.seed = seed;
+    gdl__parallel_loop(n, n, gdl__dropout_lp_part, &a);
     return 0;
 }
 

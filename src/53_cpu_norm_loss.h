@@ -1,40 +1,22 @@
+/* The normalisations' arguments are theirs alone: a struct of them in a.ctx,
+   copied (as gdl__args is) so that the loops keep its fields in registers.
+   A part does the channels (batchnorm) or rows (layernorm) [lo, hi). */
 typedef struct {
-    int64_t N;
-    int64_t C;
-    int64_t S;
-    const gdl_real *x;
-    const gdl_real *gamma;
-    const gdl_real *beta;
-    gdl_real *y;
-    gdl_real *mean;
-    gdl_real *invstd;
-    gdl_real *run_mean;
-    gdl_real *run_var;
+    int64_t N, C, S;
+    const gdl_real *x, *gamma, *beta;
+    gdl_real *y, *mean, *invstd, *run_mean, *run_var;
     int training;
-    double momentum;
-    double eps;
+    double momentum, eps;
 } gdl__batchnorm_job;
-static void gdl__batchnorm_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__batchnorm_job *a_ = (const gdl__batchnorm_job *)p_;
-    int64_t N = a_->N;
-    int64_t C = a_->C;
-    int64_t S = a_->S;
-    const gdl_real *x = a_->x;
-    const gdl_real *gamma = a_->gamma;
-    const gdl_real *beta = a_->beta;
-    gdl_real *y = a_->y;
-    gdl_real *mean = a_->mean;
-    gdl_real *invstd = a_->invstd;
-    gdl_real *run_mean = a_->run_mean;
-    gdl_real *run_var = a_->run_var;
-    int training = a_->training;
-    double momentum = a_->momentum;
-    double eps = a_->eps;
+static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__batchnorm_job b = *(const gdl__batchnorm_job *)a.ctx;
+    const int64_t N = b.N, C = b.C, S = b.S;
+    const gdl_real *x = b.x;
     int64_t c;
-    for (c = lo_; c < hi_; c++) {
+    for (c = lo; c < hi; c++) {
         int64_t n, s, M = N * S;
-        double mu, var, is, gm = gamma ? gamma[c] : 1, bt = beta ? beta[c] : 0;
-        if (training) {
+        double mu, var, is, gm = b.gamma ? b.gamma[c] : 1, bt = b.beta ? b.beta[c] : 0;
+        if (b.training) {
             double sum = 0, sq = 0;
             for (n = 0; n < N; n++)
                 for (s = 0; s < S; s++) sum += x[(n * C + c) * S + s];
@@ -45,88 +27,74 @@ static void gdl__batchnorm_part(const void *p_, int64_t lo_, int64_t hi_) {
                     sq += d * d;
                 }
             var = sq / (double)M;
-            if (run_mean) {
-                run_mean[c] = (gdl_real)((1 - momentum) * run_mean[c] + momentum * mu);
-                run_var[c] = (gdl_real)((1 - momentum) * run_var[c] + momentum * (M > 1 ? sq / (double)(M - 1) : var));
+            if (b.run_mean) {
+                b.run_mean[c] = (gdl_real)((1 - b.momentum) * b.run_mean[c] + b.momentum * mu);
+                b.run_var[c] = (gdl_real)((1 - b.momentum) * b.run_var[c] + b.momentum * (M > 1 ? sq / (double)(M - 1) : var));
             }
         } else {
-            mu = run_mean[c];
-            var = run_var[c];
+            mu = b.run_mean[c];
+            var = b.run_var[c];
         }
-        is = 1.0 / sqrt(var + eps);
-        mean[c] = (gdl_real)mu;
-        invstd[c] = (gdl_real)is;
+        is = 1.0 / sqrt(var + b.eps);
+        b.mean[c] = (gdl_real)mu;
+        b.invstd[c] = (gdl_real)is;
         for (n = 0; n < N; n++)
             for (s = 0; s < S; s++) {
                 int64_t j = (n * C + c) * S + s;
-                y[j] = (gdl_real)((x[j] - mu) * is * gm + bt);
+                b.y[j] = (gdl_real)((x[j] - mu) * is * gm + bt);
             }
     }
 }
 static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
                               gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps) {
-    gdl__batchnorm_job j_ = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps};
-    gdl__parallel_for(C, N * C * S, gdl__batchnorm_part, &j_);
+    gdl__batchnorm_job b = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    gdl__parallel_loop(C, N * C * S, gdl__batchnorm_part, &a);
     return 0;
 }
 
 typedef struct {
-    int64_t N;
-    int64_t C;
-    int64_t S;
-    const gdl_real *x;
-    const gdl_real *gy;
-    const gdl_real *gamma;
-    const gdl_real *mean;
-    const gdl_real *invstd;
+    int64_t N, C, S;
+    const gdl_real *x, *gy, *gamma, *mean, *invstd;
     int training;
-    gdl_real *gx;
-    gdl_real *ggamma;
-    gdl_real *gbeta;
+    gdl_real *gx, *ggamma, *gbeta;
 } gdl__batchnorm_backward_job;
-static void gdl__batchnorm_backward_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__batchnorm_backward_job *a_ = (const gdl__batchnorm_backward_job *)p_;
-    int64_t N = a_->N;
-    int64_t C = a_->C;
-    int64_t S = a_->S;
-    const gdl_real *x = a_->x;
-    const gdl_real *gy = a_->gy;
-    const gdl_real *gamma = a_->gamma;
-    const gdl_real *mean = a_->mean;
-    const gdl_real *invstd = a_->invstd;
-    int training = a_->training;
-    gdl_real *gx = a_->gx;
-    gdl_real *ggamma = a_->ggamma;
-    gdl_real *gbeta = a_->gbeta;
+static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__batchnorm_backward_job b = *(const gdl__batchnorm_backward_job *)a.ctx;
+    const int64_t N = b.N, C = b.C, S = b.S;
+    const gdl_real *x = b.x, *gy = b.gy;
     int64_t c;
-    for (c = lo_; c < hi_; c++) {
+    for (c = lo; c < hi; c++) {
         int64_t n, s, M = N * S;
-        double sg = 0, sgx = 0, mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1;
+        double sg = 0, sgx = 0, mu = b.mean[c], is = b.invstd[c], gm = b.gamma ? b.gamma[c] : 1;
         for (n = 0; n < N; n++)
             for (s = 0; s < S; s++) {
                 int64_t j = (n * C + c) * S + s;
                 sg += gy[j];
                 sgx += gy[j] * (x[j] - mu) * is;
             }
-        if (ggamma) ggamma[c] += (gdl_real)sgx;
-        if (gbeta) gbeta[c] += (gdl_real)sg;
-        if (!gx) continue;
+        if (b.ggamma) b.ggamma[c] += (gdl_real)sgx;
+        if (b.gbeta) b.gbeta[c] += (gdl_real)sg;
+        if (!b.gx) continue;
         for (n = 0; n < N; n++)
             for (s = 0; s < S; s++) {
                 int64_t j = (n * C + c) * S + s;
-                if (training)
-                    gx[j] += (gdl_real)(gm * is / (double)M * ((double)M * gy[j] - sg - (x[j] - mu) * is * sgx));
+                if (b.training)
+                    b.gx[j] += (gdl_real)(gm * is / (double)M * ((double)M * gy[j] - sg - (x[j] - mu) * is * sgx));
                 else
-                    gx[j] += (gdl_real)(gy[j] * gm * is);
+                    b.gx[j] += (gdl_real)(gy[j] * gm * is);
             }
     }
 }
 static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
                                        int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
-    gdl__batchnorm_backward_job j_ = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta};
-    gdl__parallel_for(C, N * C * S, gdl__batchnorm_backward_part, &j_);
+    gdl__batchnorm_backward_job b = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    gdl__parallel_loop(C, N * C * S, gdl__batchnorm_backward_part, &a);
     return 0;
 }
 
@@ -164,18 +132,12 @@ static int gdl__cpu_lp_check(const char *entry, gdl_dtype dt) {
 /* im2col moves values without arithmetic: the 16-bit patterns are gathered
    as they are (f16 and bf16 alike; +0 is 0 in both), in the f32 kernel's
    layout, planes split over the threads */
-typedef struct {
-    const gdl_conv_geom *g;
-    const uint16_t *x;
-    uint16_t *col;
-} gdl__im2col16_job;
-static void gdl__im2col16_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__im2col16_job *a_ = (const gdl__im2col16_job *)p_;
-    const gdl_conv_geom *g = a_->g;
+static void gdl__im2col16_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
     int64_t nc, OHW = (int64_t)g->OH * g->OW;
-    for (nc = lo_; nc < hi_; nc++) {
-        const uint16_t *xp = a_->x + nc * g->H * g->W;
-        uint16_t *cp = a_->col + nc * g->KH * g->KW * OHW;
+    for (nc = lo; nc < hi; nc++) {
+        const uint16_t *xp = (const uint16_t *)a.lx + nc * g->H * g->W;
+        uint16_t *cp = (uint16_t *)a.lout + nc * g->KH * g->KW * OHW;
         int kh, kw, oh, ow;
         for (kh = 0; kh < g->KH; kh++)
             for (kw = 0; kw < g->KW; kw++)
@@ -194,12 +156,10 @@ static void gdl__im2col16_part(const void *p_, int64_t lo_, int64_t hi_) {
     }
 }
 static int gdl__cpu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
-    gdl__im2col16_job j_;
+    gdl__args a = gdl__args_none();
     if (gdl__cpu_lp_check("im2col", dt) < 0) return -1;
-    j_.g = g;
-    j_.x = (const uint16_t *)x;
-    j_.col = (uint16_t *)col;
-    gdl__parallel_for((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &j_);
+    a.g = g; a.lx = x; a.lout = col;
+    gdl__parallel_loop((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &a);
     return 0;
 }
 static int gdl__cpu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
@@ -290,45 +250,35 @@ static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, in
 }
 
 typedef struct {
-    int64_t rows;
-    int64_t D;
-    const gdl_real *x;
-    const gdl_real *gamma;
-    const gdl_real *beta;
+    int64_t rows, D;
+    const gdl_real *x, *gamma, *beta;
     double eps;
-    gdl_real *y;
-    gdl_real *mean;
-    gdl_real *rstd;
+    gdl_real *y, *mean, *rstd;
 } gdl__layernorm_job;
-static void gdl__layernorm_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__layernorm_job *a_ = (const gdl__layernorm_job *)p_;
-    int64_t D = a_->D;
-    const gdl_real *x = a_->x;
-    const gdl_real *gamma = a_->gamma;
-    const gdl_real *beta = a_->beta;
-    double eps = a_->eps;
-    gdl_real *y = a_->y;
-    gdl_real *mean = a_->mean;
-    gdl_real *rstd = a_->rstd;
+static void gdl__layernorm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__layernorm_job b = *(const gdl__layernorm_job *)a.ctx;
+    const int64_t D = b.D;
     int64_t r;
-    for (r = lo_; r < hi_; r++) {
-        const gdl_real *p = x + r * D;
+    for (r = lo; r < hi; r++) {
+        const gdl_real *p = b.x + r * D;
         double s = 0, sq = 0, mu, rs;
         int64_t k;
         for (k = 0; k < D; k++) s += p[k];
         mu = s / (double)D;
         for (k = 0; k < D; k++) sq += (p[k] - mu) * (p[k] - mu);
-        rs = 1.0 / sqrt(sq / (double)D + eps);
-        mean[r] = (gdl_real)mu;
-        rstd[r] = (gdl_real)rs;
+        rs = 1.0 / sqrt(sq / (double)D + b.eps);
+        b.mean[r] = (gdl_real)mu;
+        b.rstd[r] = (gdl_real)rs;
         for (k = 0; k < D; k++)
-            y[r * D + k] = (gdl_real)((p[k] - mu) * rs * (gamma ? gamma[k] : 1) + (beta ? beta[k] : 0));
+            b.y[r * D + k] = (gdl_real)((p[k] - mu) * rs * (b.gamma ? b.gamma[k] : 1) + (b.beta ? b.beta[k] : 0));
     }
 }
 static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd) {
-    gdl__layernorm_job j_ = {rows, D, x, gamma, beta, eps, y, mean, rstd};
-    gdl__parallel_for(rows, rows * D, gdl__layernorm_part, &j_);
+    gdl__layernorm_job b = {rows, D, x, gamma, beta, eps, y, mean, rstd};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    gdl__parallel_loop(rows, rows * D, gdl__layernorm_part, &a);
     return 0;
 }
 

@@ -1,18 +1,3 @@
-typedef struct {
-    int64_t n;
-    gdl_real *p;
-    const gdl_real *g;
-    gdl_real *buf;
-    double lr;
-    double momentum;
-    double dampening;
-    double weight_decay;
-    int nesterov;
-    int first_step;
-    const uint16_t *glow; /* master weights (gdl_opt_tensor): the gradient of dtype low, ... */
-    uint16_t *plow;       /* ... and the parameter rounded from the f32 master p */
-    int low;
-} gdl__sgd_job;
 /* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even); bf16 spelt
    out (gdl_bf16_to_f32, gdl_f32_to_bf16) so the loops below keep no call */
 static float gdl__opt_lowf(int low, uint16_t h) {
@@ -26,24 +11,26 @@ static uint16_t gdl__opt_round(int low, float f) {
     q = (x >> 16) | 0x40u;                                  /* a NaN stays a (quiet) NaN */
     return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? q : r); /* a select: the loops vectorise */
 }
-static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__sgd_job *a_ = (const gdl__sgd_job *)p_;
-    gdl_real *p = a_->p;
-    const gdl_real *g = a_->g;
-    gdl_real *buf = a_->buf;
-    double lr = a_->lr;
-    double momentum = a_->momentum;
-    double dampening = a_->dampening;
-    double weight_decay = a_->weight_decay;
-    int nesterov = a_->nesterov;
-    int first_step = a_->first_step;
+/* The optimizers' parts update the elements [lo, hi) of the tensor a.t with
+   its group's hyper-parameters (both copied: see gdl__args). */
+static void gdl__sgd_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_opt_tensor t = *a.t;
+    const gdl_opt_hyper h = *t.hyper;
+    gdl_real *p = t.p, *buf = t.s1; /* s1: the momentum buffer */
+    const gdl_real *g = t.g;
+    const double momentum = buf ? h.momentum : 0;
+    const int first_step = a.op; /* the buffer starts as the gradient */
+    /* locals, and first_step from the caller: gcc then unswitches the loops on them (a vectorised
+       version each); with first_step read from *t.step here it does not (gcc 12, -fopt-info-vec) */
+    const double lr = h.lr, dampening = h.dampening, weight_decay = h.weight_decay;
+    const int nesterov = h.nesterov;
     int64_t i;
-    if (a_->low) { /* the same formula on the f32 master, the gradient read from dtype low */
-        const uint16_t *glow = a_->glow;
-        uint16_t *plow = a_->plow;
-        const int low = a_->low;
+    if (t.low) { /* the same formula on the f32 master, the gradient read from dtype low */
+        const uint16_t *glow = (const uint16_t *)t.glow;
+        uint16_t *plow = (uint16_t *)t.plow;
+        const int low = t.low;
         if (low == GDL_BF16) /* the loop below with the dtype a constant (no call: vectorised) */
-            for (i = lo_; i < hi_; i++) {
+            for (i = lo; i < hi; i++) {
                 double d = (double)gdl__opt_lowf(GDL_BF16, glow[i]) + weight_decay * p[i];
                 if (momentum != 0) {
                     double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
@@ -53,7 +40,7 @@ static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
                 p[i] = (gdl_real)(p[i] - lr * d);
                 plow[i] = gdl__opt_round(GDL_BF16, (float)p[i]);
             }
-        else for (i = lo_; i < hi_; i++) {
+        else for (i = lo; i < hi; i++) {
             double d = (double)gdl__opt_lowf(low, glow[i]) + weight_decay * p[i];
             if (momentum != 0) {
                 double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
@@ -65,7 +52,7 @@ static void gdl__sgd_part(const void *p_, int64_t lo_, int64_t hi_) {
         }
         return;
     }
-    for (i = lo_; i < hi_; i++) {
+    for (i = lo; i < hi; i++) {
         double d = g[i] + weight_decay * p[i];
         if (momentum != 0) {
             double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
@@ -108,37 +95,14 @@ static int gdl__cpu_sgd_multi(const void *table) {
     if (gdl__cpu_opt_skipped(tab)) return 0;
     for (k = 0; k < tab->count; k++) {
         const gdl_opt_tensor *t = &tab->t[k];
-        const gdl_opt_hyper *h = t->hyper;
-        gdl__sgd_job j_ = {t->n, t->p, t->g, t->s1, h->lr, t->s1 ? h->momentum : 0, h->dampening,
-                           h->weight_decay, h->nesterov, !t->step || *t->step == 0, NULL, NULL, 0};
-        if (t->low != GDL_F32) {
-            j_.glow = (const uint16_t *)t->glow;
-            j_.plow = (uint16_t *)t->plow;
-            j_.low = t->low;
-        }
-        gdl__parallel_for(t->n, t->n, gdl__sgd_part, &j_);
+        gdl__args a = gdl__args_none();
+        a.t = t; a.op = !t->step || *t->step == 0;
+        gdl__parallel_loop(t->n, t->n, gdl__sgd_part, &a);
     }
     gdl__cpu_opt_count(tab);
     return 0;
 }
 
-typedef struct {
-    int64_t n;
-    gdl_real *p;
-    const gdl_real *g;
-    gdl_real *m;
-    gdl_real *v;
-    double lr;
-    double beta1;
-    double beta2;
-    double eps;
-    double weight_decay;
-    int decoupled;
-    int64_t step;
-    const uint16_t *glow; /* master weights, as gdl__sgd_job */
-    uint16_t *plow;
-    int low;
-} gdl__adam_job;
 #if defined(GDL__GEMM_AVX512)
 /* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
 static __m256 gdl__bf16v_load(const uint16_t *h) {
@@ -168,29 +132,24 @@ static void gdl__bf16v_store(uint16_t *h, __m128 f) {
     _mm_storel_epi64((__m128i *)h, _mm_packus_epi32(r, r));
 }
 #endif
-static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
-    const gdl__adam_job *a_ = (const gdl__adam_job *)p_;
-    gdl_real *p = a_->p;
-    const gdl_real *g = a_->g;
-    gdl_real *m = a_->m;
-    gdl_real *v = a_->v;
-    double lr = a_->lr;
-    double beta1 = a_->beta1;
-    double beta2 = a_->beta2;
-    double eps = a_->eps;
-    double weight_decay = a_->weight_decay;
-    int decoupled = a_->decoupled;
-    int64_t step = a_->step;
-    int64_t i = lo_;
+static void gdl__adam_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_opt_tensor t = *a.t;
+    const gdl_opt_hyper h = *t.hyper;
+    gdl_real *p = t.p, *m = t.s1, *v = t.s2; /* s1, s2: exp_avg, exp_avg_sq */
+    const gdl_real *g = t.g;
+    const int decoupled = a.op; /* AdamW */
+    const double lr = h.lr, beta1 = h.beta1, beta2 = h.beta2, eps = h.eps, weight_decay = h.weight_decay;
+    const int64_t stp = t.step ? *t.step : 0, step = stp < INT32_MAX ? stp + 1 : stp;
+    int64_t i = lo;
     double bc1 = 1 - pow(beta1, (double)step), bc2 = 1 - pow(beta2, (double)step);
 #if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
     /* the loop below, 8 (4) elements at a time: the same operations in
        double, so the same bits; compilers do not vectorise the loop itself
        (sqrt's errno). Master weights in bf16 too (bg, bp: the gradient read
        from bf16, the parameter rounded to it); f16's go to the scalar loop. */
-    if (!a_->low || a_->low == GDL_BF16) {
-        const uint16_t *bg = a_->low ? a_->glow : NULL;
-        uint16_t *bp = a_->low ? a_->plow : NULL;
+    if (!t.low || t.low == GDL_BF16) {
+        const uint16_t *bg = t.low ? (const uint16_t *)t.glow : NULL;
+        uint16_t *bp = t.low ? (uint16_t *)t.plow : NULL;
 #ifdef GDL__GEMM_AVX512
 #define GDL__AW 8
 #define GDL__AV(f) _mm512_##f
@@ -208,7 +167,7 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
         const vd b2c = GDL__AV(set1_pd)(1 - beta2), vlr = GDL__AV(set1_pd)(lr), vbc1 = GDL__AV(set1_pd)(bc1);
         const vd vbc2 = GDL__AV(set1_pd)(bc2), veps = GDL__AV(set1_pd)(eps);
         const vd vwd = GDL__AV(set1_pd)(decoupled ? lr * weight_decay : weight_decay);
-        for (; i + GDL__AW <= hi_; i += GDL__AW) {
+        for (; i + GDL__AW <= hi; i += GDL__AW) {
             vd gi = GDL__AV(cvtps_pd)(bg ? gdl__bf16v_load(bg + i) : GDL__AF(loadu_ps)(g + i));
             vd pi = GDL__AV(cvtps_pd)(GDL__AF(loadu_ps)(p + i)), md, den;
             vf mf, vv, pn;
@@ -231,11 +190,11 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
 #undef GDL__AF
     }
 #endif
-    if (a_->low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
-        const uint16_t *glow = a_->glow;
-        uint16_t *plow = a_->plow;
-        const int low = a_->low;
-        for (; i < hi_; i++) {
+    if (t.low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
+        const uint16_t *glow = (const uint16_t *)t.glow;
+        uint16_t *plow = (uint16_t *)t.plow;
+        const int low = t.low;
+        for (; i < hi; i++) {
             double gi = gdl__opt_lowf(low, glow[i]), pi = p[i];
             gdl_real mi, vi;
             if (decoupled) pi -= lr * weight_decay * pi;
@@ -247,7 +206,7 @@ static void gdl__adam_part(const void *p_, int64_t lo_, int64_t hi_) {
         }
         return;
     }
-    for (; i < hi_; i++) {
+    for (; i < hi; i++) {
         double gi = g[i], pi = p[i];
         if (decoupled) pi -= lr * weight_decay * pi;
         else gi += weight_decay * pi;
@@ -262,16 +221,9 @@ static int gdl__cpu_adam_multi(const void *table, int decoupled) {
     if (gdl__cpu_opt_skipped(tab)) return 0;
     for (k = 0; k < tab->count; k++) {
         const gdl_opt_tensor *t = &tab->t[k];
-        const gdl_opt_hyper *h = t->hyper;
-        int64_t stp = t->step ? *t->step : 0;
-        gdl__adam_job j_ = {t->n, t->p, t->g, t->s1, t->s2, h->lr, h->beta1, h->beta2, h->eps,
-                            h->weight_decay, decoupled, stp < INT32_MAX ? stp + 1 : stp, NULL, NULL, 0};
-        if (t->low != GDL_F32) {
-            j_.glow = (const uint16_t *)t->glow;
-            j_.plow = (uint16_t *)t->plow;
-            j_.low = t->low;
-        }
-        gdl__parallel_for(t->n, t->n, gdl__adam_part, &j_);
+        gdl__args a = gdl__args_none();
+        a.t = t; a.op = decoupled;
+        gdl__parallel_loop(t->n, t->n, gdl__adam_part, &a);
     }
     gdl__cpu_opt_count(tab);
     return 0;
