@@ -2852,7 +2852,8 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
     GemmOrder ord;
     if (ordered)
         ord = gemm_order(gemm_key({1, (long long)ta, (long long)tb, m, n, k, lda, ldb, ldc, sA, sB, sC, batch, elem,
-                                   (long long)c32, (long long)(round && !elem)}));
+                                   (long long)c32, (long long)(round && !elem), (long long)((uintptr_t)A % 16),
+                                   (long long)((uintptr_t)B % 16), (long long)((uintptr_t)C % 16)}));
     std::lock_guard<std::mutex> l(g_mu);
     Stream *s = resolve_locked(H->stream);
     if (!s) return CUBLAS_STATUS_INVALID_VALUE;
@@ -3344,7 +3345,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     GemmOrder ord;
     if (ordered)
         ord = gemm_order(gemm_key({2, (long long)D.ta, (long long)D.tb, m, n, k, lda, ldb, ldd, (long long)D.epi,
-                                   (long long)round}));
+                                   (long long)round, (long long)((uintptr_t)A % 16), (long long)((uintptr_t)B % 16),
+                                   (long long)((uintptr_t)Dp % 16)}));
     std::lock_guard<std::mutex> l(g_mu);
     Stream *s = resolve_locked(stream);
     if (!s) return CUBLAS_STATUS_INVALID_VALUE;

@@ -36,7 +36,7 @@
    to nearest or truncating. Two GEMM calls then differ in the last bits, as
    two different cuBLAS kernels would. shape: the same draws from the call's
    configuration (API, sizes, ops, leading dims, strides, batch, types, math
-   mode, epilogue) and the seed, as a GPU's heuristic picks one kernel per
+   mode, epilogue, the operands' alignment mod 16 bytes) and the seed, as a GPU's heuristic picks one kernel per
    configuration: identical calls give identical bits, calls of different
    shapes or APIs do not.
    GPUDL_EMU_RACECHECK=1: shared-memory hazard check for code compiled with
