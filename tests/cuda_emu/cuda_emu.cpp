@@ -1426,6 +1426,7 @@ void race_at_exit() {
 }
 
 void race_resolve() {
+    if (rc_on.load(std::memory_order_relaxed) >= 0) return; /* resolved: the launches' fast path */
     static std::mutex mu;
     std::lock_guard<std::mutex> l(mu);
     if (rc_on.load() >= 0) return;
