@@ -54,6 +54,9 @@ enum { EMU_SCHED_RR, EMU_SCHED_WARP, EMU_SCHED_REVTHREADS, EMU_SCHED_REVBLOCKS }
 
 struct Config {
     int devices = 1, sched = EMU_SCHED_RR, workers = 2, quiet = 0, protect = 1;
+    int racecheck = 0;      /* GPUDL_EMU_RACECHECK */
+    int gemm = 0;           /* GPUDL_EMU_GEMM: 0 plain, 1 perturbed (per call), 2 shape (per call configuration) */
+    uint64_t gemm_seed = 1; /* GPUDL_EMU_GEMM_SEED */
     double timeout = 600; /* seconds a launch may run before the watchdog ends the process */
     size_t mem = (size_t)16384 << 20;
     size_t quarantine = (size_t)256 << 20;
@@ -83,13 +86,24 @@ Config &cfg() {
                 abort();
             }
         }
+        if ((e = getenv("GPUDL_EMU_GEMM")) && *e) {
+            if (!strcmp(e, "plain")) k.gemm = 0;
+            else if (!strcmp(e, "perturbed")) k.gemm = 1;
+            else if (!strcmp(e, "shape")) k.gemm = 2;
+            else {
+                fprintf(stderr, "gpudl emu: unknown GPUDL_EMU_GEMM '%s' (plain, perturbed, shape)\n", e);
+                abort();
+            }
+        }
+        if ((e = getenv("GPUDL_EMU_RACECHECK")) && *e) k.racecheck = atoi(e);
+        if ((e = getenv("GPUDL_EMU_GEMM_SEED")) && *e) k.gemm_seed = strtoull(e, NULL, 0);
         return k;
     }();
     return c;
 }
 
 std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0}, n_graph{0}, n_cublas{0}, n_legacy{0};
-std::atomic<long> n_h2d{0}, n_d2d{0}, n_memset{0};
+std::atomic<long> n_h2d{0}, n_d2d{0}, n_memset{0}, n_race{0};
 std::atomic<long> fail_alloc_at{-1}, fail_launch_at{-1}, fail_cublas_at{-1}; /* counter value that fails; -1 none */
 
 std::mutex &diag_mu = *new std::mutex;   /* never destroyed, as G() below */
@@ -500,6 +514,7 @@ struct TState {
     int kind, arg, width;
     unsigned mask;
     unsigned long long val, res;
+    uint32_t epoch, wsync; /* barriers (__syncthreads) and __syncwarps entered: for GPUDL_EMU_RACECHECK */
 };
 
 const char *op_name(int kind) {
@@ -523,6 +538,16 @@ struct Block {
     TState t[1024];
 };
 
+// GPUDL_EMU_RACECHECK's shadow of one shared byte: its last write and the
+// (up to two) threads that read it in the current barrier interval; valid
+// while gen is the worker's current block generation
+struct RaceCell {
+    uint32_t gen, wep, rep;      /* block generation; barrier interval (+1, 0: none) of the write / the reads */
+    uint16_t w, r1, r2;          /* writer, readers (0xffff: none) */
+    uint32_t wsy, r1sy, r2sy;    /* their __syncwarp counts at the access */
+    const void *wpc, *rpc;       /* code addresses of the write and the first read */
+};
+
 struct Worker {
     void *sched_sp = nullptr;
 #if !defined(__x86_64__)
@@ -540,6 +565,10 @@ struct Worker {
     size_t main_stack_size = 0;
     std::string fault_msg;
     char *altstack = nullptr;
+    // GPUDL_EMU_RACECHECK: shadow of the static __shared__ (TLS) and dynamic shared bytes
+    std::vector<struct RaceCell> rc_tls, rc_dyn;
+    char *rc_tls_lo = nullptr;
+    uint32_t rc_gen = 0;
 };
 
 thread_local Worker *tl_worker = nullptr;
@@ -871,7 +900,8 @@ void run_blocks(Job *J) {
         B->runq.clear();
         B->abort = false;
         B->sched = cfg().sched;
-        for (unsigned t = 0; t < B->n; t++) B->t[t].state = T_UNSTARTED;
+        for (unsigned t = 0; t < B->n; t++) B->t[t].state = T_UNSTARTED, B->t[t].epoch = B->t[t].wsync = 0;
+        W->rc_gen++;
         memset(B->pending, 0, sizeof B->pending);
         memset(B->exited, 0, sizeof B->exited);
         set_block_coords(L, b);
@@ -955,8 +985,11 @@ void watchdog_start() {
     (void)once;
 }
 
+void race_resolve();
+
 void execute_launch(Launch *L) {
     watchdog_start();
+    race_resolve();
     {
         std::lock_guard<std::mutex> l(run_mu);
         running.push_back({L, now_s()});
@@ -1030,6 +1063,7 @@ extern "C" void gdl_emu_syncthreads_at(const char *file, int line) {
                  line, other, B->bar_file, B->bar_line);
         fail_in_fiber(W, m);
     }
+    B->t[t].epoch++;
     B->t[t].state = T_BAR;
     B->t[t].file = file;
     B->t[t].line = line;
@@ -1089,6 +1123,7 @@ extern "C" unsigned long long gdl_emu_warp_op(int kind, unsigned mask, unsigned 
             fail_in_fiber(W, m);
         }
     }
+    if (kind == GDL_EMU_SYNCWARP) me.wsync++;
     me.state = T_WARP;
     me.kind = kind;
     me.mask = mask;
@@ -1148,6 +1183,340 @@ extern "C" unsigned long long gdl_emu_warp_op(int kind, unsigned mask, unsigned 
 }
 
 // ---------------------------------------------------------------------------
+// ---------------------------------------------------------------------------
+// GPUDL_EMU_RACECHECK: shared-memory hazards between the threads of a block.
+// Code compiled with -fsanitize=thread calls __tsan_readN / __tsan_writeN
+// before every load and store; the emulator defines those hooks (below; no
+// TSan runtime is linked). With the check on, an access by a thread of a
+// running block to static __shared__ storage (the main program's TLS block,
+// where `__shared__` = `static thread_local` lives) or to the block's dynamic
+// shared memory is checked against the byte's shadow (RaceCell): a write
+// and a write, or a write and a read, by two threads in the same barrier
+// interval (the same count of __syncthreads entered) is a hazard unless the
+// two are lanes of one warp and the later access follows a __syncwarp the
+// earlier one preceded. Atomics are not checked. Each distinct hazard
+// (kernel, buffer, kind, code addresses) is reported once, counted in
+// gdl_emu_count("race"); at exit, a process that saw hazards under
+// GPUDL_EMU_RACECHECK=1 prints their count and exits with status 66.
+
+#include <cxxabi.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <dlfcn.h>
+
+namespace {
+
+std::atomic<bool> rc_instrumented{false}; /* __tsan_init ran: some code is instrumented */
+std::atomic<int> rc_on{-1};               /* -1 unresolved, 0 off, 1 on */
+
+struct TlsSym {
+    uint64_t off, size;
+    std::string name;
+};
+struct RaceInfo {
+    bool ok = false;
+    uint64_t tls_size = 0, base_sym_off = 0; /* PT_TLS size; gdl_emu_threadIdx_'s offset in it */
+    std::vector<TlsSym> syms;                /* STT_TLS symbols of the program, by offset */
+};
+RaceInfo &race_info() {
+    static RaceInfo *R = [] {
+        RaceInfo *r = new RaceInfo;
+        int fd = open("/proc/self/exe", O_RDONLY);
+        if (fd < 0) return r;
+        off_t n = lseek(fd, 0, SEEK_END);
+        void *m = n > 0 ? mmap(NULL, (size_t)n, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+        close(fd);
+        if (m == MAP_FAILED) return r;
+        const char *b = (const char *)m;
+        const Elf64_Ehdr *eh = (const Elf64_Ehdr *)b;
+        bool found_base = false;
+        if (memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64) {
+            const Elf64_Phdr *ph = (const Elf64_Phdr *)(b + eh->e_phoff);
+            for (int i = 0; i < eh->e_phnum; i++)
+                if (ph[i].p_type == PT_TLS) r->tls_size = ph[i].p_memsz;
+            const Elf64_Shdr *sh = (const Elf64_Shdr *)(b + eh->e_shoff);
+            for (int i = 0; i < eh->e_shnum; i++) {
+                if (sh[i].sh_type != SHT_SYMTAB) continue;
+                const Elf64_Sym *sy = (const Elf64_Sym *)(b + sh[i].sh_offset);
+                const char *str = b + sh[sh[i].sh_link].sh_offset;
+                size_t ns = sh[i].sh_size / sizeof(Elf64_Sym);
+                for (size_t j = 0; j < ns; j++) {
+                    if (ELF64_ST_TYPE(sy[j].st_info) != STT_TLS) continue;
+                    const char *nm = str + sy[j].st_name;
+                    if (!strcmp(nm, "gdl_emu_threadIdx_")) r->base_sym_off = sy[j].st_value, found_base = true;
+                    if (sy[j].st_size == 0) continue;
+                    int st = 0;
+                    char *d = abi::__cxa_demangle(nm, NULL, NULL, &st);
+                    r->syms.push_back({sy[j].st_value, sy[j].st_size, st == 0 && d ? d : nm});
+                    free(d);
+                }
+            }
+        }
+        munmap(m, (size_t)n);
+        std::sort(r->syms.begin(), r->syms.end(), [](const TlsSym &a, const TlsSym &c) { return a.off < c.off; });
+        r->ok = found_base && r->tls_size > 0;
+        return r;
+    }();
+    return *R;
+}
+
+// the static TLS block of this OS thread (worker), set up on its first checked access
+bool race_tls(Worker *W) {
+    if (W->rc_tls_lo) return true;
+    RaceInfo &R = race_info();
+    if (!R.ok) return false;
+    W->rc_tls_lo = (char *)&gdl_emu_threadIdx_ - R.base_sym_off;
+    W->rc_tls.assign(R.tls_size, RaceCell());
+    return true;
+}
+
+std::string race_buffer(bool dyn, size_t off, size_t *sym_off) {
+    if (dyn) {
+        *sym_off = off;
+        return "dynamic shared memory";
+    }
+    RaceInfo &R = race_info();
+    for (const TlsSym &y : R.syms)
+        if (off >= y.off && off < y.off + y.size) {
+            *sym_off = off - y.off;
+            return "__shared__ " + y.name;
+        }
+    *sym_off = off;
+    return "static __shared__ storage (TLS offset)";
+}
+
+std::string thread_coords(const Block *B, unsigned t) {
+    const Launch *L = B->L;
+    char buf[64];
+    snprintf(buf, sizeof buf, "(%u,%u,%u)", t % L->block.x, t / L->block.x % L->block.y, t / (L->block.x * L->block.y));
+    return buf;
+}
+
+std::mutex &race_mu = *new std::mutex;
+std::set<std::string> &race_seen = *new std::set<std::string>;
+
+std::string pc_name(const void *pc) {
+    Dl_info di;
+    char buf[300];
+    snprintf(buf, sizeof buf, "%p", pc);
+    std::string r = buf;
+    if (pc && dladdr(pc, &di) && di.dli_fbase) { /* as addr2line takes it: the offset in the binary */
+        snprintf(buf, sizeof buf, "%s+0x%lx", di.dli_fname && *di.dli_fname ? di.dli_fname : "?",
+                 (unsigned long)((const char *)pc - (const char *)di.dli_fbase));
+        r = buf;
+    }
+    if (pc && dladdr(pc, &di) && di.dli_sname) {
+        int st = 0;
+        char *d = abi::__cxa_demangle(di.dli_sname, NULL, NULL, &st);
+        std::string f = st == 0 && d ? d : di.dli_sname;
+        free(d);
+        size_t paren = f.find('(');
+        if (paren != std::string::npos) f = f.substr(0, paren);
+        r += " in " + f;
+    }
+    return r;
+}
+
+void race_report(Worker *W, const char *kind, bool dyn, size_t off, unsigned other, const void *opc, unsigned t,
+                 const void *pc, unsigned epoch) {
+    Block *B = W->block;
+    size_t so;
+    std::string buf = race_buffer(dyn, off, &so);
+    std::string key = B->L->name + "|" + buf + "|" + kind + "|" + std::to_string((uintptr_t)opc) + "|" +
+                      std::to_string((uintptr_t)pc);
+    {
+        std::lock_guard<std::mutex> l(race_mu);
+        if (!race_seen.insert(key).second) return;
+    }
+    n_race++;
+    std::string blk = where(B, t);
+    size_t cut = blk.find(", thread ");
+    if (cut != std::string::npos) blk = blk.substr(0, cut);
+    diag("racecheck: %s hazard on %s, byte offset %zu: %s: thread %s (at %s) and thread %s (at %s) of that block, "
+         "in one barrier interval (%u __syncthreads passed) with no barrier between them"
+         " (addr2line -f -C -e <binary> <offset> names the lines)",
+         kind, buf.c_str(), so, blk.c_str(), thread_coords(B, other).c_str(), pc_name(opc).c_str(),
+         thread_coords(B, t).c_str(), pc_name(pc).c_str(), epoch);
+}
+
+inline bool warp_ordered(unsigned a, uint32_t a_sync, unsigned b, uint32_t b_sync_now) {
+    return (a >> 5) == (b >> 5) && b_sync_now > a_sync;
+}
+
+__attribute__((noinline)) void race_access(void *addr, size_t n, bool write, const void *pc) {
+    Worker *W = tl_worker;
+    if (!W || !W->block || !W->in_kernel || W->cur_thread < 0) return;
+    char *a = (char *)addr;
+    RaceCell *cells;
+    size_t off;
+    bool dyn;
+    Block *B = W->block;
+    if (B->L->shmem && a >= W->dyn_shared.data() && a < W->dyn_shared.data() + B->L->shmem) {
+        dyn = true;
+        if (W->rc_dyn.size() < W->dyn_shared.size()) W->rc_dyn.assign(W->dyn_shared.size(), RaceCell());
+        off = (size_t)(a - W->dyn_shared.data());
+        if (off + n > B->L->shmem) n = B->L->shmem - off;
+        cells = W->rc_dyn.data();
+    } else {
+        if (!race_tls(W)) return;
+        if (a < W->rc_tls_lo || a >= W->rc_tls_lo + W->rc_tls.size()) return;
+        if (a >= (char *)&gdl_emu_threadIdx_ && a < (char *)&gdl_emu_threadIdx_ + sizeof gdl_emu_threadIdx_) return;
+        if (a >= (char *)&gdl_emu_blockIdx_ && a < (char *)&gdl_emu_blockIdx_ + sizeof gdl_emu_blockIdx_) return;
+        if (a >= (char *)&gdl_emu_blockDim_ && a < (char *)&gdl_emu_blockDim_ + sizeof gdl_emu_blockDim_) return;
+        if (a >= (char *)&gdl_emu_gridDim_ && a < (char *)&gdl_emu_gridDim_ + sizeof gdl_emu_gridDim_) return;
+        dyn = false;
+        off = (size_t)(a - W->rc_tls_lo);
+        if (off + n > W->rc_tls.size()) n = W->rc_tls.size() - off;
+        cells = W->rc_tls.data();
+    }
+    unsigned t = (unsigned)W->cur_thread;
+    uint32_t ep = B->t[t].epoch + 1, ws = B->t[t].wsync, gen = W->rc_gen;
+    bool reported = false;
+    for (size_t i = 0; i < n; i++) {
+        RaceCell &c = cells[off + i];
+        if (c.gen != gen) {
+            c.gen = gen;
+            c.wep = c.rep = 0;
+            c.w = c.r1 = c.r2 = 0xffff;
+        }
+        if (write) {
+            if (!reported && c.wep == ep && c.w != t && !warp_ordered(c.w, c.wsy, t, ws)) {
+                race_report(W, "write-write", dyn, off + i, c.w, c.wpc, t, pc, ep - 1);
+                reported = true;
+            }
+            if (!reported && c.rep == ep) {
+                if (c.r1 != 0xffff && c.r1 != t && !warp_ordered(c.r1, c.r1sy, t, ws)) {
+                    race_report(W, "read-write", dyn, off + i, c.r1, c.rpc, t, pc, ep - 1);
+                    reported = true;
+                } else if (c.r2 != 0xffff && c.r2 != t && !warp_ordered(c.r2, c.r2sy, t, ws)) {
+                    race_report(W, "read-write", dyn, off + i, c.r2, c.rpc, t, pc, ep - 1);
+                    reported = true;
+                }
+            }
+            c.w = (uint16_t)t;
+            c.wep = ep;
+            c.wsy = ws;
+            c.wpc = pc;
+        } else {
+            if (!reported && c.wep == ep && c.w != t && !warp_ordered(c.w, c.wsy, t, ws)) {
+                race_report(W, "write-read", dyn, off + i, c.w, c.wpc, t, pc, ep - 1);
+                reported = true;
+            }
+            if (c.rep != ep) {
+                c.rep = ep;
+                c.r1 = (uint16_t)t, c.r1sy = ws, c.rpc = pc;
+                c.r2 = 0xffff;
+            } else if (c.r1 == t) {
+                c.r1sy = ws;
+            } else if (c.r2 == 0xffff || c.r2 == t) {
+                c.r2 = (uint16_t)t, c.r2sy = ws;
+            }
+        }
+    }
+}
+
+void race_at_exit() {
+    long n = n_race.load();
+    if (n > 0 && cfg().racecheck) {
+        fflush(stdout);
+        fprintf(stderr, "gpudl emu: racecheck: %ld shared-memory hazard(s) reported; exit status 66\n", n);
+        fflush(stderr);
+        _exit(66);
+    }
+}
+
+void race_resolve() {
+    if (rc_on.load(std::memory_order_relaxed) >= 0) return; /* resolved: the launches' fast path */
+    static std::mutex mu;
+    std::lock_guard<std::mutex> l(mu);
+    if (rc_on.load() >= 0) return;
+    int want = cfg().racecheck ? 1 : 0;
+    if (want && !rc_instrumented.load()) {
+        fprintf(stderr, "gpudl emu: GPUDL_EMU_RACECHECK is set but no code was compiled with -fsanitize=thread: "
+                        "nothing is checked\n");
+        want = 0;
+    }
+    if (want && !race_info().ok) {
+        fprintf(stderr, "gpudl emu: GPUDL_EMU_RACECHECK: the program's TLS layout is unreadable (no symbol table?): "
+                        "nothing is checked\n");
+        want = 0;
+    }
+    if (want) atexit(race_at_exit);
+    rc_on.store(want);
+}
+
+inline void race_hook(void *a, size_t n, bool w, const void *pc) {
+    if (__builtin_expect(rc_on.load(std::memory_order_relaxed) > 0, 0)) race_access(a, n, w, pc);
+}
+
+} // namespace
+
+extern "C" {
+
+// turns the check on (1) or off (0) from a test; -1 when no code is instrumented
+int gdl_emu_racecheck(int on) {
+    race_resolve();
+    if (!rc_instrumented.load() || !race_info().ok) return -1;
+    rc_on.store(on ? 1 : 0);
+    return 0;
+}
+
+// the hooks of GCC's -fsanitize=thread instrumentation (the TSan runtime's ABI)
+void __tsan_init(void) {
+    rc_instrumented.store(true);
+}
+void __tsan_func_entry(void *) {}
+void __tsan_func_exit(void) {}
+#define GDL_RC_RW(n)                                                                                     \
+    void __tsan_read##n(void *a) { race_hook(a, n, false, __builtin_return_address(0)); }               \
+    void __tsan_write##n(void *a) { race_hook(a, n, true, __builtin_return_address(0)); }               \
+    void __tsan_unaligned_read##n(void *a) { race_hook(a, n, false, __builtin_return_address(0)); }     \
+    void __tsan_unaligned_write##n(void *a) { race_hook(a, n, true, __builtin_return_address(0)); }     \
+    void __tsan_volatile_read##n(void *a) { race_hook(a, n, false, __builtin_return_address(0)); }      \
+    void __tsan_volatile_write##n(void *a) { race_hook(a, n, true, __builtin_return_address(0)); }
+GDL_RC_RW(1)
+GDL_RC_RW(2)
+GDL_RC_RW(4)
+GDL_RC_RW(8)
+GDL_RC_RW(16)
+#undef GDL_RC_RW
+void __tsan_read_range(void *a, unsigned long n) { race_hook(a, n, false, __builtin_return_address(0)); }
+void __tsan_write_range(void *a, unsigned long n) { race_hook(a, n, true, __builtin_return_address(0)); }
+void __tsan_vptr_update(void **, void *) {}
+void __tsan_vptr_read(void **) {}
+void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+// atomics: performed sequentially consistent; not checked for hazards
+#define GDL_RC_AT(n, T)                                                                                           \
+    T __tsan_atomic##n##_load(const volatile T *a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); }         \
+    void __tsan_atomic##n##_store(volatile T *a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); }          \
+    T __tsan_atomic##n##_exchange(volatile T *a, T v, int) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##n##_fetch_add(volatile T *a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##n##_fetch_sub(volatile T *a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##n##_fetch_and(volatile T *a, T v, int) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##n##_fetch_or(volatile T *a, T v, int) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }   \
+    T __tsan_atomic##n##_fetch_xor(volatile T *a, T v, int) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##n##_fetch_nand(volatile T *a, T v, int) {                                                    \
+        return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST);                                                        \
+    }                                                                                                              \
+    int __tsan_atomic##n##_compare_exchange_strong(volatile T *a, T *c, T v, int, int) {                          \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                    \
+    }                                                                                                              \
+    int __tsan_atomic##n##_compare_exchange_weak(volatile T *a, T *c, T v, int, int) {                            \
+        return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                     \
+    }                                                                                                              \
+    T __tsan_atomic##n##_compare_exchange_val(volatile T *a, T c, T v, int, int) {                                \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                          \
+        return c;                                                                                                  \
+    }
+GDL_RC_AT(8, uint8_t)
+GDL_RC_AT(16, uint16_t)
+GDL_RC_AT(32, uint32_t)
+GDL_RC_AT(64, uint64_t)
+#undef GDL_RC_AT
+
+} // extern "C"
+
 // signals: a fault on device memory, a guard page or a quarantined block
 
 namespace {
@@ -2160,7 +2529,12 @@ long gdl_emu_count(const char *what) {
     if (!strcmp(what, "graph")) return n_graph.load();
     if (!strcmp(what, "legacy")) return n_legacy.load();
     if (!strcmp(what, "cublas")) return n_cublas.load();
+    if (!strcmp(what, "race")) return n_race.load();
     return -1;
+}
+
+const char *gdl_emu_gemm_mode(void) {
+    return cfg().gemm == 1 ? "perturbed" : cfg().gemm == 2 ? "shape" : "plain";
 }
 
 const char *gdl_emu_last_diagnostic(void) {
@@ -2209,10 +2583,116 @@ float tf32(float x) {
     memcpy(&x, &u, 4);
     return x;
 }
+// TF32 as tensor cores take raw f32 registers: the low 13 bits dropped
+float tf32_trunc(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u &= ~0x1fffu;
+    memcpy(&x, &u, 4);
+    return x;
+}
 
-// C (m x n, ldc) = alpha * op(A) * op(B) + beta * C, column-major, one batch
+// GPUDL_EMU_GEMM=perturbed | shape: how one GEMM call sums its dot products,
+// standing in for the blocked, FMA-fused and split-K orders of cuBLAS's
+// kernels. Every dot product of the call: K cut into `split` slices
+// (split-K); each slice accumulated over blocks of `kb` products (an FMA
+// chain per block, the block's sum then added to the slice's sum; kb 0: one
+// FMA chain over the slice); the slices' sums added in order or pairwise;
+// then alpha * sum + beta * C as one FMA. TF32 (where the call asks for it)
+// rounds to nearest-even or truncates. `perturbed` draws these per call
+// (a call counter and GPUDL_EMU_GEMM_SEED), `shape` from the call's
+// configuration (sizes, ops, leading dims, batch, types, math mode, seed), as
+// a real GPU's heuristic picks one kernel per configuration.
+struct GemmOrder {
+    int kb = 0, split = 1;
+    bool pairwise = false, trunc = false, fused_epilogue = true;
+};
+std::atomic<uint64_t> gemm_calls{0};
+uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+// key: the call's configuration, hashed by the caller; used in `shape` mode
+GemmOrder gemm_order(uint64_t key) {
+    static const int kbs[] = {0, 1, 2, 4, 8, 16, 32, 64};
+    uint64_t h = mix64((cfg().gemm == 1 ? gemm_calls.fetch_add(1) : key) ^ mix64(cfg().gemm_seed));
+    GemmOrder o;
+    o.kb = kbs[h & 7];
+    o.split = 1 + (int)((h >> 3) % 4);
+    o.pairwise = (h >> 5) & 1;
+    o.trunc = (h >> 6) & 1;
+    o.fused_epilogue = (h >> 7) & 1;
+    return o;
+}
+uint64_t gemm_key(std::initializer_list<long long> v) {
+    uint64_t h = 0x6a09e667f3bcc909ull;
+    for (long long x : v) h = mix64(h ^ (uint64_t)x);
+    return h;
+}
+
+// one dot product of a[0..k) and b[0..k) in the order `o` (see GemmOrder)
+float dot_ordered(const float *a, const float *b, int k, const GemmOrder &o) {
+    float part[4] = {0, 0, 0, 0};
+    int split = o.split < k ? o.split : (k > 0 ? k : 1);
+    for (int s = 0; s < split; s++) {
+        int p0 = (int)((long long)k * s / split), p1 = (int)((long long)k * (s + 1) / split);
+        float acc = 0;
+        if (o.kb == 0) {
+            for (int p = p0; p < p1; p++) acc = fmaf(a[p], b[p], acc);
+        } else {
+            for (int q = p0; q < p1; q += o.kb) {
+                int qe = q + o.kb < p1 ? q + o.kb : p1;
+                float blk = 0;
+                for (int p = q; p < qe; p++) blk = fmaf(a[p], b[p], blk);
+                acc += blk;
+            }
+        }
+        part[s] = acc;
+    }
+    if (split == 1) return part[0];
+    if (o.pairwise) {
+        float x = part[0] + part[1], y = split > 2 ? part[2] + (split > 3 ? part[3] : 0.0f) : 0.0f;
+        return split > 2 ? x + y : x;
+    }
+    float t = part[0];
+    for (int s = 1; s < split; s++) t += part[s];
+    return t;
+}
+
+// sgemm_cpu in the order `o`: op(A) rows and op(B) columns gathered (TF32 applied), then dot_ordered
+void sgemm_ordered(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
+                   float beta, float *C, int ldc, bool round, const GemmOrder &o) {
+    bool use_ab = alpha != 0 && k > 0;
+    std::vector<float> a(use_ab ? (size_t)m * k : 0), b(use_ab ? (size_t)k : 0);
+    auto cv = [&](float v) { return !round ? v : o.trunc ? tf32_trunc(v) : tf32(v); };
+    if (use_ab)
+        for (int i = 0; i < m; i++)
+            for (int p = 0; p < k; p++) a[(size_t)i * k + p] = cv(ta ? A[(size_t)i * lda + p] : A[(size_t)p * lda + i]);
+    for (int j = 0; j < n; j++) {
+        if (use_ab)
+            for (int p = 0; p < k; p++) b[p] = cv(tb ? B[(size_t)p * ldb + j] : B[(size_t)j * ldb + p]);
+        float *c = C + (size_t)j * ldc;
+        for (int i = 0; i < m; i++) {
+            float d = use_ab ? dot_ordered(&a[(size_t)i * k], b.data(), k, o) : 0.0f;
+            if (beta == 0) c[i] = alpha * d;
+            else if (o.fused_epilogue) c[i] = fmaf(alpha, d, beta * c[i]);
+            else c[i] = alpha * d + beta * c[i];
+        }
+    }
+}
+
+// C (m x n, ldc) = alpha * op(A) * op(B) + beta * C, column-major, one batch;
+// with `o` (GPUDL_EMU_GEMM=perturbed | shape) in that order, else a plain loop
 void sgemm_cpu(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
-               float beta, float *C, int ldc, bool round) {
+               float beta, float *C, int ldc, bool round, const GemmOrder *o = nullptr) {
+    if (o) {
+        sgemm_ordered(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, round, *o);
+        return;
+    }
     std::vector<float> a((size_t)m * k), acc(m);
     bool use_ab = alpha != 0 && k > 0;
     if (use_ab)
@@ -2301,7 +2781,7 @@ uint16_t float_to_half(float f, bool bf) {
 // one batch of a GemmEx on 16-bit matrices: f32 copies, the f32 GEMM (accumulating in f32), C rounded once
 // f16/bf16 A and B into an f32 C
 void hgemm_cpu_c32(bool ta, bool tb, int m, int n, int k, float alpha, const uint16_t *A, int lda, const uint16_t *B,
-                   int ldb, float beta, float *C, int ldc, bool bf) {
+                   int ldb, float beta, float *C, int ldc, bool bf, const GemmOrder *o) {
     int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
     bool use_ab = alpha != 0 && k > 0;
     std::vector<float> a(use_ab ? (size_t)lda * ac : 0), b(use_ab ? (size_t)ldb * bc : 0);
@@ -2311,11 +2791,11 @@ void hgemm_cpu_c32(bool ta, bool tb, int m, int n, int k, float alpha, const uin
         for (int j = 0; j < bc; j++)
             for (int i = 0; i < br; i++) b[(size_t)j * ldb + i] = half_to_float(B[(size_t)j * ldb + i], bf);
     }
-    sgemm_cpu(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc, false);
+    sgemm_cpu(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc, false, o);
 }
 
 void hgemm_cpu(bool ta, bool tb, int m, int n, int k, float alpha, const uint16_t *A, int lda, const uint16_t *B,
-               int ldb, float beta, uint16_t *C, int ldc, bool bf) {
+               int ldb, float beta, uint16_t *C, int ldc, bool bf, const GemmOrder *o) {
     int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
     bool use_ab = alpha != 0 && k > 0;
     std::vector<float> a(use_ab ? (size_t)lda * ac : 0), b(use_ab ? (size_t)ldb * bc : 0), c((size_t)ldc * n);
@@ -2327,7 +2807,7 @@ void hgemm_cpu(bool ta, bool tb, int m, int n, int k, float alpha, const uint16_
     }
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) c[(size_t)j * ldc + i] = half_to_float(C[(size_t)j * ldc + i], bf);
-    sgemm_cpu(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, false);
+    sgemm_cpu(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, false, o);
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) C[(size_t)j * ldc + i] = float_to_half(c[(size_t)j * ldc + i], bf);
 }
@@ -2368,6 +2848,13 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
         !blas_operand_ok(fn, "C", C, m, n, ldc, sC, batch, H->dev, ces))
         return CUBLAS_STATUS_INVALID_VALUE;
     bool round = H->mode == CUBLAS_TF32_TENSOR_OP_MATH;
+    /* GemmEx with CUBLAS_COMPUTE_32F: no TF32 (16-bit inputs are exact in it anyway) */
+    bool ordered = cfg().gemm != 0;
+    GemmOrder ord;
+    if (ordered)
+        ord = gemm_order(gemm_key({1, (long long)ta, (long long)tb, m, n, k, lda, ldb, ldc, sA, sB, sC, batch, elem,
+                                   (long long)c32, (long long)(round && !elem), (long long)((uintptr_t)A % 16),
+                                   (long long)((uintptr_t)B % 16), (long long)((uintptr_t)C % 16)}));
     std::lock_guard<std::mutex> l(g_mu);
     Stream *s = resolve_locked(H->stream);
     if (!s) return CUBLAS_STATUS_INVALID_VALUE;
@@ -2376,16 +2863,17 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     enqueue_locked(s, [=] {
+        const GemmOrder *o = ordered ? &ord : nullptr;
         for (int b = 0; b < batch; b++) {
             if (elem && c32)
                 hgemm_cpu_c32(TA, TB, m, n, k, al, (const uint16_t *)A + b * sA, lda, (const uint16_t *)B + b * sB, ldb,
-                              be, (float *)C + b * sC, ldc, elem == CUDA_R_16BF);
+                              be, (float *)C + b * sC, ldc, elem == CUDA_R_16BF, o);
             else if (elem)
                 hgemm_cpu(TA, TB, m, n, k, al, (const uint16_t *)A + b * sA, lda, (const uint16_t *)B + b * sB, ldb, be,
-                          (uint16_t *)C + b * sC, ldc, elem == CUDA_R_16BF);
+                          (uint16_t *)C + b * sC, ldc, elem == CUDA_R_16BF, o);
             else
                 sgemm_cpu(TA, TB, m, n, k, al, (const float *)A + b * sA, lda, (const float *)B + b * sB, ldb, be,
-                          (float *)C + b * sC, ldc, round);
+                          (float *)C + b * sC, ldc, round && !elem, o);
         }
     });
     return CUBLAS_STATUS_SUCCESS;
@@ -2854,6 +3342,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     const float *bp = (const float *)D.bias;
     float *xp = (float *)D.aux, *dp = (float *)Dp;
     int64_t auxld = D.auxld;
+    bool ordered = cfg().gemm != 0;
+    GemmOrder ord;
+    if (ordered)
+        ord = gemm_order(gemm_key({2, (long long)D.ta, (long long)D.tb, m, n, k, lda, ldb, ldd, (long long)D.epi,
+                                   (long long)round, (long long)((uintptr_t)A % 16), (long long)((uintptr_t)B % 16),
+                                   (long long)((uintptr_t)Dp % 16)}));
     std::lock_guard<std::mutex> l(g_mu);
     Stream *s = resolve_locked(stream);
     if (!s) return CUBLAS_STATUS_INVALID_VALUE;
@@ -2862,7 +3356,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     enqueue_locked(s, [=] {
-        sgemm_cpu(TA, TB, m, n, k, al, (const float *)A, lda, (const float *)B, ldb, be, dp, ldd, round);
+        sgemm_cpu(TA, TB, m, n, k, al, (const float *)A, lda, (const float *)B, ldb, be, dp, ldd, round,
+                  ordered ? &ord : nullptr);
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 float v = dp[(size_t)j * ldd + i];

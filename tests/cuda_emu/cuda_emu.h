@@ -25,13 +25,42 @@
    diagnostics on stderr), GPUDL_EMU_PROTECT=0 (no host-access protection),
    GPUDL_EMU_TIMEOUT=s (600: a launch running longer ends the process with
    a report naming the kernel; 0 disables).
+   GPUDL_EMU_GEMM=plain | perturbed | shape (plain): how cuBLAS/cuBLASLt
+   calls sum. plain: the loop below. perturbed: each call draws a summation
+   order (a call counter and GPUDL_EMU_GEMM_SEED, default 1): K cut into 1-4
+   split-K slices, each summed over blocks of 0 (one chain), 1, 2, ... 64
+   products as fmaf chains, the slices added in order or pairwise,
+   alpha * sum + beta * C fused or not, and TF32 (where the call asks for
+   it: Sgemm* under CUBLAS_TF32_TENSOR_OP_MATH, cuBLASLt with
+   CUBLAS_COMPUTE_32F_FAST_TF32; not GemmEx's CUBLAS_COMPUTE_32F) rounding
+   to nearest or truncating. Two GEMM calls then differ in the last bits, as
+   two different cuBLAS kernels would. shape: the same draws from the call's
+   configuration (API, sizes, ops, leading dims, strides, batch, types, math
+   mode, epilogue, the operands' alignment mod 16 bytes) and the seed, as a GPU's heuristic picks one kernel per
+   configuration: identical calls give identical bits, calls of different
+   shapes or APIs do not.
+   GPUDL_EMU_RACECHECK=1: shared-memory hazard check for code compiled with
+   -fsanitize=thread (the emulator supplies the TSan hooks; no TSan runtime
+   is linked; uninstrumented code is not checked, and a note says so). Per
+   byte of static __shared__ and dynamic shared memory: the last writer
+   and barrier interval, and up to two readers in the interval; a
+   write-write, write-read or read-write pair of two threads of one block
+   in one interval is reported (kernel, buffer and byte offset, block, both
+   threads and code offsets for addr2line), once per distinct pair, and
+   counted (gdl_emu_count("race")); lanes of one warp ordered by a
+   __syncwarp are exempt, as are atomics. A process that reported hazards
+   exits with status 66. gdl_emu_racecheck(on) switches it from a test.
 
    Limits (what the emulator does not model):
    - timing: no warp lockstep, no memory coalescing or bank conflicts, no
      occupancy; performance figures mean nothing; event times are host times.
    - cuBLAS: a plain column-major loop accumulating in float (TF32 mode rounds
      the inputs to 10-bit mantissas, nearest-even); the last bits differ from
-     cuBLAS's own blocked, FMA-ordered sums.
+     cuBLAS's own blocked, FMA-ordered sums. GPUDL_EMU_GEMM=perturbed/shape
+     vary the order within one family of orders (split-K, block FMA chains);
+     they do not reproduce any real kernel's bits, tensor-core internal
+     precision, or split-K's atomics (nondeterministic on a GPU only with
+     special algorithms, which gpudl does not request).
    - cuBLASLt: cublasLtMatmul with f32 matrices and the DEFAULT, RELU, BIAS,
      RELU_BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS epilogues only (the
      GEMM above, then the epilogue with gpudl's own ReLU / tanh-GELU formulas);
@@ -40,6 +69,13 @@
    - races between threads that use neither barriers nor atomics are only
      exposed as far as the schedules (GPUDL_EMU_SCHED) reorder them; within a
      block, threads interleave only at barriers and warp operations.
+     GPUDL_EMU_RACECHECK finds shared-memory hazards within a block only:
+     not global-memory races, nor races between blocks; only code compiled
+     with -fsanitize=thread (memcpy/memset into shared memory are not seen);
+     a warp's lanes are taken as unordered unless a __syncwarp separates
+     them (shuffles, ballots do not order shared-memory accesses); a thread
+     that read a byte is remembered only for the two first readers of an
+     interval; atomics are not checked against plain accesses.
    - __shared__ is not refilled with garbage between blocks: a read before the
      first write sees the previous block's (or zero) values, not NaN. Dynamic
      shared memory (gdl_emu_dynamic_shared()) is filled with NaN per block.

@@ -26,7 +26,7 @@ int gdl_emu_fail_cublas(long k);
    the host wait for the device: cudaDeviceSynchronize, cudaStreamSynchronize,
    cudaEventSynchronize, synchronous copies, cudaFree), "graph" (cudaGraphLaunch
    calls), "legacy" (kernels, copies and memsets queued on the legacy default
-   stream). -1 for an unknown name. */
+   stream), "race" (distinct shared-memory hazards GPUDL_EMU_RACECHECK reported). -1 for an unknown name. */
 long gdl_emu_count(const char *what);
 /* Waits until every device has finished all its queued work, as the test's
    own wait: neither gpudl's gdl_sync_count nor the "sync" count sees it, so
@@ -39,6 +39,15 @@ int gdl_emu_drain(void);
    else GPUDL_DIST_TIMEOUT (gpudl's, as the process has it at each wait),
    else 120 s. Returns 0. */
 int gdl_emu_nccl_timeout(double seconds);
+/* GPUDL_EMU_RACECHECK from a test: 1 turns the shared-memory hazard check on,
+   0 off (for the code compiled with -fsanitize=thread; see cuda_emu.h).
+   Returns 0, or -1 when no code of the program is instrumented (the check
+   cannot see any access). Hazards found are counted as "race". */
+int gdl_emu_racecheck(int on);
+/* GPUDL_EMU_GEMM's mode: "plain", "perturbed" or "shape" (see cuda_emu.h).
+   A test that expects two different GEMM calls to agree bitwise (true of the
+   plain loop, not of a GPU) can ask for a tolerance unless "plain". */
+const char *gdl_emu_gemm_mode(void);
 /* The message of the last diagnostic the emulator reported (a kernel fault,
    a barrier or warp error, a bad copy or launch), "" if none. */
 const char *gdl_emu_last_diagnostic(void);

@@ -93,6 +93,38 @@ __global__ void k_dyn_shared(int *out) {
     out[t] = sh[blockDim.x - 1 - t];
 }
 
+// GPUDL_EMU_RACECHECK's planted bug: a block sum, then the shared buffer
+// reused for a second sum. `fixed` 0 leaves out the barrier between reading
+// the first sum (s[0], every thread) and refilling s (thread 0 writes s[0]).
+__global__ void k_reduce_reuse(const float *x, float *out, int fixed) {
+    __shared__ float s_red[64];
+    int t = threadIdx.x;
+    s_red[t] = x[t];
+    __syncthreads();
+    for (int h = 32; h > 0; h >>= 1) {
+        if (t < h) s_red[t] += s_red[t + h];
+        __syncthreads();
+    }
+    float first = s_red[0];
+    if (fixed) __syncthreads();
+    s_red[t] = x[t] * 2.0f; /* reuse */
+    __syncthreads();
+    for (int h = 32; h > 0; h >>= 1) {
+        if (t < h) s_red[t] += s_red[t + h];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = first + s_red[0];
+}
+
+// lanes exchange through dynamic shared memory: ordered by __syncwarp or not
+__global__ void k_warp_exchange_dyn(int *out, int with_syncwarp) {
+    int *sh = (int *)gdl_emu_dynamic_shared();
+    int t = threadIdx.x;
+    sh[t] = t * 5;
+    if (with_syncwarp) __syncwarp();
+    out[t] = sh[t ^ 1];
+}
+
 // waits until the host sets *flag (pinned memory), then writes v
 __global__ void k_wait_then_write(volatile int *flag, int *x, int n, int v) {
     if (threadIdx.x == 0 && blockIdx.x == 0)
@@ -251,6 +283,104 @@ TEST fresh_memory_is_nan(void) {
     ASSERT_EQ(0, (int)cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
     for (int i = 0; i < 1000; i++) ASSERT(h[i] != h[i]);
     cudaFree(d);
+    PASS();
+}
+
+// GPUDL_EMU_RACECHECK: the planted missing barrier is caught, naming the
+// kernel, the buffer and the threads; the fixed kernel and a __syncwarp-ordered
+// exchange are clean. Needs this file compiled with -fsanitize=thread (the
+// emulator's hooks; the racecheck build of emu.mk); skipped otherwise.
+TEST racecheck_missing_barrier(void) {
+#ifndef __SANITIZE_THREAD__
+    SKIPm("this build is not instrumented (-fsanitize=thread)");
+#else
+    ASSERT_EQ(0, gdl_emu_racecheck(1));
+    float hx[64], *x = (float *)dmalloc(sizeof hx), *out = (float *)dmalloc(2 * sizeof(float)), ho[2];
+    int *io = (int *)dmalloc(64 * sizeof(int));
+    ASSERT(x && out && io);
+    for (int i = 0; i < 64; i++) hx[i] = (float)i;
+    ASSERT_EQ(0, (int)cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice));
+    long r0 = gdl_emu_count("race");
+    LAUNCH(k_reduce_reuse, 2, 64, 0, 0)(x, out, 1);
+    ASSERT_EQ(0, (int)cudaMemcpy(ho, out, sizeof ho, cudaMemcpyDeviceToHost));
+    ASSERT_IN_RANGE(3.0 * 2016, ho[0], 0);
+    ASSERT_EQ(r0, gdl_emu_count("race")); /* with the barrier: clean */
+    LAUNCH(k_warp_exchange_dyn, 1, 64, 64 * sizeof(int), 0)(io, 1);
+    ASSERT_EQ(0, (int)cudaDeviceSynchronize());
+    ASSERT_EQ(r0, gdl_emu_count("race")); /* ordered by __syncwarp */
+    LAUNCH(k_reduce_reuse, 2, 64, 0, 0)(x, out, 0);
+    ASSERT_EQ(0, (int)cudaDeviceSynchronize()); /* a report, not a failed launch */
+    ASSERT_GT(gdl_emu_count("race"), r0);
+    const char *d = gdl_emu_last_diagnostic();
+    ASSERT_CONTAINS(d, "racecheck: ");
+    ASSERT_CONTAINS(d, "kernel k_reduce_reuse");
+    ASSERT_CONTAINS(d, "s_red");
+    ASSERT_CONTAINS(d, "byte offset 0");
+    ASSERT_CONTAINS(d, "block (0,0,0)");
+    ASSERT_CONTAINS(d, "thread (0,0,0)");
+    long r1 = gdl_emu_count("race");
+    LAUNCH(k_warp_exchange_dyn, 1, 64, 64 * sizeof(int), 0)(io, 0);
+    ASSERT_EQ(0, (int)cudaDeviceSynchronize());
+    ASSERT_GT(gdl_emu_count("race"), r1); /* no __syncwarp: a hazard in dynamic shared memory */
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "dynamic shared memory");
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "k_warp_exchange_dyn");
+    ASSERT_EQ(0, gdl_emu_racecheck(0));
+    cudaFree(x);
+    cudaFree(out);
+    cudaFree(io);
+    PASS();
+#endif
+}
+
+// GPUDL_EMU_GEMM: this program again (see main) under each mode; the child
+// runs one Sgemm 4 times (m = n = 8, k = 999) and exits with bit 0 set when
+// every result is within 1e-5 (relative) of a double sum and bit 1 when all
+// four are bitwise equal
+static int gemm_mode_child(const char *mode) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("GPUDL_EMU_GEMM", mode, 1);
+        setenv("GDL_EMU_SELFTEST_GEMM", "1", 1);
+        execl("/proc/self/exe", "test_emu", (char *)NULL);
+        _exit(99);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+static int gemm_mode_main(void) {
+    const int m = 8, n = 8, k = 999;
+    std::vector<float> A(m * k), B(k * n), C(4 * m * n);
+    for (int i = 0; i < m * k; i++) A[i] = (float)((i * 7919) % 1000) / 997.0f - 0.5f;
+    for (int i = 0; i < k * n; i++) B[i] = (float)((i * 104729) % 1000) / 991.0f - 0.4f;
+    float *dA = (float *)dmalloc(A.size() * 4), *dB = (float *)dmalloc(B.size() * 4), *dC = (float *)dmalloc(C.size() * 4);
+    cublasHandle_t h;
+    if (!dA || !dB || !dC || cublasCreate(&h)) return 98;
+    cudaMemcpy(dA, A.data(), A.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B.data(), B.size() * 4, cudaMemcpyHostToDevice);
+    float one = 1, zero = 0;
+    if (strcmp(gdl_emu_gemm_mode(), getenv("GPUDL_EMU_GEMM"))) return 96;
+    for (int r = 0; r < 4; r++)
+        if (cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, dA, m, dB, k, &zero, dC + r * m * n, m)) return 97;
+    cudaMemcpy(C.data(), dC, C.size() * 4, cudaMemcpyDeviceToHost);
+    int close = 1, same = 1;
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                double s = 0, a = 0;
+                for (int p = 0; p < k; p++) s += (double)A[p * m + i] * B[j * k + p], a += fabs((double)A[p * m + i] * B[j * k + p]);
+                float v = C[r * m * n + j * m + i];
+                if (fabs(v - s) > 1e-5 * a) close = 0;
+                if (memcmp(&v, &C[j * m + i], 4)) same = 0;
+            }
+    return close | same << 1;
+}
+
+TEST gemm_modes(void) {
+    ASSERT_EQ(3, gemm_mode_child("plain"));     /* close, and the same bits every call */
+    ASSERT_EQ(1, gemm_mode_child("perturbed")); /* close, in other orders per call */
+    ASSERT_EQ(3, gemm_mode_child("shape"));     /* one order per configuration */
     PASS();
 }
 
@@ -776,6 +906,7 @@ SUITE(model) {
     RUN_TEST(atomics_across_workers);
     RUN_TEST(dynamic_shared_memory);
     RUN_TEST(fresh_memory_is_nan);
+    RUN_TEST(racecheck_missing_barrier);
 }
 SUITE(streams) {
     RUN_TEST(streams_run_asynchronously);
@@ -802,6 +933,7 @@ SUITE(diagnostics) {
 SUITE(blas) {
     RUN_TEST(cublas_column_major_and_checks);
     RUN_TEST(cublas_gemm_ex_16bit);
+    RUN_TEST(gemm_modes);
 }
 SUITE(runtime) {
     RUN_TEST(fault_injection_and_counts);
@@ -816,6 +948,7 @@ int main(int argc, char **argv) {
         cudaDeviceSynchronize();
         return 0;
     }
+    if (getenv("GDL_EMU_SELFTEST_GEMM")) return gemm_mode_main(); /* for gemm_modes */
     setenv("GPUDL_EMU_DEVICES", "2", 0); /* the cross-device checks need two */
     setenv("GPUDL_EMU_QUIET", "1", 0);   /* the diagnostics are expected here */
     HARNESS_MAIN_BEGIN(argc, argv);
