@@ -318,13 +318,19 @@ template <typename T> __global__ void gdl__k_unary(int op, int64_t n, const T *x
 // ReLU selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
 // by a 0/1 derivative: an Inf or NaN gradient at x <= 0 must not become NaN.
 // The accumulator is loaded, the term added in f32, the sum rounded once.
+// The term gy * f'(x): for f32 nvcc fuses it into the add (an FMA), for a
+// 16-bit T it is rounded first (gdl__mul_rn), as the CPU does and as the
+// separate low-precision kernel did.
 template <typename T>
 __global__ void gdl__k_unary_backward(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha) {
     if (op == GDL_UN_RELU) {
         GDL_CU_LOOP(i, n) gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (gdl__ld(x[i]) > 0 ? gdl__ld(gy[i]) : 0.0f));
         return;
     }
-    GDL_CU_LOOP(i, n) gx[i] = gdl__st<T>(gdl__ld(gx[i]) + gdl__ld(gy[i]) * gdl__unary_grad1(op, gdl__ld(x[i]), gdl__ld(y[i]), alpha));
+    GDL_CU_LOOP(i, n) {
+        float g = gdl__ld(gy[i]), d = gdl__unary_grad1(op, gdl__ld(x[i]), gdl__ld(y[i]), alpha);
+        gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));
+    }
 }
 
 template <typename T> static int gdl__cu_unary_t(int op, int64_t n, const T *x, T *y, float alpha) {
