@@ -630,6 +630,15 @@ static int gdl__cu_row_threads(int64_t n) {
     return t;
 }
 
+// a product rounded to f32 on its own, never fused into a following add
+// (nvcc contracts a * b + c into an FMA, not __fmul_rn(a, b) + c); the
+// emulator's host compiler does not contract (-std=c++17: -ffp-contract=off)
+#ifdef GPUDL_EMU
+#define gdl__mul_rn(a, b) ((a) * (b))
+#else
+#define gdl__mul_rn(a, b) __fmul_rn((a), (b))
+#endif
+
 #define GDL__CU_INF __int_as_float(0x7f800000)
 #define GDL__CU_NAN __int_as_float(0x7fffffff)
 
@@ -789,6 +798,29 @@ template <> __device__ __forceinline__ __nv_bfloat16 gdl__st<__nv_bfloat16>(floa
     return __ushort_as_bfloat16(gdl__f32_to_bf16(f));
 }
 
+// The one place a runtime dtype becomes a storage type: calls
+// f(gdl__cu_tag<T>()) with T = __half for f16, __nv_bfloat16 for bf16 and,
+// when f32_too, float for f32; any other dtype is an error naming `what`.
+// Each op is one kernel template and one launcher template (gdl__cu_X_t<T>);
+// the f32 entry calls the launcher with float, the *_lp entry dispatches:
+//   return gdl__cu_dispatch("unary", dt, 0, [&](auto t) {
+//       typedef typename decltype(t)::type T;
+//       return gdl__cu_unary_t<T>(op, n, (const T *)x, (T *)y, alpha);
+//   });
+template <typename T> struct gdl__cu_tag {
+    typedef T type;
+};
+static int gdl__cu_dtype_check(const char *what, gdl_dtype dt, int f32_too) {
+    if (dt == GDL_F16 || dt == GDL_BF16 || (f32_too && dt == GDL_F32)) return 0;
+    gdl__set_error("gdl_cuda: the low-precision %s takes %sf16 or bf16, not %s", what, f32_too ? "f32, " : "",
+                   gdl_dtype_name(dt));
+    return -1;
+}
+template <typename F> static int gdl__cu_dispatch(const char *what, gdl_dtype dt, int f32_too, F &&f) {
+    if (gdl__cu_dtype_check(what, dt, f32_too) < 0) return -1;
+    return dt == GDL_F16 ? f(gdl__cu_tag<__half>()) : dt == GDL_BF16 ? f(gdl__cu_tag<__nv_bfloat16>()) : f(gdl__cu_tag<float>());
+}
+
 // Conversions to the integer dtypes, as gpudl.h's gdl__store: truncate
 // toward zero and saturate to the destination's range; NaN gives 0. (The
 // float bounds are exact: 2^31 and -2^31 are floats, and no float lies
@@ -850,14 +882,26 @@ static int gdl__cu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st, 
 // C = beta*C over M x N (ldc), for K == 0 where cuBLAS would reject lda.
 // sC == 0: every batch scales the one C in turn, as the CPU's loop does, so
 // one thread owns each element and applies beta `reps` times (no two threads
-// may read-modify-write the same element).
-__global__ void gdl__k_scale2d(float *C, int M, int N, int ldc, int64_t sC, int64_t nb, int reps, float beta) {
+// may read-modify-write the same element). A 16-bit C is scaled in f32 and
+// rounded once.
+template <typename T>
+__global__ void gdl__k_scale2d(T *C, int M, int N, int ldc, int64_t sC, int64_t nb, int reps, float beta) {
     GDL_CU_LOOP(t, nb * M * N) {
         int64_t b = t / ((int64_t)M * N), r = t % ((int64_t)M * N);
-        float *c = C + b * sC + (r / N) * ldc + r % N, v = *c;
+        T *c = C + b * sC + (r / N) * ldc + r % N;
+        float v = gdl__ld(*c);
         for (int k = 0; k < reps; k++) v = beta == 0 ? 0.0f : beta * v;
-        *c = v;
+        *c = gdl__st<T>(v);
     }
+}
+
+template <typename T>
+static int gdl__cu_scale2d_t(T *C, int M, int N, int ldc, int64_t sC, int batch, float beta) {
+    int64_t nb = sC == 0 ? 1 : batch, total = nb * M * N;
+    GDL_CU_LAUNCH(gdl__k_scale2d<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        C, M, N, ldc, sC, nb, sC == 0 ? batch : 1, beta);
+    GDL_CU_LAUNCHED();
+    return 0;
 }
 
 // a GEMM whose batches all sum into one C (sC == 0), in chunks (below): 1 done, 0 not taken, -1 error
@@ -867,13 +911,7 @@ static int gdl__cu_gemm_sum(gdl_dtype dt, int ta, int tb, int M, int N, int K, f
 static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
                         const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
-    if (K <= 0) {
-        int64_t nb = sC == 0 ? 1 : batch, total = nb * M * N;
-        GDL_CU_LAUNCH(gdl__k_scale2d, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(C, M, N, ldc, sC, nb,
-                                                                                  sC == 0 ? batch : 1, beta);
-        GDL_CU_LAUNCHED();
-        return 0;
-    }
+    if (K <= 0) return gdl__cu_scale2d_t<float>(C, M, N, ldc, sC, batch, beta);
     cublasHandle_t h = gdl__cu_blas();
     if (!h) return -1;
     cublasOperation_t opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLAS's first operand: our B */
@@ -903,31 +941,16 @@ static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
 // the low-precision GEMM: f16 / bf16 operands and C, f32 accumulation
 // (CUBLAS_COMPUTE_32F), alpha and beta as floats; C is formed in f32 and
 // rounded once. K == 0 scales C by beta in a kernel, as gdl__cu_gemm does.
-__global__ void gdl__k_scale2d_lp(uint16_t *C, int dt, int M, int N, int ldc, int64_t sC, int64_t nb, int reps, float beta) {
-    GDL_CU_LOOP(t, nb * M * N) {
-        int64_t b = t / ((int64_t)M * N), r = t % ((int64_t)M * N);
-        uint16_t *c = C + b * sC + (r / N) * ldc + r % N;
-        float v = dt == GDL_F16 ? gdl__f16_to_f32(*c) : gdl__bf16_to_f32(*c);
-        for (int k = 0; k < reps; k++) v = beta == 0 ? 0.0f : beta * v;
-        *c = dt == GDL_F16 ? gdl__f32_to_f16(v) : gdl__f32_to_bf16(v);
-    }
-}
-
 static int gdl__cu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
                            int batch) {
-    if (dt != GDL_F16 && dt != GDL_BF16) {
-        gdl__set_error("gdl_cuda: the low-precision GEMM takes f16 or bf16, not %s", gdl_dtype_name(dt));
-        return -1;
-    }
+    if (gdl__cu_dtype_check("GEMM", dt, 0) < 0) return -1;
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
-    if (K <= 0) {
-        int64_t nb = sC == 0 ? 1 : batch, total = nb * M * N;
-        GDL_CU_LAUNCH(gdl__k_scale2d_lp, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-            (uint16_t *)C, (int)dt, M, N, ldc, sC, nb, sC == 0 ? batch : 1, beta);
-        GDL_CU_LAUNCHED();
-        return 0;
-    }
+    if (K <= 0)
+        return gdl__cu_dispatch("GEMM", dt, 0, [&](auto t) {
+            typedef typename decltype(t)::type T;
+            return gdl__cu_scale2d_t<T>((T *)C, M, N, ldc, sC, batch, beta);
+        });
     cublasHandle_t h = gdl__cu_blas();
     if (!h) return -1;
     cudaDataType t = dt == GDL_F16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -957,313 +980,9 @@ static int gdl__cu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, fl
 }
 
 // ----------------------------------------------------------------------------
-// elementwise: binary with broadcasting, sum_to, unary
+// the batch-summing GEMM (f32 and the low-precision GEMM's)
 
-// Shape and strides travel to the kernel by value. Before launch, size-1
-// dims are dropped and neighbours that are contiguous in both inputs are
-// merged, so [64,128] + [128] becomes 2 dims and [64,128] + [64,128] one.
-struct gdl__cu_bshape {
-    int nd;
-    int64_t shape[GDL_MAX_DIMS], as[GDL_MAX_DIMS], bs[GDL_MAX_DIMS];
-};
-
-static void gdl__cu_coalesce(int ndim, const int64_t *shape, const int64_t *astr, const int64_t *bstr,
-                             gdl__cu_bshape *g) {
-    int k = 0; /* dims kept so far, innermost first, reversed below */
-    int64_t sh[GDL_MAX_DIMS], as[GDL_MAX_DIMS], bs[GDL_MAX_DIMS];
-    for (int d = ndim - 1; d >= 0; d--) {
-        if (shape[d] == 1) continue;
-        if (k > 0 && astr[d] == as[k - 1] * sh[k - 1] && bstr[d] == bs[k - 1] * sh[k - 1]) {
-            sh[k - 1] *= shape[d]; /* merge into the inner neighbour */
-            continue;
-        }
-        sh[k] = shape[d];
-        as[k] = astr[d];
-        bs[k] = bstr[d];
-        k++;
-    }
-    g->nd = k;
-    for (int i = 0; i < k; i++) {
-        g->shape[i] = sh[k - 1 - i];
-        g->as[i] = as[k - 1 - i];
-        g->bs[i] = bs[k - 1 - i];
-    }
-}
-
-__device__ __forceinline__ float gdl__bin1(int op, float x, float y) {
-    switch (op) {
-    case GDL_BIN_ADD: return x + y;
-    case GDL_BIN_SUB: return x - y;
-    case GDL_BIN_MUL: return x * y;
-    default: return x / y;
-    }
-}
-
-// ND: the number of dims after coalescing (0: a scalar op), as a template
-// argument so the index arithmetic unrolls.
-template <int ND>
-__global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const float *a, const float *b, float *out) {
-    GDL_CU_LOOP(i, n) {
-        int64_t rem = i, oa = 0, ob = 0;
-#pragma unroll
-        for (int d = ND - 1; d >= 0; d--) {
-            int64_t id = d ? rem % g.shape[d] : rem;
-            rem = d ? rem / g.shape[d] : 0;
-            oa += id * g.as[d];
-            ob += id * g.bs[d];
-        }
-        out[i] = gdl__bin1(op, a[oa], b[ob]);
-    }
-}
-
-static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a, const int64_t *astr,
-                          const float *b, const int64_t *bstr, float *out) {
-    int64_t n = 1;
-    gdl__cu_bshape g;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
-    if (n <= 0) return 0;
-    gdl__cu_coalesce(ndim, shape, astr, bstr, &g);
-    unsigned grid = gdl__cu_grid(n, GDL__CU_THREADS);
-    switch (g.nd) {
-    case 0: GDL_CU_LAUNCH(gdl__k_binary<0>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    case 1: GDL_CU_LAUNCH(gdl__k_binary<1>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    case 2: GDL_CU_LAUNCH(gdl__k_binary<2>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    case 3: GDL_CU_LAUNCH(gdl__k_binary<3>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    case 4: GDL_CU_LAUNCH(gdl__k_binary<4>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    case 5: GDL_CU_LAUNCH(gdl__k_binary<5>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    default: GDL_CU_LAUNCH(gdl__k_binary<GDL_MAX_DIMS>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    }
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-// sum_to: dst[i·dstr] += alpha*src[i]. A dim is "reduced" when dst does not
-// move along it (dstr 0, size > 1); the others are "kept". Each destination
-// element is owned by one thread (or one block), which loops over the source
-// elements that map to it: no atomics, the same bits every run.
-struct gdl__cu_sumto {
-    int nk, nr;
-    int64_t kshape[GDL_MAX_DIMS], kdst[GDL_MAX_DIMS], ksrc[GDL_MAX_DIMS]; /* kept dims */
-    int64_t rshape[GDL_MAX_DIMS], rsrc[GDL_MAX_DIMS];                     /* reduced dims */
-};
-
-// dst and src offsets of destination element t
-__device__ __forceinline__ void gdl__sumto_base(const gdl__cu_sumto &g, int64_t t, int64_t *od, int64_t *os) {
-    int64_t rem = t, a = 0, b = 0;
-    for (int d = g.nk - 1; d >= 0; d--) {
-        int64_t id = rem % g.kshape[d];
-        rem /= g.kshape[d];
-        a += id * g.kdst[d];
-        b += id * g.ksrc[d];
-    }
-    *od = a;
-    *os = b;
-}
-
-// one thread per destination element; it visits its sources in row-major
-// order (an odometer), the order of the CPU loop, adding into dst[o] as the
-// CPU does
-__global__ void gdl__k_sum_to_thread(gdl__cu_sumto g, int64_t nout, int64_t nred, const float *src, float *dst,
-                                     float alpha) {
-    GDL_CU_LOOP(t, nout) {
-        int64_t od, so, idx[GDL_MAX_DIMS] = {};
-        gdl__sumto_base(g, t, &od, &so);
-        float acc = dst[od];
-        for (int64_t j = 0; j < nred; j++) {
-            acc += alpha * src[so];
-            for (int d = g.nr - 1; d >= 0; d--) {
-                so += g.rsrc[d];
-                if (++idx[d] < g.rshape[d]) break;
-                so -= g.rsrc[d] * g.rshape[d];
-                idx[d] = 0;
-            }
-        }
-        dst[od] = acc;
-    }
-}
-
-// one block per destination element, for few outputs with long reductions
-// (a bias gradient over a big batch, a sum to a scalar)
-__global__ void gdl__k_sum_to_block(gdl__cu_sumto g, int64_t nout, int64_t nred, const float *src, float *dst,
-                                    float alpha) {
-    GDL_CU_ROWS(t, nout) {
-        int64_t od, os;
-        gdl__sumto_base(g, t, &od, &os);
-        float s = 0;
-        for (int64_t j = threadIdx.x; j < nred; j += blockDim.x) {
-            int64_t rem = j, so = os;
-            for (int d = g.nr - 1; d >= 0; d--) {
-                int64_t id = rem % g.rshape[d];
-                rem /= g.rshape[d];
-                so += id * g.rsrc[d];
-            }
-            s += src[so];
-        }
-        s = gdl__block_sum(s);
-        if (threadIdx.x == 0) dst[od] += alpha * s;
-    }
-}
-
-// the kept and reduced dims of a sum_to, outer to inner; 0 when there is nothing to do
-static int gdl__cu_sumto_plan(int ndim, const int64_t *shape, const int64_t *dstr, gdl__cu_sumto *g, int64_t *nout_,
-                              int64_t *nred_, int *block) {
-    int64_t n = 1, nout = 1, nred = 1, sstr = 1;
-    int inner_reduced = 0, seen_inner = 0;
-    for (int d = 0; d < ndim; d++) n *= shape[d];
-    if (n <= 0) return 0;
-    g->nk = g->nr = 0;
-    // walk from the innermost dim to compute the contiguous source strides,
-    // then put the kept and reduced dims back in outer-to-inner order
-    int64_t ks[GDL_MAX_DIMS], kd[GDL_MAX_DIMS], kss[GDL_MAX_DIMS], rs[GDL_MAX_DIMS], rss[GDL_MAX_DIMS];
-    int nk = 0, nr = 0;
-    for (int d = ndim - 1; d >= 0; d--) {
-        if (shape[d] != 1) {
-            int reduced = dstr[d] == 0;
-            if (!seen_inner) {
-                inner_reduced = reduced;
-                seen_inner = 1;
-            }
-            if (reduced) {
-                rs[nr] = shape[d];
-                rss[nr] = sstr;
-                nr++;
-                nred *= shape[d];
-            } else {
-                ks[nk] = shape[d];
-                kd[nk] = dstr[d];
-                kss[nk] = sstr;
-                nk++;
-                nout *= shape[d];
-            }
-        }
-        sstr *= shape[d];
-    }
-    for (int i = 0; i < nk; i++) {
-        g->kshape[i] = ks[nk - 1 - i];
-        g->kdst[i] = kd[nk - 1 - i];
-        g->ksrc[i] = kss[nk - 1 - i];
-    }
-    for (int i = 0; i < nr; i++) {
-        g->rshape[i] = rs[nr - 1 - i];
-        g->rsrc[i] = rss[nr - 1 - i];
-    }
-    g->nk = nk;
-    g->nr = nr;
-    *nout_ = nout;
-    *nred_ = nred;
-    // A block per output reads runs of the innermost dim when that dim is
-    // reduced, and keeps the GPU busy when outputs are few; a thread per
-    // output reads coalesced across threads when the innermost dim is kept.
-    *block = nr > 0 && nred >= 64 && (inner_reduced || nout < 2048);
-    return 1;
-}
-
-static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
-                          float alpha) {
-    gdl__cu_sumto g;
-    int64_t nout, nred;
-    int block;
-    if (!gdl__cu_sumto_plan(ndim, shape, dstr, &g, &nout, &nred, &block)) return 0;
-    if (block) {
-        int threads = gdl__cu_row_threads(nred > 256 ? 256 : nred);
-        GDL_CU_LAUNCH(gdl__k_sum_to_block, gdl__cu_row_grid(nout), threads, 0, gdl__cu_stream())(g, nout, nred, src, dst, alpha);
-    } else {
-        GDL_CU_LAUNCH(gdl__k_sum_to_thread, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(g, nout, nred, src, dst,
-                                                                                       alpha);
-    }
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-#define GDL__CU_SQRT_2_OVER_PI 0.7978845608028654f
-#define GDL__CU_INV_SQRT_2 0.7071067811865476f
-
-__device__ __forceinline__ float gdl__unary1(int op, float x, float alpha) {
-    switch (op) {
-    case GDL_UN_RELU: return x > 0 ? x : 0.0f;
-    case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x;
-    case GDL_UN_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case GDL_UN_TANH: return tanhf(x);
-    case GDL_UN_GELU_ERF: return 0.5f * x * (1.0f + erff(x * GDL__CU_INV_SQRT_2));
-    case GDL_UN_GELU_TANH: return 0.5f * x * (1.0f + tanhf(GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
-    case GDL_UN_EXP: return expf(x);
-    case GDL_UN_LOG: return logf(x);
-    case GDL_UN_SCALE: return alpha * x;
-    case GDL_UN_ADD_SCALAR: return x + alpha;
-    default: return powf(x, alpha); /* GDL_UN_POW */
-    }
-}
-
-// d y / d x at x, y = f(x) given
-__device__ __forceinline__ float gdl__unary_grad1(int op, float x, float y, float alpha) {
-    switch (op) {
-    case GDL_UN_RELU: return x > 0 ? 1.0f : 0.0f;
-    case GDL_UN_LEAKY_RELU: return x > 0 ? 1.0f : alpha;
-    case GDL_UN_SIGMOID: return y * (1.0f - y);
-    case GDL_UN_TANH: return 1.0f - y * y;
-    case GDL_UN_GELU_ERF:
-        return 0.5f * (1.0f + erff(x * GDL__CU_INV_SQRT_2)) + x * expf(-0.5f * x * x) * 0.3989422804014327f;
-    case GDL_UN_GELU_TANH: {
-        float u = GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x), th = tanhf(u);
-        return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GDL__CU_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
-    }
-    case GDL_UN_EXP: return y;
-    case GDL_UN_LOG: return 1.0f / x;
-    case GDL_UN_SCALE: return alpha;
-    case GDL_UN_ADD_SCALAR: return 1.0f;
-    default: return alpha * powf(x, alpha - 1.0f); /* GDL_UN_POW */
-    }
-}
-
-__global__ void gdl__k_unary(int op, int64_t n, const float *x, float *y, float alpha) {
-    GDL_CU_LOOP(i, n) y[i] = gdl__unary1(op, x[i], alpha);
-}
-
-// ReLU selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
-// by a 0/1 derivative: an Inf or NaN gradient at x <= 0 must not become NaN
-__global__ void gdl__k_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy,
-                                      float *gx, float alpha) {
-    if (op == GDL_UN_RELU) {
-        GDL_CU_LOOP(i, n) gx[i] += x[i] > 0 ? gy[i] : 0.0f;
-        return;
-    }
-    GDL_CU_LOOP(i, n) gx[i] += gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha);
-}
-
-static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alpha) {
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_unary, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, alpha);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
-                                  float alpha) {
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_unary_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, gy, gx, alpha);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-// ----------------------------------------------------------------------------
-// native bf16/f16 elementwise kernels (the backend's *_lp entries): each
-// element is loaded to f32, computed with the f32 kernel's formula and
-// rounded once on store. The dtype is uniform across the grid, so its
-// switch costs nothing next to the memory traffic (as gdl__k_cast's).
-
-// element i of p, of dtype t (f32, f16 or bf16), as f32
-__device__ __forceinline__ float gdl__lp_ld(int t, const void *p, int64_t i) {
-    if (t == GDL_F32) return ((const float *)p)[i];
-    uint16_t h = ((const uint16_t *)p)[i];
-    return t == GDL_F16 ? gdl__f16_to_f32(h) : gdl__bf16_to_f32(h);
-}
-// element i of p, of dtype t, set to v rounded once
-__device__ __forceinline__ void gdl__lp_st(int t, void *p, int64_t i, float v) {
-    if (t == GDL_F32) ((float *)p)[i] = v;
-    else ((uint16_t *)p)[i] = t == GDL_F16 ? gdl__f32_to_f16(v) : gdl__f32_to_bf16(v);
-}
-
-// ---- a GEMM whose batches all sum into one C (sC == 0: the weight
+// A GEMM whose batches all sum into one C (sC == 0: the weight
 // gradient of a convolution, a broadcast operand's gradient)
 // One call per sample would be `batch` launches (1024 per conv layer at
 // batch 1024), and one strided-batched call would race on C. Instead a
@@ -1277,13 +996,13 @@ __device__ __forceinline__ void gdl__lp_st(int t, void *p, int64_t i, float v) {
 // gdl_cuda_release_cache gives them all back.
 #define GDL__CU_FOLD_BYTES ((size_t)64 << 20)
 
-__global__ void gdl__k_gemm_fold(void *C, int ct, int M, int N, int ldc, const float *W, int nb, float beta) {
+template <typename T> __global__ void gdl__k_gemm_fold(T *C, int M, int N, int ldc, const float *W, int nb, float beta) {
     int64_t mn = (int64_t)M * N;
     GDL_CU_LOOP(t, mn) {
         int64_t i = (t / N) * ldc + t % N;
-        float acc = beta == 0 ? 0.0f : gdl__lp_ld(ct, C, i);
+        float acc = beta == 0 ? 0.0f : gdl__ld(C[i]);
         for (int b = 0; b < nb; b++) acc = beta == 0 ? W[b * mn + t] : W[b * mn + t] + beta * acc;
-        gdl__lp_st(ct, C, i, acc);
+        C[i] = gdl__st<T>(acc);
     }
 }
 
@@ -1350,59 +1069,66 @@ static int gdl__cu_gemm_sum(gdl_dtype dt, int ta, int tb, int M, int N, int K, f
                                                       (long long)sA, &zero, W, CUDA_R_32F, N, (long long)mn, nb,
                                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                            -1);
-        GDL_CU_LAUNCH(gdl__k_gemm_fold, gdl__cu_grid(mn, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-            C, (int)dt, M, N, ldc, W, nb, beta);
-        GDL_CU_LAUNCHED();
+        if (gdl__cu_dispatch("GEMM", dt, 1, [&](auto t) {
+                typedef typename decltype(t)::type T;
+                GDL_CU_LAUNCH(gdl__k_gemm_fold<T>, gdl__cu_grid(mn, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+                    (T *)C, M, N, ldc, W, nb, beta);
+                GDL_CU_LAUNCHED();
+                return 0;
+            }) < 0)
+            return -1;
     }
     return 1;
 }
+// ----------------------------------------------------------------------------
+// elementwise: binary with broadcasting, sum_to, unary
 
-static int gdl__cu_lp_check(const char *what, gdl_dtype dt) {
-    if (dt == GDL_F16 || dt == GDL_BF16) return 0;
-    gdl__set_error("gdl_cuda: %s takes f16 or bf16, not %s", what, gdl_dtype_name(dt));
-    return -1;
-}
-static int gdl__cu_lp_check_any(const char *what, gdl_dtype dt) {
-    return dt == GDL_F32 ? 0 : gdl__cu_lp_check(what, dt);
-}
+// Shape and strides travel to the kernel by value. Before launch, size-1
+// dims are dropped and neighbours that are contiguous in both inputs are
+// merged, so [64,128] + [128] becomes 2 dims and [64,128] + [64,128] one.
+struct gdl__cu_bshape {
+    int nd;
+    int64_t shape[GDL_MAX_DIMS], as[GDL_MAX_DIMS], bs[GDL_MAX_DIMS];
+};
 
-__global__ void gdl__k_unary_lp(int dt, int op, int64_t n, const void *x, void *y, float alpha) {
-    GDL_CU_LOOP(i, n) gdl__lp_st(dt, y, i, gdl__unary1(op, gdl__lp_ld(dt, x, i), alpha));
-}
-
-// the f32 kernel's formulas (ReLU selects, see gdl__k_unary_backward); the
-// accumulator is loaded, the term added in f32, the sum rounded once
-__global__ void gdl__k_unary_backward_lp(int dt, int op, int64_t n, const void *x, const void *y, const void *gy,
-                                         void *gx, float alpha) {
-    GDL_CU_LOOP(i, n) {
-        float xv = gdl__lp_ld(dt, x, i), g = gdl__lp_ld(dt, gy, i), d;
-        if (op == GDL_UN_RELU) d = xv > 0 ? g : 0.0f;
-        else d = g * gdl__unary_grad1(op, xv, gdl__lp_ld(dt, y, i), alpha);
-        gdl__lp_st(dt, gx, i, gdl__lp_ld(dt, gx, i) + d);
+static void gdl__cu_coalesce(int ndim, const int64_t *shape, const int64_t *astr, const int64_t *bstr,
+                             gdl__cu_bshape *g) {
+    int k = 0; /* dims kept so far, innermost first, reversed below */
+    int64_t sh[GDL_MAX_DIMS], as[GDL_MAX_DIMS], bs[GDL_MAX_DIMS];
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] == 1) continue;
+        if (k > 0 && astr[d] == as[k - 1] * sh[k - 1] && bstr[d] == bs[k - 1] * sh[k - 1]) {
+            sh[k - 1] *= shape[d]; /* merge into the inner neighbour */
+            continue;
+        }
+        sh[k] = shape[d];
+        as[k] = astr[d];
+        bs[k] = bstr[d];
+        k++;
+    }
+    g->nd = k;
+    for (int i = 0; i < k; i++) {
+        g->shape[i] = sh[k - 1 - i];
+        g->as[i] = as[k - 1 - i];
+        g->bs[i] = bs[k - 1 - i];
     }
 }
 
-static int gdl__cu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
-    if (gdl__cu_lp_check("unary_lp", dt) < 0) return -1;
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_unary_lp, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())((int)dt, op, n, x, y, alpha);
-    GDL_CU_LAUNCHED();
-    return 0;
+__device__ __forceinline__ float gdl__bin1(int op, float x, float y) {
+    switch (op) {
+    case GDL_BIN_ADD: return x + y;
+    case GDL_BIN_SUB: return x - y;
+    case GDL_BIN_MUL: return x * y;
+    default: return x / y;
+    }
 }
 
-static int gdl__cu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
-                                     void *gx, float alpha) {
-    if (gdl__cu_lp_check("unary_backward_lp", dt) < 0) return -1;
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_unary_backward_lp, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())((int)dt, op, n, x, y, gy,
-                                                                                                   gx, alpha);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-template <int ND>
-__global__ void gdl__k_binary_lp(int op, gdl__cu_bshape g, int64_t n, int at, const void *a, int bt, const void *b,
-                                 int ot, void *out) {
+// ND: the number of dims after coalescing (0: a scalar op), as a template
+// argument so the index arithmetic unrolls. TA, TB, TO: the storage types of
+// a, b and out, each float, __half or __nv_bfloat16 (any mix: the *_lp
+// entry's); the operation is in f32 and out rounded once.
+template <int ND, typename TA, typename TB, typename TO>
+__global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const TA *a, const TB *b, TO *out) {
     GDL_CU_LOOP(i, n) {
         int64_t rem = i, oa = 0, ob = 0;
 #pragma unroll
@@ -1412,46 +1138,97 @@ __global__ void gdl__k_binary_lp(int op, gdl__cu_bshape g, int64_t n, int at, co
             oa += id * g.as[d];
             ob += id * g.bs[d];
         }
-        gdl__lp_st(ot, out, i, gdl__bin1(op, gdl__lp_ld(at, a, oa), gdl__lp_ld(bt, b, ob)));
+        out[i] = gdl__st<TO>(gdl__bin1(op, gdl__ld(a[oa]), gdl__ld(b[ob])));
     }
 }
 
-static int gdl__cu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
-                             gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+// (through a pointer: the template's commas would split GDL_CU_LAUNCH's arguments)
+template <int ND, typename TA, typename TB, typename TO>
+static void gdl__cu_binary_nd(unsigned grid, int op, const gdl__cu_bshape &g, int64_t n, const TA *a, const TB *b,
+                              TO *out) {
+    void (*gdl__k_binary_nd)(int, gdl__cu_bshape, int64_t, const TA *, const TB *, TO *) = gdl__k_binary<ND, TA, TB, TO>;
+    GDL_CU_LAUNCH(gdl__k_binary_nd, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out);
+}
+
+template <typename TA, typename TB, typename TO>
+static int gdl__cu_binary_t(int op, int ndim, const int64_t *shape, const TA *a, const int64_t *astr, const TB *b,
+                            const int64_t *bstr, TO *out) {
     int64_t n = 1;
     gdl__cu_bshape g;
-    if (gdl__cu_lp_check_any("binary_lp", at) < 0 || gdl__cu_lp_check_any("binary_lp", bt) < 0 ||
-        gdl__cu_lp_check_any("binary_lp", ot) < 0)
-        return -1;
     for (int d = 0; d < ndim; d++) n *= shape[d];
     if (n <= 0) return 0;
     gdl__cu_coalesce(ndim, shape, astr, bstr, &g);
     unsigned grid = gdl__cu_grid(n, GDL__CU_THREADS);
-    int ia = (int)at, ib = (int)bt, io = (int)ot;
     switch (g.nd) {
-    case 0: GDL_CU_LAUNCH(gdl__k_binary_lp<0>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
-    case 1: GDL_CU_LAUNCH(gdl__k_binary_lp<1>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
-    case 2: GDL_CU_LAUNCH(gdl__k_binary_lp<2>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
-    case 3: GDL_CU_LAUNCH(gdl__k_binary_lp<3>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
-    case 4: GDL_CU_LAUNCH(gdl__k_binary_lp<4>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
-    case 5: GDL_CU_LAUNCH(gdl__k_binary_lp<5>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
-    default: GDL_CU_LAUNCH(gdl__k_binary_lp<GDL_MAX_DIMS>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, ia, a, ib, b, io, out); break;
+    case 0: gdl__cu_binary_nd<0>(grid, op, g, n, a, b, out); break;
+    case 1: gdl__cu_binary_nd<1>(grid, op, g, n, a, b, out); break;
+    case 2: gdl__cu_binary_nd<2>(grid, op, g, n, a, b, out); break;
+    case 3: gdl__cu_binary_nd<3>(grid, op, g, n, a, b, out); break;
+    case 4: gdl__cu_binary_nd<4>(grid, op, g, n, a, b, out); break;
+    case 5: gdl__cu_binary_nd<5>(grid, op, g, n, a, b, out); break;
+    default: gdl__cu_binary_nd<GDL_MAX_DIMS>(grid, op, g, n, a, b, out); break;
     }
     GDL_CU_LAUNCHED();
     return 0;
 }
 
-// sum_to_lp: as gdl__k_sum_to_thread / _block, but each destination's
-// sources are summed from 0 in f32 (the f32 path's zeroed gradient of an f32
-// copy), then added to the destination and rounded once (that copy's cast)
-__global__ void gdl__k_sum_to_thread_lp(gdl__cu_sumto g, int64_t nout, int64_t nred, int st, const void *src, int dt,
-                                        void *dst, float alpha) {
+static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a, const int64_t *astr,
+                          const float *b, const int64_t *bstr, float *out) {
+    return gdl__cu_binary_t(op, ndim, shape, a, astr, b, bstr, out);
+}
+
+static int gdl__cu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
+                             gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+    return gdl__cu_dispatch("binary", at, 1, [&](auto ta) {
+        return gdl__cu_dispatch("binary", bt, 1, [&](auto tb) {
+            return gdl__cu_dispatch("binary", ot, 1, [&](auto to) {
+                typedef typename decltype(ta)::type TA;
+                typedef typename decltype(tb)::type TB;
+                typedef typename decltype(to)::type TO;
+                return gdl__cu_binary_t(op, ndim, shape, (const TA *)a, astr, (const TB *)b, bstr, (TO *)out);
+            });
+        });
+    });
+}
+
+// sum_to: dst[i·dstr] += alpha*src[i]. A dim is "reduced" when dst does not
+// move along it (dstr 0, size > 1); the others are "kept". Each destination
+// element is owned by one thread (or one block), which loops over the source
+// elements that map to it: no atomics, the same bits every run.
+struct gdl__cu_sumto {
+    int nk, nr;
+    int64_t kshape[GDL_MAX_DIMS], kdst[GDL_MAX_DIMS], ksrc[GDL_MAX_DIMS]; /* kept dims */
+    int64_t rshape[GDL_MAX_DIMS], rsrc[GDL_MAX_DIMS];                     /* reduced dims */
+};
+
+// dst and src offsets of destination element t
+__device__ __forceinline__ void gdl__sumto_base(const gdl__cu_sumto &g, int64_t t, int64_t *od, int64_t *os) {
+    int64_t rem = t, a = 0, b = 0;
+    for (int d = g.nk - 1; d >= 0; d--) {
+        int64_t id = rem % g.kshape[d];
+        rem /= g.kshape[d];
+        a += id * g.kdst[d];
+        b += id * g.ksrc[d];
+    }
+    *od = a;
+    *os = b;
+}
+
+// one thread per destination element; it visits its sources in row-major
+// order (an odometer), the order of the CPU loop. into_dst (the f32
+// entry): the sum starts from dst[o] and is stored, as the CPU adds into
+// dst; otherwise (the *_lp entry) it starts from 0 in f32 (the f32 path's
+// zeroed gradient of an f32 copy), then is added to dst[o] and rounded once
+// (that copy's cast). TS, TD: the storage types of src and dst.
+template <typename TS, typename TD>
+__global__ void gdl__k_sum_to_thread(gdl__cu_sumto g, int64_t nout, int64_t nred, const TS *src, TD *dst, float alpha,
+                                     int into_dst) {
     GDL_CU_LOOP(t, nout) {
         int64_t od, so, idx[GDL_MAX_DIMS] = {};
         gdl__sumto_base(g, t, &od, &so);
-        float acc = 0.0f;
+        float acc = into_dst ? gdl__ld(dst[od]) : 0.0f;
         for (int64_t j = 0; j < nred; j++) {
-            acc += alpha * gdl__lp_ld(st, src, so);
+            acc += alpha * gdl__ld(src[so]);
             for (int d = g.nr - 1; d >= 0; d--) {
                 so += g.rsrc[d];
                 if (++idx[d] < g.rshape[d]) break;
@@ -1459,12 +1236,14 @@ __global__ void gdl__k_sum_to_thread_lp(gdl__cu_sumto g, int64_t nout, int64_t n
                 idx[d] = 0;
             }
         }
-        gdl__lp_st(dt, dst, od, gdl__lp_ld(dt, dst, od) + acc);
+        dst[od] = gdl__st<TD>(into_dst ? acc : gdl__ld(dst[od]) + acc);
     }
 }
 
-__global__ void gdl__k_sum_to_block_lp(gdl__cu_sumto g, int64_t nout, int64_t nred, int st, const void *src, int dt,
-                                       void *dst, float alpha) {
+// one block per destination element, for few outputs with long reductions
+// (a bias gradient over a big batch, a sum to a scalar)
+template <typename TS, typename TD>
+__global__ void gdl__k_sum_to_block(gdl__cu_sumto g, int64_t nout, int64_t nred, const TS *src, TD *dst, float alpha) {
     GDL_CU_ROWS(t, nout) {
         int64_t od, os;
         gdl__sumto_base(g, t, &od, &os);
@@ -1476,32 +1255,205 @@ __global__ void gdl__k_sum_to_block_lp(gdl__cu_sumto g, int64_t nout, int64_t nr
                 rem /= g.rshape[d];
                 so += id * g.rsrc[d];
             }
-            s += gdl__lp_ld(st, src, so);
+            s += gdl__ld(src[so]);
         }
         s = gdl__block_sum(s);
-        if (threadIdx.x == 0) gdl__lp_st(dt, dst, od, gdl__lp_ld(dt, dst, od) + alpha * s);
+        if (threadIdx.x == 0) dst[od] = gdl__st<TD>(gdl__ld(dst[od]) + alpha * s);
     }
 }
 
-static int gdl__cu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
-                             const int64_t *dstr, float alpha) {
+// the kept and reduced dims of a sum_to, outer to inner; 0 when there is nothing to do
+static int gdl__cu_sumto_plan(int ndim, const int64_t *shape, const int64_t *dstr, gdl__cu_sumto *g, int64_t *nout_,
+                              int64_t *nred_, int *block) {
+    int64_t n = 1, nout = 1, nred = 1, sstr = 1;
+    int inner_reduced = 0, seen_inner = 0;
+    for (int d = 0; d < ndim; d++) n *= shape[d];
+    if (n <= 0) return 0;
+    g->nk = g->nr = 0;
+    // walk from the innermost dim to compute the contiguous source strides,
+    // then put the kept and reduced dims back in outer-to-inner order
+    int64_t ks[GDL_MAX_DIMS], kd[GDL_MAX_DIMS], kss[GDL_MAX_DIMS], rs[GDL_MAX_DIMS], rss[GDL_MAX_DIMS];
+    int nk = 0, nr = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] != 1) {
+            int reduced = dstr[d] == 0;
+            if (!seen_inner) {
+                inner_reduced = reduced;
+                seen_inner = 1;
+            }
+            if (reduced) {
+                rs[nr] = shape[d];
+                rss[nr] = sstr;
+                nr++;
+                nred *= shape[d];
+            } else {
+                ks[nk] = shape[d];
+                kd[nk] = dstr[d];
+                kss[nk] = sstr;
+                nk++;
+                nout *= shape[d];
+            }
+        }
+        sstr *= shape[d];
+    }
+    for (int i = 0; i < nk; i++) {
+        g->kshape[i] = ks[nk - 1 - i];
+        g->kdst[i] = kd[nk - 1 - i];
+        g->ksrc[i] = kss[nk - 1 - i];
+    }
+    for (int i = 0; i < nr; i++) {
+        g->rshape[i] = rs[nr - 1 - i];
+        g->rsrc[i] = rss[nr - 1 - i];
+    }
+    g->nk = nk;
+    g->nr = nr;
+    *nout_ = nout;
+    *nred_ = nred;
+    // A block per output reads runs of the innermost dim when that dim is
+    // reduced, and keeps the GPU busy when outputs are few; a thread per
+    // output reads coalesced across threads when the innermost dim is kept.
+    *block = nr > 0 && nred >= 64 && (inner_reduced || nout < 2048);
+    return 1;
+}
+
+template <typename TS, typename TD>
+static int gdl__cu_sum_to_t(int ndim, const int64_t *shape, const TS *src, TD *dst, const int64_t *dstr, float alpha,
+                            int into_dst) {
     gdl__cu_sumto g;
     int64_t nout, nred;
     int block;
-    if (gdl__cu_lp_check_any("sum_to_lp", st) < 0 || gdl__cu_lp_check_any("sum_to_lp", dt) < 0) return -1;
     if (!gdl__cu_sumto_plan(ndim, shape, dstr, &g, &nout, &nred, &block)) return 0;
     if (block) {
         int threads = gdl__cu_row_threads(nred > 256 ? 256 : nred);
-        GDL_CU_LAUNCH(gdl__k_sum_to_block_lp, gdl__cu_row_grid(nout), threads, 0, gdl__cu_stream())(g, nout, nred, (int)st, src,
-                                                                                                (int)dt, dst, alpha);
+        void (*gdl__k_sum_to_block_)(gdl__cu_sumto, int64_t, int64_t, const TS *, TD *, float) = gdl__k_sum_to_block<TS, TD>;
+        GDL_CU_LAUNCH(gdl__k_sum_to_block_, gdl__cu_row_grid(nout), threads, 0, gdl__cu_stream())(g, nout, nred, src, dst, alpha);
     } else {
-        GDL_CU_LAUNCH(gdl__k_sum_to_thread_lp, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-            g, nout, nred, (int)st, src, (int)dt, dst, alpha);
+        void (*gdl__k_sum_to_thread_)(gdl__cu_sumto, int64_t, int64_t, const TS *, TD *, float, int) =
+            gdl__k_sum_to_thread<TS, TD>;
+        GDL_CU_LAUNCH(gdl__k_sum_to_thread_, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+            g, nout, nred, src, dst, alpha, into_dst);
     }
     GDL_CU_LAUNCHED();
     return 0;
 }
 
+static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
+                          float alpha) {
+    return gdl__cu_sum_to_t(ndim, shape, src, dst, dstr, alpha, 1);
+}
+
+static int gdl__cu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
+                             const int64_t *dstr, float alpha) {
+    return gdl__cu_dispatch("sum_to", st, 1, [&](auto ts) {
+        return gdl__cu_dispatch("sum_to", dt, 1, [&](auto td) {
+            typedef typename decltype(ts)::type TS;
+            typedef typename decltype(td)::type TD;
+            return gdl__cu_sum_to_t(ndim, shape, (const TS *)src, (TD *)dst, dstr, alpha, 0);
+        });
+    });
+}
+
+#define GDL__CU_SQRT_2_OVER_PI 0.7978845608028654f
+#define GDL__CU_INV_SQRT_2 0.7071067811865476f
+
+__device__ __forceinline__ float gdl__unary1(int op, float x, float alpha) {
+    switch (op) {
+    case GDL_UN_RELU: return x > 0 ? x : 0.0f;
+    case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x;
+    case GDL_UN_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    case GDL_UN_TANH: return tanhf(x);
+    case GDL_UN_GELU_ERF: return 0.5f * x * (1.0f + erff(x * GDL__CU_INV_SQRT_2));
+    case GDL_UN_GELU_TANH: return 0.5f * x * (1.0f + tanhf(GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
+    case GDL_UN_EXP: return expf(x);
+    case GDL_UN_LOG: return logf(x);
+    case GDL_UN_SCALE: return alpha * x;
+    case GDL_UN_ADD_SCALAR: return x + alpha;
+    default: return powf(x, alpha); /* GDL_UN_POW */
+    }
+}
+
+// d y / d x at x, y = f(x) given
+__device__ __forceinline__ float gdl__unary_grad1(int op, float x, float y, float alpha) {
+    switch (op) {
+    case GDL_UN_RELU: return x > 0 ? 1.0f : 0.0f;
+    case GDL_UN_LEAKY_RELU: return x > 0 ? 1.0f : alpha;
+    case GDL_UN_SIGMOID: return y * (1.0f - y);
+    case GDL_UN_TANH: return 1.0f - y * y;
+    case GDL_UN_GELU_ERF:
+        return 0.5f * (1.0f + erff(x * GDL__CU_INV_SQRT_2)) + x * expf(-0.5f * x * x) * 0.3989422804014327f;
+    case GDL_UN_GELU_TANH: {
+        float u = GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x), th = tanhf(u);
+        return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GDL__CU_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
+    }
+    case GDL_UN_EXP: return y;
+    case GDL_UN_LOG: return 1.0f / x;
+    case GDL_UN_SCALE: return alpha;
+    case GDL_UN_ADD_SCALAR: return 1.0f;
+    default: return alpha * powf(x, alpha - 1.0f); /* GDL_UN_POW */
+    }
+}
+
+template <typename T> __global__ void gdl__k_unary(int op, int64_t n, const T *x, T *y, float alpha) {
+    GDL_CU_LOOP(i, n) y[i] = gdl__st<T>(gdl__unary1(op, gdl__ld(x[i]), alpha));
+}
+
+// ReLU selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
+// by a 0/1 derivative: an Inf or NaN gradient at x <= 0 must not become NaN.
+// The accumulator is loaded, the term added in f32, the sum rounded once.
+// The term gy * f'(x): for f32 nvcc fuses it into the add (an FMA), for a
+// 16-bit T it is rounded first (gdl__mul_rn), as the CPU does and as the
+// separate low-precision kernel did.
+template <typename T>
+__global__ void gdl__k_unary_backward(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha) {
+    if (op == GDL_UN_RELU) {
+        GDL_CU_LOOP(i, n) gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (gdl__ld(x[i]) > 0 ? gdl__ld(gy[i]) : 0.0f));
+        return;
+    }
+    GDL_CU_LOOP(i, n) {
+        float g = gdl__ld(gy[i]), d = gdl__unary_grad1(op, gdl__ld(x[i]), gdl__ld(y[i]), alpha);
+        gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));
+    }
+}
+
+template <typename T> static int gdl__cu_unary_t(int op, int64_t n, const T *x, T *y, float alpha) {
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_unary<T>, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+template <typename T>
+static int gdl__cu_unary_backward_t(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha) {
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_unary_backward<T>, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        op, n, x, y, gy, gx, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alpha) {
+    return gdl__cu_unary_t(op, n, x, y, alpha);
+}
+
+static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
+                                  float alpha) {
+    return gdl__cu_unary_backward_t(op, n, x, y, gy, gx, alpha);
+}
+
+static int gdl__cu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+    return gdl__cu_dispatch("unary", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_unary_t(op, n, (const T *)x, (T *)y, alpha);
+    });
+}
+
+static int gdl__cu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
+                                     void *gx, float alpha) {
+    return gdl__cu_dispatch("unary_backward", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_unary_backward_t(op, n, (const T *)x, (const T *)y, (const T *)gy, (T *)gx, alpha);
+    });
+}
 // ----------------------------------------------------------------------------
 // reductions over the middle dim of [outer, n, inner]; softmax
 
@@ -1979,24 +1931,17 @@ template <typename T> static int gdl__cu_col2im_t(const gdl_conv_geom *g, const 
 static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
 static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) { return gdl__cu_col2im_t<float>(g, col, x); }
 
-// the *_lp entries' dtype check: f16 or bf16
-static int gdl__cu_lp_dt(const char *entry, gdl_dtype dt) {
-    if (dt == GDL_F16 || dt == GDL_BF16) return 0;
-    gdl__set_error("gdl_cuda: the low-precision %s takes f16 or bf16, not %s", entry, gdl_dtype_name(dt));
-    return -1;
-}
-// the call for f16 or the one for bf16 (their storage types: __half, __nv_bfloat16)
-#define GDL__CU_LP_CALL(dt, call_f16, call_bf16) ((dt) == GDL_F16 ? (call_f16) : (call_bf16))
-
 static int gdl__cu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
-    if (gdl__cu_lp_dt("im2col", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_im2col_t<__half>(g, (const __half *)x, (__half *)col),
-                           gdl__cu_im2col_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)col));
+    return gdl__cu_dispatch("im2col", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_im2col_t(g, (const T *)x, (T *)col);
+    });
 }
 static int gdl__cu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
-    if (gdl__cu_lp_dt("col2im", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_col2im_t<__half>(g, (const __half *)col, (__half *)x),
-                           gdl__cu_col2im_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)col, (__nv_bfloat16 *)x));
+    return gdl__cu_dispatch("col2im", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_col2im_t(g, (const T *)col, (T *)x);
+    });
 }
 
 // max pooling: one thread per output, the CPU's scan (first max, first NaN)
@@ -2077,14 +2022,16 @@ static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, con
     return gdl__cu_maxpool_backward_t<float>(g, gy, idx, gx);
 }
 static int gdl__cu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
-    if (gdl__cu_lp_dt("maxpool", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_maxpool_t<__half>(g, (const __half *)x, (__half *)y, idx),
-                           gdl__cu_maxpool_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y, idx));
+    return gdl__cu_dispatch("maxpool", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_maxpool_t(g, (const T *)x, (T *)y, idx);
+    });
 }
 static int gdl__cu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
-    if (gdl__cu_lp_dt("maxpool_backward", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_maxpool_backward_t<__half>(g, (const __half *)gy, idx, (__half *)gx),
-                           gdl__cu_maxpool_backward_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)gy, idx, (__nv_bfloat16 *)gx));
+    return gdl__cu_dispatch("maxpool_backward", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_maxpool_backward_t(g, (const T *)gy, idx, (T *)gx);
+    });
 }
 
 // average pooling counts the padding: always divide by KH*KW. Like the CPU,
@@ -2155,111 +2102,104 @@ static int gdl__cu_avgpool_backward(const gdl_conv_geom *g, const float *gy, flo
     return gdl__cu_avgpool_backward_t<float>(g, gy, gx);
 }
 static int gdl__cu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
-    if (gdl__cu_lp_dt("avgpool", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_avgpool_t<__half>(g, (const __half *)x, (__half *)y),
-                           gdl__cu_avgpool_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y));
+    return gdl__cu_dispatch("avgpool", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_avgpool_t(g, (const T *)x, (T *)y);
+    });
 }
 static int gdl__cu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
-    if (gdl__cu_lp_dt("avgpool_backward", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_avgpool_backward_t<__half>(g, (const __half *)gy, (__half *)gx),
-                           gdl__cu_avgpool_backward_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)gy, (__nv_bfloat16 *)gx));
+    return gdl__cu_dispatch("avgpool_backward", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_avgpool_backward_t(g, (const T *)gy, (T *)gx);
+    });
 }
 
 // ----------------------------------------------------------------------------
 // copy2d, dropout
 
-__global__ void gdl__k_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
-                              int accumulate) {
+// A copy moves the elements' bits as they are; accumulate adds in f32 and
+// rounds once.
+template <typename T>
+__global__ void gdl__k_copy2d(int64_t rows, int64_t cols, const T *src, int64_t sld, T *dst, int64_t dld, int accumulate) {
     GDL_CU_LOOP(t, rows * cols) {
         int64_t r = t / cols, c = t - r * cols;
-        float v = src[r * sld + c];
-        if (accumulate) dst[r * dld + c] += v;
+        T v = src[r * sld + c];
+        if (accumulate) dst[r * dld + c] = gdl__st<T>(gdl__ld(dst[r * dld + c]) + gdl__ld(v));
         else dst[r * dld + c] = v;
     }
 }
 
+template <typename T>
+static int gdl__cu_copy2d_t(int64_t rows, int64_t cols, const T *src, int64_t sld, T *dst, int64_t dld, int accumulate) {
+    if (rows <= 0 || cols <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_copy2d<T>, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        rows, cols, src, sld, dst, dld, accumulate);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
 static int gdl__cu_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
                           int accumulate) {
-    if (rows <= 0 || cols <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_copy2d, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(rows, cols, src, sld, dst, dld,
-                                                                                   accumulate);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-// the mask is gdl_dropout_keep from gpudl.h: the same bits as on the CPU
-__global__ void gdl__k_dropout(int64_t n, double p, uint64_t seed, float scale, const float *x, float *y) {
-    GDL_CU_LOOP(i, n) y[i] = gdl_dropout_keep(seed, (uint64_t)i, p) ? x[i] * scale : 0.0f;
-}
-
-__global__ void gdl__k_dropout_backward(int64_t n, double p, uint64_t seed, float scale, const float *gy, float *gx) {
-    GDL_CU_LOOP(i, n) if (gdl_dropout_keep(seed, (uint64_t)i, p)) gx[i] += gy[i] * scale;
-}
-
-static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, float *y) {
-    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_dropout, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, seed, scale, x, y);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
-    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_dropout_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, seed, scale, gy, gx);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-// backward: gx += (kept ? gy * scale : 0), rounded once (a dropped element
-// adds 0, as the f32 path's zeroed gradient of an f32 copy)
-__global__ void gdl__k_dropout_lp(int dt, int64_t n, double p, uint64_t seed, float scale, const void *x, void *y,
-                                  int backward) {
-    GDL_CU_LOOP(i, n) {
-        float v = gdl_dropout_keep(seed, (uint64_t)i, p) ? gdl__lp_ld(dt, x, i) * scale : 0.0f;
-        gdl__lp_st(dt, y, i, backward ? gdl__lp_ld(dt, y, i) + v : v);
-    }
-}
-
-static int gdl__cu_dropout_lp_run(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y, int backward) {
-    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-    if (gdl__cu_lp_check(backward ? "dropout_backward_lp" : "dropout_lp", dt) < 0) return -1;
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_dropout_lp, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())((int)dt, n, p, seed, scale, x, y,
-                                                                                            backward);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-static int gdl__cu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
-    return gdl__cu_dropout_lp_run(dt, n, p, seed, x, y, 0);
-}
-static int gdl__cu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
-    return gdl__cu_dropout_lp_run(dt, n, p, seed, gy, gx, 1);
-}
-
-// a copy moves the 16-bit patterns as they are; accumulate adds in f32 and rounds once
-__global__ void gdl__k_copy2d_lp(int dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
-                                 int64_t dld, int accumulate) {
-    GDL_CU_LOOP(t, rows * cols) {
-        int64_t r = t / cols, c = t - r * cols;
-        if (accumulate)
-            gdl__lp_st(dt, dst, r * dld + c, gdl__lp_ld(dt, dst, r * dld + c) + gdl__lp_ld(dt, src, r * sld + c));
-        else
-            ((uint16_t *)dst)[r * dld + c] = ((const uint16_t *)src)[r * sld + c];
-    }
+    return gdl__cu_copy2d_t(rows, cols, src, sld, dst, dld, accumulate);
 }
 
 static int gdl__cu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
                              int64_t dld, int accumulate) {
-    if (gdl__cu_lp_check("copy2d_lp", dt) < 0) return -1;
-    if (rows <= 0 || cols <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_copy2d_lp, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-        (int)dt, rows, cols, src, sld, dst, dld, accumulate);
+    return gdl__cu_dispatch("copy2d", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_copy2d_t(rows, cols, (const T *)src, sld, (T *)dst, dld, accumulate);
+    });
+}
+
+// the mask is gdl_dropout_keep from gpudl.h: the same bits as on the CPU
+template <typename T> __global__ void gdl__k_dropout(int64_t n, double p, uint64_t seed, float scale, const T *x, T *y) {
+    GDL_CU_LOOP(i, n) y[i] = gdl__st<T>(gdl_dropout_keep(seed, (uint64_t)i, p) ? gdl__ld(x[i]) * scale : 0.0f);
+}
+
+// gx += (kept ? gy * scale : 0), rounded once. A dropped element leaves an
+// f32 gx alone (the CPU's f32 loop skips it); a 16-bit gx gets + 0 in f32,
+// as the f32 path's zeroed gradient of an f32 copy (-0 becomes +0).
+template <typename T>
+__global__ void gdl__k_dropout_backward(int64_t n, double p, uint64_t seed, float scale, const T *gy, T *gx) {
+    GDL_CU_LOOP(i, n) {
+        bool keep = gdl_dropout_keep(seed, (uint64_t)i, p);
+        if (sizeof(T) == 2) gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (keep ? gdl__ld(gy[i]) * scale : 0.0f));
+        else if (keep) gx[i] = gdl__st<T>(gdl__ld(gx[i]) + gdl__ld(gy[i]) * scale);
+    }
+}
+
+template <typename T>
+static int gdl__cu_dropout_t(int64_t n, double p, uint64_t seed, const T *x, T *y, int backward) {
+    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    if (n <= 0) return 0;
+    if (backward)
+        GDL_CU_LAUNCH(gdl__k_dropout_backward<T>, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+            n, p, seed, scale, x, y);
+    else
+        GDL_CU_LAUNCH(gdl__k_dropout<T>, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+            n, p, seed, scale, x, y);
     GDL_CU_LAUNCHED();
     return 0;
 }
 
+static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, float *y) {
+    return gdl__cu_dropout_t(n, p, seed, x, y, 0);
+}
+static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
+    return gdl__cu_dropout_t(n, p, seed, gy, gx, 1);
+}
+static int gdl__cu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+    return gdl__cu_dispatch("dropout", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_dropout_t(n, p, seed, (const T *)x, (T *)y, 0);
+    });
+}
+static int gdl__cu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+    return gdl__cu_dispatch("dropout_backward", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_dropout_t(n, p, seed, (const T *)gy, (T *)gx, 1);
+    });
+}
 // ----------------------------------------------------------------------------
 // normalisation: batchnorm (one block per channel), layernorm (one block per row)
 
@@ -2382,24 +2322,20 @@ static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const flo
 static int gdl__cu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
                                 const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
                                 int training, double momentum, double eps) {
-    if (gdl__cu_lp_dt("batchnorm", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt,
-                           gdl__cu_batchnorm_t<__half>(N, C, S, (const __half *)x, gamma, beta, (__half *)y, mean, invstd,
-                                                       run_mean, run_var, training, momentum, eps),
-                           gdl__cu_batchnorm_t<__nv_bfloat16>(N, C, S, (const __nv_bfloat16 *)x, gamma, beta,
-                                                              (__nv_bfloat16 *)y, mean, invstd, run_mean, run_var,
-                                                              training, momentum, eps));
+    return gdl__cu_dispatch("batchnorm", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_batchnorm_t(N, C, S, (const T *)x, gamma, beta, (T *)y, mean, invstd, run_mean, run_var, training,
+                                   momentum, eps);
+    });
 }
 static int gdl__cu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
                                          const float *gamma, const float *mean, const float *invstd, int training,
                                          void *gx, float *ggamma, float *gbeta) {
-    if (gdl__cu_lp_dt("batchnorm_backward", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt,
-                           gdl__cu_batchnorm_backward_t<__half>(N, C, S, (const __half *)x, (const __half *)gy, gamma, mean,
-                                                                invstd, training, (__half *)gx, ggamma, gbeta),
-                           gdl__cu_batchnorm_backward_t<__nv_bfloat16>(N, C, S, (const __nv_bfloat16 *)x,
-                                                                       (const __nv_bfloat16 *)gy, gamma, mean, invstd,
-                                                                       training, (__nv_bfloat16 *)gx, ggamma, gbeta));
+    return gdl__cu_dispatch("batchnorm_backward", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, gamma, mean, invstd, training, (T *)gx,
+                                            ggamma, gbeta);
+    });
 }
 
 __global__ void gdl__k_layernorm(int64_t rows, int64_t D, const float *x, const float *gamma, const float *beta,

@@ -70,6 +70,15 @@ static int gdl__cu_row_threads(int64_t n) {
     return t;
 }
 
+// a product rounded to f32 on its own, never fused into a following add
+// (nvcc contracts a * b + c into an FMA, not __fmul_rn(a, b) + c); the
+// emulator's host compiler does not contract (-std=c++17: -ffp-contract=off)
+#ifdef GPUDL_EMU
+#define gdl__mul_rn(a, b) ((a) * (b))
+#else
+#define gdl__mul_rn(a, b) __fmul_rn((a), (b))
+#endif
+
 #define GDL__CU_INF __int_as_float(0x7f800000)
 #define GDL__CU_NAN __int_as_float(0x7fffffff)
 

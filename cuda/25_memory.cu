@@ -87,6 +87,29 @@ template <> __device__ __forceinline__ __nv_bfloat16 gdl__st<__nv_bfloat16>(floa
     return __ushort_as_bfloat16(gdl__f32_to_bf16(f));
 }
 
+// The one place a runtime dtype becomes a storage type: calls
+// f(gdl__cu_tag<T>()) with T = __half for f16, __nv_bfloat16 for bf16 and,
+// when f32_too, float for f32; any other dtype is an error naming `what`.
+// Each op is one kernel template and one launcher template (gdl__cu_X_t<T>);
+// the f32 entry calls the launcher with float, the *_lp entry dispatches:
+//   return gdl__cu_dispatch("unary", dt, 0, [&](auto t) {
+//       typedef typename decltype(t)::type T;
+//       return gdl__cu_unary_t<T>(op, n, (const T *)x, (T *)y, alpha);
+//   });
+template <typename T> struct gdl__cu_tag {
+    typedef T type;
+};
+static int gdl__cu_dtype_check(const char *what, gdl_dtype dt, int f32_too) {
+    if (dt == GDL_F16 || dt == GDL_BF16 || (f32_too && dt == GDL_F32)) return 0;
+    gdl__set_error("gdl_cuda: the low-precision %s takes %sf16 or bf16, not %s", what, f32_too ? "f32, " : "",
+                   gdl_dtype_name(dt));
+    return -1;
+}
+template <typename F> static int gdl__cu_dispatch(const char *what, gdl_dtype dt, int f32_too, F &&f) {
+    if (gdl__cu_dtype_check(what, dt, f32_too) < 0) return -1;
+    return dt == GDL_F16 ? f(gdl__cu_tag<__half>()) : dt == GDL_BF16 ? f(gdl__cu_tag<__nv_bfloat16>()) : f(gdl__cu_tag<float>());
+}
+
 // Conversions to the integer dtypes, as gpudl.h's gdl__store: truncate
 // toward zero and saturate to the destination's range; NaN gives 0. (The
 // float bounds are exact: 2^31 and -2^31 are floats, and no float lies

@@ -9,14 +9,26 @@
 // C = beta*C over M x N (ldc), for K == 0 where cuBLAS would reject lda.
 // sC == 0: every batch scales the one C in turn, as the CPU's loop does, so
 // one thread owns each element and applies beta `reps` times (no two threads
-// may read-modify-write the same element).
-__global__ void gdl__k_scale2d(float *C, int M, int N, int ldc, int64_t sC, int64_t nb, int reps, float beta) {
+// may read-modify-write the same element). A 16-bit C is scaled in f32 and
+// rounded once.
+template <typename T>
+__global__ void gdl__k_scale2d(T *C, int M, int N, int ldc, int64_t sC, int64_t nb, int reps, float beta) {
     GDL_CU_LOOP(t, nb * M * N) {
         int64_t b = t / ((int64_t)M * N), r = t % ((int64_t)M * N);
-        float *c = C + b * sC + (r / N) * ldc + r % N, v = *c;
+        T *c = C + b * sC + (r / N) * ldc + r % N;
+        float v = gdl__ld(*c);
         for (int k = 0; k < reps; k++) v = beta == 0 ? 0.0f : beta * v;
-        *c = v;
+        *c = gdl__st<T>(v);
     }
+}
+
+template <typename T>
+static int gdl__cu_scale2d_t(T *C, int M, int N, int ldc, int64_t sC, int batch, float beta) {
+    int64_t nb = sC == 0 ? 1 : batch, total = nb * M * N;
+    GDL_CU_LAUNCH(gdl__k_scale2d<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        C, M, N, ldc, sC, nb, sC == 0 ? batch : 1, beta);
+    GDL_CU_LAUNCHED();
+    return 0;
 }
 
 // a GEMM whose batches all sum into one C (sC == 0), in chunks (below): 1 done, 0 not taken, -1 error
@@ -26,13 +38,7 @@ static int gdl__cu_gemm_sum(gdl_dtype dt, int ta, int tb, int M, int N, int K, f
 static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
                         const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
-    if (K <= 0) {
-        int64_t nb = sC == 0 ? 1 : batch, total = nb * M * N;
-        GDL_CU_LAUNCH(gdl__k_scale2d, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(C, M, N, ldc, sC, nb,
-                                                                                  sC == 0 ? batch : 1, beta);
-        GDL_CU_LAUNCHED();
-        return 0;
-    }
+    if (K <= 0) return gdl__cu_scale2d_t<float>(C, M, N, ldc, sC, batch, beta);
     cublasHandle_t h = gdl__cu_blas();
     if (!h) return -1;
     cublasOperation_t opB = tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* cuBLAS's first operand: our B */
@@ -62,31 +68,16 @@ static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
 // the low-precision GEMM: f16 / bf16 operands and C, f32 accumulation
 // (CUBLAS_COMPUTE_32F), alpha and beta as floats; C is formed in f32 and
 // rounded once. K == 0 scales C by beta in a kernel, as gdl__cu_gemm does.
-__global__ void gdl__k_scale2d_lp(uint16_t *C, int dt, int M, int N, int ldc, int64_t sC, int64_t nb, int reps, float beta) {
-    GDL_CU_LOOP(t, nb * M * N) {
-        int64_t b = t / ((int64_t)M * N), r = t % ((int64_t)M * N);
-        uint16_t *c = C + b * sC + (r / N) * ldc + r % N;
-        float v = dt == GDL_F16 ? gdl__f16_to_f32(*c) : gdl__bf16_to_f32(*c);
-        for (int k = 0; k < reps; k++) v = beta == 0 ? 0.0f : beta * v;
-        *c = dt == GDL_F16 ? gdl__f32_to_f16(v) : gdl__f32_to_bf16(v);
-    }
-}
-
 static int gdl__cu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
                            int batch) {
-    if (dt != GDL_F16 && dt != GDL_BF16) {
-        gdl__set_error("gdl_cuda: the low-precision GEMM takes f16 or bf16, not %s", gdl_dtype_name(dt));
-        return -1;
-    }
+    if (gdl__cu_dtype_check("GEMM", dt, 0) < 0) return -1;
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
-    if (K <= 0) {
-        int64_t nb = sC == 0 ? 1 : batch, total = nb * M * N;
-        GDL_CU_LAUNCH(gdl__k_scale2d_lp, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-            (uint16_t *)C, (int)dt, M, N, ldc, sC, nb, sC == 0 ? batch : 1, beta);
-        GDL_CU_LAUNCHED();
-        return 0;
-    }
+    if (K <= 0)
+        return gdl__cu_dispatch("GEMM", dt, 0, [&](auto t) {
+            typedef typename decltype(t)::type T;
+            return gdl__cu_scale2d_t<T>((T *)C, M, N, ldc, sC, batch, beta);
+        });
     cublasHandle_t h = gdl__cu_blas();
     if (!h) return -1;
     cudaDataType t = dt == GDL_F16 ? CUDA_R_16F : CUDA_R_16BF;

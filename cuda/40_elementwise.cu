@@ -42,9 +42,11 @@ __device__ __forceinline__ float gdl__bin1(int op, float x, float y) {
 }
 
 // ND: the number of dims after coalescing (0: a scalar op), as a template
-// argument so the index arithmetic unrolls.
-template <int ND>
-__global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const float *a, const float *b, float *out) {
+// argument so the index arithmetic unrolls. TA, TB, TO: the storage types of
+// a, b and out, each float, __half or __nv_bfloat16 (any mix: the *_lp
+// entry's); the operation is in f32 and out rounded once.
+template <int ND, typename TA, typename TB, typename TO>
+__global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const TA *a, const TB *b, TO *out) {
     GDL_CU_LOOP(i, n) {
         int64_t rem = i, oa = 0, ob = 0;
 #pragma unroll
@@ -54,12 +56,21 @@ __global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const float *
             oa += id * g.as[d];
             ob += id * g.bs[d];
         }
-        out[i] = gdl__bin1(op, a[oa], b[ob]);
+        out[i] = gdl__st<TO>(gdl__bin1(op, gdl__ld(a[oa]), gdl__ld(b[ob])));
     }
 }
 
-static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a, const int64_t *astr,
-                          const float *b, const int64_t *bstr, float *out) {
+// (through a pointer: the template's commas would split GDL_CU_LAUNCH's arguments)
+template <int ND, typename TA, typename TB, typename TO>
+static void gdl__cu_binary_nd(unsigned grid, int op, const gdl__cu_bshape &g, int64_t n, const TA *a, const TB *b,
+                              TO *out) {
+    void (*gdl__k_binary_nd)(int, gdl__cu_bshape, int64_t, const TA *, const TB *, TO *) = gdl__k_binary<ND, TA, TB, TO>;
+    GDL_CU_LAUNCH(gdl__k_binary_nd, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out);
+}
+
+template <typename TA, typename TB, typename TO>
+static int gdl__cu_binary_t(int op, int ndim, const int64_t *shape, const TA *a, const int64_t *astr, const TB *b,
+                            const int64_t *bstr, TO *out) {
     int64_t n = 1;
     gdl__cu_bshape g;
     for (int d = 0; d < ndim; d++) n *= shape[d];
@@ -67,16 +78,35 @@ static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a
     gdl__cu_coalesce(ndim, shape, astr, bstr, &g);
     unsigned grid = gdl__cu_grid(n, GDL__CU_THREADS);
     switch (g.nd) {
-    case 0: GDL_CU_LAUNCH(gdl__k_binary<0>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    case 1: GDL_CU_LAUNCH(gdl__k_binary<1>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    case 2: GDL_CU_LAUNCH(gdl__k_binary<2>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    case 3: GDL_CU_LAUNCH(gdl__k_binary<3>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    case 4: GDL_CU_LAUNCH(gdl__k_binary<4>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    case 5: GDL_CU_LAUNCH(gdl__k_binary<5>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
-    default: GDL_CU_LAUNCH(gdl__k_binary<GDL_MAX_DIMS>, grid, GDL__CU_THREADS, 0, gdl__cu_stream())(op, g, n, a, b, out); break;
+    case 0: gdl__cu_binary_nd<0>(grid, op, g, n, a, b, out); break;
+    case 1: gdl__cu_binary_nd<1>(grid, op, g, n, a, b, out); break;
+    case 2: gdl__cu_binary_nd<2>(grid, op, g, n, a, b, out); break;
+    case 3: gdl__cu_binary_nd<3>(grid, op, g, n, a, b, out); break;
+    case 4: gdl__cu_binary_nd<4>(grid, op, g, n, a, b, out); break;
+    case 5: gdl__cu_binary_nd<5>(grid, op, g, n, a, b, out); break;
+    default: gdl__cu_binary_nd<GDL_MAX_DIMS>(grid, op, g, n, a, b, out); break;
     }
     GDL_CU_LAUNCHED();
     return 0;
+}
+
+static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a, const int64_t *astr,
+                          const float *b, const int64_t *bstr, float *out) {
+    return gdl__cu_binary_t(op, ndim, shape, a, astr, b, bstr, out);
+}
+
+static int gdl__cu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
+                             gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+    return gdl__cu_dispatch("binary", at, 1, [&](auto ta) {
+        return gdl__cu_dispatch("binary", bt, 1, [&](auto tb) {
+            return gdl__cu_dispatch("binary", ot, 1, [&](auto to) {
+                typedef typename decltype(ta)::type TA;
+                typedef typename decltype(tb)::type TB;
+                typedef typename decltype(to)::type TO;
+                return gdl__cu_binary_t(op, ndim, shape, (const TA *)a, astr, (const TB *)b, bstr, (TO *)out);
+            });
+        });
+    });
 }
 
 // sum_to: dst[i·dstr] += alpha*src[i]. A dim is "reduced" when dst does not
@@ -103,16 +133,20 @@ __device__ __forceinline__ void gdl__sumto_base(const gdl__cu_sumto &g, int64_t 
 }
 
 // one thread per destination element; it visits its sources in row-major
-// order (an odometer), the order of the CPU loop, adding into dst[o] as the
-// CPU does
-__global__ void gdl__k_sum_to_thread(gdl__cu_sumto g, int64_t nout, int64_t nred, const float *src, float *dst,
-                                     float alpha) {
+// order (an odometer), the order of the CPU loop. into_dst (the f32
+// entry): the sum starts from dst[o] and is stored, as the CPU adds into
+// dst; otherwise (the *_lp entry) it starts from 0 in f32 (the f32 path's
+// zeroed gradient of an f32 copy), then is added to dst[o] and rounded once
+// (that copy's cast). TS, TD: the storage types of src and dst.
+template <typename TS, typename TD>
+__global__ void gdl__k_sum_to_thread(gdl__cu_sumto g, int64_t nout, int64_t nred, const TS *src, TD *dst, float alpha,
+                                     int into_dst) {
     GDL_CU_LOOP(t, nout) {
         int64_t od, so, idx[GDL_MAX_DIMS] = {};
         gdl__sumto_base(g, t, &od, &so);
-        float acc = dst[od];
+        float acc = into_dst ? gdl__ld(dst[od]) : 0.0f;
         for (int64_t j = 0; j < nred; j++) {
-            acc += alpha * src[so];
+            acc += alpha * gdl__ld(src[so]);
             for (int d = g.nr - 1; d >= 0; d--) {
                 so += g.rsrc[d];
                 if (++idx[d] < g.rshape[d]) break;
@@ -120,14 +154,14 @@ __global__ void gdl__k_sum_to_thread(gdl__cu_sumto g, int64_t nout, int64_t nred
                 idx[d] = 0;
             }
         }
-        dst[od] = acc;
+        dst[od] = gdl__st<TD>(into_dst ? acc : gdl__ld(dst[od]) + acc);
     }
 }
 
 // one block per destination element, for few outputs with long reductions
 // (a bias gradient over a big batch, a sum to a scalar)
-__global__ void gdl__k_sum_to_block(gdl__cu_sumto g, int64_t nout, int64_t nred, const float *src, float *dst,
-                                    float alpha) {
+template <typename TS, typename TD>
+__global__ void gdl__k_sum_to_block(gdl__cu_sumto g, int64_t nout, int64_t nred, const TS *src, TD *dst, float alpha) {
     GDL_CU_ROWS(t, nout) {
         int64_t od, os;
         gdl__sumto_base(g, t, &od, &os);
@@ -139,10 +173,10 @@ __global__ void gdl__k_sum_to_block(gdl__cu_sumto g, int64_t nout, int64_t nred,
                 rem /= g.rshape[d];
                 so += id * g.rsrc[d];
             }
-            s += src[so];
+            s += gdl__ld(src[so]);
         }
         s = gdl__block_sum(s);
-        if (threadIdx.x == 0) dst[od] += alpha * s;
+        if (threadIdx.x == 0) dst[od] = gdl__st<TD>(gdl__ld(dst[od]) + alpha * s);
     }
 }
 
@@ -200,21 +234,41 @@ static int gdl__cu_sumto_plan(int ndim, const int64_t *shape, const int64_t *dst
     return 1;
 }
 
-static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
-                          float alpha) {
+template <typename TS, typename TD>
+static int gdl__cu_sum_to_t(int ndim, const int64_t *shape, const TS *src, TD *dst, const int64_t *dstr, float alpha,
+                            int into_dst) {
     gdl__cu_sumto g;
     int64_t nout, nred;
     int block;
     if (!gdl__cu_sumto_plan(ndim, shape, dstr, &g, &nout, &nred, &block)) return 0;
     if (block) {
         int threads = gdl__cu_row_threads(nred > 256 ? 256 : nred);
-        GDL_CU_LAUNCH(gdl__k_sum_to_block, gdl__cu_row_grid(nout), threads, 0, gdl__cu_stream())(g, nout, nred, src, dst, alpha);
+        void (*gdl__k_sum_to_block_)(gdl__cu_sumto, int64_t, int64_t, const TS *, TD *, float) = gdl__k_sum_to_block<TS, TD>;
+        GDL_CU_LAUNCH(gdl__k_sum_to_block_, gdl__cu_row_grid(nout), threads, 0, gdl__cu_stream())(g, nout, nred, src, dst, alpha);
     } else {
-        GDL_CU_LAUNCH(gdl__k_sum_to_thread, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(g, nout, nred, src, dst,
-                                                                                       alpha);
+        void (*gdl__k_sum_to_thread_)(gdl__cu_sumto, int64_t, int64_t, const TS *, TD *, float, int) =
+            gdl__k_sum_to_thread<TS, TD>;
+        GDL_CU_LAUNCH(gdl__k_sum_to_thread_, gdl__cu_grid(nout, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+            g, nout, nred, src, dst, alpha, into_dst);
     }
     GDL_CU_LAUNCHED();
     return 0;
+}
+
+static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
+                          float alpha) {
+    return gdl__cu_sum_to_t(ndim, shape, src, dst, dstr, alpha, 1);
+}
+
+static int gdl__cu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
+                             const int64_t *dstr, float alpha) {
+    return gdl__cu_dispatch("sum_to", st, 1, [&](auto ts) {
+        return gdl__cu_dispatch("sum_to", dt, 1, [&](auto td) {
+            typedef typename decltype(ts)::type TS;
+            typedef typename decltype(td)::type TD;
+            return gdl__cu_sum_to_t(ndim, shape, (const TS *)src, (TD *)dst, dstr, alpha, 0);
+        });
+    });
 }
 
 #define GDL__CU_SQRT_2_OVER_PI 0.7978845608028654f
@@ -257,33 +311,64 @@ __device__ __forceinline__ float gdl__unary_grad1(int op, float x, float y, floa
     }
 }
 
-__global__ void gdl__k_unary(int op, int64_t n, const float *x, float *y, float alpha) {
-    GDL_CU_LOOP(i, n) y[i] = gdl__unary1(op, x[i], alpha);
+template <typename T> __global__ void gdl__k_unary(int op, int64_t n, const T *x, T *y, float alpha) {
+    GDL_CU_LOOP(i, n) y[i] = gdl__st<T>(gdl__unary1(op, gdl__ld(x[i]), alpha));
 }
 
 // ReLU selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
-// by a 0/1 derivative: an Inf or NaN gradient at x <= 0 must not become NaN
-__global__ void gdl__k_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy,
-                                      float *gx, float alpha) {
+// by a 0/1 derivative: an Inf or NaN gradient at x <= 0 must not become NaN.
+// The accumulator is loaded, the term added in f32, the sum rounded once.
+// The term gy * f'(x): for f32 nvcc fuses it into the add (an FMA), for a
+// 16-bit T it is rounded first (gdl__mul_rn), as the CPU does and as the
+// separate low-precision kernel did.
+template <typename T>
+__global__ void gdl__k_unary_backward(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha) {
     if (op == GDL_UN_RELU) {
-        GDL_CU_LOOP(i, n) gx[i] += x[i] > 0 ? gy[i] : 0.0f;
+        GDL_CU_LOOP(i, n) gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (gdl__ld(x[i]) > 0 ? gdl__ld(gy[i]) : 0.0f));
         return;
     }
-    GDL_CU_LOOP(i, n) gx[i] += gy[i] * gdl__unary_grad1(op, x[i], y[i], alpha);
+    GDL_CU_LOOP(i, n) {
+        float g = gdl__ld(gy[i]), d = gdl__unary_grad1(op, gdl__ld(x[i]), gdl__ld(y[i]), alpha);
+        gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));
+    }
+}
+
+template <typename T> static int gdl__cu_unary_t(int op, int64_t n, const T *x, T *y, float alpha) {
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_unary<T>, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+template <typename T>
+static int gdl__cu_unary_backward_t(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha) {
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_unary_backward<T>, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        op, n, x, y, gy, gx, alpha);
+    GDL_CU_LAUNCHED();
+    return 0;
 }
 
 static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alpha) {
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_unary, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, alpha);
-    GDL_CU_LAUNCHED();
-    return 0;
+    return gdl__cu_unary_t(op, n, x, y, alpha);
 }
 
 static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
                                   float alpha) {
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_unary_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(op, n, x, y, gy, gx, alpha);
-    GDL_CU_LAUNCHED();
-    return 0;
+    return gdl__cu_unary_backward_t(op, n, x, y, gy, gx, alpha);
 }
 
+static int gdl__cu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+    return gdl__cu_dispatch("unary", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_unary_t(op, n, (const T *)x, (T *)y, alpha);
+    });
+}
+
+static int gdl__cu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
+                                     void *gx, float alpha) {
+    return gdl__cu_dispatch("unary_backward", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_unary_backward_t(op, n, (const T *)x, (const T *)y, (const T *)gy, (T *)gx, alpha);
+    });
+}

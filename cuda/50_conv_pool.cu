@@ -61,24 +61,17 @@ template <typename T> static int gdl__cu_col2im_t(const gdl_conv_geom *g, const 
 static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
 static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) { return gdl__cu_col2im_t<float>(g, col, x); }
 
-// the *_lp entries' dtype check: f16 or bf16
-static int gdl__cu_lp_dt(const char *entry, gdl_dtype dt) {
-    if (dt == GDL_F16 || dt == GDL_BF16) return 0;
-    gdl__set_error("gdl_cuda: the low-precision %s takes f16 or bf16, not %s", entry, gdl_dtype_name(dt));
-    return -1;
-}
-// the call for f16 or the one for bf16 (their storage types: __half, __nv_bfloat16)
-#define GDL__CU_LP_CALL(dt, call_f16, call_bf16) ((dt) == GDL_F16 ? (call_f16) : (call_bf16))
-
 static int gdl__cu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
-    if (gdl__cu_lp_dt("im2col", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_im2col_t<__half>(g, (const __half *)x, (__half *)col),
-                           gdl__cu_im2col_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)col));
+    return gdl__cu_dispatch("im2col", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_im2col_t(g, (const T *)x, (T *)col);
+    });
 }
 static int gdl__cu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
-    if (gdl__cu_lp_dt("col2im", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_col2im_t<__half>(g, (const __half *)col, (__half *)x),
-                           gdl__cu_col2im_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)col, (__nv_bfloat16 *)x));
+    return gdl__cu_dispatch("col2im", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_col2im_t(g, (const T *)col, (T *)x);
+    });
 }
 
 // max pooling: one thread per output, the CPU's scan (first max, first NaN)
@@ -159,14 +152,16 @@ static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, con
     return gdl__cu_maxpool_backward_t<float>(g, gy, idx, gx);
 }
 static int gdl__cu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
-    if (gdl__cu_lp_dt("maxpool", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_maxpool_t<__half>(g, (const __half *)x, (__half *)y, idx),
-                           gdl__cu_maxpool_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y, idx));
+    return gdl__cu_dispatch("maxpool", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_maxpool_t(g, (const T *)x, (T *)y, idx);
+    });
 }
 static int gdl__cu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
-    if (gdl__cu_lp_dt("maxpool_backward", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_maxpool_backward_t<__half>(g, (const __half *)gy, idx, (__half *)gx),
-                           gdl__cu_maxpool_backward_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)gy, idx, (__nv_bfloat16 *)gx));
+    return gdl__cu_dispatch("maxpool_backward", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_maxpool_backward_t(g, (const T *)gy, idx, (T *)gx);
+    });
 }
 
 // average pooling counts the padding: always divide by KH*KW. Like the CPU,
@@ -237,108 +232,101 @@ static int gdl__cu_avgpool_backward(const gdl_conv_geom *g, const float *gy, flo
     return gdl__cu_avgpool_backward_t<float>(g, gy, gx);
 }
 static int gdl__cu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
-    if (gdl__cu_lp_dt("avgpool", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_avgpool_t<__half>(g, (const __half *)x, (__half *)y),
-                           gdl__cu_avgpool_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y));
+    return gdl__cu_dispatch("avgpool", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_avgpool_t(g, (const T *)x, (T *)y);
+    });
 }
 static int gdl__cu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
-    if (gdl__cu_lp_dt("avgpool_backward", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt, gdl__cu_avgpool_backward_t<__half>(g, (const __half *)gy, (__half *)gx),
-                           gdl__cu_avgpool_backward_t<__nv_bfloat16>(g, (const __nv_bfloat16 *)gy, (__nv_bfloat16 *)gx));
+    return gdl__cu_dispatch("avgpool_backward", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_avgpool_backward_t(g, (const T *)gy, (T *)gx);
+    });
 }
 
 // ----------------------------------------------------------------------------
 // copy2d, dropout
 
-__global__ void gdl__k_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
-                              int accumulate) {
+// A copy moves the elements' bits as they are; accumulate adds in f32 and
+// rounds once.
+template <typename T>
+__global__ void gdl__k_copy2d(int64_t rows, int64_t cols, const T *src, int64_t sld, T *dst, int64_t dld, int accumulate) {
     GDL_CU_LOOP(t, rows * cols) {
         int64_t r = t / cols, c = t - r * cols;
-        float v = src[r * sld + c];
-        if (accumulate) dst[r * dld + c] += v;
+        T v = src[r * sld + c];
+        if (accumulate) dst[r * dld + c] = gdl__st<T>(gdl__ld(dst[r * dld + c]) + gdl__ld(v));
         else dst[r * dld + c] = v;
     }
 }
 
+template <typename T>
+static int gdl__cu_copy2d_t(int64_t rows, int64_t cols, const T *src, int64_t sld, T *dst, int64_t dld, int accumulate) {
+    if (rows <= 0 || cols <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_copy2d<T>, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        rows, cols, src, sld, dst, dld, accumulate);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
 static int gdl__cu_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
                           int accumulate) {
-    if (rows <= 0 || cols <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_copy2d, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(rows, cols, src, sld, dst, dld,
-                                                                                   accumulate);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-// the mask is gdl_dropout_keep from gpudl.h: the same bits as on the CPU
-__global__ void gdl__k_dropout(int64_t n, double p, uint64_t seed, float scale, const float *x, float *y) {
-    GDL_CU_LOOP(i, n) y[i] = gdl_dropout_keep(seed, (uint64_t)i, p) ? x[i] * scale : 0.0f;
-}
-
-__global__ void gdl__k_dropout_backward(int64_t n, double p, uint64_t seed, float scale, const float *gy, float *gx) {
-    GDL_CU_LOOP(i, n) if (gdl_dropout_keep(seed, (uint64_t)i, p)) gx[i] += gy[i] * scale;
-}
-
-static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, float *y) {
-    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_dropout, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, seed, scale, x, y);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
-    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_dropout_backward, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, p, seed, scale, gy, gx);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-
-// backward: gx += (kept ? gy * scale : 0), rounded once (a dropped element
-// adds 0, as the f32 path's zeroed gradient of an f32 copy)
-__global__ void gdl__k_dropout_lp(int dt, int64_t n, double p, uint64_t seed, float scale, const void *x, void *y,
-                                  int backward) {
-    GDL_CU_LOOP(i, n) {
-        float v = gdl_dropout_keep(seed, (uint64_t)i, p) ? gdl__lp_ld(dt, x, i) * scale : 0.0f;
-        gdl__lp_st(dt, y, i, backward ? gdl__lp_ld(dt, y, i) + v : v);
-    }
-}
-
-static int gdl__cu_dropout_lp_run(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y, int backward) {
-    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-    if (gdl__cu_lp_check(backward ? "dropout_backward_lp" : "dropout_lp", dt) < 0) return -1;
-    if (n <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_dropout_lp, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())((int)dt, n, p, seed, scale, x, y,
-                                                                                            backward);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-static int gdl__cu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
-    return gdl__cu_dropout_lp_run(dt, n, p, seed, x, y, 0);
-}
-static int gdl__cu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
-    return gdl__cu_dropout_lp_run(dt, n, p, seed, gy, gx, 1);
-}
-
-// a copy moves the 16-bit patterns as they are; accumulate adds in f32 and rounds once
-__global__ void gdl__k_copy2d_lp(int dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
-                                 int64_t dld, int accumulate) {
-    GDL_CU_LOOP(t, rows * cols) {
-        int64_t r = t / cols, c = t - r * cols;
-        if (accumulate)
-            gdl__lp_st(dt, dst, r * dld + c, gdl__lp_ld(dt, dst, r * dld + c) + gdl__lp_ld(dt, src, r * sld + c));
-        else
-            ((uint16_t *)dst)[r * dld + c] = ((const uint16_t *)src)[r * sld + c];
-    }
+    return gdl__cu_copy2d_t(rows, cols, src, sld, dst, dld, accumulate);
 }
 
 static int gdl__cu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
                              int64_t dld, int accumulate) {
-    if (gdl__cu_lp_check("copy2d_lp", dt) < 0) return -1;
-    if (rows <= 0 || cols <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_copy2d_lp, gdl__cu_grid(rows * cols, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-        (int)dt, rows, cols, src, sld, dst, dld, accumulate);
+    return gdl__cu_dispatch("copy2d", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_copy2d_t(rows, cols, (const T *)src, sld, (T *)dst, dld, accumulate);
+    });
+}
+
+// the mask is gdl_dropout_keep from gpudl.h: the same bits as on the CPU
+template <typename T> __global__ void gdl__k_dropout(int64_t n, double p, uint64_t seed, float scale, const T *x, T *y) {
+    GDL_CU_LOOP(i, n) y[i] = gdl__st<T>(gdl_dropout_keep(seed, (uint64_t)i, p) ? gdl__ld(x[i]) * scale : 0.0f);
+}
+
+// gx += (kept ? gy * scale : 0), rounded once. A dropped element leaves an
+// f32 gx alone (the CPU's f32 loop skips it); a 16-bit gx gets + 0 in f32,
+// as the f32 path's zeroed gradient of an f32 copy (-0 becomes +0).
+template <typename T>
+__global__ void gdl__k_dropout_backward(int64_t n, double p, uint64_t seed, float scale, const T *gy, T *gx) {
+    GDL_CU_LOOP(i, n) {
+        bool keep = gdl_dropout_keep(seed, (uint64_t)i, p);
+        if (sizeof(T) == 2) gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (keep ? gdl__ld(gy[i]) * scale : 0.0f));
+        else if (keep) gx[i] = gdl__st<T>(gdl__ld(gx[i]) + gdl__ld(gy[i]) * scale);
+    }
+}
+
+template <typename T>
+static int gdl__cu_dropout_t(int64_t n, double p, uint64_t seed, const T *x, T *y, int backward) {
+    float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    if (n <= 0) return 0;
+    if (backward)
+        GDL_CU_LAUNCH(gdl__k_dropout_backward<T>, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+            n, p, seed, scale, x, y);
+    else
+        GDL_CU_LAUNCH(gdl__k_dropout<T>, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+            n, p, seed, scale, x, y);
     GDL_CU_LAUNCHED();
     return 0;
 }
 
+static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, float *y) {
+    return gdl__cu_dropout_t(n, p, seed, x, y, 0);
+}
+static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
+    return gdl__cu_dropout_t(n, p, seed, gy, gx, 1);
+}
+static int gdl__cu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+    return gdl__cu_dispatch("dropout", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_dropout_t(n, p, seed, (const T *)x, (T *)y, 0);
+    });
+}
+static int gdl__cu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+    return gdl__cu_dispatch("dropout_backward", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_dropout_t(n, p, seed, (const T *)gy, (T *)gx, 1);
+    });
+}

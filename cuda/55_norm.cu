@@ -120,24 +120,20 @@ static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const flo
 static int gdl__cu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
                                 const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
                                 int training, double momentum, double eps) {
-    if (gdl__cu_lp_dt("batchnorm", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt,
-                           gdl__cu_batchnorm_t<__half>(N, C, S, (const __half *)x, gamma, beta, (__half *)y, mean, invstd,
-                                                       run_mean, run_var, training, momentum, eps),
-                           gdl__cu_batchnorm_t<__nv_bfloat16>(N, C, S, (const __nv_bfloat16 *)x, gamma, beta,
-                                                              (__nv_bfloat16 *)y, mean, invstd, run_mean, run_var,
-                                                              training, momentum, eps));
+    return gdl__cu_dispatch("batchnorm", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_batchnorm_t(N, C, S, (const T *)x, gamma, beta, (T *)y, mean, invstd, run_mean, run_var, training,
+                                   momentum, eps);
+    });
 }
 static int gdl__cu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
                                          const float *gamma, const float *mean, const float *invstd, int training,
                                          void *gx, float *ggamma, float *gbeta) {
-    if (gdl__cu_lp_dt("batchnorm_backward", dt) < 0) return -1;
-    return GDL__CU_LP_CALL(dt,
-                           gdl__cu_batchnorm_backward_t<__half>(N, C, S, (const __half *)x, (const __half *)gy, gamma, mean,
-                                                                invstd, training, (__half *)gx, ggamma, gbeta),
-                           gdl__cu_batchnorm_backward_t<__nv_bfloat16>(N, C, S, (const __nv_bfloat16 *)x,
-                                                                       (const __nv_bfloat16 *)gy, gamma, mean, invstd,
-                                                                       training, (__nv_bfloat16 *)gx, ggamma, gbeta));
+    return gdl__cu_dispatch("batchnorm_backward", dt, 0, [&](auto t) {
+        typedef typename decltype(t)::type T;
+        return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, gamma, mean, invstd, training, (T *)gx,
+                                            ggamma, gbeta);
+    });
 }
 
 __global__ void gdl__k_layernorm(int64_t rows, int64_t D, const float *x, const float *gamma, const float *beta,
