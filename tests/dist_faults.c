@@ -37,10 +37,8 @@
 
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
+#include "ddp_setup.h"
 
-enum { N = 96, D = 6 };
-static float xs[N * D];
-static int32_t ys[N];
 static int fails, status; /* status: the exit status a program gives after a failed collective */
 
 #define CHECK(cond, ...)                                                                                        \
@@ -65,63 +63,20 @@ static gdl_tensor *faulty_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
     return gdl_loss_cross_entropy(out, y, user);
 }
 
-typedef struct job {
-    gdl_dataset *ds;
-    gdl_loader *l;
-    gdl_module *m;
-    gdl_optimizer *opt;
-    gdl_ddp *d;
-} job;
+/* the job of every scenario (tests/ddp_setup.h): 96 samples, Linear(6,16) tanh Linear(16,3), this rank's
+   shard in batches of `batch`, Adam, under DDP or not, trained with faulty_loss */
+static const ddp_data job_data = {96, 6, sin, 0.31, 0.2, 7, 3};
 
-static int job_make(job *j, int batch, int ddp) {
-    gdl_loader_opts lo = gdl_loader_defaults();
-    int64_t s1[1] = {D};
-    gdl_module *mods[3];
-    int i;
-    for (i = 0; i < N * D; i++) xs[i] = (float)sin(0.31 * i + 0.2);
-    for (i = 0; i < N; i++) ys[i] = (i * 7 + i / 3) % 3;
-    memset(j, 0, sizeof *j);
-    lo.batch_size = batch;
-    lo.shuffle = 1;
-    lo.seed = 9;
-    lo.num_replicas = gdl_dist_world_size();
-    lo.rank = gdl_dist_rank();
-    gdl_manual_seed(5);
-    mods[0] = gdl_nn_linear(D, 16, 1);
-    mods[1] = gdl_nn_tanh();
-    mods[2] = gdl_nn_linear(16, 3, 1);
-    j->m = gdl_nn_sequential(3, mods);
-    if (!j->m || !(j->ds = gdl_dataset_from_arrays(xs, GDL_F32, 1, s1, ys, N, 3)) ||
-        !(j->l = gdl_loader_new(j->ds, &lo)) || !(j->opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0)) ||
-        gdl_optim_add_module(j->opt, j->m, 0) < 0 || (ddp && !(j->d = gdl_ddp_new(j->m, NULL))))
-        return -1;
-    return 0;
-}
-
-static void job_free(job *j) {
-    gdl_ddp_free(j->d);
-    gdl_optim_free(j->opt);
-    gdl_module_free(j->m);
-    gdl_loader_free(j->l);
-    gdl_dataset_free(j->ds);
-}
-
-static int job_fit(job *j, int epochs, int64_t every, int resume, const char *dir, gdl_epoch_stats *h) {
-    gdl_fit_opts fo = gdl_fit_defaults();
-    fo.epochs = epochs;
-    fo.verbose = 0;
-    fo.ddp = j->d;
-    fo.loss = faulty_loss;
-    fo.checkpoint_every = every;
-    fo.checkpoint_dir = dir;
-    fo.resume = resume;
-    return gdl_fit(j->m, j->l, j->opt, &fo, h);
+static int job_make(ddp_job *j, int batch, int ddp) {
+    ddp_job_spec s = {.data = &job_data, .hidden = 16, .model_seed = 5, .batch = batch, .shuffle = 9, .shard = 1,
+                      .ddp = ddp, .loss = faulty_loss};
+    return ddp_job_make(j, &s, gdl_cpu());
 }
 
 static int contains(const char *s, const char *needle) { return strstr(s, needle) != NULL; }
 
 static void stall(void) {
-    job j;
+    ddp_job j;
     double t0, took;
     const char *e;
     fault_rank = 1, fault_at = 3, fault_sig = SIGSTOP;
@@ -130,7 +85,7 @@ static void stall(void) {
         return;
     }
     t0 = gdl_now();
-    CHECK(job_fit(&j, 1, 0, 0, NULL, NULL) == -1, "gdl_fit returns -1 when rank 1 stops");
+    CHECK(ddp_job_fit(&j, 1, 0, 0, NULL, NULL) == -1, "gdl_fit returns -1 when rank 1 stops");
     status = 3;
     took = gdl_now() - t0;
     e = gdl_last_error();
@@ -143,7 +98,7 @@ static void stall(void) {
     CHECK(gdl_dist_barrier() == -1 && contains(gdl_last_error(), "unusable after an earlier failure") &&
               gdl_now() - t0 < 0.5,
           "a later collective fails at once: %s", gdl_last_error());
-    job_free(&j);
+    ddp_job_free(&j);
 }
 
 static void stall3(void) {
@@ -165,7 +120,7 @@ static void stall3(void) {
 }
 
 static void train(const char *dir, int kill) {
-    job j;
+    ddp_job j;
     if (job_make(&j, 8, 1) < 0) {
         CHECK(0, "setup: %s", gdl_last_error());
         return;
@@ -173,13 +128,13 @@ static void train(const char *dir, int kill) {
     CHECK(gdl_loader_num_batches(j.l) == 6, "6 batches of 8 per rank and epoch");
     if (kill) {
         fault_rank = 1, fault_at = 10, fault_sig = SIGKILL; /* epoch 2, batch 4 */
-        CHECK(job_fit(&j, 2, 2, 0, dir, NULL) == 0, "gdl_fit ends (it should not: rank 1 was killed): %s",
+        CHECK(ddp_job_fit(&j, 2, 2, 0, dir, NULL) == 0, "gdl_fit ends (it should not: rank 1 was killed): %s",
               gdl_last_error());
     } else {
-        CHECK(job_fit(&j, 1, 6, 0, dir, NULL) == 0, "epoch 1 on 2 ranks, checkpoint at its end: %s",
+        CHECK(ddp_job_fit(&j, 1, 6, 0, dir, NULL) == 0, "epoch 1 on 2 ranks, checkpoint at its end: %s",
               gdl_last_error());
     }
-    job_free(&j);
+    ddp_job_free(&j);
 }
 
 /* the checkpoint's gdl_fit position, as "epoch E, batch B of NB, R ranks x batch S" */
@@ -202,13 +157,9 @@ static void position(const char *dir, char *out, size_t len) {
 }
 
 static void resume(const char *dir, const char *want) {
-    job r, one;
-    char pos[160];
+    ddp_job r, one;
+    char pos[160], msg[256];
     gdl_epoch_stats hr[2], h1[2];
-    gdl_tensor *pr[8], *p1[8];
-    int n, i;
-    double worst = 0;
-    int64_t k;
     if (job_make(&r, 16, 1) < 0 || job_make(&one, 16, 0) < 0) {
         CHECK(0, "setup: %s", gdl_last_error());
         return;
@@ -216,27 +167,21 @@ static void resume(const char *dir, const char *want) {
     CHECK(gdl_dist_world_size() == 1, "one rank");
     position(dir, pos, sizeof pos);
     CHECK(!strcmp(pos, want), "the checkpoint was taken at %s (expected %s)", pos, want);
-    if (job_fit(&r, 2, 2, 1, dir, hr) < 0) {
+    if (ddp_job_fit(&r, 2, 2, 1, dir, hr) < 0) {
         CHECK(0, "resume: %s", gdl_last_error());
         return;
     }
-    if (job_fit(&one, 2, 0, 0, NULL, h1) < 0) {
+    if (ddp_job_fit(&one, 2, 0, 0, NULL, h1) < 0) {
         CHECK(0, "one process: %s", gdl_last_error());
         return;
     }
-    n = gdl_module_named_tensors(r.m, GDL_PARAMS, NULL, pr, 8);
-    gdl_module_named_tensors(one.m, GDL_PARAMS, NULL, p1, 8);
-    for (i = 0; i < n; i++)
-        for (k = 0; k < pr[i]->numel; k++) {
-            double a = ((float *)pr[i]->data)[k], b = ((float *)p1[i]->data)[k];
-            double d = fabs(a - b) / (1 + fabs(b));
-            if (d > worst) worst = d;
-        }
-    CHECK(worst <= 1e-6, "the weights equal 1 process x 16 for 2 epochs: largest difference %.3g (relative)", worst);
-    CHECK(hr[1].samples == N && h1[1].samples == N && fabs(hr[1].loss - h1[1].loss) <= 1e-6 * fabs(h1[1].loss),
+    CHECK(ddp_same_params(r.m, one.m, 1e-6, msg, sizeof msg), "the weights equal 1 process x 16 for 2 epochs: %s",
+          msg);
+    CHECK(hr[1].samples == job_data.n && h1[1].samples == job_data.n &&
+              fabs(hr[1].loss - h1[1].loss) <= 1e-6 * fabs(h1[1].loss),
           "epoch 2: %lld samples, loss %.9f (one process %.9f)", (long long)hr[1].samples, hr[1].loss, h1[1].loss);
-    job_free(&r);
-    job_free(&one);
+    ddp_job_free(&r);
+    ddp_job_free(&one);
 }
 
 int main(int argc, char **argv) {

@@ -32,7 +32,45 @@
 
 #define GPU gdl_cuda(0)
 
-static int have_gpu(void) { return gdl_cuda_is_available(); }
+/* ---- cases that need a GPU ----
+
+   Every case here needs a CUDA device (graph_replay_equals_eager's CPU half
+   aside): without one (the nvcc build on a machine with no GPU, or the
+   emulator with GPUDL_EMU_DEVICES=0) it is skipped, and the cases that need
+   two devices are skipped where there is one. No case checks that itself:
+   the suites register them through gpu_case_run, which does, and then runs
+
+     RUN_GPU(fn), RUN_GPU2(fn)       fn(), named fn; RUN_GPU2: two devices
+     RUN_GPU_AS(name, fn)            fn(), named name
+     RUN_GPU_NAMED(name, fn, arg)    fn(arg)
+     RUN_GPU_ON(name, fn)            fn(GPU): the cases of the shared tables
+                                     (the tests/..._cases.h headers) that take
+                                     the device */
+typedef struct gpu_case {
+    enum harness_result (*fn)(void);
+    enum harness_result (*fn_arg)(void *);
+    enum harness_result (*fn_dev)(gdl_device);
+    void *arg;
+    int devices; /* the CUDA devices the case needs */
+} gpu_case;
+
+TEST gpu_case_run(void *arg) {
+    const gpu_case *c = (const gpu_case *)arg;
+    if (!gdl_cuda_is_available()) SKIPm("no GPU");
+    if (gdl_cuda_device_count() < c->devices) SKIPm("needs two CUDA devices (emulator: GPUDL_EMU_DEVICES=2)");
+    return c->fn ? c->fn() : c->fn_arg ? c->fn_arg(c->arg) : c->fn_dev(GPU);
+}
+
+#define RUN_GPU_CASE_(name, devices, fn, fn_arg, fn_dev, arg)                      \
+    do {                                                                           \
+        gpu_case gpu_case_ = {fn, fn_arg, fn_dev, (void *)(arg), devices};         \
+        RUN_TEST_NAMED(name, gpu_case_run, (void *)&gpu_case_);                    \
+    } while (0)
+#define RUN_GPU(fn) RUN_GPU_CASE_(#fn, 1, fn, 0, 0, 0)
+#define RUN_GPU2(fn) RUN_GPU_CASE_(#fn, 2, fn, 0, 0, 0)
+#define RUN_GPU_AS(name, fn) RUN_GPU_CASE_(name, 1, fn, 0, 0, 0)
+#define RUN_GPU_NAMED(name, fn, arg) RUN_GPU_CASE_(name, 1, 0, fn, 0, arg)
+#define RUN_GPU_ON(name, fn) RUN_GPU_CASE_(name, 1, 0, 0, fn, 0)
 
 /* ---- comparing CPU and GPU results ---- */
 
@@ -227,7 +265,6 @@ TEST parity(void *arg) {
     gdl_tensor *in[5] = {0}, *ing[5] = {0}, *out, *outg, *w, *wg;
     int k;
     double e, tol = 1e-5;
-    if (!have_gpu()) SKIPm("no GPU");
     gdl_manual_seed(1234);
     for (k = 0; k < c->nin; k++) {
         ASSERT_NOT_NULL(in[k] = make_input(&c->in[k]));
@@ -285,7 +322,6 @@ TEST casts_all_pairs(void) {
     float *v;
     gdl_tensor *f, *src, *srcg, *a, *b;
     int s, d, nedge = (int)(sizeof edge / sizeof edge[0]);
-    if (!have_gpu()) SKIPm("no GPU");
     v = (float *)malloc(sizeof(float) * (size_t)n);
     ASSERT_NOT_NULL(v);
     gdl_manual_seed(11);
@@ -337,7 +373,6 @@ TEST argmax_ties_and_nan(void) {
     static const int64_t shapes[4][2] = {{5, 40}, {40, 5}, {3, 700}, {1, 1}};
     static const int kinds[2] = {IN_TIES, IN_NAN};
     int s, k, dim;
-    if (!have_gpu()) SKIPm("no GPU");
     for (s = 0; s < 4; s++)
         for (k = 0; k < 2; k++)
             for (dim = 0; dim < 2; dim++) {
@@ -377,7 +412,6 @@ TEST embedding_backward_exact_counts(void) {
     int64_t count[V] = {0};
     gdl_tensor *ti, *w;
     int i, v, k;
-    if (!have_gpu()) SKIPm("no GPU");
     ASSERT_NOT_NULL(idx = (int32_t *)malloc(sizeof(int32_t) * N));
     for (i = 0; i < N; i++) count[idx[i] = (int32_t)((i * 7 + i / 5) % V)]++;
     ASSERT_NOT_NULL(ti = gdl_from_array(idx, 1, si, GDL_I32, GPU));
@@ -407,7 +441,6 @@ TEST gemm_k0_does_not_read_c(void) {
     gdl_tensor *neg, *a, *b, *x, *w, *bias, *c;
     float h[30];
     int i, round;
-    if (!have_gpu()) SKIPm("no GPU");
     ASSERT_NOT_NULL(neg = gdl_full(1, sn, -1.0, GDL_F32, GPU));
     ASSERT_NOT_NULL(a = gdl_zeros(2, sa, GDL_F32, GPU));
     ASSERT_NOT_NULL(b = gdl_zeros(2, sb, GDL_F32, GPU));
@@ -456,7 +489,6 @@ TEST gemm_sums_batches(void) {
     };
     const gdl_backend *gb = gdl_cuda_backend(), *cb = &gdl__cpu_table;
     size_t k;
-    if (!have_gpu()) SKIPm("no GPU");
     for (k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const gemm_sum_case *c = &cases[k];
         int64_t sa[1], sb[1], sc[1], sA = (int64_t)c->M * c->K, sB = (int64_t)c->K * c->N;
@@ -546,7 +578,6 @@ TEST optimizer_parity(void *arg) {
     gdl_tensor *p[2], *pg[2], *w[2], *wg[2];
     gdl_optimizer *oc, *og;
     int i, step;
-    if (!have_gpu()) SKIPm("no GPU");
     gdl_manual_seed(21);
     p[0] = gdl_randn(1, s0, gdl_cpu());
     p[1] = gdl_randn(2, s1, gdl_cpu());
@@ -604,7 +635,6 @@ TEST flat_buffer_gpu(void *arg) {
     gdl_optimizer *oc, *og;
     float *h = (float *)malloc(sizeof(float) * 5000);
     int j, s;
-    if (!have_gpu()) SKIPm("no GPU");
     ASSERT_NOT_NULL(h);
     gdl_manual_seed(8);
     for (j = 0; j < FLATG_NP; j++) {
@@ -737,7 +767,6 @@ TEST flat_buffer_follows_module_to(void) {
     gdl_tensor *x, *y, *w;
     const char *path = "build/flat_buffer_ckpt.safetensors";
     int s;
-    if (gdl_cuda_device_count() < 2) SKIPm("needs two GPUs (GPUDL_EMU_DEVICES=2)");
     gdl_manual_seed(3);
     ASSERT_NOT_NULL(x = gdl_randn(2, xs, gdl_cpu()));
     ASSERT_NOT_NULL(y = gdl_from_array(labels, 1, ys, GDL_I32, gdl_cpu()));
@@ -793,7 +822,6 @@ TEST clip_grad_norm_parity(void) {
     gdl_tensor *p[3], *pg[3];
     double nc, ng, nc2, ng2;
     int i;
-    if (!have_gpu()) SKIPm("no GPU");
     gdl_manual_seed(31);
     for (i = 0; i < 3; i++) { /* grad = g through the backward of sum(p * g) */
         gdl_tensor *g, *gg;
@@ -853,7 +881,6 @@ TEST anomaly_mode_parity(void) {
     gdl_tensor *x, *xg, *y;
     char cpu_msg[1024];
     float *v;
-    if (!have_gpu()) SKIPm("no GPU");
     gdl_manual_seed(41);
     x = gdl_rand(1, n, gdl_cpu());
     v = (float *)x->data;
@@ -903,7 +930,6 @@ TEST anomaly_mode_parity(void) {
 TEST device_mismatch_error(void) {
     int64_t s[1] = {4};
     gdl_tensor *a, *b;
-    if (!have_gpu()) SKIPm("no GPU");
     a = gdl_ones(1, s, GDL_F32, gdl_cpu());
     b = gdl_ones(1, s, GDL_F32, GPU);
     ASSERT_NULL(gdl_add(a, b));
@@ -919,7 +945,6 @@ TEST transfers_round_trip(void) {
     gdl_tensor *a, *g, *back, *h16;
     uint16_t *hh;
     int64_t i;
-    if (!have_gpu()) SKIPm("no GPU");
     gdl_manual_seed(3);
     a = gdl_randn(2, s, gdl_cpu());
     g = gdl_to(a, GPU);
@@ -940,7 +965,6 @@ TEST transfers_round_trip(void) {
 TEST overlapping_device_copies(void) {
     int64_t s[2] = {300, 3};
     int dir;
-    if (!have_gpu()) SKIPm("no GPU");
     for (dir = 0; dir < 2; dir++) {
         gdl_tensor *x, *xg;
         gdl_manual_seed(5);
@@ -1062,7 +1086,6 @@ TEST train_parity(void *arg) {
     toy a, b;
     float za[TRAIN_B * 10], zb[TRAIN_B * 10];
     double first = 0, last = 0;
-    if (!have_gpu()) SKIPm("no GPU");
     toy_make(&a, cnn);
     toy_make(&b, cnn);
     ASSERT_EQ(0, toy_to(&b, GPU));
@@ -1110,7 +1133,6 @@ TEST allocator_steady_state_and_oom(void) {
     toy t, ref;
     int s;
     double lt, lr;
-    if (!have_gpu()) SKIPm("no GPU");
     toy_make(&t, 0);
     toy_make(&ref, 0);
     ASSERT_EQ(0, toy_to(&t, GPU));
@@ -1158,7 +1180,6 @@ TEST loader_pinned_matches_cpu(void) {
     gdl_loader_opts o = gdl_loader_defaults();
     gdl_loader *lc, *lg;
     int i, epoch, nb;
-    if (!have_gpu()) SKIPm("no GPU");
     for (i = 0; i < N * H * H; i++) px[i] = (uint8_t)((i * 37 + i / 7) & 255);
     for (i = 0; i < N; i++) labels[i] = i % 10;
     ds = gdl_dataset_from_arrays(px, GDL_U8, 3, sshape, labels, N, 10);
@@ -1201,12 +1222,6 @@ TEST loader_pinned_matches_cpu(void) {
 }
 
 /* ---- two devices, host threads ---- */
-
-#define NEED_TWO_DEVICES()                                                                        \
-    do {                                                                                          \
-        if (!have_gpu()) SKIPm("no GPU");                                                         \
-        if (gdl_cuda_device_count() < 2) SKIPm("one CUDA device (emulator: GPUDL_EMU_DEVICES=2)"); \
-    } while (0)
 
 /* A training loop fed by a pinned GPU loader makes no host synchronisation
    in a steady-state step (gdl_sync_count): the batch copy is ordered against
@@ -1257,7 +1272,6 @@ TEST loader_steps_without_host_waits(void *arg) {
     gdl_loader_opts o = gdl_loader_defaults();
     gdl_loader *lc, *lg;
     sync_net mc, mg;
-    if (!have_gpu()) SKIPm("no GPU");
     for (step = 0; step < N * H * H; step++) px[step] = (uint8_t)((step * 53 + step / 5) & 255);
     for (step = 0; step < N; step++) labels[step] = (step * 7) % 10;
     ASSERT_NOT_NULL(ds = gdl_dataset_from_arrays(px, GDL_U8, 3, sshape, labels, N, 10));
@@ -1318,7 +1332,6 @@ TEST model_parallel_two_devices(void) {
     int32_t ys[B];
     gdl_tensor *p[2][3]; /* [cpu, split][w1, b1, w2] */
     int i, k, step, mb;
-    NEED_TWO_DEVICES();
     for (i = 0; i < B * D; i++) xs[i] = (float)sin(0.5 * i);
     for (i = 0; i < B; i++) ys[i] = (i * 3) % C;
     for (k = 0; k < 2; k++) {
@@ -1447,7 +1460,6 @@ TEST fit_steps_without_host_sync(void) {
     gdl_epoch_stats hc[2], hg[2];
     int64_t sc, sg[2];
     int k, e;
-    if (!have_gpu()) SKIPm("no GPU");
     for (k = 0; k < 2; k++) {
         int n = 64 * (k + 1);
         if (fit_count_syncs(n, gdl_cpu(), &sc, hc) < 0 || fit_count_syncs(n, GPU, &sg[k], hg) < 0)
@@ -1469,7 +1481,6 @@ TEST two_devices(void) {
     int s;
     int64_t sh[1] = {1000};
     gdl_tensor *x, *x1, *x0, *back;
-    NEED_TWO_DEVICES();
     /* training on cuda:1 */
     toy_make(&a, 0);
     toy_make(&b, 0);
@@ -1581,7 +1592,6 @@ TEST host_threads_own_devices(void) {
     int64_t sh[1] = {7};
     gdl_tensor *t;
     int i;
-    NEED_TWO_DEVICES();
     /* this thread uses cuda:1 last, then fresh threads use cuda:1 and cuda:0 in turn */
     ASSERT_NOT_NULL(t = gdl_ones(1, sh, GDL_F32, gdl_cuda(1)));
     ASSERT_EQ(0, gdl_mul_scalar_(t, 2.0));
@@ -1623,7 +1633,6 @@ TEST injected_alloc_and_launch_failures(void) {
     int s, i;
     double lt, lr;
     float before[10], after[10];
-    if (!have_gpu()) SKIPm("no GPU");
     toy_make(&t, 0);
     toy_make(&ref, 0);
     ASSERT_EQ(0, toy_to(&t, GPU));
@@ -1689,7 +1698,6 @@ TEST compute_stream_only(void) {
 #else
     toy t;
     int s, d, n = gdl_cuda_device_count();
-    if (!have_gpu()) SKIPm("no GPU");
     for (d = 0; d < n && d < 2; d++) {
         toy_make(&t, 1);
         ASSERT_EQ(0, toy_to(&t, gdl_cuda(d)));
@@ -1813,7 +1821,7 @@ TEST graph_replay_equals_eager(void) {
             int64_t na = 0, nb = 0;
             long graphs0;
             float la, lb;
-            if (d && !have_gpu()) SKIPm("no GPU");
+            if (d && !gdl_cuda_is_available()) SKIPm("no GPU"); /* the CPU half ran */
             ASSERT_EQ(0, graph_run(cnn, dev, 0, steps, a, &na, &la));
 #ifdef GPUDL_EMU
             graphs0 = gdl_emu_count("graph");
@@ -1841,7 +1849,6 @@ TEST graph_replay_equals_eager(void) {
 TEST graph_capture_errors(void) {
     static const char *const want[4] = {NULL, "gdl_item", "allocates device memory", "dropout"};
     int misuse;
-    if (!have_gpu()) SKIPm("no GPU");
     for (misuse = 1; misuse <= 3; misuse++) {
         toy t, ref;
         graph_ctx c, cr;
@@ -1902,7 +1909,6 @@ TEST graph_step_counts_and_lr(void) {
     gdl_graph *g;
     float p[64 * 196], q[64 * 196];
     int i;
-    if (!have_gpu()) SKIPm("no GPU");
     toy_make(&t, 0);
     toy_make(&ref, 0);
     ASSERT_EQ(0, toy_to(&t, GPU));
@@ -1976,7 +1982,6 @@ TEST graph_outlives_workspace_growth(void) {
     gdl_tensor *t[16];
     float h[72], want[18], got[18];
     int i, j;
-    if (!have_gpu()) SKIPm("no GPU");
     gdl_cuda_release_cache(); /* the workspace starts small: from this test's first conv */
     gdl_manual_seed(77);
     ASSERT_NOT_NULL(a.x = gdl_randn(4, xs, GPU));
@@ -2028,7 +2033,6 @@ TEST graph_keeps_its_clip_table(void) {
     gdl_graph *g;
     float want[2][300], got[300], o0[300], src0[300];
     int k;
-    if (!have_gpu()) SKIPm("no GPU");
     gdl_manual_seed(78);
     for (k = 0; k < 2; k++) {
         ASSERT_NOT_NULL(a.src[k] = gdl_randn(1, &n, GPU));
@@ -2055,22 +2059,7 @@ TEST graph_keeps_its_clip_table(void) {
     PASS();
 }
 
-/* ---- fused Linear/Conv2d + activation (tests/fusion_cases.h) ---- */
-
-TEST fusion_train_bitwise(void) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return fz_train_bitwise_case(GPU);
-}
-
-TEST fusion_when(void) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return fz_when_fused_case(GPU);
-}
-
-TEST fusion_errors(void) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return fz_errors_case(GPU);
-}
+/* ---- fused Linear/Conv2d + activation (tests/fusion_cases.h; its cases are registered in SUITE(graphs)) ---- */
 
 /* the launches the fusion saves: linear + bias + ReLU forward is one cuBLASLt call and no kernel (three
    launches unfused); erf GELU (no cuBLASLt epilogue) the GEMM and one pass; a misaligned bias (a view one
@@ -2082,7 +2071,6 @@ TEST fusion_launch_counts(void) {
     int64_t xs[2] = {70, 33}, ws[2] = {24, 33}, bs = 25;
     gdl_tensor *x, *w, *b, *bv, *y;
     long c0, l0;
-    if (!have_gpu()) SKIPm("no GPU");
     gdl_manual_seed(5);
     x = gdl_randn(2, xs, GPU);
     w = gdl_randn(2, ws, GPU);
@@ -2150,7 +2138,6 @@ TEST fusion_launch_counts(void) {
 
 TEST grad_scaler_matches_pytorch(void) {
     double rel;
-    if (!have_gpu()) SKIPm("no GPU");
     CHECK_CALL(gs_ref_case(GPU, &rel));
     printf("    GradScaler vs PyTorch on %s: weights within %.2g relative\n", gdl_device_str(GPU), rel);
     PASS();
@@ -2161,7 +2148,6 @@ TEST grad_scaler_graph_equals_eager(void) {
 #ifdef GPUDL_EMU
     long graphs0 = gdl_emu_count("graph");
 #endif
-    if (!have_gpu()) SKIPm("no GPU");
     CHECK_CALL(gs_graph_case(GPU));
 #ifdef GPUDL_EMU
     if (gdl_emu_count("graph") - graphs0 != GS_STEPS - 1)
@@ -2171,18 +2157,7 @@ TEST grad_scaler_graph_equals_eager(void) {
 }
 
 TEST grad_scaler_clip_checkpoint(void) {
-    if (!have_gpu()) SKIPm("no GPU");
     return gs_clip_and_checkpoint_case(GPU, "build/test_cuda_scaler.safetensors");
-}
-
-TEST grad_scaler_errors(void) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return gs_errors_case(GPU);
-}
-
-TEST grad_scaler_stale_slot(void) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return gs_stale_slot_case(GPU);
 }
 
 /* the same weights on the GPU and the CPU (the same kernels' formulas) */
@@ -2190,7 +2165,6 @@ TEST grad_scaler_gpu_equals_cpu(void) {
     float a[GS_N1 + 9], b[GS_N1 + 9];
     int64_t sa, sb;
     int i;
-    if (!have_gpu()) SKIPm("no GPU");
     ASSERT_EQ(0, gs_run(gdl_cpu(), 0, a, &sa));
     ASSERT_EQ(0, gs_run(GPU, 0, b, &sb));
     for (i = 0; i < GS_N1 + 9; i++)
@@ -2204,7 +2178,6 @@ TEST grad_scaler_two_devices_refused(void) {
     gdl_optimizer *opt;
     gdl_grad_scaler *s;
     float before[3], after[3];
-    if (gdl_cuda_device_count() < 2) SKIPm("needs two GPUs");
     w0 = gdl_ones(GDL_DIMS(3), GDL_F32, gdl_cuda(0));
     w1 = gdl_ones(GDL_DIMS(3), GDL_F32, gdl_cuda(1));
     opt = gdl_sgd_new(0.1, 0, 0, 0, 0);
@@ -2236,22 +2209,22 @@ TEST grad_scaler_two_devices_refused(void) {
 }
 
 SUITE(graphs) {
-    RUN_TEST(graph_replay_equals_eager);
-    RUN_TEST(graph_capture_errors);
-    RUN_TEST(graph_step_counts_and_lr);
-    RUN_TEST(graph_outlives_workspace_growth);
-    RUN_TEST(graph_keeps_its_clip_table);
-    RUN_TEST(fusion_train_bitwise);
-    RUN_TEST(fusion_when);
-    RUN_TEST(fusion_errors);
-    RUN_TEST(fusion_launch_counts);
-    RUN_TEST(grad_scaler_matches_pytorch);
-    RUN_TEST(grad_scaler_graph_equals_eager);
-    RUN_TEST(grad_scaler_clip_checkpoint);
-    RUN_TEST(grad_scaler_errors);
-    RUN_TEST(grad_scaler_stale_slot);
-    RUN_TEST(grad_scaler_gpu_equals_cpu);
-    RUN_TEST(grad_scaler_two_devices_refused);
+    RUN_TEST(graph_replay_equals_eager); /* the CPU half runs without a GPU */
+    RUN_GPU(graph_capture_errors);
+    RUN_GPU(graph_step_counts_and_lr);
+    RUN_GPU(graph_outlives_workspace_growth);
+    RUN_GPU(graph_keeps_its_clip_table);
+    RUN_GPU_ON("fusion_train_bitwise", fz_train_bitwise_case);
+    RUN_GPU_ON("fusion_when", fz_when_fused_case);
+    RUN_GPU_ON("fusion_errors", fz_errors_case);
+    RUN_GPU(fusion_launch_counts);
+    RUN_GPU(grad_scaler_matches_pytorch);
+    RUN_GPU(grad_scaler_graph_equals_eager);
+    RUN_GPU(grad_scaler_clip_checkpoint);
+    RUN_GPU_ON("grad_scaler_errors", gs_errors_case);
+    RUN_GPU_ON("grad_scaler_stale_slot", gs_stale_slot_case);
+    RUN_GPU(grad_scaler_gpu_equals_cpu);
+    RUN_GPU2(grad_scaler_two_devices_refused);
 }
 
 /* ---- all-or-nothing training steps under injected faults (the emulator only) ---- */
@@ -2348,7 +2321,6 @@ TEST optimizer_step_one_launch_all_or_nothing(void *arg) {
     const opt_kind *k = (const opt_kind *)arg;
     rig a, b;
     int s;
-    if (!have_gpu()) SKIPm("no GPU");
     ASSERT_EQ(0, rig_make(&a, k));
     ASSERT_EQ(0, rig_make(&b, k));
     for (s = 0; s < 4; s++) {
@@ -2388,7 +2360,6 @@ TEST cublas_failure_mid_step(void) {
 #else
     rig a, b;
     long calls, c0, k;
-    if (!have_gpu()) SKIPm("no GPU");
     ASSERT_EQ(0, rig_make(&a, &fault_kinds[2]));
     ASSERT_EQ(0, rig_make(&b, &fault_kinds[2]));
     ASSERT_EQ(0, rig_step(&a));
@@ -2427,7 +2398,6 @@ TEST oom_at_every_allocation_of_a_step(void) {
     SKIPm("fault injection needs the emulator (GPUDL_EMU)");
 #else
     int phase;
-    if (!have_gpu()) SKIPm("no GPU");
     for (phase = 0; phase < 2; phase++) {
         rig a, b;
         long allocs, a0, k, failed = 0;
@@ -2650,7 +2620,6 @@ TEST fit_graph_equals_eager(void) {
     char line[512];
     FILE *log;
     int clip;
-    if (!have_gpu()) SKIPm("no GPU");
     for (pin = 0; pin < 2; pin++)
         for (clip = 0; clip < 2; clip++) { /* and with the gradient clipped (0.5: most steps clip) */
             copies_e = gdl_emu_count("d2d");
@@ -2755,7 +2724,6 @@ TEST fit_graph_master_weights(void) {
     uint16_t we[FIT_W], wg[FIT_W];
     int ce, cg;
     long graphs0;
-    if (!have_gpu()) SKIPm("no GPU");
     ASSERT_EQ(0, mw_fit_run(0, me, we, &ce));
     graphs0 = gdl_emu_count("graph");
     ASSERT_EQ(0, mw_fit_run(1, mg, wg, &cg));
@@ -2770,8 +2738,8 @@ TEST fit_graph_master_weights(void) {
 #endif
 SUITE(fit_graphs) {
 #ifdef GPUDL_EMU
-    RUN_TEST(fit_graph_equals_eager);
-    RUN_TEST(fit_graph_master_weights);
+    RUN_GPU(fit_graph_equals_eager);
+    RUN_GPU(fit_graph_master_weights);
 #endif
 }
 
@@ -2788,7 +2756,6 @@ TEST fit_recovers_from_oom(void) {
     char line[512];
     FILE *log;
     int notices = 0, i;
-    if (!have_gpu()) SKIPm("no GPU");
     memset(&ref, 0, sizeof ref);
     ref.snap_at = 1;
     ASSERT_EQ(0, fit_run(&ref, 1, 0, NULL, w_ref));
@@ -2867,56 +2834,6 @@ TEST fit_recovers_from_oom(void) {
 #endif
 }
 
-/* ---- run-time dtypes: every op_cases row in bf16 and f16 against f32, on the GPU ---- */
-
-TEST dtype_parity_gpu(void *arg) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return dtype_parity(arg);
-}
-
-TEST dtype_promotion_gpu(void) {
-    static gdl_device dev;
-    if (!have_gpu()) SKIPm("no GPU");
-    dev = GPU;
-    return dtype_promotion((void *)&dev);
-}
-
-/* native bf16 / f16 elementwise kernels: the cast path's bits, half of f32's arena bytes, autocast */
-TEST dtype_native_elementwise_gpu(void) {
-    static gdl_device dev;
-    if (!have_gpu()) SKIPm("no GPU");
-    dev = GPU;
-    return dtype_native_elementwise((void *)&dev);
-}
-
-/* matmul and linear in bf16 / f16 through cublasGemmEx / GemmStridedBatchedEx, off the block sizes */
-TEST dtype_gemm_sizes_gpu(void) {
-    static gdl_device dev;
-    if (!have_gpu()) SKIPm("no GPU");
-    dev = GPU;
-    return dtype_gemm_sizes((void *)&dev);
-}
-
-/* conv2d, pooling and batch_norm run natively in bf16/f16 on the GPU too (tests/dtype_parity.h) */
-TEST dtype_native_cnn_gpu(void *arg) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return dtype_native_cnn(arg);
-}
-
-/* ---- autocast on the GPU (tests/autocast_cases.h): each op's dtype by its
-   class, the cast cache, nesting, loss curves (fewer steps than the CPU's
-   200: 30 on the emulator, where every kernel runs on the host) ---- */
-
-TEST autocast_gpu(void *arg) {
-    ac_run r = *(const ac_run *)arg;
-    if (!have_gpu()) SKIPm("no GPU");
-    r.dev = GPU;
-    if (r.steps == 0) return autocast_ops(&r);
-    if (r.steps == 1) return autocast_cache(&r);
-    if (r.steps == 2) return autocast_nesting_errors(&r);
-    return autocast_training(&r);
-}
-
 /* ---- suites ---- */
 
 static parity_run table_runs[2 * NCASES], gpu_runs[2 * NGPU_CASES];
@@ -2927,9 +2844,9 @@ SUITE(ops) {
     for (i = 0; i < NCASES; i++) {
         table_runs[2 * i].c = table_runs[2 * i + 1].c = &cases[i];
         table_runs[2 * i + 1].fanout = 1;
-        RUN_TEST_NAMED(cases[i].name, parity, (void *)&table_runs[2 * i]);
+        RUN_GPU_NAMED(cases[i].name, parity, &table_runs[2 * i]);
         snprintf(name, sizeof name, "%s_fanout", cases[i].name);
-        RUN_TEST_NAMED(name, parity, (void *)&table_runs[2 * i + 1]);
+        RUN_GPU_NAMED(name, parity, &table_runs[2 * i + 1]);
     }
 }
 SUITE(kernel_paths) {
@@ -2938,23 +2855,29 @@ SUITE(kernel_paths) {
     for (i = 0; i < NGPU_CASES; i++) {
         gpu_runs[2 * i].c = gpu_runs[2 * i + 1].c = &gpu_cases[i];
         gpu_runs[2 * i + 1].fanout = 1;
-        RUN_TEST_NAMED(gpu_cases[i].name, parity, (void *)&gpu_runs[2 * i]);
+        RUN_GPU_NAMED(gpu_cases[i].name, parity, &gpu_runs[2 * i]);
         snprintf(name, sizeof name, "%s_fanout", gpu_cases[i].name);
-        RUN_TEST_NAMED(name, parity, (void *)&gpu_runs[2 * i + 1]);
+        RUN_GPU_NAMED(name, parity, &gpu_runs[2 * i + 1]);
     }
-    RUN_TEST(casts_all_pairs);
-    RUN_TEST(argmax_ties_and_nan);
-    RUN_TEST(embedding_backward_exact_counts);
-    RUN_TEST(gemm_k0_does_not_read_c);
+    RUN_GPU(casts_all_pairs);
+    RUN_GPU(argmax_ties_and_nan);
+    RUN_GPU(embedding_backward_exact_counts);
+    RUN_GPU(gemm_k0_does_not_read_c);
 #ifdef GPUDL_EMU
-    RUN_TEST(gemm_sums_batches);
+    RUN_GPU(gemm_sums_batches);
 #endif
 }
+/* run-time dtypes (tests/dtype_parity.h): every op_cases row in bf16 and f16 against f32; matmul and linear
+   in bf16 / f16 through cublasGemmEx / GemmStridedBatchedEx, off the block sizes; promotion; the native
+   bf16 / f16 elementwise kernels (the cast path's bits, half of f32's arena bytes, autocast); conv2d,
+   pooling and batch_norm natively in bf16 / f16 */
 static dtype_run dtype_runs[4 * NCASES];
 static dtype_run cnn_runs[2 * DTYPE_NCNN];
 SUITE(dtypes) {
+    static gdl_device dev;
     int i, j;
     char name[128];
+    dev = GPU;
     for (i = 0; i < NCASES; i++)
         for (j = 0; j < 4; j++) {
             dtype_run *r = &dtype_runs[4 * i + j];
@@ -2963,11 +2886,11 @@ SUITE(dtypes) {
             r->fanout = j & 1;
             r->dev = GPU;
             snprintf(name, sizeof name, "%s_%s%s", cases[i].name, gdl_dtype_name(r->dt), r->fanout ? "_fanout" : "");
-            RUN_TEST_NAMED(name, dtype_parity_gpu, (void *)r);
+            RUN_GPU_NAMED(name, dtype_parity, r);
         }
-    RUN_TEST(dtype_gemm_sizes_gpu);
-    RUN_TEST(dtype_promotion_gpu);
-    RUN_TEST(dtype_native_elementwise_gpu);
+    RUN_GPU_NAMED("dtype_gemm_sizes_gpu", dtype_gemm_sizes, &dev);
+    RUN_GPU_NAMED("dtype_promotion_gpu", dtype_promotion, &dev);
+    RUN_GPU_NAMED("dtype_native_elementwise_gpu", dtype_native_elementwise, &dev);
     for (i = 0; i < DTYPE_NCNN; i++)
         for (j = 0; j < 2; j++) {
             dtype_run *r = &cnn_runs[2 * i + j];
@@ -2975,20 +2898,28 @@ SUITE(dtypes) {
             r->dt = j ? GDL_F16 : GDL_BF16;
             r->dev = GPU;
             snprintf(name, sizeof name, "native_%s_%s", dtype_cnn_cases[i].name, gdl_dtype_name(r->dt));
-            RUN_TEST_NAMED(name, dtype_native_cnn_gpu, (void *)r);
+            RUN_GPU_NAMED(name, dtype_native_cnn, r);
         }
 }
+/* autocast on the GPU (tests/autocast_cases.h): each op's dtype by its class, the cast cache, nesting, loss
+   curves (fewer steps than the CPU's 200: 30 on the emulator, where every kernel runs on the host) */
 SUITE(autocast) {
-    static ac_run ac[] = {{GDL_BF16, {GDL_DEVICE_CPU, 0}, 0}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 0},
-                          {GDL_BF16, {GDL_DEVICE_CPU, 0}, 1}, {GDL_BF16, {GDL_DEVICE_CPU, 0}, 2},
 #ifdef GPUDL_EMU
-                          {GDL_BF16, {GDL_DEVICE_CPU, 0}, 30}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 30}};
+    enum { STEPS = 30 };
 #else
-                          {GDL_BF16, {GDL_DEVICE_CPU, 0}, 200}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 200}};
+    enum { STEPS = 200 };
 #endif
+    static ac_run ac[] = {{GDL_BF16, {GDL_DEVICE_CPU, 0}, 0}, {GDL_F16, {GDL_DEVICE_CPU, 0}, 0},
+                          {GDL_BF16, {GDL_DEVICE_CPU, 0}, 0}, {GDL_BF16, {GDL_DEVICE_CPU, 0}, 0},
+                          {GDL_BF16, {GDL_DEVICE_CPU, 0}, STEPS}, {GDL_F16, {GDL_DEVICE_CPU, 0}, STEPS}};
     static const char *names[] = {"ops_bf16", "ops_f16", "cache_bf16", "nesting_errors", "training_bf16", "training_f16"};
+    static enum harness_result (*const fns[])(void *) = {autocast_ops, autocast_ops, autocast_cache,
+                                                         autocast_nesting_errors, autocast_training, autocast_training};
     int i;
-    for (i = 0; i < 6; i++) RUN_TEST_NAMED(names[i], autocast_gpu, (void *)&ac[i]);
+    for (i = 0; i < 6; i++) {
+        ac[i].dev = GPU;
+        RUN_GPU_NAMED(names[i], fns[i], &ac[i]);
+    }
 }
 SUITE(optim) {
     static const opt_kind kinds[] = {
@@ -3000,20 +2931,19 @@ SUITE(optim) {
     };
     int i;
     for (i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
-        RUN_TEST_NAMED(kinds[i].name, optimizer_parity, (void *)&kinds[i]);
+        RUN_GPU_NAMED(kinds[i].name, optimizer_parity, &kinds[i]);
     for (i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++) {
         char name[64];
         snprintf(name, sizeof name, "flat_buffer_gpu_%s", kinds[i].name);
-        RUN_TEST_NAMED(name, flat_buffer_gpu, (void *)&kinds[i]);
+        RUN_GPU_NAMED(name, flat_buffer_gpu, &kinds[i]);
     }
-    RUN_TEST(flat_buffer_follows_module_to);
-    RUN_TEST(clip_grad_norm_parity);
-    RUN_TEST(anomaly_mode_parity);
+    RUN_GPU2(flat_buffer_follows_module_to);
+    RUN_GPU(clip_grad_norm_parity);
+    RUN_GPU(anomaly_mode_parity);
 }
 /* ---- master weights on the GPU (tests/master_cases.h): the kernels' low paths bitwise, one launch a step ---- */
 TEST master_weights_bitwise(void *arg) {
     const mw_kind *k = (const mw_kind *)arg;
-    if (!have_gpu()) SKIPm("no GPU");
     return mw_bitwise_case(GPU, k);
 }
 /* a steady-state step with master weights: zero_grad one memset, the step one launch, no copy, no wait */
@@ -3024,7 +2954,6 @@ TEST master_weights_one_launch(void) {
     gdl_tensor *p, *q, *loss, *ps[2];
     gdl_optimizer *opt;
     int s;
-    if (!have_gpu()) SKIPm("no GPU");
     ASSERT_NOT_NULL(p = gdl_ones(1, &n, GDL_F32, GPU));
     ASSERT_NOT_NULL(q = gdl_ones(1, &n, GDL_F32, GPU));
     ASSERT_EQ(0, gdl_set_requires_grad(p, 1));
@@ -3069,7 +2998,6 @@ TEST master_weights_follow_module_to(void) {
     gdl_optimizer *oa, *ob;
     gdl_tensor *x, *y, *ta[4], *tb[4];
     int s, k;
-    if (gdl_cuda_device_count() < 2) SKIPm("needs two GPUs (GPUDL_EMU_DEVICES=2)");
     gdl_manual_seed(3);
     ASSERT_NOT_NULL(x = gdl_randn(2, xs, gdl_cpu()));
     ASSERT_NOT_NULL(y = gdl_from_array(labels, 1, ys, GDL_I32, gdl_cpu()));
@@ -3113,76 +3041,61 @@ TEST master_weights_follow_module_to(void) {
     gdl_free(y);
     PASS();
 }
-TEST master_weights_memory(void) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return mw_memory_case(GPU);
-}
 TEST master_weights_mlp(void) {
-    if (!have_gpu()) SKIPm("no GPU");
     return mw_mlp_case(GPU, 50);
 }
 TEST master_weights_checkpoint(void) {
-    if (!have_gpu()) SKIPm("no GPU");
     return mw_checkpoint_case(GPU, "build/test_cuda_master.safetensors");
-}
-TEST master_weights_errors(void) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return mw_errors_case(GPU);
-}
-TEST master_weights_special_values(void) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return mw_special_values_case(GPU);
 }
 SUITE(master_weights) {
     size_t i;
     for (i = 0; i < sizeof mw_kinds / sizeof mw_kinds[0]; i++)
-        RUN_TEST_NAMED(mw_kinds[i].name, master_weights_bitwise, (void *)&mw_kinds[i]);
-    RUN_TEST(master_weights_one_launch);
-    RUN_TEST(master_weights_follow_module_to);
-    RUN_TEST(master_weights_memory);
-    RUN_TEST(master_weights_mlp);
-    RUN_TEST(master_weights_checkpoint);
-    RUN_TEST(master_weights_errors);
-    RUN_TEST(master_weights_special_values);
+        RUN_GPU_NAMED(mw_kinds[i].name, master_weights_bitwise, &mw_kinds[i]);
+    RUN_GPU(master_weights_one_launch);
+    RUN_GPU2(master_weights_follow_module_to);
+    RUN_GPU_ON("master_weights_memory", mw_memory_case);
+    RUN_GPU(master_weights_mlp);
+    RUN_GPU(master_weights_checkpoint);
+    RUN_GPU_ON("master_weights_errors", mw_errors_case);
+    RUN_GPU_ON("master_weights_special_values", mw_special_values_case);
 }
 
 SUITE(training) {
     static const int mlp = 0, cnn = 1;
-    RUN_TEST_NAMED("mlp_steps", train_parity, (void *)&mlp);
-    RUN_TEST_NAMED("cnn_steps", train_parity, (void *)&cnn);
+    RUN_GPU_NAMED("mlp_steps", train_parity, &mlp);
+    RUN_GPU_NAMED("cnn_steps", train_parity, &cnn);
 }
 SUITE(devices) {
-    RUN_TEST(device_mismatch_error);
-    RUN_TEST(transfers_round_trip);
-    RUN_TEST(overlapping_device_copies);
-    RUN_TEST(allocator_steady_state_and_oom);
-    RUN_TEST(loader_pinned_matches_cpu);
+    RUN_GPU(device_mismatch_error);
+    RUN_GPU(transfers_round_trip);
+    RUN_GPU(overlapping_device_copies);
+    RUN_GPU(allocator_steady_state_and_oom);
+    RUN_GPU(loader_pinned_matches_cpu);
     {
         static const int inline_, two = 2;
-        RUN_TEST_NAMED("loader_steps_without_host_waits_inline", loader_steps_without_host_waits, (void *)&inline_);
-        RUN_TEST_NAMED("loader_steps_without_host_waits_2_workers", loader_steps_without_host_waits, (void *)&two);
+        RUN_GPU_NAMED("loader_steps_without_host_waits_inline", loader_steps_without_host_waits, &inline_);
+        RUN_GPU_NAMED("loader_steps_without_host_waits_2_workers", loader_steps_without_host_waits, &two);
     }
-    RUN_TEST(two_devices);
-    RUN_TEST(model_parallel_two_devices);
-    RUN_TEST(fit_steps_without_host_sync);
-    RUN_TEST(host_threads_own_devices);
-    RUN_TEST(injected_alloc_and_launch_failures);
+    RUN_GPU2(two_devices);
+    RUN_GPU2(model_parallel_two_devices);
+    RUN_GPU(fit_steps_without_host_sync);
+    RUN_GPU2(host_threads_own_devices);
+    RUN_GPU(injected_alloc_and_launch_failures);
 }
-SUITE(streams) { RUN_TEST(compute_stream_only); }
+SUITE(streams) { RUN_GPU(compute_stream_only); }
 SUITE(faults) {
     int i;
     for (i = 0; i < (int)(sizeof fault_kinds / sizeof fault_kinds[0]); i++)
-        RUN_TEST_NAMED(fault_kinds[i].name, optimizer_step_one_launch_all_or_nothing, (void *)&fault_kinds[i]);
-    RUN_TEST(cublas_failure_mid_step);
-    RUN_TEST(oom_at_every_allocation_of_a_step);
-    RUN_TEST(fit_recovers_from_oom);
+        RUN_GPU_NAMED(fault_kinds[i].name, optimizer_step_one_launch_all_or_nothing, &fault_kinds[i]);
+    RUN_GPU(cublas_failure_mid_step);
+    RUN_GPU(oom_at_every_allocation_of_a_step);
+    RUN_GPU(fit_recovers_from_oom);
 }
 
 /* ---- monitoring: the caching allocator's counters, the profiler, NVML ---- */
 
 TEST cuda_memory_stats(void) {
     gdl_memory_status s;
-    if (!have_gpu()) SKIPm("no GPU");
     gdl_arena_reset();
     gdl_cuda_release_cache(); /* no cached block may serve the pattern's first requests */
     ASSERT_EQ(0, gdl_memory_stats(GPU, &s));
@@ -3202,13 +3115,8 @@ TEST cuda_memory_stats(void) {
     PASS();
 }
 
-TEST cuda_profile_errors(void) {
-    if (!have_gpu()) SKIPm("no GPU");
-    return mc_profile_errors();
-}
 /* one launch per gdl_relu (the unary kernel) */
 TEST cuda_profile(void) {
-    if (!have_gpu()) SKIPm("no GPU");
     return mc_profile_sequence(GPU, 1, "build/test_cuda_trace.json");
 }
 
@@ -3217,7 +3125,6 @@ int setenv(const char *name, const char *value, int overwrite); /* POSIX; hidden
 /* The stand-in NVML lists the emulator's cuda:1 first: stats follow the PCI bus id, not the index. */
 TEST gpu_stats_by_pci_bus_id(void) {
     gdl_gpu_status s;
-    if (gdl_cuda_device_count() < 2) SKIPm("needs GPUDL_EMU_DEVICES=2");
     setenv("GPUDL_NVML_LIB", FAKE_NVML, 1);
     ASSERT_EQ(gdl_cuda_device_count(), gdl_gpu_count()); /* the indices gdl_gpu_stats takes are CUDA's */
     ASSERT_EQ(0, gdl_gpu_stats(0, &s));
@@ -3232,11 +3139,11 @@ TEST gpu_stats_by_pci_bus_id(void) {
 
 SUITE(monitor) {
 #if defined(GPUDL_EMU) && defined(FAKE_NVML) && !defined(_WIN32)
-    RUN_TEST(gpu_stats_by_pci_bus_id); /* first: NVML is loaded once per process */
+    RUN_GPU2(gpu_stats_by_pci_bus_id); /* first: NVML is loaded once per process */
 #endif
-    RUN_TEST(cuda_memory_stats);
-    RUN_TEST(cuda_profile_errors);
-    RUN_TEST(cuda_profile);
+    RUN_GPU(cuda_memory_stats);
+    RUN_GPU_AS("cuda_profile_errors", mc_profile_errors);
+    RUN_GPU(cuda_profile);
 }
 
 HARNESS_MAIN_DEFS();

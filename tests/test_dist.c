@@ -19,6 +19,7 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
+#include "ddp_setup.h"
 
 #ifndef GPUDL_MPI /* run alone: the environment is the test's to set */
 static const char *const all_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK",
@@ -492,147 +493,13 @@ TEST data_parallel_equals_one_process(void) {
 /* A module under gdl_ddp on two ranks, half of each batch per rank, equals
    one process on the whole batch (SGD with momentum, 30 steps), with buckets
    small enough that there are several; and with no_sync, two micro-batches
-   per rank accumulate to the same step. */
-static gdl_module *ddp_net(void) {
-    gdl_module *mods[3];
-    gdl_manual_seed(8);
-    mods[0] = gdl_nn_linear(6, 7, 1);
-    mods[1] = gdl_nn_tanh();
-    mods[2] = gdl_nn_linear(7, 3, 1);
-    return gdl_nn_sequential(3, mods);
-}
-
-static int same_params(gdl_module *a, gdl_module *b, char *msg, size_t len) {
-    gdl_tensor *pa[8], *pb[8];
-    int n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 8), i;
-    int64_t k;
-    if (n != gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 8)) return 0;
-    for (i = 0; i < n; i++)
-        for (k = 0; k < pa[i]->numel; k++) {
-            float u = ((float *)pa[i]->data)[k], v = ((float *)pb[i]->data)[k];
-            if (fabs(u - v) > 1e-6 * (1 + fabs(v))) {
-                snprintf(msg, len, "parameter %d[%lld]: ddp %.9g, one process %.9g", i, (long long)k, u, v);
-                return 0;
-            }
-        }
-    return 1;
-}
-
-TEST ddp_equals_one_process(void *arg) {
-    enum { B = 8, D = 6 };
-    int micro = *(const int *)arg; /* micro-batches per rank and step (no_sync for all but the last) */
-    float xs[B * D];
-    int32_t ys[B];
-    int r = gdl_dist_rank(), i, step, mb, per = B / 2 / micro;
-    int64_t sx[2] = {B, D}, sy[1] = {B}, mx[2], my[1];
-    gdl_module *dm = ddp_net(), *om = ddp_net();
-    gdl_ddp_opts o = gdl_ddp_defaults();
-    gdl_ddp *d;
-    gdl_optimizer *dopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0), *oopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
-    gdl_tensor *xall, *yall;
-    char msg[256];
-    mx[0] = per, mx[1] = D, my[0] = per;
-    o.first_bucket_mb = o.bucket_cap_mb = 100.0 / 1048576; /* 100 bytes: a bucket per layer or so */
-    ASSERT_NOT_NULL(d = gdl_ddp_new(dm, &o));
-    ASSERT(gdl_ddp_num_buckets(d) >= 3);
-    ASSERT_EQ(0, gdl_optim_add_module(dopt, dm, 0));
-    ASSERT_EQ(0, gdl_optim_add_module(oopt, om, 0));
-    for (i = 0; i < B * D; i++) xs[i] = (float)sin(0.37 * i + 1);
-    for (i = 0; i < B; i++) ys[i] = (i * 2) % 3;
-    xall = gdl_from_array(xs, 2, sx, GDL_F32, gdl_cpu());
-    yall = gdl_from_array(ys, 1, sy, GDL_I32, gdl_cpu());
-    for (step = 0; step < 30; step++) {
-        gdl_tensor *keep[2][2]; /* the tape reads each micro-batch's input until the arena is reset */
-        gdl_arena_reset();
-        gdl_zero_grad(dopt);
-        for (mb = 0; mb < micro; mb++) {
-            int first = r * (B / 2) + mb * per;
-            gdl_tensor *x = keep[mb][0] = gdl_from_array(xs + first * D, 2, mx, GDL_F32, gdl_cpu());
-            gdl_tensor *y = keep[mb][1] = gdl_from_array(ys + first, 1, my, GDL_I32, gdl_cpu());
-            gdl_tensor *loss = gdl_mul_scalar(gdl_cross_entropy(gdl_ddp_forward(d, x), y), 1.0 / micro);
-            gdl_ddp_set_no_sync(d, mb < micro - 1);
-            ASSERT_EQ(0, gdl_ddp_backward(d, loss));
-            if (mb < micro - 1) { /* no_sync: the gradients are still each rank's own */
-                gdl_tensor *p0, *both;
-                int64_t s2[1] = {2};
-                gdl_module_named_tensors(dm, GDL_PARAMS, NULL, &p0, 1);
-                both = gdl_zeros(1, s2, GDL_F32, gdl_cpu());
-                ASSERT_EQ(0, gdl_dist_all_gather(both, gdl_slice(gdl_reshape(p0->grad, 1, &p0->grad->numel), 0, 1)));
-                ASSERT(((float *)both->data)[0] != ((float *)both->data)[1]);
-                gdl_free(both);
-            }
-        }
-        ASSERT_EQ(0, gdl_step(dopt));
-        gdl_zero_grad(oopt);
-        ASSERT_EQ(0, gdl_backward(gdl_cross_entropy(gdl_forward(om, xall), yall)));
-        ASSERT_EQ(0, gdl_step(oopt));
-        gdl_arena_reset();
-        for (mb = 0; mb < micro; mb++) gdl_free(keep[mb][0]), gdl_free(keep[mb][1]);
-    }
-    if (!same_params(dm, om, msg, sizeof msg)) FAILf("rank %d, %d micro-batches: %s", r, micro, msg);
-    gdl_ddp_free(d);
-    gdl_optim_free(dopt), gdl_optim_free(oopt);
-    gdl_module_free(dm), gdl_module_free(om);
-    gdl_free(xall), gdl_free(yall);
-    gdl_arena_reset();
-    PASS();
-}
+   per rank accumulate to the same step (tests/ddp_setup.h). */
+TEST ddp_equals_one_process(void *arg) { return ddp_steps_case(gdl_cpu(), *(const int *)arg, 30); }
 
 /* gdl_fit under DDP on 2 ranks, each with its shard (batch 4), equals gdl_fit
    in one process on the whole data (batch 8): the same weights and the same
    epoch figures (loss and accuracy summed over both ranks). */
-TEST fit_under_ddp_equals_one_process(void) {
-    enum { N = 48, D = 6 };
-    static float xs[N * D];
-    int32_t ys[N];
-    int64_t s1[1] = {D};
-    int i, r = gdl_dist_rank();
-    gdl_dataset *ds;
-    gdl_loader_opts lo = gdl_loader_defaults();
-    gdl_loader *lone, *lmine;
-    gdl_module *one = ddp_net(), *dm = ddp_net();
-    gdl_optimizer *oo = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0), *od = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
-    gdl_fit_opts fo = gdl_fit_defaults();
-    gdl_epoch_stats h1[2], h2[2];
-    gdl_ddp *d;
-    char msg[256];
-    for (i = 0; i < N * D; i++) xs[i] = (float)cos(0.23 * i + 0.5);
-    for (i = 0; i < N; i++) ys[i] = (i * 7 + i / 5) % 3;
-    ASSERT_NOT_NULL(ds = gdl_dataset_from_arrays(xs, GDL_F32, 1, s1, ys, N, 3));
-    lo.batch_size = 8;
-    lo.shuffle = 1;
-    lo.seed = 12;
-    ASSERT_NOT_NULL(lone = gdl_loader_new(ds, &lo));
-    lo.batch_size = 4;
-    lo.num_replicas = 2;
-    lo.rank = r;
-    ASSERT_NOT_NULL(lmine = gdl_loader_new(ds, &lo));
-    ASSERT_NOT_NULL(d = gdl_ddp_new(dm, NULL));
-    ASSERT_EQ(0, gdl_optim_add_module(oo, one, 0));
-    ASSERT_EQ(0, gdl_optim_add_module(od, dm, 0));
-    fo.epochs = 2;
-    fo.verbose = 0;
-    if (gdl_fit(one, lone, oo, &fo, h1) < 0) FAILf("one process: %s", gdl_last_error());
-    fo.ddp = d;
-    if (gdl_fit(dm, lmine, od, &fo, h2) < 0) FAILf("rank %d under DDP: %s", r, gdl_last_error());
-    if (!same_params(dm, one, msg, sizeof msg)) FAILf("rank %d: %s", r, msg);
-    for (i = 0; i < 2; i++) {
-        ASSERT_EQ(N, h2[i].samples);
-        if (fabs(h1[i].loss - h2[i].loss) > 1e-6 * (1 + fabs(h1[i].loss)) || h1[i].accuracy != h2[i].accuracy)
-            FAILf("epoch %d: one process loss %.8f acc %.4f, DDP loss %.8f acc %.4f", i + 1, h1[i].loss,
-                  h1[i].accuracy, h2[i].loss, h2[i].accuracy);
-    }
-    fo.ddp = d;
-    ASSERT_EQ(-1, gdl_fit(one, lmine, oo, &fo, NULL)); /* the DDP wraps another module */
-    ASSERT_CONTAINS(gdl_last_error(), "opts.ddp wraps another module");
-    gdl_ddp_free(d);
-    gdl_optim_free(oo), gdl_optim_free(od);
-    gdl_module_free(one), gdl_module_free(dm);
-    gdl_loader_free(lone), gdl_loader_free(lmine);
-    gdl_dataset_free(ds);
-    gdl_arena_reset();
-    PASS();
-}
+TEST fit_under_ddp_equals_one_process(void) { return ddp_fit_case(gdl_cpu()); }
 
 /* ---- gdl_fit under DDP: checkpoints and resume ---- */
 
@@ -647,93 +514,13 @@ static gdl_tensor *crashing_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
     return gdl_loss_cross_entropy(out, y, user);
 }
 
-enum { RN = 48, RD = 6 };
-static float rxs[RN * RD];
-static int32_t rys[RN];
-
-typedef struct ddp_run {
-    gdl_dataset *ds;
-    gdl_loader *l;
-    gdl_module *m;
-    gdl_optimizer *opt;
-    gdl_scheduler *sched;
-    gdl_ddp *d;
-} ddp_run;
-
-/* a fresh model, optimizer, scheduler and loader (batch per rank, this rank's shard) */
-static int run_make(ddp_run *r, int batch) {
-    gdl_loader_opts lo = gdl_loader_defaults();
-    int64_t s1[1] = {RD};
-    int i;
-    for (i = 0; i < RN * RD; i++) rxs[i] = (float)cos(0.19 * i + 0.4);
-    for (i = 0; i < RN; i++) rys[i] = (i * 5 + i / 7) % 3;
-    memset(r, 0, sizeof *r);
-    lo.batch_size = batch;
-    lo.shuffle = 1;
-    lo.seed = 31;
-    lo.num_replicas = gdl_dist_world_size();
-    lo.rank = gdl_dist_rank();
-    gdl_manual_seed(1234 + (uint64_t)gdl_dist_rank()); /* each rank its own start: DDP broadcasts rank 0's */
-    r->m = ddp_net();
-    if (!(r->ds = gdl_dataset_from_arrays(rxs, GDL_F32, 1, s1, rys, RN, 3)) || !(r->l = gdl_loader_new(r->ds, &lo)) ||
-        !(r->opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0)) || gdl_optim_add_module(r->opt, r->m, 0) < 0 ||
-        !(r->sched = gdl_steplr_new(r->opt, 1, 0.7)) || !(r->d = gdl_ddp_new(r->m, NULL)))
-        return -1;
-    return 0;
-}
-
-static void run_free(ddp_run *r) {
-    gdl_ddp_free(r->d);
-    gdl_scheduler_free(r->sched);
-    gdl_optim_free(r->opt);
-    gdl_module_free(r->m);
-    gdl_loader_free(r->l);
-    gdl_dataset_free(r->ds);
-    gdl_arena_reset();
-}
-
-static int run_fit(ddp_run *r, int epochs, int64_t every, int resume, const char *dir, gdl_epoch_stats *h) {
-    gdl_fit_opts fo = gdl_fit_defaults();
-    fo.epochs = epochs;
-    fo.verbose = 0;
-    fo.ddp = r->d;
-    fo.scheduler = r->sched;
-    fo.loss = crashing_loss;
-    fo.checkpoint_every = every;
-    fo.checkpoint_dir = dir;
-    fo.resume = resume;
-    return gdl_fit(r->m, r->l, r->opt, &fo, h);
-}
-
-static int bitwise_params(gdl_module *a, gdl_module *b, char *msg, size_t len) {
-    gdl_tensor *pa[8], *pb[8];
-    int n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 8), i;
-    if (n != gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 8)) return 0;
-    for (i = 0; i < n; i++)
-        if (memcmp(pa[i]->data, pb[i]->data, sizeof(float) * (size_t)pa[i]->numel) != 0) {
-            snprintf(msg, len, "parameter %d differs from the uninterrupted run's", i);
-            return 0;
-        }
-    return 1;
-}
-
-/* a directory name both ranks agree on (rank 0's pid) */
-static void shared_dir(char *dir, size_t len, const char *tag) {
-    int32_t pid = (int32_t)getpid();
-    int64_t s1[1] = {1};
-    gdl_tensor *t = gdl_from_array(&pid, 1, s1, GDL_I32, gdl_cpu());
-    gdl_dist_broadcast(t, 0);
-    snprintf(dir, len, "/tmp/gpudl-ddp-resume-%d-%s", (int)((int32_t *)t->data)[0], tag);
-    gdl_free(t);
-}
-
-static void remove_dir(const char *dir) {
-    char f[300];
-    gdl_dist_barrier(); /* nobody reads it any more */
-    if (gdl_dist_rank() != 0) return;
-    snprintf(f, sizeof f, "%s/gdl_fit.safetensors", dir);
-    remove(f);
-    rmdir(dir);
+/* a fresh model, optimizer, StepLR and loader (batch per rank, this rank's shard), under DDP (which
+   broadcasts rank 0's weights), trained with crashing_loss */
+static int run_make(ddp_job *r, int batch) {
+    ddp_job_spec s = {.data = &ddp_resume_data, .hidden = 7, .model_seed = 8, .batch = batch, .shuffle = 31,
+                      .shard = 1, .ddp = 1, .loss = crashing_loss};
+    if (ddp_job_make(r, &s, gdl_cpu()) < 0) return -1;
+    return (r->sched = gdl_steplr_new(r->opt, 1, 0.7)) ? 0 : -1;
 }
 
 /* Two ranks, 6 batches of 4 per rank and epoch, Adam and StepLR: a run stopped after epoch 1 (at_end) or
@@ -744,31 +531,31 @@ static void remove_dir(const char *dir) {
    whose batch size cannot continue the epoch is refused on both ranks, neither left waiting. */
 TEST fit_resume_under_ddp(void *arg) {
     int at_end = *(const int *)arg, i;
-    ddp_run a, b;
+    ddp_job a, b;
     gdl_epoch_stats hs[2], hr[2];
-    char dir[256], msg[128];
-    shared_dir(dir, sizeof dir, at_end ? "end" : "mid");
+    char dir[256], msg[256];
+    ASSERT_EQ(0, ddp_shared_dir(dir, sizeof dir, "gpudl-ddp-resume", at_end ? "end" : "mid"));
     crash_at = 0;
     ASSERT_EQ(0, run_make(&a, 4));
     ASSERT_EQ(6, gdl_loader_num_batches(a.l));
-    if (run_fit(&a, 2, 0, 0, NULL, hs) < 0) FAILf("uninterrupted: %s", gdl_last_error());
+    if (ddp_job_fit(&a, 2, 0, 0, NULL, hs) < 0) FAILf("uninterrupted: %s", gdl_last_error());
     ASSERT_EQ(0, run_make(&b, 4));
     if (at_end) {
-        if (run_fit(&b, 1, 6, 0, dir, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
+        if (ddp_job_fit(&b, 1, 6, 0, dir, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
     } else {
         crash_at = 10, loss_calls = 0;
-        ASSERT_EQ(-1, run_fit(&b, 2, 4, 0, dir, NULL));
+        ASSERT_EQ(-1, ddp_job_fit(&b, 2, 4, 0, dir, NULL));
         crash_at = 0;
-        run_free(&b);
+        ddp_job_free(&b);
         /* another batch size: 16 samples done are not a whole number of 2 x 3-sample batches */
         ASSERT_EQ(0, run_make(&b, 3));
-        ASSERT_EQ(-1, run_fit(&b, 2, 4, 1, dir, NULL));
+        ASSERT_EQ(-1, ddp_job_fit(&b, 2, 4, 1, dir, NULL));
         ASSERT_CONTAINS(gdl_last_error(), "after 16 samples (batch 2 of batch size 4 on 2 ranks); with batch size 3 on 2 ranks");
     }
-    run_free(&b);
+    ddp_job_free(&b);
     ASSERT_EQ(0, run_make(&b, 4));
-    if (run_fit(&b, 2, 4, 1, dir, hr) < 0) FAILf("resumed: %s", gdl_last_error());
-    if (!bitwise_params(a.m, b.m, msg, sizeof msg)) FAILf("rank %d: %s", gdl_dist_rank(), msg);
+    if (ddp_job_fit(&b, 2, 4, 1, dir, hr) < 0) FAILf("resumed: %s", gdl_last_error());
+    if (!ddp_same_params(a.m, b.m, -1, msg, sizeof msg)) FAILf("rank %d: %s", gdl_dist_rank(), msg);
     if (!at_end) ASSERT(isnan(hr[0].loss)); /* finished before the checkpoint: not known */
     for (i = at_end ? 0 : 1; i < 2; i++) { /* at_end: epoch 1's figures come from the checkpoint */
         ASSERT_EQ(hs[i].samples, hr[i].samples);
@@ -777,9 +564,9 @@ TEST fit_resume_under_ddp(void *arg) {
             FAILf("epoch %d loss: uninterrupted %.17g, resumed %.17g", i + 1, hs[i].loss, hr[i].loss);
     }
     ASSERT_EQ(gdl_optim_get_lr(a.opt, 0), gdl_optim_get_lr(b.opt, 0));
-    run_free(&a);
-    run_free(&b);
-    remove_dir(dir);
+    ddp_job_free(&a);
+    ddp_job_free(&b);
+    ASSERT_EQ(0, ddp_remove_dir(dir));
     PASS();
 }
 
@@ -787,10 +574,10 @@ TEST fit_resume_under_ddp(void *arg) {
    (its path is a directory): rank 1 is told so; a checkpoint that only rank 0 sees (each rank's own
    checkpoint_dir): rank 0 resumes, rank 1 cannot read it, and neither loads anything. */
 TEST fit_checkpoint_failures_under_ddp(void) {
-    ddp_run a, b, c;
-    char dir[256], mine[300], blocker[340], msg[128];
+    ddp_job a, b, c;
+    char dir[256], mine[300], blocker[340], msg[256];
     int r = gdl_dist_rank();
-    shared_dir(dir, sizeof dir, "fail");
+    ASSERT_EQ(0, ddp_shared_dir(dir, sizeof dir, "gpudl-ddp-resume", "fail"));
     snprintf(blocker, sizeof blocker, "%s/gdl_fit.safetensors", dir);
     if (r == 0) {
         ASSERT(mkdir(dir, 0777) == 0 || errno == EEXIST); /* a failed run before may have left it */
@@ -799,31 +586,31 @@ TEST fit_checkpoint_failures_under_ddp(void) {
     ASSERT_EQ(0, gdl_dist_barrier());
     crash_at = 0;
     ASSERT_EQ(0, run_make(&a, 4));
-    ASSERT_EQ(-1, run_fit(&a, 1, 2, 0, dir, NULL));
+    ASSERT_EQ(-1, ddp_job_fit(&a, 1, 2, 0, dir, NULL));
     if (r == 1) ASSERT_CONTAINS(gdl_last_error(), "gdl_fit: 1 of 2 ranks failed saving the checkpoint (rank 0)");
     else ASSERT(strstr(gdl_last_error(), "ranks failed") == NULL); /* rank 0 says why its save failed */
-    run_free(&a);
+    ddp_job_free(&a);
     ASSERT_EQ(0, gdl_dist_barrier());
     if (r == 0) ASSERT_EQ(0, rmdir(blocker));
     /* each rank its own directory: only rank 0's gets the checkpoint */
     snprintf(mine, sizeof mine, "%s/rank%d", dir, r);
     ASSERT_EQ(0, run_make(&a, 4));
-    if (run_fit(&a, 1, 6, 0, mine, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
-    run_free(&a);
+    if (ddp_job_fit(&a, 1, 6, 0, mine, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
+    ddp_job_free(&a);
     ASSERT_EQ(0, run_make(&b, 4));
-    ASSERT_EQ(-1, run_fit(&b, 2, 6, 1, mine, NULL));
+    ASSERT_EQ(-1, ddp_job_fit(&b, 2, 6, 1, mine, NULL));
     if (r == 0) ASSERT_CONTAINS(gdl_last_error(), "gdl_fit: 1 of 2 ranks failed loading the checkpoint to resume from");
     else ASSERT_CONTAINS(gdl_last_error(), mine); /* its own: the file is not there */
     ASSERT_EQ(0, run_make(&c, 4));
-    if (!bitwise_params(b.m, c.m, msg, sizeof msg)) FAILf("rank %d loaded something: %s", r, msg);
+    if (!ddp_same_params(b.m, c.m, -1, msg, sizeof msg)) FAILf("rank %d loaded something: %s", r, msg);
     ASSERT_EQ(0, gdl_optim_get_step(b.opt));
-    run_free(&b);
-    run_free(&c);
+    ddp_job_free(&b);
+    ddp_job_free(&c);
     ASSERT_EQ(0, gdl_dist_barrier());
     snprintf(blocker, sizeof blocker, "%s/gdl_fit.safetensors", mine);
     remove(blocker);
     rmdir(mine);
-    remove_dir(dir);
+    ASSERT_EQ(0, ddp_remove_dir(dir));
     PASS();
 }
 #endif

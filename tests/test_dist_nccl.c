@@ -33,6 +33,7 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
+#include "ddp_setup.h"
 #ifdef GPUDL_EMU
 #include <nccl.h>
 #include "emu_api.h"
@@ -67,95 +68,10 @@ static float *host(gdl_tensor *t) {
 
 /* ---- DDP: two ranks on half a batch each (or one rank on all of it) against one process ---- */
 
-static gdl_module *ddp_net(gdl_device dev) {
-    gdl_module *mods[3], *m;
-    gdl_manual_seed(8);
-    mods[0] = gdl_nn_linear(6, 7, 1);
-    mods[1] = gdl_nn_tanh();
-    mods[2] = gdl_nn_linear(7, 3, 1);
-    m = gdl_nn_sequential(3, mods);
-    if (gdl_module_to(m, dev) < 0) return NULL;
-    return m;
-}
-
-static int same_params(gdl_module *a, gdl_module *b, double tol, char *msg, size_t len) {
-    gdl_tensor *pa[8], *pb[8];
-    int n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 8), i, ok = 1;
-    int64_t k;
-    if (n != gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 8)) return 0;
-    for (i = 0; i < n && ok; i++) {
-        float *u = host(pa[i]), *v = host(pb[i]);
-        for (k = 0; u && v && k < pa[i]->numel && ok; k++)
-            if (!(fabs(u[k] - v[k]) <= tol * (1 + fabs(v[k])))) {
-                snprintf(msg, len, "parameter %d[%lld]: ddp %.9g, one process %.9g", i, (long long)k, u[k], v[k]);
-                ok = 0;
-            }
-        if (!u || !v) ok = 0, snprintf(msg, len, "copy to host: %.200s", gdl_last_error());
-        free(u), free(v);
-    }
-    return ok;
-}
-
-/* arg: micro-batches per rank and step (no_sync on all but the last) */
+/* arg: micro-batches per rank and step (no_sync on all but the last); tests/ddp_setup.h */
 TEST ddp_cuda_equals_one_process(void *arg) {
-    enum { B = 8, D = 6 };
-    int micro = *(const int *)arg;
-    float xs[B * D];
-    int32_t ys[B];
-    int W = gdl_dist_world_size(), r = gdl_dist_rank(), i, step, mb, per = B / W / micro;
-    int64_t sx[2] = {B, D}, sy[1] = {B}, mx[2], my[1];
-    gdl_device dev = gdl_dist_device();
-    gdl_module *dm = ddp_net(dev), *om = ddp_net(dev);
-    gdl_ddp_opts o = gdl_ddp_defaults();
-    gdl_ddp *d;
-    gdl_optimizer *dopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0), *oopt = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
-    gdl_tensor *xall, *yall, *xt[2], *yt[2];
-    int64_t syncs;
-    char msg[256];
-    ASSERT(dev.type == GDL_DEVICE_CUDA);
-    ASSERT(micro <= 2);
-    ASSERT(dm && om);
-    mx[0] = per, mx[1] = D, my[0] = per;
-    o.first_bucket_mb = o.bucket_cap_mb = 100.0 / 1048576; /* several buckets: all-reduces overlap backward */
-    if (!(d = gdl_ddp_new(dm, &o))) FAILm(gdl_last_error());
-    ASSERT(gdl_ddp_num_buckets(d) >= 3);
-    ASSERT_EQ(0, gdl_optim_add_module(dopt, dm, 0));
-    ASSERT_EQ(0, gdl_optim_add_module(oopt, om, 0));
-    for (i = 0; i < B * D; i++) xs[i] = (float)sin(0.37 * i + 1);
-    for (i = 0; i < B; i++) ys[i] = (i * 2) % 3;
-    xall = gdl_from_array(xs, 2, sx, GDL_F32, dev);
-    yall = gdl_from_array(ys, 1, sy, GDL_I32, dev);
-    for (step = 0; step < 20; step++) {
-        gdl_arena_reset();
-        gdl_zero_grad(dopt);
-        for (mb = 0; mb < micro; mb++) {
-            int first = r * (B / W) + mb * per;
-            gdl_tensor *loss;
-            /* kept until the step: the tape of the step's first backward still names them in the second */
-            xt[mb] = gdl_from_array(xs + first * D, 2, mx, GDL_F32, dev);
-            yt[mb] = gdl_from_array(ys + first, 1, my, GDL_I32, dev);
-            loss = gdl_mul_scalar(gdl_cross_entropy(gdl_ddp_forward(d, xt[mb]), yt[mb]), 1.0 / micro);
-            gdl_ddp_set_no_sync(d, mb < micro - 1);
-            syncs = gdl_sync_count();
-            if (gdl_ddp_backward(d, loss) < 0) FAILf("step %d: %s", step, gdl_last_error());
-            /* the buckets' copies and all-reduces are queued: the host waits for nothing */
-            if (step > 0 && gdl_sync_count() != syncs)
-                FAILf("step %d: gdl_ddp_backward made %lld host synchronisations", step,
-                      (long long)(gdl_sync_count() - syncs));
-        }
-        ASSERT_EQ(0, gdl_step(dopt));
-        for (mb = 0; mb < micro; mb++) gdl_free(xt[mb]), gdl_free(yt[mb]);
-        gdl_zero_grad(oopt);
-        ASSERT_EQ(0, gdl_backward(gdl_cross_entropy(gdl_forward(om, xall), yall)));
-        ASSERT_EQ(0, gdl_step(oopt));
-    }
-    if (!same_params(dm, om, 1e-6, msg, sizeof msg)) FAILf("rank %d, %d micro-batches: %s", r, micro, msg);
-    gdl_ddp_free(d);
-    gdl_optim_free(dopt), gdl_optim_free(oopt);
-    gdl_module_free(dm), gdl_module_free(om);
-    gdl_free(xall), gdl_free(yall);
-    gdl_arena_reset();
-    PASS();
+    ASSERT(gdl_dist_device().type == GDL_DEVICE_CUDA);
+    return ddp_steps_case(gdl_dist_device(), *(const int *)arg, 20);
 }
 
 /* ---- one process ---- */
@@ -545,57 +461,7 @@ TEST collectives_cuda(void) {
 
 /* gdl_fit under DDP on CUDA, each rank its shard (batch 4), equals gdl_fit in one process on the whole
    data (batch 8): the weights, and the epoch figures summed over the ranks (through NCCL without MPI). */
-TEST fit_under_ddp_cuda(void) {
-    enum { N = 48, D = 6 };
-    static float xs[N * D];
-    int32_t ys[N];
-    int64_t s1[1] = {D};
-    int i, r = gdl_dist_rank();
-    gdl_device dev = gdl_dist_device();
-    gdl_dataset *ds;
-    gdl_loader_opts lo = gdl_loader_defaults();
-    gdl_loader *lone, *lmine;
-    gdl_module *one = ddp_net(dev), *dm = ddp_net(dev);
-    gdl_optimizer *oo = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0), *od = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
-    gdl_fit_opts fo = gdl_fit_defaults();
-    gdl_epoch_stats h1[2], h2[2];
-    gdl_ddp *d;
-    char msg[256];
-    for (i = 0; i < N * D; i++) xs[i] = (float)cos(0.23 * i + 0.5);
-    for (i = 0; i < N; i++) ys[i] = (i * 7 + i / 5) % 3;
-    ASSERT_NOT_NULL(ds = gdl_dataset_from_arrays(xs, GDL_F32, 1, s1, ys, N, 3));
-    lo.batch_size = 8;
-    lo.shuffle = 1;
-    lo.seed = 12;
-    lo.device = dev;
-    ASSERT_NOT_NULL(lone = gdl_loader_new(ds, &lo));
-    lo.batch_size = 4;
-    lo.num_replicas = 2;
-    lo.rank = r;
-    ASSERT_NOT_NULL(lmine = gdl_loader_new(ds, &lo));
-    if (!(d = gdl_ddp_new(dm, NULL))) FAILm(gdl_last_error());
-    ASSERT_EQ(0, gdl_optim_add_module(oo, one, 0));
-    ASSERT_EQ(0, gdl_optim_add_module(od, dm, 0));
-    fo.epochs = 2;
-    fo.verbose = 0;
-    if (gdl_fit(one, lone, oo, &fo, h1) < 0) FAILf("one process: %s", gdl_last_error());
-    fo.ddp = d;
-    if (gdl_fit(dm, lmine, od, &fo, h2) < 0) FAILf("rank %d under DDP: %s", r, gdl_last_error());
-    if (!same_params(dm, one, 1e-6, msg, sizeof msg)) FAILf("rank %d: %s", r, msg);
-    for (i = 0; i < 2; i++) {
-        ASSERT_EQ(N, h2[i].samples);
-        if (fabs(h1[i].loss - h2[i].loss) > 1e-6 * (1 + fabs(h1[i].loss)) || h1[i].accuracy != h2[i].accuracy)
-            FAILf("epoch %d: one process loss %.8f acc %.4f, DDP loss %.8f acc %.4f", i + 1, h1[i].loss,
-                  h1[i].accuracy, h2[i].loss, h2[i].accuracy);
-    }
-    gdl_ddp_free(d);
-    gdl_optim_free(oo), gdl_optim_free(od);
-    gdl_module_free(one), gdl_module_free(dm);
-    gdl_loader_free(lone), gdl_loader_free(lmine);
-    gdl_dataset_free(ds);
-    gdl_arena_reset();
-    PASS();
-}
+TEST fit_under_ddp_cuda(void) { return ddp_fit_case(gdl_dist_device()); }
 
 /* A parameter the forward does not use gets its gradient from gdl_ddp_backward (the mean of zeros) in the
    optimizer's flat block, as gdl_backward gives it on the CPU: its slot, not a tensor of its own. */
@@ -605,7 +471,7 @@ TEST ddp_cuda_unused_param_flat_slot(void) {
     int32_t ys[B] = {0, 1, 2, 1};
     int64_t sx[2] = {B, D}, sy[1] = {B}, s5[1] = {5};
     gdl_device dev = gdl_dist_device();
-    gdl_module *m = ddp_net(dev);
+    gdl_module *m = ddp_mlp(D, 7, 8, dev);
     gdl_tensor *spare = gdl_zeros(1, s5, GDL_F32, dev), *x, *y;
     gdl_optimizer *opt = gdl_sgd_new(0.1, 0, 0, 0, 0);
     gdl_ddp *d;
@@ -645,99 +511,25 @@ TEST ddp_cuda_unused_param_flat_slot(void) {
    agreements without MPI): both ranks find rank 0's checkpoint and resume at its step, and end bit for bit
    where the uninterrupted run ends; epoch 1's figures (the checkpoint's running sums: every rank's) and
    epoch 2's are the uninterrupted ones. */
-typedef struct fit_run {
-    gdl_dataset *ds;
-    gdl_loader *l;
-    gdl_module *m;
-    gdl_optimizer *opt;
-    gdl_ddp *d;
-} fit_run;
-
-enum { FN = 48, FD = 6 };
-static float fxs[FN * FD];
-static int32_t fys[FN];
-
-static int fit_make(fit_run *f) {
-    gdl_loader_opts lo = gdl_loader_defaults();
-    int64_t s1[1] = {FD};
-    int i;
-    for (i = 0; i < FN * FD; i++) fxs[i] = (float)cos(0.19 * i + 0.4);
-    for (i = 0; i < FN; i++) fys[i] = (i * 5 + i / 7) % 3;
-    memset(f, 0, sizeof *f);
-    lo.batch_size = 4;
-    lo.shuffle = 1;
-    lo.seed = 31;
-    lo.num_replicas = gdl_dist_world_size();
-    lo.rank = gdl_dist_rank();
-    lo.device = gdl_dist_device();
-    if (!(f->m = ddp_net(gdl_dist_device())) || !(f->ds = gdl_dataset_from_arrays(fxs, GDL_F32, 1, s1, fys, FN, 3)) ||
-        !(f->l = gdl_loader_new(f->ds, &lo)) || !(f->opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0)) ||
-        gdl_optim_add_module(f->opt, f->m, 0) < 0 || !(f->d = gdl_ddp_new(f->m, NULL)))
-        return -1;
-    return 0;
-}
-
-static void fit_free(fit_run *f) {
-    gdl_ddp_free(f->d);
-    gdl_optim_free(f->opt);
-    gdl_module_free(f->m);
-    gdl_loader_free(f->l);
-    gdl_dataset_free(f->ds);
-    gdl_arena_reset();
-}
-
-static int fit_go(fit_run *f, int epochs, int64_t every, int resume, const char *dir, gdl_epoch_stats *h) {
-    gdl_fit_opts fo = gdl_fit_defaults();
-    fo.epochs = epochs;
-    fo.verbose = 0;
-    fo.ddp = f->d;
-    fo.checkpoint_every = every;
-    fo.checkpoint_dir = dir;
-    fo.resume = resume;
-    return gdl_fit(f->m, f->l, f->opt, &fo, h);
-}
-
-static int bitwise_same(gdl_module *a, gdl_module *b, char *msg, size_t len) {
-    gdl_tensor *pa[8], *pb[8];
-    int n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, pa, 8), i, ok = 1;
-    if (n != gdl_module_named_tensors(b, GDL_PARAMS, NULL, pb, 8)) return 0;
-    for (i = 0; i < n && ok; i++) {
-        float *u = host(pa[i]), *v = host(pb[i]);
-        if (!u || !v || memcmp(u, v, sizeof(float) * (size_t)pa[i]->numel) != 0) {
-            snprintf(msg, len, "parameter %d differs from the uninterrupted run's", i);
-            ok = 0;
-        }
-        free(u), free(v);
-    }
-    return ok;
-}
-
 TEST fit_resume_under_ddp_cuda(void) {
-    fit_run a, b;
+    static const ddp_job_spec spec = {.data = &ddp_resume_data, .hidden = 7, .model_seed = 8, .batch = 4,
+                                      .shuffle = 31, .shard = 1, .ddp = 1};
+    ddp_job a, b;
     gdl_epoch_stats hs[2], hr[2];
-    char dir[256], f[300], msg[128];
-    int32_t pid = (int32_t)getpid();
-    int64_t s1[1] = {1};
+    char dir[256], msg[256];
     int i;
-    gdl_tensor *t = gdl_from_array(&pid, 1, s1, GDL_I32, gdl_dist_device());
-    ASSERT_EQ(0, gdl_dist_broadcast(t, 0)); /* a directory both ranks name alike: rank 0's pid */
-    {
-        gdl_tensor *h = gdl_to(t, gdl_cpu());
-        ASSERT_NOT_NULL(h);
-        snprintf(dir, sizeof dir, "/tmp/gpudl-nccl-resume-%d", (int)((int32_t *)h->data)[0]);
-        gdl_free(h);
-    }
-    gdl_free(t);
-    ASSERT_EQ(0, fit_make(&a));
+    gdl_device dev = gdl_dist_device();
+    ASSERT_EQ(0, ddp_shared_dir(dir, sizeof dir, "gpudl-nccl-resume", NULL));
+    ASSERT_EQ(0, ddp_job_make(&a, &spec, dev));
     ASSERT_EQ(6, gdl_loader_num_batches(a.l));
-    if (fit_go(&a, 2, 0, 0, NULL, hs) < 0) FAILf("uninterrupted: %s", gdl_last_error());
-    ASSERT_EQ(0, fit_make(&b));
-    if (fit_go(&b, 1, 3, 0, dir, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
-    fit_free(&b);
-    ASSERT_EQ(0, fit_make(&b));
-    if (fit_go(&b, 2, 3, 1, dir, hr) < 0) FAILf("rank %d resumed: %s", gdl_dist_rank(), gdl_last_error());
+    if (ddp_job_fit(&a, 2, 0, 0, NULL, hs) < 0) FAILf("uninterrupted: %s", gdl_last_error());
+    ASSERT_EQ(0, ddp_job_make(&b, &spec, dev));
+    if (ddp_job_fit(&b, 1, 3, 0, dir, NULL) < 0) FAILf("epoch 1: %s", gdl_last_error());
+    ddp_job_free(&b);
+    ASSERT_EQ(0, ddp_job_make(&b, &spec, dev));
+    if (ddp_job_fit(&b, 2, 3, 1, dir, hr) < 0) FAILf("rank %d resumed: %s", gdl_dist_rank(), gdl_last_error());
     ASSERT_EQ(12, gdl_optim_get_step(b.opt));
-    if (!bitwise_same(b.m, a.m, msg, sizeof msg)) FAILf("rank %d: %s", gdl_dist_rank(), msg);
+    if (!ddp_same_params(b.m, a.m, -1, msg, sizeof msg)) FAILf("rank %d: %s", gdl_dist_rank(), msg);
     for (i = 0; i < 2; i++) {
         ASSERT_EQ(hs[i].samples, hr[i].samples);
         ASSERT_EQ(hs[i].accuracy, hr[i].accuracy);
@@ -745,14 +537,9 @@ TEST fit_resume_under_ddp_cuda(void) {
             FAILf("rank %d epoch %d loss: uninterrupted %.17g, resumed %.17g", gdl_dist_rank(), i + 1, hs[i].loss,
                   hr[i].loss);
     }
-    fit_free(&a);
-    fit_free(&b);
-    ASSERT_EQ(0, gdl_dist_barrier()); /* nobody reads the checkpoint any more */
-    if (gdl_dist_rank() == 0) {
-        snprintf(f, sizeof f, "%s/gdl_fit.safetensors", dir);
-        remove(f);
-        rmdir(dir);
-    }
+    ddp_job_free(&a);
+    ddp_job_free(&b);
+    ASSERT_EQ(0, ddp_remove_dir(dir)); /* nobody reads the checkpoint any more */
     PASS();
 }
 
@@ -774,7 +561,7 @@ TEST peer_leaves(void) {
     ASSERT_CONTAINS(gdl_last_error(), "a collective failed");
     gdl_emu_nccl_timeout(0);
 #else
-    ASSERT_LT(gdl_now() - t0, gdl__dist.timeout + 10.0);
+    ASSERT_LT(gdl_now() - t0, gdl_dist_timeout() + 10.0);
     ASSERT_CONTAINS(gdl_last_error(), "NCCL");
 #endif
     ASSERT_EQ(-1, gdl_dist_all_reduce(t, GDL_SUM));
