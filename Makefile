@@ -8,7 +8,8 @@
 #                    ASan/UBSan), warning-free builds (gcc, clang; C99, C11,
 #                    C++17), the harness self-test, the data download test, the
 #                    CUDA builds with nvcc, the GPU suite on the CUDA emulator, and
-#                    the CPU suite on every CPU code path
+#                    the CPU suite on every CPU code path; at the end a table of
+#                    the time each part took (see test-all below)
 #   make deps        install what `make test` needs (tools/deps.sh, the one list)
 #   make test-fresh  CI's .ci/run and `make run` in a fresh minimal Debian root
 #                    (tools/fresh_check.sh; root only; not part of make test)
@@ -37,9 +38,6 @@ STD = -std=c99
 WARN = -Wall -Wextra -Wpedantic
 B = build
 
-# gpudl's CPU kernels use its own thread pool (-pthread), not OpenMP: no
-# -fopenmp (harmless if given). Kept empty for the rules that still name it.
-OPENMP =
 # zlib when the toolchain has it
 ZLIB := $(shell test -f /usr/include/zlib.h && echo yes)
 ifeq ($(ZLIB),yes)
@@ -48,6 +46,8 @@ ZLIBS = -lz
 endif
 LIBS = -pthread -lm $(ZLIBS)
 
+# The CPU suite: each program plain, most also under ASan+UBSan (asan_), the
+# threaded ones under ThreadSanitizer too (tsan_).
 TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume $(B)/test_monitor $(B)/test_pool $(B)/test_dtype
 ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor $(B)/tsan_test_monitor $(B)/asan_test_pool $(B)/tsan_test_pool $(B)/asan_test_dtype
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -64,29 +64,100 @@ CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cud
 
 all: $(TESTS) $(EXAMPLES)
 
-$(B)/%: examples/%.c examples/example_args.h gpudl.h | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
+# ---- gpudl.h's implementation, compiled once per configuration ----
+# tests/gpudl_impl.c is the implementation alone. Each configuration (a variant
+# and a flag set) compiles it once, into $(B)/lib/VARIANT_SET.o; each test and
+# example of that configuration is compiled with $(API_ONLY) and linked with
+# that object. tests/api_only.h defines GPUDL_IMPLEMENTATION_DONE (the
+# program's own #define GPUDL_IMPLEMENTATION then gets gpudl.h's declarations
+# only, with no edit to its source) and includes the system headers that the
+# implementation would have brought (NAN, fabs, memcpy...: the programs rely
+# on them). Before, each program compiled the whole library itself.
+#   variants   plain  $(WARN) $(CFLAGS)
+#              asan   -O1 -g, ASan + UBSan
+#              tsan   -O1 -g, ThreadSanitizer
+#   flag sets  std    $(ZFLAGS) (zlib where there is one): most programs
+#              posix  -D_POSIX_C_SOURCE=200809L: test_crash, test_resume, test_dist
+#              double -DGPUDL_DOUBLE: test_gradcheck
+#              nvml   -DGPUDL_NVML -D_POSIX_C_SOURCE=200809L: test_monitor, gpu_monitor
+#              none   nothing: test_pool
+# Each set is exactly what the program's own build had before: its -D options,
+# and the _POSIX_C_SOURCE its source defines before including gpudl.h, which
+# the implementation must see too (with it, gdl_now and the profiler use
+# clock_gettime and the rendezvous resolves host names; a bare -std=c99 hides
+# them). tests/dist.mk adds MPI's (mpicc) and tests/cpu_paths.mk each CPU code
+# path's.
+API_ONLY = -include tests/api_only.h
+VARIANT_plain = $(STD) $(WARN) $(CFLAGS)
+VARIANT_asan = $(STD) -O1 -g $(SAN)
+VARIANT_tsan = $(STD) -O1 -g -fsanitize=thread
+POSIX = -D_POSIX_C_SOURCE=200809L
+SET_std = $(ZFLAGS)
+SET_posix = $(POSIX)
+SET_double = -DGPUDL_DOUBLE
+SET_nvml = -DGPUDL_NVML $(POSIX)
+SET_none =
+# the flag set of a program (its name without the variant's prefix), std unless named here
+SET_OF_test_crash = posix
+SET_OF_test_resume = posix
+SET_OF_test_dist = posix
+SET_OF_test_gradcheck = double
+SET_OF_test_monitor = nvml
+SET_OF_gpu_monitor = nvml
+SET_OF_test_pool = none
+set_of = $(or $(SET_OF_$(1)),std)
+LIB_OBJS = $(foreach v,plain asan tsan,$(foreach s,std posix double nvml,$(B)/lib/$(v)_$(s).o))
+.SECONDARY: $(LIB_OBJS)
 
-# the monitor reads NVML in a CPU build too; a stand-in NVML library for its tests
-$(B)/gpu_monitor: examples/gpu_monitor.c gpudl.h | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_NVML $< -o $@ $(LIBS)
+$(B)/lib:
+	mkdir -p $@
+$(B)/lib/plain_%.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
+	$(CC) $(VARIANT_plain) $(SET_$*) -c $< -o $@
+$(B)/lib/asan_%.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
+	$(CC) $(VARIANT_asan) $(SET_$*) -c $< -o $@
+$(B)/lib/tsan_%.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
+	$(CC) $(VARIANT_tsan) $(SET_$*) -c $< -o $@
+
+# The programs' rules name their library object through $$(...) (second expansion).
+.SECONDEXPANSION:
+
+# The examples, linked with the library (gpu_monitor reads NVML in a CPU build too).
+$(EXAMPLES): $(B)/%: examples/%.c examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/plain_$$(call set_of,$$*).o | $(B)
+	$(CC) $(VARIANT_plain) $(SET_$(call set_of,$*)) $(API_ONLY) $< $(B)/lib/plain_$(call set_of,$*).o -o $@ $(LIBS)
+# a stand-in NVML library for the monitor's tests
 $(B)/libfake_nvml.so: tests/fake_nvml.c | $(B)
 	$(CC) $(STD) -O1 -shared -fPIC $< -o $@
 
-# one nvcc command per example, as README gives them
-$(B)/cuda_%: examples/%.c examples/example_args.h gpudl.h $(B)/gpudl_cuda.o | $(B)
-	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl $(ZLIBS) -o $@
+# The CUDA builds of the examples. nvcc compiles a .c file as C with the host
+# compiler: gpudl.h's host side once (tests/gpudl_impl.c: $(B)/lib/cuda_std.o;
+# cuda_posix.o for gpu_monitor, whose source defines _POSIX_C_SOURCE), while
+# gpudl_cuda.cu compiles; each example with $(API_ONLY), linked
+# with it and gpudl_cuda.o. README's way, the implementation in the program's
+# own file, is still built: cuda_link_check below, tests/test_install.sh's consumer.
+CUDA_HOST = -O3 -DGPUDL_CUDA $(ZFLAGS)
+CUDA_LINK = -lcublas -lcublasLt -lnccl
+$(B)/lib/cuda_std.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
+	$(NVCC) $(CUDA_HOST) -c $< -o $@
+$(B)/lib/cuda_posix.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
+	$(NVCC) $(CUDA_HOST) $(POSIX) -c $< -o $@
+.SECONDARY: $(B)/lib/cuda_std.o $(B)/lib/cuda_posix.o
+cuda_set = $(if $(filter gpu_monitor,$(1)),posix,std)
+$(B)/cuda_%: examples/%.c examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/cuda_$$(call cuda_set,$$*).o $(B)/gpudl_cuda.o | $(B)
+	$(NVCC) $(CUDA_HOST) $(if $(filter posix,$(call cuda_set,$*)),$(POSIX)) $(CUDA_ARCH) $(API_ONLY) $< $(B)/lib/cuda_$(call cuda_set,$*).o $(B)/gpudl_cuda.o $(CUDA_LINK) $(ZLIBS) -o $@
 
 $(B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h | $(B)
 	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA -c gpudl_cuda.cu -o $@
 
-$(B)/cuda_bench_train: bench/train.c bench/bench_cpu.h gpudl.h $(B)/gpudl_cuda.o | $(B)
-	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl -o $@
+# (compiled apart from the link, so that the host compile does not wait for gpudl_cuda.o)
+$(B)/cuda_bench_train.o: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
+	$(NVCC) -O3 -DGPUDL_CUDA -c $< -o $@
+$(B)/cuda_bench_train: $(B)/cuda_bench_train.o $(B)/gpudl_cuda.o
+	$(NVCC) $(CUDA_ARCH) $^ $(CUDA_LINK) -o $@
 
 cuda: $(CUDA_EXAMPLES) $(B)/cuda_bench_train $(B)/cuda_fmnist92
 
-# Set-up first, then a make of its own: the compiler probes above (zlib,
-# OpenMP) must see what the set-up installed.
+# Set-up first, then a make of its own: the compiler probe above (zlib) must
+# see what the set-up installed.
 run:
 	@sh tools/deps.sh run
 	@sh tools/fetch_data.sh
@@ -122,73 +193,43 @@ data:
 $(B):
 	mkdir -p $(B)
 
-$(B)/test_core: tests/test_core.c $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
-$(B)/test_gradcheck: tests/test_gradcheck.c $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) -DGPUDL_DOUBLE $< -o $@ $(LIBS)
-$(B)/test_alloc: tests/test_alloc.c $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $(ZFLAGS) $< -o $@ $(LIBS)
+# ---- the CPU suite: plain, ASan + UBSan (asan_), ThreadSanitizer (tsan_) ----
+# Most tests use only gpudl's API and link with their configuration's library
+# object. These stay one translation unit each, the implementation compiled
+# into them: test_data and test_pool call gpudl's internal static gdl__
+# functions, and test_alloc, test_formats and test_data replace its allocator
+# (GPUDL_MALLOC...), which the library object cannot see. (So do
+# test_gemm_kernels in tests/cpu_paths.mk, test_cuda in tests/cuda_emu/emu.mk
+# and test_dist_nccl in tests/dist.mk.)
+#   test_crash     checkpoints against SIGKILL mid-save and a full disk (POSIX)
+#   test_resume    gdl_fit killed mid-epoch and resumed: the weights of an uninterrupted run (POSIX)
+#   test_monitor   GPU monitoring through NVML's real code path, on the stand-in library;
+#                  tsan_: NVML's first load from several threads
+#   tsan_test_data the loader's worker threads; tsan_test_pool the CPU thread pool
+#                  (asan_test_pool: its workers joined at exit)
+LINKED_TESTS = test_core test_gradcheck test_nn test_train test_crash test_resume test_monitor test_dtype
+WHOLE_TESTS = test_alloc test_formats test_data test_pool
 
-$(B)/test_formats: tests/test_formats.c $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $(ZFLAGS) $< -o $@ $(LIBS)
-$(B)/asan_test_formats: tests/test_formats.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
+# (the options of one test beyond its variant and flag set)
+OPTS_test_monitor = -DFAKE_NVML='"$(B)/libfake_nvml.so"'
+$(B)/test_monitor $(B)/asan_test_monitor $(B)/tsan_test_monitor: $(B)/libfake_nvml.so
 
-$(B)/test_data: tests/test_data.c $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $(ZFLAGS) $< -o $@ $(LIBS)
-$(B)/asan_test_data: tests/test_data.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
-# the loader's worker threads, under ThreadSanitizer
-$(B)/tsan_test_data: tests/test_data.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g -fsanitize=thread $(ZFLAGS) $< -o $@ $(LIBS)
+# $(1): the variant; the rules take the program's name ($*) from the target
+linked_test = $(CC) $(VARIANT_$(1)) $(SET_$(call set_of,$*)) $(OPTS_$*) $(API_ONLY) $< $(B)/lib/$(1)_$(call set_of,$*).o -o $@ $(LIBS)
+whole_test = $(CC) $(VARIANT_$(1)) $(SET_$(call set_of,$*)) $(OPTS_$*) $< -o $@ $(LIBS)
 
-$(B)/test_nn: tests/test_nn.c $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
-$(B)/asan_test_nn: tests/test_nn.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
-$(B)/test_dtype: tests/test_dtype.c tests/dtype_parity.h tests/op_cases.h $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
-$(B)/asan_test_dtype: tests/test_dtype.c tests/dtype_parity.h tests/op_cases.h $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
-$(B)/test_train: tests/test_train.c $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
-$(B)/asan_test_train: tests/test_train.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
-
-# checkpoints against SIGKILL mid-save and a full disk (POSIX)
-$(B)/test_crash: tests/test_crash.c $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $< -o $@ $(LIBS)
-$(B)/asan_test_crash: tests/test_crash.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) $< -o $@ $(LIBS)
-# gdl_fit killed mid-epoch and resumed: the weights of an uninterrupted run (POSIX)
-$(B)/test_resume: tests/test_resume.c $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $(OPENMP) $< -o $@ $(LIBS)
-$(B)/asan_test_resume: tests/test_resume.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) $< -o $@ $(LIBS)
-
-# the CPU thread pool: plain, ASan+UBSan (workers joined at exit), ThreadSanitizer
-$(B)/test_pool: tests/test_pool.c $(HDR) | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) $< -o $@ $(LIBS)
-$(B)/asan_test_pool: tests/test_pool.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) $< -o $@ $(LIBS)
-$(B)/tsan_test_pool: tests/test_pool.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g -fsanitize=thread $< -o $@ $(LIBS)
-
-# GPU monitoring through NVML's real code path, on the stand-in library
-$(B)/test_monitor: tests/test_monitor.c $(HDR) $(B)/libfake_nvml.so | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_NVML -DFAKE_NVML='"$(B)/libfake_nvml.so"' $< -o $@ $(LIBS)
-$(B)/asan_test_monitor: tests/test_monitor.c $(HDR) $(B)/libfake_nvml.so | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) -DGPUDL_NVML -DFAKE_NVML='"$(B)/libfake_nvml.so"' $< -o $@ $(LIBS)
-# NVML's first load from several threads, under ThreadSanitizer
-$(B)/tsan_test_monitor: tests/test_monitor.c $(HDR) $(B)/libfake_nvml.so | $(B)
-	$(CC) $(STD) -O1 -g -fsanitize=thread -DGPUDL_NVML -DFAKE_NVML='"$(B)/libfake_nvml.so"' $< -o $@ $(LIBS)
-
-$(B)/asan_test_core: tests/test_core.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
-$(B)/asan_test_gradcheck: tests/test_gradcheck.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) -DGPUDL_DOUBLE $< -o $@ $(LIBS)
-$(B)/asan_test_alloc: tests/test_alloc.c $(HDR) | $(B)
-	$(CC) $(STD) -O1 -g $(SAN) $(ZFLAGS) $< -o $@ $(LIBS)
+$(LINKED_TESTS:%=$(B)/%): $(B)/%: tests/%.c $(HDR) tests/api_only.h $(B)/lib/plain_$$(call set_of,$$*).o | $(B)
+	$(call linked_test,plain)
+$(LINKED_TESTS:%=$(B)/asan_%): $(B)/asan_%: tests/%.c $(HDR) tests/api_only.h $(B)/lib/asan_$$(call set_of,$$*).o | $(B)
+	$(call linked_test,asan)
+$(LINKED_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) tests/api_only.h $(B)/lib/tsan_$$(call set_of,$$*).o | $(B)
+	$(call linked_test,tsan)
+$(WHOLE_TESTS:%=$(B)/%): $(B)/%: tests/%.c $(HDR) | $(B)
+	$(call whole_test,plain)
+$(WHOLE_TESTS:%=$(B)/asan_%): $(B)/asan_%: tests/%.c $(HDR) | $(B)
+	$(call whole_test,asan)
+$(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
+	$(call whole_test,tsan)
 
 # Parts of `make test` that live in their own fragments:
 #   tests/cuda_emu/emu.mk   test-emu (the GPU suite on the CUDA-on-CPU emulator), emu
@@ -204,7 +245,30 @@ test: test-amalgamation
 	@sh tools/deps.sh test
 	@$(MAKE) --no-print-directory test-all
 
-test-all: test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-unit test-dist test-emu test-dist-nccl test-cpu-paths test-aarch64
+# test-all: the parts one after the other, each a make of its own, timed by
+# tools/timed.sh; then a table of their times (also in $(B)/test-times). A
+# failed part stops it (make -k: the other parts still run), the table marks
+# it, and make exits non-zero. Each part builds what it needs with
+# $(TEST_JOBS): two jobs (the CI machine has 2 cores; under make -jN, N), the
+# output of each compile printed whole (--output-sync), so a part's test output
+# shows when its run ends (TEST_JOBS= for one job and output as it comes).
+# The tests themselves still run one at a time, once their part's builds are
+# done: some measure time, and the plain and ASan builds of a test share file
+# names. (Only the fuzzers run two at a time: each for a fixed time, on its own
+# files.)
+TEST_PARTS = test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build \
+             test-unit test-dist test-emu test-dist-nccl test-cpu-paths test-aarch64
+TEST_JOBS ?= $(if $(filter -j%,$(MAKEFLAGS)),,-j2) --output-sync=target
+# make -k (k among make's one-letter flags)
+keep_going = $(findstring k,$(filter-out -%,$(firstword $(MAKEFLAGS))))
+
+test-all: | $(B)
+	@rm -f $(B)/test-times; status=0; \
+	for p in $(TEST_PARTS); do \
+	  sh tools/timed.sh run $(B)/test-times $$p $(MAKE) --no-print-directory $(TEST_JOBS) $$p || \
+	    { status=1; test -n "$(keep_going)" || break; }; \
+	done; \
+	sh tools/timed.sh table $(B)/test-times $(TEST_PARTS); exit $$status
 
 test-unit: $(TESTS) $(ASAN_TESTS)
 	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)
@@ -212,20 +276,55 @@ test-unit: $(TESTS) $(ASAN_TESTS)
 test-asan: $(ASAN_TESTS)
 	sh tests/run.sh $(ASAN_TESTS)
 
-# The header (implementation included) must build warning-free everywhere.
-test-warnings: | $(B)
-	@set -e; for c in "gcc -std=c99" "gcc -std=c11" "clang -std=c99" "clang -std=c11" "gcc -std=c99 -fopenmp" \
-	    "gcc -std=c99 -O2" "gcc -std=c99 -O3 -march=native -fopenmp" "clang -std=c99 -O3" \
-	    "gcc -std=c99 -DGPUDL_STATIC" "clang -std=c11 -DGPUDL_STATIC" "gcc -std=c99 -DGPUDL_CBLAS" \
-	    "gcc -std=c99 -DGPUDL_DOUBLE" "gcc -std=c99 -DGPUDL_ZLIB" "gcc -std=c99 -O2 -DGPUDL_NVML" "clang -std=c11 -DGPUDL_NVML"; do \
-	  echo "warnings: $$c"; $$c $(WARN) -Werror -c tests/build_check.c -o $(B)/build_check.o; done; \
-	echo "warnings: gcc -std=c99 -DGPUDL_NO_THREADS"; gcc -std=c99 $(WARN) -Werror -DGPUDL_NO_THREADS -c tests/build_check.c -o $(B)/build_check.o; \
-	for c in "g++ -std=c++17" "clang++ -std=c++17"; do \
-	  echo "warnings: $$c"; $$c $(WARN) -Werror -x c++ -c tests/build_check.c -o $(B)/build_check.o; done; \
-	for f in tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test_data.c tests/test_nn.c tests/test_train.c \
-	    tests/test_crash.c tests/test_resume.c tests/test_pool.c tests/test_dtype.c examples/mnist_mlp.c bench/fmnist92.c; do echo "warnings: clang $$f"; \
-	  clang -std=c99 $(WARN) -Werror -c $$f -o $(B)/w.o; done; \
-	clang -std=c99 $(WARN) -Werror -DGPUDL_DOUBLE -c tests/test_gradcheck.c -o $(B)/w.o
+# The header (implementation included) must build warning-free everywhere:
+# tests/build_check.c with each of these compilers and options (-Werror; with
+# -fopenmp too, which gpudl does not use but a user may pass), then
+# each test and example source under clang. Each check is a target of its own
+# (two at a time under make test) and runs every time.
+WARN_CHECKS = gcc-c99 gcc-c11 clang-c99 clang-c11 gcc-openmp gcc-O2 gcc-O3-openmp clang-O3 gcc-static clang-static \
+              gcc-cblas gcc-double gcc-zlib gcc-nvml clang-nvml gcc-nothreads g++ clang++
+WCC_gcc-c99 = gcc -std=c99
+WCC_gcc-c11 = gcc -std=c11
+WCC_clang-c99 = clang -std=c99
+WCC_clang-c11 = clang -std=c11
+WCC_gcc-openmp = gcc -std=c99 -fopenmp
+WCC_gcc-O2 = gcc -std=c99 -O2
+WCC_gcc-O3-openmp = gcc -std=c99 -O3 -march=native -fopenmp
+WCC_clang-O3 = clang -std=c99 -O3
+WCC_gcc-static = gcc -std=c99 -DGPUDL_STATIC
+WCC_clang-static = clang -std=c11 -DGPUDL_STATIC
+WCC_gcc-cblas = gcc -std=c99 -DGPUDL_CBLAS
+WCC_gcc-double = gcc -std=c99 -DGPUDL_DOUBLE
+WCC_gcc-zlib = gcc -std=c99 -DGPUDL_ZLIB
+WCC_gcc-nvml = gcc -std=c99 -O2 -DGPUDL_NVML
+WCC_clang-nvml = clang -std=c11 -DGPUDL_NVML
+WCC_gcc-nothreads = gcc -std=c99 -DGPUDL_NO_THREADS
+WCC_g++ = g++ -std=c++17 -x c++
+WCC_clang++ = clang++ -std=c++17 -x c++
+# The sources under clang -std=c99. Those that use gpudl's API only are
+# checked with $(API_ONLY), their own code: the implementation
+# in their context is checked already (clang-c99 above; with _POSIX_C_SOURCE,
+# which test_crash and test_resume define, by test_pool). The others bring
+# their own (allocator, internal functions, -DGPUDL_DOUBLE) and are checked whole.
+WARN_SRCS = tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test_data.c tests/test_nn.c tests/test_train.c \
+            tests/test_crash.c tests/test_resume.c tests/test_pool.c tests/test_dtype.c examples/mnist_mlp.c bench/fmnist92.c \
+            tests/test_gradcheck.c
+WARN_API_ONLY = tests/test_core.c tests/test_nn.c tests/test_train.c tests/test_crash.c tests/test_resume.c tests/test_dtype.c \
+                examples/mnist_mlp.c bench/fmnist92.c
+WFL_tests/test_gradcheck.c = -DGPUDL_DOUBLE
+$(foreach f,$(WARN_API_ONLY),$(eval WFL_$(f) = $$(API_ONLY)))
+# (api_only.h comes before the source's own #define _POSIX_C_SOURCE)
+WFL_tests/test_crash.c += $(POSIX)
+WFL_tests/test_resume.c += $(POSIX)
+.PHONY: $(WARN_CHECKS:%=warn-%) $(WARN_SRCS:%=warn-%)
+
+test-warnings: $(WARN_CHECKS:%=warn-%) $(WARN_SRCS:%=warn-%)
+$(WARN_CHECKS:%=warn-%): warn-%: | $(B)/warn
+	@echo "warnings: $(WCC_$*)"; $(WCC_$*) $(WARN) -Werror -c tests/build_check.c -o $(B)/warn/$*.o
+$(WARN_SRCS:%=warn-%): warn-%: | $(B)/warn
+	@echo "warnings: $(strip clang $(WFL_$*) $*)"; clang -std=c99 $(WARN) -Werror $(WFL_$*) -c $* -o $(B)/warn/$(notdir $*).o
+$(B)/warn:
+	mkdir -p $@
 
 test-harness:
 	CC=$(CC) sh tests/harness_selftest.sh
@@ -254,13 +353,23 @@ test-cuda-build: | $(B)
 	  echo "SKIPPED: nvcc not found (not in PATH, not /usr/local/cuda/bin/nvcc; set NVCC=...): the CUDA builds were not checked"; fi
 
 test-cuda-build-nvcc: | $(B)
-	$(MAKE) --no-print-directory $(B)/gpudl_cuda.o $(CUDA_EXAMPLES) $(B)/cuda_bench_train $(B)/cuda_fmnist92
+	$(MAKE) --no-print-directory $(B)/gpudl_cuda.o $(CUDA_EXAMPLES) $(B)/cuda_bench_train $(B)/cuda_fmnist92 \
+	  $(B)/cuda_link_check $(B)/test_cuda_build
 	$(B)/cuda_device_query
 	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_cuda_fallback.sh
-	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/cuda_link_check.c $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl -o $(B)/cuda_link_check
 	$(B)/cuda_link_check
-	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl -o $(B)/test_cuda_build
 	sh tests/run.sh $(B)/test_cuda_build
+
+# cuda_link_check: README's way (the implementation in the program's own
+# file); test_cuda calls gpudl's static gdl__ functions: one translation unit.
+# Each compiled apart from its link, so that these host compiles run while
+# gpudl_cuda.cu compiles.
+$(B)/cuda_link_check.o: tests/cuda_link_check.c gpudl.h | $(B)
+	$(NVCC) -O2 -DGPUDL_CUDA -c $< -o $@
+$(B)/test_cuda_build.o: tests/test_cuda.c $(HDR) | $(B)
+	$(NVCC) -O2 -DGPUDL_CUDA -c $< -o $@
+$(B)/cuda_link_check $(B)/test_cuda_build: $(B)/%: $(B)/%.o $(B)/gpudl_cuda.o
+	$(NVCC) $(CUDA_ARCH) $^ $(CUDA_LINK) -o $@
 
 test-cuda: | $(B)
 	$(NVCC) -std=c++17 -O2 -arch=sm_90 -DGPUDL_CUDA -c gpudl_cuda.cu -o $(B)/gpudl_cuda_sm90.o
@@ -272,9 +381,9 @@ $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 
 # Fashion-MNIST to 92 % end to end (issue 10's target; bench/pytorch/fmnist92.py is PyTorch's side)
 $(B)/fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h | $(B)
-	$(CC) $(STD) $(WARN) -O3 -march=native $(OPENMP) $(ZFLAGS) $< -o $@ $(LIBS)
-$(B)/cuda_fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h $(B)/gpudl_cuda.o | $(B)
-	$(NVCC) -O3 $(CUDA_ARCH) -DGPUDL_CUDA $(ZFLAGS) $< $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl $(ZLIBS) -o $@
+	$(CC) $(STD) $(WARN) -O3 -march=native $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/cuda_fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/cuda_std.o $(B)/gpudl_cuda.o | $(B)
+	$(NVCC) $(CUDA_HOST) $(CUDA_ARCH) $(API_ONLY) $< $(B)/lib/cuda_std.o $(B)/gpudl_cuda.o $(CUDA_LINK) $(ZLIBS) -o $@
 
 # mixed precision against f32: memory, step time, Fashion-MNIST accuracy (bench/RESULTS.md)
 $(B)/bench_amp: bench/amp.c bench/bench_cpu.h gpudl.h | $(B)
@@ -284,7 +393,7 @@ $(B)/bench_amp: bench/amp.c bench/bench_cpu.h gpudl.h | $(B)
 # with and without another busy process
 bench: $(B)/bench_train
 	$(B)/bench_train mlp cnn fc10 fc50
-	$(CC) $(STD) -O3 -march=native $(OPENMP) bench/gemm.c -o $(B)/bench_gemm $(LIBS) \
+	$(CC) $(STD) -O3 -march=native bench/gemm.c -o $(B)/bench_gemm $(LIBS) \
 	  $(shell (test -f /usr/include/cblas.h || test -f /usr/include/x86_64-linux-gnu/cblas.h) && echo -DGPUDL_BENCH_OPENBLAS -lopenblas)
 	$(B)/bench_gemm
 

@@ -1,6 +1,6 @@
 # tests/cpu_paths.mk — every CPU code path of gpudl.h built and run (issue 17).
-# Included by the top-level Makefile; uses its B, CC, STD, WARN, OPENMP,
-# ZFLAGS, LIBS, NVCC and HDR.
+# Included by the top-level Makefile; uses its B, CC, STD, WARN, ZFLAGS,
+# LIBS, NVCC and HDR, and tests/gpudl_impl.c.
 #
 #   make test-cpu-paths  the CPU suite built three ways on x86-64 and run on
 #                        each path the CPU has: AVX-512 (skipped, with a SKIP
@@ -15,7 +15,7 @@
 # double reference) and train_trace (a deterministic training run compared
 # across paths: bit for bit among AVX-512, AVX2 and NEON, within 1e-5
 # relative for portable C; see tests/cpu_paths.sh). The portable path is
-# also the minimal build for small boards: -DGPUDL_NO_THREADS, no OpenMP, no
+# also the minimal build for small boards: -DGPUDL_NO_THREADS, no
 # zlib, so its test_train (one epoch of Fashion-MNIST, unpacked into
 # $(B)/fmnist-raw) shows that such a build trains the MLP.
 #
@@ -33,8 +33,8 @@ CPUP_HDR = gpudl.h tests/harness.h tests/op_cases.h
 CPUP_ARCH_avx512 = -march=x86-64 -mavx2 -mfma -mavx512f
 CPUP_ARCH_avx2 = -march=x86-64 -mavx2 -mfma -mno-avx512f
 CPUP_ARCH_portable = -march=x86-64
-CPUP_OPTS_avx512 = $(OPENMP) $(ZFLAGS)
-CPUP_OPTS_avx2 = $(OPENMP) $(ZFLAGS)
+CPUP_OPTS_avx512 = $(ZFLAGS)
+CPUP_OPTS_avx2 = $(ZFLAGS)
 CPUP_OPTS_portable = -DGPUDL_NO_THREADS
 CPUP_LIBS_avx512 = $(LIBS)
 CPUP_LIBS_avx2 = $(LIBS)
@@ -48,7 +48,6 @@ CPUP_X86_BINS = $(foreach d,$(CPUP_DIRS),$(addprefix $(d)/,$(CPUP_PROGS)))
 AARCH64_CC ?= aarch64-linux-gnu-gcc
 AARCH64_QEMU ?= qemu-aarch64
 AARCH64_SYSROOT ?= /usr/aarch64-linux-gnu
-AARCH64_OPENMP := $(shell printf 'int main(void){return 0;}' | $(AARCH64_CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo -fopenmp)
 A64 = $(B)/aarch64
 AARCH64_BINS = $(addprefix $(A64)/,$(CPUP_PROGS))
 
@@ -64,19 +63,26 @@ aarch64: $(AARCH64_BINS)
 test-cpu-paths: cpu-paths
 	sh tests/cpu_paths.sh x86 $(B)
 
-# (the x86 traces the AArch64 one is compared with are built here, by this
-# make, not by the sub-make: under -j, test-cpu-paths may be building them)
-test-aarch64: test-jetson-build $(B)/cpu-avx2/train_trace $(B)/cpu-portable/train_trace
-	@command -v $(AARCH64_CC) >/dev/null && command -v $(AARCH64_QEMU) >/dev/null || { \
+# The AArch64 builds, gpudl.h's warning checks for AArch64 and the Jetson
+# build are prerequisites, built together under make -j (make test); the
+# tools' check comes first where they are missing.
+HAVE_A64 := $(shell command -v $(AARCH64_CC) >/dev/null 2>&1 && command -v $(AARCH64_QEMU) >/dev/null 2>&1 && echo yes)
+test-aarch64: test-jetson-build $(B)/cpu-avx2/train_trace $(B)/cpu-portable/train_trace $(if $(HAVE_A64),aarch64-warnings aarch64)
+	@test -n "$(HAVE_A64)" || { \
 	  echo "test-aarch64: needs $(AARCH64_CC) and $(AARCH64_QEMU):" \
 	       "apt-get install gcc-aarch64-linux-gnu qemu-user (tools/deps.sh installs them)"; exit 1; }
-	@for c in "$(AARCH64_CC) -std=c99 -O2 $(AARCH64_OPENMP)" "$(AARCH64_CC) -std=c11 -O3 -DGPUDL_STATIC" \
-	    "$(AARCH64_CC) -std=c99 -DGPUDL_DOUBLE"; do \
-	  echo "warnings (aarch64): $$c"; $$c $(WARN) -Werror -c tests/build_check.c -o $(A64)-build_check.o || exit 1; done; \
-	if command -v clang >/dev/null; then echo "warnings (aarch64): clang --target=aarch64-linux-gnu -std=c99 -O2"; \
-	  clang --target=aarch64-linux-gnu -std=c99 -O2 $(WARN) -Werror -c tests/build_check.c -o $(A64)-build_check.o || exit 1; fi
-	$(MAKE) --no-print-directory aarch64
 	AARCH64_QEMU=$(AARCH64_QEMU) AARCH64_SYSROOT=$(AARCH64_SYSROOT) sh tests/cpu_paths.sh aarch64 $(B)
+
+# gpudl.h (tests/build_check.c) warning-free for AArch64 (-Werror): each a target of its own, run every time
+A64_WARN = c99 c11-static double $(if $(shell command -v clang 2>/dev/null),clang)
+A64CC_c99 = $(AARCH64_CC) -std=c99 -O2 -fopenmp
+A64CC_c11-static = $(AARCH64_CC) -std=c11 -O3 -DGPUDL_STATIC
+A64CC_double = $(AARCH64_CC) -std=c99 -DGPUDL_DOUBLE
+A64CC_clang = clang --target=aarch64-linux-gnu -std=c99 -O2
+.PHONY: aarch64-warnings $(A64_WARN:%=warn-aarch64-%)
+aarch64-warnings: $(A64_WARN:%=warn-aarch64-%)
+$(A64_WARN:%=warn-aarch64-%): warn-aarch64-%: | $(A64)
+	@echo "warnings (aarch64): $(A64CC_$*)"; $(A64CC_$*) $(WARN) -Werror -c tests/build_check.c -o $(A64)/warn-$*.o
 
 test-jetson-build:
 	@if ! test -x "$(NVCC)"; then \
@@ -86,41 +92,60 @@ test-jetson-build:
 	  { echo "test-jetson-build: no sm_87 code in $(B)/jetson"; exit 1; }; } && \
 	echo "jetson: gpudl_cuda.cu and cuda_mnist_mlp compiled for sm_87 (Orin): 1 passed, 0 failed, 0 skipped"
 
-# kept, so that a second `make` finds everything up to date
-.SECONDARY: $(addsuffix /tgk_portable.o,$(CPUP_DIRS) $(A64))
+# Each path compiles gpudl.h's implementation twice (tests/gpudl_impl.c):
+# gpudl.o in its float build, gpudl_double.o in the double build of
+# test_gradcheck (portable GEMM: the path changes the rest of the code).
+# test_core, test_nn, test_train and train_trace are compiled with
+# $(API_ONLY) (the Makefile's) and linked with gpudl.o, test_gradcheck with
+# gpudl_double.o. test_gemm_kernels calls gpudl's static GEMM kernels: one
+# translation unit with the implementation (plus tgk_portable.o, the
+# portable kernel's), as before.
+# (kept, so that a second `make` finds everything up to date)
+.SECONDARY: $(foreach d,$(CPUP_DIRS) $(A64),$(d)/tgk_portable.o $(d)/gpudl.o $(d)/gpudl_double.o)
 
 $(CPUP_DIRS) $(A64):
 	mkdir -p $@
 
 # --- x86-64 paths: $* is avx512, avx2 or portable ---
-$(B)/cpu-%/test_core: tests/test_core.c $(CPUP_HDR) | $(CPUP_DIRS)
-	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) $< -o $@ $(CPUP_LIBS_$*)
-$(B)/cpu-%/test_nn: tests/test_nn.c $(CPUP_HDR) | $(CPUP_DIRS)
-	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) $< -o $@ $(CPUP_LIBS_$*)
-$(B)/cpu-%/test_train: tests/test_train.c $(CPUP_HDR) | $(CPUP_DIRS)
-	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) $< -o $@ $(CPUP_LIBS_$*)
-$(B)/cpu-%/train_trace: tests/train_trace.c gpudl.h | $(CPUP_DIRS)
-	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) $< -o $@ $(CPUP_LIBS_$*)
-# the gradient check is a double build (portable GEMM): the path changes the rest of the code
-$(B)/cpu-%/test_gradcheck: tests/test_gradcheck.c $(CPUP_HDR) | $(CPUP_DIRS)
-	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(filter-out $(ZFLAGS),$(CPUP_OPTS_$*)) -DGPUDL_DOUBLE $< -o $@ $(CPUP_LIBS_$*)
+CPUP_FLAGS = $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*)
+CPUP_DFLAGS = $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(filter-out $(ZFLAGS),$(CPUP_OPTS_$*)) -DGPUDL_DOUBLE
+cpup_linked = $(CC) $(CPUP_FLAGS) $(API_ONLY) $< $(B)/cpu-$*/gpudl.o -o $@ $(CPUP_LIBS_$*)
+$(B)/cpu-%/gpudl.o: tests/gpudl_impl.c gpudl.h | $(CPUP_DIRS)
+	$(CC) $(CPUP_FLAGS) -c $< -o $@
+$(B)/cpu-%/gpudl_double.o: tests/gpudl_impl.c gpudl.h | $(CPUP_DIRS)
+	$(CC) $(CPUP_DFLAGS) -c $< -o $@
+$(B)/cpu-%/test_core: tests/test_core.c $(CPUP_HDR) tests/api_only.h $(B)/cpu-%/gpudl.o | $(CPUP_DIRS)
+	$(cpup_linked)
+$(B)/cpu-%/test_nn: tests/test_nn.c $(CPUP_HDR) tests/api_only.h $(B)/cpu-%/gpudl.o | $(CPUP_DIRS)
+	$(cpup_linked)
+$(B)/cpu-%/test_train: tests/test_train.c $(CPUP_HDR) tests/api_only.h $(B)/cpu-%/gpudl.o | $(CPUP_DIRS)
+	$(cpup_linked)
+$(B)/cpu-%/train_trace: tests/train_trace.c gpudl.h tests/api_only.h $(B)/cpu-%/gpudl.o | $(CPUP_DIRS)
+	$(cpup_linked)
+$(B)/cpu-%/test_gradcheck: tests/test_gradcheck.c $(CPUP_HDR) tests/api_only.h $(B)/cpu-%/gpudl_double.o | $(CPUP_DIRS)
+	$(CC) $(CPUP_DFLAGS) $(API_ONLY) $< $(B)/cpu-$*/gpudl_double.o -o $@ $(CPUP_LIBS_$*)
 $(B)/cpu-%/tgk_portable.o: tests/test_gemm_kernels.c gpudl.h | $(CPUP_DIRS)
-	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) -DTGK_PORTABLE_TU -c $< -o $@
+	$(CC) $(CPUP_FLAGS) -DTGK_PORTABLE_TU -c $< -o $@
 $(B)/cpu-%/test_gemm_kernels: tests/test_gemm_kernels.c $(B)/cpu-%/tgk_portable.o tests/harness.h gpudl.h | $(CPUP_DIRS)
-	$(CC) $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*) -DTGK_EXPECT='"$*"' $< $(B)/cpu-$*/tgk_portable.o -o $@ $(CPUP_LIBS_$*)
+	$(CC) $(CPUP_FLAGS) -DTGK_EXPECT='"$*"' $< $(B)/cpu-$*/tgk_portable.o -o $@ $(CPUP_LIBS_$*)
 
 # --- AArch64 ---
-A64_FLAGS = $(STD) $(WARN) $(CPUP_OPT) $(AARCH64_OPENMP)
-$(A64)/test_core: tests/test_core.c $(CPUP_HDR) | $(A64)
-	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
-$(A64)/test_nn: tests/test_nn.c $(CPUP_HDR) | $(A64)
-	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
-$(A64)/test_train: tests/test_train.c $(CPUP_HDR) | $(A64)
-	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
-$(A64)/train_trace: tests/train_trace.c gpudl.h | $(A64)
-	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
-$(A64)/test_gradcheck: tests/test_gradcheck.c $(CPUP_HDR) | $(A64)
-	$(AARCH64_CC) $(A64_FLAGS) -DGPUDL_DOUBLE $< -o $@ -pthread -lm
+A64_FLAGS = $(STD) $(WARN) $(CPUP_OPT)
+a64_linked = $(AARCH64_CC) $(A64_FLAGS) $(API_ONLY) $< $(A64)/gpudl.o -o $@ -pthread -lm
+$(A64)/gpudl.o: tests/gpudl_impl.c gpudl.h | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) -c $< -o $@
+$(A64)/gpudl_double.o: tests/gpudl_impl.c gpudl.h | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) -DGPUDL_DOUBLE -c $< -o $@
+$(A64)/test_core: tests/test_core.c $(CPUP_HDR) tests/api_only.h $(A64)/gpudl.o | $(A64)
+	$(a64_linked)
+$(A64)/test_nn: tests/test_nn.c $(CPUP_HDR) tests/api_only.h $(A64)/gpudl.o | $(A64)
+	$(a64_linked)
+$(A64)/test_train: tests/test_train.c $(CPUP_HDR) tests/api_only.h $(A64)/gpudl.o | $(A64)
+	$(a64_linked)
+$(A64)/train_trace: tests/train_trace.c gpudl.h tests/api_only.h $(A64)/gpudl.o | $(A64)
+	$(a64_linked)
+$(A64)/test_gradcheck: tests/test_gradcheck.c $(CPUP_HDR) tests/api_only.h $(A64)/gpudl_double.o | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) -DGPUDL_DOUBLE $(API_ONLY) $< $(A64)/gpudl_double.o -o $@ -pthread -lm
 $(A64)/tgk_portable.o: tests/test_gemm_kernels.c gpudl.h | $(A64)
 	$(AARCH64_CC) $(A64_FLAGS) -DTGK_PORTABLE_TU -c $< -o $@
 $(A64)/test_gemm_kernels: tests/test_gemm_kernels.c $(A64)/tgk_portable.o tests/harness.h gpudl.h | $(A64)

@@ -35,8 +35,12 @@ $(EMU_B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h $(EMU_HDR) | $(EMU_B)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_OPT) $(EMU_CU) -c $< -o $@
 # the stand-in NVML (tests/fake_nvml.c) lists the emulated GPUs by PCI bus id, in another order
 EMU_NVML = -DFAKE_NVML='"$(CURDIR)/$(B)/libfake_nvml.so"'
-$(B)/emu_test_cuda: tests/test_cuda.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o $(B)/libfake_nvml.so | $(B)
-	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) $(EMU_NVML) -c $< -o $(EMU_B)/test_cuda.o
+# (test_cuda calls gpudl's static gdl__ functions: one translation unit with
+# the implementation; its objects are targets of their own, so that make -j
+# compiles them while the emulator and the backend compile)
+$(EMU_B)/test_cuda.o: tests/test_cuda.c $(HDR) $(EMU_HDR) | $(EMU_B)
+	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) $(EMU_NVML) -c $< -o $@
+$(B)/emu_test_cuda: $(EMU_B)/test_cuda.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o $(B)/libfake_nvml.so | $(B)
 	$(CXX) $(EMU_B)/test_cuda.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
 # ASan + UBSan over the emulator, the backend and the suite
@@ -44,8 +48,9 @@ $(EMU_B)/asan_cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDR) | $(EMU_B)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_SAN) -c $< -o $@
 $(EMU_B)/asan_gpudl_cuda.o: gpudl_cuda.cu gpudl.h $(EMU_HDR) | $(EMU_B)
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_SAN) $(EMU_CU) -c $< -o $@
-$(B)/emu_asan_test_cuda: tests/test_cuda.c $(HDR) $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o $(B)/libfake_nvml.so | $(B)
-	$(CC) $(STD) $(EMU_SAN) -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) $(EMU_NVML) -c $< -o $(EMU_B)/asan_test_cuda.o
+$(EMU_B)/asan_test_cuda.o: tests/test_cuda.c $(HDR) $(EMU_HDR) | $(EMU_B)
+	$(CC) $(STD) $(EMU_SAN) -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) $(EMU_NVML) -c $< -o $@
+$(B)/emu_asan_test_cuda: $(EMU_B)/asan_test_cuda.o $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o $(B)/libfake_nvml.so | $(B)
 	$(CXX) $(SAN) $(EMU_B)/asan_test_cuda.o $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o -o $@ $(EMU_LIBS)
 
 # the emulator's own test: barriers, shuffles, atomics, streams, diagnostics
@@ -86,10 +91,22 @@ test-emu: emu-build
 	@$(call emu_wrap,$(EMU_B)/run_selftest_warp,GPUDL_EMU_SCHED=warp GPUDL_EMU_WORKERS=1,$(B)/emu_selftest)
 	sh tests/run.sh $(EMU_RUNS)
 
-# the examples on the emulator (they pick the GPU when one is available)
-$(B)/emu_%: examples/%.c examples/example_args.h gpudl.h $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
-	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_CUDA -DGPUDL_EMU $(ZFLAGS) -c $< -o $(EMU_B)/$*.o
-	$(CXX) $(EMU_B)/$*.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
+# the examples on the emulator (they pick the GPU when one is available):
+# gpudl.h's host side compiled once (gpudl_host.o, from tests/gpudl_impl.c),
+# each example with $(API_ONLY) and linked with it. (test_cuda and
+# test_dist_nccl call gpudl's static gdl__ functions: one translation unit
+# each, as above.) gpu_monitor's source defines _POSIX_C_SOURCE: its own host
+# object, gpudl_host_posix.o.
+EMU_HOST = $(STD) $(WARN) $(CFLAGS) -DGPUDL_CUDA -DGPUDL_EMU $(ZFLAGS)
+$(EMU_B)/gpudl_host.o: tests/gpudl_impl.c gpudl.h | $(EMU_B)
+	$(CC) $(EMU_HOST) -c $< -o $@
+$(EMU_B)/gpudl_host_posix.o: tests/gpudl_impl.c gpudl.h | $(EMU_B)
+	$(CC) $(EMU_HOST) $(POSIX) -c $< -o $@
+EMU_HOST_gpu_monitor = _posix
+$(B)/emu_%: examples/%.c examples/example_args.h gpudl.h tests/api_only.h $(EMU_B)/gpudl_host$$(EMU_HOST_$$*).o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
+	$(CC) $(EMU_HOST) $(if $(EMU_HOST_$*),$(POSIX)) $(API_ONLY) -c $< -o $(EMU_B)/$*.o
+	$(CXX) $(EMU_B)/$*.o $(EMU_B)/gpudl_host$(EMU_HOST_$*).o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
+.SECONDARY: $(EMU_B)/gpudl_host.o $(EMU_B)/gpudl_host_posix.o
 
 emu: $(EMU_EXAMPLES)
 

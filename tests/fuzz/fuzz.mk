@@ -20,12 +20,20 @@ FUZZ_BINS = $(addprefix $(B)/fuzz/fuzz_,$(FUZZ_NAMES))
 FUZZ_DEPS = tests/fuzz/fuzz_common.h gpudl.h $(B)/fuzz/gpudl_impl.o
 FUZZ_LINK = $(B)/fuzz/gpudl_impl.o -lz -lm -pthread
 
-.PHONY: fuzz fuzz-build fuzz-seeds
+.PHONY: fuzz fuzz-build fuzz-seeds $(FUZZ_NAMES:%=fuzz-run-%)
 
 fuzz-build: $(FUZZ_BINS)
 
-fuzz: fuzz-build
-	sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_JOBS) $(B)/fuzz $(FUZZ_NAMES)
+# One target per harness (tests/fuzz/run.sh NAME), so that make -j2 (as make
+# test runs it) fuzzes two at a time: each for its FUZZ_SECONDS, on its own
+# corpus, log and crash files. Its lines go to $(B)/fuzz/result-NAME; fuzz
+# prints them in order with their sum (run.sh's closing line) and fails if a
+# harness failed or did not finish.
+fuzz: $(FUZZ_NAMES:%=fuzz-run-%)
+	@cat $(FUZZ_NAMES:%=$(B)/fuzz/result-%) | awk '/^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$$/ { p += $$1; f += $$3; s += $$5; n++; next } \
+	  { print } END { f += $(words $(FUZZ_NAMES)) - n; print p " passed, " f " failed, " s " skipped"; exit f > 0 }'
+$(FUZZ_NAMES:%=fuzz-run-%): fuzz-run-%: $(B)/fuzz/fuzz_%
+	@rm -f $(B)/fuzz/result-$*; sh tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_JOBS) $(B)/fuzz $* >$(B)/fuzz/result-$* 2>&1 || true
 
 $(B)/fuzz:
 	mkdir -p $@
