@@ -199,8 +199,8 @@ $(B):
 # into them: test_data and test_pool call gpudl's internal static gdl__
 # functions, and test_alloc, test_formats and test_data replace its allocator
 # (GPUDL_MALLOC...), which the library object cannot see. (So do
-# test_gemm_kernels in tests/cpu_paths.mk, test_cuda in tests/cuda_emu/emu.mk
-# and test_dist_nccl in tests/dist.mk.)
+# test_gemm_kernels in tests/cpu_paths.mk and test_cuda in tests/cuda_emu/emu.mk;
+# test_dist_nccl in tests/dist.mk stays whole too, see there.)
 #   test_crash     checkpoints against SIGKILL mid-save and a full disk (POSIX)
 #   test_resume    gdl_fit killed mid-epoch and resumed: the weights of an uninterrupted run (POSIX)
 #   test_monitor   GPU monitoring through NVML's real code path, on the stand-in library;

@@ -13,6 +13,8 @@ MPICC ?= mpicc
 # yes where MPI is installed: then the MPI programs are prerequisites of
 # test-dist and test-dist-nccl, built (make -j) along with the others
 HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && echo yes)
+# the headers of the distributed tests (tests/ddp_setup.h: their data-parallel set-up)
+DIST_HDR = $(HDR) tests/ddp_setup.h
 
 #   make bench-ddp   bench/ddp_scaling.c on 2 MPI ranks: step, all-reduce and
 #                    overlap times, and the ring model's 8-GPU efficiency
@@ -24,15 +26,15 @@ HAVE_MPI := $(shell command -v $(MPICC) >/dev/null 2>&1 && command -v mpirun >/d
 # test_dist_mpi and dist_faults (their sources define _POSIX_C_SOURCE), mpi_std.o
 # (zlib) for examples/ddp.c. -Werror: gpudl.h is warning-free with MPI's
 # headers too.
-$(B)/test_dist: tests/test_dist.c $(HDR) tests/api_only.h $(B)/lib/plain_posix.o | $(B)
+$(B)/test_dist: tests/test_dist.c $(DIST_HDR) tests/api_only.h $(B)/lib/plain_posix.o | $(B)
 	$(CC) $(VARIANT_plain) $(SET_posix) $(API_ONLY) $< $(B)/lib/plain_posix.o -o $@ $(LIBS)
-$(B)/asan_test_dist: tests/test_dist.c $(HDR) tests/api_only.h $(B)/lib/asan_posix.o | $(B)
+$(B)/asan_test_dist: tests/test_dist.c $(DIST_HDR) tests/api_only.h $(B)/lib/asan_posix.o | $(B)
 	$(CC) $(VARIANT_asan) $(SET_posix) $(API_ONLY) $< $(B)/lib/asan_posix.o -o $@ $(LIBS)
 MPI_CFLAGS = $(STD) $(WARN) -Werror $(CFLAGS) -DGPUDL_MPI
 $(B)/lib/mpi_%.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
 	$(MPICC) $(MPI_CFLAGS) $(SET_$*) -c $< -o $@
 .SECONDARY: $(B)/lib/mpi_std.o $(B)/lib/mpi_posix.o
-$(B)/test_dist_mpi: tests/test_dist.c $(HDR) tests/api_only.h $(B)/lib/mpi_posix.o | $(B)
+$(B)/test_dist_mpi: tests/test_dist.c $(DIST_HDR) tests/api_only.h $(B)/lib/mpi_posix.o | $(B)
 	$(MPICC) $(MPI_CFLAGS) $(SET_posix) $(API_ONLY) $< $(B)/lib/mpi_posix.o -o $@ $(LIBS)
 
 test-dist: $(B)/test_dist $(B)/asan_test_dist $(if $(HAVE_MPI),$(B)/test_dist_mpi $(B)/dist_faults $(B)/ddp_mpi $(B)/mnist_mlp)
@@ -46,7 +48,7 @@ $(B)/ddp_mpi: examples/ddp.c examples/example_args.h gpudl.h tests/api_only.h $(
 	$(MPICC) $(MPI_CFLAGS) $(SET_std) $(API_ONLY) $< $(B)/lib/mpi_std.o -o $@ $(LIBS)
 
 # a rank that stalls or is killed, and an elastic restart on fewer ranks (tests/dist_faults.c)
-$(B)/dist_faults: tests/dist_faults.c $(HDR) tests/api_only.h $(B)/lib/mpi_posix.o | $(B)
+$(B)/dist_faults: tests/dist_faults.c $(DIST_HDR) tests/api_only.h $(B)/lib/mpi_posix.o | $(B)
 	$(MPICC) $(MPI_CFLAGS) $(SET_posix) $(API_ONLY) $< $(B)/lib/mpi_posix.o -o $@ $(LIBS)
 
 test-dist-mpi: $(B)/test_dist_mpi $(B)/dist_faults $(B)/ddp_mpi $(B)/mnist_mlp
@@ -64,25 +66,26 @@ bench-ddp: $(B)/ddp_scaling
 # (tests/test_dist_nccl.sh runs them all); examples/ddp.c on two emulated
 # GPUs torchrun-style against mnist_mlp on one CPU process; then
 # test_dist_nccl under ASan+UBSan without the MPI run
-# (test_dist_nccl calls gpudl's static gdl__ functions: one translation unit
-# with the implementation; compiled apart from the link, so that make -j
-# compiles it while the emulator and the backend compile)
-$(EMU_B)/test_dist_nccl.o: tests/test_dist_nccl.c $(HDR) $(EMU_HDR) | $(EMU_B)
+# (test_dist_nccl: one translation unit with the implementation, as before;
+# each of its three builds is the only program of its configuration, so a
+# library object would save nothing. Compiled apart from the link, so that
+# make -j compiles it while the emulator and the backend compile.)
+$(EMU_B)/test_dist_nccl.o: tests/test_dist_nccl.c $(DIST_HDR) $(EMU_HDR) | $(EMU_B)
 	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $@
 $(B)/emu_test_dist_nccl: $(EMU_B)/test_dist_nccl.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
 	$(CXX) $(EMU_B)/test_dist_nccl.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 # with MPI: compiled by mpicc, linked by the C++ compiler with MPI's libraries
-$(EMU_B)/test_dist_nccl_mpi.o: tests/test_dist_nccl.c $(HDR) $(EMU_HDR) | $(EMU_B)
+$(EMU_B)/test_dist_nccl_mpi.o: tests/test_dist_nccl.c $(DIST_HDR) $(EMU_HDR) | $(EMU_B)
 	$(MPICC) $(STD) $(WARN) -O2 -g -DGPUDL_MPI -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $@
 $(B)/emu_test_dist_nccl_mpi: $(EMU_B)/test_dist_nccl_mpi.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
 	$(CXX) $(EMU_B)/test_dist_nccl_mpi.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(shell $(MPICC) --showme:link 2>/dev/null) $(EMU_LIBS)
 
 # the same test on a real GPU (tools/gpu_session.sh): NCCL itself
-$(B)/test_dist_nccl_cuda: tests/test_dist_nccl.c $(HDR) $(B)/gpudl_cuda.o | $(B)
+$(B)/test_dist_nccl_cuda: tests/test_dist_nccl.c $(DIST_HDR) $(B)/gpudl_cuda.o | $(B)
 	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl -o $@
 
 # under ASan+UBSan (the emulator's objects of make test-emu)
-$(EMU_B)/asan_test_dist_nccl.o: tests/test_dist_nccl.c $(HDR) $(EMU_HDR) | $(EMU_B)
+$(EMU_B)/asan_test_dist_nccl.o: tests/test_dist_nccl.c $(DIST_HDR) $(EMU_HDR) | $(EMU_B)
 	$(CC) $(STD) $(EMU_SAN) -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) -isystem $(EMU_CUDA_INC) -c $< -o $@
 $(B)/emu_asan_test_dist_nccl: $(EMU_B)/asan_test_dist_nccl.o $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o | $(B)
 	$(CXX) $(SAN) $(EMU_B)/asan_test_dist_nccl.o $(EMU_B)/asan_gpudl_cuda.o $(EMU_B)/asan_cuda_emu.o -o $@ $(EMU_LIBS)

@@ -93,10 +93,9 @@ test-emu: emu-build
 
 # the examples on the emulator (they pick the GPU when one is available):
 # gpudl.h's host side compiled once (gpudl_host.o, from tests/gpudl_impl.c),
-# each example with $(API_ONLY) and linked with it. (test_cuda and
-# test_dist_nccl call gpudl's static gdl__ functions: one translation unit
-# each, as above.) gpu_monitor's source defines _POSIX_C_SOURCE: its own host
-# object, gpudl_host_posix.o.
+# each example with $(API_ONLY) and linked with it. (test_cuda calls gpudl's
+# static gdl__ functions: one translation unit, as above.) gpu_monitor's
+# source defines _POSIX_C_SOURCE: its own host object, gpudl_host_posix.o.
 EMU_HOST = $(STD) $(WARN) $(CFLAGS) -DGPUDL_CUDA -DGPUDL_EMU $(ZFLAGS)
 $(EMU_B)/gpudl_host.o: tests/gpudl_impl.c gpudl.h | $(EMU_B)
 	$(CC) $(EMU_HOST) -c $< -o $@
