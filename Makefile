@@ -56,7 +56,7 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype
       tests/gradscaler_cases.h tests/master_cases.h tests/fusion_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
-.PHONY: all test test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data plot mutate-cuda install uninstall bench cuda clean
+.PHONY: all test test-gpu-session-dry test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data plot mutate-cuda install uninstall bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
@@ -135,7 +135,11 @@ $(B)/libfake_nvml.so: tests/fake_nvml.c | $(B)
 # with it and gpudl_cuda.o. README's way, the implementation in the program's
 # own file, is still built: cuda_link_check below, tests/test_install.sh's consumer.
 CUDA_HOST = -O3 -DGPUDL_CUDA $(ZFLAGS)
-CUDA_LINK = -lcublas -lcublasLt -lnccl
+# NCCL_LIBS= CUDA_DEFS=-DGPUDL_NO_NCCL builds without NCCL (tools/gpu_session.sh
+# does so on a machine without libnccl)
+NCCL_LIBS ?= -lnccl
+CUDA_DEFS ?=
+CUDA_LINK = -lcublas -lcublasLt $(NCCL_LIBS)
 $(B)/lib/cuda_std.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
 	$(NVCC) $(CUDA_HOST) -c $< -o $@
 $(B)/lib/cuda_posix.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
@@ -146,7 +150,7 @@ $(B)/cuda_%: examples/%.c examples/example_args.h gpudl.h tests/api_only.h $(B)/
 	$(NVCC) $(CUDA_HOST) $(if $(filter posix,$(call cuda_set,$*)),$(POSIX)) $(CUDA_ARCH) $(API_ONLY) $< $(B)/lib/cuda_$(call cuda_set,$*).o $(B)/gpudl_cuda.o $(CUDA_LINK) $(ZLIBS) -o $@
 
 $(B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h | $(B)
-	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA -c gpudl_cuda.cu -o $@
+	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA $(CUDA_DEFS) -c gpudl_cuda.cu -o $@
 
 # (compiled apart from the link, so that the host compile does not wait for gpudl_cuda.o)
 $(B)/cuda_bench_train.o: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
@@ -257,7 +261,7 @@ test: test-amalgamation
 # names. (Only the fuzzers run two at a time: each for a fixed time, on its own
 # files.)
 TEST_PARTS = test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build \
-             test-unit test-dist test-emu test-dist-nccl test-cpu-paths test-aarch64
+             test-unit test-dist test-emu test-dist-nccl test-gpu-session-dry test-cpu-paths test-aarch64
 TEST_JOBS ?= $(if $(filter -j%,$(MAKEFLAGS)),,-j2) --output-sync=target
 # make -k (k among make's one-letter flags)
 keep_going = $(findstring k,$(filter-out -%,$(firstword $(MAKEFLAGS))))
@@ -269,6 +273,13 @@ test-all: | $(B)
 	    { status=1; test -n "$(keep_going)" || break; }; \
 	done; \
 	sh tools/timed.sh table $(B)/test-times $(TEST_PARTS); exit $$status
+
+# tools/gpu_session.sh, the plan for a real GPU, run on the emulator so that
+# the script itself is tested (its builds made here, outside its time limits)
+GPU_SESSION_DRY_BUILDS = $(B)/emu_test_cuda $(B)/emu_device_query $(B)/emu_gpu_monitor $(B)/emu_mnist_mlp \
+                         $(B)/emu_bench_train $(B)/emu_test_dist_nccl $(B)/libfake_nvml.so
+test-gpu-session-dry: $(GPU_SESSION_DRY_BUILDS)
+	GPU_SESSION_DRY=1 OUT=$(B)/gpu_session_dry_out sh tools/gpu_session.sh
 
 test-unit: $(TESTS) $(ASAN_TESTS)
 	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)
@@ -373,7 +384,7 @@ $(B)/cuda_link_check $(B)/test_cuda_build: $(B)/%: $(B)/%.o $(B)/gpudl_cuda.o
 
 test-cuda: | $(B)
 	$(NVCC) -std=c++17 -O2 -arch=sm_90 -DGPUDL_CUDA -c gpudl_cuda.cu -o $(B)/gpudl_cuda_sm90.o
-	$(NVCC) -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda_sm90.o -lcublas -lcublasLt -lnccl -o $(B)/test_cuda
+	$(NVCC) -O2 -arch=sm_90 -DGPUDL_CUDA tests/test_cuda.c $(B)/gpudl_cuda_sm90.o $(CUDA_LINK) -o $(B)/test_cuda
 	$(B)/test_cuda
 
 $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)

@@ -82,7 +82,7 @@ $(B)/emu_test_dist_nccl_mpi: $(EMU_B)/test_dist_nccl_mpi.o $(EMU_B)/gpudl_cuda.o
 
 # the same test on a real GPU (tools/gpu_session.sh): NCCL itself
 $(B)/test_dist_nccl_cuda: tests/test_dist_nccl.c $(DIST_HDR) $(B)/gpudl_cuda.o | $(B)
-	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o -lcublas -lcublasLt -lnccl -o $@
+	$(NVCC) -O2 $(CUDA_ARCH) -DGPUDL_CUDA $< $(B)/gpudl_cuda.o $(CUDA_LINK) -o $@
 
 # under ASan+UBSan (the emulator's objects of make test-emu)
 $(EMU_B)/asan_test_dist_nccl.o: tests/test_dist_nccl.c $(DIST_HDR) $(EMU_HDR) | $(EMU_B)

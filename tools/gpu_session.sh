@@ -119,10 +119,11 @@ need_probe() { [ -f "$G/probe.env" ] || probe >/dev/null; . "./$G/probe.env"; }
 # build directory of their own. The emulator: the Makefile's emulator builds.
 targets() {
     if [ "$dry" = 1 ]; then
-        echo "build/emu_test_cuda build/emu_device_query build/emu_gpu_monitor build/emu_mnist_mlp build/emu_cpu_vs_gpu" \
-             "build/emu_bench_train build/emu_test_dist_nccl build/emu_ddp build/libfake_nvml.so"
+        # (make test's test-gpu-session-dry names the same list)
+        echo "build/emu_test_cuda build/emu_device_query build/emu_gpu_monitor build/emu_mnist_mlp" \
+             "build/emu_bench_train build/emu_test_dist_nccl build/libfake_nvml.so"
     else
-        t="$G/cuda_test_cuda $G/cuda_device_query $G/cuda_gpu_monitor $G/cuda_mnist_mlp $G/cuda_cpu_vs_gpu $G/cuda_bench_train $G/cuda_fmnist92"
+        t="$G/test_cuda_build $G/cuda_device_query $G/cuda_gpu_monitor $G/cuda_mnist_mlp $G/cuda_cpu_vs_gpu $G/cuda_bench_train $G/cuda_fmnist92"
         [ "$nccl" = yes ] && t="$t $G/test_dist_nccl_cuda $G/cuda_ddp"
         echo "$t"
     fi
@@ -146,7 +147,10 @@ built() { # every target of this configuration is there
 }
 need_build() { built || build; }
 bin() { # NAME -> the program of this configuration
-    if [ "$dry" = 1 ]; then echo "build/emu_$1"; else echo "$G/cuda_$1"; fi
+    if [ "$dry" = 1 ]; then echo "build/emu_$1"
+    elif [ "$1" = test_cuda ]; then echo "$G/test_cuda_build"
+    else echo "$G/cuda_$1"
+    fi
 }
 
 # --- the checks -----------------------------------------------------------
