@@ -282,7 +282,7 @@ test-gpu-session-dry: $(GPU_SESSION_DRY_BUILDS)
 	GPU_SESSION_DRY=1 OUT=$(B)/gpu_session_dry_out sh tools/gpu_session.sh
 
 test-unit: $(TESTS) $(ASAN_TESTS)
-	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(TESTS) $(ASAN_TESTS)
+	ASAN_OPTIONS=detect_leaks=1 RUN_JOBS=2 sh tests/run.sh $(TESTS) $(ASAN_TESTS)
 
 test-asan: $(ASAN_TESTS)
 	sh tests/run.sh $(ASAN_TESTS)

@@ -119,7 +119,7 @@ test-emu: emu-build
 	@$(call emu_wrap,$(EMU_B)/run_selftest,,$(B)/emu_selftest)
 	@$(call emu_wrap,$(EMU_B)/run_asan_selftest,ASAN_OPTIONS=detect_leaks=1,$(B)/emu_asan_selftest)
 	@$(call emu_wrap,$(EMU_B)/run_selftest_warp,GPUDL_EMU_SCHED=warp GPUDL_EMU_WORKERS=1,$(B)/emu_selftest)
-	sh tests/run.sh $(EMU_RUNS)
+	RUN_JOBS=2 sh tests/run.sh $(EMU_RUNS)
 
 # the examples on the emulator (they pick the GPU when one is available):
 # gpudl.h's host side compiled once (gpudl_host.o, from tests/gpudl_impl.c),
