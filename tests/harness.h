@@ -52,6 +52,8 @@
  *   ASSERT_NULL(p)  ASSERT_NOT_NULL(p)  (object pointers)
  *   CHECK_CALL(helper(args))  run a helper that returns enum harness_result
  *       (and may use the assertions); return from the test unless it passed
+ * Scratch files: harness_tmp("x.json") is a path in the program's own
+ *   directory when tests/run.sh runs it ($HARNESS_TMPDIR), else build/x.json.
  * Hooks: SET_SETUP(fn, udata) / SET_TEARDOWN(fn, udata), fn is
  *   void fn(void *udata); called around every test that runs after it, up to
  *   the end of the current suite (RUN_SUITE saves the outer hooks, clears
@@ -182,6 +184,21 @@ static inline double harness_now_ms_(void)
 #else
     return (double)clock() * 1e3 / (double)CLOCKS_PER_SEC;
 #endif
+}
+
+/* harness_tmp(name): the path of a scratch file NAME: in $HARNESS_TMPDIR when
+   it is set, else in build/. tests/run.sh gives each program it runs a
+   directory of its own, so that two programs running at once (a test and its
+   ASan build, or one binary under two schedules) never share a file. The
+   result is one of 8 static buffers, reused round-robin. */
+static inline const char *harness_tmp(const char *name)
+{
+    static char bufs[8][512];
+    static unsigned next;
+    const char *dir = getenv("HARNESS_TMPDIR");
+    char *p = bufs[next++ % 8];
+    snprintf(p, sizeof bufs[0], "%s/%s", dir && dir[0] ? dir : "build", name);
+    return p;
 }
 
 static inline int harness_matches_any_(const char *name, const char *const *pats, int n)

@@ -8,6 +8,8 @@
 # RUN_JOBS (default 1) runs up to N programs at once; their outputs are still
 # printed in the order given. The emulator's suite runs take it: each is
 # single-threaded for long stretches, so two at a time keep both cores busy.
+# Each program gets a scratch directory of its own (HARNESS_TMPDIR, which
+# tests/harness.h's harness_tmp reads), removed at the end.
 jobs=${RUN_JOBS:-1}
 case $jobs in ''|*[!0-9]*|0) echo "run.sh: RUN_JOBS must be a positive integer, not '$jobs'" >&2; exit 2 ;; esac
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run.XXXXXX") || exit 1
@@ -47,7 +49,8 @@ for prog in "$@"; do
         report "$shown" "$(cat "$tmp/$shown.prog")"
     fi
     printf '%s\n' "$prog" >"$tmp/$i.prog"
-    ( "$prog" >"$tmp/$i.out" 2>&1; echo $? >"$tmp/$i.rc" ) &
+    mkdir "$tmp/$i.d" || exit 1
+    ( HARNESS_TMPDIR="$tmp/$i.d" "$prog" >"$tmp/$i.out" 2>&1; echo $? >"$tmp/$i.rc" ) &
     echo $! >"$tmp/$i.pid"
 done
 while [ "$shown" -lt "$i" ]; do

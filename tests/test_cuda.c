@@ -765,7 +765,7 @@ TEST flat_buffer_follows_module_to(void) {
     gdl_module *a, *b, *c;
     gdl_optimizer *oa, *ob, *oc;
     gdl_tensor *x, *y, *w;
-    const char *path = "build/flat_buffer_ckpt.safetensors";
+    const char *path = harness_tmp("flat_buffer_ckpt.safetensors");
     int s;
     gdl_manual_seed(3);
     ASSERT_NOT_NULL(x = gdl_randn(2, xs, gdl_cpu()));
@@ -2157,7 +2157,7 @@ TEST grad_scaler_graph_equals_eager(void) {
 }
 
 TEST grad_scaler_clip_checkpoint(void) {
-    return gs_clip_and_checkpoint_case(GPU, "build/test_cuda_scaler.safetensors");
+    return gs_clip_and_checkpoint_case(GPU, harness_tmp("test_cuda_scaler.safetensors"));
 }
 
 /* the same weights on the GPU and the CPU (the same kernels' formulas) */
@@ -3045,7 +3045,7 @@ TEST master_weights_mlp(void) {
     return mw_mlp_case(GPU, 50);
 }
 TEST master_weights_checkpoint(void) {
-    return mw_checkpoint_case(GPU, "build/test_cuda_master.safetensors");
+    return mw_checkpoint_case(GPU, harness_tmp("test_cuda_master.safetensors"));
 }
 SUITE(master_weights) {
     size_t i;
@@ -3117,7 +3117,7 @@ TEST cuda_memory_stats(void) {
 
 /* one launch per gdl_relu (the unary kernel) */
 TEST cuda_profile(void) {
-    return mc_profile_sequence(GPU, 1, "build/test_cuda_trace.json");
+    return mc_profile_sequence(GPU, 1, harness_tmp("test_cuda_trace.json"));
 }
 
 #if defined(GPUDL_EMU) && defined(FAKE_NVML) && !defined(_WIN32)

@@ -149,7 +149,7 @@ TEST profile_before_any(void) {
     PASS();
 }
 TEST profile_errors(void) { return mc_profile_errors(); }
-TEST cpu_profile(void) { return mc_profile_sequence(gdl_cpu(), -1, "build/test_monitor_trace.json"); }
+TEST cpu_profile(void) { return mc_profile_sequence(gdl_cpu(), -1, harness_tmp("test_monitor_trace.json")); }
 
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {

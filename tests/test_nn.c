@@ -1605,7 +1605,7 @@ TEST test_grad_scaler_matches_pytorch(void) {
 }
 
 TEST test_grad_scaler_graph_equals_eager(void) { return gs_graph_case(gdl_cpu()); }
-TEST test_grad_scaler_clip_checkpoint(void) { return gs_clip_and_checkpoint_case(gdl_cpu(), "build/test_nn_scaler.safetensors"); }
+TEST test_grad_scaler_clip_checkpoint(void) { return gs_clip_and_checkpoint_case(gdl_cpu(), harness_tmp("test_nn_scaler.safetensors")); }
 TEST test_grad_scaler_errors(void) { return gs_errors_case(gdl_cpu()); }
 TEST test_grad_scaler_stale_slot(void) { return gs_stale_slot_case(gdl_cpu()); }
 
@@ -1644,7 +1644,7 @@ SUITE(optimizers) {
 TEST test_master_weights_bitwise(const mw_kind *k) { return mw_bitwise_case(gdl_cpu(), k); }
 TEST test_master_weights_memory(void) { return mw_memory_case(gdl_cpu()); }
 TEST test_master_weights_mlp(void) { return mw_mlp_case(gdl_cpu(), 200); }
-TEST test_master_weights_checkpoint(void) { return mw_checkpoint_case(gdl_cpu(), "build/test_nn_master.safetensors"); }
+TEST test_master_weights_checkpoint(void) { return mw_checkpoint_case(gdl_cpu(), harness_tmp("test_nn_master.safetensors")); }
 TEST test_master_weights_errors(void) { return mw_errors_case(gdl_cpu()); }
 TEST test_master_weights_special_values(void) { return mw_special_values_case(gdl_cpu()); }
 

@@ -49,7 +49,11 @@ static gdl_loader *loader(gdl_dataset *ds, int shuffle) {
     return gdl_loader_new(ds, &o);
 }
 
-static void tmp_path(char *buf, size_t n, const char *name) { snprintf(buf, n, "build/test_train_%s", name); }
+static void tmp_path(char *buf, size_t n, const char *name) {
+    char base[128];
+    snprintf(base, sizeof base, "test_train_%s", name);
+    snprintf(buf, n, "%s", harness_tmp(base));
+}
 
 TEST test_fit_learns_and_reports(void) {
     gdl_dataset *tr = blobs(600, 1), *va = blobs(200, 2);
