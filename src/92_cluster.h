@@ -172,7 +172,8 @@ GPUDL_API int64_t gdl_hostlist_host(const char *list, int64_t n, char *out, size
 /* The rendezvous's address and port (gdl__rendezvous): MASTER_ADDR, MASTER_PORT as set; else
    Kubeflow's PET_MASTER_ADDR, PET_MASTER_PORT; else, in a process srun started (SLURM_PROCID), the
    first host of the step's (or job's) node list, where srun starts rank 0, and a port from the job's id.
-   Unset ones stay "". 0, or -1 + error (a bad node list). */
+   Unset ones stay "". 0, or -1 + error (a bad node list). Only the rendezvous without MPI asks. */
+#if defined(GDL__HAVE_RDV)
 static int gdl__cluster_master(const char *op, char *addr, size_t alen, char *port, size_t plen) {
     static const char *const lists[3] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
     const char *a = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT"), *job;
@@ -197,6 +198,7 @@ static int gdl__cluster_master(const char *op, char *addr, size_t alen, char *po
         snprintf(port, plen, "%lu", 20000 + strtoul(job, NULL, 10) % 20000);
     return 0;
 }
+#endif
 
 /* ---- Kubernetes' environments ---- */
 

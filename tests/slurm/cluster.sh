@@ -43,7 +43,7 @@ ours() {
         p=${e#/proc/}
         p=${p%/environ}
         [ "$p" = $$ ] && continue
-        v=$(tr '\0' '\n' <"$e" 2>/dev/null) || continue
+        v=$( { tr '\0' '\n' <"$e"; } 2>/dev/null) || continue
         case "$v" in
         *"GPUDL_SLURM_CLUSTER=$1
 "* | *"GPUDL_SLURM_CLUSTER=$1") echo "$p" ;;
