@@ -9,7 +9,9 @@
 #      to the first host of the node list): the same;
 #   4. preemption: train_nccl.sbatch again with a checkpoint directory; once training runs, `scancel
 #      --signal=USR1` reaches both tasks; they save a checkpoint and exit 75, the script requeues the
-#      job, the requeued job resumes and finishes: its weights equal run 3's bit for bit.
+#      job, the requeued job resumes and finishes: its weights equal run 3's bit for bit; then the same
+#      with train_mpi.sbatch (`scancel --batch --signal=USR1`: the script hands it to mpirun, which
+#      hands it to the ranks), against run 2's.
 # Where the cluster cannot start for want of root or of Slurm's programs: one loud SKIPPED line.
 # Usage: tests/slurm/test_slurm.sh [BUILD_DIR] (default build): needs BUILD_DIR/cluster_train,
 # mpi_cluster_train, emu_cluster_train, same_weights, hostnames
@@ -114,26 +116,38 @@ else
     bad "train_nccl.sbatch: sbatch exit $rc; ${r:-}"; tail -n 8 "$tmp/nccl/job.out" "$tmp/nccl/sbatch.err" "$tmp/nccl"/rank-*.log
 fi
 
-# 4. signal -> checkpoint -> requeue -> resume, bit for bit
-mkdir -p "$tmp/pre"
-t0=$(date +%s)
-id=$(cd "$tmp/pre" && GPUDL_LOG_DIR="$tmp/pre" sbatch --parsable -o "$tmp/pre/job.out" "$ex/train_nccl.sbatch" \
-    "$b/emu_cluster_train" $args --batch 8 --ckpt "$tmp/pre/ckpt" --pause-ms 150 --out "$tmp/pre/w.safetensors")
-i=0
-while [ $i -lt 240 ] && ! grep -q '^train: training' "$tmp/pre/rank-0.log" 2>/dev/null; do sleep 0.25; i=$((i + 1)); done
-sleep 1
-scancel --signal=USR1 "$id"
-st=$(job_wait "$id" 180)
-log=$(cat "$tmp/pre/rank-0.log" 2>/dev/null)
-if [ "$st" = COMPLETED ] && printf '%s\n' "$log" | grep -q 'preempted by signal 10 at step' &&
-   printf '%s\n' "$log" | grep -q '^resuming from' && grep -q 'exited 75' "$tmp/pre/job.out" &&
-   r=$("$b/same_weights" "$tmp/pre/w.safetensors" "$tmp/nccl/w.safetensors"); then
-    ok "scancel --signal=USR1: checkpoint, exit 75, scontrol requeue, resumed ($(printf '%s\n' "$log" | grep -o 'at step [0-9]*' | head -n 1)); $(($(date +%s) - t0)) s; the final weights equal the uninterrupted run's: $r"
-else
-    bad "preemption: job $id ended $st; ${r:-}"
-    cat "$tmp/pre/job.out"; tail -n 12 "$tmp/pre"/rank-*.log
-fi
+# 4. signal -> checkpoint -> requeue -> resume, bit for bit: preempt NAME SCRIPT PROGRAM LOG REFERENCE
+# SCANCEL_OPTION... (LOG: where rank 0 prints)
+preempt() {
+    name=$1 script=$2 prog=$3 logf=$4 ref=$5
+    shift 5
+    mkdir -p "$tmp/$name"
+    t0=$(date +%s)
+    id=$(cd "$tmp/$name" && GPUDL_LOG_DIR="$tmp/$name" sbatch --parsable -o "$tmp/$name/job.out" "$ex/$script" \
+        "$prog" $args --batch 8 --ckpt "$tmp/$name/ckpt" --pause-ms 150 --out "$tmp/$name/w.safetensors")
+    i=0
+    while [ $i -lt 240 ] && ! grep -q '^train: training' "$tmp/$name/$logf" 2>/dev/null; do sleep 0.25; i=$((i + 1)); done
+    sleep 1
+    scancel "$@" --signal=USR1 "$id"
+    st=$(job_wait "$id" 180)
+    log=$(cat "$tmp/$name/$logf" 2>/dev/null)
+    r=
+    if [ "$st" = COMPLETED ] && printf '%s\n' "$log" | grep -q 'preempted by signal 10 at step' &&
+       printf '%s\n' "$log" | grep -q '^resuming from' && grep -q 'exited 75' "$tmp/$name/job.out" &&
+       r=$("$b/same_weights" "$tmp/$name/w.safetensors" "$ref"); then
+        ok "$script, scancel $* --signal=USR1: checkpoint, exit 75, scontrol requeue, resumed ($(printf '%s\n' "$log" | grep -o 'at step [0-9]*' | head -n 1)); $(($(date +%s) - t0)) s; the final weights equal the uninterrupted run's: $r"
+    else
+        bad "$script, preemption: job $id ended $st; ${r:-}"
+        cat "$tmp/$name/job.out"; tail -n 12 "$tmp/$name"/rank-*.log 2>/dev/null
+    fi
+}
+# the tasks of srun's step get the signal themselves
+preempt pre-nccl train_nccl.sbatch "$b/emu_cluster_train" rank-0.log "$tmp/nccl/w.safetensors"
 unset GPUDL_EMU_DEVICES GPUDL_EMU_QUIET GPUDL_DIST_TIMEOUT
+# mpirun's ranks are no step of their own: the batch script gets it (--batch) and hands it to mpirun
+if [ -x "$b/mpi_cluster_train" ]; then
+    preempt pre-mpi train_mpi.sbatch "$b/mpi_cluster_train" job.out "$tmp/mpi/w.safetensors" --batch
+fi
 
 t0=$(date +%s)
 if out=$(sh "$here/cluster.sh" stop "$tmp/cluster"); then ok "the cluster stopped in $(($(date +%s) - t0)) s, no process of it left"
