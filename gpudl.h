@@ -345,6 +345,7 @@
    [impl-graph]    87_graph.h                     gdl_graph_capture / replay
    [impl-dist]     90_dist.h                      launchers, rendezvous, MPI and NCCL
                    91_ddp.h                       DistributedDataParallel
+   [impl-cluster]  92_cluster.h                   host lists, Kubernetes' variables, preemption
    [impl-monitor]  95_monitor.h                   allocator counters, NVML
                    99_end.h                       the closing #endifs; the license
 
@@ -1410,7 +1411,22 @@ typedef struct gdl_fit_opts {
     gdl_grad_scaler *scaler;    /* a GradScaler (gdl_grad_scaler_new): the loss scaled before backward, the grads
                                    unscaled before clipping, gdl_grad_scaler_step + update instead of gdl_step; its
                                    state goes into the checkpoints. NULL (default): none */
+    int preempt;                /* 1: SIGUSR1 and SIGTERM are caught while gdl_fit runs (gdl_preempt_catch below):
+                                   the optimizer step under way finishes, a checkpoint of it is written to
+                                   checkpoint_dir (needed; atomically, under DDP by rank 0 with every rank in
+                                   agreement, as checkpoint_every's) and gdl_fit returns GDL_FIT_PREEMPTED. The
+                                   program then exits with GDL_EXIT_PREEMPTED, which examples/cluster's sbatch
+                                   scripts turn into `scontrol requeue`; the requeued run, with resume = 1, goes
+                                   on bit for bit. Under DDP the ranks agree on it after every step (an 8-byte
+                                   all-reduce; over NCCL a host wait per step). Default 0: the signals keep their
+                                   actions */
 } gdl_fit_opts;
+
+/* gdl_fit's return when opts.preempt stopped it after a checkpoint (0: it finished; -1: an error) */
+#define GDL_FIT_PREEMPTED 1
+/* The exit status that says "preempted, checkpoint saved, run me again" (sysexits' EX_TEMPFAIL); the
+   sbatch scripts of examples/cluster requeue the job on it. */
+#define GDL_EXIT_PREEMPTED 75
 
 typedef struct gdl_epoch_stats {
     int epoch;                  /* 1-based */
@@ -1453,6 +1469,26 @@ GPUDL_API int gdl_metrics_csv_row(FILE *f, const gdl_epoch_stats *s);
    Called inside an autocast region, it runs in it (gdl_fit's autocast option puts its validation pass in one). */
 GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
                            double *accuracy_out);
+
+/* Preemption in a hand-written loop (gdl_fit's opts.preempt does the same): Slurm sends SIGUSR1 before a
+   time limit (sbatch --signal=USR1@90) and SIGTERM at preemption and at the limit; Kubernetes SIGTERM
+   before it kills a pod.
+     gdl_preempt_catch(1);                          // at the program's start
+     for (...) { ... gdl_step(opt);
+                 if (gdl_preempt_check() > 0) { save a checkpoint; gdl_preempt_catch(0); exit(GDL_EXIT_PREEMPTED); } }
+   gdl_preempt_catch(1) installs a handler for SIGUSR1 and SIGTERM that only records the signal (nothing
+   else is safe in a handler), SA_RESTART, each signal blocked while the other's handler runs; a second
+   signal during a save changes nothing (the save is atomic and finishes). Calls nest; gdl_preempt_catch(0)
+   puts the previous handlers back at the outermost. Built without POSIX's sigaction (a bare -std=c99 on
+   glibc hides it: define _POSIX_C_SOURCE 200809L), signal() is used and the handler sets itself again on
+   entry. 0 / -1 + error. */
+GPUDL_API int gdl_preempt_catch(int on);
+/* The signal this process caught since gdl_preempt_catch(1) (0: none); a plain read, no collective. */
+GPUDL_API int gdl_preempt_signal(void);
+/* After a step, on every rank at the same point (a collective when gdl_dist_init made several ranks): the
+   signal any rank caught (the largest number), 0 when none did, -1 + error. Every rank gets the same answer,
+   so they stop at the same step. */
+GPUDL_API int gdl_preempt_check(void);
 
 /* Model parameters and buffers, PyTorch names, F32. 0 / -1. */
 GPUDL_API int gdl_save_model(gdl_module *m, const char *path);
@@ -1529,8 +1565,19 @@ GPUDL_API int gdl_graph_is_capturing(void);
      srun       SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (start the processes with
                 srun: inside an sbatch script without srun, SLURM_NTASKS counts
                 processes that were never started)
+     Kubernetes Indexed Job   JOB_COMPLETION_INDEX (without RANK), WORLD_SIZE (set in the
+                manifest), LOCAL_RANK optional (0)
+     Kubeflow PyTorchJob      RANK, WORLD_SIZE (one process per pod; LOCAL_RANK optional, 0),
+                with its PET_* variables (PET_NPROC_PER_NODE must be 1)
+     Kubeflow PET_* alone     PET_NNODES (N, or an elastic N:N), PET_NODE_RANK, PET_NPROC_PER_NODE
+                1 (TrainJob; torchrun's variables): rank PET_NODE_RANK of PET_NNODES
    none: a single process (rank 0 of 1). A variable missing, not a whole
-   number or out of range is an error naming it.
+   number or out of range is an error naming it. The rendezvous without MPI
+   reads MASTER_ADDR and MASTER_PORT, else PET_MASTER_ADDR and PET_MASTER_PORT;
+   in a process srun started, an unset MASTER_ADDR is the first host of
+   SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST, SLURM_NODELIST: Slurm's host
+   list syntax, gdl_hostlist_host below), where srun starts rank 0, and an
+   unset MASTER_PORT is 20000 + SLURM_JOB_ID mod 20000.
 
    Transports: collectives of CPU tensors go through MPI; collectives of CUDA
    tensors (and gdl_ddp over a module on a GPU) through NCCL, one GPU per
@@ -1640,7 +1687,9 @@ GPUDL_API int gdl_dist_is_initialized(void);
 GPUDL_API int gdl_dist_rank(void);       /* 0 when not initialised */
 GPUDL_API int gdl_dist_world_size(void); /* 1 when not initialised */
 GPUDL_API int gdl_dist_local_rank(void); /* the rank among this machine's processes; 0 */
-GPUDL_API const char *gdl_dist_launcher(void); /* "torchrun", "mpirun", "srun", "single" */
+/* "torchrun", "mpirun", "srun", "k8s-indexed-job", "pytorchjob", "kubeflow-pet", "mpi" (another MPI launcher),
+   "single" */
+GPUDL_API const char *gdl_dist_launcher(void);
 /* cuda:(local rank mod the GPUs this process sees) where CUDA has a GPU, else cpu */
 GPUDL_API gdl_device gdl_dist_device(void);
 GPUDL_API int gdl_dist_barrier(void); /* 0 / -1 */
@@ -1660,6 +1709,12 @@ GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in);
 /* out = rank r's slice of the sum (or mean) over ranks of in (world_size x out's elements). */
 GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl_dist_op op);
 GPUDL_API void gdl_dist_shutdown(void);
+/* Slurm's host list syntax, as `scontrol show hostnames` expands it: names separated by commas, each with
+   any number of bracket groups of numbers and ranges, zero-padded to the lower bound's width, the last
+   group varying fastest ("node[01-03,07],gpu-a[1-2]": node01 node02 node03 node07 gpu-a1 gpu-a2). Returns
+   the number of hosts of list, with host n (0-based) in out (len bytes) when n is below it; -1 + error
+   naming what is wrong and where (unclosed or nested brackets, a range going down, an empty name...). */
+GPUDL_API int64_t gdl_hostlist_host(const char *list, int64_t n, char *out, size_t len);
 
 /* DistributedDataParallel over a module whose tensors are on the CPU (MPI) or on one GPU (NCCL): the
    parameters and buffers are broadcast from rank 0 when it is made; the
@@ -14895,6 +14950,7 @@ typedef struct gdl__fit_run {
     gdl__fit_graph graphs[GDL__FIT_GRAPHS];
     int epoch, micro; /* the epoch under way; micro-batches of the optimizer step so far */
     int64_t b;        /* its batches so far */
+    int preempted;    /* opts.preempt: the signal that stopped the run ([impl-cluster]) */
     double t0;        /* when it started (earlier on resume: its time before the checkpoint counts) */
 } gdl__fit_run;
 
@@ -14940,6 +14996,10 @@ static int gdl__fit_check(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl
         return -1;
     }
     if (o->accumulate == 0) o->accumulate = 1;
+    if (o->preempt && !o->checkpoint_dir) {
+        gdl__set_error("gdl_fit: preempt needs checkpoint_dir: a signal stops the run after a checkpoint there");
+        return -1;
+    }
     if (o->ddp && gdl_ddp_module(o->ddp) != m) {
         gdl__set_error("gdl_fit: opts.ddp wraps another module than the one given");
         return -1;
@@ -15147,6 +15207,9 @@ static int gdl__fit_checkpoint(gdl__fit_run *r) {
     return rc;
 }
 
+/* [impl-cluster]: after a step, a preemption signal's checkpoint and stop (0 go on, 1 stopped, -1) */
+static int gdl__fit_preempt(gdl__fit_run *r);
+
 /* The progress bar, when one is due: the only read of the device in a step. */
 static int gdl__fit_progress(gdl__fit_run *r, const gdl_tensor *x) {
     gdl__pass *p = &r->p;
@@ -15163,7 +15226,7 @@ static int gdl__fit_progress(gdl__fit_run *r, const gdl_tensor *x) {
 static int gdl__fit_train_batch(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y) {
     const gdl_fit_opts *o = &r->o;
     gdl__fit_graph *fg = NULL;
-    int first, last, capture = 0;
+    int first, last, capture = 0, stop;
     r->b++;
     first = r->micro == 0;
     last = ++r->micro == o->accumulate || r->b == r->nb;
@@ -15184,6 +15247,7 @@ static int gdl__fit_train_batch(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y) {
     if (last && o->checkpoint_every > 0 && gdl_optim_get_step(r->opt) % o->checkpoint_every == 0 &&
         gdl__fit_checkpoint(r) < 0)
         return -1;
+    if (last && o->preempt && (stop = gdl__fit_preempt(r)) != 0) return stop; /* 1: stopped by a signal */
     return gdl__fit_progress(r, x);
 }
 
@@ -15238,7 +15302,8 @@ static int gdl__fit_epoch(gdl__fit_run *r, int epoch, gdl_epoch_stats *history) 
     gdl_module_train(r->m, 1);
     if (gdl_zero_grad(r->opt) < 0) rc = -1;
     while (rc == 0 && (got = gdl_loader_next(r->train, &x, &y)) != 0)
-        if (got < 0 || gdl__fit_train_batch(r, x, y) < 0) rc = -1;
+        rc = got < 0 ? -1 : gdl__fit_train_batch(r, x, y);
+    if (rc > 0) return 1; /* preempted: a checkpoint of this step is saved */
     if (rc == 0 && gdl__pass_sync(p) < 0) rc = -1;
     if (rc == 0 && r->o.ddp && gdl__dist_pass_sum(p) < 0) rc = -1; /* the epoch's figures over every rank */
     if (rc < 0) return -1;
@@ -15248,15 +15313,20 @@ static int gdl__fit_epoch(gdl__fit_run *r, int epoch, gdl_epoch_stats *history) 
 GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
                       gdl_epoch_stats *history) {
     gdl__fit_run r;
-    int epoch, rc = 0;
-    if (gdl__fit_begin(&r, m, train, opt, opts, history) < 0) return -1;
+    int epoch, rc = 0, catching = opts && opts->preempt;
+    if (catching && gdl_preempt_catch(1) < 0) return -1; /* [impl-cluster] */
+    if (gdl__fit_begin(&r, m, train, opt, opts, history) < 0) {
+        if (catching) gdl_preempt_catch(0);
+        return -1;
+    }
     for (epoch = r.start_epoch; epoch <= r.o.epochs && rc == 0; epoch++) rc = gdl__fit_epoch(&r, epoch, history);
     gdl__fit_graphs_free(r.graphs);
     gdl__pass_free(&r.p);
     if (r.csv) fclose(r.csv);
     GPUDL_FREE(r.ckpath);
     if (rc < 0 && r.tty) fputc('\n', r.log);
-    return rc;
+    if (catching) gdl_preempt_catch(0);
+    return rc < 0 ? -1 : rc > 0 ? GDL_FIT_PREEMPTED : 0;
 }
 /* ---- checkpoints ---- */
 
@@ -16329,15 +16399,18 @@ static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id,
     return 0;
 }
 
+/* [impl-cluster]: MASTER_ADDR / MASTER_PORT, or what Kubeflow or srun's node list give ("" unset); 0 / -1 */
+static int gdl__cluster_master(const char *op, char *addr, size_t alen, char *port, size_t plen);
+
 /* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
 static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
-    const char *addr = getenv("MASTER_ADDR"), *ps = getenv("MASTER_PORT");
-    char *end;
+    char addr[256], ps[32], *end;
     long port;
     double deadline = gdl_now() + timeout;
-    if (!addr || !addr[0] || !ps) {
+    if (gdl__cluster_master(op, addr, sizeof addr, ps, sizeof ps) < 0) return -1;
+    if (!addr[0] || !ps[0]) {
         gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
-                       "(rank 0's host and a free port, as torchrun sets them)", op, !addr || !addr[0] ?
+                       "(rank 0's host and a free port, as torchrun sets them)", op, !addr[0] ?
                        "MASTER_ADDR" : "MASTER_PORT", world);
         return -1;
     }
@@ -16389,6 +16462,9 @@ static int gdl__dist_settle(const char *op) {
     return be ? be->comm_sync(0, gdl_dist_timeout()) : -1;
 }
 
+/* [impl-cluster]: an Indexed Job's, a PyTorchJob's or Kubeflow's PET_* rank and size (1), none (0), -1 */
+static int gdl__cluster_env(const char *op, int *rank, int *world, int *local, const char **launcher);
+
 /* gdl_dist_init's environment: the launcher's rank, world size and local rank (none: one process), and
    GPUDL_DIST_TIMEOUT. */
 static int gdl__dist_env(const char *op, int *rank, int *world, int *local, const char **launcher) {
@@ -16398,8 +16474,9 @@ static int gdl__dist_env(const char *op, int *rank, int *world, int *local, cons
         {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
         {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
     const char *v;
-    int k;
-    for (k = 0; k < 3; k++) {
+    int k = gdl__cluster_env(op, rank, world, local, launcher); /* [impl-cluster]: Kubernetes' */
+    if (k < 0) return -1;
+    for (k = k ? 3 : 0; k < 3; k++) {
         int i;
         if (!getenv(L[k][1]) && !getenv(L[k][2])) continue;
         for (i = 1; i < 4; i++)
@@ -17326,6 +17403,355 @@ GPUDL_API int gdl_dist_barrier(void) {
     return 0;
 }
 
+/* ---------------------------------------------------------------------------
+   [impl-cluster]   What workload managers hand a job: Slurm's host lists (the
+   rendezvous's MASTER_ADDR under srun), the environments of Kubernetes'
+   controllers (an Indexed Job, Kubeflow's PyTorchJob and TrainJob), and
+   preemption: SIGUSR1 / SIGTERM caught as a flag that gdl_fit (or a
+   hand-written loop, gdl_preempt_check) turns into a checkpoint and a stop.
+   ------------------------------------------------------------------------- */
+#include <signal.h>
+
+/* ---- Slurm's host lists: "node[01-04,07],gpu-a[1-2]" ---- */
+
+#define GDL__HOSTS_MAX (1 << 24) /* hosts in one list: more is taken for a damaged list */
+
+/* One bracket group of a host list: its ranges, parsed from s (just after '['); *end is set after ']'.
+   The hosts it stands for (> 0), or -1 + error. With k >= 0, the k-th number and its width go to *num,
+   *width. */
+static int64_t gdl__hostlist_group(const char *op, const char *list, const char *s, const char **end, int64_t k,
+                                   unsigned long *num, int *width) {
+    int64_t count = 0;
+    const char *p = s;
+    for (;;) {
+        unsigned long lo, hi;
+        int wl = 0, wh = 0;
+        const char *q = p;
+        while (*q >= '0' && *q <= '9') q++;
+        wl = (int)(q - p);
+        if (wl == 0 || wl > 9) {
+            gdl__set_error("%s: host list '%s': %s at offset %d, in the brackets opened at %d (a range is "
+                           "N or N-M, decimal, at most 9 digits)", op, list, wl ? "a number too long" : "no number",
+                           (int)(p - list), (int)(s - 1 - list));
+            return -1;
+        }
+        lo = hi = strtoul(p, NULL, 10);
+        p = q;
+        if (*p == '-') {
+            q = ++p;
+            while (*q >= '0' && *q <= '9') q++;
+            wh = (int)(q - p);
+            if (wh == 0 || wh > 9) {
+                gdl__set_error("%s: host list '%s': the range at offset %d has %s", op, list, (int)(p - 1 - list),
+                               wh ? "a number too long for its upper bound (at most 9 digits)" : "no upper bound");
+                return -1;
+            }
+            hi = strtoul(p, NULL, 10);
+            p = q;
+            if (hi < lo) {
+                gdl__set_error("%s: host list '%s': the range %lu-%lu at offset %d goes down", op, list, lo, hi,
+                               (int)(p - list));
+                return -1;
+            }
+        }
+        if (k >= count && k < count + (int64_t)(hi - lo + 1)) {
+            *num = lo + (unsigned long)(k - count);
+            *width = wl; /* zero padding: as wide as the lower bound is written ("01-10": 01 ... 10) */
+        }
+        count += (int64_t)(hi - lo + 1);
+        if (*p == ']') break;
+        if (*p != ',') {
+            gdl__set_error("%s: host list '%s': '%c' at offset %d inside brackets (expected a digit, '-', ',' or "
+                           "']')%s", op, list, *p ? *p : '?', (int)(p - list), *p ? "" : ": the '[' is never closed");
+            return -1;
+        }
+        p++;
+    }
+    *end = p + 1;
+    return count;
+}
+
+/* The hosts of one item of a list (s to e: no comma outside brackets), > 0, or -1 + error; with k >= 0 the
+   k-th host goes to out (len bytes). Several bracket groups multiply, the last varying fastest
+   ("a[1-2]b[1-2]": a1b1 a1b2 a2b1 a2b2). */
+static int64_t gdl__hostlist_item(const char *op, const char *list, const char *s, const char *e, int64_t k,
+                                  char *out, size_t len) {
+    int64_t total = 1, stride;
+    const char *p;
+    size_t o = 0;
+    if (s == e) {
+        gdl__set_error("%s: host list '%s': an empty name at offset %d", op, list, (int)(s - list));
+        return -1;
+    }
+    for (p = s; p < e;) { /* count first: the k-th host's digits come from the total */
+        if (*p == '[') {
+            const char *end;
+            unsigned long num;
+            int w;
+            int64_t g = gdl__hostlist_group(op, list, p + 1, &end, -1, &num, &w);
+            if (g < 0) return -1;
+            if (end > e) {
+                gdl__set_error("%s: host list '%s': the '[' at offset %d is never closed", op, list, (int)(p - list));
+                return -1;
+            }
+            if (g > GDL__HOSTS_MAX / total) {
+                gdl__set_error("%s: host list '%s': more than %d hosts", op, list, GDL__HOSTS_MAX);
+                return -1;
+            }
+            total *= g;
+            p = end;
+        } else if (*p == ']') {
+            gdl__set_error("%s: host list '%s': a ']' at offset %d without its '['", op, list, (int)(p - list));
+            return -1;
+        } else {
+            p++;
+        }
+    }
+    if (k < 0 || k >= total) return total;
+    stride = total;
+    for (p = s; p < e;) {
+        if (*p == '[') {
+            const char *end;
+            unsigned long num = 0;
+            int w = 1;
+            int64_t g = gdl__hostlist_group(op, list, p + 1, &end, -1, &num, &w);
+            stride /= g;
+            (void)gdl__hostlist_group(op, list, p + 1, &end, (k / stride) % g, &num, &w);
+            if (o < len) o += (size_t)snprintf(out + o, len - o, "%0*lu", w, num);
+            p = end;
+        } else {
+            if (o + 1 < len) out[o] = *p, out[o + 1] = 0;
+            o++;
+            p++;
+        }
+    }
+    if (o >= len) {
+        gdl__set_error("%s: host list '%s': host %lld is longer than %d characters", op, list, (long long)k,
+                       (int)len - 1);
+        return -1;
+    }
+    return total;
+}
+
+/* The hosts of list under op's name: their number, with host n in out when n < it; -1 + error. */
+static int64_t gdl__hostlist(const char *op, const char *list, int64_t n, char *out, size_t len) {
+    const char *s, *p;
+    int64_t total = 0;
+    int depth = 0;
+    if (out && len) out[0] = 0;
+    if (!list || !list[0]) {
+        gdl__set_error("%s: the host list is empty", op);
+        return -1;
+    }
+    for (s = p = list;; p++) {
+        if (*p == '[') depth++;
+        if (*p == ']') depth--;
+        if (depth > 1) {
+            gdl__set_error("%s: host list '%s': brackets inside brackets at offset %d", op, list, (int)(p - list));
+            return -1;
+        }
+        if ((*p == ',' && depth == 0) || !*p) {
+            int64_t c = gdl__hostlist_item(op, list, s, p, n - total, out, len);
+            if (c < 0) return -1;
+            if (c > GDL__HOSTS_MAX - total) {
+                gdl__set_error("%s: host list '%s': more than %d hosts", op, list, GDL__HOSTS_MAX);
+                return -1;
+            }
+            total += c;
+            if (!*p) break;
+            s = p + 1;
+        }
+        if (depth < 0) depth = 0; /* a stray ']': the item's check names it */
+    }
+    return total;
+}
+
+GPUDL_API int64_t gdl_hostlist_host(const char *list, int64_t n, char *out, size_t len) {
+    if (!out || !len) {
+        gdl__null_arg("gdl_hostlist_host", "out");
+        return -1;
+    }
+    return gdl__hostlist("gdl_hostlist_host", list, n, out, len);
+}
+
+/* The rendezvous's address and port (gdl__rendezvous): MASTER_ADDR, MASTER_PORT as set; else
+   Kubeflow's PET_MASTER_ADDR, PET_MASTER_PORT; else, in a process srun started (SLURM_PROCID), the
+   first host of the step's (or job's) node list, where srun starts rank 0, and a port from the job's id.
+   Unset ones stay "". 0, or -1 + error (a bad node list). Only the rendezvous without MPI asks. */
+#if defined(GDL__HAVE_RDV)
+static int gdl__cluster_master(const char *op, char *addr, size_t alen, char *port, size_t plen) {
+    static const char *const lists[3] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+    const char *a = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT"), *job;
+    int i;
+    if (!a || !a[0]) a = getenv("PET_MASTER_ADDR");
+    if (!p) p = getenv("PET_MASTER_PORT");
+    snprintf(addr, alen, "%s", a ? a : "");
+    snprintf(port, plen, "%s", p ? p : "");
+    if (!getenv("SLURM_PROCID")) return 0;
+    for (i = 0; i < 3 && !addr[0]; i++) {
+        const char *l = getenv(lists[i]);
+        char why[sizeof gdl__err];
+        if (!l) continue;
+        if (gdl__hostlist(lists[i], l, 0, addr, alen) < 0) {
+            memcpy(why, gdl__err, sizeof why);
+            gdl__set_error("%s: MASTER_ADDR is not set and cannot come from %s", op, why);
+            return -1;
+        }
+    }
+    /* a port of the job's own, the same on every rank; jobs sharing a node differ (Lightning's way too) */
+    if (!port[0] && (job = getenv("SLURM_JOB_ID")) != NULL && job[0])
+        snprintf(port, plen, "%lu", 20000 + strtoul(job, NULL, 10) % 20000);
+    return 0;
+}
+#endif
+
+/* ---- Kubernetes' environments ---- */
+
+/* gdl__dist_env's part for Kubernetes: an Indexed Job (JOB_COMPLETION_INDEX, without RANK), a Kubeflow
+   PyTorchJob (RANK and WORLD_SIZE without LOCAL_RANK, with its PET_* variables), or PET_* alone (Kubeflow's
+   TrainJob, torchrun's variables). 1: found (rank, world, local, launcher set), 0: none of them, -1 + error. */
+static int gdl__cluster_env(const char *op, int *rank, int *world, int *local, const char **launcher) {
+    const char *nproc = getenv("PET_NPROC_PER_NODE"), *nn = getenv("PET_NNODES");
+    int r;
+    if (getenv("JOB_COMPLETION_INDEX") && !getenv("RANK")) {
+        *launcher = "k8s-indexed-job";
+        if (!getenv("WORLD_SIZE")) {
+            gdl__set_error("%s: JOB_COMPLETION_INDEX is set (a Kubernetes Indexed Job) but WORLD_SIZE is not: set it "
+                           "in the manifest to the Job's completions", op);
+            return -1;
+        }
+        if (gdl__env_int(op, *launcher, "WORLD_SIZE", 1, 1L << 20, world) < 0 ||
+            gdl__env_int(op, *launcher, "JOB_COMPLETION_INDEX", 0, *world - 1, rank) < 0 ||
+            gdl__env_int(op, *launcher, "LOCAL_RANK", 0, *world - 1, local) < 0)
+            return -1;
+        return 1;
+    }
+    if (!nproc && !nn && !getenv("PET_NODE_RANK")) return 0;
+    /* torchrun ran in the pod (it read PET_*, which its processes inherit): its variables say it all */
+    if (getenv("RANK") && getenv("LOCAL_RANK")) return 0;
+    /* Kubeflow: one process per pod, as this program runs without torchrun in between */
+    if (nproc && strcmp(nproc, "1") != 0) {
+        gdl__set_error("%s: PET_NPROC_PER_NODE='%s' (Kubeflow): gpudl runs one process per pod; set numProcPerNode "
+                       "to 1 (and a pod per GPU), or start the processes with torchrun", op, nproc);
+        return -1;
+    }
+    if (getenv("RANK") && getenv("WORLD_SIZE")) { /* PyTorchJob: RANK is the pod's, one process per pod */
+        *launcher = "pytorchjob";
+        if (gdl__env_int(op, *launcher, "WORLD_SIZE", 1, 1L << 20, world) < 0 ||
+            gdl__env_int(op, *launcher, "RANK", 0, *world - 1, rank) < 0 ||
+            gdl__env_int(op, *launcher, "LOCAL_RANK", 0, *world - 1, local) < 0)
+            return -1;
+        return 1;
+    }
+    if (getenv("RANK") || getenv("WORLD_SIZE")) return 0; /* torchrun's own rules name what is missing */
+    *launcher = "kubeflow-pet";
+    if (!nn || !getenv("PET_NODE_RANK")) {
+        gdl__set_error("%s: %s is set (Kubeflow) but %s is not", op, nn ? "PET_NNODES" : "PET_NODE_RANK",
+                       nn ? "PET_NODE_RANK" : "PET_NNODES");
+        return -1;
+    }
+    { /* PET_NNODES: N, or an elastic range N:N of one size (torchrun's rendezvous decides a range) */
+        char *end;
+        long lo = strtol(nn, &end, 10), hi = lo;
+        if (*end == ':') hi = strtol(end + 1, &end, 10);
+        if (!nn[0] || *end || lo < 1 || lo > (1L << 20) || hi != lo) {
+            gdl__set_error("%s: PET_NNODES='%s' (Kubeflow) is not a number of pods%s", op, nn,
+                           hi != lo ? ": an elastic range needs torchrun's rendezvous; gpudl takes a fixed size "
+                                      "(minNodes = maxNodes)" : "");
+            return -1;
+        }
+        *world = (int)lo;
+    }
+    if (gdl__env_int(op, *launcher, "PET_NODE_RANK", 0, *world - 1, &r) < 0) return -1;
+    *rank = r;
+    *local = 0;
+    return 1;
+}
+
+/* ---- preemption ---- */
+
+/* The signal caught (0: none). Written by the handler only: sig_atomic_t is all a handler may touch. */
+static volatile sig_atomic_t gdl__preempt_sig;
+static int gdl__preempt_depth; /* gdl_preempt_catch(1) calls not yet undone */
+
+static void gdl__preempt_handler(int sig) {
+#if !defined(SA_RESTART)
+    signal(sig, gdl__preempt_handler); /* System V's signal() resets the handler: set it again at once */
+#endif
+    gdl__preempt_sig = sig;
+}
+
+#if defined(SA_RESTART) /* POSIX's sigaction is there (a bare -std=c99 hides it: then signal(), see the manual) */
+static struct sigaction gdl__preempt_old[2];
+#else
+static void (*gdl__preempt_old[2])(int);
+#endif
+
+GPUDL_API int gdl_preempt_catch(int on) {
+    static const int sigs[2] = {
+#ifdef SIGUSR1
+        SIGUSR1,
+#else
+        SIGINT,
+#endif
+        SIGTERM};
+    int i;
+    if (on && gdl__preempt_depth++ > 0) return 0;
+    if (!on && (gdl__preempt_depth == 0 || --gdl__preempt_depth > 0)) return 0;
+    for (i = 0; i < 2; i++) {
+#if defined(SA_RESTART)
+        int rc;
+        if (on) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = gdl__preempt_handler;
+            sigemptyset(&sa.sa_mask);
+            sigaddset(&sa.sa_mask, sigs[0]); /* one handler at a time: the other signal waits */
+            sigaddset(&sa.sa_mask, sigs[1]);
+            sa.sa_flags = SA_RESTART; /* a save's write or fsync is restarted, not failed with EINTR */
+            rc = sigaction(sigs[i], &sa, &gdl__preempt_old[i]);
+        } else {
+            rc = sigaction(sigs[i], &gdl__preempt_old[i], NULL);
+        }
+        if (rc != 0) {
+            gdl__set_error("gdl_preempt_catch: sigaction(%d): %s", sigs[i], strerror(errno));
+            return -1;
+        }
+#else
+        if (on) gdl__preempt_old[i] = signal(sigs[i], gdl__preempt_handler);
+        else signal(sigs[i], gdl__preempt_old[i]);
+#endif
+    }
+    if (on) gdl__preempt_sig = 0;
+    return 0;
+}
+
+GPUDL_API int gdl_preempt_signal(void) { return (int)gdl__preempt_sig; }
+
+GPUDL_API int gdl_preempt_check(void) {
+    double v = (double)gdl__preempt_sig;
+    if (gdl__dist.init && gdl__dist.world > 1 &&
+        gdl__dist_reduce_f64("gdl_preempt_check", "the ranks' agreement on a preemption signal", &v, 1, 1) < 0)
+        return -1;
+    return (int)v;
+}
+
+/* gdl_fit after an optimizer step, with opts.preempt: a signal caught on any rank (the ranks agree) stops
+   the run here, after a checkpoint of this step (unless checkpoint_every just wrote it). 0: go on; 1:
+   stopped, saved; -1 + error. */
+static int gdl__fit_preempt(gdl__fit_run *r) {
+    int sig = r->o.ddp ? gdl_preempt_check() : gdl_preempt_signal();
+    if (sig <= 0) return sig;
+    if (!(r->o.checkpoint_every > 0 && gdl_optim_get_step(r->opt) % r->o.checkpoint_every == 0) &&
+        gdl__fit_checkpoint(r) < 0)
+        return -1;
+    r->preempted = sig;
+    if (r->o.verbose)
+        fprintf(r->log, "%sgdl_fit: signal %d at epoch %d, batch %lld of %lld (step %lld): checkpoint saved to %s; "
+                "stopping (resume = 1 continues from it)\n", r->tty ? "\n" : "", sig, r->epoch, (long long)r->b,
+                (long long)r->nb, (long long)gdl_optim_get_step(r->opt), r->ckpath);
+    return 1;
+}
 /* ---------------------------------------------------------------------------
    [impl-monitor]   The allocators' counters (gdl_memory_stats), then NVML.
    ------------------------------------------------------------------------- */

@@ -345,6 +345,7 @@
    [impl-graph]    87_graph.h                     gdl_graph_capture / replay
    [impl-dist]     90_dist.h                      launchers, rendezvous, MPI and NCCL
                    91_ddp.h                       DistributedDataParallel
+   [impl-cluster]  92_cluster.h                   host lists, Kubernetes' variables, preemption
    [impl-monitor]  95_monitor.h                   allocator counters, NVML
                    99_end.h                       the closing #endifs; the license
 

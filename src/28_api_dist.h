@@ -16,8 +16,19 @@
      srun       SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (start the processes with
                 srun: inside an sbatch script without srun, SLURM_NTASKS counts
                 processes that were never started)
+     Kubernetes Indexed Job   JOB_COMPLETION_INDEX (without RANK), WORLD_SIZE (set in the
+                manifest), LOCAL_RANK optional (0)
+     Kubeflow PyTorchJob      RANK, WORLD_SIZE (one process per pod; LOCAL_RANK optional, 0),
+                with its PET_* variables (PET_NPROC_PER_NODE must be 1)
+     Kubeflow PET_* alone     PET_NNODES (N, or an elastic N:N), PET_NODE_RANK, PET_NPROC_PER_NODE
+                1 (TrainJob; torchrun's variables): rank PET_NODE_RANK of PET_NNODES
    none: a single process (rank 0 of 1). A variable missing, not a whole
-   number or out of range is an error naming it.
+   number or out of range is an error naming it. The rendezvous without MPI
+   reads MASTER_ADDR and MASTER_PORT, else PET_MASTER_ADDR and PET_MASTER_PORT;
+   in a process srun started, an unset MASTER_ADDR is the first host of
+   SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST, SLURM_NODELIST: Slurm's host
+   list syntax, gdl_hostlist_host below), where srun starts rank 0, and an
+   unset MASTER_PORT is 20000 + SLURM_JOB_ID mod 20000.
 
    Transports: collectives of CPU tensors go through MPI; collectives of CUDA
    tensors (and gdl_ddp over a module on a GPU) through NCCL, one GPU per
@@ -127,7 +138,9 @@ GPUDL_API int gdl_dist_is_initialized(void);
 GPUDL_API int gdl_dist_rank(void);       /* 0 when not initialised */
 GPUDL_API int gdl_dist_world_size(void); /* 1 when not initialised */
 GPUDL_API int gdl_dist_local_rank(void); /* the rank among this machine's processes; 0 */
-GPUDL_API const char *gdl_dist_launcher(void); /* "torchrun", "mpirun", "srun", "single" */
+/* "torchrun", "mpirun", "srun", "k8s-indexed-job", "pytorchjob", "kubeflow-pet", "mpi" (another MPI launcher),
+   "single" */
+GPUDL_API const char *gdl_dist_launcher(void);
 /* cuda:(local rank mod the GPUs this process sees) where CUDA has a GPU, else cpu */
 GPUDL_API gdl_device gdl_dist_device(void);
 GPUDL_API int gdl_dist_barrier(void); /* 0 / -1 */
@@ -147,6 +160,12 @@ GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in);
 /* out = rank r's slice of the sum (or mean) over ranks of in (world_size x out's elements). */
 GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl_dist_op op);
 GPUDL_API void gdl_dist_shutdown(void);
+/* Slurm's host list syntax, as `scontrol show hostnames` expands it: names separated by commas, each with
+   any number of bracket groups of numbers and ranges, zero-padded to the lower bound's width, the last
+   group varying fastest ("node[01-03,07],gpu-a[1-2]": node01 node02 node03 node07 gpu-a1 gpu-a2). Returns
+   the number of hosts of list, with host n (0-based) in out (len bytes) when n is below it; -1 + error
+   naming what is wrong and where (unclosed or nested brackets, a range going down, an empty name...). */
+GPUDL_API int64_t gdl_hostlist_host(const char *list, int64_t n, char *out, size_t len);
 
 /* DistributedDataParallel over a module whose tensors are on the CPU (MPI) or on one GPU (NCCL): the
    parameters and buffers are broadcast from rank 0 when it is made; the

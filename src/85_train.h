@@ -473,6 +473,7 @@ typedef struct gdl__fit_run {
     gdl__fit_graph graphs[GDL__FIT_GRAPHS];
     int epoch, micro; /* the epoch under way; micro-batches of the optimizer step so far */
     int64_t b;        /* its batches so far */
+    int preempted;    /* opts.preempt: the signal that stopped the run ([impl-cluster]) */
     double t0;        /* when it started (earlier on resume: its time before the checkpoint counts) */
 } gdl__fit_run;
 
@@ -518,6 +519,10 @@ static int gdl__fit_check(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl
         return -1;
     }
     if (o->accumulate == 0) o->accumulate = 1;
+    if (o->preempt && !o->checkpoint_dir) {
+        gdl__set_error("gdl_fit: preempt needs checkpoint_dir: a signal stops the run after a checkpoint there");
+        return -1;
+    }
     if (o->ddp && gdl_ddp_module(o->ddp) != m) {
         gdl__set_error("gdl_fit: opts.ddp wraps another module than the one given");
         return -1;
@@ -725,6 +730,9 @@ static int gdl__fit_checkpoint(gdl__fit_run *r) {
     return rc;
 }
 
+/* [impl-cluster]: after a step, a preemption signal's checkpoint and stop (0 go on, 1 stopped, -1) */
+static int gdl__fit_preempt(gdl__fit_run *r);
+
 /* The progress bar, when one is due: the only read of the device in a step. */
 static int gdl__fit_progress(gdl__fit_run *r, const gdl_tensor *x) {
     gdl__pass *p = &r->p;
@@ -741,7 +749,7 @@ static int gdl__fit_progress(gdl__fit_run *r, const gdl_tensor *x) {
 static int gdl__fit_train_batch(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y) {
     const gdl_fit_opts *o = &r->o;
     gdl__fit_graph *fg = NULL;
-    int first, last, capture = 0;
+    int first, last, capture = 0, stop;
     r->b++;
     first = r->micro == 0;
     last = ++r->micro == o->accumulate || r->b == r->nb;
@@ -762,6 +770,7 @@ static int gdl__fit_train_batch(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y) {
     if (last && o->checkpoint_every > 0 && gdl_optim_get_step(r->opt) % o->checkpoint_every == 0 &&
         gdl__fit_checkpoint(r) < 0)
         return -1;
+    if (last && o->preempt && (stop = gdl__fit_preempt(r)) != 0) return stop; /* 1: stopped by a signal */
     return gdl__fit_progress(r, x);
 }
 
@@ -816,7 +825,8 @@ static int gdl__fit_epoch(gdl__fit_run *r, int epoch, gdl_epoch_stats *history) 
     gdl_module_train(r->m, 1);
     if (gdl_zero_grad(r->opt) < 0) rc = -1;
     while (rc == 0 && (got = gdl_loader_next(r->train, &x, &y)) != 0)
-        if (got < 0 || gdl__fit_train_batch(r, x, y) < 0) rc = -1;
+        rc = got < 0 ? -1 : gdl__fit_train_batch(r, x, y);
+    if (rc > 0) return 1; /* preempted: a checkpoint of this step is saved */
     if (rc == 0 && gdl__pass_sync(p) < 0) rc = -1;
     if (rc == 0 && r->o.ddp && gdl__dist_pass_sum(p) < 0) rc = -1; /* the epoch's figures over every rank */
     if (rc < 0) return -1;
@@ -826,13 +836,18 @@ static int gdl__fit_epoch(gdl__fit_run *r, int epoch, gdl_epoch_stats *history) 
 GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
                       gdl_epoch_stats *history) {
     gdl__fit_run r;
-    int epoch, rc = 0;
-    if (gdl__fit_begin(&r, m, train, opt, opts, history) < 0) return -1;
+    int epoch, rc = 0, catching = opts && opts->preempt;
+    if (catching && gdl_preempt_catch(1) < 0) return -1; /* [impl-cluster] */
+    if (gdl__fit_begin(&r, m, train, opt, opts, history) < 0) {
+        if (catching) gdl_preempt_catch(0);
+        return -1;
+    }
     for (epoch = r.start_epoch; epoch <= r.o.epochs && rc == 0; epoch++) rc = gdl__fit_epoch(&r, epoch, history);
     gdl__fit_graphs_free(r.graphs);
     gdl__pass_free(&r.p);
     if (r.csv) fclose(r.csv);
     GPUDL_FREE(r.ckpath);
     if (rc < 0 && r.tty) fputc('\n', r.log);
-    return rc;
+    if (catching) gdl_preempt_catch(0);
+    return rc < 0 ? -1 : rc > 0 ? GDL_FIT_PREEMPTED : 0;
 }

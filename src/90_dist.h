@@ -324,15 +324,18 @@ static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id,
     return 0;
 }
 
+/* [impl-cluster]: MASTER_ADDR / MASTER_PORT, or what Kubeflow or srun's node list give ("" unset); 0 / -1 */
+static int gdl__cluster_master(const char *op, char *addr, size_t alen, char *port, size_t plen);
+
 /* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
 static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
-    const char *addr = getenv("MASTER_ADDR"), *ps = getenv("MASTER_PORT");
-    char *end;
+    char addr[256], ps[32], *end;
     long port;
     double deadline = gdl_now() + timeout;
-    if (!addr || !addr[0] || !ps) {
+    if (gdl__cluster_master(op, addr, sizeof addr, ps, sizeof ps) < 0) return -1;
+    if (!addr[0] || !ps[0]) {
         gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
-                       "(rank 0's host and a free port, as torchrun sets them)", op, !addr || !addr[0] ?
+                       "(rank 0's host and a free port, as torchrun sets them)", op, !addr[0] ?
                        "MASTER_ADDR" : "MASTER_PORT", world);
         return -1;
     }
@@ -384,6 +387,9 @@ static int gdl__dist_settle(const char *op) {
     return be ? be->comm_sync(0, gdl_dist_timeout()) : -1;
 }
 
+/* [impl-cluster]: an Indexed Job's, a PyTorchJob's or Kubeflow's PET_* rank and size (1), none (0), -1 */
+static int gdl__cluster_env(const char *op, int *rank, int *world, int *local, const char **launcher);
+
 /* gdl_dist_init's environment: the launcher's rank, world size and local rank (none: one process), and
    GPUDL_DIST_TIMEOUT. */
 static int gdl__dist_env(const char *op, int *rank, int *world, int *local, const char **launcher) {
@@ -393,8 +399,9 @@ static int gdl__dist_env(const char *op, int *rank, int *world, int *local, cons
         {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
         {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
     const char *v;
-    int k;
-    for (k = 0; k < 3; k++) {
+    int k = gdl__cluster_env(op, rank, world, local, launcher); /* [impl-cluster]: Kubernetes' */
+    if (k < 0) return -1;
+    for (k = k ? 3 : 0; k < 3; k++) {
         int i;
         if (!getenv(L[k][1]) && !getenv(L[k][2])) continue;
         for (i = 1; i < 4; i++)

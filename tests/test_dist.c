@@ -15,6 +15,9 @@
 #include <string.h>
 #include <sys/stat.h> /* mkdir */
 #include <unistd.h>   /* getpid, rmdir */
+#include <signal.h>   /* preemption: SIGUSR1, SIGTERM */
+#include <pthread.h>
+#include <time.h>
 
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -24,7 +27,8 @@
 #ifndef GPUDL_MPI /* run alone: the environment is the test's to set */
 static const char *const all_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_RANK",
                                        "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID",
-                                       "SLURM_NTASKS", "SLURM_LOCALID"};
+                                       "SLURM_NTASKS", "SLURM_LOCALID", "JOB_COMPLETION_INDEX", "PET_NNODES",
+                                       "PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT"};
 
 static void clear_env(void) {
     size_t i;
@@ -69,6 +73,125 @@ TEST bad_environments(void) {
     if (!init_fails_with("SLURM_LOCALID=''", c7, msg, sizeof msg)) FAILm(msg);
     if (!init_fails_with("LOCAL_RANK='-1'", c8, msg, sizeof msg)) FAILm(msg);
     ASSERT(!gdl_dist_is_initialized());
+    PASS();
+}
+
+/* Kubernetes' controllers: an Indexed Job (JOB_COMPLETION_INDEX and WORLD_SIZE from the manifest),
+   Kubeflow's PyTorchJob (RANK, WORLD_SIZE, PET_*: no LOCAL_RANK) and PET_* alone (TrainJob); as one
+   process each is read, and each broken environment is refused naming the variable. */
+TEST kubernetes_environments(void) {
+    static const char *const ok[3][12] = {
+        {"JOB_COMPLETION_INDEX", "0", "WORLD_SIZE", "1", NULL},
+        {"RANK", "0", "WORLD_SIZE", "1", "PET_NPROC_PER_NODE", "1", "PET_NNODES", "1", "MASTER_ADDR", "h", NULL},
+        {"PET_NNODES", "1:1", "PET_NODE_RANK", "0", "PET_NPROC_PER_NODE", "1", NULL}};
+    static const char *const names[3] = {"k8s-indexed-job", "pytorchjob", "kubeflow-pet"};
+    static const char *const b1[] = {"JOB_COMPLETION_INDEX", "0", NULL};
+    static const char *const b2[] = {"JOB_COMPLETION_INDEX", "2", "WORLD_SIZE", "2", NULL};
+    static const char *const b3[] = {"JOB_COMPLETION_INDEX", "x", "WORLD_SIZE", "2", NULL};
+    static const char *const b4[] = {"RANK", "0", "WORLD_SIZE", "2", "PET_NPROC_PER_NODE", "auto", NULL};
+    static const char *const b5[] = {"PET_NNODES", "1:4", "PET_NODE_RANK", "0", NULL};
+    static const char *const b6[] = {"PET_NNODES", "2", NULL};
+    static const char *const b7[] = {"PET_NNODES", "2", "PET_NODE_RANK", "2", NULL};
+    static const char *const b8[] = {"RANK", "0", "WORLD_SIZE", "1", NULL}; /* torchrun's rule stays */
+    char msg[512];
+    int k;
+    for (k = 0; k < 3; k++) {
+        const char *const *kv;
+        clear_env();
+        for (kv = ok[k]; kv[0]; kv += 2) setenv(kv[0], kv[1], 1);
+        if (gdl_dist_init() < 0) FAILf("%s: %s", names[k], gdl_last_error());
+        ASSERT_STR_EQ(names[k], gdl_dist_launcher());
+        ASSERT_EQ(0, gdl_dist_rank());
+        ASSERT_EQ(1, gdl_dist_world_size());
+        ASSERT_EQ(0, gdl_dist_local_rank());
+        gdl_dist_shutdown();
+        unsetenv("MASTER_ADDR");
+    }
+    /* torchrun inside a PyTorchJob's pod: its processes inherit PET_*, and torchrun's variables rule */
+    clear_env();
+    setenv("RANK", "0", 1), setenv("WORLD_SIZE", "1", 1), setenv("LOCAL_RANK", "0", 1);
+    setenv("PET_NPROC_PER_NODE", "4", 1), setenv("PET_NNODES", "2", 1);
+    if (gdl_dist_init() < 0) FAILf("torchrun in a pod: %s", gdl_last_error());
+    ASSERT_STR_EQ("torchrun", gdl_dist_launcher());
+    gdl_dist_shutdown();
+    clear_env();
+    if (!init_fails_with("JOB_COMPLETION_INDEX is set (a Kubernetes Indexed Job) but WORLD_SIZE is not", b1, msg,
+                         sizeof msg)) FAILm(msg);
+    if (!init_fails_with("JOB_COMPLETION_INDEX='2' (k8s-indexed-job) is not a whole number in [0, 1]", b2, msg,
+                         sizeof msg)) FAILm(msg);
+    if (!init_fails_with("JOB_COMPLETION_INDEX='x'", b3, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("PET_NPROC_PER_NODE='auto' (Kubeflow): gpudl runs one process per pod", b4, msg, sizeof msg))
+        FAILm(msg);
+    if (!init_fails_with("PET_NNODES='1:4' (Kubeflow) is not a number of pods: an elastic range", b5, msg, sizeof msg))
+        FAILm(msg);
+    if (!init_fails_with("PET_NNODES is set (Kubeflow) but PET_NODE_RANK is not", b6, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("PET_NODE_RANK='2' (kubeflow-pet) is not a whole number in [0, 1]", b7, msg, sizeof msg))
+        FAILm(msg);
+    if (!init_fails_with("RANK is set (torchrun) but LOCAL_RANK is not", b8, msg, sizeof msg)) FAILm(msg);
+    PASS();
+}
+
+/* Slurm's host lists, as `scontrol show hostnames` expands them (tests/slurm/test_slurm.sh checks this
+   against the real scontrol where Slurm is installed), and bad lists refused, saying where. */
+static int hosts_are(const char *list, const char *want, char *msg, size_t len) {
+    char all[1024] = "", h[64];
+    int64_t n = gdl_hostlist_host(list, 0, h, sizeof h), i;
+    size_t k = 0;
+    if (n < 0) {
+        snprintf(msg, len, "'%s': %s", list, gdl_last_error());
+        return 0;
+    }
+    for (i = 0; i < n && k < sizeof all; i++) {
+        if (gdl_hostlist_host(list, i, h, sizeof h) != n) {
+            snprintf(msg, len, "'%s': host %lld: %s", list, (long long)i, gdl_last_error());
+            return 0;
+        }
+        k += (size_t)snprintf(all + k, sizeof all - k, "%s%s", i ? " " : "", h);
+    }
+    if (strcmp(all, want)) {
+        snprintf(msg, len, "'%s' gave '%s'; expected '%s'", list, all, want);
+        return 0;
+    }
+    return 1;
+}
+
+TEST hostlists(void) {
+    static const char *const good[][2] = {
+        {"node7", "node7"},
+        {"node[01-04,07],gpu-a[1-2]", "node01 node02 node03 node04 node07 gpu-a1 gpu-a2"},
+        {"a[1-2]b[7,9]c", "a1b7c a1b9c a2b7c a2b9c"},
+        {"n[8-11]", "n8 n9 n10 n11"},
+        {"n[098-101]", "n098 n099 n100 n101"},
+        {"x,y[3],z", "x y3 z"},
+        {"r[0]", "r0"}};
+    static const char *const bad[][2] = {
+        {"", "the host list is empty"},
+        {"node[01-04", "the '[' is never closed"},
+        {"node[1-2]]", "a ']' at offset 9 without its '['"},
+        {"node[[1]]", "brackets inside brackets at offset 5"},
+        {"node[3-1]", "the range 3-1 at offset 8 goes down"},
+        {"node[1-]", "the range at offset 6 has no upper bound"},
+        {"node[]", "no number at offset 5"},
+        {"node[1,,2]", "no number at offset 7"},
+        {"node[a]", "no number at offset 5"},
+        {"node[1;2]", "';' at offset 6 inside brackets"},
+        {"a,,b", "an empty name at offset 2"},
+        {"a[0-9999]b[0-9999]", "more than 16777216 hosts"},
+        {"n[1-1234567890]", "a number too long"}};
+    char msg[512], h[8];
+    size_t i;
+    for (i = 0; i < sizeof good / sizeof *good; i++)
+        if (!hosts_are(good[i][0], good[i][1], msg, sizeof msg)) FAILm(msg);
+    for (i = 0; i < sizeof bad / sizeof *bad; i++) {
+        if (gdl_hostlist_host(bad[i][0], 0, h, sizeof h) != -1) FAILf("'%s' was taken", bad[i][0]);
+        if (!strstr(gdl_last_error(), bad[i][1]))
+            FAILf("'%s': the error '%s' does not say '%s'", bad[i][0], gdl_last_error(), bad[i][1]);
+    }
+    ASSERT_EQ(-1, gdl_hostlist_host("averyveryverylongname", 0, h, sizeof h));
+    ASSERT_CONTAINS(gdl_last_error(), "host 0 is longer than 7 characters");
+    ASSERT_EQ(2, gdl_hostlist_host("a[1-2]", 5, h, sizeof h)); /* past the end: the count, out empty */
+    ASSERT_STR_EQ("", h);
+    ASSERT_EQ(-1, gdl_hostlist_host("a", 0, NULL, 4));
     PASS();
 }
 
@@ -501,7 +624,9 @@ TEST ddp_equals_one_process(void *arg) { return ddp_steps_case(gdl_cpu(), *(cons
    epoch figures (loss and accuracy summed over both ranks). */
 TEST fit_under_ddp_equals_one_process(void) { return ddp_fit_case(gdl_cpu()); }
 
-/* ---- gdl_fit under DDP: checkpoints and resume ---- */
+#endif
+
+/* ---- gdl_fit under DDP: checkpoints and resume (the helpers: preemption in one process uses them too) ---- */
 
 /* The loss gdl_fit calls, failing at its call number crash_at (0: never), as a crash would interrupt
    the run: every rank fails at the same batch, so none is left waiting. */
@@ -522,6 +647,8 @@ static int run_make(ddp_job *r, int batch) {
     if (ddp_job_make(r, &s, gdl_cpu()) < 0) return -1;
     return (r->sched = gdl_steplr_new(r->opt, 1, 0.7)) ? 0 : -1;
 }
+
+#ifdef GPUDL_MPI
 
 /* Two ranks, 6 batches of 4 per rank and epoch, Adam and StepLR: a run stopped after epoch 1 (at_end) or
    in epoch 2 (its loss fails at batch 4, the last checkpoint is at batch 2) and resumed from rank 0's
@@ -615,15 +742,156 @@ TEST fit_checkpoint_failures_under_ddp(void) {
 }
 #endif
 
+/* ---- preemption: a signal makes gdl_fit save and stop; the run started again resumes bit for bit ---- */
+
+/* the loss gdl_fit calls, raising signal_sig at its call signal_at (0: never) on the ranks in signal_ranks
+   (a bit mask), and starting the storm */
+static int signal_at, signal_sig, signal_ranks = ~0;
+static volatile int storm_on, storm_stop;
+static long storm_sent;
+static gdl_tensor *signalling_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
+    if (signal_at && ++loss_calls == signal_at && (signal_ranks >> gdl_dist_rank() & 1)) {
+        raise(signal_sig);
+        storm_on = 1;
+    }
+    return gdl_loss_cross_entropy(out, y, user);
+}
+
+/* Once on, SIGUSR1 and SIGTERM in turn every 20 microseconds, until told to stop: what is left of the step
+   and the whole checkpoint save run under signals. */
+static void *storm(void *arg) {
+    struct timespec ts = {0, 20000};
+    (void)arg;
+    while (!storm_stop) {
+        if (storm_on) kill(getpid(), storm_sent++ % 2 ? SIGTERM : SIGUSR1);
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* gdl_fit with preempt on a fresh job (run_make's, batch 4 per rank, this rank's shard), the loss raising
+   sig at its call at (0: never); 2 epochs, checkpoints in dir only when signalled, resuming from it */
+static int preempt_fit(ddp_job *j, const char *dir, int at, int sig) {
+    gdl_fit_opts fo = gdl_fit_defaults();
+    if (run_make(j, 4) < 0) return -1;
+    fo.epochs = 2;
+    fo.verbose = 0;
+    fo.ddp = j->d;
+    fo.scheduler = j->sched;
+    fo.loss = signalling_loss;
+    fo.checkpoint_dir = dir;
+    fo.resume = 1;
+    fo.preempt = 1;
+    signal_at = at, signal_sig = sig, loss_calls = 0;
+    return gdl_fit(j->m, j->l, j->opt, &fo, NULL);
+}
+
+/* A signal at step `at` (on the ranks of signal_ranks; the others learn of it: every rank stops at that
+   step), under a storm of SIGUSR1 and SIGTERM from then until gdl_fit returns (the save is not
+   disturbed); the run started again resumes from the checkpoint and ends bit for bit where the
+   uninterrupted run ends. SIGTERM's and SIGUSR1's actions are the default again after the last
+   gdl_preempt_catch(0); preempt without checkpoint_dir is refused. */
+static enum harness_result preempt_case(const char *dir, int at, int sig) {
+    ddp_job a, b;
+    pthread_t th;
+    struct sigaction now;
+    struct timespec ts = {0, 5000000};
+    gdl_fit_opts fo = gdl_fit_defaults();
+    char msg[256];
+    int rc;
+    crash_at = 0;
+    ASSERT_EQ(0, run_make(&a, 4));
+    if (ddp_job_fit(&a, 2, 0, 0, NULL, NULL) < 0) FAILf("uninterrupted: %s", gdl_last_error());
+    /* caught around the whole run: a storm signal that comes after gdl_fit's own catch ends must not kill */
+    ASSERT_EQ(0, gdl_preempt_catch(1));
+    storm_on = storm_stop = 0, storm_sent = 0;
+    ASSERT_EQ(0, pthread_create(&th, NULL, storm, NULL));
+    rc = preempt_fit(&b, dir, at, sig);
+    storm_stop = 1;
+    pthread_join(th, NULL);
+    nanosleep(&ts, NULL); /* the storm's last signals are delivered while still caught */
+    ASSERT_EQ(0, gdl_preempt_catch(0));
+    if (rc != GDL_FIT_PREEMPTED) FAILf("rank %d: gdl_fit returned %d, not GDL_FIT_PREEMPTED (%s)", gdl_dist_rank(),
+                                       rc, rc < 0 ? gdl_last_error() : "it finished");
+    ASSERT_EQ(at, gdl_optim_get_step(b.opt));
+    ASSERT(storm_sent > 0 || !(signal_ranks >> gdl_dist_rank() & 1));
+    ddp_job_free(&b);
+    ASSERT_EQ(0, sigaction(SIGTERM, NULL, &now));
+    ASSERT(now.sa_handler == SIG_DFL);
+    ASSERT_EQ(0, sigaction(SIGUSR1, NULL, &now));
+    ASSERT(now.sa_handler == SIG_DFL);
+    /* started again: resumes at step `at` and finishes */
+    if ((rc = preempt_fit(&b, dir, 0, 0)) != 0) FAILf("resumed: returned %d (%s)", rc, gdl_last_error());
+    if (!ddp_same_params(a.m, b.m, -1, msg, sizeof msg)) FAILf("rank %d: %s", gdl_dist_rank(), msg);
+    fo.preempt = 1;
+    fo.verbose = 0;
+    ASSERT_EQ(-1, gdl_fit(a.m, a.l, a.opt, &fo, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "preempt needs checkpoint_dir");
+    ddp_job_free(&a);
+    ddp_job_free(&b);
+    PASS();
+}
+
+#ifdef GPUDL_MPI
+/* Two ranks: a signal that only rank 1 catches is known to both (gdl_preempt_check), and gdl_fit under DDP
+   stops both at the step where rank 1 caught it (step 5, mid-epoch), then resumes bit for bit. */
+TEST preempt_two_ranks(void) {
+    char dir[256];
+    enum harness_result r;
+    ASSERT_EQ(0, gdl_preempt_catch(1));
+    if (gdl_dist_rank() == 1) raise(SIGUSR1);
+    ASSERT_EQ(SIGUSR1, gdl_preempt_check());
+    ASSERT_EQ(gdl_dist_rank() == 1 ? SIGUSR1 : 0, gdl_preempt_signal());
+    ASSERT_EQ(0, gdl_preempt_catch(0));
+    ASSERT_EQ(0, ddp_shared_dir(dir, sizeof dir, "gpudl-preempt", NULL));
+    signal_ranks = 2;
+    r = preempt_case(dir, 5, SIGUSR1);
+    signal_ranks = ~0;
+    ASSERT_EQ(0, ddp_remove_dir(dir));
+    return r;
+}
+#endif
+
 static shard_case shard_cases[] = {{1, 0, 4, 0}, {2, 0, 4, 0}, {2, 1, 5, 0}, {3, 1, 4, 2}, {4, 1, 3, 0}, {5, 0, 7, 2}};
 
 #ifndef GPUDL_MPI
+/* one process (12 steps an epoch): SIGUSR1 at step 4 and SIGTERM at step 15 (epoch 2), each under the storm */
+TEST preempt_one_process(void) {
+    char dir[256];
+    int i;
+    static const int at[2] = {4, 15}, sig[2] = {SIGUSR1, SIGTERM};
+    clear_env();
+    ASSERT_EQ(0, gdl_dist_init());
+    for (i = 0; i < 2; i++) {
+        enum harness_result r;
+        snprintf(dir, sizeof dir, "/tmp/gpudl-preempt-%d-%d", (int)getpid(), i);
+        r = preempt_case(dir, at[i], sig[i]);
+        ddp_remove_dir(dir);
+        if (r != HARNESS_PASS) {
+            gdl_dist_shutdown();
+            return r;
+        }
+    }
+    /* the hand-written loop's helpers */
+    ASSERT_EQ(0, gdl_preempt_catch(1));
+    ASSERT_EQ(0, gdl_preempt_check());
+    raise(SIGUSR1);
+    ASSERT_EQ(SIGUSR1, gdl_preempt_signal());
+    ASSERT_EQ(SIGUSR1, gdl_preempt_check());
+    ASSERT_EQ(0, gdl_preempt_catch(0));
+    gdl_dist_shutdown();
+    PASS();
+}
+
 SUITE(environment) {
     RUN_TEST(bad_environments);
     RUN_TEST(several_processes_need_mpi);
     RUN_TEST(timeout_settings);
     RUN_TEST(single_process);
     RUN_TEST(ddp_refuses_master_weights);
+    RUN_TEST(kubernetes_environments);
+    RUN_TEST(hostlists);
+    RUN_TEST(preempt_one_process);
 }
 #endif
 
@@ -657,6 +925,7 @@ SUITE(two_ranks) {
         RUN_TEST_NAMED("fit_resume_under_ddp_mid_epoch", fit_resume_under_ddp, (void *)&mid);
     }
     RUN_TEST(fit_checkpoint_failures_under_ddp);
+    RUN_TEST(preempt_two_ranks);
 }
 #endif
 

@@ -78,7 +78,9 @@ TEST ddp_cuda_equals_one_process(void *arg) {
 
 #ifndef GPUDL_MPI
 static const char *const all_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                       "GPUDL_DIST_TIMEOUT"};
+                                       "GPUDL_DIST_TIMEOUT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                                       "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
+                                       "SLURM_JOB_ID", "PET_MASTER_ADDR", "PET_MASTER_PORT"};
 
 static void clear_env(void) {
     size_t i;
@@ -157,6 +159,32 @@ TEST rendezvous_errors(void) {
     set_rank(1, 2, port);
     setenv("GPUDL_DIST_TIMEOUT", "1", 1);
     snprintf(want, sizeof want, "rank 1 could not reach rank 0 at MASTER_ADDR=127.0.0.1 MASTER_PORT=%d within 1 s", port);
+    if (!init_fails(want, 5, msg, sizeof msg)) FAILm(msg);
+    /* under srun without MASTER_ADDR: the first host of the step's node list (else the job's), a port from
+       the job's id; a bad list is named */
+    clear_env();
+    setenv("SLURM_PROCID", "1", 1), setenv("SLURM_NTASKS", "2", 1), setenv("SLURM_LOCALID", "1", 1);
+    setenv("GPUDL_DIST_TIMEOUT", "1", 1);
+    setenv("SLURM_JOB_NODELIST", "node[01-02", 1);
+    if (!init_fails("MASTER_ADDR is not set and cannot come from SLURM_JOB_NODELIST: host list 'node[01-02': ",
+                    1, msg, sizeof msg)) FAILm(msg);
+    setenv("SLURM_STEP_NODELIST", "localhost,node[2-3]", 1);
+    snprintf(want, sizeof want, "%d", port);
+    setenv("MASTER_PORT", want, 1);
+    snprintf(want, sizeof want, "rank 1 could not reach rank 0 at MASTER_ADDR=localhost MASTER_PORT=%d", port);
+    if (!init_fails(want, 5, msg, sizeof msg)) FAILm(msg);
+    unsetenv("MASTER_PORT");
+    setenv("SLURM_JOB_ID", "123457", 1); /* 20000 + 123457 mod 20000 */
+    if (!init_fails("rank 1 could not reach rank 0 at MASTER_ADDR=localhost MASTER_PORT=23457", 5, msg, sizeof msg))
+        FAILm(msg);
+    /* Kubeflow's PET_MASTER_ADDR / PET_MASTER_PORT */
+    set_rank(1, 2, 0);
+    unsetenv("MASTER_ADDR");
+    setenv("PET_MASTER_ADDR", "127.0.0.1", 1);
+    snprintf(want, sizeof want, "%d", port);
+    setenv("PET_MASTER_PORT", want, 1);
+    setenv("GPUDL_DIST_TIMEOUT", "1", 1);
+    snprintf(want, sizeof want, "rank 1 could not reach rank 0 at MASTER_ADDR=127.0.0.1 MASTER_PORT=%d", port);
     if (!init_fails(want, 5, msg, sizeof msg)) FAILm(msg);
     /* rank 1 never comes: rank 0 gives up, naming the missing rank */
     set_rank(0, 2, port);

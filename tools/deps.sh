@@ -9,7 +9,8 @@
 #                            clang with libFuzzer, OpenBLAS, the aarch64 cross
 #                            compiler with its C library and qemu-user, OpenMPI,
 #                            curl, cmake, pkg-config, gnuplot and the Fashion-MNIST
-#                            package (the suite trains on it)
+#                            package (the suite trains on it), python3's yaml, and
+#                            as root Slurm and munge (make test-cluster's cluster)
 #   sh tools/deps.sh fresh   what tools/fresh_check.sh (make test-fresh) needs: debootstrap
 #
 # Each prerequisite is a capability, probed by doing what the suite does with
@@ -48,6 +49,8 @@ packages() {
     cmake)      echo "cmake" ;;
     pkgconfig)  echo "pkgconf" ;;
     debootstrap) echo "debootstrap" ;;
+    slurm)      echo "slurm-wlm munge" ;;
+    yaml)       echo "python3-yaml" ;;
     esac
 }
 
@@ -68,6 +71,8 @@ describe() {
     cmake)      echo "cmake" ;;
     pkgconfig)  echo "pkg-config" ;;
     debootstrap) echo "debootstrap" ;;
+    slurm)      echo "Slurm's daemons and commands (munged, slurmctld, slurmd, sbatch, srun, scontrol) run" ;;
+    yaml)       echo "python3 reads YAML (the Kubernetes manifests' check)" ;;
     esac
 }
 
@@ -76,8 +81,11 @@ run)   caps="cc make" ;;
 plot)  caps="gnuplot" ;;
 data)  caps="fmnist" ;;
 fresh) caps="debootstrap" ;;
-test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist" ;;
+test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist yaml" ;;
 esac
+# the one-node Slurm cluster of make test-cluster runs its daemons as root: elsewhere it is skipped
+# (loudly), so Slurm is a prerequisite only for root
+if [ "$what" = test ] && [ "$(id -u)" = 0 ]; then caps="$caps slurm"; fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpudl-deps.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
@@ -138,6 +146,12 @@ probe_aarch64() {
     # clang's cross build of the header (tests/cpu_paths.mk) uses the same C library
     if have clang; then clang --target=aarch64-linux-gnu -std=c99 -c a.c -o a.o || return 1; fi
 }
+probe_slurm() {
+    PATH=$PATH:/usr/sbin:/sbin
+    for p in munged slurmctld slurmd sbatch srun scontrol squeue scancel sinfo; do have "$p" || { echo "no $p"; return 1; }; done
+    slurmd -V && munged --version
+}
+probe_yaml() { have python3 && python3 -c 'import yaml; yaml.safe_load("a: [1]")' || { echo "no python3 yaml module"; return 1; }; }
 probe_mpi() {
     have mpicc || { echo "no mpicc"; return 1; }
     have mpirun || { echo "no mpirun"; return 1; }
