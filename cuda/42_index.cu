@@ -35,16 +35,18 @@ template <typename T> __global__ void gdl__k_strided_add(gdl__cu_bshape g, int64
     }
 }
 
-template <typename T> static int gdl__cu_strided_copy_t(const gdl__cu_bshape &g, int64_t n, const void *src, void *dst, int add) {
-    if (add) {
-        void (*gdl__k_strided_add_)(gdl__cu_bshape, int64_t, const T *, T *) = gdl__k_strided_add<T>;
-        GDL_CU_LAUNCH(gdl__k_strided_add_, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-            g, n, (const T *)src, (T *)dst);
-    } else {
-        void (*gdl__k_strided_copy_)(gdl__cu_bshape, int64_t, const T *, T *) = gdl__k_strided_copy<T>;
-        GDL_CU_LAUNCH(gdl__k_strided_copy_, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-            g, n, (const T *)src, (T *)dst);
-    }
+// (through pointers: the template's commas would split GDL_CU_LAUNCH's arguments)
+template <typename T> static int gdl__cu_strided_copy_t(const gdl__cu_bshape &g, int64_t n, const void *src, void *dst) {
+    void (*gdl__k_strided_copy_)(gdl__cu_bshape, int64_t, const T *, T *) = gdl__k_strided_copy<T>;
+    GDL_CU_LAUNCH(gdl__k_strided_copy_, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        g, n, (const T *)src, (T *)dst);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+template <typename T> static int gdl__cu_strided_add_t(const gdl__cu_bshape &g, int64_t n, const void *src, void *dst) {
+    void (*gdl__k_strided_add_)(gdl__cu_bshape, int64_t, const T *, T *) = gdl__k_strided_add<T>;
+    GDL_CU_LAUNCH(gdl__k_strided_add_, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+        g, n, (const T *)src, (T *)dst);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -59,12 +61,12 @@ static int gdl__cu_strided_copy(gdl_dtype dt, int ndim, const int64_t *shape, co
     if (accumulate)
         return gdl__cu_dispatch("strided_copy (accumulating)", dt, 1, [&](auto t) {
             typedef typename decltype(t)::type T;
-            return gdl__cu_strided_copy_t<T>(g, n, src, dst, 1);
+            return gdl__cu_strided_add_t<T>(g, n, src, dst);
         });
     switch (gdl_dtype_size(dt)) {
-    case 1: return gdl__cu_strided_copy_t<uint8_t>(g, n, src, dst, 0);
-    case 2: return gdl__cu_strided_copy_t<uint16_t>(g, n, src, dst, 0);
-    case 4: return gdl__cu_strided_copy_t<uint32_t>(g, n, src, dst, 0);
+    case 1: return gdl__cu_strided_copy_t<uint8_t>(g, n, src, dst);
+    case 2: return gdl__cu_strided_copy_t<uint16_t>(g, n, src, dst);
+    case 4: return gdl__cu_strided_copy_t<uint32_t>(g, n, src, dst);
     default:
         gdl__set_error("gdl_cuda: strided_copy of an invalid dtype %d", (int)dt);
         return -1;

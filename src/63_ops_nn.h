@@ -340,7 +340,7 @@ GPUDL_API gdl_tensor *gdl_stack(int count, gdl_tensor *const *xs, int dim) {
 /* ---- index_select and gather (the backend's gather; backward: scatter_add) ---- */
 
 /* the CPU checks every index (a GPU's out-of-range element reads 0: checking would wait for the device) */
-static int gdl__check_indices(const char *op, const gdl_tensor *idx, int64_t n) {
+static int gdl__check_index_range(const char *op, const gdl_tensor *idx, int64_t n) {
     int64_t i;
     if (idx->device.type != GDL_DEVICE_CPU) return 0;
     for (i = 0; i < idx->numel; i++) {
@@ -391,7 +391,7 @@ static gdl_tensor *gdl__gather_op(const char *opname, int op, gdl_tensor *x, int
         }
         memcpy(shape, index->shape, sizeof(int64_t) * (size_t)x->ndim);
     }
-    if (gdl__check_indices(opname, index, x->shape[d]) < 0) return NULL;
+    if (gdl__check_index_range(opname, index, x->shape[d]) < 0) return NULL;
     gdl__contig_strides(x->ndim, x->shape, xstr);
     gdl__gather_istr(op, d, x->ndim, shape, istr);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, shape, x->dtype, x->device))) return NULL;
