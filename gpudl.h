@@ -124,8 +124,8 @@
      dtype and the op runs in it natively, accumulating in f32 (the
      backend's gemm_lp); the result is bf16/f16;
    * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
-     mse_loss, bce_with_logits, sum, exp, log, pow_scalar): inputs cast to
-     f32, result f32 -- so a loss is f32;
+     mse_loss, bce_with_logits, sum, cumsum, exp, log, rsqrt, pow_scalar,
+     pow): inputs cast to f32, result f32 -- so a loss is f32;
    * PROMOTE (the rest: relu, add, pooling, batch_norm, dropout, concat ...):
      as outside a region, in the inputs' widest dtype (Dtypes above); the
      poolings and batch_norm of a low-precision activation run natively
@@ -614,6 +614,57 @@ GPUDL_API gdl_tensor *gdl_flatten(gdl_tensor *x, int start_dim);
 GPUDL_API gdl_tensor *gdl_slice(gdl_tensor *x, int64_t start, int64_t end); /* rows [start,end) of dim 0 */
 GPUDL_API gdl_tensor *gdl_detach(gdl_tensor *x);
 
+/* Tensors are contiguous, so what PyTorch makes a strided view is a copy here
+   (one strided-copy kernel; the backward adds back through the same
+   geometry): permute and transpose, and a slice or select whose elements are
+   not one contiguous block. Where the result is contiguous in the input (a
+   slice along a dim all of whose outer dims have size 1; a permute moving
+   only size-1 dims) it is a view, as gdl_reshape. Any dtype; dims may be
+   negative, as in PyTorch. */
+GPUDL_API gdl_tensor *gdl_permute(gdl_tensor *x, int ndim, const int *dims);
+GPUDL_API gdl_tensor *gdl_transpose(gdl_tensor *x, int dim0, int dim1);
+/* x[..., start:start+length, ...] along dim (start may be negative) */
+GPUDL_API gdl_tensor *gdl_narrow(gdl_tensor *x, int dim, int64_t start, int64_t length);
+/* x[..., start:end:step, ...] along dim, with Python's clamping of start and end (negative ones count from
+   the end; step >= 1) */
+GPUDL_API gdl_tensor *gdl_slice_dim(gdl_tensor *x, int dim, int64_t start, int64_t end, int64_t step);
+/* x[..., index, ...]: dim removed (index may be negative) */
+GPUDL_API gdl_tensor *gdl_select(gdl_tensor *x, int dim, int64_t index);
+/* pieces of split_size along dim (the last one shorter) / `chunks` pieces of ceil(size/chunks): written to
+   out (room for max_out), their count returned (-1 on error); torch.split / torch.chunk */
+GPUDL_API int gdl_split(gdl_tensor *x, int64_t split_size, int dim, gdl_tensor **out, int max_out);
+GPUDL_API int gdl_chunk(gdl_tensor *x, int chunks, int dim, gdl_tensor **out);
+/* n tensors of one shape joined along a new dim (0..ndim); gdl_concat (below) is torch.cat */
+GPUDL_API gdl_tensor *gdl_stack(int n, gdl_tensor *const *xs, int dim);
+
+/* indexing: index is i32. index_select: x's slices at index (1-D) along dim; gather: out[i][j][k] =
+   x[i][index[i][j][k]][k] for dim 1 (index has x's ndim; index.size(d) <= x.size(d) off dim). Backward
+   by scatter-add. The CPU rejects an index out of range; on a GPU such an element reads 0. */
+GPUDL_API gdl_tensor *gdl_index_select(gdl_tensor *x, int dim, gdl_tensor *index);
+GPUDL_API gdl_tensor *gdl_gather(gdl_tensor *x, int dim, gdl_tensor *index);
+
+/* comparisons with broadcasting: a u8 tensor of 0 / 1 (PyTorch's bool). Any dtypes: two integer tensors
+   compare exactly, otherwise both as f32 (an i32 rounded to f32, as PyTorch promotes); NaN is unequal to
+   everything. Not differentiable. */
+typedef enum gdl_compare_op { GDL_CMP_EQ, GDL_CMP_NE, GDL_CMP_LT, GDL_CMP_LE, GDL_CMP_GT, GDL_CMP_GE } gdl_compare_op;
+GPUDL_API gdl_tensor *gdl_compare(gdl_tensor *a, gdl_tensor *b, gdl_compare_op op);
+GPUDL_API gdl_tensor *gdl_eq(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_ne(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_lt(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_le(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_gt(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_ge(gdl_tensor *a, gdl_tensor *b);
+/* x op value; the value is taken in x's dtype for a float x (x_bf16 == 0.1 compares with bf16(0.1), as
+   PyTorch), as i32 for an i32/u8 x when it is an integer of at most 2^24, else as f32 */
+GPUDL_API gdl_tensor *gdl_compare_scalar(gdl_tensor *x, gdl_compare_op op, double value);
+/* cond (u8, a comparison's result) ? a : b, all three broadcast; the result has a and b's promoted dtype */
+GPUDL_API gdl_tensor *gdl_where(gdl_tensor *cond, gdl_tensor *a, gdl_tensor *b);
+/* x with value where mask (u8, broadcastable to x's shape) is non-zero */
+GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double value);
+/* the lower / upper triangle of the last two dims (diagonal 0: the main one; > 0 above it), the rest 0 */
+GPUDL_API gdl_tensor *gdl_tril(gdl_tensor *x, int64_t diagonal);
+GPUDL_API gdl_tensor *gdl_triu(gdl_tensor *x, int64_t diagonal);
+
 /* elementwise, with NumPy broadcasting */
 GPUDL_API gdl_tensor *gdl_add(gdl_tensor *a, gdl_tensor *b);
 GPUDL_API gdl_tensor *gdl_sub(gdl_tensor *a, gdl_tensor *b);
@@ -624,6 +675,19 @@ GPUDL_API gdl_tensor *gdl_mul_scalar(gdl_tensor *x, double s);
 GPUDL_API gdl_tensor *gdl_pow_scalar(gdl_tensor *x, double p);
 GPUDL_API gdl_tensor *gdl_exp(gdl_tensor *x);
 GPUDL_API gdl_tensor *gdl_log(gdl_tensor *x);
+GPUDL_API gdl_tensor *gdl_sqrt(gdl_tensor *x);
+GPUDL_API gdl_tensor *gdl_rsqrt(gdl_tensor *x);
+GPUDL_API gdl_tensor *gdl_abs(gdl_tensor *x);
+/* torch.clamp with scalar bounds: -INFINITY / INFINITY for none (a NaN bound is an error); the gradient
+   passes where min <= x <= max. clamp_min / clamp_max: one bound. */
+GPUDL_API gdl_tensor *gdl_clamp(gdl_tensor *x, double min, double max);
+GPUDL_API gdl_tensor *gdl_clamp_min(gdl_tensor *x, double min);
+GPUDL_API gdl_tensor *gdl_clamp_max(gdl_tensor *x, double max);
+/* elementwise with broadcasting: torch.minimum / maximum (NaN propagates; a tie sends half the gradient
+   each way) and torch.pow of tensors */
+GPUDL_API gdl_tensor *gdl_minimum(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_maximum(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_pow(gdl_tensor *a, gdl_tensor *b);
 GPUDL_API gdl_tensor *gdl_relu(gdl_tensor *x);
 GPUDL_API gdl_tensor *gdl_leaky_relu(gdl_tensor *x, double negative_slope);
 GPUDL_API gdl_tensor *gdl_sigmoid(gdl_tensor *x);
@@ -631,7 +695,10 @@ GPUDL_API gdl_tensor *gdl_tanh(gdl_tensor *x);
 GPUDL_API gdl_tensor *gdl_gelu(gdl_tensor *x, int tanh_approximation);
 
 /* linear algebra */
-GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b); /* [M,K]x[K,N], [B,M,K]x[B,K,N] or x[K,N] */
+/* torch.matmul: [..., M, K] x [..., K, N] with the batch dims broadcast; a 1-D operand is a row (a) or a
+   column (b) vector whose dim is removed from the result */
+GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_bmm(gdl_tensor *a, gdl_tensor *b); /* [B,M,K] x [B,K,N], no broadcasting */
 GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias); /* W [out,in]; bias may be NULL */
 /* The activation fused into gdl_linear_act / gdl_conv2d_act: GELU_TANH is
    gdl_gelu(x, 1) (the tanh approximation, cuBLASLt's GELU epilogue), GELU
@@ -652,6 +719,7 @@ GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim);
 GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim); /* i32, not differentiable */
 GPUDL_API gdl_tensor *gdl_softmax(gdl_tensor *x, int dim);
 GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim);
+GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim);
 
 /* images, NCHW */
 GPUDL_API gdl_tensor *gdl_conv2d(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias,
@@ -722,8 +790,8 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
    It makes the gdl_op enum (GDL_OP_ID), gdl_op_name, the op table with each
    op's backward (the functions gdl__bw_* in [impl-ops]) and the autocast
    class (torch.autocast's CUDA lists: matmul, linear and conv run in the low
-   dtype; softmax, losses, layer norm, sum, exp, log and pow in f32; every
-   other op in its inputs' widest dtype). The manual says how to add an op. */
+   dtype; softmax, losses, layer norm, sum, cumsum, exp, log, rsqrt and pow
+   in f32; every other op in its inputs' widest dtype). The manual says how to add an op. */
 #define GDL_OP_LIST(X) \
     X(RESHAPE, "reshape", gdl__bw_view, 0, GDL_AUTOCAST_PROMOTE) \
     X(SLICE, "slice", gdl__bw_view, 0, GDL_AUTOCAST_PROMOTE) \
@@ -756,6 +824,23 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(AVG_POOL2D, "avg_pool2d", gdl__bw_pool, 0, GDL_AUTOCAST_PROMOTE) \
     X(GLOBAL_AVG_POOL2D, "global_avg_pool2d", gdl__bw_reduce, GDL_RED_MEAN, GDL_AUTOCAST_PROMOTE) \
     X(CONCAT, "concat", gdl__bw_concat, 0, GDL_AUTOCAST_PROMOTE) \
+    X(SQRT, "sqrt", gdl__bw_unary, GDL_UN_SQRT, GDL_AUTOCAST_PROMOTE) \
+    X(RSQRT, "rsqrt", gdl__bw_unary, GDL_UN_RSQRT, GDL_AUTOCAST_F32) \
+    X(ABS, "abs", gdl__bw_unary, GDL_UN_ABS, GDL_AUTOCAST_PROMOTE) \
+    X(CLAMP_MIN, "clamp_min", gdl__bw_unary, GDL_UN_CLAMP_MIN, GDL_AUTOCAST_PROMOTE) \
+    X(CLAMP_MAX, "clamp_max", gdl__bw_unary, GDL_UN_CLAMP_MAX, GDL_AUTOCAST_PROMOTE) \
+    X(MINIMUM, "minimum", gdl__bw_binary, GDL_BIN_MIN, GDL_AUTOCAST_PROMOTE) \
+    X(MAXIMUM, "maximum", gdl__bw_binary, GDL_BIN_MAX, GDL_AUTOCAST_PROMOTE) \
+    X(POW, "pow", gdl__bw_binary, GDL_BIN_POW, GDL_AUTOCAST_F32) \
+    X(PERMUTE, "permute", gdl__bw_strided, 0, GDL_AUTOCAST_PROMOTE) \
+    X(NARROW, "narrow", gdl__bw_strided, 0, GDL_AUTOCAST_PROMOTE) \
+    X(INDEX_SELECT, "index_select", gdl__bw_gather, 0, GDL_AUTOCAST_PROMOTE) \
+    X(GATHER, "gather", gdl__bw_gather, 0, GDL_AUTOCAST_PROMOTE) \
+    X(WHERE, "where", gdl__bw_where, 0, GDL_AUTOCAST_PROMOTE) \
+    X(MASKED_FILL, "masked_fill", gdl__bw_where, 0, GDL_AUTOCAST_PROMOTE) \
+    X(TRIL, "tril", gdl__bw_tri, 0, GDL_AUTOCAST_PROMOTE) \
+    X(TRIU, "triu", gdl__bw_tri, 0, GDL_AUTOCAST_PROMOTE) \
+    X(CUMSUM, "cumsum", gdl__bw_cumsum, 0, GDL_AUTOCAST_F32) \
     X(DROPOUT, "dropout", gdl__bw_dropout, 0, GDL_AUTOCAST_PROMOTE) \
     X(BATCH_NORM, "batch_norm", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
     X(LAYER_NORM, "layer_norm", gdl__bw_layer_norm, 0, GDL_AUTOCAST_F32) \
@@ -1836,12 +1921,23 @@ GPUDL_API int gdl_profile_trace(const char *path);
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */
 
-enum gdl_binary_op { GDL_BIN_ADD, GDL_BIN_SUB, GDL_BIN_MUL, GDL_BIN_DIV };
+/* MIN, MAX, POW: torch.minimum, maximum and pow (NaN propagates through min and max); the rest are their
+   derivatives, for the backwards: MAX_DA = d max(a,b)/da (1 where a > b, 1/2 on a tie, 0 where a < b, 1
+   where unordered; MIN_DA the same for min; d/db is the same code with a and b swapped), POW_DA = d a^b/da
+   (0 where b == 0), POW_DB = d a^b/db (0 where a == 0 and b >= 0), GRAD_SCALE = a * b but exactly 0 where
+   b == 0 (PyTorch masks such gradients: an infinite one does not become NaN) */
+enum gdl_binary_op {
+    GDL_BIN_ADD, GDL_BIN_SUB, GDL_BIN_MUL, GDL_BIN_DIV, GDL_BIN_MIN, GDL_BIN_MAX, GDL_BIN_POW,
+    GDL_BIN_MAX_DA, GDL_BIN_MIN_DA, GDL_BIN_POW_DA, GDL_BIN_POW_DB, GDL_BIN_GRAD_SCALE
+};
+/* CLAMP_MIN / CLAMP_MAX: max(x, alpha) / min(x, alpha), NaN kept, the gradient passing where x >= alpha /
+   x <= alpha (torch.clamp_min / clamp_max) */
 enum gdl_unary_op {
     GDL_UN_RELU, GDL_UN_LEAKY_RELU, GDL_UN_SIGMOID, GDL_UN_TANH, GDL_UN_GELU_ERF,
     GDL_UN_GELU_TANH, GDL_UN_EXP, GDL_UN_LOG, GDL_UN_SCALE, GDL_UN_ADD_SCALAR,
-    GDL_UN_POW
+    GDL_UN_POW, GDL_UN_SQRT, GDL_UN_RSQRT, GDL_UN_ABS, GDL_UN_CLAMP_MIN, GDL_UN_CLAMP_MAX
 };
+
 enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX };
 enum gdl_pointwise_loss { GDL_LOSS_MSE, GDL_LOSS_BCE_LOGITS };
 
@@ -2003,6 +2099,35 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols */ \
     X(int, copy2d, (int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst, \
         int64_t dld, int accumulate)) \
+    /* indexing and copies. strided_copy: dst[i·dstr] (+)= src[i·sstr] over `shape` (i its row-major \
+       multi-index), elements of any dtype dt; accumulate (a float dt, no two i sharing a destination): \
+       the destination loaded, the source added in f32, rounded once */ \
+    X(int, strided_copy, (gdl_dtype dt, int ndim, const int64_t *shape, const void *src, const int64_t *sstr, \
+        void *dst, const int64_t *dstr, int accumulate)) \
+    /* gather: out[i] = x at i·xstr with the `dim` coordinate replaced by idx[i·istr], over `shape` (out \
+       contiguous, any dtype dt; x's dim has xn elements: an index outside [0,xn) gives 0 -- the op layer \
+       rejects it first on the CPU); scatter_add, its adjoint: dst (f32) at those places += src[i] (src \
+       contiguous, dtype st: f32, bf16 or f16; on a GPU with atomics, so sums in any order) */ \
+    X(int, gather, (gdl_dtype dt, int ndim, const int64_t *shape, int dim, const void *x, const int64_t *xstr, \
+        int64_t xn, const int32_t *idx, const int64_t *istr, void *out)) \
+    X(int, scatter_add, (gdl_dtype st, int ndim, const int64_t *shape, int dim, const void *src, \
+        const int32_t *idx, const int64_t *istr, gdl_real *dst, const int64_t *dstr, int64_t dn)) \
+    /* out[i] = a[i·astr] op b[i·bstr] as 1 or 0 (op: gdl_compare_op) over `shape`, out contiguous; at, bt \
+       any dtypes: two integer ones compare exactly, else both as f32 (NaN: only NE holds) */ \
+    X(int, compare, (int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr, \
+        gdl_dtype bt, const void *b, const int64_t *bstr, uint8_t *out)) \
+    /* out[i] = cond[i·cstr] ? a[i·astr] : b[i·bstr] over `shape` (cond u8; a, b and the contiguous out of \
+       one float dtype dt: an exact selection) */ \
+    X(int, where, (gdl_dtype dt, int ndim, const int64_t *shape, const uint8_t *cond, const int64_t *cstr, \
+        const void *a, const int64_t *astr, const void *b, const int64_t *bstr, void *out)) \
+    /* x, y viewed as [batch, R, C] (float dtype dt): y (+)= x where col - row <= k (upper 0: tril) or \
+       col - row >= k (upper 1: triu), else y = 0 (nothing added) */ \
+    X(int, tri, (gdl_dtype dt, int upper, int64_t batch, int64_t R, int64_t C, int64_t k, const void *x, \
+        void *y, int accumulate)) \
+    /* inclusive prefix sums over the middle dim of [outer, n, inner], from the end when reverse (cumsum's \
+       backward); y (+)= them */ \
+    X(int, cumsum, (int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y, int reverse, \
+        int accumulate)) \
     /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p) */ \
     X(int, dropout, (int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y)) \
     X(int, dropout_backward, (int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx)) \
@@ -4886,11 +5011,32 @@ typedef struct gdl__iter {
     int64_t idx[GDL_MAX_DIMS];
 } gdl__iter;
 
+/* one element of a binary op (enum gdl_binary_op); the CUDA backend's gdl__bin1 is the same in f32 */
+static gdl_real gdl__bin1(int op, gdl_real a, gdl_real b) {
+    switch (op) {
+    case GDL_BIN_ADD: return a + b;
+    case GDL_BIN_SUB: return a - b;
+    case GDL_BIN_MUL: return a * b;
+    case GDL_BIN_DIV: return a / b;
+    case GDL_BIN_MIN: return a != a ? a : b != b ? b : a < b ? a : b;
+    case GDL_BIN_MAX: return a != a ? a : b != b ? b : a > b ? a : b;
+    case GDL_BIN_POW: return (gdl_real)pow((double)a, (double)b);
+    case GDL_BIN_MAX_DA: return a > b ? 1 : a == b ? (gdl_real)0.5 : a < b ? 0 : 1;
+    case GDL_BIN_MIN_DA: return a < b ? 1 : a == b ? (gdl_real)0.5 : a > b ? 0 : 1;
+    case GDL_BIN_POW_DA: return b == 0 ? 0 : (gdl_real)((double)b * pow((double)a, (double)b - 1));
+    case GDL_BIN_POW_DB: return a == 0 && b >= 0 ? 0 : (gdl_real)(pow((double)a, (double)b) * log((double)a));
+    default: return b == 0 ? 0 : a * b; /* GDL_BIN_GRAD_SCALE */
+    }
+}
+
 /* one row of a binary op: o[i] = a[i*sa] op b[i*sb]; the contiguous and
-   broadcast-scalar cases get their own loops so they vectorise */
+   broadcast-scalar cases of the four arithmetic ops get their own loops so
+   they vectorise */
 static void gdl__bin_row(int op, int64_t n, const gdl_real *a, int64_t sa, const gdl_real *b, int64_t sb, gdl_real *o) {
     int64_t i;
-    if (sa == 1 && sb == 1) {
+    if (op > GDL_BIN_DIV) {
+        for (i = 0; i < n; i++) o[i] = gdl__bin1(op, a[i * sa], b[i * sb]);
+    } else if (sa == 1 && sb == 1) {
         switch (op) {
         case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
         case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
@@ -4981,6 +5127,11 @@ static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha) {
         return (gdl_real)(0.5 * x * (1.0 + tanh(GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))));
     case GDL_UN_EXP: return (gdl_real)exp((double)x);
     case GDL_UN_LOG: return (gdl_real)log((double)x);
+    case GDL_UN_SQRT: return (gdl_real)sqrt((double)x);
+    case GDL_UN_RSQRT: return (gdl_real)(1.0 / sqrt((double)x));
+    case GDL_UN_ABS: return (gdl_real)fabs((double)x);
+    case GDL_UN_CLAMP_MIN: return x < alpha ? alpha : x;
+    case GDL_UN_CLAMP_MAX: return x > alpha ? alpha : x;
     case GDL_UN_SCALE: return alpha * x;
     case GDL_UN_ADD_SCALAR: return x + alpha;
     default: return (gdl_real)pow((double)x, (double)alpha); /* GDL_UN_POW */
@@ -5001,6 +5152,11 @@ static double gdl__unary_grad1(int op, double x, double y, double alpha) {
     }
     case GDL_UN_EXP: return y;
     case GDL_UN_LOG: return 1 / x;
+    case GDL_UN_SQRT: return 0.5 / y;      /* PyTorch: grad / (2 * result) */
+    case GDL_UN_RSQRT: return -0.5 * y * y * y; /* -0.5 * grad * result^3 */
+    case GDL_UN_ABS: return x > 0 ? 1 : x < 0 ? -1 : 0; /* sgn: 0 at 0 and NaN */
+    case GDL_UN_CLAMP_MIN: return x >= alpha ? 1 : 0;
+    case GDL_UN_CLAMP_MAX: return x <= alpha ? 1 : 0;
     case GDL_UN_SCALE: return alpha;
     case GDL_UN_ADD_SCALAR: return 1;
     default: return alpha * pow(x, alpha - 1); /* GDL_UN_POW */
@@ -5048,6 +5204,12 @@ static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const g
         break;
     case GDL_UN_LEAKY_RELU:
         for (i = 0; i < n; i++) gx[i] += x[i] > 0 ? gy[i] : alpha * gy[i];
+        break;
+    case GDL_UN_CLAMP_MIN: /* a selection, as PyTorch's where: an infinite gradient outside stays out */
+        for (i = 0; i < n; i++) gx[i] += x[i] >= alpha ? gy[i] : 0;
+        break;
+    case GDL_UN_CLAMP_MAX:
+        for (i = 0; i < n; i++) gx[i] += x[i] <= alpha ? gy[i] : 0;
         break;
     case GDL_UN_SCALE:
         for (i = 0; i < n; i++) gx[i] += alpha * gy[i];
@@ -5240,6 +5402,239 @@ static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t
     return 0;
 }
 
+
+/* ---- indexing and copies: strided copies, gather / scatter-add, comparisons, where, tril/triu, cumsum ----
+   Elements of any dtype move as bytes (a copy or a selection is exact in every dtype); what adds, adds in
+   f32 (the f32 kernels' type) and rounds once. */
+
+/* the offsets of element i (row-major over shape) in k strided operands */
+static void gdl__elem_offsets(int ndim, const int64_t *shape, int64_t i, int k, const int64_t *const *str, int64_t *off) {
+    int d, j;
+    for (j = 0; j < k; j++) off[j] = 0;
+    for (d = ndim - 1; d >= 0; d--) {
+        int64_t id = i % shape[d];
+        i /= shape[d];
+        for (j = 0; j < k; j++) off[j] += id * str[j][d];
+    }
+}
+static int64_t gdl__numel_of(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    int d;
+    for (d = 0; d < ndim; d++) n *= shape[d];
+    return n;
+}
+
+/* the arguments of the strided loops below, through a.ctx */
+typedef struct {
+    int ndim, dim, op;
+    const int64_t *shape, *s0, *s1, *s2;
+    gdl_dtype t0, t1, dt;
+    const void *p0, *p1, *p2;
+    void *out;
+    int64_t xn;
+} gdl__strided_job;
+
+static void gdl__strided_copy_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
+    const int64_t *str[2];
+    size_t es = gdl_dtype_size(j->dt);
+    int64_t i, off[2];
+    str[0] = j->s0;
+    str[1] = j->s1;
+    for (i = lo; i < hi; i++) {
+        const char *src;
+        char *dst;
+        gdl__elem_offsets(j->ndim, j->shape, i, 2, str, off);
+        src = (const char *)j->p0 + (size_t)off[0] * es;
+        dst = (char *)j->out + (size_t)off[1] * es;
+        if (!a.accumulate) memcpy(dst, src, es);
+        else if (j->dt == GDL_F32) *(gdl_real *)dst += *(const gdl_real *)src;
+        else gdl__store(dst, j->dt, (double)(float)(gdl__load(dst, j->dt) + gdl__load(src, j->dt)));
+    }
+}
+static int gdl__cpu_strided_copy(gdl_dtype dt, int ndim, const int64_t *shape, const void *src, const int64_t *sstr,
+                                 void *dst, const int64_t *dstr, int accumulate) {
+    gdl__strided_job j;
+    gdl__args a = gdl__args_none();
+    int64_t n = gdl__numel_of(ndim, shape);
+    memset(&j, 0, sizeof j);
+    j.ndim = ndim; j.shape = shape; j.s0 = sstr; j.s1 = dstr; j.dt = dt; j.p0 = src; j.out = dst;
+    a.ctx = &j;
+    a.accumulate = accumulate;
+    gdl__parallel_loop(n, n, gdl__strided_copy_part, &a);
+    return 0;
+}
+
+/* gather's and scatter_add's element i: the offset in x (dim's coordinate from the index) and the index;
+   -1 for an index outside [0, xn) */
+static int64_t gdl__gather_offset(const gdl__strided_job *j, int64_t i) {
+    int64_t rem = i, xo = 0, io = 0, c;
+    int d;
+    for (d = j->ndim - 1; d >= 0; d--) {
+        int64_t id = rem % j->shape[d];
+        rem /= j->shape[d];
+        if (d != j->dim) xo += id * j->s0[d];
+        io += id * j->s1[d];
+    }
+    c = ((const int32_t *)j->p1)[io];
+    return c < 0 || c >= j->xn ? -1 : xo + c * j->s0[j->dim];
+}
+static void gdl__gather_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
+    size_t es = gdl_dtype_size(j->dt);
+    int64_t i;
+    for (i = lo; i < hi; i++) {
+        int64_t o = gdl__gather_offset(j, i);
+        if (o < 0) memset((char *)j->out + (size_t)i * es, 0, es);
+        else memcpy((char *)j->out + (size_t)i * es, (const char *)j->p0 + (size_t)o * es, es);
+    }
+}
+static int gdl__cpu_gather(gdl_dtype dt, int ndim, const int64_t *shape, int dim, const void *x, const int64_t *xstr,
+                           int64_t xn, const int32_t *idx, const int64_t *istr, void *out) {
+    gdl__strided_job j;
+    gdl__args a = gdl__args_none();
+    int64_t n = gdl__numel_of(ndim, shape);
+    memset(&j, 0, sizeof j);
+    j.ndim = ndim; j.dim = dim; j.shape = shape; j.s0 = xstr; j.s1 = istr; j.dt = dt; j.p0 = x; j.p1 = idx;
+    j.out = out; j.xn = xn;
+    a.ctx = &j;
+    gdl__parallel_loop(n, n, gdl__gather_part, &a);
+    return 0;
+}
+/* serial: destinations repeat, and the sums keep one order (the same bits for any thread count) */
+static int gdl__cpu_scatter_add(gdl_dtype st, int ndim, const int64_t *shape, int dim, const void *src,
+                                const int32_t *idx, const int64_t *istr, gdl_real *dst, const int64_t *dstr, int64_t dn) {
+    gdl__strided_job j;
+    int64_t i, n = gdl__numel_of(ndim, shape);
+    size_t es = gdl_dtype_size(st);
+    memset(&j, 0, sizeof j);
+    j.ndim = ndim; j.dim = dim; j.shape = shape; j.s0 = dstr; j.s1 = istr; j.p1 = idx; j.xn = dn;
+    for (i = 0; i < n; i++) {
+        int64_t o = gdl__gather_offset(&j, i);
+        if (o >= 0)
+            dst[o] += st == GDL_F32 ? ((const gdl_real *)src)[i] : (gdl_real)gdl__load((const char *)src + (size_t)i * es, st);
+    }
+    return 0;
+}
+
+/* a compare operand: integers exactly; an integer facing a float is rounded to f32 (PyTorch's promotion) */
+static double gdl__cmp_load(const void *p, gdl_dtype dt, int64_t i, int as_float) {
+    double v = gdl__load((const char *)p + (size_t)i * gdl_dtype_size(dt), dt);
+    return as_float && dt == GDL_I32 ? (double)(float)v : v;
+}
+static int gdl__cmp1(int op, double a, double b) {
+    switch (op) {
+    case GDL_CMP_EQ: return a == b;
+    case GDL_CMP_NE: return a != b;
+    case GDL_CMP_LT: return a < b;
+    case GDL_CMP_LE: return a <= b;
+    case GDL_CMP_GT: return a > b;
+    default: return a >= b; /* GDL_CMP_GE */
+    }
+}
+static void gdl__compare_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
+    const int64_t *str[2];
+    int64_t i, off[2];
+    int as_float = !((j->t0 == GDL_I32 || j->t0 == GDL_U8) && (j->t1 == GDL_I32 || j->t1 == GDL_U8));
+    str[0] = j->s0;
+    str[1] = j->s1;
+    for (i = lo; i < hi; i++) {
+        gdl__elem_offsets(j->ndim, j->shape, i, 2, str, off);
+        ((uint8_t *)j->out)[i] = (uint8_t)gdl__cmp1(j->op, gdl__cmp_load(j->p0, j->t0, off[0], as_float),
+                                                    gdl__cmp_load(j->p1, j->t1, off[1], as_float));
+    }
+}
+static int gdl__cpu_compare(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
+                            gdl_dtype bt, const void *b, const int64_t *bstr, uint8_t *out) {
+    gdl__strided_job j;
+    gdl__args args = gdl__args_none();
+    int64_t n = gdl__numel_of(ndim, shape);
+    memset(&j, 0, sizeof j);
+    j.op = op; j.ndim = ndim; j.shape = shape; j.s0 = astr; j.s1 = bstr; j.t0 = at; j.t1 = bt; j.p0 = a; j.p1 = b;
+    j.out = out;
+    args.ctx = &j;
+    gdl__parallel_loop(n, n, gdl__compare_part, &args);
+    return 0;
+}
+
+static void gdl__where_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
+    const int64_t *str[3];
+    size_t es = gdl_dtype_size(j->dt);
+    int64_t i, off[3];
+    str[0] = j->s0;
+    str[1] = j->s1;
+    str[2] = j->s2;
+    for (i = lo; i < hi; i++) {
+        gdl__elem_offsets(j->ndim, j->shape, i, 3, str, off);
+        memcpy((char *)j->out + (size_t)i * es,
+               ((const uint8_t *)j->p0)[off[0]] ? (const char *)j->p1 + (size_t)off[1] * es
+                                                : (const char *)j->p2 + (size_t)off[2] * es,
+               es);
+    }
+}
+static int gdl__cpu_where(gdl_dtype dt, int ndim, const int64_t *shape, const uint8_t *cond, const int64_t *cstr,
+                          const void *a, const int64_t *astr, const void *b, const int64_t *bstr, void *out) {
+    gdl__strided_job j;
+    gdl__args args = gdl__args_none();
+    int64_t n = gdl__numel_of(ndim, shape);
+    memset(&j, 0, sizeof j);
+    j.ndim = ndim; j.shape = shape; j.s0 = cstr; j.s1 = astr; j.s2 = bstr; j.dt = dt;
+    j.p0 = cond; j.p1 = a; j.p2 = b; j.out = out;
+    args.ctx = &j;
+    gdl__parallel_loop(n, n, gdl__where_part, &args);
+    return 0;
+}
+
+static int gdl__cpu_tri(gdl_dtype dt, int upper, int64_t batch, int64_t R, int64_t C, int64_t k, const void *x, void *y,
+                        int accumulate) {
+    size_t es = gdl_dtype_size(dt);
+    int64_t b, r, c;
+    for (b = 0; b < batch; b++)
+        for (r = 0; r < R; r++)
+            for (c = 0; c < C; c++) {
+                int64_t i = (b * R + r) * C + c;
+                int keep = upper ? c - r >= k : c - r <= k;
+                char *q = (char *)y + (size_t)i * es;
+                const char *p = (const char *)x + (size_t)i * es;
+                if (accumulate) {
+                    if (!keep) continue;
+                    if (dt == GDL_F32) *(gdl_real *)q += *(const gdl_real *)p;
+                    else gdl__store(q, dt, (double)(float)(gdl__load(q, dt) + gdl__load(p, dt)));
+                } else if (keep) {
+                    memcpy(q, p, es);
+                } else {
+                    memset(q, 0, es);
+                }
+            }
+    return 0;
+}
+
+/* sums in double, as the reductions */
+static void gdl__cumsum_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t n = a.n, inner = a.inner;
+    int64_t o, i, k;
+    for (o = lo; o < hi; o++)
+        for (i = 0; i < inner; i++) {
+            const gdl_real *p = a.x + o * n * inner + i;
+            gdl_real *q = a.out + o * n * inner + i;
+            double s = 0;
+            for (k = 0; k < n; k++) {
+                int64_t kk = a.op ? n - 1 - k : k;
+                s += p[kk * inner];
+                if (a.accumulate) q[kk * inner] += (gdl_real)s;
+                else q[kk * inner] = (gdl_real)s;
+            }
+        }
+}
+static int gdl__cpu_cumsum(int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y, int reverse,
+                           int accumulate) {
+    gdl__args a = gdl__args_none();
+    a.op = reverse; a.n = n; a.inner = inner; a.x = x; a.out = y; a.accumulate = accumulate;
+    gdl__parallel_loop(outer, outer * n * inner, gdl__cumsum_part, &a);
+    return 0;
+}
 /* The output columns ow whose input column ow*SW - PW + kw*DW lies inside
    [0, W): [*lo, *hi). Rows of im2col are then a zero head, a strided copy
    and a zero tail, with no test per element. */
@@ -5613,7 +6008,8 @@ static int gdl__cpu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, voi
 static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
     gdl_real xb[GDL__LP_CHUNK], yb[GDL__LP_CHUNK], gyb[GDL__LP_CHUNK], gb[GDL__LP_CHUNK], alpha = a.alpha;
     int64_t c, i, m;
-    int op = a.op, need_y = op == GDL_UN_SIGMOID || op == GDL_UN_TANH || op == GDL_UN_EXP;
+    int op = a.op, need_y = op == GDL_UN_SIGMOID || op == GDL_UN_TANH || op == GDL_UN_EXP || op == GDL_UN_SQRT ||
+                            op == GDL_UN_RSQRT;
     for (c = lo; c < hi; c += m) {
         m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
         gdl__lp_get(a.dt, a.lx, c, 1, m, xb);
@@ -5624,6 +6020,8 @@ static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         switch (op) { /* gdl__cpu_unary_backward's loops */
         case GDL_UN_RELU: for (i = 0; i < m; i++) gb[i] += xb[i] > 0 ? gyb[i] : 0; break;
         case GDL_UN_LEAKY_RELU: for (i = 0; i < m; i++) gb[i] += xb[i] > 0 ? gyb[i] : alpha * gyb[i]; break;
+        case GDL_UN_CLAMP_MIN: for (i = 0; i < m; i++) gb[i] += xb[i] >= alpha ? gyb[i] : 0; break;
+        case GDL_UN_CLAMP_MAX: for (i = 0; i < m; i++) gb[i] += xb[i] <= alpha ? gyb[i] : 0; break;
         case GDL_UN_SCALE: for (i = 0; i < m; i++) gb[i] += alpha * gyb[i]; break;
         case GDL_UN_ADD_SCALAR: for (i = 0; i < m; i++) gb[i] += gyb[i]; break;
         case GDL_UN_SIGMOID: for (i = 0; i < m; i++) gb[i] += gyb[i] * yb[i] * (1 - yb[i]); break;
@@ -7169,6 +7567,48 @@ static int gdl__broadcast(const char *op, const gdl_tensor *a, const gdl_tensor 
     return 0;
 }
 
+/* row-major strides (in elements) of a shape */
+static void gdl__contig_strides(int ndim, const int64_t *shape, int64_t *str) {
+    int64_t s = 1;
+    int d;
+    for (d = ndim - 1; d >= 0; d--) {
+        str[d] = s;
+        s *= shape[d];
+    }
+}
+
+/* NumPy broadcasting of k (2 or 3) tensors: the result's shape, and each tensor's strides into it (0 along
+   the dims it is broadcast over) */
+static int gdl__broadcast_k(const char *op, int k, const gdl_tensor *const *t, int *ndim, int64_t *shape,
+                            int64_t str[][GDL_MAX_DIMS]) {
+    int nd = 0, d, j;
+    for (j = 0; j < k; j++)
+        if (t[j]->ndim > nd) nd = t[j]->ndim;
+    for (d = 0; d < nd; d++) shape[d] = 1;
+    for (j = 0; j < k; j++)
+        for (d = 0; d < t[j]->ndim; d++) {
+            int64_t v = t[j]->shape[d], *sd = &shape[d + nd - t[j]->ndim];
+            if (v == 1) continue;
+            if (*sd != 1 && *sd != v) {
+                if (k == 2)
+                    gdl__set_error("%s: shapes %s and %s cannot be broadcast", op, gdl_shape_str(t[0]), gdl_shape_str(t[1]));
+                else
+                    gdl__set_error("%s: shapes %s, %s and %s cannot be broadcast", op, gdl_shape_str(t[0]),
+                                   gdl_shape_str(t[1]), gdl_shape_str(t[2]));
+                return -1;
+            }
+            *sd = v;
+        }
+    for (j = 0; j < k; j++) {
+        int64_t cs[GDL_MAX_DIMS];
+        int off = nd - t[j]->ndim;
+        gdl__contig_strides(t[j]->ndim, t[j]->shape, cs);
+        for (d = 0; d < nd; d++) str[j][d] = d < off || t[j]->shape[d - off] == 1 ? 0 : cs[d - off];
+    }
+    *ndim = nd;
+    return 0;
+}
+
 static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_tensor *b) {
     int nd, err;
     int64_t shape[GDL_MAX_DIMS], astr[GDL_MAX_DIMS], bstr[GDL_MAX_DIMS];
@@ -7245,6 +7685,54 @@ static int gdl__bw_binary_lp(gdl_node *n, const gdl_backend *be, int nd, const i
     return rc ? -1 : 0;
 }
 
+/* the backward of minimum, maximum and pow, in f32 or natively in a low dtype dt (binary_lp / sum_to_lp:
+   the derivative and its product with the gradient formed in f32, each gradient rounded once): for each
+   input, d = the op's derivative code on (a, b) (min/max: on (b, a) for b), t = g * d (min/max mask
+   exactly: GRAD_SCALE), summed over the broadcast dims into the gradient. A tensor passed twice gets
+   both parts summed in f32 first, rounded once. */
+static int gdl__bw_binary_deriv(gdl_node *n, const gdl_backend *be, int nd, const int64_t *shape, const int64_t *astr,
+                                const int64_t *bstr, const int64_t *gstr) {
+    gdl_tensor *a = n->in[0], *b = n->in[1];
+    gdl_dtype dt = n->out->dtype, gt[2];
+    const void *g = n->out->grad->data;
+    void *gp[2];
+    gdl_real *tmp, *both = NULL;
+    const gdl_device dev = n->out->device;
+    int k, pw = n->op == GDL_OP_POW, scale = pw ? GDL_BIN_MUL : GDL_BIN_GRAD_SCALE;
+    int code[2];
+    code[0] = pw ? GDL_BIN_POW_DA : n->op == GDL_OP_MAXIMUM ? GDL_BIN_MAX_DA : GDL_BIN_MIN_DA;
+    code[1] = pw ? GDL_BIN_POW_DB : code[0];
+    gp[0] = a->requires_grad ? a->grad->data : NULL;
+    gp[1] = b->requires_grad ? b->grad->data : NULL;
+    gt[0] = gt[1] = dt;
+    if (!(tmp = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(n->out->numel + 1)))) return -1;
+    if (a == b && gp[0] && dt != GDL_F32) {
+        if (!(both = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(a->numel + 1))) ||
+            be->fill(both, a->numel, 0) < 0)
+            return -1;
+        gp[0] = gp[1] = both;
+        gt[0] = gt[1] = GDL_F32;
+    }
+    for (k = 0; k < 2; k++) {
+        /* min/max's derivative for b is the same code with the operands swapped */
+        int swap = k == 1 && !pw;
+        const void *x = swap ? b->data : a->data, *y = swap ? a->data : b->data;
+        const int64_t *xs = swap ? bstr : astr, *ys = swap ? astr : bstr;
+        if (!gp[k]) continue;
+        if (dt == GDL_F32) {
+            if (be->binary(code[k], nd, shape, (const gdl_real *)x, xs, (const gdl_real *)y, ys, tmp) < 0 ||
+                be->binary(scale, nd, shape, (const gdl_real *)g, gstr, tmp, gstr, tmp) < 0 ||
+                be->sum_to(nd, shape, tmp, (gdl_real *)gp[k], k ? bstr : astr, 1) < 0)
+                return -1;
+        } else if (be->binary_lp(code[k], nd, shape, dt, x, xs, dt, y, ys, GDL_F32, tmp) < 0 ||
+                   be->binary_lp(scale, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                   be->sum_to_lp(nd, shape, GDL_F32, tmp, gt[k], gp[k], k ? bstr : astr, 1) < 0) {
+            return -1;
+        }
+    }
+    return both ? gdl__acc_any("gdl_backward", be, dev, a->grad->data, dt, both, GDL_F32, a->numel) : 0;
+}
+
 static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *a = n->in[0], *b = n->in[1];
     gdl_real *g = GDL__R(n->out->grad), *ga = GDL__G(a), *gb = GDL__G(b), *tmp = NULL;
@@ -7252,6 +7740,8 @@ static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     int nd, op = n->op, rc = 0;
     if (gdl__broadcast("gdl_backward", a, b, &nd, shape, astr, bstr) < 0) return -1;
     gdl__broadcast("gdl_backward", n->out, n->out, &nd, shape, gstr, gstr);
+    if (op == GDL_OP_MINIMUM || op == GDL_OP_MAXIMUM || op == GDL_OP_POW)
+        return n->out->numel ? gdl__bw_binary_deriv(n, be, nd, shape, astr, bstr, gstr) : 0;
     if (n->out->dtype != GDL_F32) return gdl__bw_binary_lp(n, be, nd, shape, astr, bstr, gstr);
     if (op == GDL_OP_MUL || op == GDL_OP_DIV) {
         tmp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
@@ -7285,6 +7775,63 @@ GPUDL_API gdl_tensor *gdl_add(gdl_tensor *a, gdl_tensor *b) { return gdl__binary
 GPUDL_API gdl_tensor *gdl_sub(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_sub", GDL_OP_SUB, a, b); }
 GPUDL_API gdl_tensor *gdl_mul(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_mul", GDL_OP_MUL, a, b); }
 GPUDL_API gdl_tensor *gdl_div(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_div", GDL_OP_DIV, a, b); }
+GPUDL_API gdl_tensor *gdl_minimum(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_minimum", GDL_OP_MINIMUM, a, b); }
+GPUDL_API gdl_tensor *gdl_maximum(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_maximum", GDL_OP_MAXIMUM, a, b); }
+GPUDL_API gdl_tensor *gdl_pow(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_pow", GDL_OP_POW, a, b); }
+
+/* ---- comparisons (not differentiable: a u8 result, no tape node) ---- */
+
+static gdl_tensor *gdl__compare(const char *opname, gdl_tensor *a, gdl_tensor *b, int op) {
+    int nd;
+    int64_t shape[GDL_MAX_DIMS], str[2][GDL_MAX_DIMS];
+    const gdl_tensor *t[2];
+    gdl_tensor *out;
+    const gdl_backend *be;
+    if (gdl__check_two(opname, "a", a, 0, "b", b, 0) < 0) return NULL;
+    if ((unsigned)op > GDL_CMP_GE) {
+        gdl__set_error("%s: unknown comparison %d (GDL_CMP_EQ ... GDL_CMP_GE)", opname, op);
+        return NULL;
+    }
+    t[0] = a;
+    t[1] = b;
+    if (gdl__broadcast_k(opname, 2, t, &nd, shape, str) < 0 || !(be = gdl__be(opname, a->device)) ||
+        !(out = gdl__tmp(opname, nd, shape, GDL_U8, a->device)))
+        return NULL;
+    if (out->numel &&
+        be->compare(op, nd, shape, a->dtype, a->data, str[0], b->dtype, b->data, str[1], (uint8_t *)out->data) < 0)
+        return NULL;
+    return gdl__finish(opname, out);
+}
+
+GPUDL_API gdl_tensor *gdl_compare(gdl_tensor *a, gdl_tensor *b, gdl_compare_op op) { return gdl__compare("gdl_compare", a, b, (int)op); }
+GPUDL_API gdl_tensor *gdl_eq(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_eq", a, b, GDL_CMP_EQ); }
+GPUDL_API gdl_tensor *gdl_ne(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_ne", a, b, GDL_CMP_NE); }
+GPUDL_API gdl_tensor *gdl_lt(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_lt", a, b, GDL_CMP_LT); }
+GPUDL_API gdl_tensor *gdl_le(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_le", a, b, GDL_CMP_LE); }
+GPUDL_API gdl_tensor *gdl_gt(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_gt", a, b, GDL_CMP_GT); }
+GPUDL_API gdl_tensor *gdl_ge(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_ge", a, b, GDL_CMP_GE); }
+
+/* a one-element temporary of dtype dt on dev holding v (through f32, then rounded to dt) */
+static gdl_tensor *gdl__scalar_tmp(const char *op, const gdl_backend *be, gdl_device dev, gdl_dtype dt, double v) {
+    static const int64_t one = 1;
+    gdl_tensor *f = gdl__tmp(op, 0, &one, GDL_F32, dev), *r;
+    if (!f || be->fill(GDL__R(f), 1, (gdl_real)v) < 0) return NULL;
+    if (dt == GDL_F32) return f;
+    if (!(r = gdl__tmp(op, 0, &one, dt, dev)) || be->cast(r->data, dt, f->data, GDL_F32, 1) < 0) return NULL;
+    return r;
+}
+
+GPUDL_API gdl_tensor *gdl_compare_scalar(gdl_tensor *x, gdl_compare_op op, double value) {
+    const char *name = "gdl_compare_scalar";
+    const gdl_backend *be;
+    gdl_tensor *s;
+    gdl_dtype dt;
+    if (gdl__check_in(name, "x", x, 0) < 0 || !(be = gdl__be(name, x->device))) return NULL;
+    if (gdl__is_float(x->dtype)) dt = x->dtype;
+    else dt = value == floor(value) && fabs(value) <= 16777216.0 ? GDL_I32 : GDL_F32;
+    if (!(s = gdl__scalar_tmp(name, be, x->device, dt, value))) return NULL;
+    return gdl__compare(name, x, s, (int)op);
+}
 
 /* ---- elementwise unary ops ---- */
 
@@ -7324,6 +7871,33 @@ GPUDL_API gdl_tensor *gdl_mul_scalar(gdl_tensor *x, double s) { return gdl__unar
 GPUDL_API gdl_tensor *gdl_pow_scalar(gdl_tensor *x, double p) { return gdl__unary("gdl_pow_scalar", GDL_OP_POW_SCALAR, x, p); }
 GPUDL_API gdl_tensor *gdl_exp(gdl_tensor *x) { return gdl__unary("gdl_exp", GDL_OP_EXP, x, 0); }
 GPUDL_API gdl_tensor *gdl_log(gdl_tensor *x) { return gdl__unary("gdl_log", GDL_OP_LOG, x, 0); }
+GPUDL_API gdl_tensor *gdl_sqrt(gdl_tensor *x) { return gdl__unary("gdl_sqrt", GDL_OP_SQRT, x, 0); }
+GPUDL_API gdl_tensor *gdl_rsqrt(gdl_tensor *x) { return gdl__unary("gdl_rsqrt", GDL_OP_RSQRT, x, 0); }
+GPUDL_API gdl_tensor *gdl_abs(gdl_tensor *x) { return gdl__unary("gdl_abs", GDL_OP_ABS, x, 0); }
+GPUDL_API gdl_tensor *gdl_clamp_min(gdl_tensor *x, double min) {
+    if (min != min) {
+        gdl__set_error("gdl_clamp_min: the bound is NaN");
+        return NULL;
+    }
+    return gdl__unary("gdl_clamp_min", GDL_OP_CLAMP_MIN, x, min);
+}
+GPUDL_API gdl_tensor *gdl_clamp_max(gdl_tensor *x, double max) {
+    if (max != max) {
+        gdl__set_error("gdl_clamp_max: the bound is NaN");
+        return NULL;
+    }
+    return gdl__unary("gdl_clamp_max", GDL_OP_CLAMP_MAX, x, max);
+}
+/* max(x, min) then min(.., max): PyTorch's order, so min > max gives max everywhere, and the gradient
+   passes where min <= x <= max */
+GPUDL_API gdl_tensor *gdl_clamp(gdl_tensor *x, double min, double max) {
+    if (min != min || max != max) {
+        gdl__set_error("gdl_clamp: a bound is NaN (min %g, max %g)", min, max);
+        return NULL;
+    }
+    if (max == INFINITY) return gdl_clamp_min(x, min);
+    return gdl_clamp_max(min == -INFINITY ? x : gdl_clamp_min(x, min), max);
+}
 GPUDL_API gdl_tensor *gdl_relu(gdl_tensor *x) { return gdl__unary("gdl_relu", GDL_OP_RELU, x, 0); }
 GPUDL_API gdl_tensor *gdl_leaky_relu(gdl_tensor *x, double slope) { return gdl__unary("gdl_leaky_relu", GDL_OP_LEAKY_RELU, x, slope); }
 GPUDL_API gdl_tensor *gdl_sigmoid(gdl_tensor *x) { return gdl__unary("gdl_sigmoid", GDL_OP_SIGMOID, x, 0); }
@@ -7364,97 +7938,197 @@ static void *gdl__ones_dt(const char *op, const gdl_backend *be, gdl_device dev,
     return o;
 }
 
+/* How a matmul of a [..., M, K] and b [..., K, N] runs: the batch dims broadcast, size-1 ones dropped and
+   neighbours that are contiguous in a, b and the output merged; the GEMM is batched over the innermost of
+   them (element strides sa, sb, sc; sa or sb 0 where that operand repeats) and called once per index of
+   the outer ones. fold: b has no batch and a's batches are contiguous: one GEMM of all a's rows. */
+typedef struct gdl__mm_plan {
+    int64_t M, N, K;
+    int nb;                         /* batch dims kept */
+    int64_t bs[GDL_MAX_DIMS], sa[GDL_MAX_DIMS], sb[GDL_MAX_DIMS], sc[GDL_MAX_DIMS];
+    int out_nd;
+    int64_t out_shape[GDL_MAX_DIMS];
+} gdl__mm_plan;
+
+static int gdl__mm_plan_of(const char *op, const gdl_tensor *a, const gdl_tensor *b, gdl__mm_plan *p) {
+    int nda = a->ndim - 2, ndb = b->ndim - 2, nbd = nda > ndb ? nda : ndb, d, k = 0;
+    int64_t ma, mb, mc, cnt = 1, rsa = 1, rsb = 1, rsc = 1, bsz[GDL_MAX_DIMS], ba[GDL_MAX_DIMS], bb[GDL_MAX_DIMS];
+    p->M = a->shape[a->ndim - 2];
+    p->K = a->shape[a->ndim - 1];
+    p->N = b->shape[b->ndim - 1];
+    if (b->shape[b->ndim - 2] != p->K) {
+        gdl__set_error("%s: inner dimensions differ: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+        return -1;
+    }
+    if (nbd + 2 > GDL_MAX_DIMS) {
+        gdl__set_error("%s: the result of %s x %s has more than %d dims", op, gdl_shape_str(a), gdl_shape_str(b), GDL_MAX_DIMS);
+        return -1;
+    }
+    for (d = 0; d < nbd; d++) {
+        int ia = d - (nbd - nda), ib = d - (nbd - ndb);
+        ba[d] = ia >= 0 ? a->shape[ia] : 1;
+        bb[d] = ib >= 0 ? b->shape[ib] : 1;
+        if (ba[d] != bb[d] && ba[d] != 1 && bb[d] != 1) {
+            gdl__set_error("%s: batch dimensions cannot be broadcast: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+            return -1;
+        }
+        bsz[d] = ba[d] == 1 ? bb[d] : ba[d];
+        p->out_shape[d] = bsz[d];
+    }
+    p->out_nd = nbd + 2;
+    p->out_shape[nbd] = p->M;
+    p->out_shape[nbd + 1] = p->N;
+    if (p->M > INT32_MAX || p->N > INT32_MAX || p->K > INT32_MAX) {
+        gdl__set_error("%s: dimensions too large for the GEMM: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+        return -1;
+    }
+    /* inner to outer: the strides in elements, merging a dim into the kept one inside it when all three
+       continue it */
+    ma = p->M * p->K;
+    mb = p->K * p->N;
+    mc = p->M * p->N;
+    p->nb = 0;
+    for (d = nbd - 1; d >= 0; d--) {
+        int64_t sa = ba[d] == 1 ? 0 : rsa * ma, sb = bb[d] == 1 ? 0 : rsb * mb, sc = rsc * mc;
+        if (ba[d] != 1) rsa *= ba[d];
+        if (bb[d] != 1) rsb *= bb[d];
+        rsc *= bsz[d];
+        if (bsz[d] == 1) continue;
+        if (k > 0 && sa == p->sa[k - 1] * p->bs[k - 1] && sb == p->sb[k - 1] * p->bs[k - 1] &&
+            sc == p->sc[k - 1] * p->bs[k - 1]) {
+            p->bs[k - 1] *= bsz[d];
+            continue;
+        }
+        p->bs[k] = bsz[d];
+        p->sa[k] = sa;
+        p->sb[k] = sb;
+        p->sc[k] = sc;
+        k++;
+    }
+    for (d = 0; d < k / 2; d++) { /* outer first */
+        int64_t t;
+        t = p->bs[d]; p->bs[d] = p->bs[k - 1 - d]; p->bs[k - 1 - d] = t;
+        t = p->sa[d]; p->sa[d] = p->sa[k - 1 - d]; p->sa[k - 1 - d] = t;
+        t = p->sb[d]; p->sb[d] = p->sb[k - 1 - d]; p->sb[k - 1 - d] = t;
+        t = p->sc[d]; p->sc[d] = p->sc[k - 1 - d]; p->sc[k - 1 - d] = t;
+    }
+    p->nb = k;
+    for (d = 0; d < k; d++) cnt *= p->bs[d];
+    /* fold: one GEMM of batch*M rows when b repeats for every batch and a and the output run on */
+    if (k == 1 && p->sb[0] == 0 && p->sa[0] == ma) {
+        p->M *= p->bs[0];
+        p->nb = 0;
+    }
+    if (cnt > INT32_MAX || p->M > INT32_MAX) {
+        gdl__set_error("%s: dimensions too large for the GEMM: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+        return -1;
+    }
+    return 0;
+}
+
+/* what: 0 the forward C = A B, 1 gA += G B^T, 2 gB += A^T G; each GEMM batched over the plan's innermost
+   batch dim, once per index of the outer ones. An operand that repeats along the batched dim (stride 0)
+   gets the products summed into it (the backend's sC == 0: beta 1); along an outer dim, calls in turn. */
+static int gdl__mm_run(const gdl_backend *be, gdl_dtype dt, const gdl__mm_plan *p, int what, const void *A,
+                       const void *B, void *C) {
+    int M = (int)p->M, N = (int)p->N, K = (int)p->K, last = p->nb - 1, d;
+    int64_t outer = 1, o, idx[GDL_MAX_DIMS] = {0}, oa = 0, ob = 0, oc = 0;
+    int batch = last >= 0 ? (int)p->bs[last] : 1;
+    int64_t sa = last >= 0 ? p->sa[last] : 0, sb = last >= 0 ? p->sb[last] : 0, sc = last >= 0 ? p->sc[last] : 0;
+    for (d = 0; d < last; d++) outer *= p->bs[d];
+    for (o = 0; o < outer; o++) {
+        const void *a = GDL__AT(A, dt, oa), *b = GDL__AT(B, dt, ob);
+        int rc;
+        if (what == 0)
+            rc = gdl__gemm_dt(be, dt, 0, 0, M, N, K, a, K, sa, b, N, sb, 0, GDL__AT(C, dt, oc), N, sc, batch);
+        else if (what == 1) /* A is G here, B is b; C is ga */
+            rc = gdl__gemm_dt(be, dt, 0, 1, M, K, N, GDL__AT(A, dt, oc), N, sc, b, N, sb, 1, GDL__AT(C, dt, oa), K, sa,
+                              batch);
+        else /* A is a, B is G; C is gb */
+            rc = gdl__gemm_dt(be, dt, 1, 0, K, N, M, a, K, sa, GDL__AT(B, dt, oc), N, sc, 1, GDL__AT(C, dt, ob), N, sb,
+                              batch);
+        if (rc < 0) return -1;
+        for (d = last - 1; d >= 0; d--) { /* the odometer over the outer batch dims */
+            oa += p->sa[d];
+            ob += p->sb[d];
+            oc += p->sc[d];
+            if (++idx[d] < p->bs[d]) break;
+            oa -= p->sa[d] * p->bs[d];
+            ob -= p->sb[d] * p->bs[d];
+            oc -= p->sc[d] * p->bs[d];
+            idx[d] = 0;
+        }
+    }
+    return 0;
+}
+
+static gdl_tensor *gdl__matmul_nd(const char *op, gdl_tensor *a, gdl_tensor *b, gdl_dtype dt) {
+    gdl__mm_plan p;
+    gdl_tensor *out, *in[2];
+    const gdl_backend *be;
+    int err;
+    if (gdl__mm_plan_of(op, a, b, &p) < 0) return NULL;
+    if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, p.out_nd, p.out_shape, dt, a->device))) return NULL;
+    if (out->numel && gdl__mm_run(be, dt, &p, 0, a->data, b->data, out->data) < 0) return NULL;
+    in[0] = a;
+    in[1] = b;
+    gdl__record(op, GDL_OP_MATMUL, out, 2, in, &err);
+    return err ? NULL : gdl__finish(op, out);
+}
+
 GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
     const char *op = "gdl_matmul";
-    int64_t M, N, K, batch = 1, sA, sB, shape[3];
-    int nd, err;
-    gdl_tensor *out, *in[2];
-    gdl_node *n;
-    const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
+    gdl_tensor *r;
+    int64_t s[GDL_MAX_DIMS];
+    int k, nd;
     if (gdl__ac_dt != GDL_F32 || (a && a->dtype != GDL_F32) || (b && b->dtype != GDL_F32)) {
         if (a && b && a->dtype == b->dtype && gdl__is_low(a->dtype) && gdl__ac_native(a->dtype)) dt = a->dtype; /* native */
         else GDL__LOWP2(op, GDL_OP_MATMUL, gdl_matmul(a, b), a, b);
     }
     if (gdl__check_two(op, "a", a, dt == GDL_F32, "b", b, dt == GDL_F32) < 0) return NULL;
-    if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
-        gdl__set_error("%s: expected 2-D or 3-D operands, got %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+    if (a->ndim < 1 || b->ndim < 1) {
+        gdl__set_error("%s: both operands need at least 1 dim, got %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
     }
-    K = a->shape[a->ndim - 1];
-    if (b->shape[b->ndim - 2] != K) {
+    if (a->ndim >= 2 && b->ndim >= 2) return gdl__matmul_nd(op, a, b, dt);
+    /* a vector: a row [1,K] (a) or a column [K,1] (b), its dim taken out of the result (torch.matmul) */
+    if ((a->ndim == 1 ? a->shape[0] : a->shape[a->ndim - 1]) != (b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - 2])) {
         gdl__set_error("%s: inner dimensions differ: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
     }
-    N = b->shape[b->ndim - 1];
-    if (b->ndim == 2) { /* [..., M, K] x [K, N]: one GEMM over all rows */
-        M = a->numel / (K ? K : 1);
-        if (K == 0) M = a->ndim == 3 ? a->shape[0] * a->shape[1] : a->shape[0];
-        sA = sB = 0;
-        nd = a->ndim;
-        memcpy(shape, a->shape, sizeof(int64_t) * 3);
-        shape[nd - 1] = N;
-    } else {
-        M = a->shape[a->ndim - 2];
-        batch = b->shape[0];
-        if (a->ndim == 3 && a->shape[0] != batch) {
-            gdl__set_error("%s: batch dimensions differ: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
-            return NULL;
-        }
-        sA = a->ndim == 3 ? M * K : 0;
-        sB = K * N;
-        nd = 3;
-        shape[0] = batch;
-        shape[1] = M;
-        shape[2] = N;
+    {
+        int64_t row[2], col[2];
+        gdl_tensor *a2 = a, *b2 = b;
+        row[0] = 1;
+        row[1] = a->shape[0];
+        col[0] = b->shape[0];
+        col[1] = 1;
+        if (a->ndim == 1 && !(a2 = gdl__view(op, a, 2, row, 0))) return NULL;
+        if (b->ndim == 1 && !(b2 = gdl__view(op, b, 2, col, 0))) return NULL;
+        if (!(r = gdl__matmul_nd(op, a2, b2, dt))) return NULL;
     }
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) {
-        gdl__set_error("%s: dimensions too large for the GEMM: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+    nd = 0;
+    for (k = 0; k < r->ndim; k++)
+        if (!((a->ndim == 1 && k == r->ndim - 2) || (b->ndim == 1 && k == r->ndim - 1))) s[nd++] = r->shape[k];
+    return gdl__view(op, r, nd, s, 0);
+}
+
+GPUDL_API gdl_tensor *gdl_bmm(gdl_tensor *a, gdl_tensor *b) {
+    if (a && b && (a->ndim != 3 || b->ndim != 3 || a->shape[0] != b->shape[0])) {
+        gdl__set_error("gdl_bmm: expected [B,M,K] x [B,K,N] with one B, got %s x %s", gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
     }
-    if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, nd, shape, dt, a->device))) return NULL;
-    if (out->numel && gdl__gemm_dt(be, dt, 0, 0, (int)M, (int)N, (int)K, a->data, (int)K, sA, b->data, (int)N, sB, 0,
-                                   out->data, (int)N, M * N, (int)batch) < 0)
-        return NULL;
-    in[0] = a;
-    in[1] = b;
-    n = gdl__record(op, GDL_OP_MATMUL, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) {
-        n->i[0] = M; n->i[1] = N; n->i[2] = K; n->i[3] = batch; n->i[4] = sA; n->i[5] = sB;
-    }
-    return gdl__finish(op, out);
+    return gdl_matmul(a, b);
 }
 
 static int gdl__bw_matmul(gdl_node *n, const gdl_backend *be) {
-    int M = (int)n->i[0], N = (int)n->i[1], K = (int)n->i[2], batch = (int)n->i[3], b;
-    int64_t sA = n->i[4], sB = n->i[5], sC = (int64_t)M * N;
+    gdl__mm_plan p;
     gdl_dtype dt = n->out->dtype; /* f32, or the inputs' one low dtype */
     void *g = n->out->grad->data, *A = n->in[0]->data, *B = n->in[1]->data;
-    void *ga = n->in[0]->requires_grad ? n->in[0]->grad->data : NULL;
-    void *gb = n->in[1]->requires_grad ? n->in[1]->grad->data : NULL;
-    if (!n->out->numel) return 0;
-    /* a shared (stride 0) operand sums over the batch: one GEMM at a time, never two writers at once */
-    if (ga) {
-        if (sA == 0 && batch > 1) {
-            for (b = 0; b < batch; b++)
-                if (gdl__gemm_dt(be, dt, 0, 1, M, K, N, GDL__AT(g, dt, b * sC), N, 0, GDL__AT(B, dt, b * sB), N, 0, 1, ga,
-                                 K, 0, 1) < 0)
-                    return -1;
-        } else if (gdl__gemm_dt(be, dt, 0, 1, M, K, N, g, N, sC, B, N, sB, 1, ga, K, sA, batch) < 0) {
-            return -1;
-        }
-    }
-    if (gb) {
-        if (sB == 0 && batch > 1) {
-            for (b = 0; b < batch; b++)
-                if (gdl__gemm_dt(be, dt, 1, 0, K, N, M, GDL__AT(A, dt, b * sA), K, 0, GDL__AT(g, dt, b * sC), N, 0, 1, gb,
-                                 N, 0, 1) < 0)
-                    return -1;
-        } else if (gdl__gemm_dt(be, dt, 1, 0, K, N, M, A, K, sA, g, N, sC, 1, gb, N, sB, batch) < 0) {
-            return -1;
-        }
-    }
+    if (!n->out->numel || gdl__mm_plan_of("gdl_backward", n->in[0], n->in[1], &p) < 0) return n->out->numel ? -1 : 0;
+    if (n->in[0]->requires_grad && gdl__mm_run(be, dt, &p, 1, g, B, n->in[0]->grad->data) < 0) return -1;
+    if (n->in[1]->requires_grad && gdl__mm_run(be, dt, &p, 2, A, g, n->in[1]->grad->data) < 0) return -1;
     return 0;
 }
 
@@ -7717,6 +8391,44 @@ static int gdl__bw_softmax(gdl_node *n, const gdl_backend *be) {
 
 GPUDL_API gdl_tensor *gdl_softmax(gdl_tensor *x, int dim) { return gdl__softmax("gdl_softmax", GDL_OP_SOFTMAX, x, dim); }
 GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim) { return gdl__softmax("gdl_log_softmax", GDL_OP_LOG_SOFTMAX, x, dim); }
+
+/* cumsum: an F32-class op (torch.autocast), so bf16/f16 inputs run on f32 copies (the hook) */
+GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
+    const char *op = "gdl_cumsum";
+    int64_t outer, nred, inner;
+    int d, err;
+    gdl_tensor *out;
+    gdl_node *n;
+    const gdl_backend *be;
+    GDL__LOWP1(op, GDL_OP_CUMSUM, gdl_cumsum(x, dim), x);
+    if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
+    if (x->ndim == 0) { /* a scalar: itself, as torch.cumsum(dim 0 or -1) */
+        if (dim != 0 && dim != -1) {
+            gdl__set_error("%s: dim %d out of range for a scalar", op, dim);
+            return NULL;
+        }
+        d = 0;
+        outer = nred = inner = 1;
+    } else {
+        if (gdl__dim(op, x, dim, &d) < 0) return NULL;
+        gdl__split(x, d, &outer, &nred, &inner);
+    }
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
+    if (out->numel && be->cumsum(outer, nred, inner, GDL__R(x), GDL__R(out), 0, 0) < 0) return NULL;
+    n = gdl__record(op, GDL_OP_CUMSUM, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+    }
+    return gdl__finish(op, out);
+}
+
+/* the gradient of a prefix sum is the suffix sum of the gradient */
+static int gdl__bw_cumsum(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    if (!gx || !n->out->numel) return 0;
+    return be->cumsum(n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad), gx, 1, 1);
+}
 
 /* ---- convolution and pooling (NCHW) ---- */
 
@@ -8183,6 +8895,483 @@ static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
     }
     return 0;
 }
+
+/* ---- permute, slicing, split and stack ----
+   Tensors are contiguous (MANUAL: the tensor struct), so a permute or a
+   slice whose elements are not one block is a copy, made by the backend's
+   strided_copy; its backward adds the gradient back through the same
+   geometry (strided_copy accumulating). Copies move elements as they are:
+   exact in every dtype, so no dtype hook. Where the result is one block of
+   the input it is a view (gdl__view). */
+
+/* the geometry of a PERMUTE or NARROW copy (node op and parameters p): the output's shape (nd dims) and,
+   per output dim, the stride in x of one step along it; off: the first element's offset in x */
+static void gdl__strided_geom(int op, const gdl_tensor *x, const int64_t *p, int *nd, int64_t *shape, int64_t *xstr,
+                              int64_t *off) {
+    int64_t cs[GDL_MAX_DIMS];
+    int k;
+    gdl__contig_strides(x->ndim, x->shape, cs);
+    if (op == GDL_OP_PERMUTE) { /* p: the permutation */
+        *nd = x->ndim;
+        for (k = 0; k < x->ndim; k++) {
+            shape[k] = x->shape[p[k]];
+            xstr[k] = cs[p[k]];
+        }
+        *off = 0;
+    } else { /* NARROW, p: dim, start, step, length */
+        int64_t outer, n, inner;
+        gdl__split(x, (int)p[0], &outer, &n, &inner);
+        *nd = 3;
+        shape[0] = outer;
+        shape[1] = p[3];
+        shape[2] = inner;
+        xstr[0] = n * inner;
+        xstr[1] = p[2] * inner;
+        xstr[2] = 1;
+        *off = p[1] * inner;
+    }
+}
+
+/* a PERMUTE or NARROW copy of x with parameters p (gdl__strided_geom) into an output of out_nd dims */
+static gdl_tensor *gdl__strided_op(const char *opname, int op, gdl_tensor *x, const int64_t *p, int out_nd,
+                                   const int64_t *out_shape) {
+    int64_t shape[GDL_MAX_DIMS], xstr[GDL_MAX_DIMS], ostr[GDL_MAX_DIMS], off;
+    int nd, err, k;
+    gdl_tensor *out;
+    gdl_node *n;
+    const gdl_backend *be;
+    gdl__strided_geom(op, x, p, &nd, shape, xstr, &off);
+    gdl__contig_strides(nd, shape, ostr);
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, out_nd, out_shape, x->dtype, x->device))) return NULL;
+    if (out->numel && be->strided_copy(x->dtype, nd, shape, GDL__AT(x->data, x->dtype, off), xstr, out->data, ostr, 0) < 0)
+        return NULL;
+    n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n)
+        for (k = 0; k < 8; k++) n->i[k] = p[k];
+    return gdl__finish(opname, out);
+}
+
+static int gdl__bw_strided(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *x = n->in[0];
+    int64_t shape[GDL_MAX_DIMS], xstr[GDL_MAX_DIMS], gstr[GDL_MAX_DIMS], off;
+    int nd;
+    if (!x->requires_grad || !n->out->numel) return 0;
+    gdl__strided_geom(n->op, x, n->i, &nd, shape, xstr, &off);
+    gdl__contig_strides(nd, shape, gstr);
+    return be->strided_copy(x->grad->dtype, nd, shape, n->out->grad->data, gstr,
+                            GDL__AT(x->grad->data, x->grad->dtype, off), xstr, 1);
+}
+
+GPUDL_API gdl_tensor *gdl_permute(gdl_tensor *x, int ndim, const int *dims) {
+    const char *op = "gdl_permute";
+    int64_t p[8] = {0}, shape[GDL_MAX_DIMS];
+    int k, j, last = -1, view = 1;
+    if (gdl__check_in(op, "x", x, 0) < 0) return NULL;
+    if (ndim != x->ndim || (ndim && !dims)) {
+        gdl__set_error("%s: %d dims given for %s (ndim %d)", op, dims ? ndim : 0, gdl_shape_str(x), x->ndim);
+        return NULL;
+    }
+    for (k = 0; k < ndim; k++) {
+        int d = dims[k] < 0 ? dims[k] + ndim : dims[k];
+        for (j = 0; j < k && d >= 0 && d < ndim; j++)
+            if (p[j] == d) d = -1;
+        if (d < 0 || d >= ndim) {
+            gdl__set_error("%s: dims are not a permutation of 0..%d for %s (dim %d at position %d)", op, ndim - 1,
+                           gdl_shape_str(x), dims[k], k);
+            return NULL;
+        }
+        p[k] = d;
+        shape[k] = x->shape[d];
+        if (shape[k] != 1) { /* a view when the dims longer than 1 keep their order */
+            if (d < last) view = 0;
+            last = d;
+        }
+    }
+    if (view) return gdl__view(op, x, ndim, shape, 0);
+    return gdl__strided_op(op, GDL_OP_PERMUTE, x, p, ndim, shape);
+}
+
+GPUDL_API gdl_tensor *gdl_transpose(gdl_tensor *x, int dim0, int dim1) {
+    int dims[GDL_MAX_DIMS], k, d0, d1;
+    if (gdl__check_in("gdl_transpose", "x", x, 0) < 0 || gdl__dim("gdl_transpose", x, dim0, &d0) < 0 ||
+        gdl__dim("gdl_transpose", x, dim1, &d1) < 0)
+        return NULL;
+    for (k = 0; k < x->ndim; k++) dims[k] = k;
+    dims[d0] = d1;
+    dims[d1] = d0;
+    return gdl_permute(x, x->ndim, dims);
+}
+
+/* elements start, start + step, ... (len of them, in range) along dim d */
+static gdl_tensor *gdl__narrow(const char *op, gdl_tensor *x, int d, int64_t start, int64_t len, int64_t step) {
+    int64_t shape[GDL_MAX_DIMS], p[8] = {0}, outer, n, inner;
+    memcpy(shape, x->shape, sizeof shape);
+    shape[d] = len;
+    gdl__split(x, d, &outer, &n, &inner);
+    if (len == 1) step = 1;
+    if (step == 1 && (outer == 1 || len == n)) /* one block of x */
+        return gdl__view(op, x, x->ndim, shape, start * inner);
+    p[0] = d;
+    p[1] = start;
+    p[2] = step;
+    p[3] = len;
+    return gdl__strided_op(op, GDL_OP_NARROW, x, p, x->ndim, shape);
+}
+
+GPUDL_API gdl_tensor *gdl_narrow(gdl_tensor *x, int dim, int64_t start, int64_t length) {
+    const char *op = "gdl_narrow";
+    int d;
+    int64_t n;
+    if (gdl__check_in(op, "x", x, 0) < 0 || gdl__dim(op, x, dim, &d) < 0) return NULL;
+    n = x->shape[d];
+    if (start < 0 && start >= -n) start += n;
+    if (start < 0 || start > n || length < 0 || length > n - start) {
+        gdl__set_error("%s: start %lld, length %lld out of range for dim %d (size %lld) of %s", op, (long long)start,
+                       (long long)length, dim, (long long)n, gdl_shape_str(x));
+        return NULL;
+    }
+    return gdl__narrow(op, x, d, start, length, 1);
+}
+
+GPUDL_API gdl_tensor *gdl_slice_dim(gdl_tensor *x, int dim, int64_t start, int64_t end, int64_t step) {
+    const char *op = "gdl_slice_dim";
+    int d;
+    int64_t n;
+    if (gdl__check_in(op, "x", x, 0) < 0 || gdl__dim(op, x, dim, &d) < 0) return NULL;
+    if (step < 1) {
+        gdl__set_error("%s: step %lld must be positive", op, (long long)step);
+        return NULL;
+    }
+    n = x->shape[d];
+    if (start < 0) start += n;
+    if (end < 0) end += n;
+    start = start < 0 ? 0 : start > n ? n : start;
+    end = end < start ? start : end > n ? n : end;
+    return gdl__narrow(op, x, d, start, (end - start + step - 1) / step, step);
+}
+
+GPUDL_API gdl_tensor *gdl_select(gdl_tensor *x, int dim, int64_t index) {
+    const char *op = "gdl_select";
+    int64_t shape[GDL_MAX_DIMS];
+    int d, k, nd = 0;
+    gdl_tensor *r;
+    if (gdl__check_in(op, "x", x, 0) < 0 || gdl__dim(op, x, dim, &d) < 0) return NULL;
+    if (index < -x->shape[d] || index >= x->shape[d]) {
+        gdl__set_error("%s: index %lld is out of range for dim %d (size %lld) of %s", op, (long long)index, dim,
+                       (long long)x->shape[d], gdl_shape_str(x));
+        return NULL;
+    }
+    if (!(r = gdl__narrow(op, x, d, index < 0 ? index + x->shape[d] : index, 1, 1))) return NULL;
+    for (k = 0; k < x->ndim; k++)
+        if (k != d) shape[nd++] = x->shape[k];
+    return gdl__view(op, r, nd, shape, 0);
+}
+
+GPUDL_API int gdl_split(gdl_tensor *x, int64_t split_size, int dim, gdl_tensor **out, int max_out) {
+    const char *op = "gdl_split";
+    int d, k, count;
+    int64_t n;
+    if (gdl__check_in(op, "x", x, 0) < 0 || gdl__dim(op, x, dim, &d) < 0) return -1;
+    n = x->shape[d];
+    if (!out || split_size < 1) {
+        gdl__set_error(!out ? "%s: out is NULL" : "%s: split_size %lld must be positive", op, (long long)split_size);
+        return -1;
+    }
+    count = n == 0 ? 1 : (int)((n + split_size - 1) / split_size);
+    if (count > max_out) {
+        gdl__set_error("%s: %s in pieces of %lld along dim %d makes %d tensors, room for %d", op, gdl_shape_str(x),
+                       (long long)split_size, dim, count, max_out);
+        return -1;
+    }
+    for (k = 0; k < count; k++) {
+        int64_t s = (int64_t)k * split_size, len = n - s < split_size ? n - s : split_size;
+        if (!(out[k] = gdl__narrow(op, x, d, s, len, 1))) return -1;
+    }
+    return count;
+}
+
+GPUDL_API int gdl_chunk(gdl_tensor *x, int chunks, int dim, gdl_tensor **out) {
+    int d;
+    if (gdl__check_in("gdl_chunk", "x", x, 0) < 0 || gdl__dim("gdl_chunk", x, dim, &d) < 0) return -1;
+    if (chunks < 1) {
+        gdl__set_error("gdl_chunk: chunks %d must be positive", chunks);
+        return -1;
+    }
+    return gdl_split(x, x->shape[d] ? (x->shape[d] + chunks - 1) / chunks : 1, dim, out, chunks);
+}
+
+GPUDL_API gdl_tensor *gdl_stack(int count, gdl_tensor *const *xs, int dim) {
+    const char *op = "gdl_stack";
+    int64_t shape[GDL_MAX_DIMS];
+    gdl_tensor **v;
+    int k, d, nd;
+    if (count < 1 || !xs) {
+        gdl__set_error("%s: need at least one tensor (got %d)", op, count);
+        return NULL;
+    }
+    for (k = 0; k < count; k++) {
+        if (gdl__check_in(op, "an input", xs[k], 0) < 0) return NULL;
+        if (!gdl_same_shape(xs[k], xs[0])) {
+            gdl__set_error("%s: every tensor must have one shape, got %s at entry 0 and %s at entry %d", op,
+                           gdl_shape_str(xs[0]), gdl_shape_str(xs[k]), k);
+            return NULL;
+        }
+    }
+    nd = xs[0]->ndim + 1;
+    d = dim < 0 ? dim + nd : dim;
+    if (d < 0 || d >= nd || nd > GDL_MAX_DIMS) {
+        gdl__set_error("%s: dim %d out of range for stacking %s tensors", op, dim, gdl_shape_str(xs[0]));
+        return NULL;
+    }
+    if (!(v = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)count))) {
+        gdl__set_error("%s: out of host memory", op);
+        return NULL;
+    }
+    for (k = 0; k < nd; k++) shape[k] = k < d ? xs[0]->shape[k] : k == d ? 1 : xs[0]->shape[k - 1];
+    for (k = 0; k < count; k++)
+        if (!(v[k] = gdl__view(op, xs[k], nd, shape, 0))) return NULL;
+    return gdl_concat(count, v, d);
+}
+
+/* ---- index_select and gather (the backend's gather; backward: scatter_add) ---- */
+
+/* the CPU checks every index (a GPU's out-of-range element reads 0: checking would wait for the device) */
+static int gdl__check_index_range(const char *op, const gdl_tensor *idx, int64_t n) {
+    int64_t i;
+    if (idx->device.type != GDL_DEVICE_CPU) return 0;
+    for (i = 0; i < idx->numel; i++) {
+        int32_t v = ((const int32_t *)idx->data)[i];
+        if (v < 0 || v >= n) {
+            gdl__set_error("%s: index %d at position %lld is out of range [0,%lld)", op, (int)v, (long long)i, (long long)n);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* index strides for an op: INDEX_SELECT's 1-D index moves along dim d only; GATHER's has the output's shape */
+static void gdl__gather_istr(int op, int d, int nd, const int64_t *shape, int64_t *istr) {
+    int k;
+    if (op == GDL_OP_GATHER) {
+        gdl__contig_strides(nd, shape, istr);
+        return;
+    }
+    for (k = 0; k < nd; k++) istr[k] = k == d ? 1 : 0;
+}
+
+static gdl_tensor *gdl__gather_op(const char *opname, int op, gdl_tensor *x, int dim, gdl_tensor *index) {
+    int64_t shape[GDL_MAX_DIMS], xstr[GDL_MAX_DIMS], istr[GDL_MAX_DIMS];
+    int d, k, err;
+    gdl_tensor *out, *in[2];
+    gdl_node *n;
+    const gdl_backend *be;
+    if (gdl__check_two(opname, "x", x, 0, "index", index, 0) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
+    if (index->dtype != GDL_I32) {
+        gdl__set_error("%s: index must be i32, got %s %s", opname, gdl_dtype_name(index->dtype), gdl_shape_str(index));
+        return NULL;
+    }
+    memcpy(shape, x->shape, sizeof shape);
+    if (op == GDL_OP_INDEX_SELECT) {
+        if (index->ndim > 1) {
+            gdl__set_error("%s: index must have at most 1 dim, got %s", opname, gdl_shape_str(index));
+            return NULL;
+        }
+        shape[d] = index->numel;
+    } else {
+        for (k = 0; k < x->ndim && index->ndim == x->ndim; k++)
+            if (k != d && index->shape[k] > x->shape[k]) break;
+        if (index->ndim != x->ndim || k < x->ndim) {
+            gdl__set_error("%s: index %s does not fit x %s (the same ndim, no longer than x outside dim %d)", opname,
+                           gdl_shape_str(index), gdl_shape_str(x), d);
+            return NULL;
+        }
+        memcpy(shape, index->shape, sizeof(int64_t) * (size_t)x->ndim);
+    }
+    if (gdl__check_index_range(opname, index, x->shape[d]) < 0) return NULL;
+    gdl__contig_strides(x->ndim, x->shape, xstr);
+    gdl__gather_istr(op, d, x->ndim, shape, istr);
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, shape, x->dtype, x->device))) return NULL;
+    if (out->numel && be->gather(x->dtype, x->ndim, shape, d, x->data, xstr, x->shape[d], (const int32_t *)index->data,
+                                 istr, out->data) < 0)
+        return NULL;
+    in[0] = x;
+    in[1] = index;
+    n = gdl__record(opname, op, out, 2, in, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = d;
+    return gdl__finish(opname, out);
+}
+
+/* scatter-add into f32: x's own gradient, or an f32 sum added to a bf16/f16 one with one rounding */
+static int gdl__bw_gather(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *x = n->in[0], *out = n->out;
+    int64_t xstr[GDL_MAX_DIMS], istr[GDL_MAX_DIMS];
+    int d = (int)n->i[0];
+    gdl_real *dst;
+    if (!x->requires_grad || !out->numel) return 0;
+    gdl__contig_strides(x->ndim, x->shape, xstr);
+    gdl__gather_istr(n->op, d, out->ndim, out->shape, istr);
+    dst = x->grad->dtype == GDL_F32 ? GDL__R(x->grad)
+                                    : (gdl_real *)gdl__scratch("gdl_backward", x->device, sizeof(gdl_real) * (size_t)(x->numel + 1));
+    if (!dst || (x->grad->dtype != GDL_F32 && be->fill(dst, x->numel, 0) < 0)) return -1;
+    if (be->scatter_add(out->grad->dtype, out->ndim, out->shape, d, out->grad->data, (const int32_t *)n->in[1]->data, istr,
+                        dst, xstr, x->shape[d]) < 0)
+        return -1;
+    return x->grad->dtype == GDL_F32 ? 0
+                                     : gdl__acc_any("gdl_backward", be, x->device, x->grad->data, x->grad->dtype, dst,
+                                                    GDL_F32, x->numel);
+}
+
+GPUDL_API gdl_tensor *gdl_index_select(gdl_tensor *x, int dim, gdl_tensor *index) {
+    return gdl__gather_op("gdl_index_select", GDL_OP_INDEX_SELECT, x, dim, index);
+}
+GPUDL_API gdl_tensor *gdl_gather(gdl_tensor *x, int dim, gdl_tensor *index) {
+    return gdl__gather_op("gdl_gather", GDL_OP_GATHER, x, dim, index);
+}
+
+/* ---- where, masked_fill (the backend's where: a selection, exact in every float dtype) ---- */
+
+static int gdl__check_mask(const char *op, const char *arg, const gdl_tensor *m, const gdl_tensor *x) {
+    if (gdl__check_in(op, arg, m, 0) < 0 || gdl__check_dev(op, x, m) < 0) return -1;
+    if (m->dtype != GDL_U8) {
+        gdl__set_error("%s: %s must be u8 (a comparison's result), got %s %s", op, arg, gdl_dtype_name(m->dtype),
+                       gdl_shape_str(m));
+        return -1;
+    }
+    return 0;
+}
+
+GPUDL_API gdl_tensor *gdl_where(gdl_tensor *cond, gdl_tensor *a, gdl_tensor *b) {
+    const char *op = "gdl_where";
+    int64_t shape[GDL_MAX_DIMS], str[3][GDL_MAX_DIMS];
+    const gdl_tensor *t[3];
+    gdl_tensor *out, *in[3];
+    const gdl_backend *be;
+    int nd, err;
+    gdl_dtype dt = GDL_F32;
+    if (gdl__ac_dt != GDL_F32 || (a && a->dtype != GDL_F32) || (b && b->dtype != GDL_F32)) {
+        /* native in one low dtype, unless a is b (its two gradients are summed by the cast path's one copy) */
+        if (a && b && a != b && a->dtype == b->dtype && gdl__lp_native(GDL_OP_WHERE, a->dtype)) dt = a->dtype;
+        else GDL__LOWP2(op, GDL_OP_WHERE, gdl_where(cond, a, b), a, b);
+    }
+    if (gdl__check_two(op, "a", a, dt == GDL_F32, "b", b, dt == GDL_F32) < 0 || gdl__check_mask(op, "cond", cond, a) < 0)
+        return NULL;
+    t[0] = cond;
+    t[1] = a;
+    t[2] = b;
+    if (gdl__broadcast_k(op, 3, t, &nd, shape, str) < 0 || !(be = gdl__be(op, a->device)) ||
+        !(out = gdl__tmp(op, nd, shape, dt, a->device)))
+        return NULL;
+    if (out->numel && be->where(dt, nd, shape, (const uint8_t *)cond->data, str[0], a->data, str[1], b->data, str[2],
+                                out->data) < 0)
+        return NULL;
+    in[0] = cond;
+    in[1] = a;
+    in[2] = b;
+    gdl__record(op, GDL_OP_WHERE, out, 3, in, &err);
+    return err ? NULL : gdl__finish(op, out);
+}
+
+GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double value) {
+    const char *op = "gdl_masked_fill";
+    int64_t shape[GDL_MAX_DIMS], str[2][GDL_MAX_DIMS], zero[GDL_MAX_DIMS] = {0};
+    const gdl_tensor *t[2];
+    gdl_tensor *out, *v, *in[2];
+    const gdl_backend *be;
+    int nd, err;
+    if (gdl__check_in(op, "x", x, 0) < 0 || gdl__check_mask(op, "mask", mask, x) < 0) return NULL;
+    if (!gdl__is_float(x->dtype)) {
+        gdl__set_error("%s: expected a float tensor (f32, bf16 or f16), got %s %s", op, gdl_dtype_name(x->dtype),
+                       gdl_shape_str(x));
+        return NULL;
+    }
+    t[0] = mask;
+    t[1] = x;
+    if (gdl__broadcast_k(op, 2, t, &nd, shape, str) < 0 || nd != x->ndim || gdl__numel_of(nd, shape) != x->numel) {
+        gdl__set_error("%s: mask %s cannot be broadcast to x %s", op, gdl_shape_str(mask), gdl_shape_str(x));
+        return NULL;
+    }
+    if (!(be = gdl__be(op, x->device)) || !(v = gdl__scalar_tmp(op, be, x->device, x->dtype, value)) ||
+        !(out = gdl__tmp(op, x->ndim, x->shape, x->dtype, x->device)))
+        return NULL;
+    if (out->numel &&
+        be->where(x->dtype, nd, shape, (const uint8_t *)mask->data, str[0], v->data, zero, x->data, str[1], out->data) < 0)
+        return NULL;
+    in[0] = x;
+    in[1] = mask;
+    gdl__record(op, GDL_OP_MASKED_FILL, out, 2, in, &err);
+    return err ? NULL : gdl__finish(op, out);
+}
+
+/* where's gradient to a branch is where(cond, g, 0) (the false branch: where(cond, 0, g)), summed over
+   what the branch was broadcast along; masked_fill's x is where's false branch */
+static int gdl__bw_where(gdl_node *n, const gdl_backend *be) {
+    int fill = n->op == GDL_OP_MASKED_FILL, nd, k;
+    gdl_tensor *cond = n->in[fill ? 1 : 0], *br[2], *out = n->out;
+    int64_t shape[GDL_MAX_DIMS], str[3][GDL_MAX_DIMS], gstr[GDL_MAX_DIMS], zstr[GDL_MAX_DIMS] = {0};
+    const gdl_tensor *t[3];
+    gdl_dtype dt = out->dtype;
+    void *zero, *tmp;
+    br[0] = fill ? NULL : n->in[1];
+    br[1] = n->in[fill ? 0 : 2];
+    t[0] = cond;
+    t[1] = fill ? br[1] : br[0];
+    t[2] = br[1];
+    if (!out->numel || gdl__broadcast_k("gdl_backward", fill ? 2 : 3, t, &nd, shape, str) < 0) return out->numel ? -1 : 0;
+    gdl__contig_strides(nd, shape, gstr);
+    if (!(zero = gdl__scratch("gdl_backward", out->device, 8)) || be->memset0(zero, 8) < 0 ||
+        !(tmp = gdl__scratch("gdl_backward", out->device, gdl_dtype_size(dt) * (size_t)out->numel)))
+        return -1;
+    for (k = 0; k < 2; k++) {
+        gdl_tensor *x = br[k];
+        const int64_t *xs = fill ? str[1] : str[k + 1];
+        if (!x || !x->requires_grad) continue;
+        if (be->where(dt, nd, shape, (const uint8_t *)cond->data, str[0], k ? zero : out->grad->data, k ? zstr : gstr,
+                      k ? out->grad->data : zero, k ? gstr : zstr, tmp) < 0)
+            return -1;
+        if ((dt == GDL_F32 && x->grad->dtype == GDL_F32 ? be->sum_to(nd, shape, (const gdl_real *)tmp, GDL__R(x->grad), xs, 1)
+                                                       : be->sum_to_lp(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- tril / triu (the backend's tri; exact in every float dtype) ---- */
+
+static gdl_tensor *gdl__tri_op(const char *opname, int op, gdl_tensor *x, int64_t k) {
+    int64_t R, C;
+    int err;
+    gdl_tensor *out;
+    gdl_node *n;
+    const gdl_backend *be;
+    if (gdl__check_in(opname, "x", x, 0) < 0) return NULL;
+    if (!gdl__is_float(x->dtype) || x->ndim < 2) {
+        gdl__set_error("%s: expected a float tensor (f32, bf16 or f16) of at least 2 dims, got %s %s", opname,
+                       gdl_dtype_name(x->dtype), gdl_shape_str(x));
+        return NULL;
+    }
+    R = x->shape[x->ndim - 2];
+    C = x->shape[x->ndim - 1];
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, x->dtype, x->device))) return NULL;
+    if (out->numel && be->tri(x->dtype, op == GDL_OP_TRIU, x->numel / (R * C), R, C, k, x->data, out->data, 0) < 0)
+        return NULL;
+    n = gdl__record(opname, op, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = k;
+    return gdl__finish(opname, out);
+}
+
+static int gdl__bw_tri(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *x = n->in[0];
+    int64_t R = x->shape[x->ndim - 2], C = x->shape[x->ndim - 1];
+    if (!x->requires_grad || !x->numel) return 0;
+    return be->tri(x->grad->dtype, n->op == GDL_OP_TRIU, x->numel / (R * C), R, C, n->i[0], n->out->grad->data,
+                   x->grad->data, 1);
+}
+
+GPUDL_API gdl_tensor *gdl_tril(gdl_tensor *x, int64_t diagonal) { return gdl__tri_op("gdl_tril", GDL_OP_TRIL, x, diagonal); }
+GPUDL_API gdl_tensor *gdl_triu(gdl_tensor *x, int64_t diagonal) { return gdl__tri_op("gdl_triu", GDL_OP_TRIU, x, diagonal); }
 
 /* ---- dropout ---- */
 

@@ -32,12 +32,21 @@ static void gdl__cu_coalesce(int ndim, const int64_t *shape, const int64_t *astr
     }
 }
 
+// gpudl.h's gdl__bin1 in f32 (enum gdl_binary_op)
 __device__ __forceinline__ float gdl__bin1(int op, float x, float y) {
     switch (op) {
     case GDL_BIN_ADD: return x + y;
     case GDL_BIN_SUB: return x - y;
     case GDL_BIN_MUL: return x * y;
-    default: return x / y;
+    case GDL_BIN_DIV: return x / y;
+    case GDL_BIN_MIN: return x != x ? x : y != y ? y : x < y ? x : y;
+    case GDL_BIN_MAX: return x != x ? x : y != y ? y : x > y ? x : y;
+    case GDL_BIN_POW: return powf(x, y);
+    case GDL_BIN_MAX_DA: return x > y ? 1.0f : x == y ? 0.5f : x < y ? 0.0f : 1.0f;
+    case GDL_BIN_MIN_DA: return x < y ? 1.0f : x == y ? 0.5f : x > y ? 0.0f : 1.0f;
+    case GDL_BIN_POW_DA: return y == 0 ? 0.0f : y * powf(x, y - 1.0f);
+    case GDL_BIN_POW_DB: return x == 0 && y >= 0 ? 0.0f : powf(x, y) * logf(x);
+    default: return y == 0 ? 0.0f : x * y; /* GDL_BIN_GRAD_SCALE */
     }
 }
 
@@ -284,6 +293,11 @@ __device__ __forceinline__ float gdl__unary1(int op, float x, float alpha) {
     case GDL_UN_GELU_TANH: return 0.5f * x * (1.0f + tanhf(GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
     case GDL_UN_EXP: return expf(x);
     case GDL_UN_LOG: return logf(x);
+    case GDL_UN_SQRT: return sqrtf(x);
+    case GDL_UN_RSQRT: return 1.0f / sqrtf(x);
+    case GDL_UN_ABS: return fabsf(x);
+    case GDL_UN_CLAMP_MIN: return x < alpha ? alpha : x;
+    case GDL_UN_CLAMP_MAX: return x > alpha ? alpha : x;
     case GDL_UN_SCALE: return alpha * x;
     case GDL_UN_ADD_SCALAR: return x + alpha;
     default: return powf(x, alpha); /* GDL_UN_POW */
@@ -305,6 +319,11 @@ __device__ __forceinline__ float gdl__unary_grad1(int op, float x, float y, floa
     }
     case GDL_UN_EXP: return y;
     case GDL_UN_LOG: return 1.0f / x;
+    case GDL_UN_SQRT: return 0.5f / y;
+    case GDL_UN_RSQRT: return -0.5f * y * y * y;
+    case GDL_UN_ABS: return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f;
+    case GDL_UN_CLAMP_MIN: return x >= alpha ? 1.0f : 0.0f;
+    case GDL_UN_CLAMP_MAX: return x <= alpha ? 1.0f : 0.0f;
     case GDL_UN_SCALE: return alpha;
     case GDL_UN_ADD_SCALAR: return 1.0f;
     default: return alpha * powf(x, alpha - 1.0f); /* GDL_UN_POW */
@@ -315,7 +334,7 @@ template <typename T> __global__ void gdl__k_unary(int op, int64_t n, const T *x
     GDL_CU_LOOP(i, n) y[i] = gdl__st<T>(gdl__unary1(op, gdl__ld(x[i]), alpha));
 }
 
-// ReLU selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
+// ReLU (and clamp) selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
 // by a 0/1 derivative: an Inf or NaN gradient at x <= 0 must not become NaN.
 // The accumulator is loaded, the term added in f32, the sum rounded once.
 // The term gy * f'(x): for f32 nvcc fuses it into the add (an FMA), for a
@@ -323,8 +342,12 @@ template <typename T> __global__ void gdl__k_unary(int op, int64_t n, const T *x
 // separate low-precision kernel did.
 template <typename T>
 __global__ void gdl__k_unary_backward(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha) {
-    if (op == GDL_UN_RELU) {
-        GDL_CU_LOOP(i, n) gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (gdl__ld(x[i]) > 0 ? gdl__ld(gy[i]) : 0.0f));
+    if (op == GDL_UN_RELU || op == GDL_UN_CLAMP_MIN || op == GDL_UN_CLAMP_MAX) {
+        GDL_CU_LOOP(i, n) {
+            float v = gdl__ld(x[i]);
+            bool pass = op == GDL_UN_RELU ? v > 0 : op == GDL_UN_CLAMP_MIN ? v >= alpha : v <= alpha;
+            gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (pass ? gdl__ld(gy[i]) : 0.0f));
+        }
         return;
     }
     GDL_CU_LOOP(i, n) {

@@ -124,8 +124,8 @@
      dtype and the op runs in it natively, accumulating in f32 (the
      backend's gemm_lp); the result is bf16/f16;
    * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
-     mse_loss, bce_with_logits, sum, exp, log, pow_scalar): inputs cast to
-     f32, result f32 -- so a loss is f32;
+     mse_loss, bce_with_logits, sum, cumsum, exp, log, rsqrt, pow_scalar,
+     pow): inputs cast to f32, result f32 -- so a loss is f32;
    * PROMOTE (the rest: relu, add, pooling, batch_norm, dropout, concat ...):
      as outside a region, in the inputs' widest dtype (Dtypes above); the
      poolings and batch_norm of a low-precision activation run natively

@@ -12,6 +12,57 @@ GPUDL_API gdl_tensor *gdl_flatten(gdl_tensor *x, int start_dim);
 GPUDL_API gdl_tensor *gdl_slice(gdl_tensor *x, int64_t start, int64_t end); /* rows [start,end) of dim 0 */
 GPUDL_API gdl_tensor *gdl_detach(gdl_tensor *x);
 
+/* Tensors are contiguous, so what PyTorch makes a strided view is a copy here
+   (one strided-copy kernel; the backward adds back through the same
+   geometry): permute and transpose, and a slice or select whose elements are
+   not one contiguous block. Where the result is contiguous in the input (a
+   slice along a dim all of whose outer dims have size 1; a permute moving
+   only size-1 dims) it is a view, as gdl_reshape. Any dtype; dims may be
+   negative, as in PyTorch. */
+GPUDL_API gdl_tensor *gdl_permute(gdl_tensor *x, int ndim, const int *dims);
+GPUDL_API gdl_tensor *gdl_transpose(gdl_tensor *x, int dim0, int dim1);
+/* x[..., start:start+length, ...] along dim (start may be negative) */
+GPUDL_API gdl_tensor *gdl_narrow(gdl_tensor *x, int dim, int64_t start, int64_t length);
+/* x[..., start:end:step, ...] along dim, with Python's clamping of start and end (negative ones count from
+   the end; step >= 1) */
+GPUDL_API gdl_tensor *gdl_slice_dim(gdl_tensor *x, int dim, int64_t start, int64_t end, int64_t step);
+/* x[..., index, ...]: dim removed (index may be negative) */
+GPUDL_API gdl_tensor *gdl_select(gdl_tensor *x, int dim, int64_t index);
+/* pieces of split_size along dim (the last one shorter) / `chunks` pieces of ceil(size/chunks): written to
+   out (room for max_out), their count returned (-1 on error); torch.split / torch.chunk */
+GPUDL_API int gdl_split(gdl_tensor *x, int64_t split_size, int dim, gdl_tensor **out, int max_out);
+GPUDL_API int gdl_chunk(gdl_tensor *x, int chunks, int dim, gdl_tensor **out);
+/* n tensors of one shape joined along a new dim (0..ndim); gdl_concat (below) is torch.cat */
+GPUDL_API gdl_tensor *gdl_stack(int n, gdl_tensor *const *xs, int dim);
+
+/* indexing: index is i32. index_select: x's slices at index (1-D) along dim; gather: out[i][j][k] =
+   x[i][index[i][j][k]][k] for dim 1 (index has x's ndim; index.size(d) <= x.size(d) off dim). Backward
+   by scatter-add. The CPU rejects an index out of range; on a GPU such an element reads 0. */
+GPUDL_API gdl_tensor *gdl_index_select(gdl_tensor *x, int dim, gdl_tensor *index);
+GPUDL_API gdl_tensor *gdl_gather(gdl_tensor *x, int dim, gdl_tensor *index);
+
+/* comparisons with broadcasting: a u8 tensor of 0 / 1 (PyTorch's bool). Any dtypes: two integer tensors
+   compare exactly, otherwise both as f32 (an i32 rounded to f32, as PyTorch promotes); NaN is unequal to
+   everything. Not differentiable. */
+typedef enum gdl_compare_op { GDL_CMP_EQ, GDL_CMP_NE, GDL_CMP_LT, GDL_CMP_LE, GDL_CMP_GT, GDL_CMP_GE } gdl_compare_op;
+GPUDL_API gdl_tensor *gdl_compare(gdl_tensor *a, gdl_tensor *b, gdl_compare_op op);
+GPUDL_API gdl_tensor *gdl_eq(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_ne(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_lt(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_le(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_gt(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_ge(gdl_tensor *a, gdl_tensor *b);
+/* x op value; the value is taken in x's dtype for a float x (x_bf16 == 0.1 compares with bf16(0.1), as
+   PyTorch), as i32 for an i32/u8 x when it is an integer of at most 2^24, else as f32 */
+GPUDL_API gdl_tensor *gdl_compare_scalar(gdl_tensor *x, gdl_compare_op op, double value);
+/* cond (u8, a comparison's result) ? a : b, all three broadcast; the result has a and b's promoted dtype */
+GPUDL_API gdl_tensor *gdl_where(gdl_tensor *cond, gdl_tensor *a, gdl_tensor *b);
+/* x with value where mask (u8, broadcastable to x's shape) is non-zero */
+GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double value);
+/* the lower / upper triangle of the last two dims (diagonal 0: the main one; > 0 above it), the rest 0 */
+GPUDL_API gdl_tensor *gdl_tril(gdl_tensor *x, int64_t diagonal);
+GPUDL_API gdl_tensor *gdl_triu(gdl_tensor *x, int64_t diagonal);
+
 /* elementwise, with NumPy broadcasting */
 GPUDL_API gdl_tensor *gdl_add(gdl_tensor *a, gdl_tensor *b);
 GPUDL_API gdl_tensor *gdl_sub(gdl_tensor *a, gdl_tensor *b);
@@ -22,6 +73,19 @@ GPUDL_API gdl_tensor *gdl_mul_scalar(gdl_tensor *x, double s);
 GPUDL_API gdl_tensor *gdl_pow_scalar(gdl_tensor *x, double p);
 GPUDL_API gdl_tensor *gdl_exp(gdl_tensor *x);
 GPUDL_API gdl_tensor *gdl_log(gdl_tensor *x);
+GPUDL_API gdl_tensor *gdl_sqrt(gdl_tensor *x);
+GPUDL_API gdl_tensor *gdl_rsqrt(gdl_tensor *x);
+GPUDL_API gdl_tensor *gdl_abs(gdl_tensor *x);
+/* torch.clamp with scalar bounds: -INFINITY / INFINITY for none (a NaN bound is an error); the gradient
+   passes where min <= x <= max. clamp_min / clamp_max: one bound. */
+GPUDL_API gdl_tensor *gdl_clamp(gdl_tensor *x, double min, double max);
+GPUDL_API gdl_tensor *gdl_clamp_min(gdl_tensor *x, double min);
+GPUDL_API gdl_tensor *gdl_clamp_max(gdl_tensor *x, double max);
+/* elementwise with broadcasting: torch.minimum / maximum (NaN propagates; a tie sends half the gradient
+   each way) and torch.pow of tensors */
+GPUDL_API gdl_tensor *gdl_minimum(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_maximum(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_pow(gdl_tensor *a, gdl_tensor *b);
 GPUDL_API gdl_tensor *gdl_relu(gdl_tensor *x);
 GPUDL_API gdl_tensor *gdl_leaky_relu(gdl_tensor *x, double negative_slope);
 GPUDL_API gdl_tensor *gdl_sigmoid(gdl_tensor *x);
@@ -29,7 +93,10 @@ GPUDL_API gdl_tensor *gdl_tanh(gdl_tensor *x);
 GPUDL_API gdl_tensor *gdl_gelu(gdl_tensor *x, int tanh_approximation);
 
 /* linear algebra */
-GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b); /* [M,K]x[K,N], [B,M,K]x[B,K,N] or x[K,N] */
+/* torch.matmul: [..., M, K] x [..., K, N] with the batch dims broadcast; a 1-D operand is a row (a) or a
+   column (b) vector whose dim is removed from the result */
+GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b);
+GPUDL_API gdl_tensor *gdl_bmm(gdl_tensor *a, gdl_tensor *b); /* [B,M,K] x [B,K,N], no broadcasting */
 GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias); /* W [out,in]; bias may be NULL */
 /* The activation fused into gdl_linear_act / gdl_conv2d_act: GELU_TANH is
    gdl_gelu(x, 1) (the tanh approximation, cuBLASLt's GELU epilogue), GELU
@@ -50,6 +117,7 @@ GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim);
 GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim); /* i32, not differentiable */
 GPUDL_API gdl_tensor *gdl_softmax(gdl_tensor *x, int dim);
 GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim);
+GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim);
 
 /* images, NCHW */
 GPUDL_API gdl_tensor *gdl_conv2d(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias,

@@ -26,8 +26,8 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
    It makes the gdl_op enum (GDL_OP_ID), gdl_op_name, the op table with each
    op's backward (the functions gdl__bw_* in [impl-ops]) and the autocast
    class (torch.autocast's CUDA lists: matmul, linear and conv run in the low
-   dtype; softmax, losses, layer norm, sum, exp, log and pow in f32; every
-   other op in its inputs' widest dtype). The manual says how to add an op. */
+   dtype; softmax, losses, layer norm, sum, cumsum, exp, log, rsqrt and pow
+   in f32; every other op in its inputs' widest dtype). The manual says how to add an op. */
 #define GDL_OP_LIST(X) \
     X(RESHAPE, "reshape", gdl__bw_view, 0, GDL_AUTOCAST_PROMOTE) \
     X(SLICE, "slice", gdl__bw_view, 0, GDL_AUTOCAST_PROMOTE) \
@@ -60,6 +60,23 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(AVG_POOL2D, "avg_pool2d", gdl__bw_pool, 0, GDL_AUTOCAST_PROMOTE) \
     X(GLOBAL_AVG_POOL2D, "global_avg_pool2d", gdl__bw_reduce, GDL_RED_MEAN, GDL_AUTOCAST_PROMOTE) \
     X(CONCAT, "concat", gdl__bw_concat, 0, GDL_AUTOCAST_PROMOTE) \
+    X(SQRT, "sqrt", gdl__bw_unary, GDL_UN_SQRT, GDL_AUTOCAST_PROMOTE) \
+    X(RSQRT, "rsqrt", gdl__bw_unary, GDL_UN_RSQRT, GDL_AUTOCAST_F32) \
+    X(ABS, "abs", gdl__bw_unary, GDL_UN_ABS, GDL_AUTOCAST_PROMOTE) \
+    X(CLAMP_MIN, "clamp_min", gdl__bw_unary, GDL_UN_CLAMP_MIN, GDL_AUTOCAST_PROMOTE) \
+    X(CLAMP_MAX, "clamp_max", gdl__bw_unary, GDL_UN_CLAMP_MAX, GDL_AUTOCAST_PROMOTE) \
+    X(MINIMUM, "minimum", gdl__bw_binary, GDL_BIN_MIN, GDL_AUTOCAST_PROMOTE) \
+    X(MAXIMUM, "maximum", gdl__bw_binary, GDL_BIN_MAX, GDL_AUTOCAST_PROMOTE) \
+    X(POW, "pow", gdl__bw_binary, GDL_BIN_POW, GDL_AUTOCAST_F32) \
+    X(PERMUTE, "permute", gdl__bw_strided, 0, GDL_AUTOCAST_PROMOTE) \
+    X(NARROW, "narrow", gdl__bw_strided, 0, GDL_AUTOCAST_PROMOTE) \
+    X(INDEX_SELECT, "index_select", gdl__bw_gather, 0, GDL_AUTOCAST_PROMOTE) \
+    X(GATHER, "gather", gdl__bw_gather, 0, GDL_AUTOCAST_PROMOTE) \
+    X(WHERE, "where", gdl__bw_where, 0, GDL_AUTOCAST_PROMOTE) \
+    X(MASKED_FILL, "masked_fill", gdl__bw_where, 0, GDL_AUTOCAST_PROMOTE) \
+    X(TRIL, "tril", gdl__bw_tri, 0, GDL_AUTOCAST_PROMOTE) \
+    X(TRIU, "triu", gdl__bw_tri, 0, GDL_AUTOCAST_PROMOTE) \
+    X(CUMSUM, "cumsum", gdl__bw_cumsum, 0, GDL_AUTOCAST_F32) \
     X(DROPOUT, "dropout", gdl__bw_dropout, 0, GDL_AUTOCAST_PROMOTE) \
     X(BATCH_NORM, "batch_norm", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
     X(LAYER_NORM, "layer_norm", gdl__bw_layer_norm, 0, GDL_AUTOCAST_F32) \

@@ -6,12 +6,23 @@
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */
 
-enum gdl_binary_op { GDL_BIN_ADD, GDL_BIN_SUB, GDL_BIN_MUL, GDL_BIN_DIV };
+/* MIN, MAX, POW: torch.minimum, maximum and pow (NaN propagates through min and max); the rest are their
+   derivatives, for the backwards: MAX_DA = d max(a,b)/da (1 where a > b, 1/2 on a tie, 0 where a < b, 1
+   where unordered; MIN_DA the same for min; d/db is the same code with a and b swapped), POW_DA = d a^b/da
+   (0 where b == 0), POW_DB = d a^b/db (0 where a == 0 and b >= 0), GRAD_SCALE = a * b but exactly 0 where
+   b == 0 (PyTorch masks such gradients: an infinite one does not become NaN) */
+enum gdl_binary_op {
+    GDL_BIN_ADD, GDL_BIN_SUB, GDL_BIN_MUL, GDL_BIN_DIV, GDL_BIN_MIN, GDL_BIN_MAX, GDL_BIN_POW,
+    GDL_BIN_MAX_DA, GDL_BIN_MIN_DA, GDL_BIN_POW_DA, GDL_BIN_POW_DB, GDL_BIN_GRAD_SCALE
+};
+/* CLAMP_MIN / CLAMP_MAX: max(x, alpha) / min(x, alpha), NaN kept, the gradient passing where x >= alpha /
+   x <= alpha (torch.clamp_min / clamp_max) */
 enum gdl_unary_op {
     GDL_UN_RELU, GDL_UN_LEAKY_RELU, GDL_UN_SIGMOID, GDL_UN_TANH, GDL_UN_GELU_ERF,
     GDL_UN_GELU_TANH, GDL_UN_EXP, GDL_UN_LOG, GDL_UN_SCALE, GDL_UN_ADD_SCALAR,
-    GDL_UN_POW
+    GDL_UN_POW, GDL_UN_SQRT, GDL_UN_RSQRT, GDL_UN_ABS, GDL_UN_CLAMP_MIN, GDL_UN_CLAMP_MAX
 };
+
 enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX };
 enum gdl_pointwise_loss { GDL_LOSS_MSE, GDL_LOSS_BCE_LOGITS };
 
@@ -173,6 +184,35 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols */ \
     X(int, copy2d, (int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst, \
         int64_t dld, int accumulate)) \
+    /* indexing and copies. strided_copy: dst[i·dstr] (+)= src[i·sstr] over `shape` (i its row-major \
+       multi-index), elements of any dtype dt; accumulate (a float dt, no two i sharing a destination): \
+       the destination loaded, the source added in f32, rounded once */ \
+    X(int, strided_copy, (gdl_dtype dt, int ndim, const int64_t *shape, const void *src, const int64_t *sstr, \
+        void *dst, const int64_t *dstr, int accumulate)) \
+    /* gather: out[i] = x at i·xstr with the `dim` coordinate replaced by idx[i·istr], over `shape` (out \
+       contiguous, any dtype dt; x's dim has xn elements: an index outside [0,xn) gives 0 -- the op layer \
+       rejects it first on the CPU); scatter_add, its adjoint: dst (f32) at those places += src[i] (src \
+       contiguous, dtype st: f32, bf16 or f16; on a GPU with atomics, so sums in any order) */ \
+    X(int, gather, (gdl_dtype dt, int ndim, const int64_t *shape, int dim, const void *x, const int64_t *xstr, \
+        int64_t xn, const int32_t *idx, const int64_t *istr, void *out)) \
+    X(int, scatter_add, (gdl_dtype st, int ndim, const int64_t *shape, int dim, const void *src, \
+        const int32_t *idx, const int64_t *istr, gdl_real *dst, const int64_t *dstr, int64_t dn)) \
+    /* out[i] = a[i·astr] op b[i·bstr] as 1 or 0 (op: gdl_compare_op) over `shape`, out contiguous; at, bt \
+       any dtypes: two integer ones compare exactly, else both as f32 (NaN: only NE holds) */ \
+    X(int, compare, (int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr, \
+        gdl_dtype bt, const void *b, const int64_t *bstr, uint8_t *out)) \
+    /* out[i] = cond[i·cstr] ? a[i·astr] : b[i·bstr] over `shape` (cond u8; a, b and the contiguous out of \
+       one float dtype dt: an exact selection) */ \
+    X(int, where, (gdl_dtype dt, int ndim, const int64_t *shape, const uint8_t *cond, const int64_t *cstr, \
+        const void *a, const int64_t *astr, const void *b, const int64_t *bstr, void *out)) \
+    /* x, y viewed as [batch, R, C] (float dtype dt): y (+)= x where col - row <= k (upper 0: tril) or \
+       col - row >= k (upper 1: triu), else y = 0 (nothing added) */ \
+    X(int, tri, (gdl_dtype dt, int upper, int64_t batch, int64_t R, int64_t C, int64_t k, const void *x, \
+        void *y, int accumulate)) \
+    /* inclusive prefix sums over the middle dim of [outer, n, inner], from the end when reverse (cumsum's \
+       backward); y (+)= them */ \
+    X(int, cumsum, (int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y, int reverse, \
+        int accumulate)) \
     /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p) */ \
     X(int, dropout, (int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y)) \
     X(int, dropout_backward, (int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx)) \

@@ -91,7 +91,8 @@ static int gdl__cpu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, voi
 static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
     gdl_real xb[GDL__LP_CHUNK], yb[GDL__LP_CHUNK], gyb[GDL__LP_CHUNK], gb[GDL__LP_CHUNK], alpha = a.alpha;
     int64_t c, i, m;
-    int op = a.op, need_y = op == GDL_UN_SIGMOID || op == GDL_UN_TANH || op == GDL_UN_EXP;
+    int op = a.op, need_y = op == GDL_UN_SIGMOID || op == GDL_UN_TANH || op == GDL_UN_EXP || op == GDL_UN_SQRT ||
+                            op == GDL_UN_RSQRT;
     for (c = lo; c < hi; c += m) {
         m = hi - c < GDL__LP_CHUNK ? hi - c : GDL__LP_CHUNK;
         gdl__lp_get(a.dt, a.lx, c, 1, m, xb);
@@ -102,6 +103,8 @@ static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         switch (op) { /* gdl__cpu_unary_backward's loops */
         case GDL_UN_RELU: for (i = 0; i < m; i++) gb[i] += xb[i] > 0 ? gyb[i] : 0; break;
         case GDL_UN_LEAKY_RELU: for (i = 0; i < m; i++) gb[i] += xb[i] > 0 ? gyb[i] : alpha * gyb[i]; break;
+        case GDL_UN_CLAMP_MIN: for (i = 0; i < m; i++) gb[i] += xb[i] >= alpha ? gyb[i] : 0; break;
+        case GDL_UN_CLAMP_MAX: for (i = 0; i < m; i++) gb[i] += xb[i] <= alpha ? gyb[i] : 0; break;
         case GDL_UN_SCALE: for (i = 0; i < m; i++) gb[i] += alpha * gyb[i]; break;
         case GDL_UN_ADD_SCALAR: for (i = 0; i < m; i++) gb[i] += gyb[i]; break;
         case GDL_UN_SIGMOID: for (i = 0; i < m; i++) gb[i] += gyb[i] * yb[i] * (1 - yb[i]); break;

@@ -129,6 +129,48 @@ static int gdl__broadcast(const char *op, const gdl_tensor *a, const gdl_tensor 
     return 0;
 }
 
+/* row-major strides (in elements) of a shape */
+static void gdl__contig_strides(int ndim, const int64_t *shape, int64_t *str) {
+    int64_t s = 1;
+    int d;
+    for (d = ndim - 1; d >= 0; d--) {
+        str[d] = s;
+        s *= shape[d];
+    }
+}
+
+/* NumPy broadcasting of k (2 or 3) tensors: the result's shape, and each tensor's strides into it (0 along
+   the dims it is broadcast over) */
+static int gdl__broadcast_k(const char *op, int k, const gdl_tensor *const *t, int *ndim, int64_t *shape,
+                            int64_t str[][GDL_MAX_DIMS]) {
+    int nd = 0, d, j;
+    for (j = 0; j < k; j++)
+        if (t[j]->ndim > nd) nd = t[j]->ndim;
+    for (d = 0; d < nd; d++) shape[d] = 1;
+    for (j = 0; j < k; j++)
+        for (d = 0; d < t[j]->ndim; d++) {
+            int64_t v = t[j]->shape[d], *sd = &shape[d + nd - t[j]->ndim];
+            if (v == 1) continue;
+            if (*sd != 1 && *sd != v) {
+                if (k == 2)
+                    gdl__set_error("%s: shapes %s and %s cannot be broadcast", op, gdl_shape_str(t[0]), gdl_shape_str(t[1]));
+                else
+                    gdl__set_error("%s: shapes %s, %s and %s cannot be broadcast", op, gdl_shape_str(t[0]),
+                                   gdl_shape_str(t[1]), gdl_shape_str(t[2]));
+                return -1;
+            }
+            *sd = v;
+        }
+    for (j = 0; j < k; j++) {
+        int64_t cs[GDL_MAX_DIMS];
+        int off = nd - t[j]->ndim;
+        gdl__contig_strides(t[j]->ndim, t[j]->shape, cs);
+        for (d = 0; d < nd; d++) str[j][d] = d < off || t[j]->shape[d - off] == 1 ? 0 : cs[d - off];
+    }
+    *ndim = nd;
+    return 0;
+}
+
 static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_tensor *b) {
     int nd, err;
     int64_t shape[GDL_MAX_DIMS], astr[GDL_MAX_DIMS], bstr[GDL_MAX_DIMS];
@@ -205,6 +247,54 @@ static int gdl__bw_binary_lp(gdl_node *n, const gdl_backend *be, int nd, const i
     return rc ? -1 : 0;
 }
 
+/* the backward of minimum, maximum and pow, in f32 or natively in a low dtype dt (binary_lp / sum_to_lp:
+   the derivative and its product with the gradient formed in f32, each gradient rounded once): for each
+   input, d = the op's derivative code on (a, b) (min/max: on (b, a) for b), t = g * d (min/max mask
+   exactly: GRAD_SCALE), summed over the broadcast dims into the gradient. A tensor passed twice gets
+   both parts summed in f32 first, rounded once. */
+static int gdl__bw_binary_deriv(gdl_node *n, const gdl_backend *be, int nd, const int64_t *shape, const int64_t *astr,
+                                const int64_t *bstr, const int64_t *gstr) {
+    gdl_tensor *a = n->in[0], *b = n->in[1];
+    gdl_dtype dt = n->out->dtype, gt[2];
+    const void *g = n->out->grad->data;
+    void *gp[2];
+    gdl_real *tmp, *both = NULL;
+    const gdl_device dev = n->out->device;
+    int k, pw = n->op == GDL_OP_POW, scale = pw ? GDL_BIN_MUL : GDL_BIN_GRAD_SCALE;
+    int code[2];
+    code[0] = pw ? GDL_BIN_POW_DA : n->op == GDL_OP_MAXIMUM ? GDL_BIN_MAX_DA : GDL_BIN_MIN_DA;
+    code[1] = pw ? GDL_BIN_POW_DB : code[0];
+    gp[0] = a->requires_grad ? a->grad->data : NULL;
+    gp[1] = b->requires_grad ? b->grad->data : NULL;
+    gt[0] = gt[1] = dt;
+    if (!(tmp = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(n->out->numel + 1)))) return -1;
+    if (a == b && gp[0] && dt != GDL_F32) {
+        if (!(both = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(a->numel + 1))) ||
+            be->fill(both, a->numel, 0) < 0)
+            return -1;
+        gp[0] = gp[1] = both;
+        gt[0] = gt[1] = GDL_F32;
+    }
+    for (k = 0; k < 2; k++) {
+        /* min/max's derivative for b is the same code with the operands swapped */
+        int swap = k == 1 && !pw;
+        const void *x = swap ? b->data : a->data, *y = swap ? a->data : b->data;
+        const int64_t *xs = swap ? bstr : astr, *ys = swap ? astr : bstr;
+        if (!gp[k]) continue;
+        if (dt == GDL_F32) {
+            if (be->binary(code[k], nd, shape, (const gdl_real *)x, xs, (const gdl_real *)y, ys, tmp) < 0 ||
+                be->binary(scale, nd, shape, (const gdl_real *)g, gstr, tmp, gstr, tmp) < 0 ||
+                be->sum_to(nd, shape, tmp, (gdl_real *)gp[k], k ? bstr : astr, 1) < 0)
+                return -1;
+        } else if (be->binary_lp(code[k], nd, shape, dt, x, xs, dt, y, ys, GDL_F32, tmp) < 0 ||
+                   be->binary_lp(scale, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                   be->sum_to_lp(nd, shape, GDL_F32, tmp, gt[k], gp[k], k ? bstr : astr, 1) < 0) {
+            return -1;
+        }
+    }
+    return both ? gdl__acc_any("gdl_backward", be, dev, a->grad->data, dt, both, GDL_F32, a->numel) : 0;
+}
+
 static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *a = n->in[0], *b = n->in[1];
     gdl_real *g = GDL__R(n->out->grad), *ga = GDL__G(a), *gb = GDL__G(b), *tmp = NULL;
@@ -212,6 +302,8 @@ static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     int nd, op = n->op, rc = 0;
     if (gdl__broadcast("gdl_backward", a, b, &nd, shape, astr, bstr) < 0) return -1;
     gdl__broadcast("gdl_backward", n->out, n->out, &nd, shape, gstr, gstr);
+    if (op == GDL_OP_MINIMUM || op == GDL_OP_MAXIMUM || op == GDL_OP_POW)
+        return n->out->numel ? gdl__bw_binary_deriv(n, be, nd, shape, astr, bstr, gstr) : 0;
     if (n->out->dtype != GDL_F32) return gdl__bw_binary_lp(n, be, nd, shape, astr, bstr, gstr);
     if (op == GDL_OP_MUL || op == GDL_OP_DIV) {
         tmp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
@@ -245,6 +337,63 @@ GPUDL_API gdl_tensor *gdl_add(gdl_tensor *a, gdl_tensor *b) { return gdl__binary
 GPUDL_API gdl_tensor *gdl_sub(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_sub", GDL_OP_SUB, a, b); }
 GPUDL_API gdl_tensor *gdl_mul(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_mul", GDL_OP_MUL, a, b); }
 GPUDL_API gdl_tensor *gdl_div(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_div", GDL_OP_DIV, a, b); }
+GPUDL_API gdl_tensor *gdl_minimum(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_minimum", GDL_OP_MINIMUM, a, b); }
+GPUDL_API gdl_tensor *gdl_maximum(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_maximum", GDL_OP_MAXIMUM, a, b); }
+GPUDL_API gdl_tensor *gdl_pow(gdl_tensor *a, gdl_tensor *b) { return gdl__binary("gdl_pow", GDL_OP_POW, a, b); }
+
+/* ---- comparisons (not differentiable: a u8 result, no tape node) ---- */
+
+static gdl_tensor *gdl__compare(const char *opname, gdl_tensor *a, gdl_tensor *b, int op) {
+    int nd;
+    int64_t shape[GDL_MAX_DIMS], str[2][GDL_MAX_DIMS];
+    const gdl_tensor *t[2];
+    gdl_tensor *out;
+    const gdl_backend *be;
+    if (gdl__check_two(opname, "a", a, 0, "b", b, 0) < 0) return NULL;
+    if ((unsigned)op > GDL_CMP_GE) {
+        gdl__set_error("%s: unknown comparison %d (GDL_CMP_EQ ... GDL_CMP_GE)", opname, op);
+        return NULL;
+    }
+    t[0] = a;
+    t[1] = b;
+    if (gdl__broadcast_k(opname, 2, t, &nd, shape, str) < 0 || !(be = gdl__be(opname, a->device)) ||
+        !(out = gdl__tmp(opname, nd, shape, GDL_U8, a->device)))
+        return NULL;
+    if (out->numel &&
+        be->compare(op, nd, shape, a->dtype, a->data, str[0], b->dtype, b->data, str[1], (uint8_t *)out->data) < 0)
+        return NULL;
+    return gdl__finish(opname, out);
+}
+
+GPUDL_API gdl_tensor *gdl_compare(gdl_tensor *a, gdl_tensor *b, gdl_compare_op op) { return gdl__compare("gdl_compare", a, b, (int)op); }
+GPUDL_API gdl_tensor *gdl_eq(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_eq", a, b, GDL_CMP_EQ); }
+GPUDL_API gdl_tensor *gdl_ne(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_ne", a, b, GDL_CMP_NE); }
+GPUDL_API gdl_tensor *gdl_lt(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_lt", a, b, GDL_CMP_LT); }
+GPUDL_API gdl_tensor *gdl_le(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_le", a, b, GDL_CMP_LE); }
+GPUDL_API gdl_tensor *gdl_gt(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_gt", a, b, GDL_CMP_GT); }
+GPUDL_API gdl_tensor *gdl_ge(gdl_tensor *a, gdl_tensor *b) { return gdl__compare("gdl_ge", a, b, GDL_CMP_GE); }
+
+/* a one-element temporary of dtype dt on dev holding v (through f32, then rounded to dt) */
+static gdl_tensor *gdl__scalar_tmp(const char *op, const gdl_backend *be, gdl_device dev, gdl_dtype dt, double v) {
+    static const int64_t one = 1;
+    gdl_tensor *f = gdl__tmp(op, 0, &one, GDL_F32, dev), *r;
+    if (!f || be->fill(GDL__R(f), 1, (gdl_real)v) < 0) return NULL;
+    if (dt == GDL_F32) return f;
+    if (!(r = gdl__tmp(op, 0, &one, dt, dev)) || be->cast(r->data, dt, f->data, GDL_F32, 1) < 0) return NULL;
+    return r;
+}
+
+GPUDL_API gdl_tensor *gdl_compare_scalar(gdl_tensor *x, gdl_compare_op op, double value) {
+    const char *name = "gdl_compare_scalar";
+    const gdl_backend *be;
+    gdl_tensor *s;
+    gdl_dtype dt;
+    if (gdl__check_in(name, "x", x, 0) < 0 || !(be = gdl__be(name, x->device))) return NULL;
+    if (gdl__is_float(x->dtype)) dt = x->dtype;
+    else dt = value == floor(value) && fabs(value) <= 16777216.0 ? GDL_I32 : GDL_F32;
+    if (!(s = gdl__scalar_tmp(name, be, x->device, dt, value))) return NULL;
+    return gdl__compare(name, x, s, (int)op);
+}
 
 /* ---- elementwise unary ops ---- */
 
@@ -284,6 +433,33 @@ GPUDL_API gdl_tensor *gdl_mul_scalar(gdl_tensor *x, double s) { return gdl__unar
 GPUDL_API gdl_tensor *gdl_pow_scalar(gdl_tensor *x, double p) { return gdl__unary("gdl_pow_scalar", GDL_OP_POW_SCALAR, x, p); }
 GPUDL_API gdl_tensor *gdl_exp(gdl_tensor *x) { return gdl__unary("gdl_exp", GDL_OP_EXP, x, 0); }
 GPUDL_API gdl_tensor *gdl_log(gdl_tensor *x) { return gdl__unary("gdl_log", GDL_OP_LOG, x, 0); }
+GPUDL_API gdl_tensor *gdl_sqrt(gdl_tensor *x) { return gdl__unary("gdl_sqrt", GDL_OP_SQRT, x, 0); }
+GPUDL_API gdl_tensor *gdl_rsqrt(gdl_tensor *x) { return gdl__unary("gdl_rsqrt", GDL_OP_RSQRT, x, 0); }
+GPUDL_API gdl_tensor *gdl_abs(gdl_tensor *x) { return gdl__unary("gdl_abs", GDL_OP_ABS, x, 0); }
+GPUDL_API gdl_tensor *gdl_clamp_min(gdl_tensor *x, double min) {
+    if (min != min) {
+        gdl__set_error("gdl_clamp_min: the bound is NaN");
+        return NULL;
+    }
+    return gdl__unary("gdl_clamp_min", GDL_OP_CLAMP_MIN, x, min);
+}
+GPUDL_API gdl_tensor *gdl_clamp_max(gdl_tensor *x, double max) {
+    if (max != max) {
+        gdl__set_error("gdl_clamp_max: the bound is NaN");
+        return NULL;
+    }
+    return gdl__unary("gdl_clamp_max", GDL_OP_CLAMP_MAX, x, max);
+}
+/* max(x, min) then min(.., max): PyTorch's order, so min > max gives max everywhere, and the gradient
+   passes where min <= x <= max */
+GPUDL_API gdl_tensor *gdl_clamp(gdl_tensor *x, double min, double max) {
+    if (min != min || max != max) {
+        gdl__set_error("gdl_clamp: a bound is NaN (min %g, max %g)", min, max);
+        return NULL;
+    }
+    if (max == INFINITY) return gdl_clamp_min(x, min);
+    return gdl_clamp_max(min == -INFINITY ? x : gdl_clamp_min(x, min), max);
+}
 GPUDL_API gdl_tensor *gdl_relu(gdl_tensor *x) { return gdl__unary("gdl_relu", GDL_OP_RELU, x, 0); }
 GPUDL_API gdl_tensor *gdl_leaky_relu(gdl_tensor *x, double slope) { return gdl__unary("gdl_leaky_relu", GDL_OP_LEAKY_RELU, x, slope); }
 GPUDL_API gdl_tensor *gdl_sigmoid(gdl_tensor *x) { return gdl__unary("gdl_sigmoid", GDL_OP_SIGMOID, x, 0); }
@@ -324,97 +500,197 @@ static void *gdl__ones_dt(const char *op, const gdl_backend *be, gdl_device dev,
     return o;
 }
 
+/* How a matmul of a [..., M, K] and b [..., K, N] runs: the batch dims broadcast, size-1 ones dropped and
+   neighbours that are contiguous in a, b and the output merged; the GEMM is batched over the innermost of
+   them (element strides sa, sb, sc; sa or sb 0 where that operand repeats) and called once per index of
+   the outer ones. fold: b has no batch and a's batches are contiguous: one GEMM of all a's rows. */
+typedef struct gdl__mm_plan {
+    int64_t M, N, K;
+    int nb;                         /* batch dims kept */
+    int64_t bs[GDL_MAX_DIMS], sa[GDL_MAX_DIMS], sb[GDL_MAX_DIMS], sc[GDL_MAX_DIMS];
+    int out_nd;
+    int64_t out_shape[GDL_MAX_DIMS];
+} gdl__mm_plan;
+
+static int gdl__mm_plan_of(const char *op, const gdl_tensor *a, const gdl_tensor *b, gdl__mm_plan *p) {
+    int nda = a->ndim - 2, ndb = b->ndim - 2, nbd = nda > ndb ? nda : ndb, d, k = 0;
+    int64_t ma, mb, mc, cnt = 1, rsa = 1, rsb = 1, rsc = 1, bsz[GDL_MAX_DIMS], ba[GDL_MAX_DIMS], bb[GDL_MAX_DIMS];
+    p->M = a->shape[a->ndim - 2];
+    p->K = a->shape[a->ndim - 1];
+    p->N = b->shape[b->ndim - 1];
+    if (b->shape[b->ndim - 2] != p->K) {
+        gdl__set_error("%s: inner dimensions differ: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+        return -1;
+    }
+    if (nbd + 2 > GDL_MAX_DIMS) {
+        gdl__set_error("%s: the result of %s x %s has more than %d dims", op, gdl_shape_str(a), gdl_shape_str(b), GDL_MAX_DIMS);
+        return -1;
+    }
+    for (d = 0; d < nbd; d++) {
+        int ia = d - (nbd - nda), ib = d - (nbd - ndb);
+        ba[d] = ia >= 0 ? a->shape[ia] : 1;
+        bb[d] = ib >= 0 ? b->shape[ib] : 1;
+        if (ba[d] != bb[d] && ba[d] != 1 && bb[d] != 1) {
+            gdl__set_error("%s: batch dimensions cannot be broadcast: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+            return -1;
+        }
+        bsz[d] = ba[d] == 1 ? bb[d] : ba[d];
+        p->out_shape[d] = bsz[d];
+    }
+    p->out_nd = nbd + 2;
+    p->out_shape[nbd] = p->M;
+    p->out_shape[nbd + 1] = p->N;
+    if (p->M > INT32_MAX || p->N > INT32_MAX || p->K > INT32_MAX) {
+        gdl__set_error("%s: dimensions too large for the GEMM: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+        return -1;
+    }
+    /* inner to outer: the strides in elements, merging a dim into the kept one inside it when all three
+       continue it */
+    ma = p->M * p->K;
+    mb = p->K * p->N;
+    mc = p->M * p->N;
+    p->nb = 0;
+    for (d = nbd - 1; d >= 0; d--) {
+        int64_t sa = ba[d] == 1 ? 0 : rsa * ma, sb = bb[d] == 1 ? 0 : rsb * mb, sc = rsc * mc;
+        if (ba[d] != 1) rsa *= ba[d];
+        if (bb[d] != 1) rsb *= bb[d];
+        rsc *= bsz[d];
+        if (bsz[d] == 1) continue;
+        if (k > 0 && sa == p->sa[k - 1] * p->bs[k - 1] && sb == p->sb[k - 1] * p->bs[k - 1] &&
+            sc == p->sc[k - 1] * p->bs[k - 1]) {
+            p->bs[k - 1] *= bsz[d];
+            continue;
+        }
+        p->bs[k] = bsz[d];
+        p->sa[k] = sa;
+        p->sb[k] = sb;
+        p->sc[k] = sc;
+        k++;
+    }
+    for (d = 0; d < k / 2; d++) { /* outer first */
+        int64_t t;
+        t = p->bs[d]; p->bs[d] = p->bs[k - 1 - d]; p->bs[k - 1 - d] = t;
+        t = p->sa[d]; p->sa[d] = p->sa[k - 1 - d]; p->sa[k - 1 - d] = t;
+        t = p->sb[d]; p->sb[d] = p->sb[k - 1 - d]; p->sb[k - 1 - d] = t;
+        t = p->sc[d]; p->sc[d] = p->sc[k - 1 - d]; p->sc[k - 1 - d] = t;
+    }
+    p->nb = k;
+    for (d = 0; d < k; d++) cnt *= p->bs[d];
+    /* fold: one GEMM of batch*M rows when b repeats for every batch and a and the output run on */
+    if (k == 1 && p->sb[0] == 0 && p->sa[0] == ma) {
+        p->M *= p->bs[0];
+        p->nb = 0;
+    }
+    if (cnt > INT32_MAX || p->M > INT32_MAX) {
+        gdl__set_error("%s: dimensions too large for the GEMM: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+        return -1;
+    }
+    return 0;
+}
+
+/* what: 0 the forward C = A B, 1 gA += G B^T, 2 gB += A^T G; each GEMM batched over the plan's innermost
+   batch dim, once per index of the outer ones. An operand that repeats along the batched dim (stride 0)
+   gets the products summed into it (the backend's sC == 0: beta 1); along an outer dim, calls in turn. */
+static int gdl__mm_run(const gdl_backend *be, gdl_dtype dt, const gdl__mm_plan *p, int what, const void *A,
+                       const void *B, void *C) {
+    int M = (int)p->M, N = (int)p->N, K = (int)p->K, last = p->nb - 1, d;
+    int64_t outer = 1, o, idx[GDL_MAX_DIMS] = {0}, oa = 0, ob = 0, oc = 0;
+    int batch = last >= 0 ? (int)p->bs[last] : 1;
+    int64_t sa = last >= 0 ? p->sa[last] : 0, sb = last >= 0 ? p->sb[last] : 0, sc = last >= 0 ? p->sc[last] : 0;
+    for (d = 0; d < last; d++) outer *= p->bs[d];
+    for (o = 0; o < outer; o++) {
+        const void *a = GDL__AT(A, dt, oa), *b = GDL__AT(B, dt, ob);
+        int rc;
+        if (what == 0)
+            rc = gdl__gemm_dt(be, dt, 0, 0, M, N, K, a, K, sa, b, N, sb, 0, GDL__AT(C, dt, oc), N, sc, batch);
+        else if (what == 1) /* A is G here, B is b; C is ga */
+            rc = gdl__gemm_dt(be, dt, 0, 1, M, K, N, GDL__AT(A, dt, oc), N, sc, b, N, sb, 1, GDL__AT(C, dt, oa), K, sa,
+                              batch);
+        else /* A is a, B is G; C is gb */
+            rc = gdl__gemm_dt(be, dt, 1, 0, K, N, M, a, K, sa, GDL__AT(B, dt, oc), N, sc, 1, GDL__AT(C, dt, ob), N, sb,
+                              batch);
+        if (rc < 0) return -1;
+        for (d = last - 1; d >= 0; d--) { /* the odometer over the outer batch dims */
+            oa += p->sa[d];
+            ob += p->sb[d];
+            oc += p->sc[d];
+            if (++idx[d] < p->bs[d]) break;
+            oa -= p->sa[d] * p->bs[d];
+            ob -= p->sb[d] * p->bs[d];
+            oc -= p->sc[d] * p->bs[d];
+            idx[d] = 0;
+        }
+    }
+    return 0;
+}
+
+static gdl_tensor *gdl__matmul_nd(const char *op, gdl_tensor *a, gdl_tensor *b, gdl_dtype dt) {
+    gdl__mm_plan p;
+    gdl_tensor *out, *in[2];
+    const gdl_backend *be;
+    int err;
+    if (gdl__mm_plan_of(op, a, b, &p) < 0) return NULL;
+    if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, p.out_nd, p.out_shape, dt, a->device))) return NULL;
+    if (out->numel && gdl__mm_run(be, dt, &p, 0, a->data, b->data, out->data) < 0) return NULL;
+    in[0] = a;
+    in[1] = b;
+    gdl__record(op, GDL_OP_MATMUL, out, 2, in, &err);
+    return err ? NULL : gdl__finish(op, out);
+}
+
 GPUDL_API gdl_tensor *gdl_matmul(gdl_tensor *a, gdl_tensor *b) {
     const char *op = "gdl_matmul";
-    int64_t M, N, K, batch = 1, sA, sB, shape[3];
-    int nd, err;
-    gdl_tensor *out, *in[2];
-    gdl_node *n;
-    const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
+    gdl_tensor *r;
+    int64_t s[GDL_MAX_DIMS];
+    int k, nd;
     if (gdl__ac_dt != GDL_F32 || (a && a->dtype != GDL_F32) || (b && b->dtype != GDL_F32)) {
         if (a && b && a->dtype == b->dtype && gdl__is_low(a->dtype) && gdl__ac_native(a->dtype)) dt = a->dtype; /* native */
         else GDL__LOWP2(op, GDL_OP_MATMUL, gdl_matmul(a, b), a, b);
     }
     if (gdl__check_two(op, "a", a, dt == GDL_F32, "b", b, dt == GDL_F32) < 0) return NULL;
-    if (a->ndim < 2 || a->ndim > 3 || b->ndim < 2 || b->ndim > 3) {
-        gdl__set_error("%s: expected 2-D or 3-D operands, got %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+    if (a->ndim < 1 || b->ndim < 1) {
+        gdl__set_error("%s: both operands need at least 1 dim, got %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
     }
-    K = a->shape[a->ndim - 1];
-    if (b->shape[b->ndim - 2] != K) {
+    if (a->ndim >= 2 && b->ndim >= 2) return gdl__matmul_nd(op, a, b, dt);
+    /* a vector: a row [1,K] (a) or a column [K,1] (b), its dim taken out of the result (torch.matmul) */
+    if ((a->ndim == 1 ? a->shape[0] : a->shape[a->ndim - 1]) != (b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - 2])) {
         gdl__set_error("%s: inner dimensions differ: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
     }
-    N = b->shape[b->ndim - 1];
-    if (b->ndim == 2) { /* [..., M, K] x [K, N]: one GEMM over all rows */
-        M = a->numel / (K ? K : 1);
-        if (K == 0) M = a->ndim == 3 ? a->shape[0] * a->shape[1] : a->shape[0];
-        sA = sB = 0;
-        nd = a->ndim;
-        memcpy(shape, a->shape, sizeof(int64_t) * 3);
-        shape[nd - 1] = N;
-    } else {
-        M = a->shape[a->ndim - 2];
-        batch = b->shape[0];
-        if (a->ndim == 3 && a->shape[0] != batch) {
-            gdl__set_error("%s: batch dimensions differ: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
-            return NULL;
-        }
-        sA = a->ndim == 3 ? M * K : 0;
-        sB = K * N;
-        nd = 3;
-        shape[0] = batch;
-        shape[1] = M;
-        shape[2] = N;
+    {
+        int64_t row[2], col[2];
+        gdl_tensor *a2 = a, *b2 = b;
+        row[0] = 1;
+        row[1] = a->shape[0];
+        col[0] = b->shape[0];
+        col[1] = 1;
+        if (a->ndim == 1 && !(a2 = gdl__view(op, a, 2, row, 0))) return NULL;
+        if (b->ndim == 1 && !(b2 = gdl__view(op, b, 2, col, 0))) return NULL;
+        if (!(r = gdl__matmul_nd(op, a2, b2, dt))) return NULL;
     }
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) {
-        gdl__set_error("%s: dimensions too large for the GEMM: %s x %s", op, gdl_shape_str(a), gdl_shape_str(b));
+    nd = 0;
+    for (k = 0; k < r->ndim; k++)
+        if (!((a->ndim == 1 && k == r->ndim - 2) || (b->ndim == 1 && k == r->ndim - 1))) s[nd++] = r->shape[k];
+    return gdl__view(op, r, nd, s, 0);
+}
+
+GPUDL_API gdl_tensor *gdl_bmm(gdl_tensor *a, gdl_tensor *b) {
+    if (a && b && (a->ndim != 3 || b->ndim != 3 || a->shape[0] != b->shape[0])) {
+        gdl__set_error("gdl_bmm: expected [B,M,K] x [B,K,N] with one B, got %s x %s", gdl_shape_str(a), gdl_shape_str(b));
         return NULL;
     }
-    if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, nd, shape, dt, a->device))) return NULL;
-    if (out->numel && gdl__gemm_dt(be, dt, 0, 0, (int)M, (int)N, (int)K, a->data, (int)K, sA, b->data, (int)N, sB, 0,
-                                   out->data, (int)N, M * N, (int)batch) < 0)
-        return NULL;
-    in[0] = a;
-    in[1] = b;
-    n = gdl__record(op, GDL_OP_MATMUL, out, 2, in, &err);
-    if (err) return NULL;
-    if (n) {
-        n->i[0] = M; n->i[1] = N; n->i[2] = K; n->i[3] = batch; n->i[4] = sA; n->i[5] = sB;
-    }
-    return gdl__finish(op, out);
+    return gdl_matmul(a, b);
 }
 
 static int gdl__bw_matmul(gdl_node *n, const gdl_backend *be) {
-    int M = (int)n->i[0], N = (int)n->i[1], K = (int)n->i[2], batch = (int)n->i[3], b;
-    int64_t sA = n->i[4], sB = n->i[5], sC = (int64_t)M * N;
+    gdl__mm_plan p;
     gdl_dtype dt = n->out->dtype; /* f32, or the inputs' one low dtype */
     void *g = n->out->grad->data, *A = n->in[0]->data, *B = n->in[1]->data;
-    void *ga = n->in[0]->requires_grad ? n->in[0]->grad->data : NULL;
-    void *gb = n->in[1]->requires_grad ? n->in[1]->grad->data : NULL;
-    if (!n->out->numel) return 0;
-    /* a shared (stride 0) operand sums over the batch: one GEMM at a time, never two writers at once */
-    if (ga) {
-        if (sA == 0 && batch > 1) {
-            for (b = 0; b < batch; b++)
-                if (gdl__gemm_dt(be, dt, 0, 1, M, K, N, GDL__AT(g, dt, b * sC), N, 0, GDL__AT(B, dt, b * sB), N, 0, 1, ga,
-                                 K, 0, 1) < 0)
-                    return -1;
-        } else if (gdl__gemm_dt(be, dt, 0, 1, M, K, N, g, N, sC, B, N, sB, 1, ga, K, sA, batch) < 0) {
-            return -1;
-        }
-    }
-    if (gb) {
-        if (sB == 0 && batch > 1) {
-            for (b = 0; b < batch; b++)
-                if (gdl__gemm_dt(be, dt, 1, 0, K, N, M, GDL__AT(A, dt, b * sA), K, 0, GDL__AT(g, dt, b * sC), N, 0, 1, gb,
-                                 N, 0, 1) < 0)
-                    return -1;
-        } else if (gdl__gemm_dt(be, dt, 1, 0, K, N, M, A, K, sA, g, N, sC, 1, gb, N, sB, batch) < 0) {
-            return -1;
-        }
-    }
+    if (!n->out->numel || gdl__mm_plan_of("gdl_backward", n->in[0], n->in[1], &p) < 0) return n->out->numel ? -1 : 0;
+    if (n->in[0]->requires_grad && gdl__mm_run(be, dt, &p, 1, g, B, n->in[0]->grad->data) < 0) return -1;
+    if (n->in[1]->requires_grad && gdl__mm_run(be, dt, &p, 2, A, g, n->in[1]->grad->data) < 0) return -1;
     return 0;
 }
 

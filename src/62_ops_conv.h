@@ -103,6 +103,44 @@ static int gdl__bw_softmax(gdl_node *n, const gdl_backend *be) {
 GPUDL_API gdl_tensor *gdl_softmax(gdl_tensor *x, int dim) { return gdl__softmax("gdl_softmax", GDL_OP_SOFTMAX, x, dim); }
 GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim) { return gdl__softmax("gdl_log_softmax", GDL_OP_LOG_SOFTMAX, x, dim); }
 
+/* cumsum: an F32-class op (torch.autocast), so bf16/f16 inputs run on f32 copies (the hook) */
+GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
+    const char *op = "gdl_cumsum";
+    int64_t outer, nred, inner;
+    int d, err;
+    gdl_tensor *out;
+    gdl_node *n;
+    const gdl_backend *be;
+    GDL__LOWP1(op, GDL_OP_CUMSUM, gdl_cumsum(x, dim), x);
+    if (gdl__check_in(op, "x", x, 1) < 0) return NULL;
+    if (x->ndim == 0) { /* a scalar: itself, as torch.cumsum(dim 0 or -1) */
+        if (dim != 0 && dim != -1) {
+            gdl__set_error("%s: dim %d out of range for a scalar", op, dim);
+            return NULL;
+        }
+        d = 0;
+        outer = nred = inner = 1;
+    } else {
+        if (gdl__dim(op, x, dim, &d) < 0) return NULL;
+        gdl__split(x, d, &outer, &nred, &inner);
+    }
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
+    if (out->numel && be->cumsum(outer, nred, inner, GDL__R(x), GDL__R(out), 0, 0) < 0) return NULL;
+    n = gdl__record(op, GDL_OP_CUMSUM, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+    }
+    return gdl__finish(op, out);
+}
+
+/* the gradient of a prefix sum is the suffix sum of the gradient */
+static int gdl__bw_cumsum(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    if (!gx || !n->out->numel) return 0;
+    return be->cumsum(n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad), gx, 1, 1);
+}
+
 /* ---- convolution and pooling (NCHW) ---- */
 
 /* A convolution on f16/bf16 (dt) x, w, bias: the columns in dt, the GEMMs

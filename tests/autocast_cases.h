@@ -25,12 +25,13 @@ static int ac_row_ends_f32(const gc_case *c) { return c->op == GDL_OP_CAST || st
 
 /* does a row run anything in the low dtype under autocast? (a LOW op) */
 static int ac_row_has_low(const gc_case *c) {
-    return gdl_op_autocast_class(c->op) == GDL_AUTOCAST_LOW || strcmp(c->name, "mlp_chain") == 0;
+    return gdl_op_autocast_class(c->op) == GDL_AUTOCAST_LOW || strcmp(c->name, "mlp_chain") == 0 ||
+           strncmp(c->name, "matmul_", 7) == 0; /* a vector's matmul ends in a view of the LOW op's result */
 }
 
 static gdl_dtype ac_expected(const gc_case *c, gdl_dtype ac, gdl_dtype in) {
     int cls = gdl_op_autocast_class(c->op);
-    if (cls == GDL_AUTOCAST_LOW) return ac;
+    if (cls == GDL_AUTOCAST_LOW || (strncmp(c->name, "matmul_", 7) == 0 && c->op == GDL_OP_RESHAPE)) return ac;
     if (cls == GDL_AUTOCAST_F32 || ac_row_ends_f32(c)) return GDL_F32;
     return in;
 }

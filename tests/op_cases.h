@@ -139,6 +139,56 @@ static gdl_tensor *f_bce_self(gdl_tensor **x) { return gdl_bce_with_logits(x[0],
 /* the affine weight doubles as the bias: both parameter gradients land in one tensor */
 static gdl_tensor *f_ln_wb_self(gdl_tensor **x) { return gdl_layer_norm(x[0], x[1], x[1], 1e-5); }
 static gdl_tensor *f_bn_wb_self(gdl_tensor **x) { return gdl_batch_norm(x[0], NULL, NULL, x[1], x[1], 1, 0.1, 1e-5); }
+/* the sequence-model ops: elementwise, structure (permute, slicing, split, stack), indexing, masks */
+static gdl_tensor *f_sqrt(gdl_tensor **x) { return gdl_sqrt(x[0]); }
+static gdl_tensor *f_rsqrt(gdl_tensor **x) { return gdl_rsqrt(x[0]); }
+static gdl_tensor *f_abs(gdl_tensor **x) { return gdl_abs(x[0]); }
+static gdl_tensor *f_clamp(gdl_tensor **x) { return gdl_clamp(x[0], -0.5, 0.7); }
+static gdl_tensor *f_clamp_min(gdl_tensor **x) { return gdl_clamp_min(x[0], 0.2); }
+static gdl_tensor *f_minimum(gdl_tensor **x) { return gdl_minimum(x[0], x[1]); }
+static gdl_tensor *f_maximum(gdl_tensor **x) { return gdl_maximum(x[0], x[1]); }
+static gdl_tensor *f_maximum_self(gdl_tensor **x) { return gdl_maximum(x[0], x[0]); }
+static gdl_tensor *f_pow_t(gdl_tensor **x) { return gdl_pow(x[0], x[1]); }
+static gdl_tensor *f_permute3(gdl_tensor **x) { const int d[3] = {2, 0, 1}; return gdl_permute(x[0], 3, d); }
+static gdl_tensor *f_permute4(gdl_tensor **x) { const int d[4] = {1, 0, -1, 2}; return gdl_permute(x[0], 4, d); }
+static gdl_tensor *f_transpose(gdl_tensor **x) { return gdl_transpose(x[0], 0, -1); }
+static gdl_tensor *f_narrow1(gdl_tensor **x) { return gdl_narrow(x[0], 1, 1, 3); }
+static gdl_tensor *f_narrow_view(gdl_tensor **x) { return gdl_narrow(x[0], 1, -3, 2); }
+static gdl_tensor *f_slice_step(gdl_tensor **x) { return gdl_slice_dim(x[0], 1, 1, 100, 2); }
+static gdl_tensor *f_select(gdl_tensor **x) { return gdl_select(x[0], 1, -2); }
+static gdl_tensor *f_split(gdl_tensor **x) {
+    gdl_tensor *p[2], *q[2];
+    if (gdl_split(x[0], 3, 1, p, 2) != 2) return NULL;
+    q[0] = p[1];
+    q[1] = p[0];
+    return gdl_concat(2, q, 1);
+}
+static gdl_tensor *f_chunk(gdl_tensor **x) {
+    gdl_tensor *p[3], *q[2];
+    if (gdl_chunk(x[0], 3, 0, p) != 3) return NULL;
+    q[0] = p[2];
+    q[1] = p[0];
+    return gdl_concat(2, q, 0);
+}
+static gdl_tensor *f_stack1(gdl_tensor **x) { return gdl_stack(3, x, 1); }
+static gdl_tensor *f_index_select0(gdl_tensor **x) { return gdl_index_select(x[0], 0, x[1]); }
+static gdl_tensor *f_index_select1(gdl_tensor **x) { return gdl_index_select(x[0], 1, x[1]); }
+static gdl_tensor *f_gather1(gdl_tensor **x) { return gdl_gather(x[0], 1, x[1]); }
+static gdl_tensor *f_gather0(gdl_tensor **x) { return gdl_gather(x[0], 0, x[1]); }
+/* cond from a constant input (no gradient crosses a comparison) */
+static gdl_tensor *f_where(gdl_tensor **x) { return gdl_where(gdl_gt(x[0], x[2]), x[0], x[1]); }
+static gdl_tensor *f_where_self(gdl_tensor **x) { return gdl_where(gdl_compare_scalar(x[1], GDL_CMP_LE, 0.1), x[0], x[0]); }
+static gdl_tensor *f_where_ge_ne(gdl_tensor **x) {
+    return gdl_where(gdl_ge(x[2], x[0]), gdl_where(gdl_ne(x[2], x[2]), x[1], x[0]), x[1]);
+}
+static gdl_tensor *f_masked_fill(gdl_tensor **x) { return gdl_masked_fill(x[0], gdl_compare_scalar(x[1], GDL_CMP_LT, 0), -1.5); }
+static gdl_tensor *f_masked_fill_eq(gdl_tensor **x) { return gdl_masked_fill(x[0], gdl_eq(x[1], gdl_tril(x[1], 0)), 3); }
+static gdl_tensor *f_tril1(gdl_tensor **x) { return gdl_tril(x[0], 1); }
+static gdl_tensor *f_triu_m1(gdl_tensor **x) { return gdl_triu(x[0], -1); }
+static gdl_tensor *f_cumsum1(gdl_tensor **x) { return gdl_cumsum(x[0], 1); }
+static gdl_tensor *f_cumsum0(gdl_tensor **x) { return gdl_cumsum(x[0], 0); }
+static gdl_tensor *f_bmm(gdl_tensor **x) { return gdl_bmm(x[0], x[1]); }
+
 /* a small net: every op's gradient flows through others */
 static gdl_tensor *f_mlp(gdl_tensor **x) {
     return gdl_cross_entropy(gdl_linear(gdl_relu(gdl_linear(x[0], x[1], x[2])), x[3], NULL), x[4]);
@@ -249,6 +299,49 @@ static const gc_case cases[] = {
     {"bce_with_logits_self", GDL_OP_BCE_WITH_LOGITS, f_bce_self, 1, {{R2(3, 5), IN_RANDN, 0}}},
     {"layer_norm_weight_is_bias", GDL_OP_LAYER_NORM, f_ln_wb_self, 2, {{R2(3, 5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
     {"batch_norm_weight_is_bias", GDL_OP_BATCH_NORM, f_bn_wb_self, 2, {{R3(4, 3, 2), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}}},
+    {"sqrt", GDL_OP_SQRT, f_sqrt, 1, {{R1(17), IN_POS, 0}}},
+    {"rsqrt", GDL_OP_RSQRT, f_rsqrt, 1, {{R2(3, 5), IN_POS, 0}}},
+    {"abs", GDL_OP_ABS, f_abs, 1, {{R1(17), IN_RANDN, 0}}},
+    {"clamp", GDL_OP_CLAMP_MAX, f_clamp, 1, {{R2(3, 11), IN_RANDN, 0}}},
+    {"clamp_min", GDL_OP_CLAMP_MIN, f_clamp_min, 1, {{R1(17), IN_RANDN, 0}}},
+    {"minimum_broadcast", GDL_OP_MINIMUM, f_minimum, 2, {{R3(2, 1, 4), IN_RANDN, 0}, {R2(3, 4), IN_RANDN, 0}}},
+    {"maximum_broadcast", GDL_OP_MAXIMUM, f_maximum, 2, {{R2(3, 4), IN_RANDN, 0}, {R1(4), IN_RANDN, 0}}},
+    /* ties send half the gradient each way: the central difference agrees */
+    {"maximum_ties", GDL_OP_MAXIMUM, f_maximum, 2, {{R2(3, 5), IN_TIES, 0}, {R2(3, 5), IN_TIES, 0}}},
+    {"minimum_ties_broadcast", GDL_OP_MINIMUM, f_minimum, 2, {{R2(4, 3), IN_TIES, 0}, {R2(4, 1), IN_TIES, 0}}},
+    {"maximum_self", GDL_OP_MAXIMUM, f_maximum_self, 1, {{R1(7), IN_RANDN, 0}}},
+    {"pow_tensors", GDL_OP_POW, f_pow_t, 2, {{R2(3, 4), IN_POS, 0}, {R1(4), IN_RANDN, 0}}},
+    {"permute_3d", GDL_OP_PERMUTE, f_permute3, 1, {{R3(2, 3, 4), IN_RANDN, 0}}},
+    {"permute_4d", GDL_OP_PERMUTE, f_permute4, 1, {{R4(2, 3, 2, 5), IN_RANDN, 0}}},
+    {"transpose", GDL_OP_PERMUTE, f_transpose, 1, {{R3(3, 2, 5), IN_RANDN, 0}}},
+    {"narrow_dim1", GDL_OP_NARROW, f_narrow1, 1, {{R3(3, 5, 2), IN_RANDN, 0}}},
+    {"narrow_view", GDL_OP_SLICE, f_narrow_view, 1, {{R3(1, 5, 3), IN_RANDN, 0}}},
+    {"slice_step2", GDL_OP_NARROW, f_slice_step, 1, {{R2(4, 7), IN_RANDN, 0}}},
+    {"select", GDL_OP_RESHAPE, f_select, 1, {{R3(3, 4, 2), IN_RANDN, 0}}},
+    {"split", GDL_OP_CONCAT, f_split, 1, {{R2(3, 4), IN_RANDN, 0}}},
+    {"chunk", GDL_OP_CONCAT, f_chunk, 1, {{R2(7, 2), IN_RANDN, 0}}},
+    {"stack", GDL_OP_CONCAT, f_stack1, 3, {{R2(2, 3), IN_RANDN, 0}, {R2(2, 3), IN_RANDN, 0}, {R2(2, 3), IN_RANDN, 0}}},
+    {"index_select_dim0", GDL_OP_INDEX_SELECT, f_index_select0, 2, {{R2(5, 3), IN_RANDN, 0}, {R1(7), IN_TARGET, 5}}},
+    {"index_select_dim1", GDL_OP_INDEX_SELECT, f_index_select1, 2, {{R3(2, 4, 3), IN_RANDN, 0}, {R1(5), IN_TARGET, 4}}},
+    {"gather_dim1", GDL_OP_GATHER, f_gather1, 2, {{R2(3, 5), IN_RANDN, 0}, {R2(3, 6), IN_TARGET, 5}}},
+    {"gather_dim0_smaller", GDL_OP_GATHER, f_gather0, 2, {{R2(4, 3), IN_RANDN, 0}, {R2(5, 2), IN_TARGET, 4}}},
+    {"where_broadcast", GDL_OP_WHERE, f_where, 3, {{R2(3, 4), IN_RANDN, 0}, {R2(3, 1), IN_RANDN, 0}, {R1(4), IN_CONST, 0}}},
+    {"where_self", GDL_OP_WHERE, f_where_self, 2, {{R2(3, 4), IN_RANDN, 0}, {R1(4), IN_CONST, 0}}},
+    {"where_ge_ne", GDL_OP_WHERE, f_where_ge_ne, 3, {{R2(2, 5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R2(2, 5), IN_CONST, 0}}},
+    {"masked_fill", GDL_OP_MASKED_FILL, f_masked_fill, 2, {{R2(3, 4), IN_RANDN, 0}, {R1(4), IN_CONST, 0}}},
+    {"masked_fill_eq", GDL_OP_MASKED_FILL, f_masked_fill_eq, 2, {{R3(2, 3, 3), IN_RANDN, 0}, {R2(3, 3), IN_CONST, 0}}},
+    {"tril", GDL_OP_TRIL, f_tril1, 1, {{R3(2, 4, 5), IN_RANDN, 0}}},
+    {"triu", GDL_OP_TRIU, f_triu_m1, 1, {{R2(4, 3), IN_RANDN, 0}}},
+    {"cumsum_dim1", GDL_OP_CUMSUM, f_cumsum1, 1, {{R2(3, 5), IN_RANDN, 0}}},
+    {"cumsum_dim0", GDL_OP_CUMSUM, f_cumsum0, 1, {{R3(4, 2, 3), IN_RANDN, 0}}},
+    {"bmm", GDL_OP_MATMUL, f_bmm, 2, {{R3(2, 3, 4), IN_RANDN, 0}, {R3(2, 4, 5), IN_RANDN, 0}}},
+    /* batch broadcasting: a repeats over b's batch (a GEMM summing into a's gradient), b over a's */
+    {"matmul_broadcast_4d", GDL_OP_MATMUL, f_matmul, 2, {{R4(2, 1, 3, 4), IN_RANDN, 0}, {R3(3, 4, 2), IN_RANDN, 0}}},
+    {"matmul_4d_4d", GDL_OP_MATMUL, f_matmul, 2, {{R4(2, 2, 3, 4), IN_RANDN, 0}, {R4(2, 2, 4, 2), IN_RANDN, 0}}},
+    {"matmul_2d_4d", GDL_OP_MATMUL, f_matmul, 2, {{R2(3, 4), IN_RANDN, 0}, {R4(2, 2, 4, 3), IN_RANDN, 0}}},
+    {"matmul_vec_mat", GDL_OP_RESHAPE, f_matmul, 2, {{R1(4), IN_RANDN, 0}, {R3(2, 4, 3), IN_RANDN, 0}}},
+    {"matmul_mat_vec", GDL_OP_RESHAPE, f_matmul, 2, {{R3(2, 3, 4), IN_RANDN, 0}, {R1(4), IN_RANDN, 0}}},
+    {"matmul_dot", GDL_OP_RESHAPE, f_matmul, 2, {{R1(5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
     {"mlp_chain", GDL_OP_CROSS_ENTROPY, f_mlp, 5,
      {{R2(3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}, {R1(3), IN_TARGET, 3}}},
 };

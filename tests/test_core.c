@@ -318,6 +318,269 @@ TEST test_embedding_concat_views(void) {
     PASS();
 }
 
+/* ---- the sequence-model ops: values against naive loops and hand-worked cases ---- */
+
+static gdl_tensor *iota(int ndim, const int64_t *shape) { /* 0, 1, 2, ... as f32 */
+    gdl_tensor *t = gdl_zeros(ndim, shape, GDL_F32, CPU);
+    int64_t i;
+    for (i = 0; t && i < t->numel; i++) ((float *)t->data)[i] = (float)i;
+    return t;
+}
+
+TEST test_structure_values(void) {
+    int64_t s[3] = {2, 3, 4}, s15[3] = {1, 5, 2}, s2[2] = {4, 7};
+    gdl_tensor *x = iota(3, s), *y, *v = iota(3, s15), *m = iota(2, s2), *p[4];
+    const int perm[3] = {2, 0, 1}, keep1[3] = {1, 0, 2};
+    int i, j, k;
+    ASSERT_NOT_NULL(y = gdl_permute(x, 3, perm)); /* y[k][i][j] = x[i][j][k] */
+    ASSERT_EQ(4, y->shape[0]); ASSERT_EQ(2, y->shape[1]); ASSERT_EQ(3, y->shape[2]);
+    for (i = 0; i < 2; i++)
+        for (j = 0; j < 3; j++)
+            for (k = 0; k < 4; k++) ASSERT_IN_RANGE(at(x, (i * 3 + j) * 4 + k), at(y, (k * 2 + i) * 3 + j), 0);
+    ASSERT_NOT_NULL(y = gdl_transpose(m, 1, 0));
+    ASSERT_IN_RANGE(at(m, 1 * 7 + 5), at(y, 5 * 4 + 1), 0);
+    ASSERT_NOT_NULL(y = gdl_permute(v, 3, keep1)); /* moves only a size-1 dim: a view */
+    ASSERT(y->data == v->data);
+    ASSERT_NOT_NULL(y = gdl_narrow(x, 1, 1, 2)); /* [2,2,4] */
+    for (i = 0; i < 2; i++)
+        for (j = 0; j < 2; j++)
+            for (k = 0; k < 4; k++) ASSERT_IN_RANGE(at(x, (i * 3 + j + 1) * 4 + k), at(y, (i * 2 + j) * 4 + k), 0);
+    ASSERT_NOT_NULL(y = gdl_narrow(v, 1, -2, 2)); /* one block of v: a view */
+    ASSERT(y->data == (float *)v->data + 6);
+    ASSERT_NOT_NULL(y = gdl_slice_dim(m, 1, -6, 100, 3)); /* columns 1, 4 */
+    ASSERT_EQ(2, y->shape[1]);
+    ASSERT_IN_RANGE(at(m, 2 * 7 + 4), at(y, 2 * 2 + 1), 0);
+    ASSERT_NOT_NULL(y = gdl_slice_dim(m, 0, 3, 1, 1)); /* end before start: empty */
+    ASSERT_EQ(0, y->shape[0]);
+    ASSERT_NOT_NULL(y = gdl_select(x, -1, -1)); /* x[:, :, 3] */
+    ASSERT_EQ(2, y->ndim);
+    ASSERT_IN_RANGE(at(x, (1 * 3 + 2) * 4 + 3), at(y, 1 * 3 + 2), 0);
+    ASSERT_EQ(3, gdl_chunk(m, 3, 1, p)); /* 7 in chunks of 3: 3, 3, 1 */
+    ASSERT_EQ(3, p[1]->shape[1]);
+    ASSERT_EQ(1, p[2]->shape[1]);
+    ASSERT_IN_RANGE(at(m, 3 * 7 + 6), at(p[2], 3), 0);
+    ASSERT_EQ(2, gdl_split(x, 1, 0, p, 4)); /* dim 0 (size 2) in pieces of 1, then of 5: one piece */
+    ASSERT_EQ(1, gdl_split(x, 5, 0, p, 1));
+    ASSERT_EQ(2, p[0]->shape[0]);
+    p[0] = p[1] = p[2] = m;
+    ASSERT_NOT_NULL(y = gdl_stack(3, p, -1)); /* [4,7,3] */
+    ASSERT_EQ(3, y->ndim); ASSERT_EQ(3, y->shape[2]);
+    ASSERT_IN_RANGE(at(m, 9), at(y, 9 * 3 + 2), 0);
+    gdl_free(x); gdl_free(v); gdl_free(m);
+    PASS();
+}
+
+TEST test_index_values_and_scatter_add(void) {
+    float w[6] = {0, 1, 10, 11, 20, 21};
+    int32_t idx[3] = {2, 0, 2}, gi[4] = {1, 0, 0, 1};
+    int64_t sw[2] = {3, 2}, si[1] = {3}, sg[2] = {2, 2};
+    gdl_tensor *W = arr(w, 2, sw), *I = gdl_from_array(idx, 1, si, GDL_I32, CPU), *G = gdl_from_array(gi, 2, sg, GDL_I32, CPU), *y;
+    ASSERT_EQ(0, gdl_set_requires_grad(W, 1));
+    ASSERT_NOT_NULL(y = gdl_index_select(W, 0, I));
+    ASSERT_IN_RANGE(20, at(y, 0), 0); ASSERT_IN_RANGE(1, at(y, 3), 0); ASSERT_IN_RANGE(21, at(y, 5), 0);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(y))); /* row 2 picked twice: its gradient sums both */
+    ASSERT_IN_RANGE(1, at(W->grad, 0), 0); ASSERT_IN_RANGE(0, at(W->grad, 2), 0); ASSERT_IN_RANGE(2, at(W->grad, 4), 0);
+    gdl_zero_grad_tensor(W);
+    ASSERT_NOT_NULL(y = gdl_gather(W, 1, G)); /* y[i][j] = W[i][G[i][j]] */
+    ASSERT_IN_RANGE(1, at(y, 0), 0); ASSERT_IN_RANGE(0, at(y, 1), 0); ASSERT_IN_RANGE(10, at(y, 2), 0); ASSERT_IN_RANGE(11, at(y, 3), 0);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(y, y))));
+    ASSERT_IN_RANGE(0, at(W->grad, 0), 0); ASSERT_IN_RANGE(2, at(W->grad, 1), 0); ASSERT_IN_RANGE(20, at(W->grad, 2), 0);
+    ASSERT_IN_RANGE(22, at(W->grad, 3), 0); ASSERT_IN_RANGE(0, at(W->grad, 4), 0);
+    gdl_free(W); gdl_free(I); gdl_free(G);
+    PASS();
+}
+
+TEST test_compare_where_values(void) {
+    float a[4] = {1, NAN, 3, -2}, b[2] = {1, 2};
+    int32_t ia[2] = {16777217, -5}, ib[2] = {16777216, -5};
+    int64_t s4[1] = {4}, s22[2] = {2, 2}, s2[1] = {2};
+    gdl_tensor *A = arr(a, 1, s4), *A2 = arr(a, 2, s22), *B = arr(b, 1, s2), *IA = gdl_from_array(ia, 1, s2, GDL_I32, CPU);
+    gdl_tensor *IB = gdl_from_array(ib, 1, s2, GDL_I32, CPU), *FB = gdl_to_dtype(IB, GDL_F32), *c, *y;
+    const uint8_t *u;
+    ASSERT_NOT_NULL(c = gdl_eq(A2, B)); /* [[1==1, NaN==2], [3==1, -2==2]] */
+    ASSERT_EQ((int)GDL_U8, (int)c->dtype);
+    u = (const uint8_t *)c->data;
+    ASSERT(u[0] == 1 && u[1] == 0 && u[2] == 0 && u[3] == 0);
+    u = (const uint8_t *)gdl_ne(A2, B)->data; /* NaN is unequal to everything */
+    ASSERT(u[0] == 0 && u[1] == 1 && u[2] == 1 && u[3] == 1);
+    u = (const uint8_t *)gdl_ge(A2, B)->data;
+    ASSERT(u[0] == 1 && u[1] == 0 && u[2] == 1 && u[3] == 0);
+    u = (const uint8_t *)gdl_lt(A, gdl_compare_scalar(A, GDL_CMP_GT, 0))->data; /* a float against u8 */
+    ASSERT(u[0] == 0 && u[1] == 0 && u[2] == 0 && u[3] == 1);
+    u = (const uint8_t *)gdl_eq(IA, IB)->data; /* two i32: exact */
+    ASSERT(u[0] == 0 && u[1] == 1);
+    u = (const uint8_t *)gdl_eq(IA, FB)->data; /* i32 against f32: both as f32, 2^24 + 1 rounds to 2^24 */
+    ASSERT(u[0] == 1 && u[1] == 1);
+    u = (const uint8_t *)gdl_compare_scalar(IA, GDL_CMP_LE, 16777216)->data; /* an integer scalar: as i32 */
+    ASSERT(u[0] == 0 && u[1] == 1);
+    {   /* a bf16 tensor compares with the scalar rounded to bf16 */
+        gdl_tensor *h = gdl_to_dtype(gdl_mul_scalar(gdl_add_scalar(B, -1), 0.1), GDL_BF16); /* 0, 0.1 */
+        u = (const uint8_t *)gdl_compare_scalar(h, GDL_CMP_EQ, 0.1)->data;
+        ASSERT(u[0] == 0 && u[1] == 1);
+    }
+    ASSERT_NOT_NULL(y = gdl_where(gdl_gt(A2, B), A2, gdl_mul_scalar(B, -1))); /* NaN > 2 is false */
+    ASSERT_IN_RANGE(-1, at(y, 0), 0); ASSERT_IN_RANGE(-2, at(y, 1), 0); ASSERT_IN_RANGE(3, at(y, 2), 0); ASSERT_IN_RANGE(-2, at(y, 3), 0);
+    ASSERT_NOT_NULL(y = gdl_masked_fill(A2, gdl_compare_scalar(B, GDL_CMP_EQ, 2), -7)); /* column 1 */
+    ASSERT_IN_RANGE(1, at(y, 0), 0); ASSERT_IN_RANGE(-7, at(y, 1), 0); ASSERT_IN_RANGE(-7, at(y, 3), 0);
+    gdl_free(A); gdl_free(A2); gdl_free(B); gdl_free(IA); gdl_free(IB);
+    PASS();
+}
+
+TEST test_elementwise_seq_values(void) {
+    float a[5] = {-2, -0.5f, 0, 0.5f, 2}, b[5] = {1, -0.5f, 0, 3, NAN};
+    int64_t s5[1] = {5}, s23[2] = {2, 3}, s3[1] = {3};
+    gdl_tensor *A = arr(a, 1, s5), *B = arr(b, 1, s5), *y;
+    int i;
+    gdl_set_requires_grad(A, 1);
+    gdl_set_requires_grad(B, 1);
+    ASSERT_NOT_NULL(y = gdl_clamp(A, -0.5, 0.5));
+    for (i = 0; i < 5; i++) ASSERT_IN_RANGE(a[i] < -0.5f ? -0.5f : a[i] > 0.5f ? 0.5f : a[i], at(y, i), 0);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(y))); /* inclusive at the bounds */
+    ASSERT_IN_RANGE(0, at(A->grad, 0), 0); ASSERT_IN_RANGE(1, at(A->grad, 1), 0); ASSERT_IN_RANGE(1, at(A->grad, 3), 0);
+    ASSERT_IN_RANGE(0, at(A->grad, 4), 0);
+    ASSERT_NOT_NULL(y = gdl_clamp(A, 1, -1)); /* min > max: max everywhere */
+    for (i = 0; i < 5; i++) ASSERT_IN_RANGE(-1, at(y, i), 0);
+    gdl_zero_grad_tensor(A);
+    ASSERT_NOT_NULL(y = gdl_maximum(A, B)); /* NaN propagates; a tie halves the gradient */
+    ASSERT_IN_RANGE(1, at(y, 0), 0); ASSERT_IN_RANGE(3, at(y, 3), 0); ASSERT(at(y, 4) != at(y, 4));
+    ASSERT_EQ(0, gdl_backward(gdl_sum(y)));
+    ASSERT_IN_RANGE(0, at(A->grad, 0), 0); ASSERT_IN_RANGE(0.5, at(A->grad, 1), 0); ASSERT_IN_RANGE(0.5, at(B->grad, 2), 0);
+    ASSERT_IN_RANGE(1, at(B->grad, 0), 0); ASSERT_IN_RANGE(1, at(A->grad, 4), 0); ASSERT_IN_RANGE(1, at(B->grad, 4), 0);
+    gdl_zero_grad_tensor(A);
+    gdl_zero_grad_tensor(B);
+    ASSERT_NOT_NULL(y = gdl_abs(A));
+    ASSERT_EQ(0, gdl_backward(gdl_sum(y))); /* sgn: 0 at 0 */
+    ASSERT_IN_RANGE(-1, at(A->grad, 0), 0); ASSERT_IN_RANGE(0, at(A->grad, 2), 0); ASSERT_IN_RANGE(1, at(A->grad, 4), 0);
+    gdl_zero_grad_tensor(A);
+    ASSERT_NOT_NULL(y = gdl_pow(A, B)); /* 0^0 = 1 with both gradients 0 (PyTorch's masks), (-2)^1 */
+    ASSERT_IN_RANGE(1, at(y, 2), 0); ASSERT_IN_RANGE(-2, at(y, 0), 0);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_slice(y, 0, 3))));
+    ASSERT_IN_RANGE(0, at(A->grad, 2), 0); ASSERT_IN_RANGE(0, at(B->grad, 2), 0); ASSERT_IN_RANGE(1, at(A->grad, 0), 0);
+    {
+        gdl_tensor *f4 = gdl_full(1, s3, 4, GDL_F32, CPU);
+        ASSERT_NOT_NULL(y = gdl_rsqrt(f4));
+        ASSERT_IN_RANGE(0.5, at(y, 1), 0);
+        ASSERT_NOT_NULL(y = gdl_sqrt(f4));
+        ASSERT_IN_RANGE(2, at(y, 2), 0);
+        gdl_free(f4);
+    }
+    {   /* tril / triu, cumsum */
+        gdl_tensor *m = iota(2, s23), *t = gdl_tril(m, 0), *u = gdl_triu(m, 1), *c = gdl_cumsum(m, 1), *c0 = gdl_cumsum(m, 0);
+        ASSERT_NOT_NULL(t); ASSERT_NOT_NULL(u); ASSERT_NOT_NULL(c); ASSERT_NOT_NULL(c0);
+        ASSERT_IN_RANGE(0, at(t, 1), 0); ASSERT_IN_RANGE(3, at(t, 3), 0); ASSERT_IN_RANGE(4, at(t, 4), 0); ASSERT_IN_RANGE(0, at(t, 5), 0);
+        ASSERT_IN_RANGE(0, at(u, 0), 0); ASSERT_IN_RANGE(1, at(u, 1), 0); ASSERT_IN_RANGE(0, at(u, 4), 0); ASSERT_IN_RANGE(5, at(u, 5), 0);
+        ASSERT_IN_RANGE(3, at(c, 2), 0); ASSERT_IN_RANGE(12, at(c, 5), 0); ASSERT_IN_RANGE(5, at(c0, 4), 0);
+        gdl_free(m);
+    }
+    gdl_free(A); gdl_free(B);
+    PASS();
+}
+
+/* broadcast batches against a naive loop; vectors */
+TEST test_matmul_broadcast_values(void) {
+    int64_t sa[4] = {2, 1, 3, 4}, sb[3] = {3, 4, 5}, sv[1] = {4};
+    gdl_tensor *a, *b, *c, *v;
+    int i, j, m, n, k;
+    gdl_manual_seed(5);
+    a = gdl_randn(4, sa, CPU); b = gdl_randn(3, sb, CPU); v = gdl_randn(1, sv, CPU);
+    ASSERT_NOT_NULL(c = gdl_matmul(a, b)); /* [2,3,3,5] */
+    ASSERT_EQ(4, c->ndim); ASSERT_EQ(3, c->shape[1]); ASSERT_EQ(5, c->shape[3]);
+    for (i = 0; i < 2; i++)
+        for (j = 0; j < 3; j++)
+            for (m = 0; m < 3; m++)
+                for (n = 0; n < 5; n++) {
+                    double s = 0;
+                    for (k = 0; k < 4; k++) s += (double)at(a, (i * 3 + m) * 4 + k) * at(b, (j * 4 + k) * 5 + n);
+                    ASSERT_IN_RANGE(s, at(c, ((i * 3 + j) * 3 + m) * 5 + n), 1e-5);
+                }
+    ASSERT_NOT_NULL(c = gdl_matmul(v, b)); /* [3,5] */
+    ASSERT_EQ(2, c->ndim); ASSERT_EQ(5, c->shape[1]);
+    ASSERT_NOT_NULL(c = gdl_matmul(v, v)); /* a dot product: a scalar */
+    ASSERT_EQ(0, c->ndim);
+    {
+        double s = 0;
+        for (k = 0; k < 4; k++) s += (double)at(v, k) * at(v, k);
+        ASSERT_IN_RANGE(s, at(c, 0), 1e-5);
+    }
+    gdl_free(a); gdl_free(b); gdl_free(v);
+    PASS();
+}
+
+TEST test_seq_op_errors(void) {
+    int64_t s3[3] = {2, 3, 4}, s35[2] = {3, 5}, s4[1] = {4}, s3v[1] = {3}, sab[3] = {2, 3, 4}, sbb[3] = {3, 4, 2};
+    gdl_tensor *x = gdl_zeros(3, s3, GDL_F32, CPU), *m = gdl_zeros(2, s35, GDL_F32, CPU), *v4 = gdl_zeros(1, s4, GDL_F32, CPU);
+    gdl_tensor *i3 = gdl_zeros(1, s3v, GDL_I32, CPU), *big, *fake, *p[2];
+    const int bad[3] = {0, 0, 1}, two[2] = {1, 0};
+    int32_t seven[3] = {0, 7, 1};
+    ASSERT_NULL(gdl_permute(x, 3, bad));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_permute: dims are not a permutation of 0..2 for [2,3,4]");
+    ASSERT_NULL(gdl_permute(x, 2, two));
+    ASSERT_STR_EQ("gdl_permute: 2 dims given for [2,3,4] (ndim 3)", gdl_last_error());
+    ASSERT_NULL(gdl_transpose(x, 0, 3));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_transpose: dim 3 out of range for [2,3,4]");
+    ASSERT_NULL(gdl_narrow(m, 1, 4, 3));
+    ASSERT_STR_EQ("gdl_narrow: start 4, length 3 out of range for dim 1 (size 5) of [3,5]", gdl_last_error());
+    ASSERT_NULL(gdl_slice_dim(m, 1, 0, 2, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_slice_dim: step 0 must be positive");
+    ASSERT_NULL(gdl_select(m, 0, -4));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_select: index -4 is out of range for dim 0 (size 3) of [3,5]");
+    ASSERT_EQ(-1, gdl_split(m, 2, 1, p, 2));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_split: [3,5] in pieces of 2 along dim 1 makes 3 tensors, room for 2");
+    p[0] = m;
+    p[1] = x;
+    ASSERT_NULL(gdl_stack(2, p, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_stack: every tensor must have one shape, got [3,5] at entry 0 and [2,3,4] at entry 1");
+    ASSERT_NULL(gdl_index_select(m, 0, v4));
+    ASSERT_STR_EQ("gdl_index_select: index must be i32, got f32 [4]", gdl_last_error());
+    memcpy(i3->data, seven, sizeof seven);
+    ASSERT_NULL(gdl_index_select(m, 1, i3));
+    ASSERT_STR_EQ("gdl_index_select: index 7 at position 1 is out of range [0,5)", gdl_last_error());
+    ASSERT_NULL(gdl_gather(m, 1, i3));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_gather: index [3] does not fit x [3,5]");
+    ASSERT_NULL(gdl_where(m, m, m));
+    ASSERT_STR_EQ("gdl_where: cond must be u8 (a comparison's result), got f32 [3,5]", gdl_last_error());
+    ASSERT_NULL(gdl_where(gdl_eq(v4, v4), m, m));
+    ASSERT_STR_EQ("gdl_where: shapes [4], [3,5] and [3,5] cannot be broadcast", gdl_last_error());
+    ASSERT_NULL(gdl_masked_fill(v4, gdl_eq(m, m), 1));
+    ASSERT_STR_EQ("gdl_masked_fill: mask [3,5] cannot be broadcast to x [4]", gdl_last_error());
+    ASSERT_NULL(gdl_masked_fill(i3, gdl_eq(i3, i3), 1));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_masked_fill: expected a float tensor (f32, bf16 or f16), got i32 [3]");
+    ASSERT_NULL(gdl_eq(m, v4));
+    ASSERT_STR_EQ("gdl_eq: shapes [3,5] and [4] cannot be broadcast", gdl_last_error());
+    ASSERT_NULL(gdl_compare(m, m, (gdl_compare_op)9));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_compare: unknown comparison 9");
+    ASSERT_NULL(gdl_sqrt(i3));
+    ASSERT_STR_EQ("gdl_sqrt: expected a float tensor (f32, bf16 or f16), got i32 [3]", gdl_last_error());
+    ASSERT_NULL(gdl_maximum(m, v4));
+    ASSERT_STR_EQ("gdl_maximum: shapes [3,5] and [4] cannot be broadcast", gdl_last_error());
+    ASSERT_NULL(gdl_clamp(m, NAN, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_clamp: a bound is NaN");
+    ASSERT_NULL(gdl_tril(v4, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_tril: expected a float tensor (f32, bf16 or f16) of at least 2 dims, got f32 [4]");
+    ASSERT_NULL(gdl_cumsum(m, 2));
+    ASSERT_STR_EQ("gdl_cumsum: dim 2 out of range for [3,5] (ndim 2)", gdl_last_error());
+    big = gdl_zeros(3, sab, GDL_F32, CPU);
+    ASSERT_NULL(gdl_matmul(big, gdl_reshape(big, 3, sbb)));
+    ASSERT_STR_EQ("gdl_matmul: batch dimensions cannot be broadcast: [2,3,4] x [3,4,2]", gdl_last_error());
+    ASSERT_NULL(gdl_matmul(v4, m));
+    ASSERT_STR_EQ("gdl_matmul: inner dimensions differ: [4] x [3,5]", gdl_last_error());
+    ASSERT_NULL(gdl_bmm(m, m));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_bmm: expected [B,M,K] x [B,K,N] with one B, got [3,5] x [3,5]");
+    /* devices */
+    fake = gdl_clone(m);
+    fake->device = gdl_cuda(0);
+    ASSERT_NULL(gdl_where(gdl_eq(m, m), m, fake));
+    ASSERT_STR_EQ("gdl_where: expected all tensors on the same device, but found [3,5] cpu and [3,5] cuda:0", gdl_last_error());
+    ASSERT_NULL(gdl_gather(fake, 0, i3));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_gather: expected all tensors on the same device");
+    ASSERT_NULL(gdl_lt(m, fake));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_lt: expected all tensors on the same device");
+    fake->device = gdl_cpu();
+    gdl_free(fake);
+    gdl_free(x); gdl_free(m); gdl_free(v4); gdl_free(i3); gdl_free(big);
+    PASS();
+}
+
 /* ---- autograd behaviour ---- */
 
 TEST test_grad_accumulates_and_zeroes(void) {
@@ -741,6 +1004,11 @@ SUITE(values) {
     RUN_TEST(test_dropout_behaviour);
     RUN_TEST(test_embedding_concat_views);
     RUN_TEST(test_review_regressions);
+    RUN_TEST(test_structure_values);
+    RUN_TEST(test_index_values_and_scatter_add);
+    RUN_TEST(test_compare_where_values);
+    RUN_TEST(test_elementwise_seq_values);
+    RUN_TEST(test_matmul_broadcast_values);
 }
 
 SUITE(autograd) {
@@ -759,6 +1027,7 @@ SUITE(errors) {
     RUN_TEST(test_gpu_monitor_not_compiled_in);
     RUN_TEST(test_factory_errors);
     RUN_TEST(test_failed_ops_leave_inputs_untouched);
+    RUN_TEST(test_seq_op_errors);
 }
 
 SUITE(tensors) {

@@ -2834,6 +2834,74 @@ TEST fit_recovers_from_oom(void) {
 #endif
 }
 
+/* ---- the sequence-model ops (their rows in tests/op_cases.h run in the suites above): comparisons of
+   every dtype pair against the CPU bit for bit, and the indexing and copy kernels at sizes past one block,
+   with many repeated indices (scatter-add's atomics) ---- */
+static const gc_case seq_gpu_cases[] = {
+    {"seq_index_select_hot_rows", GDL_OP_INDEX_SELECT, f_index_select0, 2, {{R2(3, 70), IN_RANDN, 0}, {R1(600), IN_TARGET, 3}}},
+    {"seq_gather_big", GDL_OP_GATHER, f_gather1, 2, {{R2(40, 30), IN_RANDN, 0}, {R2(40, 50), IN_TARGET, 30}}},
+    {"seq_permute_big", GDL_OP_PERMUTE, f_permute3, 1, {{R3(9, 40, 7), IN_RANDN, 0}}},
+    {"seq_slice_step_big", GDL_OP_NARROW, f_slice_step, 1, {{R2(30, 90), IN_RANDN, 0}}},
+    {"seq_where_big", GDL_OP_WHERE, f_where, 3, {{R2(30, 40), IN_RANDN, 0}, {R2(30, 1), IN_RANDN, 0}, {R1(40), IN_CONST, 0}}},
+    {"seq_tril_big", GDL_OP_TRIL, f_tril1, 1, {{R3(3, 30, 31), IN_RANDN, 0}}},
+    {"seq_cumsum_long", GDL_OP_CUMSUM, f_cumsum1, 1, {{R2(3, 700), IN_RANDN, 0}}},
+    {"seq_maximum_nan", GDL_OP_MAXIMUM, f_maximum, 2, {{R2(20, 30), IN_NAN, 0}, {R1(30), IN_TIES, 0}}},
+    {"seq_matmul_broadcast_big", GDL_OP_MATMUL, f_matmul, 2, {{R4(3, 1, 9, 33), IN_RANDN, 0}, {R3(4, 33, 6), IN_RANDN, 0}}},
+};
+#define NSEQ_GPU_CASES ((int)(sizeof seq_gpu_cases / sizeof seq_gpu_cases[0]))
+static parity_run seq_gpu_runs[2 * NSEQ_GPU_CASES];
+
+TEST seq_compare_all_pairs(void) {
+    static const gdl_dtype dts[5] = {GDL_F32, GDL_F16, GDL_BF16, GDL_I32, GDL_U8};
+    int64_t sa[2] = {5, 40}, sb[1] = {40};
+    gc_input da, db;
+    gdl_tensor *fa, *fb;
+    int i, j, op;
+    memset(&da, 0, sizeof da);
+    memset(&db, 0, sizeof db);
+    da.ndim = 2; da.shape[0] = sa[0]; da.shape[1] = sa[1]; da.kind = IN_NAN;
+    db.ndim = 1; db.shape[0] = sb[0]; db.kind = IN_TIES;
+    gdl_manual_seed(31);
+    ASSERT_NOT_NULL(fa = make_input(&da));
+    ASSERT_NOT_NULL(fb = make_input(&db));
+    for (i = 0; i < 40 * 5; i += 3) ((float *)fa->data)[i] = (float)((i / 3) % 5 - 2); /* ties with b */
+    for (i = 0; i < 5; i++)
+        for (j = 0; j < 5; j++) {
+            gdl_tensor *a, *b, *ag, *bg, *c, *cg;
+            gdl_arena_reset();
+            ASSERT_NOT_NULL(a = gdl_to_dtype(fa, dts[i]));
+            ASSERT_NOT_NULL(b = gdl_to_dtype(fb, dts[j]));
+            ASSERT_NOT_NULL(ag = gdl_to(a, GPU));
+            ASSERT_NOT_NULL(bg = gdl_to(b, GPU));
+            for (op = GDL_CMP_EQ; op <= GDL_CMP_GE; op++) {
+                c = gdl_compare(a, b, (gdl_compare_op)op);
+                cg = gdl_compare(bg, ag, (gdl_compare_op)op); /* b op a: the broadcast operand first */
+                if (!c || !cg) FAILf("compare failed: %s", gdl_last_error());
+                if (!same_bytes(gdl_compare(b, a, (gdl_compare_op)op), cg) || !same_bytes(c, gdl_compare(ag, bg, (gdl_compare_op)op)))
+                    FAILf("comparison %d of %s and %s differs from the CPU's", op, gdl_dtype_name(dts[i]), gdl_dtype_name(dts[j]));
+            }
+            if (!same_bytes(gdl_compare_scalar(a, GDL_CMP_LE, 1), gdl_compare_scalar(ag, GDL_CMP_LE, 1)))
+                FAILf("compare_scalar of %s differs from the CPU's", gdl_dtype_name(dts[i]));
+        }
+    gdl_free(fa);
+    gdl_free(fb);
+    gdl_arena_reset();
+    PASS();
+}
+
+SUITE(seq_ops) {
+    int i;
+    char name[96];
+    for (i = 0; i < NSEQ_GPU_CASES; i++) {
+        seq_gpu_runs[2 * i].c = seq_gpu_runs[2 * i + 1].c = &seq_gpu_cases[i];
+        seq_gpu_runs[2 * i + 1].fanout = 1;
+        RUN_GPU_NAMED(seq_gpu_cases[i].name, parity, &seq_gpu_runs[2 * i]);
+        snprintf(name, sizeof name, "%s_fanout", seq_gpu_cases[i].name);
+        RUN_GPU_NAMED(name, parity, &seq_gpu_runs[2 * i + 1]);
+    }
+    RUN_GPU(seq_compare_all_pairs);
+}
+
 /* ---- suites ---- */
 
 static parity_run table_runs[2 * NCASES], gpu_runs[2 * NGPU_CASES];
@@ -3155,6 +3223,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(dtypes);
     RUN_SUITE(autocast);
     RUN_SUITE(kernel_paths);
+    RUN_SUITE(seq_ops);
     RUN_SUITE(optim);
     RUN_SUITE(master_weights);
     RUN_SUITE(training);

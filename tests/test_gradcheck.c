@@ -132,7 +132,7 @@ TEST test_op_names_unique(void) {
 TEST test_op_list_autocast_classes(void) {
     static const char *low[] = {"matmul", "linear", "conv2d", "linear_act", "conv2d_act"};
     static const char *f32[] = {"softmax", "log_softmax", "cross_entropy", "nll_loss", "layer_norm", "mse_loss",
-                                "bce_with_logits", "sum", "exp", "log", "pow_scalar"};
+                                "bce_with_logits", "sum", "exp", "log", "pow_scalar", "rsqrt", "pow", "cumsum"};
     int op;
     size_t k;
     for (op = 0; op < GDL_OP_COUNT; op++) {
