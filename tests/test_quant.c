@@ -45,11 +45,11 @@ TEST test_choose_qparams(void) {
     ASSERT_EQ(127, z);
     /* a zero range: scale 0.1 (fbgemm's), zero point 0 */
     ASSERT_EQ(0, gdl_choose_qparams(0, 0, 0, 255, &s, &z));
-    ASSERT_IN_RANGE(0.1, (double)s, 1e-9);
+    ASSERT_IN_RANGE((double)0.1f, (double)s, 0);
     ASSERT_EQ(0, z);
     /* below fbgemm's smallest scale 6.1e-5 the range is widened */
     ASSERT_EQ(0, gdl_choose_qparams(0, 1e-4f, 0, 255, &s, &z));
-    ASSERT_IN_RANGE(6.1e-5, (double)s, 1e-12);
+    ASSERT_IN_RANGE((double)6.1e-5f, (double)s, 0);
     ASSERT_EQ(-1, gdl_choose_qparams(1, 0, 0, 255, &s, &z));
     ASSERT_CONTAINS(gdl_last_error(), "bad range");
     ASSERT_EQ(-1, gdl_choose_qparams(0, 1, 5, 5, &s, &z));
@@ -194,7 +194,7 @@ static gdl_dataset *blobs(int n, uint64_t seed) {
         y[i] = i % 4;
         for (k = 0; k < 16; k++) {
             const double c = ((k + y[i]) % 4 == 0) ? 2.0 : (k % 4 == y[i]) ? -1.0 : 0.0;
-            x[i * 16 + k] = (float)(c + 0.8 * (gdl_rng_uniform() * 2 - 1) + 0.5 * (gdl_rng_uniform() - 0.5));
+            x[i * 16 + k] = (float)(0.6 * c + 2.0 * (gdl_rng_uniform() + gdl_rng_uniform() + gdl_rng_uniform() - 1.5));
         }
     }
     ds = gdl_dataset_from_arrays(x, GDL_F32, 1, shape, y, n, 4);
@@ -247,7 +247,7 @@ TEST test_dynamic_mlp_accuracy(void) {
     ASSERT_NOT_NULL(q = gdl_quantize_dynamic(trained, NULL));
     ASSERT_EQ(0, gdl_evaluate(q, test_loader, NULL, NULL, &lq, &aq));
     printf("\n  blobs MLP: f32 accuracy %.2f%% loss %.4f, dynamic int8 %.2f%% loss %.4f\n", 100 * af, lf, 100 * aq, lq);
-    ASSERT_GE(af, 0.9);
+    ASSERT_GE(af, 0.85);
     ASSERTm("dynamic quantization lost more than 1.5 points", aq >= af - 0.015);
     ASSERT_IN_RANGE(lf, lq, 0.05);
     ASSERT_EQ(1, gdl_module_is_quantized(q));
@@ -531,8 +531,8 @@ static gdl_dataset *squares(int n, uint64_t seed) {
     for (i = 0; i < n; i++) {
         const int qd = i % 4, oy = (qd / 2) * 4 + (int)(gdl_rng_uniform() * 2), ox = (qd % 2) * 4 + (int)(gdl_rng_uniform() * 2);
         y[i] = qd;
-        for (k = 0; k < 64; k++) x[i * 64 + k] = (float)(0.6 * gdl_rng_uniform());
-        for (k = 0; k < 9; k++) x[i * 64 + (oy + k / 3) * 8 + ox + k % 3] += 1.0f;
+        for (k = 0; k < 64; k++) x[i * 64 + k] = (float)(1.0 * gdl_rng_uniform());
+        for (k = 0; k < 9; k++) x[i * 64 + (oy + k / 3) * 8 + ox + k % 3] += 0.5f;
     }
     ds = gdl_dataset_from_arrays(x, GDL_F32, 3, shape, y, n, 4);
     free(x);
