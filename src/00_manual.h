@@ -407,7 +407,8 @@
    GPUDL_CUDA             enable the CUDA backend (link gpudl_cuda.cu)
    GPUDL_CBLAS            route the CPU GEMM to cblas_sgemm (link -lopenblas)
    GPUDL_GEMM_PORTABLE    use the portable C GEMM micro-kernel even where the
-                          compiler targets AVX2, AVX-512 or NEON (for tests)
+                          compiler targets AVX2, AVX-512 or NEON (for tests);
+                          the int8 GEMM's too ([impl-gemm-int8])
    GPUDL_ZLIB             read gzipped IDX files (link -lz)
    GPUDL_NO_THREADS       no pthreads: the CPU kernels run on one thread,
                           DataLoader workers inline

@@ -777,15 +777,17 @@ static gdl_tensor *custom_fwd(gdl_module *self, gdl_tensor *x) {
 
 TEST test_errors(void) {
     gdl_module *lin = gdl_nn_linear(16, 4, 1), *q = gdl_quantize_dynamic(lin, NULL), *big, *c, *seq;
-    gdl_tensor *x = gdl_randn(GDL_DIMS(2, 16), CPU), *bad;
+    gdl_tensor *x = gdl_randn(GDL_DIMS(2, 16), CPU), *bad, *narrow;
     ASSERT_NOT_NULL(q);
     /* inputs: another dtype, another width, NaN */
     ASSERT_NOT_NULL(bad = gdl_to_dtype(x, GDL_BF16));
     ASSERT_NULL(gdl_forward(q, bad));
     ASSERT_CONTAINS(gdl_last_error(), "DynamicQuantizedLinear");
     ASSERT_CONTAINS(gdl_last_error(), "expected input f32 [..., 16] on the CPU, got bf16 [2,16]");
-    ASSERT_NULL(gdl_forward(q, gdl_zeros(GDL_DIMS(2, 15), GDL_F32, CPU)));
+    ASSERT_NOT_NULL(narrow = gdl_zeros(GDL_DIMS(2, 15), GDL_F32, CPU));
+    ASSERT_NULL(gdl_forward(q, narrow));
     ASSERT_CONTAINS(gdl_last_error(), "got f32 [2,15]");
+    gdl_free(narrow);
     R(x)[3] = (gdl_real)NAN;
     ASSERT_NULL(gdl_forward(q, x));
     ASSERT_CONTAINS(gdl_last_error(), "NaN or inf");
