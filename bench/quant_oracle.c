@@ -13,7 +13,9 @@
    data and compares the scales, zero points, int8 weights and outputs.
 
    cc -O2 -march=native bench/quant_oracle.c -lm -pthread -o build/quant_oracle
-   build/quant_oracle build/oracle && build/torch-venv/bin/python bench/pytorch/quant_oracle.py build/oracle */
+   mkdir -p build/oracle && build/quant_oracle build/oracle &&
+   build/torch-venv/bin/python bench/pytorch/quant_oracle.py build/oracle
+   (the C side has been run; the Python side not yet: no torch where it was written) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 
