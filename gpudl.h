@@ -15074,6 +15074,44 @@ GPUDL_API void gdl_scheduler_free(gdl_scheduler *s) {
    [impl-gemm-int8] and dequantize on host memory.
    ------------------------------------------------------------------------- */
 
+/* round half to even, as nearbyintf in the default rounding mode, without a call into libm (the
+   quantization loops run it per element, vectorised): adding and taking away big = 1.5 * 2^23 leaves v
+   rounded to an integer wherever |v| < 2^22. Larger values (there is no NaN here) come back within 1 of v,
+   which every caller then clamps into an 8-bit range anyway. big comes from gdl__q_big(), a volatile read
+   the compiler cannot fold, so the sum survives any flags (-ffast-math would otherwise cancel it). */
+static volatile float gdl__q_big_v = 12582912.0f;
+static float gdl__q_big(void) { return gdl__q_big_v; }
+static float gdl__q_round(float v, float big) { return (v + big) - big; }
+
+/* min and max of x[0, n) (0 when n is 0) in 8 independent chains; 1 if x holds a NaN */
+static int gdl__q_minmax(const gdl_real *x, int64_t n, float *lo, float *hi) {
+    float l[8] = {0}, h[8] = {0};
+    int64_t i;
+    int k, bad = 0;
+    if (n > 0)
+        for (k = 0; k < 8; k++) l[k] = h[k] = (float)x[0];
+    for (i = 0; i + 8 <= n; i += 8)
+        for (k = 0; k < 8; k++) {
+            const float v = (float)x[i + k];
+            bad |= v != v;
+            l[k] = v < l[k] ? v : l[k];
+            h[k] = v > h[k] ? v : h[k];
+        }
+    for (; i < n; i++) {
+        const float v = (float)x[i];
+        bad |= v != v;
+        l[0] = v < l[0] ? v : l[0];
+        h[0] = v > h[0] ? v : h[0];
+    }
+    for (k = 1; k < 8; k++) {
+        l[0] = l[k] < l[0] ? l[k] : l[0];
+        h[0] = h[k] > h[0] ? h[k] : h[0];
+    }
+    *lo = l[0];
+    *hi = h[0];
+    return bad;
+}
+
 GPUDL_API gdl_qconfig gdl_qconfig_default(void) {
     gdl_qconfig q;
     memset(&q, 0, sizeof q);
@@ -15129,7 +15167,7 @@ static void gdl__qparams_affine(float lo, float hi, int qmin, int qmax, float *s
     const float mn = lo < 0 ? lo : 0, mx = hi > 0 ? hi : 0;
     float sc = (mx - mn) / (float)(qmax - qmin), r;
     if (sc < FLT_EPSILON) sc = FLT_EPSILON;
-    r = (float)qmin - nearbyintf(mn / sc);
+    r = (float)qmin - gdl__q_round(mn / sc, gdl__q_big());
     *s = sc;
     *z = r < (float)qmin ? qmin : r > (float)qmax ? qmax : (int32_t)r;
 }
@@ -15169,13 +15207,7 @@ static int gdl__qobs_add(const char *what, gdl__qobs *o, const gdl_real *x, int6
     int64_t i;
     int bad = 0;
     if (n <= 0) return 0;
-    bl = bh = (float)x[0];
-    for (i = 0; i < n; i++) {
-        const float v = (float)x[i];
-        if (v != v) bad = 1;
-        if (v < bl) bl = v;
-        if (v > bh) bh = v;
-    }
+    bad = gdl__q_minmax(x, n, &bl, &bh);
     if (bad || isinf(bl) || isinf(bh)) {
         gdl__set_error("gdl_forward: %s: the observed tensor holds NaN or inf", what);
         return -1;
@@ -15263,6 +15295,7 @@ static int gdl__qlayer_qmax(const gdl__qlayer *q) { return q->reduce_range ? 127
    scale of each row (or of the whole) is max(|min|, |max|) / 127.5, at least FLT_EPSILON. */
 static void gdl__qlayer_quantize_weight(gdl__qlayer *q, const gdl_real *w) {
     const int64_t rows = q->per_channel ? 1 : q->out, groups = gdl__qlayer_nscale(q);
+    const float big = gdl__q_big();
     int64_t g, i;
     for (g = 0; g < groups; g++) {
         const gdl_real *src = w + g * rows * q->in;
@@ -15277,7 +15310,7 @@ static void gdl__qlayer_quantize_weight(gdl__qlayer *q, const gdl_real *w) {
         if (s < FLT_EPSILON) s = FLT_EPSILON;
         inv = 1.0f / s;
         for (i = 0; i < rows * q->in; i++) {
-            const float r = nearbyintf((float)src[i] * inv);
+            const float r = gdl__q_round((float)src[i] * inv, big);
             dst[i] = (int8_t)(r < -128 ? -128 : r > 127 ? 127 : r);
         }
         q->w_scale[g] = s;
@@ -15361,13 +15394,13 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
 /* x (f32) -> u8 with scale s and zero point z into rows of KP bytes (the padding 0). */
 static void gdl__q_quantize_rows(const gdl_real *x, int64_t rows, int64_t k, float s, int32_t z, int qmax,
                                  uint8_t *a, int64_t KP) {
-    const float inv = 1.0f / s;
+    const float inv = 1.0f / s, big = gdl__q_big();
     int64_t i, j;
     for (i = 0; i < rows; i++) {
         const gdl_real *xr = x + i * k;
         uint8_t *ar = a + i * KP;
         for (j = 0; j < k; j++) {
-            const float r = nearbyintf((float)xr[j] * inv) + (float)z;
+            const float r = gdl__q_round((float)xr[j] * inv, big) + (float)z;
             ar[j] = (uint8_t)(r < 0 ? 0 : r > (float)qmax ? qmax : r);
         }
         for (; j < KP; j++) ar[j] = 0;
@@ -15381,7 +15414,7 @@ static gdl_real gdl__q_out(const gdl__qlayer *q, int32_t acc, int64_t n, float s
     float y = (float)v * (sa * q->w_scale[q->per_channel ? n : 0]) + (q->bias ? q->bias[n] : 0.0f), r;
     if (q->relu && y < 0) y = 0;
     if (q->mode == GDL__Q_DYNAMIC) return (gdl_real)y;
-    r = nearbyintf(y / q->out_scale) + (float)q->out_zp;
+    r = gdl__q_round(y / q->out_scale, gdl__q_big()) + (float)q->out_zp;
     r = r < 0 ? 0 : r > (float)gdl__qlayer_qmax(q) ? (float)gdl__qlayer_qmax(q) : r;
     return (gdl_real)((r - (float)q->out_zp) * q->out_scale);
 }
@@ -15462,14 +15495,8 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
     xd = (const gdl_real *)x->data;
     yd = (gdl_real *)y->data;
     if (q->mode == GDL__Q_DYNAMIC) { /* the batch's range (PyTorch: over the whole input) */
-        float lo = 0, hi = 0;
-        int bad = 0;
-        for (i = 0; i < x->numel; i++) {
-            const float v = (float)xd[i];
-            if (v != v) bad = 1;
-            if (v < lo) lo = v;
-            if (v > hi) hi = v;
-        }
+        float lo, hi;
+        const int bad = gdl__q_minmax(xd, x->numel, &lo, &hi);
         if (bad || isinf(lo) || isinf(hi)) {
             gdl__set_error("gdl_forward: %s: the input holds NaN or inf: it cannot be quantized", gdl__nn_label(m));
             return NULL;
@@ -15522,6 +15549,7 @@ static gdl_tensor *gdl__fake_quant(const char *op, gdl_tensor *x, int rows, cons
     gdl_tensor *mask, *c;
     const gdl_real *xd = (const gdl_real *)x->data;
     gdl_real *md, *cd;
+    float big;
     const int64_t per = rows > 0 ? x->numel / rows : x->numel;
     int64_t i;
     if (x->dtype != GDL_F32 || x->device.type != GDL_DEVICE_CPU) {
@@ -15534,10 +15562,11 @@ static gdl_tensor *gdl__fake_quant(const char *op, gdl_tensor *x, int rows, cons
         return NULL;
     md = (gdl_real *)mask->data;
     cd = (gdl_real *)c->data;
+    big = gdl__q_big();
     for (i = 0; i < x->numel; i++) {
         const int64_t r = rows > 0 ? i / per : 0;
         const float s = scale[r], inv = 1.0f / s, z = (float)zp[r];
-        const float q = nearbyintf((float)xd[i] * inv) + z, qc = q < qmin ? (float)qmin : q > qmax ? (float)qmax : q;
+        const float q = gdl__q_round((float)xd[i] * inv, big) + z, qc = q < qmin ? (float)qmin : q > qmax ? (float)qmax : q;
         const gdl_real fq = (gdl_real)((qc - z) * s);
         md[i] = q >= qmin && q <= qmax ? 1 : 0;
         cd[i] = fq - xd[i] * md[i];

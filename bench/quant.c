@@ -1,6 +1,6 @@
 /* quant.c — the int8 Linear against our f32 Linear on the CPU (issue 28's
    target: K and N >= 256 at batch >= 32, int8 at most 0.6x the f32 time),
-   side by side in one run: for each shape, the median of REPS timed stretches
+   side by side in one run: for each shape, the fastest of REPS timed stretches
    of a forward pass of gdl_linear (f32) and of the DynamicQuantizedLinear
    made from it (activations quantized per batch, the int8 GEMM, the f32
    dequantization: the whole layer), and of the int8 GEMM alone
@@ -22,7 +22,7 @@ static int cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* median over REPS stretches of ~0.05 s of the seconds per call of fn */
+/* the fastest of REPS stretches of ~0.05 s (seconds per call of fn): the least disturbed by other processes */
 static double timeit(int (*fn)(void *), void *ctx) {
     double t[REPS];
     int r, n, k;
@@ -38,7 +38,7 @@ static double timeit(int (*fn)(void *), void *ctx) {
         t[r] = (gdl_now() - t0) / n;
     }
     qsort(t, REPS, sizeof t[0], cmp);
-    return t[REPS / 2];
+    return t[0];
 }
 
 typedef struct {
