@@ -13,7 +13,10 @@
    the compiler cannot fold, so the sum survives any flags (-ffast-math would otherwise cancel it). */
 static volatile float gdl__q_big_v = 12582912.0f;
 static float gdl__q_big(void) { return gdl__q_big_v; }
-static float gdl__q_round(float v, float big) { return (v + big) - big; }
+static float gdl__q_round(float v, float big) {
+    const float t = v + big; /* an assignment: rounded to float also where float maths is wider (x87) */
+    return t - big;
+}
 
 /* min and max of x[0, n) (0 when n is 0) in 8 independent chains; 1 if x holds a NaN */
 static int gdl__q_minmax(const gdl_real *x, int64_t n, float *lo, float *hi) {
