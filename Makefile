@@ -241,11 +241,13 @@ $(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
 #   tests/fuzz/fuzz.mk      fuzz (libFuzzer harnesses for every parser), fuzz-seeds
 #   tests/dist.mk           test-dist (launch environments, sharding; 2 MPI ranks)
 #   tests/slurm.mk          test-cluster (Kubernetes' environments; a real one-node Slurm cluster)
+#   tests/quant.mk          test-quant (INT8 quantization; the int8 GEMM's VNNI and sdot paths)
 -include tests/cuda_emu/emu.mk
 -include tests/dist.mk
 -include tests/slurm.mk
 -include tests/cpu_paths.mk
 -include tests/fuzz/fuzz.mk
+-include tests/quant.mk
 
 test: test-amalgamation
 	@sh tools/deps.sh test
@@ -263,7 +265,8 @@ test: test-amalgamation
 # names. (Only the fuzzers run two at a time: each for a fixed time, on its own
 # files.)
 TEST_PARTS = test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build \
-             test-unit test-dist test-emu test-dist-nccl test-cluster test-gpu-session-dry test-cpu-paths test-aarch64
+             test-unit test-dist test-emu test-dist-nccl test-cluster test-gpu-session-dry test-cpu-paths test-aarch64 \
+             test-quant
 TEST_JOBS ?= $(if $(filter -j%,$(MAKEFLAGS)),,-j2) --output-sync=target
 # make -k (k among make's one-letter flags)
 keep_going = $(findstring k,$(filter-out -%,$(firstword $(MAKEFLAGS))))

@@ -313,6 +313,7 @@
    [api-graph]     27_api_graph.h                 a training step as a CUDA graph
    [api-dist]      28_api_dist.h                  processes, collectives, DDP, restarts
    [api-monitor]   29_api_monitor.h               NVML, memory statistics, the profiler
+   [api-quant]     29q_api_quant.h                INT8 quantization, the int8 GEMM
    [backend]       30_backend.h                   the kernel table GDL_BACKEND_ENTRIES
                    40_impl_prelude.h              the implementation: guards, includes
    [impl-errors]   41_errors.h                    gdl__set_error, gdl_last_error
@@ -322,6 +323,7 @@
    [impl-tensor]   45_tensor.h                    storage, tensors, RNG, f16/bf16, copies
    [impl-pool]     46_pool.h                      the CPU thread pool
    [impl-gemm]     47_gemm.h                      the CPU GEMM kernels (AVX, CBLAS)
+   [impl-gemm-int8] 48_gemm_int8.h                the CPU int8 GEMM kernels
    [impl-cpu]      50_cpu_core.h                  elementwise, reductions, softmax
                    51_cpu_conv_pool.h             im2col, pooling, copy2d, dropout
                    52_cpu_lowp.h                  native bf16/f16 elementwise kernels
@@ -340,6 +342,7 @@
                    81_optimizers.h                optimizers, master weights, flat blocks
                    82_gradscaler.h                GradScaler
                    83_schedulers.h                learning-rate schedulers
+   [impl-quant]    84_quant.h                     quantized modules and their files
    [impl-train]    85_train.h                     fit / evaluate, gdl_fit's CUDA graphs
                    86_checkpoints.h               checkpoints
    [impl-graph]    87_graph.h                     gdl_graph_capture / replay
@@ -405,7 +408,8 @@
    GPUDL_CUDA             enable the CUDA backend (link gpudl_cuda.cu)
    GPUDL_CBLAS            route the CPU GEMM to cblas_sgemm (link -lopenblas)
    GPUDL_GEMM_PORTABLE    use the portable C GEMM micro-kernel even where the
-                          compiler targets AVX2, AVX-512 or NEON (for tests)
+                          compiler targets AVX2, AVX-512 or NEON (for tests);
+                          the int8 GEMM's too ([impl-gemm-int8])
    GPUDL_ZLIB             read gzipped IDX files (link -lz)
    GPUDL_NO_THREADS       no pthreads: the CPU kernels run on one thread,
                           DataLoader workers inline
@@ -1913,6 +1917,187 @@ GPUDL_API int gdl_profile_print(FILE *f); /* the rows as a table. 0 / -1 + error
    from gdl_profile_begin; host times on tid 1, GPU times on tid 2 + the device index. 0 / -1. */
 GPUDL_API int gdl_profile_trace(const char *path);
 
+/* ---------------------------------------------------------------------------
+   [api-quant]  INT8 quantization: PyTorch's dynamic quantization
+   (torch.ao.quantization.quantize_dynamic), static post-training
+   quantization (prepare, calibrate, convert), quantization-aware training
+   and the int8 GEMM under them.
+
+   Dynamic quantization
+   --------------------
+       gdl_module *q = gdl_quantize_dynamic(model, NULL);   // model is kept
+       gdl_evaluate(q, test_loader, NULL, NULL, &loss, &acc);
+       gdl_module_summary(q, 2, (int64_t[]){1, 784}, stdout); // with its size
+       gdl_quant_save(q, "mlp_int8.safetensors");
+   returns a copy of the model with every Linear replaced by a
+   DynamicQuantizedLinear (the other modules copied as they are), as
+   quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8) with
+   per_channel_dynamic_qconfig on the x86 engine (fbgemm):
+   * weights int8 [-128, 127], symmetric (zero point 0), per output channel:
+     scale = max(|min(w, 0)|, max(w, 0)) / 127.5, at least FLT_EPSILON
+     (PyTorch's per_channel_symmetric observer), q = round-half-even(w *
+     (1/scale)) clamped; gdl_qconfig.per_channel = 0 gives one scale for the
+     tensor (quantize_dynamic's default_dynamic_qconfig);
+   * activations quantized per batch, at run time: min and max over the
+     whole input (widened to hold 0), u8 with 7 bits (0..127, PyTorch's
+     reduce_range, which keeps the AVX2 kernel exact and fast) or 8
+     (reduce_range = 0), scale and zero point as fbgemm's
+     ChooseQuantizationParams (scale (max - min) / (qmax - qmin); the zero
+     point from the side with the smaller error, rounded and clamped; 0.1 for
+     a zero range);
+   * the products summed in int32 (the int8 GEMM below); then
+     y = (acc - zero_point * sum_k w_q[n][k]) * (scale_x * scale_w[n]) + bias[n]
+     in f32.
+   No gradient flows through a quantized module (as PyTorch's): the output is
+   a temporary without a tape node. Quantized modules run on the CPU only
+   (a model on a GPU is refused: move it with gdl_module_to first).
+
+   Files: gdl_quant_save writes every tensor of a quantized model to
+   safetensors with names that say what they are:
+       "0.weight_int8" I8 [out, in] (a convolution's [out, in, kh, kw]),
+       "0.weight_scale" F32 [out] (or [1]), "0.weight_zero_point" I32 [out],
+       "0.bias" F32 [out]; for static layers also "0.input_scale" F32 [1],
+       "0.input_zero_point" I32 [1], "0.output_scale", "0.output_zero_point"
+   and the other modules' parameters and buffers as F32 under their usual
+   names; metadata "gpudl.quantized" = "int8". gdl_quant_load reads such
+   a file into a quantized model of the same structure (strictly: names,
+   dtypes and shapes), so: build the float model, gdl_quantize_dynamic it,
+   gdl_quant_load the file (for static models: prepare, calibrate on any
+   batch, convert, load). gdl_module_nbytes is the bytes of a model's
+   tensors as stored (what the file holds, less its header); the summary
+   prints it.
+
+   Static post-training quantization (eager mode's prepare / calibrate / convert)
+   ---------------------------------------------------------------------------
+       gdl_module *p = gdl_quant_prepare(model, NULL);    // model is kept
+       gdl_quant_calibrate(p, calib_loader, 32);         // 32 batches, eval, no grad
+       gdl_module *q = gdl_quant_convert(p);              // p is kept
+   prepare copies the model with every Linear and Conv2d (groups 1) made an
+   observed layer (ObservedLinear, ObservedConv2d): the float layer, with an
+   observer on its input and one on its output. A Linear or Conv2d followed
+   by a ReLU in a Sequential is fused with it, as fuse_modules does
+   (ObservedLinearReLU, ObservedConvReLU2d; the ReLU's place gets an
+   Identity): its output is observed after the ReLU. Observers
+   (gdl_qconfig.observer), per tensor:
+   * GDL_QOBS_MINMAX (default): the running min and max (MinMaxObserver);
+   * GDL_QOBS_MOVING_AVERAGE: the first batch's min and max, then
+     v += averaging_constant * (batch's - v) (MovingAverageMinMaxObserver,
+     0.01);
+   * GDL_QOBS_HISTOGRAM: a 2048-bin histogram over the range seen (re-binned
+     as it grows), the range taken between its (1 - percentile) and
+     percentile quantiles (0.9999): clipping outliers. (PyTorch's
+     HistogramObserver searches the range that minimises the L2 error
+     instead; this is the percentile method.)
+   The parameters are PyTorch's affine ones for u8 (0..127 with reduce_range,
+   the x86 default, or 0..255): scale = (max - min) / (qmax - qmin) over the
+   range widened to hold 0, at least FLT_EPSILON, zero point qmin -
+   round(min / scale); weights as the dynamic layers' (int8 symmetric per
+   output channel). Any forward pass of the prepared model in eval mode is
+   calibration (gdl_quant_calibrate only loops over a loader); the summary's
+   pass is not observed.
+   convert replaces each observed layer by QuantizedLinear(ReLU) or
+   QuantizedConv(ReLU)2d: the input quantized with its observed parameters,
+   the int32 sums (a convolution through u8 columns, im2col, whose taps in
+   the padding hold the zero point), then bias and ReLU in f32 and the result
+   requantized with the output's parameters. Between layers the activations
+   are kept as f32 values on that grid (exactly representable, so the next
+   layer's quantization gets the integers back): the numerics of PyTorch's
+   quint8 tensors between quantized modules, while pooling, flatten and the
+   other float modules run unchanged (max pooling commutes with
+   quantization). A layer not calibrated is refused at convert.
+
+   Conv2d + BatchNorm2d (+ ReLU) in a Sequential are fused too: the
+   BatchNorm is folded into the convolution with its running statistics
+   (fuse_conv_bn_eval: w * gamma / sqrt(var + eps) per channel, bias
+   (b - mean) * gamma / sqrt(var + eps) + beta) and its place gets an
+   Identity.
+
+   Quantization-aware training
+   ---------------------------
+       gdl_module *p = gdl_quant_prepare_qat(model, NULL);
+       ... train p (gdl_fit, or a loop: its parameters are p's own) ...
+       gdl_quant_freeze_observers(p, 1);                 // e.g. after an epoch
+       ... train on ...
+       gdl_module *q = gdl_quant_convert(p);
+   prepare_qat is prepare with fake quantization in the observed layers
+   (QATLinear, QATLinearReLU, QATConv2d, QATConvReLU2d): the input fake-
+   quantized with its observer's parameters, the weight fake-quantized
+   symmetric per channel from its current values, the output observed (after
+   a fused ReLU) and fake-quantized, so training sees the rounding the int8
+   model will do. The observers are moving-average min-max by default
+   (PyTorch's default QAT qconfig); gdl_quant_freeze_observers stops their
+   updates (PyTorch's disable_observer), the parameters then stay as they
+   are. Fake quantization (gdl_fake_quantize, PyTorch's
+   fake_quantize_per_tensor_affine) is
+       y = (clamp(round(x / scale) + zp, qmin, qmax) - zp) * scale
+   with the clipped straight-through estimator as gradient: 1 where
+   round(x / scale) + zp lies in [qmin, qmax], 0 elsewhere; nothing is
+   learnable (no LSQ). Unlike PyTorch's QAT ConvBn2d, which keeps the
+   BatchNorm training and simulates the folding, a BatchNorm after a
+   convolution is folded at prepare_qat, with its running statistics, and
+   training goes on without it.
+
+   The int8 GEMM
+   -------------
+   gdl_gemm_u8s8_cpu: C[M,N] (int32) = A[M,K] (u8) * B[N,K]^T (s8), exact, on
+   AVX-512 VNNI, AVX2, NEON (sdot where the compiler targets it) or portable
+   C, chosen as the float GEMM's ([impl-gemm-int8] says how; K at most
+   65536 so that no sum overflows int32). The quantized layers pack their
+   weight once and call its kernels directly.
+   ------------------------------------------------------------------------- */
+
+/* Activation observers of static quantization */
+enum { GDL_QOBS_MINMAX = 0, GDL_QOBS_MOVING_AVERAGE = 1, GDL_QOBS_HISTOGRAM = 2 };
+
+typedef struct gdl_qconfig {
+    int per_channel;           /* 1 (default): a weight scale per output channel; 0: one per tensor */
+    int reduce_range;          /* 1 (default): activations 0..127 (PyTorch's x86 default); 0: 0..255 */
+    int observer;              /* static: GDL_QOBS_MINMAX (default), _MOVING_AVERAGE, _HISTOGRAM */
+    double averaging_constant; /* GDL_QOBS_MOVING_AVERAGE's, in (0, 1]: default 0.01 */
+    double percentile;         /* GDL_QOBS_HISTOGRAM's, in (0.5, 1]: default 0.9999 */
+} gdl_qconfig;
+
+/* per_channel 1, reduce_range 1, min-max observers (0.01, 0.9999 for the others) */
+GPUDL_API gdl_qconfig gdl_qconfig_default(void);
+/* A copy of m with every Linear made a DynamicQuantizedLinear (qc NULL: the default). m is not changed.
+   Custom modules are refused (they cannot be copied). NULL + error. */
+GPUDL_API gdl_module *gdl_quantize_dynamic(gdl_module *m, const gdl_qconfig *qc);
+/* A copy of m with observed Linear and Conv2d layers (ReLU fused), for calibration. NULL + error. */
+GPUDL_API gdl_module *gdl_quant_prepare(gdl_module *m, const gdl_qconfig *qc);
+/* Forward passes of a prepared model over l (at most max_batches; <= 0: the rest of the epoch) in eval mode
+   without gradients, so its observers see the data. Returns the batches run, -1 on error. */
+GPUDL_API int64_t gdl_quant_calibrate(gdl_module *prepared, gdl_loader *l, int64_t max_batches);
+/* A copy of a calibrated prepared model with its observed layers quantized (static). NULL + error (a model
+   with no observed layer, a layer that has observed nothing). */
+GPUDL_API gdl_module *gdl_quant_convert(gdl_module *prepared);
+/* prepare for quantization-aware training (see above); qc NULL: the default with moving-average observers. The
+   copy is in m's training mode. NULL + error. */
+GPUDL_API gdl_module *gdl_quant_prepare_qat(gdl_module *m, const gdl_qconfig *qc);
+/* on 1: the observers of every observed layer of m stop updating; 0: they update again. 0 / -1. */
+GPUDL_API int gdl_quant_freeze_observers(gdl_module *m, int on);
+/* y = (clamp(round(x / scale) + zero_point, qmin, qmax) - zero_point) * scale, differentiable with the clipped
+   straight-through estimator. x f32 on the CPU. NULL + error. */
+GPUDL_API gdl_tensor *gdl_fake_quantize(gdl_tensor *x, float scale, int32_t zero_point, int qmin, int qmax);
+/* 1 when m or one of its descendants is a quantized module, 0 if not (or NULL). */
+GPUDL_API int gdl_module_is_quantized(const gdl_module *m);
+/* The bytes of m's tensors as stored: parameters and buffers at their dtype's size, quantized modules' int8
+   weights, scales, zero points and bias. -1 for NULL. */
+GPUDL_API int64_t gdl_module_nbytes(const gdl_module *m);
+/* Saves a quantized model (see above); a model with no quantized module is refused. 0 / -1. */
+GPUDL_API int gdl_quant_save(gdl_module *m, const char *path);
+/* Loads gdl_quant_save's file into a quantized model of the same structure (nothing changed on error). 0 / -1. */
+GPUDL_API int gdl_quant_load(gdl_module *m, const char *path);
+/* PyTorch's (fbgemm's) ChooseQuantizationParams for the range [min, max] (widened to hold 0) and the integer
+   range [qmin, qmax]: the dynamic layers' activation parameters. 0 / -1 (qmin >= qmax, NaN). */
+GPUDL_API int gdl_choose_qparams(float min, float max, int qmin, int qmax, float *scale, int32_t *zero_point);
+
+/* The largest K of the int8 GEMM: 65536 * 255 * 128 < 2^31, so no sum can overflow int32. */
+#define GDL_GEMM_INT8_MAX_K 65536
+/* C[M,N] (int32, rows ldc apart) = A[M,K] (u8, lda) * B[N,K]^T (s8, ldb): exact. 0 / -1 (sizes, K > 65536). */
+GPUDL_API int gdl_gemm_u8s8_cpu(int M, int N, int K, const uint8_t *A, int lda, const int8_t *B, int ldb, int32_t *C,
+                                int ldc);
+/* The int8 kernel this build selected: "avx512vnni 8x32", "avx2 4x16", "neon-sdot 8x8", "neon 4x8", "portable 4x8". */
+GPUDL_API const char *gdl_gemm_int8_kernel_name(void);
 /* ---------------------------------------------------------------------------
    [backend]   A backend is a table of kernels on raw device pointers.
    The CPU backend lives in this header; gpudl_cuda.cu provides the CUDA one
@@ -4806,6 +4991,459 @@ GPUDL_API const char *gdl_gemm_kernel_name(void) {
 #endif
 }
 
+/* ---------------------------------------------------------------------------
+   [impl-gemm-int8]  The CPU int8 GEMM of the quantized layers ([api-quant]):
+
+       C[M,N] (int32) = A[M,K] (u8) * B[N,K]^T (s8)
+
+   A is a batch of quantized activations, B a quantized weight in Linear's
+   layout [out, in], so C = x W^T. Every path computes the exact integer
+   sums, so all paths, tile sizes and thread counts give the same bits. K is
+   at most GDL_GEMM_INT8_MAX_K (65536): then no partial sum can leave int32
+   (65536 * 255 * 128 < 2^31), on any path.
+
+   B is packed once (a quantized layer packs its weight when it is made):
+   panels of NR columns, K padded to KP (a multiple of 4) with zeros, and in
+   a panel the 4 k's of each group side by side per column:
+       packed[p][g][j][r] = B[p*NR + j][4g + r]     (0 outside B)
+   which is the operand layout of the 4-wide dot-product instructions. Its
+   column sums (int32) are kept with it: the zero-point correction of the
+   quantized layers needs them, and so does the NEON path below. A is read
+   in place, rows KP bytes apart or more, the padding of each row any value
+   (it meets B's zero padding). The micro-kernel computes an MR x NR tile
+   into a local tile; the driver copies the valid part out.
+
+   Micro-kernels (chosen from what the compiler targets, as [impl-gemm]'s):
+     AVX-512 VNNI 8x32  vpdpbusd: u8 x s8, 4 products summed into an int32
+                        lane, exact. Needs -mavx512vnni -mavx512bw
+                        (-march=native on Cascade Lake, Ice Lake, Sapphire
+                        Rapids, Zen 4).
+     AVX2 4x16          vpmaddubsw (u8 x s8, pairs summed into int16 WITH
+                        SATURATION) then vpmaddwd by 1 into int32. A pair
+                        of products exceeds int16 only when an activation is
+                        above 127 (255*-128*2 = -65280), which is why
+                        PyTorch's x86 engine quantizes activations to 7 bits
+                        (reduce_range). Here: rows whose activations are all
+                        <= 127 (the quantized layers' activations, which are
+                        7-bit as PyTorch's) take that fast form; a tile with
+                        a byte above 127 splits each activation a = l + 128h
+                        (l <= 127, h in {0, 1}) and sums l*b and h*b with
+                        two vpmaddubsw, the second scaled by 128 in
+                        vpmaddwd: exact for all u8, at twice the cost. So
+                        the AVX2 path is exact for any input.
+     NEON sdot 8x8      (AArch64 with the dot-product extension,
+                        __ARM_FEATURE_DOTPROD: -march=armv8.2-a+dotprod,
+                        Cortex-A55/A76 and later) vdotq_s32 is s8 x s8, so
+                        activations enter as a - 128 (a XOR 0x80) and
+                        128 * colsum(B) is added back: exact.
+     NEON 4x8           (any AArch64) the same a - 128, products by vmull_s8
+                        (each fits int16: |128*128|), pairs widened and
+                        summed into int32 by vpadalq_s16: exact.
+     portable 4x8       plain C; also -DGPUDL_GEMM_PORTABLE.
+   Threads: the MR x NR tiles are cut into contiguous ranges, one task per
+   range ([impl-pool]); every tile is computed whole by one task, so the
+   threads change nothing but the time.
+   ------------------------------------------------------------------------- */
+
+#if !defined(GPUDL_GEMM_PORTABLE)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define GDL__QG_VNNI 1
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define GDL__QG_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
+#include <arm_neon.h>
+#define GDL__QG_SDOT 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define GDL__QG_NEON 1
+#endif
+#endif
+
+#if defined(GDL__QG_VNNI)
+#define GDL__QG_MR 8
+#define GDL__QG_NR 32
+#elif defined(GDL__QG_AVX2)
+#define GDL__QG_MR 4
+#define GDL__QG_NR 16
+#elif defined(GDL__QG_SDOT)
+#define GDL__QG_MR 8
+#define GDL__QG_NR 8
+#else /* NEON without sdot, portable */
+#define GDL__QG_MR 4
+#define GDL__QG_NR 8
+#endif
+#if defined(GDL__QG_SDOT) || defined(GDL__QG_NEON)
+#define GDL__QG_SIGNED_A 1 /* the kernel multiplies a - 128: the driver adds 128 * colsum */
+#endif
+
+/* A packed B (gdl__qpack_init): npanel panels of NR columns x KP bytes. */
+typedef struct gdl__qpack {
+    int N, K, KP, npanel;
+    int8_t *b;       /* npanel * NR * KP bytes, 64-byte aligned inside raw */
+    int32_t *colsum; /* [N]: sum over k of B[n][k] */
+    void *raw;
+} gdl__qpack;
+
+static void gdl__qpack_free(gdl__qpack *p) {
+    if (!p) return;
+    GPUDL_FREE(p->raw);
+    GPUDL_FREE(p->colsum);
+    memset(p, 0, sizeof *p);
+}
+
+/* The checks every entry makes; 0, or -1 after the error naming op. */
+static int gdl__qgemm_check(const char *op, int M, int N, int K) {
+    if (M < 0 || N < 0 || K < 0 || K > GDL_GEMM_INT8_MAX_K) {
+        gdl__set_error("%s: the int8 GEMM cannot take M=%d N=%d K=%d: sizes must be >= 0 and K <= %d (beyond it an "
+                       "int32 sum of u8*s8 products could overflow)", op, M, N, K, GDL_GEMM_INT8_MAX_K);
+        return -1;
+    }
+    return 0;
+}
+
+/* Packs B [N, K] (rows ldb apart) for the kernel. 0 / -1. */
+static int gdl__qpack_init(const char *op, gdl__qpack *p, int N, int K, const int8_t *B, ptrdiff_t ldb) {
+    const int NR = GDL__QG_NR;
+    int n, k;
+    size_t bytes;
+    memset(p, 0, sizeof *p);
+    if (gdl__qgemm_check(op, 1, N, K) < 0) return -1;
+    p->N = N;
+    p->K = K;
+    p->KP = (K + 3) / 4 * 4;
+    p->npanel = (N + NR - 1) / NR;
+    bytes = (size_t)p->npanel * NR * (size_t)p->KP;
+    p->raw = GPUDL_MALLOC(bytes + 64);
+    p->colsum = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)(N ? N : 1));
+    if (!p->raw || !p->colsum) {
+        gdl__qpack_free(p);
+        gdl__set_error("%s: out of memory packing a %dx%d int8 weight", op, N, K);
+        return -1;
+    }
+    p->b = (int8_t *)(((uintptr_t)p->raw + 63) & ~(uintptr_t)63);
+    memset(p->b, 0, bytes);
+    for (n = 0; n < N; n++) {
+        const int8_t *src = B + (ptrdiff_t)n * ldb;
+        int8_t *dst = p->b + (size_t)(n / NR) * NR * p->KP + (size_t)(n % NR) * 4;
+        int32_t s = 0;
+        for (k = 0; k < K; k++) {
+            dst[(size_t)(k / 4) * NR * 4 + (k & 3)] = src[k];
+            s += src[k];
+        }
+        p->colsum[n] = s;
+    }
+    return 0;
+}
+
+/* --- micro-kernels --------------------------------------------------------
+   gdl__qg_kernel(kg, a, lda, m, b, wide, tile): tile[i*NR + j] = sum over the
+   kg groups of 4 k's of a[i][k] * b (packed panel), for rows i < m of A
+   (rows lda bytes apart; rows m..MR-1 repeat row m-1 and are discarded).
+   wide (AVX2 only): some activation of these rows is above 127. */
+
+#if defined(GDL__QG_VNNI)
+
+#define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+#define GDL__QG_DECL(r)                                                   \
+    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
+    __m512i c##r##_0 = _mm512_setzero_si512(), c##r##_1 = _mm512_setzero_si512();
+    GDL__QG_ROWS(GDL__QG_DECL)
+#undef GDL__QG_DECL
+    int g;
+    (void)wide;
+    for (g = 0; g < kg; g++) {
+        const __m512i b0 = _mm512_load_si512((const void *)b), b1 = _mm512_load_si512((const void *)(b + 64));
+        int32_t v;
+        __m512i av;
+#define GDL__QG_DOT(r)                                   \
+    memcpy(&v, a##r + 4 * g, 4);                         \
+    av = _mm512_set1_epi32(v);                           \
+    c##r##_0 = _mm512_dpbusd_epi32(c##r##_0, av, b0);    \
+    c##r##_1 = _mm512_dpbusd_epi32(c##r##_1, av, b1);
+        GDL__QG_ROWS(GDL__QG_DOT)
+#undef GDL__QG_DOT
+        b += 128;
+    }
+#define GDL__QG_STORE(r)                                                        \
+    _mm512_storeu_si512((void *)(tile + (r) * 32), c##r##_0);                   \
+    _mm512_storeu_si512((void *)(tile + (r) * 32 + 16), c##r##_1);
+    GDL__QG_ROWS(GDL__QG_STORE)
+#undef GDL__QG_STORE
+}
+#undef GDL__QG_ROWS
+
+#elif defined(GDL__QG_AVX2)
+
+#define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3)
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+#define GDL__QG_DECL(r)                                                   \
+    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
+    __m256i c##r##_0 = _mm256_setzero_si256(), c##r##_1 = _mm256_setzero_si256();
+    GDL__QG_ROWS(GDL__QG_DECL)
+#undef GDL__QG_DECL
+    const __m256i ones = _mm256_set1_epi16(1), v128 = _mm256_set1_epi16(128);
+    int g;
+    if (!wide) { /* activations <= 127: a pair of products fits int16 */
+        for (g = 0; g < kg; g++) {
+            const __m256i b0 = _mm256_load_si256((const __m256i *)b), b1 = _mm256_load_si256((const __m256i *)(b + 32));
+            int32_t v;
+            __m256i av;
+#define GDL__QG_DOT(r)                                                                          \
+    memcpy(&v, a##r + 4 * g, 4);                                                                \
+    av = _mm256_set1_epi32(v);                                                                  \
+    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
+    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones));
+            GDL__QG_ROWS(GDL__QG_DOT)
+#undef GDL__QG_DOT
+            b += 64;
+        }
+    } else { /* a = l + 128 h: l*b and h*b never saturate */
+        for (g = 0; g < kg; g++) {
+            const __m256i b0 = _mm256_load_si256((const __m256i *)b), b1 = _mm256_load_si256((const __m256i *)(b + 32));
+            uint32_t v;
+            __m256i lo, hi;
+#define GDL__QG_DOT(r)                                                                                       \
+    memcpy(&v, a##r + 4 * g, 4);                                                                             \
+    lo = _mm256_set1_epi32((int32_t)(v & 0x7F7F7F7Fu));                                                      \
+    hi = _mm256_set1_epi32((int32_t)((v >> 7) & 0x01010101u));                                               \
+    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b0), ones));            \
+    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b0), v128));            \
+    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b1), ones));            \
+    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b1), v128));
+            GDL__QG_ROWS(GDL__QG_DOT)
+#undef GDL__QG_DOT
+            b += 64;
+        }
+    }
+#define GDL__QG_STORE(r)                                                        \
+    _mm256_storeu_si256((__m256i *)(tile + (r) * 16), c##r##_0);                \
+    _mm256_storeu_si256((__m256i *)(tile + (r) * 16 + 8), c##r##_1);
+    GDL__QG_ROWS(GDL__QG_STORE)
+#undef GDL__QG_STORE
+}
+#undef GDL__QG_ROWS
+
+#elif defined(GDL__QG_SDOT)
+
+#define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+#define GDL__QG_DECL(r)                                                   \
+    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
+    int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = vdupq_n_s32(0);
+    GDL__QG_ROWS(GDL__QG_DECL)
+#undef GDL__QG_DECL
+    const uint8x16_t flip = vdupq_n_u8(0x80);
+    int g;
+    (void)wide;
+    for (g = 0; g < kg; g++) {
+        const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
+        int32_t v;
+        int8x16_t av;
+#define GDL__QG_DOT(r)                                                                         \
+    memcpy(&v, a##r + 4 * g, 4);                                                               \
+    av = vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_s32(vdupq_n_s32(v)), flip));            \
+    c##r##_0 = vdotq_s32(c##r##_0, b0, av);                                                    \
+    c##r##_1 = vdotq_s32(c##r##_1, b1, av);
+        GDL__QG_ROWS(GDL__QG_DOT)
+#undef GDL__QG_DOT
+        b += 32;
+    }
+#define GDL__QG_STORE(r)                       \
+    vst1q_s32(tile + (r) * 8, c##r##_0);       \
+    vst1q_s32(tile + (r) * 8 + 4, c##r##_1);
+    GDL__QG_ROWS(GDL__QG_STORE)
+#undef GDL__QG_STORE
+}
+#undef GDL__QG_ROWS
+
+#elif defined(GDL__QG_NEON)
+
+/* per row 4 accumulators of 2 columns each: lanes (j, k0+k1), (j, k2+k3), (j+1, ...), folded at the end */
+#define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3)
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+#define GDL__QG_DECL(r)                                                   \
+    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
+    int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = c##r##_0, c##r##_2 = c##r##_0, c##r##_3 = c##r##_0;
+    GDL__QG_ROWS(GDL__QG_DECL)
+#undef GDL__QG_DECL
+    const uint8x16_t flip = vdupq_n_u8(0x80);
+    int g;
+    (void)wide;
+    for (g = 0; g < kg; g++) {
+        const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
+        int32_t v;
+        int8x16_t av;
+#define GDL__QG_DOT(r)                                                                         \
+    memcpy(&v, a##r + 4 * g, 4);                                                               \
+    av = vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_s32(vdupq_n_s32(v)), flip));            \
+    c##r##_0 = vpadalq_s16(c##r##_0, vmull_s8(vget_low_s8(b0), vget_low_s8(av)));              \
+    c##r##_1 = vpadalq_s16(c##r##_1, vmull_high_s8(b0, av));                                   \
+    c##r##_2 = vpadalq_s16(c##r##_2, vmull_s8(vget_low_s8(b1), vget_low_s8(av)));              \
+    c##r##_3 = vpadalq_s16(c##r##_3, vmull_high_s8(b1, av));
+        GDL__QG_ROWS(GDL__QG_DOT)
+#undef GDL__QG_DOT
+        b += 32;
+    }
+#define GDL__QG_STORE(r)                                                \
+    vst1q_s32(tile + (r) * 8, vpaddq_s32(c##r##_0, c##r##_1));          \
+    vst1q_s32(tile + (r) * 8 + 4, vpaddq_s32(c##r##_2, c##r##_3));
+    GDL__QG_ROWS(GDL__QG_STORE)
+#undef GDL__QG_STORE
+}
+#undef GDL__QG_ROWS
+
+#else /* portable */
+
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+    int32_t acc[GDL__QG_MR][GDL__QG_NR];
+    int i, j, g, r;
+    (void)wide;
+    memset(acc, 0, sizeof acc);
+    for (g = 0; g < kg; g++, b += GDL__QG_NR * 4)
+        for (i = 0; i < GDL__QG_MR; i++) {
+            const uint8_t *ai = a + (ptrdiff_t)(i < m ? i : m - 1) * lda + 4 * g;
+            for (j = 0; j < GDL__QG_NR; j++)
+                for (r = 0; r < 4; r++) acc[i][j] += (int32_t)ai[r] * b[j * 4 + r];
+        }
+    memcpy(tile, acc, sizeof acc);
+}
+
+#endif
+
+/* --- driver --------------------------------------------------------------- */
+
+typedef struct gdl__qgemm_job {
+    int M, mt;             /* rows, row tiles */
+    const uint8_t *A;
+    ptrdiff_t lda, ldc;
+    const gdl__qpack *p;
+    const unsigned char *wide; /* per row tile (AVX2), or NULL */
+    int32_t *C;
+} gdl__qgemm_job;
+
+/* Tiles [lo, hi): tile u is row tile u % mt of panel u / mt (a panel stays in
+   cache while the row tiles pass). */
+static void gdl__qgemm_range(const void *ctx, int64_t lo, int64_t hi) {
+    const gdl__qgemm_job *j = (const gdl__qgemm_job *)ctx;
+    const gdl__qpack *p = j->p;
+    int32_t tile[GDL__QG_MR * GDL__QG_NR];
+    int64_t u;
+    for (u = lo; u < hi; u++) {
+        const int panel = (int)(u / j->mt), rt = (int)(u % j->mt);
+        const int i0 = rt * GDL__QG_MR, j0 = panel * GDL__QG_NR;
+        const int m = j->M - i0 < GDL__QG_MR ? j->M - i0 : GDL__QG_MR;
+        const int n = p->N - j0 < GDL__QG_NR ? p->N - j0 : GDL__QG_NR;
+        int i, c;
+        gdl__qg_kernel(p->KP / 4, j->A + (ptrdiff_t)i0 * j->lda, j->lda, m, p->b + (size_t)panel * GDL__QG_NR * p->KP,
+                       j->wide ? j->wide[rt] : 1, tile);
+        for (i = 0; i < m; i++) {
+            int32_t *ci = j->C + (ptrdiff_t)(i0 + i) * j->ldc + j0;
+            const int32_t *ti = tile + i * GDL__QG_NR;
+#ifdef GDL__QG_SIGNED_A
+            for (c = 0; c < n; c++) ci[c] = ti[c] + 128 * p->colsum[j0 + c];
+#else
+            for (c = 0; c < n; c++) ci[c] = ti[c];
+#endif
+        }
+    }
+}
+
+/* C [M, N] (rows ldc apart) = A [M, K] * B^T for a packed B; A's rows are
+   lda >= KP bytes apart, readable up to KP. 0 / -1 (out of memory). */
+static int gdl__qgemm(const char *op, int M, const uint8_t *A, ptrdiff_t lda, const gdl__qpack *p, int32_t *C,
+                      ptrdiff_t ldc) {
+    gdl__qgemm_job j;
+    unsigned char *wide = NULL;
+    int64_t ntiles;
+    if (M <= 0 || p->N <= 0) return 0;
+    j.M = M;
+    j.mt = (M + GDL__QG_MR - 1) / GDL__QG_MR;
+    j.A = A;
+    j.lda = lda;
+    j.ldc = ldc;
+    j.p = p;
+    j.C = C;
+    j.wide = NULL;
+    if (p->K == 0) {
+        int i;
+        for (i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, sizeof(int32_t) * (size_t)p->N);
+        return 0;
+    }
+#ifdef GDL__QG_AVX2
+    { /* which row tiles hold an activation above 127 (the exact, slower form) */
+        int t, i, k;
+        if (!(wide = (unsigned char *)GPUDL_MALLOC((size_t)j.mt))) {
+            gdl__set_error("%s: out of memory", op);
+            return -1;
+        }
+        for (t = 0; t < j.mt; t++) {
+            unsigned acc = 0;
+            for (i = t * GDL__QG_MR; i < M && i < (t + 1) * GDL__QG_MR; i++)
+                for (k = 0; k < p->KP; k++) acc |= A[(ptrdiff_t)i * lda + k];
+            wide[t] = (acc & 0x80) != 0;
+        }
+        j.wide = wide;
+    }
+#endif
+    (void)op;
+    ntiles = (int64_t)j.mt * p->npanel;
+    gdl__parallel_for(ntiles, (int64_t)M * p->N * (p->KP / 16), gdl__qgemm_range, &j);
+    GPUDL_FREE(wide);
+    return 0;
+}
+
+GPUDL_API int gdl_gemm_u8s8_cpu(int M, int N, int K, const uint8_t *A, int lda, const int8_t *B, int ldb, int32_t *C,
+                                int ldc) {
+    const char *op = "gdl_gemm_u8s8_cpu";
+    gdl__qpack p;
+    uint8_t *a = NULL;
+    int KP, i, rc;
+    if (gdl__qgemm_check(op, M, N, K) < 0) return -1;
+    if (M == 0 || N == 0) return 0;
+    if ((K > 0 && (!A || !B)) || !C || lda < K || ldb < K || ldc < N) {
+        gdl__set_error("%s: bad arguments: A %s, B %s, C %s, lda %d, ldb %d (>= K = %d), ldc %d (>= N = %d)", op,
+                       A ? "given" : "NULL", B ? "given" : "NULL", C ? "given" : "NULL", lda, ldb, K, ldc, N);
+        return -1;
+    }
+    if (gdl__qpack_init(op, &p, N, K, B, ldb) < 0) return -1;
+    KP = p.KP;
+    /* A's rows with KP bytes each (the last group of a row read whole) */
+    if (!(a = (uint8_t *)GPUDL_MALLOC((size_t)M * KP + 1))) {
+        gdl__qpack_free(&p);
+        gdl__set_error("%s: out of memory", op);
+        return -1;
+    }
+    for (i = 0; i < M; i++) {
+        if (K) memcpy(a + (size_t)i * KP, A + (ptrdiff_t)i * lda, (size_t)K);
+        memset(a + (size_t)i * KP + K, 0, (size_t)(KP - K));
+    }
+    rc = gdl__qgemm(op, M, a, KP, &p, C, ldc);
+    GPUDL_FREE(a);
+    gdl__qpack_free(&p);
+    return rc;
+}
+
+GPUDL_API const char *gdl_gemm_int8_kernel_name(void) {
+#if defined(GDL__QG_VNNI)
+    return "avx512vnni 8x32";
+#elif defined(GDL__QG_AVX2)
+    return "avx2 4x16";
+#elif defined(GDL__QG_SDOT)
+    return "neon-sdot 8x8";
+#elif defined(GDL__QG_NEON)
+    return "neon 4x8";
+#else
+    return "portable 4x8";
+#endif
+}
 /* ---------------------------------------------------------------------------
    [impl-cpu]   The CPU backend: plain loops over contiguous memory. The
    reductions accumulate in double and run serially over the reduced
@@ -13763,8 +14401,12 @@ static int gdl__nn_count_modules(const gdl_module *m) {
     return n;
 }
 
+/* (84_quant.h) a quantized module's parameter count (int8 weights, bias) and bytes; 0 for the others */
+static int64_t gdl__quant_params(const gdl_module *m, int64_t *bytes);
+
 static void gdl__nn_param_totals(const gdl_module *m, int64_t *total, int64_t *trainable, int64_t *buffers) {
     int i;
+    *total += gdl__quant_params(m, NULL);
     for (i = 0; i < m->nparam; i++) {
         *total += m->param[i].t->numel;
         if (m->param[i].t->requires_grad) *trainable += m->param[i].t->numel;
@@ -13834,6 +14476,7 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
         int64_t own = 0;
         int k;
         for (k = 0; k < r->nparam; k++) own += r->param[k].t->numel;
+        own += gdl__quant_params(r, NULL);
         if (i == 0) snprintf(label, sizeof label, "%s", r->kind_name);
         else snprintf(label, sizeof label, "%*s%s (%s)", 2 * rows[i].depth, "", gdl__nn_path(r), r->kind_name);
         if (rows[i].ran) snprintf(shape, sizeof shape, "%s", gdl__shape_fmt(rows[i].ndim, rows[i].shape));
@@ -13852,6 +14495,9 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
     fprintf(f, "Non-trainable params: %s\n", line);
     gdl__nn_count_str(buffers, line, sizeof line);
     fprintf(f, "Buffer elements: %s\n", line);
+    gdl__nn_count_str(gdl_module_nbytes(m), line, sizeof line);
+    fprintf(f, "Size: %s bytes (parameters and buffers as stored%s)\n", line,
+            gdl_module_is_quantized(m) ? "; int8 weights, f32 scales, i32 zero points" : "");
     fprintf(f, "Input shape: %s on %s\n", gdl__shape_fmt(ndim, input_shape), gdl_device_str(gdl_module_device(m)));
     GPUDL_FREE(rows);
     return 0;
@@ -15664,6 +16310,1162 @@ GPUDL_API void gdl_scheduler_free(gdl_scheduler *s) {
     GPUDL_FREE(s);
 }
 
+/* ---------------------------------------------------------------------------
+   [impl-quant]  Quantized modules ([api-quant]): dynamic quantization of
+   Linear, static post-training quantization of Linear and Conv2d (observers,
+   prepare / calibrate / convert), model copies, sizes, safetensors files.
+   Front end on the CPU: the layers quantize, call the int8 GEMM of
+   [impl-gemm-int8] and dequantize on host memory.
+   ------------------------------------------------------------------------- */
+
+/* round half to even, as nearbyintf in the default rounding mode, without a call into libm (the
+   quantization loops run it per element, vectorised): adding and taking away big = 1.5 * 2^23 leaves v
+   rounded to an integer wherever |v| < 2^22. Larger values (there is no NaN here) come back within 1 of v,
+   which every caller then clamps into an 8-bit range anyway. big comes from gdl__q_big(), a volatile read
+   the compiler cannot fold, so the sum survives any flags (-ffast-math would otherwise cancel it). */
+static volatile float gdl__q_big_v = 12582912.0f;
+static float gdl__q_big(void) { return gdl__q_big_v; }
+static float gdl__q_round(float v, float big) {
+    const float t = v + big; /* an assignment: rounded to float also where float maths is wider (x87) */
+    return t - big;
+}
+
+/* min and max of x[0, n) (0 when n is 0) in 8 independent chains; 1 if x holds a NaN */
+static int gdl__q_minmax(const gdl_real *x, int64_t n, float *lo, float *hi) {
+    float l[8] = {0}, h[8] = {0};
+    int64_t i;
+    int k, bad = 0;
+    if (n > 0)
+        for (k = 0; k < 8; k++) l[k] = h[k] = (float)x[0];
+    for (i = 0; i + 8 <= n; i += 8)
+        for (k = 0; k < 8; k++) {
+            const float v = (float)x[i + k];
+            bad |= v != v;
+            l[k] = v < l[k] ? v : l[k];
+            h[k] = v > h[k] ? v : h[k];
+        }
+    for (; i < n; i++) {
+        const float v = (float)x[i];
+        bad |= v != v;
+        l[0] = v < l[0] ? v : l[0];
+        h[0] = v > h[0] ? v : h[0];
+    }
+    for (k = 1; k < 8; k++) {
+        l[0] = l[k] < l[0] ? l[k] : l[0];
+        h[0] = h[k] > h[0] ? h[k] : h[0];
+    }
+    *lo = l[0];
+    *hi = h[0];
+    return bad;
+}
+
+GPUDL_API gdl_qconfig gdl_qconfig_default(void) {
+    gdl_qconfig q;
+    memset(&q, 0, sizeof q);
+    q.per_channel = 1;
+    q.reduce_range = 1;
+    q.observer = GDL_QOBS_MINMAX;
+    q.averaging_constant = 0.01;
+    q.percentile = 0.9999;
+    return q;
+}
+
+GPUDL_API int gdl_choose_qparams(float min, float max, int qmin, int qmax, float *scale, int32_t *zero_point) {
+    double s, zmin, zmax, emin, emax, z;
+    if (!scale || !zero_point) {
+        gdl__null_arg("gdl_choose_qparams", !scale ? "scale" : "zero_point");
+        return -1;
+    }
+    if (qmin >= qmax || min != min || max != max || min > max) {
+        gdl__set_error("gdl_choose_qparams: bad range [%g, %g] or integer range [%d, %d]", (double)min, (double)max,
+                       qmin, qmax);
+        return -1;
+    }
+    /* fbgemm's ChooseQuantizationParams (preserve_sparsity off), in its order of operations */
+    if (min > 0) min = 0;
+    if (max < 0) max = 0;
+    s = ((double)max - min) / ((double)qmax - qmin);
+    if ((float)s == 0.0f || isinf(1.0f / (float)s)) s = 0.1;
+    if (s < 6.1e-5) { /* fbgemm's SMALL_SCALE_THRESHOLD: widen the range instead */
+        const float org = (float)s, th = 6.1e-5f;
+        s = th;
+        if (min == 0.0f) max = th * (float)(qmax - qmin);
+        else if (max == 0.0f) min = -th * (float)(qmax - qmin);
+        else {
+            min *= th / org;
+            max *= th / org;
+        }
+    }
+    s = (float)s; /* the scale used is the float one */
+    zmin = qmin - min / s;
+    zmax = qmax - max / s;
+    emin = fabs((double)qmin) - fabs(min / s);
+    emax = fabs((double)qmax) - fabs(max / s);
+    z = emin < emax ? zmin : zmax;
+    *scale = (float)s;
+    *zero_point = z < qmin ? qmin : z > qmax ? qmax : (int32_t)nearbyint(z);
+    return 0;
+}
+
+/* PyTorch's observers' affine parameters (UniformQuantizationObserverBase._calculate_qparams, per tensor,
+   in float32): the range widened to hold 0, scale (max - min) / (qmax - qmin) at least FLT_EPSILON, zero point
+   qmin - round_half_even(min / scale), clamped. */
+static void gdl__qparams_affine(float lo, float hi, int qmin, int qmax, float *s, int32_t *z) {
+    const float mn = lo < 0 ? lo : 0, mx = hi > 0 ? hi : 0;
+    float sc = (mx - mn) / (float)(qmax - qmin), r;
+    if (sc < FLT_EPSILON) sc = FLT_EPSILON;
+    r = (float)qmin - gdl__q_round(mn / sc, gdl__q_big());
+    *s = sc;
+    *z = r < (float)qmin ? qmin : r > (float)qmax ? qmax : (int32_t)r;
+}
+
+/* ---- observers (activations, per tensor) ---- */
+
+#define GDL__QHIST_BINS 2048
+
+typedef struct gdl__qobs {
+    int kind;            /* GDL_QOBS_* */
+    double c, pct;       /* moving average's constant; the histogram's percentile */
+    int64_t batches;     /* batches seen */
+    float lo, hi;        /* min-max, or their moving averages; the histogram's range */
+    double *hist;        /* GDL__QHIST_BINS counts over [lo, hi] */
+} gdl__qobs;
+
+/* Re-bins the histogram's counts onto [lo, hi] (a range that holds the old one): each old bin's count goes
+   to the new bin holding its centre. */
+static void gdl__qobs_rebin(gdl__qobs *o, float lo, float hi) {
+    double tmp[GDL__QHIST_BINS];
+    const double w = ((double)o->hi - o->lo) / GDL__QHIST_BINS, nw = ((double)hi - lo) / GDL__QHIST_BINS;
+    int i;
+    memcpy(tmp, o->hist, sizeof tmp);
+    memset(o->hist, 0, sizeof tmp);
+    for (i = 0; i < GDL__QHIST_BINS; i++)
+        if (tmp[i] != 0) {
+            int b = nw > 0 ? (int)((o->lo + (i + 0.5) * w - lo) / nw) : 0;
+            o->hist[b < 0 ? 0 : b >= GDL__QHIST_BINS ? GDL__QHIST_BINS - 1 : b] += tmp[i];
+        }
+    o->lo = lo;
+    o->hi = hi;
+}
+
+/* One batch of values. 0 / -1 (NaN or inf: no range can be taken from them). */
+static int gdl__qobs_add(const char *what, gdl__qobs *o, const gdl_real *x, int64_t n) {
+    float bl = 0, bh = 0;
+    int64_t i;
+    int bad = 0;
+    if (n <= 0) return 0;
+    bad = gdl__q_minmax(x, n, &bl, &bh);
+    if (bad || isinf(bl) || isinf(bh)) {
+        gdl__set_error("gdl_forward: %s: the observed tensor holds NaN or inf", what);
+        return -1;
+    }
+    if (o->kind == GDL_QOBS_MOVING_AVERAGE && o->batches > 0) {
+        o->lo = (float)(o->lo + o->c * ((double)bl - o->lo));
+        o->hi = (float)(o->hi + o->c * ((double)bh - o->hi));
+    } else if (o->kind != GDL_QOBS_HISTOGRAM) {
+        if (o->batches == 0 || bl < o->lo) o->lo = bl;
+        if (o->batches == 0 || bh > o->hi) o->hi = bh;
+    } else {
+        double w;
+        if (!o->hist && !(o->hist = (double *)GPUDL_MALLOC(sizeof(double) * GDL__QHIST_BINS))) {
+            gdl__set_error("gdl_forward: %s: out of memory", what);
+            return -1;
+        }
+        if (o->batches == 0) {
+            memset(o->hist, 0, sizeof(double) * GDL__QHIST_BINS);
+            o->lo = bl;
+            o->hi = bh > bl ? bh : bl + (fabsf(bl) > 1 ? fabsf(bl) * 1e-6f : 1e-6f);
+        } else if (bl < o->lo || bh > o->hi) {
+            gdl__qobs_rebin(o, bl < o->lo ? bl : o->lo, bh > o->hi ? bh : o->hi);
+        }
+        w = ((double)o->hi - o->lo) / GDL__QHIST_BINS;
+        for (i = 0; i < n; i++) {
+            int b = (int)(((double)x[i] - o->lo) / w);
+            o->hist[b < 0 ? 0 : b >= GDL__QHIST_BINS ? GDL__QHIST_BINS - 1 : b] += 1;
+        }
+    }
+    o->batches++;
+    return 0;
+}
+
+/* The observer's range: min-max, the moving averages, or the histogram's percentiles (pct and 1 - pct). */
+static void gdl__qobs_range(const gdl__qobs *o, float *lo, float *hi) {
+    double total = 0, acc = 0, w;
+    int i, first = -1, last = -1;
+    *lo = o->lo;
+    *hi = o->hi;
+    if (o->kind != GDL_QOBS_HISTOGRAM || !o->hist) return;
+    for (i = 0; i < GDL__QHIST_BINS; i++) total += o->hist[i];
+    w = ((double)o->hi - o->lo) / GDL__QHIST_BINS;
+    for (i = 0; i < GDL__QHIST_BINS; i++) {
+        acc += o->hist[i];
+        if (first < 0 && acc > (1 - o->pct) * total) first = i;
+        if (last < 0 && acc >= o->pct * total) last = i;
+    }
+    if (first > 0) *lo = (float)(o->lo + first * w); /* bin 0 keeps the exact minimum */
+    if (last >= 0 && last < GDL__QHIST_BINS - 1) *hi = (float)(o->lo + (last + 1) * w);
+}
+
+/* ---- quantized layers: DynamicQuantizedLinear, QuantizedLinear(ReLU), QuantizedConv(ReLU)2d ---- */
+
+enum { GDL__Q_DYNAMIC, GDL__Q_STATIC };
+
+typedef struct gdl__qlayer {
+    int mode, conv, relu;  /* GDL__Q_*; a Conv2d; ReLU fused */
+    int64_t in, out;       /* the GEMM's K (in_features, or in_channels*kh*kw) and N */
+    int64_t ia[12];        /* the float module's configuration (Conv2d: geometry) */
+    int per_channel, reduce_range;
+    int8_t *w;             /* [out][in] */
+    float *w_scale;        /* [out], or [1] per tensor */
+    int32_t *w_zp;         /* as w_scale: all 0 (symmetric) */
+    float *bias;           /* [out] or NULL */
+    float in_scale, out_scale;   /* static: the activations' parameters */
+    int32_t in_zp, out_zp;
+    gdl__qpack pack;       /* w packed for the GEMM, with its row sums */
+} gdl__qlayer;
+
+static void gdl__qlayer_free(void *p) {
+    gdl__qlayer *q = (gdl__qlayer *)p;
+    if (!q) return;
+    GPUDL_FREE(q->w);
+    GPUDL_FREE(q->w_scale);
+    GPUDL_FREE(q->w_zp);
+    GPUDL_FREE(q->bias);
+    gdl__qpack_free(&q->pack);
+    GPUDL_FREE(q);
+}
+
+static int64_t gdl__qlayer_nscale(const gdl__qlayer *q) { return q->per_channel ? q->out : 1; }
+static int gdl__qlayer_qmax(const gdl__qlayer *q) { return q->reduce_range ? 127 : 255; }
+
+/* Symmetric int8 weights from an f32 [out][in] (PyTorch's (per_channel_)symmetric MinMax observer): the
+   scale of each row (or of the whole) is max(|min|, |max|) / 127.5, at least FLT_EPSILON. */
+static void gdl__qlayer_quantize_weight(gdl__qlayer *q, const gdl_real *w) {
+    const int64_t rows = q->per_channel ? 1 : q->out, groups = gdl__qlayer_nscale(q);
+    const float big = gdl__q_big();
+    int64_t g, i;
+    for (g = 0; g < groups; g++) {
+        const gdl_real *src = w + g * rows * q->in;
+        int8_t *dst = q->w + g * rows * q->in;
+        float lo = 0, hi = 0, s, inv;
+        for (i = 0; i < rows * q->in; i++) {
+            const float v = (float)src[i];
+            if (v < lo) lo = v;
+            if (v > hi) hi = v;
+        }
+        s = (-lo > hi ? -lo : hi) / 127.5f;
+        if (s < FLT_EPSILON) s = FLT_EPSILON;
+        inv = 1.0f / s;
+        for (i = 0; i < rows * q->in; i++) {
+            const float r = gdl__q_round((float)src[i] * inv, big);
+            dst[i] = (int8_t)(r < -128 ? -128 : r > 127 ? 127 : r);
+        }
+        q->w_scale[g] = s;
+        q->w_zp[g] = 0;
+    }
+}
+
+static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x);
+static int gdl__is_qlayer(const gdl_module *m) { return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__qlayer_forward; }
+
+static const char *gdl__qlayer_kind(const gdl__qlayer *q) {
+    if (q->mode == GDL__Q_DYNAMIC) return "DynamicQuantizedLinear";
+    if (q->conv) return q->relu ? "QuantizedConvReLU2d" : "QuantizedConv2d";
+    return q->relu ? "QuantizedLinearReLU" : "QuantizedLinear";
+}
+
+/* A quantized layer from a Linear or Conv2d's module configuration (ia), its f32 weight and bias (CPU), and
+   for a static layer the activations' parameters. */
+static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, int conv, int relu, const int64_t *ia,
+                                   const gdl_tensor *W, const gdl_tensor *b, const gdl_qconfig *qc,
+                                   const float *act_s, const int32_t *act_z) {
+    gdl__qlayer *q;
+    gdl_module *m;
+    int64_t i;
+    if (W->device.type != GDL_DEVICE_CPU || W->dtype != GDL_F32 ||
+        (b && (b->device.type != GDL_DEVICE_CPU || b->dtype != GDL_F32))) {
+        gdl__set_error("%s: %s has a %s weight on %s: quantized modules are made from f32 weights on the CPU "
+                       "(gdl_module_to(m, gdl_cpu()) first)", op, who, gdl_dtype_name(W->dtype),
+                       gdl_device_str(W->device));
+        return NULL;
+    }
+    if (conv && ia[10] != 1) {
+        gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, who, (long long)ia[10]);
+        return NULL;
+    }
+    if (!(q = (gdl__qlayer *)GPUDL_MALLOC(sizeof *q))) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    memset(q, 0, sizeof *q);
+    q->mode = mode;
+    q->conv = conv;
+    q->relu = relu;
+    memcpy(q->ia, ia, sizeof q->ia);
+    q->in = conv ? ia[0] * ia[2] * ia[3] : ia[0];
+    q->out = ia[1];
+    q->per_channel = qc->per_channel != 0;
+    q->reduce_range = qc->reduce_range != 0;
+    if (act_s) {
+        q->in_scale = act_s[0];
+        q->out_scale = act_s[1];
+        q->in_zp = act_z[0];
+        q->out_zp = act_z[1];
+    }
+    if (q->in > GDL_GEMM_INT8_MAX_K || q->out > INT32_MAX) {
+        gdl__qgemm_check(op, 1, (int)(q->out > INT32_MAX ? -1 : q->out), (int)(q->in > INT32_MAX ? INT32_MAX : q->in));
+        gdl__qlayer_free(q);
+        return NULL;
+    }
+    q->w = (int8_t *)GPUDL_MALLOC((size_t)(q->in * q->out));
+    q->w_scale = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)gdl__qlayer_nscale(q));
+    q->w_zp = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)gdl__qlayer_nscale(q));
+    q->bias = b ? (float *)GPUDL_MALLOC(sizeof(float) * (size_t)q->out) : NULL;
+    if (!q->w || !q->w_scale || !q->w_zp || (b && !q->bias)) {
+        gdl__set_error("%s: out of memory", op);
+        gdl__qlayer_free(q);
+        return NULL;
+    }
+    gdl__qlayer_quantize_weight(q, (const gdl_real *)W->data);
+    if (b)
+        for (i = 0; i < q->out; i++) q->bias[i] = (float)((const gdl_real *)b->data)[i];
+    if (gdl__qpack_init(op, &q->pack, (int)q->out, (int)q->in, q->w, (ptrdiff_t)q->in) < 0) {
+        gdl__qlayer_free(q);
+        return NULL;
+    }
+    if (!(m = gdl_nn_custom(gdl__qlayer_kind(q), gdl__qlayer_forward, q, gdl__qlayer_free))) return NULL;
+    memcpy(m->ia, ia, sizeof m->ia);
+    return m;
+}
+
+/* x (f32) -> u8 with scale s and zero point z into rows of KP bytes (the padding 0). */
+static void gdl__q_quantize_rows(const gdl_real *x, int64_t rows, int64_t k, float s, int32_t z, int qmax,
+                                 uint8_t *a, int64_t KP) {
+    const float inv = 1.0f / s, big = gdl__q_big();
+    int64_t i, j;
+    for (i = 0; i < rows; i++) {
+        const gdl_real *xr = x + i * k;
+        uint8_t *ar = a + i * KP;
+        for (j = 0; j < k; j++) {
+            const float r = gdl__q_round((float)xr[j] * inv, big) + (float)z;
+            ar[j] = (uint8_t)(r < 0 ? 0 : r > (float)qmax ? qmax : r);
+        }
+        for (; j < KP; j++) ar[j] = 0;
+    }
+}
+
+/* One output value from its int32 sum: dequantized with bias, ReLU; for a static layer rounded onto the
+   output's grid (requantized, then dequantized: the value the next layer's quantization gets back exactly). */
+static gdl_real gdl__q_out(const gdl__qlayer *q, int32_t acc, int64_t n, float sa, int32_t za) {
+    const int32_t v = acc - za * q->pack.colsum[n];
+    float y = (float)v * (sa * q->w_scale[q->per_channel ? n : 0]) + (q->bias ? q->bias[n] : 0.0f), r;
+    if (q->relu && y < 0) y = 0;
+    if (q->mode == GDL__Q_DYNAMIC) return (gdl_real)y;
+    r = gdl__q_round(y / q->out_scale, gdl__q_big()) + (float)q->out_zp;
+    r = r < 0 ? 0 : r > (float)gdl__qlayer_qmax(q) ? (float)gdl__qlayer_qmax(q) : r;
+    return (gdl_real)((r - (float)q->out_zp) * q->out_scale);
+}
+
+/* u8 columns of sample xq [C,H,W] (already quantized): row p = output position, KP bytes per row; taps
+   outside the image hold the zero point (the quantized 0.0). */
+static void gdl__q_im2col(const gdl__qlayer *q, const uint8_t *xq, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                          int32_t za, uint8_t *cols, int64_t KP) {
+    const int64_t C = q->ia[0], kh = q->ia[2], kw = q->ia[3], sh = q->ia[4], sw = q->ia[5];
+    const int64_t ph = q->ia[6], pw = q->ia[7], dh = q->ia[8], dw = q->ia[9];
+    int64_t oy, ox, c, i, j;
+    for (oy = 0; oy < OH; oy++)
+        for (ox = 0; ox < OW; ox++) {
+            uint8_t *row = cols + (oy * OW + ox) * KP, *d = row;
+            for (c = 0; c < C; c++)
+                for (i = 0; i < kh; i++) {
+                    const int64_t y = oy * sh - ph + i * dh;
+                    for (j = 0; j < kw; j++) {
+                        const int64_t xx = ox * sw - pw + j * dw;
+                        *d++ = (y < 0 || y >= H || xx < 0 || xx >= W) ? (uint8_t)za : xq[(c * H + y) * W + xx];
+                    }
+                }
+            while (d < row + KP) *d++ = 0;
+        }
+}
+
+/* checks x for layer m: f32 on the CPU, [..., in] (Linear) or [N, C, H, W] (Conv2d). 0 / -1. */
+static int gdl__qlayer_check(const gdl_module *m, const gdl__qlayer *q, const gdl_tensor *x) {
+    char want[96];
+    const int ok = !q->conv ? x->ndim >= 1 && x->shape[x->ndim - 1] == q->in : x->ndim == 4 && x->shape[1] == q->ia[0];
+    if (x->dtype == GDL_F32 && x->device.type == GDL_DEVICE_CPU && ok) return 0;
+    if (!q->conv) snprintf(want, sizeof want, "f32 [..., %lld] on the CPU", (long long)q->in);
+    else snprintf(want, sizeof want, "f32 [N, %lld, H, W] on the CPU", (long long)q->ia[0]);
+    gdl__set_error("gdl_forward: %s (in=%lld, out=%lld, dtype=qint8): expected input %s, got %s %s on %s",
+                   gdl__nn_label(m), (long long)(q->conv ? q->ia[0] : q->in), (long long)q->out, want,
+                   gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_device_str(x->device));
+    return -1;
+}
+
+/* The forward of every quantized layer: see [api-quant]. */
+static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
+    const gdl__qlayer *q = (const gdl__qlayer *)m->user;
+    const char *op = "gdl_forward";
+    const int64_t KP = q->pack.KP;
+    const int qmax = gdl__qlayer_qmax(q);
+    const gdl_real *xd;
+    gdl_real *yd;
+    gdl_tensor *y;
+    int64_t shape[GDL_MAX_DIMS], rows, i, n, N = 1, OH = 1, OW = 1, P;
+    uint8_t *a = NULL, *cols = NULL;
+    int32_t *acc = NULL, za = q->in_zp;
+    float sa = q->in_scale;
+    int rc = 0;
+    if (gdl__qlayer_check(m, q, x) < 0) return NULL;
+    memcpy(shape, x->shape, sizeof shape);
+    if (q->conv) {
+        const int64_t *g = q->ia;
+        N = x->shape[0];
+        OH = (x->shape[2] + 2 * g[6] - g[8] * (g[2] - 1) - 1) / g[4] + 1;
+        OW = (x->shape[3] + 2 * g[7] - g[9] * (g[3] - 1) - 1) / g[5] + 1;
+        if (OH < 1 || OW < 1) {
+            gdl__set_error("gdl_forward: %s: input %s is smaller than the kernel", gdl__nn_label(m), gdl_shape_str(x));
+            return NULL;
+        }
+        shape[1] = q->out;
+        shape[2] = OH;
+        shape[3] = OW;
+        rows = OH * OW; /* per sample */
+    } else {
+        shape[x->ndim - 1] = q->out;
+        rows = q->in ? x->numel / q->in : 0;
+    }
+    if (rows > INT32_MAX) {
+        gdl__set_error("gdl_forward: %s: %lld rows are more than the int8 GEMM takes", gdl__nn_label(m), (long long)rows);
+        return NULL;
+    }
+    if (!(y = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device))) return NULL;
+    xd = (const gdl_real *)x->data;
+    yd = (gdl_real *)y->data;
+    if (q->mode == GDL__Q_DYNAMIC) { /* the batch's range (PyTorch: over the whole input) */
+        float lo, hi;
+        const int bad = gdl__q_minmax(xd, x->numel, &lo, &hi);
+        if (bad || isinf(lo) || isinf(hi)) {
+            gdl__set_error("gdl_forward: %s: the input holds NaN or inf: it cannot be quantized", gdl__nn_label(m));
+            return NULL;
+        }
+        if (gdl_choose_qparams(lo, hi, 0, qmax, &sa, &za) < 0) return NULL;
+    }
+    P = q->conv ? x->numel : rows * KP; /* the quantized input: the image, or the GEMM's rows */
+    a = (uint8_t *)GPUDL_MALLOC((size_t)P + 1);
+    acc = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)(rows * q->out) + 1);
+    if (q->conv) cols = (uint8_t *)GPUDL_MALLOC((size_t)(rows * KP) + 1);
+    if (!a || !acc || (q->conv && !cols)) {
+        gdl__set_error("gdl_forward: %s: out of memory", gdl__nn_label(m));
+        rc = -1;
+    }
+    if (rc == 0 && !q->conv) {
+        gdl__q_quantize_rows(xd, rows, q->in, sa, za, qmax, a, KP);
+        rc = gdl__qgemm(op, (int)rows, a, KP, &q->pack, acc, (ptrdiff_t)q->out);
+        for (i = 0; i < rows && rc == 0; i++)
+            for (n = 0; n < q->out; n++) yd[i * q->out + n] = gdl__q_out(q, acc[i * q->out + n], n, sa, za);
+    } else if (rc == 0) {
+        const int64_t chw = x->numel / N;
+        int64_t s;
+        gdl__q_quantize_rows(xd, 1, x->numel, sa, za, qmax, a, x->numel);
+        for (s = 0; s < N && rc == 0; s++) {
+            gdl_real *ys = yd + s * q->out * rows;
+            gdl__q_im2col(q, a + s * chw, x->shape[2], x->shape[3], OH, OW, za, cols, KP);
+            rc = gdl__qgemm(op, (int)rows, cols, KP, &q->pack, acc, (ptrdiff_t)q->out);
+            for (i = 0; i < rows && rc == 0; i++) /* [position][channel] -> [channel][position] */
+                for (n = 0; n < q->out; n++) ys[n * rows + i] = gdl__q_out(q, acc[i * q->out + n], n, sa, za);
+        }
+    }
+    GPUDL_FREE(a);
+    GPUDL_FREE(acc);
+    GPUDL_FREE(cols);
+    return rc == 0 ? y : NULL;
+}
+
+/* ---- fake quantization (QAT) ----
+   y = (clamp(round(x / s) + z, qmin, qmax) - z) * s, with the clipped
+   straight-through estimator as its gradient: dy/dx = 1 where round(x / s) + z
+   is within [qmin, qmax], else 0 (PyTorch's fake_quantize_per_*_affine). It is
+   made of two differentiable ops on constants: y = x * mask + (fq - x * mask),
+   mask the 0/1 tensor above, so autograd needs nothing new. The sum gives fq
+   exactly: where mask is 1, x and fq differ by at most s/2 and either fq is 0
+   or they are within a factor 2 of each other, so fq - x is exact (Sterbenz)
+   and so is x + (fq - x). rows > 0: per channel, x [rows, ...] with scale[r]
+   and zp[r]; rows 0: one scale. */
+static gdl_tensor *gdl__fake_quant(const char *op, gdl_tensor *x, int rows, const float *scale, const int32_t *zp,
+                                   int qmin, int qmax) {
+    gdl_tensor *mask, *c;
+    const gdl_real *xd = (const gdl_real *)x->data;
+    gdl_real *md, *cd;
+    float big;
+    const int64_t per = rows > 0 ? x->numel / rows : x->numel;
+    int64_t i;
+    if (x->dtype != GDL_F32 || x->device.type != GDL_DEVICE_CPU) {
+        gdl__set_error("%s: fake quantization takes f32 tensors on the CPU, got %s on %s", op, gdl_dtype_name(x->dtype),
+                       gdl_device_str(x->device));
+        return NULL;
+    }
+    if (!(mask = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)) ||
+        !(c = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)))
+        return NULL;
+    md = (gdl_real *)mask->data;
+    cd = (gdl_real *)c->data;
+    big = gdl__q_big();
+    for (i = 0; i < x->numel; i++) {
+        const int64_t r = rows > 0 ? i / per : 0;
+        const float s = scale[r], inv = 1.0f / s, z = (float)zp[r];
+        const float q = gdl__q_round((float)xd[i] * inv, big) + z, qc = q < qmin ? (float)qmin : q > qmax ? (float)qmax : q;
+        const gdl_real fq = (gdl_real)((qc - z) * s);
+        md[i] = q >= qmin && q <= qmax ? 1 : 0;
+        cd[i] = fq - xd[i] * md[i];
+    }
+    return gdl_add(gdl_mul(x, mask), c);
+}
+
+GPUDL_API gdl_tensor *gdl_fake_quantize(gdl_tensor *x, float scale, int32_t zero_point, int qmin, int qmax) {
+    const char *op = "gdl_fake_quantize";
+    if (!x) {
+        gdl__null_arg(op, "x");
+        return NULL;
+    }
+    if (!(scale > 0) || isinf(scale) || qmin >= qmax || zero_point < qmin || zero_point > qmax) {
+        gdl__set_error("%s: bad scale %g, zero point %d or range [%d, %d]", op, (double)scale, (int)zero_point, qmin,
+                       qmax);
+        return NULL;
+    }
+    return gdl__fake_quant(op, x, 0, &scale, &zero_point, qmin, qmax);
+}
+
+/* ---- observed layers (prepare): the float layer, its input and output watched ---- */
+
+typedef struct gdl__qprep {
+    int conv, relu;
+    int qat, frozen;   /* quantization-aware training: fake-quantized; observers no longer updated */
+    gdl_qconfig qc;
+    gdl__qobs in, out;
+} gdl__qprep;
+
+/* the activations' fake quantization with what obs has seen (nothing seen yet: x as it is) */
+static gdl_tensor *gdl__qprep_fq(const gdl__qprep *o, const gdl__qobs *obs, gdl_tensor *x) {
+    float lo, hi, s;
+    int32_t z;
+    if (!x || obs->batches == 0) return x;
+    gdl__qobs_range(obs, &lo, &hi);
+    gdl__qparams_affine(lo, hi, 0, o->qc.reduce_range ? 127 : 255, &s, &z);
+    return gdl__fake_quant("gdl_forward", x, 0, &s, &z, 0, o->qc.reduce_range ? 127 : 255);
+}
+
+/* the weight's fake quantization, symmetric per output channel (or per tensor), from its current values */
+static gdl_tensor *gdl__qprep_fq_weight(const gdl__qprep *o, gdl_tensor *w) {
+    const int64_t rows = w->shape[0], per = w->numel / rows;
+    const int groups = o->qc.per_channel ? (int)rows : 1;
+    float *s = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)groups);
+    int32_t *z = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)groups);
+    gdl_tensor *r = NULL;
+    int64_t g, i;
+    if (s && z) {
+        for (g = 0; g < groups; g++) {
+            const int64_t n = o->qc.per_channel ? per : w->numel;
+            const gdl_real *d = (const gdl_real *)w->data + g * per;
+            float amax = 0;
+            for (i = 0; i < n; i++) amax = fabsf((float)d[i]) > amax ? fabsf((float)d[i]) : amax;
+            s[g] = amax / 127.5f < FLT_EPSILON ? FLT_EPSILON : amax / 127.5f;
+            z[g] = 0;
+        }
+        r = gdl__fake_quant("gdl_forward", w, o->qc.per_channel ? (int)rows : 0, s, z, -128, 127);
+    } else {
+        gdl__set_error("gdl_forward: out of memory");
+    }
+    GPUDL_FREE(s);
+    GPUDL_FREE(z);
+    return r;
+}
+
+static void gdl__qprep_free(void *p) {
+    gdl__qprep *o = (gdl__qprep *)p;
+    if (!o) return;
+    GPUDL_FREE(o->in.hist);
+    GPUDL_FREE(o->out.hist);
+    GPUDL_FREE(o);
+}
+
+static gdl_tensor *gdl__qprep_forward(gdl_module *m, gdl_tensor *x) {
+    gdl__qprep *o = (gdl__qprep *)m->user;
+    /* gdl_module_summary's pass (on zeros) is not data: it is not observed */
+    const int observe = gdl__nn_nrows == 0;
+    gdl_tensor *y, *w = gdl__nn_param(m, 0);
+    int s[2], p[2], d[2];
+    if (gdl__nn_check_xw(m, x, o->conv, s, p, d) < 0) return NULL;
+    if ((observe || o->qat) && (x->dtype != GDL_F32 || x->device.type != GDL_DEVICE_CPU)) {
+        gdl__set_error("gdl_forward: %s: observers watch f32 tensors on the CPU, got %s on %s", gdl__nn_label(m),
+                       gdl_dtype_name(x->dtype), gdl_device_str(x->device));
+        return NULL;
+    }
+    if (observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->in, (const gdl_real *)x->data, x->numel) < 0)
+        return NULL;
+    if (o->qat) { /* the input and the weight as the quantized layer will see them */
+        if (!(x = gdl__qprep_fq(o, &o->in, x)) || !(w = gdl__qprep_fq_weight(o, w))) return NULL;
+    }
+    y = o->conv ? gdl_conv2d_ex(x, w, gdl__nn_param(m, 1), s, p, d, (int)m->ia[10]) : gdl_linear(x, w, gdl__nn_param(m, 1));
+    if (y && o->relu) y = gdl_relu(y);
+    if (y && observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->out, (const gdl_real *)y->data, y->numel) < 0)
+        return NULL;
+    return o->qat ? gdl__qprep_fq(o, &o->out, y) : y;
+}
+
+static int gdl__is_qprep(const gdl_module *m) { return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__qprep_forward; }
+
+/* Folds BatchNorm2d bn (eval: running statistics) into the Conv2d weight and bias of m, as
+   torch.nn.utils.fuse_conv_bn_eval: w' = w * g / sqrt(var + eps) per output channel, b' = (b - mean) * g /
+   sqrt(var + eps) + beta (a missing bias taken as 0 and added). 0 / -1. */
+static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *bn) {
+    const int64_t C = m->ia[1];
+    const gdl_tensor *mean = gdl__nn_buffer(bn, 0), *var = gdl__nn_buffer(bn, 1);
+    const gdl_tensor *g = bn->ia[2] ? gdl__nn_param(bn, 0) : NULL, *be = bn->ia[2] ? gdl__nn_param(bn, 1) : NULL;
+    gdl_tensor *w = gdl__nn_param(m, 0), *b = gdl__nn_param(m, 1);
+    int64_t c, i, per;
+    if (!bn->ia[3] || bn->ia[0] != C) {
+        gdl__set_error("%s: %s cannot be folded into the convolution before it: %s", op, gdl__nn_label(bn),
+                       !bn->ia[3] ? "it keeps no running statistics" : "its channels differ");
+        return -1;
+    }
+    if (mean->device.type != GDL_DEVICE_CPU || mean->dtype != GDL_F32 || w->dtype != GDL_F32 ||
+        w->device.type != GDL_DEVICE_CPU) {
+        gdl__set_error("%s: %s: folding takes f32 tensors on the CPU", op, gdl__nn_label(bn));
+        return -1;
+    }
+    if (!b) {
+        if (gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &C, GDL_F32, gdl_cpu()), 0) < 0) return -1;
+        b = gdl__nn_param(m, 1);
+    }
+    per = w->numel / C;
+    for (c = 0; c < C; c++) {
+        const double k = (g ? (double)((const gdl_real *)g->data)[c] : 1.0) /
+                         sqrt((double)((const gdl_real *)var->data)[c] + bn->fa[0]);
+        gdl_real *wc = (gdl_real *)w->data + c * per, *bc = (gdl_real *)b->data + c;
+        for (i = 0; i < per; i++) wc[i] = (gdl_real)(wc[i] * k);
+        *bc = (gdl_real)((*bc - ((const gdl_real *)mean->data)[c]) * k + (be ? ((const gdl_real *)be->data)[c] : 0));
+    }
+    return 0;
+}
+
+/* An observed copy of Linear / Conv2d lin (ReLU fused when relu; a BatchNorm2d bn after a Conv2d folded into
+   it with its running statistics; quantization-aware when qat). */
+static gdl_module *gdl__qprep_new(const char *op, const gdl_module *lin, const gdl_module *bn, int relu, int qat,
+                                  const gdl_qconfig *qc) {
+    const int conv = lin->kind == GDL__M_CONV2D;
+    gdl__qprep *o = (gdl__qprep *)GPUDL_MALLOC(sizeof(gdl__qprep));
+    gdl_module *m;
+    int i;
+    if (!o) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    memset(o, 0, sizeof *o);
+    o->conv = conv;
+    o->relu = relu;
+    o->qat = qat;
+    o->qc = *qc;
+    o->in.kind = o->out.kind = qc->observer;
+    o->in.c = o->out.c = qc->averaging_constant;
+    o->in.pct = o->out.pct = qc->percentile;
+    if (!(m = gdl_nn_custom(conv ? (relu ? (qat ? "QATConvReLU2d" : "ObservedConvReLU2d") : (qat ? "QATConv2d" : "ObservedConv2d"))
+                                 : (relu ? (qat ? "QATLinearReLU" : "ObservedLinearReLU") : (qat ? "QATLinear" : "ObservedLinear")),
+                            gdl__qprep_forward, o, gdl__qprep_free)))
+        return NULL;
+    memcpy(m->ia, lin->ia, sizeof m->ia);
+    for (i = 0; i < lin->nparam; i++)
+        if (gdl__nn_add_tensor(op, m, lin->param[i].name, gdl_clone(lin->param[i].t), 0) < 0) {
+            gdl__nn_free_tree(m);
+            return NULL;
+        }
+    if (bn && gdl__qprep_fold_bn(op, m, bn) < 0) {
+        gdl__nn_free_tree(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The static quantized layer of an observed one: NULL + error when it has not been calibrated. */
+static gdl_module *gdl__qprep_convert(const char *op, const gdl_module *m) {
+    const gdl__qprep *o = (const gdl__qprep *)m->user;
+    const int qmax = o->qc.reduce_range ? 127 : 255;
+    float s[2], lo, hi;
+    int32_t z[2];
+    if (o->in.batches == 0 || o->out.batches == 0) {
+        gdl__set_error("%s: %s has observed no data: calibrate the prepared model (gdl_quant_calibrate, or "
+                       "forward passes) before converting it", op, gdl__nn_label(m));
+        return NULL;
+    }
+    gdl__qobs_range(&o->in, &lo, &hi);
+    gdl__qparams_affine(lo, hi, 0, qmax, &s[0], &z[0]);
+    gdl__qobs_range(&o->out, &lo, &hi);
+    gdl__qparams_affine(lo, hi, 0, qmax, &s[1], &z[1]);
+    return gdl__qlayer_new(op, gdl__nn_label(m), GDL__Q_STATIC, o->conv, o->relu, m->ia, gdl__nn_param(m, 0),
+                           gdl__nn_param(m, 1), &o->qc, s, z);
+}
+
+/* ---- model copies ---- */
+
+enum { GDL__QC_DYNAMIC, GDL__QC_PREPARE, GDL__QC_PREPARE_QAT, GDL__QC_CONVERT };
+
+/* In a Sequential, how many modules from child i on become one observed layer: Conv2d + BatchNorm2d +
+   ReLU (3), Conv2d + BatchNorm2d or Linear / Conv2d + ReLU (2), Linear / Conv2d (1); 0: not a layer. */
+static int gdl__quant_fusable(const gdl_module *seq, int i, const gdl_module **bn, int *relu) {
+    const gdl_module *a = seq->child[i], *b = i + 1 < seq->nchild ? seq->child[i + 1] : NULL;
+    const gdl_module *c = i + 2 < seq->nchild ? seq->child[i + 2] : NULL;
+    *bn = NULL;
+    *relu = 0;
+    if (a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D) return 0;
+    if (seq->kind != GDL__M_SEQUENTIAL || !b) return 1;
+    if (a->kind == GDL__M_CONV2D && b->kind == GDL__M_BATCHNORM && b->ia[1] == 2) {
+        *bn = b;
+        *relu = c && c->kind == GDL__M_RELU;
+        return 2 + *relu;
+    }
+    *relu = b->kind == GDL__M_RELU;
+    return 1 + *relu;
+}
+
+/* A deep copy of m (parameters cloned) in which, by mode: every Linear is dynamically quantized; every
+   Linear and Conv2d observed (a ReLU after it in a Sequential fused in, and replaced by an Identity, as
+   torch.ao.quantization.fuse_modules does); every observed layer converted. */
+static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode, const gdl_qconfig *qc) {
+    gdl_module *c;
+    int i;
+    if (mode == GDL__QC_DYNAMIC && m->kind == GDL__M_LINEAR)
+        return gdl__qlayer_new(op, gdl__nn_label(m), GDL__Q_DYNAMIC, 0, 0, m->ia, gdl__nn_param(m, 0),
+                               gdl__nn_param(m, 1), qc, NULL, NULL);
+    if ((mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT) && (m->kind == GDL__M_LINEAR || m->kind == GDL__M_CONV2D)) {
+        if (m->kind == GDL__M_CONV2D && m->ia[10] != 1) {
+            gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, gdl__nn_label(m),
+                           (long long)m->ia[10]);
+            return NULL;
+        }
+        return gdl__qprep_new(op, m, NULL, 0, mode == GDL__QC_PREPARE_QAT, qc);
+    }
+    if (mode == GDL__QC_CONVERT && gdl__is_qprep(m)) return gdl__qprep_convert(op, m);
+    if (m->kind == GDL__M_CUSTOM) {
+        gdl__set_error("%s: %s is a custom module%s: it cannot be copied; quantize a model of built-in modules", op,
+                       gdl__nn_label(m), gdl__is_qlayer(m) ? " (already quantized)" : gdl__is_qprep(m) ? " (prepared)" : "");
+        return NULL;
+    }
+    if (!(c = gdl__nn_new(op, m->kind, m->kind_name))) return NULL;
+    c->training = m->training;
+    memcpy(c->ia, m->ia, sizeof c->ia);
+    memcpy(c->fa, m->fa, sizeof c->fa);
+    for (i = 0; i < m->nparam; i++)
+        if (gdl__nn_add_tensor(op, c, m->param[i].name, gdl_clone(m->param[i].t), 0) < 0) goto fail;
+    for (i = 0; i < m->nbuf; i++)
+        if (gdl__nn_add_tensor(op, c, m->buf[i].name, gdl_clone(m->buf[i].t), 1) < 0) goto fail;
+    for (i = 0; i < m->nchild; i++) {
+        const gdl_module *ch = m->child[i], *bn;
+        gdl_module *k;
+        int relu, j, nf = mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT ? gdl__quant_fusable(m, i, &bn, &relu) : 0;
+        if (nf > 1 && (ch->kind == GDL__M_LINEAR || ch->ia[10] == 1)) { /* fused: BatchNorm, ReLU become Identities */
+            k = gdl__qprep_new(op, ch, bn, relu, mode == GDL__QC_PREPARE_QAT, qc);
+            if (!k || gdl__nn_add_child(op, c, ch->name, k) < 0) goto fail;
+            for (j = 1; j < nf; j++) {
+                k = gdl_nn_identity();
+                if (!k || gdl__nn_add_child(op, c, m->child[i + j]->name, k) < 0) goto fail;
+            }
+            i += nf - 1;
+            continue;
+        }
+        k = gdl__quant_copy(op, ch, mode, qc);
+        if (!k || gdl__nn_add_child(op, c, ch->name, k) < 0) goto fail;
+    }
+    return c;
+fail:
+    gdl__nn_free_tree(c);
+    return NULL;
+}
+
+static gdl_module *gdl__quant_copy_root(const char *op, gdl_module *m, int mode, const gdl_qconfig *qc) {
+    gdl_qconfig def = gdl_qconfig_default();
+    gdl_module *r;
+    int grad;
+    if (!m) {
+        gdl__null_arg(op, "module");
+        return NULL;
+    }
+    if (!qc) qc = &def;
+    if (qc->observer < GDL_QOBS_MINMAX || qc->observer > GDL_QOBS_HISTOGRAM || !(qc->averaging_constant > 0) ||
+        !(qc->averaging_constant <= 1) || !(qc->percentile > 0.5) || !(qc->percentile <= 1)) {
+        gdl__set_error("%s: bad qconfig: observer %d (GDL_QOBS_*), averaging_constant %g (in (0, 1]), percentile %g "
+                       "(in (0.5, 1])", op, qc->observer, qc->averaging_constant, qc->percentile);
+        return NULL;
+    }
+    grad = gdl_set_grad_enabled(0);
+    r = gdl__quant_copy(op, m, mode, qc);
+    gdl_set_grad_enabled(grad);
+    return r;
+}
+
+GPUDL_API gdl_module *gdl_quantize_dynamic(gdl_module *m, const gdl_qconfig *qc) {
+    return gdl__quant_copy_root("gdl_quantize_dynamic", m, GDL__QC_DYNAMIC, qc);
+}
+
+GPUDL_API gdl_module *gdl_quant_prepare(gdl_module *m, const gdl_qconfig *qc) {
+    return gdl__quant_copy_root("gdl_quant_prepare", m, GDL__QC_PREPARE, qc);
+}
+
+GPUDL_API gdl_module *gdl_quant_prepare_qat(gdl_module *m, const gdl_qconfig *qc) {
+    gdl_qconfig def = gdl_qconfig_default();
+    gdl_module *r;
+    if (!qc) { /* PyTorch's default QAT qconfig: moving-average observers */
+        def.observer = GDL_QOBS_MOVING_AVERAGE;
+        qc = &def;
+    }
+    r = gdl__quant_copy_root("gdl_quant_prepare_qat", m, GDL__QC_PREPARE_QAT, qc);
+    if (r) gdl_module_train(r, gdl_module_is_training(m));
+    return r;
+}
+
+/* sets the frozen flag of every observed layer under m; the count of them */
+static int gdl__quant_freeze(gdl_module *m, int on) {
+    int i, n = 0;
+    if (gdl__is_qprep(m)) {
+        ((gdl__qprep *)m->user)->frozen = on != 0;
+        n++;
+    }
+    for (i = 0; i < m->nchild; i++) n += gdl__quant_freeze(m->child[i], on);
+    return n;
+}
+
+GPUDL_API int gdl_quant_freeze_observers(gdl_module *m, int on) {
+    if (!m) {
+        gdl__null_arg("gdl_quant_freeze_observers", "module");
+        return -1;
+    }
+    if (gdl__quant_freeze(m, on) == 0) {
+        gdl__set_error("gdl_quant_freeze_observers: %s has no observed layer (gdl_quant_prepare_qat makes them)",
+                       gdl__nn_label(m));
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 when m or a descendant passes test */
+static int gdl__quant_any(const gdl_module *m, int (*test)(const gdl_module *)) {
+    int i;
+    if (!m) return 0;
+    if (test(m)) return 1;
+    for (i = 0; i < m->nchild; i++)
+        if (gdl__quant_any(m->child[i], test)) return 1;
+    return 0;
+}
+
+GPUDL_API gdl_module *gdl_quant_convert(gdl_module *m) {
+    const char *op = "gdl_quant_convert";
+    if (m && !gdl__quant_any(m, gdl__is_qprep)) {
+        gdl__set_error("%s: %s has no observed layer: convert takes a model made by gdl_quant_prepare and "
+                       "calibrated", op, gdl__nn_label(m));
+        return NULL;
+    }
+    return gdl__quant_copy_root(op, m, GDL__QC_CONVERT, NULL);
+}
+
+GPUDL_API int64_t gdl_quant_calibrate(gdl_module *m, gdl_loader *l, int64_t max_batches) {
+    const char *op = "gdl_quant_calibrate";
+    gdl_tensor *x, *y;
+    int64_t n = 0;
+    int was_training, grad, rc = 0;
+    if (!m || !l) {
+        gdl__null_arg(op, !m ? "module" : "loader");
+        return -1;
+    }
+    if (!gdl__quant_any(m, gdl__is_qprep)) {
+        gdl__set_error("%s: %s has no observed layer: calibrate a model made by gdl_quant_prepare", op,
+                       gdl__nn_label(m));
+        return -1;
+    }
+    was_training = gdl_module_is_training(m);
+    gdl_module_train(m, 0);
+    grad = gdl_set_grad_enabled(0);
+    while ((max_batches <= 0 || n < max_batches) && (rc = gdl_loader_next(l, &x, &y)) == 1) {
+        gdl_arena_reset();
+        if (!gdl_forward(m, x)) {
+            rc = -1;
+            break;
+        }
+        n++;
+    }
+    gdl_set_grad_enabled(grad);
+    gdl_module_train(m, was_training);
+    return rc < 0 ? -1 : n;
+}
+
+GPUDL_API int gdl_module_is_quantized(const gdl_module *m) { return gdl__quant_any(m, gdl__is_qlayer); }
+
+/* A quantized module's parameter count (int8 weights and bias) and bytes; 0 for other modules. */
+static int64_t gdl__quant_params(const gdl_module *m, int64_t *bytes) {
+    const gdl__qlayer *q;
+    if (!gdl__is_qlayer(m)) {
+        if (bytes) *bytes = 0;
+        return 0;
+    }
+    q = (const gdl__qlayer *)m->user;
+    if (bytes)
+        *bytes = q->in * q->out + gdl__qlayer_nscale(q) * 8 + (q->bias ? 4 * q->out : 0) +
+                 (q->mode == GDL__Q_STATIC ? 16 : 0);
+    return q->in * q->out + (q->bias ? q->out : 0);
+}
+
+GPUDL_API int64_t gdl_module_nbytes(const gdl_module *m) {
+    int64_t n = 0, qb;
+    int i;
+    if (!m) return -1;
+    for (i = 0; i < m->nparam; i++) n += m->param[i].t->numel * (int64_t)gdl_dtype_size(m->param[i].t->dtype);
+    for (i = 0; i < m->nbuf; i++) n += m->buf[i].t->numel * (int64_t)gdl_dtype_size(m->buf[i].t->dtype);
+    gdl__quant_params(m, &qb);
+    n += qb;
+    for (i = 0; i < m->nchild; i++) n += gdl_module_nbytes(m->child[i]);
+    return n;
+}
+
+/* ---- files ----
+   One list of a quantized model's tensors (name, dtype, shape, where the
+   values live) serves the writer and the reader. */
+
+typedef struct gdl__qslot {
+    char name[GDL_ST_NAME_MAX];
+    const char *dtype;  /* "I8", "F32", "I32" */
+    int ndim;
+    int64_t shape[GDL_MAX_DIMS];
+    int64_t numel;
+    void *raw;          /* host array of the dtype (quantized modules), or NULL: ... */
+    gdl_tensor *t;      /* ... an f32 parameter or buffer (gdl_real on the CPU) */
+    gdl__qlayer *q;    /* the layer whose weight is raw (to repack after a load) */
+    int zp_free;       /* an activation's zero point: any value (a weight's must be 0) */
+} gdl__qslot;
+
+typedef struct gdl__qlist {
+    int n, cap;
+    gdl__qslot *s;
+} gdl__qlist;
+
+static gdl__qslot *gdl__qlist_add(const char *op, gdl__qlist *L, const char *path, const char *leaf, const char *dtype) {
+    gdl__qslot *v = (gdl__qslot *)gdl__nn_reserve(L->s, &L->cap, L->n, sizeof(gdl__qslot)), *e;
+    if (!v) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    L->s = v;
+    e = &L->s[L->n++];
+    memset(e, 0, sizeof *e);
+    if (snprintf(e->name, sizeof e->name, "%s%s%s", path, path[0] ? "." : "", leaf) >= (int)sizeof e->name) {
+        gdl__set_error("%s: tensor name \"%s.%s\" is too long", op, path, leaf);
+        return NULL;
+    }
+    e->dtype = dtype;
+    return e;
+}
+
+static int gdl__qlist_collect(const char *op, gdl__qlist *L, gdl_module *m) {
+    const char *path = gdl__nn_path(m);
+    gdl__qslot *e;
+    int i;
+    if (gdl__is_qlayer(m)) {
+        gdl__qlayer *q = (gdl__qlayer *)m->user;
+        const int64_t ns = gdl__qlayer_nscale(q);
+        if (!(e = gdl__qlist_add(op, L, path, "weight_int8", "I8"))) return -1;
+        e->ndim = 2; e->shape[0] = q->out; e->shape[1] = q->in; e->numel = q->out * q->in; e->raw = q->w; e->q = q;
+        if (q->conv) { /* Conv2d's [out, in, kh, kw] */
+            e->ndim = 4; e->shape[1] = q->ia[0]; e->shape[2] = q->ia[2]; e->shape[3] = q->ia[3];
+        }
+        if (!(e = gdl__qlist_add(op, L, path, "weight_scale", "F32"))) return -1;
+        e->ndim = 1; e->shape[0] = ns; e->numel = ns; e->raw = q->w_scale;
+        if (!(e = gdl__qlist_add(op, L, path, "weight_zero_point", "I32"))) return -1;
+        e->ndim = 1; e->shape[0] = ns; e->numel = ns; e->raw = q->w_zp;
+        if (q->bias) {
+            if (!(e = gdl__qlist_add(op, L, path, "bias", "F32"))) return -1;
+            e->ndim = 1; e->shape[0] = q->out; e->numel = q->out; e->raw = q->bias;
+        }
+        if (q->mode == GDL__Q_STATIC) { /* the activations' parameters, [1] each */
+            static const char *const nm[4] = {"input_scale", "input_zero_point", "output_scale", "output_zero_point"};
+            void *const at[4] = {&q->in_scale, &q->in_zp, &q->out_scale, &q->out_zp};
+            int k;
+            for (k = 0; k < 4; k++) {
+                if (!(e = gdl__qlist_add(op, L, path, nm[k], k % 2 ? "I32" : "F32"))) return -1;
+                e->ndim = 1; e->shape[0] = 1; e->numel = 1; e->raw = at[k]; e->zp_free = 1;
+            }
+        }
+        return 0;
+    }
+    for (i = 0; i < m->nparam + m->nbuf; i++) {
+        gdl__nn_named *v = i < m->nparam ? &m->param[i] : &m->buf[i - m->nparam];
+        if (v->t->dtype != GDL_F32 || v->t->device.type != GDL_DEVICE_CPU) {
+            gdl__set_error("%s: %s \"%s\" is %s on %s: quantized models keep f32 tensors on the CPU", op,
+                           gdl__nn_label(m), v->name, gdl_dtype_name(v->t->dtype), gdl_device_str(v->t->device));
+            return -1;
+        }
+        if (!(e = gdl__qlist_add(op, L, path, v->name, "F32"))) return -1;
+        e->ndim = v->t->ndim;
+        memcpy(e->shape, v->t->shape, sizeof e->shape);
+        e->numel = v->t->numel;
+        e->t = v->t;
+    }
+    for (i = 0; i < m->nchild; i++)
+        if (gdl__qlist_collect(op, L, m->child[i]) < 0) return -1;
+    return 0;
+}
+
+/* The list of a quantized model m, or -1 (m NULL, not quantized, out of memory). */
+static int gdl__qlist_make(const char *op, gdl__qlist *L, gdl_module *m, const char *path) {
+    memset(L, 0, sizeof *L);
+    if (!m || !path) {
+        gdl__null_arg(op, !m ? "module" : "path");
+        return -1;
+    }
+    if (!gdl_module_is_quantized(m)) {
+        gdl__set_error("%s: %s holds no quantized module: a float model is saved with gdl_save_model (quantize it "
+                       "first: gdl_quantize_dynamic, or gdl_quant_prepare / _calibrate / _convert)", op, gdl__nn_label(m));
+        return -1;
+    }
+    if (gdl__qlist_collect(op, L, m) < 0) {
+        GPUDL_FREE(L->s);
+        L->s = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_quant_save(gdl_module *m, const char *path) {
+    static const char *const keys[2] = {"gpudl.quantized", "gpudl"};
+    static const char *const vals[2] = {"int8", GPUDL_VERSION};
+    const char *op = "gdl_quant_save";
+    gdl__qlist L;
+    gdl_st_tensor *st;
+    float **conv;
+    int i, rc = -1;
+    if (gdl__qlist_make(op, &L, m, path) < 0) return -1;
+    st = (gdl_st_tensor *)GPUDL_MALLOC(sizeof(gdl_st_tensor) * (size_t)L.n);
+    conv = (float **)GPUDL_MALLOC(sizeof(float *) * (size_t)L.n);
+    if (!st || !conv) {
+        gdl__set_error("%s: out of memory", op);
+        goto done;
+    }
+    memset(conv, 0, sizeof(float *) * (size_t)L.n);
+    for (i = 0; i < L.n; i++) {
+        const gdl__qslot *e = &L.s[i];
+        st[i].name = e->name;
+        st[i].dtype = e->dtype;
+        st[i].ndim = e->ndim;
+        st[i].shape = e->shape;
+        st[i].data = e->raw;
+        if (e->t) { /* gdl_real (float, or double in GPUDL_DOUBLE builds) to float */
+            int64_t k;
+            if (!(conv[i] = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)e->numel + 1))) {
+                gdl__set_error("%s: out of memory", op);
+                goto done;
+            }
+            for (k = 0; k < e->numel; k++) conv[i][k] = (float)((const gdl_real *)e->t->data)[k];
+            st[i].data = conv[i];
+        }
+    }
+    rc = gdl_st_write(path, L.n, st, 2, keys, vals);
+done:
+    if (conv)
+        for (i = 0; i < L.n; i++) GPUDL_FREE(conv[i]);
+    GPUDL_FREE(conv);
+    GPUDL_FREE(st);
+    GPUDL_FREE(L.s);
+    return rc;
+}
+
+static uint32_t gdl__q_le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Checks f against the list (names, dtypes, shapes, nothing extra, zero points 0). 0 / -1. */
+static int gdl__qload_check(const char *op, const char *path, const gdl__qlist *L, const gdl_st_file *f) {
+    int i, k;
+    for (k = 0; k < f->n; k++) {
+        for (i = 0; i < L->n; i++)
+            if (!strcmp(f->entries[k].name, L->s[i].name)) break;
+        if (i == L->n) {
+            gdl__set_error("%s: %s: unexpected tensor '%s' (not in the quantized model)", op, path, f->entries[k].name);
+            return -1;
+        }
+    }
+    for (i = 0; i < L->n; i++) {
+        const gdl__qslot *e = &L->s[i];
+        const gdl_st_entry *fe = gdl_st_find(f, e->name);
+        if (!fe) {
+            gdl__set_error("%s: %s: missing tensor '%s' (%s %s)", op, path, e->name, e->dtype,
+                           gdl__shape_fmt(e->ndim, e->shape));
+            return -1;
+        }
+        if (strcmp(fe->dtype, e->dtype) || fe->ndim != e->ndim ||
+            memcmp(fe->shape, e->shape, sizeof(int64_t) * (size_t)e->ndim)) {
+            gdl__set_error("%s: %s: tensor '%s' is %s %s in the file but %s %s in the model", op, path, e->name,
+                           fe->dtype, gdl__shape_fmt(fe->ndim, fe->shape), e->dtype, gdl__shape_fmt(e->ndim, e->shape));
+            return -1;
+        }
+        if (!strcmp(e->dtype, "I32") && !e->zp_free) {
+            int64_t j;
+            for (j = 0; j < e->numel; j++)
+                if (gdl__q_le32(f->data + fe->begin + 4 * j) != 0) {
+                    gdl__set_error("%s: %s: '%s' holds a nonzero zero point: the int8 weights are symmetric", op, path,
+                                   e->name);
+                    return -1;
+                }
+        }
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
+    const char *op = "gdl_quant_load";
+    gdl__qlist L;
+    gdl_st_file f;
+    gdl__qpack *packs;
+    int i, rc = -1;
+    if (gdl__qlist_make(op, &L, m, path) < 0) return -1;
+    if (gdl_st_read(path, &f) < 0) {
+        GPUDL_FREE(L.s);
+        return -1;
+    }
+    /* the new weights packed first: nothing is changed unless all can be */
+    packs = (gdl__qpack *)GPUDL_MALLOC(sizeof(gdl__qpack) * (size_t)L.n);
+    if (!packs) gdl__set_error("%s: out of memory", op);
+    else memset(packs, 0, sizeof(gdl__qpack) * (size_t)L.n);
+    if (packs && gdl__qload_check(op, path, &L, &f) == 0) {
+        rc = 0;
+        for (i = 0; i < L.n && rc == 0; i++)
+            if (L.s[i].q)
+                rc = gdl__qpack_init(op, &packs[i], (int)L.s[i].q->out, (int)L.s[i].q->in,
+                                     (const int8_t *)(f.data + gdl_st_find(&f, L.s[i].name)->begin),
+                                     (ptrdiff_t)L.s[i].q->in);
+        for (i = 0; i < L.n && rc == 0; i++) {
+            const gdl__qslot *e = &L.s[i];
+            const unsigned char *src = f.data + gdl_st_find(&f, e->name)->begin;
+            int64_t k;
+            if (e->q) {
+                memcpy(e->raw, src, (size_t)e->numel);
+                gdl__qpack_free(&e->q->pack);
+                e->q->pack = packs[i];
+                memset(&packs[i], 0, sizeof packs[i]);
+            } else if (!strcmp(e->dtype, "I32")) {
+                for (k = 0; k < e->numel; k++) ((int32_t *)e->raw)[k] = (int32_t)gdl__q_le32(src + 4 * k);
+            } else {
+                for (k = 0; k < e->numel; k++) {
+                    const uint32_t u = gdl__q_le32(src + 4 * k);
+                    float v;
+                    memcpy(&v, &u, 4);
+                    if (e->raw) ((float *)e->raw)[k] = v;
+                    else ((gdl_real *)e->t->data)[k] = (gdl_real)v;
+                }
+            }
+        }
+    }
+    if (packs)
+        for (i = 0; i < L.n; i++) gdl__qpack_free(&packs[i]);
+    GPUDL_FREE(packs);
+    gdl_st_free(&f);
+    GPUDL_FREE(L.s);
+    return rc;
+}
 /* ---------------------------------------------------------------------------
    [impl-train]   fit / evaluate with progress output, and checkpoints.
    ------------------------------------------------------------------------- */

@@ -313,6 +313,7 @@
    [api-graph]     27_api_graph.h                 a training step as a CUDA graph
    [api-dist]      28_api_dist.h                  processes, collectives, DDP, restarts
    [api-monitor]   29_api_monitor.h               NVML, memory statistics, the profiler
+   [api-quant]     29q_api_quant.h                INT8 quantization, the int8 GEMM
    [backend]       30_backend.h                   the kernel table GDL_BACKEND_ENTRIES
                    40_impl_prelude.h              the implementation: guards, includes
    [impl-errors]   41_errors.h                    gdl__set_error, gdl_last_error
@@ -322,6 +323,7 @@
    [impl-tensor]   45_tensor.h                    storage, tensors, RNG, f16/bf16, copies
    [impl-pool]     46_pool.h                      the CPU thread pool
    [impl-gemm]     47_gemm.h                      the CPU GEMM kernels (AVX, CBLAS)
+   [impl-gemm-int8] 48_gemm_int8.h                the CPU int8 GEMM kernels
    [impl-cpu]      50_cpu_core.h                  elementwise, reductions, softmax
                    51_cpu_conv_pool.h             im2col, pooling, copy2d, dropout
                    52_cpu_lowp.h                  native bf16/f16 elementwise kernels
@@ -340,6 +342,7 @@
                    81_optimizers.h                optimizers, master weights, flat blocks
                    82_gradscaler.h                GradScaler
                    83_schedulers.h                learning-rate schedulers
+   [impl-quant]    84_quant.h                     quantized modules and their files
    [impl-train]    85_train.h                     fit / evaluate, gdl_fit's CUDA graphs
                    86_checkpoints.h               checkpoints
    [impl-graph]    87_graph.h                     gdl_graph_capture / replay
@@ -405,7 +408,8 @@
    GPUDL_CUDA             enable the CUDA backend (link gpudl_cuda.cu)
    GPUDL_CBLAS            route the CPU GEMM to cblas_sgemm (link -lopenblas)
    GPUDL_GEMM_PORTABLE    use the portable C GEMM micro-kernel even where the
-                          compiler targets AVX2, AVX-512 or NEON (for tests)
+                          compiler targets AVX2, AVX-512 or NEON (for tests);
+                          the int8 GEMM's too ([impl-gemm-int8])
    GPUDL_ZLIB             read gzipped IDX files (link -lz)
    GPUDL_NO_THREADS       no pthreads: the CPU kernels run on one thread,
                           DataLoader workers inline

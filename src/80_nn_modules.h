@@ -1060,8 +1060,12 @@ static int gdl__nn_count_modules(const gdl_module *m) {
     return n;
 }
 
+/* (84_quant.h) a quantized module's parameter count (int8 weights, bias) and bytes; 0 for the others */
+static int64_t gdl__quant_params(const gdl_module *m, int64_t *bytes);
+
 static void gdl__nn_param_totals(const gdl_module *m, int64_t *total, int64_t *trainable, int64_t *buffers) {
     int i;
+    *total += gdl__quant_params(m, NULL);
     for (i = 0; i < m->nparam; i++) {
         *total += m->param[i].t->numel;
         if (m->param[i].t->requires_grad) *trainable += m->param[i].t->numel;
@@ -1131,6 +1135,7 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
         int64_t own = 0;
         int k;
         for (k = 0; k < r->nparam; k++) own += r->param[k].t->numel;
+        own += gdl__quant_params(r, NULL);
         if (i == 0) snprintf(label, sizeof label, "%s", r->kind_name);
         else snprintf(label, sizeof label, "%*s%s (%s)", 2 * rows[i].depth, "", gdl__nn_path(r), r->kind_name);
         if (rows[i].ran) snprintf(shape, sizeof shape, "%s", gdl__shape_fmt(rows[i].ndim, rows[i].shape));
@@ -1149,6 +1154,9 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
     fprintf(f, "Non-trainable params: %s\n", line);
     gdl__nn_count_str(buffers, line, sizeof line);
     fprintf(f, "Buffer elements: %s\n", line);
+    gdl__nn_count_str(gdl_module_nbytes(m), line, sizeof line);
+    fprintf(f, "Size: %s bytes (parameters and buffers as stored%s)\n", line,
+            gdl_module_is_quantized(m) ? "; int8 weights, f32 scales, i32 zero points" : "");
     fprintf(f, "Input shape: %s on %s\n", gdl__shape_fmt(ndim, input_shape), gdl_device_str(gdl_module_device(m)));
     GPUDL_FREE(rows);
     return 0;

@@ -1,0 +1,103 @@
+/* quant.c — the int8 Linear against our f32 Linear on the CPU (issue 28's
+   target: K and N >= 256 at batch >= 32, int8 at most 0.6x the f32 time),
+   side by side in one run: for each shape, the fastest of REPS timed stretches
+   of a forward pass of gdl_linear (f32) and of the DynamicQuantizedLinear
+   made from it (activations quantized per batch, the int8 GEMM, the f32
+   dequantization: the whole layer), and of the int8 GEMM alone
+   (gdl_gemm_u8s8_cpu on pre-quantized operands, including its packing of
+   B). Prints the CPU's kernels, the thread count and the ratios.
+
+   cc -O3 -march=native bench/quant.c -lm -pthread -o build/bench_quant && build/bench_quant
+   (GPUDL_NUM_THREADS=1 for one thread) */
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#define REPS 7
+
+static int cmp(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* the fastest of REPS stretches of ~0.05 s (seconds per call of fn): the least disturbed by other processes */
+static double timeit(int (*fn)(void *), void *ctx) {
+    double t[REPS];
+    int r, n, k;
+    for (k = 0; k < 3; k++) fn(ctx); /* warm-up */
+    for (r = 0; r < REPS; r++) {
+        double t0 = gdl_now();
+        n = 0;
+        do {
+            gdl_arena_reset();
+            if (fn(ctx) < 0) return -1;
+            n++;
+        } while (gdl_now() - t0 < 0.05);
+        t[r] = (gdl_now() - t0) / n;
+    }
+    qsort(t, REPS, sizeof t[0], cmp);
+    return t[0];
+}
+
+typedef struct {
+    gdl_module *m;
+    gdl_tensor *x;
+    int M, N, K;
+    uint8_t *a;
+    int8_t *b;
+    int32_t *c;
+} job;
+
+static int run_module(void *p) {
+    job *j = (job *)p;
+    return gdl_forward(j->m, j->x) ? 0 : -1;
+}
+static int run_gemm(void *p) {
+    job *j = (job *)p;
+    return gdl_gemm_u8s8_cpu(j->M, j->N, j->K, j->a, j->K, j->b, j->K, j->c, j->N);
+}
+
+int main(void) {
+    static const int shapes[][3] = {{32, 256, 256}, {64, 784, 256}, {64, 1024, 1024}, {256, 512, 512}, {1, 784, 128}};
+    size_t s;
+    gdl_set_grad_enabled(0);
+    printf("CPU GEMM kernels: f32 %s, int8 %s; %d threads\n", gdl_gemm_kernel_name(), gdl_gemm_int8_kernel_name(),
+           gdl_get_num_threads());
+    printf("%-18s %12s %12s %12s %10s %10s\n", "batch x K -> N", "f32 us", "int8 us", "GEMM us", "int8/f32",
+           "GEMM/f32");
+    for (s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        const int M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        gdl_module *lin = gdl_nn_linear(K, N, 1), *q = gdl_quantize_dynamic(lin, NULL);
+        job jf, jq;
+        double tf, tq, tg;
+        size_t i;
+        jf.x = jq.x = gdl_randn(GDL_DIMS(M, K), gdl_cpu());
+        jf.m = lin;
+        jq.m = q;
+        jq.M = M; jq.N = N; jq.K = K;
+        jq.a = (uint8_t *)malloc((size_t)M * K);
+        jq.b = (int8_t *)malloc((size_t)N * K);
+        jq.c = (int32_t *)malloc(sizeof(int32_t) * M * N);
+        if (!lin || !q || !jf.x || !jq.a || !jq.b || !jq.c) {
+            fprintf(stderr, "bench_quant: %s\n", gdl_last_error());
+            return 1;
+        }
+        for (i = 0; i < (size_t)M * K; i++) jq.a[i] = (uint8_t)(rand() & 127);
+        for (i = 0; i < (size_t)N * K; i++) jq.b[i] = (int8_t)((rand() & 255) - 128);
+        tf = timeit(run_module, &jf);
+        tq = timeit(run_module, &jq);
+        tg = timeit(run_gemm, &jq);
+        printf("%4d x %4d -> %4d %12.1f %12.1f %12.1f %10.2f %10.2f\n", M, K, N, 1e6 * tf, 1e6 * tq, 1e6 * tg, tq / tf,
+               tg / tf);
+        gdl_module_free(lin);
+        gdl_module_free(q);
+        gdl_free(jf.x);
+        free(jq.a);
+        free(jq.b);
+        free(jq.c);
+    }
+    gdl_shutdown();
+    return 0;
+}

@@ -1,0 +1,159 @@
+/* quantize.c — train a Fashion-MNIST MLP (784-256-128-10, ReLU) in f32, then
+   make it int8 three ways, as PyTorch's torch.ao.quantization does, and print
+   accuracy, size and inference speed side by side:
+     dynamic   gdl_quantize_dynamic: int8 weights, activations quantized per
+               batch at run time;
+     static    gdl_quant_prepare -> gdl_quant_calibrate (a few training
+               batches) -> gdl_quant_convert (Linear+ReLU fused);
+     QAT       gdl_quant_prepare_qat -> one more epoch of training with fake
+               quantization (observers frozen half way) -> gdl_quant_convert.
+   Each int8 model is saved to safetensors (quantize_*.safetensors: int8
+   weights, f32 scales, i32 zero points) next to the f32 one, and the file
+   sizes are printed. Speed: the test set's forward passes, batch 256, on the
+   CPU (quantized modules run there).
+
+   CPU:   cc -O2 -march=native examples/quantize.c -DGPUDL_ZLIB -lz -lm -pthread -o quantize
+   Run:   ./quantize [--data DIR] [--epochs N] [--batch-size N] [--seed N]
+   Data:  as mnist_mlp's (--data, $GPUDL_DATA, ./data, Debian's dataset-fashion-mnist). */
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "example_args.h"
+
+/* file size in bytes, -1 if it cannot be read */
+static long long file_size(const char *path) {
+    FILE *f = fopen(path, "rb");
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (f) fclose(f);
+    return n;
+}
+
+/* test accuracy and the milliseconds of the test pass (forward only: gdl_evaluate); -1 on error */
+static int measure(gdl_module *m, gdl_loader *test, double *acc, double *ms) {
+    double t0 = gdl_now(), best = 1e30;
+    int r;
+    for (r = 0; r < 3; r++) { /* the fastest of 3 passes: less noise from other processes */
+        t0 = gdl_now();
+        if (gdl_evaluate(m, test, NULL, NULL, NULL, acc) < 0) return -1;
+        if (gdl_now() - t0 < best) best = gdl_now() - t0;
+    }
+    *ms = 1000 * best;
+    return 0;
+}
+
+static int train(gdl_module *m, gdl_loader *l, int epochs, double lr) {
+    gdl_optimizer *opt = gdl_adam_new(lr, 0.9, 0.999, 1e-8, 0);
+    gdl_fit_opts fo = gdl_fit_defaults();
+    int rc;
+    if (!opt || gdl_optim_add_module(opt, m, 0) < 0) {
+        gdl_optim_free(opt);
+        return -1;
+    }
+    fo.epochs = epochs;
+    rc = gdl_fit(m, l, opt, &fo, NULL);
+    gdl_optim_free(opt);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    static const char *names[4] = {"f32", "dynamic int8", "static int8", "QAT int8"};
+    static const char *files[4] = {"quantize_f32.safetensors", "quantize_dynamic.safetensors",
+                                   "quantize_static.safetensors", "quantize_qat.safetensors"};
+    ex_args a = ex_defaults(3, 64);
+    gdl_dataset *train_ds = NULL, *test_ds = NULL;
+    gdl_loader *train_l = NULL, *test_l = NULL;
+    gdl_module *model = NULL, *q[4] = {NULL, NULL, NULL, NULL}, *prep = NULL, *qat = NULL;
+    gdl_loader_opts lo;
+    double acc[4], ms[4];
+    int i, rc = 1;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    switch (ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_SEED,
+                     "Trains a Fashion-MNIST MLP, quantizes it to int8 three ways (dynamic, static, QAT) and prints "
+                     "accuracy, size and speed side by side.")) {
+    case 1: return 0;
+    case 2: return 2;
+    }
+    gdl_manual_seed(a.seed);
+    if (!(train_ds = gdl_dataset_fashion_mnist(a.data, 1)) || !(test_ds = gdl_dataset_fashion_mnist(a.data, 0)))
+        goto fail;
+    lo = gdl_loader_defaults();
+    lo.batch_size = a.batch_size;
+    lo.shuffle = 1;
+    lo.transform.normalize = 1; /* the usual Fashion-MNIST mean and std */
+    lo.transform.mean[0] = 0.2860;
+    lo.transform.std[0] = 0.3530;
+    if (!(train_l = gdl_loader_new(train_ds, &lo))) goto fail;
+    lo.shuffle = 0;
+    lo.batch_size = 256;
+    if (!(test_l = gdl_loader_new(test_ds, &lo))) goto fail;
+    model = gdl_nn_sequential(6, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_linear(784, 256, 1), gdl_nn_relu(),
+                                                  gdl_nn_linear(256, 128, 1), gdl_nn_relu(), gdl_nn_linear(128, 10, 1)});
+    if (!model) goto fail;
+    printf("training the f32 model (%d epochs)\n", a.epochs);
+    if (train(model, train_l, a.epochs, 1e-3) < 0) goto fail;
+
+    /* the three ways */
+    if (!(q[1] = gdl_quantize_dynamic(model, NULL))) goto fail;
+    if (!(prep = gdl_quant_prepare(model, NULL)) || gdl_quant_calibrate(prep, train_l, 32) < 0 ||
+        !(q[2] = gdl_quant_convert(prep)))
+        goto fail;
+    gdl_loader_set_epoch(train_l, 100); /* a fresh epoch for QAT */
+    printf("quantization-aware training (1 epoch, observers frozen after half of it)\n");
+    if (!(qat = gdl_quant_prepare_qat(model, NULL))) goto fail;
+    {
+        gdl_optimizer *opt = gdl_adam_new(1e-4, 0.9, 0.999, 1e-8, 0);
+        gdl_tensor *x, *y;
+        int64_t b = 0, nb = gdl_loader_num_batches(train_l);
+        int got;
+        if (!opt || gdl_optim_add_module(opt, qat, 0) < 0) {
+            gdl_optim_free(opt);
+            goto fail;
+        }
+        gdl_module_train(qat, 1);
+        while ((got = gdl_loader_next(train_l, &x, &y)) == 1) {
+            gdl_tensor *loss;
+            gdl_arena_reset();
+            gdl_zero_grad(opt);
+            loss = gdl_cross_entropy(gdl_forward(qat, x), y);
+            if (!loss || gdl_backward(loss) < 0 || gdl_step(opt) < 0) got = -1;
+            if (got < 0) break;
+            if (++b == nb / 2 && gdl_quant_freeze_observers(qat, 1) < 0) {
+                got = -1;
+                break;
+            }
+        }
+        gdl_optim_free(opt);
+        if (got < 0) goto fail;
+    }
+    if (!(q[3] = gdl_quant_convert(qat))) goto fail;
+
+    q[0] = model;
+    if (gdl_save_model(model, files[0]) < 0) goto fail;
+    for (i = 1; i < 4; i++)
+        if (gdl_quant_save(q[i], files[i]) < 0) goto fail;
+    for (i = 0; i < 4; i++)
+        if (measure(q[i], test_l, &acc[i], &ms[i]) < 0) goto fail;
+    printf("\nCPU: %d threads, int8 GEMM %s, f32 GEMM %s\n", gdl_get_num_threads(), gdl_gemm_int8_kernel_name(),
+           gdl_gemm_kernel_name());
+    printf("%-14s %9s %10s %14s %14s %9s\n", "model", "accuracy", "vs f32", "tensors (B)", "file (B)", "test ms");
+    for (i = 0; i < 4; i++)
+        printf("%-14s %8.2f%% %+9.2f %14lld %14lld %9.1f\n", names[i], 100 * acc[i], 100 * (acc[i] - acc[0]),
+               (long long)gdl_module_nbytes(q[i]), file_size(files[i]), ms[i]);
+    printf("(file size of each int8 model / f32: %.2f, %.2f, %.2f; speed is noisy on a shared machine)\n",
+           (double)file_size(files[1]) / (double)file_size(files[0]),
+           (double)file_size(files[2]) / (double)file_size(files[0]),
+           (double)file_size(files[3]) / (double)file_size(files[0]));
+    rc = 0;
+fail:
+    if (rc) fprintf(stderr, "quantize: %s\n", gdl_last_error());
+    for (i = 1; i < 4; i++) gdl_module_free(q[i]);
+    gdl_module_free(prep);
+    gdl_module_free(qat);
+    gdl_module_free(model);
+    gdl_loader_free(train_l);
+    gdl_loader_free(test_l);
+    gdl_dataset_free(train_ds);
+    gdl_dataset_free(test_ds);
+    gdl_shutdown();
+    return rc;
+}

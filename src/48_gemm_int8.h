@@ -1,0 +1,453 @@
+/* ---------------------------------------------------------------------------
+   [impl-gemm-int8]  The CPU int8 GEMM of the quantized layers ([api-quant]):
+
+       C[M,N] (int32) = A[M,K] (u8) * B[N,K]^T (s8)
+
+   A is a batch of quantized activations, B a quantized weight in Linear's
+   layout [out, in], so C = x W^T. Every path computes the exact integer
+   sums, so all paths, tile sizes and thread counts give the same bits. K is
+   at most GDL_GEMM_INT8_MAX_K (65536): then no partial sum can leave int32
+   (65536 * 255 * 128 < 2^31), on any path.
+
+   B is packed once (a quantized layer packs its weight when it is made):
+   panels of NR columns, K padded to KP (a multiple of 4) with zeros, and in
+   a panel the 4 k's of each group side by side per column:
+       packed[p][g][j][r] = B[p*NR + j][4g + r]     (0 outside B)
+   which is the operand layout of the 4-wide dot-product instructions. Its
+   column sums (int32) are kept with it: the zero-point correction of the
+   quantized layers needs them, and so does the NEON path below. A is read
+   in place, rows KP bytes apart or more, the padding of each row any value
+   (it meets B's zero padding). The micro-kernel computes an MR x NR tile
+   into a local tile; the driver copies the valid part out.
+
+   Micro-kernels (chosen from what the compiler targets, as [impl-gemm]'s):
+     AVX-512 VNNI 8x32  vpdpbusd: u8 x s8, 4 products summed into an int32
+                        lane, exact. Needs -mavx512vnni -mavx512bw
+                        (-march=native on Cascade Lake, Ice Lake, Sapphire
+                        Rapids, Zen 4).
+     AVX2 4x16          vpmaddubsw (u8 x s8, pairs summed into int16 WITH
+                        SATURATION) then vpmaddwd by 1 into int32. A pair
+                        of products exceeds int16 only when an activation is
+                        above 127 (255*-128*2 = -65280), which is why
+                        PyTorch's x86 engine quantizes activations to 7 bits
+                        (reduce_range). Here: rows whose activations are all
+                        <= 127 (the quantized layers' activations, which are
+                        7-bit as PyTorch's) take that fast form; a tile with
+                        a byte above 127 splits each activation a = l + 128h
+                        (l <= 127, h in {0, 1}) and sums l*b and h*b with
+                        two vpmaddubsw, the second scaled by 128 in
+                        vpmaddwd: exact for all u8, at twice the cost. So
+                        the AVX2 path is exact for any input.
+     NEON sdot 8x8      (AArch64 with the dot-product extension,
+                        __ARM_FEATURE_DOTPROD: -march=armv8.2-a+dotprod,
+                        Cortex-A55/A76 and later) vdotq_s32 is s8 x s8, so
+                        activations enter as a - 128 (a XOR 0x80) and
+                        128 * colsum(B) is added back: exact.
+     NEON 4x8           (any AArch64) the same a - 128, products by vmull_s8
+                        (each fits int16: |128*128|), pairs widened and
+                        summed into int32 by vpadalq_s16: exact.
+     portable 4x8       plain C; also -DGPUDL_GEMM_PORTABLE.
+   Threads: the MR x NR tiles are cut into contiguous ranges, one task per
+   range ([impl-pool]); every tile is computed whole by one task, so the
+   threads change nothing but the time.
+   ------------------------------------------------------------------------- */
+
+#if !defined(GPUDL_GEMM_PORTABLE)
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512F__)
+#include <immintrin.h>
+#define GDL__QG_VNNI 1
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define GDL__QG_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
+#include <arm_neon.h>
+#define GDL__QG_SDOT 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+#define GDL__QG_NEON 1
+#endif
+#endif
+
+#if defined(GDL__QG_VNNI)
+#define GDL__QG_MR 8
+#define GDL__QG_NR 32
+#elif defined(GDL__QG_AVX2)
+#define GDL__QG_MR 4
+#define GDL__QG_NR 16
+#elif defined(GDL__QG_SDOT)
+#define GDL__QG_MR 8
+#define GDL__QG_NR 8
+#else /* NEON without sdot, portable */
+#define GDL__QG_MR 4
+#define GDL__QG_NR 8
+#endif
+#if defined(GDL__QG_SDOT) || defined(GDL__QG_NEON)
+#define GDL__QG_SIGNED_A 1 /* the kernel multiplies a - 128: the driver adds 128 * colsum */
+#endif
+
+/* A packed B (gdl__qpack_init): npanel panels of NR columns x KP bytes. */
+typedef struct gdl__qpack {
+    int N, K, KP, npanel;
+    int8_t *b;       /* npanel * NR * KP bytes, 64-byte aligned inside raw */
+    int32_t *colsum; /* [N]: sum over k of B[n][k] */
+    void *raw;
+} gdl__qpack;
+
+static void gdl__qpack_free(gdl__qpack *p) {
+    if (!p) return;
+    GPUDL_FREE(p->raw);
+    GPUDL_FREE(p->colsum);
+    memset(p, 0, sizeof *p);
+}
+
+/* The checks every entry makes; 0, or -1 after the error naming op. */
+static int gdl__qgemm_check(const char *op, int M, int N, int K) {
+    if (M < 0 || N < 0 || K < 0 || K > GDL_GEMM_INT8_MAX_K) {
+        gdl__set_error("%s: the int8 GEMM cannot take M=%d N=%d K=%d: sizes must be >= 0 and K <= %d (beyond it an "
+                       "int32 sum of u8*s8 products could overflow)", op, M, N, K, GDL_GEMM_INT8_MAX_K);
+        return -1;
+    }
+    return 0;
+}
+
+/* Packs B [N, K] (rows ldb apart) for the kernel. 0 / -1. */
+static int gdl__qpack_init(const char *op, gdl__qpack *p, int N, int K, const int8_t *B, ptrdiff_t ldb) {
+    const int NR = GDL__QG_NR;
+    int n, k;
+    size_t bytes;
+    memset(p, 0, sizeof *p);
+    if (gdl__qgemm_check(op, 1, N, K) < 0) return -1;
+    p->N = N;
+    p->K = K;
+    p->KP = (K + 3) / 4 * 4;
+    p->npanel = (N + NR - 1) / NR;
+    bytes = (size_t)p->npanel * NR * (size_t)p->KP;
+    p->raw = GPUDL_MALLOC(bytes + 64);
+    p->colsum = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)(N ? N : 1));
+    if (!p->raw || !p->colsum) {
+        gdl__qpack_free(p);
+        gdl__set_error("%s: out of memory packing a %dx%d int8 weight", op, N, K);
+        return -1;
+    }
+    p->b = (int8_t *)(((uintptr_t)p->raw + 63) & ~(uintptr_t)63);
+    memset(p->b, 0, bytes);
+    for (n = 0; n < N; n++) {
+        const int8_t *src = B + (ptrdiff_t)n * ldb;
+        int8_t *dst = p->b + (size_t)(n / NR) * NR * p->KP + (size_t)(n % NR) * 4;
+        int32_t s = 0;
+        for (k = 0; k < K; k++) {
+            dst[(size_t)(k / 4) * NR * 4 + (k & 3)] = src[k];
+            s += src[k];
+        }
+        p->colsum[n] = s;
+    }
+    return 0;
+}
+
+/* --- micro-kernels --------------------------------------------------------
+   gdl__qg_kernel(kg, a, lda, m, b, wide, tile): tile[i*NR + j] = sum over the
+   kg groups of 4 k's of a[i][k] * b (packed panel), for rows i < m of A
+   (rows lda bytes apart; rows m..MR-1 repeat row m-1 and are discarded).
+   wide (AVX2 only): some activation of these rows is above 127. */
+
+#if defined(GDL__QG_VNNI)
+
+#define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+#define GDL__QG_DECL(r)                                                   \
+    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
+    __m512i c##r##_0 = _mm512_setzero_si512(), c##r##_1 = _mm512_setzero_si512();
+    GDL__QG_ROWS(GDL__QG_DECL)
+#undef GDL__QG_DECL
+    int g;
+    (void)wide;
+    for (g = 0; g < kg; g++) {
+        const __m512i b0 = _mm512_load_si512((const void *)b), b1 = _mm512_load_si512((const void *)(b + 64));
+        int32_t v;
+        __m512i av;
+#define GDL__QG_DOT(r)                                   \
+    memcpy(&v, a##r + 4 * g, 4);                         \
+    av = _mm512_set1_epi32(v);                           \
+    c##r##_0 = _mm512_dpbusd_epi32(c##r##_0, av, b0);    \
+    c##r##_1 = _mm512_dpbusd_epi32(c##r##_1, av, b1);
+        GDL__QG_ROWS(GDL__QG_DOT)
+#undef GDL__QG_DOT
+        b += 128;
+    }
+#define GDL__QG_STORE(r)                                                        \
+    _mm512_storeu_si512((void *)(tile + (r) * 32), c##r##_0);                   \
+    _mm512_storeu_si512((void *)(tile + (r) * 32 + 16), c##r##_1);
+    GDL__QG_ROWS(GDL__QG_STORE)
+#undef GDL__QG_STORE
+}
+#undef GDL__QG_ROWS
+
+#elif defined(GDL__QG_AVX2)
+
+#define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3)
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+#define GDL__QG_DECL(r)                                                   \
+    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
+    __m256i c##r##_0 = _mm256_setzero_si256(), c##r##_1 = _mm256_setzero_si256();
+    GDL__QG_ROWS(GDL__QG_DECL)
+#undef GDL__QG_DECL
+    const __m256i ones = _mm256_set1_epi16(1), v128 = _mm256_set1_epi16(128);
+    int g;
+    if (!wide) { /* activations <= 127: a pair of products fits int16 */
+        for (g = 0; g < kg; g++) {
+            const __m256i b0 = _mm256_load_si256((const __m256i *)b), b1 = _mm256_load_si256((const __m256i *)(b + 32));
+            int32_t v;
+            __m256i av;
+#define GDL__QG_DOT(r)                                                                          \
+    memcpy(&v, a##r + 4 * g, 4);                                                                \
+    av = _mm256_set1_epi32(v);                                                                  \
+    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
+    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones));
+            GDL__QG_ROWS(GDL__QG_DOT)
+#undef GDL__QG_DOT
+            b += 64;
+        }
+    } else { /* a = l + 128 h: l*b and h*b never saturate */
+        for (g = 0; g < kg; g++) {
+            const __m256i b0 = _mm256_load_si256((const __m256i *)b), b1 = _mm256_load_si256((const __m256i *)(b + 32));
+            uint32_t v;
+            __m256i lo, hi;
+#define GDL__QG_DOT(r)                                                                                       \
+    memcpy(&v, a##r + 4 * g, 4);                                                                             \
+    lo = _mm256_set1_epi32((int32_t)(v & 0x7F7F7F7Fu));                                                      \
+    hi = _mm256_set1_epi32((int32_t)((v >> 7) & 0x01010101u));                                               \
+    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b0), ones));            \
+    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b0), v128));            \
+    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b1), ones));            \
+    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b1), v128));
+            GDL__QG_ROWS(GDL__QG_DOT)
+#undef GDL__QG_DOT
+            b += 64;
+        }
+    }
+#define GDL__QG_STORE(r)                                                        \
+    _mm256_storeu_si256((__m256i *)(tile + (r) * 16), c##r##_0);                \
+    _mm256_storeu_si256((__m256i *)(tile + (r) * 16 + 8), c##r##_1);
+    GDL__QG_ROWS(GDL__QG_STORE)
+#undef GDL__QG_STORE
+}
+#undef GDL__QG_ROWS
+
+#elif defined(GDL__QG_SDOT)
+
+#define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+#define GDL__QG_DECL(r)                                                   \
+    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
+    int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = vdupq_n_s32(0);
+    GDL__QG_ROWS(GDL__QG_DECL)
+#undef GDL__QG_DECL
+    const uint8x16_t flip = vdupq_n_u8(0x80);
+    int g;
+    (void)wide;
+    for (g = 0; g < kg; g++) {
+        const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
+        int32_t v;
+        int8x16_t av;
+#define GDL__QG_DOT(r)                                                                         \
+    memcpy(&v, a##r + 4 * g, 4);                                                               \
+    av = vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_s32(vdupq_n_s32(v)), flip));            \
+    c##r##_0 = vdotq_s32(c##r##_0, b0, av);                                                    \
+    c##r##_1 = vdotq_s32(c##r##_1, b1, av);
+        GDL__QG_ROWS(GDL__QG_DOT)
+#undef GDL__QG_DOT
+        b += 32;
+    }
+#define GDL__QG_STORE(r)                       \
+    vst1q_s32(tile + (r) * 8, c##r##_0);       \
+    vst1q_s32(tile + (r) * 8 + 4, c##r##_1);
+    GDL__QG_ROWS(GDL__QG_STORE)
+#undef GDL__QG_STORE
+}
+#undef GDL__QG_ROWS
+
+#elif defined(GDL__QG_NEON)
+
+/* per row 4 accumulators of 2 columns each: lanes (j, k0+k1), (j, k2+k3), (j+1, ...), folded at the end */
+#define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3)
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+#define GDL__QG_DECL(r)                                                   \
+    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
+    int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = c##r##_0, c##r##_2 = c##r##_0, c##r##_3 = c##r##_0;
+    GDL__QG_ROWS(GDL__QG_DECL)
+#undef GDL__QG_DECL
+    const uint8x16_t flip = vdupq_n_u8(0x80);
+    int g;
+    (void)wide;
+    for (g = 0; g < kg; g++) {
+        const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
+        int32_t v;
+        int8x16_t av;
+#define GDL__QG_DOT(r)                                                                         \
+    memcpy(&v, a##r + 4 * g, 4);                                                               \
+    av = vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_s32(vdupq_n_s32(v)), flip));            \
+    c##r##_0 = vpadalq_s16(c##r##_0, vmull_s8(vget_low_s8(b0), vget_low_s8(av)));              \
+    c##r##_1 = vpadalq_s16(c##r##_1, vmull_high_s8(b0, av));                                   \
+    c##r##_2 = vpadalq_s16(c##r##_2, vmull_s8(vget_low_s8(b1), vget_low_s8(av)));              \
+    c##r##_3 = vpadalq_s16(c##r##_3, vmull_high_s8(b1, av));
+        GDL__QG_ROWS(GDL__QG_DOT)
+#undef GDL__QG_DOT
+        b += 32;
+    }
+#define GDL__QG_STORE(r)                                                \
+    vst1q_s32(tile + (r) * 8, vpaddq_s32(c##r##_0, c##r##_1));          \
+    vst1q_s32(tile + (r) * 8 + 4, vpaddq_s32(c##r##_2, c##r##_3));
+    GDL__QG_ROWS(GDL__QG_STORE)
+#undef GDL__QG_STORE
+}
+#undef GDL__QG_ROWS
+
+#else /* portable */
+
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+    int32_t acc[GDL__QG_MR][GDL__QG_NR];
+    int i, j, g, r;
+    (void)wide;
+    memset(acc, 0, sizeof acc);
+    for (g = 0; g < kg; g++, b += GDL__QG_NR * 4)
+        for (i = 0; i < GDL__QG_MR; i++) {
+            const uint8_t *ai = a + (ptrdiff_t)(i < m ? i : m - 1) * lda + 4 * g;
+            for (j = 0; j < GDL__QG_NR; j++)
+                for (r = 0; r < 4; r++) acc[i][j] += (int32_t)ai[r] * b[j * 4 + r];
+        }
+    memcpy(tile, acc, sizeof acc);
+}
+
+#endif
+
+/* --- driver --------------------------------------------------------------- */
+
+typedef struct gdl__qgemm_job {
+    int M, mt;             /* rows, row tiles */
+    const uint8_t *A;
+    ptrdiff_t lda, ldc;
+    const gdl__qpack *p;
+    const unsigned char *wide; /* per row tile (AVX2), or NULL */
+    int32_t *C;
+} gdl__qgemm_job;
+
+/* Tiles [lo, hi): tile u is row tile u % mt of panel u / mt (a panel stays in
+   cache while the row tiles pass). */
+static void gdl__qgemm_range(const void *ctx, int64_t lo, int64_t hi) {
+    const gdl__qgemm_job *j = (const gdl__qgemm_job *)ctx;
+    const gdl__qpack *p = j->p;
+    int32_t tile[GDL__QG_MR * GDL__QG_NR];
+    int64_t u;
+    for (u = lo; u < hi; u++) {
+        const int panel = (int)(u / j->mt), rt = (int)(u % j->mt);
+        const int i0 = rt * GDL__QG_MR, j0 = panel * GDL__QG_NR;
+        const int m = j->M - i0 < GDL__QG_MR ? j->M - i0 : GDL__QG_MR;
+        const int n = p->N - j0 < GDL__QG_NR ? p->N - j0 : GDL__QG_NR;
+        int i, c;
+        gdl__qg_kernel(p->KP / 4, j->A + (ptrdiff_t)i0 * j->lda, j->lda, m, p->b + (size_t)panel * GDL__QG_NR * p->KP,
+                       j->wide ? j->wide[rt] : 1, tile);
+        for (i = 0; i < m; i++) {
+            int32_t *ci = j->C + (ptrdiff_t)(i0 + i) * j->ldc + j0;
+            const int32_t *ti = tile + i * GDL__QG_NR;
+#ifdef GDL__QG_SIGNED_A
+            for (c = 0; c < n; c++) ci[c] = ti[c] + 128 * p->colsum[j0 + c];
+#else
+            for (c = 0; c < n; c++) ci[c] = ti[c];
+#endif
+        }
+    }
+}
+
+/* C [M, N] (rows ldc apart) = A [M, K] * B^T for a packed B; A's rows are
+   lda >= KP bytes apart, readable up to KP. 0 / -1 (out of memory). */
+static int gdl__qgemm(const char *op, int M, const uint8_t *A, ptrdiff_t lda, const gdl__qpack *p, int32_t *C,
+                      ptrdiff_t ldc) {
+    gdl__qgemm_job j;
+    unsigned char *wide = NULL;
+    int64_t ntiles;
+    if (M <= 0 || p->N <= 0) return 0;
+    j.M = M;
+    j.mt = (M + GDL__QG_MR - 1) / GDL__QG_MR;
+    j.A = A;
+    j.lda = lda;
+    j.ldc = ldc;
+    j.p = p;
+    j.C = C;
+    j.wide = NULL;
+    if (p->K == 0) {
+        int i;
+        for (i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, sizeof(int32_t) * (size_t)p->N);
+        return 0;
+    }
+#ifdef GDL__QG_AVX2
+    { /* which row tiles hold an activation above 127 (the exact, slower form) */
+        int t, i, k;
+        if (!(wide = (unsigned char *)GPUDL_MALLOC((size_t)j.mt))) {
+            gdl__set_error("%s: out of memory", op);
+            return -1;
+        }
+        for (t = 0; t < j.mt; t++) {
+            unsigned acc = 0;
+            for (i = t * GDL__QG_MR; i < M && i < (t + 1) * GDL__QG_MR; i++)
+                for (k = 0; k < p->KP; k++) acc |= A[(ptrdiff_t)i * lda + k];
+            wide[t] = (acc & 0x80) != 0;
+        }
+        j.wide = wide;
+    }
+#endif
+    (void)op;
+    ntiles = (int64_t)j.mt * p->npanel;
+    gdl__parallel_for(ntiles, (int64_t)M * p->N * (p->KP / 16), gdl__qgemm_range, &j);
+    GPUDL_FREE(wide);
+    return 0;
+}
+
+GPUDL_API int gdl_gemm_u8s8_cpu(int M, int N, int K, const uint8_t *A, int lda, const int8_t *B, int ldb, int32_t *C,
+                                int ldc) {
+    const char *op = "gdl_gemm_u8s8_cpu";
+    gdl__qpack p;
+    uint8_t *a = NULL;
+    int KP, i, rc;
+    if (gdl__qgemm_check(op, M, N, K) < 0) return -1;
+    if (M == 0 || N == 0) return 0;
+    if ((K > 0 && (!A || !B)) || !C || lda < K || ldb < K || ldc < N) {
+        gdl__set_error("%s: bad arguments: A %s, B %s, C %s, lda %d, ldb %d (>= K = %d), ldc %d (>= N = %d)", op,
+                       A ? "given" : "NULL", B ? "given" : "NULL", C ? "given" : "NULL", lda, ldb, K, ldc, N);
+        return -1;
+    }
+    if (gdl__qpack_init(op, &p, N, K, B, ldb) < 0) return -1;
+    KP = p.KP;
+    /* A's rows with KP bytes each (the last group of a row read whole) */
+    if (!(a = (uint8_t *)GPUDL_MALLOC((size_t)M * KP + 1))) {
+        gdl__qpack_free(&p);
+        gdl__set_error("%s: out of memory", op);
+        return -1;
+    }
+    for (i = 0; i < M; i++) {
+        if (K) memcpy(a + (size_t)i * KP, A + (ptrdiff_t)i * lda, (size_t)K);
+        memset(a + (size_t)i * KP + K, 0, (size_t)(KP - K));
+    }
+    rc = gdl__qgemm(op, M, a, KP, &p, C, ldc);
+    GPUDL_FREE(a);
+    gdl__qpack_free(&p);
+    return rc;
+}
+
+GPUDL_API const char *gdl_gemm_int8_kernel_name(void) {
+#if defined(GDL__QG_VNNI)
+    return "avx512vnni 8x32";
+#elif defined(GDL__QG_AVX2)
+    return "avx2 4x16";
+#elif defined(GDL__QG_SDOT)
+    return "neon-sdot 8x8";
+#elif defined(GDL__QG_NEON)
+    return "neon 4x8";
+#else
+    return "portable 4x8";
+#endif
+}

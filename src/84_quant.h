@@ -1,0 +1,1156 @@
+/* ---------------------------------------------------------------------------
+   [impl-quant]  Quantized modules ([api-quant]): dynamic quantization of
+   Linear, static post-training quantization of Linear and Conv2d (observers,
+   prepare / calibrate / convert), model copies, sizes, safetensors files.
+   Front end on the CPU: the layers quantize, call the int8 GEMM of
+   [impl-gemm-int8] and dequantize on host memory.
+   ------------------------------------------------------------------------- */
+
+/* round half to even, as nearbyintf in the default rounding mode, without a call into libm (the
+   quantization loops run it per element, vectorised): adding and taking away big = 1.5 * 2^23 leaves v
+   rounded to an integer wherever |v| < 2^22. Larger values (there is no NaN here) come back within 1 of v,
+   which every caller then clamps into an 8-bit range anyway. big comes from gdl__q_big(), a volatile read
+   the compiler cannot fold, so the sum survives any flags (-ffast-math would otherwise cancel it). */
+static volatile float gdl__q_big_v = 12582912.0f;
+static float gdl__q_big(void) { return gdl__q_big_v; }
+static float gdl__q_round(float v, float big) {
+    const float t = v + big; /* an assignment: rounded to float also where float maths is wider (x87) */
+    return t - big;
+}
+
+/* min and max of x[0, n) (0 when n is 0) in 8 independent chains; 1 if x holds a NaN */
+static int gdl__q_minmax(const gdl_real *x, int64_t n, float *lo, float *hi) {
+    float l[8] = {0}, h[8] = {0};
+    int64_t i;
+    int k, bad = 0;
+    if (n > 0)
+        for (k = 0; k < 8; k++) l[k] = h[k] = (float)x[0];
+    for (i = 0; i + 8 <= n; i += 8)
+        for (k = 0; k < 8; k++) {
+            const float v = (float)x[i + k];
+            bad |= v != v;
+            l[k] = v < l[k] ? v : l[k];
+            h[k] = v > h[k] ? v : h[k];
+        }
+    for (; i < n; i++) {
+        const float v = (float)x[i];
+        bad |= v != v;
+        l[0] = v < l[0] ? v : l[0];
+        h[0] = v > h[0] ? v : h[0];
+    }
+    for (k = 1; k < 8; k++) {
+        l[0] = l[k] < l[0] ? l[k] : l[0];
+        h[0] = h[k] > h[0] ? h[k] : h[0];
+    }
+    *lo = l[0];
+    *hi = h[0];
+    return bad;
+}
+
+GPUDL_API gdl_qconfig gdl_qconfig_default(void) {
+    gdl_qconfig q;
+    memset(&q, 0, sizeof q);
+    q.per_channel = 1;
+    q.reduce_range = 1;
+    q.observer = GDL_QOBS_MINMAX;
+    q.averaging_constant = 0.01;
+    q.percentile = 0.9999;
+    return q;
+}
+
+GPUDL_API int gdl_choose_qparams(float min, float max, int qmin, int qmax, float *scale, int32_t *zero_point) {
+    double s, zmin, zmax, emin, emax, z;
+    if (!scale || !zero_point) {
+        gdl__null_arg("gdl_choose_qparams", !scale ? "scale" : "zero_point");
+        return -1;
+    }
+    if (qmin >= qmax || min != min || max != max || min > max) {
+        gdl__set_error("gdl_choose_qparams: bad range [%g, %g] or integer range [%d, %d]", (double)min, (double)max,
+                       qmin, qmax);
+        return -1;
+    }
+    /* fbgemm's ChooseQuantizationParams (preserve_sparsity off), in its order of operations */
+    if (min > 0) min = 0;
+    if (max < 0) max = 0;
+    s = ((double)max - min) / ((double)qmax - qmin);
+    if ((float)s == 0.0f || isinf(1.0f / (float)s)) s = 0.1;
+    if (s < 6.1e-5) { /* fbgemm's SMALL_SCALE_THRESHOLD: widen the range instead */
+        const float org = (float)s, th = 6.1e-5f;
+        s = th;
+        if (min == 0.0f) max = th * (float)(qmax - qmin);
+        else if (max == 0.0f) min = -th * (float)(qmax - qmin);
+        else {
+            min *= th / org;
+            max *= th / org;
+        }
+    }
+    s = (float)s; /* the scale used is the float one */
+    zmin = qmin - min / s;
+    zmax = qmax - max / s;
+    emin = fabs((double)qmin) - fabs(min / s);
+    emax = fabs((double)qmax) - fabs(max / s);
+    z = emin < emax ? zmin : zmax;
+    *scale = (float)s;
+    *zero_point = z < qmin ? qmin : z > qmax ? qmax : (int32_t)nearbyint(z);
+    return 0;
+}
+
+/* PyTorch's observers' affine parameters (UniformQuantizationObserverBase._calculate_qparams, per tensor,
+   in float32): the range widened to hold 0, scale (max - min) / (qmax - qmin) at least FLT_EPSILON, zero point
+   qmin - round_half_even(min / scale), clamped. */
+static void gdl__qparams_affine(float lo, float hi, int qmin, int qmax, float *s, int32_t *z) {
+    const float mn = lo < 0 ? lo : 0, mx = hi > 0 ? hi : 0;
+    float sc = (mx - mn) / (float)(qmax - qmin), r;
+    if (sc < FLT_EPSILON) sc = FLT_EPSILON;
+    r = (float)qmin - gdl__q_round(mn / sc, gdl__q_big());
+    *s = sc;
+    *z = r < (float)qmin ? qmin : r > (float)qmax ? qmax : (int32_t)r;
+}
+
+/* ---- observers (activations, per tensor) ---- */
+
+#define GDL__QHIST_BINS 2048
+
+typedef struct gdl__qobs {
+    int kind;            /* GDL_QOBS_* */
+    double c, pct;       /* moving average's constant; the histogram's percentile */
+    int64_t batches;     /* batches seen */
+    float lo, hi;        /* min-max, or their moving averages; the histogram's range */
+    double *hist;        /* GDL__QHIST_BINS counts over [lo, hi] */
+} gdl__qobs;
+
+/* Re-bins the histogram's counts onto [lo, hi] (a range that holds the old one): each old bin's count goes
+   to the new bin holding its centre. */
+static void gdl__qobs_rebin(gdl__qobs *o, float lo, float hi) {
+    double tmp[GDL__QHIST_BINS];
+    const double w = ((double)o->hi - o->lo) / GDL__QHIST_BINS, nw = ((double)hi - lo) / GDL__QHIST_BINS;
+    int i;
+    memcpy(tmp, o->hist, sizeof tmp);
+    memset(o->hist, 0, sizeof tmp);
+    for (i = 0; i < GDL__QHIST_BINS; i++)
+        if (tmp[i] != 0) {
+            int b = nw > 0 ? (int)((o->lo + (i + 0.5) * w - lo) / nw) : 0;
+            o->hist[b < 0 ? 0 : b >= GDL__QHIST_BINS ? GDL__QHIST_BINS - 1 : b] += tmp[i];
+        }
+    o->lo = lo;
+    o->hi = hi;
+}
+
+/* One batch of values. 0 / -1 (NaN or inf: no range can be taken from them). */
+static int gdl__qobs_add(const char *what, gdl__qobs *o, const gdl_real *x, int64_t n) {
+    float bl = 0, bh = 0;
+    int64_t i;
+    int bad = 0;
+    if (n <= 0) return 0;
+    bad = gdl__q_minmax(x, n, &bl, &bh);
+    if (bad || isinf(bl) || isinf(bh)) {
+        gdl__set_error("gdl_forward: %s: the observed tensor holds NaN or inf", what);
+        return -1;
+    }
+    if (o->kind == GDL_QOBS_MOVING_AVERAGE && o->batches > 0) {
+        o->lo = (float)(o->lo + o->c * ((double)bl - o->lo));
+        o->hi = (float)(o->hi + o->c * ((double)bh - o->hi));
+    } else if (o->kind != GDL_QOBS_HISTOGRAM) {
+        if (o->batches == 0 || bl < o->lo) o->lo = bl;
+        if (o->batches == 0 || bh > o->hi) o->hi = bh;
+    } else {
+        double w;
+        if (!o->hist && !(o->hist = (double *)GPUDL_MALLOC(sizeof(double) * GDL__QHIST_BINS))) {
+            gdl__set_error("gdl_forward: %s: out of memory", what);
+            return -1;
+        }
+        if (o->batches == 0) {
+            memset(o->hist, 0, sizeof(double) * GDL__QHIST_BINS);
+            o->lo = bl;
+            o->hi = bh > bl ? bh : bl + (fabsf(bl) > 1 ? fabsf(bl) * 1e-6f : 1e-6f);
+        } else if (bl < o->lo || bh > o->hi) {
+            gdl__qobs_rebin(o, bl < o->lo ? bl : o->lo, bh > o->hi ? bh : o->hi);
+        }
+        w = ((double)o->hi - o->lo) / GDL__QHIST_BINS;
+        for (i = 0; i < n; i++) {
+            int b = (int)(((double)x[i] - o->lo) / w);
+            o->hist[b < 0 ? 0 : b >= GDL__QHIST_BINS ? GDL__QHIST_BINS - 1 : b] += 1;
+        }
+    }
+    o->batches++;
+    return 0;
+}
+
+/* The observer's range: min-max, the moving averages, or the histogram's percentiles (pct and 1 - pct). */
+static void gdl__qobs_range(const gdl__qobs *o, float *lo, float *hi) {
+    double total = 0, acc = 0, w;
+    int i, first = -1, last = -1;
+    *lo = o->lo;
+    *hi = o->hi;
+    if (o->kind != GDL_QOBS_HISTOGRAM || !o->hist) return;
+    for (i = 0; i < GDL__QHIST_BINS; i++) total += o->hist[i];
+    w = ((double)o->hi - o->lo) / GDL__QHIST_BINS;
+    for (i = 0; i < GDL__QHIST_BINS; i++) {
+        acc += o->hist[i];
+        if (first < 0 && acc > (1 - o->pct) * total) first = i;
+        if (last < 0 && acc >= o->pct * total) last = i;
+    }
+    if (first > 0) *lo = (float)(o->lo + first * w); /* bin 0 keeps the exact minimum */
+    if (last >= 0 && last < GDL__QHIST_BINS - 1) *hi = (float)(o->lo + (last + 1) * w);
+}
+
+/* ---- quantized layers: DynamicQuantizedLinear, QuantizedLinear(ReLU), QuantizedConv(ReLU)2d ---- */
+
+enum { GDL__Q_DYNAMIC, GDL__Q_STATIC };
+
+typedef struct gdl__qlayer {
+    int mode, conv, relu;  /* GDL__Q_*; a Conv2d; ReLU fused */
+    int64_t in, out;       /* the GEMM's K (in_features, or in_channels*kh*kw) and N */
+    int64_t ia[12];        /* the float module's configuration (Conv2d: geometry) */
+    int per_channel, reduce_range;
+    int8_t *w;             /* [out][in] */
+    float *w_scale;        /* [out], or [1] per tensor */
+    int32_t *w_zp;         /* as w_scale: all 0 (symmetric) */
+    float *bias;           /* [out] or NULL */
+    float in_scale, out_scale;   /* static: the activations' parameters */
+    int32_t in_zp, out_zp;
+    gdl__qpack pack;       /* w packed for the GEMM, with its row sums */
+} gdl__qlayer;
+
+static void gdl__qlayer_free(void *p) {
+    gdl__qlayer *q = (gdl__qlayer *)p;
+    if (!q) return;
+    GPUDL_FREE(q->w);
+    GPUDL_FREE(q->w_scale);
+    GPUDL_FREE(q->w_zp);
+    GPUDL_FREE(q->bias);
+    gdl__qpack_free(&q->pack);
+    GPUDL_FREE(q);
+}
+
+static int64_t gdl__qlayer_nscale(const gdl__qlayer *q) { return q->per_channel ? q->out : 1; }
+static int gdl__qlayer_qmax(const gdl__qlayer *q) { return q->reduce_range ? 127 : 255; }
+
+/* Symmetric int8 weights from an f32 [out][in] (PyTorch's (per_channel_)symmetric MinMax observer): the
+   scale of each row (or of the whole) is max(|min|, |max|) / 127.5, at least FLT_EPSILON. */
+static void gdl__qlayer_quantize_weight(gdl__qlayer *q, const gdl_real *w) {
+    const int64_t rows = q->per_channel ? 1 : q->out, groups = gdl__qlayer_nscale(q);
+    const float big = gdl__q_big();
+    int64_t g, i;
+    for (g = 0; g < groups; g++) {
+        const gdl_real *src = w + g * rows * q->in;
+        int8_t *dst = q->w + g * rows * q->in;
+        float lo = 0, hi = 0, s, inv;
+        for (i = 0; i < rows * q->in; i++) {
+            const float v = (float)src[i];
+            if (v < lo) lo = v;
+            if (v > hi) hi = v;
+        }
+        s = (-lo > hi ? -lo : hi) / 127.5f;
+        if (s < FLT_EPSILON) s = FLT_EPSILON;
+        inv = 1.0f / s;
+        for (i = 0; i < rows * q->in; i++) {
+            const float r = gdl__q_round((float)src[i] * inv, big);
+            dst[i] = (int8_t)(r < -128 ? -128 : r > 127 ? 127 : r);
+        }
+        q->w_scale[g] = s;
+        q->w_zp[g] = 0;
+    }
+}
+
+static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x);
+static int gdl__is_qlayer(const gdl_module *m) { return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__qlayer_forward; }
+
+static const char *gdl__qlayer_kind(const gdl__qlayer *q) {
+    if (q->mode == GDL__Q_DYNAMIC) return "DynamicQuantizedLinear";
+    if (q->conv) return q->relu ? "QuantizedConvReLU2d" : "QuantizedConv2d";
+    return q->relu ? "QuantizedLinearReLU" : "QuantizedLinear";
+}
+
+/* A quantized layer from a Linear or Conv2d's module configuration (ia), its f32 weight and bias (CPU), and
+   for a static layer the activations' parameters. */
+static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, int conv, int relu, const int64_t *ia,
+                                   const gdl_tensor *W, const gdl_tensor *b, const gdl_qconfig *qc,
+                                   const float *act_s, const int32_t *act_z) {
+    gdl__qlayer *q;
+    gdl_module *m;
+    int64_t i;
+    if (W->device.type != GDL_DEVICE_CPU || W->dtype != GDL_F32 ||
+        (b && (b->device.type != GDL_DEVICE_CPU || b->dtype != GDL_F32))) {
+        gdl__set_error("%s: %s has a %s weight on %s: quantized modules are made from f32 weights on the CPU "
+                       "(gdl_module_to(m, gdl_cpu()) first)", op, who, gdl_dtype_name(W->dtype),
+                       gdl_device_str(W->device));
+        return NULL;
+    }
+    if (conv && ia[10] != 1) {
+        gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, who, (long long)ia[10]);
+        return NULL;
+    }
+    if (!(q = (gdl__qlayer *)GPUDL_MALLOC(sizeof *q))) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    memset(q, 0, sizeof *q);
+    q->mode = mode;
+    q->conv = conv;
+    q->relu = relu;
+    memcpy(q->ia, ia, sizeof q->ia);
+    q->in = conv ? ia[0] * ia[2] * ia[3] : ia[0];
+    q->out = ia[1];
+    q->per_channel = qc->per_channel != 0;
+    q->reduce_range = qc->reduce_range != 0;
+    if (act_s) {
+        q->in_scale = act_s[0];
+        q->out_scale = act_s[1];
+        q->in_zp = act_z[0];
+        q->out_zp = act_z[1];
+    }
+    if (q->in > GDL_GEMM_INT8_MAX_K || q->out > INT32_MAX) {
+        gdl__qgemm_check(op, 1, (int)(q->out > INT32_MAX ? -1 : q->out), (int)(q->in > INT32_MAX ? INT32_MAX : q->in));
+        gdl__qlayer_free(q);
+        return NULL;
+    }
+    q->w = (int8_t *)GPUDL_MALLOC((size_t)(q->in * q->out));
+    q->w_scale = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)gdl__qlayer_nscale(q));
+    q->w_zp = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)gdl__qlayer_nscale(q));
+    q->bias = b ? (float *)GPUDL_MALLOC(sizeof(float) * (size_t)q->out) : NULL;
+    if (!q->w || !q->w_scale || !q->w_zp || (b && !q->bias)) {
+        gdl__set_error("%s: out of memory", op);
+        gdl__qlayer_free(q);
+        return NULL;
+    }
+    gdl__qlayer_quantize_weight(q, (const gdl_real *)W->data);
+    if (b)
+        for (i = 0; i < q->out; i++) q->bias[i] = (float)((const gdl_real *)b->data)[i];
+    if (gdl__qpack_init(op, &q->pack, (int)q->out, (int)q->in, q->w, (ptrdiff_t)q->in) < 0) {
+        gdl__qlayer_free(q);
+        return NULL;
+    }
+    if (!(m = gdl_nn_custom(gdl__qlayer_kind(q), gdl__qlayer_forward, q, gdl__qlayer_free))) return NULL;
+    memcpy(m->ia, ia, sizeof m->ia);
+    return m;
+}
+
+/* x (f32) -> u8 with scale s and zero point z into rows of KP bytes (the padding 0). */
+static void gdl__q_quantize_rows(const gdl_real *x, int64_t rows, int64_t k, float s, int32_t z, int qmax,
+                                 uint8_t *a, int64_t KP) {
+    const float inv = 1.0f / s, big = gdl__q_big();
+    int64_t i, j;
+    for (i = 0; i < rows; i++) {
+        const gdl_real *xr = x + i * k;
+        uint8_t *ar = a + i * KP;
+        for (j = 0; j < k; j++) {
+            const float r = gdl__q_round((float)xr[j] * inv, big) + (float)z;
+            ar[j] = (uint8_t)(r < 0 ? 0 : r > (float)qmax ? qmax : r);
+        }
+        for (; j < KP; j++) ar[j] = 0;
+    }
+}
+
+/* One output value from its int32 sum: dequantized with bias, ReLU; for a static layer rounded onto the
+   output's grid (requantized, then dequantized: the value the next layer's quantization gets back exactly). */
+static gdl_real gdl__q_out(const gdl__qlayer *q, int32_t acc, int64_t n, float sa, int32_t za) {
+    const int32_t v = acc - za * q->pack.colsum[n];
+    float y = (float)v * (sa * q->w_scale[q->per_channel ? n : 0]) + (q->bias ? q->bias[n] : 0.0f), r;
+    if (q->relu && y < 0) y = 0;
+    if (q->mode == GDL__Q_DYNAMIC) return (gdl_real)y;
+    r = gdl__q_round(y / q->out_scale, gdl__q_big()) + (float)q->out_zp;
+    r = r < 0 ? 0 : r > (float)gdl__qlayer_qmax(q) ? (float)gdl__qlayer_qmax(q) : r;
+    return (gdl_real)((r - (float)q->out_zp) * q->out_scale);
+}
+
+/* u8 columns of sample xq [C,H,W] (already quantized): row p = output position, KP bytes per row; taps
+   outside the image hold the zero point (the quantized 0.0). */
+static void gdl__q_im2col(const gdl__qlayer *q, const uint8_t *xq, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                          int32_t za, uint8_t *cols, int64_t KP) {
+    const int64_t C = q->ia[0], kh = q->ia[2], kw = q->ia[3], sh = q->ia[4], sw = q->ia[5];
+    const int64_t ph = q->ia[6], pw = q->ia[7], dh = q->ia[8], dw = q->ia[9];
+    int64_t oy, ox, c, i, j;
+    for (oy = 0; oy < OH; oy++)
+        for (ox = 0; ox < OW; ox++) {
+            uint8_t *row = cols + (oy * OW + ox) * KP, *d = row;
+            for (c = 0; c < C; c++)
+                for (i = 0; i < kh; i++) {
+                    const int64_t y = oy * sh - ph + i * dh;
+                    for (j = 0; j < kw; j++) {
+                        const int64_t xx = ox * sw - pw + j * dw;
+                        *d++ = (y < 0 || y >= H || xx < 0 || xx >= W) ? (uint8_t)za : xq[(c * H + y) * W + xx];
+                    }
+                }
+            while (d < row + KP) *d++ = 0;
+        }
+}
+
+/* checks x for layer m: f32 on the CPU, [..., in] (Linear) or [N, C, H, W] (Conv2d). 0 / -1. */
+static int gdl__qlayer_check(const gdl_module *m, const gdl__qlayer *q, const gdl_tensor *x) {
+    char want[96];
+    const int ok = !q->conv ? x->ndim >= 1 && x->shape[x->ndim - 1] == q->in : x->ndim == 4 && x->shape[1] == q->ia[0];
+    if (x->dtype == GDL_F32 && x->device.type == GDL_DEVICE_CPU && ok) return 0;
+    if (!q->conv) snprintf(want, sizeof want, "f32 [..., %lld] on the CPU", (long long)q->in);
+    else snprintf(want, sizeof want, "f32 [N, %lld, H, W] on the CPU", (long long)q->ia[0]);
+    gdl__set_error("gdl_forward: %s (in=%lld, out=%lld, dtype=qint8): expected input %s, got %s %s on %s",
+                   gdl__nn_label(m), (long long)(q->conv ? q->ia[0] : q->in), (long long)q->out, want,
+                   gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_device_str(x->device));
+    return -1;
+}
+
+/* The forward of every quantized layer: see [api-quant]. */
+static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
+    const gdl__qlayer *q = (const gdl__qlayer *)m->user;
+    const char *op = "gdl_forward";
+    const int64_t KP = q->pack.KP;
+    const int qmax = gdl__qlayer_qmax(q);
+    const gdl_real *xd;
+    gdl_real *yd;
+    gdl_tensor *y;
+    int64_t shape[GDL_MAX_DIMS], rows, i, n, N = 1, OH = 1, OW = 1, P;
+    uint8_t *a = NULL, *cols = NULL;
+    int32_t *acc = NULL, za = q->in_zp;
+    float sa = q->in_scale;
+    int rc = 0;
+    if (gdl__qlayer_check(m, q, x) < 0) return NULL;
+    memcpy(shape, x->shape, sizeof shape);
+    if (q->conv) {
+        const int64_t *g = q->ia;
+        N = x->shape[0];
+        OH = (x->shape[2] + 2 * g[6] - g[8] * (g[2] - 1) - 1) / g[4] + 1;
+        OW = (x->shape[3] + 2 * g[7] - g[9] * (g[3] - 1) - 1) / g[5] + 1;
+        if (OH < 1 || OW < 1) {
+            gdl__set_error("gdl_forward: %s: input %s is smaller than the kernel", gdl__nn_label(m), gdl_shape_str(x));
+            return NULL;
+        }
+        shape[1] = q->out;
+        shape[2] = OH;
+        shape[3] = OW;
+        rows = OH * OW; /* per sample */
+    } else {
+        shape[x->ndim - 1] = q->out;
+        rows = q->in ? x->numel / q->in : 0;
+    }
+    if (rows > INT32_MAX) {
+        gdl__set_error("gdl_forward: %s: %lld rows are more than the int8 GEMM takes", gdl__nn_label(m), (long long)rows);
+        return NULL;
+    }
+    if (!(y = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device))) return NULL;
+    xd = (const gdl_real *)x->data;
+    yd = (gdl_real *)y->data;
+    if (q->mode == GDL__Q_DYNAMIC) { /* the batch's range (PyTorch: over the whole input) */
+        float lo, hi;
+        const int bad = gdl__q_minmax(xd, x->numel, &lo, &hi);
+        if (bad || isinf(lo) || isinf(hi)) {
+            gdl__set_error("gdl_forward: %s: the input holds NaN or inf: it cannot be quantized", gdl__nn_label(m));
+            return NULL;
+        }
+        if (gdl_choose_qparams(lo, hi, 0, qmax, &sa, &za) < 0) return NULL;
+    }
+    P = q->conv ? x->numel : rows * KP; /* the quantized input: the image, or the GEMM's rows */
+    a = (uint8_t *)GPUDL_MALLOC((size_t)P + 1);
+    acc = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)(rows * q->out) + 1);
+    if (q->conv) cols = (uint8_t *)GPUDL_MALLOC((size_t)(rows * KP) + 1);
+    if (!a || !acc || (q->conv && !cols)) {
+        gdl__set_error("gdl_forward: %s: out of memory", gdl__nn_label(m));
+        rc = -1;
+    }
+    if (rc == 0 && !q->conv) {
+        gdl__q_quantize_rows(xd, rows, q->in, sa, za, qmax, a, KP);
+        rc = gdl__qgemm(op, (int)rows, a, KP, &q->pack, acc, (ptrdiff_t)q->out);
+        for (i = 0; i < rows && rc == 0; i++)
+            for (n = 0; n < q->out; n++) yd[i * q->out + n] = gdl__q_out(q, acc[i * q->out + n], n, sa, za);
+    } else if (rc == 0) {
+        const int64_t chw = x->numel / N;
+        int64_t s;
+        gdl__q_quantize_rows(xd, 1, x->numel, sa, za, qmax, a, x->numel);
+        for (s = 0; s < N && rc == 0; s++) {
+            gdl_real *ys = yd + s * q->out * rows;
+            gdl__q_im2col(q, a + s * chw, x->shape[2], x->shape[3], OH, OW, za, cols, KP);
+            rc = gdl__qgemm(op, (int)rows, cols, KP, &q->pack, acc, (ptrdiff_t)q->out);
+            for (i = 0; i < rows && rc == 0; i++) /* [position][channel] -> [channel][position] */
+                for (n = 0; n < q->out; n++) ys[n * rows + i] = gdl__q_out(q, acc[i * q->out + n], n, sa, za);
+        }
+    }
+    GPUDL_FREE(a);
+    GPUDL_FREE(acc);
+    GPUDL_FREE(cols);
+    return rc == 0 ? y : NULL;
+}
+
+/* ---- fake quantization (QAT) ----
+   y = (clamp(round(x / s) + z, qmin, qmax) - z) * s, with the clipped
+   straight-through estimator as its gradient: dy/dx = 1 where round(x / s) + z
+   is within [qmin, qmax], else 0 (PyTorch's fake_quantize_per_*_affine). It is
+   made of two differentiable ops on constants: y = x * mask + (fq - x * mask),
+   mask the 0/1 tensor above, so autograd needs nothing new. The sum gives fq
+   exactly: where mask is 1, x and fq differ by at most s/2 and either fq is 0
+   or they are within a factor 2 of each other, so fq - x is exact (Sterbenz)
+   and so is x + (fq - x). rows > 0: per channel, x [rows, ...] with scale[r]
+   and zp[r]; rows 0: one scale. */
+static gdl_tensor *gdl__fake_quant(const char *op, gdl_tensor *x, int rows, const float *scale, const int32_t *zp,
+                                   int qmin, int qmax) {
+    gdl_tensor *mask, *c;
+    const gdl_real *xd = (const gdl_real *)x->data;
+    gdl_real *md, *cd;
+    float big;
+    const int64_t per = rows > 0 ? x->numel / rows : x->numel;
+    int64_t i;
+    if (x->dtype != GDL_F32 || x->device.type != GDL_DEVICE_CPU) {
+        gdl__set_error("%s: fake quantization takes f32 tensors on the CPU, got %s on %s", op, gdl_dtype_name(x->dtype),
+                       gdl_device_str(x->device));
+        return NULL;
+    }
+    if (!(mask = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)) ||
+        !(c = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)))
+        return NULL;
+    md = (gdl_real *)mask->data;
+    cd = (gdl_real *)c->data;
+    big = gdl__q_big();
+    for (i = 0; i < x->numel; i++) {
+        const int64_t r = rows > 0 ? i / per : 0;
+        const float s = scale[r], inv = 1.0f / s, z = (float)zp[r];
+        const float q = gdl__q_round((float)xd[i] * inv, big) + z, qc = q < qmin ? (float)qmin : q > qmax ? (float)qmax : q;
+        const gdl_real fq = (gdl_real)((qc - z) * s);
+        md[i] = q >= qmin && q <= qmax ? 1 : 0;
+        cd[i] = fq - xd[i] * md[i];
+    }
+    return gdl_add(gdl_mul(x, mask), c);
+}
+
+GPUDL_API gdl_tensor *gdl_fake_quantize(gdl_tensor *x, float scale, int32_t zero_point, int qmin, int qmax) {
+    const char *op = "gdl_fake_quantize";
+    if (!x) {
+        gdl__null_arg(op, "x");
+        return NULL;
+    }
+    if (!(scale > 0) || isinf(scale) || qmin >= qmax || zero_point < qmin || zero_point > qmax) {
+        gdl__set_error("%s: bad scale %g, zero point %d or range [%d, %d]", op, (double)scale, (int)zero_point, qmin,
+                       qmax);
+        return NULL;
+    }
+    return gdl__fake_quant(op, x, 0, &scale, &zero_point, qmin, qmax);
+}
+
+/* ---- observed layers (prepare): the float layer, its input and output watched ---- */
+
+typedef struct gdl__qprep {
+    int conv, relu;
+    int qat, frozen;   /* quantization-aware training: fake-quantized; observers no longer updated */
+    gdl_qconfig qc;
+    gdl__qobs in, out;
+} gdl__qprep;
+
+/* the activations' fake quantization with what obs has seen (nothing seen yet: x as it is) */
+static gdl_tensor *gdl__qprep_fq(const gdl__qprep *o, const gdl__qobs *obs, gdl_tensor *x) {
+    float lo, hi, s;
+    int32_t z;
+    if (!x || obs->batches == 0) return x;
+    gdl__qobs_range(obs, &lo, &hi);
+    gdl__qparams_affine(lo, hi, 0, o->qc.reduce_range ? 127 : 255, &s, &z);
+    return gdl__fake_quant("gdl_forward", x, 0, &s, &z, 0, o->qc.reduce_range ? 127 : 255);
+}
+
+/* the weight's fake quantization, symmetric per output channel (or per tensor), from its current values */
+static gdl_tensor *gdl__qprep_fq_weight(const gdl__qprep *o, gdl_tensor *w) {
+    const int64_t rows = w->shape[0], per = w->numel / rows;
+    const int groups = o->qc.per_channel ? (int)rows : 1;
+    float *s = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)groups);
+    int32_t *z = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)groups);
+    gdl_tensor *r = NULL;
+    int64_t g, i;
+    if (s && z) {
+        for (g = 0; g < groups; g++) {
+            const int64_t n = o->qc.per_channel ? per : w->numel;
+            const gdl_real *d = (const gdl_real *)w->data + g * per;
+            float amax = 0;
+            for (i = 0; i < n; i++) amax = fabsf((float)d[i]) > amax ? fabsf((float)d[i]) : amax;
+            s[g] = amax / 127.5f < FLT_EPSILON ? FLT_EPSILON : amax / 127.5f;
+            z[g] = 0;
+        }
+        r = gdl__fake_quant("gdl_forward", w, o->qc.per_channel ? (int)rows : 0, s, z, -128, 127);
+    } else {
+        gdl__set_error("gdl_forward: out of memory");
+    }
+    GPUDL_FREE(s);
+    GPUDL_FREE(z);
+    return r;
+}
+
+static void gdl__qprep_free(void *p) {
+    gdl__qprep *o = (gdl__qprep *)p;
+    if (!o) return;
+    GPUDL_FREE(o->in.hist);
+    GPUDL_FREE(o->out.hist);
+    GPUDL_FREE(o);
+}
+
+static gdl_tensor *gdl__qprep_forward(gdl_module *m, gdl_tensor *x) {
+    gdl__qprep *o = (gdl__qprep *)m->user;
+    /* gdl_module_summary's pass (on zeros) is not data: it is not observed */
+    const int observe = gdl__nn_nrows == 0;
+    gdl_tensor *y, *w = gdl__nn_param(m, 0);
+    int s[2], p[2], d[2];
+    if (gdl__nn_check_xw(m, x, o->conv, s, p, d) < 0) return NULL;
+    if ((observe || o->qat) && (x->dtype != GDL_F32 || x->device.type != GDL_DEVICE_CPU)) {
+        gdl__set_error("gdl_forward: %s: observers watch f32 tensors on the CPU, got %s on %s", gdl__nn_label(m),
+                       gdl_dtype_name(x->dtype), gdl_device_str(x->device));
+        return NULL;
+    }
+    if (observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->in, (const gdl_real *)x->data, x->numel) < 0)
+        return NULL;
+    if (o->qat) { /* the input and the weight as the quantized layer will see them */
+        if (!(x = gdl__qprep_fq(o, &o->in, x)) || !(w = gdl__qprep_fq_weight(o, w))) return NULL;
+    }
+    y = o->conv ? gdl_conv2d_ex(x, w, gdl__nn_param(m, 1), s, p, d, (int)m->ia[10]) : gdl_linear(x, w, gdl__nn_param(m, 1));
+    if (y && o->relu) y = gdl_relu(y);
+    if (y && observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->out, (const gdl_real *)y->data, y->numel) < 0)
+        return NULL;
+    return o->qat ? gdl__qprep_fq(o, &o->out, y) : y;
+}
+
+static int gdl__is_qprep(const gdl_module *m) { return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__qprep_forward; }
+
+/* Folds BatchNorm2d bn (eval: running statistics) into the Conv2d weight and bias of m, as
+   torch.nn.utils.fuse_conv_bn_eval: w' = w * g / sqrt(var + eps) per output channel, b' = (b - mean) * g /
+   sqrt(var + eps) + beta (a missing bias taken as 0 and added). 0 / -1. */
+static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *bn) {
+    const int64_t C = m->ia[1];
+    const gdl_tensor *mean = gdl__nn_buffer(bn, 0), *var = gdl__nn_buffer(bn, 1);
+    const gdl_tensor *g = bn->ia[2] ? gdl__nn_param(bn, 0) : NULL, *be = bn->ia[2] ? gdl__nn_param(bn, 1) : NULL;
+    gdl_tensor *w = gdl__nn_param(m, 0), *b = gdl__nn_param(m, 1);
+    int64_t c, i, per;
+    if (!bn->ia[3] || bn->ia[0] != C) {
+        gdl__set_error("%s: %s cannot be folded into the convolution before it: %s", op, gdl__nn_label(bn),
+                       !bn->ia[3] ? "it keeps no running statistics" : "its channels differ");
+        return -1;
+    }
+    if (mean->device.type != GDL_DEVICE_CPU || mean->dtype != GDL_F32 || w->dtype != GDL_F32 ||
+        w->device.type != GDL_DEVICE_CPU) {
+        gdl__set_error("%s: %s: folding takes f32 tensors on the CPU", op, gdl__nn_label(bn));
+        return -1;
+    }
+    if (!b) {
+        if (gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &C, GDL_F32, gdl_cpu()), 0) < 0) return -1;
+        b = gdl__nn_param(m, 1);
+    }
+    per = w->numel / C;
+    for (c = 0; c < C; c++) {
+        const double k = (g ? (double)((const gdl_real *)g->data)[c] : 1.0) /
+                         sqrt((double)((const gdl_real *)var->data)[c] + bn->fa[0]);
+        gdl_real *wc = (gdl_real *)w->data + c * per, *bc = (gdl_real *)b->data + c;
+        for (i = 0; i < per; i++) wc[i] = (gdl_real)(wc[i] * k);
+        *bc = (gdl_real)((*bc - ((const gdl_real *)mean->data)[c]) * k + (be ? ((const gdl_real *)be->data)[c] : 0));
+    }
+    return 0;
+}
+
+/* An observed copy of Linear / Conv2d lin (ReLU fused when relu; a BatchNorm2d bn after a Conv2d folded into
+   it with its running statistics; quantization-aware when qat). */
+static gdl_module *gdl__qprep_new(const char *op, const gdl_module *lin, const gdl_module *bn, int relu, int qat,
+                                  const gdl_qconfig *qc) {
+    const int conv = lin->kind == GDL__M_CONV2D;
+    gdl__qprep *o = (gdl__qprep *)GPUDL_MALLOC(sizeof(gdl__qprep));
+    gdl_module *m;
+    int i;
+    if (!o) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    memset(o, 0, sizeof *o);
+    o->conv = conv;
+    o->relu = relu;
+    o->qat = qat;
+    o->qc = *qc;
+    o->in.kind = o->out.kind = qc->observer;
+    o->in.c = o->out.c = qc->averaging_constant;
+    o->in.pct = o->out.pct = qc->percentile;
+    if (!(m = gdl_nn_custom(conv ? (relu ? (qat ? "QATConvReLU2d" : "ObservedConvReLU2d") : (qat ? "QATConv2d" : "ObservedConv2d"))
+                                 : (relu ? (qat ? "QATLinearReLU" : "ObservedLinearReLU") : (qat ? "QATLinear" : "ObservedLinear")),
+                            gdl__qprep_forward, o, gdl__qprep_free)))
+        return NULL;
+    memcpy(m->ia, lin->ia, sizeof m->ia);
+    for (i = 0; i < lin->nparam; i++)
+        if (gdl__nn_add_tensor(op, m, lin->param[i].name, gdl_clone(lin->param[i].t), 0) < 0) {
+            gdl__nn_free_tree(m);
+            return NULL;
+        }
+    if (bn && gdl__qprep_fold_bn(op, m, bn) < 0) {
+        gdl__nn_free_tree(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The static quantized layer of an observed one: NULL + error when it has not been calibrated. */
+static gdl_module *gdl__qprep_convert(const char *op, const gdl_module *m) {
+    const gdl__qprep *o = (const gdl__qprep *)m->user;
+    const int qmax = o->qc.reduce_range ? 127 : 255;
+    float s[2], lo, hi;
+    int32_t z[2];
+    if (o->in.batches == 0 || o->out.batches == 0) {
+        gdl__set_error("%s: %s has observed no data: calibrate the prepared model (gdl_quant_calibrate, or "
+                       "forward passes) before converting it", op, gdl__nn_label(m));
+        return NULL;
+    }
+    gdl__qobs_range(&o->in, &lo, &hi);
+    gdl__qparams_affine(lo, hi, 0, qmax, &s[0], &z[0]);
+    gdl__qobs_range(&o->out, &lo, &hi);
+    gdl__qparams_affine(lo, hi, 0, qmax, &s[1], &z[1]);
+    return gdl__qlayer_new(op, gdl__nn_label(m), GDL__Q_STATIC, o->conv, o->relu, m->ia, gdl__nn_param(m, 0),
+                           gdl__nn_param(m, 1), &o->qc, s, z);
+}
+
+/* ---- model copies ---- */
+
+enum { GDL__QC_DYNAMIC, GDL__QC_PREPARE, GDL__QC_PREPARE_QAT, GDL__QC_CONVERT };
+
+/* In a Sequential, how many modules from child i on become one observed layer: Conv2d + BatchNorm2d +
+   ReLU (3), Conv2d + BatchNorm2d or Linear / Conv2d + ReLU (2), Linear / Conv2d (1); 0: not a layer. */
+static int gdl__quant_fusable(const gdl_module *seq, int i, const gdl_module **bn, int *relu) {
+    const gdl_module *a = seq->child[i], *b = i + 1 < seq->nchild ? seq->child[i + 1] : NULL;
+    const gdl_module *c = i + 2 < seq->nchild ? seq->child[i + 2] : NULL;
+    *bn = NULL;
+    *relu = 0;
+    if (a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D) return 0;
+    if (seq->kind != GDL__M_SEQUENTIAL || !b) return 1;
+    if (a->kind == GDL__M_CONV2D && b->kind == GDL__M_BATCHNORM && b->ia[1] == 2) {
+        *bn = b;
+        *relu = c && c->kind == GDL__M_RELU;
+        return 2 + *relu;
+    }
+    *relu = b->kind == GDL__M_RELU;
+    return 1 + *relu;
+}
+
+/* A deep copy of m (parameters cloned) in which, by mode: every Linear is dynamically quantized; every
+   Linear and Conv2d observed (a ReLU after it in a Sequential fused in, and replaced by an Identity, as
+   torch.ao.quantization.fuse_modules does); every observed layer converted. */
+static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode, const gdl_qconfig *qc) {
+    gdl_module *c;
+    int i;
+    if (mode == GDL__QC_DYNAMIC && m->kind == GDL__M_LINEAR)
+        return gdl__qlayer_new(op, gdl__nn_label(m), GDL__Q_DYNAMIC, 0, 0, m->ia, gdl__nn_param(m, 0),
+                               gdl__nn_param(m, 1), qc, NULL, NULL);
+    if ((mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT) && (m->kind == GDL__M_LINEAR || m->kind == GDL__M_CONV2D)) {
+        if (m->kind == GDL__M_CONV2D && m->ia[10] != 1) {
+            gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, gdl__nn_label(m),
+                           (long long)m->ia[10]);
+            return NULL;
+        }
+        return gdl__qprep_new(op, m, NULL, 0, mode == GDL__QC_PREPARE_QAT, qc);
+    }
+    if (mode == GDL__QC_CONVERT && gdl__is_qprep(m)) return gdl__qprep_convert(op, m);
+    if (m->kind == GDL__M_CUSTOM) {
+        gdl__set_error("%s: %s is a custom module%s: it cannot be copied; quantize a model of built-in modules", op,
+                       gdl__nn_label(m), gdl__is_qlayer(m) ? " (already quantized)" : gdl__is_qprep(m) ? " (prepared)" : "");
+        return NULL;
+    }
+    if (!(c = gdl__nn_new(op, m->kind, m->kind_name))) return NULL;
+    c->training = m->training;
+    memcpy(c->ia, m->ia, sizeof c->ia);
+    memcpy(c->fa, m->fa, sizeof c->fa);
+    for (i = 0; i < m->nparam; i++)
+        if (gdl__nn_add_tensor(op, c, m->param[i].name, gdl_clone(m->param[i].t), 0) < 0) goto fail;
+    for (i = 0; i < m->nbuf; i++)
+        if (gdl__nn_add_tensor(op, c, m->buf[i].name, gdl_clone(m->buf[i].t), 1) < 0) goto fail;
+    for (i = 0; i < m->nchild; i++) {
+        const gdl_module *ch = m->child[i], *bn;
+        gdl_module *k;
+        int relu, j, nf = mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT ? gdl__quant_fusable(m, i, &bn, &relu) : 0;
+        if (nf > 1 && (ch->kind == GDL__M_LINEAR || ch->ia[10] == 1)) { /* fused: BatchNorm, ReLU become Identities */
+            k = gdl__qprep_new(op, ch, bn, relu, mode == GDL__QC_PREPARE_QAT, qc);
+            if (!k || gdl__nn_add_child(op, c, ch->name, k) < 0) goto fail;
+            for (j = 1; j < nf; j++) {
+                k = gdl_nn_identity();
+                if (!k || gdl__nn_add_child(op, c, m->child[i + j]->name, k) < 0) goto fail;
+            }
+            i += nf - 1;
+            continue;
+        }
+        k = gdl__quant_copy(op, ch, mode, qc);
+        if (!k || gdl__nn_add_child(op, c, ch->name, k) < 0) goto fail;
+    }
+    return c;
+fail:
+    gdl__nn_free_tree(c);
+    return NULL;
+}
+
+static gdl_module *gdl__quant_copy_root(const char *op, gdl_module *m, int mode, const gdl_qconfig *qc) {
+    gdl_qconfig def = gdl_qconfig_default();
+    gdl_module *r;
+    int grad;
+    if (!m) {
+        gdl__null_arg(op, "module");
+        return NULL;
+    }
+    if (!qc) qc = &def;
+    if (qc->observer < GDL_QOBS_MINMAX || qc->observer > GDL_QOBS_HISTOGRAM || !(qc->averaging_constant > 0) ||
+        !(qc->averaging_constant <= 1) || !(qc->percentile > 0.5) || !(qc->percentile <= 1)) {
+        gdl__set_error("%s: bad qconfig: observer %d (GDL_QOBS_*), averaging_constant %g (in (0, 1]), percentile %g "
+                       "(in (0.5, 1])", op, qc->observer, qc->averaging_constant, qc->percentile);
+        return NULL;
+    }
+    grad = gdl_set_grad_enabled(0);
+    r = gdl__quant_copy(op, m, mode, qc);
+    gdl_set_grad_enabled(grad);
+    return r;
+}
+
+GPUDL_API gdl_module *gdl_quantize_dynamic(gdl_module *m, const gdl_qconfig *qc) {
+    return gdl__quant_copy_root("gdl_quantize_dynamic", m, GDL__QC_DYNAMIC, qc);
+}
+
+GPUDL_API gdl_module *gdl_quant_prepare(gdl_module *m, const gdl_qconfig *qc) {
+    return gdl__quant_copy_root("gdl_quant_prepare", m, GDL__QC_PREPARE, qc);
+}
+
+GPUDL_API gdl_module *gdl_quant_prepare_qat(gdl_module *m, const gdl_qconfig *qc) {
+    gdl_qconfig def = gdl_qconfig_default();
+    gdl_module *r;
+    if (!qc) { /* PyTorch's default QAT qconfig: moving-average observers */
+        def.observer = GDL_QOBS_MOVING_AVERAGE;
+        qc = &def;
+    }
+    r = gdl__quant_copy_root("gdl_quant_prepare_qat", m, GDL__QC_PREPARE_QAT, qc);
+    if (r) gdl_module_train(r, gdl_module_is_training(m));
+    return r;
+}
+
+/* sets the frozen flag of every observed layer under m; the count of them */
+static int gdl__quant_freeze(gdl_module *m, int on) {
+    int i, n = 0;
+    if (gdl__is_qprep(m)) {
+        ((gdl__qprep *)m->user)->frozen = on != 0;
+        n++;
+    }
+    for (i = 0; i < m->nchild; i++) n += gdl__quant_freeze(m->child[i], on);
+    return n;
+}
+
+GPUDL_API int gdl_quant_freeze_observers(gdl_module *m, int on) {
+    if (!m) {
+        gdl__null_arg("gdl_quant_freeze_observers", "module");
+        return -1;
+    }
+    if (gdl__quant_freeze(m, on) == 0) {
+        gdl__set_error("gdl_quant_freeze_observers: %s has no observed layer (gdl_quant_prepare_qat makes them)",
+                       gdl__nn_label(m));
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 when m or a descendant passes test */
+static int gdl__quant_any(const gdl_module *m, int (*test)(const gdl_module *)) {
+    int i;
+    if (!m) return 0;
+    if (test(m)) return 1;
+    for (i = 0; i < m->nchild; i++)
+        if (gdl__quant_any(m->child[i], test)) return 1;
+    return 0;
+}
+
+GPUDL_API gdl_module *gdl_quant_convert(gdl_module *m) {
+    const char *op = "gdl_quant_convert";
+    if (m && !gdl__quant_any(m, gdl__is_qprep)) {
+        gdl__set_error("%s: %s has no observed layer: convert takes a model made by gdl_quant_prepare and "
+                       "calibrated", op, gdl__nn_label(m));
+        return NULL;
+    }
+    return gdl__quant_copy_root(op, m, GDL__QC_CONVERT, NULL);
+}
+
+GPUDL_API int64_t gdl_quant_calibrate(gdl_module *m, gdl_loader *l, int64_t max_batches) {
+    const char *op = "gdl_quant_calibrate";
+    gdl_tensor *x, *y;
+    int64_t n = 0;
+    int was_training, grad, rc = 0;
+    if (!m || !l) {
+        gdl__null_arg(op, !m ? "module" : "loader");
+        return -1;
+    }
+    if (!gdl__quant_any(m, gdl__is_qprep)) {
+        gdl__set_error("%s: %s has no observed layer: calibrate a model made by gdl_quant_prepare", op,
+                       gdl__nn_label(m));
+        return -1;
+    }
+    was_training = gdl_module_is_training(m);
+    gdl_module_train(m, 0);
+    grad = gdl_set_grad_enabled(0);
+    while ((max_batches <= 0 || n < max_batches) && (rc = gdl_loader_next(l, &x, &y)) == 1) {
+        gdl_arena_reset();
+        if (!gdl_forward(m, x)) {
+            rc = -1;
+            break;
+        }
+        n++;
+    }
+    gdl_set_grad_enabled(grad);
+    gdl_module_train(m, was_training);
+    return rc < 0 ? -1 : n;
+}
+
+GPUDL_API int gdl_module_is_quantized(const gdl_module *m) { return gdl__quant_any(m, gdl__is_qlayer); }
+
+/* A quantized module's parameter count (int8 weights and bias) and bytes; 0 for other modules. */
+static int64_t gdl__quant_params(const gdl_module *m, int64_t *bytes) {
+    const gdl__qlayer *q;
+    if (!gdl__is_qlayer(m)) {
+        if (bytes) *bytes = 0;
+        return 0;
+    }
+    q = (const gdl__qlayer *)m->user;
+    if (bytes)
+        *bytes = q->in * q->out + gdl__qlayer_nscale(q) * 8 + (q->bias ? 4 * q->out : 0) +
+                 (q->mode == GDL__Q_STATIC ? 16 : 0);
+    return q->in * q->out + (q->bias ? q->out : 0);
+}
+
+GPUDL_API int64_t gdl_module_nbytes(const gdl_module *m) {
+    int64_t n = 0, qb;
+    int i;
+    if (!m) return -1;
+    for (i = 0; i < m->nparam; i++) n += m->param[i].t->numel * (int64_t)gdl_dtype_size(m->param[i].t->dtype);
+    for (i = 0; i < m->nbuf; i++) n += m->buf[i].t->numel * (int64_t)gdl_dtype_size(m->buf[i].t->dtype);
+    gdl__quant_params(m, &qb);
+    n += qb;
+    for (i = 0; i < m->nchild; i++) n += gdl_module_nbytes(m->child[i]);
+    return n;
+}
+
+/* ---- files ----
+   One list of a quantized model's tensors (name, dtype, shape, where the
+   values live) serves the writer and the reader. */
+
+typedef struct gdl__qslot {
+    char name[GDL_ST_NAME_MAX];
+    const char *dtype;  /* "I8", "F32", "I32" */
+    int ndim;
+    int64_t shape[GDL_MAX_DIMS];
+    int64_t numel;
+    void *raw;          /* host array of the dtype (quantized modules), or NULL: ... */
+    gdl_tensor *t;      /* ... an f32 parameter or buffer (gdl_real on the CPU) */
+    gdl__qlayer *q;    /* the layer whose weight is raw (to repack after a load) */
+    int zp_free;       /* an activation's zero point: any value (a weight's must be 0) */
+} gdl__qslot;
+
+typedef struct gdl__qlist {
+    int n, cap;
+    gdl__qslot *s;
+} gdl__qlist;
+
+static gdl__qslot *gdl__qlist_add(const char *op, gdl__qlist *L, const char *path, const char *leaf, const char *dtype) {
+    gdl__qslot *v = (gdl__qslot *)gdl__nn_reserve(L->s, &L->cap, L->n, sizeof(gdl__qslot)), *e;
+    if (!v) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    L->s = v;
+    e = &L->s[L->n++];
+    memset(e, 0, sizeof *e);
+    if (snprintf(e->name, sizeof e->name, "%s%s%s", path, path[0] ? "." : "", leaf) >= (int)sizeof e->name) {
+        gdl__set_error("%s: tensor name \"%s.%s\" is too long", op, path, leaf);
+        return NULL;
+    }
+    e->dtype = dtype;
+    return e;
+}
+
+static int gdl__qlist_collect(const char *op, gdl__qlist *L, gdl_module *m) {
+    const char *path = gdl__nn_path(m);
+    gdl__qslot *e;
+    int i;
+    if (gdl__is_qlayer(m)) {
+        gdl__qlayer *q = (gdl__qlayer *)m->user;
+        const int64_t ns = gdl__qlayer_nscale(q);
+        if (!(e = gdl__qlist_add(op, L, path, "weight_int8", "I8"))) return -1;
+        e->ndim = 2; e->shape[0] = q->out; e->shape[1] = q->in; e->numel = q->out * q->in; e->raw = q->w; e->q = q;
+        if (q->conv) { /* Conv2d's [out, in, kh, kw] */
+            e->ndim = 4; e->shape[1] = q->ia[0]; e->shape[2] = q->ia[2]; e->shape[3] = q->ia[3];
+        }
+        if (!(e = gdl__qlist_add(op, L, path, "weight_scale", "F32"))) return -1;
+        e->ndim = 1; e->shape[0] = ns; e->numel = ns; e->raw = q->w_scale;
+        if (!(e = gdl__qlist_add(op, L, path, "weight_zero_point", "I32"))) return -1;
+        e->ndim = 1; e->shape[0] = ns; e->numel = ns; e->raw = q->w_zp;
+        if (q->bias) {
+            if (!(e = gdl__qlist_add(op, L, path, "bias", "F32"))) return -1;
+            e->ndim = 1; e->shape[0] = q->out; e->numel = q->out; e->raw = q->bias;
+        }
+        if (q->mode == GDL__Q_STATIC) { /* the activations' parameters, [1] each */
+            static const char *const nm[4] = {"input_scale", "input_zero_point", "output_scale", "output_zero_point"};
+            void *const at[4] = {&q->in_scale, &q->in_zp, &q->out_scale, &q->out_zp};
+            int k;
+            for (k = 0; k < 4; k++) {
+                if (!(e = gdl__qlist_add(op, L, path, nm[k], k % 2 ? "I32" : "F32"))) return -1;
+                e->ndim = 1; e->shape[0] = 1; e->numel = 1; e->raw = at[k]; e->zp_free = 1;
+            }
+        }
+        return 0;
+    }
+    for (i = 0; i < m->nparam + m->nbuf; i++) {
+        gdl__nn_named *v = i < m->nparam ? &m->param[i] : &m->buf[i - m->nparam];
+        if (v->t->dtype != GDL_F32 || v->t->device.type != GDL_DEVICE_CPU) {
+            gdl__set_error("%s: %s \"%s\" is %s on %s: quantized models keep f32 tensors on the CPU", op,
+                           gdl__nn_label(m), v->name, gdl_dtype_name(v->t->dtype), gdl_device_str(v->t->device));
+            return -1;
+        }
+        if (!(e = gdl__qlist_add(op, L, path, v->name, "F32"))) return -1;
+        e->ndim = v->t->ndim;
+        memcpy(e->shape, v->t->shape, sizeof e->shape);
+        e->numel = v->t->numel;
+        e->t = v->t;
+    }
+    for (i = 0; i < m->nchild; i++)
+        if (gdl__qlist_collect(op, L, m->child[i]) < 0) return -1;
+    return 0;
+}
+
+/* The list of a quantized model m, or -1 (m NULL, not quantized, out of memory). */
+static int gdl__qlist_make(const char *op, gdl__qlist *L, gdl_module *m, const char *path) {
+    memset(L, 0, sizeof *L);
+    if (!m || !path) {
+        gdl__null_arg(op, !m ? "module" : "path");
+        return -1;
+    }
+    if (!gdl_module_is_quantized(m)) {
+        gdl__set_error("%s: %s holds no quantized module: a float model is saved with gdl_save_model (quantize it "
+                       "first: gdl_quantize_dynamic, or gdl_quant_prepare / _calibrate / _convert)", op, gdl__nn_label(m));
+        return -1;
+    }
+    if (gdl__qlist_collect(op, L, m) < 0) {
+        GPUDL_FREE(L->s);
+        L->s = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_quant_save(gdl_module *m, const char *path) {
+    static const char *const keys[2] = {"gpudl.quantized", "gpudl"};
+    static const char *const vals[2] = {"int8", GPUDL_VERSION};
+    const char *op = "gdl_quant_save";
+    gdl__qlist L;
+    gdl_st_tensor *st;
+    float **conv;
+    int i, rc = -1;
+    if (gdl__qlist_make(op, &L, m, path) < 0) return -1;
+    st = (gdl_st_tensor *)GPUDL_MALLOC(sizeof(gdl_st_tensor) * (size_t)L.n);
+    conv = (float **)GPUDL_MALLOC(sizeof(float *) * (size_t)L.n);
+    if (!st || !conv) {
+        gdl__set_error("%s: out of memory", op);
+        goto done;
+    }
+    memset(conv, 0, sizeof(float *) * (size_t)L.n);
+    for (i = 0; i < L.n; i++) {
+        const gdl__qslot *e = &L.s[i];
+        st[i].name = e->name;
+        st[i].dtype = e->dtype;
+        st[i].ndim = e->ndim;
+        st[i].shape = e->shape;
+        st[i].data = e->raw;
+        if (e->t) { /* gdl_real (float, or double in GPUDL_DOUBLE builds) to float */
+            int64_t k;
+            if (!(conv[i] = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)e->numel + 1))) {
+                gdl__set_error("%s: out of memory", op);
+                goto done;
+            }
+            for (k = 0; k < e->numel; k++) conv[i][k] = (float)((const gdl_real *)e->t->data)[k];
+            st[i].data = conv[i];
+        }
+    }
+    rc = gdl_st_write(path, L.n, st, 2, keys, vals);
+done:
+    if (conv)
+        for (i = 0; i < L.n; i++) GPUDL_FREE(conv[i]);
+    GPUDL_FREE(conv);
+    GPUDL_FREE(st);
+    GPUDL_FREE(L.s);
+    return rc;
+}
+
+static uint32_t gdl__q_le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Checks f against the list (names, dtypes, shapes, nothing extra, zero points 0). 0 / -1. */
+static int gdl__qload_check(const char *op, const char *path, const gdl__qlist *L, const gdl_st_file *f) {
+    int i, k;
+    for (k = 0; k < f->n; k++) {
+        for (i = 0; i < L->n; i++)
+            if (!strcmp(f->entries[k].name, L->s[i].name)) break;
+        if (i == L->n) {
+            gdl__set_error("%s: %s: unexpected tensor '%s' (not in the quantized model)", op, path, f->entries[k].name);
+            return -1;
+        }
+    }
+    for (i = 0; i < L->n; i++) {
+        const gdl__qslot *e = &L->s[i];
+        const gdl_st_entry *fe = gdl_st_find(f, e->name);
+        if (!fe) {
+            gdl__set_error("%s: %s: missing tensor '%s' (%s %s)", op, path, e->name, e->dtype,
+                           gdl__shape_fmt(e->ndim, e->shape));
+            return -1;
+        }
+        if (strcmp(fe->dtype, e->dtype) || fe->ndim != e->ndim ||
+            memcmp(fe->shape, e->shape, sizeof(int64_t) * (size_t)e->ndim)) {
+            gdl__set_error("%s: %s: tensor '%s' is %s %s in the file but %s %s in the model", op, path, e->name,
+                           fe->dtype, gdl__shape_fmt(fe->ndim, fe->shape), e->dtype, gdl__shape_fmt(e->ndim, e->shape));
+            return -1;
+        }
+        if (!strcmp(e->dtype, "I32") && !e->zp_free) {
+            int64_t j;
+            for (j = 0; j < e->numel; j++)
+                if (gdl__q_le32(f->data + fe->begin + 4 * j) != 0) {
+                    gdl__set_error("%s: %s: '%s' holds a nonzero zero point: the int8 weights are symmetric", op, path,
+                                   e->name);
+                    return -1;
+                }
+        }
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
+    const char *op = "gdl_quant_load";
+    gdl__qlist L;
+    gdl_st_file f;
+    gdl__qpack *packs;
+    int i, rc = -1;
+    if (gdl__qlist_make(op, &L, m, path) < 0) return -1;
+    if (gdl_st_read(path, &f) < 0) {
+        GPUDL_FREE(L.s);
+        return -1;
+    }
+    /* the new weights packed first: nothing is changed unless all can be */
+    packs = (gdl__qpack *)GPUDL_MALLOC(sizeof(gdl__qpack) * (size_t)L.n);
+    if (!packs) gdl__set_error("%s: out of memory", op);
+    else memset(packs, 0, sizeof(gdl__qpack) * (size_t)L.n);
+    if (packs && gdl__qload_check(op, path, &L, &f) == 0) {
+        rc = 0;
+        for (i = 0; i < L.n && rc == 0; i++)
+            if (L.s[i].q)
+                rc = gdl__qpack_init(op, &packs[i], (int)L.s[i].q->out, (int)L.s[i].q->in,
+                                     (const int8_t *)(f.data + gdl_st_find(&f, L.s[i].name)->begin),
+                                     (ptrdiff_t)L.s[i].q->in);
+        for (i = 0; i < L.n && rc == 0; i++) {
+            const gdl__qslot *e = &L.s[i];
+            const unsigned char *src = f.data + gdl_st_find(&f, e->name)->begin;
+            int64_t k;
+            if (e->q) {
+                memcpy(e->raw, src, (size_t)e->numel);
+                gdl__qpack_free(&e->q->pack);
+                e->q->pack = packs[i];
+                memset(&packs[i], 0, sizeof packs[i]);
+            } else if (!strcmp(e->dtype, "I32")) {
+                for (k = 0; k < e->numel; k++) ((int32_t *)e->raw)[k] = (int32_t)gdl__q_le32(src + 4 * k);
+            } else {
+                for (k = 0; k < e->numel; k++) {
+                    const uint32_t u = gdl__q_le32(src + 4 * k);
+                    float v;
+                    memcpy(&v, &u, 4);
+                    if (e->raw) ((float *)e->raw)[k] = v;
+                    else ((gdl_real *)e->t->data)[k] = (gdl_real)v;
+                }
+            }
+        }
+    }
+    if (packs)
+        for (i = 0; i < L.n; i++) gdl__qpack_free(&packs[i]);
+    GPUDL_FREE(packs);
+    gdl_st_free(&f);
+    GPUDL_FREE(L.s);
+    return rc;
+}
