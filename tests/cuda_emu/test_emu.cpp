@@ -406,7 +406,7 @@ TEST initcheck_planted(void) {
     LAUNCH(k_shared_stale, 4, 32, 0, 0)(out, 0);
     ASSERT_EQ(0, (int)cudaDeviceSynchronize());
     ASSERT_EQ(u0 + 3, gdl_emu_count("uninit"));
-    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "__shared__ s_tile");
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "__shared__ k_shared_stale(float*, int)::s_tile");
     ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "kernel k_shared_stale");
     ASSERT_EQ(0, gdl_emu_initcheck(0));
     cudaFree(x);
