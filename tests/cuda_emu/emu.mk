@@ -2,8 +2,12 @@
 # the GPU suite on the CUDA-on-CPU emulator.
 #
 #   make test-emu   build gpudl_cuda.cu with g++ against the emulator; run
-#                   tests/test_cuda.c plainly, under ASan+UBSan and under a
-#                   second schedule, and the emulator's own test
+#                   tests/test_cuda.c plainly, under ASan+UBSan, under two
+#                   more schedules and under racecheck + initcheck, and the
+#                   emulator's own test
+#   make test-emu-race    the whole suite under racecheck + initcheck
+#   make test-launch-limits-nvcc   the real build's kernels against the
+#                   launches the suite made (tests/launch_limits.sh)
 #   make emu        the examples against the emulator: build/emu_mnist_mlp ...
 #
 # Only the CUDA headers are needed (no GPU, no libcudart, no libcublas).
@@ -100,12 +104,14 @@ test-emu-race: $(B)/emu_race_test_cuda $(B)/emu_race_selftest
 test-emu-gemm: $(B)/emu_test_cuda
 	GPUDL_EMU_DEVICES=2 GPUDL_EMU_GEMM=perturbed $(B)/emu_test_cuda
 
-# The suite four ways, each with two emulated devices: plain, ASan+UBSan,
+# The suite five ways, each with two emulated devices: plain, ASan+UBSan,
 # and the plain build under the warp-at-a-time schedule (it exposes a
 # missing barrier between warps, e.g. before a shared buffer is reused) and
-# the reversed-thread schedule; the self-test
+# the reversed-thread schedule, and the checks run (racecheck + initcheck +
+# perturbed GEMMs, above); the self-test
 # plainly, under ASan+UBSan (fibers, aborted blocks and the fault handler's
-# jump must be clean) and under the warp-at-a-time schedule on one worker. run.sh runs
+# jump must be clean) and under the warp-at-a-time schedule on one worker, and the racecheck
+# build's self-test (its planted hazards and uninitialised reads). run.sh runs
 # programs without arguments, so each configuration is a small wrapper
 # script; it sums the closing lines and fails if any run fails.
 EMU_RUNS = $(EMU_B)/run_plain $(EMU_B)/run_asan $(EMU_B)/run_warp $(EMU_B)/run_revthreads $(EMU_B)/run_selftest $(EMU_B)/run_asan_selftest $(EMU_B)/run_selftest_warp \
