@@ -195,9 +195,6 @@ M = [
 ("argmax_blocks_share_outputs", "the block index left out of a grid-stride loop: every block computes (and writes) every output",
  "__global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {\n    GDL_CU_LOOP(t, outer * inner) {",
  "__global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {\n    for (int64_t t = threadIdx.x; t < outer * inner; t += blockDim.x) {"),
-("softmax_strided_reads_one_past", "the max of a strided softmax reads one element past its row (lse does not depend on it, the read is still wrong)",
- "        for (int64_t k = 0; k < n; k++) mx = fmaxf(mx, p[k * inner]);",
- "        for (int64_t k = 0; k <= n; k++) mx = fmaxf(mx, p[k * inner]);"),
 ]
 
 def find(name):
