@@ -118,7 +118,11 @@
      order them (a real GPU needs the fence before the publishing atomic
      and after the observing one); pinned host memory is not shadowed.
      Initcheck: bytes are initialised or not, not per bit; padding that
-     a kernel copies whole counts as read.
+     a kernel copies whole counts as read; memory is tracked per
+     cudaMalloc, so bytes that gpudl's caching allocator hands out again
+     keep the state the last tensor there left (a read one past a tensor
+     into bytes an earlier tensor wrote is not seen; compute-sanitizer
+     without allocator annotations has the same blind spot).
    - __shared__ is not refilled with garbage between blocks: without
      GPUDL_EMU_INITCHECK a read before the first write sees the previous
      block's (or zero) values, not NaN. Dynamic shared memory
