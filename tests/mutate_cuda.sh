@@ -186,9 +186,6 @@ M = [
  "    if (act == GDL_UN_RELU) epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;",
  "    if (act == GDL_UN_RELU) epi = CUBLASLT_EPILOGUE_RELU;"),
 # issue 25: bugs for the emulator's racecheck and initcheck (the "checks" run)
-("argmax_no_barrier_before_reuse", "missing __syncthreads before the block argmax refills its shared buffers (a second call overwrites them while a slow warp still reads)",
- "    }\n    __syncthreads();\n    if (lane == 0) { sv[wid] = v; sk[wid] = k; }",
- "    }\n    if (lane == 0) { sv[wid] = v; sk[wid] = k; }"),
 ("argmax_tile_read_before_written", "the block argmax reads the shared partials before every warp wrote its own",
  "    if (lane == 0) { sv[wid] = v; sk[wid] = k; }\n    __syncthreads();",
  "    if (lane == 0) { sv[wid] = v; sk[wid] = k; }"),
