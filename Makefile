@@ -265,8 +265,8 @@ test: test-amalgamation
 # names. (Only the fuzzers run two at a time: each for a fixed time, on its own
 # files.)
 TEST_PARTS = test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build \
-             test-unit test-dist test-emu test-dist-nccl test-cluster test-gpu-session-dry test-cpu-paths test-aarch64 \
-             test-quant
+             test-unit test-dist test-emu test-launch-limits test-dist-nccl test-cluster test-gpu-session-dry \
+             test-cpu-paths test-aarch64 test-quant
 TEST_JOBS ?= $(if $(filter -j%,$(MAKEFLAGS)),,-j2) --output-sync=target
 # make -k (k among make's one-letter flags)
 keep_going = $(findstring k,$(filter-out -%,$(firstword $(MAKEFLAGS))))

@@ -91,15 +91,31 @@ static int gdl__cu_act_backward_reduce(int act, int64_t outer, int64_t n, int64_
 // cuBLASLt's bias vector does. GELU keeps its input in the aux buffer (ld N,
 // which cuBLASLt wants divisible by 8). Where cuBLASLt cannot (erf GELU, K 0,
 // misaligned bias or aux, no algorithm): the GEMM, then one bias_act pass.
+// With GPUDL_VERBOSE=1 the first such fallback in a process says why on
+// stderr (a notice once, not a log: a model falls back on every step).
+static void gdl__cu_lt_fallback_notice(const char *why, int M, int N, int K) {
+    static std::atomic<int> told(0);
+    const char *v = getenv("GPUDL_VERBOSE");
+    if (!v || !v[0] || strcmp(v, "0") == 0 || told.exchange(1)) return;
+    fprintf(stderr, "gpudl: fused linear %d x %d x %d without cuBLASLt's epilogue (%s): the GEMM, then the "
+                    "bias/activation kernel (said once per process)\n", M, N, K, why);
+}
+
 static int gdl__cu_linear_act(int act, int M, int N, int K, const float *x, const float *w, const float *bias,
                               float *y, float *pre) {
     if (M <= 0 || N <= 0) return 0;
-    bool lt_ok = K > 0 && act != GDL_UN_GELU_ERF && (!bias || (uintptr_t)bias % 16 == 0) &&
-                 (!pre || (N % 8 == 0 && (uintptr_t)pre % 16 == 0)) && (uintptr_t)y % 16 == 0;
-    if (lt_ok) {
+    const char *why = K <= 0                                                   ? "K is 0"
+                      : act == GDL_UN_GELU_ERF                                 ? "erf GELU has no epilogue"
+                      : bias && (uintptr_t)bias % 16                           ? "bias not 16-byte aligned"
+                      : pre && (N % 8 || (uintptr_t)pre % 16)                  ? "aux not 16-byte aligned or N % 8"
+                      : (uintptr_t)y % 16                                      ? "output not 16-byte aligned"
+                                                                               : NULL;
+    if (!why) {
         int rc = gdl__cu_lt_matmul(act, M, N, K, x, w, bias, y, pre);
         if (rc <= 0) return rc; /* 1: no algorithm for it, take the other way */
+        why = "the heuristic found no algorithm";
     }
+    gdl__cu_lt_fallback_notice(why, M, N, K);
     if (gdl__cu_gemm(0, 1, M, N, K, 1.0f, x, K, 0, w, K, 0, 0.0f, y, N, 0, 1) < 0) return -1;
     if (!bias && act < 0) return 0;
     return gdl__cu_bias_act(act, M, N, 1, bias, y, pre);

@@ -6,8 +6,10 @@
 # (tests/cuda_emu/emu.mk: only gpudl_cuda.cu's object and the test binary are
 # rebuilt per mutant) and runs it with two emulated devices under the
 # schedules make test-emu uses (round-robin, warp-at-a-time, reversed
-# threads; the ASan+UBSan build is left out for time). A mutant is caught
-# when the suite fails under any of them. Prints a line per mutant and
+# threads; the ASan+UBSan build is left out for time), then, for a mutant
+# those leave, the racecheck build with GPUDL_EMU_RACECHECK and
+# GPUDL_EMU_INITCHECK on (a report makes the run exit 66). A mutant is
+# caught when the suite fails under any of them. Prints a line per mutant and
 # "caught K of N". Not part of make test: it takes minutes.
 #
 #   tests/mutate_cuda.sh            every mutant
@@ -183,6 +185,13 @@ M = [
 ("lt_relu_without_bias", "cuBLASLt's ReLU epilogue without the bias",
  "    if (act == GDL_UN_RELU) epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;",
  "    if (act == GDL_UN_RELU) epi = CUBLASLT_EPILOGUE_RELU;"),
+# issue 25: bugs for the emulator's racecheck and initcheck (the "checks" run)
+("argmax_tile_read_before_written", "the block argmax reads the shared partials before every warp wrote its own",
+ "    if (lane == 0) { sv[wid] = v; sk[wid] = k; }\n    __syncthreads();",
+ "    if (lane == 0) { sv[wid] = v; sk[wid] = k; }"),
+("argmax_blocks_share_outputs", "the block index left out of a grid-stride loop: every block computes (and writes) every output",
+ "__global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {\n    GDL_CU_LOOP(t, outer * inner) {",
+ "__global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {\n    for (int64_t t = threadIdx.x; t < outer * inner; t += blockDim.x) {"),
 ]
 
 def find(name):
@@ -255,11 +264,22 @@ cp "$S/gpudl_cuda.cu" "$S/gpudl_cuda.cu.orig"
 mut check "$S/gpudl_cuda.cu.orig" || { echo "mutate_cuda.sh: the mutant list no longer fits gpudl_cuda.cu" >&2; exit 2; }
 
 build() { (cd "$S" && $MAKE -s build/emu_test_cuda) > "$S/build.log" 2>&1; }
-# run the suite; $1: extra environment (as "VAR=value ..."), prints the first failure
+# the racecheck build (-fsanitize=thread hooks), for the checks run
+build_checks() { (cd "$S" && $MAKE -s build/emu_race_test_cuda) > "$S/build.log" 2>&1; }
+# run the suite; $1: extra environment (as "VAR=value ..."), prints the first
+# failure; $2: the binary (the plain build by default)
 run_suite() {
     rc=0
-    (cd "$S" && env GPUDL_EMU_QUIET=1 $1 timeout "$TIMEOUT" ./build/emu_test_cuda -f) > "$S/run.log" 2>&1 || rc=$?
+    (cd "$S" && env GPUDL_EMU_QUIET=1 $1 timeout "$TIMEOUT" ./build/${2:-emu_test_cuda} -f) > "$S/run.log" 2>&1 || rc=$?
     return $rc
+}
+# the checks run: racecheck (shared and global memory) and initcheck over
+# the suite, with GEMMs rounded per call configuration (make test's run)
+CHECKS="GPUDL_EMU_DEVICES=2 GPUDL_EMU_RACECHECK=1 GPUDL_EMU_INITCHECK=1 GPUDL_EMU_GEMM=perturbed GPUDL_EMU_QUIET=0"
+checks_failure() {
+    f=$(grep -m1 -E 'racecheck: .*hazard on|initcheck: ' "$S/run.log" || true)
+    [ -n "$f" ] || f=$(first_failure "$1")
+    printf '%s' "$f" | cut -c1-150
 }
 first_failure() {
     f=$(grep -m1 '^FAIL' "$S/run.log" || true)
@@ -277,7 +297,12 @@ for sched in $SCHEDS; do
         exit 2
     fi
 done
-echo "the suite passes under: $SCHEDS"
+build_checks || { echo "FAILED (the checks build)"; cat "$S/build.log"; exit 2; }
+if ! run_suite "$CHECKS" emu_race_test_cuda; then
+    echo "the suite FAILS without a mutant (racecheck + initcheck): $(checks_failure $?)"
+    exit 2
+fi
+echo "the suite passes under: $SCHEDS, and racecheck + initcheck"
 
 N=0; K=0; ERR=0; SURVIVORS=""
 t0=$(date +%s)
@@ -297,6 +322,13 @@ for name in $NAMES; do
             break
         fi
     done
+    # the schedules left it: the racecheck build with the checks on
+    if [ -z "$caught" ]; then
+        if ! build_checks; then
+            ERR=$((ERR + 1)); echo "ERROR    $name: does not compile (checks build)"; continue
+        fi
+        if ! run_suite "$CHECKS" emu_race_test_cuda; then caught="[checks] $(checks_failure $?)"; fi
+    fi
     if [ -n "$caught" ]; then
         K=$((K + 1)); echo "caught   $name $caught"
     else

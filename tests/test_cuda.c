@@ -2061,6 +2061,57 @@ TEST graph_keeps_its_clip_table(void) {
 
 /* ---- fused Linear/Conv2d + activation (tests/fusion_cases.h; its cases are registered in SUITE(graphs)) ---- */
 
+/* Every way the fused linear can miss cuBLASLt's epilogue: odd sizes (N not a multiple of 8: no aux ld for
+   GELU's saved input), views at odd offsets (x, w and the bias 4 bytes past an aligned address), erf GELU,
+   and, on the emulator, its heuristic refusing the call (as the real library may: gdl_emu_lt_no_algo).
+   Each fallback must compute what the CPU does. */
+TEST fusion_lt_fallbacks(void) {
+    static const gdl_act acts[] = {GDL_ACT_RELU, GDL_ACT_GELU_TANH, GDL_ACT_GELU};
+    static const int64_t Ns[] = {16, 19};
+    int a, n, view, refuse;
+    gdl_manual_seed(11);
+    for (a = 0; a < 3; a++)
+        for (n = 0; n < 2; n++)
+            for (view = 0; view < 2; view++)
+                for (refuse = 0; refuse < 2; refuse++) {
+                    int64_t N = Ns[n], K = 7, M = 37, xs[2] = {M + 1, K}, ws[2] = {N + 1, K}, bs = N + 1;
+                    gdl_tensor *x = gdl_randn(2, xs, GPU), *w = gdl_randn(2, ws, GPU), *b = gdl_randn(1, &bs, GPU);
+                    gdl_tensor *xv, *wv, *bv, *xc, *wc, *bc, *y, *yc;
+                    double e;
+                    ASSERT(x && w && b);
+                    gdl_set_requires_grad(w, 1); /* the forward keeps GELU's input: cuBLASLt's aux output */
+                    /* view 1: each operand one row (or one float) in, so 28 (4) bytes past its allocation */
+                    xv = gdl_slice(x, view, M + view);
+                    wv = gdl_slice(w, view, N + view);
+                    bv = gdl_slice(b, view, N + view);
+                    ASSERT(xv && wv && bv);
+                    ASSERT((xc = gdl_to(xv, gdl_cpu())) && (wc = gdl_to(wv, gdl_cpu())) && (bc = gdl_to(bv, gdl_cpu())));
+#ifdef GPUDL_EMU
+                    if (refuse) gdl_emu_lt_no_algo(1);
+#else
+                    if (refuse) continue;
+#endif
+                    y = gdl_linear_act(xv, wv, bv, acts[a]);
+                    ASSERT(y != NULL);
+                    yc = gdl_linear_act(xc, wc, bc, acts[a]);
+                    e = rel_err(yc, y);
+                    if (!(e < 1e-5))
+                        FAILf("act %d, N %lld, view %d, heuristic refusing %d: relative error %g", (int)acts[a],
+                              (long long)N, view, refuse, e);
+#ifdef GPUDL_EMU
+                    gdl_emu_lt_no_algo(0);
+#endif
+                    gdl_free(x);
+                    gdl_free(w);
+                    gdl_free(b);
+                    gdl_free(xc);
+                    gdl_free(wc);
+                    gdl_free(bc);
+                    gdl_arena_reset();
+                }
+    PASS();
+}
+
 /* the launches the fusion saves: linear + bias + ReLU forward is one cuBLASLt call and no kernel (three
    launches unfused); erf GELU (no cuBLASLt epilogue) the GEMM and one pass; a misaligned bias (a view one
    float in) the same; backward one kernel before the GEMMs */
@@ -2218,6 +2269,7 @@ SUITE(graphs) {
     RUN_GPU_ON("fusion_when", fz_when_fused_case);
     RUN_GPU_ON("fusion_errors", fz_errors_case);
     RUN_GPU(fusion_launch_counts);
+    RUN_GPU(fusion_lt_fallbacks);
     RUN_GPU(grad_scaler_matches_pytorch);
     RUN_GPU(grad_scaler_graph_equals_eager);
     RUN_GPU(grad_scaler_clip_checkpoint);

@@ -55,7 +55,8 @@ enum { EMU_SCHED_RR, EMU_SCHED_WARP, EMU_SCHED_REVTHREADS, EMU_SCHED_REVBLOCKS }
 struct Config {
     int devices = 1, sched = EMU_SCHED_RR, workers = 2, quiet = 0, protect = 1;
     int racecheck = 0;      /* GPUDL_EMU_RACECHECK */
-    int gemm = 0;           /* GPUDL_EMU_GEMM: 0 plain, 1 perturbed (per call), 2 shape (per call configuration) */
+    int initcheck = 0;      /* GPUDL_EMU_INITCHECK */
+    int gemm = 0;           /* GPUDL_EMU_GEMM: 0 plain, 1 perturbed (per call configuration; `shape` the same), 3 percall */
     uint64_t gemm_seed = 1; /* GPUDL_EMU_GEMM_SEED */
     double timeout = 600; /* seconds a launch may run before the watchdog ends the process */
     size_t mem = (size_t)16384 << 20;
@@ -89,13 +90,15 @@ Config &cfg() {
         if ((e = getenv("GPUDL_EMU_GEMM")) && *e) {
             if (!strcmp(e, "plain")) k.gemm = 0;
             else if (!strcmp(e, "perturbed")) k.gemm = 1;
-            else if (!strcmp(e, "shape")) k.gemm = 2;
+            else if (!strcmp(e, "shape")) k.gemm = 1; /* its former name */
+            else if (!strcmp(e, "percall")) k.gemm = 3;
             else {
-                fprintf(stderr, "gpudl emu: unknown GPUDL_EMU_GEMM '%s' (plain, perturbed, shape)\n", e);
+                fprintf(stderr, "gpudl emu: unknown GPUDL_EMU_GEMM '%s' (plain, perturbed, percall)\n", e);
                 abort();
             }
         }
         if ((e = getenv("GPUDL_EMU_RACECHECK")) && *e) k.racecheck = atoi(e);
+        if ((e = getenv("GPUDL_EMU_INITCHECK")) && *e) k.initcheck = atoi(e);
         if ((e = getenv("GPUDL_EMU_GEMM_SEED")) && *e) k.gemm_seed = strtoull(e, NULL, 0);
         return k;
     }();
@@ -103,7 +106,9 @@ Config &cfg() {
 }
 
 std::atomic<long> n_alloc{0}, n_free{0}, n_launch{0}, n_memcpy{0}, n_sync{0}, n_graph{0}, n_cublas{0}, n_legacy{0};
-std::atomic<long> n_h2d{0}, n_d2d{0}, n_memset{0}, n_race{0};
+std::atomic<long> n_h2d{0}, n_d2d{0}, n_memset{0}, n_race{0}, n_uninit{0};
+std::atomic<long> lt_no_algo{0}; /* cuBLASLt heuristic calls that found no algorithm */
+std::atomic<long> lt_refuse_at{-1}, lt_heur_calls{0}; /* gdl_emu_lt_no_algo: the heuristic call that refuses */
 std::atomic<long> fail_alloc_at{-1}, fail_launch_at{-1}, fail_cublas_at{-1}; /* counter value that fails; -1 none */
 
 std::mutex &diag_mu = *new std::mutex;   /* never destroyed, as G() below */
@@ -502,6 +507,8 @@ struct Launch {
     uint64_t nblocks;
     unsigned nthreads;
     long number; /* launch count at submission, for messages */
+    uint32_t tag0 = 0;          /* global-memory racecheck: block b's writer tag is tag0 + b */
+    std::vector<uint8_t> fenced; /* per block: it ran a __threadfence (orders its global accesses) */
 };
 
 enum { T_UNSTARTED, T_RUNNING, T_BAR, T_WARP, T_READY, T_DONE };
@@ -569,6 +576,8 @@ struct Worker {
     std::vector<struct RaceCell> rc_tls, rc_dyn;
     char *rc_tls_lo = nullptr;
     uint32_t rc_gen = 0;
+    // GPUDL_EMU_INITCHECK: per shared byte, the block generation that wrote it
+    std::vector<uint32_t> ic_tls, ic_dyn;
 };
 
 thread_local Worker *tl_worker = nullptr;
@@ -986,10 +995,12 @@ void watchdog_start() {
 }
 
 void race_resolve();
+void sh_launch(Launch *L);
 
 void execute_launch(Launch *L) {
     watchdog_start();
     race_resolve();
+    sh_launch(L);
     {
         std::lock_guard<std::mutex> l(run_mu);
         running.push_back({L, now_s()});
@@ -1207,7 +1218,9 @@ extern "C" unsigned long long gdl_emu_warp_op(int kind, unsigned mask, unsigned 
 namespace {
 
 std::atomic<bool> rc_instrumented{false}; /* __tsan_init ran: some code is instrumented */
-std::atomic<int> rc_on{-1};               /* -1 unresolved, 0 off, 1 on */
+/* -1 unresolved, else the checks on: */
+enum { RC_SHARED = 1, RC_INIT = 2, RC_GLOBAL = 4 };
+std::atomic<int> rc_on{-1};
 
 struct TlsSym {
     uint64_t off, size;
@@ -1343,7 +1356,10 @@ inline bool warp_ordered(unsigned a, uint32_t a_sync, unsigned b, uint32_t b_syn
     return (a >> 5) == (b >> 5) && b_sync_now > a_sync;
 }
 
-__attribute__((noinline)) void race_access(void *addr, size_t n, bool write, const void *pc) {
+void dev_access(Worker *W, char *a, size_t n, bool write, const void *pc, int on);
+void shared_init_access(Worker *W, bool dyn, size_t off, size_t n, bool write, const void *pc);
+
+__attribute__((noinline)) void race_access(void *addr, size_t n, bool write, const void *pc, int on) {
     Worker *W = tl_worker;
     if (!W || !W->block || !W->in_kernel || W->cur_thread < 0) return;
     char *a = (char *)addr;
@@ -1359,7 +1375,10 @@ __attribute__((noinline)) void race_access(void *addr, size_t n, bool write, con
         cells = W->rc_dyn.data();
     } else {
         if (!race_tls(W)) return;
-        if (a < W->rc_tls_lo || a >= W->rc_tls_lo + W->rc_tls.size()) return;
+        if (a < W->rc_tls_lo || a >= W->rc_tls_lo + W->rc_tls.size()) {
+            if (on & (RC_INIT | RC_GLOBAL)) dev_access(W, a, n, write, pc, on);
+            return;
+        }
         if (a >= (char *)&gdl_emu_threadIdx_ && a < (char *)&gdl_emu_threadIdx_ + sizeof gdl_emu_threadIdx_) return;
         if (a >= (char *)&gdl_emu_blockIdx_ && a < (char *)&gdl_emu_blockIdx_ + sizeof gdl_emu_blockIdx_) return;
         if (a >= (char *)&gdl_emu_blockDim_ && a < (char *)&gdl_emu_blockDim_ + sizeof gdl_emu_blockDim_) return;
@@ -1369,6 +1388,8 @@ __attribute__((noinline)) void race_access(void *addr, size_t n, bool write, con
         if (off + n > W->rc_tls.size()) n = W->rc_tls.size() - off;
         cells = W->rc_tls.data();
     }
+    if (on & RC_INIT) shared_init_access(W, dyn, off, n, write, pc);
+    if (!(on & RC_SHARED)) return;
     unsigned t = (unsigned)W->cur_thread;
     uint32_t ep = B->t[t].epoch + 1, ws = B->t[t].wsync, gen = W->rc_gen;
     bool reported = false;
@@ -1416,10 +1437,11 @@ __attribute__((noinline)) void race_access(void *addr, size_t n, bool write, con
 }
 
 void race_at_exit() {
-    long n = n_race.load();
-    if (n > 0 && cfg().racecheck) {
+    long n = n_race.load(), u = n_uninit.load();
+    if ((n > 0 && cfg().racecheck) || (u > 0 && cfg().initcheck)) {
         fflush(stdout);
-        fprintf(stderr, "gpudl emu: racecheck: %ld shared-memory hazard(s) reported; exit status 66\n", n);
+        if (n) fprintf(stderr, "gpudl emu: racecheck: %ld hazard(s) reported; exit status 66\n", n);
+        if (u) fprintf(stderr, "gpudl emu: initcheck: %ld read(s) of uninitialised memory reported; exit status 66\n", u);
         fflush(stderr);
         _exit(66);
     }
@@ -1430,23 +1452,282 @@ void race_resolve() {
     static std::mutex mu;
     std::lock_guard<std::mutex> l(mu);
     if (rc_on.load() >= 0) return;
-    int want = cfg().racecheck ? 1 : 0;
+    int want = (cfg().racecheck ? RC_SHARED | RC_GLOBAL : 0) | (cfg().initcheck ? RC_INIT : 0);
     if (want && !rc_instrumented.load()) {
-        fprintf(stderr, "gpudl emu: GPUDL_EMU_RACECHECK is set but no code was compiled with -fsanitize=thread: "
-                        "nothing is checked\n");
+        fprintf(stderr, "gpudl emu: GPUDL_EMU_RACECHECK or GPUDL_EMU_INITCHECK is set but no code was compiled "
+                        "with -fsanitize=thread: kernels are not checked\n");
         want = 0;
     }
     if (want && !race_info().ok) {
-        fprintf(stderr, "gpudl emu: GPUDL_EMU_RACECHECK: the program's TLS layout is unreadable (no symbol table?): "
-                        "nothing is checked\n");
+        fprintf(stderr, "gpudl emu: GPUDL_EMU_RACECHECK/INITCHECK: the program's TLS layout is unreadable (no symbol "
+                        "table?): kernels are not checked\n");
         want = 0;
     }
-    if (want) atexit(race_at_exit);
+    if (cfg().racecheck || cfg().initcheck) atexit(race_at_exit); /* copies are checked without instrumentation */
     rc_on.store(want);
 }
 
+// ---------------------------------------------------------------------------
+// GPUDL_EMU_INITCHECK and the global-memory half of GPUDL_EMU_RACECHECK: a
+// shadow of every device allocation (made while either is set), found from
+// an address through a two-level table of pages (lock-free: a kernel's every
+// load and store looks it up). Per byte, `w` holds the writer's tag: 0 never
+// written, 1 a host-side operation (copy, memset, cuBLAS, NCCL), else the
+// tag of the block that last wrote it (a launch's blocks have the tags
+// tag0 .. tag0 + nblocks - 1, unique over the process); `r` (racecheck) the
+// tag of the last block that read it. Initcheck: a kernel read of a byte
+// whose w is 0, a device-to-host copy of one, or a cuBLAS/NCCL operand that
+// holds one is reported. Racecheck: a byte written by one block and written
+// or read by another of the same launch (w or r in the launch's tag range)
+// is a hazard, unless both blocks ran a __threadfence (the "last block"
+// pattern: fence, atomic counter, the last block reads what the others
+// wrote); atomics are not checked. Static and dynamic shared bytes carry
+// the block generation that wrote them (Worker::ic_tls / ic_dyn): a read of
+// one not written by the running block is reported.
+
+struct Shadow {
+    char *ptr;
+    size_t size, rounded;
+    long id;
+    int dev;
+    uint32_t *w, *r; /* per byte of [ptr, ptr + rounded); r NULL unless racecheck */
+    size_t wlen, rlen;
+};
+
+std::atomic<bool> sh_wanted{false}; /* a test turned a check on: shadow new allocations */
+const int SH_L2 = 18;               /* 4 KiB pages: 35 bits of page number, 17 + 18 */
+std::atomic<Shadow **> sh_top[1u << 17];
+std::atomic<uint32_t> sh_next_tag{16};
+
+bool sh_enabled() { return cfg().initcheck || cfg().racecheck || sh_wanted.load(); }
+
+Shadow *sh_find(const void *p) {
+    uintptr_t pn = (uintptr_t)p >> 12;
+    if (pn >> (17 + SH_L2)) return nullptr;
+    Shadow **l2 = sh_top[pn >> SH_L2].load(std::memory_order_acquire);
+    return l2 ? l2[pn & ((1u << SH_L2) - 1)] : nullptr;
+}
+
+void sh_set_pages(const char *lo, size_t n, Shadow *S) {
+    for (uintptr_t pn = (uintptr_t)lo >> 12; pn <= ((uintptr_t)lo + n - 1) >> 12; pn++) {
+        std::atomic<Shadow **> &t = sh_top[pn >> SH_L2];
+        Shadow **l2 = t.load(std::memory_order_acquire);
+        if (!l2) {
+            Shadow **fresh = (Shadow **)mmap(NULL, sizeof(Shadow *) << SH_L2, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (fresh == MAP_FAILED) return;
+            if (!t.compare_exchange_strong(l2, fresh)) munmap(fresh, sizeof(Shadow *) << SH_L2);
+            else l2 = fresh;
+        }
+        l2[pn & ((1u << SH_L2) - 1)] = S;
+    }
+}
+
+uint32_t *sh_map(size_t n) {
+    void *m = mmap(NULL, n * 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return m == MAP_FAILED ? nullptr : (uint32_t *)m;
+}
+
+// a new device allocation: its shadow, all bytes never written
+void sh_register(const Alloc &A) {
+    if (A.kind != MEM_DEVICE || !sh_enabled()) return;
+    Shadow *S = new Shadow{A.ptr, A.size, A.rounded, A.id, A.device, nullptr, nullptr, A.rounded, 0};
+    S->w = sh_map(A.rounded);
+    if (cfg().racecheck || sh_wanted.load()) S->r = sh_map(S->rlen = A.rounded);
+    if (!S->w) {
+        delete S;
+        return;
+    }
+    sh_set_pages(A.ptr, A.rounded, S);
+}
+
+// a freed one (the device is idle: no kernel looks it up)
+void sh_unregister(const Alloc &A) {
+    Shadow *S = sh_find(A.ptr);
+    if (!S || S->ptr != A.ptr) return;
+    sh_set_pages(A.ptr, A.rounded, nullptr);
+    munmap(S->w, S->wlen * 4);
+    if (S->r) munmap(S->r, S->rlen * 4);
+    delete S;
+}
+
+std::string sh_name(const Shadow *S) {
+    char b[128];
+    snprintf(b, sizeof b, "device allocation #%ld (%zu bytes, cuda:%d)", S->id, S->size, S->dev);
+    return b;
+}
+
+std::string block_coords(const Launch *L, uint64_t lin) {
+    char b[64];
+    snprintf(b, sizeof b, "(%u,%u,%u)", (unsigned)(lin % L->grid.x), (unsigned)(lin / L->grid.x % L->grid.y),
+             (unsigned)(lin / ((uint64_t)L->grid.x * L->grid.y)));
+    return b;
+}
+
+// once per distinct key; false when already reported
+bool sh_first(const std::string &key) {
+    std::lock_guard<std::mutex> l(race_mu);
+    return race_seen.insert(key).second;
+}
+
+void init_report(Worker *W, const std::string &buf, size_t off, size_t nbytes, const void *pc) {
+    Block *B = W->block;
+    if (!sh_first("init|" + B->L->name + "|" + std::to_string((uintptr_t)pc))) return;
+    n_uninit++;
+    diag("initcheck: read of %zu uninitialised byte(s) of %s at byte offset %zu: %s (at %s); never written "
+         "since its allocation%s (addr2line -f -C -e <binary> <offset> names the line)",
+         nbytes, buf.c_str(), off, where(B, (unsigned)W->cur_thread).c_str(), pc_name(pc).c_str(),
+         buf.find("shared") != std::string::npos ? " or the start of this block" : "");
+}
+
+void global_race_report(Worker *W, const char *kind, const Shadow *S, size_t off, uint32_t other, const void *pc) {
+    Block *B = W->block;
+    const Launch *L = B->L;
+    if (!sh_first(std::string("grace|") + kind + "|" + L->name + "|" + std::to_string((uintptr_t)pc))) return;
+    n_race++;
+    diag("racecheck: global-memory %s hazard on %s, byte offset %zu: kernel %s (launch #%ld): block %s and block "
+         "%s (thread %s, at %s) of that launch, with neither atomics nor fences ordering them",
+         kind, sh_name(S).c_str(), off, L->name.c_str(), L->number, block_coords(L, other - L->tag0).c_str(),
+         block_coords(L, B->linear).c_str(), thread_coords(B, (unsigned)W->cur_thread).c_str(), pc_name(pc).c_str());
+}
+
+// a kernel's access to memory outside shared memory: device memory is checked
+void dev_access(Worker *W, char *a, size_t n, bool write, const void *pc, int on) {
+    Shadow *S = sh_find(a);
+    if (!S || a < S->ptr) return;
+    size_t off = (size_t)(a - S->ptr);
+    if (off >= S->rounded) return;
+    if (off + n > S->rounded) n = S->rounded - off;
+    const Launch *L = W->block->L;
+    uint32_t me = L->tag0 ? L->tag0 + (uint32_t)W->block->linear : 1, n_blk = (uint32_t)L->fenced.size();
+    bool race = (on & RC_GLOBAL) && S->r && L->tag0, init = on & RC_INIT;
+    auto other_block = [&](uint32_t tag) {
+        return tag - L->tag0 < n_blk && tag != me &&
+               !(L->fenced[tag - L->tag0] && L->fenced[W->block->linear]);
+    };
+    if (write) {
+        for (size_t i = 0; i < n; i++) {
+            if (race && other_block(S->w[off + i])) global_race_report(W, "write-write", S, off + i, S->w[off + i], pc);
+            else if (race && other_block(S->r[off + i])) global_race_report(W, "read-write", S, off + i, S->r[off + i], pc);
+            S->w[off + i] = me;
+        }
+        return;
+    }
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w = S->w[off + i];
+        if (init && w == 0 && !bad++) first = off + i;
+        if (race) {
+            if (other_block(w)) global_race_report(W, "write-read", S, off + i, w, pc);
+            S->r[off + i] = me;
+        }
+    }
+    if (bad) init_report(W, sh_name(S), first, bad, pc);
+}
+
+// initcheck of static (TLS) or dynamic shared memory
+void shared_init_access(Worker *W, bool dyn, size_t off, size_t n, bool write, const void *pc) {
+    std::vector<uint32_t> &v = dyn ? W->ic_dyn : W->ic_tls;
+    size_t need = dyn ? W->dyn_shared.size() : W->rc_tls.size();
+    if (v.size() < need) v.resize(need, 0);
+    if (off + n > v.size()) n = v.size() - off;
+    uint32_t gen = W->rc_gen;
+    if (write) {
+        for (size_t i = 0; i < n; i++) v[off + i] = gen;
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (v[off + i] != gen) {
+            size_t so;
+            std::string buf = race_buffer(dyn, off + i, &so);
+            init_report(W, buf, so, 1, pc);
+            return;
+        }
+}
+
+// atomics (not race-checked): a read-modify-write or load needs initialised
+// memory, a store or read-modify-write initialises it
+void atomic_access(const volatile void *p, size_t n, bool reads, bool writes, const void *pc) {
+    int on = rc_on.load(std::memory_order_relaxed);
+    if (on <= 0 || !(on & RC_INIT)) return;
+    Worker *W = tl_worker;
+    if (!W || !W->block || !W->in_kernel || W->cur_thread < 0) return;
+    Shadow *S = sh_find((const void *)p);
+    char *a = (char *)p;
+    if (!S || a < S->ptr || (size_t)(a - S->ptr) + n > S->rounded) return;
+    size_t off = (size_t)(a - S->ptr);
+    for (size_t i = 0; i < n; i++) {
+        if (reads && S->w[off + i] == 0) {
+            init_report(W, sh_name(S), off + i, n - i, pc);
+            break;
+        }
+    }
+    if (writes)
+        for (size_t i = 0; i < n; i++) S->w[off + i] = 1; /* not a block's plain write: no race pairs */
+}
+
+// host-side operations on device memory (queued copies, memsets, cuBLAS,
+// NCCL): `what` names the operation in reports. Returns the count of bytes
+// of [p, p + n) never written (checking), or marks them written.
+size_t sh_check_host(const char *what, const void *p, size_t n) {
+    int on = rc_on.load(std::memory_order_relaxed);
+    if (!cfg().initcheck && !(on > 0 && (on & RC_INIT))) return 0;
+    Shadow *S = sh_find(p);
+    if (!S || (const char *)p < S->ptr) return 0;
+    size_t off = (size_t)((const char *)p - S->ptr), bad = 0, first = 0;
+    if (off + n > S->rounded) n = S->rounded - off;
+    for (size_t i = 0; i < n; i++)
+        if (S->w[off + i] == 0 && !bad++) first = off + i;
+    if (bad && sh_first(std::string("hinit|") + what + "|" + std::to_string(S->id) + "|" + std::to_string(first))) {
+        n_uninit++;
+        diag("initcheck: %s reads %zu uninitialised byte(s) of %s (%zu bytes at byte offset %zu; the first never "
+             "written at byte offset %zu)", what, bad, sh_name(S).c_str(), n, off, first);
+    }
+    return bad;
+}
+
+void sh_mark_host(const void *p, size_t n, const void *from = nullptr) {
+    Shadow *S = sh_find(p);
+    if (!S || (const char *)p < S->ptr) return;
+    size_t off = (size_t)((const char *)p - S->ptr);
+    if (off + n > S->rounded) n = S->rounded - off;
+    Shadow *F = from ? sh_find(from) : nullptr; /* device-to-device: the source's state travels */
+    size_t foff = F && (const char *)from >= F->ptr ? (size_t)((const char *)from - F->ptr) : 0;
+    for (size_t i = 0; i < n; i++)
+        S->w[off + i] = !F || foff + i >= F->rounded || F->w[foff + i] ? 1 : 0;
+    if (S->r) memset(S->r + off, 0, n * 4);
+}
+
+// a column-major operand of a host-side GEMM: rows x cols elements of es bytes, ld apart
+void sh_matrix(const char *what, const void *p, long long rows, long long cols, long long ld, size_t es, bool write) {
+    if (!p || rows <= 0 || cols <= 0 || !sh_find(p)) return;
+    for (long long j = 0; j < cols; j++) {
+        const char *c = (const char *)p + (size_t)(j * ld) * es;
+        if (write) sh_mark_host(c, (size_t)rows * es);
+        else if (sh_check_host(what, c, (size_t)rows * es)) return;
+    }
+}
+
+// a launch's block tags (and its blocks' fence flags) under the global check
+void sh_launch(Launch *L) {
+    int on = rc_on.load(std::memory_order_relaxed);
+    if (on <= 0 || !(on & (RC_GLOBAL | RC_INIT))) return;
+    uint32_t n = L->nblocks > 0xfffffff ? 0xfffffff : (uint32_t)L->nblocks;
+    L->tag0 = sh_next_tag.fetch_add(n);
+    if (L->tag0 < 16) L->tag0 = sh_next_tag.fetch_add(n); /* wrapped past 2^32: skip the reserved tags */
+    L->fenced.assign(n, 0);
+}
+
+void sh_fence() {
+    Worker *W = tl_worker;
+    if (!W || !W->block || !W->in_kernel || W->cur_thread < 0) return;
+    const Launch *L = W->block->L;
+    if (W->block->linear < L->fenced.size()) const_cast<Launch *>(L)->fenced[W->block->linear] = 1;
+}
+
 inline void race_hook(void *a, size_t n, bool w, const void *pc) {
-    if (__builtin_expect(rc_on.load(std::memory_order_relaxed) > 0, 0)) race_access(a, n, w, pc);
+    int on = rc_on.load(std::memory_order_relaxed);
+    if (__builtin_expect(on > 0, 0)) race_access(a, n, w, pc, on);
 }
 
 } // namespace
@@ -1457,7 +1738,17 @@ extern "C" {
 int gdl_emu_racecheck(int on) {
     race_resolve();
     if (!rc_instrumented.load() || !race_info().ok) return -1;
-    rc_on.store(on ? 1 : 0);
+    sh_wanted.store(true);
+    rc_on.store((rc_on.load() & RC_INIT) | (on ? RC_SHARED | RC_GLOBAL : 0));
+    return 0;
+}
+
+// the same for GPUDL_EMU_INITCHECK
+int gdl_emu_initcheck(int on) {
+    race_resolve();
+    if (!rc_instrumented.load() || !race_info().ok) return -1;
+    sh_wanted.store(true);
+    rc_on.store((rc_on.load() & ~RC_INIT) | (on ? RC_INIT : 0));
     return 0;
 }
 
@@ -1484,28 +1775,61 @@ void __tsan_read_range(void *a, unsigned long n) { race_hook(a, n, false, __buil
 void __tsan_write_range(void *a, unsigned long n) { race_hook(a, n, true, __builtin_return_address(0)); }
 void __tsan_vptr_update(void **, void *) {}
 void __tsan_vptr_read(void **) {}
-void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+void __tsan_atomic_thread_fence(int) {
+    if (rc_on.load(std::memory_order_relaxed) > 0) sh_fence();
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 // atomics: performed sequentially consistent; not checked for hazards
+// initcheck sees them (atomic_access); racecheck does not
+#define GDL_RC_AA(a, rd, wr) atomic_access(a, sizeof *(a), rd, wr, __builtin_return_address(0))
 #define GDL_RC_AT(n, T)                                                                                           \
-    T __tsan_atomic##n##_load(const volatile T *a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); }         \
-    void __tsan_atomic##n##_store(volatile T *a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); }          \
-    T __tsan_atomic##n##_exchange(volatile T *a, T v, int) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
-    T __tsan_atomic##n##_fetch_add(volatile T *a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
-    T __tsan_atomic##n##_fetch_sub(volatile T *a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
-    T __tsan_atomic##n##_fetch_and(volatile T *a, T v, int) { return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
-    T __tsan_atomic##n##_fetch_or(volatile T *a, T v, int) { return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); }   \
-    T __tsan_atomic##n##_fetch_xor(volatile T *a, T v, int) { return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##n##_load(const volatile T *a, int) {                                                          \
+        GDL_RC_AA(a, 1, 0);                                                                                        \
+        return __atomic_load_n(a, __ATOMIC_SEQ_CST);                                                               \
+    }                                                                                                              \
+    void __tsan_atomic##n##_store(volatile T *a, T v, int) {                                                      \
+        GDL_RC_AA(a, 0, 1);                                                                                        \
+        __atomic_store_n(a, v, __ATOMIC_SEQ_CST);                                                                  \
+    }                                                                                                              \
+    T __tsan_atomic##n##_exchange(volatile T *a, T v, int) {                                                      \
+        GDL_RC_AA(a, 0, 1);                                                                                        \
+        return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                        \
+    }                                                                                                              \
+    T __tsan_atomic##n##_fetch_add(volatile T *a, T v, int) {                                                     \
+        GDL_RC_AA(a, 1, 1);                                                                                        \
+        return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                                         \
+    }                                                                                                              \
+    T __tsan_atomic##n##_fetch_sub(volatile T *a, T v, int) {                                                     \
+        GDL_RC_AA(a, 1, 1);                                                                                        \
+        return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                                         \
+    }                                                                                                              \
+    T __tsan_atomic##n##_fetch_and(volatile T *a, T v, int) {                                                     \
+        GDL_RC_AA(a, 1, 1);                                                                                        \
+        return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST);                                                         \
+    }                                                                                                              \
+    T __tsan_atomic##n##_fetch_or(volatile T *a, T v, int) {                                                      \
+        GDL_RC_AA(a, 1, 1);                                                                                        \
+        return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST);                                                          \
+    }                                                                                                              \
+    T __tsan_atomic##n##_fetch_xor(volatile T *a, T v, int) {                                                     \
+        GDL_RC_AA(a, 1, 1);                                                                                        \
+        return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST);                                                         \
+    }                                                                                                              \
     T __tsan_atomic##n##_fetch_nand(volatile T *a, T v, int) {                                                    \
+        GDL_RC_AA(a, 1, 1);                                                                                        \
         return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST);                                                        \
     }                                                                                                              \
     int __tsan_atomic##n##_compare_exchange_strong(volatile T *a, T *c, T v, int, int) {                          \
+        GDL_RC_AA(a, 1, 1);                                                                                        \
         return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                    \
     }                                                                                                              \
     int __tsan_atomic##n##_compare_exchange_weak(volatile T *a, T *c, T v, int, int) {                            \
+        GDL_RC_AA(a, 1, 1);                                                                                        \
         return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                     \
     }                                                                                                              \
     T __tsan_atomic##n##_compare_exchange_val(volatile T *a, T c, T v, int, int) {                                \
+        GDL_RC_AA(a, 1, 1);                                                                                        \
         __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                          \
         return c;                                                                                                  \
     }
@@ -1514,6 +1838,7 @@ GDL_RC_AT(16, uint16_t)
 GDL_RC_AT(32, uint32_t)
 GDL_RC_AT(64, uint64_t)
 #undef GDL_RC_AT
+#undef GDL_RC_AA
 
 } // extern "C"
 
@@ -1626,6 +1951,44 @@ void install_signals() {
 // ---------------------------------------------------------------------------
 // launch submission
 
+namespace {
+// GPUDL_EMU_LAUNCH_LOG=path: each kernel's largest launch configurations,
+// written at exit for tests/launch_limits.sh (held against the real build's
+// registers and shared memory): "name threads dynamic_shmem grid_x grid_y grid_z"
+struct LaunchMax {
+    unsigned threads = 0, gx = 0, gy = 0, gz = 0;
+    size_t shmem = 0;
+};
+std::mutex &ll_mu = *new std::mutex;
+std::map<std::string, LaunchMax> &ll_map = *new std::map<std::string, LaunchMax>;
+void launch_log_write() {
+    const char *path = getenv("GPUDL_EMU_LAUNCH_LOG");
+    FILE *f = path ? fopen(path, "w") : nullptr;
+    if (!f) return;
+    std::lock_guard<std::mutex> l(ll_mu);
+    for (auto &kv : ll_map)
+        fprintf(f, "%s %u %zu %u %u %u\n", kv.first.c_str(), kv.second.threads, kv.second.shmem, kv.second.gx,
+                kv.second.gy, kv.second.gz);
+    fclose(f);
+}
+void launch_log(const char *name, dim3 grid, dim3 block, size_t shmem) {
+    static bool on = [] {
+        const char *e = getenv("GPUDL_EMU_LAUNCH_LOG");
+        if (e && *e) atexit(launch_log_write);
+        return e && *e;
+    }();
+    if (!on) return;
+    std::string n = name; /* "gdl__k_x<T>" as written at the launch: the template's name */
+    size_t lt = n.find('<');
+    if (lt != std::string::npos) n.resize(lt);
+    std::lock_guard<std::mutex> l(ll_mu);
+    LaunchMax &m = ll_map[n];
+    m.threads = std::max(m.threads, block.x * block.y * block.z);
+    m.shmem = std::max(m.shmem, shmem);
+    m.gx = std::max(m.gx, grid.x), m.gy = std::max(m.gy, grid.y), m.gz = std::max(m.gz, grid.z);
+}
+} // namespace
+
 extern "C" void gdl_emu_submit(const char *name, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, void *ctx,
                                void (*run)(void *), void (*destroy)(void *), const void *const *ptrs, int nptrs) {
     cudaError_t e = cudaSuccess;
@@ -1648,6 +2011,7 @@ extern "C" void gdl_emu_submit(const char *name, dim3 grid, dim3 block, size_t s
         diag("launch #%ld of %s: %zu bytes of dynamic shared memory (at most 49152)", num, name, shmem);
         e = cudaErrorInvalidValue;
     }
+    if (e == cudaSuccess) launch_log(name, grid, block, shmem);
     long fl = fail_launch_at.load();
     if (e == cudaSuccess && fl >= 0 && num == fl) {
         fail_launch_at.store(-1);
@@ -1785,6 +2149,7 @@ bool free_alloc_locked(const Alloc &A, bool quarantine) {
     MemState &M = mem();
     size_t ps = page_size();
     bool clean = true;
+    sh_unregister(A);
     if (A.kind == MEM_DEVICE) {
         M.used[A.device] -= A.rounded;
         size_t body = (A.rounded + ps - 1) / ps * ps;
@@ -2027,6 +2392,7 @@ cudaError_t cudaMalloc(void **p, size_t size) {
         return set_err(cudaErrorMemoryAllocation);
     }
     M.live[(uintptr_t)A->ptr] = *A;
+    sh_register(*A);
     if (M.protected_ && cfg().protect) mprotect(A->map + page_size(), A->map_len - 2 * page_size(), PROT_NONE);
     *p = A->ptr;
     return cudaSuccess;
@@ -2141,7 +2507,12 @@ static cudaError_t memcpy_impl(void *dst, const void *src, size_t n, cudaMemcpyK
         stage = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
         from = stage->data();
     }
-    uint64_t seq = enqueue_locked(s, [dst, from, n, stage] { memcpy(dst, from, n); });
+    bool shadow = sh_enabled(); /* copies check and update the shadows */
+    uint64_t seq = enqueue_locked(s, [dst, from, n, stage, fn, to_host, from_host, shadow] {
+        if (shadow && to_host && !from_host) sh_check_host(fn, from, n);
+        if (shadow && !to_host) sh_mark_host(dst, n, from_host ? nullptr : from);
+        memcpy(dst, from, n);
+    });
     // synchronous unless device to device, or async with pinned (or staged) host memory
     bool wait = !async ? !(kd >= 0 && ks >= 0) : (to_host && !is_pinned(dst));
     if (wait && seq != CAPTURED) {
@@ -2177,7 +2548,11 @@ static cudaError_t memset_impl(void *p, int v, size_t n, cudaStream_t st, const 
     if (!s) return set_err(cudaErrorInvalidResourceHandle);
     if (s->legacy && global_capture_locked(s->dev))
         return set_err(capture_violation_locked(s->dev, cudaErrorStreamCaptureImplicit, fn));
-    enqueue_locked(s, [p, v, n] { memset(p, v, n); });
+    bool shadow = sh_enabled();
+    enqueue_locked(s, [p, v, n, shadow] {
+        if (shadow) sh_mark_host(p, n);
+        memset(p, v, n);
+    });
     return cudaSuccess;
 }
 
@@ -2511,6 +2886,11 @@ int gdl_emu_drain(void) {
     return 0;
 }
 
+int gdl_emu_lt_no_algo(long k) {
+    lt_refuse_at.store(k > 0 ? lt_heur_calls.load() + k : -1);
+    return 0;
+}
+
 int gdl_emu_fail_cublas(long k) {
     fail_cublas_at.store(k > 0 ? n_cublas.load() + k : -1);
     return 0;
@@ -2530,11 +2910,13 @@ long gdl_emu_count(const char *what) {
     if (!strcmp(what, "legacy")) return n_legacy.load();
     if (!strcmp(what, "cublas")) return n_cublas.load();
     if (!strcmp(what, "race")) return n_race.load();
+    if (!strcmp(what, "uninit")) return n_uninit.load();
+    if (!strcmp(what, "lt_no_algo")) return lt_no_algo.load();
     return -1;
 }
 
 const char *gdl_emu_gemm_mode(void) {
-    return cfg().gemm == 1 ? "perturbed" : cfg().gemm == 2 ? "shape" : "plain";
+    return cfg().gemm == 1 ? "perturbed" : cfg().gemm == 3 ? "percall" : "plain";
 }
 
 const char *gdl_emu_last_diagnostic(void) {
@@ -2592,17 +2974,19 @@ float tf32_trunc(float x) {
     return x;
 }
 
-// GPUDL_EMU_GEMM=perturbed | shape: how one GEMM call sums its dot products,
+// GPUDL_EMU_GEMM=perturbed | percall: how one GEMM call sums its dot products,
 // standing in for the blocked, FMA-fused and split-K orders of cuBLAS's
 // kernels. Every dot product of the call: K cut into `split` slices
 // (split-K); each slice accumulated over blocks of `kb` products (an FMA
 // chain per block, the block's sum then added to the slice's sum; kb 0: one
 // FMA chain over the slice); the slices' sums added in order or pairwise;
 // then alpha * sum + beta * C as one FMA. TF32 (where the call asks for it)
-// rounds to nearest-even or truncates. `perturbed` draws these per call
-// (a call counter and GPUDL_EMU_GEMM_SEED), `shape` from the call's
-// configuration (sizes, ops, leading dims, batch, types, math mode, seed), as
-// a real GPU's heuristic picks one kernel per configuration.
+// rounds to nearest-even or truncates. `perturbed` draws these from the
+// call's configuration (sizes, ops, leading dims, batch, types, math mode,
+// operand alignment, seed), as a real GPU's heuristic picks one kernel per
+// configuration: the same call repeats its bits, another call does not.
+// `percall` draws per call (a call counter and GPUDL_EMU_GEMM_SEED): an
+// audit that also breaks identical calls, which a GPU repeats bit for bit.
 struct GemmOrder {
     int kb = 0, split = 1;
     bool pairwise = false, trunc = false, fused_epilogue = true;
@@ -2616,10 +3000,10 @@ uint64_t mix64(uint64_t x) {
     x ^= x >> 31;
     return x;
 }
-// key: the call's configuration, hashed by the caller; used in `shape` mode
+// key: the call's configuration, hashed by the caller (`perturbed`)
 GemmOrder gemm_order(uint64_t key) {
     static const int kbs[] = {0, 1, 2, 4, 8, 16, 32, 64};
-    uint64_t h = mix64((cfg().gemm == 1 ? gemm_calls.fetch_add(1) : key) ^ mix64(cfg().gemm_seed));
+    uint64_t h = mix64((cfg().gemm == 3 ? gemm_calls.fetch_add(1) : key) ^ mix64(cfg().gemm_seed));
     GemmOrder o;
     o.kb = kbs[h & 7];
     o.split = 1 + (int)((h >> 3) % 4);
@@ -2686,7 +3070,7 @@ void sgemm_ordered(bool ta, bool tb, int m, int n, int k, float alpha, const flo
 }
 
 // C (m x n, ldc) = alpha * op(A) * op(B) + beta * C, column-major, one batch;
-// with `o` (GPUDL_EMU_GEMM=perturbed | shape) in that order, else a plain loop
+// with `o` (GPUDL_EMU_GEMM=perturbed | percall) in that order, else a plain loop
 void sgemm_cpu(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda, const float *B, int ldb,
                float beta, float *C, int ldc, bool round, const GemmOrder *o = nullptr) {
     if (o) {
@@ -2865,6 +3249,12 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
     enqueue_locked(s, [=] {
         const GemmOrder *o = ordered ? &ord : nullptr;
         for (int b = 0; b < batch; b++) {
+            if (need_ab) {
+                sh_matrix(fn, (const char *)A + b * sA * (long long)es, ar, ac, lda, es, false);
+                sh_matrix(fn, (const char *)B + b * sB * (long long)es, br, bc, ldb, es, false);
+            }
+            if (be != 0) sh_matrix(fn, (const char *)C + b * sC * (long long)ces, m, n, ldc, ces, false);
+            sh_matrix(fn, (const char *)C + b * sC * (long long)ces, m, n, ldc, ces, true);
             if (elem && c32)
                 hgemm_cpu_c32(TA, TB, m, n, k, al, (const uint16_t *)A + b * sA, lda, (const uint16_t *)B + b * sB, ldb,
                               be, (float *)C + b * sC, ldc, elem == CUDA_R_16BF, o);
@@ -3059,6 +3449,7 @@ struct LtLayout {
 };
 struct LtPref {
     uint64_t ws = 0;
+    uint32_t align[4] = {256, 256, 256, 256}; /* MIN_ALIGNMENT_A/B/C/D_BYTES; cuBLASLt's default is 256 */
 };
 std::mutex &lt_mu = *new std::mutex;
 std::set<cublasLtContext *> &lt_handles = *new std::set<cublasLtContext *>;
@@ -3257,7 +3648,9 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
         return CUBLAS_STATUS_SUCCESS;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
-        return size == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+        if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&it->second.align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, 4);
+        return CUBLAS_STATUS_SUCCESS;
     default:
         diag("cublasLtMatmulPreferenceSetAttribute: attribute %d is not emulated", (int)attr);
         return CUBLAS_STATUS_NOT_SUPPORTED;
@@ -3279,8 +3672,37 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     *count = 0;
     cublasStatus_t st = lt_check("cublasLtMatmulAlgoGetHeuristic", h, d, a, b, c, dl, &D, L);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    // As the real library may: no algorithm when the caller says a matrix
+    // is less aligned than its element (4 bytes for f32), when the
+    // epilogue's bias vector is not 16-byte aligned, or its aux output is
+    // not 16-byte aligned or has a leading dimension not divisible by 8 (the
+    // cuBLASLt documentation's rule for EPILOGUE_AUX_LD).
+    LtPref P;
+    {
+        std::lock_guard<std::mutex> l(lt_mu);
+        P = lt_prefs[p];
+    }
+    bool bias, relu, gelu, aux;
+    lt_epilogue(D.epi, &bias, &relu, &gelu, &aux);
+    const char *why = nullptr;
+    for (int i = 0; i < 4 && !why; i++)
+        if (P.align[i] < 4 || (P.align[i] & (P.align[i] - 1))) why = "a matrix alignment below its element size";
+    if (!why && bias && (uintptr_t)D.bias % 16) why = "a bias vector not aligned to 16 bytes";
+    if (!why && aux && ((uintptr_t)D.aux % 16 || D.auxld % 8)) why = "an aux output not aligned to 16 bytes or its ld not divisible by 8";
+    long hc = ++lt_heur_calls, ra = lt_refuse_at.load();
+    if (!why && ra >= 0 && hc == ra) {
+        lt_refuse_at.store(-1);
+        why = "refused on request (gdl_emu_lt_no_algo)";
+    }
+    if (why) {
+        lt_no_algo++;
+        diag("cublasLtMatmulAlgoGetHeuristic: no algorithm: %s", why);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
     memset(&results[0], 0, sizeof results[0]);
     results[0].algo.data[0] = 0x656d75u; /* "emu" */
+    // the alignments it assumes: those promised, at most 16 bytes (cublasLtMatmul checks them)
+    for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = P.align[i] < 16 ? P.align[i] : 16;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
     *count = 1;
@@ -3294,9 +3716,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     const char *fn = "cublasLtMatmul";
     LtDesc D;
     LtLayout L[4];
-    (void)algo; /* NULL: cuBLASLt picks one; any heuristic result is the emulator's one algorithm */
     cublasStatus_t st = lt_check(fn, h, d, a, b, c, dl, &D, L);
     if (st != CUBLAS_STATUS_SUCCESS) return st;
+    // an algorithm from the heuristic runs only on pointers as aligned as it was told
+    // (NULL: cuBLASLt picks one for the actual pointers)
+    const void *ptrs[4] = {A, B, C, Dp};
+    for (int i = 0; algo && algo->data[0] == 0x656d75u && i < 4; i++)
+        if (algo->data[1 + i] && (uintptr_t)ptrs[i] % algo->data[1 + i]) {
+            diag("%s: matrix %c (%p) is not aligned to the %u bytes its algorithm was chosen for "
+                 "(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES)", fn, "ABCD"[i], ptrs[i],
+                 (unsigned)algo->data[1 + i], "ABCD"[i]);
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
     long num = ++n_cublas, fc = fail_cublas_at.load();
     if (fc >= 0 && num == fc) { /* injected (gdl_emu_fail_cublas): nothing runs */
         fail_cublas_at.store(-1);
@@ -3355,7 +3786,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
         capture_violation_locked(s->dev, cudaErrorStreamCaptureImplicit, fn);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
+    int64_t arows = L[0].rows, acols = L[0].cols, brows = L[1].rows, bcols = L[1].cols;
     enqueue_locked(s, [=] {
+        if (al != 0 && k > 0) {
+            sh_matrix(fn, A, arows, acols, lda, 4, false);
+            sh_matrix(fn, B, brows, bcols, ldb, 4, false);
+        }
+        if (be != 0) sh_matrix(fn, dp, m, n, ldd, 4, false);
+        if (bias) sh_matrix(fn, bp, m, 1, m, 4, false);
+        sh_matrix(fn, dp, m, n, ldd, 4, true);
+        if (aux) sh_matrix(fn, xp, m, n, auxld, 4, true);
         sgemm_cpu(TA, TB, m, n, k, al, (const float *)A, lda, (const float *)B, ldb, be, dp, ldd, round,
                   ordered ? &ord : nullptr);
         for (int j = 0; j < n; j++)
@@ -3628,6 +4068,8 @@ ncclResult_t nccl_enqueue(const char *fn, int kind, const void *send, void *recv
     uint64_t seq = ++c->seq;
     c->inflight.fetch_add(1);
     enqueue_locked(s, [=] {
+        if (count && (kind != NK_BROADCAST || c->rank == root)) sh_check_host(fn, send, sn * es);
+        if (count) sh_mark_host(recv, rn * es);
         nccl_run(c, kind, send, recv, count, dt, op, root, seq);
         c->inflight.fetch_sub(1);
     });

@@ -24,39 +24,67 @@
    as gdl_emu_fail_alloc / _launch / _cublas of emu_api.h), GPUDL_EMU_QUIET=1 (no
    diagnostics on stderr), GPUDL_EMU_PROTECT=0 (no host-access protection),
    GPUDL_EMU_TIMEOUT=s (600: a launch running longer ends the process with
-   a report naming the kernel; 0 disables).
-   GPUDL_EMU_GEMM=plain | perturbed | shape (plain): how cuBLAS/cuBLASLt
-   calls sum. plain: the loop below. perturbed: each call draws a summation
-   order (a call counter and GPUDL_EMU_GEMM_SEED, default 1): K cut into 1-4
-   split-K slices, each summed over blocks of 0 (one chain), 1, 2, ... 64
-   products as fmaf chains, the slices added in order or pairwise,
-   alpha * sum + beta * C fused or not, and TF32 (where the call asks for
-   it: Sgemm* under CUBLAS_TF32_TENSOR_OP_MATH, cuBLASLt with
-   CUBLAS_COMPUTE_32F_FAST_TF32; not GemmEx's CUBLAS_COMPUTE_32F) rounding
-   to nearest or truncating. Two GEMM calls then differ in the last bits, as
-   two different cuBLAS kernels would. shape: the same draws from the call's
-   configuration (API, sizes, ops, leading dims, strides, batch, types, math
-   mode, epilogue, the operands' alignment mod 16 bytes) and the seed, as a GPU's heuristic picks one kernel per
-   configuration: identical calls give identical bits, calls of different
-   shapes or APIs do not.
-   GPUDL_EMU_RACECHECK=1: shared-memory hazard check for code compiled with
+   a report naming the kernel; 0 disables), GPUDL_EMU_LAUNCH_LOG=path (at
+   exit, each kernel's largest block, dynamic shared memory and grid:
+   "name threads shmem gx gy gz" lines, for tests/launch_limits.sh).
+   GPUDL_EMU_GEMM=plain | perturbed | percall (plain): how cuBLAS/cuBLASLt
+   calls sum. plain: the loop below. perturbed: each call sums in an order
+   drawn from its configuration (API, sizes, ops, leading dims, strides,
+   batch, types, math mode, epilogue, the operands' alignment mod 16 bytes)
+   and GPUDL_EMU_GEMM_SEED (default 1): K cut into 1-4 split-K slices, each
+   summed over blocks of 0 (one chain), 1, 2, ... 64 products as fmaf
+   chains, the slices added in order or pairwise, alpha * sum + beta * C
+   fused or not, and TF32 (where the call asks for it: Sgemm* under
+   CUBLAS_TF32_TENSOR_OP_MATH, cuBLASLt with CUBLAS_COMPUTE_32F_FAST_TF32;
+   not GemmEx's CUBLAS_COMPUTE_32F) rounding to nearest or truncating.
+   Why per configuration: that is what a GPU guarantees. cuBLAS's heuristic
+   picks one kernel for one configuration, and that kernel is bitwise
+   deterministic (gpudl asks for no atomics-based split-K), so the same
+   call on the same stream repeats its bits; another shape, leading
+   dimension, alignment or API may get another kernel and other last bits.
+   So two different GEMM calls must be compared with a tolerance, and two
+   identical ones may be compared bit for bit. (`shape`, its former name,
+   is the same mode.) percall: an order per call (a call counter and the
+   seed): also breaks identical calls, which a GPU does not: an audit of
+   which comparisons are bitwise, not a gate.
+   GPUDL_EMU_RACECHECK=1: hazard check for code compiled with
    -fsanitize=thread (the emulator supplies the TSan hooks; no TSan runtime
-   is linked; uninstrumented code is not checked, and a note says so). Per
-   byte of static __shared__ and dynamic shared memory: the last writer
-   and barrier interval, and up to two readers in the interval; a
-   write-write, write-read or read-write pair of two threads of one block
-   in one interval is reported (kernel, buffer and byte offset, block, both
-   threads and code offsets for addr2line), once per distinct pair, and
-   counted (gdl_emu_count("race")); lanes of one warp ordered by a
-   __syncwarp are exempt, as are atomics. A process that reported hazards
-   exits with status 66. gdl_emu_racecheck(on) switches it from a test.
+   is linked; uninstrumented code is not checked, and a note says so).
+   Shared memory: per byte of static __shared__ and dynamic shared memory,
+   the last writer and barrier interval, and up to two readers in the
+   interval; a write-write, write-read or read-write pair of two threads of
+   one block in one interval is reported (kernel, buffer and byte offset,
+   block, both threads and code offsets for addr2line); lanes of one warp
+   ordered by a __syncwarp are exempt, as are atomics. Global memory: per
+   byte of device memory, the block that last wrote it and the last block
+   that read it (tags unique per block of every launch); a byte written by
+   one block and written or read by another block of the same launch is
+   reported (kernel, allocation and byte offset, both blocks), unless both
+   blocks ran a __threadfence (the "last block" pattern: fence, atomic
+   counter, the last block reads the others' results). Each distinct hazard
+   is reported once and counted (gdl_emu_count("race")); a process that
+   reported hazards exits with status 66. gdl_emu_racecheck(on) switches it
+   from a test.
+   GPUDL_EMU_INITCHECK=1: reads of memory never written, as
+   compute-sanitizer's initcheck. Every device allocation gets a shadow (per
+   byte: written or not), set by kernel stores and atomics (instrumented
+   code, as above), copies (a device-to-device copy carries the source's
+   state), memsets, cuBLAS/cuBLASLt outputs and NCCL outputs; checked at
+   every kernel load and atomic, every device-to-host copy, every cuBLAS
+   operand (A and B, C where beta != 0, the bias) and every NCCL send
+   buffer. Static __shared__ and dynamic shared memory are uninitialised at
+   the start of every block. A report names the kernel, the buffer (device
+   allocation #id or the __shared__ variable) and byte offset, the block
+   and thread; counted as gdl_emu_count("uninit"); exit status 66 as above.
+   gdl_emu_initcheck(on) switches it from a test. The shadows cost 4 bytes
+   per byte of device memory touched (8 with racecheck).
 
    Limits (what the emulator does not model):
    - timing: no warp lockstep, no memory coalescing or bank conflicts, no
      occupancy; performance figures mean nothing; event times are host times.
    - cuBLAS: a plain column-major loop accumulating in float (TF32 mode rounds
      the inputs to 10-bit mantissas, nearest-even); the last bits differ from
-     cuBLAS's own blocked, FMA-ordered sums. GPUDL_EMU_GEMM=perturbed/shape
+     cuBLAS's own blocked, FMA-ordered sums. GPUDL_EMU_GEMM=perturbed/percall
      vary the order within one family of orders (split-K, block FMA chains);
      they do not reproduce any real kernel's bits, tensor-core internal
      precision, or split-K's atomics (nondeterministic on a GPU only with
@@ -64,21 +92,41 @@
    - cuBLASLt: cublasLtMatmul with f32 matrices and the DEFAULT, RELU, BIAS,
      RELU_BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS epilogues only (the
      GEMM above, then the epilogue with gpudl's own ReLU / tanh-GELU formulas);
-     the heuristic returns one algorithm for every configuration it runs and
-     ignores alignment preferences.
+     the heuristic returns one algorithm for every configuration it runs,
+     and none (CUBLAS_STATUS_NOT_SUPPORTED, counted as
+     gdl_emu_count("lt_no_algo")) where the real library may find none: a
+     MIN_ALIGNMENT preference below the element size, a bias vector not
+     16-byte aligned, an aux output not 16-byte aligned or with an ld not
+     divisible by 8. Its algorithm assumes the promised alignments (at
+     most 16 bytes; 256 when no preference is set), and cublasLtMatmul
+     refuses pointers less aligned than that. The real heuristic's other
+     reasons to find nothing (workspace too small, a shape no kernel
+     covers) are not modelled.
    - races between threads that use neither barriers nor atomics are only
      exposed as far as the schedules (GPUDL_EMU_SCHED) reorder them; within a
      block, threads interleave only at barriers and warp operations.
-     GPUDL_EMU_RACECHECK finds shared-memory hazards within a block only:
-     not global-memory races, nor races between blocks; only code compiled
-     with -fsanitize=thread (memcpy/memset into shared memory are not seen);
-     a warp's lanes are taken as unordered unless a __syncwarp separates
-     them (shuffles, ballots do not order shared-memory accesses); a thread
-     that read a byte is remembered only for the two first readers of an
-     interval; atomics are not checked against plain accesses.
-   - __shared__ is not refilled with garbage between blocks: a read before the
-     first write sees the previous block's (or zero) values, not NaN. Dynamic
-     shared memory (gdl_emu_dynamic_shared()) is filled with NaN per block.
+     GPUDL_EMU_RACECHECK and INITCHECK see only code compiled with
+     -fsanitize=thread (memcpy/memset inside a kernel are not seen). Shared
+     memory: a warp's lanes are taken as unordered unless a __syncwarp
+     separates them (shuffles, ballots do not order shared-memory
+     accesses); a thread that read a byte is remembered only for the two
+     first readers of an interval; atomics are not checked against plain
+     accesses. Global memory: races between threads of one block are not
+     checked (only between blocks), nor between launches on different
+     streams, nor between a kernel and a copy; one reader per byte is
+     remembered (the last); any __threadfence in both blocks is taken to
+     order them (a real GPU needs the fence before the publishing atomic
+     and after the observing one); pinned host memory is not shadowed.
+     Initcheck: bytes are initialised or not, not per bit; padding that
+     a kernel copies whole counts as read; memory is tracked per
+     cudaMalloc, so bytes that gpudl's caching allocator hands out again
+     keep the state the last tensor there left (a read one past a tensor
+     into bytes an earlier tensor wrote is not seen; compute-sanitizer
+     without allocator annotations has the same blind spot).
+   - __shared__ is not refilled with garbage between blocks: without
+     GPUDL_EMU_INITCHECK a read before the first write sees the previous
+     block's (or zero) values, not NaN. Dynamic shared memory
+     (gdl_emu_dynamic_shared()) is filled with NaN per block.
    - host access to device memory faults only while the device is idle (memory
      is protected at every host synchronisation and unprotected when work is
      queued); an access while kernels are queued or running is not caught.

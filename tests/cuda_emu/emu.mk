@@ -2,8 +2,12 @@
 # the GPU suite on the CUDA-on-CPU emulator.
 #
 #   make test-emu   build gpudl_cuda.cu with g++ against the emulator; run
-#                   tests/test_cuda.c plainly, under ASan+UBSan and under a
-#                   second schedule, and the emulator's own test
+#                   tests/test_cuda.c plainly, under ASan+UBSan, under two
+#                   more schedules and under racecheck + initcheck, and the
+#                   emulator's own test
+#   make test-emu-race    the whole suite under racecheck + initcheck
+#   make test-launch-limits-nvcc   the real build's kernels against the
+#                   launches the suite made (tests/launch_limits.sh)
 #   make emu        the examples against the emulator: build/emu_mnist_mlp ...
 #
 # Only the CUDA headers are needed (no GPU, no libcudart, no libcublas).
@@ -62,7 +66,8 @@ $(B)/emu_asan_selftest: $(EMU_DIR)/test_emu.cpp tests/harness.h $(EMU_HDR) $(EMU
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_SAN) $(EMU_CU) -Itests -c $< -o $(EMU_B)/asan_test_emu.o
 	$(CXX) $(SAN) $(EMU_B)/asan_test_emu.o $(EMU_B)/asan_cuda_emu.o -o $@ $(EMU_LIBS)
 
-emu-build: $(B)/emu_test_cuda $(B)/emu_asan_test_cuda $(B)/emu_selftest $(B)/emu_asan_selftest
+emu-build: $(B)/emu_test_cuda $(B)/emu_asan_test_cuda $(B)/emu_selftest $(B)/emu_asan_selftest $(B)/emu_race_test_cuda \
+           $(B)/emu_race_selftest
 
 # GPUDL_EMU_RACECHECK: the backend and the self-test compiled with GCC's
 # -fsanitize=thread instrumentation, whose hooks the emulator defines (no
@@ -78,31 +83,40 @@ $(B)/emu_race_selftest: $(EMU_DIR)/test_emu.cpp tests/harness.h $(EMU_HDR) $(EMU
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_RACE) $(EMU_CU) -Itests -c $< -o $(EMU_B)/race_test_emu.o
 	$(CXX) $(EMU_B)/race_test_emu.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
-# Not yet in make test (its time budget): the suite under racecheck (a hazard
-# is reported on stderr and the run exits 66) and the self-test's planted
-# missing barrier; and the suite with GEMMs that round like a GPU's
-# (GPUDL_EMU_GEMM=shape: one summation order per cuBLAS call configuration,
-# as a GPU's heuristic picks one kernel per configuration, so a bitwise
-# comparison of two different GEMM calls fails here as on a GPU;
-# GPUDL_EMU_GEMM=perturbed, an order per call, also fails comparisons of
-# identical calls, which a GPU repeats bit for bit: an audit, not a gate).
+# The checks run (part of make test-emu, below, without the model-training
+# suites the schedule runs skip too, for time: their kernels run in the
+# other suites; make test-emu-race runs the whole suite): the suite under the
+# racecheck build with GPUDL_EMU_RACECHECK=1 (shared- and global-memory
+# hazards), GPUDL_EMU_INITCHECK=1 (reads of memory never written) and
+# GPUDL_EMU_GEMM=perturbed (GEMMs rounded per call configuration, as a GPU's
+# heuristic picks one kernel per configuration: a bitwise comparison of two
+# different GEMM calls fails here as on a GPU); a report makes the run exit
+# 66. The self-test's planted missing barrier, uninitialised reads and
+# colliding blocks run in the racecheck self-test. test-emu-race is that
+# run alone; test-emu-gemm the plain build under the perturbed GEMMs.
+EMU_CHECKS_ENV = GPUDL_EMU_DEVICES=2 GPUDL_EMU_RACECHECK=1 GPUDL_EMU_INITCHECK=1 GPUDL_EMU_GEMM=perturbed \
+                 GPUDL_EMU_LAUNCH_LOG=$(CURDIR)/$(EMU_B)/launch_log
 .PHONY: test-emu-race test-emu-gemm
 test-emu-race: $(B)/emu_race_test_cuda $(B)/emu_race_selftest
-	@$(call emu_wrap,$(EMU_B)/run_race,GPUDL_EMU_DEVICES=2 GPUDL_EMU_RACECHECK=1,$(B)/emu_race_test_cuda)
+	@$(call emu_wrap,$(EMU_B)/run_checks,$(EMU_CHECKS_ENV),$(B)/emu_race_test_cuda)
 	@$(call emu_wrap,$(EMU_B)/run_race_selftest,,$(B)/emu_race_selftest)
-	sh tests/run.sh $(EMU_B)/run_race $(EMU_B)/run_race_selftest
+	sh tests/run.sh $(EMU_B)/run_checks $(EMU_B)/run_race_selftest
 test-emu-gemm: $(B)/emu_test_cuda
-	GPUDL_EMU_DEVICES=2 GPUDL_EMU_GEMM=shape $(B)/emu_test_cuda
+	GPUDL_EMU_DEVICES=2 GPUDL_EMU_GEMM=perturbed $(B)/emu_test_cuda
 
-# The suite four ways, each with two emulated devices: plain, ASan+UBSan,
+# The suite five ways, each with two emulated devices: plain, ASan+UBSan,
 # and the plain build under the warp-at-a-time schedule (it exposes a
 # missing barrier between warps, e.g. before a shared buffer is reused) and
-# the reversed-thread schedule; the self-test
+# the reversed-thread schedule, and the checks run (racecheck + initcheck +
+# perturbed GEMMs, above); the self-test
 # plainly, under ASan+UBSan (fibers, aborted blocks and the fault handler's
-# jump must be clean) and under the warp-at-a-time schedule on one worker. run.sh runs
+# jump must be clean) and under the warp-at-a-time schedule on one worker, and the racecheck
+# build's self-test (its planted hazards and uninitialised reads). run.sh runs
 # programs without arguments, so each configuration is a small wrapper
 # script; it sums the closing lines and fails if any run fails.
-EMU_RUNS = $(EMU_B)/run_plain $(EMU_B)/run_asan $(EMU_B)/run_warp $(EMU_B)/run_revthreads $(EMU_B)/run_selftest $(EMU_B)/run_asan_selftest $(EMU_B)/run_selftest_warp
+# (The longest runs come first: run.sh runs two at a time, in this order.)
+EMU_RUNS = $(EMU_B)/run_asan $(EMU_B)/run_checks $(EMU_B)/run_plain $(EMU_B)/run_warp $(EMU_B)/run_revthreads \
+           $(EMU_B)/run_selftest $(EMU_B)/run_asan_selftest $(EMU_B)/run_selftest_warp $(EMU_B)/run_race_selftest
 emu_wrap = printf '\#!/bin/sh\n%s exec "%s" %s "$$@"\n' '$(2)' '$(CURDIR)/$(3)' '$(4)' > $(1) && chmod +x $(1)
 
 # The warp and revthreads schedules reorder the threads and warps inside
@@ -119,6 +133,8 @@ test-emu: emu-build
 	@$(call emu_wrap,$(EMU_B)/run_selftest,,$(B)/emu_selftest)
 	@$(call emu_wrap,$(EMU_B)/run_asan_selftest,ASAN_OPTIONS=detect_leaks=1,$(B)/emu_asan_selftest)
 	@$(call emu_wrap,$(EMU_B)/run_selftest_warp,GPUDL_EMU_SCHED=warp GPUDL_EMU_WORKERS=1,$(B)/emu_selftest)
+	@$(call emu_wrap,$(EMU_B)/run_checks,$(EMU_CHECKS_ENV),$(B)/emu_race_test_cuda,$(EMU_SCHED_SKIP))
+	@$(call emu_wrap,$(EMU_B)/run_race_selftest,,$(B)/emu_race_selftest)
 	RUN_JOBS=2 sh tests/run.sh $(EMU_RUNS)
 
 # the examples on the emulator (they pick the GPU when one is available):
@@ -150,3 +166,21 @@ $(B)/emu_bench_train: bench/train.c bench/bench_cpu.h gpudl.h $(EMU_B)/gpudl_cud
 $(B)/emu_bench_amp: bench/amp.c bench/bench_cpu.h $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
 	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) -c bench/amp.c -o $(EMU_B)/bench_amp.o
 	$(CXX) $(EMU_B)/bench_amp.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
+
+# Launch limits (tests/launch_limits.sh): ptxas's resource report of
+# gpudl_cuda.cu for sm_80, sm_87 and sm_90 against the launches the checks
+# run of test-emu logged (run test-emu first). make test runs the script's
+# self-test (its planted over-register, spilling and over-shared kernels);
+# the real check (test-launch-limits-nvcc) compiles the backend for three
+# architectures, minutes on a 2-core machine: over make test's budget.
+LL_ARCHS = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_87,code=sm_87 -gencode arch=compute_90,code=sm_90
+$(EMU_B)/gpudl_cuda.resources: gpudl_cuda.cu gpudl.h | $(EMU_B)
+	$(NVCC) -std=c++17 -O3 $(LL_ARCHS) -DGPUDL_CUDA $(CUDA_DEFS) --resource-usage -fatbin gpudl_cuda.cu \
+	  -o $(EMU_B)/gpudl_cuda.fatbin > $@.tmp 2>&1 || { cat $@.tmp; exit 1; }
+	mv $@.tmp $@
+.PHONY: test-launch-limits test-launch-limits-nvcc
+test-launch-limits:
+	sh tests/launch_limits.sh --self-test
+test-launch-limits-nvcc: $(EMU_B)/gpudl_cuda.resources
+	@test -s $(EMU_B)/launch_log || { echo "test-launch-limits-nvcc: no launch log: run make test-emu first"; exit 1; }
+	sh tests/launch_limits.sh $(EMU_B)/gpudl_cuda.resources $(EMU_B)/launch_log gpudl_cuda.cu

@@ -19,6 +19,10 @@ int gdl_emu_fail_launch(long k);
    not counted) returns CUBLAS_STATUS_EXECUTION_FAILED without running; 0
    disarms. Returns 0. */
 int gdl_emu_fail_cublas(long k);
+/* The k-th cublasLtMatmulAlgoGetHeuristic call from now (1 = the next)
+   finds no algorithm (CUBLAS_STATUS_NOT_SUPPORTED, count 0), as the real
+   library may for a configuration; 0 disarms. Returns 0. */
+int gdl_emu_lt_no_algo(long k);
 /* Counts since the start of the process: "alloc" (cudaMalloc calls),
    "free" (cudaFree calls), "launch" (kernel launches, cuBLAS calls not
    included), "cublas" (cuBLAS compute calls), "memcpy" (calls of cudaMemcpy, cudaMemcpyAsync, cudaMemset, cudaMemsetAsync), "h2d" (those of them
@@ -26,7 +30,9 @@ int gdl_emu_fail_cublas(long k);
    the host wait for the device: cudaDeviceSynchronize, cudaStreamSynchronize,
    cudaEventSynchronize, synchronous copies, cudaFree), "graph" (cudaGraphLaunch
    calls), "legacy" (kernels, copies and memsets queued on the legacy default
-   stream), "race" (distinct shared-memory hazards GPUDL_EMU_RACECHECK reported). -1 for an unknown name. */
+   stream), "race" (distinct shared- and global-memory hazards GPUDL_EMU_RACECHECK reported), "uninit"
+   (distinct reads of uninitialised memory GPUDL_EMU_INITCHECK reported), "lt_no_algo" (cuBLASLt
+   heuristic calls that returned no algorithm). -1 for an unknown name. */
 long gdl_emu_count(const char *what);
 /* Waits until every device has finished all its queued work, as the test's
    own wait: neither gpudl's gdl_sync_count nor the "sync" count sees it, so
@@ -44,7 +50,13 @@ int gdl_emu_nccl_timeout(double seconds);
    Returns 0, or -1 when no code of the program is instrumented (the check
    cannot see any access). Hazards found are counted as "race". */
 int gdl_emu_racecheck(int on);
-/* GPUDL_EMU_GEMM's mode: "plain", "perturbed" or "shape" (see cuda_emu.h).
+/* GPUDL_EMU_INITCHECK from a test: 1 turns the check of reads of
+   uninitialised device and shared memory on, 0 off (kernels: the code
+   compiled with -fsanitize=thread; copies, cuBLAS and NCCL operands: every
+   build). Device memory allocated while no check was on has no shadow and
+   is not checked. Returns 0, or -1 as gdl_emu_racecheck. Counted as "uninit". */
+int gdl_emu_initcheck(int on);
+/* GPUDL_EMU_GEMM's mode: "plain", "perturbed" or "percall" (see cuda_emu.h).
    A test that expects two different GEMM calls to agree bitwise (true of the
    plain loop, not of a GPU) can ask for a tolerance unless "plain". */
 const char *gdl_emu_gemm_mode(void);
