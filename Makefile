@@ -240,10 +240,12 @@ $(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
 #   tests/cpu_paths.mk      test-cpu-paths (AVX-512 / AVX2 / portable C), test-aarch64 (qemu)
 #   tests/fuzz/fuzz.mk      fuzz (libFuzzer harnesses for every parser), fuzz-seeds
 #   tests/dist.mk           test-dist (launch environments, sharding; 2 MPI ranks)
+#   tests/windows.mk        test-windows (MinGW-w64 builds under Wine), test-portability (MSVC, strict POSIX)
 -include tests/cuda_emu/emu.mk
 -include tests/dist.mk
 -include tests/cpu_paths.mk
 -include tests/fuzz/fuzz.mk
+-include tests/windows.mk
 
 test: test-amalgamation
 	@sh tools/deps.sh test
@@ -261,7 +263,8 @@ test: test-amalgamation
 # names. (Only the fuzzers run two at a time: each for a fixed time, on its own
 # files.)
 TEST_PARTS = test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build \
-             test-unit test-dist test-emu test-dist-nccl test-gpu-session-dry test-cpu-paths test-aarch64
+             test-unit test-dist test-emu test-dist-nccl test-gpu-session-dry test-cpu-paths test-aarch64 \
+             test-portability test-windows
 TEST_JOBS ?= $(if $(filter -j%,$(MAKEFLAGS)),,-j2) --output-sync=target
 # make -k (k among make's one-letter flags)
 keep_going = $(findstring k,$(filter-out -%,$(firstword $(MAKEFLAGS))))
