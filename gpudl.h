@@ -15,6 +15,7 @@
        cc -O2 -march=native my_net.c -lm -pthread -o my_net            (CPU)
        nvcc -O3 -arch=sm_90 -DGPUDL_CUDA my_net.c gpudl_cuda.cu \
             -lcublas -lcublasLt -lnccl -o my_net                                (CUDA)
+       x86_64-w64-mingw32-gcc -O2 my_net.c -o my_net.exe            (Windows, CPU; no MPI)
    Add -DGPUDL_ZLIB ... -lz to read gzipped IDX files (Fashion-MNIST).
    README.md and examples/ show the module / optimizer / DataLoader level
    (gdl_nn_*, gdl_adam_new, gdl_loader_new, gdl_fit); the sample below is
@@ -436,6 +437,9 @@
 #define GPUDL_VERSION_PATCH 0
 #define GPUDL_VERSION "0.1.0"
 
+#if defined(__MINGW32__) && !defined(__USE_MINGW_ANSI_STDIO)
+#define __USE_MINGW_ANSI_STDIO 1 /* C99's printf (%zu, %lld), not msvcrt's: gpudl's messages use them */
+#endif
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -2168,8 +2172,8 @@ void gdl_cuda_set_tf32(int on);               /* off by default, as PyTorch's ma
    clocks, sleeping, directory listing, processes, files (atomic replace,
    temporaries, fsync), the CPU count, dynamic loading and the sockets of the
    TCP rendezvous. The parts after this one call only what is here: no other
-   part includes a POSIX-only or Windows header (tests/platform_check.sh, run
-   by make test, greps for that).
+   part includes a POSIX-only or Windows header (tests/msvc_check.sh, run by
+   make test, greps for that).
 
    What Windows lacks yet compiles out, and says so when it is used:
      - MPI: GPUDL_MPI is ignored there; gdl_dist_init with several processes
@@ -2230,8 +2234,9 @@ void gdl_cuda_set_tf32(int on);               /* off by default, as PyTorch's ma
 #include <netdb.h>
 #define GDL__OS_SOCKETS 1 /* the TCP rendezvous ([impl-dist]) */
 #endif
-#if defined(__GLIBC__) && !defined(__USE_POSIX) && !defined(__cplusplus)
-/* POSIX headers declare them, but glibc hides them under a bare -std=c99; the declarations are identical. */
+#if !defined(__cplusplus) && !defined(__APPLE__)
+/* POSIX headers declare them, but a bare -std=c99 hides them (glibc, musl); the declarations are identical.
+   (macOS shows them in any mode, with its own asm names.) */
 #ifndef fileno
 int fileno(FILE *stream);
 #endif
@@ -2246,6 +2251,16 @@ extern int sched_getaffinity(pid_t, size_t, cpu_set_t *); /* -std=c99 hides it; 
 #ifndef GPUDL_NO_THREADS
 #define GPUDL_NO_THREADS 1 /* no thread API known here */
 #endif
+#endif
+
+/* The functions below: static inline, so that a configuration that uses only some of them gets no
+   "defined but not used" warning. */
+#if defined(__cplusplus) || (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L)
+#define GDL__OSFN static inline
+#elif defined(_MSC_VER) || defined(__GNUC__)
+#define GDL__OSFN static __inline
+#else
+#define GDL__OSFN static
 #endif
 
 /* MPI has no Windows version here yet: compiled out, gdl_dist_init says so (GDL__OS_NO_MPI). */
@@ -2295,19 +2310,19 @@ extern int sched_getaffinity(pid_t, size_t, cpu_set_t *); /* -std=c99 hides it; 
 #define GDL__MO_ACQ_REL 0
 #define GDL__MO_SEQ_CST 0
 /* the object's size picks the 32- or 64-bit function; the value travels as int64_t */
-static int64_t gdl__il_load(volatile void *p, size_t size) {
+GDL__OSFN int64_t gdl__il_load(volatile void *p, size_t size) {
     if (size == 8) return (int64_t)InterlockedOr64((volatile LONG64 *)p, 0);
     return (int64_t)InterlockedOr((volatile LONG *)p, 0);
 }
-static void gdl__il_store(volatile void *p, size_t size, int64_t v) {
+GDL__OSFN void gdl__il_store(volatile void *p, size_t size, int64_t v) {
     if (size == 8) (void)InterlockedExchange64((volatile LONG64 *)p, (LONG64)v);
     else (void)InterlockedExchange((volatile LONG *)p, (LONG)v);
 }
-static int64_t gdl__il_add(volatile void *p, size_t size, int64_t v) {
+GDL__OSFN int64_t gdl__il_add(volatile void *p, size_t size, int64_t v) {
     if (size == 8) return (int64_t)InterlockedExchangeAdd64((volatile LONG64 *)p, (LONG64)v) + v;
     return (int64_t)(LONG)((LONG)InterlockedExchangeAdd((volatile LONG *)p, (LONG)v) + (LONG)v);
 }
-static int gdl__il_cas(volatile void *p, size_t size, void *expected, int64_t desired) {
+GDL__OSFN int gdl__il_cas(volatile void *p, size_t size, void *expected, int64_t desired) {
     if (size == 8) {
         LONG64 e, seen;
         memcpy(&e, expected, 8);
@@ -2354,20 +2369,22 @@ typedef pthread_once_t gdl__once_flag;
 #define GDL__MUTEX_INIT PTHREAD_MUTEX_INITIALIZER
 #define GDL__COND_INIT PTHREAD_COND_INITIALIZER
 #define GDL__ONCE_INIT PTHREAD_ONCE_INIT
-static int gdl__thread_start(gdl__thread *t, void *(*fn)(void *), void *arg) { return pthread_create(t, NULL, fn, arg); }
-static void gdl__thread_join(gdl__thread *t) { pthread_join(*t, NULL); }
-static int gdl__mutex_init(gdl__mutex *m) { return pthread_mutex_init(m, NULL); }
-static void gdl__mutex_destroy(gdl__mutex *m) { pthread_mutex_destroy(m); }
-static void gdl__mutex_lock(gdl__mutex *m) { pthread_mutex_lock(m); }
-static void gdl__mutex_unlock(gdl__mutex *m) { pthread_mutex_unlock(m); }
-static int gdl__cond_init(gdl__cond *c) { return pthread_cond_init(c, NULL); }
-static void gdl__cond_destroy(gdl__cond *c) { pthread_cond_destroy(c); }
-static void gdl__cond_wait(gdl__cond *c, gdl__mutex *m) { pthread_cond_wait(c, m); }
-static void gdl__cond_signal(gdl__cond *c) { pthread_cond_signal(c); }
-static void gdl__cond_broadcast(gdl__cond *c) { pthread_cond_broadcast(c); }
-static void gdl__once(gdl__once_flag *o, void (*fn)(void)) { pthread_once(o, fn); }
+GDL__OSFN int gdl__thread_start(gdl__thread *t, void *(*fn)(void *), void *arg) {
+    return pthread_create(t, NULL, fn, arg);
+}
+GDL__OSFN void gdl__thread_join(gdl__thread *t) { pthread_join(*t, NULL); }
+GDL__OSFN int gdl__mutex_init(gdl__mutex *m) { return pthread_mutex_init(m, NULL); }
+GDL__OSFN void gdl__mutex_destroy(gdl__mutex *m) { pthread_mutex_destroy(m); }
+GDL__OSFN void gdl__mutex_lock(gdl__mutex *m) { pthread_mutex_lock(m); }
+GDL__OSFN void gdl__mutex_unlock(gdl__mutex *m) { pthread_mutex_unlock(m); }
+GDL__OSFN int gdl__cond_init(gdl__cond *c) { return pthread_cond_init(c, NULL); }
+GDL__OSFN void gdl__cond_destroy(gdl__cond *c) { pthread_cond_destroy(c); }
+GDL__OSFN void gdl__cond_wait(gdl__cond *c, gdl__mutex *m) { pthread_cond_wait(c, m); }
+GDL__OSFN void gdl__cond_signal(gdl__cond *c) { pthread_cond_signal(c); }
+GDL__OSFN void gdl__cond_broadcast(gdl__cond *c) { pthread_cond_broadcast(c); }
+GDL__OSFN void gdl__once(gdl__once_flag *o, void (*fn)(void)) { pthread_once(o, fn); }
 /* fn runs in the child of a fork() */
-static void gdl__os_after_fork(void (*fn)(void)) { pthread_atfork(NULL, NULL, fn); }
+GDL__OSFN void gdl__os_after_fork(void (*fn)(void)) { pthread_atfork(NULL, NULL, fn); }
 #elif !defined(GPUDL_NO_THREADS) && defined(GDL__OS_WIN)
 #define GDL__OS_THREADS 1
 typedef struct {
@@ -2381,56 +2398,56 @@ typedef INIT_ONCE gdl__once_flag;
 #define GDL__MUTEX_INIT SRWLOCK_INIT
 #define GDL__COND_INIT CONDITION_VARIABLE_INIT
 #define GDL__ONCE_INIT INIT_ONCE_STATIC_INIT
-static unsigned __stdcall gdl__thread_entry(void *p) {
+GDL__OSFN unsigned __stdcall gdl__thread_entry(void *p) {
     gdl__thread *t = (gdl__thread *)p;
     (void)t->fn(t->arg);
     return 0;
 }
-static int gdl__thread_start(gdl__thread *t, void *(*fn)(void *), void *arg) {
+GDL__OSFN int gdl__thread_start(gdl__thread *t, void *(*fn)(void *), void *arg) {
     t->fn = fn;
     t->arg = arg;
     t->h = (HANDLE)_beginthreadex(NULL, 0, gdl__thread_entry, t, 0, NULL);
     return t->h ? 0 : errno ? errno : EAGAIN;
 }
-static void gdl__thread_join(gdl__thread *t) {
+GDL__OSFN void gdl__thread_join(gdl__thread *t) {
     WaitForSingleObject(t->h, INFINITE);
     CloseHandle(t->h);
 }
-static int gdl__mutex_init(gdl__mutex *m) {
+GDL__OSFN int gdl__mutex_init(gdl__mutex *m) {
     InitializeSRWLock(m);
     return 0;
 }
-static void gdl__mutex_destroy(gdl__mutex *m) { (void)m; } /* an SRW lock holds no resources */
-static void gdl__mutex_lock(gdl__mutex *m) { AcquireSRWLockExclusive(m); }
-static void gdl__mutex_unlock(gdl__mutex *m) { ReleaseSRWLockExclusive(m); }
-static int gdl__cond_init(gdl__cond *c) {
+GDL__OSFN void gdl__mutex_destroy(gdl__mutex *m) { (void)m; } /* an SRW lock holds no resources */
+GDL__OSFN void gdl__mutex_lock(gdl__mutex *m) { AcquireSRWLockExclusive(m); }
+GDL__OSFN void gdl__mutex_unlock(gdl__mutex *m) { ReleaseSRWLockExclusive(m); }
+GDL__OSFN int gdl__cond_init(gdl__cond *c) {
     InitializeConditionVariable(c);
     return 0;
 }
-static void gdl__cond_destroy(gdl__cond *c) { (void)c; }
-static void gdl__cond_wait(gdl__cond *c, gdl__mutex *m) { SleepConditionVariableSRW(c, m, INFINITE, 0); }
-static void gdl__cond_signal(gdl__cond *c) { WakeConditionVariable(c); }
-static void gdl__cond_broadcast(gdl__cond *c) { WakeAllConditionVariable(c); }
+GDL__OSFN void gdl__cond_destroy(gdl__cond *c) { (void)c; }
+GDL__OSFN void gdl__cond_wait(gdl__cond *c, gdl__mutex *m) { SleepConditionVariableSRW(c, m, INFINITE, 0); }
+GDL__OSFN void gdl__cond_signal(gdl__cond *c) { WakeConditionVariable(c); }
+GDL__OSFN void gdl__cond_broadcast(gdl__cond *c) { WakeAllConditionVariable(c); }
 typedef struct {
     void (*fn)(void);
 } gdl__once_call;
-static BOOL CALLBACK gdl__once_entry(PINIT_ONCE o, PVOID p, PVOID *ctx) {
+GDL__OSFN BOOL CALLBACK gdl__once_entry(PINIT_ONCE o, PVOID p, PVOID *ctx) {
     (void)o, (void)ctx;
     ((const gdl__once_call *)p)->fn();
     return TRUE;
 }
-static void gdl__once(gdl__once_flag *o, void (*fn)(void)) {
+GDL__OSFN void gdl__once(gdl__once_flag *o, void (*fn)(void)) {
     gdl__once_call c;
     c.fn = fn;
     InitOnceExecuteOnce(o, gdl__once_entry, &c, NULL);
 }
-static void gdl__os_after_fork(void (*fn)(void)) { (void)fn; } /* no fork() on Windows */
+GDL__OSFN void gdl__os_after_fork(void (*fn)(void)) { (void)fn; } /* no fork() on Windows */
 #endif
 
 /* ---- clocks, sleeping ---- */
 
 /* wall-clock seconds (gdl_now): microseconds on POSIX, 100 ns on Windows, else clock() */
-static double gdl__os_wall_seconds(void) {
+GDL__OSFN double gdl__os_wall_seconds(void) {
 #if defined(GDL__OS_POSIX)
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -2449,7 +2466,7 @@ static double gdl__os_wall_seconds(void) {
 
 /* monotonic seconds with nanoseconds where the platform offers it (POSIX's CLOCK_MONOTONIC, which a
    bare -std=c99 hides; Windows' performance counter); -1 where not */
-static double gdl__os_monotonic_seconds(void) {
+GDL__OSFN double gdl__os_monotonic_seconds(void) {
 #if defined(GDL__OS_POSIX) && defined(CLOCK_MONOTONIC)
     struct timespec ts;
     if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -2462,7 +2479,7 @@ static double gdl__os_monotonic_seconds(void) {
 }
 
 /* sleeps ms milliseconds; 0: gives the CPU to another thread */
-static void gdl__os_sleep_ms(int ms) {
+GDL__OSFN void gdl__os_sleep_ms(int ms) {
 #if defined(GDL__OS_POSIX)
     if (ms > 0) poll(NULL, 0, ms);
     else sched_yield();
@@ -2477,7 +2494,7 @@ static void gdl__os_sleep_ms(int ms) {
 /* ---- the CPU count ----
    The CPUs this process may run on: its affinity on Linux (glibc) and Windows (the first 64: one
    processor group), else the online CPUs; 0 when unknown. */
-static long gdl__os_cpu_count(void) {
+GDL__OSFN long gdl__os_cpu_count(void) {
     long n = 0;
 #if defined(GDL__OS_POSIX)
 #if defined(__linux__) && defined(__GLIBC__)
@@ -2506,7 +2523,7 @@ static long gdl__os_cpu_count(void) {
 
 /* ---- processes ---- */
 
-static long gdl__os_pid(void) {
+GDL__OSFN long gdl__os_pid(void) {
 #if defined(GDL__OS_POSIX)
     return (long)getpid();
 #elif defined(GDL__OS_WIN)
@@ -2517,7 +2534,7 @@ static long gdl__os_pid(void) {
 }
 
 /* 1 when no process `pid` exists here for sure; 0 when it lives, or nobody can tell */
-static int gdl__os_pid_gone(long pid) {
+GDL__OSFN int gdl__os_pid_gone(long pid) {
 #if defined(GDL__OS_POSIX)
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 #elif defined(GDL__OS_WIN)
@@ -2547,7 +2564,7 @@ typedef struct {
 #endif
 } gdl__dir;
 
-static int gdl__dir_open(gdl__dir *d, const char *path) {
+GDL__OSFN int gdl__dir_open(gdl__dir *d, const char *path) {
 #if defined(GDL__OS_POSIX)
     return (d->d = opendir(path)) ? 0 : -1;
 #elif defined(GDL__OS_WIN)
@@ -2562,7 +2579,7 @@ static int gdl__dir_open(gdl__dir *d, const char *path) {
     return -1;
 #endif
 }
-static const char *gdl__dir_next(gdl__dir *d) {
+GDL__OSFN const char *gdl__dir_next(gdl__dir *d) {
 #if defined(GDL__OS_POSIX)
     struct dirent *e = readdir(d->d);
     return e ? e->d_name : NULL;
@@ -2575,7 +2592,7 @@ static const char *gdl__dir_next(gdl__dir *d) {
     return NULL;
 #endif
 }
-static void gdl__dir_close(gdl__dir *d) {
+GDL__OSFN void gdl__dir_close(gdl__dir *d) {
 #if defined(GDL__OS_POSIX)
     closedir(d->d);
 #elif defined(GDL__OS_WIN)
@@ -2588,7 +2605,7 @@ static void gdl__dir_close(gdl__dir *d) {
 /* ---- files ---- */
 
 /* 0, or -1 with errno (EEXIST when it is there already); 0 where directories cannot be made from here */
-static int gdl__os_mkdir(const char *path) {
+GDL__OSFN int gdl__os_mkdir(const char *path) {
 #if defined(GDL__OS_POSIX)
     return mkdir(path, 0777);
 #elif defined(GDL__OS_WIN)
@@ -2599,7 +2616,7 @@ static int gdl__os_mkdir(const char *path) {
 #endif
 }
 
-static int gdl__os_isatty(FILE *f) {
+GDL__OSFN int gdl__os_isatty(FILE *f) {
 #if defined(GDL__OS_POSIX)
     return isatty(fileno(f));
 #elif defined(GDL__OS_WIN)
@@ -2611,7 +2628,7 @@ static int gdl__os_isatty(FILE *f) {
 }
 
 /* f's data on the disk (after fflush): 0 / -1 with errno */
-static int gdl__os_fsync(FILE *f) {
+GDL__OSFN int gdl__os_fsync(FILE *f) {
 #if defined(GDL__OS_POSIX)
     int fd = fileno(f);
     return fd < 0 ? -1 : fsync(fd);
@@ -2623,9 +2640,10 @@ static int gdl__os_fsync(FILE *f) {
 #endif
 }
 
-/* A file opened for reading ("rb"). On Windows it is opened with FILE_SHARE_DELETE, so that a save may
-   replace it (gdl__os_replace) while it is read, as on POSIX; fopen's would refuse the replace. */
-static FILE *gdl__os_fopen_read(const char *path) {
+/* A file opened for reading ("rb"). On Windows with FILE_SHARE_DELETE too, so that others may delete or
+   rename it meanwhile. Windows (and Wine) still refuse to replace a file that is open: a save over a
+   checkpoint being read fails there with "cannot rename", the old file intact (tests/test_platform.c). */
+GDL__OSFN FILE *gdl__os_fopen_read(const char *path) {
 #if defined(GDL__OS_WIN)
     HANDLE h = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
                            OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
@@ -2652,7 +2670,7 @@ static FILE *gdl__os_fopen_read(const char *path) {
    none. POSIX: rename. Windows: MoveFileExW with MOVEFILE_REPLACE_EXISTING (rename refuses an existing
    target there), write-through; the names are converted as fopen converts them (the ANSI code page:
    UTF-8 where the program declares it). 0, or -1 with errno. */
-static int gdl__os_replace(const char *from, const char *to) {
+GDL__OSFN int gdl__os_replace(const char *from, const char *to) {
 #if defined(GDL__OS_WIN)
     wchar_t wf[4096], wt[4096];
     DWORD e;
@@ -2676,7 +2694,7 @@ static int gdl__os_replace(const char *from, const char *to) {
    that finds it (gdl__os_remove_if_unlocked) leaves a live writer's file alone: on POSIX an advisory
    write lock, which the kernel drops when the writer dies (no lock taken: NFS without lockd; harmless);
    on Windows nothing is needed, since a file open in stdio's sharing mode cannot be deleted. */
-static void gdl__os_lock_temporary(FILE *f) {
+GDL__OSFN void gdl__os_lock_temporary(FILE *f) {
 #if defined(GDL__OS_POSIX)
     struct flock lk;
     memset(&lk, 0, sizeof lk);
@@ -2687,7 +2705,7 @@ static void gdl__os_lock_temporary(FILE *f) {
     (void)f;
 #endif
 }
-static void gdl__os_remove_if_unlocked(const char *path) {
+GDL__OSFN void gdl__os_remove_if_unlocked(const char *path) {
 #if defined(GDL__OS_POSIX)
     struct flock lk;
     int fd = open(path, O_RDWR);
@@ -2708,7 +2726,7 @@ static void gdl__os_remove_if_unlocked(const char *path) {
 #if defined(GDL__OS_POSIX) && (defined(GPUDL_CUDA) || defined(GPUDL_NVML))
 #define GDL__OS_DL 1
 #define GDL__NVML_DEFAULT_LIB "libnvidia-ml.so.1"
-static void *gdl__dl_open(const char *name, char *why, size_t why_size) {
+GDL__OSFN void *gdl__dl_open(const char *name, char *why, size_t why_size) {
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
@@ -2716,23 +2734,23 @@ static void *gdl__dl_open(const char *name, char *why, size_t why_size) {
     }
     return h;
 }
-static void *gdl__dl_sym(void *h, const char *sym) { return dlsym(h, sym); }
-static void gdl__dl_close(void *h) { dlclose(h); }
+GDL__OSFN void *gdl__dl_sym(void *h, const char *sym) { return dlsym(h, sym); }
+GDL__OSFN void gdl__dl_close(void *h) { dlclose(h); }
 #elif defined(GDL__OS_WIN) && (defined(GPUDL_CUDA) || defined(GPUDL_NVML))
 #define GDL__OS_DL 1
 #define GDL__NVML_DEFAULT_LIB "nvml.dll"
-static void *gdl__dl_open(const char *name, char *why, size_t why_size) {
+GDL__OSFN void *gdl__dl_open(const char *name, char *why, size_t why_size) {
     HMODULE h = LoadLibraryA(name);
     if (!h) snprintf(why, why_size, "%s: LoadLibrary failed, error %lu", name, (unsigned long)GetLastError());
     return (void *)h;
 }
-static void *gdl__dl_sym(void *h, const char *sym) {
+GDL__OSFN void *gdl__dl_sym(void *h, const char *sym) {
     FARPROC f = GetProcAddress((HMODULE)h, sym);
     void *p;
     memcpy(&p, &f, sizeof p); /* ISO C has no cast between function and object pointers */
     return p;
 }
-static void gdl__dl_close(void *h) { FreeLibrary((HMODULE)h); }
+GDL__OSFN void gdl__dl_close(void *h) { FreeLibrary((HMODULE)h); }
 #endif
 /* ---------------------------------------------------------------------------
    [impl-errors]
@@ -9301,7 +9319,7 @@ static int gdl__read_file(const char *fn, const char *path, unsigned char **out,
         return -1;
     }
     /* the size, as a hint only: trusted once the first chunk reads fine */
-    if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (unsigned long)end < ((size_t)-1) / 2)
+    if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (uint64_t)end < (uint64_t)(((size_t)-1) / 2))
         hint = (size_t)end;
     if (fseek(f, 0, SEEK_SET) != 0) {
         gdl__set_error("%s: %s: cannot seek: %s", fn, path, gdl__strerr(errno));

@@ -473,8 +473,9 @@ GDL__OSFN int gdl__os_fsync(FILE *f) {
 #endif
 }
 
-/* A file opened for reading ("rb"). On Windows it is opened with FILE_SHARE_DELETE, so that a save may
-   replace it (gdl__os_replace) while it is read, as on POSIX; fopen's would refuse the replace. */
+/* A file opened for reading ("rb"). On Windows with FILE_SHARE_DELETE too, so that others may delete or
+   rename it meanwhile. Windows (and Wine) still refuse to replace a file that is open: a save over a
+   checkpoint being read fails there with "cannot rename", the old file intact (tests/test_platform.c). */
 GDL__OSFN FILE *gdl__os_fopen_read(const char *path) {
 #if defined(GDL__OS_WIN)
     HANDLE h = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,

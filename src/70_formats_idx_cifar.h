@@ -45,7 +45,7 @@ static int gdl__read_file(const char *fn, const char *path, unsigned char **out,
         return -1;
     }
     /* the size, as a hint only: trusted once the first chunk reads fine */
-    if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (unsigned long)end < ((size_t)-1) / 2)
+    if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (uint64_t)end < (uint64_t)(((size_t)-1) / 2))
         hint = (size_t)end;
     if (fseek(f, 0, SEEK_SET) != 0) {
         gdl__set_error("%s: %s: cannot seek: %s", fn, path, gdl__strerr(errno));
