@@ -242,12 +242,14 @@ $(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
 #   tests/dist.mk           test-dist (launch environments, sharding; 2 MPI ranks)
 #   tests/slurm.mk          test-cluster (Kubernetes' environments; a real one-node Slurm cluster)
 #   tests/quant.mk          test-quant (INT8 quantization; the int8 GEMM's VNNI and sdot paths)
+#   tests/windows.mk        test-windows (MinGW-w64 builds under Wine), test-portability (MSVC, strict POSIX)
 -include tests/cuda_emu/emu.mk
 -include tests/dist.mk
 -include tests/slurm.mk
 -include tests/cpu_paths.mk
 -include tests/fuzz/fuzz.mk
 -include tests/quant.mk
+-include tests/windows.mk
 
 test: test-amalgamation
 	@sh tools/deps.sh test
@@ -266,7 +268,7 @@ test: test-amalgamation
 # files.)
 TEST_PARTS = test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build \
              test-unit test-dist test-emu test-launch-limits test-dist-nccl test-cluster test-gpu-session-dry \
-             test-cpu-paths test-aarch64 test-quant
+             test-cpu-paths test-aarch64 test-quant test-portability test-windows
 TEST_JOBS ?= $(if $(filter -j%,$(MAKEFLAGS)),,-j2) --output-sync=target
 # make -k (k among make's one-letter flags)
 keep_going = $(findstring k,$(filter-out -%,$(firstword $(MAKEFLAGS))))

@@ -15,6 +15,7 @@
        cc -O2 -march=native my_net.c -lm -pthread -o my_net            (CPU)
        nvcc -O3 -arch=sm_90 -DGPUDL_CUDA my_net.c gpudl_cuda.cu \
             -lcublas -lcublasLt -lnccl -o my_net                                (CUDA)
+       x86_64-w64-mingw32-gcc -O2 my_net.c -o my_net.exe            (Windows, CPU; no MPI)
    Add -DGPUDL_ZLIB ... -lz to read gzipped IDX files (Fashion-MNIST).
    README.md and examples/ show the module / optimizer / DataLoader level
    (gdl_nn_*, gdl_adam_new, gdl_loader_new, gdl_fit); the sample below is
@@ -316,6 +317,7 @@
    [api-quant]     29q_api_quant.h                INT8 quantization, the int8 GEMM
    [backend]       30_backend.h                   the kernel table GDL_BACKEND_ENTRIES
                    40_impl_prelude.h              the implementation: guards, includes
+   [impl-platform] 40p_platform.h                 the OS: threads, clocks, files (POSIX, Win32)
    [impl-errors]   41_errors.h                    gdl__set_error, gdl_last_error
    [impl-devices]  42_devices.h                   devices and their backends (gdl__be)
    [impl-profile]  43_profile.h                   the profiler's spans and trace
@@ -440,6 +442,9 @@
 #define GPUDL_VERSION_PATCH 0
 #define GPUDL_VERSION "0.1.0"
 
+#if defined(__MINGW32__) && !defined(__USE_MINGW_ANSI_STDIO)
+#define __USE_MINGW_ANSI_STDIO 1 /* C99's printf (%zu, %lld), not msvcrt's: gpudl's messages use them */
+#endif
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -2526,6 +2531,593 @@ void gdl_cuda_set_tf32(int on);               /* off by default, as PyTorch's ma
 #endif
 
 /* ---------------------------------------------------------------------------
+   [impl-platform]  The one part that talks to the operating system, with a
+   POSIX version (Linux, macOS, the BSDs) and a Win32 one (MinGW-w64, MSVC):
+   threads, mutexes, condition variables, once-only initialisation, atomics,
+   clocks, sleeping, directory listing, processes, files (atomic replace,
+   temporaries, fsync), the CPU count, dynamic loading and the sockets of the
+   TCP rendezvous. The parts after this one call only what is here: no other
+   part includes a POSIX-only or Windows header (tests/msvc_check.sh, run by
+   make test, greps for that).
+
+   What Windows lacks yet compiles out, and says so when it is used:
+     - MPI: GPUDL_MPI is ignored there; gdl_dist_init with several processes
+       fails with an error naming MPI and Windows;
+     - the TCP rendezvous (several processes without MPI, for NCCL):
+       GDL__OS_SOCKETS is not defined; gdl_dist_init says the platform lacks it.
+   A platform that is neither POSIX nor Windows gets one thread
+   (GPUDL_NO_THREADS), wall-clock time from clock(), no directory listing and
+   no dynamic loading; it still compiles.
+
+   Win32 needs Windows Vista or later (slim reader/writer locks, condition
+   variables, InitOnceExecuteOnce).
+   ------------------------------------------------------------------------- */
+
+#if defined(_WIN32)
+#define GDL__OS_WIN 1
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#ifndef NOMINMAX
+#define NOMINMAX /* windows.h's min / max macros would rewrite any later min( or max( */
+#endif
+#if !defined(_WIN32_WINNT) || _WIN32_WINNT < 0x0600
+#undef _WIN32_WINNT
+#define _WIN32_WINNT 0x0600
+#endif
+#include <windows.h>
+#include <process.h>  /* _beginthreadex */
+#include <io.h>       /* _commit, _isatty, _open_osfhandle */
+#include <fcntl.h>    /* _O_RDONLY, _O_BINARY */
+#include <direct.h>   /* _mkdir */
+#include <errno.h>
+#include <time.h>
+#elif defined(__unix__) || defined(__APPLE__)
+#define GDL__OS_POSIX 1
+#define GDL__HAVE_POSIX 1
+#include <errno.h>
+#include <time.h>
+#include <sys/types.h> /* pid_t, which -std=c99 hides in unistd.h */
+#include <unistd.h>    /* getpid, fsync, isatty, sysconf */
+#include <dirent.h>    /* opendir: stale temporaries of killed saves */
+#include <sys/stat.h>  /* mkdir: gdl_fit's checkpoint_dir */
+#include <sys/time.h>  /* gettimeofday */
+#include <signal.h>    /* kill(pid, 0): is a process alive */
+#include <fcntl.h>     /* a save locks its temporary: a live writer's is never removed */
+#include <poll.h>      /* poll(NULL, 0, ms): a millisecond's sleep that -std=c99 does not hide */
+#include <sched.h>     /* sched_yield; sched_getaffinity */
+#if !defined(GPUDL_NO_THREADS)
+#include <pthread.h>
+#endif
+#if defined(GPUDL_CUDA) || defined(GPUDL_NVML)
+#include <dlfcn.h>
+#endif
+#if !defined(GPUDL_MPI)
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#define GDL__OS_SOCKETS 1 /* the TCP rendezvous ([impl-dist]) */
+#endif
+#if !defined(__cplusplus) && !defined(__APPLE__)
+/* POSIX headers declare them, but a bare -std=c99 hides them (glibc, musl); the declarations are identical.
+   (macOS shows them in any mode, with its own asm names.) */
+#ifndef fileno
+int fileno(FILE *stream);
+#endif
+int kill(pid_t pid, int sig);
+#endif
+#if defined(__linux__) && defined(__GLIBC__) && !defined(__USE_GNU)
+extern int sched_getaffinity(pid_t, size_t, cpu_set_t *); /* -std=c99 hides it; the symbol is in every glibc */
+#endif
+#else
+#include <errno.h>
+#include <time.h>
+#ifndef GPUDL_NO_THREADS
+#define GPUDL_NO_THREADS 1 /* no thread API known here */
+#endif
+#endif
+
+/* The functions below: static inline, so that a configuration that uses only some of them gets no
+   "defined but not used" warning. */
+#if defined(__cplusplus) || (defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L)
+#define GDL__OSFN static inline
+#elif defined(_MSC_VER) || defined(__GNUC__)
+#define GDL__OSFN static __inline
+#else
+#define GDL__OSFN static
+#endif
+
+/* MPI has no Windows version here yet: compiled out, gdl_dist_init says so (GDL__OS_NO_MPI). */
+#if defined(GDL__OS_WIN) && defined(GPUDL_MPI)
+#undef GPUDL_MPI
+#define GDL__OS_NO_MPI "MPI (GPUDL_MPI) has no Windows version in gpudl yet"
+#endif
+
+/* One spelling for alignment, what every compiler accepts (MSVC rejects _Alignas in C before C11 and
+   GCC's attribute everywhere). */
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define GDL__ALIGNAS(n) alignas(n)
+#elif defined(_MSC_VER)
+#define GDL__ALIGNAS(n) __declspec(align(n))
+#elif defined(__GNUC__) || defined(__clang__)
+#define GDL__ALIGNAS(n) __attribute__((aligned(n)))
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define GDL__ALIGNAS(n) _Alignas(n)
+#else
+#define GDL__ALIGNAS(n)
+#endif
+
+/* ---- atomics ----
+   gdl__atomic_load / store / add (returns the new value) / cas (on failure *expected becomes the value
+   seen) on int, int64_t and uint64_t objects, with C11's memory orders. GCC and clang: their __atomic
+   builtins. Windows otherwise (MSVC; -DGDL__ATOMICS_INTERLOCKED takes this path under MinGW, which is how
+   make test-windows checks it): the Interlocked functions, full barriers, so at least the order asked
+   for. GDL__ATOMICS is left undefined where there are neither: no thread pool then. */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(GDL__ATOMICS_INTERLOCKED)
+#define GDL__ATOMICS 1
+#define GDL__MO_RELAXED __ATOMIC_RELAXED
+#define GDL__MO_ACQUIRE __ATOMIC_ACQUIRE
+#define GDL__MO_RELEASE __ATOMIC_RELEASE
+#define GDL__MO_ACQ_REL __ATOMIC_ACQ_REL
+#define GDL__MO_SEQ_CST __ATOMIC_SEQ_CST
+#define gdl__atomic_load(p, mo) __atomic_load_n(p, mo)
+#define gdl__atomic_store(p, v, mo) __atomic_store_n(p, v, mo)
+#define gdl__atomic_add(p, v, mo) __atomic_add_fetch(p, v, mo)
+#define gdl__atomic_cas(p, expected, desired, weak, mo_ok, mo_fail) \
+    __atomic_compare_exchange_n(p, expected, desired, weak, mo_ok, mo_fail)
+#elif defined(GDL__OS_WIN)
+#define GDL__ATOMICS 1
+#define GDL__ATOMICS_INTERLOCKED 1
+#define GDL__MO_RELAXED 0
+#define GDL__MO_ACQUIRE 0
+#define GDL__MO_RELEASE 0
+#define GDL__MO_ACQ_REL 0
+#define GDL__MO_SEQ_CST 0
+/* the object's size picks the 32- or 64-bit function; the value travels as int64_t */
+GDL__OSFN int64_t gdl__il_load(volatile void *p, size_t size) {
+    if (size == 8) return (int64_t)InterlockedOr64((volatile LONG64 *)p, 0);
+    return (int64_t)InterlockedOr((volatile LONG *)p, 0);
+}
+GDL__OSFN void gdl__il_store(volatile void *p, size_t size, int64_t v) {
+    if (size == 8) (void)InterlockedExchange64((volatile LONG64 *)p, (LONG64)v);
+    else (void)InterlockedExchange((volatile LONG *)p, (LONG)v);
+}
+GDL__OSFN int64_t gdl__il_add(volatile void *p, size_t size, int64_t v) {
+    if (size == 8) return (int64_t)InterlockedExchangeAdd64((volatile LONG64 *)p, (LONG64)v) + v;
+    return (int64_t)(LONG)((LONG)InterlockedExchangeAdd((volatile LONG *)p, (LONG)v) + (LONG)v);
+}
+GDL__OSFN int gdl__il_cas(volatile void *p, size_t size, void *expected, int64_t desired) {
+    if (size == 8) {
+        LONG64 e, seen;
+        memcpy(&e, expected, 8);
+        if ((seen = InterlockedCompareExchange64((volatile LONG64 *)p, (LONG64)desired, e)) == e) return 1;
+        memcpy(expected, &seen, 8);
+    } else {
+        LONG e, seen;
+        memcpy(&e, expected, 4);
+        if ((seen = InterlockedCompareExchange((volatile LONG *)p, (LONG)desired, e)) == e) return 1;
+        memcpy(expected, &seen, 4);
+    }
+    return 0;
+}
+#define gdl__atomic_load(p, mo) ((void)(mo), gdl__il_load((volatile void *)(p), sizeof *(p)))
+#define gdl__atomic_store(p, v, mo) ((void)(mo), gdl__il_store((volatile void *)(p), sizeof *(p), (int64_t)(v)))
+#define gdl__atomic_add(p, v, mo) ((void)(mo), gdl__il_add((volatile void *)(p), sizeof *(p), (int64_t)(v)))
+#define gdl__atomic_cas(p, expected, desired, weak, mo_ok, mo_fail) \
+    ((void)(weak), (void)(mo_ok), (void)(mo_fail),                  \
+     gdl__il_cas((volatile void *)(p), sizeof *(p), (void *)(expected), (int64_t)(desired)))
+#endif
+
+/* a spin-wait's pause */
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define GDL__CPU_PAUSE() __builtin_ia32_pause()
+#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__aarch64__) || defined(__arm__))
+#define GDL__CPU_PAUSE() __asm__ __volatile__("yield")
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+#define GDL__CPU_PAUSE() _mm_pause()
+#elif defined(_MSC_VER) && (defined(_M_ARM64) || defined(_M_ARM))
+#define GDL__CPU_PAUSE() __yield()
+#else
+#define GDL__CPU_PAUSE() ((void)0)
+#endif
+
+/* ---- threads, mutexes, condition variables, once ----
+   Defined unless GPUDL_NO_THREADS. gdl__thread_start runs fn(arg) on a new thread: 0, or an errno value.
+   *t must stay where it is until the thread is joined (Windows' start reads fn and arg from it). */
+#if !defined(GPUDL_NO_THREADS) && defined(GDL__OS_POSIX)
+#define GDL__OS_THREADS 1
+typedef pthread_t gdl__thread;
+typedef pthread_mutex_t gdl__mutex;
+typedef pthread_cond_t gdl__cond;
+typedef pthread_once_t gdl__once_flag;
+#define GDL__MUTEX_INIT PTHREAD_MUTEX_INITIALIZER
+#define GDL__COND_INIT PTHREAD_COND_INITIALIZER
+#define GDL__ONCE_INIT PTHREAD_ONCE_INIT
+GDL__OSFN int gdl__thread_start(gdl__thread *t, void *(*fn)(void *), void *arg) {
+    return pthread_create(t, NULL, fn, arg);
+}
+GDL__OSFN void gdl__thread_join(gdl__thread *t) { pthread_join(*t, NULL); }
+GDL__OSFN int gdl__mutex_init(gdl__mutex *m) { return pthread_mutex_init(m, NULL); }
+GDL__OSFN void gdl__mutex_destroy(gdl__mutex *m) { pthread_mutex_destroy(m); }
+GDL__OSFN void gdl__mutex_lock(gdl__mutex *m) { pthread_mutex_lock(m); }
+GDL__OSFN void gdl__mutex_unlock(gdl__mutex *m) { pthread_mutex_unlock(m); }
+GDL__OSFN int gdl__cond_init(gdl__cond *c) { return pthread_cond_init(c, NULL); }
+GDL__OSFN void gdl__cond_destroy(gdl__cond *c) { pthread_cond_destroy(c); }
+GDL__OSFN void gdl__cond_wait(gdl__cond *c, gdl__mutex *m) { pthread_cond_wait(c, m); }
+GDL__OSFN void gdl__cond_signal(gdl__cond *c) { pthread_cond_signal(c); }
+GDL__OSFN void gdl__cond_broadcast(gdl__cond *c) { pthread_cond_broadcast(c); }
+GDL__OSFN void gdl__once(gdl__once_flag *o, void (*fn)(void)) { pthread_once(o, fn); }
+/* fn runs in the child of a fork() */
+GDL__OSFN void gdl__os_after_fork(void (*fn)(void)) { pthread_atfork(NULL, NULL, fn); }
+#elif !defined(GPUDL_NO_THREADS) && defined(GDL__OS_WIN)
+#define GDL__OS_THREADS 1
+typedef struct {
+    HANDLE h;
+    void *(*fn)(void *);
+    void *arg;
+} gdl__thread;
+typedef SRWLOCK gdl__mutex;
+typedef CONDITION_VARIABLE gdl__cond;
+typedef INIT_ONCE gdl__once_flag;
+#define GDL__MUTEX_INIT SRWLOCK_INIT
+#define GDL__COND_INIT CONDITION_VARIABLE_INIT
+#define GDL__ONCE_INIT INIT_ONCE_STATIC_INIT
+GDL__OSFN unsigned __stdcall gdl__thread_entry(void *p) {
+    gdl__thread *t = (gdl__thread *)p;
+    (void)t->fn(t->arg);
+    return 0;
+}
+GDL__OSFN int gdl__thread_start(gdl__thread *t, void *(*fn)(void *), void *arg) {
+    t->fn = fn;
+    t->arg = arg;
+    t->h = (HANDLE)_beginthreadex(NULL, 0, gdl__thread_entry, t, 0, NULL);
+    return t->h ? 0 : errno ? errno : EAGAIN;
+}
+GDL__OSFN void gdl__thread_join(gdl__thread *t) {
+    WaitForSingleObject(t->h, INFINITE);
+    CloseHandle(t->h);
+}
+GDL__OSFN int gdl__mutex_init(gdl__mutex *m) {
+    InitializeSRWLock(m);
+    return 0;
+}
+GDL__OSFN void gdl__mutex_destroy(gdl__mutex *m) { (void)m; } /* an SRW lock holds no resources */
+GDL__OSFN void gdl__mutex_lock(gdl__mutex *m) { AcquireSRWLockExclusive(m); }
+GDL__OSFN void gdl__mutex_unlock(gdl__mutex *m) { ReleaseSRWLockExclusive(m); }
+GDL__OSFN int gdl__cond_init(gdl__cond *c) {
+    InitializeConditionVariable(c);
+    return 0;
+}
+GDL__OSFN void gdl__cond_destroy(gdl__cond *c) { (void)c; }
+GDL__OSFN void gdl__cond_wait(gdl__cond *c, gdl__mutex *m) { SleepConditionVariableSRW(c, m, INFINITE, 0); }
+GDL__OSFN void gdl__cond_signal(gdl__cond *c) { WakeConditionVariable(c); }
+GDL__OSFN void gdl__cond_broadcast(gdl__cond *c) { WakeAllConditionVariable(c); }
+typedef struct {
+    void (*fn)(void);
+} gdl__once_call;
+GDL__OSFN BOOL CALLBACK gdl__once_entry(PINIT_ONCE o, PVOID p, PVOID *ctx) {
+    (void)o, (void)ctx;
+    ((const gdl__once_call *)p)->fn();
+    return TRUE;
+}
+GDL__OSFN void gdl__once(gdl__once_flag *o, void (*fn)(void)) {
+    gdl__once_call c;
+    c.fn = fn;
+    InitOnceExecuteOnce(o, gdl__once_entry, &c, NULL);
+}
+GDL__OSFN void gdl__os_after_fork(void (*fn)(void)) { (void)fn; } /* no fork() on Windows */
+#endif
+
+/* ---- clocks, sleeping ---- */
+
+/* wall-clock seconds (gdl_now): microseconds on POSIX, 100 ns on Windows, else clock() */
+GDL__OSFN double gdl__os_wall_seconds(void) {
+#if defined(GDL__OS_POSIX)
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
+#elif defined(GDL__OS_WIN)
+    FILETIME ft;
+    ULARGE_INTEGER u;
+    GetSystemTimeAsFileTime(&ft);
+    u.LowPart = ft.dwLowDateTime;
+    u.HighPart = ft.dwHighDateTime;
+    return (double)(u.QuadPart - 116444736000000000ULL) * 1e-7; /* 100 ns since 1601 -> s since 1970 */
+#else
+    return (double)clock() / CLOCKS_PER_SEC;
+#endif
+}
+
+/* monotonic seconds with nanoseconds where the platform offers it (POSIX's CLOCK_MONOTONIC, which a
+   bare -std=c99 hides; Windows' performance counter); -1 where not */
+GDL__OSFN double gdl__os_monotonic_seconds(void) {
+#if defined(GDL__OS_POSIX) && defined(CLOCK_MONOTONIC)
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#elif defined(GDL__OS_WIN)
+    LARGE_INTEGER c, f;
+    if (QueryPerformanceCounter(&c) && QueryPerformanceFrequency(&f) && f.QuadPart > 0)
+        return (double)c.QuadPart / (double)f.QuadPart;
+#endif
+    return -1;
+}
+
+/* sleeps ms milliseconds; 0: gives the CPU to another thread */
+GDL__OSFN void gdl__os_sleep_ms(int ms) {
+#if defined(GDL__OS_POSIX)
+    if (ms > 0) poll(NULL, 0, ms);
+    else sched_yield();
+#elif defined(GDL__OS_WIN)
+    if (ms > 0) Sleep((DWORD)ms);
+    else SwitchToThread();
+#else
+    (void)ms;
+#endif
+}
+
+/* ---- the CPU count ----
+   The CPUs this process may run on: its affinity on Linux (glibc) and Windows (the first 64: one
+   processor group), else the online CPUs; 0 when unknown. */
+GDL__OSFN long gdl__os_cpu_count(void) {
+    long n = 0;
+#if defined(GDL__OS_POSIX)
+#if defined(__linux__) && defined(__GLIBC__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        const unsigned char *b = (const unsigned char *)&set;
+        size_t i;
+        for (i = 0; i < sizeof set; i++) n += __builtin_popcount(b[i]);
+    }
+#endif
+#ifdef _SC_NPROCESSORS_ONLN /* macOS hides it under a strict _POSIX_C_SOURCE */
+    if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+#elif defined(GDL__OS_WIN)
+    DWORD_PTR mine, sys;
+    if (GetProcessAffinityMask(GetCurrentProcess(), &mine, &sys))
+        for (; mine; mine &= mine - 1) n++;
+    if (n <= 0) {
+        SYSTEM_INFO si;
+        GetSystemInfo(&si);
+        n = (long)si.dwNumberOfProcessors;
+    }
+#endif
+    return n > 0 ? n : 0;
+}
+
+/* ---- processes ---- */
+
+GDL__OSFN long gdl__os_pid(void) {
+#if defined(GDL__OS_POSIX)
+    return (long)getpid();
+#elif defined(GDL__OS_WIN)
+    return (long)GetCurrentProcessId();
+#else
+    return 0;
+#endif
+}
+
+/* 1 when no process `pid` exists here for sure; 0 when it lives, or nobody can tell */
+GDL__OSFN int gdl__os_pid_gone(long pid) {
+#if defined(GDL__OS_POSIX)
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+#elif defined(GDL__OS_WIN)
+    HANDLE h = OpenProcess(SYNCHRONIZE, FALSE, (DWORD)pid);
+    int gone;
+    if (!h) return GetLastError() == ERROR_INVALID_PARAMETER; /* no such process (else: not ours to open) */
+    gone = WaitForSingleObject(h, 0) == WAIT_OBJECT_0;       /* it exited; a handle somewhere keeps its id */
+    CloseHandle(h);
+    return gone;
+#else
+    (void)pid;
+    return 0;
+#endif
+}
+
+/* ---- directory listing: gdl__dir_open (0 / -1), gdl__dir_next (a name, "." and ".." included; NULL at
+   the end), gdl__dir_close ---- */
+typedef struct {
+#if defined(GDL__OS_POSIX)
+    DIR *d;
+#elif defined(GDL__OS_WIN)
+    HANDLE h;
+    WIN32_FIND_DATAA e;
+    int pending; /* e holds an entry not yet returned (FindFirstFile's) */
+#else
+    int none;
+#endif
+} gdl__dir;
+
+GDL__OSFN int gdl__dir_open(gdl__dir *d, const char *path) {
+#if defined(GDL__OS_POSIX)
+    return (d->d = opendir(path)) ? 0 : -1;
+#elif defined(GDL__OS_WIN)
+    char pattern[4200];
+    if (strlen(path) + 3 > sizeof pattern) return -1;
+    snprintf(pattern, sizeof pattern, "%s\\*", path);
+    d->h = FindFirstFileA(pattern, &d->e);
+    d->pending = 1;
+    return d->h == INVALID_HANDLE_VALUE ? -1 : 0;
+#else
+    (void)d, (void)path;
+    return -1;
+#endif
+}
+GDL__OSFN const char *gdl__dir_next(gdl__dir *d) {
+#if defined(GDL__OS_POSIX)
+    struct dirent *e = readdir(d->d);
+    return e ? e->d_name : NULL;
+#elif defined(GDL__OS_WIN)
+    if (!d->pending && !FindNextFileA(d->h, &d->e)) return NULL;
+    d->pending = 0;
+    return d->e.cFileName;
+#else
+    (void)d;
+    return NULL;
+#endif
+}
+GDL__OSFN void gdl__dir_close(gdl__dir *d) {
+#if defined(GDL__OS_POSIX)
+    closedir(d->d);
+#elif defined(GDL__OS_WIN)
+    FindClose(d->h);
+#else
+    (void)d;
+#endif
+}
+
+/* ---- files ---- */
+
+/* 0, or -1 with errno (EEXIST when it is there already); 0 where directories cannot be made from here */
+GDL__OSFN int gdl__os_mkdir(const char *path) {
+#if defined(GDL__OS_POSIX)
+    return mkdir(path, 0777);
+#elif defined(GDL__OS_WIN)
+    return _mkdir(path);
+#else
+    (void)path;
+    return 0;
+#endif
+}
+
+GDL__OSFN int gdl__os_isatty(FILE *f) {
+#if defined(GDL__OS_POSIX)
+    return isatty(fileno(f));
+#elif defined(GDL__OS_WIN)
+    return _isatty(_fileno(f));
+#else
+    (void)f;
+    return 0;
+#endif
+}
+
+/* f's data on the disk (after fflush): 0 / -1 with errno */
+GDL__OSFN int gdl__os_fsync(FILE *f) {
+#if defined(GDL__OS_POSIX)
+    int fd = fileno(f);
+    return fd < 0 ? -1 : fsync(fd);
+#elif defined(GDL__OS_WIN)
+    return _commit(_fileno(f));
+#else
+    (void)f; /* fflush already done; no portable fsync */
+    return 0;
+#endif
+}
+
+/* A file opened for reading ("rb"). On Windows with FILE_SHARE_DELETE too, so that others may delete or
+   rename it meanwhile. Windows (and Wine) still refuse to replace a file that is open: a save over a
+   checkpoint being read fails there with "cannot rename", the old file intact (tests/test_platform.c). */
+GDL__OSFN FILE *gdl__os_fopen_read(const char *path) {
+#if defined(GDL__OS_WIN)
+    HANDLE h = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
+                           OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
+    int fd;
+    FILE *f;
+    if (h == INVALID_HANDLE_VALUE) {
+        DWORD e = GetLastError();
+        errno = e == ERROR_FILE_NOT_FOUND || e == ERROR_PATH_NOT_FOUND ? ENOENT
+              : e == ERROR_ACCESS_DENIED || e == ERROR_SHARING_VIOLATION ? EACCES : EIO;
+        return NULL;
+    }
+    if ((fd = _open_osfhandle((intptr_t)h, _O_RDONLY | _O_BINARY)) < 0) {
+        CloseHandle(h);
+        return NULL;
+    }
+    if (!(f = _fdopen(fd, "rb"))) _close(fd);
+    return f;
+#else
+    return fopen(path, "rb");
+#endif
+}
+
+/* Replaces `to` by `from` in one step: a reader sees the old file or the new one, never a mix or
+   none. POSIX: rename. Windows: MoveFileExW with MOVEFILE_REPLACE_EXISTING (rename refuses an existing
+   target there), write-through; the names are converted as fopen converts them (the ANSI code page:
+   UTF-8 where the program declares it). 0, or -1 with errno. */
+GDL__OSFN int gdl__os_replace(const char *from, const char *to) {
+#if defined(GDL__OS_WIN)
+    wchar_t wf[4096], wt[4096];
+    DWORD e;
+    if (!MultiByteToWideChar(CP_ACP, 0, from, -1, wf, 4096) || !MultiByteToWideChar(CP_ACP, 0, to, -1, wt, 4096)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (MoveFileExW(wf, wt, MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH)) return 0;
+    e = GetLastError();
+    errno = e == ERROR_FILE_NOT_FOUND || e == ERROR_PATH_NOT_FOUND ? ENOENT
+          : e == ERROR_ACCESS_DENIED || e == ERROR_SHARING_VIOLATION || e == ERROR_LOCK_VIOLATION ? EACCES
+          : e == ERROR_NOT_SAME_DEVICE ? EXDEV : EIO;
+    return -1;
+#else
+    return rename(from, to);
+#endif
+}
+
+/* A save writes to a temporary next to its target, named path.tmp.<pid>.<counter>, and replaces the
+   target with it (gdl__os_replace). While it writes, the temporary is locked, so that a later process
+   that finds it (gdl__os_remove_if_unlocked) leaves a live writer's file alone: on POSIX an advisory
+   write lock, which the kernel drops when the writer dies (no lock taken: NFS without lockd; harmless);
+   on Windows nothing is needed, since a file open in stdio's sharing mode cannot be deleted. */
+GDL__OSFN void gdl__os_lock_temporary(FILE *f) {
+#if defined(GDL__OS_POSIX)
+    struct flock lk;
+    memset(&lk, 0, sizeof lk);
+    lk.l_type = F_WRLCK;
+    lk.l_whence = SEEK_SET;
+    (void)fcntl(fileno(f), F_SETLK, &lk);
+#else
+    (void)f;
+#endif
+}
+GDL__OSFN void gdl__os_remove_if_unlocked(const char *path) {
+#if defined(GDL__OS_POSIX)
+    struct flock lk;
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return;
+    memset(&lk, 0, sizeof lk);
+    lk.l_type = F_WRLCK;
+    lk.l_whence = SEEK_SET;
+    if (fcntl(fd, F_SETLK, &lk) == 0) remove(path); /* nobody writes it */
+    close(fd);
+#else
+    remove(path); /* fails while its writer has it open */
+#endif
+}
+
+/* ---- dynamic loading (NVML): gdl__dl_open (NULL + why), gdl__dl_sym (the symbol's address as an
+   object pointer: the caller memcpys it into a function pointer), gdl__dl_close. GDL__OS_DL where it
+   exists. ---- */
+#if defined(GDL__OS_POSIX) && (defined(GPUDL_CUDA) || defined(GPUDL_NVML))
+#define GDL__OS_DL 1
+#define GDL__NVML_DEFAULT_LIB "libnvidia-ml.so.1"
+GDL__OSFN void *gdl__dl_open(const char *name, char *why, size_t why_size) {
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        snprintf(why, why_size, "%s", e ? e : name);
+    }
+    return h;
+}
+GDL__OSFN void *gdl__dl_sym(void *h, const char *sym) { return dlsym(h, sym); }
+GDL__OSFN void gdl__dl_close(void *h) { dlclose(h); }
+#elif defined(GDL__OS_WIN) && (defined(GPUDL_CUDA) || defined(GPUDL_NVML))
+#define GDL__OS_DL 1
+#define GDL__NVML_DEFAULT_LIB "nvml.dll"
+GDL__OSFN void *gdl__dl_open(const char *name, char *why, size_t why_size) {
+    HMODULE h = LoadLibraryA(name);
+    if (!h) snprintf(why, why_size, "%s: LoadLibrary failed, error %lu", name, (unsigned long)GetLastError());
+    return (void *)h;
+}
+GDL__OSFN void *gdl__dl_sym(void *h, const char *sym) {
+    FARPROC f = GetProcAddress((HMODULE)h, sym);
+    void *p;
+    memcpy(&p, &f, sizeof p); /* ISO C has no cast between function and object pointers */
+    return p;
+}
+GDL__OSFN void gdl__dl_close(void *h) { FreeLibrary((HMODULE)h); }
+#endif
+/* ---------------------------------------------------------------------------
    [impl-errors]
    ------------------------------------------------------------------------- */
 
@@ -2542,15 +3134,15 @@ GPUDL_API void gdl_clear_error(void) { gdl__err[0] = 0; }
 
 static int64_t gdl__syncs; /* host waits for a device, from every thread */
 GPUDL_API void gdl__count_sync(void) {
-#if defined(__GNUC__) || defined(__clang__)
-    __atomic_fetch_add(&gdl__syncs, 1, __ATOMIC_RELAXED);
+#ifdef GDL__ATOMICS
+    (void)gdl__atomic_add(&gdl__syncs, 1, GDL__MO_RELAXED);
 #else
     gdl__syncs++;
 #endif
 }
 GPUDL_API int64_t gdl_sync_count(void) {
-#if defined(__GNUC__) || defined(__clang__)
-    return __atomic_load_n(&gdl__syncs, __ATOMIC_RELAXED);
+#ifdef GDL__ATOMICS
+    return gdl__atomic_load(&gdl__syncs, GDL__MO_RELAXED);
 #else
     return gdl__syncs;
 #endif
@@ -2738,15 +3330,11 @@ static struct {
     char bw_names[GDL_OP_COUNT][48];   /* "gdl_<op> backward" */
 } gdl__prof;
 
-/* The profiler's host clock in seconds: monotonic with nanoseconds where <time.h> offers it (POSIX
-   visible: not under a bare -std=c99), else gdl_now (gettimeofday, microseconds). */
-#include <time.h>
+/* The profiler's host clock in seconds: monotonic with nanoseconds where the platform offers it
+   (gdl__os_monotonic_seconds), else gdl_now (microseconds). */
 static double gdl__prof_clock(void) {
-#if defined(CLOCK_MONOTONIC) && (defined(__unix__) || defined(__APPLE__))
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-#endif
-    return gdl_now();
+    double t = gdl__os_monotonic_seconds();
+    return t >= 0 ? t : gdl_now();
 }
 
 static void gdl__prof_drop(gdl__prof_rec *r, const gdl_backend *be) {
@@ -3798,28 +4386,17 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
    thread that acquired it; a parallel region entered while the pool is held
    (from inside a task, or from another thread such as a DataLoader worker)
    runs serially on its own thread. After fork() the child starts with no
-   workers and makes new ones when it needs them (pthread_atfork). At exit
+   workers and makes new ones when it needs them (gdl__os_after_fork). At exit
    the workers are stopped and joined (atexit).
 
    Thread count: gdl_set_num_threads(n); else the environment's
    GPUDL_NUM_THREADS, else OMP_NUM_THREADS (its first number), else the CPUs
-   this process may run on (sched_getaffinity). GPUDL_NO_THREADS (or a
-   compiler without GCC's __atomic builtins): no pool, one thread.
+   this process may run on (gdl__os_cpu_count). GPUDL_NO_THREADS (or a
+   compiler without atomics, [impl-platform]): no pool, one thread.
    ------------------------------------------------------------------------- */
 
-#if !defined(GPUDL_NO_THREADS) && (defined(__GNUC__) || defined(__clang__))
+#if defined(GDL__OS_THREADS) && defined(GDL__ATOMICS)
 #define GDL__POOL 1
-#include <pthread.h>
-#if defined(__linux__) && defined(__GLIBC__)
-#include <sys/types.h>
-#include <sched.h>
-#ifndef __USE_GNU /* -std=c99 hides it; the symbol is in every glibc */
-extern int sched_getaffinity(pid_t, size_t, cpu_set_t *);
-#endif
-#endif
-#endif
-#if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h> /* sysconf */
 #endif
 
 typedef void (*gdl__task_fn)(void *ctx, int t, int nt);
@@ -3834,19 +4411,7 @@ static int gdl__env_threads(void) {
     long n = 0;
     if (!s || !*s) s = getenv("OMP_NUM_THREADS"); /* "4" or "4,2": the outer level */
     if (s && *s) n = strtol(s, NULL, 10);
-    if (n <= 0) {
-#if defined(__linux__) && defined(__GLIBC__)
-        cpu_set_t set;
-        if (sched_getaffinity(0, sizeof set, &set) == 0) {
-            const unsigned char *b = (const unsigned char *)&set;
-            size_t i;
-            for (i = 0; i < sizeof set; i++) n += __builtin_popcount(b[i]);
-        }
-#endif
-#if defined(__unix__) || defined(__APPLE__)
-        if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
-#endif
-    }
+    if (n <= 0) n = gdl__os_cpu_count();
     if (n < 1) n = 1;
     return n > GDL__POOL_MAX ? GDL__POOL_MAX : (int)n;
 }
@@ -3854,12 +4419,12 @@ static int gdl__env_threads(void) {
 
 GPUDL_API int gdl_get_num_threads(void) {
 #ifdef GDL__POOL
-    int n = __atomic_load_n(&gdl__nthreads_want, __ATOMIC_RELAXED);
+    int n = gdl__atomic_load(&gdl__nthreads_want, GDL__MO_RELAXED);
     if (n > 0) return n;
-    n = __atomic_load_n(&gdl__nthreads_env, __ATOMIC_RELAXED);
+    n = gdl__atomic_load(&gdl__nthreads_env, GDL__MO_RELAXED);
     if (n > 0) return n;
     n = gdl__env_threads();
-    __atomic_store_n(&gdl__nthreads_env, n, __ATOMIC_RELAXED);
+    gdl__atomic_store(&gdl__nthreads_env, n, GDL__MO_RELAXED);
     return n;
 #else
     return 1;
@@ -3868,28 +4433,22 @@ GPUDL_API int gdl_get_num_threads(void) {
 
 GPUDL_API void gdl_set_num_threads(int n) {
 #ifdef GDL__POOL
-    __atomic_store_n(&gdl__nthreads_want, n <= 0 ? 0 : n > GDL__POOL_MAX ? GDL__POOL_MAX : n, __ATOMIC_RELAXED);
+    gdl__atomic_store(&gdl__nthreads_want, n <= 0 ? 0 : n > GDL__POOL_MAX ? GDL__POOL_MAX : n, GDL__MO_RELAXED);
 #else
     (void)n;
 #endif
 }
 
 #ifdef GDL__POOL
-#if defined(__x86_64__) || defined(__i386__)
-#define GDL__POOL_PAUSE() __builtin_ia32_pause()
-#elif defined(__aarch64__) || defined(__arm__)
-#define GDL__POOL_PAUSE() __asm__ __volatile__("yield")
-#else
-#define GDL__POOL_PAUSE() ((void)0)
-#endif
+#define GDL__POOL_PAUSE() GDL__CPU_PAUSE()
 #ifndef GDL__POOL_SPIN
 #define GDL__POOL_SPIN 1000 /* pause instructions, ~5-50 us: then sleep */
 #endif
 
-static pthread_mutex_t gdl__pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gdl__pool_work_cv = PTHREAD_COND_INITIALIZER; /* a new job, or stop */
-static pthread_cond_t gdl__pool_done_cv = PTHREAD_COND_INITIALIZER; /* the last task finished */
-static pthread_t gdl__pool_th[GDL__POOL_MAX];
+static gdl__mutex gdl__pool_mu = GDL__MUTEX_INIT;
+static gdl__cond gdl__pool_work_cv = GDL__COND_INIT; /* a new job, or stop */
+static gdl__cond gdl__pool_done_cv = GDL__COND_INIT; /* the last task finished */
+static gdl__thread gdl__pool_th[GDL__POOL_MAX];
 static int gdl__pool_nworkers;     /* started; changed by the pool's holder only */
 static int gdl__pool_busy;         /* atomic: 1 while a thread holds the pool */
 static uint64_t gdl__pool_state;   /* atomic: generation << 32 | tasks not yet claimed */
@@ -3897,7 +4456,7 @@ static int gdl__pool_ndone;        /* atomic: tasks of this generation finished 
 static int gdl__pool_sleepers;     /* atomic: workers asleep (or about to be) */
 static int gdl__pool_stop;         /* atomic: workers exit */
 static int gdl__pool_waiting;      /* under mu: the holder sleeps on done_cv */
-static int gdl__pool_hooks;        /* atexit / pthread_atfork registered */
+static int gdl__pool_hooks;        /* atexit / after-fork hook registered */
 static gdl__task_fn gdl__pool_fn;  /* the job: written before its generation is published */
 static void *gdl__pool_ctx;
 static int gdl__pool_nt;
@@ -3907,24 +4466,24 @@ static GDL__TLS int gdl__pool_slot; /* 0 on the holder's thread, 1 + index on a 
 
 static int gdl__pool_acquire(void) {
     int free_ = 0;
-    return __atomic_compare_exchange_n(&gdl__pool_busy, &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+    return gdl__atomic_cas(&gdl__pool_busy, &free_, 1, 0, GDL__MO_ACQUIRE, GDL__MO_RELAXED);
 }
-static void gdl__pool_release(void) { __atomic_store_n(&gdl__pool_busy, 0, __ATOMIC_RELEASE); }
+static void gdl__pool_release(void) { gdl__atomic_store(&gdl__pool_busy, 0, GDL__MO_RELEASE); }
 
 /* Claims and runs tasks of generation gen until none is left. A successful
    claim means the job is still in flight, so its fields are stable. */
 static void gdl__pool_claim(uint32_t gen) {
-    uint64_t s = __atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE);
+    uint64_t s = gdl__atomic_load(&gdl__pool_state, GDL__MO_ACQUIRE);
     while ((uint32_t)(s >> 32) == gen && (uint32_t)s > 0) {
-        if (__atomic_compare_exchange_n(&gdl__pool_state, &s, s - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (gdl__atomic_cas(&gdl__pool_state, &s, s - 1, 1, GDL__MO_ACQ_REL, GDL__MO_ACQUIRE)) {
             const int nt = gdl__pool_nt;
             gdl__pool_fn(gdl__pool_ctx, nt - (int)(uint32_t)s, nt);
-            if (__atomic_add_fetch(&gdl__pool_ndone, 1, __ATOMIC_ACQ_REL) == nt) {
-                pthread_mutex_lock(&gdl__pool_mu);
-                if (gdl__pool_waiting) pthread_cond_signal(&gdl__pool_done_cv);
-                pthread_mutex_unlock(&gdl__pool_mu);
+            if (gdl__atomic_add(&gdl__pool_ndone, 1, GDL__MO_ACQ_REL) == nt) {
+                gdl__mutex_lock(&gdl__pool_mu);
+                if (gdl__pool_waiting) gdl__cond_signal(&gdl__pool_done_cv);
+                gdl__mutex_unlock(&gdl__pool_mu);
             }
-            s = __atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE);
+            s = gdl__atomic_load(&gdl__pool_state, GDL__MO_ACQUIRE);
         }
     }
 }
@@ -3936,24 +4495,24 @@ static void *gdl__pool_worker(void *arg) {
     for (;;) {
         uint32_t gen;
         int spin = 0;
-        while ((gen = (uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE) >> 32)) == seen &&
-               !__atomic_load_n(&gdl__pool_stop, __ATOMIC_ACQUIRE)) {
+        while ((gen = (uint32_t)(gdl__atomic_load(&gdl__pool_state, GDL__MO_ACQUIRE) >> 32)) == seen &&
+               !gdl__atomic_load(&gdl__pool_stop, GDL__MO_ACQUIRE)) {
             if (spin++ < GDL__POOL_SPIN) {
                 GDL__POOL_PAUSE();
                 continue;
             }
-            pthread_mutex_lock(&gdl__pool_mu);
-            __atomic_add_fetch(&gdl__pool_sleepers, 1, __ATOMIC_SEQ_CST);
-            while ((uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_SEQ_CST) >> 32) == seen &&
-                   !__atomic_load_n(&gdl__pool_stop, __ATOMIC_SEQ_CST))
-                pthread_cond_wait(&gdl__pool_work_cv, &gdl__pool_mu);
-            __atomic_sub_fetch(&gdl__pool_sleepers, 1, __ATOMIC_SEQ_CST);
-            pthread_mutex_unlock(&gdl__pool_mu);
+            gdl__mutex_lock(&gdl__pool_mu);
+            gdl__atomic_add(&gdl__pool_sleepers, 1, GDL__MO_SEQ_CST);
+            while ((uint32_t)(gdl__atomic_load(&gdl__pool_state, GDL__MO_SEQ_CST) >> 32) == seen &&
+                   !gdl__atomic_load(&gdl__pool_stop, GDL__MO_SEQ_CST))
+                gdl__cond_wait(&gdl__pool_work_cv, &gdl__pool_mu);
+            gdl__atomic_add(&gdl__pool_sleepers, -1, GDL__MO_SEQ_CST);
+            gdl__mutex_unlock(&gdl__pool_mu);
         }
-        if (__atomic_load_n(&gdl__pool_stop, __ATOMIC_ACQUIRE)) return NULL;
+        if (gdl__atomic_load(&gdl__pool_stop, GDL__MO_ACQUIRE)) return NULL;
         seen = gen;
         /* workers past the thread count (it was lowered) sit this job out */
-        if (index < __atomic_load_n(&gdl__pool_active, __ATOMIC_ACQUIRE)) gdl__pool_claim(gen);
+        if (index < gdl__atomic_load(&gdl__pool_active, GDL__MO_ACQUIRE)) gdl__pool_claim(gen);
     }
 }
 
@@ -3962,13 +4521,13 @@ static void *gdl__pool_worker(void *arg) {
 static void gdl__pool_shutdown(void) {
     int i;
     if (!gdl__pool_acquire()) return;
-    __atomic_store_n(&gdl__pool_stop, 1, __ATOMIC_SEQ_CST);
-    pthread_mutex_lock(&gdl__pool_mu);
-    pthread_cond_broadcast(&gdl__pool_work_cv);
-    pthread_mutex_unlock(&gdl__pool_mu);
-    for (i = 0; i < gdl__pool_nworkers; i++) pthread_join(gdl__pool_th[i], NULL);
+    gdl__atomic_store(&gdl__pool_stop, 1, GDL__MO_SEQ_CST);
+    gdl__mutex_lock(&gdl__pool_mu);
+    gdl__cond_broadcast(&gdl__pool_work_cv);
+    gdl__mutex_unlock(&gdl__pool_mu);
+    for (i = 0; i < gdl__pool_nworkers; i++) gdl__thread_join(&gdl__pool_th[i]);
     gdl__pool_nworkers = 0;
-    __atomic_store_n(&gdl__pool_stop, 0, __ATOMIC_SEQ_CST);
+    gdl__atomic_store(&gdl__pool_stop, 0, GDL__MO_SEQ_CST);
     gdl__pool_release();
 }
 
@@ -3976,9 +4535,9 @@ static void gdl__pool_shutdown(void) {
    parent's workers (new ones start on demand) and reset the locks, which a
    parent thread may have held at the fork. */
 static void gdl__pool_after_fork(void) {
-    pthread_mutex_init(&gdl__pool_mu, NULL);
-    pthread_cond_init(&gdl__pool_work_cv, NULL);
-    pthread_cond_init(&gdl__pool_done_cv, NULL);
+    gdl__mutex_init(&gdl__pool_mu);
+    gdl__cond_init(&gdl__pool_work_cv);
+    gdl__cond_init(&gdl__pool_done_cv);
     gdl__pool_nworkers = 0;
     gdl__pool_sleepers = 0;
     gdl__pool_waiting = 0;
@@ -3999,40 +4558,40 @@ static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
     if (!gdl__pool_hooks) {
         gdl__pool_hooks = 1;
         atexit(gdl__pool_shutdown);
-        pthread_atfork(NULL, NULL, gdl__pool_after_fork);
+        gdl__os_after_fork(gdl__pool_after_fork);
     }
-    gen = (uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_RELAXED) >> 32);
+    gen = (uint32_t)(gdl__atomic_load(&gdl__pool_state, GDL__MO_RELAXED) >> 32);
     while (gdl__pool_nworkers < workers && gdl__pool_nworkers < GDL__POOL_MAX - 1) {
         gdl__pool_gen0[gdl__pool_nworkers] = gen;
-        if (pthread_create(&gdl__pool_th[gdl__pool_nworkers], NULL, gdl__pool_worker,
-                           (void *)(intptr_t)gdl__pool_nworkers) != 0)
+        if (gdl__thread_start(&gdl__pool_th[gdl__pool_nworkers], gdl__pool_worker,
+                              (void *)(intptr_t)gdl__pool_nworkers) != 0)
             break; /* if one can't start, the caller claims its tasks */
         gdl__pool_nworkers++;
     }
-    __atomic_store_n(&gdl__pool_active, workers, __ATOMIC_RELAXED); /* published with the state below */
+    gdl__atomic_store(&gdl__pool_active, workers, GDL__MO_RELAXED); /* published with the state below */
     gdl__pool_fn = fn;
     gdl__pool_ctx = ctx;
     gdl__pool_nt = nt;
-    __atomic_store_n(&gdl__pool_ndone, 0, __ATOMIC_RELAXED);
+    gdl__atomic_store(&gdl__pool_ndone, 0, GDL__MO_RELAXED);
     gen++;
-    __atomic_store_n(&gdl__pool_state, ((uint64_t)gen << 32) | (uint32_t)nt, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&gdl__pool_sleepers, __ATOMIC_SEQ_CST)) {
-        pthread_mutex_lock(&gdl__pool_mu);
-        pthread_cond_broadcast(&gdl__pool_work_cv);
-        pthread_mutex_unlock(&gdl__pool_mu);
+    gdl__atomic_store(&gdl__pool_state, ((uint64_t)gen << 32) | (uint32_t)nt, GDL__MO_SEQ_CST);
+    if (gdl__atomic_load(&gdl__pool_sleepers, GDL__MO_SEQ_CST)) {
+        gdl__mutex_lock(&gdl__pool_mu);
+        gdl__cond_broadcast(&gdl__pool_work_cv);
+        gdl__mutex_unlock(&gdl__pool_mu);
     }
     gdl__pool_claim(gen);
-    while (__atomic_load_n(&gdl__pool_ndone, __ATOMIC_ACQUIRE) != nt) {
+    while (gdl__atomic_load(&gdl__pool_ndone, GDL__MO_ACQUIRE) != nt) {
         if (spin++ < GDL__POOL_SPIN) {
             GDL__POOL_PAUSE();
             continue;
         }
-        pthread_mutex_lock(&gdl__pool_mu);
+        gdl__mutex_lock(&gdl__pool_mu);
         gdl__pool_waiting = 1;
-        while (__atomic_load_n(&gdl__pool_ndone, __ATOMIC_ACQUIRE) != nt)
-            pthread_cond_wait(&gdl__pool_done_cv, &gdl__pool_mu);
+        while (gdl__atomic_load(&gdl__pool_ndone, GDL__MO_ACQUIRE) != nt)
+            gdl__cond_wait(&gdl__pool_done_cv, &gdl__pool_mu);
         gdl__pool_waiting = 0;
-        pthread_mutex_unlock(&gdl__pool_mu);
+        gdl__mutex_unlock(&gdl__pool_mu);
     }
 }
 #else
@@ -4255,14 +4814,15 @@ static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const
 /* Kernel selection, from what the compiler targets (no run-time dispatch:
    build with -march=native, or the flags of the oldest CPU to run on). */
 #if !defined(GDL__GEMM_CBLAS) && !defined(GPUDL_DOUBLE) && !defined(GPUDL_GEMM_PORTABLE)
-#if defined(__AVX2__) && defined(__FMA__)
+/* MSVC's /arch:AVX2 and /arch:AVX512 imply FMA but define no __FMA__; its AArch64 target defines _M_ARM64 */
+#if defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER))
 #include <immintrin.h>
 #if defined(__AVX512F__)
 #define GDL__GEMM_AVX512 1 /* e.g. -march=native on Skylake-X ... Sapphire Rapids, Zen 4 */
 #else
 #define GDL__GEMM_AVX2 1
 #endif
-#elif defined(__aarch64__) && defined(__ARM_NEON)
+#elif (defined(__aarch64__) && defined(__ARM_NEON)) || defined(_M_ARM64)
 #include <arm_neon.h> /* every AArch64 CPU has Advanced SIMD: Raspberry Pi 3-5, Jetson */
 #define GDL__GEMM_NEON 1
 #endif
@@ -6561,8 +7121,9 @@ static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const g
 
 /* x86's F16C converts 8 halves at a time, rounding to nearest even as
    gdl_f32_to_f16 does; groups holding an infinity or NaN take the scalar
-   functions, so every bit (NaN payloads included) stays theirs */
-#if defined(__F16C__) && defined(__AVX__) && !defined(GPUDL_DOUBLE)
+   functions, so every bit (NaN payloads included) stays theirs. (MSVC has no __F16C__: its /arch:AVX2
+   implies F16C.) */
+#if (defined(__F16C__) || (defined(_MSC_VER) && defined(__AVX2__))) && defined(__AVX__) && !defined(GPUDL_DOUBLE)
 #include <immintrin.h>
 #define GDL__F16C 1
 #endif
@@ -10599,23 +11160,6 @@ GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
    names the function, the file and the problem; outputs are written only on
    success, and every error path frees what it allocated.
    ------------------------------------------------------------------------- */
-#include <errno.h>
-#if defined(__unix__) || defined(__APPLE__)
-#include <sys/types.h> /* pid_t, which -std=c99 hides in unistd.h */
-#include <unistd.h> /* getpid, fsync */
-#include <dirent.h> /* opendir: stale temporaries of killed saves */
-#include <sys/stat.h> /* mkdir: gdl_fit's checkpoint_dir */
-#include <signal.h> /* kill(pid, 0): is a process alive */
-#include <fcntl.h>  /* a save locks its temporary: a live writer's is never removed */
-#define GDL__HAVE_POSIX 1
-#if !defined(__cplusplus) && !defined(fileno)
-/* POSIX <stdio.h> declares it, but -std=c99 hides it; the declaration is identical. */
-int fileno(FILE *stream);
-#endif
-#if !defined(__cplusplus)
-int kill(pid_t pid, int sig); /* as fileno: hidden by -std=c99, declared identically */
-#endif
-#endif
 #ifdef GPUDL_ZLIB
 #include <zlib.h>
 #endif
@@ -10651,13 +11195,13 @@ static int gdl__read_file(const char *fn, const char *path, unsigned char **out,
         gdl__set_error("%s: path is NULL", fn);
         return -1;
     }
-    f = fopen(path, "rb");
+    f = gdl__os_fopen_read(path);
     if (!f) {
         gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
         return -1;
     }
     /* the size, as a hint only: trusted once the first chunk reads fine */
-    if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (unsigned long)end < ((size_t)-1) / 2)
+    if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (uint64_t)end < (uint64_t)(((size_t)-1) / 2))
         hint = (size_t)end;
     if (fseek(f, 0, SEEK_SET) != 0) {
         gdl__set_error("%s: %s: cannot seek: %s", fn, path, gdl__strerr(errno));
@@ -12018,22 +12562,11 @@ static void gdl__sb_json_str(gdl__sb *b, const char *s) {
     gdl__sb_put(b, "\"", 1);
 }
 
-static int gdl__fsync_file(FILE *f) {
-#if defined(GDL__HAVE_POSIX)
-    int fd = fileno(f);
-    return fd < 0 ? -1 : fsync(fd);
-#else
-    (void)f; /* fflush already done; no portable fsync */
-    return 0;
-#endif
-}
-
-#if defined(GDL__HAVE_POSIX)
 /* A save killed mid-write leaves path.tmp.<pid>.<n> behind. Before writing,
    remove those whose process is gone, so that killed saves do not pile up.
    Only names of exactly that form are touched; this process's own are left
-   alone, and so are those of live processes: kill(pid, 0) says whether the
-   pid lives here, and since a pid from another PID namespace or host (a
+   alone, and so are those of live processes: gdl__os_pid_gone says whether
+   the pid lives here, and since a pid from another PID namespace or host (a
    shared volume) means nothing here, a temporary is removed only if its
    write lock can also be taken (a writer holds one while it writes; the
    kernel drops it when the writer dies). A pid reused since keeps its file:
@@ -12042,8 +12575,8 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
     char dirname[4096], full[4352];
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     size_t bl = strlen(base);
-    DIR *d;
-    struct dirent *e;
+    gdl__dir d;
+    const char *e;
     if (slash) {
         size_t n = (size_t)(slash - path);
         if (n >= sizeof dirname) return;
@@ -12053,33 +12586,23 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
     } else {
         strcpy(dirname, ".");
     }
-    if (!(d = opendir(dirname))) return;
-    while ((e = readdir(d)) != NULL) {
+    if (gdl__dir_open(&d, dirname) < 0) return;
+    while ((e = gdl__dir_next(&d)) != NULL) {
         const char *rest;
         char *end;
         long pid;
-        if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0) continue;
-        rest = e->d_name + bl + 5;
+        if (strncmp(e, base, bl) != 0 || strncmp(e + bl, ".tmp.", 5) != 0) continue;
+        rest = e + bl + 5;
         pid = strtol(rest, &end, 10);
-        if (end == rest || *end != '.' || pid <= 0 || pid > 0x7fffffffL || pid == (long)getpid()) continue;
+        if (end == rest || *end != '.' || pid <= 0 || pid > 0x7fffffffL || pid == gdl__os_pid()) continue;
         rest = end + 1; /* the counter: digits to the end of the name */
         if (*rest < '0' || *rest > '9' || rest[strspn(rest, "0123456789")] != 0) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        snprintf(full, sizeof full, "%s/%s", dirname, e->d_name);
-        {
-            struct flock lk;
-            int fd = open(full, O_RDWR);
-            if (fd < 0) continue;
-            memset(&lk, 0, sizeof lk);
-            lk.l_type = F_WRLCK;
-            lk.l_whence = SEEK_SET;
-            if (fcntl(fd, F_SETLK, &lk) == 0) remove(full); /* nobody writes it */
-            close(fd);
-        }
+        if (!gdl__os_pid_gone(pid)) continue;
+        snprintf(full, sizeof full, "%s/%s", dirname, e);
+        gdl__os_remove_if_unlocked(full);
     }
-    closedir(d);
+    gdl__dir_close(&d);
 }
-#endif
 
 /* gdl_st_write's tensors checked before anything is written: names, dtypes, shapes, data; their byte sizes
    (sizes[k]) and names (names[k]). */
@@ -12273,22 +12796,10 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
         gdl__set_error("%s: %s: out of memory", fn, path);
         goto fail;
     }
-#if defined(GDL__HAVE_POSIX)
     gdl__st_remove_stale_temporaries(path);
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, (long)getpid(), ++counter);
-#else
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%u", path, ++counter);
-#endif
+    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
     f = fopen(tmp, "wb");
-#if defined(GDL__HAVE_POSIX)
-    if (f) { /* held until the file is closed: see gdl__st_remove_stale_temporaries (no lock: NFS without lockd) */
-        struct flock lk;
-        memset(&lk, 0, sizeof lk);
-        lk.l_type = F_WRLCK;
-        lk.l_whence = SEEK_SET;
-        (void)fcntl(fileno(f), F_SETLK, &lk);
-    }
-#endif
+    if (f) gdl__os_lock_temporary(f); /* held until the file is closed: see gdl__st_remove_stale_temporaries */
     if (!f) {
         gdl__set_error("%s: %s: cannot create temporary file %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
@@ -12298,25 +12809,16 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
     errno = 0;
     if (fwrite(lenb, 1, 8, f) != 8 || fwrite(h.p, 1, h.len, f) != h.len) goto io_fail;
     if (gdl__st_write_data(f, n, tensors, sizes) < 0) goto io_fail;
-    if (fflush(f) != 0 || gdl__fsync_file(f) != 0) goto io_fail;
+    if (fflush(f) != 0 || gdl__os_fsync(f) != 0) goto io_fail;
     {
         FILE *g = f;
         f = NULL;
         if (fclose(g) != 0) goto io_fail;
     }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-#ifdef _WIN32
-        /* rename() does not replace an existing file on Windows: not atomic there */
-        if (remove(path) == 0 && rename(tmp, path) == 0) goto done;
-        e = errno;
-#endif
-        gdl__set_error("%s: %s: cannot rename %s over it: %s", fn, path, tmp, gdl__strerr(e));
+    if (gdl__os_replace(tmp, path) != 0) {
+        gdl__set_error("%s: %s: cannot rename %s over it: %s", fn, path, tmp, gdl__strerr(errno));
         goto fail;
     }
-#ifdef _WIN32
-done:
-#endif
     GPUDL_FREE(tmp);
     GPUDL_FREE(h.p);
     GPUDL_FREE(sizes);
@@ -12349,11 +12851,8 @@ fail:
    permutation and the epoch's transform key are written only while no batch
    can be claimed or filled, and published by the mutex. A batch's contents
    depend only on (seed, epoch, batch index), never on the worker.
-   GPUDL_NO_THREADS: no pthreads; batches are always assembled inline.
+   GPUDL_NO_THREADS: no threads; batches are always assembled inline.
    ------------------------------------------------------------------------- */
-#ifndef GPUDL_NO_THREADS
-#include <pthread.h>
-#endif
 
 /* Prefixes the current error message with "fn: ". */
 static void gdl__data_wrap_error(const char *fn) {
@@ -12697,9 +13196,9 @@ struct gdl_loader {
     /* workers */
     int nthreads, started;
 #ifndef GPUDL_NO_THREADS
-    pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_ready;
+    gdl__thread *threads;
+    gdl__mutex mu;
+    gdl__cond cv_work, cv_ready;
     int sync_init;                       /* mutex and conditions initialised */
     int active, shutdown;                /* under mu */
     int64_t next_claim;                  /* under mu */
@@ -12826,26 +13325,26 @@ static void gdl__loader_begin_epoch(gdl_loader *l) {
 #ifndef GPUDL_NO_THREADS
 static void *gdl__loader_worker(void *arg) {
     gdl_loader *l = (gdl_loader *)arg;
-    pthread_mutex_lock(&l->mu);
+    gdl__mutex_lock(&l->mu);
     for (;;) {
         int64_t b;
         gdl__slot *s;
         while (!l->shutdown &&
                !(l->active && l->next_claim < l->nb &&
                  l->slots[l->next_claim % l->nslots].state == GDL__SLOT_FREE))
-            pthread_cond_wait(&l->cv_work, &l->mu);
+            gdl__cond_wait(&l->cv_work, &l->mu);
         if (l->shutdown) break;
         b = l->next_claim++;
         s = &l->slots[b % l->nslots];
         s->state = GDL__SLOT_FILLING;
         s->batch = b;
-        pthread_mutex_unlock(&l->mu);
+        gdl__mutex_unlock(&l->mu);
         gdl__loader_fill(l, b, s);
-        pthread_mutex_lock(&l->mu);
+        gdl__mutex_lock(&l->mu);
         s->state = GDL__SLOT_READY;
-        pthread_cond_broadcast(&l->cv_ready);
+        gdl__cond_broadcast(&l->cv_ready);
     }
-    pthread_mutex_unlock(&l->mu);
+    gdl__mutex_unlock(&l->mu);
     return NULL;
 }
 #endif
@@ -12862,15 +13361,15 @@ static void gdl__loader_stop_epoch(gdl_loader *l) {
 #ifndef GPUDL_NO_THREADS
     if (l->started > 0) {
         int i, busy;
-        pthread_mutex_lock(&l->mu);
+        gdl__mutex_lock(&l->mu);
         l->active = 0;
         do {
             busy = 0;
             for (i = 0; i < l->nslots; i++) busy |= l->slots[i].state == GDL__SLOT_FILLING;
-            if (busy) pthread_cond_wait(&l->cv_ready, &l->mu);
+            if (busy) gdl__cond_wait(&l->cv_ready, &l->mu);
         } while (busy);
         for (i = 0; i < l->nslots; i++) l->slots[i].state = GDL__SLOT_FREE;
-        pthread_mutex_unlock(&l->mu);
+        gdl__mutex_unlock(&l->mu);
     }
 #endif
     l->running = 0;
@@ -12883,14 +13382,14 @@ static void gdl__loader_destroy(gdl_loader *l) {
 #ifndef GPUDL_NO_THREADS
     if (l->sync_init) {
         gdl__loader_stop_epoch(l);
-        pthread_mutex_lock(&l->mu);
+        gdl__mutex_lock(&l->mu);
         l->shutdown = 1;
-        pthread_cond_broadcast(&l->cv_work);
-        pthread_mutex_unlock(&l->mu);
-        for (i = 0; i < l->started; i++) pthread_join(l->threads[i], NULL);
-        pthread_cond_destroy(&l->cv_work);
-        pthread_cond_destroy(&l->cv_ready);
-        pthread_mutex_destroy(&l->mu);
+        gdl__cond_broadcast(&l->cv_work);
+        gdl__mutex_unlock(&l->mu);
+        for (i = 0; i < l->started; i++) gdl__thread_join(&l->threads[i]);
+        gdl__cond_destroy(&l->cv_work);
+        gdl__cond_destroy(&l->cv_ready);
+        gdl__mutex_destroy(&l->mu);
     }
     GPUDL_FREE(l->threads);
 #endif
@@ -13099,29 +13598,29 @@ static int gdl__loader_slots(const char *fn, gdl_loader *l) {
 /* The worker threads and what they share (l->sync_init once the mutex and conditions exist). */
 static int gdl__loader_start_workers(const char *fn, gdl_loader *l) {
     int i;
-    l->threads = (pthread_t *)GPUDL_MALLOC(sizeof(pthread_t) * (size_t)l->nthreads);
+    l->threads = (gdl__thread *)GPUDL_MALLOC(sizeof(gdl__thread) * (size_t)l->nthreads);
     if (!l->threads) {
         gdl__set_error("%s: out of memory", fn);
         return -1;
     }
-    if (pthread_mutex_init(&l->mu, NULL) != 0) {
-        gdl__set_error("%s: pthread_mutex_init failed", fn);
+    if (gdl__mutex_init(&l->mu) != 0) {
+        gdl__set_error("%s: cannot make a mutex", fn);
         return -1;
     }
-    if (pthread_cond_init(&l->cv_work, NULL) != 0) {
-        pthread_mutex_destroy(&l->mu);
-        gdl__set_error("%s: pthread_cond_init failed", fn);
+    if (gdl__cond_init(&l->cv_work) != 0) {
+        gdl__mutex_destroy(&l->mu);
+        gdl__set_error("%s: cannot make a condition variable", fn);
         return -1;
     }
-    if (pthread_cond_init(&l->cv_ready, NULL) != 0) {
-        pthread_cond_destroy(&l->cv_work);
-        pthread_mutex_destroy(&l->mu);
-        gdl__set_error("%s: pthread_cond_init failed", fn);
+    if (gdl__cond_init(&l->cv_ready) != 0) {
+        gdl__cond_destroy(&l->cv_work);
+        gdl__mutex_destroy(&l->mu);
+        gdl__set_error("%s: cannot make a condition variable", fn);
         return -1;
     }
     l->sync_init = 1;
     for (i = 0; i < l->nthreads; i++) {
-        int rc = pthread_create(&l->threads[i], NULL, gdl__loader_worker, l);
+        int rc = gdl__thread_start(&l->threads[i], gdl__loader_worker, l);
         if (rc != 0) {
             gdl__set_error("%s: cannot start worker thread %d of %d: %s", fn, i + 1, l->nthreads, strerror(rc));
             return -1;
@@ -13256,10 +13755,10 @@ static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
 #ifndef GPUDL_NO_THREADS
     if (l->started > 0 && l->held >= 0) { /* the batch handed out last goes back to the workers */
         if (gdl__loader_release(l, &l->slots[l->held]) < 0) return -1;
-        pthread_mutex_lock(&l->mu);
+        gdl__mutex_lock(&l->mu);
         l->slots[l->held].state = GDL__SLOT_FREE;
-        pthread_cond_broadcast(&l->cv_work);
-        pthread_mutex_unlock(&l->mu);
+        gdl__cond_broadcast(&l->cv_work);
+        gdl__mutex_unlock(&l->mu);
     }
 #endif
     l->held = -1;
@@ -13267,11 +13766,11 @@ static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
         gdl__loader_begin_epoch(l);
 #ifndef GPUDL_NO_THREADS
         if (l->started > 0) {
-            pthread_mutex_lock(&l->mu);
+            gdl__mutex_lock(&l->mu);
             l->next_claim = l->cons;
             l->active = 1;
-            pthread_cond_broadcast(&l->cv_work);
-            pthread_mutex_unlock(&l->mu);
+            gdl__cond_broadcast(&l->cv_work);
+            gdl__mutex_unlock(&l->mu);
         }
 #endif
     }
@@ -13284,10 +13783,10 @@ static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
 #ifndef GPUDL_NO_THREADS
     if (l->started > 0) {
         s = &l->slots[b % l->nslots];
-        pthread_mutex_lock(&l->mu);
-        while (!(s->state == GDL__SLOT_READY && s->batch == b)) pthread_cond_wait(&l->cv_ready, &l->mu);
+        gdl__mutex_lock(&l->mu);
+        while (!(s->state == GDL__SLOT_READY && s->batch == b)) gdl__cond_wait(&l->cv_ready, &l->mu);
         s->state = GDL__SLOT_HELD;
-        pthread_mutex_unlock(&l->mu);
+        gdl__mutex_unlock(&l->mu);
         l->held = (int)(b % l->nslots);
     } else
 #endif
@@ -17469,28 +17968,9 @@ GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
 /* ---------------------------------------------------------------------------
    [impl-train]   fit / evaluate with progress output, and checkpoints.
    ------------------------------------------------------------------------- */
-#if defined(__unix__) || defined(__APPLE__)
-#include <sys/time.h>
-#endif
+GPUDL_API double gdl_now(void) { return gdl__os_wall_seconds(); }
 
-GPUDL_API double gdl_now(void) {
-#if defined(__unix__) || defined(__APPLE__)
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
-#else
-    return (double)clock() / CLOCKS_PER_SEC;
-#endif
-}
-
-static int gdl__isatty(FILE *f) {
-#ifdef GDL__HAVE_POSIX
-    return isatty(fileno(f));
-#else
-    (void)f;
-    return 0;
-#endif
-}
+static int gdl__isatty(FILE *f) { return gdl__os_isatty(f); }
 
 GPUDL_API gdl_fit_opts gdl_fit_defaults(void) {
     gdl_fit_opts o;
@@ -17756,7 +18236,7 @@ static FILE *gdl__csv_resume(const char *path, int64_t from) {
         if (end != line && *end == ',' && e < from) fputs(line, out);
     }
     fclose(in);
-    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+    if (fclose(out) != 0 || gdl__os_replace(tmp, path) != 0) {
         gdl__set_error("gdl_fit: cannot rewrite the metrics CSV %s", path);
         remove(tmp);
         GPUDL_FREE(tmp);
@@ -18017,13 +18497,11 @@ static int gdl__fit_checkpoint_dir(gdl__fit_run *r) {
         return -1;
     }
     snprintf(r->ckpath, cl, "%s/gdl_fit.safetensors", o->checkpoint_dir);
-#if defined(GDL__HAVE_POSIX)
-    if (mkdir(o->checkpoint_dir, 0777) != 0 && errno != EEXIST) {
+    if (gdl__os_mkdir(o->checkpoint_dir) != 0 && errno != EEXIST) {
         gdl__set_error("gdl_fit: cannot create checkpoint_dir %s: %s", o->checkpoint_dir, gdl__strerr(errno));
         GPUDL_FREE(r->ckpath);
         return -1;
     }
-#endif
     if (!o->resume) return 0;
     if (r->rank0 && (probe = fopen(r->ckpath, "rb")) != NULL) {
         fclose(probe);
@@ -19070,10 +19548,6 @@ GPUDL_API void gdl_graph_free(gdl_graph *g) {
 
 #ifdef GPUDL_MPI
 #include <mpi.h>
-#if defined(__unix__) || defined(__APPLE__)
-#include <poll.h>  /* poll(NULL, 0, ms): a millisecond's sleep that -std=c99 does not hide */
-#include <sched.h> /* sched_yield */
-#endif
 #endif
 
 #define GDL__DIST_DEFAULT_TIMEOUT 600.0 /* seconds, PyTorch's default for NCCL process groups */
@@ -19132,12 +19606,7 @@ static const gdl_backend *gdl__dist_gpu(void) {
    MASTER_ADDR:MASTER_PORT (retrying while rank 0 is not up yet), says its rank
    and world size, and receives the id once every rank has come. Each side
    gives up after the timeout with an error naming the address. */
-#if !defined(GPUDL_MPI) && (defined(__unix__) || defined(__APPLE__))
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <poll.h>
+#if !defined(GPUDL_MPI) && defined(GDL__OS_SOCKETS)
 #define GDL__HAVE_RDV 1
 #ifndef MSG_NOSIGNAL
 #define MSG_NOSIGNAL 0 /* macOS: SIGPIPE stays possible */
@@ -19366,7 +19835,7 @@ static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id,
                                     : strerror(e));
             return -1;
         }
-        poll(NULL, 0, 100);
+        gdl__os_sleep_ms(100);
     }
     memcpy(hello, "gdlR", 4);
     gdl__put32(hello + 4, (uint32_t)rank);
@@ -19584,7 +20053,8 @@ static int gdl__dist_share_id(const char *op, int rank, int world) {
 #if defined(GDL__HAVE_RDV)
         if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) return -1;
 #else
-        gdl__set_error("%s: %d processes without MPI need the TCP rendezvous, which this platform lacks", op, world);
+        gdl__set_error("%s: %d processes without MPI need the TCP rendezvous (MASTER_ADDR, MASTER_PORT), which this "
+                       "platform lacks in gpudl yet (no sockets: Windows)", op, world);
         return -1;
 #endif
         gdl__dist.have_id = 1;
@@ -19605,6 +20075,13 @@ GPUDL_API int gdl_dist_init(void) {
 #ifdef GPUDL_MPI
     if (gdl__dist_mpi_start(op, &rank, &world, &launcher) < 0) return -1;
 #else
+#ifdef GDL__OS_NO_MPI
+    if (world > 1 && !gdl__dist_gpu()) {
+        gdl__set_error("%s: %d processes (%s): %s; this build is without a communication backend", op, world,
+                       launcher, GDL__OS_NO_MPI);
+        return -1;
+    }
+#endif
     if (world > 1 && !gdl__dist_gpu()) {
         gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
                        "-DGPUDL_MPI (mpicc ...), or with GPUDL_CUDA and NCCL on a machine with GPUs", op, world,
@@ -19723,14 +20200,7 @@ static void gdl__dist_answer(const char *what) {
     }
 }
 
-static void gdl__dist_nap(int ms) {
-#if defined(__unix__) || defined(__APPLE__)
-    if (ms) poll(NULL, 0, ms);
-    else sched_yield();
-#else
-    (void)ms;
-#endif
-}
+static void gdl__dist_nap(int ms) { gdl__os_sleep_ms(ms); }
 
 /* The wait of `what` (a collective of op) ran out of time: ask the other ranks where they are for a
    moment (those waiting in a collective answer), and say who did not arrive. Always -1. */
@@ -20795,11 +21265,10 @@ GPUDL_API const char *gdl_memory_summary(gdl_device dev) {
     return buf;
 }
 
-/* NVML through dlopen. Only the few entry points used are
+/* NVML loaded at run time (gdl__dl_open: dlopen, LoadLibrary). Only the few entry points used are
    declared here, with NVML's documented types (nvmlDevice_t is a pointer;
    nvmlReturn_t an int, 0 is success, 3 "not supported"). */
-#if (defined(GPUDL_CUDA) || defined(GPUDL_NVML)) && (defined(__unix__) || defined(__APPLE__))
-#include <dlfcn.h>
+#if defined(GDL__OS_DL)
 typedef struct { unsigned int gpu, memory; } gdl__nvml_util;
 typedef struct { unsigned long long total, free, used; } gdl__nvml_mem;
 typedef struct gdl__nvml_dev *gdl__nvml_device;
@@ -20826,16 +21295,15 @@ static void gdl__nvml_load_once(void) {
         const char *lib = getenv("GPUDL_NVML_LIB");
         void *h;
         int rc;
-        if (!lib || !lib[0]) lib = "libnvidia-ml.so.1";
-        if (!(h = dlopen(lib, RTLD_NOW | RTLD_LOCAL))) {
-            const char *e = dlerror();
-            snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available (%s): no NVIDIA driver here",
-                     e ? e : lib);
+        char why[200];
+        if (!lib || !lib[0]) lib = GDL__NVML_DEFAULT_LIB;
+        if (!(h = gdl__dl_open(lib, why, sizeof why))) {
+            snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available (%s): no NVIDIA driver here", why);
         } else {
             /* object to function pointer through memcpy: ISO C has no cast between them */
 #define GDL__NVML_SYM(field, sym)                                                   \
             do {                                                                    \
-                void *p_ = dlsym(h, sym);                                           \
+                void *p_ = gdl__dl_sym(h, sym);                                     \
                 if (!p_) {                                                          \
                     snprintf(gdl__nvml.why, sizeof gdl__nvml.why,                   \
                              "NVML not available: %s has no %s (driver too old?)", lib, sym); \
@@ -20862,7 +21330,7 @@ static void gdl__nvml_load_once(void) {
             else
                 gdl__nvml.ok = 1;
         nvml_done:
-            if (!gdl__nvml.ok) dlclose(h); /* kept open while in use: NVML has no clean unload */
+            if (!gdl__nvml.ok) gdl__dl_close(h); /* kept open while in use: NVML has no clean unload */
         }
     }
 }
@@ -20870,9 +21338,9 @@ static void gdl__nvml_load_once(void) {
 /* 0 / -1 + error. The first call of any thread loads; the others wait for it (monitors poll from
    threads of their own). */
 static int gdl__nvml_load(const char *op) {
-#ifndef GPUDL_NO_THREADS
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, gdl__nvml_load_once);
+#ifdef GDL__OS_THREADS
+    static gdl__once_flag once = GDL__ONCE_INIT;
+    gdl__once(&once, gdl__nvml_load_once);
 #else
     static int tried;
     if (!tried) {

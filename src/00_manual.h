@@ -15,6 +15,7 @@
        cc -O2 -march=native my_net.c -lm -pthread -o my_net            (CPU)
        nvcc -O3 -arch=sm_90 -DGPUDL_CUDA my_net.c gpudl_cuda.cu \
             -lcublas -lcublasLt -lnccl -o my_net                                (CUDA)
+       x86_64-w64-mingw32-gcc -O2 my_net.c -o my_net.exe            (Windows, CPU; no MPI)
    Add -DGPUDL_ZLIB ... -lz to read gzipped IDX files (Fashion-MNIST).
    README.md and examples/ show the module / optimizer / DataLoader level
    (gdl_nn_*, gdl_adam_new, gdl_loader_new, gdl_fit); the sample below is
@@ -316,6 +317,7 @@
    [api-quant]     29q_api_quant.h                INT8 quantization, the int8 GEMM
    [backend]       30_backend.h                   the kernel table GDL_BACKEND_ENTRIES
                    40_impl_prelude.h              the implementation: guards, includes
+   [impl-platform] 40p_platform.h                 the OS: threads, clocks, files (POSIX, Win32)
    [impl-errors]   41_errors.h                    gdl__set_error, gdl_last_error
    [impl-devices]  42_devices.h                   devices and their backends (gdl__be)
    [impl-profile]  43_profile.h                   the profiler's spans and trace

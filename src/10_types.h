@@ -6,6 +6,9 @@
 #define GPUDL_VERSION_PATCH 0
 #define GPUDL_VERSION "0.1.0"
 
+#if defined(__MINGW32__) && !defined(__USE_MINGW_ANSI_STDIO)
+#define __USE_MINGW_ANSI_STDIO 1 /* C99's printf (%zu, %lld), not msvcrt's: gpudl's messages use them */
+#endif
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>

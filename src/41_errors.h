@@ -15,15 +15,15 @@ GPUDL_API void gdl_clear_error(void) { gdl__err[0] = 0; }
 
 static int64_t gdl__syncs; /* host waits for a device, from every thread */
 GPUDL_API void gdl__count_sync(void) {
-#if defined(__GNUC__) || defined(__clang__)
-    __atomic_fetch_add(&gdl__syncs, 1, __ATOMIC_RELAXED);
+#ifdef GDL__ATOMICS
+    (void)gdl__atomic_add(&gdl__syncs, 1, GDL__MO_RELAXED);
 #else
     gdl__syncs++;
 #endif
 }
 GPUDL_API int64_t gdl_sync_count(void) {
-#if defined(__GNUC__) || defined(__clang__)
-    return __atomic_load_n(&gdl__syncs, __ATOMIC_RELAXED);
+#ifdef GDL__ATOMICS
+    return gdl__atomic_load(&gdl__syncs, GDL__MO_RELAXED);
 #else
     return gdl__syncs;
 #endif

@@ -32,15 +32,11 @@ static struct {
     char bw_names[GDL_OP_COUNT][48];   /* "gdl_<op> backward" */
 } gdl__prof;
 
-/* The profiler's host clock in seconds: monotonic with nanoseconds where <time.h> offers it (POSIX
-   visible: not under a bare -std=c99), else gdl_now (gettimeofday, microseconds). */
-#include <time.h>
+/* The profiler's host clock in seconds: monotonic with nanoseconds where the platform offers it
+   (gdl__os_monotonic_seconds), else gdl_now (microseconds). */
 static double gdl__prof_clock(void) {
-#if defined(CLOCK_MONOTONIC) && (defined(__unix__) || defined(__APPLE__))
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) == 0) return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-#endif
-    return gdl_now();
+    double t = gdl__os_monotonic_seconds();
+    return t >= 0 ? t : gdl_now();
 }
 
 static void gdl__prof_drop(gdl__prof_rec *r, const gdl_backend *be) {

@@ -19,28 +19,17 @@
    thread that acquired it; a parallel region entered while the pool is held
    (from inside a task, or from another thread such as a DataLoader worker)
    runs serially on its own thread. After fork() the child starts with no
-   workers and makes new ones when it needs them (pthread_atfork). At exit
+   workers and makes new ones when it needs them (gdl__os_after_fork). At exit
    the workers are stopped and joined (atexit).
 
    Thread count: gdl_set_num_threads(n); else the environment's
    GPUDL_NUM_THREADS, else OMP_NUM_THREADS (its first number), else the CPUs
-   this process may run on (sched_getaffinity). GPUDL_NO_THREADS (or a
-   compiler without GCC's __atomic builtins): no pool, one thread.
+   this process may run on (gdl__os_cpu_count). GPUDL_NO_THREADS (or a
+   compiler without atomics, [impl-platform]): no pool, one thread.
    ------------------------------------------------------------------------- */
 
-#if !defined(GPUDL_NO_THREADS) && (defined(__GNUC__) || defined(__clang__))
+#if defined(GDL__OS_THREADS) && defined(GDL__ATOMICS)
 #define GDL__POOL 1
-#include <pthread.h>
-#if defined(__linux__) && defined(__GLIBC__)
-#include <sys/types.h>
-#include <sched.h>
-#ifndef __USE_GNU /* -std=c99 hides it; the symbol is in every glibc */
-extern int sched_getaffinity(pid_t, size_t, cpu_set_t *);
-#endif
-#endif
-#endif
-#if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h> /* sysconf */
 #endif
 
 typedef void (*gdl__task_fn)(void *ctx, int t, int nt);
@@ -55,19 +44,7 @@ static int gdl__env_threads(void) {
     long n = 0;
     if (!s || !*s) s = getenv("OMP_NUM_THREADS"); /* "4" or "4,2": the outer level */
     if (s && *s) n = strtol(s, NULL, 10);
-    if (n <= 0) {
-#if defined(__linux__) && defined(__GLIBC__)
-        cpu_set_t set;
-        if (sched_getaffinity(0, sizeof set, &set) == 0) {
-            const unsigned char *b = (const unsigned char *)&set;
-            size_t i;
-            for (i = 0; i < sizeof set; i++) n += __builtin_popcount(b[i]);
-        }
-#endif
-#if defined(__unix__) || defined(__APPLE__)
-        if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
-#endif
-    }
+    if (n <= 0) n = gdl__os_cpu_count();
     if (n < 1) n = 1;
     return n > GDL__POOL_MAX ? GDL__POOL_MAX : (int)n;
 }
@@ -75,12 +52,12 @@ static int gdl__env_threads(void) {
 
 GPUDL_API int gdl_get_num_threads(void) {
 #ifdef GDL__POOL
-    int n = __atomic_load_n(&gdl__nthreads_want, __ATOMIC_RELAXED);
+    int n = gdl__atomic_load(&gdl__nthreads_want, GDL__MO_RELAXED);
     if (n > 0) return n;
-    n = __atomic_load_n(&gdl__nthreads_env, __ATOMIC_RELAXED);
+    n = gdl__atomic_load(&gdl__nthreads_env, GDL__MO_RELAXED);
     if (n > 0) return n;
     n = gdl__env_threads();
-    __atomic_store_n(&gdl__nthreads_env, n, __ATOMIC_RELAXED);
+    gdl__atomic_store(&gdl__nthreads_env, n, GDL__MO_RELAXED);
     return n;
 #else
     return 1;
@@ -89,28 +66,22 @@ GPUDL_API int gdl_get_num_threads(void) {
 
 GPUDL_API void gdl_set_num_threads(int n) {
 #ifdef GDL__POOL
-    __atomic_store_n(&gdl__nthreads_want, n <= 0 ? 0 : n > GDL__POOL_MAX ? GDL__POOL_MAX : n, __ATOMIC_RELAXED);
+    gdl__atomic_store(&gdl__nthreads_want, n <= 0 ? 0 : n > GDL__POOL_MAX ? GDL__POOL_MAX : n, GDL__MO_RELAXED);
 #else
     (void)n;
 #endif
 }
 
 #ifdef GDL__POOL
-#if defined(__x86_64__) || defined(__i386__)
-#define GDL__POOL_PAUSE() __builtin_ia32_pause()
-#elif defined(__aarch64__) || defined(__arm__)
-#define GDL__POOL_PAUSE() __asm__ __volatile__("yield")
-#else
-#define GDL__POOL_PAUSE() ((void)0)
-#endif
+#define GDL__POOL_PAUSE() GDL__CPU_PAUSE()
 #ifndef GDL__POOL_SPIN
 #define GDL__POOL_SPIN 1000 /* pause instructions, ~5-50 us: then sleep */
 #endif
 
-static pthread_mutex_t gdl__pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gdl__pool_work_cv = PTHREAD_COND_INITIALIZER; /* a new job, or stop */
-static pthread_cond_t gdl__pool_done_cv = PTHREAD_COND_INITIALIZER; /* the last task finished */
-static pthread_t gdl__pool_th[GDL__POOL_MAX];
+static gdl__mutex gdl__pool_mu = GDL__MUTEX_INIT;
+static gdl__cond gdl__pool_work_cv = GDL__COND_INIT; /* a new job, or stop */
+static gdl__cond gdl__pool_done_cv = GDL__COND_INIT; /* the last task finished */
+static gdl__thread gdl__pool_th[GDL__POOL_MAX];
 static int gdl__pool_nworkers;     /* started; changed by the pool's holder only */
 static int gdl__pool_busy;         /* atomic: 1 while a thread holds the pool */
 static uint64_t gdl__pool_state;   /* atomic: generation << 32 | tasks not yet claimed */
@@ -118,7 +89,7 @@ static int gdl__pool_ndone;        /* atomic: tasks of this generation finished 
 static int gdl__pool_sleepers;     /* atomic: workers asleep (or about to be) */
 static int gdl__pool_stop;         /* atomic: workers exit */
 static int gdl__pool_waiting;      /* under mu: the holder sleeps on done_cv */
-static int gdl__pool_hooks;        /* atexit / pthread_atfork registered */
+static int gdl__pool_hooks;        /* atexit / after-fork hook registered */
 static gdl__task_fn gdl__pool_fn;  /* the job: written before its generation is published */
 static void *gdl__pool_ctx;
 static int gdl__pool_nt;
@@ -128,24 +99,24 @@ static GDL__TLS int gdl__pool_slot; /* 0 on the holder's thread, 1 + index on a 
 
 static int gdl__pool_acquire(void) {
     int free_ = 0;
-    return __atomic_compare_exchange_n(&gdl__pool_busy, &free_, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+    return gdl__atomic_cas(&gdl__pool_busy, &free_, 1, 0, GDL__MO_ACQUIRE, GDL__MO_RELAXED);
 }
-static void gdl__pool_release(void) { __atomic_store_n(&gdl__pool_busy, 0, __ATOMIC_RELEASE); }
+static void gdl__pool_release(void) { gdl__atomic_store(&gdl__pool_busy, 0, GDL__MO_RELEASE); }
 
 /* Claims and runs tasks of generation gen until none is left. A successful
    claim means the job is still in flight, so its fields are stable. */
 static void gdl__pool_claim(uint32_t gen) {
-    uint64_t s = __atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE);
+    uint64_t s = gdl__atomic_load(&gdl__pool_state, GDL__MO_ACQUIRE);
     while ((uint32_t)(s >> 32) == gen && (uint32_t)s > 0) {
-        if (__atomic_compare_exchange_n(&gdl__pool_state, &s, s - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (gdl__atomic_cas(&gdl__pool_state, &s, s - 1, 1, GDL__MO_ACQ_REL, GDL__MO_ACQUIRE)) {
             const int nt = gdl__pool_nt;
             gdl__pool_fn(gdl__pool_ctx, nt - (int)(uint32_t)s, nt);
-            if (__atomic_add_fetch(&gdl__pool_ndone, 1, __ATOMIC_ACQ_REL) == nt) {
-                pthread_mutex_lock(&gdl__pool_mu);
-                if (gdl__pool_waiting) pthread_cond_signal(&gdl__pool_done_cv);
-                pthread_mutex_unlock(&gdl__pool_mu);
+            if (gdl__atomic_add(&gdl__pool_ndone, 1, GDL__MO_ACQ_REL) == nt) {
+                gdl__mutex_lock(&gdl__pool_mu);
+                if (gdl__pool_waiting) gdl__cond_signal(&gdl__pool_done_cv);
+                gdl__mutex_unlock(&gdl__pool_mu);
             }
-            s = __atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE);
+            s = gdl__atomic_load(&gdl__pool_state, GDL__MO_ACQUIRE);
         }
     }
 }
@@ -157,24 +128,24 @@ static void *gdl__pool_worker(void *arg) {
     for (;;) {
         uint32_t gen;
         int spin = 0;
-        while ((gen = (uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_ACQUIRE) >> 32)) == seen &&
-               !__atomic_load_n(&gdl__pool_stop, __ATOMIC_ACQUIRE)) {
+        while ((gen = (uint32_t)(gdl__atomic_load(&gdl__pool_state, GDL__MO_ACQUIRE) >> 32)) == seen &&
+               !gdl__atomic_load(&gdl__pool_stop, GDL__MO_ACQUIRE)) {
             if (spin++ < GDL__POOL_SPIN) {
                 GDL__POOL_PAUSE();
                 continue;
             }
-            pthread_mutex_lock(&gdl__pool_mu);
-            __atomic_add_fetch(&gdl__pool_sleepers, 1, __ATOMIC_SEQ_CST);
-            while ((uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_SEQ_CST) >> 32) == seen &&
-                   !__atomic_load_n(&gdl__pool_stop, __ATOMIC_SEQ_CST))
-                pthread_cond_wait(&gdl__pool_work_cv, &gdl__pool_mu);
-            __atomic_sub_fetch(&gdl__pool_sleepers, 1, __ATOMIC_SEQ_CST);
-            pthread_mutex_unlock(&gdl__pool_mu);
+            gdl__mutex_lock(&gdl__pool_mu);
+            gdl__atomic_add(&gdl__pool_sleepers, 1, GDL__MO_SEQ_CST);
+            while ((uint32_t)(gdl__atomic_load(&gdl__pool_state, GDL__MO_SEQ_CST) >> 32) == seen &&
+                   !gdl__atomic_load(&gdl__pool_stop, GDL__MO_SEQ_CST))
+                gdl__cond_wait(&gdl__pool_work_cv, &gdl__pool_mu);
+            gdl__atomic_add(&gdl__pool_sleepers, -1, GDL__MO_SEQ_CST);
+            gdl__mutex_unlock(&gdl__pool_mu);
         }
-        if (__atomic_load_n(&gdl__pool_stop, __ATOMIC_ACQUIRE)) return NULL;
+        if (gdl__atomic_load(&gdl__pool_stop, GDL__MO_ACQUIRE)) return NULL;
         seen = gen;
         /* workers past the thread count (it was lowered) sit this job out */
-        if (index < __atomic_load_n(&gdl__pool_active, __ATOMIC_ACQUIRE)) gdl__pool_claim(gen);
+        if (index < gdl__atomic_load(&gdl__pool_active, GDL__MO_ACQUIRE)) gdl__pool_claim(gen);
     }
 }
 
@@ -183,13 +154,13 @@ static void *gdl__pool_worker(void *arg) {
 static void gdl__pool_shutdown(void) {
     int i;
     if (!gdl__pool_acquire()) return;
-    __atomic_store_n(&gdl__pool_stop, 1, __ATOMIC_SEQ_CST);
-    pthread_mutex_lock(&gdl__pool_mu);
-    pthread_cond_broadcast(&gdl__pool_work_cv);
-    pthread_mutex_unlock(&gdl__pool_mu);
-    for (i = 0; i < gdl__pool_nworkers; i++) pthread_join(gdl__pool_th[i], NULL);
+    gdl__atomic_store(&gdl__pool_stop, 1, GDL__MO_SEQ_CST);
+    gdl__mutex_lock(&gdl__pool_mu);
+    gdl__cond_broadcast(&gdl__pool_work_cv);
+    gdl__mutex_unlock(&gdl__pool_mu);
+    for (i = 0; i < gdl__pool_nworkers; i++) gdl__thread_join(&gdl__pool_th[i]);
     gdl__pool_nworkers = 0;
-    __atomic_store_n(&gdl__pool_stop, 0, __ATOMIC_SEQ_CST);
+    gdl__atomic_store(&gdl__pool_stop, 0, GDL__MO_SEQ_CST);
     gdl__pool_release();
 }
 
@@ -197,9 +168,9 @@ static void gdl__pool_shutdown(void) {
    parent's workers (new ones start on demand) and reset the locks, which a
    parent thread may have held at the fork. */
 static void gdl__pool_after_fork(void) {
-    pthread_mutex_init(&gdl__pool_mu, NULL);
-    pthread_cond_init(&gdl__pool_work_cv, NULL);
-    pthread_cond_init(&gdl__pool_done_cv, NULL);
+    gdl__mutex_init(&gdl__pool_mu);
+    gdl__cond_init(&gdl__pool_work_cv);
+    gdl__cond_init(&gdl__pool_done_cv);
     gdl__pool_nworkers = 0;
     gdl__pool_sleepers = 0;
     gdl__pool_waiting = 0;
@@ -220,40 +191,40 @@ static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
     if (!gdl__pool_hooks) {
         gdl__pool_hooks = 1;
         atexit(gdl__pool_shutdown);
-        pthread_atfork(NULL, NULL, gdl__pool_after_fork);
+        gdl__os_after_fork(gdl__pool_after_fork);
     }
-    gen = (uint32_t)(__atomic_load_n(&gdl__pool_state, __ATOMIC_RELAXED) >> 32);
+    gen = (uint32_t)(gdl__atomic_load(&gdl__pool_state, GDL__MO_RELAXED) >> 32);
     while (gdl__pool_nworkers < workers && gdl__pool_nworkers < GDL__POOL_MAX - 1) {
         gdl__pool_gen0[gdl__pool_nworkers] = gen;
-        if (pthread_create(&gdl__pool_th[gdl__pool_nworkers], NULL, gdl__pool_worker,
-                           (void *)(intptr_t)gdl__pool_nworkers) != 0)
+        if (gdl__thread_start(&gdl__pool_th[gdl__pool_nworkers], gdl__pool_worker,
+                              (void *)(intptr_t)gdl__pool_nworkers) != 0)
             break; /* if one can't start, the caller claims its tasks */
         gdl__pool_nworkers++;
     }
-    __atomic_store_n(&gdl__pool_active, workers, __ATOMIC_RELAXED); /* published with the state below */
+    gdl__atomic_store(&gdl__pool_active, workers, GDL__MO_RELAXED); /* published with the state below */
     gdl__pool_fn = fn;
     gdl__pool_ctx = ctx;
     gdl__pool_nt = nt;
-    __atomic_store_n(&gdl__pool_ndone, 0, __ATOMIC_RELAXED);
+    gdl__atomic_store(&gdl__pool_ndone, 0, GDL__MO_RELAXED);
     gen++;
-    __atomic_store_n(&gdl__pool_state, ((uint64_t)gen << 32) | (uint32_t)nt, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&gdl__pool_sleepers, __ATOMIC_SEQ_CST)) {
-        pthread_mutex_lock(&gdl__pool_mu);
-        pthread_cond_broadcast(&gdl__pool_work_cv);
-        pthread_mutex_unlock(&gdl__pool_mu);
+    gdl__atomic_store(&gdl__pool_state, ((uint64_t)gen << 32) | (uint32_t)nt, GDL__MO_SEQ_CST);
+    if (gdl__atomic_load(&gdl__pool_sleepers, GDL__MO_SEQ_CST)) {
+        gdl__mutex_lock(&gdl__pool_mu);
+        gdl__cond_broadcast(&gdl__pool_work_cv);
+        gdl__mutex_unlock(&gdl__pool_mu);
     }
     gdl__pool_claim(gen);
-    while (__atomic_load_n(&gdl__pool_ndone, __ATOMIC_ACQUIRE) != nt) {
+    while (gdl__atomic_load(&gdl__pool_ndone, GDL__MO_ACQUIRE) != nt) {
         if (spin++ < GDL__POOL_SPIN) {
             GDL__POOL_PAUSE();
             continue;
         }
-        pthread_mutex_lock(&gdl__pool_mu);
+        gdl__mutex_lock(&gdl__pool_mu);
         gdl__pool_waiting = 1;
-        while (__atomic_load_n(&gdl__pool_ndone, __ATOMIC_ACQUIRE) != nt)
-            pthread_cond_wait(&gdl__pool_done_cv, &gdl__pool_mu);
+        while (gdl__atomic_load(&gdl__pool_ndone, GDL__MO_ACQUIRE) != nt)
+            gdl__cond_wait(&gdl__pool_done_cv, &gdl__pool_mu);
         gdl__pool_waiting = 0;
-        pthread_mutex_unlock(&gdl__pool_mu);
+        gdl__mutex_unlock(&gdl__pool_mu);
     }
 }
 #else

@@ -84,14 +84,15 @@
 /* Kernel selection, from what the compiler targets (no run-time dispatch:
    build with -march=native, or the flags of the oldest CPU to run on). */
 #if !defined(GDL__GEMM_CBLAS) && !defined(GPUDL_DOUBLE) && !defined(GPUDL_GEMM_PORTABLE)
-#if defined(__AVX2__) && defined(__FMA__)
+/* MSVC's /arch:AVX2 and /arch:AVX512 imply FMA but define no __FMA__; its AArch64 target defines _M_ARM64 */
+#if defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER))
 #include <immintrin.h>
 #if defined(__AVX512F__)
 #define GDL__GEMM_AVX512 1 /* e.g. -march=native on Skylake-X ... Sapphire Rapids, Zen 4 */
 #else
 #define GDL__GEMM_AVX2 1
 #endif
-#elif defined(__aarch64__) && defined(__ARM_NEON)
+#elif (defined(__aarch64__) && defined(__ARM_NEON)) || defined(_M_ARM64)
 #include <arm_neon.h> /* every AArch64 CPU has Advanced SIMD: Raspberry Pi 3-5, Jetson */
 #define GDL__GEMM_NEON 1
 #endif

@@ -6,8 +6,9 @@
 
 /* x86's F16C converts 8 halves at a time, rounding to nearest even as
    gdl_f32_to_f16 does; groups holding an infinity or NaN take the scalar
-   functions, so every bit (NaN payloads included) stays theirs */
-#if defined(__F16C__) && defined(__AVX__) && !defined(GPUDL_DOUBLE)
+   functions, so every bit (NaN payloads included) stays theirs. (MSVC has no __F16C__: its /arch:AVX2
+   implies F16C.) */
+#if (defined(__F16C__) || (defined(_MSC_VER) && defined(__AVX2__))) && defined(__AVX__) && !defined(GPUDL_DOUBLE)
 #include <immintrin.h>
 #define GDL__F16C 1
 #endif

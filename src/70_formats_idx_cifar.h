@@ -4,23 +4,6 @@
    names the function, the file and the problem; outputs are written only on
    success, and every error path frees what it allocated.
    ------------------------------------------------------------------------- */
-#include <errno.h>
-#if defined(__unix__) || defined(__APPLE__)
-#include <sys/types.h> /* pid_t, which -std=c99 hides in unistd.h */
-#include <unistd.h> /* getpid, fsync */
-#include <dirent.h> /* opendir: stale temporaries of killed saves */
-#include <sys/stat.h> /* mkdir: gdl_fit's checkpoint_dir */
-#include <signal.h> /* kill(pid, 0): is a process alive */
-#include <fcntl.h>  /* a save locks its temporary: a live writer's is never removed */
-#define GDL__HAVE_POSIX 1
-#if !defined(__cplusplus) && !defined(fileno)
-/* POSIX <stdio.h> declares it, but -std=c99 hides it; the declaration is identical. */
-int fileno(FILE *stream);
-#endif
-#if !defined(__cplusplus)
-int kill(pid_t pid, int sig); /* as fileno: hidden by -std=c99, declared identically */
-#endif
-#endif
 #ifdef GPUDL_ZLIB
 #include <zlib.h>
 #endif
@@ -56,13 +39,13 @@ static int gdl__read_file(const char *fn, const char *path, unsigned char **out,
         gdl__set_error("%s: path is NULL", fn);
         return -1;
     }
-    f = fopen(path, "rb");
+    f = gdl__os_fopen_read(path);
     if (!f) {
         gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
         return -1;
     }
     /* the size, as a hint only: trusted once the first chunk reads fine */
-    if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (unsigned long)end < ((size_t)-1) / 2)
+    if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (uint64_t)end < (uint64_t)(((size_t)-1) / 2))
         hint = (size_t)end;
     if (fseek(f, 0, SEEK_SET) != 0) {
         gdl__set_error("%s: %s: cannot seek: %s", fn, path, gdl__strerr(errno));

@@ -61,22 +61,11 @@ static void gdl__sb_json_str(gdl__sb *b, const char *s) {
     gdl__sb_put(b, "\"", 1);
 }
 
-static int gdl__fsync_file(FILE *f) {
-#if defined(GDL__HAVE_POSIX)
-    int fd = fileno(f);
-    return fd < 0 ? -1 : fsync(fd);
-#else
-    (void)f; /* fflush already done; no portable fsync */
-    return 0;
-#endif
-}
-
-#if defined(GDL__HAVE_POSIX)
 /* A save killed mid-write leaves path.tmp.<pid>.<n> behind. Before writing,
    remove those whose process is gone, so that killed saves do not pile up.
    Only names of exactly that form are touched; this process's own are left
-   alone, and so are those of live processes: kill(pid, 0) says whether the
-   pid lives here, and since a pid from another PID namespace or host (a
+   alone, and so are those of live processes: gdl__os_pid_gone says whether
+   the pid lives here, and since a pid from another PID namespace or host (a
    shared volume) means nothing here, a temporary is removed only if its
    write lock can also be taken (a writer holds one while it writes; the
    kernel drops it when the writer dies). A pid reused since keeps its file:
@@ -85,8 +74,8 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
     char dirname[4096], full[4352];
     const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
     size_t bl = strlen(base);
-    DIR *d;
-    struct dirent *e;
+    gdl__dir d;
+    const char *e;
     if (slash) {
         size_t n = (size_t)(slash - path);
         if (n >= sizeof dirname) return;
@@ -96,33 +85,23 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
     } else {
         strcpy(dirname, ".");
     }
-    if (!(d = opendir(dirname))) return;
-    while ((e = readdir(d)) != NULL) {
+    if (gdl__dir_open(&d, dirname) < 0) return;
+    while ((e = gdl__dir_next(&d)) != NULL) {
         const char *rest;
         char *end;
         long pid;
-        if (strncmp(e->d_name, base, bl) != 0 || strncmp(e->d_name + bl, ".tmp.", 5) != 0) continue;
-        rest = e->d_name + bl + 5;
+        if (strncmp(e, base, bl) != 0 || strncmp(e + bl, ".tmp.", 5) != 0) continue;
+        rest = e + bl + 5;
         pid = strtol(rest, &end, 10);
-        if (end == rest || *end != '.' || pid <= 0 || pid > 0x7fffffffL || pid == (long)getpid()) continue;
+        if (end == rest || *end != '.' || pid <= 0 || pid > 0x7fffffffL || pid == gdl__os_pid()) continue;
         rest = end + 1; /* the counter: digits to the end of the name */
         if (*rest < '0' || *rest > '9' || rest[strspn(rest, "0123456789")] != 0) continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        snprintf(full, sizeof full, "%s/%s", dirname, e->d_name);
-        {
-            struct flock lk;
-            int fd = open(full, O_RDWR);
-            if (fd < 0) continue;
-            memset(&lk, 0, sizeof lk);
-            lk.l_type = F_WRLCK;
-            lk.l_whence = SEEK_SET;
-            if (fcntl(fd, F_SETLK, &lk) == 0) remove(full); /* nobody writes it */
-            close(fd);
-        }
+        if (!gdl__os_pid_gone(pid)) continue;
+        snprintf(full, sizeof full, "%s/%s", dirname, e);
+        gdl__os_remove_if_unlocked(full);
     }
-    closedir(d);
+    gdl__dir_close(&d);
 }
-#endif
 
 /* gdl_st_write's tensors checked before anything is written: names, dtypes, shapes, data; their byte sizes
    (sizes[k]) and names (names[k]). */
@@ -316,22 +295,10 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
         gdl__set_error("%s: %s: out of memory", fn, path);
         goto fail;
     }
-#if defined(GDL__HAVE_POSIX)
     gdl__st_remove_stale_temporaries(path);
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, (long)getpid(), ++counter);
-#else
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%u", path, ++counter);
-#endif
+    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
     f = fopen(tmp, "wb");
-#if defined(GDL__HAVE_POSIX)
-    if (f) { /* held until the file is closed: see gdl__st_remove_stale_temporaries (no lock: NFS without lockd) */
-        struct flock lk;
-        memset(&lk, 0, sizeof lk);
-        lk.l_type = F_WRLCK;
-        lk.l_whence = SEEK_SET;
-        (void)fcntl(fileno(f), F_SETLK, &lk);
-    }
-#endif
+    if (f) gdl__os_lock_temporary(f); /* held until the file is closed: see gdl__st_remove_stale_temporaries */
     if (!f) {
         gdl__set_error("%s: %s: cannot create temporary file %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
@@ -341,25 +308,16 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
     errno = 0;
     if (fwrite(lenb, 1, 8, f) != 8 || fwrite(h.p, 1, h.len, f) != h.len) goto io_fail;
     if (gdl__st_write_data(f, n, tensors, sizes) < 0) goto io_fail;
-    if (fflush(f) != 0 || gdl__fsync_file(f) != 0) goto io_fail;
+    if (fflush(f) != 0 || gdl__os_fsync(f) != 0) goto io_fail;
     {
         FILE *g = f;
         f = NULL;
         if (fclose(g) != 0) goto io_fail;
     }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-#ifdef _WIN32
-        /* rename() does not replace an existing file on Windows: not atomic there */
-        if (remove(path) == 0 && rename(tmp, path) == 0) goto done;
-        e = errno;
-#endif
-        gdl__set_error("%s: %s: cannot rename %s over it: %s", fn, path, tmp, gdl__strerr(e));
+    if (gdl__os_replace(tmp, path) != 0) {
+        gdl__set_error("%s: %s: cannot rename %s over it: %s", fn, path, tmp, gdl__strerr(errno));
         goto fail;
     }
-#ifdef _WIN32
-done:
-#endif
     GPUDL_FREE(tmp);
     GPUDL_FREE(h.p);
     GPUDL_FREE(sizes);

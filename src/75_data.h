@@ -11,11 +11,8 @@
    permutation and the epoch's transform key are written only while no batch
    can be claimed or filled, and published by the mutex. A batch's contents
    depend only on (seed, epoch, batch index), never on the worker.
-   GPUDL_NO_THREADS: no pthreads; batches are always assembled inline.
+   GPUDL_NO_THREADS: no threads; batches are always assembled inline.
    ------------------------------------------------------------------------- */
-#ifndef GPUDL_NO_THREADS
-#include <pthread.h>
-#endif
 
 /* Prefixes the current error message with "fn: ". */
 static void gdl__data_wrap_error(const char *fn) {
@@ -359,9 +356,9 @@ struct gdl_loader {
     /* workers */
     int nthreads, started;
 #ifndef GPUDL_NO_THREADS
-    pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_ready;
+    gdl__thread *threads;
+    gdl__mutex mu;
+    gdl__cond cv_work, cv_ready;
     int sync_init;                       /* mutex and conditions initialised */
     int active, shutdown;                /* under mu */
     int64_t next_claim;                  /* under mu */
@@ -488,26 +485,26 @@ static void gdl__loader_begin_epoch(gdl_loader *l) {
 #ifndef GPUDL_NO_THREADS
 static void *gdl__loader_worker(void *arg) {
     gdl_loader *l = (gdl_loader *)arg;
-    pthread_mutex_lock(&l->mu);
+    gdl__mutex_lock(&l->mu);
     for (;;) {
         int64_t b;
         gdl__slot *s;
         while (!l->shutdown &&
                !(l->active && l->next_claim < l->nb &&
                  l->slots[l->next_claim % l->nslots].state == GDL__SLOT_FREE))
-            pthread_cond_wait(&l->cv_work, &l->mu);
+            gdl__cond_wait(&l->cv_work, &l->mu);
         if (l->shutdown) break;
         b = l->next_claim++;
         s = &l->slots[b % l->nslots];
         s->state = GDL__SLOT_FILLING;
         s->batch = b;
-        pthread_mutex_unlock(&l->mu);
+        gdl__mutex_unlock(&l->mu);
         gdl__loader_fill(l, b, s);
-        pthread_mutex_lock(&l->mu);
+        gdl__mutex_lock(&l->mu);
         s->state = GDL__SLOT_READY;
-        pthread_cond_broadcast(&l->cv_ready);
+        gdl__cond_broadcast(&l->cv_ready);
     }
-    pthread_mutex_unlock(&l->mu);
+    gdl__mutex_unlock(&l->mu);
     return NULL;
 }
 #endif
@@ -524,15 +521,15 @@ static void gdl__loader_stop_epoch(gdl_loader *l) {
 #ifndef GPUDL_NO_THREADS
     if (l->started > 0) {
         int i, busy;
-        pthread_mutex_lock(&l->mu);
+        gdl__mutex_lock(&l->mu);
         l->active = 0;
         do {
             busy = 0;
             for (i = 0; i < l->nslots; i++) busy |= l->slots[i].state == GDL__SLOT_FILLING;
-            if (busy) pthread_cond_wait(&l->cv_ready, &l->mu);
+            if (busy) gdl__cond_wait(&l->cv_ready, &l->mu);
         } while (busy);
         for (i = 0; i < l->nslots; i++) l->slots[i].state = GDL__SLOT_FREE;
-        pthread_mutex_unlock(&l->mu);
+        gdl__mutex_unlock(&l->mu);
     }
 #endif
     l->running = 0;
@@ -545,14 +542,14 @@ static void gdl__loader_destroy(gdl_loader *l) {
 #ifndef GPUDL_NO_THREADS
     if (l->sync_init) {
         gdl__loader_stop_epoch(l);
-        pthread_mutex_lock(&l->mu);
+        gdl__mutex_lock(&l->mu);
         l->shutdown = 1;
-        pthread_cond_broadcast(&l->cv_work);
-        pthread_mutex_unlock(&l->mu);
-        for (i = 0; i < l->started; i++) pthread_join(l->threads[i], NULL);
-        pthread_cond_destroy(&l->cv_work);
-        pthread_cond_destroy(&l->cv_ready);
-        pthread_mutex_destroy(&l->mu);
+        gdl__cond_broadcast(&l->cv_work);
+        gdl__mutex_unlock(&l->mu);
+        for (i = 0; i < l->started; i++) gdl__thread_join(&l->threads[i]);
+        gdl__cond_destroy(&l->cv_work);
+        gdl__cond_destroy(&l->cv_ready);
+        gdl__mutex_destroy(&l->mu);
     }
     GPUDL_FREE(l->threads);
 #endif
@@ -761,29 +758,29 @@ static int gdl__loader_slots(const char *fn, gdl_loader *l) {
 /* The worker threads and what they share (l->sync_init once the mutex and conditions exist). */
 static int gdl__loader_start_workers(const char *fn, gdl_loader *l) {
     int i;
-    l->threads = (pthread_t *)GPUDL_MALLOC(sizeof(pthread_t) * (size_t)l->nthreads);
+    l->threads = (gdl__thread *)GPUDL_MALLOC(sizeof(gdl__thread) * (size_t)l->nthreads);
     if (!l->threads) {
         gdl__set_error("%s: out of memory", fn);
         return -1;
     }
-    if (pthread_mutex_init(&l->mu, NULL) != 0) {
-        gdl__set_error("%s: pthread_mutex_init failed", fn);
+    if (gdl__mutex_init(&l->mu) != 0) {
+        gdl__set_error("%s: cannot make a mutex", fn);
         return -1;
     }
-    if (pthread_cond_init(&l->cv_work, NULL) != 0) {
-        pthread_mutex_destroy(&l->mu);
-        gdl__set_error("%s: pthread_cond_init failed", fn);
+    if (gdl__cond_init(&l->cv_work) != 0) {
+        gdl__mutex_destroy(&l->mu);
+        gdl__set_error("%s: cannot make a condition variable", fn);
         return -1;
     }
-    if (pthread_cond_init(&l->cv_ready, NULL) != 0) {
-        pthread_cond_destroy(&l->cv_work);
-        pthread_mutex_destroy(&l->mu);
-        gdl__set_error("%s: pthread_cond_init failed", fn);
+    if (gdl__cond_init(&l->cv_ready) != 0) {
+        gdl__cond_destroy(&l->cv_work);
+        gdl__mutex_destroy(&l->mu);
+        gdl__set_error("%s: cannot make a condition variable", fn);
         return -1;
     }
     l->sync_init = 1;
     for (i = 0; i < l->nthreads; i++) {
-        int rc = pthread_create(&l->threads[i], NULL, gdl__loader_worker, l);
+        int rc = gdl__thread_start(&l->threads[i], gdl__loader_worker, l);
         if (rc != 0) {
             gdl__set_error("%s: cannot start worker thread %d of %d: %s", fn, i + 1, l->nthreads, strerror(rc));
             return -1;
@@ -918,10 +915,10 @@ static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
 #ifndef GPUDL_NO_THREADS
     if (l->started > 0 && l->held >= 0) { /* the batch handed out last goes back to the workers */
         if (gdl__loader_release(l, &l->slots[l->held]) < 0) return -1;
-        pthread_mutex_lock(&l->mu);
+        gdl__mutex_lock(&l->mu);
         l->slots[l->held].state = GDL__SLOT_FREE;
-        pthread_cond_broadcast(&l->cv_work);
-        pthread_mutex_unlock(&l->mu);
+        gdl__cond_broadcast(&l->cv_work);
+        gdl__mutex_unlock(&l->mu);
     }
 #endif
     l->held = -1;
@@ -929,11 +926,11 @@ static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
         gdl__loader_begin_epoch(l);
 #ifndef GPUDL_NO_THREADS
         if (l->started > 0) {
-            pthread_mutex_lock(&l->mu);
+            gdl__mutex_lock(&l->mu);
             l->next_claim = l->cons;
             l->active = 1;
-            pthread_cond_broadcast(&l->cv_work);
-            pthread_mutex_unlock(&l->mu);
+            gdl__cond_broadcast(&l->cv_work);
+            gdl__mutex_unlock(&l->mu);
         }
 #endif
     }
@@ -946,10 +943,10 @@ static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
 #ifndef GPUDL_NO_THREADS
     if (l->started > 0) {
         s = &l->slots[b % l->nslots];
-        pthread_mutex_lock(&l->mu);
-        while (!(s->state == GDL__SLOT_READY && s->batch == b)) pthread_cond_wait(&l->cv_ready, &l->mu);
+        gdl__mutex_lock(&l->mu);
+        while (!(s->state == GDL__SLOT_READY && s->batch == b)) gdl__cond_wait(&l->cv_ready, &l->mu);
         s->state = GDL__SLOT_HELD;
-        pthread_mutex_unlock(&l->mu);
+        gdl__mutex_unlock(&l->mu);
         l->held = (int)(b % l->nslots);
     } else
 #endif

@@ -1,28 +1,9 @@
 /* ---------------------------------------------------------------------------
    [impl-train]   fit / evaluate with progress output, and checkpoints.
    ------------------------------------------------------------------------- */
-#if defined(__unix__) || defined(__APPLE__)
-#include <sys/time.h>
-#endif
+GPUDL_API double gdl_now(void) { return gdl__os_wall_seconds(); }
 
-GPUDL_API double gdl_now(void) {
-#if defined(__unix__) || defined(__APPLE__)
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + 1e-6 * (double)tv.tv_usec;
-#else
-    return (double)clock() / CLOCKS_PER_SEC;
-#endif
-}
-
-static int gdl__isatty(FILE *f) {
-#ifdef GDL__HAVE_POSIX
-    return isatty(fileno(f));
-#else
-    (void)f;
-    return 0;
-#endif
-}
+static int gdl__isatty(FILE *f) { return gdl__os_isatty(f); }
 
 GPUDL_API gdl_fit_opts gdl_fit_defaults(void) {
     gdl_fit_opts o;
@@ -288,7 +269,7 @@ static FILE *gdl__csv_resume(const char *path, int64_t from) {
         if (end != line && *end == ',' && e < from) fputs(line, out);
     }
     fclose(in);
-    if (fclose(out) != 0 || rename(tmp, path) != 0) {
+    if (fclose(out) != 0 || gdl__os_replace(tmp, path) != 0) {
         gdl__set_error("gdl_fit: cannot rewrite the metrics CSV %s", path);
         remove(tmp);
         GPUDL_FREE(tmp);
@@ -549,13 +530,11 @@ static int gdl__fit_checkpoint_dir(gdl__fit_run *r) {
         return -1;
     }
     snprintf(r->ckpath, cl, "%s/gdl_fit.safetensors", o->checkpoint_dir);
-#if defined(GDL__HAVE_POSIX)
-    if (mkdir(o->checkpoint_dir, 0777) != 0 && errno != EEXIST) {
+    if (gdl__os_mkdir(o->checkpoint_dir) != 0 && errno != EEXIST) {
         gdl__set_error("gdl_fit: cannot create checkpoint_dir %s: %s", o->checkpoint_dir, gdl__strerr(errno));
         GPUDL_FREE(r->ckpath);
         return -1;
     }
-#endif
     if (!o->resume) return 0;
     if (r->rank0 && (probe = fopen(r->ckpath, "rb")) != NULL) {
         fclose(probe);

@@ -4,10 +4,6 @@
 
 #ifdef GPUDL_MPI
 #include <mpi.h>
-#if defined(__unix__) || defined(__APPLE__)
-#include <poll.h>  /* poll(NULL, 0, ms): a millisecond's sleep that -std=c99 does not hide */
-#include <sched.h> /* sched_yield */
-#endif
 #endif
 
 #define GDL__DIST_DEFAULT_TIMEOUT 600.0 /* seconds, PyTorch's default for NCCL process groups */
@@ -66,12 +62,7 @@ static const gdl_backend *gdl__dist_gpu(void) {
    MASTER_ADDR:MASTER_PORT (retrying while rank 0 is not up yet), says its rank
    and world size, and receives the id once every rank has come. Each side
    gives up after the timeout with an error naming the address. */
-#if !defined(GPUDL_MPI) && (defined(__unix__) || defined(__APPLE__))
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <poll.h>
+#if !defined(GPUDL_MPI) && defined(GDL__OS_SOCKETS)
 #define GDL__HAVE_RDV 1
 #ifndef MSG_NOSIGNAL
 #define MSG_NOSIGNAL 0 /* macOS: SIGPIPE stays possible */
@@ -300,7 +291,7 @@ static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id,
                                     : strerror(e));
             return -1;
         }
-        poll(NULL, 0, 100);
+        gdl__os_sleep_ms(100);
     }
     memcpy(hello, "gdlR", 4);
     gdl__put32(hello + 4, (uint32_t)rank);
@@ -518,7 +509,8 @@ static int gdl__dist_share_id(const char *op, int rank, int world) {
 #if defined(GDL__HAVE_RDV)
         if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) return -1;
 #else
-        gdl__set_error("%s: %d processes without MPI need the TCP rendezvous, which this platform lacks", op, world);
+        gdl__set_error("%s: %d processes without MPI need the TCP rendezvous (MASTER_ADDR, MASTER_PORT), which this "
+                       "platform lacks in gpudl yet (no sockets: Windows)", op, world);
         return -1;
 #endif
         gdl__dist.have_id = 1;
@@ -539,6 +531,13 @@ GPUDL_API int gdl_dist_init(void) {
 #ifdef GPUDL_MPI
     if (gdl__dist_mpi_start(op, &rank, &world, &launcher) < 0) return -1;
 #else
+#ifdef GDL__OS_NO_MPI
+    if (world > 1 && !gdl__dist_gpu()) {
+        gdl__set_error("%s: %d processes (%s): %s; this build is without a communication backend", op, world,
+                       launcher, GDL__OS_NO_MPI);
+        return -1;
+    }
+#endif
     if (world > 1 && !gdl__dist_gpu()) {
         gdl__set_error("%s: %d processes (%s), but this build has no communication backend: build with "
                        "-DGPUDL_MPI (mpicc ...), or with GPUDL_CUDA and NCCL on a machine with GPUs", op, world,
@@ -657,14 +656,7 @@ static void gdl__dist_answer(const char *what) {
     }
 }
 
-static void gdl__dist_nap(int ms) {
-#if defined(__unix__) || defined(__APPLE__)
-    if (ms) poll(NULL, 0, ms);
-    else sched_yield();
-#else
-    (void)ms;
-#endif
-}
+static void gdl__dist_nap(int ms) { gdl__os_sleep_ms(ms); }
 
 /* The wait of `what` (a collective of op) ran out of time: ask the other ranks where they are for a
    moment (those waiting in a collective answer), and say who did not arrive. Always -1. */

@@ -50,11 +50,10 @@ GPUDL_API const char *gdl_memory_summary(gdl_device dev) {
     return buf;
 }
 
-/* NVML through dlopen. Only the few entry points used are
+/* NVML loaded at run time (gdl__dl_open: dlopen, LoadLibrary). Only the few entry points used are
    declared here, with NVML's documented types (nvmlDevice_t is a pointer;
    nvmlReturn_t an int, 0 is success, 3 "not supported"). */
-#if (defined(GPUDL_CUDA) || defined(GPUDL_NVML)) && (defined(__unix__) || defined(__APPLE__))
-#include <dlfcn.h>
+#if defined(GDL__OS_DL)
 typedef struct { unsigned int gpu, memory; } gdl__nvml_util;
 typedef struct { unsigned long long total, free, used; } gdl__nvml_mem;
 typedef struct gdl__nvml_dev *gdl__nvml_device;
@@ -81,16 +80,15 @@ static void gdl__nvml_load_once(void) {
         const char *lib = getenv("GPUDL_NVML_LIB");
         void *h;
         int rc;
-        if (!lib || !lib[0]) lib = "libnvidia-ml.so.1";
-        if (!(h = dlopen(lib, RTLD_NOW | RTLD_LOCAL))) {
-            const char *e = dlerror();
-            snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available (%s): no NVIDIA driver here",
-                     e ? e : lib);
+        char why[200];
+        if (!lib || !lib[0]) lib = GDL__NVML_DEFAULT_LIB;
+        if (!(h = gdl__dl_open(lib, why, sizeof why))) {
+            snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available (%s): no NVIDIA driver here", why);
         } else {
             /* object to function pointer through memcpy: ISO C has no cast between them */
 #define GDL__NVML_SYM(field, sym)                                                   \
             do {                                                                    \
-                void *p_ = dlsym(h, sym);                                           \
+                void *p_ = gdl__dl_sym(h, sym);                                     \
                 if (!p_) {                                                          \
                     snprintf(gdl__nvml.why, sizeof gdl__nvml.why,                   \
                              "NVML not available: %s has no %s (driver too old?)", lib, sym); \
@@ -117,7 +115,7 @@ static void gdl__nvml_load_once(void) {
             else
                 gdl__nvml.ok = 1;
         nvml_done:
-            if (!gdl__nvml.ok) dlclose(h); /* kept open while in use: NVML has no clean unload */
+            if (!gdl__nvml.ok) gdl__dl_close(h); /* kept open while in use: NVML has no clean unload */
         }
     }
 }
@@ -125,9 +123,9 @@ static void gdl__nvml_load_once(void) {
 /* 0 / -1 + error. The first call of any thread loads; the others wait for it (monitors poll from
    threads of their own). */
 static int gdl__nvml_load(const char *op) {
-#ifndef GPUDL_NO_THREADS
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, gdl__nvml_load_once);
+#ifdef GDL__OS_THREADS
+    static gdl__once_flag once = GDL__ONCE_INIT;
+    gdl__once(&once, gdl__nvml_load_once);
 #else
     static int tried;
     if (!tried) {

@@ -8,6 +8,7 @@
 #   sh tools/deps.sh test    what `make test` needs: also g++, gcc's sanitizers,
 #                            clang with libFuzzer, OpenBLAS, the aarch64 cross
 #                            compiler with its C library and qemu-user, OpenMPI,
+#                            MinGW-w64 (with zlib) and Wine (make test-windows),
 #                            curl, cmake, pkg-config, gnuplot and the Fashion-MNIST
 #                            package (the suite trains on it), python3's yaml, and
 #                            as root Slurm and munge (make test-cluster's cluster)
@@ -51,6 +52,8 @@ packages() {
     debootstrap) echo "debootstrap" ;;
     slurm)      echo "slurm-wlm munge" ;;
     yaml)       echo "python3-yaml" ;;
+    mingw)      echo "gcc-mingw-w64-x86-64 libz-mingw-w64-dev" ;;
+    wine)       echo "wine wine64" ;;
     esac
 }
 
@@ -73,6 +76,8 @@ describe() {
     debootstrap) echo "debootstrap" ;;
     slurm)      echo "Slurm's daemons and commands (munged, slurmctld, slurmd, sbatch, srun, scontrol) run" ;;
     yaml)       echo "python3 reads YAML (the Kubernetes manifests' check)" ;;
+    mingw)      echo "x86_64-w64-mingw32-gcc links a Windows program with zlib (-static -lz)" ;;
+    wine)       echo "wine runs a Windows program (a MinGW-w64 hello.exe)" ;;
     esac
 }
 
@@ -81,7 +86,7 @@ run)   caps="cc make" ;;
 plot)  caps="gnuplot" ;;
 data)  caps="fmnist" ;;
 fresh) caps="debootstrap" ;;
-test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist yaml" ;;
+test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist yaml mingw wine" ;;
 esac
 # the one-node Slurm cluster of make test-cluster runs its daemons as root: elsewhere it is skipped
 # (loudly), so Slurm is a prerequisite only for root
@@ -159,6 +164,21 @@ probe_mpi() {
     mpicc m.c -o m || return 1
     root=""; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
     timeout 120 mpirun --oversubscribe $root -np 2 ./m
+}
+probe_mingw() {
+    have x86_64-w64-mingw32-gcc || { echo "no x86_64-w64-mingw32-gcc"; return 1; }
+    printf '#include <stdio.h>\n#include <zlib.h>\nint main(void){printf("%%lu\\n",(unsigned long)crc32(0L,Z_NULL,0));return 0;}\n' >w.c
+    x86_64-w64-mingw32-gcc -std=c99 w.c -o w.exe -static -lz
+}
+# wine runs the exe in a throw-away prefix (made on the first run: some seconds)
+probe_wine() {
+    have wine || { echo "no wine"; return 1; }
+    have x86_64-w64-mingw32-gcc || { echo "no x86_64-w64-mingw32-gcc to build hello.exe"; return 1; }
+    printf '#include <stdio.h>\nint main(void){printf("hello\\n");return 0;}\n' >h.c
+    x86_64-w64-mingw32-gcc h.c -o h.exe || return 1
+    out=$(WINEPREFIX="$tmp/wineprefix" WINEDEBUG=-all WINEDLLOVERRIDES='mscoree,mshtml=' DISPLAY= timeout 300 wine h.exe)
+    WINEPREFIX="$tmp/wineprefix" wineserver -k 2>/dev/null
+    [ "$(printf '%s' "$out" | tr -d '\r')" = hello ] || { echo "wine h.exe printed '$out'"; return 1; }
 }
 
 failing=""
