@@ -285,7 +285,11 @@
    anomaly mode, while gdl_module_summary records, under autocast or with
    non-f32 tensors. gdl_nn_set_fusion(0), or GPUDL_NO_FUSION=1 in the
    environment, turns it off (the per-op profiler then lists linear and
-   relu rows instead of linear_act).
+   relu rows instead of linear_act). Where cuBLASLt cannot fuse a call
+   (erf GELU, a bias or aux buffer not 16-byte aligned, N not a multiple of
+   8 with GELU, no algorithm from its heuristic) the GEMM runs, then one
+   bias/activation kernel: the same result. GPUDL_VERBOSE=1 in the
+   environment says once per process, on stderr, that and why it happened.
 
    Errors
    ------
@@ -5615,7 +5619,7 @@ GPUDL_API const char *gdl_gemm_kernel_name(void) {
 #elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
 #include <arm_neon.h>
 #define GDL__QG_SDOT 1
-#elif defined(__aarch64__) && defined(__ARM_NEON)
+#elif (defined(__aarch64__) && defined(__ARM_NEON)) || defined(_M_ARM64) /* MSVC's AArch64: NEON, sdot unknown */
 #include <arm_neon.h>
 #define GDL__QG_NEON 1
 #endif

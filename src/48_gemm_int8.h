@@ -62,7 +62,7 @@
 #elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
 #include <arm_neon.h>
 #define GDL__QG_SDOT 1
-#elif defined(__aarch64__) && defined(__ARM_NEON)
+#elif (defined(__aarch64__) && defined(__ARM_NEON)) || defined(_M_ARM64) /* MSVC's AArch64: NEON, sdot unknown */
 #include <arm_neon.h>
 #define GDL__QG_NEON 1
 #endif
