@@ -77,13 +77,20 @@ test-windows: | $(B)
 	else $(MAKE) --no-print-directory test-windows-run; fi
 
 # One Wine prefix, one wineserver kept up between the programs (a Wine start
-# costs seconds). Each program runs through a wrapper that strips Windows'
+# costs seconds). wineboot -i returns before the server has written the new
+# prefix's registry: wineboot -s ends the prefix's services and
+# wineserver -w waits for the server to write it and exit. A prefix left half-made
+# once had no TEMP, and tmpfile() failed in its programs; .gpudl-ready marks
+# a whole one. Each program runs through a wrapper that strips Windows'
 # CRs, so tests/run.sh reads the summary lines as on Linux.
 WINE_ENV = WINEPREFIX=$(abspath $(WB)/prefix) WINEDEBUG=-all WINEDLLOVERRIDES='mscoree,mshtml=' DISPLAY=
 test-windows-run: $(WIN_EXES)
 	@for s in $(WIN_SKIPPED); do echo "SKIPPED: $$s"; done
 	@mkdir -p $(WB)/run $(WB)/tmp
-	@export $(WINE_ENV); test -d $(WB)/prefix || { echo "wine: making the prefix $(WB)/prefix"; wineboot -i >/dev/null 2>&1; }; \
+	@export $(WINE_ENV); test -f $(WB)/prefix/.gpudl-ready || { rm -rf $(WB)/prefix; echo "wine: making the prefix $(WB)/prefix"; \
+	  wineboot -i >/dev/null 2>&1; wineboot -s >/dev/null 2>&1; timeout 120 wineserver -w; \
+	  grep -q '^"TEMP"=' $(WB)/prefix/user.reg || { echo "wine: the prefix $(WB)/prefix is incomplete (no TEMP in user.reg)"; exit 1; }; \
+	  touch $(WB)/prefix/.gpudl-ready; }; \
 	  wineserver -p 30; \
 	  for e in $(WIN_TESTS) $(WIN_EXAMPLES:%=$(WB)/%.exe); do \
 	    n=$$(basename $$e .exe); \
@@ -92,7 +99,7 @@ test-windows-run: $(WIN_EXES)
 	    chmod +x $(WB)/run/$$n; \
 	  done; \
 	  TMPDIR=$(abspath $(WB)/tmp) GPUDL_TEST_DIR=$(WB)/tmp sh tests/run.sh $(WIN_TESTS:$(WB)/%.exe=$(WB)/run/%) && \
-	  sh tests/windows_examples.sh $(WB)/run
+	  sh tests/windows_examples.sh $(WB)/run; rc=$$?; wineserver -k 2>/dev/null; exit $$rc
 
 # ---- portability without the platforms themselves ----
 STRICT_POSIX = -std=c99 $(WARN) -Werror -D_POSIX_C_SOURCE=200809L
