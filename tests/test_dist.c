@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h> /* mkdir */
+#include <dirent.h>   /* preemption: a save's temporary seen in the checkpoint directory */
 #include <unistd.h>   /* getpid, rmdir */
 #include <signal.h>   /* preemption: SIGUSR1, SIGTERM */
 #include <pthread.h>
@@ -639,11 +640,14 @@ static gdl_tensor *crashing_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
     return gdl_loss_cross_entropy(out, y, user);
 }
 
+/* the model's hidden width: 7, or wide where a test needs a checkpoint that takes a while to write */
+static int run_hidden = 7;
+
 /* a fresh model, optimizer, StepLR and loader (batch per rank, this rank's shard), under DDP (which
    broadcasts rank 0's weights), trained with crashing_loss */
 static int run_make(ddp_job *r, int batch) {
-    ddp_job_spec s = {.data = &ddp_resume_data, .hidden = 7, .model_seed = 8, .batch = batch, .shuffle = 31,
-                      .shard = 1, .ddp = 1, .loss = crashing_loss};
+    ddp_job_spec s = {.data = &ddp_resume_data, .hidden = run_hidden, .model_seed = 8, .batch = batch,
+                      .shuffle = 31, .shard = 1, .ddp = 1, .loss = crashing_loss};
     if (ddp_job_make(r, &s, gdl_cpu()) < 0) return -1;
     return (r->sched = gdl_steplr_new(r->opt, 1, 0.7)) ? 0 : -1;
 }
@@ -748,22 +752,53 @@ TEST fit_checkpoint_failures_under_ddp(void) {
    (a bit mask), and starting the storm */
 static int signal_at, signal_sig, signal_ranks = ~0;
 static volatile int storm_on, storm_stop;
-static long storm_sent;
+static volatile long storm_sent;
 static gdl_tensor *signalling_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
     if (signal_at && ++loss_calls == signal_at && (signal_ranks >> gdl_dist_rank() & 1)) {
+        struct timespec ts = {0, 10000};
         raise(signal_sig);
         storm_on = 1;
+        while (storm_sent == 0) nanosleep(&ts, NULL); /* begun: the step's rest and the save under it */
     }
     return gdl_loss_cross_entropy(out, y, user);
 }
 
+/* whether dir holds a save's temporary (gdl_st_write's path.tmp.<pid>.<n>: it is there from the save's
+   fopen to its rename) */
+static int save_in_progress(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int found = 0;
+    if (!d) return 0;
+    while (!found && (e = readdir(d)) != NULL) found = strstr(e->d_name, ".safetensors.tmp.") != NULL;
+    closedir(d);
+    return found;
+}
+
 /* Once on, SIGUSR1 and SIGTERM in turn every 20 microseconds, until told to stop: what is left of the step
-   and the whole checkpoint save run under signals. */
+   and the whole checkpoint save run under signals. With storm_dir set, storm_in_save counts the signals
+   sent while a save's temporary was in storm_dir both just before and just after the kill: those
+   certainly landed inside the save (its write, fsync, close or rename). Every other pair goes to the thread
+   that runs gdl_fit (pthread_kill), the others to the process (kill, as Slurm sends them): those the kernel
+   may hand to any thread that does not block them (the pool's), where the save would not see them. A
+   rank that was not signalled itself (preempt_two_ranks' rank 0, which saves) has its storm begin when
+   the temporary appears in storm_dir: signals inside a save that no signal of its own started. */
+static const char *storm_dir;
+static long storm_in_save;
+static pthread_t storm_target; /* the thread that runs gdl_fit */
 static void *storm(void *arg) {
     struct timespec ts = {0, 20000};
     (void)arg;
     while (!storm_stop) {
-        if (storm_on) kill(getpid(), storm_sent++ % 2 ? SIGTERM : SIGUSR1);
+        if (!storm_on && storm_dir && save_in_progress(storm_dir)) storm_on = 1; /* a rank that saves unsignalled */
+        if (storm_on) {
+            int before = storm_dir && save_in_progress(storm_dir);
+            int sig = storm_sent % 2 ? SIGTERM : SIGUSR1;
+            if (storm_sent / 2 % 2) kill(getpid(), sig);
+            else pthread_kill(storm_target, sig);
+            storm_sent++;
+            if (before && save_in_progress(storm_dir)) storm_in_save++;
+        }
         nanosleep(&ts, NULL);
     }
     return NULL;
@@ -788,23 +823,24 @@ static int preempt_fit(ddp_job *j, const char *dir, int at, int sig) {
 
 /* A signal at step `at` (on the ranks of signal_ranks; the others learn of it: every rank stops at that
    step), under a storm of SIGUSR1 and SIGTERM from then until gdl_fit returns (the save is not
-   disturbed); the run started again resumes from the checkpoint and ends bit for bit where the
-   uninterrupted run ends. SIGTERM's and SIGUSR1's actions are the default again after the last
-   gdl_preempt_catch(0); preempt without checkpoint_dir is refused. */
+   disturbed: no temporary is left, and the checkpoint loads on its own, at step `at`); the run started
+   again resumes from the checkpoint and ends bit for bit where the uninterrupted run ends. SIGTERM's and
+   SIGUSR1's actions are the default again after the last gdl_preempt_catch(0); preempt without
+   checkpoint_dir is refused. */
 static enum harness_result preempt_case(const char *dir, int at, int sig) {
     ddp_job a, b;
     pthread_t th;
     struct sigaction now;
     struct timespec ts = {0, 5000000};
     gdl_fit_opts fo = gdl_fit_defaults();
-    char msg[256];
+    char msg[256], path[300];
     int rc;
     crash_at = 0;
     ASSERT_EQ(0, run_make(&a, 4));
     if (ddp_job_fit(&a, 2, 0, 0, NULL, NULL) < 0) FAILf("uninterrupted: %s", gdl_last_error());
     /* caught around the whole run: a storm signal that comes after gdl_fit's own catch ends must not kill */
     ASSERT_EQ(0, gdl_preempt_catch(1));
-    storm_on = storm_stop = 0, storm_sent = 0;
+    storm_on = storm_stop = 0, storm_sent = storm_in_save = 0, storm_target = pthread_self();
     ASSERT_EQ(0, pthread_create(&th, NULL, storm, NULL));
     rc = preempt_fit(&b, dir, at, sig);
     storm_stop = 1;
@@ -815,6 +851,14 @@ static enum harness_result preempt_case(const char *dir, int at, int sig) {
                                        rc, rc < 0 ? gdl_last_error() : "it finished");
     ASSERT_EQ(at, gdl_optim_get_step(b.opt));
     ASSERT(storm_sent > 0 || !(signal_ranks >> gdl_dist_rank() & 1));
+    ddp_job_free(&b);
+    /* the checkpoint is whole, no temporary is left, and it holds step `at` */
+    ASSERT(!save_in_progress(dir));
+    snprintf(path, sizeof path, "%s/gdl_fit.safetensors", dir);
+    ASSERT_EQ(0, run_make(&b, 4));
+    if (gdl_load_checkpoint(path, b.m, b.opt, NULL, NULL) < 0)
+        FAILf("rank %d: the checkpoint: %s", gdl_dist_rank(), gdl_last_error());
+    ASSERT_EQ(at, gdl_optim_get_step(b.opt));
     ddp_job_free(&b);
     ASSERT_EQ(0, sigaction(SIGTERM, NULL, &now));
     ASSERT(now.sa_handler == SIG_DFL);
@@ -834,7 +878,8 @@ static enum harness_result preempt_case(const char *dir, int at, int sig) {
 
 #ifdef GPUDL_MPI
 /* Two ranks: a signal that only rank 1 catches is known to both (gdl_preempt_check), and gdl_fit under DDP
-   stops both at the step where rank 1 caught it (step 5, mid-epoch), then resumes bit for bit. */
+   stops both at the step where rank 1 caught it (step 5, mid-epoch), then resumes bit for bit. The model is
+   wide (preempt_signals_during_save's): rank 0 saves under a storm that begins with its save. */
 TEST preempt_two_ranks(void) {
     char dir[256];
     enum harness_result r;
@@ -844,11 +889,14 @@ TEST preempt_two_ranks(void) {
     ASSERT_EQ(gdl_dist_rank() == 1 ? SIGUSR1 : 0, gdl_preempt_signal());
     ASSERT_EQ(0, gdl_preempt_catch(0));
     ASSERT_EQ(0, ddp_shared_dir(dir, sizeof dir, "gpudl-preempt", NULL));
-    signal_ranks = 2;
+    signal_ranks = 2, run_hidden = 10000, storm_dir = dir;
     r = preempt_case(dir, 5, SIGUSR1);
-    signal_ranks = ~0;
+    signal_ranks = ~0, run_hidden = 7, storm_dir = NULL;
     ASSERT_EQ(0, ddp_remove_dir(dir));
-    return r;
+    if (r != HARNESS_PASS) return r;
+    printf("    rank %d: %ld signals sent, %ld of them inside the save\n", gdl_dist_rank(), storm_sent, storm_in_save);
+    ASSERT(storm_in_save > 0 || gdl_dist_rank() != 0);
+    PASS();
 }
 #endif
 
@@ -883,6 +931,30 @@ TEST preempt_one_process(void) {
     PASS();
 }
 
+/* Issue 29: "a second signal during the save must not corrupt the checkpoint". A wide model (hidden
+   10000: a checkpoint of 1.2 MB, the weights and Adam's two moments) makes the save last milliseconds,
+   so that the storm's signals land inside its writes, fsync and rename, each of them counted
+   (storm_in_save): gdl_fit still stops with GDL_FIT_PREEMPTED at the signalled step, the checkpoint
+   loads, and the resumed run ends bit for bit where the uninterrupted one ends (preempt_case). A system
+   call of the save that failed on EINTR would fail the save, and gdl_fit with it (checked: a nanosleep
+   put into gdl_st_write that fails on EINTR fails this test). */
+TEST preempt_signals_during_save(void) {
+    char dir[256];
+    enum harness_result r;
+    clear_env();
+    ASSERT_EQ(0, gdl_dist_init());
+    snprintf(dir, sizeof dir, "/tmp/gpudl-preempt-save-%d", (int)getpid());
+    run_hidden = 10000, storm_dir = dir;
+    r = preempt_case(dir, 6, SIGTERM);
+    run_hidden = 7, storm_dir = NULL;
+    ddp_remove_dir(dir);
+    gdl_dist_shutdown();
+    if (r != HARNESS_PASS) return r;
+    printf("    %ld signals sent, %ld of them inside the save\n", storm_sent, storm_in_save);
+    ASSERT(storm_in_save > 0);
+    PASS();
+}
+
 SUITE(environment) {
     RUN_TEST(bad_environments);
     RUN_TEST(several_processes_need_mpi);
@@ -892,6 +964,7 @@ SUITE(environment) {
     RUN_TEST(kubernetes_environments);
     RUN_TEST(hostlists);
     RUN_TEST(preempt_one_process);
+    RUN_TEST(preempt_signals_during_save);
 }
 #endif
 
