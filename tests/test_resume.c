@@ -39,6 +39,7 @@
 #define EPOCHS 3
 
 static char dir[256];
+#define CKPT_EVERY 7 /* steps between checkpoints */
 static long kill_at;   /* the loss call that kills the process (0: none) */
 static int batch_size = BATCH, epochs = EPOCHS; /* changed to make a checkpoint that does not fit */
 static long loss_calls;
@@ -62,6 +63,27 @@ static gdl_tensor *loss_or_die(gdl_tensor *out, gdl_tensor *y, void *user) {
 #endif
     }
     return gdl_cross_entropy(out, y);
+}
+
+/* WEIGHTS.calls: the loss calls of a run that finished, which shows whether it resumed (fewer calls
+   than the uninterrupted run) or trained from the start; -1 when it cannot be written */
+static int write_calls(const char *weights_file, long calls) {
+    char p[600];
+    FILE *f;
+    snprintf(p, sizeof p, "%s.calls", weights_file);
+    if (!(f = fopen(p, "w"))) return -1;
+    fprintf(f, "%ld\n", calls);
+    return fclose(f) == 0 ? 0 : -1;
+}
+static long read_calls(const char *weights_file) {
+    char p[600];
+    long calls = -1;
+    FILE *f;
+    snprintf(p, sizeof p, "%s.calls", weights_file);
+    if (!(f = fopen(p, "r"))) return -1;
+    if (fscanf(f, "%ld", &calls) != 1) calls = -1;
+    fclose(f);
+    return calls;
 }
 
 /* Trains in this process; 0 when fit returns, 1 on an error. The weights go to weights_file. */
@@ -105,13 +127,14 @@ static int train(const char *ckdir, int resume, long die_at, const char *weights
     fo.loss = loss_or_die;
     fo.verbose = 0;
     fo.csv_path = csv;
-    fo.checkpoint_every = ckdir ? 7 : 0;
+    fo.checkpoint_every = ckdir ? CKPT_EVERY : 0;
     fo.checkpoint_dir = ckdir;
     fo.resume = resume;
     kill_at = die_at;
     loss_calls = 0;
     rc = gdl_fit(m, ld, opt, &fo, NULL);
     if (rc < 0) fprintf(stderr, "train: %s\n", gdl_last_error());
+    if (rc == 0 && write_calls(weights_file, loss_calls) < 0) rc = -1;
     /* also after a failure: the test checks that a refused resume changed nothing */
     if (gdl_save_model(m, weights_file) < 0) rc = -1;
     gdl_scheduler_free(sched);
@@ -254,7 +277,7 @@ static void clear_dir(const char *d) {
 TEST resume_after_kill(void *arg) {
     const long *kills = (const long *)arg; /* loss calls to die at, one per crash, 0-terminated */
     char ref[512], got[512], ck[512], refcsv[512], gotcsv[512];
-    int status, k;
+    int status, k, checkpointed = 0;
     snprintf(ref, sizeof ref, "%s", path_in("ref.safetensors"));
     snprintf(got, sizeof got, "%s", path_in("got.safetensors"));
     snprintf(ck, sizeof ck, "%s", path_in("ck"));
@@ -271,6 +294,14 @@ TEST resume_after_kill(void *arg) {
             FAILf("run %d: expected to die at loss call %ld, status %d", k, kills[k], status);
     }
     ASSERT_EQ(0, in_child(ck, 1, 0, got, gotcsv));
+    /* Where a killed run had passed a checkpoint (a step is done when its loss call's successor comes),
+       the last run resumed from one: it made fewer loss calls than the whole run. One that trained from
+       the start would end with the same weights and pass the checks below. */
+    for (k = 0; kills[k]; k++)
+        if (kills[k] > CKPT_EVERY) checkpointed = 1;
+    ASSERT_GT(read_calls(ref), 0);
+    if (checkpointed) ASSERT_LT(read_calls(got), read_calls(ref));
+    else ASSERT_EQ(read_calls(ref), read_calls(got)); /* killed before the first checkpoint: from the start */
     if (!same_file(ref, got)) FAILm("the resumed run's weights differ from the uninterrupted run's");
     if (!same_metrics(refcsv, gotcsv)) {
         char cmd[1200];
