@@ -7,7 +7,9 @@
    tsan_test_pool); a child forked after the workers started can use the
    pool; the workers are joined at exit (LeakSanitizer: asan_test_pool).
    Also the 2x2 max pool's branch-free path against a plain loop, and
-   Adam's vector loop against its double formula. */
+   Adam's vector loop against its double formula. Under MinGW-w64
+   (tests/windows.mk, with tests/win_compat.h for setenv) all but the fork
+   test run; pthreads there are MinGW's winpthreads, the pool's Win32's. */
 #define _POSIX_C_SOURCE 200809L
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -18,8 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#ifndef _WIN32
 #include <sys/wait.h>
 #include <unistd.h>
+#endif
 
 static void count_part(const void *p, int64_t lo, int64_t hi) {
     int *hits = (int *)(uintptr_t)p; /* each index has one writer: no race */
@@ -385,7 +389,9 @@ TEST test_concurrent_callers(void) {
 #endif
 #endif
 TEST test_fork_child_uses_pool(void) {
-#ifdef TP_TSAN
+#if defined(_WIN32)
+    SKIPm("Windows has no fork(): a pool's fork-safety is a POSIX concern");
+#elif defined(TP_TSAN)
     SKIPm("ThreadSanitizer does not support threads started after a multi-threaded fork");
 #else
     float *A = rnd(200 * 200, 5), *C = (float *)malloc(200 * 200 * sizeof(float));

@@ -5,7 +5,10 @@
    uninterrupted run bit for bit, with the same per-epoch metrics in its CSV.
    The net has dropout and batch norm, the loader shuffles with worker
    threads and the scheduler steps per batch, so every piece of state that a
-   resume must restore is exercised. POSIX (fork). */
+   resume must restore is exercised. POSIX: the child is fork()ed and dies by
+   raise(SIGKILL). Windows (MinGW-w64 under Wine, tests/windows.mk, with
+   tests/win_compat.h): the child is this program started again with
+   CHILD_FLAG and train()'s arguments, and dies by TerminateProcess. */
 #define _POSIX_C_SOURCE 200809L
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -15,14 +18,28 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifndef _WIN32
 #include <sys/wait.h>
 #include <unistd.h>
+#else
+#include <windows.h>
+#include <process.h>
+/* The parent turns the child's exit code into a POSIX wait status (in_child), so the tests below read the
+   same on both: an exit code c is c << 8, TerminateProcess's KILLED_CODE is "killed by SIGKILL", and
+   anything else (a crash's 0xC0000005...) is -1, which none of the checks accepts. */
+#define CHILD_FLAG "--resume-child"
+#define KILLED_CODE 137 /* 128 + 9, as a shell reports a SIGKILL; train() exits with 0 or 1 */
+#define SIGKILL 9
+#define WIFSIGNALED(s) ((s) >= 1 && (s) <= 0x7e)
+#define WTERMSIG(s) (s)
+#endif
 
 #define N 600
 #define BATCH 32 /* 19 batches per epoch, the last one short */
 #define EPOCHS 3
 
 static char dir[256];
+#define CKPT_EVERY 7 /* steps between checkpoints */
 static long kill_at;   /* the loss call that kills the process (0: none) */
 static int batch_size = BATCH, epochs = EPOCHS; /* changed to make a checkpoint that does not fit */
 static long loss_calls;
@@ -36,8 +53,37 @@ static const char *path_in(const char *name) {
 /* cross entropy, and the crash: SIGKILL, no cleanup, as the OOM killer or a preemption does it */
 static gdl_tensor *loss_or_die(gdl_tensor *out, gdl_tensor *y, void *user) {
     (void)user;
-    if (++loss_calls == kill_at) raise(SIGKILL);
+    if (++loss_calls == kill_at) {
+#ifdef _WIN32
+        /* no cleanup either: no atexit, no stdio flush, the loader's threads stopped where they are */
+        TerminateProcess(GetCurrentProcess(), KILLED_CODE);
+        abort(); /* not reached: TerminateProcess on this process does not return */
+#else
+        raise(SIGKILL);
+#endif
+    }
     return gdl_cross_entropy(out, y);
+}
+
+/* WEIGHTS.calls: the loss calls of a run that finished, which shows whether it resumed (fewer calls
+   than the uninterrupted run) or trained from the start; -1 when it cannot be written */
+static int write_calls(const char *weights_file, long calls) {
+    char p[600];
+    FILE *f;
+    snprintf(p, sizeof p, "%s.calls", weights_file);
+    if (!(f = fopen(p, "w"))) return -1;
+    fprintf(f, "%ld\n", calls);
+    return fclose(f) == 0 ? 0 : -1;
+}
+static long read_calls(const char *weights_file) {
+    char p[600];
+    long calls = -1;
+    FILE *f;
+    snprintf(p, sizeof p, "%s.calls", weights_file);
+    if (!(f = fopen(p, "r"))) return -1;
+    if (fscanf(f, "%ld", &calls) != 1) calls = -1;
+    fclose(f);
+    return calls;
 }
 
 /* Trains in this process; 0 when fit returns, 1 on an error. The weights go to weights_file. */
@@ -81,13 +127,14 @@ static int train(const char *ckdir, int resume, long die_at, const char *weights
     fo.loss = loss_or_die;
     fo.verbose = 0;
     fo.csv_path = csv;
-    fo.checkpoint_every = ckdir ? 7 : 0;
+    fo.checkpoint_every = ckdir ? CKPT_EVERY : 0;
     fo.checkpoint_dir = ckdir;
     fo.resume = resume;
     kill_at = die_at;
     loss_calls = 0;
     rc = gdl_fit(m, ld, opt, &fo, NULL);
     if (rc < 0) fprintf(stderr, "train: %s\n", gdl_last_error());
+    if (rc == 0 && write_calls(weights_file, loss_calls) < 0) rc = -1;
     /* also after a failure: the test checks that a refused resume changed nothing */
     if (gdl_save_model(m, weights_file) < 0) rc = -1;
     gdl_scheduler_free(sched);
@@ -100,6 +147,7 @@ static int train(const char *ckdir, int resume, long die_at, const char *weights
     return rc < 0;
 }
 
+#ifndef _WIN32
 /* Runs train() in a child; returns its wait status. */
 static int in_child(const char *ckdir, int resume, long die_at, const char *weights, const char *csv) {
     pid_t pid;
@@ -110,6 +158,69 @@ static int in_child(const char *ckdir, int resume, long die_at, const char *weig
     if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
     return status;
 }
+#else
+/* a into out (cap bytes) quoted as the C runtime splits a command line into argv: backslashes are
+   literal except in front of a quote (the closing one included), where they are doubled; _spawnv
+   joins its arguments with spaces and quotes nothing itself. -1 when out is too small. */
+static int quote_arg(char *out, size_t cap, const char *a) {
+    size_t n = 0;
+    out[n++] = '"';
+    for (;;) {
+        size_t bs = 0, reps;
+        while (*a == '\\') {
+            a++;
+            bs++;
+        }
+        reps = (*a == '"' || *a == 0) ? 2 * bs : bs;
+        if (n + reps + 4 > cap) return -1;
+        while (reps--) out[n++] = '\\';
+        if (!*a) break;
+        if (*a == '"') out[n++] = '\\';
+        out[n++] = *a++;
+    }
+    out[n++] = '"';
+    out[n] = 0;
+    return 0;
+}
+
+/* Runs train() in a child (this program again, with CHILD_FLAG: child_main); returns a wait status as
+   POSIX's waitpid gives it. batch_size and epochs, which a forked child would inherit, go as arguments. */
+static int in_child(const char *ckdir, int resume, long die_at, const char *weights, const char *csv) {
+    enum { NARG = 9 };
+    static char q[NARG][1200];
+    char self[MAX_PATH], nums[4][24];
+    const char *raw[NARG], *args[NARG + 1];
+    DWORD len = GetModuleFileNameA(NULL, self, sizeof self);
+    intptr_t code;
+    int i;
+    if (len == 0 || len >= sizeof self) return -1;
+    snprintf(nums[0], sizeof nums[0], "%d", resume);
+    snprintf(nums[1], sizeof nums[1], "%ld", die_at);
+    snprintf(nums[2], sizeof nums[2], "%d", batch_size);
+    snprintf(nums[3], sizeof nums[3], "%d", epochs);
+    raw[0] = self, raw[1] = CHILD_FLAG, raw[2] = ckdir ? ckdir : "-", raw[3] = nums[0], raw[4] = nums[1];
+    raw[5] = weights, raw[6] = csv ? csv : "-", raw[7] = nums[2], raw[8] = nums[3];
+    for (i = 0; i < NARG; i++) {
+        if (quote_arg(q[i], sizeof q[i], raw[i]) < 0) return -1;
+        args[i] = q[i];
+    }
+    args[NARG] = NULL;
+    fflush(NULL);
+    code = _spawnv(_P_WAIT, self, args);
+    if (code == KILLED_CODE) return SIGKILL;
+    if (code >= 0 && code <= 255) return (int)code << 8;
+    fprintf(stderr, "in_child: the child %s (%ld)\n", code < 0 ? "did not start" : "ended abnormally", (long)code);
+    return -1;
+}
+
+/* The child's side: argv as in_child builds it; "-" stands for NULL. */
+static int child_main(char **argv) {
+    batch_size = atoi(argv[7]);
+    epochs = atoi(argv[8]);
+    _exit(train(strcmp(argv[2], "-") ? argv[2] : NULL, atoi(argv[3]), atol(argv[4]), argv[5],
+                strcmp(argv[6], "-") ? argv[6] : NULL));
+}
+#endif
 
 static int same_file(const char *a, const char *b) {
     FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
@@ -166,7 +277,7 @@ static void clear_dir(const char *d) {
 TEST resume_after_kill(void *arg) {
     const long *kills = (const long *)arg; /* loss calls to die at, one per crash, 0-terminated */
     char ref[512], got[512], ck[512], refcsv[512], gotcsv[512];
-    int status, k;
+    int status, k, checkpointed = 0;
     snprintf(ref, sizeof ref, "%s", path_in("ref.safetensors"));
     snprintf(got, sizeof got, "%s", path_in("got.safetensors"));
     snprintf(ck, sizeof ck, "%s", path_in("ck"));
@@ -183,6 +294,14 @@ TEST resume_after_kill(void *arg) {
             FAILf("run %d: expected to die at loss call %ld, status %d", k, kills[k], status);
     }
     ASSERT_EQ(0, in_child(ck, 1, 0, got, gotcsv));
+    /* Where a killed run had passed a checkpoint (a step is done when its loss call's successor comes),
+       the last run resumed from one: it made fewer loss calls than the whole run. One that trained from
+       the start would end with the same weights and pass the checks below. */
+    for (k = 0; kills[k]; k++)
+        if (kills[k] > CKPT_EVERY) checkpointed = 1;
+    ASSERT_GT(read_calls(ref), 0);
+    if (checkpointed) ASSERT_LT(read_calls(got), read_calls(ref));
+    else ASSERT_EQ(read_calls(ref), read_calls(got)); /* killed before the first checkpoint: from the start */
     if (!same_file(ref, got)) FAILm("the resumed run's weights differ from the uninterrupted run's");
     if (!same_metrics(refcsv, gotcsv)) {
         char cmd[1200];
@@ -262,6 +381,9 @@ int main(int argc, char **argv) {
     static const long twice[] = {12, 20, 0};          /* killed again after resuming once (loss calls restart) */
     static const long before_any[] = {3, 0};          /* before the first checkpoint: starts over */
     const char *base = getenv("TMPDIR");
+#ifdef _WIN32
+    if (argc == 9 && strcmp(argv[1], CHILD_FLAG) == 0) return child_main(argv);
+#endif
     HARNESS_MAIN_BEGIN(argc, argv);
     snprintf(dir, sizeof dir, "%s/gpudl-resume-XXXXXX", base && base[0] ? base : "/tmp");
     if (!mkdtemp(dir)) {

@@ -35,14 +35,12 @@ WIN_SET_double = -DGPUDL_DOUBLE
 WIN_SET_nvml = -DGPUDL_NVML $(POSIX)
 WIN_SET_none =
 # the parts of the Linux suite built and run here; those left out, and why
-WIN_LINKED = test_core test_gradcheck test_nn test_train
-WIN_WHOLE = test_formats test_data test_platform
+WIN_LINKED = test_core test_gradcheck test_nn test_train test_resume
+WIN_WHOLE = test_formats test_data test_platform test_pool
 WIN_EXAMPLES = mnist_mlp cnn keras_style linear_regression cpu_vs_gpu device_query gpu_monitor ddp model_parallel
+# (test_pool's fork test skips itself here: no fork on Windows; test_resume starts its child with _spawnv
+# and kills it with TerminateProcess in place of fork and SIGKILL)
 WIN_SKIPPED = \
-  "test_pool: its fork() child and POSIX setenv have no Windows version (the pool runs in every test here; \
-test_platform checks it bitwise on 4 threads, also with the Interlocked atomics MSVC gets)" \
-  "test_resume: it kills a fork() child with SIGKILL mid-epoch; Windows has no fork (checkpoint save and load \
-run in test_train and test_platform)" \
   "test_crash, test_dist, test_monitor, test_alloc, test_dtype: POSIX-only tests (fork, signals, a fake NVML .so, \
 MPI); not in the Windows list" \
   "MPI and the TCP rendezvous: no Windows version yet; gdl_dist_init says so at run time" \
@@ -59,6 +57,9 @@ $(WB)/lib/%.o: tests/gpudl_impl.c gpudl.h | $(WB)/lib
 	$(MINGW_CC) $(WIN_CFLAGS) $(WIN_SET_$*) -c $< -o $@
 # (the harness's printf attribute means msvcrt's printf to MinGW's gcc, which knows no %zu)
 WIN_OPTS_test_nn = -Wno-format
+# test_resume's scaffolding is POSIX-written too (mkdir with a mode, mkdtemp): tests/win_compat.h
+WIN_OPTS_test_resume = $(WIN_COMPAT)
+$(WB)/test_resume.exe: tests/win_compat.h
 $(WIN_LINKED:%=$(WB)/%.exe): $(WB)/%.exe: tests/%.c $(HDR) tests/api_only.h $(WB)/lib/$$(call set_of,$$*).o | $(WB)/lib
 	$(MINGW_CC) $(WIN_CFLAGS) $(WIN_OPTS_$*) $(WIN_SET_$(call set_of,$*)) $(API_ONLY) $< $(WB)/lib/$(call set_of,$*).o -o $@ $(WIN_LIBS)
 # (test_formats and test_data are written for POSIX: tests/win_compat.h maps their scaffolding's calls)
