@@ -9,15 +9,7 @@ b=${1:-${GPUDL_BUILD:-build}}
 pass=0 fail=0 skip=0
 t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT
-# expect STATUS PATTERN COMMAND...: runs it, checks its exit status and that its output has PATTERN
-expect() {
-    want=$1 pat=$2; shift 2
-    "$@" >"$t/out" 2>&1
-    rc=$?
-    if [ $rc -eq "$want" ] && { [ -z "$pat" ] || grep -q -e "$pat" "$t/out"; }; then pass=$((pass + 1)); echo "  ok   $*"
-    else fail=$((fail + 1)); echo "  FAIL $* (exit $rc, wanted $want and '$pat'):"; sed 's/^/       /' "$t/out" | head -n 8
-    fi
-}
+. "$(dirname "$0")/expect.sh" # expect STATUS PATTERN COMMAND...
 for e in mnist_mlp cnn keras_style; do
     expect 0 "^usage: .*$e \[options\]" "$b/$e" --help
     expect 2 "unexpected argument '3'" "$b/$e" 3
