@@ -141,11 +141,13 @@ GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void 
    before it kills a pod.
      gdl_preempt_catch(1);                          // at the program's start
      for (...) { ... gdl_step(opt);
-                 if (gdl_preempt_check() > 0) { save a checkpoint; gdl_preempt_catch(0); exit(GDL_EXIT_PREEMPTED); } }
+                 if (gdl_preempt_check() > 0) { save a checkpoint; exit(GDL_EXIT_PREEMPTED); } }
    gdl_preempt_catch(1) installs a handler for SIGUSR1 and SIGTERM that only records the signal (nothing
    else is safe in a handler), SA_RESTART, each signal blocked while the other's handler runs; a second
-   signal during a save changes nothing (the save is atomic and finishes). Calls nest; gdl_preempt_catch(0)
-   puts the previous handlers back at the outermost. Built without POSIX's sigaction (a bare -std=c99 on
+   signal during a save changes nothing (the save is atomic and finishes). Keep the handler installed up to
+   the preempted exit: a signal sent again after gdl_preempt_catch(0) would kill the process by its default
+   action, and a scheduler would see a death by signal, not the exit status that asks for a requeue. Calls
+   nest; gdl_preempt_catch(0) puts the previous handlers back at the outermost. Built without POSIX's sigaction (a bare -std=c99 on
    glibc hides it: define _POSIX_C_SOURCE 200809L), signal() is used and the handler sets itself again on
    entry. 0 / -1 + error. */
 GPUDL_API int gdl_preempt_catch(int on);

@@ -152,6 +152,9 @@ int main(int argc, char **argv) {
     gdl_dataset_free(ds);
     /* after a failure the other ranks may be gone: no meeting that could wait (the launcher ends the job) */
     if (rc != 1) gdl_dist_shutdown();
-    if (ckpt) gdl_preempt_catch(0);
+    /* A preempted run keeps the handlers to its exit: the scheduler, mpirun or this script's trap may send
+       the signal again, and with the default action back it would die by the signal instead of exiting 75,
+       and would not be requeued. */
+    if (ckpt && rc != GDL_EXIT_PREEMPTED) gdl_preempt_catch(0);
     return rc;
 }

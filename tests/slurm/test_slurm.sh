@@ -69,16 +69,22 @@ GPUDL_EMU_DEVICES=1 GPUDL_EMU_QUIET=1 "$b/emu_cluster_train" $args --batch 16 --
 
 # job_wait ID LIMIT: until the job has ended (requeues included); prints its state
 job_wait() {
-    i=0
+    i=0 requeued_at=
     while [ $i -lt $(($2 * 4)) ]; do
         st=$(scontrol -o show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
         case "$st" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
             echo "$st"; return 0 ;;
         PENDING)
             # a requeued job waits for its begin time (Slurm holds it back a while): the test's queue is
-            # empty, so let it start now
-            scontrol -o show job "$1" 2>/dev/null | grep -q 'Restarts=[1-9]' &&
-                scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 ;;
+            # empty, so let it start sooner, but not within the second its last run was killed in: slurmd
+            # revokes the job's credential then, and refuses a new one issued in the same second ("Killing
+            # non-startable batch JobId: Job credential revoked" ends the job FAILED). Two seconds after
+            # the requeue is first seen, the new credential is newer than the revocation.
+            if scontrol -o show job "$1" 2>/dev/null | grep -q 'Restarts=[1-9]'; then
+                now=$(date +%s)
+                [ -n "$requeued_at" ] || requeued_at=$now
+                [ "$now" -ge $((requeued_at + 2)) ] && scontrol update JobId="$1" StartTime=now >/dev/null 2>&1
+            fi ;;
         esac
         sleep 0.25
         i=$((i + 1))
@@ -139,6 +145,8 @@ preempt() {
     else
         bad "$script, preemption: job $id ended $st; ${r:-}"
         cat "$tmp/$name/job.out"; tail -n 12 "$tmp/$name"/rank-*.log 2>/dev/null
+        echo "-- scontrol show job $id"; scontrol -o show job "$id" 2>&1
+        echo "-- slurmctld.log, job $id"; grep -E "JobId=$id([^0-9]|\$)|job $id([^0-9]|\$)" "$tmp/cluster/slurmctld.log" | tail -n 25
     fi
 }
 # the tasks of srun's step get the signal themselves
