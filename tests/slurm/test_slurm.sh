@@ -5,6 +5,7 @@
 #      bad ones (both refuse);
 #   2. examples/cluster/train_mpi.sbatch (2 MPI ranks, mpirun inside the allocation) with sbatch --wait:
 #      the weights equal one process's at twice the batch (to 1e-6, as the MPI tests compare);
+#   2b. the MPI build started by `srun --mpi=pmix -n 2` (no mpirun): the same;
 #   3. examples/cluster/train_nccl.sbatch (2 tasks by srun, NCCL on the emulated GPUs, the id over TCP
 #      to the first host of the node list): the same;
 #   4. preemption: train_nccl.sbatch again with a checkpoint directory; once training runs, `scancel
@@ -106,6 +107,23 @@ if [ -x "$b/mpi_cluster_train" ]; then
     fi
 else
     echo "SKIPPED: train_mpi.sbatch: no MPI build (mpicc)"
+fi
+
+# 2b. the same MPI build started by srun itself through PMIx (README "On a cluster" says why it works with
+# Debian's Slurm and OpenMPI, and why pmi2 does not): the ranks are a job step of their own
+if [ -x "$b/mpi_cluster_train" ] && srun --mpi=list 2>&1 | grep -q pmix; then
+    mkdir -p "$tmp/pmix"
+    t0=$(date +%s)
+    (cd "$tmp/pmix" && timeout 120 srun --mpi=pmix -n 2 "$b/mpi_cluster_train" $args --batch 8 \
+        --out "$tmp/pmix/w.safetensors" >"$tmp/pmix/out.log" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] && r=$("$b/same_weights" "$tmp/pmix/w.safetensors" "$tmp/one.safetensors" 1e-6); then
+        ok "srun --mpi=pmix -n 2 (MPI build, $(($(date +%s) - t0)) s) equals one process x 16: $r"
+    else
+        bad "srun --mpi=pmix -n 2: exit $rc; ${r:-}"; tail -n 15 "$tmp/pmix/out.log"
+    fi
+elif [ -x "$b/mpi_cluster_train" ]; then
+    echo "SKIPPED: srun --mpi=pmix: this Slurm offers no pmix plugin ($(srun --mpi=list 2>&1 | tr '\n' ' '))"
 fi
 
 # 3. NCCL on the emulated GPUs, one task per GPU by srun
