@@ -159,7 +159,11 @@ struct harness_state {
 
 static struct harness_state harness_state_;
 
-#if defined(__GNUC__) || defined(__clang__)
+#if defined(__MINGW32__) && defined(__USE_MINGW_ANSI_STDIO) && __USE_MINGW_ANSI_STDIO
+/* MinGW's gcc takes plain "printf" to mean msvcrt's, which knows no %zu; the harness prints through
+   MinGW's C99 stdio there (tests/windows.mk), whose format checks are gnu_printf's */
+#define HARNESS_PRINTF_(f, a) __attribute__((format(gnu_printf, f, a)))
+#elif defined(__GNUC__) || defined(__clang__)
 #define HARNESS_PRINTF_(f, a) __attribute__((format(printf, f, a)))
 #else
 #define HARNESS_PRINTF_(f, a)

@@ -55,8 +55,6 @@ $(WB)/lib:
 	mkdir -p $@
 $(WB)/lib/%.o: tests/gpudl_impl.c gpudl.h | $(WB)/lib
 	$(MINGW_CC) $(WIN_CFLAGS) $(WIN_SET_$*) -c $< -o $@
-# (the harness's printf attribute means msvcrt's printf to MinGW's gcc, which knows no %zu)
-WIN_OPTS_test_nn = -Wno-format
 # test_resume's scaffolding is POSIX-written too (mkdir with a mode, mkdtemp): tests/win_compat.h
 WIN_OPTS_test_resume = $(WIN_COMPAT)
 $(WB)/test_resume.exe: tests/win_compat.h
