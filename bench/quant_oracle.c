@@ -15,7 +15,7 @@
    cc -O2 -march=native bench/quant_oracle.c -lm -pthread -o build/quant_oracle
    mkdir -p build/oracle && build/quant_oracle build/oracle &&
    build/torch-venv/bin/python bench/pytorch/quant_oracle.py build/oracle
-   (the C side has been run; the Python side not yet: no torch where it was written) */
+   (both sides run on 2026-11-27 with torch 2.15: 20 comparisons, 0 failed; bench/RESULTS.md) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 
