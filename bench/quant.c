@@ -8,12 +8,19 @@
    B). Prints the CPU's kernels, the thread count and the ratios.
 
    cc -O3 -march=native bench/quant.c -lm -pthread -o build/bench_quant && build/bench_quant
-   (GPUDL_NUM_THREADS=1 for one thread) */
+   (GPUDL_NUM_THREADS=1 for one thread)
+
+   `build/bench_quant mlp BATCH...` times instead the inference of the
+   dynamic-quantized 784-256-128-10 MLP (examples/quantize.c's net) and of its
+   f32 model at each batch size, one line per size ("mlp BATCH f32_us int8_us"):
+   bench/compare_quant.sh runs it beside PyTorch's quantize_dynamic model
+   (bench/pytorch/quant_mlp.py), interleaved. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define REPS 7
 
@@ -59,10 +66,54 @@ static int run_gemm(void *p) {
     return gdl_gemm_u8s8_cpu(j->M, j->N, j->K, j->a, j->K, j->b, j->K, j->c, j->N);
 }
 
-int main(void) {
+/* the MLP's inference, f32 and dynamic int8, at each batch size of argv */
+static int bench_mlp(int argc, char **argv) {
+    gdl_module *mods[5], *mlp, *q;
+    int i;
+    mods[0] = gdl_nn_linear(784, 256, 1);
+    mods[1] = gdl_nn_relu();
+    mods[2] = gdl_nn_linear(256, 128, 1);
+    mods[3] = gdl_nn_relu();
+    mods[4] = gdl_nn_linear(128, 10, 1);
+    mlp = gdl_nn_sequential(5, mods);
+    q = mlp ? gdl_quantize_dynamic(mlp, NULL) : NULL;
+    if (!q) {
+        fprintf(stderr, "bench_quant: %s\n", gdl_last_error());
+        return 1;
+    }
+    printf("# CPU GEMM kernels: f32 %s, int8 %s; %d threads\n", gdl_gemm_kernel_name(), gdl_gemm_int8_kernel_name(),
+           gdl_get_num_threads());
+    for (i = 0; i < argc; i++) {
+        job jf, jq;
+        double tf, tq;
+        const int batch = atoi(argv[i]);
+        jf.x = jq.x = batch > 0 ? gdl_randn(GDL_DIMS(batch, 784), gdl_cpu()) : NULL;
+        if (!jf.x) {
+            fprintf(stderr, "bench_quant: batch '%s': %s\n", argv[i], batch > 0 ? gdl_last_error() : "not a size");
+            return 1;
+        }
+        jf.m = mlp;
+        jq.m = q;
+        tf = timeit(run_module, &jf);
+        tq = timeit(run_module, &jq);
+        if (tf < 0 || tq < 0) {
+            fprintf(stderr, "bench_quant: %s\n", gdl_last_error());
+            return 1;
+        }
+        printf("mlp %d %.1f %.1f\n", batch, 1e6 * tf, 1e6 * tq);
+        gdl_free(jf.x);
+    }
+    gdl_module_free(q);
+    gdl_module_free(mlp);
+    gdl_shutdown();
+    return 0;
+}
+
+int main(int argc, char **argv) {
     static const int shapes[][3] = {{32, 256, 256}, {64, 784, 256}, {64, 1024, 1024}, {256, 512, 512}, {1, 784, 128}};
     size_t s;
     gdl_set_grad_enabled(0);
+    if (argc > 1 && strcmp(argv[1], "mlp") == 0) return bench_mlp(argc - 2, argv + 2);
     printf("CPU GEMM kernels: f32 %s, int8 %s; %d threads\n", gdl_gemm_kernel_name(), gdl_gemm_int8_kernel_name(),
            gdl_get_num_threads());
     printf("%-18s %12s %12s %12s %10s %10s\n", "batch x K -> N", "f32 us", "int8 us", "GEMM us", "int8/f32",
