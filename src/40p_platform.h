@@ -11,8 +11,11 @@
    What Windows lacks yet compiles out, and says so when it is used:
      - MPI: GPUDL_MPI is ignored there; gdl_dist_init with several processes
        fails with an error naming MPI and Windows;
-     - the TCP rendezvous (several processes without MPI, for NCCL):
-       GDL__OS_SOCKETS is not defined; gdl_dist_init says the platform lacks it.
+     - the TCP rendezvous works there (Winsock 2, loaded at its first use:
+       no -lws2_32), except in a translation unit that included Winsock 1
+       (<winsock.h>, which a <windows.h> without WIN32_LEAN_AND_MEAN brings)
+       before gpudl.h: GDL__OS_SOCKETS is not defined then, and gdl_dist_init
+       says the build lacks the rendezvous.
    A platform that is neither POSIX nor Windows gets one thread
    (GPUDL_NO_THREADS), wall-clock time from clock(), no directory listing and
    no dynamic loading; it still compiles.
@@ -32,6 +35,11 @@
 #if !defined(_WIN32_WINNT) || _WIN32_WINNT < 0x0600
 #undef _WIN32_WINNT
 #define _WIN32_WINNT 0x0600
+#endif
+#if !defined(_WINSOCKAPI_) || defined(_WINSOCK2API_) /* Winsock 1 first: no sockets (they cannot mix) */
+#include <winsock2.h> /* before windows.h, which would bring Winsock 1 without WIN32_LEAN_AND_MEAN */
+#include <ws2tcpip.h> /* getaddrinfo */
+#define GDL__OS_SOCKETS 1 /* the TCP rendezvous ([impl-dist]) */
 #endif
 #include <windows.h>
 #include <process.h>  /* _beginthreadex */
@@ -584,4 +592,416 @@ GDL__OSFN void *gdl__dl_sym(void *h, const char *sym) {
     return p;
 }
 GDL__OSFN void gdl__dl_close(void *h) { FreeLibrary((HMODULE)h); }
+#endif
+
+/* ---- sockets: TCP for the rendezvous ([impl-dist]), where GDL__OS_SOCKETS is defined ----
+   gdl__sock is a connection or a listening socket (an int on POSIX, a SOCKET on Windows). Deadlines are
+   gdl_now seconds (gdl__os_wall_seconds); an infinite one waits for ever. Errors are -1 with errno set to
+   POSIX's codes (Winsock's WSAE... codes are mapped onto the same names: ECONNREFUSED, ETIMEDOUT...);
+   gdl__os_sock_strerror words them, also where the C library has no text for them (Windows).
+   Connections are blocking, closed on exec (POSIX) and not inherited (Windows). */
+#if defined(GDL__OS_SOCKETS)
+#if defined(GDL__OS_POSIX)
+typedef int gdl__sock;
+#define GDL__SOCK_NONE (-1)
+#if !defined(AI_PASSIVE) /* getaddrinfo: POSIX 2001, hidden by a bare -std=c99 */
+#define GDL__OS_SOCK_NUMERIC_ONLY 1 /* numeric IPv4 addresses and "localhost" only */
+#endif
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0 /* macOS: SO_NOSIGPIPE on the socket instead */
+#endif
+#else
+typedef SOCKET gdl__sock;
+#define GDL__SOCK_NONE INVALID_SOCKET
+#endif
+
+/* a port into / out of a sockaddr_in, in network byte order without htons (a ws2_32 function on Windows) */
+GDL__OSFN void gdl__os_sock_put_port(struct sockaddr_in *sa, int port) {
+    unsigned char *b = (unsigned char *)&sa->sin_port;
+    b[0] = (unsigned char)(port >> 8), b[1] = (unsigned char)port;
+}
+GDL__OSFN int gdl__os_sock_get_port(const struct sockaddr_in *sa) {
+    const unsigned char *b = (const unsigned char *)&sa->sin_port;
+    return b[0] << 8 | b[1];
+}
+
+/* a wait's milliseconds for `left` seconds: at most an hour at a time (the callers wait again while time
+   is left), so a long or infinite deadline never overflows an int */
+GDL__OSFN int gdl__os_sock_wait_ms(double left) {
+    return left >= 3600 ? 3600000 : left <= 0 ? 0 : (int)(left * 1000) + 1;
+}
+
+#if defined(GDL__OS_WIN)
+/* Winsock 2, loaded from ws2_32.dll at the first socket call (once; WSAStartup then): a program that
+   never meets the rendezvous needs no -lws2_32, and the header stays one to drop in. Waits use
+   select(), not WSAPoll, which does not report a refused connect on Windows before 10 2004. The sets
+   hold one socket and are read by their count: FD_ISSET is a ws2_32 function under MSVC. */
+typedef struct {
+    int err; /* 0: loaded and started; else the errno of the failure */
+    int(WSAAPI *startup)(WORD, LPWSADATA);
+    int(WSAAPI *last_error)(void);
+    SOCKET(WSAAPI *socket_)(int, int, int);
+    int(WSAAPI *close_)(SOCKET);
+    int(WSAAPI *getsockopt_)(SOCKET, int, int, char *, int *);
+    int(WSAAPI *getsockname_)(SOCKET, struct sockaddr *, int *);
+    int(WSAAPI *bind_)(SOCKET, const struct sockaddr *, int);
+    int(WSAAPI *listen_)(SOCKET, int);
+    SOCKET(WSAAPI *accept_)(SOCKET, struct sockaddr *, int *);
+    int(WSAAPI *connect_)(SOCKET, const struct sockaddr *, int);
+    int(WSAAPI *send_)(SOCKET, const char *, int, int);
+    int(WSAAPI *recv_)(SOCKET, char *, int, int);
+    int(WSAAPI *select_)(int, fd_set *, fd_set *, fd_set *, const struct timeval *);
+    int(WSAAPI *ioctl_)(SOCKET, long, u_long *);
+    int(WSAAPI *getaddrinfo_)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
+    void(WSAAPI *freeaddrinfo_)(struct addrinfo *);
+} gdl__ws_api;
+static gdl__ws_api gdl__ws;
+
+GDL__OSFN void gdl__ws_load(void) {
+    static const struct {
+        const char *name;
+        size_t at; /* the field of gdl__ws that takes it */
+    } fns[] = {{"WSAStartup", offsetof(gdl__ws_api, startup)},
+               {"WSAGetLastError", offsetof(gdl__ws_api, last_error)},
+               {"socket", offsetof(gdl__ws_api, socket_)},
+               {"closesocket", offsetof(gdl__ws_api, close_)},
+               {"getsockopt", offsetof(gdl__ws_api, getsockopt_)},
+               {"getsockname", offsetof(gdl__ws_api, getsockname_)},
+               {"bind", offsetof(gdl__ws_api, bind_)},
+               {"listen", offsetof(gdl__ws_api, listen_)},
+               {"accept", offsetof(gdl__ws_api, accept_)},
+               {"connect", offsetof(gdl__ws_api, connect_)},
+               {"send", offsetof(gdl__ws_api, send_)},
+               {"recv", offsetof(gdl__ws_api, recv_)},
+               {"select", offsetof(gdl__ws_api, select_)},
+               {"ioctlsocket", offsetof(gdl__ws_api, ioctl_)},
+               {"getaddrinfo", offsetof(gdl__ws_api, getaddrinfo_)},
+               {"freeaddrinfo", offsetof(gdl__ws_api, freeaddrinfo_)}};
+    HMODULE h = LoadLibraryA("ws2_32.dll");
+    WSADATA wd;
+    size_t i;
+    gdl__ws.err = ENOSYS;
+    if (!h) return;
+    for (i = 0; i < sizeof fns / sizeof *fns; i++) {
+        FARPROC f = GetProcAddress(h, fns[i].name);
+        if (!f) return;
+        /* every field is a function pointer of FARPROC's size; ISO C has no cast between unrelated ones */
+        memcpy((char *)&gdl__ws + fns[i].at, &f, sizeof f);
+    }
+    gdl__ws.err = gdl__ws.startup(MAKEWORD(2, 2), &wd) == 0 ? 0 : ENOSYS;
+}
+
+/* 0 once Winsock is up; else -1 with errno (ENOSYS: no ws2_32.dll, or it would not start) */
+GDL__OSFN int gdl__ws_ready(void) {
+#if defined(GDL__OS_THREADS)
+    static gdl__once_flag once = GDL__ONCE_INIT;
+    gdl__once(&once, gdl__ws_load);
+#else
+    static int loaded;
+    if (!loaded) gdl__ws_load(), loaded = 1;
+#endif
+    if (gdl__ws.err) errno = gdl__ws.err;
+    return gdl__ws.err ? -1 : 0;
+}
+
+/* errno from Winsock's last error, returning -1 */
+GDL__OSFN int gdl__ws_fail(int wsa) {
+    switch (wsa) {
+    case WSAECONNREFUSED: errno = ECONNREFUSED; break;
+    case WSAETIMEDOUT: errno = ETIMEDOUT; break;
+    case WSAEADDRINUSE: errno = EADDRINUSE; break;
+    case WSAEADDRNOTAVAIL: errno = EADDRNOTAVAIL; break;
+    case WSAEACCES: errno = EACCES; break;
+    case WSAECONNRESET: errno = ECONNRESET; break;
+    case WSAECONNABORTED: errno = ECONNABORTED; break;
+    case WSAESHUTDOWN: errno = EPIPE; break;
+    case WSAENETUNREACH: case WSAENETDOWN: errno = ENETUNREACH; break;
+    case WSAEHOSTUNREACH: case WSAEHOSTDOWN: errno = EHOSTUNREACH; break;
+    case WSAEWOULDBLOCK: errno = EWOULDBLOCK; break;
+    case WSAEINPROGRESS: case WSAEALREADY: errno = EINPROGRESS; break;
+    case WSAEINTR: errno = EINTR; break;
+    case WSAEMFILE: errno = EMFILE; break;
+    case WSAENOBUFS: errno = ENOBUFS; break;
+    case WSAEAFNOSUPPORT: errno = EAFNOSUPPORT; break;
+    case WSAEINVAL: errno = EINVAL; break;
+    default: errno = EIO; break;
+    }
+    return -1;
+}
+#endif
+
+/* what errno e says, for the socket errors too (Windows' C library has no text for ETIMEDOUT & co.) */
+GDL__OSFN const char *gdl__os_sock_strerror(int e) {
+#if defined(GDL__OS_WIN)
+    switch (e) {
+    case ECONNREFUSED: return "Connection refused";
+    case ETIMEDOUT: return "Connection timed out";
+    case EADDRINUSE: return "Address already in use";
+    case EADDRNOTAVAIL: return "Cannot assign requested address";
+    case ECONNRESET: return "Connection reset by peer";
+    case ECONNABORTED: return "Software caused connection abort";
+    case ENETUNREACH: return "Network is unreachable";
+    case EHOSTUNREACH: return "No route to host";
+    case ENOSYS: return "Winsock 2 (ws2_32.dll) is not available";
+    default: break;
+    }
+#endif
+    return strerror(e);
+}
+
+GDL__OSFN void gdl__os_sock_close(gdl__sock s) {
+#if defined(GDL__OS_POSIX)
+    close(s);
+#else
+    gdl__ws.close_(s);
+#endif
+}
+
+/* a new TCP socket of family af, closed on exec / not inherited by child processes; GDL__SOCK_NONE + errno */
+GDL__OSFN gdl__sock gdl__os_sock_new(int af) {
+#if defined(GDL__OS_POSIX)
+    gdl__sock s = socket(af, SOCK_STREAM, 0);
+    if (s < 0) return GDL__SOCK_NONE;
+    (void)fcntl(s, F_SETFD, FD_CLOEXEC);
+#ifdef SO_NOSIGPIPE /* macOS, the BSDs: no MSG_NOSIGNAL; a write to a closed peer fails instead of a signal */
+    {
+        int one = 1;
+        (void)setsockopt(s, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
+    }
+#endif
+    return s;
+#else
+    gdl__sock s;
+    if (gdl__ws_ready() < 0) return GDL__SOCK_NONE;
+    if ((s = gdl__ws.socket_(af, SOCK_STREAM, IPPROTO_TCP)) == INVALID_SOCKET) {
+        gdl__ws_fail(gdl__ws.last_error());
+        return GDL__SOCK_NONE;
+    }
+    (void)SetHandleInformation((HANDLE)s, HANDLE_FLAG_INHERIT, 0);
+    return s;
+#endif
+}
+
+/* Waits until s is writable (out) or readable, or the deadline: 0, or -1 with errno (ETIMEDOUT). */
+GDL__OSFN int gdl__os_sock_wait(gdl__sock s, int out, double deadline) {
+    for (;;) {
+        double left = deadline - gdl__os_wall_seconds();
+        int r, ms;
+#if defined(GDL__OS_POSIX)
+        struct pollfd pf;
+#else
+        fd_set rw, ex;
+        struct timeval tv;
+#endif
+        if (left <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        ms = gdl__os_sock_wait_ms(left);
+#if defined(GDL__OS_POSIX)
+        pf.fd = s, pf.events = (short)(out ? POLLOUT : POLLIN), pf.revents = 0;
+        if ((r = poll(&pf, 1, ms)) > 0) return 0;
+        if (r < 0 && errno != EINTR) return -1;
+#else
+        rw.fd_count = ex.fd_count = 1; /* a connect that failed shows in ex */
+        rw.fd_array[0] = ex.fd_array[0] = s;
+        tv.tv_sec = ms / 1000, tv.tv_usec = ms % 1000 * 1000;
+        if ((r = gdl__ws.select_(0, out ? NULL : &rw, out ? &rw : NULL, &ex, &tv)) > 0) return 0;
+        if (r < 0) return gdl__ws_fail(gdl__ws.last_error());
+#endif
+    }
+}
+
+/* 1 when s can be read at once: for a connection that owes nothing more, its peer closed it */
+GDL__OSFN int gdl__os_sock_readable(gdl__sock s) {
+#if defined(GDL__OS_POSIX)
+    struct pollfd pf;
+    pf.fd = s, pf.events = POLLIN, pf.revents = 0;
+    return poll(&pf, 1, 0) > 0;
+#else
+    fd_set rd;
+    struct timeval tv = {0, 0};
+    rd.fd_count = 1, rd.fd_array[0] = s;
+    return gdl__ws.select_(0, &rd, NULL, NULL, &tv) > 0;
+#endif
+}
+
+/* A listening TCP socket at port (0: one the system picks) on every IPv4 address: 0 and *out, or -1 with
+   errno (EADDRINUSE: another socket listens there). POSIX: SO_REUSEADDR, so that a port whose last job's
+   connections linger in TIME_WAIT is free again. Windows: neither option; TIME_WAIT does not block a
+   bind there by default, its SO_REUSEADDR would let two jobs share the port, and SO_EXCLUSIVEADDRUSE
+   would keep the port blocked while connections linger. */
+GDL__OSFN int gdl__os_sock_listen(gdl__sock *out, int port, int backlog) {
+    struct sockaddr_in sa;
+    gdl__sock s = gdl__os_sock_new(AF_INET);
+    int e;
+#if defined(GDL__OS_POSIX)
+    const int one = 1;
+#endif
+    if (s == GDL__SOCK_NONE) return -1;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    gdl__os_sock_put_port(&sa, port);
+    sa.sin_addr.s_addr = 0; /* INADDR_ANY */
+#if defined(GDL__OS_POSIX)
+    if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+        bind(s, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(s, backlog) == 0) {
+        *out = s;
+        return 0;
+    }
+    e = errno;
+#else
+    if (gdl__ws.bind_(s, (struct sockaddr *)&sa, sizeof sa) == 0 && gdl__ws.listen_(s, backlog) == 0) {
+        *out = s;
+        return 0;
+    }
+    gdl__ws_fail(gdl__ws.last_error());
+    e = errno;
+#endif
+    gdl__os_sock_close(s);
+    errno = e;
+    return -1;
+}
+
+/* the local port of s; 0 when unknown */
+GDL__OSFN int gdl__os_sock_port(gdl__sock s) {
+    struct sockaddr_in sa;
+#if defined(GDL__OS_POSIX)
+    socklen_t len = sizeof sa;
+    return getsockname(s, (struct sockaddr *)&sa, &len) == 0 ? gdl__os_sock_get_port(&sa) : 0;
+#else
+    int len = (int)sizeof sa;
+    return gdl__ws.getsockname_(s, (struct sockaddr *)&sa, &len) == 0 ? gdl__os_sock_get_port(&sa) : 0;
+#endif
+}
+
+/* A connection from the listening socket l, waiting until the deadline: 0 and *out, or -1 with errno
+   (ETIMEDOUT) */
+GDL__OSFN int gdl__os_sock_accept(gdl__sock l, gdl__sock *out, double deadline) {
+    gdl__sock s;
+    if (gdl__os_sock_wait(l, 0, deadline) < 0) return -1;
+#if defined(GDL__OS_POSIX)
+    if ((s = accept(l, NULL, NULL)) < 0) return -1;
+    (void)fcntl(s, F_SETFD, FD_CLOEXEC);
+#else
+    if ((s = gdl__ws.accept_(l, NULL, NULL)) == INVALID_SOCKET) return gdl__ws_fail(gdl__ws.last_error());
+    (void)SetHandleInformation((HANDLE)s, HANDLE_FLAG_INHERIT, 0);
+#endif
+    *out = s;
+    return 0;
+}
+
+/* connect() that gives up at the deadline: a host that does not answer would otherwise hold a blocking
+   connect for the kernel's SYN retries (minutes). s is blocking again afterwards. 0, or -1 with errno. */
+GDL__OSFN int gdl__os_sock_connect_by(gdl__sock s, const struct sockaddr *sa, int len, double deadline) {
+#if defined(GDL__OS_POSIX)
+    int fl = fcntl(s, F_GETFL, 0), err = 0;
+    socklen_t el = sizeof err;
+    if (fl < 0 || fcntl(s, F_SETFL, fl | O_NONBLOCK) < 0) return connect(s, sa, (socklen_t)len);
+    if (connect(s, sa, (socklen_t)len) != 0) {
+        if (errno != EINPROGRESS || gdl__os_sock_wait(s, 1, deadline) < 0) return -1;
+        if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &el) != 0) return -1;
+        if (err) {
+            errno = err;
+            return -1;
+        }
+    }
+    (void)fcntl(s, F_SETFL, fl);
+    return 0;
+#else
+    u_long on = 1, off = 0;
+    int err = 0, el = (int)sizeof err;
+    if (gdl__ws.ioctl_(s, (long)FIONBIO, &on) != 0) return gdl__ws_fail(gdl__ws.last_error());
+    if (gdl__ws.connect_(s, sa, len) != 0) {
+        int w = gdl__ws.last_error();
+        if (w != WSAEWOULDBLOCK) return gdl__ws_fail(w);
+        if (gdl__os_sock_wait(s, 1, deadline) < 0) return -1;
+        if (gdl__ws.getsockopt_(s, SOL_SOCKET, SO_ERROR, (char *)&err, &el) != 0)
+            return gdl__ws_fail(gdl__ws.last_error());
+        if (err) return gdl__ws_fail(err);
+    }
+    if (gdl__ws.ioctl_(s, (long)FIONBIO, &off) != 0) return gdl__ws_fail(gdl__ws.last_error());
+    return 0;
+#endif
+}
+
+/* A TCP connection to host:port by the deadline: 0 and *out; -1 with errno; -2: host is no address (it
+   does not resolve) */
+GDL__OSFN int gdl__os_sock_connect(gdl__sock *out, const char *host, int port, double deadline) {
+#if defined(GDL__OS_SOCK_NUMERIC_ONLY)
+    struct sockaddr_in sa;
+    gdl__sock s;
+    int e;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    gdl__os_sock_put_port(&sa, port);
+    sa.sin_addr.s_addr = !strcmp(host, "localhost") ? inet_addr("127.0.0.1") : inet_addr(host);
+    if (sa.sin_addr.s_addr == (in_addr_t)-1) return -2;
+    if ((s = gdl__os_sock_new(AF_INET)) == GDL__SOCK_NONE) return -1;
+    if (gdl__os_sock_connect_by(s, (struct sockaddr *)&sa, (int)sizeof sa, deadline) != 0) {
+        e = errno;
+        gdl__os_sock_close(s);
+        errno = e;
+        return -1;
+    }
+    *out = s;
+    return 0;
+#else
+    struct addrinfo hints, *res, *a;
+    char ps[16];
+    gdl__sock s = GDL__SOCK_NONE;
+    int e = ECONNREFUSED;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(ps, sizeof ps, "%d", port);
+#if defined(GDL__OS_POSIX)
+    if (getaddrinfo(host, ps, &hints, &res) != 0) return -2;
+#else
+    if (gdl__ws_ready() < 0) return -1;
+    if (gdl__ws.getaddrinfo_(host, ps, &hints, &res) != 0) return -2;
+#endif
+    for (a = res; a; a = a->ai_next) {
+        if ((s = gdl__os_sock_new(a->ai_family)) == GDL__SOCK_NONE) continue;
+        if (gdl__os_sock_connect_by(s, a->ai_addr, (int)a->ai_addrlen, deadline) == 0) break;
+        e = errno;
+        gdl__os_sock_close(s);
+        s = GDL__SOCK_NONE;
+    }
+#if defined(GDL__OS_POSIX)
+    freeaddrinfo(res);
+#else
+    gdl__ws.freeaddrinfo_(res);
+#endif
+    if (s == GDL__SOCK_NONE) {
+        errno = e;
+        return -1;
+    }
+    *out = s;
+    return 0;
+#endif
+}
+
+/* n bytes sent (out) or received on s before the deadline: 0, or -1 with errno (ETIMEDOUT; EPIPE: the
+   peer closed the connection) */
+GDL__OSFN int gdl__os_sock_io(gdl__sock s, void *buf, size_t n, int out, double deadline) {
+    unsigned char *b = (unsigned char *)buf;
+    size_t k = 0;
+    while (k < n) {
+        size_t want = n - k < 1u << 30 ? n - k : 1u << 30; /* Winsock counts in int */
+        long r;
+        if (gdl__os_sock_wait(s, out, deadline) < 0) return -1;
+#if defined(GDL__OS_POSIX)
+        r = (long)(out ? send(s, b + k, want, MSG_NOSIGNAL) : recv(s, b + k, want, 0));
+        if (r < 0 && errno == EINTR) continue;
+#else
+        r = out ? gdl__ws.send_(s, (const char *)b + k, (int)want, 0) : gdl__ws.recv_(s, (char *)b + k, (int)want, 0);
+        if (r < 0) return gdl__ws_fail(gdl__ws.last_error());
+#endif
+        if (r == 0) errno = EPIPE;
+        if (r <= 0) return -1;
+        k += (size_t)r;
+    }
+    return 0;
+}
 #endif

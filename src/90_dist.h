@@ -64,9 +64,6 @@ static const gdl_backend *gdl__dist_gpu(void) {
    gives up after the timeout with an error naming the address. */
 #if !defined(GPUDL_MPI) && defined(GDL__OS_SOCKETS)
 #define GDL__HAVE_RDV 1
-#ifndef MSG_NOSIGNAL
-#define MSG_NOSIGNAL 0 /* macOS: SIGPIPE stays possible */
-#endif
 
 enum { GDL__RDV_HELLO = 12, GDL__RDV_REPLY = 12 + GDL_COMM_ID_BYTES };
 
@@ -78,138 +75,30 @@ static uint32_t gdl__get32(const unsigned char *b) {
     return (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | (uint32_t)b[3];
 }
 
-/* poll's milliseconds for `left` seconds: at most an hour at a time (the callers poll again while time is
-   left), so a long or infinite timeout (GPUDL_DIST_TIMEOUT=inf) never overflows an int */
-static int gdl__poll_ms(double left) { return left >= 3600 ? 3600000 : left <= 0 ? 0 : (int)(left * 1000) + 1; }
-
-/* n bytes in or out of fd before the deadline (gdl_now seconds): 0, or -1 with errno (ETIMEDOUT, EPIPE: closed) */
-static int gdl__rdv_io(int fd, unsigned char *b, size_t n, int out, double deadline) {
-    size_t k = 0;
-    while (k < n) {
-        struct pollfd pf;
-        double left = deadline - gdl_now();
-        ssize_t r;
-        if (left <= 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        pf.fd = fd, pf.events = (short)(out ? POLLOUT : POLLIN), pf.revents = 0;
-        if (poll(&pf, 1, gdl__poll_ms(left)) <= 0) continue;
-        r = out ? send(fd, b + k, n - k, MSG_NOSIGNAL) : recv(fd, b + k, n - k, 0);
-        if (r == 0) errno = EPIPE;
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR) continue;
-            return -1;
-        }
-        k += (size_t)r;
-    }
-    return 0;
-}
-
-/* connect() that gives up at the deadline: a host that does not answer would otherwise hold a blocking
-   connect for the kernel's SYN retries (minutes). 0, or -1 with errno. */
-static int gdl__rdv_connect_by(int fd, const struct sockaddr *sa, socklen_t len, double deadline) {
-    int fl = fcntl(fd, F_GETFL, 0), rc, err = 0;
-    socklen_t el = sizeof err;
-    struct pollfd pf;
-    double left;
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return connect(fd, sa, len);
-    rc = connect(fd, sa, len);
-    if (rc != 0 && errno == EINPROGRESS) {
-        pf.fd = fd, pf.events = POLLOUT;
-        for (;;) {
-            int pr;
-            left = deadline - gdl_now();
-            if (left <= 0) {
-                errno = ETIMEDOUT;
-                return -1;
-            }
-            pf.revents = 0;
-            if ((pr = poll(&pf, 1, gdl__poll_ms(left))) > 0) break;
-            if (pr < 0 && errno != EINTR) return -1;
-        }
-        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) return -1;
-        if (err) {
-            errno = err;
-            return -1;
-        }
-        rc = 0;
-    }
-    if (rc == 0) fcntl(fd, F_SETFL, fl);
-    return rc;
-}
-
-/* A TCP connection to host:port, or -1 with errno, or -2: host is no address (it does not resolve). */
-static int gdl__rdv_connect(const char *host, int port, double deadline) {
-#ifdef AI_PASSIVE /* getaddrinfo: POSIX 2001, hidden by a bare -std=c99 */
-    struct addrinfo hints, *res, *a;
-    char ps[16];
-    int fd = -1, e = ECONNREFUSED;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    snprintf(ps, sizeof ps, "%d", port);
-    if (getaddrinfo(host, ps, &hints, &res) != 0) return -2;
-    for (a = res; a; a = a->ai_next) {
-        if ((fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol)) < 0) continue;
-        if (gdl__rdv_connect_by(fd, a->ai_addr, a->ai_addrlen, deadline) == 0) break;
-        e = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) errno = e;
-    return fd;
-#else /* numeric IPv4 (or localhost) only */
-    struct sockaddr_in sa;
-    int fd;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = !strcmp(host, "localhost") ? htonl(0x7f000001u) : inet_addr(host);
-    if (sa.sin_addr.s_addr == (in_addr_t)-1) return -2;
-    if ((fd = socket(AF_INET, SOCK_STREAM, 0)) < 0) return -1;
-    if (gdl__rdv_connect_by(fd, (struct sockaddr *)&sa, sizeof sa, deadline) != 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    return fd;
-#endif
-}
-
 /* gdl__rendezvous on rank 0: waits for every other rank at MASTER_PORT (until deadline), then sends each the id. */
 static int gdl__rdv_serve(const char *op, int world, const unsigned char *id, double timeout, double deadline,
                           const char *addr, long port) {
     unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
-    int lfd, one = 1, got = 0, i, rc = -1, *fds;
-    struct sockaddr_in sa;
+    int got = 0, i, rc = -1;
+    gdl__sock lfd, *fds;
     char *seen;
-    if (!(fds = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)world)) || !(seen = (char *)GPUDL_MALLOC((size_t)world))) {
+    if (!(fds = (gdl__sock *)GPUDL_MALLOC(sizeof(gdl__sock) * (size_t)world)) ||
+        !(seen = (char *)GPUDL_MALLOC((size_t)world))) {
         GPUDL_FREE(fds);
         gdl__set_error("%s: out of memory", op);
         return -1;
     }
     memset(seen, 0, (size_t)world);
-    for (i = 0; i < world; i++) fds[i] = -1; /* by rank */
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_ANY);
-    if ((lfd = socket(AF_INET, SOCK_STREAM, 0)) < 0 ||
-        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-        bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(lfd, world) != 0) {
-        gdl__set_error("%s: rank 0 cannot listen at MASTER_PORT=%ld: %s", op, port, strerror(errno));
-        if (lfd >= 0) close(lfd);
+    for (i = 0; i < world; i++) fds[i] = GDL__SOCK_NONE; /* by rank */
+    if (gdl__os_sock_listen(&lfd, (int)port, world) != 0) {
+        gdl__set_error("%s: rank 0 cannot listen at MASTER_PORT=%ld: %s", op, port, gdl__os_sock_strerror(errno));
         GPUDL_FREE(fds), GPUDL_FREE(seen);
         return -1;
     }
     while (got < world - 1) {
-        struct pollfd pf;
-        double left = deadline - gdl_now();
-        int fd, r, w;
-        if (left <= 0) {
+        gdl__sock fd = GDL__SOCK_NONE;
+        int r, w;
+        if (gdl_now() >= deadline) {
             char missing[200];
             size_t k = 0;
             for (i = 1; i < world && k + 12 < sizeof missing; i++)
@@ -218,11 +107,10 @@ static int gdl__rdv_serve(const char *op, int world, const unsigned char *id, do
                            "%d ranks came; missing: rank %s", op, timeout, addr, port, got + 1, world, missing);
             goto done;
         }
-        pf.fd = lfd, pf.events = POLLIN, pf.revents = 0;
-        if (poll(&pf, 1, gdl__poll_ms(left)) <= 0 || (fd = accept(lfd, NULL, NULL)) < 0) continue;
-        if (gdl__rdv_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
+        if (gdl__os_sock_accept(lfd, &fd, deadline) != 0) continue;
+        if (gdl__os_sock_io(fd, hello, sizeof hello, 0, gdl_now() + 10 < deadline ? gdl_now() + 10 : deadline) < 0 ||
             memcmp(hello, "gdlR", 4) != 0) {
-            close(fd); /* not one of ours (a port scan, a stale job): wait on */
+            gdl__os_sock_close(fd); /* not one of ours (a port scan, a stale job): wait on */
             continue;
         }
         r = (int)gdl__get32(hello + 4), w = (int)gdl__get32(hello + 8);
@@ -230,8 +118,8 @@ static int gdl__rdv_serve(const char *op, int world, const unsigned char *id, do
             memset(reply, 0, sizeof reply);
             gdl__put32(reply, 1);
             gdl__put32(reply + 4, (uint32_t)world);
-            (void)gdl__rdv_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
-            close(fd);
+            (void)gdl__os_sock_io(fd, reply, sizeof reply, 1, gdl_now() + 1);
+            gdl__os_sock_close(fd);
             if (w != world) {
                 gdl__set_error("%s: rank %d says WORLD_SIZE=%d, rank 0 says %d (MASTER_ADDR=%s MASTER_PORT=%ld)",
                                op, r, w, world, addr, port);
@@ -240,35 +128,33 @@ static int gdl__rdv_serve(const char *op, int world, const unsigned char *id, do
             continue; /* no rank of this job (its launcher checks RANK < WORLD_SIZE): wait on */
         }
         if (seen[r]) { /* a rank that came again (restarted): its newer connection is the one to answer */
-            close(fds[r]);
+            gdl__os_sock_close(fds[r]);
         } else {
             seen[r] = 1;
             got++;
         }
         fds[r] = fd;
         if (got == world - 1) /* a rank that went away since it came (EOF: readable) comes again */
-            for (i = 1; i < world; i++) {
-                struct pollfd q;
-                q.fd = fds[i], q.events = POLLIN, q.revents = 0;
-                if (poll(&q, 1, 0) > 0) {
-                    close(fds[i]);
-                    fds[i] = -1, seen[i] = 0, got--;
+            for (i = 1; i < world; i++)
+                if (gdl__os_sock_readable(fds[i])) {
+                    gdl__os_sock_close(fds[i]);
+                    fds[i] = GDL__SOCK_NONE, seen[i] = 0, got--;
                 }
-            }
     }
     memset(reply, 0, sizeof reply);
     gdl__put32(reply + 4, (uint32_t)world);
     memcpy(reply + 12, id, GDL_COMM_ID_BYTES);
     rc = 0;
     for (i = 1; i < world; i++)
-        if (gdl__rdv_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
-            gdl__set_error("%s: rank 0 could not send the job's id to rank %d: %s", op, i, strerror(errno));
+        if (gdl__os_sock_io(fds[i], reply, sizeof reply, 1, deadline) < 0 && rc == 0) {
+            gdl__set_error("%s: rank 0 could not send the job's id to rank %d: %s", op, i,
+                           gdl__os_sock_strerror(errno));
             rc = -1;
         }
 done:
     for (i = 1; i < world; i++)
-        if (fds[i] >= 0) close(fds[i]);
-    close(lfd);
+        if (fds[i] != GDL__SOCK_NONE) gdl__os_sock_close(fds[i]);
+    gdl__os_sock_close(lfd);
     GPUDL_FREE(fds), GPUDL_FREE(seen);
     return rc;
 }
@@ -277,18 +163,19 @@ done:
 static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id, double timeout, double deadline,
                          const char *addr, long port) {
     unsigned char hello[GDL__RDV_HELLO], reply[GDL__RDV_REPLY];
-    int fd = -1, e = 0;
-    while ((fd = gdl__rdv_connect(addr, (int)port, deadline)) < 0) { /* rank 0 may not listen yet */
-        e = fd == -2 ? 0 : errno;
+    gdl__sock fd = GDL__SOCK_NONE;
+    int rc, e = 0;
+    while ((rc = gdl__os_sock_connect(&fd, addr, (int)port, deadline)) != 0) { /* rank 0 may not listen yet */
+        e = rc == -2 ? 0 : errno;
         if (gdl_now() + 0.1 > deadline) {
             gdl__set_error("%s: rank %d could not reach rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld within %g s "
                            "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
-                           fd == -2 ? "MASTER_ADDR does not resolve to an address"
-#ifndef AI_PASSIVE
+                           rc == -2 ? "MASTER_ADDR does not resolve to an address"
+#ifdef GDL__OS_SOCK_NUMERIC_ONLY
                                       " (this build takes numeric IPv4 addresses only: define _POSIX_C_SOURCE "
                                       "200112L or more for host names)"
 #endif
-                                    : strerror(e));
+                                    : gdl__os_sock_strerror(e));
             return -1;
         }
         gdl__os_sleep_ms(100);
@@ -296,16 +183,16 @@ static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id,
     memcpy(hello, "gdlR", 4);
     gdl__put32(hello + 4, (uint32_t)rank);
     gdl__put32(hello + 8, (uint32_t)world);
-    if (gdl__rdv_io(fd, hello, sizeof hello, 1, deadline) < 0 ||
-        gdl__rdv_io(fd, reply, sizeof reply, 0, deadline) < 0) {
+    if (gdl__os_sock_io(fd, hello, sizeof hello, 1, deadline) < 0 ||
+        gdl__os_sock_io(fd, reply, sizeof reply, 0, deadline) < 0) {
         e = errno;
-        close(fd);
+        gdl__os_sock_close(fd);
         gdl__set_error("%s: rank %d reached MASTER_ADDR=%s MASTER_PORT=%ld but got no answer within %g s "
                        "(GPUDL_DIST_TIMEOUT): %s", op, rank, addr, port, timeout,
-                       e == EPIPE ? "rank 0 gave up (some rank never came)" : strerror(e));
+                       e == EPIPE ? "rank 0 gave up (some rank never came)" : gdl__os_sock_strerror(e));
         return -1;
     }
-    close(fd);
+    gdl__os_sock_close(fd);
     if (gdl__get32(reply) != 0) {
         gdl__set_error("%s: rank 0 at MASTER_ADDR=%s MASTER_PORT=%ld refused rank %d: it says WORLD_SIZE=%u, this "
                        "rank %d", op, addr, port, rank, gdl__get32(reply + 4), world);
@@ -510,7 +397,9 @@ static int gdl__dist_share_id(const char *op, int rank, int world) {
         if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) return -1;
 #else
         gdl__set_error("%s: %d processes without MPI need the TCP rendezvous (MASTER_ADDR, MASTER_PORT), which this "
-                       "platform lacks in gpudl yet (no sockets: Windows)", op, world);
+                       "build lacks: no sockets here (on Windows: <winsock.h> was included before gpudl.h's "
+                       "implementation; include <winsock2.h> first, or define WIN32_LEAN_AND_MEAN before <windows.h>)",
+                       op, world);
         return -1;
 #endif
         gdl__dist.have_id = 1;

@@ -2,9 +2,10 @@
    whatever it is built for: natively on Linux (make test-portability) and as
    a MinGW-w64 program under Wine (make test-windows). Threads, mutexes,
    condition variables, once-only initialisation, atomics, clocks, directory
-   listing, processes, mkdir, fsync, and the checkpoints' atomic replace, also
+   listing, processes, mkdir, fsync, the checkpoints' atomic replace, also
    while the file being replaced is open for reading (where Windows and POSIX
-   differ). One translation unit with the implementation: it calls the
+   differ), and the sockets of the TCP rendezvous (loopback, and the
+   rendezvous between threads; on Windows also between two processes). One translation unit with the implementation: it calls the
    static gdl__os_ functions. Files go to $GPUDL_TEST_DIR (else .). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -296,10 +297,192 @@ TEST checkpoint_replace_while_read(void) {
     PASS();
 }
 
+/* ---- sockets: the TCP rendezvous's transport ---- */
+#ifdef GDL__OS_SOCKETS
+/* a port nobody listens at now (the system's pick, released) */
+static int free_port(void) {
+    gdl__sock l;
+    int port;
+    if (gdl__os_sock_listen(&l, 0, 1) != 0) return 0;
+    port = gdl__os_sock_port(l);
+    gdl__os_sock_close(l);
+    return port;
+}
+
+#ifdef GDL__OS_THREADS
+typedef struct {
+    gdl__sock s;
+    size_t n;
+    int rc;
+} bulk_t;
+static void *send_bulk(void *arg) {
+    bulk_t *b = (bulk_t *)arg;
+    unsigned char *buf = (unsigned char *)malloc(b->n);
+    size_t i;
+    for (i = 0; buf && i < b->n; i++) buf[i] = (unsigned char)(i * 7 + i / 251);
+    b->rc = buf ? gdl__os_sock_io(b->s, buf, b->n, 1, gdl_now() + 20) : -1;
+    free(buf);
+    return NULL;
+}
+#endif
+
+/* a loopback connection: bytes both ways (4 MB in pieces while another thread sends), deadlines that
+   run out, a peer that closes, a port nobody listens at */
+TEST sockets_loopback(void) {
+    gdl__sock l, c = GDL__SOCK_NONE, a = GDL__SOCK_NONE;
+    unsigned char out[300], in[300];
+    double t0;
+    int port, i;
+    ASSERT_EQ(0, gdl__os_sock_listen(&l, 0, 4));
+    ASSERT_GT(port = gdl__os_sock_port(l), 0);
+    ASSERT_EQ(0, gdl__os_sock_connect(&c, "localhost", port, gdl_now() + 10));
+    ASSERT_EQ(0, gdl__os_sock_accept(l, &a, gdl_now() + 10));
+    for (i = 0; i < (int)sizeof out; i++) out[i] = (unsigned char)(i * 13);
+    ASSERT_EQ(0, gdl__os_sock_io(c, out, sizeof out, 1, gdl_now() + 10));
+    ASSERT_EQ(0, gdl__os_sock_io(a, in, sizeof in, 0, gdl_now() + 10));
+    ASSERT_EQ(0, memcmp(in, out, sizeof in));
+    ASSERT_EQ(0, gdl__os_sock_io(a, out, 100, 1, gdl_now() + 10));
+    ASSERT_EQ(0, gdl__os_sock_io(c, in, 100, 0, gdl_now() + 10));
+    ASSERT_EQ(0, memcmp(in, out, 100));
+#ifdef GDL__OS_THREADS
+    { /* more than the system buffers hold: sends and receives return part of it at a time */
+        bulk_t b;
+        gdl__thread t;
+        unsigned char *got = (unsigned char *)malloc(4u << 20);
+        size_t k, bad = 0;
+        ASSERT_NOT_NULL(got);
+        b.s = a, b.n = 4u << 20, b.rc = -2;
+        ASSERT_EQ(0, gdl__thread_start(&t, send_bulk, &b));
+        i = gdl__os_sock_io(c, got, b.n, 0, gdl_now() + 20);
+        gdl__thread_join(&t);
+        for (k = 0; k < b.n; k++) bad += got[k] != (unsigned char)(k * 7 + k / 251);
+        free(got);
+        ASSERT_EQ(0, i);
+        ASSERT_EQ(0, b.rc);
+        ASSERT_EQ(0, (long long)bad);
+    }
+#endif
+    /* nothing comes: the wait ends at its deadline with ETIMEDOUT */
+    ASSERT_EQ(0, gdl__os_sock_readable(a));
+    t0 = gdl_now();
+    ASSERT_EQ(-1, gdl__os_sock_io(a, in, 1, 0, t0 + 0.2));
+    ASSERT_EQ(ETIMEDOUT, errno);
+    ASSERT_GE(gdl_now() - t0, 0.15);
+    ASSERT_LT(gdl_now() - t0, 3);
+    t0 = gdl_now();
+    ASSERT_EQ(-1, gdl__os_sock_accept(l, &c, t0 + 0.2));
+    ASSERT_EQ(ETIMEDOUT, errno);
+    ASSERT_LT(gdl_now() - t0, 3);
+    /* the peer closes: readable at once, and a read says EPIPE */
+    gdl__os_sock_close(c);
+    for (i = 0; i < 100 && !gdl__os_sock_readable(a); i++) gdl__os_sleep_ms(10);
+    ASSERT_EQ(1, gdl__os_sock_readable(a));
+    ASSERT_EQ(-1, gdl__os_sock_io(a, in, 1, 0, gdl_now() + 5));
+    ASSERT_EQ(EPIPE, errno);
+    gdl__os_sock_close(a);
+    gdl__os_sock_close(l);
+    /* nobody listens: refused, in words the C library may lack (Windows) */
+    ASSERT_EQ(-1, gdl__os_sock_connect(&c, "127.0.0.1", port, gdl_now() + 10));
+    ASSERT_EQ(ECONNREFUSED, errno);
+    ASSERT_CONTAINS(gdl__os_sock_strerror(ECONNREFUSED), "refused");
+    ASSERT_CONTAINS(gdl__os_sock_strerror(ETIMEDOUT), "timed out");
+    /* a port taken: EADDRINUSE */
+    ASSERT_EQ(0, gdl__os_sock_listen(&l, 0, 1));
+    ASSERT_EQ(-1, gdl__os_sock_listen(&a, gdl__os_sock_port(l), 1));
+    ASSERT_EQ(EADDRINUSE, errno);
+    gdl__os_sock_close(l);
+    PASS();
+}
+#endif
+
+/* The rendezvous itself ([impl-dist], which gdl_dist_init runs for NCCL jobs without MPI): rank 0 hands its
+   id to ranks 1 and 2, threads of this process here; a rank that never comes is named. */
+#if defined(GDL__HAVE_RDV)
+static unsigned char rdv_id[GDL_COMM_ID_BYTES];
+static void fill_id(unsigned char *id) {
+    int i;
+    for (i = 0; i < GDL_COMM_ID_BYTES; i++) id[i] = (unsigned char)(i * 29 + 3);
+}
+#endif
+#if defined(GDL__HAVE_RDV) && defined(GDL__OS_THREADS)
+typedef struct {
+    int rank, port, rc;
+    unsigned char id[GDL_COMM_ID_BYTES];
+} joiner_t;
+static void *join_rank(void *arg) {
+    joiner_t *j = (joiner_t *)arg;
+    j->rc = gdl__rdv_join("test", j->rank, 3, j->id, 20, gdl_now() + 20, "127.0.0.1", j->port);
+    return NULL;
+}
+TEST rendezvous_threads(void) {
+    joiner_t j[2];
+    gdl__thread t[2];
+    int port = free_port(), i, rc;
+    ASSERT_GT(port, 0);
+    fill_id(rdv_id);
+    for (i = 0; i < 2; i++) {
+        j[i].rank = i + 1, j[i].port = port, j[i].rc = -2;
+        memset(j[i].id, 0, sizeof j[i].id);
+        ASSERT_EQ(0, gdl__thread_start(&t[i], join_rank, &j[i]));
+    }
+    rc = gdl__rdv_serve("test", 3, rdv_id, 20, gdl_now() + 20, "127.0.0.1", port);
+    for (i = 0; i < 2; i++) gdl__thread_join(&t[i]);
+    ASSERT_EQ(0, rc);
+    for (i = 0; i < 2; i++) {
+        ASSERT_EQ(0, j[i].rc);
+        ASSERT_EQ(0, memcmp(j[i].id, rdv_id, sizeof rdv_id));
+    }
+    ASSERT_EQ(-1, gdl__rdv_serve("test", 2, rdv_id, 0.3, gdl_now() + 0.3, "127.0.0.1", port));
+    ASSERT_CONTAINS(gdl_last_error(), "1 of 2 ranks came; missing: rank 1");
+    PASS();
+}
+#endif
+
+/* On Windows, the rendezvous between two processes: this program again (GetModuleFileName) as rank 1,
+   told the port by the environment, and this one as rank 0. (On Linux tests/test_dist_nccl.sh starts two.) */
+#if defined(_WIN32) && defined(GDL__HAVE_RDV)
+#define RANK1_VAR "GPUDL_TEST_RDV_RANK1_PORT"
+static int rank1_main(const char *port) {
+    unsigned char id[GDL_COMM_ID_BYTES], want[GDL_COMM_ID_BYTES];
+    fill_id(want);
+    if (gdl__rdv_join("rank 1", 1, 2, id, 20, gdl_now() + 20, "127.0.0.1", atoi(port)) != 0) {
+        printf("%s\n", gdl_last_error());
+        return 1;
+    }
+    return memcmp(id, want, sizeof id) == 0 ? 0 : 2;
+}
+TEST rendezvous_two_processes(void) {
+    char self[MAX_PATH + 2], quoted[MAX_PATH + 4], ps[16];
+    const char *args[2];
+    DWORD len = GetModuleFileNameA(NULL, self, MAX_PATH);
+    intptr_t child;
+    int code = -1, rc, port = free_port();
+    ASSERT(len > 0 && len < MAX_PATH);
+    ASSERT_GT(port, 0);
+    snprintf(quoted, sizeof quoted, "\"%s\"", self); /* a path holds no quote and ends in no backslash */
+    snprintf(ps, sizeof ps, "%d", port);
+    args[0] = quoted, args[1] = NULL;
+    fill_id(rdv_id);
+    ASSERT_EQ(0, _putenv_s(RANK1_VAR, ps));
+    fflush(NULL);
+    child = _spawnv(_P_NOWAIT, self, args);
+    _putenv_s(RANK1_VAR, "");
+    ASSERT(child != -1);
+    rc = gdl__rdv_serve("rank 0", 2, rdv_id, 20, gdl_now() + 20, "127.0.0.1", port);
+    if (_cwait(&code, child, 0) == -1) FAILm("_cwait failed");
+    ASSERT_EQ(0, rc);
+    ASSERT_EQ(0, code);
+    PASS();
+}
+#endif
+
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     const char *base = getenv("GPUDL_TEST_DIR");
     int k = 0, rc;
+#if defined(_WIN32) && defined(GDL__HAVE_RDV)
+    if (getenv(RANK1_VAR) && *getenv(RANK1_VAR)) return rank1_main(getenv(RANK1_VAR));
+#endif
     HARNESS_MAIN_BEGIN(argc, argv);
     /* a fresh directory: Wine hands out the same small pids run after run */
     do snprintf(dir, sizeof dir, "%s/gdl_platform_%ld_%d", base && *base ? base : ".", gdl__os_pid(), k);
@@ -320,6 +503,15 @@ int main(int argc, char **argv) {
     RUN_TEST(directories_and_files);
     RUN_TEST(replace_is_atomic);
     RUN_TEST(checkpoint_replace_while_read);
+#ifdef GDL__OS_SOCKETS
+    RUN_TEST(sockets_loopback);
+#endif
+#if defined(GDL__HAVE_RDV) && defined(GDL__OS_THREADS)
+    RUN_TEST(rendezvous_threads);
+#endif
+#if defined(_WIN32) && defined(GDL__HAVE_RDV)
+    RUN_TEST(rendezvous_two_processes);
+#endif
     gdl_shutdown();
     HARNESS_MAIN_END();
 }

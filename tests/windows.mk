@@ -43,7 +43,8 @@ WIN_EXAMPLES = mnist_mlp cnn keras_style linear_regression cpu_vs_gpu device_que
 WIN_SKIPPED = \
   "test_crash, test_dist, test_monitor, test_alloc, test_dtype: POSIX-only tests (fork, signals, a fake NVML .so, \
 MPI); not in the Windows list" \
-  "MPI and the TCP rendezvous: no Windows version yet; gdl_dist_init says so at run time" \
+  "MPI: no Windows version yet; gdl_dist_init with several CPU processes says so at run time (the TCP \
+rendezvous runs: test_platform, two processes)" \
   "the GPU suite: CUDA on Windows is not built here (no nvcc for Windows)"
 
 WIN_TESTS = $(WIN_LINKED:%=$(WB)/%.exe) $(WIN_WHOLE:%=$(WB)/%.exe) $(WB)/test_platform_interlocked.exe
