@@ -18,6 +18,11 @@
 #   MUTATE_KEEP=1                   keep the scratch copy (its path is printed)
 #   MUTATE_REV=HEAD                 test a commit (git archive) instead of the
 #                                   working tree, e.g. while others edit it
+#   MUTATE_SUITES="-s kernel_paths" the suite's own arguments for every run,
+#                                   baseline included: a quicker check of a
+#                                   few mutants (one that survives these
+#                                   suites may still be caught by the rest)
+#   MUTATE_TIMEOUT=300              seconds a run of the suite may take
 #
 # Each mutant is an exact-text replacement that must match exactly once in
 # gpudl_cuda.cu; one that does not (the source changed) is an error, reported
@@ -283,7 +288,7 @@ build_checks() { (cd "$S" && $MAKE -s build/emu_race_test_cuda) > "$S/build.log"
 # failure; $2: the binary (the plain build by default)
 run_suite() {
     rc=0
-    (cd "$S" && env GPUDL_EMU_QUIET=1 $1 timeout "$TIMEOUT" ./build/${2:-emu_test_cuda} -f) > "$S/run.log" 2>&1 || rc=$?
+    (cd "$S" && env GPUDL_EMU_QUIET=1 $1 timeout "$TIMEOUT" ./build/${2:-emu_test_cuda} -f ${MUTATE_SUITES:-}) > "$S/run.log" 2>&1 || rc=$?
     return $rc
 }
 # the checks run: racecheck (shared and global memory) and initcheck over
