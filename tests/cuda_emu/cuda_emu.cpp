@@ -3004,11 +3004,11 @@ BlasHandle *blas_get(cublasHandle_t h) {
 
 // A library call on a capturing stream that would allocate device memory
 // (cuBLAS's default workspace pool, a handle's creation): cudaMalloc
-// during a capture invalidates it (cudaMallocAsync, where the library uses
+// during a capture not in relaxed mode invalidates it (cudaMallocAsync, where the library uses
 // it, puts a memory node into every graph instead, which gpudl does not
 // want either). The caller holds g_mu. True when it was such a call.
 bool blas_alloc_in_capture_locked(const char *fn, Stream *s, int dev, const char *what) {
-    bool cap = s ? s->cap != nullptr : global_capture_locked(dev);
+    bool cap = s ? s->cap && s->cap_mode != cudaStreamCaptureModeRelaxed : global_capture_locked(dev);
     if (!cap) return false;
     if (s) s->cap_invalid = true;
     else capture_violation_locked(dev, cudaErrorStreamCaptureUnsupported, fn);

@@ -123,8 +123,9 @@
      and invalidate it, as cudaMalloc does (CUDA before 12.2; since 12.2
      cuBLAS's pool uses cudaMallocAsync, and the capture would succeed with
      a memory node in the graph, which gpudl wants no more than a failure).
-     A queued or replayed GEMM checks that its workspace is still device
-     memory; the workspace's size is not held against what an algorithm
+     (Relaxed-mode captures allow it.) A queued or replayed GEMM checks
+     that its workspace is still device memory (a diagnostic, not an
+     error); the workspace's size is not held against what an algorithm
      would want, and two streams sharing one workspace are not reported.
    - races between threads that use neither barriers nor atomics are only
      exposed as far as the schedules (GPUDL_EMU_SCHED) reorder them; within a

@@ -979,6 +979,10 @@ TEST blas_workspace_under_capture(void) {
               (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dA, n, dA, n, &zero, dC, n));
     ASSERT_EQ((int)cudaErrorStreamCaptureInvalidated, (int)cudaStreamEndCapture(s, &g));
     (void)cudaGetLastError();
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed)); /* allows cudaMalloc */
+    ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dA, n, dA, n, &zero, dC, n));
+    ASSERT_EQ(0, (int)cudaStreamEndCapture(s, &g));
+    ASSERT_EQ(0, (int)cudaGraphDestroy(g));
     /* cuBLASLt: the algorithm takes the workspace the preference allows */
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t desc;
