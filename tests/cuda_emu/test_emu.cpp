@@ -960,7 +960,7 @@ TEST blas_workspace_under_capture(void) {
     ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dA, n, dA, n, &zero, dC, n));
     ASSERT_EQ(0, (int)cudaStreamEndCapture(s, &g));
     ASSERT_EQ(0, (int)cudaGraphInstantiate(&ge, g, 0));
-    ASSERT_EQ(0, (int)cudaMemset(dC, 0, sizeof hA));
+    ASSERT_EQ(0, (int)cudaMemsetAsync(dC, 0, sizeof hA, s)); /* on s: a non-blocking stream ignores the legacy one */
     ASSERT_EQ(0, (int)cudaGraphLaunch(ge, s));
     ASSERT_EQ(0, (int)cudaStreamSynchronize(s));
     ASSERT_EQ(0, (int)cudaMemcpy(R, dC, sizeof R, cudaMemcpyDeviceToHost));
