@@ -84,10 +84,11 @@ $(B)/emu_race_selftest: $(EMU_DIR)/test_emu.cpp tests/harness.h $(EMU_HDR) $(EMU
 	$(CXX) $(EMU_B)/race_test_emu.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
 # The checks run (part of make test-emu, below): the suite but for
-# master_weights (EMU_CHECKS_SKIP: about 45 s of the checks run late in the
-# suite, 4 s alone; its kernels run in the other suites; make test-emu-race
-# runs it), the training, autocast and graph suites included (about 28 s of
-# the run on a loaded 2-core machine): the suite under the
+# master_weights (EMU_CHECKS_SKIP: 45 s of the checks run, and 42 s of the
+# plain run, after the other suites; 4 s alone; its kernels run in the other
+# suites; make test-emu-race runs it), the training, autocast and graph
+# suites included (about 28 s of the run on a loaded 2-core machine): the
+# suite under the
 # racecheck build with GPUDL_EMU_RACECHECK=1 (shared- and global-memory
 # hazards), GPUDL_EMU_INITCHECK=1 (reads of memory never written, blocks
 # the caching allocator hands out again included) and
