@@ -175,7 +175,7 @@ deps:
 test-fresh:
 	@sh tools/fresh_check.sh $(FRESH_ARGS)
 
-# the GPU suite's mutation check: 42 planted kernel bugs, one at a time, on the emulator (minutes)
+# the GPU suite's mutation check: planted kernel bugs (sh tests/mutate_cuda.sh -l lists them), one at a time, on the emulator (minutes)
 mutate-cuda:
 	sh tests/mutate_cuda.sh
 

@@ -224,6 +224,9 @@ static void *gdl__cu_alloc(size_t bytes) {
         return NULL;
     }
     if (bytes == 0) bytes = 1;
+#ifdef GPUDL_EMU
+    cudaStream_t st = gdl__cu_stream(); /* before the lock: it takes it too */
+#endif
     size = (bytes + GDL__CU_GRANULE - 1) / GDL__CU_GRANULE * GDL__CU_GRANULE;
     if (size < bytes) {
         gdl__set_error("gdl_cuda: allocation of %.0f bytes is too large", (double)bytes);
@@ -238,6 +241,13 @@ static void *gdl__cu_alloc(size_t bytes) {
         size = it->first;
         S.cache[dev].erase(it);
         M.cache_hits++;
+#ifdef GPUDL_EMU
+        // the emulator's initcheck tracks whole cudaMalloc blocks: without
+        // this, bytes the block's last owner wrote would pass for
+        // initialised (a read past a tensor's end went unseen). In stream
+        // order: the last owner's queued kernels still see their own writes.
+        (void)gdl_emu_mark_uninit(p, size, (void *)st);
+#endif
     } else {
         M.device_mallocs++;
         cudaError_t e = cudaMalloc(&p, size);
@@ -615,12 +625,30 @@ static int gdl__cu_pci_bus_id(int device, char *buf, int len) {
 // the same over blocks: block b takes rows b, b + gridDim.x, ...
 #define GDL_CU_ROWS(r, n) for (int64_t r = blockIdx.x; r < (n); r += gridDim.x)
 
+// The grids' caps: 2^20 blocks for a grid over elements, 65535 * 8 for one
+// over rows (gdl__cu_cap(limit)). GPUDL_CUDA_MAX_GRID=n (read once) lowers
+// both, and the optimizers' grids over chunks, to n blocks: then every block
+// loops over several rows or tiles, as only inputs too large to test make it
+// loop otherwise. The emulator's checks run (tests/cuda_emu/emu.mk) uses it,
+// so that a missing barrier before a block reuses its shared memory for its
+// next row shows; it changes only the order of a reduction's partial sums.
+static int64_t gdl__cu_cap(int64_t limit) {
+    static const int64_t env = [] {
+        const char *e = getenv("GPUDL_CUDA_MAX_GRID");
+        long long v = e ? atoll(e) : 0;
+        return (int64_t)(v > 0 ? v : 0);
+    }();
+    return env > 0 && env < limit ? env : limit;
+}
 static unsigned gdl__cu_grid(int64_t n, int threads) {
-    int64_t b = (n + threads - 1) / threads;
-    if (b > (1 << 20)) b = 1 << 20;
+    int64_t b = (n + threads - 1) / threads, cap = gdl__cu_cap((int64_t)1 << 20);
+    if (b > cap) b = cap;
     return (unsigned)(b < 1 ? 1 : b);
 }
-static unsigned gdl__cu_row_grid(int64_t rows) { return (unsigned)(rows < 1 ? 1 : rows > 65535 * 8 ? 65535 * 8 : rows); }
+static unsigned gdl__cu_row_grid(int64_t rows) {
+    int64_t cap = gdl__cu_cap(65535 * 8);
+    return (unsigned)(rows < 1 ? 1 : rows > cap ? cap : rows);
+}
 
 // threads for one block per row of n elements: a multiple of 32, not more
 // than the row needs, at most 512
@@ -3165,7 +3193,8 @@ static int gdl__cu_opt_multi(const void *table, int adam, int decoupled) {
     const gdl__cu_opt_table *h = (const gdl__cu_opt_table *)table;
     if (!h || !h->count) return 0;
     cudaStream_t st = gdl__cu_stream();
-    unsigned grid = (unsigned)(h->chunks < (1 << 20) ? h->chunks : (1 << 20));
+    int64_t cap = gdl__cu_cap(1 << 20);
+    unsigned grid = (unsigned)(h->chunks < cap ? h->chunks : cap);
     if (adam)
         GDL_CU_LAUNCH(gdl__k_adam_multi, grid, GDL__CU_THREADS, 0, st)(h->tab, h->count, h->chunks, decoupled, h->done,
                                                                         h->skip);
@@ -3298,7 +3327,8 @@ static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, 
     gdl__cu_opt_entry *tab = (gdl__cu_opt_entry *)block;
     double *part = block ? (double *)(block + tb) : NULL, *coef = part ? part + chunks : NULL;
     if (e == cudaSuccess) {
-        unsigned grid = (unsigned)(chunks < (1 << 20) ? (chunks > 0 ? chunks : 1) : (1 << 20));
+        int64_t cap = gdl__cu_cap(1 << 20);
+        unsigned grid = (unsigned)(chunks < cap ? (chunks > 0 ? chunks : 1) : cap);
         if (chunks > 0) GDL_CU_LAUNCH(gdl__k_sumsq_chunks, grid, GDL__CU_THREADS, 0, st)(tab, used, chunks, part);
         GDL_CU_LAUNCH(gdl__k_clip_coef, 1, GDL__CU_THREADS, 0, st)(chunks, part, max_norm, norm, coef);
         if (chunks > 0) GDL_CU_LAUNCH(gdl__k_clip_scale, grid, GDL__CU_THREADS, 0, st)(tab, used, chunks, coef);
@@ -3476,6 +3506,21 @@ static int gdl__cu_sum_squares(int64_t n, const float *x, double *out) {
 // synchronisation, cudaMalloc or legacy-stream work anywhere meanwhile fails
 // the capture, as PyTorch's default; our allocator refuses even cache hits.
 
+// cuBLAS's handle with its own workspace (cublasSetWorkspace after
+// cublasSetStream, gdl__cu_blas) and cuBLASLt's handle, made before the
+// capture: cublasCreate and the workspace's cudaMalloc inside it would fail
+// the capture, and a handle without its own workspace would allocate from
+// cuBLAS's pool there (cuBLASLt takes ours, gdl__cu_lt_matmul). The
+// warm-up step usually made them; a step whose first GEMM is in the
+// capture would not have.
+static int gdl__cu_graph_handles(int dev) {
+    gdl__cu_state &S = gdl__cu();
+    if (!gdl__cu_blas()) return -1;
+    std::lock_guard<std::mutex> lock(S.mu);
+    if (!S.lt[dev]) GDL_CUBLAS_TRY(cublasLtCreate(&S.lt[dev]), -1);
+    return 0;
+}
+
 static int gdl__cu_graph_begin(void) {
     int dev;
     if (gdl__cu_current(&dev) < 0) return -1;
@@ -3484,6 +3529,7 @@ static int gdl__cu_graph_begin(void) {
         gdl__set_error("gdl_cuda: cuda:%d has no compute stream to capture (the legacy stream cannot be)", dev);
         return -1;
     }
+    if (gdl__cu_graph_handles(dev) < 0) return -1;
     GDL_CU_TRY(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal), -1);
     gdl__cu_capturing = dev;
     return 0;

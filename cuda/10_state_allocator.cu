@@ -126,6 +126,9 @@ static void *gdl__cu_alloc(size_t bytes) {
         return NULL;
     }
     if (bytes == 0) bytes = 1;
+#ifdef GPUDL_EMU
+    cudaStream_t st = gdl__cu_stream(); /* before the lock: it takes it too */
+#endif
     size = (bytes + GDL__CU_GRANULE - 1) / GDL__CU_GRANULE * GDL__CU_GRANULE;
     if (size < bytes) {
         gdl__set_error("gdl_cuda: allocation of %.0f bytes is too large", (double)bytes);
@@ -140,6 +143,13 @@ static void *gdl__cu_alloc(size_t bytes) {
         size = it->first;
         S.cache[dev].erase(it);
         M.cache_hits++;
+#ifdef GPUDL_EMU
+        // the emulator's initcheck tracks whole cudaMalloc blocks: without
+        // this, bytes the block's last owner wrote would pass for
+        // initialised (a read past a tensor's end went unseen). In stream
+        // order: the last owner's queued kernels still see their own writes.
+        (void)gdl_emu_mark_uninit(p, size, (void *)st);
+#endif
     } else {
         M.device_mallocs++;
         cudaError_t e = cudaMalloc(&p, size);

@@ -55,12 +55,30 @@ static int gdl__cu_pci_bus_id(int device, char *buf, int len) {
 // the same over blocks: block b takes rows b, b + gridDim.x, ...
 #define GDL_CU_ROWS(r, n) for (int64_t r = blockIdx.x; r < (n); r += gridDim.x)
 
+// The grids' caps: 2^20 blocks for a grid over elements, 65535 * 8 for one
+// over rows (gdl__cu_cap(limit)). GPUDL_CUDA_MAX_GRID=n (read once) lowers
+// both, and the optimizers' grids over chunks, to n blocks: then every block
+// loops over several rows or tiles, as only inputs too large to test make it
+// loop otherwise. The emulator's checks run (tests/cuda_emu/emu.mk) uses it,
+// so that a missing barrier before a block reuses its shared memory for its
+// next row shows; it changes only the order of a reduction's partial sums.
+static int64_t gdl__cu_cap(int64_t limit) {
+    static const int64_t env = [] {
+        const char *e = getenv("GPUDL_CUDA_MAX_GRID");
+        long long v = e ? atoll(e) : 0;
+        return (int64_t)(v > 0 ? v : 0);
+    }();
+    return env > 0 && env < limit ? env : limit;
+}
 static unsigned gdl__cu_grid(int64_t n, int threads) {
-    int64_t b = (n + threads - 1) / threads;
-    if (b > (1 << 20)) b = 1 << 20;
+    int64_t b = (n + threads - 1) / threads, cap = gdl__cu_cap((int64_t)1 << 20);
+    if (b > cap) b = cap;
     return (unsigned)(b < 1 ? 1 : b);
 }
-static unsigned gdl__cu_row_grid(int64_t rows) { return (unsigned)(rows < 1 ? 1 : rows > 65535 * 8 ? 65535 * 8 : rows); }
+static unsigned gdl__cu_row_grid(int64_t rows) {
+    int64_t cap = gdl__cu_cap(65535 * 8);
+    return (unsigned)(rows < 1 ? 1 : rows > cap ? cap : rows);
+}
 
 // threads for one block per row of n elements: a multiple of 32, not more
 // than the row needs, at most 512

@@ -199,7 +199,8 @@ static int gdl__cu_opt_multi(const void *table, int adam, int decoupled) {
     const gdl__cu_opt_table *h = (const gdl__cu_opt_table *)table;
     if (!h || !h->count) return 0;
     cudaStream_t st = gdl__cu_stream();
-    unsigned grid = (unsigned)(h->chunks < (1 << 20) ? h->chunks : (1 << 20));
+    int64_t cap = gdl__cu_cap(1 << 20);
+    unsigned grid = (unsigned)(h->chunks < cap ? h->chunks : cap);
     if (adam)
         GDL_CU_LAUNCH(gdl__k_adam_multi, grid, GDL__CU_THREADS, 0, st)(h->tab, h->count, h->chunks, decoupled, h->done,
                                                                         h->skip);
@@ -332,7 +333,8 @@ static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, 
     gdl__cu_opt_entry *tab = (gdl__cu_opt_entry *)block;
     double *part = block ? (double *)(block + tb) : NULL, *coef = part ? part + chunks : NULL;
     if (e == cudaSuccess) {
-        unsigned grid = (unsigned)(chunks < (1 << 20) ? (chunks > 0 ? chunks : 1) : (1 << 20));
+        int64_t cap = gdl__cu_cap(1 << 20);
+        unsigned grid = (unsigned)(chunks < cap ? (chunks > 0 ? chunks : 1) : cap);
         if (chunks > 0) GDL_CU_LAUNCH(gdl__k_sumsq_chunks, grid, GDL__CU_THREADS, 0, st)(tab, used, chunks, part);
         GDL_CU_LAUNCH(gdl__k_clip_coef, 1, GDL__CU_THREADS, 0, st)(chunks, part, max_norm, norm, coef);
         if (chunks > 0) GDL_CU_LAUNCH(gdl__k_clip_scale, grid, GDL__CU_THREADS, 0, st)(tab, used, chunks, coef);

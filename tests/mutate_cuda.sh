@@ -18,6 +18,11 @@
 #   MUTATE_KEEP=1                   keep the scratch copy (its path is printed)
 #   MUTATE_REV=HEAD                 test a commit (git archive) instead of the
 #                                   working tree, e.g. while others edit it
+#   MUTATE_SUITES="-s kernel_paths" the suite's own arguments for every run,
+#                                   baseline included: a quicker check of a
+#                                   few mutants (one that survives these
+#                                   suites may still be caught by the rest)
+#   MUTATE_TIMEOUT=300              seconds a run of the suite may take
 #
 # Each mutant is an exact-text replacement that must match exactly once in
 # gpudl_cuda.cu; one that does not (the source changed) is an error, reported
@@ -70,8 +75,8 @@ M = [
  "        gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));",
  "        gx[i] = gdl__st<T>(sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d);"),
 ("relu_backward_assigns", "= for += in the ReLU backward",
- "        GDL_CU_LOOP(i, n) gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (gdl__ld(x[i]) > 0 ? gdl__ld(gy[i]) : 0.0f));",
- "        GDL_CU_LOOP(i, n) gx[i] = gdl__st<T>(gdl__ld(x[i]) > 0 ? gdl__ld(gy[i]) : 0.0f);"),
+ "            gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (pass ? gdl__ld(gy[i]) : 0.0f));",
+ "            gx[i] = gdl__st<T>(pass ? gdl__ld(gy[i]) : 0.0f);"),
 ("sum_to_block_assigns", "= for += in the block sum_to (bias gradients over long batches)",
  "        if (threadIdx.x == 0) dst[od] = gdl__st<TD>(gdl__ld(dst[od]) + alpha * s);",
  "        if (threadIdx.x == 0) dst[od] = gdl__st<TD>(alpha * s);"),
@@ -127,8 +132,8 @@ M = [
  "                if (++idx[d] < g.rshape[d]) break;",
  "                if (++idx[d] <= g.rshape[d]) break;"),
 ("binary_wrong_b_stride", "wrong stride: the second operand indexed with the first one's strides",
- "            ob += id * g.bs[d];",
- "            ob += id * g.as[d];"),
+ "            ob += id * g.bs[d];\n        }\n        out[i] = gdl__st<TO>(",
+ "            ob += id * g.as[d];\n        }\n        out[i] = gdl__st<TO>("),
 ("im2col_bound_off_by_one", "off-by-one bound: im2col reads the column one past the row",
  "        col[t] = (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) ? x[(nc * g.H + ih) * g.W + iw] : gdl__st<T>(0.0f);",
  "        col[t] = (ih >= 0 && ih < g.H && iw >= 0 && iw <= g.W) ? x[(nc * g.H + ih) * g.W + iw] : gdl__st<T>(0.0f);"),
@@ -186,12 +191,25 @@ M = [
  "    if (act == GDL_UN_RELU) epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;",
  "    if (act == GDL_UN_RELU) epi = CUBLASLT_EPILOGUE_RELU;"),
 # issue 25: bugs for the emulator's racecheck and initcheck (the "checks" run)
+("argmax_no_barrier_before_reuse", "missing __syncthreads before the block argmax refills its shared buffers (a second call overwrites them while a slow warp still reads; needs a block that loops over rows: GPUDL_CUDA_MAX_GRID)",
+ "    }\n    __syncthreads();\n    if (lane == 0) { sv[wid] = v; sk[wid] = k; }",
+ "    }\n    if (lane == 0) { sv[wid] = v; sk[wid] = k; }"),
 ("argmax_tile_read_before_written", "the block argmax reads the shared partials before every warp wrote its own",
  "    if (lane == 0) { sv[wid] = v; sk[wid] = k; }\n    __syncthreads();",
  "    if (lane == 0) { sv[wid] = v; sk[wid] = k; }"),
 ("argmax_blocks_share_outputs", "the block index left out of a grid-stride loop: every block computes (and writes) every output",
  "__global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {\n    GDL_CU_LOOP(t, outer * inner) {",
  "__global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {\n    for (int64_t t = threadIdx.x; t < outer * inner; t += blockDim.x) {"),
+("softmax_strided_reads_one_past", "the max of a strided softmax reads one element past its row (lse does not depend on it, the read is still wrong; past the tensor, into bytes the caching allocator's earlier tenant wrote)",
+ "        for (int64_t k = 0; k < n; k++) mx = fmaxf(mx, p[k * inner]);",
+ "        for (int64_t k = 0; k <= n; k++) mx = fmaxf(mx, p[k * inner]);"),
+# issue 25: the libraries' workspaces under graph capture
+("blas_stream_after_workspace", "cublasSetStream after cublasSetWorkspace: it resets the handle to cuBLAS's default workspace pool, which allocates inside a graph capture",
+ "            if (st2 == CUBLAS_STATUS_SUCCESS) st2 = cublasSetStream(h, st);\n            if (st2 == CUBLAS_STATUS_SUCCESS) st2 = cublasSetWorkspace(h, ws, wsb);",
+ "            if (st2 == CUBLAS_STATUS_SUCCESS) st2 = cublasSetWorkspace(h, ws, wsb);\n            if (st2 == CUBLAS_STATUS_SUCCESS) st2 = cublasSetStream(h, st);"),
+("lt_matmul_without_workspace", "cublasLtMatmul given no workspace while the heuristic was allowed one (cuBLASLt never allocates: its algorithm cannot run)",
+ "e = cublasLtMatmul(lt, desc, &alpha, w, la, x, lb, &beta, y, ld, y, ld, &heur.algo, ws, wsb, st);",
+ "e = cublasLtMatmul(lt, desc, &alpha, w, la, x, lb, &beta, y, ld, y, ld, &heur.algo, NULL, 0, st);"),
 ]
 
 def find(name):
@@ -270,12 +288,13 @@ build_checks() { (cd "$S" && $MAKE -s build/emu_race_test_cuda) > "$S/build.log"
 # failure; $2: the binary (the plain build by default)
 run_suite() {
     rc=0
-    (cd "$S" && env GPUDL_EMU_QUIET=1 $1 timeout "$TIMEOUT" ./build/${2:-emu_test_cuda} -f) > "$S/run.log" 2>&1 || rc=$?
+    (cd "$S" && env GPUDL_EMU_QUIET=1 $1 timeout "$TIMEOUT" ./build/${2:-emu_test_cuda} -f ${MUTATE_SUITES:-}) > "$S/run.log" 2>&1 || rc=$?
     return $rc
 }
 # the checks run: racecheck (shared and global memory) and initcheck over
-# the suite, with GEMMs rounded per call configuration (make test's run)
-CHECKS="GPUDL_EMU_DEVICES=2 GPUDL_EMU_RACECHECK=1 GPUDL_EMU_INITCHECK=1 GPUDL_EMU_GEMM=perturbed GPUDL_EMU_QUIET=0"
+# the suite, with GEMMs rounded per call configuration and grids capped so
+# that blocks loop over rows (make test's run: EMU_CHECKS_ENV in emu.mk)
+CHECKS="GPUDL_EMU_DEVICES=2 GPUDL_EMU_RACECHECK=1 GPUDL_EMU_INITCHECK=1 GPUDL_EMU_GEMM=perturbed GPUDL_CUDA_MAX_GRID=3 GPUDL_EMU_QUIET=0"
 checks_failure() {
     f=$(grep -m1 -E 'racecheck: .*hazard on|initcheck: ' "$S/run.log" || true)
     [ -n "$f" ] || f=$(first_failure "$1")

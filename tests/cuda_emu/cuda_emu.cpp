@@ -1698,6 +1698,32 @@ void sh_mark_host(const void *p, size_t n, const void *from = nullptr) {
     if (S->r) memset(S->r + off, 0, n * 4);
 }
 
+// n shadow words zeroed: whole pages given back to the kernel (they read
+// as zero again), so that forgetting a large block costs no page faults
+void zero_shadow(uint32_t *w, size_t n) {
+    const uintptr_t pg = 4096;
+    uintptr_t lo = ((uintptr_t)w + pg - 1) & ~(pg - 1), hi = ((uintptr_t)(w + n)) & ~(pg - 1);
+    if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) {
+        memset(w, 0, n * 4);
+        return;
+    }
+    memset(w, 0, lo - (uintptr_t)w);
+    memset((void *)hi, 0, (uintptr_t)(w + n) - hi);
+}
+
+// a block of a device allocation that a suballocator hands out again: its
+// bytes count as never written, with no writer or reader block, as in a
+// fresh allocation (gdl_emu_mark_uninit)
+void sh_forget(const void *p, size_t n) {
+    Shadow *S = sh_find(p);
+    if (!S || (const char *)p < S->ptr) return;
+    size_t off = (size_t)((const char *)p - S->ptr);
+    if (off >= S->rounded) return;
+    if (off + n > S->rounded) n = S->rounded - off;
+    zero_shadow(S->w + off, n);
+    if (S->r) zero_shadow(S->r + off, n);
+}
+
 // a column-major operand of a host-side GEMM: rows x cols elements of es bytes, ld apart
 void sh_matrix(const char *what, const void *p, long long rows, long long cols, long long ld, size_t es, bool write) {
     if (!p || rows <= 0 || cols <= 0 || !sh_find(p)) return;
@@ -2886,6 +2912,20 @@ int gdl_emu_drain(void) {
     return 0;
 }
 
+// queued on the stream, so that work queued before (the block's last owner's
+// kernels) still sees the old state and the new owner's work the fresh one
+int gdl_emu_mark_uninit(const void *p, size_t n, void *stream) {
+    if (!init_ok()) return -1;
+    if (!p || !n || !sh_enabled()) return 0;
+    std::lock_guard<std::mutex> lk(g_mu);
+    Stream *s = resolve_locked((cudaStream_t)stream);
+    // no CUDA error (the hook must not disturb cudaGetLastError); not into a
+    // capture: a graph node would forget writes on every replay
+    if (!s || s->cap) return -1;
+    enqueue_locked(s, [p, n] { sh_forget(p, n); });
+    return 0;
+}
+
 int gdl_emu_lt_no_algo(long k) {
     lt_refuse_at.store(k > 0 ? lt_heur_calls.load() + k : -1);
     return 0;
@@ -2941,10 +2981,17 @@ __attribute__((constructor)) static void gdl_emu_env_faults(void) {
 
 namespace {
 
+// ws / user_ws: the workspace of cublasSetWorkspace; cublasSetStream
+// resets it to the library's default pool (user_ws false), as the cuBLAS
+// documentation says, and a call from the pool during a capture would
+// allocate (gemm_common)
 struct BlasHandle {
     int dev;
     cudaStream_t stream = 0;
     cublasMath_t mode = CUBLAS_DEFAULT_MATH;
+    void *ws = nullptr;
+    size_t wsbytes = 0;
+    bool user_ws = false;
 };
 std::mutex &blas_mu = *new std::mutex;
 std::set<BlasHandle *> &blas_handles = *new std::set<BlasHandle *>;
@@ -2953,6 +3000,30 @@ BlasHandle *blas_get(cublasHandle_t h) {
     std::lock_guard<std::mutex> l(blas_mu);
     BlasHandle *b = (BlasHandle *)h;
     return blas_handles.count(b) ? b : nullptr;
+}
+
+// A library call on a capturing stream that would allocate device memory
+// (cuBLAS's default workspace pool, a handle's creation): cudaMalloc
+// during a capture not in relaxed mode invalidates it (cudaMallocAsync, where the library uses
+// it, puts a memory node into every graph instead, which gpudl does not
+// want either). The caller holds g_mu. True when it was such a call.
+bool blas_alloc_in_capture_locked(const char *fn, Stream *s, int dev, const char *what) {
+    bool cap = s ? s->cap && s->cap_mode != cudaStreamCaptureModeRelaxed : global_capture_locked(dev);
+    if (!cap) return false;
+    if (s) s->cap_invalid = true;
+    else capture_violation_locked(dev, cudaErrorStreamCaptureUnsupported, fn);
+    diag("%s during a stream capture %s: the library would allocate device memory inside the capture; the capture is "
+         "invalidated", fn, what);
+    return true;
+}
+
+// the workspace a queued (or captured) GEMM runs with must still be device
+// memory of its device when it runs (a graph replays long after capture)
+void blas_ws_live(const char *fn, const void *ws, size_t n, int dev) {
+    bool bad;
+    if (ws && n && (classify(ws, n, &bad) != dev || bad))
+        diag("%s: its workspace %p (%zu bytes) is no longer device memory of cuda:%d when it runs (freed after "
+             "cublasSetWorkspace, or after the capture that recorded it?)", fn, ws, n, dev);
 }
 
 float tf32(float x) {
@@ -3246,7 +3317,15 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
         capture_violation_locked(s->dev, cudaErrorStreamCaptureImplicit, fn);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
+    if (!H->user_ws && blas_alloc_in_capture_locked(fn, s, s->dev,
+                                                    "with cuBLAS's default workspace pool (no cublasSetWorkspace "
+                                                    "since the handle's creation or its last cublasSetStream)"))
+        return CUBLAS_STATUS_ALLOC_FAILED;
+    void *ws = H->ws;
+    size_t wsbytes = H->wsbytes;
+    int wsdev = H->dev;
     enqueue_locked(s, [=] {
+        blas_ws_live(fn, ws, wsbytes, wsdev);
         const GemmOrder *o = ordered ? &ord : nullptr;
         for (int b = 0; b < batch; b++) {
             if (need_ab) {
@@ -3276,6 +3355,11 @@ extern "C" {
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
     if (!h) return CUBLAS_STATUS_INVALID_VALUE;
     if (!init_ok()) return CUBLAS_STATUS_NOT_INITIALIZED;
+    {
+        std::lock_guard<std::mutex> g(g_mu);
+        if (blas_alloc_in_capture_locked("cublasCreate", nullptr, tl_dev, "(global mode, on its device)"))
+            return CUBLAS_STATUS_ALLOC_FAILED;
+    }
     BlasHandle *b = new BlasHandle;
     b->dev = tl_dev;
     std::lock_guard<std::mutex> l(blas_mu);
@@ -3314,6 +3398,9 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
     BlasHandle *b = blas_get(h);
     if (!b) return CUBLAS_STATUS_NOT_INITIALIZED;
     b->stream = s;
+    b->ws = nullptr; /* "unconditionally resets the cuBLAS library workspace back to the default workspace pool" */
+    b->wsbytes = 0;
+    b->user_ws = false;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -3335,6 +3422,9 @@ cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void *ws, size_t bytes) {
             return CUBLAS_STATUS_INVALID_VALUE;
         }
     }
+    b->ws = bytes ? ws : nullptr; /* NULL or 0 bytes: algorithms that need no workspace */
+    b->wsbytes = ws ? bytes : 0;
+    b->user_ws = true;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -3447,6 +3537,7 @@ struct LtLayout {
     uint64_t rows, cols;
     int64_t ld;
 };
+const size_t LT_ALGO_WS = (size_t)1 << 20; /* the most workspace an emulated cuBLASLt algorithm asks for */
 struct LtPref {
     uint64_t ws = 0;
     uint32_t align[4] = {256, 256, 256, 256}; /* MIN_ALIGNMENT_A/B/C/D_BYTES; cuBLASLt's default is 256 */
@@ -3703,6 +3794,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     results[0].algo.data[0] = 0x656d75u; /* "emu" */
     // the alignments it assumes: those promised, at most 16 bytes (cublasLtMatmul checks them)
     for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = P.align[i] < 16 ? P.align[i] : 16;
+    // it uses the workspace the preference allows (MAX_WORKSPACE_BYTES, 0
+    // by default), up to LT_ALGO_WS: cublasLtMatmul must be given as much
+    results[0].workspaceSize = P.ws < LT_ALGO_WS ? (size_t)P.ws : LT_ALGO_WS;
+    results[0].algo.data[5] = results[0].workspaceSize;
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].wavesCount = 1.0f;
     *count = 1;
@@ -3728,6 +3823,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                  (unsigned)algo->data[1 + i], "ABCD"[i]);
             return CUBLAS_STATUS_NOT_SUPPORTED;
         }
+    // cuBLASLt never allocates: the algorithm's workspace comes from the caller or it does not run
+    if (algo && algo->data[0] == 0x656d75u && (wsbytes < algo->data[5] || (algo->data[5] && !ws))) {
+        diag("%s: workspace %p of %zu bytes, and its algorithm needs %llu (the heuristic's workspaceSize for the "
+             "preference's CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES)", fn, ws, wsbytes,
+             (unsigned long long)algo->data[5]);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     long num = ++n_cublas, fc = fail_cublas_at.load();
     if (fc >= 0 && num == fc) { /* injected (gdl_emu_fail_cublas): nothing runs */
         fail_cublas_at.store(-1);
@@ -3788,6 +3890,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
     }
     int64_t arows = L[0].rows, acols = L[0].cols, brows = L[1].rows, bcols = L[1].cols;
     enqueue_locked(s, [=] {
+        blas_ws_live(fn, ws, wsbytes, dev);
         if (al != 0 && k > 0) {
             sh_matrix(fn, A, arows, acols, lda, 4, false);
             sh_matrix(fn, B, brows, bcols, ldb, 4, false);

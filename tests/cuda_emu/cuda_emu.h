@@ -77,7 +77,16 @@
    allocation #id or the __shared__ variable) and byte offset, the block
    and thread; counted as gdl_emu_count("uninit"); exit status 66 as above.
    gdl_emu_initcheck(on) switches it from a test. The shadows cost 4 bytes
-   per byte of device memory touched (8 with racecheck).
+   per byte of device memory touched (8 with racecheck). A suballocator
+   that hands a block out again calls gdl_emu_mark_uninit (emu_api.h): in
+   its stream's order the block's bytes become never written again, with
+   no writer or reader block (gpudl's caching allocator does, under
+   GPUDL_EMU, for every cache hit), so a read past a tensor into bytes an
+   earlier tenant of the block wrote is reported.
+   gpudl_cuda.cu's own GPUDL_CUDA_MAX_GRID=n caps its grids at n blocks:
+   the checks run of make test-emu sets 3, so that blocks loop over several
+   rows or tiles (grid-stride loops) with more than one warp, where a
+   missing barrier before a block reuses its shared memory shows.
 
    Limits (what the emulator does not model):
    - timing: no warp lockstep, no memory coalescing or bank conflicts, no
@@ -101,7 +110,23 @@
      most 16 bytes; 256 when no preference is set), and cublasLtMatmul
      refuses pointers less aligned than that. The real heuristic's other
      reasons to find nothing (workspace too small, a shape no kernel
-     covers) are not modelled.
+     covers) are not modelled. Its algorithm asks for the workspace the
+     preference allows (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, 0 by
+     default), up to 1 MiB, as the heuristic's workspaceSize (a real one
+     asks for anything from 0 up to the maximum), and cublasLtMatmul refuses
+     less (CUBLAS_STATUS_INVALID_VALUE: cuBLASLt never allocates).
+   - cuBLAS workspaces: a handle uses the library's default pool until
+     cublasSetWorkspace, and cublasSetStream puts it back on the pool (as
+     the cuBLAS documentation says). A GEMM from the pool on a capturing
+     stream, and cublasCreate during a global-mode capture on its device,
+     would allocate inside the capture: they fail (CUBLAS_STATUS_ALLOC_FAILED)
+     and invalidate it, as cudaMalloc does (CUDA before 12.2; since 12.2
+     cuBLAS's pool uses cudaMallocAsync, and the capture would succeed with
+     a memory node in the graph, which gpudl wants no more than a failure).
+     (Relaxed-mode captures allow it.) A queued or replayed GEMM checks
+     that its workspace is still device memory (a diagnostic, not an
+     error); the workspace's size is not held against what an algorithm
+     would want, and two streams sharing one workspace are not reported.
    - races between threads that use neither barriers nor atomics are only
      exposed as far as the schedules (GPUDL_EMU_SCHED) reorder them; within a
      block, threads interleave only at barriers and warp operations.
@@ -119,10 +144,14 @@
      and after the observing one); pinned host memory is not shadowed.
      Initcheck: bytes are initialised or not, not per bit; padding that
      a kernel copies whole counts as read; memory is tracked per
-     cudaMalloc, so bytes that gpudl's caching allocator hands out again
-     keep the state the last tensor there left (a read one past a tensor
-     into bytes an earlier tensor wrote is not seen; compute-sanitizer
-     without allocator annotations has the same blind spot).
+     cudaMalloc, and a suballocator's block is fresh again only where the
+     suballocator says so (gdl_emu_mark_uninit; gpudl's caching allocator
+     does); compute-sanitizer on a GPU has the same blind spot unless the
+     allocator annotates its blocks (gpudl's does not), so a read past a
+     tensor into an earlier tenant's bytes is found here, not there.
+     Hazards that need a block to loop over rows are seen only where it
+     does (the checks run's GPUDL_CUDA_MAX_GRID=3; other runs use the
+     backend's caps, reached only by inputs larger than the suite's).
    - __shared__ is not refilled with garbage between blocks: without
      GPUDL_EMU_INITCHECK a read before the first write sees the previous
      block's (or zero) values, not NaN. Dynamic shared memory

@@ -83,19 +83,30 @@ $(B)/emu_race_selftest: $(EMU_DIR)/test_emu.cpp tests/harness.h $(EMU_HDR) $(EMU
 	$(CXX) $(EMU_CXXFLAGS) $(EMU_RACE) $(EMU_CU) -Itests -c $< -o $(EMU_B)/race_test_emu.o
 	$(CXX) $(EMU_B)/race_test_emu.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
-# The checks run (part of make test-emu, below, without the model-training
-# suites the schedule runs skip too, for time: their kernels run in the
-# other suites; make test-emu-race runs the whole suite): the suite under the
+# The checks run (part of make test-emu, below): the suite but for
+# master_weights (EMU_CHECKS_SKIP: 45 s of the checks run, and 42 s of the
+# plain run, after the other suites; 4 s alone; its kernels run in the other
+# suites; make test-emu-race runs it), the training, autocast and graph
+# suites included (about 28 s of the run on a loaded 2-core machine): the
+# suite under the
 # racecheck build with GPUDL_EMU_RACECHECK=1 (shared- and global-memory
-# hazards), GPUDL_EMU_INITCHECK=1 (reads of memory never written) and
+# hazards), GPUDL_EMU_INITCHECK=1 (reads of memory never written, blocks
+# the caching allocator hands out again included) and
 # GPUDL_EMU_GEMM=perturbed (GEMMs rounded per call configuration, as a GPU's
 # heuristic picks one kernel per configuration: a bitwise comparison of two
-# different GEMM calls fails here as on a GPU); a report makes the run exit
+# different GEMM calls fails here as on a GPU), with the backend's grids
+# capped at 3 blocks (GPUDL_CUDA_MAX_GRID, gpudl_cuda.cu): every block then
+# loops over several rows or tiles with more than one warp, where a missing
+# barrier before a shared buffer is reused shows; a report makes the run exit
 # 66. The self-test's planted missing barrier, uninitialised reads and
 # colliding blocks run in the racecheck self-test. test-emu-race is that
 # run alone; test-emu-gemm the plain build under the perturbed GEMMs.
 EMU_CHECKS_ENV = GPUDL_EMU_DEVICES=2 GPUDL_EMU_RACECHECK=1 GPUDL_EMU_INITCHECK=1 GPUDL_EMU_GEMM=perturbed \
-                 GPUDL_EMU_LAUNCH_LOG=$(CURDIR)/$(EMU_B)/launch_log
+                 GPUDL_CUDA_MAX_GRID=3
+# the launches' largest grids, blocks and shared memory, for
+# test-launch-limits-nvcc: logged by the plain run (uncapped grids)
+EMU_LAUNCH_LOG = GPUDL_EMU_LAUNCH_LOG=$(CURDIR)/$(EMU_B)/launch_log
+EMU_CHECKS_SKIP = -x master_weights
 .PHONY: test-emu-race test-emu-gemm
 test-emu-race: $(B)/emu_race_test_cuda $(B)/emu_race_selftest
 	@$(call emu_wrap,$(EMU_B)/run_checks,$(EMU_CHECKS_ENV),$(B)/emu_race_test_cuda)
@@ -126,14 +137,14 @@ emu_wrap = printf '\#!/bin/sh\n%s exec "%s" %s "$$@"\n' '$(2)' '$(CURDIR)/$(3)' 
 EMU_SCHED_SKIP = -x master_weights -x training -x autocast -x graphs -x fit_graphs
 
 test-emu: emu-build
-	@$(call emu_wrap,$(EMU_B)/run_plain,GPUDL_EMU_DEVICES=2,$(B)/emu_test_cuda)
+	@$(call emu_wrap,$(EMU_B)/run_plain,GPUDL_EMU_DEVICES=2 $(EMU_LAUNCH_LOG),$(B)/emu_test_cuda)
 	@$(call emu_wrap,$(EMU_B)/run_asan,GPUDL_EMU_DEVICES=2 ASAN_OPTIONS=detect_leaks=1,$(B)/emu_asan_test_cuda)
 	@$(call emu_wrap,$(EMU_B)/run_warp,GPUDL_EMU_DEVICES=2 GPUDL_EMU_SCHED=warp,$(B)/emu_test_cuda,$(EMU_SCHED_SKIP))
 	@$(call emu_wrap,$(EMU_B)/run_revthreads,GPUDL_EMU_DEVICES=2 GPUDL_EMU_SCHED=revthreads,$(B)/emu_test_cuda,$(EMU_SCHED_SKIP))
 	@$(call emu_wrap,$(EMU_B)/run_selftest,,$(B)/emu_selftest)
 	@$(call emu_wrap,$(EMU_B)/run_asan_selftest,ASAN_OPTIONS=detect_leaks=1,$(B)/emu_asan_selftest)
 	@$(call emu_wrap,$(EMU_B)/run_selftest_warp,GPUDL_EMU_SCHED=warp GPUDL_EMU_WORKERS=1,$(B)/emu_selftest)
-	@$(call emu_wrap,$(EMU_B)/run_checks,$(EMU_CHECKS_ENV),$(B)/emu_race_test_cuda,$(EMU_SCHED_SKIP))
+	@$(call emu_wrap,$(EMU_B)/run_checks,$(EMU_CHECKS_ENV),$(B)/emu_race_test_cuda,$(EMU_CHECKS_SKIP))
 	@$(call emu_wrap,$(EMU_B)/run_race_selftest,,$(B)/emu_race_selftest)
 	RUN_JOBS=2 sh tests/run.sh $(EMU_RUNS)
 
@@ -168,7 +179,7 @@ $(B)/emu_bench_amp: bench/amp.c bench/bench_cpu.h $(HDR) $(EMU_B)/gpudl_cuda.o $
 	$(CXX) $(EMU_B)/bench_amp.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
 # Launch limits (tests/launch_limits.sh): ptxas's resource report of
-# gpudl_cuda.cu for sm_80, sm_87 and sm_90 against the launches the checks
+# gpudl_cuda.cu for sm_80, sm_87 and sm_90 against the launches the plain
 # run of test-emu logged (run test-emu first). make test runs the script's
 # self-test (its planted over-register, spilling and over-shared kernels);
 # the real check (test-launch-limits-nvcc) compiles the backend for three

@@ -56,6 +56,14 @@ int gdl_emu_racecheck(int on);
    build). Device memory allocated while no check was on has no shadow and
    is not checked. Returns 0, or -1 as gdl_emu_racecheck. Counted as "uninit". */
 int gdl_emu_initcheck(int on);
+/* For a suballocator (gpudl's caching allocator) that hands a block of a
+   device allocation out again: bytes [p, p + n) count as never written for
+   GPUDL_EMU_INITCHECK, and carry no writer or reader block for
+   GPUDL_EMU_RACECHECK, from the point `stream` (a cudaStream_t; NULL the
+   legacy stream) has reached: work queued before still sees the old state.
+   Without a check on, or for memory with no shadow, nothing happens.
+   Returns 0; -1 for an unknown stream or one that is capturing. */
+int gdl_emu_mark_uninit(const void *p, size_t n, void *stream);
 /* GPUDL_EMU_GEMM's mode: "plain", "perturbed" or "percall" (see cuda_emu.h).
    A test that expects two different GEMM calls to agree bitwise (true of the
    plain loop, not of a GPU) can ask for a tolerance unless "plain". */

@@ -123,6 +123,12 @@ __global__ void k_read_past(const float *x, float *out, int n, int past) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = x[i + past];
 }
+// a plain read of n elements (a report's location is the kernel and code
+// offset, reported once: a kernel of its own for gdl_emu_mark_uninit)
+__global__ void k_read_again(const float *x, float *out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i];
+}
 __global__ void k_shared_stale(float *out, int fill_every_block) {
     __shared__ float s_tile[32];
     if (fill_every_block || blockIdx.x == 0) s_tile[threadIdx.x] = (float)threadIdx.x;
@@ -409,6 +415,22 @@ TEST initcheck_planted(void) {
     ASSERT_EQ(u0 + 3, gdl_emu_count("uninit"));
     ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "__shared__ k_shared_stale(float*, int)::s_tile");
     ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "kernel k_shared_stale");
+    /* a suballocator's block handed out again (gdl_emu_mark_uninit): in
+       stream order, the kernel queued before still reads x's 64 written
+       floats; the one after finds the last 32 never written */
+    cudaStream_t st;
+    ASSERT_EQ(0, (int)cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    LAUNCH(k_read_again, 2, 32, 0, st)(x, out, 64);
+    ASSERT_EQ(0, gdl_emu_mark_uninit((const char *)x + 32 * sizeof(float), 32 * sizeof(float), (void *)st));
+    ASSERT_EQ(0, (int)cudaStreamSynchronize(st));
+    ASSERT_EQ(u0 + 3, gdl_emu_count("uninit"));
+    LAUNCH(k_read_again, 2, 32, 0, st)(x, out, 64);
+    ASSERT_EQ(0, (int)cudaStreamSynchronize(st));
+    ASSERT_EQ(u0 + 4, gdl_emu_count("uninit"));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "byte offset 128");
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "block (1,0,0), thread (0,0,0)");
+    ASSERT_EQ(-1, gdl_emu_mark_uninit(x, 4, (void *)&st)); /* not a stream */
+    cudaStreamDestroy(st);
     ASSERT_EQ(0, gdl_emu_initcheck(0));
     cudaFree(x);
     cudaFree(out);
@@ -899,6 +921,105 @@ TEST cublas_column_major_and_checks(void) {
     PASS();
 }
 
+// Workspaces under stream capture, as the libraries behave: cuBLAS's
+// default workspace pool allocates inside a capture (it fails), a workspace
+// of cublasSetWorkspace does not, and cublasSetStream resets it to the pool;
+// cublasCreate allocates too. cuBLASLt never allocates: cublasLtMatmul
+// refuses less workspace than its algorithm asked for.
+TEST blas_workspace_under_capture(void) {
+    const int n = 8;
+    float hA[n * n], R[n * n], one = 1, zero = 0;
+    for (int i = 0; i < n * n; i++) hA[i] = (float)(i % 5);
+    float *dA = (float *)dmalloc(sizeof hA), *dC = (float *)dmalloc(sizeof hA);
+    void *ws = dmalloc(1 << 16);
+    ASSERT(dA && dC && ws);
+    ASSERT_EQ(0, (int)cudaMemcpy(dA, hA, sizeof hA, cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    cublasHandle_t h, h2;
+    ASSERT_EQ(0, (int)cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    ASSERT_EQ(0, (int)cublasCreate(&h));
+    ASSERT_EQ(0, (int)cublasSetStream(h, s));
+    /* the default pool: fine outside a capture, an allocation inside one */
+    ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dA, n, dA, n, &zero, dC, n));
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ASSERT_EQ((int)CUBLAS_STATUS_ALLOC_FAILED,
+              (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dA, n, dA, n, &zero, dC, n));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "default workspace pool");
+    ASSERT_EQ((int)cudaErrorStreamCaptureInvalidated, (int)cudaStreamEndCapture(s, &g));
+    (void)cudaGetLastError();
+    /* its own workspace: captured and replayed */
+    ASSERT_EQ(0, (int)cublasSetWorkspace(h, ws, 1 << 16));
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dA, n, dA, n, &zero, dC, n));
+    ASSERT_EQ((int)CUBLAS_STATUS_ALLOC_FAILED, (int)cublasCreate(&h2)); /* a handle made in a global capture */
+    ASSERT_EQ((int)cudaErrorStreamCaptureInvalidated, (int)cudaStreamEndCapture(s, &g));
+    (void)cudaGetLastError();
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dA, n, dA, n, &zero, dC, n));
+    ASSERT_EQ(0, (int)cudaStreamEndCapture(s, &g));
+    ASSERT_EQ(0, (int)cudaGraphInstantiate(&ge, g, 0));
+    ASSERT_EQ(0, (int)cudaMemsetAsync(dC, 0, sizeof hA, s)); /* on s: a non-blocking stream ignores the legacy one */
+    ASSERT_EQ(0, (int)cudaGraphLaunch(ge, s));
+    ASSERT_EQ(0, (int)cudaStreamSynchronize(s));
+    ASSERT_EQ(0, (int)cudaMemcpy(R, dC, sizeof R, cudaMemcpyDeviceToHost));
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < n; i++) {
+            double t = 0;
+            for (int p = 0; p < n; p++) t += (double)hA[p * n + i] * hA[j * n + p];
+            ASSERT_IN_RANGE(t, R[j * n + i], 1e-4);
+        }
+    ASSERT_EQ(0, (int)cudaGraphExecDestroy(ge));
+    ASSERT_EQ(0, (int)cudaGraphDestroy(g));
+    /* cublasSetStream puts the handle back on the pool */
+    ASSERT_EQ(0, (int)cublasSetStream(h, s));
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ASSERT_EQ((int)CUBLAS_STATUS_ALLOC_FAILED,
+              (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dA, n, dA, n, &zero, dC, n));
+    ASSERT_EQ((int)cudaErrorStreamCaptureInvalidated, (int)cudaStreamEndCapture(s, &g));
+    (void)cudaGetLastError();
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed)); /* allows cudaMalloc */
+    ASSERT_EQ(0, (int)cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, dA, n, dA, n, &zero, dC, n));
+    ASSERT_EQ(0, (int)cudaStreamEndCapture(s, &g));
+    ASSERT_EQ(0, (int)cudaGraphDestroy(g));
+    /* cuBLASLt: the algorithm takes the workspace the preference allows */
+    cublasLtHandle_t lt;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t lay;
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    uint64_t wsmax = 1 << 16;
+    ASSERT_EQ(0, (int)cublasLtCreate(&lt));
+    ASSERT_EQ(0, (int)cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    ASSERT_EQ(0, (int)cublasLtMatrixLayoutCreate(&lay, CUDA_R_32F, n, n, n));
+    ASSERT_EQ(0, (int)cublasLtMatmulPreferenceCreate(&pref));
+    ASSERT_EQ(0, (int)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsmax,
+                                                           sizeof wsmax));
+    ASSERT_EQ(0, (int)cublasLtMatmulAlgoGetHeuristic(lt, desc, lay, lay, lay, lay, pref, 1, &heur, &found));
+    ASSERT_EQ(1, found);
+    ASSERT_EQ(1 << 16, (int)heur.workspaceSize);
+    ASSERT_EQ(0, (int)cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ASSERT_EQ((int)CUBLAS_STATUS_INVALID_VALUE, (int)cublasLtMatmul(lt, desc, &one, dA, lay, dA, lay, &zero, dC, lay,
+                                                                    dC, lay, &heur.algo, NULL, 0, s));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "its algorithm needs 65536");
+    ASSERT_EQ(0, (int)cublasLtMatmul(lt, desc, &one, dA, lay, dA, lay, &zero, dC, lay, dC, lay, &heur.algo, ws,
+                                     1 << 16, s));
+    ASSERT_EQ(0, (int)cudaStreamEndCapture(s, &g));
+    ASSERT_EQ(0, (int)cudaGraphDestroy(g));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(lay);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(lt);
+    cublasDestroy(h);
+    cudaStreamDestroy(s);
+    cudaFree(ws);
+    cudaFree(dA);
+    cudaFree(dC);
+    PASS();
+}
+
 // GemmEx / GemmStridedBatchedEx on 16-bit matrices: products summed in f32
 // (257 terms of 1 and 2^-8 give 2; a bf16 sum would stay at 1), C rounded
 // once, beta read in f32; mixed or unsupported types refused.
@@ -1059,6 +1180,7 @@ SUITE(diagnostics) {
 SUITE(blas) {
     RUN_TEST(cublas_column_major_and_checks);
     RUN_TEST(cublas_gemm_ex_16bit);
+    RUN_TEST(blas_workspace_under_capture);
     RUN_TEST(gemm_modes);
 }
 SUITE(runtime) {
