@@ -149,8 +149,16 @@ cuda_set = $(if $(filter gpu_monitor,$(1)),posix,std)
 $(B)/cuda_%: examples/%.c examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/cuda_$$(call cuda_set,$$*).o $(B)/gpudl_cuda.o | $(B)
 	$(NVCC) $(CUDA_HOST) $(if $(filter posix,$(call cuda_set,$*)),$(POSIX)) $(CUDA_ARCH) $(API_ONLY) $< $(B)/lib/cuda_$(call cuda_set,$*).o $(B)/gpudl_cuda.o $(CUDA_LINK) $(ZLIBS) -o $@
 
+# ptxas's resource report of each kernel (registers, spills, shared memory,
+# stack) is kept in gpudl_cuda.resources, beside the object: the launch-limit
+# check reads it (tests/launch.mk). The object's compile writes both; a build
+# from before the report (no report, or one older than the object) is compiled again.
+CUDA_OBJ = sh tests/launch_limits.sh --compile $(B)/gpudl_cuda.resources $(NVCC) -std=c++17 -O3 $(CUDA_ARCH) \
+           -Xcompiler -Wall,-Wextra -DGPUDL_CUDA $(CUDA_DEFS) -c gpudl_cuda.cu -o $(B)/gpudl_cuda.o
 $(B)/gpudl_cuda.o: gpudl_cuda.cu gpudl.h | $(B)
-	$(NVCC) -std=c++17 -O3 $(CUDA_ARCH) -Xcompiler -Wall,-Wextra -DGPUDL_CUDA $(CUDA_DEFS) -c gpudl_cuda.cu -o $@
+	$(CUDA_OBJ)
+$(B)/gpudl_cuda.resources: $(B)/gpudl_cuda.o
+	@test -s $@ && ! test $< -nt $@ || { echo '$(CUDA_OBJ)'; $(CUDA_OBJ); }
 
 # (compiled apart from the link, so that the host compile does not wait for gpudl_cuda.o)
 $(B)/cuda_bench_train.o: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
@@ -238,6 +246,7 @@ $(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
 # Parts of `make test` that live in their own fragments:
 #   tests/cuda_emu/emu.mk   test-emu (the GPU suite on the CUDA-on-CPU emulator), emu
 #   tests/cpu_paths.mk      test-cpu-paths (AVX-512 / AVX2 / portable C), test-aarch64 (qemu)
+#   tests/launch.mk         test-launch-limits (the real build's kernels against the suite's launches)
 #   tests/fuzz/fuzz.mk      fuzz (libFuzzer harnesses for every parser), fuzz-seeds
 #   tests/dist.mk           test-dist (launch environments, sharding; 2 MPI ranks)
 #   tests/slurm.mk          test-cluster (Kubernetes' environments; a real one-node Slurm cluster)
@@ -247,6 +256,7 @@ $(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
 -include tests/dist.mk
 -include tests/slurm.mk
 -include tests/cpu_paths.mk
+-include tests/launch.mk
 -include tests/fuzz/fuzz.mk
 -include tests/quant.mk
 -include tests/windows.mk
@@ -267,8 +277,8 @@ test: test-amalgamation
 # names. (Only the fuzzers run two at a time: each for a fixed time, on its own
 # files.)
 TEST_PARTS = test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build \
-             test-unit test-dist test-emu test-launch-limits test-dist-nccl test-cluster test-gpu-session-dry \
-             test-cpu-paths test-aarch64 test-quant test-portability test-windows
+             test-unit test-dist test-emu test-dist-nccl test-cluster test-gpu-session-dry \
+             test-cpu-paths test-aarch64 test-launch-limits test-quant test-portability test-windows
 TEST_JOBS ?= $(if $(filter -j%,$(MAKEFLAGS)),,-j2) --output-sync=target
 # make -k (k among make's one-letter flags)
 keep_going = $(findstring k,$(filter-out -%,$(firstword $(MAKEFLAGS))))

@@ -2062,9 +2062,75 @@ TEST graph_keeps_its_clip_table(void) {
 /* ---- fused Linear/Conv2d + activation (tests/fusion_cases.h; its cases are registered in SUITE(graphs)) ---- */
 
 /* Every way the fused linear can miss cuBLASLt's epilogue: odd sizes (N not a multiple of 8: no aux ld for
-   GELU's saved input), views at odd offsets (x, w and the bias 4 bytes past an aligned address), erf GELU,
-   and, on the emulator, its heuristic refusing the call (as the real library may: gdl_emu_lt_no_algo).
-   Each fallback must compute what the CPU does. */
+   GELU's saved input), views at odd offsets, erf GELU, and, on the emulator, its heuristic refusing the call
+   (as the real library may: gdl_emu_lt_no_algo). Views: 1, x, w and the bias each one row (one float) in, so
+   the misaligned bias makes the backend fall back before cuBLASLt is asked; 2, x and w one row in (28 bytes
+   past an aligned address: K is 7, so promised MIN_ALIGNMENT 4) with an aligned bias, so the call reaches
+   the heuristic, which per the emulator's documented rules (cuda_emu.h: a matrix alignment at least its
+   element size) takes it. Each way must compute what the CPU does, and what the unfused GPU ops do (bit for
+   bit under the emulator's plain GEMM, which both paths share). */
+static gdl_tensor *lt_unfused(gdl_tensor *x, gdl_tensor *w, gdl_tensor *b, gdl_act act) {
+    gdl_tensor *y = gdl_linear(x, w, b);
+    return act == GDL_ACT_RELU ? gdl_relu(y) : gdl_gelu(y, act == GDL_ACT_GELU_TANH);
+}
+static enum harness_result lt_fallback_case(gdl_act act, int64_t N, int view, int refuse) {
+    int64_t K = 7, M = 37, xs[2] = {M + 1, K}, ws[2] = {N + 1, K}, bs = N + 1;
+    int xo = view ? 1 : 0, bo = view == 1; /* the views' first row (element) */
+    gdl_tensor *x = gdl_randn(2, xs, GPU), *w = gdl_randn(2, ws, GPU), *b = gdl_randn(1, &bs, GPU);
+    gdl_tensor *xv, *wv, *bv, *xc, *wc, *bc, *y, *yc, *yu;
+    double e;
+    /* the backend's own checks (cuda/46_bias_act.cu) before it asks the heuristic: erf GELU has no epilogue, the
+       bias must be 16-byte aligned, GELU's aux output (w needs a gradient) an ld N divisible by 8 */
+    int reaches = act != GDL_ACT_GELU && !bo && !(act == GDL_ACT_GELU_TANH && N % 8);
+#ifdef GPUDL_EMU
+    long refused0, cublas0, launch0;
+#endif
+    ASSERT(x && w && b);
+    gdl_set_requires_grad(w, 1); /* the forward keeps GELU's input: cuBLASLt's aux output */
+    xv = gdl_slice(x, xo, M + xo);
+    wv = gdl_slice(w, xo, N + xo);
+    bv = gdl_slice(b, bo, N + bo);
+    ASSERT(xv && wv && bv);
+    ASSERT((xc = gdl_to(xv, gdl_cpu())) && (wc = gdl_to(wv, gdl_cpu())) && (bc = gdl_to(bv, gdl_cpu())));
+#ifdef GPUDL_EMU
+    if (refuse) gdl_emu_lt_no_algo(1);
+    refused0 = gdl_emu_count("lt_no_algo");
+    cublas0 = gdl_emu_count("cublas");
+    launch0 = gdl_emu_count("launch");
+#else
+    (void)reaches, (void)refuse; /* refusals are the emulator's (gdl_emu_lt_no_algo) */
+#endif
+    y = gdl_linear_act(xv, wv, bv, act);
+    ASSERT(y != NULL);
+#ifdef GPUDL_EMU
+    gdl_emu_lt_no_algo(0);
+    /* refusing: the heuristic was asked (and said no) exactly where the backend's checks let the call through;
+       not refusing: never a refusal (alignment 4 is a float's), and a call that reaches it runs as one cuBLASLt
+       call and no kernel (no copy of the views, no bias/activation pass) */
+    if (gdl_emu_count("lt_no_algo") - refused0 != (refuse && reaches))
+        FAILf("act %d, N %lld, view %d, refusing %d: %ld heuristic refusals, expected %d", (int)act, (long long)N, view,
+              refuse, gdl_emu_count("lt_no_algo") - refused0, refuse && reaches);
+    if (!refuse && reaches && (gdl_emu_count("cublas") - cublas0 != 1 || gdl_emu_count("launch") - launch0 != 0))
+        FAILf("act %d, N %lld, view %d: %ld cuBLAS calls and %ld launches where cuBLASLt's epilogue takes it (1 and 0)",
+              (int)act, (long long)N, view, gdl_emu_count("cublas") - cublas0, gdl_emu_count("launch") - launch0);
+#endif
+    yc = gdl_linear_act(xc, wc, bc, act);
+    if (!((e = rel_err(yc, y)) < 1e-5))
+        FAILf("act %d, N %lld, view %d, heuristic refusing %d: relative error %g against the CPU", (int)act,
+              (long long)N, view, refuse, e);
+    ASSERT((yu = gdl_to(lt_unfused(xv, wv, bv, act), gdl_cpu())) != NULL);
+#ifdef GPUDL_EMU
+    if (!strcmp(gdl_emu_gemm_mode(), "plain") && !same_bytes(yu, y))
+        FAILf("act %d, N %lld, view %d, refusing %d: not the unfused ops' bits", (int)act, (long long)N, view, refuse);
+#endif
+    if (!((e = rel_err(yu, y)) < 1e-5))
+        FAILf("act %d, N %lld, view %d, refusing %d: relative error %g against the unfused ops", (int)act,
+              (long long)N, view, refuse, e);
+    gdl_free(x), gdl_free(w), gdl_free(b);
+    gdl_free(xc), gdl_free(wc), gdl_free(bc), gdl_free(yu);
+    gdl_arena_reset();
+    PASS();
+}
 TEST fusion_lt_fallbacks(void) {
     static const gdl_act acts[] = {GDL_ACT_RELU, GDL_ACT_GELU_TANH, GDL_ACT_GELU};
     static const int64_t Ns[] = {16, 19};
@@ -2072,44 +2138,100 @@ TEST fusion_lt_fallbacks(void) {
     gdl_manual_seed(11);
     for (a = 0; a < 3; a++)
         for (n = 0; n < 2; n++)
-            for (view = 0; view < 2; view++)
+            for (view = 0; view < 3; view++)
                 for (refuse = 0; refuse < 2; refuse++) {
-                    int64_t N = Ns[n], K = 7, M = 37, xs[2] = {M + 1, K}, ws[2] = {N + 1, K}, bs = N + 1;
-                    gdl_tensor *x = gdl_randn(2, xs, GPU), *w = gdl_randn(2, ws, GPU), *b = gdl_randn(1, &bs, GPU);
-                    gdl_tensor *xv, *wv, *bv, *xc, *wc, *bc, *y, *yc;
-                    double e;
-                    ASSERT(x && w && b);
-                    gdl_set_requires_grad(w, 1); /* the forward keeps GELU's input: cuBLASLt's aux output */
-                    /* view 1: each operand one row (or one float) in, so 28 (4) bytes past its allocation */
-                    xv = gdl_slice(x, view, M + view);
-                    wv = gdl_slice(w, view, N + view);
-                    bv = gdl_slice(b, view, N + view);
-                    ASSERT(xv && wv && bv);
-                    ASSERT((xc = gdl_to(xv, gdl_cpu())) && (wc = gdl_to(wv, gdl_cpu())) && (bc = gdl_to(bv, gdl_cpu())));
-#ifdef GPUDL_EMU
-                    if (refuse) gdl_emu_lt_no_algo(1);
-#else
+                    enum harness_result r;
+#ifndef GPUDL_EMU
                     if (refuse) continue;
 #endif
-                    y = gdl_linear_act(xv, wv, bv, acts[a]);
-                    ASSERT(y != NULL);
-                    yc = gdl_linear_act(xc, wc, bc, acts[a]);
-                    e = rel_err(yc, y);
-                    if (!(e < 1e-5))
-                        FAILf("act %d, N %lld, view %d, heuristic refusing %d: relative error %g", (int)acts[a],
-                              (long long)N, view, refuse, e);
-#ifdef GPUDL_EMU
-                    gdl_emu_lt_no_algo(0);
-#endif
-                    gdl_free(x);
-                    gdl_free(w);
-                    gdl_free(b);
-                    gdl_free(xc);
-                    gdl_free(wc);
-                    gdl_free(bc);
-                    gdl_arena_reset();
+                    if ((r = lt_fallback_case(acts[a], Ns[n], view, refuse)) != HARNESS_PASS) return r;
                 }
     PASS();
+}
+
+#ifndef _WIN32
+/* POSIX, hidden by -std=c99: the notice test sends the process's stderr (fd 2, where the backend's C++ writes
+   too) to a scratch file */
+int dup(int fd);
+int dup2(int fd, int fd2);
+int close(int fd);
+int fileno(FILE *f);
+int setenv(const char *name, const char *value, int overwrite);
+int unsetenv(const char *name);
+/* fd 2 to a fresh file PATH; returns the saved fd (-1 on failure) */
+static int stderr_to(const char *path) {
+    FILE *f = fopen(path, "w");
+    int saved;
+    if (!f) return -1;
+    fflush(stderr);
+    saved = dup(2);
+    if (saved < 0 || dup2(fileno(f), 2) < 0) saved = -1;
+    fclose(f);
+    return saved;
+}
+/* fd 2 back; what was written to PATH meanwhile (malloc'd, NUL-terminated; NULL on failure) */
+static char *stderr_back(int saved, const char *path) {
+    FILE *f;
+    char *text = (char *)calloc(1, 65536);
+    size_t n = 0;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    if (!text || !(f = fopen(path, "r"))) return text;
+    n = fread(text, 1, 65535, f);
+    text[n] = 0;
+    fclose(f);
+    return text;
+}
+static int count_of(const char *text, const char *what) {
+    int n = 0;
+    for (; text && (text = strstr(text, what)) != NULL; text++) n++;
+    return n;
+}
+#endif
+
+/* The fallback's notice (cuda/46_bias_act.cu): with GPUDL_VERBOSE=1 the first fallback in the process says why,
+   with the sizes, on stderr, and no later one does; without it nothing is said. (Once per process: the case
+   needs a process in which no fallback ran under GPUDL_VERBOSE, so it is skipped where that is set.) */
+TEST fusion_lt_notice(void) {
+#ifdef _WIN32
+    SKIPm("sends stderr to a file with POSIX dup2");
+#else
+    const char *v = getenv("GPUDL_VERBOSE"), *path = harness_tmp("fusion_lt_notice.txt");
+    int64_t xs[2] = {37, 16}, ws[2] = {24, 16}, bs = 25;
+    gdl_tensor *x, *w, *b, *bmis, *bok;
+    char *quiet, *said;
+    int saved, ran;
+    if (v && v[0] && strcmp(v, "0")) SKIPm("GPUDL_VERBOSE is set: an earlier fallback may have said it already");
+    gdl_manual_seed(23);
+    ASSERT((x = gdl_randn(2, xs, GPU)) && (w = gdl_randn(2, ws, GPU)) && (b = gdl_randn(1, &bs, GPU)));
+    ASSERT((bmis = gdl_slice(b, 1, 25)) && (bok = gdl_slice(b, 0, 24))); /* 4 bytes past an aligned address; aligned */
+    /* not verbose: a misaligned bias and erf GELU fall back without a word */
+    ASSERT((saved = stderr_to(path)) >= 0);
+    ran = gdl_linear_act(x, w, bmis, GDL_ACT_RELU) && gdl_linear_act(x, w, bok, GDL_ACT_GELU);
+    quiet = stderr_back(saved, path);
+    ASSERTm("the fused linears ran", ran);
+    ASSERT(quiet != NULL);
+    if (count_of(quiet, "fused linear")) FAILf("a notice without GPUDL_VERBOSE: %s", quiet);
+    free(quiet);
+    /* verbose: the first fallback says why; the second (another reason) and third say nothing */
+    setenv("GPUDL_VERBOSE", "1", 1);
+    ASSERT((saved = stderr_to(path)) >= 0);
+    ran = gdl_linear_act(x, w, bmis, GDL_ACT_RELU) && gdl_linear_act(x, w, bok, GDL_ACT_GELU) &&
+          gdl_linear_act(x, w, bmis, GDL_ACT_GELU_TANH);
+    said = stderr_back(saved, path);
+    unsetenv("GPUDL_VERBOSE");
+    ASSERTm("the fused linears ran", ran);
+    ASSERT(said != NULL);
+    if (count_of(said, "gpudl: fused linear") != 1) FAILf("%d notices, not 1: %s", count_of(said, "gpudl: fused linear"), said);
+    ASSERT_CONTAINS(said, "fused linear 37 x 24 x 16 ");
+    ASSERT_CONTAINS(said, "(bias not 16-byte aligned)");
+    ASSERT_CONTAINS(said, "said once per process");
+    free(said);
+    gdl_free(x), gdl_free(w), gdl_free(b);
+    gdl_arena_reset();
+    PASS();
+#endif
 }
 
 /* the launches the fusion saves: linear + bias + ReLU forward is one cuBLASLt call and no kernel (three
@@ -2270,6 +2392,7 @@ SUITE(graphs) {
     RUN_GPU_ON("fusion_errors", fz_errors_case);
     RUN_GPU(fusion_launch_counts);
     RUN_GPU(fusion_lt_fallbacks);
+    RUN_GPU(fusion_lt_notice);
     RUN_GPU(grad_scaler_matches_pytorch);
     RUN_GPU(grad_scaler_graph_equals_eager);
     RUN_GPU(grad_scaler_clip_checkpoint);

@@ -6,8 +6,6 @@
 #                   more schedules and under racecheck + initcheck, and the
 #                   emulator's own test
 #   make test-emu-race    the whole suite under racecheck + initcheck
-#   make test-launch-limits-nvcc   the real build's kernels against the
-#                   launches the suite made (tests/launch_limits.sh)
 #   make emu        the examples against the emulator: build/emu_mnist_mlp ...
 #
 # Only the CUDA headers are needed (no GPU, no libcudart, no libcublas).
@@ -177,21 +175,3 @@ $(B)/emu_bench_train: bench/train.c bench/bench_cpu.h gpudl.h $(EMU_B)/gpudl_cud
 $(B)/emu_bench_amp: bench/amp.c bench/bench_cpu.h $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
 	$(CC) $(STD) $(WARN) -O2 -g -DGPUDL_CUDA -DGPUDL_EMU -I$(EMU_DIR) $(ZFLAGS) -c bench/amp.c -o $(EMU_B)/bench_amp.o
 	$(CXX) $(EMU_B)/bench_amp.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
-
-# Launch limits (tests/launch_limits.sh): ptxas's resource report of
-# gpudl_cuda.cu for sm_80, sm_87 and sm_90 against the launches the plain
-# run of test-emu logged (run test-emu first). make test runs the script's
-# self-test (its planted over-register, spilling and over-shared kernels);
-# the real check (test-launch-limits-nvcc) compiles the backend for three
-# architectures, minutes on a 2-core machine: over make test's budget.
-LL_ARCHS = -gencode arch=compute_80,code=sm_80 -gencode arch=compute_87,code=sm_87 -gencode arch=compute_90,code=sm_90
-$(EMU_B)/gpudl_cuda.resources: gpudl_cuda.cu gpudl.h | $(EMU_B)
-	$(NVCC) -std=c++17 -O3 $(LL_ARCHS) -DGPUDL_CUDA $(CUDA_DEFS) --resource-usage -fatbin gpudl_cuda.cu \
-	  -o $(EMU_B)/gpudl_cuda.fatbin > $@.tmp 2>&1 || { cat $@.tmp; exit 1; }
-	mv $@.tmp $@
-.PHONY: test-launch-limits test-launch-limits-nvcc
-test-launch-limits:
-	sh tests/launch_limits.sh --self-test
-test-launch-limits-nvcc: $(EMU_B)/gpudl_cuda.resources
-	@test -s $(EMU_B)/launch_log || { echo "test-launch-limits-nvcc: no launch log: run make test-emu first"; exit 1; }
-	sh tests/launch_limits.sh $(EMU_B)/gpudl_cuda.resources $(EMU_B)/launch_log gpudl_cuda.cu
