@@ -753,6 +753,20 @@ GPUDL_API gdl_tensor *gdl_concat(int n, gdl_tensor *const *xs, int dim);
 
 /* layers as functions (PyTorch's F.*) */
 GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training);
+/* torch.nn.functional.scaled_dot_product_attention: softmax(scale * q k^T + mask) v over q [..., L, E],
+   k [..., S, E], v [..., S, Ev] -> [..., L, Ev]; the batch dims of q, k and v broadcast as in PyTorch.
+   attn_mask (may be NULL), broadcastable to [..., L, S]: u8 (PyTorch's bool: non-zero takes part) or
+   additive, of q's dtype. is_causal: key j takes part in query i only when j <= i (the top-left aligned
+   lower triangle, as PyTorch), and an error with a mask. scale: NAN or <= 0 means 1/sqrt(E). dropout_p
+   (in [0,1]) drops attention weights whatever the mode, as PyTorch's: pass 0 in evaluation.
+   One fused kernel (online softmax over K/V tiles, flash-attention style) saves only the output and a
+   log-sum-exp per query row, so memory grows linearly in L and S; the backward recomputes the weights
+   tile by tile. The unfused composition (matmul, mask, softmax, dropout, matmul: L x S weights) runs
+   instead when dropout_p > 0, when q, k and v have different batch dims, when E or Ev exceeds 256, or
+   for an additive mask that requires a gradient. A row that no key takes part in gives 0 in the fused
+   path (NaN in the unfused one, as softmax of -inf). Autocast class LOW, as in PyTorch. */
+GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *attn_mask,
+                                                       double dropout_p, int is_causal, double scale);
 /* x is [N,C] or [N,C,L] (1-D) or [N,C,H,W] (2-D). running_* may be NULL
    (then training statistics are used even in eval). weight/bias may be NULL. */
 GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,
@@ -802,7 +816,7 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
    X(ID, name, backward function, backend kernel code, autocast class).
    It makes the gdl_op enum (GDL_OP_ID), gdl_op_name, the op table with each
    op's backward (the functions gdl__bw_* in [impl-ops]) and the autocast
-   class (torch.autocast's CUDA lists: matmul, linear and conv run in the low
+   class (torch.autocast's CUDA lists: matmul, linear, conv and attention run in the low
    dtype; softmax, losses, layer norm, sum, cumsum, exp, log, rsqrt and pow
    in f32; every other op in its inputs' widest dtype). The manual says how to add an op. */
 #define GDL_OP_LIST(X) \
@@ -855,6 +869,7 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(TRIU, "triu", gdl__bw_tri, 0, GDL_AUTOCAST_PROMOTE) \
     X(CUMSUM, "cumsum", gdl__bw_cumsum, 0, GDL_AUTOCAST_F32) \
     X(DROPOUT, "dropout", gdl__bw_dropout, 0, GDL_AUTOCAST_PROMOTE) \
+    X(SDPA, "scaled_dot_product_attention", gdl__bw_sdpa, 0, GDL_AUTOCAST_LOW) \
     X(BATCH_NORM, "batch_norm", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
     X(LAYER_NORM, "layer_norm", gdl__bw_layer_norm, 0, GDL_AUTOCAST_F32) \
     X(EMBEDDING, "embedding", gdl__bw_embedding, 0, GDL_AUTOCAST_PROMOTE) \
@@ -2143,6 +2158,21 @@ typedef struct gdl_conv_geom {
     int OH, OW;            /* output */
 } gdl_conv_geom;
 
+/* scaled dot-product attention (gdl_scaled_dot_product_attention's fused path): q [B, L, E], k [B, S, E],
+   v [B, S, Ev], out [B, L, Ev], all contiguous, B the batch dims flattened. The mask (optional) is read at
+   its element strides: along the batch dims (nb of them, bshape, mstr; 0 where it is broadcast), along L
+   (mrow) and along S (mcol). */
+#define GDL_ATTN_MAX_HEAD 256 /* E and Ev of the fused kernels; longer heads run the unfused composition */
+typedef struct gdl_attn_geom {
+    int64_t B, L, S, E, Ev;
+    double scale;        /* the scores are scale * q.k */
+    int causal;          /* key j > query i takes no part (is_causal: top-left aligned) */
+    int mask;            /* 0 none; 1 u8 (non-zero: takes part); 2 additive, of dtype mdt */
+    gdl_dtype mdt;
+    int nb;              /* batch dims (their product is B) */
+    int64_t bshape[GDL_MAX_DIMS], mstr[GDL_MAX_DIMS], mrow, mcol;
+} gdl_attn_geom;
+
 /* A parameter group's hyper-parameters as the optimizer kernels read them:
    in the device's memory (the optimizer's flat block), written by
    gdl_optim_set_lr / set_momentum and the schedulers with an asynchronous
@@ -2322,6 +2352,17 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        backward); y (+)= them */ \
     X(int, cumsum, (int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y, int reverse, \
         int accumulate)) \
+    /* scaled dot-product attention (gdl_attn_geom), q, k, v, out and the gradients of one float dtype dt, \
+       computed in f32 (gdl_real), rounded once on store. Forward: online softmax over tiles of K/V, \
+       out = softmax(scale q k^T + mask) v and lse[b,i] = the log-sum-exp of row i's scores (+inf for a row \
+       no key takes part in: its output is 0), nothing of L x S kept. Backward: the probabilities \
+       recomputed tile by tile from lse; gq, gk, gv += (each may be NULL); delta: scratch of B*L reals \
+       (rowsum(gout * out)) */ \
+    X(int, attention, (gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, const void *v, \
+        const void *mask, void *out, gdl_real *lse)) \
+    X(int, attention_backward, (gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, \
+        const void *v, const void *mask, const void *out, const void *gout, const gdl_real *lse, \
+        gdl_real *delta, void *gq, void *gk, void *gv)) \
     /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p) */ \
     X(int, dropout, (int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y)) \
     X(int, dropout_backward, (int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx)) \
@@ -2461,6 +2502,17 @@ static inline GDL_HD uint64_t gdl_hash64(uint64_t seed, uint64_t i) {
 static inline GDL_HD int gdl_dropout_keep(uint64_t seed, uint64_t i, double p) {
     /* 24 random bits against p; keep with probability 1-p */
     return (double)(gdl_hash64(seed, i) >> 40) * (1.0 / 16777216.0) >= p;
+}
+
+/* the attention mask's element offset for batch b (gdl_attn_geom: the batch dims as an odometer) */
+static inline GDL_HD int64_t gdl_attn_mask_base(const gdl_attn_geom *g, int64_t b) {
+    int64_t off = 0;
+    int d;
+    for (d = g->nb - 1; d >= 0; d--) {
+        off += (b % g->bshape[d]) * g->mstr[d];
+        b /= g->bshape[d];
+    }
+    return off;
 }
 
 GPUDL_API void gdl__set_error(const char *fmt, ...);
@@ -7788,6 +7840,249 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
     return 0;
 }
 
+/* ---- scaled dot-product attention (the backend entries attention / attention_backward) ----
+   Flash-attention style on the CPU: a task takes one batch and a tile of GDL__ATTN_T query rows (forward,
+   dq) or key rows (dk, dv) and walks the other side tile by tile, so nothing of L x S exists at any time:
+   the forward keeps a running max m, sum l and weighted sum per query row (online softmax) and saves
+   lse = m + log l; the backward recomputes each probability as exp(score - lse). Tiles are loaded into
+   f32 buffers (gdl__lp_get), which is also the bf16/f16 path: arithmetic in gdl_real, one rounding on
+   store. A task computes the same thing whatever thread runs it, so results do not depend on the thread
+   count. */
+#define GDL__ATTN_T 32
+
+/* the term added to the score of key j in query row i (mask offset mb): 0, -inf, or the additive mask */
+static gdl_real gdl__attn_bias(const gdl_attn_geom *g, const void *mask, int64_t mb, int64_t i, int64_t j) {
+    int64_t off;
+    if (g->causal && j > i) return (gdl_real)-INFINITY;
+    if (!g->mask) return 0;
+    off = mb + i * g->mrow + j * g->mcol;
+    if (g->mask == 1) return ((const uint8_t *)mask)[off] ? (gdl_real)0 : (gdl_real)-INFINITY;
+    if (g->mdt == GDL_F16) return (gdl_real)gdl_f16_to_f32(((const uint16_t *)mask)[off]);
+    if (g->mdt == GDL_BF16) return (gdl_real)gdl_bf16_to_f32(((const uint16_t *)mask)[off]);
+    return ((const gdl_real *)mask)[off];
+}
+
+static gdl_real gdl__attn_dot(const gdl_real *a, const gdl_real *b, int64_t n) {
+    gdl_real s = 0;
+    int64_t i;
+    for (i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+typedef struct gdl__attn_ctx {
+    gdl_dtype dt;
+    const gdl_attn_geom *g;
+    const void *q, *k, *v, *mask, *o, *go;
+    void *out, *gq, *gk, *gv;
+    const gdl_real *lse;
+    gdl_real *lse_out, *delta;
+    int *failed;
+} gdl__attn_ctx;
+
+#ifdef GDL__ATOMICS
+#define GDL__ATTN_FAILED(c) gdl__atomic_store((c)->failed, 1, GDL__MO_RELAXED)
+#else
+#define GDL__ATTN_FAILED(c) (*(c)->failed = 1)
+#endif
+
+static int64_t gdl__attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* dst[n] (dtype dt, from element off) += buf, summed in gdl_real and rounded once; tmp: n reals */
+static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t n, const gdl_real *buf, gdl_real *tmp) {
+    int64_t i;
+    gdl__lp_get(dt, dst, off, 1, n, tmp);
+    for (i = 0; i < n; i++) tmp[i] += buf[i];
+    gdl__lp_put(dt, dst, off, n, tmp);
+}
+
+/* the forward over tasks (batch, query tile) in [lo, hi) */
+static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
+    const gdl_real scale = (gdl_real)g->scale;
+    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (2 * E + 2 * Ev + T) + 1)), *kb, *vb, *acc, *s;
+    double m[GDL__ATTN_T], l[GDL__ATTN_T];
+    int64_t idx, r, j0, j, e;
+    if (!qb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    kb = qb + T * E;
+    vb = kb + T * E;
+    acc = vb + T * Ev;
+    s = acc + T * Ev;
+    for (idx = lo; idx < hi; idx++) {
+        const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
+        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        for (r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0;
+        }
+        memset(acc, 0, sizeof(gdl_real) * (size_t)(nq * Ev));
+        for (j0 = 0; j0 < send; j0 += T) {
+            const int64_t nk = gdl__attn_min(T, send - j0);
+            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
+            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+            for (r = 0; r < nq; r++) {
+                gdl_real *sr = s + r * T, *ar = acc + r * Ev, mt = (gdl_real)-INFINITY;
+                double mn, alpha;
+                for (j = 0; j < nk; j++) {
+                    sr[j] = scale * gdl__attn_dot(qb + r * E, kb + j * E, E) + gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
+                    if (sr[j] > mt) mt = sr[j];
+                }
+                if (mt == (gdl_real)-INFINITY) continue; /* no key of this tile takes part */
+                mn = m[r] > mt ? m[r] : mt;
+                alpha = exp(m[r] - mn);
+                l[r] *= alpha;
+                if (alpha != 1)
+                    for (e = 0; e < Ev; e++) ar[e] *= (gdl_real)alpha;
+                for (j = 0; j < nk; j++) {
+                    const gdl_real pj = (gdl_real)exp(sr[j] - mn);
+                    const gdl_real *vj = vb + j * Ev;
+                    l[r] += pj;
+                    for (e = 0; e < Ev; e++) ar[e] += pj * vj[e];
+                }
+                m[r] = mn;
+            }
+        }
+        for (r = 0; r < nq; r++) {
+            const gdl_real inv = l[r] > 0 ? (gdl_real)(1 / l[r]) : 0;
+            for (e = 0; e < Ev; e++) acc[r * Ev + e] *= inv;
+            c->lse_out[b * L + i0 + r] = l[r] > 0 ? (gdl_real)(m[r] + log(l[r])) : (gdl_real)INFINITY;
+        }
+        gdl__lp_put(c->dt, c->out, (b * L + i0) * Ev, nq * Ev, acc);
+    }
+    GPUDL_FREE(qb);
+}
+
+/* backward, pass 1 over tasks (batch, query tile): delta = rowsum(gout * out), and dq */
+static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
+    const gdl_real scale = (gdl_real)g->scale;
+    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (3 * E + 3 * Ev) + 1)), *gb, *ob, *kb, *vb, *dq;
+    int64_t idx, r, j0, j, e;
+    if (!qb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    gb = qb + T * E;
+    ob = gb + T * Ev;
+    kb = ob + T * Ev;
+    vb = kb + T * E;
+    dq = vb + T * Ev;
+    for (idx = lo; idx < hi; idx++) {
+        const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
+        const gdl_real *lse = c->lse + b * L + i0;
+        gdl_real *D = c->delta + b * L + i0;
+        gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
+        gdl__lp_get(c->dt, c->o, (b * L + i0) * Ev, 1, nq * Ev, ob);
+        for (r = 0; r < nq; r++) D[r] = gdl__attn_dot(gb + r * Ev, ob + r * Ev, Ev);
+        if (!c->gq) continue;
+        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
+        for (j0 = 0; j0 < send; j0 += T) {
+            const int64_t nk = gdl__attn_min(T, send - j0);
+            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
+            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+            for (r = 0; r < nq; r++)
+                for (j = 0; j < nk; j++) {
+                    const gdl_real sc = scale * gdl__attn_dot(qb + r * E, kb + j * E, E) +
+                                        gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
+                    const gdl_real pj = (gdl_real)exp(sc - lse[r]), *kj = kb + j * E;
+                    gdl_real ds;
+                    if (pj == 0) continue;
+                    ds = scale * pj * (gdl__attn_dot(gb + r * Ev, vb + j * Ev, Ev) - D[r]);
+                    for (e = 0; e < E; e++) dq[r * E + e] += ds * kj[e];
+                }
+        }
+        gdl__attn_acc(c->dt, c->gq, (b * L + i0) * E, nq * E, dq, kb);
+    }
+    GPUDL_FREE(qb);
+}
+
+/* backward, pass 2 over tasks (batch, key tile): dk and dv, walking the query tiles that see the keys */
+static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nkt = (S + T - 1) / T;
+    const gdl_real scale = (gdl_real)g->scale;
+    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (3 * E + 3 * Ev) + 1)), *vb, *qb, *gb, *dk, *dv;
+    int64_t idx, r, i0, j, e;
+    if (!kb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    vb = kb + T * E;
+    qb = vb + T * Ev;
+    gb = qb + T * E;
+    dk = gb + T * Ev;
+    dv = dk + T * E;
+    for (idx = lo; idx < hi; idx++) {
+        const int64_t b = idx / nkt, j0 = (idx % nkt) * T, nk = gdl__attn_min(T, S - j0);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0;
+        gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
+        gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+        memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
+        memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
+        for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+            const int64_t nq = gdl__attn_min(T, L - i0);
+            const gdl_real *lse = c->lse + b * L + i0, *D = c->delta + b * L + i0;
+            gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+            gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
+            for (j = 0; j < nk; j++)
+                for (r = 0; r < nq; r++) {
+                    const gdl_real sc = scale * gdl__attn_dot(qb + r * E, kb + j * E, E) +
+                                        gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
+                    const gdl_real pj = (gdl_real)exp(sc - lse[r]), *gr = gb + r * Ev, *qr = qb + r * E;
+                    gdl_real ds;
+                    if (pj == 0) continue;
+                    for (e = 0; e < Ev; e++) dv[j * Ev + e] += pj * gr[e];
+                    ds = scale * pj * (gdl__attn_dot(gr, vb + j * Ev, Ev) - D[r]);
+                    for (e = 0; e < E; e++) dk[j * E + e] += ds * qr[e];
+                }
+        }
+        if (c->gk) gdl__attn_acc(c->dt, c->gk, (b * S + j0) * E, nk * E, dk, qb);
+        if (c->gv) gdl__attn_acc(c->dt, c->gv, (b * S + j0) * Ev, nk * Ev, dv, qb);
+    }
+    GPUDL_FREE(kb);
+}
+
+static int gdl__attn_oom(int failed) {
+    if (!failed) return 0;
+    gdl__set_error("gdl_scaled_dot_product_attention: out of host memory for the CPU kernel's tiles");
+    return -1;
+}
+
+static int gdl__cpu_attention(gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, const void *v,
+                              const void *mask, void *out, gdl_real *lse) {
+    gdl__attn_ctx c;
+    int failed = 0;
+    memset(&c, 0, sizeof c);
+    c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.out = out; c.lse_out = lse; c.failed = &failed;
+    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), g->B * g->L * g->S * (g->E + g->Ev),
+                      gdl__attn_fwd_range, &c);
+    return gdl__attn_oom(failed);
+}
+
+static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k,
+                                       const void *v, const void *mask, const void *out, const void *gout,
+                                       const gdl_real *lse, gdl_real *delta, void *gq, void *gk, void *gv) {
+    gdl__attn_ctx c;
+    int failed = 0;
+    const int64_t work = g->B * g->L * g->S * (g->E + g->Ev);
+    memset(&c, 0, sizeof c);
+    c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.o = out; c.go = gout;
+    c.lse = lse; c.delta = delta; c.gq = gq; c.gk = gk; c.gv = gv; c.failed = &failed;
+    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
+    if (!failed && (gk || gv))
+        gdl__parallel_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
+    return gdl__attn_oom(failed);
+}
 /* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even); bf16 spelt
    out (gdl_bf16_to_f32, gdl_f32_to_bf16) so the loops below keep no call */
 static float gdl__opt_lowf(int low, uint16_t h) {
@@ -9998,6 +10293,180 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
     return gdl__finish(op, out);
 }
 
+/* ---- scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention) ----
+   The fused path is one backend call each way (attention / attention_backward) and saves only the
+   output and a log-sum-exp per query row; the unfused composition below covers what the kernels do not
+   (dropout, q/k/v batch dims that broadcast, long heads, a mask that wants a gradient). */
+
+/* out = softmax(scale q k^T + mask) v from the differentiable ops: L x S weights in memory */
+static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask, double dropout_p,
+                                     int causal, double scale) {
+    gdl_tensor *s = gdl_mul_scalar(gdl_matmul(q, gdl_transpose(k, -2, -1)), scale);
+    if (s && causal) { /* the excluded places: above the main diagonal of an [L, S] of ones */
+        int64_t shape[2];
+        gdl_tensor *ones;
+        const gdl_backend *be;
+        shape[0] = s->shape[s->ndim - 2];
+        shape[1] = s->shape[s->ndim - 1];
+        if (!(be = gdl__be("gdl_scaled_dot_product_attention", s->device)) ||
+            !(ones = gdl__tmp("gdl_scaled_dot_product_attention", 2, shape, GDL_F32, s->device)) ||
+            be->fill(GDL__R(ones), ones->numel, 1) < 0)
+            return NULL;
+        s = gdl_masked_fill(s, gdl_compare_scalar(gdl_triu(ones, 1), GDL_CMP_NE, 0), -INFINITY);
+    } else if (s && mask && mask->dtype == GDL_U8) {
+        s = gdl_masked_fill(s, gdl_compare_scalar(mask, GDL_CMP_EQ, 0), -INFINITY);
+    } else if (s && mask) {
+        s = gdl_add(s, mask);
+    }
+    s = gdl_softmax(s, -1);
+    if (s && dropout_p > 0) s = gdl_dropout(s, dropout_p, 1);
+    return s ? gdl_matmul(s, v) : NULL;
+}
+
+/* the arguments' checks, shared with the backward's geometry: the fused kernels' geometry (*fused 0: the
+   unfused composition must run); -1 after an error */
+static int gdl__sdpa_geom(const char *op, const gdl_tensor *q, const gdl_tensor *k, const gdl_tensor *v,
+                          const gdl_tensor *mask, int causal, double scale, gdl_attn_geom *g, int *fused) {
+    int nb = q->ndim - 2, d, off;
+    int64_t cs[GDL_MAX_DIMS];
+    memset(g, 0, sizeof *g);
+    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2 || q->shape[q->ndim - 1] != k->shape[k->ndim - 1] ||
+        k->shape[k->ndim - 2] != v->shape[v->ndim - 2]) {
+        gdl__set_error("%s: expected query [..., L, E], key [..., S, E] and value [..., S, Ev], got %s, %s and %s", op,
+                       gdl_shape_str(q), gdl_shape_str(k), gdl_shape_str(v));
+        return -1;
+    }
+    g->L = q->shape[q->ndim - 2];
+    g->S = k->shape[k->ndim - 2];
+    g->E = q->shape[q->ndim - 1];
+    g->Ev = v->shape[v->ndim - 1];
+    g->scale = scale > 0 ? scale : g->E > 0 ? 1 / sqrt((double)g->E) : 1; /* NaN fails scale > 0 */
+    g->causal = causal != 0;
+    *fused = q->ndim == k->ndim && q->ndim == v->ndim && g->E <= GDL_ATTN_MAX_HEAD && g->Ev <= GDL_ATTN_MAX_HEAD;
+    g->B = 1;
+    g->nb = nb;
+    for (d = 0; d < nb; d++) {
+        if (*fused && (q->shape[d] != k->shape[d] || q->shape[d] != v->shape[d])) *fused = 0;
+        g->bshape[d] = q->shape[d];
+        g->B *= q->shape[d];
+    }
+    if (!*fused) { /* the batch dims broadcast (matmul's rules), the mask against the broadcast shape */
+        const gdl_tensor *t[3];
+        int64_t str[3][GDL_MAX_DIMS];
+        gdl_tensor hq = *q, hk = *k, hv = *v; /* the batch dims alone */
+        t[0] = &hq; t[1] = &hk; t[2] = &hv;
+        hq.ndim -= 2; hk.ndim -= 2; hv.ndim -= 2;
+        if (gdl__broadcast_k(op, 3, t, &nb, g->bshape, str) < 0) {
+            gdl__set_error("%s: the batch dims of query %s, key %s and value %s cannot be broadcast", op,
+                           gdl_shape_str(q), gdl_shape_str(k), gdl_shape_str(v));
+            return -1;
+        }
+        g->nb = nb;
+    }
+    if (!mask) return 0;
+    if (causal) {
+        gdl__set_error("%s: an explicit attn_mask cannot be set with is_causal (PyTorch's rule)", op);
+        return -1;
+    }
+    if (mask->dtype != GDL_U8 && mask->dtype != q->dtype) {
+        gdl__set_error("%s: attn_mask must be u8 (bool) or of the query's dtype %s, got %s %s", op,
+                       gdl_dtype_name(q->dtype), gdl_dtype_name(mask->dtype), gdl_shape_str(mask));
+        return -1;
+    }
+    off = nb + 2 - mask->ndim;
+    if (off < 0) {
+        gdl__set_error("%s: attn_mask %s has more dims than the scores [..., L, S] of query %s and key %s", op,
+                       gdl_shape_str(mask), gdl_shape_str(q), gdl_shape_str(k));
+        return -1;
+    }
+    gdl__contig_strides(mask->ndim, mask->shape, cs);
+    for (d = 0; d < nb + 2; d++) {
+        int64_t want = d < nb ? g->bshape[d] : d == nb ? g->L : g->S, have = d < off ? 1 : mask->shape[d - off];
+        int64_t st = d < off || have == 1 ? 0 : cs[d - off];
+        if (have != want && have != 1) {
+            gdl__set_error("%s: attn_mask %s cannot be broadcast to the scores' shape [..., L=%lld, S=%lld] of query %s "
+                           "and key %s", op, gdl_shape_str(mask), (long long)g->L, (long long)g->S, gdl_shape_str(q),
+                           gdl_shape_str(k));
+            return -1;
+        }
+        if (d < nb) g->mstr[d] = st;
+        else if (d == nb) g->mrow = st;
+        else g->mcol = st;
+    }
+    g->mask = mask->dtype == GDL_U8 ? 1 : 2;
+    g->mdt = mask->dtype;
+    if (mask->requires_grad) *fused = 0; /* an additive mask's gradient: the composition has it */
+    return 0;
+}
+
+GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask,
+                                                       double dropout_p, int is_causal, double scale) {
+    const char *op = "gdl_scaled_dot_product_attention";
+    gdl_attn_geom g;
+    gdl_tensor *out, *lse, *in[4];
+    gdl_node *n;
+    const gdl_backend *be;
+    int64_t shape[GDL_MAX_DIMS];
+    int fused, err, d;
+    if (gdl__check_in(op, "query", q, 0) < 0 || gdl__check_in(op, "key", k, 0) < 0 || gdl__check_in(op, "value", v, 0) < 0 ||
+        (mask && gdl__check_in(op, "attn_mask", mask, 0) < 0) || gdl__check_dev(op, q, k) < 0 ||
+        gdl__check_dev(op, q, v) < 0 || gdl__check_dev(op, q, mask) < 0)
+        return NULL;
+    if (gdl__ac_dt != GDL_F32) { /* class LOW: float arguments to the region's dtype, then again */
+        gdl_tensor **args[4];
+        int rc, na = 3;
+        args[0] = &q; args[1] = &k; args[2] = &v;
+        if (mask && mask->dtype != GDL_U8) args[na++] = &mask;
+        if ((rc = gdl__ac_in(op, GDL_OP_SDPA, na, args)) < 0) return NULL;
+        if (rc) return gdl_scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale);
+    }
+    if (!gdl__is_float(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype) {
+        gdl__set_error("%s: query, key and value must have one float dtype (f32, bf16 or f16), got %s %s, %s %s and %s %s",
+                       op, gdl_dtype_name(q->dtype), gdl_shape_str(q), gdl_dtype_name(k->dtype), gdl_shape_str(k),
+                       gdl_dtype_name(v->dtype), gdl_shape_str(v));
+        return NULL;
+    }
+    if (!(dropout_p >= 0 && dropout_p <= 1)) {
+        gdl__set_error("%s: dropout_p %g is not in [0,1]", op, dropout_p);
+        return NULL;
+    }
+    if (gdl__sdpa_geom(op, q, k, v, mask, is_causal, scale, &g, &fused) < 0) return NULL;
+    if (!fused || dropout_p > 0) return gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale);
+    for (d = 0; d < q->ndim - 1; d++) shape[d] = q->shape[d];
+    shape[q->ndim - 1] = g.Ev;
+    if (!(be = gdl__be(op, q->device)) || !(out = gdl__tmp(op, q->ndim, shape, q->dtype, q->device)) ||
+        !(lse = gdl__tmp(op, q->ndim - 1, shape, GDL_F32, q->device)))
+        return NULL;
+    if (out->numel && be->attention(q->dtype, &g, q->data, k->data, v->data, mask ? mask->data : NULL, out->data,
+                                     GDL__R(lse)) < 0)
+        return NULL;
+    in[0] = q;
+    in[1] = k;
+    in[2] = v;
+    in[3] = mask;
+    n = gdl__record(op, GDL_OP_SDPA, out, 4, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = lse;
+        n->f[0] = g.scale;
+        n->i[0] = g.causal;
+    }
+    return gdl__finish(op, out);
+}
+
+static int gdl__bw_sdpa(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *mask = n->in[3], *out = n->out;
+    gdl_attn_geom g;
+    gdl_real *delta;
+    int fused;
+    if (!out->numel || !(q->requires_grad || k->requires_grad || v->requires_grad)) return 0;
+    if (gdl__sdpa_geom("gdl_backward", q, k, v, mask, (int)n->i[0], n->f[0], &g, &fused) < 0 ||
+        !(delta = (gdl_real *)gdl__scratch("gdl_backward", out->device, sizeof(gdl_real) * (size_t)(g.B * g.L + 1))))
+        return -1;
+    return be->attention_backward(out->dtype, &g, q->data, k->data, v->data, mask ? mask->data : NULL, out->data,
+                                  out->grad->data, GDL__R(n->saved[0]), delta, q->requires_grad ? q->grad->data : NULL,
+                                  k->requires_grad ? k->grad->data : NULL, v->requires_grad ? v->grad->data : NULL);
+}
 /* ---- concat ---- */
 
 GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {

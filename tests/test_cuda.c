@@ -11,7 +11,8 @@
    all or nothing) and gdl_fit's out-of-memory retry and batch split;
    training parity of an MLP and a CNN on tie-free inputs; the memory
    statistics and the profiler (tests/monitor_cases.h) and, on the emulator,
-   gdl_gpu_stats finding each GPU in a stand-in NVML by its PCI bus id.
+   gdl_gpu_stats finding each GPU in a stand-in NVML by its PCI bus id; scaled dot-product attention's
+   fused kernels at every tile edge in three dtypes, its errors and its linear memory.
    Without a GPU every test is skipped. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -23,6 +24,7 @@
 #include "gradscaler_cases.h"
 #include "master_cases.h"
 #include "fusion_cases.h"
+#include "attention_cases.h"
 #ifdef GPUDL_EMU
 #include "cuda_emu/emu_api.h"
 #endif
@@ -2952,6 +2954,13 @@ SUITE(seq_ops) {
         RUN_GPU_NAMED(name, parity, &seq_gpu_runs[2 * i + 1]);
     }
     RUN_GPU(seq_compare_all_pairs);
+    { /* scaled dot-product attention's fused kernels (tests/attention_cases.h) */
+        static gdl_device dev;
+        dev = GPU;
+        RUN_GPU_NAMED("attention_tile_edges", attn_tile_edges, &dev);
+        RUN_GPU_NAMED("attention_errors", attn_errors, &dev);
+        RUN_GPU_NAMED("attention_memory_linear_in_T", attn_memory_linear, &dev);
+    }
 }
 
 /* ---- suites ---- */
