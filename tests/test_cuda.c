@@ -2900,6 +2900,12 @@ static const gc_case seq_gpu_cases[] = {
     {"seq_tril_big", GDL_OP_TRIL, f_tril1, 1, {{R3(3, 30, 31), IN_RANDN, 0}}},
     {"seq_cumsum_long", GDL_OP_CUMSUM, f_cumsum1, 1, {{R2(3, 700), IN_RANDN, 0}}},
     {"seq_maximum_nan", GDL_OP_MAXIMUM, f_maximum, 2, {{R2(20, 30), IN_NAN, 0}, {R1(30), IN_TIES, 0}}},
+    /* attention with longer heads: the GPU's tile shrinks to 16 (E 40) and 8 (Ev 70) rows; E 300 runs the
+       unfused composition */
+    {"seq_sdpa_causal_tile8", GDL_OP_SDPA, f_sdpa_causal, 3, {{R3(2, 19, 40), IN_RANDN, 0}, {R3(2, 17, 40), IN_RANDN, 0}, {R3(2, 17, 70), IN_RANDN, 0}}},
+    {"seq_sdpa_bool_mask_tile16", GDL_OP_SDPA, f_sdpa_bool, 4,
+     {{R3(3, 21, 40), IN_RANDN, 0}, {R3(3, 35, 40), IN_RANDN, 0}, {R3(3, 35, 20), IN_RANDN, 0}, {R2(21, 35), IN_CONST, 0}}},
+    {"seq_sdpa_head300_unfused", GDL_OP_MATMUL, f_sdpa, 3, {{R3(1, 3, 300), IN_RANDN, 0}, {R3(1, 4, 300), IN_RANDN, 0}, {R3(1, 4, 5), IN_RANDN, 0}}},
     {"seq_matmul_broadcast_big", GDL_OP_MATMUL, f_matmul, 2, {{R4(3, 1, 9, 33), IN_RANDN, 0}, {R3(4, 33, 6), IN_RANDN, 0}}},
 };
 #define NSEQ_GPU_CASES ((int)(sizeof seq_gpu_cases / sizeof seq_gpu_cases[0]))
