@@ -20,12 +20,11 @@ static gdl_real gdl__attn_bias(const gdl_attn_geom *g, const void *mask, int64_t
     return ((const gdl_real *)mask)[off];
 }
 
-static gdl_real gdl__attn_dot(const gdl_real *a, const gdl_real *b, int64_t n) {
-    gdl_real s = 0;
-    int64_t i;
-    for (i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+#ifdef GPUDL_DOUBLE
+#define GDL__ATTN_EXP exp
+#else
+#define GDL__ATTN_EXP expf
+#endif
 
 typedef struct gdl__attn_ctx {
     gdl_dtype dt;
@@ -53,13 +52,80 @@ static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t n, const
     gdl__lp_put(dt, dst, off, n, tmp);
 }
 
+/* at[e*T + j] = a[j*D + e]: a tile of n rows turned so that a row of scores is an axpy per element;
+   columns n..T-1 are 0, so the loops below run over whole tiles (a fixed trip count that gcc's -O2
+   vectorises) */
+static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at) {
+    int64_t j, e;
+    for (e = 0; e < D; e++) {
+        for (j = 0; j < n; j++) at[e * GDL__ATTN_T + j] = a[j * D + e];
+        for (; j < GDL__ATTN_T; j++) at[e * GDL__ATTN_T + j] = 0;
+    }
+}
+
+/* out[r*T + j] = a_r . b_j for r < na, j < nb (a: rows of D; bt: b turned), summed in e's order */
+static void gdl__attn_rowdots(const gdl_real *a, int64_t na, const gdl_real *bt, int64_t nb, int64_t D, gdl_real *out) {
+    int64_t r, j, e;
+    for (r = 0; r < na; r++) {
+        gdl_real t[GDL__ATTN_T];
+        for (j = 0; j < GDL__ATTN_T; j++) t[j] = 0;
+        for (e = 0; e < D; e++) {
+            const gdl_real x = a[r * D + e], *b = bt + e * GDL__ATTN_T;
+            for (j = 0; j < GDL__ATTN_T; j++) t[j] += x * b[j];
+        }
+        memcpy(out + r * GDL__ATTN_T, t, sizeof(gdl_real) * (size_t)nb);
+    }
+}
+
+#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
+#define GDL__ATTN_RESTRICT __restrict
+#else
+#define GDL__ATTN_RESTRICT
+#endif
+/* y[0..n) += a x, in blocks of 8 that the compiler turns into vector operations (y and x never overlap) */
+static void gdl__attn_axpy(gdl_real *GDL__ATTN_RESTRICT y, gdl_real a, const gdl_real *GDL__ATTN_RESTRICT x, int64_t n) {
+    int64_t i = 0;
+    int u;
+    for (; i + 8 <= n; i += 8)
+        for (u = 0; u < 8; u++) y[i + u] += a * x[i + u];
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* a tile of scores: s = scale * q k^T plus the causal / mask terms (query rows from i0, keys from j0) */
+static void gdl__attn_scores(const gdl__attn_ctx *c, const gdl_real *qb, int64_t nq, const gdl_real *kt, int64_t nk,
+                             int64_t i0, int64_t j0, int64_t mb, gdl_real *s) {
+    const gdl_attn_geom *g = c->g;
+    const gdl_real scale = (gdl_real)g->scale;
+    int64_t r, j;
+    gdl__attn_rowdots(qb, nq, kt, nk, g->E, s);
+    for (r = 0; r < nq; r++) {
+        gdl_real *sr = s + r * GDL__ATTN_T;
+        for (j = 0; j < nk; j++) sr[j] *= scale;
+        if (g->causal || g->mask)
+            for (j = 0; j < nk; j++) sr[j] += gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
+    }
+}
+
+/* the probabilities from the saved log-sum-exps, in place; then ds = scale * p * (dp - delta) in dp */
+static void gdl__attn_ds(const gdl__attn_ctx *c, gdl_real *s, gdl_real *dp, int64_t nq, int64_t nk, const gdl_real *lse,
+                         const gdl_real *D) {
+    const gdl_real scale = (gdl_real)c->g->scale;
+    int64_t r, j;
+    for (r = 0; r < nq; r++) {
+        gdl_real *sr = s + r * GDL__ATTN_T, *dr = dp + r * GDL__ATTN_T;
+        for (j = 0; j < nk; j++) {
+            sr[j] = GDL__ATTN_EXP(sr[j] - lse[r]); /* lse +inf (a row no key takes part in): 0 */
+            dr[j] = scale * sr[j] * (dr[j] - D[r]);
+        }
+    }
+}
+
 /* the forward over tasks (batch, query tile) in [lo, hi) */
 static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const gdl_attn_geom *g = c->g;
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
-    const gdl_real scale = (gdl_real)g->scale;
-    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (2 * E + 2 * Ev + T) + 1)), *kb, *vb, *acc, *s;
+    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (3 * E + 2 * Ev + T) + 1)), *kb, *kt, *vb, *acc, *s;
     double m[GDL__ATTN_T], l[GDL__ATTN_T];
     int64_t idx, r, j0, j, e;
     if (!qb) {
@@ -67,7 +133,8 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
         return;
     }
     kb = qb + T * E;
-    vb = kb + T * E;
+    kt = kb + T * E;
+    vb = kt + T * E;
     acc = vb + T * Ev;
     s = acc + T * Ev;
     for (idx = lo; idx < hi; idx++) {
@@ -83,13 +150,13 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
             const int64_t nk = gdl__attn_min(T, send - j0);
             gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
             gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+            gdl__attn_turn(kb, nk, E, kt);
+            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
             for (r = 0; r < nq; r++) {
                 gdl_real *sr = s + r * T, *ar = acc + r * Ev, mt = (gdl_real)-INFINITY;
                 double mn, alpha;
-                for (j = 0; j < nk; j++) {
-                    sr[j] = scale * gdl__attn_dot(qb + r * E, kb + j * E, E) + gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
+                for (j = 0; j < nk; j++)
                     if (sr[j] > mt) mt = sr[j];
-                }
                 if (mt == (gdl_real)-INFINITY) continue; /* no key of this tile takes part */
                 mn = m[r] > mt ? m[r] : mt;
                 alpha = exp(m[r] - mn);
@@ -97,10 +164,9 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
                 if (alpha != 1)
                     for (e = 0; e < Ev; e++) ar[e] *= (gdl_real)alpha;
                 for (j = 0; j < nk; j++) {
-                    const gdl_real pj = (gdl_real)exp(sr[j] - mn);
-                    const gdl_real *vj = vb + j * Ev;
+                    const gdl_real pj = GDL__ATTN_EXP(sr[j] - (gdl_real)mn);
                     l[r] += pj;
-                    for (e = 0; e < Ev; e++) ar[e] += pj * vj[e];
+                    gdl__attn_axpy(ar, pj, vb + j * Ev, Ev);
                 }
                 m[r] = mn;
             }
@@ -115,13 +181,13 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
     GPUDL_FREE(qb);
 }
 
-/* backward, pass 1 over tasks (batch, query tile): delta = rowsum(gout * out), and dq */
+/* backward, pass 1 over tasks (batch, query tile): delta = rowsum(gout * out), and dq += ds k */
 static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const gdl_attn_geom *g = c->g;
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
-    const gdl_real scale = (gdl_real)g->scale;
-    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (3 * E + 3 * Ev) + 1)), *gb, *ob, *kb, *vb, *dq;
+    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 3 * Ev + 2 * T) + 1));
+    gdl_real *gb, *ob, *kb, *kt, *vt, *dq, *s, *dp;
     int64_t idx, r, j0, j, e;
     if (!qb) {
         GDL__ATTN_FAILED(c);
@@ -130,8 +196,11 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     gb = qb + T * E;
     ob = gb + T * Ev;
     kb = ob + T * Ev;
-    vb = kb + T * E;
-    dq = vb + T * Ev;
+    kt = kb + T * E;
+    vt = kt + T * E;
+    dq = vt + T * Ev;
+    s = dq + T * E;
+    dp = s + T * T;
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
@@ -139,24 +208,26 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
         gdl_real *D = c->delta + b * L + i0;
         gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
         gdl__lp_get(c->dt, c->o, (b * L + i0) * Ev, 1, nq * Ev, ob);
-        for (r = 0; r < nq; r++) D[r] = gdl__attn_dot(gb + r * Ev, ob + r * Ev, Ev);
+        for (r = 0; r < nq; r++) {
+            gdl_real d = 0;
+            for (e = 0; e < Ev; e++) d += gb[r * Ev + e] * ob[r * Ev + e];
+            D[r] = d;
+        }
         if (!c->gq) continue;
         gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
         memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
         for (j0 = 0; j0 < send; j0 += T) {
             const int64_t nk = gdl__attn_min(T, send - j0);
             gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
-            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, ob); /* out's rows are read: V's tile */
+            gdl__attn_turn(kb, nk, E, kt);
+            gdl__attn_turn(ob, nk, Ev, vt);
+            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+            gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
+            gdl__attn_ds(c, s, dp, nq, nk, lse, D);
             for (r = 0; r < nq; r++)
-                for (j = 0; j < nk; j++) {
-                    const gdl_real sc = scale * gdl__attn_dot(qb + r * E, kb + j * E, E) +
-                                        gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
-                    const gdl_real pj = (gdl_real)exp(sc - lse[r]), *kj = kb + j * E;
-                    gdl_real ds;
-                    if (pj == 0) continue;
-                    ds = scale * pj * (gdl__attn_dot(gb + r * Ev, vb + j * Ev, Ev) - D[r]);
-                    for (e = 0; e < E; e++) dq[r * E + e] += ds * kj[e];
-                }
+                for (j = 0; j < nk; j++)
+                    if (dp[r * T + j] != 0) gdl__attn_axpy(dq + r * E, dp[r * T + j], kb + j * E, E);
         }
         gdl__attn_acc(c->dt, c->gq, (b * L + i0) * E, nq * E, dq, kb);
     }
@@ -168,40 +239,43 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const gdl_attn_geom *g = c->g;
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nkt = (S + T - 1) / T;
-    const gdl_real scale = (gdl_real)g->scale;
-    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (3 * E + 3 * Ev) + 1)), *vb, *qb, *gb, *dk, *dv;
-    int64_t idx, r, i0, j, e;
+    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + 1));
+    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp;
+    int64_t idx, r, i0, j;
     if (!kb) {
         GDL__ATTN_FAILED(c);
         return;
     }
-    vb = kb + T * E;
-    qb = vb + T * Ev;
+    kt = kb + T * E;
+    vb = kt + T * E;
+    vt = vb + T * Ev;
+    qb = vt + T * Ev;
     gb = qb + T * E;
     dk = gb + T * Ev;
     dv = dk + T * E;
+    s = dv + T * Ev;
+    dp = s + T * T;
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nkt, j0 = (idx % nkt) * T, nk = gdl__attn_min(T, S - j0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0;
         gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
         gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+        gdl__attn_turn(kb, nk, E, kt);
+        gdl__attn_turn(vb, nk, Ev, vt);
         memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
         memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
         for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
             const int64_t nq = gdl__attn_min(T, L - i0);
-            const gdl_real *lse = c->lse + b * L + i0, *D = c->delta + b * L + i0;
             gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
             gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
+            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+            gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
+            gdl__attn_ds(c, s, dp, nq, nk, c->lse + b * L + i0, c->delta + b * L + i0);
             for (j = 0; j < nk; j++)
                 for (r = 0; r < nq; r++) {
-                    const gdl_real sc = scale * gdl__attn_dot(qb + r * E, kb + j * E, E) +
-                                        gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
-                    const gdl_real pj = (gdl_real)exp(sc - lse[r]), *gr = gb + r * Ev, *qr = qb + r * E;
-                    gdl_real ds;
-                    if (pj == 0) continue;
-                    for (e = 0; e < Ev; e++) dv[j * Ev + e] += pj * gr[e];
-                    ds = scale * pj * (gdl__attn_dot(gr, vb + j * Ev, Ev) - D[r]);
-                    for (e = 0; e < E; e++) dk[j * E + e] += ds * qr[e];
+                    if (s[r * T + j] == 0) continue;
+                    gdl__attn_axpy(dv + j * Ev, s[r * T + j], gb + r * Ev, Ev);
+                    gdl__attn_axpy(dk + j * E, dp[r * T + j], qb + r * E, E);
                 }
         }
         if (c->gk) gdl__attn_acc(c->dt, c->gk, (b * S + j0) * E, nk * E, dk, qb);
