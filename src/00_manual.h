@@ -316,6 +316,7 @@
    [api-formats]   23_api_formats.h               IDX, CIFAR-10, safetensors files
    [api-data]      24_api_data.h                  datasets, transforms, the DataLoader
    [api-nn]        25_api_nn.h                    modules, optimizers, schedulers, scaler
+                   25a_api_nn_attention.h         nn.MultiheadAttention
    [api-train]     26_api_train.h                 fit / evaluate, checkpoints
    [api-graph]     27_api_graph.h                 a training step as a CUDA graph
    [api-dist]      28_api_dist.h                  processes, collectives, DDP, restarts
@@ -349,6 +350,7 @@
                    72_formats_safetensors_write.h safetensors writer
    [impl-data]     75_data.h                      datasets, transforms, the DataLoader
    [impl-nn]       80_nn_modules.h                modules
+                   80a_nn_attention.h             nn.MultiheadAttention
                    81_optimizers.h                optimizers, master weights, flat blocks
                    82_gradscaler.h                GradScaler
                    83_schedulers.h                learning-rate schedulers
