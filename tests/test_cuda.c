@@ -2949,6 +2949,43 @@ TEST seq_compare_all_pairs(void) {
     PASS();
 }
 
+/* nn.MultiheadAttention on the GPU against the CPU: the same initialisation (seed), key padding and
+   [N*heads, L, S] masks, the output and every parameter's gradient of sum(out) */
+TEST mha_parity(void) {
+    int64_t sq[3] = {3, 7, 16}, skv[3] = {3, 9, 16}, sk[2] = {3, 9}, sa[3] = {12, 7, 9};
+    gdl_module *mc, *mg;
+    gdl_tensor *q, *kv, *kpm, *am, *qg, *kvg, *kpmg, *amg, *oc, *og, *tc[4], *tg[4];
+    uint8_t kb[27], ab[12 * 63];
+    int i;
+    for (i = 0; i < 27; i++) kb[i] = (uint8_t)(i % 9 == 4 || i == 17);
+    for (i = 0; i < 12 * 63; i++) ab[i] = (uint8_t)(i % 9 != i / 9 % 7 && (i * 7) % 5 == 0);
+    gdl_manual_seed(5);
+    ASSERT_NOT_NULL(mc = gdl_nn_multihead_attention(16, 4, 0, 1, 1));
+    gdl_manual_seed(5);
+    ASSERT_NOT_NULL(mg = gdl_nn_multihead_attention(16, 4, 0, 1, 1));
+    ASSERT_EQ(0, gdl_module_to(mg, GPU));
+    ASSERT_NOT_NULL(q = gdl_randn(3, sq, gdl_cpu()));
+    ASSERT_NOT_NULL(kv = gdl_randn(3, skv, gdl_cpu()));
+    ASSERT_NOT_NULL(kpm = gdl_from_array(kb, 2, sk, GDL_U8, gdl_cpu()));
+    ASSERT_NOT_NULL(am = gdl_from_array(ab, 3, sa, GDL_U8, gdl_cpu()));
+    ASSERT(!!(qg = gdl_to(q, GPU)) & !!(kvg = gdl_to(kv, GPU)) & !!(kpmg = gdl_to(kpm, GPU)) & !!(amg = gdl_to(am, GPU)));
+    gdl_arena_reset();
+    ASSERT_NOT_NULL(oc = gdl_mha_forward(mc, q, kv, kv, kpm, am));
+    ASSERT_NOT_NULL(og = gdl_mha_forward(mg, qg, kvg, kvg, kpmg, amg));
+    ASSERT(rel_err(oc, og) < 1e-5);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(oc)));
+    ASSERT_EQ(0, gdl_backward(gdl_sum(og)));
+    ASSERT_EQ(4, gdl_module_named_tensors(mc, GDL_PARAMS, NULL, tc, 4));
+    ASSERT_EQ(4, gdl_module_named_tensors(mg, GDL_PARAMS, NULL, tg, 4));
+    for (i = 0; i < 4; i++)
+        if (!(rel_err(tc[i]->grad, tg[i]->grad) < 1e-5)) FAILf("parameter %d's gradient differs from the CPU's", i);
+    gdl_module_free(mc);
+    gdl_module_free(mg);
+    gdl_free(q); gdl_free(kv); gdl_free(kpm); gdl_free(am); gdl_free(qg); gdl_free(kvg); gdl_free(kpmg); gdl_free(amg);
+    gdl_arena_reset();
+    PASS();
+}
+
 SUITE(seq_ops) {
     int i;
     char name[96];
@@ -2967,6 +3004,7 @@ SUITE(seq_ops) {
         RUN_GPU_NAMED("attention_errors", attn_errors, &dev);
         RUN_GPU_NAMED("attention_memory_linear_in_T", attn_memory_linear, &dev);
     }
+    RUN_GPU(mha_parity);
 }
 
 /* ---- suites ---- */
