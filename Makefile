@@ -53,7 +53,7 @@ ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype_parity.h tests/autocast_cases.h \
-      tests/gradscaler_cases.h tests/master_cases.h tests/fusion_cases.h
+      tests/gradscaler_cases.h tests/master_cases.h tests/fusion_cases.h tests/attention_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
 .PHONY: all test test-gpu-session-dry test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data plot mutate-cuda install uninstall bench cuda clean

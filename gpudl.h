@@ -77,6 +77,8 @@
      of f32 products), the input gradient's column sums (col2im) in f32
      with one rounding
      into the gradient;
+   * scaled_dot_product_attention's fused path (q, k, v and an additive
+     mask of one dtype; f32 arithmetic, out and the gradients rounded once);
    * max_pool2d (exact), avg_pool2d and global_avg_pool2d (sums in f32);
    * batch_norm with a low-precision input, as cuDNN under autocast: x, y and
      the input gradient in the low dtype; the statistics, running statistics
@@ -121,7 +123,7 @@
    validation pass too; gdl_evaluate called inside a region runs in it.
    Inside a region each op follows its autocast class (GDL_OP_LIST;
    gdl_op_autocast_class), PyTorch's CUDA lists:
-   * LOW (matmul, linear, conv2d): float inputs are cast to the region's
+   * LOW (matmul, linear, conv2d, scaled_dot_product_attention): float inputs are cast to the region's
      dtype and the op runs in it natively, accumulating in f32 (the
      backend's gemm_lp); the result is bf16/f16;
    * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
@@ -314,6 +316,7 @@
    [api-formats]   23_api_formats.h               IDX, CIFAR-10, safetensors files
    [api-data]      24_api_data.h                  datasets, transforms, the DataLoader
    [api-nn]        25_api_nn.h                    modules, optimizers, schedulers, scaler
+                   25a_api_nn_attention.h         nn.MultiheadAttention
    [api-train]     26_api_train.h                 fit / evaluate, checkpoints
    [api-graph]     27_api_graph.h                 a training step as a CUDA graph
    [api-dist]      28_api_dist.h                  processes, collectives, DDP, restarts
@@ -334,10 +337,12 @@
                    51_cpu_conv_pool.h             im2col, pooling, copy2d, dropout
                    52_cpu_lowp.h                  native bf16/f16 elementwise kernels
                    53_cpu_norm_loss.h             norms, embedding, losses
+                   53a_cpu_attention.h            attention (flash-attention style tiles)
                    54_cpu_optim.h                 SGD/Adam, scaler, metrics; the table
    [impl-ops]      60_ops_core.h                  checks, outputs, tape, dtypes, autocast
                    61_ops_elementwise.h           views, elementwise, matmul, linear
                    62_ops_conv.h                  reductions, softmax, conv, pooling
+                   62a_ops_attention.h            scaled dot-product attention
                    63_ops_nn.h                    concat, norms, losses; the op table
    [impl-autograd] 65_autograd.h                  gradient buffers, the backward walk
    [impl-formats]  70_formats_idx_cifar.h         IDX, CIFAR-10
@@ -345,6 +350,7 @@
                    72_formats_safetensors_write.h safetensors writer
    [impl-data]     75_data.h                      datasets, transforms, the DataLoader
    [impl-nn]       80_nn_modules.h                modules
+                   80a_nn_attention.h             nn.MultiheadAttention
                    81_optimizers.h                optimizers, master weights, flat blocks
                    82_gradscaler.h                GradScaler
                    83_schedulers.h                learning-rate schedulers
@@ -753,6 +759,20 @@ GPUDL_API gdl_tensor *gdl_concat(int n, gdl_tensor *const *xs, int dim);
 
 /* layers as functions (PyTorch's F.*) */
 GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training);
+/* torch.nn.functional.scaled_dot_product_attention: softmax(scale * q k^T + mask) v over q [..., L, E],
+   k [..., S, E], v [..., S, Ev] -> [..., L, Ev]; the batch dims of q, k and v broadcast as in PyTorch.
+   attn_mask (may be NULL), broadcastable to [..., L, S]: u8 (PyTorch's bool: non-zero takes part) or
+   additive, of q's dtype. is_causal: key j takes part in query i only when j <= i (the top-left aligned
+   lower triangle, as PyTorch), and an error with a mask. scale: NAN or <= 0 means 1/sqrt(E). dropout_p
+   (in [0,1]) drops attention weights whatever the mode, as PyTorch's: pass 0 in evaluation.
+   One fused kernel (online softmax over K/V tiles, flash-attention style) saves only the output and a
+   log-sum-exp per query row, so memory grows linearly in L and S; the backward recomputes the weights
+   tile by tile. The unfused composition (matmul, mask, softmax, dropout, matmul: L x S weights) runs
+   instead when dropout_p > 0, when q, k and v have different batch dims, when E or Ev exceeds 256, or
+   for an additive mask that requires a gradient. A row that no key takes part in gives 0 in the fused
+   path (NaN in the unfused one, as softmax of -inf). Autocast class LOW, as in PyTorch. */
+GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *attn_mask,
+                                                       double dropout_p, int is_causal, double scale);
 /* x is [N,C] or [N,C,L] (1-D) or [N,C,H,W] (2-D). running_* may be NULL
    (then training statistics are used even in eval). weight/bias may be NULL. */
 GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,
@@ -802,7 +822,7 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
    X(ID, name, backward function, backend kernel code, autocast class).
    It makes the gdl_op enum (GDL_OP_ID), gdl_op_name, the op table with each
    op's backward (the functions gdl__bw_* in [impl-ops]) and the autocast
-   class (torch.autocast's CUDA lists: matmul, linear and conv run in the low
+   class (torch.autocast's CUDA lists: matmul, linear, conv and attention run in the low
    dtype; softmax, losses, layer norm, sum, cumsum, exp, log, rsqrt and pow
    in f32; every other op in its inputs' widest dtype). The manual says how to add an op. */
 #define GDL_OP_LIST(X) \
@@ -855,6 +875,7 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(TRIU, "triu", gdl__bw_tri, 0, GDL_AUTOCAST_PROMOTE) \
     X(CUMSUM, "cumsum", gdl__bw_cumsum, 0, GDL_AUTOCAST_F32) \
     X(DROPOUT, "dropout", gdl__bw_dropout, 0, GDL_AUTOCAST_PROMOTE) \
+    X(SDPA, "scaled_dot_product_attention", gdl__bw_sdpa, 0, GDL_AUTOCAST_LOW) \
     X(BATCH_NORM, "batch_norm", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
     X(LAYER_NORM, "layer_norm", gdl__bw_layer_norm, 0, GDL_AUTOCAST_F32) \
     X(EMBEDDING, "embedding", gdl__bw_embedding, 0, GDL_AUTOCAST_PROMOTE) \
@@ -1429,6 +1450,26 @@ GPUDL_API int gdl_grad_scaler_set_state(gdl_grad_scaler *s, double scale, int64_
 GPUDL_API int gdl_optim_set_grad_scaler(gdl_optimizer *opt, gdl_grad_scaler *s);
 /* Frees the scaler (detaching it from its optimizers). NULL: no-op. */
 GPUDL_API void gdl_grad_scaler_free(gdl_grad_scaler *s);
+
+/* ---------------------------------------------------------------------------
+   [api-nn] (attention)   nn.MultiheadAttention, on gdl_scaled_dot_product_attention.
+   ------------------------------------------------------------------------- */
+
+/* nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first) with PyTorch's parameter names and
+   layouts, so state dicts load both ways: in_proj_weight [3E, E] (xavier-uniform), in_proj_bias [3E] (0),
+   out_proj.weight [E, E] (U(+-1/sqrt(E))), out_proj.bias [E] (0); embed_dim a multiple of num_heads, the
+   same for query, key and value (kdim = vdim = embed_dim). dropout drops attention weights in training
+   mode. gdl_forward(m, x) is self-attention without masks. */
+GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_heads, double dropout, int bias,
+                                                 int batch_first);
+/* The attention output for query [N, L, E], key and value [N, S, E] ([L, N, E] and [S, N, E] unless
+   batch_first); key_padding_mask [N, S] and attn_mask [L, S] or [N*num_heads, L, S] may be NULL, each u8
+   (non-zero: the key is LEFT OUT, PyTorch's bool convention for this module, the opposite of
+   gdl_scaled_dot_product_attention's) or additive, of the query's dtype. need_weights=False: only the
+   output. The masks become one additive mask and the attention runs the fused kernels (the unfused
+   composition with dropout in training mode). */
+GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
+                                      gdl_tensor *key_padding_mask, gdl_tensor *attn_mask);
 
 /* ---------------------------------------------------------------------------
    [api-train]   Keras-style fit/evaluate, and checkpoints.
@@ -2145,6 +2186,21 @@ typedef struct gdl_conv_geom {
     int OH, OW;            /* output */
 } gdl_conv_geom;
 
+/* scaled dot-product attention (gdl_scaled_dot_product_attention's fused path): q [B, L, E], k [B, S, E],
+   v [B, S, Ev], out [B, L, Ev], all contiguous, B the batch dims flattened. The mask (optional) is read at
+   its element strides: along the batch dims (nb of them, bshape, mstr; 0 where it is broadcast), along L
+   (mrow) and along S (mcol). */
+#define GDL_ATTN_MAX_HEAD 256 /* E and Ev of the fused kernels; longer heads run the unfused composition */
+typedef struct gdl_attn_geom {
+    int64_t B, L, S, E, Ev;
+    double scale;        /* the scores are scale * q.k */
+    int causal;          /* key j > query i takes no part (is_causal: top-left aligned) */
+    int mask;            /* 0 none; 1 u8 (non-zero: takes part); 2 additive, of dtype mdt */
+    gdl_dtype mdt;
+    int nb;              /* batch dims (their product is B) */
+    int64_t bshape[GDL_MAX_DIMS], mstr[GDL_MAX_DIMS], mrow, mcol;
+} gdl_attn_geom;
+
 /* A parameter group's hyper-parameters as the optimizer kernels read them:
    in the device's memory (the optimizer's flat block), written by
    gdl_optim_set_lr / set_momentum and the schedulers with an asynchronous
@@ -2324,6 +2380,17 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        backward); y (+)= them */ \
     X(int, cumsum, (int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y, int reverse, \
         int accumulate)) \
+    /* scaled dot-product attention (gdl_attn_geom), q, k, v, out and the gradients of one float dtype dt, \
+       computed in f32 (gdl_real), rounded once on store. Forward: online softmax over tiles of K/V, \
+       out = softmax(scale q k^T + mask) v and lse[b,i] = the log-sum-exp of row i's scores (+inf for a row \
+       no key takes part in: its output is 0), nothing of L x S kept. Backward: the probabilities \
+       recomputed tile by tile from lse; gq, gk, gv += (each may be NULL); delta: scratch of B*L reals \
+       (rowsum(gout * out)) */ \
+    X(int, attention, (gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, const void *v, \
+        const void *mask, void *out, gdl_real *lse)) \
+    X(int, attention_backward, (gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, \
+        const void *v, const void *mask, const void *out, const void *gout, const gdl_real *lse, \
+        gdl_real *delta, void *gq, void *gk, void *gv)) \
     /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p) */ \
     X(int, dropout, (int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y)) \
     X(int, dropout_backward, (int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx)) \
@@ -2463,6 +2530,17 @@ static inline GDL_HD uint64_t gdl_hash64(uint64_t seed, uint64_t i) {
 static inline GDL_HD int gdl_dropout_keep(uint64_t seed, uint64_t i, double p) {
     /* 24 random bits against p; keep with probability 1-p */
     return (double)(gdl_hash64(seed, i) >> 40) * (1.0 / 16777216.0) >= p;
+}
+
+/* the attention mask's element offset for batch b (gdl_attn_geom: the batch dims as an odometer) */
+static inline GDL_HD int64_t gdl_attn_mask_base(const gdl_attn_geom *g, int64_t b) {
+    int64_t off = 0;
+    int d;
+    for (d = g->nb - 1; d >= 0; d--) {
+        off += (b % g->bshape[d]) * g->mstr[d];
+        b /= g->bshape[d];
+    }
+    return off;
 }
 
 GPUDL_API void gdl__set_error(const char *fmt, ...);
@@ -8210,6 +8288,323 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
     return 0;
 }
 
+/* ---- scaled dot-product attention (the backend entries attention / attention_backward) ----
+   Flash-attention style on the CPU: a task takes one batch and a tile of GDL__ATTN_T query rows (forward,
+   dq) or key rows (dk, dv) and walks the other side tile by tile, so nothing of L x S exists at any time:
+   the forward keeps a running max m, sum l and weighted sum per query row (online softmax) and saves
+   lse = m + log l; the backward recomputes each probability as exp(score - lse). Tiles are loaded into
+   f32 buffers (gdl__lp_get), which is also the bf16/f16 path: arithmetic in gdl_real, one rounding on
+   store. A task computes the same thing whatever thread runs it, so results do not depend on the thread
+   count. */
+#define GDL__ATTN_T 32
+
+/* the term added to the score of key j in query row i (mask offset mb): 0, -inf, or the additive mask */
+static gdl_real gdl__attn_bias(const gdl_attn_geom *g, const void *mask, int64_t mb, int64_t i, int64_t j) {
+    int64_t off;
+    if (g->causal && j > i) return (gdl_real)-INFINITY;
+    if (!g->mask) return 0;
+    off = mb + i * g->mrow + j * g->mcol;
+    if (g->mask == 1) return ((const uint8_t *)mask)[off] ? (gdl_real)0 : (gdl_real)-INFINITY;
+    if (g->mdt == GDL_F16) return (gdl_real)gdl_f16_to_f32(((const uint16_t *)mask)[off]);
+    if (g->mdt == GDL_BF16) return (gdl_real)gdl_bf16_to_f32(((const uint16_t *)mask)[off]);
+    return ((const gdl_real *)mask)[off];
+}
+
+#ifdef GPUDL_DOUBLE
+#define GDL__ATTN_EXP exp
+#else
+#define GDL__ATTN_EXP expf
+#endif
+
+typedef struct gdl__attn_ctx {
+    gdl_dtype dt;
+    const gdl_attn_geom *g;
+    const void *q, *k, *v, *mask, *o, *go;
+    void *out, *gq, *gk, *gv;
+    const gdl_real *lse;
+    gdl_real *lse_out, *delta;
+    int *failed;
+} gdl__attn_ctx;
+
+#ifdef GDL__ATOMICS
+#define GDL__ATTN_FAILED(c) gdl__atomic_store((c)->failed, 1, GDL__MO_RELAXED)
+#else
+#define GDL__ATTN_FAILED(c) (*(c)->failed = 1)
+#endif
+
+static int64_t gdl__attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* dst[n] (dtype dt, from element off) += buf, summed in gdl_real and rounded once; tmp: n reals */
+static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t n, const gdl_real *buf, gdl_real *tmp) {
+    int64_t i;
+    gdl__lp_get(dt, dst, off, 1, n, tmp);
+    for (i = 0; i < n; i++) tmp[i] += buf[i];
+    gdl__lp_put(dt, dst, off, n, tmp);
+}
+
+/* at[e*T + j] = a[j*D + e]: a tile of n rows turned so that a row of scores is an axpy per element;
+   columns n..T-1 are 0, so the loops below run over whole tiles (a fixed trip count that gcc's -O2
+   vectorises) */
+static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at) {
+    int64_t j, e;
+    for (e = 0; e < D; e++) {
+        for (j = 0; j < n; j++) at[e * GDL__ATTN_T + j] = a[j * D + e];
+        for (; j < GDL__ATTN_T; j++) at[e * GDL__ATTN_T + j] = 0;
+    }
+}
+
+/* out[r*T + j] = a_r . b_j for r < na, j < nb (a: rows of D; bt: b turned), summed in e's order */
+static void gdl__attn_rowdots(const gdl_real *a, int64_t na, const gdl_real *bt, int64_t nb, int64_t D, gdl_real *out) {
+    int64_t r, j, e;
+    for (r = 0; r < na; r++) {
+        gdl_real t[GDL__ATTN_T];
+        for (j = 0; j < GDL__ATTN_T; j++) t[j] = 0;
+        for (e = 0; e < D; e++) {
+            const gdl_real x = a[r * D + e], *b = bt + e * GDL__ATTN_T;
+            for (j = 0; j < GDL__ATTN_T; j++) t[j] += x * b[j];
+        }
+        memcpy(out + r * GDL__ATTN_T, t, sizeof(gdl_real) * (size_t)nb);
+    }
+}
+
+#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
+#define GDL__ATTN_RESTRICT __restrict
+#else
+#define GDL__ATTN_RESTRICT
+#endif
+/* y[0..n) += a x, in blocks of 8 that the compiler turns into vector operations (y and x never overlap) */
+static void gdl__attn_axpy(gdl_real *GDL__ATTN_RESTRICT y, gdl_real a, const gdl_real *GDL__ATTN_RESTRICT x, int64_t n) {
+    int64_t i = 0;
+    int u;
+    for (; i + 8 <= n; i += 8)
+        for (u = 0; u < 8; u++) y[i + u] += a * x[i + u];
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* a tile of scores: s = scale * q k^T plus the causal / mask terms (query rows from i0, keys from j0) */
+static void gdl__attn_scores(const gdl__attn_ctx *c, const gdl_real *qb, int64_t nq, const gdl_real *kt, int64_t nk,
+                             int64_t i0, int64_t j0, int64_t mb, gdl_real *s) {
+    const gdl_attn_geom *g = c->g;
+    const gdl_real scale = (gdl_real)g->scale;
+    int64_t r, j;
+    gdl__attn_rowdots(qb, nq, kt, nk, g->E, s);
+    for (r = 0; r < nq; r++) {
+        gdl_real *sr = s + r * GDL__ATTN_T;
+        for (j = 0; j < nk; j++) sr[j] *= scale;
+        if (g->causal || g->mask)
+            for (j = 0; j < nk; j++) sr[j] += gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
+    }
+}
+
+/* the probabilities from the saved log-sum-exps, in place; then ds = scale * p * (dp - delta) in dp */
+static void gdl__attn_ds(const gdl__attn_ctx *c, gdl_real *s, gdl_real *dp, int64_t nq, int64_t nk, const gdl_real *lse,
+                         const gdl_real *D) {
+    const gdl_real scale = (gdl_real)c->g->scale;
+    int64_t r, j;
+    for (r = 0; r < nq; r++) {
+        gdl_real *sr = s + r * GDL__ATTN_T, *dr = dp + r * GDL__ATTN_T;
+        for (j = 0; j < nk; j++) {
+            sr[j] = GDL__ATTN_EXP(sr[j] - lse[r]); /* lse +inf (a row no key takes part in): 0 */
+            dr[j] = scale * sr[j] * (dr[j] - D[r]);
+        }
+    }
+}
+
+/* the forward over tasks (batch, query tile) in [lo, hi) */
+static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
+    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (3 * E + 2 * Ev + T) + 1)), *kb, *kt, *vb, *acc, *s;
+    double m[GDL__ATTN_T], l[GDL__ATTN_T];
+    int64_t idx, r, j0, j, e;
+    if (!qb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    kb = qb + T * E;
+    kt = kb + T * E;
+    vb = kt + T * E;
+    acc = vb + T * Ev;
+    s = acc + T * Ev;
+    for (idx = lo; idx < hi; idx++) {
+        const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
+        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        for (r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0;
+        }
+        memset(acc, 0, sizeof(gdl_real) * (size_t)(nq * Ev));
+        for (j0 = 0; j0 < send; j0 += T) {
+            const int64_t nk = gdl__attn_min(T, send - j0);
+            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
+            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+            gdl__attn_turn(kb, nk, E, kt);
+            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+            for (r = 0; r < nq; r++) {
+                gdl_real *sr = s + r * T, *ar = acc + r * Ev, mt = (gdl_real)-INFINITY;
+                double mn, alpha;
+                for (j = 0; j < nk; j++)
+                    if (sr[j] > mt) mt = sr[j];
+                if (mt == (gdl_real)-INFINITY) continue; /* no key of this tile takes part */
+                mn = m[r] > mt ? m[r] : mt;
+                alpha = exp(m[r] - mn);
+                l[r] *= alpha;
+                if (alpha != 1)
+                    for (e = 0; e < Ev; e++) ar[e] *= (gdl_real)alpha;
+                for (j = 0; j < nk; j++) {
+                    const gdl_real pj = GDL__ATTN_EXP(sr[j] - (gdl_real)mn);
+                    l[r] += pj;
+                    gdl__attn_axpy(ar, pj, vb + j * Ev, Ev);
+                }
+                m[r] = mn;
+            }
+        }
+        for (r = 0; r < nq; r++) {
+            const gdl_real inv = l[r] > 0 ? (gdl_real)(1 / l[r]) : 0;
+            for (e = 0; e < Ev; e++) acc[r * Ev + e] *= inv;
+            c->lse_out[b * L + i0 + r] = l[r] > 0 ? (gdl_real)(m[r] + log(l[r])) : (gdl_real)INFINITY;
+        }
+        gdl__lp_put(c->dt, c->out, (b * L + i0) * Ev, nq * Ev, acc);
+    }
+    GPUDL_FREE(qb);
+}
+
+/* backward, pass 1 over tasks (batch, query tile): delta = rowsum(gout * out), and dq += ds k */
+static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
+    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 3 * Ev + 2 * T) + 1));
+    gdl_real *gb, *ob, *kb, *kt, *vt, *dq, *s, *dp;
+    int64_t idx, r, j0, j, e;
+    if (!qb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    gb = qb + T * E;
+    ob = gb + T * Ev;
+    kb = ob + T * Ev;
+    kt = kb + T * E;
+    vt = kt + T * E;
+    dq = vt + T * Ev;
+    s = dq + T * E;
+    dp = s + T * T;
+    for (idx = lo; idx < hi; idx++) {
+        const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
+        const gdl_real *lse = c->lse + b * L + i0;
+        gdl_real *D = c->delta + b * L + i0;
+        gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
+        gdl__lp_get(c->dt, c->o, (b * L + i0) * Ev, 1, nq * Ev, ob);
+        for (r = 0; r < nq; r++) {
+            gdl_real d = 0;
+            for (e = 0; e < Ev; e++) d += gb[r * Ev + e] * ob[r * Ev + e];
+            D[r] = d;
+        }
+        if (!c->gq) continue;
+        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
+        for (j0 = 0; j0 < send; j0 += T) {
+            const int64_t nk = gdl__attn_min(T, send - j0);
+            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
+            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, ob); /* out's rows are read: V's tile */
+            gdl__attn_turn(kb, nk, E, kt);
+            gdl__attn_turn(ob, nk, Ev, vt);
+            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+            gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
+            gdl__attn_ds(c, s, dp, nq, nk, lse, D);
+            for (r = 0; r < nq; r++)
+                for (j = 0; j < nk; j++)
+                    if (dp[r * T + j] != 0) gdl__attn_axpy(dq + r * E, dp[r * T + j], kb + j * E, E);
+        }
+        gdl__attn_acc(c->dt, c->gq, (b * L + i0) * E, nq * E, dq, kb);
+    }
+    GPUDL_FREE(qb);
+}
+
+/* backward, pass 2 over tasks (batch, key tile): dk and dv, walking the query tiles that see the keys */
+static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nkt = (S + T - 1) / T;
+    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + 1));
+    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp;
+    int64_t idx, r, i0, j;
+    if (!kb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    kt = kb + T * E;
+    vb = kt + T * E;
+    vt = vb + T * Ev;
+    qb = vt + T * Ev;
+    gb = qb + T * E;
+    dk = gb + T * Ev;
+    dv = dk + T * E;
+    s = dv + T * Ev;
+    dp = s + T * T;
+    for (idx = lo; idx < hi; idx++) {
+        const int64_t b = idx / nkt, j0 = (idx % nkt) * T, nk = gdl__attn_min(T, S - j0);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0;
+        gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
+        gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+        gdl__attn_turn(kb, nk, E, kt);
+        gdl__attn_turn(vb, nk, Ev, vt);
+        memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
+        memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
+        for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+            const int64_t nq = gdl__attn_min(T, L - i0);
+            gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+            gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
+            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+            gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
+            gdl__attn_ds(c, s, dp, nq, nk, c->lse + b * L + i0, c->delta + b * L + i0);
+            for (j = 0; j < nk; j++)
+                for (r = 0; r < nq; r++) {
+                    if (s[r * T + j] == 0) continue;
+                    gdl__attn_axpy(dv + j * Ev, s[r * T + j], gb + r * Ev, Ev);
+                    gdl__attn_axpy(dk + j * E, dp[r * T + j], qb + r * E, E);
+                }
+        }
+        if (c->gk) gdl__attn_acc(c->dt, c->gk, (b * S + j0) * E, nk * E, dk, qb);
+        if (c->gv) gdl__attn_acc(c->dt, c->gv, (b * S + j0) * Ev, nk * Ev, dv, qb);
+    }
+    GPUDL_FREE(kb);
+}
+
+static int gdl__attn_oom(int failed) {
+    if (!failed) return 0;
+    gdl__set_error("gdl_scaled_dot_product_attention: out of host memory for the CPU kernel's tiles");
+    return -1;
+}
+
+static int gdl__cpu_attention(gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, const void *v,
+                              const void *mask, void *out, gdl_real *lse) {
+    gdl__attn_ctx c;
+    int failed = 0;
+    memset(&c, 0, sizeof c);
+    c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.out = out; c.lse_out = lse; c.failed = &failed;
+    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), g->B * g->L * g->S * (g->E + g->Ev),
+                      gdl__attn_fwd_range, &c);
+    return gdl__attn_oom(failed);
+}
+
+static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k,
+                                       const void *v, const void *mask, const void *out, const void *gout,
+                                       const gdl_real *lse, gdl_real *delta, void *gq, void *gk, void *gv) {
+    gdl__attn_ctx c;
+    int failed = 0;
+    const int64_t work = g->B * g->L * g->S * (g->E + g->Ev);
+    memset(&c, 0, sizeof c);
+    c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.o = out; c.go = gout;
+    c.lse = lse; c.delta = delta; c.gq = gq; c.gk = gk; c.gv = gv; c.failed = &failed;
+    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
+    if (!failed && (gk || gv))
+        gdl__parallel_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
+    return gdl__attn_oom(failed);
+}
 /* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even); bf16 spelt
    out (gdl_bf16_to_f32, gdl_f32_to_bf16) so the loops below keep no call */
 static float gdl__opt_lowf(int low, uint16_t h) {
@@ -10420,6 +10815,180 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
     return gdl__finish(op, out);
 }
 
+/* ---- scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention) ----
+   The fused path is one backend call each way (attention / attention_backward) and saves only the
+   output and a log-sum-exp per query row; the unfused composition below covers what the kernels do not
+   (dropout, q/k/v batch dims that broadcast, long heads, a mask that wants a gradient). */
+
+/* out = softmax(scale q k^T + mask) v from the differentiable ops: L x S weights in memory */
+static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask, double dropout_p,
+                                     int causal, double scale) {
+    gdl_tensor *s = gdl_mul_scalar(gdl_matmul(q, gdl_transpose(k, -2, -1)), scale);
+    if (s && causal) { /* the excluded places: above the main diagonal of an [L, S] of ones */
+        int64_t shape[2];
+        gdl_tensor *ones;
+        const gdl_backend *be;
+        shape[0] = s->shape[s->ndim - 2];
+        shape[1] = s->shape[s->ndim - 1];
+        if (!(be = gdl__be("gdl_scaled_dot_product_attention", s->device)) ||
+            !(ones = gdl__tmp("gdl_scaled_dot_product_attention", 2, shape, GDL_F32, s->device)) ||
+            be->fill(GDL__R(ones), ones->numel, 1) < 0)
+            return NULL;
+        s = gdl_masked_fill(s, gdl_compare_scalar(gdl_triu(ones, 1), GDL_CMP_NE, 0), -INFINITY);
+    } else if (s && mask && mask->dtype == GDL_U8) {
+        s = gdl_masked_fill(s, gdl_compare_scalar(mask, GDL_CMP_EQ, 0), -INFINITY);
+    } else if (s && mask) {
+        s = gdl_add(s, mask);
+    }
+    s = gdl_softmax(s, -1);
+    if (s && dropout_p > 0) s = gdl_dropout(s, dropout_p, 1);
+    return s ? gdl_matmul(s, v) : NULL;
+}
+
+/* the arguments' checks, shared with the backward's geometry: the fused kernels' geometry (*fused 0: the
+   unfused composition must run); -1 after an error */
+static int gdl__sdpa_geom(const char *op, const gdl_tensor *q, const gdl_tensor *k, const gdl_tensor *v,
+                          const gdl_tensor *mask, int causal, double scale, gdl_attn_geom *g, int *fused) {
+    int nb = q->ndim - 2, d, off;
+    int64_t cs[GDL_MAX_DIMS];
+    memset(g, 0, sizeof *g);
+    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2 || q->shape[q->ndim - 1] != k->shape[k->ndim - 1] ||
+        k->shape[k->ndim - 2] != v->shape[v->ndim - 2]) {
+        gdl__set_error("%s: expected query [..., L, E], key [..., S, E] and value [..., S, Ev], got %s, %s and %s", op,
+                       gdl_shape_str(q), gdl_shape_str(k), gdl_shape_str(v));
+        return -1;
+    }
+    g->L = q->shape[q->ndim - 2];
+    g->S = k->shape[k->ndim - 2];
+    g->E = q->shape[q->ndim - 1];
+    g->Ev = v->shape[v->ndim - 1];
+    g->scale = scale > 0 ? scale : g->E > 0 ? 1 / sqrt((double)g->E) : 1; /* NaN fails scale > 0 */
+    g->causal = causal != 0;
+    *fused = q->ndim == k->ndim && q->ndim == v->ndim && g->E <= GDL_ATTN_MAX_HEAD && g->Ev <= GDL_ATTN_MAX_HEAD;
+    g->B = 1;
+    g->nb = nb;
+    for (d = 0; d < nb; d++) {
+        if (*fused && (q->shape[d] != k->shape[d] || q->shape[d] != v->shape[d])) *fused = 0;
+        g->bshape[d] = q->shape[d];
+        g->B *= q->shape[d];
+    }
+    if (!*fused) { /* the batch dims broadcast (matmul's rules), the mask against the broadcast shape */
+        const gdl_tensor *t[3];
+        int64_t str[3][GDL_MAX_DIMS];
+        gdl_tensor hq = *q, hk = *k, hv = *v; /* the batch dims alone */
+        t[0] = &hq; t[1] = &hk; t[2] = &hv;
+        hq.ndim -= 2; hk.ndim -= 2; hv.ndim -= 2;
+        if (gdl__broadcast_k(op, 3, t, &nb, g->bshape, str) < 0) {
+            gdl__set_error("%s: the batch dims of query %s, key %s and value %s cannot be broadcast", op,
+                           gdl_shape_str(q), gdl_shape_str(k), gdl_shape_str(v));
+            return -1;
+        }
+        g->nb = nb;
+    }
+    if (!mask) return 0;
+    if (causal) {
+        gdl__set_error("%s: an explicit attn_mask cannot be set with is_causal (PyTorch's rule)", op);
+        return -1;
+    }
+    if (mask->dtype != GDL_U8 && mask->dtype != q->dtype) {
+        gdl__set_error("%s: attn_mask must be u8 (bool) or of the query's dtype %s, got %s %s", op,
+                       gdl_dtype_name(q->dtype), gdl_dtype_name(mask->dtype), gdl_shape_str(mask));
+        return -1;
+    }
+    off = nb + 2 - mask->ndim;
+    if (off < 0) {
+        gdl__set_error("%s: attn_mask %s has more dims than the scores [..., L, S] of query %s and key %s", op,
+                       gdl_shape_str(mask), gdl_shape_str(q), gdl_shape_str(k));
+        return -1;
+    }
+    gdl__contig_strides(mask->ndim, mask->shape, cs);
+    for (d = 0; d < nb + 2; d++) {
+        int64_t want = d < nb ? g->bshape[d] : d == nb ? g->L : g->S, have = d < off ? 1 : mask->shape[d - off];
+        int64_t st = d < off || have == 1 ? 0 : cs[d - off];
+        if (have != want && have != 1) {
+            gdl__set_error("%s: attn_mask %s cannot be broadcast to the scores' shape [..., L=%lld, S=%lld] of query %s "
+                           "and key %s", op, gdl_shape_str(mask), (long long)g->L, (long long)g->S, gdl_shape_str(q),
+                           gdl_shape_str(k));
+            return -1;
+        }
+        if (d < nb) g->mstr[d] = st;
+        else if (d == nb) g->mrow = st;
+        else g->mcol = st;
+    }
+    g->mask = mask->dtype == GDL_U8 ? 1 : 2;
+    g->mdt = mask->dtype;
+    if (mask->requires_grad) *fused = 0; /* an additive mask's gradient: the composition has it */
+    return 0;
+}
+
+GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask,
+                                                       double dropout_p, int is_causal, double scale) {
+    const char *op = "gdl_scaled_dot_product_attention";
+    gdl_attn_geom g;
+    gdl_tensor *out, *lse, *in[4];
+    gdl_node *n;
+    const gdl_backend *be;
+    int64_t shape[GDL_MAX_DIMS];
+    int fused, err, d;
+    if (gdl__check_in(op, "query", q, 0) < 0 || gdl__check_in(op, "key", k, 0) < 0 || gdl__check_in(op, "value", v, 0) < 0 ||
+        (mask && gdl__check_in(op, "attn_mask", mask, 0) < 0) || gdl__check_dev(op, q, k) < 0 ||
+        gdl__check_dev(op, q, v) < 0 || gdl__check_dev(op, q, mask) < 0)
+        return NULL;
+    if (gdl__ac_dt != GDL_F32) { /* class LOW: float arguments to the region's dtype, then again */
+        gdl_tensor **args[4];
+        int rc, na = 3;
+        args[0] = &q; args[1] = &k; args[2] = &v;
+        if (mask && mask->dtype != GDL_U8) args[na++] = &mask;
+        if ((rc = gdl__ac_in(op, GDL_OP_SDPA, na, args)) < 0) return NULL;
+        if (rc) return gdl_scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale);
+    }
+    if (!gdl__is_float(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype) {
+        gdl__set_error("%s: query, key and value must have one float dtype (f32, bf16 or f16), got %s %s, %s %s and %s %s",
+                       op, gdl_dtype_name(q->dtype), gdl_shape_str(q), gdl_dtype_name(k->dtype), gdl_shape_str(k),
+                       gdl_dtype_name(v->dtype), gdl_shape_str(v));
+        return NULL;
+    }
+    if (!(dropout_p >= 0 && dropout_p <= 1)) {
+        gdl__set_error("%s: dropout_p %g is not in [0,1]", op, dropout_p);
+        return NULL;
+    }
+    if (gdl__sdpa_geom(op, q, k, v, mask, is_causal, scale, &g, &fused) < 0) return NULL;
+    if (!fused || dropout_p > 0) return gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale);
+    for (d = 0; d < q->ndim - 1; d++) shape[d] = q->shape[d];
+    shape[q->ndim - 1] = g.Ev;
+    if (!(be = gdl__be(op, q->device)) || !(out = gdl__tmp(op, q->ndim, shape, q->dtype, q->device)) ||
+        !(lse = gdl__tmp(op, q->ndim - 1, shape, GDL_F32, q->device)))
+        return NULL;
+    if (out->numel && be->attention(q->dtype, &g, q->data, k->data, v->data, mask ? mask->data : NULL, out->data,
+                                     GDL__R(lse)) < 0)
+        return NULL;
+    in[0] = q;
+    in[1] = k;
+    in[2] = v;
+    in[3] = mask;
+    n = gdl__record(op, GDL_OP_SDPA, out, 4, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = lse;
+        n->f[0] = g.scale;
+        n->i[0] = g.causal;
+    }
+    return gdl__finish(op, out);
+}
+
+static int gdl__bw_sdpa(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *mask = n->in[3], *out = n->out;
+    gdl_attn_geom g;
+    gdl_real *delta;
+    int fused;
+    if (!out->numel || !(q->requires_grad || k->requires_grad || v->requires_grad)) return 0;
+    if (gdl__sdpa_geom("gdl_backward", q, k, v, mask, (int)n->i[0], n->f[0], &g, &fused) < 0 ||
+        !(delta = (gdl_real *)gdl__scratch("gdl_backward", out->device, sizeof(gdl_real) * (size_t)(g.B * g.L + 1))))
+        return -1;
+    return be->attention_backward(out->dtype, &g, q->data, k->data, v->data, mask ? mask->data : NULL, out->data,
+                                  out->grad->data, GDL__R(n->saved[0]), delta, q->requires_grad ? q->grad->data : NULL,
+                                  k->requires_grad ? k->grad->data : NULL, v->requires_grad ? v->grad->data : NULL);
+}
 /* ---- concat ---- */
 
 GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
@@ -15428,6 +15997,166 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
     return 0;
 }
 
+/* ---- nn.MultiheadAttention ----
+   A custom module (gdl_nn_custom) whose tensors carry PyTorch's names: in_proj_weight and in_proj_bias,
+   and a Linear child out_proj. The forward is three projections (views of in_proj_weight's thirds), the
+   heads split by a reshape and a transpose, gdl_scaled_dot_product_attention, the heads joined, out_proj. */
+
+typedef struct gdl__mha {
+    int64_t E;
+    int H, batch_first;
+    double dropout;
+    gdl_tensor *w, *b; /* in_proj_weight, in_proj_bias (NULL without bias) */
+    gdl_module *out;   /* out_proj */
+} gdl__mha;
+
+static void gdl__mha_free(void *u) { GPUDL_FREE(u); }
+
+static gdl_tensor *gdl__mha_self(gdl_module *self, gdl_tensor *x) { return gdl_mha_forward(self, x, x, x, NULL, NULL); }
+
+GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_heads, double dropout, int bias,
+                                                 int batch_first) {
+    const char *op = "gdl_nn_multihead_attention";
+    int64_t ws[2], bs[1];
+    double a;
+    gdl__mha *u;
+    gdl_module *m, *out;
+    if (embed_dim <= 0 || num_heads <= 0 || embed_dim % num_heads != 0 || !(dropout >= 0 && dropout <= 1)) {
+        gdl__set_error("%s: embed_dim %lld must be a positive multiple of num_heads %d, and dropout %g in [0,1]", op,
+                       (long long)embed_dim, num_heads, dropout);
+        return NULL;
+    }
+    if (!(u = (gdl__mha *)GPUDL_MALLOC(sizeof *u))) {
+        gdl__set_error("%s: out of host memory", op);
+        return NULL;
+    }
+    memset(u, 0, sizeof *u);
+    u->E = embed_dim;
+    u->H = num_heads;
+    u->dropout = dropout;
+    u->batch_first = batch_first != 0;
+    if (!(m = gdl_nn_custom("MultiheadAttention", gdl__mha_self, u, gdl__mha_free))) return NULL;
+    ws[0] = 3 * embed_dim;
+    ws[1] = embed_dim;
+    bs[0] = 3 * embed_dim;
+    a = sqrt(6.0 / (double)(ws[0] + ws[1])); /* xavier_uniform_ of [3E, E] */
+    if (gdl_module_add_param(m, "in_proj_weight", u->w = gdl_uniform(2, ws, -a, a, gdl_cpu())) < 0 ||
+        (bias && gdl_module_add_param(m, "in_proj_bias", u->b = gdl_zeros(1, bs, GDL_F32, gdl_cpu())) < 0) ||
+        gdl_module_add_child(m, "out_proj", out = gdl_nn_linear(embed_dim, embed_dim, bias)) < 0) {
+        gdl_module_free(m);
+        return NULL;
+    }
+    u->out = out;
+    if (bias) { /* PyTorch zeroes out_proj.bias */
+        gdl_tensor *t[2];
+        if (gdl_module_named_tensors(out, GDL_PARAMS, NULL, t, 2) != 2) {
+            gdl_module_free(m);
+            return NULL;
+        }
+        memset(t[1]->data, 0, sizeof(gdl_real) * (size_t)t[1]->numel);
+    }
+    return m;
+}
+
+/* a temporary of zeros with mask's shape made additive: -inf where the u8 mask is non-zero; a float mask
+   as it is; reshaped to ndim / shape */
+static gdl_tensor *gdl__mha_additive(const char *op, gdl_tensor *mask, gdl_dtype dt, int ndim, const int64_t *shape) {
+    gdl_tensor *z, *r = gdl_reshape(mask, ndim, shape);
+    const gdl_backend *be;
+    if (!r || mask->dtype != GDL_U8) return r;
+    if (!(be = gdl__be(op, mask->device)) || !(z = gdl__tmp(op, ndim, shape, dt, mask->device)) ||
+        be->memset0(z->data, (size_t)z->numel * gdl_dtype_size(dt)) < 0)
+        return NULL;
+    return gdl_masked_fill(z, r, -INFINITY);
+}
+
+/* x [N, T, E] -> [N, H, T, E/H] */
+static gdl_tensor *gdl__mha_heads(gdl_tensor *x, int H) {
+    int64_t s[4];
+    if (!x) return NULL;
+    s[0] = x->shape[0];
+    s[1] = x->shape[1];
+    s[2] = H;
+    s[3] = x->shape[2] / H;
+    return gdl_transpose(gdl_reshape(x, 4, s), 1, 2);
+}
+
+GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
+                                      gdl_tensor *key_padding_mask, gdl_tensor *attn_mask) {
+    const char *op = "gdl_mha_forward";
+    gdl__mha *u = m && m->fwd == gdl__mha_self ? (gdl__mha *)m->user : NULL;
+    gdl_tensor *x[3], *h[3], *mask = NULL, *o;
+    int64_t N, L, S, E, s4[4];
+    int k;
+    if (!u) {
+        gdl__set_error("%s: expected a module made by gdl_nn_multihead_attention", op);
+        return NULL;
+    }
+    x[0] = query;
+    x[1] = key;
+    x[2] = value;
+    for (k = 0; k < 3; k++) {
+        if (gdl__check_in(op, k == 0 ? "query" : k == 1 ? "key" : "value", x[k], 0) < 0) return NULL;
+        if (x[k]->ndim != 3 || x[k]->shape[2] != u->E) {
+            gdl__set_error("%s: query, key and value must be [%s, %lld] (embed_dim %lld), got %s, %s and %s", op,
+                           u->batch_first ? "N, L" : "L, N", (long long)u->E, (long long)u->E, gdl_shape_str(query),
+                           gdl_shape_str(key), gdl_shape_str(value));
+            return NULL;
+        }
+        if (!u->batch_first && !(x[k] = gdl_transpose(x[k], 0, 1))) return NULL;
+    }
+    N = x[0]->shape[0];
+    L = x[0]->shape[1];
+    S = x[1]->shape[1];
+    E = u->E;
+    if (x[1]->shape[0] != N || x[2]->shape[0] != N || x[2]->shape[1] != S) {
+        gdl__set_error("%s: query %s, key %s and value %s disagree in batch or key length", op, gdl_shape_str(query),
+                       gdl_shape_str(key), gdl_shape_str(value));
+        return NULL;
+    }
+    if (attn_mask) {
+        int three;
+        if (gdl__check_in(op, "attn_mask", attn_mask, 0) < 0) return NULL;
+        three = attn_mask->ndim == 3 && attn_mask->shape[0] == N * u->H && attn_mask->shape[1] == L &&
+                attn_mask->shape[2] == S;
+        if (!three && !(attn_mask->ndim == 2 && attn_mask->shape[0] == L && attn_mask->shape[1] == S)) {
+            gdl__set_error("%s: attn_mask must be [L, S] = [%lld, %lld] or [N*num_heads, L, S] = [%lld, %lld, %lld], got %s",
+                           op, (long long)L, (long long)S, (long long)(N * u->H), (long long)L, (long long)S,
+                           gdl_shape_str(attn_mask));
+            return NULL;
+        }
+        s4[0] = three ? N : 1;
+        s4[1] = three ? u->H : 1;
+        s4[2] = L;
+        s4[3] = S;
+        if (!(mask = gdl__mha_additive(op, attn_mask, query->dtype, 4, s4))) return NULL;
+    }
+    if (key_padding_mask) {
+        gdl_tensor *km;
+        if (gdl__check_in(op, "key_padding_mask", key_padding_mask, 0) < 0) return NULL;
+        if (key_padding_mask->ndim != 2 || key_padding_mask->shape[0] != N || key_padding_mask->shape[1] != S) {
+            gdl__set_error("%s: key_padding_mask must be [N, S] = [%lld, %lld], got %s", op, (long long)N, (long long)S,
+                           gdl_shape_str(key_padding_mask));
+            return NULL;
+        }
+        s4[0] = N;
+        s4[1] = 1;
+        s4[2] = 1;
+        s4[3] = S;
+        if (!(km = gdl__mha_additive(op, key_padding_mask, query->dtype, 4, s4))) return NULL;
+        if (!(mask = mask ? gdl_add(mask, km) : km)) return NULL;
+    }
+    for (k = 0; k < 3; k++) {
+        gdl_tensor *w = gdl_narrow(u->w, 0, k * E, E), *b = u->b ? gdl_narrow(u->b, 0, k * E, E) : NULL;
+        if (!w || (u->b && !b) || !(h[k] = gdl__mha_heads(gdl_linear(x[k], w, b), u->H))) return NULL;
+    }
+    o = gdl_scaled_dot_product_attention(h[0], h[1], h[2], mask, m->training ? u->dropout : 0, 0, 0);
+    s4[0] = N;
+    s4[1] = L;
+    s4[2] = E;
+    if (!o || !(o = gdl_forward(u->out, gdl_reshape(gdl_transpose(o, 1, 2), 3, s4)))) return NULL;
+    return u->batch_first ? o : gdl_transpose(o, 0, 1);
+}
 /* ---------------------------------------------------------------------------
    Optimizers
    ------------------------------------------------------------------------- */

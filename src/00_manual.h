@@ -77,6 +77,8 @@
      of f32 products), the input gradient's column sums (col2im) in f32
      with one rounding
      into the gradient;
+   * scaled_dot_product_attention's fused path (q, k, v and an additive
+     mask of one dtype; f32 arithmetic, out and the gradients rounded once);
    * max_pool2d (exact), avg_pool2d and global_avg_pool2d (sums in f32);
    * batch_norm with a low-precision input, as cuDNN under autocast: x, y and
      the input gradient in the low dtype; the statistics, running statistics
@@ -121,7 +123,7 @@
    validation pass too; gdl_evaluate called inside a region runs in it.
    Inside a region each op follows its autocast class (GDL_OP_LIST;
    gdl_op_autocast_class), PyTorch's CUDA lists:
-   * LOW (matmul, linear, conv2d): float inputs are cast to the region's
+   * LOW (matmul, linear, conv2d, scaled_dot_product_attention): float inputs are cast to the region's
      dtype and the op runs in it natively, accumulating in f32 (the
      backend's gemm_lp); the result is bf16/f16;
    * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
@@ -314,6 +316,7 @@
    [api-formats]   23_api_formats.h               IDX, CIFAR-10, safetensors files
    [api-data]      24_api_data.h                  datasets, transforms, the DataLoader
    [api-nn]        25_api_nn.h                    modules, optimizers, schedulers, scaler
+                   25a_api_nn_attention.h         nn.MultiheadAttention
    [api-train]     26_api_train.h                 fit / evaluate, checkpoints
    [api-graph]     27_api_graph.h                 a training step as a CUDA graph
    [api-dist]      28_api_dist.h                  processes, collectives, DDP, restarts
@@ -334,10 +337,12 @@
                    51_cpu_conv_pool.h             im2col, pooling, copy2d, dropout
                    52_cpu_lowp.h                  native bf16/f16 elementwise kernels
                    53_cpu_norm_loss.h             norms, embedding, losses
+                   53a_cpu_attention.h            attention (flash-attention style tiles)
                    54_cpu_optim.h                 SGD/Adam, scaler, metrics; the table
    [impl-ops]      60_ops_core.h                  checks, outputs, tape, dtypes, autocast
                    61_ops_elementwise.h           views, elementwise, matmul, linear
                    62_ops_conv.h                  reductions, softmax, conv, pooling
+                   62a_ops_attention.h            scaled dot-product attention
                    63_ops_nn.h                    concat, norms, losses; the op table
    [impl-autograd] 65_autograd.h                  gradient buffers, the backward walk
    [impl-formats]  70_formats_idx_cifar.h         IDX, CIFAR-10
@@ -345,6 +350,7 @@
                    72_formats_safetensors_write.h safetensors writer
    [impl-data]     75_data.h                      datasets, transforms, the DataLoader
    [impl-nn]       80_nn_modules.h                modules
+                   80a_nn_attention.h             nn.MultiheadAttention
                    81_optimizers.h                optimizers, master weights, flat blocks
                    82_gradscaler.h                GradScaler
                    83_schedulers.h                learning-rate schedulers

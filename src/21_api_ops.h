@@ -138,6 +138,20 @@ GPUDL_API gdl_tensor *gdl_concat(int n, gdl_tensor *const *xs, int dim);
 
 /* layers as functions (PyTorch's F.*) */
 GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training);
+/* torch.nn.functional.scaled_dot_product_attention: softmax(scale * q k^T + mask) v over q [..., L, E],
+   k [..., S, E], v [..., S, Ev] -> [..., L, Ev]; the batch dims of q, k and v broadcast as in PyTorch.
+   attn_mask (may be NULL), broadcastable to [..., L, S]: u8 (PyTorch's bool: non-zero takes part) or
+   additive, of q's dtype. is_causal: key j takes part in query i only when j <= i (the top-left aligned
+   lower triangle, as PyTorch), and an error with a mask. scale: NAN or <= 0 means 1/sqrt(E). dropout_p
+   (in [0,1]) drops attention weights whatever the mode, as PyTorch's: pass 0 in evaluation.
+   One fused kernel (online softmax over K/V tiles, flash-attention style) saves only the output and a
+   log-sum-exp per query row, so memory grows linearly in L and S; the backward recomputes the weights
+   tile by tile. The unfused composition (matmul, mask, softmax, dropout, matmul: L x S weights) runs
+   instead when dropout_p > 0, when q, k and v have different batch dims, when E or Ev exceeds 256, or
+   for an additive mask that requires a gradient. A row that no key takes part in gives 0 in the fused
+   path (NaN in the unfused one, as softmax of -inf). Autocast class LOW, as in PyTorch. */
+GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *attn_mask,
+                                                       double dropout_p, int is_causal, double scale);
 /* x is [N,C] or [N,C,L] (1-D) or [N,C,H,W] (2-D). running_* may be NULL
    (then training statistics are used even in eval). weight/bias may be NULL. */
 GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,

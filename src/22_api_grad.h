@@ -25,7 +25,7 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
    X(ID, name, backward function, backend kernel code, autocast class).
    It makes the gdl_op enum (GDL_OP_ID), gdl_op_name, the op table with each
    op's backward (the functions gdl__bw_* in [impl-ops]) and the autocast
-   class (torch.autocast's CUDA lists: matmul, linear and conv run in the low
+   class (torch.autocast's CUDA lists: matmul, linear, conv and attention run in the low
    dtype; softmax, losses, layer norm, sum, cumsum, exp, log, rsqrt and pow
    in f32; every other op in its inputs' widest dtype). The manual says how to add an op. */
 #define GDL_OP_LIST(X) \
@@ -78,6 +78,7 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(TRIU, "triu", gdl__bw_tri, 0, GDL_AUTOCAST_PROMOTE) \
     X(CUMSUM, "cumsum", gdl__bw_cumsum, 0, GDL_AUTOCAST_F32) \
     X(DROPOUT, "dropout", gdl__bw_dropout, 0, GDL_AUTOCAST_PROMOTE) \
+    X(SDPA, "scaled_dot_product_attention", gdl__bw_sdpa, 0, GDL_AUTOCAST_LOW) \
     X(BATCH_NORM, "batch_norm", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
     X(LAYER_NORM, "layer_norm", gdl__bw_layer_norm, 0, GDL_AUTOCAST_F32) \
     X(EMBEDDING, "embedding", gdl__bw_embedding, 0, GDL_AUTOCAST_PROMOTE) \

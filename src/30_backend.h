@@ -34,6 +34,21 @@ typedef struct gdl_conv_geom {
     int OH, OW;            /* output */
 } gdl_conv_geom;
 
+/* scaled dot-product attention (gdl_scaled_dot_product_attention's fused path): q [B, L, E], k [B, S, E],
+   v [B, S, Ev], out [B, L, Ev], all contiguous, B the batch dims flattened. The mask (optional) is read at
+   its element strides: along the batch dims (nb of them, bshape, mstr; 0 where it is broadcast), along L
+   (mrow) and along S (mcol). */
+#define GDL_ATTN_MAX_HEAD 256 /* E and Ev of the fused kernels; longer heads run the unfused composition */
+typedef struct gdl_attn_geom {
+    int64_t B, L, S, E, Ev;
+    double scale;        /* the scores are scale * q.k */
+    int causal;          /* key j > query i takes no part (is_causal: top-left aligned) */
+    int mask;            /* 0 none; 1 u8 (non-zero: takes part); 2 additive, of dtype mdt */
+    gdl_dtype mdt;
+    int nb;              /* batch dims (their product is B) */
+    int64_t bshape[GDL_MAX_DIMS], mstr[GDL_MAX_DIMS], mrow, mcol;
+} gdl_attn_geom;
+
 /* A parameter group's hyper-parameters as the optimizer kernels read them:
    in the device's memory (the optimizer's flat block), written by
    gdl_optim_set_lr / set_momentum and the schedulers with an asynchronous
@@ -213,6 +228,17 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        backward); y (+)= them */ \
     X(int, cumsum, (int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y, int reverse, \
         int accumulate)) \
+    /* scaled dot-product attention (gdl_attn_geom), q, k, v, out and the gradients of one float dtype dt, \
+       computed in f32 (gdl_real), rounded once on store. Forward: online softmax over tiles of K/V, \
+       out = softmax(scale q k^T + mask) v and lse[b,i] = the log-sum-exp of row i's scores (+inf for a row \
+       no key takes part in: its output is 0), nothing of L x S kept. Backward: the probabilities \
+       recomputed tile by tile from lse; gq, gk, gv += (each may be NULL); delta: scratch of B*L reals \
+       (rowsum(gout * out)) */ \
+    X(int, attention, (gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, const void *v, \
+        const void *mask, void *out, gdl_real *lse)) \
+    X(int, attention_backward, (gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, \
+        const void *v, const void *mask, const void *out, const void *gout, const gdl_real *lse, \
+        gdl_real *delta, void *gq, void *gk, void *gv)) \
     /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p) */ \
     X(int, dropout, (int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y)) \
     X(int, dropout_backward, (int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx)) \
@@ -352,6 +378,17 @@ static inline GDL_HD uint64_t gdl_hash64(uint64_t seed, uint64_t i) {
 static inline GDL_HD int gdl_dropout_keep(uint64_t seed, uint64_t i, double p) {
     /* 24 random bits against p; keep with probability 1-p */
     return (double)(gdl_hash64(seed, i) >> 40) * (1.0 / 16777216.0) >= p;
+}
+
+/* the attention mask's element offset for batch b (gdl_attn_geom: the batch dims as an odometer) */
+static inline GDL_HD int64_t gdl_attn_mask_base(const gdl_attn_geom *g, int64_t b) {
+    int64_t off = 0;
+    int d;
+    for (d = g->nb - 1; d >= 0; d--) {
+        off += (b % g->bshape[d]) * g->mstr[d];
+        b /= g->bshape[d];
+    }
+    return off;
 }
 
 GPUDL_API void gdl__set_error(const char *fmt, ...);

@@ -188,6 +188,18 @@ static gdl_tensor *f_triu_m1(gdl_tensor **x) { return gdl_triu(x[0], -1); }
 static gdl_tensor *f_cumsum1(gdl_tensor **x) { return gdl_cumsum(x[0], 1); }
 static gdl_tensor *f_cumsum0(gdl_tensor **x) { return gdl_cumsum(x[0], 0); }
 static gdl_tensor *f_bmm(gdl_tensor **x) { return gdl_bmm(x[0], x[1]); }
+/* scaled dot-product attention: the fused kernels (none, causal, a u8 mask, an additive mask of the query's
+   dtype, q = k = v) and the unfused composition (dropout, broadcast batch dims) */
+static gdl_tensor *f_sdpa(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[1], x[2], NULL, 0, 0, NAN); }
+static gdl_tensor *f_sdpa_causal(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[1], x[2], NULL, 0, 1, 0.7); }
+static gdl_tensor *f_sdpa_bool(gdl_tensor **x) {
+    return gdl_scaled_dot_product_attention(x[0], x[1], x[2], gdl_compare_scalar(x[3], GDL_CMP_GT, -0.8), 0, 0, 0);
+}
+static gdl_tensor *f_sdpa_additive(gdl_tensor **x) {
+    return gdl_scaled_dot_product_attention(x[0], x[1], x[2], gdl_to_dtype(x[3], x[0]->dtype), 0, 0, NAN);
+}
+static gdl_tensor *f_sdpa_self(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[0], x[0], NULL, 0, 1, 0); }
+static gdl_tensor *f_sdpa_dropout(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[1], x[2], NULL, 0.3, 0, 0); }
 
 /* a small net: every op's gradient flows through others */
 static gdl_tensor *f_mlp(gdl_tensor **x) {
@@ -342,6 +354,15 @@ static const gc_case cases[] = {
     {"matmul_vec_mat", GDL_OP_RESHAPE, f_matmul, 2, {{R1(4), IN_RANDN, 0}, {R3(2, 4, 3), IN_RANDN, 0}}},
     {"matmul_mat_vec", GDL_OP_RESHAPE, f_matmul, 2, {{R3(2, 3, 4), IN_RANDN, 0}, {R1(4), IN_RANDN, 0}}},
     {"matmul_dot", GDL_OP_RESHAPE, f_matmul, 2, {{R1(5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
+    {"sdpa", GDL_OP_SDPA, f_sdpa, 3, {{R3(2, 3, 4), IN_RANDN, 0}, {R3(2, 5, 4), IN_RANDN, 0}, {R3(2, 5, 3), IN_RANDN, 0}}},
+    {"sdpa_causal_4d", GDL_OP_SDPA, f_sdpa_causal, 3, {{R4(1, 2, 5, 3), IN_RANDN, 0}, {R4(1, 2, 4, 3), IN_RANDN, 0}, {R4(1, 2, 4, 2), IN_RANDN, 0}}},
+    {"sdpa_bool_mask", GDL_OP_SDPA, f_sdpa_bool, 4,
+     {{R3(2, 3, 4), IN_RANDN, 0}, {R3(2, 5, 4), IN_RANDN, 0}, {R3(2, 5, 3), IN_RANDN, 0}, {R2(3, 5), IN_CONST, 0}}},
+    {"sdpa_additive_mask", GDL_OP_SDPA, f_sdpa_additive, 4,
+     {{R3(2, 4, 3), IN_RANDN, 0}, {R3(2, 3, 3), IN_RANDN, 0}, {R3(2, 3, 5), IN_RANDN, 0}, {R3(2, 1, 3), IN_CONST, 0}}},
+    {"sdpa_self_causal", GDL_OP_SDPA, f_sdpa_self, 1, {{R3(2, 4, 4), IN_RANDN, 0}}},
+    {"sdpa_dropout_unfused", GDL_OP_MATMUL, f_sdpa_dropout, 3, {{R3(2, 3, 4), IN_RANDN, 0}, {R3(2, 5, 4), IN_RANDN, 0}, {R3(2, 5, 3), IN_RANDN, 0}}},
+    {"sdpa_broadcast_unfused", GDL_OP_MATMUL, f_sdpa, 3, {{R4(2, 2, 3, 4), IN_RANDN, 0}, {R3(2, 5, 4), IN_RANDN, 0}, {R4(1, 2, 5, 3), IN_RANDN, 0}}},
     {"mlp_chain", GDL_OP_CROSS_ENTROPY, f_mlp, 5,
      {{R2(3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}, {R1(3), IN_TARGET, 3}}},
 };

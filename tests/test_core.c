@@ -987,6 +987,95 @@ TEST test_review_regressions(void) {
     PASS();
 }
 
+/* scaled dot-product attention against PyTorch 2's F.scaled_dot_product_attention (float64, the values
+   below): q [1,2,3,4], k [1,2,5,4], v [1,2,5,3] holding sin(a i + b) with is_causal (L < S: keys past
+   the query's own index take no part), and with a u8 mask [3,5] whose second row keeps one key and
+   scale 0.6; out, and the gradients of sum(out * w). A row that no key takes part in gives 0, as there. */
+static void sdpa_fill(gdl_tensor *t, double a, double b) {
+    int64_t i;
+    for (i = 0; i < t->numel; i++) ((float *)t->data)[i] = (float)sin(a * (double)i + b);
+}
+static int sdpa_close(const gdl_tensor *t, const float *want) {
+    int64_t i;
+    for (i = 0; i < t->numel; i++)
+        if (!(fabs(((const float *)t->data)[i] - want[i]) <= 2e-6 + 1e-5 * fabs(want[i]))) return 0;
+    return 1;
+}
+TEST test_sdpa_pytorch_values(void) {
+    static const float causal_out[18] = {
+        0.29552021f, 0.93203909f, 0.86320937f, 0.2455415f, 0.40771484f, 0.26133772f, -0.1670341f, 0.027107994f,
+        0.2007353f, 0.94369567f, 0.84574683f, 0.10775365f, -0.099279667f, -0.31247385f, -0.28919405f, 0.2561023f,
+        0.19288841f, -0.016299586f};
+    static const float causal_gq[24] = {
+        0, 0, 0, 0, 0.17917746f, 0.10931124f, -0.1206962f, -0.17388343f, -0.068815976f, 0.13596745f, 0.14155824f,
+        -0.06023412f, 0, 0, 0, 0, 0.18943778f, -0.055215608f, -0.21897801f, -0.061937112f, 0.21432888f,
+        -0.14712826f, -0.29304216f, -0.0096486059f};
+    static const float causal_gk[40] = {
+        0.099384892f, -0.093315935f, -0.24212882f, -0.27706474f, -0.20458919f, 0.11558178f, 0.38139283f,
+        0.46782887f, 0.1052043f, -0.022265842f, -0.13926401f, -0.19076414f, 0, 0, 0, 0, 0, 0, 0, 0, 0.11930808f,
+        0.13998291f, 0.094821592f, 0.0050641987f, -0.20268676f, -0.20575175f, -0.11204848f, 0.034352947f,
+        0.083378684f, 0.065768841f, 0.017226884f, -0.039417145f, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const float causal_gv[30] = {
+        0.99199976f, 1.1394725f, 1.0079627f, 0.21035267f, -0.039625172f, -0.27990139f, -0.12217511f, -0.32882345f,
+        -0.45496433f, 0, 0, 0, 0, 0, 0, -0.44682211f, -0.13740596f, 0.20565195f, 0.43624914f, 0.67482037f,
+        0.74817203f, 0.1436109f, 0.12285978f, 0.072028307f, 0, 0, 0, 0, 0, 0};
+    static const float bool_out[18] = {
+        0.027416002f, 0.49278663f, 0.58522617f, -0.55068554f, 0.31154136f, 0.93799998f, -0.059733841f,
+        -0.00051643515f, 0.059091799f, 0.81341463f, 0.73346549f, 0.098444285f, 0.34331493f, 0.94912455f,
+        0.83665564f, 0.1996648f, 0.1607187f, 0.0001438833f};
+    static const float bool_gq[24] = {
+        0.048708901f, 0.3005834f, 0.11210251f, -0.24060882f, 0, 0, 0, 0, -0.0037939833f, 0.10803753f, 0.061593809f,
+        -0.075084987f, -0.18116341f, -0.156043f, 0.097680767f, 0.20830198f, 0, 0, 0, 0, 0.29987583f, -0.075349029f,
+        -0.34018739f, -0.10665043f};
+    static const float bool_gk[40] = {
+        0.062021213f, 0.099608667f, 0.090348608f, 0.038596187f, -0.13794628f, 0.02919548f, 0.18260615f, 0.25013429f,
+        0.11915f, -0.029084011f, -0.16363935f, -0.22123255f, -0.036770213f, -0.10108624f, -0.11785983f,
+        -0.079202095f, -0.0064547183f, 0.0013661014f, 0.0085444222f, 0.011704168f, 0.28739195f, 0.27017705f,
+        0.12589366f, -0.077599486f, -0.40313548f, -0.31799199f, -0.08329189f, 0.19058168f, 0.076926042f,
+        0.060184464f, 0.015137192f, -0.037029338f, 0.041810034f, -0.010009016f, -0.057120669f, -0.077367579f,
+        -0.0029925429f, -0.0023605084f, -0.0006182898f, 0.0014147201f};
+    static const float bool_gv[30] = {
+        0.1129859f, 0.21084675f, 0.25708497f, -0.074841248f, -0.20142857f, -0.27869915f, 1.0209556f, 0.75764573f,
+        0.30883775f, 0.035252224f, 0.042111163f, 0.038659821f, -0.014175145f, -0.038151143f, -0.05278641f,
+        -0.35254492f, -0.24633818f, -0.079819267f, 0.31124642f, 0.26627274f, 0.15610621f, 0.11524554f, 0.5844703f,
+        0.91059634f, -0.025032628f, -0.016098733f, -0.0032233067f, 0.08412353f, 0.071968067f, 0.04219231f};
+    static const uint8_t mask_v[15] = {1, 0, 1, 1, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1, 1}, none_v[15] = {1, 1, 1, 1, 1};
+    int64_t sq[4] = {1, 2, 3, 4}, sk[4] = {1, 2, 5, 4}, sv[4] = {1, 2, 5, 3}, sw[4] = {1, 2, 3, 3}, sm[2] = {3, 5};
+    gdl_tensor *q = gdl_zeros(4, sq, GDL_F32, gdl_cpu()), *k = gdl_zeros(4, sk, GDL_F32, gdl_cpu());
+    gdl_tensor *v = gdl_zeros(4, sv, GDL_F32, gdl_cpu()), *w = gdl_zeros(4, sw, GDL_F32, gdl_cpu());
+    gdl_tensor *m = gdl_from_array(mask_v, 2, sm, GDL_U8, gdl_cpu()), *m0 = gdl_from_array(none_v, 2, sm, GDL_U8, gdl_cpu());
+    gdl_tensor *o;
+    const float *want[2][4] = {{causal_out, causal_gq, causal_gk, causal_gv}, {bool_out, bool_gq, bool_gk, bool_gv}};
+    int pass, j;
+    ASSERT(q && k && v && w && m && m0);
+    sdpa_fill(q, 0.7, 0.1);
+    sdpa_fill(k, 1.3, 0.2);
+    sdpa_fill(v, 0.9, 0.3);
+    sdpa_fill(w, 0.5, 0.4);
+    gdl_set_requires_grad(q, 1);
+    gdl_set_requires_grad(k, 1);
+    gdl_set_requires_grad(v, 1);
+    for (pass = 0; pass < 2; pass++) {
+        gdl_tensor *t[4];
+        gdl_arena_reset();
+        gdl_zero_grad_tensor(q);
+        gdl_zero_grad_tensor(k);
+        gdl_zero_grad_tensor(v);
+        ASSERT_NOT_NULL(o = gdl_scaled_dot_product_attention(q, k, v, pass ? m : NULL, 0, !pass, pass ? 0.6 : NAN));
+        ASSERT_EQ(0, gdl_backward_grad(o, w));
+        t[0] = o; t[1] = q->grad; t[2] = k->grad; t[3] = v->grad;
+        for (j = 0; j < 4; j++)
+            if (!sdpa_close(t[j], want[pass][j]))
+                FAILf("%s: %s differs from PyTorch's", pass ? "u8 mask" : "is_causal", j ? "a gradient" : "the output");
+    }
+    gdl_arena_reset(); /* the first query row with no key: 0 */
+    ASSERT_NOT_NULL(o = gdl_scaled_dot_product_attention(q, k, v, m0, 0, 0, 0));
+    for (j = 0; j < 3; j++) ASSERT_EQ(0.0, (double)((float *)o->data)[1 * 3 + j]);
+    gdl_free(q); gdl_free(k); gdl_free(v); gdl_free(w); gdl_free(m); gdl_free(m0);
+    gdl_arena_reset();
+    PASS();
+}
+
 SUITE(values) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_add_broadcast_values);
@@ -1009,6 +1098,7 @@ SUITE(values) {
     RUN_TEST(test_compare_where_values);
     RUN_TEST(test_elementwise_seq_values);
     RUN_TEST(test_matmul_broadcast_values);
+    RUN_TEST(test_sdpa_pytorch_values);
 }
 
 SUITE(autograd) {

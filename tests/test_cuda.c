@@ -11,7 +11,8 @@
    all or nothing) and gdl_fit's out-of-memory retry and batch split;
    training parity of an MLP and a CNN on tie-free inputs; the memory
    statistics and the profiler (tests/monitor_cases.h) and, on the emulator,
-   gdl_gpu_stats finding each GPU in a stand-in NVML by its PCI bus id.
+   gdl_gpu_stats finding each GPU in a stand-in NVML by its PCI bus id; scaled dot-product attention's
+   fused kernels at every tile edge in three dtypes, its errors and its linear memory.
    Without a GPU every test is skipped. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -23,6 +24,7 @@
 #include "gradscaler_cases.h"
 #include "master_cases.h"
 #include "fusion_cases.h"
+#include "attention_cases.h"
 #ifdef GPUDL_EMU
 #include "cuda_emu/emu_api.h"
 #endif
@@ -3021,6 +3023,12 @@ static const gc_case seq_gpu_cases[] = {
     {"seq_tril_big", GDL_OP_TRIL, f_tril1, 1, {{R3(3, 30, 31), IN_RANDN, 0}}},
     {"seq_cumsum_long", GDL_OP_CUMSUM, f_cumsum1, 1, {{R2(3, 700), IN_RANDN, 0}}},
     {"seq_maximum_nan", GDL_OP_MAXIMUM, f_maximum, 2, {{R2(20, 30), IN_NAN, 0}, {R1(30), IN_TIES, 0}}},
+    /* attention with longer heads: the GPU's tile shrinks to 16 (E 40) and 8 (Ev 70) rows; E 300 runs the
+       unfused composition */
+    {"seq_sdpa_causal_tile8", GDL_OP_SDPA, f_sdpa_causal, 3, {{R3(2, 19, 40), IN_RANDN, 0}, {R3(2, 17, 40), IN_RANDN, 0}, {R3(2, 17, 70), IN_RANDN, 0}}},
+    {"seq_sdpa_bool_mask_tile16", GDL_OP_SDPA, f_sdpa_bool, 4,
+     {{R3(3, 21, 40), IN_RANDN, 0}, {R3(3, 35, 40), IN_RANDN, 0}, {R3(3, 35, 20), IN_RANDN, 0}, {R2(21, 35), IN_CONST, 0}}},
+    {"seq_sdpa_head300_unfused", GDL_OP_MATMUL, f_sdpa, 3, {{R3(1, 3, 300), IN_RANDN, 0}, {R3(1, 4, 300), IN_RANDN, 0}, {R3(1, 4, 5), IN_RANDN, 0}}},
     {"seq_matmul_broadcast_big", GDL_OP_MATMUL, f_matmul, 2, {{R4(3, 1, 9, 33), IN_RANDN, 0}, {R3(4, 33, 6), IN_RANDN, 0}}},
 };
 #define NSEQ_GPU_CASES ((int)(sizeof seq_gpu_cases / sizeof seq_gpu_cases[0]))
@@ -3064,6 +3072,43 @@ TEST seq_compare_all_pairs(void) {
     PASS();
 }
 
+/* nn.MultiheadAttention on the GPU against the CPU: the same initialisation (seed), key padding and
+   [N*heads, L, S] masks, the output and every parameter's gradient of sum(out) */
+TEST mha_parity(void) {
+    int64_t sq[3] = {3, 7, 16}, skv[3] = {3, 9, 16}, sk[2] = {3, 9}, sa[3] = {12, 7, 9};
+    gdl_module *mc, *mg;
+    gdl_tensor *q, *kv, *kpm, *am, *qg, *kvg, *kpmg, *amg, *oc, *og, *tc[4], *tg[4];
+    uint8_t kb[27], ab[12 * 63];
+    int i;
+    for (i = 0; i < 27; i++) kb[i] = (uint8_t)(i % 9 == 4 || i == 17);
+    for (i = 0; i < 12 * 63; i++) ab[i] = (uint8_t)(i % 9 != i / 9 % 7 && (i * 7) % 5 == 0);
+    gdl_manual_seed(5);
+    ASSERT_NOT_NULL(mc = gdl_nn_multihead_attention(16, 4, 0, 1, 1));
+    gdl_manual_seed(5);
+    ASSERT_NOT_NULL(mg = gdl_nn_multihead_attention(16, 4, 0, 1, 1));
+    ASSERT_EQ(0, gdl_module_to(mg, GPU));
+    ASSERT_NOT_NULL(q = gdl_randn(3, sq, gdl_cpu()));
+    ASSERT_NOT_NULL(kv = gdl_randn(3, skv, gdl_cpu()));
+    ASSERT_NOT_NULL(kpm = gdl_from_array(kb, 2, sk, GDL_U8, gdl_cpu()));
+    ASSERT_NOT_NULL(am = gdl_from_array(ab, 3, sa, GDL_U8, gdl_cpu()));
+    ASSERT(!!(qg = gdl_to(q, GPU)) & !!(kvg = gdl_to(kv, GPU)) & !!(kpmg = gdl_to(kpm, GPU)) & !!(amg = gdl_to(am, GPU)));
+    gdl_arena_reset();
+    ASSERT_NOT_NULL(oc = gdl_mha_forward(mc, q, kv, kv, kpm, am));
+    ASSERT_NOT_NULL(og = gdl_mha_forward(mg, qg, kvg, kvg, kpmg, amg));
+    ASSERT(rel_err(oc, og) < 1e-5);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(oc)));
+    ASSERT_EQ(0, gdl_backward(gdl_sum(og)));
+    ASSERT_EQ(4, gdl_module_named_tensors(mc, GDL_PARAMS, NULL, tc, 4));
+    ASSERT_EQ(4, gdl_module_named_tensors(mg, GDL_PARAMS, NULL, tg, 4));
+    for (i = 0; i < 4; i++)
+        if (!(rel_err(tc[i]->grad, tg[i]->grad) < 1e-5)) FAILf("parameter %d's gradient differs from the CPU's", i);
+    gdl_module_free(mc);
+    gdl_module_free(mg);
+    gdl_free(q); gdl_free(kv); gdl_free(kpm); gdl_free(am); gdl_free(qg); gdl_free(kvg); gdl_free(kpmg); gdl_free(amg);
+    gdl_arena_reset();
+    PASS();
+}
+
 SUITE(seq_ops) {
     int i;
     char name[96];
@@ -3075,6 +3120,14 @@ SUITE(seq_ops) {
         RUN_GPU_NAMED(name, parity, &seq_gpu_runs[2 * i + 1]);
     }
     RUN_GPU(seq_compare_all_pairs);
+    { /* scaled dot-product attention's fused kernels (tests/attention_cases.h) */
+        static gdl_device dev;
+        dev = GPU;
+        RUN_GPU_NAMED("attention_tile_edges", attn_tile_edges, &dev);
+        RUN_GPU_NAMED("attention_errors", attn_errors, &dev);
+        RUN_GPU_NAMED("attention_memory_linear_in_T", attn_memory_linear, &dev);
+    }
+    RUN_GPU(mha_parity);
 }
 
 /* ---- suites ---- */

@@ -3,7 +3,9 @@
    tests/dtype_parity.h, over the rows of tests/op_cases.h, plain and fanned
    out); PyTorch's type promotion for mixed inputs; gradients in the leaf's
    dtype; GEMM sizes off the kernel's block sizes; error messages that name
-   dtypes, and failed calls that leave their inputs untouched. */
+   dtypes, and failed calls that leave their inputs untouched; scaled dot-product attention's fused CPU
+   kernel against the unfused composition at every tile edge, its errors and its linear memory
+   (tests/attention_cases.h). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
@@ -14,6 +16,7 @@
 
 #include "dtype_parity.h"
 #include "autocast_cases.h"
+#include "attention_cases.h"
 #include <pthread.h>
 
 #define CPU gdl_cpu()
@@ -355,6 +358,14 @@ SUITE(autocast) {
     RUN_TEST(autocast_fit);
 }
 
+SUITE(attention) {
+    static gdl_device cpu;
+    cpu = gdl_cpu();
+    RUN_TEST_NAMED("tile_edges", attn_tile_edges, (void *)&cpu);
+    RUN_TEST_NAMED("errors", attn_errors, (void *)&cpu);
+    RUN_TEST_NAMED("memory_linear_in_T", attn_memory_linear, (void *)&cpu);
+}
+
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
@@ -362,6 +373,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(native_cnn);
     RUN_SUITE(semantics);
     RUN_SUITE(autocast);
+    RUN_SUITE(attention);
     gdl_shutdown();
     HARNESS_MAIN_END();
 }

@@ -130,7 +130,7 @@ TEST test_op_names_unique(void) {
    ops that gpudl has go to f32; every other op keeps its inputs' dtype. The
    fused linear_act / conv2d_act follow linear / conv2d, which they begin with. */
 TEST test_op_list_autocast_classes(void) {
-    static const char *low[] = {"matmul", "linear", "conv2d", "linear_act", "conv2d_act"};
+    static const char *low[] = {"matmul", "linear", "conv2d", "linear_act", "conv2d_act", "scaled_dot_product_attention"};
     static const char *f32[] = {"softmax", "log_softmax", "cross_entropy", "nll_loss", "layer_norm", "mse_loss",
                                 "bce_with_logits", "sum", "exp", "log", "pow_scalar", "rsqrt", "pow", "cumsum"};
     int op;

@@ -4,7 +4,8 @@
    PyTorch's documented algorithms and against numbers printed by PyTorch
    2.15 itself; parameter groups, clipping, checkpointing of the optimizer
    and scheduler state; schedulers against their closed forms and PyTorch;
-   gradient accumulation; convergence (linear regression, XOR); errors.
+   gradient accumulation; convergence (linear regression, XOR); errors; nn.MultiheadAttention against
+   PyTorch's numbers.
 
    Build (from the repository root):
        cc -std=c99 -Wall -Wextra -Wpedantic tests/test_nn.c -lm -o build/test_nn
@@ -1531,6 +1532,96 @@ TEST test_fusion_train_bitwise(void) { return fz_train_bitwise_case(gdl_cpu()); 
 TEST test_fusion_when(void) { return fz_when_fused_case(gdl_cpu()); }
 TEST test_fusion_errors(void) { return fz_errors_case(gdl_cpu()); }
 
+/* nn.MultiheadAttention against PyTorch 2.15 (float64; E 6, 2 heads, batch_first, N 2, L 3, S 4, the
+   tensors holding sin(a i + b), a key padding mask and an [L, S] bool mask, True = left out): the
+   parameter names and order, the output and in_proj_weight's gradient of sum(out); batch_first 0 on the
+   transposed inputs gives the transposed output; errors. */
+static void mha_fill(gdl_tensor *t, double a, double b, double mul) {
+    int64_t i;
+    for (i = 0; i < t->numel; i++) ((float *)t->data)[i] = (float)(mul * sin(a * (double)i + b));
+}
+TEST test_multihead_attention_pytorch(void) {
+    static const float mha_out[36] = {
+        0.12726989f, -0.27548396f, 0.31663194f, 0.16609048f, -0.45939697f, 0.07110325f, 0.017522557f, 0.059783546f,
+        0.13327808f, -0.0088834067f, -0.12307553f, -0.047945455f, 0.016906248f, 0.098275862f, 0.10024321f,
+        -0.018495626f, -0.081637366f, -0.074559757f, 0.010848512f, 0.15545239f, 0.056315458f, -0.037269159f,
+        -0.021297209f, -0.10853745f, 0.21306852f, 0.063385362f, -0.065416711f, 0.16121989f, -0.073090301f,
+        -0.26174739f, 0.33620342f, -0.2252278f, 0.063762936f, 0.33690022f, -0.35585511f, -0.19022598f};
+    static const float mha_gin[108] = {
+        -0.064326901f, -0.048343488f, 0.020470064f, 0.066913771f, 0.040233591f, -0.03041417f, -0.088214806f,
+        -0.061850223f, 0.032104764f, 0.090975415f, 0.050427427f, -0.045228044f, 0.17098782f, 0.12312687f,
+        -0.059288079f, -0.17691256f, -0.10120562f, 0.085099604f, -0.063307173f, -0.047895978f, 0.019856313f,
+        0.065909472f, 0.039936248f, -0.029679617f, -0.016914229f, -0.0099924262f, 0.0078491776f, 0.017113139f,
+        0.0076757296f, -0.010149777f, 0.083758244f, 0.059977866f, -0.029346789f, -0.086601046f, -0.049217008f,
+        0.041951758f, 0.054449549f, 0.05546751f, 0.030398234f, -0.0089678059f, -0.044116147f, -0.058515974f,
+        -0.085693658f, -0.087738614f, -0.048518729f, 0.013520272f, 0.069200478f, 0.092334618f, 0.022452943f,
+        0.023410492f, 0.01335772f, -0.0029773959f, -0.017912196f, -0.024422611f, 0.011225605f, 0.011200237f,
+        0.0059072224f, -0.0021640508f, -0.0092175371f, -0.011935872f, -0.047546414f, -0.048418579f, -0.02651873f,
+        0.007853292f, 0.038531788f, 0.051088182f, 0.030138179f, 0.031159429f, 0.017525912f, -0.0043503144f,
+        -0.02418052f, -0.03263825f, -0.13732568f, -0.27321249f, -0.28060319f, -0.15602183f, 0.041939036f,
+        0.22017532f, -0.1082249f, -0.21531584f, -0.22114038f, -0.12295914f, 0.033051706f, 0.17351782f,
+        -0.026821599f, -0.053362167f, -0.054805673f, -0.030473215f, 0.0081912721f, 0.043003276f, 0.069137383f,
+        0.13724121f, 0.14079835f, 0.07813583f, -0.021275195f, -0.11068016f, 0.13231666f, 0.26265528f, 0.26946302f,
+        0.14953809f, -0.040716941f, -0.21182216f, 0.13155044f, 0.2611343f, 0.26790261f, 0.14867214f, -0.040481157f,
+        -0.21059554f};
+    static const char *want_names[4] = {"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"};
+    static const uint8_t kpm_v[8] = {0, 0, 1, 0, 0, 0, 0, 1}, am_v[12] = {0, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0};
+    int64_t sq[3] = {2, 3, 6}, skv[3] = {2, 4, 6}, sk[2] = {2, 4}, sa[2] = {3, 4}, sbad[2] = {3, 5};
+    gdl_module *m = gdl_nn_multihead_attention(6, 2, 0.0, 1, 1), *mt = gdl_nn_multihead_attention(6, 2, 0.0, 1, 0);
+    gdl_tensor *t[4], *t2[4], *q, *kv, *kpm, *am, *bad, *o, *o2;
+    const char *names[4];
+    int i;
+    ASSERT(m && mt);
+    ASSERT_EQ(4, gdl_module_named_tensors(m, GDL_PARAMS, names, t, 4));
+    ASSERT_EQ(4, gdl_module_named_tensors(mt, GDL_PARAMS, NULL, t2, 4));
+    for (i = 0; i < 4; i++) ASSERT_STR_EQ(want_names[i], names[i]);
+    mha_fill(t[0], 0.37, 0.1, 0.5);
+    mha_fill(t[1], 0.53, 0.2, 0.1);
+    mha_fill(t[2], 0.71, 0.3, 0.5);
+    mha_fill(t[3], 0.91, 0.4, 0.1);
+    for (i = 0; i < 4; i++) memcpy(t2[i]->data, t[i]->data, sizeof(float) * (size_t)t[i]->numel);
+    ASSERT_NOT_NULL(q = gdl_zeros(3, sq, GDL_F32, gdl_cpu()));
+    ASSERT_NOT_NULL(kv = gdl_zeros(3, skv, GDL_F32, gdl_cpu()));
+    mha_fill(q, 1.1, 0.5, 1);
+    mha_fill(kv, 0.7, 0.6, 1);
+    ASSERT_NOT_NULL(kpm = gdl_from_array(kpm_v, 2, sk, GDL_U8, gdl_cpu()));
+    ASSERT_NOT_NULL(am = gdl_from_array(am_v, 2, sa, GDL_U8, gdl_cpu()));
+    ASSERT_NOT_NULL(bad = gdl_zeros(2, sbad, GDL_U8, gdl_cpu()));
+    gdl_arena_reset();
+    ASSERT_NOT_NULL(o = gdl_mha_forward(m, q, kv, kv, kpm, am));
+    ASSERT_EQ(0, gdl_backward(gdl_sum(o)));
+    for (i = 0; i < 36; i++)
+        if (!(fabs(((float *)o->data)[i] - mha_out[i]) <= 1e-5)) FAILf("output %d: %.7g, PyTorch %.7g", i, ((float *)o->data)[i], mha_out[i]);
+    for (i = 0; i < 108; i++)
+        if (!(fabs(((float *)t[0]->grad->data)[i] - mha_gin[i]) <= 1e-5))
+            FAILf("in_proj_weight's gradient %d: %.7g, PyTorch %.7g", i, ((float *)t[0]->grad->data)[i], mha_gin[i]);
+    /* sequence-first: [L, N, E] in, [L, N, E] out */
+    ASSERT_NOT_NULL(o2 = gdl_mha_forward(mt, gdl_transpose(q, 0, 1), gdl_transpose(kv, 0, 1), gdl_transpose(kv, 0, 1), kpm, am));
+    ASSERT_NOT_NULL(o2 = gdl_transpose(o2, 0, 1));
+    for (i = 0; i < 36; i++) ASSERT_EQ(((float *)o->data)[i], ((float *)o2->data)[i]);
+    ASSERT_NULL(gdl_mha_forward(m, q, kv, kv, NULL, bad));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_mha_forward: attn_mask must be [L, S] = [3, 4]");
+    ASSERT_NULL(gdl_mha_forward(m, q, kv, kv, am, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_mha_forward: key_padding_mask must be [N, S] = [2, 4], got [3,4]");
+    ASSERT_NULL(gdl_mha_forward(m, q, kv, q, NULL, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "disagree in batch or key length");
+    {
+        gdl_module *relu = gdl_nn_relu();
+        o2 = gdl_mha_forward(relu, q, kv, kv, NULL, NULL);
+        gdl_module_free(relu);
+        ASSERT_NULL(o2);
+    }
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_mha_forward: expected a module made by gdl_nn_multihead_attention");
+    ASSERT_NULL(gdl_nn_multihead_attention(6, 4, 0, 1, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "embed_dim 6 must be a positive multiple of num_heads 4");
+    ASSERT_NOT_NULL(gdl_forward(m, q)); /* self-attention */
+    gdl_module_free(m);
+    gdl_module_free(mt);
+    gdl_free(q); gdl_free(kv); gdl_free(kpm); gdl_free(am); gdl_free(bad);
+    gdl_arena_reset();
+    PASS();
+}
+
 SUITE(modules) {
     RUN_TEST(test_module_cycle_refused);
     SET_SETUP(reset, NULL);
@@ -1547,6 +1638,7 @@ SUITE(modules) {
     RUN_TEST(test_fusion_train_bitwise);
     RUN_TEST(test_fusion_when);
     RUN_TEST(test_fusion_errors);
+    RUN_TEST(test_multihead_attention_pytorch);
 }
 
 /* lr of a group added after the flat buffer was made: set before the next

@@ -1,0 +1,317 @@
+/* ---- scaled dot-product attention (the backend entries attention / attention_backward) ----
+   Flash-attention style on the CPU: a task takes one batch and a tile of GDL__ATTN_T query rows (forward,
+   dq) or key rows (dk, dv) and walks the other side tile by tile, so nothing of L x S exists at any time:
+   the forward keeps a running max m, sum l and weighted sum per query row (online softmax) and saves
+   lse = m + log l; the backward recomputes each probability as exp(score - lse). Tiles are loaded into
+   f32 buffers (gdl__lp_get), which is also the bf16/f16 path: arithmetic in gdl_real, one rounding on
+   store. A task computes the same thing whatever thread runs it, so results do not depend on the thread
+   count. */
+#define GDL__ATTN_T 32
+
+/* the term added to the score of key j in query row i (mask offset mb): 0, -inf, or the additive mask */
+static gdl_real gdl__attn_bias(const gdl_attn_geom *g, const void *mask, int64_t mb, int64_t i, int64_t j) {
+    int64_t off;
+    if (g->causal && j > i) return (gdl_real)-INFINITY;
+    if (!g->mask) return 0;
+    off = mb + i * g->mrow + j * g->mcol;
+    if (g->mask == 1) return ((const uint8_t *)mask)[off] ? (gdl_real)0 : (gdl_real)-INFINITY;
+    if (g->mdt == GDL_F16) return (gdl_real)gdl_f16_to_f32(((const uint16_t *)mask)[off]);
+    if (g->mdt == GDL_BF16) return (gdl_real)gdl_bf16_to_f32(((const uint16_t *)mask)[off]);
+    return ((const gdl_real *)mask)[off];
+}
+
+#ifdef GPUDL_DOUBLE
+#define GDL__ATTN_EXP exp
+#else
+#define GDL__ATTN_EXP expf
+#endif
+
+typedef struct gdl__attn_ctx {
+    gdl_dtype dt;
+    const gdl_attn_geom *g;
+    const void *q, *k, *v, *mask, *o, *go;
+    void *out, *gq, *gk, *gv;
+    const gdl_real *lse;
+    gdl_real *lse_out, *delta;
+    int *failed;
+} gdl__attn_ctx;
+
+#ifdef GDL__ATOMICS
+#define GDL__ATTN_FAILED(c) gdl__atomic_store((c)->failed, 1, GDL__MO_RELAXED)
+#else
+#define GDL__ATTN_FAILED(c) (*(c)->failed = 1)
+#endif
+
+static int64_t gdl__attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* dst[n] (dtype dt, from element off) += buf, summed in gdl_real and rounded once; tmp: n reals */
+static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t n, const gdl_real *buf, gdl_real *tmp) {
+    int64_t i;
+    gdl__lp_get(dt, dst, off, 1, n, tmp);
+    for (i = 0; i < n; i++) tmp[i] += buf[i];
+    gdl__lp_put(dt, dst, off, n, tmp);
+}
+
+/* at[e*T + j] = a[j*D + e]: a tile of n rows turned so that a row of scores is an axpy per element;
+   columns n..T-1 are 0, so the loops below run over whole tiles (a fixed trip count that gcc's -O2
+   vectorises) */
+static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at) {
+    int64_t j, e;
+    for (e = 0; e < D; e++) {
+        for (j = 0; j < n; j++) at[e * GDL__ATTN_T + j] = a[j * D + e];
+        for (; j < GDL__ATTN_T; j++) at[e * GDL__ATTN_T + j] = 0;
+    }
+}
+
+/* out[r*T + j] = a_r . b_j for r < na, j < nb (a: rows of D; bt: b turned), summed in e's order */
+static void gdl__attn_rowdots(const gdl_real *a, int64_t na, const gdl_real *bt, int64_t nb, int64_t D, gdl_real *out) {
+    int64_t r, j, e;
+    for (r = 0; r < na; r++) {
+        gdl_real t[GDL__ATTN_T];
+        for (j = 0; j < GDL__ATTN_T; j++) t[j] = 0;
+        for (e = 0; e < D; e++) {
+            const gdl_real x = a[r * D + e], *b = bt + e * GDL__ATTN_T;
+            for (j = 0; j < GDL__ATTN_T; j++) t[j] += x * b[j];
+        }
+        memcpy(out + r * GDL__ATTN_T, t, sizeof(gdl_real) * (size_t)nb);
+    }
+}
+
+#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
+#define GDL__ATTN_RESTRICT __restrict
+#else
+#define GDL__ATTN_RESTRICT
+#endif
+/* y[0..n) += a x, in blocks of 8 that the compiler turns into vector operations (y and x never overlap) */
+static void gdl__attn_axpy(gdl_real *GDL__ATTN_RESTRICT y, gdl_real a, const gdl_real *GDL__ATTN_RESTRICT x, int64_t n) {
+    int64_t i = 0;
+    int u;
+    for (; i + 8 <= n; i += 8)
+        for (u = 0; u < 8; u++) y[i + u] += a * x[i + u];
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* a tile of scores: s = scale * q k^T plus the causal / mask terms (query rows from i0, keys from j0) */
+static void gdl__attn_scores(const gdl__attn_ctx *c, const gdl_real *qb, int64_t nq, const gdl_real *kt, int64_t nk,
+                             int64_t i0, int64_t j0, int64_t mb, gdl_real *s) {
+    const gdl_attn_geom *g = c->g;
+    const gdl_real scale = (gdl_real)g->scale;
+    int64_t r, j;
+    gdl__attn_rowdots(qb, nq, kt, nk, g->E, s);
+    for (r = 0; r < nq; r++) {
+        gdl_real *sr = s + r * GDL__ATTN_T;
+        for (j = 0; j < nk; j++) sr[j] *= scale;
+        if (g->causal || g->mask)
+            for (j = 0; j < nk; j++) sr[j] += gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
+    }
+}
+
+/* the probabilities from the saved log-sum-exps, in place; then ds = scale * p * (dp - delta) in dp */
+static void gdl__attn_ds(const gdl__attn_ctx *c, gdl_real *s, gdl_real *dp, int64_t nq, int64_t nk, const gdl_real *lse,
+                         const gdl_real *D) {
+    const gdl_real scale = (gdl_real)c->g->scale;
+    int64_t r, j;
+    for (r = 0; r < nq; r++) {
+        gdl_real *sr = s + r * GDL__ATTN_T, *dr = dp + r * GDL__ATTN_T;
+        for (j = 0; j < nk; j++) {
+            sr[j] = GDL__ATTN_EXP(sr[j] - lse[r]); /* lse +inf (a row no key takes part in): 0 */
+            dr[j] = scale * sr[j] * (dr[j] - D[r]);
+        }
+    }
+}
+
+/* the forward over tasks (batch, query tile) in [lo, hi) */
+static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
+    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (3 * E + 2 * Ev + T) + 1)), *kb, *kt, *vb, *acc, *s;
+    double m[GDL__ATTN_T], l[GDL__ATTN_T];
+    int64_t idx, r, j0, j, e;
+    if (!qb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    kb = qb + T * E;
+    kt = kb + T * E;
+    vb = kt + T * E;
+    acc = vb + T * Ev;
+    s = acc + T * Ev;
+    for (idx = lo; idx < hi; idx++) {
+        const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
+        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        for (r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0;
+        }
+        memset(acc, 0, sizeof(gdl_real) * (size_t)(nq * Ev));
+        for (j0 = 0; j0 < send; j0 += T) {
+            const int64_t nk = gdl__attn_min(T, send - j0);
+            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
+            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+            gdl__attn_turn(kb, nk, E, kt);
+            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+            for (r = 0; r < nq; r++) {
+                gdl_real *sr = s + r * T, *ar = acc + r * Ev, mt = (gdl_real)-INFINITY;
+                double mn, alpha;
+                for (j = 0; j < nk; j++)
+                    if (sr[j] > mt) mt = sr[j];
+                if (mt == (gdl_real)-INFINITY) continue; /* no key of this tile takes part */
+                mn = m[r] > mt ? m[r] : mt;
+                alpha = exp(m[r] - mn);
+                l[r] *= alpha;
+                if (alpha != 1)
+                    for (e = 0; e < Ev; e++) ar[e] *= (gdl_real)alpha;
+                for (j = 0; j < nk; j++) {
+                    const gdl_real pj = GDL__ATTN_EXP(sr[j] - (gdl_real)mn);
+                    l[r] += pj;
+                    gdl__attn_axpy(ar, pj, vb + j * Ev, Ev);
+                }
+                m[r] = mn;
+            }
+        }
+        for (r = 0; r < nq; r++) {
+            const gdl_real inv = l[r] > 0 ? (gdl_real)(1 / l[r]) : 0;
+            for (e = 0; e < Ev; e++) acc[r * Ev + e] *= inv;
+            c->lse_out[b * L + i0 + r] = l[r] > 0 ? (gdl_real)(m[r] + log(l[r])) : (gdl_real)INFINITY;
+        }
+        gdl__lp_put(c->dt, c->out, (b * L + i0) * Ev, nq * Ev, acc);
+    }
+    GPUDL_FREE(qb);
+}
+
+/* backward, pass 1 over tasks (batch, query tile): delta = rowsum(gout * out), and dq += ds k */
+static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
+    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 3 * Ev + 2 * T) + 1));
+    gdl_real *gb, *ob, *kb, *kt, *vt, *dq, *s, *dp;
+    int64_t idx, r, j0, j, e;
+    if (!qb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    gb = qb + T * E;
+    ob = gb + T * Ev;
+    kb = ob + T * Ev;
+    kt = kb + T * E;
+    vt = kt + T * E;
+    dq = vt + T * Ev;
+    s = dq + T * E;
+    dp = s + T * T;
+    for (idx = lo; idx < hi; idx++) {
+        const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
+        const gdl_real *lse = c->lse + b * L + i0;
+        gdl_real *D = c->delta + b * L + i0;
+        gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
+        gdl__lp_get(c->dt, c->o, (b * L + i0) * Ev, 1, nq * Ev, ob);
+        for (r = 0; r < nq; r++) {
+            gdl_real d = 0;
+            for (e = 0; e < Ev; e++) d += gb[r * Ev + e] * ob[r * Ev + e];
+            D[r] = d;
+        }
+        if (!c->gq) continue;
+        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
+        for (j0 = 0; j0 < send; j0 += T) {
+            const int64_t nk = gdl__attn_min(T, send - j0);
+            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
+            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, ob); /* out's rows are read: V's tile */
+            gdl__attn_turn(kb, nk, E, kt);
+            gdl__attn_turn(ob, nk, Ev, vt);
+            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+            gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
+            gdl__attn_ds(c, s, dp, nq, nk, lse, D);
+            for (r = 0; r < nq; r++)
+                for (j = 0; j < nk; j++)
+                    if (dp[r * T + j] != 0) gdl__attn_axpy(dq + r * E, dp[r * T + j], kb + j * E, E);
+        }
+        gdl__attn_acc(c->dt, c->gq, (b * L + i0) * E, nq * E, dq, kb);
+    }
+    GPUDL_FREE(qb);
+}
+
+/* backward, pass 2 over tasks (batch, key tile): dk and dv, walking the query tiles that see the keys */
+static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nkt = (S + T - 1) / T;
+    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + 1));
+    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp;
+    int64_t idx, r, i0, j;
+    if (!kb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    kt = kb + T * E;
+    vb = kt + T * E;
+    vt = vb + T * Ev;
+    qb = vt + T * Ev;
+    gb = qb + T * E;
+    dk = gb + T * Ev;
+    dv = dk + T * E;
+    s = dv + T * Ev;
+    dp = s + T * T;
+    for (idx = lo; idx < hi; idx++) {
+        const int64_t b = idx / nkt, j0 = (idx % nkt) * T, nk = gdl__attn_min(T, S - j0);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0;
+        gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
+        gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+        gdl__attn_turn(kb, nk, E, kt);
+        gdl__attn_turn(vb, nk, Ev, vt);
+        memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
+        memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
+        for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+            const int64_t nq = gdl__attn_min(T, L - i0);
+            gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+            gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
+            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+            gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
+            gdl__attn_ds(c, s, dp, nq, nk, c->lse + b * L + i0, c->delta + b * L + i0);
+            for (j = 0; j < nk; j++)
+                for (r = 0; r < nq; r++) {
+                    if (s[r * T + j] == 0) continue;
+                    gdl__attn_axpy(dv + j * Ev, s[r * T + j], gb + r * Ev, Ev);
+                    gdl__attn_axpy(dk + j * E, dp[r * T + j], qb + r * E, E);
+                }
+        }
+        if (c->gk) gdl__attn_acc(c->dt, c->gk, (b * S + j0) * E, nk * E, dk, qb);
+        if (c->gv) gdl__attn_acc(c->dt, c->gv, (b * S + j0) * Ev, nk * Ev, dv, qb);
+    }
+    GPUDL_FREE(kb);
+}
+
+static int gdl__attn_oom(int failed) {
+    if (!failed) return 0;
+    gdl__set_error("gdl_scaled_dot_product_attention: out of host memory for the CPU kernel's tiles");
+    return -1;
+}
+
+static int gdl__cpu_attention(gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, const void *v,
+                              const void *mask, void *out, gdl_real *lse) {
+    gdl__attn_ctx c;
+    int failed = 0;
+    memset(&c, 0, sizeof c);
+    c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.out = out; c.lse_out = lse; c.failed = &failed;
+    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), g->B * g->L * g->S * (g->E + g->Ev),
+                      gdl__attn_fwd_range, &c);
+    return gdl__attn_oom(failed);
+}
+
+static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k,
+                                       const void *v, const void *mask, const void *out, const void *gout,
+                                       const gdl_real *lse, gdl_real *delta, void *gq, void *gk, void *gv) {
+    gdl__attn_ctx c;
+    int failed = 0;
+    const int64_t work = g->B * g->L * g->S * (g->E + g->Ev);
+    memset(&c, 0, sizeof c);
+    c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.o = out; c.go = gout;
+    c.lse = lse; c.delta = delta; c.gq = gq; c.gk = gk; c.gv = gv; c.failed = &failed;
+    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
+    if (!failed && (gk || gv))
+        gdl__parallel_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
+    return gdl__attn_oom(failed);
+}

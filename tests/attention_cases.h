@@ -1,0 +1,258 @@
+/* attention_cases.h — gdl_scaled_dot_product_attention on one device (the CPU in tests/test_dtype.c, the
+   emulated GPU in tests/test_cuda.c):
+   * the fused kernels against the unfused composition (matmul, mask, softmax, matmul, written here with
+     the public ops, in f32) at sequence lengths that take every tile edge of both backends (1, 31, 32,
+     33, several tiles, L != S), with no mask, is_causal, a u8 mask and an additive mask with -inf
+     entries, in f32, bf16 and f16, forward and the three gradients;
+   * the error paths (shapes, dtypes, masks, is_causal with a mask, dropout_p, devices);
+   * the memory a step saves grows linearly in T (the step arena's bytes, T = 64 ... 1024), where the
+     unfused composition's grows as T^2.
+   Needs dtype_parity.h (dtype_compare, dtype_tol) first. */
+#ifndef GPUDL_ATTENTION_CASES_H
+#define GPUDL_ATTENTION_CASES_H
+
+enum { ATTN_NONE, ATTN_CAUSAL, ATTN_BOOL, ATTN_ADDITIVE };
+
+static float attn_round(gdl_dtype dt, float v) {
+    return dt == GDL_BF16 ? gdl_bf16_to_f32(gdl_f32_to_bf16(v)) : dt == GDL_F16 ? gdl_f16_to_f32(gdl_f32_to_f16(v)) : v;
+}
+
+/* a persistent tensor on dev of dtype dt holding v (already rounded to dt) */
+static gdl_tensor *attn_put(const float *v, int ndim, const int64_t *shape, gdl_dtype dt, gdl_device dev, int grad) {
+    gdl_tensor *f = gdl_from_array(v, ndim, shape, GDL_F32, gdl_cpu()), *t, *r;
+    if (!f) return NULL;
+    t = dt == GDL_F32 ? f : gdl_clone(gdl_to_dtype(f, dt));
+    r = t ? gdl_to(t, dev) : NULL;
+    if (t != f) gdl_free(t);
+    gdl_free(f);
+    if (r && grad && gdl_set_requires_grad(r, 1) < 0) return NULL;
+    return r;
+}
+
+/* the unfused composition in f32; excl: u8 [L, S], 1 where a key takes no part (causal), or NULL */
+static gdl_tensor *attn_reference(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask, gdl_tensor *excl,
+                                  double scale) {
+    gdl_tensor *s = gdl_mul_scalar(gdl_matmul(q, gdl_transpose(k, -2, -1)), scale);
+    if (excl) s = gdl_masked_fill(s, excl, -INFINITY);
+    else if (mask && mask->dtype == GDL_U8) s = gdl_masked_fill(s, gdl_compare_scalar(mask, GDL_CMP_EQ, 0), -INFINITY);
+    else if (mask) s = gdl_add(s, mask);
+    return gdl_matmul(gdl_softmax(s, -1), v);
+}
+
+static double attn_normal(void) { /* Box-Muller */
+    double u = gdl_rng_uniform(), w = gdl_rng_uniform();
+    return sqrt(-2 * log(1 - u)) * cos(6.283185307179586 * w);
+}
+
+static float *attn_randn(int64_t n, gdl_dtype dt, double mul) {
+    float *v = (float *)malloc(sizeof(float) * (size_t)(n + 1));
+    int64_t i;
+    if (!v) return NULL;
+    for (i = 0; i < n; i++) v[i] = attn_round(dt, (float)(mul * attn_normal()));
+    return v;
+}
+
+/* one configuration: 0 when the fused run matches the reference, else a message in msg */
+static int attn_parity_one(gdl_device dev, gdl_dtype dt, int L, int S, int kind, char *msg, size_t msz) {
+    enum { B0 = 2, H = 3, E = 8, EV = 12 };
+    int64_t sq[4] = {B0, H, L, E}, sk[4] = {B0, H, S, E}, sv[4] = {B0, H, S, EV}, sm2[2] = {L, S}, sm4[4] = {B0, 1, L, S};
+    int64_t nq = (int64_t)B0 * H * L * E, nk = (int64_t)B0 * H * S * E, nv = (int64_t)B0 * H * S * EV, i, j;
+    int64_t nw = (int64_t)B0 * H * L * EV, nm = kind == ATTN_ADDITIVE ? (int64_t)B0 * L * S : (int64_t)L * S;
+    float *hq = attn_randn(nq, dt, 1), *hk = attn_randn(nk, dt, 1), *hv = attn_randn(nv, dt, 1), *hw = attn_randn(nw, dt, 1);
+    float *hm = (float *)malloc(sizeof(float) * (size_t)(nm + 1));
+    uint8_t *hb = (uint8_t *)malloc((size_t)(L * S + 1));
+    gdl_tensor *lo[3] = {0}, *ref[3] = {0}, *mlo = NULL, *mref = NULL, *excl = NULL, *out, *oref, *w, *wr;
+    const double scale = kind == ATTN_CAUSAL ? 0.3 : 1 / sqrt((double)E);
+    double tol = dt == GDL_F32 ? 1e-5 : 2 * dtype_tol(dt), rel;
+    int k, bad = 1;
+    msg[0] = 0;
+    if (!hq || !hk || !hv || !hw || !hm || !hb) goto done;
+    for (i = 0; i < L; i++) /* every row keeps key i % S, so no row is all masked (the composition's NaN) */
+        for (j = 0; j < S; j++) {
+            double u = gdl_rng_uniform();
+            hb[i * S + j] = kind == ATTN_CAUSAL ? (uint8_t)(j > i) : (uint8_t)(u > 0.25 || j == i % S);
+            hm[i * S + j] = (float)hb[i * S + j];
+        }
+    if (kind == ATTN_ADDITIVE)
+        for (i = 0; i < nm; i++) {
+            int64_t r = i / S % L, c = i % S;
+            hm[i] = gdl_rng_uniform() < 0.15 && c != r % S ? -INFINITY : attn_round(dt, (float)(1.5 * attn_normal()));
+        }
+    gdl_arena_reset();
+    if (!(lo[0] = attn_put(hq, 4, sq, dt, dev, 1)) || !(lo[1] = attn_put(hk, 4, sk, dt, dev, 1)) ||
+        !(lo[2] = attn_put(hv, 4, sv, dt, dev, 1)) || !(ref[0] = attn_put(hq, 4, sq, GDL_F32, dev, 1)) ||
+        !(ref[1] = attn_put(hk, 4, sk, GDL_F32, dev, 1)) || !(ref[2] = attn_put(hv, 4, sv, GDL_F32, dev, 1)))
+        goto done;
+    if (kind == ATTN_BOOL || kind == ATTN_CAUSAL) {
+        gdl_tensor *u = gdl_from_array(hb, 2, sm2, GDL_U8, gdl_cpu());
+        if (!u) goto done;
+        if (kind == ATTN_CAUSAL) excl = gdl_to(u, dev);
+        else { /* hb holds 1 where a key takes part */
+            mlo = gdl_to(u, dev);
+            mref = mlo;
+        }
+        gdl_free(u);
+        if (!excl && !mlo) goto done;
+    } else if (kind == ATTN_ADDITIVE) {
+        if (!(mlo = attn_put(hm, 4, sm4, dt, dev, 0)) || !(mref = attn_put(hm, 4, sm4, GDL_F32, dev, 0))) goto done;
+    }
+    out = gdl_scaled_dot_product_attention(lo[0], lo[1], lo[2], mlo, 0, kind == ATTN_CAUSAL, kind == ATTN_CAUSAL ? scale : NAN);
+    oref = attn_reference(ref[0], ref[1], ref[2], mref, excl, scale);
+    if (!out || !oref) {
+        snprintf(msg, msz, "forward failed: %.200s", gdl_last_error());
+        goto done;
+    }
+    if (gdl_tensor_op(out) != GDL_OP_SDPA || out->dtype != dt) {
+        snprintf(msg, msz, "the output (%s) is not the fused op's", gdl_dtype_name(out->dtype));
+        goto done;
+    }
+    if (!(w = attn_put(hw, 4, out->shape, dt, dev, 0)) || !(wr = attn_put(hw, 4, out->shape, GDL_F32, dev, 0))) goto done;
+    if (gdl_backward_grad(out, w) < 0 || gdl_backward_grad(oref, wr) < 0) {
+        snprintf(msg, msz, "backward failed: %.200s", gdl_last_error());
+        gdl_free(w);
+        gdl_free(wr);
+        goto done;
+    }
+    gdl_free(w);
+    gdl_free(wr);
+    if (dtype_compare(out, oref, tol, &rel)) {
+        snprintf(msg, msz, "output differs from the composition by %.3g (relative to its max)", rel);
+        goto done;
+    }
+    for (k = 0; k < 3; k++)
+        if (!lo[k]->grad || dtype_compare(lo[k]->grad, ref[k]->grad, tol, &rel)) {
+            snprintf(msg, msz, "the gradient of %s differs from the composition's by %.3g", k == 0 ? "q" : k == 1 ? "k" : "v",
+                     rel);
+            goto done;
+        }
+    bad = 0;
+done:
+    if (bad && !msg[0]) snprintf(msg, msz, "setup failed: %.200s", gdl_last_error());
+    for (k = 0; k < 3; k++) {
+        gdl_free(lo[k]);
+        gdl_free(ref[k]);
+    }
+    if (mref != mlo) gdl_free(mref);
+    gdl_free(mlo);
+    gdl_free(excl);
+    free(hq); free(hk); free(hv); free(hw); free(hm); free(hb);
+    gdl_arena_reset();
+    return bad;
+}
+
+/* the tile edges: both backends' tiles are 32 rows at these head sizes (the GPU's shrinks for longer heads) */
+TEST attn_tile_edges(void *arg) {
+    static const int sizes[][2] = {{1, 1}, {31, 32}, {32, 33}, {33, 31}, {97, 40}, {5, 97}, {64, 1}};
+    static const gdl_dtype dts[3] = {GDL_F32, GDL_BF16, GDL_F16};
+    static const char *kinds[4] = {"no mask", "is_causal", "a u8 mask", "an additive mask"};
+    const gdl_device dev = *(const gdl_device *)arg;
+    char msg[300];
+    int s, d, kind;
+    gdl_manual_seed(2718);
+    for (d = 0; d < 3; d++)
+        for (s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); s++)
+            for (kind = 0; kind < 4; kind++)
+                if (attn_parity_one(dev, dts[d], sizes[s][0], sizes[s][1], kind, msg, sizeof msg))
+                    FAILf("%s, L %d, S %d, %s: %s", gdl_dtype_name(dts[d]), sizes[s][0], sizes[s][1], kinds[kind], msg);
+    PASS();
+}
+
+/* every bad argument gets NULL and a message naming the op and what is wrong */
+TEST attn_errors(void *arg) {
+    const gdl_device dev = *(const gdl_device *)arg;
+    int64_t s3[3] = {2, 3, 4}, s5[3] = {2, 5, 4}, sv[3] = {2, 5, 3}, s1[1] = {4}, sk3[3] = {2, 5, 3}, sv4[3] = {2, 4, 3};
+    int64_t sm[2] = {3, 5}, sbad[2] = {3, 4}, s5d[2] = {1, 3}, sb3[3] = {3, 5, 4}, sbv[3] = {3, 5, 3}, s6[5] = {1, 1, 2, 3, 5};
+    gdl_tensor *q = gdl_randn(3, s3, dev), *k = gdl_randn(3, s5, dev), *v = gdl_randn(3, sv, dev), *t;
+    gdl_tensor *m = gdl_zeros(2, sm, GDL_U8, dev), *mi = gdl_zeros(2, sm, GDL_I32, dev), *mb = gdl_zeros(2, sbad, GDL_U8, dev);
+    gdl_tensor *m5 = gdl_zeros(5, s6, GDL_U8, dev), *q1 = gdl_randn(1, s1, dev), *kE = gdl_randn(3, sk3, dev);
+    gdl_tensor *vS = gdl_randn(3, sv4, dev), *kb = gdl_clone(gdl_to_dtype(k, GDL_BF16)), *qi = gdl_zeros(3, s3, GDL_I32, dev);
+    gdl_tensor *kB = gdl_randn(3, sb3, dev), *vB = gdl_randn(3, sbv, dev), *mf = gdl_randn(2, s5d, dev);
+    const char *op = "gdl_scaled_dot_product_attention: ";
+    ASSERT(q && k && v && m && mi && mb && m5 && q1 && kE && vS && kb && qi && kB && vB && mf);
+#define ATTN_BAD(call, what)                                                                       \
+    do {                                                                                           \
+        gdl_arena_reset();                                                                         \
+        t = call;                                                                                  \
+        if (t) FAILf("%s succeeded", #call);                                                       \
+        if (strncmp(gdl_last_error(), op, strlen(op)) != 0 || !strstr(gdl_last_error(), what))     \
+            FAILf("%s: the error \"%s\" does not say \"%s\"", #call, gdl_last_error(), what);       \
+    } while (0)
+    ATTN_BAD(gdl_scaled_dot_product_attention(NULL, k, v, NULL, 0, 0, 0), "query");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q1, k, v, NULL, 0, 0, 0), "expected query [..., L, E]");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, kE, v, NULL, 0, 0, 0), "key [..., S, E]");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, k, vS, NULL, 0, 0, 0), "value [..., S, Ev]");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, kb, v, NULL, 0, 0, 0), "one float dtype");
+    ATTN_BAD(gdl_scaled_dot_product_attention(qi, k, v, NULL, 0, 0, 0), "one float dtype");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, k, v, mi, 0, 0, 0), "attn_mask must be u8 (bool) or of the query's dtype");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, k, v, mb, 0, 0, 0), "cannot be broadcast to the scores' shape");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, k, v, m5, 0, 0, 0), "more dims than the scores");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, k, v, mf, 0, 0, 0), "cannot be broadcast to the scores' shape");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, k, v, m, 0, 1, 0), "is_causal");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, k, v, NULL, 1.5, 0, 0), "dropout_p 1.5");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, k, v, NULL, NAN, 0, 0), "dropout_p");
+    ATTN_BAD(gdl_scaled_dot_product_attention(q, kB, vB, NULL, 0, 0, 0), "cannot be broadcast");
+    if (dev.type != GDL_DEVICE_CPU) {
+        gdl_tensor *kc = gdl_to(k, gdl_cpu()), *mc = gdl_to(m, gdl_cpu());
+        ASSERT(kc && mc);
+        ATTN_BAD(gdl_scaled_dot_product_attention(q, kc, v, NULL, 0, 0, 0), "same device");
+        ATTN_BAD(gdl_scaled_dot_product_attention(q, k, v, mc, 0, 0, 0), "same device");
+        gdl_free(kc);
+        gdl_free(mc);
+    }
+#undef ATTN_BAD
+    /* the good call, to show the inputs above differ from it only where named */
+    gdl_arena_reset();
+    ASSERT_NOT_NULL(gdl_scaled_dot_product_attention(q, k, v, m, 0, 0, 0));
+    gdl_free(q); gdl_free(k); gdl_free(v); gdl_free(m); gdl_free(mi); gdl_free(mb); gdl_free(m5); gdl_free(q1);
+    gdl_free(kE); gdl_free(vS); gdl_free(kb); gdl_free(qi); gdl_free(kB); gdl_free(vB); gdl_free(mf);
+    gdl_arena_reset();
+    PASS();
+}
+
+/* The step arena's bytes after a causal forward (what is saved for backward) and after the backward, at
+   T = 64 ... 1024 (B 1, 2 heads, E 16): each doubling of T adds twice the bytes the one before added
+   (within 1 %), so the growth is linear;
+   the unfused composition at T = 256 holds T x T weights, several times the fused step's bytes. */
+static size_t attn_step_bytes(gdl_device dev, int64_t T, int fused, size_t *after_backward) {
+    int64_t s[4] = {1, 2, T, 16};
+    gdl_tensor *q = gdl_randn(4, s, dev), *k = gdl_randn(4, s, dev), *v = gdl_randn(4, s, dev), *out;
+    size_t used = 0;
+    if (q && k && v && gdl_set_requires_grad(q, 1) == 0 && gdl_set_requires_grad(k, 1) == 0 &&
+        gdl_set_requires_grad(v, 1) == 0) {
+        gdl_arena_reset();
+        out = fused ? gdl_scaled_dot_product_attention(q, k, v, NULL, 0, 1, 0)
+                    : gdl_scaled_dot_product_attention(q, k, v, NULL, 0.1, 1, 0); /* dropout: the composition */
+        used = out ? gdl_arena_used() : 0;
+        if (after_backward) *after_backward = out && gdl_backward(gdl_sum(out)) == 0 ? gdl_arena_used() : 0;
+    }
+    gdl_free(q);
+    gdl_free(k);
+    gdl_free(v);
+    gdl_arena_reset();
+    return used;
+}
+
+TEST attn_memory_linear(void *arg) {
+    const gdl_device dev = *(const gdl_device *)arg;
+    size_t fwd[5], bwd[5], unfused;
+    int i;
+    for (i = 0; i < 5; i++) {
+        fwd[i] = attn_step_bytes(dev, 64 << i, 1, &bwd[i]);
+        ASSERTm(gdl_last_error(), fwd[i] > 0 && bwd[i] > 0);
+    }
+    unfused = attn_step_bytes(dev, 256, 0, NULL);
+    printf("    attention step arena bytes on %s, T = 64 128 256 512 1024: forward %zu %zu %zu %zu %zu, with backward "
+           "%zu %zu %zu %zu %zu; unfused forward at T = 256: %zu\n",
+           gdl_device_name(dev), fwd[0], fwd[1], fwd[2], fwd[3], fwd[4], bwd[0], bwd[1], bwd[2], bwd[3], bwd[4], unfused);
+    for (i = 2; i < 5; i++) { /* bytes = a + b T: each doubling of T adds twice what the last one added */
+        double f = (double)(fwd[i] - fwd[i - 1]) / (double)(fwd[i - 1] - fwd[i - 2]);
+        double b = (double)(bwd[i] - bwd[i - 1]) / (double)(bwd[i - 1] - bwd[i - 2]);
+        if (f > 2.02 || f < 1.98 || b > 2.02 || b < 1.98)
+            FAILf("T = %d: %zu forward / %zu backward bytes; the step from T = %d added %.3f / %.3f times the one "
+                  "before (linear: 2)", 64 << i, fwd[i], bwd[i], 32 << i, f, b);
+    }
+    ASSERT(unfused > 8 * fwd[2]);
+    PASS();
+}
+
+#endif
