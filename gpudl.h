@@ -761,6 +761,13 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *running_mean, gd
 /* normalises over the last dim (size D = weight's numel when given) */
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps);
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *indices, gdl_tensor *weight); /* i32 [...] -> [...,D] */
+/* One time step of a recurrent layer's gates (what gdl_nn_lstm / gdl_nn_gru run per step), one op:
+   gx = x W_ih^T + b_ih and gh = h W_hh^T + b_hh, both [B, G*H] in PyTorch's gate order.
+   lstm_gates (G = 4: i, f, g, o): c' = f*c_prev + i*g, h' = o*tanh(c'), returned stacked as [2, B, H]
+   (gdl_select(out, 0, 0) is h', gdl_select(out, 0, 1) is c': views).
+   gru_gates (G = 3: r, z, n): n = tanh(gx_n + r*gh_n), h' = (1-z)*n + z*h_prev, returned [B, H]. */
+GPUDL_API gdl_tensor *gdl_lstm_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *c_prev);
+GPUDL_API gdl_tensor *gdl_gru_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *h_prev);
 
 /* losses */
 typedef struct gdl_ce_opts {
@@ -863,7 +870,9 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(MSE, "mse_loss", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
     X(BCE_WITH_LOGITS, "bce_with_logits", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
     X(TO, "to", gdl__bw_to, 0, GDL_AUTOCAST_PROMOTE) \
-    X(CAST, "cast", gdl__bw_cast, 0, GDL_AUTOCAST_PROMOTE)
+    X(CAST, "cast", gdl__bw_cast, 0, GDL_AUTOCAST_PROMOTE) \
+    X(LSTM_GATES, "lstm_gates", gdl__bw_lstm_gates, 0, GDL_AUTOCAST_PROMOTE) \
+    X(GRU_GATES, "gru_gates", gdl__bw_gru_gates, 0, GDL_AUTOCAST_PROMOTE)
 
 typedef enum gdl_autocast_class {
     GDL_AUTOCAST_PROMOTE = 0, /* the inputs' widest floating dtype */
@@ -2436,7 +2445,22 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
         int join)) \
     X(int, comm_join, (void)) \
     X(int, comm_sync, (int barrier, double timeout_s)) \
-    X(void, comm_destroy, (void))
+    X(void, comm_destroy, (void)) \
+    /* the fused gate step of a recurrent layer at one time step (gdl_lstm_gates, gdl_gru_gates): gx, gh \
+       [B, G·H] the input and hidden pre-activations with their biases in, gate blocks of H in PyTorch's \
+       order. LSTM (G = 4: i, f, g, o): hc [2, B, H] gets h' = o·tanh(c') then c' = f·c_prev + i·g. GRU \
+       (G = 3: r, z, n): h [B, H] gets (1−z)·n + z·h_prev with n = tanh(gx_n + r·gh_n). Arithmetic in \
+       double, one rounding on store. The backwards recompute the gates from the same inputs (nothing \
+       saved) and take the gradient of the output (dhc [2, B, H]: of h' then c'; dh [B, H]); dgx, dgh \
+       [B, G·H] and dc_prev / dh_prev [B, H] +=, each may be NULL (gx and gh may be one tensor) */ \
+    X(int, lstm_gates, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *c_prev, \
+        gdl_real *hc)) \
+    X(int, lstm_gates_backward, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, \
+        const gdl_real *c_prev, const gdl_real *dhc, gdl_real *dgx, gdl_real *dgh, gdl_real *dc_prev)) \
+    X(int, gru_gates, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *h_prev, \
+        gdl_real *h)) \
+    X(int, gru_gates_backward, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, \
+        const gdl_real *h_prev, const gdl_real *dh, gdl_real *dgx, gdl_real *dgh, gdl_real *dh_prev))
 
 #define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
 typedef struct gdl_backend {
@@ -7788,6 +7812,142 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
     return 0;
 }
 
+/* [impl-cpu] The fused gate steps of LSTM and GRU (backend entries lstm_gates, gru_gates and their
+   backwards): one pass over [B, H] per time step after the two GEMMs, so the gates' pre-activations are
+   read once and nothing but the new state is written. The backwards recompute the gates from the saved
+   inputs instead of keeping them: the inputs are alive anyway (they are the op's inputs), and a time
+   step's gates would otherwise cost another [B, G·H] per step. Rows of B are split across threads. */
+
+typedef struct {
+    int64_t H;
+    const gdl_real *gx, *gh, *prev, *dout;
+    gdl_real *out, *dgx, *dgh, *dprev;
+    int64_t B;
+} gdl__rnn_job;
+
+static double gdl__rnn_sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
+
+/* the LSTM cell of row b, unit j: activated gates and the new cell state */
+typedef struct {
+    double i, f, g, o, c;
+} gdl__lstm_cell;
+static gdl__lstm_cell gdl__lstm_at(const gdl__rnn_job *r, int64_t b, int64_t j) {
+    const int64_t H = r->H;
+    const gdl_real *x = r->gx + b * 4 * H + j, *h = r->gh + b * 4 * H + j;
+    gdl__lstm_cell s;
+    s.i = gdl__rnn_sigmoid((double)x[0] + h[0]);
+    s.f = gdl__rnn_sigmoid((double)x[H] + h[H]);
+    s.g = tanh((double)x[2 * H] + h[2 * H]);
+    s.o = gdl__rnn_sigmoid((double)x[3 * H] + h[3 * H]);
+    s.c = s.f * r->prev[b * H + j] + s.i * s.g;
+    return s;
+}
+
+static void gdl__lstm_gates_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__rnn_job r = *(const gdl__rnn_job *)a.ctx;
+    int64_t b, j;
+    for (b = lo; b < hi; b++)
+        for (j = 0; j < r.H; j++) {
+            gdl__lstm_cell s = gdl__lstm_at(&r, b, j);
+            r.out[b * r.H + j] = (gdl_real)(s.o * tanh(s.c));
+            r.out[(r.B + b) * r.H + j] = (gdl_real)s.c;
+        }
+}
+
+static void gdl__lstm_gates_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__rnn_job r = *(const gdl__rnn_job *)a.ctx;
+    const int64_t H = r.H;
+    int64_t b, j, k;
+    for (b = lo; b < hi; b++)
+        for (j = 0; j < H; j++) {
+            gdl__lstm_cell s = gdl__lstm_at(&r, b, j);
+            double dh = r.dout[b * H + j], tc = tanh(s.c);
+            double dc = r.dout[(r.B + b) * H + j] + dh * s.o * (1 - tc * tc), d[4];
+            d[0] = dc * s.g * s.i * (1 - s.i);
+            d[1] = dc * r.prev[b * H + j] * s.f * (1 - s.f);
+            d[2] = dc * s.i * (1 - s.g * s.g);
+            d[3] = dh * tc * s.o * (1 - s.o);
+            /* gx and gh may be one buffer: two separate adds sum both contributions */
+            for (k = 0; k < 4; k++) {
+                if (r.dgx) r.dgx[b * 4 * H + k * H + j] += (gdl_real)d[k];
+                if (r.dgh) r.dgh[b * 4 * H + k * H + j] += (gdl_real)d[k];
+            }
+            if (r.dprev) r.dprev[b * H + j] += (gdl_real)(dc * s.f);
+        }
+}
+
+/* the GRU cell of row b, unit j: activated gates, the hidden pre-activation of n, and the new state */
+typedef struct {
+    double r, z, n, hn, h;
+} gdl__gru_cell;
+static gdl__gru_cell gdl__gru_at(const gdl__rnn_job *q, int64_t b, int64_t j) {
+    const int64_t H = q->H;
+    const gdl_real *x = q->gx + b * 3 * H + j, *h = q->gh + b * 3 * H + j;
+    gdl__gru_cell s;
+    s.r = gdl__rnn_sigmoid((double)x[0] + h[0]);
+    s.z = gdl__rnn_sigmoid((double)x[H] + h[H]);
+    s.hn = h[2 * H];
+    s.n = tanh((double)x[2 * H] + s.r * s.hn);
+    s.h = (1 - s.z) * s.n + s.z * q->prev[b * H + j];
+    return s;
+}
+
+static void gdl__gru_gates_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__rnn_job q = *(const gdl__rnn_job *)a.ctx;
+    int64_t b, j;
+    for (b = lo; b < hi; b++)
+        for (j = 0; j < q.H; j++) q.out[b * q.H + j] = (gdl_real)gdl__gru_at(&q, b, j).h;
+}
+
+static void gdl__gru_gates_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__rnn_job q = *(const gdl__rnn_job *)a.ctx;
+    const int64_t H = q.H;
+    int64_t b, j, k;
+    for (b = lo; b < hi; b++)
+        for (j = 0; j < H; j++) {
+            gdl__gru_cell s = gdl__gru_at(&q, b, j);
+            double dh = q.dout[b * H + j], dn = dh * (1 - s.z) * (1 - s.n * s.n), d[3];
+            d[0] = dn * s.hn * s.r * (1 - s.r);
+            d[1] = dh * (q.prev[b * H + j] - s.n) * s.z * (1 - s.z);
+            d[2] = dn;
+            for (k = 0; k < 3; k++) {
+                if (q.dgx) q.dgx[b * 3 * H + k * H + j] += (gdl_real)d[k];
+                /* r multiplies the hidden side of n only */
+                if (q.dgh) q.dgh[b * 3 * H + k * H + j] += (gdl_real)(k == 2 ? dn * s.r : d[k]);
+            }
+            if (q.dprev) q.dprev[b * H + j] += (gdl_real)(dh * s.z);
+        }
+}
+
+static int gdl__cpu_rnn_run(gdl__loop_fn body, int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh,
+                            const gdl_real *prev, const gdl_real *dout, gdl_real *out, gdl_real *dgx, gdl_real *dgh,
+                            gdl_real *dprev) {
+    gdl__args a = gdl__args_none();
+    gdl__rnn_job r;
+    r.B = B; r.H = H; r.gx = gx; r.gh = gh; r.prev = prev; r.dout = dout;
+    r.out = out; r.dgx = dgx; r.dgh = dgh; r.dprev = dprev;
+    a.ctx = &r;
+    gdl__parallel_loop(B, B * H * 40, body, &a);
+    return 0;
+}
+static int gdl__cpu_lstm_gates(int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *c_prev,
+                               gdl_real *hc) {
+    return gdl__cpu_rnn_run(gdl__lstm_gates_part, B, H, gx, gh, c_prev, NULL, hc, NULL, NULL, NULL);
+}
+static int gdl__cpu_lstm_gates_backward(int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh,
+                                        const gdl_real *c_prev, const gdl_real *dhc, gdl_real *dgx, gdl_real *dgh,
+                                        gdl_real *dc_prev) {
+    return gdl__cpu_rnn_run(gdl__lstm_gates_backward_part, B, H, gx, gh, c_prev, dhc, NULL, dgx, dgh, dc_prev);
+}
+static int gdl__cpu_gru_gates(int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *h_prev,
+                              gdl_real *h) {
+    return gdl__cpu_rnn_run(gdl__gru_gates_part, B, H, gx, gh, h_prev, NULL, h, NULL, NULL, NULL);
+}
+static int gdl__cpu_gru_gates_backward(int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh,
+                                       const gdl_real *h_prev, const gdl_real *dh, gdl_real *dgx, gdl_real *dgh,
+                                       gdl_real *dh_prev) {
+    return gdl__cpu_rnn_run(gdl__gru_gates_backward_part, B, H, gx, gh, h_prev, dh, NULL, dgx, dgh, dh_prev);
+}
 /* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even); bf16 spelt
    out (gdl_bf16_to_f32, gdl_f32_to_bf16) so the loops below keep no call */
 static float gdl__opt_lowf(int low, uint16_t h) {
@@ -9998,6 +10158,78 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
     return gdl__finish(op, out);
 }
 
+/* [impl-ops] The recurrent gate ops behind gdl_nn_lstm / gdl_nn_gru: one time step's gate arithmetic after
+   the two GEMMs, as one op (one kernel forward, one backward) instead of a dozen elementwise ops, each
+   with its own output and tape node. bf16 / f16 inputs run on f32 copies (the GDL__LOWP hook). */
+
+/* gx, gh [B, G·H] and prev [B, H] checked (f32, one device): 0 with B and H, or -1 after the error */
+static int gdl__rnn_gates_check(const char *op, int G, const gdl_tensor *gx, const gdl_tensor *gh,
+                                const gdl_tensor *prev, const char *prev_name, int64_t *B, int64_t *H) {
+    if (gdl__check_two(op, "gx", gx, 1, "gh", gh, 1) < 0 || gdl__check_in(op, prev_name, prev, 1) < 0 ||
+        gdl__check_dev(op, gx, prev) < 0)
+        return -1;
+    if (prev->ndim != 2 || gx->ndim != 2 || !gdl_same_shape(gx, gh) || gx->shape[0] != prev->shape[0] ||
+        gx->shape[1] != G * prev->shape[1]) {
+        gdl__set_error("%s: expected gx and gh [B, %d*H] and %s [B, H], got gx %s, gh %s and %s %s", op, G,
+                       prev_name, gdl_shape_str(gx), gdl_shape_str(gh), prev_name, gdl_shape_str(prev));
+        return -1;
+    }
+    *B = prev->shape[0];
+    *H = prev->shape[1];
+    return 0;
+}
+
+/* the op's output made and recorded: gates(B, H, gx, gh, prev, out) fills it */
+static gdl_tensor *gdl__rnn_gates(const char *op, int opid, int ndim, const int64_t *shape, gdl_tensor *gx,
+                                  gdl_tensor *gh, gdl_tensor *prev, int64_t B, int64_t H) {
+    const gdl_backend *be;
+    gdl_tensor *out, *in[3];
+    int err, rc;
+    if (!(be = gdl__be(op, gx->device)) || !(out = gdl__tmp(op, ndim, shape, GDL_F32, gx->device))) return NULL;
+    if (out->numel) {
+        rc = opid == GDL_OP_LSTM_GATES ? be->lstm_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out))
+                                       : be->gru_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out));
+        if (rc < 0) return NULL;
+    }
+    in[0] = gx;
+    in[1] = gh;
+    in[2] = prev;
+    gdl__record(op, opid, out, 3, in, &err);
+    return err ? NULL : gdl__finish(op, out);
+}
+
+GPUDL_API gdl_tensor *gdl_lstm_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *c_prev) {
+    const char *op = "gdl_lstm_gates";
+    int64_t B, H, shape[3];
+    GDL__LOWP3(op, GDL_OP_LSTM_GATES, gdl_lstm_gates(gx, gh, c_prev), gx, gh, c_prev);
+    if (gdl__rnn_gates_check(op, 4, gx, gh, c_prev, "c_prev", &B, &H) < 0) return NULL;
+    shape[0] = 2;
+    shape[1] = B;
+    shape[2] = H;
+    return gdl__rnn_gates(op, GDL_OP_LSTM_GATES, 3, shape, gx, gh, c_prev, B, H);
+}
+
+GPUDL_API gdl_tensor *gdl_gru_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *h_prev) {
+    const char *op = "gdl_gru_gates";
+    int64_t B, H;
+    GDL__LOWP3(op, GDL_OP_GRU_GATES, gdl_gru_gates(gx, gh, h_prev), gx, gh, h_prev);
+    if (gdl__rnn_gates_check(op, 3, gx, gh, h_prev, "h_prev", &B, &H) < 0) return NULL;
+    return gdl__rnn_gates(op, GDL_OP_GRU_GATES, 2, h_prev->shape, gx, gh, h_prev, B, H);
+}
+
+static int gdl__bw_lstm_gates(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *gx = n->in[0], *gh = n->in[1], *cp = n->in[2];
+    if (!n->out->numel) return 0;
+    return be->lstm_gates_backward(cp->shape[0], cp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(cp),
+                                   GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(cp));
+}
+
+static int gdl__bw_gru_gates(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *gx = n->in[0], *gh = n->in[1], *hp = n->in[2];
+    if (!n->out->numel) return 0;
+    return be->gru_gates_backward(hp->shape[0], hp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(hp),
+                                  GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(hp));
+}
 /* ---- concat ---- */
 
 GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
