@@ -1,6 +1,7 @@
 /* [impl-ops] The recurrent gate ops behind gdl_nn_lstm / gdl_nn_gru: one time step's gate arithmetic after
    the two GEMMs, as one op (one kernel forward, one backward) instead of a dozen elementwise ops, each
-   with its own output and tape node. bf16 / f16 inputs run on f32 copies (the GDL__LOWP hook). */
+   with its own output and tape node. bf16 / f16 inputs run on f32 copies (the GDL__LOWP hook),
+   the result in gx's dtype. */
 
 /* gx, gh [B, G·H] and prev [B, H] checked (f32, one device): 0 with B and H, or -1 after the error */
 static int gdl__rnn_gates_check(const char *op, int G, const gdl_tensor *gx, const gdl_tensor *gh,
@@ -41,7 +42,7 @@ static gdl_tensor *gdl__rnn_gates(const char *op, int opid, int ndim, const int6
 GPUDL_API gdl_tensor *gdl_lstm_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *c_prev) {
     const char *op = "gdl_lstm_gates";
     int64_t B, H, shape[3];
-    GDL__LOWP3(op, GDL_OP_LSTM_GATES, gdl_lstm_gates(gx, gh, c_prev), gx, gh, c_prev);
+    GDL__LOWP3_FIRST(op, GDL_OP_LSTM_GATES, gdl_lstm_gates(gx, gh, c_prev), gx, gh, c_prev);
     if (gdl__rnn_gates_check(op, 4, gx, gh, c_prev, "c_prev", &B, &H) < 0) return NULL;
     shape[0] = 2;
     shape[1] = B;
@@ -52,7 +53,7 @@ GPUDL_API gdl_tensor *gdl_lstm_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor 
 GPUDL_API gdl_tensor *gdl_gru_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *h_prev) {
     const char *op = "gdl_gru_gates";
     int64_t B, H;
-    GDL__LOWP3(op, GDL_OP_GRU_GATES, gdl_gru_gates(gx, gh, h_prev), gx, gh, h_prev);
+    GDL__LOWP3_FIRST(op, GDL_OP_GRU_GATES, gdl_gru_gates(gx, gh, h_prev), gx, gh, h_prev);
     if (gdl__rnn_gates_check(op, 3, gx, gh, h_prev, "h_prev", &B, &H) < 0) return NULL;
     return gdl__rnn_gates(op, GDL_OP_GRU_GATES, 2, h_prev->shape, gx, gh, h_prev, B, H);
 }

@@ -347,13 +347,13 @@ static const gc_case cases[] = {
     {"matmul_mat_vec", GDL_OP_RESHAPE, f_matmul, 2, {{R3(2, 3, 4), IN_RANDN, 0}, {R1(4), IN_RANDN, 0}}},
     {"matmul_dot", GDL_OP_RESHAPE, f_matmul, 2, {{R1(5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
     /* the recurrent gate ops: gx and gh [B, G*H], the previous state [B, H]; one tensor as both
-       pre-activations (its gradient gets both adds); a constant state or gx (no gradient for it) */
+       pre-activations (its gradient gets both adds); a constant state or gh (no gradient for it) */
     {"lstm_gates", GDL_OP_LSTM_GATES, f_lstm_gates, 3, {{R2(3, 20), IN_RANDN, 0}, {R2(3, 20), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
     {"lstm_gates_self", GDL_OP_LSTM_GATES, f_lstm_gates_self, 2, {{R2(2, 12), IN_RANDN, 0}, {R2(2, 3), IN_RANDN, 0}}},
-    {"lstm_gates_const_state", GDL_OP_LSTM_GATES, f_lstm_gates, 3, {{R2(1, 4), IN_RANDN, 0}, {R2(1, 4), IN_RANDN, 0}, {R2(1, 1), IN_CONST, 0}}},
+    {"lstm_gates_const_state", GDL_OP_LSTM_GATES, f_lstm_gates, 3, {{R2(2, 8), IN_RANDN, 0}, {R2(2, 8), IN_RANDN, 0}, {R2(2, 2), IN_CONST, 0}}},
     {"gru_gates", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(3, 15), IN_RANDN, 0}, {R2(3, 15), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
     {"gru_gates_self", GDL_OP_GRU_GATES, f_gru_gates_self, 2, {{R2(2, 9), IN_RANDN, 0}, {R2(2, 3), IN_RANDN, 0}}},
-    {"gru_gates_const_gx", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(4, 6), IN_CONST, 0}, {R2(4, 6), IN_RANDN, 0}, {R2(4, 2), IN_RANDN, 0}}},
+    {"gru_gates_const_gh", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(4, 6), IN_RANDN, 0}, {R2(4, 6), IN_CONST, 0}, {R2(4, 2), IN_RANDN, 0}}},
     {"mlp_chain", GDL_OP_CROSS_ENTROPY, f_mlp, 5,
      {{R2(3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}, {R1(3), IN_TARGET, 3}}},
 };
