@@ -15482,6 +15482,9 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
         return -1;
     rc = gdl__nn_rnn_layers(m, x, h0, c0, unbatched, out, hn, cn);
     if (rc < 0) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl__set_error("%s: %s: %s", op, gdl__nn_label(m), prev); /* an op inside failed: say where */
         if (out) *out = NULL;
         if (hn) *hn = NULL;
         if (cn) *cn = NULL;
