@@ -1827,6 +1827,17 @@ TEST test_gru_values(void) { return rnn_values_case(0, 2, 2, 1, 1); }
 TEST test_lstm_values_plain(void) { return rnn_values_case(1, 1, 1, 0, 0); }
 TEST test_gru_values_plain(void) { return rnn_values_case(0, 2, 1, 1, 0); }
 
+/* tensors made inline as arguments of the error checks, freed at the end of the test */
+static gdl_tensor *rnn_kept[32];
+static int rnn_nkept;
+static gdl_tensor *Z(gdl_tensor *t) {
+    if (rnn_nkept < 32) rnn_kept[rnn_nkept++] = t;
+    return t;
+}
+static void rnn_free_kept(void) {
+    while (rnn_nkept > 0) gdl_free(rnn_kept[--rnn_nkept]);
+}
+
 /* PyTorch's names, shapes, order and init range; the configuration as its extra_repr */
 TEST test_rnn_params(void) {
     static const char *const lstm_names[] = {
@@ -1858,7 +1869,7 @@ TEST test_rnn_params(void) {
     ASSERT_CONTAINS(text, "Total params: 15,040\n");
     free(text);
     ASSERT_NULL(gdl_forward(m, NULL));
-    ASSERT_NULL(gdl_forward(m, gdl_zeros(GDL_DIMS(2, 7), GDL_F32, CPU)));
+    ASSERT_NULL(gdl_forward(m, Z(gdl_zeros(GDL_DIMS(2, 7), GDL_F32, CPU))));
     ASSERT_CONTAINS(gdl_last_error(), "LSTM (10, 20, num_layers=2, batch_first=True, dropout=0.25, bidirectional=True)");
     gdl_module_free(m);
     /* GRU: 3 gates; no bias: the weights only */
@@ -1869,9 +1880,10 @@ TEST test_rnn_params(void) {
     ASSERT_STR_EQ("weight_hh_l0", names[1]);
     ASSERT(shape_is(ts[0], 2, (const int64_t[]){15, 7}));
     ASSERT(shape_is(ts[1], 2, (const int64_t[]){15, 5}));
-    ASSERT_NULL(gdl_forward(g, gdl_zeros(GDL_DIMS(2, 7, 1), GDL_F32, CPU)));
+    ASSERT_NULL(gdl_forward(g, Z(gdl_zeros(GDL_DIMS(2, 7, 1), GDL_F32, CPU))));
     ASSERT_CONTAINS(gdl_last_error(), "GRU (7, 5, bias=False)");
     gdl_module_free(g);
+    rnn_free_kept();
     PASS();
 }
 
@@ -1965,15 +1977,15 @@ TEST test_rnn_errors(void) {
     ASSERT_NULL(gdl_nn_gru(3, 4, 2, 1, 0, 1.5, 0));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_nn_gru: dropout 1.5 is not in [0,1]");
     /* input rank and size */
-    ASSERT_NULL(gdl_forward(m, gdl_zeros(GDL_DIMS(2, 5, 3, 1), GDL_F32, CPU)));
+    ASSERT_NULL(gdl_forward(m, Z(gdl_zeros(GDL_DIMS(2, 5, 3, 1), GDL_F32, CPU))));
     ASSERT_STR_EQ("gdl_forward: LSTM (3, 4, num_layers=2, batch_first=True, bidirectional=True): expected input "
                   "[B, T, input_size] or unbatched [T, 3] (T and B >= 1), got [2,5,3,1]", gdl_last_error());
-    ASSERT_EQ(-1, gdl_nn_gru_forward(g, gdl_zeros(GDL_DIMS(5, 2, 7), GDL_F32, CPU), NULL, &out, &hn));
+    ASSERT_EQ(-1, gdl_nn_gru_forward(g, Z(gdl_zeros(GDL_DIMS(5, 2, 7), GDL_F32, CPU)), NULL, &out, &hn));
     ASSERT_CONTAINS(gdl_last_error(), "expected input [T, B, input_size] or unbatched [T, 3]");
     ASSERT_CONTAINS(gdl_last_error(), "got [5,2,7]");
     ASSERT_NULL(out);
     ASSERT_NULL(hn);
-    ASSERT_EQ(-1, gdl_nn_gru_forward(g, gdl_zeros(GDL_DIMS(0, 2, 3), GDL_F32, CPU), NULL, &out, &hn));
+    ASSERT_EQ(-1, gdl_nn_gru_forward(g, Z(gdl_zeros(GDL_DIMS(0, 2, 3), GDL_F32, CPU)), NULL, &out, &hn));
     ASSERT_CONTAINS(gdl_last_error(), "got [0,2,3]");
     /* initial states */
     ASSERT_EQ(-1, gdl_nn_lstm_forward(m, x, h_bad, NULL, &out, &hn, &cn));
@@ -1982,28 +1994,29 @@ TEST test_rnn_errors(void) {
     ASSERT_NULL(out);
     ASSERT_EQ(-1, gdl_nn_lstm_forward(m, x, h_ok, h_bad, &out, &hn, &cn));
     ASSERT_CONTAINS(gdl_last_error(), "c0 must be [4, 2, 4]");
-    ASSERT_EQ(-1, gdl_nn_lstm_forward(m, gdl_zeros(GDL_DIMS(5, 3), GDL_F32, CPU), h_ok, NULL, &out, &hn, &cn));
+    ASSERT_EQ(-1, gdl_nn_lstm_forward(m, Z(gdl_zeros(GDL_DIMS(5, 3), GDL_F32, CPU)), h_ok, NULL, &out, &hn, &cn));
     ASSERT_CONTAINS(gdl_last_error(), "h0 must be [4, 4] (num_layers*directions, hidden_size) for an unbatched input");
     /* the wrong module, a NULL or integer input */
     ASSERT_EQ(-1, gdl_nn_gru_forward(m, x, NULL, &out, &hn));
     ASSERT_STR_EQ("gdl_nn_gru_forward: LSTM is not an GRU", gdl_last_error());
     ASSERT_EQ(-1, gdl_nn_lstm_forward(m, NULL, NULL, NULL, &out, NULL, NULL));
     ASSERT_CONTAINS(gdl_last_error(), "input");
-    ASSERT_NULL(gdl_forward(g, gdl_zeros(GDL_DIMS(5, 2, 3), GDL_I32, CPU)));
+    ASSERT_NULL(gdl_forward(g, Z(gdl_zeros(GDL_DIMS(5, 2, 3), GDL_I32, CPU))));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_forward: GRU: gdl_linear");
     /* the gate ops themselves */
-    ASSERT_NULL(gdl_lstm_gates(gdl_zeros(GDL_DIMS(2, 8), GDL_F32, CPU), gdl_zeros(GDL_DIMS(2, 8), GDL_F32, CPU),
-                               gdl_zeros(GDL_DIMS(2, 3), GDL_F32, CPU)));
+    ASSERT_NULL(gdl_lstm_gates(Z(gdl_zeros(GDL_DIMS(2, 8), GDL_F32, CPU)), Z(gdl_zeros(GDL_DIMS(2, 8), GDL_F32, CPU)),
+                               Z(gdl_zeros(GDL_DIMS(2, 3), GDL_F32, CPU))));
     ASSERT_STR_EQ("gdl_lstm_gates: expected gx and gh [B, 4*H] and c_prev [B, H], got gx [2,8], gh [2,8] and c_prev [2,3]",
                   gdl_last_error());
-    ASSERT_NULL(gdl_gru_gates(gdl_zeros(GDL_DIMS(2, 6), GDL_F32, CPU), gdl_zeros(GDL_DIMS(3, 6), GDL_F32, CPU),
-                              gdl_zeros(GDL_DIMS(2, 2), GDL_F32, CPU)));
+    ASSERT_NULL(gdl_gru_gates(Z(gdl_zeros(GDL_DIMS(2, 6), GDL_F32, CPU)), Z(gdl_zeros(GDL_DIMS(3, 6), GDL_F32, CPU)),
+                              Z(gdl_zeros(GDL_DIMS(2, 2), GDL_F32, CPU))));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_gru_gates: expected gx and gh [B, 3*H]");
-    ASSERT_NULL(gdl_gru_gates(gdl_zeros(GDL_DIMS(2, 6), GDL_F32, CPU), NULL, gdl_zeros(GDL_DIMS(2, 2), GDL_F32, CPU)));
+    ASSERT_NULL(gdl_gru_gates(Z(gdl_zeros(GDL_DIMS(2, 6), GDL_F32, CPU)), NULL, Z(gdl_zeros(GDL_DIMS(2, 2), GDL_F32, CPU))));
     ASSERT_CONTAINS(gdl_last_error(), "gh");
     gdl_free(x); gdl_free(h_bad); gdl_free(h_ok);
     gdl_module_free(m);
     gdl_module_free(g);
+    rnn_free_kept();
     PASS();
 }
 
