@@ -2057,6 +2057,45 @@ TEST test_rnn_trains(void) {
     PASS();
 }
 
+/* under bf16 autocast the GEMMs run in bf16 and the gate ops on f32 copies (rounded back): the output is
+   bf16, within bf16's error of the f32 run, and every parameter gets a finite gradient */
+TEST test_rnn_autocast(void) {
+    gdl_module *m;
+    gdl_tensor *x, *y32, *y, *ts[8], *yf;
+    int lstm, k, n;
+    int64_t i;
+    for (lstm = 0; lstm < 2; lstm++) {
+        double worst = 0, big = 0;
+        gdl_manual_seed(4);
+        ASSERT_NOT_NULL(m = lstm ? gdl_nn_lstm(6, 16, 1, 1, 1, 0, 1) : gdl_nn_gru(6, 16, 1, 1, 1, 0, 1));
+        ASSERT_NOT_NULL(x = gdl_randn(GDL_DIMS(3, 9, 6), CPU));
+        gdl_arena_reset();
+        ASSERT_NOT_NULL(y32 = gdl_forward(m, x));
+        ASSERT_EQ(0, gdl_autocast_begin(GDL_BF16));
+        y = gdl_forward(m, x);
+        ASSERT_EQ(0, gdl_autocast_end());
+        if (!y) FAILf("autocast forward failed: %s", gdl_last_error());
+        ASSERT_EQ(GDL_BF16, y->dtype);
+        ASSERT_NOT_NULL(yf = gdl_to_dtype(y, GDL_F32));
+        for (i = 0; i < yf->numel; i++) {
+            double d = fabs((double)R(yf)[i] - (double)R(y32)[i]);
+            if (d > worst) worst = d;
+            if (fabs((double)R(y32)[i]) > big) big = fabs((double)R(y32)[i]);
+        }
+        if (!(worst < 0.03 * big)) FAILf("%s: bf16 output differs from f32 by %g (largest value %g)", lstm ? "LSTM" : "GRU", worst, big);
+        ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_to_dtype(y, GDL_F32))));
+        n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, ts, 8);
+        ASSERT_EQ(8, n);
+        for (k = 0; k < n; k++) {
+            ASSERT_NOT_NULL(ts[k]->grad);
+            for (i = 0; i < ts[k]->numel; i++) ASSERT(isfinite((double)R(ts[k]->grad)[i]));
+        }
+        gdl_free(x);
+        gdl_module_free(m);
+    }
+    PASS();
+}
+
 SUITE(recurrent) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_lstm_values);
@@ -2068,6 +2107,7 @@ SUITE(recurrent) {
     RUN_TEST(test_rnn_dropout_and_unbatched);
     RUN_TEST(test_rnn_errors);
     RUN_TEST(test_rnn_trains);
+    RUN_TEST(test_rnn_autocast);
 }
 
 HARNESS_MAIN_DEFS();
