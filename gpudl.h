@@ -338,11 +338,13 @@
                    52_cpu_lowp.h                  native bf16/f16 elementwise kernels
                    53_cpu_norm_loss.h             norms, embedding, losses
                    53a_cpu_attention.h            attention (flash-attention style tiles)
+                   53r_cpu_rnn.h                  the LSTM / GRU gate steps
                    54_cpu_optim.h                 SGD/Adam, scaler, metrics; the table
    [impl-ops]      60_ops_core.h                  checks, outputs, tape, dtypes, autocast
                    61_ops_elementwise.h           views, elementwise, matmul, linear
                    62_ops_conv.h                  reductions, softmax, conv, pooling
                    62a_ops_attention.h            scaled dot-product attention
+                   62r_ops_rnn.h                  lstm_gates, gru_gates
                    63_ops_nn.h                    concat, norms, losses; the op table
    [impl-autograd] 65_autograd.h                  gradient buffers, the backward walk
    [impl-formats]  70_formats_idx_cifar.h         IDX, CIFAR-10
@@ -351,6 +353,7 @@
    [impl-data]     75_data.h                      datasets, transforms, the DataLoader
    [impl-nn]       80_nn_modules.h                modules
                    80a_nn_attention.h             nn.MultiheadAttention
+                   80r_nn_rnn.h                   LSTM, GRU
                    81_optimizers.h                optimizers, master weights, flat blocks
                    82_gradscaler.h                GradScaler
                    83_schedulers.h                learning-rate schedulers
@@ -781,6 +784,13 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *running_mean, gd
 /* normalises over the last dim (size D = weight's numel when given) */
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps);
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *indices, gdl_tensor *weight); /* i32 [...] -> [...,D] */
+/* One time step of a recurrent layer's gates (what gdl_nn_lstm / gdl_nn_gru run per step), one op:
+   gx = x W_ih^T + b_ih and gh = h W_hh^T + b_hh, both [B, G*H] in PyTorch's gate order.
+   lstm_gates (G = 4: i, f, g, o): c' = f*c_prev + i*g, h' = o*tanh(c'), returned stacked as [2, B, H]
+   (gdl_select(out, 0, 0) is h', gdl_select(out, 0, 1) is c': views).
+   gru_gates (G = 3: r, z, n): n = tanh(gx_n + r*gh_n), h' = (1-z)*n + z*h_prev, returned [B, H]. */
+GPUDL_API gdl_tensor *gdl_lstm_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *c_prev);
+GPUDL_API gdl_tensor *gdl_gru_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *h_prev);
 
 /* losses */
 typedef struct gdl_ce_opts {
@@ -884,7 +894,9 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(MSE, "mse_loss", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
     X(BCE_WITH_LOGITS, "bce_with_logits", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
     X(TO, "to", gdl__bw_to, 0, GDL_AUTOCAST_PROMOTE) \
-    X(CAST, "cast", gdl__bw_cast, 0, GDL_AUTOCAST_PROMOTE)
+    X(CAST, "cast", gdl__bw_cast, 0, GDL_AUTOCAST_PROMOTE) \
+    X(LSTM_GATES, "lstm_gates", gdl__bw_lstm_gates, 0, GDL_AUTOCAST_PROMOTE) \
+    X(GRU_GATES, "gru_gates", gdl__bw_gru_gates, 0, GDL_AUTOCAST_PROMOTE)
 
 typedef enum gdl_autocast_class {
     GDL_AUTOCAST_PROMOTE = 0, /* the inputs' widest floating dtype */
@@ -1245,6 +1257,25 @@ GPUDL_API gdl_module *gdl_nn_avgpool2d(int kernel, int stride, int padding);
 GPUDL_API gdl_module *gdl_nn_global_avgpool2d(void);
 /* nn.Flatten(start_dim) (end_dim -1); PyTorch's default start_dim is 1. */
 GPUDL_API gdl_module *gdl_nn_flatten(int start_dim);
+/* nn.LSTM / nn.GRU (PyTorch's semantics and state_dict): per layer l and direction, weight_ih_l<l> [G*H, in]
+   (in: input_size for layer 0, H * directions above), weight_hh_l<l> [G*H, H], bias_ih_l<l>, bias_hh_l<l>
+   [G*H] (bias != 0), "_reverse" appended for the backward direction; G = 4 gates i, f, g, o (LSTM) or 3
+   gates r, z, n (GRU, n = tanh(W_in x + b_in + r*(W_hn h + b_hn))); all ~ U(-1/sqrt(H), 1/sqrt(H)).
+   Input [T, B, input_size] ([B, T, input_size] with batch_first), or unbatched [T, input_size]. Output
+   [T, B, D*H] (batch_first: [B, T, D*H]; the directions concatenated on the last dim, D = 2 when
+   bidirectional); dropout on every layer's output but the last, in training mode only. gdl_forward gives
+   the output only. */
+GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
+                                  double dropout, int bidirectional);
+GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
+                                 double dropout, int bidirectional);
+/* The forward with states: h0, c0 [num_layers*D, B, H] ([num_layers*D, H] unbatched; never batch-first),
+   NULL for zeros; *out as gdl_forward's, *h_n and *c_n the final states in h0's layout (the forward
+   direction's at the last step, the reverse one's at the first). Any of out, h_n, c_n may be NULL (not
+   wanted). 0, or -1 + error with every result NULL. */
+GPUDL_API int gdl_nn_lstm_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, gdl_tensor **out,
+                                  gdl_tensor **h_n, gdl_tensor **c_n);
+GPUDL_API int gdl_nn_gru_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor **out, gdl_tensor **h_n);
 /* nn.Sequential of n modules (children "0".."n-1"); takes ownership of mods[], also on failure. */
 GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods);
 /* Appends m to a Sequential as child "<count>"; takes ownership of m (freed on failure unless it has a parent). 0 / -1. */
@@ -2505,7 +2536,22 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
         int join)) \
     X(int, comm_join, (void)) \
     X(int, comm_sync, (int barrier, double timeout_s)) \
-    X(void, comm_destroy, (void))
+    X(void, comm_destroy, (void)) \
+    /* the fused gate step of a recurrent layer at one time step (gdl_lstm_gates, gdl_gru_gates): gx, gh \
+       [B, G·H] the input and hidden pre-activations with their biases in, gate blocks of H in PyTorch's \
+       order. LSTM (G = 4: i, f, g, o): hc [2, B, H] gets h' = o·tanh(c') then c' = f·c_prev + i·g. GRU \
+       (G = 3: r, z, n): h [B, H] gets (1−z)·n + z·h_prev with n = tanh(gx_n + r·gh_n). Arithmetic in \
+       double, one rounding on store. The backwards recompute the gates from the same inputs (nothing \
+       saved) and take the gradient of the output (dhc [2, B, H]: of h' then c'; dh [B, H]); dgx, dgh \
+       [B, G·H] and dc_prev / dh_prev [B, H] +=, each may be NULL (gx and gh may be one tensor) */ \
+    X(int, lstm_gates, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *c_prev, \
+        gdl_real *hc)) \
+    X(int, lstm_gates_backward, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, \
+        const gdl_real *c_prev, const gdl_real *dhc, gdl_real *dgx, gdl_real *dgh, gdl_real *dc_prev)) \
+    X(int, gru_gates, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *h_prev, \
+        gdl_real *h)) \
+    X(int, gru_gates_backward, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, \
+        const gdl_real *h_prev, const gdl_real *dh, gdl_real *dgx, gdl_real *dgh, gdl_real *dh_prev))
 
 #define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
 typedef struct gdl_backend {
@@ -8605,6 +8651,145 @@ static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, con
         gdl__parallel_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
     return gdl__attn_oom(failed);
 }
+/* [impl-cpu] The fused gate steps of LSTM and GRU (backend entries lstm_gates, gru_gates and their
+   backwards): one pass over [B, H] per time step after the two GEMMs, so the gates' pre-activations are
+   read once and nothing but the new state is written. The backwards recompute the gates from the saved
+   inputs instead of keeping them: the inputs are alive anyway (they are the op's inputs), and a time
+   step's gates would otherwise cost another [B, G·H] per step. Rows of B are split across threads. */
+
+typedef struct {
+    int64_t H;
+    const gdl_real *gx, *gh, *prev, *dout;
+    gdl_real *out, *dgx, *dgh, *dprev;
+    int64_t B;
+} gdl__rnn_job;
+
+/* in double from exp alone: libm's tanh goes through expm1, three times exp's cost and most of a step's
+   time; 2/(1+e^-2v) - 1 loses nothing a float result keeps but near 0, where the series is exact */
+static double gdl__rnn_sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
+static double gdl__rnn_tanh(double v) { return fabs(v) < 1e-4 ? v - v * v * v / 3 : 2.0 / (1.0 + exp(-2 * v)) - 1; }
+
+/* the LSTM cell of row b, unit j: activated gates and the new cell state */
+typedef struct {
+    double i, f, g, o, c;
+} gdl__lstm_cell;
+static gdl__lstm_cell gdl__lstm_at(const gdl__rnn_job *r, int64_t b, int64_t j) {
+    const int64_t H = r->H;
+    const gdl_real *x = r->gx + b * 4 * H + j, *h = r->gh + b * 4 * H + j;
+    gdl__lstm_cell s;
+    s.i = gdl__rnn_sigmoid((double)x[0] + h[0]);
+    s.f = gdl__rnn_sigmoid((double)x[H] + h[H]);
+    s.g = gdl__rnn_tanh((double)x[2 * H] + h[2 * H]);
+    s.o = gdl__rnn_sigmoid((double)x[3 * H] + h[3 * H]);
+    s.c = s.f * r->prev[b * H + j] + s.i * s.g;
+    return s;
+}
+
+static void gdl__lstm_gates_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__rnn_job r = *(const gdl__rnn_job *)a.ctx;
+    int64_t b, j;
+    for (b = lo; b < hi; b++)
+        for (j = 0; j < r.H; j++) {
+            gdl__lstm_cell s = gdl__lstm_at(&r, b, j);
+            r.out[b * r.H + j] = (gdl_real)(s.o * gdl__rnn_tanh(s.c));
+            r.out[(r.B + b) * r.H + j] = (gdl_real)s.c;
+        }
+}
+
+static void gdl__lstm_gates_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__rnn_job r = *(const gdl__rnn_job *)a.ctx;
+    const int64_t H = r.H;
+    int64_t b, j, k;
+    for (b = lo; b < hi; b++)
+        for (j = 0; j < H; j++) {
+            gdl__lstm_cell s = gdl__lstm_at(&r, b, j);
+            double dh = r.dout[b * H + j], tc = gdl__rnn_tanh(s.c);
+            double dc = r.dout[(r.B + b) * H + j] + dh * s.o * (1 - tc * tc), d[4];
+            d[0] = dc * s.g * s.i * (1 - s.i);
+            d[1] = dc * r.prev[b * H + j] * s.f * (1 - s.f);
+            d[2] = dc * s.i * (1 - s.g * s.g);
+            d[3] = dh * tc * s.o * (1 - s.o);
+            /* gx and gh may be one buffer: two separate adds sum both contributions */
+            for (k = 0; k < 4; k++) {
+                if (r.dgx) r.dgx[b * 4 * H + k * H + j] += (gdl_real)d[k];
+                if (r.dgh) r.dgh[b * 4 * H + k * H + j] += (gdl_real)d[k];
+            }
+            if (r.dprev) r.dprev[b * H + j] += (gdl_real)(dc * s.f);
+        }
+}
+
+/* the GRU cell of row b, unit j: activated gates, the hidden pre-activation of n, and the new state */
+typedef struct {
+    double r, z, n, hn, h;
+} gdl__gru_cell;
+static gdl__gru_cell gdl__gru_at(const gdl__rnn_job *q, int64_t b, int64_t j) {
+    const int64_t H = q->H;
+    const gdl_real *x = q->gx + b * 3 * H + j, *h = q->gh + b * 3 * H + j;
+    gdl__gru_cell s;
+    s.r = gdl__rnn_sigmoid((double)x[0] + h[0]);
+    s.z = gdl__rnn_sigmoid((double)x[H] + h[H]);
+    s.hn = h[2 * H];
+    s.n = gdl__rnn_tanh((double)x[2 * H] + s.r * s.hn);
+    s.h = (1 - s.z) * s.n + s.z * q->prev[b * H + j];
+    return s;
+}
+
+static void gdl__gru_gates_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__rnn_job q = *(const gdl__rnn_job *)a.ctx;
+    int64_t b, j;
+    for (b = lo; b < hi; b++)
+        for (j = 0; j < q.H; j++) q.out[b * q.H + j] = (gdl_real)gdl__gru_at(&q, b, j).h;
+}
+
+static void gdl__gru_gates_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__rnn_job q = *(const gdl__rnn_job *)a.ctx;
+    const int64_t H = q.H;
+    int64_t b, j, k;
+    for (b = lo; b < hi; b++)
+        for (j = 0; j < H; j++) {
+            gdl__gru_cell s = gdl__gru_at(&q, b, j);
+            double dh = q.dout[b * H + j], dn = dh * (1 - s.z) * (1 - s.n * s.n), d[3];
+            d[0] = dn * s.hn * s.r * (1 - s.r);
+            d[1] = dh * (q.prev[b * H + j] - s.n) * s.z * (1 - s.z);
+            d[2] = dn;
+            for (k = 0; k < 3; k++) {
+                if (q.dgx) q.dgx[b * 3 * H + k * H + j] += (gdl_real)d[k];
+                /* r multiplies the hidden side of n only */
+                if (q.dgh) q.dgh[b * 3 * H + k * H + j] += (gdl_real)(k == 2 ? dn * s.r : d[k]);
+            }
+            if (q.dprev) q.dprev[b * H + j] += (gdl_real)(dh * s.z);
+        }
+}
+
+static int gdl__cpu_rnn_run(gdl__loop_fn body, int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh,
+                            const gdl_real *prev, const gdl_real *dout, gdl_real *out, gdl_real *dgx, gdl_real *dgh,
+                            gdl_real *dprev) {
+    gdl__args a = gdl__args_none();
+    gdl__rnn_job r;
+    r.B = B; r.H = H; r.gx = gx; r.gh = gh; r.prev = prev; r.dout = dout;
+    r.out = out; r.dgx = dgx; r.dgh = dgh; r.dprev = dprev;
+    a.ctx = &r;
+    gdl__parallel_loop(B, B * H * 40, body, &a);
+    return 0;
+}
+static int gdl__cpu_lstm_gates(int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *c_prev,
+                               gdl_real *hc) {
+    return gdl__cpu_rnn_run(gdl__lstm_gates_part, B, H, gx, gh, c_prev, NULL, hc, NULL, NULL, NULL);
+}
+static int gdl__cpu_lstm_gates_backward(int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh,
+                                        const gdl_real *c_prev, const gdl_real *dhc, gdl_real *dgx, gdl_real *dgh,
+                                        gdl_real *dc_prev) {
+    return gdl__cpu_rnn_run(gdl__lstm_gates_backward_part, B, H, gx, gh, c_prev, dhc, NULL, dgx, dgh, dc_prev);
+}
+static int gdl__cpu_gru_gates(int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *h_prev,
+                              gdl_real *h) {
+    return gdl__cpu_rnn_run(gdl__gru_gates_part, B, H, gx, gh, h_prev, NULL, h, NULL, NULL, NULL);
+}
+static int gdl__cpu_gru_gates_backward(int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh,
+                                       const gdl_real *h_prev, const gdl_real *dh, gdl_real *dgx, gdl_real *dgh,
+                                       gdl_real *dh_prev) {
+    return gdl__cpu_rnn_run(gdl__gru_gates_backward_part, B, H, gx, gh, h_prev, dh, NULL, dgx, dgh, dh_prev);
+}
 /* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even); bf16 spelt
    out (gdl_bf16_to_f32, gdl_f32_to_bf16) so the loops below keep no call */
 static float gdl__opt_lowf(int low, uint16_t h) {
@@ -10988,6 +11173,79 @@ static int gdl__bw_sdpa(gdl_node *n, const gdl_backend *be) {
     return be->attention_backward(out->dtype, &g, q->data, k->data, v->data, mask ? mask->data : NULL, out->data,
                                   out->grad->data, GDL__R(n->saved[0]), delta, q->requires_grad ? q->grad->data : NULL,
                                   k->requires_grad ? k->grad->data : NULL, v->requires_grad ? v->grad->data : NULL);
+}
+/* [impl-ops] The recurrent gate ops behind gdl_nn_lstm / gdl_nn_gru: one time step's gate arithmetic after
+   the two GEMMs, as one op (one kernel forward, one backward) instead of a dozen elementwise ops, each
+   with its own output and tape node. bf16 / f16 inputs run on f32 copies (the GDL__LOWP hook),
+   the result in gx's dtype. */
+
+/* gx, gh [B, G·H] and prev [B, H] checked (f32, one device): 0 with B and H, or -1 after the error */
+static int gdl__rnn_gates_check(const char *op, int G, const gdl_tensor *gx, const gdl_tensor *gh,
+                                const gdl_tensor *prev, const char *prev_name, int64_t *B, int64_t *H) {
+    if (gdl__check_two(op, "gx", gx, 1, "gh", gh, 1) < 0 || gdl__check_in(op, prev_name, prev, 1) < 0 ||
+        gdl__check_dev(op, gx, prev) < 0)
+        return -1;
+    if (prev->ndim != 2 || gx->ndim != 2 || !gdl_same_shape(gx, gh) || gx->shape[0] != prev->shape[0] ||
+        gx->shape[1] != G * prev->shape[1]) {
+        gdl__set_error("%s: expected gx and gh [B, %d*H] and %s [B, H], got gx %s, gh %s and %s %s", op, G,
+                       prev_name, gdl_shape_str(gx), gdl_shape_str(gh), prev_name, gdl_shape_str(prev));
+        return -1;
+    }
+    *B = prev->shape[0];
+    *H = prev->shape[1];
+    return 0;
+}
+
+/* the op's output made and recorded: gates(B, H, gx, gh, prev, out) fills it */
+static gdl_tensor *gdl__rnn_gates(const char *op, int opid, int ndim, const int64_t *shape, gdl_tensor *gx,
+                                  gdl_tensor *gh, gdl_tensor *prev, int64_t B, int64_t H) {
+    const gdl_backend *be;
+    gdl_tensor *out, *in[3];
+    int err, rc;
+    if (!(be = gdl__be(op, gx->device)) || !(out = gdl__tmp(op, ndim, shape, GDL_F32, gx->device))) return NULL;
+    if (out->numel) {
+        rc = opid == GDL_OP_LSTM_GATES ? be->lstm_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out))
+                                       : be->gru_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out));
+        if (rc < 0) return NULL;
+    }
+    in[0] = gx;
+    in[1] = gh;
+    in[2] = prev;
+    gdl__record(op, opid, out, 3, in, &err);
+    return err ? NULL : gdl__finish(op, out);
+}
+
+GPUDL_API gdl_tensor *gdl_lstm_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *c_prev) {
+    const char *op = "gdl_lstm_gates";
+    int64_t B, H, shape[3];
+    GDL__LOWP3_FIRST(op, GDL_OP_LSTM_GATES, gdl_lstm_gates(gx, gh, c_prev), gx, gh, c_prev);
+    if (gdl__rnn_gates_check(op, 4, gx, gh, c_prev, "c_prev", &B, &H) < 0) return NULL;
+    shape[0] = 2;
+    shape[1] = B;
+    shape[2] = H;
+    return gdl__rnn_gates(op, GDL_OP_LSTM_GATES, 3, shape, gx, gh, c_prev, B, H);
+}
+
+GPUDL_API gdl_tensor *gdl_gru_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *h_prev) {
+    const char *op = "gdl_gru_gates";
+    int64_t B, H;
+    GDL__LOWP3_FIRST(op, GDL_OP_GRU_GATES, gdl_gru_gates(gx, gh, h_prev), gx, gh, h_prev);
+    if (gdl__rnn_gates_check(op, 3, gx, gh, h_prev, "h_prev", &B, &H) < 0) return NULL;
+    return gdl__rnn_gates(op, GDL_OP_GRU_GATES, 2, h_prev->shape, gx, gh, h_prev, B, H);
+}
+
+static int gdl__bw_lstm_gates(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *gx = n->in[0], *gh = n->in[1], *cp = n->in[2];
+    if (!n->out->numel) return 0;
+    return be->lstm_gates_backward(cp->shape[0], cp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(cp),
+                                   GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(cp));
+}
+
+static int gdl__bw_gru_gates(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *gx = n->in[0], *gh = n->in[1], *hp = n->in[2];
+    if (!n->out->numel) return 0;
+    return be->gru_gates_backward(hp->shape[0], hp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(hp),
+                                  GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(hp));
 }
 /* ---- concat ---- */
 
@@ -14843,7 +15101,7 @@ enum {
     GDL__M_LINEAR, GDL__M_CONV2D, GDL__M_BATCHNORM, GDL__M_LAYERNORM, GDL__M_DROPOUT, GDL__M_EMBEDDING,
     GDL__M_RELU, GDL__M_LEAKY_RELU, GDL__M_SIGMOID, GDL__M_TANH, GDL__M_GELU, GDL__M_IDENTITY,
     GDL__M_MAXPOOL, GDL__M_AVGPOOL, GDL__M_GAP, GDL__M_FLATTEN, GDL__M_SEQUENTIAL, GDL__M_RESIDUAL,
-    GDL__M_CUSTOM
+    GDL__M_CUSTOM, GDL__M_LSTM, GDL__M_GRU
 };
 
 typedef struct gdl__nn_named {
@@ -14924,6 +15182,11 @@ static const char *gdl__nn_label(const gdl_module *m) {
     return s;
 }
 
+/* the recurrent modules ([impl-nn], src/80r_nn_rnn.h) */
+static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n);
+static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0,
+                               gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn);
+
 /* PyTorch-like description of the configuration: "in_features=10, out_features=1, bias=True". */
 static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
     const int64_t *a = m->ia;
@@ -14951,6 +15214,8 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
         snprintf(s, n, "kernel_size=%lld, stride=%lld, padding=%lld", (long long)a[0], (long long)a[1], (long long)a[2]);
         break;
     case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[0]); break;
+    case GDL__M_LSTM:
+    case GDL__M_GRU: gdl__nn_rnn_config(m, s, n); break;
     default: break;
     }
 }
@@ -15610,6 +15875,11 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
         return y ? gdl_relu(y) : NULL;
     }
     case GDL__M_CUSTOM: return m->fwd(m, x);
+    case GDL__M_LSTM: /* the output sequence; gdl_nn_lstm_forward / gdl_nn_gru_forward give the states too */
+    case GDL__M_GRU: {
+        gdl_tensor *y;
+        return gdl__nn_rnn_forward("gdl_forward", m, m->kind, x, NULL, NULL, &y, NULL, NULL) < 0 ? NULL : y;
+    }
     default: gdl__set_error("gdl_forward: unknown module kind %d", m->kind); return NULL;
     }
 }
@@ -16156,6 +16426,235 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
     s4[2] = E;
     if (!o || !(o = gdl_forward(u->out, gdl_reshape(gdl_transpose(o, 1, 2), 3, s4)))) return NULL;
     return u->batch_first ? o : gdl_transpose(o, 0, 1);
+}
+/* [impl-nn] The recurrent modules: nn.LSTM and nn.GRU (gdl_nn_lstm, gdl_nn_gru and their forwards).
+   Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in),
+   then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates).
+   Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy. */
+
+enum { GDL__RNN_IN, GDL__RNN_H, GDL__RNN_LAYERS, GDL__RNN_BIAS, GDL__RNN_BATCH_FIRST, GDL__RNN_BIDIR, GDL__RNN_G };
+
+static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, int G, int64_t input_size,
+                               int64_t hidden_size, int num_layers, int bias, int batch_first, double dropout,
+                               int bidirectional) {
+    static const char *const names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+    gdl_module *m;
+    int l, d, k, D = bidirectional ? 2 : 1;
+    if (input_size < 1 || hidden_size < 1 || num_layers < 1 || hidden_size > INT64_MAX / 4 / (G > 0 ? G : 1)) {
+        gdl__set_error("%s: input_size %lld, hidden_size %lld and num_layers %d must be positive", op,
+                       (long long)input_size, (long long)hidden_size, num_layers);
+        return NULL;
+    }
+    if (!(dropout >= 0 && dropout <= 1)) {
+        gdl__set_error("%s: dropout %g is not in [0,1]", op, dropout);
+        return NULL;
+    }
+    if (!(m = gdl__nn_new(op, kind, kind_name))) return NULL;
+    m->ia[GDL__RNN_IN] = input_size;
+    m->ia[GDL__RNN_H] = hidden_size;
+    m->ia[GDL__RNN_LAYERS] = num_layers;
+    m->ia[GDL__RNN_BIAS] = bias != 0;
+    m->ia[GDL__RNN_BATCH_FIRST] = batch_first != 0;
+    m->ia[GDL__RNN_BIDIR] = D == 2;
+    m->ia[GDL__RNN_G] = G;
+    m->fa[0] = dropout;
+    /* PyTorch's order (and its reset_parameters: every tensor U(±1/sqrt(H)), in that order) */
+    for (l = 0; l < num_layers; l++)
+        for (d = 0; d < D; d++)
+            for (k = 0; k < (bias ? 4 : 2); k++) {
+                char nm[48];
+                int64_t shape[2];
+                shape[0] = G * hidden_size;
+                shape[1] = k == 0 ? (l == 0 ? input_size : D * hidden_size) : hidden_size;
+                snprintf(nm, sizeof nm, "%s_l%d%s", names[k], l, d ? "_reverse" : "");
+                if (gdl__nn_add_tensor(op, m, nm, gdl__nn_uniform_init(k < 2 ? 2 : 1, shape, hidden_size), 0) < 0) {
+                    gdl__nn_free_tree(m);
+                    return NULL;
+                }
+            }
+    return m;
+}
+
+GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
+                                  double dropout, int bidirectional) {
+    return gdl__nn_rnn("gdl_nn_lstm", GDL__M_LSTM, "LSTM", 4, input_size, hidden_size, num_layers, bias, batch_first,
+                       dropout, bidirectional);
+}
+GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
+                                 double dropout, int bidirectional) {
+    return gdl__nn_rnn("gdl_nn_gru", GDL__M_GRU, "GRU", 3, input_size, hidden_size, num_layers, bias, batch_first,
+                       dropout, bidirectional);
+}
+
+/* nn.LSTM's extra_repr: "10, 20, num_layers=2, batch_first=True" (defaults left out) */
+static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n) {
+    const int64_t *a = m->ia;
+    int k = snprintf(s, n, "%lld, %lld", (long long)a[GDL__RNN_IN], (long long)a[GDL__RNN_H]);
+    if (a[GDL__RNN_LAYERS] != 1 && k >= 0 && (size_t)k < n)
+        k += snprintf(s + k, n - (size_t)k, ", num_layers=%lld", (long long)a[GDL__RNN_LAYERS]);
+    if (!a[GDL__RNN_BIAS] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", bias=False");
+    if (a[GDL__RNN_BATCH_FIRST] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", batch_first=True");
+    if (m->fa[0] != 0 && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", dropout=%g", m->fa[0]);
+    if (a[GDL__RNN_BIDIR] && k >= 0 && (size_t)k < n) snprintf(s + k, n - (size_t)k, ", bidirectional=True");
+}
+
+/* an initial state h0 / c0 checked against [L*D, B, H] ([L*D, H] unbatched); NULL: zeros. Returns it as
+   [L*D, B, H], or NULL after the error. */
+static gdl_tensor *gdl__nn_rnn_state(const char *op, gdl_module *m, const char *name, gdl_tensor *s, gdl_tensor *x,
+                                     int unbatched, int64_t B) {
+    int64_t shape[3];
+    shape[0] = m->ia[GDL__RNN_LAYERS] * (m->ia[GDL__RNN_BIDIR] ? 2 : 1);
+    shape[1] = B;
+    shape[2] = m->ia[GDL__RNN_H];
+    if (!s) {
+        gdl_tensor *z = gdl__tmp(op, 3, shape, GDL_F32, x->device);
+        return z && gdl_fill_(z, 0) == 0 ? z : NULL;
+    }
+    if (gdl__check_in(op, name, s, 0) < 0 || gdl__check_dev(op, x, s) < 0) return NULL;
+    if (unbatched ? s->ndim != 2 || s->shape[0] != shape[0] || s->shape[1] != shape[2]
+                  : s->ndim != 3 || s->shape[0] != shape[0] || s->shape[1] != B || s->shape[2] != shape[2]) {
+        if (unbatched)
+            gdl__set_error("%s: %s: %s must be [%lld, %lld] (num_layers*directions, hidden_size) for an unbatched "
+                           "input %s, got %s", op, gdl__nn_label(m), name, (long long)shape[0], (long long)shape[2],
+                           gdl_shape_str(x), gdl_shape_str(s));
+        else
+            gdl__set_error("%s: %s: %s must be [%lld, %lld, %lld] (num_layers*directions, batch, hidden_size) for "
+                           "input %s, got %s", op, gdl__nn_label(m), name, (long long)shape[0], (long long)B,
+                           (long long)shape[2], gdl_shape_str(x), gdl_shape_str(s));
+        return NULL;
+    }
+    return unbatched ? gdl_reshape(s, 3, shape) : s;
+}
+
+/* one direction of one layer over the time-major input xs [T, B, in]: the outputs [T, B, H]; *h, *c (c for
+   an LSTM) hold the initial state on entry and the final one on return */
+static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor *xs, gdl_tensor **h,
+                                   gdl_tensor **c) {
+    const int lstm = m->kind == GDL__M_LSTM, bias = (int)m->ia[GDL__RNN_BIAS];
+    const int D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, per = bias ? 4 : 2, base = (layer * D + dir) * per;
+    const int64_t T = xs->shape[0];
+    gdl_tensor *w_ih = gdl__nn_param(m, base), *w_hh = gdl__nn_param(m, base + 1);
+    gdl_tensor *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL, *b_hh = bias ? gdl__nn_param(m, base + 3) : NULL;
+    gdl_tensor *gx = gdl_linear(xs, w_ih, b_ih), **outs;
+    int64_t s;
+    if (!gx) return NULL;
+    if (!(outs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)T))) {
+        gdl__set_error("gdl_forward: %s: out of host memory", gdl__nn_label(m));
+        return NULL;
+    }
+    for (s = 0; s < T; s++) {
+        int64_t t = dir ? T - 1 - s : s;
+        gdl_tensor *gh = gdl_linear(*h, w_hh, b_hh), *gxt = gdl_select(gx, 0, t);
+        if (!gh || !gxt) return NULL;
+        if (lstm) {
+            gdl_tensor *hc = gdl_lstm_gates(gxt, gh, *c);
+            if (!hc || !(*h = gdl_select(hc, 0, 0)) || !(*c = gdl_select(hc, 0, 1))) return NULL;
+        } else if (!(*h = gdl_gru_gates(gxt, gh, *h))) {
+            return NULL;
+        }
+        outs[t] = *h;
+    }
+    return gdl_stack((int)T, outs, 0);
+}
+
+/* the layers over x (checked): out, h_n, c_n as gdl_nn_lstm_forward returns them */
+static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, int unbatched,
+                              gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn) {
+    const int lstm = m->kind == GDL__M_LSTM, D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, L = (int)m->ia[GDL__RNN_LAYERS];
+    const int bf = !unbatched && m->ia[GDL__RNN_BATCH_FIRST];
+    gdl_tensor *xs = bf ? gdl_transpose(x, 0, 1) : x, **hs, **cs;
+    int l, d;
+    if (!xs) return -1;
+    if (!(hs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)(2 * L * D)))) {
+        gdl__set_error("gdl_forward: %s: out of host memory", gdl__nn_label(m));
+        return -1;
+    }
+    cs = hs + L * D;
+    for (l = 0; l < L; l++) {
+        gdl_tensor *dirs[2];
+        if (l > 0 && m->fa[0] > 0 && m->training && !(xs = gdl_dropout(xs, m->fa[0], 1))) return -1;
+        for (d = 0; d < D; d++) {
+            int k = l * D + d;
+            if (!(hs[k] = gdl_select(h0, 0, k)) || (lstm && !(cs[k] = gdl_select(c0, 0, k))) ||
+                !(dirs[d] = gdl__nn_rnn_dir(m, l, d, xs, &hs[k], lstm ? &cs[k] : NULL)))
+                return -1;
+        }
+        if (!(xs = D == 2 ? gdl_concat(2, dirs, 2) : dirs[0])) return -1;
+    }
+    if (out) {
+        if (bf) xs = gdl_transpose(xs, 0, 1);
+        else if (unbatched) xs = gdl_select(xs, 1, 0);
+        if (!(*out = xs)) return -1;
+    }
+    if (hn && !(*hn = gdl_stack(L * D, hs, 0))) return -1;
+    if (lstm && cn && !(*cn = gdl_stack(L * D, cs, 0))) return -1;
+    if (unbatched && hn && !(*hn = gdl_select(*hn, 1, 0))) return -1;
+    if (unbatched && lstm && cn && !(*cn = gdl_select(*cn, 1, 0))) return -1;
+    return 0;
+}
+
+/* checks the input and the states, then runs the layers; every result NULL on failure */
+static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0,
+                               gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn) {
+    int unbatched, rc;
+    int64_t B, shape[3];
+    gdl_tensor *w;
+    if (out) *out = NULL;
+    if (hn) *hn = NULL;
+    if (cn) *cn = NULL;
+    if (!m || !x) {
+        gdl__null_arg(op, !m ? "module" : "input");
+        return -1;
+    }
+    if (m->kind != kind) {
+        gdl__set_error("%s: %s is not an %s", op, gdl__nn_label(m), kind == GDL__M_LSTM ? "LSTM" : "GRU");
+        return -1;
+    }
+    if (gdl__check_in(op, "input", x, 0) < 0) return -1;
+    w = gdl__nn_param(m, 0);
+    if ((x->ndim != 2 && x->ndim != 3) || x->shape[x->ndim - 1] != m->ia[GDL__RNN_IN] || x->shape[0] == 0 ||
+        (x->ndim == 3 && x->shape[1] == 0)) {
+        char cfg[200];
+        gdl__nn_config(m, cfg, sizeof cfg);
+        gdl__set_error("%s: %s (%s): expected input %s or unbatched [T, %lld] (T and B >= 1), got %s", op,
+                       gdl__nn_label(m), cfg, m->ia[GDL__RNN_BATCH_FIRST] ? "[B, T, input_size]" : "[T, B, input_size]",
+                       (long long)m->ia[GDL__RNN_IN], gdl_shape_str(x));
+        return -1;
+    }
+    if (!gdl_device_equal(x->device, w->device)) {
+        gdl__set_error("%s: %s: input %s is on %s but the parameters are on %s (gdl_module_to)", op, gdl__nn_label(m),
+                       gdl_shape_str(x), gdl_device_str(x->device), gdl_device_str(w->device));
+        return -1;
+    }
+    unbatched = x->ndim == 2;
+    B = unbatched ? 1 : x->shape[m->ia[GDL__RNN_BATCH_FIRST] ? 0 : 1];
+    if (unbatched) { /* as [T, 1, in] */
+        shape[0] = x->shape[0];
+        shape[1] = 1;
+        shape[2] = x->shape[1];
+        if (!(x = gdl_reshape(x, 3, shape))) return -1;
+    }
+    if (!(h0 = gdl__nn_rnn_state(op, m, "h0", h0, x, unbatched, B)) ||
+        (kind == GDL__M_LSTM && !(c0 = gdl__nn_rnn_state(op, m, "c0", c0, x, unbatched, B))))
+        return -1;
+    rc = gdl__nn_rnn_layers(m, x, h0, c0, unbatched, out, hn, cn);
+    if (rc < 0) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl__set_error("%s: %s: %s", op, gdl__nn_label(m), prev); /* an op inside failed: say where */
+        if (out) *out = NULL;
+        if (hn) *hn = NULL;
+        if (cn) *cn = NULL;
+    }
+    return rc;
+}
+
+GPUDL_API int gdl_nn_lstm_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, gdl_tensor **out,
+                                  gdl_tensor **h_n, gdl_tensor **c_n) {
+    return gdl__nn_rnn_forward("gdl_nn_lstm_forward", m, GDL__M_LSTM, x, h0, c0, out, h_n, c_n);
+}
+GPUDL_API int gdl_nn_gru_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor **out, gdl_tensor **h_n) {
+    return gdl__nn_rnn_forward("gdl_nn_gru_forward", m, GDL__M_GRU, x, h0, NULL, out, h_n, NULL);
 }
 /* ---------------------------------------------------------------------------
    Optimizers

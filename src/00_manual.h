@@ -338,11 +338,13 @@
                    52_cpu_lowp.h                  native bf16/f16 elementwise kernels
                    53_cpu_norm_loss.h             norms, embedding, losses
                    53a_cpu_attention.h            attention (flash-attention style tiles)
+                   53r_cpu_rnn.h                  the LSTM / GRU gate steps
                    54_cpu_optim.h                 SGD/Adam, scaler, metrics; the table
    [impl-ops]      60_ops_core.h                  checks, outputs, tape, dtypes, autocast
                    61_ops_elementwise.h           views, elementwise, matmul, linear
                    62_ops_conv.h                  reductions, softmax, conv, pooling
                    62a_ops_attention.h            scaled dot-product attention
+                   62r_ops_rnn.h                  lstm_gates, gru_gates
                    63_ops_nn.h                    concat, norms, losses; the op table
    [impl-autograd] 65_autograd.h                  gradient buffers, the backward walk
    [impl-formats]  70_formats_idx_cifar.h         IDX, CIFAR-10
@@ -351,6 +353,7 @@
    [impl-data]     75_data.h                      datasets, transforms, the DataLoader
    [impl-nn]       80_nn_modules.h                modules
                    80a_nn_attention.h             nn.MultiheadAttention
+                   80r_nn_rnn.h                   LSTM, GRU
                    81_optimizers.h                optimizers, master weights, flat blocks
                    82_gradscaler.h                GradScaler
                    83_schedulers.h                learning-rate schedulers

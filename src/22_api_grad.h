@@ -87,7 +87,9 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(MSE, "mse_loss", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
     X(BCE_WITH_LOGITS, "bce_with_logits", gdl__bw_pointwise_loss, 0, GDL_AUTOCAST_F32) \
     X(TO, "to", gdl__bw_to, 0, GDL_AUTOCAST_PROMOTE) \
-    X(CAST, "cast", gdl__bw_cast, 0, GDL_AUTOCAST_PROMOTE)
+    X(CAST, "cast", gdl__bw_cast, 0, GDL_AUTOCAST_PROMOTE) \
+    X(LSTM_GATES, "lstm_gates", gdl__bw_lstm_gates, 0, GDL_AUTOCAST_PROMOTE) \
+    X(GRU_GATES, "gru_gates", gdl__bw_gru_gates, 0, GDL_AUTOCAST_PROMOTE)
 
 typedef enum gdl_autocast_class {
     GDL_AUTOCAST_PROMOTE = 0, /* the inputs' widest floating dtype */

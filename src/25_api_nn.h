@@ -136,6 +136,25 @@ GPUDL_API gdl_module *gdl_nn_avgpool2d(int kernel, int stride, int padding);
 GPUDL_API gdl_module *gdl_nn_global_avgpool2d(void);
 /* nn.Flatten(start_dim) (end_dim -1); PyTorch's default start_dim is 1. */
 GPUDL_API gdl_module *gdl_nn_flatten(int start_dim);
+/* nn.LSTM / nn.GRU (PyTorch's semantics and state_dict): per layer l and direction, weight_ih_l<l> [G*H, in]
+   (in: input_size for layer 0, H * directions above), weight_hh_l<l> [G*H, H], bias_ih_l<l>, bias_hh_l<l>
+   [G*H] (bias != 0), "_reverse" appended for the backward direction; G = 4 gates i, f, g, o (LSTM) or 3
+   gates r, z, n (GRU, n = tanh(W_in x + b_in + r*(W_hn h + b_hn))); all ~ U(-1/sqrt(H), 1/sqrt(H)).
+   Input [T, B, input_size] ([B, T, input_size] with batch_first), or unbatched [T, input_size]. Output
+   [T, B, D*H] (batch_first: [B, T, D*H]; the directions concatenated on the last dim, D = 2 when
+   bidirectional); dropout on every layer's output but the last, in training mode only. gdl_forward gives
+   the output only. */
+GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
+                                  double dropout, int bidirectional);
+GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
+                                 double dropout, int bidirectional);
+/* The forward with states: h0, c0 [num_layers*D, B, H] ([num_layers*D, H] unbatched; never batch-first),
+   NULL for zeros; *out as gdl_forward's, *h_n and *c_n the final states in h0's layout (the forward
+   direction's at the last step, the reverse one's at the first). Any of out, h_n, c_n may be NULL (not
+   wanted). 0, or -1 + error with every result NULL. */
+GPUDL_API int gdl_nn_lstm_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, gdl_tensor **out,
+                                  gdl_tensor **h_n, gdl_tensor **c_n);
+GPUDL_API int gdl_nn_gru_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor **out, gdl_tensor **h_n);
 /* nn.Sequential of n modules (children "0".."n-1"); takes ownership of mods[], also on failure. */
 GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods);
 /* Appends m to a Sequential as child "<count>"; takes ownership of m (freed on failure unless it has a parent). 0 / -1. */

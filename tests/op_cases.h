@@ -200,6 +200,10 @@ static gdl_tensor *f_sdpa_additive(gdl_tensor **x) {
 }
 static gdl_tensor *f_sdpa_self(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[0], x[0], NULL, 0, 1, 0); }
 static gdl_tensor *f_sdpa_dropout(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[1], x[2], NULL, 0.3, 0, 0); }
+static gdl_tensor *f_lstm_gates(gdl_tensor **x) { return gdl_lstm_gates(x[0], x[1], x[2]); }
+static gdl_tensor *f_lstm_gates_self(gdl_tensor **x) { return gdl_lstm_gates(x[0], x[0], x[1]); }
+static gdl_tensor *f_gru_gates(gdl_tensor **x) { return gdl_gru_gates(x[0], x[1], x[2]); }
+static gdl_tensor *f_gru_gates_self(gdl_tensor **x) { return gdl_gru_gates(x[0], x[0], x[1]); }
 
 /* a small net: every op's gradient flows through others */
 static gdl_tensor *f_mlp(gdl_tensor **x) {
@@ -363,6 +367,14 @@ static const gc_case cases[] = {
     {"sdpa_self_causal", GDL_OP_SDPA, f_sdpa_self, 1, {{R3(2, 4, 4), IN_RANDN, 0}}},
     {"sdpa_dropout_unfused", GDL_OP_MATMUL, f_sdpa_dropout, 3, {{R3(2, 3, 4), IN_RANDN, 0}, {R3(2, 5, 4), IN_RANDN, 0}, {R3(2, 5, 3), IN_RANDN, 0}}},
     {"sdpa_broadcast_unfused", GDL_OP_MATMUL, f_sdpa, 3, {{R4(2, 2, 3, 4), IN_RANDN, 0}, {R3(2, 5, 4), IN_RANDN, 0}, {R4(1, 2, 5, 3), IN_RANDN, 0}}},
+    /* the recurrent gate ops: gx and gh [B, G*H], the previous state [B, H]; one tensor as both
+       pre-activations (its gradient gets both adds); a constant state or gh (no gradient for it) */
+    {"lstm_gates", GDL_OP_LSTM_GATES, f_lstm_gates, 3, {{R2(3, 20), IN_RANDN, 0}, {R2(3, 20), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
+    {"lstm_gates_self", GDL_OP_LSTM_GATES, f_lstm_gates_self, 2, {{R2(2, 12), IN_RANDN, 0}, {R2(2, 3), IN_RANDN, 0}}},
+    {"lstm_gates_const_state", GDL_OP_LSTM_GATES, f_lstm_gates, 3, {{R2(2, 8), IN_RANDN, 0}, {R2(2, 8), IN_RANDN, 0}, {R2(2, 2), IN_CONST, 0}}},
+    {"gru_gates", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(3, 15), IN_RANDN, 0}, {R2(3, 15), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
+    {"gru_gates_self", GDL_OP_GRU_GATES, f_gru_gates_self, 2, {{R2(2, 9), IN_RANDN, 0}, {R2(2, 3), IN_RANDN, 0}}},
+    {"gru_gates_const_gh", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(4, 6), IN_RANDN, 0}, {R2(4, 6), IN_CONST, 0}, {R2(4, 2), IN_RANDN, 0}}},
     {"mlp_chain", GDL_OP_CROSS_ENTROPY, f_mlp, 5,
      {{R2(3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}, {R1(3), IN_TARGET, 3}}},
 };

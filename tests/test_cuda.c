@@ -3130,6 +3130,99 @@ SUITE(seq_ops) {
     RUN_GPU(mha_parity);
 }
 
+/* ---- the recurrent gate kernels and modules: rows of B*H past one 256-thread block (two blocks, the
+   last one partly idle), each gradient output absent in turn (the kernels' NULL paths), gx and gh as one
+   tensor; then whole LSTM / GRU modules (2 layers, bidirectional, batch_first, dropout, given states) on
+   the GPU against the same module on the CPU, forward and every gradient ---- */
+static const gc_case rnn_gpu_cases[] = {
+    {"lstm_gates_2blocks", GDL_OP_LSTM_GATES, f_lstm_gates, 3, {{R2(7, 180), IN_RANDN, 0}, {R2(7, 180), IN_RANDN, 0}, {R2(7, 45), IN_RANDN, 0}}},
+    {"lstm_gates_const_gx_state", GDL_OP_LSTM_GATES, f_lstm_gates, 3, {{R2(3, 400), IN_CONST, 0}, {R2(3, 400), IN_RANDN, 0}, {R2(3, 100), IN_CONST, 0}}},
+    {"lstm_gates_const_gh", GDL_OP_LSTM_GATES, f_lstm_gates, 3, {{R2(5, 240), IN_RANDN, 0}, {R2(5, 240), IN_CONST, 0}, {R2(5, 60), IN_RANDN, 0}}},
+    {"lstm_gates_self_big", GDL_OP_LSTM_GATES, f_lstm_gates_self, 2, {{R2(9, 132), IN_RANDN, 0}, {R2(9, 33), IN_RANDN, 0}}},
+    {"gru_gates_2blocks", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(5, 210), IN_RANDN, 0}, {R2(5, 210), IN_RANDN, 0}, {R2(5, 70), IN_RANDN, 0}}},
+    {"gru_gates_const_gx_state", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(4, 270), IN_CONST, 0}, {R2(4, 270), IN_RANDN, 0}, {R2(4, 90), IN_CONST, 0}}},
+    {"gru_gates_const_gh", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(3, 300), IN_RANDN, 0}, {R2(3, 300), IN_CONST, 0}, {R2(3, 100), IN_RANDN, 0}}},
+    {"gru_gates_self_big", GDL_OP_GRU_GATES, f_gru_gates_self, 2, {{R2(11, 99), IN_RANDN, 0}, {R2(11, 33), IN_RANDN, 0}}},
+};
+#define NRNN_GPU_CASES ((int)(sizeof rnn_gpu_cases / sizeof rnn_gpu_cases[0]))
+static parity_run rnn_gpu_runs[2 * NRNN_GPU_CASES];
+
+/* the module's loss on dev: sum(out*w0) + sum(h_n*w1) (+ sum(c_n*w2)), its backward run */
+static int rnn_gpu_step(gdl_module *m, int lstm, gdl_tensor *const *in, gdl_tensor **out) {
+    gdl_tensor *hn, *cn = NULL, *l;
+    int rc;
+    gdl_manual_seed(21); /* one dropout mask on both devices */
+    rc = lstm ? gdl_nn_lstm_forward(m, in[0], in[1], in[2], out, &hn, &cn) : gdl_nn_gru_forward(m, in[0], in[1], out, &hn);
+    if (rc < 0) return -1;
+    l = gdl_add(gdl_sum(gdl_mul(*out, in[3])), gdl_sum(gdl_mul(hn, in[4])));
+    if (lstm) l = gdl_add(l, gdl_sum(gdl_mul(cn, in[5])));
+    return l ? gdl_backward(l) : -1;
+}
+
+TEST rnn_module_parity(void *arg) {
+    const int lstm = arg != NULL;
+    const int64_t B = 3, T = 5, I = 7, H = 90;
+    int64_t shapes[6][3] = {{B, T, I}, {4, B, H}, {4, B, H}, {B, T, 2 * H}, {4, B, H}, {4, B, H}};
+    gdl_module *mc, *mg;
+    gdl_tensor *in[6], *ing[6], *outc, *outg, *tc[20], *tg[20];
+    const char *names[20];
+    int k, n;
+    double e;
+    gdl_manual_seed(8);
+    mc = lstm ? gdl_nn_lstm(I, H, 2, 1, 1, 0.3, 1) : gdl_nn_gru(I, H, 2, 1, 1, 0.3, 1);
+    gdl_manual_seed(8);
+    mg = lstm ? gdl_nn_lstm(I, H, 2, 1, 1, 0.3, 1) : gdl_nn_gru(I, H, 2, 1, 1, 0.3, 1);
+    ASSERT_NOT_NULL(mc);
+    ASSERT_NOT_NULL(mg);
+    ASSERT_EQ(0, gdl_module_to(mg, GPU));
+    for (k = 0; k < 6; k++) {
+        ASSERT_NOT_NULL(in[k] = gdl_randn(3, shapes[k], gdl_cpu()));
+        if (k < 3) gdl_set_requires_grad(in[k], 1);
+        ASSERT_NOT_NULL(ing[k] = gdl_to(in[k], GPU));
+    }
+    /* a CPU input to the GPU module: refused, naming both devices */
+    gdl_arena_reset();
+    ASSERT_EQ(-1, lstm ? gdl_nn_lstm_forward(mg, in[0], NULL, NULL, &outg, NULL, NULL) : gdl_nn_gru_forward(mg, in[0], NULL, &outg, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "is on cpu but the parameters are on cuda:0");
+    ASSERT_EQ(-1, lstm ? gdl_nn_lstm_forward(mg, ing[0], in[1], NULL, &outg, NULL, NULL) : gdl_nn_gru_forward(mg, ing[0], in[1], &outg, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "expected all tensors on the same device");
+    gdl_arena_reset();
+    if (rnn_gpu_step(mc, lstm, in, &outc) < 0 || rnn_gpu_step(mg, lstm, ing, &outg) < 0)
+        FAILf("step failed: %s", gdl_last_error());
+    if (!((e = rel_err(outc, outg)) < 1e-5)) FAILf("output differs: relative error %.3g", e);
+    n = gdl_module_named_tensors(mc, GDL_PARAMS, names, tc, 20);
+    ASSERT_EQ(16, n);
+    ASSERT_EQ(n, gdl_module_named_tensors(mg, GDL_PARAMS, NULL, tg, 20));
+    for (k = 0; k < n; k++) {
+        if (!tc[k]->grad || !tg[k]->grad) FAILf("%s has no gradient", names[k]);
+        if (!((e = rel_err(tc[k]->grad, tg[k]->grad)) < 1e-5)) FAILf("gradient of %s differs: relative error %.3g", names[k], e);
+    }
+    for (k = 0; k < (lstm ? 3 : 2); k++)
+        if (!((e = rel_err(in[k]->grad, ing[k]->grad)) < 1e-5)) FAILf("gradient of input %d differs: relative error %.3g", k, e);
+    for (k = 0; k < 6; k++) {
+        gdl_free(in[k]);
+        gdl_free(ing[k]);
+    }
+    gdl_module_free(mc);
+    gdl_module_free(mg);
+    gdl_arena_reset();
+    PASS();
+}
+
+SUITE(rnn) {
+    int i;
+    char name[96];
+    for (i = 0; i < NRNN_GPU_CASES; i++) {
+        rnn_gpu_runs[2 * i].c = rnn_gpu_runs[2 * i + 1].c = &rnn_gpu_cases[i];
+        rnn_gpu_runs[2 * i + 1].fanout = 1;
+        RUN_GPU_NAMED(rnn_gpu_cases[i].name, parity, &rnn_gpu_runs[2 * i]);
+        snprintf(name, sizeof name, "%s_fanout", rnn_gpu_cases[i].name);
+        RUN_GPU_NAMED(name, parity, &rnn_gpu_runs[2 * i + 1]);
+    }
+    RUN_GPU_NAMED("lstm_module_parity", rnn_module_parity, (void *)"lstm");
+    RUN_GPU_NAMED("gru_module_parity", rnn_module_parity, NULL);
+}
+
 /* ---- suites ---- */
 
 static parity_run table_runs[2 * NCASES], gpu_runs[2 * NGPU_CASES];
@@ -3452,6 +3545,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(autocast);
     RUN_SUITE(kernel_paths);
     RUN_SUITE(seq_ops);
+    RUN_SUITE(rnn);
     RUN_SUITE(optim);
     RUN_SUITE(master_weights);
     RUN_SUITE(training);

@@ -149,6 +149,103 @@ TEST test_op_list_autocast_classes(void) {
     PASS();
 }
 
+/* ---- the recurrent modules: a 2-layer, bidirectional, batch_first LSTM / GRU with given initial states,
+   L = sum(out*w1) + sum(h_n*w2) (+ sum(c_n*w3)); every parameter, the input and the states against central
+   differences. The dropout between layers is on (p 0.5, the same mask in every evaluation). */
+typedef struct rnn_gc {
+    gdl_module *m;
+    int lstm;
+    gdl_tensor *x, *h0, *c0, *w[3];
+} rnn_gc;
+
+static gdl_tensor *rnn_gc_loss(rnn_gc *g) {
+    gdl_tensor *out, *hn, *cn = NULL, *l;
+    int rc;
+    gdl_manual_seed(7); /* the dropout mask */
+    rc = g->lstm ? gdl_nn_lstm_forward(g->m, g->x, g->h0, g->c0, &out, &hn, &cn)
+                 : gdl_nn_gru_forward(g->m, g->x, g->h0, &out, &hn);
+    if (rc < 0) return NULL;
+    l = gdl_add(gdl_sum(gdl_mul(out, g->w[0])), gdl_sum(gdl_mul(hn, g->w[1])));
+    return g->lstm ? gdl_add(l, gdl_sum(gdl_mul(cn, g->w[2]))) : l;
+}
+
+TEST rnn_module_gradcheck(void *arg) {
+    const int lstm = arg != NULL;
+    const int64_t B = 2, T = 3, I = 3, H = 2;
+    int64_t xs[3] = {B, T, I}, ss[3] = {4, B, H}, os[3] = {B, T, 2 * H};
+    rnn_gc g;
+    gdl_tensor *ts[40], *l;
+    const char *names[40];
+    double *ana[40] = {0}, worst = 0;
+    int n, k, checked = 0, rc = HARNESS_PASS;
+    char msg[512] = "";
+    memset(&g, 0, sizeof g);
+    gdl_manual_seed(5);
+    g.lstm = lstm;
+    g.m = lstm ? gdl_nn_lstm(I, H, 2, 1, 1, 0.5, 1) : gdl_nn_gru(I, H, 2, 1, 1, 0.5, 1);
+    ASSERT_NOT_NULL(g.m);
+    ASSERT_NOT_NULL(g.x = gdl_randn(3, xs, gdl_cpu()));
+    ASSERT_NOT_NULL(g.h0 = gdl_randn(3, ss, gdl_cpu()));
+    ASSERT_NOT_NULL(g.c0 = gdl_randn(3, ss, gdl_cpu()));
+    ASSERT_NOT_NULL(g.w[0] = gdl_randn(3, os, gdl_cpu()));
+    ASSERT_NOT_NULL(g.w[1] = gdl_randn(3, ss, gdl_cpu()));
+    ASSERT_NOT_NULL(g.w[2] = gdl_randn(3, ss, gdl_cpu()));
+    gdl_set_requires_grad(g.x, 1);
+    gdl_set_requires_grad(g.h0, 1);
+    gdl_set_requires_grad(g.c0, 1);
+    n = gdl_module_named_tensors(g.m, GDL_PARAMS, names, ts, 36);
+    ASSERT_EQ(16, n);
+    ts[n] = g.x; names[n++] = "input";
+    ts[n] = g.h0; names[n++] = "h0";
+    if (lstm) { ts[n] = g.c0; names[n++] = "c0"; }
+    gdl_arena_reset();
+    gdl_set_grad_enabled(1);
+    ASSERT_NOT_NULL(l = rnn_gc_loss(&g));
+    if (gdl_backward(l) < 0) FAILf("backward failed: %s", gdl_last_error());
+    for (k = 0; k < n; k++) {
+        if (!ts[k]->grad) FAILf("%s has no gradient", names[k]);
+        ana[k] = (double *)malloc(sizeof(double) * (size_t)ts[k]->numel);
+        memcpy(ana[k], ts[k]->grad->data, sizeof(double) * (size_t)ts[k]->numel);
+    }
+    gdl_set_grad_enabled(0);
+    for (k = 0; k < n && rc == HARNESS_PASS; k++) {
+        double *x = (double *)ts[k]->data;
+        int64_t j;
+        for (j = 0; j < ts[k]->numel; j++) {
+            const double h = 1e-6;
+            double x0 = x[j], lp, lm, num, err;
+            gdl_arena_reset();
+            x[j] = x0 + h;
+            lp = gdl_item(rnn_gc_loss(&g));
+            x[j] = x0 - h;
+            lm = gdl_item(rnn_gc_loss(&g));
+            x[j] = x0;
+            num = (lp - lm) / (2 * h);
+            err = fabs(num - ana[k][j]) / (1e-6 + 1e-5 * fabs(num));
+            if (err > worst) worst = err;
+            checked += fabs(ana[k][j]) > 1e-3;
+            if (!(err <= 1.0)) {
+                snprintf(msg, sizeof msg, "%s: %s element %lld: numeric %.10g vs analytic %.10g", lstm ? "LSTM" : "GRU",
+                         names[k], (long long)j, num, ana[k][j]);
+                rc = HARNESS_FAIL;
+                break;
+            }
+        }
+    }
+    gdl_set_grad_enabled(1);
+    for (k = 0; k < n; k++) free(ana[k]);
+    gdl_module_free(g.m);
+    for (k = 0; k < 3; k++) gdl_free(g.w[k]);
+    gdl_free(g.x);
+    gdl_free(g.h0);
+    gdl_free(g.c0);
+    gdl_arena_reset();
+    if (rc != HARNESS_PASS) FAILm(msg);
+    /* most gradients are far from zero (a check of zeros against zeros proves little) */
+    if (checked < (lstm ? 270 : 200)) FAILf("only %d gradient elements above 1e-3", checked);
+    PASS();
+}
+
 static gc_run runs[2 * NCASES];
 
 SUITE(gradients) {
@@ -157,6 +254,8 @@ SUITE(gradients) {
     RUN_TEST(test_every_op_has_a_case);
     RUN_TEST(test_op_names_unique);
     RUN_TEST(test_op_list_autocast_classes);
+    RUN_TEST_NAMED("lstm_module_2layer_bidirectional", rnn_module_gradcheck, (void *)"lstm");
+    RUN_TEST_NAMED("gru_module_2layer_bidirectional", rnn_module_gradcheck, NULL);
     for (i = 0; i < NCASES; i++) {
         runs[2 * i].c = runs[2 * i + 1].c = &cases[i];
         runs[2 * i + 1].fanout = 1;

@@ -1777,6 +1777,431 @@ SUITE(errors) {
     RUN_TEST(test_optim_errors);
 }
 
+/* ---- the recurrent modules (LSTM, GRU) ---- */
+
+/* A straightforward reference of nn.LSTM / nn.GRU in double: plain loops over layers, directions, time,
+   batch and gate rows, reading the module's parameters by their state_dict names. x [T, B, I] (time-major
+   here; the caller transposes), h0 / c0 [L*D, B, H]; out [T, B, D*H], hn / cn [L*D, B, H]. */
+typedef struct rnn_ref {
+    int lstm, L, D, bias;
+    int64_t I, H, B, T;
+} rnn_ref;
+
+static double ref_sig(double v) { return 1 / (1 + exp(-v)); }
+
+static double ref_param(gdl_module *m, const char *kind, int l, int d, int64_t i) {
+    char nm[48];
+    gdl_tensor *t;
+    snprintf(nm, sizeof nm, "%s_l%d%s", kind, l, d ? "_reverse" : "");
+    t = gdl_module_tensor(m, nm);
+    return t ? (double)R(t)[i] : NAN;
+}
+
+static void rnn_reference(gdl_module *m, const rnn_ref *c, const double *x, const double *h0, const double *c0,
+                          double *out, double *hn, double *cn) {
+    const int64_t H = c->H, B = c->B, T = c->T, G = c->lstm ? 4 : 3;
+    double *in = (double *)malloc(sizeof(double) * (size_t)(T * B * (c->I > 2 * H ? c->I : 2 * H)));
+    double *h = (double *)malloc(sizeof(double) * (size_t)(B * H)), *cc = (double *)malloc(sizeof(double) * (size_t)(B * H));
+    double *hnew = (double *)malloc(sizeof(double) * (size_t)(B * H));
+    double *gx = (double *)malloc(sizeof(double) * (size_t)(G * H)), *gh = (double *)malloc(sizeof(double) * (size_t)(G * H));
+    int64_t in_n = c->I, s, t, b, r, k, j;
+    int l, d;
+    memcpy(in, x, sizeof(double) * (size_t)(T * B * c->I));
+    for (l = 0; l < c->L; l++) {
+        for (d = 0; d < c->D; d++) {
+            int64_t st = (int64_t)(l * c->D + d) * B * H;
+            memcpy(h, h0 + st, sizeof(double) * (size_t)(B * H));
+            memcpy(cc, c0 + st, sizeof(double) * (size_t)(B * H));
+            for (s = 0; s < T; s++) {
+                t = d ? T - 1 - s : s;
+                for (b = 0; b < B; b++) {
+                    for (r = 0; r < G * H; r++) {
+                        gx[r] = c->bias ? ref_param(m, "bias_ih", l, d, r) : 0;
+                        gh[r] = c->bias ? ref_param(m, "bias_hh", l, d, r) : 0;
+                        for (k = 0; k < in_n; k++) gx[r] += ref_param(m, "weight_ih", l, d, r * in_n + k) * in[(t * B + b) * in_n + k];
+                        for (k = 0; k < H; k++) gh[r] += ref_param(m, "weight_hh", l, d, r * H + k) * h[b * H + k];
+                    }
+                    for (j = 0; j < H; j++) {
+                        double hp = h[b * H + j];
+                        if (c->lstm) {
+                            double ig = ref_sig(gx[j] + gh[j]), fg = ref_sig(gx[H + j] + gh[H + j]);
+                            double gg = tanh(gx[2 * H + j] + gh[2 * H + j]), og = ref_sig(gx[3 * H + j] + gh[3 * H + j]);
+                            cc[b * H + j] = fg * cc[b * H + j] + ig * gg;
+                            hnew[b * H + j] = og * tanh(cc[b * H + j]);
+                        } else {
+                            double rg = ref_sig(gx[j] + gh[j]), zg = ref_sig(gx[H + j] + gh[H + j]);
+                            double ng = tanh(gx[2 * H + j] + rg * gh[2 * H + j]);
+                            hnew[b * H + j] = (1 - zg) * ng + zg * hp;
+                        }
+                    }
+                }
+                memcpy(h, hnew, sizeof(double) * (size_t)(B * H));
+                for (b = 0; b < B; b++)
+                    for (j = 0; j < H; j++) out[(t * B + b) * c->D * H + d * H + j] = h[b * H + j];
+            }
+            memcpy(hn + st, h, sizeof(double) * (size_t)(B * H));
+            if (cn) memcpy(cn + st, cc, sizeof(double) * (size_t)(B * H));
+        }
+        in_n = c->D * H;
+        memcpy(in, out, sizeof(double) * (size_t)(T * B * in_n));
+    }
+    free(in); free(h); free(cc); free(hnew); free(gx); free(gh);
+}
+
+static double max_diff(const gdl_tensor *t, const double *ref, int64_t n) {
+    double worst = t && t->numel == n ? 0 : INFINITY;
+    int64_t i;
+    for (i = 0; t && i < n && i < t->numel; i++)
+        if (!(fabs((double)R(t)[i] - ref[i]) <= worst)) worst = fabs((double)R(t)[i] - ref[i]);
+    return worst;
+}
+
+/* values of a tiny 2-layer bidirectional batch_first module (and a unidirectional one without bias) against
+   the reference, with random initial states and with NULL (zeros) */
+static enum harness_result rnn_values_case(int lstm, int L, int D, int bias, int batch_first) {
+    rnn_ref c;
+    int64_t xs[3], ss[3], i, t, b, k;
+    gdl_module *m;
+    gdl_tensor *x, *h0, *c0, *out, *hn, *cn = NULL;
+    double xd[2 * 4 * 3], xt[2 * 4 * 3], h0d[4 * 2 * 3], c0d[4 * 2 * 3], zeros[4 * 2 * 3] = {0};
+    double ro[4 * 2 * 6], rh[4 * 2 * 3], rc[4 * 2 * 3], ot[4 * 2 * 6];
+    int pass, rc_;
+    memset(&c, 0, sizeof c);
+    c.lstm = lstm; c.L = L; c.D = D; c.bias = bias; c.I = 3; c.H = 3; c.B = 2; c.T = 4;
+    gdl_manual_seed(77);
+    m = lstm ? gdl_nn_lstm(3, 3, L, bias, batch_first, 0, D == 2) : gdl_nn_gru(3, 3, L, bias, batch_first, 0, D == 2);
+    ASSERT_NOT_NULL(m);
+    xs[0] = batch_first ? 2 : 4; xs[1] = batch_first ? 4 : 2; xs[2] = 3;
+    ss[0] = L * D; ss[1] = 2; ss[2] = 3;
+    ASSERT_NOT_NULL(x = gdl_randn(3, xs, CPU));
+    ASSERT_NOT_NULL(h0 = gdl_randn(3, ss, CPU));
+    ASSERT_NOT_NULL(c0 = gdl_randn(3, ss, CPU));
+    for (i = 0; i < x->numel; i++) xd[i] = R(x)[i];
+    for (i = 0; i < h0->numel; i++) { h0d[i] = R(h0)[i]; c0d[i] = R(c0)[i]; }
+    for (t = 0; t < 4; t++) /* the reference's time-major input */
+        for (b = 0; b < 2; b++)
+            for (k = 0; k < 3; k++) xt[(t * 2 + b) * 3 + k] = batch_first ? xd[(b * 4 + t) * 3 + k] : xd[(t * 2 + b) * 3 + k];
+    for (pass = 0; pass < 2; pass++) {
+        gdl_arena_reset();
+        rnn_reference(m, &c, xt, pass ? zeros : h0d, pass ? zeros : c0d, ro, rh, lstm ? rc : NULL);
+        rc_ = lstm ? gdl_nn_lstm_forward(m, x, pass ? NULL : h0, pass ? NULL : c0, &out, &hn, &cn)
+                   : gdl_nn_gru_forward(m, x, pass ? NULL : h0, &out, &hn);
+        if (rc_ < 0) FAILf("forward failed: %s", gdl_last_error());
+        ASSERT_EQ(3, out->ndim);
+        ASSERT_EQ(xs[0], out->shape[0]);
+        ASSERT_EQ(xs[1], out->shape[1]);
+        ASSERT_EQ(D * 3, out->shape[2]);
+        ASSERT(shape_is(hn, 3, ss));
+        for (t = 0; t < 4; t++) /* the output in the module's layout */
+            for (b = 0; b < 2; b++)
+                for (k = 0; k < D * 3; k++)
+                    ot[(batch_first ? b * 4 + t : t * 2 + b) * D * 3 + k] = ro[(t * 2 + b) * D * 3 + k];
+        if (max_diff(out, ot, 4 * 2 * D * 3) > 2e-6) FAILf("output differs from the reference by %g", max_diff(out, ot, 4 * 2 * D * 3));
+        if (max_diff(hn, rh, L * D * 2 * 3) > 2e-6) FAILf("h_n differs from the reference by %g", max_diff(hn, rh, L * D * 2 * 3));
+        if (lstm) {
+            ASSERT(shape_is(cn, 3, ss));
+            if (max_diff(cn, rc, L * D * 2 * 3) > 2e-6) FAILf("c_n differs from the reference by %g", max_diff(cn, rc, L * D * 2 * 3));
+        }
+    }
+    /* gdl_forward gives the zero-state pass's output (still in out) */
+    {
+        gdl_tensor *y = gdl_forward(m, x);
+        ASSERT_NOT_NULL(y);
+        ASSERT(gdl_same_shape(y, out));
+        for (i = 0; i < y->numel; i++) ASSERT_EQ(R(out)[i], R(y)[i]);
+    }
+    gdl_free(x); gdl_free(h0); gdl_free(c0);
+    gdl_module_free(m);
+    PASS();
+}
+TEST test_lstm_values(void) { return rnn_values_case(1, 2, 2, 1, 1); }
+TEST test_gru_values(void) { return rnn_values_case(0, 2, 2, 1, 1); }
+TEST test_lstm_values_plain(void) { return rnn_values_case(1, 1, 1, 0, 0); }
+TEST test_gru_values_plain(void) { return rnn_values_case(0, 2, 1, 1, 0); }
+
+/* tensors made inline as arguments of the error checks, freed at the end of the test */
+static gdl_tensor *rnn_kept[32];
+static int rnn_nkept;
+static gdl_tensor *Z(gdl_tensor *t) {
+    if (rnn_nkept < 32) rnn_kept[rnn_nkept++] = t;
+    return t;
+}
+static void rnn_free_kept(void) {
+    while (rnn_nkept > 0) gdl_free(rnn_kept[--rnn_nkept]);
+}
+
+/* PyTorch's names, shapes, order and init range; the configuration as its extra_repr */
+TEST test_rnn_params(void) {
+    static const char *const lstm_names[] = {
+        "weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0", "weight_ih_l0_reverse", "weight_hh_l0_reverse",
+        "bias_ih_l0_reverse", "bias_hh_l0_reverse", "weight_ih_l1", "weight_hh_l1", "bias_ih_l1", "bias_hh_l1",
+        "weight_ih_l1_reverse", "weight_hh_l1_reverse", "bias_ih_l1_reverse", "bias_hh_l1_reverse"};
+    static const int64_t lstm_shapes[16][2] = {{80, 10}, {80, 20}, {80, 0}, {80, 0}, {80, 10}, {80, 20}, {80, 0}, {80, 0},
+                                               {80, 40}, {80, 20}, {80, 0}, {80, 0}, {80, 40}, {80, 20}, {80, 0}, {80, 0}};
+    const char *names[20];
+    gdl_tensor *ts[20];
+    gdl_module *m = gdl_nn_lstm(10, 20, 2, 1, 1, 0.25, 1), *g;
+    char *text;
+    int i, n, rc = -1;
+    ASSERT_NOT_NULL(m);
+    ASSERT_STR_EQ("LSTM", gdl_module_kind(m));
+    ASSERT_EQ(16, n = gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, 20));
+    for (i = 0; i < n; i++) {
+        ASSERT_STR_EQ(lstm_names[i], names[i]);
+        ASSERT_EQ(lstm_shapes[i][1] ? 2 : 1, ts[i]->ndim);
+        ASSERT_EQ(lstm_shapes[i][0], ts[i]->shape[0]);
+        if (lstm_shapes[i][1]) ASSERT_EQ(lstm_shapes[i][1], ts[i]->shape[1]);
+        if (check_uniform(ts[i], 1 / sqrt(20.0)) != HARNESS_PASS) FAILf("%s is not U(+-1/sqrt(20))", names[i]);
+    }
+    /* the summary runs it (batch_first [2, 7, 10] -> [2, 7, 40]); an error shows its configuration */
+    text = summary_text(m, 3, (const int64_t[]){2, 7, 10}, &rc);
+    ASSERT_EQ(0, rc);
+    ASSERT_NOT_NULL(text);
+    ASSERT_CONTAINS(text, "[2,7,40]");
+    ASSERT_CONTAINS(text, "Total params: 15,040\n");
+    free(text);
+    ASSERT_NULL(gdl_forward(m, NULL));
+    ASSERT_NULL(gdl_forward(m, Z(gdl_zeros(GDL_DIMS(2, 7), GDL_F32, CPU))));
+    ASSERT_CONTAINS(gdl_last_error(), "LSTM (10, 20, num_layers=2, batch_first=True, dropout=0.25, bidirectional=True)");
+    gdl_module_free(m);
+    /* GRU: 3 gates; no bias: the weights only */
+    g = gdl_nn_gru(7, 5, 1, 0, 0, 0, 0);
+    ASSERT_NOT_NULL(g);
+    ASSERT_EQ(2, n = gdl_module_named_tensors(g, GDL_PARAMS, names, ts, 20));
+    ASSERT_STR_EQ("weight_ih_l0", names[0]);
+    ASSERT_STR_EQ("weight_hh_l0", names[1]);
+    ASSERT(shape_is(ts[0], 2, (const int64_t[]){15, 7}));
+    ASSERT(shape_is(ts[1], 2, (const int64_t[]){15, 5}));
+    ASSERT_NULL(gdl_forward(g, Z(gdl_zeros(GDL_DIMS(2, 7, 1), GDL_F32, CPU))));
+    ASSERT_CONTAINS(gdl_last_error(), "GRU (7, 5, bias=False)");
+    gdl_module_free(g);
+    rnn_free_kept();
+    PASS();
+}
+
+/* gdl_save_model / gdl_load_model: the file holds PyTorch's names and shapes, a fresh module loads it and
+   computes the same */
+TEST test_rnn_state_dict_roundtrip(void) {
+    const char *path = harness_tmp("test_nn_rnn.safetensors");
+    gdl_module *a, *b;
+    gdl_tensor *x, *ya, *yb;
+    gdl_st_file f;
+    const gdl_st_entry *e;
+    int64_t i;
+    gdl_manual_seed(1);
+    a = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_gru(4, 6, 2, 1, 1, 0, 1), gdl_nn_linear(12, 3, 1)});
+    gdl_manual_seed(2);
+    b = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_gru(4, 6, 2, 1, 1, 0, 1), gdl_nn_linear(12, 3, 1)});
+    ASSERT_NOT_NULL(a);
+    ASSERT_NOT_NULL(b);
+    ASSERT_EQ(0, gdl_save_model(a, path));
+    ASSERT_EQ(0, gdl_st_read(path, &f));
+    ASSERT_NOT_NULL(e = gdl_st_find(&f, "0.weight_ih_l1_reverse"));
+    ASSERT_EQ(2, e->ndim);
+    ASSERT_EQ(18, e->shape[0]);
+    ASSERT_EQ(12, e->shape[1]);
+    ASSERT_NOT_NULL(gdl_st_find(&f, "0.bias_hh_l0"));
+    ASSERT_EQ(18, (int)f.n); /* 16 recurrent tensors and the Linear's two */
+    gdl_st_free(&f);
+    gdl_module_train(a, 0);
+    gdl_module_train(b, 0);
+    ASSERT_NOT_NULL(x = gdl_randn(GDL_DIMS(2, 5, 4), CPU));
+    ASSERT_NOT_NULL(ya = gdl_forward(a, x));
+    ASSERT_NOT_NULL(yb = gdl_forward(b, x));
+    for (i = 0; i < ya->numel && R(ya)[i] == R(yb)[i]; i++) {}
+    ASSERT(i < ya->numel); /* two seeds: different outputs before the load */
+    ASSERT_EQ(0, gdl_load_model(b, path));
+    ASSERT_NOT_NULL(yb = gdl_forward(b, x));
+    ASSERT(shape_is(yb, 3, (const int64_t[]){2, 5, 3}));
+    for (i = 0; i < ya->numel; i++) ASSERT_EQ(R(ya)[i], R(yb)[i]);
+    gdl_free(x);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    remove(path);
+    PASS();
+}
+
+/* dropout between layers in training mode only; none after the last layer; an unbatched input */
+TEST test_rnn_dropout_and_unbatched(void) {
+    gdl_module *m;
+    gdl_tensor *x, *xb, *y1, *y2, *ye, *hn, *cn, *hb, *cb;
+    int64_t i;
+    int differ = 0;
+    gdl_manual_seed(3);
+    ASSERT_NOT_NULL(m = gdl_nn_lstm(3, 8, 2, 1, 0, 0.5, 0));
+    ASSERT_NOT_NULL(x = gdl_randn(GDL_DIMS(5, 2, 3), CPU));
+    ASSERT_NOT_NULL(y1 = gdl_forward(m, x));
+    ASSERT_NOT_NULL(y2 = gdl_forward(m, x));
+    for (i = 0; i < y1->numel; i++) differ += R(y1)[i] != R(y2)[i];
+    ASSERT(differ > 0); /* two masks */
+    gdl_module_train(m, 0);
+    ASSERT_NOT_NULL(ye = gdl_forward(m, x));
+    ASSERT_NOT_NULL(y2 = gdl_forward(m, x));
+    for (i = 0; i < ye->numel; i++) ASSERT_EQ(R(ye)[i], R(y2)[i]);
+    /* unbatched [T, in]: batch 1 with that dim removed */
+    ASSERT_NOT_NULL(xb = gdl_randn(GDL_DIMS(5, 3), CPU));
+    ASSERT_EQ(0, gdl_nn_lstm_forward(m, xb, NULL, NULL, &y1, &hn, &cn));
+    ASSERT(shape_is(y1, 2, (const int64_t[]){5, 8}));
+    ASSERT(shape_is(hn, 2, (const int64_t[]){2, 8}));
+    ASSERT(shape_is(cn, 2, (const int64_t[]){2, 8}));
+    ASSERT_EQ(0, gdl_nn_lstm_forward(m, gdl_reshape(xb, GDL_DIMS(5, 1, 3)), NULL, NULL, &y2, &hb, &cb));
+    for (i = 0; i < y1->numel; i++) ASSERT_EQ(R(y1)[i], R(y2)[i]);
+    for (i = 0; i < hn->numel; i++) ASSERT_EQ(R(hn)[i], R(hb)[i]);
+    for (i = 0; i < cn->numel; i++) ASSERT_EQ(R(cn)[i], R(cb)[i]);
+    /* the final states can be fed back as the next chunk's initial ones (truncated BPTT) */
+    ASSERT_EQ(0, gdl_nn_lstm_forward(m, xb, hn, cn, &y1, NULL, NULL));
+    gdl_free(x);
+    gdl_free(xb);
+    gdl_module_free(m);
+    PASS();
+}
+
+TEST test_rnn_errors(void) {
+    gdl_module *m = gdl_nn_lstm(3, 4, 2, 1, 1, 0, 1), *g = gdl_nn_gru(3, 4, 1, 1, 0, 0, 0);
+    gdl_tensor *x = gdl_zeros(GDL_DIMS(2, 5, 3), GDL_F32, CPU), *out, *hn, *cn;
+    gdl_tensor *h_bad = gdl_zeros(GDL_DIMS(4, 5, 4), GDL_F32, CPU), *h_ok = gdl_zeros(GDL_DIMS(4, 2, 4), GDL_F32, CPU);
+    ASSERT_NOT_NULL(m);
+    ASSERT_NOT_NULL(g);
+    ASSERT_NULL(gdl_nn_lstm(0, 4, 1, 1, 0, 0, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_nn_lstm: input_size 0, hidden_size 4 and num_layers 1 must be positive");
+    ASSERT_NULL(gdl_nn_gru(3, 4, 0, 1, 0, 0, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "num_layers 0");
+    ASSERT_NULL(gdl_nn_gru(3, 4, 2, 1, 0, 1.5, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_nn_gru: dropout 1.5 is not in [0,1]");
+    /* input rank and size */
+    ASSERT_NULL(gdl_forward(m, Z(gdl_zeros(GDL_DIMS(2, 5, 3, 1), GDL_F32, CPU))));
+    ASSERT_STR_EQ("gdl_forward: LSTM (3, 4, num_layers=2, batch_first=True, bidirectional=True): expected input "
+                  "[B, T, input_size] or unbatched [T, 3] (T and B >= 1), got [2,5,3,1]", gdl_last_error());
+    ASSERT_EQ(-1, gdl_nn_gru_forward(g, Z(gdl_zeros(GDL_DIMS(5, 2, 7), GDL_F32, CPU)), NULL, &out, &hn));
+    ASSERT_CONTAINS(gdl_last_error(), "expected input [T, B, input_size] or unbatched [T, 3]");
+    ASSERT_CONTAINS(gdl_last_error(), "got [5,2,7]");
+    ASSERT_NULL(out);
+    ASSERT_NULL(hn);
+    ASSERT_EQ(-1, gdl_nn_gru_forward(g, Z(gdl_zeros(GDL_DIMS(0, 2, 3), GDL_F32, CPU)), NULL, &out, &hn));
+    ASSERT_CONTAINS(gdl_last_error(), "got [0,2,3]");
+    /* initial states */
+    ASSERT_EQ(-1, gdl_nn_lstm_forward(m, x, h_bad, NULL, &out, &hn, &cn));
+    ASSERT_STR_EQ("gdl_nn_lstm_forward: LSTM: h0 must be [4, 2, 4] (num_layers*directions, batch, hidden_size) for "
+                  "input [2,5,3], got [4,5,4]", gdl_last_error());
+    ASSERT_NULL(out);
+    ASSERT_EQ(-1, gdl_nn_lstm_forward(m, x, h_ok, h_bad, &out, &hn, &cn));
+    ASSERT_CONTAINS(gdl_last_error(), "c0 must be [4, 2, 4]");
+    ASSERT_EQ(-1, gdl_nn_lstm_forward(m, Z(gdl_zeros(GDL_DIMS(5, 3), GDL_F32, CPU)), h_ok, NULL, &out, &hn, &cn));
+    ASSERT_CONTAINS(gdl_last_error(), "h0 must be [4, 4] (num_layers*directions, hidden_size) for an unbatched input");
+    /* the wrong module, a NULL or integer input */
+    ASSERT_EQ(-1, gdl_nn_gru_forward(m, x, NULL, &out, &hn));
+    ASSERT_STR_EQ("gdl_nn_gru_forward: LSTM is not an GRU", gdl_last_error());
+    ASSERT_EQ(-1, gdl_nn_lstm_forward(m, NULL, NULL, NULL, &out, NULL, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "input");
+    ASSERT_NULL(gdl_forward(g, Z(gdl_zeros(GDL_DIMS(5, 2, 3), GDL_I32, CPU))));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_forward: GRU: gdl_linear");
+    /* the gate ops themselves */
+    ASSERT_NULL(gdl_lstm_gates(Z(gdl_zeros(GDL_DIMS(2, 8), GDL_F32, CPU)), Z(gdl_zeros(GDL_DIMS(2, 8), GDL_F32, CPU)),
+                               Z(gdl_zeros(GDL_DIMS(2, 3), GDL_F32, CPU))));
+    ASSERT_STR_EQ("gdl_lstm_gates: expected gx and gh [B, 4*H] and c_prev [B, H], got gx [2,8], gh [2,8] and c_prev [2,3]",
+                  gdl_last_error());
+    ASSERT_NULL(gdl_gru_gates(Z(gdl_zeros(GDL_DIMS(2, 6), GDL_F32, CPU)), Z(gdl_zeros(GDL_DIMS(3, 6), GDL_F32, CPU)),
+                              Z(gdl_zeros(GDL_DIMS(2, 2), GDL_F32, CPU))));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_gru_gates: expected gx and gh [B, 3*H]");
+    ASSERT_NULL(gdl_gru_gates(Z(gdl_zeros(GDL_DIMS(2, 6), GDL_F32, CPU)), NULL, Z(gdl_zeros(GDL_DIMS(2, 2), GDL_F32, CPU))));
+    ASSERT_CONTAINS(gdl_last_error(), "gh");
+    gdl_free(x); gdl_free(h_bad); gdl_free(h_ok);
+    gdl_module_free(m);
+    gdl_module_free(g);
+    rnn_free_kept();
+    PASS();
+}
+
+/* a short training run of each, followed by a Linear: output the running sum of the sequence so far (it
+   needs the recurrent state); the loss must fall to a tenth of its start in 150 Adam steps */
+TEST test_rnn_trains(void) {
+    gdl_module *m;
+    gdl_optimizer *opt;
+    gdl_tensor *x, *y, *out, *loss;
+    double first = 0, last = 0;
+    int step, lstm;
+    for (lstm = 0; lstm < 2; lstm++) {
+        gdl_manual_seed(11);
+        m = gdl_nn_sequential(2, (gdl_module *[]){lstm ? gdl_nn_lstm(1, 12, 1, 1, 1, 0, 0) : gdl_nn_gru(1, 12, 1, 1, 1, 0, 0),
+                                                  gdl_nn_linear(12, 1, 1)});
+        ASSERT_NOT_NULL(m);
+        ASSERT_NOT_NULL(opt = gdl_adam_new(0.02, 0.9, 0.999, 1e-8, 0));
+        ASSERT_EQ(0, gdl_optim_add_module(opt, m, 0));
+        ASSERT_NOT_NULL(x = gdl_randn(GDL_DIMS(16, 6, 1), CPU));
+        ASSERT_NOT_NULL(y = gdl_cumsum(x, 1));
+        ASSERT_NOT_NULL(y = gdl_clone(y));
+        for (step = 0; step < 150; step++) {
+            gdl_arena_reset();
+            gdl_zero_grad(opt);
+            ASSERT_NOT_NULL(out = gdl_forward(m, x));
+            ASSERT_NOT_NULL(loss = gdl_mse_loss(out, y, GDL_REDUCE_MEAN));
+            if (step == 0) first = gdl_item(loss);
+            last = gdl_item(loss);
+            ASSERT_EQ(0, gdl_backward(loss));
+            ASSERT_EQ(0, gdl_step(opt));
+        }
+        if (!(last < 0.1 * first)) FAILf("%s: loss %g after 150 steps, %g at the start", lstm ? "LSTM" : "GRU", last, first);
+        gdl_optim_free(opt);
+        gdl_module_free(m);
+        gdl_free(x);
+        gdl_free(y);
+    }
+    PASS();
+}
+
+/* under bf16 autocast the GEMMs run in bf16 and the gate ops on f32 copies (rounded back): the output is
+   bf16, within bf16's error of the f32 run, and every parameter gets a finite gradient */
+TEST test_rnn_autocast(void) {
+    gdl_module *m;
+    gdl_tensor *x, *y32, *y, *ts[8], *yf;
+    int lstm, k, n;
+    int64_t i;
+    for (lstm = 0; lstm < 2; lstm++) {
+        double worst = 0, big = 0;
+        gdl_manual_seed(4);
+        ASSERT_NOT_NULL(m = lstm ? gdl_nn_lstm(6, 16, 1, 1, 1, 0, 1) : gdl_nn_gru(6, 16, 1, 1, 1, 0, 1));
+        ASSERT_NOT_NULL(x = gdl_randn(GDL_DIMS(3, 9, 6), CPU));
+        gdl_arena_reset();
+        ASSERT_NOT_NULL(y32 = gdl_forward(m, x));
+        ASSERT_EQ(0, gdl_autocast_begin(GDL_BF16));
+        y = gdl_forward(m, x);
+        ASSERT_EQ(0, gdl_autocast_end());
+        if (!y) FAILf("autocast forward failed: %s", gdl_last_error());
+        ASSERT_EQ(GDL_BF16, y->dtype);
+        ASSERT_NOT_NULL(yf = gdl_to_dtype(y, GDL_F32));
+        for (i = 0; i < yf->numel; i++) {
+            double d = fabs((double)R(yf)[i] - (double)R(y32)[i]);
+            if (d > worst) worst = d;
+            if (fabs((double)R(y32)[i]) > big) big = fabs((double)R(y32)[i]);
+        }
+        if (!(worst < 0.03 * big)) FAILf("%s: bf16 output differs from f32 by %g (largest value %g)", lstm ? "LSTM" : "GRU", worst, big);
+        ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_to_dtype(y, GDL_F32))));
+        n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, ts, 8);
+        ASSERT_EQ(8, n);
+        for (k = 0; k < n; k++) {
+            ASSERT_NOT_NULL(ts[k]->grad);
+            for (i = 0; i < ts[k]->numel; i++) ASSERT(isfinite((double)R(ts[k]->grad)[i]));
+        }
+        gdl_free(x);
+        gdl_module_free(m);
+    }
+    PASS();
+}
+
+SUITE(recurrent) {
+    SET_SETUP(reset, NULL);
+    RUN_TEST(test_lstm_values);
+    RUN_TEST(test_gru_values);
+    RUN_TEST(test_lstm_values_plain);
+    RUN_TEST(test_gru_values_plain);
+    RUN_TEST(test_rnn_params);
+    RUN_TEST(test_rnn_state_dict_roundtrip);
+    RUN_TEST(test_rnn_dropout_and_unbatched);
+    RUN_TEST(test_rnn_errors);
+    RUN_TEST(test_rnn_trains);
+    RUN_TEST(test_rnn_autocast);
+}
+
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
@@ -1786,6 +2211,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(schedulers);
     RUN_SUITE(convergence);
     RUN_SUITE(errors);
+    RUN_SUITE(recurrent);
     gdl_free(sched_param);
     gdl_shutdown();
     HARNESS_MAIN_END();
