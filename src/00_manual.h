@@ -313,6 +313,7 @@
    [api-grad]      22_api_grad.h                  autograd, arena, autocast; GDL_OP_LIST
    [api-formats]   23_api_formats.h               IDX, CIFAR-10, safetensors files
    [api-data]      24_api_data.h                  datasets, transforms, the DataLoader
+   [api-text]      24t_api_text.h                 vocabularies, text datasets, fortunes, sampling
    [api-nn]        25_api_nn.h                    modules, optimizers, schedulers, scaler
    [api-train]     26_api_train.h                 fit / evaluate, checkpoints
    [api-graph]     27_api_graph.h                 a training step as a CUDA graph
@@ -344,6 +345,7 @@
                    71_formats_safetensors_read.h  safetensors reader (strict JSON)
                    72_formats_safetensors_write.h safetensors writer
    [impl-data]     75_data.h                      datasets, transforms, the DataLoader
+   [impl-text]     76_text.h                      vocabularies, text datasets, fortunes, sampling
    [impl-nn]       80_nn_modules.h                modules
                    81_optimizers.h                optimizers, master weights, flat blocks
                    82_gradscaler.h                GradScaler
