@@ -1016,7 +1016,8 @@ typedef struct gdl_dataset {
     int64_t ntokens, stride;
 } gdl_dataset;
 
-/* A copy of x (n samples of sample_shape, dtype GDL_U8 or GDL_F32 = gdl_real) and labels. NULL + error. */
+/* A copy of x (n samples of sample_shape, dtype GDL_U8, GDL_F32 = gdl_real, or GDL_I32 token ids) and
+   labels. NULL + error. */
 GPUDL_API gdl_dataset *gdl_dataset_from_arrays(const void *x, gdl_dtype x_dtype, int ndim,
                                                const int64_t *sample_shape, const int32_t *labels,
                                                int64_t n, int num_classes);

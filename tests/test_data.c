@@ -286,8 +286,8 @@ TEST test_from_arrays_errors(void) {
     ASSERT_CONTAINS(gdl_last_error(), "gdl_dataset_from_arrays: x is NULL");
     ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 2, shape, NULL, 2, 4));
     ASSERT_CONTAINS(gdl_last_error(), "labels is NULL");
-    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_I32, 2, shape, lab, 2, 4));
-    ASSERT_CONTAINS(gdl_last_error(), "must be u8 or f32, got i32");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_F16, 2, shape, lab, 2, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "must be u8, f32 or i32 (token ids), got f16");
     ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 0, shape, lab, 2, 4));
     ASSERT_CONTAINS(gdl_last_error(), "sample ndim 0 out of range");
     ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, GDL_MAX_DIMS, shape, lab, 2, 4));
