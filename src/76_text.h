@@ -530,9 +530,8 @@ fail:
 /* A windows dataset over a copy of tokens[0, len). */
 static gdl_dataset *gdl__ds_windows(const char *fn, const int32_t *tokens, int64_t len, int64_t T, int64_t stride,
                                     int num_classes) {
-    gdl_dataset *ds;
-    int64_t n;
-    if (!(ds = gdl__ds_alloc(fn, GDL_I32, 1, &T, n = (len - T - 1) / stride + 1, num_classes, 0))) return NULL;
+    gdl_dataset *ds = gdl__ds_alloc(fn, GDL_I32, 1, &T, (len - T - 1) / stride + 1, num_classes, 0);
+    if (!ds) return NULL;
     GPUDL_FREE(ds->labels); /* the targets are the tokens */
     ds->labels = NULL;
     if (!(ds->tokens = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)len))) {

@@ -2066,6 +2066,91 @@ TEST test_fortunes_real(void) {
     PASS();
 }
 
+/* Every allocation of the text functions failing in turn: a clear error, nothing leaked, then success. */
+enum { OOM_VOCAB, OOM_WORDS, OOM_LOAD, OOM_WINDOWS, OOM_CLASSES, OOM_DIR, OOM_SPLIT, OOM_SAMPLE, OOM_CASES };
+static int text_oom_case(int c, gdl_vocab *v, const gdl_text_list *tl, gdl_tensor *lg) {
+    static const char text[] = "some words, some more w\xC3\xB6rds";
+    gdl_vocab_opts o = gdl_vocab_defaults();
+    int32_t tok[40], out[3];
+    gdl_text_list a, b;
+    gdl_dataset *ds;
+    gdl_vocab *w;
+    int i;
+    switch (c) {
+    case OOM_VOCAB:
+    case OOM_WORDS:
+        o.level = c == OOM_WORDS ? GDL_VOCAB_WORD : GDL_VOCAB_CHAR;
+        w = gdl_vocab_build(text, strlen(text), &o);
+        gdl_vocab_free(w);
+        return w ? 0 : -1;
+    case OOM_LOAD:
+        w = gdl_vocab_load(tpath("oom.vocab"));
+        gdl_vocab_free(w);
+        return w ? 0 : -1;
+    case OOM_WINDOWS:
+        for (i = 0; i < 40; i++) tok[i] = i % 5;
+        ds = gdl_dataset_lm_windows(tok, 40, 8, 3, 5);
+        gdl_dataset_free(ds);
+        return ds ? 0 : -1;
+    case OOM_CLASSES:
+        ds = gdl_dataset_text_classes(tl, v, 6);
+        gdl_dataset_free(ds);
+        return ds ? 0 : -1;
+    case OOM_DIR:
+        memset(&a, 0, sizeof a);
+        i = gdl_text_read_dir(tpath("oomdir"), 0, "x", &a);
+        gdl_text_list_free(&a);
+        return i;
+    case OOM_SPLIT:
+        i = gdl_text_split(tl, 0.5, 1, &a, &b);
+        if (i == 0) {
+            gdl_text_list_free(&a);
+            gdl_text_list_free(&b);
+        }
+        return i;
+    default:
+        return gdl_sample_logits(lg, 1.0, 2, 5, out);
+    }
+}
+
+TEST test_text_out_of_memory(void) {
+    gdl_vocab *v = gdl_vocab_build("abcdef", 6, NULL);
+    gdl_text_list tl;
+    float l6[6] = {1, 2, 3, 4, 5, 6};
+    int64_t shape[2] = {2, 3};
+    gdl_tensor *lg = gdl_from_array(l6, 2, shape, GDL_F32, gdl_cpu());
+    int c;
+    long k, before;
+    memset(&tl, 0, sizeof tl);
+    ASSERT(v && lg);
+    ASSERT_EQ(0, gdl_vocab_save(v, tpath("oom.vocab")));
+    remember(tpath("oom.vocab"));
+    ASSERT_EQ(0, gdl_text_read_fortune_file(write_text("oom.txt", "abc\n%\nde\n%\nf\n"), 1, "one", &tl));
+    ASSERT_EQ(0, make_dir(tpath("oomdir")));
+    ASSERT(write_text("oomdir/b", "bee\n%\nbe\n") && write_text("oomdir/a", "ay\n"));
+    for (c = 0; c < OOM_CASES; c++) {
+        before = live;
+        for (k = 0; k < 1000; k++) {
+            int rc;
+            fail_after = k;
+            injected = 0;
+            rc = text_oom_case(c, v, &tl, lg);
+            fail_after = -1;
+            if (rc == 0) break;
+            if (!injected) FAILf("case %d: failed without an injected failure: %s", c, gdl_last_error());
+            ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+            ASSERT_EQm("leak after an allocation failure", before, live);
+        }
+        if (k == 1000) FAILf("case %d never succeeded", c);
+        ASSERT_EQ(before, live);
+    }
+    gdl_text_list_free(&tl);
+    gdl_vocab_free(v);
+    gdl_free(lg);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
 SUITE(text) {
     SET_SETUP(setup, NULL);
     RUN_TEST(test_vocab_char_roundtrip);
@@ -2079,6 +2164,7 @@ SUITE(text) {
     RUN_TEST(test_sample_greedy);
     RUN_TEST(test_sample_distribution);
     RUN_TEST(test_sample_errors);
+    RUN_TEST(test_text_out_of_memory);
     RUN_TEST(test_fortunes_real);
 }
 
