@@ -14100,12 +14100,22 @@ static int gdl__text_utf8(const char *fn, const char *what, const char *text, si
     return -1;
 }
 
+/* 0 if a text file holds no NUL byte (entries and tokens are C strings), else -1 + an error. */
+static int gdl__text_no_nul(const char *fn, const char *path, const unsigned char *buf, size_t len) {
+    const unsigned char *z = (const unsigned char *)memchr(buf, 0, len);
+    if (!z) return 0;
+    gdl__set_error("%s: %s holds a NUL byte at %zu: not a text file", fn, path, (size_t)(z - buf));
+    return -1;
+}
+
 /* ---- the tokenizer ---------------------------------------------------------- */
 
 static int gdl__word_byte(unsigned c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '\'' || c >= 0x80;
 }
-static int gdl__space_byte(unsigned c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+static int gdl__space_byte(unsigned c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 /* The next token of text[*pos, len) (valid UTF-8): 1 and [*start, *start + *n), or 0 at the end. */
 static int gdl__tok_next(int level, const unsigned char *t, size_t len, size_t *pos, size_t *start, size_t *n) {
@@ -14464,7 +14474,7 @@ GPUDL_API int64_t gdl_vocab_decode(const gdl_vocab *v, const int32_t *ids, int64
         }
         if (ids[i] == GDL_VOCAB_PAD) continue;
         s = ids[i] == GDL_VOCAB_UNK && v->level == GDL_VOCAB_CHAR ? replacement : v->tok[ids[i]];
-        sl = strlen(s);
+        sl = s == replacement ? 3 : v->tlen[ids[i]]; /* a U+0000 token is one byte */
         if (v->level == GDL_VOCAB_WORD && words++ > 0) {
             if (out + 1 < cap) buf[out] = ' ';
             out++;
@@ -14506,7 +14516,8 @@ GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
         size_t k;
         for (k = 0; ok && k < v->tlen[i]; k++) {
             char c = v->tok[i][k];
-            const char *e = c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t" : NULL;
+            const char *e = c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r" : c == '\t' ? "\\t"
+                          : c == 0 ? "\\0" : NULL;
             ok = e ? fputs(e, f) >= 0 : fputc(c, f) != EOF;
         }
         ok = ok && fputc('\n', f) != EOF;
@@ -14537,6 +14548,7 @@ static int64_t gdl__vocab_unescape(char *p, char *e) {
         else if (*r == 'n') *w++ = '\n';
         else if (*r == 'r') *w++ = '\r';
         else if (*r == 't') *w++ = '\t';
+        else if (*r == '0') *w++ = 0;
         else return -1;
     }
     return w - p;
@@ -14560,7 +14572,7 @@ GPUDL_API gdl_vocab *gdl_vocab_load(const char *path) {
                        "N >= 2)", fn, path);
         goto fail;
     }
-    if (gdl__text_utf8(fn, path, (const char *)buf, len) < 0) goto fail;
+    if (gdl__text_utf8(fn, path, (const char *)buf, len) < 0 || gdl__text_no_nul(fn, path, buf, len) < 0) goto fail;
     if (!(v = gdl__vocab_new(fn, level[0] == 'c' ? GDL_VOCAB_CHAR : GDL_VOCAB_WORD, lowercase, (int64_t)n)))
         goto fail;
     for (i = 0; i < v->tcap; i++) v->table[i] = -1;
@@ -14573,7 +14585,7 @@ GPUDL_API gdl_vocab *gdl_vocab_load(const char *path) {
             goto fail;
         }
         if ((k = gdl__vocab_unescape(p, nl)) < 0) {
-            gdl__set_error("%s: %s: token %lld has a bad escape (only \\\\ \\n \\r \\t)", fn, path, (long long)i);
+            gdl__set_error("%s: %s: token %lld has a bad escape (only \\\\ \\n \\r \\t \\0)", fn, path, (long long)i);
             goto fail;
         }
         if (gdl__vocab_set(fn, v, (int32_t)i, p, (size_t)k) < 0) goto fail;
@@ -14765,7 +14777,9 @@ static int64_t gdl__read_fortunes(const char *fn, const char *path, int32_t labe
         return -1;
     }
     if (gdl__read_file(fn, path, &buf, &len) < 0) return -1;
-    if (gdl__text_utf8(fn, path, (const char *)buf, len) < 0 || gdl__tl_class(fn, out, label, name) < 0) goto fail;
+    if (gdl__text_utf8(fn, path, (const char *)buf, len) < 0 || gdl__text_no_nul(fn, path, buf, len) < 0 ||
+        gdl__tl_class(fn, out, label, name) < 0)
+        goto fail;
     for (;;) {
         size_t eol = i;
         int sep;

@@ -1569,6 +1569,18 @@ TEST test_vocab_save_load(void) {
         gdl_vocab_free(v);
         gdl_vocab_free(w);
     }
+    /* U+0000 is a character too: escaped in the file, one byte when decoded */
+    {
+        gdl_vocab *v = gdl_vocab_build("a\0b", 3, NULL), *w;
+        int32_t ids[3];
+        char back[8];
+        if (!v || gdl_vocab_save(v, path) < 0 || !(w = gdl_vocab_load(path))) FAILm(gdl_last_error());
+        ASSERT_EQ(3, gdl_vocab_encode(w, "a\0b", 3, ids, 3));
+        ASSERT_EQ(3, gdl_vocab_decode(w, ids, 3, back, sizeof back));
+        ASSERT_EQ(0, memcmp(back, "a\0b", 4));
+        gdl_vocab_free(v);
+        gdl_vocab_free(w);
+    }
     /* bad files */
     ASSERT_NULL(gdl_vocab_load(tpath("no-such.vocab")));
     ASSERT_CONTAINS(gdl_last_error(), "cannot open");
@@ -1828,6 +1840,10 @@ TEST test_fortune_reader(void) {
     ASSERT_CONTAINS(gdl_last_error(), "missing.txt: cannot open");
     ASSERT_EQ(-1, gdl_text_read_fortune_file(write_text("bad.txt", "ok\n%\n\xC3\x28\n"), 0, "m", &tl));
     ASSERT_CONTAINS(gdl_last_error(), "is not valid UTF-8 at byte 5 of 8");
+    gdl_text_list_free(&tl);
+    ASSERT_EQ(0, write_bytes(tpath("nul.txt"), "ab\n%\nc\0d\n", 9, 0));
+    ASSERT_EQ(-1, gdl_text_read_fortune_file(tpath("nul.txt"), 0, "m", &tl));
+    ASSERT_CONTAINS(gdl_last_error(), "holds a NUL byte at 6: not a text file");
     gdl_text_list_free(&tl);
     ASSERT_EQ(-1, gdl_text_read_fortune_file(write_text("empty.txt", "%\n\n%\n"), 0, "m", &tl));
     ASSERT_CONTAINS(gdl_last_error(), "has no entries");
