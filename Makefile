@@ -16,6 +16,8 @@
 #   make plot        draw make run's metrics CSV (mnist_mlp_metrics.csv) as a PNG
 #   make data        get Fashion-MNIST: Debian's package, else a checked download
 #                    into ./data (tools/fetch_data.sh)
+#   make data-text   get the text data, Debian's fortunes (en, de, es, it, pl, ru):
+#                    the packages, else unpacked into ./data/fortunes
 #   make             build the tests, examples and benchmarks (CPU)
 #   make test-cuda   the GPU suite (needs a GPU)
 #   make bench       CPU benchmarks
@@ -56,7 +58,7 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype
       tests/gradscaler_cases.h tests/master_cases.h tests/fusion_cases.h tests/attention_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
-.PHONY: all test test-gpu-session-dry test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data plot mutate-cuda install uninstall bench cuda clean
+.PHONY: all test test-gpu-session-dry test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data data-text plot mutate-cuda install uninstall bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
@@ -201,6 +203,9 @@ uninstall:
 
 data:
 	@sh tools/fetch_data.sh
+
+data-text:
+	@sh tools/fetch_data.sh text
 
 $(B):
 	mkdir -p $(B)

@@ -315,6 +315,7 @@
    [api-grad]      22_api_grad.h                  autograd, arena, autocast; GDL_OP_LIST
    [api-formats]   23_api_formats.h               IDX, CIFAR-10, safetensors files
    [api-data]      24_api_data.h                  datasets, transforms, the DataLoader
+   [api-text]      24t_api_text.h                 vocabularies, text datasets, fortunes, sampling
    [api-nn]        25_api_nn.h                    modules, optimizers, schedulers, scaler
                    25a_api_nn_attention.h         nn.MultiheadAttention
    [api-train]     26_api_train.h                 fit / evaluate, checkpoints
@@ -351,6 +352,7 @@
                    71_formats_safetensors_read.h  safetensors reader (strict JSON)
                    72_formats_safetensors_write.h safetensors writer
    [impl-data]     75_data.h                      datasets, transforms, the DataLoader
+   [impl-text]     76_text.h                      vocabularies, text datasets, fortunes, sampling
    [impl-nn]       80_nn_modules.h                modules
                    80a_nn_attention.h             nn.MultiheadAttention
                    80r_nn_rnn.h                   LSTM, GRU

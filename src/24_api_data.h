@@ -30,13 +30,20 @@ typedef struct gdl_dataset {
     int ndim;                       /* sample dims, 1 .. GDL_MAX_DIMS-1 */
     int64_t shape[GDL_MAX_DIMS];    /* sample shape, e.g. [1,28,28], [3,32,32], [D] */
     int64_t sample_numel;           /* elements per sample */
-    gdl_dtype dtype;                /* storage: GDL_U8 or GDL_F32 (gdl_real) */
+    gdl_dtype dtype;                /* storage: GDL_U8 or GDL_F32 (gdl_real); GDL_I32: token ids, delivered
+                                       as i32 unchanged (no transform) */
     int num_classes;                /* labels are in [0, num_classes) */
-    void *x;                        /* n * sample_numel elements of dtype, C order */
-    int32_t *labels;                /* n labels */
+    void *x;                        /* n * sample_numel elements of dtype, C order; NULL for windows */
+    int32_t *labels;                /* n labels; NULL for windows */
+    /* text datasets ([api-text]) */
+    int64_t target_len;             /* 0: a label per sample, y i32 [B]; T: a target sequence, y i32 [B,T] */
+    int32_t *lengths;               /* NULL, or n unpadded lengths (gdl_loader_lengths hands them out) */
+    int32_t *tokens;                /* windows: sample i is tokens[i*stride, +T), its target the same + 1 */
+    int64_t ntokens, stride;
 } gdl_dataset;
 
-/* A copy of x (n samples of sample_shape, dtype GDL_U8 or GDL_F32 = gdl_real) and labels. NULL + error. */
+/* A copy of x (n samples of sample_shape, dtype GDL_U8, GDL_F32 = gdl_real, or GDL_I32 token ids) and
+   labels. NULL + error. */
 GPUDL_API gdl_dataset *gdl_dataset_from_arrays(const void *x, gdl_dtype x_dtype, int ndim,
                                                const int64_t *sample_shape, const int32_t *labels,
                                                int64_t n, int num_classes);
@@ -98,10 +105,15 @@ typedef struct gdl_loader gdl_loader;
 GPUDL_API gdl_loader_opts gdl_loader_defaults(void);
 /* A loader over ds (which must outlive it); o NULL means defaults. NULL + error. */
 GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *o);
-/* 1: *x f32 [B, sample shape] and *y i32 [B] on the loader's device (owned by the loader: do not free;
+/* 1: *x f32 [B, sample shape] (i32 for a dataset of token ids) and *y i32 [B] (i32 [B,T] with
+   target_len T) on the loader's device (owned by the loader: do not free;
    persistent, so gdl_arena_reset keeps them; valid until the next call); 0: end of the epoch, *x = *y =
    NULL (the next call starts the next epoch); -1: error. A GPU batch is copied after a device sync. */
 GPUDL_API int gdl_loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y);
+/* The unpadded lengths of the batch handed out last, i32 [B] on the loader's device (owned by the
+   loader, valid until the next call), for a dataset with lengths (gdl_dataset_text_classes). NULL +
+   error otherwise. */
+GPUDL_API gdl_tensor *gdl_loader_lengths(gdl_loader *l);
 /* Batches per epoch: floor(N/B) with drop_last, else ceil(N/B) (the last one smaller). -1 if l is NULL. */
 GPUDL_API int64_t gdl_loader_num_batches(const gdl_loader *l);
 /* The epoch the next batches come from (abandons an epoch in progress). 0 / -1. */

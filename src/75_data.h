@@ -33,8 +33,8 @@ static gdl_dataset *gdl__ds_alloc(const char *fn, gdl_dtype dt, int ndim, const 
     gdl_dataset *ds;
     int64_t numel = 1;
     int i;
-    if (dt != GDL_U8 && dt != GDL_F32) {
-        gdl__set_error("%s: sample dtype must be u8 or f32, got %s", fn, gdl_dtype_name(dt));
+    if (dt != GDL_U8 && dt != GDL_F32 && dt != GDL_I32) {
+        gdl__set_error("%s: sample dtype must be u8, f32 or i32 (token ids), got %s", fn, gdl_dtype_name(dt));
         return NULL;
     }
     if (ndim < 1 || ndim > GDL_MAX_DIMS - 1) {
@@ -99,6 +99,8 @@ GPUDL_API void gdl_dataset_free(gdl_dataset *ds) {
     if (!ds) return;
     GPUDL_FREE(ds->x);
     GPUDL_FREE(ds->labels);
+    GPUDL_FREE(ds->lengths);
+    GPUDL_FREE(ds->tokens);
     GPUDL_FREE(ds);
 }
 
@@ -286,6 +288,10 @@ GPUDL_API gdl_dataset *gdl_dataset_fashion_mnist(const char *dir_or_NULL, int tr
     return NULL;
 }
 
+/* A windows dataset is defined by its tokens: the subset keeps the tokens its windows cover
+   ([api-text], 76_text.h). */
+static gdl_dataset *gdl__ds_windows_subset(const char *fn, const gdl_dataset *ds, int64_t start, int64_t count);
+
 GPUDL_API gdl_dataset *gdl_dataset_subset(const gdl_dataset *ds, int64_t start, int64_t count) {
     static const char fn[] = "gdl_dataset_subset";
     gdl_dataset *s;
@@ -299,7 +305,17 @@ GPUDL_API gdl_dataset *gdl_dataset_subset(const gdl_dataset *ds, int64_t start, 
                        (long long)start, (long long)start + (long long)count, (long long)ds->n);
         return NULL;
     }
+    if (ds->tokens) return gdl__ds_windows_subset(fn, ds, start, count);
     if (!(s = gdl__ds_alloc(fn, ds->dtype, ds->ndim, ds->shape, count, ds->num_classes, 1))) return NULL;
+    s->target_len = ds->target_len;
+    if (ds->lengths) {
+        if (!(s->lengths = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)count))) {
+            gdl__set_error("%s: out of memory", fn);
+            gdl_dataset_free(s);
+            return NULL;
+        }
+        memcpy(s->lengths, ds->lengths + start, sizeof(int32_t) * (size_t)count);
+    }
     es = gdl_dtype_size(ds->dtype);
     memcpy(s->x, (const char *)ds->x + (size_t)(start * ds->sample_numel) * es,
            (size_t)(count * ds->sample_numel) * es);
@@ -312,9 +328,10 @@ GPUDL_API gdl_dataset *gdl_dataset_subset(const gdl_dataset *ds, int64_t start, 
 enum { GDL__SLOT_FREE = 0, GDL__SLOT_FILLING, GDL__SLOT_READY, GDL__SLOT_HELD };
 
 typedef struct gdl__slot {
-    gdl_real *x;          /* host buffer: batch_size samples of out_numel */
-    int32_t *y;           /* host buffer: batch_size labels */
-    gdl_tensor *tx, *ty;  /* CPU device: the batch tensors, owning x and y */
+    void *x;              /* host buffer: batch_size samples of out_numel (f32, or i32 token ids) */
+    int32_t *y;           /* host buffer: batch_size labels (target sequences of y_numel) */
+    int32_t *len;         /* host buffer: batch_size lengths (a dataset with lengths), else NULL */
+    gdl_tensor *tx, *ty, *tl; /* CPU device: the batch tensors, owning x, y and len */
     void *copied;         /* pinned: reached when the copy out of x and y is done */
     int state;            /* GDL__SLOT_*, under the mutex */
     int64_t batch;        /* the batch it holds or is filling */
@@ -328,6 +345,9 @@ struct gdl_loader {
     int out_ndim;                        /* batch dims, with the batch dim */
     int64_t out_shape[GDL_MAX_DIMS];
     int64_t out_numel;                   /* elements of one transformed sample */
+    gdl_dtype out_dtype;                 /* f32, or i32 for token ids */
+    int64_t y_numel;                     /* targets per sample: 1, or the dataset's target_len */
+    gdl_tensor *lengths_out;             /* the lengths of the batch handed out last */
     /* the transform plan */
     int norm;                            /* 0, or the number of mean/std channels */
     int64_t norm_plane;                  /* fast path: elements per normalisation channel */
@@ -349,7 +369,7 @@ struct gdl_loader {
        before it; otherwise one buffer, copied on the compute stream */
     int pinned;
     const gdl_backend *be;
-    gdl_tensor *dx[2], *dy[2];
+    gdl_tensor *dx[2], *dy[2], *dl[2];
     void *used[2];                       /* reached when the steps reading buffer k were done */
     int64_t delivered;                   /* batches delivered to the device, ever */
     void *stream;
@@ -451,11 +471,23 @@ static int64_t gdl__loader_index(const gdl_loader *l, int64_t pos) {
 
 /* Batch b of the current epoch into slot s's host buffers. */
 static void gdl__loader_fill(const gdl_loader *l, int64_t b, gdl__slot *s) {
+    const gdl_dataset *ds = l->ds;
     int64_t start = b * l->B, bsz = gdl__loader_bsz(l, b), k;
     for (k = 0; k < bsz; k++) {
         int64_t idx = gdl__loader_index(l, start + k);
-        s->y[k] = l->ds->labels[idx];
-        gdl__loader_sample(l, idx, s->x + (size_t)(k * l->out_numel));
+        if (s->len) s->len[k] = ds->lengths[idx];
+        if (ds->tokens) { /* a window and its next-token targets */
+            const int32_t *w = ds->tokens + (size_t)(idx * ds->stride);
+            memcpy((int32_t *)s->x + (size_t)(k * l->out_numel), w, sizeof(int32_t) * (size_t)l->out_numel);
+            memcpy(s->y + (size_t)(k * l->y_numel), w + 1, sizeof(int32_t) * (size_t)l->y_numel);
+            continue;
+        }
+        s->y[k] = ds->labels[idx];
+        if (l->out_dtype == GDL_I32)
+            memcpy((int32_t *)s->x + (size_t)(k * l->out_numel), (const int32_t *)ds->x + (size_t)(idx * l->out_numel),
+                   sizeof(int32_t) * (size_t)l->out_numel);
+        else
+            gdl__loader_sample(l, idx, (gdl_real *)s->x + (size_t)(k * l->out_numel));
     }
 }
 
@@ -559,7 +591,11 @@ static void gdl__loader_destroy(gdl_loader *l) {
             if (s->tx || s->ty) { /* CPU delivery: the tensors own the buffers */
                 gdl_free(s->tx);
                 gdl_free(s->ty);
-            } else if (l->pinned) {
+                gdl_free(s->tl);
+                continue;
+            }
+            GPUDL_FREE(s->len);
+            if (l->pinned) {
                 /* no copy may still read them */
                 if (s->copied && l->be->event_synchronize(s->copied) < 0) l->be->synchronize();
                 if (s->copied) l->be->event_destroy(s->copied);
@@ -575,6 +611,7 @@ static void gdl__loader_destroy(gdl_loader *l) {
     for (i = 0; i < 2; i++) {
         gdl_free(l->dx[i]);
         gdl_free(l->dy[i]);
+        gdl_free(l->dl[i]);
         if (l->used[i]) l->be->event_destroy(l->used[i]);
     }
     if (l->stream) l->be->stream_destroy(l->stream);
@@ -594,6 +631,12 @@ static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     l->out_shape[0] = l->B < l->n ? l->B : l->n; /* no buffer holds more than an epoch */
     memcpy(l->out_shape + 1, ds->shape, sizeof(int64_t) * (size_t)ds->ndim);
     l->out_numel = ds->sample_numel;
+    l->out_dtype = ds->dtype == GDL_I32 ? GDL_I32 : GDL_F32;
+    l->y_numel = ds->target_len ? ds->target_len : 1;
+    if (ds->dtype == GDL_I32 && (t->normalize || t->crop_padding || t->crop_size || t->hflip)) {
+        gdl__set_error("%s: the samples are token ids (i32 %s): transforms do not apply to them", fn, ss);
+        return -1;
+    }
     if (t->normalize) {
         if (t->normalize < 0 || t->normalize > GDL_TRANSFORM_MAX_CHANNELS ||
             (t->normalize != 1 && (ds->ndim < 2 || t->normalize != ds->shape[0]))) {
@@ -686,13 +729,25 @@ static int gdl__loader_check_opts(const char *fn, const gdl_dataset *ds, const g
     return 0;
 }
 
+/* A batch's targets: i32 [B], or [B,T] for target sequences. */
+static gdl_tensor *gdl__loader_empty_y(const gdl_loader *l) {
+    int64_t shape[2];
+    shape[0] = l->out_shape[0];
+    shape[1] = l->y_numel;
+    return gdl_empty(l->ds->target_len ? 2 : 1, shape, GDL_I32, l->o.device);
+}
+
 /* A GPU loader's device batch buffers (two with pin_memory, with their events and copy stream). */
 static int gdl__loader_device_buffers(const char *fn, gdl_loader *l) {
     int i;
     if (!(l->be = gdl__be(fn, l->o.device))) return -1;
     for (i = 0; i < (l->pinned ? 2 : 1); i++) {
-        l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, l->o.device);
-        l->dy[i] = l->dx[i] ? gdl_empty(1, l->out_shape, GDL_I32, l->o.device) : NULL;
+        l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, l->out_dtype, l->o.device);
+        l->dy[i] = l->dx[i] ? gdl__loader_empty_y(l) : NULL;
+        if (l->dy[i] && l->ds->lengths && !(l->dl[i] = gdl_empty(1, l->out_shape, GDL_I32, l->o.device))) {
+            gdl__data_wrap_error(fn);
+            return -1;
+        }
         if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->event_create()))) {
             gdl__data_wrap_error(fn);
             return -1;
@@ -720,22 +775,29 @@ static int gdl__loader_slots(const char *fn, gdl_loader *l) {
     }
     memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
     bmax = l->out_shape[0];
-    xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel), ybytes = sizeof(int32_t) * (size_t)bmax;
+    xbytes = gdl_dtype_size(l->out_dtype) * (size_t)(bmax * l->out_numel);
+    ybytes = sizeof(int32_t) * (size_t)(bmax * l->y_numel);
     for (i = 0; i < l->nslots; i++) {
         gdl__slot *s = &l->slots[i];
         if (is_cpu) {
-            s->tx = gdl_empty(l->out_ndim, l->out_shape, GDL_F32, l->o.device);
-            s->ty = s->tx ? gdl_empty(1, l->out_shape, GDL_I32, l->o.device) : NULL;
-            if (!s->ty) {
+            s->tx = gdl_empty(l->out_ndim, l->out_shape, l->out_dtype, l->o.device);
+            s->ty = s->tx ? gdl__loader_empty_y(l) : NULL;
+            if (s->ty && l->ds->lengths) s->tl = gdl_empty(1, l->out_shape, GDL_I32, l->o.device);
+            if (!s->ty || (l->ds->lengths && !s->tl)) {
                 gdl__data_wrap_error(fn);
                 return -1;
             }
-            s->x = (gdl_real *)s->tx->data;
+            s->x = s->tx->data;
             s->y = (int32_t *)s->ty->data;
+            if (s->tl) s->len = (int32_t *)s->tl->data;
             continue;
         }
+        if (l->ds->lengths && !(s->len = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)bmax))) {
+            gdl__set_error("%s: out of memory", fn);
+            return -1;
+        }
         if (l->pinned) {
-            s->x = (gdl_real *)l->be->host_alloc(xbytes);
+            s->x = l->be->host_alloc(xbytes);
             s->y = s->x ? (int32_t *)l->be->host_alloc(ybytes) : NULL;
             if (!s->y || !(s->copied = l->be->event_create())) {
                 gdl__data_wrap_error(fn);
@@ -743,7 +805,7 @@ static int gdl__loader_slots(const char *fn, gdl_loader *l) {
             }
             continue;
         }
-        s->x = (gdl_real *)GPUDL_MALLOC(xbytes);
+        s->x = GPUDL_MALLOC(xbytes);
         s->y = (int32_t *)GPUDL_MALLOC(ybytes);
         if (!s->x || !s->y) {
             gdl__set_error("%s: out of memory for %d host batch buffers of %s", fn, l->nslots,
@@ -862,12 +924,23 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
     static const char fn[] = "gdl_loader_next";
     int k = l->pinned ? (int)(l->delivered & 1) : 0;
     gdl_tensor *tx = s->tx ? s->tx : l->dx[k], *ty = s->ty ? s->ty : l->dy[k];
+    gdl_tensor *tl = s->tx ? s->tl : l->dl[k];
     tx->shape[0] = bsz;
     tx->numel = bsz * l->out_numel;
     ty->shape[0] = bsz;
-    ty->numel = bsz;
+    ty->numel = bsz * l->y_numel;
+    if (tl) {
+        tl->shape[0] = bsz;
+        tl->numel = bsz;
+    }
+    l->lengths_out = tl;
     if (!s->tx) {
-        size_t xb = sizeof(gdl_real) * (size_t)tx->numel, yb = sizeof(int32_t) * (size_t)bsz;
+        size_t xb = gdl_dtype_size(l->out_dtype) * (size_t)tx->numel, yb = sizeof(int32_t) * (size_t)ty->numel;
+        /* lengths: a plain copy, which is done with s->len when it returns */
+        if (tl && (!gdl__be(fn, l->o.device) || l->be->copy(tl->data, s->len, sizeof(int32_t) * (size_t)bsz, 0) < 0)) {
+            gdl__data_wrap_error(fn);
+            return -1;
+        }
         /* makes the device current; a plain copy runs on the compute stream,
            after the kernels that still read the buffer */
         if (!gdl__be(fn, l->o.device) ||
@@ -912,6 +985,7 @@ static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
     gdl__slot *s;
     *x = NULL;
     *y = NULL;
+    l->lengths_out = NULL;
 #ifndef GPUDL_NO_THREADS
     if (l->started > 0 && l->held >= 0) { /* the batch handed out last goes back to the workers */
         if (gdl__loader_release(l, &l->slots[l->held]) < 0) return -1;
@@ -956,6 +1030,22 @@ static int gdl__loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y) {
         gdl__loader_fill(l, b, s);
     }
     return gdl__loader_deliver(l, s, gdl__loader_bsz(l, b), x, y) < 0 ? -1 : 1;
+}
+
+GPUDL_API gdl_tensor *gdl_loader_lengths(gdl_loader *l) {
+    if (!l) {
+        gdl__set_error("gdl_loader_lengths: l is NULL");
+        return NULL;
+    }
+    if (!l->ds->lengths) {
+        gdl__set_error("gdl_loader_lengths: the dataset has no lengths (only padded text datasets have them)");
+        return NULL;
+    }
+    if (!l->lengths_out) {
+        gdl__set_error("gdl_loader_lengths: no batch is handed out (call gdl_loader_next first)");
+        return NULL;
+    }
+    return l->lengths_out;
 }
 
 GPUDL_API int64_t gdl_loader_num_batches(const gdl_loader *l) {

@@ -1223,6 +1223,58 @@ TEST loader_pinned_matches_cpu(void) {
     PASS();
 }
 
+/* Token datasets to a CUDA device, pinned and not: i32 windows with [B,T] targets, and padded labelled
+   text with its lengths (gdl_loader_lengths), equal to the CPU loader's batches. */
+TEST loader_text_matches_cpu(void) {
+    enum { N = 200, T = 9, V = 13 };
+    int32_t tok[N];
+    gdl_text_list tl;
+    gdl_vocab *v;
+    gdl_dataset *ds[2];
+    int i, k, pinned;
+    memset(&tl, 0, sizeof tl);
+    for (i = 0; i < N; i++) tok[i] = (int32_t)((i * 7 + i / 5) % V);
+    ASSERT_NOT_NULL(ds[0] = gdl_dataset_lm_windows(tok, N, T, 2, V));
+    ASSERT_NOT_NULL(v = gdl_vocab_build("abcdefgh", 8, NULL));
+    ASSERT_EQ(0, gdl__tl_class("t", &tl, 2, "c"));
+    for (i = 0; i < 37; i++) ASSERT_EQ(0, gdl__tl_push("t", &tl, "abcdefgh" + i % 7, (size_t)(1 + i % 7), i % 3));
+    ASSERT_NOT_NULL(ds[1] = gdl_dataset_text_classes(&tl, v, 5));
+    for (k = 0; k < 2; k++)
+        for (pinned = 0; pinned < 2; pinned++) {
+            gdl_loader_opts o = gdl_loader_defaults();
+            gdl_loader *lc, *lg;
+            int nb = 0;
+            o.batch_size = 8;
+            o.shuffle = 1;
+            o.seed = 4;
+            o.num_workers = 2;
+            ASSERT_NOT_NULL(lc = gdl_loader_new(ds[k], &o));
+            o.device = GPU;
+            o.pin_memory = pinned;
+            ASSERT_NOT_NULL(lg = gdl_loader_new(ds[k], &o));
+            for (;;) {
+                gdl_tensor *xc, *yc, *xg, *yg;
+                int rc = gdl_loader_next(lc, &xc, &yc), rg = gdl_loader_next(lg, &xg, &yg);
+                ASSERT_EQ(rc, rg);
+                if (rc <= 0) break;
+                ASSERT_EQ(GDL_I32, xg->dtype);
+                ASSERT(gdl_device_equal(yg->device, GPU));
+                if (!same_bytes(xc, xg) || !same_bytes(yc, yg) ||
+                    (k == 1 && !same_bytes(gdl_loader_lengths(lc), gdl_loader_lengths(lg))))
+                    FAILf("dataset %d (pinned %d) batch %d on the GPU differs from the CPU's", k, pinned, nb);
+                nb++;
+            }
+            ASSERT_EQ(k == 0 ? 12 : 5, nb);
+            gdl_loader_free(lc);
+            gdl_loader_free(lg);
+        }
+    gdl_dataset_free(ds[0]);
+    gdl_dataset_free(ds[1]);
+    gdl_vocab_free(v);
+    gdl_text_list_free(&tl);
+    PASS();
+}
+
 /* ---- two devices, host threads ---- */
 
 /* A training loop fed by a pinned GPU loader makes no host synchronisation
@@ -3460,6 +3512,7 @@ SUITE(devices) {
     RUN_GPU(overlapping_device_copies);
     RUN_GPU(allocator_steady_state_and_oom);
     RUN_GPU(loader_pinned_matches_cpu);
+    RUN_GPU(loader_text_matches_cpu);
     {
         static const int inline_, two = 2;
         RUN_GPU_NAMED("loader_steps_without_host_waits_inline", loader_steps_without_host_waits, &inline_);

@@ -2,8 +2,11 @@
    Fashion-MNIST locator, subsets), transforms (scale, normalise, random
    crop with zero padding, horizontal flip) and the DataLoader (batch counts,
    every sample once per epoch, shuffle determinism, identical batches for 0,
-   2 and 4 workers, shutdown mid-epoch), with every failure checked for a
-   clear message and no leak (a counting, fault-injecting allocator).
+   2 and 4 workers, shutdown mid-epoch), text data (vocabularies, language-
+   modelling windows, padded labelled text, fortune readers, splits,
+   sampling), with every failure checked for a clear message and no leak (a
+   counting, fault-injecting allocator). Debian's fortunes are read when
+   installed (make data-text), and that one test is skipped loudly otherwise.
 
    Build (from the repository root):
        cc -std=c99 -Wall -Wextra -Wpedantic -pthread -DGPUDL_ZLIB \
@@ -14,6 +17,7 @@
    exists (apt-get install dataset-fashion-mnist) and are skipped otherwise.
 */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -282,8 +286,8 @@ TEST test_from_arrays_errors(void) {
     ASSERT_CONTAINS(gdl_last_error(), "gdl_dataset_from_arrays: x is NULL");
     ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 2, shape, NULL, 2, 4));
     ASSERT_CONTAINS(gdl_last_error(), "labels is NULL");
-    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_I32, 2, shape, lab, 2, 4));
-    ASSERT_CONTAINS(gdl_last_error(), "must be u8 or f32, got i32");
+    ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_F16, 2, shape, lab, 2, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "must be u8, f32 or i32 (token ids), got f16");
     ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, 0, shape, lab, 2, 4));
     ASSERT_CONTAINS(gdl_last_error(), "sample ndim 0 out of range");
     ASSERT_NULL(gdl_dataset_from_arrays(px, GDL_U8, GDL_MAX_DIMS, shape, lab, 2, 4));
@@ -1444,6 +1448,742 @@ SUITE(loader) {
     RUN_TEST(test_batch_survives_arena_reset);
 }
 
+/* ---- text data ([api-text]) --------------------------------------------------- */
+
+/* Writes the NUL-terminated s to tmp file name; its path. */
+static const char *write_text(const char *name, const char *s) {
+    const char *p = tpath(name);
+    return write_bytes(p, s, strlen(s), 0) == 0 ? p : NULL;
+}
+
+/* Char level: a token is a code point, so multibyte characters are one id each. */
+TEST test_vocab_char_roundtrip(void) {
+    static const char text[] = "h\xC3\xA9llo w\xC3\xB6rld \xE2\x98\x83 \xF0\x9F\x98\x80\nll\\\t";
+    gdl_vocab *v = gdl_vocab_build(text, strlen(text), NULL);
+    int32_t ids[64], one[4];
+    char back[128];
+    int64_t n, i;
+    if (!v) FAILm(gdl_last_error());
+    /* h é l o ' ' w ö r d ☃ 😀 \n \ \t: 14 code points + <pad>, <unk> */
+    ASSERT_EQ(16, gdl_vocab_size(v));
+    ASSERT_EQ(GDL_VOCAB_CHAR, gdl_vocab_level(v));
+    ASSERT_STR_EQ("<pad>", gdl_vocab_token(v, GDL_VOCAB_PAD));
+    ASSERT_STR_EQ("<unk>", gdl_vocab_token(v, GDL_VOCAB_UNK));
+    ASSERT_STR_EQ("l", gdl_vocab_token(v, 2)); /* the most frequent first: l x5 */
+    ASSERT_STR_EQ(" ", gdl_vocab_token(v, 3)); /* then ' ' x3 */
+    n = gdl_vocab_encode(v, text, strlen(text), NULL, 0);
+    ASSERT_EQ(20, n); /* code points, not bytes */
+    ASSERT_EQ(n, gdl_vocab_encode(v, text, strlen(text), ids, 64));
+    for (i = 0; i < n; i++) ASSERT(ids[i] >= 2);
+    ASSERT_EQ((int64_t)strlen(text), gdl_vocab_decode(v, ids, n, back, sizeof back));
+    ASSERT_STR_EQ(text, back);
+    /* one multibyte character is one id, and its token is its bytes */
+    ASSERT_EQ(1, gdl_vocab_encode(v, "\xF0\x9F\x98\x80", 4, one, 4));
+    ASSERT_STR_EQ("\xF0\x9F\x98\x80", gdl_vocab_token(v, one[0]));
+    ASSERT_EQ(one[0], gdl_vocab_id(v, "\xF0\x9F\x98\x80"));
+    /* unknown characters: <unk>, decoded as U+FFFD; <pad> decodes to nothing */
+    ASSERT_EQ(2, gdl_vocab_encode(v, "z\xC3\xA9", 3, one, 4));
+    ASSERT_EQ(GDL_VOCAB_UNK, one[0]);
+    one[2] = GDL_VOCAB_PAD;
+    ASSERT_EQ(5, gdl_vocab_decode(v, one, 3, back, sizeof back));
+    ASSERT_STR_EQ("\xEF\xBF\xBD\xC3\xA9", back);
+    ASSERT_EQ(GDL_VOCAB_UNK, gdl_vocab_id(v, "z"));
+    /* decode truncates as snprintf does */
+    ASSERT_EQ((int64_t)strlen(text), gdl_vocab_decode(v, ids, n, back, 4));
+    ASSERT_STR_EQ("h\xC3\xA9", back);
+    gdl_vocab_free(v);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_vocab_word(void) {
+    static const char text[] = "The cat sat on the mat. the dog's mat!  \n\xC3\xA9t\xC3\xA9 the";
+    gdl_vocab_opts o = gdl_vocab_defaults();
+    gdl_vocab *v;
+    int32_t ids[32];
+    char back[128];
+    int64_t n;
+    o.level = GDL_VOCAB_WORD;
+    v = gdl_vocab_build(text, strlen(text), &o);
+    if (!v) FAILm(gdl_last_error());
+    /* the x3 (The is another word), mat x2, then the singles in byte order */
+    ASSERT_STR_EQ("the", gdl_vocab_token(v, 2));
+    ASSERT_STR_EQ("mat", gdl_vocab_token(v, 3));
+    ASSERT_STR_EQ("!", gdl_vocab_token(v, 4));
+    ASSERT_EQ(12, gdl_vocab_size(v)); /* the mat ! . The cat dog's on sat été + 2 */
+    n = gdl_vocab_encode(v, "the dog's \xC3\xA9t\xC3\xA9 wins.", 21, ids, 32);
+    ASSERT_EQ(5, n);
+    ASSERT_EQ(GDL_VOCAB_UNK, ids[3]);
+    ASSERT_EQ(gdl_vocab_id(v, "dog's"), ids[1]);
+    ASSERT_EQ(23, gdl_vocab_decode(v, ids, n, back, sizeof back));
+    ASSERT_STR_EQ("the dog's \xC3\xA9t\xC3\xA9 <unk> .", back);
+    gdl_vocab_free(v);
+    /* frequency cut-off and lowercasing: only "the" (x4) and "mat" (x2) stay */
+    o.min_freq = 2;
+    o.lowercase = 1;
+    v = gdl_vocab_build(text, strlen(text), &o);
+    if (!v) FAILm(gdl_last_error());
+    ASSERT_EQ(4, gdl_vocab_size(v));
+    ASSERT_EQ(2, gdl_vocab_id(v, "THE"));
+    ASSERT_EQ(3, gdl_vocab_encode(v, "The MAT cat", 11, ids, 32));
+    ASSERT_EQ(2, ids[0]);
+    ASSERT_EQ(3, ids[1]);
+    ASSERT_EQ(GDL_VOCAB_UNK, ids[2]);
+    gdl_vocab_free(v);
+    /* max_size keeps the most frequent */
+    o.min_freq = 1;
+    o.max_size = 3;
+    v = gdl_vocab_build(text, strlen(text), &o);
+    if (!v) FAILm(gdl_last_error());
+    ASSERT_EQ(3, gdl_vocab_size(v));
+    ASSERT_STR_EQ("the", gdl_vocab_token(v, 2));
+    gdl_vocab_free(v);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_vocab_save_load(void) {
+    static const char text[] = "a\\b\nc\td\r\xD0\x96\xD0\x96 \xE2\x82\xAC<unk>";
+    const char *path = tpath("v.vocab");
+    gdl_vocab_opts o = gdl_vocab_defaults();
+    int level;
+    remember(path);
+    for (level = 0; level < 2; level++) {
+        gdl_vocab *v, *w;
+        int32_t a[64], b[64];
+        int64_t i, n;
+        o.level = level;
+        o.lowercase = level;
+        v = gdl_vocab_build(text, strlen(text), &o);
+        if (!v) FAILm(gdl_last_error());
+        if (gdl_vocab_save(v, path) < 0) FAILm(gdl_last_error());
+        w = gdl_vocab_load(path);
+        if (!w) FAILm(gdl_last_error());
+        ASSERT_EQ(gdl_vocab_size(v), gdl_vocab_size(w));
+        ASSERT_EQ(level, gdl_vocab_level(w));
+        for (i = 0; i < gdl_vocab_size(v); i++) ASSERT_STR_EQ(gdl_vocab_token(v, (int32_t)i), gdl_vocab_token(w, (int32_t)i));
+        n = gdl_vocab_encode(v, text, strlen(text), a, 64);
+        ASSERT_EQ(n, gdl_vocab_encode(w, text, strlen(text), b, 64));
+        for (i = 0; i < n; i++) ASSERT_EQ(a[i], b[i]);
+        if (level == 1) ASSERT_EQ(gdl_vocab_id(w, "a"), gdl_vocab_id(w, "A")); /* lowercasing survives */
+        gdl_vocab_free(v);
+        gdl_vocab_free(w);
+    }
+    /* U+0000 is a character too: escaped in the file, one byte when decoded */
+    {
+        gdl_vocab *v = gdl_vocab_build("a\0b", 3, NULL), *w;
+        int32_t ids[3];
+        char back[8];
+        if (!v || gdl_vocab_save(v, path) < 0 || !(w = gdl_vocab_load(path))) FAILm(gdl_last_error());
+        ASSERT_EQ(3, gdl_vocab_encode(w, "a\0b", 3, ids, 3));
+        ASSERT_EQ(3, gdl_vocab_decode(w, ids, 3, back, sizeof back));
+        ASSERT_EQ(0, memcmp(back, "a\0b", 4));
+        gdl_vocab_free(v);
+        gdl_vocab_free(w);
+    }
+    /* bad files */
+    ASSERT_NULL(gdl_vocab_load(tpath("no-such.vocab")));
+    ASSERT_CONTAINS(gdl_last_error(), "cannot open");
+    ASSERT_NULL(gdl_vocab_load(write_text("bad1.vocab", "hello\n")));
+    ASSERT_CONTAINS(gdl_last_error(), "not a gpudl vocabulary");
+    ASSERT_NULL(gdl_vocab_load(write_text("bad2.vocab", "gpudl-vocab 1 char 0 4\n<pad>\n<unk>\na\n")));
+    ASSERT_CONTAINS(gdl_last_error(), "4 tokens announced, the file ends after 3");
+    ASSERT_NULL(gdl_vocab_load(write_text("bad3.vocab", "gpudl-vocab 1 char 0 3\n<pad>\n<unk>\n\\x\n")));
+    ASSERT_CONTAINS(gdl_last_error(), "bad escape");
+    ASSERT_NULL(gdl_vocab_load(write_text("bad4.vocab", "gpudl-vocab 1 char 0 4\n<pad>\n<unk>\na\na\n")));
+    ASSERT_CONTAINS(gdl_last_error(), "repeats token 2");
+    ASSERT_NULL(gdl_vocab_load(write_text("bad5.vocab", "gpudl-vocab 1 word 0 3\n<unk>\n<pad>\na\n")));
+    ASSERT_CONTAINS(gdl_last_error(), "tokens 0 and 1 must be <pad> and <unk>");
+    ASSERT_EQ(-1, gdl_vocab_save(NULL, path));
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_vocab_errors(void) {
+    gdl_vocab_opts o = gdl_vocab_defaults();
+    gdl_vocab *v;
+    int32_t ids[4] = {0, 1, 99, -1};
+    char buf[16];
+    ASSERT_NULL(gdl_vocab_build("", 0, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_vocab_build: the text (0 bytes) has no tokens");
+    o.level = GDL_VOCAB_WORD;
+    ASSERT_NULL(gdl_vocab_build(" \n\t ", 4, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "has no tokens");
+    ASSERT_NULL(gdl_vocab_build("ab\xC3(", 4, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "not valid UTF-8 at byte 2 of 4");
+    ASSERT_NULL(gdl_vocab_build(NULL, 3, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "text is NULL");
+    o = gdl_vocab_defaults();
+    o.min_freq = 0;
+    ASSERT_NULL(gdl_vocab_build("abc", 3, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "min_freq 0 must be >= 1");
+    o = gdl_vocab_defaults();
+    o.max_size = 2;
+    ASSERT_NULL(gdl_vocab_build("abc", 3, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "max_size 2 0 (no cap) or >= 3");
+    o = gdl_vocab_defaults();
+    o.level = 7;
+    ASSERT_NULL(gdl_vocab_build("abc", 3, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "level 7");
+    v = gdl_vocab_build("abc", 3, NULL);
+    if (!v) FAILm(gdl_last_error());
+    ASSERT_EQ(-1, gdl_vocab_decode(v, ids, 3, buf, sizeof buf));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_vocab_decode: id 99 at 2 out of range [0, 5)");
+    ASSERT_EQ(-1, gdl_vocab_encode(v, "a\xFF", 2, ids, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "not valid UTF-8");
+    ASSERT_NULL(gdl_vocab_token(v, 5));
+    ASSERT_CONTAINS(gdl_last_error(), "id 5 out of range [0, 5)");
+    gdl_vocab_free(v);
+    gdl_vocab_free(NULL);
+    ASSERT_EQ(-1, gdl_vocab_size(NULL));
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* Every window is the stream at its offset, its target the same shifted by one, through a shuffling
+   loader with workers; the i32 dtypes and [B,T] targets cross_entropy takes once flattened. */
+TEST test_lm_windows(void) {
+    enum { N = 103, T = 7, V = 11 };
+    int32_t tok[N];
+    gdl_dataset *ds, *sub;
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L;
+    gdl_tensor *x, *y;
+    int64_t seen[N] = {0}, i, got = 0;
+    int stride, r;
+    for (i = 0; i < N; i++) tok[i] = (int32_t)(gdl_hash64(5, (uint64_t)i) % V);
+    for (stride = 1; stride <= T + 3; stride += T + 2) {
+        ds = gdl_dataset_lm_windows(tok, N, T, stride, V);
+        if (!ds) FAILm(gdl_last_error());
+        ASSERT_EQ((N - T - 1) / stride + 1, ds->n);
+        ASSERT_EQ(V, ds->num_classes);
+        o.batch_size = 8;
+        o.shuffle = 1;
+        o.num_workers = 2;
+        o.seed = 3;
+        L = gdl_loader_new(ds, &o);
+        if (!L) FAILm(gdl_last_error());
+        memset(seen, 0, sizeof seen);
+        got = 0;
+        while ((r = gdl_loader_next(L, &x, &y)) == 1) {
+            const int32_t *xs = (const int32_t *)x->data, *ys = (const int32_t *)y->data;
+            int64_t b, t;
+            ASSERT_EQ(GDL_I32, x->dtype);
+            ASSERT_EQ(GDL_I32, y->dtype);
+            ASSERT_EQ(2, x->ndim);
+            ASSERT_EQ(2, y->ndim);
+            ASSERT_EQ(T, x->shape[1]);
+            ASSERT_EQ(T, y->shape[1]);
+            ASSERT_EQ(x->shape[0], y->shape[0]);
+            for (b = 0; b < x->shape[0]; b++) {
+                int64_t at = -1;
+                /* find the offset: the window is tokens[at, at+T) for some multiple of stride */
+                for (i = 0; i + T < N && at < 0; i += stride)
+                    if (memcmp(tok + i, xs + b * T, sizeof(int32_t) * T) == 0 && seen[i] == 0) at = i;
+                ASSERTm("a window that is not the stream at an unseen offset", at >= 0);
+                seen[at]++;
+                for (t = 0; t < T; t++) ASSERT_EQ(tok[at + t + 1], ys[b * T + t]);
+                for (t = 0; t + 1 < T; t++) ASSERT_EQ(xs[b * T + t + 1], ys[b * T + t]);
+            }
+            got += x->shape[0];
+        }
+        ASSERT_EQ(0, r);
+        ASSERT_EQ(ds->n, got);
+        ASSERT_NULL(gdl_loader_lengths(L));
+        ASSERT_CONTAINS(gdl_last_error(), "the dataset has no lengths");
+        gdl_loader_free(L);
+        /* a subset is the same windows */
+        sub = gdl_dataset_subset(ds, 2, 3);
+        if (!sub) FAILm(gdl_last_error());
+        ASSERT_EQ(3, sub->n);
+        ASSERT_EQ(0, memcmp(sub->tokens, tok + 2 * stride, sizeof(int32_t) * (size_t)(2 * stride + T + 1)));
+        gdl_dataset_free(sub);
+        /* transforms do not apply to token ids */
+        o.transform.normalize = 1;
+        o.transform.std[0] = 1;
+        ASSERT_NULL(gdl_loader_new(ds, &o));
+        ASSERT_CONTAINS(gdl_last_error(), "token ids (i32 [7]): transforms do not apply");
+        memset(&o.transform, 0, sizeof o.transform);
+        gdl_dataset_free(ds);
+    }
+    /* errors: T larger than the stream, T < 1, a token outside the vocabulary */
+    ASSERT_NULL(gdl_dataset_lm_windows(tok, 7, 7, 1, V));
+    ASSERT_CONTAINS(gdl_last_error(), "a stream of 7 tokens is too short for one window of T = 7");
+    ASSERT_NOT_NULL(ds = gdl_dataset_lm_windows(tok, 8, 7, 1, V)); /* exactly one window */
+    ASSERT_EQ(1, ds->n);
+    gdl_dataset_free(ds);
+    ASSERT_NULL(gdl_dataset_lm_windows(tok, N, 0, 1, V));
+    ASSERT_CONTAINS(gdl_last_error(), "T 0, stride 1 and vocab_size 11 must all be >= 1");
+    ASSERT_NULL(gdl_dataset_lm_windows(tok, N, 4, 1, 3));
+    ASSERT_CONTAINS(gdl_last_error(), "out of range [0, 3)");
+    ASSERT_NULL(gdl_dataset_lm_windows(NULL, N, 4, 1, V));
+    ASSERT_CONTAINS(gdl_last_error(), "tokens is NULL");
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* Labelled texts: padded with <pad> to max_len, cut beyond it, lengths per sample and per batch. */
+TEST test_text_classes(void) {
+    gdl_text_list tl;
+    gdl_vocab *v;
+    gdl_dataset *ds;
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L;
+    gdl_tensor *x, *y, *len;
+    static const char *texts[4] = {"ab", "abcdef", "", "c\xC3\xA9"};
+    int64_t i, k;
+    memset(&tl, 0, sizeof tl);
+    ASSERT_EQ(0, gdl_text_read_fortune_file(write_text("c0.txt", "ab\n%\nabcdef\n"), 0, "zero", &tl));
+    ASSERT_EQ(0, gdl_text_read_fortune_file(write_text("c1.txt", "  \n%\nc\xC3\xA9\n%\n"), 1, "one", &tl));
+    ASSERT_EQ(3, tl.n); /* the blank entry is skipped */
+    ASSERT_EQ(2, tl.num_classes);
+    ASSERT_STR_EQ("one", tl.class_names[1]);
+    v = gdl_vocab_build("abcdef\xC3\xA9", 8, NULL);
+    if (!v) FAILm(gdl_last_error());
+    ds = gdl_dataset_text_classes(&tl, v, 4);
+    if (!ds) FAILm(gdl_last_error());
+    ASSERT_EQ(3, ds->n);
+    ASSERT_EQ(GDL_I32, ds->dtype);
+    ASSERT_EQ(4, ds->shape[0]);
+    ASSERT_EQ(2, ds->num_classes);
+    {
+        static const int32_t want_len[3] = {2, 4, 2};
+        static const int want_text[3] = {0, 1, 3};
+        for (i = 0; i < 3; i++) {
+            const int32_t *row = (const int32_t *)ds->x + i * 4;
+            int32_t ids[8];
+            int64_t n = gdl_vocab_encode(v, texts[want_text[i]], strlen(texts[want_text[i]]), ids, 8);
+            ASSERT_EQ(want_len[i], ds->lengths[i]);
+            for (k = 0; k < 4; k++) ASSERT_EQ(k < n ? ids[k] : GDL_VOCAB_PAD, row[k]);
+        }
+    }
+    o.batch_size = 2;
+    o.num_workers = 1;
+    L = gdl_loader_new(ds, &o);
+    if (!L) FAILm(gdl_last_error());
+    ASSERT_NULL(gdl_loader_lengths(L));
+    ASSERT_CONTAINS(gdl_last_error(), "call gdl_loader_next first");
+    for (k = 0; gdl_loader_next(L, &x, &y) == 1; k++) {
+        len = gdl_loader_lengths(L);
+        if (!len) FAILm(gdl_last_error());
+        ASSERT_EQ(GDL_I32, x->dtype);
+        ASSERT_EQ(4, x->shape[1]);
+        ASSERT_EQ(y->shape[0], len->shape[0]);
+        for (i = 0; i < len->shape[0]; i++) {
+            ASSERT_EQ(ds->lengths[k * 2 + i], ((int32_t *)len->data)[i]);
+            ASSERT_EQ(ds->labels[k * 2 + i], ((int32_t *)y->data)[i]);
+        }
+    }
+    ASSERT_EQ(2, k);
+    gdl_loader_free(L);
+    gdl_dataset_free(ds);
+    ASSERT_NULL(gdl_dataset_text_classes(&tl, v, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "max_len 0 out of range");
+    gdl_text_list_free(&tl);
+    ASSERT_NULL(gdl_dataset_text_classes(&tl, v, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "the list has 0 texts");
+    gdl_vocab_free(v);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* strfile entries, directories read in name order, and the readers' errors. */
+TEST test_fortune_reader(void) {
+    gdl_text_list tl;
+    const char *dir = tpath("lang"), *paths[2];
+    char p[600];
+    memset(&tl, 0, sizeof tl);
+    ASSERT_EQ(0, gdl_text_read_fortune_file(write_text("f.txt", "one\n%\ntwo\nlines\n\n%\n%\n \n%\nlast"), 3,
+                                            "f", &tl));
+    ASSERT_EQ(3, tl.n);
+    ASSERT_STR_EQ("one", tl.texts[0]);
+    ASSERT_STR_EQ("two\nlines", tl.texts[1]);
+    ASSERT_EQ(9, tl.lens[1]);
+    ASSERT_STR_EQ("last", tl.texts[2]);
+    ASSERT_EQ(3, tl.labels[2]);
+    ASSERT_EQ(4, tl.num_classes);
+    ASSERT_NULL(tl.class_names[0]);
+    ASSERT_STR_EQ("f", tl.class_names[3]);
+    gdl_text_list_free(&tl);
+    /* a directory: regular files in name order; .dat, .u8, dot files and subdirectories left out */
+    ASSERT_EQ(0, make_dir(dir));
+    snprintf(p, sizeof p, "%s/b", dir);
+    ASSERT_EQ(0, write_bytes(p, "bee\n%\n", 6, 0));
+    snprintf(p, sizeof p, "%s/a", dir);
+    ASSERT_EQ(0, write_bytes(p, "ay\n%\nay2\n", 9, 0));
+    snprintf(p, sizeof p, "%s/a.dat", dir);
+    ASSERT_EQ(0, write_bytes(p, "\x01\x02", 2, 0));
+    snprintf(p, sizeof p, "%s/a.u8", dir);
+    ASSERT_EQ(0, write_bytes(p, "no\n", 3, 0));
+    snprintf(p, sizeof p, "%s/off", dir);
+    ASSERT_EQ(0, make_dir(p));
+    snprintf(p, sizeof p, "%s/off/x", dir);
+    ASSERT_EQ(0, write_bytes(p, "offensive\n", 10, 0));
+    ASSERT_EQ(0, gdl_text_read_dir(dir, 0, "xx", &tl));
+    ASSERT_EQ(3, tl.n);
+    ASSERT_STR_EQ("ay", tl.texts[0]);
+    ASSERT_STR_EQ("ay2", tl.texts[1]);
+    ASSERT_STR_EQ("bee", tl.texts[2]);
+    ASSERT_STR_EQ("xx", tl.class_names[0]);
+    gdl_text_list_free(&tl);
+    /* one class per file */
+    paths[0] = write_text("en.txt", "hello\n%\nworld\n");
+    paths[1] = write_text("de.txt", "hallo\n");
+    ASSERT_EQ(0, gdl_text_read_files(paths, 2, &tl));
+    ASSERT_EQ(3, tl.n);
+    ASSERT_EQ(2, tl.num_classes);
+    ASSERT_EQ(1, tl.labels[2]);
+    ASSERT_STR_EQ("de.txt", tl.class_names[1]);
+    gdl_text_list_free(&tl);
+    /* errors: a missing file, bad UTF-8, no entries, a missing or empty directory */
+    ASSERT_EQ(-1, gdl_text_read_fortune_file(tpath("missing.txt"), 0, "m", &tl));
+    ASSERT_CONTAINS(gdl_last_error(), "missing.txt: cannot open");
+    ASSERT_EQ(-1, gdl_text_read_fortune_file(write_text("bad.txt", "ok\n%\n\xC3\x28\n"), 0, "m", &tl));
+    ASSERT_CONTAINS(gdl_last_error(), "is not valid UTF-8 at byte 5 of 8");
+    gdl_text_list_free(&tl);
+    ASSERT_EQ(0, write_bytes(tpath("nul.txt"), "ab\n%\nc\0d\n", 9, 0));
+    ASSERT_EQ(-1, gdl_text_read_fortune_file(tpath("nul.txt"), 0, "m", &tl));
+    ASSERT_CONTAINS(gdl_last_error(), "holds a NUL byte at 6: not a text file");
+    gdl_text_list_free(&tl);
+    ASSERT_EQ(-1, gdl_text_read_fortune_file(write_text("empty.txt", "%\n\n%\n"), 0, "m", &tl));
+    ASSERT_CONTAINS(gdl_last_error(), "has no entries");
+    gdl_text_list_free(&tl);
+    ASSERT_EQ(-1, gdl_text_read_dir(tpath("nodir"), 0, "m", &tl));
+    ASSERT_CONTAINS(gdl_last_error(), "cannot open the directory");
+    ASSERT_EQ(-1, gdl_fortunes_english(tpath("nodir"), &tl));
+    ASSERT_CONTAINS(gdl_last_error(), "the English fortunes are not all in");
+    ASSERT_CONTAINS(gdl_last_error(), "make data-text");
+    ASSERT_EQ(-1, gdl_fortunes_languages(tpath("nodir"), &tl));
+    ASSERT_CONTAINS(gdl_last_error(), "fortunes-min");
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* The split: disjoint, complete, deterministic, by content (order-free, duplicates together). */
+TEST test_text_split(void) {
+    gdl_text_list all, rev, tr, va, tr2, va2;
+    char s[32];
+    int64_t i, j;
+    memset(&all, 0, sizeof all);
+    memset(&rev, 0, sizeof rev);
+    ASSERT_EQ(0, gdl__tl_class("t", &all, 1, "b"));
+    ASSERT_EQ(0, gdl__tl_class("t", &rev, 1, "b"));
+    for (i = 0; i < 2000; i++) {
+        int n = snprintf(s, sizeof s, "entry %d", (int)(i % 1500)); /* 500 duplicates */
+        ASSERT_EQ(0, gdl__tl_push("t", &all, s, (size_t)n, (int32_t)(i & 1)));
+    }
+    for (i = 1999; i >= 0; i--) ASSERT_EQ(0, gdl__tl_push("t", &rev, all.texts[i], all.lens[i], all.labels[i]));
+    ASSERT_EQ(0, gdl_text_split(&all, 0.2, 7, &tr, &va));
+    ASSERT_EQ(2000, tr.n + va.n);
+    ASSERT(va.n > 300 && va.n < 500); /* 0.2 of 2000, binomial sd ~18 (duplicates count twice) */
+    ASSERT_EQ(2, va.num_classes);
+    ASSERT_STR_EQ("b", va.class_names[1]);
+    for (i = 0; i < va.n; i++)
+        for (j = 0; j < tr.n; j++) ASSERTm("an entry on both sides", strcmp(va.texts[i], tr.texts[j]) != 0);
+    ASSERT_EQ(0, gdl_text_split(&rev, 0.2, 7, &tr2, &va2));
+    ASSERT_EQ(va.n, va2.n);
+    for (i = 0; i < va.n; i++) ASSERT_STR_EQ(va.texts[i], va2.texts[va.n - 1 - i]);
+    gdl_text_list_free(&tr2);
+    gdl_text_list_free(&va2);
+    /* another seed, another split */
+    ASSERT_EQ(0, gdl_text_split(&all, 0.2, 8, &tr2, &va2));
+    for (i = 0, j = 0; i < va.n && i < va2.n; i++) j += strcmp(va.texts[i], va2.texts[i]) != 0;
+    ASSERT(j > 0);
+    gdl_text_list_free(&tr2);
+    gdl_text_list_free(&va2);
+    ASSERT_EQ(-1, gdl_text_split(&all, 1.0, 7, &tr2, &va2));
+    ASSERT_CONTAINS(gdl_last_error(), "val_fraction 1 is not in [0, 1)");
+    {
+        size_t len;
+        char *j1 = gdl_text_join(&va, &len);
+        size_t want = 0;
+        ASSERT_NOT_NULL(j1);
+        for (i = 0; i < va.n; i++) want += va.lens[i] + 1;
+        ASSERT_EQ(want, len);
+        ASSERT_EQ(0, strncmp(j1, va.texts[0], va.lens[0]));
+        ASSERT_EQ('\n', j1[va.lens[0]]);
+        gdl_text_free(j1);
+    }
+    gdl_text_list_free(&tr);
+    gdl_text_list_free(&va);
+    gdl_text_list_free(&all);
+    gdl_text_list_free(&rev);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* top_k = 1 and temperature 0 are the argmax (ties: the lower id); a small temperature is too. */
+TEST test_sample_greedy(void) {
+    enum { R = 50, V = 37 };
+    float lg[R * V];
+    int64_t shape[2] = {R, V};
+    int32_t a[R], b[R], c[R];
+    gdl_tensor *t;
+    int64_t r, j;
+    for (r = 0; r < R * V; r++) lg[r] = (float)(gdl_hash64(11, (uint64_t)r) % 1000) * 0.01f - 5.0f;
+    lg[3 * V + 5] = lg[3 * V + 9] = 100; /* a tie: id 5 wins */
+    t = gdl_from_array(lg, 2, shape, GDL_F32, gdl_cpu());
+    if (!t) FAILm(gdl_last_error());
+    ASSERT_EQ(0, gdl_sample_logits(t, 1.0, 1, 42, a));
+    ASSERT_EQ(0, gdl_sample_logits(t, 0.0, V, 42, b));
+    ASSERT_EQ(0, gdl_sample_logits(t, 1e-4, V, 43, c));
+    for (r = 0; r < R; r++) {
+        int32_t best = 0;
+        for (j = 1; j < V; j++)
+            if (lg[r * V + j] > lg[r * V + best]) best = (int32_t)j;
+        ASSERT_EQ(best, a[r]);
+        ASSERT_EQ(best, b[r]);
+        /* the gap to the runner-up is >= 0.01 here, so exp(-gap / 1e-4) < 1e-43: the argmax */
+        if (r != 3) ASSERT_EQ(best, c[r]);
+    }
+    ASSERT_EQ(5, a[3]);
+    ASSERT_EQ(5, b[3]);
+    gdl_free(t);
+    /* f16 and bf16 logits, a [V] vector */
+    {
+        int64_t v1 = V;
+        uint16_t h16[V], b16[V];
+        gdl_tensor *h, *bf;
+        int32_t one = -1, two = -1;
+        for (j = 0; j < V; j++) {
+            h16[j] = gdl_f32_to_f16(lg[j]);
+            b16[j] = gdl_f32_to_bf16(lg[j]);
+        }
+        h = gdl_from_array(h16, 1, &v1, GDL_F16, gdl_cpu());
+        bf = gdl_from_array(b16, 1, &v1, GDL_BF16, gdl_cpu());
+        if (!h || !bf) FAILm(gdl_last_error());
+        ASSERT_EQ(0, gdl_sample_logits(h, 0.0, 1, 0, &one));
+        ASSERT_EQ(0, gdl_sample_logits(bf, 0.0, 1, 0, &two));
+        ASSERT_EQ(a[0], one);
+        ASSERT_EQ(a[0], two);
+        gdl_free(h);
+        gdl_free(bf);
+    }
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* The sampled frequencies match softmax(logits / temperature) over the top k: a chi-square test
+   (bound: the 0.999 quantile, so a wrong distribution fails and a right one passes but 1 run in 1000
+   per seed; the seed is fixed, so the outcome is too). */
+TEST test_sample_distribution(void) {
+    enum { R = 20000, V = 5 };
+    static const double p[V] = {0.05, 0.1, 0.15, 0.3, 0.4};
+    static const struct { double temp; int k; double bound; } cases[3] = {
+        {1.0, 5, 18.47},  /* chi-square 0.999, 4 degrees of freedom */
+        {2.0, 5, 18.47},
+        {1.0, 2, 10.83}}; /* 1 degree of freedom */
+    float *lg = (float *)malloc(sizeof(float) * R * V);
+    int32_t *ids = (int32_t *)malloc(sizeof(int32_t) * R), *again = (int32_t *)malloc(sizeof(int32_t) * R);
+    int64_t shape[2] = {R, V}, r;
+    gdl_tensor *t;
+    int c, j;
+    ASSERT(lg && ids && again);
+    for (r = 0; r < R; r++)
+        for (j = 0; j < V; j++) lg[r * V + j] = (float)log(p[j]) + 3.0f; /* softmax is shift-free */
+    t = gdl_from_array(lg, 2, shape, GDL_F32, gdl_cpu());
+    free(lg);
+    if (!t) FAILm(gdl_last_error());
+    for (c = 0; c < 3; c++) {
+        double q[V], z = 0, chi = 0;
+        int64_t count[V] = {0};
+        for (j = 0; j < V; j++) q[j] = j >= V - cases[c].k ? pow(p[j], 1.0 / cases[c].temp) : 0;
+        for (j = 0; j < V; j++) z += q[j];
+        ASSERT_EQ(0, gdl_sample_logits(t, cases[c].temp, cases[c].k, 1234 + (uint64_t)c, ids));
+        ASSERT_EQ(0, gdl_sample_logits(t, cases[c].temp, cases[c].k, 1234 + (uint64_t)c, again));
+        ASSERT_EQ(0, memcmp(ids, again, sizeof(int32_t) * R)); /* deterministic for a seed */
+        for (r = 0; r < R; r++) count[ids[r]]++;
+        for (j = 0; j < V; j++) {
+            double e = R * q[j] / z;
+            if (q[j] == 0) {
+                ASSERT_EQ(0, count[j]); /* outside the top k: never */
+                continue;
+            }
+            chi += (count[j] - e) * (count[j] - e) / e;
+        }
+        if (chi > cases[c].bound)
+            FAILf("temperature %g, top_k %d: chi-square %.2f over the bound %.2f", cases[c].temp, cases[c].k, chi,
+                  cases[c].bound);
+    }
+    /* another seed gives other draws */
+    ASSERT_EQ(0, gdl_sample_logits(t, 1.0, V, 99, again));
+    ASSERT(memcmp(ids, again, sizeof(int32_t) * R) != 0);
+    gdl_free(t);
+    free(ids);
+    free(again);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+TEST test_sample_errors(void) {
+    float lg[6] = {1, 2, 3, 4, 5, 6};
+    int64_t shape[2] = {2, 3};
+    int32_t out[2];
+    gdl_tensor *t = gdl_from_array(lg, 2, shape, GDL_F32, gdl_cpu()), *i32;
+    if (!t) FAILm(gdl_last_error());
+    ASSERT_EQ(-1, gdl_sample_logits(t, 1.0, 0, 0, out));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_sample_logits: top_k 0 out of range [1, V = 3]");
+    ASSERT_EQ(-1, gdl_sample_logits(t, 1.0, -2, 0, out));
+    ASSERT_CONTAINS(gdl_last_error(), "top_k -2");
+    ASSERT_EQ(-1, gdl_sample_logits(t, 1.0, 4, 0, out));
+    ASSERT_CONTAINS(gdl_last_error(), "top_k 4 out of range [1, V = 3]");
+    ASSERT_EQ(-1, gdl_sample_logits(t, -0.5, 2, 0, out));
+    ASSERT_CONTAINS(gdl_last_error(), "temperature -0.5 must be finite and >= 0");
+    ASSERT_EQ(-1, gdl_sample_logits(t, NAN, 2, 0, out));
+    ASSERT_CONTAINS(gdl_last_error(), "temperature nan");
+    ASSERT_EQ(-1, gdl_sample_logits(t, 1.0, 2, 0, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "out is NULL");
+    ((float *)t->data)[4] = NAN;
+    ASSERT_EQ(-1, gdl_sample_logits(t, 1.0, 2, 0, out));
+    ASSERT_CONTAINS(gdl_last_error(), "logit 1 of row 1 is NaN");
+    gdl_free(t);
+    i32 = gdl_zeros(2, shape, GDL_I32, gdl_cpu());
+    ASSERT_EQ(-1, gdl_sample_logits(i32, 1.0, 2, 0, out));
+    ASSERT_CONTAINS(gdl_last_error(), "logits must be f32, f16 or bf16, got i32 [2,3]");
+    gdl_free(i32);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+#ifndef FORTUNES_SYS /* -DFORTUNES_SYS=\"DIR\" points the test at a copy */
+#define FORTUNES_SYS "/usr/share/games/fortunes"
+#endif
+
+/* Debian's fortunes when installed (make data-text): the English corpus and the six languages. */
+TEST test_fortunes_real(void) {
+    gdl_text_list en, langs, tr, va;
+    int64_t per[6] = {0}, i;
+    size_t bytes = 0;
+    int c;
+    if (gdl_fortunes_languages(FORTUNES_SYS, &langs) < 0) {
+        fprintf(stderr, "\n*** SKIPPED test_fortunes_real: Debian's fortunes are not installed (%s)\n"
+                        "*** (make data-text installs them)\n", gdl_last_error());
+        SKIPm("Debian's fortunes are not installed in " FORTUNES_SYS " (make data-text)");
+    }
+    if (gdl_fortunes_english(FORTUNES_SYS, &en) < 0) FAILm(gdl_last_error());
+    for (i = 0; i < en.n; i++) bytes += en.lens[i];
+    printf("  fortunes: English %lld entries, %zu bytes;", (long long)en.n, bytes);
+    ASSERT(en.n > 10000 && bytes > 2000000);
+    ASSERT_EQ(6, langs.num_classes);
+    for (i = 0; i < langs.n; i++) per[langs.labels[i]]++;
+    for (c = 0; c < 6; c++) {
+        printf(" %s %lld", langs.class_names[c], (long long)per[c]);
+        ASSERT(per[c] > 1000);
+    }
+    printf("\n");
+    ASSERT_EQ(en.n, per[0]);
+    ASSERT_EQ(0, gdl_text_split(&langs, 0.1, 0, &tr, &va));
+    ASSERT(va.n > langs.n / 20 && va.n < langs.n / 5);
+    gdl_text_list_free(&tr);
+    gdl_text_list_free(&va);
+    gdl_text_list_free(&langs);
+    gdl_text_list_free(&en);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* Every allocation of the text functions failing in turn: a clear error, nothing leaked, then success. */
+enum { OOM_VOCAB, OOM_WORDS, OOM_LOAD, OOM_WINDOWS, OOM_CLASSES, OOM_DIR, OOM_SPLIT, OOM_SAMPLE, OOM_CASES };
+static int text_oom_case(int c, gdl_vocab *v, const gdl_text_list *tl, gdl_tensor *lg) {
+    static const char text[] = "some words, some more w\xC3\xB6rds";
+    gdl_vocab_opts o = gdl_vocab_defaults();
+    int32_t tok[40], out[3];
+    gdl_text_list a, b;
+    gdl_dataset *ds;
+    gdl_vocab *w;
+    int i;
+    switch (c) {
+    case OOM_VOCAB:
+    case OOM_WORDS:
+        o.level = c == OOM_WORDS ? GDL_VOCAB_WORD : GDL_VOCAB_CHAR;
+        w = gdl_vocab_build(text, strlen(text), &o);
+        gdl_vocab_free(w);
+        return w ? 0 : -1;
+    case OOM_LOAD:
+        w = gdl_vocab_load(tpath("oom.vocab"));
+        gdl_vocab_free(w);
+        return w ? 0 : -1;
+    case OOM_WINDOWS:
+        for (i = 0; i < 40; i++) tok[i] = i % 5;
+        ds = gdl_dataset_lm_windows(tok, 40, 8, 3, 5);
+        gdl_dataset_free(ds);
+        return ds ? 0 : -1;
+    case OOM_CLASSES:
+        ds = gdl_dataset_text_classes(tl, v, 6);
+        gdl_dataset_free(ds);
+        return ds ? 0 : -1;
+    case OOM_DIR:
+        memset(&a, 0, sizeof a);
+        i = gdl_text_read_dir(tpath("oomdir"), 0, "x", &a);
+        gdl_text_list_free(&a);
+        return i;
+    case OOM_SPLIT:
+        i = gdl_text_split(tl, 0.5, 1, &a, &b);
+        if (i == 0) {
+            gdl_text_list_free(&a);
+            gdl_text_list_free(&b);
+        }
+        return i;
+    default:
+        return gdl_sample_logits(lg, 1.0, 2, 5, out);
+    }
+}
+
+TEST test_text_out_of_memory(void) {
+    gdl_vocab *v = gdl_vocab_build("abcdef", 6, NULL);
+    gdl_text_list tl;
+    float l6[6] = {1, 2, 3, 4, 5, 6};
+    int64_t shape[2] = {2, 3};
+    gdl_tensor *lg = gdl_from_array(l6, 2, shape, GDL_F32, gdl_cpu());
+    int c;
+    long k, before;
+    memset(&tl, 0, sizeof tl);
+    ASSERT(v && lg);
+    ASSERT_EQ(0, gdl_vocab_save(v, tpath("oom.vocab")));
+    remember(tpath("oom.vocab"));
+    ASSERT_EQ(0, gdl_text_read_fortune_file(write_text("oom.txt", "abc\n%\nde\n%\nf\n"), 1, "one", &tl));
+    ASSERT_EQ(0, make_dir(tpath("oomdir")));
+    ASSERT(write_text("oomdir/b", "bee\n%\nbe\n") && write_text("oomdir/a", "ay\n"));
+    for (c = 0; c < OOM_CASES; c++) {
+        before = live;
+        for (k = 0; k < 1000; k++) {
+            int rc;
+            fail_after = k;
+            injected = 0;
+            rc = text_oom_case(c, v, &tl, lg);
+            fail_after = -1;
+            if (rc == 0) break;
+            if (!injected) FAILf("case %d: failed without an injected failure: %s", c, gdl_last_error());
+            ASSERT_CONTAINS(gdl_last_error(), "out of memory");
+            ASSERT_EQm("leak after an allocation failure", before, live);
+        }
+        if (k == 1000) FAILf("case %d never succeeded", c);
+        ASSERT_EQ(before, live);
+    }
+    gdl_text_list_free(&tl);
+    gdl_vocab_free(v);
+    gdl_free(lg);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+SUITE(text) {
+    SET_SETUP(setup, NULL);
+    RUN_TEST(test_vocab_char_roundtrip);
+    RUN_TEST(test_vocab_word);
+    RUN_TEST(test_vocab_save_load);
+    RUN_TEST(test_vocab_errors);
+    RUN_TEST(test_lm_windows);
+    RUN_TEST(test_text_classes);
+    RUN_TEST(test_fortune_reader);
+    RUN_TEST(test_text_split);
+    RUN_TEST(test_sample_greedy);
+    RUN_TEST(test_sample_distribution);
+    RUN_TEST(test_sample_errors);
+    RUN_TEST(test_text_out_of_memory);
+    RUN_TEST(test_fortunes_real);
+}
+
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
@@ -1455,6 +2195,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(datasets);
     RUN_SUITE(fashion_mnist);
     RUN_SUITE(loader);
+    RUN_SUITE(text);
     cleanup_tmp();
     gdl_shutdown();
     HARNESS_MAIN_END();

@@ -3,7 +3,8 @@
 # a local file:// mirror serves good, corrupt and missing files; a refused
 # loopback port stands in for "no network". Needs curl, gzip and the Debian
 # dataset-fashion-mnist package (the source of the good files; `make test`'s
-# set-up installs it). Ends with "N passed, N failed, N skipped".
+# set-up installs it); the text path (fetch_data.sh text) uses the installed
+# fortunes and a failing stand-in apt-get. Ends with "N passed, N failed, N skipped".
 set -u
 cd "$(dirname "$0")/.." || exit 1
 src=/usr/share/datasets/fashion-mnist
@@ -71,5 +72,25 @@ fetch "$t/d4" "file://$t/missing"
 fetch "$t/d5" "http://127.0.0.1:9"
 [ $rc -ne 0 ] && grep -q 'no network?' "$t/out" && [ "$(ls -A "$t/d5" | wc -l)" -eq 0 ] &&
     ok "no network: clear error, nothing written" || { bad "no network: exit $rc"; cat "$t/out"; }
+# the text data (fetch_data.sh text): present -> nothing to do; missing with apt-get failing -> a clear
+# error and nothing written
+fort=/usr/share/games/fortunes
+if [ -f $fort/cookie ] && [ -d $fort/ru ]; then
+    mkdir -p "$t/txt" && cp -r $fort "$t/txt/fortunes" || exit 1
+    GPUDL_DATA="$t/txt" sh tools/fetch_data.sh text >"$t/out" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] && [ ! -s "$t/out" ] && ok "text: present, nothing done" || { bad "text: present: exit $rc"; cat "$t/out"; }
+    rm "$t/txt/fortunes/zippy"
+    mkdir -p "$t/bin" && printf '#!/bin/sh\necho "E: Failed to fetch (no network)" >&2\nexit 100\n' >"$t/bin/apt-get" &&
+        chmod +x "$t/bin/apt-get" || exit 1
+    PATH="$t/bin:$PATH" GPUDL_DATA="$t/txt" sh tools/fetch_data.sh text >"$t/out" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && grep -q 'apt-get download failed: E: Failed to fetch' "$t/out" && [ ! -e "$t/txt/fortunes/zippy" ] &&
+        [ "$(ls -A "$t/txt" | grep -c part)" -eq 0 ] && ok "text: download fails: clear error, nothing kept" ||
+        { bad "text: download fails: exit $rc"; cat "$t/out"; }
+else
+    skip=$((skip + 1))
+    echo "  SKIP text: needs Debian's fortunes in $fort (sh tools/deps.sh test installs them)"
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -5,13 +5,17 @@
 #   sh tools/deps.sh plot    what `make plot` needs: gnuplot
 #   sh tools/deps.sh data    Debian's Fashion-MNIST package (tools/fetch_data.sh
 #                            tries it first, then downloads)
+#   sh tools/deps.sh data-text  Debian's fortunes in English, German, Spanish, Italian,
+#                            Polish and Russian (the text data; tools/fetch_data.sh
+#                            text tries them first, then unpacks them into ./data)
 #   sh tools/deps.sh test    what `make test` needs: also g++, gcc's sanitizers,
 #                            clang with libFuzzer, OpenBLAS, the aarch64 cross
 #                            compiler with its C library and qemu-user, OpenMPI,
 #                            MinGW-w64 (with zlib) and Wine (make test-windows),
-#                            curl, cmake, pkg-config, gnuplot and the Fashion-MNIST
-#                            package (the suite trains on it), python3's yaml, and
-#                            as root Slurm and munge (make test-cluster's cluster)
+#                            curl, cmake, pkg-config, gnuplot, the Fashion-MNIST
+#                            package and the fortunes packages (the suite trains on
+#                            them), python3's yaml, and as root Slurm and munge
+#                            (make test-cluster's cluster)
 #   sh tools/deps.sh fresh   what tools/fresh_check.sh (make test-fresh) needs: debootstrap
 #
 # Each prerequisite is a capability, probed by doing what the suite does with
@@ -29,8 +33,8 @@
 set -u
 
 what=${1:-test}
-case "$what" in run|plot|data|test|fresh) ;;
-*) echo "usage: sh tools/deps.sh run|plot|data|test|fresh" >&2; exit 2 ;; esac
+case "$what" in run|plot|data|data-text|test|fresh) ;;
+*) echo "usage: sh tools/deps.sh run|plot|data|data-text|test|fresh" >&2; exit 2 ;; esac
 
 # capability: the Debian packages it needs (all of them, not only the one that
 # pulls the others in, since we install without Recommends)
@@ -40,6 +44,7 @@ packages() {
     make)       echo "make" ;;
     gnuplot)    echo "gnuplot-nox" ;;
     fmnist)     echo "dataset-fashion-mnist" ;;
+    fortunes)   echo "fortunes-min fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru" ;;
     cxx)        echo "g++" ;;
     sanitizers) echo "gcc g++" ;;
     fuzzer)     echo "clang libclang-rt-dev" ;;
@@ -64,6 +69,7 @@ describe() {
     make)       echo "make" ;;
     gnuplot)    echo "gnuplot" ;;
     fmnist)     echo "Fashion-MNIST in /usr/share/datasets/fashion-mnist" ;;
+    fortunes)   echo "the fortunes (en, de, es, it, pl, ru) in /usr/share/games/fortunes" ;;
     cxx)        echo "g++ compiles and links a C++17 program" ;;
     sanitizers) echo "gcc links with -fsanitize=address,undefined and -fsanitize=thread" ;;
     fuzzer)     echo "clang links a libFuzzer program (-fsanitize=fuzzer,address,undefined)" ;;
@@ -85,8 +91,9 @@ case "$what" in
 run)   caps="cc make" ;;
 plot)  caps="gnuplot" ;;
 data)  caps="fmnist" ;;
+data-text) caps="fortunes" ;;
 fresh) caps="debootstrap" ;;
-test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist yaml mingw wine" ;;
+test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist fortunes yaml mingw wine" ;;
 esac
 # the one-node Slurm cluster of make test-cluster runs its daemons as root: elsewhere it is skipped
 # (loudly), so Slurm is a prerequisite only for root
@@ -119,6 +126,14 @@ probe_debootstrap() { have debootstrap || { echo "no debootstrap"; return 1; }; 
 probe_fmnist() {
     [ -e /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ] ||
         { echo "no /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz"; return 1; }
+}
+# a file of each package, as gdl_fortunes_english / gdl_fortunes_languages read them: fortunes-min's
+# and fortunes' English files, and a UTF-8 text file in each language's directory
+probe_fortunes() {
+    d=/usr/share/games/fortunes
+    for f in fortunes riddles cookie zippy de/anekdoten es/refranes.fortunes it/italia pl/7thguard ru/2001.03; do
+        [ -s "$d/$f" ] || { echo "no $d/$f"; return 1; }
+    done
 }
 probe_cxx() {
     have g++ || { echo "no g++"; return 1; }

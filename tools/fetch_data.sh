@@ -1,6 +1,7 @@
 #!/bin/sh
 # tools/fetch_data.sh — makes sure Fashion-MNIST is where gpudl looks for it
-# (`make data`; `make run` calls it).
+# (`make data`; `make run` calls it); `sh tools/fetch_data.sh text` does the
+# same for the text data, Debian's fortunes (`make data-text`, see the end).
 #
 # Where the data may already be, as gdl_dataset_fashion_mnist(NULL, ...) searches:
 # $GPUDL_DATA if set (then only there), else ./data, then
@@ -13,6 +14,61 @@
 # Environment (for mirrors and tests): GPUDL_DATA_MIRROR, the base URL of the
 # four .gz files (file:// works with curl); GPUDL_FETCH=download skips apt.
 set -u
+
+# ---- the text data: Debian's fortunes (English, de, es, it, pl, ru) ----
+# Where gdl_fortunes_english / gdl_fortunes_languages(NULL, ...) look: $GPUDL_DATA/fortunes
+# if GPUDL_DATA is set (then only there), else ./data/fortunes, then /usr/share/games/fortunes.
+# If none has them:
+#   1. with apt-get usable (root, or `sudo -n`) and GPUDL_DATA unset, install the packages
+#      (tools/deps.sh data-text);
+#   2. otherwise `apt-get download` them (no root needed; apt checks each package against the
+#      signed archive's index), unpack their /usr/share/games/fortunes with dpkg-deb into a
+#      temporary beside $GPUDL_DATA/fortunes (or ./data/fortunes) and rename it into place.
+fortune_pkgs="fortunes-min fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru"
+has_text() { # dir -> 0 if a file of each package is there (as tools/deps.sh probes them)
+    for f in fortunes riddles cookie zippy de/anekdoten es/refranes.fortunes it/italia pl/7thguard ru/2001.03; do
+        [ -s "$1/$f" ] || return 1
+    done
+}
+fetch_text() {
+    if [ -n "${GPUDL_DATA:-}" ]; then tdir=$GPUDL_DATA/fortunes; has_text "$tdir" && return 0
+    else
+        tdir=data/fortunes
+        has_text "$tdir" && return 0
+        has_text /usr/share/games/fortunes && return 0
+        if [ "${GPUDL_FETCH:-}" != download ]; then
+            sh "$(dirname "$0")/deps.sh" data-text 2>/dev/null && has_text /usr/share/games/fortunes && return 0
+            echo "gpudl: Debian's fortunes packages could not be installed here; unpacking them into $tdir instead"
+        fi
+    fi
+    if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
+        echo "gpudl: cannot fetch the fortunes: apt-get and dpkg-deb (Debian, Ubuntu) are needed to get" \
+             "Debian's packages ($fortune_pkgs); elsewhere, copy a Debian /usr/share/games/fortunes into $tdir" >&2
+        return 1
+    fi
+    parent=$(dirname "$tdir")
+    mkdir -p "$parent" || { echo "gpudl: cannot create $parent" >&2; return 1; }
+    work="$parent/.fortunes.part.$$"
+    trap 'rm -rf "$work"' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    mkdir -p "$work/debs" "$work/root" || return 1
+    echo "gpudl: downloading Debian's $fortune_pkgs into $tdir"
+    # shellcheck disable=SC2086
+    if ! err=$(cd "$work/debs" && apt-get download -q $fortune_pkgs 2>&1); then
+        echo "gpudl: apt-get download failed: $(printf '%s\n' "$err" | grep -v '^W:' | tail -n 2)" \
+             "-- no network, or an old package list (apt-get update)?" >&2
+        return 1
+    fi
+    for deb in "$work"/debs/*.deb; do
+        dpkg-deb -x "$deb" "$work/root" || { echo "gpudl: $deb does not unpack" >&2; return 1; }
+    done
+    has_text "$work/root/usr/share/games/fortunes" ||
+        { echo "gpudl: the unpacked packages lack the expected files" >&2; return 1; }
+    rm -rf "$tdir" && mv "$work/root/usr/share/games/fortunes" "$tdir" || return 1
+    echo "gpudl:   the fortunes are in $tdir"
+}
+if [ "${1:-}" = text ]; then fetch_text; exit $?; fi
 
 dir=${GPUDL_DATA:-data}
 mirror=${GPUDL_DATA_MIRROR:-http://fashion-mnist.s3-website.eu-central-1.amazonaws.com}

@@ -1,6 +1,6 @@
 /* make_seeds.c — writes the fuzzers' seed corpora (tests/fuzz/corpus/NAME):
    valid files of each format and edge cases (empty dims, a 0-d tensor,
-   metadata, gzip, one byte short, ...). Run by `make fuzz-seeds`; its output
+   metadata, gzip, one byte short, ...), and the text parsers' inputs. Run by `make fuzz-seeds`; its output
    is committed, so the fuzzers start from the same seeds everywhere.
    Usage: make_seeds OUT_DIR */
 #include "fuzz_common.h"
@@ -141,6 +141,20 @@ static void seeds_checkpoints(void) {
     gdl_module_free(s.model);
 }
 
+/* vocabulary files (char and word, escapes), fortune files, UTF-8 text */
+static void seeds_text(void) {
+    static const char vchar[] = "gpudl-vocab 1 char 0 6\n<pad>\n<unk>\na\n\\n\n\\\\\n\xC3\xA9\n";
+    static const char vword[] = "gpudl-vocab 1 word 1 4\n<pad>\n<unk>\nthe\ncat's\n";
+    static const char vshort[] = "gpudl-vocab 1 char 0 5\n<pad>\n<unk>\na\n";
+    static const char fort[] = "One fortune.\n%\nTwo\n  lines, \xD0\x96\n%\n%\n \n%\nlast";
+    static const char utf8[] = "h\xC3\xA9llo w\xC3\xB6rld \xE2\x98\x83 \xF0\x9F\x98\x80\n\tThe end.";
+    put("text", "vocab_char", vchar, sizeof vchar - 1);
+    put("text", "vocab_word", vword, sizeof vword - 1);
+    put("text", "vocab_truncated", vshort, sizeof vshort - 1);
+    put("text", "fortunes", fort, sizeof fort - 1);
+    put("text", "utf8", utf8, sizeof utf8 - 1);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: make_seeds OUT_DIR\n");
@@ -152,6 +166,7 @@ int main(int argc, char **argv) {
     seeds_cifar();
     seeds_safetensors();
     seeds_checkpoints();
+    seeds_text();
     gdl_shutdown();
     return 0;
 }
