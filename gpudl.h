@@ -1384,6 +1384,27 @@ GPUDL_API int gdl_optim_set_momentum(gdl_optimizer *opt, int group, double momen
 /* Frees the optimizer and its state (not the parameters). NULL: no-op. */
 GPUDL_API void gdl_optim_free(gdl_optimizer *opt);
 
+/* ---- weight EMA: torch.optim.swa_utils.AveragedModel(m, multi_avg_fn=get_ema_multi_avg_fn(decay),
+   use_buffers) ---- */
+typedef struct gdl_ema gdl_ema;
+/* An average of opt's parameters (and with use_buffers of m's buffers, BatchNorm's running statistics;
+   without, evaluation uses the model's own, as AveragedModel keeps them in sync), attached to opt: every
+   gdl_step then updates it on the device after the update, one launch per device over the optimizer's flat
+   parameter region and one per averaged buffer, nothing read back (so a CUDA graph of the step holds it):
+   the first step copies (AveragedModel's n_averaged == 0), later ones avg = lerp(avg, p, 1 - decay).
+   It starts as a copy of the parameters. Make it after every parameter is added (f32, no master weights).
+   Checkpoints of opt (gdl_save_checkpoint, gdl_fit's) hold the averages as "ema.<name>"; gdl_fit's
+   validation runs with the averaged weights. NULL + error. */
+GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, int use_buffers);
+/* Exchanges the model's parameters (and averaged buffers) with the averages: call, evaluate, call again. 0 / -1. */
+GPUDL_API int gdl_ema_swap(gdl_ema *e);
+/* AveragedModel.n_averaged: the optimizer's steps since gdl_ema_new (-1: NULL, or the optimizer was freed). */
+GPUDL_API int64_t gdl_ema_num_updates(const gdl_ema *e);
+/* The average of a parameter of the optimizer or an averaged buffer (a view, persistent). NULL + error. */
+GPUDL_API gdl_tensor *gdl_ema_tensor(gdl_ema *e, const gdl_tensor *t);
+/* Detaches it from its optimizer and frees it (NULL-safe). An optimizer freed first leaves it detached. */
+GPUDL_API void gdl_ema_free(gdl_ema *e);
+
 /* ---- learning-rate schedulers: each sets lr = f(last_epoch, base lr of the group) on creation
    (last_epoch 0) and on every gdl_scheduler_step ---- */
 /* StepLR: lr = base * gamma^floor(last_epoch / step_size). */
@@ -1400,6 +1421,12 @@ GPUDL_API gdl_scheduler *gdl_onecycle_lr_new_ex(gdl_optimizer *opt, double max_l
 /* LinearLR: lr = base * (start + (end - start) * min(last_epoch, total_iters) / total_iters). */
 GPUDL_API gdl_scheduler *gdl_linear_warmup_new(gdl_optimizer *opt, double start_factor, double end_factor,
                                                int total_iters);
+/* Linear warm-up then cosine annealing, PyTorch's SequentialLR([LinearLR(start_factor, 1.0, warmup_iters),
+   CosineAnnealingLR(T_max, eta_min)], milestones=[warmup_iters]): lr = base * (start + (1 - start) t / warmup)
+   for t < warmup_iters, then eta_min + (base - eta_min) (1 + cos(pi (t - warmup_iters) / T_max)) / 2.
+   warmup_iters 0: cosine only. For a run of N steps (or epochs), T_max = N - warmup_iters. */
+GPUDL_API gdl_scheduler *gdl_warmup_cosine_lr_new(gdl_optimizer *opt, int warmup_iters, double start_factor, int T_max,
+                                                  double eta_min);
 /* Advances last_epoch by one and sets the groups' lr (OneCycle refuses to pass total_steps). 0 / -1. */
 GPUDL_API int gdl_scheduler_step(gdl_scheduler *s);
 /* The scheduler's step count, last_epoch (0 after creation; -1 for NULL). */
@@ -2401,6 +2428,9 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(void, opt_table_free, (void *table)) \
     X(int, sgd_multi, (const void *table)) \
     X(int, adam_multi, (const void *table, int decoupled)) \
+    /* weight EMA (torch.lerp_ in f32): avg[i] += w (x[i] - avg[i]) for w < 0.5, else avg[i] = x[i] - \
+       (x[i] - avg[i]) (1 - w) (w = 1: a copy); n elements, nothing read back */ \
+    X(int, ema_lerp, (int64_t n, gdl_real *avg, const gdl_real *x, gdl_real w)) \
     /* GradScaler, nothing read back (PyTorch's _amp_foreach_non_finite_check_and_unscale_ and \
        _amp_update_scale_): g[i] *= (float)(1 / (double)*scale) (left as is when that is 1), and *found_inf \
        and *found_inf2 (when not NULL) set to 1 when some g[i] was inf or NaN before; update, one element: \
@@ -8104,6 +8134,14 @@ static int gdl__cpu_clip_grad_norm(int count, gdl_real *const *g, const int64_t 
             int64_t j;
             for (j = 0; j < n[i]; j++) g[i][j] = (gdl_real)coef * g[i][j];
         }
+    return 0;
+}
+static int gdl__cpu_ema_lerp(int64_t n, gdl_real *avg, const gdl_real *x, gdl_real w) {
+    int64_t i;
+    if (w < (gdl_real)0.5)
+        for (i = 0; i < n; i++) avg[i] = avg[i] + w * (x[i] - avg[i]);
+    else
+        for (i = 0; i < n; i++) avg[i] = x[i] - (x[i] - avg[i]) * ((gdl_real)1 - w);
     return 0;
 }
 static int gdl__cpu_count_nonfinite(int64_t n, const gdl_real *x, int64_t *out) {
@@ -15331,6 +15369,7 @@ struct gdl_optimizer {
     gdl__opt_dev *devs;        /* the flat blocks, in the order their devices first appear */
     int layout_dirty;          /* parameters were added: make the blocks again */
     gdl_grad_scaler *scaler;   /* attached: its state goes into checkpoints (gdl_optim_set_grad_scaler) */
+    struct gdl_ema *ema;       /* attached (gdl_ema_new): updated after each step, saved in checkpoints */
     gdl_dtype master;          /* gdl_optim_set_master_weights: the parameters' dtype (f32 masters kept in the
                                   blocks); GDL_F32: off */
     int steps_dirty;           /* 1: the blocks are new, every host step count goes up; 2: gdl_optim_state
@@ -15442,10 +15481,12 @@ static void gdl__opt_release_devs(gdl_optimizer *opt) {
 }
 
 static void gdl__scaler_forget(gdl_grad_scaler *s, gdl_optimizer *opt);
+static void gdl__ema_detach(struct gdl_ema *e); /* [impl-nn] 81b */
 GPUDL_API void gdl_optim_free(gdl_optimizer *opt) {
     int i;
     if (!opt) return;
     if (opt->scaler) gdl__scaler_forget(opt->scaler, opt);
+    if (opt->ema) gdl__ema_detach(opt->ema); /* it stays the user's to free; its updates now fail */
     gdl__opt_release_devs(opt);
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_free_state(&opt->params[i]);
@@ -16145,6 +16186,7 @@ static int gdl__step_update(const char *op, gdl_optimizer *opt) {
     return 0;
 }
 
+static int gdl__ema_step(const char *op, struct gdl_ema *e); /* [impl-nn] 81b */
 static int gdl__step(gdl_optimizer *opt) {
     const char *op = "gdl_step";
     gdl_opt_tensor *t;
@@ -16163,10 +16205,250 @@ static int gdl__step(gdl_optimizer *opt) {
         return -1;
     gdl__step_entries(opt, t, count);
     if (gdl__step_tables(op, opt, t, count) < 0 || gdl__step_update(op, opt) < 0) return -1;
+    if (opt->ema && gdl__ema_step(op, opt->ema) < 0) return -1;
     opt->steps++;
     return 0;
 }
 
+/* ---------------------------------------------------------------------------
+   Weight EMA (torch.optim.swa_utils.AveragedModel with get_ema_multi_avg_fn):
+   an average of the optimizer's parameters kept in blocks that mirror its
+   flat parameter region slot for slot, so that the update after each
+   gdl_step is one launch per device over the whole region (plus one per
+   averaged buffer).
+   ------------------------------------------------------------------------- */
+
+struct gdl_ema {
+    gdl_optimizer *opt;     /* NULL once the optimizer is freed */
+    double decay;
+    int use_buffers;
+    int64_t step0;          /* the optimizer's step count when the average started: n_averaged = steps - step0 */
+    int ndevs, nparams;
+    gdl__flat **shadow;     /* [ndevs]: the averages, laid out as the optimizer's parameter region */
+    size_t *bytes;          /* [ndevs]: that region's bytes */
+    gdl_tensor **avg;       /* [nparams]: views of the shadow slots, by the optimizer's parameter index */
+    int nbuf;
+    gdl_tensor **buf, **bavg; /* use_buffers: the module's f32 buffers and their averages */
+};
+
+/* A flat block of `bytes` on dev, its base 64-byte aligned, a copy of src. NULL + error. */
+static gdl__flat *gdl__ema_block(const char *op, gdl_device dev, const void *src, size_t bytes) {
+    const gdl_backend *be = gdl__be(op, dev);
+    gdl__flat *f;
+    if (!be) return NULL;
+    if (!(f = (gdl__flat *)GPUDL_MALLOC(sizeof(gdl__flat)))) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return NULL;
+    }
+    memset(f, 0, sizeof *f);
+    f->refs = 1;
+    f->device = dev;
+    f->bytes = f->params_bytes = bytes;
+    if (!(f->data = be->alloc(bytes + GDL__FLAT_ALIGN))) {
+        GPUDL_FREE(f);
+        gdl__set_error("%s: cannot allocate the average's %.0f bytes on %s", op, (double)bytes, gdl_device_str(dev));
+        return NULL;
+    }
+    f->base = (char *)f->data + (GDL__FLAT_ALIGN - (uintptr_t)f->data % GDL__FLAT_ALIGN) % GDL__FLAT_ALIGN;
+    if (gdl__copy_bytes(op, f->base, dev, src, dev, bytes) < 0) {
+        gdl__flat_unref(f);
+        return NULL;
+    }
+    return f;
+}
+
+static void gdl__ema_detach(gdl_ema *e) { e->opt = NULL; }
+
+GPUDL_API void gdl_ema_free(gdl_ema *e) {
+    int i;
+    if (!e) return;
+    if (e->opt && e->opt->ema == e) e->opt->ema = NULL;
+    for (i = 0; e->avg && i < e->nparams; i++) gdl_free(e->avg[i]);
+    for (i = 0; e->bavg && i < e->nbuf; i++) gdl_free(e->bavg[i]);
+    for (i = 0; e->shadow && i < e->ndevs; i++) gdl__flat_unref(e->shadow[i]);
+    GPUDL_FREE(e->shadow);
+    GPUDL_FREE(e->bytes);
+    GPUDL_FREE(e->avg);
+    GPUDL_FREE(e->buf);
+    GPUDL_FREE(e->bavg);
+    GPUDL_FREE(e);
+}
+
+/* use_buffers: m's f32 buffers and a copy of each. 0 / -1. */
+static int gdl__ema_buffers(const char *op, gdl_ema *e, gdl_module *m) {
+    int n = gdl_module_named_tensors(m, GDL_BUFFERS, NULL, NULL, 0), i;
+    if (n < 0) return -1;
+    e->buf = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(n + 1));
+    e->bavg = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(n + 1));
+    if (!e->buf || !e->bavg) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return -1;
+    }
+    gdl_module_named_tensors(m, GDL_BUFFERS, NULL, e->buf, n);
+    for (i = 0; i < n; i++) {
+        if (e->buf[i]->dtype != GDL_F32) {
+            gdl__set_error("%s: use_buffers averages f32 buffers; buffer %d is %s %s", op, i,
+                           gdl_dtype_name(e->buf[i]->dtype), gdl_shape_str(e->buf[i]));
+            return -1;
+        }
+        if (!(e->bavg[i] = gdl_empty(e->buf[i]->ndim, e->buf[i]->shape, GDL_F32, e->buf[i]->device))) return -1;
+        e->nbuf++;
+        if (gdl__copy_bytes(op, e->bavg[i]->data, e->bavg[i]->device, e->buf[i]->data, e->buf[i]->device,
+                            sizeof(gdl_real) * (size_t)e->buf[i]->numel) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, int use_buffers) {
+    static const char op[] = "gdl_ema_new";
+    gdl_ema *e;
+    int d, i;
+    if (!opt || !m) {
+        gdl__null_arg(op, !opt ? "opt" : "module");
+        return NULL;
+    }
+    if (!(decay >= 0 && decay <= 1)) {
+        gdl__set_error("%s: decay %g must be in [0, 1]", op, decay);
+        return NULL;
+    }
+    if (opt->ema) {
+        gdl__set_error("%s: the optimizer already has an EMA (gdl_ema_free it first)", op);
+        return NULL;
+    }
+    if (opt->master != GDL_F32 || !opt->nparams) {
+        gdl__set_error("%s: %s", op, opt->nparams ? "the optimizer keeps master weights; the EMA averages f32 parameters"
+                                                  : "the optimizer has no parameters yet (add them first)");
+        return NULL;
+    }
+    if (gdl__opt_layout(op, opt) < 0) return NULL; /* the blocks whose parameter regions are mirrored */
+    if (!(e = (gdl_ema *)GPUDL_MALLOC(sizeof(gdl_ema)))) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return NULL;
+    }
+    memset(e, 0, sizeof *e);
+    e->decay = decay;
+    e->use_buffers = use_buffers != 0;
+    e->shadow = (gdl__flat **)GPUDL_MALLOC(sizeof(gdl__flat *) * (size_t)opt->ndevs);
+    e->bytes = (size_t *)GPUDL_MALLOC(sizeof(size_t) * (size_t)opt->ndevs);
+    e->avg = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)opt->nparams);
+    if (!e->shadow || !e->bytes || !e->avg) {
+        gdl__set_error("%s: out of memory (host)", op);
+        goto fail;
+    }
+    memset(e->avg, 0, sizeof(gdl_tensor *) * (size_t)opt->nparams);
+    for (d = 0; d < opt->ndevs; d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        if (!(e->shadow[d] = gdl__ema_block(op, dv->device, dv->flat->base, dv->region_lo))) goto fail;
+        e->bytes[d] = dv->region_lo;
+        e->ndevs++;
+    }
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        if (!(e->avg[i] = gdl__flat_view(op, e->shadow[pp->dev], e->shadow[pp->dev]->base + pp->off_lo, pp->p->ndim,
+                                         pp->p->shape, GDL_F32, 0)))
+            goto fail;
+        e->nparams++;
+    }
+    if (e->use_buffers && gdl__ema_buffers(op, e, m) < 0) goto fail;
+    e->opt = opt;
+    e->step0 = opt->steps;
+    opt->ema = e;
+    return e;
+fail:
+    gdl_ema_free(e);
+    return NULL;
+}
+
+/* The optimizer's parameter regions are still the ones mirrored (blocks made again for other state keep
+   the parameters' slots; added parameters move them). 0 / -1. */
+static int gdl__ema_check(const char *op, const gdl_ema *e) {
+    const gdl_optimizer *opt = e->opt;
+    int d, ok = opt && opt->master == GDL_F32 && opt->nparams == e->nparams && opt->ndevs == e->ndevs;
+    for (d = 0; ok && d < e->ndevs; d++)
+        ok = opt->devs[d].region_lo == e->bytes[d] && gdl_device_equal(opt->devs[d].device, e->shadow[d]->device);
+    if (!ok)
+        gdl__set_error("%s: the EMA's optimizer %s since gdl_ema_new (make the EMA after adding every parameter "
+                       "and moving the model)", op, !opt ? "was freed" : "changed its parameters, devices or master weights");
+    return ok ? 0 : -1;
+}
+
+/* AveragedModel.update_parameters, from gdl__step after the update: the first (n_averaged 0) copies, as
+   lerp with weight 1 does exactly; then weight 1 - decay. */
+static int gdl__ema_step(const char *op, gdl_ema *e) {
+    gdl_optimizer *opt = e->opt;
+    gdl_real w = (gdl_real)(opt->steps == e->step0 ? 1.0 : 1.0 - e->decay);
+    int d, i;
+    if (gdl__ema_check(op, e) < 0) return -1; /* gdl__step made the layout */
+    for (d = 0; d < e->ndevs; d++) {
+        const gdl_backend *be = gdl__be(op, opt->devs[d].device);
+        if (!be || be->ema_lerp((int64_t)(e->bytes[d] / sizeof(gdl_real)), (gdl_real *)e->shadow[d]->base,
+                                (const gdl_real *)opt->devs[d].flat->base, w) < 0)
+            return -1;
+    }
+    for (i = 0; i < e->nbuf; i++) {
+        const gdl_backend *be = gdl__be(op, e->buf[i]->device);
+        if (!gdl_device_equal(e->buf[i]->device, e->bavg[i]->device) || !gdl_same_shape(e->buf[i], e->bavg[i])) {
+            gdl__set_error("%s: buffer %d is now %s on %s; its average is %s on %s", op, i, gdl_shape_str(e->buf[i]),
+                           gdl_device_str(e->buf[i]->device), gdl_shape_str(e->bavg[i]),
+                           gdl_device_str(e->bavg[i]->device));
+            return -1;
+        }
+        if (!be || be->ema_lerp(e->buf[i]->numel, GDL__R(e->bavg[i]), GDL__R(e->buf[i]), w) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Exchanges n bytes at a and b on dev through a scratch block. */
+static int gdl__ema_exchange(const char *op, gdl_device dev, void *a, void *b, size_t n) {
+    void *t = gdl__scratch(op, dev, n);
+    if (!t) return -1;
+    if (gdl__copy_bytes(op, t, dev, a, dev, n) < 0 || gdl__copy_bytes(op, a, dev, b, dev, n) < 0 ||
+        gdl__copy_bytes(op, b, dev, t, dev, n) < 0)
+        return -1;
+    return 0;
+}
+
+GPUDL_API int gdl_ema_swap(gdl_ema *e) {
+    static const char op[] = "gdl_ema_swap";
+    int d, i;
+    if (!e) {
+        gdl__null_arg(op, "ema");
+        return -1;
+    }
+    if (gdl__ema_check(op, e) < 0 || gdl__opt_layout(op, e->opt) < 0 || gdl__ema_check(op, e) < 0) return -1;
+    for (d = 0; d < e->ndevs; d++)
+        if (gdl__ema_exchange(op, e->opt->devs[d].device, e->shadow[d]->base, e->opt->devs[d].flat->base,
+                              e->bytes[d]) < 0)
+            return -1;
+    for (i = 0; i < e->nbuf; i++)
+        if (gdl__ema_exchange(op, e->buf[i]->device, e->bavg[i]->data, e->buf[i]->data,
+                              sizeof(gdl_real) * (size_t)e->buf[i]->numel) < 0)
+            return -1;
+    return 0;
+}
+
+GPUDL_API int64_t gdl_ema_num_updates(const gdl_ema *e) { return e && e->opt ? e->opt->steps - e->step0 : -1; }
+
+/* The average of t (a parameter of the optimizer or an averaged buffer), NULL when it has none. */
+static gdl_tensor *gdl__ema_of(const gdl_ema *e, const gdl_tensor *t) {
+    int i;
+    for (i = 0; e->opt && i < e->nparams; i++)
+        if (e->opt->params[i].p == t) return e->avg[i];
+    for (i = 0; i < e->nbuf; i++)
+        if (e->buf[i] == t) return e->bavg[i];
+    return NULL;
+}
+
+GPUDL_API gdl_tensor *gdl_ema_tensor(gdl_ema *e, const gdl_tensor *t) {
+    gdl_tensor *a;
+    if (!e || !t) {
+        gdl__null_arg("gdl_ema_tensor", !e ? "ema" : "tensor");
+        return NULL;
+    }
+    if (!(a = gdl__ema_of(e, t))) gdl__set_error("gdl_ema_tensor: %s %s is not averaged by this EMA", gdl_dtype_name(t->dtype), gdl_shape_str(t));
+    return a;
+}
 /* ---- GradScaler (torch.amp.GradScaler) ----
    The scale, the growth tracker and found_inf are tensors on the device of
    the first loss scaled; every call queues work on that device and reads
@@ -16830,7 +17112,7 @@ GPUDL_API int gdl_optim_set_momentum(gdl_optimizer *opt, int group, double momen
    Learning-rate schedulers
    ------------------------------------------------------------------------- */
 
-enum { GDL__SCHED_STEP, GDL__SCHED_COSINE, GDL__SCHED_ONECYCLE, GDL__SCHED_LINEAR };
+enum { GDL__SCHED_STEP, GDL__SCHED_COSINE, GDL__SCHED_ONECYCLE, GDL__SCHED_LINEAR, GDL__SCHED_WARMUP_COSINE };
 
 struct gdl_scheduler {
     int kind;
@@ -16839,7 +17121,8 @@ struct gdl_scheduler {
     int ngroups;       /* the optimizer's groups when the scheduler was made */
     double *base_lrs;  /* per group: initial_lr */
     double *last_lr;   /* per group: the lr set last */
-    int64_t n;         /* step_size, T_max, total_steps or total_iters */
+    int64_t n;         /* step_size, T_max, total_steps or total_iters (warm-up cosine: the warm-up's) */
+    int64_t n2;        /* warm-up cosine: the cosine's T_max */
     double a, b;       /* gamma | eta_min | start_factor, end_factor | max_lr */
     double pct_start, final_div;   /* OneCycle */
     int cycle_momentum;
@@ -16860,6 +17143,9 @@ static double gdl__sched_lr(const gdl_scheduler *s, int g, int64_t t, double *mo
         return s->a + (base - s->a) * (1 + cos(3.141592653589793 * (double)t / (double)s->n)) / 2;
     case GDL__SCHED_LINEAR:
         return base * (s->a + (s->b - s->a) * (double)(t < s->n ? t : s->n) / (double)s->n);
+    case GDL__SCHED_WARMUP_COSINE: /* SequentialLR([LinearLR(a, 1, n), CosineAnnealingLR(n2, b)], [n]) */
+        if (t < s->n) return base * (s->a + (1 - s->a) * (double)t / (double)s->n);
+        return s->b + (base - s->b) * (1 + cos(3.141592653589793 * (double)(t - s->n) / (double)s->n2)) / 2;
     default: { /* OneCycle, two phases as PyTorch (three_phase=False) */
         double end1 = s->pct_start * (double)s->n - 1, end2 = (double)s->n - 1, pct, lr, initial = base;
         double max_lr = s->a, min_lr = initial / s->final_div;
@@ -16970,6 +17256,24 @@ GPUDL_API gdl_scheduler *gdl_linear_warmup_new(gdl_optimizer *opt, double start_
     s->n = total_iters;
     s->a = start_factor;
     s->b = end_factor;
+    gdl__sched_apply(s);
+    return s;
+}
+
+GPUDL_API gdl_scheduler *gdl_warmup_cosine_lr_new(gdl_optimizer *opt, int warmup_iters, double start_factor, int T_max,
+                                                  double eta_min) {
+    gdl_scheduler *s;
+    if (warmup_iters < 0 || !(start_factor > 0 && start_factor <= 1) || T_max < 1 || !(eta_min >= 0) ||
+        eta_min == INFINITY) {
+        gdl__set_error("gdl_warmup_cosine_lr_new: bad warmup_iters %d (>= 0), start_factor %g (in (0,1]), T_max %d "
+                       "(>= 1) or eta_min %g (finite, >= 0)", warmup_iters, start_factor, T_max, eta_min);
+        return NULL;
+    }
+    if (!(s = gdl__sched_new("gdl_warmup_cosine_lr_new", GDL__SCHED_WARMUP_COSINE, opt))) return NULL;
+    s->n = warmup_iters;
+    s->a = start_factor;
+    s->n2 = T_max;
+    s->b = eta_min;
     gdl__sched_apply(s);
     return s;
 }
@@ -18996,11 +19300,14 @@ static int gdl__fit_epoch_metrics(gdl__fit_run *r, gdl_epoch_stats *history) {
     st.val_loss = st.val_accuracy = NAN;
     if (o->val) {
         int erc;
+        gdl_ema *ema = r->opt->ema; /* validated with the averaged weights, swapped in and back */
+        if (ema && gdl_ema_swap(ema) < 0) return -1;
         if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) erc = -1;
         else {
             erc = gdl_evaluate(r->m, o->val, o->loss, o->loss_user, &st.val_loss, &st.val_accuracy);
             if (o->autocast != GDL_F32) gdl_autocast_end();
         }
+        if (ema && gdl_ema_swap(ema) < 0) erc = -1;
         if (erc < 0) return -1;
     }
     if (history) history[r->epoch - 1] = st;
@@ -19091,9 +19398,15 @@ static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer
         gdl__ckpt_free(c);
         return NULL;
     }
-    for (part = 0; part < (opt ? 2 : 1); part++) {
-        int n = part == 0 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
+    for (part = 0; part < (opt ? opt->ema ? 3 : 2 : 1); part++) {
+        int n = part != 1 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
                           : gdl_optim_state(opt, names, ts, GDL__CKPT_MAX);
+        if (part == 2 && n > 0 && n <= GDL__CKPT_MAX) { /* the EMA's averages, under their tensors' names */
+            int j = 0;
+            for (k = 0; k < n; k++)
+                if ((ts[j] = gdl__ema_of(opt->ema, ts[k])) != NULL) names[j++] = names[k];
+            n = j;
+        }
         if (part == 0 && opt && opt->master != GDL_F32 && n > 0 && n <= GDL__CKPT_MAX) {
             int j;
             for (k = 0; k < n; k++)
@@ -19103,7 +19416,7 @@ static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer
                         break;
                     }
         }
-        const char *prefix = part == 0 ? "model." : "optim.";
+        const char *prefix = part == 0 ? "model." : part == 1 ? "optim." : "ema.";
         if (n < 0 || c->n + n > GDL__CKPT_MAX) {
             if (n >= 0) gdl__set_error("%s: more than %d tensors", op, GDL__CKPT_MAX);
             gdl__ckpt_free(c);
@@ -19437,6 +19750,7 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         }
     }
     if (sched) gdl__meta_add(md, "sched.last_epoch", "%lld", (long long)gdl_scheduler_get_last_epoch(sched));
+    if (opt && opt->ema) gdl__meta_add(md, "ema.n_averaged", "%lld", (long long)gdl_ema_num_updates(opt->ema));
     if (opt && opt->scaler && opt->scaler->o.enabled) { /* PyTorch's GradScaler.state_dict() */
         double sc = gdl_grad_scaler_get_scale(opt->scaler);
         int64_t tr = gdl_grad_scaler_get_growth_tracker(opt->scaler);
@@ -19580,7 +19894,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
     gdl_st_file f;
     gdl__ckpt *c;
     void **bufs = NULL;
-    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3];
+    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3], nav = 0;
     uint64_t seed = 0, counter = 0;
     int g, ng = 0, rc = -1, has_scaler = 0;
     if (!m || !path) {
@@ -19613,6 +19927,11 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
         }
     }
     if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
+    if (opt && opt->ema && gdl__meta_get(op, path, &f, "ema.n_averaged", &nav) < 0) goto done;
+    if (opt && opt->ema && !(nav >= 0 && nav <= step && nav == (double)(int64_t)nav)) {
+        gdl__set_error("%s: %s: ema.n_averaged %g is not a count within the optimizer's %g steps", op, path, nav, step);
+        goto done;
+    }
     if (opt && opt->scaler) { /* older checkpoints and runs without a scaler have none: the scaler is left as is */
         for (g = 0; g < f.n_meta && strcmp(f.meta_keys[g], "scaler.scale") != 0; g++) {
         }
@@ -19665,6 +19984,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
     if (opt && opt->master != GDL_F32 && gdl__opt_round_params(op, opt) < 0) goto done; /* from the masters loaded */
     if (opt) {
         gdl_optim_set_step(opt, (int64_t)step);
+        if (opt->ema) opt->ema->step0 = (int64_t)step - (int64_t)nav;
         for (g = 0; g < ng; g++) { /* in range: checked above */
             gdl_optim_set_lr(opt, g, lr[g]);
             gdl_optim_set_momentum(opt, g, mom[g]);

@@ -769,11 +769,14 @@ static int gdl__fit_epoch_metrics(gdl__fit_run *r, gdl_epoch_stats *history) {
     st.val_loss = st.val_accuracy = NAN;
     if (o->val) {
         int erc;
+        gdl_ema *ema = r->opt->ema; /* validated with the averaged weights, swapped in and back */
+        if (ema && gdl_ema_swap(ema) < 0) return -1;
         if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) erc = -1;
         else {
             erc = gdl_evaluate(r->m, o->val, o->loss, o->loss_user, &st.val_loss, &st.val_accuracy);
             if (o->autocast != GDL_F32) gdl_autocast_end();
         }
+        if (ema && gdl_ema_swap(ema) < 0) erc = -1;
         if (erc < 0) return -1;
     }
     if (history) history[r->epoch - 1] = st;

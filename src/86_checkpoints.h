@@ -32,9 +32,15 @@ static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer
         gdl__ckpt_free(c);
         return NULL;
     }
-    for (part = 0; part < (opt ? 2 : 1); part++) {
-        int n = part == 0 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
+    for (part = 0; part < (opt ? opt->ema ? 3 : 2 : 1); part++) {
+        int n = part != 1 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
                           : gdl_optim_state(opt, names, ts, GDL__CKPT_MAX);
+        if (part == 2 && n > 0 && n <= GDL__CKPT_MAX) { /* the EMA's averages, under their tensors' names */
+            int j = 0;
+            for (k = 0; k < n; k++)
+                if ((ts[j] = gdl__ema_of(opt->ema, ts[k])) != NULL) names[j++] = names[k];
+            n = j;
+        }
         if (part == 0 && opt && opt->master != GDL_F32 && n > 0 && n <= GDL__CKPT_MAX) {
             int j;
             for (k = 0; k < n; k++)
@@ -44,7 +50,7 @@ static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer
                         break;
                     }
         }
-        const char *prefix = part == 0 ? "model." : "optim.";
+        const char *prefix = part == 0 ? "model." : part == 1 ? "optim." : "ema.";
         if (n < 0 || c->n + n > GDL__CKPT_MAX) {
             if (n >= 0) gdl__set_error("%s: more than %d tensors", op, GDL__CKPT_MAX);
             gdl__ckpt_free(c);
@@ -378,6 +384,7 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         }
     }
     if (sched) gdl__meta_add(md, "sched.last_epoch", "%lld", (long long)gdl_scheduler_get_last_epoch(sched));
+    if (opt && opt->ema) gdl__meta_add(md, "ema.n_averaged", "%lld", (long long)gdl_ema_num_updates(opt->ema));
     if (opt && opt->scaler && opt->scaler->o.enabled) { /* PyTorch's GradScaler.state_dict() */
         double sc = gdl_grad_scaler_get_scale(opt->scaler);
         int64_t tr = gdl_grad_scaler_get_growth_tracker(opt->scaler);
@@ -521,7 +528,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
     gdl_st_file f;
     gdl__ckpt *c;
     void **bufs = NULL;
-    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3];
+    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3], nav = 0;
     uint64_t seed = 0, counter = 0;
     int g, ng = 0, rc = -1, has_scaler = 0;
     if (!m || !path) {
@@ -554,6 +561,11 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
         }
     }
     if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
+    if (opt && opt->ema && gdl__meta_get(op, path, &f, "ema.n_averaged", &nav) < 0) goto done;
+    if (opt && opt->ema && !(nav >= 0 && nav <= step && nav == (double)(int64_t)nav)) {
+        gdl__set_error("%s: %s: ema.n_averaged %g is not a count within the optimizer's %g steps", op, path, nav, step);
+        goto done;
+    }
     if (opt && opt->scaler) { /* older checkpoints and runs without a scaler have none: the scaler is left as is */
         for (g = 0; g < f.n_meta && strcmp(f.meta_keys[g], "scaler.scale") != 0; g++) {
         }
@@ -606,6 +618,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
     if (opt && opt->master != GDL_F32 && gdl__opt_round_params(op, opt) < 0) goto done; /* from the masters loaded */
     if (opt) {
         gdl_optim_set_step(opt, (int64_t)step);
+        if (opt->ema) opt->ema->step0 = (int64_t)step - (int64_t)nav;
         for (g = 0; g < ng; g++) { /* in range: checked above */
             gdl_optim_set_lr(opt, g, lr[g]);
             gdl_optim_set_momentum(opt, g, mom[g]);

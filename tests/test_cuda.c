@@ -759,6 +759,63 @@ static int flat_nets_equal(gdl_module *a, gdl_module *b) {
     }
     return 1;
 }
+/* Weight EMA on the GPU (the ema_lerp kernel over the flat parameter region): the averages of a model trained
+   on cuda:0 match the CPU twin's to rounding, swap exchanges them on the device, and moving the model to another
+   device makes the next step fail with a clear error instead of averaging stale memory. */
+TEST ema_gpu_parity(void) {
+    int64_t xs[2] = {5, 6}, ys[1] = {5};
+    int32_t labels[5] = {0, 2, 1, 1, 0};
+    gdl_module *a, *b;
+    gdl_optimizer *oa, *ob;
+    gdl_ema *ea, *eb;
+    gdl_tensor *x, *y, *ta[8], *tb[8];
+    float ha[64], hb[64];
+    int s, n, i, j;
+    gdl_manual_seed(5);
+    ASSERT_NOT_NULL(x = gdl_randn(2, xs, gdl_cpu()));
+    ASSERT_NOT_NULL(y = gdl_from_array(labels, 1, ys, GDL_I32, gdl_cpu()));
+    ASSERT_NOT_NULL(a = flat_net());
+    ASSERT_NOT_NULL(b = flat_net());
+    ASSERT_EQ(0, gdl_module_to(b, GPU));
+    ASSERT_NOT_NULL(oa = gdl_sgd_new(0.1, 0.9, 0, 0, 0));
+    ASSERT_NOT_NULL(ob = gdl_sgd_new(0.1, 0.9, 0, 0, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(oa, a, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(ob, b, 0));
+    ASSERT_NOT_NULL(ea = gdl_ema_new(oa, a, 0.9, 0));
+    ASSERT_NOT_NULL(eb = gdl_ema_new(ob, b, 0.9, 0));
+    for (s = 0; s < 5; s++) {
+        ASSERT_EQ(0, flat_net_step(a, oa, x, y));
+        ASSERT_EQ(0, flat_net_step(b, ob, x, y));
+    }
+    ASSERT_EQ(5, gdl_ema_num_updates(eb));
+    n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, ta, 8);
+    ASSERT_EQ(n, gdl_module_named_tensors(b, GDL_PARAMS, NULL, tb, 8));
+    ASSERT_EQ(0, gdl_ema_swap(eb));
+    for (i = 0; i < n; i++) {
+        size_t bytes = sizeof(float) * (size_t)ta[i]->numel;
+        gdl_tensor *avg = gdl_ema_tensor(ea, ta[i]);
+        ASSERT_NOT_NULL(avg);
+        ASSERT_EQ(0, gdl_copy_to_host(tb[i], hb, bytes)); /* swapped in: b's parameters are its averages */
+        for (j = 0; j < ta[i]->numel; j++) ASSERT_IN_RANGE(((float *)avg->data)[j], hb[j], 1e-5);
+        ASSERT_EQ(0, gdl_copy_to_host(gdl_ema_tensor(eb, tb[i]), ha, bytes)); /* and its averages the weights */
+        for (j = 0; j < ta[i]->numel; j++) ASSERT_IN_RANGE(((float *)ta[i]->data)[j], ha[j], 1e-5);
+    }
+    ASSERT_EQ(0, gdl_ema_swap(eb));
+    if (gdl_cuda_device_count() > 1) {
+        ASSERT_EQ(0, gdl_module_to(b, gdl_cuda(1)));
+        ASSERT_EQ(-1, flat_net_step(b, ob, x, y));
+        ASSERT_CONTAINS(gdl_last_error(), "make the EMA after adding every parameter");
+    }
+    gdl_ema_free(ea);
+    gdl_ema_free(eb);
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_free(x);
+    gdl_free(y);
+    PASS();
+}
 TEST flat_buffer_follows_module_to(void) {
     int64_t xs[2] = {5, 6}, ys[1] = {5};
     int32_t labels[5] = {0, 2, 1, 1, 0};
@@ -3058,6 +3115,7 @@ SUITE(optim) {
         RUN_GPU_NAMED(name, flat_buffer_gpu, &kinds[i]);
     }
     RUN_GPU2(flat_buffer_follows_module_to);
+    RUN_GPU2(ema_gpu_parity);
     RUN_GPU(clip_grad_norm_parity);
     RUN_GPU(anomaly_mode_parity);
 }
