@@ -151,6 +151,11 @@ GPUDL_API int gdl_nn_sequential_add(gdl_module *seq, gdl_module *m);
 GPUDL_API int gdl_nn_set_fusion(int on);
 /* relu(body(x) + shortcut(x)), shortcut NULL = identity (a ResNet basic block); takes ownership of both. */
 GPUDL_API gdl_module *gdl_nn_residual(gdl_module *body, gdl_module *shortcut);
+/* torchvision's ResNet BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), 3x3 convolutions
+   without bias (conv1 with the stride, padding 1); the shortcut is x, or where the stride is not 1 or the
+   channels change a projection "downsample" (1x1 convolution with the stride, no bias, then BatchNorm2d).
+   Its tensors carry torchvision's names (conv1.weight, bn1.running_mean, downsample.0.weight, ...). */
+GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int stride);
 
 /* ---- custom modules ---- */
 /* A module of kind `kind` whose forward is `forward`; user data is freed with free_user (may be NULL). */

@@ -887,25 +887,20 @@ TEST test_add_module_no_decay(void) {
    copies, later ones avg += 0.2 (p - avg), torch.lerp's form for a weight < 0.5); swap exchanges model and
    averages; a checkpoint restores them and n_averaged; bad input fails with a clear error. */
 static float ema_ref[64], ema_prev[64];
-static int ema_collect(gdl_module *m, float *out) {
-    gdl_tensor *ts[16];
-    int n = gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, NULL, ts, 16), i, k = 0;
-    int64_t j;
-    for (i = 0; i < n; i++)
-        for (j = 0; j < ts[i]->numel; j++) out[k++] = R(ts[i])[j];
-    return k;
-}
-static int ema_collect_avg(gdl_ema *e, gdl_module *m, float *out) {
+/* m's parameters and buffers (e NULL), or their averages in e, flattened into out; their count, -1 */
+static int ema_gather(gdl_ema *e, gdl_module *m, float *out) {
     gdl_tensor *ts[16];
     int n = gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, NULL, ts, 16), i, k = 0;
     int64_t j;
     for (i = 0; i < n; i++) {
-        gdl_tensor *a = gdl_ema_tensor(e, ts[i]);
+        gdl_tensor *a = e ? gdl_ema_tensor(e, ts[i]) : ts[i];
         if (!a) return -1;
         for (j = 0; j < a->numel; j++) out[k++] = R(a)[j];
     }
     return k;
 }
+#define ema_collect(m, out) ema_gather(NULL, m, out)
+#define ema_collect_avg(e, m, out) ema_gather(e, m, out)
 static int ema_train_step(gdl_module *m, gdl_optimizer *opt, int s) {
     int64_t xs[2] = {4, 3};
     gdl_tensor *x = gdl_zeros(2, xs, GDL_F32, CPU), *loss;
@@ -993,6 +988,70 @@ TEST test_ema(void) {
     gdl_free(extra);
     gdl_module_free(m);
     gdl_module_free(m2);
+    PASS();
+}
+
+/* ResNet's BasicBlock against torchvision 0.29's BasicBlock (train mode) with every parameter k filled as
+   0.5 sin(0.37 j + 1.3 k) and x[i] = cos(0.21 i): output sums, values and bn1's updated running mean, for a
+   projection block (3 -> 4 channels, stride 2) and an identity one (4 -> 4); torchvision's names; errors. */
+static double bb_run(gdl_module *b, int cin, const char *const *names, int nn, double *sq, float *first, float *rm) {
+    gdl_tensor *ps[16], *x, *y;
+    const char *got[16];
+    int64_t xs[4] = {2, cin, 6, 6}, j;
+    int n = gdl_module_named_tensors(b, GDL_PARAMS, got, ps, 16), k;
+    double sum = 0;
+    if (n != nn) return NAN;
+    for (k = 0; k < n; k++) {
+        if (strcmp(names[k], got[k]) != 0) return NAN;
+        for (j = 0; j < ps[k]->numel; j++) R(ps[k])[j] = (float)(0.5 * sin(0.37 * (double)j + 1.3 * k));
+    }
+    x = gdl_zeros(4, xs, GDL_F32, CPU);
+    for (j = 0; j < x->numel; j++) R(x)[j] = (float)cos(0.21 * (double)j);
+    gdl_arena_reset();
+    y = gdl_forward(b, x);
+    *sq = 0;
+    for (j = 0; y && j < y->numel; j++) sum += R(y)[j], *sq += (double)R(y)[j] * R(y)[j];
+    for (j = 0; y && j < 8; j++) first[j] = R(y)[j];
+    for (j = 0; j < 4; j++) rm[j] = R(gdl_module_tensor(b, "bn1.running_mean"))[j];
+    gdl_free(x);
+    return y ? sum : NAN;
+}
+TEST test_basic_block(void) {
+    static const char *const proj[9] = {"conv1.weight", "bn1.weight", "bn1.bias", "conv2.weight", "bn2.weight",
+                                        "bn2.bias", "downsample.0.weight", "downsample.1.weight", "downsample.1.bias"};
+    gdl_module *b = gdl_nn_basic_block(3, 4, 2), *id = gdl_nn_basic_block(4, 4, 1);
+    double sq, sum;
+    float first[8], rm[4];
+    int64_t xs[4] = {1, 4, 6, 6};
+    gdl_tensor *x;
+    ASSERT(b && id);
+    sum = bb_run(b, 3, proj, 9, &sq, first, rm);
+    ASSERT_IN_RANGE(7.372509479522705, sum, 2e-5);
+    ASSERT_IN_RANGE(2.71958589553833, sq, 2e-5);
+    ASSERT_IN_RANGE(0.3833879828453064, first[4], 1e-6);
+    ASSERT_IN_RANGE(0.24620682001113892, first[5], 1e-6);
+    ASSERT_IN_RANGE(0.13005571067333221, first[6], 1e-6);
+    ASSERT_IN_RANGE(0.273089200258255, first[7], 1e-6);
+    ASSERT_IN_RANGE(0.0004024216905236244, rm[0], 1e-7);
+    ASSERT_IN_RANGE(-0.005338944029062986, rm[3], 1e-7);
+    sum = bb_run(id, 4, proj, 6, &sq, first, rm);
+    ASSERT_IN_RANGE(145.81163024902344, sum, 2e-4);
+    ASSERT_IN_RANGE(160.6177978515625, sq, 2e-4);
+    ASSERT_IN_RANGE(0.8864260911941528, first[0], 1e-6);
+    ASSERT_IN_RANGE(0.8296788334846497, first[3], 1e-6);
+    ASSERT_IN_RANGE(0.010560047812759876, rm[0], 1e-7);
+    ASSERT_IN_RANGE(-0.006904908921569586, rm[3], 1e-7);
+    ASSERT_NULL(gdl_module_child(id, "downsample"));
+    /* errors */
+    x = gdl_zeros(4, xs, GDL_F32, CPU); /* 4 channels into a block of 3 */
+    ASSERT_NULL(gdl_nn_basic_block(0, 4, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_nn_basic_block: in_channels 0, out_channels 4 and stride 1 must be >= 1");
+    ASSERT_NULL(gdl_forward(b, x));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_forward: Conv2d 'conv1' (3, 4, kernel_size=(3,3), stride=(2,2)");
+    ASSERT_CONTAINS(gdl_last_error(), "expected input [N, 3, H, W], got [1,4,6,6]");
+    gdl_free(x);
+    gdl_module_free(b);
+    gdl_module_free(id);
     PASS();
 }
 
@@ -1686,6 +1745,7 @@ SUITE(modules) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_output_shapes);
     RUN_TEST(test_residual_values);
+    RUN_TEST(test_basic_block);
     RUN_TEST(test_param_counts);
     RUN_TEST(test_init_ranges);
     RUN_TEST(test_init_reproducible);
