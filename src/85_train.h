@@ -393,15 +393,15 @@ typedef struct gdl__fit_graph {
     gdl_graph *g;       /* NULL (used): the step could not be captured, so batches of this shape run eagerly */
     const void *xd, *yd; /* the input buffers it reads ... */
     int ndim;           /* ... and the batch's shape and dtypes */
-    int64_t shape[GDL_MAX_DIMS], ny;
+    int64_t shape[GDL_MAX_DIMS], ny, ny1; /* y: [ny] labels, or [ny, ny1] soft targets (mixup/cutmix) */
     gdl_dtype xdt, ydt;
     gdl__fit_step ctx;
 } gdl__fit_graph;
 
 /* x and y have the shapes and dtypes fg was recorded for (same_buffers: and are its buffers) */
 static int gdl__fit_graph_fits(const gdl__fit_graph *fg, const gdl_tensor *x, const gdl_tensor *y, int same_buffers) {
-    if (!fg->used || fg->xdt != x->dtype || fg->ydt != y->dtype || fg->ndim != x->ndim || y->ndim != 1 ||
-        fg->ny != y->shape[0] || memcmp(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
+    if (!fg->used || fg->xdt != x->dtype || fg->ydt != y->dtype || fg->ndim != x->ndim || y->ndim < 1 ||
+        y->ndim > 2 || fg->ny != y->shape[0] || fg->ny1 != (y->ndim == 2 ? y->shape[1] : 0) || memcmp(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
         return 0;
     return !same_buffers || (fg->xd == x->data && fg->yd == y->data);
 }
@@ -414,7 +414,7 @@ static gdl__fit_graph *gdl__fit_graph_find(gdl__fit_graph *graphs, const gdl_ten
                                            int *capture) {
     int k, warm = 0;
     *capture = 0;
-    if (x->ndim > GDL_MAX_DIMS || y->ndim != 1) return NULL;
+    if (x->ndim > GDL_MAX_DIMS || y->ndim < 1 || y->ndim > 2) return NULL;
     for (k = 0; k < GDL__FIT_GRAPHS; k++)
         if (gdl__fit_graph_fits(&graphs[k], x, y, 1)) return &graphs[k];
     for (k = 0; k < GDL__FIT_GRAPHS; k++)
@@ -450,6 +450,7 @@ static void gdl__fit_graph_capture(gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor
     memset(fg->shape, 0, sizeof fg->shape);
     memcpy(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     fg->ny = y->shape[0];
+    fg->ny1 = y->ndim == 2 ? y->shape[1] : 0;
     fg->xdt = x->dtype;
     fg->ydt = y->dtype;
     fg->ctx.m = m;

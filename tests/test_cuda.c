@@ -2718,6 +2718,71 @@ static int fit_graph_run(int graph, int drop, double clip, int pin, FILE *log, f
     return rc;
 }
 
+/* gdl_fit on the GPU with a weight EMA (its update inside the captured step) and mixup's soft targets from a
+   pinned loader, validated (the averages swapped in and back): with and without CUDA graphs the weights and
+   the averages agree bit for bit, and n_averaged counts the replayed steps too. */
+static int ema_fit_run(int graph, float *w, float *avg, double *val_loss) {
+    int rc = -1, k, n;
+    gdl_dataset *ds = fit_dataset(80, 23), *vs = fit_dataset(40, 24);
+    gdl_loader *l = NULL, *vl = NULL;
+    gdl_module *m = gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(4, 16, 1), gdl_nn_relu(), gdl_nn_linear(16, 3, 1)});
+    gdl_optimizer *opt = NULL;
+    gdl_ema *ema = NULL;
+    gdl_tensor *ts[8];
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_fit_opts o = gdl_fit_defaults();
+    gdl_epoch_stats h[3];
+    lo.batch_size = FIT_B;
+    lo.device = GPU;
+    if (ds && vs && m && gdl_module_to(m, GPU) == 0 && (vl = gdl_loader_new(vs, &lo))) {
+        lo.shuffle = 1;
+        lo.seed = 5;
+        lo.pin_memory = 1;
+        lo.transform.mixup_alpha = 0.4;
+        lo.transform.num_classes = 3;
+        if ((l = gdl_loader_new(ds, &lo)) && (opt = gdl_adam_new(0.05, 0.9, 0.999, 1e-8, 0)) &&
+            gdl_optim_add_module(opt, m, 0) == 0 && (ema = gdl_ema_new(opt, m, 0.8, 0))) {
+            o.epochs = 3;
+            o.verbose = 0;
+            o.val = vl;
+            o.cuda_graph = graph;
+            rc = gdl_fit(m, l, opt, &o, h);
+            *val_loss = h[2].val_loss;
+            if (fit_weights(m, w) < 0) rc = -2;
+            n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, ts, 8);
+            for (k = 0; k < n; k++) {
+                gdl_tensor *a = gdl_ema_tensor(ema, ts[k]);
+                if (!a || gdl_copy_to_host(a, avg, sizeof(float) * (size_t)a->numel) < 0) rc = -4;
+                else avg += a->numel;
+            }
+            if (gdl_ema_num_updates(ema) != 9) rc = -3;
+        }
+    }
+    gdl_ema_free(ema);
+    gdl_optim_free(opt);
+    gdl_loader_free(l);
+    gdl_loader_free(vl);
+    gdl_module_free(m);
+    gdl_dataset_free(ds);
+    gdl_dataset_free(vs);
+    return rc;
+}
+
+TEST fit_graph_ema(void) {
+    float we[FIT_W], wg[FIT_W], ae[FIT_W], ag[FIT_W];
+    double le, lg;
+    long graphs0 = gdl_emu_count("graph");
+    ASSERT_EQ(0, ema_fit_run(0, we, ae, &le));
+    ASSERT_EQ(0, gdl_emu_count("graph") - graphs0);
+    ASSERT_EQ(0, ema_fit_run(1, wg, ag, &lg));
+    ASSERTm("the step was replayed as a graph", gdl_emu_count("graph") - graphs0 > 0);
+    ASSERTm("the graphs' weights equal the eager ones bit for bit", memcmp(we, wg, sizeof we) == 0);
+    ASSERTm("the graphs' averages equal the eager ones bit for bit", memcmp(ae, ag, sizeof ae) == 0);
+    ASSERTm("the averages are not the weights", memcmp(ae, we, sizeof ae) != 0);
+    ASSERT_EQ(le, lg);
+    PASS();
+}
+
 /* the graphs give the eager run's weights and epoch figures bit for bit, with
    the loss called only for the steps run eagerly or recorded, and a replay
    reading its batch where the loader put it (no copy) */
@@ -2849,6 +2914,7 @@ SUITE(fit_graphs) {
 #ifdef GPUDL_EMU
     RUN_GPU(fit_graph_equals_eager);
     RUN_GPU(fit_graph_master_weights);
+    RUN_GPU(fit_graph_ema);
 #endif
 }
 
