@@ -13880,7 +13880,8 @@ static int gdl__loader_slots(const char *fn, gdl_loader *l) {
     }
     memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
     bmax = l->out_shape[0];
-    xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel), ybytes = sizeof(int32_t) * (size_t)(bmax * l->ywidth);
+    xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel);
+    ybytes = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)(bmax * l->ywidth);
     for (i = 0; i < l->nslots; i++) {
         gdl__slot *s = &l->slots[i];
         if (l->mix && (!(s->lab = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)bmax)) ||
@@ -14032,7 +14033,8 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
     ty->shape[0] = bsz;
     ty->numel = bsz * l->ywidth;
     if (!s->tx) {
-        size_t xb = sizeof(gdl_real) * (size_t)tx->numel, yb = sizeof(int32_t) * (size_t)ty->numel;
+        size_t xb = sizeof(gdl_real) * (size_t)tx->numel;
+        size_t yb = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)ty->numel;
         /* makes the device current; a plain copy runs on the compute stream,
            after the kernels that still read the buffer */
         if (!gdl__be(fn, l->o.device) ||
@@ -15355,7 +15357,7 @@ static gdl_tensor *gdl__basic_block_forward(gdl_module *m, gdl_tensor *x) {
 
 GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int stride) {
     static const char op[] = "gdl_nn_basic_block";
-    gdl_module *m;
+    gdl_module *m, *down[2];
     int proj = stride != 1 || in_channels != out_channels;
     if (in_channels < 1 || out_channels < 1 || stride < 1) {
         gdl__set_error("%s: in_channels %d, out_channels %d and stride %d must be >= 1", op, in_channels, out_channels,
@@ -15364,17 +15366,21 @@ GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int 
     }
     if (!(m = gdl_nn_custom("BasicBlock", gdl__basic_block_forward, NULL, NULL))) return NULL;
     m->ia[0] = in_channels, m->ia[1] = out_channels, m->ia[2] = stride;
-    /* gdl_module_add_child takes each child, also on failure */
+    /* gdl_module_add_child and gdl_nn_sequential take each child, also on failure */
     if (gdl_module_add_child(m, "conv1", gdl_nn_conv2d(in_channels, out_channels, 3, stride, 1, 1, 1, 0)) < 0 ||
         gdl_module_add_child(m, "bn1", gdl_nn_batchnorm2d(out_channels)) < 0 ||
         gdl_module_add_child(m, "conv2", gdl_nn_conv2d(out_channels, out_channels, 3, 1, 1, 1, 1, 0)) < 0 ||
-        gdl_module_add_child(m, "bn2", gdl_nn_batchnorm2d(out_channels)) < 0 ||
-        (proj && gdl_module_add_child(m, "downsample",
-                                      gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_conv2d(in_channels, out_channels, 1,
-                                                                                          stride, 0, 1, 1, 0),
-                                                                            gdl_nn_batchnorm2d(out_channels)})) < 0)) {
+        gdl_module_add_child(m, "bn2", gdl_nn_batchnorm2d(out_channels)) < 0) {
         gdl_module_free(m);
         return NULL;
+    }
+    if (proj) {
+        down[0] = gdl_nn_conv2d(in_channels, out_channels, 1, stride, 0, 1, 1, 0);
+        down[1] = gdl_nn_batchnorm2d(out_channels);
+        if (gdl_module_add_child(m, "downsample", gdl_nn_sequential(2, down)) < 0) {
+            gdl_module_free(m);
+            return NULL;
+        }
     }
     return m;
 }

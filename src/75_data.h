@@ -924,7 +924,8 @@ static int gdl__loader_slots(const char *fn, gdl_loader *l) {
     }
     memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
     bmax = l->out_shape[0];
-    xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel), ybytes = sizeof(int32_t) * (size_t)(bmax * l->ywidth);
+    xbytes = sizeof(gdl_real) * (size_t)(bmax * l->out_numel);
+    ybytes = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)(bmax * l->ywidth);
     for (i = 0; i < l->nslots; i++) {
         gdl__slot *s = &l->slots[i];
         if (l->mix && (!(s->lab = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)bmax)) ||
@@ -1076,7 +1077,8 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
     ty->shape[0] = bsz;
     ty->numel = bsz * l->ywidth;
     if (!s->tx) {
-        size_t xb = sizeof(gdl_real) * (size_t)tx->numel, yb = sizeof(int32_t) * (size_t)ty->numel;
+        size_t xb = sizeof(gdl_real) * (size_t)tx->numel;
+        size_t yb = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)ty->numel;
         /* makes the device current; a plain copy runs on the compute stream,
            after the kernels that still read the buffer */
         if (!gdl__be(fn, l->o.device) ||
