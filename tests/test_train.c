@@ -607,7 +607,9 @@ TEST test_evaluate_tta_hflip(void) {
     gdl_dataset_free(va);
     va = blobs(40, 1);
     vl = loader(va, 0);
-    ASSERT_EQ(-1, gdl_evaluate_ex(small_net(1), vl, NULL, NULL, 1, &l0, &a0));
+    gdl_module_free(sym);
+    sym = small_net(1);
+    ASSERT_EQ(-1, gdl_evaluate_ex(sym, vl, NULL, NULL, 1, &l0, &a0));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_evaluate: tta_hflip needs image batches [B,C,H,W] or [B,H,W], got [32,4]");
     gdl_loader_free(vl);
     gdl_dataset_free(va);
