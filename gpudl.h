@@ -19425,6 +19425,11 @@ static int gdl__fit_monitor(gdl__fit_run *r, const gdl_epoch_stats *st) {
     int maxi = o->mode == GDL_MODE_MAX || (o->mode == GDL_MODE_AUTO && o->monitor == GDL_MONITOR_VAL_ACCURACY);
     double sign = maxi ? 1 : -1; /* improvements are increases of sign * v; NaN never improves */
     int rc = 0, stop;
+    if (o->patience <= 0 && !o->best_path) return 0;
+    if (o->ddp) { /* each rank's figure is its shard's: every rank decides on their mean, so all decide alike */
+        if (gdl__dist_reduce_f64("gdl_fit", "the monitored figure", &v, 1, 0) != 0) return -1;
+        v /= (double)gdl_dist_world_size();
+    }
     if (o->best_path && v == v && !(sign * v <= sign * r->best)) {
         r->best = v;
         if (r->rank0 && gdl_save_model(r->m, o->best_path) < 0) rc = -1;
@@ -19439,11 +19444,6 @@ static int gdl__fit_monitor(gdl__fit_run *r, const gdl_epoch_stats *st) {
         r->es_wait++;
     }
     stop = r->es_wait >= o->patience;
-    if (o->ddp) { /* each rank validates its shard: they stop together, when any would */
-        double s = stop;
-        if (gdl__dist_reduce_f64("gdl_fit", "early stopping", &s, 1, 1) != 0) return -1;
-        stop = s > 0;
-    }
     r->stopped = stop;
     if (stop && o->verbose) fprintf(r->log, "gdl_fit: early stopping after epoch %d: no improvement in %d epochs\n",
                                     r->epoch, o->patience);
