@@ -1573,8 +1573,8 @@ typedef struct gdl_fit_opts {
     int val_tta_hflip;          /* 1: the validation averages each batch's outputs with those of its horizontal
                                    flip (gdl_evaluate_ex); default 0 */
     /* Early stopping and the best model (Keras' EarlyStopping and ModelCheckpoint(save_best_only)), after each
-       epoch on the monitored figure. Neither's state is in the checkpoints: a resumed run counts patience and
-       the best figure from its first epoch. */
+       epoch on the monitored figure; their best figures and patience count are in gdl_fit's checkpoints, so a
+       resumed run stops where the uninterrupted one does. */
     int monitor;                /* GDL_MONITOR_VAL_LOSS (default), GDL_MONITOR_VAL_ACCURACY (both need val) or
                                    GDL_MONITOR_LOSS (training) */
     int mode;                   /* GDL_MODE_AUTO (default: min for a loss, max for the accuracy), _MIN or _MAX */
@@ -18883,6 +18883,8 @@ typedef struct gdl__fit_state {
     double seconds;       /* the epoch's training time so far */
     int64_t samples, correct, counted; /* under DDP: the sums over every rank */
     int64_t replicas, batch_size; /* the train loader's shards (world size) and per-rank batch size */
+    double es_best, best; /* early stopping's and best_path's best figures so far (NaN: none) */
+    int64_t es_wait;      /* epochs since es_best improved */
 } gdl__fit_state;
 static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                          const gdl__fit_state *fs);
@@ -19225,6 +19227,7 @@ static int gdl__fit_resume(gdl__fit_run *r) {
     if (!r->rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
         fs->loss_sum = 0, fs->samples = fs->correct = fs->counted = 0;
     r->start_epoch = (int)fs->epoch;
+    r->es_best = fs->es_best, r->best = fs->best, r->es_wait = (int)fs->es_wait;
     if (o->verbose)
         fprintf(r->log, "resuming from %s: epoch %d, batch %lld of %lld\n", r->ckpath, r->start_epoch,
                 (long long)fs->batch, (long long)r->nb);
@@ -19353,6 +19356,7 @@ static int gdl__fit_checkpoint(gdl__fit_run *r) {
     fs->counted = p->counted;
     fs->replicas = r->train->o.num_replicas > 1 ? r->train->o.num_replicas : 1;
     fs->batch_size = r->train->B;
+    fs->es_best = r->es_best, fs->best = r->best, fs->es_wait = r->es_wait;
     if (!r->o.ddp) return rc == 0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0 ? -1 : rc;
     /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
        restart with another number of ranks counts them once */
@@ -19953,6 +19957,9 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
         gdl__meta_add(md, "fit.replicas", "%lld", (long long)fs->replicas);
         gdl__meta_add(md, "fit.batch_size", "%lld", (long long)fs->batch_size);
+        gdl__meta_add(md, "fit.es_best", "%.17g", fs->es_best);
+        gdl__meta_add(md, "fit.best", "%.17g", fs->best);
+        gdl__meta_add(md, "fit.es_wait", "%lld", (long long)fs->es_wait);
     }
     if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
         GPUDL_FREE(md);
@@ -19988,9 +19995,9 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     static const char *const keys[12] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
                                          "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
                                          "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
-    double v[12];
+    double v[12], es[3] = {NAN, NAN, 0};
     gdl_st_file f;
-    int i, rc = 0, nk = 10;
+    int i, rc = 0, nk = 10, has_es = 0;
     int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
     if (gdl_st_read(path, &f) < 0) goto fail;
     for (i = 0; i < f.n_meta && strncmp(f.meta_keys[i], "fit.", 4) != 0; i++) {
@@ -20001,9 +20008,15 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
         gdl_st_free(&f);
         goto fail;
     }
-    for (i = 0; i < f.n_meta; i++) /* the shards and batch size: absent from older checkpoints */
+    for (i = 0; i < f.n_meta; i++) { /* the shards and batch size, early stopping: absent from older checkpoints */
         if (strcmp(f.meta_keys[i], "fit.replicas") == 0) nk = 12;
+        if (strcmp(f.meta_keys[i], "fit.es_wait") == 0) has_es = 1;
+    }
     for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
+    if (rc == 0 && has_es && (gdl__meta_get(op, path, &f, "fit.es_best", &es[0]) < 0 ||
+                              gdl__meta_get(op, path, &f, "fit.best", &es[1]) < 0 ||
+                              gdl__meta_get(op, path, &f, "fit.es_wait", &es[2]) < 0))
+        rc = -1;
     gdl_st_free(&f);
     if (rc < 0) goto fail;
     if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
@@ -20013,6 +20026,10 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
             gdl__set_error("%s: %s: metadata '%s' is not a valid count: %g", op, path, keys[i], v[i]);
             goto fail;
         }
+    if (!(es[2] >= 0 && es[2] <= 1e9 && es[2] == (double)(int64_t)es[2])) {
+        gdl__set_error("%s: %s: metadata 'fit.es_wait' is not a valid count: %g", op, path, es[2]);
+        goto fail;
+    }
     if (!(v[5] == v[5] && v[6] >= 0)) {
         gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
         goto fail;
@@ -20056,6 +20073,7 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     fs->counted = (int64_t)v[9];
     fs->replicas = W;
     fs->batch_size = B;
+    fs->es_best = es[0], fs->best = es[1], fs->es_wait = (int64_t)es[2];
     return gdl__checkpoint_load(path, m, opt, sched, NULL, ddp);
 fail:
     if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);

@@ -89,8 +89,8 @@ typedef struct gdl_fit_opts {
     int val_tta_hflip;          /* 1: the validation averages each batch's outputs with those of its horizontal
                                    flip (gdl_evaluate_ex); default 0 */
     /* Early stopping and the best model (Keras' EarlyStopping and ModelCheckpoint(save_best_only)), after each
-       epoch on the monitored figure. Neither's state is in the checkpoints: a resumed run counts patience and
-       the best figure from its first epoch. */
+       epoch on the monitored figure; their best figures and patience count are in gdl_fit's checkpoints, so a
+       resumed run stops where the uninterrupted one does. */
     int monitor;                /* GDL_MONITOR_VAL_LOSS (default), GDL_MONITOR_VAL_ACCURACY (both need val) or
                                    GDL_MONITOR_LOSS (training) */
     int mode;                   /* GDL_MODE_AUTO (default: min for a loss, max for the accuracy), _MIN or _MAX */

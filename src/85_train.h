@@ -268,6 +268,8 @@ typedef struct gdl__fit_state {
     double seconds;       /* the epoch's training time so far */
     int64_t samples, correct, counted; /* under DDP: the sums over every rank */
     int64_t replicas, batch_size; /* the train loader's shards (world size) and per-rank batch size */
+    double es_best, best; /* early stopping's and best_path's best figures so far (NaN: none) */
+    int64_t es_wait;      /* epochs since es_best improved */
 } gdl__fit_state;
 static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                          const gdl__fit_state *fs);
@@ -610,6 +612,7 @@ static int gdl__fit_resume(gdl__fit_run *r) {
     if (!r->rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
         fs->loss_sum = 0, fs->samples = fs->correct = fs->counted = 0;
     r->start_epoch = (int)fs->epoch;
+    r->es_best = fs->es_best, r->best = fs->best, r->es_wait = (int)fs->es_wait;
     if (o->verbose)
         fprintf(r->log, "resuming from %s: epoch %d, batch %lld of %lld\n", r->ckpath, r->start_epoch,
                 (long long)fs->batch, (long long)r->nb);
@@ -738,6 +741,7 @@ static int gdl__fit_checkpoint(gdl__fit_run *r) {
     fs->counted = p->counted;
     fs->replicas = r->train->o.num_replicas > 1 ? r->train->o.num_replicas : 1;
     fs->batch_size = r->train->B;
+    fs->es_best = r->es_best, fs->best = r->best, fs->es_wait = r->es_wait;
     if (!r->o.ddp) return rc == 0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0 ? -1 : rc;
     /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
        restart with another number of ranks counts them once */

@@ -411,6 +411,9 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
         gdl__meta_add(md, "fit.replicas", "%lld", (long long)fs->replicas);
         gdl__meta_add(md, "fit.batch_size", "%lld", (long long)fs->batch_size);
+        gdl__meta_add(md, "fit.es_best", "%.17g", fs->es_best);
+        gdl__meta_add(md, "fit.best", "%.17g", fs->best);
+        gdl__meta_add(md, "fit.es_wait", "%lld", (long long)fs->es_wait);
     }
     if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
         GPUDL_FREE(md);
@@ -446,9 +449,9 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     static const char *const keys[12] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
                                          "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
                                          "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
-    double v[12];
+    double v[12], es[3] = {NAN, NAN, 0};
     gdl_st_file f;
-    int i, rc = 0, nk = 10;
+    int i, rc = 0, nk = 10, has_es = 0;
     int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
     if (gdl_st_read(path, &f) < 0) goto fail;
     for (i = 0; i < f.n_meta && strncmp(f.meta_keys[i], "fit.", 4) != 0; i++) {
@@ -459,9 +462,15 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
         gdl_st_free(&f);
         goto fail;
     }
-    for (i = 0; i < f.n_meta; i++) /* the shards and batch size: absent from older checkpoints */
+    for (i = 0; i < f.n_meta; i++) { /* the shards and batch size, early stopping: absent from older checkpoints */
         if (strcmp(f.meta_keys[i], "fit.replicas") == 0) nk = 12;
+        if (strcmp(f.meta_keys[i], "fit.es_wait") == 0) has_es = 1;
+    }
     for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
+    if (rc == 0 && has_es && (gdl__meta_get(op, path, &f, "fit.es_best", &es[0]) < 0 ||
+                              gdl__meta_get(op, path, &f, "fit.best", &es[1]) < 0 ||
+                              gdl__meta_get(op, path, &f, "fit.es_wait", &es[2]) < 0))
+        rc = -1;
     gdl_st_free(&f);
     if (rc < 0) goto fail;
     if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
@@ -471,6 +480,10 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
             gdl__set_error("%s: %s: metadata '%s' is not a valid count: %g", op, path, keys[i], v[i]);
             goto fail;
         }
+    if (!(es[2] >= 0 && es[2] <= 1e9 && es[2] == (double)(int64_t)es[2])) {
+        gdl__set_error("%s: %s: metadata 'fit.es_wait' is not a valid count: %g", op, path, es[2]);
+        goto fail;
+    }
     if (!(v[5] == v[5] && v[6] >= 0)) {
         gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
         goto fail;
@@ -514,6 +527,7 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     fs->counted = (int64_t)v[9];
     fs->replicas = W;
     fs->batch_size = B;
+    fs->es_best = es[0], fs->best = es[1], fs->es_wait = (int64_t)es[2];
     return gdl__checkpoint_load(path, m, opt, sched, NULL, ddp);
 fail:
     if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);

@@ -665,6 +665,34 @@ TEST test_early_stopping_and_best(void) {
     ASSERT_EQ(0, gdl_evaluate(back, vl, NULL, NULL, &l, &a));
     ASSERT_IN_RANGE(bl, l, 1e-6);
     remove(best);
+    /* a run checkpointed at the end of epoch 2 and resumed stops after epoch 3 as the uninterrupted one did:
+       the patience count is in the checkpoint (without it the resumed run would stop after epoch 4) */
+    {
+        char dir[256], f[300];
+        gdl_module *lin2 = gdl_nn_linear(4, 3, 1);
+        gdl_optimizer *o3 = gdl_sgd_new(0, 0, 0, 0, 0);
+        gdl_fit_opts ro = gdl_fit_defaults();
+        ASSERT(lin2 && o3);
+        ASSERT_EQ(0, gdl_optim_add_module(o3, lin2, 0));
+        tmp_path(dir, sizeof dir, "es_ckpt");
+        snprintf(f, sizeof f, "%s/gdl_fit.safetensors", dir);
+        remove(f); /* a run before this one's */
+        ro.verbose = 0;
+        ro.val = vl;
+        ro.patience = 2;
+        ro.checkpoint_dir = dir;
+        ro.checkpoint_every = gdl_loader_num_batches(tl);
+        ro.resume = 1;
+        ro.epochs = 2;
+        ASSERT_EQ(0, gdl_fit(lin2, tl, o3, &ro, h));
+        ro.epochs = 8;
+        ASSERT_EQ(0, gdl_fit(lin2, tl, o3, &ro, h));
+        ASSERT_EQ(3, h[2].epoch);
+        ASSERT_EQ(0, h[3].epoch);
+        remove(f);
+        gdl_optim_free(o3);
+        gdl_module_free(lin2);
+    }
     /* errors */
     o.best_path = NULL;
     o.patience = -1;
