@@ -161,6 +161,9 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
             if (is_ckpt && strcmp(op, "gdl_load_model") == 0)
                 gdl__set_error("%s: %s: this is a training checkpoint (it holds '%s'): load it with "
                                "gdl_load_checkpoint, or save the model alone with gdl_save_model", op, path, name);
+            else if (strncmp(name, "ema.", 4) == 0)
+                gdl__set_error("%s: %s: the file holds a weight EMA ('%s'): attach one to the optimizer "
+                               "(gdl_ema_new) before loading, or save without", op, path, name);
             else if (strncmp(name, "optim.", 6) == 0)
                 gdl__set_error("%s: %s: the file holds optimizer state '%s' that this optimizer has no place for: "
                                "it was saved from another kind of optimizer (Adam's exp_avg into SGD?) or with "
@@ -183,6 +186,9 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
             if (strncmp(c->names[i], "optim.", 6) == 0)
                 gdl__set_error("%s: %s: missing optimizer state '%s' (saved from another kind of optimizer, or "
                                "without one?)", op, path, c->names[i]);
+            else if (strncmp(c->names[i], "ema.", 4) == 0)
+                gdl__set_error("%s: %s: missing the weight EMA's '%s' (saved without an EMA, or with "
+                               "use_buffers off?)", op, path, c->names[i]);
             else
                 gdl__set_error("%s: %s: missing tensor '%s'", op, path, c->names[i]);
             return -1;

@@ -949,6 +949,8 @@ TEST test_ema(void) {
     for (i = 0; i < n; i++) ASSERT_EQ(ema_prev[i], now[i]);
     /* a checkpoint holds the averages and n_averaged */
     ASSERT_EQ(0, gdl_save_checkpoint(path, m, opt, NULL, 1));
+    ASSERT_EQ(-1, gdl_load_checkpoint(path, m2, opt2, NULL, NULL)); /* opt2 has no EMA yet */
+    ASSERT_CONTAINS(gdl_last_error(), "the file holds a weight EMA ('ema.0.weight'): attach one to the optimizer");
     e2 = gdl_ema_new(opt2, m2, 0.8, 1);
     ASSERT_NOT_NULL(e2);
     ASSERT_EQ(0, gdl_load_checkpoint(path, m2, opt2, NULL, NULL));
