@@ -1227,8 +1227,9 @@ TEST allocator_steady_state_and_oom(void) {
 /* A loader to a CUDA device with pin_memory stages batches in page-locked
    buffers copied on its own stream; a buffer reused before its copy finished,
    or a batch handed out before the copy, shows as a batch that differs from
-   the CPU loader's. */
-TEST loader_pinned_matches_cpu(void) {
+   the CPU loader's. recipe: random erasing and MixUp/CutMix too, whose soft
+   targets f32 [B, 10] travel in the label buffers (pinned or not). */
+static enum harness_result loader_gpu_matches_cpu(int recipe, int pin) {
     enum { N = 45, H = 6 };
     static uint8_t px[N * H * H];
     int32_t labels[N];
@@ -1250,9 +1251,16 @@ TEST loader_pinned_matches_cpu(void) {
     o.transform.mean[0] = 0.5;
     o.transform.std[0] = 0.25;
     o.transform.hflip = 1;
+    if (recipe) {
+        o.transform.erase_p = 0.5;
+        o.transform.erase_random = 1;
+        o.transform.mixup_alpha = 0.4;
+        o.transform.cutmix_alpha = 1;
+        o.transform.num_classes = 10;
+    }
     ASSERT_NOT_NULL(lc = gdl_loader_new(ds, &o));
     o.device = GPU;
-    o.pin_memory = 1;
+    o.pin_memory = pin;
     ASSERT_NOT_NULL(lg = gdl_loader_new(ds, &o));
     for (epoch = 0; epoch < 2; epoch++) {
         nb = 0;
@@ -1262,8 +1270,10 @@ TEST loader_pinned_matches_cpu(void) {
             ASSERT_EQ(rc, rg);
             if (rc <= 0) break;
             ASSERT(gdl_device_equal(xg->device, GPU));
+            ASSERT_EQ(recipe ? 2 : 1, yg->ndim);
             if (!same_bytes(xc, xg) || !same_bytes(yc, yg))
-                FAILf("epoch %d batch %d from the pinned GPU loader differs from the CPU loader's (%s)", epoch, nb, gdl_last_error());
+                FAILf("epoch %d batch %d from the GPU loader (pin %d) differs from the CPU loader's (%s)", epoch, nb,
+                      pin, gdl_last_error());
             /* use the device batch while the next one is being staged */
             gdl_arena_reset();
             ASSERT_NOT_NULL(gdl_sum(gdl_relu(xg)));
@@ -1276,6 +1286,11 @@ TEST loader_pinned_matches_cpu(void) {
     gdl_dataset_free(ds);
     gdl_arena_reset();
     PASS();
+}
+TEST loader_pinned_matches_cpu(void) { return loader_gpu_matches_cpu(0, 1); }
+TEST loader_recipe_matches_cpu(void) {
+    CHECK_CALL(loader_gpu_matches_cpu(1, 0));
+    return loader_gpu_matches_cpu(1, 1);
 }
 
 /* ---- two devices, host threads ---- */
@@ -3315,6 +3330,7 @@ SUITE(devices) {
     RUN_GPU(overlapping_device_copies);
     RUN_GPU(allocator_steady_state_and_oom);
     RUN_GPU(loader_pinned_matches_cpu);
+    RUN_GPU(loader_recipe_matches_cpu);
     {
         static const int inline_, two = 2;
         RUN_GPU_NAMED("loader_steps_without_host_waits_inline", loader_steps_without_host_waits, &inline_);
