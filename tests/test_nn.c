@@ -4,7 +4,9 @@
    PyTorch's documented algorithms and against numbers printed by PyTorch
    2.15 itself; parameter groups, clipping, checkpointing of the optimizer
    and scheduler state; schedulers against their closed forms and PyTorch;
-   gradient accumulation; convergence (linear regression, XOR); errors.
+   gradient accumulation; convergence (linear regression, XOR); ResNet's
+   BasicBlock against torchvision; the weight EMA against a hand reference
+   (swap, checkpoints); the warm-up cosine schedule against PyTorch; errors.
 
    Build (from the repository root):
        cc -std=c99 -Wall -Wextra -Wpedantic tests/test_nn.c -lm -o build/test_nn

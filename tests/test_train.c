@@ -3,8 +3,11 @@
    right, safetensors checkpoints round-trip with PyTorch's names, corrupt or
    mismatched files are refused without touching the model, a failed save
    leaves the previous file intact, and a run resumed from a training
-   checkpoint ends bit-for-bit where the uninterrupted run ends; plus one
-   epoch of real Fashion-MNIST (10k subset) above 75 % test accuracy. */
+   checkpoint ends bit-for-bit where the uninterrupted run ends; test-time
+   flips, early stopping and the best model (also across a resume), a short
+   run of the whole recipe (augmentations, mixup/cutmix, EMA, warm-up cosine)
+   to a loss bound; plus one epoch of real Fashion-MNIST (10k subset) above
+   75 % test accuracy. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
