@@ -355,8 +355,10 @@
    [impl-text]     76_text.h                      vocabularies, text datasets, fortunes, sampling
    [impl-nn]       80_nn_modules.h                modules
                    80a_nn_attention.h             nn.MultiheadAttention
+                   80b_nn_resnet.h                ResNet's BasicBlock
                    80r_nn_rnn.h                   LSTM, GRU
                    81_optimizers.h                optimizers, master weights, flat blocks
+                   81b_ema.h                      weight EMA
                    82_gradscaler.h                GradScaler
                    83_schedulers.h                learning-rate schedulers
    [impl-quant]    84_quant.h                     quantized modules and their files
@@ -801,7 +803,9 @@ typedef struct gdl_ce_opts {
     double label_smoothing;  /* default 0 */
 } gdl_ce_opts;
 GPUDL_API gdl_ce_opts gdl_ce_defaults(void);
-GPUDL_API gdl_tensor *gdl_cross_entropy(gdl_tensor *logits, gdl_tensor *targets); /* [B,C], i32 [B] */
+/* targets: class indices i32 [B], or class probabilities [B,C] (float, as PyTorch takes them: mixup/cutmix's
+   soft targets; ignore_index does not apply, label smoothing does, the mean is over B) */
+GPUDL_API gdl_tensor *gdl_cross_entropy(gdl_tensor *logits, gdl_tensor *targets);
 GPUDL_API gdl_tensor *gdl_cross_entropy_ex(gdl_tensor *logits, gdl_tensor *targets, const gdl_ce_opts *opts);
 GPUDL_API gdl_tensor *gdl_nll_loss(gdl_tensor *log_probs, gdl_tensor *targets, gdl_reduction r, int ignore_index);
 GPUDL_API gdl_tensor *gdl_mse_loss(gdl_tensor *input, gdl_tensor *target, gdl_reduction r);
@@ -1082,6 +1086,24 @@ typedef struct gdl_transform {
     int crop_padding;               /* RandomCrop: zeros added on each side before cropping, >= 0 */
     int crop_size;                  /* RandomCrop output H = W (batches [B,C,size,size]); 0: the sample's H, W */
     int hflip;                      /* RandomHorizontalFlip with p = 0.5 */
+    /* RandomErasing (torchvision.transforms.RandomErasing), last, on the normalised sample: with probability
+       erase_p a box of area fraction ~ U(scale) and aspect ratio h/w log-uniform in ratio, at a uniform
+       position, is set to erase_value (erase_random: each element ~ N(0,1), torchvision's value='random') in
+       every channel; up to 10 draws for a box inside the image, else the sample is left as it is. */
+    double erase_p;                 /* 0: off; in [0, 1] */
+    double erase_scale[2];          /* {0, 0}: torchvision's (0.02, 0.33); else 0 <= lo <= hi <= 1 */
+    double erase_ratio[2];          /* {0, 0}: torchvision's (0.3, 3.3); else 0 < lo <= hi */
+    double erase_value;
+    int erase_random;
+    /* MixUp / CutMix (torchvision.transforms.v2), on each whole batch after the per-sample transforms:
+       lambda ~ Beta(alpha, alpha); sample i is mixed with sample i-1 (batch.roll(1, 0); sample 0 with the
+       last). MixUp: x = lam x_i + (1-lam) x_{i-1}; CutMix: a box of x_{i-1} (centre uniform, sides
+       sqrt(1-lam) H, W, clipped) pasted into x_i, lam = 1 - box area / (H W). Targets become soft:
+       y is f32 [B, num_classes], lam onehot(y_i) + (1-lam) onehot(y_{i-1}), which gdl_cross_entropy takes.
+       Both set: each batch takes one of them with probability 1/2 (torchvision's RandomChoice). */
+    double mixup_alpha;             /* > 0: on; 0 off */
+    double cutmix_alpha;            /* > 0: on (needs image samples); 0 off */
+    int num_classes;                /* needed with mixup/cutmix: the width of the soft targets */
 } gdl_transform;
 
 /* DataLoader options; start from gdl_loader_defaults(). */
@@ -1113,7 +1135,7 @@ GPUDL_API gdl_loader_opts gdl_loader_defaults(void);
 /* A loader over ds (which must outlive it); o NULL means defaults. NULL + error. */
 GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *o);
 /* 1: *x f32 [B, sample shape] (i32 for a dataset of token ids) and *y i32 [B] (i32 [B,T] with
-   target_len T) on the loader's device (owned by the loader: do not free;
+   target_len T; with mixup/cutmix f32 [B, num_classes]) on the loader's device (owned by the loader: do not free;
    persistent, so gdl_arena_reset keeps them; valid until the next call); 0: end of the epoch, *x = *y =
    NULL (the next call starts the next epoch); -1: error. A GPU batch is copied after a device sync. */
 GPUDL_API int gdl_loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y);
@@ -1424,6 +1446,11 @@ GPUDL_API int gdl_nn_sequential_add(gdl_module *seq, gdl_module *m);
 GPUDL_API int gdl_nn_set_fusion(int on);
 /* relu(body(x) + shortcut(x)), shortcut NULL = identity (a ResNet basic block); takes ownership of both. */
 GPUDL_API gdl_module *gdl_nn_residual(gdl_module *body, gdl_module *shortcut);
+/* torchvision's ResNet BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), 3x3 convolutions
+   without bias (conv1 with the stride, padding 1); the shortcut is x, or where the stride is not 1 or the
+   channels change a projection "downsample" (1x1 convolution with the stride, no bias, then BatchNorm2d).
+   Its tensors carry torchvision's names (conv1.weight, bn1.running_mean, downsample.0.weight, ...). */
+GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int stride);
 
 /* ---- custom modules ---- */
 /* A module of kind `kind` whose forward is `forward`; user data is freed with free_user (may be NULL). */
@@ -1549,6 +1576,27 @@ GPUDL_API int gdl_optim_set_momentum(gdl_optimizer *opt, int group, double momen
 /* Frees the optimizer and its state (not the parameters). NULL: no-op. */
 GPUDL_API void gdl_optim_free(gdl_optimizer *opt);
 
+/* ---- weight EMA: torch.optim.swa_utils.AveragedModel(m, multi_avg_fn=get_ema_multi_avg_fn(decay),
+   use_buffers) ---- */
+typedef struct gdl_ema gdl_ema;
+/* An average of opt's parameters (and with use_buffers of m's buffers, BatchNorm's running statistics;
+   without, evaluation uses the model's own, as AveragedModel keeps them in sync), attached to opt: every
+   gdl_step then updates it on the device after the update, one launch per device over the optimizer's flat
+   parameter region and one per averaged buffer, nothing read back (so a CUDA graph of the step holds it):
+   the first step copies (AveragedModel's n_averaged == 0), later ones avg = lerp(avg, p, 1 - decay).
+   It starts as a copy of the parameters. Make it after every parameter is added (f32, no master weights).
+   Checkpoints of opt (gdl_save_checkpoint, gdl_fit's) hold the averages as "ema.<name>"; gdl_fit's
+   validation runs with the averaged weights. NULL + error. */
+GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, int use_buffers);
+/* Exchanges the model's parameters (and averaged buffers) with the averages: call, evaluate, call again. 0 / -1. */
+GPUDL_API int gdl_ema_swap(gdl_ema *e);
+/* AveragedModel.n_averaged: the optimizer's steps since gdl_ema_new (-1: NULL, or the optimizer was freed). */
+GPUDL_API int64_t gdl_ema_num_updates(const gdl_ema *e);
+/* The average of a parameter of the optimizer or an averaged buffer (a view, persistent). NULL + error. */
+GPUDL_API gdl_tensor *gdl_ema_tensor(gdl_ema *e, const gdl_tensor *t);
+/* Detaches it from its optimizer and frees it (NULL-safe). An optimizer freed first leaves it detached. */
+GPUDL_API void gdl_ema_free(gdl_ema *e);
+
 /* ---- learning-rate schedulers: each sets lr = f(last_epoch, base lr of the group) on creation
    (last_epoch 0) and on every gdl_scheduler_step ---- */
 /* StepLR: lr = base * gamma^floor(last_epoch / step_size). */
@@ -1565,6 +1613,12 @@ GPUDL_API gdl_scheduler *gdl_onecycle_lr_new_ex(gdl_optimizer *opt, double max_l
 /* LinearLR: lr = base * (start + (end - start) * min(last_epoch, total_iters) / total_iters). */
 GPUDL_API gdl_scheduler *gdl_linear_warmup_new(gdl_optimizer *opt, double start_factor, double end_factor,
                                                int total_iters);
+/* Linear warm-up then cosine annealing, PyTorch's SequentialLR([LinearLR(start_factor, 1.0, warmup_iters),
+   CosineAnnealingLR(T_max, eta_min)], milestones=[warmup_iters]): lr = base * (start + (1 - start) t / warmup)
+   for t < warmup_iters, then eta_min + (base - eta_min) (1 + cos(pi (t - warmup_iters) / T_max)) / 2.
+   warmup_iters 0: cosine only. For a run of N steps (or epochs), T_max = N - warmup_iters. */
+GPUDL_API gdl_scheduler *gdl_warmup_cosine_lr_new(gdl_optimizer *opt, int warmup_iters, double start_factor, int T_max,
+                                                  double eta_min);
 /* Advances last_epoch by one and sets the groups' lr (OneCycle refuses to pass total_steps). 0 / -1. */
 GPUDL_API int gdl_scheduler_step(gdl_scheduler *s);
 /* The scheduler's step count, last_epoch (0 after creation; -1 for NULL). */
@@ -1723,7 +1777,25 @@ typedef struct gdl_fit_opts {
                                    on bit for bit. Under DDP the ranks agree on it after every step (an 8-byte
                                    all-reduce; over NCCL a host wait per step). Default 0: the signals keep their
                                    actions */
+    int val_tta_hflip;          /* 1: the validation averages each batch's outputs with those of its horizontal
+                                   flip (gdl_evaluate_ex); default 0 */
+    /* Early stopping and the best model (Keras' EarlyStopping and ModelCheckpoint(save_best_only)), after each
+       epoch on the monitored figure; their best figures and patience count are in gdl_fit's checkpoints, so a
+       resumed run stops where the uninterrupted one does. */
+    int monitor;                /* GDL_MONITOR_VAL_LOSS (default), GDL_MONITOR_VAL_ACCURACY (both need val) or
+                                   GDL_MONITOR_LOSS (training) */
+    int mode;                   /* GDL_MODE_AUTO (default: min for a loss, max for the accuracy), _MIN or _MAX */
+    int patience;               /* > 0: stop after this many epochs in a row with no improvement by more than
+                                   min_delta over the best (the history's later epochs get epoch 0, NaN figures);
+                                   0: off */
+    double min_delta;           /* >= 0, default 0 */
+    const char *best_path;      /* the model (gdl_save_model; with an EMA the averaged weights, as validated) is
+                                   written here, atomically, each epoch whose figure is the best so far; under DDP
+                                   by rank 0. NULL: off */
 } gdl_fit_opts;
+
+enum { GDL_MONITOR_VAL_LOSS = 0, GDL_MONITOR_VAL_ACCURACY = 1, GDL_MONITOR_LOSS = 2 };
+enum { GDL_MODE_AUTO = 0, GDL_MODE_MIN = 1, GDL_MODE_MAX = 2 };
 
 /* gdl_fit's return when opts.preempt stopped it after a checkpoint (0: it finished; -1: an error) */
 #define GDL_FIT_PREEMPTED 1
@@ -1772,6 +1844,10 @@ GPUDL_API int gdl_metrics_csv_row(FILE *f, const gdl_epoch_stats *s);
    Called inside an autocast region, it runs in it (gdl_fit's autocast option puts its validation pass in one). */
 GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
                            double *accuracy_out);
+/* The same; tta_hflip 1: test-time augmentation, the model's outputs on each batch and on its horizontal flip
+   (the last dim reversed; batches of 3 or more dims) averaged before the loss and accuracy. */
+GPUDL_API int gdl_evaluate_ex(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, int tta_hflip,
+                              double *loss_out, double *accuracy_out);
 
 /* Preemption in a hand-written loop (gdl_fit's opts.preempt does the same): Slurm sends SIGUSR1 before a
    time limit (sbatch --signal=USR1@90) and SIGTERM at preemption and at the limit; Kubernetes SIGTERM
@@ -2614,6 +2690,9 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(void, opt_table_free, (void *table)) \
     X(int, sgd_multi, (const void *table)) \
     X(int, adam_multi, (const void *table, int decoupled)) \
+    /* weight EMA (torch.lerp_ in f32): avg[i] += w (x[i] - avg[i]) for w < 0.5, else avg[i] = x[i] - \
+       (x[i] - avg[i]) (1 - w) (w = 1: a copy); n elements, nothing read back */ \
+    X(int, ema_lerp, (int64_t n, gdl_real *avg, const gdl_real *x, gdl_real w)) \
     /* GradScaler, nothing read back (PyTorch's _amp_foreach_non_finite_check_and_unscale_ and \
        _amp_update_scale_): g[i] *= (float)(1 / (double)*scale) (left as is when that is 1), and *found_inf \
        and *found_inf2 (when not NULL) set to 1 when some g[i] was inf or NaN before; update, one element: \
@@ -9221,6 +9300,14 @@ static int gdl__cpu_clip_grad_norm(int count, gdl_real *const *g, const int64_t 
         }
     return 0;
 }
+static int gdl__cpu_ema_lerp(int64_t n, gdl_real *avg, const gdl_real *x, gdl_real w) {
+    int64_t i;
+    if (w < (gdl_real)0.5)
+        for (i = 0; i < n; i++) avg[i] = avg[i] + w * (x[i] - avg[i]);
+    else
+        for (i = 0; i < n; i++) avg[i] = x[i] - (x[i] - avg[i]) * ((gdl_real)1 - w);
+    return 0;
+}
 static int gdl__cpu_count_nonfinite(int64_t n, const gdl_real *x, int64_t *out) {
     int64_t i, c = 0;
     for (i = 0; i < n; i++) c += !(x[i] - x[i] == 0); /* NaN and Inf give NaN */
@@ -12203,12 +12290,39 @@ GPUDL_API gdl_ce_opts gdl_ce_defaults(void) {
     return o;
 }
 
+/* Cross entropy with class-probability targets [B,C] (PyTorch's, as mixup/cutmix make them), composed from
+   differentiable ops: -sum_c t_c log_softmax(x)_c per row, the targets smoothed first as
+   t (1 - ls) + ls / C; the mean is over the B rows. */
+static gdl_tensor *gdl__xent_soft(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
+    gdl_tensor *t = tgt, *rows;
+    if (op != GDL_OP_CROSS_ENTROPY || x->ndim != 2 || !gdl_same_shape(x, tgt)) {
+        gdl__set_error("%s: probability targets %s %s need cross entropy over input [B,C] of the same shape, got "
+                       "input %s %s", opname, gdl_dtype_name(tgt->dtype), gdl_shape_str(tgt), gdl_dtype_name(x->dtype),
+                       gdl_shape_str(x));
+        return NULL;
+    }
+    if ((unsigned)o->reduction > GDL_REDUCE_NONE || !(o->label_smoothing >= 0 && o->label_smoothing <= 1)) {
+        gdl__set_error("%s: bad reduction %d or label_smoothing %g", opname, (int)o->reduction, o->label_smoothing);
+        return NULL;
+    }
+    if (x->shape[1] == 0) {
+        gdl__set_error("%s: input %s has no classes", opname, gdl_shape_str(x));
+        return NULL;
+    }
+    if (o->label_smoothing > 0)
+        t = gdl_add_scalar(gdl_mul_scalar(tgt, 1 - o->label_smoothing), o->label_smoothing / (double)x->shape[1]);
+    rows = gdl_mul_scalar(gdl_sum_dim(gdl_mul(t, gdl_log_softmax(x, 1)), 1, 0), -1);
+    if (!rows) return NULL;
+    return o->reduction == GDL_REDUCE_NONE ? rows : o->reduction == GDL_REDUCE_SUM ? gdl_sum(rows) : gdl_mean(rows);
+}
+
 static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
     int64_t B, C, one = 1;
     int err;
     gdl_tensor *rows, *out, *count, *in[2];
     gdl_node *n;
     const gdl_backend *be;
+    if (x && tgt && gdl__is_float(tgt->dtype) && tgt->ndim == 2) return gdl__xent_soft(opname, op, x, tgt, o);
     GDL__LOWP1(opname, op, gdl__xent(opname, op, x, tgt, o), x);
     if (gdl__check_two(opname, "input", x, 1, "target", tgt, 0) < 0) return NULL;
     if (x->ndim != 2 || tgt->ndim != 1 || tgt->dtype != GDL_I32 || tgt->shape[0] != x->shape[0]) {
@@ -14555,8 +14669,10 @@ enum { GDL__SLOT_FREE = 0, GDL__SLOT_FILLING, GDL__SLOT_READY, GDL__SLOT_HELD };
 
 typedef struct gdl__slot {
     void *x;              /* host buffer: batch_size samples of out_numel (f32, or i32 token ids) */
-    int32_t *y;           /* host buffer: batch_size labels (target sequences of y_numel) */
+    int32_t *y;           /* host buffer: batch_size x y_numel targets (i32; mix: f32 soft targets) */
     int32_t *len;         /* host buffer: batch_size lengths (a dataset with lengths), else NULL */
+    int32_t *lab;         /* mix: the batch's labels */
+    gdl_real *spare;      /* mix: one sample */
     gdl_tensor *tx, *ty, *tl; /* CPU device: the batch tensors, owning x, y and len */
     void *copied;         /* pinned: reached when the copy out of x and y is done */
     int state;            /* GDL__SLOT_*, under the mutex */
@@ -14572,7 +14688,7 @@ struct gdl_loader {
     int64_t out_shape[GDL_MAX_DIMS];
     int64_t out_numel;                   /* elements of one transformed sample */
     gdl_dtype out_dtype;                 /* f32, or i32 for token ids */
-    int64_t y_numel;                     /* targets per sample: 1, or the dataset's target_len */
+    int64_t y_numel;                     /* targets per sample: 1, the dataset's target_len, or (mix) num_classes */
     gdl_tensor *lengths_out;             /* the lengths of the batch handed out last */
     /* the transform plan */
     int norm;                            /* 0, or the number of mean/std channels */
@@ -14580,7 +14696,10 @@ struct gdl_loader {
     int64_t planes_per_channel;          /* spatial path: H x W planes per channel */
     gdl_real mean[GDL_TRANSFORM_MAX_CHANNELS], stdv[GDL_TRANSFORM_MAX_CHANNELS];
     int spatial, crop, hflip;            /* crop and/or flip: the per-plane path */
-    int64_t planes, H, W, OH, OW, pad;
+    int64_t planes, H, W, OH, OW, pad;   /* set for crop, flip, erasing and cutmix */
+    int erase;                           /* RandomErasing: erase_p > 0 */
+    double erase_scale[2], erase_logratio[2];
+    int mix;                             /* 1 mixup, 2 cutmix, 3 either (a coin per batch); 0 off */
     /* the epoch */
     int64_t *perm;                       /* shuffle: sample of position i; NULL: identity */
     uint64_t epoch, tkey;
@@ -14625,8 +14744,91 @@ GPUDL_API gdl_loader_opts gdl_loader_defaults(void) {
     return o;
 }
 
+/* ---- the random transforms' draws: counters of a hash stream, so any worker
+   makes the same ones ---- */
+
+/* uniform in [0, 1), 53 bits */
+static double gdl__tf_unif(uint64_t key, uint64_t *ctr) {
+    return (double)(gdl_hash64(key, (*ctr)++) >> 11) * (1.0 / 9007199254740992.0);
+}
+/* N(0, 1), Box-Muller */
+static double gdl__tf_normal(uint64_t key, uint64_t *ctr) {
+    double u1 = 1.0 - gdl__tf_unif(key, ctr), u2 = gdl__tf_unif(key, ctr);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+/* Gamma(a, 1) by Marsaglia and Tsang; a < 1 as Gamma(a + 1) U^(1/a) */
+static double gdl__tf_gamma(double a, uint64_t key, uint64_t *ctr) {
+    double boost = 1, d, c;
+    if (a < 1) {
+        boost = pow(1.0 - gdl__tf_unif(key, ctr), 1.0 / a);
+        a += 1;
+    }
+    d = a - 1.0 / 3;
+    c = 1 / sqrt(9 * d);
+    for (;;) {
+        double x = gdl__tf_normal(key, ctr), v = 1 + c * x, u;
+        if (v <= 0) continue;
+        v = v * v * v;
+        u = 1.0 - gdl__tf_unif(key, ctr);
+        if (log(u) < 0.5 * x * x + d - d * v + d * log(v)) return d * v * boost;
+    }
+}
+/* Beta(a, a) as G1 / (G1 + G2) */
+static double gdl__tf_beta(double a, uint64_t key, uint64_t *ctr) {
+    double g1 = gdl__tf_gamma(a, key, ctr), g2 = gdl__tf_gamma(a, key, ctr);
+    if (!(g1 + g2 > 0)) return gdl__tf_unif(key, ctr) < 0.5 ? 0.0 : 1.0; /* both underflowed (a tiny alpha) */
+    return g1 / (g1 + g2);
+}
+
+/* RandomErasing.get_params on an H x W image, from the uniforms u[0..22] in torchvision's order of draws:
+   u[0] < p erases; then up to 10 tries of (area fraction, log aspect ratio) at u[1+2t], u[2+2t]; the
+   first box inside the image takes its top and left from the next two. h = round(sqrt(area ratio)),
+   w = round(sqrt(area / ratio)), Python's round (half to even: rint). 1 and box = {top, left, h, w};
+   0: no erasing. */
+static int gdl__erase_params(int64_t H, int64_t W, double p, const double scale[2], const double logratio[2],
+                             const double *u, int64_t box[4]) {
+    int t, k = 1;
+    if (!(u[0] < p)) return 0;
+    for (t = 0; t < 10; t++) {
+        double area = (double)(H * W) * (scale[0] + u[k] * (scale[1] - scale[0]));
+        double ar = exp(logratio[0] + u[k + 1] * (logratio[1] - logratio[0]));
+        int64_t h = (int64_t)rint(sqrt(area * ar)), w = (int64_t)rint(sqrt(area / ar));
+        k += 2;
+        if (!(h < H && w < W)) continue;
+        box[0] = (int64_t)(u[k] * (double)(H - h + 1));
+        box[1] = (int64_t)(u[k + 1] * (double)(W - w + 1));
+        box[2] = h;
+        box[3] = w;
+        return 1;
+    }
+    return 0;
+}
+
+/* RandomErasing on one transformed sample (planes x OH x OW), its draws from key. */
+static void gdl__loader_erase(const gdl_loader *l, uint64_t key, gdl_real *out) {
+    double u[23];
+    uint64_t ctr = 0;
+    int64_t box[4], p, y, x;
+    const gdl_transform *t = &l->o.transform;
+    int i;
+    for (i = 0; i < 23; i++) u[i] = gdl__tf_unif(key, &ctr);
+    if (!gdl__erase_params(l->OH, l->OW, t->erase_p, l->erase_scale, l->erase_logratio, u, box)) return;
+    for (p = 0; p < l->planes; p++)
+        for (y = box[0]; y < box[0] + box[2]; y++)
+            for (x = box[1]; x < box[1] + box[3]; x++)
+                out[(p * l->OH + y) * l->OW + x] =
+                    t->erase_random ? (gdl_real)gdl__tf_normal(key, &ctr) : (gdl_real)t->erase_value;
+}
+
 /* One sample, transformed, into out (out_numel elements). */
+static void gdl__loader_sample_geom(const gdl_loader *l, int64_t idx, gdl_real *out);
 static void gdl__loader_sample(const gdl_loader *l, int64_t idx, gdl_real *out) {
+    gdl__loader_sample_geom(l, idx, out);
+    if (l->erase) gdl__loader_erase(l, gdl_hash64(gdl_hash64(l->tkey, (uint64_t)idx), 3), out);
+}
+
+/* Normalisation, crop and flip. */
+static void gdl__loader_sample_geom(const gdl_loader *l, int64_t idx, gdl_real *out) {
     const gdl_dataset *ds = l->ds;
     const int64_t sn = ds->sample_numel;
     const uint8_t *xu = ds->dtype == GDL_U8 ? (const uint8_t *)ds->x + (size_t)(idx * sn) : NULL;
@@ -14695,10 +14897,69 @@ static int64_t gdl__loader_index(const gdl_loader *l, int64_t pos) {
     return l->perm ? l->perm[pos] : pos;
 }
 
+/* Key domains of the loader's random streams. */
+#define GDL__PERM_DOMAIN 0x7065726d75746521ull /* "permute!" */
+#define GDL__TF_DOMAIN 0x7472616e73666f72ull   /* "transfor" */
+#define GDL__MIX_DOMAIN 0x6d69787570637574ull  /* "mixupcut" */
+
+/* CutMix.make_params: the box {x1, y1, x2, y2} of centre (rx, ry) and half sides int(r W), int(r H),
+   r = sqrt(1 - lam) / 2, clipped to the image; returns the adjusted lam, 1 - box area / (H W). */
+static double gdl__cutmix_box(int64_t H, int64_t W, double lam, int64_t rx, int64_t ry, int64_t box[4]) {
+    double r = 0.5 * sqrt(1.0 - lam);
+    int64_t hw = (int64_t)(r * (double)W), hh = (int64_t)(r * (double)H);
+    box[0] = rx - hw < 0 ? 0 : rx - hw;
+    box[1] = ry - hh < 0 ? 0 : ry - hh;
+    box[2] = rx + hw > W ? W : rx + hw;
+    box[3] = ry + hh > H ? H : ry + hh;
+    return 1.0 - (double)((box[2] - box[0]) * (box[3] - box[1])) / (double)(W * H);
+}
+
+/* The mix of a batch of bsz samples of planes x H x W in place (x), with lam and (cut) the CutMix box
+   {x1, y1, x2, y2}: sample i is paired with i - 1 (sample 0 with the last), read before it is mixed, as
+   torchvision's batch.roll(1, 0) is; labels lab become the soft targets ys [bsz, K]. first: one sample. */
+static void gdl__mix_apply(int64_t bsz, int64_t planes, int64_t H, int64_t W, int64_t K, int cut, double lam,
+                           const int64_t box[4], gdl_real *x, const int32_t *lab, gdl_real *ys, gdl_real *first) {
+    int64_t n = planes * H * W, i, e, p, yy, xx;
+    gdl_real lm = (gdl_real)lam, lo = (gdl_real)(1.0 - lam);
+    /* from the last sample down, so x_{i-1} is still unmixed; sample 0 pairs with the saved last one */
+    memcpy(first, x + (size_t)((bsz - 1) * n), sizeof(gdl_real) * (size_t)n);
+    for (i = bsz - 1; i >= 0; i--) {
+        gdl_real *xi = x + (size_t)(i * n);
+        const gdl_real *xp = i ? x + (size_t)((i - 1) * n) : first;
+        int32_t ci = lab[i], cp = lab[i ? i - 1 : bsz - 1];
+        if (!cut)
+            for (e = 0; e < n; e++) xi[e] = xp[e] * lo + xi[e] * lm; /* torchvision: roll * (1-lam) + x * lam */
+        else
+            for (p = 0; p < planes; p++)
+                for (yy = box[1]; yy < box[3]; yy++)
+                    for (xx = box[0]; xx < box[2]; xx++) xi[(p * H + yy) * W + xx] = xp[(p * H + yy) * W + xx];
+        for (e = 0; e < K; e++) ys[i * K + e] = 0;
+        ys[i * K + cp] += lo;
+        ys[i * K + ci] += lm;
+    }
+}
+
+/* MixUp or CutMix (torchvision.transforms.v2) on batch b: its draws from (seed, epoch, b). */
+static void gdl__loader_mix(const gdl_loader *l, int64_t b, int64_t bsz, gdl__slot *s) {
+    const gdl_transform *t = &l->o.transform;
+    uint64_t key = gdl_hash64(l->tkey ^ GDL__MIX_DOMAIN, (uint64_t)b), ctr = 0;
+    int cut = l->mix == 2 || (l->mix == 3 && gdl__tf_unif(key, &ctr) < 0.5);
+    double lam = gdl__tf_beta(cut ? t->cutmix_alpha : t->mixup_alpha, key, &ctr);
+    int64_t box[4] = {0, 0, 0, 0};
+    if (cut) {
+        int64_t rx = (int64_t)(gdl__tf_unif(key, &ctr) * (double)l->OW);
+        int64_t ry = (int64_t)(gdl__tf_unif(key, &ctr) * (double)l->OH);
+        lam = gdl__cutmix_box(l->OH, l->OW, lam, rx, ry, box);
+    }
+    gdl__mix_apply(bsz, cut ? l->planes : 1, cut ? l->OH : 1, cut ? l->OW : l->out_numel, l->y_numel, cut, lam, box,
+                   (gdl_real *)s->x, s->lab, (gdl_real *)s->y, s->spare);
+}
+
 /* Batch b of the current epoch into slot s's host buffers. */
 static void gdl__loader_fill(const gdl_loader *l, int64_t b, gdl__slot *s) {
     const gdl_dataset *ds = l->ds;
     int64_t start = b * l->B, bsz = gdl__loader_bsz(l, b), k;
+    int32_t *lab = l->mix ? s->lab : s->y;
     for (k = 0; k < bsz; k++) {
         int64_t idx = gdl__loader_index(l, start + k);
         if (s->len) s->len[k] = ds->lengths[idx];
@@ -14708,18 +14969,15 @@ static void gdl__loader_fill(const gdl_loader *l, int64_t b, gdl__slot *s) {
             memcpy(s->y + (size_t)(k * l->y_numel), w + 1, sizeof(int32_t) * (size_t)l->y_numel);
             continue;
         }
-        s->y[k] = ds->labels[idx];
+        lab[k] = ds->labels[idx];
         if (l->out_dtype == GDL_I32)
             memcpy((int32_t *)s->x + (size_t)(k * l->out_numel), (const int32_t *)ds->x + (size_t)(idx * l->out_numel),
                    sizeof(int32_t) * (size_t)l->out_numel);
         else
             gdl__loader_sample(l, idx, (gdl_real *)s->x + (size_t)(k * l->out_numel));
     }
+    if (l->mix) gdl__loader_mix(l, b, bsz, s);
 }
-
-/* Key domains of the loader's random streams. */
-#define GDL__PERM_DOMAIN 0x7065726d75746521ull /* "permute!" */
-#define GDL__TF_DOMAIN 0x7472616e73666f72ull   /* "transfor" */
 
 /* The permutation and transform key of l->epoch. Workers are idle. */
 static void gdl__loader_begin_epoch(gdl_loader *l) {
@@ -14814,6 +15072,8 @@ static void gdl__loader_destroy(gdl_loader *l) {
     if (l->slots) {
         for (i = 0; i < l->nslots; i++) {
             gdl__slot *s = &l->slots[i];
+            GPUDL_FREE(s->lab);
+            GPUDL_FREE(s->spare);
             if (s->tx || s->ty) { /* CPU delivery: the tensors own the buffers */
                 gdl_free(s->tx);
                 gdl_free(s->ty);
@@ -14847,6 +15107,52 @@ static void gdl__loader_destroy(gdl_loader *l) {
 
 GPUDL_API void gdl_loader_free(gdl_loader *l) { gdl__loader_destroy(l); }
 
+/* Validates the random erasing and mixup/cutmix options; fills their plan. 0 / -1. */
+static int gdl__loader_plan_random(const char *fn, gdl_loader *l) {
+    const gdl_transform *t = &l->o.transform;
+    const double *sc = t->erase_scale, *ra = t->erase_ratio;
+    int dsc = sc[0] == 0 && sc[1] == 0, dra = ra[0] == 0 && ra[1] == 0;
+    if (!(t->erase_p >= 0 && t->erase_p <= 1)) {
+        gdl__set_error("%s: transform erase_p %g must be in [0, 1]", fn, t->erase_p);
+        return -1;
+    }
+    l->erase = t->erase_p > 0;
+    if (!dsc && !(sc[0] >= 0 && sc[0] <= sc[1] && sc[1] <= 1)) {
+        gdl__set_error("%s: transform erase_scale (%g, %g) must have 0 <= lo <= hi <= 1", fn, sc[0], sc[1]);
+        return -1;
+    }
+    if (!dra && !(ra[0] > 0 && ra[0] <= ra[1] && ra[1] < HUGE_VAL)) {
+        gdl__set_error("%s: transform erase_ratio (%g, %g) must have 0 < lo <= hi, finite", fn, ra[0], ra[1]);
+        return -1;
+    }
+    if (!(t->erase_value > -HUGE_VAL && t->erase_value < HUGE_VAL)) {
+        gdl__set_error("%s: transform erase_value %g must be finite", fn, t->erase_value);
+        return -1;
+    }
+    l->erase_scale[0] = dsc ? 0.02 : sc[0];
+    l->erase_scale[1] = dsc ? 0.33 : sc[1];
+    l->erase_logratio[0] = log(dra ? 0.3 : ra[0]);
+    l->erase_logratio[1] = log(dra ? 3.3 : ra[1]);
+    /* written so that NaN fails too */
+    if (!(t->mixup_alpha >= 0 && t->mixup_alpha < HUGE_VAL) || !(t->cutmix_alpha >= 0 && t->cutmix_alpha < HUGE_VAL)) {
+        gdl__set_error("%s: transform mixup_alpha %g, cutmix_alpha %g must be finite and >= 0 (0: off)", fn,
+                       t->mixup_alpha, t->cutmix_alpha);
+        return -1;
+    }
+    l->mix = (t->mixup_alpha > 0 ? 1 : 0) | (t->cutmix_alpha > 0 ? 2 : 0);
+    if (l->mix && (t->num_classes < 1 || t->num_classes > (1 << 24))) {
+        gdl__set_error("%s: mixup/cutmix need transform.num_classes in [1, 2^24] (the soft targets' width), got %d",
+                       fn, t->num_classes);
+        return -1;
+    }
+    if (l->mix && l->ds->num_classes > t->num_classes) {
+        gdl__set_error("%s: transform.num_classes %d is less than the dataset's %d classes", fn, t->num_classes,
+                       l->ds->num_classes);
+        return -1;
+    }
+    return 0;
+}
+
 /* Validates the transform against the samples; fills the plan. 0 / -1. */
 static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     const gdl_dataset *ds = l->ds;
@@ -14859,7 +15165,8 @@ static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     l->out_numel = ds->sample_numel;
     l->out_dtype = ds->dtype == GDL_I32 ? GDL_I32 : GDL_F32;
     l->y_numel = ds->target_len ? ds->target_len : 1;
-    if (ds->dtype == GDL_I32 && (t->normalize || t->crop_padding || t->crop_size || t->hflip)) {
+    if (ds->dtype == GDL_I32 && (t->normalize || t->crop_padding || t->crop_size || t->hflip || t->erase_p != 0 ||
+                                 t->mixup_alpha != 0 || t->cutmix_alpha != 0)) {
         gdl__set_error("%s: the samples are token ids (i32 %s): transforms do not apply to them", fn, ss);
         return -1;
     }
@@ -14896,9 +15203,12 @@ static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     l->crop = t->crop_padding > 0 || t->crop_size > 0;
     l->hflip = t->hflip != 0;
     l->spatial = l->crop || l->hflip;
-    if (l->spatial) {
+    if (gdl__loader_plan_random(fn, l) < 0) return -1;
+    if (l->mix) l->y_numel = t->num_classes;
+    if (l->spatial || l->erase || (l->mix & 2)) {
         if (ds->ndim < 2) {
-            gdl__set_error("%s: random crop and flip need image samples [C,H,W] (or [H,W]), got %s", fn, ss);
+            gdl__set_error("%s: random crop, flip, erasing and cutmix need image samples [C,H,W] (or [H,W]), "
+                           "got %s", fn, ss);
             return -1;
         }
         l->H = ds->shape[ds->ndim - 2];
@@ -14955,12 +15265,13 @@ static int gdl__loader_check_opts(const char *fn, const gdl_dataset *ds, const g
     return 0;
 }
 
-/* A batch's targets: i32 [B], or [B,T] for target sequences. */
-static gdl_tensor *gdl__loader_empty_y(const gdl_loader *l) {
+/* A batch's targets on the loader's device: i32 [B], i32 [B, T] for target sequences, or (mix) f32
+   [B, num_classes] soft targets. */
+static gdl_tensor *gdl__loader_ytensor(const gdl_loader *l) {
     int64_t shape[2];
     shape[0] = l->out_shape[0];
     shape[1] = l->y_numel;
-    return gdl_empty(l->ds->target_len ? 2 : 1, shape, GDL_I32, l->o.device);
+    return gdl_empty(l->mix || l->ds->target_len ? 2 : 1, shape, l->mix ? GDL_F32 : GDL_I32, l->o.device);
 }
 
 /* A GPU loader's device batch buffers (two with pin_memory, with their events and copy stream). */
@@ -14969,7 +15280,7 @@ static int gdl__loader_device_buffers(const char *fn, gdl_loader *l) {
     if (!(l->be = gdl__be(fn, l->o.device))) return -1;
     for (i = 0; i < (l->pinned ? 2 : 1); i++) {
         l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, l->out_dtype, l->o.device);
-        l->dy[i] = l->dx[i] ? gdl__loader_empty_y(l) : NULL;
+        l->dy[i] = l->dx[i] ? gdl__loader_ytensor(l) : NULL;
         if (l->dy[i] && l->ds->lengths && !(l->dl[i] = gdl_empty(1, l->out_shape, GDL_I32, l->o.device))) {
             gdl__data_wrap_error(fn);
             return -1;
@@ -15002,12 +15313,17 @@ static int gdl__loader_slots(const char *fn, gdl_loader *l) {
     memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
     bmax = l->out_shape[0];
     xbytes = gdl_dtype_size(l->out_dtype) * (size_t)(bmax * l->out_numel);
-    ybytes = sizeof(int32_t) * (size_t)(bmax * l->y_numel);
+    ybytes = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)(bmax * l->y_numel);
     for (i = 0; i < l->nslots; i++) {
         gdl__slot *s = &l->slots[i];
+        if (l->mix && (!(s->lab = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)bmax)) ||
+                       !(s->spare = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)l->out_numel)))) {
+            gdl__set_error("%s: out of memory for the mixup/cutmix buffers", fn);
+            return -1;
+        }
         if (is_cpu) {
             s->tx = gdl_empty(l->out_ndim, l->out_shape, l->out_dtype, l->o.device);
-            s->ty = s->tx ? gdl__loader_empty_y(l) : NULL;
+            s->ty = s->tx ? gdl__loader_ytensor(l) : NULL;
             if (s->ty && l->ds->lengths) s->tl = gdl_empty(1, l->out_shape, GDL_I32, l->o.device);
             if (!s->ty || (l->ds->lengths && !s->tl)) {
                 gdl__data_wrap_error(fn);
@@ -15161,7 +15477,8 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
     }
     l->lengths_out = tl;
     if (!s->tx) {
-        size_t xb = gdl_dtype_size(l->out_dtype) * (size_t)tx->numel, yb = sizeof(int32_t) * (size_t)ty->numel;
+        size_t xb = gdl_dtype_size(l->out_dtype) * (size_t)tx->numel;
+        size_t yb = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)ty->numel;
         /* lengths: a plain copy, which is done with s->len when it returns */
         if (tl && (!gdl__be(fn, l->o.device) || l->be->copy(tl->data, s->len, sizeof(int32_t) * (size_t)bsz, 0) < 0)) {
             gdl__data_wrap_error(fn);
@@ -17759,6 +18076,61 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
     if (!o || !(o = gdl_forward(u->out, gdl_reshape(gdl_transpose(o, 1, 2), 3, s4)))) return NULL;
     return u->batch_first ? o : gdl_transpose(o, 0, 1);
 }
+/* ---------------------------------------------------------------------------
+   [impl-nn] ResNet's BasicBlock (torchvision.models.resnet.BasicBlock), made
+   of the built-in modules under torchvision's names, so a state_dict moves
+   between the two: conv1, bn1, conv2, bn2 and, where the stride or the width
+   changes, downsample (0: a 1x1 convolution, 1: its BatchNorm).
+   ------------------------------------------------------------------------- */
+
+/* relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the children by position; a failing child's error
+   is left as it is */
+static gdl_tensor *gdl__basic_block_forward(gdl_module *m, gdl_tensor *x) {
+    gdl_tensor *y = x, *sc = x;
+    int i;
+    for (i = 0; i < 4 && y; i++) {
+        y = gdl_forward(gdl_module_child_at(m, i), y);
+        if (y && i == 1) y = gdl_relu(y);
+    }
+    if (y && m->nchild > 4) sc = gdl_forward(gdl_module_child_at(m, 4), x);
+    if (!y || !sc) return NULL;
+    if (!gdl_same_shape(y, sc)) {
+        gdl__set_error("gdl_forward: %s: the block's output %s and its shortcut's %s differ (input %s)",
+                       gdl__nn_label(m), gdl_shape_str(y), gdl_shape_str(sc), gdl_shape_str(x));
+        return NULL;
+    }
+    return gdl_relu(gdl_add(y, sc));
+}
+
+GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int stride) {
+    static const char op[] = "gdl_nn_basic_block";
+    gdl_module *m, *down[2];
+    int proj = stride != 1 || in_channels != out_channels;
+    if (in_channels < 1 || out_channels < 1 || stride < 1) {
+        gdl__set_error("%s: in_channels %d, out_channels %d and stride %d must be >= 1", op, in_channels, out_channels,
+                       stride);
+        return NULL;
+    }
+    if (!(m = gdl_nn_custom("BasicBlock", gdl__basic_block_forward, NULL, NULL))) return NULL;
+    m->ia[0] = in_channels, m->ia[1] = out_channels, m->ia[2] = stride;
+    /* gdl_module_add_child and gdl_nn_sequential take each child, also on failure */
+    if (gdl_module_add_child(m, "conv1", gdl_nn_conv2d(in_channels, out_channels, 3, stride, 1, 1, 1, 0)) < 0 ||
+        gdl_module_add_child(m, "bn1", gdl_nn_batchnorm2d(out_channels)) < 0 ||
+        gdl_module_add_child(m, "conv2", gdl_nn_conv2d(out_channels, out_channels, 3, 1, 1, 1, 1, 0)) < 0 ||
+        gdl_module_add_child(m, "bn2", gdl_nn_batchnorm2d(out_channels)) < 0) {
+        gdl_module_free(m);
+        return NULL;
+    }
+    if (proj) {
+        down[0] = gdl_nn_conv2d(in_channels, out_channels, 1, stride, 0, 1, 1, 0);
+        down[1] = gdl_nn_batchnorm2d(out_channels);
+        if (gdl_module_add_child(m, "downsample", gdl_nn_sequential(2, down)) < 0) {
+            gdl_module_free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
 /* [impl-nn] The recurrent modules: nn.LSTM and nn.GRU (gdl_nn_lstm, gdl_nn_gru and their forwards).
    Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in),
    then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates).
@@ -18057,6 +18429,7 @@ struct gdl_optimizer {
     gdl__opt_dev *devs;        /* the flat blocks, in the order their devices first appear */
     int layout_dirty;          /* parameters were added: make the blocks again */
     gdl_grad_scaler *scaler;   /* attached: its state goes into checkpoints (gdl_optim_set_grad_scaler) */
+    struct gdl_ema *ema;       /* attached (gdl_ema_new): updated after each step, saved in checkpoints */
     gdl_dtype master;          /* gdl_optim_set_master_weights: the parameters' dtype (f32 masters kept in the
                                   blocks); GDL_F32: off */
     int steps_dirty;           /* 1: the blocks are new, every host step count goes up; 2: gdl_optim_state
@@ -18168,10 +18541,12 @@ static void gdl__opt_release_devs(gdl_optimizer *opt) {
 }
 
 static void gdl__scaler_forget(gdl_grad_scaler *s, gdl_optimizer *opt);
+static void gdl__ema_detach(struct gdl_ema *e); /* [impl-nn] 81b */
 GPUDL_API void gdl_optim_free(gdl_optimizer *opt) {
     int i;
     if (!opt) return;
     if (opt->scaler) gdl__scaler_forget(opt->scaler, opt);
+    if (opt->ema) gdl__ema_detach(opt->ema); /* it stays the user's to free; its updates now fail */
     gdl__opt_release_devs(opt);
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_free_state(&opt->params[i]);
@@ -18871,6 +19246,7 @@ static int gdl__step_update(const char *op, gdl_optimizer *opt) {
     return 0;
 }
 
+static int gdl__ema_step(const char *op, struct gdl_ema *e); /* [impl-nn] 81b */
 static int gdl__step(gdl_optimizer *opt) {
     const char *op = "gdl_step";
     gdl_opt_tensor *t;
@@ -18889,10 +19265,250 @@ static int gdl__step(gdl_optimizer *opt) {
         return -1;
     gdl__step_entries(opt, t, count);
     if (gdl__step_tables(op, opt, t, count) < 0 || gdl__step_update(op, opt) < 0) return -1;
+    if (opt->ema && gdl__ema_step(op, opt->ema) < 0) return -1;
     opt->steps++;
     return 0;
 }
 
+/* ---------------------------------------------------------------------------
+   Weight EMA (torch.optim.swa_utils.AveragedModel with get_ema_multi_avg_fn):
+   an average of the optimizer's parameters kept in blocks that mirror its
+   flat parameter region slot for slot, so that the update after each
+   gdl_step is one launch per device over the whole region (plus one per
+   averaged buffer).
+   ------------------------------------------------------------------------- */
+
+struct gdl_ema {
+    gdl_optimizer *opt;     /* NULL once the optimizer is freed */
+    double decay;
+    int use_buffers;
+    int64_t step0;          /* the optimizer's step count when the average started: n_averaged = steps - step0 */
+    int ndevs, nparams;
+    gdl__flat **shadow;     /* [ndevs]: the averages, laid out as the optimizer's parameter region */
+    size_t *bytes;          /* [ndevs]: that region's bytes */
+    gdl_tensor **avg;       /* [nparams]: views of the shadow slots, by the optimizer's parameter index */
+    int nbuf;
+    gdl_tensor **buf, **bavg; /* use_buffers: the module's f32 buffers and their averages */
+};
+
+/* A flat block of `bytes` on dev, its base 64-byte aligned, a copy of src. NULL + error. */
+static gdl__flat *gdl__ema_block(const char *op, gdl_device dev, const void *src, size_t bytes) {
+    const gdl_backend *be = gdl__be(op, dev);
+    gdl__flat *f;
+    if (!be) return NULL;
+    if (!(f = (gdl__flat *)GPUDL_MALLOC(sizeof(gdl__flat)))) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return NULL;
+    }
+    memset(f, 0, sizeof *f);
+    f->refs = 1;
+    f->device = dev;
+    f->bytes = f->params_bytes = bytes;
+    if (!(f->data = be->alloc(bytes + GDL__FLAT_ALIGN))) {
+        GPUDL_FREE(f);
+        gdl__set_error("%s: cannot allocate the average's %.0f bytes on %s", op, (double)bytes, gdl_device_str(dev));
+        return NULL;
+    }
+    f->base = (char *)f->data + (GDL__FLAT_ALIGN - (uintptr_t)f->data % GDL__FLAT_ALIGN) % GDL__FLAT_ALIGN;
+    if (gdl__copy_bytes(op, f->base, dev, src, dev, bytes) < 0) {
+        gdl__flat_unref(f);
+        return NULL;
+    }
+    return f;
+}
+
+static void gdl__ema_detach(gdl_ema *e) { e->opt = NULL; }
+
+GPUDL_API void gdl_ema_free(gdl_ema *e) {
+    int i;
+    if (!e) return;
+    if (e->opt && e->opt->ema == e) e->opt->ema = NULL;
+    for (i = 0; e->avg && i < e->nparams; i++) gdl_free(e->avg[i]);
+    for (i = 0; e->bavg && i < e->nbuf; i++) gdl_free(e->bavg[i]);
+    for (i = 0; e->shadow && i < e->ndevs; i++) gdl__flat_unref(e->shadow[i]);
+    GPUDL_FREE(e->shadow);
+    GPUDL_FREE(e->bytes);
+    GPUDL_FREE(e->avg);
+    GPUDL_FREE(e->buf);
+    GPUDL_FREE(e->bavg);
+    GPUDL_FREE(e);
+}
+
+/* use_buffers: m's f32 buffers and a copy of each. 0 / -1. */
+static int gdl__ema_buffers(const char *op, gdl_ema *e, gdl_module *m) {
+    int n = gdl_module_named_tensors(m, GDL_BUFFERS, NULL, NULL, 0), i;
+    if (n < 0) return -1;
+    e->buf = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(n + 1));
+    e->bavg = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(n + 1));
+    if (!e->buf || !e->bavg) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return -1;
+    }
+    gdl_module_named_tensors(m, GDL_BUFFERS, NULL, e->buf, n);
+    for (i = 0; i < n; i++) {
+        if (e->buf[i]->dtype != GDL_F32) {
+            gdl__set_error("%s: use_buffers averages f32 buffers; buffer %d is %s %s", op, i,
+                           gdl_dtype_name(e->buf[i]->dtype), gdl_shape_str(e->buf[i]));
+            return -1;
+        }
+        if (!(e->bavg[i] = gdl_empty(e->buf[i]->ndim, e->buf[i]->shape, GDL_F32, e->buf[i]->device))) return -1;
+        e->nbuf++;
+        if (gdl__copy_bytes(op, e->bavg[i]->data, e->bavg[i]->device, e->buf[i]->data, e->buf[i]->device,
+                            sizeof(gdl_real) * (size_t)e->buf[i]->numel) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, int use_buffers) {
+    static const char op[] = "gdl_ema_new";
+    gdl_ema *e;
+    int d, i;
+    if (!opt || !m) {
+        gdl__null_arg(op, !opt ? "opt" : "module");
+        return NULL;
+    }
+    if (!(decay >= 0 && decay <= 1)) {
+        gdl__set_error("%s: decay %g must be in [0, 1]", op, decay);
+        return NULL;
+    }
+    if (opt->ema) {
+        gdl__set_error("%s: the optimizer already has an EMA (gdl_ema_free it first)", op);
+        return NULL;
+    }
+    if (opt->master != GDL_F32 || !opt->nparams) {
+        gdl__set_error("%s: %s", op, opt->nparams ? "the optimizer keeps master weights; the EMA averages f32 parameters"
+                                                  : "the optimizer has no parameters yet (add them first)");
+        return NULL;
+    }
+    if (gdl__opt_layout(op, opt) < 0) return NULL; /* the blocks whose parameter regions are mirrored */
+    if (!(e = (gdl_ema *)GPUDL_MALLOC(sizeof(gdl_ema)))) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return NULL;
+    }
+    memset(e, 0, sizeof *e);
+    e->decay = decay;
+    e->use_buffers = use_buffers != 0;
+    e->shadow = (gdl__flat **)GPUDL_MALLOC(sizeof(gdl__flat *) * (size_t)opt->ndevs);
+    e->bytes = (size_t *)GPUDL_MALLOC(sizeof(size_t) * (size_t)opt->ndevs);
+    e->avg = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)opt->nparams);
+    if (!e->shadow || !e->bytes || !e->avg) {
+        gdl__set_error("%s: out of memory (host)", op);
+        goto fail;
+    }
+    memset(e->avg, 0, sizeof(gdl_tensor *) * (size_t)opt->nparams);
+    for (d = 0; d < opt->ndevs; d++) {
+        gdl__opt_dev *dv = &opt->devs[d];
+        if (!(e->shadow[d] = gdl__ema_block(op, dv->device, dv->flat->base, dv->region_lo))) goto fail;
+        e->bytes[d] = dv->region_lo;
+        e->ndevs++;
+    }
+    for (i = 0; i < opt->nparams; i++) {
+        gdl__opt_param *pp = &opt->params[i];
+        if (!(e->avg[i] = gdl__flat_view(op, e->shadow[pp->dev], e->shadow[pp->dev]->base + pp->off_lo, pp->p->ndim,
+                                         pp->p->shape, GDL_F32, 0)))
+            goto fail;
+        e->nparams++;
+    }
+    if (e->use_buffers && gdl__ema_buffers(op, e, m) < 0) goto fail;
+    e->opt = opt;
+    e->step0 = opt->steps;
+    opt->ema = e;
+    return e;
+fail:
+    gdl_ema_free(e);
+    return NULL;
+}
+
+/* The optimizer's parameter regions are still the ones mirrored (blocks made again for other state keep
+   the parameters' slots; added parameters move them). 0 / -1. */
+static int gdl__ema_check(const char *op, const gdl_ema *e) {
+    const gdl_optimizer *opt = e->opt;
+    int d, ok = opt && opt->master == GDL_F32 && opt->nparams == e->nparams && opt->ndevs == e->ndevs;
+    for (d = 0; ok && d < e->ndevs; d++)
+        ok = opt->devs[d].region_lo == e->bytes[d] && gdl_device_equal(opt->devs[d].device, e->shadow[d]->device);
+    if (!ok)
+        gdl__set_error("%s: the EMA's optimizer %s since gdl_ema_new (make the EMA after adding every parameter "
+                       "and moving the model)", op, !opt ? "was freed" : "changed its parameters, devices or master weights");
+    return ok ? 0 : -1;
+}
+
+/* AveragedModel.update_parameters, from gdl__step after the update: the first (n_averaged 0) copies, as
+   lerp with weight 1 does exactly; then weight 1 - decay. */
+static int gdl__ema_step(const char *op, gdl_ema *e) {
+    gdl_optimizer *opt = e->opt;
+    gdl_real w = (gdl_real)(opt->steps == e->step0 ? 1.0 : 1.0 - e->decay);
+    int d, i;
+    if (gdl__ema_check(op, e) < 0) return -1; /* gdl__step made the layout */
+    for (d = 0; d < e->ndevs; d++) {
+        const gdl_backend *be = gdl__be(op, opt->devs[d].device);
+        if (!be || be->ema_lerp((int64_t)(e->bytes[d] / sizeof(gdl_real)), (gdl_real *)e->shadow[d]->base,
+                                (const gdl_real *)opt->devs[d].flat->base, w) < 0)
+            return -1;
+    }
+    for (i = 0; i < e->nbuf; i++) {
+        const gdl_backend *be = gdl__be(op, e->buf[i]->device);
+        if (!gdl_device_equal(e->buf[i]->device, e->bavg[i]->device) || !gdl_same_shape(e->buf[i], e->bavg[i])) {
+            gdl__set_error("%s: buffer %d is now %s on %s; its average is %s on %s", op, i, gdl_shape_str(e->buf[i]),
+                           gdl_device_str(e->buf[i]->device), gdl_shape_str(e->bavg[i]),
+                           gdl_device_str(e->bavg[i]->device));
+            return -1;
+        }
+        if (!be || be->ema_lerp(e->buf[i]->numel, GDL__R(e->bavg[i]), GDL__R(e->buf[i]), w) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Exchanges n bytes at a and b on dev through a scratch block. */
+static int gdl__ema_exchange(const char *op, gdl_device dev, void *a, void *b, size_t n) {
+    void *t = gdl__scratch(op, dev, n);
+    if (!t) return -1;
+    if (gdl__copy_bytes(op, t, dev, a, dev, n) < 0 || gdl__copy_bytes(op, a, dev, b, dev, n) < 0 ||
+        gdl__copy_bytes(op, b, dev, t, dev, n) < 0)
+        return -1;
+    return 0;
+}
+
+GPUDL_API int gdl_ema_swap(gdl_ema *e) {
+    static const char op[] = "gdl_ema_swap";
+    int d, i;
+    if (!e) {
+        gdl__null_arg(op, "ema");
+        return -1;
+    }
+    if (gdl__ema_check(op, e) < 0 || gdl__opt_layout(op, e->opt) < 0 || gdl__ema_check(op, e) < 0) return -1;
+    for (d = 0; d < e->ndevs; d++)
+        if (gdl__ema_exchange(op, e->opt->devs[d].device, e->shadow[d]->base, e->opt->devs[d].flat->base,
+                              e->bytes[d]) < 0)
+            return -1;
+    for (i = 0; i < e->nbuf; i++)
+        if (gdl__ema_exchange(op, e->buf[i]->device, e->bavg[i]->data, e->buf[i]->data,
+                              sizeof(gdl_real) * (size_t)e->buf[i]->numel) < 0)
+            return -1;
+    return 0;
+}
+
+GPUDL_API int64_t gdl_ema_num_updates(const gdl_ema *e) { return e && e->opt ? e->opt->steps - e->step0 : -1; }
+
+/* The average of t (a parameter of the optimizer or an averaged buffer), NULL when it has none. */
+static gdl_tensor *gdl__ema_of(const gdl_ema *e, const gdl_tensor *t) {
+    int i;
+    for (i = 0; e->opt && i < e->nparams; i++)
+        if (e->opt->params[i].p == t) return e->avg[i];
+    for (i = 0; i < e->nbuf; i++)
+        if (e->buf[i] == t) return e->bavg[i];
+    return NULL;
+}
+
+GPUDL_API gdl_tensor *gdl_ema_tensor(gdl_ema *e, const gdl_tensor *t) {
+    gdl_tensor *a;
+    if (!e || !t) {
+        gdl__null_arg("gdl_ema_tensor", !e ? "ema" : "tensor");
+        return NULL;
+    }
+    if (!(a = gdl__ema_of(e, t))) gdl__set_error("gdl_ema_tensor: %s %s is not averaged by this EMA", gdl_dtype_name(t->dtype), gdl_shape_str(t));
+    return a;
+}
 /* ---- GradScaler (torch.amp.GradScaler) ----
    The scale, the growth tracker and found_inf are tensors on the device of
    the first loss scaled; every call queues work on that device and reads
@@ -19556,7 +20172,7 @@ GPUDL_API int gdl_optim_set_momentum(gdl_optimizer *opt, int group, double momen
    Learning-rate schedulers
    ------------------------------------------------------------------------- */
 
-enum { GDL__SCHED_STEP, GDL__SCHED_COSINE, GDL__SCHED_ONECYCLE, GDL__SCHED_LINEAR };
+enum { GDL__SCHED_STEP, GDL__SCHED_COSINE, GDL__SCHED_ONECYCLE, GDL__SCHED_LINEAR, GDL__SCHED_WARMUP_COSINE };
 
 struct gdl_scheduler {
     int kind;
@@ -19565,7 +20181,8 @@ struct gdl_scheduler {
     int ngroups;       /* the optimizer's groups when the scheduler was made */
     double *base_lrs;  /* per group: initial_lr */
     double *last_lr;   /* per group: the lr set last */
-    int64_t n;         /* step_size, T_max, total_steps or total_iters */
+    int64_t n;         /* step_size, T_max, total_steps or total_iters (warm-up cosine: the warm-up's) */
+    int64_t n2;        /* warm-up cosine: the cosine's T_max */
     double a, b;       /* gamma | eta_min | start_factor, end_factor | max_lr */
     double pct_start, final_div;   /* OneCycle */
     int cycle_momentum;
@@ -19586,6 +20203,9 @@ static double gdl__sched_lr(const gdl_scheduler *s, int g, int64_t t, double *mo
         return s->a + (base - s->a) * (1 + cos(3.141592653589793 * (double)t / (double)s->n)) / 2;
     case GDL__SCHED_LINEAR:
         return base * (s->a + (s->b - s->a) * (double)(t < s->n ? t : s->n) / (double)s->n);
+    case GDL__SCHED_WARMUP_COSINE: /* SequentialLR([LinearLR(a, 1, n), CosineAnnealingLR(n2, b)], [n]) */
+        if (t < s->n) return base * (s->a + (1 - s->a) * (double)t / (double)s->n);
+        return s->b + (base - s->b) * (1 + cos(3.141592653589793 * (double)(t - s->n) / (double)s->n2)) / 2;
     default: { /* OneCycle, two phases as PyTorch (three_phase=False) */
         double end1 = s->pct_start * (double)s->n - 1, end2 = (double)s->n - 1, pct, lr, initial = base;
         double max_lr = s->a, min_lr = initial / s->final_div;
@@ -19696,6 +20316,24 @@ GPUDL_API gdl_scheduler *gdl_linear_warmup_new(gdl_optimizer *opt, double start_
     s->n = total_iters;
     s->a = start_factor;
     s->b = end_factor;
+    gdl__sched_apply(s);
+    return s;
+}
+
+GPUDL_API gdl_scheduler *gdl_warmup_cosine_lr_new(gdl_optimizer *opt, int warmup_iters, double start_factor, int T_max,
+                                                  double eta_min) {
+    gdl_scheduler *s;
+    if (warmup_iters < 0 || !(start_factor > 0 && start_factor <= 1) || T_max < 1 || !(eta_min >= 0) ||
+        eta_min == INFINITY) {
+        gdl__set_error("gdl_warmup_cosine_lr_new: bad warmup_iters %d (>= 0), start_factor %g (in (0,1]), T_max %d "
+                       "(>= 1) or eta_min %g (finite, >= 0)", warmup_iters, start_factor, T_max, eta_min);
+        return NULL;
+    }
+    if (!(s = gdl__sched_new("gdl_warmup_cosine_lr_new", GDL__SCHED_WARMUP_COSINE, opt))) return NULL;
+    s->n = warmup_iters;
+    s->a = start_factor;
+    s->n2 = T_max;
+    s->b = eta_min;
     gdl__sched_apply(s);
     return s;
 }
@@ -21065,10 +21703,40 @@ static void gdl__pass_free(gdl__pass *p) {
 
 static double gdl__pass_acc(const gdl__pass *p) { return p->counted ? (double)p->correct / (double)p->counted : NAN; }
 
+/* The model's output on x, averaged with its output on x flipped along the last dim when *flip (indices
+   W-1 .. 0, made on x's device at the first batch of its width). */
+static gdl_tensor *gdl__eval_forward(gdl_module *m, gdl_tensor *x, int hflip, gdl_tensor **flip) {
+    gdl_tensor *out = gdl_forward(m, x), *xf;
+    int64_t W, i;
+    if (!out || !hflip) return out;
+    if (x->ndim < 3) {
+        gdl__set_error("gdl_evaluate: tta_hflip needs image batches [B,C,H,W] or [B,H,W], got %s", gdl_shape_str(x));
+        return NULL;
+    }
+    W = x->shape[x->ndim - 1];
+    if (!*flip || (*flip)->numel != W || !gdl_device_equal((*flip)->device, x->device)) {
+        gdl_tensor *h = gdl_empty(1, &W, GDL_I32, gdl_cpu());
+        gdl_free(*flip);
+        *flip = NULL;
+        if (!h) return NULL;
+        for (i = 0; i < W; i++) ((int32_t *)h->data)[i] = (int32_t)(W - 1 - i);
+        *flip = gdl_to(h, x->device);
+        gdl_free(h);
+        if (!*flip) return NULL;
+    }
+    if (!(xf = gdl_index_select(x, x->ndim - 1, *flip))) return NULL;
+    return gdl_mul_scalar(gdl_add(out, gdl_forward(m, xf)), 0.5);
+}
+
 GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
                            double *accuracy_out) {
+    return gdl_evaluate_ex(m, l, loss, user, 0, loss_out, accuracy_out);
+}
+
+GPUDL_API int gdl_evaluate_ex(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, int tta_hflip,
+                              double *loss_out, double *accuracy_out) {
     gdl__pass p;
-    gdl_tensor *x, *y;
+    gdl_tensor *x, *y, *flip = NULL;
     int was_training, grad, rc;
     if (!m || !l) {
         gdl__null_arg("gdl_evaluate", !m ? "module" : "loader");
@@ -21082,11 +21750,13 @@ GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void 
     while ((rc = gdl_loader_next(l, &x, &y)) == 1) {
         gdl_tensor *out, *lt;
         gdl_arena_reset();
-        if (!(out = gdl_forward(m, x)) || !(lt = loss(out, y, user)) || gdl__pass_batch(&p, out, y, lt) < 0) {
+        if (!(out = gdl__eval_forward(m, x, tta_hflip, &flip)) || !(lt = loss(out, y, user)) ||
+            gdl__pass_batch(&p, out, y, lt) < 0) {
             rc = -1;
             break;
         }
     }
+    gdl_free(flip);
     gdl_set_grad_enabled(grad);
     gdl_module_train(m, was_training);
     if (rc == 0 && gdl__pass_sync(&p) < 0) rc = -1;
@@ -21189,6 +21859,8 @@ typedef struct gdl__fit_state {
     double seconds;       /* the epoch's training time so far */
     int64_t samples, correct, counted; /* under DDP: the sums over every rank */
     int64_t replicas, batch_size; /* the train loader's shards (world size) and per-rank batch size */
+    double es_best, best; /* early stopping's and best_path's best figures so far (NaN: none) */
+    int64_t es_wait;      /* epochs since es_best improved */
 } gdl__fit_state;
 static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                          const gdl__fit_state *fs);
@@ -21314,15 +21986,15 @@ typedef struct gdl__fit_graph {
     gdl_graph *g;       /* NULL (used): the step could not be captured, so batches of this shape run eagerly */
     const void *xd, *yd; /* the input buffers it reads ... */
     int ndim;           /* ... and the batch's shape and dtypes */
-    int64_t shape[GDL_MAX_DIMS], ny;
+    int64_t shape[GDL_MAX_DIMS], ny, ny1; /* y: [ny] labels, or [ny, ny1] soft targets (mixup/cutmix) */
     gdl_dtype xdt, ydt;
     gdl__fit_step ctx;
 } gdl__fit_graph;
 
 /* x and y have the shapes and dtypes fg was recorded for (same_buffers: and are its buffers) */
 static int gdl__fit_graph_fits(const gdl__fit_graph *fg, const gdl_tensor *x, const gdl_tensor *y, int same_buffers) {
-    if (!fg->used || fg->xdt != x->dtype || fg->ydt != y->dtype || fg->ndim != x->ndim || y->ndim != 1 ||
-        fg->ny != y->shape[0] || memcmp(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
+    if (!fg->used || fg->xdt != x->dtype || fg->ydt != y->dtype || fg->ndim != x->ndim || y->ndim < 1 ||
+        y->ndim > 2 || fg->ny != y->shape[0] || fg->ny1 != (y->ndim == 2 ? y->shape[1] : 0) || memcmp(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
         return 0;
     return !same_buffers || (fg->xd == x->data && fg->yd == y->data);
 }
@@ -21335,7 +22007,7 @@ static gdl__fit_graph *gdl__fit_graph_find(gdl__fit_graph *graphs, const gdl_ten
                                            int *capture) {
     int k, warm = 0;
     *capture = 0;
-    if (x->ndim > GDL_MAX_DIMS || y->ndim != 1) return NULL;
+    if (x->ndim > GDL_MAX_DIMS || y->ndim < 1 || y->ndim > 2) return NULL;
     for (k = 0; k < GDL__FIT_GRAPHS; k++)
         if (gdl__fit_graph_fits(&graphs[k], x, y, 1)) return &graphs[k];
     for (k = 0; k < GDL__FIT_GRAPHS; k++)
@@ -21371,6 +22043,7 @@ static void gdl__fit_graph_capture(gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor
     memset(fg->shape, 0, sizeof fg->shape);
     memcpy(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     fg->ny = y->shape[0];
+    fg->ny1 = y->ndim == 2 ? y->shape[1] : 0;
     fg->xdt = x->dtype;
     fg->ydt = y->dtype;
     fg->ctx.m = m;
@@ -21409,6 +22082,8 @@ typedef struct gdl__fit_run {
     int64_t b;        /* its batches so far */
     int preempted;    /* opts.preempt: the signal that stopped the run ([impl-cluster]) */
     double t0;        /* when it started (earlier on resume: its time before the checkpoint counts) */
+    double es_best, best; /* the monitored figure: best by more than min_delta (early stopping), best at all */
+    int es_wait, stopped; /* epochs since es_best improved; early stopping ended the run */
 } gdl__fit_run;
 
 /* Records fg on the batch (x, y); a failure leaves the step eager and says so once. */
@@ -21457,6 +22132,19 @@ static int gdl__fit_check(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl
         gdl__set_error("gdl_fit: preempt needs checkpoint_dir: a signal stops the run after a checkpoint there");
         return -1;
     }
+    if (o->monitor < GDL_MONITOR_VAL_LOSS || o->monitor > GDL_MONITOR_LOSS || o->mode < GDL_MODE_AUTO ||
+        o->mode > GDL_MODE_MAX || o->patience < 0 || !(o->min_delta >= 0 && o->min_delta < HUGE_VAL)) {
+        gdl__set_error("gdl_fit: bad monitor %d (0 val_loss, 1 val_accuracy, 2 loss), mode %d (0 auto, 1 min, 2 max), "
+                       "patience %d (>= 0) or min_delta %g (finite, >= 0)", o->monitor, o->mode, o->patience,
+                       o->min_delta);
+        return -1;
+    }
+    if ((o->patience > 0 || o->best_path) && o->monitor != GDL_MONITOR_LOSS && !o->val) {
+        gdl__set_error("gdl_fit: early stopping and best_path monitor the %s, which needs a validation loader (val)",
+                       o->monitor == GDL_MONITOR_VAL_LOSS ? "validation loss" : "validation accuracy");
+        return -1;
+    }
+    r->es_best = r->best = NAN;
     if (o->ddp && gdl_ddp_module(o->ddp) != m) {
         gdl__set_error("gdl_fit: opts.ddp wraps another module than the one given");
         return -1;
@@ -21515,6 +22203,7 @@ static int gdl__fit_resume(gdl__fit_run *r) {
     if (!r->rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
         fs->loss_sum = 0, fs->samples = fs->correct = fs->counted = 0;
     r->start_epoch = (int)fs->epoch;
+    r->es_best = fs->es_best, r->best = fs->best, r->es_wait = (int)fs->es_wait;
     if (o->verbose)
         fprintf(r->log, "resuming from %s: epoch %d, batch %lld of %lld\n", r->ckpath, r->start_epoch,
                 (long long)fs->batch, (long long)r->nb);
@@ -21643,6 +22332,7 @@ static int gdl__fit_checkpoint(gdl__fit_run *r) {
     fs->counted = p->counted;
     fs->replicas = r->train->o.num_replicas > 1 ? r->train->o.num_replicas : 1;
     fs->batch_size = r->train->B;
+    fs->es_best = r->es_best, fs->best = r->best, fs->es_wait = r->es_wait;
     if (!r->o.ddp) return rc == 0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0 ? -1 : rc;
     /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
        restart with another number of ranks counts them once */
@@ -21706,6 +22396,40 @@ static int gdl__fit_train_batch(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y) {
     return gdl__fit_progress(r, x);
 }
 
+/* Early stopping and the best model after an epoch's figures st (with an EMA, while its weights are swapped in,
+   so the best model is the one validated): r->stopped set when patience runs out. 0 / -1. */
+static int gdl__fit_monitor(gdl__fit_run *r, const gdl_epoch_stats *st) {
+    const gdl_fit_opts *o = &r->o;
+    double v = o->monitor == GDL_MONITOR_VAL_LOSS ? st->val_loss : o->monitor == GDL_MONITOR_VAL_ACCURACY
+                                                                       ? st->val_accuracy : st->loss;
+    int maxi = o->mode == GDL_MODE_MAX || (o->mode == GDL_MODE_AUTO && o->monitor == GDL_MONITOR_VAL_ACCURACY);
+    double sign = maxi ? 1 : -1; /* improvements are increases of sign * v; NaN never improves */
+    int rc = 0, stop;
+    if (o->patience <= 0 && !o->best_path) return 0;
+    if (o->ddp) { /* each rank's figure is its shard's: every rank decides on their mean, so all decide alike */
+        if (gdl__dist_reduce_f64("gdl_fit", "the monitored figure", &v, 1, 0) != 0) return -1;
+        v /= (double)gdl_dist_world_size();
+    }
+    if (o->best_path && v == v && !(sign * v <= sign * r->best)) {
+        r->best = v;
+        if (r->rank0 && gdl_save_model(r->m, o->best_path) < 0) rc = -1;
+        if (o->ddp && gdl__dist_agree("gdl_fit", "saving the best model (rank 0)", rc == 0) < 0) rc = -1;
+        if (rc < 0) return -1;
+    }
+    if (o->patience <= 0) return 0;
+    if (v == v && (r->es_best != r->es_best || sign * (v - r->es_best) > o->min_delta)) {
+        r->es_best = v;
+        r->es_wait = 0;
+    } else {
+        r->es_wait++;
+    }
+    stop = r->es_wait >= o->patience;
+    r->stopped = stop;
+    if (stop && o->verbose) fprintf(r->log, "gdl_fit: early stopping after epoch %d: no improvement in %d epochs\n",
+                                    r->epoch, o->patience);
+    return 0;
+}
+
 /* The end of an epoch: the scheduler's epoch step, the epoch's figures, validation, history, output, CSV. */
 static int gdl__fit_epoch_metrics(gdl__fit_run *r, gdl_epoch_stats *history) {
     const gdl_fit_opts *o = &r->o;
@@ -21722,12 +22446,19 @@ static int gdl__fit_epoch_metrics(gdl__fit_run *r, gdl_epoch_stats *history) {
     st.val_loss = st.val_accuracy = NAN;
     if (o->val) {
         int erc;
+        gdl_ema *ema = r->opt->ema; /* validated with the averaged weights, swapped in and back */
+        if (ema && gdl_ema_swap(ema) < 0) return -1;
         if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) erc = -1;
         else {
-            erc = gdl_evaluate(r->m, o->val, o->loss, o->loss_user, &st.val_loss, &st.val_accuracy);
+            erc = gdl_evaluate_ex(r->m, o->val, o->loss, o->loss_user, o->val_tta_hflip, &st.val_loss,
+                                  &st.val_accuracy);
             if (o->autocast != GDL_F32) gdl_autocast_end();
         }
+        if (erc == 0 && gdl__fit_monitor(r, &st) < 0) erc = -1;
+        if (ema && gdl_ema_swap(ema) < 0) erc = -1;
         if (erc < 0) return -1;
+    } else if (gdl__fit_monitor(r, &st) < 0) {
+        return -1;
     }
     if (history) history[r->epoch - 1] = st;
     if (o->verbose) gdl_print_epoch(r->log, o->epochs, &st);
@@ -21774,7 +22505,13 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         if (catching) gdl_preempt_catch(0);
         return -1;
     }
-    for (epoch = r.start_epoch; epoch <= r.o.epochs && rc == 0; epoch++) rc = gdl__fit_epoch(&r, epoch, history);
+    for (epoch = r.start_epoch; epoch <= r.o.epochs && rc == 0 && !r.stopped; epoch++)
+        rc = gdl__fit_epoch(&r, epoch, history);
+    for (; rc == 0 && history && epoch <= r.o.epochs; epoch++) { /* stopped early: the epochs not run */
+        memset(&history[epoch - 1], 0, sizeof *history);
+        history[epoch - 1].loss = history[epoch - 1].accuracy = NAN;
+        history[epoch - 1].val_loss = history[epoch - 1].val_accuracy = NAN;
+    }
     gdl__fit_graphs_free(r.graphs);
     gdl__pass_free(&r.p);
     if (r.csv) fclose(r.csv);
@@ -21817,9 +22554,15 @@ static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer
         gdl__ckpt_free(c);
         return NULL;
     }
-    for (part = 0; part < (opt ? 2 : 1); part++) {
-        int n = part == 0 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
+    for (part = 0; part < (opt ? opt->ema ? 3 : 2 : 1); part++) {
+        int n = part != 1 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
                           : gdl_optim_state(opt, names, ts, GDL__CKPT_MAX);
+        if (part == 2 && n > 0 && n <= GDL__CKPT_MAX) { /* the EMA's averages, under their tensors' names */
+            int j = 0;
+            for (k = 0; k < n; k++)
+                if ((ts[j] = gdl__ema_of(opt->ema, ts[k])) != NULL) names[j++] = names[k];
+            n = j;
+        }
         if (part == 0 && opt && opt->master != GDL_F32 && n > 0 && n <= GDL__CKPT_MAX) {
             int j;
             for (k = 0; k < n; k++)
@@ -21829,7 +22572,7 @@ static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer
                         break;
                     }
         }
-        const char *prefix = part == 0 ? "model." : "optim.";
+        const char *prefix = part == 0 ? "model." : part == 1 ? "optim." : "ema.";
         if (n < 0 || c->n + n > GDL__CKPT_MAX) {
             if (n >= 0) gdl__set_error("%s: more than %d tensors", op, GDL__CKPT_MAX);
             gdl__ckpt_free(c);
@@ -21940,6 +22683,9 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
             if (is_ckpt && strcmp(op, "gdl_load_model") == 0)
                 gdl__set_error("%s: %s: this is a training checkpoint (it holds '%s'): load it with "
                                "gdl_load_checkpoint, or save the model alone with gdl_save_model", op, path, name);
+            else if (strncmp(name, "ema.", 4) == 0)
+                gdl__set_error("%s: %s: the file holds a weight EMA ('%s'): attach one to the optimizer "
+                               "(gdl_ema_new) before loading, or save without", op, path, name);
             else if (strncmp(name, "optim.", 6) == 0)
                 gdl__set_error("%s: %s: the file holds optimizer state '%s' that this optimizer has no place for: "
                                "it was saved from another kind of optimizer (Adam's exp_avg into SGD?) or with "
@@ -21962,6 +22708,9 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
             if (strncmp(c->names[i], "optim.", 6) == 0)
                 gdl__set_error("%s: %s: missing optimizer state '%s' (saved from another kind of optimizer, or "
                                "without one?)", op, path, c->names[i]);
+            else if (strncmp(c->names[i], "ema.", 4) == 0)
+                gdl__set_error("%s: %s: missing the weight EMA's '%s' (saved without an EMA, or with "
+                               "use_buffers off?)", op, path, c->names[i]);
             else
                 gdl__set_error("%s: %s: missing tensor '%s'", op, path, c->names[i]);
             return -1;
@@ -22163,6 +22912,7 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         }
     }
     if (sched) gdl__meta_add(md, "sched.last_epoch", "%lld", (long long)gdl_scheduler_get_last_epoch(sched));
+    if (opt && opt->ema) gdl__meta_add(md, "ema.n_averaged", "%lld", (long long)gdl_ema_num_updates(opt->ema));
     if (opt && opt->scaler && opt->scaler->o.enabled) { /* PyTorch's GradScaler.state_dict() */
         double sc = gdl_grad_scaler_get_scale(opt->scaler);
         int64_t tr = gdl_grad_scaler_get_growth_tracker(opt->scaler);
@@ -22189,6 +22939,9 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
         gdl__meta_add(md, "fit.replicas", "%lld", (long long)fs->replicas);
         gdl__meta_add(md, "fit.batch_size", "%lld", (long long)fs->batch_size);
+        gdl__meta_add(md, "fit.es_best", "%.17g", fs->es_best);
+        gdl__meta_add(md, "fit.best", "%.17g", fs->best);
+        gdl__meta_add(md, "fit.es_wait", "%lld", (long long)fs->es_wait);
     }
     if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
         GPUDL_FREE(md);
@@ -22224,9 +22977,9 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     static const char *const keys[12] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
                                          "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
                                          "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
-    double v[12];
+    double v[12], es[3] = {NAN, NAN, 0};
     gdl_st_file f;
-    int i, rc = 0, nk = 10;
+    int i, rc = 0, nk = 10, has_es = 0;
     int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
     if (gdl_st_read(path, &f) < 0) goto fail;
     for (i = 0; i < f.n_meta && strncmp(f.meta_keys[i], "fit.", 4) != 0; i++) {
@@ -22237,9 +22990,15 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
         gdl_st_free(&f);
         goto fail;
     }
-    for (i = 0; i < f.n_meta; i++) /* the shards and batch size: absent from older checkpoints */
+    for (i = 0; i < f.n_meta; i++) { /* the shards and batch size, early stopping: absent from older checkpoints */
         if (strcmp(f.meta_keys[i], "fit.replicas") == 0) nk = 12;
+        if (strcmp(f.meta_keys[i], "fit.es_wait") == 0) has_es = 1;
+    }
     for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
+    if (rc == 0 && has_es && (gdl__meta_get(op, path, &f, "fit.es_best", &es[0]) < 0 ||
+                              gdl__meta_get(op, path, &f, "fit.best", &es[1]) < 0 ||
+                              gdl__meta_get(op, path, &f, "fit.es_wait", &es[2]) < 0))
+        rc = -1;
     gdl_st_free(&f);
     if (rc < 0) goto fail;
     if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
@@ -22249,6 +23008,10 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
             gdl__set_error("%s: %s: metadata '%s' is not a valid count: %g", op, path, keys[i], v[i]);
             goto fail;
         }
+    if (!(es[2] >= 0 && es[2] <= 1e9 && es[2] == (double)(int64_t)es[2])) {
+        gdl__set_error("%s: %s: metadata 'fit.es_wait' is not a valid count: %g", op, path, es[2]);
+        goto fail;
+    }
     if (!(v[5] == v[5] && v[6] >= 0)) {
         gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
         goto fail;
@@ -22292,6 +23055,7 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     fs->counted = (int64_t)v[9];
     fs->replicas = W;
     fs->batch_size = B;
+    fs->es_best = es[0], fs->best = es[1], fs->es_wait = (int64_t)es[2];
     return gdl__checkpoint_load(path, m, opt, sched, NULL, ddp);
 fail:
     if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);
@@ -22306,7 +23070,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
     gdl_st_file f;
     gdl__ckpt *c;
     void **bufs = NULL;
-    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3];
+    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3], nav = 0;
     uint64_t seed = 0, counter = 0;
     int g, ng = 0, rc = -1, has_scaler = 0;
     if (!m || !path) {
@@ -22339,6 +23103,11 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
         }
     }
     if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
+    if (opt && opt->ema && gdl__meta_get(op, path, &f, "ema.n_averaged", &nav) < 0) goto done;
+    if (opt && opt->ema && !(nav >= 0 && nav <= step && nav == (double)(int64_t)nav)) {
+        gdl__set_error("%s: %s: ema.n_averaged %g is not a count within the optimizer's %g steps", op, path, nav, step);
+        goto done;
+    }
     if (opt && opt->scaler) { /* older checkpoints and runs without a scaler have none: the scaler is left as is */
         for (g = 0; g < f.n_meta && strcmp(f.meta_keys[g], "scaler.scale") != 0; g++) {
         }
@@ -22391,6 +23160,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
     if (opt && opt->master != GDL_F32 && gdl__opt_round_params(op, opt) < 0) goto done; /* from the masters loaded */
     if (opt) {
         gdl_optim_set_step(opt, (int64_t)step);
+        if (opt->ema) opt->ema->step0 = (int64_t)step - (int64_t)nav;
         for (g = 0; g < ng; g++) { /* in range: checked above */
             gdl_optim_set_lr(opt, g, lr[g]);
             gdl_optim_set_momentum(opt, g, mom[g]);

@@ -3668,6 +3668,22 @@ static int gdl__cu_clip_grad_norm(int count, float *const *g, const int64_t *n, 
     return 0;
 }
 
+// torch.lerp_'s two forms (see the ema_lerp entry)
+__global__ void gdl__k_ema_lerp(int64_t n, float *avg, const float *x, float w) {
+    if (w < 0.5f) {
+        GDL_CU_LOOP(i, n) avg[i] = avg[i] + w * (x[i] - avg[i]);
+    } else {
+        GDL_CU_LOOP(i, n) avg[i] = x[i] - (x[i] - avg[i]) * (1.0f - w);
+    }
+}
+
+static int gdl__cu_ema_lerp(int64_t n, float *avg, const float *x, float w) {
+    if (n <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_ema_lerp, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, avg, x, w);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
 static int gdl__cu_sgd_multi(const void *table) { return gdl__cu_opt_multi(table, 0, 0); }
 static int gdl__cu_adam_multi(const void *table, int decoupled) { return gdl__cu_opt_multi(table, 1, decoupled); }
 

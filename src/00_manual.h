@@ -355,8 +355,10 @@
    [impl-text]     76_text.h                      vocabularies, text datasets, fortunes, sampling
    [impl-nn]       80_nn_modules.h                modules
                    80a_nn_attention.h             nn.MultiheadAttention
+                   80b_nn_resnet.h                ResNet's BasicBlock
                    80r_nn_rnn.h                   LSTM, GRU
                    81_optimizers.h                optimizers, master weights, flat blocks
+                   81b_ema.h                      weight EMA
                    82_gradscaler.h                GradScaler
                    83_schedulers.h                learning-rate schedulers
    [impl-quant]    84_quant.h                     quantized modules and their files

@@ -175,7 +175,9 @@ typedef struct gdl_ce_opts {
     double label_smoothing;  /* default 0 */
 } gdl_ce_opts;
 GPUDL_API gdl_ce_opts gdl_ce_defaults(void);
-GPUDL_API gdl_tensor *gdl_cross_entropy(gdl_tensor *logits, gdl_tensor *targets); /* [B,C], i32 [B] */
+/* targets: class indices i32 [B], or class probabilities [B,C] (float, as PyTorch takes them: mixup/cutmix's
+   soft targets; ignore_index does not apply, label smoothing does, the mean is over B) */
+GPUDL_API gdl_tensor *gdl_cross_entropy(gdl_tensor *logits, gdl_tensor *targets);
 GPUDL_API gdl_tensor *gdl_cross_entropy_ex(gdl_tensor *logits, gdl_tensor *targets, const gdl_ce_opts *opts);
 GPUDL_API gdl_tensor *gdl_nll_loss(gdl_tensor *log_probs, gdl_tensor *targets, gdl_reduction r, int ignore_index);
 GPUDL_API gdl_tensor *gdl_mse_loss(gdl_tensor *input, gdl_tensor *target, gdl_reduction r);

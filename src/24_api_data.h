@@ -75,6 +75,24 @@ typedef struct gdl_transform {
     int crop_padding;               /* RandomCrop: zeros added on each side before cropping, >= 0 */
     int crop_size;                  /* RandomCrop output H = W (batches [B,C,size,size]); 0: the sample's H, W */
     int hflip;                      /* RandomHorizontalFlip with p = 0.5 */
+    /* RandomErasing (torchvision.transforms.RandomErasing), last, on the normalised sample: with probability
+       erase_p a box of area fraction ~ U(scale) and aspect ratio h/w log-uniform in ratio, at a uniform
+       position, is set to erase_value (erase_random: each element ~ N(0,1), torchvision's value='random') in
+       every channel; up to 10 draws for a box inside the image, else the sample is left as it is. */
+    double erase_p;                 /* 0: off; in [0, 1] */
+    double erase_scale[2];          /* {0, 0}: torchvision's (0.02, 0.33); else 0 <= lo <= hi <= 1 */
+    double erase_ratio[2];          /* {0, 0}: torchvision's (0.3, 3.3); else 0 < lo <= hi */
+    double erase_value;
+    int erase_random;
+    /* MixUp / CutMix (torchvision.transforms.v2), on each whole batch after the per-sample transforms:
+       lambda ~ Beta(alpha, alpha); sample i is mixed with sample i-1 (batch.roll(1, 0); sample 0 with the
+       last). MixUp: x = lam x_i + (1-lam) x_{i-1}; CutMix: a box of x_{i-1} (centre uniform, sides
+       sqrt(1-lam) H, W, clipped) pasted into x_i, lam = 1 - box area / (H W). Targets become soft:
+       y is f32 [B, num_classes], lam onehot(y_i) + (1-lam) onehot(y_{i-1}), which gdl_cross_entropy takes.
+       Both set: each batch takes one of them with probability 1/2 (torchvision's RandomChoice). */
+    double mixup_alpha;             /* > 0: on; 0 off */
+    double cutmix_alpha;            /* > 0: on (needs image samples); 0 off */
+    int num_classes;                /* needed with mixup/cutmix: the width of the soft targets */
 } gdl_transform;
 
 /* DataLoader options; start from gdl_loader_defaults(). */
@@ -106,7 +124,7 @@ GPUDL_API gdl_loader_opts gdl_loader_defaults(void);
 /* A loader over ds (which must outlive it); o NULL means defaults. NULL + error. */
 GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *o);
 /* 1: *x f32 [B, sample shape] (i32 for a dataset of token ids) and *y i32 [B] (i32 [B,T] with
-   target_len T) on the loader's device (owned by the loader: do not free;
+   target_len T; with mixup/cutmix f32 [B, num_classes]) on the loader's device (owned by the loader: do not free;
    persistent, so gdl_arena_reset keeps them; valid until the next call); 0: end of the epoch, *x = *y =
    NULL (the next call starts the next epoch); -1: error. A GPU batch is copied after a device sync. */
 GPUDL_API int gdl_loader_next(gdl_loader *l, gdl_tensor **x, gdl_tensor **y);

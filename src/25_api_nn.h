@@ -170,6 +170,11 @@ GPUDL_API int gdl_nn_sequential_add(gdl_module *seq, gdl_module *m);
 GPUDL_API int gdl_nn_set_fusion(int on);
 /* relu(body(x) + shortcut(x)), shortcut NULL = identity (a ResNet basic block); takes ownership of both. */
 GPUDL_API gdl_module *gdl_nn_residual(gdl_module *body, gdl_module *shortcut);
+/* torchvision's ResNet BasicBlock: relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), 3x3 convolutions
+   without bias (conv1 with the stride, padding 1); the shortcut is x, or where the stride is not 1 or the
+   channels change a projection "downsample" (1x1 convolution with the stride, no bias, then BatchNorm2d).
+   Its tensors carry torchvision's names (conv1.weight, bn1.running_mean, downsample.0.weight, ...). */
+GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int stride);
 
 /* ---- custom modules ---- */
 /* A module of kind `kind` whose forward is `forward`; user data is freed with free_user (may be NULL). */
@@ -295,6 +300,27 @@ GPUDL_API int gdl_optim_set_momentum(gdl_optimizer *opt, int group, double momen
 /* Frees the optimizer and its state (not the parameters). NULL: no-op. */
 GPUDL_API void gdl_optim_free(gdl_optimizer *opt);
 
+/* ---- weight EMA: torch.optim.swa_utils.AveragedModel(m, multi_avg_fn=get_ema_multi_avg_fn(decay),
+   use_buffers) ---- */
+typedef struct gdl_ema gdl_ema;
+/* An average of opt's parameters (and with use_buffers of m's buffers, BatchNorm's running statistics;
+   without, evaluation uses the model's own, as AveragedModel keeps them in sync), attached to opt: every
+   gdl_step then updates it on the device after the update, one launch per device over the optimizer's flat
+   parameter region and one per averaged buffer, nothing read back (so a CUDA graph of the step holds it):
+   the first step copies (AveragedModel's n_averaged == 0), later ones avg = lerp(avg, p, 1 - decay).
+   It starts as a copy of the parameters. Make it after every parameter is added (f32, no master weights).
+   Checkpoints of opt (gdl_save_checkpoint, gdl_fit's) hold the averages as "ema.<name>"; gdl_fit's
+   validation runs with the averaged weights. NULL + error. */
+GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, int use_buffers);
+/* Exchanges the model's parameters (and averaged buffers) with the averages: call, evaluate, call again. 0 / -1. */
+GPUDL_API int gdl_ema_swap(gdl_ema *e);
+/* AveragedModel.n_averaged: the optimizer's steps since gdl_ema_new (-1: NULL, or the optimizer was freed). */
+GPUDL_API int64_t gdl_ema_num_updates(const gdl_ema *e);
+/* The average of a parameter of the optimizer or an averaged buffer (a view, persistent). NULL + error. */
+GPUDL_API gdl_tensor *gdl_ema_tensor(gdl_ema *e, const gdl_tensor *t);
+/* Detaches it from its optimizer and frees it (NULL-safe). An optimizer freed first leaves it detached. */
+GPUDL_API void gdl_ema_free(gdl_ema *e);
+
 /* ---- learning-rate schedulers: each sets lr = f(last_epoch, base lr of the group) on creation
    (last_epoch 0) and on every gdl_scheduler_step ---- */
 /* StepLR: lr = base * gamma^floor(last_epoch / step_size). */
@@ -311,6 +337,12 @@ GPUDL_API gdl_scheduler *gdl_onecycle_lr_new_ex(gdl_optimizer *opt, double max_l
 /* LinearLR: lr = base * (start + (end - start) * min(last_epoch, total_iters) / total_iters). */
 GPUDL_API gdl_scheduler *gdl_linear_warmup_new(gdl_optimizer *opt, double start_factor, double end_factor,
                                                int total_iters);
+/* Linear warm-up then cosine annealing, PyTorch's SequentialLR([LinearLR(start_factor, 1.0, warmup_iters),
+   CosineAnnealingLR(T_max, eta_min)], milestones=[warmup_iters]): lr = base * (start + (1 - start) t / warmup)
+   for t < warmup_iters, then eta_min + (base - eta_min) (1 + cos(pi (t - warmup_iters) / T_max)) / 2.
+   warmup_iters 0: cosine only. For a run of N steps (or epochs), T_max = N - warmup_iters. */
+GPUDL_API gdl_scheduler *gdl_warmup_cosine_lr_new(gdl_optimizer *opt, int warmup_iters, double start_factor, int T_max,
+                                                  double eta_min);
 /* Advances last_epoch by one and sets the groups' lr (OneCycle refuses to pass total_steps). 0 / -1. */
 GPUDL_API int gdl_scheduler_step(gdl_scheduler *s);
 /* The scheduler's step count, last_epoch (0 after creation; -1 for NULL). */

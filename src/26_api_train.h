@@ -86,7 +86,25 @@ typedef struct gdl_fit_opts {
                                    on bit for bit. Under DDP the ranks agree on it after every step (an 8-byte
                                    all-reduce; over NCCL a host wait per step). Default 0: the signals keep their
                                    actions */
+    int val_tta_hflip;          /* 1: the validation averages each batch's outputs with those of its horizontal
+                                   flip (gdl_evaluate_ex); default 0 */
+    /* Early stopping and the best model (Keras' EarlyStopping and ModelCheckpoint(save_best_only)), after each
+       epoch on the monitored figure; their best figures and patience count are in gdl_fit's checkpoints, so a
+       resumed run stops where the uninterrupted one does. */
+    int monitor;                /* GDL_MONITOR_VAL_LOSS (default), GDL_MONITOR_VAL_ACCURACY (both need val) or
+                                   GDL_MONITOR_LOSS (training) */
+    int mode;                   /* GDL_MODE_AUTO (default: min for a loss, max for the accuracy), _MIN or _MAX */
+    int patience;               /* > 0: stop after this many epochs in a row with no improvement by more than
+                                   min_delta over the best (the history's later epochs get epoch 0, NaN figures);
+                                   0: off */
+    double min_delta;           /* >= 0, default 0 */
+    const char *best_path;      /* the model (gdl_save_model; with an EMA the averaged weights, as validated) is
+                                   written here, atomically, each epoch whose figure is the best so far; under DDP
+                                   by rank 0. NULL: off */
 } gdl_fit_opts;
+
+enum { GDL_MONITOR_VAL_LOSS = 0, GDL_MONITOR_VAL_ACCURACY = 1, GDL_MONITOR_LOSS = 2 };
+enum { GDL_MODE_AUTO = 0, GDL_MODE_MIN = 1, GDL_MODE_MAX = 2 };
 
 /* gdl_fit's return when opts.preempt stopped it after a checkpoint (0: it finished; -1: an error) */
 #define GDL_FIT_PREEMPTED 1
@@ -135,6 +153,10 @@ GPUDL_API int gdl_metrics_csv_row(FILE *f, const gdl_epoch_stats *s);
    Called inside an autocast region, it runs in it (gdl_fit's autocast option puts its validation pass in one). */
 GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
                            double *accuracy_out);
+/* The same; tta_hflip 1: test-time augmentation, the model's outputs on each batch and on its horizontal flip
+   (the last dim reversed; batches of 3 or more dims) averaged before the loss and accuracy. */
+GPUDL_API int gdl_evaluate_ex(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, int tta_hflip,
+                              double *loss_out, double *accuracy_out);
 
 /* Preemption in a hand-written loop (gdl_fit's opts.preempt does the same): Slurm sends SIGUSR1 before a
    time limit (sbatch --signal=USR1@90) and SIGTERM at preemption and at the limit; Kubernetes SIGTERM

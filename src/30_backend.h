@@ -298,6 +298,9 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(void, opt_table_free, (void *table)) \
     X(int, sgd_multi, (const void *table)) \
     X(int, adam_multi, (const void *table, int decoupled)) \
+    /* weight EMA (torch.lerp_ in f32): avg[i] += w (x[i] - avg[i]) for w < 0.5, else avg[i] = x[i] - \
+       (x[i] - avg[i]) (1 - w) (w = 1: a copy); n elements, nothing read back */ \
+    X(int, ema_lerp, (int64_t n, gdl_real *avg, const gdl_real *x, gdl_real w)) \
     /* GradScaler, nothing read back (PyTorch's _amp_foreach_non_finite_check_and_unscale_ and \
        _amp_update_scale_): g[i] *= (float)(1 / (double)*scale) (left as is when that is 1), and *found_inf \
        and *found_inf2 (when not NULL) set to 1 when some g[i] was inf or NaN before; update, one element: \

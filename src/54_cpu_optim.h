@@ -296,6 +296,14 @@ static int gdl__cpu_clip_grad_norm(int count, gdl_real *const *g, const int64_t 
         }
     return 0;
 }
+static int gdl__cpu_ema_lerp(int64_t n, gdl_real *avg, const gdl_real *x, gdl_real w) {
+    int64_t i;
+    if (w < (gdl_real)0.5)
+        for (i = 0; i < n; i++) avg[i] = avg[i] + w * (x[i] - avg[i]);
+    else
+        for (i = 0; i < n; i++) avg[i] = x[i] - (x[i] - avg[i]) * ((gdl_real)1 - w);
+    return 0;
+}
 static int gdl__cpu_count_nonfinite(int64_t n, const gdl_real *x, int64_t *out) {
     int64_t i, c = 0;
     for (i = 0; i < n; i++) c += !(x[i] - x[i] == 0); /* NaN and Inf give NaN */

@@ -821,12 +821,39 @@ GPUDL_API gdl_ce_opts gdl_ce_defaults(void) {
     return o;
 }
 
+/* Cross entropy with class-probability targets [B,C] (PyTorch's, as mixup/cutmix make them), composed from
+   differentiable ops: -sum_c t_c log_softmax(x)_c per row, the targets smoothed first as
+   t (1 - ls) + ls / C; the mean is over the B rows. */
+static gdl_tensor *gdl__xent_soft(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
+    gdl_tensor *t = tgt, *rows;
+    if (op != GDL_OP_CROSS_ENTROPY || x->ndim != 2 || !gdl_same_shape(x, tgt)) {
+        gdl__set_error("%s: probability targets %s %s need cross entropy over input [B,C] of the same shape, got "
+                       "input %s %s", opname, gdl_dtype_name(tgt->dtype), gdl_shape_str(tgt), gdl_dtype_name(x->dtype),
+                       gdl_shape_str(x));
+        return NULL;
+    }
+    if ((unsigned)o->reduction > GDL_REDUCE_NONE || !(o->label_smoothing >= 0 && o->label_smoothing <= 1)) {
+        gdl__set_error("%s: bad reduction %d or label_smoothing %g", opname, (int)o->reduction, o->label_smoothing);
+        return NULL;
+    }
+    if (x->shape[1] == 0) {
+        gdl__set_error("%s: input %s has no classes", opname, gdl_shape_str(x));
+        return NULL;
+    }
+    if (o->label_smoothing > 0)
+        t = gdl_add_scalar(gdl_mul_scalar(tgt, 1 - o->label_smoothing), o->label_smoothing / (double)x->shape[1]);
+    rows = gdl_mul_scalar(gdl_sum_dim(gdl_mul(t, gdl_log_softmax(x, 1)), 1, 0), -1);
+    if (!rows) return NULL;
+    return o->reduction == GDL_REDUCE_NONE ? rows : o->reduction == GDL_REDUCE_SUM ? gdl_sum(rows) : gdl_mean(rows);
+}
+
 static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
     int64_t B, C, one = 1;
     int err;
     gdl_tensor *rows, *out, *count, *in[2];
     gdl_node *n;
     const gdl_backend *be;
+    if (x && tgt && gdl__is_float(tgt->dtype) && tgt->ndim == 2) return gdl__xent_soft(opname, op, x, tgt, o);
     GDL__LOWP1(opname, op, gdl__xent(opname, op, x, tgt, o), x);
     if (gdl__check_two(opname, "input", x, 1, "target", tgt, 0) < 0) return NULL;
     if (x->ndim != 2 || tgt->ndim != 1 || tgt->dtype != GDL_I32 || tgt->shape[0] != x->shape[0]) {

@@ -329,8 +329,10 @@ enum { GDL__SLOT_FREE = 0, GDL__SLOT_FILLING, GDL__SLOT_READY, GDL__SLOT_HELD };
 
 typedef struct gdl__slot {
     void *x;              /* host buffer: batch_size samples of out_numel (f32, or i32 token ids) */
-    int32_t *y;           /* host buffer: batch_size labels (target sequences of y_numel) */
+    int32_t *y;           /* host buffer: batch_size x y_numel targets (i32; mix: f32 soft targets) */
     int32_t *len;         /* host buffer: batch_size lengths (a dataset with lengths), else NULL */
+    int32_t *lab;         /* mix: the batch's labels */
+    gdl_real *spare;      /* mix: one sample */
     gdl_tensor *tx, *ty, *tl; /* CPU device: the batch tensors, owning x, y and len */
     void *copied;         /* pinned: reached when the copy out of x and y is done */
     int state;            /* GDL__SLOT_*, under the mutex */
@@ -346,7 +348,7 @@ struct gdl_loader {
     int64_t out_shape[GDL_MAX_DIMS];
     int64_t out_numel;                   /* elements of one transformed sample */
     gdl_dtype out_dtype;                 /* f32, or i32 for token ids */
-    int64_t y_numel;                     /* targets per sample: 1, or the dataset's target_len */
+    int64_t y_numel;                     /* targets per sample: 1, the dataset's target_len, or (mix) num_classes */
     gdl_tensor *lengths_out;             /* the lengths of the batch handed out last */
     /* the transform plan */
     int norm;                            /* 0, or the number of mean/std channels */
@@ -354,7 +356,10 @@ struct gdl_loader {
     int64_t planes_per_channel;          /* spatial path: H x W planes per channel */
     gdl_real mean[GDL_TRANSFORM_MAX_CHANNELS], stdv[GDL_TRANSFORM_MAX_CHANNELS];
     int spatial, crop, hflip;            /* crop and/or flip: the per-plane path */
-    int64_t planes, H, W, OH, OW, pad;
+    int64_t planes, H, W, OH, OW, pad;   /* set for crop, flip, erasing and cutmix */
+    int erase;                           /* RandomErasing: erase_p > 0 */
+    double erase_scale[2], erase_logratio[2];
+    int mix;                             /* 1 mixup, 2 cutmix, 3 either (a coin per batch); 0 off */
     /* the epoch */
     int64_t *perm;                       /* shuffle: sample of position i; NULL: identity */
     uint64_t epoch, tkey;
@@ -399,8 +404,91 @@ GPUDL_API gdl_loader_opts gdl_loader_defaults(void) {
     return o;
 }
 
+/* ---- the random transforms' draws: counters of a hash stream, so any worker
+   makes the same ones ---- */
+
+/* uniform in [0, 1), 53 bits */
+static double gdl__tf_unif(uint64_t key, uint64_t *ctr) {
+    return (double)(gdl_hash64(key, (*ctr)++) >> 11) * (1.0 / 9007199254740992.0);
+}
+/* N(0, 1), Box-Muller */
+static double gdl__tf_normal(uint64_t key, uint64_t *ctr) {
+    double u1 = 1.0 - gdl__tf_unif(key, ctr), u2 = gdl__tf_unif(key, ctr);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+/* Gamma(a, 1) by Marsaglia and Tsang; a < 1 as Gamma(a + 1) U^(1/a) */
+static double gdl__tf_gamma(double a, uint64_t key, uint64_t *ctr) {
+    double boost = 1, d, c;
+    if (a < 1) {
+        boost = pow(1.0 - gdl__tf_unif(key, ctr), 1.0 / a);
+        a += 1;
+    }
+    d = a - 1.0 / 3;
+    c = 1 / sqrt(9 * d);
+    for (;;) {
+        double x = gdl__tf_normal(key, ctr), v = 1 + c * x, u;
+        if (v <= 0) continue;
+        v = v * v * v;
+        u = 1.0 - gdl__tf_unif(key, ctr);
+        if (log(u) < 0.5 * x * x + d - d * v + d * log(v)) return d * v * boost;
+    }
+}
+/* Beta(a, a) as G1 / (G1 + G2) */
+static double gdl__tf_beta(double a, uint64_t key, uint64_t *ctr) {
+    double g1 = gdl__tf_gamma(a, key, ctr), g2 = gdl__tf_gamma(a, key, ctr);
+    if (!(g1 + g2 > 0)) return gdl__tf_unif(key, ctr) < 0.5 ? 0.0 : 1.0; /* both underflowed (a tiny alpha) */
+    return g1 / (g1 + g2);
+}
+
+/* RandomErasing.get_params on an H x W image, from the uniforms u[0..22] in torchvision's order of draws:
+   u[0] < p erases; then up to 10 tries of (area fraction, log aspect ratio) at u[1+2t], u[2+2t]; the
+   first box inside the image takes its top and left from the next two. h = round(sqrt(area ratio)),
+   w = round(sqrt(area / ratio)), Python's round (half to even: rint). 1 and box = {top, left, h, w};
+   0: no erasing. */
+static int gdl__erase_params(int64_t H, int64_t W, double p, const double scale[2], const double logratio[2],
+                             const double *u, int64_t box[4]) {
+    int t, k = 1;
+    if (!(u[0] < p)) return 0;
+    for (t = 0; t < 10; t++) {
+        double area = (double)(H * W) * (scale[0] + u[k] * (scale[1] - scale[0]));
+        double ar = exp(logratio[0] + u[k + 1] * (logratio[1] - logratio[0]));
+        int64_t h = (int64_t)rint(sqrt(area * ar)), w = (int64_t)rint(sqrt(area / ar));
+        k += 2;
+        if (!(h < H && w < W)) continue;
+        box[0] = (int64_t)(u[k] * (double)(H - h + 1));
+        box[1] = (int64_t)(u[k + 1] * (double)(W - w + 1));
+        box[2] = h;
+        box[3] = w;
+        return 1;
+    }
+    return 0;
+}
+
+/* RandomErasing on one transformed sample (planes x OH x OW), its draws from key. */
+static void gdl__loader_erase(const gdl_loader *l, uint64_t key, gdl_real *out) {
+    double u[23];
+    uint64_t ctr = 0;
+    int64_t box[4], p, y, x;
+    const gdl_transform *t = &l->o.transform;
+    int i;
+    for (i = 0; i < 23; i++) u[i] = gdl__tf_unif(key, &ctr);
+    if (!gdl__erase_params(l->OH, l->OW, t->erase_p, l->erase_scale, l->erase_logratio, u, box)) return;
+    for (p = 0; p < l->planes; p++)
+        for (y = box[0]; y < box[0] + box[2]; y++)
+            for (x = box[1]; x < box[1] + box[3]; x++)
+                out[(p * l->OH + y) * l->OW + x] =
+                    t->erase_random ? (gdl_real)gdl__tf_normal(key, &ctr) : (gdl_real)t->erase_value;
+}
+
 /* One sample, transformed, into out (out_numel elements). */
+static void gdl__loader_sample_geom(const gdl_loader *l, int64_t idx, gdl_real *out);
 static void gdl__loader_sample(const gdl_loader *l, int64_t idx, gdl_real *out) {
+    gdl__loader_sample_geom(l, idx, out);
+    if (l->erase) gdl__loader_erase(l, gdl_hash64(gdl_hash64(l->tkey, (uint64_t)idx), 3), out);
+}
+
+/* Normalisation, crop and flip. */
+static void gdl__loader_sample_geom(const gdl_loader *l, int64_t idx, gdl_real *out) {
     const gdl_dataset *ds = l->ds;
     const int64_t sn = ds->sample_numel;
     const uint8_t *xu = ds->dtype == GDL_U8 ? (const uint8_t *)ds->x + (size_t)(idx * sn) : NULL;
@@ -469,10 +557,69 @@ static int64_t gdl__loader_index(const gdl_loader *l, int64_t pos) {
     return l->perm ? l->perm[pos] : pos;
 }
 
+/* Key domains of the loader's random streams. */
+#define GDL__PERM_DOMAIN 0x7065726d75746521ull /* "permute!" */
+#define GDL__TF_DOMAIN 0x7472616e73666f72ull   /* "transfor" */
+#define GDL__MIX_DOMAIN 0x6d69787570637574ull  /* "mixupcut" */
+
+/* CutMix.make_params: the box {x1, y1, x2, y2} of centre (rx, ry) and half sides int(r W), int(r H),
+   r = sqrt(1 - lam) / 2, clipped to the image; returns the adjusted lam, 1 - box area / (H W). */
+static double gdl__cutmix_box(int64_t H, int64_t W, double lam, int64_t rx, int64_t ry, int64_t box[4]) {
+    double r = 0.5 * sqrt(1.0 - lam);
+    int64_t hw = (int64_t)(r * (double)W), hh = (int64_t)(r * (double)H);
+    box[0] = rx - hw < 0 ? 0 : rx - hw;
+    box[1] = ry - hh < 0 ? 0 : ry - hh;
+    box[2] = rx + hw > W ? W : rx + hw;
+    box[3] = ry + hh > H ? H : ry + hh;
+    return 1.0 - (double)((box[2] - box[0]) * (box[3] - box[1])) / (double)(W * H);
+}
+
+/* The mix of a batch of bsz samples of planes x H x W in place (x), with lam and (cut) the CutMix box
+   {x1, y1, x2, y2}: sample i is paired with i - 1 (sample 0 with the last), read before it is mixed, as
+   torchvision's batch.roll(1, 0) is; labels lab become the soft targets ys [bsz, K]. first: one sample. */
+static void gdl__mix_apply(int64_t bsz, int64_t planes, int64_t H, int64_t W, int64_t K, int cut, double lam,
+                           const int64_t box[4], gdl_real *x, const int32_t *lab, gdl_real *ys, gdl_real *first) {
+    int64_t n = planes * H * W, i, e, p, yy, xx;
+    gdl_real lm = (gdl_real)lam, lo = (gdl_real)(1.0 - lam);
+    /* from the last sample down, so x_{i-1} is still unmixed; sample 0 pairs with the saved last one */
+    memcpy(first, x + (size_t)((bsz - 1) * n), sizeof(gdl_real) * (size_t)n);
+    for (i = bsz - 1; i >= 0; i--) {
+        gdl_real *xi = x + (size_t)(i * n);
+        const gdl_real *xp = i ? x + (size_t)((i - 1) * n) : first;
+        int32_t ci = lab[i], cp = lab[i ? i - 1 : bsz - 1];
+        if (!cut)
+            for (e = 0; e < n; e++) xi[e] = xp[e] * lo + xi[e] * lm; /* torchvision: roll * (1-lam) + x * lam */
+        else
+            for (p = 0; p < planes; p++)
+                for (yy = box[1]; yy < box[3]; yy++)
+                    for (xx = box[0]; xx < box[2]; xx++) xi[(p * H + yy) * W + xx] = xp[(p * H + yy) * W + xx];
+        for (e = 0; e < K; e++) ys[i * K + e] = 0;
+        ys[i * K + cp] += lo;
+        ys[i * K + ci] += lm;
+    }
+}
+
+/* MixUp or CutMix (torchvision.transforms.v2) on batch b: its draws from (seed, epoch, b). */
+static void gdl__loader_mix(const gdl_loader *l, int64_t b, int64_t bsz, gdl__slot *s) {
+    const gdl_transform *t = &l->o.transform;
+    uint64_t key = gdl_hash64(l->tkey ^ GDL__MIX_DOMAIN, (uint64_t)b), ctr = 0;
+    int cut = l->mix == 2 || (l->mix == 3 && gdl__tf_unif(key, &ctr) < 0.5);
+    double lam = gdl__tf_beta(cut ? t->cutmix_alpha : t->mixup_alpha, key, &ctr);
+    int64_t box[4] = {0, 0, 0, 0};
+    if (cut) {
+        int64_t rx = (int64_t)(gdl__tf_unif(key, &ctr) * (double)l->OW);
+        int64_t ry = (int64_t)(gdl__tf_unif(key, &ctr) * (double)l->OH);
+        lam = gdl__cutmix_box(l->OH, l->OW, lam, rx, ry, box);
+    }
+    gdl__mix_apply(bsz, cut ? l->planes : 1, cut ? l->OH : 1, cut ? l->OW : l->out_numel, l->y_numel, cut, lam, box,
+                   (gdl_real *)s->x, s->lab, (gdl_real *)s->y, s->spare);
+}
+
 /* Batch b of the current epoch into slot s's host buffers. */
 static void gdl__loader_fill(const gdl_loader *l, int64_t b, gdl__slot *s) {
     const gdl_dataset *ds = l->ds;
     int64_t start = b * l->B, bsz = gdl__loader_bsz(l, b), k;
+    int32_t *lab = l->mix ? s->lab : s->y;
     for (k = 0; k < bsz; k++) {
         int64_t idx = gdl__loader_index(l, start + k);
         if (s->len) s->len[k] = ds->lengths[idx];
@@ -482,18 +629,15 @@ static void gdl__loader_fill(const gdl_loader *l, int64_t b, gdl__slot *s) {
             memcpy(s->y + (size_t)(k * l->y_numel), w + 1, sizeof(int32_t) * (size_t)l->y_numel);
             continue;
         }
-        s->y[k] = ds->labels[idx];
+        lab[k] = ds->labels[idx];
         if (l->out_dtype == GDL_I32)
             memcpy((int32_t *)s->x + (size_t)(k * l->out_numel), (const int32_t *)ds->x + (size_t)(idx * l->out_numel),
                    sizeof(int32_t) * (size_t)l->out_numel);
         else
             gdl__loader_sample(l, idx, (gdl_real *)s->x + (size_t)(k * l->out_numel));
     }
+    if (l->mix) gdl__loader_mix(l, b, bsz, s);
 }
-
-/* Key domains of the loader's random streams. */
-#define GDL__PERM_DOMAIN 0x7065726d75746521ull /* "permute!" */
-#define GDL__TF_DOMAIN 0x7472616e73666f72ull   /* "transfor" */
 
 /* The permutation and transform key of l->epoch. Workers are idle. */
 static void gdl__loader_begin_epoch(gdl_loader *l) {
@@ -588,6 +732,8 @@ static void gdl__loader_destroy(gdl_loader *l) {
     if (l->slots) {
         for (i = 0; i < l->nslots; i++) {
             gdl__slot *s = &l->slots[i];
+            GPUDL_FREE(s->lab);
+            GPUDL_FREE(s->spare);
             if (s->tx || s->ty) { /* CPU delivery: the tensors own the buffers */
                 gdl_free(s->tx);
                 gdl_free(s->ty);
@@ -621,6 +767,52 @@ static void gdl__loader_destroy(gdl_loader *l) {
 
 GPUDL_API void gdl_loader_free(gdl_loader *l) { gdl__loader_destroy(l); }
 
+/* Validates the random erasing and mixup/cutmix options; fills their plan. 0 / -1. */
+static int gdl__loader_plan_random(const char *fn, gdl_loader *l) {
+    const gdl_transform *t = &l->o.transform;
+    const double *sc = t->erase_scale, *ra = t->erase_ratio;
+    int dsc = sc[0] == 0 && sc[1] == 0, dra = ra[0] == 0 && ra[1] == 0;
+    if (!(t->erase_p >= 0 && t->erase_p <= 1)) {
+        gdl__set_error("%s: transform erase_p %g must be in [0, 1]", fn, t->erase_p);
+        return -1;
+    }
+    l->erase = t->erase_p > 0;
+    if (!dsc && !(sc[0] >= 0 && sc[0] <= sc[1] && sc[1] <= 1)) {
+        gdl__set_error("%s: transform erase_scale (%g, %g) must have 0 <= lo <= hi <= 1", fn, sc[0], sc[1]);
+        return -1;
+    }
+    if (!dra && !(ra[0] > 0 && ra[0] <= ra[1] && ra[1] < HUGE_VAL)) {
+        gdl__set_error("%s: transform erase_ratio (%g, %g) must have 0 < lo <= hi, finite", fn, ra[0], ra[1]);
+        return -1;
+    }
+    if (!(t->erase_value > -HUGE_VAL && t->erase_value < HUGE_VAL)) {
+        gdl__set_error("%s: transform erase_value %g must be finite", fn, t->erase_value);
+        return -1;
+    }
+    l->erase_scale[0] = dsc ? 0.02 : sc[0];
+    l->erase_scale[1] = dsc ? 0.33 : sc[1];
+    l->erase_logratio[0] = log(dra ? 0.3 : ra[0]);
+    l->erase_logratio[1] = log(dra ? 3.3 : ra[1]);
+    /* written so that NaN fails too */
+    if (!(t->mixup_alpha >= 0 && t->mixup_alpha < HUGE_VAL) || !(t->cutmix_alpha >= 0 && t->cutmix_alpha < HUGE_VAL)) {
+        gdl__set_error("%s: transform mixup_alpha %g, cutmix_alpha %g must be finite and >= 0 (0: off)", fn,
+                       t->mixup_alpha, t->cutmix_alpha);
+        return -1;
+    }
+    l->mix = (t->mixup_alpha > 0 ? 1 : 0) | (t->cutmix_alpha > 0 ? 2 : 0);
+    if (l->mix && (t->num_classes < 1 || t->num_classes > (1 << 24))) {
+        gdl__set_error("%s: mixup/cutmix need transform.num_classes in [1, 2^24] (the soft targets' width), got %d",
+                       fn, t->num_classes);
+        return -1;
+    }
+    if (l->mix && l->ds->num_classes > t->num_classes) {
+        gdl__set_error("%s: transform.num_classes %d is less than the dataset's %d classes", fn, t->num_classes,
+                       l->ds->num_classes);
+        return -1;
+    }
+    return 0;
+}
+
 /* Validates the transform against the samples; fills the plan. 0 / -1. */
 static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     const gdl_dataset *ds = l->ds;
@@ -633,7 +825,8 @@ static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     l->out_numel = ds->sample_numel;
     l->out_dtype = ds->dtype == GDL_I32 ? GDL_I32 : GDL_F32;
     l->y_numel = ds->target_len ? ds->target_len : 1;
-    if (ds->dtype == GDL_I32 && (t->normalize || t->crop_padding || t->crop_size || t->hflip)) {
+    if (ds->dtype == GDL_I32 && (t->normalize || t->crop_padding || t->crop_size || t->hflip || t->erase_p != 0 ||
+                                 t->mixup_alpha != 0 || t->cutmix_alpha != 0)) {
         gdl__set_error("%s: the samples are token ids (i32 %s): transforms do not apply to them", fn, ss);
         return -1;
     }
@@ -670,9 +863,12 @@ static int gdl__loader_plan(const char *fn, gdl_loader *l) {
     l->crop = t->crop_padding > 0 || t->crop_size > 0;
     l->hflip = t->hflip != 0;
     l->spatial = l->crop || l->hflip;
-    if (l->spatial) {
+    if (gdl__loader_plan_random(fn, l) < 0) return -1;
+    if (l->mix) l->y_numel = t->num_classes;
+    if (l->spatial || l->erase || (l->mix & 2)) {
         if (ds->ndim < 2) {
-            gdl__set_error("%s: random crop and flip need image samples [C,H,W] (or [H,W]), got %s", fn, ss);
+            gdl__set_error("%s: random crop, flip, erasing and cutmix need image samples [C,H,W] (or [H,W]), "
+                           "got %s", fn, ss);
             return -1;
         }
         l->H = ds->shape[ds->ndim - 2];
@@ -729,12 +925,13 @@ static int gdl__loader_check_opts(const char *fn, const gdl_dataset *ds, const g
     return 0;
 }
 
-/* A batch's targets: i32 [B], or [B,T] for target sequences. */
-static gdl_tensor *gdl__loader_empty_y(const gdl_loader *l) {
+/* A batch's targets on the loader's device: i32 [B], i32 [B, T] for target sequences, or (mix) f32
+   [B, num_classes] soft targets. */
+static gdl_tensor *gdl__loader_ytensor(const gdl_loader *l) {
     int64_t shape[2];
     shape[0] = l->out_shape[0];
     shape[1] = l->y_numel;
-    return gdl_empty(l->ds->target_len ? 2 : 1, shape, GDL_I32, l->o.device);
+    return gdl_empty(l->mix || l->ds->target_len ? 2 : 1, shape, l->mix ? GDL_F32 : GDL_I32, l->o.device);
 }
 
 /* A GPU loader's device batch buffers (two with pin_memory, with their events and copy stream). */
@@ -743,7 +940,7 @@ static int gdl__loader_device_buffers(const char *fn, gdl_loader *l) {
     if (!(l->be = gdl__be(fn, l->o.device))) return -1;
     for (i = 0; i < (l->pinned ? 2 : 1); i++) {
         l->dx[i] = gdl_empty(l->out_ndim, l->out_shape, l->out_dtype, l->o.device);
-        l->dy[i] = l->dx[i] ? gdl__loader_empty_y(l) : NULL;
+        l->dy[i] = l->dx[i] ? gdl__loader_ytensor(l) : NULL;
         if (l->dy[i] && l->ds->lengths && !(l->dl[i] = gdl_empty(1, l->out_shape, GDL_I32, l->o.device))) {
             gdl__data_wrap_error(fn);
             return -1;
@@ -776,12 +973,17 @@ static int gdl__loader_slots(const char *fn, gdl_loader *l) {
     memset(l->slots, 0, sizeof(gdl__slot) * (size_t)l->nslots);
     bmax = l->out_shape[0];
     xbytes = gdl_dtype_size(l->out_dtype) * (size_t)(bmax * l->out_numel);
-    ybytes = sizeof(int32_t) * (size_t)(bmax * l->y_numel);
+    ybytes = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)(bmax * l->y_numel);
     for (i = 0; i < l->nslots; i++) {
         gdl__slot *s = &l->slots[i];
+        if (l->mix && (!(s->lab = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)bmax)) ||
+                       !(s->spare = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)l->out_numel)))) {
+            gdl__set_error("%s: out of memory for the mixup/cutmix buffers", fn);
+            return -1;
+        }
         if (is_cpu) {
             s->tx = gdl_empty(l->out_ndim, l->out_shape, l->out_dtype, l->o.device);
-            s->ty = s->tx ? gdl__loader_empty_y(l) : NULL;
+            s->ty = s->tx ? gdl__loader_ytensor(l) : NULL;
             if (s->ty && l->ds->lengths) s->tl = gdl_empty(1, l->out_shape, GDL_I32, l->o.device);
             if (!s->ty || (l->ds->lengths && !s->tl)) {
                 gdl__data_wrap_error(fn);
@@ -935,7 +1137,8 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
     }
     l->lengths_out = tl;
     if (!s->tx) {
-        size_t xb = gdl_dtype_size(l->out_dtype) * (size_t)tx->numel, yb = sizeof(int32_t) * (size_t)ty->numel;
+        size_t xb = gdl_dtype_size(l->out_dtype) * (size_t)tx->numel;
+        size_t yb = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)ty->numel;
         /* lengths: a plain copy, which is done with s->len when it returns */
         if (tl && (!gdl__be(fn, l->o.device) || l->be->copy(tl->data, s->len, sizeof(int32_t) * (size_t)bsz, 0) < 0)) {
             gdl__data_wrap_error(fn);

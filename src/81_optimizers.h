@@ -67,6 +67,7 @@ struct gdl_optimizer {
     gdl__opt_dev *devs;        /* the flat blocks, in the order their devices first appear */
     int layout_dirty;          /* parameters were added: make the blocks again */
     gdl_grad_scaler *scaler;   /* attached: its state goes into checkpoints (gdl_optim_set_grad_scaler) */
+    struct gdl_ema *ema;       /* attached (gdl_ema_new): updated after each step, saved in checkpoints */
     gdl_dtype master;          /* gdl_optim_set_master_weights: the parameters' dtype (f32 masters kept in the
                                   blocks); GDL_F32: off */
     int steps_dirty;           /* 1: the blocks are new, every host step count goes up; 2: gdl_optim_state
@@ -178,10 +179,12 @@ static void gdl__opt_release_devs(gdl_optimizer *opt) {
 }
 
 static void gdl__scaler_forget(gdl_grad_scaler *s, gdl_optimizer *opt);
+static void gdl__ema_detach(struct gdl_ema *e); /* [impl-nn] 81b */
 GPUDL_API void gdl_optim_free(gdl_optimizer *opt) {
     int i;
     if (!opt) return;
     if (opt->scaler) gdl__scaler_forget(opt->scaler, opt);
+    if (opt->ema) gdl__ema_detach(opt->ema); /* it stays the user's to free; its updates now fail */
     gdl__opt_release_devs(opt);
     for (i = 0; i < opt->nparams; i++) {
         gdl__opt_free_state(&opt->params[i]);
@@ -881,6 +884,7 @@ static int gdl__step_update(const char *op, gdl_optimizer *opt) {
     return 0;
 }
 
+static int gdl__ema_step(const char *op, struct gdl_ema *e); /* [impl-nn] 81b */
 static int gdl__step(gdl_optimizer *opt) {
     const char *op = "gdl_step";
     gdl_opt_tensor *t;
@@ -899,6 +903,7 @@ static int gdl__step(gdl_optimizer *opt) {
         return -1;
     gdl__step_entries(opt, t, count);
     if (gdl__step_tables(op, opt, t, count) < 0 || gdl__step_update(op, opt) < 0) return -1;
+    if (opt->ema && gdl__ema_step(op, opt->ema) < 0) return -1;
     opt->steps++;
     return 0;
 }

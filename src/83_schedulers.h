@@ -2,7 +2,7 @@
    Learning-rate schedulers
    ------------------------------------------------------------------------- */
 
-enum { GDL__SCHED_STEP, GDL__SCHED_COSINE, GDL__SCHED_ONECYCLE, GDL__SCHED_LINEAR };
+enum { GDL__SCHED_STEP, GDL__SCHED_COSINE, GDL__SCHED_ONECYCLE, GDL__SCHED_LINEAR, GDL__SCHED_WARMUP_COSINE };
 
 struct gdl_scheduler {
     int kind;
@@ -11,7 +11,8 @@ struct gdl_scheduler {
     int ngroups;       /* the optimizer's groups when the scheduler was made */
     double *base_lrs;  /* per group: initial_lr */
     double *last_lr;   /* per group: the lr set last */
-    int64_t n;         /* step_size, T_max, total_steps or total_iters */
+    int64_t n;         /* step_size, T_max, total_steps or total_iters (warm-up cosine: the warm-up's) */
+    int64_t n2;        /* warm-up cosine: the cosine's T_max */
     double a, b;       /* gamma | eta_min | start_factor, end_factor | max_lr */
     double pct_start, final_div;   /* OneCycle */
     int cycle_momentum;
@@ -32,6 +33,9 @@ static double gdl__sched_lr(const gdl_scheduler *s, int g, int64_t t, double *mo
         return s->a + (base - s->a) * (1 + cos(3.141592653589793 * (double)t / (double)s->n)) / 2;
     case GDL__SCHED_LINEAR:
         return base * (s->a + (s->b - s->a) * (double)(t < s->n ? t : s->n) / (double)s->n);
+    case GDL__SCHED_WARMUP_COSINE: /* SequentialLR([LinearLR(a, 1, n), CosineAnnealingLR(n2, b)], [n]) */
+        if (t < s->n) return base * (s->a + (1 - s->a) * (double)t / (double)s->n);
+        return s->b + (base - s->b) * (1 + cos(3.141592653589793 * (double)(t - s->n) / (double)s->n2)) / 2;
     default: { /* OneCycle, two phases as PyTorch (three_phase=False) */
         double end1 = s->pct_start * (double)s->n - 1, end2 = (double)s->n - 1, pct, lr, initial = base;
         double max_lr = s->a, min_lr = initial / s->final_div;
@@ -142,6 +146,24 @@ GPUDL_API gdl_scheduler *gdl_linear_warmup_new(gdl_optimizer *opt, double start_
     s->n = total_iters;
     s->a = start_factor;
     s->b = end_factor;
+    gdl__sched_apply(s);
+    return s;
+}
+
+GPUDL_API gdl_scheduler *gdl_warmup_cosine_lr_new(gdl_optimizer *opt, int warmup_iters, double start_factor, int T_max,
+                                                  double eta_min) {
+    gdl_scheduler *s;
+    if (warmup_iters < 0 || !(start_factor > 0 && start_factor <= 1) || T_max < 1 || !(eta_min >= 0) ||
+        eta_min == INFINITY) {
+        gdl__set_error("gdl_warmup_cosine_lr_new: bad warmup_iters %d (>= 0), start_factor %g (in (0,1]), T_max %d "
+                       "(>= 1) or eta_min %g (finite, >= 0)", warmup_iters, start_factor, T_max, eta_min);
+        return NULL;
+    }
+    if (!(s = gdl__sched_new("gdl_warmup_cosine_lr_new", GDL__SCHED_WARMUP_COSINE, opt))) return NULL;
+    s->n = warmup_iters;
+    s->a = start_factor;
+    s->n2 = T_max;
+    s->b = eta_min;
     gdl__sched_apply(s);
     return s;
 }

@@ -112,10 +112,40 @@ static void gdl__pass_free(gdl__pass *p) {
 
 static double gdl__pass_acc(const gdl__pass *p) { return p->counted ? (double)p->correct / (double)p->counted : NAN; }
 
+/* The model's output on x, averaged with its output on x flipped along the last dim when *flip (indices
+   W-1 .. 0, made on x's device at the first batch of its width). */
+static gdl_tensor *gdl__eval_forward(gdl_module *m, gdl_tensor *x, int hflip, gdl_tensor **flip) {
+    gdl_tensor *out = gdl_forward(m, x), *xf;
+    int64_t W, i;
+    if (!out || !hflip) return out;
+    if (x->ndim < 3) {
+        gdl__set_error("gdl_evaluate: tta_hflip needs image batches [B,C,H,W] or [B,H,W], got %s", gdl_shape_str(x));
+        return NULL;
+    }
+    W = x->shape[x->ndim - 1];
+    if (!*flip || (*flip)->numel != W || !gdl_device_equal((*flip)->device, x->device)) {
+        gdl_tensor *h = gdl_empty(1, &W, GDL_I32, gdl_cpu());
+        gdl_free(*flip);
+        *flip = NULL;
+        if (!h) return NULL;
+        for (i = 0; i < W; i++) ((int32_t *)h->data)[i] = (int32_t)(W - 1 - i);
+        *flip = gdl_to(h, x->device);
+        gdl_free(h);
+        if (!*flip) return NULL;
+    }
+    if (!(xf = gdl_index_select(x, x->ndim - 1, *flip))) return NULL;
+    return gdl_mul_scalar(gdl_add(out, gdl_forward(m, xf)), 0.5);
+}
+
 GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
                            double *accuracy_out) {
+    return gdl_evaluate_ex(m, l, loss, user, 0, loss_out, accuracy_out);
+}
+
+GPUDL_API int gdl_evaluate_ex(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, int tta_hflip,
+                              double *loss_out, double *accuracy_out) {
     gdl__pass p;
-    gdl_tensor *x, *y;
+    gdl_tensor *x, *y, *flip = NULL;
     int was_training, grad, rc;
     if (!m || !l) {
         gdl__null_arg("gdl_evaluate", !m ? "module" : "loader");
@@ -129,11 +159,13 @@ GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void 
     while ((rc = gdl_loader_next(l, &x, &y)) == 1) {
         gdl_tensor *out, *lt;
         gdl_arena_reset();
-        if (!(out = gdl_forward(m, x)) || !(lt = loss(out, y, user)) || gdl__pass_batch(&p, out, y, lt) < 0) {
+        if (!(out = gdl__eval_forward(m, x, tta_hflip, &flip)) || !(lt = loss(out, y, user)) ||
+            gdl__pass_batch(&p, out, y, lt) < 0) {
             rc = -1;
             break;
         }
     }
+    gdl_free(flip);
     gdl_set_grad_enabled(grad);
     gdl_module_train(m, was_training);
     if (rc == 0 && gdl__pass_sync(&p) < 0) rc = -1;
@@ -236,6 +268,8 @@ typedef struct gdl__fit_state {
     double seconds;       /* the epoch's training time so far */
     int64_t samples, correct, counted; /* under DDP: the sums over every rank */
     int64_t replicas, batch_size; /* the train loader's shards (world size) and per-rank batch size */
+    double es_best, best; /* early stopping's and best_path's best figures so far (NaN: none) */
+    int64_t es_wait;      /* epochs since es_best improved */
 } gdl__fit_state;
 static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                          const gdl__fit_state *fs);
@@ -361,15 +395,15 @@ typedef struct gdl__fit_graph {
     gdl_graph *g;       /* NULL (used): the step could not be captured, so batches of this shape run eagerly */
     const void *xd, *yd; /* the input buffers it reads ... */
     int ndim;           /* ... and the batch's shape and dtypes */
-    int64_t shape[GDL_MAX_DIMS], ny;
+    int64_t shape[GDL_MAX_DIMS], ny, ny1; /* y: [ny] labels, or [ny, ny1] soft targets (mixup/cutmix) */
     gdl_dtype xdt, ydt;
     gdl__fit_step ctx;
 } gdl__fit_graph;
 
 /* x and y have the shapes and dtypes fg was recorded for (same_buffers: and are its buffers) */
 static int gdl__fit_graph_fits(const gdl__fit_graph *fg, const gdl_tensor *x, const gdl_tensor *y, int same_buffers) {
-    if (!fg->used || fg->xdt != x->dtype || fg->ydt != y->dtype || fg->ndim != x->ndim || y->ndim != 1 ||
-        fg->ny != y->shape[0] || memcmp(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
+    if (!fg->used || fg->xdt != x->dtype || fg->ydt != y->dtype || fg->ndim != x->ndim || y->ndim < 1 ||
+        y->ndim > 2 || fg->ny != y->shape[0] || fg->ny1 != (y->ndim == 2 ? y->shape[1] : 0) || memcmp(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
         return 0;
     return !same_buffers || (fg->xd == x->data && fg->yd == y->data);
 }
@@ -382,7 +416,7 @@ static gdl__fit_graph *gdl__fit_graph_find(gdl__fit_graph *graphs, const gdl_ten
                                            int *capture) {
     int k, warm = 0;
     *capture = 0;
-    if (x->ndim > GDL_MAX_DIMS || y->ndim != 1) return NULL;
+    if (x->ndim > GDL_MAX_DIMS || y->ndim < 1 || y->ndim > 2) return NULL;
     for (k = 0; k < GDL__FIT_GRAPHS; k++)
         if (gdl__fit_graph_fits(&graphs[k], x, y, 1)) return &graphs[k];
     for (k = 0; k < GDL__FIT_GRAPHS; k++)
@@ -418,6 +452,7 @@ static void gdl__fit_graph_capture(gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor
     memset(fg->shape, 0, sizeof fg->shape);
     memcpy(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
     fg->ny = y->shape[0];
+    fg->ny1 = y->ndim == 2 ? y->shape[1] : 0;
     fg->xdt = x->dtype;
     fg->ydt = y->dtype;
     fg->ctx.m = m;
@@ -456,6 +491,8 @@ typedef struct gdl__fit_run {
     int64_t b;        /* its batches so far */
     int preempted;    /* opts.preempt: the signal that stopped the run ([impl-cluster]) */
     double t0;        /* when it started (earlier on resume: its time before the checkpoint counts) */
+    double es_best, best; /* the monitored figure: best by more than min_delta (early stopping), best at all */
+    int es_wait, stopped; /* epochs since es_best improved; early stopping ended the run */
 } gdl__fit_run;
 
 /* Records fg on the batch (x, y); a failure leaves the step eager and says so once. */
@@ -504,6 +541,19 @@ static int gdl__fit_check(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl
         gdl__set_error("gdl_fit: preempt needs checkpoint_dir: a signal stops the run after a checkpoint there");
         return -1;
     }
+    if (o->monitor < GDL_MONITOR_VAL_LOSS || o->monitor > GDL_MONITOR_LOSS || o->mode < GDL_MODE_AUTO ||
+        o->mode > GDL_MODE_MAX || o->patience < 0 || !(o->min_delta >= 0 && o->min_delta < HUGE_VAL)) {
+        gdl__set_error("gdl_fit: bad monitor %d (0 val_loss, 1 val_accuracy, 2 loss), mode %d (0 auto, 1 min, 2 max), "
+                       "patience %d (>= 0) or min_delta %g (finite, >= 0)", o->monitor, o->mode, o->patience,
+                       o->min_delta);
+        return -1;
+    }
+    if ((o->patience > 0 || o->best_path) && o->monitor != GDL_MONITOR_LOSS && !o->val) {
+        gdl__set_error("gdl_fit: early stopping and best_path monitor the %s, which needs a validation loader (val)",
+                       o->monitor == GDL_MONITOR_VAL_LOSS ? "validation loss" : "validation accuracy");
+        return -1;
+    }
+    r->es_best = r->best = NAN;
     if (o->ddp && gdl_ddp_module(o->ddp) != m) {
         gdl__set_error("gdl_fit: opts.ddp wraps another module than the one given");
         return -1;
@@ -562,6 +612,7 @@ static int gdl__fit_resume(gdl__fit_run *r) {
     if (!r->rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
         fs->loss_sum = 0, fs->samples = fs->correct = fs->counted = 0;
     r->start_epoch = (int)fs->epoch;
+    r->es_best = fs->es_best, r->best = fs->best, r->es_wait = (int)fs->es_wait;
     if (o->verbose)
         fprintf(r->log, "resuming from %s: epoch %d, batch %lld of %lld\n", r->ckpath, r->start_epoch,
                 (long long)fs->batch, (long long)r->nb);
@@ -690,6 +741,7 @@ static int gdl__fit_checkpoint(gdl__fit_run *r) {
     fs->counted = p->counted;
     fs->replicas = r->train->o.num_replicas > 1 ? r->train->o.num_replicas : 1;
     fs->batch_size = r->train->B;
+    fs->es_best = r->es_best, fs->best = r->best, fs->es_wait = r->es_wait;
     if (!r->o.ddp) return rc == 0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0 ? -1 : rc;
     /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
        restart with another number of ranks counts them once */
@@ -753,6 +805,40 @@ static int gdl__fit_train_batch(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y) {
     return gdl__fit_progress(r, x);
 }
 
+/* Early stopping and the best model after an epoch's figures st (with an EMA, while its weights are swapped in,
+   so the best model is the one validated): r->stopped set when patience runs out. 0 / -1. */
+static int gdl__fit_monitor(gdl__fit_run *r, const gdl_epoch_stats *st) {
+    const gdl_fit_opts *o = &r->o;
+    double v = o->monitor == GDL_MONITOR_VAL_LOSS ? st->val_loss : o->monitor == GDL_MONITOR_VAL_ACCURACY
+                                                                       ? st->val_accuracy : st->loss;
+    int maxi = o->mode == GDL_MODE_MAX || (o->mode == GDL_MODE_AUTO && o->monitor == GDL_MONITOR_VAL_ACCURACY);
+    double sign = maxi ? 1 : -1; /* improvements are increases of sign * v; NaN never improves */
+    int rc = 0, stop;
+    if (o->patience <= 0 && !o->best_path) return 0;
+    if (o->ddp) { /* each rank's figure is its shard's: every rank decides on their mean, so all decide alike */
+        if (gdl__dist_reduce_f64("gdl_fit", "the monitored figure", &v, 1, 0) != 0) return -1;
+        v /= (double)gdl_dist_world_size();
+    }
+    if (o->best_path && v == v && !(sign * v <= sign * r->best)) {
+        r->best = v;
+        if (r->rank0 && gdl_save_model(r->m, o->best_path) < 0) rc = -1;
+        if (o->ddp && gdl__dist_agree("gdl_fit", "saving the best model (rank 0)", rc == 0) < 0) rc = -1;
+        if (rc < 0) return -1;
+    }
+    if (o->patience <= 0) return 0;
+    if (v == v && (r->es_best != r->es_best || sign * (v - r->es_best) > o->min_delta)) {
+        r->es_best = v;
+        r->es_wait = 0;
+    } else {
+        r->es_wait++;
+    }
+    stop = r->es_wait >= o->patience;
+    r->stopped = stop;
+    if (stop && o->verbose) fprintf(r->log, "gdl_fit: early stopping after epoch %d: no improvement in %d epochs\n",
+                                    r->epoch, o->patience);
+    return 0;
+}
+
 /* The end of an epoch: the scheduler's epoch step, the epoch's figures, validation, history, output, CSV. */
 static int gdl__fit_epoch_metrics(gdl__fit_run *r, gdl_epoch_stats *history) {
     const gdl_fit_opts *o = &r->o;
@@ -769,12 +855,19 @@ static int gdl__fit_epoch_metrics(gdl__fit_run *r, gdl_epoch_stats *history) {
     st.val_loss = st.val_accuracy = NAN;
     if (o->val) {
         int erc;
+        gdl_ema *ema = r->opt->ema; /* validated with the averaged weights, swapped in and back */
+        if (ema && gdl_ema_swap(ema) < 0) return -1;
         if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) erc = -1;
         else {
-            erc = gdl_evaluate(r->m, o->val, o->loss, o->loss_user, &st.val_loss, &st.val_accuracy);
+            erc = gdl_evaluate_ex(r->m, o->val, o->loss, o->loss_user, o->val_tta_hflip, &st.val_loss,
+                                  &st.val_accuracy);
             if (o->autocast != GDL_F32) gdl_autocast_end();
         }
+        if (erc == 0 && gdl__fit_monitor(r, &st) < 0) erc = -1;
+        if (ema && gdl_ema_swap(ema) < 0) erc = -1;
         if (erc < 0) return -1;
+    } else if (gdl__fit_monitor(r, &st) < 0) {
+        return -1;
     }
     if (history) history[r->epoch - 1] = st;
     if (o->verbose) gdl_print_epoch(r->log, o->epochs, &st);
@@ -821,7 +914,13 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
         if (catching) gdl_preempt_catch(0);
         return -1;
     }
-    for (epoch = r.start_epoch; epoch <= r.o.epochs && rc == 0; epoch++) rc = gdl__fit_epoch(&r, epoch, history);
+    for (epoch = r.start_epoch; epoch <= r.o.epochs && rc == 0 && !r.stopped; epoch++)
+        rc = gdl__fit_epoch(&r, epoch, history);
+    for (; rc == 0 && history && epoch <= r.o.epochs; epoch++) { /* stopped early: the epochs not run */
+        memset(&history[epoch - 1], 0, sizeof *history);
+        history[epoch - 1].loss = history[epoch - 1].accuracy = NAN;
+        history[epoch - 1].val_loss = history[epoch - 1].val_accuracy = NAN;
+    }
     gdl__fit_graphs_free(r.graphs);
     gdl__pass_free(&r.p);
     if (r.csv) fclose(r.csv);

@@ -32,9 +32,15 @@ static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer
         gdl__ckpt_free(c);
         return NULL;
     }
-    for (part = 0; part < (opt ? 2 : 1); part++) {
-        int n = part == 0 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
+    for (part = 0; part < (opt ? opt->ema ? 3 : 2 : 1); part++) {
+        int n = part != 1 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
                           : gdl_optim_state(opt, names, ts, GDL__CKPT_MAX);
+        if (part == 2 && n > 0 && n <= GDL__CKPT_MAX) { /* the EMA's averages, under their tensors' names */
+            int j = 0;
+            for (k = 0; k < n; k++)
+                if ((ts[j] = gdl__ema_of(opt->ema, ts[k])) != NULL) names[j++] = names[k];
+            n = j;
+        }
         if (part == 0 && opt && opt->master != GDL_F32 && n > 0 && n <= GDL__CKPT_MAX) {
             int j;
             for (k = 0; k < n; k++)
@@ -44,7 +50,7 @@ static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer
                         break;
                     }
         }
-        const char *prefix = part == 0 ? "model." : "optim.";
+        const char *prefix = part == 0 ? "model." : part == 1 ? "optim." : "ema.";
         if (n < 0 || c->n + n > GDL__CKPT_MAX) {
             if (n >= 0) gdl__set_error("%s: more than %d tensors", op, GDL__CKPT_MAX);
             gdl__ckpt_free(c);
@@ -155,6 +161,9 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
             if (is_ckpt && strcmp(op, "gdl_load_model") == 0)
                 gdl__set_error("%s: %s: this is a training checkpoint (it holds '%s'): load it with "
                                "gdl_load_checkpoint, or save the model alone with gdl_save_model", op, path, name);
+            else if (strncmp(name, "ema.", 4) == 0)
+                gdl__set_error("%s: %s: the file holds a weight EMA ('%s'): attach one to the optimizer "
+                               "(gdl_ema_new) before loading, or save without", op, path, name);
             else if (strncmp(name, "optim.", 6) == 0)
                 gdl__set_error("%s: %s: the file holds optimizer state '%s' that this optimizer has no place for: "
                                "it was saved from another kind of optimizer (Adam's exp_avg into SGD?) or with "
@@ -177,6 +186,9 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
             if (strncmp(c->names[i], "optim.", 6) == 0)
                 gdl__set_error("%s: %s: missing optimizer state '%s' (saved from another kind of optimizer, or "
                                "without one?)", op, path, c->names[i]);
+            else if (strncmp(c->names[i], "ema.", 4) == 0)
+                gdl__set_error("%s: %s: missing the weight EMA's '%s' (saved without an EMA, or with "
+                               "use_buffers off?)", op, path, c->names[i]);
             else
                 gdl__set_error("%s: %s: missing tensor '%s'", op, path, c->names[i]);
             return -1;
@@ -378,6 +390,7 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         }
     }
     if (sched) gdl__meta_add(md, "sched.last_epoch", "%lld", (long long)gdl_scheduler_get_last_epoch(sched));
+    if (opt && opt->ema) gdl__meta_add(md, "ema.n_averaged", "%lld", (long long)gdl_ema_num_updates(opt->ema));
     if (opt && opt->scaler && opt->scaler->o.enabled) { /* PyTorch's GradScaler.state_dict() */
         double sc = gdl_grad_scaler_get_scale(opt->scaler);
         int64_t tr = gdl_grad_scaler_get_growth_tracker(opt->scaler);
@@ -404,6 +417,9 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
         gdl__meta_add(md, "fit.replicas", "%lld", (long long)fs->replicas);
         gdl__meta_add(md, "fit.batch_size", "%lld", (long long)fs->batch_size);
+        gdl__meta_add(md, "fit.es_best", "%.17g", fs->es_best);
+        gdl__meta_add(md, "fit.best", "%.17g", fs->best);
+        gdl__meta_add(md, "fit.es_wait", "%lld", (long long)fs->es_wait);
     }
     if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
         GPUDL_FREE(md);
@@ -439,9 +455,9 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     static const char *const keys[12] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
                                          "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
                                          "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
-    double v[12];
+    double v[12], es[3] = {NAN, NAN, 0};
     gdl_st_file f;
-    int i, rc = 0, nk = 10;
+    int i, rc = 0, nk = 10, has_es = 0;
     int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
     if (gdl_st_read(path, &f) < 0) goto fail;
     for (i = 0; i < f.n_meta && strncmp(f.meta_keys[i], "fit.", 4) != 0; i++) {
@@ -452,9 +468,15 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
         gdl_st_free(&f);
         goto fail;
     }
-    for (i = 0; i < f.n_meta; i++) /* the shards and batch size: absent from older checkpoints */
+    for (i = 0; i < f.n_meta; i++) { /* the shards and batch size, early stopping: absent from older checkpoints */
         if (strcmp(f.meta_keys[i], "fit.replicas") == 0) nk = 12;
+        if (strcmp(f.meta_keys[i], "fit.es_wait") == 0) has_es = 1;
+    }
     for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
+    if (rc == 0 && has_es && (gdl__meta_get(op, path, &f, "fit.es_best", &es[0]) < 0 ||
+                              gdl__meta_get(op, path, &f, "fit.best", &es[1]) < 0 ||
+                              gdl__meta_get(op, path, &f, "fit.es_wait", &es[2]) < 0))
+        rc = -1;
     gdl_st_free(&f);
     if (rc < 0) goto fail;
     if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
@@ -464,6 +486,10 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
             gdl__set_error("%s: %s: metadata '%s' is not a valid count: %g", op, path, keys[i], v[i]);
             goto fail;
         }
+    if (!(es[2] >= 0 && es[2] <= 1e9 && es[2] == (double)(int64_t)es[2])) {
+        gdl__set_error("%s: %s: metadata 'fit.es_wait' is not a valid count: %g", op, path, es[2]);
+        goto fail;
+    }
     if (!(v[5] == v[5] && v[6] >= 0)) {
         gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
         goto fail;
@@ -507,6 +533,7 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     fs->counted = (int64_t)v[9];
     fs->replicas = W;
     fs->batch_size = B;
+    fs->es_best = es[0], fs->best = es[1], fs->es_wait = (int64_t)es[2];
     return gdl__checkpoint_load(path, m, opt, sched, NULL, ddp);
 fail:
     if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);
@@ -521,7 +548,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
     gdl_st_file f;
     gdl__ckpt *c;
     void **bufs = NULL;
-    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3];
+    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3], nav = 0;
     uint64_t seed = 0, counter = 0;
     int g, ng = 0, rc = -1, has_scaler = 0;
     if (!m || !path) {
@@ -554,6 +581,11 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
         }
     }
     if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
+    if (opt && opt->ema && gdl__meta_get(op, path, &f, "ema.n_averaged", &nav) < 0) goto done;
+    if (opt && opt->ema && !(nav >= 0 && nav <= step && nav == (double)(int64_t)nav)) {
+        gdl__set_error("%s: %s: ema.n_averaged %g is not a count within the optimizer's %g steps", op, path, nav, step);
+        goto done;
+    }
     if (opt && opt->scaler) { /* older checkpoints and runs without a scaler have none: the scaler is left as is */
         for (g = 0; g < f.n_meta && strcmp(f.meta_keys[g], "scaler.scale") != 0; g++) {
         }
@@ -606,6 +638,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
     if (opt && opt->master != GDL_F32 && gdl__opt_round_params(op, opt) < 0) goto done; /* from the masters loaded */
     if (opt) {
         gdl_optim_set_step(opt, (int64_t)step);
+        if (opt->ema) opt->ema->step0 = (int64_t)step - (int64_t)nav;
         for (g = 0; g < ng; g++) { /* in range: checked above */
             gdl_optim_set_lr(opt, g, lr[g]);
             gdl_optim_set_momentum(opt, g, mom[g]);

@@ -20,8 +20,10 @@ typedef struct ac_run {
 } ac_run;
 
 /* the row's ops that leave its result in f32 whatever the PROMOTE rule says:
-   an explicit cast to f32, a mean of an F32-class loss */
-static int ac_row_ends_f32(const gc_case *c) { return c->op == GDL_OP_CAST || strcmp(c->name, "mse_mean") == 0; }
+   an explicit cast to f32, a mean of an F32-class loss (or of log_softmax's, in soft-target cross entropy) */
+static int ac_row_ends_f32(const gc_case *c) {
+    return c->op == GDL_OP_CAST || strcmp(c->name, "mse_mean") == 0 || strcmp(c->name, "cross_entropy_soft") == 0;
+}
 
 /* does a row run anything in the low dtype under autocast? (a LOW op) */
 static int ac_row_has_low(const gc_case *c) {

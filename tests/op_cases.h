@@ -112,6 +112,12 @@ static gdl_tensor *f_ce_none(gdl_tensor **x) {
     o.label_smoothing = 0.2;
     return gdl_cross_entropy_ex(x[0], x[1], &o);
 }
+/* probability targets [B,C] (mixup/cutmix's soft targets), smoothed */
+static gdl_tensor *f_ce_soft(gdl_tensor **x) {
+    gdl_ce_opts o = gdl_ce_defaults();
+    o.label_smoothing = 0.1;
+    return gdl_cross_entropy_ex(x[0], x[1], &o);
+}
 static gdl_tensor *f_nll(gdl_tensor **x) { return gdl_nll_loss(x[0], x[1], GDL_REDUCE_MEAN, -100); }
 static gdl_tensor *f_nll_sum(gdl_tensor **x) { return gdl_nll_loss(x[0], x[1], GDL_REDUCE_SUM, -100); }
 static gdl_tensor *f_mse_none(gdl_tensor **x) { return gdl_mse_loss(x[0], x[1], GDL_REDUCE_NONE); }
@@ -295,6 +301,7 @@ static const gc_case cases[] = {
     {"cross_entropy", GDL_OP_CROSS_ENTROPY, f_ce, 2, {{R2(4, 5), IN_RANDN, 0}, {R1(4), IN_TARGET, 5}}},
     {"cross_entropy_ignore", GDL_OP_CROSS_ENTROPY, f_ce, 2, {{R2(5, 3), IN_RANDN, 0}, {R1(5), IN_TARGET_IGNORE, 3}}},
     {"cross_entropy_smooth_sum", GDL_OP_CROSS_ENTROPY, f_ce_smooth_sum, 2, {{R2(3, 17), IN_RANDN, 0}, {R1(3), IN_TARGET, 17}}},
+    {"cross_entropy_soft", GDL_OP_MEAN, f_ce_soft, 2, {{R2(4, 5), IN_RANDN, 0}, {R2(4, 5), IN_POS, 0}}},
     {"cross_entropy_none", GDL_OP_CROSS_ENTROPY, f_ce_none, 2, {{R2(5, 3), IN_RANDN, 0}, {R1(5), IN_TARGET_IGNORE, 3}}},
     {"nll_loss", GDL_OP_NLL_LOSS, f_nll, 2, {{R2(4, 5), IN_RANDN, 0}, {R1(4), IN_TARGET_IGNORE, 5}}},
     {"nll_loss_sum", GDL_OP_NLL_LOSS, f_nll_sum, 2, {{R2(1, 3), IN_RANDN, 0}, {R1(1), IN_TARGET, 3}}},

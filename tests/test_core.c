@@ -254,6 +254,39 @@ TEST test_cross_entropy_values(void) {
     PASS();
 }
 
+/* Probability targets, against PyTorch 2.15's F.cross_entropy on the same numbers:
+   x = [[1,2,3],[0.5,-1,2]], t = [[0.2,0,0.8],[0.5,0.25,0.25]]: mean 1.274458646774292, label_smoothing 0.1
+   with sum 2.608917236328125, none [0.8076059818267822, 1.7413114309310913]. One-hot targets give the
+   index targets' loss; nll_loss and a shape mismatch are errors. */
+TEST test_cross_entropy_soft_targets(void) {
+    float a[6] = {1, 2, 3, 0.5f, -1, 2}, p[6] = {0.2f, 0, 0.8f, 0.5f, 0.25f, 0.25f}, oh[6] = {0, 0, 1, 1, 0, 0};
+    int32_t t[2] = {2, 0};
+    int64_t s[2] = {2, 3}, st[1] = {2}, s4[2] = {2, 4};
+    gdl_tensor *x = arr(a, 2, s), *y = arr(p, 2, s), *l, *yi, *yo, *y4;
+    gdl_ce_opts o = gdl_ce_defaults();
+    ASSERT_IN_RANGE(1.274458646774292, gdl_item(gdl_cross_entropy(x, y)), 1e-6);
+    o.label_smoothing = 0.1;
+    o.reduction = GDL_REDUCE_SUM;
+    ASSERT_IN_RANGE(2.608917236328125, gdl_item(gdl_cross_entropy_ex(x, y, &o)), 1e-6);
+    o = gdl_ce_defaults();
+    o.reduction = GDL_REDUCE_NONE;
+    l = gdl_cross_entropy_ex(x, y, &o);
+    ASSERT_NOT_NULL(l);
+    ASSERT_EQ(1, l->ndim);
+    ASSERT_IN_RANGE(0.8076059818267822, at(l, 0), 1e-6);
+    ASSERT_IN_RANGE(1.7413114309310913, at(l, 1), 1e-6);
+    yi = gdl_from_array(t, 1, st, GDL_I32, CPU);
+    yo = arr(oh, 2, s);
+    y4 = gdl_zeros(2, s4, GDL_F32, CPU);
+    ASSERT_IN_RANGE(gdl_item(gdl_cross_entropy(x, yi)), gdl_item(gdl_cross_entropy(x, yo)), 1e-6);
+    ASSERT_NULL(gdl_nll_loss(x, y, GDL_REDUCE_MEAN, -100));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_nll_loss: probability targets f32 [2,3] need cross entropy");
+    ASSERT_NULL(gdl_cross_entropy(x, y4));
+    ASSERT_CONTAINS(gdl_last_error(), "probability targets f32 [2,4] need cross entropy over input [B,C] of the same shape, got input f32 [2,3]");
+    gdl_free(x); gdl_free(y); gdl_free(yi); gdl_free(yo); gdl_free(y4);
+    PASS();
+}
+
 TEST test_mse_bce_values(void) {
     float a[3] = {1, -2, 30}, b[3] = {0.5f, 1, 1};
     int64_t s[1] = {3};
@@ -1089,6 +1122,7 @@ SUITE(values) {
     RUN_TEST(test_batch_norm_values_and_running_stats);
     RUN_TEST(test_layer_norm_values);
     RUN_TEST(test_cross_entropy_values);
+    RUN_TEST(test_cross_entropy_soft_targets);
     RUN_TEST(test_mse_bce_values);
     RUN_TEST(test_dropout_behaviour);
     RUN_TEST(test_embedding_concat_views);

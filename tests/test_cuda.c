@@ -761,6 +761,63 @@ static int flat_nets_equal(gdl_module *a, gdl_module *b) {
     }
     return 1;
 }
+/* Weight EMA on the GPU (the ema_lerp kernel over the flat parameter region): the averages of a model trained
+   on cuda:0 match the CPU twin's to rounding, swap exchanges them on the device, and moving the model to another
+   device makes the next step fail with a clear error instead of averaging stale memory. */
+TEST ema_gpu_parity(void) {
+    int64_t xs[2] = {5, 6}, ys[1] = {5};
+    int32_t labels[5] = {0, 2, 1, 1, 0};
+    gdl_module *a, *b;
+    gdl_optimizer *oa, *ob;
+    gdl_ema *ea, *eb;
+    gdl_tensor *x, *y, *ta[8], *tb[8];
+    float ha[64], hb[64];
+    int s, n, i, j;
+    gdl_manual_seed(5);
+    ASSERT_NOT_NULL(x = gdl_randn(2, xs, gdl_cpu()));
+    ASSERT_NOT_NULL(y = gdl_from_array(labels, 1, ys, GDL_I32, gdl_cpu()));
+    ASSERT_NOT_NULL(a = flat_net());
+    ASSERT_NOT_NULL(b = flat_net());
+    ASSERT_EQ(0, gdl_module_to(b, GPU));
+    ASSERT_NOT_NULL(oa = gdl_sgd_new(0.1, 0.9, 0, 0, 0));
+    ASSERT_NOT_NULL(ob = gdl_sgd_new(0.1, 0.9, 0, 0, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(oa, a, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(ob, b, 0));
+    ASSERT_NOT_NULL(ea = gdl_ema_new(oa, a, 0.9, 0));
+    ASSERT_NOT_NULL(eb = gdl_ema_new(ob, b, 0.9, 0));
+    for (s = 0; s < 5; s++) {
+        ASSERT_EQ(0, flat_net_step(a, oa, x, y));
+        ASSERT_EQ(0, flat_net_step(b, ob, x, y));
+    }
+    ASSERT_EQ(5, gdl_ema_num_updates(eb));
+    n = gdl_module_named_tensors(a, GDL_PARAMS, NULL, ta, 8);
+    ASSERT_EQ(n, gdl_module_named_tensors(b, GDL_PARAMS, NULL, tb, 8));
+    ASSERT_EQ(0, gdl_ema_swap(eb));
+    for (i = 0; i < n; i++) {
+        size_t bytes = sizeof(float) * (size_t)ta[i]->numel;
+        gdl_tensor *avg = gdl_ema_tensor(ea, ta[i]);
+        ASSERT_NOT_NULL(avg);
+        ASSERT_EQ(0, gdl_copy_to_host(tb[i], hb, bytes)); /* swapped in: b's parameters are its averages */
+        for (j = 0; j < ta[i]->numel; j++) ASSERT_IN_RANGE(((float *)avg->data)[j], hb[j], 1e-5);
+        ASSERT_EQ(0, gdl_copy_to_host(gdl_ema_tensor(eb, tb[i]), ha, bytes)); /* and its averages the weights */
+        for (j = 0; j < ta[i]->numel; j++) ASSERT_IN_RANGE(((float *)ta[i]->data)[j], ha[j], 1e-5);
+    }
+    ASSERT_EQ(0, gdl_ema_swap(eb));
+    if (gdl_cuda_device_count() > 1) {
+        ASSERT_EQ(0, gdl_module_to(b, gdl_cuda(1)));
+        ASSERT_EQ(-1, flat_net_step(b, ob, x, y));
+        ASSERT_CONTAINS(gdl_last_error(), "make the EMA after adding every parameter");
+    }
+    gdl_ema_free(ea);
+    gdl_ema_free(eb);
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_free(x);
+    gdl_free(y);
+    PASS();
+}
 TEST flat_buffer_follows_module_to(void) {
     int64_t xs[2] = {5, 6}, ys[1] = {5};
     int32_t labels[5] = {0, 2, 1, 1, 0};
@@ -1172,8 +1229,9 @@ TEST allocator_steady_state_and_oom(void) {
 /* A loader to a CUDA device with pin_memory stages batches in page-locked
    buffers copied on its own stream; a buffer reused before its copy finished,
    or a batch handed out before the copy, shows as a batch that differs from
-   the CPU loader's. */
-TEST loader_pinned_matches_cpu(void) {
+   the CPU loader's. recipe: random erasing and MixUp/CutMix too, whose soft
+   targets f32 [B, 10] travel in the label buffers (pinned or not). */
+static enum harness_result loader_gpu_matches_cpu(int recipe, int pin) {
     enum { N = 45, H = 6 };
     static uint8_t px[N * H * H];
     int32_t labels[N];
@@ -1195,9 +1253,16 @@ TEST loader_pinned_matches_cpu(void) {
     o.transform.mean[0] = 0.5;
     o.transform.std[0] = 0.25;
     o.transform.hflip = 1;
+    if (recipe) {
+        o.transform.erase_p = 0.5;
+        o.transform.erase_random = 1;
+        o.transform.mixup_alpha = 0.4;
+        o.transform.cutmix_alpha = 1;
+        o.transform.num_classes = 10;
+    }
     ASSERT_NOT_NULL(lc = gdl_loader_new(ds, &o));
     o.device = GPU;
-    o.pin_memory = 1;
+    o.pin_memory = pin;
     ASSERT_NOT_NULL(lg = gdl_loader_new(ds, &o));
     for (epoch = 0; epoch < 2; epoch++) {
         nb = 0;
@@ -1207,8 +1272,10 @@ TEST loader_pinned_matches_cpu(void) {
             ASSERT_EQ(rc, rg);
             if (rc <= 0) break;
             ASSERT(gdl_device_equal(xg->device, GPU));
+            ASSERT_EQ(recipe ? 2 : 1, yg->ndim);
             if (!same_bytes(xc, xg) || !same_bytes(yc, yg))
-                FAILf("epoch %d batch %d from the pinned GPU loader differs from the CPU loader's (%s)", epoch, nb, gdl_last_error());
+                FAILf("epoch %d batch %d from the GPU loader (pin %d) differs from the CPU loader's (%s)", epoch, nb,
+                      pin, gdl_last_error());
             /* use the device batch while the next one is being staged */
             gdl_arena_reset();
             ASSERT_NOT_NULL(gdl_sum(gdl_relu(xg)));
@@ -1221,6 +1288,11 @@ TEST loader_pinned_matches_cpu(void) {
     gdl_dataset_free(ds);
     gdl_arena_reset();
     PASS();
+}
+TEST loader_pinned_matches_cpu(void) { return loader_gpu_matches_cpu(0, 1); }
+TEST loader_recipe_matches_cpu(void) {
+    CHECK_CALL(loader_gpu_matches_cpu(1, 0));
+    return loader_gpu_matches_cpu(1, 1);
 }
 
 /* Token datasets to a CUDA device, pinned and not: i32 windows with [B,T] targets, and padded labelled
@@ -2838,6 +2910,71 @@ static int fit_graph_run(int graph, int drop, double clip, int pin, FILE *log, f
     return rc;
 }
 
+/* gdl_fit on the GPU with a weight EMA (its update inside the captured step) and mixup's soft targets from a
+   pinned loader, validated (the averages swapped in and back): with and without CUDA graphs the weights and
+   the averages agree bit for bit, and n_averaged counts the replayed steps too. */
+static int ema_fit_run(int graph, float *w, float *avg, double *val_loss) {
+    int rc = -1, k, n;
+    gdl_dataset *ds = fit_dataset(80, 23), *vs = fit_dataset(40, 24);
+    gdl_loader *l = NULL, *vl = NULL;
+    gdl_module *m = gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(4, 16, 1), gdl_nn_relu(), gdl_nn_linear(16, 3, 1)});
+    gdl_optimizer *opt = NULL;
+    gdl_ema *ema = NULL;
+    gdl_tensor *ts[8];
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_fit_opts o = gdl_fit_defaults();
+    gdl_epoch_stats h[3];
+    lo.batch_size = FIT_B;
+    lo.device = GPU;
+    if (ds && vs && m && gdl_module_to(m, GPU) == 0 && (vl = gdl_loader_new(vs, &lo))) {
+        lo.shuffle = 1;
+        lo.seed = 5;
+        lo.pin_memory = 1;
+        lo.transform.mixup_alpha = 0.4;
+        lo.transform.num_classes = 3;
+        if ((l = gdl_loader_new(ds, &lo)) && (opt = gdl_adam_new(0.05, 0.9, 0.999, 1e-8, 0)) &&
+            gdl_optim_add_module(opt, m, 0) == 0 && (ema = gdl_ema_new(opt, m, 0.8, 0))) {
+            o.epochs = 3;
+            o.verbose = 0;
+            o.val = vl;
+            o.cuda_graph = graph;
+            rc = gdl_fit(m, l, opt, &o, h);
+            *val_loss = h[2].val_loss;
+            if (fit_weights(m, w) < 0) rc = -2;
+            n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, ts, 8);
+            for (k = 0; k < n; k++) {
+                gdl_tensor *a = gdl_ema_tensor(ema, ts[k]);
+                if (!a || gdl_copy_to_host(a, avg, sizeof(float) * (size_t)a->numel) < 0) rc = -4;
+                else avg += a->numel;
+            }
+            if (gdl_ema_num_updates(ema) != 9) rc = -3;
+        }
+    }
+    gdl_ema_free(ema);
+    gdl_optim_free(opt);
+    gdl_loader_free(l);
+    gdl_loader_free(vl);
+    gdl_module_free(m);
+    gdl_dataset_free(ds);
+    gdl_dataset_free(vs);
+    return rc;
+}
+
+TEST fit_graph_ema(void) {
+    float we[FIT_W], wg[FIT_W], ae[FIT_W], ag[FIT_W];
+    double le, lg;
+    long graphs0 = gdl_emu_count("graph");
+    ASSERT_EQ(0, ema_fit_run(0, we, ae, &le));
+    ASSERT_EQ(0, gdl_emu_count("graph") - graphs0);
+    ASSERT_EQ(0, ema_fit_run(1, wg, ag, &lg));
+    ASSERTm("the step was replayed as a graph", gdl_emu_count("graph") - graphs0 > 0);
+    ASSERTm("the graphs' weights equal the eager ones bit for bit", memcmp(we, wg, sizeof we) == 0);
+    ASSERTm("the graphs' averages equal the eager ones bit for bit", memcmp(ae, ag, sizeof ae) == 0);
+    ASSERTm("the averages are not the weights", memcmp(ae, we, sizeof ae) != 0);
+    ASSERT_EQ(le, lg);
+    PASS();
+}
+
 /* the graphs give the eager run's weights and epoch figures bit for bit, with
    the loss called only for the steps run eagerly or recorded, and a replay
    reading its batch where the loader put it (no copy) */
@@ -2969,6 +3106,7 @@ SUITE(fit_graphs) {
 #ifdef GPUDL_EMU
     RUN_GPU(fit_graph_equals_eager);
     RUN_GPU(fit_graph_master_weights);
+    RUN_GPU(fit_graph_ema);
 #endif
 }
 
@@ -3379,6 +3517,7 @@ SUITE(optim) {
         RUN_GPU_NAMED(name, flat_buffer_gpu, &kinds[i]);
     }
     RUN_GPU2(flat_buffer_follows_module_to);
+    RUN_GPU2(ema_gpu_parity);
     RUN_GPU(clip_grad_norm_parity);
     RUN_GPU(anomaly_mode_parity);
 }
@@ -3513,6 +3652,7 @@ SUITE(devices) {
     RUN_GPU(allocator_steady_state_and_oom);
     RUN_GPU(loader_pinned_matches_cpu);
     RUN_GPU(loader_text_matches_cpu);
+    RUN_GPU(loader_recipe_matches_cpu);
     {
         static const int inline_, two = 2;
         RUN_GPU_NAMED("loader_steps_without_host_waits_inline", loader_steps_without_host_waits, &inline_);

@@ -1,6 +1,7 @@
 /* test_data.c — datasets (arrays, IDX plain and gzipped, CIFAR-10, the
    Fashion-MNIST locator, subsets), transforms (scale, normalise, random
-   crop with zero padding, horizontal flip) and the DataLoader (batch counts,
+   crop with zero padding, horizontal flip, random erasing, mixup/cutmix against
+   torchvision's numbers) and the DataLoader (batch counts,
    every sample once per epoch, shuffle determinism, identical batches for 0,
    2 and 4 workers, shutdown mid-epoch), text data (vocabularies, language-
    modelling windows, padded labelled text, fortune readers, splits,
@@ -1187,6 +1188,220 @@ TEST test_transform_randomness(void) {
     PASS();
 }
 
+/* RandomErasing's box against torchvision 0.29's RandomErasing on the same uniforms (tests/transforms_ref.py
+   made the rows: torchvision run with its draws replaced by these numbers). */
+TEST test_erase_params_torchvision(void) {
+    static const struct {
+        int H, W;
+        double p, s0, s1, r0, r1, u[7];
+        int64_t box[4];
+    } c[] = {
+        {28, 28, 0.5, 0.02, 0.33, 0.3, 3.3, {0.25, 0.6, 0.3, 0.7, 0.1, 0.5, 0.5}, {13, 1, 10, 16}},
+        {28, 28, 0.5, 0.02, 0.33, 0.3, 3.3, {0.75, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}, {0, 0, 0, 0}},
+        {10, 12, 1.0, 0.5, 0.9, 0.3, 3.3, {0.0, 0.9, 0.99, 0.2, 0.5, 0.99, 0.999}, {2, 4, 8, 8}},
+        {8, 8, 1.0, 0.95, 1.0, 2.0, 3.0, {0.1, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}, {0, 0, 0, 0}},
+        {32, 20, 0.9, 0.1, 0.2, 0.5, 2.0, {0.3, 0.125, 0.625, 0.999, 0.0, 0.5, 0.5}, {23, 0, 9, 8}},
+    };
+    size_t k;
+    for (k = 0; k < sizeof c / sizeof c[0]; k++) {
+        double u[23], sc[2], lr[2];
+        int64_t box[4] = {0, 0, 0, 0};
+        int i, got;
+        for (i = 0; i < 23; i++) u[i] = i < 7 ? c[k].u[i] : 0.5;
+        sc[0] = c[k].s0, sc[1] = c[k].s1, lr[0] = log(c[k].r0), lr[1] = log(c[k].r1);
+        got = gdl__erase_params(c[k].H, c[k].W, c[k].p, sc, lr, u, box);
+        ASSERT_EQ(c[k].box[2] > 0, got);
+        for (i = 0; got && i < 4; i++) ASSERT_EQ(c[k].box[i], box[i]);
+    }
+    PASS();
+}
+
+/* CutMix's box and adjusted lambda, and the MixUp / CutMix outputs on a fixed batch, against torchvision
+   0.29's v2.CutMix / v2.MixUp with lambda and the centre fixed (tests/transforms_ref.py). */
+TEST test_mix_torchvision(void) {
+    static const struct {
+        int H, W;
+        double lam;
+        int rx, ry;
+        int64_t box[4];
+        double adj;
+    } c[] = {
+        {28, 28, 0.3, 5, 20, {0, 9, 16, 28}, 0.61224489795918369},
+        {28, 28, 0.9, 27, 0, {23, 0, 28, 4}, 0.97448979591836737},
+        {10, 16, 0.5, 8, 5, {3, 2, 13, 8}, 0.625},
+        {5, 7, 0.01, 3, 2, {0, 0, 6, 4}, 0.31428571428571428},
+    };
+    static const float mix_x[48] = {3.20000005f, 3.34285712f, 3.48571444f, 3.62857151f, 3.77142859f, 3.91428566f,
+        4.05714273f, 4.20000029f, 4.34285736f, 4.48571396f, 4.62857151f, 4.77142811f, 4.91428518f, 5.05714273f,
+        5.19999981f, 5.34285688f, 0.685714364f, 0.828571498f, 0.971428573f, 1.11428571f, 1.2571429f, 1.4000001f,
+        1.54285717f, 1.68571436f, 1.82857156f, 1.97142863f, 2.11428571f, 2.25714278f, 2.4000001f, 2.54285717f,
+        2.68571424f, 2.82857132f, 2.97142887f, 3.11428595f, 3.25714302f, 3.39999986f, 3.54285717f, 3.68571424f,
+        3.82857132f, 3.97142863f, 4.11428595f, 4.25714302f, 4.4000001f, 4.54285717f, 4.68571424f, 4.82857132f,
+        4.97142839f, 5.11428547f};
+    static const float mix_y[9] = {0, 0, 1, 0.300000012f, 0, 0.699999988f, 0.699999988f, 0, 0.300000012f};
+    static const float cut_x[48] = {0, 4.71428585f, 4.85714293f, 0.428571433f, 0.571428597f, 5.28571415f,
+        5.42857122f, 1, 1.14285719f, 1.28571427f, 1.42857146f, 1.57142854f, 1.71428573f, 1.85714281f, 2,
+        2.14285707f, 2.28571439f, 0.142857149f, 0.285714298f, 2.71428561f, 2.85714293f, 0.714285731f,
+        0.857142866f, 3.28571439f, 3.42857146f, 3.57142854f, 3.71428561f, 3.85714293f, 4, 4.14285707f,
+        4.28571415f, 4.42857122f, 4.57142878f, 2.42857146f, 2.57142854f, 5, 5.14285707f, 3, 3.14285707f,
+        5.57142878f, 5.71428585f, 5.85714293f, 6, 6.14285707f, 6.28571415f, 6.42857122f, 6.57142878f,
+        6.71428585f};
+    static const float cut_y[9] = {0, 0, 1, 0.75f, 0, 0.25f, 0.25f, 0, 0.75f};
+    static const int32_t lab[3] = {2, 0, 2};
+    float x[48], ys[9], first[16];
+    int64_t box[4];
+    double adj;
+    size_t k;
+    int i;
+    for (k = 0; k < sizeof c / sizeof c[0]; k++) {
+        adj = gdl__cutmix_box(c[k].H, c[k].W, c[k].lam, c[k].rx, c[k].ry, box);
+        for (i = 0; i < 4; i++) ASSERT_EQ(c[k].box[i], box[i]);
+        ASSERT_IN_RANGE(c[k].adj, adj, 1e-15);
+    }
+    for (i = 0; i < 48; i++) x[i] = (float)i / 7.0f;
+    gdl__mix_apply(3, 1, 1, 16, 3, 0, 0.3, box, x, lab, ys, first);
+    for (i = 0; i < 48; i++) ASSERT_IN_RANGE(mix_x[i], x[i], 1e-6);
+    for (i = 0; i < 9; i++) ASSERT_IN_RANGE(mix_y[i], ys[i], 1e-7);
+    for (i = 0; i < 48; i++) x[i] = (float)i / 7.0f;
+    adj = gdl__cutmix_box(4, 4, 0.5, 2, 1, box);
+    ASSERT_IN_RANGE(0.75, adj, 1e-15);
+    gdl__mix_apply(3, 1, 4, 4, 3, 1, adj, box, x, lab, ys, first);
+    for (i = 0; i < 48; i++) ASSERT_EQ(cut_x[i], x[i]);
+    for (i = 0; i < 9; i++) ASSERT_IN_RANGE(cut_y[i], ys[i], 1e-7);
+    PASS();
+}
+
+/* Erasing through the loader: with p = 1 and a value no pixel has, each sample gets at most one box of it,
+   whose area fraction and aspect ratio are within range; the same batches for 0 and 2 workers and when
+   the loader is put at a batch mid-epoch (a resumed run), others another epoch. */
+TEST test_loader_erase(void) {
+    gdl_dataset *ds = image_dataset(64, 2, 16, 16, 9);
+    gdl_loader_opts o = gdl_loader_defaults();
+    float *a, *b;
+    int32_t *ya, *yb;
+    int64_t n, i, erased = 0;
+    gdl_loader *L;
+    gdl_tensor *x, *y;
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 16;
+    o.transform.erase_p = 1;
+    o.transform.erase_value = -3;
+    o.transform.hflip = 1;
+    ASSERT_EQ(8, collect(ds, &o, 2, &a, &ya, &n));
+    for (i = 0; i < n; i++) {
+        const float *s = a + i * 512;
+        int64_t y0 = 99, y1 = -1, x0 = 99, x1 = -1, cnt = 0, yy, xx, c;
+        for (c = 0; c < 2; c++)
+            for (yy = 0; yy < 16; yy++)
+                for (xx = 0; xx < 16; xx++)
+                    if (s[(c * 16 + yy) * 16 + xx] == -3.0f) {
+                        cnt++;
+                        if (yy < y0) y0 = yy;
+                        if (yy > y1) y1 = yy;
+                        if (xx < x0) x0 = xx;
+                        if (xx > x1) x1 = xx;
+                    }
+        if (!cnt) continue;
+        erased++;
+        ASSERT_EQm("one box, in every channel", 2 * (y1 - y0 + 1) * (x1 - x0 + 1), cnt);
+        /* rounding of h, w: area fraction within scale widened by one row and column */
+        ASSERT_LE((double)((y1 - y0) * (x1 - x0)), 0.33 * 256);
+        ASSERT_GE((double)((y1 - y0 + 2) * (x1 - x0 + 2)), 0.02 * 256);
+    }
+    ASSERTm("most samples erased (p = 1; few of 10 tries miss)", erased > n * 9 / 10);
+    o.num_workers = 2;
+    ASSERT_EQ(8, collect(ds, &o, 2, &b, &yb, &n));
+    ASSERT_EQ(0, memcmp(a, b, sizeof(float) * 128 * 512));
+    ASSERT_FALSEm("epoch 1 erases elsewhere", memcmp(a, a + 64 * 512, sizeof(float) * 64 * 512) == 0);
+    L = gdl_loader_new(ds, &o);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(0, gdl_loader_set_position(L, 1, 2));
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    ASSERT_EQm("a resumed position gives the same batch", 0, memcmp(a + (64 + 32) * 512, x->data, sizeof(float) * 16 * 512));
+    gdl_loader_free(L);
+    free(a);
+    free(ya);
+    free(b);
+    free(yb);
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
+/* MixUp and CutMix through the loader: soft targets f32 [B, K] summing to 1, lam read back from them;
+   MixUp's x is lam x_i + (1 - lam) x_{i-1}; lam's mean and variance are Beta(a, a)'s (1/2 and
+   1 / (4 (2a + 1))) over many batches; the same with 2 workers. */
+TEST test_loader_mix(void) {
+    gdl_dataset *ds = indexed_dataset(4000, 1000);
+    gdl_loader_opts o = gdl_loader_defaults();
+    gdl_loader *L;
+    gdl_tensor *x, *y, *x0;
+    double sum = 0, sq = 0, a = 0.4;
+    int64_t nb = 0, i, j;
+    float *keep;
+    ASSERT_NOT_NULL(ds);
+    o.batch_size = 2;
+    o.transform.mixup_alpha = a;
+    o.transform.num_classes = 1000;
+    L = gdl_loader_new(ds, &o);
+    ASSERT_NOT_NULL(L);
+    while (gdl_loader_next(L, &x, &y) == 1) {
+        const float *xs = (const float *)x->data, *ys = (const float *)y->data;
+        ASSERT_EQ(GDL_F32, y->dtype);
+        ASSERT_EQ(2, y->ndim);
+        ASSERT_EQ(1000, y->shape[1]);
+        for (i = 0; i < 2; i++) {
+            /* samples (2b, 2b+1): x = (v, -v) with v the index, label = index % 1000 */
+            int64_t me = nb * 2 + i, prev = nb * 2 + (i ? 0 : 1);
+            double lam = ys[i * 1000 + me % 1000], s = 0;
+            for (j = 0; j < 1000; j++) s += ys[i * 1000 + j];
+            ASSERT_IN_RANGE(1.0, s, 1e-6);
+            ASSERT_IN_RANGE(1.0 - lam, ys[i * 1000 + prev % 1000], 1e-6);
+            ASSERT_IN_RANGE(lam * (double)me + (1 - lam) * (double)prev, xs[i * 2], 1e-3);
+            if (i == 0) {
+                sum += lam;
+                sq += lam * lam;
+            }
+        }
+        nb++;
+    }
+    ASSERT_EQ(2000, nb);
+    ASSERT_IN_RANGE(0.5, sum / (double)nb, 0.03);
+    ASSERT_IN_RANGE(1.0 / (4 * (2 * a + 1)), sq / (double)nb - (sum / (double)nb) * (sum / (double)nb), 0.02);
+    gdl_loader_free(L);
+    /* CutMix on images, both on: the same batches with workers and on a resumed position */
+    gdl_dataset_free(ds);
+    ds = image_dataset(32, 1, 8, 8, 3);
+    ASSERT_NOT_NULL(ds);
+    o = gdl_loader_defaults();
+    o.batch_size = 8;
+    o.transform.mixup_alpha = 1;
+    o.transform.cutmix_alpha = 1;
+    o.transform.num_classes = 10;
+    L = gdl_loader_new(ds, &o);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(0, gdl_loader_set_position(L, 3, 1));
+    ASSERT_EQ(1, gdl_loader_next(L, &x0, &y));
+    keep = (float *)malloc(sizeof(float) * 8 * 64 + sizeof(float) * 80);
+    ASSERT_NOT_NULL(keep);
+    memcpy(keep, x0->data, sizeof(float) * 8 * 64);
+    memcpy(keep + 8 * 64, y->data, sizeof(float) * 80);
+    gdl_loader_free(L);
+    o.num_workers = 2;
+    L = gdl_loader_new(ds, &o);
+    ASSERT_NOT_NULL(L);
+    ASSERT_EQ(0, gdl_loader_set_epoch(L, 3));
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(0, memcmp(keep, x->data, sizeof(float) * 8 * 64));
+    ASSERT_EQ(0, memcmp(keep + 8 * 64, y->data, sizeof(float) * 80));
+    gdl_loader_free(L);
+    free(keep);
+    gdl_dataset_free(ds);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
 TEST test_loader_errors(void) {
     gdl_dataset *img = image_dataset(4, 1, 6, 6, 1), *vec = indexed_dataset(4, 2);
     gdl_loader_opts o = gdl_loader_defaults();
@@ -1228,7 +1443,34 @@ TEST test_loader_errors(void) {
     o = gdl_loader_defaults();
     o.transform.hflip = 1;
     ASSERT_NULL(gdl_loader_new(vec, &o));
-    ASSERT_CONTAINS(gdl_last_error(), "random crop and flip need image samples [C,H,W] (or [H,W]), got [2]");
+    ASSERT_CONTAINS(gdl_last_error(), "random crop, flip, erasing and cutmix need image samples [C,H,W] (or [H,W]), got [2]");
+    o = gdl_loader_defaults();
+    o.transform.erase_p = 1.5;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "transform erase_p 1.5 must be in [0, 1]");
+    o.transform.erase_p = 0.5;
+    o.transform.erase_scale[0] = 0.5, o.transform.erase_scale[1] = 0.2;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "erase_scale (0.5, 0.2) must have 0 <= lo <= hi <= 1");
+    o.transform.erase_scale[0] = 0;
+    o.transform.erase_ratio[0] = -1, o.transform.erase_ratio[1] = 2;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "erase_ratio (-1, 2) must have 0 < lo <= hi");
+    o = gdl_loader_defaults();
+    o.transform.mixup_alpha = 0.2;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "mixup/cutmix need transform.num_classes in [1, 2^24]");
+    o.transform.num_classes = 5;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "transform.num_classes 5 is less than the dataset's 10 classes");
+    o.transform.mixup_alpha = -1;
+    ASSERT_NULL(gdl_loader_new(img, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "mixup_alpha -1, cutmix_alpha 0 must be finite and >= 0");
+    o = gdl_loader_defaults();
+    o.transform.cutmix_alpha = 1;
+    o.transform.num_classes = 2;
+    ASSERT_NULL(gdl_loader_new(vec, &o));
+    ASSERT_CONTAINS(gdl_last_error(), "random crop, flip, erasing and cutmix need image samples");
     o = gdl_loader_defaults();
 #ifndef GPUDL_CUDA
     o.device = gdl_cuda(0);
@@ -1441,6 +1683,10 @@ SUITE(loader) {
     RUN_TEST(test_transform_normalize);
     RUN_TEST(test_transform_crop_and_flip);
     RUN_TEST(test_transform_randomness);
+    RUN_TEST(test_erase_params_torchvision);
+    RUN_TEST(test_mix_torchvision);
+    RUN_TEST(test_loader_erase);
+    RUN_TEST(test_loader_mix);
     RUN_TEST(test_loader_errors);
     RUN_TEST(test_loader_out_of_memory);
     RUN_TEST(test_free_mid_epoch);
@@ -1701,6 +1947,12 @@ TEST test_lm_windows(void) {
         /* transforms do not apply to token ids */
         o.transform.normalize = 1;
         o.transform.std[0] = 1;
+        ASSERT_NULL(gdl_loader_new(ds, &o));
+        ASSERT_CONTAINS(gdl_last_error(), "token ids (i32 [7]): transforms do not apply");
+        memset(&o.transform, 0, sizeof o.transform);
+        /* nor do the batch mixes, whose soft targets would replace the next-token targets */
+        o.transform.mixup_alpha = 0.2;
+        o.transform.num_classes = (int)V;
         ASSERT_NULL(gdl_loader_new(ds, &o));
         ASSERT_CONTAINS(gdl_last_error(), "token ids (i32 [7]): transforms do not apply");
         memset(&o.transform, 0, sizeof o.transform);

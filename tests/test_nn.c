@@ -4,8 +4,10 @@
    PyTorch's documented algorithms and against numbers printed by PyTorch
    2.15 itself; parameter groups, clipping, checkpointing of the optimizer
    and scheduler state; schedulers against their closed forms and PyTorch;
-   gradient accumulation; convergence (linear regression, XOR); errors; nn.MultiheadAttention against
-   PyTorch's numbers.
+   gradient accumulation; convergence (linear regression, XOR); ResNet's
+   BasicBlock against torchvision; the weight EMA against a hand reference
+   (swap, checkpoints); the warm-up cosine schedule against PyTorch; errors;
+   nn.MultiheadAttention against PyTorch's numbers.
 
    Build (from the repository root):
        cc -std=c99 -Wall -Wextra -Wpedantic tests/test_nn.c -lm -o build/test_nn
@@ -883,6 +885,181 @@ TEST test_add_module_no_decay(void) {
     PASS();
 }
 
+/* Weight EMA (AveragedModel + get_ema_multi_avg_fn(0.8), use_buffers): after each SGD step the averages of
+   the parameters and of BatchNorm's running statistics against a hand reference in f32 (the first update
+   copies, later ones avg += 0.2 (p - avg), torch.lerp's form for a weight < 0.5); swap exchanges model and
+   averages; a checkpoint restores them and n_averaged; bad input fails with a clear error. */
+static float ema_ref[64], ema_prev[64];
+/* m's parameters and buffers (e NULL), or their averages in e, flattened into out; their count, -1 */
+static int ema_gather(gdl_ema *e, gdl_module *m, float *out) {
+    gdl_tensor *ts[16];
+    int n = gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, NULL, ts, 16), i, k = 0;
+    int64_t j;
+    for (i = 0; i < n; i++) {
+        gdl_tensor *a = e ? gdl_ema_tensor(e, ts[i]) : ts[i];
+        if (!a) return -1;
+        for (j = 0; j < a->numel; j++) out[k++] = R(a)[j];
+    }
+    return k;
+}
+#define ema_collect(m, out) ema_gather(NULL, m, out)
+#define ema_collect_avg(e, m, out) ema_gather(e, m, out)
+static int ema_train_step(gdl_module *m, gdl_optimizer *opt, int s) {
+    int64_t xs[2] = {4, 3};
+    gdl_tensor *x = gdl_zeros(2, xs, GDL_F32, CPU), *loss;
+    int i, rc;
+    for (i = 0; i < 12; i++) R(x)[i] = (float)((i * 7 + s * 3) % 5) - 2.0f;
+    gdl_arena_reset();
+    gdl_zero_grad(opt);
+    loss = gdl_sum(gdl_mul(gdl_forward(m, x), gdl_forward(m, x)));
+    rc = loss && gdl_backward(loss) == 0 && gdl_step(opt) == 0 ? 0 : -1;
+    gdl_free(x);
+    return rc;
+}
+TEST test_ema(void) {
+    gdl_module *m = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_linear(3, 2, 1), gdl_nn_batchnorm1d(2)});
+    gdl_module *m2 = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_linear(3, 2, 1), gdl_nn_batchnorm1d(2)});
+    gdl_optimizer *opt = gdl_sgd_new(0.05, 0.9, 0, 0, 0), *opt2 = gdl_sgd_new(0.05, 0.9, 0, 0, 0), *empty;
+    gdl_ema *e, *e2;
+    float got[64], now[64];
+    const char *path = harness_tmp("test_nn_ema.safetensors");
+    int n, i, s;
+    gdl_tensor *extra;
+    ASSERT_EQ(0, gdl_optim_add_module(opt, m, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(opt2, m2, 0));
+    e = gdl_ema_new(opt, m, 0.8, 1);
+    ASSERT_NOT_NULL(e);
+    n = ema_collect(m, ema_ref);
+    ASSERT_EQ(2 * 3 + 2 + 2 + 2 + 2 + 2, n);
+    ASSERT_EQ(n, ema_collect_avg(e, m, got));
+    for (i = 0; i < n; i++) ASSERT_EQ(ema_ref[i], got[i]); /* a copy of the model at the start */
+    ASSERT_EQ(0, gdl_ema_num_updates(e));
+    for (s = 0; s < 4; s++) {
+        ASSERT_EQ(0, ema_train_step(m, opt, s));
+        ema_collect(m, now);
+        for (i = 0; i < n; i++) ema_ref[i] = s == 0 ? now[i] : ema_ref[i] + 0.2f * (now[i] - ema_ref[i]);
+        ASSERT_EQ(n, ema_collect_avg(e, m, got));
+        for (i = 0; i < n; i++) ASSERT_IN_RANGE(ema_ref[i], got[i], 1e-6 * (1 + fabs(ema_ref[i])));
+    }
+    ASSERT_EQ(4, gdl_ema_num_updates(e));
+    /* swap: the model holds the averages, and back */
+    ema_collect(m, ema_prev);
+    ASSERT_EQ(0, gdl_ema_swap(e));
+    ema_collect(m, now);
+    for (i = 0; i < n; i++) ASSERT_EQ(got[i], now[i]);
+    ASSERT_EQ(0, gdl_ema_swap(e));
+    ema_collect(m, now);
+    for (i = 0; i < n; i++) ASSERT_EQ(ema_prev[i], now[i]);
+    /* a checkpoint holds the averages and n_averaged */
+    ASSERT_EQ(0, gdl_save_checkpoint(path, m, opt, NULL, 1));
+    ASSERT_EQ(-1, gdl_load_checkpoint(path, m2, opt2, NULL, NULL)); /* opt2 has no EMA yet */
+    ASSERT_CONTAINS(gdl_last_error(), "the file holds a weight EMA ('ema.0.weight'): attach one to the optimizer");
+    e2 = gdl_ema_new(opt2, m2, 0.8, 1);
+    ASSERT_NOT_NULL(e2);
+    ASSERT_EQ(0, gdl_load_checkpoint(path, m2, opt2, NULL, NULL));
+    ASSERT_EQ(4, gdl_ema_num_updates(e2));
+    ASSERT_EQ(n, ema_collect_avg(e2, m2, now));
+    for (i = 0; i < n; i++) ASSERT_EQ(got[i], now[i]);
+    ASSERT_EQ(0, ema_train_step(m, opt, 9));
+    ASSERT_EQ(0, ema_train_step(m2, opt2, 9));
+    ema_collect_avg(e, m, got);
+    ema_collect_avg(e2, m2, now);
+    for (i = 0; i < n; i++) ASSERTm("the resumed average goes on as the first", got[i] == now[i]);
+    remove(path);
+    /* errors */
+    ASSERT_NULL(gdl_ema_new(opt, m, 0.5, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_ema_new: the optimizer already has an EMA");
+    empty = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0);
+    ASSERT_NULL(gdl_ema_new(empty, m, 0.5, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "the optimizer has no parameters yet");
+    ASSERT_NULL(gdl_ema_new(opt, m, 1.5, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "decay 1.5 must be in [0, 1]");
+    extra = gdl_zeros(1, (int64_t[]){3}, GDL_F32, CPU);
+    ASSERT_NULL(gdl_ema_tensor(e, extra));
+    ASSERT_CONTAINS(gdl_last_error(), "is not averaged by this EMA");
+    /* a parameter added after the EMA: its step fails, saying why */
+    gdl_set_requires_grad(extra, 1);
+    ASSERT_EQ(1, gdl_optim_add_params(opt, &extra, 1, -1, -1));
+    ASSERT_EQ(-1, ema_train_step(m, opt, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "make the EMA after adding every parameter");
+    gdl_optim_free(opt);
+    ASSERT_EQ(-1, gdl_ema_num_updates(e));
+    ASSERT_EQ(-1, gdl_ema_swap(e));
+    ASSERT_CONTAINS(gdl_last_error(), "the EMA's optimizer was freed");
+    gdl_ema_free(e);
+    gdl_ema_free(e2);
+    gdl_optim_free(opt2);
+    gdl_optim_free(empty);
+    gdl_free(extra);
+    gdl_module_free(m);
+    gdl_module_free(m2);
+    PASS();
+}
+
+/* ResNet's BasicBlock against torchvision 0.29's BasicBlock (train mode) with every parameter k filled as
+   0.5 sin(0.37 j + 1.3 k) and x[i] = cos(0.21 i): output sums, values and bn1's updated running mean, for a
+   projection block (3 -> 4 channels, stride 2) and an identity one (4 -> 4); torchvision's names; errors. */
+static double bb_run(gdl_module *b, int cin, const char *const *names, int nn, double *sq, float *first, float *rm) {
+    gdl_tensor *ps[16], *x, *y;
+    const char *got[16];
+    int64_t xs[4] = {2, cin, 6, 6}, j;
+    int n = gdl_module_named_tensors(b, GDL_PARAMS, got, ps, 16), k;
+    double sum = 0;
+    if (n != nn) return NAN;
+    for (k = 0; k < n; k++) {
+        if (strcmp(names[k], got[k]) != 0) return NAN;
+        for (j = 0; j < ps[k]->numel; j++) R(ps[k])[j] = (float)(0.5 * sin(0.37 * (double)j + 1.3 * k));
+    }
+    x = gdl_zeros(4, xs, GDL_F32, CPU);
+    for (j = 0; j < x->numel; j++) R(x)[j] = (float)cos(0.21 * (double)j);
+    gdl_arena_reset();
+    y = gdl_forward(b, x);
+    *sq = 0;
+    for (j = 0; y && j < y->numel; j++) sum += R(y)[j], *sq += (double)R(y)[j] * R(y)[j];
+    for (j = 0; y && j < 8; j++) first[j] = R(y)[j];
+    for (j = 0; j < 4; j++) rm[j] = R(gdl_module_tensor(b, "bn1.running_mean"))[j];
+    gdl_free(x);
+    return y ? sum : NAN;
+}
+TEST test_basic_block(void) {
+    static const char *const proj[9] = {"conv1.weight", "bn1.weight", "bn1.bias", "conv2.weight", "bn2.weight",
+                                        "bn2.bias", "downsample.0.weight", "downsample.1.weight", "downsample.1.bias"};
+    gdl_module *b = gdl_nn_basic_block(3, 4, 2), *id = gdl_nn_basic_block(4, 4, 1);
+    double sq, sum;
+    float first[8], rm[4];
+    int64_t xs[4] = {1, 4, 6, 6};
+    gdl_tensor *x;
+    ASSERT(b && id);
+    sum = bb_run(b, 3, proj, 9, &sq, first, rm);
+    ASSERT_IN_RANGE(7.372509479522705, sum, 2e-5);
+    ASSERT_IN_RANGE(2.71958589553833, sq, 2e-5);
+    ASSERT_IN_RANGE(0.3833879828453064, first[4], 1e-6);
+    ASSERT_IN_RANGE(0.24620682001113892, first[5], 1e-6);
+    ASSERT_IN_RANGE(0.13005571067333221, first[6], 1e-6);
+    ASSERT_IN_RANGE(0.273089200258255, first[7], 1e-6);
+    ASSERT_IN_RANGE(0.0004024216905236244, rm[0], 1e-7);
+    ASSERT_IN_RANGE(-0.005338944029062986, rm[3], 1e-7);
+    sum = bb_run(id, 4, proj, 6, &sq, first, rm);
+    ASSERT_IN_RANGE(145.81163024902344, sum, 2e-4);
+    ASSERT_IN_RANGE(160.6177978515625, sq, 2e-4);
+    ASSERT_IN_RANGE(0.8864260911941528, first[0], 1e-6);
+    ASSERT_IN_RANGE(0.8296788334846497, first[3], 1e-6);
+    ASSERT_IN_RANGE(0.010560047812759876, rm[0], 1e-7);
+    ASSERT_IN_RANGE(-0.006904908921569586, rm[3], 1e-7);
+    ASSERT_NULL(gdl_module_child(id, "downsample"));
+    /* errors */
+    x = gdl_zeros(4, xs, GDL_F32, CPU); /* 4 channels into a block of 3 */
+    ASSERT_NULL(gdl_nn_basic_block(0, 4, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_nn_basic_block: in_channels 0, out_channels 4 and stride 1 must be >= 1");
+    ASSERT_NULL(gdl_forward(b, x));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_forward: Conv2d 'conv1' (3, 4, kernel_size=(3,3), stride=(2,2)");
+    ASSERT_CONTAINS(gdl_last_error(), "expected input [N, 3, H, W], got [1,4,6,6]");
+    gdl_free(x);
+    gdl_module_free(b);
+    gdl_module_free(id);
+    PASS();
+}
+
 TEST test_skip_params_without_grad(void) {
     gdl_tensor *p1 = vecd(P0, 4), *p2 = vecd(P0, 4), *c = vecd(C0, 4);
     gdl_tensor *ps[2];
@@ -1182,6 +1359,42 @@ TEST test_linear_warmup(void) {
         double closed = 0.1 * (0.25 + 0.75 * (t < 4 ? t : 4) / 4.0);
         ASSERT_IN_RANGE(closed, gdl_optim_get_lr(o, 0), 1e-15);
         ASSERT_IN_RANGE(torch_lr[t], gdl_optim_get_lr(o, 0), 1e-15);
+        ASSERT_EQ(0, gdl_scheduler_step(s));
+    }
+    gdl_scheduler_free(s);
+    gdl_optim_free(o);
+    PASS();
+}
+
+TEST test_warmup_cosine(void) {
+    /* PyTorch 2.15: SequentialLR(SGD(lr=0.1), [LinearLR(0.25, 1.0, total_iters=3), CosineAnnealingLR(T_max=5,
+       eta_min=0.01)], milestones=[3]), lr after 0..10 steps */
+    static const double torch_lr[11] = {0.025, 0.05, 0.07500000000000001, 0.1, 0.09140576474687263,
+                                        0.06890576474687263, 0.04109423525312736, 0.018594235253127367, 0.01,
+                                        0.018594235253127367, 0.04109423525312739};
+    gdl_optimizer *o = sched_opt(0);
+    gdl_scheduler *s = gdl_warmup_cosine_lr_new(o, 3, 0.25, 5, 0.01);
+    int t;
+    ASSERT_NOT_NULL(s);
+    for (t = 0; t <= 10; t++) {
+        ASSERT_IN_RANGE(torch_lr[t], gdl_optim_get_lr(o, 0), 1e-15);
+        ASSERT_EQ(0, gdl_scheduler_step(s));
+    }
+    ASSERT_EQ(0, gdl_scheduler_set_last_epoch(s, 5)); /* a restored position gives the same lr */
+    ASSERT_IN_RANGE(torch_lr[5], gdl_optim_get_lr(o, 0), 1e-15);
+    gdl_scheduler_free(s);
+    ASSERT_NULL(gdl_warmup_cosine_lr_new(o, -1, 0.25, 5, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_warmup_cosine_lr_new: bad warmup_iters -1");
+    ASSERT_NULL(gdl_warmup_cosine_lr_new(o, 2, 0, 5, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "start_factor 0 (in (0,1])");
+    ASSERT_NULL(gdl_warmup_cosine_lr_new(o, 2, 0.5, 0, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "T_max 0 (>= 1)");
+    ASSERT_NULL(gdl_warmup_cosine_lr_new(NULL, 2, 0.5, 3, 0));
+    /* no warm-up: CosineAnnealingLR's values */
+    s = gdl_warmup_cosine_lr_new(o, 0, 1, 10, 0.001);
+    ASSERT_NOT_NULL(s);
+    for (t = 0; t <= 12; t++) {
+        ASSERT_IN_RANGE(0.001 + (0.1 - 0.001) * (1 + cos(PI * t / 10)) / 2, gdl_optim_get_lr(o, 0), 1e-15);
         ASSERT_EQ(0, gdl_scheduler_step(s));
     }
     gdl_scheduler_free(s);
@@ -1627,6 +1840,7 @@ SUITE(modules) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_output_shapes);
     RUN_TEST(test_residual_values);
+    RUN_TEST(test_basic_block);
     RUN_TEST(test_param_counts);
     RUN_TEST(test_init_ranges);
     RUN_TEST(test_init_reproducible);
@@ -1720,6 +1934,7 @@ SUITE(optimizers) {
     RUN_TEST(test_state_made_before_first_step);
     RUN_TEST(test_param_groups);
     RUN_TEST(test_add_module_no_decay);
+    RUN_TEST(test_ema);
     RUN_TEST(test_skip_params_without_grad);
     RUN_TEST(test_clip_grad_norm);
     RUN_TEST(test_gradient_accumulation);
@@ -1760,6 +1975,7 @@ SUITE(schedulers) {
     RUN_TEST(test_steplr);
     RUN_TEST(test_cosine_lr);
     RUN_TEST(test_linear_warmup);
+    RUN_TEST(test_warmup_cosine);
     RUN_TEST(test_onecycle);
     RUN_TEST(test_scheduler_restore);
     RUN_TEST(test_scheduled_training_matches_pytorch);

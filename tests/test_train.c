@@ -3,8 +3,11 @@
    right, safetensors checkpoints round-trip with PyTorch's names, corrupt or
    mismatched files are refused without touching the model, a failed save
    leaves the previous file intact, and a run resumed from a training
-   checkpoint ends bit-for-bit where the uninterrupted run ends; plus one
-   epoch of real Fashion-MNIST (10k subset) above 75 % test accuracy. */
+   checkpoint ends bit-for-bit where the uninterrupted run ends; test-time
+   flips, early stopping and the best model (also across a resume), a short
+   run of the whole recipe (augmentations, mixup/cutmix, EMA, warm-up cosine)
+   to a loss bound; plus one epoch of real Fashion-MNIST (10k subset) above
+   75 % test accuracy. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
@@ -548,12 +551,242 @@ TEST test_fit_grad_scaler(void) {
     PASS();
 }
 
+/* n images [1,6,6] of three classes (0: a horizontal bar, 1: a vertical bar, 2: a diagonal) at random
+   places, with noise; f32 */
+static gdl_dataset *bars(int64_t n, uint64_t seed) {
+    float *x = (float *)malloc(sizeof(float) * (size_t)n * 36);
+    int32_t *y = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    int64_t i, shape[3] = {1, 6, 6};
+    gdl_dataset *ds;
+    gdl_manual_seed(seed);
+    for (i = 0; i < n; i++) {
+        int c = (int)(gdl_rng_next_u64() % 3), at = (int)(gdl_rng_next_u64() % 6), k;
+        float *im = x + i * 36;
+        for (k = 0; k < 36; k++) im[k] = (float)(0.3 * gdl_rng_uniform());
+        for (k = 0; k < 6; k++) im[c == 0 ? at * 6 + k : c == 1 ? k * 6 + at : k * 6 + k] += 1.0f;
+        y[i] = c;
+    }
+    ds = gdl_dataset_from_arrays(x, GDL_F32, 3, shape, y, n, 3);
+    free(x);
+    free(y);
+    return ds;
+}
+
+static gdl_module *bars_net(uint64_t seed) {
+    gdl_manual_seed(seed);
+    return gdl_nn_sequential(5, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_linear(36, 32, 1), gdl_nn_batchnorm1d(32),
+                                                 gdl_nn_relu(), gdl_nn_linear(32, 3, 1)});
+}
+
+/* Test-time flips: on flatten + linear, averaging the outputs on x and on x mirrored is the same as one
+   pass through a linear whose weight is the mean of W and W with each row's columns mirrored. */
+TEST test_evaluate_tta_hflip(void) {
+    gdl_dataset *va = bars(64, 4);
+    gdl_loader *vl = loader(va, 0);
+    gdl_module *m, *sym;
+    gdl_tensor *w, *ws, *b, *bs;
+    double l0, a0, l1, a1;
+    int r, c;
+    gdl_manual_seed(5);
+    m = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_linear(36, 3, 1)});
+    sym = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_linear(36, 3, 1)});
+    ASSERT(va && vl && m && sym);
+    w = gdl_module_tensor(m, "1.weight"), ws = gdl_module_tensor(sym, "1.weight");
+    b = gdl_module_tensor(m, "1.bias"), bs = gdl_module_tensor(sym, "1.bias");
+    for (r = 0; r < 3; r++) {
+        for (c = 0; c < 36; c++) {
+            float *W = (float *)w->data + r * 36;
+            ((float *)ws->data)[r * 36 + c] = 0.5f * (W[c] + W[c / 6 * 6 + 5 - c % 6]);
+        }
+        ((float *)bs->data)[r] = ((float *)b->data)[r];
+    }
+    ASSERT_EQ(0, gdl_evaluate_ex(m, vl, NULL, NULL, 1, &l0, &a0));
+    ASSERT_EQ(0, gdl_evaluate(sym, vl, NULL, NULL, &l1, &a1));
+    ASSERT_IN_RANGE(l1, l0, 1e-5);
+    ASSERT_IN_RANGE(a1, a0, 1e-12);
+    ASSERT_EQ(0, gdl_evaluate_ex(m, vl, NULL, NULL, 0, &l0, &a0));
+    ASSERTm("without the flips the loss differs", fabs(l0 - l1) > 1e-4);
+    gdl_loader_free(vl);
+    gdl_dataset_free(va);
+    va = blobs(40, 1);
+    vl = loader(va, 0);
+    gdl_module_free(sym);
+    sym = small_net(1);
+    ASSERT_EQ(-1, gdl_evaluate_ex(sym, vl, NULL, NULL, 1, &l0, &a0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_evaluate: tta_hflip needs image batches [B,C,H,W] or [B,H,W], got [32,4]");
+    gdl_loader_free(vl);
+    gdl_dataset_free(va);
+    gdl_module_free(m);
+    gdl_module_free(sym);
+    PASS();
+}
+
+/* Early stopping: lr 0 never improves (a linear model: no running statistics either), so patience 2 stops
+   after epoch 3 and the later epochs of the history are empty; a large min_delta stops a learning run the same way; mode max on the accuracy; best_path holds
+   the model of the best validation loss; bad options are refused. */
+TEST test_early_stopping_and_best(void) {
+    gdl_dataset *tr = blobs(300, 1), *va = blobs(100, 2);
+    gdl_loader *tl = loader(tr, 1), *vl = loader(va, 0);
+    gdl_module *m = small_net(3), *back = small_net(4);
+    gdl_optimizer *opt = gdl_sgd_new(0, 0, 0, 0, 0), *opt2 = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0);
+    gdl_fit_opts o = gdl_fit_defaults();
+    gdl_epoch_stats h[8];
+    char best[256];
+    double bl = HUGE_VAL, l, a;
+    int e, run = 0;
+    gdl_module *lin = gdl_nn_linear(4, 3, 1);
+    ASSERT(tr && va && tl && vl && m && opt && opt2 && back && lin);
+    ASSERT_EQ(0, gdl_optim_add_module(opt, lin, 0));
+    o.epochs = 8;
+    o.verbose = 0;
+    o.val = vl;
+    o.patience = 2;
+    ASSERT_EQ(0, gdl_fit(lin, tl, opt, &o, h));
+    for (e = 0; e < 8; e++) run += h[e].epoch != 0;
+    ASSERT_EQ(3, run);
+    ASSERT_EQ(0, h[3].epoch);
+    ASSERT(isnan(h[7].val_loss));
+    /* learning, but never by more than min_delta 10 */
+    ASSERT_EQ(0, gdl_optim_add_module(opt2, m, 0));
+    o.min_delta = 10;
+    ASSERT_EQ(0, gdl_fit(m, tl, opt2, &o, h));
+    ASSERT_EQ(3, h[2].epoch);
+    ASSERT_EQ(0, h[3].epoch);
+    /* mode max on the accuracy with no min_delta runs on while it learns; best_path keeps the best loss */
+    tmp_path(best, sizeof best, "best.safetensors");
+    remove(best);
+    o.min_delta = 0;
+    o.patience = 0;
+    o.best_path = best;
+    o.epochs = 5;
+    ASSERT_EQ(0, gdl_fit(m, tl, opt2, &o, h));
+    for (e = 0; e < 5; e++) {
+        ASSERT_EQ(e + 1, h[e].epoch);
+        if (h[e].val_loss < bl) bl = h[e].val_loss;
+    }
+    ASSERT_EQ(0, gdl_load_model(back, best));
+    ASSERT_EQ(0, gdl_evaluate(back, vl, NULL, NULL, &l, &a));
+    ASSERT_IN_RANGE(bl, l, 1e-6);
+    remove(best);
+    /* a run checkpointed at the end of epoch 2 and resumed stops after epoch 3 as the uninterrupted one did:
+       the patience count is in the checkpoint (without it the resumed run would stop after epoch 4) */
+    {
+        char dir[256], f[300];
+        gdl_module *lin2 = gdl_nn_linear(4, 3, 1);
+        gdl_optimizer *o3 = gdl_sgd_new(0, 0, 0, 0, 0);
+        gdl_fit_opts ro = gdl_fit_defaults();
+        ASSERT(lin2 && o3);
+        ASSERT_EQ(0, gdl_optim_add_module(o3, lin2, 0));
+        tmp_path(dir, sizeof dir, "es_ckpt");
+        snprintf(f, sizeof f, "%s/gdl_fit.safetensors", dir);
+        remove(f); /* a run before this one's */
+        ro.verbose = 0;
+        ro.val = vl;
+        ro.patience = 2;
+        ro.checkpoint_dir = dir;
+        ro.checkpoint_every = gdl_loader_num_batches(tl);
+        ro.resume = 1;
+        ro.epochs = 2;
+        ASSERT_EQ(0, gdl_fit(lin2, tl, o3, &ro, h));
+        ro.epochs = 8;
+        ASSERT_EQ(0, gdl_fit(lin2, tl, o3, &ro, h));
+        ASSERT_EQ(3, h[2].epoch);
+        ASSERT_EQ(0, h[3].epoch);
+        remove(f);
+        gdl_optim_free(o3);
+        gdl_module_free(lin2);
+    }
+    /* errors */
+    o.best_path = NULL;
+    o.patience = -1;
+    ASSERT_EQ(-1, gdl_fit(m, tl, opt2, &o, h));
+    ASSERT_CONTAINS(gdl_last_error(), "patience -1 (>= 0)");
+    o.patience = 1;
+    o.mode = 7;
+    ASSERT_EQ(-1, gdl_fit(m, tl, opt2, &o, h));
+    ASSERT_CONTAINS(gdl_last_error(), "mode 7 (0 auto, 1 min, 2 max)");
+    o.mode = GDL_MODE_AUTO;
+    o.monitor = GDL_MONITOR_VAL_ACCURACY;
+    o.val = NULL;
+    ASSERT_EQ(-1, gdl_fit(m, tl, opt2, &o, h));
+    ASSERT_CONTAINS(gdl_last_error(), "monitor the validation accuracy, which needs a validation loader (val)");
+    gdl_optim_free(opt);
+    gdl_optim_free(opt2);
+    gdl_module_free(m);
+    gdl_module_free(back);
+    gdl_module_free(lin);
+    gdl_loader_free(tl);
+    gdl_loader_free(vl);
+    gdl_dataset_free(tr);
+    gdl_dataset_free(va);
+    PASS();
+}
+
+/* The recipe's tools together on a short run: random crop, flip, erasing and mixup/cutmix in the loader
+   (soft targets), AdamW with no decay on biases and norm weights, linear warm-up then cosine per batch, a
+   weight EMA validated with flips, early stopping and the best model: the validation loss ends below 0.3
+   and the accuracy above 95 %. */
+TEST test_recipe_reaches_bound(void) {
+    gdl_dataset *tr = bars(1200, 11), *va = bars(300, 12);
+    gdl_loader_opts lo = gdl_loader_defaults();
+    gdl_loader *tl, *vl = loader(va, 0);
+    gdl_module *m = bars_net(13);
+    gdl_optimizer *opt = gdl_adamw_new(1e-2, 0.9, 0.999, 1e-8, 0.05);
+    gdl_scheduler *sch;
+    gdl_ema *ema;
+    gdl_fit_opts o = gdl_fit_defaults();
+    gdl_epoch_stats h[8];
+    lo.batch_size = 32;
+    lo.shuffle = 1;
+    lo.seed = 3;
+    lo.num_workers = 2;
+    lo.transform.crop_padding = 1;
+    lo.transform.erase_p = 0.25;
+    lo.transform.erase_scale[0] = 0.02, lo.transform.erase_scale[1] = 0.1;
+    lo.transform.mixup_alpha = 0.2;
+    lo.transform.cutmix_alpha = 1.0;
+    lo.transform.num_classes = 3;
+    tl = gdl_loader_new(tr, &lo);
+    ASSERT(tr && va && tl && vl && m && opt);
+    ASSERT_EQ(0, gdl_optim_add_module(opt, m, 1));
+    ASSERT_EQ(2, gdl_optim_num_groups(opt));
+    ASSERT_NOT_NULL(sch = gdl_warmup_cosine_lr_new(opt, 38, 0.1, 8 * 38 - 38, 0));
+    ASSERT_NOT_NULL(ema = gdl_ema_new(opt, m, 0.9, 1));
+    o.epochs = 8;
+    o.verbose = 0;
+    o.val = vl;
+    o.val_tta_hflip = 1;
+    o.scheduler = sch;
+    o.scheduler_per_batch = 1;
+    o.patience = 3;
+    ASSERT_EQ(0, gdl_fit(m, tl, opt, &o, h));
+    ASSERT_EQ(8, h[7].epoch);
+    ASSERT(isnan(h[7].accuracy)); /* soft targets: no training accuracy */
+    printf("    recipe, 8 epochs: val loss %.4f, val accuracy %.2f%% (EMA weights, flips)\n", h[7].val_loss,
+           100 * h[7].val_accuracy);
+    ASSERT_LT(h[7].val_loss, 0.3);
+    ASSERT_GT(h[7].val_accuracy, 0.95);
+    ASSERT_EQ(8 * 38, gdl_ema_num_updates(ema));
+    gdl_ema_free(ema);
+    gdl_scheduler_free(sch);
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_loader_free(tl);
+    gdl_loader_free(vl);
+    gdl_dataset_free(tr);
+    gdl_dataset_free(va);
+    PASS();
+}
+
 SUITE(fit) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_fit_learns_and_reports);
     RUN_TEST(test_fit_errors);
     RUN_TEST(test_fit_grad_scaler);
     RUN_TEST(test_loss_objects);
+    RUN_TEST(test_evaluate_tta_hflip);
+    RUN_TEST(test_early_stopping_and_best);
+    RUN_TEST(test_recipe_reaches_bound);
     RUN_TEST(test_fashion_mnist_one_epoch);
 }
 SUITE(checkpoints) {
