@@ -346,6 +346,9 @@ WARN_SRCS = tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test
             tests/test_gradcheck.c
 WARN_API_ONLY = tests/test_core.c tests/test_nn.c tests/test_train.c tests/test_crash.c tests/test_resume.c tests/test_dtype.c \
                 examples/mnist_mlp.c bench/fmnist92.c
+# issue 31's recipes
+WARN_SRCS += examples/resnet.c bench/recipes.c
+WARN_API_ONLY += examples/resnet.c bench/recipes.c
 WFL_tests/test_gradcheck.c = -DGPUDL_DOUBLE
 $(foreach f,$(WARN_API_ONLY),$(eval WFL_$(f) = $$(API_ONLY)))
 # (api_only.h comes before the source's own #define _POSIX_C_SOURCE)

@@ -41,14 +41,7 @@ int main(int argc, char **argv) {
     ex_args a;
     int k, failed = 1, eager = 0, parsed, ep, reached_epoch = 0, nrest = 1;
     char *rest[24], when[32];
-    gdl_dataset *train = NULL, *test = NULL;
-    gdl_loader *tl = NULL, *vl = NULL;
-    gdl_module *model = NULL;
-    gdl_optimizer *opt = NULL;
-    gdl_scheduler *sched = NULL;
-    gdl_ema *ema = NULL;
-    gdl_ce_opts ce;
-    gdl_fit_opts fo;
+    ex_run run;
     gdl_epoch_stats st;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -88,24 +81,17 @@ int main(int argc, char **argv) {
     if (target < 0) target = default_target(r->net);
     if (ema_decay < 0) ema_decay = r->ema_decay;
 
-    gdl_manual_seed(a.seed);
-    if (!(train = gdl_dataset_fashion_mnist(a.data, 1)) || !(test = gdl_dataset_fashion_mnist(a.data, 0)) ||
-        ex_subset(&train, a.train_subset) < 0 || ex_subset(&test, a.test_subset) < 0)
-        goto fail;
-    t_data = gdl_now() - t0;
-    if (ex_recipe_loaders(r, train, test, a.batch_size, a.seed, a.device, &tl, &vl) < 0) goto fail;
-    if (!(model = ex_recipe_net(r)) || gdl_module_to(model, a.device) < 0) goto fail;
-    if (ex_recipe_optim(r, model, gdl_loader_num_batches(tl), a.epochs, ema_decay, &opt, &sched, &ema) < 0) goto fail;
-    fo = ex_recipe_fit_opts(r, vl, sched, &ce);
-    fo.epochs = 1; /* one at a time, to print and time each epoch's test accuracy */
-    fo.verbose = 0;
-    fo.cuda_graph = !eager;
+    if (ex_recipe_setup(r, &a, ema_decay, &run) < 0) goto fail;
+    t_data = gdl_now() - t0; /* the data read, the loaders' workers started, the net made */
+    run.fo.epochs = 1; /* one at a time, to print and time each epoch's test accuracy */
+    run.fo.verbose = 0;
+    run.fo.cuda_graph = !eager;
     printf("net %s (%lld parameters), device %s (%s), batch %d, %d epochs, seed %llu, target %.1f %%, EMA %s, %s\n",
-           r->net, (long long)gdl_module_num_params(model), gdl_device_str(a.device), gdl_device_name(a.device),
-           a.batch_size, a.epochs, (unsigned long long)a.seed, target, ema ? "on" : "off",
+           r->net, (long long)gdl_module_num_params(run.model), gdl_device_str(a.device), gdl_device_name(a.device),
+           a.batch_size, a.epochs, (unsigned long long)a.seed, target, run.ema ? "on" : "off",
            a.device.type == GDL_DEVICE_CUDA && !eager ? "CUDA graphs" : "eager");
     for (ep = 1; ep <= a.epochs; ep++) {
-        if (gdl_fit(model, tl, opt, &fo, &st) < 0) goto fail;
+        if (gdl_fit(run.model, run.tl, run.opt, &run.fo, &st) < 0) goto fail;
         acc = 100 * st.val_accuracy;
         printf("epoch %d: train loss %.4f, test accuracy %.2f %% at %.2f s\n", ep, st.loss, acc, gdl_now() - t0);
         if (acc >= target && reached < 0) {
@@ -113,7 +99,7 @@ int main(int argc, char **argv) {
             reached_epoch = ep;
         }
     }
-    printf("gdl recipes %s %s: final test accuracy %.2f %% after %d epochs, %.2f s end to end (data %.2f s); ", r->net,
+    printf("gdl recipes %s %s: final test accuracy %.2f %% after %d epochs, %.2f s end to end (set-up %.2f s); ", r->net,
            gdl_device_name(a.device), acc, a.epochs, gdl_now() - t0, t_data);
     if (reached < 0) printf("target %.1f %% not reached\n", target);
     else printf("target %.1f %% reached in %.2f s (epoch %d)\n", target, reached, reached_epoch);
@@ -124,14 +110,7 @@ int main(int argc, char **argv) {
     failed = 0;
 fail:
     if (failed) fprintf(stderr, "recipes: %s\n", gdl_last_error());
-    gdl_ema_free(ema);
-    gdl_scheduler_free(sched);
-    gdl_optim_free(opt);
-    gdl_module_free(model);
-    gdl_loader_free(tl);
-    gdl_loader_free(vl);
-    gdl_dataset_free(train);
-    gdl_dataset_free(test);
+    ex_recipe_free(&run);
     gdl_shutdown();
     return failed || reached < 0;
 }

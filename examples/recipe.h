@@ -150,4 +150,44 @@ static inline gdl_fit_opts ex_recipe_fit_opts(const ex_recipe *r, gdl_loader *vl
     return fo;
 }
 
+/* What a recipe's run holds; ex_recipe_setup fills it, ex_recipe_free frees it (also half made). */
+typedef struct ex_run {
+    gdl_dataset *train, *test;
+    gdl_loader *tl, *vl;
+    gdl_module *model;
+    gdl_optimizer *opt;
+    gdl_scheduler *sched;
+    gdl_ema *ema;
+    gdl_ce_opts ce;
+    gdl_fit_opts fo;    /* the recipe's (ex_recipe_fit_opts); epochs 1 */
+} ex_run;
+
+/* Fashion-MNIST (the subsets of a), the loaders, r's net on a's device, its optimizer, schedule for
+   a->epochs and EMA (ema_decay, capped), and gdl_fit's options. 0 / -1 + error (free run either way). */
+static inline int ex_recipe_setup(const ex_recipe *r, const ex_args *a, double ema_decay, ex_run *run) {
+    memset(run, 0, sizeof *run);
+    gdl_manual_seed(a->seed);
+    if (!(run->train = gdl_dataset_fashion_mnist(a->data, 1)) || !(run->test = gdl_dataset_fashion_mnist(a->data, 0)) ||
+        ex_subset(&run->train, a->train_subset) < 0 || ex_subset(&run->test, a->test_subset) < 0 ||
+        ex_recipe_loaders(r, run->train, run->test, a->batch_size, a->seed, a->device, &run->tl, &run->vl) < 0 ||
+        !(run->model = ex_recipe_net(r)) || gdl_module_to(run->model, a->device) < 0 ||
+        ex_recipe_optim(r, run->model, gdl_loader_num_batches(run->tl), a->epochs, ema_decay, &run->opt, &run->sched,
+                        &run->ema) < 0)
+        return -1;
+    run->fo = ex_recipe_fit_opts(r, run->vl, run->sched, &run->ce);
+    return 0;
+}
+
+static inline void ex_recipe_free(ex_run *run) {
+    gdl_ema_free(run->ema);
+    gdl_scheduler_free(run->sched);
+    gdl_optim_free(run->opt);
+    gdl_module_free(run->model);
+    gdl_loader_free(run->tl);
+    gdl_loader_free(run->vl);
+    gdl_dataset_free(run->train);
+    gdl_dataset_free(run->test);
+    memset(run, 0, sizeof *run);
+}
+
 #endif

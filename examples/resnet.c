@@ -22,14 +22,7 @@
 int main(int argc, char **argv) {
     const ex_recipe *r = ex_recipe_find("resnet");
     ex_args a = ex_defaults(r->epochs, EX_RECIPE_BATCH);
-    gdl_dataset *train = NULL, *test = NULL;
-    gdl_loader *tl = NULL, *vl = NULL;
-    gdl_module *model = NULL;
-    gdl_optimizer *opt = NULL;
-    gdl_scheduler *sched = NULL;
-    gdl_ema *ema = NULL;
-    gdl_ce_opts ce;
-    gdl_fit_opts fo;
+    ex_run run;
     gdl_epoch_stats *hist = NULL;
     int64_t in_shape[4] = {1, 1, 28, 28};
     double secs = 0;
@@ -41,21 +34,12 @@ int main(int argc, char **argv) {
                       "Trains a small ResNet on Fashion-MNIST with a full training recipe (see the source's top).");
     if (parsed) return parsed == 1 ? 0 : 2;
     printf("device: %s (%s)\n", gdl_device_str(a.device), gdl_device_name(a.device));
-    gdl_manual_seed(a.seed);
-    if (!(train = gdl_dataset_fashion_mnist(a.data, 1)) || !(test = gdl_dataset_fashion_mnist(a.data, 0)) ||
-        ex_subset(&train, a.train_subset) < 0 || ex_subset(&test, a.test_subset) < 0)
-        goto fail;
+    if (ex_recipe_setup(r, &a, r->ema_decay, &run) < 0) goto fail;
     if (!(hist = (gdl_epoch_stats *)calloc((size_t)a.epochs, sizeof *hist))) goto fail;
-    if (ex_recipe_loaders(r, train, test, a.batch_size, a.seed, a.device, &tl, &vl) < 0) goto fail;
-    if (!(model = ex_recipe_net(r)) || gdl_module_to(model, a.device) < 0) goto fail;
-    gdl_module_summary(model, 4, in_shape, stdout);
-    if (ex_recipe_optim(r, model, gdl_loader_num_batches(tl), a.epochs, r->ema_decay, &opt, &sched, &ema) < 0)
-        goto fail;
-
-    fo = ex_recipe_fit_opts(r, vl, sched, &ce);
-    fo.epochs = a.epochs;
-    fo.csv_path = a.csv;
-    if (gdl_fit(model, tl, opt, &fo, hist) < 0) goto fail;
+    gdl_module_summary(run.model, 4, in_shape, stdout);
+    run.fo.epochs = a.epochs;
+    run.fo.csv_path = a.csv;
+    if (gdl_fit(run.model, run.tl, run.opt, &run.fo, hist) < 0) goto fail;
     for (e = 0; e < a.epochs; e++) secs += hist[e].seconds;
     printf("test accuracy %.2f%% (EMA weights, flip-averaged) after %d epochs, %.2f s per training epoch on %s; "
            "metrics in %s\n", 100 * hist[a.epochs - 1].val_accuracy, a.epochs, secs / a.epochs,
@@ -63,14 +47,7 @@ int main(int argc, char **argv) {
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "resnet: %s\n", gdl_last_error());
-    gdl_ema_free(ema);
-    gdl_scheduler_free(sched);
-    gdl_optim_free(opt);
-    gdl_module_free(model);
-    gdl_loader_free(tl);
-    gdl_loader_free(vl);
-    gdl_dataset_free(train);
-    gdl_dataset_free(test);
+    ex_recipe_free(&run);
     free(hist);
     gdl_shutdown();
     return rc;

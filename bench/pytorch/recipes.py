@@ -32,7 +32,6 @@ The last line, "result: net N final F target T reached_s S|nan total_s S", is
 read by bench/compare_recipes.sh. Exit status 0 when the target was reached.
 """
 import argparse
-import gzip
 import math
 import os
 import sys
@@ -44,6 +43,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+from fmnist92 import find, idx  # the IDX reader (this folder is on the path when run as a script)
+
 T0 = time.perf_counter()
 MEAN, STD = 0.2860, 0.3530
 # net: (epochs, sgd, lr, weight decay, crop padding, erase p, label smoothing, ema decay, target)
@@ -52,21 +53,6 @@ RECIPES = {
     "cnn": (30, True, 0.05, 5e-4, 2, 0.25, 0.1, 0.999, 93.5),
     "resnet": (30, True, 0.1, 5e-4, 2, 0.25, 0.1, 0.999, 94.5),
 }
-
-
-def idx(path):
-    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
-        data = f.read()
-    ndim = data[3]
-    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def find(d, base):
-    for p in (os.path.join(d, base), os.path.join(d, base + ".gz")):
-        if os.path.exists(p):
-            return p
-    raise SystemExit("recipes.py: %s(.gz) not found in %s" % (base, d))
 
 
 class BasicBlock(nn.Module):
@@ -179,7 +165,6 @@ def main():
 
     xtr, ytr = load("train", a.train_subset)
     xte, yte = load("t10k", a.test_subset)
-    t_data = time.perf_counter() - T0
     m = make_net(a.net).to(dev)
     decay = [p for p in m.parameters() if p.dim() >= 2]
     no_decay = [p for p in m.parameters() if p.dim() < 2]
@@ -201,6 +186,7 @@ def main():
     if ema_decay > 1 - 10.0 / total:
         ema_decay = 1 - 10.0 / total if total > 10 else 0.0
     ema = AveragedModel(m, multi_avg_fn=get_ema_multi_avg_fn(ema_decay), use_buffers=True) if ema_decay > 0 else None
+    t_setup = time.perf_counter() - T0  # the data read, the net made
     print("net %s (%d parameters), device %s, batch %d, %d epochs, seed %d, target %.1f %%, EMA %s" %
           (a.net, sum(p.numel() for p in m.parameters()), dev, B, epochs, a.seed, target,
            "on" if ema is not None else "off"), flush=True)
@@ -232,8 +218,8 @@ def main():
             reached, reached_epoch = t, ep
     total_s = time.perf_counter() - T0
     name = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
-    print("pytorch recipes %s %s: final test accuracy %.2f %% after %d epochs, %.2f s end to end (data %.2f s); %s" %
-          (a.net, name, acc, epochs, total_s, t_data,
+    print("pytorch recipes %s %s: final test accuracy %.2f %% after %d epochs, %.2f s end to end (set-up %.2f s); %s" %
+          (a.net, name, acc, epochs, total_s, t_setup,
            "target %.1f %% not reached" % target if reached is None else
            "target %.1f %% reached in %.2f s (epoch %d)" % (target, reached, reached_epoch)))
     print("result: net %s final %.2f target %.1f reached_s %s total_s %.2f" %
