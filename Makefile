@@ -60,9 +60,9 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
 .PHONY: all test test-gpu-session-dry test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data data-text plot mutate-cuda install uninstall bench cuda clean
 
-EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel
+EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel $(B)/resnet
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
-                $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_cpu_vs_gpu $(B)/cuda_ddp
+                $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_cpu_vs_gpu $(B)/cuda_ddp $(B)/cuda_resnet
 
 all: $(TESTS) $(EXAMPLES)
 
@@ -126,6 +126,8 @@ $(B)/lib/tsan_%.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
 # The examples, linked with the library (gpu_monitor reads NVML in a CPU build too).
 $(EXAMPLES): $(B)/%: examples/%.c examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/plain_$$(call set_of,$$*).o | $(B)
 	$(CC) $(VARIANT_plain) $(SET_$(call set_of,$*)) $(API_ONLY) $< $(B)/lib/plain_$(call set_of,$*).o -o $@ $(LIBS)
+# the recipes' nets and training set-up (issue 31), shared with bench/recipes.c
+$(B)/resnet $(B)/cuda_resnet $(B)/emu_resnet: examples/recipe.h
 # a stand-in NVML library for the monitor's tests
 $(B)/libfake_nvml.so: tests/fake_nvml.c | $(B)
 	$(CC) $(STD) -O1 -shared -fPIC $< -o $@
@@ -168,7 +170,7 @@ $(B)/cuda_bench_train.o: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 $(B)/cuda_bench_train: $(B)/cuda_bench_train.o $(B)/gpudl_cuda.o
 	$(NVCC) $(CUDA_ARCH) $^ $(CUDA_LINK) -o $@
 
-cuda: $(CUDA_EXAMPLES) $(B)/cuda_bench_train $(B)/cuda_fmnist92
+cuda: $(CUDA_EXAMPLES) $(B)/cuda_bench_train $(B)/cuda_fmnist92 $(B)/cuda_recipes
 
 # Set-up first, then a make of its own: the compiler probe above (zlib) must
 # see what the set-up installed.
@@ -344,6 +346,9 @@ WARN_SRCS = tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test
             tests/test_gradcheck.c
 WARN_API_ONLY = tests/test_core.c tests/test_nn.c tests/test_train.c tests/test_crash.c tests/test_resume.c tests/test_dtype.c \
                 examples/mnist_mlp.c bench/fmnist92.c
+# issue 31's recipes
+WARN_SRCS += examples/resnet.c bench/recipes.c
+WARN_API_ONLY += examples/resnet.c bench/recipes.c
 WFL_tests/test_gradcheck.c = -DGPUDL_DOUBLE
 $(foreach f,$(WARN_API_ONLY),$(eval WFL_$(f) = $$(API_ONLY)))
 # (api_only.h comes before the source's own #define _POSIX_C_SOURCE)
@@ -416,6 +421,12 @@ $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 $(B)/fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h | $(B)
 	$(CC) $(STD) $(WARN) -O3 -march=native $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/cuda_fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/cuda_std.o $(B)/gpudl_cuda.o | $(B)
+	$(NVCC) $(CUDA_HOST) $(CUDA_ARCH) $(API_ONLY) $< $(B)/lib/cuda_std.o $(B)/gpudl_cuda.o $(CUDA_LINK) $(ZLIBS) -o $@
+
+# issue 31's recipes (mlp, cnn, resnet) end to end; bench/pytorch/recipes.py is PyTorch's side
+$(B)/recipes: bench/recipes.c examples/recipe.h examples/example_args.h gpudl.h | $(B)
+	$(CC) $(STD) $(WARN) -O3 -march=native $(ZFLAGS) $< -o $@ $(LIBS)
+$(B)/cuda_recipes: bench/recipes.c examples/recipe.h examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/cuda_std.o $(B)/gpudl_cuda.o | $(B)
 	$(NVCC) $(CUDA_HOST) $(CUDA_ARCH) $(API_ONLY) $< $(B)/lib/cuda_std.o $(B)/gpudl_cuda.o $(CUDA_LINK) $(ZLIBS) -o $@
 
 # mixed precision against f32: memory, step time, Fashion-MNIST accuracy (bench/RESULTS.md)

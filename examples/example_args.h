@@ -13,6 +13,8 @@
                      summary (gdl_memory_summary); no value
    --amp DT          mixed precision: forward and loss under autocast in DT,
                      bf16 or f16 (gdl_autocast_begin); default off (f32)
+   --train-subset N  train on the first N training samples only (quick runs, tests)
+   --test-subset N   test on the first N test samples only
    --help            the usage
 
    Each example says which of these it takes. Values may follow the flag or
@@ -29,7 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { EX_DATA = 1, EX_EPOCHS = 2, EX_BATCH = 4, EX_DEVICE = 8, EX_SEED = 16, EX_CSV = 32, EX_PROFILE = 64, EX_AMP = 128 };
+enum { EX_DATA = 1, EX_EPOCHS = 2, EX_BATCH = 4, EX_DEVICE = 8, EX_SEED = 16, EX_CSV = 32, EX_PROFILE = 64, EX_AMP = 128,
+       EX_SUBSET = 256 /* --train-subset and --test-subset */ };
 
 typedef struct ex_args {
     const char *data;  /* NULL: the default search */
@@ -39,6 +42,7 @@ typedef struct ex_args {
     uint64_t seed;
     int profile;       /* --profile given */
     gdl_dtype amp;     /* --amp: GDL_BF16 or GDL_F16; GDL_F32 (0): off */
+    int64_t train_subset, test_subset; /* --train-subset, --test-subset; 0: the whole set */
 } ex_args;
 
 /* The example's defaults: no --data (the default search), no CSV, seed 0, device auto. */
@@ -61,6 +65,10 @@ static void ex_usage(FILE *f, const char *prog, const char *about, unsigned take
     if (takes & EX_CSV) fprintf(f, "  --csv FILE        per-epoch metrics as CSV (default %s)\n", defaults->csv ? defaults->csv : "none");
     if (takes & EX_PROFILE) fprintf(f, "  --profile         print a per-op time profile of the training and the memory summary\n");
     if (takes & EX_AMP) fprintf(f, "  --amp DT          mixed precision: autocast to bf16 or f16 (default off)\n");
+    if (takes & EX_SUBSET) {
+        fprintf(f, "  --train-subset N  train on the first N training samples only (default: all)\n");
+        fprintf(f, "  --test-subset N   test on the first N test samples only (default: all)\n");
+    }
     fprintf(f, "  --help            this text\n");
 }
 
@@ -71,6 +79,17 @@ static inline int ex_profile_print(const char *what, gdl_device dev) { /* inline
     printf("\nprofile of %s on %s:\n", what, gdl_device_str(dev));
     if (gdl_profile_print(stdout) < 0) return -1;
     printf("%s\n", mem);
+    return 0;
+}
+
+/* --train-subset / --test-subset: *ds replaced by its first n samples (n 0: left as it is; more than it
+   holds: gdl_dataset_subset's error). inline: no warning where unused. 0 / -1 + error. */
+static inline int ex_subset(gdl_dataset **ds, int64_t n) {
+    gdl_dataset *sub;
+    if (n <= 0) return 0;
+    if (!(sub = gdl_dataset_subset(*ds, 0, n))) return -1;
+    gdl_dataset_free(*ds);
+    *ds = sub;
     return 0;
 }
 
@@ -107,7 +126,7 @@ static int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const cha
     static const struct { const char *name; unsigned bit; } flags[] = {
         {"--data", EX_DATA}, {"--epochs", EX_EPOCHS}, {"--batch-size", EX_BATCH},
         {"--device", EX_DEVICE}, {"--seed", EX_SEED}, {"--csv", EX_CSV}, {"--profile", EX_PROFILE},
-        {"--amp", EX_AMP}};
+        {"--amp", EX_AMP}, {"--train-subset", EX_SUBSET}, {"--test-subset", EX_SUBSET}};
     const char *prog = argc > 0 ? argv[0] : "example";
     ex_args defaults = *a;
     int i, k;
@@ -181,6 +200,14 @@ static int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const cha
                 fprintf(stderr, "%s: --amp '%s': expected bf16 or f16\n", prog, val);
                 return 2;
             }
+            break;
+        case EX_SUBSET:
+            if (ex_number(val, 1, (unsigned long long)1 << 40, &n) < 0) {
+                fprintf(stderr, "%s: %s '%s': expected a whole number from 1 to 2^40\n", prog, flags[k].name, val);
+                return 2;
+            }
+            if (!strcmp(flags[k].name, "--train-subset")) a->train_subset = (int64_t)n;
+            else a->test_subset = (int64_t)n;
             break;
         case EX_DEVICE:
             switch (ex_device(val, &a->device)) {

@@ -35,6 +35,13 @@ for e in mnist_mlp cnn keras_style; do
     expect 1 "not found in $t/none2 (from GPUDL_DATA).*make data" env GPUDL_DATA="$t/none2" "$b/$e" --epochs 1
 done
 expect 0 "^usage: " "$b/linear_regression" --help
+# resnet (issue 31): its flags, the subsets (--train-subset, --test-subset) among them
+expect 0 "^  --train-subset N " "$b/resnet" --help
+expect 2 "\-\-train-subset '0': expected a whole number" "$b/resnet" --train-subset 0
+expect 2 "\-\-test-subset 'x': expected a whole number" "$b/resnet" --test-subset x
+expect 2 "unknown option '--amp'" "$b/resnet" --amp bf16
+expect 2 "unexpected argument '3'" "$b/resnet" 3
+expect 1 "not found in $t/none (the directory given).*make data" "$b/resnet" --data "$t/none" --epochs 1
 # the monitor: a table from the stand-in NVML, and a clear message where there is none
 if [ -f "$b/libfake_nvml.so" ]; then
     expect 0 "Fake H100 80GB HBM3 .* 87% .* 12.0 /    80.0 GiB" env GPUDL_NVML_LIB="$b/libfake_nvml.so" "$b/gpu_monitor" --count 2 --interval 0.05
@@ -85,6 +92,13 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
         d = a - b; if (d < 0) d = -d
         if (a > 80 && b > 80 && d <= 0.5) { printf "bf16 %s%% within 0.5 points of f32 %s%%\n", b, a; exit 0 }
         printf "bf16 %s%% against f32 %s%%\n", b, a; exit 1 }'
+    # resnet (issue 31): 2 epochs of its recipe on 512 images, batch 32 (about 3 s on 2 idle cores): the
+    # training loss falls from ln 10 = 2.30 to below 1.75 (1.51 to 1.56 for seeds 0, 1, 2)
+    expect 0 "test accuracy [0-9.]*% (EMA weights" "$b/resnet" --device cpu --epochs 2 --train-subset 512 \
+        --test-subset 200 --batch-size 32 --csv "$t/r.csv"
+    expect 0 "loss fell" awk -F, 'NR == 2 { a = $2 } NR == 3 { b = $2 }
+        END { if (NR == 3 && b < 1.75 && b < a) { print "loss fell:", a, b; exit 0 } print "losses", a, b; exit 1 }' "$t/r.csv"
+    expect 1 "out of range for a dataset of 60000" "$b/resnet" --train-subset 60001 --epochs 1
 else
     skip=$((skip + 3)); echo "  SKIP the training runs: Fashion-MNIST is not installed (sh tools/deps.sh test installs it)"
 fi
