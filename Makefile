@@ -344,6 +344,8 @@ WARN_SRCS = tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test
             tests/test_gradcheck.c
 WARN_API_ONLY = tests/test_core.c tests/test_nn.c tests/test_train.c tests/test_crash.c tests/test_resume.c tests/test_dtype.c \
                 examples/mnist_mlp.c bench/fmnist92.c
+WARN_SRCS += examples/char_gpt.c
+WARN_API_ONLY += examples/char_gpt.c
 WFL_tests/test_gradcheck.c = -DGPUDL_DOUBLE
 $(foreach f,$(WARN_API_ONLY),$(eval WFL_$(f) = $$(API_ONLY)))
 # (api_only.h comes before the source's own #define _POSIX_C_SOURCE)
@@ -378,6 +380,8 @@ test-fuzz:
 # the examples as a user runs them: flags, errors, a short training run
 test-examples: $(EXAMPLES) $(B)/libfake_nvml.so
 	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_examples.sh
+# char_gpt's CUDA path on the emulator, against its CPU losses (its objects are test-emu's too)
+test-examples: $(B)/emu_char_gpt
 
 # CI has no GPU: the CUDA backend and the CUDA builds must still compile and link.
 # Without nvcc (no CUDA toolkit) this part is skipped, loudly.

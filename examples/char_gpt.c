@@ -8,7 +8,9 @@
    AdamW (lr 1e-3, betas 0.9/0.99, weight decay 0.1 on the 2-D weights), gradients clipped to norm 1,
    linear warm-up then cosine decay to --min-lr, random windows of the training text (a fixed 90/10
    split of the fortunes), the validation loss the mean over a fixed set of --eval-batches windows
-   spread over the validation text. At the end, a sample from --prompt.
+   spread over the validation text. Every --eval-interval steps a line with the mean training loss since
+   the last one, the validation loss, the learning rate and the speed (--csv FILE: the same as rows of
+   gdl_fit's metrics CSV, "epoch" counting the intervals, accuracies NaN). At the end, a sample from --prompt.
 
    bench/pytorch/char_gpt.py is its PyTorch twin: given --save-init and --dump-batches files it trains
    the same model from the same weights on the same batches (bench/compare_char_gpt.sh compares them).
@@ -492,27 +494,27 @@ int main(int argc, char **argv) {
     ex_args a = ex_defaults(1, 12);
     opts o = {2000, 4, 4, 128, 64, -1, 50, 250, 20, 300, 0, 0.0, 1e-3, 1e-4, 0.1, 1.0, 0.8, "\n", NULL, NULL, NULL};
     const ex_opt extra[] = {
-        {"--steps", 'i', &o.steps, 1, 1e7, "training steps"},
-        {"--layers", 'i', &o.layers, 1, 64, "transformer blocks (n_layer)"},
-        {"--heads", 'i', &o.heads, 1, 64, "attention heads (n_head)"},
-        {"--width", 'i', &o.width, 1, 8192, "embedding width (n_embd), a multiple of --heads"},
-        {"--context", 'i', &o.context, 1, 8192, "context in characters (block_size)"},
-        {"--dropout", 'd', &o.dropout, 0, 0.95, "dropout probability"},
-        {"--lr", 'd', &o.lr, 0, 10, "peak learning rate"},
-        {"--min-lr", 'd', &o.min_lr, 0, 10, "learning rate at the end of the cosine decay"},
-        {"--warmup", 'i', &o.warmup, 0, 1e7, "linear warm-up steps, fewer than --steps (default steps/20)"},
-        {"--weight-decay", 'd', &o.weight_decay, 0, 10, "AdamW's weight decay of the 2-D weights"},
-        {"--grad-clip", 'd', &o.grad_clip, 0, 1e9, "gradient norm clipping (0: off)"},
-        {"--log-interval", 'i', &o.log_interval, 1, 1e7, "print the step's training loss every N steps"},
-        {"--eval-interval", 'i', &o.eval_interval, 1, 1e7, "validation loss every N steps and at the end"},
-        {"--eval-batches", 'i', &o.eval_batches, 1, 1e5, "validation batches (a fixed set)"},
-        {"--sample-len", 'i', &o.sample_len, 0, 1e6, "characters sampled at the end"},
-        {"--temperature", 'd', &o.temperature, 0, 100, "sampling temperature (0: greedy)"},
-        {"--top-k", 'i', &o.top_k, 0, 1e6, "sample among the k likeliest characters (0: all)"},
-        {"--prompt", 's', &o.prompt, 0, 0, "the sample's beginning (default: a newline)"},
-        {"--save", 's', &o.save, 0, 0, "write the trained model (safetensors, nanoGPT's names)"},
-        {"--save-init", 's', &o.save_init, 0, 0, "write the initial model (for bench/pytorch/char_gpt.py)"},
-        {"--dump-batches", 's', &o.dump, 0, 0, "write the batches' ids (for bench/pytorch/char_gpt.py)"}};
+        {"--steps", 'i', &o.steps, 1, 1e7, "training steps", "N"},
+        {"--layers", 'i', &o.layers, 1, 64, "transformer blocks (n_layer)", "N"},
+        {"--heads", 'i', &o.heads, 1, 64, "attention heads (n_head)", "N"},
+        {"--width", 'i', &o.width, 1, 8192, "embedding width (n_embd), a multiple of --heads", "N"},
+        {"--context", 'i', &o.context, 1, 8192, "context in characters (block_size)", "N"},
+        {"--dropout", 'd', &o.dropout, 0, 0.95, "dropout probability", "X"},
+        {"--lr", 'd', &o.lr, 0, 10, "peak learning rate", "X"},
+        {"--min-lr", 'd', &o.min_lr, 0, 10, "learning rate at the end of the cosine decay", "X"},
+        {"--warmup", 'i', &o.warmup, 0, 1e7, "linear warm-up steps, fewer than --steps (default steps/20)", "N"},
+        {"--weight-decay", 'd', &o.weight_decay, 0, 10, "AdamW's weight decay of the 2-D weights", "X"},
+        {"--grad-clip", 'd', &o.grad_clip, 0, 1e9, "gradient norm clipping (0: off)", "X"},
+        {"--log-interval", 'i', &o.log_interval, 1, 1e7, "print the step's training loss every N steps", "N"},
+        {"--eval-interval", 'i', &o.eval_interval, 1, 1e7, "validation loss every N steps and at the end", "N"},
+        {"--eval-batches", 'i', &o.eval_batches, 1, 1e5, "validation batches (a fixed set)", "N"},
+        {"--sample-len", 'i', &o.sample_len, 0, 1e6, "characters sampled at the end", "N"},
+        {"--temperature", 'd', &o.temperature, 0, 100, "sampling temperature (0: greedy)", "X"},
+        {"--top-k", 'i', &o.top_k, 0, 1e6, "sample among the k likeliest characters (0: all)", "N"},
+        {"--prompt", 's', &o.prompt, 0, 0, "the sample's beginning (default: a newline)", "TEXT"},
+        {"--save", 's', &o.save, 0, 0, "write the trained model (safetensors, nanoGPT's names)", "FILE"},
+        {"--save-init", 's', &o.save_init, 0, 0, "write the initial model (for bench/pytorch/char_gpt.py)", "FILE"},
+        {"--dump-batches", 's', &o.dump, 0, 0, "write the batches' ids (for bench/pytorch/char_gpt.py)", "FILE"}};
     text_data d;
     gpt_config c;
     run r;

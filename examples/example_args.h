@@ -48,13 +48,15 @@ typedef struct ex_args {
 
 /* An example's own option: --name VALUE. kind 'i' (int *value, a whole number in [lo, hi]), 'd'
    (double *value, a finite number in [lo, hi]) or 's' (const char **value, non-empty). --help prints
-   help, then the default (the value before parsing) unless help names its own. */
+   "--name METAVAR" (NULL: N, X or TEXT by kind) and help, then the default (the value before parsing)
+   unless help names its own. */
 typedef struct ex_opt {
     const char *name;
     char kind;
     void *value;
     double lo, hi;
     const char *help;
+    const char *metavar;
 } ex_opt;
 
 /* The example's defaults: no --data (the default search), no CSV, seed 0, device auto. */
@@ -83,9 +85,11 @@ static void ex_usage(FILE *f, const char *prog, const char *about, unsigned take
     if (takes & EX_AMP) fprintf(f, "  --amp DT          mixed precision: autocast to bf16 or f16 (default off)\n");
     for (k = 0; k < n_extra; k++) { /* defaults: the values before parsing */
         const ex_opt *o = &extra[k];
-        char arg[32];
-        snprintf(arg, sizeof arg, "%s %s", o->name, o->kind == 's' ? "TEXT" : o->kind == 'i' ? "N" : "X");
-        fprintf(f, "  %-17s %s", arg, o->help);
+        char arg[64];
+        snprintf(arg, sizeof arg, "%s %s", o->name,
+                 o->metavar ? o->metavar : o->kind == 's' ? "TEXT" : o->kind == 'i' ? "N" : "X");
+        if (strlen(arg) < 17) fprintf(f, "  %-17s %s", arg, o->help);
+        else fprintf(f, "  %s\n%20s%s", arg, "", o->help); /* too long for the column */
         if (strstr(o->help, "(default")) fputc('\n', f);
         else if (o->kind == 'i') fprintf(f, " (default %d)\n", *(const int *)o->value);
         else if (o->kind == 'd') fprintf(f, " (default %g)\n", *(const double *)o->value);
@@ -189,25 +193,13 @@ static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, cons
             if ((takes & flags[k].bit) && strlen(flags[k].name) == len && !strncmp(arg, flags[k].name, len)) break;
         for (x = 0; k == (int)(sizeof flags / sizeof flags[0]) && x < n_extra; x++)
             if (strlen(extra[x].name) == len && !strncmp(arg, extra[x].name, len)) break;
-        if (k == (int)(sizeof flags / sizeof flags[0]) && x < n_extra) { /* one of the example's own */
-            if (eq) val = eq + 1;
-            else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) val = argv[++i];
-            else {
-                fprintf(stderr, "%s: %s needs a value\n", prog, extra[x].name);
-                ex_usage(stderr, prog, about, takes, &defaults, extra, n_extra);
-                return 2;
-            }
-            if (ex_extra_value(prog, &extra[x], val, &pending[x]) < 0) return 2;
-            given[x] = 1;
-            continue;
-        }
-        if (k == (int)(sizeof flags / sizeof flags[0])) {
+        if (k == (int)(sizeof flags / sizeof flags[0]) && x == n_extra) {
             if (arg[0] == '-') fprintf(stderr, "%s: unknown option '%s'\n", prog, arg);
             else fprintf(stderr, "%s: unexpected argument '%s' (options are given by name: see --help)\n", prog, arg);
             ex_usage(stderr, prog, about, takes, &defaults, extra, n_extra);
             return 2;
         }
-        if (flags[k].bit == EX_PROFILE) { /* a switch: no value */
+        if (k < (int)(sizeof flags / sizeof flags[0]) && flags[k].bit == EX_PROFILE) { /* a switch: no value */
             if (eq) {
                 fprintf(stderr, "%s: --profile takes no value\n", prog);
                 ex_usage(stderr, prog, about, takes, &defaults, extra, n_extra);
@@ -219,9 +211,14 @@ static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, cons
         if (eq) val = eq + 1;
         else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) val = argv[++i];
         else {
-            fprintf(stderr, "%s: %s needs a value\n", prog, flags[k].name);
+            fprintf(stderr, "%s: %s needs a value\n", prog, arg);
             ex_usage(stderr, prog, about, takes, &defaults, extra, n_extra);
             return 2;
+        }
+        if (k == (int)(sizeof flags / sizeof flags[0])) { /* one of the example's own */
+            if (ex_extra_value(prog, &extra[x], val, &pending[x]) < 0) return 2;
+            given[x] = 1;
+            continue;
         }
         switch (flags[k].bit) {
         case EX_DATA:
