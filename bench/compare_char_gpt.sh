@@ -15,19 +15,11 @@
 set -eu
 cd "$(dirname "$0")/.."
 threads=${THREADS:-2} reps=${REPEATS:-3} steps=${STEPS:-200}
-venv=${TORCH_VENV:-build/torch-venv}
 make -s build/char_gpt
-if ! "$venv/bin/python" -c "import torch, numpy" 2>/dev/null; then
-    echo "installing torch and numpy into $venv (once)"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet torch numpy
-fi
-py="$venv/bin/python"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs online"
-echo "gpudl $(git rev-parse --short HEAD 2>/dev/null || echo '?'), torch $("$py" -c 'import torch; print(torch.__version__)'), $threads threads, $steps steps, $reps interleaved rounds"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+runs="$steps steps, $reps interleaved rounds"
+. bench/torch_venv.sh
 for r in $(seq "$reps"); do
     # shellcheck disable=SC2086 # ARGS: options, split on purpose
     GPUDL_NUM_THREADS=$threads build/char_gpt --device cpu --steps "$steps" --log-interval 1 --eval-interval "$steps" \

@@ -36,31 +36,23 @@ typedef struct gpt_config {
 static gdl_module *child(gdl_module *m, const char *path) { return gdl_module_child(m, path); }
 static gdl_tensor *param(gdl_module *m, const char *name) { return gdl_module_tensor(m, name); }
 
-/* [B, T, C] -> [B, H, T, C/H] */
-static gdl_tensor *split_heads(gdl_tensor *x, int H) {
-    int64_t s[4];
+/* One c_attn GEMM [B, T, 3C], seen as [B, T, 3, H, C/H] and permuted to [3, B, H, T, C/H] (one copy):
+   q, k and v are then views, each [B, H, T, C/H]. The attention dropout is the kernel's own. */
+static gdl_tensor *attn_forward(gdl_module *self, gdl_tensor *x) {
+    const gpt_config *c = (const gpt_config *)gdl_module_user(self);
+    int64_t s[5];
+    int perm[5] = {2, 0, 3, 1, 4};
+    gdl_tensor *qkv, *y;
     if (!x) return NULL;
     s[0] = x->shape[0];
     s[1] = x->shape[1];
-    s[2] = H;
-    s[3] = x->shape[2] / H;
-    return gdl_transpose(gdl_reshape(x, 4, s), 1, 2);
-}
-
-/* q, k and v are the thirds of c_attn (views of its weight and bias: no copy of a [B, T, 3C] output); the
-   attention dropout is the kernel's own */
-static gdl_tensor *attn_forward(gdl_module *self, gdl_tensor *x) {
-    const gpt_config *c = (const gpt_config *)gdl_module_user(self);
-    gdl_tensor *w = param(self, "c_attn.weight"), *b = param(self, "c_attn.bias"), *qkv[3], *y;
-    int64_t C = c->n_embd, s[3];
-    int k;
-    if (!x || !w || !b) return NULL;
-    for (k = 0; k < 3; k++) qkv[k] = split_heads(gdl_linear(x, gdl_narrow(w, 0, k * C, C), gdl_narrow(b, 0, k * C, C)), c->n_head);
-    y = gdl_scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], NULL,
+    s[2] = 3;
+    s[3] = c->n_head;
+    s[4] = c->n_embd / c->n_head;
+    qkv = gdl_permute(gdl_reshape(gdl_forward(child(self, "c_attn"), x), 5, s), 5, perm);
+    y = gdl_scaled_dot_product_attention(gdl_select(qkv, 0, 0), gdl_select(qkv, 0, 1), gdl_select(qkv, 0, 2), NULL,
                                          gdl_module_is_training(self) ? c->dropout : 0, 1, NAN);
-    s[0] = x->shape[0];
-    s[1] = x->shape[1];
-    s[2] = C;
+    s[2] = c->n_embd;
     y = gdl_forward(child(self, "c_proj"), gdl_reshape(gdl_transpose(y, 1, 2), 3, s));
     return gdl_forward(child(self, "resid_dropout"), y);
 }
