@@ -60,9 +60,10 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
 .PHONY: all test test-gpu-session-dry test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data data-text plot mutate-cuda install uninstall bench cuda clean
 
-EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel $(B)/resnet
+EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel $(B)/resnet \
+           $(B)/char_gpt
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
-                $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_cpu_vs_gpu $(B)/cuda_ddp $(B)/cuda_resnet
+                $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_cpu_vs_gpu $(B)/cuda_ddp $(B)/cuda_resnet $(B)/cuda_char_gpt
 
 all: $(TESTS) $(EXAMPLES)
 
@@ -346,9 +347,9 @@ WARN_SRCS = tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test
             tests/test_gradcheck.c
 WARN_API_ONLY = tests/test_core.c tests/test_nn.c tests/test_train.c tests/test_crash.c tests/test_resume.c tests/test_dtype.c \
                 examples/mnist_mlp.c bench/fmnist92.c
-# issue 31's recipes
-WARN_SRCS += examples/resnet.c bench/recipes.c
-WARN_API_ONLY += examples/resnet.c bench/recipes.c
+# issue 31's recipes and issue 27's examples
+WARN_SRCS += examples/resnet.c bench/recipes.c examples/char_gpt.c
+WARN_API_ONLY += examples/resnet.c bench/recipes.c examples/char_gpt.c
 WFL_tests/test_gradcheck.c = -DGPUDL_DOUBLE
 $(foreach f,$(WARN_API_ONLY),$(eval WFL_$(f) = $$(API_ONLY)))
 # (api_only.h comes before the source's own #define _POSIX_C_SOURCE)
@@ -383,6 +384,8 @@ test-fuzz:
 # the examples as a user runs them: flags, errors, a short training run
 test-examples: $(EXAMPLES) $(B)/libfake_nvml.so
 	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_examples.sh
+# char_gpt's CUDA path on the emulator, against its CPU losses (its objects are test-emu's too)
+test-examples: $(B)/emu_char_gpt
 
 # CI has no GPU: the CUDA backend and the CUDA builds must still compile and link.
 # Without nvcc (no CUDA toolkit) this part is skipped, loudly.

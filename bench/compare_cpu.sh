@@ -20,22 +20,13 @@ cd "$(dirname "$0")/.."
 nets=${*:-"mlp cnn"}
 threads=${THREADS:-2}
 reps=${REPEATS:-5}
-venv=${TORCH_VENV:-build/torch-venv}
 ours=build/bench_train
 
 make -s "$ours"
-if ! "$venv/bin/python" -c "import torch, numpy" 2>/dev/null; then
-    echo "installing torch and numpy into $venv (once)"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet torch numpy
-fi
-py="$venv/bin/python"
-
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs online"
-echo "gpudl $(git rev-parse --short HEAD 2>/dev/null || echo '?'), torch $("$py" -c 'import torch; print(torch.__version__)'), $threads threads, $reps interleaved runs per net"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+runs="$reps interleaved runs per net"
+. bench/torch_venv.sh
 for r in $(seq "$reps"); do
     for n in $nets; do
         GPUDL_NUM_THREADS=$threads "$ours" "$n" | awk -v n="$n" '$1 == n {print $3}' >> "$tmp/ours.$n"

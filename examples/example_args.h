@@ -17,6 +17,10 @@
    --test-subset N   test on the first N test samples only
    --help            the usage
 
+   An example's own options (char_gpt's --steps, --lr, ...) are ex_opt rows
+   given to ex_parse_opts: a whole number, a real number or a text each, with
+   its range, checked as strictly and listed by --help.
+
    Each example says which of these it takes. Values may follow the flag or
    an '=' (--epochs=3). A bad value, an unknown flag or a stray argument
    prints what is wrong and the usage, and the example exits with status 2;
@@ -43,7 +47,21 @@ typedef struct ex_args {
     int profile;       /* --profile given */
     gdl_dtype amp;     /* --amp: GDL_BF16 or GDL_F16; GDL_F32 (0): off */
     int64_t train_subset, test_subset; /* --train-subset, --test-subset; 0: the whole set */
+    const char *data_help; /* --help's text for --data when the data is not Fashion-MNIST; NULL: that one */
 } ex_args;
+
+/* An example's own option: --name VALUE. kind 'i' (int *value, a whole number in [lo, hi]), 'd'
+   (double *value, a finite number in [lo, hi]) or 's' (const char **value, non-empty). --help prints
+   "--name METAVAR" (NULL: N, X or TEXT by kind) and help, then the default (the value before parsing)
+   unless help names its own. */
+typedef struct ex_opt {
+    const char *name;
+    char kind;
+    void *value;
+    double lo, hi;
+    const char *help;
+    const char *metavar;
+} ex_opt;
 
 /* The example's defaults: no --data (the default search), no CSV, seed 0, device auto. */
 static ex_args ex_defaults(int epochs, int batch_size) {
@@ -55,9 +73,13 @@ static ex_args ex_defaults(int epochs, int batch_size) {
     return a;
 }
 
-static void ex_usage(FILE *f, const char *prog, const char *about, unsigned takes, const ex_args *defaults) {
+static void ex_usage(FILE *f, const char *prog, const char *about, unsigned takes, const ex_args *defaults,
+                     const ex_opt *extra, int n_extra) {
+    int k;
     fprintf(f, "usage: %s [options]\n%s\n\noptions:\n", prog, about);
-    if (takes & EX_DATA) fprintf(f, "  --data DIR        data folder (default: $GPUDL_DATA, ./data, /usr/share/datasets/fashion-mnist)\n");
+    if (takes & EX_DATA)
+        fprintf(f, "  --data DIR        %s\n", defaults->data_help ? defaults->data_help
+                    : "data folder (default: $GPUDL_DATA, ./data, /usr/share/datasets/fashion-mnist)");
     if (takes & EX_EPOCHS) fprintf(f, "  --epochs N        training epochs (default %d)\n", defaults->epochs);
     if (takes & EX_BATCH) fprintf(f, "  --batch-size N    training batch size (default %d)\n", defaults->batch_size);
     if (takes & EX_DEVICE) fprintf(f, "  --device D        cpu, cuda, cuda:N or auto (default auto: %s)\n", gdl_device_str(defaults->device));
@@ -68,6 +90,18 @@ static void ex_usage(FILE *f, const char *prog, const char *about, unsigned take
     if (takes & EX_SUBSET) {
         fprintf(f, "  --train-subset N  train on the first N training samples only (default: all)\n");
         fprintf(f, "  --test-subset N   test on the first N test samples only (default: all)\n");
+    }
+    for (k = 0; k < n_extra; k++) { /* defaults: the values before parsing */
+        const ex_opt *o = &extra[k];
+        char arg[64];
+        snprintf(arg, sizeof arg, "%s %s", o->name,
+                 o->metavar ? o->metavar : o->kind == 's' ? "TEXT" : o->kind == 'i' ? "N" : "X");
+        if (strlen(arg) < 17) fprintf(f, "  %-17s %s", arg, o->help);
+        else fprintf(f, "  %s\n%20s%s", arg, "", o->help); /* too long for the column */
+        if (strstr(o->help, "(default")) fputc('\n', f);
+        else if (o->kind == 'i') fprintf(f, " (default %d)\n", *(const int *)o->value);
+        else if (o->kind == 'd') fprintf(f, " (default %g)\n", *(const double *)o->value);
+        else fprintf(f, " (default %s)\n", *(const char *const *)o->value ? *(const char *const *)o->value : "none");
     }
     fprintf(f, "  --help            this text\n");
 }
@@ -121,35 +155,73 @@ static int ex_device(const char *s, gdl_device *out) {
     return 0;
 }
 
-/* 0: run; 1: --help was printed (exit 0); 2: an error was printed (exit 2). */
-static int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const char *about) {
+#define EX_MAX_EXTRA 32
+typedef union ex_value { int i; double d; const char *s; } ex_value;
+
+/* An example's own option o's value val into *out; 0, or -1 after printing what is wrong. */
+static int ex_extra_value(const char *prog, const ex_opt *o, const char *val, ex_value *out) {
+    unsigned long long n;
+    char *end;
+    if (o->kind == 's') {
+        if (!*val) {
+            fprintf(stderr, "%s: %s needs a non-empty value\n", prog, o->name);
+            return -1;
+        }
+        out->s = val;
+    } else if (o->kind == 'i') {
+        if (ex_number(val, (unsigned long long)o->lo, (unsigned long long)o->hi, &n) < 0) {
+            fprintf(stderr, "%s: %s '%s': expected a whole number from %.0f to %.0f\n", prog, o->name, val, o->lo, o->hi);
+            return -1;
+        }
+        out->i = (int)n;
+    } else {
+        errno = 0;
+        out->d = strtod(val, &end);
+        if (!*val || *end || errno || !(out->d >= o->lo && out->d <= o->hi)) { /* NaN fails too */
+            fprintf(stderr, "%s: %s '%s': expected a number from %g to %g\n", prog, o->name, val, o->lo, o->hi);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* 0: run; 1: --help was printed (exit 0); 2: an error was printed (exit 2). The example's own options,
+   extra[0, n_extra) (at most EX_MAX_EXTRA, int options with lo >= 0), are written only when every
+   argument is right, so --help and the usage after an error show their defaults. */
+static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, const char *about, const ex_opt *extra,
+                         int n_extra) {
     static const struct { const char *name; unsigned bit; } flags[] = {
         {"--data", EX_DATA}, {"--epochs", EX_EPOCHS}, {"--batch-size", EX_BATCH},
         {"--device", EX_DEVICE}, {"--seed", EX_SEED}, {"--csv", EX_CSV}, {"--profile", EX_PROFILE},
         {"--amp", EX_AMP}, {"--train-subset", EX_SUBSET}, {"--test-subset", EX_SUBSET}};
+    ex_value pending[EX_MAX_EXTRA];
+    int given[EX_MAX_EXTRA] = {0}, x;
     const char *prog = argc > 0 ? argv[0] : "example";
     ex_args defaults = *a;
     int i, k;
+    if (n_extra > EX_MAX_EXTRA) n_extra = EX_MAX_EXTRA;
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = NULL, *eq = strchr(arg, '=');
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
         unsigned long long n;
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
-            ex_usage(stdout, prog, about, takes, &defaults);
+            ex_usage(stdout, prog, about, takes, &defaults, extra, n_extra);
             return 1;
         }
         for (k = 0; k < (int)(sizeof flags / sizeof flags[0]); k++)
             if ((takes & flags[k].bit) && strlen(flags[k].name) == len && !strncmp(arg, flags[k].name, len)) break;
-        if (k == (int)(sizeof flags / sizeof flags[0])) {
+        for (x = 0; k == (int)(sizeof flags / sizeof flags[0]) && x < n_extra; x++)
+            if (strlen(extra[x].name) == len && !strncmp(arg, extra[x].name, len)) break;
+        if (k == (int)(sizeof flags / sizeof flags[0]) && x == n_extra) {
             if (arg[0] == '-') fprintf(stderr, "%s: unknown option '%s'\n", prog, arg);
             else fprintf(stderr, "%s: unexpected argument '%s' (options are given by name: see --help)\n", prog, arg);
-            ex_usage(stderr, prog, about, takes, &defaults);
+            ex_usage(stderr, prog, about, takes, &defaults, extra, n_extra);
             return 2;
         }
-        if (flags[k].bit == EX_PROFILE) { /* a switch: no value */
+        if (k < (int)(sizeof flags / sizeof flags[0]) && flags[k].bit == EX_PROFILE) { /* a switch: no value */
             if (eq) {
                 fprintf(stderr, "%s: --profile takes no value\n", prog);
-                ex_usage(stderr, prog, about, takes, &defaults);
+                ex_usage(stderr, prog, about, takes, &defaults, extra, n_extra);
                 return 2;
             }
             a->profile = 1;
@@ -158,9 +230,14 @@ static int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const cha
         if (eq) val = eq + 1;
         else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) val = argv[++i];
         else {
-            fprintf(stderr, "%s: %s needs a value\n", prog, flags[k].name);
-            ex_usage(stderr, prog, about, takes, &defaults);
+            fprintf(stderr, "%s: %s needs a value\n", prog, arg);
+            ex_usage(stderr, prog, about, takes, &defaults, extra, n_extra);
             return 2;
+        }
+        if (k == (int)(sizeof flags / sizeof flags[0])) { /* one of the example's own */
+            if (ex_extra_value(prog, &extra[x], val, &pending[x]) < 0) return 2;
+            given[x] = 1;
+            continue;
         }
         switch (flags[k].bit) {
         case EX_DATA:
@@ -225,7 +302,18 @@ static int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const cha
             break;
         }
     }
+    for (x = 0; x < n_extra; x++) {
+        if (!given[x]) continue;
+        if (extra[x].kind == 'i') *(int *)extra[x].value = pending[x].i;
+        else if (extra[x].kind == 'd') *(double *)extra[x].value = pending[x].d;
+        else *(const char **)extra[x].value = pending[x].s;
+    }
     return 0;
+}
+
+/* ex_parse_opts without options of the example's own. */
+static inline int ex_parse(ex_args *a, int argc, char **argv, unsigned takes, const char *about) { /* inline: no warning where unused */
+    return ex_parse_opts(a, argc, argv, takes, about, NULL, 0);
 }
 
 #endif

@@ -55,6 +55,51 @@ expect 0 "learned" "$b/linear_regression" --epochs 3 --device cpu
 # the CPU column of the CPU-against-GPU table (no GPU here), both nets trained
 expect 0 "^50 layers  *[0-9.]*  *- .* 2\.[0-9]" "$b/cpu_vs_gpu" --epochs 1 --device cpu
 expect 2 "unexpected argument 'x'" "$b/cpu_vs_gpu" x
+# char_gpt (issue 27): its own options checked as strictly, then a tiny GPT (2 layers, width 64, context 32)
+# trained for 300 steps on the English fortunes on 2 threads (the fortunes fetched first when missing:
+# tools/fetch_data.sh text, as `make data-text`; 13 to 17 s on the loaded 2-core development VM): its
+# validation loss must end well under ln(V) (~4.7, a uniform guess) and under the characters' unigram
+# entropy (~3.3), so the model uses its context
+expect 0 "^  --steps N  *training steps (default 2000)" "$b/char_gpt" --help
+expect 0 "^  --dump-batches FILE$" "$b/char_gpt" --help
+expect 2 "\-\-steps '0': expected a whole number from 1 to" "$b/char_gpt" --steps 0
+expect 2 "\-\-lr 'nan': expected a number from 0 to 10" "$b/char_gpt" --lr nan
+expect 2 "\-\-lr '1e-3x': expected a number" "$b/char_gpt" --lr 1e-3x
+expect 2 "\-\-prompt needs a value" "$b/char_gpt" --prompt
+expect 2 "unknown option '--epochs'" "$b/char_gpt" --epochs 1
+expect 2 "unexpected argument 'x'" "$b/char_gpt" x
+expect 2 "\-\-width must be a multiple of \-\-heads" "$b/char_gpt" --width 30 --heads 4
+expect 2 "\-\-warmup must be below \-\-steps" "$b/char_gpt" --steps 10 --warmup 10
+expect 1 "English fortunes are not all in $t/none .*make data-text" "$b/char_gpt" --data "$t/none" --steps 1
+expect 0 "" sh tools/fetch_data.sh text
+expect 0 "^sample (temperature 0.8, top-k [0-9]*, seed 1):" env GPUDL_NUM_THREADS=2 "$b/char_gpt" --device cpu --seed 1 \
+    --layers 2 --heads 2 --width 64 --context 32 --batch-size 16 --steps 300 --lr 2e-3 --min-lr 1e-3 --eval-interval 150 \
+    --eval-batches 10 --sample-len 100 --csv "$t/gpt.csv" --save "$t/gpt.safetensors"
+cp "$t/out" "$t/gpt"
+expect 0 "validation loss .* under 2.8" awk '/^data: / { v = $(NF - 4) } /^eval 300: / { l = $6 }
+    END { if (v > 50 && l > 0 && l < 2.8) { printf "validation loss %s under 2.8 (ln %d = %.2f)\n", l, v, log(v); exit 0 }
+          printf "validation loss %s, vocabulary %s\n", l, v; exit 1 }' "$t/gpt"
+expect 0 "^2,[0-9.]*,nan,[0-9.]*,nan," cat "$t/gpt.csv"
+# nanoGPT's names, and the head tied to wte: no lm_head.weight of its own
+expect 0 "transformer.h.1.mlp.c_proj.weight" sh -c "head -c 8192 '$t/gpt.safetensors' | tr -c '[:print:]' ' '"
+expect 1 "" grep -aq lm_head "$t/gpt.safetensors"
+# on the CUDA emulator (make emu builds it; make test-examples too): the same losses as on the CPU
+if [ -x "$b/emu_char_gpt" ]; then
+    gpt_tiny="--layers 2 --heads 2 --width 32 --context 16 --batch-size 4 --steps 6 --log-interval 1 --eval-interval 3 --eval-batches 2 --sample-len 20"
+    # shellcheck disable=SC2086 # gpt_tiny: options, split on purpose
+    expect 0 "^sample " "$b/char_gpt" --device cpu $gpt_tiny
+    grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_cpu"
+    # shellcheck disable=SC2086
+    expect 0 "^char_gpt on cuda:0 (gpudl CUDA emulator" "$b/emu_char_gpt" --device cuda $gpt_tiny
+    grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_emu"
+    expect 0 "9 lines agree" awk 'NR == FNR { a[FNR] = $0; next }
+        { n++; split(a[FNR], x, " "); m = split($0, y, " "); if (m != length(x)) bad = 1
+          for (i = 1; i <= m; i++) if (x[i] != y[i] && (x[i] - y[i] > 1e-4 || y[i] - x[i] > 1e-4)) bad = 1 }
+        END { if (bad || n != 9) { print "the CPU and the emulator differ:"; exit 1 } print n " lines agree" }' \
+        "$t/gpt_cpu" "$t/gpt_emu"
+else
+    skip=$((skip + 3)); echo "  SKIP char_gpt on the CUDA emulator: $b/emu_char_gpt not built (make $b/emu_char_gpt)"
+fi
 if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 2 --device cpu --batch-size 128 --seed 3 --csv "$t/m.csv"
     # the metrics CSV: a header and one row per epoch, drawn by tools/plot.sh

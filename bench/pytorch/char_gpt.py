@@ -1,0 +1,177 @@
+"""char_gpt.py — PyTorch's side of examples/char_gpt.c: the same nanoGPT-style character-level GPT (the
+structure and names of Karpathy's nanoGPT model.py, F.scaled_dot_product_attention with is_causal), started
+from gpudl's initial weights (char_gpt --save-init INIT) and trained on the very batches gpudl trained on
+(char_gpt --dump-batches BATCHES: the training and validation token ids, and as metadata every setting of
+the model and the training), with the same AdamW, parameter groups, clipping and learning-rate schedule.
+Prints what char_gpt prints, in its format: "step N: loss X" lines, "eval N: ..." lines, the median step time.
+
+    build/char_gpt --steps 200 --log-interval 1 --save-init build/init.safetensors --dump-batches build/b.safetensors
+    python3 bench/pytorch/char_gpt.py build/init.safetensors build/b.safetensors [--threads 2]
+
+bench/compare_char_gpt.sh runs both and compares the losses.
+"""
+import argparse
+import json
+import math
+import statistics
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_safetensors(path):
+    """The tensors (F32 and I32) and the metadata of a safetensors file."""
+    dtypes = {"F32": np.float32, "I32": np.int32}
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    data = blob[8 + n:]
+    tensors = {}
+    for name, e in header.items():
+        a, b = e["data_offsets"]
+        tensors[name] = torch.from_numpy(np.frombuffer(data[a:b], dtype=dtypes[e["dtype"]]).reshape(e["shape"]).copy())
+    return tensors, meta
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c_attn = nn.Linear(c["n_embd"], 3 * c["n_embd"])
+        self.c_proj = nn.Linear(c["n_embd"], c["n_embd"])
+        self.resid_dropout = nn.Dropout(c["dropout"])
+        self.n_head, self.dropout = c["n_head"], c["dropout"]
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0, is_causal=True)
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)))
+
+
+class MLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c_fc = nn.Linear(c["n_embd"], 4 * c["n_embd"])
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * c["n_embd"], c["n_embd"])
+        self.dropout = nn.Dropout(c["dropout"])
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(c["n_embd"])
+        self.attn = CausalSelfAttention(c)
+        self.ln_2 = nn.LayerNorm(c["n_embd"])
+        self.mlp = MLP(c)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(c["vocab_size"], c["n_embd"]),
+            wpe=nn.Embedding(c["block_size"], c["n_embd"]),
+            drop=nn.Dropout(c["dropout"]),
+            h=nn.ModuleList([Block(c) for _ in range(c["n_layer"])]),
+            ln_f=nn.LayerNorm(c["n_embd"])))
+        self.lm_head = nn.Linear(c["n_embd"], c["vocab_size"], bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # tied, as nanoGPT
+
+    def forward(self, idx, targets):
+        t = self.transformer
+        pos = torch.arange(idx.size(1), dtype=torch.long)
+        x = t.drop(t.wte(idx) + t.wpe(pos))
+        for block in t.h:
+            x = block(x)
+        logits = self.lm_head(t.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def lr_at(t, c):
+    """gdl_warmup_cosine_lr_new(opt, warmup, 1/(warmup+1), steps - warmup, min_lr) at step t: nanoGPT's get_lr."""
+    lr, warmup, min_lr = c["lr"], int(c["warmup"]), c["min_lr"]
+    if t < warmup:
+        s = 1 / (warmup + 1)
+        return lr * (s + (1 - s) * t / warmup)
+    return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (t - warmup) / (c["steps"] - warmup))) / 2
+
+
+def evaluate(model, val_x, val_y):
+    model.eval()
+    with torch.no_grad():
+        losses = [model(val_x[k].long(), val_y[k].long()).item() for k in range(val_x.shape[0])]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("init", help="char_gpt --save-init's file")
+    ap.add_argument("batches", help="char_gpt --dump-batches's file")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=0, help="stop after N steps (default: all the file holds)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    weights, _ = read_safetensors(args.init)
+    b, meta = read_safetensors(args.batches)
+    c = {k: float(v) for k, v in meta.items()}
+    for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "steps", "log_interval", "eval_interval"):
+        c[k] = int(c[k])
+    model = GPT(c)
+    weights["lm_head.weight"] = weights["transformer.wte.weight"]
+    model.load_state_dict(weights, strict=True)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
+    steps = min(args.steps or c["steps"], c["steps"])
+    print(f"char_gpt.py (torch {torch.__version__}, {args.threads} threads): {c['n_layer']} layers, {c['n_head']} heads, "
+          f"width {c['n_embd']}, context {c['block_size']}, batch {int(c['batch_size'])}, "
+          f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, dropout {c['dropout']:g}")
+    print(f"eval 0: val {evaluate(model, b['val.x'], b['val.y']):.6f}")
+    times, total, secs, rows = [], 0.0, 0.0, 0
+    for step in range(1, steps + 1):
+        x, y = b["train.x"][step - 1].long(), b["train.y"][step - 1].long()
+        t0 = time.perf_counter()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step - 1, c)
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        loss.backward()
+        if c["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
+        opt.step()
+        value = loss.item()
+        times.append(time.perf_counter() - t0)
+        secs += times[-1]
+        total += value
+        rows += 1
+        if step % c["log_interval"] == 0:
+            print(f"step {step}: loss {value:.6f}")
+        if step % c["eval_interval"] == 0 or step == steps:
+            val = evaluate(model, b["val.x"], b["val.y"])
+            print(f"eval {step}: train {total / rows:.6f} val {val:.6f} lr {lr_at(step, c):.2e}, {secs:.1f} s, "
+                  f"{rows * x.numel() / secs:.0f} tokens/s")
+            total, secs, rows = 0.0, 0.0, 0
+    first = 3 if steps > 3 else 0
+    print(f"median step time {1e3 * statistics.median(times[first:]):.2f} ms (steps {first + 1} to {steps})")
+
+
+if __name__ == "__main__":
+    main()
