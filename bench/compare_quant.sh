@@ -8,15 +8,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 threads=${THREADS:-2} reps=${REPEATS:-3} batches=${BATCHES:-"1 64 256"}
-venv=${TORCH_VENV:-build/torch-venv}
 mkdir -p build
-if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-    echo "installing torch into $venv (once)"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet torch numpy
-fi
+runs="$reps repeats, batches $batches"
+. bench/torch_venv.sh
 cc -std=c99 -O3 -march=native bench/quant.c -lm -pthread -o build/bench_quant
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); load $(cut -d' ' -f1-3 /proc/loadavg)"
 out=build/compare_quant.txt
 : >"$out"
 r=1
@@ -24,7 +19,7 @@ while [ "$r" -le "$reps" ]; do
     GPUDL_NUM_THREADS=$threads build/bench_quant mlp $batches >build/compare_quant.ours
     [ "$r" -gt 1 ] || grep '^#' build/compare_quant.ours
     grep -v '^#' build/compare_quant.ours | sed 's/^/ours /' | tee -a "$out"
-    GPUDL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive "$venv/bin/python" bench/pytorch/quant_mlp.py $batches |
+    GPUDL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive "$py" bench/pytorch/quant_mlp.py $batches |
         sed 's/^/torch /' | tee -a "$out"
     r=$((r + 1))
 done

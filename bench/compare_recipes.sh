@@ -22,25 +22,17 @@ cd "$(dirname "$0")/.."
 nets=${*:-"mlp cnn resnet"}
 seeds=${SEEDS:-"0 1 2"}
 threads=${THREADS:-2}
-venv=${TORCH_VENV:-build/torch-venv}
 device=${DEVICE:-cpu}
 args=${ARGS:-}
 ours=build/recipes
 [ "$device" = cpu ] || ours=build/cuda_recipes
 
 make -s "$ours"
-if ! "$venv/bin/python" -c "import torch, numpy" 2>/dev/null; then
-    echo "installing torch and numpy into $venv (once)"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet torch numpy
-fi
-py="$venv/bin/python"
+runs="seeds $seeds, device $device${args:+, args: $args}"
+. bench/torch_venv.sh
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs online; device $device"
-echo "gpudl $(git rev-parse --short HEAD 2>/dev/null || echo '?'), torch $("$py" -c 'import torch; print(torch.__version__)'), $threads threads, seeds $seeds${args:+, args: $args}"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 # one run: its "result:" line's final accuracy and time to the target (nan: not reached) into $tmp/SIDE.NET
 record() {
     side=$1 net=$2 log=$3
