@@ -30,8 +30,12 @@
      y = (acc - zero_point * sum_k w_q[n][k]) * (scale_x * scale_w[n]) + bias[n]
      in f32.
    No gradient flows through a quantized module (as PyTorch's): the output is
-   a temporary without a tape node. Quantized modules run on the CPU only
-   (a model on a GPU is refused: move it with gdl_module_to first).
+   a temporary without a tape node. Quantized modules are made from a model
+   on the CPU (a model on a GPU is refused: move it with gdl_module_to
+   first) and then run where gdl_module_to puts them: on CUDA the same
+   integer arithmetic and f32 epilogue give the CPU's outputs bit for bit
+   (cuBLAS's int8 GEMM where the shapes are multiples of 4, a tiled kernel
+   otherwise). Saving and loading take a model on the CPU.
 
    Files: gdl_quant_save writes every tensor of a quantized model to
    safetensors with names that say what they are:
