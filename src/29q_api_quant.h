@@ -30,8 +30,12 @@
      y = (acc - zero_point * sum_k w_q[n][k]) * (scale_x * scale_w[n]) + bias[n]
      in f32.
    No gradient flows through a quantized module (as PyTorch's): the output is
-   a temporary without a tape node. Quantized modules run on the CPU only
-   (a model on a GPU is refused: move it with gdl_module_to first).
+   a temporary without a tape node. Quantized modules are made from a model
+   on the CPU (a model on a GPU is refused: move it with gdl_module_to
+   first) and then run where gdl_module_to puts them: on CUDA the same
+   integer arithmetic and f32 epilogue give the CPU's outputs bit for bit
+   (cuBLAS's int8 GEMM where the shapes are multiples of 4, a tiled kernel
+   otherwise). Saving and loading take a model on the CPU.
 
    Files: gdl_quant_save writes every tensor of a quantized model to
    safetensors with names that say what they are:
@@ -137,6 +141,11 @@ typedef struct gdl_qconfig {
     double averaging_constant; /* GDL_QOBS_MOVING_AVERAGE's, in (0, 1]: default 0.01 */
     double percentile;         /* GDL_QOBS_HISTOGRAM's, in (0.5, 1]: default 0.9999 */
 } gdl_qconfig;
+/* PyTorch's quantize_per_tensor(x, scale, zero_point, torch.quint8) as a U8 tensor of the integers (on x's
+   device, no gradient): clamp(round_half_even(x * (1/scale)) + zero_point, 0, 255); and dequantize: (q -
+   zero_point) * scale in f32. x f32 / q U8; scale > 0, zero_point in [0, 255]. */
+GPUDL_API gdl_tensor *gdl_quantize_per_tensor(gdl_tensor *x, float scale, int32_t zero_point);
+GPUDL_API gdl_tensor *gdl_dequantize(gdl_tensor *q, float scale, int32_t zero_point);
 
 /* per_channel 1, reduce_range 1, min-max observers (0.01, 0.9999 for the others) */
 GPUDL_API gdl_qconfig gdl_qconfig_default(void);

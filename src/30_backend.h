@@ -81,6 +81,22 @@ typedef struct gdl_opt_tensor {
     int32_t low, pad_;
 } gdl_opt_tensor;
 
+/* The epilogue of a quantized layer (backend entry qepilogue): int32 sums acc [rows, N] of u8 activations
+   (scale sa, zero point za) times int8 weights (symmetric, scale w_scale per channel or one) to f32:
+   y = (acc - za * colsum[n]) * (sa * w_scale[n]) + bias[n], ReLU when relu; when requant (static layers)
+   y rounded onto the output's u8 grid (out_scale, out_zp, [0, qmax]) and dequantized back. pos 0: y [rows, N];
+   pos > 0: a convolution's rows are one sample's pos output positions and y is [N, pos]. The pointers are
+   memory of the backend's device. */
+typedef struct gdl_qepi {
+    int64_t N, pos;
+    const int32_t *colsum;  /* [N]: sum over k of the weights of channel n */
+    const float *w_scale;   /* [N], or [1] when per_channel is 0 */
+    const float *bias;      /* [N] or NULL */
+    float sa, out_scale;
+    int32_t za, out_zp;
+    int per_channel, relu, requant, qmax;
+} gdl_qepi;
+
 /* the collectives of the backend entry `collective`; an id of comm_id has at most GDL_COMM_ID_BYTES */
 enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATHER, GDL_COLL_REDUCE_SCATTER };
 #define GDL_COMM_ID_BYTES 128
@@ -371,7 +387,25 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, gru_gates, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, const gdl_real *h_prev, \
         gdl_real *h)) \
     X(int, gru_gates_backward, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, \
-        const gdl_real *h_prev, const gdl_real *dh, gdl_real *dgx, gdl_real *dgh, gdl_real *dh_prev))
+        const gdl_real *h_prev, const gdl_real *dh, gdl_real *dgx, gdl_real *dgh, gdl_real *dh_prev)) \
+    /* INT8 ([api-quant]). qweight_new: an int8 weight w [N, K] (host memory; colsum [N] its row sums) made \
+       ready for qgemm on the device (the CPU packs it; CUDA keeps a copy, K padded to a multiple of 4); NULL \
+       + error. qgemm: C [M, N] (int32, rows ldc apart) = A [M, K] (u8, rows lda apart) times w^T, exact \
+       (K <= GDL_GEMM_INT8_MAX_K). quantize: x [rows, k] (f32) to 8 bits, rows ldq bytes apart (the padding \
+       0): clamp(round_half_even(x * (1/s)) + z, qmin, qmax) as u8, or as s8 when qmin < 0 (PyTorch's \
+       quantize_per_tensor). dequantize: y = (q - z) * s of n u8 (s8 when is_signed) values. qminmax: the \
+       min and max of x and whether it holds a NaN, into host out[3]. qim2col: the u8 columns of one sample \
+       x [C, H, W] (g's N ignored): row p = output position, KP bytes (the padding 0), taps outside the \
+       image za. qepilogue: see gdl_qepi. */ \
+    X(void *, qweight_new, (int N, int K, const int8_t *w, const int32_t *colsum)) \
+    X(void, qweight_free, (void *qw)) \
+    X(int, qgemm, (int M, const uint8_t *A, int lda, const void *qw, int32_t *C, int ldc)) \
+    X(int, quantize, (int64_t rows, int64_t k, const gdl_real *x, float s, int32_t z, int qmin, int qmax, void *q, \
+        int64_t ldq)) \
+    X(int, dequantize, (int64_t n, const void *q, int is_signed, float s, int32_t z, gdl_real *y)) \
+    X(int, qminmax, (int64_t n, const gdl_real *x, float *out)) \
+    X(int, qim2col, (const gdl_conv_geom *g, const uint8_t *x, int32_t za, uint8_t *cols, int64_t KP)) \
+    X(int, qepilogue, (const gdl_qepi *e, int64_t rows, const int32_t *acc, gdl_real *y))
 
 #define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
 typedef struct gdl_backend {
@@ -396,6 +430,40 @@ static inline GDL_HD uint64_t gdl_hash64(uint64_t seed, uint64_t i) {
 static inline GDL_HD int gdl_dropout_keep(uint64_t seed, uint64_t i, double p) {
     /* 24 random bits against p; keep with probability 1-p */
     return (double)(gdl_hash64(seed, i) >> 40) * (1.0 / 16777216.0) >= p;
+}
+
+/* INT8 arithmetic, one definition for the CPU and the CUDA kernels (bit-identical results). Rounding half
+   to even by adding and taking away big = 1.5 * 2^23 (exact where |v| < 2^22; larger values come back
+   within 1 of v, and every caller clamps into 8 bits); the CPU passes big from a volatile so that no
+   compiler flag can fold the two away. Products and quotients are rounded on their own (no FMA
+   contraction: nvcc contracts a*b + c unless told, hence the _rn intrinsics on the device). */
+#if defined(__CUDA_ARCH__)
+#define GDL_Q_MUL(a, b) __fmul_rn((a), (b))
+#define GDL_Q_DIV(a, b) __fdiv_rn((a), (b))
+#else
+#define GDL_Q_MUL(a, b) ((a) * (b))
+#define GDL_Q_DIV(a, b) ((a) / (b))
+#endif
+static inline GDL_HD float gdl_q_round(float v, float big) {
+    const float t = v + big; /* an assignment: rounded to float also where float maths is wider (x87) */
+    return t - big;
+}
+/* x quantized with 1/scale inv and zero point z, clamped to [qmin, qmax] (an integer, as a float) */
+static inline GDL_HD float gdl_q_quantize1(float x, float inv, float z, float qmin, float qmax, float big) {
+    const float r = gdl_q_round(GDL_Q_MUL(x, inv), big) + z;
+    return r < qmin ? qmin : r > qmax ? qmax : r;
+}
+/* one output of gdl_qepi e from its int32 sum acc, channel n */
+static inline GDL_HD float gdl_q_epilogue1(const gdl_qepi *e, int32_t acc, int64_t n, float big) {
+    const int32_t v = acc - e->za * e->colsum[n];
+    const float sc = GDL_Q_MUL(e->sa, e->w_scale[e->per_channel ? n : 0]);
+    const float m = GDL_Q_MUL((float)v, sc);
+    float y = m + (e->bias ? e->bias[n] : 0.0f), r;
+    if (e->relu && y < 0) y = 0;
+    if (!e->requant) return y;
+    r = gdl_q_round(GDL_Q_DIV(y, e->out_scale), big) + (float)e->out_zp;
+    r = r < 0 ? 0 : r > (float)e->qmax ? (float)e->qmax : r;
+    return GDL_Q_MUL(r - (float)e->out_zp, e->out_scale);
 }
 
 /* the attention mask's element offset for batch b (gdl_attn_geom: the batch dims as an odometer) */

@@ -451,3 +451,126 @@ GPUDL_API const char *gdl_gemm_int8_kernel_name(void) {
     return "portable 4x8";
 #endif
 }
+
+/* --- the CPU backend's INT8 entries ([backend]: qweight_new ... qepilogue) --- */
+
+/* round half to even (gdl_q_round of [backend]), as nearbyintf in the default rounding mode, without a call
+   into libm (the quantization loops run it per element, vectorised): adding and taking away big = 1.5 * 2^23 leaves v
+   rounded to an integer wherever |v| < 2^22. Larger values (there is no NaN here) come back within 1 of v,
+   which every caller then clamps into an 8-bit range anyway. big comes from gdl__q_big(), a volatile read
+   the compiler cannot fold, so the sum survives any flags (-ffast-math would otherwise cancel it). */
+static volatile float gdl__q_big_v = 12582912.0f;
+static float gdl__q_big(void) { return gdl__q_big_v; }
+#define gdl__q_round gdl_q_round /* [backend]'s one definition */
+
+/* min and max of x[0, n) (0 when n is 0) in 8 independent chains; 1 if x holds a NaN */
+static int gdl__q_minmax(const gdl_real *x, int64_t n, float *lo, float *hi) {
+    float l[8] = {0}, h[8] = {0};
+    int64_t i;
+    int k, bad = 0;
+    if (n > 0)
+        for (k = 0; k < 8; k++) l[k] = h[k] = (float)x[0];
+    for (i = 0; i + 8 <= n; i += 8)
+        for (k = 0; k < 8; k++) {
+            const float v = (float)x[i + k];
+            bad |= v != v;
+            l[k] = v < l[k] ? v : l[k];
+            h[k] = v > h[k] ? v : h[k];
+        }
+    for (; i < n; i++) {
+        const float v = (float)x[i];
+        bad |= v != v;
+        l[0] = v < l[0] ? v : l[0];
+        h[0] = v > h[0] ? v : h[0];
+    }
+    for (k = 1; k < 8; k++) {
+        l[0] = l[k] < l[0] ? l[k] : l[0];
+        h[0] = h[k] > h[0] ? h[k] : h[0];
+    }
+    *lo = l[0];
+    *hi = h[0];
+    return bad;
+}
+
+static void *gdl__cpu_qweight_new(int N, int K, const int8_t *w, const int32_t *colsum) {
+    gdl__qpack *p = (gdl__qpack *)GPUDL_MALLOC(sizeof *p);
+    (void)colsum; /* the pack sums its columns itself */
+    if (!p) {
+        gdl__set_error("%s: out of memory", gdl__backend_op());
+        return NULL;
+    }
+    if (gdl__qpack_init(gdl__backend_op(), p, N, K, w, K) < 0) {
+        GPUDL_FREE(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void gdl__cpu_qweight_free(void *qw) {
+    gdl__qpack_free((gdl__qpack *)qw);
+    GPUDL_FREE(qw);
+}
+
+static int gdl__cpu_qgemm(int M, const uint8_t *A, int lda, const void *qw, int32_t *C, int ldc) {
+    return gdl__qgemm(gdl__backend_op(), M, A, lda, (const gdl__qpack *)qw, C, ldc);
+}
+
+static int gdl__cpu_quantize(int64_t rows, int64_t k, const gdl_real *x, float s, int32_t z, int qmin, int qmax,
+                             void *q, int64_t ldq) {
+    const float inv = 1.0f / s, big = gdl__q_big(), fz = (float)z, lo = (float)qmin, hi = (float)qmax;
+    int64_t i, j;
+    for (i = 0; i < rows; i++) {
+        const gdl_real *xr = x + i * k;
+        if (qmin < 0) {
+            int8_t *r = (int8_t *)q + i * ldq;
+            for (j = 0; j < k; j++) r[j] = (int8_t)gdl_q_quantize1((float)xr[j], inv, fz, lo, hi, big);
+        } else {
+            uint8_t *r = (uint8_t *)q + i * ldq;
+            for (j = 0; j < k; j++) r[j] = (uint8_t)gdl_q_quantize1((float)xr[j], inv, fz, lo, hi, big);
+        }
+        if (ldq > k) memset((uint8_t *)q + i * ldq + k, 0, (size_t)(ldq - k));
+    }
+    return 0;
+}
+
+static int gdl__cpu_dequantize(int64_t n, const void *q, int is_signed, float s, int32_t z, gdl_real *y) {
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const int32_t v = is_signed ? (int32_t)((const int8_t *)q)[i] : (int32_t)((const uint8_t *)q)[i];
+        y[i] = (gdl_real)GDL_Q_MUL((float)(v - z), s);
+    }
+    return 0;
+}
+
+static int gdl__cpu_qminmax(int64_t n, const gdl_real *x, float *out) {
+    out[2] = (float)gdl__q_minmax(x, n, &out[0], &out[1]);
+    return 0;
+}
+
+static int gdl__cpu_qim2col(const gdl_conv_geom *g, const uint8_t *x, int32_t za, uint8_t *cols, int64_t KP) {
+    int64_t oy, ox, c, i, j;
+    for (oy = 0; oy < g->OH; oy++)
+        for (ox = 0; ox < g->OW; ox++) {
+            uint8_t *row = cols + (oy * g->OW + ox) * KP, *d = row;
+            for (c = 0; c < g->C; c++)
+                for (i = 0; i < g->KH; i++) {
+                    const int64_t y = oy * g->SH - g->PH + i * g->DH;
+                    for (j = 0; j < g->KW; j++) {
+                        const int64_t xx = ox * g->SW - g->PW + j * g->DW;
+                        *d++ = (y < 0 || y >= g->H || xx < 0 || xx >= g->W) ? (uint8_t)za
+                                                                            : x[(c * g->H + y) * g->W + xx];
+                    }
+                }
+            while (d < row + KP) *d++ = 0;
+        }
+    return 0;
+}
+
+static int gdl__cpu_qepilogue(const gdl_qepi *e, int64_t rows, const int32_t *acc, gdl_real *y) {
+    const float big = gdl__q_big();
+    int64_t i, n;
+    for (i = 0; i < rows; i++) /* a convolution's [position][channel] -> [channel][position] */
+        for (n = 0; n < e->N; n++)
+            y[e->pos ? n * e->pos + i : i * e->N + n] = (gdl_real)gdl_q_epilogue1(e, acc[i * e->N + n], n, big);
+    return 0;
+}

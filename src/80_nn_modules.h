@@ -834,6 +834,8 @@ GPUDL_API int gdl_module_train(gdl_module *m, int on) {
 
 GPUDL_API int gdl_module_is_training(const gdl_module *m) { return m ? m->training : 0; }
 
+static int gdl__qlayer_to(gdl_module *m, gdl_device dev);                   /* [impl-quant] */
+static int gdl__qlayer_first_device(const gdl_module *m, gdl_device *d);    /* [impl-quant] */
 GPUDL_API int gdl_module_to(gdl_module *m, gdl_device dev) {
     int i;
     if (!m) {
@@ -845,6 +847,7 @@ GPUDL_API int gdl_module_to(gdl_module *m, gdl_device dev) {
         if (gdl_move_(m->param[i].t, dev) < 0) return -1;
     for (i = 0; i < m->nbuf; i++)
         if (gdl_move_(m->buf[i].t, dev) < 0) return -1;
+    if (gdl__qlayer_to(m, dev) < 0) return -1; /* a quantized layer's int8 weight */
     for (i = 0; i < m->nchild; i++)
         if (gdl_module_to(m->child[i], dev) < 0) return -1;
     return 0;
@@ -862,7 +865,9 @@ static const gdl_tensor *gdl__nn_first_tensor(const gdl_module *m) {
 
 GPUDL_API gdl_device gdl_module_device(const gdl_module *m) {
     const gdl_tensor *t = m ? gdl__nn_first_tensor(m) : NULL;
-    return t ? t->device : gdl_cpu();
+    gdl_device d = gdl_cpu();
+    if (!t && m) gdl__qlayer_first_device(m, &d); /* a model of quantized layers only */
+    return t ? t->device : d;
 }
 
 GPUDL_API int gdl_module_zero_grad(gdl_module *m) {

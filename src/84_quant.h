@@ -6,45 +6,44 @@
    [impl-gemm-int8] and dequantize on host memory.
    ------------------------------------------------------------------------- */
 
-/* round half to even, as nearbyintf in the default rounding mode, without a call into libm (the
-   quantization loops run it per element, vectorised): adding and taking away big = 1.5 * 2^23 leaves v
-   rounded to an integer wherever |v| < 2^22. Larger values (there is no NaN here) come back within 1 of v,
-   which every caller then clamps into an 8-bit range anyway. big comes from gdl__q_big(), a volatile read
-   the compiler cannot fold, so the sum survives any flags (-ffast-math would otherwise cancel it). */
-static volatile float gdl__q_big_v = 12582912.0f;
-static float gdl__q_big(void) { return gdl__q_big_v; }
-static float gdl__q_round(float v, float big) {
-    const float t = v + big; /* an assignment: rounded to float also where float maths is wider (x87) */
-    return t - big;
+/* ---- tensors: quantize_per_tensor (quint8) and dequantize, on any device ---- */
+
+static int gdl__q_tensor_args(const char *op, const gdl_tensor *x, gdl_dtype want, float scale, int32_t zp) {
+    if (!x) {
+        gdl__null_arg(op, "x");
+        return -1;
+    }
+    if (x->dtype != want) {
+        gdl__set_error("%s: expected a %s tensor, got %s %s on %s", op, gdl_dtype_name(want),
+                       gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_device_str(x->device));
+        return -1;
+    }
+    if (!(scale > 0) || isinf(scale) || zp < 0 || zp > 255) {
+        gdl__set_error("%s: bad scale %g or zero point %d (quint8: in [0, 255])", op, (double)scale, (int)zp);
+        return -1;
+    }
+    return 0;
 }
 
-/* min and max of x[0, n) (0 when n is 0) in 8 independent chains; 1 if x holds a NaN */
-static int gdl__q_minmax(const gdl_real *x, int64_t n, float *lo, float *hi) {
-    float l[8] = {0}, h[8] = {0};
-    int64_t i;
-    int k, bad = 0;
-    if (n > 0)
-        for (k = 0; k < 8; k++) l[k] = h[k] = (float)x[0];
-    for (i = 0; i + 8 <= n; i += 8)
-        for (k = 0; k < 8; k++) {
-            const float v = (float)x[i + k];
-            bad |= v != v;
-            l[k] = v < l[k] ? v : l[k];
-            h[k] = v > h[k] ? v : h[k];
-        }
-    for (; i < n; i++) {
-        const float v = (float)x[i];
-        bad |= v != v;
-        l[0] = v < l[0] ? v : l[0];
-        h[0] = v > h[0] ? v : h[0];
-    }
-    for (k = 1; k < 8; k++) {
-        l[0] = l[k] < l[0] ? l[k] : l[0];
-        h[0] = h[k] > h[0] ? h[k] : h[0];
-    }
-    *lo = l[0];
-    *hi = h[0];
-    return bad;
+GPUDL_API gdl_tensor *gdl_quantize_per_tensor(gdl_tensor *x, float scale, int32_t zero_point) {
+    const char *op = "gdl_quantize_per_tensor";
+    const gdl_backend *be;
+    gdl_tensor *q;
+    if (gdl__q_tensor_args(op, x, GDL_F32, scale, zero_point) < 0 || !(be = gdl__be(op, x->device)) ||
+        !(q = gdl__tmp(op, x->ndim, x->shape, GDL_U8, x->device)))
+        return NULL;
+    return be->quantize(1, x->numel, (const gdl_real *)x->data, scale, zero_point, 0, 255, q->data, x->numel) < 0
+               ? NULL : q;
+}
+
+GPUDL_API gdl_tensor *gdl_dequantize(gdl_tensor *q, float scale, int32_t zero_point) {
+    const char *op = "gdl_dequantize";
+    const gdl_backend *be;
+    gdl_tensor *y;
+    if (gdl__q_tensor_args(op, q, GDL_U8, scale, zero_point) < 0 || !(be = gdl__be(op, q->device)) ||
+        !(y = gdl__tmp(op, q->ndim, q->shape, GDL_F32, q->device)))
+        return NULL;
+    return be->dequantize(q->numel, q->data, 0, scale, zero_point, (gdl_real *)y->data) < 0 ? NULL : y;
 }
 
 GPUDL_API gdl_qconfig gdl_qconfig_default(void) {
@@ -210,11 +209,17 @@ typedef struct gdl__qlayer {
     float in_scale, out_scale;   /* static: the activations' parameters */
     int32_t in_zp, out_zp;
     gdl__qpack pack;       /* w packed for the GEMM, with its row sums */
+    gdl_device dev;        /* where it runs (gdl_module_to); not the CPU: the copies there */
+    void *d_qw;            /* the backend's qweight_new */
+    int32_t *d_colsum;
+    float *d_scale, *d_bias;
 } gdl__qlayer;
 
+static void gdl__qlayer_drop_dev(gdl__qlayer *q);
 static void gdl__qlayer_free(void *p) {
     gdl__qlayer *q = (gdl__qlayer *)p;
     if (!q) return;
+    gdl__qlayer_drop_dev(q);
     GPUDL_FREE(q->w);
     GPUDL_FREE(q->w_scale);
     GPUDL_FREE(q->w_zp);
@@ -326,94 +331,141 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
     return m;
 }
 
-/* x (f32) -> u8 with scale s and zero point z into rows of KP bytes (the padding 0). */
-static void gdl__q_quantize_rows(const gdl_real *x, int64_t rows, int64_t k, float s, int32_t z, int qmax,
-                                 uint8_t *a, int64_t KP) {
-    const float inv = 1.0f / s, big = gdl__q_big();
-    int64_t i, j;
-    for (i = 0; i < rows; i++) {
-        const gdl_real *xr = x + i * k;
-        uint8_t *ar = a + i * KP;
-        for (j = 0; j < k; j++) {
-            const float r = gdl__q_round((float)xr[j] * inv, big) + (float)z;
-            ar[j] = (uint8_t)(r < 0 ? 0 : r > (float)qmax ? qmax : r);
-        }
-        for (; j < KP; j++) ar[j] = 0;
+/* ---- where a quantized layer runs ----
+   The int8 weight, its row sums, scales and bias stay in host memory (the
+   files read and write them there; the CPU runs on them, its pack made with
+   the layer); gdl_module_to another device makes copies there (dev), which
+   the forward then uses through that device's backend entries. */
+
+static void gdl__qlayer_drop_dev(gdl__qlayer *q) {
+    const gdl_backend *be;
+    if (q->dev.type == GDL_DEVICE_CPU) return;
+    if ((be = gdl__be("gdl_module_to", q->dev)) != NULL) {
+        if (q->d_qw) be->qweight_free(q->d_qw);
+        be->free(q->d_colsum);
+        be->free(q->d_scale);
+        be->free(q->d_bias);
     }
+    q->d_qw = NULL;
+    q->d_colsum = NULL;
+    q->d_scale = q->d_bias = NULL;
+    q->dev = gdl_cpu();
 }
 
-/* One output value from its int32 sum: dequantized with bias, ReLU; for a static layer rounded onto the
-   output's grid (requantized, then dequantized: the value the next layer's quantization gets back exactly). */
-static gdl_real gdl__q_out(const gdl__qlayer *q, int32_t acc, int64_t n, float sa, int32_t za) {
-    const int32_t v = acc - za * q->pack.colsum[n];
-    float y = (float)v * (sa * q->w_scale[q->per_channel ? n : 0]) + (q->bias ? q->bias[n] : 0.0f), r;
-    if (q->relu && y < 0) y = 0;
-    if (q->mode == GDL__Q_DYNAMIC) return (gdl_real)y;
-    r = gdl__q_round(y / q->out_scale, gdl__q_big()) + (float)q->out_zp;
-    r = r < 0 ? 0 : r > (float)gdl__qlayer_qmax(q) ? (float)gdl__qlayer_qmax(q) : r;
-    return (gdl_real)((r - (float)q->out_zp) * q->out_scale);
+/* a host array copied to the device of be; NULL + error */
+static void *gdl__qlayer_upload(const gdl_backend *be, const void *src, size_t bytes) {
+    void *d = be->alloc(bytes ? bytes : 1);
+    if (d && bytes && be->copy(d, src, bytes, 0) < 0) {
+        be->free(d);
+        return NULL;
+    }
+    return d;
 }
 
-/* u8 columns of sample xq [C,H,W] (already quantized): row p = output position, KP bytes per row; taps
-   outside the image hold the zero point (the quantized 0.0). */
-static void gdl__q_im2col(const gdl__qlayer *q, const uint8_t *xq, int64_t H, int64_t W, int64_t OH, int64_t OW,
-                          int32_t za, uint8_t *cols, int64_t KP) {
-    const int64_t C = q->ia[0], kh = q->ia[2], kw = q->ia[3], sh = q->ia[4], sw = q->ia[5];
-    const int64_t ph = q->ia[6], pw = q->ia[7], dh = q->ia[8], dw = q->ia[9];
-    int64_t oy, ox, c, i, j;
-    for (oy = 0; oy < OH; oy++)
-        for (ox = 0; ox < OW; ox++) {
-            uint8_t *row = cols + (oy * OW + ox) * KP, *d = row;
-            for (c = 0; c < C; c++)
-                for (i = 0; i < kh; i++) {
-                    const int64_t y = oy * sh - ph + i * dh;
-                    for (j = 0; j < kw; j++) {
-                        const int64_t xx = ox * sw - pw + j * dw;
-                        *d++ = (y < 0 || y >= H || xx < 0 || xx >= W) ? (uint8_t)za : xq[(c * H + y) * W + xx];
-                    }
-                }
-            while (d < row + KP) *d++ = 0;
-        }
+/* The layer's copies on dev (none for the CPU), replacing those it had. 0 / -1 (the layer then on the CPU). */
+static int gdl__qlayer_to_dev(gdl__qlayer *q, gdl_device dev) {
+    const gdl_backend *be;
+    const int64_t ns = gdl__qlayer_nscale(q);
+    gdl__qlayer_drop_dev(q);
+    if (dev.type == GDL_DEVICE_CPU) return 0;
+    if (!(be = gdl__be("gdl_module_to", dev))) return -1;
+    q->dev = dev;
+    q->d_qw = be->qweight_new((int)q->out, (int)q->in, q->w, q->pack.colsum);
+    q->d_colsum = (int32_t *)gdl__qlayer_upload(be, q->pack.colsum, sizeof(int32_t) * (size_t)q->out);
+    q->d_scale = (float *)gdl__qlayer_upload(be, q->w_scale, sizeof(float) * (size_t)ns);
+    q->d_bias = q->bias ? (float *)gdl__qlayer_upload(be, q->bias, sizeof(float) * (size_t)q->out) : NULL;
+    if (!q->d_qw || !q->d_colsum || !q->d_scale || (q->bias && !q->d_bias)) {
+        gdl__qlayer_drop_dev(q);
+        return -1;
+    }
+    return 0;
 }
 
-/* checks x for layer m: f32 on the CPU, [..., in] (Linear) or [N, C, H, W] (Conv2d). 0 / -1. */
+/* gdl_module_to's step for a quantized layer (nothing when m is not one) */
+static int gdl__qlayer_to(gdl_module *m, gdl_device dev) {
+    gdl__qlayer *q;
+    if (!gdl__is_qlayer(m)) return 0;
+    q = (gdl__qlayer *)m->user;
+    if (gdl_device_equal(q->dev, dev)) return 0;
+    return gdl__qlayer_to_dev(q, dev);
+}
+
+/* gdl_module_device's answer for a model with no float tensor: its first quantized layer's device */
+static int gdl__qlayer_first_device(const gdl_module *m, gdl_device *d) {
+    int i;
+    if (gdl__is_qlayer(m)) {
+        *d = ((const gdl__qlayer *)m->user)->dev;
+        return 1;
+    }
+    for (i = 0; i < m->nchild; i++)
+        if (gdl__qlayer_first_device(m->child[i], d)) return 1;
+    return 0;
+}
+
+/* checks x for layer m: f32 on the layer's device, [..., in] (Linear) or [N, C, H, W] (Conv2d). 0 / -1. */
 static int gdl__qlayer_check(const gdl_module *m, const gdl__qlayer *q, const gdl_tensor *x) {
-    char want[96];
+    char want[128];
+    const char *where = q->dev.type == GDL_DEVICE_CPU ? "the CPU" : gdl_device_str(q->dev);
     const int ok = !q->conv ? x->ndim >= 1 && x->shape[x->ndim - 1] == q->in : x->ndim == 4 && x->shape[1] == q->ia[0];
-    if (x->dtype == GDL_F32 && x->device.type == GDL_DEVICE_CPU && ok) return 0;
-    if (!q->conv) snprintf(want, sizeof want, "f32 [..., %lld] on the CPU", (long long)q->in);
-    else snprintf(want, sizeof want, "f32 [N, %lld, H, W] on the CPU", (long long)q->ia[0]);
-    gdl__set_error("gdl_forward: %s (in=%lld, out=%lld, dtype=qint8): expected input %s, got %s %s on %s",
+    if (x->dtype == GDL_F32 && gdl_device_equal(x->device, q->dev) && ok) return 0;
+    if (!q->conv) snprintf(want, sizeof want, "f32 [..., %lld] on %s", (long long)q->in, where);
+    else snprintf(want, sizeof want, "f32 [N, %lld, H, W] on %s", (long long)q->ia[0], where);
+    gdl__set_error("gdl_forward: %s (in=%lld, out=%lld, dtype=qint8): expected input %s, got %s %s on %s%s",
                    gdl__nn_label(m), (long long)(q->conv ? q->ia[0] : q->in), (long long)q->out, want,
-                   gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_device_str(x->device));
+                   gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_device_str(x->device),
+                   gdl_device_equal(x->device, q->dev) ? "" : " (the layer moves with gdl_module_to)");
     return -1;
 }
 
-/* The forward of every quantized layer: see [api-quant]. */
+/* The activations' scale and zero point of this forward: a static layer's own; a dynamic layer's from the
+   range of the whole input (PyTorch's). 0 / -1. */
+static int gdl__qlayer_act_params(const gdl_module *m, const gdl__qlayer *q, const gdl_backend *be, const gdl_tensor *x,
+                                  float *sa, int32_t *za) {
+    float mm[3];
+    *sa = q->in_scale;
+    *za = q->in_zp;
+    if (q->mode != GDL__Q_DYNAMIC) return 0;
+    if (be->qminmax(x->numel, (const gdl_real *)x->data, mm) < 0) return -1;
+    if (mm[2] != 0 || isinf(mm[0]) || isinf(mm[1])) {
+        gdl__set_error("gdl_forward: %s: the input holds NaN or inf: it cannot be quantized", gdl__nn_label(m));
+        return -1;
+    }
+    return gdl_choose_qparams(mm[0], mm[1], 0, gdl__qlayer_qmax(q), sa, za);
+}
+
+/* The forward of every quantized layer (see [api-quant]), on the backend of the layer's device: quantize
+   (the image, for a convolution then its u8 columns per sample), the int8 GEMM, the epilogue. */
 static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
     const gdl__qlayer *q = (const gdl__qlayer *)m->user;
     const char *op = "gdl_forward";
     const int64_t KP = q->pack.KP;
-    const int qmax = gdl__qlayer_qmax(q);
-    const gdl_real *xd;
-    gdl_real *yd;
-    gdl_tensor *y;
-    int64_t shape[GDL_MAX_DIMS], rows, i, n, N = 1, OH = 1, OW = 1, P;
-    uint8_t *a = NULL, *cols = NULL;
-    int32_t *acc = NULL, za = q->in_zp;
-    float sa = q->in_scale;
+    const int cpu = q->dev.type == GDL_DEVICE_CPU;
+    const gdl_backend *be;
+    gdl_tensor *y, *a, *acc, *cols = NULL;
+    gdl_conv_geom g;
+    gdl_qepi e;
+    int64_t shape[GDL_MAX_DIMS], rows, s, N = 1;
+    const void *qw = cpu ? (const void *)&q->pack : q->d_qw;
     int rc = 0;
-    if (gdl__qlayer_check(m, q, x) < 0) return NULL;
+    if (gdl__qlayer_check(m, q, x) < 0 || !(be = gdl__be(op, x->device))) return NULL;
     memcpy(shape, x->shape, sizeof shape);
+    memset(&g, 0, sizeof g);
     if (q->conv) {
-        const int64_t *g = q->ia;
-        N = x->shape[0];
-        OH = (x->shape[2] + 2 * g[6] - g[8] * (g[2] - 1) - 1) / g[4] + 1;
-        OW = (x->shape[3] + 2 * g[7] - g[9] * (g[3] - 1) - 1) / g[5] + 1;
+        const int64_t *ia = q->ia;
+        const int64_t OH = (x->shape[2] + 2 * ia[6] - ia[8] * (ia[2] - 1) - 1) / ia[4] + 1;
+        const int64_t OW = (x->shape[3] + 2 * ia[7] - ia[9] * (ia[3] - 1) - 1) / ia[5] + 1;
         if (OH < 1 || OW < 1) {
             gdl__set_error("gdl_forward: %s: input %s is smaller than the kernel", gdl__nn_label(m), gdl_shape_str(x));
             return NULL;
         }
+        if (x->shape[2] > INT32_MAX || x->shape[3] > INT32_MAX) {
+            gdl__set_error("gdl_forward: %s: input %s is too large", gdl__nn_label(m), gdl_shape_str(x));
+            return NULL;
+        }
+        N = x->shape[0];
+        g.N = 1; g.C = (int)ia[0]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3]; g.KH = (int)ia[2]; g.KW = (int)ia[3];
+        g.SH = (int)ia[4]; g.SW = (int)ia[5]; g.PH = (int)ia[6]; g.PW = (int)ia[7]; g.DH = (int)ia[8]; g.DW = (int)ia[9];
+        g.OH = (int)OH; g.OW = (int)OW;
         shape[1] = q->out;
         shape[2] = OH;
         shape[3] = OW;
@@ -426,46 +478,41 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
         gdl__set_error("gdl_forward: %s: %lld rows are more than the int8 GEMM takes", gdl__nn_label(m), (long long)rows);
         return NULL;
     }
-    if (!(y = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device))) return NULL;
-    xd = (const gdl_real *)x->data;
-    yd = (gdl_real *)y->data;
-    if (q->mode == GDL__Q_DYNAMIC) { /* the batch's range (PyTorch: over the whole input) */
-        float lo, hi;
-        const int bad = gdl__q_minmax(xd, x->numel, &lo, &hi);
-        if (bad || isinf(lo) || isinf(hi)) {
-            gdl__set_error("gdl_forward: %s: the input holds NaN or inf: it cannot be quantized", gdl__nn_label(m));
+    memset(&e, 0, sizeof e);
+    if (gdl__qlayer_act_params(m, q, be, x, &e.sa, &e.za) < 0) return NULL;
+    e.N = q->out;
+    e.pos = q->conv ? rows : 0;
+    e.colsum = cpu ? q->pack.colsum : q->d_colsum;
+    e.w_scale = cpu ? q->w_scale : q->d_scale;
+    e.bias = cpu ? q->bias : q->d_bias;
+    e.per_channel = q->per_channel;
+    e.relu = q->relu;
+    e.requant = q->mode == GDL__Q_STATIC;
+    e.out_scale = q->out_scale;
+    e.out_zp = q->out_zp;
+    e.qmax = gdl__qlayer_qmax(q);
+    { /* the quantized input (the image, or the GEMM's rows), the sums, a sample's columns */
+        const int64_t na = q->conv ? x->numel : rows * KP, nacc = rows * q->out, ncol = rows * KP;
+        if (!(y = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device)) || !(a = gdl__tmp(op, 1, &na, GDL_U8, x->device)) ||
+            !(acc = gdl__tmp(op, 1, &nacc, GDL_I32, x->device)) ||
+            (q->conv && !(cols = gdl__tmp(op, 1, &ncol, GDL_U8, x->device))))
             return NULL;
-        }
-        if (gdl_choose_qparams(lo, hi, 0, qmax, &sa, &za) < 0) return NULL;
     }
-    P = q->conv ? x->numel : rows * KP; /* the quantized input: the image, or the GEMM's rows */
-    a = (uint8_t *)GPUDL_MALLOC((size_t)P + 1);
-    acc = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)(rows * q->out) + 1);
-    if (q->conv) cols = (uint8_t *)GPUDL_MALLOC((size_t)(rows * KP) + 1);
-    if (!a || !acc || (q->conv && !cols)) {
-        gdl__set_error("gdl_forward: %s: out of memory", gdl__nn_label(m));
-        rc = -1;
-    }
-    if (rc == 0 && !q->conv) {
-        gdl__q_quantize_rows(xd, rows, q->in, sa, za, qmax, a, KP);
-        rc = gdl__qgemm(op, (int)rows, a, KP, &q->pack, acc, (ptrdiff_t)q->out);
-        for (i = 0; i < rows && rc == 0; i++)
-            for (n = 0; n < q->out; n++) yd[i * q->out + n] = gdl__q_out(q, acc[i * q->out + n], n, sa, za);
-    } else if (rc == 0) {
-        const int64_t chw = x->numel / N;
-        int64_t s;
-        gdl__q_quantize_rows(xd, 1, x->numel, sa, za, qmax, a, x->numel);
+    if (!q->conv) {
+        rc = be->quantize(rows, q->in, (const gdl_real *)x->data, e.sa, e.za, 0, e.qmax, a->data, KP);
+        if (rc == 0) rc = be->qgemm((int)rows, (const uint8_t *)a->data, (int)KP, qw, (int32_t *)acc->data, (int)q->out);
+        if (rc == 0) rc = be->qepilogue(&e, rows, (const int32_t *)acc->data, (gdl_real *)y->data);
+    } else {
+        const int64_t chw = x->numel / (N ? N : 1);
+        rc = be->quantize(1, x->numel, (const gdl_real *)x->data, e.sa, e.za, 0, e.qmax, a->data, x->numel);
         for (s = 0; s < N && rc == 0; s++) {
-            gdl_real *ys = yd + s * q->out * rows;
-            gdl__q_im2col(q, a + s * chw, x->shape[2], x->shape[3], OH, OW, za, cols, KP);
-            rc = gdl__qgemm(op, (int)rows, cols, KP, &q->pack, acc, (ptrdiff_t)q->out);
-            for (i = 0; i < rows && rc == 0; i++) /* [position][channel] -> [channel][position] */
-                for (n = 0; n < q->out; n++) ys[n * rows + i] = gdl__q_out(q, acc[i * q->out + n], n, sa, za);
+            rc = be->qim2col(&g, (const uint8_t *)a->data + s * chw, e.za, (uint8_t *)cols->data, KP);
+            if (rc == 0)
+                rc = be->qgemm((int)rows, (const uint8_t *)cols->data, (int)KP, qw, (int32_t *)acc->data, (int)q->out);
+            if (rc == 0)
+                rc = be->qepilogue(&e, rows, (const int32_t *)acc->data, (gdl_real *)y->data + s * q->out * rows);
         }
     }
-    GPUDL_FREE(a);
-    GPUDL_FREE(acc);
-    GPUDL_FREE(cols);
     return rc == 0 ? y : NULL;
 }
 
@@ -1147,6 +1194,8 @@ GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
             }
         }
     }
+    for (i = 0; i < L.n && rc == 0; i++) /* the copies of a layer on a device: new ones */
+        if (L.s[i].q && L.s[i].q->dev.type != GDL_DEVICE_CPU) rc = gdl__qlayer_to_dev(L.s[i].q, L.s[i].q->dev);
     if (packs)
         for (i = 0; i < L.n; i++) gdl__qpack_free(&packs[i]);
     GPUDL_FREE(packs);

@@ -3729,6 +3729,249 @@ SUITE(monitor) {
     RUN_GPU(cuda_profile);
 }
 
+/* ---- INT8 (issue 28): the int8 kernels of gpudl_cuda.cu against host integer references, quantized
+   models on the GPU against the CPU ---- */
+
+/* the int8 GEMM C = A W^T of the CUDA backend's entries (a cuBLAS shape, or the fallback's) against an int64
+   host sum and the CPU's int8 GEMM, A and W filled by `fill` (0 random, 1 the extremes: 255 x -128 rows and 0 /
+   127 rows); the launches it took (cuBLAS: shift, GEMM, unshift = 3; the fallback: 1) */
+static enum harness_result q8_gemm_one(int M, int N, int K, int fill, int want_launches) {
+    const gdl_backend *gb = gdl_cuda_backend();
+    const int KP = (K + 3) / 4 * 4;
+    uint8_t *A = (uint8_t *)malloc((size_t)M * KP + 1);
+    int8_t *W = (int8_t *)malloc((size_t)N * K + 1);
+    int32_t *C = (int32_t *)malloc(sizeof(int32_t) * (size_t)M * N + 4), *R = (int32_t *)malloc(sizeof(int32_t) * (size_t)M * N + 4);
+    int32_t *colsum = (int32_t *)calloc((size_t)N + 1, sizeof(int32_t));
+    void *dA, *dC, *qw;
+    int64_t i, n, k, l0;
+    uint32_t r = 12345u + (uint32_t)(M * 131 + N * 7 + K);
+    ASSERT(A && W && C && R && colsum);
+    for (i = 0; i < (int64_t)M * KP; i++) {
+        r = r * 1664525u + 1013904223u;
+        A[i] = fill ? (uint8_t)((i / KP) % 2 ? 255 : 0) : (uint8_t)(r >> 24);
+    }
+    for (i = 0; i < (int64_t)N * K; i++) {
+        r = r * 1664525u + 1013904223u;
+        W[i] = fill ? (int8_t)((i / K) % 3 == 0 ? -128 : (i / K) % 3 == 1 ? 127 : (int8_t)(r >> 24)) : (int8_t)(r >> 24);
+        colsum[i / K] += W[i];
+    }
+    for (i = 0; i < M; i++)
+        for (n = 0; n < N; n++) {
+            int64_t s = 0;
+            for (k = 0; k < K; k++) s += (int64_t)A[i * KP + k] * W[n * K + k];
+            ASSERT(s >= INT32_MIN && s <= INT32_MAX);
+            R[i * N + n] = (int32_t)s;
+        }
+    ASSERT_NOT_NULL(gdl__be("test", GPU));
+    ASSERT_NOT_NULL(qw = gb->qweight_new(N, K, W, colsum));
+    ASSERT_NOT_NULL(dA = gb->alloc((size_t)M * KP + 1));
+    ASSERT_NOT_NULL(dC = gb->alloc(sizeof(int32_t) * (size_t)M * N + 4));
+    ASSERT_EQ(0, gb->copy(dA, A, (size_t)M * KP, 0));
+    l0 = gb->launch_count();
+    ASSERT_EQ(0, gb->qgemm(M, (const uint8_t *)dA, KP, qw, (int32_t *)dC, N));
+    ASSERT_EQ(want_launches, (int)(gb->launch_count() - l0));
+    ASSERT_EQ(0, gb->copy(C, dC, sizeof(int32_t) * (size_t)M * N, 1));
+    ASSERTm("int8 GEMM on the GPU equals the int64 sums", !memcmp(C, R, sizeof(int32_t) * (size_t)M * N));
+    ASSERT_EQ(0, gdl_gemm_u8s8_cpu(M, N, K, A, KP, W, K, C, N));
+    ASSERTm("the CPU's int8 GEMM equals the int64 sums", !memcmp(C, R, sizeof(int32_t) * (size_t)M * N));
+    gb->qweight_free(qw);
+    gb->free(dA);
+    gb->free(dC);
+    free(A), free(W), free(C), free(R), free(colsum);
+    PASS();
+}
+
+TEST q8_gemm_paths(void) {
+    /* M, N, K, fill, launches: multiples of 4 take cuBLAS (K padded to 4 inside), the rest the fallback */
+    static const int cases[][5] = {{8, 8, 16, 0, 3},    {4, 12, 13, 0, 3},  {5, 7, 13, 0, 1},   {3, 8, 8, 0, 1},
+                                   {8, 6, 8, 0, 1},     {1, 1, 1, 0, 1},    {33, 20, 40, 0, 1}, {36, 20, 40, 0, 3},
+                                   {8, 12, 65536, 1, 3}, {6, 5, 65536, 1, 1}, {4, 4, 4096, 0, 3}, {8, 4, 0, 0, 1}};
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        CHECK_CALL(q8_gemm_one(cases[i][0], cases[i][1], cases[i][2], cases[i][3], cases[i][4]));
+    PASS();
+}
+
+/* quantize: ties (scale 0.5: x / s exactly k + 1/2), saturation at both ends, zero points 0 and 255, u8 and s8,
+   on the GPU against nearbyintf on the host; dequantize back; gdl_quantize_per_tensor / gdl_dequantize on the
+   GPU equal to the CPU's */
+TEST q8_quantize_ties(void) {
+    const gdl_backend *gb = gdl_cuda_backend();
+    float x[64], back[64], yc[64];
+    uint8_t q[64], qc[64];
+    static const int32_t zps[3] = {0, 3, 255};
+    static const int ranges[2][2] = {{0, 255}, {-128, 127}};
+    const int n = 64;
+    void *dx, *dq, *dy;
+    int i, zi, ri;
+    for (i = 0; i < n; i++) x[i] = (float)(i - 32) * 0.25f; /* -8 .. 7.75: every other one a tie */
+    x[0] = -1000.0f, x[1] = 1000.0f, x[2] = 63.75f, x[3] = 64.25f, x[4] = -64.25f;
+    ASSERT_NOT_NULL(gdl__be("test", GPU));
+    ASSERT_NOT_NULL(dx = gb->alloc(sizeof x));
+    ASSERT_NOT_NULL(dq = gb->alloc(sizeof q));
+    ASSERT_NOT_NULL(dy = gb->alloc(sizeof back));
+    ASSERT_EQ(0, gb->copy(dx, x, sizeof x, 0));
+    for (ri = 0; ri < 2; ri++)
+        for (zi = 0; zi < 3; zi++) {
+            const int qmin = ranges[ri][0], qmax = ranges[ri][1], z = ri ? zps[zi] - 128 : zps[zi];
+            ASSERT_EQ(0, gb->quantize(1, n, (const float *)dx, 0.5f, z, qmin, qmax, dq, n));
+            ASSERT_EQ(0, gb->copy(q, dq, sizeof q, 1));
+            ASSERT_EQ(0, gb->dequantize(n, dq, qmin < 0, 0.5f, z, (float *)dy));
+            ASSERT_EQ(0, gb->copy(back, dy, sizeof back, 1));
+            for (i = 0; i < n; i++) {
+                float r = nearbyintf(x[i] * 2.0f) + (float)z;
+                int v = qmin < 0 ? (int)(int8_t)q[i] : (int)q[i];
+                r = r < qmin ? (float)qmin : r > qmax ? (float)qmax : r;
+                if (v != (int)r) FAILm("quantize: a value off round-half-even / saturation");
+                if (back[i] != (float)(v - z) * 0.5f) FAILm("dequantize: not (q - z) * s");
+            }
+        }
+    {
+        gdl_tensor *xc = gdl_from_array(x, 1, (int64_t[]){n}, GDL_F32, gdl_cpu()), *xg = gdl_to(xc, GPU), *t;
+        ASSERT(xc && xg);
+        ASSERT_NOT_NULL(t = gdl_quantize_per_tensor(xc, 0.3f, 7));
+        memcpy(qc, t->data, sizeof qc);
+        ASSERT_NOT_NULL(t = gdl_dequantize(t, 0.3f, 7));
+        memcpy(yc, t->data, sizeof yc);
+        ASSERT_NOT_NULL(t = gdl_quantize_per_tensor(xg, 0.3f, 7));
+        ASSERT_EQ(GDL_U8, t->dtype);
+        ASSERT_EQ(0, gdl_copy_to_host(t, q, sizeof q));
+        ASSERTm("quantize_per_tensor: GPU == CPU", !memcmp(q, qc, sizeof q));
+        ASSERT_NOT_NULL(t = gdl_dequantize(t, 0.3f, 7));
+        ASSERT_EQ(0, gdl_copy_to_host(t, back, sizeof back));
+        ASSERTm("dequantize: GPU == CPU", !memcmp(back, yc, sizeof back));
+        gdl_free(xc);
+        gdl_free(xg);
+    }
+    gb->free(dx), gb->free(dq), gb->free(dy);
+    gdl_arena_reset();
+    PASS();
+}
+
+/* model m (quantized, on the CPU) on x [rows...] on the CPU and then moved to the GPU: the same bits */
+static enum harness_result q8_model_cpu_gpu(gdl_module *q, gdl_tensor *x) {
+    gdl_tensor *yc, *yg, *xg;
+    float *h;
+    ASSERT_NOT_NULL(yc = gdl_forward(q, x));
+    ASSERT_EQ(0, gdl_module_to(q, GPU));
+    ASSERT(gdl_device_equal(gdl_module_device(q), GPU));
+    ASSERT_NOT_NULL(xg = gdl_to(x, GPU));
+    ASSERT_NOT_NULL(yg = gdl_forward(q, xg));
+    ASSERT(gdl_device_equal(yg->device, GPU));
+    ASSERT_EQ(yc->numel, yg->numel);
+    h = (float *)malloc(sizeof(float) * (size_t)yg->numel + 4);
+    ASSERT_NOT_NULL(h);
+    ASSERT_EQ(0, gdl_copy_to_host(yg, h, sizeof(float) * (size_t)yg->numel));
+    if (memcmp(h, yc->data, sizeof(float) * (size_t)yg->numel)) {
+        free(h);
+        FAILm("quantized model: GPU output differs from the CPU's");
+    }
+    free(h);
+    ASSERT_EQ(0, gdl_module_to(q, gdl_cpu())); /* and back: the CPU path again */
+    ASSERT_NOT_NULL(yg = gdl_forward(q, x));
+    ASSERTm("back on the CPU: the same", !memcmp(yg->data, yc->data, sizeof(float) * (size_t)yg->numel));
+    gdl_free(xg);
+    gdl_arena_reset();
+    PASS();
+}
+
+/* a dynamically quantized MLP: batches on (8) and off (6) cuBLAS's multiples of 4, 7 and 8-bit activations */
+TEST q8_dynamic_mlp(void) {
+    int rr, b;
+    for (rr = 0; rr < 2; rr++)
+        for (b = 0; b < 2; b++) {
+            gdl_qconfig qc = gdl_qconfig_default();
+            gdl_module *m, *q;
+            gdl_tensor *x;
+            qc.reduce_range = rr;
+            gdl_manual_seed(40 + rr);
+            m = gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(13, 32, 1), gdl_nn_relu(), gdl_nn_linear(32, 8, 1)});
+            ASSERT_NOT_NULL(m);
+            ASSERT_NOT_NULL(q = gdl_quantize_dynamic(m, &qc));
+            ASSERT_NOT_NULL(x = gdl_randn(GDL_DIMS(b ? 8 : 6, 13), gdl_cpu()));
+            CHECK_CALL(q8_model_cpu_gpu(q, x));
+            gdl_free(x);
+            gdl_module_free(q);
+            gdl_module_free(m);
+        }
+    PASS();
+}
+
+/* a static-PTQ conv net (Conv+BN+ReLU fused, a strided conv, a Linear), calibrated, converted, on the GPU */
+TEST q8_static_convnet(void) {
+    gdl_module *m, *p, *q;
+    gdl_tensor *x;
+    int i;
+    gdl_manual_seed(7);
+    m = gdl_nn_sequential(7, (gdl_module *[]){gdl_nn_conv2d(3, 8, 3, 1, 1, 1, 1, 1), gdl_nn_batchnorm2d(8), gdl_nn_relu(),
+                                             gdl_nn_conv2d(8, 4, 3, 2, 1, 1, 1, 1), gdl_nn_relu(), gdl_nn_flatten(1),
+                                             gdl_nn_linear(4 * 4 * 3, 5, 1)});
+    ASSERT_NOT_NULL(m);
+    gdl_module_train(m, 0);
+    ASSERT_NOT_NULL(p = gdl_quant_prepare(m, NULL));
+    for (i = 0; i < 3; i++) {
+        ASSERT_NOT_NULL(x = gdl_randn(GDL_DIMS(2, 3, 7, 6), gdl_cpu()));
+        ASSERT_NOT_NULL(gdl_forward(p, x));
+        gdl_free(x);
+    }
+    ASSERT_NOT_NULL(q = gdl_quant_convert(p));
+    ASSERT_NOT_NULL(x = gdl_randn(GDL_DIMS(3, 3, 7, 6), gdl_cpu()));
+    CHECK_CALL(q8_model_cpu_gpu(q, x));
+    gdl_free(x);
+    gdl_module_free(q);
+    gdl_module_free(p);
+    gdl_module_free(m);
+    PASS();
+}
+
+TEST q8_errors(void) {
+    const gdl_backend *gb = gdl_cuda_backend();
+    gdl_module *m = gdl_nn_linear(13, 8, 1), *q;
+    gdl_tensor *x = gdl_randn(GDL_DIMS(4, 13), gdl_cpu()), *xg, *u;
+    int8_t w[8 * 13] = {0};
+    int32_t cs[8] = {0};
+    void *qw;
+    ASSERT(m && x);
+    ASSERT_NOT_NULL(xg = gdl_to(x, GPU));
+    /* a float tensor given to an int8 op; an int8 one to a float op */
+    ASSERT_NULL(gdl_dequantize(xg, 0.1f, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_dequantize: expected a u8 tensor, got f32 [4,13] on cuda:0");
+    ASSERT_NOT_NULL(u = gdl_quantize_per_tensor(xg, 0.1f, 128));
+    ASSERT_NULL(gdl_quantize_per_tensor(u, 0.1f, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_quantize_per_tensor: expected a f32 tensor, got u8 [4,13] on cuda:0");
+    ASSERT_NULL(gdl_quantize_per_tensor(xg, 0.0f, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "bad scale 0 or zero point 0");
+    /* devices mismatched: the layer on the GPU, the input on the CPU, and the other way */
+    ASSERT_NOT_NULL(q = gdl_quantize_dynamic(m, NULL));
+    ASSERT_EQ(0, gdl_module_to(q, GPU));
+    ASSERT_NULL(gdl_forward(q, x));
+    ASSERT_CONTAINS(gdl_last_error(), "expected input f32 [..., 13] on cuda:0, got f32 [4,13] on cpu (the layer "
+                                      "moves with gdl_module_to)");
+    ASSERT_EQ(0, gdl_module_to(q, gdl_cpu()));
+    ASSERT_NULL(gdl_forward(q, xg));
+    ASSERT_CONTAINS(gdl_last_error(), "expected input f32 [..., 13] on the CPU, got f32 [4,13] on cuda:0");
+    /* a shape the GEMM cannot take: rows closer than K rounded up to 4 */
+    ASSERT_NOT_NULL(gdl__be("test", GPU));
+    ASSERT_NOT_NULL(qw = gb->qweight_new(8, 13, w, cs));
+    ASSERT_EQ(-1, gb->qgemm(4, (const uint8_t *)u->data, 13, qw, (int32_t *)xg->data, 8));
+    ASSERT_CONTAINS(gdl_last_error(), "the int8 GEMM cannot take M=4 (>= 0), lda=13 (>= 16: K=13 rounded up to 4)");
+    gb->qweight_free(qw);
+    gdl_module_free(q);
+    gdl_module_free(m);
+    gdl_free(x);
+    gdl_free(xg);
+    gdl_arena_reset();
+    PASS();
+}
+
+SUITE(quant) {
+    RUN_GPU(q8_gemm_paths);
+    RUN_GPU(q8_quantize_ties);
+    RUN_GPU(q8_dynamic_mlp);
+    RUN_GPU(q8_static_convnet);
+    RUN_GPU(q8_errors);
+}
+
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
@@ -3747,6 +3990,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(faults);
     RUN_SUITE(graphs);
     RUN_SUITE(fit_graphs);
+    RUN_SUITE(quant);
     RUN_SUITE(streams); /* last: it checks what every suite before it did */
     gdl_shutdown();
     HARNESS_MAIN_END();

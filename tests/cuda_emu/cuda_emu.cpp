@@ -3459,7 +3459,8 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
 
 // GemmEx on f16 / bf16 matrices with f32 accumulation, the one form gpudl
 // uses: A, B and C of one 16-bit type, CUBLAS_COMPUTE_32F (float alpha and
-// beta). Anything else is CUBLAS_STATUS_NOT_SUPPORTED with a diagnostic.
+// beta); and the integer path (igemm_ex above). Anything else is CUBLAS_STATUS_NOT_SUPPORTED with a
+// diagnostic.
 // elem: A's and B's type; *c32: C is f32 (cuBLAS's f16/bf16 x f16/bf16 -> f32 with CUBLAS_COMPUTE_32F)
 static cublasStatus_t gemm_ex_types(const char *fn, cudaDataType at, cudaDataType bt, cudaDataType ct,
                                     cublasComputeType_t comp, int *elem, bool *c32) {
@@ -3474,12 +3475,86 @@ static cublasStatus_t gemm_ex_types(const char *fn, cudaDataType at, cudaDataTyp
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// GemmEx's integer path: s8 A and B (CUDA_R_8I) into int32 C (CUDA_R_32I) with CUBLAS_COMPUTE_32I, int32
+// alpha and beta, summed exactly in int32 (what the integer kernels compute; integer sums do not depend on
+// their order, so GPUDL_EMU_GEMM's orders do not apply). The documented conditions of that path are
+// checked and their breach refused as cuBLAS refuses an unsupported combination, with
+// CUBLAS_STATUS_NOT_SUPPORTED: alpha and beta 0 or 1, A and B 32-bit aligned, lda and ldb multiples of 4.
+static cublasStatus_t igemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                        const void *alpha, const void *A, int lda, const void *B, int ldb, const void *beta, void *C,
+                        int ldc) {
+    const char *fn = "cublasGemmEx (CUDA_R_8I)";
+    BlasHandle *H = blas_get(h);
+    if (!H) return CUBLAS_STATUS_NOT_INITIALIZED;
+    long num = ++n_cublas, fc = fail_cublas_at.load();
+    if (fc >= 0 && num == fc) { /* injected (gdl_emu_fail_cublas): nothing runs */
+        fail_cublas_at.store(-1);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    if (sticky_now() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+    if (tl_dev != H->dev) {
+        diag("%s: handle made on cuda:%d used while cuda:%d is current", fn, H->dev, tl_dev);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    bool TA = ta != CUBLAS_OP_N, TB = tb != CUBLAS_OP_N;
+    int ar = TA ? k : m, ac = TA ? m : k, br = TB ? n : k, bc = TB ? k : n;
+    if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
+        k < 0 || !alpha || !beta || lda < std::max(1, ar) || ldb < std::max(1, br) || ldc < std::max(1, m)) {
+        diag("%s: invalid arguments (m %d n %d k %d, lda %d ldb %d ldc %d, ops %d %d)", fn, m, n, k, lda, ldb, ldc,
+             (int)ta, (int)tb);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    int32_t al = *(const int32_t *)alpha, be = *(const int32_t *)beta;
+    if ((al != 0 && al != 1) || (be != 0 && be != 1) || (uintptr_t)A % 4 || (uintptr_t)B % 4 || lda % 4 ||
+        ldb % 4) {
+        diag("%s: not supported: the int8 path takes alpha and beta 0 or 1 (got %d, %d), A and B 32-bit aligned "
+             "(%p, %p), lda and ldb multiples of 4 (%d, %d)", fn, (int)al, (int)be, A, B, lda, ldb);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    bool need_ab = al != 0 && k > 0;
+    if ((need_ab && (!blas_operand_ok(fn, "A", A, ar, ac, lda, 0, 1, H->dev, 1) ||
+                     !blas_operand_ok(fn, "B", B, br, bc, ldb, 0, 1, H->dev, 1))) ||
+        !blas_operand_ok(fn, "C", C, m, n, ldc, 0, 1, H->dev, 4))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    std::lock_guard<std::mutex> l(g_mu);
+    Stream *s = resolve_locked(H->stream);
+    if (!s) return CUBLAS_STATUS_INVALID_VALUE;
+    if (s->legacy && global_capture_locked(s->dev)) {
+        capture_violation_locked(s->dev, cudaErrorStreamCaptureImplicit, fn);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    enqueue_locked(s, [=] {
+        if (need_ab) {
+            sh_matrix(fn, A, ar, ac, lda, 1, false);
+            sh_matrix(fn, B, br, bc, ldb, 1, false);
+        }
+        if (be != 0) sh_matrix(fn, C, m, n, ldc, 4, false);
+        sh_matrix(fn, C, m, n, ldc, 4, true);
+        const int8_t *a = (const int8_t *)A, *b = (const int8_t *)B;
+        int32_t *c = (int32_t *)C;
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                int32_t acc = 0;
+                if (need_ab)
+                    for (int p = 0; p < k; p++)
+                        acc += (int32_t)(TA ? a[(size_t)i * lda + p] : a[(size_t)p * lda + i]) *
+                               (int32_t)(TB ? b[(size_t)p * ldb + j] : b[(size_t)j * ldb + p]);
+                int32_t *cij = &c[(size_t)j * ldc + i];
+                *cij = (be ? *cij : 0) + (al ? acc : 0);
+            }
+    });
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             const void *alpha, const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt,
                             int ldb, const void *beta, void *C, cudaDataType ct, int ldc, cublasComputeType_t comp,
                             cublasGemmAlgo_t algo) {
     int elem = 0;
     bool c32 = false;
+    if (at == CUDA_R_8I && bt == CUDA_R_8I && ct == CUDA_R_32I && comp == CUBLAS_COMPUTE_32I)
+        return igemm_ex(h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
     cublasStatus_t st = gemm_ex_types("cublasGemmEx", at, bt, ct, comp, &elem, &c32);
     (void)algo;
     if (st != CUBLAS_STATUS_SUCCESS) return st;

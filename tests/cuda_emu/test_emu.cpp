@@ -1081,6 +1081,56 @@ TEST cublas_gemm_ex_16bit(void) {
     PASS();
 }
 
+// GemmEx's integer path: s8 x s8 into int32, exact at the extremes (k = 4096 products of -128 * -128 and
+// 127 * -128), beta 1 accumulating; its documented conditions refused with CUBLAS_STATUS_NOT_SUPPORTED
+TEST cublas_gemm_ex_int8(void) {
+    const int m = 4, n = 4, k = 4096;
+    std::vector<int8_t> A((size_t)m * k), B((size_t)n * k);
+    std::vector<int32_t> C((size_t)m * n, 5), R((size_t)m * n);
+    for (int i = 0; i < m * k; i++) A[i] = (int8_t)(i / k % 2 ? 127 : -128);
+    for (int i = 0; i < n * k; i++) B[i] = (int8_t)(i / k == 3 ? (i % 7) - 3 : -128);
+    int8_t *dA = (int8_t *)dmalloc(A.size()), *dB = (int8_t *)dmalloc(B.size());
+    int32_t *dC = (int32_t *)dmalloc(4 * C.size());
+    cudaMemcpy(dA, A.data(), A.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(dB, B.data(), B.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(dC, C.data(), 4 * C.size(), cudaMemcpyHostToDevice);
+    cublasHandle_t h;
+    ASSERT_EQ(0, (int)cublasCreate(&h));
+    int32_t one = 1, zero = 0, two = 2;
+    /* column-major C (m x n) = A^T (A stored k x m) * B (k x n), + C */
+    ASSERT_EQ(0, (int)cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, dA, CUDA_R_8I, k, dB, CUDA_R_8I, k, &one,
+                                   dC, CUDA_R_32I, m, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+    cudaMemcpy(R.data(), dC, 4 * R.size(), cudaMemcpyDeviceToHost);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            long long s = 5;
+            for (int p = 0; p < k; p++) s += (long long)A[(size_t)i * k + p] * B[(size_t)j * k + p];
+            ASSERT_EQ(s, (long long)R[(size_t)j * m + i]);
+        }
+    ASSERT_EQ(67108869LL, (long long)R[0]); /* 4096 * 16384 + 5 */
+    /* refused: alpha 2, lda not a multiple of 4, A not 32-bit aligned */
+    ASSERT_EQ((int)CUBLAS_STATUS_NOT_SUPPORTED,
+              (int)cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &two, dA, CUDA_R_8I, k, dB, CUDA_R_8I, k, &zero,
+                                dC, CUDA_R_32I, m, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "the int8 path takes alpha and beta 0 or 1 (got 2, 0)");
+    ASSERT_EQ((int)CUBLAS_STATUS_NOT_SUPPORTED,
+              (int)cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, 6, &one, dA, CUDA_R_8I, 6, dB, CUDA_R_8I, 8, &zero,
+                                dC, CUDA_R_32I, m, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "lda and ldb multiples of 4 (6, 8)");
+    ASSERT_EQ((int)CUBLAS_STATUS_NOT_SUPPORTED,
+              (int)cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, 8, &one, dA + 1, CUDA_R_8I, 8, dB, CUDA_R_8I, 8,
+                                &zero, dC, CUDA_R_32I, m, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+    ASSERT_CONTAINS(gdl_emu_last_diagnostic(), "A and B 32-bit aligned");
+    ASSERT_EQ((int)CUBLAS_STATUS_NOT_SUPPORTED, /* int8 into an f32 C: not the integer path */
+              (int)cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, dA, CUDA_R_8I, k, dB, CUDA_R_8I, k, &zero,
+                                dC, CUDA_R_32F, m, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT));
+    cublasDestroy(h);
+    cudaFree(dA);
+    cudaFree(dB);
+    cudaFree(dC);
+    PASS();
+}
+
 // ---------------------------------------------------------------------------
 // fault injection, counters, errors
 
@@ -1180,6 +1230,7 @@ SUITE(diagnostics) {
 SUITE(blas) {
     RUN_TEST(cublas_column_major_and_checks);
     RUN_TEST(cublas_gemm_ex_16bit);
+    RUN_TEST(cublas_gemm_ex_int8);
     RUN_TEST(blas_workspace_under_capture);
     RUN_TEST(gemm_modes);
 }
