@@ -304,7 +304,7 @@ GPUDL_API gdl_module *gdl_nn_sinusoidal_positional_encoding(int64_t max_len, int
         for (i = 0; i < d_model; i++) { /* the tutorial's div_term, exp(2i * -ln(10000) / d), in float as torch */
             float div = (float)exp((double)(i - i % 2) * (-log(10000.0) / (double)d_model));
             float a = (float)p * div;
-            ((float *)pe->data)[p * d_model + i] = i % 2 ? cosf(a) : sinf(a);
+            ((gdl_real *)pe->data)[p * d_model + i] = (gdl_real)(i % 2 ? cosf(a) : sinf(a));
         }
     return m;
 }

@@ -11,31 +11,16 @@ between the two, so compare runs made with --dropout 0).
 """
 import argparse
 import csv
-import json
 import math
-import struct
 import sys
 import time
 
-import numpy as np
 import torch
 from torch import nn
 
+from st_io import read_safetensors
+
 D_MODEL, LSTM_H, EVAL_BATCH = 64, 128, 256
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    data = blob[8 + n:]
-    out, meta = {}, header.pop("__metadata__", {})
-    for name, e in header.items():
-        a, b = e["data_offsets"]
-        dt = {"F32": np.float32, "I32": np.int32, "F64": np.float64}[e["dtype"]]
-        out[name] = torch.from_numpy(np.frombuffer(data[a:b], dtype=dt).reshape(e["shape"]).copy())
-    return out, meta
 
 
 class PositionalEncoding(nn.Module):
