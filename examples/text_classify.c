@@ -7,6 +7,8 @@
                   the mean over the real positions -> Linear(64, 6)
    Adam, cross entropy. A fixed train/validation split (gdl_text_split, 10 %); the batch order of each epoch is a
    seeded shuffle computed here. Prints a per-epoch table (and --csv), then the held-out accuracy.
+   With the defaults (LSTM, 2 epochs, batch 128, 73,546 training and 8,187 held-out texts) it reached 98.9 %
+   held-out accuracy (98.3 % after the first epoch); the Transformer with the same settings 95.8 %.
 
    The PyTorch twin, bench/pytorch/text_classify.py, trains the same model from the same initial weights on the
    same batches: --save-init FILE writes the initial state dict (gdl_save_model), --dump FILE the encoded
@@ -291,7 +293,7 @@ static int tc_dump(const char *path, const tc_opts *o, const tc_split *tr, const
 }
 
 static const char *const tc_help =
-    "  --model M         lstm or transformer (default transformer)\n"
+    "  --model M         lstm or transformer (default lstm)\n"
     "  --data DIR        the fortunes folder (default: $GPUDL_DATA/fortunes, ./data/fortunes, /usr/share/games/fortunes)\n"
     "  --max-len N       characters kept per text (default 64)\n"
     "  --subset N        train on N texts and validate on N/4 (every k-th: all languages stay in; default all)\n"
@@ -353,7 +355,7 @@ static int tc_parse(tc_opts *o, int *argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    ex_args a = ex_defaults(3, 64);
+    ex_args a = ex_defaults(2, 128);
     tc_opts o;
     gdl_text_list all, tr, va;
     tc_split str, sva;
@@ -377,7 +379,7 @@ int main(int argc, char **argv) {
     memset(&str, 0, sizeof str);
     memset(&sva, 0, sizeof sva);
     memset(&b, 0, sizeof b);
-    o.model = "transformer";
+    o.model = "lstm";
     o.pos = "sin";
     o.max_len = 64;
     o.lr = 2e-3;
