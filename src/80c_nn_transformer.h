@@ -152,19 +152,22 @@ GPUDL_API gdl_module *gdl_nn_transformer_encoder(gdl_module *encoder_layer, int 
         gdl__nn_drop(norm);
         return NULL;
     }
-    if (gdl_module_add_child(m, "layers", list = gdl_nn_custom("ModuleList", gdl__tfm_list_fwd, NULL, NULL)) < 0 ||
-        gdl__tfm_child(list, "0", encoder_layer, &u->layers[0]) < 0) {
+    if (gdl_module_add_child(m, "layers", list = gdl_nn_custom("ModuleList", gdl__tfm_list_fwd, NULL, NULL)) < 0) {
         gdl__nn_drop(encoder_layer);
         gdl__nn_drop(norm);
         gdl_module_free(m);
         return NULL;
     }
-    for (i = 1; i < num_layers; i++) {
+    for (i = 0; i < num_layers; i++) { /* layer 0 is encoder_layer itself; the others start as its copies */
         char nm[16];
-        gdl_module *c = gdl__tfm_layer_new(&lu->c);
+        gdl_module *c = i ? gdl__tfm_layer_new(&lu->c) : encoder_layer;
+        int ok = c != NULL;
         snprintf(nm, sizeof nm, "%d", i);
-        if (!c || gdl__tfm_copy_tensors(c, encoder_layer) < 0 || gdl__tfm_child(list, nm, c, &u->layers[i]) < 0) {
+        if (ok && i && gdl__tfm_copy_tensors(c, encoder_layer) < 0) {
             gdl__nn_drop(c);
+            ok = 0;
+        }
+        if (!ok || gdl__tfm_child(list, nm, c, &u->layers[i]) < 0) { /* a failed add has freed c */
             gdl__nn_drop(norm);
             gdl_module_free(m);
             return NULL;
