@@ -61,9 +61,10 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype
 .PHONY: all test test-gpu-session-dry test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data data-text plot mutate-cuda install uninstall bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel $(B)/resnet \
-           $(B)/char_gpt
+           $(B)/char_gpt $(B)/text_classify
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
-                $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_cpu_vs_gpu $(B)/cuda_ddp $(B)/cuda_resnet $(B)/cuda_char_gpt
+                $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_cpu_vs_gpu $(B)/cuda_ddp $(B)/cuda_resnet $(B)/cuda_char_gpt \
+                $(B)/cuda_text_classify
 
 all: $(TESTS) $(EXAMPLES)
 

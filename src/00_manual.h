@@ -318,6 +318,7 @@
    [api-text]      24t_api_text.h                 vocabularies, text datasets, fortunes, sampling
    [api-nn]        25_api_nn.h                    modules, optimizers, schedulers, scaler
                    25a_api_nn_attention.h         nn.MultiheadAttention
+                   25b_api_nn_transformer.h       Transformer encoder, positions, tying
    [api-train]     26_api_train.h                 fit / evaluate, checkpoints
    [api-graph]     27_api_graph.h                 a training step as a CUDA graph
    [api-dist]      28_api_dist.h                  processes, collectives, DDP, restarts
@@ -356,6 +357,7 @@
    [impl-nn]       80_nn_modules.h                modules
                    80a_nn_attention.h             nn.MultiheadAttention
                    80b_nn_resnet.h                ResNet's BasicBlock
+                   80c_nn_transformer.h           Transformer encoder, positions, tying
                    80r_nn_rnn.h                   LSTM, GRU
                    81_optimizers.h                optimizers, master weights, flat blocks
                    81b_ema.h                      weight EMA

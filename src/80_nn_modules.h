@@ -13,7 +13,8 @@ enum {
 
 typedef struct gdl__nn_named {
     char *name;    /* local name, owned */
-    gdl_tensor *t; /* persistent, owned */
+    gdl_tensor *t; /* persistent, owned unless tied */
+    int tied;      /* gdl_module_tie: t is another parameter of the tree (not owned, listed and counted there) */
 } gdl__nn_named;
 
 struct gdl_module {
@@ -130,7 +131,7 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
 static void gdl__nn_free_named(gdl__nn_named *v, int n) {
     int i;
     for (i = 0; i < n; i++) {
-        gdl_free(v[i].t);
+        if (!v[i].tied) gdl_free(v[i].t);
         GPUDL_FREE(v[i].name);
     }
     GPUDL_FREE(v);
@@ -253,6 +254,7 @@ static int gdl__nn_add_tensor(const char *op, gdl_module *m, const char *name, g
     v = buffer ? &m->buf[m->nbuf++] : &m->param[m->nparam++];
     v->name = nm;
     v->t = t;
+    v->tied = 0;
     t->name = nm;
     if (!buffer) t->requires_grad = 1;
     return 0;
@@ -887,7 +889,7 @@ GPUDL_API int64_t gdl_module_num_params(const gdl_module *m) {
     int64_t n = 0;
     int i;
     if (!m) return -1;
-    for (i = 0; i < m->nparam; i++) n += m->param[i].t->numel;
+    for (i = 0; i < m->nparam; i++) n += m->param[i].tied ? 0 : m->param[i].t->numel;
     for (i = 0; i < m->nchild; i++) n += gdl_module_num_params(m->child[i]);
     return n;
 }
@@ -1007,7 +1009,7 @@ static int gdl__nn_list(gdl__nn_lister *L, const gdl_module *m, size_t plen) {
     int i;
     if (L->which & GDL_PARAMS)
         for (i = 0; i < m->nparam; i++)
-            if (gdl__nn_emit(L, plen, &m->param[i]) < 0) return -1;
+            if (!m->param[i].tied && gdl__nn_emit(L, plen, &m->param[i]) < 0) return -1;
     if (L->which & GDL_BUFFERS)
         for (i = 0; i < m->nbuf; i++)
             if (gdl__nn_emit(L, plen, &m->buf[i]) < 0) return -1;
@@ -1084,6 +1086,7 @@ static void gdl__nn_param_totals(const gdl_module *m, int64_t *total, int64_t *t
     int i;
     *total += gdl__quant_params(m, NULL);
     for (i = 0; i < m->nparam; i++) {
+        if (m->param[i].tied) continue;
         *total += m->param[i].t->numel;
         if (m->param[i].t->requires_grad) *trainable += m->param[i].t->numel;
     }
@@ -1151,7 +1154,7 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
         char label[256], shape[64], params[32];
         int64_t own = 0;
         int k;
-        for (k = 0; k < r->nparam; k++) own += r->param[k].t->numel;
+        for (k = 0; k < r->nparam; k++) own += r->param[k].tied ? 0 : r->param[k].t->numel;
         own += gdl__quant_params(r, NULL);
         if (i == 0) snprintf(label, sizeof label, "%s", r->kind_name);
         else snprintf(label, sizeof label, "%*s%s (%s)", 2 * rows[i].depth, "", gdl__nn_path(r), r->kind_name);

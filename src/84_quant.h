@@ -950,7 +950,7 @@ GPUDL_API int64_t gdl_module_nbytes(const gdl_module *m) {
     int64_t n = 0, qb;
     int i;
     if (!m) return -1;
-    for (i = 0; i < m->nparam; i++) n += m->param[i].t->numel * (int64_t)gdl_dtype_size(m->param[i].t->dtype);
+    for (i = 0; i < m->nparam; i++) n += m->param[i].tied ? 0 : m->param[i].t->numel * (int64_t)gdl_dtype_size(m->param[i].t->dtype);
     for (i = 0; i < m->nbuf; i++) n += m->buf[i].t->numel * (int64_t)gdl_dtype_size(m->buf[i].t->dtype);
     gdl__quant_params(m, &qb);
     n += qb;

@@ -7,7 +7,18 @@ typedef struct gdl__ckpt {
     const char *names[GDL__CKPT_MAX]; /* the names in the file */
     gdl_tensor *tensors[GDL__CKPT_MAX];
     char *owned[GDL__CKPT_MAX];       /* prefixed names we allocated */
+    gdl_module *m;                    /* the model, for its tied parameters' other names */
+    int prefixed;                     /* model names carry "model." */
 } gdl__ckpt;
+
+/* (80c_nn_transformer.h) the tensor a tied parameter's name refers to, NULL when name is not one */
+static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name);
+
+/* the tensor file name `name` refers to under a tied parameter's name, NULL when none */
+static gdl_tensor *gdl__ckpt_tied(const gdl__ckpt *c, const char *name) {
+    if (c->prefixed && strncmp(name, "model.", 6)) return NULL;
+    return gdl__nn_tied_tensor(c->m, c->prefixed ? name + 6 : name);
+}
 
 static void gdl__ckpt_free(gdl__ckpt *c) {
     int i;
@@ -26,6 +37,8 @@ static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer
         return NULL;
     }
     memset(c, 0, sizeof *c);
+    c->m = m;
+    c->prefixed = prefixed;
     /* master weights: the masters are made (or moved) first, and saved under their parameters' names (f32), so a
        resume is bit for bit and a plain f32 model loads them as its parameters */
     if (opt && opt->master != GDL_F32 && gdl__opt_layout(op, opt) < 0) {
@@ -155,6 +168,7 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
     for (k = 0; k < f->n; k++) {
         for (i = 0; i < c->n; i++)
             if (strcmp(f->entries[k].name, c->names[i]) == 0) break;
+        if (i == c->n && gdl__ckpt_tied(c, f->entries[k].name)) continue; /* read below when the owner's name is missing */
         if (i == c->n) {
             const char *name = f->entries[k].name;
             int is_ckpt = strncmp(name, "model.", 6) == 0 || strncmp(name, "optim.", 6) == 0;
@@ -182,6 +196,8 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
         const unsigned char *src;
         gdl_real *dst;
         int64_t j;
+        for (k = 0; !e && k < f->n; k++) /* a tied parameter saved under its other name (PyTorch may keep that one) */
+            if (gdl__ckpt_tied(c, f->entries[k].name) == t) e = &f->entries[k];
         if (!e) {
             if (strncmp(c->names[i], "optim.", 6) == 0)
                 gdl__set_error("%s: %s: missing optimizer state '%s' (saved from another kind of optimizer, or "

@@ -3300,6 +3300,56 @@ TEST mha_parity(void) {
     PASS();
 }
 
+/* nn.TransformerEncoderLayer on the GPU against the CPU (the same initialisation), post-norm ReLU and pre-norm
+   GELU, a key padding mask and the causal mask: the output and every parameter's gradient of sum(out * r), r
+   random (LayerNorm's output has a constant sum of squares: sum(out * out) would leave the gradients noise);
+   a tied parameter (gdl_module_tie) moves with its module once and keeps one tensor */
+TEST tfm_parity(void) {
+    int64_t sx[3] = {3, 9, 16}, sk[2] = {3, 9};
+    uint8_t kb[27];
+    int i, k, pre;
+    for (i = 0; i < 27; i++) kb[i] = (uint8_t)(i % 9 >= 9 - i / 9 * 2); /* 0, 2 and 4 padded positions */
+    for (pre = 0; pre < 2; pre++) {
+        gdl_module *mc, *mg;
+        gdl_tensor *x, *r, *kpm, *xg, *rg, *kpmg, *oc, *og, *tc[16], *tg[16];
+        int n;
+        gdl_manual_seed(7);
+        ASSERT_NOT_NULL(mc = gdl_nn_transformer_encoder_layer(16, 4, 32, 0, pre, 1e-5, 1, pre, 1));
+        gdl_manual_seed(7);
+        ASSERT_NOT_NULL(mg = gdl_nn_transformer_encoder_layer(16, 4, 32, 0, pre, 1e-5, 1, pre, 1));
+        ASSERT_EQ(0, gdl_module_to(mg, GPU));
+        ASSERT_NOT_NULL(x = gdl_randn(3, sx, gdl_cpu()));
+        ASSERT_NOT_NULL(r = gdl_randn(3, sx, gdl_cpu()));
+        ASSERT_NOT_NULL(kpm = gdl_from_array(kb, 2, sk, GDL_U8, gdl_cpu()));
+        ASSERT(!!(xg = gdl_to(x, GPU)) & !!(rg = gdl_to(r, GPU)) & !!(kpmg = gdl_to(kpm, GPU)));
+        gdl_arena_reset();
+        ASSERT_NOT_NULL(oc = gdl_transformer_encoder_forward(mc, x, NULL, kpm, 1));
+        ASSERT_NOT_NULL(og = gdl_transformer_encoder_forward(mg, xg, NULL, kpmg, 1));
+        ASSERT(rel_err(oc, og) < 1e-5);
+        ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(oc, r))));
+        ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(og, rg))));
+        ASSERT_EQ(12, n = gdl_module_named_tensors(mc, GDL_PARAMS, NULL, tc, 16));
+        ASSERT_EQ(12, gdl_module_named_tensors(mg, GDL_PARAMS, NULL, tg, 16));
+        for (k = 0; k < n; k++)
+            if (!(rel_err(tc[k]->grad, tg[k]->grad) < 1e-5)) FAILf("%s: parameter %d's gradient differs from the CPU's", pre ? "pre-norm" : "post-norm", k);
+        gdl_module_free(mc);
+        gdl_module_free(mg);
+        gdl_free(x); gdl_free(r); gdl_free(kpm); gdl_free(xg); gdl_free(rg); gdl_free(kpmg);
+        gdl_arena_reset();
+    }
+    {
+        gdl_module *m = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_embedding(6, 4), gdl_nn_linear(4, 6, 0)});
+        gdl_tensor *w;
+        ASSERT_NOT_NULL(m);
+        ASSERT_EQ(0, gdl_module_tie(m, "1.weight", "0.weight"));
+        ASSERT_EQ(0, gdl_module_to(m, GPU));
+        ASSERT_NOT_NULL(w = gdl_module_tensor(m, "0.weight"));
+        ASSERT(w == gdl_module_tensor(m, "1.weight") && w->device.type == GDL_DEVICE_CUDA);
+        gdl_module_free(m);
+    }
+    PASS();
+}
+
 SUITE(seq_ops) {
     int i;
     char name[96];
@@ -3319,6 +3369,7 @@ SUITE(seq_ops) {
         RUN_GPU_NAMED("attention_memory_linear_in_T", attn_memory_linear, &dev);
     }
     RUN_GPU(mha_parity);
+    RUN_GPU(tfm_parity);
 }
 
 /* ---- the recurrent gate kernels and modules: rows of B*H past one 256-thread block (two blocks, the

@@ -147,5 +147,22 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
 else
     skip=$((skip + 3)); echo "  SKIP the training runs: Fashion-MNIST is not installed (sh tools/deps.sh test installs it)"
 fi
+# text_classify (issue 27): language identification on Debian's fortunes, fetched when missing (a failure,
+# not a skip, when they cannot be); each model on a subset (800 texts, 32 characters, 2 epochs: about 5 s
+# each on 2 busy cores) must learn: held-out accuracy at least 50 % (chance is 1/6) and a falling loss
+expect 0 "" sh tools/fetch_data.sh text
+expect 0 "^  --model M " "$b/text_classify" --help
+expect 2 "\-\-model 'cnn': expected lstm or transformer" "$b/text_classify" --model cnn
+expect 2 "\-\-pos 'abs': expected sin or learned" "$b/text_classify" --pos abs
+expect 2 "\-\-dropout '2': expected a number in \[0, 1\]" "$b/text_classify" --dropout 2
+expect 2 "unknown option '--bogus'" "$b/text_classify" --bogus
+expect 1 "fortunes-min" "$b/text_classify" --data "$t/none"
+for m in lstm transformer; do
+    expect 0 "held-out accuracy [0-9.]*% ($m, 2 epochs" "$b/text_classify" --model $m --subset 800 --epochs 2 \
+        --max-len 32 --batch-size 32 --device cpu --csv "$t/tc_$m.csv"
+    expect 0 "learns" awk -F, 'NR == 2 { l1 = $2 } NR == 3 { l2 = $2; a = $5 } END {
+        if (NR == 3 && l2 < l1 && a >= 0.5) { print "learns: loss " l1 " -> " l2 ", accuracy " a; exit 0 }
+        print "loss " l1 " -> " l2 ", held-out accuracy " a; exit 1 }' "$t/tc_$m.csv"
+done
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

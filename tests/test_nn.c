@@ -2418,6 +2418,377 @@ SUITE(recurrent) {
     RUN_TEST(test_rnn_autocast);
 }
 
+/* ---- nn.TransformerEncoderLayer / TransformerEncoder, positional embeddings, weight tying ----
+   Reference numbers: tests/transformer_ref.py (PyTorch 2.15, float64, dropout 0, training mode): every
+   parameter j in state_dict order holds 0.5 sin((0.37 + 0.11 j) i + 0.1 j), src [2, 3, 4] holds
+   sin(1.1 i + 0.5) (batch-first; transposed for a sequence-first layer), the loss is sum(out * cos(0.3 i)). */
+/* names: self_attn.in_proj_weight, self_attn.in_proj_bias, self_attn.out_proj.weight, self_attn.out_proj.bias,
+   linear1.weight, linear1.bias, linear2.weight, linear2.bias, norm1.weight, norm1.bias, norm2.weight, norm2.bias */
+/* post_relu */
+static const float post_relu_out[24] = {0.5597159f, 0.696326424f, -0.125097748f, 0.125555208f, 0.532266252f,
+    0.657793026f, -0.376433814f, 0.322023445f, 0.533616278f, 0.658967622f, -0.371692376f, 0.319626383f,
+    0.723606557f, 0.621913299f, -0.0598551585f, 0.113359679f, 0.500745074f, 0.689597694f, -0.317478112f,
+    0.269405367f, 0.635422789f, 0.58953665f, -0.420589168f, 0.379151881f};
+static const float post_relu_g_self_attn_in_proj_weight[48] = {0.00777752373f, 0.0266156136f, 0.0163679545f,
+    -0.0117667323f, 0.00111745574f, -0.00957751477f, -0.00980610285f, 0.000681494333f, -0.00486400508f,
+    0.0141315185f, 0.0176840091f, 0.00191127732f, -0.00421445881f, -0.0145360738f, -0.0089725546f, 0.00639624189f,
+    -0.00623845537f, -0.00767618625f, -0.000725321248f, 0.00701818044f, -0.0181092253f, -0.0137638721f,
+    0.00562274722f, 0.0188647848f, -0.020298809f, -0.0214696973f, 0.000821666224f, 0.0222151065f, -0.030292633f,
+    -0.0406490124f, -0.00658383569f, 0.0346762077f, 0.0463425561f, -0.0884659675f, -0.126598196f, -0.0263829335f,
+    0.0162289535f, -0.0803068005f, -0.08908266f, -0.000508297632f, -0.0216786382f, -0.049992626f, -0.0236742843f,
+    0.0285154989f, -0.0431968222f, -0.00406951887f, 0.0395049863f, 0.039908136f};
+static const float post_relu_g_linear1_weight[24] = {-0.00639064442f, 0.0151643561f, -0.0159369672f, -0.0122930067f,
+    0.000141313115f, 0.00132117383f, -0.000711724234f, 0.000185296312f, 0.00653614573f, -0.0138040257f,
+    0.0152041491f, 0.0124837948f, 0.f, 0.f, 0.f, 0.f, -0.000381525432f, -0.000600270366f, 0.000464492208f,
+    -0.00220640975f, 0.f, 0.f, 0.f, 0.f};
+static const float post_relu_g_norm1_weight[4] = {-0.864484855f, -0.0506706728f, -0.90155803f, 0.202902381f};
+/* pre_gelu */
+static const float pre_gelu_out[24] = {0.879336503f, 2.38033654f, 1.7213747f, -0.841522412f, -0.568463951f,
+    1.03327376f, 2.21091423f, 0.633823645f, 0.555452739f, 0.526759551f, 0.561262997f, -0.218618043f, 1.32021603f,
+    2.08075559f, 1.19444507f, -1.25388607f, -0.260667289f, 1.59229598f, 2.52861249f, 0.204626864f, -0.0494723827f,
+    0.258449876f, 1.16540966f, 0.273160101f};
+static const float pre_gelu_g_self_attn_out_proj_weight[16] = {-0.573600274f, -0.579266692f, -0.305779453f,
+    -0.10342975f, -0.501751364f, -0.518087982f, -0.239546941f, -0.0690889692f, -0.467713966f, -0.509338083f,
+    -0.185820138f, -0.0212946179f, -0.23699813f, -0.339269242f, -0.0363789621f, 0.0813724133f};
+static const float pre_gelu_g_linear2_bias[4] = {0.775874893f, 0.773905624f, 0.70280567f, 0.568926179f};
+static const float pre_gelu_g_norm2_bias[4] = {0.0566559411f, -0.0404310757f, -0.112410268f, -0.114582331f};
+/* nobias_seq */
+static const float nobias_seq_out[24] = {0.678205224f, 0.963193854f, 0.271112785f, -0.442008163f, 1.11936289f,
+    0.685122734f, -0.317743187f, -0.747178284f, -0.944613721f, -0.189066827f, 0.620207592f, 0.950566252f,
+    -0.649753311f, 0.388835105f, 0.929666035f, 0.565294029f, 0.244613887f, -0.786276952f, -1.03823199f,
+    0.153859559f, -0.372711807f, -0.91918086f, -0.606542951f, 0.72355141f};
+static const float nobias_seq_g_linear1_weight[24] = {0.0120117012f, 0.0130573735f, -0.00856892648f, 0.00311096401f,
+    0.0113051742f, -0.333049594f, -0.0876299555f, -0.0514176566f, 0.249497888f, -0.252497636f, -0.301493864f,
+    -0.0182656386f, 0.139554232f, 0.179894892f, -0.105828492f, 0.0384808994f, -0.0316868614f, 0.034929394f,
+    0.0397711782f, 0.00290515847f, -0.135539386f, -0.155437302f, 0.102560433f, -0.0351066165f};
+/* stack names: layers.0.self_attn.in_proj_weight, layers.0.self_attn.in_proj_bias,
+   layers.0.self_attn.out_proj.weight, layers.0.self_attn.out_proj.bias, layers.0.linear1.weight,
+   layers.0.linear1.bias, layers.0.linear2.weight, layers.0.linear2.bias, layers.0.norm1.weight,
+   layers.0.norm1.bias, layers.0.norm2.weight, layers.0.norm2.bias, layers.1.self_attn.in_proj_weight,
+   layers.1.self_attn.in_proj_bias, layers.1.self_attn.out_proj.weight, layers.1.self_attn.out_proj.bias,
+   layers.1.linear1.weight, layers.1.linear1.bias, layers.1.linear2.weight, layers.1.linear2.bias,
+   layers.1.norm1.weight, layers.1.norm1.bias, layers.1.norm2.weight, layers.1.norm2.bias, norm.weight, norm.bias */
+/* stack */
+static const float stack_out[24] = {0.757865578f, -0.29122504f, 0.377737318f, 0.33782176f, 0.766175499f,
+    -0.281441267f, 0.368732643f, 0.327723624f, 0.766164792f, -0.281477562f, 0.368721765f, 0.327740514f,
+    0.766525863f, -0.280846643f, 0.36851553f, 0.327256991f, 0.761293536f, -0.287292055f, 0.373994085f, 0.33374718f,
+    0.774724809f, -0.270700725f, 0.359473412f, 0.316540933f};
+static const float stack_g_layers_1_linear1_weight[24] = {-0.0207597598f, 0.0193959995f, -0.00127457435f,
+    0.00393570863f, -0.00120319739f, 0.0025247901f, 0.00126945588f, 0.0012984029f, 0.00428557704f, -0.00535623207f,
+    -0.00126459953f, -0.00201603589f, -0.0343567662f, 0.041430944f, 0.00631697015f, 0.0132611645f, -0.000747517339f,
+    0.000681549293f, -1.92411803e-05f, 0.00016026232f, 0.00352164965f, -0.00735710997f, -0.00354152722f,
+    -0.00367192391f};
+static const float stack_g_layers_0_self_attn_in_proj_bias[12] = {0.0014213464f, -0.000636296411f, 0.00288423298f,
+    -0.00193262147f, 2.99849663e-19f, 3.38813179e-19f, 1.35525272e-19f, 1.30104261e-18f, 0.0151962383f,
+    0.0177513159f, 0.0143043426f, 0.00602080449f};
+static const float pe_ref[30] = {0.f, 1.f, 0.f, 1.f, 0.f, 1.f, 0.841470957f, 0.540302336f, 0.0463992283f,
+    0.998922944f, 0.00215443317f, 0.999997675f, 0.909297407f, -0.416146845f, 0.092698507f, 0.99569422f,
+    0.00430885609f, 0.999990702f, 0.141120002f, -0.989992499f, 0.138798103f, 0.990320683f, 0.00646325899f,
+    0.999979138f, -0.756802499f, -0.653643608f, 0.184598729f, 0.982813954f, 0.00861763209f, 0.999962866f};
+/* tying: 1 parameter(s) seen by the optimizer; state_dict: wte.weight, lm_head.weight */
+static const float tie_loss[1] = {1.88283517f};
+static const float tie_w[15] = {0.0516321155f, 0.205327302f, 0.331232402f, 0.383419592f, 0.404033066f, 0.36996256f,
+    0.311865917f, 0.183901399f, 0.0310466887f, -0.106974864f, -0.268018153f, -0.392786443f, -0.400344986f,
+    -0.39737387f, -0.340620064f};
+
+static void tfm_setw(gdl_module *m) {
+    gdl_tensor *t[64];
+    int n = gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, NULL, t, 64), j;
+    for (j = 0; j < n; j++) mha_fill(t[j], 0.37 + 0.11 * j, 0.1 * j, 0.5);
+}
+
+/* the N 2, T 3 case: out and the named gradients against PyTorch's, at 2e-5 */
+static int tfm_case(gdl_module *m, int batch_first, int with_kpm, int causal, const float *out_ref, int ngrad,
+                    const char *const *gnames, const float *const *grefs) {
+    static const uint8_t kpm_v[6] = {0, 0, 1, 0, 0, 0};
+    int64_t sx[3] = {2, 3, 4}, sk[2] = {2, 3};
+    gdl_tensor *x, *kpm, *o, *w, *g;
+    int64_t i;
+    int k, rc = 0;
+    tfm_setw(m);
+    x = gdl_zeros(3, sx, GDL_F32, gdl_cpu());
+    kpm = gdl_from_array(kpm_v, 2, sk, GDL_U8, gdl_cpu());
+    if (!x || !kpm) return -1;
+    mha_fill(x, 1.1, 0.5, 1);
+    gdl_arena_reset();
+    o = gdl_transformer_encoder_forward(m, batch_first ? x : gdl_transpose(x, 0, 1), NULL, with_kpm ? kpm : NULL,
+                                        causal);
+    if (!o || !(w = gdl_zeros(3, o->shape, GDL_F32, gdl_cpu()))) {
+        fprintf(stderr, "tfm_case: %s\n", gdl_last_error());
+        return -1;
+    }
+    for (i = 0; i < w->numel; i++) ((float *)w->data)[i] = (float)cos(0.3 * (double)i);
+    o = gdl_mul(o, w); /* contiguous, in o's logical order */
+    if (!o || gdl_backward(gdl_sum(o)) < 0) rc = -1;
+    for (i = 0; rc == 0 && i < 24; i++)
+        if (!(fabs(((float *)o->data)[i] / ((float *)w->data)[i] - out_ref[i]) <= 2e-5)) {
+            fprintf(stderr, "tfm_case: output %d: %.7g, PyTorch %.7g\n", (int)i,
+                    ((float *)o->data)[i] / ((float *)w->data)[i], out_ref[i]);
+            rc = -1;
+        }
+    for (k = 0; rc == 0 && k < ngrad; k++) {
+        if (!(g = gdl_module_tensor(m, gnames[k])) || !g->grad) return -1;
+        for (i = 0; i < g->numel; i++)
+            if (!(fabs(((float *)g->grad->data)[i] - grefs[k][i]) <= 2e-5)) {
+                fprintf(stderr, "tfm_case: %s's gradient %d: %.7g, PyTorch %.7g\n", gnames[k], (int)i,
+                        ((float *)g->grad->data)[i], grefs[k][i]);
+                rc = -1;
+                break;
+            }
+    }
+    gdl_free(w);
+    gdl_free(x);
+    gdl_free(kpm);
+    gdl_arena_reset();
+    return rc;
+}
+
+TEST test_transformer_layer_pytorch(void) {
+    static const char *const names[12] = {"self_attn.in_proj_weight", "self_attn.in_proj_bias",
+        "self_attn.out_proj.weight", "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
+        "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"};
+    static const char *const g1[3] = {"self_attn.in_proj_weight", "linear1.weight", "norm1.weight"};
+    static const char *const g2[3] = {"self_attn.out_proj.weight", "linear2.bias", "norm2.bias"};
+    static const char *const g3[1] = {"linear1.weight"};
+    const float *r1[3] = {post_relu_g_self_attn_in_proj_weight, post_relu_g_linear1_weight, post_relu_g_norm1_weight};
+    const float *r2[3] = {pre_gelu_g_self_attn_out_proj_weight, pre_gelu_g_linear2_bias, pre_gelu_g_norm2_bias};
+    const float *r3[1] = {nobias_seq_g_linear1_weight};
+    const char *got[12];
+    gdl_module *m;
+    int i;
+    /* post-norm, ReLU, batch-first, a key padding mask and the causal mask */
+    ASSERT_NOT_NULL(m = gdl_nn_transformer_encoder_layer(4, 2, 6, 0.0, 0, 1e-5, 1, 0, 1));
+    ASSERT_EQ(12, gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, got, NULL, 12));
+    for (i = 0; i < 12; i++) ASSERT_STR_EQ(names[i], got[i]);
+    ASSERT_STR_EQ("TransformerEncoderLayer", gdl_module_kind(m));
+    ASSERT_EQ(0, tfm_case(m, 1, 1, 1, post_relu_out, 3, g1, r1));
+    gdl_module_free(m);
+    /* pre-norm, GELU, eps 1e-3, the padding mask only */
+    ASSERT_NOT_NULL(m = gdl_nn_transformer_encoder_layer(4, 2, 6, 0.0, 1, 1e-3, 1, 1, 1));
+    ASSERT_EQ(0, tfm_case(m, 1, 1, 0, pre_gelu_out, 3, g2, r2));
+    gdl_module_free(m);
+    /* pre-norm without biases (LayerNorm(bias=False) too), sequence-first, causal */
+    ASSERT_NOT_NULL(m = gdl_nn_transformer_encoder_layer(4, 2, 6, 0.0, 0, 1e-5, 0, 1, 0));
+    ASSERT_EQ(6, gdl_module_named_tensors(m, GDL_PARAMS, got, NULL, 12));
+    ASSERT_STR_EQ("norm2.weight", got[5]);
+    ASSERT_EQ(0, tfm_case(m, 0, 0, 1, nobias_seq_out, 1, g3, r3));
+    gdl_module_free(m);
+    PASS();
+}
+
+/* the stack: 2 post-norm GELU layers and a final LayerNorm (PyTorch's names), the copies start equal */
+TEST test_transformer_encoder_pytorch(void) {
+    static const char *const g[2] = {"layers.1.linear1.weight", "layers.0.self_attn.in_proj_bias"};
+    const float *r[2] = {stack_g_layers_1_linear1_weight, stack_g_layers_0_self_attn_in_proj_bias};
+    const char *names[32];
+    gdl_tensor *t[32];
+    gdl_module *m;
+    ASSERT_NOT_NULL(m = gdl_nn_transformer_encoder(gdl_nn_transformer_encoder_layer(4, 2, 6, 0.0, 1, 1e-5, 1, 0, 1), 2,
+                                                   gdl_nn_layernorm(4)));
+    ASSERT_EQ(26, gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, t, 32));
+    ASSERT_STR_EQ("layers.0.self_attn.in_proj_weight", names[0]);
+    ASSERT_STR_EQ("layers.1.self_attn.in_proj_weight", names[12]);
+    ASSERT_STR_EQ("layers.1.norm2.bias", names[23]);
+    ASSERT_STR_EQ("norm.weight", names[24]);
+    ASSERT_STR_EQ("norm.bias", names[25]);
+    ASSERT_EQ(0, memcmp(t[4]->data, t[16]->data, sizeof(float) * (size_t)t[4]->numel)); /* deepcopy */
+    ASSERT_EQ(0, tfm_case(m, 1, 1, 1, stack_out, 2, g, r));
+    {   /* gdl_forward: no masks, the same as the forward without them */
+        int64_t s[3] = {2, 3, 4};
+        gdl_tensor *x = gdl_randn(3, s, gdl_cpu()), *a, *b;
+        ASSERT_NOT_NULL(x);
+        ASSERT_NOT_NULL(a = gdl_forward(m, x));
+        ASSERT_NOT_NULL(b = gdl_transformer_encoder_forward(m, x, NULL, NULL, 0));
+        ASSERT_EQ(0, memcmp(a->data, b->data, sizeof(float) * 24));
+        gdl_free(x);
+    }
+    gdl_module_free(m);
+    gdl_arena_reset();
+    PASS();
+}
+
+TEST test_transformer_errors(void) {
+    int64_t s[3] = {2, 3, 5}, sm[2] = {2, 2};
+    gdl_tensor *x = gdl_zeros(3, s, GDL_F32, gdl_cpu()), *mk = gdl_zeros(2, sm, GDL_U8, gdl_cpu());
+    gdl_module *m = gdl_nn_transformer_encoder_layer(4, 2, 6, 0.1, 0, 1e-5, 1, 0, 1), *relu;
+    ASSERT(x && mk && m);
+    ASSERT_NULL(gdl_nn_transformer_encoder_layer(6, 4, 8, 0.1, 0, 1e-5, 1, 0, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "d_model 6 must be a positive multiple of nhead 4");
+    ASSERT_NULL(gdl_nn_transformer_encoder_layer(4, 2, 8, 1.5, 0, 1e-5, 1, 0, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "dropout 1.5");
+    ASSERT_NULL(gdl_transformer_encoder_forward(m, x, NULL, NULL, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_transformer_encoder_forward: src must be [N, T, 4] (d_model 4), got [2,3,5]");
+    ASSERT_NULL(gdl_forward(m, x));
+    ASSERT_CONTAINS(gdl_last_error(), "TransformerEncoderLayer");
+    s[2] = 4;
+    gdl_free(x);
+    ASSERT_NOT_NULL(x = gdl_zeros(3, s, GDL_F32, gdl_cpu()));
+    ASSERT_NULL(gdl_transformer_encoder_forward(m, x, mk, NULL, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "attn_mask must be [L, S] = [3, 3]");
+    ASSERT_NULL(gdl_transformer_encoder_forward(m, x, NULL, mk, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "key_padding_mask must be [N, S] = [2, 3], got [2,2]");
+    ASSERT_NOT_NULL(relu = gdl_nn_relu());
+    ASSERT_NULL(gdl_transformer_encoder_forward(relu, x, NULL, NULL, 0));
+    ASSERT_CONTAINS(gdl_last_error(), "expected a module made by gdl_nn_transformer_encoder_layer");
+    ASSERT_NULL(gdl_nn_transformer_encoder(relu, 2, NULL)); /* takes ownership: relu is freed */
+    ASSERT_CONTAINS(gdl_last_error(), "expected a TransformerEncoderLayer");
+    ASSERT_NULL(gdl_nn_transformer_encoder(m, 0, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "num_layers >= 1, got TransformerEncoderLayer and 0");
+    gdl_free(x);
+    gdl_free(mk);
+    gdl_arena_reset();
+    PASS();
+}
+
+/* the sinusoidal table against the PyTorch tutorial's, the learned one's name and sum, T > max_len */
+TEST test_positional_embeddings(void) {
+    int64_t s[3] = {2, 5, 6};
+    const char *names[4];
+    gdl_tensor *x = gdl_randn(3, s, gdl_cpu()), *t[4], *y;
+    gdl_module *sin_pe = gdl_nn_sinusoidal_positional_encoding(5, 6, 0.0), *lp = gdl_nn_learned_positional_embedding(7, 6);
+    int64_t i;
+    ASSERT(x && sin_pe && lp);
+    ASSERT_EQ(0, gdl_module_named_tensors(sin_pe, GDL_PARAMS, NULL, NULL, 0)); /* a buffer, not trained */
+    ASSERT_EQ(1, gdl_module_named_tensors(sin_pe, GDL_BUFFERS, names, t, 4));
+    ASSERT_STR_EQ("pe", names[0]);
+    for (i = 0; i < 30; i++) ASSERT(fabs(((float *)t[0]->data)[i] - pe_ref[i]) <= 1e-6);
+    ASSERT_NOT_NULL(y = gdl_forward(sin_pe, x));
+    for (i = 0; i < 60; i++) ASSERT_EQ(((float *)x->data)[i] + ((float *)t[0]->data)[i % 30], ((float *)y->data)[i]);
+    ASSERT_EQ(1, gdl_module_named_tensors(lp, GDL_PARAMS, names, t, 4));
+    ASSERT_STR_EQ("weight", names[0]);
+    ASSERT_EQ(7, t[0]->shape[0]);
+    ASSERT_NOT_NULL(y = gdl_forward(lp, x));
+    for (i = 0; i < 60; i++) ASSERT_EQ(((float *)x->data)[i] + ((float *)t[0]->data)[i % 30], ((float *)y->data)[i]);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(y)));
+    for (i = 0; i < 42; i++) ASSERT_EQ(i < 30 ? 2.0f : 0.0f, ((float *)t[0]->grad->data)[i]); /* rows 5, 6 unused */
+    s[1] = 6;
+    gdl_free(x);
+    ASSERT_NOT_NULL(x = gdl_zeros(3, s, GDL_F32, gdl_cpu()));
+    ASSERT_NULL(gdl_forward(sin_pe, x));
+    ASSERT_CONTAINS(gdl_last_error(), "the sequence has 6 positions but max_len is 5");
+    ASSERT_NULL(gdl_nn_learned_positional_embedding(0, 4));
+    ASSERT_CONTAINS(gdl_last_error(), "max_len 0 and d_model 4 must be positive");
+    gdl_free(x);
+    gdl_module_free(sin_pe);
+    gdl_module_free(lp);
+    gdl_arena_reset();
+    PASS();
+}
+
+static gdl_tensor *tie_fwd(gdl_module *self, gdl_tensor *x) {
+    return gdl_forward(gdl_module_child(self, "lm_head"), gdl_forward(gdl_module_child(self, "wte"), x));
+}
+static gdl_module *tie_model(void) {
+    gdl_module *m = gdl_nn_custom("TiedLM", tie_fwd, NULL, NULL);
+    if (!m || gdl_module_add_child(m, "wte", gdl_nn_embedding(5, 3)) < 0 ||
+        gdl_module_add_child(m, "lm_head", gdl_nn_linear(3, 5, 0)) < 0) {
+        gdl_module_free(m);
+        return NULL;
+    }
+    mha_fill(gdl_module_tensor(m, "wte.weight"), 0.37, 0.1, 0.5);
+    return m;
+}
+
+/* nanoGPT's lm_head.weight = wte.weight: one tensor, listed, counted and updated once; a step equal to
+   PyTorch's; saved once and loaded from either name or both; errors */
+TEST test_weight_tying(void) {
+    static const int32_t xv[6] = {1, 4, 2, 0, 3, 3}, yv[6] = {4, 2, 0, 3, 3, 1};
+    int64_t s2[2] = {2, 3}, s1[1] = {6};
+    const char *path = harness_tmp("test_nn_tied.safetensors");
+    const char *names[4];
+    gdl_module *m = tie_model(), *m2 = tie_model();
+    gdl_tensor *x = gdl_from_array(xv, 2, s2, GDL_I32, gdl_cpu()), *y = gdl_from_array(yv, 1, s1, GDL_I32, gdl_cpu());
+    gdl_tensor *w, *loss, *lg;
+    gdl_optimizer *opt = gdl_sgd_new(0.5, 0, 0, 0, 0);
+    gdl_st_file f;
+    int64_t s15[2] = {6, 5};
+    int i;
+    ASSERT(m && m2 && x && y && opt);
+    w = gdl_module_tensor(m, "wte.weight");
+    ASSERT_EQ(0, gdl_module_tie(m, "lm_head.weight", "wte.weight"));
+    ASSERT(gdl_module_tensor(m, "lm_head.weight") == w);
+    ASSERT_EQ(1, gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, NULL, 4));
+    ASSERT_STR_EQ("wte.weight", names[0]);
+    ASSERT_EQ(15, gdl_module_num_params(m));
+    ASSERT_EQ(0, gdl_optim_add_module(opt, m, 0));
+    ASSERT_EQ(1, gdl_optim_num_params(opt));
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_zero_grad(opt));
+    ASSERT_NOT_NULL(lg = gdl_reshape(gdl_forward(m, x), 2, s15));
+    ASSERT_NOT_NULL(loss = gdl_cross_entropy(lg, y));
+    ASSERT(fabs(gdl_item(loss) - tie_loss[0]) <= 1e-6);
+    ASSERT_EQ(0, gdl_backward(loss));
+    ASSERT_EQ(0, gdl_step(opt));
+    for (i = 0; i < 15; i++)
+        if (!(fabs(((float *)w->data)[i] - tie_w[i]) <= 1e-6)) FAILf("weight %d after the step: %.7g, PyTorch %.7g", i, ((float *)w->data)[i], tie_w[i]);
+    /* saved once, under the owner's name; loads back into a tied model */
+    ASSERT_EQ(0, gdl_save_model(m, path));
+    ASSERT_EQ(0, gdl_st_read(path, &f));
+    ASSERT_EQ(1, f.n);
+    ASSERT_STR_EQ("wte.weight", f.entries[0].name);
+    gdl_st_free(&f);
+    ASSERT_EQ(0, gdl_module_tie(m2, "lm_head.weight", "wte.weight"));
+    ASSERT_EQ(0, gdl_load_model(m2, path));
+    ASSERT_EQ(0, memcmp(w->data, gdl_module_tensor(m2, "lm_head.weight")->data, 60));
+    {   /* files with the other name only (PyTorch's save_model may keep it) or with both (torch's state_dict) */
+        static const char *const nm[2] = {"lm_head.weight", "wte.weight"};
+        gdl_st_tensor st[2];
+        int64_t ws[2] = {5, 3};
+        float vals[15];
+        for (i = 0; i < 15; i++) vals[i] = (float)i;
+        for (i = 0; i < 2; i++) {
+            st[i].name = nm[i];
+            st[i].dtype = "F32";
+            st[i].ndim = 2;
+            st[i].shape = ws;
+            st[i].data = vals;
+        }
+        ASSERT_EQ(0, gdl_st_write(path, 1, st, 0, NULL, NULL));
+        ASSERT_EQ(0, gdl_load_model(m2, path));
+        ASSERT_EQ(14.0f, ((float *)gdl_module_tensor(m2, "wte.weight")->data)[14]);
+        vals[14] = 7;
+        ASSERT_EQ(0, gdl_st_write(path, 2, st, 0, NULL, NULL));
+        ASSERT_EQ(0, gdl_load_model(m2, path));
+        ASSERT_EQ(7.0f, ((float *)gdl_module_tensor(m2, "wte.weight")->data)[14]);
+        ws[0] = 4; /* a wrong shape under the other name is refused */
+        ASSERT_EQ(0, gdl_st_write(path, 1, st, 0, NULL, NULL));
+        ASSERT_EQ(-1, gdl_load_model(m2, path));
+        ASSERT_CONTAINS(gdl_last_error(), "has shape [4,3] in the file but [5,3] in the model");
+    }
+    ASSERT_EQ(0, gdl_module_to(m2, gdl_cpu()));
+    ASSERT_EQ(-1, gdl_module_tie(m2, "lm_head.weight", "wte.weight"));
+    ASSERT_CONTAINS(gdl_last_error(), "\"lm_head.weight\" is already tied");
+    ASSERT_EQ(-1, gdl_module_tie(m2, "lm_head.bias", "wte.weight"));
+    ASSERT_CONTAINS(gdl_last_error(), "\"lm_head.bias\" is not a parameter of TiedLM");
+    ASSERT_EQ(-1, gdl_module_tie(m2, "nope.weight", "wte.weight"));
+    ASSERT_CONTAINS(gdl_last_error(), "no module \"nope\"");
+    {
+        gdl_module *a = gdl_nn_custom("Pair", tie_fwd, NULL, NULL);
+        ASSERT_NOT_NULL(a);
+        ASSERT_EQ(0, gdl_module_add_child(a, "wte", gdl_nn_embedding(5, 3)));
+        ASSERT_EQ(0, gdl_module_add_child(a, "lm_head", gdl_nn_linear(5, 3, 0)));
+        ASSERT_EQ(-1, gdl_module_tie(a, "lm_head.weight", "wte.weight"));
+        ASSERT_CONTAINS(gdl_last_error(), "differ in shape or device");
+        gdl_module_free(a);
+    }
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_module_free(m2);
+    gdl_free(x);
+    gdl_free(y);
+    gdl_arena_reset();
+    PASS();
+}
+
+SUITE(transformer) {
+    SET_SETUP(reset, NULL);
+    RUN_TEST(test_transformer_layer_pytorch);
+    RUN_TEST(test_transformer_encoder_pytorch);
+    RUN_TEST(test_transformer_errors);
+    RUN_TEST(test_positional_embeddings);
+    RUN_TEST(test_weight_tying);
+}
+
 HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
@@ -2428,6 +2799,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(convergence);
     RUN_SUITE(errors);
     RUN_SUITE(recurrent);
+    RUN_SUITE(transformer);
     gdl_free(sched_param);
     gdl_shutdown();
     HARNESS_MAIN_END();

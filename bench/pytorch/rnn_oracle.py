@@ -8,27 +8,11 @@ largest absolute difference per tensor and exits 1 when one exceeds 1e-5.
     cc -O2 bench/rnn_oracle.c -lm -lz -pthread -o build/rnn_oracle
     build/rnn_oracle build && python3 bench/pytorch/rnn_oracle.py build
 """
-import json
-import struct
 import sys
 
-import numpy as np
 import torch
 
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    data = blob[8 + n:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = e["data_offsets"]
-        out[name] = torch.from_numpy(np.frombuffer(data[a:b], dtype=np.float32).reshape(e["shape"]).copy())
-    return out
+from st_io import read_safetensors
 
 
 def check(kind, t, dtype):
@@ -72,7 +56,7 @@ def main():
     if len(sys.argv) != 2:
         print(__doc__)
         sys.exit(2)
-    t = read_safetensors(sys.argv[1] + "/rnn_oracle.safetensors")
+    t, _ = read_safetensors(sys.argv[1] + "/rnn_oracle.safetensors")
     bad = False
     for kind in ("lstm", "gru"):
         for dtype in (torch.float64, torch.float32):
