@@ -3002,6 +3002,29 @@ BlasHandle *blas_get(cublasHandle_t h) {
     return blas_handles.count(b) ? b : nullptr;
 }
 
+// Every GEMM call's start: counted, failed when gdl_emu_fail_cublas picked it (nothing runs) or when
+// the device has a sticky error. CUBLAS_STATUS_SUCCESS: go on.
+static cublasStatus_t blas_call_start() {
+    long num = ++n_cublas, fc = fail_cublas_at.load();
+    if (fc >= 0 && num == fc) { /* injected (gdl_emu_fail_cublas): nothing runs */
+        fail_cublas_at.store(-1);
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    return sticky_now() != cudaSuccess ? CUBLAS_STATUS_EXECUTION_FAILED : CUBLAS_STATUS_SUCCESS;
+}
+
+// blas_call_start for a cuBLAS handle h, which must be live and belong to the current device: *H.
+static cublasStatus_t blas_handle_call_start(const char *fn, cublasHandle_t h, BlasHandle **H) {
+    cublasStatus_t st;
+    if (!(*H = blas_get(h))) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if ((st = blas_call_start()) != CUBLAS_STATUS_SUCCESS) return st;
+    if (tl_dev != (*H)->dev) {
+        diag("%s: handle made on cuda:%d used while cuda:%d is current", fn, (*H)->dev, tl_dev);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 // A library call on a capturing stream that would allocate device memory
 // (cuBLAS's default workspace pool, a handle's creation): cudaMalloc
 // during a capture not in relaxed mode invalidates it (cudaMallocAsync, where the library uses
@@ -3274,18 +3297,9 @@ cublasStatus_t gemm_common(const char *fn, cublasHandle_t h, cublasOperation_t t
                            long long sB, const float *beta, void *C, int ldc, long long sC, int batch, int elem = 0,
                            bool c32 = false) {
     size_t es = elem ? 2 : sizeof(float), ces = elem && !c32 ? 2 : sizeof(float);
-    BlasHandle *H = blas_get(h);
-    if (!H) return CUBLAS_STATUS_NOT_INITIALIZED;
-    long num = ++n_cublas, fc = fail_cublas_at.load();
-    if (fc >= 0 && num == fc) { /* injected (gdl_emu_fail_cublas): nothing runs */
-        fail_cublas_at.store(-1);
-        return CUBLAS_STATUS_EXECUTION_FAILED;
-    }
-    if (sticky_now() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
-    if (tl_dev != H->dev) {
-        diag("%s: handle made on cuda:%d used while cuda:%d is current", fn, H->dev, tl_dev);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
+    BlasHandle *H;
+    cublasStatus_t st0 = blas_handle_call_start(fn, h, &H);
+    if (st0 != CUBLAS_STATUS_SUCCESS) return st0;
     bool TA = ta != CUBLAS_OP_N, TB = tb != CUBLAS_OP_N;
     int ar = TA ? k : m, ac = TA ? m : k, br = TB ? n : k, bc = TB ? k : n;
     if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
@@ -3484,18 +3498,9 @@ static cublasStatus_t igemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOpe
                         const void *alpha, const void *A, int lda, const void *B, int ldb, const void *beta, void *C,
                         int ldc) {
     const char *fn = "cublasGemmEx (CUDA_R_8I)";
-    BlasHandle *H = blas_get(h);
-    if (!H) return CUBLAS_STATUS_NOT_INITIALIZED;
-    long num = ++n_cublas, fc = fail_cublas_at.load();
-    if (fc >= 0 && num == fc) { /* injected (gdl_emu_fail_cublas): nothing runs */
-        fail_cublas_at.store(-1);
-        return CUBLAS_STATUS_EXECUTION_FAILED;
-    }
-    if (sticky_now() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
-    if (tl_dev != H->dev) {
-        diag("%s: handle made on cuda:%d used while cuda:%d is current", fn, H->dev, tl_dev);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
+    BlasHandle *H;
+    cublasStatus_t st0 = blas_handle_call_start(fn, h, &H);
+    if (st0 != CUBLAS_STATUS_SUCCESS) return st0;
     bool TA = ta != CUBLAS_OP_N, TB = tb != CUBLAS_OP_N;
     int ar = TA ? k : m, ac = TA ? m : k, br = TB ? n : k, bc = TB ? k : n;
     if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) || m < 0 || n < 0 ||
@@ -3905,12 +3910,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
              (unsigned long long)algo->data[5]);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    long num = ++n_cublas, fc = fail_cublas_at.load();
-    if (fc >= 0 && num == fc) { /* injected (gdl_emu_fail_cublas): nothing runs */
-        fail_cublas_at.store(-1);
-        return CUBLAS_STATUS_EXECUTION_FAILED;
-    }
-    if (sticky_now() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+    cublasStatus_t st0 = blas_call_start();
+    if (st0 != CUBLAS_STATUS_SUCCESS) return st0;
     if (!alpha || !beta) {
         diag("%s: alpha or beta is NULL", fn);
         return CUBLAS_STATUS_INVALID_VALUE;
