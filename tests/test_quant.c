@@ -909,10 +909,11 @@ static double sigm(double v) { return 1 / (1 + exp(-v)); }
    quantized step can be: a projection's error is at most sum_k |x_k| sw/2 + |w_k| e + e sw/2, with sw the
    row's weight scale (rounding: half a step) and e a whole activation step of its input (the nudged zero
    point can move the grid by half a step); sigmoid moves at most 1/4 and tanh 1 per unit; an LSTM's cell
-   state, not seen, carries its error (ec) on. Fills ref [B, T, D*H] (this direction's columns) and bound. */
+   state, not seen, carries its error (ec) on. h0, c0: the initial states [D, B, H] (exact), or NULL: zeros.
+   Fills ref [B, T, D*H] (this direction's columns) and bound. */
 static void rnn_ref_dir(int lstm, int dir, int D, int B, int T, int I, int H, const float *x, const gdl_real *Wih,
                         const gdl_real *Whh, const gdl_real *bih, const gdl_real *bhh, int per_channel, int qmax,
-                        const gdl_real *tf, double *ref, double *bound) {
+                        const gdl_real *tf, const gdl_real *h0, const gdl_real *c0, double *ref, double *bound) {
     const int G = lstm ? 4 : 3;
     double *h = calloc((size_t)B * H, sizeof(double)), *c = calloc((size_t)B * H, sizeof(double));
     double *eh = calloc((size_t)B * H, sizeof(double)), *ec = calloc((size_t)B * H, sizeof(double));
@@ -923,6 +924,10 @@ static void rnn_ref_dir(int lstm, int dir, int D, int B, int T, int I, int H, co
     double *neh = malloc(sizeof(double) * B * H), *nec = malloc(sizeof(double) * B * H);
     double lo = 0, hi = 0, sx;
     int n, k, b, st, j, w;
+    for (k = 0; k < B * H; k++) {
+        h[k] = h0 ? (double)h0[dir * B * H + k] : 0;
+        c[k] = c0 ? (double)c0[dir * B * H + k] : 0;
+    }
     for (w = 0; w < 2; w++) { /* the weight scales, as the observers take them */
         const gdl_real *W = w ? Whh : Wih;
         const int K = w ? H : I;
@@ -1012,8 +1017,9 @@ static enum harness_result rnn_bound_case(int lstm, int bias, int per_channel, i
     double *ref = malloc(sizeof(double) * B * T * D * H), *bnd = malloc(sizeof(double) * B * T * D * H);
     double *fl = malloc(sizeof(double) * B * T * D * H);
     float *xf = malloc(sizeof(float) * B * T * I);
-    double maxerr = 0, maxbound = 0, maxq = 0;
-    int i, d;
+    double maxerr = 0, maxbound = 0, maxq = 0, steperr = 0, stepbound = 0;
+    const gdl_real *w[2][4];
+    int i, d, t;
     ASSERT(m && x && ref && bnd && xf && fl);
     qc.per_channel = per_channel;
     qc.reduce_range = reduce_range;
@@ -1029,14 +1035,15 @@ static enum harness_result rnn_bound_case(int lstm, int bias, int per_channel, i
     ASSERT_NULL(yq->node);
     for (d = 0; d < D; d++) {
         char n[4][32];
-        const gdl_real *w[4];
         snprintf(n[0], 32, "weight_ih_l0%s", d ? "_reverse" : "");
         snprintf(n[1], 32, "weight_hh_l0%s", d ? "_reverse" : "");
         snprintf(n[2], 32, "bias_ih_l0%s", d ? "_reverse" : "");
         snprintf(n[3], 32, "bias_hh_l0%s", d ? "_reverse" : "");
-        for (i = 0; i < 4; i++) w[i] = i < 2 || bias ? R(gdl_module_tensor(m, n[i])) : NULL;
-        rnn_ref_dir(lstm, d, D, B, T, I, H, xf, w[0], w[1], w[2], w[3], per_channel, qmax, NULL, fl, bnd);
-        rnn_ref_dir(lstm, d, D, B, T, I, H, xf, w[0], w[1], w[2], w[3], per_channel, qmax, R(yq), ref, bnd);
+        for (i = 0; i < 4; i++) w[d][i] = i < 2 || bias ? R(gdl_module_tensor(m, n[i])) : NULL;
+        rnn_ref_dir(lstm, d, D, B, T, I, H, xf, w[d][0], w[d][1], w[d][2], w[d][3], per_channel, qmax, NULL, NULL,
+                    NULL, fl, bnd);
+        rnn_ref_dir(lstm, d, D, B, T, I, H, xf, w[d][0], w[d][1], w[d][2], w[d][3], per_channel, qmax, R(yq), NULL,
+                    NULL, ref, bnd);
     }
     for (i = 0; i < B * T * D * H; i++) {
         const double e = fabs((double)R(yq)[i] - ref[i]);
@@ -1052,6 +1059,34 @@ static enum harness_result rnn_bound_case(int lstm, int bias, int per_channel, i
     printf("\n  %s bias %d per_channel %d reduce_range %d: max |int8 - f32| %.3g over the sequence; a step from the "
            "int8 state: max error %.3g, largest bound %.3g", lstm ? "LSTM" : "GRU", bias, per_channel, reduce_range, maxq,
            maxerr, maxbound);
+    /* step by step (T = 1, the states passed on): each step checked from the quantized states, the cell state
+       included, within one step's bound */
+    if (lstm) {
+        gdl_tensor *hs = NULL, *cs = NULL, *xt, *o, *hn, *cn;
+        float *xs = malloc(sizeof(float) * B * I);
+        ASSERT_NOT_NULL(xs);
+        for (t = 0; t < T; t++) {
+            for (i = 0; i < B * I; i++) xs[i] = xf[(i / I) * T * I + t * I + i % I];
+            ASSERT_NOT_NULL(xt = gdl_from_array(xs, 3, (int64_t[]){B, 1, I}, GDL_F32, CPU));
+            ASSERT_EQ(0, gdl_nn_lstm_forward(q, xt, hs, cs, &o, &hn, &cn));
+            for (d = 0; d < D; d++)
+                rnn_ref_dir(1, d, D, B, 1, I, H, xs, w[d][0], w[d][1], w[d][2], w[d][3], per_channel, qmax, NULL,
+                            hs ? R(hs) : NULL, cs ? R(cs) : NULL, ref, bnd);
+            for (i = 0; i < B * D * H; i++) {
+                const double e = fabs((double)R(o)[i] - ref[i]);
+                if (!(e <= bnd[i] + 1e-5))
+                    FAILf("LSTM step %d: out[%d] = %.6g, float %.6g: off by %.3g > bound %.3g", t, i, (double)R(o)[i],
+                          ref[i], e, bnd[i]);
+                steperr = e > steperr ? e : steperr;
+                stepbound = bnd[i] > stepbound ? bnd[i] : stepbound;
+            }
+            gdl_free(xt);
+            hs = hn;
+            cs = cn;
+        }
+        free(xs);
+        printf("; step by step: max error %.3g, largest bound %.3g", steperr, stepbound);
+    }
     gdl_module_free(m), gdl_module_free(q);
     gdl_free(x);
     free(ref), free(bnd), free(xf), free(fl);
