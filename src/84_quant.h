@@ -114,6 +114,7 @@ static const gdl_real *gdl__q_host(const char *op, const gdl_tensor *t, gdl_real
     const size_t bytes = sizeof(gdl_real) * (size_t)t->numel;
     *tmp = NULL;
     if (t->device.type == GDL_DEVICE_CPU) return (const gdl_real *)t->data;
+    if (gdl__no_capture(op, t->device) < 0) return NULL; /* a captured step cannot read the device */
     if (!(*tmp = (gdl_real *)GPUDL_MALLOC(bytes + 1))) {
         gdl__set_error("%s: out of memory (host)", op);
         return NULL;
@@ -161,7 +162,8 @@ static int gdl__qobs_add(const char *what, gdl__qobs *o, const gdl_tensor *t) {
     const gdl_backend *be;
     float mm[3], bl, bh;
     if (t->numel <= 0) return 0;
-    if (!(be = gdl__be("gdl_forward", t->device)) || be->qminmax(t->numel, (const gdl_real *)t->data, mm) < 0)
+    if (gdl__no_capture("gdl_forward", t->device) < 0 || !(be = gdl__be("gdl_forward", t->device)) ||
+        be->qminmax(t->numel, (const gdl_real *)t->data, mm) < 0)
         return -1;
     bl = mm[0];
     bh = mm[1];

@@ -4185,7 +4185,10 @@ TEST q8_flows_on_gpu(void) {
     ASSERT_NOT_NULL(xg = gdl_to(x, GPU));
     fo.epochs = 1;
     fo.verbose = 0;
-    fo.cuda_graph = 0; /* QAT's fake quantization reads the device: its steps run eagerly */
+    /* fo.cuda_graph stays 1: QAT reads the device (observers, fake quantization), so gdl_fit's capture of a
+       step fails cleanly and the steps run eagerly, saying so on the log */
+    ASSERT_NOT_NULL(fo.log = tmpfile());
+    fo.verbose = 1;
     for (qat = 0; qat < 2; qat++) {
         ASSERT_NOT_NULL(prc = qat ? gdl_quant_prepare_qat(mc, NULL) : gdl_quant_prepare(mc, NULL));
         ASSERT_NOT_NULL(prg = qat ? gdl_quant_prepare_qat(mg, NULL) : gdl_quant_prepare(mg, NULL));
@@ -4216,6 +4219,15 @@ TEST q8_flows_on_gpu(void) {
             ASSERT_EQ(0, gdl_optim_add_module(og, prg, 0));
             ASSERT_EQ(0, gdl_fit(prc, lc, oc, &fo, NULL));
             ASSERT_EQ(0, gdl_fit(prg, lg, og, &fo, NULL));
+            {
+                char logbuf[8192];
+                size_t nr;
+                rewind(fo.log);
+                nr = fread(logbuf, 1, sizeof logbuf - 1, fo.log);
+                logbuf[nr] = 0;
+                ASSERT_CONTAINS(logbuf, "the step runs eagerly, not as a CUDA graph");
+                ASSERT_CONTAINS(logbuf, "inside a CUDA graph capture");
+            }
             ASSERT_EQ(0, gdl_quant_freeze_observers(prc, 1));
             ASSERT_EQ(0, gdl_quant_freeze_observers(prg, 1));
             ASSERT_EQ(0, gdl_fit(prc, lc, oc, &fo, NULL));
@@ -4268,6 +4280,7 @@ TEST q8_flows_on_gpu(void) {
     printf("\n");
     remove(pc);
     remove(pg);
+    fclose(fo.log);
     gdl_free(x), gdl_free(xg);
     gdl_loader_free(lc), gdl_loader_free(lg);
     gdl_dataset_free(ds);
