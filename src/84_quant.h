@@ -1471,6 +1471,42 @@ static int gdl__qload_refresh(gdl_module *m) {
     return 0;
 }
 
+/* One slot's values from the file (src; NULL for a derived layer) into the model: a weight with its new pack
+   (fresh, which gives its arrays up), the other arrays and tensors converted. 0 / -1. */
+static int gdl__qload_commit(const char *op, gdl__qslot *e, gdl__qlayer *fresh, const unsigned char *src) {
+    int64_t k;
+    int rc = 0;
+    if (e->derived) { /* the new arrays replace the old ones */
+        gdl__qlayer *q = e->q;
+        GPUDL_FREE(q->w);
+        GPUDL_FREE(q->w_scale);
+        GPUDL_FREE(q->w_zp);
+        gdl__qpack_free(&q->pack);
+        q->w = fresh->w;
+        q->w_scale = fresh->w_scale;
+        q->w_zp = fresh->w_zp;
+        q->pack = fresh->pack;
+        memset(fresh, 0, sizeof *fresh);
+    } else if (e->q) {
+        memcpy(e->raw, src, (size_t)e->numel);
+        gdl__qpack_free(&e->q->pack);
+        e->q->pack = fresh->pack;
+        memset(&fresh->pack, 0, sizeof fresh->pack);
+    } else if (!strcmp(e->dtype, "I32")) {
+        for (k = 0; k < e->numel; k++) ((int32_t *)e->raw)[k] = (int32_t)gdl__q_le32(src + 4 * k);
+    } else if (e->raw) {
+        for (k = 0; k < e->numel; k++) {
+            const uint32_t u = gdl__q_le32(src + 4 * k);
+            memcpy((float *)e->raw + k, &u, 4);
+        }
+    } else { /* a parameter or buffer, on its device */
+        gdl_real *w = gdl__qload_reals(op, src, e->numel);
+        rc = w ? gdl__copy_bytes(op, e->t->data, e->t->device, w, gdl_cpu(), sizeof(gdl_real) * (size_t)e->numel) : -1;
+        GPUDL_FREE(w);
+    }
+    return rc;
+}
+
 GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
     const char *op = "gdl_quant_load";
     gdl__qlist L;
@@ -1508,45 +1544,9 @@ GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
                 GPUDL_FREE(w);
             }
         }
-        for (i = 0; i < L.n && rc == 0; i++) {
-            gdl__qslot *e = &L.s[i];
-            const unsigned char *src = e->derived ? NULL : f.data + gdl_st_find(&f, e->name)->begin;
-            int64_t k;
-            if (e->derived) { /* the new arrays replace the old ones */
-                gdl__qlayer *q = e->q, *nw = &fresh[i];
-                GPUDL_FREE(q->w);
-                GPUDL_FREE(q->w_scale);
-                GPUDL_FREE(q->w_zp);
-                gdl__qpack_free(&q->pack);
-                q->w = nw->w;
-                q->w_scale = nw->w_scale;
-                q->w_zp = nw->w_zp;
-                q->pack = nw->pack;
-                memset(nw, 0, sizeof *nw);
-            } else if (e->q) {
-                memcpy(e->raw, src, (size_t)e->numel);
-                gdl__qpack_free(&e->q->pack);
-                e->q->pack = fresh[i].pack;
-                memset(&fresh[i].pack, 0, sizeof fresh[i].pack);
-            } else if (!strcmp(e->dtype, "I32")) {
-                for (k = 0; k < e->numel; k++) ((int32_t *)e->raw)[k] = (int32_t)gdl__q_le32(src + 4 * k);
-            } else if (e->raw) {
-                for (k = 0; k < e->numel; k++) {
-                    const uint32_t u = gdl__q_le32(src + 4 * k);
-                    memcpy((float *)e->raw + k, &u, 4);
-                }
-            } else if (e->t->device.type == GDL_DEVICE_CPU) {
-                gdl_real *w = gdl__qload_reals(op, src, e->numel);
-                if (!w) rc = -1;
-                else memcpy(e->t->data, w, sizeof(gdl_real) * (size_t)e->numel);
-                GPUDL_FREE(w);
-            } else { /* a parameter on a device: through the host */
-                gdl_real *w = gdl__qload_reals(op, src, e->numel);
-                rc = w ? gdl__copy_bytes(op, e->t->data, e->t->device, w, gdl_cpu(), sizeof(gdl_real) * (size_t)e->numel)
-                       : -1;
-                GPUDL_FREE(w);
-            }
-        }
+        for (i = 0; i < L.n && rc == 0; i++)
+            rc = gdl__qload_commit(op, &L.s[i], &fresh[i],
+                                   L.s[i].derived ? NULL : f.data + gdl_st_find(&f, L.s[i].name)->begin);
     }
     if (rc == 0) rc = gdl__qload_refresh(m); /* the copies of the layers on a device: new ones */
     if (fresh)
