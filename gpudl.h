@@ -2273,9 +2273,10 @@ GPUDL_API int gdl_profile_trace(const char *path);
        gdl_module_summary(q, 2, (int64_t[]){1, 784}, stdout); // with its size
        gdl_quant_save(q, "mlp_int8.safetensors");
    returns a copy of the model with every Linear replaced by a
-   DynamicQuantizedLinear (the other modules copied as they are), as
-   quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8) with
-   per_channel_dynamic_qconfig on the x86 engine (fbgemm):
+   DynamicQuantizedLinear and every LSTM / GRU by a DynamicQuantizedLSTM /
+   DynamicQuantizedGRU (the other modules copied as they are), as
+   quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)
+   with per_channel_dynamic_qconfig on the x86 engine (fbgemm):
    * weights int8 [-128, 127], symmetric (zero point 0), per output channel:
      scale = max(|min(w, 0)|, max(w, 0)) / 127.5, at least FLT_EPSILON
      (PyTorch's per_channel_symmetric observer), q = round-half-even(w *
@@ -2293,11 +2294,26 @@ GPUDL_API int gdl_profile_trace(const char *path);
      in f32.
    No gradient flows through a quantized module (as PyTorch's): the output is
    a temporary without a tape node. Quantized modules are made from a model
-   on the CPU (a model on a GPU is refused: move it with gdl_module_to
-   first) and then run where gdl_module_to puts them: on CUDA the same
-   integer arithmetic and f32 epilogue give the CPU's outputs bit for bit
-   (cuBLAS's int8 GEMM where the shapes are multiples of 4, a tiled kernel
-   otherwise). Saving and loading take a model on the CPU.
+   on any device (the weights are quantized in host memory) and run where
+   the model is, or where gdl_module_to puts them: on CUDA the same integer
+   arithmetic and f32 epilogue give the CPU's outputs bit for bit (cuBLAS's
+   int8 GEMM where the shapes are multiples of 4, a tiled kernel otherwise).
+   Saving and loading take a model on any device.
+
+   DynamicQuantizedLSTM / GRU (torch.ao.nn.quantized.dynamic.LSTM / GRU):
+   per layer and direction the input and hidden projections are dynamic
+   quantized Linears (children "ih_l0", "hh_l0", "ih_l0_reverse"..., with
+   the biases b_ih and b_hh), the gates f32 (gdl_lstm_gates, gdl_gru_gates).
+   As PyTorch's CPU path, the input projection quantizes a layer's whole
+   input sequence at once (one activation scale for all its time steps),
+   the hidden projection each step's h; the weights follow gdl_qconfig as
+   the Linears' (per output channel by default: PyTorch's own default for
+   quantize_dynamic, default_dynamic_qconfig, is per tensor: per_channel =
+   0), activations 7-bit (PyTorch passes reduce_range to its LSTM cells).
+   gdl_forward gives the output, gdl_nn_lstm_forward / gdl_nn_gru_forward
+   the states too; the input must be f32 (batch_first, bidirectional,
+   layers and unbatched inputs as nn.LSTM's). Unlike PyTorch's, bias=False
+   is taken too.
 
    Files: gdl_quant_save writes every tensor of a quantized model to
    safetensors with names that say what they are:
@@ -2306,7 +2322,14 @@ GPUDL_API int gdl_profile_trace(const char *path);
        "0.bias" F32 [out]; for static layers also "0.input_scale" F32 [1],
        "0.input_zero_point" I32 [1], "0.output_scale", "0.output_zero_point"
    and the other modules' parameters and buffers as F32 under their usual
-   names; metadata "gpudl.quantized" = "int8". gdl_quant_load reads such
+   names; metadata "gpudl.quantized" = "int8". A tied weight
+   (gdl_module_tie) is quantized and stored once: a parameter tied to
+   another is written under its owner's name only (as gdl_save_model does);
+   quantized layers made from one weight share one int8 copy, stored with
+   the first; a quantized layer whose weight is tied to a float parameter
+   that the model keeps (nanoGPT's lm_head tied to the token embedding) stores
+   no int8 weight: the file holds the float values once, and loading
+   quantizes them again, so the layer loads back tied. gdl_quant_load reads such
    a file into a quantized model of the same structure (strictly: names,
    dtypes and shapes), so: build the float model, gdl_quantize_dynamic it,
    gdl_quant_load the file (for static models: prepare, calibrate on any
@@ -2384,6 +2407,12 @@ GPUDL_API int gdl_profile_trace(const char *path);
    convolution is folded at prepare_qat, with its running statistics, and
    training goes on without it.
 
+   A model on a GPU is prepared, calibrated (the loader's batches on its
+   device), trained and converted where it is: the observers take the min
+   and max there, the histogram and fake quantization's values and mask are
+   computed from host copies (correct, equal to the CPU's, not fast), the
+   converted layers are placed on the model's device.
+
    The int8 GEMM
    -------------
    gdl_gemm_u8s8_cpu: C[M,N] (int32) = A[M,K] (u8) * B[N,K]^T (s8), exact, on
@@ -2428,7 +2457,7 @@ GPUDL_API gdl_module *gdl_quant_prepare_qat(gdl_module *m, const gdl_qconfig *qc
 /* on 1: the observers of every observed layer of m stop updating; 0: they update again. 0 / -1. */
 GPUDL_API int gdl_quant_freeze_observers(gdl_module *m, int on);
 /* y = (clamp(round(x / scale) + zero_point, qmin, qmax) - zero_point) * scale, differentiable with the clipped
-   straight-through estimator. x f32 on the CPU. NULL + error. */
+   straight-through estimator. x f32 on any device. NULL + error. */
 GPUDL_API gdl_tensor *gdl_fake_quantize(gdl_tensor *x, float scale, int32_t zero_point, int qmin, int qmax);
 /* 1 when m or one of its descendants is a quantized module, 0 if not (or NULL). */
 GPUDL_API int gdl_module_is_quantized(const gdl_module *m);
@@ -18760,9 +18789,13 @@ static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name) {
 /* [impl-nn] The recurrent modules: nn.LSTM and nn.GRU (gdl_nn_lstm, gdl_nn_gru and their forwards).
    Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in),
    then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates).
-   Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy. */
+   Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy.
+   gdl_quantize_dynamic's copies (DynamicQuantizedLSTM / GRU, [impl-quant]) run here too: flagged
+   GDL__RNN_QUANT, they hold no parameters but, per layer and direction, the two projections as int8
+   children (ih, hh), which take the place of the two gdl_linear calls. */
 
-enum { GDL__RNN_IN, GDL__RNN_H, GDL__RNN_LAYERS, GDL__RNN_BIAS, GDL__RNN_BATCH_FIRST, GDL__RNN_BIDIR, GDL__RNN_G };
+enum { GDL__RNN_IN, GDL__RNN_H, GDL__RNN_LAYERS, GDL__RNN_BIAS, GDL__RNN_BATCH_FIRST, GDL__RNN_BIDIR, GDL__RNN_G,
+       GDL__RNN_QUANT };
 
 static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, int G, int64_t input_size,
                                int64_t hidden_size, int num_layers, int bias, int batch_first, double dropout,
@@ -18863,9 +18896,10 @@ static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor
     const int lstm = m->kind == GDL__M_LSTM, bias = (int)m->ia[GDL__RNN_BIAS];
     const int D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, per = bias ? 4 : 2, base = (layer * D + dir) * per;
     const int64_t T = xs->shape[0];
+    gdl_module *const *q = m->ia[GDL__RNN_QUANT] ? m->child + 2 * (layer * D + dir) : NULL; /* ih, hh */
     gdl_tensor *w_ih = gdl__nn_param(m, base), *w_hh = gdl__nn_param(m, base + 1);
     gdl_tensor *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL, *b_hh = bias ? gdl__nn_param(m, base + 3) : NULL;
-    gdl_tensor *gx = gdl_linear(xs, w_ih, b_ih), **outs;
+    gdl_tensor *gx = q ? gdl_forward(q[0], xs) : gdl_linear(xs, w_ih, b_ih), **outs;
     int64_t s;
     if (!gx) return NULL;
     if (!(outs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)T))) {
@@ -18874,7 +18908,7 @@ static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor
     }
     for (s = 0; s < T; s++) {
         int64_t t = dir ? T - 1 - s : s;
-        gdl_tensor *gh = gdl_linear(*h, w_hh, b_hh), *gxt = gdl_select(gx, 0, t);
+        gdl_tensor *gh = q ? gdl_forward(q[1], *h) : gdl_linear(*h, w_hh, b_hh), *gxt = gdl_select(gx, 0, t);
         if (!gh || !gxt) return NULL;
         if (lstm) {
             gdl_tensor *hc = gdl_lstm_gates(gxt, gh, *c);
@@ -18928,7 +18962,7 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
                                gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn) {
     int unbatched, rc;
     int64_t B, shape[3];
-    gdl_tensor *w;
+    gdl_device dev;
     if (out) *out = NULL;
     if (hn) *hn = NULL;
     if (cn) *cn = NULL;
@@ -18941,7 +18975,7 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
         return -1;
     }
     if (gdl__check_in(op, "input", x, 0) < 0) return -1;
-    w = gdl__nn_param(m, 0);
+    dev = gdl_module_device(m);
     if ((x->ndim != 2 && x->ndim != 3) || x->shape[x->ndim - 1] != m->ia[GDL__RNN_IN] || x->shape[0] == 0 ||
         (x->ndim == 3 && x->shape[1] == 0)) {
         char cfg[200];
@@ -18951,9 +18985,14 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
                        (long long)m->ia[GDL__RNN_IN], gdl_shape_str(x));
         return -1;
     }
-    if (!gdl_device_equal(x->device, w->device)) {
+    if (!gdl_device_equal(x->device, dev)) {
         gdl__set_error("%s: %s: input %s is on %s but the parameters are on %s (gdl_module_to)", op, gdl__nn_label(m),
-                       gdl_shape_str(x), gdl_device_str(x->device), gdl_device_str(w->device));
+                       gdl_shape_str(x), gdl_device_str(x->device), gdl_device_str(dev));
+        return -1;
+    }
+    if (m->ia[GDL__RNN_QUANT] && x->dtype != GDL_F32) {
+        gdl__set_error("%s: %s (dtype=qint8): expected an f32 input, got %s %s", op, gdl__nn_label(m),
+                       gdl_dtype_name(x->dtype), gdl_shape_str(x));
         return -1;
     }
     unbatched = x->ndim == 2;
@@ -21061,10 +21100,11 @@ GPUDL_API void gdl_scheduler_free(gdl_scheduler *s) {
 
 /* ---------------------------------------------------------------------------
    [impl-quant]  Quantized modules ([api-quant]): dynamic quantization of
-   Linear, static post-training quantization of Linear and Conv2d (observers,
-   prepare / calibrate / convert), model copies, sizes, safetensors files.
-   Front end on the CPU: the layers quantize, call the int8 GEMM of
-   [impl-gemm-int8] and dequantize on host memory.
+   Linear, LSTM and GRU, static post-training quantization of Linear and
+   Conv2d (observers, prepare / calibrate / convert), QAT, model copies (weight
+   tying kept), sizes, safetensors files. The layers run on the backend
+   entries of their device (quantize, qgemm, qepilogue...); weights are
+   quantized, and files read and written, in host memory.
    ------------------------------------------------------------------------- */
 
 /* ---- tensors: quantize_per_tensor (quint8) and dequantize, on any device ---- */
@@ -21167,6 +21207,26 @@ static void gdl__qparams_affine(float lo, float hi, int qmin, int qmax, float *s
     *z = r < (float)qmin ? qmin : r > (float)qmax ? qmax : (int32_t)r;
 }
 
+/* t's values (f32) in host memory: t->data on the CPU, else a copy in *tmp, which the caller frees. NULL +
+   error. (The observers' histograms, fake quantization, folding and the files work on host values; a model on a
+   GPU has them copied.) */
+static const gdl_real *gdl__q_host(const char *op, const gdl_tensor *t, gdl_real **tmp) {
+    const size_t bytes = sizeof(gdl_real) * (size_t)t->numel;
+    *tmp = NULL;
+    if (t->device.type == GDL_DEVICE_CPU) return (const gdl_real *)t->data;
+    if (gdl__no_capture(op, t->device) < 0) return NULL; /* a captured step cannot read the device */
+    if (!(*tmp = (gdl_real *)GPUDL_MALLOC(bytes + 1))) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return NULL;
+    }
+    if (gdl__copy_bytes(op, *tmp, gdl_cpu(), t->data, t->device, bytes) < 0) {
+        GPUDL_FREE(*tmp);
+        *tmp = NULL;
+        return NULL;
+    }
+    return *tmp;
+}
+
 /* ---- observers (activations, per tensor) ---- */
 
 #define GDL__QHIST_BINS 2048
@@ -21196,14 +21256,18 @@ static void gdl__qobs_rebin(gdl__qobs *o, float lo, float hi) {
     o->hi = hi;
 }
 
-/* One batch of values. 0 / -1 (NaN or inf: no range can be taken from them). */
-static int gdl__qobs_add(const char *what, gdl__qobs *o, const gdl_real *x, int64_t n) {
-    float bl = 0, bh = 0;
-    int64_t i;
-    int bad = 0;
-    if (n <= 0) return 0;
-    bad = gdl__q_minmax(x, n, &bl, &bh);
-    if (bad || isinf(bl) || isinf(bh)) {
+/* One batch: the values of f32 tensor t, on any device (its min and max from the backend's qminmax, exact
+   there as here). 0 / -1 (NaN or inf: no range can be taken from them). */
+static int gdl__qobs_add(const char *what, gdl__qobs *o, const gdl_tensor *t) {
+    const gdl_backend *be;
+    float mm[3], bl, bh;
+    if (t->numel <= 0) return 0;
+    if (gdl__no_capture("gdl_forward", t->device) < 0 || !(be = gdl__be("gdl_forward", t->device)) ||
+        be->qminmax(t->numel, (const gdl_real *)t->data, mm) < 0)
+        return -1;
+    bl = mm[0];
+    bh = mm[1];
+    if (mm[2] != 0 || isinf(bl) || isinf(bh)) {
         gdl__set_error("gdl_forward: %s: the observed tensor holds NaN or inf", what);
         return -1;
     }
@@ -21214,11 +21278,15 @@ static int gdl__qobs_add(const char *what, gdl__qobs *o, const gdl_real *x, int6
         if (o->batches == 0 || bl < o->lo) o->lo = bl;
         if (o->batches == 0 || bh > o->hi) o->hi = bh;
     } else {
+        gdl_real *tmp;
+        const gdl_real *x;
         double w;
+        int64_t i;
         if (!o->hist && !(o->hist = (double *)GPUDL_MALLOC(sizeof(double) * GDL__QHIST_BINS))) {
             gdl__set_error("gdl_forward: %s: out of memory", what);
             return -1;
         }
+        if (!(x = gdl__q_host("gdl_forward", t, &tmp))) return -1;
         if (o->batches == 0) {
             memset(o->hist, 0, sizeof(double) * GDL__QHIST_BINS);
             o->lo = bl;
@@ -21227,10 +21295,11 @@ static int gdl__qobs_add(const char *what, gdl__qobs *o, const gdl_real *x, int6
             gdl__qobs_rebin(o, bl < o->lo ? bl : o->lo, bh > o->hi ? bh : o->hi);
         }
         w = ((double)o->hi - o->lo) / GDL__QHIST_BINS;
-        for (i = 0; i < n; i++) {
+        for (i = 0; i < t->numel; i++) {
             int b = (int)(((double)x[i] - o->lo) / w);
             o->hist[b < 0 ? 0 : b >= GDL__QHIST_BINS ? GDL__QHIST_BINS - 1 : b] += 1;
         }
+        GPUDL_FREE(tmp);
     }
     o->batches++;
     return 0;
@@ -21270,6 +21339,9 @@ typedef struct gdl__qlayer {
     float in_scale, out_scale;   /* static: the activations' parameters */
     int32_t in_zp, out_zp;
     gdl__qpack pack;       /* w packed for the GEMM, with its row sums */
+    /* weight tying (gdl_module_tie), at most one of: */
+    struct gdl__qlayer *wown;  /* another layer whose w, w_scale, w_zp and pack this one uses (its own are NULL) */
+    gdl_tensor *wfloat;        /* the model's f32 parameter that w is quantized from: stored in files, not w */
     gdl_device dev;        /* where it runs (gdl_module_to); not the CPU: the copies there */
     void *d_qw;            /* the backend's qweight_new */
     int32_t *d_colsum;
@@ -21290,6 +21362,8 @@ static void gdl__qlayer_free(void *p) {
 }
 
 static int64_t gdl__qlayer_nscale(const gdl__qlayer *q) { return q->per_channel ? q->out : 1; }
+/* the layer holding q's int8 weight (q itself unless it shares another's) */
+static const gdl__qlayer *gdl__qlayer_wsrc(const gdl__qlayer *q) { return q->wown ? q->wown : q; }
 static int gdl__qlayer_qmax(const gdl__qlayer *q) { return q->reduce_range ? 127 : 255; }
 
 /* Symmetric int8 weights from an f32 [out][in] (PyTorch's (per_channel_)symmetric MinMax observer): the
@@ -21328,19 +21402,22 @@ static const char *gdl__qlayer_kind(const gdl__qlayer *q) {
     return q->relu ? "QuantizedLinearReLU" : "QuantizedLinear";
 }
 
-/* A quantized layer from a Linear or Conv2d's module configuration (ia), its f32 weight and bias (CPU), and
-   for a static layer the activations' parameters. */
+static int gdl__qlayer_to_dev(gdl__qlayer *q, gdl_device dev);
+
+/* A quantized layer from a Linear or Conv2d's module configuration (ia), its f32 weight and bias, and for a
+   static layer the activations' parameters. It is made in host memory and placed on W's device. */
 static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, int conv, int relu, const int64_t *ia,
                                    const gdl_tensor *W, const gdl_tensor *b, const gdl_qconfig *qc,
                                    const float *act_s, const int32_t *act_z) {
     gdl__qlayer *q;
     gdl_module *m;
+    gdl_real *tw = NULL, *tb = NULL;
+    const gdl_real *wh, *bh = NULL;
     int64_t i;
-    if (W->device.type != GDL_DEVICE_CPU || W->dtype != GDL_F32 ||
-        (b && (b->device.type != GDL_DEVICE_CPU || b->dtype != GDL_F32))) {
-        gdl__set_error("%s: %s has a %s weight on %s: quantized modules are made from f32 weights on the CPU "
-                       "(gdl_module_to(m, gdl_cpu()) first)", op, who, gdl_dtype_name(W->dtype),
-                       gdl_device_str(W->device));
+    if (W->dtype != GDL_F32 || (b && (b->dtype != GDL_F32 || !gdl_device_equal(b->device, W->device)))) {
+        gdl__set_error("%s: %s has a %s weight %s on %s%s: quantized modules are made from f32 weights", op, who,
+                       gdl_dtype_name(W->dtype), gdl_shape_str(W), gdl_device_str(W->device),
+                       b ? " (and its bias on the same device)" : "");
         return NULL;
     }
     if (conv && ia[10] != 1) {
@@ -21380,15 +21457,25 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
         gdl__qlayer_free(q);
         return NULL;
     }
-    gdl__qlayer_quantize_weight(q, (const gdl_real *)W->data);
-    if (b)
-        for (i = 0; i < q->out; i++) q->bias[i] = (float)((const gdl_real *)b->data)[i];
+    if (!(wh = gdl__q_host(op, W, &tw)) || (b && !(bh = gdl__q_host(op, b, &tb)))) {
+        GPUDL_FREE(tw);
+        gdl__qlayer_free(q);
+        return NULL;
+    }
+    gdl__qlayer_quantize_weight(q, wh);
+    for (i = 0; bh && i < q->out; i++) q->bias[i] = (float)bh[i];
+    GPUDL_FREE(tw);
+    GPUDL_FREE(tb);
     if (gdl__qpack_init(op, &q->pack, (int)q->out, (int)q->in, q->w, (ptrdiff_t)q->in) < 0) {
         gdl__qlayer_free(q);
         return NULL;
     }
     if (!(m = gdl_nn_custom(gdl__qlayer_kind(q), gdl__qlayer_forward, q, gdl__qlayer_free))) return NULL;
     memcpy(m->ia, ia, sizeof m->ia);
+    if (W->device.type != GDL_DEVICE_CPU && gdl__qlayer_to_dev(q, W->device) < 0) {
+        gdl__nn_free_tree(m);
+        return NULL;
+    }
     return m;
 }
 
@@ -21425,15 +21512,16 @@ static void *gdl__qlayer_upload(const gdl_backend *be, const void *src, size_t b
 
 /* The layer's copies on dev (none for the CPU), replacing those it had. 0 / -1 (the layer then on the CPU). */
 static int gdl__qlayer_to_dev(gdl__qlayer *q, gdl_device dev) {
+    const gdl__qlayer *ws = gdl__qlayer_wsrc(q);
     const gdl_backend *be;
     const int64_t ns = gdl__qlayer_nscale(q);
     gdl__qlayer_drop_dev(q);
     if (dev.type == GDL_DEVICE_CPU) return 0;
     if (!(be = gdl__be("gdl_module_to", dev))) return -1;
     q->dev = dev;
-    q->d_qw = be->qweight_new((int)q->out, (int)q->in, q->w, q->pack.colsum);
-    q->d_colsum = (int32_t *)gdl__qlayer_upload(be, q->pack.colsum, sizeof(int32_t) * (size_t)q->out);
-    q->d_scale = (float *)gdl__qlayer_upload(be, q->w_scale, sizeof(float) * (size_t)ns);
+    q->d_qw = be->qweight_new((int)q->out, (int)q->in, ws->w, ws->pack.colsum);
+    q->d_colsum = (int32_t *)gdl__qlayer_upload(be, ws->pack.colsum, sizeof(int32_t) * (size_t)q->out);
+    q->d_scale = (float *)gdl__qlayer_upload(be, ws->w_scale, sizeof(float) * (size_t)ns);
     q->d_bias = q->bias ? (float *)gdl__qlayer_upload(be, q->bias, sizeof(float) * (size_t)q->out) : NULL;
     if (!q->d_qw || !q->d_colsum || !q->d_scale || (q->bias && !q->d_bias)) {
         gdl__qlayer_drop_dev(q);
@@ -21497,16 +21585,16 @@ static int gdl__qlayer_act_params(const gdl_module *m, const gdl__qlayer *q, con
 /* The forward of every quantized layer (see [api-quant]), on the backend of the layer's device: quantize
    (the image, for a convolution then its u8 columns per sample), the int8 GEMM, the epilogue. */
 static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
-    const gdl__qlayer *q = (const gdl__qlayer *)m->user;
+    const gdl__qlayer *q = (const gdl__qlayer *)m->user, *ws = gdl__qlayer_wsrc(q);
     const char *op = "gdl_forward";
-    const int64_t KP = q->pack.KP;
+    const int64_t KP = ws->pack.KP;
     const int cpu = q->dev.type == GDL_DEVICE_CPU;
     const gdl_backend *be;
     gdl_tensor *y, *a, *acc, *cols = NULL;
     gdl_conv_geom g;
     gdl_qepi e;
     int64_t shape[GDL_MAX_DIMS], rows, s, N = 1;
-    const void *qw = cpu ? (const void *)&q->pack : q->d_qw;
+    const void *qw = cpu ? (const void *)&ws->pack : q->d_qw;
     int rc = 0;
     if (gdl__qlayer_check(m, q, x) < 0 || !(be = gdl__be(op, x->device))) return NULL;
     memcpy(shape, x->shape, sizeof shape);
@@ -21543,8 +21631,8 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
     if (gdl__qlayer_act_params(m, q, be, x, &e.sa, &e.za) < 0) return NULL;
     e.N = q->out;
     e.pos = q->conv ? rows : 0;
-    e.colsum = cpu ? q->pack.colsum : q->d_colsum;
-    e.w_scale = cpu ? q->w_scale : q->d_scale;
+    e.colsum = cpu ? ws->pack.colsum : q->d_colsum;
+    e.w_scale = cpu ? ws->w_scale : q->d_scale;
     e.bias = cpu ? q->bias : q->d_bias;
     e.per_channel = q->per_channel;
     e.relu = q->relu;
@@ -21586,25 +21674,33 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
    exactly: where mask is 1, x and fq differ by at most s/2 and either fq is 0
    or they are within a factor 2 of each other, so fq - x is exact (Sterbenz)
    and so is x + (fq - x). rows > 0: per channel, x [rows, ...] with scale[r]
-   and zp[r]; rows 0: one scale. */
+   and zp[r]; rows 0: one scale. On a GPU, mask and the constant are computed from a host copy of x and
+   copied back (two copies each way: QAT on a GPU is correct, and equal to the CPU's, but not fast). */
 static gdl_tensor *gdl__fake_quant(const char *op, gdl_tensor *x, int rows, const float *scale, const int32_t *zp,
                                    int qmin, int qmax) {
-    gdl_tensor *mask, *c;
-    const gdl_real *xd = (const gdl_real *)x->data;
-    gdl_real *md, *cd;
-    float big;
+    const int host = x->device.type == GDL_DEVICE_CPU;
     const int64_t per = rows > 0 ? x->numel / rows : x->numel;
+    const size_t bytes = sizeof(gdl_real) * (size_t)x->numel;
+    gdl_tensor *mask, *c;
+    gdl_real *md, *cd, *tmp = NULL;
+    const gdl_real *xd;
+    float big;
     int64_t i;
-    if (x->dtype != GDL_F32 || x->device.type != GDL_DEVICE_CPU) {
-        gdl__set_error("%s: fake quantization takes f32 tensors on the CPU, got %s on %s", op, gdl_dtype_name(x->dtype),
-                       gdl_device_str(x->device));
+    if (x->dtype != GDL_F32) {
+        gdl__set_error("%s: fake quantization takes f32 tensors, got %s %s on %s", op, gdl_dtype_name(x->dtype),
+                       gdl_shape_str(x), gdl_device_str(x->device));
         return NULL;
     }
     if (!(mask = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)) ||
-        !(c = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)))
+        !(c = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)) || !(xd = gdl__q_host(op, x, &tmp)))
         return NULL;
-    md = (gdl_real *)mask->data;
-    cd = (gdl_real *)c->data;
+    md = host ? (gdl_real *)mask->data : (gdl_real *)GPUDL_MALLOC(2 * bytes + 1);
+    if (!md) {
+        gdl__set_error("%s: out of memory (host)", op);
+        GPUDL_FREE(tmp);
+        return NULL;
+    }
+    cd = host ? (gdl_real *)c->data : md + x->numel;
     big = gdl__q_big();
     for (i = 0; i < x->numel; i++) {
         const int64_t r = rows > 0 ? i / per : 0;
@@ -21613,6 +21709,14 @@ static gdl_tensor *gdl__fake_quant(const char *op, gdl_tensor *x, int rows, cons
         const gdl_real fq = (gdl_real)((qc - z) * s);
         md[i] = q >= qmin && q <= qmax ? 1 : 0;
         cd[i] = fq - xd[i] * md[i];
+    }
+    GPUDL_FREE(tmp);
+    if (!host) {
+        const int rc = gdl__copy_bytes(op, mask->data, x->device, md, gdl_cpu(), bytes) < 0 ||
+                               gdl__copy_bytes(op, c->data, x->device, cd, gdl_cpu(), bytes) < 0
+                           ? -1 : 0;
+        GPUDL_FREE(md);
+        if (rc < 0) return NULL;
     }
     return gdl_add(gdl_mul(x, mask), c);
 }
@@ -21657,20 +21761,23 @@ static gdl_tensor *gdl__qprep_fq_weight(const gdl__qprep *o, gdl_tensor *w) {
     float *s = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)groups);
     int32_t *z = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)groups);
     gdl_tensor *r = NULL;
+    gdl_real *tmp = NULL;
+    const gdl_real *wh = s && z ? gdl__q_host("gdl_forward", w, &tmp) : NULL;
     int64_t g, i;
-    if (s && z) {
+    if (wh) {
         for (g = 0; g < groups; g++) {
             const int64_t n = o->qc.per_channel ? per : w->numel;
-            const gdl_real *d = (const gdl_real *)w->data + g * per;
+            const gdl_real *d = wh + g * per;
             float amax = 0;
             for (i = 0; i < n; i++) amax = fabsf((float)d[i]) > amax ? fabsf((float)d[i]) : amax;
             s[g] = amax / 127.5f < FLT_EPSILON ? FLT_EPSILON : amax / 127.5f;
             z[g] = 0;
         }
         r = gdl__fake_quant("gdl_forward", w, o->qc.per_channel ? (int)rows : 0, s, z, -128, 127);
-    } else {
+    } else if (!s || !z) {
         gdl__set_error("gdl_forward: out of memory");
     }
+    GPUDL_FREE(tmp);
     GPUDL_FREE(s);
     GPUDL_FREE(z);
     return r;
@@ -21691,20 +21798,18 @@ static gdl_tensor *gdl__qprep_forward(gdl_module *m, gdl_tensor *x) {
     gdl_tensor *y, *w = gdl__nn_param(m, 0);
     int s[2], p[2], d[2];
     if (gdl__nn_check_xw(m, x, o->conv, s, p, d) < 0) return NULL;
-    if ((observe || o->qat) && (x->dtype != GDL_F32 || x->device.type != GDL_DEVICE_CPU)) {
-        gdl__set_error("gdl_forward: %s: observers watch f32 tensors on the CPU, got %s on %s", gdl__nn_label(m),
-                       gdl_dtype_name(x->dtype), gdl_device_str(x->device));
+    if ((observe || o->qat) && x->dtype != GDL_F32) {
+        gdl__set_error("gdl_forward: %s: observers watch f32 tensors, got %s %s on %s", gdl__nn_label(m),
+                       gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_device_str(x->device));
         return NULL;
     }
-    if (observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->in, (const gdl_real *)x->data, x->numel) < 0)
-        return NULL;
+    if (observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->in, x) < 0) return NULL;
     if (o->qat) { /* the input and the weight as the quantized layer will see them */
         if (!(x = gdl__qprep_fq(o, &o->in, x)) || !(w = gdl__qprep_fq_weight(o, w))) return NULL;
     }
     y = o->conv ? gdl_conv2d_ex(x, w, gdl__nn_param(m, 1), s, p, d, (int)m->ia[10]) : gdl_linear(x, w, gdl__nn_param(m, 1));
     if (y && o->relu) y = gdl_relu(y);
-    if (y && observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->out, (const gdl_real *)y->data, y->numel) < 0)
-        return NULL;
+    if (y && observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->out, y) < 0) return NULL;
     return o->qat ? gdl__qprep_fq(o, &o->out, y) : y;
 }
 
@@ -21715,33 +21820,43 @@ static int gdl__is_qprep(const gdl_module *m) { return m && m->kind == GDL__M_CU
    sqrt(var + eps) + beta (a missing bias taken as 0 and added). 0 / -1. */
 static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *bn) {
     const int64_t C = m->ia[1];
-    const gdl_tensor *mean = gdl__nn_buffer(bn, 0), *var = gdl__nn_buffer(bn, 1);
-    const gdl_tensor *g = bn->ia[2] ? gdl__nn_param(bn, 0) : NULL, *be = bn->ia[2] ? gdl__nn_param(bn, 1) : NULL;
+    const gdl_tensor *st[4]; /* running mean and variance, weight and bias (NULL when not affine) */
+    gdl_real *tmp[4] = {NULL, NULL, NULL, NULL};
+    const gdl_real *h[4] = {NULL, NULL, NULL, NULL};
     gdl_tensor *w = gdl__nn_param(m, 0), *b = gdl__nn_param(m, 1);
+    const gdl_device dev = w->device;
     int64_t c, i, per;
+    int k, rc = 0;
+    st[0] = gdl__nn_buffer(bn, 0);
+    st[1] = gdl__nn_buffer(bn, 1);
+    st[2] = bn->ia[2] ? gdl__nn_param(bn, 0) : NULL;
+    st[3] = bn->ia[2] ? gdl__nn_param(bn, 1) : NULL;
     if (!bn->ia[3] || bn->ia[0] != C) {
         gdl__set_error("%s: %s cannot be folded into the convolution before it: %s", op, gdl__nn_label(bn),
                        !bn->ia[3] ? "it keeps no running statistics" : "its channels differ");
         return -1;
     }
-    if (mean->device.type != GDL_DEVICE_CPU || mean->dtype != GDL_F32 || w->dtype != GDL_F32 ||
-        w->device.type != GDL_DEVICE_CPU) {
-        gdl__set_error("%s: %s: folding takes f32 tensors on the CPU", op, gdl__nn_label(bn));
+    if (st[0]->dtype != GDL_F32 || w->dtype != GDL_F32 || (st[2] && st[2]->dtype != GDL_F32)) {
+        gdl__set_error("%s: %s: folding takes f32 tensors, got a %s weight and %s statistics", op, gdl__nn_label(bn),
+                       gdl_dtype_name(w->dtype), gdl_dtype_name(st[0]->dtype));
         return -1;
     }
-    if (!b) {
-        if (gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &C, GDL_F32, gdl_cpu()), 0) < 0) return -1;
-        b = gdl__nn_param(m, 1);
-    }
+    for (k = 0; k < 4 && rc == 0; k++)
+        if (st[k] && !(h[k] = gdl__q_host(op, st[k], &tmp[k]))) rc = -1;
+    /* the copy's weight and bias folded in host memory (moved there and back: they are the copy's own) */
+    if (rc == 0 && !b && gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &C, GDL_F32, gdl_cpu()), 0) < 0) rc = -1;
+    b = gdl__nn_param(m, 1);
+    if (rc == 0 && (gdl_move_(w, gdl_cpu()) < 0 || gdl_move_(b, gdl_cpu()) < 0)) rc = -1;
     per = w->numel / C;
-    for (c = 0; c < C; c++) {
-        const double k = (g ? (double)((const gdl_real *)g->data)[c] : 1.0) /
-                         sqrt((double)((const gdl_real *)var->data)[c] + bn->fa[0]);
+    for (c = 0; c < C && rc == 0; c++) {
+        const double kc = (h[2] ? (double)h[2][c] : 1.0) / sqrt((double)h[1][c] + bn->fa[0]);
         gdl_real *wc = (gdl_real *)w->data + c * per, *bc = (gdl_real *)b->data + c;
-        for (i = 0; i < per; i++) wc[i] = (gdl_real)(wc[i] * k);
-        *bc = (gdl_real)((*bc - ((const gdl_real *)mean->data)[c]) * k + (be ? ((const gdl_real *)be->data)[c] : 0));
+        for (i = 0; i < per; i++) wc[i] = (gdl_real)(wc[i] * kc);
+        *bc = (gdl_real)((*bc - h[0][c]) * kc + (h[3] ? h[3][c] : 0));
     }
-    return 0;
+    if (rc == 0 && (gdl_move_(w, dev) < 0 || gdl_move_(b, dev) < 0)) rc = -1;
+    for (k = 0; k < 4; k++) GPUDL_FREE(tmp[k]);
+    return rc;
 }
 
 /* An observed copy of Linear / Conv2d lin (ReLU fused when relu; a BatchNorm2d bn after a Conv2d folded into
@@ -21822,24 +21937,178 @@ static int gdl__quant_fusable(const gdl_module *seq, int i, const gdl_module **b
     return 1 + *relu;
 }
 
-/* A deep copy of m (parameters cloned) in which, by mode: every Linear is dynamically quantized; every
-   Linear and Conv2d observed (a ReLU after it in a Sequential fused in, and replaced by an Identity, as
-   torch.ao.quantization.fuse_modules does); every observed layer converted. */
-static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode, const gdl_qconfig *qc) {
-    gdl_module *c;
+/* ---- weight tying in copies ----
+   A copy clones each parameter on its own, so a parameter tied to another (gdl_module_tie) would come out as
+   two tensors, saved twice. The copy records where each parameter went (a clone in a module, or the
+   quantized layer made from it) and then makes the entries that came from one tensor one again: float
+   entries are tied to one clone (its owner the clone of the source's owner); a quantized layer made from a
+   tensor that a float module also keeps is marked as derived from that float parameter (wfloat: the file
+   holds the float values once and loading quantizes them again); quantized layers made from one tensor and
+   no float module share the first's int8 weight (wown: quantized and stored once). */
+
+typedef struct gdl__qtie {
+    const gdl_tensor *from; /* the source's tensor */
+    gdl_module *m;          /* the copy's module holding its clone as parameter idx, or NULL and ... */
+    int idx;
+    gdl__qlayer *q;         /* ... the quantized layer made from it */
+    int tied;               /* the source entry was a tied one (not the owner) */
+} gdl__qtie;
+
+typedef struct gdl__qties {
+    int n, cap;
+    gdl__qtie *r;
+} gdl__qties;
+
+static int gdl__qties_add(const char *op, gdl__qties *T, const gdl_tensor *from, gdl_module *m, int idx, gdl__qlayer *q,
+                          int tied) {
+    gdl__qtie *v = (gdl__qtie *)gdl__nn_reserve(T->r, &T->cap, T->n, sizeof(gdl__qtie));
+    if (!v) {
+        gdl__set_error("%s: out of memory", op);
+        return -1;
+    }
+    T->r = v;
+    v = &T->r[T->n++];
+    v->from = from;
+    v->m = m;
+    v->idx = idx;
+    v->q = q;
+    v->tied = tied;
+    return 0;
+}
+
+/* the parameters of a copied (or observed) module c, cloned from those of src */
+static int gdl__qties_params(const char *op, gdl__qties *T, const gdl_module *src, gdl_module *c) {
     int i;
-    if (mode == GDL__QC_DYNAMIC && m->kind == GDL__M_LINEAR)
-        return gdl__qlayer_new(op, gdl__nn_label(m), GDL__Q_DYNAMIC, 0, 0, m->ia, gdl__nn_param(m, 0),
-                               gdl__nn_param(m, 1), qc, NULL, NULL);
+    for (i = 0; i < src->nparam && i < c->nparam; i++)
+        if (gdl__qties_add(op, T, src->param[i].t, c, i, NULL, src->param[i].tied) < 0) return -1;
+    return 0;
+}
+
+/* q uses the int8 weight of o (made from the same tensor, so equal to its own), its own freed */
+static void gdl__qlayer_share(gdl__qlayer *q, gdl__qlayer *o) {
+    if (q->in != o->in || q->out != o->out || q->per_channel != o->per_channel || q->conv != o->conv) return;
+    GPUDL_FREE(q->w);
+    GPUDL_FREE(q->w_scale);
+    GPUDL_FREE(q->w_zp);
+    gdl__qpack_free(&q->pack);
+    q->w = NULL;
+    q->w_scale = NULL;
+    q->w_zp = NULL;
+    memset(&q->pack, 0, sizeof q->pack);
+    q->wown = o;
+}
+
+static void gdl__qties_resolve(gdl__qties *T) {
+    int i, j;
+    char *done = (char *)GPUDL_MALLOC((size_t)T->n + 1);
+    if (!done) return; /* then nothing is tied: correct, only larger */
+    memset(done, 0, (size_t)T->n + 1);
+    for (i = 0; i < T->n; i++) {
+        int own = -1, qown = -1, k;
+        if (done[i]) continue;
+        for (j = i; j < T->n; j++) /* the group of entries made from T->r[i].from: its owners */
+            if (T->r[j].from == T->r[i].from) {
+                done[j] = 1;
+                if (T->r[j].m && (own < 0 || (T->r[own].tied && !T->r[j].tied))) own = j;
+                if (T->r[j].q && (qown < 0 || (T->r[qown].tied && !T->r[j].tied))) qown = j;
+            }
+        for (j = i; j < T->n; j++) {
+            gdl__qtie *e = &T->r[j];
+            if (e->from != T->r[i].from || j == own || j == qown) continue;
+            if (e->m) { /* a float entry: the owner's clone */
+                gdl__nn_named *v = &e->m->param[e->idx];
+                gdl_tensor *t = T->r[own].m->param[T->r[own].idx].t;
+                if (v->t == t) continue;
+                gdl_free(v->t);
+                v->t = t;
+                v->tied = 1;
+            } else if (own < 0) {
+                gdl__qlayer_share(e->q, T->r[qown].q);
+            }
+        }
+        for (k = i; own >= 0 && k < T->n; k++) /* derived from the float owner */
+            if (T->r[k].from == T->r[i].from && T->r[k].q) T->r[k].q->wfloat = T->r[own].m->param[T->r[own].idx].t;
+    }
+    GPUDL_FREE(done);
+}
+
+/* ---- the recurrent modules, dynamically quantized ----
+   torch.ao.nn.quantized.dynamic.LSTM / GRU: per layer and direction, the input and hidden projections
+   become DynamicQuantizedLinear children "ih_l<l>" / "hh_l<l>" ("_reverse" for the backward direction)
+   with the biases b_ih, b_hh; the module keeps nn.LSTM's kind and configuration (flagged GDL__RNN_QUANT),
+   so [impl-nn]'s recurrence runs it: the input projection of a whole sequence at once (one activation
+   scale for all its steps, as PyTorch's CPU path), the hidden one per step, the gates in f32. */
+static gdl_module *gdl__qrnn_new(const char *op, const gdl_module *m, const gdl_qconfig *qc) {
+    const int D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, bias = (int)m->ia[GDL__RNN_BIAS], per = bias ? 4 : 2;
+    const int lstm = m->kind == GDL__M_LSTM;
+    gdl_module *c, *k;
+    int l, d, j;
+    if (!(c = gdl__nn_new(op, m->kind, lstm ? "DynamicQuantizedLSTM" : "DynamicQuantizedGRU"))) return NULL;
+    c->training = m->training;
+    memcpy(c->ia, m->ia, sizeof c->ia);
+    memcpy(c->fa, m->fa, sizeof c->fa);
+    c->ia[GDL__RNN_QUANT] = 1;
+    for (l = 0; l < (int)m->ia[GDL__RNN_LAYERS]; l++)
+        for (d = 0; d < D; d++)
+            for (j = 0; j < 2; j++) { /* ih, hh */
+                const int base = (l * D + d) * per;
+                const gdl_tensor *W = gdl__nn_param(m, base + j), *b = bias ? gdl__nn_param(m, base + 2 + j) : NULL;
+                int64_t ia[12];
+                char name[48], who[320];
+                memset(ia, 0, sizeof ia);
+                ia[0] = W->shape[1];
+                ia[1] = W->shape[0];
+                snprintf(name, sizeof name, "%s_l%d%s", j ? "hh" : "ih", l, d ? "_reverse" : "");
+                snprintf(who, sizeof who, "%s's %s", gdl__nn_label(m), m->param[base + j].name);
+                k = gdl__qlayer_new(op, who, GDL__Q_DYNAMIC, 0, 0, ia, W, b, qc, NULL, NULL);
+                if (!k || gdl__nn_add_child(op, c, name, k) < 0) {
+                    gdl__nn_free_tree(c);
+                    return NULL;
+                }
+            }
+    return c;
+}
+
+/* A deep copy of m (parameters cloned) in which, by mode: every Linear (and LSTM, GRU) is dynamically
+   quantized; every Linear and Conv2d observed (a ReLU after it in a Sequential fused in, and replaced by an
+   Identity, as torch.ao.quantization.fuse_modules does); every observed layer converted. T records where the
+   parameters went. */
+static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode, const gdl_qconfig *qc,
+                                   gdl__qties *T) {
+    gdl_module *c, *k;
+    int i;
+    if (mode == GDL__QC_DYNAMIC && m->kind == GDL__M_LINEAR) {
+        k = gdl__qlayer_new(op, gdl__nn_label(m), GDL__Q_DYNAMIC, 0, 0, m->ia, gdl__nn_param(m, 0),
+                            gdl__nn_param(m, 1), qc, NULL, NULL);
+        if (k && gdl__qties_add(op, T, m->param[0].t, NULL, 0, (gdl__qlayer *)k->user, m->param[0].tied) < 0) {
+            gdl__nn_free_tree(k);
+            return NULL;
+        }
+        return k;
+    }
+    if (mode == GDL__QC_DYNAMIC && (m->kind == GDL__M_LSTM || m->kind == GDL__M_GRU) && !m->ia[GDL__RNN_QUANT])
+        return gdl__qrnn_new(op, m, qc);
     if ((mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT) && (m->kind == GDL__M_LINEAR || m->kind == GDL__M_CONV2D)) {
         if (m->kind == GDL__M_CONV2D && m->ia[10] != 1) {
             gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, gdl__nn_label(m),
                            (long long)m->ia[10]);
             return NULL;
         }
-        return gdl__qprep_new(op, m, NULL, 0, mode == GDL__QC_PREPARE_QAT, qc);
+        k = gdl__qprep_new(op, m, NULL, 0, mode == GDL__QC_PREPARE_QAT, qc);
+        if (k && gdl__qties_params(op, T, m, k) < 0) {
+            gdl__nn_free_tree(k);
+            return NULL;
+        }
+        return k;
     }
-    if (mode == GDL__QC_CONVERT && gdl__is_qprep(m)) return gdl__qprep_convert(op, m);
+    if (mode == GDL__QC_CONVERT && gdl__is_qprep(m)) {
+        k = gdl__qprep_convert(op, m);
+        if (k && gdl__qties_add(op, T, m->param[0].t, NULL, 0, (gdl__qlayer *)k->user, m->param[0].tied) < 0) {
+            gdl__nn_free_tree(k);
+            return NULL;
+        }
+        return k;
+    }
     if (m->kind == GDL__M_CUSTOM) {
         gdl__set_error("%s: %s is a custom module%s: it cannot be copied; quantize a model of built-in modules", op,
                        gdl__nn_label(m), gdl__is_qlayer(m) ? " (already quantized)" : gdl__is_qprep(m) ? " (prepared)" : "");
@@ -21853,13 +22122,14 @@ static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode
         if (gdl__nn_add_tensor(op, c, m->param[i].name, gdl_clone(m->param[i].t), 0) < 0) goto fail;
     for (i = 0; i < m->nbuf; i++)
         if (gdl__nn_add_tensor(op, c, m->buf[i].name, gdl_clone(m->buf[i].t), 1) < 0) goto fail;
+    if (gdl__qties_params(op, T, m, c) < 0) goto fail;
     for (i = 0; i < m->nchild; i++) {
         const gdl_module *ch = m->child[i], *bn;
-        gdl_module *k;
         int relu, j, nf = mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT ? gdl__quant_fusable(m, i, &bn, &relu) : 0;
         if (nf > 1 && (ch->kind == GDL__M_LINEAR || ch->ia[10] == 1)) { /* fused: BatchNorm, ReLU become Identities */
             k = gdl__qprep_new(op, ch, bn, relu, mode == GDL__QC_PREPARE_QAT, qc);
             if (!k || gdl__nn_add_child(op, c, ch->name, k) < 0) goto fail;
+            if (!bn && gdl__qties_params(op, T, ch, k) < 0) goto fail; /* a folded weight is another tensor */
             for (j = 1; j < nf; j++) {
                 k = gdl_nn_identity();
                 if (!k || gdl__nn_add_child(op, c, m->child[i + j]->name, k) < 0) goto fail;
@@ -21867,7 +22137,7 @@ static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode
             i += nf - 1;
             continue;
         }
-        k = gdl__quant_copy(op, ch, mode, qc);
+        k = gdl__quant_copy(op, ch, mode, qc, T);
         if (!k || gdl__nn_add_child(op, c, ch->name, k) < 0) goto fail;
     }
     return c;
@@ -21878,6 +22148,7 @@ fail:
 
 static gdl_module *gdl__quant_copy_root(const char *op, gdl_module *m, int mode, const gdl_qconfig *qc) {
     gdl_qconfig def = gdl_qconfig_default();
+    gdl__qties T;
     gdl_module *r;
     int grad;
     if (!m) {
@@ -21891,9 +22162,12 @@ static gdl_module *gdl__quant_copy_root(const char *op, gdl_module *m, int mode,
                        "(in (0.5, 1])", op, qc->observer, qc->averaging_constant, qc->percentile);
         return NULL;
     }
+    memset(&T, 0, sizeof T);
     grad = gdl_set_grad_enabled(0);
-    r = gdl__quant_copy(op, m, mode, qc);
+    r = gdl__quant_copy(op, m, mode, qc, &T);
     gdl_set_grad_enabled(grad);
+    if (r) gdl__qties_resolve(&T);
+    GPUDL_FREE(T.r);
     return r;
 }
 
@@ -21993,18 +22267,21 @@ GPUDL_API int64_t gdl_quant_calibrate(gdl_module *m, gdl_loader *l, int64_t max_
 
 GPUDL_API int gdl_module_is_quantized(const gdl_module *m) { return gdl__quant_any(m, gdl__is_qlayer); }
 
-/* A quantized module's parameter count (int8 weights and bias) and bytes; 0 for other modules. */
+/* A quantized module's parameter count (int8 weights and bias) and bytes as stored; 0 for other modules. A
+   weight shared with another layer or derived from a float parameter is counted there, as a tied parameter. */
 static int64_t gdl__quant_params(const gdl_module *m, int64_t *bytes) {
     const gdl__qlayer *q;
+    int64_t w;
     if (!gdl__is_qlayer(m)) {
         if (bytes) *bytes = 0;
         return 0;
     }
     q = (const gdl__qlayer *)m->user;
+    w = q->wown || q->wfloat ? 0 : q->in * q->out;
     if (bytes)
-        *bytes = q->in * q->out + gdl__qlayer_nscale(q) * 8 + (q->bias ? 4 * q->out : 0) +
+        *bytes = w + (w ? gdl__qlayer_nscale(q) * 8 : 0) + (q->bias ? 4 * q->out : 0) +
                  (q->mode == GDL__Q_STATIC ? 16 : 0);
-    return q->in * q->out + (q->bias ? q->out : 0);
+    return w + (q->bias ? q->out : 0);
 }
 
 GPUDL_API int64_t gdl_module_nbytes(const gdl_module *m) {
@@ -22030,9 +22307,10 @@ typedef struct gdl__qslot {
     int64_t shape[GDL_MAX_DIMS];
     int64_t numel;
     void *raw;          /* host array of the dtype (quantized modules), or NULL: ... */
-    gdl_tensor *t;      /* ... an f32 parameter or buffer (gdl_real on the CPU) */
-    gdl__qlayer *q;    /* the layer whose weight is raw (to repack after a load) */
-    int zp_free;       /* an activation's zero point: any value (a weight's must be 0) */
+    gdl_tensor *t;      /* ... an f32 parameter or buffer (gdl_real, on any device) */
+    gdl__qlayer *q;     /* the layer whose weight is raw (to repack after a load), or whose weight is derived */
+    int zp_free;        /* an activation's zero point: any value (a weight's must be 0) */
+    int derived;        /* not in the file: q's int8 weight, quantized from q->wfloat (another slot's t) */
 } gdl__qslot;
 
 typedef struct gdl__qlist {
@@ -22057,13 +22335,17 @@ static gdl__qslot *gdl__qlist_add(const char *op, gdl__qlist *L, const char *pat
     return e;
 }
 
-static int gdl__qlist_collect(const char *op, gdl__qlist *L, gdl_module *m) {
-    const char *path = gdl__nn_path(m);
+/* A quantized layer's slots. Its int8 weight, scales and zero points are left out when it shares another
+   layer's (stored there) or is derived from a float parameter (stored as that parameter). */
+static int gdl__qlist_qlayer(const char *op, gdl__qlist *L, const char *path, gdl__qlayer *q) {
+    const int64_t ns = gdl__qlayer_nscale(q);
     gdl__qslot *e;
-    int i;
-    if (gdl__is_qlayer(m)) {
-        gdl__qlayer *q = (gdl__qlayer *)m->user;
-        const int64_t ns = gdl__qlayer_nscale(q);
+    if (q->wfloat) { /* a slot for the load, not written */
+        if (!(e = gdl__qlist_add(op, L, path, "(derived)", "F32"))) return -1;
+        e->q = q;
+        e->derived = 1;
+    }
+    if (!q->wown && !q->wfloat) {
         if (!(e = gdl__qlist_add(op, L, path, "weight_int8", "I8"))) return -1;
         e->ndim = 2; e->shape[0] = q->out; e->shape[1] = q->in; e->numel = q->out * q->in; e->raw = q->w; e->q = q;
         if (q->conv) { /* Conv2d's [out, in, kh, kw] */
@@ -22073,26 +22355,35 @@ static int gdl__qlist_collect(const char *op, gdl__qlist *L, gdl_module *m) {
         e->ndim = 1; e->shape[0] = ns; e->numel = ns; e->raw = q->w_scale;
         if (!(e = gdl__qlist_add(op, L, path, "weight_zero_point", "I32"))) return -1;
         e->ndim = 1; e->shape[0] = ns; e->numel = ns; e->raw = q->w_zp;
-        if (q->bias) {
-            if (!(e = gdl__qlist_add(op, L, path, "bias", "F32"))) return -1;
-            e->ndim = 1; e->shape[0] = q->out; e->numel = q->out; e->raw = q->bias;
-        }
-        if (q->mode == GDL__Q_STATIC) { /* the activations' parameters, [1] each */
-            static const char *const nm[4] = {"input_scale", "input_zero_point", "output_scale", "output_zero_point"};
-            void *const at[4] = {&q->in_scale, &q->in_zp, &q->out_scale, &q->out_zp};
-            int k;
-            for (k = 0; k < 4; k++) {
-                if (!(e = gdl__qlist_add(op, L, path, nm[k], k % 2 ? "I32" : "F32"))) return -1;
-                e->ndim = 1; e->shape[0] = 1; e->numel = 1; e->raw = at[k]; e->zp_free = 1;
-            }
-        }
-        return 0;
     }
+    if (q->bias) {
+        if (!(e = gdl__qlist_add(op, L, path, "bias", "F32"))) return -1;
+        e->ndim = 1; e->shape[0] = q->out; e->numel = q->out; e->raw = q->bias;
+    }
+    if (q->mode == GDL__Q_STATIC) { /* the activations' parameters, [1] each */
+        static const char *const nm[4] = {"input_scale", "input_zero_point", "output_scale", "output_zero_point"};
+        void *const at[4] = {&q->in_scale, &q->in_zp, &q->out_scale, &q->out_zp};
+        int k;
+        for (k = 0; k < 4; k++) {
+            if (!(e = gdl__qlist_add(op, L, path, nm[k], k % 2 ? "I32" : "F32"))) return -1;
+            e->ndim = 1; e->shape[0] = 1; e->numel = 1; e->raw = at[k]; e->zp_free = 1;
+        }
+    }
+    return 0;
+}
+
+static int gdl__qlist_collect(const char *op, gdl__qlist *L, gdl_module *m) {
+    const char *path = gdl__nn_path(m);
+    gdl__qslot *e;
+    int i;
+    if (gdl__is_qlayer(m)) return gdl__qlist_qlayer(op, L, path, (gdl__qlayer *)m->user);
     for (i = 0; i < m->nparam + m->nbuf; i++) {
         gdl__nn_named *v = i < m->nparam ? &m->param[i] : &m->buf[i - m->nparam];
-        if (v->t->dtype != GDL_F32 || v->t->device.type != GDL_DEVICE_CPU) {
-            gdl__set_error("%s: %s \"%s\" is %s on %s: quantized models keep f32 tensors on the CPU", op,
-                           gdl__nn_label(m), v->name, gdl_dtype_name(v->t->dtype), gdl_device_str(v->t->device));
+        if (v->tied) continue; /* stored under its owner's name, as gdl_save_model does */
+        if (v->t->dtype != GDL_F32) {
+            gdl__set_error("%s: %s \"%s\" is %s %s on %s: quantized models keep f32 tensors besides their int8 ones",
+                           op, gdl__nn_label(m), v->name, gdl_dtype_name(v->t->dtype), gdl_shape_str(v->t),
+                           gdl_device_str(v->t->device));
             return -1;
         }
         if (!(e = gdl__qlist_add(op, L, path, v->name, "F32"))) return -1;
@@ -22126,6 +22417,14 @@ static int gdl__qlist_make(const char *op, gdl__qlist *L, gdl_module *m, const c
     return 0;
 }
 
+/* the slot of the float tensor t (a derived layer's source), NULL when the list has none */
+static const gdl__qslot *gdl__qlist_tensor(const gdl__qlist *L, const gdl_tensor *t) {
+    int i;
+    for (i = 0; i < L->n; i++)
+        if (L->s[i].t == t) return &L->s[i];
+    return NULL;
+}
+
 GPUDL_API int gdl_quant_save(gdl_module *m, const char *path) {
     static const char *const keys[2] = {"gpudl.quantized", "gpudl"};
     static const char *const vals[2] = {"int8", GPUDL_VERSION};
@@ -22133,7 +22432,7 @@ GPUDL_API int gdl_quant_save(gdl_module *m, const char *path) {
     gdl__qlist L;
     gdl_st_tensor *st;
     float **conv;
-    int i, rc = -1;
+    int i, n = 0, rc = -1;
     if (gdl__qlist_make(op, &L, m, path) < 0) return -1;
     st = (gdl_st_tensor *)GPUDL_MALLOC(sizeof(gdl_st_tensor) * (size_t)L.n);
     conv = (float **)GPUDL_MALLOC(sizeof(float *) * (size_t)L.n);
@@ -22144,22 +22443,29 @@ GPUDL_API int gdl_quant_save(gdl_module *m, const char *path) {
     memset(conv, 0, sizeof(float *) * (size_t)L.n);
     for (i = 0; i < L.n; i++) {
         const gdl__qslot *e = &L.s[i];
-        st[i].name = e->name;
-        st[i].dtype = e->dtype;
-        st[i].ndim = e->ndim;
-        st[i].shape = e->shape;
-        st[i].data = e->raw;
-        if (e->t) { /* gdl_real (float, or double in GPUDL_DOUBLE builds) to float */
+        if (e->derived) continue;
+        st[n].name = e->name;
+        st[n].dtype = e->dtype;
+        st[n].ndim = e->ndim;
+        st[n].shape = e->shape;
+        st[n].data = e->raw;
+        if (e->t) { /* gdl_real (float, or double in GPUDL_DOUBLE builds; on any device) to float */
+            gdl_real *tmp;
+            const gdl_real *h = gdl__q_host(op, e->t, &tmp);
             int64_t k;
+            if (!h) goto done;
             if (!(conv[i] = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)e->numel + 1))) {
                 gdl__set_error("%s: out of memory", op);
+                GPUDL_FREE(tmp);
                 goto done;
             }
-            for (k = 0; k < e->numel; k++) conv[i][k] = (float)((const gdl_real *)e->t->data)[k];
-            st[i].data = conv[i];
+            for (k = 0; k < e->numel; k++) conv[i][k] = (float)h[k];
+            GPUDL_FREE(tmp);
+            st[n].data = conv[i];
         }
+        n++;
     }
-    rc = gdl_st_write(path, L.n, st, 2, keys, vals);
+    rc = gdl_st_write(path, n, st, 2, keys, vals);
 done:
     if (conv)
         for (i = 0; i < L.n; i++) GPUDL_FREE(conv[i]);
@@ -22178,7 +22484,7 @@ static int gdl__qload_check(const char *op, const char *path, const gdl__qlist *
     int i, k;
     for (k = 0; k < f->n; k++) {
         for (i = 0; i < L->n; i++)
-            if (!strcmp(f->entries[k].name, L->s[i].name)) break;
+            if (!L->s[i].derived && !strcmp(f->entries[k].name, L->s[i].name)) break;
         if (i == L->n) {
             gdl__set_error("%s: %s: unexpected tensor '%s' (not in the quantized model)", op, path, f->entries[k].name);
             return -1;
@@ -22186,7 +22492,8 @@ static int gdl__qload_check(const char *op, const char *path, const gdl__qlist *
     }
     for (i = 0; i < L->n; i++) {
         const gdl__qslot *e = &L->s[i];
-        const gdl_st_entry *fe = gdl_st_find(f, e->name);
+        const gdl_st_entry *fe = e->derived ? NULL : gdl_st_find(f, e->name);
+        if (e->derived) continue;
         if (!fe) {
             gdl__set_error("%s: %s: missing tensor '%s' (%s %s)", op, path, e->name, e->dtype,
                            gdl__shape_fmt(e->ndim, e->shape));
@@ -22211,55 +22518,145 @@ static int gdl__qload_check(const char *op, const char *path, const gdl__qlist *
     return 0;
 }
 
+/* n little-endian f32 values of a file as gdl_real (a fresh array; NULL + error) */
+static gdl_real *gdl__qload_reals(const char *op, const unsigned char *src, int64_t n) {
+    gdl_real *r = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)n + 1);
+    int64_t k;
+    if (!r) {
+        gdl__set_error("%s: out of memory", op);
+        return NULL;
+    }
+    for (k = 0; k < n; k++) {
+        const uint32_t u = gdl__q_le32(src + 4 * k);
+        float v;
+        memcpy(&v, &u, 4);
+        r[k] = (gdl_real)v;
+    }
+    return r;
+}
+
+/* The int8 weight of q quantized anew from the f32 values w into nw (its own arrays and pack; q's
+   configuration): a derived layer's weight after its float parameter is loaded. 0 / -1. */
+static int gdl__qlayer_requant(const char *op, const gdl__qlayer *q, const gdl_real *w, gdl__qlayer *nw) {
+    const int64_t ns = gdl__qlayer_nscale(q);
+    memset(nw, 0, sizeof *nw);
+    nw->in = q->in;
+    nw->out = q->out;
+    nw->per_channel = q->per_channel;
+    nw->w = (int8_t *)GPUDL_MALLOC((size_t)(q->in * q->out) + 1);
+    nw->w_scale = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)ns);
+    nw->w_zp = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)ns);
+    if (nw->w && nw->w_scale && nw->w_zp) {
+        gdl__qlayer_quantize_weight(nw, w);
+        if (gdl__qpack_init(op, &nw->pack, (int)q->out, (int)q->in, nw->w, (ptrdiff_t)q->in) == 0) return 0;
+    } else {
+        gdl__set_error("%s: out of memory", op);
+    }
+    GPUDL_FREE(nw->w);
+    GPUDL_FREE(nw->w_scale);
+    GPUDL_FREE(nw->w_zp);
+    memset(nw, 0, sizeof *nw);
+    return -1;
+}
+
+/* the device copies of every quantized layer of m on a device made anew (after a load) */
+static int gdl__qload_refresh(gdl_module *m) {
+    int i;
+    if (gdl__is_qlayer(m)) {
+        gdl__qlayer *q = (gdl__qlayer *)m->user;
+        return q->dev.type == GDL_DEVICE_CPU ? 0 : gdl__qlayer_to_dev(q, q->dev);
+    }
+    for (i = 0; i < m->nchild; i++)
+        if (gdl__qload_refresh(m->child[i]) < 0) return -1;
+    return 0;
+}
+
+/* One slot's values from the file (src; NULL for a derived layer) into the model: a weight with its new pack
+   (fresh, which gives its arrays up), the other arrays and tensors converted. 0 / -1. */
+static int gdl__qload_commit(const char *op, gdl__qslot *e, gdl__qlayer *fresh, const unsigned char *src) {
+    int64_t k;
+    int rc = 0;
+    if (e->derived) { /* the new arrays replace the old ones */
+        gdl__qlayer *q = e->q;
+        GPUDL_FREE(q->w);
+        GPUDL_FREE(q->w_scale);
+        GPUDL_FREE(q->w_zp);
+        gdl__qpack_free(&q->pack);
+        q->w = fresh->w;
+        q->w_scale = fresh->w_scale;
+        q->w_zp = fresh->w_zp;
+        q->pack = fresh->pack;
+        memset(fresh, 0, sizeof *fresh);
+    } else if (e->q) {
+        memcpy(e->raw, src, (size_t)e->numel);
+        gdl__qpack_free(&e->q->pack);
+        e->q->pack = fresh->pack;
+        memset(&fresh->pack, 0, sizeof fresh->pack);
+    } else if (!strcmp(e->dtype, "I32")) {
+        for (k = 0; k < e->numel; k++) ((int32_t *)e->raw)[k] = (int32_t)gdl__q_le32(src + 4 * k);
+    } else if (e->raw) {
+        for (k = 0; k < e->numel; k++) {
+            const uint32_t u = gdl__q_le32(src + 4 * k);
+            memcpy((float *)e->raw + k, &u, 4);
+        }
+    } else { /* a parameter or buffer, on its device */
+        gdl_real *w = gdl__qload_reals(op, src, e->numel);
+        rc = w ? gdl__copy_bytes(op, e->t->data, e->t->device, w, gdl_cpu(), sizeof(gdl_real) * (size_t)e->numel) : -1;
+        GPUDL_FREE(w);
+    }
+    return rc;
+}
+
 GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
     const char *op = "gdl_quant_load";
     gdl__qlist L;
     gdl_st_file f;
-    gdl__qpack *packs;
+    gdl__qlayer *fresh; /* per slot: its new weight (packed), made before anything changes */
     int i, rc = -1;
     if (gdl__qlist_make(op, &L, m, path) < 0) return -1;
     if (gdl_st_read(path, &f) < 0) {
         GPUDL_FREE(L.s);
         return -1;
     }
-    /* the new weights packed first: nothing is changed unless all can be */
-    packs = (gdl__qpack *)GPUDL_MALLOC(sizeof(gdl__qpack) * (size_t)L.n);
-    if (!packs) gdl__set_error("%s: out of memory", op);
-    else memset(packs, 0, sizeof(gdl__qpack) * (size_t)L.n);
-    if (packs && gdl__qload_check(op, path, &L, &f) == 0) {
+    /* the new weights packed first (derived ones quantized from their float parameter's values in the file):
+       nothing is changed unless all can be */
+    fresh = (gdl__qlayer *)GPUDL_MALLOC(sizeof(gdl__qlayer) * (size_t)L.n);
+    if (!fresh) gdl__set_error("%s: out of memory", op);
+    else memset(fresh, 0, sizeof(gdl__qlayer) * (size_t)L.n);
+    if (fresh && gdl__qload_check(op, path, &L, &f) == 0) {
         rc = 0;
-        for (i = 0; i < L.n && rc == 0; i++)
-            if (L.s[i].q)
-                rc = gdl__qpack_init(op, &packs[i], (int)L.s[i].q->out, (int)L.s[i].q->in,
-                                     (const int8_t *)(f.data + gdl_st_find(&f, L.s[i].name)->begin),
-                                     (ptrdiff_t)L.s[i].q->in);
         for (i = 0; i < L.n && rc == 0; i++) {
-            const gdl__qslot *e = &L.s[i];
-            const unsigned char *src = f.data + gdl_st_find(&f, e->name)->begin;
-            int64_t k;
-            if (e->q) {
-                memcpy(e->raw, src, (size_t)e->numel);
-                gdl__qpack_free(&e->q->pack);
-                e->q->pack = packs[i];
-                memset(&packs[i], 0, sizeof packs[i]);
-            } else if (!strcmp(e->dtype, "I32")) {
-                for (k = 0; k < e->numel; k++) ((int32_t *)e->raw)[k] = (int32_t)gdl__q_le32(src + 4 * k);
+            const gdl__qslot *e = &L.s[i], *src;
+            gdl_real *w;
+            if (!e->q) continue;
+            if (!e->derived) {
+                rc = gdl__qpack_init(op, &fresh[i].pack, (int)e->q->out, (int)e->q->in,
+                                     (const int8_t *)(f.data + gdl_st_find(&f, e->name)->begin), (ptrdiff_t)e->q->in);
+                continue;
+            }
+            if (!(src = gdl__qlist_tensor(&L, e->q->wfloat)) || src->numel != e->q->in * e->q->out) {
+                gdl__set_error("%s: %s: the float parameter a quantized layer is tied to is not in the model", op, path);
+                rc = -1;
+            } else if (!(w = gdl__qload_reals(op, f.data + gdl_st_find(&f, src->name)->begin, src->numel))) {
+                rc = -1;
             } else {
-                for (k = 0; k < e->numel; k++) {
-                    const uint32_t u = gdl__q_le32(src + 4 * k);
-                    float v;
-                    memcpy(&v, &u, 4);
-                    if (e->raw) ((float *)e->raw)[k] = v;
-                    else ((gdl_real *)e->t->data)[k] = (gdl_real)v;
-                }
+                rc = gdl__qlayer_requant(op, e->q, w, &fresh[i]);
+                GPUDL_FREE(w);
             }
         }
+        for (i = 0; i < L.n && rc == 0; i++)
+            rc = gdl__qload_commit(op, &L.s[i], &fresh[i],
+                                   L.s[i].derived ? NULL : f.data + gdl_st_find(&f, L.s[i].name)->begin);
     }
-    for (i = 0; i < L.n && rc == 0; i++) /* the copies of a layer on a device: new ones */
-        if (L.s[i].q && L.s[i].q->dev.type != GDL_DEVICE_CPU) rc = gdl__qlayer_to_dev(L.s[i].q, L.s[i].q->dev);
-    if (packs)
-        for (i = 0; i < L.n; i++) gdl__qpack_free(&packs[i]);
-    GPUDL_FREE(packs);
+    if (rc == 0) rc = gdl__qload_refresh(m); /* the copies of the layers on a device: new ones */
+    if (fresh)
+        for (i = 0; i < L.n; i++) {
+            gdl__qpack_free(&fresh[i].pack);
+            GPUDL_FREE(fresh[i].w);
+            GPUDL_FREE(fresh[i].w_scale);
+            GPUDL_FREE(fresh[i].w_zp);
+        }
+    GPUDL_FREE(fresh);
     gdl_st_free(&f);
     GPUDL_FREE(L.s);
     return rc;

@@ -5,9 +5,14 @@
    under their state_dict names, the input and states, the weights w0..w2, our outputs ("out", "h_n",
    "c_n") and gradients ("grad.<parameter>", "grad.x", "grad.h0", "grad.c0"). The Python side loads the
    parameters into torch.nn.LSTM / GRU, runs the same and compares.
+   The same modules dynamically quantized (gdl_quantize_dynamic) with per-channel weights (gpudl's default,
+   PyTorch's per_channel_dynamic_qconfig) and per-tensor ones (default_dynamic_qconfig: per_channel 0) add
+   their outputs on the same input and states ("pc1.out", "pc1.h_n", "pc1.c_n"; "pc0." ...) and are saved as
+   DIR/rnn_quant_<lstm|gru>_pc<1|0>.safetensors (gdl_quant_save) for bench/pytorch/quant_rnn_oracle.py.
 
    cc -O2 bench/rnn_oracle.c -lm -lz -pthread -o build/rnn_oracle
-   build/rnn_oracle build && python3 bench/pytorch/rnn_oracle.py build */
+   build/rnn_oracle build && python3 bench/pytorch/rnn_oracle.py build
+   python3 bench/pytorch/quant_rnn_oracle.py build */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 
@@ -35,7 +40,29 @@ static void add(const char *prefix, const char *name, const gdl_tensor *t) {
     nitems++;
 }
 
-static int run(int lstm) {
+/* the quantized outputs of float module m on x, h0, c0 and the quantized models' files (see the top) */
+static int run_quantized(const char *dir, gdl_module *m, int lstm, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0) {
+    gdl_tensor *out, *hn, *cn = NULL;
+    char sub[32], path[512];
+    int pc, rc;
+    for (pc = 0; pc < 2; pc++) {
+        gdl_qconfig qc = gdl_qconfig_default();
+        gdl_module *q;
+        qc.per_channel = pc;
+        if (!(q = gdl_quantize_dynamic(m, &qc))) return -1;
+        rc = lstm ? gdl_nn_lstm_forward(q, x, h0, c0, &out, &hn, &cn) : gdl_nn_gru_forward(q, x, h0, &out, &hn);
+        snprintf(path, sizeof path, "%s/rnn_quant_%s_pc%d.safetensors", dir, lstm ? "lstm" : "gru", pc);
+        if (rc < 0 || gdl_quant_save(q, path) < 0) return -1;
+        snprintf(sub, sizeof sub, "%spc%d.", lstm ? "lstm." : "gru.", pc);
+        add(sub, "out", out);
+        add(sub, "h_n", hn);
+        if (lstm) add(sub, "c_n", cn);
+        gdl_module_free(q);
+    }
+    return 0;
+}
+
+static int run(const char *dir, int lstm) {
     const char *pre = lstm ? "lstm." : "gru.";
     const int64_t B = 3, T = 6, I = 5, H = 4;
     int64_t shapes[6][3] = {{B, T, I}, {4, B, H}, {4, B, H}, {B, T, 2 * H}, {4, B, H}, {4, B, H}};
@@ -73,7 +100,7 @@ static int run(int lstm) {
         add(pre, "c_n", cn);
         add(pre, "grad.c0", in[2]->grad);
     }
-    return 0;
+    return run_quantized(dir, m, lstm, in[0], in[1], in[2]);
 }
 
 int main(int argc, char **argv) {
@@ -82,7 +109,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
         return 2;
     }
-    if (run(1) < 0 || run(0) < 0) {
+    if (run(argv[1], 1) < 0 || run(argv[1], 0) < 0) {
         fprintf(stderr, "rnn_oracle: %s\n", gdl_last_error());
         return 1;
     }

@@ -11,9 +11,10 @@
        gdl_module_summary(q, 2, (int64_t[]){1, 784}, stdout); // with its size
        gdl_quant_save(q, "mlp_int8.safetensors");
    returns a copy of the model with every Linear replaced by a
-   DynamicQuantizedLinear (the other modules copied as they are), as
-   quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8) with
-   per_channel_dynamic_qconfig on the x86 engine (fbgemm):
+   DynamicQuantizedLinear and every LSTM / GRU by a DynamicQuantizedLSTM /
+   DynamicQuantizedGRU (the other modules copied as they are), as
+   quantize_dynamic(model, {nn.Linear, nn.LSTM, nn.GRU}, dtype=torch.qint8)
+   with per_channel_dynamic_qconfig on the x86 engine (fbgemm):
    * weights int8 [-128, 127], symmetric (zero point 0), per output channel:
      scale = max(|min(w, 0)|, max(w, 0)) / 127.5, at least FLT_EPSILON
      (PyTorch's per_channel_symmetric observer), q = round-half-even(w *
@@ -31,11 +32,26 @@
      in f32.
    No gradient flows through a quantized module (as PyTorch's): the output is
    a temporary without a tape node. Quantized modules are made from a model
-   on the CPU (a model on a GPU is refused: move it with gdl_module_to
-   first) and then run where gdl_module_to puts them: on CUDA the same
-   integer arithmetic and f32 epilogue give the CPU's outputs bit for bit
-   (cuBLAS's int8 GEMM where the shapes are multiples of 4, a tiled kernel
-   otherwise). Saving and loading take a model on the CPU.
+   on any device (the weights are quantized in host memory) and run where
+   the model is, or where gdl_module_to puts them: on CUDA the same integer
+   arithmetic and f32 epilogue give the CPU's outputs bit for bit (cuBLAS's
+   int8 GEMM where the shapes are multiples of 4, a tiled kernel otherwise).
+   Saving and loading take a model on any device.
+
+   DynamicQuantizedLSTM / GRU (torch.ao.nn.quantized.dynamic.LSTM / GRU):
+   per layer and direction the input and hidden projections are dynamic
+   quantized Linears (children "ih_l0", "hh_l0", "ih_l0_reverse"..., with
+   the biases b_ih and b_hh), the gates f32 (gdl_lstm_gates, gdl_gru_gates).
+   As PyTorch's CPU path, the input projection quantizes a layer's whole
+   input sequence at once (one activation scale for all its time steps),
+   the hidden projection each step's h; the weights follow gdl_qconfig as
+   the Linears' (per output channel by default: PyTorch's own default for
+   quantize_dynamic, default_dynamic_qconfig, is per tensor: per_channel =
+   0), activations 7-bit (PyTorch passes reduce_range to its LSTM cells).
+   gdl_forward gives the output, gdl_nn_lstm_forward / gdl_nn_gru_forward
+   the states too; the input must be f32 (batch_first, bidirectional,
+   layers and unbatched inputs as nn.LSTM's). Unlike PyTorch's, bias=False
+   is taken too.
 
    Files: gdl_quant_save writes every tensor of a quantized model to
    safetensors with names that say what they are:
@@ -44,7 +60,14 @@
        "0.bias" F32 [out]; for static layers also "0.input_scale" F32 [1],
        "0.input_zero_point" I32 [1], "0.output_scale", "0.output_zero_point"
    and the other modules' parameters and buffers as F32 under their usual
-   names; metadata "gpudl.quantized" = "int8". gdl_quant_load reads such
+   names; metadata "gpudl.quantized" = "int8". A tied weight
+   (gdl_module_tie) is quantized and stored once: a parameter tied to
+   another is written under its owner's name only (as gdl_save_model does);
+   quantized layers made from one weight share one int8 copy, stored with
+   the first; a quantized layer whose weight is tied to a float parameter
+   that the model keeps (nanoGPT's lm_head tied to the token embedding) stores
+   no int8 weight: the file holds the float values once, and loading
+   quantizes them again, so the layer loads back tied. gdl_quant_load reads such
    a file into a quantized model of the same structure (strictly: names,
    dtypes and shapes), so: build the float model, gdl_quantize_dynamic it,
    gdl_quant_load the file (for static models: prepare, calibrate on any
@@ -122,6 +145,12 @@
    convolution is folded at prepare_qat, with its running statistics, and
    training goes on without it.
 
+   A model on a GPU is prepared, calibrated (the loader's batches on its
+   device), trained and converted where it is: the observers take the min
+   and max there, the histogram and fake quantization's values and mask are
+   computed from host copies (correct, equal to the CPU's, not fast), the
+   converted layers are placed on the model's device.
+
    The int8 GEMM
    -------------
    gdl_gemm_u8s8_cpu: C[M,N] (int32) = A[M,K] (u8) * B[N,K]^T (s8), exact, on
@@ -166,7 +195,7 @@ GPUDL_API gdl_module *gdl_quant_prepare_qat(gdl_module *m, const gdl_qconfig *qc
 /* on 1: the observers of every observed layer of m stop updating; 0: they update again. 0 / -1. */
 GPUDL_API int gdl_quant_freeze_observers(gdl_module *m, int on);
 /* y = (clamp(round(x / scale) + zero_point, qmin, qmax) - zero_point) * scale, differentiable with the clipped
-   straight-through estimator. x f32 on the CPU. NULL + error. */
+   straight-through estimator. x f32 on any device. NULL + error. */
 GPUDL_API gdl_tensor *gdl_fake_quantize(gdl_tensor *x, float scale, int32_t zero_point, int qmin, int qmax);
 /* 1 when m or one of its descendants is a quantized module, 0 if not (or NULL). */
 GPUDL_API int gdl_module_is_quantized(const gdl_module *m);

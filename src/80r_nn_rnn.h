@@ -1,9 +1,13 @@
 /* [impl-nn] The recurrent modules: nn.LSTM and nn.GRU (gdl_nn_lstm, gdl_nn_gru and their forwards).
    Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in),
    then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates).
-   Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy. */
+   Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy.
+   gdl_quantize_dynamic's copies (DynamicQuantizedLSTM / GRU, [impl-quant]) run here too: flagged
+   GDL__RNN_QUANT, they hold no parameters but, per layer and direction, the two projections as int8
+   children (ih, hh), which take the place of the two gdl_linear calls. */
 
-enum { GDL__RNN_IN, GDL__RNN_H, GDL__RNN_LAYERS, GDL__RNN_BIAS, GDL__RNN_BATCH_FIRST, GDL__RNN_BIDIR, GDL__RNN_G };
+enum { GDL__RNN_IN, GDL__RNN_H, GDL__RNN_LAYERS, GDL__RNN_BIAS, GDL__RNN_BATCH_FIRST, GDL__RNN_BIDIR, GDL__RNN_G,
+       GDL__RNN_QUANT };
 
 static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, int G, int64_t input_size,
                                int64_t hidden_size, int num_layers, int bias, int batch_first, double dropout,
@@ -104,9 +108,10 @@ static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor
     const int lstm = m->kind == GDL__M_LSTM, bias = (int)m->ia[GDL__RNN_BIAS];
     const int D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, per = bias ? 4 : 2, base = (layer * D + dir) * per;
     const int64_t T = xs->shape[0];
+    gdl_module *const *q = m->ia[GDL__RNN_QUANT] ? m->child + 2 * (layer * D + dir) : NULL; /* ih, hh */
     gdl_tensor *w_ih = gdl__nn_param(m, base), *w_hh = gdl__nn_param(m, base + 1);
     gdl_tensor *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL, *b_hh = bias ? gdl__nn_param(m, base + 3) : NULL;
-    gdl_tensor *gx = gdl_linear(xs, w_ih, b_ih), **outs;
+    gdl_tensor *gx = q ? gdl_forward(q[0], xs) : gdl_linear(xs, w_ih, b_ih), **outs;
     int64_t s;
     if (!gx) return NULL;
     if (!(outs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)T))) {
@@ -115,7 +120,7 @@ static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor
     }
     for (s = 0; s < T; s++) {
         int64_t t = dir ? T - 1 - s : s;
-        gdl_tensor *gh = gdl_linear(*h, w_hh, b_hh), *gxt = gdl_select(gx, 0, t);
+        gdl_tensor *gh = q ? gdl_forward(q[1], *h) : gdl_linear(*h, w_hh, b_hh), *gxt = gdl_select(gx, 0, t);
         if (!gh || !gxt) return NULL;
         if (lstm) {
             gdl_tensor *hc = gdl_lstm_gates(gxt, gh, *c);
@@ -169,7 +174,7 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
                                gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn) {
     int unbatched, rc;
     int64_t B, shape[3];
-    gdl_tensor *w;
+    gdl_device dev;
     if (out) *out = NULL;
     if (hn) *hn = NULL;
     if (cn) *cn = NULL;
@@ -182,7 +187,7 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
         return -1;
     }
     if (gdl__check_in(op, "input", x, 0) < 0) return -1;
-    w = gdl__nn_param(m, 0);
+    dev = gdl_module_device(m);
     if ((x->ndim != 2 && x->ndim != 3) || x->shape[x->ndim - 1] != m->ia[GDL__RNN_IN] || x->shape[0] == 0 ||
         (x->ndim == 3 && x->shape[1] == 0)) {
         char cfg[200];
@@ -192,9 +197,14 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
                        (long long)m->ia[GDL__RNN_IN], gdl_shape_str(x));
         return -1;
     }
-    if (!gdl_device_equal(x->device, w->device)) {
+    if (!gdl_device_equal(x->device, dev)) {
         gdl__set_error("%s: %s: input %s is on %s but the parameters are on %s (gdl_module_to)", op, gdl__nn_label(m),
-                       gdl_shape_str(x), gdl_device_str(x->device), gdl_device_str(w->device));
+                       gdl_shape_str(x), gdl_device_str(x->device), gdl_device_str(dev));
+        return -1;
+    }
+    if (m->ia[GDL__RNN_QUANT] && x->dtype != GDL_F32) {
+        gdl__set_error("%s: %s (dtype=qint8): expected an f32 input, got %s %s", op, gdl__nn_label(m),
+                       gdl_dtype_name(x->dtype), gdl_shape_str(x));
         return -1;
     }
     unbatched = x->ndim == 2;

@@ -768,6 +768,419 @@ TEST test_qat_mlp(void) {
     PASS();
 }
 
+/* ---- weight tying (gdl_module_tie) ---- */
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* the names of a saved file, sorted, joined with spaces (for exact comparisons) */
+static enum harness_result file_names(const char *path, char *out, size_t n) {
+    gdl_st_file f;
+    const char *v[64];
+    int i;
+    ASSERT_EQ(0, gdl_st_read(path, &f));
+    ASSERT_LE(f.n, 64);
+    for (i = 0; i < f.n; i++) v[i] = f.entries[i].name;
+    qsort(v, (size_t)f.n, sizeof *v, cmp_name);
+    out[0] = 0;
+    for (i = 0; i < f.n; i++) {
+        ASSERT_LT(strlen(out) + strlen(v[i]) + 2, n);
+        if (i) strcat(out, " ");
+        strcat(out, v[i]);
+    }
+    gdl_st_free(&f);
+    PASS();
+}
+
+/* outputs of two models on x: equal bit for bit */
+static enum harness_result same_outputs(gdl_module *a, gdl_module *b, gdl_tensor *x, const char *what) {
+    gdl_tensor *ya, *yb;
+    ASSERT_NOT_NULL(ya = gdl_forward(a, x));
+    ASSERT_NOT_NULL(yb = gdl_forward(b, x));
+    ASSERT_EQ(ya->numel, yb->numel);
+    if (memcmp(ya->data, yb->data, sizeof(gdl_real) * (size_t)ya->numel)) FAILf("%s: the outputs differ", what);
+    PASS();
+}
+
+/* a copy of model m (built by make from the same seed) with the values of m's tensors and no tie */
+static gdl_module *untied_twin(gdl_module *(*make)(void), gdl_module *m) {
+    gdl_module *u = make();
+    const char *names[16];
+    gdl_tensor *ts[16];
+    int n = gdl_module_named_tensors(u, GDL_PARAMS, names, ts, 16), i;
+    for (i = 0; i < n; i++) {
+        const gdl_tensor *src = gdl_module_tensor(m, names[i]);
+        if (!src || gdl_copy_(ts[i], src) < 0) return NULL;
+    }
+    return u;
+}
+
+static gdl_module *emb_head(void) { /* an embedding and the head that reads it back (nanoGPT's tying) */
+    return gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_embedding(12, 8), gdl_nn_linear(8, 12, 1)});
+}
+static gdl_module *two_linears(void) {
+    return gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(6, 6, 1), gdl_nn_relu(), gdl_nn_linear(6, 6, 1)});
+}
+static gdl_module *two_norms(void) {
+    return gdl_nn_sequential(4, (gdl_module *[]){gdl_nn_linear(4, 4, 1), gdl_nn_layernorm(4), gdl_nn_linear(4, 4, 1),
+                                                 gdl_nn_layernorm(4)});
+}
+
+/* model made by make, tie name -> target, dynamically quantized: the file holds the names want (the tied
+   weight once); its size; outputs equal those of an untied twin with the same values; a file loaded into
+   another tied model (other values) gives the same outputs again, so the weight loads back tied */
+static enum harness_result tied_case(gdl_module *(*make)(void), const char *name, const char *target, gdl_tensor *x,
+                                     const char *want, int64_t bytes) {
+    const char *path = harness_tmp("test_quant_tied.safetensors");
+    gdl_module *m, *q, *u, *qu, *m2, *q2;
+    char names[512];
+    int64_t i;
+    gdl_manual_seed(31);
+    ASSERT_NOT_NULL(m = make());
+    ASSERT_EQ(0, gdl_module_tie(m, name, target));
+    for (i = 0; i < gdl_module_tensor(m, target)->numel; i++) /* LayerNorm's ones: something else */
+        R(gdl_module_tensor(m, target))[i] = (gdl_real)(0.3 + 0.05 * (double)(i % 7) - 0.02 * (double)i);
+    ASSERT_NOT_NULL(q = gdl_quantize_dynamic(m, NULL));
+    ASSERT_EQ(bytes, gdl_module_nbytes(q));
+    ASSERT_EQ(0, gdl_quant_save(q, path));
+    CHECK_CALL(file_names(path, names, sizeof names));
+    ASSERT_STR_EQ(want, names);
+    ASSERT_NOT_NULL(u = untied_twin(make, m));
+    ASSERT_NOT_NULL(qu = gdl_quantize_dynamic(u, NULL));
+    CHECK_CALL(same_outputs(q, qu, x, "tied against untied"));
+    gdl_manual_seed(32);
+    ASSERT_NOT_NULL(m2 = make());
+    ASSERT_EQ(0, gdl_module_tie(m2, name, target));
+    ASSERT_NOT_NULL(q2 = gdl_quantize_dynamic(m2, NULL));
+    ASSERT_EQ(0, gdl_quant_load(q2, path));
+    CHECK_CALL(same_outputs(q, q2, x, "loaded"));
+    if (gdl_module_tensor(q2, name) && gdl_module_tensor(q2, target))
+        ASSERT(gdl_module_tensor(q2, name) == gdl_module_tensor(q2, target));
+    remove(path);
+    gdl_module_free(m), gdl_module_free(q), gdl_module_free(u), gdl_module_free(qu);
+    gdl_module_free(m2), gdl_module_free(q2);
+    PASS();
+}
+
+TEST test_tied_weights(void) {
+    gdl_tensor *idx = gdl_from_array((int32_t[]){3, 0, 11, 5, 5, 7}, 2, (int64_t[]){2, 3}, GDL_I32, CPU);
+    gdl_tensor *x6 = gdl_randn(GDL_DIMS(5, 6), CPU), *x4 = gdl_randn(GDL_DIMS(5, 4), CPU);
+    const char *path = harness_tmp("test_quant_tied_static.safetensors");
+    gdl_module *m, *p, *q;
+    char names[512];
+    ASSERT(idx && x6 && x4);
+    /* a head tied to the float embedding: the embedding stored, the head's int8 weight derived from it */
+    CHECK_CALL(tied_case(emb_head, "1.weight", "0.weight", idx, "0.weight 1.bias", 12 * 8 * 4 + 12 * 4));
+    /* two quantized layers, one weight: quantized and stored once */
+    CHECK_CALL(tied_case(two_linears, "2.weight", "0.weight", x6,
+                         "0.bias 0.weight_int8 0.weight_scale 0.weight_zero_point 2.bias", 36 + 6 * 8 + 2 * 6 * 4));
+    /* two float parameters */
+    CHECK_CALL(tied_case(two_norms, "3.weight", "1.weight", x4,
+                         "0.bias 0.weight_int8 0.weight_scale 0.weight_zero_point 1.bias 1.weight 2.bias "
+                         "2.weight_int8 2.weight_scale 2.weight_zero_point 3.bias",
+                         2 * (16 + 4 * 8 + 4 * 4) + 3 * 4 * 4));
+    /* static: the observed layers keep one tensor (one gradient in QAT), the converted ones one int8 weight */
+    gdl_manual_seed(33);
+    ASSERT_NOT_NULL(m = two_linears());
+    ASSERT_EQ(0, gdl_module_tie(m, "2.weight", "0.weight"));
+    ASSERT_NOT_NULL(p = gdl_quant_prepare_qat(m, NULL));
+    ASSERT(gdl_module_tensor(p, "0.weight") == gdl_module_tensor(p, "2.weight"));
+    ASSERT_EQ(36 + 12, gdl_module_num_params(p));
+    ASSERT_NOT_NULL(gdl_forward(p, x6));
+    ASSERT_NOT_NULL(q = gdl_quant_convert(p));
+    ASSERT_EQ(0, gdl_quant_save(q, path));
+    CHECK_CALL(file_names(path, names, sizeof names));
+    ASSERT_STR_EQ("0.bias 0.input_scale 0.input_zero_point 0.output_scale 0.output_zero_point 0.weight_int8 "
+                  "0.weight_scale 0.weight_zero_point 2.bias 2.input_scale 2.input_zero_point 2.output_scale "
+                  "2.output_zero_point", names);
+    remove(path);
+    gdl_module_free(m), gdl_module_free(p), gdl_module_free(q);
+    gdl_free(idx), gdl_free(x6), gdl_free(x4);
+    PASS();
+}
+
+/* ---- dynamic LSTM / GRU ---- */
+
+static double sigm(double v) { return 1 / (1 + exp(-v)); }
+
+/* One layer, one direction of a float LSTM (G 4: gates i, f, g, o) or GRU (G 3: r, z, n), batch_first x [B, T,
+   I], computed here in double. With tf (the quantized module's output [B, T, D*H]) each step starts from the
+   quantized module's previous hidden state (teacher forcing: a step's error does not feed the next one's
+   through h, so the bound stays that of one step), and beside the result comes a bound on how far the
+   quantized step can be: a projection's error is at most sum_k |x_k| sw/2 + |w_k| e + e sw/2, with sw the
+   row's weight scale (rounding: half a step) and e a whole activation step of its input (the nudged zero
+   point can move the grid by half a step); sigmoid moves at most 1/4 and tanh 1 per unit; an LSTM's cell
+   state, not seen, carries its error (ec) on. h0, c0: the initial states [D, B, H] (exact), or NULL: zeros.
+   Fills ref [B, T, D*H] (this direction's columns) and bound. */
+static void rnn_ref_dir(int lstm, int dir, int D, int B, int T, int I, int H, const float *x, const gdl_real *Wih,
+                        const gdl_real *Whh, const gdl_real *bih, const gdl_real *bhh, int per_channel, int qmax,
+                        const gdl_real *tf, const gdl_real *h0, const gdl_real *c0, double *ref, double *bound) {
+    const int G = lstm ? 4 : 3;
+    double *h = calloc((size_t)B * H, sizeof(double)), *c = calloc((size_t)B * H, sizeof(double));
+    double *eh = calloc((size_t)B * H, sizeof(double)), *ec = calloc((size_t)B * H, sizeof(double));
+    double *swi = malloc(sizeof(double) * G * H), *swh = malloc(sizeof(double) * G * H);
+    double *gx = malloc(sizeof(double) * G * H), *gh = malloc(sizeof(double) * G * H);
+    double *Ex = malloc(sizeof(double) * G * H), *Eh = malloc(sizeof(double) * G * H);
+    double *nh = malloc(sizeof(double) * B * H), *nc = malloc(sizeof(double) * B * H);
+    double *neh = malloc(sizeof(double) * B * H), *nec = malloc(sizeof(double) * B * H);
+    double lo = 0, hi = 0, sx;
+    int n, k, b, st, j, w;
+    for (k = 0; k < B * H; k++) {
+        h[k] = h0 ? (double)h0[dir * B * H + k] : 0;
+        c[k] = c0 ? (double)c0[dir * B * H + k] : 0;
+    }
+    for (w = 0; w < 2; w++) { /* the weight scales, as the observers take them */
+        const gdl_real *W = w ? Whh : Wih;
+        const int K = w ? H : I;
+        double *sw = w ? swh : swi, all = 0;
+        for (n = 0; n < G * H; n++) {
+            double a = 0;
+            for (k = 0; k < K; k++) a = fabs((double)W[n * K + k]) > a ? fabs((double)W[n * K + k]) : a;
+            sw[n] = a / 127.5;
+            all = a > all ? a : all;
+        }
+        for (n = 0; !per_channel && n < G * H; n++) sw[n] = all / 127.5;
+    }
+    for (k = 0; k < B * T * I; k++) { /* the input's activation scale: one for the whole sequence */
+        lo = x[k] < lo ? x[k] : lo;
+        hi = x[k] > hi ? x[k] : hi;
+    }
+    sx = (hi - lo) / qmax;
+    for (st = 0; st < T; st++) {
+        const int t = dir ? T - 1 - st : st;
+        double hlo = 0, hhi = 0, sh;
+        for (k = 0; tf && st > 0 && k < B * H; k++) { /* the quantized module's h of the step before */
+            h[k] = (double)tf[((size_t)(k / H) * T + (dir ? t + 1 : t - 1)) * D * H + dir * H + k % H];
+            eh[k] = 0;
+        }
+        for (k = 0; k < B * H; k++) { /* this step's hidden activation scale, over the batch (quantized h) */
+            hlo = h[k] - eh[k] < hlo ? h[k] - eh[k] : hlo;
+            hhi = h[k] + eh[k] > hhi ? h[k] + eh[k] : hhi;
+        }
+        sh = (hhi - hlo) / qmax;
+        for (b = 0; b < B; b++) {
+            const float *xt = x + ((size_t)b * T + t) * I;
+            const double *hb = h + b * H, *ehb = eh + b * H;
+            for (n = 0; n < G * H; n++) {
+                gx[n] = bih ? (double)bih[n] : 0;
+                gh[n] = bhh ? (double)bhh[n] : 0;
+                Ex[n] = Eh[n] = 0;
+                for (k = 0; k < I; k++) {
+                    gx[n] += (double)Wih[n * I + k] * xt[k];
+                    Ex[n] += fabs((double)xt[k]) * swi[n] / 2 + fabs((double)Wih[n * I + k]) * sx + sx * swi[n] / 2;
+                }
+                for (k = 0; k < H; k++) {
+                    const double e = ehb[k] + (sh > 0 ? sh : 0);
+                    gh[n] += (double)Whh[n * H + k] * hb[k];
+                    Eh[n] += fabs(hb[k]) * swh[n] / 2 + fabs((double)Whh[n * H + k]) * e + e * swh[n] / 2;
+                }
+            }
+            for (j = 0; j < H; j++) {
+                const int o = b * H + j;
+                if (lstm) {
+                    const double ig = sigm(gx[j] + gh[j]), fg = sigm(gx[H + j] + gh[H + j]);
+                    const double gg = tanh(gx[2 * H + j] + gh[2 * H + j]), og = sigm(gx[3 * H + j] + gh[3 * H + j]);
+                    const double Ei = Ex[j] + Eh[j], Ef = Ex[H + j] + Eh[H + j], Eg = Ex[2 * H + j] + Eh[2 * H + j];
+                    const double Eo = Ex[3 * H + j] + Eh[3 * H + j];
+                    nc[o] = fg * c[o] + ig * gg;
+                    nec[o] = Ef / 4 * (fabs(c[o]) + ec[o]) + ec[o] + Ei / 4 + Eg;
+                    nh[o] = og * tanh(nc[o]);
+                    neh[o] = Eo / 4 + nec[o];
+                } else {
+                    const double r = sigm(gx[j] + gh[j]), z = sigm(gx[H + j] + gh[H + j]);
+                    const double nn = tanh(gx[2 * H + j] + r * gh[2 * H + j]);
+                    const double Er = (Ex[j] + Eh[j]) / 4, Ez = (Ex[H + j] + Eh[H + j]) / 4;
+                    const double En = Ex[2 * H + j] + Er * (fabs(gh[2 * H + j]) + Eh[2 * H + j]) + Eh[2 * H + j];
+                    nh[o] = (1 - z) * nn + z * h[o];
+                    neh[o] = Ez * (fabs(nn) + fabs(h[o])) + En + eh[o];
+                    nc[o] = nec[o] = 0;
+                }
+                ref[((size_t)b * T + t) * D * H + dir * H + j] = nh[o];
+                bound[((size_t)b * T + t) * D * H + dir * H + j] = neh[o];
+            }
+        }
+        memcpy(h, nh, sizeof(double) * B * H);
+        memcpy(c, nc, sizeof(double) * B * H);
+        memcpy(eh, neh, sizeof(double) * B * H);
+        memcpy(ec, nec, sizeof(double) * B * H);
+    }
+    free(h), free(c), free(eh), free(ec), free(swi), free(swh), free(gx), free(gh), free(Ex), free(Eh);
+    free(nh), free(nc), free(neh), free(nec);
+}
+
+/* a bidirectional, batch_first, one-layer LSTM / GRU and its dynamic quantization: the float module against
+   the double reference (1e-5), the quantized one against it within the carried bound */
+static enum harness_result rnn_bound_case(int lstm, int bias, int per_channel, int reduce_range) {
+    const int B = 3, T = 7, I = 5, H = 6, D = 2, qmax = reduce_range ? 127 : 255;
+    gdl_module *m = lstm ? gdl_nn_lstm(I, H, 1, bias, 1, 0, 1) : gdl_nn_gru(I, H, 1, bias, 1, 0, 1), *q;
+    gdl_qconfig qc = gdl_qconfig_default();
+    gdl_tensor *x = gdl_randn(GDL_DIMS(B, T, I), CPU), *yf, *yq;
+    double *ref = malloc(sizeof(double) * B * T * D * H), *bnd = malloc(sizeof(double) * B * T * D * H);
+    double *fl = malloc(sizeof(double) * B * T * D * H);
+    float *xf = malloc(sizeof(float) * B * T * I);
+    double maxerr = 0, maxbound = 0, maxq = 0, steperr = 0, stepbound = 0;
+    const gdl_real *w[2][4];
+    int i, d, t;
+    ASSERT(m && x && ref && bnd && xf && fl);
+    qc.per_channel = per_channel;
+    qc.reduce_range = reduce_range;
+    for (i = 0; i < B * T * I; i++) xf[i] = (float)(R(x)[i] *= 1.5);
+    ASSERT_NOT_NULL(q = gdl_quantize_dynamic(m, &qc));
+    ASSERT_STR_EQ(lstm ? "DynamicQuantizedLSTM" : "DynamicQuantizedGRU", gdl_module_kind(q));
+    ASSERT_STR_EQ("DynamicQuantizedLinear", gdl_module_kind(gdl_module_child(q, "hh_l0_reverse")));
+    ASSERT_NOT_NULL(yf = gdl_forward(m, x));
+    ASSERT_NOT_NULL(yq = gdl_forward(q, x));
+    ASSERT_EQ(B * T * D * H, yq->numel);
+    ASSERT_EQ(3, yq->ndim);
+    ASSERT_EQ(T, yq->shape[1]);
+    ASSERT_NULL(yq->node);
+    for (d = 0; d < D; d++) {
+        char n[4][32];
+        snprintf(n[0], 32, "weight_ih_l0%s", d ? "_reverse" : "");
+        snprintf(n[1], 32, "weight_hh_l0%s", d ? "_reverse" : "");
+        snprintf(n[2], 32, "bias_ih_l0%s", d ? "_reverse" : "");
+        snprintf(n[3], 32, "bias_hh_l0%s", d ? "_reverse" : "");
+        for (i = 0; i < 4; i++) w[d][i] = i < 2 || bias ? R(gdl_module_tensor(m, n[i])) : NULL;
+        rnn_ref_dir(lstm, d, D, B, T, I, H, xf, w[d][0], w[d][1], w[d][2], w[d][3], per_channel, qmax, NULL, NULL,
+                    NULL, fl, bnd);
+        rnn_ref_dir(lstm, d, D, B, T, I, H, xf, w[d][0], w[d][1], w[d][2], w[d][3], per_channel, qmax, R(yq), NULL,
+                    NULL, ref, bnd);
+    }
+    for (i = 0; i < B * T * D * H; i++) {
+        const double e = fabs((double)R(yq)[i] - ref[i]);
+        ASSERT_IN_RANGE(fl[i], (double)R(yf)[i], 1e-5);
+        if (!(e <= bnd[i] + 1e-5))
+            FAILf("%s bias %d per_channel %d reduce_range %d: out[%d] = %.6g, float %.6g: off by %.3g > bound %.3g",
+                  lstm ? "LSTM" : "GRU", bias, per_channel, reduce_range, i, (double)R(yq)[i], ref[i], e, bnd[i]);
+        maxerr = e > maxerr ? e : maxerr;
+        maxbound = bnd[i] > maxbound ? bnd[i] : maxbound;
+        maxq = fabs((double)R(yq)[i] - (double)R(yf)[i]) > maxq ? fabs((double)R(yq)[i] - (double)R(yf)[i]) : maxq;
+    }
+    ASSERTm("the quantized output equals the float one: nothing was quantized", maxq > 0);
+    printf("\n  %s bias %d per_channel %d reduce_range %d: max |int8 - f32| %.3g over the sequence; a step from the "
+           "int8 state: max error %.3g, largest bound %.3g", lstm ? "LSTM" : "GRU", bias, per_channel, reduce_range, maxq,
+           maxerr, maxbound);
+    /* step by step (T = 1, the states passed on): each step checked from the quantized states, the cell state
+       included, within one step's bound */
+    if (lstm) {
+        gdl_tensor *hs = NULL, *cs = NULL, *xt, *o, *hn, *cn;
+        float *xs = malloc(sizeof(float) * B * I);
+        ASSERT_NOT_NULL(xs);
+        for (t = 0; t < T; t++) {
+            for (i = 0; i < B * I; i++) xs[i] = xf[(i / I) * T * I + t * I + i % I];
+            ASSERT_NOT_NULL(xt = gdl_from_array(xs, 3, (int64_t[]){B, 1, I}, GDL_F32, CPU));
+            ASSERT_EQ(0, gdl_nn_lstm_forward(q, xt, hs, cs, &o, &hn, &cn));
+            for (d = 0; d < D; d++)
+                rnn_ref_dir(1, d, D, B, 1, I, H, xs, w[d][0], w[d][1], w[d][2], w[d][3], per_channel, qmax, NULL,
+                            hs ? R(hs) : NULL, cs ? R(cs) : NULL, ref, bnd);
+            for (i = 0; i < B * D * H; i++) {
+                const double e = fabs((double)R(o)[i] - ref[i]);
+                if (!(e <= bnd[i] + 1e-5))
+                    FAILf("LSTM step %d: out[%d] = %.6g, float %.6g: off by %.3g > bound %.3g", t, i, (double)R(o)[i],
+                          ref[i], e, bnd[i]);
+                steperr = e > steperr ? e : steperr;
+                stepbound = bnd[i] > stepbound ? bnd[i] : stepbound;
+            }
+            gdl_free(xt);
+            hs = hn;
+            cs = cn;
+        }
+        free(xs);
+        printf("; step by step: max error %.3g, largest bound %.3g", steperr, stepbound);
+    }
+    gdl_module_free(m), gdl_module_free(q);
+    gdl_free(x);
+    free(ref), free(bnd), free(xf), free(fl);
+    PASS();
+}
+
+TEST test_dynamic_rnn_against_float(void) {
+    int lstm;
+    for (lstm = 1; lstm >= 0; lstm--) {
+        gdl_manual_seed(60 + lstm);
+        CHECK_CALL(rnn_bound_case(lstm, 1, 1, 1));
+        CHECK_CALL(rnn_bound_case(lstm, 1, 0, 1));
+        CHECK_CALL(rnn_bound_case(lstm, 0, 1, 0));
+    }
+    printf("\n");
+    PASS();
+}
+
+/* two layers, states in and out, sizes and the summary, a file round trip, the errors */
+TEST test_dynamic_rnn_states_files_errors(void) {
+    const char *path = harness_tmp("test_quant_rnn.safetensors");
+    const int64_t I = 5, H = 4, G = 4;
+    gdl_module *m = gdl_nn_lstm(I, H, 2, 1, 0, 0, 0), *q, *m2, *q2, *g, *qg;
+    gdl_tensor *x = gdl_randn(GDL_DIMS(6, 3, 5), CPU), *h0 = gdl_randn(GDL_DIMS(2, 3, 4), CPU);
+    gdl_tensor *c0 = gdl_randn(GDL_DIMS(2, 3, 4), CPU), *out, *hn, *cn, *out2, *hn2, *cn2, *bad;
+    FILE *f = tmpfile();
+    char buf[8192], names[1024];
+    size_t nr;
+    int64_t per_proj_in, per_proj_h;
+    ASSERT(m && x && h0 && c0 && f);
+    ASSERT_NOT_NULL(q = gdl_quantize_dynamic(m, NULL));
+    /* states: the final h is the output's last step, and given states change the result */
+    ASSERT_EQ(0, gdl_nn_lstm_forward(q, x, h0, c0, &out, &hn, &cn));
+    ASSERT_EQ(3, out->ndim);
+    ASSERT_EQ(4, out->shape[2]);
+    ASSERT_EQ(0, memcmp(R(out) + 5 * 3 * 4, R(hn) + 3 * 4, sizeof(gdl_real) * 3 * 4));
+    ASSERT_EQ(0, gdl_nn_lstm_forward(q, x, NULL, NULL, &out2, &hn2, &cn2));
+    ASSERT(memcmp(out->data, out2->data, sizeof(gdl_real) * (size_t)out->numel) != 0);
+    /* sizes: int8 weights, a scale and zero point per row, f32 biases; no float parameter left */
+    per_proj_in = G * H * I + G * H * 8 + G * H * 4;
+    per_proj_h = G * H * H + G * H * 8 + G * H * 4;
+    ASSERT_EQ(per_proj_in + 3 * per_proj_h, gdl_module_nbytes(q));
+    ASSERT_EQ(0, gdl_module_num_params(q)); /* no float tensor: the int8 layers' own count is in the summary */
+    ASSERT_EQ(0, gdl_module_summary(q, 3, (int64_t[]){6, 3, 5}, f));
+    rewind(f);
+    nr = fread(buf, 1, sizeof buf - 1, f);
+    buf[nr] = 0;
+    fclose(f);
+    ASSERT_CONTAINS(buf, "DynamicQuantizedLSTM");
+    ASSERT_CONTAINS(buf, "ih_l1 (DynamicQuantizedLinear)");
+    ASSERT_CONTAINS(buf, "[6,3,4]");
+    ASSERT_CONTAINS(buf, "Total params: 336"); /* G*H*(5 + 4 + 4 + 4) weights, 4 biases of G*H */
+    /* the file: names that say what they are; into another model, the same outputs and states */
+    ASSERT_EQ(0, gdl_quant_save(q, path));
+    CHECK_CALL(file_names(path, names, sizeof names));
+    ASSERT_STR_EQ("hh_l0.bias hh_l0.weight_int8 hh_l0.weight_scale hh_l0.weight_zero_point hh_l1.bias "
+                  "hh_l1.weight_int8 hh_l1.weight_scale hh_l1.weight_zero_point ih_l0.bias ih_l0.weight_int8 "
+                  "ih_l0.weight_scale ih_l0.weight_zero_point ih_l1.bias ih_l1.weight_int8 ih_l1.weight_scale "
+                  "ih_l1.weight_zero_point", names);
+    gdl_manual_seed(71);
+    ASSERT_NOT_NULL(m2 = gdl_nn_lstm(I, H, 2, 1, 0, 0, 0));
+    ASSERT_NOT_NULL(q2 = gdl_quantize_dynamic(m2, NULL));
+    ASSERT_EQ(0, gdl_quant_load(q2, path));
+    ASSERT_EQ(0, gdl_nn_lstm_forward(q2, x, h0, c0, &out2, &hn2, &cn2));
+    ASSERT_EQ(0, memcmp(out->data, out2->data, sizeof(gdl_real) * (size_t)out->numel));
+    ASSERT_EQ(0, memcmp(cn->data, cn2->data, sizeof(gdl_real) * (size_t)cn->numel));
+    /* errors: input width, dtype, a GRU's file, a GRU given to the LSTM forward, float models */
+    ASSERT_NOT_NULL(bad = gdl_zeros(GDL_DIMS(6, 3, 4), GDL_F32, CPU));
+    ASSERT_EQ(-1, gdl_nn_lstm_forward(q, bad, NULL, NULL, &out, NULL, NULL));
+    gdl_free(bad);
+    ASSERT_CONTAINS(gdl_last_error(), "DynamicQuantizedLSTM (5, 4, num_layers=2): expected input [T, B, input_size]");
+    ASSERT_CONTAINS(gdl_last_error(), "got [6,3,4]");
+    ASSERT_NOT_NULL(bad = gdl_to_dtype(x, GDL_BF16));
+    ASSERT_NULL(gdl_forward(q, bad));
+    ASSERT_CONTAINS(gdl_last_error(), "DynamicQuantizedLSTM (dtype=qint8): expected an f32 input, got bf16 [6,3,5]");
+    ASSERT_NOT_NULL(g = gdl_nn_gru(I, H, 2, 1, 0, 0, 0));
+    ASSERT_NOT_NULL(qg = gdl_quantize_dynamic(g, NULL));
+    ASSERT_EQ(-1, gdl_quant_load(qg, path));
+    ASSERT_CONTAINS(gdl_last_error(), "tensor 'ih_l0.weight_int8' is I8 [16,5] in the file but I8 [12,5] in the model");
+    ASSERT_EQ(-1, gdl_nn_lstm_forward(qg, x, NULL, NULL, &out, NULL, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "DynamicQuantizedGRU is not an LSTM");
+    ASSERT_EQ(-1, gdl_quant_load(m2, path));
+    ASSERT_CONTAINS(gdl_last_error(), "LSTM holds no quantized module");
+    ASSERT_EQ(-1, gdl_quant_save(g, path));
+    ASSERT_CONTAINS(gdl_last_error(), "GRU holds no quantized module");
+    ASSERT_NULL(gdl_quantize_dynamic(q, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "(already quantized)");
+    remove(path);
+    gdl_module_free(m), gdl_module_free(q), gdl_module_free(m2), gdl_module_free(q2);
+    gdl_module_free(g), gdl_module_free(qg);
+    gdl_free(x), gdl_free(h0), gdl_free(c0);
+    PASS();
+}
+
 /* ---- errors ---- */
 
 static gdl_tensor *custom_fwd(gdl_module *self, gdl_tensor *x) {
@@ -827,6 +1240,9 @@ SUITE(quant) {
     RUN_TEST(test_fake_quantize);
     RUN_TEST(test_conv_bn_folding);
     RUN_TEST(test_qat_mlp);
+    RUN_TEST(test_tied_weights);
+    RUN_TEST(test_dynamic_rnn_against_float);
+    RUN_TEST(test_dynamic_rnn_states_files_errors);
     RUN_TEST(test_errors);
 }
 

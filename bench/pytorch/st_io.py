@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import torch
 
-DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32}
+DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I8": np.int8}
 
 
 def read_safetensors(path):
