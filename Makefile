@@ -303,7 +303,7 @@ test-all: | $(B)
 # tools/gpu_session.sh, the plan for a real GPU, run on the emulator so that
 # the script itself is tested (its builds made here, outside its time limits)
 GPU_SESSION_DRY_BUILDS = $(B)/emu_test_cuda $(B)/emu_device_query $(B)/emu_gpu_monitor $(B)/emu_mnist_mlp \
-                         $(B)/emu_bench_train $(B)/emu_test_dist_nccl $(B)/libfake_nvml.so
+                         $(B)/emu_bench_train $(B)/emu_test_dist_nccl $(B)/libfake_nvml.so $(B)/emu_char_gpt
 test-gpu-session-dry: $(GPU_SESSION_DRY_BUILDS)
 	GPU_SESSION_DRY=1 OUT=$(B)/gpu_session_dry_out sh tools/gpu_session.sh
 

@@ -16,8 +16,11 @@
 #   sanitize  compute-sanitizer on the kernel suites: memcheck, racecheck,
 #             initcheck, synccheck
 #   bench     ours against PyTorch on the same GPU (bench/compare.sh)
-#   examples  the examples, and Fashion-MNIST to 92 % end to end, ours and
-#             PyTorch's (bench/fmnist92.c; needs the data in ./data, carried)
+#   examples  the examples, Fashion-MNIST to 92 % end to end, ours and
+#             PyTorch's (bench/fmnist92.c; needs the data in ./data, carried),
+#             and the character GPT's step time (examples/char_gpt.c; needs
+#             the fortunes in ./data/fortunes, carried: `make data-text` puts
+#             them there where the Debian packages cannot be installed)
 #   nccl      NCCL's collectives and DDP of CUDA tensors, one rank per GPU
 #
 # The planned calls (every step has a time limit of its own below, so a hang
@@ -113,11 +116,19 @@ probe() {
         fi
         echo "python3 torch: $torch"
         echo "fashion-mnist: $( [ -f data/t10k-labels-idx1-ubyte.gz ] || [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ] && echo yes || echo no)"
+        echo "fortunes: $(fortunes_dir || echo no)"
     } >"$G/probe.txt" 2>&1
     # what later steps read, one variable a line
     printf 'arch=%s\nnccl=%s\nsan=%s\ntorch=%s\ngpus=%s\n' "$arch" "$nccl" "$san" "$torch" \
         "$(sed -n 's/^gpus: //p' "$G/probe.txt")" >"$G/probe.env"
     cat "$G/probe.txt"
+}
+# where the English fortunes are (char_gpt's own search order), or a failure
+fortunes_dir() {
+    for d in ${GPUDL_DATA:+"$GPUDL_DATA/fortunes"} data/fortunes /usr/share/games/fortunes; do
+        [ -f "$d/fortunes" ] && { echo "$d"; return 0; }
+    done
+    return 1
 }
 need_probe() { [ -f "$G/probe.env" ] || probe >/dev/null; . "./$G/probe.env"; }
 
@@ -128,9 +139,9 @@ targets() {
     if [ "$dry" = 1 ]; then
         # (make test's test-gpu-session-dry names the same list)
         echo "build/emu_test_cuda build/emu_device_query build/emu_gpu_monitor build/emu_mnist_mlp" \
-             "build/emu_bench_train build/emu_test_dist_nccl build/libfake_nvml.so"
+             "build/emu_bench_train build/emu_test_dist_nccl build/libfake_nvml.so build/emu_char_gpt"
     else
-        t="$G/test_cuda_build $G/cuda_device_query $G/cuda_gpu_monitor $G/cuda_mnist_mlp $G/cuda_cpu_vs_gpu $G/cuda_bench_train $G/cuda_fmnist92"
+        t="$G/test_cuda_build $G/cuda_device_query $G/cuda_gpu_monitor $G/cuda_mnist_mlp $G/cuda_cpu_vs_gpu $G/cuda_bench_train $G/cuda_fmnist92 $G/cuda_char_gpt"
         [ "$nccl" = yes ] && t="$t $G/test_dist_nccl_cuda $G/cuda_ddp"
         echo "$t"
     fi
@@ -212,7 +223,8 @@ examples() {
         # an epoch of large batches: the emulator is slow
         "$(bin mnist_mlp)" --device cuda --epochs 1 --batch-size 1024 || return 1
         echo "SKIPPED (dry run): cpu_vs_gpu and Fashion-MNIST to 92 % (minutes on the emulator)"
-        return 0
+        char_gpt --layers 2 --heads 2 --width 32 --context 16 --batch-size 4 --steps 6 --eval-interval 6 --sample-len 0
+        return
     fi
     "$(bin gpu_monitor)" --count 3 || return 1
     "$(bin mnist_mlp)" --device cuda --epochs 1 || return 1
@@ -225,6 +237,13 @@ examples() {
         python3 bench/pytorch/fmnist92.py --amp || return 1
     fi
     [ "$torch" = yes ] || echo "SKIPPED: PyTorch's fmnist92 (python3 cannot import torch with CUDA)"
+    # the example's own model (its defaults), long enough for a steady median step time
+    char_gpt --steps 500 --eval-interval 250 --sample-len 200
+}
+char_gpt() { # OPTIONS: the character GPT on the GPU, when the fortunes are here
+    if ! d=$(fortunes_dir); then echo "SKIPPED: char_gpt (no English fortunes: carry data/fortunes)"; return 0; fi
+    echo "== char_gpt"
+    "$(bin char_gpt)" --device cuda --data "$d" "$@"
 }
 nccl_step() {
     need_build || return 1
