@@ -4,8 +4,9 @@
    the forward keeps a running max m, sum l and weighted sum per query row (online softmax) and saves
    lse = m + log l; the backward recomputes each probability as exp(score - lse). Tiles are loaded into
    f32 buffers (gdl__lp_get), which is also the bf16/f16 path: arithmetic in gdl_real, one rounding on
-   store. A task computes the same thing whatever thread runs it, so results do not depend on the thread
-   count. */
+   store. q, k, v and out are read and written at gdl_attn_geom's strides, row by row (one run where the
+   rows touch), so packed heads need no permute copy. A task computes the same thing whatever thread runs
+   it, so results do not depend on the thread count. */
 #define GDL__ATTN_T 32
 
 /* the term added to the score of key j in query row i (mask offset mb): 0, -inf, or the additive mask */
@@ -44,12 +45,34 @@ typedef struct gdl__attn_ctx {
 
 static int64_t gdl__attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* dst[n] (dtype dt, from element off) += buf, summed in gdl_real and rounded once; tmp: n reals */
-static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t n, const gdl_real *buf, gdl_real *tmp) {
+/* n rows of w elements of src (dtype dt) from element off, row apart (gdl_attn_geom's qrow ...), into buf
+   as n rows of w reals: one run when the rows touch */
+static void gdl__attn_get(gdl_dtype dt, const void *src, int64_t off, int64_t row, int64_t n, int64_t w, gdl_real *buf) {
+    int64_t r;
+    if (row == w) {
+        gdl__lp_get(dt, src, off, 1, n * w, buf);
+        return;
+    }
+    for (r = 0; r < n; r++) gdl__lp_get(dt, src, off + r * row, 1, w, buf + r * w);
+}
+
+/* the n rows of w reals in buf stored to dst (dtype dt, rounded once) at element off, row apart */
+static void gdl__attn_put(gdl_dtype dt, void *dst, int64_t off, int64_t row, int64_t n, int64_t w, const gdl_real *buf) {
+    int64_t r;
+    if (row == w) {
+        gdl__lp_put(dt, dst, off, n * w, buf);
+        return;
+    }
+    for (r = 0; r < n; r++) gdl__lp_put(dt, dst, off + r * row, w, buf + r * w);
+}
+
+/* the n rows of w of dst (as gdl__attn_put's) += buf, summed in gdl_real and rounded once; tmp: n*w reals */
+static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t row, int64_t n, int64_t w, const gdl_real *buf,
+                          gdl_real *tmp) {
     int64_t i;
-    gdl__lp_get(dt, dst, off, 1, n, tmp);
-    for (i = 0; i < n; i++) tmp[i] += buf[i];
-    gdl__lp_put(dt, dst, off, n, tmp);
+    gdl__attn_get(dt, dst, off, row, n, w, tmp);
+    for (i = 0; i < n * w; i++) tmp[i] += buf[i];
+    gdl__attn_put(dt, dst, off, row, n, w, tmp);
 }
 
 /* at[e*T + j] = a[j*D + e]: a tile of n rows turned so that a row of scores is an axpy per element;
@@ -140,7 +163,8 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
-        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        const int64_t ko = gdl_attn_base(g, b, g->kstr), vo = gdl_attn_base(g, b, g->vstr);
+        gdl__attn_get(c->dt, c->q, gdl_attn_base(g, b, g->qstr) + i0 * g->qrow, g->qrow, nq, E, qb);
         for (r = 0; r < nq; r++) {
             m[r] = -INFINITY;
             l[r] = 0;
@@ -148,8 +172,8 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
         memset(acc, 0, sizeof(gdl_real) * (size_t)(nq * Ev));
         for (j0 = 0; j0 < send; j0 += T) {
             const int64_t nk = gdl__attn_min(T, send - j0);
-            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
-            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, vb);
             gdl__attn_turn(kb, nk, E, kt);
             gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
             for (r = 0; r < nq; r++) {
@@ -176,7 +200,7 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
             for (e = 0; e < Ev; e++) acc[r * Ev + e] *= inv;
             c->lse_out[b * L + i0 + r] = l[r] > 0 ? (gdl_real)(m[r] + log(l[r])) : (gdl_real)INFINITY;
         }
-        gdl__lp_put(c->dt, c->out, (b * L + i0) * Ev, nq * Ev, acc);
+        gdl__attn_put(c->dt, c->out, gdl_attn_base(g, b, g->ostr) + i0 * g->orow, g->orow, nq, Ev, acc);
     }
     GPUDL_FREE(qb);
 }
@@ -204,22 +228,24 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
+        const int64_t qo = gdl_attn_base(g, b, g->qstr) + i0 * g->qrow, oo = gdl_attn_base(g, b, g->ostr) + i0 * g->orow;
+        const int64_t ko = gdl_attn_base(g, b, g->kstr), vo = gdl_attn_base(g, b, g->vstr);
         const gdl_real *lse = c->lse + b * L + i0;
         gdl_real *D = c->delta + b * L + i0;
-        gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
-        gdl__lp_get(c->dt, c->o, (b * L + i0) * Ev, 1, nq * Ev, ob);
+        gdl__attn_get(c->dt, c->go, oo, g->orow, nq, Ev, gb);
+        gdl__attn_get(c->dt, c->o, oo, g->orow, nq, Ev, ob);
         for (r = 0; r < nq; r++) {
             gdl_real d = 0;
             for (e = 0; e < Ev; e++) d += gb[r * Ev + e] * ob[r * Ev + e];
             D[r] = d;
         }
         if (!c->gq) continue;
-        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        gdl__attn_get(c->dt, c->q, qo, g->qrow, nq, E, qb);
         memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
         for (j0 = 0; j0 < send; j0 += T) {
             const int64_t nk = gdl__attn_min(T, send - j0);
-            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
-            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, ob); /* out's rows are read: V's tile */
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, ob); /* out's rows are read: V's tile */
             gdl__attn_turn(kb, nk, E, kt);
             gdl__attn_turn(ob, nk, Ev, vt);
             gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
@@ -229,7 +255,7 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
                 for (j = 0; j < nk; j++)
                     if (dp[r * T + j] != 0) gdl__attn_axpy(dq + r * E, dp[r * T + j], kb + j * E, E);
         }
-        gdl__attn_acc(c->dt, c->gq, (b * L + i0) * E, nq * E, dq, kb);
+        gdl__attn_acc(c->dt, c->gq, qo, g->qrow, nq, E, dq, kb);
     }
     GPUDL_FREE(qb);
 }
@@ -257,17 +283,19 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     dp = s + T * T;
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nkt, j0 = (idx % nkt) * T, nk = gdl__attn_min(T, S - j0);
-        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0;
-        gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
-        gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
+        const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
+        gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, kb);
+        gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, vb);
         gdl__attn_turn(kb, nk, E, kt);
         gdl__attn_turn(vb, nk, Ev, vt);
         memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
         memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
         for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
             const int64_t nq = gdl__attn_min(T, L - i0);
-            gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
-            gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
+            gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
+            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
             gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
             gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
             gdl__attn_ds(c, s, dp, nq, nk, c->lse + b * L + i0, c->delta + b * L + i0);
@@ -278,8 +306,8 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
                     gdl__attn_axpy(dk + j * E, dp[r * T + j], qb + r * E, E);
                 }
         }
-        if (c->gk) gdl__attn_acc(c->dt, c->gk, (b * S + j0) * E, nk * E, dk, qb);
-        if (c->gv) gdl__attn_acc(c->dt, c->gv, (b * S + j0) * Ev, nk * Ev, dv, qb);
+        if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, dk, qb);
+        if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, dv, qb);
     }
     GPUDL_FREE(kb);
 }

@@ -3366,6 +3366,8 @@ SUITE(seq_ops) {
         dev = GPU;
         RUN_GPU_NAMED("attention_tile_edges", attn_tile_edges, &dev);
         RUN_GPU_NAMED("attention_errors", attn_errors, &dev);
+        RUN_GPU_NAMED("attention_heads_strided", attn_heads_strided, &dev);
+        RUN_GPU_NAMED("attention_heads_errors", attn_heads_errors, &dev);
         RUN_GPU_NAMED("attention_memory_linear_in_T", attn_memory_linear, &dev);
     }
     RUN_GPU(mha_parity);
