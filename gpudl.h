@@ -18579,7 +18579,8 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
         if (!(mask = mask ? gdl_add(mask, km) : km)) return NULL;
     }
     if (self) {
-        o = gdl_sdpa_qkv(gdl_linear(x[0], u->w, u->b), u->H, mask, m->training ? u->dropout : 0, 0, 0);
+        if (!(h[0] = gdl_linear(x[0], u->w, u->b))) return NULL;
+        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, 0, 0);
     } else {
         for (k = 0; k < 3; k++) {
             gdl_tensor *w = gdl_narrow(u->w, 0, k * E, E), *b = u->b ? gdl_narrow(u->b, 0, k * E, E) : NULL;
