@@ -782,6 +782,21 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training);
    path (NaN in the unfused one, as softmax of -inf). Autocast class LOW, as in PyTorch. */
 GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *attn_mask,
                                                        double dropout_p, int is_causal, double scale);
+/* The same attention over heads packed in the last dim, as Linear layers give them, without the copies of
+   splitting and joining heads: q [..., L, H*E], k [..., S, H*E], v [..., S, H*Ev] (head h: columns h*E ...
+   of each row; q, k and v with the same batch dims) -> [..., L, H*Ev], the heads joined as an output
+   projection reads them. The values and gradients of splitting each into [..., H, L, E] (reshape to
+   [..., L, H, E], transpose(-3, -2)), gdl_scaled_dot_product_attention, and joining the result back: the
+   mask broadcasts against [..., H, L, S]; scale NAN or <= 0 means 1/sqrt(E). The fused kernels read q, k
+   and v and write the output and the gradients in place, at strides; what they do not take (dropout_p > 0,
+   E or Ev over 256, a mask requiring grad) runs the composition above, copies included. num_heads >= 1. */
+GPUDL_API gdl_tensor *gdl_sdpa_heads(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, int num_heads, gdl_tensor *attn_mask,
+                                     double dropout_p, int is_causal, double scale);
+/* gdl_sdpa_heads over one tensor qkv [..., L, 3*H*E] holding q, k and v side by side along the last dim (a
+   fused input projection's output: nanoGPT's c_attn, MultiheadAttention's in_proj) -> [..., L, H*E]; the
+   gradient lands in qkv's, in place */
+GPUDL_API gdl_tensor *gdl_sdpa_qkv(gdl_tensor *qkv, int num_heads, gdl_tensor *attn_mask, double dropout_p, int is_causal,
+                                   double scale);
 /* x is [N,C] or [N,C,L] (1-D) or [N,C,H,W] (2-D). running_* may be NULL
    (then training statistics are used even in eval). weight/bias may be NULL. */
 GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,
@@ -2516,9 +2531,12 @@ typedef struct gdl_conv_geom {
 } gdl_conv_geom;
 
 /* scaled dot-product attention (gdl_scaled_dot_product_attention's fused path): q [B, L, E], k [B, S, E],
-   v [B, S, Ev], out [B, L, Ev], all contiguous, B the batch dims flattened. The mask (optional) is read at
-   its element strides: along the batch dims (nb of them, bshape, mstr; 0 where it is broadcast), along L
-   (mrow) and along S (mcol). */
+   v [B, S, Ev], out [B, L, Ev], B the batch dims flattened (nb of them, bshape). Each of q, k, v and out
+   (whose gradient gout shares its layout, as gq, gk, gv share q's, k's, v's) is read at element strides:
+   along the batch dims (qstr, kstr, vstr, ostr), along L or S (qrow, krow, vrow, orow), 1 along E / Ev;
+   so heads packed in a Linear's output ([N, L, H*E], or q, k and v side by side in [N, L, 3*H*E]) are read
+   and written in place, without a permute copy. The mask (optional) is read at its element strides along
+   the batch dims (mstr; 0 where it is broadcast), along L (mrow) and along S (mcol). */
 #define GDL_ATTN_MAX_HEAD 256 /* E and Ev of the fused kernels; longer heads run the unfused composition */
 typedef struct gdl_attn_geom {
     int64_t B, L, S, E, Ev;
@@ -2528,6 +2546,7 @@ typedef struct gdl_attn_geom {
     gdl_dtype mdt;
     int nb;              /* batch dims (their product is B) */
     int64_t bshape[GDL_MAX_DIMS], mstr[GDL_MAX_DIMS], mrow, mcol;
+    int64_t qstr[GDL_MAX_DIMS], kstr[GDL_MAX_DIMS], vstr[GDL_MAX_DIMS], ostr[GDL_MAX_DIMS], qrow, krow, vrow, orow;
 } gdl_attn_geom;
 
 /* A parameter group's hyper-parameters as the optimizer kernels read them:
@@ -2947,16 +2966,18 @@ static inline GDL_HD float gdl_q_epilogue1(const gdl_qepi *e, int32_t acc, int64
     return GDL_Q_MUL(r - (float)e->out_zp, e->out_scale);
 }
 
-/* the attention mask's element offset for batch b (gdl_attn_geom: the batch dims as an odometer) */
-static inline GDL_HD int64_t gdl_attn_mask_base(const gdl_attn_geom *g, int64_t b) {
+/* the element offset of batch b in an attention operand of batch strides str (gdl_attn_geom: the batch
+   dims as an odometer) */
+static inline GDL_HD int64_t gdl_attn_base(const gdl_attn_geom *g, int64_t b, const int64_t *str) {
     int64_t off = 0;
     int d;
     for (d = g->nb - 1; d >= 0; d--) {
-        off += (b % g->bshape[d]) * g->mstr[d];
+        off += (b % g->bshape[d]) * str[d];
         b /= g->bshape[d];
     }
     return off;
 }
+static inline GDL_HD int64_t gdl_attn_mask_base(const gdl_attn_geom *g, int64_t b) { return gdl_attn_base(g, b, g->mstr); }
 
 GPUDL_API void gdl__set_error(const char *fmt, ...);
 /* a backend calls it each time the host waits for its device (gdl_sync_count) */
@@ -8832,8 +8853,9 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
    the forward keeps a running max m, sum l and weighted sum per query row (online softmax) and saves
    lse = m + log l; the backward recomputes each probability as exp(score - lse). Tiles are loaded into
    f32 buffers (gdl__lp_get), which is also the bf16/f16 path: arithmetic in gdl_real, one rounding on
-   store. A task computes the same thing whatever thread runs it, so results do not depend on the thread
-   count. */
+   store. q, k, v and out are read and written at gdl_attn_geom's strides, row by row (one run where the
+   rows touch), so packed heads need no permute copy. A task computes the same thing whatever thread runs
+   it, so results do not depend on the thread count. */
 #define GDL__ATTN_T 32
 
 /* the term added to the score of key j in query row i (mask offset mb): 0, -inf, or the additive mask */
@@ -8872,12 +8894,39 @@ typedef struct gdl__attn_ctx {
 
 static int64_t gdl__attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* dst[n] (dtype dt, from element off) += buf, summed in gdl_real and rounded once; tmp: n reals */
-static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t n, const gdl_real *buf, gdl_real *tmp) {
+/* n rows of w elements of src (dtype dt) from element off, row apart (gdl_attn_geom's qrow ...), into buf
+   as n rows of w reals: one run when the rows touch */
+static void gdl__attn_get(gdl_dtype dt, const void *src, int64_t off, int64_t row, int64_t n, int64_t w, gdl_real *buf) {
+    int64_t r;
+    if (dt == GDL_F32) { /* a copy (gdl__lp_get's strided loop is several times slower) */
+        for (r = 0; r < (row == w ? 1 : n); r++)
+            memcpy(buf + r * w, (const gdl_real *)src + off + r * row, sizeof(gdl_real) * (size_t)(row == w ? n * w : w));
+        return;
+    }
+    if (row == w) {
+        gdl__lp_get(dt, src, off, 1, n * w, buf);
+        return;
+    }
+    for (r = 0; r < n; r++) gdl__lp_get(dt, src, off + r * row, 1, w, buf + r * w);
+}
+
+/* the n rows of w reals in buf stored to dst (dtype dt, rounded once) at element off, row apart */
+static void gdl__attn_put(gdl_dtype dt, void *dst, int64_t off, int64_t row, int64_t n, int64_t w, const gdl_real *buf) {
+    int64_t r;
+    if (row == w) {
+        gdl__lp_put(dt, dst, off, n * w, buf);
+        return;
+    }
+    for (r = 0; r < n; r++) gdl__lp_put(dt, dst, off + r * row, w, buf + r * w);
+}
+
+/* the n rows of w of dst (as gdl__attn_put's) += buf, summed in gdl_real and rounded once; tmp: n*w reals */
+static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t row, int64_t n, int64_t w, const gdl_real *buf,
+                          gdl_real *tmp) {
     int64_t i;
-    gdl__lp_get(dt, dst, off, 1, n, tmp);
-    for (i = 0; i < n; i++) tmp[i] += buf[i];
-    gdl__lp_put(dt, dst, off, n, tmp);
+    gdl__attn_get(dt, dst, off, row, n, w, tmp);
+    for (i = 0; i < n * w; i++) tmp[i] += buf[i];
+    gdl__attn_put(dt, dst, off, row, n, w, tmp);
 }
 
 /* at[e*T + j] = a[j*D + e]: a tile of n rows turned so that a row of scores is an axpy per element;
@@ -8891,32 +8940,83 @@ static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at
     }
 }
 
-/* out[r*T + j] = a_r . b_j for r < na, j < nb (a: rows of D; bt: b turned), summed in e's order */
-static void gdl__attn_rowdots(const gdl_real *a, int64_t na, const gdl_real *bt, int64_t nb, int64_t D, gdl_real *out) {
-    int64_t r, j, e;
-    for (r = 0; r < na; r++) {
-        gdl_real t[GDL__ATTN_T];
-        for (j = 0; j < GDL__ATTN_T; j++) t[j] = 0;
-        for (e = 0; e < D; e++) {
-            const gdl_real x = a[r * D + e], *b = bt + e * GDL__ATTN_T;
-            for (j = 0; j < GDL__ATTN_T; j++) t[j] += x * b[j];
+#if defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER)) && !defined(GPUDL_DOUBLE)
+#include <immintrin.h>
+#define GDL__ATTN_AVX2 1 /* MSVC's /arch:AVX2 implies FMA but defines no __FMA__ */
+#endif
+
+/* a + x y rounded as gdl__attn_mm rounds it (one rounding on the AVX2 path), so that delta = rowsum(dO * O)
+   cancels dP = dO V^T exactly where O is V's row (a query that one key takes part in: dS is then 0, not
+   rounding noise) */
+#ifdef GDL__ATTN_AVX2
+#define GDL__ATTN_MADD(x, y, a) fmaf(x, y, a)
+#else
+#define GDL__ATTN_MADD(x, y, a) ((a) + (x) * (y))
+#endif
+
+/* c[r*ldc + j] += sum over p < k of A(r,p) b[p*ldb + j] (r < m, j < n), A(r,p) = a[r*ars + p*acs]: every
+   product of the tiles (q k^T, P V, dS K, P^T dO, dS^T Q; ars 1 reads a turned). Each element sums over p
+   in order on every path. The AVX2 path keeps a block of 4 rows x 16 columns in registers (a plain loop
+   keeps its sums in memory: a load and a store per multiply-add); the rest runs the plain loop. */
+static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, int64_t k, const gdl_real *a, int64_t ars,
+                               int64_t acs, const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
+    int64_t r, p, j;
+    for (r = r0; r < r1; r++)
+        for (p = 0; p < k; p++) {
+            const gdl_real x = a[r * ars + p * acs], *bp = b + p * ldb;
+            gdl_real *cr = c + r * ldc;
+            for (j = j0; j < j1; j++) cr[j] += x * bp[j];
         }
-        memcpy(out + r * GDL__ATTN_T, t, sizeof(gdl_real) * (size_t)nb);
-    }
 }
 
-#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
-#define GDL__ATTN_RESTRICT __restrict
-#else
-#define GDL__ATTN_RESTRICT
+static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b,
+                         int64_t ldb, gdl_real *c, int64_t ldc) {
+    int64_t m4 = 0, n16 = 0;
+#ifdef GDL__ATTN_AVX2
+    int64_t r, j, p;
+    m4 = m / 4 * 4;
+    n16 = n / 16 * 16;
+    for (r = 0; r < m4; r += 4)
+        for (j = 0; j < n16; j += 16) {
+            gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+            const gdl_real *a0 = a + r * ars;
+            __m256 s00 = _mm256_loadu_ps(c0), s01 = _mm256_loadu_ps(c0 + 8), s10 = _mm256_loadu_ps(c1);
+            __m256 s11 = _mm256_loadu_ps(c1 + 8), s20 = _mm256_loadu_ps(c2), s21 = _mm256_loadu_ps(c2 + 8);
+            __m256 s30 = _mm256_loadu_ps(c3), s31 = _mm256_loadu_ps(c3 + 8);
+            for (p = 0; p < k; p++) {
+                const gdl_real *ap = a0 + p * acs;
+                const __m256 b0 = _mm256_loadu_ps(b + p * ldb + j), b1 = _mm256_loadu_ps(b + p * ldb + j + 8);
+                __m256 x = _mm256_broadcast_ss(ap);
+                s00 = _mm256_fmadd_ps(x, b0, s00);
+                s01 = _mm256_fmadd_ps(x, b1, s01);
+                x = _mm256_broadcast_ss(ap + ars);
+                s10 = _mm256_fmadd_ps(x, b0, s10);
+                s11 = _mm256_fmadd_ps(x, b1, s11);
+                x = _mm256_broadcast_ss(ap + 2 * ars);
+                s20 = _mm256_fmadd_ps(x, b0, s20);
+                s21 = _mm256_fmadd_ps(x, b1, s21);
+                x = _mm256_broadcast_ss(ap + 3 * ars);
+                s30 = _mm256_fmadd_ps(x, b0, s30);
+                s31 = _mm256_fmadd_ps(x, b1, s31);
+            }
+            _mm256_storeu_ps(c0, s00);
+            _mm256_storeu_ps(c0 + 8, s01);
+            _mm256_storeu_ps(c1, s10);
+            _mm256_storeu_ps(c1 + 8, s11);
+            _mm256_storeu_ps(c2, s20);
+            _mm256_storeu_ps(c2 + 8, s21);
+            _mm256_storeu_ps(c3, s30);
+            _mm256_storeu_ps(c3 + 8, s31);
+        }
 #endif
-/* y[0..n) += a x, in blocks of 8 that the compiler turns into vector operations (y and x never overlap) */
-static void gdl__attn_axpy(gdl_real *GDL__ATTN_RESTRICT y, gdl_real a, const gdl_real *GDL__ATTN_RESTRICT x, int64_t n) {
-    int64_t i = 0;
-    int u;
-    for (; i + 8 <= n; i += 8)
-        for (u = 0; u < 8; u++) y[i + u] += a * x[i + u];
-    for (; i < n; i++) y[i] += a * x[i];
+    gdl__attn_mm_plain(0, m4, n16, n, k, a, ars, acs, b, ldb, c, ldc);
+    gdl__attn_mm_plain(m4, m, 0, n, k, a, ars, acs, b, ldb, c, ldc);
+}
+
+/* out[r*T + j] = a_r . b_j for r < na and every j < T (a: rows of D; bt: b turned, zero past its rows) */
+static void gdl__attn_rowdots(const gdl_real *a, int64_t na, const gdl_real *bt, int64_t D, gdl_real *out) {
+    memset(out, 0, sizeof(gdl_real) * (size_t)(na * GDL__ATTN_T));
+    gdl__attn_mm(na, GDL__ATTN_T, D, a, D, 1, bt, GDL__ATTN_T, out, GDL__ATTN_T);
 }
 
 /* a tile of scores: s = scale * q k^T plus the causal / mask terms (query rows from i0, keys from j0) */
@@ -8925,12 +9025,14 @@ static void gdl__attn_scores(const gdl__attn_ctx *c, const gdl_real *qb, int64_t
     const gdl_attn_geom *g = c->g;
     const gdl_real scale = (gdl_real)g->scale;
     int64_t r, j;
-    gdl__attn_rowdots(qb, nq, kt, nk, g->E, s);
+    gdl__attn_rowdots(qb, nq, kt, g->E, s);
     for (r = 0; r < nq; r++) {
         gdl_real *sr = s + r * GDL__ATTN_T;
         for (j = 0; j < nk; j++) sr[j] *= scale;
-        if (g->causal || g->mask)
+        if (g->mask)
             for (j = 0; j < nk; j++) sr[j] += gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
+        else if (g->causal) /* keys j > i take no part (gdl__attn_bias's first case, without a call per score) */
+            for (j = i0 + r - j0 + 1 < 0 ? 0 : i0 + r - j0 + 1; j < nk; j++) sr[j] = (gdl_real)-INFINITY;
     }
 }
 
@@ -8968,7 +9070,8 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
-        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        const int64_t ko = gdl_attn_base(g, b, g->kstr), vo = gdl_attn_base(g, b, g->vstr);
+        gdl__attn_get(c->dt, c->q, gdl_attn_base(g, b, g->qstr) + i0 * g->qrow, g->qrow, nq, E, qb);
         for (r = 0; r < nq; r++) {
             m[r] = -INFINITY;
             l[r] = 0;
@@ -8976,35 +9079,38 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
         memset(acc, 0, sizeof(gdl_real) * (size_t)(nq * Ev));
         for (j0 = 0; j0 < send; j0 += T) {
             const int64_t nk = gdl__attn_min(T, send - j0);
-            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
-            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, vb);
             gdl__attn_turn(kb, nk, E, kt);
             gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
-            for (r = 0; r < nq; r++) {
+            for (r = 0; r < nq; r++) { /* the scores become probabilities (for this tile's max), acc rescaled */
                 gdl_real *sr = s + r * T, *ar = acc + r * Ev, mt = (gdl_real)-INFINITY;
                 double mn, alpha;
                 for (j = 0; j < nk; j++)
                     if (sr[j] > mt) mt = sr[j];
-                if (mt == (gdl_real)-INFINITY) continue; /* no key of this tile takes part */
+                if (mt == (gdl_real)-INFINITY) { /* no key of this tile takes part */
+                    memset(sr, 0, sizeof(gdl_real) * (size_t)nk);
+                    continue;
+                }
                 mn = m[r] > mt ? m[r] : mt;
                 alpha = exp(m[r] - mn);
                 l[r] *= alpha;
                 if (alpha != 1)
                     for (e = 0; e < Ev; e++) ar[e] *= (gdl_real)alpha;
                 for (j = 0; j < nk; j++) {
-                    const gdl_real pj = GDL__ATTN_EXP(sr[j] - (gdl_real)mn);
-                    l[r] += pj;
-                    gdl__attn_axpy(ar, pj, vb + j * Ev, Ev);
+                    sr[j] = GDL__ATTN_EXP(sr[j] - (gdl_real)mn);
+                    l[r] += sr[j];
                 }
                 m[r] = mn;
             }
+            gdl__attn_mm(nq, Ev, nk, s, T, 1, vb, Ev, acc, Ev); /* acc += P V */
         }
         for (r = 0; r < nq; r++) {
             const gdl_real inv = l[r] > 0 ? (gdl_real)(1 / l[r]) : 0;
             for (e = 0; e < Ev; e++) acc[r * Ev + e] *= inv;
             c->lse_out[b * L + i0 + r] = l[r] > 0 ? (gdl_real)(m[r] + log(l[r])) : (gdl_real)INFINITY;
         }
-        gdl__lp_put(c->dt, c->out, (b * L + i0) * Ev, nq * Ev, acc);
+        gdl__attn_put(c->dt, c->out, gdl_attn_base(g, b, g->ostr) + i0 * g->orow, g->orow, nq, Ev, acc);
     }
     GPUDL_FREE(qb);
 }
@@ -9016,7 +9122,7 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
     gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 3 * Ev + 2 * T) + 1));
     gdl_real *gb, *ob, *kb, *kt, *vt, *dq, *s, *dp;
-    int64_t idx, r, j0, j, e;
+    int64_t idx, r, j0, e;
     if (!qb) {
         GDL__ATTN_FAILED(c);
         return;
@@ -9032,32 +9138,32 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
+        const int64_t qo = gdl_attn_base(g, b, g->qstr) + i0 * g->qrow, oo = gdl_attn_base(g, b, g->ostr) + i0 * g->orow;
+        const int64_t ko = gdl_attn_base(g, b, g->kstr), vo = gdl_attn_base(g, b, g->vstr);
         const gdl_real *lse = c->lse + b * L + i0;
         gdl_real *D = c->delta + b * L + i0;
-        gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
-        gdl__lp_get(c->dt, c->o, (b * L + i0) * Ev, 1, nq * Ev, ob);
+        gdl__attn_get(c->dt, c->go, oo, g->orow, nq, Ev, gb);
+        gdl__attn_get(c->dt, c->o, oo, g->orow, nq, Ev, ob);
         for (r = 0; r < nq; r++) {
             gdl_real d = 0;
-            for (e = 0; e < Ev; e++) d += gb[r * Ev + e] * ob[r * Ev + e];
+            for (e = 0; e < Ev; e++) d = GDL__ATTN_MADD(gb[r * Ev + e], ob[r * Ev + e], d);
             D[r] = d;
         }
         if (!c->gq) continue;
-        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        gdl__attn_get(c->dt, c->q, qo, g->qrow, nq, E, qb);
         memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
         for (j0 = 0; j0 < send; j0 += T) {
             const int64_t nk = gdl__attn_min(T, send - j0);
-            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
-            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, ob); /* out's rows are read: V's tile */
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, ob); /* out's rows are read: V's tile */
             gdl__attn_turn(kb, nk, E, kt);
             gdl__attn_turn(ob, nk, Ev, vt);
             gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
-            gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
+            gdl__attn_rowdots(gb, nq, vt, Ev, dp);
             gdl__attn_ds(c, s, dp, nq, nk, lse, D);
-            for (r = 0; r < nq; r++)
-                for (j = 0; j < nk; j++)
-                    if (dp[r * T + j] != 0) gdl__attn_axpy(dq + r * E, dp[r * T + j], kb + j * E, E);
+            gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq, E); /* dq += dS K */
         }
-        gdl__attn_acc(c->dt, c->gq, (b * L + i0) * E, nq * E, dq, kb);
+        gdl__attn_acc(c->dt, c->gq, qo, g->qrow, nq, E, dq, kb);
     }
     GPUDL_FREE(qb);
 }
@@ -9069,7 +9175,7 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nkt = (S + T - 1) / T;
     gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + 1));
     gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp;
-    int64_t idx, r, i0, j;
+    int64_t idx, i0;
     if (!kb) {
         GDL__ATTN_FAILED(c);
         return;
@@ -9085,29 +9191,27 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     dp = s + T * T;
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nkt, j0 = (idx % nkt) * T, nk = gdl__attn_min(T, S - j0);
-        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0;
-        gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
-        gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
+        const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
+        gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, kb);
+        gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, vb);
         gdl__attn_turn(kb, nk, E, kt);
         gdl__attn_turn(vb, nk, Ev, vt);
         memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
         memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
         for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
             const int64_t nq = gdl__attn_min(T, L - i0);
-            gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
-            gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
+            gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
+            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
             gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
-            gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
+            gdl__attn_rowdots(gb, nq, vt, Ev, dp);
             gdl__attn_ds(c, s, dp, nq, nk, c->lse + b * L + i0, c->delta + b * L + i0);
-            for (j = 0; j < nk; j++)
-                for (r = 0; r < nq; r++) {
-                    if (s[r * T + j] == 0) continue;
-                    gdl__attn_axpy(dv + j * Ev, s[r * T + j], gb + r * Ev, Ev);
-                    gdl__attn_axpy(dk + j * E, dp[r * T + j], qb + r * E, E);
-                }
+            gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
+            gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
         }
-        if (c->gk) gdl__attn_acc(c->dt, c->gk, (b * S + j0) * E, nk * E, dk, qb);
-        if (c->gv) gdl__attn_acc(c->dt, c->gv, (b * S + j0) * Ev, nk * Ev, dv, qb);
+        if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, dk, qb);
+        if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, dv, qb);
     }
     GPUDL_FREE(kb);
 }
@@ -11503,7 +11607,14 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
 /* ---- scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention) ----
    The fused path is one backend call each way (attention / attention_backward) and saves only the
    output and a log-sum-exp per query row; the unfused composition below covers what the kernels do not
-   (dropout, q/k/v batch dims that broadcast, long heads, a mask that wants a gradient). */
+   (dropout, q/k/v batch dims that broadcast, long heads, a mask that wants a gradient). gdl_sdpa_heads
+   and gdl_sdpa_qkv are the same op over heads packed in the last dim: the kernels read q, k and v and
+   write the output and the gradients there at strides (gdl_attn_geom), so a Transformer's heads need no
+   permute copy either way. */
+
+/* the layouts of the op (its node's i[1]): q, k and v as given; heads packed in the last dim (q
+   [..., L, H*E], gdl_sdpa_heads); q, k and v side by side in one tensor ([..., L, 3*H*E], gdl_sdpa_qkv) */
+enum { GDL__SDPA_PLAIN, GDL__SDPA_HEADS, GDL__SDPA_QKV };
 
 /* out = softmax(scale q k^T + mask) v from the differentiable ops: L x S weights in memory */
 static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask, double dropout_p,
@@ -11530,46 +11641,141 @@ static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v
     return s ? gdl_matmul(s, v) : NULL;
 }
 
-/* the arguments' checks, shared with the backward's geometry: the fused kernels' geometry (*fused 0: the
-   unfused composition must run); -1 after an error */
-static int gdl__sdpa_geom(const char *op, const gdl_tensor *q, const gdl_tensor *k, const gdl_tensor *v,
-                          const gdl_tensor *mask, int causal, double scale, gdl_attn_geom *g, int *fused) {
-    int nb = q->ndim - 2, d, off;
-    int64_t cs[GDL_MAX_DIMS];
-    memset(g, 0, sizeof *g);
-    if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2 || q->shape[q->ndim - 1] != k->shape[k->ndim - 1] ||
-        k->shape[k->ndim - 2] != v->shape[v->ndim - 2]) {
-        gdl__set_error("%s: expected query [..., L, E], key [..., S, E] and value [..., S, Ev], got %s, %s and %s", op,
-                       gdl_shape_str(q), gdl_shape_str(k), gdl_shape_str(v));
+/* [..., L, H*E] -> [..., H, L, E] and back: the copies of the composition, for what the kernels do not take */
+static gdl_tensor *gdl__sdpa_split(gdl_tensor *x, int H) {
+    int64_t s[GDL_MAX_DIMS];
+    int d, nd;
+    if (!x) return NULL;
+    nd = x->ndim;
+    for (d = 0; d < nd - 1; d++) s[d] = x->shape[d];
+    s[nd - 1] = H;
+    s[nd] = x->shape[nd - 1] / H;
+    return gdl_transpose(gdl_reshape(x, nd + 1, s), -3, -2);
+}
+
+static gdl_tensor *gdl__sdpa_join(gdl_tensor *o) {
+    int64_t s[GDL_MAX_DIMS];
+    int d, nd;
+    if (!o || !(o = gdl_transpose(o, -3, -2))) return NULL;
+    nd = o->ndim - 1;
+    for (d = 0; d < nd - 1; d++) s[d] = o->shape[d];
+    s[nd - 1] = o->shape[nd - 1] * o->shape[nd];
+    return gdl_reshape(o, nd, s);
+}
+
+/* the packed layouts' shapes and strides into g: q [..., L, H*E] (QKV: [..., L, 3*H*E], k and v its other
+   thirds), k [..., S, H*E], v [..., S, H*Ev], out [..., L, H*Ev]; the batch dims, then the heads */
+static int gdl__sdpa_heads_geom(const char *op, int lay, int H, const gdl_tensor *q, const gdl_tensor *k,
+                                const gdl_tensor *v, gdl_attn_geom *g) {
+    const int nb = q->ndim - 2, per = lay == GDL__SDPA_QKV ? 3 : 1;
+    int64_t cq[GDL_MAX_DIMS], ck[GDL_MAX_DIMS], cv[GDL_MAX_DIMS], co[GDL_MAX_DIMS], os[GDL_MAX_DIMS], w;
+    int d;
+    if (H < 1 || q->ndim < 2 || q->ndim >= GDL_MAX_DIMS || (w = q->shape[q->ndim - 1]) % ((int64_t)per * H) != 0) {
+        gdl__set_error("%s: expected %s [..., L, %s] of 2 to %d dims with num_heads %d >= 1, got %s", op,
+                       per == 3 ? "qkv" : "query", per == 3 ? "3*num_heads*E" : "num_heads*E", GDL_MAX_DIMS - 1, H,
+                       gdl_shape_str(q));
         return -1;
     }
-    g->L = q->shape[q->ndim - 2];
-    g->S = k->shape[k->ndim - 2];
-    g->E = q->shape[q->ndim - 1];
-    g->Ev = v->shape[v->ndim - 1];
-    g->scale = scale > 0 ? scale : g->E > 0 ? 1 / sqrt((double)g->E) : 1; /* NaN fails scale > 0 */
-    g->causal = causal != 0;
-    *fused = q->ndim == k->ndim && q->ndim == v->ndim && g->E <= GDL_ATTN_MAX_HEAD && g->Ev <= GDL_ATTN_MAX_HEAD;
-    g->B = 1;
-    g->nb = nb;
+    if (per == 3) {
+        k = v = q;
+    } else {
+        int same = k->ndim == q->ndim && v->ndim == q->ndim && k->shape[nb + 1] == w && k->shape[nb] == v->shape[nb] &&
+                   v->shape[nb + 1] % H == 0;
+        for (d = 0; same && d < nb; d++) same = k->shape[d] == q->shape[d] && v->shape[d] == q->shape[d];
+        if (!same) {
+            gdl__set_error("%s: expected query [..., L, H*E], key [..., S, H*E] and value [..., S, H*Ev] with the same "
+                           "batch dims (num_heads H = %d), got %s, %s and %s", op, H, gdl_shape_str(q), gdl_shape_str(k),
+                           gdl_shape_str(v));
+            return -1;
+        }
+    }
+    g->L = q->shape[nb];
+    g->S = k->shape[nb];
+    g->E = w / per / H;
+    g->Ev = per == 3 ? g->E : v->shape[nb + 1] / H;
+    g->nb = nb + 1;
+    g->B = H;
+    memcpy(os, q->shape, sizeof os);
+    os[nb + 1] = H * g->Ev;
+    gdl__contig_strides(q->ndim, q->shape, cq);
+    gdl__contig_strides(k->ndim, k->shape, ck);
+    gdl__contig_strides(v->ndim, v->shape, cv);
+    gdl__contig_strides(q->ndim, os, co);
     for (d = 0; d < nb; d++) {
-        if (*fused && (q->shape[d] != k->shape[d] || q->shape[d] != v->shape[d])) *fused = 0;
         g->bshape[d] = q->shape[d];
         g->B *= q->shape[d];
+        g->qstr[d] = cq[d];
+        g->kstr[d] = ck[d];
+        g->vstr[d] = cv[d];
+        g->ostr[d] = co[d];
     }
-    if (!*fused) { /* the batch dims broadcast (matmul's rules), the mask against the broadcast shape */
-        const gdl_tensor *t[3];
-        int64_t str[3][GDL_MAX_DIMS];
-        gdl_tensor hq = *q, hk = *k, hv = *v; /* the batch dims alone */
-        t[0] = &hq; t[1] = &hk; t[2] = &hv;
-        hq.ndim -= 2; hk.ndim -= 2; hv.ndim -= 2;
-        if (gdl__broadcast_k(op, 3, t, &nb, g->bshape, str) < 0) {
-            gdl__set_error("%s: the batch dims of query %s, key %s and value %s cannot be broadcast", op,
+    g->bshape[nb] = H; /* head h: columns h*E ... of a row */
+    g->qstr[nb] = g->kstr[nb] = g->E;
+    g->vstr[nb] = g->ostr[nb] = g->Ev;
+    g->qrow = w;
+    g->krow = k->shape[nb + 1];
+    g->vrow = v->shape[nb + 1];
+    g->orow = H * g->Ev;
+    return 0;
+}
+
+/* the arguments' checks, shared with the backward's geometry: the fused kernels' geometry for layout lay
+   (H heads unless GDL__SDPA_PLAIN; *fused 0: the unfused composition must run); -1 after an error */
+static int gdl__sdpa_geom(const char *op, int lay, int H, const gdl_tensor *q, const gdl_tensor *k, const gdl_tensor *v,
+                          const gdl_tensor *mask, int causal, double scale, gdl_attn_geom *g, int *fused) {
+    int nb, d, off;
+    int64_t cs[GDL_MAX_DIMS];
+    memset(g, 0, sizeof *g);
+    if (lay == GDL__SDPA_QKV) k = v = q; /* for the shapes in messages */
+    if (lay != GDL__SDPA_PLAIN) {
+        if (gdl__sdpa_heads_geom(op, lay, H, q, k, v, g) < 0) return -1;
+        *fused = g->E <= GDL_ATTN_MAX_HEAD && g->Ev <= GDL_ATTN_MAX_HEAD;
+        nb = g->nb;
+    } else {
+        nb = q->ndim - 2;
+        if (q->ndim < 2 || k->ndim < 2 || v->ndim < 2 || q->shape[q->ndim - 1] != k->shape[k->ndim - 1] ||
+            k->shape[k->ndim - 2] != v->shape[v->ndim - 2]) {
+            gdl__set_error("%s: expected query [..., L, E], key [..., S, E] and value [..., S, Ev], got %s, %s and %s", op,
                            gdl_shape_str(q), gdl_shape_str(k), gdl_shape_str(v));
             return -1;
         }
+        g->L = q->shape[q->ndim - 2];
+        g->S = k->shape[k->ndim - 2];
+        g->E = q->shape[q->ndim - 1];
+        g->Ev = v->shape[v->ndim - 1];
+        *fused = q->ndim == k->ndim && q->ndim == v->ndim && g->E <= GDL_ATTN_MAX_HEAD && g->Ev <= GDL_ATTN_MAX_HEAD;
+        g->B = 1;
         g->nb = nb;
+        for (d = 0; d < nb; d++) {
+            if (*fused && (q->shape[d] != k->shape[d] || q->shape[d] != v->shape[d])) *fused = 0;
+            g->bshape[d] = q->shape[d];
+            g->B *= q->shape[d];
+        }
+        if (!*fused) { /* the batch dims broadcast (matmul's rules), the mask against the broadcast shape */
+            const gdl_tensor *t[3];
+            int64_t str[3][GDL_MAX_DIMS];
+            gdl_tensor hq = *q, hk = *k, hv = *v; /* the batch dims alone */
+            t[0] = &hq; t[1] = &hk; t[2] = &hv;
+            hq.ndim -= 2; hk.ndim -= 2; hv.ndim -= 2;
+            if (gdl__broadcast_k(op, 3, t, &nb, g->bshape, str) < 0) {
+                gdl__set_error("%s: the batch dims of query %s, key %s and value %s cannot be broadcast", op,
+                               gdl_shape_str(q), gdl_shape_str(k), gdl_shape_str(v));
+                return -1;
+            }
+            g->nb = nb;
+        } else { /* contiguous: rows of E (Ev), batches L (S) rows apart */
+            for (d = nb - 1; d >= 0; d--) {
+                g->qstr[d] = d == nb - 1 ? g->L * g->E : g->qstr[d + 1] * q->shape[d + 1];
+                g->kstr[d] = d == nb - 1 ? g->S * g->E : g->kstr[d + 1] * k->shape[d + 1];
+                g->vstr[d] = d == nb - 1 ? g->S * g->Ev : g->vstr[d + 1] * v->shape[d + 1];
+                g->ostr[d] = d == nb - 1 ? g->L * g->Ev : g->ostr[d + 1] * q->shape[d + 1];
+            }
+            g->qrow = g->krow = g->E;
+            g->vrow = g->orow = g->Ev;
+        }
     }
+    g->scale = scale > 0 ? scale : g->E > 0 ? 1 / sqrt((double)g->E) : 1; /* NaN fails scale > 0 */
+    g->causal = causal != 0;
     if (!mask) return 0;
     if (causal) {
         gdl__set_error("%s: an explicit attn_mask cannot be set with is_causal (PyTorch's rule)", op);
@@ -11606,46 +11812,82 @@ static int gdl__sdpa_geom(const char *op, const gdl_tensor *q, const gdl_tensor 
     return 0;
 }
 
-GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask,
-                                                       double dropout_p, int is_causal, double scale) {
-    const char *op = "gdl_scaled_dot_product_attention";
+/* where the kernels find q, k and v (QKV: q's thirds) or, grad set, their gradients (NULL where none is wanted) */
+static void gdl__sdpa_ptrs(int lay, const gdl_attn_geom *g, gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, int grad,
+                           void **p) {
+    int j;
+    if (lay == GDL__SDPA_QKV) {
+        void *base = !grad ? q->data : q->requires_grad ? q->grad->data : NULL;
+        const int64_t third = g->E * g->bshape[g->nb - 1];
+        for (j = 0; j < 3; j++) p[j] = base ? GDL__AT(base, q->dtype, j * third) : NULL;
+        return;
+    }
+    p[0] = !grad ? q->data : q->requires_grad ? q->grad->data : NULL;
+    p[1] = !grad ? k->data : k->requires_grad ? k->grad->data : NULL;
+    p[2] = !grad ? v->data : v->requires_grad ? v->grad->data : NULL;
+}
+
+/* the op in layout lay (k and v NULL for QKV) */
+static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_tensor *k, gdl_tensor *v,
+                             gdl_tensor *mask, double dropout_p, int is_causal, double scale) {
+    const int qkv = lay == GDL__SDPA_QKV;
     gdl_attn_geom g;
     gdl_tensor *out, *lse, *in[4];
     gdl_node *n;
     const gdl_backend *be;
-    int64_t shape[GDL_MAX_DIMS];
+    int64_t shape[GDL_MAX_DIMS], nl;
+    void *p[3];
     int fused, err, d;
-    if (gdl__check_in(op, "query", q, 0) < 0 || gdl__check_in(op, "key", k, 0) < 0 || gdl__check_in(op, "value", v, 0) < 0 ||
-        (mask && gdl__check_in(op, "attn_mask", mask, 0) < 0) || gdl__check_dev(op, q, k) < 0 ||
-        gdl__check_dev(op, q, v) < 0 || gdl__check_dev(op, q, mask) < 0)
+    if (gdl__check_in(op, qkv ? "qkv" : "query", q, 0) < 0 || (!qkv && gdl__check_in(op, "key", k, 0) < 0) ||
+        (!qkv && gdl__check_in(op, "value", v, 0) < 0) || (mask && gdl__check_in(op, "attn_mask", mask, 0) < 0) ||
+        (!qkv && gdl__check_dev(op, q, k) < 0) || (!qkv && gdl__check_dev(op, q, v) < 0) || gdl__check_dev(op, q, mask) < 0)
         return NULL;
     if (gdl__ac_dt != GDL_F32) { /* class LOW: float arguments to the region's dtype, then again */
         gdl_tensor **args[4];
-        int rc, na = 3;
-        args[0] = &q; args[1] = &k; args[2] = &v;
+        int rc, na = 0;
+        args[na++] = &q;
+        if (!qkv) {
+            args[na++] = &k;
+            args[na++] = &v;
+        }
         if (mask && mask->dtype != GDL_U8) args[na++] = &mask;
         if ((rc = gdl__ac_in(op, GDL_OP_SDPA, na, args)) < 0) return NULL;
-        if (rc) return gdl_scaled_dot_product_attention(q, k, v, mask, dropout_p, is_causal, scale);
+        if (rc) return gdl__sdpa(op, lay, H, q, k, v, mask, dropout_p, is_causal, scale);
     }
-    if (!gdl__is_float(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype) {
-        gdl__set_error("%s: query, key and value must have one float dtype (f32, bf16 or f16), got %s %s, %s %s and %s %s",
-                       op, gdl_dtype_name(q->dtype), gdl_shape_str(q), gdl_dtype_name(k->dtype), gdl_shape_str(k),
-                       gdl_dtype_name(v->dtype), gdl_shape_str(v));
+    if (!gdl__is_float(q->dtype) || (!qkv && (k->dtype != q->dtype || v->dtype != q->dtype))) {
+        if (qkv)
+            gdl__set_error("%s: qkv must be a float tensor (f32, bf16 or f16), got %s %s", op, gdl_dtype_name(q->dtype),
+                           gdl_shape_str(q));
+        else
+            gdl__set_error("%s: query, key and value must have one float dtype (f32, bf16 or f16), got %s %s, %s %s and "
+                           "%s %s", op, gdl_dtype_name(q->dtype), gdl_shape_str(q), gdl_dtype_name(k->dtype),
+                           gdl_shape_str(k), gdl_dtype_name(v->dtype), gdl_shape_str(v));
         return NULL;
     }
     if (!(dropout_p >= 0 && dropout_p <= 1)) {
         gdl__set_error("%s: dropout_p %g is not in [0,1]", op, dropout_p);
         return NULL;
     }
-    if (gdl__sdpa_geom(op, q, k, v, mask, is_causal, scale, &g, &fused) < 0) return NULL;
-    if (!fused || dropout_p > 0) return gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale);
+    if (gdl__sdpa_geom(op, lay, H, q, k, v, mask, is_causal, scale, &g, &fused) < 0) return NULL;
+    if (!fused || dropout_p > 0) {
+        if (lay == GDL__SDPA_PLAIN) return gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale);
+        if (qkv) {
+            const int64_t third = g.E * H;
+            k = gdl_narrow(q, -1, third, third);
+            v = gdl_narrow(q, -1, 2 * third, third);
+            q = gdl_narrow(q, -1, 0, third);
+        }
+        if (!(q = gdl__sdpa_split(q, H)) || !(k = gdl__sdpa_split(k, H)) || !(v = gdl__sdpa_split(v, H))) return NULL;
+        return gdl__sdpa_join(gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale));
+    }
     for (d = 0; d < q->ndim - 1; d++) shape[d] = q->shape[d];
-    shape[q->ndim - 1] = g.Ev;
+    shape[q->ndim - 1] = lay == GDL__SDPA_PLAIN ? g.Ev : H * g.Ev;
+    nl = g.B * g.L;
+    gdl__sdpa_ptrs(lay, &g, q, k, v, 0, p);
     if (!(be = gdl__be(op, q->device)) || !(out = gdl__tmp(op, q->ndim, shape, q->dtype, q->device)) ||
-        !(lse = gdl__tmp(op, q->ndim - 1, shape, GDL_F32, q->device)))
+        !(lse = gdl__tmp(op, 1, &nl, GDL_F32, q->device)))
         return NULL;
-    if (out->numel && be->attention(q->dtype, &g, q->data, k->data, v->data, mask ? mask->data : NULL, out->data,
-                                     GDL__R(lse)) < 0)
+    if (out->numel && be->attention(q->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, GDL__R(lse)) < 0)
         return NULL;
     in[0] = q;
     in[1] = k;
@@ -11657,22 +11899,42 @@ GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor
         n->saved[0] = lse;
         n->f[0] = g.scale;
         n->i[0] = g.causal;
+        n->i[1] = lay;
+        n->i[2] = H;
     }
     return gdl__finish(op, out);
 }
 
+GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask,
+                                                       double dropout_p, int is_causal, double scale) {
+    return gdl__sdpa("gdl_scaled_dot_product_attention", GDL__SDPA_PLAIN, 1, q, k, v, mask, dropout_p, is_causal, scale);
+}
+
+GPUDL_API gdl_tensor *gdl_sdpa_heads(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, int num_heads, gdl_tensor *attn_mask,
+                                     double dropout_p, int is_causal, double scale) {
+    return gdl__sdpa("gdl_sdpa_heads", GDL__SDPA_HEADS, num_heads, q, k, v, attn_mask, dropout_p, is_causal, scale);
+}
+
+GPUDL_API gdl_tensor *gdl_sdpa_qkv(gdl_tensor *qkv, int num_heads, gdl_tensor *attn_mask, double dropout_p, int is_causal,
+                                   double scale) {
+    return gdl__sdpa("gdl_sdpa_qkv", GDL__SDPA_QKV, num_heads, qkv, NULL, NULL, attn_mask, dropout_p, is_causal, scale);
+}
+
 static int gdl__bw_sdpa(gdl_node *n, const gdl_backend *be) {
+    const int lay = (int)n->i[1], H = (int)n->i[2];
     gdl_tensor *q = n->in[0], *k = n->in[1], *v = n->in[2], *mask = n->in[3], *out = n->out;
     gdl_attn_geom g;
     gdl_real *delta;
+    void *p[3], *gp[3];
     int fused;
-    if (!out->numel || !(q->requires_grad || k->requires_grad || v->requires_grad)) return 0;
-    if (gdl__sdpa_geom("gdl_backward", q, k, v, mask, (int)n->i[0], n->f[0], &g, &fused) < 0 ||
+    if (!out->numel || !(q->requires_grad || (k && k->requires_grad) || (v && v->requires_grad))) return 0;
+    if (gdl__sdpa_geom("gdl_backward", lay, H, q, k, v, mask, (int)n->i[0], n->f[0], &g, &fused) < 0 ||
         !(delta = (gdl_real *)gdl__scratch("gdl_backward", out->device, sizeof(gdl_real) * (size_t)(g.B * g.L + 1))))
         return -1;
-    return be->attention_backward(out->dtype, &g, q->data, k->data, v->data, mask ? mask->data : NULL, out->data,
-                                  out->grad->data, GDL__R(n->saved[0]), delta, q->requires_grad ? q->grad->data : NULL,
-                                  k->requires_grad ? k->grad->data : NULL, v->requires_grad ? v->grad->data : NULL);
+    gdl__sdpa_ptrs(lay, &g, q, k, v, 0, p);
+    gdl__sdpa_ptrs(lay, &g, q, k, v, 1, gp);
+    return be->attention_backward(out->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, out->grad->data,
+                                  GDL__R(n->saved[0]), delta, gp[0], gp[1], gp[2]);
 }
 /* [impl-ops] The recurrent gate ops behind gdl_nn_lstm / gdl_nn_gru: one time step's gate arithmetic after
    the two GEMMs, as one op (one kernel forward, one backward) instead of a dozen elementwise ops, each
@@ -18206,8 +18468,10 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
 
 /* ---- nn.MultiheadAttention ----
    A custom module (gdl_nn_custom) whose tensors carry PyTorch's names: in_proj_weight and in_proj_bias,
-   and a Linear child out_proj. The forward is three projections (views of in_proj_weight's thirds), the
-   heads split by a reshape and a transpose, gdl_scaled_dot_product_attention, the heads joined, out_proj. */
+   and a Linear child out_proj. The forward is the in-projection (self-attention: one GEMM with all of
+   in_proj_weight, whose output holds q, k and v side by side; otherwise three, with views of its thirds),
+   gdl_sdpa_qkv / gdl_sdpa_heads reading the heads where the projection wrote them, and out_proj reading
+   the output as it is: no copy splits or joins the heads. */
 
 typedef struct gdl__mha {
     int64_t E;
@@ -18277,24 +18541,13 @@ static gdl_tensor *gdl__mha_additive(const char *op, gdl_tensor *mask, gdl_dtype
     return gdl_masked_fill(z, r, -INFINITY);
 }
 
-/* x [N, T, E] -> [N, H, T, E/H] */
-static gdl_tensor *gdl__mha_heads(gdl_tensor *x, int H) {
-    int64_t s[4];
-    if (!x) return NULL;
-    s[0] = x->shape[0];
-    s[1] = x->shape[1];
-    s[2] = H;
-    s[3] = x->shape[2] / H;
-    return gdl_transpose(gdl_reshape(x, 4, s), 1, 2);
-}
-
 GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
                                       gdl_tensor *key_padding_mask, gdl_tensor *attn_mask) {
     const char *op = "gdl_mha_forward";
     gdl__mha *u = m && m->fwd == gdl__mha_self ? (gdl__mha *)m->user : NULL;
     gdl_tensor *x[3], *h[3], *mask = NULL, *o;
     int64_t N, L, S, E, s4[4];
-    int k;
+    int k, self;
     if (!u) {
         gdl__set_error("%s: expected a module made by gdl_nn_multihead_attention", op);
         return NULL;
@@ -18302,6 +18555,7 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
     x[0] = query;
     x[1] = key;
     x[2] = value;
+    self = query == key && key == value;
     for (k = 0; k < 3; k++) {
         if (gdl__check_in(op, k == 0 ? "query" : k == 1 ? "key" : "value", x[k], 0) < 0) return NULL;
         if (x[k]->ndim != 3 || x[k]->shape[2] != u->E) {
@@ -18310,7 +18564,7 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
                            gdl_shape_str(key), gdl_shape_str(value));
             return NULL;
         }
-        if (!u->batch_first && !(x[k] = gdl_transpose(x[k], 0, 1))) return NULL;
+        if (!u->batch_first && !(x[k] = k && self ? x[0] : gdl_transpose(x[k], 0, 1))) return NULL;
     }
     N = x[0]->shape[0];
     L = x[0]->shape[1];
@@ -18353,15 +18607,17 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
         if (!(km = gdl__mha_additive(op, key_padding_mask, query->dtype, 4, s4))) return NULL;
         if (!(mask = mask ? gdl_add(mask, km) : km)) return NULL;
     }
-    for (k = 0; k < 3; k++) {
-        gdl_tensor *w = gdl_narrow(u->w, 0, k * E, E), *b = u->b ? gdl_narrow(u->b, 0, k * E, E) : NULL;
-        if (!w || (u->b && !b) || !(h[k] = gdl__mha_heads(gdl_linear(x[k], w, b), u->H))) return NULL;
+    if (self) {
+        if (!(h[0] = gdl_linear(x[0], u->w, u->b))) return NULL;
+        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, 0, 0);
+    } else {
+        for (k = 0; k < 3; k++) {
+            gdl_tensor *w = gdl_narrow(u->w, 0, k * E, E), *b = u->b ? gdl_narrow(u->b, 0, k * E, E) : NULL;
+            if (!w || (u->b && !b) || !(h[k] = gdl_linear(x[k], w, b))) return NULL;
+        }
+        o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, 0);
     }
-    o = gdl_scaled_dot_product_attention(h[0], h[1], h[2], mask, m->training ? u->dropout : 0, 0, 0);
-    s4[0] = N;
-    s4[1] = L;
-    s4[2] = E;
-    if (!o || !(o = gdl_forward(u->out, gdl_reshape(gdl_transpose(o, 1, 2), 3, s4)))) return NULL;
+    if (!o || !(o = gdl_forward(u->out, o))) return NULL;
     return u->batch_first ? o : gdl_transpose(o, 0, 1);
 }
 /* ---------------------------------------------------------------------------

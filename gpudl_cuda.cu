@@ -2257,7 +2257,8 @@ static int gdl__cu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t 
 // saves lse = m + log l; the backward recomputes each probability as exp(score - lse). The backward is
 // two kernels without atomics: dq (which also writes delta = rowsum(gout * out)), then dk and dv (which
 // read delta). Storage in T (float, __half, __nv_bfloat16), arithmetic in f32, one rounding on store.
-// The tile shrinks as the head grows, so a block's rows and tiles fit GDL__CU_ATTN_SMEM floats.
+// The tile shrinks as the head grows, so a block's rows and tiles fit GDL__CU_ATTN_SMEM floats. q, k, v
+// and out (gout with it) are addressed at gdl_attn_geom's strides: packed heads are read in place.
 
 #define GDL__CU_ATTN_ROWS 1024 // tile * max(E, Ev)
 #define GDL__CU_ATTN_SMEM (6 * GDL__CU_ATTN_ROWS + 64)
@@ -2299,17 +2300,19 @@ __global__ void gdl__k_attn_fwd(gdl_attn_geom g, int tile, const T *q, const T *
     for (int64_t blk = blockIdx.x; blk < g.B * nqt; blk += gridDim.x) {
         const int64_t b = blk / nqt, i0 = (blk % nqt) * tile, nq = L - i0 < tile ? L - i0 : tile, i = i0 + r;
         const int64_t mb = g.mask ? gdl_attn_mask_base(&g, b) : 0, send = g.causal && i0 + nq < S ? i0 + nq : S;
+        const int64_t ko = gdl_attn_base(&g, b, g.kstr), vo = gdl_attn_base(&g, b, g.vstr);
         const bool live = r < nq;
         float m = -GDL__CU_INF, l = 0;
         if (live) {
-            for (int64_t e = 0; e < E; e++) qr[e] = gdl__ld(q[(b * L + i) * E + e]);
+            const int64_t qo = gdl_attn_base(&g, b, g.qstr) + i * g.qrow;
+            for (int64_t e = 0; e < E; e++) qr[e] = gdl__ld(q[qo + e]);
             for (int64_t e = 0; e < Ev; e++) ar[e] = 0;
         }
         for (int64_t j0 = 0; j0 < send; j0 += tile) {
             const int64_t nk = send - j0 < tile ? send - j0 : tile;
             __syncthreads(); // the last tile's readers are done
-            for (int64_t x = r; x < nk * E; x += tile) ks[x] = gdl__ld(k[(b * S + j0) * E + x]);
-            for (int64_t x = r; x < nk * Ev; x += tile) vs[x] = gdl__ld(v[(b * S + j0) * Ev + x]);
+            for (int64_t x = r; x < nk * E; x += tile) ks[x] = gdl__ld(k[ko + (j0 + x / E) * g.krow + x % E]);
+            for (int64_t x = r; x < nk * Ev; x += tile) vs[x] = gdl__ld(v[vo + (j0 + x / Ev) * g.vrow + x % Ev]);
             __syncthreads();
             if (!live) continue;
             float mt = -GDL__CU_INF;
@@ -2331,7 +2334,8 @@ __global__ void gdl__k_attn_fwd(gdl_attn_geom g, int tile, const T *q, const T *
         }
         if (live) {
             float inv = l > 0 ? 1.0f / l : 0.0f;
-            for (int64_t e = 0; e < Ev; e++) out[(b * L + i) * Ev + e] = gdl__st<T>(ar[e] * inv);
+            const int64_t oo = gdl_attn_base(&g, b, g.ostr) + i * g.orow;
+            for (int64_t e = 0; e < Ev; e++) out[oo + e] = gdl__st<T>(ar[e] * inv);
             lse[b * L + i] = l > 0 ? m + logf(l) : GDL__CU_INF;
         }
         __syncthreads(); // the next tile's loads overwrite what this one's rows read
@@ -2351,17 +2355,19 @@ __global__ void gdl__k_attn_dq(gdl_attn_geom g, int tile, const T *q, const T *k
     for (int64_t blk = blockIdx.x; blk < g.B * nqt; blk += gridDim.x) {
         const int64_t b = blk / nqt, i0 = (blk % nqt) * tile, nq = L - i0 < tile ? L - i0 : tile, i = i0 + r;
         const int64_t mb = g.mask ? gdl_attn_mask_base(&g, b) : 0, send = g.causal && i0 + nq < S ? i0 + nq : S;
+        const int64_t ko = gdl_attn_base(&g, b, g.kstr), vo = gdl_attn_base(&g, b, g.vstr);
+        const int64_t qo = gdl_attn_base(&g, b, g.qstr) + i * g.qrow, oo = gdl_attn_base(&g, b, g.ostr) + i * g.orow;
         const bool live = r < nq;
         float D = 0, ls = 0;
         if (live) {
             for (int64_t e = 0; e < Ev; e++) {
-                gr[e] = gdl__ld(gout[(b * L + i) * Ev + e]);
-                D += gr[e] * gdl__ld(out[(b * L + i) * Ev + e]);
+                gr[e] = gdl__ld(gout[oo + e]);
+                D += gr[e] * gdl__ld(out[oo + e]);
             }
             delta[b * L + i] = D;
             ls = lse[b * L + i];
             for (int64_t e = 0; e < E; e++) {
-                qr[e] = gdl__ld(q[(b * L + i) * E + e]);
+                qr[e] = gdl__ld(q[qo + e]);
                 dq[e] = 0;
             }
         }
@@ -2369,8 +2375,8 @@ __global__ void gdl__k_attn_dq(gdl_attn_geom g, int tile, const T *q, const T *k
         for (int64_t j0 = 0; j0 < send; j0 += tile) {
             const int64_t nk = send - j0 < tile ? send - j0 : tile;
             __syncthreads();
-            for (int64_t x = r; x < nk * E; x += tile) ks[x] = gdl__ld(k[(b * S + j0) * E + x]);
-            for (int64_t x = r; x < nk * Ev; x += tile) vs[x] = gdl__ld(v[(b * S + j0) * Ev + x]);
+            for (int64_t x = r; x < nk * E; x += tile) ks[x] = gdl__ld(k[ko + (j0 + x / E) * g.krow + x % E]);
+            for (int64_t x = r; x < nk * Ev; x += tile) vs[x] = gdl__ld(v[vo + (j0 + x / Ev) * g.vrow + x % Ev]);
             __syncthreads();
             if (!live) continue;
             for (int64_t j = 0; j < nk; j++) {
@@ -2382,7 +2388,7 @@ __global__ void gdl__k_attn_dq(gdl_attn_geom g, int tile, const T *q, const T *k
             }
         }
         if (live)
-            for (int64_t e = 0; e < E; e++) gq[(b * L + i) * E + e] = gdl__st<T>(gdl__ld(gq[(b * L + i) * E + e]) + dq[e]);
+            for (int64_t e = 0; e < E; e++) gq[qo + e] = gdl__st<T>(gdl__ld(gq[qo + e]) + dq[e]);
         __syncthreads();
     }
 }
@@ -2401,22 +2407,24 @@ __global__ void gdl__k_attn_dkv(gdl_attn_geom g, int tile, const T *q, const T *
     for (int64_t blk = blockIdx.x; blk < g.B * nkt; blk += gridDim.x) {
         const int64_t b = blk / nkt, j0 = (blk % nkt) * tile, nk = S - j0 < tile ? S - j0 : tile, j = j0 + r;
         const int64_t mb = g.mask ? gdl_attn_mask_base(&g, b) : 0;
+        const int64_t qo = gdl_attn_base(&g, b, g.qstr), oo = gdl_attn_base(&g, b, g.ostr);
+        const int64_t ko = gdl_attn_base(&g, b, g.kstr) + j * g.krow, vo = gdl_attn_base(&g, b, g.vstr) + j * g.vrow;
         const bool live = r < nk;
         if (live) {
             for (int64_t e = 0; e < E; e++) {
-                kr[e] = gdl__ld(k[(b * S + j) * E + e]);
+                kr[e] = gdl__ld(k[ko + e]);
                 dk[e] = 0;
             }
             for (int64_t e = 0; e < Ev; e++) {
-                vr[e] = gdl__ld(v[(b * S + j) * Ev + e]);
+                vr[e] = gdl__ld(v[vo + e]);
                 dv[e] = 0;
             }
         }
         for (int64_t i0 = g.causal ? j0 / tile * tile : 0; i0 < L; i0 += tile) { // causal: rows i >= j0 only
             const int64_t nq = L - i0 < tile ? L - i0 : tile;
             __syncthreads();
-            for (int64_t x = r; x < nq * E; x += tile) qs[x] = gdl__ld(q[(b * L + i0) * E + x]);
-            for (int64_t x = r; x < nq * Ev; x += tile) gs[x] = gdl__ld(gout[(b * L + i0) * Ev + x]);
+            for (int64_t x = r; x < nq * E; x += tile) qs[x] = gdl__ld(q[qo + (i0 + x / E) * g.qrow + x % E]);
+            for (int64_t x = r; x < nq * Ev; x += tile) gs[x] = gdl__ld(gout[oo + (i0 + x / Ev) * g.orow + x % Ev]);
             if (r < nq) {
                 ls[r] = lse[b * L + i0 + r];
                 ds_[r] = delta[b * L + i0 + r];
@@ -2435,10 +2443,9 @@ __global__ void gdl__k_attn_dkv(gdl_attn_geom g, int tile, const T *q, const T *
         }
         if (live) { // one thread adds both, so gk and gv may be one buffer (k is v)
             if (gk)
-                for (int64_t e = 0; e < E; e++) gk[(b * S + j) * E + e] = gdl__st<T>(gdl__ld(gk[(b * S + j) * E + e]) + dk[e]);
+                for (int64_t e = 0; e < E; e++) gk[ko + e] = gdl__st<T>(gdl__ld(gk[ko + e]) + dk[e]);
             if (gv)
-                for (int64_t e = 0; e < Ev; e++)
-                    gv[(b * S + j) * Ev + e] = gdl__st<T>(gdl__ld(gv[(b * S + j) * Ev + e]) + dv[e]);
+                for (int64_t e = 0; e < Ev; e++) gv[vo + e] = gdl__st<T>(gdl__ld(gv[vo + e]) + dv[e]);
         }
         __syncthreads();
     }

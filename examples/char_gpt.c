@@ -36,25 +36,14 @@ typedef struct gpt_config {
 static gdl_module *child(gdl_module *m, const char *path) { return gdl_module_child(m, path); }
 static gdl_tensor *param(gdl_module *m, const char *name) { return gdl_module_tensor(m, name); }
 
-/* One c_attn GEMM [B, T, 3C], seen as [B, T, 3, H, C/H] and permuted to [3, B, H, T, C/H] (one copy):
-   q, k and v are then views, each [B, H, T, C/H]. The attention dropout is the kernel's own. */
+/* One c_attn GEMM [B, T, 3C]: q, k and v side by side, each [B, T, H, C/H] as nanoGPT's split and view
+   make them; gdl_sdpa_qkv reads the heads there and writes y [B, T, C] as c_proj reads it (no copy splits
+   or joins the heads). The attention dropout is the op's own. */
 static gdl_tensor *attn_forward(gdl_module *self, gdl_tensor *x) {
     const gpt_config *c = (const gpt_config *)gdl_module_user(self);
-    int64_t s[5];
-    int perm[5] = {2, 0, 3, 1, 4};
-    gdl_tensor *qkv, *y;
-    if (!x) return NULL;
-    s[0] = x->shape[0];
-    s[1] = x->shape[1];
-    s[2] = 3;
-    s[3] = c->n_head;
-    s[4] = c->n_embd / c->n_head;
-    qkv = gdl_permute(gdl_reshape(gdl_forward(child(self, "c_attn"), x), 5, s), 5, perm);
-    y = gdl_scaled_dot_product_attention(gdl_select(qkv, 0, 0), gdl_select(qkv, 0, 1), gdl_select(qkv, 0, 2), NULL,
-                                         gdl_module_is_training(self) ? c->dropout : 0, 1, NAN);
-    s[2] = c->n_embd;
-    y = gdl_forward(child(self, "c_proj"), gdl_reshape(gdl_transpose(y, 1, 2), 3, s));
-    return gdl_forward(child(self, "resid_dropout"), y);
+    gdl_tensor *y = gdl_sdpa_qkv(gdl_forward(child(self, "c_attn"), x), c->n_head, NULL,
+                                 gdl_module_is_training(self) ? c->dropout : 0, 1, NAN);
+    return gdl_forward(child(self, "resid_dropout"), gdl_forward(child(self, "c_proj"), y));
 }
 
 /* c_fc and the exact (erf) GELU, nanoGPT's nn.GELU(), as one op */

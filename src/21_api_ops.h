@@ -152,6 +152,21 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training);
    path (NaN in the unfused one, as softmax of -inf). Autocast class LOW, as in PyTorch. */
 GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *attn_mask,
                                                        double dropout_p, int is_causal, double scale);
+/* The same attention over heads packed in the last dim, as Linear layers give them, without the copies of
+   splitting and joining heads: q [..., L, H*E], k [..., S, H*E], v [..., S, H*Ev] (head h: columns h*E ...
+   of each row; q, k and v with the same batch dims) -> [..., L, H*Ev], the heads joined as an output
+   projection reads them. The values and gradients of splitting each into [..., H, L, E] (reshape to
+   [..., L, H, E], transpose(-3, -2)), gdl_scaled_dot_product_attention, and joining the result back: the
+   mask broadcasts against [..., H, L, S]; scale NAN or <= 0 means 1/sqrt(E). The fused kernels read q, k
+   and v and write the output and the gradients in place, at strides; what they do not take (dropout_p > 0,
+   E or Ev over 256, a mask requiring grad) runs the composition above, copies included. num_heads >= 1. */
+GPUDL_API gdl_tensor *gdl_sdpa_heads(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, int num_heads, gdl_tensor *attn_mask,
+                                     double dropout_p, int is_causal, double scale);
+/* gdl_sdpa_heads over one tensor qkv [..., L, 3*H*E] holding q, k and v side by side along the last dim (a
+   fused input projection's output: nanoGPT's c_attn, MultiheadAttention's in_proj) -> [..., L, H*E]; the
+   gradient lands in qkv's, in place */
+GPUDL_API gdl_tensor *gdl_sdpa_qkv(gdl_tensor *qkv, int num_heads, gdl_tensor *attn_mask, double dropout_p, int is_causal,
+                                   double scale);
 /* x is [N,C] or [N,C,L] (1-D) or [N,C,H,W] (2-D). running_* may be NULL
    (then training statistics are used even in eval). weight/bias may be NULL. */
 GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,

@@ -35,9 +35,12 @@ typedef struct gdl_conv_geom {
 } gdl_conv_geom;
 
 /* scaled dot-product attention (gdl_scaled_dot_product_attention's fused path): q [B, L, E], k [B, S, E],
-   v [B, S, Ev], out [B, L, Ev], all contiguous, B the batch dims flattened. The mask (optional) is read at
-   its element strides: along the batch dims (nb of them, bshape, mstr; 0 where it is broadcast), along L
-   (mrow) and along S (mcol). */
+   v [B, S, Ev], out [B, L, Ev], B the batch dims flattened (nb of them, bshape). Each of q, k, v and out
+   (whose gradient gout shares its layout, as gq, gk, gv share q's, k's, v's) is read at element strides:
+   along the batch dims (qstr, kstr, vstr, ostr), along L or S (qrow, krow, vrow, orow), 1 along E / Ev;
+   so heads packed in a Linear's output ([N, L, H*E], or q, k and v side by side in [N, L, 3*H*E]) are read
+   and written in place, without a permute copy. The mask (optional) is read at its element strides along
+   the batch dims (mstr; 0 where it is broadcast), along L (mrow) and along S (mcol). */
 #define GDL_ATTN_MAX_HEAD 256 /* E and Ev of the fused kernels; longer heads run the unfused composition */
 typedef struct gdl_attn_geom {
     int64_t B, L, S, E, Ev;
@@ -47,6 +50,7 @@ typedef struct gdl_attn_geom {
     gdl_dtype mdt;
     int nb;              /* batch dims (their product is B) */
     int64_t bshape[GDL_MAX_DIMS], mstr[GDL_MAX_DIMS], mrow, mcol;
+    int64_t qstr[GDL_MAX_DIMS], kstr[GDL_MAX_DIMS], vstr[GDL_MAX_DIMS], ostr[GDL_MAX_DIMS], qrow, krow, vrow, orow;
 } gdl_attn_geom;
 
 /* A parameter group's hyper-parameters as the optimizer kernels read them:
@@ -466,16 +470,18 @@ static inline GDL_HD float gdl_q_epilogue1(const gdl_qepi *e, int32_t acc, int64
     return GDL_Q_MUL(r - (float)e->out_zp, e->out_scale);
 }
 
-/* the attention mask's element offset for batch b (gdl_attn_geom: the batch dims as an odometer) */
-static inline GDL_HD int64_t gdl_attn_mask_base(const gdl_attn_geom *g, int64_t b) {
+/* the element offset of batch b in an attention operand of batch strides str (gdl_attn_geom: the batch
+   dims as an odometer) */
+static inline GDL_HD int64_t gdl_attn_base(const gdl_attn_geom *g, int64_t b, const int64_t *str) {
     int64_t off = 0;
     int d;
     for (d = g->nb - 1; d >= 0; d--) {
-        off += (b % g->bshape[d]) * g->mstr[d];
+        off += (b % g->bshape[d]) * str[d];
         b /= g->bshape[d];
     }
     return off;
 }
+static inline GDL_HD int64_t gdl_attn_mask_base(const gdl_attn_geom *g, int64_t b) { return gdl_attn_base(g, b, g->mstr); }
 
 GPUDL_API void gdl__set_error(const char *fmt, ...);
 /* a backend calls it each time the host waits for its device (gdl_sync_count) */

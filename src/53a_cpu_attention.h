@@ -4,8 +4,9 @@
    the forward keeps a running max m, sum l and weighted sum per query row (online softmax) and saves
    lse = m + log l; the backward recomputes each probability as exp(score - lse). Tiles are loaded into
    f32 buffers (gdl__lp_get), which is also the bf16/f16 path: arithmetic in gdl_real, one rounding on
-   store. A task computes the same thing whatever thread runs it, so results do not depend on the thread
-   count. */
+   store. q, k, v and out are read and written at gdl_attn_geom's strides, row by row (one run where the
+   rows touch), so packed heads need no permute copy. A task computes the same thing whatever thread runs
+   it, so results do not depend on the thread count. */
 #define GDL__ATTN_T 32
 
 /* the term added to the score of key j in query row i (mask offset mb): 0, -inf, or the additive mask */
@@ -44,12 +45,39 @@ typedef struct gdl__attn_ctx {
 
 static int64_t gdl__attn_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* dst[n] (dtype dt, from element off) += buf, summed in gdl_real and rounded once; tmp: n reals */
-static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t n, const gdl_real *buf, gdl_real *tmp) {
+/* n rows of w elements of src (dtype dt) from element off, row apart (gdl_attn_geom's qrow ...), into buf
+   as n rows of w reals: one run when the rows touch */
+static void gdl__attn_get(gdl_dtype dt, const void *src, int64_t off, int64_t row, int64_t n, int64_t w, gdl_real *buf) {
+    int64_t r;
+    if (dt == GDL_F32) { /* a copy (gdl__lp_get's strided loop is several times slower) */
+        for (r = 0; r < (row == w ? 1 : n); r++)
+            memcpy(buf + r * w, (const gdl_real *)src + off + r * row, sizeof(gdl_real) * (size_t)(row == w ? n * w : w));
+        return;
+    }
+    if (row == w) {
+        gdl__lp_get(dt, src, off, 1, n * w, buf);
+        return;
+    }
+    for (r = 0; r < n; r++) gdl__lp_get(dt, src, off + r * row, 1, w, buf + r * w);
+}
+
+/* the n rows of w reals in buf stored to dst (dtype dt, rounded once) at element off, row apart */
+static void gdl__attn_put(gdl_dtype dt, void *dst, int64_t off, int64_t row, int64_t n, int64_t w, const gdl_real *buf) {
+    int64_t r;
+    if (row == w) {
+        gdl__lp_put(dt, dst, off, n * w, buf);
+        return;
+    }
+    for (r = 0; r < n; r++) gdl__lp_put(dt, dst, off + r * row, w, buf + r * w);
+}
+
+/* the n rows of w of dst (as gdl__attn_put's) += buf, summed in gdl_real and rounded once; tmp: n*w reals */
+static void gdl__attn_acc(gdl_dtype dt, void *dst, int64_t off, int64_t row, int64_t n, int64_t w, const gdl_real *buf,
+                          gdl_real *tmp) {
     int64_t i;
-    gdl__lp_get(dt, dst, off, 1, n, tmp);
-    for (i = 0; i < n; i++) tmp[i] += buf[i];
-    gdl__lp_put(dt, dst, off, n, tmp);
+    gdl__attn_get(dt, dst, off, row, n, w, tmp);
+    for (i = 0; i < n * w; i++) tmp[i] += buf[i];
+    gdl__attn_put(dt, dst, off, row, n, w, tmp);
 }
 
 /* at[e*T + j] = a[j*D + e]: a tile of n rows turned so that a row of scores is an axpy per element;
@@ -63,32 +91,83 @@ static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at
     }
 }
 
-/* out[r*T + j] = a_r . b_j for r < na, j < nb (a: rows of D; bt: b turned), summed in e's order */
-static void gdl__attn_rowdots(const gdl_real *a, int64_t na, const gdl_real *bt, int64_t nb, int64_t D, gdl_real *out) {
-    int64_t r, j, e;
-    for (r = 0; r < na; r++) {
-        gdl_real t[GDL__ATTN_T];
-        for (j = 0; j < GDL__ATTN_T; j++) t[j] = 0;
-        for (e = 0; e < D; e++) {
-            const gdl_real x = a[r * D + e], *b = bt + e * GDL__ATTN_T;
-            for (j = 0; j < GDL__ATTN_T; j++) t[j] += x * b[j];
+#if defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER)) && !defined(GPUDL_DOUBLE)
+#include <immintrin.h>
+#define GDL__ATTN_AVX2 1 /* MSVC's /arch:AVX2 implies FMA but defines no __FMA__ */
+#endif
+
+/* a + x y rounded as gdl__attn_mm rounds it (one rounding on the AVX2 path), so that delta = rowsum(dO * O)
+   cancels dP = dO V^T exactly where O is V's row (a query that one key takes part in: dS is then 0, not
+   rounding noise) */
+#ifdef GDL__ATTN_AVX2
+#define GDL__ATTN_MADD(x, y, a) fmaf(x, y, a)
+#else
+#define GDL__ATTN_MADD(x, y, a) ((a) + (x) * (y))
+#endif
+
+/* c[r*ldc + j] += sum over p < k of A(r,p) b[p*ldb + j] (r < m, j < n), A(r,p) = a[r*ars + p*acs]: every
+   product of the tiles (q k^T, P V, dS K, P^T dO, dS^T Q; ars 1 reads a turned). Each element sums over p
+   in order on every path. The AVX2 path keeps a block of 4 rows x 16 columns in registers (a plain loop
+   keeps its sums in memory: a load and a store per multiply-add); the rest runs the plain loop. */
+static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, int64_t k, const gdl_real *a, int64_t ars,
+                               int64_t acs, const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
+    int64_t r, p, j;
+    for (r = r0; r < r1; r++)
+        for (p = 0; p < k; p++) {
+            const gdl_real x = a[r * ars + p * acs], *bp = b + p * ldb;
+            gdl_real *cr = c + r * ldc;
+            for (j = j0; j < j1; j++) cr[j] += x * bp[j];
         }
-        memcpy(out + r * GDL__ATTN_T, t, sizeof(gdl_real) * (size_t)nb);
-    }
 }
 
-#if defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER)
-#define GDL__ATTN_RESTRICT __restrict
-#else
-#define GDL__ATTN_RESTRICT
+static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b,
+                         int64_t ldb, gdl_real *c, int64_t ldc) {
+    int64_t m4 = 0, n16 = 0;
+#ifdef GDL__ATTN_AVX2
+    int64_t r, j, p;
+    m4 = m / 4 * 4;
+    n16 = n / 16 * 16;
+    for (r = 0; r < m4; r += 4)
+        for (j = 0; j < n16; j += 16) {
+            gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+            const gdl_real *a0 = a + r * ars;
+            __m256 s00 = _mm256_loadu_ps(c0), s01 = _mm256_loadu_ps(c0 + 8), s10 = _mm256_loadu_ps(c1);
+            __m256 s11 = _mm256_loadu_ps(c1 + 8), s20 = _mm256_loadu_ps(c2), s21 = _mm256_loadu_ps(c2 + 8);
+            __m256 s30 = _mm256_loadu_ps(c3), s31 = _mm256_loadu_ps(c3 + 8);
+            for (p = 0; p < k; p++) {
+                const gdl_real *ap = a0 + p * acs;
+                const __m256 b0 = _mm256_loadu_ps(b + p * ldb + j), b1 = _mm256_loadu_ps(b + p * ldb + j + 8);
+                __m256 x = _mm256_broadcast_ss(ap);
+                s00 = _mm256_fmadd_ps(x, b0, s00);
+                s01 = _mm256_fmadd_ps(x, b1, s01);
+                x = _mm256_broadcast_ss(ap + ars);
+                s10 = _mm256_fmadd_ps(x, b0, s10);
+                s11 = _mm256_fmadd_ps(x, b1, s11);
+                x = _mm256_broadcast_ss(ap + 2 * ars);
+                s20 = _mm256_fmadd_ps(x, b0, s20);
+                s21 = _mm256_fmadd_ps(x, b1, s21);
+                x = _mm256_broadcast_ss(ap + 3 * ars);
+                s30 = _mm256_fmadd_ps(x, b0, s30);
+                s31 = _mm256_fmadd_ps(x, b1, s31);
+            }
+            _mm256_storeu_ps(c0, s00);
+            _mm256_storeu_ps(c0 + 8, s01);
+            _mm256_storeu_ps(c1, s10);
+            _mm256_storeu_ps(c1 + 8, s11);
+            _mm256_storeu_ps(c2, s20);
+            _mm256_storeu_ps(c2 + 8, s21);
+            _mm256_storeu_ps(c3, s30);
+            _mm256_storeu_ps(c3 + 8, s31);
+        }
 #endif
-/* y[0..n) += a x, in blocks of 8 that the compiler turns into vector operations (y and x never overlap) */
-static void gdl__attn_axpy(gdl_real *GDL__ATTN_RESTRICT y, gdl_real a, const gdl_real *GDL__ATTN_RESTRICT x, int64_t n) {
-    int64_t i = 0;
-    int u;
-    for (; i + 8 <= n; i += 8)
-        for (u = 0; u < 8; u++) y[i + u] += a * x[i + u];
-    for (; i < n; i++) y[i] += a * x[i];
+    gdl__attn_mm_plain(0, m4, n16, n, k, a, ars, acs, b, ldb, c, ldc);
+    gdl__attn_mm_plain(m4, m, 0, n, k, a, ars, acs, b, ldb, c, ldc);
+}
+
+/* out[r*T + j] = a_r . b_j for r < na and every j < T (a: rows of D; bt: b turned, zero past its rows) */
+static void gdl__attn_rowdots(const gdl_real *a, int64_t na, const gdl_real *bt, int64_t D, gdl_real *out) {
+    memset(out, 0, sizeof(gdl_real) * (size_t)(na * GDL__ATTN_T));
+    gdl__attn_mm(na, GDL__ATTN_T, D, a, D, 1, bt, GDL__ATTN_T, out, GDL__ATTN_T);
 }
 
 /* a tile of scores: s = scale * q k^T plus the causal / mask terms (query rows from i0, keys from j0) */
@@ -97,12 +176,14 @@ static void gdl__attn_scores(const gdl__attn_ctx *c, const gdl_real *qb, int64_t
     const gdl_attn_geom *g = c->g;
     const gdl_real scale = (gdl_real)g->scale;
     int64_t r, j;
-    gdl__attn_rowdots(qb, nq, kt, nk, g->E, s);
+    gdl__attn_rowdots(qb, nq, kt, g->E, s);
     for (r = 0; r < nq; r++) {
         gdl_real *sr = s + r * GDL__ATTN_T;
         for (j = 0; j < nk; j++) sr[j] *= scale;
-        if (g->causal || g->mask)
+        if (g->mask)
             for (j = 0; j < nk; j++) sr[j] += gdl__attn_bias(g, c->mask, mb, i0 + r, j0 + j);
+        else if (g->causal) /* keys j > i take no part (gdl__attn_bias's first case, without a call per score) */
+            for (j = i0 + r - j0 + 1 < 0 ? 0 : i0 + r - j0 + 1; j < nk; j++) sr[j] = (gdl_real)-INFINITY;
     }
 }
 
@@ -140,7 +221,8 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
-        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        const int64_t ko = gdl_attn_base(g, b, g->kstr), vo = gdl_attn_base(g, b, g->vstr);
+        gdl__attn_get(c->dt, c->q, gdl_attn_base(g, b, g->qstr) + i0 * g->qrow, g->qrow, nq, E, qb);
         for (r = 0; r < nq; r++) {
             m[r] = -INFINITY;
             l[r] = 0;
@@ -148,35 +230,38 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
         memset(acc, 0, sizeof(gdl_real) * (size_t)(nq * Ev));
         for (j0 = 0; j0 < send; j0 += T) {
             const int64_t nk = gdl__attn_min(T, send - j0);
-            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
-            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, vb);
             gdl__attn_turn(kb, nk, E, kt);
             gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
-            for (r = 0; r < nq; r++) {
+            for (r = 0; r < nq; r++) { /* the scores become probabilities (for this tile's max), acc rescaled */
                 gdl_real *sr = s + r * T, *ar = acc + r * Ev, mt = (gdl_real)-INFINITY;
                 double mn, alpha;
                 for (j = 0; j < nk; j++)
                     if (sr[j] > mt) mt = sr[j];
-                if (mt == (gdl_real)-INFINITY) continue; /* no key of this tile takes part */
+                if (mt == (gdl_real)-INFINITY) { /* no key of this tile takes part */
+                    memset(sr, 0, sizeof(gdl_real) * (size_t)nk);
+                    continue;
+                }
                 mn = m[r] > mt ? m[r] : mt;
                 alpha = exp(m[r] - mn);
                 l[r] *= alpha;
                 if (alpha != 1)
                     for (e = 0; e < Ev; e++) ar[e] *= (gdl_real)alpha;
                 for (j = 0; j < nk; j++) {
-                    const gdl_real pj = GDL__ATTN_EXP(sr[j] - (gdl_real)mn);
-                    l[r] += pj;
-                    gdl__attn_axpy(ar, pj, vb + j * Ev, Ev);
+                    sr[j] = GDL__ATTN_EXP(sr[j] - (gdl_real)mn);
+                    l[r] += sr[j];
                 }
                 m[r] = mn;
             }
+            gdl__attn_mm(nq, Ev, nk, s, T, 1, vb, Ev, acc, Ev); /* acc += P V */
         }
         for (r = 0; r < nq; r++) {
             const gdl_real inv = l[r] > 0 ? (gdl_real)(1 / l[r]) : 0;
             for (e = 0; e < Ev; e++) acc[r * Ev + e] *= inv;
             c->lse_out[b * L + i0 + r] = l[r] > 0 ? (gdl_real)(m[r] + log(l[r])) : (gdl_real)INFINITY;
         }
-        gdl__lp_put(c->dt, c->out, (b * L + i0) * Ev, nq * Ev, acc);
+        gdl__attn_put(c->dt, c->out, gdl_attn_base(g, b, g->ostr) + i0 * g->orow, g->orow, nq, Ev, acc);
     }
     GPUDL_FREE(qb);
 }
@@ -188,7 +273,7 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
     gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 3 * Ev + 2 * T) + 1));
     gdl_real *gb, *ob, *kb, *kt, *vt, *dq, *s, *dp;
-    int64_t idx, r, j0, j, e;
+    int64_t idx, r, j0, e;
     if (!qb) {
         GDL__ATTN_FAILED(c);
         return;
@@ -204,32 +289,32 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
+        const int64_t qo = gdl_attn_base(g, b, g->qstr) + i0 * g->qrow, oo = gdl_attn_base(g, b, g->ostr) + i0 * g->orow;
+        const int64_t ko = gdl_attn_base(g, b, g->kstr), vo = gdl_attn_base(g, b, g->vstr);
         const gdl_real *lse = c->lse + b * L + i0;
         gdl_real *D = c->delta + b * L + i0;
-        gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
-        gdl__lp_get(c->dt, c->o, (b * L + i0) * Ev, 1, nq * Ev, ob);
+        gdl__attn_get(c->dt, c->go, oo, g->orow, nq, Ev, gb);
+        gdl__attn_get(c->dt, c->o, oo, g->orow, nq, Ev, ob);
         for (r = 0; r < nq; r++) {
             gdl_real d = 0;
-            for (e = 0; e < Ev; e++) d += gb[r * Ev + e] * ob[r * Ev + e];
+            for (e = 0; e < Ev; e++) d = GDL__ATTN_MADD(gb[r * Ev + e], ob[r * Ev + e], d);
             D[r] = d;
         }
         if (!c->gq) continue;
-        gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
+        gdl__attn_get(c->dt, c->q, qo, g->qrow, nq, E, qb);
         memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
         for (j0 = 0; j0 < send; j0 += T) {
             const int64_t nk = gdl__attn_min(T, send - j0);
-            gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
-            gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, ob); /* out's rows are read: V's tile */
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, ob); /* out's rows are read: V's tile */
             gdl__attn_turn(kb, nk, E, kt);
             gdl__attn_turn(ob, nk, Ev, vt);
             gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
-            gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
+            gdl__attn_rowdots(gb, nq, vt, Ev, dp);
             gdl__attn_ds(c, s, dp, nq, nk, lse, D);
-            for (r = 0; r < nq; r++)
-                for (j = 0; j < nk; j++)
-                    if (dp[r * T + j] != 0) gdl__attn_axpy(dq + r * E, dp[r * T + j], kb + j * E, E);
+            gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq, E); /* dq += dS K */
         }
-        gdl__attn_acc(c->dt, c->gq, (b * L + i0) * E, nq * E, dq, kb);
+        gdl__attn_acc(c->dt, c->gq, qo, g->qrow, nq, E, dq, kb);
     }
     GPUDL_FREE(qb);
 }
@@ -241,7 +326,7 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nkt = (S + T - 1) / T;
     gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + 1));
     gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp;
-    int64_t idx, r, i0, j;
+    int64_t idx, i0;
     if (!kb) {
         GDL__ATTN_FAILED(c);
         return;
@@ -257,29 +342,27 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     dp = s + T * T;
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nkt, j0 = (idx % nkt) * T, nk = gdl__attn_min(T, S - j0);
-        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0;
-        gdl__lp_get(c->dt, c->k, (b * S + j0) * E, 1, nk * E, kb);
-        gdl__lp_get(c->dt, c->v, (b * S + j0) * Ev, 1, nk * Ev, vb);
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
+        const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
+        gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, kb);
+        gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, vb);
         gdl__attn_turn(kb, nk, E, kt);
         gdl__attn_turn(vb, nk, Ev, vt);
         memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
         memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
         for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
             const int64_t nq = gdl__attn_min(T, L - i0);
-            gdl__lp_get(c->dt, c->q, (b * L + i0) * E, 1, nq * E, qb);
-            gdl__lp_get(c->dt, c->go, (b * L + i0) * Ev, 1, nq * Ev, gb);
+            gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
+            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
             gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
-            gdl__attn_rowdots(gb, nq, vt, nk, Ev, dp);
+            gdl__attn_rowdots(gb, nq, vt, Ev, dp);
             gdl__attn_ds(c, s, dp, nq, nk, c->lse + b * L + i0, c->delta + b * L + i0);
-            for (j = 0; j < nk; j++)
-                for (r = 0; r < nq; r++) {
-                    if (s[r * T + j] == 0) continue;
-                    gdl__attn_axpy(dv + j * Ev, s[r * T + j], gb + r * Ev, Ev);
-                    gdl__attn_axpy(dk + j * E, dp[r * T + j], qb + r * E, E);
-                }
+            gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
+            gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
         }
-        if (c->gk) gdl__attn_acc(c->dt, c->gk, (b * S + j0) * E, nk * E, dk, qb);
-        if (c->gv) gdl__attn_acc(c->dt, c->gv, (b * S + j0) * Ev, nk * Ev, dv, qb);
+        if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, dk, qb);
+        if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, dv, qb);
     }
     GPUDL_FREE(kb);
 }

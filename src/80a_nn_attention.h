@@ -1,7 +1,9 @@
 /* ---- nn.MultiheadAttention ----
    A custom module (gdl_nn_custom) whose tensors carry PyTorch's names: in_proj_weight and in_proj_bias,
-   and a Linear child out_proj. The forward is three projections (views of in_proj_weight's thirds), the
-   heads split by a reshape and a transpose, gdl_scaled_dot_product_attention, the heads joined, out_proj. */
+   and a Linear child out_proj. The forward is the in-projection (self-attention: one GEMM with all of
+   in_proj_weight, whose output holds q, k and v side by side; otherwise three, with views of its thirds),
+   gdl_sdpa_qkv / gdl_sdpa_heads reading the heads where the projection wrote them, and out_proj reading
+   the output as it is: no copy splits or joins the heads. */
 
 typedef struct gdl__mha {
     int64_t E;
@@ -71,24 +73,13 @@ static gdl_tensor *gdl__mha_additive(const char *op, gdl_tensor *mask, gdl_dtype
     return gdl_masked_fill(z, r, -INFINITY);
 }
 
-/* x [N, T, E] -> [N, H, T, E/H] */
-static gdl_tensor *gdl__mha_heads(gdl_tensor *x, int H) {
-    int64_t s[4];
-    if (!x) return NULL;
-    s[0] = x->shape[0];
-    s[1] = x->shape[1];
-    s[2] = H;
-    s[3] = x->shape[2] / H;
-    return gdl_transpose(gdl_reshape(x, 4, s), 1, 2);
-}
-
 GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
                                       gdl_tensor *key_padding_mask, gdl_tensor *attn_mask) {
     const char *op = "gdl_mha_forward";
     gdl__mha *u = m && m->fwd == gdl__mha_self ? (gdl__mha *)m->user : NULL;
     gdl_tensor *x[3], *h[3], *mask = NULL, *o;
     int64_t N, L, S, E, s4[4];
-    int k;
+    int k, self;
     if (!u) {
         gdl__set_error("%s: expected a module made by gdl_nn_multihead_attention", op);
         return NULL;
@@ -96,6 +87,7 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
     x[0] = query;
     x[1] = key;
     x[2] = value;
+    self = query == key && key == value;
     for (k = 0; k < 3; k++) {
         if (gdl__check_in(op, k == 0 ? "query" : k == 1 ? "key" : "value", x[k], 0) < 0) return NULL;
         if (x[k]->ndim != 3 || x[k]->shape[2] != u->E) {
@@ -104,7 +96,7 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
                            gdl_shape_str(key), gdl_shape_str(value));
             return NULL;
         }
-        if (!u->batch_first && !(x[k] = gdl_transpose(x[k], 0, 1))) return NULL;
+        if (!u->batch_first && !(x[k] = k && self ? x[0] : gdl_transpose(x[k], 0, 1))) return NULL;
     }
     N = x[0]->shape[0];
     L = x[0]->shape[1];
@@ -147,14 +139,16 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
         if (!(km = gdl__mha_additive(op, key_padding_mask, query->dtype, 4, s4))) return NULL;
         if (!(mask = mask ? gdl_add(mask, km) : km)) return NULL;
     }
-    for (k = 0; k < 3; k++) {
-        gdl_tensor *w = gdl_narrow(u->w, 0, k * E, E), *b = u->b ? gdl_narrow(u->b, 0, k * E, E) : NULL;
-        if (!w || (u->b && !b) || !(h[k] = gdl__mha_heads(gdl_linear(x[k], w, b), u->H))) return NULL;
+    if (self) {
+        if (!(h[0] = gdl_linear(x[0], u->w, u->b))) return NULL;
+        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, 0, 0);
+    } else {
+        for (k = 0; k < 3; k++) {
+            gdl_tensor *w = gdl_narrow(u->w, 0, k * E, E), *b = u->b ? gdl_narrow(u->b, 0, k * E, E) : NULL;
+            if (!w || (u->b && !b) || !(h[k] = gdl_linear(x[k], w, b))) return NULL;
+        }
+        o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, 0);
     }
-    o = gdl_scaled_dot_product_attention(h[0], h[1], h[2], mask, m->training ? u->dropout : 0, 0, 0);
-    s4[0] = N;
-    s4[1] = L;
-    s4[2] = E;
-    if (!o || !(o = gdl_forward(u->out, gdl_reshape(gdl_transpose(o, 1, 2), 3, s4)))) return NULL;
+    if (!o || !(o = gdl_forward(u->out, o))) return NULL;
     return u->batch_first ? o : gdl_transpose(o, 0, 1);
 }

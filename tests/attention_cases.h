@@ -4,6 +4,8 @@
      the public ops, in f32) at sequence lengths that take every tile edge of both backends (1, 31, 32,
      33, several tiles, L != S), with no mask, is_causal, a u8 mask and an additive mask with -inf
      entries, in f32, bf16 and f16, forward and the three gradients;
+   * gdl_sdpa_heads / gdl_sdpa_qkv (heads read and written in place, at strides) against the contiguous
+     path on copies, bit for bit, and their error paths;
    * the error paths (shapes, dtypes, masks, is_causal with a mask, dropout_p, devices);
    * the memory a step saves grows linearly in T (the step arena's bytes, T = 64 ... 1024), where the
      unfused composition's grows as T^2.
@@ -154,6 +156,173 @@ TEST attn_tile_edges(void *arg) {
             for (kind = 0; kind < 4; kind++)
                 if (attn_parity_one(dev, dts[d], sizes[s][0], sizes[s][1], kind, msg, sizeof msg))
                     FAILf("%s, L %d, S %d, %s: %s", gdl_dtype_name(dts[d]), sizes[s][0], sizes[s][1], kinds[kind], msg);
+    PASS();
+}
+
+/* ---- heads read in place (gdl_sdpa_heads, gdl_sdpa_qkv): the strided kernels against the contiguous
+   ones on the heads split by the copies (reshape, transpose; narrow for qkv's thirds), which compute the
+   same sums in the same order, so the output and every gradient must be equal bit for bit ---- */
+
+/* 0 when a and b (same shape, any float dtype) hold the same values */
+static int attn_same(gdl_tensor *a, gdl_tensor *b) {
+    double *x = a && b && a->numel == b->numel ? dtype_host_values(a) : NULL, *y = x ? dtype_host_values(b) : NULL;
+    int64_t i;
+    int bad = !x || !y;
+    for (i = 0; !bad && i < a->numel; i++) bad = x[i] != y[i];
+    free(x);
+    free(y);
+    return bad;
+}
+
+/* [N, L, H*E] -> [N, H, L, E] by the copies */
+static gdl_tensor *attn_split(gdl_tensor *x, int H) {
+    int64_t s[4];
+    if (!x) return NULL;
+    s[0] = x->shape[0]; s[1] = x->shape[1]; s[2] = H; s[3] = x->shape[2] / H;
+    return gdl_transpose(gdl_reshape(x, 4, s), 1, 2);
+}
+
+/* one configuration (packed: one qkv tensor, S = L); 0 when it matches, else a message in msg */
+static int attn_heads_one(gdl_device dev, gdl_dtype dt, int L, int S, int kind, int packed, char *msg, size_t msz) {
+    enum { N = 2, H = 3, E = 8 };
+    const int Ev = packed ? E : 12, W = packed ? 3 * H * E : H * E;
+    int64_t sq[3] = {N, L, W}, sk[3] = {N, S, H * E}, sv[3] = {N, S, H * Ev}, sm2[2] = {L, S}, sm4[4] = {N, 1, L, S};
+    int64_t nq = (int64_t)N * L * W, nk = (int64_t)N * S * H * E, nv = (int64_t)N * S * H * Ev;
+    int64_t nw = (int64_t)N * L * H * Ev, nm = (int64_t)N * L * S, i, j, so[3] = {N, L, H * Ev};
+    float *hq = attn_randn(nq, dt, 1), *hk = attn_randn(nk, dt, 1), *hv = attn_randn(nv, dt, 1), *hw = attn_randn(nw, dt, 1);
+    float *hm = (float *)malloc(sizeof(float) * (size_t)(nm + 1));
+    uint8_t *hb = (uint8_t *)malloc((size_t)(L * S + 1));
+    gdl_tensor *a[3] = {0}, *r[3] = {0}, *mask = NULL, *out, *oref, *qh[3], *w;
+    const double scale = kind == ATTN_CAUSAL ? 0.3 : NAN;
+    int k, nt = packed ? 1 : 3, bad = 1;
+    msg[0] = 0;
+    if (!hq || !hk || !hv || !hw || !hm || !hb) goto done;
+    for (i = 0; i < L; i++)
+        for (j = 0; j < S; j++) hb[i * S + j] = (uint8_t)(gdl_rng_uniform() > 0.25 || j == i % S);
+    for (i = 0; i < nm; i++)
+        hm[i] = gdl_rng_uniform() < 0.15 && i % S != i / S % L % S ? -INFINITY : attn_round(dt, (float)(1.5 * attn_normal()));
+    gdl_arena_reset();
+    for (k = 0; k < nt; k++) {
+        const float *h = k == 0 ? hq : k == 1 ? hk : hv;
+        const int64_t *sh = k == 0 ? sq : k == 1 ? sk : sv;
+        if (!(a[k] = attn_put(h, 3, sh, dt, dev, 1)) || !(r[k] = attn_put(h, 3, sh, dt, dev, 1))) goto done;
+    }
+    if (kind == ATTN_BOOL) {
+        gdl_tensor *u = gdl_from_array(hb, 2, sm2, GDL_U8, gdl_cpu());
+        mask = u ? gdl_to(u, dev) : NULL;
+        gdl_free(u);
+        if (!mask) goto done;
+    } else if (kind == ATTN_ADDITIVE && !(mask = attn_put(hm, 4, sm4, dt, dev, 0))) {
+        goto done;
+    }
+    out = packed ? gdl_sdpa_qkv(a[0], H, mask, 0, kind == ATTN_CAUSAL, scale)
+                 : gdl_sdpa_heads(a[0], a[1], a[2], H, mask, 0, kind == ATTN_CAUSAL, scale);
+    if (packed) {
+        qh[0] = attn_split(gdl_narrow(r[0], 2, 0, H * E), H);
+        qh[1] = attn_split(gdl_narrow(r[0], 2, H * E, H * E), H);
+        qh[2] = attn_split(gdl_narrow(r[0], 2, 2 * H * E, H * E), H);
+    } else {
+        for (k = 0; k < 3; k++) qh[k] = attn_split(r[k], H);
+    }
+    oref = gdl_reshape(gdl_transpose(gdl_scaled_dot_product_attention(qh[0], qh[1], qh[2], mask, 0, kind == ATTN_CAUSAL,
+                                                                      scale), 1, 2), 3, so);
+    if (!out || !oref) {
+        snprintf(msg, msz, "forward failed: %.200s", gdl_last_error());
+        goto done;
+    }
+    if (gdl_tensor_op(out) != GDL_OP_SDPA || out->dtype != dt || out->ndim != 3 || out->shape[2] != H * Ev) {
+        snprintf(msg, msz, "the output (%s %s) is not the fused op's [N, L, H*Ev]", gdl_dtype_name(out->dtype),
+                 gdl_shape_str(out));
+        goto done;
+    }
+    if (!(w = attn_put(hw, 3, so, dt, dev, 0))) goto done;
+    if (gdl_backward_grad(out, w) < 0 || gdl_backward_grad(oref, w) < 0) {
+        snprintf(msg, msz, "backward failed: %.200s", gdl_last_error());
+        gdl_free(w);
+        goto done;
+    }
+    gdl_free(w);
+    if (attn_same(out, oref)) {
+        snprintf(msg, msz, "the output differs from the contiguous path's");
+        goto done;
+    }
+    for (k = 0; k < nt; k++)
+        if (!a[k]->grad || attn_same(a[k]->grad, r[k]->grad)) {
+            snprintf(msg, msz, "the gradient of %s differs from the contiguous path's",
+                     packed ? "qkv" : k == 0 ? "q" : k == 1 ? "k" : "v");
+            goto done;
+        }
+    bad = 0;
+done:
+    if (bad && !msg[0]) snprintf(msg, msz, "setup failed: %.200s", gdl_last_error());
+    for (k = 0; k < 3; k++) {
+        gdl_free(a[k]);
+        gdl_free(r[k]);
+    }
+    gdl_free(mask);
+    free(hq); free(hk); free(hv); free(hw); free(hm); free(hb);
+    gdl_arena_reset();
+    return bad;
+}
+
+/* the strided kernels at tile edges, every mask kind and dtype, heads in three tensors and in one */
+TEST attn_heads_strided(void *arg) {
+    static const int sizes[][2] = {{1, 1}, {31, 33}, {33, 32}, {70, 40}};
+    static const gdl_dtype dts[3] = {GDL_F32, GDL_BF16, GDL_F16};
+    static const char *kinds[4] = {"no mask", "is_causal", "a u8 mask", "an additive mask"};
+    const gdl_device dev = *(const gdl_device *)arg;
+    char msg[300];
+    int s, d, kind, packed;
+    gdl_manual_seed(1414);
+    for (d = 0; d < 3; d++)
+        for (s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); s++)
+            for (kind = 0; kind < 4; kind++)
+                for (packed = 0; packed < 2; packed++) {
+                    const int L = sizes[s][0], S = packed ? L : sizes[s][1];
+                    if (attn_heads_one(dev, dts[d], L, S, kind, packed, msg, sizeof msg))
+                        FAILf("%s, %s, L %d, S %d, %s: %s", packed ? "gdl_sdpa_qkv" : "gdl_sdpa_heads",
+                              gdl_dtype_name(dts[d]), L, S, kinds[kind], msg);
+                }
+    PASS();
+}
+
+/* the packed forms' bad arguments: NULL and a message naming the op and what is wrong */
+TEST attn_heads_errors(void *arg) {
+    const gdl_device dev = *(const gdl_device *)arg;
+    int64_t sq[3] = {2, 5, 12}, sk[3] = {2, 7, 12}, sv[3] = {2, 7, 9}, skb[3] = {3, 7, 12}, sv7[3] = {2, 7, 10};
+    int64_t sqkv[3] = {2, 5, 18}, s1[1] = {12}, sm[2] = {4, 7}, s6[6] = {1, 1, 1, 1, 2, 12};
+    gdl_tensor *q = gdl_randn(3, sq, dev), *k = gdl_randn(3, sk, dev), *v = gdl_randn(3, sv, dev), *t;
+    gdl_tensor *kb = gdl_randn(3, skb, dev), *v7 = gdl_randn(3, sv7, dev), *qkv = gdl_randn(3, sqkv, dev);
+    gdl_tensor *q1 = gdl_randn(1, s1, dev), *m = gdl_zeros(2, sm, GDL_U8, dev), *qi = gdl_zeros(3, sqkv, GDL_I32, dev);
+    gdl_tensor *q6 = gdl_randn(6, s6, dev), *kh = gdl_clone(gdl_to_dtype(k, GDL_F16));
+    ASSERT(q && k && v && kb && v7 && qkv && q1 && m && qi && q6 && kh);
+#define ATTN_BAD(opname, call, what)                                                                       \
+    do {                                                                                                   \
+        gdl_arena_reset();                                                                                 \
+        t = call;                                                                                          \
+        if (t) FAILf("%s succeeded", #call);                                                               \
+        if (strncmp(gdl_last_error(), opname ": ", strlen(opname) + 2) != 0 || !strstr(gdl_last_error(), what)) \
+            FAILf("%s: the error \"%s\" does not say \"%s\"", #call, gdl_last_error(), what);               \
+    } while (0)
+    ATTN_BAD("gdl_sdpa_heads", gdl_sdpa_heads(q, k, v, 0, NULL, 0, 0, 0), "num_heads 0");
+    ATTN_BAD("gdl_sdpa_heads", gdl_sdpa_heads(q, k, v, 5, NULL, 0, 0, 0), "num_heads 5");
+    ATTN_BAD("gdl_sdpa_heads", gdl_sdpa_heads(q1, k, v, 3, NULL, 0, 0, 0), "expected query [..., L, num_heads*E]");
+    ATTN_BAD("gdl_sdpa_heads", gdl_sdpa_heads(q6, k, v, 3, NULL, 0, 0, 0), "of 2 to 5 dims");
+    ATTN_BAD("gdl_sdpa_heads", gdl_sdpa_heads(q, kb, v, 3, NULL, 0, 0, 0), "the same batch dims");
+    ATTN_BAD("gdl_sdpa_heads", gdl_sdpa_heads(q, k, v7, 3, NULL, 0, 0, 0), "value [..., S, H*Ev]");
+    ATTN_BAD("gdl_sdpa_heads", gdl_sdpa_heads(q, kh, v, 3, NULL, 0, 0, 0), "one float dtype");
+    ATTN_BAD("gdl_sdpa_heads", gdl_sdpa_heads(q, k, v, 3, m, 0, 0, 0), "cannot be broadcast to the scores' shape");
+    ATTN_BAD("gdl_sdpa_heads", gdl_sdpa_heads(q, k, v, 3, NULL, -0.5, 0, 0), "dropout_p -0.5");
+    ATTN_BAD("gdl_sdpa_qkv", gdl_sdpa_qkv(q, 3, NULL, 0, 0, 0), "expected qkv [..., L, 3*num_heads*E]");
+    ATTN_BAD("gdl_sdpa_qkv", gdl_sdpa_qkv(qi, 3, NULL, 0, 0, 0), "qkv must be a float tensor");
+    ATTN_BAD("gdl_sdpa_qkv", gdl_sdpa_qkv(NULL, 3, NULL, 0, 0, 0), "qkv");
+#undef ATTN_BAD
+    gdl_arena_reset(); /* the good calls, to show the inputs above differ from them only where named */
+    ASSERT_NOT_NULL(gdl_sdpa_heads(q, k, v, 3, NULL, 0, 0, 0));
+    ASSERT_NOT_NULL(gdl_sdpa_qkv(qkv, 3, NULL, 0, 1, 0));
+    gdl_free(q); gdl_free(k); gdl_free(v); gdl_free(kb); gdl_free(v7); gdl_free(qkv); gdl_free(q1); gdl_free(m);
+    gdl_free(qi); gdl_free(q6); gdl_free(kh);
+    gdl_arena_reset();
     PASS();
 }
 

@@ -25,15 +25,20 @@ static int ac_row_ends_f32(const gc_case *c) {
     return c->op == GDL_OP_CAST || strcmp(c->name, "mse_mean") == 0 || strcmp(c->name, "cross_entropy_soft") == 0;
 }
 
+/* a row whose result is a view of a LOW op's: a vector's matmul; packed heads' composition (joined by a reshape) */
+static int ac_row_low_view(const gc_case *c) {
+    return c->op == GDL_OP_RESHAPE &&
+           (strncmp(c->name, "matmul_", 7) == 0 || strcmp(c->name, "sdpa_heads_dropout_unfused") == 0);
+}
+
 /* does a row run anything in the low dtype under autocast? (a LOW op) */
 static int ac_row_has_low(const gc_case *c) {
-    return gdl_op_autocast_class(c->op) == GDL_AUTOCAST_LOW || strcmp(c->name, "mlp_chain") == 0 ||
-           strncmp(c->name, "matmul_", 7) == 0; /* a vector's matmul ends in a view of the LOW op's result */
+    return gdl_op_autocast_class(c->op) == GDL_AUTOCAST_LOW || strcmp(c->name, "mlp_chain") == 0 || ac_row_low_view(c);
 }
 
 static gdl_dtype ac_expected(const gc_case *c, gdl_dtype ac, gdl_dtype in) {
     int cls = gdl_op_autocast_class(c->op);
-    if (cls == GDL_AUTOCAST_LOW || (strncmp(c->name, "matmul_", 7) == 0 && c->op == GDL_OP_RESHAPE)) return ac;
+    if (cls == GDL_AUTOCAST_LOW || ac_row_low_view(c)) return ac;
     if (cls == GDL_AUTOCAST_F32 || ac_row_ends_f32(c)) return GDL_F32;
     return in;
 }

@@ -206,6 +206,14 @@ static gdl_tensor *f_sdpa_additive(gdl_tensor **x) {
 }
 static gdl_tensor *f_sdpa_self(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[0], x[0], NULL, 0, 1, 0); }
 static gdl_tensor *f_sdpa_dropout(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[1], x[2], NULL, 0.3, 0, 0); }
+/* heads packed in the last dim, read and written at strides: three tensors (2 heads), 4-D with an additive
+   mask, one qkv tensor with is_causal, and dropout (the composition on copies) */
+static gdl_tensor *f_sdpa_heads(gdl_tensor **x) { return gdl_sdpa_heads(x[0], x[1], x[2], 2, NULL, 0, 0, NAN); }
+static gdl_tensor *f_sdpa_heads_additive(gdl_tensor **x) {
+    return gdl_sdpa_heads(x[0], x[1], x[2], 2, gdl_to_dtype(x[3], x[0]->dtype), 0, 0, NAN);
+}
+static gdl_tensor *f_sdpa_qkv_causal(gdl_tensor **x) { return gdl_sdpa_qkv(x[0], 2, NULL, 0, 1, 0.6); }
+static gdl_tensor *f_sdpa_heads_dropout(gdl_tensor **x) { return gdl_sdpa_heads(x[0], x[1], x[2], 2, NULL, 0.3, 0, 0); }
 static gdl_tensor *f_lstm_gates(gdl_tensor **x) { return gdl_lstm_gates(x[0], x[1], x[2]); }
 static gdl_tensor *f_lstm_gates_self(gdl_tensor **x) { return gdl_lstm_gates(x[0], x[0], x[1]); }
 static gdl_tensor *f_gru_gates(gdl_tensor **x) { return gdl_gru_gates(x[0], x[1], x[2]); }
@@ -372,6 +380,12 @@ static const gc_case cases[] = {
     {"sdpa_additive_mask", GDL_OP_SDPA, f_sdpa_additive, 4,
      {{R3(2, 4, 3), IN_RANDN, 0}, {R3(2, 3, 3), IN_RANDN, 0}, {R3(2, 3, 5), IN_RANDN, 0}, {R3(2, 1, 3), IN_CONST, 0}}},
     {"sdpa_self_causal", GDL_OP_SDPA, f_sdpa_self, 1, {{R3(2, 4, 4), IN_RANDN, 0}}},
+    {"sdpa_heads", GDL_OP_SDPA, f_sdpa_heads, 3, {{R3(2, 3, 6), IN_RANDN, 0}, {R3(2, 4, 6), IN_RANDN, 0}, {R3(2, 4, 4), IN_RANDN, 0}}},
+    {"sdpa_heads_4d_additive_mask", GDL_OP_SDPA, f_sdpa_heads_additive, 4,
+     {{R4(2, 2, 3, 4), IN_RANDN, 0}, {R4(2, 2, 5, 4), IN_RANDN, 0}, {R4(2, 2, 5, 6), IN_RANDN, 0}, {R2(3, 5), IN_CONST, 0}}},
+    {"sdpa_qkv_causal", GDL_OP_SDPA, f_sdpa_qkv_causal, 1, {{R3(2, 4, 12), IN_RANDN, 0}}},
+    {"sdpa_heads_dropout_unfused", GDL_OP_RESHAPE, f_sdpa_heads_dropout, 3,
+     {{R3(2, 3, 6), IN_RANDN, 0}, {R3(2, 4, 6), IN_RANDN, 0}, {R3(2, 4, 4), IN_RANDN, 0}}},
     {"sdpa_dropout_unfused", GDL_OP_MATMUL, f_sdpa_dropout, 3, {{R3(2, 3, 4), IN_RANDN, 0}, {R3(2, 5, 4), IN_RANDN, 0}, {R3(2, 5, 3), IN_RANDN, 0}}},
     {"sdpa_broadcast_unfused", GDL_OP_MATMUL, f_sdpa, 3, {{R4(2, 2, 3, 4), IN_RANDN, 0}, {R3(2, 5, 4), IN_RANDN, 0}, {R4(1, 2, 5, 3), IN_RANDN, 0}}},
     /* the recurrent gate ops: gx and gh [B, G*H], the previous state [B, H]; one tensor as both

@@ -3219,6 +3219,9 @@ static const gc_case seq_gpu_cases[] = {
     {"seq_sdpa_causal_tile8", GDL_OP_SDPA, f_sdpa_causal, 3, {{R3(2, 19, 40), IN_RANDN, 0}, {R3(2, 17, 40), IN_RANDN, 0}, {R3(2, 17, 70), IN_RANDN, 0}}},
     {"seq_sdpa_bool_mask_tile16", GDL_OP_SDPA, f_sdpa_bool, 4,
      {{R3(3, 21, 40), IN_RANDN, 0}, {R3(3, 35, 40), IN_RANDN, 0}, {R3(3, 35, 20), IN_RANDN, 0}, {R2(21, 35), IN_CONST, 0}}},
+    /* heads read in place at strides, with the shrunken tiles: 2 heads of E 40 / Ev 70 (tile 8); qkv, E 40 */
+    {"seq_sdpa_heads_tile8", GDL_OP_SDPA, f_sdpa_heads, 3, {{R3(2, 19, 80), IN_RANDN, 0}, {R3(2, 17, 80), IN_RANDN, 0}, {R3(2, 17, 140), IN_RANDN, 0}}},
+    {"seq_sdpa_qkv_causal_tile16", GDL_OP_SDPA, f_sdpa_qkv_causal, 1, {{R3(2, 37, 240), IN_RANDN, 0}}},
     {"seq_sdpa_head300_unfused", GDL_OP_MATMUL, f_sdpa, 3, {{R3(1, 3, 300), IN_RANDN, 0}, {R3(1, 4, 300), IN_RANDN, 0}, {R3(1, 4, 5), IN_RANDN, 0}}},
     {"seq_matmul_broadcast_big", GDL_OP_MATMUL, f_matmul, 2, {{R4(3, 1, 9, 33), IN_RANDN, 0}, {R3(4, 33, 6), IN_RANDN, 0}}},
 };
@@ -3366,6 +3369,8 @@ SUITE(seq_ops) {
         dev = GPU;
         RUN_GPU_NAMED("attention_tile_edges", attn_tile_edges, &dev);
         RUN_GPU_NAMED("attention_errors", attn_errors, &dev);
+        RUN_GPU_NAMED("attention_heads_strided", attn_heads_strided, &dev);
+        RUN_GPU_NAMED("attention_heads_errors", attn_heads_errors, &dev);
         RUN_GPU_NAMED("attention_memory_linear_in_T", attn_memory_linear, &dev);
     }
     RUN_GPU(mha_parity);

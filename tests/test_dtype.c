@@ -363,6 +363,8 @@ SUITE(attention) {
     cpu = gdl_cpu();
     RUN_TEST_NAMED("tile_edges", attn_tile_edges, (void *)&cpu);
     RUN_TEST_NAMED("errors", attn_errors, (void *)&cpu);
+    RUN_TEST_NAMED("heads_strided", attn_heads_strided, (void *)&cpu);
+    RUN_TEST_NAMED("heads_errors", attn_heads_errors, (void *)&cpu);
     RUN_TEST_NAMED("memory_linear_in_T", attn_memory_linear, (void *)&cpu);
 }
 
