@@ -332,115 +332,127 @@ static float *st_floats(const gdl_st_file *f, const char *prefix, const char *na
     return out;
 }
 
-/* The quantized layer m (a Linear, or a Conv2d of kernel 3, padding 1, stride 1; layer prefix in the file, ""
-   or "0.") on x, recomputed with gdl_q_quantize1 and gdl_q_epilogue1 from its saved file: every output, bit
-   for bit, with 1 and with 3 threads. static_: its input and output parameters from the file (requantized),
-   else the input's by gdl_choose_qparams on x's range (dynamic, 7-bit). */
-static enum harness_result layer_bits(gdl_module *m, const char *prefix, gdl_tensor *x, int conv, int static_, int relu) {
+/* a one-element tensor of the file (f32 or i32): its 4 bytes into out. 0 / -1 (missing) */
+static int st_word(const gdl_st_file *f, const char *prefix, const char *name, void *out) {
+    int n;
+    float *v = st_floats(f, prefix, name, &n);
+    if (!v) return -1;
+    memcpy(out, v, 4);
+    free(v);
+    return 0;
+}
+
+/* A quantized layer as its file holds it: int8 weights [N, K], their row sums, scales, bias (NULL if none),
+   and the epilogue's parameters (static layers: the input's and output's scales and zero points). */
+typedef struct qlayer_ref {
+    int N, K;
+    int8_t *w;
+    int32_t *colsum;
+    float *ws, *bias;
+    gdl_qepi e;
+} qlayer_ref;
+
+static void free_layer(qlayer_ref *r) {
+    free(r->w);
+    free(r->colsum);
+    free(r->ws);
+    free(r->bias);
+}
+
+/* m saved and read back (its layer's tensors named prefix + name). 0 / -1. */
+static int load_layer(gdl_module *m, const char *prefix, int static_, int relu, qlayer_ref *r) {
     const char *path = "build/test_gemm_int8_layer.safetensors";
     gdl_st_file f;
     const gdl_st_entry *we;
-    float *ws = NULL, *bias = NULL, *zpf = NULL, lo = 0, hi = 0;
-    int8_t *w;
-    int32_t *colsum;
-    uint8_t *xq;
-    gdl_tensor *y1;
-    gdl_qepi e;
     char full[128];
-    int nws = 0, nb = 0, nz, N, K, i, n, k, t, qmax = 127;
-    const int64_t numel = x->numel;
-    const int B = conv ? (int)x->shape[0] : (int)(numel / x->shape[x->ndim - 1]);
-    const int C = conv ? (int)x->shape[1] : 0, H = conv ? (int)x->shape[2] : 1, W = conv ? (int)x->shape[3] : 1;
-    const int pos = conv ? H * W : 0;
-    ASSERT_EQ(0, gdl_quant_save(m, path));
-    ASSERT_EQ(0, gdl_st_read(path, &f));
+    int nws = 0, nb = 0, n, k, rc = 0;
+    memset(r, 0, sizeof *r);
     snprintf(full, sizeof full, "%sweight_int8", prefix);
-    ASSERT_NOT_NULL(we = gdl_st_find(&f, full));
-    N = (int)we->shape[0];
-    K = (int)((we->end - we->begin) / (uint64_t)N);
-    w = (int8_t *)malloc((size_t)N * K);
-    colsum = (int32_t *)malloc(sizeof(int32_t) * N);
-    memcpy(w, f.data + we->begin, (size_t)N * K);
-    ASSERT_NOT_NULL(ws = st_floats(&f, prefix, "weight_scale", &nws));
-    bias = st_floats(&f, prefix, "bias", &nb);
-    memset(&e, 0, sizeof e);
-    if (static_) {
-        float *v;
-        ASSERT_NOT_NULL(v = st_floats(&f, prefix, "input_scale", &nz));
-        e.sa = v[0];
-        free(v);
-        ASSERT_NOT_NULL(zpf = st_floats(&f, prefix, "input_zero_point", &nz));
-        memcpy(&e.za, zpf, 4);
-        free(zpf);
-        ASSERT_NOT_NULL(v = st_floats(&f, prefix, "output_scale", &nz));
-        e.out_scale = v[0];
-        free(v);
-        ASSERT_NOT_NULL(zpf = st_floats(&f, prefix, "output_zero_point", &nz));
-        memcpy(&e.out_zp, zpf, 4);
-        free(zpf);
-    } else {
-        for (i = 0; i < numel; i++) {
-            const float v = (float)((const gdl_real *)x->data)[i];
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-        }
-        ASSERT_EQ(0, gdl_choose_qparams(lo, hi, 0, qmax, &e.sa, &e.za));
+    if (gdl_quant_save(m, path) != 0 || gdl_st_read(path, &f) != 0) return -1;
+    remove(path);
+    if (!(we = gdl_st_find(&f, full)) || !(r->ws = st_floats(&f, prefix, "weight_scale", &nws))) rc = -1;
+    else {
+        r->N = (int)we->shape[0];
+        r->K = (int)((we->end - we->begin) / (uint64_t)r->N);
+        r->w = (int8_t *)malloc((size_t)r->N * r->K);
+        r->colsum = (int32_t *)malloc(sizeof(int32_t) * r->N);
+        memcpy(r->w, f.data + we->begin, (size_t)r->N * r->K);
+        for (n = 0; n < r->N; n++)
+            for (r->colsum[n] = 0, k = 0; k < r->K; k++) r->colsum[n] += r->w[n * r->K + k];
+        r->bias = st_floats(&f, prefix, "bias", &nb);
+        if (static_ && (st_word(&f, prefix, "input_scale", &r->e.sa) < 0 || st_word(&f, prefix, "input_zero_point", &r->e.za) < 0 ||
+                        st_word(&f, prefix, "output_scale", &r->e.out_scale) < 0 ||
+                        st_word(&f, prefix, "output_zero_point", &r->e.out_zp) < 0))
+            rc = -1;
     }
     gdl_st_free(&f);
-    remove(path);
-    for (n = 0; n < N; n++)
-        for (colsum[n] = 0, k = 0; k < K; k++) colsum[n] += w[n * K + k];
-    e.N = N;
-    e.pos = pos;
-    e.colsum = colsum;
-    e.w_scale = ws;
-    e.bias = nb == N ? bias : NULL;
-    e.per_channel = nws == N && N > 1;
-    e.relu = relu;
-    e.requant = static_;
-    e.qmax = qmax;
-    xq = (uint8_t *)malloc((size_t)numel);
-    for (i = 0; i < numel; i++)
-        xq[i] = qbyte(gdl_q_quantize1((float)((const gdl_real *)x->data)[i], 1.0f / e.sa, (float)e.za, 0, (float)qmax, big_v));
+    r->e.N = r->N;
+    r->e.colsum = r->colsum;
+    r->e.w_scale = r->ws;
+    r->e.bias = nb == r->N ? r->bias : NULL;
+    r->e.per_channel = nws == r->N && r->N > 1;
+    r->e.relu = relu;
+    r->e.requant = static_;
+    r->e.qmax = 127; /* 7-bit activations, the default */
+    return rc;
+}
+
+/* The quantized layer m (a Linear, or a Conv2d of kernel 3, padding 1, stride 1; its tensors named prefix +
+   name in its file) on x, recomputed with gdl_q_quantize1 and gdl_q_epilogue1 from the file: every output, bit
+   for bit, with 1 and with 3 threads. static_: the input's scale and zero point from the file, else from
+   gdl_choose_qparams on x's range (dynamic). A row of the products: a sample of a Linear, an output position
+   of a sample of a Conv2d (whose taps outside the image are the input's zero point). */
+static enum harness_result layer_bits(gdl_module *m, const char *prefix, gdl_tensor *x, int conv, int static_, int relu) {
+    const gdl_real *xd = (const gdl_real *)x->data;
+    const int B = conv ? (int)x->shape[0] : (int)(x->numel / x->shape[x->ndim - 1]);
+    const int C = conv ? (int)x->shape[1] : 0, H = conv ? (int)x->shape[2] : 1, W = conv ? (int)x->shape[3] : 1;
+    const int pos = conv ? H * W : 0;
+    qlayer_ref r;
+    uint8_t *xq;
+    float lo = 0, hi = 0;
+    int i, n, k, t;
+    ASSERT_EQ(0, load_layer(m, prefix, static_, relu, &r));
+    r.e.pos = pos;
+    for (i = 0; i < x->numel && !static_; i++) {
+        lo = (float)xd[i] < lo ? (float)xd[i] : lo;
+        hi = (float)xd[i] > hi ? (float)xd[i] : hi;
+    }
+    if (!static_) ASSERT_EQ(0, gdl_choose_qparams(lo, hi, 0, r.e.qmax, &r.e.sa, &r.e.za));
+    xq = (uint8_t *)malloc((size_t)x->numel);
+    for (i = 0; i < x->numel; i++)
+        xq[i] = qbyte(gdl_q_quantize1((float)xd[i], 1.0f / r.e.sa, (float)r.e.za, 0, (float)r.e.qmax, big_v));
     for (t = 0; t < 2; t++) {
+        gdl_tensor *y;
         gdl_set_num_threads(t ? 3 : 1);
-        y1 = gdl_forward(m, x);
+        y = gdl_forward(m, x);
         gdl_set_num_threads(0);
-        ASSERT_NOT_NULL(y1);
-        for (i = 0; i < B * (conv ? pos : 1); i++) { /* a row: a sample of a Linear, a position of a sample (conv) */
-            const int b = conv ? i / pos : i, p = conv ? i % pos : 0, oy = p / (W ? W : 1), ox = p % (W ? W : 1);
-            for (n = 0; n < N; n++) {
+        ASSERT_NOT_NULL(y);
+        for (i = 0; i < B * (conv ? pos : 1); i++) {
+            const int b = conv ? i / pos : i, p = conv ? i % pos : 0, oy = p / W, ox = p % W;
+            for (n = 0; n < r.N; n++) {
                 int32_t acc = 0;
                 float want, got;
-                if (!conv)
-                    for (k = 0; k < K; k++) acc += (int32_t)xq[(size_t)b * K + k] * w[n * K + k];
-                else /* 3x3, padding 1: taps outside the image are the zero point */
-                    for (k = 0; k < K; k++) {
-                        const int c = k / 9, yy = oy - 1 + k / 3 % 3, xx = ox - 1 + k % 3;
-                        const int a = yy < 0 || yy >= H || xx < 0 || xx >= W ? e.za : xq[((b * C + c) * H + yy) * W + xx];
-                        acc += a * w[n * K + k];
-                    }
-                want = gdl_q_epilogue1(&e, acc, n, big_v);
-                got = (float)((const gdl_real *)y1->data)[conv ? ((b * N + n) * pos + p) : i * N + n];
+                for (k = 0; k < r.K; k++) {
+                    const int c = k / 9, yy = oy - 1 + k / 3 % 3, xx = ox - 1 + k % 3;
+                    const int a = !conv ? xq[(size_t)b * r.K + k]
+                                  : yy < 0 || yy >= H || xx < 0 || xx >= W ? r.e.za : xq[((b * C + c) * H + yy) * W + xx];
+                    acc += a * r.w[n * r.K + k];
+                }
+                want = gdl_q_epilogue1(&r.e, acc, n, big_v);
+                got = (float)((const gdl_real *)y->data)[conv ? ((b * r.N + n) * pos + p) : i * r.N + n];
                 if (memcmp(&want, &got, sizeof want) != 0) {
-                    free(w);
-                    free(colsum);
+                    free_layer(&r);
                     free(xq);
-                    free(ws);
-                    free(bias);
                     FAILf("%s %s N=%d K=%d, %d thread(s): output row %d channel %d = %.9g, reference %.9g",
-                          static_ ? "static" : "dynamic", conv ? "Conv2d" : "Linear", N, K, t ? 3 : 1, i, n,
+                          static_ ? "static" : "dynamic", conv ? "Conv2d" : "Linear", r.N, r.K, t ? 3 : 1, i, n,
                           (double)got, (double)want);
                 }
             }
         }
         gdl_arena_reset();
     }
-    free(w);
-    free(colsum);
+    free_layer(&r);
     free(xq);
-    free(ws);
-    free(bias);
     PASS();
 }
 
