@@ -1,11 +1,15 @@
 /* quant.c — the int8 Linear against our f32 Linear on the CPU (issue 28's
    target: K and N >= 256 at batch >= 32, int8 at most 0.6x the f32 time),
-   side by side in one run: for each shape, the fastest of REPS timed stretches
-   of a forward pass of gdl_linear (f32) and of the DynamicQuantizedLinear
+   side by side in one run: for each shape, REPS rounds of timed stretches
+   (interleaved: each round times every variant in turn, so that they see the
+   same load), the fastest stretch of a forward pass of gdl_linear (f32) and
+   of the DynamicQuantizedLinear
    made from it (activations quantized per batch, the int8 GEMM, the f32
    dequantization: the whole layer), and of the int8 GEMM alone
    (gdl_gemm_u8s8_cpu on pre-quantized operands, including its packing of
-   B). Prints the CPU's kernels, the thread count and the ratios.
+   B). Prints the CPU's kernels, the thread count and the ratios: of the
+   fastest stretches, and "med i/f", the median over the rounds of each
+   round's int8 / f32.
 
    cc -O3 -march=native bench/quant.c -lm -pthread -o build/bench_quant && build/bench_quant
    (GPUDL_NUM_THREADS=1 for one thread)
@@ -29,23 +33,36 @@ static int cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* the fastest of REPS stretches of ~0.05 s (seconds per call of fn): the least disturbed by other processes */
-static double timeit(int (*fn)(void *), void *ctx) {
-    double t[REPS];
-    int r, n, k;
-    for (k = 0; k < 3; k++) fn(ctx); /* warm-up */
-    for (r = 0; r < REPS; r++) {
-        double t0 = gdl_now();
-        n = 0;
-        do {
-            gdl_arena_reset();
-            if (fn(ctx) < 0) return -1;
-            n++;
-        } while (gdl_now() - t0 < 0.05);
-        t[r] = (gdl_now() - t0) / n;
+/* Times the nf functions of fn/ctx interleaved: REPS rounds, each a stretch of ~0.05 s of every function in
+   turn, so that all see the same load. best[f]: the fastest stretch of f (seconds per call), the least
+   disturbed by other processes; ratio[f] (f > 0): the median over the rounds of f's time over fn[0]'s in the
+   same round. 0 / -1. */
+static int time_interleaved(int nf, int (*const *fn)(void *), void *const *ctx, double *best, double *ratio) {
+    double t[4][REPS], rr[REPS];
+    int f, r, n, k;
+    for (f = 0; f < nf; f++)
+        for (k = 0; k < 3; k++) fn[f](ctx[f]); /* warm-up */
+    for (r = 0; r < REPS; r++)
+        for (f = 0; f < nf; f++) {
+            double t0 = gdl_now();
+            n = 0;
+            do {
+                gdl_arena_reset();
+                if (fn[f](ctx[f]) < 0) return -1;
+                n++;
+            } while (gdl_now() - t0 < 0.05);
+            t[f][r] = (gdl_now() - t0) / n;
+        }
+    for (f = 0; f < nf; f++) {
+        if (f > 0) {
+            for (r = 0; r < REPS; r++) rr[r] = t[f][r] / t[0][r];
+            qsort(rr, REPS, sizeof rr[0], cmp);
+            ratio[f] = rr[REPS / 2];
+        }
+        qsort(t[f], REPS, sizeof t[f][0], cmp);
+        best[f] = t[f][0];
     }
-    qsort(t, REPS, sizeof t[0], cmp);
-    return t[0];
+    return 0;
 }
 
 typedef struct {
@@ -85,7 +102,9 @@ static int bench_mlp(int argc, char **argv) {
            gdl_get_num_threads());
     for (i = 0; i < argc; i++) {
         job jf, jq;
-        double tf, tq;
+        int (*const fns[2])(void *) = {run_module, run_module};
+        void *const ctxs[2] = {&jf, &jq};
+        double best[2], ratio[2];
         const int batch = atoi(argv[i]);
         jf.x = jq.x = batch > 0 ? gdl_randn(GDL_DIMS(batch, 784), gdl_cpu()) : NULL;
         if (!jf.x) {
@@ -94,13 +113,11 @@ static int bench_mlp(int argc, char **argv) {
         }
         jf.m = mlp;
         jq.m = q;
-        tf = timeit(run_module, &jf);
-        tq = timeit(run_module, &jq);
-        if (tf < 0 || tq < 0) {
+        if (time_interleaved(2, fns, ctxs, best, ratio) < 0) {
             fprintf(stderr, "bench_quant: %s\n", gdl_last_error());
             return 1;
         }
-        printf("mlp %d %.1f %.1f\n", batch, 1e6 * tf, 1e6 * tq);
+        printf("mlp %d %.1f %.1f\n", batch, 1e6 * best[0], 1e6 * best[1]);
         gdl_free(jf.x);
     }
     gdl_module_free(q);
@@ -116,13 +133,15 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "mlp") == 0) return bench_mlp(argc - 2, argv + 2);
     printf("CPU GEMM kernels: f32 %s, int8 %s; %d threads\n", gdl_gemm_kernel_name(), gdl_gemm_int8_kernel_name(),
            gdl_get_num_threads());
-    printf("%-18s %12s %12s %12s %10s %10s\n", "batch x K -> N", "f32 us", "int8 us", "GEMM us", "int8/f32",
-           "GEMM/f32");
+    printf("%-18s %10s %10s %10s %10s %10s %10s\n", "batch x K -> N", "f32 us", "int8 us", "GEMM us", "int8/f32",
+           "GEMM/f32", "med i/f");
     for (s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         const int M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
         gdl_module *lin = gdl_nn_linear(K, N, 1), *q = gdl_quantize_dynamic(lin, NULL);
         job jf, jq;
-        double tf, tq, tg;
+        int (*const fns[3])(void *) = {run_module, run_module, run_gemm};
+        void *const ctxs[3] = {&jf, &jq, &jq};
+        double best[3], ratio[3];
         size_t i;
         jf.x = jq.x = gdl_randn(GDL_DIMS(M, K), gdl_cpu());
         jf.m = lin;
@@ -137,11 +156,12 @@ int main(int argc, char **argv) {
         }
         for (i = 0; i < (size_t)M * K; i++) jq.a[i] = (uint8_t)(rand() & 127);
         for (i = 0; i < (size_t)N * K; i++) jq.b[i] = (int8_t)((rand() & 255) - 128);
-        tf = timeit(run_module, &jf);
-        tq = timeit(run_module, &jq);
-        tg = timeit(run_gemm, &jq);
-        printf("%4d x %4d -> %4d %12.1f %12.1f %12.1f %10.2f %10.2f\n", M, K, N, 1e6 * tf, 1e6 * tq, 1e6 * tg, tq / tf,
-               tg / tf);
+        if (time_interleaved(3, fns, ctxs, best, ratio) < 0) {
+            fprintf(stderr, "bench_quant: %s\n", gdl_last_error());
+            return 1;
+        }
+        printf("%4d x %4d -> %4d %10.1f %10.1f %10.1f %10.2f %10.2f %10.2f\n", M, K, N, 1e6 * best[0], 1e6 * best[1],
+               1e6 * best[2], best[1] / best[0], best[2] / best[0], ratio[1]);
         gdl_module_free(lin);
         gdl_module_free(q);
         gdl_free(jf.x);

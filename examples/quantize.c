@@ -1,19 +1,27 @@
-/* quantize.c — train a Fashion-MNIST MLP (784-256-128-10, ReLU) in f32, then
-   make it int8 three ways, as PyTorch's torch.ao.quantization does, and print
-   accuracy, size and inference speed side by side:
+/* quantize.c — train a Fashion-MNIST net in f32, then make it int8 three ways,
+   as PyTorch's torch.ao.quantization does, and print accuracy, size and
+   inference speed side by side. The net (--net): mlp, 784-256-128-10 with
+   ReLU; or cnn, examples/cnn.c's (conv 32 - ReLU - maxpool, conv 64 - ReLU -
+   maxpool, Linear 128 - ReLU - dropout, Linear 10). The three ways:
      dynamic   gdl_quantize_dynamic: int8 weights, activations quantized per
-               batch at run time;
-     static    gdl_quant_prepare -> gdl_quant_calibrate (a few training
-               batches) -> gdl_quant_convert (Linear+ReLU fused);
-     QAT       gdl_quant_prepare_qat -> one more epoch of training with fake
-               quantization (observers frozen half way) -> gdl_quant_convert.
-   Each int8 model is saved to safetensors (quantize_*.safetensors: int8
-   weights, f32 scales, i32 zero points) next to the f32 one, and the file
-   sizes are printed. Speed: the test set's forward passes, batch 256, on the
-   CPU (quantized modules run there).
+               batch at run time (Linear only: a CNN's convolutions stay f32);
+     static    gdl_quant_prepare -> gdl_quant_calibrate (32 training batches)
+               -> gdl_quant_convert (Linear+ReLU and Conv2d+ReLU fused, as
+               torch.ao.quantization.fuse_modules does);
+     QAT       gdl_quant_prepare_qat -> training with fake quantization
+               (observers frozen half way) -> gdl_quant_convert.
+   Equal training for all: the f32 net trains --epochs epochs; QAT takes the
+   f32 net after epochs - 1 and trains the last epoch with fake quantization
+   instead (both with a fresh Adam, lr 1e-3, for that epoch), so QAT's figure
+   is the cost or gain of quantization, not of more training. Each int8 model
+   is saved to safetensors (quantize_*.safetensors: int8 weights, f32
+   scales, i32 zero points) next to the f32 one, and the file sizes are
+   printed. Speed: the test set's forward passes, batch 256, on the CPU
+   (quantized modules run there).
 
    CPU:   cc -O2 -march=native examples/quantize.c -DGPUDL_ZLIB -lz -lm -pthread -o quantize
-   Run:   ./quantize [--data DIR] [--epochs N] [--batch-size N] [--seed N]
+   Run:   ./quantize [--net mlp|cnn] [--data DIR] [--epochs N] [--batch-size N] [--seed N]
+                     [--train-subset N] [--test-subset N]
    Data:  as mnist_mlp's (--data, $GPUDL_DATA, ./data, Debian's dataset-fashion-mnist). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -55,26 +63,74 @@ static int train(gdl_module *m, gdl_loader *l, int epochs, double lr) {
     return rc;
 }
 
+/* the f32 net of --net */
+static gdl_module *make_net(int cnn) {
+    if (!cnn)
+        return gdl_nn_sequential(6, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_linear(784, 256, 1), gdl_nn_relu(),
+                                                      gdl_nn_linear(256, 128, 1), gdl_nn_relu(), gdl_nn_linear(128, 10, 1)});
+    return gdl_nn_sequential(11, (gdl_module *[]){gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 1), gdl_nn_relu(),
+                                                   gdl_nn_maxpool2d(2, 2, 0), gdl_nn_conv2d(32, 64, 3, 1, 1, 1, 1, 1),
+                                                   gdl_nn_relu(), gdl_nn_maxpool2d(2, 2, 0), gdl_nn_flatten(1),
+                                                   gdl_nn_linear(64 * 7 * 7, 128, 1), gdl_nn_relu(), gdl_nn_dropout(0.25),
+                                                   gdl_nn_linear(128, 10, 1)});
+}
+
+/* one epoch of quantization-aware training of qat; its observers frozen after half of it */
+static int train_qat(gdl_module *qat, gdl_loader *l, double lr) {
+    gdl_optimizer *opt = gdl_adam_new(lr, 0.9, 0.999, 1e-8, 0);
+    gdl_tensor *x, *y;
+    int64_t b = 0, nb = gdl_loader_num_batches(l);
+    int got;
+    if (!opt || gdl_optim_add_module(opt, qat, 0) < 0) {
+        gdl_optim_free(opt);
+        return -1;
+    }
+    gdl_module_train(qat, 1);
+    while ((got = gdl_loader_next(l, &x, &y)) == 1) {
+        gdl_tensor *loss;
+        gdl_arena_reset();
+        gdl_zero_grad(opt);
+        loss = gdl_cross_entropy(gdl_forward(qat, x), y);
+        if (!loss || gdl_backward(loss) < 0 || gdl_step(opt) < 0) got = -1;
+        if (got < 0) break;
+        if (++b == nb / 2 && gdl_quant_freeze_observers(qat, 1) < 0) {
+            got = -1;
+            break;
+        }
+    }
+    gdl_optim_free(opt);
+    return got < 0 ? -1 : 0;
+}
+
 int main(int argc, char **argv) {
     static const char *names[4] = {"f32", "dynamic int8", "static int8", "QAT int8"};
     static const char *files[4] = {"quantize_f32.safetensors", "quantize_dynamic.safetensors",
                                    "quantize_static.safetensors", "quantize_qat.safetensors"};
     ex_args a = ex_defaults(3, 64);
+    const char *net = "mlp";
+    const ex_opt extra[] = {{"--net", 's', &net, 0, 0, "the net: mlp (784-256-128-10) or cnn (examples/cnn.c's)", "NET"}};
     gdl_dataset *train_ds = NULL, *test_ds = NULL;
     gdl_loader *train_l = NULL, *test_l = NULL;
     gdl_module *model = NULL, *q[4] = {NULL, NULL, NULL, NULL}, *prep = NULL, *qat = NULL;
     gdl_loader_opts lo;
     double acc[4], ms[4];
-    int i, rc = 1;
+    int i, cnn, rc = 1;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    switch (ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_SEED,
-                     "Trains a Fashion-MNIST MLP, quantizes it to int8 three ways (dynamic, static, QAT) and prints "
-                     "accuracy, size and speed side by side.")) {
+    switch (ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_SEED | EX_SUBSET,
+                          "Trains a Fashion-MNIST net (an MLP or a CNN), quantizes it to int8 three ways (dynamic, "
+                          "static, QAT) and prints accuracy, size and speed side by side.",
+                          extra, (int)(sizeof extra / sizeof *extra))) {
     case 1: return 0;
     case 2: return 2;
     }
+    if (strcmp(net, "mlp") != 0 && strcmp(net, "cnn") != 0) {
+        fprintf(stderr, "quantize: --net '%s': expected mlp or cnn\n", net);
+        return 2;
+    }
+    cnn = net[0] == 'c';
     gdl_manual_seed(a.seed);
-    if (!(train_ds = gdl_dataset_fashion_mnist(a.data, 1)) || !(test_ds = gdl_dataset_fashion_mnist(a.data, 0)))
+    if (!(train_ds = gdl_dataset_fashion_mnist(a.data, 1)) || !(test_ds = gdl_dataset_fashion_mnist(a.data, 0)) ||
+        ex_subset(&train_ds, a.train_subset) < 0 || ex_subset(&test_ds, a.test_subset) < 0)
         goto fail;
     lo = gdl_loader_defaults();
     lo.batch_size = a.batch_size;
@@ -86,46 +142,20 @@ int main(int argc, char **argv) {
     lo.shuffle = 0;
     lo.batch_size = 256;
     if (!(test_l = gdl_loader_new(test_ds, &lo))) goto fail;
-    model = gdl_nn_sequential(6, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_linear(784, 256, 1), gdl_nn_relu(),
-                                                  gdl_nn_linear(256, 128, 1), gdl_nn_relu(), gdl_nn_linear(128, 10, 1)});
-    if (!model) goto fail;
-    printf("training the f32 model (%d epochs)\n", a.epochs);
-    if (train(model, train_l, a.epochs, 1e-3) < 0) goto fail;
+    if (!(model = make_net(cnn))) goto fail;
+    printf("training the f32 %s (%d epochs; QAT takes over for the last one)\n", net, a.epochs);
+    if (a.epochs > 1 && train(model, train_l, a.epochs - 1, 1e-3) < 0) goto fail;
+    if (!(qat = gdl_quant_prepare_qat(model, NULL))) goto fail;
+    if (train(model, train_l, 1, 1e-3) < 0) goto fail; /* f32's last epoch */
+    gdl_loader_set_epoch(train_l, 100);                 /* a fresh epoch for QAT */
+    printf("quantization-aware training (the last epoch, observers frozen after half of it)\n");
+    if (train_qat(qat, train_l, 1e-3) < 0 || !(q[3] = gdl_quant_convert(qat))) goto fail;
 
-    /* the three ways */
+    /* dynamic and static from the trained f32 net */
     if (!(q[1] = gdl_quantize_dynamic(model, NULL))) goto fail;
     if (!(prep = gdl_quant_prepare(model, NULL)) || gdl_quant_calibrate(prep, train_l, 32) < 0 ||
         !(q[2] = gdl_quant_convert(prep)))
         goto fail;
-    gdl_loader_set_epoch(train_l, 100); /* a fresh epoch for QAT */
-    printf("quantization-aware training (1 epoch, observers frozen after half of it)\n");
-    if (!(qat = gdl_quant_prepare_qat(model, NULL))) goto fail;
-    {
-        gdl_optimizer *opt = gdl_adam_new(1e-4, 0.9, 0.999, 1e-8, 0);
-        gdl_tensor *x, *y;
-        int64_t b = 0, nb = gdl_loader_num_batches(train_l);
-        int got;
-        if (!opt || gdl_optim_add_module(opt, qat, 0) < 0) {
-            gdl_optim_free(opt);
-            goto fail;
-        }
-        gdl_module_train(qat, 1);
-        while ((got = gdl_loader_next(train_l, &x, &y)) == 1) {
-            gdl_tensor *loss;
-            gdl_arena_reset();
-            gdl_zero_grad(opt);
-            loss = gdl_cross_entropy(gdl_forward(qat, x), y);
-            if (!loss || gdl_backward(loss) < 0 || gdl_step(opt) < 0) got = -1;
-            if (got < 0) break;
-            if (++b == nb / 2 && gdl_quant_freeze_observers(qat, 1) < 0) {
-                got = -1;
-                break;
-            }
-        }
-        gdl_optim_free(opt);
-        if (got < 0) goto fail;
-    }
-    if (!(q[3] = gdl_quant_convert(qat))) goto fail;
 
     q[0] = model;
     if (gdl_save_model(model, files[0]) < 0) goto fail;
@@ -133,8 +163,8 @@ int main(int argc, char **argv) {
         if (gdl_quant_save(q[i], files[i]) < 0) goto fail;
     for (i = 0; i < 4; i++)
         if (measure(q[i], test_l, &acc[i], &ms[i]) < 0) goto fail;
-    printf("\nCPU: %d threads, int8 GEMM %s, f32 GEMM %s\n", gdl_get_num_threads(), gdl_gemm_int8_kernel_name(),
-           gdl_gemm_kernel_name());
+    printf("\n%s on %lld test images; CPU: %d threads, int8 GEMM %s, f32 GEMM %s\n", net,
+           (long long)test_ds->n, gdl_get_num_threads(), gdl_gemm_int8_kernel_name(), gdl_gemm_kernel_name());
     printf("%-14s %9s %10s %14s %14s %9s\n", "model", "accuracy", "vs f32", "tensors (B)", "file (B)", "test ms");
     for (i = 0; i < 4; i++)
         printf("%-14s %8.2f%% %+9.2f %14lld %14lld %9.1f\n", names[i], 100 * acc[i], 100 * (acc[i] - acc[0]),

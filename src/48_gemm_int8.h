@@ -392,10 +392,16 @@ static int gdl__qgemm(const char *op, int M, const uint8_t *A, ptrdiff_t lda, co
             return -1;
         }
         for (t = 0; t < j.mt; t++) {
-            unsigned acc = 0;
-            for (i = t * GDL__QG_MR; i < M && i < (t + 1) * GDL__QG_MR; i++)
-                for (k = 0; k < p->KP; k++) acc |= A[(ptrdiff_t)i * lda + k];
-            wide[t] = (acc & 0x80) != 0;
+            uint64_t acc = 0, w;
+            for (i = t * GDL__QG_MR; i < M && i < (t + 1) * GDL__QG_MR; i++) { /* 8 bytes a step */
+                const uint8_t *ai = A + (ptrdiff_t)i * lda;
+                for (k = 0; k + 8 <= p->KP; k += 8) {
+                    memcpy(&w, ai + k, 8);
+                    acc |= w;
+                }
+                for (; k < p->KP; k++) acc |= ai[k];
+            }
+            wide[t] = (acc & 0x8080808080808080ull) != 0;
         }
         j.wide = wide;
     }
@@ -463,32 +469,131 @@ static volatile float gdl__q_big_v = 12582912.0f;
 static float gdl__q_big(void) { return gdl__q_big_v; }
 #define gdl__q_round gdl_q_round /* [backend]'s one definition */
 
-/* min and max of x[0, n) (0 when n is 0) in 8 independent chains; 1 if x holds a NaN */
+/* A quantized value (an integer in [-128, 255] as a float, or NaN) as its byte: u8, or s8's two's complement.
+   A NaN (a NaN input of a static layer) gives 0, as the vector loops' conversion does. */
+static uint8_t gdl__q_byte(float r) { return (uint8_t)(r == r ? (int)r : 0); }
+
+/* --- the vectors of the INT8 entries' loops ---------------------------------------------------------------
+   The quantize, dequantize, min-max and epilogue loops below are written once over W floats at a time with
+   these few operations, AVX-512F (W 16) or AVX2 (W 8) from what the compiler targets (with f32 gdl_real), and a
+   scalar tail made of [backend]'s definitions (gdl_q_quantize1, gdl_q_epilogue1), which is also the whole loop
+   elsewhere (portable C, NEON: the compiler's own vectorisation). They give those definitions' bits:
+     - round: vroundps / vrndscaleps to nearest even; gdl_q_round's big gives the same wherever |v| < 2^22,
+       and beyond it both results lie outside any 8-bit range, which the clamp that follows makes equal;
+     - min(hi, max(lo, r)): x86's min/max return their second operand when either is NaN or both are equal,
+       so this is the scalar r < lo ? lo : r > hi ? hi : r, a NaN and a -0 passing through as there; the
+       min-max reduction's min(v, l) is likewise l = v < l ? v : l;
+     - a NaN converts to 0x80000000, whose low byte (the only one stored) is gdl__q_byte's 0;
+     - products and sums are separate instructions, no FMA, as in [backend] (the library is built as ISO C,
+       where GCC does not contract a * b + c; gnu modes with -ffp-contract=fast would, on both sides). */
+#if !defined(GPUDL_GEMM_PORTABLE) && !defined(GPUDL_DOUBLE) && defined(__AVX512F__)
+#include <immintrin.h>
+#define GDL__QV_W 16
+typedef __m512 gdl__qv;
+typedef __m512i gdl__qvi;
+typedef __mmask16 gdl__qvnan; /* lanes that have seen a NaN */
+#define GDL__QV_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+static gdl__qv gdl__qv_set(float v) { return _mm512_set1_ps(v); }
+static gdl__qv gdl__qv_load(const float *p) { return _mm512_loadu_ps(p); }
+static void gdl__qv_store(float *p, gdl__qv v) { _mm512_storeu_ps(p, v); }
+static gdl__qv gdl__qv_mul(gdl__qv a, gdl__qv b) { return _mm512_mul_ps(a, b); }
+static gdl__qv gdl__qv_add(gdl__qv a, gdl__qv b) { return _mm512_add_ps(a, b); }
+static gdl__qv gdl__qv_sub(gdl__qv a, gdl__qv b) { return _mm512_sub_ps(a, b); }
+static gdl__qv gdl__qv_div(gdl__qv a, gdl__qv b) { return _mm512_div_ps(a, b); }
+static gdl__qv gdl__qv_min(gdl__qv a, gdl__qv b) { return _mm512_min_ps(a, b); }
+static gdl__qv gdl__qv_max(gdl__qv a, gdl__qv b) { return _mm512_max_ps(a, b); }
+static gdl__qv gdl__qv_round(gdl__qv v) { return _mm512_roundscale_ps(v, GDL__QV_RN); }
+static gdl__qvi gdl__qvi_set(int32_t v) { return _mm512_set1_epi32(v); }
+static gdl__qvi gdl__qvi_load(const int32_t *p) { return _mm512_loadu_si512((const void *)p); }
+static gdl__qvi gdl__qvi_sub(gdl__qvi a, gdl__qvi b) { return _mm512_sub_epi32(a, b); }
+static gdl__qvi gdl__qvi_mul(gdl__qvi a, gdl__qvi b) { return _mm512_mullo_epi32(a, b); }
+static gdl__qv gdl__qvi_float(gdl__qvi v) { return _mm512_cvtepi32_ps(v); }
+static gdl__qvi gdl__qv_bytes_in(const uint8_t *p, int is_signed) { /* W bytes, u8 or s8, widened */
+    const __m128i b = _mm_loadu_si128((const __m128i *)p);
+    return is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+}
+static void gdl__qv_bytes_out(uint8_t *p, gdl__qv r) { /* r's integers, their low bytes */
+    _mm_storeu_si128((__m128i *)p, _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
+}
+static gdl__qvnan gdl__qv_nan_none(void) { return 0; }
+static gdl__qvnan gdl__qv_nan_add(gdl__qvnan m, gdl__qv v) { return m | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q); }
+static int gdl__qv_nan_any(gdl__qvnan m) { return m != 0; }
+#elif !defined(GPUDL_GEMM_PORTABLE) && !defined(GPUDL_DOUBLE) && defined(__AVX2__)
+#include <immintrin.h>
+#define GDL__QV_W 8
+typedef __m256 gdl__qv;
+typedef __m256i gdl__qvi;
+typedef __m256 gdl__qvnan;
+#define GDL__QV_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+static gdl__qv gdl__qv_set(float v) { return _mm256_set1_ps(v); }
+static gdl__qv gdl__qv_load(const float *p) { return _mm256_loadu_ps(p); }
+static void gdl__qv_store(float *p, gdl__qv v) { _mm256_storeu_ps(p, v); }
+static gdl__qv gdl__qv_mul(gdl__qv a, gdl__qv b) { return _mm256_mul_ps(a, b); }
+static gdl__qv gdl__qv_add(gdl__qv a, gdl__qv b) { return _mm256_add_ps(a, b); }
+static gdl__qv gdl__qv_sub(gdl__qv a, gdl__qv b) { return _mm256_sub_ps(a, b); }
+static gdl__qv gdl__qv_div(gdl__qv a, gdl__qv b) { return _mm256_div_ps(a, b); }
+static gdl__qv gdl__qv_min(gdl__qv a, gdl__qv b) { return _mm256_min_ps(a, b); }
+static gdl__qv gdl__qv_max(gdl__qv a, gdl__qv b) { return _mm256_max_ps(a, b); }
+static gdl__qv gdl__qv_round(gdl__qv v) { return _mm256_round_ps(v, GDL__QV_RN); }
+static gdl__qvi gdl__qvi_set(int32_t v) { return _mm256_set1_epi32(v); }
+static gdl__qvi gdl__qvi_load(const int32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static gdl__qvi gdl__qvi_sub(gdl__qvi a, gdl__qvi b) { return _mm256_sub_epi32(a, b); }
+static gdl__qvi gdl__qvi_mul(gdl__qvi a, gdl__qvi b) { return _mm256_mullo_epi32(a, b); }
+static gdl__qv gdl__qvi_float(gdl__qvi v) { return _mm256_cvtepi32_ps(v); }
+static gdl__qvi gdl__qv_bytes_in(const uint8_t *p, int is_signed) {
+    const __m128i b = _mm_loadl_epi64((const __m128i *)p);
+    return is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+}
+static void gdl__qv_bytes_out(uint8_t *p, gdl__qv r) { /* bytes 0, 4, 8, 12 of each 128-bit half, then the halves joined */
+    const __m256i lows = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    const __m256i b = _mm256_shuffle_epi8(_mm256_cvttps_epi32(r), lows);
+    _mm_storel_epi64((__m128i *)p, _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+}
+static gdl__qvnan gdl__qv_nan_none(void) { return _mm256_setzero_ps(); }
+static gdl__qvnan gdl__qv_nan_add(gdl__qvnan m, gdl__qv v) { return _mm256_or_ps(m, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)); }
+static int gdl__qv_nan_any(gdl__qvnan m) { return _mm256_movemask_ps(m) != 0; }
+#endif
+
+/* min and max of x[0, n) (0 when n is 0); 1 if x holds a NaN (left out of the min and max). A zero may come
+   back as -0 or +0 depending on the order of the reduction, which gdl_choose_qparams does not tell apart. */
 static int gdl__q_minmax(const gdl_real *x, int64_t n, float *lo, float *hi) {
-    float l[8] = {0}, h[8] = {0};
-    int64_t i;
-    int k, bad = 0;
-    if (n > 0)
-        for (k = 0; k < 8; k++) l[k] = h[k] = (float)x[0];
-    for (i = 0; i + 8 <= n; i += 8)
-        for (k = 0; k < 8; k++) {
-            const float v = (float)x[i + k];
-            bad |= v != v;
-            l[k] = v < l[k] ? v : l[k];
-            h[k] = v > h[k] ? v : h[k];
+    float l = n > 0 ? (float)x[0] : 0, h = l;
+    int64_t i = 0;
+    int bad = 0;
+#ifdef GDL__QV_W
+    if (n >= 4 * GDL__QV_W) { /* 4 chains of each: vminps' latency */
+        gdl__qv vl[4], vh[4];
+        gdl__qvnan nan = gdl__qv_nan_none();
+        float t[GDL__QV_W];
+        int k;
+        for (k = 0; k < 4; k++) vl[k] = vh[k] = gdl__qv_set(l);
+        for (; i + 4 * GDL__QV_W <= n; i += 4 * GDL__QV_W)
+            for (k = 0; k < 4; k++) {
+                const gdl__qv v = gdl__qv_load(x + i + k * GDL__QV_W);
+                nan = gdl__qv_nan_add(nan, v);
+                vl[k] = gdl__qv_min(v, vl[k]);
+                vh[k] = gdl__qv_max(v, vh[k]);
+            }
+        bad = gdl__qv_nan_any(nan);
+        for (k = 1; k < 4; k++) {
+            vl[0] = gdl__qv_min(vl[k], vl[0]);
+            vh[0] = gdl__qv_max(vh[k], vh[0]);
         }
+        gdl__qv_store(t, vl[0]);
+        for (k = 0; k < GDL__QV_W; k++) l = t[k] < l ? t[k] : l;
+        gdl__qv_store(t, vh[0]);
+        for (k = 0; k < GDL__QV_W; k++) h = t[k] > h ? t[k] : h;
+    }
+#endif
     for (; i < n; i++) {
         const float v = (float)x[i];
         bad |= v != v;
-        l[0] = v < l[0] ? v : l[0];
-        h[0] = v > h[0] ? v : h[0];
+        l = v < l ? v : l;
+        h = v > h ? v : h;
     }
-    for (k = 1; k < 8; k++) {
-        l[0] = l[k] < l[0] ? l[k] : l[0];
-        h[0] = h[k] > h[0] ? h[k] : h[0];
-    }
-    *lo = l[0];
-    *hi = h[0];
+    *lo = l;
+    *hi = h;
     return bad;
 }
 
@@ -515,30 +620,93 @@ static int gdl__cpu_qgemm(int M, const uint8_t *A, int lda, const void *qw, int3
     return gdl__qgemm(gdl__backend_op(), M, A, lda, (const gdl__qpack *)qw, C, ldc);
 }
 
+/* The loops below go to the thread pool only past ~256K elements (work / 8 against GDL__PAR_MIN): vectorised,
+   a smaller batch takes less time than waking the workers. Each element is computed alone, so the ranges
+   change nothing but the time. */
+#define GDL__Q_PAR_WORK(n) ((n) / 8)
+
+/* quantize: n values x to bytes q (gdl_q_quantize1, then gdl__q_byte) */
+static void gdl__q_quantize_run(const gdl_real *x, int64_t n, float inv, float fz, float lo, float hi, float big,
+                                uint8_t *q) {
+    int64_t j = 0;
+#ifdef GDL__QV_W
+    const gdl__qv vi = gdl__qv_set(inv), vz = gdl__qv_set(fz), vl = gdl__qv_set(lo), vh = gdl__qv_set(hi);
+    for (; j + GDL__QV_W <= n; j += GDL__QV_W) {
+        const gdl__qv r = gdl__qv_add(gdl__qv_round(gdl__qv_mul(gdl__qv_load(x + j), vi)), vz);
+        gdl__qv_bytes_out(q + j, gdl__qv_min(vh, gdl__qv_max(vl, r)));
+    }
+#endif
+    for (; j < n; j++) q[j] = gdl__q_byte(gdl_q_quantize1((float)x[j], inv, fz, lo, hi, big));
+}
+
+typedef struct gdl__q_quant_job {
+    const gdl_real *x;
+    int64_t k, ldq;
+    float inv, fz, lo, hi, big;
+    uint8_t *q;
+} gdl__q_quant_job;
+
+/* rows [r0, r1); with ldq == k, the whole as one run of elements [r0, r1) */
+static void gdl__q_quant_range(const void *ctx, int64_t r0, int64_t r1) {
+    const gdl__q_quant_job *j = (const gdl__q_quant_job *)ctx;
+    int64_t i;
+    if (j->ldq == j->k) {
+        gdl__q_quantize_run(j->x + r0, r1 - r0, j->inv, j->fz, j->lo, j->hi, j->big, j->q + r0);
+        return;
+    }
+    for (i = r0; i < r1; i++) {
+        gdl__q_quantize_run(j->x + i * j->k, j->k, j->inv, j->fz, j->lo, j->hi, j->big, j->q + i * j->ldq);
+        memset(j->q + i * j->ldq + j->k, 0, (size_t)(j->ldq - j->k));
+    }
+}
+
 static int gdl__cpu_quantize(int64_t rows, int64_t k, const gdl_real *x, float s, int32_t z, int qmin, int qmax,
                              void *q, int64_t ldq) {
-    const float inv = 1.0f / s, big = gdl__q_big(), fz = (float)z, lo = (float)qmin, hi = (float)qmax;
-    int64_t i, j;
-    for (i = 0; i < rows; i++) {
-        const gdl_real *xr = x + i * k;
-        if (qmin < 0) {
-            int8_t *r = (int8_t *)q + i * ldq;
-            for (j = 0; j < k; j++) r[j] = (int8_t)gdl_q_quantize1((float)xr[j], inv, fz, lo, hi, big);
-        } else {
-            uint8_t *r = (uint8_t *)q + i * ldq;
-            for (j = 0; j < k; j++) r[j] = (uint8_t)gdl_q_quantize1((float)xr[j], inv, fz, lo, hi, big);
-        }
-        if (ldq > k) memset((uint8_t *)q + i * ldq + k, 0, (size_t)(ldq - k));
-    }
+    gdl__q_quant_job j;
+    j.x = x;
+    j.k = k;
+    j.ldq = ldq;
+    j.inv = 1.0f / s;
+    j.fz = (float)z;
+    j.lo = (float)qmin;
+    j.hi = (float)qmax;
+    j.big = gdl__q_big();
+    j.q = (uint8_t *)q;
+    gdl__parallel_for(ldq == k ? rows * k : rows, GDL__Q_PAR_WORK(rows * k), gdl__q_quant_range, &j);
     return 0;
 }
 
-static int gdl__cpu_dequantize(int64_t n, const void *q, int is_signed, float s, int32_t z, gdl_real *y) {
-    int64_t i;
-    for (i = 0; i < n; i++) {
-        const int32_t v = is_signed ? (int32_t)((const int8_t *)q)[i] : (int32_t)((const uint8_t *)q)[i];
-        y[i] = (gdl_real)GDL_Q_MUL((float)(v - z), s);
+typedef struct gdl__q_deq_job {
+    const uint8_t *q;
+    int is_signed;
+    float s;
+    int32_t z;
+    gdl_real *y;
+} gdl__q_deq_job;
+
+static void gdl__q_deq_range(const void *ctx, int64_t lo, int64_t hi) {
+    const gdl__q_deq_job *j = (const gdl__q_deq_job *)ctx;
+    int64_t i = lo;
+#ifdef GDL__QV_W
+    const gdl__qvi vz = gdl__qvi_set(j->z);
+    const gdl__qv vs = gdl__qv_set(j->s);
+    for (; i + GDL__QV_W <= hi; i += GDL__QV_W)
+        gdl__qv_store(j->y + i, gdl__qv_mul(gdl__qvi_float(gdl__qvi_sub(gdl__qv_bytes_in(j->q + i, j->is_signed), vz)), vs));
+#endif
+    for (; i < hi; i++) {
+        const int32_t v = j->is_signed ? (int32_t)((const int8_t *)j->q)[i] : (int32_t)j->q[i];
+        j->y[i] = (gdl_real)GDL_Q_MUL((float)(v - j->z), j->s);
     }
+}
+
+static int gdl__cpu_dequantize(int64_t n, const void *q, int is_signed, float s, int32_t z, gdl_real *y) {
+    gdl__q_deq_job j;
+    j.q = (const uint8_t *)q;
+    j.is_signed = is_signed;
+    j.s = s;
+    j.z = z;
+    j.y = y;
+    gdl__parallel_for(n, GDL__Q_PAR_WORK(n), gdl__q_deq_range, &j);
     return 0;
 }
 
@@ -566,11 +734,56 @@ static int gdl__cpu_qim2col(const gdl_conv_geom *g, const uint8_t *x, int32_t za
     return 0;
 }
 
-static int gdl__cpu_qepilogue(const gdl_qepi *e, int64_t rows, const int32_t *acc, gdl_real *y) {
+typedef struct gdl__q_epi_job {
+    const gdl_qepi *e;
+    const int32_t *acc;
+    gdl_real *y;
+} gdl__q_epi_job;
+
+/* the epilogue of rows [lo, hi): gdl_q_epilogue1 per element, W channels at a time */
+static void gdl__q_epi_range(const void *ctx, int64_t lo, int64_t hi) {
+    const gdl__q_epi_job *j = (const gdl__q_epi_job *)ctx;
+    const gdl_qepi *e = j->e;
+    const int64_t N = e->N, pos = e->pos;
     const float big = gdl__q_big();
-    int64_t i, n;
-    for (i = 0; i < rows; i++) /* a convolution's [position][channel] -> [channel][position] */
-        for (n = 0; n < e->N; n++)
-            y[e->pos ? n * e->pos + i : i * e->N + n] = (gdl_real)gdl_q_epilogue1(e, acc[i * e->N + n], n, big);
+    int64_t i, n, c;
+#ifdef GDL__QV_W
+    const gdl__qvi vza = gdl__qvi_set(e->za);
+    const gdl__qv vsa = gdl__qv_set(e->sa), zero = gdl__qv_set(0.0f), vos = gdl__qv_set(e->out_scale),
+                  vzp = gdl__qv_set((float)e->out_zp), vqmax = gdl__qv_set((float)e->qmax),
+                  vsc0 = gdl__qv_set(GDL_Q_MUL(e->sa, e->w_scale[0]));
+    float t[GDL__QV_W];
+#endif
+    for (i = lo; i < hi; i++) {
+        const int32_t *a = j->acc + i * N;
+        n = 0;
+#ifdef GDL__QV_W
+        for (; n + GDL__QV_W <= N; n += GDL__QV_W) {
+            const gdl__qvi v = gdl__qvi_sub(gdl__qvi_load(a + n), gdl__qvi_mul(vza, gdl__qvi_load(e->colsum + n)));
+            const gdl__qv sc = e->per_channel ? gdl__qv_mul(vsa, gdl__qv_load(e->w_scale + n)) : vsc0;
+            gdl__qv y = gdl__qv_add(gdl__qv_mul(gdl__qvi_float(v), sc), e->bias ? gdl__qv_load(e->bias + n) : zero);
+            if (e->relu) y = gdl__qv_max(zero, y);
+            if (e->requant) {
+                const gdl__qv r = gdl__qv_add(gdl__qv_round(gdl__qv_div(y, vos)), vzp);
+                y = gdl__qv_mul(gdl__qv_sub(gdl__qv_min(vqmax, gdl__qv_max(zero, r)), vzp), vos);
+            }
+            if (!pos) {
+                gdl__qv_store(j->y + i * N + n, y);
+                continue;
+            }
+            gdl__qv_store(t, y); /* a convolution's [channel][position] */
+            for (c = 0; c < GDL__QV_W; c++) j->y[(n + c) * pos + i] = t[c];
+        }
+#endif
+        for (c = n; c < N; c++) j->y[pos ? c * pos + i : i * N + c] = (gdl_real)gdl_q_epilogue1(e, a[c], c, big);
+    }
+}
+
+static int gdl__cpu_qepilogue(const gdl_qepi *e, int64_t rows, const int32_t *acc, gdl_real *y) {
+    gdl__q_epi_job j;
+    j.e = e;
+    j.acc = acc;
+    j.y = y;
+    gdl__parallel_for(rows, GDL__Q_PAR_WORK(rows * e->N), gdl__q_epi_range, &j);
     return 0;
 }

@@ -63,3 +63,6 @@ test-quant: $(QUANT_TESTS) $(QI8_VNNI) $(if $(HAVE_A64),$(QI8_SDOT)) $(B)/quanti
 	  printf '#!/bin/sh\necho "SKIP int8 GEMM NEON sdot: no $(AARCH64_CC) / $(AARCH64_QEMU)"\necho "0 passed, 0 failed, 1 skipped"\n' \
 	  > $(B)/aarch64-sdot/run; fi; chmod +x $(B)/aarch64-sdot/run
 	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(QUANT_TESTS) $(B)/cpu-vnni/run $(B)/aarch64-sdot/run
+
+# tests/test_examples.sh runs examples/quantize.c's CNN on a subset
+test-examples: $(B)/quantize
