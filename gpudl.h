@@ -8022,7 +8022,8 @@ static int gdl__cpu_cumsum(int64_t outer, int64_t n, int64_t inner, const gdl_re
     gdl__parallel_loop(outer, outer * n * inner, gdl__cumsum_part, &a);
     return 0;
 }
-/* [impl-cpu] 2/7: im2col / col2im, max and average pooling, copy2d, dropout */
+/* [impl-cpu] 2/7: im2col / col2im, the convolution's implicit GEMM (conv_implicit), max and average pooling,
+   copy2d, dropout */
 
 /* The conv and pool parts do the planes (n, c) in [lo, hi) of a.g's geometry. */
 static void gdl__im2col_part(gdl__args a, int64_t lo, int64_t hi) {
@@ -8114,11 +8115,21 @@ static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real
    the tests, which compare the two. */
 static int gdl__conv_path = -1;
 
-/* Where the implicit GEMM pays (pass as conv_implicit's).
-   TODO measured: see bench/RESULTS.md. */
-static int gdl__conv_implicit_pays(int pass, const gdl_conv_geom *g, int groups, int OC) {
-    (void)pass; (void)g; (void)groups; (void)OC;
-    return 1;
+/* Where the implicit GEMM pays (pass as conv_implicit's). Measured on the
+   dev VM's Xeon, natively (AVX-512) and with the AVX2 kernel forced, 2
+   threads: a conv2d_act (ReLU) forward and backward on batch 32-64, the two
+   paths interleaved, 7 pairs (bench/RESULTS.md). The forward took 0.1-0.95x
+   im2col's time on every shape tried (a 28x28 one-channel input 0.1x, 1x1
+   stride 2 0.3x, 2x2 images 0.93x): its im2col was a pass over memory as
+   large as the input times KH*KW, now never written. The weight gradient
+   0.6-1.0x. The input gradient 0.85-0.95x from 8x8 outputs up, a tie at 4x4,
+   but 1.1-1.2x at 2x2: a sample's product is then a few columns wide and the
+   sample-a-task loop costs more than the batch's buffer saves. So all but
+   the input gradient of outputs under 16 pixels, which keeps im2col's
+   col2im. (1x1 stride-1 unpadded convolutions do not come here: the op
+   layer runs them as a GEMM on the input itself.) */
+static int gdl__conv_implicit_pays(int pass, const gdl_conv_geom *g) {
+    return pass != 2 || g->OH * g->OW >= 16;
 }
 
 /* The input gradient's task t: sample t's columns' gradient, group by group,
@@ -8190,7 +8201,7 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
     gdl__gemm_args m;
     gdl__gemm_job j;
     int gi, n;
-    if (gdl__conv_path == 0 || (gdl__conv_path < 0 && !gdl__conv_implicit_pays(pass, g, groups, OC))) return 1;
+    if (gdl__conv_path == 0 || (gdl__conv_path < 0 && !gdl__conv_implicit_pays(pass, g))) return 1;
     if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
     /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle */
     if (pass == 2 && threads > 1 && g->N < threads) return 1;
