@@ -98,7 +98,7 @@ static int gdl__conv_path = -1;
    im2col's time on every shape tried (a 28x28 one-channel input 0.1x, 1x1
    stride 2 0.3x, 2x2 images 0.93x): its im2col was a pass over memory as
    large as the input times KH*KW, now never written. The weight gradient
-   0.6-1.0x. The input gradient 0.85-0.95x from 8x8 outputs up, a tie at 4x4,
+   0.6-1.0x. The input gradient 0.86-0.99x from 8x8 outputs up, a tie at 4x4,
    but 1.1-1.2x at 2x2: a sample's product is then a few columns wide and the
    sample-a-task loop costs more than the batch's buffer saves. So all but
    the input gradient of outputs under 16 pixels, which keeps im2col's
