@@ -172,6 +172,10 @@ $(B)/cuda_bench_train.o: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 	$(NVCC) -O3 -DGPUDL_CUDA -c $< -o $@
 $(B)/cuda_bench_train: $(B)/cuda_bench_train.o $(B)/gpudl_cuda.o
 	$(NVCC) $(CUDA_ARCH) $^ $(CUDA_LINK) -o $@
+$(B)/cuda_bench_quant.o: bench/quant.c gpudl.h | $(B)
+	$(NVCC) -O3 -DGPUDL_CUDA -c $< -o $@
+$(B)/cuda_bench_quant: $(B)/cuda_bench_quant.o $(B)/gpudl_cuda.o
+	$(NVCC) $(CUDA_ARCH) $^ $(CUDA_LINK) -o $@
 
 cuda: $(CUDA_EXAMPLES) $(B)/cuda_bench_train $(B)/cuda_fmnist92 $(B)/cuda_recipes
 
@@ -305,7 +309,8 @@ test-all: | $(B)
 # tools/gpu_session.sh, the plan for a real GPU, run on the emulator so that
 # the script itself is tested (its builds made here, outside its time limits)
 GPU_SESSION_DRY_BUILDS = $(B)/emu_test_cuda $(B)/emu_device_query $(B)/emu_gpu_monitor $(B)/emu_mnist_mlp \
-                         $(B)/emu_bench_train $(B)/emu_test_dist_nccl $(B)/libfake_nvml.so $(B)/emu_char_gpt
+                         $(B)/emu_bench_train $(B)/emu_test_dist_nccl $(B)/libfake_nvml.so $(B)/emu_char_gpt \
+                         $(B)/emu_bench_quant
 test-gpu-session-dry: $(GPU_SESSION_DRY_BUILDS)
 	GPU_SESSION_DRY=1 OUT=$(B)/gpu_session_dry_out sh tools/gpu_session.sh
 

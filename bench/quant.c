@@ -18,10 +18,13 @@
    dynamic-quantized 784-256-128-10 MLP (examples/quantize.c's net) and of its
    f32 model at each batch size, one line per size ("mlp BATCH f32_us int8_us"):
    bench/compare_quant.sh runs it beside PyTorch's quantize_dynamic model
-   (bench/pytorch/quant_mlp.py), interleaved. */
+   (bench/pytorch/quant_mlp.py), interleaved. `build/bench_quant mlp --device
+   cuda BATCH...` (a CUDA build: make build/cuda_bench_quant) times the same two
+   models on the GPU (issue 28: int8 not slower than f32 at batch 1024). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,17 +79,34 @@ typedef struct {
 
 static int run_module(void *p) {
     job *j = (job *)p;
-    return gdl_forward(j->m, j->x) ? 0 : -1;
+    gdl_tensor *y = gdl_forward(j->m, j->x), *s;
+    if (!y) return -1;
+    if (j->x->device.type == GDL_DEVICE_CPU) return 0;
+    /* a GPU's forward only queues its kernels: one value read back makes the time cover them */
+    s = gdl_sum(y);
+    return s && !isnan(gdl_item(s)) ? 0 : -1;
 }
 static int run_gemm(void *p) {
     job *j = (job *)p;
     return gdl_gemm_u8s8_cpu(j->M, j->N, j->K, j->a, j->K, j->b, j->K, j->c, j->N);
 }
 
-/* the MLP's inference, f32 and dynamic int8, at each batch size of argv */
+/* the MLP's inference, f32 and dynamic int8, at each batch size of argv (after an optional --device cpu|cuda) */
 static int bench_mlp(int argc, char **argv) {
     gdl_module *mods[5], *mlp, *q;
+    gdl_device dev = gdl_cpu();
     int i;
+    if (argc >= 2 && strcmp(argv[0], "--device") == 0) {
+        const int cuda = strcmp(argv[1], "cuda") == 0;
+        if ((!cuda && strcmp(argv[1], "cpu") != 0) || (cuda && !gdl_cuda_is_available())) {
+            fprintf(stderr, "bench_quant: --device %s: %s\n", argv[1],
+                    cuda ? "no CUDA device (a CUDA build: make build/cuda_bench_quant)" : "expected cpu or cuda");
+            return 2;
+        }
+        if (cuda) dev = gdl_cuda(0);
+        argc -= 2;
+        argv += 2;
+    }
     mods[0] = gdl_nn_linear(784, 256, 1);
     mods[1] = gdl_nn_relu();
     mods[2] = gdl_nn_linear(256, 128, 1);
@@ -94,19 +114,22 @@ static int bench_mlp(int argc, char **argv) {
     mods[4] = gdl_nn_linear(128, 10, 1);
     mlp = gdl_nn_sequential(5, mods);
     q = mlp ? gdl_quantize_dynamic(mlp, NULL) : NULL;
-    if (!q) {
+    if (!q || gdl_module_to(mlp, dev) < 0 || gdl_module_to(q, dev) < 0) {
         fprintf(stderr, "bench_quant: %s\n", gdl_last_error());
         return 1;
     }
-    printf("# CPU GEMM kernels: f32 %s, int8 %s; %d threads\n", gdl_gemm_kernel_name(), gdl_gemm_int8_kernel_name(),
-           gdl_get_num_threads());
+    if (dev.type == GDL_DEVICE_CPU)
+        printf("# CPU GEMM kernels: f32 %s, int8 %s; %d threads\n", gdl_gemm_kernel_name(), gdl_gemm_int8_kernel_name(),
+               gdl_get_num_threads());
+    else
+        printf("# on %s\n", gdl_device_str(dev));
     for (i = 0; i < argc; i++) {
         job jf, jq;
         int (*const fns[2])(void *) = {run_module, run_module};
         void *const ctxs[2] = {&jf, &jq};
         double best[2], ratio[2];
         const int batch = atoi(argv[i]);
-        jf.x = jq.x = batch > 0 ? gdl_randn(GDL_DIMS(batch, 784), gdl_cpu()) : NULL;
+        jf.x = jq.x = batch > 0 ? gdl_randn(GDL_DIMS(batch, 784), dev) : NULL;
         if (!jf.x) {
             fprintf(stderr, "bench_quant: batch '%s': %s\n", argv[i], batch > 0 ? gdl_last_error() : "not a size");
             return 1;

@@ -15,7 +15,8 @@
 #   suite     the GPU suite (tests/test_cuda.c) on the device
 #   sanitize  compute-sanitizer on the kernel suites: memcheck, racecheck,
 #             initcheck, synccheck
-#   bench     ours against PyTorch on the same GPU (bench/compare.sh)
+#   bench     ours against PyTorch on the same GPU (bench/compare.sh), and
+#             the dynamic int8 MLP against f32 (bench/quant.c's mlp mode)
 #   examples  the examples, Fashion-MNIST to 92 % end to end, ours and
 #             PyTorch's (bench/fmnist92.c; needs the data in ./data, carried),
 #             and the character GPT's step time (examples/char_gpt.c; needs
@@ -139,9 +140,9 @@ targets() {
     if [ "$dry" = 1 ]; then
         # (make test's test-gpu-session-dry names the same list)
         echo "build/emu_test_cuda build/emu_device_query build/emu_gpu_monitor build/emu_mnist_mlp" \
-             "build/emu_bench_train build/emu_test_dist_nccl build/libfake_nvml.so build/emu_char_gpt"
+             "build/emu_bench_train build/emu_test_dist_nccl build/libfake_nvml.so build/emu_char_gpt build/emu_bench_quant"
     else
-        t="$G/test_cuda_build $G/cuda_device_query $G/cuda_gpu_monitor $G/cuda_mnist_mlp $G/cuda_cpu_vs_gpu $G/cuda_bench_train $G/cuda_fmnist92 $G/cuda_char_gpt"
+        t="$G/test_cuda_build $G/cuda_device_query $G/cuda_gpu_monitor $G/cuda_mnist_mlp $G/cuda_cpu_vs_gpu $G/cuda_bench_train $G/cuda_fmnist92 $G/cuda_char_gpt $G/cuda_bench_quant"
         [ "$nccl" = yes ] && t="$t $G/test_dist_nccl_cuda $G/cuda_ddp"
         echo "$t"
     fi
@@ -204,6 +205,11 @@ sanitize() {
 }
 bench() {
     need_build || return 1
+    # the dynamic int8 MLP against its f32 model (issue 28: not slower at batch 1024); "mlp BATCH f32_us int8_us"
+    echo "== bench_quant: the 784-256-128-10 MLP's inference, f32 and dynamic int8"
+    if [ "$dry" = 1 ]; then "$(bin bench_quant)" mlp --device cuda 64 || return 1
+    else "$(bin bench_quant)" mlp --device cuda 256 1024 4096 || return 1
+    fi
     if [ "$torch" = yes ]; then
         # the nets the issues' targets name, each mode once: the whole list would not fit the budget
         BENCH_TRAIN="$(bin bench_train)" sh bench/compare.sh mlp cnn mlp-graph cnn-graph cnn-amp cnn-amp-graph

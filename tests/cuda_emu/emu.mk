@@ -170,6 +170,11 @@ $(B)/emu_bench_train: bench/train.c bench/bench_cpu.h gpudl.h $(EMU_B)/gpudl_cud
 	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_CUDA -DGPUDL_EMU -c $< -o $(EMU_B)/bench_train.o
 	$(CXX) $(EMU_B)/bench_train.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
 
+# bench/quant.c's MLP mode on the emulator (tools/gpu_session.sh's dry run: the GPU command works)
+$(B)/emu_bench_quant: bench/quant.c $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
+	$(CC) $(STD) $(WARN) $(CFLAGS) -DGPUDL_CUDA -DGPUDL_EMU -c $< -o $(EMU_B)/bench_quant.o
+	$(CXX) $(EMU_B)/bench_quant.o $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o -o $@ $(EMU_LIBS)
+
 # bench/amp.c on the emulator (memory figures of autocast on a GPU: the
 # device arena and the allocator's peak; its times are the host's)
 $(B)/emu_bench_amp: bench/amp.c bench/bench_cpu.h $(HDR) $(EMU_B)/gpudl_cuda.o $(EMU_B)/cuda_emu.o | $(B)
