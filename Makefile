@@ -50,8 +50,9 @@ LIBS = -pthread -lm $(ZLIBS)
 
 # The CPU suite: each program plain, most also under ASan+UBSan (asan_), the
 # threaded ones under ThreadSanitizer too (tsan_).
-TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume $(B)/test_monitor $(B)/test_pool $(B)/test_dtype
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor $(B)/tsan_test_monitor $(B)/asan_test_pool $(B)/tsan_test_pool $(B)/asan_test_dtype
+TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume $(B)/test_monitor $(B)/test_pool $(B)/test_dtype $(B)/test_conv
+ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor $(B)/tsan_test_monitor $(B)/asan_test_pool $(B)/tsan_test_pool $(B)/asan_test_dtype \
+             $(B)/asan_test_conv
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype_parity.h tests/autocast_cases.h \
@@ -217,7 +218,7 @@ $(B):
 # ---- the CPU suite: plain, ASan + UBSan (asan_), ThreadSanitizer (tsan_) ----
 # Most tests use only gpudl's API and link with their configuration's library
 # object. These stay one translation unit each, the implementation compiled
-# into them: test_data and test_pool call gpudl's internal static gdl__
+# into them: test_data, test_pool and test_conv call gpudl's internal static gdl__
 # functions, and test_alloc, test_formats and test_data replace its allocator
 # (GPUDL_MALLOC...), which the library object cannot see. (So do
 # test_gemm_kernels in tests/cpu_paths.mk and test_cuda in tests/cuda_emu/emu.mk;
@@ -228,8 +229,9 @@ $(B):
 #                  tsan_: NVML's first load from several threads
 #   tsan_test_data the loader's worker threads; tsan_test_pool the CPU thread pool
 #                  (asan_test_pool: its workers joined at exit)
+#   test_conv      the CPU convolution's implicit GEMM against im2col, bit for bit (sets gdl__conv_path)
 LINKED_TESTS = test_core test_gradcheck test_nn test_train test_crash test_resume test_monitor test_dtype
-WHOLE_TESTS = test_alloc test_formats test_data test_pool
+WHOLE_TESTS = test_alloc test_formats test_data test_pool test_conv
 
 # (the options of one test beyond its variant and flag set)
 OPTS_test_monitor = -DFAKE_NVML='"$(B)/libfake_nvml.so"'
@@ -345,7 +347,7 @@ WCC_clang++ = clang++ -std=c++17 -x c++
 # their own (allocator, internal functions, -DGPUDL_DOUBLE) and are checked whole.
 WARN_SRCS = tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test_data.c tests/test_nn.c tests/test_train.c \
             tests/test_crash.c tests/test_resume.c tests/test_pool.c tests/test_dtype.c examples/mnist_mlp.c bench/fmnist92.c \
-            tests/test_gradcheck.c
+            tests/test_gradcheck.c tests/test_conv.c
 WARN_API_ONLY = tests/test_core.c tests/test_nn.c tests/test_train.c tests/test_crash.c tests/test_resume.c tests/test_dtype.c \
                 examples/mnist_mlp.c bench/fmnist92.c
 # issue 31's recipes and issue 27's examples

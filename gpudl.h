@@ -2680,6 +2680,13 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* x [N,C,H,W] -> col [N, C*KH*KW, OH*OW]; col2im: x += (adjoint) */ \
     X(int, im2col, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *col)) \
     X(int, col2im, (const gdl_conv_geom *g, const gdl_real *col, gdl_real *x)) \
+    /* a convolution's GEMMs without the column matrix (the CPU's implicit GEMM), the bits of im2col + gemm \
+       (+ col2im); w [OC, C/groups, KH, KW]. pass 0: out [N,OC,OH,OW] = conv(x, w), then + bias (NULL: none), \
+       pre and act as bias_act's; pass 1: out (gw) += the weight gradient of x and gy; pass 2: out (gx) += the \
+       input gradient of w and gy. Returns 1, having done nothing, where the backend has no such path (CUDA) \
+       or im2col is the faster for the shape: the caller then runs im2col, gemm, col2im. */ \
+    X(int, conv_implicit, (int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x, \
+        const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out, gdl_real *pre)) \
     /* pooling per (n,c) plane; idx: flat h*W+w of the max; avg counts padding */ \
     X(int, maxpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx)) \
     X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx)) \
@@ -5778,6 +5785,19 @@ static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const
 #endif
 #endif
 
+/* A convolution's output columns ow whose input column ow*SW - PW + kw*DW
+   lies inside [0, W): [*lo, *hi) (im2col, col2im, the implicit GEMM's
+   packing). A row of columns is then a zero head, a strided copy and a
+   zero tail, with no test per element. */
+static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
+    const int off = kw * g->DW - g->PW; /* input column of ow = 0 */
+    int l = off >= 0 ? 0 : (-off + g->SW - 1) / g->SW, h = g->W - off <= 0 ? 0 : (g->W - off + g->SW - 1) / g->SW;
+    if (l > g->OW) l = g->OW;
+    if (h > g->OW) h = g->OW;
+    *lo = l;
+    *hi = h < l ? l : h;
+}
+
 #ifndef GDL__GEMM_CBLAS
 
 /* Block sizes (elements). MC must be a multiple of MR and NC of NR. They may
@@ -6163,10 +6183,87 @@ static void gdl__gemm_pack_a(int transA, const gdl_real *A, ptrdiff_t lda, int i
         gdl__gemm_pack_trans(A + (ptrdiff_t)i0 * lda + p0, lda, m, kc, GDL__GEMM_MR, dst);
 }
 
+/* --- the implicit GEMM's packing ------------------------------------------
+   A convolution's column matrix (im2col's, gdl__cpu_im2col) of one image x
+   [C][H][W] in geometry cg: col[r][p] with r = (c*KH + kh)*KW + kw and
+   p = oh*OW + ow is x[c][oh*SH - PH + kh*DH][ow*SW - PW + kw*DW], 0 outside
+   the image. The B packing gathers its kc x NR micro-panels straight from
+   the image, so no more than one KC x NC block of it ever exists (in the
+   packing buffer), and the values packed, hence the products, are those of
+   im2col + GEMM, bit for bit. */
+
+/* d[t*ds] = col[r][p + t] for t < len, where row r reads the plane xc at
+   kernel offset (kh, kw) and position p is (oh, ow): the positions run
+   along output rows, each row a zero head, a copy and a zero tail. */
+static void gdl__gemm_gather(const gdl_conv_geom *cg, const gdl_real *xc, int kh, int kw, int oh, int ow, int len,
+                             gdl_real *d, ptrdiff_t ds) {
+    const int SW = cg->SW, off = kw * cg->DW - cg->PW; /* the input column of ow: ow*SW + off */
+    int lo, hi, t = 0, u;
+    gdl__valid_cols(cg, kw, &lo, &hi);
+    while (t < len) {
+        const int e = ow + (cg->OW - ow < len - t ? cg->OW - ow : len - t); /* this row's ow in [ow, e) */
+        const int ih = oh * cg->SH - cg->PH + kh * cg->DH;
+        const int u0 = lo > ow ? (lo < e ? lo : e) : ow, u1 = hi < e ? (hi > u0 ? hi : u0) : e;
+        gdl_real *q = d + t * ds; /* position (oh, ow) */
+        if (ih < 0 || ih >= cg->H) {
+            for (u = ow; u < e; u++) q[(u - ow) * ds] = 0;
+        } else {
+            const gdl_real *xr = xc + (ptrdiff_t)ih * cg->W;
+            for (u = ow; u < u0; u++) q[(u - ow) * ds] = 0;
+            if (ds == 1 && SW == 1)
+                for (u = u0; u < u1; u++) q[u - ow] = xr[u + off];
+            else
+                for (u = u0; u < u1; u++) q[(u - ow) * ds] = xr[u * SW + off];
+            for (u = u1; u < e; u++) q[(u - ow) * ds] = 0;
+        }
+        t += e - ow;
+        ow = 0;
+        oh++;
+    }
+}
+
+/* op(B)[p0:p0+kc, j0:j0+n] of the column matrix of x -> B micro-panel
+   (columns n..NR-1 zero). Not transposed (a forward: K runs over the rows
+   r, N over the positions), each k a row of col, its (c, kh, kw) stepped
+   along; transposed (a weight gradient: K over the positions), each of the
+   n columns a row of col, written NR apart. */
+static void gdl__gemm_pack_conv(const gdl_conv_geom *cg, int transB, const gdl_real *x, int p0, int kc, int j0, int n,
+                                gdl_real *GDL__RESTRICT dst) {
+    const int KK = cg->KH * cg->KW;
+    const ptrdiff_t HW = (ptrdiff_t)cg->H * cg->W;
+    int k, j, c, kh, kw;
+    if (!transB) {
+        const int oh = j0 / cg->OW, ow = j0 % cg->OW;
+        c = p0 / KK; kh = p0 % KK / cg->KW; kw = p0 % cg->KW;
+        for (k = 0; k < kc; k++) {
+            gdl_real *d = dst + (ptrdiff_t)k * GDL__GEMM_NR;
+            gdl__gemm_gather(cg, x + c * HW, kh, kw, oh, ow, n, d, 1);
+            for (j = n; j < GDL__GEMM_NR; j++) d[j] = 0;
+            if (++kw == cg->KW) {
+                kw = 0;
+                if (++kh == cg->KH) {
+                    kh = 0;
+                    c++;
+                }
+            }
+        }
+        return;
+    }
+    for (j = 0; j < n; j++) {
+        const int r = j0 + j;
+        c = r / KK; kh = r % KK / cg->KW; kw = r % cg->KW;
+        gdl__gemm_gather(cg, x + c * HW, kh, kw, p0 / cg->OW, p0 % cg->OW, kc, dst + j, GDL__GEMM_NR);
+    }
+    for (; j < GDL__GEMM_NR; j++)
+        for (k = 0; k < kc; k++) dst[(ptrdiff_t)k * GDL__GEMM_NR + j] = 0;
+}
+
 /* op(B)[p0:p0+kc, j0:j0+n] -> B micro-panel; columns n..NR-1 are zero. */
-static void gdl__gemm_pack_b(int transB, const gdl_real *B, ptrdiff_t ldb, int p0, int kc, int j0, int n,
-                             gdl_real *GDL__RESTRICT dst) {
-    if (transB)
+static void gdl__gemm_pack_b(const gdl_conv_geom *conv, int transB, const gdl_real *B, ptrdiff_t ldb, int p0, int kc,
+                             int j0, int n, gdl_real *GDL__RESTRICT dst) {
+    if (conv)
+        gdl__gemm_pack_conv(conv, transB, B, p0, kc, j0, n, dst);
+    else if (transB)
         gdl__gemm_pack_trans(B + (ptrdiff_t)j0 * ldb + p0, ldb, n, kc, GDL__GEMM_NR, dst);
     else
         gdl__gemm_pack_copy(B + (ptrdiff_t)p0 * ldb + j0, ldb, n, kc, GDL__GEMM_NR, dst);
@@ -6186,7 +6283,60 @@ typedef struct gdl__gemm_args {
        weight gradient over the samples), bitwise as a loop of calls. */
     int nseg;
     ptrdiff_t sA, sB;
+    /* conv != NULL: the implicit GEMM of a convolution. B is an image (one
+       sample, one group's channels) and op(B) its column matrix, gathered
+       by the B packing (gdl__gemm_pack_conv; ldb is not read). */
+    const gdl_conv_geom *conv;
+    /* The epilogue, on each tile after its last K block (gdl__gemm_epi):
+       bias (NULL: none) per row of C (bias_col 0) or per column (1), pre
+       (NULL: not kept; ldc apart, as C) and the activation act (< 0: none). */
+    const gdl_real *bias;
+    gdl_real *pre;
+    int bias_col, act;
 } gdl__gemm_args;
+
+/* A plain product: one segment, no implicit B, no epilogue. */
+static void gdl__gemm_args_init(gdl__gemm_args *g, int transA, int transB, int M, int N, int K, gdl_real alpha,
+                                const gdl_real *A, ptrdiff_t lda, const gdl_real *B, ptrdiff_t ldb, gdl_real beta,
+                                gdl_real *C, ptrdiff_t ldc) {
+    memset(g, 0, sizeof *g);
+    g->transA = transA; g->transB = transB;
+    g->M = M; g->N = N; g->K = K;
+    g->alpha = alpha; g->beta = beta;
+    g->A = A; g->B = B; g->C = C;
+    g->lda = lda; g->ldb = ldb; g->ldc = ldc;
+    g->nseg = 1;
+    g->act = -1;
+}
+
+/* gdl__unary1 ([impl-cpu] 1/7): the epilogue's activations are the unary ops' own */
+static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha);
+
+/* The epilogue on C's rows [i0, i0+m) and columns [j0, j0+n): v = c + bias,
+   pre = v, c = act(v), gdl__cpu_bias_act's arithmetic, so that the fused
+   GEMM gives the bits of the GEMM followed by bias_act. Run on a tile just
+   stored (in L1), or on all of C after the unpacked fallback. */
+static void gdl__gemm_epi(const gdl__gemm_args *g, int i0, int m, int j0, int n) {
+    const int act = g->act;
+    int i, j;
+    if (!g->bias && !g->pre && act < 0) return;
+    for (i = i0; i < i0 + m; i++) {
+        gdl_real *c = g->C + (ptrdiff_t)i * g->ldc;
+        gdl_real *pre = g->pre ? g->pre + (ptrdiff_t)i * g->ldc : NULL;
+        if (g->bias && !g->bias_col) {
+            const gdl_real b = g->bias[i];
+            for (j = j0; j < j0 + n; j++) c[j] = c[j] + b;
+        } else if (g->bias) {
+            for (j = j0; j < j0 + n; j++) c[j] = c[j] + g->bias[j];
+        }
+        if (pre)
+            for (j = j0; j < j0 + n; j++) pre[j] = c[j];
+        if (act == GDL_UN_RELU)
+            for (j = j0; j < j0 + n; j++) c[j] = c[j] > 0 ? c[j] : 0;
+        else if (act >= 0)
+            for (j = j0; j < j0 + n; j++) c[j] = gdl__unary1(act, c[j], 0);
+    }
+}
 
 /* Split n into equal blocks of at most max, each a multiple of q (max is a
    multiple of q). */
@@ -6196,17 +6346,17 @@ static int gdl__gemm_block(int n, int max, int q) {
     return (b + q - 1) / q * q;
 }
 
-/* C = beta*C; beta == 0 writes zeros without reading C. */
+/* C = beta*C (beta == 0 writes zeros without reading C), then the epilogue. */
 static void gdl__gemm_scale(const gdl__gemm_args *g) {
     int i, j;
-    if (g->beta == 1) return;
-    for (i = 0; i < g->M; i++) {
+    for (i = 0; i < g->M && g->beta != 1; i++) {
         gdl_real *c = g->C + i * g->ldc;
         if (g->beta == 0)
             for (j = 0; j < g->N; j++) c[j] = 0;
         else
             for (j = 0; j < g->N; j++) c[j] *= g->beta;
     }
+    gdl__gemm_epi(g, 0, g->M, 0, g->N);
 }
 
 /* Unpacked fallback: the same K blocks and summation order as the packed
@@ -6230,6 +6380,7 @@ static void gdl__gemm_simple(const gdl__gemm_args *g, int kc_blk) {
             }
         }
     }
+    gdl__gemm_epi(g, 0, g->M, 0, g->N);
 }
 
 /* The packed, blocked path on one thread, for the rows [m0,m1) and columns
@@ -6243,11 +6394,13 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
         for (seg = 0; seg < g->nseg; seg++)
         for (pc = 0; pc < g->K; pc += kc_blk) {
             const int kc = g->K - pc < kc_blk ? g->K - pc : kc_blk;
-            /* later K blocks (and segments) accumulate */
+            /* later K blocks (and segments) accumulate; the epilogue follows the last */
             const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
+            const int last = seg == g->nseg - 1 && pc + kc == g->K;
             for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
                 const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
-                gdl__gemm_pack_b(g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n, bbuf + (size_t)jr * kc);
+                gdl__gemm_pack_b(g->conv, g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n,
+                                 bbuf + (size_t)jr * kc);
             }
             for (ic = m0; ic < m1; ic += mc_blk) {
                 const int mc = m1 - ic < mc_blk ? m1 - ic : mc_blk;
@@ -6282,12 +6435,24 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
                                     for (j = 0; j < n; j++) ci[j] = ti[j] + beta * ci[j];
                             }
                         }
+                        if (last) gdl__gemm_epi(g, ic + ir, m, jc + jr, n);
                     }
                 }
             }
         }
     }
 }
+
+/* A GEMM's plan and its tasks, each on its thread's packing buffers
+   (asz + bsz elements, from gdl__gemm_buf): the rectangles of a tm x tn
+   grid of C (gdl__gemm_task), or the products of a batch, sA, sB, sC apart
+   (gdl__gemm_batch_task): the pool's tasks below. */
+typedef struct {
+    const gdl__gemm_args *g;
+    int mc_blk, kc_blk, nc_blk, tm, tn;
+    size_t asz, bsz;
+    ptrdiff_t sA, sB, sC;
+} gdl__gemm_job;
 
 #ifdef GDL__POOL
 /* Cut the MR x NR tiles of C into a tm x tn grid of at most nthreads
@@ -6329,15 +6494,8 @@ static void gdl__gemm_cell(int M, int N, int tm, int tn, int t, int *m0, int *m1
     if (*n1 > N) *n1 = N;
 }
 
-/* A threaded GEMM's tasks, each on its thread's packing buffers (asz + bsz
-   elements): the rectangles of a tm x tn grid of C (gdl__gemm_task), or the
-   products of a batch, sA, sB, sC apart (gdl__gemm_batch_task). */
-typedef struct {
-    const gdl__gemm_args *g;
-    int mc_blk, kc_blk, nc_blk, tm, tn;
-    size_t asz, bsz;
-    ptrdiff_t sA, sB, sC;
-} gdl__gemm_job;
+/* The calling thread's packing buffers among the threads' (the pool's slot). */
+static int gdl__gemm_slot(void) { return gdl__pool_slot; }
 
 /* One rectangle of the grid: the pool's task t. */
 static void gdl__gemm_task(void *p, int t, int nt) {
@@ -6348,56 +6506,92 @@ static void gdl__gemm_task(void *p, int t, int nt) {
     gdl__gemm_cell(j->g->M, j->g->N, j->tm, j->tn, t, &m0, &m1, &n0, &n1);
     gdl__gemm_blocked(j->g, m0, m1, n0, n1, j->mc_blk, j->kc_blk, j->nc_blk, buf, buf + j->asz);
 }
+
+/* Product t of a batch, whole, on the thread's own packing buffers. */
+static void gdl__gemm_batch_task(void *p, int t, int nt) {
+    const gdl__gemm_job *j = (const gdl__gemm_job *)p;
+    gdl__gemm_args g = *j->g;
+    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (j->asz + j->bsz);
+    (void)nt;
+    g.A += t * j->sA;
+    g.B += t * j->sB;
+    g.C += t * j->sC;
+    if (g.pre) g.pre += t * j->sC; /* laid out as C */
+    gdl__gemm_blocked(&g, 0, g.M, 0, g.N, j->mc_blk, j->kc_blk, j->nc_blk, buf, buf + j->asz);
+}
+#else
+static int gdl__gemm_slot(void) { return 0; }
 #endif /* GDL__POOL */
+
+/* g's block sizes and per-thread buffers, one thread (tm = tn = 1) */
+static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
+    memset(j, 0, sizeof *j);
+    j->g = g;
+    j->tm = j->tn = 1;
+    j->mc_blk = gdl__gemm_block(g->M, GDL__GEMM_MC, GDL__GEMM_MR);
+    j->kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
+    j->nc_blk = gdl__gemm_block(g->N, GDL__GEMM_NC, GDL__GEMM_NR);
+    /* an A block and a B panel, each rounded up to 64 bytes */
+    j->asz = ((size_t)j->mc_blk * j->kc_blk + 15) & ~(size_t)15;
+    j->bsz = ((size_t)j->kc_blk * j->nc_blk + 15) & ~(size_t)15;
+}
+
+/* The planned GEMM (K > 0, alpha != 0), the caller holding the pool and
+   gdl__gemm_buf at least tm*tn threads' buffers: on the grid's threads, or
+   on this one. */
+static void gdl__gemm_held(gdl__gemm_job *j) {
+#ifdef GDL__POOL
+    if (j->tm * j->tn > 1) {
+        gdl__pool_run(j->tm * j->tn, gdl__gemm_task, j);
+        return;
+    }
+#endif
+    gdl__gemm_blocked(j->g, 0, j->g->M, 0, j->g->N, j->mc_blk, j->kc_blk, j->nc_blk, gdl__gemm_buf,
+                      gdl__gemm_buf + j->asz);
+}
+
+/* The grid of j's GEMM on up to `threads` threads (one below GDL__GEMM_MT_MIN). */
+static void gdl__gemm_plan_grid(gdl__gemm_job *j, int threads) {
+#ifdef GDL__POOL
+    const gdl__gemm_args *g = j->g;
+    if ((double)g->M * g->N * g->K * g->nseg >= GDL__GEMM_MT_MIN) gdl__gemm_grid(g->M, g->N, threads, &j->tm, &j->tn);
+#else
+    (void)j;
+    (void)threads;
+#endif
+}
 
 #endif /* !GDL__GEMM_CBLAS */
 
 #ifndef GDL__GEMM_CBLAS
-/* The built-in GEMM on g (M, N > 0): threads, packing buffers, fallbacks. */
-static void gdl__gemm_run(const gdl__gemm_args *g) {
-    const int M = g->M, N = g->N, K = g->K;
-    int mc_blk, kc_blk, nc_blk, tm = 1, tn = 1;
-    size_t asz, bsz;
-    if (K <= 0 || g->alpha == 0) { /* A and B are not read */
+/* The built-in GEMM on g (M, N > 0): threads, packing buffers, fallbacks.
+   Returns 0, having done nothing, only for an implicit GEMM (g->conv) that
+   cannot have the packing buffers: the unpacked loop cannot read its B. */
+static int gdl__gemm_run(const gdl__gemm_args *g) {
+    gdl__gemm_job j;
+    if (g->K <= 0 || g->alpha == 0) { /* A and B are not read */
         gdl__gemm_scale(g);
-        return;
+        return 1;
     }
-    mc_blk = gdl__gemm_block(M, GDL__GEMM_MC, GDL__GEMM_MR);
-    kc_blk = gdl__gemm_block(K, GDL__GEMM_KC, 1);
-    nc_blk = gdl__gemm_block(N, GDL__GEMM_NC, GDL__GEMM_NR);
+    gdl__gemm_plan(g, &j);
     if (!gdl__pool_acquire()) { /* the packing buffers are in use: don't race */
-        gdl__gemm_simple(g, kc_blk);
-        return;
+        if (g->conv) return 0;
+        gdl__gemm_simple(g, j.kc_blk);
+        return 1;
     }
-#ifdef GDL__POOL
-    if ((double)M * N * K * g->nseg >= GDL__GEMM_MT_MIN) gdl__gemm_grid(M, N, gdl_get_num_threads(), &tm, &tn);
-#endif
-    /* per thread: an A block and a B panel, each rounded up to 64 bytes */
-    asz = ((size_t)mc_blk * kc_blk + 15) & ~(size_t)15;
-    bsz = ((size_t)kc_blk * nc_blk + 15) & ~(size_t)15;
-    if (!gdl__gemm_reserve((size_t)tm * tn * (asz + bsz))) {
-        tm = tn = 1; /* no memory for every thread: try one thread */
-        if (!gdl__gemm_reserve(asz + bsz)) {
+    gdl__gemm_plan_grid(&j, gdl_get_num_threads());
+    if (!gdl__gemm_reserve((size_t)j.tm * j.tn * (j.asz + j.bsz))) {
+        j.tm = j.tn = 1; /* no memory for every thread: try one thread */
+        if (!gdl__gemm_reserve(j.asz + j.bsz)) {
             gdl__pool_release();
-            gdl__gemm_simple(g, kc_blk);
-            return;
+            if (g->conv) return 0;
+            gdl__gemm_simple(g, j.kc_blk);
+            return 1;
         }
     }
-#ifdef GDL__POOL
-    if (tm * tn > 1) {
-        gdl__gemm_job j;
-        j.g = g;
-        j.mc_blk = mc_blk; j.kc_blk = kc_blk; j.nc_blk = nc_blk;
-        j.tm = tm; j.tn = tn;
-        j.asz = asz; j.bsz = bsz;
-        j.sA = j.sB = j.sC = 0;
-        gdl__pool_run(tm * tn, gdl__gemm_task, &j);
-        gdl__pool_release();
-        return;
-    }
-#endif
-    gdl__gemm_blocked(g, 0, M, 0, N, mc_blk, kc_blk, nc_blk, gdl__gemm_buf, gdl__gemm_buf + asz);
+    gdl__gemm_held(&j);
     gdl__pool_release();
+    return 1;
 }
 #endif
 
@@ -6407,29 +6601,12 @@ static void gdl__gemm_run(const gdl__gemm_args *g) {
    product t, whole, on the thread's own packing buffers. One parallel region
    instead of one per product, and products too small to split are spread
    over the threads too. Each product is computed as a call of its own would
-   (the grid never changes the bits). */
-static void gdl__gemm_batch_task(void *p, int t, int nt) {
-    const gdl__gemm_job *j = (const gdl__gemm_job *)p;
-    gdl__gemm_args g = *j->g;
-    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__pool_slot * (j->asz + j->bsz);
-    (void)nt;
-    g.A += t * j->sA;
-    g.B += t * j->sB;
-    g.C += t * j->sC;
-    gdl__gemm_blocked(&g, 0, g.M, 0, g.N, j->mc_blk, j->kc_blk, j->nc_blk, buf, buf + j->asz);
-}
-
-/* Returns 0 (nothing done) when the pool or the memory is not to be had. */
+   (the grid never changes the bits). Returns 0 (nothing done) when the pool
+   or the memory is not to be had. */
 static int gdl__gemm_batch(const gdl__gemm_args *g, ptrdiff_t sA, ptrdiff_t sB, ptrdiff_t sC, int batch, int threads) {
     gdl__gemm_job j;
-    j.g = g;
-    j.tm = j.tn = 1; /* not a grid */
+    gdl__gemm_plan(g, &j);
     j.sA = sA; j.sB = sB; j.sC = sC;
-    j.mc_blk = gdl__gemm_block(g->M, GDL__GEMM_MC, GDL__GEMM_MR);
-    j.kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
-    j.nc_blk = gdl__gemm_block(g->N, GDL__GEMM_NC, GDL__GEMM_NR);
-    j.asz = ((size_t)j.mc_blk * j.kc_blk + 15) & ~(size_t)15;
-    j.bsz = ((size_t)j.kc_blk * j.nc_blk + 15) & ~(size_t)15;
     if (!gdl__pool_acquire()) return 0;
     if (!gdl__gemm_reserve((size_t)threads * (j.asz + j.bsz))) {
         gdl__pool_release();
@@ -6460,12 +6637,7 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
 #else
     {
         gdl__gemm_args g;
-        g.transA = transA; g.transB = transB;
-        g.M = M; g.N = N; g.K = K;
-        g.alpha = alpha; g.beta = beta;
-        g.A = A; g.B = B; g.C = C;
-        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-        g.nseg = 1; g.sA = g.sB = 0;
+        gdl__gemm_args_init(&g, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         gdl__gemm_run(&g);
     }
 #endif
@@ -7450,11 +7622,7 @@ static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, co
            the threads share the whole sum (same bits as the loop below) */
         gdl__gemm_args g;
         GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
-        g.transA = ta; g.transB = tb;
-        g.M = M; g.N = N; g.K = K;
-        g.alpha = alpha; g.beta = beta;
-        g.A = A; g.B = B; g.C = C;
-        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+        gdl__gemm_args_init(&g, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         g.nseg = batch; g.sA = (ptrdiff_t)sA; g.sB = (ptrdiff_t)sB;
         gdl__gemm_run(&g);
         return 0;
@@ -7464,12 +7632,7 @@ static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, co
         gdl_get_num_threads() > 1 && (double)M * N * K * batch >= GDL__GEMM_MT_MIN) {
         gdl__gemm_args g;
         GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
-        g.transA = ta; g.transB = tb;
-        g.M = M; g.N = N; g.K = K;
-        g.alpha = alpha; g.beta = beta;
-        g.A = A; g.B = B; g.C = C;
-        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-        g.nseg = 1; g.sA = g.sB = 0;
+        gdl__gemm_args_init(&g, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         if (gdl__gemm_batch(&g, (ptrdiff_t)sA, (ptrdiff_t)sB, (ptrdiff_t)sC, batch, gdl_get_num_threads())) return 0;
     }
 #endif
@@ -7768,8 +7931,21 @@ static int gdl__cpu_bias_act(int act, int64_t outer, int64_t C, int64_t inner, c
 }
 static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, const gdl_real *w, const gdl_real *bias,
                                gdl_real *y, gdl_real *pre) {
+#ifndef GDL__GEMM_CBLAS
+    /* bias and act in the GEMM's epilogue, on each tile as it is stored: one pass over y fewer */
+    gdl__gemm_args g;
+    if (M <= 0 || N <= 0) return 0;
+    gdl__gemm_args_init(&g, 0, 1, M, N, K, 1, x, K, w, K, 0, y, N);
+    g.bias = bias;
+    g.bias_col = 1;
+    g.pre = pre;
+    g.act = act;
+    gdl__gemm_run(&g);
+    return 0;
+#else
     if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
     return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
+#endif
 }
 /* x: the pre-activation */
 static void gdl__act_backward_part(gdl__args a, int64_t lo, int64_t hi) {
@@ -8109,16 +8285,8 @@ static int gdl__cpu_cumsum(int64_t outer, int64_t n, int64_t inner, const gdl_re
     gdl__parallel_loop(outer, outer * n * inner, gdl__cumsum_part, &a);
     return 0;
 }
-/* The output columns ow whose input column ow*SW - PW + kw*DW lies inside
-   [0, W): [*lo, *hi). Rows of im2col are then a zero head, a strided copy
-   and a zero tail, with no test per element. */
-static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
-    int off = kw * g->DW - g->PW, l = 0, h = g->OW;
-    while (l < h && l * g->SW + off < 0) l++;
-    while (h > l && (h - 1) * g->SW + off >= g->W) h--;
-    *lo = l;
-    *hi = h;
-}
+/* [impl-cpu] 2/7: im2col / col2im, the convolution's implicit GEMM (conv_implicit), max and average pooling,
+   copy2d, dropout */
 
 /* The conv and pool parts do the planes (n, c) in [lo, hi) of a.g's geometry. */
 static void gdl__im2col_part(gdl__args a, int64_t lo, int64_t hi) {
@@ -8187,6 +8355,171 @@ static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real
     a.g = g; a.x = col; a.out = x;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &a);
     return 0;
+}
+
+/* --- convolution without the column matrix (backend entry conv_implicit) --
+   Forward: y[n] = W * col(x[n]), an implicit GEMM whose B packing gathers
+   col(x[n]) from the image (gdl__gemm_pack_conv), bias + activation in the
+   GEMM's epilogue. Weight gradient: gw += sum over n of gy[n] * col(x[n])^T,
+   the same gather, transposed. Input gradient: per sample, on its thread,
+   the sample's columns' gradient W^T * gy[n] in a buffer of that thread
+   (C*KH*KW x OH*OW) and its col2im. Each gives the bits of im2col + GEMM
+   (+ col2im): the same packed values, K blocks, tiles and orders. So the
+   path may be chosen by shape and thread count freely, and test_conv
+   compares them bit for bit.
+   Memory: the forward keeps no columns for the backward (the weight
+   gradient gathers them again from x): the step arena loses C*KH*KW*OH*OW
+   values a sample for each convolution; the input gradient needs one
+   sample's columns a thread instead of the batch's. */
+
+#ifndef GDL__GEMM_CBLAS /* the implicit GEMM is the built-in GEMM's packing */
+/* Which path: -1 by shape (gdl__conv_implicit_pays), 0 always im2col
+   (conv_implicit declines), 1 the implicit GEMM wherever it can run. For
+   the tests, which compare the two. */
+static int gdl__conv_path = -1;
+
+/* Where the implicit GEMM pays (pass as conv_implicit's). Measured on the
+   dev VM's Xeon, natively (AVX-512) and with the AVX2 kernel forced, 2
+   threads: a conv2d_act (ReLU) forward and backward on batch 32-64, the two
+   paths interleaved, 7 pairs (bench/RESULTS.md). The forward took 0.1-0.95x
+   im2col's time on every shape tried (a 28x28 one-channel input 0.1x, 1x1
+   stride 2 0.3x, 2x2 images 0.93x): its im2col was a pass over memory as
+   large as the input times KH*KW, now never written. The weight gradient
+   0.6-1.0x. The input gradient 0.86-0.99x from 8x8 outputs up, a tie at 4x4,
+   but 1.1-1.2x at 2x2: a sample's product is then a few columns wide and the
+   sample-a-task loop costs more than the batch's buffer saves. So all but
+   the input gradient of outputs under 16 pixels, which keeps im2col's
+   col2im. (1x1 stride-1 unpadded convolutions do not come here: the op
+   layer runs them as a GEMM on the input itself.) */
+static int gdl__conv_implicit_pays(int pass, const gdl_conv_geom *g) {
+    return pass != 2 || g->OH * g->OW >= 16;
+}
+
+/* The input gradient's task t: sample t's columns' gradient, group by group,
+   into this thread's buffer after its packing buffers, then its col2im. */
+typedef struct {
+    gdl__gemm_job j; /* the plan of one group's product (each group's is the same shape) */
+    const gdl_conv_geom *g;
+    int groups, OC;
+    const gdl_real *w, *gy;
+    gdl_real *gx;
+    size_t csz;
+} gdl__conv_dx_job;
+
+static void gdl__conv_dx_task(void *p, int t, int nt) {
+    const gdl__conv_dx_job *d = (const gdl__conv_dx_job *)p;
+    const gdl_conv_geom *g = d->g;
+    const int Cg = g->C / d->groups, OCg = d->OC / d->groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
+    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (d->j.asz + d->j.bsz + d->csz);
+    gdl_real *gcol = buf + d->j.asz + d->j.bsz;
+    gdl__args a = gdl__args_none();
+    int gi;
+    (void)nt;
+    for (gi = 0; gi < d->groups; gi++) {
+        gdl__gemm_args m;
+        gdl__gemm_args_init(&m, 1, 0, CgKK, OHW, OCg, 1, d->w + (ptrdiff_t)gi * OCg * CgKK, CgKK,
+                            d->gy + ((ptrdiff_t)t * d->OC + (ptrdiff_t)gi * OCg) * OHW, OHW, 0,
+                            gcol + (ptrdiff_t)gi * CgKK * OHW, OHW);
+        gdl__gemm_blocked(&m, 0, m.M, 0, m.N, d->j.mc_blk, d->j.kc_blk, d->j.nc_blk, buf, buf + d->j.asz);
+    }
+    a.g = g; a.x = gcol; a.out = d->gx + (ptrdiff_t)t * g->C * g->H * g->W;
+    gdl__col2im_part(a, 0, g->C);
+}
+
+/* Group gi's implicit GEMM of pass 0 (y = W col(x) + bias, act) or 1 (gw += sum over n of gy[n] col(x[n])^T;
+   the samples are its segments). Pass 0's samples are sB = C*H*W, sC = OC*OH*OW apart. */
+static void gdl__conv_gemm_args(int pass, const gdl_conv_geom *g, int groups, int OC, int gi, int act,
+                                const gdl_real *x, const gdl_real *w, const gdl_real *gy, const gdl_real *bias,
+                                gdl_real *out, gdl_real *pre, gdl__gemm_args *m) {
+    const int Cg = g->C / groups, OCg = OC / groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
+    const gdl_real *xg = x + (ptrdiff_t)gi * Cg * g->H * g->W;
+    if (pass == 1) {
+        gdl__gemm_args_init(m, 0, 1, OCg, CgKK, OHW, 1, gy + (ptrdiff_t)gi * OCg * OHW, OHW, xg, 0, 1,
+                            out + (ptrdiff_t)gi * OCg * CgKK, CgKK);
+        m->nseg = g->N;
+        m->sA = (ptrdiff_t)OC * OHW;
+        m->sB = (ptrdiff_t)g->C * g->H * g->W;
+    } else {
+        gdl__gemm_args_init(m, 0, 0, OCg, OHW, CgKK, 1, w + (ptrdiff_t)gi * OCg * CgKK, CgKK, xg, 0, 0,
+                            out + (ptrdiff_t)gi * OCg * OHW, OHW);
+        m->bias = bias ? bias + gi * OCg : NULL;
+        m->pre = pre ? pre + (ptrdiff_t)gi * OCg * OHW : NULL;
+        m->act = act;
+    }
+    m->conv = g;
+}
+#endif
+
+static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x,
+                                  const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out,
+                                  gdl_real *pre) {
+#ifdef GDL__GEMM_CBLAS
+    (void)pass; (void)g; (void)groups; (void)OC; (void)act; (void)x; (void)w; (void)gy; (void)bias; (void)out;
+    (void)pre;
+    return 1; /* the packing is the built-in GEMM's */
+#else
+    const int Cg = g->C / groups, OCg = OC / groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
+    const ptrdiff_t CHW = (ptrdiff_t)g->C * g->H * g->W;
+    const int threads = gdl_get_num_threads();
+    gdl__gemm_args m;
+    gdl__gemm_job j;
+    int gi, n;
+    if (gdl__conv_path == 0 || (gdl__conv_path < 0 && !gdl__conv_implicit_pays(pass, g))) return 1;
+    if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
+    /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle */
+    if (pass == 2 && threads > 1 && g->N < threads) return 1;
+    if (!gdl__pool_acquire()) return 1; /* another thread's GEMM has the packing buffers */
+    if (pass == 2) {
+        gdl__conv_dx_job d;
+        gdl__gemm_args_init(&m, 1, 0, CgKK, OHW, OCg, 1, w, CgKK, gy, OHW, 0, out, OHW);
+        gdl__gemm_plan(&m, &d.j);
+        d.g = g; d.groups = groups; d.OC = OC; d.w = w; d.gy = gy; d.gx = out;
+        d.csz = ((size_t)g->C * g->KH * g->KW * OHW + 15) & ~(size_t)15;
+        if (!gdl__gemm_reserve((size_t)threads * (d.j.asz + d.j.bsz + d.csz))) {
+            gdl__pool_release();
+            return 1;
+        }
+        gdl__pool_run(g->N, gdl__conv_dx_task, &d);
+        gdl__pool_release();
+        return 0;
+    }
+    /* every group's product has the same shape, so one plan sizes the buffers; a grid has at most `threads` cells */
+    gdl__conv_gemm_args(pass, g, groups, OC, 0, act, x, w, gy, bias, out, pre, &m);
+    gdl__gemm_plan(&m, &j);
+    if (!gdl__gemm_reserve((size_t)threads * (j.asz + j.bsz))) {
+        gdl__pool_release();
+        return 1;
+    }
+    for (gi = 0; gi < groups; gi++) {
+        gdl__conv_gemm_args(pass, g, groups, OC, gi, act, x, w, gy, bias, out, pre, &m);
+        j.g = &m;
+        j.tm = j.tn = 1;
+#ifdef GDL__POOL
+        if (pass == 0 && threads > 1 && g->N >= threads &&
+            (double)OCg * OHW * CgKK * g->N >= GDL__GEMM_MT_MIN) { /* a sample a task, each whole on its thread */
+            j.sB = CHW;
+            j.sC = (ptrdiff_t)OC * OHW;
+            gdl__pool_run(g->N, gdl__gemm_batch_task, &j);
+            continue;
+        }
+#endif
+        gdl__gemm_plan_grid(&j, threads);
+        if (pass == 1) { /* one product, K running over the samples in turn */
+            gdl__gemm_held(&j);
+            continue;
+        }
+        for (n = 0; n < g->N; n++) { /* a sample at a time, on the grid's threads */
+            gdl__gemm_args s = m;
+            s.B += n * CHW;
+            s.C += (ptrdiff_t)n * OC * OHW;
+            if (s.pre) s.pre += (ptrdiff_t)n * OC * OHW;
+            j.g = &s;
+            gdl__gemm_held(&j);
+        }
+    }
+    gdl__pool_release();
+    return 0;
+#endif
 }
 
 /* gdl_real's bits, for selects by mask */
@@ -11533,9 +11866,9 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
     gdl_conv_geom g;
     int64_t OC, Cg, OCg, KK, OHW, shape[4];
     gdl_tensor *out, *pre = NULL, *in[3];
-    gdl_real *col;
+    gdl_real *col = NULL;
     gdl_node *n;
-    int gi, err, direct, opid = act >= -1 ? GDL_OP_CONV2D_ACT : GDL_OP_CONV2D;
+    int gi, err, direct, implicit = 0, opid = act >= -1 ? GDL_OP_CONV2D_ACT : GDL_OP_CONV2D;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
     if (gdl__xwb_not_f32(x, w, bias)) {
@@ -11583,29 +11916,37 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, 4, shape, dt, x->device))) return NULL;
     /* a 1x1 stride-1 unpadded convolution is a GEMM on the input itself */
     direct = g.KH == 1 && g.KW == 1 && g.SH == 1 && g.SW == 1 && g.PH == 0 && g.PW == 0;
+    in[0] = x; in[1] = w; in[2] = bias;
+    if (act >= 0 && act != GDL_UN_RELU && gdl__needs_grad(3, in) && !(pre = gdl__tmp(op, 4, shape, GDL_F32, x->device)))
+        return NULL;
     if (dt != GDL_F32) {
         void *lcol = NULL;
         if (gdl__conv2d_lp(op, be, dt, &g, groups, direct, x, w, bias, out, &lcol) < 0) return NULL;
         col = (gdl_real *)lcol;
-    } else if (direct) {
-        col = GDL__R(x);
-    } else {
-        col = (gdl_real *)gdl__scratch(op, x->device, sizeof(gdl_real) * (size_t)(g.N * g.C * KK * OHW));
-        if (!col || be->im2col(&g, GDL__R(x), col) < 0) return NULL;
+    } else if (!direct && out->numel) { /* the columns gathered in the GEMM's packing, bias and act in its epilogue */
+        int rc = be->conv_implicit(0, &g, groups, (int)OC, act >= 0 ? act : -1, GDL__R(x), GDL__R(w), NULL,
+                                   bias ? GDL__R(bias) : NULL, GDL__R(out), pre ? GDL__R(pre) : NULL);
+        if (rc < 0) return NULL;
+        implicit = rc == 0; /* 1: not on this backend or for this shape */
     }
-    for (gi = 0; gi < groups && dt == GDL_F32; gi++) /* (the low path made out above) */
-        if (be->gemm(0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
-                     col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
-                     OC * OHW, g.N) < 0)
-            return NULL;
-    in[0] = x; in[1] = w; in[2] = bias;
-    if (act >= -1) {
-        if (act >= 0 && act != GDL_UN_RELU && gdl__needs_grad(3, in) && !(pre = gdl__tmp(op, 4, shape, GDL_F32, x->device)))
-            return NULL;
+    if (dt == GDL_F32 && !implicit) {
+        if (direct) {
+            col = GDL__R(x);
+        } else {
+            col = (gdl_real *)gdl__scratch(op, x->device, sizeof(gdl_real) * (size_t)(g.N * g.C * KK * OHW));
+            if (!col || be->im2col(&g, GDL__R(x), col) < 0) return NULL;
+        }
+        for (gi = 0; gi < groups; gi++)
+            if (be->gemm(0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+                         col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
+                         OC * OHW, g.N) < 0)
+                return NULL;
+    }
+    if (act >= -1 && !implicit) {
         if (out->numel && be->bias_act(act, g.N, OC, OHW, bias ? GDL__R(bias) : NULL, GDL__R(out),
                                        pre ? GDL__R(pre) : NULL) < 0)
             return NULL;
-    } else if (bias && dt == GDL_F32) {
+    } else if (act == -2 && bias && dt == GDL_F32 && !implicit) {
         int64_t s3[3], ostr[3], bstr[3];
         s3[0] = g.N; s3[1] = OC; s3[2] = OHW;
         ostr[0] = OC * OHW; ostr[1] = OHW; ostr[2] = 1;
@@ -11616,7 +11957,7 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
     if (err) return NULL;
     if (n) {
         n->geom = g;
-        n->buf = col;
+        n->buf = col; /* NULL after the implicit GEMM: the backward gathers the columns from x again */
         n->i[0] = groups;
         n->i[1] = direct;
         n->i[2] = act;
@@ -11675,12 +12016,25 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
             be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
             return -1;
     }
+    if (gw && !direct && !col) { /* the forward's implicit GEMM kept no columns */
+        int rc = be->conv_implicit(1, g, groups, (int)OC, -1, GDL__R(n->in[0]), NULL, gy, NULL, gw, NULL);
+        if (rc < 0) return -1;
+        if (rc == 0) gw = NULL; /* done */
+        else if (!(col = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * CKK * OHW))) ||
+                 be->im2col(g, GDL__R(n->in[0]), col) < 0)
+            return -1;
+    }
     if (gw) /* summed over the samples in turn: one batched call with sC == 0 per group */
         for (gi = 0; gi < groups; gi++)
             if (be->gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
                          col + gi * Cg * KK * OHW, (int)OHW, CKK * OHW, 1, gw + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          g->N) < 0)
                 return -1;
+    if (gx && !direct) { /* one sample's columns' gradient at a time: no buffer for the batch's */
+        int rc = be->conv_implicit(2, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
+        if (rc < 0) return -1;
+        if (rc == 0) gx = NULL; /* done */
+    }
     if (gx) {
         /* direct: the columns are the input, so accumulate straight into gx */
         gdl_real *gcol = direct ? gx : (gdl_real *)gdl__scratch("gdl_backward", n->out->device,

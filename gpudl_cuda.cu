@@ -2906,6 +2906,11 @@ template <typename T> static int gdl__cu_col2im_t(const gdl_conv_geom *g, const 
 
 static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
 static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) { return gdl__cu_col2im_t<float>(g, col, x); }
+// No implicit GEMM here: cuBLAS wants its operands in memory, so the op layer runs im2col + cuBLAS (+ col2im).
+static int gdl__cu_conv_implicit(int, const gdl_conv_geom *, int, int, int, const float *, const float *, const float *,
+                                 const float *, float *, float *) {
+    return 1;
+}
 
 static int gdl__cu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
     return gdl__cu_dispatch("im2col", dt, 0, [&](auto t) {

@@ -1,8 +1,11 @@
 /* bench_cpu.h — what the benchmarks print about the machine they ran on:
-   the CPU's model (and whether it is emulated), for bench/RESULTS.md. */
+   the CPU's model (and whether it is emulated), and the process's peak
+   memory, for bench/RESULTS.md. */
 #ifndef GPUDL_BENCH_CPU_H
 #define GPUDL_BENCH_CPU_H
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The CPU's model as /proc/cpuinfo names it ("model name" on x86; on ARM
@@ -44,6 +47,18 @@ static const char *bench_cpu_model(void) {
     snprintf(out, sizeof out, "%s (%s%s)", k < 4 ? found[k] : "unknown CPU", arch,
              k == 0 && strcmp(arch, "aarch64") == 0 ? ", emulated on this host" : "");
     return out;
+}
+
+/* The process's peak resident set (VmHWM of /proc/self/status) in MiB; NAN
+   where there is no such file. */
+static double bench_peak_rss_mib(void) {
+    char line[256];
+    double kib = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kib = atof(line + 6);
+    if (f) fclose(f);
+    return kib < 0 ? NAN : kib / 1024;
 }
 
 #endif

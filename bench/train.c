@@ -22,11 +22,14 @@
    samples/s, the FLOPs of a step and the achieved GFLOP/s, peak GPU memory
    (CUDA), the host's time to queue a step (on a GPU the launch overhead that
    a graph removes) and the kernel launches of a step (a replay is one; from
-   the profiler), the threads, the CPU model and the GEMM micro-kernel.
+   the profiler), the threads, the CPU model and the GEMM micro-kernel; on
+   the CPU a line per net with the last step's arena and the peak RSS.
 
    CPU:   cc -O3 -march=native bench/train.c -lm -pthread -o bench_train
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA bench/train.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o bench_train
-   Run:   ./bench_train [net ...]      (default: mlp cnn fc10 fc50) */
+   Run:   ./bench_train [net ...]      (default: mlp cnn fc10 fc50)
+          BENCH_CONV=im2col (or implicit) ./bench_train cnn: the CPU convolutions on
+          one path (unset: the path the shape picks), for before/after in one build */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "bench_cpu.h"
@@ -190,6 +193,16 @@ int main(int argc, char **argv) {
     const char *const *nets = argc > 1 ? (const char *const *)(argv + 1) : defaults;
     int nnets = argc > 1 ? argc - 1 : 4, k, threads = gdl_get_num_threads();
     gdl_device dev = gdl_default_device();
+#ifndef GDL__GEMM_CBLAS
+    /* BENCH_CONV=im2col: the CPU convolutions as before the implicit GEMM, to time both in one build */
+    const char *conv = getenv("BENCH_CONV");
+    if (conv && !strcmp(conv, "im2col")) gdl__conv_path = 0;
+    else if (conv && !strcmp(conv, "implicit")) gdl__conv_path = 1;
+    else if (conv && *conv) {
+        fprintf(stderr, "bench_train: BENCH_CONV=%s: im2col or implicit (unset: by shape)\n", conv);
+        return 2;
+    }
+#endif
     printf("device %s (%s), %d CPU threads\n", gdl_device_str(dev), gdl_device_name(dev), threads);
     printf("cpu: %s, GEMM micro-kernel %s\n", bench_cpu_model(), gdl_gemm_kernel_name());
     printf("%-14s %6s %12s %12s %10s %10s %9s %11s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
@@ -243,6 +256,10 @@ int main(int argc, char **argv) {
             }
             printf("%-14s %6lld %12.3f %12.0f %10.3f %10.1f %9.1f %11.1f %9.1f\n", b.name, (long long)b.batch, 1e3 * med,
                    (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med, peak, 1e6 * host[2], launches);
+            /* the last step's arena (run_steps resets it before each step) and the process's peak so far */
+            if (dev.type == GDL_DEVICE_CPU)
+                printf("memory %s: step arena %.1f MiB (held %.1f MiB), peak RSS %.1f MiB\n", b.name,
+                       gdl_arena_used() / 1048576.0, gdl_arena_reserved() / 1048576.0, bench_peak_rss_mib());
         }
         fflush(stdout);
         gdl_graph_free(b.graph);

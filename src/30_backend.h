@@ -184,6 +184,13 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* x [N,C,H,W] -> col [N, C*KH*KW, OH*OW]; col2im: x += (adjoint) */ \
     X(int, im2col, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *col)) \
     X(int, col2im, (const gdl_conv_geom *g, const gdl_real *col, gdl_real *x)) \
+    /* a convolution's GEMMs without the column matrix (the CPU's implicit GEMM), the bits of im2col + gemm \
+       (+ col2im); w [OC, C/groups, KH, KW]. pass 0: out [N,OC,OH,OW] = conv(x, w), then + bias (NULL: none), \
+       pre and act as bias_act's; pass 1: out (gw) += the weight gradient of x and gy; pass 2: out (gx) += the \
+       input gradient of w and gy. Returns 1, having done nothing, where the backend has no such path (CUDA) \
+       or im2col is the faster for the shape: the caller then runs im2col, gemm, col2im. */ \
+    X(int, conv_implicit, (int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x, \
+        const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out, gdl_real *pre)) \
     /* pooling per (n,c) plane; idx: flat h*W+w of the max; avg counts padding */ \
     X(int, maxpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx)) \
     X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx)) \

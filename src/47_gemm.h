@@ -108,6 +108,19 @@
 #endif
 #endif
 
+/* A convolution's output columns ow whose input column ow*SW - PW + kw*DW
+   lies inside [0, W): [*lo, *hi) (im2col, col2im, the implicit GEMM's
+   packing). A row of columns is then a zero head, a strided copy and a
+   zero tail, with no test per element. */
+static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
+    const int off = kw * g->DW - g->PW; /* input column of ow = 0 */
+    int l = off >= 0 ? 0 : (-off + g->SW - 1) / g->SW, h = g->W - off <= 0 ? 0 : (g->W - off + g->SW - 1) / g->SW;
+    if (l > g->OW) l = g->OW;
+    if (h > g->OW) h = g->OW;
+    *lo = l;
+    *hi = h < l ? l : h;
+}
+
 #ifndef GDL__GEMM_CBLAS
 
 /* Block sizes (elements). MC must be a multiple of MR and NC of NR. They may
@@ -493,10 +506,87 @@ static void gdl__gemm_pack_a(int transA, const gdl_real *A, ptrdiff_t lda, int i
         gdl__gemm_pack_trans(A + (ptrdiff_t)i0 * lda + p0, lda, m, kc, GDL__GEMM_MR, dst);
 }
 
+/* --- the implicit GEMM's packing ------------------------------------------
+   A convolution's column matrix (im2col's, gdl__cpu_im2col) of one image x
+   [C][H][W] in geometry cg: col[r][p] with r = (c*KH + kh)*KW + kw and
+   p = oh*OW + ow is x[c][oh*SH - PH + kh*DH][ow*SW - PW + kw*DW], 0 outside
+   the image. The B packing gathers its kc x NR micro-panels straight from
+   the image, so no more than one KC x NC block of it ever exists (in the
+   packing buffer), and the values packed, hence the products, are those of
+   im2col + GEMM, bit for bit. */
+
+/* d[t*ds] = col[r][p + t] for t < len, where row r reads the plane xc at
+   kernel offset (kh, kw) and position p is (oh, ow): the positions run
+   along output rows, each row a zero head, a copy and a zero tail. */
+static void gdl__gemm_gather(const gdl_conv_geom *cg, const gdl_real *xc, int kh, int kw, int oh, int ow, int len,
+                             gdl_real *d, ptrdiff_t ds) {
+    const int SW = cg->SW, off = kw * cg->DW - cg->PW; /* the input column of ow: ow*SW + off */
+    int lo, hi, t = 0, u;
+    gdl__valid_cols(cg, kw, &lo, &hi);
+    while (t < len) {
+        const int e = ow + (cg->OW - ow < len - t ? cg->OW - ow : len - t); /* this row's ow in [ow, e) */
+        const int ih = oh * cg->SH - cg->PH + kh * cg->DH;
+        const int u0 = lo > ow ? (lo < e ? lo : e) : ow, u1 = hi < e ? (hi > u0 ? hi : u0) : e;
+        gdl_real *q = d + t * ds; /* position (oh, ow) */
+        if (ih < 0 || ih >= cg->H) {
+            for (u = ow; u < e; u++) q[(u - ow) * ds] = 0;
+        } else {
+            const gdl_real *xr = xc + (ptrdiff_t)ih * cg->W;
+            for (u = ow; u < u0; u++) q[(u - ow) * ds] = 0;
+            if (ds == 1 && SW == 1)
+                for (u = u0; u < u1; u++) q[u - ow] = xr[u + off];
+            else
+                for (u = u0; u < u1; u++) q[(u - ow) * ds] = xr[u * SW + off];
+            for (u = u1; u < e; u++) q[(u - ow) * ds] = 0;
+        }
+        t += e - ow;
+        ow = 0;
+        oh++;
+    }
+}
+
+/* op(B)[p0:p0+kc, j0:j0+n] of the column matrix of x -> B micro-panel
+   (columns n..NR-1 zero). Not transposed (a forward: K runs over the rows
+   r, N over the positions), each k a row of col, its (c, kh, kw) stepped
+   along; transposed (a weight gradient: K over the positions), each of the
+   n columns a row of col, written NR apart. */
+static void gdl__gemm_pack_conv(const gdl_conv_geom *cg, int transB, const gdl_real *x, int p0, int kc, int j0, int n,
+                                gdl_real *GDL__RESTRICT dst) {
+    const int KK = cg->KH * cg->KW;
+    const ptrdiff_t HW = (ptrdiff_t)cg->H * cg->W;
+    int k, j, c, kh, kw;
+    if (!transB) {
+        const int oh = j0 / cg->OW, ow = j0 % cg->OW;
+        c = p0 / KK; kh = p0 % KK / cg->KW; kw = p0 % cg->KW;
+        for (k = 0; k < kc; k++) {
+            gdl_real *d = dst + (ptrdiff_t)k * GDL__GEMM_NR;
+            gdl__gemm_gather(cg, x + c * HW, kh, kw, oh, ow, n, d, 1);
+            for (j = n; j < GDL__GEMM_NR; j++) d[j] = 0;
+            if (++kw == cg->KW) {
+                kw = 0;
+                if (++kh == cg->KH) {
+                    kh = 0;
+                    c++;
+                }
+            }
+        }
+        return;
+    }
+    for (j = 0; j < n; j++) {
+        const int r = j0 + j;
+        c = r / KK; kh = r % KK / cg->KW; kw = r % cg->KW;
+        gdl__gemm_gather(cg, x + c * HW, kh, kw, p0 / cg->OW, p0 % cg->OW, kc, dst + j, GDL__GEMM_NR);
+    }
+    for (; j < GDL__GEMM_NR; j++)
+        for (k = 0; k < kc; k++) dst[(ptrdiff_t)k * GDL__GEMM_NR + j] = 0;
+}
+
 /* op(B)[p0:p0+kc, j0:j0+n] -> B micro-panel; columns n..NR-1 are zero. */
-static void gdl__gemm_pack_b(int transB, const gdl_real *B, ptrdiff_t ldb, int p0, int kc, int j0, int n,
-                             gdl_real *GDL__RESTRICT dst) {
-    if (transB)
+static void gdl__gemm_pack_b(const gdl_conv_geom *conv, int transB, const gdl_real *B, ptrdiff_t ldb, int p0, int kc,
+                             int j0, int n, gdl_real *GDL__RESTRICT dst) {
+    if (conv)
+        gdl__gemm_pack_conv(conv, transB, B, p0, kc, j0, n, dst);
+    else if (transB)
         gdl__gemm_pack_trans(B + (ptrdiff_t)j0 * ldb + p0, ldb, n, kc, GDL__GEMM_NR, dst);
     else
         gdl__gemm_pack_copy(B + (ptrdiff_t)p0 * ldb + j0, ldb, n, kc, GDL__GEMM_NR, dst);
@@ -516,7 +606,60 @@ typedef struct gdl__gemm_args {
        weight gradient over the samples), bitwise as a loop of calls. */
     int nseg;
     ptrdiff_t sA, sB;
+    /* conv != NULL: the implicit GEMM of a convolution. B is an image (one
+       sample, one group's channels) and op(B) its column matrix, gathered
+       by the B packing (gdl__gemm_pack_conv; ldb is not read). */
+    const gdl_conv_geom *conv;
+    /* The epilogue, on each tile after its last K block (gdl__gemm_epi):
+       bias (NULL: none) per row of C (bias_col 0) or per column (1), pre
+       (NULL: not kept; ldc apart, as C) and the activation act (< 0: none). */
+    const gdl_real *bias;
+    gdl_real *pre;
+    int bias_col, act;
 } gdl__gemm_args;
+
+/* A plain product: one segment, no implicit B, no epilogue. */
+static void gdl__gemm_args_init(gdl__gemm_args *g, int transA, int transB, int M, int N, int K, gdl_real alpha,
+                                const gdl_real *A, ptrdiff_t lda, const gdl_real *B, ptrdiff_t ldb, gdl_real beta,
+                                gdl_real *C, ptrdiff_t ldc) {
+    memset(g, 0, sizeof *g);
+    g->transA = transA; g->transB = transB;
+    g->M = M; g->N = N; g->K = K;
+    g->alpha = alpha; g->beta = beta;
+    g->A = A; g->B = B; g->C = C;
+    g->lda = lda; g->ldb = ldb; g->ldc = ldc;
+    g->nseg = 1;
+    g->act = -1;
+}
+
+/* gdl__unary1 ([impl-cpu] 1/7): the epilogue's activations are the unary ops' own */
+static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha);
+
+/* The epilogue on C's rows [i0, i0+m) and columns [j0, j0+n): v = c + bias,
+   pre = v, c = act(v), gdl__cpu_bias_act's arithmetic, so that the fused
+   GEMM gives the bits of the GEMM followed by bias_act. Run on a tile just
+   stored (in L1), or on all of C after the unpacked fallback. */
+static void gdl__gemm_epi(const gdl__gemm_args *g, int i0, int m, int j0, int n) {
+    const int act = g->act;
+    int i, j;
+    if (!g->bias && !g->pre && act < 0) return;
+    for (i = i0; i < i0 + m; i++) {
+        gdl_real *c = g->C + (ptrdiff_t)i * g->ldc;
+        gdl_real *pre = g->pre ? g->pre + (ptrdiff_t)i * g->ldc : NULL;
+        if (g->bias && !g->bias_col) {
+            const gdl_real b = g->bias[i];
+            for (j = j0; j < j0 + n; j++) c[j] = c[j] + b;
+        } else if (g->bias) {
+            for (j = j0; j < j0 + n; j++) c[j] = c[j] + g->bias[j];
+        }
+        if (pre)
+            for (j = j0; j < j0 + n; j++) pre[j] = c[j];
+        if (act == GDL_UN_RELU)
+            for (j = j0; j < j0 + n; j++) c[j] = c[j] > 0 ? c[j] : 0;
+        else if (act >= 0)
+            for (j = j0; j < j0 + n; j++) c[j] = gdl__unary1(act, c[j], 0);
+    }
+}
 
 /* Split n into equal blocks of at most max, each a multiple of q (max is a
    multiple of q). */
@@ -526,17 +669,17 @@ static int gdl__gemm_block(int n, int max, int q) {
     return (b + q - 1) / q * q;
 }
 
-/* C = beta*C; beta == 0 writes zeros without reading C. */
+/* C = beta*C (beta == 0 writes zeros without reading C), then the epilogue. */
 static void gdl__gemm_scale(const gdl__gemm_args *g) {
     int i, j;
-    if (g->beta == 1) return;
-    for (i = 0; i < g->M; i++) {
+    for (i = 0; i < g->M && g->beta != 1; i++) {
         gdl_real *c = g->C + i * g->ldc;
         if (g->beta == 0)
             for (j = 0; j < g->N; j++) c[j] = 0;
         else
             for (j = 0; j < g->N; j++) c[j] *= g->beta;
     }
+    gdl__gemm_epi(g, 0, g->M, 0, g->N);
 }
 
 /* Unpacked fallback: the same K blocks and summation order as the packed
@@ -560,6 +703,7 @@ static void gdl__gemm_simple(const gdl__gemm_args *g, int kc_blk) {
             }
         }
     }
+    gdl__gemm_epi(g, 0, g->M, 0, g->N);
 }
 
 /* The packed, blocked path on one thread, for the rows [m0,m1) and columns
@@ -573,11 +717,13 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
         for (seg = 0; seg < g->nseg; seg++)
         for (pc = 0; pc < g->K; pc += kc_blk) {
             const int kc = g->K - pc < kc_blk ? g->K - pc : kc_blk;
-            /* later K blocks (and segments) accumulate */
+            /* later K blocks (and segments) accumulate; the epilogue follows the last */
             const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
+            const int last = seg == g->nseg - 1 && pc + kc == g->K;
             for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
                 const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
-                gdl__gemm_pack_b(g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n, bbuf + (size_t)jr * kc);
+                gdl__gemm_pack_b(g->conv, g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n,
+                                 bbuf + (size_t)jr * kc);
             }
             for (ic = m0; ic < m1; ic += mc_blk) {
                 const int mc = m1 - ic < mc_blk ? m1 - ic : mc_blk;
@@ -612,12 +758,24 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
                                     for (j = 0; j < n; j++) ci[j] = ti[j] + beta * ci[j];
                             }
                         }
+                        if (last) gdl__gemm_epi(g, ic + ir, m, jc + jr, n);
                     }
                 }
             }
         }
     }
 }
+
+/* A GEMM's plan and its tasks, each on its thread's packing buffers
+   (asz + bsz elements, from gdl__gemm_buf): the rectangles of a tm x tn
+   grid of C (gdl__gemm_task), or the products of a batch, sA, sB, sC apart
+   (gdl__gemm_batch_task): the pool's tasks below. */
+typedef struct {
+    const gdl__gemm_args *g;
+    int mc_blk, kc_blk, nc_blk, tm, tn;
+    size_t asz, bsz;
+    ptrdiff_t sA, sB, sC;
+} gdl__gemm_job;
 
 #ifdef GDL__POOL
 /* Cut the MR x NR tiles of C into a tm x tn grid of at most nthreads
@@ -659,15 +817,8 @@ static void gdl__gemm_cell(int M, int N, int tm, int tn, int t, int *m0, int *m1
     if (*n1 > N) *n1 = N;
 }
 
-/* A threaded GEMM's tasks, each on its thread's packing buffers (asz + bsz
-   elements): the rectangles of a tm x tn grid of C (gdl__gemm_task), or the
-   products of a batch, sA, sB, sC apart (gdl__gemm_batch_task). */
-typedef struct {
-    const gdl__gemm_args *g;
-    int mc_blk, kc_blk, nc_blk, tm, tn;
-    size_t asz, bsz;
-    ptrdiff_t sA, sB, sC;
-} gdl__gemm_job;
+/* The calling thread's packing buffers among the threads' (the pool's slot). */
+static int gdl__gemm_slot(void) { return gdl__pool_slot; }
 
 /* One rectangle of the grid: the pool's task t. */
 static void gdl__gemm_task(void *p, int t, int nt) {
@@ -678,56 +829,92 @@ static void gdl__gemm_task(void *p, int t, int nt) {
     gdl__gemm_cell(j->g->M, j->g->N, j->tm, j->tn, t, &m0, &m1, &n0, &n1);
     gdl__gemm_blocked(j->g, m0, m1, n0, n1, j->mc_blk, j->kc_blk, j->nc_blk, buf, buf + j->asz);
 }
+
+/* Product t of a batch, whole, on the thread's own packing buffers. */
+static void gdl__gemm_batch_task(void *p, int t, int nt) {
+    const gdl__gemm_job *j = (const gdl__gemm_job *)p;
+    gdl__gemm_args g = *j->g;
+    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (j->asz + j->bsz);
+    (void)nt;
+    g.A += t * j->sA;
+    g.B += t * j->sB;
+    g.C += t * j->sC;
+    if (g.pre) g.pre += t * j->sC; /* laid out as C */
+    gdl__gemm_blocked(&g, 0, g.M, 0, g.N, j->mc_blk, j->kc_blk, j->nc_blk, buf, buf + j->asz);
+}
+#else
+static int gdl__gemm_slot(void) { return 0; }
 #endif /* GDL__POOL */
+
+/* g's block sizes and per-thread buffers, one thread (tm = tn = 1) */
+static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
+    memset(j, 0, sizeof *j);
+    j->g = g;
+    j->tm = j->tn = 1;
+    j->mc_blk = gdl__gemm_block(g->M, GDL__GEMM_MC, GDL__GEMM_MR);
+    j->kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
+    j->nc_blk = gdl__gemm_block(g->N, GDL__GEMM_NC, GDL__GEMM_NR);
+    /* an A block and a B panel, each rounded up to 64 bytes */
+    j->asz = ((size_t)j->mc_blk * j->kc_blk + 15) & ~(size_t)15;
+    j->bsz = ((size_t)j->kc_blk * j->nc_blk + 15) & ~(size_t)15;
+}
+
+/* The planned GEMM (K > 0, alpha != 0), the caller holding the pool and
+   gdl__gemm_buf at least tm*tn threads' buffers: on the grid's threads, or
+   on this one. */
+static void gdl__gemm_held(gdl__gemm_job *j) {
+#ifdef GDL__POOL
+    if (j->tm * j->tn > 1) {
+        gdl__pool_run(j->tm * j->tn, gdl__gemm_task, j);
+        return;
+    }
+#endif
+    gdl__gemm_blocked(j->g, 0, j->g->M, 0, j->g->N, j->mc_blk, j->kc_blk, j->nc_blk, gdl__gemm_buf,
+                      gdl__gemm_buf + j->asz);
+}
+
+/* The grid of j's GEMM on up to `threads` threads (one below GDL__GEMM_MT_MIN). */
+static void gdl__gemm_plan_grid(gdl__gemm_job *j, int threads) {
+#ifdef GDL__POOL
+    const gdl__gemm_args *g = j->g;
+    if ((double)g->M * g->N * g->K * g->nseg >= GDL__GEMM_MT_MIN) gdl__gemm_grid(g->M, g->N, threads, &j->tm, &j->tn);
+#else
+    (void)j;
+    (void)threads;
+#endif
+}
 
 #endif /* !GDL__GEMM_CBLAS */
 
 #ifndef GDL__GEMM_CBLAS
-/* The built-in GEMM on g (M, N > 0): threads, packing buffers, fallbacks. */
-static void gdl__gemm_run(const gdl__gemm_args *g) {
-    const int M = g->M, N = g->N, K = g->K;
-    int mc_blk, kc_blk, nc_blk, tm = 1, tn = 1;
-    size_t asz, bsz;
-    if (K <= 0 || g->alpha == 0) { /* A and B are not read */
+/* The built-in GEMM on g (M, N > 0): threads, packing buffers, fallbacks.
+   Returns 0, having done nothing, only for an implicit GEMM (g->conv) that
+   cannot have the packing buffers: the unpacked loop cannot read its B. */
+static int gdl__gemm_run(const gdl__gemm_args *g) {
+    gdl__gemm_job j;
+    if (g->K <= 0 || g->alpha == 0) { /* A and B are not read */
         gdl__gemm_scale(g);
-        return;
+        return 1;
     }
-    mc_blk = gdl__gemm_block(M, GDL__GEMM_MC, GDL__GEMM_MR);
-    kc_blk = gdl__gemm_block(K, GDL__GEMM_KC, 1);
-    nc_blk = gdl__gemm_block(N, GDL__GEMM_NC, GDL__GEMM_NR);
+    gdl__gemm_plan(g, &j);
     if (!gdl__pool_acquire()) { /* the packing buffers are in use: don't race */
-        gdl__gemm_simple(g, kc_blk);
-        return;
+        if (g->conv) return 0;
+        gdl__gemm_simple(g, j.kc_blk);
+        return 1;
     }
-#ifdef GDL__POOL
-    if ((double)M * N * K * g->nseg >= GDL__GEMM_MT_MIN) gdl__gemm_grid(M, N, gdl_get_num_threads(), &tm, &tn);
-#endif
-    /* per thread: an A block and a B panel, each rounded up to 64 bytes */
-    asz = ((size_t)mc_blk * kc_blk + 15) & ~(size_t)15;
-    bsz = ((size_t)kc_blk * nc_blk + 15) & ~(size_t)15;
-    if (!gdl__gemm_reserve((size_t)tm * tn * (asz + bsz))) {
-        tm = tn = 1; /* no memory for every thread: try one thread */
-        if (!gdl__gemm_reserve(asz + bsz)) {
+    gdl__gemm_plan_grid(&j, gdl_get_num_threads());
+    if (!gdl__gemm_reserve((size_t)j.tm * j.tn * (j.asz + j.bsz))) {
+        j.tm = j.tn = 1; /* no memory for every thread: try one thread */
+        if (!gdl__gemm_reserve(j.asz + j.bsz)) {
             gdl__pool_release();
-            gdl__gemm_simple(g, kc_blk);
-            return;
+            if (g->conv) return 0;
+            gdl__gemm_simple(g, j.kc_blk);
+            return 1;
         }
     }
-#ifdef GDL__POOL
-    if (tm * tn > 1) {
-        gdl__gemm_job j;
-        j.g = g;
-        j.mc_blk = mc_blk; j.kc_blk = kc_blk; j.nc_blk = nc_blk;
-        j.tm = tm; j.tn = tn;
-        j.asz = asz; j.bsz = bsz;
-        j.sA = j.sB = j.sC = 0;
-        gdl__pool_run(tm * tn, gdl__gemm_task, &j);
-        gdl__pool_release();
-        return;
-    }
-#endif
-    gdl__gemm_blocked(g, 0, M, 0, N, mc_blk, kc_blk, nc_blk, gdl__gemm_buf, gdl__gemm_buf + asz);
+    gdl__gemm_held(&j);
     gdl__pool_release();
+    return 1;
 }
 #endif
 
@@ -737,29 +924,12 @@ static void gdl__gemm_run(const gdl__gemm_args *g) {
    product t, whole, on the thread's own packing buffers. One parallel region
    instead of one per product, and products too small to split are spread
    over the threads too. Each product is computed as a call of its own would
-   (the grid never changes the bits). */
-static void gdl__gemm_batch_task(void *p, int t, int nt) {
-    const gdl__gemm_job *j = (const gdl__gemm_job *)p;
-    gdl__gemm_args g = *j->g;
-    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__pool_slot * (j->asz + j->bsz);
-    (void)nt;
-    g.A += t * j->sA;
-    g.B += t * j->sB;
-    g.C += t * j->sC;
-    gdl__gemm_blocked(&g, 0, g.M, 0, g.N, j->mc_blk, j->kc_blk, j->nc_blk, buf, buf + j->asz);
-}
-
-/* Returns 0 (nothing done) when the pool or the memory is not to be had. */
+   (the grid never changes the bits). Returns 0 (nothing done) when the pool
+   or the memory is not to be had. */
 static int gdl__gemm_batch(const gdl__gemm_args *g, ptrdiff_t sA, ptrdiff_t sB, ptrdiff_t sC, int batch, int threads) {
     gdl__gemm_job j;
-    j.g = g;
-    j.tm = j.tn = 1; /* not a grid */
+    gdl__gemm_plan(g, &j);
     j.sA = sA; j.sB = sB; j.sC = sC;
-    j.mc_blk = gdl__gemm_block(g->M, GDL__GEMM_MC, GDL__GEMM_MR);
-    j.kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
-    j.nc_blk = gdl__gemm_block(g->N, GDL__GEMM_NC, GDL__GEMM_NR);
-    j.asz = ((size_t)j.mc_blk * j.kc_blk + 15) & ~(size_t)15;
-    j.bsz = ((size_t)j.kc_blk * j.nc_blk + 15) & ~(size_t)15;
     if (!gdl__pool_acquire()) return 0;
     if (!gdl__gemm_reserve((size_t)threads * (j.asz + j.bsz))) {
         gdl__pool_release();
@@ -790,12 +960,7 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
 #else
     {
         gdl__gemm_args g;
-        g.transA = transA; g.transB = transB;
-        g.M = M; g.N = N; g.K = K;
-        g.alpha = alpha; g.beta = beta;
-        g.A = A; g.B = B; g.C = C;
-        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-        g.nseg = 1; g.sA = g.sB = 0;
+        gdl__gemm_args_init(&g, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         gdl__gemm_run(&g);
     }
 #endif

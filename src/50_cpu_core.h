@@ -168,11 +168,7 @@ static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, co
            the threads share the whole sum (same bits as the loop below) */
         gdl__gemm_args g;
         GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
-        g.transA = ta; g.transB = tb;
-        g.M = M; g.N = N; g.K = K;
-        g.alpha = alpha; g.beta = beta;
-        g.A = A; g.B = B; g.C = C;
-        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
+        gdl__gemm_args_init(&g, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         g.nseg = batch; g.sA = (ptrdiff_t)sA; g.sB = (ptrdiff_t)sB;
         gdl__gemm_run(&g);
         return 0;
@@ -182,12 +178,7 @@ static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, co
         gdl_get_num_threads() > 1 && (double)M * N * K * batch >= GDL__GEMM_MT_MIN) {
         gdl__gemm_args g;
         GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
-        g.transA = ta; g.transB = tb;
-        g.M = M; g.N = N; g.K = K;
-        g.alpha = alpha; g.beta = beta;
-        g.A = A; g.B = B; g.C = C;
-        g.lda = lda; g.ldb = ldb; g.ldc = ldc;
-        g.nseg = 1; g.sA = g.sB = 0;
+        gdl__gemm_args_init(&g, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         if (gdl__gemm_batch(&g, (ptrdiff_t)sA, (ptrdiff_t)sB, (ptrdiff_t)sC, batch, gdl_get_num_threads())) return 0;
     }
 #endif
@@ -486,8 +477,21 @@ static int gdl__cpu_bias_act(int act, int64_t outer, int64_t C, int64_t inner, c
 }
 static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, const gdl_real *w, const gdl_real *bias,
                                gdl_real *y, gdl_real *pre) {
+#ifndef GDL__GEMM_CBLAS
+    /* bias and act in the GEMM's epilogue, on each tile as it is stored: one pass over y fewer */
+    gdl__gemm_args g;
+    if (M <= 0 || N <= 0) return 0;
+    gdl__gemm_args_init(&g, 0, 1, M, N, K, 1, x, K, w, K, 0, y, N);
+    g.bias = bias;
+    g.bias_col = 1;
+    g.pre = pre;
+    g.act = act;
+    gdl__gemm_run(&g);
+    return 0;
+#else
     if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
     return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
+#endif
 }
 /* x: the pre-activation */
 static void gdl__act_backward_part(gdl__args a, int64_t lo, int64_t hi) {

@@ -1,13 +1,5 @@
-/* The output columns ow whose input column ow*SW - PW + kw*DW lies inside
-   [0, W): [*lo, *hi). Rows of im2col are then a zero head, a strided copy
-   and a zero tail, with no test per element. */
-static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
-    int off = kw * g->DW - g->PW, l = 0, h = g->OW;
-    while (l < h && l * g->SW + off < 0) l++;
-    while (h > l && (h - 1) * g->SW + off >= g->W) h--;
-    *lo = l;
-    *hi = h;
-}
+/* [impl-cpu] 2/7: im2col / col2im, the convolution's implicit GEMM (conv_implicit), max and average pooling,
+   copy2d, dropout */
 
 /* The conv and pool parts do the planes (n, c) in [lo, hi) of a.g's geometry. */
 static void gdl__im2col_part(gdl__args a, int64_t lo, int64_t hi) {
@@ -76,6 +68,171 @@ static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real
     a.g = g; a.x = col; a.out = x;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &a);
     return 0;
+}
+
+/* --- convolution without the column matrix (backend entry conv_implicit) --
+   Forward: y[n] = W * col(x[n]), an implicit GEMM whose B packing gathers
+   col(x[n]) from the image (gdl__gemm_pack_conv), bias + activation in the
+   GEMM's epilogue. Weight gradient: gw += sum over n of gy[n] * col(x[n])^T,
+   the same gather, transposed. Input gradient: per sample, on its thread,
+   the sample's columns' gradient W^T * gy[n] in a buffer of that thread
+   (C*KH*KW x OH*OW) and its col2im. Each gives the bits of im2col + GEMM
+   (+ col2im): the same packed values, K blocks, tiles and orders. So the
+   path may be chosen by shape and thread count freely, and test_conv
+   compares them bit for bit.
+   Memory: the forward keeps no columns for the backward (the weight
+   gradient gathers them again from x): the step arena loses C*KH*KW*OH*OW
+   values a sample for each convolution; the input gradient needs one
+   sample's columns a thread instead of the batch's. */
+
+#ifndef GDL__GEMM_CBLAS /* the implicit GEMM is the built-in GEMM's packing */
+/* Which path: -1 by shape (gdl__conv_implicit_pays), 0 always im2col
+   (conv_implicit declines), 1 the implicit GEMM wherever it can run. For
+   the tests, which compare the two. */
+static int gdl__conv_path = -1;
+
+/* Where the implicit GEMM pays (pass as conv_implicit's). Measured on the
+   dev VM's Xeon, natively (AVX-512) and with the AVX2 kernel forced, 2
+   threads: a conv2d_act (ReLU) forward and backward on batch 32-64, the two
+   paths interleaved, 7 pairs (bench/RESULTS.md). The forward took 0.1-0.95x
+   im2col's time on every shape tried (a 28x28 one-channel input 0.1x, 1x1
+   stride 2 0.3x, 2x2 images 0.93x): its im2col was a pass over memory as
+   large as the input times KH*KW, now never written. The weight gradient
+   0.6-1.0x. The input gradient 0.86-0.99x from 8x8 outputs up, a tie at 4x4,
+   but 1.1-1.2x at 2x2: a sample's product is then a few columns wide and the
+   sample-a-task loop costs more than the batch's buffer saves. So all but
+   the input gradient of outputs under 16 pixels, which keeps im2col's
+   col2im. (1x1 stride-1 unpadded convolutions do not come here: the op
+   layer runs them as a GEMM on the input itself.) */
+static int gdl__conv_implicit_pays(int pass, const gdl_conv_geom *g) {
+    return pass != 2 || g->OH * g->OW >= 16;
+}
+
+/* The input gradient's task t: sample t's columns' gradient, group by group,
+   into this thread's buffer after its packing buffers, then its col2im. */
+typedef struct {
+    gdl__gemm_job j; /* the plan of one group's product (each group's is the same shape) */
+    const gdl_conv_geom *g;
+    int groups, OC;
+    const gdl_real *w, *gy;
+    gdl_real *gx;
+    size_t csz;
+} gdl__conv_dx_job;
+
+static void gdl__conv_dx_task(void *p, int t, int nt) {
+    const gdl__conv_dx_job *d = (const gdl__conv_dx_job *)p;
+    const gdl_conv_geom *g = d->g;
+    const int Cg = g->C / d->groups, OCg = d->OC / d->groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
+    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (d->j.asz + d->j.bsz + d->csz);
+    gdl_real *gcol = buf + d->j.asz + d->j.bsz;
+    gdl__args a = gdl__args_none();
+    int gi;
+    (void)nt;
+    for (gi = 0; gi < d->groups; gi++) {
+        gdl__gemm_args m;
+        gdl__gemm_args_init(&m, 1, 0, CgKK, OHW, OCg, 1, d->w + (ptrdiff_t)gi * OCg * CgKK, CgKK,
+                            d->gy + ((ptrdiff_t)t * d->OC + (ptrdiff_t)gi * OCg) * OHW, OHW, 0,
+                            gcol + (ptrdiff_t)gi * CgKK * OHW, OHW);
+        gdl__gemm_blocked(&m, 0, m.M, 0, m.N, d->j.mc_blk, d->j.kc_blk, d->j.nc_blk, buf, buf + d->j.asz);
+    }
+    a.g = g; a.x = gcol; a.out = d->gx + (ptrdiff_t)t * g->C * g->H * g->W;
+    gdl__col2im_part(a, 0, g->C);
+}
+
+/* Group gi's implicit GEMM of pass 0 (y = W col(x) + bias, act) or 1 (gw += sum over n of gy[n] col(x[n])^T;
+   the samples are its segments). Pass 0's samples are sB = C*H*W, sC = OC*OH*OW apart. */
+static void gdl__conv_gemm_args(int pass, const gdl_conv_geom *g, int groups, int OC, int gi, int act,
+                                const gdl_real *x, const gdl_real *w, const gdl_real *gy, const gdl_real *bias,
+                                gdl_real *out, gdl_real *pre, gdl__gemm_args *m) {
+    const int Cg = g->C / groups, OCg = OC / groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
+    const gdl_real *xg = x + (ptrdiff_t)gi * Cg * g->H * g->W;
+    if (pass == 1) {
+        gdl__gemm_args_init(m, 0, 1, OCg, CgKK, OHW, 1, gy + (ptrdiff_t)gi * OCg * OHW, OHW, xg, 0, 1,
+                            out + (ptrdiff_t)gi * OCg * CgKK, CgKK);
+        m->nseg = g->N;
+        m->sA = (ptrdiff_t)OC * OHW;
+        m->sB = (ptrdiff_t)g->C * g->H * g->W;
+    } else {
+        gdl__gemm_args_init(m, 0, 0, OCg, OHW, CgKK, 1, w + (ptrdiff_t)gi * OCg * CgKK, CgKK, xg, 0, 0,
+                            out + (ptrdiff_t)gi * OCg * OHW, OHW);
+        m->bias = bias ? bias + gi * OCg : NULL;
+        m->pre = pre ? pre + (ptrdiff_t)gi * OCg * OHW : NULL;
+        m->act = act;
+    }
+    m->conv = g;
+}
+#endif
+
+static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x,
+                                  const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out,
+                                  gdl_real *pre) {
+#ifdef GDL__GEMM_CBLAS
+    (void)pass; (void)g; (void)groups; (void)OC; (void)act; (void)x; (void)w; (void)gy; (void)bias; (void)out;
+    (void)pre;
+    return 1; /* the packing is the built-in GEMM's */
+#else
+    const int Cg = g->C / groups, OCg = OC / groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
+    const ptrdiff_t CHW = (ptrdiff_t)g->C * g->H * g->W;
+    const int threads = gdl_get_num_threads();
+    gdl__gemm_args m;
+    gdl__gemm_job j;
+    int gi, n;
+    if (gdl__conv_path == 0 || (gdl__conv_path < 0 && !gdl__conv_implicit_pays(pass, g))) return 1;
+    if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
+    /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle */
+    if (pass == 2 && threads > 1 && g->N < threads) return 1;
+    if (!gdl__pool_acquire()) return 1; /* another thread's GEMM has the packing buffers */
+    if (pass == 2) {
+        gdl__conv_dx_job d;
+        gdl__gemm_args_init(&m, 1, 0, CgKK, OHW, OCg, 1, w, CgKK, gy, OHW, 0, out, OHW);
+        gdl__gemm_plan(&m, &d.j);
+        d.g = g; d.groups = groups; d.OC = OC; d.w = w; d.gy = gy; d.gx = out;
+        d.csz = ((size_t)g->C * g->KH * g->KW * OHW + 15) & ~(size_t)15;
+        if (!gdl__gemm_reserve((size_t)threads * (d.j.asz + d.j.bsz + d.csz))) {
+            gdl__pool_release();
+            return 1;
+        }
+        gdl__pool_run(g->N, gdl__conv_dx_task, &d);
+        gdl__pool_release();
+        return 0;
+    }
+    /* every group's product has the same shape, so one plan sizes the buffers; a grid has at most `threads` cells */
+    gdl__conv_gemm_args(pass, g, groups, OC, 0, act, x, w, gy, bias, out, pre, &m);
+    gdl__gemm_plan(&m, &j);
+    if (!gdl__gemm_reserve((size_t)threads * (j.asz + j.bsz))) {
+        gdl__pool_release();
+        return 1;
+    }
+    for (gi = 0; gi < groups; gi++) {
+        gdl__conv_gemm_args(pass, g, groups, OC, gi, act, x, w, gy, bias, out, pre, &m);
+        j.g = &m;
+        j.tm = j.tn = 1;
+#ifdef GDL__POOL
+        if (pass == 0 && threads > 1 && g->N >= threads &&
+            (double)OCg * OHW * CgKK * g->N >= GDL__GEMM_MT_MIN) { /* a sample a task, each whole on its thread */
+            j.sB = CHW;
+            j.sC = (ptrdiff_t)OC * OHW;
+            gdl__pool_run(g->N, gdl__gemm_batch_task, &j);
+            continue;
+        }
+#endif
+        gdl__gemm_plan_grid(&j, threads);
+        if (pass == 1) { /* one product, K running over the samples in turn */
+            gdl__gemm_held(&j);
+            continue;
+        }
+        for (n = 0; n < g->N; n++) { /* a sample at a time, on the grid's threads */
+            gdl__gemm_args s = m;
+            s.B += n * CHW;
+            s.C += (ptrdiff_t)n * OC * OHW;
+            if (s.pre) s.pre += (ptrdiff_t)n * OC * OHW;
+            j.g = &s;
+            gdl__gemm_held(&j);
+        }
+    }
+    gdl__pool_release();
+    return 0;
+#endif
 }
 
 /* gdl_real's bits, for selects by mask */

@@ -222,9 +222,9 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
     gdl_conv_geom g;
     int64_t OC, Cg, OCg, KK, OHW, shape[4];
     gdl_tensor *out, *pre = NULL, *in[3];
-    gdl_real *col;
+    gdl_real *col = NULL;
     gdl_node *n;
-    int gi, err, direct, opid = act >= -1 ? GDL_OP_CONV2D_ACT : GDL_OP_CONV2D;
+    int gi, err, direct, implicit = 0, opid = act >= -1 ? GDL_OP_CONV2D_ACT : GDL_OP_CONV2D;
     const gdl_backend *be;
     gdl_dtype dt = GDL_F32;
     if (gdl__xwb_not_f32(x, w, bias)) {
@@ -272,29 +272,37 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, 4, shape, dt, x->device))) return NULL;
     /* a 1x1 stride-1 unpadded convolution is a GEMM on the input itself */
     direct = g.KH == 1 && g.KW == 1 && g.SH == 1 && g.SW == 1 && g.PH == 0 && g.PW == 0;
+    in[0] = x; in[1] = w; in[2] = bias;
+    if (act >= 0 && act != GDL_UN_RELU && gdl__needs_grad(3, in) && !(pre = gdl__tmp(op, 4, shape, GDL_F32, x->device)))
+        return NULL;
     if (dt != GDL_F32) {
         void *lcol = NULL;
         if (gdl__conv2d_lp(op, be, dt, &g, groups, direct, x, w, bias, out, &lcol) < 0) return NULL;
         col = (gdl_real *)lcol;
-    } else if (direct) {
-        col = GDL__R(x);
-    } else {
-        col = (gdl_real *)gdl__scratch(op, x->device, sizeof(gdl_real) * (size_t)(g.N * g.C * KK * OHW));
-        if (!col || be->im2col(&g, GDL__R(x), col) < 0) return NULL;
+    } else if (!direct && out->numel) { /* the columns gathered in the GEMM's packing, bias and act in its epilogue */
+        int rc = be->conv_implicit(0, &g, groups, (int)OC, act >= 0 ? act : -1, GDL__R(x), GDL__R(w), NULL,
+                                   bias ? GDL__R(bias) : NULL, GDL__R(out), pre ? GDL__R(pre) : NULL);
+        if (rc < 0) return NULL;
+        implicit = rc == 0; /* 1: not on this backend or for this shape */
     }
-    for (gi = 0; gi < groups && dt == GDL_F32; gi++) /* (the low path made out above) */
-        if (be->gemm(0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
-                     col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
-                     OC * OHW, g.N) < 0)
-            return NULL;
-    in[0] = x; in[1] = w; in[2] = bias;
-    if (act >= -1) {
-        if (act >= 0 && act != GDL_UN_RELU && gdl__needs_grad(3, in) && !(pre = gdl__tmp(op, 4, shape, GDL_F32, x->device)))
-            return NULL;
+    if (dt == GDL_F32 && !implicit) {
+        if (direct) {
+            col = GDL__R(x);
+        } else {
+            col = (gdl_real *)gdl__scratch(op, x->device, sizeof(gdl_real) * (size_t)(g.N * g.C * KK * OHW));
+            if (!col || be->im2col(&g, GDL__R(x), col) < 0) return NULL;
+        }
+        for (gi = 0; gi < groups; gi++)
+            if (be->gemm(0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+                         col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
+                         OC * OHW, g.N) < 0)
+                return NULL;
+    }
+    if (act >= -1 && !implicit) {
         if (out->numel && be->bias_act(act, g.N, OC, OHW, bias ? GDL__R(bias) : NULL, GDL__R(out),
                                        pre ? GDL__R(pre) : NULL) < 0)
             return NULL;
-    } else if (bias && dt == GDL_F32) {
+    } else if (act == -2 && bias && dt == GDL_F32 && !implicit) {
         int64_t s3[3], ostr[3], bstr[3];
         s3[0] = g.N; s3[1] = OC; s3[2] = OHW;
         ostr[0] = OC * OHW; ostr[1] = OHW; ostr[2] = 1;
@@ -305,7 +313,7 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
     if (err) return NULL;
     if (n) {
         n->geom = g;
-        n->buf = col;
+        n->buf = col; /* NULL after the implicit GEMM: the backward gathers the columns from x again */
         n->i[0] = groups;
         n->i[1] = direct;
         n->i[2] = act;
@@ -364,12 +372,25 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
             be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
             return -1;
     }
+    if (gw && !direct && !col) { /* the forward's implicit GEMM kept no columns */
+        int rc = be->conv_implicit(1, g, groups, (int)OC, -1, GDL__R(n->in[0]), NULL, gy, NULL, gw, NULL);
+        if (rc < 0) return -1;
+        if (rc == 0) gw = NULL; /* done */
+        else if (!(col = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * CKK * OHW))) ||
+                 be->im2col(g, GDL__R(n->in[0]), col) < 0)
+            return -1;
+    }
     if (gw) /* summed over the samples in turn: one batched call with sC == 0 per group */
         for (gi = 0; gi < groups; gi++)
             if (be->gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
                          col + gi * Cg * KK * OHW, (int)OHW, CKK * OHW, 1, gw + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          g->N) < 0)
                 return -1;
+    if (gx && !direct) { /* one sample's columns' gradient at a time: no buffer for the batch's */
+        int rc = be->conv_implicit(2, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
+        if (rc < 0) return -1;
+        if (rc == 0) gx = NULL; /* done */
+    }
     if (gx) {
         /* direct: the columns are the input, so accumulate straight into gx */
         gdl_real *gcol = direct ? gx : (gdl_real *)gdl__scratch("gdl_backward", n->out->device,

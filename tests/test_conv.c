@@ -1,0 +1,352 @@
+/* test_conv.c — the CPU convolution's two paths (issue 26): the implicit
+   GEMM (the columns gathered by the GEMM's packing, bias and activation in
+   its epilogue, the input gradient a sample at a time) against im2col +
+   GEMM + col2im, bit for bit, forward and both gradients, over strides,
+   paddings, dilations, groups, kernel shapes, images smaller than the
+   kernel's reach and the GEMM's tile and K-block edges; the implicit path
+   against a direct double loop; its bits at 1, 2 and 3 threads; its
+   fallback when the GEMM's buffers are held by someone else; linear_act's
+   epilogue against linear then the activation. One translation unit with
+   the implementation: it picks the path through gdl__conv_path. */
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "harness.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU gdl_cpu()
+#define NO_ACT -2 /* gdl_conv2d_ex; else a gdl_act for gdl_conv2d_act (square stride, padding, dilation) */
+
+typedef struct {
+    const char *name;
+    int N, C, H, W, OC, KH, KW, sh, sw, ph, pw, dh, dw, groups, bias, act;
+} conv_case;
+
+static const conv_case cases[] = {
+    /* name            N   C   H   W  OC KH KW sh sw ph pw dh dw  g  b  act */
+    {"basic",          2,  3,  7,  6,  4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"stride2",        2,  2,  9,  8,  3, 3, 3, 2, 2, 0, 0, 1, 1, 1, 1, NO_ACT},
+    {"stride3x2",      2,  3, 11, 10,  5, 3, 2, 3, 2, 1, 0, 1, 1, 1, 1, NO_ACT},
+    {"pad2",           1,  2,  5,  5,  3, 3, 3, 1, 1, 2, 2, 1, 1, 1, 1, NO_ACT},
+    {"pad_past_reach", 1,  1,  4,  4,  2, 2, 2, 1, 1, 3, 3, 1, 1, 1, 0, NO_ACT},
+    {"pad_uneven",     2,  2,  6,  7,  3, 3, 3, 1, 2, 0, 2, 1, 1, 1, 1, NO_ACT},
+    {"dilation2",      2,  2,  9,  9,  3, 3, 3, 1, 1, 2, 2, 2, 2, 1, 1, NO_ACT},
+    {"dilation3x2",    1,  3, 10,  7,  4, 2, 3, 2, 1, 1, 2, 3, 2, 1, 0, NO_ACT},
+    {"groups3",        2,  6,  7,  7,  6, 3, 3, 1, 1, 1, 1, 1, 1, 3, 1, NO_ACT},
+    {"depthwise",      2,  4,  6,  6,  4, 3, 3, 1, 1, 1, 1, 1, 1, 4, 1, NO_ACT},
+    {"groups2_s2",     2,  4,  8,  8, 10, 3, 3, 2, 2, 1, 1, 1, 1, 2, 1, NO_ACT},
+    {"ragged_tiles",   3,  5, 13, 11,  9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"k_256",          2, 16,  7,  7,  5, 4, 4, 1, 1, 2, 2, 1, 1, 1, 1, NO_ACT},
+    {"k_270",          2, 30,  6,  5,  7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"k_513_groups2",  2, 114, 5,  4,  6, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1, NO_ACT},
+    {"pixels_380",     2,  2, 20, 19,  3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"batch5",         5,  3,  8,  8,  4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"batch1",         1,  4, 12, 12,  8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"1x1_stride2",    2,  3,  7,  7,  4, 1, 1, 2, 2, 0, 0, 1, 1, 1, 1, NO_ACT},
+    {"1x1_padded",     1,  3,  4,  4,  2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"1x1_direct",     2,  3,  5,  5,  4, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, NO_ACT},
+    {"kernel_1x3",     2,  2,  6,  9,  3, 1, 3, 1, 1, 0, 1, 1, 1, 1, 1, NO_ACT},
+    {"kernel_5x1",     2,  2,  9,  6,  3, 5, 1, 1, 2, 2, 0, 1, 1, 1, 1, NO_ACT},
+    {"one_output",     2,  3,  4,  4,  5, 4, 4, 1, 1, 0, 0, 1, 1, 1, 1, NO_ACT},
+    {"width1",         2,  2,  5,  1,  3, 3, 1, 1, 1, 1, 0, 1, 1, 1, 1, NO_ACT},
+    {"no_bias",        2,  3,  7,  6,  4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, NO_ACT},
+    {"relu",           3,  4,  9,  9,  8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, GDL_ACT_RELU},
+    {"relu_groups2",   2,  4,  7,  7,  6, 3, 3, 2, 2, 1, 1, 1, 1, 2, 1, GDL_ACT_RELU},
+    {"relu_no_bias",   2,  3,  6,  6,  4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, GDL_ACT_RELU},
+    {"gelu_tanh",      2,  3,  6,  6,  4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, GDL_ACT_GELU_TANH},
+    {"gelu_erf_d2",    2,  3,  8,  8,  4, 3, 3, 1, 1, 2, 2, 2, 2, 1, 0, GDL_ACT_GELU},
+    {"act_none",       2,  2,  9,  8,  3, 3, 3, 2, 2, 0, 0, 2, 2, 1, 1, GDL_ACT_NONE},
+    {"cnn_conv2",      4, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, GDL_ACT_RELU},
+};
+
+typedef struct {
+    gdl_tensor *x, *w, *b, *r; /* r: the loss is sum(y * r), so that gy = r */
+    int OH, OW;
+} conv_io;
+
+/* what one run gives, copied out */
+typedef struct {
+    float *y, *gx, *gw, *gb;
+} conv_res;
+
+static int out_size(int in, int p, int d, int k, int s) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+
+static int make_io(const conv_case *c, conv_io *io) {
+    int64_t sx[4], sw[4], sb[1], sy[4];
+    sx[0] = c->N; sx[1] = c->C; sx[2] = c->H; sx[3] = c->W;
+    sw[0] = c->OC; sw[1] = c->C / c->groups; sw[2] = c->KH; sw[3] = c->KW;
+    sb[0] = c->OC;
+    io->OH = out_size(c->H, c->ph, c->dh, c->KH, c->sh);
+    io->OW = out_size(c->W, c->pw, c->dw, c->KW, c->sw);
+    sy[0] = c->N; sy[1] = c->OC; sy[2] = io->OH; sy[3] = io->OW;
+    gdl_manual_seed(26);
+    io->x = gdl_randn(4, sx, CPU);
+    io->w = gdl_randn(4, sw, CPU);
+    io->b = c->bias ? gdl_randn(1, sb, CPU) : NULL;
+    io->r = gdl_randn(4, sy, CPU);
+    if (!io->x || !io->w || (c->bias && !io->b) || !io->r) return -1;
+    gdl_set_requires_grad(io->x, 1);
+    gdl_set_requires_grad(io->w, 1);
+    if (io->b) gdl_set_requires_grad(io->b, 1);
+    return 0;
+}
+
+static void free_io(conv_io *io) {
+    gdl_free(io->x); gdl_free(io->w); gdl_free(io->b); gdl_free(io->r);
+}
+
+static float *copy_of(const gdl_tensor *t) {
+    float *p = (float *)malloc(sizeof(float) * (size_t)(t->numel ? t->numel : 1));
+    if (p) memcpy(p, t->data, sizeof(float) * (size_t)t->numel);
+    return p;
+}
+
+static void free_res(conv_res *r) {
+    free(r->y); free(r->gx); free(r->gw); free(r->gb);
+    memset(r, 0, sizeof *r);
+}
+
+/* One forward and backward on path (gdl__conv_path) with `threads` threads; the results copied into *res. */
+static int run(const conv_case *c, conv_io *io, int path, int threads, conv_res *res) {
+    int s[2], p[2], d[2];
+    gdl_tensor *y, *loss;
+    memset(res, 0, sizeof *res);
+    gdl__conv_path = path;
+    gdl_set_num_threads(threads);
+    gdl_arena_reset();
+    if (gdl_zero_grad_tensor(io->x) < 0 || gdl_zero_grad_tensor(io->w) < 0 || (io->b && gdl_zero_grad_tensor(io->b) < 0))
+        return -1;
+    s[0] = c->sh; s[1] = c->sw; p[0] = c->ph; p[1] = c->pw; d[0] = c->dh; d[1] = c->dw;
+    y = c->act == NO_ACT ? gdl_conv2d_ex(io->x, io->w, io->b, s, p, d, c->groups)
+                         : gdl_conv2d_act(io->x, io->w, io->b, c->sh, c->ph, c->dh, c->groups, (gdl_act)c->act);
+    loss = y ? gdl_sum(gdl_mul(y, io->r)) : NULL;
+    if (!loss || gdl_backward(loss) < 0) return -1;
+    res->y = copy_of(y);
+    res->gx = copy_of(io->x->grad);
+    res->gw = copy_of(io->w->grad);
+    res->gb = io->b ? copy_of(io->b->grad) : NULL;
+    gdl__conv_path = -1;
+    return res->y && res->gx && res->gw && (!io->b || res->gb) ? 0 : -1;
+}
+
+/* the first index where a and b differ in their bits, or -1 */
+static int64_t first_diff(const float *a, const float *b, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i++)
+        if (memcmp(a + i, b + i, sizeof(float))) return i;
+    return -1;
+}
+
+static enum harness_result same_bits(const char *what, const conv_case *c, const conv_io *io, const conv_res *a,
+                                     const conv_res *b) {
+    const int64_t ny = (int64_t)c->N * c->OC * io->OH * io->OW;
+    int64_t i;
+    if ((i = first_diff(a->y, b->y, ny)) >= 0)
+        FAILf("%s: %s: y[%lld] %.9g vs %.9g", c->name, what, (long long)i, a->y[i], b->y[i]);
+    if ((i = first_diff(a->gx, b->gx, io->x->numel)) >= 0)
+        FAILf("%s: %s: gx[%lld] %.9g vs %.9g", c->name, what, (long long)i, a->gx[i], b->gx[i]);
+    if ((i = first_diff(a->gw, b->gw, io->w->numel)) >= 0)
+        FAILf("%s: %s: gw[%lld] %.9g vs %.9g", c->name, what, (long long)i, a->gw[i], b->gw[i]);
+    if (io->b && (i = first_diff(a->gb, b->gb, io->b->numel)) >= 0)
+        FAILf("%s: %s: gb[%lld] %.9g vs %.9g", c->name, what, (long long)i, a->gb[i], b->gb[i]);
+    PASS();
+}
+
+/* The direct loop in double: y before the activation; with gy (the
+   gradient at the output, the activation's derivative applied) gx, gw and
+   gb. Each with the sum of the absolute values of its terms, for the
+   tolerance. */
+typedef struct {
+    double *y, *ya, *gx, *gxa, *gw, *gwa, *gb, *gba;
+} conv_ref;
+
+static void ref_conv(const conv_case *c, const conv_io *io, const double *gy, conv_ref *R) {
+    const float *x = (const float *)io->x->data, *w = (const float *)io->w->data;
+    const float *b = io->b ? (const float *)io->b->data : NULL;
+    const int Cg = c->C / c->groups, OCg = c->OC / c->groups;
+    int n, oc, oh, ow, ci, kh, kw;
+    for (n = 0; n < c->N; n++)
+        for (oc = 0; oc < c->OC; oc++)
+            for (oh = 0; oh < io->OH; oh++)
+                for (ow = 0; ow < io->OW; ow++) {
+                    const int64_t o = (((int64_t)n * c->OC + oc) * io->OH + oh) * io->OW + ow;
+                    double acc = b ? b[oc] : 0, mag = b ? fabs(b[oc]) : 0;
+                    for (ci = 0; ci < Cg; ci++)
+                        for (kh = 0; kh < c->KH; kh++)
+                            for (kw = 0; kw < c->KW; kw++) {
+                                const int ih = oh * c->sh - c->ph + kh * c->dh, iw = ow * c->sw - c->pw + kw * c->dw;
+                                const int cc = oc / OCg * Cg + ci;
+                                int64_t xi, wi;
+                                if (ih < 0 || ih >= c->H || iw < 0 || iw >= c->W) continue;
+                                xi = (((int64_t)n * c->C + cc) * c->H + ih) * c->W + iw;
+                                wi = (((int64_t)oc * Cg + ci) * c->KH + kh) * c->KW + kw;
+                                acc += (double)x[xi] * w[wi];
+                                mag += fabs((double)x[xi] * w[wi]);
+                                if (gy) {
+                                    R->gx[xi] += gy[o] * w[wi];
+                                    R->gxa[xi] += fabs(gy[o] * w[wi]);
+                                    R->gw[wi] += gy[o] * x[xi];
+                                    R->gwa[wi] += fabs(gy[o] * x[xi]);
+                                }
+                            }
+                    R->y[o] = acc;
+                    R->ya[o] = mag;
+                    if (gy && b) {
+                        R->gb[oc] += gy[o];
+                        R->gba[oc] += fabs(gy[o]);
+                    }
+                }
+}
+
+static enum harness_result near(const char *c, const char *what, const float *got, const double *ref,
+                                const double *mag, int64_t n) {
+    int64_t i;
+    for (i = 0; i < n; i++)
+        if (!(fabs(got[i] - ref[i]) <= 1e-5 * mag[i] + 1e-6))
+            FAILf("%s: %s[%lld] = %.9g, the direct loop's %.9g", c, what, (long long)i, got[i], ref[i]);
+    PASS();
+}
+
+/* The implicit path against the direct loop: y, then gx, gw, gb from gy = r
+   (times ReLU's derivative at the output). GELU is left to the bitwise
+   comparison with im2col and to test_gradcheck's finite differences. */
+static enum harness_result against_direct_loop(const conv_case *c, const conv_io *io, const conv_res *res) {
+    const int64_t ny = (int64_t)c->N * c->OC * io->OH * io->OW, nx = io->x->numel, nw = io->w->numel;
+    const float *r = (const float *)io->r->data;
+    double *buf = (double *)calloc((size_t)(3 * ny + 2 * nx + 2 * nw + 2 * c->OC), sizeof(double));
+    conv_ref R;
+    enum harness_result hr = HARNESS_PASS;
+    int64_t i;
+    if (!buf) FAILm("out of memory");
+    R.y = buf; R.ya = R.y + ny; R.gx = R.ya + ny; R.gxa = R.gx + nx; R.gw = R.gxa + nx; R.gwa = R.gw + nw;
+    R.gb = R.gwa + nw; R.gba = R.gb + c->OC;
+    {
+        double *gy = R.gba + c->OC;
+        for (i = 0; i < ny; i++) /* ReLU's derivative from the output itself: no tie with the double's sign */
+            gy[i] = c->act == GDL_ACT_RELU && !(res->y[i] > 0) ? 0 : r[i];
+        ref_conv(c, io, gy, &R);
+        for (i = 0; i < ny && hr == HARNESS_PASS; i++) {
+            const double want = c->act == GDL_ACT_RELU ? (R.y[i] > 0 ? R.y[i] : 0) : R.y[i];
+            if (!(fabs(res->y[i] - want) <= 1e-5 * R.ya[i] + 1e-6)) {
+                free(buf);
+                FAILf("%s: y[%lld] = %.9g, the direct loop's %.9g", c->name, (long long)i, res->y[i], want);
+            }
+        }
+    }
+    hr = near(c->name, "gx", res->gx, R.gx, R.gxa, nx);
+    if (hr == HARNESS_PASS) hr = near(c->name, "gw", res->gw, R.gw, R.gwa, nw);
+    if (hr == HARNESS_PASS && io->b) hr = near(c->name, "gb", res->gb, R.gb, R.gba, c->OC);
+    free(buf);
+    return hr;
+}
+
+/* One case: im2col (2 threads) is the reference; the implicit path at 1, 2
+   and 3 threads and the path chosen by shape give its bits; the implicit
+   path agrees with the direct loop. */
+TEST conv_paths_agree(const conv_case *c) {
+    static const int threads[] = {1, 2, 3, 2}, paths[] = {1, 1, 1, -1}; /* last: the path the shape picks */
+    conv_io io;
+    conv_res old, cur;
+    enum harness_result hr = HARNESS_PASS;
+    size_t t;
+    char what[64];
+    if (make_io(c, &io) < 0) FAILm(gdl_last_error());
+    if (run(c, &io, 0, 2, &old) < 0) {
+        free_res(&old);
+        free_io(&io); /* (frees set no error) */
+        FAILf("%s: im2col: %s", c->name, gdl_last_error());
+    }
+    for (t = 0; t < sizeof threads / sizeof *threads && hr == HARNESS_PASS; t++) {
+        if (run(c, &io, paths[t], threads[t], &cur) < 0) {
+            hr = harness_fail_(__FILE__, __LINE__, "%s: path %d: %s", c->name, paths[t], gdl_last_error());
+        } else {
+            snprintf(what, sizeof what, "path %d at %d threads against im2col", paths[t], threads[t]);
+            hr = same_bits(what, c, &io, &old, &cur);
+            if (hr == HARNESS_PASS && t == 0 && c->act != GDL_ACT_GELU && c->act != GDL_ACT_GELU_TANH)
+                hr = against_direct_loop(c, &io, &cur);
+        }
+        free_res(&cur);
+    }
+    free_res(&old);
+    free_io(&io);
+    gdl_set_num_threads(0);
+    return hr;
+}
+
+/* With the GEMM's buffers held (another thread's GEMM, say), the entry
+   declines and the op runs im2col: the same bits. */
+TEST conv_falls_back_when_the_buffers_are_held(void) {
+    const conv_case *c = &cases[11]; /* ragged_tiles */
+    conv_io io;
+    conv_res old, cur;
+    enum harness_result hr;
+    gdl_conv_geom g;
+    float xs[4] = {1, 2, 3, 4}, ws[1] = {1}, ys[4] = {0, 0, 0, 0};
+#ifndef GDL__POOL
+    SKIPm("no thread pool in this build (GPUDL_NO_THREADS): the buffers are never held");
+#endif
+    if (make_io(c, &io) < 0) FAILm(gdl_last_error());
+    if (run(c, &io, 0, 2, &old) < 0) FAILf("im2col: %s", gdl_last_error());
+    memset(&g, 0, sizeof g);
+    g.N = 1; g.C = 1; g.H = g.W = 2; g.KH = g.KW = 1; g.SH = g.SW = g.DH = g.DW = 1; g.OH = g.OW = 2;
+    ASSERT(gdl__pool_acquire());
+    /* held: conv_implicit declines, having written nothing */
+    gdl__conv_path = 1;
+    ASSERT_EQ(1, gdl__cpu_conv_implicit(0, &g, 1, 1, -1, xs, ws, NULL, NULL, ys, NULL));
+    gdl__conv_path = -1;
+    ASSERT_IN_RANGE(0, ys[0] + ys[1] + ys[2] + ys[3], 0);
+    hr = run(c, &io, 1, 2, &cur) < 0 ? HARNESS_FAIL : HARNESS_PASS;
+    gdl__pool_release();
+    if (hr == HARNESS_PASS) hr = same_bits("implicit with the buffers held", c, &io, &old, &cur);
+    else FAILf("implicit, buffers held: %s", gdl_last_error());
+    free_res(&old);
+    free_res(&cur);
+    free_io(&io);
+    return hr;
+}
+
+/* linear_act's epilogue (bias per column, pre kept for GELU) against
+   linear then the activation, past a K block (K 300) and on ragged tiles. */
+TEST linear_act_epilogue_matches_unfused(void) {
+    static const int acts[] = {GDL_ACT_NONE, GDL_ACT_RELU, GDL_ACT_GELU_TANH, GDL_ACT_GELU};
+    int64_t sx[2] = {37, 300}, sw[2] = {45, 300}, sb[1] = {45};
+    gdl_tensor *x, *w, *b;
+    size_t a;
+    gdl_manual_seed(7);
+    x = gdl_randn(2, sx, CPU); w = gdl_randn(2, sw, CPU); b = gdl_randn(1, sb, CPU);
+    ASSERT(x && w && b);
+    gdl_set_requires_grad(w, 1);
+    for (a = 0; a < sizeof acts / sizeof *acts; a++) {
+        gdl_tensor *f, *u;
+        int64_t i;
+        gdl_arena_reset();
+        f = gdl_linear_act(x, w, b, (gdl_act)acts[a]);
+        u = gdl_linear(x, w, b);
+        if (acts[a] == GDL_ACT_RELU) u = gdl_relu(u);
+        else if (acts[a] == GDL_ACT_GELU_TANH) u = gdl_gelu(u, 1);
+        else if (acts[a] == GDL_ACT_GELU) u = gdl_gelu(u, 0);
+        ASSERT(f && u);
+        for (i = 0; i < f->numel; i++)
+            if (memcmp((float *)f->data + i, (float *)u->data + i, sizeof(float)))
+                FAILf("act %d: y[%lld] %.9g fused, %.9g unfused", acts[a], (long long)i, ((float *)f->data)[i],
+                      ((float *)u->data)[i]);
+    }
+    gdl_free(x); gdl_free(w); gdl_free(b);
+    PASS();
+}
+
+SUITE(conv) {
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof *cases; i++) RUN_TEST_NAMED(cases[i].name, conv_paths_agree, &cases[i]);
+    RUN_TEST(conv_falls_back_when_the_buffers_are_held);
+    RUN_TEST(linear_act_epilogue_matches_unfused);
+}
+
+HARNESS_MAIN_DEFS();
+int main(int argc, char **argv) {
+    HARNESS_MAIN_BEGIN(argc, argv);
+    RUN_SUITE(conv);
+    gdl_shutdown();
+    HARNESS_MAIN_END();
+}
