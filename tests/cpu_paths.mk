@@ -25,7 +25,7 @@
 # no -g: it adds ~20 % to the compile time that dominates these targets
 CPUP_OPT ?= -O2
 CPUP_DIRS = $(B)/cpu-avx512 $(B)/cpu-avx2 $(B)/cpu-portable
-CPUP_PROGS = test_core test_gradcheck test_nn test_train test_gemm_kernels train_trace
+CPUP_PROGS = test_core test_gradcheck test_nn test_train test_gemm_kernels test_gelu train_trace
 CPUP_HDR = gpudl.h tests/harness.h tests/op_cases.h
 
 # Per path: the target flags, the options, the libraries. AVX-512 here is
@@ -128,6 +128,8 @@ $(B)/cpu-%/tgk_portable.o: tests/test_gemm_kernels.c gpudl.h | $(CPUP_DIRS)
 	$(CC) $(CPUP_FLAGS) -DTGK_PORTABLE_TU -c $< -o $@
 $(B)/cpu-%/test_gemm_kernels: tests/test_gemm_kernels.c $(B)/cpu-%/tgk_portable.o tests/harness.h gpudl.h | $(CPUP_DIRS)
 	$(CC) $(CPUP_FLAGS) -DTGK_EXPECT='"$*"' $< $(B)/cpu-$*/tgk_portable.o -o $@ $(CPUP_LIBS_$*)
+$(B)/cpu-%/test_gelu: tests/test_gelu.c tests/harness.h gpudl.h | $(CPUP_DIRS)
+	$(CC) $(CPUP_FLAGS) $< -o $@ $(CPUP_LIBS_$*)
 
 # --- AArch64 ---
 A64_FLAGS = $(STD) $(WARN) $(CPUP_OPT)
@@ -150,3 +152,5 @@ $(A64)/tgk_portable.o: tests/test_gemm_kernels.c gpudl.h | $(A64)
 	$(AARCH64_CC) $(A64_FLAGS) -DTGK_PORTABLE_TU -c $< -o $@
 $(A64)/test_gemm_kernels: tests/test_gemm_kernels.c $(A64)/tgk_portable.o tests/harness.h gpudl.h | $(A64)
 	$(AARCH64_CC) $(A64_FLAGS) -DTGK_EXPECT='"neon"' $< $(A64)/tgk_portable.o -o $@ -pthread -lm
+$(A64)/test_gelu: tests/test_gelu.c tests/harness.h gpudl.h | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
