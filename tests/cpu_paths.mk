@@ -12,7 +12,8 @@
 #
 # The CPU suite on each path: test_core, test_gradcheck, test_nn, test_train,
 # test_gemm_kernels (the selected GEMM kernel against the portable one and a
-# double reference) and train_trace (a deterministic training run compared
+# double reference), test_gelu (the f32 exact GELU and its derivative against
+# double erfc, its vector loops against its scalar code) and train_trace (a deterministic training run compared
 # across paths: bit for bit among AVX-512, AVX2 and NEON, within 1e-5
 # relative for portable C; see tests/cpu_paths.sh). The portable path is
 # also the minimal build for small boards: -DGPUDL_NO_THREADS, no
