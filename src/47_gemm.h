@@ -634,6 +634,7 @@ static void gdl__gemm_args_init(gdl__gemm_args *g, int transA, int transB, int M
 
 /* gdl__unary1 ([impl-cpu] 1/7): the epilogue's activations are the unary ops' own */
 static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha);
+static void gdl__gelu_rows(const gdl_real *x, gdl_real *y, int64_t n); /* exact GELU in vectors, the same bits */
 
 /* The epilogue on C's rows [i0, i0+m) and columns [j0, j0+n): v = c + bias,
    pre = v, c = act(v), gdl__cpu_bias_act's arithmetic, so that the fused
@@ -656,6 +657,8 @@ static void gdl__gemm_epi(const gdl__gemm_args *g, int i0, int m, int j0, int n)
             for (j = j0; j < j0 + n; j++) pre[j] = c[j];
         if (act == GDL_UN_RELU)
             for (j = j0; j < j0 + n; j++) c[j] = c[j] > 0 ? c[j] : 0;
+        else if (act == GDL_UN_GELU_ERF)
+            gdl__gelu_rows(c + j0, c + j0, n);
         else if (act >= 0)
             for (j = j0; j < j0 + n; j++) c[j] = gdl__unary1(act, c[j], 0);
     }

@@ -76,6 +76,7 @@ static void gdl__unary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         case GDL_UN_RELU: for (i = 0; i < m; i++) ob[i] = xb[i] > 0 ? xb[i] : 0; break;
         case GDL_UN_SCALE: for (i = 0; i < m; i++) ob[i] = alpha * xb[i]; break;
         case GDL_UN_ADD_SCALAR: for (i = 0; i < m; i++) ob[i] = xb[i] + alpha; break;
+        case GDL_UN_GELU_ERF: gdl__gelu_rows(xb, ob, m); break;
         default: for (i = 0; i < m; i++) ob[i] = gdl__unary1(a.op, xb[i], alpha); break;
         }
         gdl__lp_put(a.dt, a.lout, c, m, ob);
@@ -110,6 +111,7 @@ static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         case GDL_UN_ADD_SCALAR: for (i = 0; i < m; i++) gb[i] += gyb[i]; break;
         case GDL_UN_SIGMOID: for (i = 0; i < m; i++) gb[i] += gyb[i] * yb[i] * (1 - yb[i]); break;
         case GDL_UN_TANH: for (i = 0; i < m; i++) gb[i] += gyb[i] * (1 - yb[i] * yb[i]); break;
+        case GDL_UN_GELU_ERF: gdl__gelu_grad_rows(xb, gyb, gb, m, 1); break;
         default:
             for (i = 0; i < m; i++) gb[i] += (gdl_real)(gyb[i] * gdl__unary_grad1(op, xb[i], yb[i], alpha));
             break;

@@ -13,7 +13,9 @@
 # The CPU suite on each path: test_core, test_gradcheck, test_nn, test_train,
 # test_gemm_kernels (the selected GEMM kernel against the portable one and a
 # double reference), test_conv (the implicit-GEMM convolution against im2col
-# bit for bit: its column packing differs per kernel's NR) and train_trace (a deterministic training run compared
+# bit for bit: its column packing differs per kernel's NR), test_gelu (the f32
+# exact GELU and its derivative against double erfc, its vector loops against
+# its scalar code) and train_trace (a deterministic training run compared
 # across paths: bit for bit among AVX-512, AVX2 and NEON, within 1e-5
 # relative for portable C; see tests/cpu_paths.sh). The portable path is
 # also the minimal build for small boards: -DGPUDL_NO_THREADS, no
@@ -26,7 +28,7 @@
 # no -g: it adds ~20 % to the compile time that dominates these targets
 CPUP_OPT ?= -O2
 CPUP_DIRS = $(B)/cpu-avx512 $(B)/cpu-avx2 $(B)/cpu-portable
-CPUP_PROGS = test_core test_gradcheck test_nn test_train test_gemm_kernels test_conv train_trace
+CPUP_PROGS = test_core test_gradcheck test_nn test_train test_gemm_kernels test_conv test_gelu train_trace
 CPUP_HDR = gpudl.h tests/harness.h tests/op_cases.h
 
 # Per path: the target flags, the options, the libraries. AVX-512 here is
@@ -132,6 +134,8 @@ $(B)/cpu-%/test_gemm_kernels: tests/test_gemm_kernels.c $(B)/cpu-%/tgk_portable.
 # (one translation unit with the implementation: it sets gpudl's internal gdl__conv_path)
 $(B)/cpu-%/test_conv: tests/test_conv.c tests/harness.h gpudl.h | $(CPUP_DIRS)
 	$(CC) $(CPUP_FLAGS) $< -o $@ $(CPUP_LIBS_$*)
+$(B)/cpu-%/test_gelu: tests/test_gelu.c tests/harness.h gpudl.h | $(CPUP_DIRS)
+	$(CC) $(CPUP_FLAGS) $< -o $@ $(CPUP_LIBS_$*)
 
 # --- AArch64 ---
 A64_FLAGS = $(STD) $(WARN) $(CPUP_OPT)
@@ -155,4 +159,6 @@ $(A64)/tgk_portable.o: tests/test_gemm_kernels.c gpudl.h | $(A64)
 $(A64)/test_gemm_kernels: tests/test_gemm_kernels.c $(A64)/tgk_portable.o tests/harness.h gpudl.h | $(A64)
 	$(AARCH64_CC) $(A64_FLAGS) -DTGK_EXPECT='"neon"' $< $(A64)/tgk_portable.o -o $@ -pthread -lm
 $(A64)/test_conv: tests/test_conv.c tests/harness.h gpudl.h | $(A64)
+	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
+$(A64)/test_gelu: tests/test_gelu.c tests/harness.h gpudl.h | $(A64)
 	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm

@@ -135,7 +135,7 @@ x86)
             progs="$progs $W/$p-suite"
             continue
         fi
-        for t in test_core test_gradcheck test_nn test_gemm_kernels test_gemm_int8 test_conv; do
+        for t in test_core test_gradcheck test_nn test_gemm_kernels test_gemm_int8 test_conv test_gelu; do
             wrap_h "$p-$t" "$d/$t"
             progs="$progs $W/$p-$t"
         done
@@ -169,7 +169,7 @@ aarch64)
     S=${AARCH64_SYSROOT:-/usr/aarch64-linux-gnu}
     progs=
     echo "cpu_paths: AArch64 under $($Q --version | head -n 1)"
-    for t in test_core test_gradcheck test_nn test_gemm_kernels test_gemm_int8 test_conv; do
+    for t in test_core test_gradcheck test_nn test_gemm_kernels test_gemm_int8 test_conv test_gelu; do
         wrap_h "aarch64-$t" "$Q" -L "$S" "$A/$t"
         progs="$progs $W/aarch64-$t"
     done
