@@ -17513,17 +17513,19 @@ GPUDL_API gdl_vocab *gdl_vocab_load(const char *path) {
         goto fail;
     }
     if (gdl__text_utf8(fn, path, (const char *)buf, len) < 0 || gdl__text_no_nul(fn, path, buf, len) < 0) goto fail;
+    /* the lines first: the announced count sizes the tables, so a file must back it before it is believed */
+    for (i = 0, p = (char *)buf + hdr + 1; i < n && (p = (char *)memchr(p, '\n', (size_t)(end - p))) != NULL; i++) p++;
+    if (i < n) {
+        gdl__set_error("%s: %s: %lld tokens announced, the file ends after %lld", fn, path, n, (long long)i);
+        goto fail;
+    }
     if (!(v = gdl__vocab_new(fn, level[0] == 'c' ? GDL_VOCAB_CHAR : GDL_VOCAB_WORD, lowercase, (int64_t)n)))
         goto fail;
     for (i = 0; i < v->tcap; i++) v->table[i] = -1;
     p = (char *)buf + hdr + 1;
     for (i = 0; i < v->n; i++) {
-        char *nl = p < end ? (char *)memchr(p, '\n', (size_t)(end - p)) : NULL;
+        char *nl = (char *)memchr(p, '\n', (size_t)(end - p)); /* there: the lines were counted */
         int64_t k;
-        if (!nl) {
-            gdl__set_error("%s: %s: %lld tokens announced, the file ends after %lld", fn, path, n, (long long)i);
-            goto fail;
-        }
         if ((k = gdl__vocab_unescape(p, nl)) < 0) {
             gdl__set_error("%s: %s: token %lld has a bad escape (only \\\\ \\n \\r \\t \\0)", fn, path, (long long)i);
             goto fail;

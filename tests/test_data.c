@@ -30,12 +30,16 @@
 #endif
 
 /* A counting, fault-injecting allocator for the library: `live` counts the
-   blocks it holds; with fail_after = k >= 0 the (k+1)-th allocation fails. */
+   blocks it holds; with fail_after = k >= 0 the (k+1)-th allocation fails;
+   `largest` is the largest size asked for (a file's claims must not size an
+   allocation before the file backs them). */
 static long live;
 static long fail_after = -1;
 static int injected;
+static size_t largest;
 static void *test_malloc(size_t sz) {
     void *p;
+    if (sz > largest) largest = sz;
     if (fail_after == 0) { injected = 1; return NULL; }
     if (fail_after > 0) fail_after--;
     p = malloc(sz);
@@ -44,6 +48,7 @@ static void *test_malloc(size_t sz) {
 }
 static void *test_realloc(void *p, size_t sz) {
     void *r;
+    if (sz > largest) largest = sz;
     if (fail_after == 0) { injected = 1; return NULL; }
     if (fail_after > 0) fail_after--;
     r = realloc(p, sz);
@@ -1834,6 +1839,11 @@ TEST test_vocab_save_load(void) {
     ASSERT_CONTAINS(gdl_last_error(), "not a gpudl vocabulary");
     ASSERT_NULL(gdl_vocab_load(write_text("bad2.vocab", "gpudl-vocab 1 char 0 4\n<pad>\n<unk>\na\n")));
     ASSERT_CONTAINS(gdl_last_error(), "4 tokens announced, the file ends after 3");
+    /* a count no file line backs is refused before anything is allocated for it (the fuzzer's 7 GB malloc) */
+    largest = 0;
+    ASSERT_NULL(gdl_vocab_load(write_text("bad2b.vocab", "gpudl-vocab 1 word 1 888888888\n<pad>\n<unk>\n")));
+    ASSERT_CONTAINS(gdl_last_error(), "888888888 tokens announced, the file ends after 2");
+    ASSERT_LT(largest, (size_t)1 << 20);
     ASSERT_NULL(gdl_vocab_load(write_text("bad3.vocab", "gpudl-vocab 1 char 0 3\n<pad>\n<unk>\n\\x\n")));
     ASSERT_CONTAINS(gdl_last_error(), "bad escape");
     ASSERT_NULL(gdl_vocab_load(write_text("bad4.vocab", "gpudl-vocab 1 char 0 4\n<pad>\n<unk>\na\na\n")));
