@@ -1,6 +1,6 @@
 """transforms_ref.py: the reference numbers of tests/test_data.c's random erasing, MixUp and CutMix cases,
 made by torchvision itself (0.29) with its random draws replaced by fixed uniforms:
-    /work/torch-venv/bin/python tests/transforms_ref.py
+    build/torch-venv/bin/python tests/transforms_ref.py   (a venv with torch and torchvision)
 torch.rand / Tensor.uniform_ / torch.randint are patched to hand out the uniforms in order (randint(lo, hi)
 as lo + int(u (hi - lo)), as gpudl draws it) and Beta's sample to return a fixed lambda."""
 import torch
