@@ -14,11 +14,14 @@
 
    bench/pytorch/char_gpt.py is its PyTorch twin: given --save-init and --dump-batches files it trains
    the same model from the same weights on the same batches (bench/compare_char_gpt.sh compares them).
+   With --amp the forward and the loss run under autocast (torch.autocast's rules), f16 with a GradScaler
+   as PyTorch's recipe has it; the twin takes the same --amp (and --device cuda: tools/gpu_session.sh
+   compares the two sides' tokens/s on a GPU, the twin with F.scaled_dot_product_attention).
 
    CPU:   cc -O2 -march=native examples/char_gpt.c -lm -pthread -o char_gpt
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/char_gpt.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o char_gpt
    Run:   ./char_gpt [--steps N] [--layers N] [--heads N] [--width N] [--context N] [--batch-size N]
-                     [--device cpu|cuda] [--csv FILE] [--temperature X] [--top-k N] [--prompt TEXT] ...
+                     [--device cpu|cuda] [--amp bf16|f16] [--csv FILE] [--temperature X] [--top-k N] [--prompt TEXT] ...
           (--help lists them all; the data: `make data-text`, or --data DIR holding the fortunes) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -192,10 +195,15 @@ typedef struct opts {
     const char *prompt, *save, *save_init, *dump;
 } opts;
 
-/* mean cross entropy of the logits [B, T, V] against y [B, T] */
-static gdl_tensor *lm_loss(gdl_module *m, gdl_tensor *x, gdl_tensor *y, int V) {
+/* mean cross entropy of the logits [B, T, V] against y [B, T]; the forward and the loss under autocast to
+   amp unless it is GDL_F32 (the backward outside the region, as with torch.autocast) */
+static gdl_tensor *lm_loss(gdl_module *m, gdl_tensor *x, gdl_tensor *y, int V, gdl_dtype amp) {
     int64_t rows[2] = {-1, V}, flat = -1;
-    return gdl_cross_entropy(gdl_reshape(gdl_forward(m, x), 2, rows), gdl_reshape(y, 1, &flat));
+    gdl_tensor *loss;
+    if (amp != GDL_F32 && gdl_autocast_begin(amp) < 0) return NULL;
+    loss = gdl_cross_entropy(gdl_reshape(gdl_forward(m, x), 2, rows), gdl_reshape(y, 1, &flat));
+    if (amp != GDL_F32) gdl_autocast_end();
+    return loss;
 }
 
 /* The next batch, into the next epoch at an epoch's end. 0 / -1. */
@@ -213,7 +221,8 @@ static int record_batch(gdl_tensor *x, gdl_tensor *y, int32_t *xs, int32_t *ys) 
 
 /* The mean loss over the first nb batches of l (always the same ones), in eval mode without gradients;
    their ids copied to xs, ys when not NULL. 0 / -1. */
-static int evaluate(gdl_module *m, gdl_loader *l, int nb, int V, int32_t *xs, int32_t *ys, double *mean) {
+static int evaluate(gdl_module *m, gdl_loader *l, int nb, int V, gdl_dtype amp, int32_t *xs, int32_t *ys,
+                    double *mean) {
     int grad = gdl_set_grad_enabled(0), k, rc = 0;
     double sum = 0;
     gdl_tensor *x, *y, *loss = NULL;
@@ -221,7 +230,7 @@ static int evaluate(gdl_module *m, gdl_loader *l, int nb, int V, int32_t *xs, in
     if (gdl_loader_set_epoch(l, 0) < 0) rc = -1;
     for (k = 0; k < nb && rc == 0; k++) {
         gdl_arena_reset();
-        if (next_batch(l, &x, &y) < 0 || !(loss = lm_loss(m, x, y, V)) ||
+        if (next_batch(l, &x, &y) < 0 || !(loss = lm_loss(m, x, y, V, amp)) ||
             (xs && record_batch(x, y, xs + k * x->numel, ys + k * x->numel) < 0))
             rc = -1;
         else sum += gdl_item(loss);
@@ -232,13 +241,19 @@ static int evaluate(gdl_module *m, gdl_loader *l, int nb, int V, int32_t *xs, in
     return rc;
 }
 
-/* One step: forward, loss, backward, gradient clipping (clip > 0), AdamW, the schedule. 0 / -1. */
-static int train_step(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, gdl_tensor *const *params, int np,
-                      double clip, gdl_tensor *x, gdl_tensor *y, int V, double *loss_out) {
+/* One step: forward, loss, backward, gradient clipping (clip > 0), AdamW, the schedule. With a GradScaler
+   (f16) the loss is scaled before the backward and the gradients unscaled before clipping, and the step is
+   skipped where they overflowed, as PyTorch's AMP recipe. 0 / -1. */
+static int train_step(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, gdl_grad_scaler *scaler,
+                      gdl_tensor *const *params, int np, double clip, gdl_dtype amp, gdl_tensor *x, gdl_tensor *y,
+                      int V, double *loss_out) {
     gdl_tensor *loss;
     gdl_arena_reset();
-    if (gdl_zero_grad(opt) < 0 || !(loss = lm_loss(m, x, y, V)) || gdl_backward(loss) < 0 ||
-        (clip > 0 && gdl_clip_grad_norm_nosync(params, np, clip) < 0) || gdl_step(opt) < 0 ||
+    if (gdl_zero_grad(opt) < 0 || !(loss = lm_loss(m, x, y, V, amp)) ||
+        gdl_backward(scaler ? gdl_grad_scaler_scale(scaler, loss) : loss) < 0 ||
+        (scaler && gdl_grad_scaler_unscale(scaler, opt) < 0) ||
+        (clip > 0 && gdl_clip_grad_norm_nosync(params, np, clip) < 0) ||
+        (scaler ? gdl_grad_scaler_step(scaler, opt) < 0 || gdl_grad_scaler_update(scaler) < 0 : gdl_step(opt) < 0) ||
         gdl_scheduler_step(sched) < 0)
         return -1;
     *loss_out = gdl_item(loss);
@@ -339,6 +354,8 @@ typedef struct run {
     gdl_module *model;
     gdl_optimizer *opt;
     gdl_scheduler *sched;
+    gdl_grad_scaler *scaler; /* --amp f16 */
+    gdl_dtype amp;           /* --amp, GDL_F32 without */
     gdl_tensor **params;
     int np;
     gdl_loader *train, *val;
@@ -352,7 +369,7 @@ static int report(run *r, int step, int rows, double train_sum, double seconds) 
     gdl_epoch_stats st;
     int first = step == 0;
     memset(&st, 0, sizeof st);
-    if (evaluate(r->model, r->val, r->o->eval_batches, r->c->vocab_size, first ? r->d.val_x : NULL,
+    if (evaluate(r->model, r->val, r->o->eval_batches, r->c->vocab_size, r->amp, first ? r->d.val_x : NULL,
                  first ? r->d.val_y : NULL, &st.val_loss) < 0)
         return -1;
     if (first) {
@@ -383,7 +400,8 @@ static int train(run *r) {
             (r->d.train_x && record_batch(x, y, r->d.train_x + (step - 1) * bt, r->d.train_y + (step - 1) * bt) < 0))
             return -1;
         t0 = gdl_now();
-        if (train_step(r->model, r->opt, r->sched, r->params, r->np, o->grad_clip, x, y, r->c->vocab_size, &loss) < 0)
+        if (train_step(r->model, r->opt, r->sched, r->scaler, r->params, r->np, o->grad_clip, r->amp, x, y,
+                       r->c->vocab_size, &loss) < 0)
             return -1;
         r->times[step - 1] = gdl_now() - t0;
         if (loss != loss) {
@@ -441,6 +459,10 @@ static int make_training(run *r) {
         !(r->sched = gdl_warmup_cosine_lr_new(r->opt, o->warmup, 1.0 / (o->warmup + 1), o->steps - o->warmup, o->min_lr)) ||
         (r->np = gdl_module_named_tensors(r->model, GDL_PARAMS, NULL, NULL, 0)) < 0)
         return -1;
+    if (r->amp == GDL_F16) {
+        gdl_grad_scaler_opts so = gdl_grad_scaler_defaults();
+        if (!(r->scaler = gdl_grad_scaler_new(&so))) return -1;
+    }
     r->params = (gdl_tensor **)malloc(sizeof *r->params * (size_t)r->np);
     r->times = (double *)malloc(sizeof *r->times * (size_t)o->steps);
     if (o->dump) {
@@ -458,6 +480,7 @@ static int make_training(run *r) {
 
 static void run_free(run *r) {
     gdl_scheduler_free(r->sched);
+    gdl_grad_scaler_free(r->scaler);
     gdl_optim_free(r->opt);
     gdl_module_free(r->model);
     gdl_loader_free(r->train);
@@ -504,7 +527,7 @@ int main(int argc, char **argv) {
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     a.data_help = "the fortunes' folder (default: $GPUDL_DATA/fortunes, ./data/fortunes, /usr/share/games/fortunes)";
-    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE,
+    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_AMP,
                            "Trains a character-level GPT (nanoGPT's) on Debian's English fortunes, then samples from it.",
                            extra, (int)(sizeof extra / sizeof extra[0]));
     if (parsed) return parsed == 1 ? 0 : 2;
@@ -519,6 +542,7 @@ int main(int argc, char **argv) {
     r.o = &o;
     r.c = &c;
     r.B = a.batch_size;
+    r.amp = a.amp;
     gdl_manual_seed(a.seed);
     if (load_text(a.data, &d) < 0) goto fail;
     c.n_layer = o.layers;
@@ -534,6 +558,7 @@ int main(int argc, char **argv) {
     printf("char_gpt on %s (%s): %d layers, %d heads, width %d, context %d, batch %d, %.2fM parameters, dropout %g\n",
            gdl_device_str(a.device), gdl_device_name(a.device), c.n_layer, c.n_head, c.n_embd, c.block_size, r.B,
            gdl_module_num_params(r.model) / 1e6, c.dropout);
+    if (r.amp != GDL_F32) printf("mixed precision: autocast to %s%s\n", gdl_dtype_name(r.amp), r.scaler ? ", GradScaler" : "");
     printf("data: English fortunes, %lld training and %lld validation characters, vocabulary %d (ln %d = %.3f)\n",
            (long long)d.n_train, (long long)d.n_val, c.vocab_size, c.vocab_size, log((double)c.vocab_size));
     if (a.profile && gdl_profile_begin() < 0) goto fail;

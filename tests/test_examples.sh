@@ -55,6 +55,13 @@ expect 0 "learned" "$b/linear_regression" --epochs 3 --device cpu
 # the CPU column of the CPU-against-GPU table (no GPU here), both nets trained
 expect 0 "^50 layers  *[0-9.]*  *- .* 2\.[0-9]" "$b/cpu_vs_gpu" --epochs 1 --device cpu
 expect 2 "unexpected argument 'x'" "$b/cpu_vs_gpu" x
+# gpt_agree TOL A B: two char_gpt runs' step and eval lines (9 of them) agree, number for number, within TOL
+gpt_agree() {
+    expect 0 "9 lines agree" awk -v tol="$1" 'NR == FNR { a[FNR] = $0; next }
+        { n++; split(a[FNR], x, " "); m = split($0, y, " "); if (m != length(x)) bad = 1
+          for (i = 1; i <= m; i++) if (x[i] != y[i] && (x[i] - y[i] > tol || y[i] - x[i] > tol)) bad = 1 }
+        END { if (bad || n != 9) { print "the two runs differ:"; exit 1 } print n " lines agree" }' "$2" "$3"
+}
 # char_gpt (issue 27): its own options checked as strictly, then a tiny GPT (2 layers, width 64, context 32)
 # trained for 300 steps on the English fortunes on 2 threads (the fortunes fetched first when missing:
 # tools/fetch_data.sh text, as `make data-text`; 13 to 17 s on the loaded 2-core development VM): its
@@ -68,6 +75,7 @@ expect 2 "\-\-lr '1e-3x': expected a number" "$b/char_gpt" --lr 1e-3x
 expect 2 "\-\-prompt needs a value" "$b/char_gpt" --prompt
 expect 2 "unknown option '--epochs'" "$b/char_gpt" --epochs 1
 expect 2 "unexpected argument 'x'" "$b/char_gpt" x
+expect 2 "\-\-amp 'f32': expected bf16 or f16" "$b/char_gpt" --amp f32
 expect 2 "\-\-width must be a multiple of \-\-heads" "$b/char_gpt" --width 30 --heads 4
 expect 2 "\-\-warmup must be below \-\-steps" "$b/char_gpt" --steps 10 --warmup 10
 expect 1 "English fortunes are not all in $t/none .*make data-text" "$b/char_gpt" --data "$t/none" --steps 1
@@ -92,13 +100,26 @@ if [ -x "$b/emu_char_gpt" ]; then
     # shellcheck disable=SC2086
     expect 0 "^char_gpt on cuda:0 (gpudl CUDA emulator" "$b/emu_char_gpt" --device cuda $gpt_tiny
     grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_emu"
-    expect 0 "9 lines agree" awk 'NR == FNR { a[FNR] = $0; next }
-        { n++; split(a[FNR], x, " "); m = split($0, y, " "); if (m != length(x)) bad = 1
-          for (i = 1; i <= m; i++) if (x[i] != y[i] && (x[i] - y[i] > 1e-4 || y[i] - x[i] > 1e-4)) bad = 1 }
-        END { if (bad || n != 9) { print "the CPU and the emulator differ:"; exit 1 } print n " lines agree" }' \
-        "$t/gpt_cpu" "$t/gpt_emu"
+    gpt_agree 1e-4 "$t/gpt_cpu" "$t/gpt_emu"
+    # --amp: the same run under autocast, on the CPU in bf16 and on the emulator in bf16 and in f16 (with a
+    # GradScaler): each within 16-bit rounding (5e-3; ~3e-4 seen) of the f32 losses, yet not equal to them
+    # (autocast took effect), and the two bf16 runs within 2e-3 of each other
+    # shellcheck disable=SC2086
+    expect 0 "^mixed precision: autocast to bf16$" "$b/char_gpt" --device cpu --amp bf16 $gpt_tiny
+    grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_cpu_bf16"
+    gpt_agree 5e-3 "$t/gpt_cpu" "$t/gpt_cpu_bf16"
+    expect 1 "" cmp -s "$t/gpt_cpu" "$t/gpt_cpu_bf16"
+    # shellcheck disable=SC2086
+    expect 0 "^mixed precision: autocast to bf16$" "$b/emu_char_gpt" --device cuda --amp bf16 $gpt_tiny
+    grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_emu_bf16"
+    gpt_agree 2e-3 "$t/gpt_cpu_bf16" "$t/gpt_emu_bf16"
+    # shellcheck disable=SC2086
+    expect 0 "^mixed precision: autocast to f16, GradScaler$" "$b/emu_char_gpt" --device cuda --amp f16 $gpt_tiny
+    grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_emu_f16"
+    gpt_agree 5e-3 "$t/gpt_cpu" "$t/gpt_emu_f16"
+    expect 1 "" cmp -s "$t/gpt_cpu" "$t/gpt_emu_f16"
 else
-    skip=$((skip + 3)); echo "  SKIP char_gpt on the CUDA emulator: $b/emu_char_gpt not built (make $b/emu_char_gpt)"
+    skip=$((skip + 11)); echo "  SKIP char_gpt on the CUDA emulator: $b/emu_char_gpt not built (make $b/emu_char_gpt)"
 fi
 if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 2 --device cpu --batch-size 128 --seed 3 --csv "$t/m.csv"

@@ -19,7 +19,9 @@
 #             the dynamic int8 MLP against f32 (bench/quant.c's mlp mode)
 #   examples  the examples, Fashion-MNIST to 92 % end to end, ours and
 #             PyTorch's (bench/fmnist92.c; needs the data in ./data, carried),
-#             and the character GPT's step time (examples/char_gpt.c; needs
+#             the character GPT's step time (examples/char_gpt.c), and its
+#             tokens/s in bf16 against its PyTorch twin (F.scaled_dot_product_attention,
+#             the same weights and batches; issue 27's GPU figure; needs
 #             the fortunes in ./data/fortunes, carried: `make data-text` puts
 #             them there where the Debian packages cannot be installed)
 #   nccl      NCCL's collectives and DDP of CUDA tensors, one rank per GPU
@@ -230,6 +232,7 @@ examples() {
         "$(bin mnist_mlp)" --device cuda --epochs 1 --batch-size 1024 || return 1
         echo "SKIPPED (dry run): cpu_vs_gpu and Fashion-MNIST to 92 % (minutes on the emulator)"
         char_gpt --layers 2 --heads 2 --width 32 --context 16 --batch-size 4 --steps 6 --eval-interval 6 --sample-len 0
+        gpt_vs_torch --layers 2 --heads 2 --width 32 --context 16 --batch-size 4 --steps 6 --eval-interval 6
         return
     fi
     "$(bin gpu_monitor)" --count 3 || return 1
@@ -245,11 +248,35 @@ examples() {
     [ "$torch" = yes ] || echo "SKIPPED: PyTorch's fmnist92 (python3 cannot import torch with CUDA)"
     # the example's own model (its defaults), long enough for a steady median step time
     char_gpt --steps 500 --eval-interval 250 --sample-len 200
+    gpt_vs_torch --steps 300 --eval-interval 300
 }
 char_gpt() { # OPTIONS: the character GPT on the GPU, when the fortunes are here
     if ! d=$(fortunes_dir); then echo "SKIPPED: char_gpt (no English fortunes: carry data/fortunes)"; return 0; fi
     echo "== char_gpt"
     "$(bin char_gpt)" --device cuda --data "$d" "$@"
+}
+# gpt_vs_torch OPTIONS: issue 27's GPU figure: the character GPT in bf16 (autocast), ours and PyTorch's twin
+# (F.scaled_dot_product_attention) from the same initial weights on the same batches; the ratio of the
+# median step times is that of the tokens/s (the same batch and context). The dry run's twin runs on the
+# CPU where python3 has torch, so that the script is tested too.
+gpt_vs_torch() {
+    need_probe
+    fortunes_dir >/dev/null || return 0 # char_gpt said SKIPPED
+    init="$G/char_gpt_init.safetensors" batches="$G/char_gpt_batches.safetensors"
+    char_gpt --amp bf16 --sample-len 0 --save-init "$init" --dump-batches "$batches" "$@" | tee "$G/char_gpt_bf16.txt" ||
+        return 1
+    case $torch in
+    yes) tdev=cuda ;;
+    cpu) tdev=cpu ;;
+    *) echo "SKIPPED: PyTorch's char_gpt (python3 cannot import torch)"; return 0 ;;
+    esac
+    echo "== PyTorch's char_gpt ($tdev, bf16)"
+    python3 bench/pytorch/char_gpt.py --device "$tdev" --amp bf16 "$init" "$batches" | tee "$G/char_gpt_torch.txt" ||
+        return 1
+    ours=$(sed -n 's/^median step time \([0-9.]*\) ms.*/\1/p' "$G/char_gpt_bf16.txt")
+    theirs=$(sed -n 's/^median step time \([0-9.]*\) ms.*/\1/p' "$G/char_gpt_torch.txt")
+    echo "char_gpt bf16 median step: ours $ours ms, PyTorch $theirs ms; tokens/s ours/PyTorch" \
+        "$(awk -v a="$ours" -v b="$theirs" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print "?" }') (goal >= 1.0)"
 }
 nccl_step() {
     need_build || return 1
@@ -262,8 +289,10 @@ nccl_step() {
     fi
 }
 
-if [ "${1:-}" = --step ]; then # one step's work, under step()'s time limit
-    "$2"
+if [ "${1:-}" = --step ]; then # one step's work, under step()'s time limit (or by hand: --step FUNCTION ARGS)
+    fn=$2
+    shift 2
+    "$fn" "$@"
     exit
 fi
 steps=${*:-"probe build suite sanitize bench nccl examples"}

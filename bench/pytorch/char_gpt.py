@@ -7,10 +7,15 @@ Prints what char_gpt prints, in its format: "step N: loss X" lines, "eval N: ...
 
     build/char_gpt --steps 200 --log-interval 1 --save-init build/init.safetensors --dump-batches build/b.safetensors
     python3 bench/pytorch/char_gpt.py build/init.safetensors build/b.safetensors [--threads 2]
+        [--device cpu|cuda] [--amp bf16|f16]
 
-bench/compare_char_gpt.sh runs both and compares the losses.
+bench/compare_char_gpt.sh runs both on the CPU and compares the losses. On a GPU (tools/gpu_session.sh) both
+run with --device cuda --amp bf16 and their tokens/s are compared: --amp puts the forward and the loss under
+torch.autocast, f16 with a GradScaler, as char_gpt's --amp. A step's time ends with loss.item(), which waits
+for the GPU, so the times are the GPU's.
 """
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -21,6 +26,12 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+
+def autocast(device, amp):
+    """torch.autocast for --amp, or a context that does nothing."""
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(amp)
+    return torch.autocast(device_type=device.type, dtype=dtype) if dtype else contextlib.nullcontext()
 
 
 def read_safetensors(path):
@@ -94,7 +105,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         t = self.transformer
-        pos = torch.arange(idx.size(1), dtype=torch.long)
+        pos = torch.arange(idx.size(1), dtype=torch.long, device=idx.device)
         x = t.drop(t.wte(idx) + t.wpe(pos))
         for block in t.h:
             x = block(x)
@@ -111,10 +122,11 @@ def lr_at(t, c):
     return min_lr + (lr - min_lr) * (1 + math.cos(math.pi * (t - warmup) / (c["steps"] - warmup))) / 2
 
 
-def evaluate(model, val_x, val_y):
+def evaluate(model, val_x, val_y, amp):
     model.eval()
-    with torch.no_grad():
-        losses = [model(val_x[k].long(), val_y[k].long()).item() for k in range(val_x.shape[0])]
+    dev = next(model.parameters()).device
+    with torch.no_grad(), autocast(dev, amp):
+        losses = [model(val_x[k].to(dev).long(), val_y[k].to(dev).long()).item() for k in range(val_x.shape[0])]
     model.train()
     return sum(losses) / len(losses)
 
@@ -125,7 +137,10 @@ def main():
     ap.add_argument("batches", help="char_gpt --dump-batches's file")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=0, help="stop after N steps (default: all the file holds)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    ap.add_argument("--amp", choices=["bf16", "f16"], help="mixed precision: autocast to bf16 or f16 (default off)")
     args = ap.parse_args()
+    dev = torch.device(args.device)
     torch.set_num_threads(args.threads)
     weights, _ = read_safetensors(args.init)
     b, meta = read_safetensors(args.batches)
@@ -135,6 +150,8 @@ def main():
     model = GPT(c)
     weights["lm_head.weight"] = weights["transformer.wte.weight"]
     model.load_state_dict(weights, strict=True)
+    model.to(dev)
+    scaler = torch.amp.GradScaler(dev.type) if args.amp == "f16" else None
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
@@ -143,20 +160,31 @@ def main():
     steps = min(args.steps or c["steps"], c["steps"])
     print(f"char_gpt.py (torch {torch.__version__}, {args.threads} threads): {c['n_layer']} layers, {c['n_head']} heads, "
           f"width {c['n_embd']}, context {c['block_size']}, batch {int(c['batch_size'])}, "
-          f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, dropout {c['dropout']:g}")
-    print(f"eval 0: val {evaluate(model, b['val.x'], b['val.y']):.6f}")
+          f"{sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters, dropout {c['dropout']:g}, "
+          f"{dev}{', autocast to ' + args.amp if args.amp else ''}")
+    print(f"eval 0: val {evaluate(model, b['val.x'], b['val.y'], args.amp):.6f}")
     times, total, secs, rows = [], 0.0, 0.0, 0
     for step in range(1, steps + 1):
-        x, y = b["train.x"][step - 1].long(), b["train.y"][step - 1].long()
+        # on the device before the step's clock starts, as char_gpt's loader hands its batch over
+        x, y = b["train.x"][step - 1].to(dev).long(), b["train.y"][step - 1].to(dev).long()
         t0 = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = lr_at(step - 1, c)
         opt.zero_grad(set_to_none=True)
-        loss = model(x, y)
-        loss.backward()
+        with autocast(dev, args.amp):
+            loss = model(x, y)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+        else:
+            loss.backward()
         if c["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
-        opt.step()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         value = loss.item()
         times.append(time.perf_counter() - t0)
         secs += times[-1]
@@ -165,7 +193,7 @@ def main():
         if step % c["log_interval"] == 0:
             print(f"step {step}: loss {value:.6f}")
         if step % c["eval_interval"] == 0 or step == steps:
-            val = evaluate(model, b["val.x"], b["val.y"])
+            val = evaluate(model, b["val.x"], b["val.y"], args.amp)
             print(f"eval {step}: train {total / rows:.6f} val {val:.6f} lr {lr_at(step, c):.2e}, {secs:.1f} s, "
                   f"{rows * x.numel() / secs:.0f} tokens/s")
             total, secs, rows = 0.0, 0.0, 0
