@@ -94,28 +94,27 @@ expect 1 "" grep -aq lm_head "$t/gpt.safetensors"
 # on the CUDA emulator (make emu builds it; make test-examples too): the same losses as on the CPU
 if [ -x "$b/emu_char_gpt" ]; then
     gpt_tiny="--layers 2 --heads 2 --width 32 --context 16 --batch-size 4 --steps 6 --log-interval 1 --eval-interval 3 --eval-batches 2 --sample-len 20"
-    # shellcheck disable=SC2086 # gpt_tiny: options, split on purpose
-    expect 0 "^sample " "$b/char_gpt" --device cpu $gpt_tiny
-    grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_cpu"
-    # shellcheck disable=SC2086
-    expect 0 "^char_gpt on cuda:0 (gpudl CUDA emulator" "$b/emu_char_gpt" --device cuda $gpt_tiny
-    grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_emu"
+    # gpt_tiny_run NAME PATTERN PROGRAM OPTIONS: the tiny run, checked for PATTERN, its step and eval lines
+    # (without their timings) kept in $t/NAME
+    gpt_tiny_run() {
+        name=$1 pat=$2 prog=$3
+        shift 3
+        # shellcheck disable=SC2086 # gpt_tiny: options, split on purpose
+        expect 0 "$pat" "$prog" "$@" $gpt_tiny
+        grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/$name"
+    }
+    gpt_tiny_run gpt_cpu "^sample " "$b/char_gpt" --device cpu
+    gpt_tiny_run gpt_emu "^char_gpt on cuda:0 (gpudl CUDA emulator" "$b/emu_char_gpt" --device cuda
     gpt_agree 1e-4 "$t/gpt_cpu" "$t/gpt_emu"
     # --amp: the same run under autocast, on the CPU in bf16 and on the emulator in bf16 and in f16 (with a
     # GradScaler): each within 16-bit rounding (5e-3; ~3e-4 seen) of the f32 losses, yet not equal to them
     # (autocast took effect), and the two bf16 runs within 2e-3 of each other
-    # shellcheck disable=SC2086
-    expect 0 "^mixed precision: autocast to bf16$" "$b/char_gpt" --device cpu --amp bf16 $gpt_tiny
-    grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_cpu_bf16"
+    gpt_tiny_run gpt_cpu_bf16 "^mixed precision: autocast to bf16$" "$b/char_gpt" --device cpu --amp bf16
     gpt_agree 5e-3 "$t/gpt_cpu" "$t/gpt_cpu_bf16"
     expect 1 "" cmp -s "$t/gpt_cpu" "$t/gpt_cpu_bf16"
-    # shellcheck disable=SC2086
-    expect 0 "^mixed precision: autocast to bf16$" "$b/emu_char_gpt" --device cuda --amp bf16 $gpt_tiny
-    grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_emu_bf16"
+    gpt_tiny_run gpt_emu_bf16 "^mixed precision: autocast to bf16$" "$b/emu_char_gpt" --device cuda --amp bf16
     gpt_agree 2e-3 "$t/gpt_cpu_bf16" "$t/gpt_emu_bf16"
-    # shellcheck disable=SC2086
-    expect 0 "^mixed precision: autocast to f16, GradScaler$" "$b/emu_char_gpt" --device cuda --amp f16 $gpt_tiny
-    grep -E '^(step|eval)' "$t/out" | cut -d, -f1 >"$t/gpt_emu_f16"
+    gpt_tiny_run gpt_emu_f16 "^mixed precision: autocast to f16, GradScaler$" "$b/emu_char_gpt" --device cuda --amp f16
     gpt_agree 5e-3 "$t/gpt_cpu" "$t/gpt_emu_f16"
     expect 1 "" cmp -s "$t/gpt_cpu" "$t/gpt_emu_f16"
 else
