@@ -8077,6 +8077,25 @@ static void gdl__gelu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real 
     for (; i < n; i++) out[i] = (accumulate ? out[i] : (gdl_real)0) + (gdl_real)(gy[i] * gdl__gelu_grad1(x[i]));
 }
 
+/* out = 0 + (x > 0 ? gy : 0) over n: the ReLU's gradient, the bits of gdl__unary_grad1's callers. In
+   vectors where there are some: gcc (under the default -ftrapping-math) makes the scalar loop a branch
+   per element on a sign that is random, which made it a sixth of a CNN step's time. */
+static void gdl__relu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *out, int64_t n) {
+    int64_t i = 0;
+#if defined(GDL__GELU_AVX512)
+    for (; i + 16 <= n; i += 16) {
+        const __mmask16 pos = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+        _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_mov_ps(pos, _mm512_loadu_ps(gy + i))));
+    }
+#elif defined(GDL__GELU_AVX2)
+    for (; i + 8 <= n; i += 8) {
+        const __m256 pos = _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps(), _CMP_GT_OQ);
+        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_setzero_ps(), _mm256_and_ps(pos, _mm256_loadu_ps(gy + i))));
+    }
+#endif
+    for (; i < n; i++) out[i] = (gdl_real)0 + (x[i] > 0 ? gy[i] : 0);
+}
+
 static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha) {
     switch (op) {
     case GDL_UN_RELU: return x > 0 ? x : 0;
@@ -8286,7 +8305,7 @@ static void gdl__act_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     if (a.op < 0)
         for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + a.gy[i];
     else if (a.op == GDL_UN_RELU)
-        for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + (a.x[i] > 0 ? a.gy[i] : 0);
+        gdl__relu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo);
     else if (a.op == GDL_UN_GELU_ERF)
         gdl__gelu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 0);
     else
@@ -8957,12 +8976,23 @@ static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real 
     return 0;
 }
 
-static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx) {
-    int64_t p, OHW = (int64_t)g->OH * g->OW;
-    for (p = 0; p < (int64_t)g->N * g->C; p++) {
-        int64_t o;
-        for (o = 0; o < OHW; o++) gx[p * g->H * g->W + idx[p * OHW + o]] += gy[p * OHW + o];
+/* Each plane's indices point into that plane of gx only: the planes are
+   independent tasks, each summed in the order of its outputs. */
+static void gdl__maxpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    const int64_t OHW = (int64_t)g->OH * g->OW, HW = (int64_t)g->H * g->W;
+    int64_t p, o;
+    for (p = lo; p < hi; p++) {
+        gdl_real *gxp = a.out + p * HW;
+        const gdl_real *gyp = a.gy + p * OHW;
+        const int32_t *ip = a.argmax + p * OHW;
+        for (o = 0; o < OHW; o++) gxp[ip[o]] += gyp[o];
     }
+}
+static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx) {
+    gdl__args a = gdl__args_none();
+    a.g = g; a.gy = gy; a.argmax = idx; a.out = gx;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW, gdl__maxpool_backward_part, &a);
     return 0;
 }
 
