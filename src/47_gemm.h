@@ -38,7 +38,9 @@
    Large square products run at ~85% (AVX-512) and ~95% (AVX2) of the
    measured FMA peak; at MLP sizes the rest is mostly packing. The
    transposing packs (A not transposed, B transposed as in y = x*W^T) use
-   8x8 / 4x4 register transposes (4x4 on NEON).
+   8x8 / 4x4 register transposes (4x4 on NEON; 6x8 for the AVX2 kernel's A
+   panels), and a B not transposed is packed a few rows at a time (read
+   along its rows, not 64 bytes of a row per micro-panel).
    K is cut into equal blocks (K=784 -> 4 x 196, not 3 x 256 + 16) and M, N
    likewise (rounded to MR/NR), so no block is a sliver.
 
