@@ -10,6 +10,8 @@
    Without -DGPUDL_BENCH_OPENBLAS (and -lopenblas) only the built-in kernel
    is timed, and it is checked against a double-precision reference on a
    sample of elements instead of against OpenBLAS.
+   Arguments, if any, pick the shapes whose name contains one of them
+   (./build/bench_gemm 1024 2048: the squares of those sizes only).
    Define GEMM_BENCH_NO_IMPL to link gdl_gemm_cpu from another object instead
    of compiling gpudl's implementation into this file.
 
@@ -18,7 +20,9 @@
    and dx = gy·W backward). Row-major; C = A·B with alpha = 1, beta = 0.
 
    Timing: one warm-up call, then the number of calls that lasts >= 50 ms is
-   found; the median of 5 such repeats (monotonic clock) is reported as
+   found; ours and OpenBLAS are timed in turn, 7 such stretches each,
+   interleaved (a machine shared with other busy processes slows both
+   alike), and each side's median (monotonic clock) is reported as
    GFLOP/s = 2·M·N·K / time. Inputs are uniform random in [-1, 1).
    "err" is max|C - C_ref| / max|C_ref|, C_ref from OpenBLAS (or double).
    The first lines name the CPU model and the micro-kernel compiled in
@@ -67,9 +71,15 @@ static const shape shapes[] = {
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 
+/* GEMM_BENCH_CLOCK=thread: the calling thread's CPU time instead of the
+   monotonic clock, for the 1-thread columns on a machine shared with other
+   busy processes (the time slices they take are not counted; the caches
+   they disturb still are). The multi-threaded columns are nonsense then. */
+static clockid_t bench_clock = CLOCK_MONOTONIC;
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(bench_clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -112,26 +122,45 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Median seconds per call over 5 repeats of >= 50 ms each. */
-static double time_per_call(void (*fn)(const problem *), const problem *p) {
-    double t[5], t0, dt;
+/* How many calls of fn last >= 50 ms (after one warm-up call: first-touch,
+   packing buffers, thread start). */
+static long calls_for_50ms(void (*fn)(const problem *), const problem *p) {
     long iters = 1, i;
-    int r;
-    fn(p); /* warm-up: first-touch, packing buffers, thread start */
-    for (;;) {  /* find a call count that lasts >= 50 ms */
+    double t0, dt;
+    fn(p);
+    for (;;) {
         t0 = now_s();
         for (i = 0; i < iters; i++) fn(p);
         dt = now_s() - t0;
-        if (dt >= 0.05) break;
+        if (dt >= 0.05) return iters;
         iters = dt < 0.005 ? iters * 10 : (long)(iters * 0.06 / dt) + 1;
     }
-    for (r = 0; r < 5; r++) {
-        t0 = now_s();
-        for (i = 0; i < iters; i++) fn(p);
-        t[r] = (now_s() - t0) / (double)iters;
+}
+
+static double seconds_per_call(void (*fn)(const problem *), const problem *p, long iters) {
+    double t0 = now_s();
+    long i;
+    for (i = 0; i < iters; i++) fn(p);
+    return (now_s() - t0) / (double)iters;
+}
+
+#define REPEATS 7
+/* Median seconds per call of fa and of fb (fb may be NULL) over REPEATS
+   stretches of >= 50 ms each, the two interleaved (fa, fb, fa, fb, ...) so
+   that another process busy on the machine slows both alike. */
+static void time_pair(void (*fa)(const problem *), void (*fb)(const problem *), const problem *p, double *ta,
+                      double *tb) {
+    double t[2][REPEATS];
+    long na = calls_for_50ms(fa, p), nb = fb ? calls_for_50ms(fb, p) : 0;
+    int r;
+    for (r = 0; r < REPEATS; r++) {
+        t[0][r] = seconds_per_call(fa, p, na);
+        t[1][r] = fb ? seconds_per_call(fb, p, nb) : 0;
     }
-    qsort(t, 5, sizeof t[0], cmp_double);
-    return t[2];
+    qsort(t[0], REPEATS, sizeof t[0][0], cmp_double);
+    qsort(t[1], REPEATS, sizeof t[1][0], cmp_double);
+    *ta = t[0][REPEATS / 2];
+    if (tb) *tb = t[1][REPEATS / 2];
 }
 
 static void set_threads(int n) {
@@ -177,16 +206,19 @@ static double check(const problem *p) {
     return maxref > 0 ? maxdiff / maxref : maxdiff;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     int nthreads = gdl_get_num_threads(), si, target_known = 0, target_met = 0;
     double target_ratio = 0;
+    if (getenv("GEMM_BENCH_CLOCK") && !strcmp(getenv("GEMM_BENCH_CLOCK"), "thread"))
+        bench_clock = CLOCK_THREAD_CPUTIME_ID;
     printf("cpu: %s\n", bench_cpu_model());
     printf("gpudl GEMM benchmark: gdl_gemm_cpu (%s, micro-kernel %s)", sizeof(gdl_real) == 4 ? "float" : "double",
            gdl_gemm_kernel_name());
 #ifdef GPUDL_BENCH_OPENBLAS
     printf(" vs OpenBLAS cblas_sgemm (core %s)", openblas_get_corename());
 #endif
-    printf("\nthreads: 1 and %d (all); GFLOP/s, median of 5 repeats of >= 50 ms; ratio = built-in / OpenBLAS\n",
+    if (bench_clock != CLOCK_MONOTONIC) printf("\nclock: the calling thread's CPU time (GEMM_BENCH_CLOCK=thread)");
+    printf("\nthreads: 1 and %d (all); GFLOP/s, median of 7 interleaved repeats of >= 50 ms; ratio = built-in / OpenBLAS\n",
            nthreads);
     { /* other busy processes make the multi-threaded columns meaningless: say so */
         FILE *f = fopen("/proc/loadavg", "r");
@@ -210,6 +242,9 @@ int main(void) {
         problem p;
         size_t na, nb, nc, i;
         double flop = 2.0 * s->M * s->N * s->K, err, t_b1, t_bn;
+        int ai, wanted = argc <= 1;
+        for (ai = 1; ai < argc; ai++) wanted |= strstr(s->name, argv[ai]) != NULL;
+        if (!wanted) continue;
         memset(&p, 0, sizeof p);
         p.s = s;
         p.lda = s->transA ? s->M : s->K;
@@ -244,13 +279,12 @@ int main(void) {
         err = check(&p);
 
         set_threads(1);
-        t_b1 = time_per_call(run_builtin, &p);
 #ifdef GPUDL_BENCH_OPENBLAS
         {
-            double t_o1 = time_per_call(run_openblas, &p), t_on;
+            double t_o1, t_on;
+            time_pair(run_builtin, run_openblas, &p, &t_b1, &t_o1);
             set_threads(nthreads);
-            t_bn = time_per_call(run_builtin, &p);
-            t_on = time_per_call(run_openblas, &p);
+            time_pair(run_builtin, run_openblas, &p, &t_bn, &t_on);
             printf("%-20s %c%c %4d %4d %4d | %8.1f %8.1f %5.2f | %8.1f %8.1f %5.2f | %8.1e\n", s->name,
                    s->transA ? 'T' : 'N', s->transB ? 'T' : 'N', s->M, s->N, s->K, flop / t_b1 * 1e-9,
                    flop / t_o1 * 1e-9, t_o1 / t_b1, flop / t_bn * 1e-9, flop / t_on * 1e-9, t_on / t_bn, err);
@@ -264,8 +298,9 @@ int main(void) {
             free(p.Cf);
         }
 #else
+        time_pair(run_builtin, NULL, &p, &t_b1, NULL);
         set_threads(nthreads);
-        t_bn = time_per_call(run_builtin, &p);
+        time_pair(run_builtin, NULL, &p, &t_bn, NULL);
         printf("%-20s %c%c %4d %4d %4d | %8.1f | %8.1f | %8.1e\n", s->name, s->transA ? 'T' : 'N',
                s->transB ? 'T' : 'N', s->M, s->N, s->K, flop / t_b1 * 1e-9, flop / t_bn * 1e-9, err);
 #endif

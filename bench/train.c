@@ -29,12 +29,21 @@
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA bench/train.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o bench_train
    Run:   ./bench_train [net ...]      (default: mlp cnn fc10 fc50)
           BENCH_CONV=im2col (or implicit) ./bench_train cnn: the CPU convolutions on
-          one path (unset: the path the shape picks), for before/after in one build */
+          one path (unset: the path the shape picks), for before/after in one build
+          BENCH_CLOCK=cpu: the process's CPU time (clock()) instead of the wall clock, for
+          before/after on a machine other processes keep busy; with GPUDL_NUM_THREADS=1 it is
+          the step's work (with more threads it adds the threads' CPU time up, waits included) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "bench_cpu.h"
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static int cpu_clock; /* BENCH_CLOCK=cpu */
+
+/* seconds: the wall clock, or the process's CPU time under BENCH_CLOCK=cpu */
+static double bench_now(void) { return cpu_clock ? (double)clock() / CLOCKS_PER_SEC : gdl_now(); }
 
 
 typedef struct bnet {
@@ -169,7 +178,7 @@ static int make_net(bnet *b, const char *full, gdl_device dev) {
 /* `steps` steps; *issue: the host's time to queue them (all of it on the
    CPU, where the work is done in the call) */
 static double run_steps(bnet *b, int steps, double *issue) {
-    double t0 = gdl_now();
+    double t0 = bench_now();
     int s;
     for (s = 0; s < steps; s++) {
         if (b->graph) {
@@ -179,7 +188,7 @@ static double run_steps(bnet *b, int steps, double *issue) {
             if (bstep(b) < 0) return NAN;
         }
     }
-    if (issue) *issue = gdl_now() - t0;
+    if (issue) *issue = bench_now() - t0;
     return gdl_item(b->loss); /* waits for the device */
 }
 
@@ -203,6 +212,8 @@ int main(int argc, char **argv) {
         return 2;
     }
 #endif
+    cpu_clock = getenv("BENCH_CLOCK") && !strcmp(getenv("BENCH_CLOCK"), "cpu");
+    if (cpu_clock) printf("clock: the process's CPU time (BENCH_CLOCK=cpu), not the wall clock\n");
     printf("device %s (%s), %d CPU threads\n", gdl_device_str(dev), gdl_device_name(dev), threads);
     printf("cpu: %s, GEMM micro-kernel %s\n", bench_cpu_model(), gdl_gemm_kernel_name());
     printf("%-14s %6s %12s %12s %10s %10s %9s %11s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
@@ -217,9 +228,9 @@ int main(int argc, char **argv) {
         }
         /* warm up, and size the repeats to ~0.5 s each */
         {
-            double t0 = gdl_now();
+            double t0 = bench_now();
             run_steps(&b, 3, NULL);
-            ms = (gdl_now() - t0) / 3;
+            ms = (bench_now() - t0) / 3;
             steps = ms > 0 ? (int)(0.5 / ms) : 100;
             if (steps < 3) steps = 3;
             if (steps > 2000) steps = 2000;
@@ -228,12 +239,12 @@ int main(int argc, char **argv) {
         if (dev.type == GDL_DEVICE_CUDA) gdl_cuda_reset_peak_memory();
 #endif
         for (r = 0; r < 5; r++) {
-            double t0 = gdl_now();
+            double t0 = bench_now();
             if (isnan(run_steps(&b, steps, &host[r]))) {
                 fprintf(stderr, "bench_train: %s: %s\n", b.name, gdl_last_error());
                 return 1;
             }
-            t[r] = (gdl_now() - t0) / steps;
+            t[r] = (bench_now() - t0) / steps;
             host[r] /= steps;
         }
         qsort(t, 5, sizeof t[0], cmp);

@@ -38,7 +38,9 @@
    Large square products run at ~85% (AVX-512) and ~95% (AVX2) of the
    measured FMA peak; at MLP sizes the rest is mostly packing. The
    transposing packs (A not transposed, B transposed as in y = x*W^T) use
-   8x8 / 4x4 register transposes (4x4 on NEON).
+   8x8 / 4x4 register transposes (4x4 on NEON; 6x8 for the AVX2 kernel's A
+   panels), and a B not transposed is packed a few rows at a time (read
+   along its rows, not 64 bytes of a row per micro-panel).
    K is cut into equal blocks (K=784 -> 4 x 196, not 3 x 256 + 16) and M, N
    likewise (rounded to MR/NR), so no block is a sliver.
 
@@ -437,6 +439,43 @@ static inline void gdl__gemm_tr4x4(const float *s, ptrdiff_t lds, float *d, ptrd
     _mm_storeu_ps(d + 2 * ldd, r2);
     _mm_storeu_ps(d + 3 * ldd, r3);
 }
+
+#if defined(GDL__GEMM_AVX2)
+/* d[c*6 + r] = s[r*lds + c] for r < 6, c < 8: eight k of a 6-row A
+   micro-panel. tr8x8's network on rows 0-3; rows 4 and 5 only need their
+   interleave, two floats per k (element by element, rows 4 and 5 cost
+   more than the 4x4 transposes of the other four). */
+static inline void gdl__gemm_tr6x8(const float *s, ptrdiff_t lds, float *d) {
+    const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + lds);
+    const __m256 r2 = _mm256_loadu_ps(s + 2 * lds), r3 = _mm256_loadu_ps(s + 3 * lds);
+    const __m256 r4 = _mm256_loadu_ps(s + 4 * lds), r5 = _mm256_loadu_ps(s + 5 * lds);
+    const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    const __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    /* t4 = r4[0] r5[0] r4[1] r5[1] | r4[4] r5[4] r4[5] r5[5], t5 likewise for 2, 3 | 6, 7 */
+    const __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    /* u0 = k 0 | k 4 of rows 0-3, u1 = k 1 | 5, u2 = k 2 | 6, u3 = k 3 | 7 */
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m128 v4 = _mm256_castps256_ps128(t4), w4 = _mm256_extractf128_ps(t4, 1);
+    const __m128 v5 = _mm256_castps256_ps128(t5), w5 = _mm256_extractf128_ps(t5, 1);
+    _mm_storeu_ps(d, _mm256_castps256_ps128(u0));
+    _mm_storel_pi((__m64 *)(d + 4), v4);
+    _mm_storeu_ps(d + 6, _mm256_castps256_ps128(u1));
+    _mm_storeh_pi((__m64 *)(d + 10), v4);
+    _mm_storeu_ps(d + 12, _mm256_castps256_ps128(u2));
+    _mm_storel_pi((__m64 *)(d + 16), v5);
+    _mm_storeu_ps(d + 18, _mm256_castps256_ps128(u3));
+    _mm_storeh_pi((__m64 *)(d + 22), v5);
+    _mm_storeu_ps(d + 24, _mm256_extractf128_ps(u0, 1));
+    _mm_storel_pi((__m64 *)(d + 28), w4);
+    _mm_storeu_ps(d + 30, _mm256_extractf128_ps(u1, 1));
+    _mm_storeh_pi((__m64 *)(d + 34), w4);
+    _mm_storeu_ps(d + 36, _mm256_extractf128_ps(u2, 1));
+    _mm_storel_pi((__m64 *)(d + 40), w5);
+    _mm_storeu_ps(d + 42, _mm256_extractf128_ps(u3, 1));
+    _mm_storeh_pi((__m64 *)(d + 46), w5);
+}
+#endif
 #elif defined(GDL__GEMM_NEON)
 /* d[c*ldd + r] = s[r*lds + c] for r, c < 4 */
 static inline void gdl__gemm_tr4x4(const float *s, ptrdiff_t lds, float *d, ptrdiff_t ldd) {
@@ -469,6 +508,14 @@ static inline void gdl__gemm_pack_copy(const gdl_real *src, ptrdiff_t lds, int w
 static inline void gdl__gemm_pack_trans(const gdl_real *src, ptrdiff_t lds, int w, int kc, int W,
                                         gdl_real *GDL__RESTRICT dst) {
     int k, x = 0;
+#if defined(GDL__GEMM_AVX2)
+    if (W == 6 && w == 6) { /* a full A micro-panel of the AVX2 kernel */
+        for (k = 0; k + 8 <= kc; k += 8) gdl__gemm_tr6x8(src + k, lds, dst + k * 6);
+        for (; k < kc; k++)
+            for (x = 0; x < 6; x++) dst[k * 6 + x] = src[x * lds + k];
+        return;
+    }
+#endif
 #if defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_AVX512)
     for (; x + 8 <= w; x += 8) {
         const float *s = src + x * lds;
@@ -590,6 +637,30 @@ static void gdl__gemm_pack_b(const gdl_conv_geom *conv, int transB, const gdl_re
         gdl__gemm_pack_trans(B + (ptrdiff_t)j0 * ldb + p0, ldb, n, kc, GDL__GEMM_NR, dst);
     else
         gdl__gemm_pack_copy(B + (ptrdiff_t)p0 * ldb + j0, ldb, n, kc, GDL__GEMM_NR, dst);
+}
+
+/* Rows of B read at a time by gdl__gemm_pack_b_rows. */
+#ifndef GDL__GEMM_PACK_ROWS
+#define GDL__GEMM_PACK_ROWS 8
+#endif
+
+/* The B panel op(B)[p0:p0+kc, j0:j0+nc] of a B not transposed, all its
+   micro-panels (NR columns each, kc*NR apart) at once, GDL__GEMM_PACK_ROWS
+   rows of B at a time. One micro-panel after another would read 64 bytes
+   of each of kc rows, every row on a page of its own when ldb is large:
+   a TLB miss per row and nothing for the hardware prefetcher to follow.
+   A few rows at a time are read along their length instead. */
+static void gdl__gemm_pack_b_rows(const gdl_real *B, ptrdiff_t ldb, int p0, int kc, int j0, int nc,
+                                  gdl_real *GDL__RESTRICT dst) {
+    int k0, jr;
+    for (k0 = 0; k0 < kc; k0 += GDL__GEMM_PACK_ROWS) {
+        const int kn = kc - k0 < GDL__GEMM_PACK_ROWS ? kc - k0 : GDL__GEMM_PACK_ROWS;
+        const gdl_real *src = B + (ptrdiff_t)(p0 + k0) * ldb + j0;
+        for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
+            const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
+            gdl__gemm_pack_copy(src + jr, ldb, n, kn, GDL__GEMM_NR, dst + (size_t)jr * kc + (size_t)k0 * GDL__GEMM_NR);
+        }
+    }
 }
 
 /* --- drivers -------------------------------------------------------------- */
@@ -723,11 +794,14 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
             /* later K blocks (and segments) accumulate; the epilogue follows the last */
             const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
             const int last = seg == g->nseg - 1 && pc + kc == g->K;
-            for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
-                const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
-                gdl__gemm_pack_b(g->conv, g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n,
-                                 bbuf + (size_t)jr * kc);
-            }
+            if (!g->conv && !g->transB)
+                gdl__gemm_pack_b_rows(g->B + seg * g->sB, g->ldb, pc, kc, jc, nc, bbuf);
+            else
+                for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
+                    const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
+                    gdl__gemm_pack_b(g->conv, g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jc + jr, n,
+                                     bbuf + (size_t)jr * kc);
+                }
             for (ic = m0; ic < m1; ic += mc_blk) {
                 const int mc = m1 - ic < mc_blk ? m1 - ic : mc_blk;
                 for (ir = 0; ir < mc; ir += GDL__GEMM_MR) {

@@ -548,6 +548,25 @@ static void gdl__gelu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real 
     for (; i < n; i++) out[i] = (accumulate ? out[i] : (gdl_real)0) + (gdl_real)(gy[i] * gdl__gelu_grad1(x[i]));
 }
 
+/* out = 0 + (x > 0 ? gy : 0) over n: the ReLU's gradient, the bits of gdl__unary_grad1's callers. In
+   vectors where there are some: gcc (under the default -ftrapping-math) makes the scalar loop a branch
+   per element on a sign that is random, which made it a sixth of a CNN step's time. */
+static void gdl__relu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *out, int64_t n) {
+    int64_t i = 0;
+#if defined(GDL__GELU_AVX512)
+    for (; i + 16 <= n; i += 16) {
+        const __mmask16 pos = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+        _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_mov_ps(pos, _mm512_loadu_ps(gy + i))));
+    }
+#elif defined(GDL__GELU_AVX2)
+    for (; i + 8 <= n; i += 8) {
+        const __m256 pos = _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps(), _CMP_GT_OQ);
+        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_setzero_ps(), _mm256_and_ps(pos, _mm256_loadu_ps(gy + i))));
+    }
+#endif
+    for (; i < n; i++) out[i] = (gdl_real)0 + (x[i] > 0 ? gy[i] : 0);
+}
+
 static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha) {
     switch (op) {
     case GDL_UN_RELU: return x > 0 ? x : 0;
@@ -757,7 +776,7 @@ static void gdl__act_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     if (a.op < 0)
         for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + a.gy[i];
     else if (a.op == GDL_UN_RELU)
-        for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + (a.x[i] > 0 ? a.gy[i] : 0);
+        gdl__relu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo);
     else if (a.op == GDL_UN_GELU_ERF)
         gdl__gelu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 0);
     else

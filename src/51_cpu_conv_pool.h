@@ -335,12 +335,23 @@ static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real 
     return 0;
 }
 
-static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx) {
-    int64_t p, OHW = (int64_t)g->OH * g->OW;
-    for (p = 0; p < (int64_t)g->N * g->C; p++) {
-        int64_t o;
-        for (o = 0; o < OHW; o++) gx[p * g->H * g->W + idx[p * OHW + o]] += gy[p * OHW + o];
+/* Each plane's indices point into that plane of gx only: the planes are
+   independent tasks, each summed in the order of its outputs. */
+static void gdl__maxpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    const int64_t OHW = (int64_t)g->OH * g->OW, HW = (int64_t)g->H * g->W;
+    int64_t p, o;
+    for (p = lo; p < hi; p++) {
+        gdl_real *gxp = a.out + p * HW;
+        const gdl_real *gyp = a.gy + p * OHW;
+        const int32_t *ip = a.argmax + p * OHW;
+        for (o = 0; o < OHW; o++) gxp[ip[o]] += gyp[o];
     }
+}
+static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx) {
+    gdl__args a = gdl__args_none();
+    a.g = g; a.gy = gy; a.argmax = idx; a.out = gx;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW, gdl__maxpool_backward_part, &a);
     return 0;
 }
 
