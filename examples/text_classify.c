@@ -8,11 +8,13 @@
    Adam, cross entropy. A fixed train/validation split (gdl_text_split, 10 %); the batch order of each epoch is a
    seeded shuffle computed here. Prints a per-epoch table (and --csv), then the held-out accuracy.
    Each model has its own recipe (batch 128, 73,546 training and 8,187 held-out texts):
-     lstm         2 epochs, constant lr 0.002: 98.9 % held-out accuracy (98.3 % after the first epoch)
-     transformer  5 epochs, lr 0.002 with --schedule cosine (a linear warm-up over the first 5 % of the steps,
-                  then cosine annealing to 0, every batch), dropout 0 (its full-split figure: being measured). With the LSTM's recipe
-                  (2 epochs at a constant 0.002, dropout 0.1) it stopped at 95.8 %: the decay to 0 and the
-                  longer run are what the attention layers need here.
+     lstm         2 epochs, constant lr 0.002: 98.9 % held-out accuracy (98.3 % after the first epoch; the
+                  PyTorch twin 99.0 %)
+     transformer  8 epochs, lr 0.002 with --schedule cosine (a linear warm-up over the first 5 % of the steps,
+                  then cosine annealing to 0, every batch), dropout 0 (its full-split figure: being measured).
+                  With the LSTM's recipe (2 epochs at a constant 0.002, dropout 0.1) it stopped at 95.8 %, and 4
+                  epochs of this schedule reached 96.9 % (the PyTorch twin's run): still under-fitted (97.3 % of
+                  the training texts right), so the longer run, not regularisation, is what it needs.
 
    The PyTorch twin, bench/pytorch/text_classify.py, trains the same model from the same initial weights on the
    same batches: --save-init FILE writes the initial state dict (gdl_save_model), --dump FILE the encoded
@@ -34,7 +36,7 @@
 #define LSTM_H 128
 #define EVAL_BATCH 256
 /* the Transformer's defaults (see the top comment for what they reach) */
-#define TC_TFM_EPOCHS 5
+#define TC_TFM_EPOCHS 8
 #define TC_TFM_LR 0.002
 #define TC_TFM_DROPOUT 0
 #define TC_STR_(x) #x
