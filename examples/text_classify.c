@@ -11,7 +11,8 @@
      lstm         2 epochs, constant lr 0.002: 98.9 % held-out accuracy (98.3 % after the first epoch; the
                   PyTorch twin 99.0 %)
      transformer  8 epochs, lr 0.002 with --schedule cosine (a linear warm-up over the first 5 % of the steps,
-                  then cosine annealing to 0, every batch), dropout 0 (its full-split figure: being measured).
+                  then cosine annealing to 0, every batch), dropout 0: 97.4 % (96.3 % after 3 epochs, 97.0 % after
+                  6), the PyTorch twin the same to 4 decimals in every epoch.
                   With the LSTM's recipe (2 epochs at a constant 0.002, dropout 0.1) it stopped at 95.8 %, and 4
                   epochs of this schedule reached 96.9 % (the PyTorch twin's run): still under-fitted (97.3 % of
                   the training texts right), so the longer run, not regularisation, is what it needs.
