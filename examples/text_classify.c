@@ -177,7 +177,8 @@ static int tc_epoch(gdl_module *model, gdl_optimizer *opt, gdl_scheduler *sched,
         if (opt && gdl_zero_grad(opt) < 0) break;
         logits = tc_classify(model, b->tx, b->tpad, b->tw);
         loss = logits ? gdl_cross_entropy(logits, b->ty) : NULL;
-        rc = loss && (!opt || (gdl_backward(loss) == 0 && gdl_step(opt) == 0 && (!sched || gdl_scheduler_step(sched) == 0)))
+        rc = loss && (!opt || (gdl_backward(loss) == 0 && gdl_step(opt) == 0 &&
+                               (!sched || gdl_scheduler_step(sched) == 0)))
                  ? tc_score(logits, loss, b->y, nb, &sum, &correct)
                  : -1;
         tc_batch_drop(b);

@@ -1,9 +1,9 @@
 """text_classify.py — the PyTorch twin of examples/text_classify.c: the same model (under the same state_dict
 names), loaded with gpudl's initial weights (load_state_dict, strict), trained with the same Adam on the same
 batches (the C program's dump: the encoded train / validation texts, their lengths and labels, every epoch's
-order and the options, the learning-rate schedule's among them), evaluated the same way. Prints the same per-epoch table; with --csv (the C program's
-CSV) it compares every epoch's numbers and exits 1 when they differ by more than --tol (dropout draws differ
-between the two, so compare runs made with --dropout 0).
+order and the options, the learning-rate schedule's among them), evaluated the same way. Prints the same
+per-epoch table; with --csv (the C program's CSV) it compares every epoch's numbers and exits 1 when they differ
+by more than --tol (dropout draws differ between the two, so compare runs made with --dropout 0).
 
     build/text_classify --model transformer --subset 2000 --epochs 2 --dropout 0 --csv c.csv \\
         --save-init init.safetensors --dump data.safetensors
@@ -123,7 +123,8 @@ def main():
     schedule = meta.get("schedule", "const")
     sched = None
     if schedule == "cosine":
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(int(meta["warmup_steps"]), int(meta["total_steps"])))
+        factor = warmup_cosine(int(meta["warmup_steps"]), int(meta["total_steps"]))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     B = int(meta["batch_size"])
     tx, tl, ty = t["train_x"].long(), t["train_len"].long(), t["train_y"].long()
     vx, vl, vy = t["val_x"].long(), t["val_len"].long(), t["val_y"].long()
