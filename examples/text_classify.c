@@ -7,8 +7,15 @@
                   the mean over the real positions -> Linear(64, 6)
    Adam, cross entropy. A fixed train/validation split (gdl_text_split, 10 %); the batch order of each epoch is a
    seeded shuffle computed here. Prints a per-epoch table (and --csv), then the held-out accuracy.
-   With the defaults (LSTM, 2 epochs, batch 128, 73,546 training and 8,187 held-out texts) it reached 98.9 %
-   held-out accuracy (98.3 % after the first epoch); the Transformer with the same settings 95.8 %.
+   Each model has its own recipe (batch 128, 73,546 training and 8,187 held-out texts):
+     lstm         2 epochs, constant lr 0.002: 98.9 % held-out accuracy (98.3 % after the first epoch; the
+                  PyTorch twin 99.0 %)
+     transformer  8 epochs, lr 0.002 with --schedule cosine (a linear warm-up over the first 5 % of the steps,
+                  then cosine annealing to 0, every batch), dropout 0: 97.4 % (96.3 % after 3 epochs, 97.0 % after
+                  6), the PyTorch twin the same to 4 decimals in every epoch.
+                  With the LSTM's recipe (2 epochs at a constant 0.002, dropout 0.1) it stopped at 95.8 %, and 4
+                  epochs of this schedule reached 96.9 % (the PyTorch twin's run): still under-fitted (97.3 % of
+                  the training texts right), so the longer run, not regularisation, is what it needs.
 
    The PyTorch twin, bench/pytorch/text_classify.py, trains the same model from the same initial weights on the
    same batches: --save-init FILE writes the initial state dict (gdl_save_model), --dump FILE the encoded
@@ -18,8 +25,8 @@
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/text_classify.c gpudl_cuda.cu -lcublas -lcublasLt -o text_classify
    Data:  make data-text (or sh tools/fetch_data.sh text): the fortunes-* packs
    Run:   ./text_classify [--model lstm|transformer] [--epochs N] [--batch-size N] [--device D] [--seed N] [--csv FILE]
-                          [--data DIR] [--max-len N] [--subset N] [--lr X] [--dropout P] [--pos sin|learned]
-                          [--save-init FILE] [--dump FILE] */
+                          [--data DIR] [--max-len N] [--subset N] [--lr X] [--schedule const|cosine] [--warmup F]
+                          [--dropout P] [--pos sin|learned] [--save-init FILE] [--dump FILE] */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"
@@ -29,11 +36,20 @@
 #define D_MODEL 64
 #define LSTM_H 128
 #define EVAL_BATCH 256
+/* the Transformer's defaults (see the top comment for what they reach) */
+#define TC_TFM_EPOCHS 8
+#define TC_TFM_LR 0.002
+#define TC_TFM_DROPOUT 0
+#define TC_STR_(x) #x
+#define TC_STR(x) TC_STR_(x)
+#define TC_TFM_EPOCHS_STR TC_STR(TC_TFM_EPOCHS)
+#define TC_TFM_LR_STR TC_STR(TC_TFM_LR)
+#define TC_TFM_DROPOUT_STR TC_STR(TC_TFM_DROPOUT)
 
 typedef struct tc_opts {
-    const char *model, *pos, *data, *save_init, *dump;
+    const char *model, *pos, *data, *save_init, *dump, *schedule;
     int64_t max_len, subset;
-    double lr, dropout;
+    double lr, dropout, warmup;
 } tc_opts;
 
 /* one split, encoded: n rows of T ids (padded with GDL_VOCAB_PAD), their lengths and labels */
@@ -146,8 +162,8 @@ static int tc_score(gdl_tensor *logits, gdl_tensor *loss, const int32_t *y, int6
 }
 
 /* one epoch over sp in the order idx (training when opt), the mean loss and accuracy */
-static int tc_epoch(gdl_module *model, gdl_optimizer *opt, const tc_split *sp, const int32_t *idx, int64_t B,
-                    tc_batch *b, gdl_device dev, double *loss_out, double *acc_out) {
+static int tc_epoch(gdl_module *model, gdl_optimizer *opt, gdl_scheduler *sched, const tc_split *sp, const int32_t *idx,
+                    int64_t B, tc_batch *b, gdl_device dev, double *loss_out, double *acc_out) {
     double sum = 0;
     int64_t correct = 0, at;
     int prev = gdl_set_grad_enabled(opt != NULL);
@@ -161,7 +177,10 @@ static int tc_epoch(gdl_module *model, gdl_optimizer *opt, const tc_split *sp, c
         if (opt && gdl_zero_grad(opt) < 0) break;
         logits = tc_classify(model, b->tx, b->tpad, b->tw);
         loss = logits ? gdl_cross_entropy(logits, b->ty) : NULL;
-        rc = loss && (!opt || (gdl_backward(loss) == 0 && gdl_step(opt) == 0)) ? tc_score(logits, loss, b->y, nb, &sum, &correct) : -1;
+        rc = loss && (!opt || (gdl_backward(loss) == 0 && gdl_step(opt) == 0 &&
+                               (!sched || gdl_scheduler_step(sched) == 0)))
+                 ? tc_score(logits, loss, b->y, nb, &sum, &correct)
+                 : -1;
         tc_batch_drop(b);
         if (rc < 0) break;
     }
@@ -255,14 +274,15 @@ fail:
 
 /* the twin's input: the encoded splits, every epoch's order and the options (as metadata) */
 static int tc_dump(const char *path, const tc_opts *o, const tc_split *tr, const tc_split *va, const int32_t *orders,
-                   int epochs, int64_t batch, int64_t V, int C) {
+                   int epochs, int64_t batch, int64_t V, int C, int64_t warmup_steps, int64_t total_steps) {
     static const char *const names[7] = {"train_x", "train_len", "train_y", "val_x", "val_len", "val_y", "order"};
     const tc_split *sp[2];
     gdl_st_tensor st[7];
     int64_t shapes[7][2];
-    char vals[8][64];
-    const char *keys[8] = {"model", "pos", "max_len", "batch_size", "lr", "dropout", "vocab_size", "num_classes"};
-    const char *vp[8];
+    char vals[11][64];
+    const char *keys[11] = {"model", "pos", "max_len", "batch_size", "lr", "dropout", "vocab_size", "num_classes",
+                            "schedule", "warmup_steps", "total_steps"};
+    const char *vp[11];
     int k, i;
     sp[0] = tr;
     sp[1] = va;
@@ -288,8 +308,11 @@ static int tc_dump(const char *path, const tc_opts *o, const tc_split *tr, const
     snprintf(vals[5], 64, "%.17g", o->dropout);
     snprintf(vals[6], 64, "%lld", (long long)V);
     snprintf(vals[7], 64, "%d", C);
-    for (i = 0; i < 8; i++) vp[i] = vals[i];
-    return gdl_st_write(path, 7, st, 8, keys, vp);
+    snprintf(vals[8], 64, "%s", o->schedule);
+    snprintf(vals[9], 64, "%lld", (long long)warmup_steps);
+    snprintf(vals[10], 64, "%lld", (long long)total_steps);
+    for (i = 0; i < 11; i++) vp[i] = vals[i];
+    return gdl_st_write(path, 7, st, 11, keys, vp);
 }
 
 static const char *const tc_help =
@@ -297,22 +320,27 @@ static const char *const tc_help =
     "  --data DIR        the fortunes folder (default: $GPUDL_DATA/fortunes, ./data/fortunes, /usr/share/games/fortunes)\n"
     "  --max-len N       characters kept per text (default 64)\n"
     "  --subset N        train on N texts and validate on N/4 (every k-th: all languages stay in; default all)\n"
-    "  --lr X            Adam's learning rate (default 0.002)\n"
-    "  --dropout P       the Transformer's dropout (default 0.1)\n"
+    "  --lr X            Adam's (peak) learning rate (default: lstm 0.002, transformer " TC_TFM_LR_STR ")\n"
+    "  --schedule S      const, or cosine: a linear warm-up from lr/100, then cosine annealing to 0 by the last\n"
+    "                    step, stepped every batch (default: lstm const, transformer cosine)\n"
+    "  --warmup F        the fraction of the training steps that warm up, with cosine (default 0.05)\n"
+    "  --dropout P       the Transformer's dropout (default " TC_TFM_DROPOUT_STR ")\n"
     "  --pos P           the Transformer's positions: sin or learned (default sin)\n"
     "  --save-init FILE  the initial state dict (safetensors), for bench/pytorch/text_classify.py\n"
-    "  --dump FILE       the encoded splits, the options and every epoch's order, for the same\n";
+    "  --dump FILE       the encoded splits, the options and every epoch's order, for the same\n"
+    "  (--epochs: default lstm 2, transformer " TC_TFM_EPOCHS_STR ")\n";
 
-/* takes this example's own options out of argv (the rest go to ex_parse); 0, or 2 after an error */
+/* takes this example's own options out of argv (the rest go to ex_parse); 0, or 2 after an error. Options left
+   unset stay NULL or negative, for main to fill with the model's defaults. */
 static int tc_parse(tc_opts *o, int *argc, char **argv) {
-    static const char *const flags[9] = {"--model", "--pos", "--data", "--save-init", "--dump", "--max-len", "--subset",
-                                         "--lr", "--dropout"};
+    static const char *const flags[11] = {"--model", "--pos", "--data", "--save-init", "--dump", "--schedule",
+                                          "--max-len", "--subset", "--lr", "--dropout", "--warmup"};
     int i, k, out = 1;
     for (i = 1; i < *argc; i++) {
         const char *val;
         char *end;
-        for (k = 0; k < 9 && strcmp(argv[i], flags[k]); k++) {}
-        if (k == 9) {
+        for (k = 0; k < 11 && strcmp(argv[i], flags[k]); k++) {}
+        if (k == 11) {
             argv[out++] = argv[i];
             continue;
         }
@@ -321,25 +349,27 @@ static int tc_parse(tc_opts *o, int *argc, char **argv) {
             return 2;
         }
         val = argv[++i];
-        if (k < 5) {
-            const char **dst[5] = {&o->model, &o->pos, &o->data, &o->save_init, &o->dump};
+        if (k < 6) {
+            const char **dst[6] = {&o->model, &o->pos, &o->data, &o->save_init, &o->dump, &o->schedule};
             *dst[k] = val;
-        } else if (k < 7) {
+        } else if (k < 8) {
             unsigned long long n;
-            if (ex_number(val, k == 5 ? 1 : 0, 1 << 20, &n) < 0) {
+            if (ex_number(val, k == 6 ? 1 : 0, 1 << 20, &n) < 0) {
                 fprintf(stderr, "%s: %s '%s': expected a whole number\n", argv[0], flags[k], val);
                 return 2;
             }
-            if (k == 5) o->max_len = (int64_t)n;
+            if (k == 6) o->max_len = (int64_t)n;
             else o->subset = (int64_t)n;
         } else {
             double v = strtod(val, &end);
-            if (*end || !(v >= 0) || (k == 8 && v > 1) || (k == 7 && !(v > 0 && v < 10))) {
-                fprintf(stderr, "%s: %s '%s': expected a number in %s\n", argv[0], flags[k], val, k == 7 ? "(0, 10)" : "[0, 1]");
+            if (*end || !(v >= 0) || (k == 9 && v > 1) || (k == 10 && v >= 1) || (k == 8 && !(v > 0 && v < 10))) {
+                fprintf(stderr, "%s: %s '%s': expected a number in %s\n", argv[0], flags[k], val,
+                        k == 8 ? "(0, 10)" : k == 9 ? "[0, 1]" : "[0, 1)");
                 return 2;
             }
-            if (k == 7) o->lr = v;
-            else o->dropout = v;
+            if (k == 8) o->lr = v;
+            else if (k == 9) o->dropout = v;
+            else o->warmup = v;
         }
     }
     *argc = out;
@@ -349,6 +379,10 @@ static int tc_parse(tc_opts *o, int *argc, char **argv) {
     }
     if (strcmp(o->pos, "sin") && strcmp(o->pos, "learned")) {
         fprintf(stderr, "%s: --pos '%s': expected sin or learned\n", argv[0], o->pos);
+        return 2;
+    }
+    if (o->schedule && strcmp(o->schedule, "const") && strcmp(o->schedule, "cosine")) {
+        fprintf(stderr, "%s: --schedule '%s': expected const or cosine\n", argv[0], o->schedule);
         return 2;
     }
     return 0;
@@ -363,13 +397,14 @@ int main(int argc, char **argv) {
     gdl_vocab *v = NULL;
     gdl_module *model = NULL;
     gdl_optimizer *opt = NULL;
+    gdl_scheduler *sched = NULL;
     int32_t *orders = NULL, *val_idx = NULL;
     FILE *csv = NULL;
     char *joined = NULL;
     size_t jlen = 0;
     double acc = 0, secs = 0;
-    int64_t in_shape[2], i;
-    int e, rc = 1, parsed;
+    int64_t in_shape[2], i, total_steps, warmup_steps;
+    int e, rc = 1, parsed, tfm;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     memset(&o, 0, sizeof o);
@@ -382,9 +417,15 @@ int main(int argc, char **argv) {
     o.model = "lstm";
     o.pos = "sin";
     o.max_len = 64;
-    o.lr = 2e-3;
-    o.dropout = 0.1;
+    o.lr = -1;
+    o.dropout = -1;
+    o.warmup = 0.05;
     if (tc_parse(&o, &argc, argv)) return 2;
+    tfm = !strcmp(o.model, "transformer");
+    a = ex_defaults(tfm ? TC_TFM_EPOCHS : 2, 128);
+    if (o.lr < 0) o.lr = tfm ? TC_TFM_LR : 2e-3;
+    if (o.dropout < 0) o.dropout = TC_TFM_DROPOUT;
+    if (!o.schedule) o.schedule = tfm ? "cosine" : "const";
     parsed = ex_parse(&a, argc, argv, EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV,
                       "Language identification (en, de, es, it, pl, ru) on Debian's fortunes, char level, with an LSTM or\n"
                       "a Transformer encoder.");
@@ -407,16 +448,32 @@ int main(int argc, char **argv) {
     }
     for (e = 0; e < a.epochs; e++) tc_order(orders + e * str.n, str.n, a.seed, e);
     for (i = 0; i < sva.n; i++) val_idx[i] = (int32_t)i;
+    /* the cosine's T_max is what the warm-up leaves, at least one step, so the lr reaches 0 after the last */
+    total_steps = (int64_t)a.epochs * ((str.n + a.batch_size - 1) / a.batch_size);
+    warmup_steps = (int64_t)(o.warmup * (double)total_steps + 0.5);
+    if (warmup_steps >= total_steps) warmup_steps = total_steps - 1;
+    if (total_steps > INT32_MAX) {
+        fprintf(stderr, "text_classify: %lld steps are too many for a scheduler\n", (long long)total_steps);
+        goto done;
+    }
 
     if (!(model = tc_model(&o, gdl_vocab_size(v), all.num_classes))) goto fail;
     if (o.save_init && gdl_save_model(model, o.save_init) < 0) goto fail;
-    if (o.dump && tc_dump(o.dump, &o, &str, &sva, orders, a.epochs, a.batch_size, gdl_vocab_size(v), all.num_classes) < 0)
+    if (o.dump && tc_dump(o.dump, &o, &str, &sva, orders, a.epochs, a.batch_size, gdl_vocab_size(v), all.num_classes,
+                          warmup_steps, total_steps) < 0)
         goto fail;
     if (gdl_module_to(model, a.device) < 0) goto fail;
     in_shape[0] = 1;
     in_shape[1] = o.max_len;
     if (gdl_module_summary(model, 2, in_shape, stdout) < 0) goto fail;
     if (!(opt = gdl_adam_new(o.lr, 0.9, 0.999, 1e-8, 0)) || gdl_optim_add_module(opt, model, 0) < 0) goto fail;
+    if (!strcmp(o.schedule, "cosine") &&
+        !(sched = gdl_warmup_cosine_lr_new(opt, (int)warmup_steps, 0.01, (int)(total_steps - warmup_steps), 0)))
+        goto fail;
+    printf("Adam, lr %g, %s", o.lr, o.schedule);
+    if (sched) printf(" (warm-up %lld of %lld steps)", (long long)warmup_steps, (long long)total_steps);
+    if (tfm) printf(", dropout %g, %s positions", o.dropout, o.pos);
+    printf(", %d epochs of batch %d\n", a.epochs, a.batch_size);
     if (a.csv && !(csv = fopen(a.csv, "w"))) {
         fprintf(stderr, "text_classify: cannot write %s\n", a.csv);
         goto done;
@@ -425,8 +482,8 @@ int main(int argc, char **argv) {
     printf("%5s %10s %9s %10s %9s %8s\n", "epoch", "train_loss", "train_acc", "val_loss", "val_acc", "seconds");
     for (e = 0; e < a.epochs; e++) {
         double tl, ta, vl, wall = gdl_now();
-        if (tc_epoch(model, opt, &str, orders + e * str.n, a.batch_size, &b, a.device, &tl, &ta) < 0 ||
-            tc_epoch(model, NULL, &sva, val_idx, EVAL_BATCH, &b, a.device, &vl, &acc) < 0)
+        if (tc_epoch(model, opt, sched, &str, orders + e * str.n, a.batch_size, &b, a.device, &tl, &ta) < 0 ||
+            tc_epoch(model, NULL, NULL, &sva, val_idx, EVAL_BATCH, &b, a.device, &vl, &acc) < 0)
             goto fail;
         wall = gdl_now() - wall;
         secs += wall;
@@ -442,6 +499,7 @@ fail:
 done:
     if (csv) fclose(csv);
     tc_batch_free(&b);
+    gdl_scheduler_free(sched);
     gdl_optim_free(opt);
     gdl_module_free(model);
     tc_split_free(&str);

@@ -186,6 +186,8 @@ expect 0 "^  --model M " "$b/text_classify" --help
 expect 2 "\-\-model 'cnn': expected lstm or transformer" "$b/text_classify" --model cnn
 expect 2 "\-\-pos 'abs': expected sin or learned" "$b/text_classify" --pos abs
 expect 2 "\-\-dropout '2': expected a number in \[0, 1\]" "$b/text_classify" --dropout 2
+expect 2 "\-\-schedule 'step': expected const or cosine" "$b/text_classify" --schedule step
+expect 2 "\-\-warmup '1': expected a number in \[0, 1)" "$b/text_classify" --warmup 1
 expect 2 "unknown option '--bogus'" "$b/text_classify" --bogus
 expect 1 "fortunes-min" "$b/text_classify" --data "$t/none"
 for m in lstm transformer; do

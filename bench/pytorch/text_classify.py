@@ -1,9 +1,9 @@
 """text_classify.py — the PyTorch twin of examples/text_classify.c: the same model (under the same state_dict
 names), loaded with gpudl's initial weights (load_state_dict, strict), trained with the same Adam on the same
 batches (the C program's dump: the encoded train / validation texts, their lengths and labels, every epoch's
-order and the options), evaluated the same way. Prints the same per-epoch table; with --csv (the C program's
-CSV) it compares every epoch's numbers and exits 1 when they differ by more than --tol (dropout draws differ
-between the two, so compare runs made with --dropout 0).
+order and the options, the learning-rate schedule's among them), evaluated the same way. Prints the same
+per-epoch table; with --csv (the C program's CSV) it compares every epoch's numbers and exits 1 when they differ
+by more than --tol (dropout draws differ between the two, so compare runs made with --dropout 0).
 
     build/text_classify --model transformer --subset 2000 --epochs 2 --dropout 0 --csv c.csv \\
         --save-init init.safetensors --dump data.safetensors
@@ -75,7 +75,17 @@ class TextClassifier(nn.Module):
         return self.head((h * w.unsqueeze(2)).sum(1))
 
 
-def epoch(model, opt, x, lens, y, order, B):
+def warmup_cosine(warmup, total):
+    """gdl_warmup_cosine_lr_new(opt, warmup, 0.01, total - warmup, 0)'s factor of the peak lr after t steps: PyTorch's
+    SequentialLR([LinearLR(0.01, 1, warmup), CosineAnnealingLR(total - warmup, 0)], [warmup]) in closed form"""
+    def factor(t):
+        if t < warmup:
+            return 0.01 + 0.99 * t / warmup
+        return (1 + math.cos(math.pi * (t - warmup) / (total - warmup))) / 2
+    return factor
+
+
+def epoch(model, opt, sched, x, lens, y, order, B):
     model.train(opt is not None)
     total, correct = 0.0, 0
     with torch.set_grad_enabled(opt is not None):
@@ -87,6 +97,8 @@ def epoch(model, opt, x, lens, y, order, B):
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+                if sched is not None:
+                    sched.step()
             total += loss.item() * len(idx)
             correct += (logits.argmax(1) == y[idx]).sum().item()
     return total / len(order), correct / len(order)
@@ -108,16 +120,22 @@ def main():
                            int(meta["max_len"]), float(meta["dropout"]))
     model.load_state_dict(init, strict=True)
     opt = torch.optim.Adam(model.parameters(), lr=float(meta["lr"]))
+    schedule = meta.get("schedule", "const")
+    sched = None
+    if schedule == "cosine":
+        factor = warmup_cosine(int(meta["warmup_steps"]), int(meta["total_steps"]))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
     B = int(meta["batch_size"])
     tx, tl, ty = t["train_x"].long(), t["train_len"].long(), t["train_y"].long()
     vx, vl, vy = t["val_x"].long(), t["val_len"].long(), t["val_y"].long()
-    print("model: %s, %d train, %d validation texts, batch %d" % (meta["model"], len(ty), len(vy), B))
+    print("model: %s, %d train, %d validation texts, batch %d, lr %g, %s" % (meta["model"], len(ty), len(vy), B,
+                                                                            float(meta["lr"]), schedule))
     print("%5s %10s %9s %10s %9s %8s" % ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "seconds"))
     rows = []
     for e, order in enumerate(t["order"].long()):
         t0 = time.time()
-        trl, tra = epoch(model, opt, tx, tl, ty, order, B)
-        val, vaa = epoch(model, None, vx, vl, vy, torch.arange(len(vy)), EVAL_BATCH)
+        trl, tra = epoch(model, opt, sched, tx, tl, ty, order, B)
+        val, vaa = epoch(model, None, None, vx, vl, vy, torch.arange(len(vy)), EVAL_BATCH)
         rows.append((trl, tra, val, vaa))
         print("%5d %10.4f %8.2f%% %10.4f %8.2f%% %8.1f" % (e + 1, trl, 100 * tra, val, 100 * vaa, time.time() - t0))
     if not a.csv:
