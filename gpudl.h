@@ -5618,6 +5618,7 @@ typedef struct {
     gdl__range_fn fn;
     const void *ctx;
     int64_t n;
+    int units; /* boundaries at any index (gdl__parallel_units) */
 } gdl__pfor_job;
 
 /* Range boundaries are multiples of 16 (but the last): a kernel with a
@@ -5626,7 +5627,8 @@ typedef struct {
 static int64_t gdl__pfor_bound(int64_t n, int t, int nt) { return t == nt ? n : n * t / nt / 16 * 16; }
 static void gdl__pfor_task(void *p, int t, int nt) {
     const gdl__pfor_job *j = (const gdl__pfor_job *)p;
-    const int64_t lo = gdl__pfor_bound(j->n, t, nt), hi = gdl__pfor_bound(j->n, t + 1, nt);
+    const int64_t lo = j->units ? j->n * t / nt : gdl__pfor_bound(j->n, t, nt);
+    const int64_t hi = j->units ? j->n * (t + 1) / nt : gdl__pfor_bound(j->n, t + 1, nt);
     if (hi > lo) j->fn(j->ctx, lo, hi);
 }
 
@@ -5637,8 +5639,7 @@ static int gdl__pfor_tasks(int64_t n, int64_t work) {
     return (int)(nt > n ? n : nt);
 }
 
-/* fn(ctx, lo, hi) over the ranges of [0, n) */
-static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+static void gdl__pfor_run(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx, int units) {
     const int nt = gdl__pfor_tasks(n, work);
     if (n <= 0) return;
     if (nt > 1 && gdl__pool_acquire()) {
@@ -5646,11 +5647,20 @@ static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const v
         j.fn = fn;
         j.ctx = ctx;
         j.n = n;
+        j.units = units;
         gdl__pool_run(nt, gdl__pfor_task, &j);
         gdl__pool_release();
     } else {
         fn(ctx, 0, n);
     }
+}
+/* fn(ctx, lo, hi) over the ranges of [0, n) */
+static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+    gdl__pfor_run(n, work, fn, ctx, 0);
+}
+/* ... the ranges' boundaries at any index (gdl__parallel_units below) */
+static void gdl__parallel_units_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+    gdl__pfor_run(n, work, fn, ctx, 1);
 }
 
 /* body(*a, lo, hi) over the ranges of [0, n): the CPU kernels' form. On one
@@ -5664,16 +5674,26 @@ static void gdl__loop_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__loop_job *j = (const gdl__loop_job *)p;
     j->body(*j->a, lo, hi);
 }
-static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+static void gdl__parallel_loop_as(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a, int units) {
     if (n <= 0) return;
     if (gdl__pfor_tasks(n, work) > 1) {
         gdl__loop_job j;
         j.body = body;
         j.a = a;
-        gdl__parallel_for(n, work, gdl__loop_range, &j);
+        gdl__pfor_run(n, work, gdl__loop_range, &j, units);
     } else {
         body(*a, 0, n);
     }
+}
+static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+    gdl__parallel_loop_as(n, work, body, a, 0);
+}
+/* As gdl__parallel_loop, but the ranges' boundaries fall on any index: for a
+   loop over a few large units of work (blocks of columns, say) that each
+   compute the same whatever range holds them, so few that boundaries at
+   multiples of 16 would leave them all to one task. */
+static void gdl__parallel_units(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+    gdl__parallel_loop_as(n, work, body, a, 1);
 }
 /* ---------------------------------------------------------------------------
    [impl-gemm]  CPU GEMM, row-major: C = alpha*op(A)*op(B) + beta*C
@@ -8154,11 +8174,46 @@ static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
             else a.out[o * inner + i] = r;
         }
 }
+/* A sum (or mean) over n with inner > 1, such as a bias gradient (outer 1, n rows, inner columns):
+   gdl__reduce_part walks each column down the rows, a cache line per element, one thread when outer
+   is 1. Here a task takes a block of GDL__RED_COLS columns and adds whole row segments into one double
+   per column: each column's sum is still s = 0, s += x[0], s += x[1], ... (the same bits), but the
+   loads are contiguous, the adds vectorise and the blocks spread over the threads. Index t of the loop
+   is (outer index, column block), so the work of an index does not depend on the thread count. */
+#define GDL__RED_COLS 32
+static void gdl__reduce_cols_block(const gdl__args *a, int64_t o, int64_t i0) {
+    const int64_t n = a->n, inner = a->inner, w = inner - i0 < GDL__RED_COLS ? inner - i0 : GDL__RED_COLS;
+    const gdl_real *p = a->x + o * n * inner + i0;
+    gdl_real *out = a->out + o * inner + i0;
+    double s[GDL__RED_COLS];
+    int64_t i, k;
+    for (i = 0; i < GDL__RED_COLS; i++) s[i] = 0;
+    if (w == GDL__RED_COLS) /* a constant trip count: gcc vectorises it at -O2 */
+        for (k = 0; k < n; k++)
+            for (i = 0; i < GDL__RED_COLS; i++) s[i] += p[k * inner + i];
+    else
+        for (k = 0; k < n; k++)
+            for (i = 0; i < w; i++) s[i] += p[k * inner + i];
+    for (i = 0; i < w; i++) {
+        const gdl_real r = (gdl_real)(a->op == GDL_RED_MEAN ? s[i] / (double)n : s[i]);
+        if (a->accumulate) out[i] += r;
+        else out[i] = r;
+    }
+}
+static void gdl__reduce_cols_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t nb = (a.inner + GDL__RED_COLS - 1) / GDL__RED_COLS;
+    int64_t t;
+    for (t = lo; t < hi; t++) gdl__reduce_cols_block(&a, t / nb, t % nb * GDL__RED_COLS);
+}
 static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y,
                            int32_t *idx, int accumulate) {
     gdl__args a = gdl__args_none();
     a.op = op; a.n = n; a.inner = inner; a.x = x; a.out = y; a.idx = idx; a.accumulate = accumulate;
-    gdl__parallel_loop(outer, outer * n * inner, gdl__reduce_part, &a);
+    if (op != GDL_RED_MAX && inner > 1)
+        gdl__parallel_units(outer * ((inner + GDL__RED_COLS - 1) / GDL__RED_COLS), outer * n * inner,
+                            gdl__reduce_cols_part, &a);
+    else
+        gdl__parallel_loop(outer, outer * n * inner, gdl__reduce_part, &a);
     return 0;
 }
 
@@ -9540,26 +9595,54 @@ static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const 
     return 0;
 }
 
+/* The backward in two parallel passes, each with the one-thread loop's arithmetic (the same bits for any
+   thread count): over rows, gx (a row's sums s1, s2 need only that row); then over blocks of columns,
+   ggamma and gbeta, each column added up in row order as before. */
+typedef struct {
+    int64_t rows, D;
+    const gdl_real *x, *gy, *gamma, *mean, *rstd;
+    gdl_real *gx, *ggamma, *gbeta;
+} gdl__lnb_job;
+static void gdl__lnb_rows_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__lnb_job b = *(const gdl__lnb_job *)a.ctx;
+    const int64_t D = b.D;
+    int64_t r, k;
+    for (r = lo; r < hi; r++) {
+        const gdl_real *p = b.x + r * D, *g = b.gy + r * D;
+        double mu = b.mean[r], rs = b.rstd[r], s1 = 0, s2 = 0;
+        for (k = 0; k < D; k++) {
+            double xh = (p[k] - mu) * rs, gh = g[k] * (b.gamma ? b.gamma[k] : 1);
+            s1 += gh;
+            s2 += gh * xh;
+        }
+        for (k = 0; k < D; k++) {
+            double xh = (p[k] - mu) * rs, gh = g[k] * (b.gamma ? b.gamma[k] : 1);
+            b.gx[r * D + k] += (gdl_real)(rs * (gh - s1 / (double)D - xh * s2 / (double)D));
+        }
+    }
+}
+#define GDL__LNB_COLS 32
+static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__lnb_job b = *(const gdl__lnb_job *)a.ctx;
+    const int64_t D = b.D, k0 = lo * GDL__LNB_COLS, k1 = hi * GDL__LNB_COLS < D ? hi * GDL__LNB_COLS : D;
+    int64_t r, k;
+    for (r = 0; r < b.rows; r++) {
+        const gdl_real *p = b.x + r * D, *g = b.gy + r * D;
+        double mu = b.mean[r], rs = b.rstd[r];
+        if (b.ggamma)
+            for (k = k0; k < k1; k++) b.ggamma[k] += (gdl_real)(g[k] * ((p[k] - mu) * rs));
+        if (b.gbeta)
+            for (k = k0; k < k1; k++) b.gbeta[k] += g[k];
+    }
+}
 static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *gamma, const gdl_real *mean, const gdl_real *rstd,
                                        gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
-    int64_t r, k;
-    for (r = 0; r < rows; r++) { /* serial over rows: ggamma/gbeta accumulate */
-        const gdl_real *p = x + r * D, *g = gy + r * D;
-        double mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
-        for (k = 0; k < D; k++) {
-            double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
-            s1 += gh;
-            s2 += gh * xh;
-            if (ggamma) ggamma[k] += (gdl_real)(g[k] * xh);
-            if (gbeta) gbeta[k] += g[k];
-        }
-        if (gx)
-            for (k = 0; k < D; k++) {
-                double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
-                gx[r * D + k] += (gdl_real)(rs * (gh - s1 / (double)D - xh * s2 / (double)D));
-            }
-    }
+    gdl__lnb_job b = {rows, D, x, gy, gamma, mean, rstd, gx, ggamma, gbeta};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    if (gx) gdl__parallel_loop(rows, 4 * rows * D, gdl__lnb_rows_part, &a);
+    if (ggamma || gbeta) gdl__parallel_units((D + GDL__LNB_COLS - 1) / GDL__LNB_COLS, 2 * rows * D, gdl__lnb_cols_part, &a);
     return 0;
 }
 
@@ -10027,6 +10110,78 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     GPUDL_FREE(kb);
 }
 
+/* backward in one pass over tasks (batch): per key tile, the query tiles that see it, each pair's
+   probabilities and dS computed once for dq, dk and dv (the two passes above compute them twice). Every
+   sum runs in the passes' order: dk and dv of a key tile over the query tiles, dq of a query tile over the
+   key tiles, both ascending, so the results are the passes' bits. dq of the whole batch entry stays in
+   the task's buffer (L x E) until its last key tile. Used when there are batch entries enough to share
+   among the threads. */
+static void gdl__attn_bw_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S;
+    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + L * E + 1));
+    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *dq;
+    int64_t b, i0, j0, r, e;
+    if (!kb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    kt = kb + T * E;
+    vb = kt + T * E;
+    vt = vb + T * Ev;
+    qb = vt + T * Ev;
+    gb = qb + T * E;
+    dk = gb + T * Ev;
+    dv = dk + T * E;
+    s = dv + T * Ev;
+    dp = s + T * T;
+    dq = dp + T * T;
+    for (b = lo; b < hi; b++) {
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr);
+        const int64_t vo = gdl_attn_base(g, b, g->vstr);
+        const gdl_real *lse = c->lse + b * L;
+        gdl_real *D = c->delta + b * L;
+        for (i0 = 0; i0 < L; i0 += T) { /* delta = rowsum(dO * O), as pass 1 */
+            const int64_t nq = gdl__attn_min(T, L - i0);
+            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
+            gdl__attn_get(c->dt, c->o, oo + i0 * g->orow, g->orow, nq, Ev, vb);
+            for (r = 0; r < nq; r++) {
+                gdl_real d = 0;
+                for (e = 0; e < Ev; e++) d = GDL__ATTN_MADD(gb[r * Ev + e], vb[r * Ev + e], d);
+                D[i0 + r] = d;
+            }
+        }
+        if (c->gq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
+        for (j0 = 0; j0 < S; j0 += T) {
+            const int64_t nk = gdl__attn_min(T, S - j0);
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, vb);
+            gdl__attn_turn(kb, nk, E, kt);
+            gdl__attn_turn(vb, nk, Ev, vt);
+            memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
+            memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
+            for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+                const int64_t nq = gdl__attn_min(T, L - i0);
+                gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
+                gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
+                gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+                gdl__attn_rowdots(gb, nq, vt, Ev, dp);
+                gdl__attn_ds(c, s, dp, nq, nk, lse + i0, D + i0);
+                if (c->gv) gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
+                if (c->gk) gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
+                if (c->gq) gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq + i0 * E, E); /* dq += dS K */
+            }
+            if (c->gk) gdl__attn_acc(c->dt, c->gk, ko + j0 * g->krow, g->krow, nk, E, dk, qb);
+            if (c->gv) gdl__attn_acc(c->dt, c->gv, vo + j0 * g->vrow, g->vrow, nk, Ev, dv, qb);
+        }
+        for (i0 = 0; c->gq && i0 < L; i0 += T)
+            gdl__attn_acc(c->dt, c->gq, qo + i0 * g->qrow, g->qrow, gdl__attn_min(T, L - i0), E, dq + i0 * E, qb);
+    }
+    GPUDL_FREE(kb);
+}
+
 static int gdl__attn_oom(int failed) {
     if (!failed) return 0;
     gdl__set_error("gdl_scaled_dot_product_attention: out of host memory for the CPU kernel's tiles");
@@ -10053,6 +10208,10 @@ static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, con
     memset(&c, 0, sizeof c);
     c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.o = out; c.go = gout;
     c.lse = lse; c.delta = delta; c.gq = gq; c.gk = gk; c.gv = gv; c.failed = &failed;
+    if (gq && (gk || gv) && g->B >= 4 * gdl_get_num_threads()) { /* the same bits as the passes below */
+        gdl__parallel_units_for(g->B, work, gdl__attn_bw_range, &c);
+        return gdl__attn_oom(failed);
+    }
     gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
     if (!failed && (gk || gv))
         gdl__parallel_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);

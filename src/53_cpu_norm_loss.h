@@ -282,26 +282,54 @@ static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const 
     return 0;
 }
 
+/* The backward in two parallel passes, each with the one-thread loop's arithmetic (the same bits for any
+   thread count): over rows, gx (a row's sums s1, s2 need only that row); then over blocks of columns,
+   ggamma and gbeta, each column added up in row order as before. */
+typedef struct {
+    int64_t rows, D;
+    const gdl_real *x, *gy, *gamma, *mean, *rstd;
+    gdl_real *gx, *ggamma, *gbeta;
+} gdl__lnb_job;
+static void gdl__lnb_rows_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__lnb_job b = *(const gdl__lnb_job *)a.ctx;
+    const int64_t D = b.D;
+    int64_t r, k;
+    for (r = lo; r < hi; r++) {
+        const gdl_real *p = b.x + r * D, *g = b.gy + r * D;
+        double mu = b.mean[r], rs = b.rstd[r], s1 = 0, s2 = 0;
+        for (k = 0; k < D; k++) {
+            double xh = (p[k] - mu) * rs, gh = g[k] * (b.gamma ? b.gamma[k] : 1);
+            s1 += gh;
+            s2 += gh * xh;
+        }
+        for (k = 0; k < D; k++) {
+            double xh = (p[k] - mu) * rs, gh = g[k] * (b.gamma ? b.gamma[k] : 1);
+            b.gx[r * D + k] += (gdl_real)(rs * (gh - s1 / (double)D - xh * s2 / (double)D));
+        }
+    }
+}
+#define GDL__LNB_COLS 32
+static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__lnb_job b = *(const gdl__lnb_job *)a.ctx;
+    const int64_t D = b.D, k0 = lo * GDL__LNB_COLS, k1 = hi * GDL__LNB_COLS < D ? hi * GDL__LNB_COLS : D;
+    int64_t r, k;
+    for (r = 0; r < b.rows; r++) {
+        const gdl_real *p = b.x + r * D, *g = b.gy + r * D;
+        double mu = b.mean[r], rs = b.rstd[r];
+        if (b.ggamma)
+            for (k = k0; k < k1; k++) b.ggamma[k] += (gdl_real)(g[k] * ((p[k] - mu) * rs));
+        if (b.gbeta)
+            for (k = k0; k < k1; k++) b.gbeta[k] += g[k];
+    }
+}
 static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *gamma, const gdl_real *mean, const gdl_real *rstd,
                                        gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
-    int64_t r, k;
-    for (r = 0; r < rows; r++) { /* serial over rows: ggamma/gbeta accumulate */
-        const gdl_real *p = x + r * D, *g = gy + r * D;
-        double mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
-        for (k = 0; k < D; k++) {
-            double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
-            s1 += gh;
-            s2 += gh * xh;
-            if (ggamma) ggamma[k] += (gdl_real)(g[k] * xh);
-            if (gbeta) gbeta[k] += g[k];
-        }
-        if (gx)
-            for (k = 0; k < D; k++) {
-                double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
-                gx[r * D + k] += (gdl_real)(rs * (gh - s1 / (double)D - xh * s2 / (double)D));
-            }
-    }
+    gdl__lnb_job b = {rows, D, x, gy, gamma, mean, rstd, gx, ggamma, gbeta};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    if (gx) gdl__parallel_loop(rows, 4 * rows * D, gdl__lnb_rows_part, &a);
+    if (ggamma || gbeta) gdl__parallel_units((D + GDL__LNB_COLS - 1) / GDL__LNB_COLS, 2 * rows * D, gdl__lnb_cols_part, &a);
     return 0;
 }
 

@@ -367,6 +367,78 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     GPUDL_FREE(kb);
 }
 
+/* backward in one pass over tasks (batch): per key tile, the query tiles that see it, each pair's
+   probabilities and dS computed once for dq, dk and dv (the two passes above compute them twice). Every
+   sum runs in the passes' order: dk and dv of a key tile over the query tiles, dq of a query tile over the
+   key tiles, both ascending, so the results are the passes' bits. dq of the whole batch entry stays in
+   the task's buffer (L x E) until its last key tile. Used when there are batch entries enough to share
+   among the threads. */
+static void gdl__attn_bw_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S;
+    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + L * E + 1));
+    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *dq;
+    int64_t b, i0, j0, r, e;
+    if (!kb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    kt = kb + T * E;
+    vb = kt + T * E;
+    vt = vb + T * Ev;
+    qb = vt + T * Ev;
+    gb = qb + T * E;
+    dk = gb + T * Ev;
+    dv = dk + T * E;
+    s = dv + T * Ev;
+    dp = s + T * T;
+    dq = dp + T * T;
+    for (b = lo; b < hi; b++) {
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr);
+        const int64_t vo = gdl_attn_base(g, b, g->vstr);
+        const gdl_real *lse = c->lse + b * L;
+        gdl_real *D = c->delta + b * L;
+        for (i0 = 0; i0 < L; i0 += T) { /* delta = rowsum(dO * O), as pass 1 */
+            const int64_t nq = gdl__attn_min(T, L - i0);
+            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
+            gdl__attn_get(c->dt, c->o, oo + i0 * g->orow, g->orow, nq, Ev, vb);
+            for (r = 0; r < nq; r++) {
+                gdl_real d = 0;
+                for (e = 0; e < Ev; e++) d = GDL__ATTN_MADD(gb[r * Ev + e], vb[r * Ev + e], d);
+                D[i0 + r] = d;
+            }
+        }
+        if (c->gq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
+        for (j0 = 0; j0 < S; j0 += T) {
+            const int64_t nk = gdl__attn_min(T, S - j0);
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, vb);
+            gdl__attn_turn(kb, nk, E, kt);
+            gdl__attn_turn(vb, nk, Ev, vt);
+            memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
+            memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
+            for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+                const int64_t nq = gdl__attn_min(T, L - i0);
+                gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
+                gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
+                gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+                gdl__attn_rowdots(gb, nq, vt, Ev, dp);
+                gdl__attn_ds(c, s, dp, nq, nk, lse + i0, D + i0);
+                if (c->gv) gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
+                if (c->gk) gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
+                if (c->gq) gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq + i0 * E, E); /* dq += dS K */
+            }
+            if (c->gk) gdl__attn_acc(c->dt, c->gk, ko + j0 * g->krow, g->krow, nk, E, dk, qb);
+            if (c->gv) gdl__attn_acc(c->dt, c->gv, vo + j0 * g->vrow, g->vrow, nk, Ev, dv, qb);
+        }
+        for (i0 = 0; c->gq && i0 < L; i0 += T)
+            gdl__attn_acc(c->dt, c->gq, qo + i0 * g->qrow, g->qrow, gdl__attn_min(T, L - i0), E, dq + i0 * E, qb);
+    }
+    GPUDL_FREE(kb);
+}
+
 static int gdl__attn_oom(int failed) {
     if (!failed) return 0;
     gdl__set_error("gdl_scaled_dot_product_attention: out of host memory for the CPU kernel's tiles");
@@ -393,6 +465,10 @@ static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, con
     memset(&c, 0, sizeof c);
     c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.o = out; c.go = gout;
     c.lse = lse; c.delta = delta; c.gq = gq; c.gk = gk; c.gv = gv; c.failed = &failed;
+    if (gq && (gk || gv) && g->B >= 4 * gdl_get_num_threads()) { /* the same bits as the passes below */
+        gdl__parallel_units_for(g->B, work, gdl__attn_bw_range, &c);
+        return gdl__attn_oom(failed);
+    }
     gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
     if (!failed && (gk || gv))
         gdl__parallel_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
