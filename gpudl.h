@@ -4718,7 +4718,8 @@ static void *gdl__scratch(const char *op, gdl_device dev, size_t bytes) {
    [impl-tensor]
    ------------------------------------------------------------------------- */
 
-enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2 };
+/* GDL__T_UNSET, on a gradient: its contents are undefined and stand for zeros ([impl-autograd]) */
+enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2, GDL__T_UNSET = 4 };
 
 static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_PERSISTENT) != 0; }
 
@@ -9568,23 +9569,36 @@ typedef struct {
     double eps;
     gdl_real *y, *mean, *rstd;
 } gdl__layernorm_job;
-static void gdl__layernorm_part(gdl__args a, int64_t lo, int64_t hi) {
-    const gdl__layernorm_job b = *(const gdl__layernorm_job *)a.ctx;
-    const int64_t D = b.D;
-    int64_t r;
-    for (r = lo; r < hi; r++) {
-        const gdl_real *p = b.x + r * D;
-        double s = 0, sq = 0, mu, rs;
-        int64_t k;
-        for (k = 0; k < D; k++) s += p[k];
-        mu = s / (double)D;
-        for (k = 0; k < D; k++) sq += (p[k] - mu) * (p[k] - mu);
-        rs = 1.0 / sqrt(sq / (double)D + b.eps);
-        b.mean[r] = (gdl_real)mu;
-        b.rstd[r] = (gdl_real)rs;
+/* A row's mean and variance are sums in double, one add after the other (the bits depend on that order):
+   a chain of dependent adds, each waiting for the last. GDL__LN_R rows at a time keep that order in each
+   row and run the rows' chains side by side. */
+#define GDL__LN_R 8
+static void gdl__layernorm_rows(const gdl__layernorm_job *b, int64_t r0, int nr) {
+    const int64_t D = b->D;
+    const gdl_real *p = b->x + r0 * D;
+    double s[GDL__LN_R], sq[GDL__LN_R], mu[GDL__LN_R], rs[GDL__LN_R];
+    int64_t k;
+    int r;
+    for (r = 0; r < nr; r++) s[r] = sq[r] = 0;
+    for (k = 0; k < D; k++)
+        for (r = 0; r < nr; r++) s[r] += p[r * D + k];
+    for (r = 0; r < nr; r++) mu[r] = s[r] / (double)D;
+    for (k = 0; k < D; k++)
+        for (r = 0; r < nr; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+    for (r = 0; r < nr; r++) {
+        const gdl_real *pr = p + r * D;
+        gdl_real *y = b->y + (r0 + r) * D;
+        rs[r] = 1.0 / sqrt(sq[r] / (double)D + b->eps);
+        b->mean[r0 + r] = (gdl_real)mu[r];
+        b->rstd[r0 + r] = (gdl_real)rs[r];
         for (k = 0; k < D; k++)
-            b.y[r * D + k] = (gdl_real)((p[k] - mu) * rs * (b.gamma ? b.gamma[k] : 1) + (b.beta ? b.beta[k] : 0));
+            y[k] = (gdl_real)((pr[k] - mu[r]) * rs[r] * (b->gamma ? b->gamma[k] : 1) + (b->beta ? b->beta[k] : 0));
     }
+}
+static void gdl__layernorm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__layernorm_job *b = (const gdl__layernorm_job *)a.ctx;
+    int64_t r;
+    for (r = lo; r < hi; r += GDL__LN_R) gdl__layernorm_rows(b, r, hi - r < GDL__LN_R ? (int)(hi - r) : GDL__LN_R);
 }
 static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd) {
@@ -9603,23 +9617,55 @@ typedef struct {
     const gdl_real *x, *gy, *gamma, *mean, *rstd;
     gdl_real *gx, *ggamma, *gbeta;
 } gdl__lnb_job;
-static void gdl__lnb_rows_part(gdl__args a, int64_t lo, int64_t hi) {
-    const gdl__lnb_job b = *(const gdl__lnb_job *)a.ctx;
-    const int64_t D = b.D;
-    int64_t r, k;
-    for (r = lo; r < hi; r++) {
-        const gdl_real *p = b.x + r * D, *g = b.gy + r * D;
-        double mu = b.mean[r], rs = b.rstd[r], s1 = 0, s2 = 0;
-        for (k = 0; k < D; k++) {
-            double xh = (p[k] - mu) * rs, gh = g[k] * (b.gamma ? b.gamma[k] : 1);
-            s1 += gh;
-            s2 += gh * xh;
-        }
-        for (k = 0; k < D; k++) {
-            double xh = (p[k] - mu) * rs, gh = g[k] * (b.gamma ? b.gamma[k] : 1);
-            b.gx[r * D + k] += (gdl_real)(rs * (gh - s1 / (double)D - xh * s2 / (double)D));
+/* gx += rs (gh - s1/D - xh s2/D) over a row (m1 = s1/D): blocks of 8 (a constant trip count, which gcc
+   vectorises at -O2: this loop divides per element); gamma NULL: gh = gy */
+static void gdl__lnb_gx_row(const gdl_real *p, const gdl_real *g, const gdl_real *gamma, int64_t D, double mu,
+                            double rs, double m1, double s2, gdl_real *gx) {
+    int64_t k = 0;
+    int j;
+    if (gamma)
+        for (; k + 8 <= D; k += 8)
+            for (j = 0; j < 8; j++) {
+                double xh = (p[k + j] - mu) * rs, gh = g[k + j] * gamma[k + j];
+                gx[k + j] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+            }
+    else
+        for (; k + 8 <= D; k += 8)
+            for (j = 0; j < 8; j++) {
+                double xh = (p[k + j] - mu) * rs, gh = g[k + j];
+                gx[k + j] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+            }
+    for (; k < D; k++) {
+        double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
+        gx[k] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+    }
+}
+static void gdl__lnb_rows(const gdl__lnb_job *b, int64_t r0, int nr) { /* GDL__LN_R rows side by side */
+    const int64_t D = b->D;
+    const gdl_real *x = b->x + r0 * D, *gy = b->gy + r0 * D;
+    double mu[GDL__LN_R], rs[GDL__LN_R], s1[GDL__LN_R], s2[GDL__LN_R];
+    int64_t k;
+    int r;
+    for (r = 0; r < nr; r++) {
+        mu[r] = b->mean[r0 + r];
+        rs[r] = b->rstd[r0 + r];
+        s1[r] = s2[r] = 0;
+    }
+    for (k = 0; k < D; k++) {
+        const gdl_real gam = b->gamma ? b->gamma[k] : 1;
+        for (r = 0; r < nr; r++) {
+            double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+            s1[r] += gh;
+            s2[r] += gh * xh;
         }
     }
+    for (r = 0; r < nr; r++)
+        gdl__lnb_gx_row(x + r * D, gy + r * D, b->gamma, D, mu[r], rs[r], s1[r] / (double)D, s2[r], b->gx + (r0 + r) * D);
+}
+static void gdl__lnb_rows_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__lnb_job *b = (const gdl__lnb_job *)a.ctx;
+    int64_t r;
+    for (r = lo; r < hi; r += GDL__LN_R) gdl__lnb_rows(b, r, hi - r < GDL__LN_R ? (int)(hi - r) : GDL__LN_R);
 }
 #define GDL__LNB_COLS 32
 static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) {
@@ -10774,6 +10820,23 @@ static const gdl__op_info *gdl__op(int op); /* the op table, defined after the o
 #define GDL__R(t) ((gdl_real *)(t)->data)
 #define GDL__G(t) ((t) && (t)->requires_grad ? (gdl_real *)(t)->grad->data : (gdl_real *)NULL)
 
+/* gdl_backward gives an intermediate's gradient buffer unset (GDL__T_UNSET: garbage that stands for
+   zeros) to the ops that can write it instead of adding into it (gdl__bw_fresh_ok, [impl-autograd]),
+   which saves zeroing it and reading it back. Such an op asks gdl__grad_beta right before it writes a
+   whole gradient: 0 (store; the gradient counts as written from then on) or 1 (add, as usual). */
+static int gdl__grad_beta(gdl_tensor *t) {
+    if (!t || !t->requires_grad || !t->grad || !(t->grad->flags & GDL__T_UNSET)) return 1;
+    t->grad->flags &= ~(unsigned)GDL__T_UNSET;
+    return 0;
+}
+/* an unset gradient zeroed, for code that adds into it */
+static int gdl__grad_zero(gdl_tensor *t, const gdl_backend *be) {
+    gdl_tensor *g = t && t->requires_grad ? t->grad : NULL;
+    if (!g || !(g->flags & GDL__T_UNSET)) return 0;
+    g->flags &= ~(unsigned)GDL__T_UNSET;
+    return be->memset0(g->data, (size_t)g->numel * (g->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(g->dtype)));
+}
+
 GPUDL_API const char *gdl_op_name(int op) {
     return (op >= 0 && op < GDL_OP_COUNT) ? gdl__op(op)->name : "invalid-op";
 }
@@ -11529,9 +11592,14 @@ static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     switch (op) {
     /* each product goes to tmp, then sums into the gradient: in that order (||, not |) */
     case GDL_OP_ADD:
-    case GDL_OP_SUB:
-        if (ga) rc = rc || be->sum_to(nd, shape, g, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
+    case GDL_OP_SUB: /* an unset gradient of a's shape (not broadcast): a copy */
+        if (ga && a != b && a->numel == n->out->numel && !gdl__grad_beta(a))
+            rc = be->copy2d(1, a->numel, g, 0, ga, 0, 0) < 0;
+        else if (ga) rc = rc || gdl__grad_zero(a, be) < 0 || be->sum_to(nd, shape, g, ga, astr, 1) < 0;
+        if (gb && op == GDL_OP_ADD && a != b && b->numel == n->out->numel && !gdl__grad_beta(b))
+            rc = rc || be->copy2d(1, b->numel, g, 0, gb, 0, 0) < 0;
+        else if (gb)
+            rc = rc || gdl__grad_zero(b, be) < 0 || be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
         break;
     case GDL_OP_MUL:
         if (ga) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
@@ -11994,9 +12062,13 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
             return -1;
         return 0;
     }
-    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
-    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
-    if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, 1) < 0) return -1;
+    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+                       in_f, 0, 1) < 0)
+        return -1;
+    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+                       in_f, 0, 1) < 0)
+        return -1;
+    if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) return -1;
     return 0;
 }
 
@@ -12056,13 +12128,18 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     if (ua >= 0 && (gx || gw || gb)) { /* act' and the bias gradient in one pass; then the GEMMs take act'·g */
         gdl_real *gp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
         const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
-        if (!gp || be->act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, 1) < 0) return -1;
+        if (!gp || be->act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, gb ? gdl__grad_beta(n->in[2]) : 1) < 0)
+            return -1;
         g = gp;
-    } else if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, 1) < 0) {
+    } else if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) {
         return -1;
     }
-    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
-    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
+    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+                       in_f, 0, 1) < 0)
+        return -1;
+    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+                       in_f, 0, 1) < 0)
+        return -1;
     return 0;
 }
 
@@ -14040,7 +14117,8 @@ static gdl_tensor *gdl__flat_view(const char *op, gdl__flat *f, void *slot, int 
     return v;
 }
 
-static int gdl__ensure_grad(gdl_tensor *t) {
+/* The gradient buffer of t, zeroed; lazy: an intermediate's left unset (GDL__T_UNSET, gdl__grad_beta) */
+static int gdl__ensure_grad_as(gdl_tensor *t, int lazy) {
     const gdl_backend *be;
     if (t->grad) return 0;
     if (gdl__is_persistent(t)) {
@@ -14056,8 +14134,25 @@ static int gdl__ensure_grad(gdl_tensor *t) {
     }
     /* in the tensor's dtype, as PyTorch */
     if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, t->dtype, t->device))) return -1;
+    if (lazy) {
+        t->grad->flags |= GDL__T_UNSET;
+        return 0;
+    }
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
     return be->memset0(t->grad->data, (size_t)t->numel * (t->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->dtype)));
+}
+
+static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
+
+/* The ops whose backward writes its inputs' unset gradients itself (gdl__grad_beta, gdl__grad_zero); the
+   others get them zeroed first. f32 only (the low-precision paths add). */
+static int gdl__bw_fresh_ok(const gdl_node *n) {
+    int k;
+    if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB) return 0;
+    if (n->out->dtype != GDL_F32) return 0;
+    for (k = 0; k < n->nin; k++)
+        if (n->in[k] && n->in[k]->requires_grad && n->in[k]->grad->dtype != GDL_F32) return 0;
+    return 1;
 }
 
 static int gdl__check_grad(const gdl_node *n, int k, const gdl_backend *be) {
@@ -14135,11 +14230,15 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
     for (n = gdl__tape; n && rc == 0; n = n->prev) {
         if (n->out->grad) {
             for (k = 0; k < n->nin && rc == 0; k++)
-                if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad(n->in[k]);
+                if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad_as(n->in[k], 1);
             if (rc == 0 && !(be = gdl__be(op, n->out->device))) rc = -1;
+            for (k = 0; k < n->nin && rc == 0 && !gdl__bw_fresh_ok(n); k++) rc = gdl__grad_zero(n->in[k], be);
             if (rc == 0) {
                 int span = gdl__prof_on ? gdl__prof_push(gdl__prof_bw_name(n->op), n->out->device) : 0;
-                if ((rc = gdl__op(n->op)->backward(n, be)) < 0 && strncmp(gdl__err, op, strlen(op)) != 0) {
+                rc = gdl__op(n->op)->backward(n, be);
+                /* a gradient the backward did not write (an empty tensor ...) holds zeros */
+                for (k = 0; k < n->nin && rc == 0; k++) rc = gdl__grad_zero(n->in[k], be);
+                if (rc < 0 && strncmp(gdl__err, op, strlen(op)) != 0) {
                     char prev[sizeof gdl__err];
                     memcpy(prev, gdl__err, sizeof prev);
                     gdl__set_error("%s: the backward of %s %s failed: %s", op, gdl__op(n->op)->name,
