@@ -9580,11 +9580,17 @@ static void gdl__layernorm_rows(const gdl__layernorm_job *b, int64_t r0, int nr)
     int64_t k;
     int r;
     for (r = 0; r < nr; r++) s[r] = sq[r] = 0;
-    for (k = 0; k < D; k++)
-        for (r = 0; r < nr; r++) s[r] += p[r * D + k];
+    for (k = 0; k < D; k++) /* nr constant: the sums stay in registers */
+        if (nr == GDL__LN_R)
+            for (r = 0; r < GDL__LN_R; r++) s[r] += p[r * D + k];
+        else
+            for (r = 0; r < nr; r++) s[r] += p[r * D + k];
     for (r = 0; r < nr; r++) mu[r] = s[r] / (double)D;
     for (k = 0; k < D; k++)
-        for (r = 0; r < nr; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+        if (nr == GDL__LN_R)
+            for (r = 0; r < GDL__LN_R; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+        else
+            for (r = 0; r < nr; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
     for (r = 0; r < nr; r++) {
         const gdl_real *pr = p + r * D;
         gdl_real *y = b->y + (r0 + r) * D;
@@ -9618,9 +9624,11 @@ typedef struct {
     gdl_real *gx, *ggamma, *gbeta;
 } gdl__lnb_job;
 /* gx += rs (gh - s1/D - xh s2/D) over a row (m1 = s1/D): blocks of 8 (a constant trip count, which gcc
-   vectorises at -O2: this loop divides per element); gamma NULL: gh = gy */
-static void gdl__lnb_gx_row(const gdl_real *p, const gdl_real *g, const gdl_real *gamma, int64_t D, double mu,
-                            double rs, double m1, double s2, gdl_real *gx) {
+   vectorises at -O2 when it knows gx apart from the inputs: this loop divides per element); gamma NULL:
+   gh = gy */
+static void gdl__lnb_gx_row(const gdl_real *GDL__RESTRICT p, const gdl_real *GDL__RESTRICT g,
+                            const gdl_real *GDL__RESTRICT gamma, int64_t D, double mu, double rs, double m1, double s2,
+                            gdl_real *GDL__RESTRICT gx) {
     int64_t k = 0;
     int j;
     if (gamma)
@@ -9653,11 +9661,18 @@ static void gdl__lnb_rows(const gdl__lnb_job *b, int64_t r0, int nr) { /* GDL__L
     }
     for (k = 0; k < D; k++) {
         const gdl_real gam = b->gamma ? b->gamma[k] : 1;
-        for (r = 0; r < nr; r++) {
-            double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
-            s1[r] += gh;
-            s2[r] += gh * xh;
-        }
+        if (nr == GDL__LN_R) /* a constant trip count: the sums stay in registers */
+            for (r = 0; r < GDL__LN_R; r++) {
+                double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+                s1[r] += gh;
+                s2[r] += gh * xh;
+            }
+        else
+            for (r = 0; r < nr; r++) {
+                double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+                s1[r] += gh;
+                s2[r] += gh * xh;
+            }
     }
     for (r = 0; r < nr; r++)
         gdl__lnb_gx_row(x + r * D, gy + r * D, b->gamma, D, mu[r], rs[r], s1[r] / (double)D, s2[r], b->gx + (r0 + r) * D);
@@ -9668,17 +9683,34 @@ static void gdl__lnb_rows_part(gdl__args a, int64_t lo, int64_t hi) {
     for (r = lo; r < hi; r += GDL__LN_R) gdl__lnb_rows(b, r, hi - r < GDL__LN_R ? (int)(hi - r) : GDL__LN_R);
 }
 #define GDL__LNB_COLS 32
-static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) {
+static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) { /* blocks [lo, hi) of GDL__LNB_COLS columns */
     const gdl__lnb_job b = *(const gdl__lnb_job *)a.ctx;
-    const int64_t D = b.D, k0 = lo * GDL__LNB_COLS, k1 = hi * GDL__LNB_COLS < D ? hi * GDL__LNB_COLS : D;
-    int64_t r, k;
-    for (r = 0; r < b.rows; r++) {
-        const gdl_real *p = b.x + r * D, *g = b.gy + r * D;
-        double mu = b.mean[r], rs = b.rstd[r];
-        if (b.ggamma)
-            for (k = k0; k < k1; k++) b.ggamma[k] += (gdl_real)(g[k] * ((p[k] - mu) * rs));
-        if (b.gbeta)
-            for (k = k0; k < k1; k++) b.gbeta[k] += g[k];
+    const int64_t D = b.D;
+    int64_t blk, r;
+    int j;
+    for (blk = lo; blk < hi; blk++) {
+        const int64_t k0 = blk * GDL__LNB_COLS, w = D - k0 < GDL__LNB_COLS ? D - k0 : GDL__LNB_COLS;
+        /* the column sums in locals (f32, added in row order as in the output): no aliasing, so they vectorise */
+        gdl_real sg[GDL__LNB_COLS], sb[GDL__LNB_COLS];
+        for (j = 0; j < w; j++) {
+            sg[j] = b.ggamma ? b.ggamma[k0 + j] : 0;
+            sb[j] = b.gbeta ? b.gbeta[k0 + j] : 0;
+        }
+        for (r = 0; r < b.rows; r++) {
+            const gdl_real *p = b.x + r * D + k0, *g = b.gy + r * D + k0;
+            const double mu = b.mean[r], rs = b.rstd[r];
+            if (w == GDL__LNB_COLS) {
+                for (j = 0; j < GDL__LNB_COLS; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                for (j = 0; j < GDL__LNB_COLS; j++) sb[j] += g[j];
+            } else {
+                for (j = 0; j < w; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                for (j = 0; j < w; j++) sb[j] += g[j];
+            }
+        }
+        for (j = 0; j < w; j++) {
+            if (b.ggamma) b.ggamma[k0 + j] = sg[j];
+            if (b.gbeta) b.gbeta[k0 + j] = sb[j];
+        }
     }
 }
 static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy,
@@ -9795,7 +9827,8 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
    f32 buffers (gdl__lp_get), which is also the bf16/f16 path: arithmetic in gdl_real, one rounding on
    store. q, k, v and out are read and written at gdl_attn_geom's strides, row by row (one run where the
    rows touch), so packed heads need no permute copy. A task computes the same thing whatever thread runs
-   it, so results do not depend on the thread count. */
+   it, so results do not depend on the thread count (nor on the ranges of tasks that a thread takes:
+   gdl__parallel_units_for cuts them anywhere). */
 #define GDL__ATTN_T 32
 
 /* the term added to the score of key j in query row i (mask offset mb): 0, -inf, or the additive mask */
@@ -9897,7 +9930,8 @@ static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at
 /* c[r*ldc + j] += sum over p < k of A(r,p) b[p*ldb + j] (r < m, j < n), A(r,p) = a[r*ars + p*acs]: every
    product of the tiles (q k^T, P V, dS K, P^T dO, dS^T Q; ars 1 reads a turned). Each element sums over p
    in order on every path. The AVX2 path keeps a block of 4 rows x 16 columns in registers (a plain loop
-   keeps its sums in memory: a load and a store per multiply-add); the rest runs the plain loop. */
+   keeps its sums in memory: a load and a store per multiply-add), AVX-512 4 x 32; the rest runs the plain
+   loop. */
 static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, int64_t k, const gdl_real *a, int64_t ars,
                                int64_t acs, const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t r, p, j;
@@ -9909,15 +9943,59 @@ static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, i
         }
 }
 
+#if defined(GDL__ATTN_AVX2) && defined(__AVX512F__)
+#define GDL__ATTN_AVX512 1
+/* gdl__attn_mm's block of 4 rows x 32 columns at (r, j) in 512-bit registers: the same fused multiply-add
+   per element and step as the 16-column block, twice the columns per instruction */
+static void gdl__attn_mm_4x32(int64_t r, int64_t j, int64_t k, const gdl_real *a, int64_t ars, int64_t acs,
+                              const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
+    gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+    const gdl_real *a0 = a + r * ars;
+    __m512 s00 = _mm512_loadu_ps(c0), s01 = _mm512_loadu_ps(c0 + 16), s10 = _mm512_loadu_ps(c1);
+    __m512 s11 = _mm512_loadu_ps(c1 + 16), s20 = _mm512_loadu_ps(c2), s21 = _mm512_loadu_ps(c2 + 16);
+    __m512 s30 = _mm512_loadu_ps(c3), s31 = _mm512_loadu_ps(c3 + 16);
+    int64_t p;
+    for (p = 0; p < k; p++) {
+        const gdl_real *ap = a0 + p * acs;
+        const __m512 b0 = _mm512_loadu_ps(b + p * ldb + j), b1 = _mm512_loadu_ps(b + p * ldb + j + 16);
+        __m512 x = _mm512_set1_ps(ap[0]);
+        s00 = _mm512_fmadd_ps(x, b0, s00);
+        s01 = _mm512_fmadd_ps(x, b1, s01);
+        x = _mm512_set1_ps(ap[ars]);
+        s10 = _mm512_fmadd_ps(x, b0, s10);
+        s11 = _mm512_fmadd_ps(x, b1, s11);
+        x = _mm512_set1_ps(ap[2 * ars]);
+        s20 = _mm512_fmadd_ps(x, b0, s20);
+        s21 = _mm512_fmadd_ps(x, b1, s21);
+        x = _mm512_set1_ps(ap[3 * ars]);
+        s30 = _mm512_fmadd_ps(x, b0, s30);
+        s31 = _mm512_fmadd_ps(x, b1, s31);
+    }
+    _mm512_storeu_ps(c0, s00);
+    _mm512_storeu_ps(c0 + 16, s01);
+    _mm512_storeu_ps(c1, s10);
+    _mm512_storeu_ps(c1 + 16, s11);
+    _mm512_storeu_ps(c2, s20);
+    _mm512_storeu_ps(c2 + 16, s21);
+    _mm512_storeu_ps(c3, s30);
+    _mm512_storeu_ps(c3 + 16, s31);
+}
+#endif
+
 static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b,
                          int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t m4 = 0, n16 = 0;
 #ifdef GDL__ATTN_AVX2
-    int64_t r, j, p;
+    int64_t r, j, p, n32 = 0;
     m4 = m / 4 * 4;
     n16 = n / 16 * 16;
+#ifdef GDL__ATTN_AVX512 /* columns [0, n32) in blocks of 32, the rest of [0, n16) in blocks of 16 */
+    n32 = n / 32 * 32;
     for (r = 0; r < m4; r += 4)
-        for (j = 0; j < n16; j += 16) {
+        for (j = 0; j < n32; j += 32) gdl__attn_mm_4x32(r, j, k, a, ars, acs, b, ldb, c, ldc);
+#endif
+    for (r = 0; r < m4; r += 4)
+        for (j = n32; j < n16; j += 16) {
             gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
             const gdl_real *a0 = a + r * ars;
             __m256 s00 = _mm256_loadu_ps(c0), s01 = _mm256_loadu_ps(c0 + 8), s10 = _mm256_loadu_ps(c1);
@@ -10240,8 +10318,8 @@ static int gdl__cpu_attention(gdl_dtype dt, const gdl_attn_geom *g, const void *
     int failed = 0;
     memset(&c, 0, sizeof c);
     c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.out = out; c.lse_out = lse; c.failed = &failed;
-    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), g->B * g->L * g->S * (g->E + g->Ev),
-                      gdl__attn_fwd_range, &c);
+    gdl__parallel_units_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), g->B * g->L * g->S * (g->E + g->Ev),
+                            gdl__attn_fwd_range, &c);
     return gdl__attn_oom(failed);
 }
 
@@ -10258,9 +10336,9 @@ static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, con
         gdl__parallel_units_for(g->B, work, gdl__attn_bw_range, &c);
         return gdl__attn_oom(failed);
     }
-    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
+    gdl__parallel_units_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
     if (!failed && (gk || gv))
-        gdl__parallel_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
+        gdl__parallel_units_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
     return gdl__attn_oom(failed);
 }
 /* [impl-cpu] The fused gate steps of LSTM and GRU (backend entries lstm_gates, gru_gates and their
@@ -10681,24 +10759,83 @@ static int gdl__cpu_fit_metrics(const gdl_real *loss, int64_t B, int64_t C, cons
     }
     return 0;
 }
+/* The norm: the sum of squares in blocks of GDL__NORM_BLK elements of a gradient, each block in 8 running
+   sums (lane l takes elements l, l+8, ...) added up in a fixed tree at its end, the blocks' sums then added
+   in order. One chain of dependent adds over every parameter (0.8M in char_gpt) took milliseconds on one
+   thread; this order is as fixed (the same bits for any thread count, on every path), runs 8 chains side by
+   side and spreads the blocks over the threads. */
+#define GDL__NORM_BLK 8192
+typedef struct {
+    int count;
+    gdl_real *const *g;
+    const int64_t *n, *first; /* first[i]: gradient i's first block; first[count]: the blocks */
+    double *part;             /* a sum per block */
+    double coef;
+} gdl__norm_job;
+static double gdl__sumsq_block(const gdl_real *x, int64_t n) {
+    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t j = 0;
+    int l;
+    for (; j + 8 <= n; j += 8)
+        for (l = 0; l < 8; l++) s[l] += (double)x[j + l] * x[j + l];
+    for (l = 0; j < n; j++, l++) s[l] += (double)x[j] * x[j];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+static void gdl__norm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__norm_job *b = (const gdl__norm_job *)a.ctx;
+    int i = 0;
+    int64_t k;
+    for (k = lo; k < hi; k++) {
+        int64_t off, len;
+        while (b->first[i + 1] <= k) i++;
+        off = (k - b->first[i]) * GDL__NORM_BLK;
+        len = b->n[i] - off < GDL__NORM_BLK ? b->n[i] - off : GDL__NORM_BLK;
+        if (a.op) { /* the scaling */
+            gdl_real *x = b->g[i] + off;
+            const gdl_real c = (gdl_real)b->coef;
+            int64_t j;
+            for (j = 0; j < len; j++) x[j] = c * x[j];
+        } else {
+            b->part[k] = gdl__sumsq_block(b->g[i] + off, len);
+        }
+    }
+}
 static int gdl__cpu_clip_grad_norm(int count, gdl_real *const *g, const int64_t *n, double max_norm, double *norm) {
     double total = 0, nrm, coef;
+    int64_t *first = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)(count + 1)), nb, k, work = 0;
+    double *part;
+    gdl__norm_job b;
+    gdl__args a = gdl__args_none();
     int i;
+    if (!first) goto oom;
+    first[0] = 0;
     for (i = 0; i < count; i++) {
-        double s = 0;
-        int64_t j;
-        for (j = 0; j < n[i]; j++) s += (double)g[i][j] * g[i][j];
-        total += s;
+        first[i + 1] = first[i] + (n[i] + GDL__NORM_BLK - 1) / GDL__NORM_BLK;
+        work += n[i];
     }
+    nb = first[count];
+    if (!(part = (double *)GPUDL_MALLOC(sizeof(double) * (size_t)(nb + 1)))) {
+        GPUDL_FREE(first);
+        goto oom;
+    }
+    b.count = count; b.g = g; b.n = n; b.first = first; b.part = part; b.coef = 0;
+    a.ctx = &b;
+    gdl__parallel_units(nb, work, gdl__norm_part, &a);
+    for (k = 0; k < nb; k++) total += part[k];
     nrm = sqrt(total);
     coef = max_norm / (nrm + 1e-6);
     if (norm) *norm = nrm;
-    if (!(coef >= 1)) /* PyTorch multiplies by min(coef, 1); a NaN norm spreads NaN as there */
-        for (i = 0; i < count; i++) {
-            int64_t j;
-            for (j = 0; j < n[i]; j++) g[i][j] = (gdl_real)coef * g[i][j];
-        }
+    if (!(coef >= 1)) { /* PyTorch multiplies by min(coef, 1); a NaN norm spreads NaN as there */
+        b.coef = coef;
+        a.op = 1;
+        gdl__parallel_units(nb, work, gdl__norm_part, &a);
+    }
+    GPUDL_FREE(part);
+    GPUDL_FREE(first);
     return 0;
+oom:
+    gdl__set_error("gdl_clip_grad_norm: out of host memory");
+    return -1;
 }
 static int gdl__cpu_ema_lerp(int64_t n, gdl_real *avg, const gdl_real *x, gdl_real w) {
     int64_t i;
@@ -12030,6 +12167,11 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
                                             0, out->data, (int)out_f, 0, 1) < 0)) ||
             gdl__gemm_dt(be, dt, 0, 1, (int)rows, (int)out_f, (int)in_f, x->data, (int)in_f, 0, w->data, (int)in_f, 0,
                          bias ? 1 : 0, out->data, (int)out_f, 0, 1) < 0)
+            return NULL;
+    } else if (out->numel && bias && x->device.type == GDL_DEVICE_CPU) {
+        /* the bias in the GEMM's epilogue, on each tile as it is stored: the bits of the add below
+           without its pass over out (on the GPU, cuBLASLt's epilogue would round differently) */
+        if (be->linear_act(-1, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w), GDL__R(bias), GDL__R(out), NULL) < 0)
             return NULL;
     } else if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];

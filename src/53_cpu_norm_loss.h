@@ -266,11 +266,17 @@ static void gdl__layernorm_rows(const gdl__layernorm_job *b, int64_t r0, int nr)
     int64_t k;
     int r;
     for (r = 0; r < nr; r++) s[r] = sq[r] = 0;
-    for (k = 0; k < D; k++)
-        for (r = 0; r < nr; r++) s[r] += p[r * D + k];
+    for (k = 0; k < D; k++) /* nr constant: the sums stay in registers */
+        if (nr == GDL__LN_R)
+            for (r = 0; r < GDL__LN_R; r++) s[r] += p[r * D + k];
+        else
+            for (r = 0; r < nr; r++) s[r] += p[r * D + k];
     for (r = 0; r < nr; r++) mu[r] = s[r] / (double)D;
     for (k = 0; k < D; k++)
-        for (r = 0; r < nr; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+        if (nr == GDL__LN_R)
+            for (r = 0; r < GDL__LN_R; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+        else
+            for (r = 0; r < nr; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
     for (r = 0; r < nr; r++) {
         const gdl_real *pr = p + r * D;
         gdl_real *y = b->y + (r0 + r) * D;
@@ -304,9 +310,11 @@ typedef struct {
     gdl_real *gx, *ggamma, *gbeta;
 } gdl__lnb_job;
 /* gx += rs (gh - s1/D - xh s2/D) over a row (m1 = s1/D): blocks of 8 (a constant trip count, which gcc
-   vectorises at -O2: this loop divides per element); gamma NULL: gh = gy */
-static void gdl__lnb_gx_row(const gdl_real *p, const gdl_real *g, const gdl_real *gamma, int64_t D, double mu,
-                            double rs, double m1, double s2, gdl_real *gx) {
+   vectorises at -O2 when it knows gx apart from the inputs: this loop divides per element); gamma NULL:
+   gh = gy */
+static void gdl__lnb_gx_row(const gdl_real *GDL__RESTRICT p, const gdl_real *GDL__RESTRICT g,
+                            const gdl_real *GDL__RESTRICT gamma, int64_t D, double mu, double rs, double m1, double s2,
+                            gdl_real *GDL__RESTRICT gx) {
     int64_t k = 0;
     int j;
     if (gamma)
@@ -339,11 +347,18 @@ static void gdl__lnb_rows(const gdl__lnb_job *b, int64_t r0, int nr) { /* GDL__L
     }
     for (k = 0; k < D; k++) {
         const gdl_real gam = b->gamma ? b->gamma[k] : 1;
-        for (r = 0; r < nr; r++) {
-            double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
-            s1[r] += gh;
-            s2[r] += gh * xh;
-        }
+        if (nr == GDL__LN_R) /* a constant trip count: the sums stay in registers */
+            for (r = 0; r < GDL__LN_R; r++) {
+                double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+                s1[r] += gh;
+                s2[r] += gh * xh;
+            }
+        else
+            for (r = 0; r < nr; r++) {
+                double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+                s1[r] += gh;
+                s2[r] += gh * xh;
+            }
     }
     for (r = 0; r < nr; r++)
         gdl__lnb_gx_row(x + r * D, gy + r * D, b->gamma, D, mu[r], rs[r], s1[r] / (double)D, s2[r], b->gx + (r0 + r) * D);
@@ -354,17 +369,34 @@ static void gdl__lnb_rows_part(gdl__args a, int64_t lo, int64_t hi) {
     for (r = lo; r < hi; r += GDL__LN_R) gdl__lnb_rows(b, r, hi - r < GDL__LN_R ? (int)(hi - r) : GDL__LN_R);
 }
 #define GDL__LNB_COLS 32
-static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) {
+static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) { /* blocks [lo, hi) of GDL__LNB_COLS columns */
     const gdl__lnb_job b = *(const gdl__lnb_job *)a.ctx;
-    const int64_t D = b.D, k0 = lo * GDL__LNB_COLS, k1 = hi * GDL__LNB_COLS < D ? hi * GDL__LNB_COLS : D;
-    int64_t r, k;
-    for (r = 0; r < b.rows; r++) {
-        const gdl_real *p = b.x + r * D, *g = b.gy + r * D;
-        double mu = b.mean[r], rs = b.rstd[r];
-        if (b.ggamma)
-            for (k = k0; k < k1; k++) b.ggamma[k] += (gdl_real)(g[k] * ((p[k] - mu) * rs));
-        if (b.gbeta)
-            for (k = k0; k < k1; k++) b.gbeta[k] += g[k];
+    const int64_t D = b.D;
+    int64_t blk, r;
+    int j;
+    for (blk = lo; blk < hi; blk++) {
+        const int64_t k0 = blk * GDL__LNB_COLS, w = D - k0 < GDL__LNB_COLS ? D - k0 : GDL__LNB_COLS;
+        /* the column sums in locals (f32, added in row order as in the output): no aliasing, so they vectorise */
+        gdl_real sg[GDL__LNB_COLS], sb[GDL__LNB_COLS];
+        for (j = 0; j < w; j++) {
+            sg[j] = b.ggamma ? b.ggamma[k0 + j] : 0;
+            sb[j] = b.gbeta ? b.gbeta[k0 + j] : 0;
+        }
+        for (r = 0; r < b.rows; r++) {
+            const gdl_real *p = b.x + r * D + k0, *g = b.gy + r * D + k0;
+            const double mu = b.mean[r], rs = b.rstd[r];
+            if (w == GDL__LNB_COLS) {
+                for (j = 0; j < GDL__LNB_COLS; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                for (j = 0; j < GDL__LNB_COLS; j++) sb[j] += g[j];
+            } else {
+                for (j = 0; j < w; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                for (j = 0; j < w; j++) sb[j] += g[j];
+            }
+        }
+        for (j = 0; j < w; j++) {
+            if (b.ggamma) b.ggamma[k0 + j] = sg[j];
+            if (b.gbeta) b.gbeta[k0 + j] = sb[j];
+        }
     }
 }
 static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy,

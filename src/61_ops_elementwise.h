@@ -751,6 +751,11 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
             gdl__gemm_dt(be, dt, 0, 1, (int)rows, (int)out_f, (int)in_f, x->data, (int)in_f, 0, w->data, (int)in_f, 0,
                          bias ? 1 : 0, out->data, (int)out_f, 0, 1) < 0)
             return NULL;
+    } else if (out->numel && bias && x->device.type == GDL_DEVICE_CPU) {
+        /* the bias in the GEMM's epilogue, on each tile as it is stored: the bits of the add below
+           without its pass over out (on the GPU, cuBLASLt's epilogue would round differently) */
+        if (be->linear_act(-1, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w), GDL__R(bias), GDL__R(out), NULL) < 0)
+            return NULL;
     } else if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];
         if (be->gemm(0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
