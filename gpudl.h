@@ -9699,7 +9699,12 @@ static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) { /* blocks 
         for (r = 0; r < b.rows; r++) {
             const gdl_real *p = b.x + r * D + k0, *g = b.gy + r * D + k0;
             const double mu = b.mean[r], rs = b.rstd[r];
-            if (w == GDL__LNB_COLS) {
+            if (b.ggamma == b.gbeta) { /* weight and bias one tensor: one sum, both terms in turn */
+                for (j = 0; j < w; j++) {
+                    sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                    sg[j] += g[j];
+                }
+            } else if (w == GDL__LNB_COLS) {
                 for (j = 0; j < GDL__LNB_COLS; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
                 for (j = 0; j < GDL__LNB_COLS; j++) sb[j] += g[j];
             } else {
@@ -9709,7 +9714,7 @@ static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) { /* blocks 
         }
         for (j = 0; j < w; j++) {
             if (b.ggamma) b.ggamma[k0 + j] = sg[j];
-            if (b.gbeta) b.gbeta[k0 + j] = sb[j];
+            if (b.gbeta && b.gbeta != b.ggamma) b.gbeta[k0 + j] = sb[j];
         }
     }
 }
