@@ -4718,7 +4718,8 @@ static void *gdl__scratch(const char *op, gdl_device dev, size_t bytes) {
    [impl-tensor]
    ------------------------------------------------------------------------- */
 
-enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2 };
+/* GDL__T_UNSET, on a gradient: its contents are undefined and stand for zeros ([impl-autograd]) */
+enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2, GDL__T_UNSET = 4 };
 
 static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_PERSISTENT) != 0; }
 
@@ -5618,6 +5619,7 @@ typedef struct {
     gdl__range_fn fn;
     const void *ctx;
     int64_t n;
+    int units; /* boundaries at any index (gdl__parallel_units) */
 } gdl__pfor_job;
 
 /* Range boundaries are multiples of 16 (but the last): a kernel with a
@@ -5626,7 +5628,8 @@ typedef struct {
 static int64_t gdl__pfor_bound(int64_t n, int t, int nt) { return t == nt ? n : n * t / nt / 16 * 16; }
 static void gdl__pfor_task(void *p, int t, int nt) {
     const gdl__pfor_job *j = (const gdl__pfor_job *)p;
-    const int64_t lo = gdl__pfor_bound(j->n, t, nt), hi = gdl__pfor_bound(j->n, t + 1, nt);
+    const int64_t lo = j->units ? j->n * t / nt : gdl__pfor_bound(j->n, t, nt);
+    const int64_t hi = j->units ? j->n * (t + 1) / nt : gdl__pfor_bound(j->n, t + 1, nt);
     if (hi > lo) j->fn(j->ctx, lo, hi);
 }
 
@@ -5637,8 +5640,7 @@ static int gdl__pfor_tasks(int64_t n, int64_t work) {
     return (int)(nt > n ? n : nt);
 }
 
-/* fn(ctx, lo, hi) over the ranges of [0, n) */
-static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+static void gdl__pfor_run(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx, int units) {
     const int nt = gdl__pfor_tasks(n, work);
     if (n <= 0) return;
     if (nt > 1 && gdl__pool_acquire()) {
@@ -5646,11 +5648,20 @@ static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const v
         j.fn = fn;
         j.ctx = ctx;
         j.n = n;
+        j.units = units;
         gdl__pool_run(nt, gdl__pfor_task, &j);
         gdl__pool_release();
     } else {
         fn(ctx, 0, n);
     }
+}
+/* fn(ctx, lo, hi) over the ranges of [0, n) */
+static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+    gdl__pfor_run(n, work, fn, ctx, 0);
+}
+/* ... the ranges' boundaries at any index (gdl__parallel_units below) */
+static void gdl__parallel_units_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+    gdl__pfor_run(n, work, fn, ctx, 1);
 }
 
 /* body(*a, lo, hi) over the ranges of [0, n): the CPU kernels' form. On one
@@ -5664,16 +5675,26 @@ static void gdl__loop_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__loop_job *j = (const gdl__loop_job *)p;
     j->body(*j->a, lo, hi);
 }
-static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+static void gdl__parallel_loop_as(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a, int units) {
     if (n <= 0) return;
     if (gdl__pfor_tasks(n, work) > 1) {
         gdl__loop_job j;
         j.body = body;
         j.a = a;
-        gdl__parallel_for(n, work, gdl__loop_range, &j);
+        gdl__pfor_run(n, work, gdl__loop_range, &j, units);
     } else {
         body(*a, 0, n);
     }
+}
+static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+    gdl__parallel_loop_as(n, work, body, a, 0);
+}
+/* As gdl__parallel_loop, but the ranges' boundaries fall on any index: for a
+   loop over a few large units of work (blocks of columns, say) that each
+   compute the same whatever range holds them, so few that boundaries at
+   multiples of 16 would leave them all to one task. */
+static void gdl__parallel_units(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+    gdl__parallel_loop_as(n, work, body, a, 1);
 }
 /* ---------------------------------------------------------------------------
    [impl-gemm]  CPU GEMM, row-major: C = alpha*op(A)*op(B) + beta*C
@@ -8247,11 +8268,46 @@ static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
             else a.out[o * inner + i] = r;
         }
 }
+/* A sum (or mean) over n with inner > 1, such as a bias gradient (outer 1, n rows, inner columns):
+   gdl__reduce_part walks each column down the rows, a cache line per element, one thread when outer
+   is 1. Here a task takes a block of GDL__RED_COLS columns and adds whole row segments into one double
+   per column: each column's sum is still s = 0, s += x[0], s += x[1], ... (the same bits), but the
+   loads are contiguous, the adds vectorise and the blocks spread over the threads. Index t of the loop
+   is (outer index, column block), so the work of an index does not depend on the thread count. */
+#define GDL__RED_COLS 32
+static void gdl__reduce_cols_block(const gdl__args *a, int64_t o, int64_t i0) {
+    const int64_t n = a->n, inner = a->inner, w = inner - i0 < GDL__RED_COLS ? inner - i0 : GDL__RED_COLS;
+    const gdl_real *p = a->x + o * n * inner + i0;
+    gdl_real *out = a->out + o * inner + i0;
+    double s[GDL__RED_COLS];
+    int64_t i, k;
+    for (i = 0; i < GDL__RED_COLS; i++) s[i] = 0;
+    if (w == GDL__RED_COLS) /* a constant trip count: gcc vectorises it at -O2 */
+        for (k = 0; k < n; k++)
+            for (i = 0; i < GDL__RED_COLS; i++) s[i] += p[k * inner + i];
+    else
+        for (k = 0; k < n; k++)
+            for (i = 0; i < w; i++) s[i] += p[k * inner + i];
+    for (i = 0; i < w; i++) {
+        const gdl_real r = (gdl_real)(a->op == GDL_RED_MEAN ? s[i] / (double)n : s[i]);
+        if (a->accumulate) out[i] += r;
+        else out[i] = r;
+    }
+}
+static void gdl__reduce_cols_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int64_t nb = (a.inner + GDL__RED_COLS - 1) / GDL__RED_COLS;
+    int64_t t;
+    for (t = lo; t < hi; t++) gdl__reduce_cols_block(&a, t / nb, t % nb * GDL__RED_COLS);
+}
 static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y,
                            int32_t *idx, int accumulate) {
     gdl__args a = gdl__args_none();
     a.op = op; a.n = n; a.inner = inner; a.x = x; a.out = y; a.idx = idx; a.accumulate = accumulate;
-    gdl__parallel_loop(outer, outer * n * inner, gdl__reduce_part, &a);
+    if (op != GDL_RED_MAX && inner > 1)
+        gdl__parallel_units(outer * ((inner + GDL__RED_COLS - 1) / GDL__RED_COLS), outer * n * inner,
+                            gdl__reduce_cols_part, &a);
+    else
+        gdl__parallel_loop(outer, outer * n * inner, gdl__reduce_part, &a);
     return 0;
 }
 
@@ -9617,23 +9673,42 @@ typedef struct {
     double eps;
     gdl_real *y, *mean, *rstd;
 } gdl__layernorm_job;
-static void gdl__layernorm_part(gdl__args a, int64_t lo, int64_t hi) {
-    const gdl__layernorm_job b = *(const gdl__layernorm_job *)a.ctx;
-    const int64_t D = b.D;
-    int64_t r;
-    for (r = lo; r < hi; r++) {
-        const gdl_real *p = b.x + r * D;
-        double s = 0, sq = 0, mu, rs;
-        int64_t k;
-        for (k = 0; k < D; k++) s += p[k];
-        mu = s / (double)D;
-        for (k = 0; k < D; k++) sq += (p[k] - mu) * (p[k] - mu);
-        rs = 1.0 / sqrt(sq / (double)D + b.eps);
-        b.mean[r] = (gdl_real)mu;
-        b.rstd[r] = (gdl_real)rs;
+/* A row's mean and variance are sums in double, one add after the other (the bits depend on that order):
+   a chain of dependent adds, each waiting for the last. GDL__LN_R rows at a time keep that order in each
+   row and run the rows' chains side by side. */
+#define GDL__LN_R 8
+static void gdl__layernorm_rows(const gdl__layernorm_job *b, int64_t r0, int nr) {
+    const int64_t D = b->D;
+    const gdl_real *p = b->x + r0 * D;
+    double s[GDL__LN_R], sq[GDL__LN_R], mu[GDL__LN_R], rs[GDL__LN_R];
+    int64_t k;
+    int r;
+    for (r = 0; r < nr; r++) s[r] = sq[r] = 0;
+    for (k = 0; k < D; k++) /* nr constant: the sums stay in registers */
+        if (nr == GDL__LN_R)
+            for (r = 0; r < GDL__LN_R; r++) s[r] += p[r * D + k];
+        else
+            for (r = 0; r < nr; r++) s[r] += p[r * D + k];
+    for (r = 0; r < nr; r++) mu[r] = s[r] / (double)D;
+    for (k = 0; k < D; k++)
+        if (nr == GDL__LN_R)
+            for (r = 0; r < GDL__LN_R; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+        else
+            for (r = 0; r < nr; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+    for (r = 0; r < nr; r++) {
+        const gdl_real *pr = p + r * D;
+        gdl_real *y = b->y + (r0 + r) * D;
+        rs[r] = 1.0 / sqrt(sq[r] / (double)D + b->eps);
+        b->mean[r0 + r] = (gdl_real)mu[r];
+        b->rstd[r0 + r] = (gdl_real)rs[r];
         for (k = 0; k < D; k++)
-            b.y[r * D + k] = (gdl_real)((p[k] - mu) * rs * (b.gamma ? b.gamma[k] : 1) + (b.beta ? b.beta[k] : 0));
+            y[k] = (gdl_real)((pr[k] - mu[r]) * rs[r] * (b->gamma ? b->gamma[k] : 1) + (b->beta ? b->beta[k] : 0));
     }
+}
+static void gdl__layernorm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__layernorm_job *b = (const gdl__layernorm_job *)a.ctx;
+    int64_t r;
+    for (r = lo; r < hi; r += GDL__LN_R) gdl__layernorm_rows(b, r, hi - r < GDL__LN_R ? (int)(hi - r) : GDL__LN_R);
 }
 static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd) {
@@ -9644,26 +9719,117 @@ static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const 
     return 0;
 }
 
+/* The backward in two parallel passes, each with the one-thread loop's arithmetic (the same bits for any
+   thread count): over rows, gx (a row's sums s1, s2 need only that row); then over blocks of columns,
+   ggamma and gbeta, each column added up in row order as before. */
+typedef struct {
+    int64_t rows, D;
+    const gdl_real *x, *gy, *gamma, *mean, *rstd;
+    gdl_real *gx, *ggamma, *gbeta;
+} gdl__lnb_job;
+/* gx += rs (gh - s1/D - xh s2/D) over a row (m1 = s1/D): blocks of 8 (a constant trip count, which gcc
+   vectorises at -O2 when it knows gx apart from the inputs: this loop divides per element); gamma NULL:
+   gh = gy */
+static void gdl__lnb_gx_row(const gdl_real *GDL__RESTRICT p, const gdl_real *GDL__RESTRICT g,
+                            const gdl_real *GDL__RESTRICT gamma, int64_t D, double mu, double rs, double m1, double s2,
+                            gdl_real *GDL__RESTRICT gx) {
+    int64_t k = 0;
+    int j;
+    if (gamma)
+        for (; k + 8 <= D; k += 8)
+            for (j = 0; j < 8; j++) {
+                double xh = (p[k + j] - mu) * rs, gh = g[k + j] * gamma[k + j];
+                gx[k + j] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+            }
+    else
+        for (; k + 8 <= D; k += 8)
+            for (j = 0; j < 8; j++) {
+                double xh = (p[k + j] - mu) * rs, gh = g[k + j];
+                gx[k + j] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+            }
+    for (; k < D; k++) {
+        double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
+        gx[k] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+    }
+}
+static void gdl__lnb_rows(const gdl__lnb_job *b, int64_t r0, int nr) { /* GDL__LN_R rows side by side */
+    const int64_t D = b->D;
+    const gdl_real *x = b->x + r0 * D, *gy = b->gy + r0 * D;
+    double mu[GDL__LN_R], rs[GDL__LN_R], s1[GDL__LN_R], s2[GDL__LN_R];
+    int64_t k;
+    int r;
+    for (r = 0; r < nr; r++) {
+        mu[r] = b->mean[r0 + r];
+        rs[r] = b->rstd[r0 + r];
+        s1[r] = s2[r] = 0;
+    }
+    for (k = 0; k < D; k++) {
+        const gdl_real gam = b->gamma ? b->gamma[k] : 1;
+        if (nr == GDL__LN_R) /* a constant trip count: the sums stay in registers */
+            for (r = 0; r < GDL__LN_R; r++) {
+                double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+                s1[r] += gh;
+                s2[r] += gh * xh;
+            }
+        else
+            for (r = 0; r < nr; r++) {
+                double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+                s1[r] += gh;
+                s2[r] += gh * xh;
+            }
+    }
+    for (r = 0; r < nr; r++)
+        gdl__lnb_gx_row(x + r * D, gy + r * D, b->gamma, D, mu[r], rs[r], s1[r] / (double)D, s2[r], b->gx + (r0 + r) * D);
+}
+static void gdl__lnb_rows_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__lnb_job *b = (const gdl__lnb_job *)a.ctx;
+    int64_t r;
+    for (r = lo; r < hi; r += GDL__LN_R) gdl__lnb_rows(b, r, hi - r < GDL__LN_R ? (int)(hi - r) : GDL__LN_R);
+}
+#define GDL__LNB_COLS 32
+static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) { /* blocks [lo, hi) of GDL__LNB_COLS columns */
+    const gdl__lnb_job b = *(const gdl__lnb_job *)a.ctx;
+    const int64_t D = b.D;
+    int64_t blk, r;
+    int j;
+    for (blk = lo; blk < hi; blk++) {
+        const int64_t k0 = blk * GDL__LNB_COLS, w = D - k0 < GDL__LNB_COLS ? D - k0 : GDL__LNB_COLS;
+        /* the column sums in locals (f32, added in row order as in the output): no aliasing, so they vectorise */
+        gdl_real sg[GDL__LNB_COLS], sb[GDL__LNB_COLS];
+        for (j = 0; j < w; j++) {
+            sg[j] = b.ggamma ? b.ggamma[k0 + j] : 0;
+            sb[j] = b.gbeta ? b.gbeta[k0 + j] : 0;
+        }
+        for (r = 0; r < b.rows; r++) {
+            const gdl_real *p = b.x + r * D + k0, *g = b.gy + r * D + k0;
+            const double mu = b.mean[r], rs = b.rstd[r];
+            if (b.ggamma == b.gbeta) { /* weight and bias one tensor: one sum, both terms in turn */
+                for (j = 0; j < w; j++) {
+                    sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                    sg[j] += g[j];
+                }
+            } else if (w == GDL__LNB_COLS) {
+                for (j = 0; j < GDL__LNB_COLS; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                for (j = 0; j < GDL__LNB_COLS; j++) sb[j] += g[j];
+            } else {
+                for (j = 0; j < w; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                for (j = 0; j < w; j++) sb[j] += g[j];
+            }
+        }
+        for (j = 0; j < w; j++) {
+            if (b.ggamma) b.ggamma[k0 + j] = sg[j];
+            if (b.gbeta && b.gbeta != b.ggamma) b.gbeta[k0 + j] = sb[j];
+        }
+    }
+}
 static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *gamma, const gdl_real *mean, const gdl_real *rstd,
                                        gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
-    int64_t r, k;
-    for (r = 0; r < rows; r++) { /* serial over rows: ggamma/gbeta accumulate */
-        const gdl_real *p = x + r * D, *g = gy + r * D;
-        double mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
-        for (k = 0; k < D; k++) {
-            double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
-            s1 += gh;
-            s2 += gh * xh;
-            if (ggamma) ggamma[k] += (gdl_real)(g[k] * xh);
-            if (gbeta) gbeta[k] += g[k];
-        }
-        if (gx)
-            for (k = 0; k < D; k++) {
-                double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
-                gx[r * D + k] += (gdl_real)(rs * (gh - s1 / (double)D - xh * s2 / (double)D));
-            }
-    }
+    gdl__lnb_job b = {rows, D, x, gy, gamma, mean, rstd, gx, ggamma, gbeta};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    if (gx) gdl__parallel_loop(rows, 4 * rows * D, gdl__lnb_rows_part, &a);
+    if (ggamma || gbeta) gdl__parallel_units((D + GDL__LNB_COLS - 1) / GDL__LNB_COLS, 2 * rows * D, gdl__lnb_cols_part, &a);
     return 0;
 }
 
@@ -9770,7 +9936,8 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
    f32 buffers (gdl__lp_get), which is also the bf16/f16 path: arithmetic in gdl_real, one rounding on
    store. q, k, v and out are read and written at gdl_attn_geom's strides, row by row (one run where the
    rows touch), so packed heads need no permute copy. A task computes the same thing whatever thread runs
-   it, so results do not depend on the thread count. */
+   it, so results do not depend on the thread count (nor on the ranges of tasks that a thread takes:
+   gdl__parallel_units_for cuts them anywhere). */
 #define GDL__ATTN_T 32
 
 /* the term added to the score of key j in query row i (mask offset mb): 0, -inf, or the additive mask */
@@ -9872,7 +10039,8 @@ static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at
 /* c[r*ldc + j] += sum over p < k of A(r,p) b[p*ldb + j] (r < m, j < n), A(r,p) = a[r*ars + p*acs]: every
    product of the tiles (q k^T, P V, dS K, P^T dO, dS^T Q; ars 1 reads a turned). Each element sums over p
    in order on every path. The AVX2 path keeps a block of 4 rows x 16 columns in registers (a plain loop
-   keeps its sums in memory: a load and a store per multiply-add); the rest runs the plain loop. */
+   keeps its sums in memory: a load and a store per multiply-add), AVX-512 4 x 32; the rest runs the plain
+   loop. */
 static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, int64_t k, const gdl_real *a, int64_t ars,
                                int64_t acs, const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t r, p, j;
@@ -9884,15 +10052,59 @@ static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, i
         }
 }
 
+#if defined(GDL__ATTN_AVX2) && defined(__AVX512F__)
+#define GDL__ATTN_AVX512 1
+/* gdl__attn_mm's block of 4 rows x 32 columns at (r, j) in 512-bit registers: the same fused multiply-add
+   per element and step as the 16-column block, twice the columns per instruction */
+static void gdl__attn_mm_4x32(int64_t r, int64_t j, int64_t k, const gdl_real *a, int64_t ars, int64_t acs,
+                              const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
+    gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+    const gdl_real *a0 = a + r * ars;
+    __m512 s00 = _mm512_loadu_ps(c0), s01 = _mm512_loadu_ps(c0 + 16), s10 = _mm512_loadu_ps(c1);
+    __m512 s11 = _mm512_loadu_ps(c1 + 16), s20 = _mm512_loadu_ps(c2), s21 = _mm512_loadu_ps(c2 + 16);
+    __m512 s30 = _mm512_loadu_ps(c3), s31 = _mm512_loadu_ps(c3 + 16);
+    int64_t p;
+    for (p = 0; p < k; p++) {
+        const gdl_real *ap = a0 + p * acs;
+        const __m512 b0 = _mm512_loadu_ps(b + p * ldb + j), b1 = _mm512_loadu_ps(b + p * ldb + j + 16);
+        __m512 x = _mm512_set1_ps(ap[0]);
+        s00 = _mm512_fmadd_ps(x, b0, s00);
+        s01 = _mm512_fmadd_ps(x, b1, s01);
+        x = _mm512_set1_ps(ap[ars]);
+        s10 = _mm512_fmadd_ps(x, b0, s10);
+        s11 = _mm512_fmadd_ps(x, b1, s11);
+        x = _mm512_set1_ps(ap[2 * ars]);
+        s20 = _mm512_fmadd_ps(x, b0, s20);
+        s21 = _mm512_fmadd_ps(x, b1, s21);
+        x = _mm512_set1_ps(ap[3 * ars]);
+        s30 = _mm512_fmadd_ps(x, b0, s30);
+        s31 = _mm512_fmadd_ps(x, b1, s31);
+    }
+    _mm512_storeu_ps(c0, s00);
+    _mm512_storeu_ps(c0 + 16, s01);
+    _mm512_storeu_ps(c1, s10);
+    _mm512_storeu_ps(c1 + 16, s11);
+    _mm512_storeu_ps(c2, s20);
+    _mm512_storeu_ps(c2 + 16, s21);
+    _mm512_storeu_ps(c3, s30);
+    _mm512_storeu_ps(c3 + 16, s31);
+}
+#endif
+
 static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b,
                          int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t m4 = 0, n16 = 0;
 #ifdef GDL__ATTN_AVX2
-    int64_t r, j, p;
+    int64_t r, j, p, n32 = 0;
     m4 = m / 4 * 4;
     n16 = n / 16 * 16;
+#ifdef GDL__ATTN_AVX512 /* columns [0, n32) in blocks of 32, the rest of [0, n16) in blocks of 16 */
+    n32 = n / 32 * 32;
     for (r = 0; r < m4; r += 4)
-        for (j = 0; j < n16; j += 16) {
+        for (j = 0; j < n32; j += 32) gdl__attn_mm_4x32(r, j, k, a, ars, acs, b, ldb, c, ldc);
+#endif
+    for (r = 0; r < m4; r += 4)
+        for (j = n32; j < n16; j += 16) {
             gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
             const gdl_real *a0 = a + r * ars;
             __m256 s00 = _mm256_loadu_ps(c0), s01 = _mm256_loadu_ps(c0 + 8), s10 = _mm256_loadu_ps(c1);
@@ -10131,6 +10343,78 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     GPUDL_FREE(kb);
 }
 
+/* backward in one pass over tasks (batch): per key tile, the query tiles that see it, each pair's
+   probabilities and dS computed once for dq, dk and dv (the two passes above compute them twice). Every
+   sum runs in the passes' order: dk and dv of a key tile over the query tiles, dq of a query tile over the
+   key tiles, both ascending, so the results are the passes' bits. dq of the whole batch entry stays in
+   the task's buffer (L x E) until its last key tile. Used when there are batch entries enough to share
+   among the threads. */
+static void gdl__attn_bw_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S;
+    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + L * E + 1));
+    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *dq;
+    int64_t b, i0, j0, r, e;
+    if (!kb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    kt = kb + T * E;
+    vb = kt + T * E;
+    vt = vb + T * Ev;
+    qb = vt + T * Ev;
+    gb = qb + T * E;
+    dk = gb + T * Ev;
+    dv = dk + T * E;
+    s = dv + T * Ev;
+    dp = s + T * T;
+    dq = dp + T * T;
+    for (b = lo; b < hi; b++) {
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr);
+        const int64_t vo = gdl_attn_base(g, b, g->vstr);
+        const gdl_real *lse = c->lse + b * L;
+        gdl_real *D = c->delta + b * L;
+        for (i0 = 0; i0 < L; i0 += T) { /* delta = rowsum(dO * O), as pass 1 */
+            const int64_t nq = gdl__attn_min(T, L - i0);
+            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
+            gdl__attn_get(c->dt, c->o, oo + i0 * g->orow, g->orow, nq, Ev, vb);
+            for (r = 0; r < nq; r++) {
+                gdl_real d = 0;
+                for (e = 0; e < Ev; e++) d = GDL__ATTN_MADD(gb[r * Ev + e], vb[r * Ev + e], d);
+                D[i0 + r] = d;
+            }
+        }
+        if (c->gq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
+        for (j0 = 0; j0 < S; j0 += T) {
+            const int64_t nk = gdl__attn_min(T, S - j0);
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, vb);
+            gdl__attn_turn(kb, nk, E, kt);
+            gdl__attn_turn(vb, nk, Ev, vt);
+            memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
+            memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
+            for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+                const int64_t nq = gdl__attn_min(T, L - i0);
+                gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
+                gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
+                gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+                gdl__attn_rowdots(gb, nq, vt, Ev, dp);
+                gdl__attn_ds(c, s, dp, nq, nk, lse + i0, D + i0);
+                if (c->gv) gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
+                if (c->gk) gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
+                if (c->gq) gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq + i0 * E, E); /* dq += dS K */
+            }
+            if (c->gk) gdl__attn_acc(c->dt, c->gk, ko + j0 * g->krow, g->krow, nk, E, dk, qb);
+            if (c->gv) gdl__attn_acc(c->dt, c->gv, vo + j0 * g->vrow, g->vrow, nk, Ev, dv, qb);
+        }
+        for (i0 = 0; c->gq && i0 < L; i0 += T)
+            gdl__attn_acc(c->dt, c->gq, qo + i0 * g->qrow, g->qrow, gdl__attn_min(T, L - i0), E, dq + i0 * E, qb);
+    }
+    GPUDL_FREE(kb);
+}
+
 static int gdl__attn_oom(int failed) {
     if (!failed) return 0;
     gdl__set_error("gdl_scaled_dot_product_attention: out of host memory for the CPU kernel's tiles");
@@ -10143,8 +10427,8 @@ static int gdl__cpu_attention(gdl_dtype dt, const gdl_attn_geom *g, const void *
     int failed = 0;
     memset(&c, 0, sizeof c);
     c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.out = out; c.lse_out = lse; c.failed = &failed;
-    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), g->B * g->L * g->S * (g->E + g->Ev),
-                      gdl__attn_fwd_range, &c);
+    gdl__parallel_units_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), g->B * g->L * g->S * (g->E + g->Ev),
+                            gdl__attn_fwd_range, &c);
     return gdl__attn_oom(failed);
 }
 
@@ -10157,9 +10441,13 @@ static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, con
     memset(&c, 0, sizeof c);
     c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.o = out; c.go = gout;
     c.lse = lse; c.delta = delta; c.gq = gq; c.gk = gk; c.gv = gv; c.failed = &failed;
-    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
+    if (gq && (gk || gv) && g->B >= 4 * gdl_get_num_threads()) { /* the same bits as the passes below */
+        gdl__parallel_units_for(g->B, work, gdl__attn_bw_range, &c);
+        return gdl__attn_oom(failed);
+    }
+    gdl__parallel_units_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
     if (!failed && (gk || gv))
-        gdl__parallel_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
+        gdl__parallel_units_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
     return gdl__attn_oom(failed);
 }
 /* [impl-cpu] The fused gate steps of LSTM and GRU (backend entries lstm_gates, gru_gates and their
@@ -10580,24 +10868,83 @@ static int gdl__cpu_fit_metrics(const gdl_real *loss, int64_t B, int64_t C, cons
     }
     return 0;
 }
+/* The norm: the sum of squares in blocks of GDL__NORM_BLK elements of a gradient, each block in 8 running
+   sums (lane l takes elements l, l+8, ...) added up in a fixed tree at its end, the blocks' sums then added
+   in order. One chain of dependent adds over every parameter (0.8M in char_gpt) took milliseconds on one
+   thread; this order is as fixed (the same bits for any thread count, on every path), runs 8 chains side by
+   side and spreads the blocks over the threads. */
+#define GDL__NORM_BLK 8192
+typedef struct {
+    int count;
+    gdl_real *const *g;
+    const int64_t *n, *first; /* first[i]: gradient i's first block; first[count]: the blocks */
+    double *part;             /* a sum per block */
+    double coef;
+} gdl__norm_job;
+static double gdl__sumsq_block(const gdl_real *x, int64_t n) {
+    double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t j = 0;
+    int l;
+    for (; j + 8 <= n; j += 8)
+        for (l = 0; l < 8; l++) s[l] += (double)x[j + l] * x[j + l];
+    for (l = 0; j < n; j++, l++) s[l] += (double)x[j] * x[j];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+static void gdl__norm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__norm_job *b = (const gdl__norm_job *)a.ctx;
+    int i = 0;
+    int64_t k;
+    for (k = lo; k < hi; k++) {
+        int64_t off, len;
+        while (b->first[i + 1] <= k) i++;
+        off = (k - b->first[i]) * GDL__NORM_BLK;
+        len = b->n[i] - off < GDL__NORM_BLK ? b->n[i] - off : GDL__NORM_BLK;
+        if (a.op) { /* the scaling */
+            gdl_real *x = b->g[i] + off;
+            const gdl_real c = (gdl_real)b->coef;
+            int64_t j;
+            for (j = 0; j < len; j++) x[j] = c * x[j];
+        } else {
+            b->part[k] = gdl__sumsq_block(b->g[i] + off, len);
+        }
+    }
+}
 static int gdl__cpu_clip_grad_norm(int count, gdl_real *const *g, const int64_t *n, double max_norm, double *norm) {
     double total = 0, nrm, coef;
+    int64_t *first = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)(count + 1)), nb, k, work = 0;
+    double *part;
+    gdl__norm_job b;
+    gdl__args a = gdl__args_none();
     int i;
+    if (!first) goto oom;
+    first[0] = 0;
     for (i = 0; i < count; i++) {
-        double s = 0;
-        int64_t j;
-        for (j = 0; j < n[i]; j++) s += (double)g[i][j] * g[i][j];
-        total += s;
+        first[i + 1] = first[i] + (n[i] + GDL__NORM_BLK - 1) / GDL__NORM_BLK;
+        work += n[i];
     }
+    nb = first[count];
+    if (!(part = (double *)GPUDL_MALLOC(sizeof(double) * (size_t)(nb + 1)))) {
+        GPUDL_FREE(first);
+        goto oom;
+    }
+    b.count = count; b.g = g; b.n = n; b.first = first; b.part = part; b.coef = 0;
+    a.ctx = &b;
+    gdl__parallel_units(nb, work, gdl__norm_part, &a);
+    for (k = 0; k < nb; k++) total += part[k];
     nrm = sqrt(total);
     coef = max_norm / (nrm + 1e-6);
     if (norm) *norm = nrm;
-    if (!(coef >= 1)) /* PyTorch multiplies by min(coef, 1); a NaN norm spreads NaN as there */
-        for (i = 0; i < count; i++) {
-            int64_t j;
-            for (j = 0; j < n[i]; j++) g[i][j] = (gdl_real)coef * g[i][j];
-        }
+    if (!(coef >= 1)) { /* PyTorch multiplies by min(coef, 1); a NaN norm spreads NaN as there */
+        b.coef = coef;
+        a.op = 1;
+        gdl__parallel_units(nb, work, gdl__norm_part, &a);
+    }
+    GPUDL_FREE(part);
+    GPUDL_FREE(first);
     return 0;
+oom:
+    gdl__set_error("gdl_clip_grad_norm: out of host memory");
+    return -1;
 }
 static int gdl__cpu_ema_lerp(int64_t n, gdl_real *avg, const gdl_real *x, gdl_real w) {
     int64_t i;
@@ -10718,6 +11065,23 @@ static const gdl__op_info *gdl__op(int op); /* the op table, defined after the o
 
 #define GDL__R(t) ((gdl_real *)(t)->data)
 #define GDL__G(t) ((t) && (t)->requires_grad ? (gdl_real *)(t)->grad->data : (gdl_real *)NULL)
+
+/* gdl_backward gives an intermediate's gradient buffer unset (GDL__T_UNSET: garbage that stands for
+   zeros) to the ops that can write it instead of adding into it (gdl__bw_fresh_ok, [impl-autograd]),
+   which saves zeroing it and reading it back. Such an op asks gdl__grad_beta right before it writes a
+   whole gradient: 0 (store; the gradient counts as written from then on) or 1 (add, as usual). */
+static int gdl__grad_beta(gdl_tensor *t) {
+    if (!t || !t->requires_grad || !t->grad || !(t->grad->flags & GDL__T_UNSET)) return 1;
+    t->grad->flags &= ~(unsigned)GDL__T_UNSET;
+    return 0;
+}
+/* an unset gradient zeroed, for code that adds into it */
+static int gdl__grad_zero(gdl_tensor *t, const gdl_backend *be) {
+    gdl_tensor *g = t && t->requires_grad ? t->grad : NULL;
+    if (!g || !(g->flags & GDL__T_UNSET)) return 0;
+    g->flags &= ~(unsigned)GDL__T_UNSET;
+    return be->memset0(g->data, (size_t)g->numel * (g->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(g->dtype)));
+}
 
 GPUDL_API const char *gdl_op_name(int op) {
     return (op >= 0 && op < GDL_OP_COUNT) ? gdl__op(op)->name : "invalid-op";
@@ -11474,9 +11838,14 @@ static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     switch (op) {
     /* each product goes to tmp, then sums into the gradient: in that order (||, not |) */
     case GDL_OP_ADD:
-    case GDL_OP_SUB:
-        if (ga) rc = rc || be->sum_to(nd, shape, g, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
+    case GDL_OP_SUB: /* an unset gradient of a's shape (not broadcast): a copy */
+        if (ga && a != b && a->numel == n->out->numel && !gdl__grad_beta(a))
+            rc = be->copy2d(1, a->numel, g, 0, ga, 0, 0) < 0;
+        else if (ga) rc = rc || gdl__grad_zero(a, be) < 0 || be->sum_to(nd, shape, g, ga, astr, 1) < 0;
+        if (gb && op == GDL_OP_ADD && a != b && b->numel == n->out->numel && !gdl__grad_beta(b))
+            rc = rc || be->copy2d(1, b->numel, g, 0, gb, 0, 0) < 0;
+        else if (gb)
+            rc = rc || gdl__grad_zero(b, be) < 0 || be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
         break;
     case GDL_OP_MUL:
         if (ga) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
@@ -11908,6 +12277,11 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
             gdl__gemm_dt(be, dt, 0, 1, (int)rows, (int)out_f, (int)in_f, x->data, (int)in_f, 0, w->data, (int)in_f, 0,
                          bias ? 1 : 0, out->data, (int)out_f, 0, 1) < 0)
             return NULL;
+    } else if (out->numel && bias && x->device.type == GDL_DEVICE_CPU) {
+        /* the bias in the GEMM's epilogue, on each tile as it is stored: the bits of the add below
+           without its pass over out (on the GPU, cuBLASLt's epilogue would round differently) */
+        if (be->linear_act(-1, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w), GDL__R(bias), GDL__R(out), NULL) < 0)
+            return NULL;
     } else if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];
         if (be->gemm(0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
@@ -11939,9 +12313,13 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
             return -1;
         return 0;
     }
-    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
-    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
-    if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, 1) < 0) return -1;
+    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+                       in_f, 0, 1) < 0)
+        return -1;
+    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+                       in_f, 0, 1) < 0)
+        return -1;
+    if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) return -1;
     return 0;
 }
 
@@ -12001,13 +12379,18 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     if (ua >= 0 && (gx || gw || gb)) { /* act' and the bias gradient in one pass; then the GEMMs take act'·g */
         gdl_real *gp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
         const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
-        if (!gp || be->act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, 1) < 0) return -1;
+        if (!gp || be->act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, gb ? gdl__grad_beta(n->in[2]) : 1) < 0)
+            return -1;
         g = gp;
-    } else if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, 1) < 0) {
+    } else if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) {
         return -1;
     }
-    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
-    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
+    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+                       in_f, 0, 1) < 0)
+        return -1;
+    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+                       in_f, 0, 1) < 0)
+        return -1;
     return 0;
 }
 
@@ -13985,7 +14368,8 @@ static gdl_tensor *gdl__flat_view(const char *op, gdl__flat *f, void *slot, int 
     return v;
 }
 
-static int gdl__ensure_grad(gdl_tensor *t) {
+/* The gradient buffer of t, zeroed; lazy: an intermediate's left unset (GDL__T_UNSET, gdl__grad_beta) */
+static int gdl__ensure_grad_as(gdl_tensor *t, int lazy) {
     const gdl_backend *be;
     if (t->grad) return 0;
     if (gdl__is_persistent(t)) {
@@ -14001,8 +14385,25 @@ static int gdl__ensure_grad(gdl_tensor *t) {
     }
     /* in the tensor's dtype, as PyTorch */
     if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, t->dtype, t->device))) return -1;
+    if (lazy) {
+        t->grad->flags |= GDL__T_UNSET;
+        return 0;
+    }
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
     return be->memset0(t->grad->data, (size_t)t->numel * (t->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->dtype)));
+}
+
+static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
+
+/* The ops whose backward writes its inputs' unset gradients itself (gdl__grad_beta, gdl__grad_zero); the
+   others get them zeroed first. f32 only (the low-precision paths add). */
+static int gdl__bw_fresh_ok(const gdl_node *n) {
+    int k;
+    if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB) return 0;
+    if (n->out->dtype != GDL_F32) return 0;
+    for (k = 0; k < n->nin; k++)
+        if (n->in[k] && n->in[k]->requires_grad && n->in[k]->grad->dtype != GDL_F32) return 0;
+    return 1;
 }
 
 static int gdl__check_grad(const gdl_node *n, int k, const gdl_backend *be) {
@@ -14080,11 +14481,15 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
     for (n = gdl__tape; n && rc == 0; n = n->prev) {
         if (n->out->grad) {
             for (k = 0; k < n->nin && rc == 0; k++)
-                if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad(n->in[k]);
+                if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad_as(n->in[k], 1);
             if (rc == 0 && !(be = gdl__be(op, n->out->device))) rc = -1;
+            for (k = 0; k < n->nin && rc == 0 && !gdl__bw_fresh_ok(n); k++) rc = gdl__grad_zero(n->in[k], be);
             if (rc == 0) {
                 int span = gdl__prof_on ? gdl__prof_push(gdl__prof_bw_name(n->op), n->out->device) : 0;
-                if ((rc = gdl__op(n->op)->backward(n, be)) < 0 && strncmp(gdl__err, op, strlen(op)) != 0) {
+                rc = gdl__op(n->op)->backward(n, be);
+                /* a gradient the backward did not write (an empty tensor ...) holds zeros */
+                for (k = 0; k < n->nin && rc == 0; k++) rc = gdl__grad_zero(n->in[k], be);
+                if (rc < 0 && strncmp(gdl__err, op, strlen(op)) != 0) {
                     char prev[sizeof gdl__err];
                     memcpy(prev, gdl__err, sizeof prev);
                     gdl__set_error("%s: the backward of %s %s failed: %s", op, gdl__op(n->op)->name,

@@ -2,7 +2,8 @@
    [impl-tensor]
    ------------------------------------------------------------------------- */
 
-enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2 };
+/* GDL__T_UNSET, on a gradient: its contents are undefined and stand for zeros ([impl-autograd]) */
+enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2, GDL__T_UNSET = 4 };
 
 static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_PERSISTENT) != 0; }
 

@@ -304,6 +304,7 @@ typedef struct {
     gdl__range_fn fn;
     const void *ctx;
     int64_t n;
+    int units; /* boundaries at any index (gdl__parallel_units) */
 } gdl__pfor_job;
 
 /* Range boundaries are multiples of 16 (but the last): a kernel with a
@@ -312,7 +313,8 @@ typedef struct {
 static int64_t gdl__pfor_bound(int64_t n, int t, int nt) { return t == nt ? n : n * t / nt / 16 * 16; }
 static void gdl__pfor_task(void *p, int t, int nt) {
     const gdl__pfor_job *j = (const gdl__pfor_job *)p;
-    const int64_t lo = gdl__pfor_bound(j->n, t, nt), hi = gdl__pfor_bound(j->n, t + 1, nt);
+    const int64_t lo = j->units ? j->n * t / nt : gdl__pfor_bound(j->n, t, nt);
+    const int64_t hi = j->units ? j->n * (t + 1) / nt : gdl__pfor_bound(j->n, t + 1, nt);
     if (hi > lo) j->fn(j->ctx, lo, hi);
 }
 
@@ -323,8 +325,7 @@ static int gdl__pfor_tasks(int64_t n, int64_t work) {
     return (int)(nt > n ? n : nt);
 }
 
-/* fn(ctx, lo, hi) over the ranges of [0, n) */
-static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+static void gdl__pfor_run(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx, int units) {
     const int nt = gdl__pfor_tasks(n, work);
     if (n <= 0) return;
     if (nt > 1 && gdl__pool_acquire()) {
@@ -332,11 +333,20 @@ static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const v
         j.fn = fn;
         j.ctx = ctx;
         j.n = n;
+        j.units = units;
         gdl__pool_run(nt, gdl__pfor_task, &j);
         gdl__pool_release();
     } else {
         fn(ctx, 0, n);
     }
+}
+/* fn(ctx, lo, hi) over the ranges of [0, n) */
+static void gdl__parallel_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+    gdl__pfor_run(n, work, fn, ctx, 0);
+}
+/* ... the ranges' boundaries at any index (gdl__parallel_units below) */
+static void gdl__parallel_units_for(int64_t n, int64_t work, gdl__range_fn fn, const void *ctx) {
+    gdl__pfor_run(n, work, fn, ctx, 1);
 }
 
 /* body(*a, lo, hi) over the ranges of [0, n): the CPU kernels' form. On one
@@ -350,14 +360,24 @@ static void gdl__loop_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__loop_job *j = (const gdl__loop_job *)p;
     j->body(*j->a, lo, hi);
 }
-static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+static void gdl__parallel_loop_as(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a, int units) {
     if (n <= 0) return;
     if (gdl__pfor_tasks(n, work) > 1) {
         gdl__loop_job j;
         j.body = body;
         j.a = a;
-        gdl__parallel_for(n, work, gdl__loop_range, &j);
+        gdl__pfor_run(n, work, gdl__loop_range, &j, units);
     } else {
         body(*a, 0, n);
     }
+}
+static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+    gdl__parallel_loop_as(n, work, body, a, 0);
+}
+/* As gdl__parallel_loop, but the ranges' boundaries fall on any index: for a
+   loop over a few large units of work (blocks of columns, say) that each
+   compute the same whatever range holds them, so few that boundaries at
+   multiples of 16 would leave them all to one task. */
+static void gdl__parallel_units(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
+    gdl__parallel_loop_as(n, work, body, a, 1);
 }

@@ -255,23 +255,42 @@ typedef struct {
     double eps;
     gdl_real *y, *mean, *rstd;
 } gdl__layernorm_job;
-static void gdl__layernorm_part(gdl__args a, int64_t lo, int64_t hi) {
-    const gdl__layernorm_job b = *(const gdl__layernorm_job *)a.ctx;
-    const int64_t D = b.D;
-    int64_t r;
-    for (r = lo; r < hi; r++) {
-        const gdl_real *p = b.x + r * D;
-        double s = 0, sq = 0, mu, rs;
-        int64_t k;
-        for (k = 0; k < D; k++) s += p[k];
-        mu = s / (double)D;
-        for (k = 0; k < D; k++) sq += (p[k] - mu) * (p[k] - mu);
-        rs = 1.0 / sqrt(sq / (double)D + b.eps);
-        b.mean[r] = (gdl_real)mu;
-        b.rstd[r] = (gdl_real)rs;
+/* A row's mean and variance are sums in double, one add after the other (the bits depend on that order):
+   a chain of dependent adds, each waiting for the last. GDL__LN_R rows at a time keep that order in each
+   row and run the rows' chains side by side. */
+#define GDL__LN_R 8
+static void gdl__layernorm_rows(const gdl__layernorm_job *b, int64_t r0, int nr) {
+    const int64_t D = b->D;
+    const gdl_real *p = b->x + r0 * D;
+    double s[GDL__LN_R], sq[GDL__LN_R], mu[GDL__LN_R], rs[GDL__LN_R];
+    int64_t k;
+    int r;
+    for (r = 0; r < nr; r++) s[r] = sq[r] = 0;
+    for (k = 0; k < D; k++) /* nr constant: the sums stay in registers */
+        if (nr == GDL__LN_R)
+            for (r = 0; r < GDL__LN_R; r++) s[r] += p[r * D + k];
+        else
+            for (r = 0; r < nr; r++) s[r] += p[r * D + k];
+    for (r = 0; r < nr; r++) mu[r] = s[r] / (double)D;
+    for (k = 0; k < D; k++)
+        if (nr == GDL__LN_R)
+            for (r = 0; r < GDL__LN_R; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+        else
+            for (r = 0; r < nr; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+    for (r = 0; r < nr; r++) {
+        const gdl_real *pr = p + r * D;
+        gdl_real *y = b->y + (r0 + r) * D;
+        rs[r] = 1.0 / sqrt(sq[r] / (double)D + b->eps);
+        b->mean[r0 + r] = (gdl_real)mu[r];
+        b->rstd[r0 + r] = (gdl_real)rs[r];
         for (k = 0; k < D; k++)
-            b.y[r * D + k] = (gdl_real)((p[k] - mu) * rs * (b.gamma ? b.gamma[k] : 1) + (b.beta ? b.beta[k] : 0));
+            y[k] = (gdl_real)((pr[k] - mu[r]) * rs[r] * (b->gamma ? b->gamma[k] : 1) + (b->beta ? b->beta[k] : 0));
     }
+}
+static void gdl__layernorm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__layernorm_job *b = (const gdl__layernorm_job *)a.ctx;
+    int64_t r;
+    for (r = lo; r < hi; r += GDL__LN_R) gdl__layernorm_rows(b, r, hi - r < GDL__LN_R ? (int)(hi - r) : GDL__LN_R);
 }
 static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd) {
@@ -282,26 +301,117 @@ static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const 
     return 0;
 }
 
+/* The backward in two parallel passes, each with the one-thread loop's arithmetic (the same bits for any
+   thread count): over rows, gx (a row's sums s1, s2 need only that row); then over blocks of columns,
+   ggamma and gbeta, each column added up in row order as before. */
+typedef struct {
+    int64_t rows, D;
+    const gdl_real *x, *gy, *gamma, *mean, *rstd;
+    gdl_real *gx, *ggamma, *gbeta;
+} gdl__lnb_job;
+/* gx += rs (gh - s1/D - xh s2/D) over a row (m1 = s1/D): blocks of 8 (a constant trip count, which gcc
+   vectorises at -O2 when it knows gx apart from the inputs: this loop divides per element); gamma NULL:
+   gh = gy */
+static void gdl__lnb_gx_row(const gdl_real *GDL__RESTRICT p, const gdl_real *GDL__RESTRICT g,
+                            const gdl_real *GDL__RESTRICT gamma, int64_t D, double mu, double rs, double m1, double s2,
+                            gdl_real *GDL__RESTRICT gx) {
+    int64_t k = 0;
+    int j;
+    if (gamma)
+        for (; k + 8 <= D; k += 8)
+            for (j = 0; j < 8; j++) {
+                double xh = (p[k + j] - mu) * rs, gh = g[k + j] * gamma[k + j];
+                gx[k + j] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+            }
+    else
+        for (; k + 8 <= D; k += 8)
+            for (j = 0; j < 8; j++) {
+                double xh = (p[k + j] - mu) * rs, gh = g[k + j];
+                gx[k + j] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+            }
+    for (; k < D; k++) {
+        double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
+        gx[k] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+    }
+}
+static void gdl__lnb_rows(const gdl__lnb_job *b, int64_t r0, int nr) { /* GDL__LN_R rows side by side */
+    const int64_t D = b->D;
+    const gdl_real *x = b->x + r0 * D, *gy = b->gy + r0 * D;
+    double mu[GDL__LN_R], rs[GDL__LN_R], s1[GDL__LN_R], s2[GDL__LN_R];
+    int64_t k;
+    int r;
+    for (r = 0; r < nr; r++) {
+        mu[r] = b->mean[r0 + r];
+        rs[r] = b->rstd[r0 + r];
+        s1[r] = s2[r] = 0;
+    }
+    for (k = 0; k < D; k++) {
+        const gdl_real gam = b->gamma ? b->gamma[k] : 1;
+        if (nr == GDL__LN_R) /* a constant trip count: the sums stay in registers */
+            for (r = 0; r < GDL__LN_R; r++) {
+                double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+                s1[r] += gh;
+                s2[r] += gh * xh;
+            }
+        else
+            for (r = 0; r < nr; r++) {
+                double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+                s1[r] += gh;
+                s2[r] += gh * xh;
+            }
+    }
+    for (r = 0; r < nr; r++)
+        gdl__lnb_gx_row(x + r * D, gy + r * D, b->gamma, D, mu[r], rs[r], s1[r] / (double)D, s2[r], b->gx + (r0 + r) * D);
+}
+static void gdl__lnb_rows_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__lnb_job *b = (const gdl__lnb_job *)a.ctx;
+    int64_t r;
+    for (r = lo; r < hi; r += GDL__LN_R) gdl__lnb_rows(b, r, hi - r < GDL__LN_R ? (int)(hi - r) : GDL__LN_R);
+}
+#define GDL__LNB_COLS 32
+static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) { /* blocks [lo, hi) of GDL__LNB_COLS columns */
+    const gdl__lnb_job b = *(const gdl__lnb_job *)a.ctx;
+    const int64_t D = b.D;
+    int64_t blk, r;
+    int j;
+    for (blk = lo; blk < hi; blk++) {
+        const int64_t k0 = blk * GDL__LNB_COLS, w = D - k0 < GDL__LNB_COLS ? D - k0 : GDL__LNB_COLS;
+        /* the column sums in locals (f32, added in row order as in the output): no aliasing, so they vectorise */
+        gdl_real sg[GDL__LNB_COLS], sb[GDL__LNB_COLS];
+        for (j = 0; j < w; j++) {
+            sg[j] = b.ggamma ? b.ggamma[k0 + j] : 0;
+            sb[j] = b.gbeta ? b.gbeta[k0 + j] : 0;
+        }
+        for (r = 0; r < b.rows; r++) {
+            const gdl_real *p = b.x + r * D + k0, *g = b.gy + r * D + k0;
+            const double mu = b.mean[r], rs = b.rstd[r];
+            if (b.ggamma == b.gbeta) { /* weight and bias one tensor: one sum, both terms in turn */
+                for (j = 0; j < w; j++) {
+                    sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                    sg[j] += g[j];
+                }
+            } else if (w == GDL__LNB_COLS) {
+                for (j = 0; j < GDL__LNB_COLS; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                for (j = 0; j < GDL__LNB_COLS; j++) sb[j] += g[j];
+            } else {
+                for (j = 0; j < w; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                for (j = 0; j < w; j++) sb[j] += g[j];
+            }
+        }
+        for (j = 0; j < w; j++) {
+            if (b.ggamma) b.ggamma[k0 + j] = sg[j];
+            if (b.gbeta && b.gbeta != b.ggamma) b.gbeta[k0 + j] = sb[j];
+        }
+    }
+}
 static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *gamma, const gdl_real *mean, const gdl_real *rstd,
                                        gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
-    int64_t r, k;
-    for (r = 0; r < rows; r++) { /* serial over rows: ggamma/gbeta accumulate */
-        const gdl_real *p = x + r * D, *g = gy + r * D;
-        double mu = mean[r], rs = rstd[r], s1 = 0, s2 = 0;
-        for (k = 0; k < D; k++) {
-            double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
-            s1 += gh;
-            s2 += gh * xh;
-            if (ggamma) ggamma[k] += (gdl_real)(g[k] * xh);
-            if (gbeta) gbeta[k] += g[k];
-        }
-        if (gx)
-            for (k = 0; k < D; k++) {
-                double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
-                gx[r * D + k] += (gdl_real)(rs * (gh - s1 / (double)D - xh * s2 / (double)D));
-            }
-    }
+    gdl__lnb_job b = {rows, D, x, gy, gamma, mean, rstd, gx, ggamma, gbeta};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    if (gx) gdl__parallel_loop(rows, 4 * rows * D, gdl__lnb_rows_part, &a);
+    if (ggamma || gbeta) gdl__parallel_units((D + GDL__LNB_COLS - 1) / GDL__LNB_COLS, 2 * rows * D, gdl__lnb_cols_part, &a);
     return 0;
 }
 

@@ -6,7 +6,8 @@
    f32 buffers (gdl__lp_get), which is also the bf16/f16 path: arithmetic in gdl_real, one rounding on
    store. q, k, v and out are read and written at gdl_attn_geom's strides, row by row (one run where the
    rows touch), so packed heads need no permute copy. A task computes the same thing whatever thread runs
-   it, so results do not depend on the thread count. */
+   it, so results do not depend on the thread count (nor on the ranges of tasks that a thread takes:
+   gdl__parallel_units_for cuts them anywhere). */
 #define GDL__ATTN_T 32
 
 /* the term added to the score of key j in query row i (mask offset mb): 0, -inf, or the additive mask */
@@ -108,7 +109,8 @@ static void gdl__attn_turn(const gdl_real *a, int64_t n, int64_t D, gdl_real *at
 /* c[r*ldc + j] += sum over p < k of A(r,p) b[p*ldb + j] (r < m, j < n), A(r,p) = a[r*ars + p*acs]: every
    product of the tiles (q k^T, P V, dS K, P^T dO, dS^T Q; ars 1 reads a turned). Each element sums over p
    in order on every path. The AVX2 path keeps a block of 4 rows x 16 columns in registers (a plain loop
-   keeps its sums in memory: a load and a store per multiply-add); the rest runs the plain loop. */
+   keeps its sums in memory: a load and a store per multiply-add), AVX-512 4 x 32; the rest runs the plain
+   loop. */
 static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, int64_t k, const gdl_real *a, int64_t ars,
                                int64_t acs, const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t r, p, j;
@@ -120,15 +122,59 @@ static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, i
         }
 }
 
+#if defined(GDL__ATTN_AVX2) && defined(__AVX512F__)
+#define GDL__ATTN_AVX512 1
+/* gdl__attn_mm's block of 4 rows x 32 columns at (r, j) in 512-bit registers: the same fused multiply-add
+   per element and step as the 16-column block, twice the columns per instruction */
+static void gdl__attn_mm_4x32(int64_t r, int64_t j, int64_t k, const gdl_real *a, int64_t ars, int64_t acs,
+                              const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
+    gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
+    const gdl_real *a0 = a + r * ars;
+    __m512 s00 = _mm512_loadu_ps(c0), s01 = _mm512_loadu_ps(c0 + 16), s10 = _mm512_loadu_ps(c1);
+    __m512 s11 = _mm512_loadu_ps(c1 + 16), s20 = _mm512_loadu_ps(c2), s21 = _mm512_loadu_ps(c2 + 16);
+    __m512 s30 = _mm512_loadu_ps(c3), s31 = _mm512_loadu_ps(c3 + 16);
+    int64_t p;
+    for (p = 0; p < k; p++) {
+        const gdl_real *ap = a0 + p * acs;
+        const __m512 b0 = _mm512_loadu_ps(b + p * ldb + j), b1 = _mm512_loadu_ps(b + p * ldb + j + 16);
+        __m512 x = _mm512_set1_ps(ap[0]);
+        s00 = _mm512_fmadd_ps(x, b0, s00);
+        s01 = _mm512_fmadd_ps(x, b1, s01);
+        x = _mm512_set1_ps(ap[ars]);
+        s10 = _mm512_fmadd_ps(x, b0, s10);
+        s11 = _mm512_fmadd_ps(x, b1, s11);
+        x = _mm512_set1_ps(ap[2 * ars]);
+        s20 = _mm512_fmadd_ps(x, b0, s20);
+        s21 = _mm512_fmadd_ps(x, b1, s21);
+        x = _mm512_set1_ps(ap[3 * ars]);
+        s30 = _mm512_fmadd_ps(x, b0, s30);
+        s31 = _mm512_fmadd_ps(x, b1, s31);
+    }
+    _mm512_storeu_ps(c0, s00);
+    _mm512_storeu_ps(c0 + 16, s01);
+    _mm512_storeu_ps(c1, s10);
+    _mm512_storeu_ps(c1 + 16, s11);
+    _mm512_storeu_ps(c2, s20);
+    _mm512_storeu_ps(c2 + 16, s21);
+    _mm512_storeu_ps(c3, s30);
+    _mm512_storeu_ps(c3 + 16, s31);
+}
+#endif
+
 static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b,
                          int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t m4 = 0, n16 = 0;
 #ifdef GDL__ATTN_AVX2
-    int64_t r, j, p;
+    int64_t r, j, p, n32 = 0;
     m4 = m / 4 * 4;
     n16 = n / 16 * 16;
+#ifdef GDL__ATTN_AVX512 /* columns [0, n32) in blocks of 32, the rest of [0, n16) in blocks of 16 */
+    n32 = n / 32 * 32;
     for (r = 0; r < m4; r += 4)
-        for (j = 0; j < n16; j += 16) {
+        for (j = 0; j < n32; j += 32) gdl__attn_mm_4x32(r, j, k, a, ars, acs, b, ldb, c, ldc);
+#endif
+    for (r = 0; r < m4; r += 4)
+        for (j = n32; j < n16; j += 16) {
             gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
             const gdl_real *a0 = a + r * ars;
             __m256 s00 = _mm256_loadu_ps(c0), s01 = _mm256_loadu_ps(c0 + 8), s10 = _mm256_loadu_ps(c1);
@@ -367,6 +413,78 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     GPUDL_FREE(kb);
 }
 
+/* backward in one pass over tasks (batch): per key tile, the query tiles that see it, each pair's
+   probabilities and dS computed once for dq, dk and dv (the two passes above compute them twice). Every
+   sum runs in the passes' order: dk and dv of a key tile over the query tiles, dq of a query tile over the
+   key tiles, both ascending, so the results are the passes' bits. dq of the whole batch entry stays in
+   the task's buffer (L x E) until its last key tile. Used when there are batch entries enough to share
+   among the threads. */
+static void gdl__attn_bw_range(const void *p, int64_t lo, int64_t hi) {
+    const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S;
+    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + L * E + 1));
+    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *dq;
+    int64_t b, i0, j0, r, e;
+    if (!kb) {
+        GDL__ATTN_FAILED(c);
+        return;
+    }
+    kt = kb + T * E;
+    vb = kt + T * E;
+    vt = vb + T * Ev;
+    qb = vt + T * Ev;
+    gb = qb + T * E;
+    dk = gb + T * Ev;
+    dv = dk + T * E;
+    s = dv + T * Ev;
+    dp = s + T * T;
+    dq = dp + T * T;
+    for (b = lo; b < hi; b++) {
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr);
+        const int64_t vo = gdl_attn_base(g, b, g->vstr);
+        const gdl_real *lse = c->lse + b * L;
+        gdl_real *D = c->delta + b * L;
+        for (i0 = 0; i0 < L; i0 += T) { /* delta = rowsum(dO * O), as pass 1 */
+            const int64_t nq = gdl__attn_min(T, L - i0);
+            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
+            gdl__attn_get(c->dt, c->o, oo + i0 * g->orow, g->orow, nq, Ev, vb);
+            for (r = 0; r < nq; r++) {
+                gdl_real d = 0;
+                for (e = 0; e < Ev; e++) d = GDL__ATTN_MADD(gb[r * Ev + e], vb[r * Ev + e], d);
+                D[i0 + r] = d;
+            }
+        }
+        if (c->gq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
+        for (j0 = 0; j0 < S; j0 += T) {
+            const int64_t nk = gdl__attn_min(T, S - j0);
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, vb);
+            gdl__attn_turn(kb, nk, E, kt);
+            gdl__attn_turn(vb, nk, Ev, vt);
+            memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
+            memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
+            for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+                const int64_t nq = gdl__attn_min(T, L - i0);
+                gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
+                gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
+                gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+                gdl__attn_rowdots(gb, nq, vt, Ev, dp);
+                gdl__attn_ds(c, s, dp, nq, nk, lse + i0, D + i0);
+                if (c->gv) gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
+                if (c->gk) gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
+                if (c->gq) gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq + i0 * E, E); /* dq += dS K */
+            }
+            if (c->gk) gdl__attn_acc(c->dt, c->gk, ko + j0 * g->krow, g->krow, nk, E, dk, qb);
+            if (c->gv) gdl__attn_acc(c->dt, c->gv, vo + j0 * g->vrow, g->vrow, nk, Ev, dv, qb);
+        }
+        for (i0 = 0; c->gq && i0 < L; i0 += T)
+            gdl__attn_acc(c->dt, c->gq, qo + i0 * g->qrow, g->qrow, gdl__attn_min(T, L - i0), E, dq + i0 * E, qb);
+    }
+    GPUDL_FREE(kb);
+}
+
 static int gdl__attn_oom(int failed) {
     if (!failed) return 0;
     gdl__set_error("gdl_scaled_dot_product_attention: out of host memory for the CPU kernel's tiles");
@@ -379,8 +497,8 @@ static int gdl__cpu_attention(gdl_dtype dt, const gdl_attn_geom *g, const void *
     int failed = 0;
     memset(&c, 0, sizeof c);
     c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.out = out; c.lse_out = lse; c.failed = &failed;
-    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), g->B * g->L * g->S * (g->E + g->Ev),
-                      gdl__attn_fwd_range, &c);
+    gdl__parallel_units_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), g->B * g->L * g->S * (g->E + g->Ev),
+                            gdl__attn_fwd_range, &c);
     return gdl__attn_oom(failed);
 }
 
@@ -393,8 +511,12 @@ static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, con
     memset(&c, 0, sizeof c);
     c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.o = out; c.go = gout;
     c.lse = lse; c.delta = delta; c.gq = gq; c.gk = gk; c.gv = gv; c.failed = &failed;
-    gdl__parallel_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
+    if (gq && (gk || gv) && g->B >= 4 * gdl_get_num_threads()) { /* the same bits as the passes below */
+        gdl__parallel_units_for(g->B, work, gdl__attn_bw_range, &c);
+        return gdl__attn_oom(failed);
+    }
+    gdl__parallel_units_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
     if (!failed && (gk || gv))
-        gdl__parallel_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
+        gdl__parallel_units_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
     return gdl__attn_oom(failed);
 }

@@ -29,6 +29,23 @@ static const gdl__op_info *gdl__op(int op); /* the op table, defined after the o
 #define GDL__R(t) ((gdl_real *)(t)->data)
 #define GDL__G(t) ((t) && (t)->requires_grad ? (gdl_real *)(t)->grad->data : (gdl_real *)NULL)
 
+/* gdl_backward gives an intermediate's gradient buffer unset (GDL__T_UNSET: garbage that stands for
+   zeros) to the ops that can write it instead of adding into it (gdl__bw_fresh_ok, [impl-autograd]),
+   which saves zeroing it and reading it back. Such an op asks gdl__grad_beta right before it writes a
+   whole gradient: 0 (store; the gradient counts as written from then on) or 1 (add, as usual). */
+static int gdl__grad_beta(gdl_tensor *t) {
+    if (!t || !t->requires_grad || !t->grad || !(t->grad->flags & GDL__T_UNSET)) return 1;
+    t->grad->flags &= ~(unsigned)GDL__T_UNSET;
+    return 0;
+}
+/* an unset gradient zeroed, for code that adds into it */
+static int gdl__grad_zero(gdl_tensor *t, const gdl_backend *be) {
+    gdl_tensor *g = t && t->requires_grad ? t->grad : NULL;
+    if (!g || !(g->flags & GDL__T_UNSET)) return 0;
+    g->flags &= ~(unsigned)GDL__T_UNSET;
+    return be->memset0(g->data, (size_t)g->numel * (g->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(g->dtype)));
+}
+
 GPUDL_API const char *gdl_op_name(int op) {
     return (op >= 0 && op < GDL_OP_COUNT) ? gdl__op(op)->name : "invalid-op";
 }

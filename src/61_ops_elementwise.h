@@ -312,9 +312,14 @@ static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     switch (op) {
     /* each product goes to tmp, then sums into the gradient: in that order (||, not |) */
     case GDL_OP_ADD:
-    case GDL_OP_SUB:
-        if (ga) rc = rc || be->sum_to(nd, shape, g, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
+    case GDL_OP_SUB: /* an unset gradient of a's shape (not broadcast): a copy */
+        if (ga && a != b && a->numel == n->out->numel && !gdl__grad_beta(a))
+            rc = be->copy2d(1, a->numel, g, 0, ga, 0, 0) < 0;
+        else if (ga) rc = rc || gdl__grad_zero(a, be) < 0 || be->sum_to(nd, shape, g, ga, astr, 1) < 0;
+        if (gb && op == GDL_OP_ADD && a != b && b->numel == n->out->numel && !gdl__grad_beta(b))
+            rc = rc || be->copy2d(1, b->numel, g, 0, gb, 0, 0) < 0;
+        else if (gb)
+            rc = rc || gdl__grad_zero(b, be) < 0 || be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
         break;
     case GDL_OP_MUL:
         if (ga) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
@@ -746,6 +751,11 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
             gdl__gemm_dt(be, dt, 0, 1, (int)rows, (int)out_f, (int)in_f, x->data, (int)in_f, 0, w->data, (int)in_f, 0,
                          bias ? 1 : 0, out->data, (int)out_f, 0, 1) < 0)
             return NULL;
+    } else if (out->numel && bias && x->device.type == GDL_DEVICE_CPU) {
+        /* the bias in the GEMM's epilogue, on each tile as it is stored: the bits of the add below
+           without its pass over out (on the GPU, cuBLASLt's epilogue would round differently) */
+        if (be->linear_act(-1, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w), GDL__R(bias), GDL__R(out), NULL) < 0)
+            return NULL;
     } else if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];
         if (be->gemm(0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
@@ -777,9 +787,13 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
             return -1;
         return 0;
     }
-    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
-    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
-    if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, 1) < 0) return -1;
+    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+                       in_f, 0, 1) < 0)
+        return -1;
+    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+                       in_f, 0, 1) < 0)
+        return -1;
+    if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) return -1;
     return 0;
 }
 
@@ -839,13 +853,18 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     if (ua >= 0 && (gx || gw || gb)) { /* act' and the bias gradient in one pass; then the GEMMs take act'·g */
         gdl_real *gp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
         const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
-        if (!gp || be->act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, 1) < 0) return -1;
+        if (!gp || be->act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, gb ? gdl__grad_beta(n->in[2]) : 1) < 0)
+            return -1;
         g = gp;
-    } else if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, 1) < 0) {
+    } else if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) {
         return -1;
     }
-    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
-    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, 1, gw, in_f, 0, 1) < 0) return -1;
+    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+                       in_f, 0, 1) < 0)
+        return -1;
+    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+                       in_f, 0, 1) < 0)
+        return -1;
     return 0;
 }
 

@@ -76,7 +76,8 @@ static gdl_tensor *gdl__flat_view(const char *op, gdl__flat *f, void *slot, int 
     return v;
 }
 
-static int gdl__ensure_grad(gdl_tensor *t) {
+/* The gradient buffer of t, zeroed; lazy: an intermediate's left unset (GDL__T_UNSET, gdl__grad_beta) */
+static int gdl__ensure_grad_as(gdl_tensor *t, int lazy) {
     const gdl_backend *be;
     if (t->grad) return 0;
     if (gdl__is_persistent(t)) {
@@ -92,8 +93,25 @@ static int gdl__ensure_grad(gdl_tensor *t) {
     }
     /* in the tensor's dtype, as PyTorch */
     if (!(t->grad = gdl__tmp("gdl_backward", t->ndim, t->shape, t->dtype, t->device))) return -1;
+    if (lazy) {
+        t->grad->flags |= GDL__T_UNSET;
+        return 0;
+    }
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
     return be->memset0(t->grad->data, (size_t)t->numel * (t->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->dtype)));
+}
+
+static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
+
+/* The ops whose backward writes its inputs' unset gradients itself (gdl__grad_beta, gdl__grad_zero); the
+   others get them zeroed first. f32 only (the low-precision paths add). */
+static int gdl__bw_fresh_ok(const gdl_node *n) {
+    int k;
+    if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB) return 0;
+    if (n->out->dtype != GDL_F32) return 0;
+    for (k = 0; k < n->nin; k++)
+        if (n->in[k] && n->in[k]->requires_grad && n->in[k]->grad->dtype != GDL_F32) return 0;
+    return 1;
 }
 
 static int gdl__check_grad(const gdl_node *n, int k, const gdl_backend *be) {
@@ -171,11 +189,15 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
     for (n = gdl__tape; n && rc == 0; n = n->prev) {
         if (n->out->grad) {
             for (k = 0; k < n->nin && rc == 0; k++)
-                if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad(n->in[k]);
+                if (n->in[k] && n->in[k]->requires_grad) rc = gdl__ensure_grad_as(n->in[k], 1);
             if (rc == 0 && !(be = gdl__be(op, n->out->device))) rc = -1;
+            for (k = 0; k < n->nin && rc == 0 && !gdl__bw_fresh_ok(n); k++) rc = gdl__grad_zero(n->in[k], be);
             if (rc == 0) {
                 int span = gdl__prof_on ? gdl__prof_push(gdl__prof_bw_name(n->op), n->out->device) : 0;
-                if ((rc = gdl__op(n->op)->backward(n, be)) < 0 && strncmp(gdl__err, op, strlen(op)) != 0) {
+                rc = gdl__op(n->op)->backward(n, be);
+                /* a gradient the backward did not write (an empty tensor ...) holds zeros */
+                for (k = 0; k < n->nin && rc == 0; k++) rc = gdl__grad_zero(n->in[k], be);
+                if (rc < 0 && strncmp(gdl__err, op, strlen(op)) != 0) {
                     char prev[sizeof gdl__err];
                     memcpy(prev, gdl__err, sizeof prev);
                     gdl__set_error("%s: the backward of %s %s failed: %s", op, gdl__op(n->op)->name,

@@ -633,6 +633,40 @@ TEST test_grad_accumulates_and_zeroes(void) {
     PASS();
 }
 
+/* An intermediate's gradient starts unset and the first linear / add / sub backward to reach it stores
+   instead of adding ([impl-autograd]); the others add into it after it: here add(t, t) (one tensor twice),
+   linear(t, t) after an add that wrote t's gradient first, a broadcast sub (which adds into zeros) */
+TEST test_unset_intermediate_grads(void) {
+    float a[4] = {1, 2, 3, 4}, o[2] = {1, 1};
+    int64_t s[2] = {2, 2}, s1[1] = {2};
+    gdl_tensor *x = arr(a, 2, s), *bl = arr(o, 1, s1), *t, *b;
+    int i;
+    gdl_set_requires_grad(x, 1);
+    gdl_set_requires_grad(bl, 1);
+    t = gdl_mul_scalar(x, 2);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_add(t, t))));
+    for (i = 0; i < 4; i++) ASSERT_IN_RANGE(4, at(x->grad, i), 0);
+    gdl_arena_reset();
+    gdl_zero_grad_tensor(x);
+    t = gdl_mul_scalar(x, 2); /* [[2, 4], [6, 8]]: column sums 8, 12 */
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_add(gdl_linear(t, t, NULL), t))));
+    for (i = 0; i < 4; i++) { /* dt = 1 + (ones t) + (ones^T t) = 1 + 2 (column sums) */
+        ASSERT_IN_RANGE(i % 2 ? 25 : 17, at(t->grad, i), 0);
+        ASSERT_IN_RANGE(i % 2 ? 50 : 34, at(x->grad, i), 0);
+    }
+    gdl_arena_reset();
+    gdl_zero_grad_tensor(x);
+    t = gdl_mul_scalar(x, 2);
+    b = gdl_mul_scalar(bl, 3);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_sub(t, b))));
+    for (i = 0; i < 4; i++) ASSERT_IN_RANGE(2, at(x->grad, i), 0);
+    for (i = 0; i < 2; i++) ASSERT_IN_RANGE(-6, at(bl->grad, i), 0);
+    gdl_arena_reset();
+    gdl_free(x);
+    gdl_free(bl);
+    PASS();
+}
+
 TEST test_backward_twice_same_graph(void) {
     float a[1] = {3};
     int64_t s[1] = {1};
@@ -1138,6 +1172,7 @@ SUITE(values) {
 SUITE(autograd) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_grad_accumulates_and_zeroes);
+    RUN_TEST(test_unset_intermediate_grads);
     RUN_TEST(test_backward_twice_same_graph);
     RUN_TEST(test_no_grad_and_detach);
     RUN_TEST(test_anomaly_mode_names_the_op);

@@ -358,6 +358,61 @@ SUITE(autocast) {
     RUN_TEST(autocast_fit);
 }
 
+/* The CPU backward runs in one pass per batch entry (gdl__attn_bw_range) when there are at least 4 per
+   thread, else in two passes over tiles: one thread takes the first here (6 entries), 64 the second; both
+   must give the same bits */
+static int attn_bw_run(int threads, gdl_dtype dt, int L, int S, int causal, const float *h[4], double *res[4]) {
+    enum { N = 2, H = 3, E = 8, EV = 12 };
+    int64_t sq[4] = {N, H, L, E}, sk[4] = {N, H, S, E}, sv[4] = {N, H, S, EV}, so[4] = {N, H, L, EV};
+    gdl_tensor *t[4] = {0}, *out;
+    int k, bad = 1;
+    gdl_set_num_threads(threads);
+    t[0] = attn_put(h[0], 4, sq, dt, gdl_cpu(), 1);
+    t[1] = attn_put(h[1], 4, sk, dt, gdl_cpu(), 1);
+    t[2] = attn_put(h[2], 4, sv, dt, gdl_cpu(), 1);
+    t[3] = attn_put(h[3], 4, so, dt, gdl_cpu(), 0);
+    if (!t[0] || !t[1] || !t[2] || !t[3]) goto done;
+    out = gdl_scaled_dot_product_attention(t[0], t[1], t[2], NULL, 0, causal, NAN);
+    if (!out || gdl_backward_grad(out, t[3]) < 0) goto done;
+    for (k = 0; k < 3; k++)
+        if (!(res[k] = dtype_host_values(t[k]->grad))) goto done;
+    if (!(res[3] = dtype_host_values(out))) goto done;
+    bad = 0;
+done:
+    gdl_set_num_threads(0);
+    for (k = 0; k < 4; k++) gdl_free(t[k]);
+    gdl_arena_reset();
+    return bad;
+}
+TEST attn_backward_one_pass(void) {
+    static const int sizes[][2] = {{31, 32}, {64, 64}, {97, 40}, {5, 97}};
+    static const gdl_dtype dts[2] = {GDL_F32, GDL_BF16};
+    int s, d, causal, k;
+    gdl_manual_seed(1414);
+    for (d = 0; d < 2; d++)
+        for (s = 0; s < 4; s++)
+            for (causal = 0; causal < 2; causal++) {
+                const int L = sizes[s][0], S = sizes[s][1];
+                const int64_t n[4] = {6LL * L * 8, 6LL * S * 8, 6LL * S * 12, 6LL * L * 12};
+                const float *h[4];
+                float *v[4];
+                double *one[4] = {0}, *two[4] = {0};
+                int bad;
+                for (k = 0; k < 4; k++) h[k] = v[k] = attn_randn(n[k], dts[d], 1);
+                bad = !v[0] || !v[1] || !v[2] || !v[3] || attn_bw_run(1, dts[d], L, S, causal, h, one) ||
+                      attn_bw_run(64, dts[d], L, S, causal, h, two);
+                for (k = 0; k < 4 && !bad; k++) bad = memcmp(one[k], two[k], sizeof(double) * (size_t)n[k]) != 0;
+                for (k = 0; k < 4; k++) {
+                    free(v[k]);
+                    free(one[k]);
+                    free(two[k]);
+                }
+                if (bad) FAILf("%s, L %d, S %d, causal %d: one pass and two passes differ (or failed: %.200s)",
+                               gdl_dtype_name(dts[d]), L, S, causal, gdl_last_error());
+            }
+    PASS();
+}
+
 SUITE(attention) {
     static gdl_device cpu;
     cpu = gdl_cpu();
@@ -366,6 +421,7 @@ SUITE(attention) {
     RUN_TEST_NAMED("heads_strided", attn_heads_strided, (void *)&cpu);
     RUN_TEST_NAMED("heads_errors", attn_heads_errors, (void *)&cpu);
     RUN_TEST_NAMED("memory_linear_in_T", attn_memory_linear, (void *)&cpu);
+    RUN_TEST(attn_backward_one_pass);
 }
 
 HARNESS_MAIN_DEFS();
