@@ -247,6 +247,29 @@ static void gdl__attn_ds(const gdl__attn_ctx *c, gdl_real *s, gdl_real *dp, int6
     }
 }
 
+/* delta = rowsum(dO * O) of the nq rows at element offset off of out (gb gets dO's rows, ob O's) */
+static void gdl__attn_delta(const gdl__attn_ctx *c, int64_t off, int64_t nq, gdl_real *gb, gdl_real *ob, gdl_real *D) {
+    const int64_t Ev = c->g->Ev;
+    int64_t r, e;
+    gdl__attn_get(c->dt, c->go, off, c->g->orow, nq, Ev, gb);
+    gdl__attn_get(c->dt, c->o, off, c->g->orow, nq, Ev, ob);
+    for (r = 0; r < nq; r++) {
+        gdl_real d = 0;
+        for (e = 0; e < Ev; e++) d = GDL__ATTN_MADD(gb[r * Ev + e], ob[r * Ev + e], d);
+        D[r] = d;
+    }
+}
+
+/* one (query tile, key tile) pair of the backward: P into s from the scores and the saved log-sum-exps,
+   then dS into dp (dO V^T first); lse and D are the query tile's */
+static void gdl__attn_pair(const gdl__attn_ctx *c, const gdl_real *qb, const gdl_real *gb, int64_t nq, const gdl_real *kt,
+                           const gdl_real *vt, int64_t nk, int64_t i0, int64_t j0, int64_t mb, const gdl_real *lse,
+                           const gdl_real *D, gdl_real *s, gdl_real *dp) {
+    gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
+    gdl__attn_rowdots(gb, nq, vt, c->g->Ev, dp);
+    gdl__attn_ds(c, s, dp, nq, nk, lse, D);
+}
+
 /* the forward over tasks (batch, query tile) in [lo, hi) */
 static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
@@ -319,7 +342,7 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
     gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 3 * Ev + 2 * T) + 1));
     gdl_real *gb, *ob, *kb, *kt, *vt, *dq, *s, *dp;
-    int64_t idx, r, j0, e;
+    int64_t idx, j0;
     if (!qb) {
         GDL__ATTN_FAILED(c);
         return;
@@ -339,13 +362,7 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
         const int64_t ko = gdl_attn_base(g, b, g->kstr), vo = gdl_attn_base(g, b, g->vstr);
         const gdl_real *lse = c->lse + b * L + i0;
         gdl_real *D = c->delta + b * L + i0;
-        gdl__attn_get(c->dt, c->go, oo, g->orow, nq, Ev, gb);
-        gdl__attn_get(c->dt, c->o, oo, g->orow, nq, Ev, ob);
-        for (r = 0; r < nq; r++) {
-            gdl_real d = 0;
-            for (e = 0; e < Ev; e++) d = GDL__ATTN_MADD(gb[r * Ev + e], ob[r * Ev + e], d);
-            D[r] = d;
-        }
+        gdl__attn_delta(c, oo, nq, gb, ob, D);
         if (!c->gq) continue;
         gdl__attn_get(c->dt, c->q, qo, g->qrow, nq, E, qb);
         memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
@@ -355,9 +372,7 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
             gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, ob); /* out's rows are read: V's tile */
             gdl__attn_turn(kb, nk, E, kt);
             gdl__attn_turn(ob, nk, Ev, vt);
-            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
-            gdl__attn_rowdots(gb, nq, vt, Ev, dp);
-            gdl__attn_ds(c, s, dp, nq, nk, lse, D);
+            gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, lse, D, s, dp);
             gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq, E); /* dq += dS K */
         }
         gdl__attn_acc(c->dt, c->gq, qo, g->qrow, nq, E, dq, kb);
@@ -401,9 +416,7 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
             const int64_t nq = gdl__attn_min(T, L - i0);
             gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
             gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
-            gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
-            gdl__attn_rowdots(gb, nq, vt, Ev, dp);
-            gdl__attn_ds(c, s, dp, nq, nk, c->lse + b * L + i0, c->delta + b * L + i0);
+            gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, c->lse + b * L + i0, c->delta + b * L + i0, s, dp);
             gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
             gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
         }
@@ -425,7 +438,7 @@ static void gdl__attn_bw_range(const void *p, int64_t lo, int64_t hi) {
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S;
     gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + L * E + 1));
     gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *dq;
-    int64_t b, i0, j0, r, e;
+    int64_t b, i0, j0;
     if (!kb) {
         GDL__ATTN_FAILED(c);
         return;
@@ -446,16 +459,8 @@ static void gdl__attn_bw_range(const void *p, int64_t lo, int64_t hi) {
         const int64_t vo = gdl_attn_base(g, b, g->vstr);
         const gdl_real *lse = c->lse + b * L;
         gdl_real *D = c->delta + b * L;
-        for (i0 = 0; i0 < L; i0 += T) { /* delta = rowsum(dO * O), as pass 1 */
-            const int64_t nq = gdl__attn_min(T, L - i0);
-            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
-            gdl__attn_get(c->dt, c->o, oo + i0 * g->orow, g->orow, nq, Ev, vb);
-            for (r = 0; r < nq; r++) {
-                gdl_real d = 0;
-                for (e = 0; e < Ev; e++) d = GDL__ATTN_MADD(gb[r * Ev + e], vb[r * Ev + e], d);
-                D[i0 + r] = d;
-            }
-        }
+        for (i0 = 0; i0 < L; i0 += T) /* delta, as pass 1 */
+            gdl__attn_delta(c, oo + i0 * g->orow, gdl__attn_min(T, L - i0), gb, vb, D + i0);
         if (c->gq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
         for (j0 = 0; j0 < S; j0 += T) {
             const int64_t nk = gdl__attn_min(T, S - j0);
@@ -469,9 +474,7 @@ static void gdl__attn_bw_range(const void *p, int64_t lo, int64_t hi) {
                 const int64_t nq = gdl__attn_min(T, L - i0);
                 gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
                 gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
-                gdl__attn_scores(c, qb, nq, kt, nk, i0, j0, mb, s);
-                gdl__attn_rowdots(gb, nq, vt, Ev, dp);
-                gdl__attn_ds(c, s, dp, nq, nk, lse + i0, D + i0);
+                gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, lse + i0, D + i0, s, dp);
                 if (c->gv) gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
                 if (c->gk) gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
                 if (c->gq) gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq + i0 * E, E); /* dq += dS K */

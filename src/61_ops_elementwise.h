@@ -773,6 +773,19 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
     return err ? NULL : gdl__finish(op, out);
 }
 
+/* f32 linear backward's GEMMs: gx = g w and gw = g^T x, each stored or added as its gradient asks
+   (gdl__grad_beta); shared by gdl_linear and gdl_linear_act */
+static int gdl__linear_grads_xw(const gdl_backend *be, int rows, int in_f, int out_f, const gdl_real *g,
+                                gdl_tensor *x, gdl_tensor *w, gdl_real *gx, gdl_real *gw) {
+    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+                       in_f, 0, 1) < 0)
+        return -1;
+    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+                       in_f, 0, 1) < 0)
+        return -1;
+    return 0;
+}
+
 static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *x = n->in[0], *w = n->in[1];
     int in_f = (int)w->shape[1], out_f = (int)w->shape[0], rows = (int)(n->out->numel / (out_f ? out_f : 1));
@@ -787,12 +800,7 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
             return -1;
         return 0;
     }
-    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
-                       in_f, 0, 1) < 0)
-        return -1;
-    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
-                       in_f, 0, 1) < 0)
-        return -1;
+    if (gdl__linear_grads_xw(be, rows, in_f, out_f, g, x, w, gx, gw) < 0) return -1;
     if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) return -1;
     return 0;
 }
@@ -859,12 +867,6 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     } else if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) {
         return -1;
     }
-    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
-                       in_f, 0, 1) < 0)
-        return -1;
-    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
-                       in_f, 0, 1) < 0)
-        return -1;
-    return 0;
+    return gdl__linear_grads_xw(be, rows, in_f, out_f, g, x, w, gx, gw);
 }
 
