@@ -2649,10 +2649,11 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* dst[i·dstr] += alpha*src[i] over `shape` (src contiguous): sums broadcast dims */ \
     X(int, sum_to, (int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst, \
         const int64_t *dstr, gdl_real alpha)) \
-    /* y = f(x; alpha) ; gx += f'(x)·gy (y is the forward output) */ \
+    /* y = f(x; alpha) ; gx = (accumulate ? gx : 0) + f'(x)·gy (y is the forward output; accumulate 0: \
+       gx was unset, its old contents are not read) */ \
     X(int, unary, (int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha)) \
     X(int, unary_backward, (int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy, \
-        gdl_real *gx, gdl_real alpha)) \
+        gdl_real *gx, gdl_real alpha, int accumulate)) \
     /* fused bias + activation; act: GDL_UN_RELU, GDL_UN_GELU_TANH, GDL_UN_GELU_ERF, or -1 (none). \
        bias_act: y viewed as [outer, C, inner], in place: pre = y + bias[c] (bias NULL: y), kept in `pre` \
        when not NULL, and y = act(pre), in one pass, with unary's and binary's arithmetic. linear_act: \
@@ -2772,12 +2773,13 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, batchnorm, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma, \
         const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, \
         gdl_real *run_var, int training, double momentum, double eps)) \
-    /* gx/ggamma/gbeta may be NULL; +=. training selects the batch-stats formula */ \
+    /* gx/ggamma/gbeta may be NULL; ggamma and gbeta +=, gx too when accumulate (0: gx was unset, its old \
+       contents are not read). training selects the batch-stats formula */ \
     X(int, batchnorm_backward, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy, \
         const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, gdl_real *gx, \
-        gdl_real *ggamma, gdl_real *gbeta)) \
+        gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
     /* the same with x, y, gy and gx f16/bf16 (dt) and the rest f32 (cuDNN's \
-       under torch.autocast): f32 arithmetic, y and gx rounded once */ \
+       under torch.autocast): f32 arithmetic, y and gx rounded once, gx += */ \
     X(int, batchnorm_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
         const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
         int training, double momentum, double eps)) \
@@ -8100,23 +8102,37 @@ static void gdl__gelu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real 
     for (; i < n; i++) out[i] = (accumulate ? out[i] : (gdl_real)0) + (gdl_real)(gy[i] * gdl__gelu_grad1(x[i]));
 }
 
-/* out = 0 + (x > 0 ? gy : 0) over n: the ReLU's gradient, the bits of gdl__unary_grad1's callers. In
-   vectors where there are some: gcc (under the default -ftrapping-math) makes the scalar loop a branch
-   per element on a sign that is random, which made it a sixth of a CNN step's time. */
-static void gdl__relu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *out, int64_t n) {
+/* out = (accumulate ? out : 0) + (x > 0 ? gy : 0) over n: the ReLU's gradient, the bits of
+   gdl__unary_grad1's callers. In vectors where there are some: gcc (under the default -ftrapping-math)
+   makes the scalar loop a branch per element on a sign that is random, which made it a sixth of a CNN
+   step's time. */
+static void gdl__relu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *out, int64_t n, int accumulate) {
     int64_t i = 0;
 #if defined(GDL__GELU_AVX512)
     for (; i + 16 <= n; i += 16) {
         const __mmask16 pos = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
-        _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_mov_ps(pos, _mm512_loadu_ps(gy + i))));
+        _mm512_storeu_ps(out + i, _mm512_add_ps(accumulate ? _mm512_loadu_ps(out + i) : _mm512_setzero_ps(),
+                                                _mm512_maskz_mov_ps(pos, _mm512_loadu_ps(gy + i))));
     }
 #elif defined(GDL__GELU_AVX2)
     for (; i + 8 <= n; i += 8) {
         const __m256 pos = _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps(), _CMP_GT_OQ);
-        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_setzero_ps(), _mm256_and_ps(pos, _mm256_loadu_ps(gy + i))));
+        _mm256_storeu_ps(out + i, _mm256_add_ps(accumulate ? _mm256_loadu_ps(out + i) : _mm256_setzero_ps(),
+                                                _mm256_and_ps(pos, _mm256_loadu_ps(gy + i))));
     }
 #endif
-    for (; i < n; i++) out[i] = (gdl_real)0 + (x[i] > 0 ? gy[i] : 0);
+    for (; i < n; i++) out[i] = (accumulate ? out[i] : (gdl_real)0) + (x[i] > 0 ? gy[i] : 0);
+}
+/* y = x > 0 ? x : 0 over n (NaN and -0 give +0): max(x, 0) with x first, which returns its second operand
+   unless x > 0 */
+static void gdl__relu_rows(const gdl_real *x, gdl_real *y, int64_t n) {
+    int64_t i = 0;
+#if defined(GDL__GELU_AVX512)
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), _mm512_setzero_ps()));
+#elif defined(GDL__GELU_AVX2)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps()));
+#endif
+    for (; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
 }
 
 static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha) {
@@ -8168,9 +8184,14 @@ static double gdl__unary_grad1(int op, double x, double y, double alpha) {
 
 /* the cheap ops get their own loops (they vectorise); the rest go through
    gdl__unary1 */
-/* The unary ops that cost more than a memory pass, in parallel. */
+/* The unary ops that cost more than a memory pass, in parallel; and the ReLU, in vectors (its plain
+   loops were branches, as gdl__relu_grad_rows says) and in parallel (a CNN's ReLU outputs are large). */
 static void gdl__unary_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
+    if (a.op == GDL_UN_RELU) {
+        gdl__relu_rows(a.x + lo, a.out + lo, hi - lo);
+        return;
+    }
     if (a.op == GDL_UN_GELU_ERF) {
         gdl__gelu_rows(a.x + lo, a.out + lo, hi - lo);
         return;
@@ -8179,8 +8200,12 @@ static void gdl__unary_part(gdl__args a, int64_t lo, int64_t hi) {
 }
 static void gdl__unary_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
+    if (a.op == GDL_UN_RELU) {
+        gdl__relu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, a.accumulate);
+        return;
+    }
     if (a.op == GDL_UN_GELU_ERF) {
-        gdl__gelu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 1);
+        gdl__gelu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, a.accumulate);
         return;
     }
     for (i = lo; i < hi; i++) a.out[i] += (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], a.y[i], a.alpha));
@@ -8188,9 +8213,6 @@ static void gdl__unary_backward_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
     int64_t i;
     switch (op) {
-    case GDL_UN_RELU:
-        for (i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
-        break;
     case GDL_UN_SCALE:
         for (i = 0; i < n; i++) y[i] = alpha * x[i];
         break;
@@ -8207,12 +8229,11 @@ static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl
     return 0;
 }
 static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
-                                   gdl_real *gx, gdl_real alpha) {
+                                   gdl_real *gx, gdl_real alpha, int accumulate) {
     int64_t i;
+    /* the ReLU and GELU store an unset gradient in their pass; the rest add to zeros, as before */
+    if (!accumulate && op != GDL_UN_RELU && op != GDL_UN_GELU_ERF && n > 0) memset(gx, 0, (size_t)n * sizeof *gx);
     switch (op) {
-    case GDL_UN_RELU:
-        for (i = 0; i < n; i++) gx[i] += x[i] > 0 ? gy[i] : 0;
-        break;
     case GDL_UN_LEAKY_RELU:
         for (i = 0; i < n; i++) gx[i] += x[i] > 0 ? gy[i] : alpha * gy[i];
         break;
@@ -8236,7 +8257,7 @@ static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const g
         break;
     default: {
         gdl__args a = gdl__args_none();
-        a.op = op; a.x = x; a.y = y; a.gy = gy; a.out = gx; a.alpha = alpha;
+        a.op = op; a.x = x; a.y = y; a.gy = gy; a.out = gx; a.alpha = alpha; a.accumulate = accumulate;
         gdl__parallel_loop(n, n, gdl__unary_backward_part, &a);
         break;
     }
@@ -8244,6 +8265,59 @@ static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const g
     return 0;
 }
 
+/* Sums over N rows of S contiguous values (row n at x + n * stride), in one order whatever the thread
+   count and CPU path: eight double running sums by position mod 8 over each row's first S - S % 8 values,
+   the rest of each row in a ninth, the eight added pairwise and the ninth last. One running sum is a chain
+   of dependent adds, 4 cycles a value: it was most of a batch norm's time, and a conv bias gradient's. With
+   S < 8 all goes to the ninth: the order of the plain loop. gdl__rows_sum: sum x (sq = 0) or sum (x - mu)^2
+   (sq = 1); gdl__bn_sums2 (batch norm's backward): sum gy and sum gy (x - mu) is, the same way. */
+static double gdl__lanes_total(const double *l, double tail) {
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])) + tail;
+}
+static double gdl__rows_sum(const gdl_real *x, int64_t N, int64_t stride, int64_t S, double mu, int sq) {
+    const int64_t S8 = S - S % 8;
+    double l[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail = 0;
+    int64_t n, s;
+    int k;
+#if defined(GDL__GELU_AVX512)
+    __m512d acc = _mm512_setzero_pd(), m = _mm512_set1_pd(mu);
+#elif defined(GDL__GELU_AVX2)
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd(), m = _mm256_set1_pd(mu);
+#endif
+    for (n = 0; n < N; n++) {
+        const gdl_real *r = x + n * stride;
+        for (s = 0; s < S8; s += 8) {
+#if defined(GDL__GELU_AVX512)
+            __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(r + s));
+            if (sq) v = _mm512_sub_pd(v, m), v = _mm512_mul_pd(v, v);
+            acc = _mm512_add_pd(acc, v);
+#elif defined(GDL__GELU_AVX2)
+            __m256d v0 = _mm256_cvtps_pd(_mm_loadu_ps(r + s)), v1 = _mm256_cvtps_pd(_mm_loadu_ps(r + s + 4));
+            if (sq) {
+                v0 = _mm256_sub_pd(v0, m), v0 = _mm256_mul_pd(v0, v0);
+                v1 = _mm256_sub_pd(v1, m), v1 = _mm256_mul_pd(v1, v1);
+            }
+            acc0 = _mm256_add_pd(acc0, v0), acc1 = _mm256_add_pd(acc1, v1);
+#else
+            for (k = 0; k < 8; k++) {
+                double d = sq ? r[s + k] - mu : r[s + k];
+                l[k] += sq ? d * d : d;
+            }
+#endif
+        }
+        for (; s < S; s++) {
+            double d = sq ? r[s] - mu : r[s];
+            tail += sq ? d * d : d;
+        }
+    }
+#if defined(GDL__GELU_AVX512)
+    _mm512_storeu_pd(l, acc);
+#elif defined(GDL__GELU_AVX2)
+    _mm256_storeu_pd(l, acc0), _mm256_storeu_pd(l + 4, acc1);
+#endif
+    (void)k;
+    return gdl__lanes_total(l, tail);
+}
 /* [outer][n][inner] layouts: one part does the outer indices [lo, hi) */
 static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
     const int64_t n = a.n, inner = a.inner;
@@ -8261,7 +8335,9 @@ static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
                 if (a.idx) a.idx[o * inner + i] = (int32_t)best;
             } else {
                 double s = 0;
-                for (k = 0; k < n; k++) s += p[k * inner];
+                if (inner == 1) s = gdl__rows_sum(p, 1, 0, n, 0, 0);
+                else
+                    for (k = 0; k < n; k++) s += p[k * inner];
                 r = (gdl_real)(a.op == GDL_RED_MEAN ? s / (double)n : s);
             }
             if (a.accumulate) a.out[o * inner + i] += r;
@@ -8363,7 +8439,7 @@ static void gdl__act_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     if (a.op < 0)
         for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + a.gy[i];
     else if (a.op == GDL_UN_RELU)
-        gdl__relu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo);
+        gdl__relu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 0);
     else if (a.op == GDL_UN_GELU_ERF)
         gdl__gelu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 0);
     else
@@ -9426,24 +9502,81 @@ typedef struct {
     int training;
     double momentum, eps;
 } gdl__batchnorm_job;
+static void gdl__bn_sums2(const gdl_real *x, const gdl_real *gy, int64_t N, int64_t stride, int64_t S, double mu,
+                          double is, double *sg, double *sgx) {
+    const int64_t S8 = S - S % 8;
+    double lg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lx[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tg = 0, tx = 0;
+    int64_t n, s;
+    int k;
+#if defined(GDL__GELU_AVX512)
+    __m512d ag = _mm512_setzero_pd(), ax = _mm512_setzero_pd(), m = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is);
+#elif defined(GDL__GELU_AVX2)
+    __m256d ag0 = _mm256_setzero_pd(), ag1 = ag0, ax0 = ag0, ax1 = ag0, m = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is);
+#endif
+    for (n = 0; n < N; n++) {
+        const gdl_real *r = x + n * stride, *g = gy + n * stride;
+        for (s = 0; s < S8; s += 8) {
+#if defined(GDL__GELU_AVX512)
+            __m512d vg = _mm512_cvtps_pd(_mm256_loadu_ps(g + s)), vx = _mm512_cvtps_pd(_mm256_loadu_ps(r + s));
+            ag = _mm512_add_pd(ag, vg);
+            ax = _mm512_add_pd(ax, _mm512_mul_pd(_mm512_mul_pd(vg, _mm512_sub_pd(vx, m)), vis));
+#elif defined(GDL__GELU_AVX2)
+            __m256d g0 = _mm256_cvtps_pd(_mm_loadu_ps(g + s)), g1 = _mm256_cvtps_pd(_mm_loadu_ps(g + s + 4));
+            __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(r + s)), x1 = _mm256_cvtps_pd(_mm_loadu_ps(r + s + 4));
+            ag0 = _mm256_add_pd(ag0, g0), ag1 = _mm256_add_pd(ag1, g1);
+            ax0 = _mm256_add_pd(ax0, _mm256_mul_pd(_mm256_mul_pd(g0, _mm256_sub_pd(x0, m)), vis));
+            ax1 = _mm256_add_pd(ax1, _mm256_mul_pd(_mm256_mul_pd(g1, _mm256_sub_pd(x1, m)), vis));
+#else
+            for (k = 0; k < 8; k++) {
+                lg[k] += g[s + k];
+                lx[k] += g[s + k] * (r[s + k] - mu) * is;
+            }
+#endif
+        }
+        for (; s < S; s++) {
+            tg += g[s];
+            tx += g[s] * (r[s] - mu) * is;
+        }
+    }
+#if defined(GDL__GELU_AVX512)
+    _mm512_storeu_pd(lg, ag), _mm512_storeu_pd(lx, ax);
+#elif defined(GDL__GELU_AVX2)
+    _mm256_storeu_pd(lg, ag0), _mm256_storeu_pd(lg + 4, ag1), _mm256_storeu_pd(lx, ax0), _mm256_storeu_pd(lx + 4, ax1);
+#endif
+    (void)k;
+    *sg = gdl__lanes_total(lg, tg);
+    *sgx = gdl__lanes_total(lx, tx);
+}
+/* y = (x - mu) is gm + bt over n values, in double and rounded once, as the scalar expression */
+static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, double mu, double is, double gm, double bt) {
+    int64_t i = 0;
+#if defined(GDL__GELU_AVX512)
+    const __m512d m = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is), vg = _mm512_set1_pd(gm), vb = _mm512_set1_pd(bt);
+    for (; i + 8 <= n; i += 8) {
+        __m512d v = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), m);
+        _mm256_storeu_ps(y + i, _mm512_cvtpd_ps(_mm512_add_pd(_mm512_mul_pd(_mm512_mul_pd(v, vis), vg), vb)));
+    }
+#elif defined(GDL__GELU_AVX2)
+    const __m256d m = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vg = _mm256_set1_pd(gm), vb = _mm256_set1_pd(bt);
+    for (; i + 4 <= n; i += 4) {
+        __m256d v = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m);
+        _mm_storeu_ps(y + i, _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(_mm256_mul_pd(v, vis), vg), vb)));
+    }
+#endif
+    for (; i < n; i++) y[i] = (gdl_real)((x[i] - mu) * is * gm + bt);
+}
 static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_job b = *(const gdl__batchnorm_job *)a.ctx;
     const int64_t N = b.N, C = b.C, S = b.S;
-    const gdl_real *x = b.x;
-    int64_t c;
+    int64_t c, n;
     for (c = lo; c < hi; c++) {
-        int64_t n, s, M = N * S;
+        const gdl_real *x = b.x + c * S;
+        int64_t M = N * S;
         double mu, var, is, gm = b.gamma ? b.gamma[c] : 1, bt = b.beta ? b.beta[c] : 0;
         if (b.training) {
-            double sum = 0, sq = 0;
-            for (n = 0; n < N; n++)
-                for (s = 0; s < S; s++) sum += x[(n * C + c) * S + s];
-            mu = sum / (double)M;
-            for (n = 0; n < N; n++)
-                for (s = 0; s < S; s++) {
-                    double d = x[(n * C + c) * S + s] - mu;
-                    sq += d * d;
-                }
+            double sq;
+            mu = gdl__rows_sum(x, N, C * S, S, 0, 0) / (double)M;
+            sq = gdl__rows_sum(x, N, C * S, S, mu, 1);
             var = sq / (double)M;
             if (b.run_mean) {
                 b.run_mean[c] = (gdl_real)((1 - b.momentum) * b.run_mean[c] + b.momentum * mu);
@@ -9456,11 +9589,7 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
         is = 1.0 / sqrt(var + b.eps);
         b.mean[c] = (gdl_real)mu;
         b.invstd[c] = (gdl_real)is;
-        for (n = 0; n < N; n++)
-            for (s = 0; s < S; s++) {
-                int64_t j = (n * C + c) * S + s;
-                b.y[j] = (gdl_real)((x[j] - mu) * is * gm + bt);
-            }
+        for (n = 0; n < N; n++) gdl__bn_affine_rows(x + n * C * S, b.y + (n * C + c) * S, S, mu, is, gm, bt);
     }
 }
 static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
@@ -9478,38 +9607,60 @@ typedef struct {
     const gdl_real *x, *gy, *gamma, *mean, *invstd;
     int training;
     gdl_real *gx, *ggamma, *gbeta;
+    int accumulate;
 } gdl__batchnorm_backward_job;
+/* gx = (acc ? gx : 0) + A (M gy - sg - (x - mu) is sgx) (training; A = gm is / M), or + gy gm is, over n
+   values, the term in double and rounded once, as the scalar expressions */
+static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *gx, int64_t n, int training, double M,
+                              double A, double sg, double sgx, double mu, double is, double gm, int acc) {
+    int64_t i = 0;
+#if defined(GDL__GELU_AVX512)
+    const __m512d vM = _mm512_set1_pd(M), vA = _mm512_set1_pd(A), vsg = _mm512_set1_pd(sg), vsgx = _mm512_set1_pd(sgx);
+    const __m512d m = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is);
+    if (training)
+        for (; i + 8 <= n; i += 8) {
+            __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(gy + i)), v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+            __m512d t = _mm512_sub_pd(_mm512_sub_pd(_mm512_mul_pd(vM, g), vsg),
+                                      _mm512_mul_pd(_mm512_mul_pd(_mm512_sub_pd(v, m), vis), vsgx));
+            _mm256_storeu_ps(gx + i, _mm256_add_ps(acc ? _mm256_loadu_ps(gx + i) : _mm256_setzero_ps(),
+                                                   _mm512_cvtpd_ps(_mm512_mul_pd(vA, t))));
+        }
+#elif defined(GDL__GELU_AVX2)
+    const __m256d vM = _mm256_set1_pd(M), vA = _mm256_set1_pd(A), vsg = _mm256_set1_pd(sg), vsgx = _mm256_set1_pd(sgx);
+    const __m256d m = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is);
+    if (training)
+        for (; i + 4 <= n; i += 4) {
+            __m256d g = _mm256_cvtps_pd(_mm_loadu_ps(gy + i)), v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+            __m256d t = _mm256_sub_pd(_mm256_sub_pd(_mm256_mul_pd(vM, g), vsg),
+                                      _mm256_mul_pd(_mm256_mul_pd(_mm256_sub_pd(v, m), vis), vsgx));
+            _mm_storeu_ps(gx + i, _mm_add_ps(acc ? _mm_loadu_ps(gx + i) : _mm_setzero_ps(), _mm256_cvtpd_ps(_mm256_mul_pd(vA, t))));
+        }
+#endif
+    for (; i < n; i++)
+        gx[i] = (acc ? gx[i] : (gdl_real)0) +
+                (training ? (gdl_real)(A * (M * gy[i] - sg - (x[i] - mu) * is * sgx)) : (gdl_real)(gy[i] * gm * is));
+}
 static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_backward_job b = *(const gdl__batchnorm_backward_job *)a.ctx;
     const int64_t N = b.N, C = b.C, S = b.S;
-    const gdl_real *x = b.x, *gy = b.gy;
-    int64_t c;
+    int64_t c, n;
     for (c = lo; c < hi; c++) {
-        int64_t n, s, M = N * S;
-        double sg = 0, sgx = 0, mu = b.mean[c], is = b.invstd[c], gm = b.gamma ? b.gamma[c] : 1;
-        for (n = 0; n < N; n++)
-            for (s = 0; s < S; s++) {
-                int64_t j = (n * C + c) * S + s;
-                sg += gy[j];
-                sgx += gy[j] * (x[j] - mu) * is;
-            }
+        const gdl_real *x = b.x + c * S, *gy = b.gy + c * S;
+        int64_t M = N * S;
+        double sg, sgx, mu = b.mean[c], is = b.invstd[c], gm = b.gamma ? b.gamma[c] : 1;
+        gdl__bn_sums2(x, gy, N, C * S, S, mu, is, &sg, &sgx);
         if (b.ggamma) b.ggamma[c] += (gdl_real)sgx;
         if (b.gbeta) b.gbeta[c] += (gdl_real)sg;
         if (!b.gx) continue;
         for (n = 0; n < N; n++)
-            for (s = 0; s < S; s++) {
-                int64_t j = (n * C + c) * S + s;
-                if (b.training)
-                    b.gx[j] += (gdl_real)(gm * is / (double)M * ((double)M * gy[j] - sg - (x[j] - mu) * is * sgx));
-                else
-                    b.gx[j] += (gdl_real)(gy[j] * gm * is);
-            }
+            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, b.gx + (n * C + c) * S, S, b.training, (double)M,
+                              gm * is / (double)M, sg, sgx, mu, is, gm, b.accumulate);
     }
 }
 static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
-                                       int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
-    gdl__batchnorm_backward_job b = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta};
+                                       int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta, int accumulate) {
+    gdl__batchnorm_backward_job b = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta, accumulate};
     gdl__args a = gdl__args_none();
     a.ctx = &b;
     gdl__parallel_loop(C, N * C * S, gdl__batchnorm_backward_part, &a);
@@ -9661,7 +9812,7 @@ static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, in
     src[0] = x; src[1] = gy; src[2] = gx;
     n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0;
     if (!(f = gdl__cpu_lp_wide(dt, 3, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], gamma, mean, invstd, training, gx ? b[2] : NULL, ggamma, gbeta);
+    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], gamma, mean, invstd, training, gx ? b[2] : NULL, ggamma, gbeta, 1);
     if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
     GPUDL_FREE(f);
     return rc;
@@ -11959,7 +12110,7 @@ static int gdl__bw_unary(gdl_node *n, const gdl_backend *be) {
         return be->unary_backward_lp(n->out->dtype, gdl__op(n->op)->kernel, n->out->numel, n->in[0]->data, n->out->data,
                                      n->out->grad->data, gx, (float)n->f[0]);
     return be->unary_backward(gdl__op(n->op)->kernel, n->out->numel, GDL__R(n->in[0]), GDL__R(n->out),
-                              GDL__R(n->out->grad), gx, (gdl_real)n->f[0]);
+                              GDL__R(n->out->grad), gx, (gdl_real)n->f[0], gdl__grad_beta(n->in[0]));
 }
 
 GPUDL_API gdl_tensor *gdl_add_scalar(gdl_tensor *x, double s) { return gdl__unary("gdl_add_scalar", GDL_OP_ADD_SCALAR, x, s); }
@@ -14051,9 +14202,11 @@ static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
                                          w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
                                          GDL__G(n->in[2]));
+    /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
+    if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
     return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
                                   w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
-                                  GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]));
+                                  GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
 }
 
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps) {
@@ -14404,7 +14557,9 @@ static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
    others get them zeroed first. f32 only (the low-precision paths add). */
 static int gdl__bw_fresh_ok(const gdl_node *n) {
     int k;
-    if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB) return 0;
+    if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB &&
+        n->op != GDL_OP_BATCH_NORM && gdl__op(n->op)->backward != gdl__bw_unary)
+        return 0;
     if (n->out->dtype != GDL_F32) return 0;
     for (k = 0; k < n->nin; k++)
         if (n->in[k] && n->in[k]->requires_grad && n->in[k]->grad->dtype != GDL_F32) return 0;

@@ -1446,23 +1446,25 @@ template <typename T> __global__ void gdl__k_unary(int op, int64_t n, const T *x
 
 // ReLU (and clamp) selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
 // by a 0/1 derivative: an Inf or NaN gradient at x <= 0 must not become NaN.
-// The accumulator is loaded, the term added in f32, the sum rounded once.
+// The accumulator is loaded (0 when acc is 0: gx unset, not read), the term added in f32, the sum
+// rounded once.
 // The term gy * f'(x): for f32 nvcc fuses it into the add (an FMA), for a
 // 16-bit T it is rounded first (gdl__mul_rn), as the CPU does and as the
 // separate low-precision kernel did.
 template <typename T>
-__global__ void gdl__k_unary_backward(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha) {
+__global__ void gdl__k_unary_backward(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha,
+                                      int acc) {
     if (op == GDL_UN_RELU || op == GDL_UN_CLAMP_MIN || op == GDL_UN_CLAMP_MAX) {
         GDL_CU_LOOP(i, n) {
             float v = gdl__ld(x[i]);
             bool pass = op == GDL_UN_RELU ? v > 0 : op == GDL_UN_CLAMP_MIN ? v >= alpha : v <= alpha;
-            gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (pass ? gdl__ld(gy[i]) : 0.0f));
+            gx[i] = gdl__st<T>((acc ? gdl__ld(gx[i]) : 0.0f) + (pass ? gdl__ld(gy[i]) : 0.0f));
         }
         return;
     }
     GDL_CU_LOOP(i, n) {
         float g = gdl__ld(gy[i]), d = gdl__unary_grad1(op, gdl__ld(x[i]), gdl__ld(y[i]), alpha);
-        gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));
+        gx[i] = gdl__st<T>((acc ? gdl__ld(gx[i]) : 0.0f) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));
     }
 }
 
@@ -1474,10 +1476,11 @@ template <typename T> static int gdl__cu_unary_t(int op, int64_t n, const T *x, 
 }
 
 template <typename T>
-static int gdl__cu_unary_backward_t(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha) {
+static int gdl__cu_unary_backward_t(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha,
+                                    int acc) {
     if (n <= 0) return 0;
     GDL_CU_LAUNCH(gdl__k_unary_backward<T>, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-        op, n, x, y, gy, gx, alpha);
+        op, n, x, y, gy, gx, alpha, acc);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -1487,8 +1490,8 @@ static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alph
 }
 
 static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
-                                  float alpha) {
-    return gdl__cu_unary_backward_t(op, n, x, y, gy, gx, alpha);
+                                  float alpha, int accumulate) {
+    return gdl__cu_unary_backward_t(op, n, x, y, gy, gx, alpha, accumulate);
 }
 
 static int gdl__cu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
@@ -1502,7 +1505,7 @@ static int gdl__cu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void
                                      void *gx, float alpha) {
     return gdl__cu_dispatch("unary_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
-        return gdl__cu_unary_backward_t(op, n, (const T *)x, (const T *)y, (const T *)gy, (T *)gx, alpha);
+        return gdl__cu_unary_backward_t(op, n, (const T *)x, (const T *)y, (const T *)gy, (T *)gx, alpha, 1);
     });
 }
 // ----------------------------------------------------------------------------
@@ -3250,10 +3253,11 @@ static int gdl__cu_batchnorm_t(int64_t N, int64_t C, int64_t S, const T *x, cons
 
 // training: gx += gamma*invstd/M * (M*gy - sum(gy) - xhat*sum(gy*xhat))
 // eval:     gx += gy*gamma*invstd (the statistics are constants)
+// (gx = 0 + ... when acc is 0: gx unset, not read)
 template <typename T>
 __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const T *x, const T *gy,
                                           const float *gamma, const float *mean, const float *invstd, int training,
-                                          T *gx, float *ggamma, float *gbeta) {
+                                          T *gx, float *ggamma, float *gbeta, int acc) {
     GDL_CU_ROWS(c, C) {
         int64_t M = N * S;
         float mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1.0f, sg = 0, sgx = 0;
@@ -3273,8 +3277,9 @@ __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const
         float k = gm * is / (float)M, Mf = (float)M;
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
-            if (training) gx[j] = gdl__st<T>(gdl__ld(gx[j]) + k * (Mf * gdl__ld(gy[j]) - sg - (gdl__ld(x[j]) - mu) * is * sgx));
-            else gx[j] = gdl__st<T>(gdl__ld(gx[j]) + gdl__ld(gy[j]) * gm * is);
+            float old = acc ? gdl__ld(gx[j]) : 0.0f;
+            if (training) gx[j] = gdl__st<T>(old + k * (Mf * gdl__ld(gy[j]) - sg - (gdl__ld(x[j]) - mu) * is * sgx));
+            else gx[j] = gdl__st<T>(old + gdl__ld(gy[j]) * gm * is);
         }
     }
 }
@@ -3282,10 +3287,10 @@ __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const
 template <typename T>
 static int gdl__cu_batchnorm_backward_t(int64_t N, int64_t C, int64_t S, const T *x, const T *gy,
                                         const float *gamma, const float *mean, const float *invstd, int training,
-                                        T *gx, float *ggamma, float *gbeta) {
+                                        T *gx, float *ggamma, float *gbeta, int acc) {
     if (C <= 0 || (!gx && !ggamma && !gbeta)) return 0;
     GDL_CU_LAUNCH(gdl__k_batchnorm_backward<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gy, gamma, mean, invstd,
-                                                                             training, gx, ggamma, gbeta);
+                                                                             training, gx, ggamma, gbeta, acc);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -3297,8 +3302,9 @@ static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, co
 }
 static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy,
                                       const float *gamma, const float *mean, const float *invstd, int training,
-                                      float *gx, float *ggamma, float *gbeta) {
-    return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta);
+                                      float *gx, float *ggamma, float *gbeta, int accumulate) {
+    return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta,
+                                               accumulate);
 }
 static int gdl__cu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
                                 const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
@@ -3315,7 +3321,7 @@ static int gdl__cu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int
     return gdl__cu_dispatch("batchnorm_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, gamma, mean, invstd, training, (T *)gx,
-                                            ggamma, gbeta);
+                                            ggamma, gbeta, 1);
     });
 }
 

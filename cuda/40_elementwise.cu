@@ -336,23 +336,25 @@ template <typename T> __global__ void gdl__k_unary(int op, int64_t n, const T *x
 
 // ReLU (and clamp) selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
 // by a 0/1 derivative: an Inf or NaN gradient at x <= 0 must not become NaN.
-// The accumulator is loaded, the term added in f32, the sum rounded once.
+// The accumulator is loaded (0 when acc is 0: gx unset, not read), the term added in f32, the sum
+// rounded once.
 // The term gy * f'(x): for f32 nvcc fuses it into the add (an FMA), for a
 // 16-bit T it is rounded first (gdl__mul_rn), as the CPU does and as the
 // separate low-precision kernel did.
 template <typename T>
-__global__ void gdl__k_unary_backward(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha) {
+__global__ void gdl__k_unary_backward(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha,
+                                      int acc) {
     if (op == GDL_UN_RELU || op == GDL_UN_CLAMP_MIN || op == GDL_UN_CLAMP_MAX) {
         GDL_CU_LOOP(i, n) {
             float v = gdl__ld(x[i]);
             bool pass = op == GDL_UN_RELU ? v > 0 : op == GDL_UN_CLAMP_MIN ? v >= alpha : v <= alpha;
-            gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (pass ? gdl__ld(gy[i]) : 0.0f));
+            gx[i] = gdl__st<T>((acc ? gdl__ld(gx[i]) : 0.0f) + (pass ? gdl__ld(gy[i]) : 0.0f));
         }
         return;
     }
     GDL_CU_LOOP(i, n) {
         float g = gdl__ld(gy[i]), d = gdl__unary_grad1(op, gdl__ld(x[i]), gdl__ld(y[i]), alpha);
-        gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));
+        gx[i] = gdl__st<T>((acc ? gdl__ld(gx[i]) : 0.0f) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));
     }
 }
 
@@ -364,10 +366,11 @@ template <typename T> static int gdl__cu_unary_t(int op, int64_t n, const T *x, 
 }
 
 template <typename T>
-static int gdl__cu_unary_backward_t(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha) {
+static int gdl__cu_unary_backward_t(int op, int64_t n, const T *x, const T *y, const T *gy, T *gx, float alpha,
+                                    int acc) {
     if (n <= 0) return 0;
     GDL_CU_LAUNCH(gdl__k_unary_backward<T>, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-        op, n, x, y, gy, gx, alpha);
+        op, n, x, y, gy, gx, alpha, acc);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -377,8 +380,8 @@ static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alph
 }
 
 static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
-                                  float alpha) {
-    return gdl__cu_unary_backward_t(op, n, x, y, gy, gx, alpha);
+                                  float alpha, int accumulate) {
+    return gdl__cu_unary_backward_t(op, n, x, y, gy, gx, alpha, accumulate);
 }
 
 static int gdl__cu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
@@ -392,6 +395,6 @@ static int gdl__cu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void
                                      void *gx, float alpha) {
     return gdl__cu_dispatch("unary_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
-        return gdl__cu_unary_backward_t(op, n, (const T *)x, (const T *)y, (const T *)gy, (T *)gx, alpha);
+        return gdl__cu_unary_backward_t(op, n, (const T *)x, (const T *)y, (const T *)gy, (T *)gx, alpha, 1);
     });
 }

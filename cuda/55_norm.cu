@@ -67,10 +67,11 @@ static int gdl__cu_batchnorm_t(int64_t N, int64_t C, int64_t S, const T *x, cons
 
 // training: gx += gamma*invstd/M * (M*gy - sum(gy) - xhat*sum(gy*xhat))
 // eval:     gx += gy*gamma*invstd (the statistics are constants)
+// (gx = 0 + ... when acc is 0: gx unset, not read)
 template <typename T>
 __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const T *x, const T *gy,
                                           const float *gamma, const float *mean, const float *invstd, int training,
-                                          T *gx, float *ggamma, float *gbeta) {
+                                          T *gx, float *ggamma, float *gbeta, int acc) {
     GDL_CU_ROWS(c, C) {
         int64_t M = N * S;
         float mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1.0f, sg = 0, sgx = 0;
@@ -90,8 +91,9 @@ __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const
         float k = gm * is / (float)M, Mf = (float)M;
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
-            if (training) gx[j] = gdl__st<T>(gdl__ld(gx[j]) + k * (Mf * gdl__ld(gy[j]) - sg - (gdl__ld(x[j]) - mu) * is * sgx));
-            else gx[j] = gdl__st<T>(gdl__ld(gx[j]) + gdl__ld(gy[j]) * gm * is);
+            float old = acc ? gdl__ld(gx[j]) : 0.0f;
+            if (training) gx[j] = gdl__st<T>(old + k * (Mf * gdl__ld(gy[j]) - sg - (gdl__ld(x[j]) - mu) * is * sgx));
+            else gx[j] = gdl__st<T>(old + gdl__ld(gy[j]) * gm * is);
         }
     }
 }
@@ -99,10 +101,10 @@ __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const
 template <typename T>
 static int gdl__cu_batchnorm_backward_t(int64_t N, int64_t C, int64_t S, const T *x, const T *gy,
                                         const float *gamma, const float *mean, const float *invstd, int training,
-                                        T *gx, float *ggamma, float *gbeta) {
+                                        T *gx, float *ggamma, float *gbeta, int acc) {
     if (C <= 0 || (!gx && !ggamma && !gbeta)) return 0;
     GDL_CU_LAUNCH(gdl__k_batchnorm_backward<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gy, gamma, mean, invstd,
-                                                                             training, gx, ggamma, gbeta);
+                                                                             training, gx, ggamma, gbeta, acc);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -114,8 +116,9 @@ static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, co
 }
 static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy,
                                       const float *gamma, const float *mean, const float *invstd, int training,
-                                      float *gx, float *ggamma, float *gbeta) {
-    return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta);
+                                      float *gx, float *ggamma, float *gbeta, int accumulate) {
+    return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta,
+                                               accumulate);
 }
 static int gdl__cu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
                                 const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
@@ -132,7 +135,7 @@ static int gdl__cu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int
     return gdl__cu_dispatch("batchnorm_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, gamma, mean, invstd, training, (T *)gx,
-                                            ggamma, gbeta);
+                                            ggamma, gbeta, 1);
     });
 }
 

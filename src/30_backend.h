@@ -153,10 +153,11 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* dst[i·dstr] += alpha*src[i] over `shape` (src contiguous): sums broadcast dims */ \
     X(int, sum_to, (int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst, \
         const int64_t *dstr, gdl_real alpha)) \
-    /* y = f(x; alpha) ; gx += f'(x)·gy (y is the forward output) */ \
+    /* y = f(x; alpha) ; gx = (accumulate ? gx : 0) + f'(x)·gy (y is the forward output; accumulate 0: \
+       gx was unset, its old contents are not read) */ \
     X(int, unary, (int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha)) \
     X(int, unary_backward, (int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy, \
-        gdl_real *gx, gdl_real alpha)) \
+        gdl_real *gx, gdl_real alpha, int accumulate)) \
     /* fused bias + activation; act: GDL_UN_RELU, GDL_UN_GELU_TANH, GDL_UN_GELU_ERF, or -1 (none). \
        bias_act: y viewed as [outer, C, inner], in place: pre = y + bias[c] (bias NULL: y), kept in `pre` \
        when not NULL, and y = act(pre), in one pass, with unary's and binary's arithmetic. linear_act: \
@@ -276,12 +277,13 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, batchnorm, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma, \
         const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, \
         gdl_real *run_var, int training, double momentum, double eps)) \
-    /* gx/ggamma/gbeta may be NULL; +=. training selects the batch-stats formula */ \
+    /* gx/ggamma/gbeta may be NULL; ggamma and gbeta +=, gx too when accumulate (0: gx was unset, its old \
+       contents are not read). training selects the batch-stats formula */ \
     X(int, batchnorm_backward, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy, \
         const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, gdl_real *gx, \
-        gdl_real *ggamma, gdl_real *gbeta)) \
+        gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
     /* the same with x, y, gy and gx f16/bf16 (dt) and the rest f32 (cuDNN's \
-       under torch.autocast): f32 arithmetic, y and gx rounded once */ \
+       under torch.autocast): f32 arithmetic, y and gx rounded once, gx += */ \
     X(int, batchnorm_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
         const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
         int training, double momentum, double eps)) \

@@ -548,23 +548,37 @@ static void gdl__gelu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real 
     for (; i < n; i++) out[i] = (accumulate ? out[i] : (gdl_real)0) + (gdl_real)(gy[i] * gdl__gelu_grad1(x[i]));
 }
 
-/* out = 0 + (x > 0 ? gy : 0) over n: the ReLU's gradient, the bits of gdl__unary_grad1's callers. In
-   vectors where there are some: gcc (under the default -ftrapping-math) makes the scalar loop a branch
-   per element on a sign that is random, which made it a sixth of a CNN step's time. */
-static void gdl__relu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *out, int64_t n) {
+/* out = (accumulate ? out : 0) + (x > 0 ? gy : 0) over n: the ReLU's gradient, the bits of
+   gdl__unary_grad1's callers. In vectors where there are some: gcc (under the default -ftrapping-math)
+   makes the scalar loop a branch per element on a sign that is random, which made it a sixth of a CNN
+   step's time. */
+static void gdl__relu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *out, int64_t n, int accumulate) {
     int64_t i = 0;
 #if defined(GDL__GELU_AVX512)
     for (; i + 16 <= n; i += 16) {
         const __mmask16 pos = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
-        _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_setzero_ps(), _mm512_maskz_mov_ps(pos, _mm512_loadu_ps(gy + i))));
+        _mm512_storeu_ps(out + i, _mm512_add_ps(accumulate ? _mm512_loadu_ps(out + i) : _mm512_setzero_ps(),
+                                                _mm512_maskz_mov_ps(pos, _mm512_loadu_ps(gy + i))));
     }
 #elif defined(GDL__GELU_AVX2)
     for (; i + 8 <= n; i += 8) {
         const __m256 pos = _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps(), _CMP_GT_OQ);
-        _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_setzero_ps(), _mm256_and_ps(pos, _mm256_loadu_ps(gy + i))));
+        _mm256_storeu_ps(out + i, _mm256_add_ps(accumulate ? _mm256_loadu_ps(out + i) : _mm256_setzero_ps(),
+                                                _mm256_and_ps(pos, _mm256_loadu_ps(gy + i))));
     }
 #endif
-    for (; i < n; i++) out[i] = (gdl_real)0 + (x[i] > 0 ? gy[i] : 0);
+    for (; i < n; i++) out[i] = (accumulate ? out[i] : (gdl_real)0) + (x[i] > 0 ? gy[i] : 0);
+}
+/* y = x > 0 ? x : 0 over n (NaN and -0 give +0): max(x, 0) with x first, which returns its second operand
+   unless x > 0 */
+static void gdl__relu_rows(const gdl_real *x, gdl_real *y, int64_t n) {
+    int64_t i = 0;
+#if defined(GDL__GELU_AVX512)
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), _mm512_setzero_ps()));
+#elif defined(GDL__GELU_AVX2)
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps()));
+#endif
+    for (; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
 }
 
 static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha) {
@@ -616,9 +630,14 @@ static double gdl__unary_grad1(int op, double x, double y, double alpha) {
 
 /* the cheap ops get their own loops (they vectorise); the rest go through
    gdl__unary1 */
-/* The unary ops that cost more than a memory pass, in parallel. */
+/* The unary ops that cost more than a memory pass, in parallel; and the ReLU, in vectors (its plain
+   loops were branches, as gdl__relu_grad_rows says) and in parallel (a CNN's ReLU outputs are large). */
 static void gdl__unary_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
+    if (a.op == GDL_UN_RELU) {
+        gdl__relu_rows(a.x + lo, a.out + lo, hi - lo);
+        return;
+    }
     if (a.op == GDL_UN_GELU_ERF) {
         gdl__gelu_rows(a.x + lo, a.out + lo, hi - lo);
         return;
@@ -627,8 +646,12 @@ static void gdl__unary_part(gdl__args a, int64_t lo, int64_t hi) {
 }
 static void gdl__unary_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     int64_t i;
+    if (a.op == GDL_UN_RELU) {
+        gdl__relu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, a.accumulate);
+        return;
+    }
     if (a.op == GDL_UN_GELU_ERF) {
-        gdl__gelu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 1);
+        gdl__gelu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, a.accumulate);
         return;
     }
     for (i = lo; i < hi; i++) a.out[i] += (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], a.y[i], a.alpha));
@@ -636,9 +659,6 @@ static void gdl__unary_backward_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
     int64_t i;
     switch (op) {
-    case GDL_UN_RELU:
-        for (i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
-        break;
     case GDL_UN_SCALE:
         for (i = 0; i < n; i++) y[i] = alpha * x[i];
         break;
@@ -655,12 +675,11 @@ static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl
     return 0;
 }
 static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
-                                   gdl_real *gx, gdl_real alpha) {
+                                   gdl_real *gx, gdl_real alpha, int accumulate) {
     int64_t i;
+    /* the ReLU and GELU store an unset gradient in their pass; the rest add to zeros, as before */
+    if (!accumulate && op != GDL_UN_RELU && op != GDL_UN_GELU_ERF && n > 0) memset(gx, 0, (size_t)n * sizeof *gx);
     switch (op) {
-    case GDL_UN_RELU:
-        for (i = 0; i < n; i++) gx[i] += x[i] > 0 ? gy[i] : 0;
-        break;
     case GDL_UN_LEAKY_RELU:
         for (i = 0; i < n; i++) gx[i] += x[i] > 0 ? gy[i] : alpha * gy[i];
         break;
@@ -684,7 +703,7 @@ static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const g
         break;
     default: {
         gdl__args a = gdl__args_none();
-        a.op = op; a.x = x; a.y = y; a.gy = gy; a.out = gx; a.alpha = alpha;
+        a.op = op; a.x = x; a.y = y; a.gy = gy; a.out = gx; a.alpha = alpha; a.accumulate = accumulate;
         gdl__parallel_loop(n, n, gdl__unary_backward_part, &a);
         break;
     }
@@ -692,6 +711,59 @@ static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const g
     return 0;
 }
 
+/* Sums over N rows of S contiguous values (row n at x + n * stride), in one order whatever the thread
+   count and CPU path: eight double running sums by position mod 8 over each row's first S - S % 8 values,
+   the rest of each row in a ninth, the eight added pairwise and the ninth last. One running sum is a chain
+   of dependent adds, 4 cycles a value: it was most of a batch norm's time, and a conv bias gradient's. With
+   S < 8 all goes to the ninth: the order of the plain loop. gdl__rows_sum: sum x (sq = 0) or sum (x - mu)^2
+   (sq = 1); gdl__bn_sums2 (batch norm's backward): sum gy and sum gy (x - mu) is, the same way. */
+static double gdl__lanes_total(const double *l, double tail) {
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])) + tail;
+}
+static double gdl__rows_sum(const gdl_real *x, int64_t N, int64_t stride, int64_t S, double mu, int sq) {
+    const int64_t S8 = S - S % 8;
+    double l[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tail = 0;
+    int64_t n, s;
+    int k;
+#if defined(GDL__GELU_AVX512)
+    __m512d acc = _mm512_setzero_pd(), m = _mm512_set1_pd(mu);
+#elif defined(GDL__GELU_AVX2)
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd(), m = _mm256_set1_pd(mu);
+#endif
+    for (n = 0; n < N; n++) {
+        const gdl_real *r = x + n * stride;
+        for (s = 0; s < S8; s += 8) {
+#if defined(GDL__GELU_AVX512)
+            __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(r + s));
+            if (sq) v = _mm512_sub_pd(v, m), v = _mm512_mul_pd(v, v);
+            acc = _mm512_add_pd(acc, v);
+#elif defined(GDL__GELU_AVX2)
+            __m256d v0 = _mm256_cvtps_pd(_mm_loadu_ps(r + s)), v1 = _mm256_cvtps_pd(_mm_loadu_ps(r + s + 4));
+            if (sq) {
+                v0 = _mm256_sub_pd(v0, m), v0 = _mm256_mul_pd(v0, v0);
+                v1 = _mm256_sub_pd(v1, m), v1 = _mm256_mul_pd(v1, v1);
+            }
+            acc0 = _mm256_add_pd(acc0, v0), acc1 = _mm256_add_pd(acc1, v1);
+#else
+            for (k = 0; k < 8; k++) {
+                double d = sq ? r[s + k] - mu : r[s + k];
+                l[k] += sq ? d * d : d;
+            }
+#endif
+        }
+        for (; s < S; s++) {
+            double d = sq ? r[s] - mu : r[s];
+            tail += sq ? d * d : d;
+        }
+    }
+#if defined(GDL__GELU_AVX512)
+    _mm512_storeu_pd(l, acc);
+#elif defined(GDL__GELU_AVX2)
+    _mm256_storeu_pd(l, acc0), _mm256_storeu_pd(l + 4, acc1);
+#endif
+    (void)k;
+    return gdl__lanes_total(l, tail);
+}
 /* [outer][n][inner] layouts: one part does the outer indices [lo, hi) */
 static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
     const int64_t n = a.n, inner = a.inner;
@@ -709,7 +781,9 @@ static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
                 if (a.idx) a.idx[o * inner + i] = (int32_t)best;
             } else {
                 double s = 0;
-                for (k = 0; k < n; k++) s += p[k * inner];
+                if (inner == 1) s = gdl__rows_sum(p, 1, 0, n, 0, 0);
+                else
+                    for (k = 0; k < n; k++) s += p[k * inner];
                 r = (gdl_real)(a.op == GDL_RED_MEAN ? s / (double)n : s);
             }
             if (a.accumulate) a.out[o * inner + i] += r;
@@ -811,7 +885,7 @@ static void gdl__act_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     if (a.op < 0)
         for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + a.gy[i];
     else if (a.op == GDL_UN_RELU)
-        gdl__relu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo);
+        gdl__relu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 0);
     else if (a.op == GDL_UN_GELU_ERF)
         gdl__gelu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 0);
     else

@@ -8,24 +8,81 @@ typedef struct {
     int training;
     double momentum, eps;
 } gdl__batchnorm_job;
+static void gdl__bn_sums2(const gdl_real *x, const gdl_real *gy, int64_t N, int64_t stride, int64_t S, double mu,
+                          double is, double *sg, double *sgx) {
+    const int64_t S8 = S - S % 8;
+    double lg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lx[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tg = 0, tx = 0;
+    int64_t n, s;
+    int k;
+#if defined(GDL__GELU_AVX512)
+    __m512d ag = _mm512_setzero_pd(), ax = _mm512_setzero_pd(), m = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is);
+#elif defined(GDL__GELU_AVX2)
+    __m256d ag0 = _mm256_setzero_pd(), ag1 = ag0, ax0 = ag0, ax1 = ag0, m = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is);
+#endif
+    for (n = 0; n < N; n++) {
+        const gdl_real *r = x + n * stride, *g = gy + n * stride;
+        for (s = 0; s < S8; s += 8) {
+#if defined(GDL__GELU_AVX512)
+            __m512d vg = _mm512_cvtps_pd(_mm256_loadu_ps(g + s)), vx = _mm512_cvtps_pd(_mm256_loadu_ps(r + s));
+            ag = _mm512_add_pd(ag, vg);
+            ax = _mm512_add_pd(ax, _mm512_mul_pd(_mm512_mul_pd(vg, _mm512_sub_pd(vx, m)), vis));
+#elif defined(GDL__GELU_AVX2)
+            __m256d g0 = _mm256_cvtps_pd(_mm_loadu_ps(g + s)), g1 = _mm256_cvtps_pd(_mm_loadu_ps(g + s + 4));
+            __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(r + s)), x1 = _mm256_cvtps_pd(_mm_loadu_ps(r + s + 4));
+            ag0 = _mm256_add_pd(ag0, g0), ag1 = _mm256_add_pd(ag1, g1);
+            ax0 = _mm256_add_pd(ax0, _mm256_mul_pd(_mm256_mul_pd(g0, _mm256_sub_pd(x0, m)), vis));
+            ax1 = _mm256_add_pd(ax1, _mm256_mul_pd(_mm256_mul_pd(g1, _mm256_sub_pd(x1, m)), vis));
+#else
+            for (k = 0; k < 8; k++) {
+                lg[k] += g[s + k];
+                lx[k] += g[s + k] * (r[s + k] - mu) * is;
+            }
+#endif
+        }
+        for (; s < S; s++) {
+            tg += g[s];
+            tx += g[s] * (r[s] - mu) * is;
+        }
+    }
+#if defined(GDL__GELU_AVX512)
+    _mm512_storeu_pd(lg, ag), _mm512_storeu_pd(lx, ax);
+#elif defined(GDL__GELU_AVX2)
+    _mm256_storeu_pd(lg, ag0), _mm256_storeu_pd(lg + 4, ag1), _mm256_storeu_pd(lx, ax0), _mm256_storeu_pd(lx + 4, ax1);
+#endif
+    (void)k;
+    *sg = gdl__lanes_total(lg, tg);
+    *sgx = gdl__lanes_total(lx, tx);
+}
+/* y = (x - mu) is gm + bt over n values, in double and rounded once, as the scalar expression */
+static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, double mu, double is, double gm, double bt) {
+    int64_t i = 0;
+#if defined(GDL__GELU_AVX512)
+    const __m512d m = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is), vg = _mm512_set1_pd(gm), vb = _mm512_set1_pd(bt);
+    for (; i + 8 <= n; i += 8) {
+        __m512d v = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), m);
+        _mm256_storeu_ps(y + i, _mm512_cvtpd_ps(_mm512_add_pd(_mm512_mul_pd(_mm512_mul_pd(v, vis), vg), vb)));
+    }
+#elif defined(GDL__GELU_AVX2)
+    const __m256d m = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vg = _mm256_set1_pd(gm), vb = _mm256_set1_pd(bt);
+    for (; i + 4 <= n; i += 4) {
+        __m256d v = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m);
+        _mm_storeu_ps(y + i, _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(_mm256_mul_pd(v, vis), vg), vb)));
+    }
+#endif
+    for (; i < n; i++) y[i] = (gdl_real)((x[i] - mu) * is * gm + bt);
+}
 static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_job b = *(const gdl__batchnorm_job *)a.ctx;
     const int64_t N = b.N, C = b.C, S = b.S;
-    const gdl_real *x = b.x;
-    int64_t c;
+    int64_t c, n;
     for (c = lo; c < hi; c++) {
-        int64_t n, s, M = N * S;
+        const gdl_real *x = b.x + c * S;
+        int64_t M = N * S;
         double mu, var, is, gm = b.gamma ? b.gamma[c] : 1, bt = b.beta ? b.beta[c] : 0;
         if (b.training) {
-            double sum = 0, sq = 0;
-            for (n = 0; n < N; n++)
-                for (s = 0; s < S; s++) sum += x[(n * C + c) * S + s];
-            mu = sum / (double)M;
-            for (n = 0; n < N; n++)
-                for (s = 0; s < S; s++) {
-                    double d = x[(n * C + c) * S + s] - mu;
-                    sq += d * d;
-                }
+            double sq;
+            mu = gdl__rows_sum(x, N, C * S, S, 0, 0) / (double)M;
+            sq = gdl__rows_sum(x, N, C * S, S, mu, 1);
             var = sq / (double)M;
             if (b.run_mean) {
                 b.run_mean[c] = (gdl_real)((1 - b.momentum) * b.run_mean[c] + b.momentum * mu);
@@ -38,11 +95,7 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
         is = 1.0 / sqrt(var + b.eps);
         b.mean[c] = (gdl_real)mu;
         b.invstd[c] = (gdl_real)is;
-        for (n = 0; n < N; n++)
-            for (s = 0; s < S; s++) {
-                int64_t j = (n * C + c) * S + s;
-                b.y[j] = (gdl_real)((x[j] - mu) * is * gm + bt);
-            }
+        for (n = 0; n < N; n++) gdl__bn_affine_rows(x + n * C * S, b.y + (n * C + c) * S, S, mu, is, gm, bt);
     }
 }
 static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
@@ -60,38 +113,60 @@ typedef struct {
     const gdl_real *x, *gy, *gamma, *mean, *invstd;
     int training;
     gdl_real *gx, *ggamma, *gbeta;
+    int accumulate;
 } gdl__batchnorm_backward_job;
+/* gx = (acc ? gx : 0) + A (M gy - sg - (x - mu) is sgx) (training; A = gm is / M), or + gy gm is, over n
+   values, the term in double and rounded once, as the scalar expressions */
+static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *gx, int64_t n, int training, double M,
+                              double A, double sg, double sgx, double mu, double is, double gm, int acc) {
+    int64_t i = 0;
+#if defined(GDL__GELU_AVX512)
+    const __m512d vM = _mm512_set1_pd(M), vA = _mm512_set1_pd(A), vsg = _mm512_set1_pd(sg), vsgx = _mm512_set1_pd(sgx);
+    const __m512d m = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is);
+    if (training)
+        for (; i + 8 <= n; i += 8) {
+            __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(gy + i)), v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
+            __m512d t = _mm512_sub_pd(_mm512_sub_pd(_mm512_mul_pd(vM, g), vsg),
+                                      _mm512_mul_pd(_mm512_mul_pd(_mm512_sub_pd(v, m), vis), vsgx));
+            _mm256_storeu_ps(gx + i, _mm256_add_ps(acc ? _mm256_loadu_ps(gx + i) : _mm256_setzero_ps(),
+                                                   _mm512_cvtpd_ps(_mm512_mul_pd(vA, t))));
+        }
+#elif defined(GDL__GELU_AVX2)
+    const __m256d vM = _mm256_set1_pd(M), vA = _mm256_set1_pd(A), vsg = _mm256_set1_pd(sg), vsgx = _mm256_set1_pd(sgx);
+    const __m256d m = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is);
+    if (training)
+        for (; i + 4 <= n; i += 4) {
+            __m256d g = _mm256_cvtps_pd(_mm_loadu_ps(gy + i)), v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+            __m256d t = _mm256_sub_pd(_mm256_sub_pd(_mm256_mul_pd(vM, g), vsg),
+                                      _mm256_mul_pd(_mm256_mul_pd(_mm256_sub_pd(v, m), vis), vsgx));
+            _mm_storeu_ps(gx + i, _mm_add_ps(acc ? _mm_loadu_ps(gx + i) : _mm_setzero_ps(), _mm256_cvtpd_ps(_mm256_mul_pd(vA, t))));
+        }
+#endif
+    for (; i < n; i++)
+        gx[i] = (acc ? gx[i] : (gdl_real)0) +
+                (training ? (gdl_real)(A * (M * gy[i] - sg - (x[i] - mu) * is * sgx)) : (gdl_real)(gy[i] * gm * is));
+}
 static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_backward_job b = *(const gdl__batchnorm_backward_job *)a.ctx;
     const int64_t N = b.N, C = b.C, S = b.S;
-    const gdl_real *x = b.x, *gy = b.gy;
-    int64_t c;
+    int64_t c, n;
     for (c = lo; c < hi; c++) {
-        int64_t n, s, M = N * S;
-        double sg = 0, sgx = 0, mu = b.mean[c], is = b.invstd[c], gm = b.gamma ? b.gamma[c] : 1;
-        for (n = 0; n < N; n++)
-            for (s = 0; s < S; s++) {
-                int64_t j = (n * C + c) * S + s;
-                sg += gy[j];
-                sgx += gy[j] * (x[j] - mu) * is;
-            }
+        const gdl_real *x = b.x + c * S, *gy = b.gy + c * S;
+        int64_t M = N * S;
+        double sg, sgx, mu = b.mean[c], is = b.invstd[c], gm = b.gamma ? b.gamma[c] : 1;
+        gdl__bn_sums2(x, gy, N, C * S, S, mu, is, &sg, &sgx);
         if (b.ggamma) b.ggamma[c] += (gdl_real)sgx;
         if (b.gbeta) b.gbeta[c] += (gdl_real)sg;
         if (!b.gx) continue;
         for (n = 0; n < N; n++)
-            for (s = 0; s < S; s++) {
-                int64_t j = (n * C + c) * S + s;
-                if (b.training)
-                    b.gx[j] += (gdl_real)(gm * is / (double)M * ((double)M * gy[j] - sg - (x[j] - mu) * is * sgx));
-                else
-                    b.gx[j] += (gdl_real)(gy[j] * gm * is);
-            }
+            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, b.gx + (n * C + c) * S, S, b.training, (double)M,
+                              gm * is / (double)M, sg, sgx, mu, is, gm, b.accumulate);
     }
 }
 static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
-                                       int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
-    gdl__batchnorm_backward_job b = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta};
+                                       int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta, int accumulate) {
+    gdl__batchnorm_backward_job b = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta, accumulate};
     gdl__args a = gdl__args_none();
     a.ctx = &b;
     gdl__parallel_loop(C, N * C * S, gdl__batchnorm_backward_part, &a);
@@ -243,7 +318,7 @@ static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, in
     src[0] = x; src[1] = gy; src[2] = gx;
     n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0;
     if (!(f = gdl__cpu_lp_wide(dt, 3, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], gamma, mean, invstd, training, gx ? b[2] : NULL, ggamma, gbeta);
+    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], gamma, mean, invstd, training, gx ? b[2] : NULL, ggamma, gbeta, 1);
     if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
     GPUDL_FREE(f);
     return rc;

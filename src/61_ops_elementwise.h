@@ -430,7 +430,7 @@ static int gdl__bw_unary(gdl_node *n, const gdl_backend *be) {
         return be->unary_backward_lp(n->out->dtype, gdl__op(n->op)->kernel, n->out->numel, n->in[0]->data, n->out->data,
                                      n->out->grad->data, gx, (float)n->f[0]);
     return be->unary_backward(gdl__op(n->op)->kernel, n->out->numel, GDL__R(n->in[0]), GDL__R(n->out),
-                              GDL__R(n->out->grad), gx, (gdl_real)n->f[0]);
+                              GDL__R(n->out->grad), gx, (gdl_real)n->f[0], gdl__grad_beta(n->in[0]));
 }
 
 GPUDL_API gdl_tensor *gdl_add_scalar(gdl_tensor *x, double s) { return gdl__unary("gdl_add_scalar", GDL_OP_ADD_SCALAR, x, s); }

@@ -716,9 +716,11 @@ static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
                                          w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
                                          GDL__G(n->in[2]));
+    /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
+    if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
     return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
                                   w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
-                                  GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]));
+                                  GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
 }
 
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps) {

@@ -107,7 +107,9 @@ static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
    others get them zeroed first. f32 only (the low-precision paths add). */
 static int gdl__bw_fresh_ok(const gdl_node *n) {
     int k;
-    if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB) return 0;
+    if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB &&
+        n->op != GDL_OP_BATCH_NORM && gdl__op(n->op)->backward != gdl__bw_unary)
+        return 0;
     if (n->out->dtype != GDL_F32) return 0;
     for (k = 0; k < n->nin; k++)
         if (n->in[k] && n->in[k]->requires_grad && n->in[k]->grad->dtype != GDL_F32) return 0;

@@ -298,6 +298,9 @@ static const gc_case cases[] = {
     {"dropout", GDL_OP_DROPOUT, f_dropout, 1, {{R1(33), IN_RANDN, 0}}},
     {"batch_norm_2d_train", GDL_OP_BATCH_NORM, f_bn_train, 5,
      {{R4(3, 2, 3, 3), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
+    /* rows of 21 pixels: two groups of the CPU's 8 running sums and a tail of 5 (gdl__rows_sum) */
+    {"batch_norm_2d_train_wide", GDL_OP_BATCH_NORM, f_bn_train, 5,
+     {{R4(2, 3, 3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
     {"batch_norm_1d_train", GDL_OP_BATCH_NORM, f_bn_train, 5,
      {{R2(5, 3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
     {"batch_norm_eval", GDL_OP_BATCH_NORM, f_bn_eval, 5,

@@ -667,6 +667,53 @@ TEST test_unset_intermediate_grads(void) {
     PASS();
 }
 
+/* The unary ops and batch norm store an unset gradient too (gdl__bw_fresh_ok): a ReLU first to reach t
+   (then a scale adds), a scale first (then the ReLU adds), and a batch norm's input gradient (rows of 16:
+   the CPU's vector loops) bit for bit against the same net with t a leaf, whose gradient is added to zeros */
+TEST test_unset_grads_unary_and_batchnorm(void) {
+    float a[4] = {-1, 2, -3, 4}, xv[96], wv[96];
+    int64_t s[1] = {4}, s4[4] = {2, 3, 4, 4};
+    gdl_tensor *x = arr(a, 1, s), *t, *r, *u, *xb, *w, *leaf, *g1 = NULL;
+    int i, order;
+    gdl_set_requires_grad(x, 1);
+    for (order = 0; order < 2; order++) {
+        t = gdl_mul_scalar(x, 2); /* [-2, 4, -6, 8]: d/dt sum(3t + relu(t)) = 3 + (t > 0) */
+        if (order == 0) {
+            u = gdl_mul_scalar(t, 3);
+            r = gdl_relu(t); /* later on the tape: its backward runs first and stores */
+        } else {
+            r = gdl_relu(t);
+            u = gdl_mul_scalar(t, 3); /* the scale's backward runs first */
+        }
+        ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_add(u, r))));
+        for (i = 0; i < 4; i++) {
+            ASSERT_IN_RANGE(i % 2 ? 4 : 3, at(t->grad, i), 0);
+            ASSERT_IN_RANGE(i % 2 ? 8 : 6, at(x->grad, i), 0);
+        }
+        gdl_arena_reset();
+        gdl_zero_grad_tensor(x);
+    }
+    for (i = 0; i < 96; i++) {
+        xv[i] = (float)((i * 37 % 23) - 11) / 7.0f;
+        wv[i] = (float)((i * 11 % 17) - 8) / 5.0f;
+    }
+    xb = arr(xv, 4, s4);
+    w = arr(wv, 4, s4);
+    gdl_set_requires_grad(xb, 1);
+    t = gdl_mul_scalar(xb, 1); /* an intermediate */
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(gdl_batch_norm(t, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5), w))));
+    g1 = gdl_clone(t->grad);
+    gdl_arena_reset();
+    leaf = gdl_clone(xb);
+    gdl_set_requires_grad(leaf, 1);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(gdl_batch_norm(leaf, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5), w))));
+    for (i = 0; i < 96; i++) ASSERT_EQ(at(leaf->grad, i), at(g1, i));
+    for (i = 0; i < 96; i++) ASSERT_EQ(at(leaf->grad, i), at(xb->grad, i)); /* t = xb: the scale by 1 is exact */
+    gdl_arena_reset();
+    gdl_free(g1); gdl_free(leaf); gdl_free(xb); gdl_free(w); gdl_free(x);
+    PASS();
+}
+
 TEST test_backward_twice_same_graph(void) {
     float a[1] = {3};
     int64_t s[1] = {1};
@@ -1173,6 +1220,7 @@ SUITE(autograd) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_grad_accumulates_and_zeroes);
     RUN_TEST(test_unset_intermediate_grads);
+    RUN_TEST(test_unset_grads_unary_and_batchnorm);
     RUN_TEST(test_backward_twice_same_graph);
     RUN_TEST(test_no_grad_and_detach);
     RUN_TEST(test_anomaly_mode_names_the_op);

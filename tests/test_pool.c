@@ -130,7 +130,7 @@ static void run_kernels(float *out) {
     o += KN;
     gdl__cpu_unary(GDL_UN_SIGMOID, KN, x, o, 0);
     o += KN;
-    gdl__cpu_unary_backward(GDL_UN_GELU_ERF, KN, x, y, w, o, 0);
+    gdl__cpu_unary_backward(GDL_UN_GELU_ERF, KN, x, y, w, o, 0, 1);
     o += KN;
     gdl__cpu_reduce(GDL_RED_MAX, 70, 100, 10, x, o, idx, 0);
     gdl__cpu_reduce_backward(GDL_RED_MAX, 70, 100, 10, y, idx, o + 700);
@@ -164,7 +164,7 @@ static void run_kernels(float *out) {
         int c;
         for (c = 0; c < 16; c++) rv[c] = 1;
         gdl__cpu_batchnorm(64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5);
-        gdl__cpu_batchnorm_backward(64, 16, 64, x, y, w, mean, inv, 1, o + KN, gg, gb);
+        gdl__cpu_batchnorm_backward(64, 16, 64, x, y, w, mean, inv, 1, o + KN, gg, gb, 1);
         o += 2 * KN + 6 * 16;
     }
     gdl__cpu_layernorm(700, 100, x, w, y, 1e-5, o, o + KN, o + KN + 700);
