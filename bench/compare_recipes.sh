@@ -12,6 +12,7 @@
 #   sh bench/compare_recipes.sh [net ...]       (default: mlp cnn resnet)
 #   SEEDS="0 1 2" THREADS=2 TORCH_VENV=build/torch-venv DEVICE=cpu   (the defaults)
 #   ARGS="--epochs 1 --train-subset 2000 --test-subset 1000"  (passed to both: a quick check)
+#   LOGDIR=DIR   keep each run's whole output (its per-epoch lines) as DIR/SIDE-NET-seedS.log
 #
 # Full runs are long on a CPU: 30 epochs each, 3 seeds, both sides (see
 # bench/RESULTS.md, "Recipes (issue 31)"). DEVICE=cuda builds and runs
@@ -43,9 +44,11 @@ for s in $seeds; do
     for n in $nets; do
         # (exit status 1: the target was not reached; the result line says so)
         GPUDL_NUM_THREADS=$threads "$ours" --net "$n" --seed "$s" --device "$device" $args > "$tmp/log" 2>&1 || true
+        [ -z "${LOGDIR:-}" ] || { mkdir -p "$LOGDIR" && cp "$tmp/log" "$LOGDIR/ours-$n-seed$s.log"; }
         record ours "$n" "$tmp/log"
         OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
             "$py" bench/pytorch/recipes.py --net "$n" --seed "$s" --device "$device" $args > "$tmp/log" 2>&1 || true
+        [ -z "${LOGDIR:-}" ] || cp "$tmp/log" "$LOGDIR/torch-$n-seed$s.log"
         record torch "$n" "$tmp/log"
         echo "seed $s $n: ours $(tail -1 "$tmp/ours.$n" | awk '{print $1 " %, target at " $2 " s"}')," \
              "pytorch $(tail -1 "$tmp/torch.$n" | awk '{print $1 " %, target at " $2 " s"}') (load $(cut -d' ' -f1 /proc/loadavg))"

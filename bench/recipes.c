@@ -13,7 +13,7 @@
    CUDA:  make build/cuda_recipes && build/cuda_recipes --net resnet
    Flags: --net mlp|cnn|resnet [--target PERCENT] [--ema-decay D (default 0.999; 0: off)] [--eager (no CUDA
           graphs)] [--data DIR] [--epochs N] [--batch-size N] [--device D] [--seed N] [--train-subset N]
-          [--test-subset N]
+          [--test-subset N] [--profile (the first epoch's per-op profile)]
    Prints "result: net N final F target T reached_s S|nan total_s S" last, for the comparison script.
    Exit status 0 when the target was reached, 1 when not (or on an error), 2 for bad flags. */
 #define GPUDL_IMPLEMENTATION
@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
     }
     if (!r) r = ex_recipe_find("cnn"); /* --help's defaults; a run needs --net (below) */
     a = ex_defaults(r->epochs, EX_RECIPE_BATCH);
-    parsed = ex_parse(&a, nrest, rest, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_SUBSET,
+    parsed = ex_parse(&a, nrest, rest, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_SUBSET | EX_PROFILE,
                       "Fashion-MNIST with issue 31's recipes, timed end to end: --net mlp|cnn|resnet (needed), "
                       "--target PERCENT (default 89.5, 93.5, 94.5), --ema-decay D (default 0.999, 0: off), "
                       "--eager (no CUDA graphs).");
@@ -91,7 +91,9 @@ int main(int argc, char **argv) {
            a.batch_size, a.epochs, (unsigned long long)a.seed, target, run.ema ? "on" : "off",
            a.device.type == GDL_DEVICE_CUDA && !eager ? "CUDA graphs" : "eager");
     for (ep = 1; ep <= a.epochs; ep++) {
+        if (ep == 1 && a.profile && gdl_profile_begin() < 0) goto fail;
         if (gdl_fit(run.model, run.tl, run.opt, &run.fo, &st) < 0) goto fail;
+        if (ep == 1 && a.profile && ex_profile_print("the first epoch (training and test pass)", a.device) < 0) goto fail;
         acc = 100 * st.val_accuracy;
         printf("epoch %d: train loss %.4f, test accuracy %.2f %% at %.2f s\n", ep, st.loss, acc, gdl_now() - t0);
         if (acc >= target && reached < 0) {
