@@ -28,8 +28,9 @@
    CPU:   cc -O3 -march=native bench/train.c -lm -pthread -o bench_train
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA bench/train.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o bench_train
    Run:   ./bench_train [net ...]      (default: mlp cnn fc10 fc50)
-          BENCH_CONV=im2col (or implicit) ./bench_train cnn: the CPU convolutions on
-          one path (unset: the path the shape picks), for before/after in one build
+          BENCH_CONV=im2col (or implicit, or gemm: the implicit GEMM without the direct
+          kernel) ./bench_train cnn: the CPU convolutions on one path (unset: the path the
+          shape picks), for before/after in one build
           BENCH_CLOCK=cpu: the process's CPU time (clock()) instead of the wall clock, for
           before/after on a machine other processes keep busy; with GPUDL_NUM_THREADS=1 it is
           the step's work (with more threads it adds the threads' CPU time up, waits included) */
@@ -203,12 +204,14 @@ int main(int argc, char **argv) {
     int nnets = argc > 1 ? argc - 1 : 4, k, threads = gdl_get_num_threads();
     gdl_device dev = gdl_default_device();
 #ifndef GDL__GEMM_CBLAS
-    /* BENCH_CONV=im2col: the CPU convolutions as before the implicit GEMM, to time both in one build */
+    /* BENCH_CONV=im2col: the CPU convolutions as before the implicit GEMM, =gemm: as before the direct
+       kernel, to time them in one build */
     const char *conv = getenv("BENCH_CONV");
     if (conv && !strcmp(conv, "im2col")) gdl__conv_path = 0;
     else if (conv && !strcmp(conv, "implicit")) gdl__conv_path = 1;
+    else if (conv && !strcmp(conv, "gemm")) gdl__conv_path = 2;
     else if (conv && *conv) {
-        fprintf(stderr, "bench_train: BENCH_CONV=%s: im2col or implicit (unset: by shape)\n", conv);
+        fprintf(stderr, "bench_train: BENCH_CONV=%s: im2col, implicit or gemm (unset: by shape)\n", conv);
         return 2;
     }
 #endif

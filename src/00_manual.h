@@ -336,7 +336,7 @@
    [impl-gemm]     47_gemm.h                      the CPU GEMM kernels (AVX, CBLAS)
    [impl-gemm-int8] 48_gemm_int8.h                the CPU int8 GEMM kernels
    [impl-cpu]      50_cpu_core.h                  elementwise, reductions, softmax
-                   51_cpu_conv_pool.h             im2col, pooling, copy2d, dropout
+                   51_cpu_conv_pool.h             im2col, the implicit GEMM and direct kernel, pooling, copy2d, dropout
                    52_cpu_lowp.h                  native bf16/f16 elementwise kernels
                    53_cpu_norm_loss.h             norms, embedding, losses
                    53a_cpu_attention.h            attention (flash-attention style tiles)

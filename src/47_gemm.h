@@ -393,6 +393,75 @@ static void gdl__gemm_kernel(int kc, const gdl_real *GDL__RESTRICT a, const gdl_
 
 #endif
 
+/* --- the direct convolution's micro-kernel (x86 SIMD builds) -------------
+   A convolution's forward as an implicit GEMM packs every value of col for
+   only OC/MR kernel calls: with 64 or 128 output channels the packing cost
+   as much as the products. The direct kernel packs nothing but the weights:
+   its vectors run over GDL__DCONV_OC output channels (w, packed [k][OC]
+   once a call) and its broadcasts read the input itself, a copy with the
+   padding written out (x), at x[xo[i] + ko[k]] for pixel i of the tile and
+   row k = (c, kh, kw) of col. A tile is GDL__DCONV_UR pixels: t[i*OC + o]
+   = sum over k < kc, in order, of x[...] * w[k*OC + o], FMAs from zero, as
+   the GEMM kernel's (the same products, fused in the same order), then
+   added to t unless first, as the GEMM adds a K block to C. The weight
+   and input gradients use it too, k running over pixels or output
+   channels ([impl-cpu] 2/7). */
+#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
+#define GDL__DCONV 1
+/* the vector the direct kernel works in: two of them make a tile's row of GDL__DCONV_OC channels */
+#if defined(GDL__GEMM_AVX512)
+#define GDL__DCONV_UR 14
+#define GDL__DCONV_OC 32
+#define GDL__DCONV_PIX(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13)
+typedef __m512 gdl__dv;
+static inline gdl__dv gdl__dv_zero(void) { return _mm512_setzero_ps(); }
+static inline gdl__dv gdl__dv_set(float v) { return _mm512_set1_ps(v); }
+static inline gdl__dv gdl__dv_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void gdl__dv_store(float *p, gdl__dv v) { _mm512_storeu_ps(p, v); }
+static inline gdl__dv gdl__dv_add(gdl__dv a, gdl__dv b) { return _mm512_add_ps(a, b); }
+static inline gdl__dv gdl__dv_fma(gdl__dv a, gdl__dv b, gdl__dv c) { return _mm512_fmadd_ps(a, b, c); }
+#else
+#define GDL__DCONV_UR 6
+#define GDL__DCONV_OC 16
+#define GDL__DCONV_PIX(X) X(0) X(1) X(2) X(3) X(4) X(5)
+typedef __m256 gdl__dv;
+static inline gdl__dv gdl__dv_zero(void) { return _mm256_setzero_ps(); }
+static inline gdl__dv gdl__dv_set(float v) { return _mm256_set1_ps(v); }
+static inline gdl__dv gdl__dv_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void gdl__dv_store(float *p, gdl__dv v) { _mm256_storeu_ps(p, v); }
+static inline gdl__dv gdl__dv_add(gdl__dv a, gdl__dv b) { return _mm256_add_ps(a, b); }
+static inline gdl__dv gdl__dv_fma(gdl__dv a, gdl__dv b, gdl__dv c) { return _mm256_fmadd_ps(a, b, c); }
+#endif
+#define GDL__DV_W (GDL__DCONV_OC / 2)
+static void gdl__dconv_kernel(int kc, const float *GDL__RESTRICT w, const int *GDL__RESTRICT ko, const float *x,
+                              const int *GDL__RESTRICT xo, float *GDL__RESTRICT t, int first) {
+#define GDL__DCONV_DECL(i) gdl__dv c##i##_0 = gdl__dv_zero(), c##i##_1 = gdl__dv_zero();
+    GDL__DCONV_PIX(GDL__DCONV_DECL)
+#undef GDL__DCONV_DECL
+    int k;
+    for (k = 0; k < kc; k++) {
+        const gdl__dv w0 = gdl__dv_load(w), w1 = gdl__dv_load(w + GDL__DV_W);
+        const float *xk = x + ko[k];
+        gdl__dv b;
+#define GDL__DCONV_FMA(i)                        \
+    b = gdl__dv_set(xk[xo[i]]);                  \
+    c##i##_0 = gdl__dv_fma(b, w0, c##i##_0);     \
+    c##i##_1 = gdl__dv_fma(b, w1, c##i##_1);
+        GDL__DCONV_PIX(GDL__DCONV_FMA)
+#undef GDL__DCONV_FMA
+        w += GDL__DCONV_OC;
+    }
+#define GDL__DCONV_STORE(i)                                                                                  \
+    gdl__dv_store(t + (i) * GDL__DCONV_OC,                                                                   \
+                  first ? c##i##_0 : gdl__dv_add(c##i##_0, gdl__dv_load(t + (i) * GDL__DCONV_OC)));           \
+    gdl__dv_store(t + (i) * GDL__DCONV_OC + GDL__DV_W,                                                       \
+                  first ? c##i##_1 : gdl__dv_add(c##i##_1, gdl__dv_load(t + (i) * GDL__DCONV_OC + GDL__DV_W)));
+    GDL__DCONV_PIX(GDL__DCONV_STORE)
+#undef GDL__DCONV_STORE
+}
+#undef GDL__DCONV_PIX
+#endif
+
 /* --- packing -------------------------------------------------------------
    op(A)[i][k] = transA ? A[k*lda + i] : A[i*lda + k]   (op(A) is M x K)
    op(B)[k][j] = transB ? B[j*ldb + k] : B[k*ldb + j]   (op(B) is K x N)
@@ -562,14 +631,68 @@ static void gdl__gemm_pack_a(int transA, const gdl_real *A, ptrdiff_t lda, int i
    packing buffer), and the values packed, hence the products, are those of
    im2col + GEMM, bit for bit. */
 
+/* d[0:n) = s[0:n) for the short runs of an image row (a few to a few dozen
+   values): masked vector moves, no scalar tail. */
+static inline void gdl__gemm_copy_run(gdl_real *GDL__RESTRICT d, const gdl_real *GDL__RESTRICT s, int n) {
+#if defined(GDL__GEMM_AVX512)
+    for (; n >= 16; n -= 16, d += 16, s += 16) _mm512_storeu_ps(d, _mm512_loadu_ps(s));
+    if (n > 0) {
+        const __mmask16 m = (__mmask16)((1u << n) - 1);
+        _mm512_mask_storeu_ps(d, m, _mm512_maskz_loadu_ps(m, s));
+    }
+#elif defined(GDL__GEMM_AVX2)
+    for (; n >= 8; n -= 8, d += 8, s += 8) _mm256_storeu_ps(d, _mm256_loadu_ps(s));
+    if (n > 0) {
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_maskstore_ps(d, m, _mm256_maskload_ps(s, m));
+    }
+#else
+    int i;
+    for (i = 0; i < n; i++) d[i] = s[i];
+#endif
+}
+
+/* The valid output columns [lo, hi) of each kernel column (gdl__valid_cols),
+   worked out once a packing call rather than once a row of col: its
+   divisions cost more than a short row's copy. */
+#define GDL__GEMM_KW_TAB 16
+typedef struct {
+    int lo[GDL__GEMM_KW_TAB], hi[GDL__GEMM_KW_TAB];
+} gdl__gemm_cols;
+
+static void gdl__gemm_cols_init(const gdl_conv_geom *cg, gdl__gemm_cols *t) {
+    int kw;
+    for (kw = 0; kw < cg->KW && kw < GDL__GEMM_KW_TAB; kw++) gdl__valid_cols(cg, kw, &t->lo[kw], &t->hi[kw]);
+}
+
+static inline void gdl__gemm_cols_get(const gdl_conv_geom *cg, const gdl__gemm_cols *t, int kw, int *lo, int *hi) {
+    if (kw < GDL__GEMM_KW_TAB) {
+        *lo = t->lo[kw];
+        *hi = t->hi[kw];
+    } else {
+        gdl__valid_cols(cg, kw, lo, hi);
+    }
+}
+
+/* Row r of col is (c, kh, kw); the next row's. */
+static inline void gdl__gemm_row_next(const gdl_conv_geom *cg, int *c, int *kh, int *kw) {
+    if (++*kw == cg->KW) {
+        *kw = 0;
+        if (++*kh == cg->KH) {
+            *kh = 0;
+            ++*c;
+        }
+    }
+}
+
 /* d[t*ds] = col[r][p + t] for t < len, where row r reads the plane xc at
-   kernel offset (kh, kw) and position p is (oh, ow): the positions run
-   along output rows, each row a zero head, a copy and a zero tail. */
-static void gdl__gemm_gather(const gdl_conv_geom *cg, const gdl_real *xc, int kh, int kw, int oh, int ow, int len,
-                             gdl_real *d, ptrdiff_t ds) {
+   kernel offset (kh, kw), whose valid output columns are [lo, hi), and
+   position p is (oh, ow): the positions run along output rows, each row a
+   zero head, a copy and a zero tail. */
+static void gdl__gemm_gather(const gdl_conv_geom *cg, const gdl_real *xc, int kh, int kw, int lo, int hi, int oh,
+                             int ow, int len, gdl_real *d, ptrdiff_t ds) {
     const int SW = cg->SW, off = kw * cg->DW - cg->PW; /* the input column of ow: ow*SW + off */
-    int lo, hi, t = 0, u;
-    gdl__valid_cols(cg, kw, &lo, &hi);
+    int t = 0, u;
     while (t < len) {
         const int e = ow + (cg->OW - ow < len - t ? cg->OW - ow : len - t); /* this row's ow in [ow, e) */
         const int ih = oh * cg->SH - cg->PH + kh * cg->DH;
@@ -581,7 +704,7 @@ static void gdl__gemm_gather(const gdl_conv_geom *cg, const gdl_real *xc, int kh
             const gdl_real *xr = xc + (ptrdiff_t)ih * cg->W;
             for (u = ow; u < u0; u++) q[(u - ow) * ds] = 0;
             if (ds == 1 && SW == 1)
-                for (u = u0; u < u1; u++) q[u - ow] = xr[u + off];
+                gdl__gemm_copy_run(q + (u0 - ow), xr + u0 + off, u1 - u0);
             else
                 for (u = u0; u < u1; u++) q[(u - ow) * ds] = xr[u * SW + off];
             for (u = u1; u < e; u++) q[(u - ow) * ds] = 0;
@@ -596,33 +719,44 @@ static void gdl__gemm_gather(const gdl_conv_geom *cg, const gdl_real *xc, int kh
    (columns n..NR-1 zero). Not transposed (a forward: K runs over the rows
    r, N over the positions), each k a row of col, its (c, kh, kw) stepped
    along; transposed (a weight gradient: K over the positions), each of the
-   n columns a row of col, written NR apart. */
+   n columns a row of col: on x86 gathered along its length, then put in
+   place by 8x8 transposes, else written NR apart. */
 static void gdl__gemm_pack_conv(const gdl_conv_geom *cg, int transB, const gdl_real *x, int p0, int kc, int j0, int n,
                                 gdl_real *GDL__RESTRICT dst) {
     const int KK = cg->KH * cg->KW;
     const ptrdiff_t HW = (ptrdiff_t)cg->H * cg->W;
-    int k, j, c, kh, kw;
+    gdl__gemm_cols cols;
+    int k, j, c, kh, kw, lo, hi;
+    gdl__gemm_cols_init(cg, &cols);
     if (!transB) {
         const int oh = j0 / cg->OW, ow = j0 % cg->OW;
         c = p0 / KK; kh = p0 % KK / cg->KW; kw = p0 % cg->KW;
         for (k = 0; k < kc; k++) {
             gdl_real *d = dst + (ptrdiff_t)k * GDL__GEMM_NR;
-            gdl__gemm_gather(cg, x + c * HW, kh, kw, oh, ow, n, d, 1);
+            gdl__gemm_cols_get(cg, &cols, kw, &lo, &hi);
+            gdl__gemm_gather(cg, x + c * HW, kh, kw, lo, hi, oh, ow, n, d, 1);
             for (j = n; j < GDL__GEMM_NR; j++) d[j] = 0;
-            if (++kw == cg->KW) {
-                kw = 0;
-                if (++kh == cg->KH) {
-                    kh = 0;
-                    c++;
-                }
-            }
+            gdl__gemm_row_next(cg, &c, &kh, &kw);
         }
         return;
     }
+    c = j0 / KK; kh = j0 % KK / cg->KW; kw = j0 % cg->KW;
+#if defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_AVX512)
+    if (kc <= GDL__GEMM_KC) {
+        gdl_real rows[GDL__GEMM_NR * GDL__GEMM_KC];
+        for (j = 0; j < n; j++) {
+            gdl__gemm_cols_get(cg, &cols, kw, &lo, &hi);
+            gdl__gemm_gather(cg, x + c * HW, kh, kw, lo, hi, p0 / cg->OW, p0 % cg->OW, kc, rows + (ptrdiff_t)j * kc, 1);
+            gdl__gemm_row_next(cg, &c, &kh, &kw);
+        }
+        gdl__gemm_pack_trans(rows, kc, n, kc, GDL__GEMM_NR, dst);
+        return;
+    }
+#endif
     for (j = 0; j < n; j++) {
-        const int r = j0 + j;
-        c = r / KK; kh = r % KK / cg->KW; kw = r % cg->KW;
-        gdl__gemm_gather(cg, x + c * HW, kh, kw, p0 / cg->OW, p0 % cg->OW, kc, dst + j, GDL__GEMM_NR);
+        gdl__gemm_cols_get(cg, &cols, kw, &lo, &hi);
+        gdl__gemm_gather(cg, x + c * HW, kh, kw, lo, hi, p0 / cg->OW, p0 % cg->OW, kc, dst + j, GDL__GEMM_NR);
+        gdl__gemm_row_next(cg, &c, &kh, &kw);
     }
     for (; j < GDL__GEMM_NR; j++)
         for (k = 0; k < kc; k++) dst[(ptrdiff_t)k * GDL__GEMM_NR + j] = 0;
@@ -663,6 +797,47 @@ static void gdl__gemm_pack_b_rows(const gdl_real *B, ptrdiff_t ldb, int p0, int 
     }
 }
 
+/* op(B)[p0:p0+kc, j0:j0+n] of a span GEMM (B not transposed) -> B
+   micro-panel, columns n..NR-1 zero: each product's run of columns packed
+   from its own B (B + s*sBs), gathered from its image for a convolution.
+   The runs are worked out once for all kc rows. */
+static void gdl__gemm_pack_span(const gdl_conv_geom *cg, const gdl_real *B, ptrdiff_t ldb, int span, ptrdiff_t sBs,
+                                int p0, int kc, int j0, int n, gdl_real *GDL__RESTRICT dst) {
+    const gdl_real *src[GDL__GEMM_NR];
+    int at[GDL__GEMM_NR], len[GDL__GEMM_NR], oh[GDL__GEMM_NR], ow[GDL__GEMM_NR];
+    int nrun = 0, t, k, j, i;
+    for (t = 0; t < n; nrun++) { /* run i: product s's columns from jl on, at t in the panel */
+        const int s = (j0 + t) / span, jl = j0 + t - s * span;
+        at[nrun] = t;
+        len[nrun] = span - jl < n - t ? span - jl : n - t;
+        src[nrun] = B + s * sBs + (cg ? 0 : jl);
+        oh[nrun] = cg ? jl / cg->OW : 0;
+        ow[nrun] = cg ? jl % cg->OW : 0;
+        t += len[nrun];
+    }
+    if (cg) {
+        const ptrdiff_t HW = (ptrdiff_t)cg->H * cg->W;
+        const int KK = cg->KH * cg->KW;
+        int c = p0 / KK, kh = p0 % KK / cg->KW, kw = p0 % cg->KW, lo, hi;
+        gdl__gemm_cols cols;
+        gdl__gemm_cols_init(cg, &cols);
+        for (k = 0; k < kc; k++) {
+            gdl_real *d = dst + (ptrdiff_t)k * GDL__GEMM_NR;
+            gdl__gemm_cols_get(cg, &cols, kw, &lo, &hi);
+            for (i = 0; i < nrun; i++)
+                gdl__gemm_gather(cg, src[i] + c * HW, kh, kw, lo, hi, oh[i], ow[i], len[i], d + at[i], 1);
+            for (j = n; j < GDL__GEMM_NR; j++) d[j] = 0;
+            gdl__gemm_row_next(cg, &c, &kh, &kw);
+        }
+        return;
+    }
+    for (k = 0; k < kc; k++) {
+        gdl_real *d = dst + (ptrdiff_t)k * GDL__GEMM_NR;
+        for (i = 0; i < nrun; i++) gdl__gemm_copy_run(d + at[i], src[i] + (ptrdiff_t)(p0 + k) * ldb, len[i]);
+        for (j = n; j < GDL__GEMM_NR; j++) d[j] = 0;
+    }
+}
+
 /* --- drivers -------------------------------------------------------------- */
 
 typedef struct gdl__gemm_args {
@@ -687,6 +862,14 @@ typedef struct gdl__gemm_args {
     const gdl_real *bias;
     gdl_real *pre;
     int bias_col, act;
+    /* span > 0: the columns of a batch of products side by side, span each
+       (a convolution's samples, whose small images alone would leave most
+       of the micro-kernel's columns empty): column j is column j % span of
+       product j / span, whose B is sBs and whose C and pre are sCs further
+       on. B not transposed, bias per row, one segment; gdl__gemm_blocked
+       only. Each element is the sum a call per product would form. */
+    int span;
+    ptrdiff_t sBs, sCs;
 } gdl__gemm_args;
 
 /* A plain product: one segment, no implicit B, no epilogue. */
@@ -707,17 +890,17 @@ static void gdl__gemm_args_init(gdl__gemm_args *g, int transA, int transB, int M
 static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha);
 static void gdl__gelu_rows(const gdl_real *x, gdl_real *y, int64_t n); /* exact GELU in vectors, the same bits */
 
-/* The epilogue on C's rows [i0, i0+m) and columns [j0, j0+n): v = c + bias,
+/* The epilogue on the rows [i0, i0+m) and columns [j0, j0+n) of the C (and
+   pre) at C (P), laid out as g's: v = c + bias,
    pre = v, c = act(v), gdl__cpu_bias_act's arithmetic, so that the fused
    GEMM gives the bits of the GEMM followed by bias_act. Run on a tile just
    stored (in L1), or on all of C after the unpacked fallback. */
-static void gdl__gemm_epi(const gdl__gemm_args *g, int i0, int m, int j0, int n) {
+static void gdl__gemm_epi_at(const gdl__gemm_args *g, gdl_real *C, gdl_real *P, int i0, int m, int j0, int n) {
     const int act = g->act;
     int i, j;
-    if (!g->bias && !g->pre && act < 0) return;
     for (i = i0; i < i0 + m; i++) {
-        gdl_real *c = g->C + (ptrdiff_t)i * g->ldc;
-        gdl_real *pre = g->pre ? g->pre + (ptrdiff_t)i * g->ldc : NULL;
+        gdl_real *c = C + (ptrdiff_t)i * g->ldc;
+        gdl_real *pre = P ? P + (ptrdiff_t)i * g->ldc : NULL;
         if (g->bias && !g->bias_col) {
             const gdl_real b = g->bias[i];
             for (j = j0; j < j0 + n; j++) c[j] = c[j] + b;
@@ -732,6 +915,21 @@ static void gdl__gemm_epi(const gdl__gemm_args *g, int i0, int m, int j0, int n)
             gdl__gelu_rows(c + j0, c + j0, n);
         else if (act >= 0)
             for (j = j0; j < j0 + n; j++) c[j] = gdl__unary1(act, c[j], 0);
+    }
+}
+
+/* The epilogue on the columns [j0, j0+n), product by product when they span several. */
+static void gdl__gemm_epi(const gdl__gemm_args *g, int i0, int m, int j0, int n) {
+    if (!g->bias && !g->pre && g->act < 0) return;
+    if (!g->span) {
+        gdl__gemm_epi_at(g, g->C, g->pre, i0, m, j0, n);
+        return;
+    }
+    while (n > 0) {
+        const int s = j0 / g->span, jl = j0 - s * g->span, len = g->span - jl < n ? g->span - jl : n;
+        gdl__gemm_epi_at(g, g->C + s * g->sCs, g->pre ? g->pre + s * g->sCs : NULL, i0, m, jl, len);
+        j0 += len;
+        n -= len;
     }
 }
 
@@ -780,6 +978,28 @@ static void gdl__gemm_simple(const gdl__gemm_args *g, int kc_blk) {
     gdl__gemm_epi(g, 0, g->M, 0, g->N);
 }
 
+/* C[i0:i0+m, j0:j0+n] = tmp + beta*C, tmp an MR x NR tile (the kernel's
+   alpha*AB), product by product when the columns span several. */
+static void gdl__gemm_put(const gdl__gemm_args *g, const gdl_real *tmp, gdl_real beta, int i0, int m, int j0, int n) {
+    int t = 0, i, j;
+    while (t < n) {
+        const int s = g->span ? (j0 + t) / g->span : 0, jl = j0 + t - s * g->span;
+        const int len = g->span && g->span - jl < n - t ? g->span - jl : n - t;
+        gdl_real *c = g->C + s * g->sCs + (ptrdiff_t)i0 * g->ldc + (g->span ? jl : j0 + t);
+        for (i = 0; i < m; i++) {
+            const gdl_real *ti = tmp + i * GDL__GEMM_NR + t;
+            gdl_real *ci = c + i * g->ldc;
+            if (beta == 0)
+                for (j = 0; j < len; j++) ci[j] = ti[j];
+            else if (beta == 1)
+                for (j = 0; j < len; j++) ci[j] = ti[j] + ci[j];
+            else
+                for (j = 0; j < len; j++) ci[j] = ti[j] + beta * ci[j];
+        }
+        t += len;
+    }
+}
+
 /* The packed, blocked path on one thread, for the rows [m0,m1) and columns
    [n0,n1) of C (m0 a multiple of MR, n0 of NR). abuf holds mc_blk x kc_blk,
    bbuf kc_blk x nc_blk elements, both 64-byte aligned. */
@@ -794,7 +1014,13 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
             /* later K blocks (and segments) accumulate; the epilogue follows the last */
             const gdl_real beta = seg == 0 && pc == 0 ? g->beta : (gdl_real)1;
             const int last = seg == g->nseg - 1 && pc + kc == g->K;
-            if (!g->conv && !g->transB)
+            if (g->span)
+                for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
+                    const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
+                    gdl__gemm_pack_span(g->conv, g->B, g->ldb, g->span, g->sBs, pc, kc, jc + jr, n,
+                                        bbuf + (size_t)jr * kc);
+                }
+            else if (!g->conv && !g->transB)
                 gdl__gemm_pack_b_rows(g->B + seg * g->sB, g->ldb, pc, kc, jc, nc, bbuf);
             else
                 for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
@@ -817,23 +1043,14 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
                     for (ir = 0; ir < mc; ir += GDL__GEMM_MR) {
                         const int m = mc - ir < GDL__GEMM_MR ? mc - ir : GDL__GEMM_MR;
                         const gdl_real *ap = abuf + (size_t)ir * kc;
-                        gdl_real *c = g->C + (ic + ir) * g->ldc + jc + jr;
-                        if (m == GDL__GEMM_MR && n == GDL__GEMM_NR) {
+                        const int s = g->span ? (jc + jr) / g->span : 0, jl = jc + jr - s * g->span;
+                        gdl_real *c = g->C + s * g->sCs + (ptrdiff_t)(ic + ir) * g->ldc + (g->span ? jl : jc + jr);
+                        if (m == GDL__GEMM_MR && n == GDL__GEMM_NR && (!g->span || jl + n <= g->span)) {
                             gdl__gemm_kernel(kc, ap, bp, c, g->ldc, g->alpha, beta);
-                        } else { /* edge: the full tile into tmp, then the valid part */
+                        } else { /* edge, or across products: the full tile into tmp, then the valid part */
                             gdl_real tmp[GDL__GEMM_MR * GDL__GEMM_NR];
-                            int i, j;
                             gdl__gemm_kernel(kc, ap, bp, tmp, GDL__GEMM_NR, g->alpha, 0);
-                            for (i = 0; i < m; i++) {
-                                const gdl_real *ti = tmp + i * GDL__GEMM_NR;
-                                gdl_real *ci = c + i * g->ldc;
-                                if (beta == 0)
-                                    for (j = 0; j < n; j++) ci[j] = ti[j];
-                                else if (beta == 1)
-                                    for (j = 0; j < n; j++) ci[j] = ti[j] + ci[j];
-                                else
-                                    for (j = 0; j < n; j++) ci[j] = ti[j] + beta * ci[j];
-                            }
+                            gdl__gemm_put(g, tmp, beta, ic + ir, m, jc + jr, n);
                         }
                         if (last) gdl__gemm_epi(g, ic + ir, m, jc + jr, n);
                     }

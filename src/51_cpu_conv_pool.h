@@ -1,4 +1,4 @@
-/* [impl-cpu] 2/7: im2col / col2im, the convolution's implicit GEMM (conv_implicit), max and average pooling,
+/* [impl-cpu] 2/7: im2col / col2im, the convolution's implicit GEMM and direct kernel (conv_implicit), max and average pooling,
    copy2d, dropout */
 
 /* The conv and pool parts do the planes (n, c) in [lo, hi) of a.g's geometry. */
@@ -83,12 +83,16 @@ static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real
    Memory: the forward keeps no columns for the backward (the weight
    gradient gathers them again from x): the step arena loses C*KH*KW*OH*OW
    values a sample for each convolution; the input gradient needs one
-   sample's columns a thread instead of the batch's. */
+   sample's columns a thread instead of the batch's.
+   On x86 the direct kernel (gdl__dconv_kernel, [impl-gemm]) takes the
+   passes it suits (gdl__dconv_pays, gdl__dconv_gx_pays), in the same bits:
+   where the GEMM's packing would cost as much as its products. */
 
 #ifndef GDL__GEMM_CBLAS /* the implicit GEMM is the built-in GEMM's packing */
-/* Which path: -1 by shape (gdl__conv_implicit_pays), 0 always im2col
-   (conv_implicit declines), 1 the implicit GEMM wherever it can run. For
-   the tests, which compare the two. */
+/* Which path: -1 by shape (gdl__conv_implicit_pays, gdl__dconv_pays), 0
+   always im2col (conv_implicit declines), 1 the implicit GEMM (or the
+   direct kernel, for a forward it suits) wherever it can run, 2 the same
+   without the direct kernel. For the tests, which compare them. */
 static int gdl__conv_path = -1;
 
 /* Where the implicit GEMM pays (pass as conv_implicit's). Measured on the
@@ -108,36 +112,492 @@ static int gdl__conv_implicit_pays(int pass, const gdl_conv_geom *g) {
     return pass != 2 || g->OH * g->OW >= 16;
 }
 
-/* The input gradient's task t: sample t's columns' gradient, group by group,
-   into this thread's buffer after its packing buffers, then its col2im. */
-typedef struct {
-    gdl__gemm_job j; /* the plan of one group's product (each group's is the same shape) */
-    const gdl_conv_geom *g;
-    int groups, OC;
-    const gdl_real *w, *gy;
-    gdl_real *gx;
-    size_t csz;
-} gdl__conv_dx_job;
+/* Samples side by side in one GEMM (gdl__gemm_args.span) for the forward and
+   the input gradient, when an image has fewer than GDL__CONV_SPAN_COLS output
+   pixels: one sample's product would leave up to NR-1 of the last tile's
+   columns empty (a 7x7 output fills 49 of 64 on AVX-512) and pack all of W
+   for a few columns. A task takes enough samples for GDL__CONV_SPAN_COLS
+   columns, but no more than an equal share of the threads'. Each output is
+   the same sum of the same products as a sample's own GEMM (K blocks and
+   their order are the same), so the bits do not change. */
+#ifndef GDL__CONV_SPAN_COLS
+#define GDL__CONV_SPAN_COLS 512
+#endif
+static int gdl__conv_span(const gdl_conv_geom *g, int threads) {
+    const int OHW = g->OH * g->OW, share = (g->N + threads - 1) / threads;
+    int nb;
+    if (OHW >= GDL__CONV_SPAN_COLS) return 1;
+    nb = (GDL__CONV_SPAN_COLS + OHW - 1) / OHW;
+    return nb < share ? nb : share;
+}
 
-static void gdl__conv_dx_task(void *p, int t, int nt) {
-    const gdl__conv_dx_job *d = (const gdl__conv_dx_job *)p;
+/* The tasks of the forward (pass 0) and the input gradient (pass 2): task t
+   takes the samples [t*nb, t*nb + nb), side by side when nb > 1. Pass 2 puts
+   their columns' gradient, group by group, into this thread's buffer after
+   its packing buffers (csz elements), then col2im's each sample. */
+typedef struct {
+    gdl__gemm_job j; /* the plan of one group's product for nb samples (each group's is the same shape) */
+    const gdl_conv_geom *g;
+    int pass, groups, OC, act, nb;
+    const gdl_real *x, *w, *gy, *bias;
+    gdl_real *out, *pre;
+    size_t csz;
+} gdl__conv_task_job;
+
+static void gdl__conv_gemm_args(int pass, const gdl_conv_geom *g, int groups, int OC, int gi, int act,
+                                const gdl_real *x, const gdl_real *w, const gdl_real *gy, const gdl_real *bias,
+                                gdl_real *out, gdl_real *pre, gdl__gemm_args *m);
+
+static void gdl__conv_task(void *p, int t, int nt) {
+    const gdl__conv_task_job *d = (const gdl__conv_task_job *)p;
     const gdl_conv_geom *g = d->g;
     const int Cg = g->C / d->groups, OCg = d->OC / d->groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
+    const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb;
+    const ptrdiff_t CHW = (ptrdiff_t)g->C * g->H * g->W, OCHW = (ptrdiff_t)d->OC * OHW, CKKHW = (ptrdiff_t)d->groups * CgKK * OHW;
     gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (d->j.asz + d->j.bsz + d->csz);
     gdl_real *gcol = buf + d->j.asz + d->j.bsz;
-    gdl__args a = gdl__args_none();
-    int gi;
+    int gi, s;
     (void)nt;
     for (gi = 0; gi < d->groups; gi++) {
         gdl__gemm_args m;
-        gdl__gemm_args_init(&m, 1, 0, CgKK, OHW, OCg, 1, d->w + (ptrdiff_t)gi * OCg * CgKK, CgKK,
-                            d->gy + ((ptrdiff_t)t * d->OC + (ptrdiff_t)gi * OCg) * OHW, OHW, 0,
-                            gcol + (ptrdiff_t)gi * CgKK * OHW, OHW);
+        if (d->pass == 0) {
+            gdl__conv_gemm_args(0, g, d->groups, d->OC, gi, d->act, d->x + n0 * CHW, d->w, NULL, d->bias,
+                                d->out + n0 * OCHW, d->pre ? d->pre + n0 * OCHW : NULL, &m);
+            m.sBs = CHW;
+            m.sCs = OCHW;
+        } else {
+            gdl__gemm_args_init(&m, 1, 0, CgKK, OHW, OCg, 1, d->w + (ptrdiff_t)gi * OCg * CgKK, CgKK,
+                                d->gy + n0 * OCHW + (ptrdiff_t)gi * OCg * OHW, OHW, 0, gcol + (ptrdiff_t)gi * CgKK * OHW,
+                                OHW);
+            m.sBs = OCHW;
+            m.sCs = CKKHW;
+        }
+        if (cnt > 1) {
+            m.N = cnt * OHW;
+            m.span = OHW;
+        }
         gdl__gemm_blocked(&m, 0, m.M, 0, m.N, d->j.mc_blk, d->j.kc_blk, d->j.nc_blk, buf, buf + d->j.asz);
     }
-    a.g = g; a.x = gcol; a.out = d->gx + (ptrdiff_t)t * g->C * g->H * g->W;
-    gdl__col2im_part(a, 0, g->C);
+    if (d->pass == 2)
+        for (s = 0; s < cnt; s++) {
+            gdl__args a = gdl__args_none();
+            a.g = g; a.x = gcol + s * CKKHW; a.out = d->out + (n0 + s) * CHW;
+            gdl__col2im_part(a, 0, g->C);
+        }
 }
+
+#ifdef GDL__DCONV
+/* The forward and the weight gradient by the direct kernel
+   (gdl__dconv_kernel) where col has at least 64 rows a group and a group at
+   least half a vector tile of output channels: below that the tile's
+   stores and the unused lanes outweigh the packing saved (a one-channel
+   input's 9 rows stay with the implicit GEMM). Measured on the dev VM's
+   Xeon (AVX-512), batch 128, 2 threads, the recipe CNN's 3x3 convolutions
+   (bench/RESULTS.md): 32->64 on 14x14, forward 6.5 -> 3.8 ms, backward
+   12.6 -> 9.2 ms; 64->128 on 7x7, 6.3 -> 3.4 and 12.2 -> 7.4 ms. */
+static int gdl__dconv_pays(const gdl_conv_geom *g, int groups, int OC) {
+    return g->C / groups * g->KH * g->KW >= 64 && OC / groups >= GDL__DCONV_OC / 2;
+}
+
+/* The direct forward's plan: task t does the samples [t*nb, t*nb + nb),
+   copied with their padding into its thread's buffer (tsz elements after
+   the shared wsz), then tile by tile: GDL__DCONV_UR pixels (in the order of
+   the samples' output columns) by GDL__DCONV_OC channels of a group, its K
+   blocks those of the implicit GEMM (kc_blk), then the tile written to its
+   samples' planes and the GEMM's epilogue run on it. */
+typedef struct {
+    const gdl_conv_geom *g;
+    int groups, OC, act, nb, kc_blk, ntile;
+    const gdl_real *x, *bias;
+    gdl_real *out, *pre;
+    const float *wp; /* [group][tile][k][GDL__DCONV_OC]: the weights, zero past the group's channels */
+    const int *ko;   /* col row k's offset in a padded sample */
+    size_t wsz, tsz;
+} gdl__dconv_job;
+
+/* Copy samples [n0, n0+cnt) of x into xp with their padding written out ([cnt][C][Hp][Wp]). */
+static void gdl__dconv_pad(const gdl_conv_geom *g, const gdl_real *x, int n0, int cnt, gdl_real *xp) {
+    const int Hp = g->H + 2 * g->PH, Wp = g->W + 2 * g->PW;
+    int64_t plane, nplanes = (int64_t)cnt * g->C;
+    int ih;
+    for (plane = 0; plane < nplanes; plane++) {
+        const gdl_real *src = x + ((int64_t)n0 * g->C + plane) * g->H * g->W;
+        gdl_real *dst = xp + plane * Hp * Wp;
+        memset(dst, 0, sizeof(gdl_real) * (size_t)g->PH * Wp);
+        for (ih = 0; ih < g->H; ih++) {
+            gdl_real *row = dst + (ptrdiff_t)(g->PH + ih) * Wp;
+            memset(row, 0, sizeof(gdl_real) * (size_t)g->PW);
+            memcpy(row + g->PW, src + (ptrdiff_t)ih * g->W, sizeof(gdl_real) * (size_t)g->W);
+            memset(row + g->PW + g->W, 0, sizeof(gdl_real) * (size_t)g->PW);
+        }
+        memset(dst + (ptrdiff_t)(g->PH + g->H) * Wp, 0, sizeof(gdl_real) * (size_t)g->PH * Wp);
+    }
+}
+
+static void gdl__dconv_task(void *p, int t, int nt) {
+    const gdl__dconv_job *d = (const gdl__dconv_job *)p;
+    const gdl_conv_geom *g = d->g;
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    const int Hp = g->H + 2 * g->PH, Wp = g->W + 2 * g->PW, OHW = g->OH * g->OW;
+    const int Cg = g->C / d->groups, OCg = d->OC / d->groups, K = Cg * g->KH * g->KW;
+    const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb, nq = cnt * OHW;
+    const ptrdiff_t HpWp = (ptrdiff_t)Hp * Wp, CHpWp = g->C * HpWp, OCHW = (ptrdiff_t)d->OC * OHW;
+    gdl_real *xp = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
+    gdl_real *tile = xp + d->tsz - UR * OCT;
+    int xo[UR], qs[UR], qp[UR];
+    int gi, ot, q0, i, o, pc;
+    (void)nt;
+    gdl__dconv_pad(g, d->x, n0, cnt, xp);
+    for (gi = 0; gi < d->groups; gi++) {
+        gdl__gemm_args m; /* the epilogue's: the group's channels are its rows */
+        gdl__gemm_args_init(&m, 0, 0, OCg, OHW, K, 1, NULL, 0, NULL, 0, 0, NULL, OHW);
+        m.bias = d->bias ? d->bias + (ptrdiff_t)gi * OCg : NULL;
+        m.act = d->act;
+        for (ot = 0; ot < d->ntile; ot++) {
+            const float *wt = d->wp + ((size_t)gi * d->ntile + ot) * K * OCT;
+            const int o0 = ot * OCT, on = OCg - o0 < OCT ? OCg - o0 : OCT;
+            for (q0 = 0; q0 < nq; q0 += UR) {
+                const int qn = nq - q0 < UR ? nq - q0 : UR;
+                int s = q0 / OHW, pix = q0 % OHW;
+                for (i = 0; i < UR; i++) { /* pixel i: sample qs, output column qp; past qn, the last again */
+                    if (i < qn) {
+                        qs[i] = s;
+                        qp[i] = pix;
+                        xo[i] = (int)(s * CHpWp + (ptrdiff_t)(pix / g->OW) * g->SH * Wp + pix % g->OW * g->SW);
+                        if (++pix == OHW) {
+                            pix = 0;
+                            s++;
+                        }
+                    } else {
+                        xo[i] = xo[qn - 1];
+                    }
+                }
+                for (pc = 0; pc < K; pc += d->kc_blk)
+                    gdl__dconv_kernel(K - pc < d->kc_blk ? K - pc : d->kc_blk, wt + (size_t)pc * OCT, d->ko + pc,
+                                      xp + (ptrdiff_t)gi * Cg * HpWp, xo, tile, pc == 0);
+                for (o = 0; o < on; o++) /* a channel at a time: the pixels are mostly consecutive in memory */
+                    for (i = 0; i < qn; i++)
+                        d->out[(n0 + qs[i]) * OCHW + (ptrdiff_t)(gi * OCg + o0 + o) * OHW + qp[i]] = tile[i * OCT + o];
+                if (m.bias || d->pre || m.act >= 0)
+                    for (i = 0; i < qn;) { /* the tile's run of each sample */
+                        const int s0 = qs[i], p0 = qp[i];
+                        const ptrdiff_t at = (n0 + s0) * OCHW + (ptrdiff_t)gi * OCg * OHW;
+                        int len = 0;
+                        while (i < qn && qs[i] == s0) {
+                            i++;
+                            len++;
+                        }
+                        gdl__gemm_epi_at(&m, d->out + at, d->pre ? d->pre + at : NULL, o0, on, p0, len);
+                    }
+            }
+        }
+    }
+}
+
+/* The weight gradient by the direct kernel: gw[oc][k] += the sum over the
+   samples in turn, each in the implicit GEMM's K blocks of its pixels, of
+   gy[n][oc][p] * col[n][k][p]. The kernel's vectors run over output
+   channels (gy transposed, [p][GDL__DCONV_OC] a channel tile), its
+   broadcasts read col from the padded input (xo: the rows' offsets), and
+   its k loop runs over the pixels (ko: their offsets). A work item is a
+   tile of GDL__DCONV_UR rows of col by a channel tile of a group, whose sums
+   (acc) go through every sample in order, as the GEMM's segments: the bits
+   do not depend on which thread has the item. Each thread takes its items
+   through the samples a chunk at a time, so that a chunk's padded inputs
+   and transposed gradients are read from its cache by all of them. */
+typedef struct {
+    const gdl_conv_geom *g;
+    int groups, OC, ntile, nk, kc_blk, chunk, threads;
+    const gdl_real *x, *gy;
+    gdl_real *gw;
+    gdl_real *xp;        /* [N][C][Hp][Wp] */
+    gdl_real *gyt;       /* [N][groups][ntile][OHW][OCT], zero past a group's channels */
+    gdl_real *acc;       /* [groups][ntile][nk*UR][OCT] */
+    const int *rowoff;   /* [nk*UR]: col row k's offset in a padded sample, the last repeated past K */
+    const int *po;       /* [OHW]: pixel p's */
+} gdl__dconv_gw_job;
+
+/* Sample t's padded input and transposed output gradient. */
+static void gdl__dconv_gw_prep(void *p, int t, int nt) {
+    const gdl__dconv_gw_job *d = (const gdl__dconv_gw_job *)p;
+    const gdl_conv_geom *g = d->g;
+    enum { OCT = GDL__DCONV_OC };
+    const int OHW = g->OH * g->OW, OCg = d->OC / d->groups;
+    const ptrdiff_t CHpWp = (ptrdiff_t)g->C * (g->H + 2 * g->PH) * (g->W + 2 * g->PW);
+    int gi, ot, o, q, i;
+    (void)nt;
+    gdl__dconv_pad(g, d->x, t, 1, d->xp + t * CHpWp);
+    for (gi = 0; gi < d->groups; gi++)
+        for (ot = 0; ot < d->ntile; ot++) {
+            gdl_real *dst = d->gyt + (((size_t)t * d->groups + gi) * d->ntile + ot) * OHW * OCT;
+            const int on = OCg - ot * OCT < OCT ? OCg - ot * OCT : OCT;
+            const gdl_real *src = d->gy + ((ptrdiff_t)t * d->OC + (ptrdiff_t)gi * OCg + ot * OCT) * OHW;
+            for (o = 0; o + 8 <= on; o += 8) { /* 8 channels by 8 pixels at a time */
+                for (q = 0; q + 8 <= OHW; q += 8) gdl__gemm_tr8x8(src + (ptrdiff_t)o * OHW + q, OHW, dst + (size_t)q * OCT + o, OCT);
+                for (; q < OHW; q++)
+                    for (i = 0; i < 8; i++) dst[(size_t)q * OCT + o + i] = src[(ptrdiff_t)(o + i) * OHW + q];
+            }
+            for (; o < OCT; o++)
+                for (q = 0; q < OHW; q++) dst[(size_t)q * OCT + o] = o < on ? src[(ptrdiff_t)o * OHW + q] : 0;
+        }
+}
+
+/* Thread t's share of the work items, from gw and back. */
+static void gdl__dconv_gw_task(void *p, int t, int nt) {
+    const gdl__dconv_gw_job *d = (const gdl__dconv_gw_job *)p;
+    const gdl_conv_geom *g = d->g;
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    const int OHW = g->OH * g->OW, Cg = g->C / d->groups, OCg = d->OC / d->groups, K = Cg * g->KH * g->KW;
+    const int nitems = d->groups * d->ntile * d->nk, i0 = (int)((int64_t)nitems * t / nt),
+              i1 = (int)((int64_t)nitems * (t + 1) / nt);
+    const ptrdiff_t HpWp = (ptrdiff_t)(g->H + 2 * g->PH) * (g->W + 2 * g->PW), CHpWp = g->C * HpWp;
+    int it, s0, s, pc, i, o;
+    for (it = i0; it < i1; it++) { /* the sums start from gw (the GEMM's beta 1) */
+        const int gi = it / (d->ntile * d->nk), ot = it / d->nk % d->ntile, k0 = it % d->nk * UR;
+        gdl_real *a = d->acc + (size_t)it * UR * OCT;
+        for (i = 0; i < UR; i++)
+            for (o = 0; o < OCT; o++) {
+                const int oc = ot * OCT + o;
+                a[i * OCT + o] = oc < OCg && k0 + i < K ? d->gw[((ptrdiff_t)gi * OCg + oc) * K + k0 + i] : 0;
+            }
+    }
+    for (s0 = 0; s0 < g->N; s0 += d->chunk)
+        for (it = i0; it < i1; it++) {
+            const int gi = it / (d->ntile * d->nk), ot = it / d->nk % d->ntile, kt = it % d->nk;
+            const int s1 = g->N - s0 < d->chunk ? g->N : s0 + d->chunk;
+            for (s = s0; s < s1; s++) {
+                const gdl_real *gyt = d->gyt + (((size_t)s * d->groups + gi) * d->ntile + ot) * OHW * OCT;
+                const gdl_real *xs = d->xp + s * CHpWp + (ptrdiff_t)gi * Cg * HpWp;
+                for (pc = 0; pc < OHW; pc += d->kc_blk)
+                    gdl__dconv_kernel(OHW - pc < d->kc_blk ? OHW - pc : d->kc_blk, gyt + (size_t)pc * OCT, d->po + pc,
+                                      xs, d->rowoff + kt * UR, d->acc + (size_t)it * UR * OCT, 0);
+            }
+        }
+    for (it = i0; it < i1; it++) {
+        const int gi = it / (d->ntile * d->nk), ot = it / d->nk % d->ntile, k0 = it % d->nk * UR;
+        const gdl_real *a = d->acc + (size_t)it * UR * OCT;
+        for (i = 0; i < UR && k0 + i < K; i++)
+            for (o = 0; o < OCT && ot * OCT + o < OCg; o++)
+                d->gw[((ptrdiff_t)gi * OCg + ot * OCT + o) * K + k0 + i] = a[i * OCT + o];
+    }
+}
+
+/* The weight gradient by the direct kernel; the caller holds the pool. 0 done, 1 not (no memory, or more
+   than GDL__DCONV_GW_MAX bytes of buffers: the implicit GEMM needs none). */
+#ifndef GDL__DCONV_GW_MAX
+#define GDL__DCONV_GW_MAX ((size_t)64 << 20)
+#endif
+static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, const gdl_real *x, const gdl_real *gy,
+                                  gdl_real *gw, int threads) {
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    const int Cg = g->C / groups, OCg = OC / groups, KK = g->KH * g->KW, K = Cg * KK, OHW = g->OH * g->OW;
+    const int Hp = g->H + 2 * g->PH, Wp = g->W + 2 * g->PW;
+    gdl__dconv_gw_job d;
+    size_t xsz, ysz, asz, isz;
+    int *rowoff, *po, k, q;
+    memset(&d, 0, sizeof d);
+    d.g = g; d.groups = groups; d.OC = OC; d.x = x; d.gy = gy; d.gw = gw; d.threads = threads;
+    d.ntile = (OCg + OCT - 1) / OCT;
+    d.nk = (K + UR - 1) / UR;
+    d.kc_blk = gdl__gemm_block(OHW, GDL__GEMM_KC, 1);
+    xsz = ((size_t)g->N * g->C * Hp * Wp + 15) & ~(size_t)15;
+    ysz = (size_t)g->N * groups * d.ntile * OHW * OCT;
+    asz = (size_t)groups * d.ntile * d.nk * UR * OCT;
+    isz = (size_t)d.nk * UR + (size_t)OHW;
+    if (sizeof(gdl_real) * ((double)xsz + ysz + asz + isz) > (double)GDL__DCONV_GW_MAX ||
+        !gdl__gemm_reserve(xsz + ysz + asz + isz))
+        return 1;
+    d.xp = gdl__gemm_buf;
+    d.gyt = d.xp + xsz;
+    d.acc = d.gyt + ysz;
+    rowoff = (int *)(void *)(d.acc + asz);
+    po = rowoff + (size_t)d.nk * UR;
+    for (k = 0; k < d.nk * UR; k++) {
+        const int r = k < K ? k : K - 1, c = r / KK, kh = r % KK / g->KW, kw = r % g->KW;
+        rowoff[k] = (int)((ptrdiff_t)c * Hp * Wp + (ptrdiff_t)kh * g->DH * Wp + (ptrdiff_t)kw * g->DW);
+    }
+    for (q = 0; q < OHW; q++) po[q] = (int)((ptrdiff_t)(q / g->OW) * g->SH * Wp + (ptrdiff_t)(q % g->OW) * g->SW);
+    d.rowoff = rowoff;
+    d.po = po;
+    /* a chunk's padded inputs and gradients in about 512 KB */
+    d.chunk = (int)(((size_t)128 << 10) / ((size_t)g->C * Hp * Wp + (size_t)groups * d.ntile * OHW * OCT + 1));
+    if (d.chunk < 1) d.chunk = 1;
+    gdl__pool_run(g->N, gdl__dconv_gw_prep, &d);
+    gdl__pool_run(threads, gdl__dconv_gw_task, &d);
+    return 0;
+}
+
+/* The input gradient of a stride-1 convolution by the direct kernel, in
+   the bits of the implicit GEMM + col2im: for each (kh, kw) in turn, the
+   column gradient sum over oc (in the GEMM's K blocks) of w[oc][c][kh][kw]
+   * gy[oc][oh][ow], added into gx at the pixels it reaches (col2im adds
+   only those). The kernel's vectors run over a group's input channels
+   (wq: [tile][kh][kw][oc][OCT]), its broadcasts read gy padded by the
+   kernel's reach less the padding (gq: a task's samples), its k loop runs
+   over the output channels. A tile is GDL__DCONV_UR pixels of gx (in the
+   order of the samples' pixels) by a channel tile; its sums start from gx,
+   as col2im's. Task t does the samples [t*nb, t*nb + nb). */
+typedef struct {
+    const gdl_conv_geom *g;
+    int groups, OC, ntile, nb, kc_blk, Hq, Wq;
+    const gdl_real *w, *gy;
+    gdl_real *gx;
+    const float *wq;
+    const int *ko; /* [OCg]: plane oc's offset in a padded sample of gy */
+    size_t wsz, tsz;
+} gdl__dconv_gx_job;
+
+/* Direct kernel for the input gradient here: stride 1, padding within the kernel's reach (gy's padding
+   is not negative), and the forward's conditions with the roles of C and OC swapped. */
+static int gdl__dconv_gx_pays(const gdl_conv_geom *g, int groups, int OC) {
+    return g->SH == 1 && g->SW == 1 && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1) &&
+           g->C / groups * g->KH * g->KW >= 64 && g->C / groups >= GDL__DCONV_OC / 2 && OC / groups >= GDL__DCONV_OC / 2;
+}
+
+static void gdl__dconv_gx_task(void *p, int t, int nt) {
+    const gdl__dconv_gx_job *d = (const gdl__dconv_gx_job *)p;
+    const gdl_conv_geom *g = d->g;
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    const int Cg = g->C / d->groups, OCg = d->OC / d->groups, OHW = g->OH * g->OW, HW = g->H * g->W;
+    const int PT = g->DH * (g->KH - 1) - g->PH, PL = g->DW * (g->KW - 1) - g->PW, Hq = d->Hq, Wq = d->Wq;
+    const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb, nq = cnt * HW;
+    const ptrdiff_t HqWq = (ptrdiff_t)Hq * Wq, OCHqWq = d->OC * HqWq, CHW = (ptrdiff_t)g->C * HW;
+    gdl_real *gq = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
+    gdl_real *acc = gq + d->tsz - 2 * UR * OCT, *part = acc + UR * OCT;
+    int xo[UR], qs[UR], qh[UR], qw[UR];
+    int s, oc, oh, gi, ct, q0, i, o, kh, kw, pc;
+    (void)nt;
+    for (s = 0; s < cnt; s++) /* gy with the padding written out */
+        for (oc = 0; oc < d->OC; oc++) {
+            gdl_real *dst = gq + s * OCHqWq + oc * HqWq;
+            const gdl_real *src = d->gy + ((ptrdiff_t)(n0 + s) * d->OC + oc) * OHW;
+            memset(dst, 0, sizeof(gdl_real) * (size_t)HqWq);
+            for (oh = 0; oh < g->OH; oh++)
+                memcpy(dst + (ptrdiff_t)(PT + oh) * Wq + PL, src + (ptrdiff_t)oh * g->OW, sizeof(gdl_real) * (size_t)g->OW);
+        }
+    for (gi = 0; gi < d->groups; gi++)
+        for (ct = 0; ct < d->ntile; ct++) {
+            const int c0 = ct * OCT, cn = Cg - c0 < OCT ? Cg - c0 : OCT;
+            for (q0 = 0; q0 < nq; q0 += UR) {
+                const int qn = nq - q0 < UR ? nq - q0 : UR;
+                int ss = q0 / HW, pix = q0 % HW;
+                for (i = 0; i < UR; i++) { /* gx pixel i: sample qs, row qh, column qw; past qn, the last again */
+                    if (i < qn) {
+                        qs[i] = ss; qh[i] = pix / g->W; qw[i] = pix % g->W;
+                        xo[i] = (int)(ss * OCHqWq + (ptrdiff_t)qh[i] * Wq + qw[i]);
+                        if (++pix == HW) {
+                            pix = 0;
+                            ss++;
+                        }
+                    } else {
+                        xo[i] = xo[qn - 1];
+                    }
+                }
+                memset(acc, 0, sizeof(gdl_real) * UR * OCT);
+                for (o = 0; o < cn; o++) /* the sums start from gx; a channel at a time, as below */
+                    for (i = 0; i < qn; i++)
+                        acc[i * OCT + o] = d->gx[(n0 + qs[i]) * CHW + ((ptrdiff_t)gi * Cg + c0 + o) * HW + qh[i] * g->W + qw[i]];
+                for (kh = 0; kh < g->KH; kh++)
+                    for (kw = 0; kw < g->KW; kw++) {
+                        /* pixel (ih, iw) reads gy at (ih + PH - kh*DH, iw + PW - kw*DW), padded: + (PT, PL) */
+                        const gdl_real *gs = gq + (ptrdiff_t)gi * OCg * HqWq + (ptrdiff_t)g->DH * (g->KH - 1 - kh) * Wq +
+                                             (ptrdiff_t)g->DW * (g->KW - 1 - kw);
+                        const float *wt = d->wq + ((((size_t)gi * d->ntile + ct) * g->KH + kh) * g->KW + kw) * OCg * OCT;
+                        for (pc = 0; pc < OCg; pc += d->kc_blk)
+                            gdl__dconv_kernel(OCg - pc < d->kc_blk ? OCg - pc : d->kc_blk, wt + (size_t)pc * OCT, d->ko + pc,
+                                              gs, xo, part, pc == 0);
+                        for (i = 0; i < qn; i++) { /* col2im adds only what reaches the pixel */
+                            const int oh2 = qh[i] + g->PH - kh * g->DH, ow2 = qw[i] + g->PW - kw * g->DW;
+                            if (oh2 < 0 || oh2 >= g->OH || ow2 < 0 || ow2 >= g->OW) continue;
+                            for (o = 0; o < OCT; o++) acc[i * OCT + o] = acc[i * OCT + o] + part[i * OCT + o];
+                        }
+                    }
+                for (o = 0; o < cn; o++)
+                    for (i = 0; i < qn; i++)
+                        d->gx[(n0 + qs[i]) * CHW + ((ptrdiff_t)gi * Cg + c0 + o) * HW + qh[i] * g->W + qw[i]] = acc[i * OCT + o];
+            }
+        }
+}
+
+/* The input gradient by the direct kernel; the caller holds the pool. 0 done, 1 no memory. */
+static int gdl__dconv_input_grad(const gdl_conv_geom *g, int groups, int OC, const gdl_real *w, const gdl_real *gy,
+                                 gdl_real *gx, int threads) {
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    const int Cg = g->C / groups, OCg = OC / groups, KK = g->KH * g->KW;
+    gdl__dconv_gx_job d;
+    float *wq;
+    int *ko;
+    int gi, ct, kk, oc, o;
+    memset(&d, 0, sizeof d);
+    d.g = g; d.groups = groups; d.OC = OC; d.w = w; d.gy = gy; d.gx = gx;
+    d.Hq = g->H + g->DH * (g->KH - 1);
+    d.Wq = g->W + g->DW * (g->KW - 1);
+    d.ntile = (Cg + OCT - 1) / OCT;
+    d.kc_blk = gdl__gemm_block(OCg, GDL__GEMM_KC, 1);
+    /* samples a task: about an equal share of the threads', at most 16 */
+    d.nb = (g->N + threads - 1) / threads;
+    if (d.nb > 16) d.nb = 16;
+    d.wsz = ((size_t)groups * d.ntile * KK * OCg * OCT + (size_t)OCg + 15) & ~(size_t)15;
+    d.tsz = (((size_t)d.nb * OC * d.Hq * d.Wq + 15) & ~(size_t)15) + (size_t)2 * UR * OCT;
+    if ((double)d.nb * OC * d.Hq * d.Wq > 1e9 || !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz)) return 1;
+    wq = gdl__gemm_buf;
+    ko = (int *)(void *)(wq + (size_t)groups * d.ntile * KK * OCg * OCT);
+    for (gi = 0; gi < groups; gi++)
+        for (ct = 0; ct < d.ntile; ct++)
+            for (kk = 0; kk < KK; kk++)
+                for (oc = 0; oc < OCg; oc++) {
+                    float *dst = wq + ((((size_t)gi * d.ntile + ct) * KK + kk) * OCg + oc) * OCT;
+                    for (o = 0; o < OCT; o++) {
+                        const int c = ct * OCT + o;
+                        dst[o] = c < Cg ? w[(((ptrdiff_t)gi * OCg + oc) * Cg + c) * KK + kk] : 0.0f;
+                    }
+                }
+    for (oc = 0; oc < OCg; oc++) ko[oc] = (int)((ptrdiff_t)oc * d.Hq * d.Wq);
+    d.wq = wq;
+    d.ko = ko;
+    gdl__pool_run((g->N + d.nb - 1) / d.nb, gdl__dconv_gx_task, &d);
+    return 0;
+}
+
+/* The forward by the direct kernel; the caller holds the pool. 0 done, 1 no memory (nothing done). */
+static int gdl__dconv_forward(const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x,
+                              const gdl_real *w, const gdl_real *bias, gdl_real *out, gdl_real *pre, int threads) {
+    enum { OCT = GDL__DCONV_OC };
+    const int Cg = g->C / groups, OCg = OC / groups, KK = g->KH * g->KW, K = Cg * KK;
+    const int Hp = g->H + 2 * g->PH, Wp = g->W + 2 * g->PW;
+    gdl__dconv_job d;
+    float *wp;
+    int *ko;
+    int gi, ot, k, o;
+    memset(&d, 0, sizeof d);
+    d.g = g; d.groups = groups; d.OC = OC; d.act = act; d.x = x; d.bias = bias; d.out = out; d.pre = pre;
+    d.nb = gdl__conv_span(g, threads);
+    d.kc_blk = gdl__gemm_block(K, GDL__GEMM_KC, 1);
+    d.ntile = (OCg + OCT - 1) / OCT;
+    d.wsz = ((size_t)groups * d.ntile * K * OCT + (size_t)K + 15) & ~(size_t)15;
+    d.tsz = (((size_t)d.nb * g->C * Hp * Wp + 15) & ~(size_t)15) + (size_t)GDL__DCONV_UR * OCT;
+    if ((double)d.nb * g->C * Hp * Wp > 1e9 || !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz)) return 1;
+    wp = gdl__gemm_buf;
+    ko = (int *)(void *)(wp + (size_t)groups * d.ntile * K * OCT);
+    for (gi = 0; gi < groups; gi++)
+        for (ot = 0; ot < d.ntile; ot++) {
+            float *wt = wp + ((size_t)gi * d.ntile + ot) * K * OCT;
+            for (k = 0; k < K; k++)
+                for (o = 0; o < OCT; o++) {
+                    const int oc = ot * OCT + o;
+                    wt[(size_t)k * OCT + o] = oc < OCg ? w[((ptrdiff_t)gi * OCg + oc) * K + k] : 0.0f;
+                }
+        }
+    for (k = 0; k < K; k++) {
+        const int c = k / KK, kh = k % KK / g->KW, kw = k % g->KW;
+        ko[k] = (int)((ptrdiff_t)c * Hp * Wp + (ptrdiff_t)kh * g->DH * Wp + (ptrdiff_t)kw * g->DW);
+    }
+    d.wp = wp;
+    d.ko = ko;
+    gdl__pool_run((g->N + d.nb - 1) / d.nb, gdl__dconv_task, &d);
+    return 0;
+}
+#endif
 
 /* Group gi's implicit GEMM of pass 0 (y = W col(x) + bias, act) or 1 (gw += sum over n of gy[n] col(x[n])^T;
    the samples are its segments). Pass 0's samples are sB = C*H*W, sC = OC*OH*OW apart. */
@@ -176,23 +636,49 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
     const int threads = gdl_get_num_threads();
     gdl__gemm_args m;
     gdl__gemm_job j;
-    int gi, n;
+    int gi, n, nb;
     if (gdl__conv_path == 0 || (gdl__conv_path < 0 && !gdl__conv_implicit_pays(pass, g))) return 1;
     if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
     /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle */
     if (pass == 2 && threads > 1 && g->N < threads) return 1;
     if (!gdl__pool_acquire()) return 1; /* another thread's GEMM has the packing buffers */
-    if (pass == 2) {
-        gdl__conv_dx_job d;
-        gdl__gemm_args_init(&m, 1, 0, CgKK, OHW, OCg, 1, w, CgKK, gy, OHW, 0, out, OHW);
+#ifdef GDL__DCONV
+    if (pass == 0 && gdl__conv_path != 2 && gdl__dconv_pays(g, groups, OC) &&
+        gdl__dconv_forward(g, groups, OC, act, x, w, bias, out, pre, threads) == 0) {
+        gdl__pool_release();
+        return 0;
+    }
+    if (pass == 2 && gdl__conv_path != 2 && gdl__dconv_gx_pays(g, groups, OC) &&
+        gdl__dconv_input_grad(g, groups, OC, w, gy, out, threads) == 0) {
+        gdl__pool_release();
+        return 0;
+    }
+    if (pass == 1 && gdl__conv_path != 2 && gdl__dconv_pays(g, groups, OC) &&
+        gdl__dconv_weight_grad(g, groups, OC, x, gy, out, threads) == 0) {
+        gdl__pool_release();
+        return 0;
+    }
+#endif
+    nb = gdl__conv_span(g, threads);
+    if (pass == 2 || (pass == 0 && (nb > 1 || (threads > 1 && g->N >= threads &&
+                                               (double)OCg * OHW * CgKK * g->N >= GDL__GEMM_MT_MIN)))) {
+        /* tasks of nb samples (one each when the images are large), each whole on its thread */
+        gdl__conv_task_job d;
+        memset(&d, 0, sizeof d);
+        if (pass == 2)
+            gdl__gemm_args_init(&m, 1, 0, CgKK, nb * OHW, OCg, 1, w, CgKK, gy, OHW, 0, out, OHW);
+        else
+            gdl__conv_gemm_args(0, g, groups, OC, 0, act, x, w, gy, bias, out, pre, &m);
+        m.N = nb * OHW;
         gdl__gemm_plan(&m, &d.j);
-        d.g = g; d.groups = groups; d.OC = OC; d.w = w; d.gy = gy; d.gx = out;
-        d.csz = ((size_t)g->C * g->KH * g->KW * OHW + 15) & ~(size_t)15;
+        d.g = g; d.pass = pass; d.groups = groups; d.OC = OC; d.act = act; d.nb = nb;
+        d.x = x; d.w = w; d.gy = gy; d.bias = bias; d.out = out; d.pre = pre;
+        d.csz = pass == 2 ? ((size_t)g->C * g->KH * g->KW * OHW * nb + 15) & ~(size_t)15 : 0;
         if (!gdl__gemm_reserve((size_t)threads * (d.j.asz + d.j.bsz + d.csz))) {
             gdl__pool_release();
             return 1;
         }
-        gdl__pool_run(g->N, gdl__conv_dx_task, &d);
+        gdl__pool_run((g->N + nb - 1) / nb, gdl__conv_task, &d);
         gdl__pool_release();
         return 0;
     }
@@ -207,15 +693,6 @@ static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, 
         gdl__conv_gemm_args(pass, g, groups, OC, gi, act, x, w, gy, bias, out, pre, &m);
         j.g = &m;
         j.tm = j.tn = 1;
-#ifdef GDL__POOL
-        if (pass == 0 && threads > 1 && g->N >= threads &&
-            (double)OCg * OHW * CgKK * g->N >= GDL__GEMM_MT_MIN) { /* a sample a task, each whole on its thread */
-            j.sB = CHW;
-            j.sC = (ptrdiff_t)OC * OHW;
-            gdl__pool_run(g->N, gdl__gemm_batch_task, &j);
-            continue;
-        }
-#endif
         gdl__gemm_plan_grid(&j, threads);
         if (pass == 1) { /* one product, K running over the samples in turn */
             gdl__gemm_held(&j);

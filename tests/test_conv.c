@@ -58,6 +58,20 @@ static const conv_case cases[] = {
     {"gelu_erf_d2",    2,  3,  8,  8,  4, 3, 3, 1, 1, 2, 2, 2, 2, 1, 0, GDL_ACT_GELU},
     {"act_none",       2,  2,  9,  8,  3, 3, 3, 2, 2, 0, 0, 2, 2, 1, 1, GDL_ACT_NONE},
     {"cnn_conv2",      4, 32, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, GDL_ACT_RELU},
+    /* samples side by side in one GEMM (gdl__conv_span): tiles across samples, a short last task, pre kept */
+    {"span_groups",   13,  6,  5,  6,  8, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1, GDL_ACT_GELU},
+    {"span_k_270",     9, 30,  6,  5,  9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, GDL_ACT_RELU},
+    /* the direct forward kernel (gdl__dconv_pays: >= 64 rows of col and >= 16 channels a group): channel
+       tiles with a ragged last, pixel tiles across samples, strides and dilations, groups, two K blocks */
+    {"direct_tiles",   5,  8,  9, 11, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, NO_ACT},
+    {"direct_s2_d2",   3, 16, 12, 10, 17, 3, 3, 2, 2, 2, 1, 2, 1, 1, 1, NO_ACT},
+    {"direct_groups2", 4, 16,  8,  8, 40, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1, GDL_ACT_RELU},
+    {"direct_k306",    3, 34,  6,  7, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, GDL_ACT_GELU},
+    {"direct_5x5",     2,  3, 11,  9, 16, 5, 5, 1, 1, 2, 2, 1, 1, 1, 1, GDL_ACT_GELU_TANH},
+    /* ... and its input gradient (stride 1, >= 16 input channels a group): groups with dilation and padding
+       short of the reach, output channels in two K blocks */
+    {"direct_gx_d2",   3, 32,  9,  8, 40, 3, 3, 1, 1, 2, 1, 2, 1, 2, 1, NO_ACT},
+    {"direct_gx_oc260", 2, 16, 5,  6, 260, 3, 3, 1, 1, 0, 1, 1, 1, 1, 1, NO_ACT},
 };
 
 typedef struct {
@@ -241,11 +255,13 @@ static enum harness_result against_direct_loop(const conv_case *c, const conv_io
     return hr;
 }
 
-/* One case: im2col (2 threads) is the reference; the implicit path at 1, 2
-   and 3 threads and the path chosen by shape give its bits; the implicit
+/* One case: im2col (2 threads) is the reference; the implicit path (with
+   the direct forward kernel where it suits) at 1, 2 and 3 threads, the path
+   chosen by shape and the implicit GEMM alone give its bits; the implicit
    path agrees with the direct loop. */
 TEST conv_paths_agree(const conv_case *c) {
-    static const int threads[] = {1, 2, 3, 2}, paths[] = {1, 1, 1, -1}; /* last: the path the shape picks */
+    /* path 2: the implicit GEMM where path 1 would take the direct forward kernel; -1: the path the shape picks */
+    static const int threads[] = {1, 2, 3, 2, 2}, paths[] = {1, 1, 1, -1, 2};
     conv_io io;
     conv_res old, cur;
     enum harness_result hr = HARNESS_PASS;
