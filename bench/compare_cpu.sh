@@ -47,7 +47,7 @@ runs="$reps interleaved runs per net, ISA $isa"
 . bench/torch_venv.sh
 echo "cpu flags: $(for f in avx2 fma avx512f avx512bw avx512_vnni avx512_bf16 amx_tile; do grep -qw "$f" /proc/cpuinfo && printf '%s ' "$f"; done)"
 echo "ours: $(GPUDL_NUM_THREADS=1 "$ours" __none__ 2>/dev/null | sed -n 's/^cpu: .*, GEMM micro-kernel /GEMM micro-kernel /p')" \
-     "(convolutions: the implicit GEMM on it, im2col where the shape asks)"
+     "(convolutions: on x86 the direct kernel of that width where the shape suits it, else the implicit GEMM on it, im2col where the shape asks)"
 "$py" -c 'import torch
 print("pytorch: cpu capability", torch.backends.cpu.get_cpu_capability(), "| mkldnn (oneDNN)",
       torch.backends.mkldnn.is_available(), "| openmp", torch.backends.openmp.is_available(),
