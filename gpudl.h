@@ -10241,20 +10241,43 @@ static void gdl__bn_sums2(const gdl_real *x, const gdl_real *gy, int64_t N, int6
     *sg = gdl__lanes_total(lg, tg);
     *sgx = gdl__lanes_total(lx, tx);
 }
+/* Batch norm's elementwise passes in double lanes: GDL__BNV_W floats widened, the scalar expression's
+   operations in its order, then rounded once to float (so the vector and scalar loops give one result). */
+#if defined(GDL__GELU_AVX512)
+#define GDL__BNV_W 8
+typedef __m512d gdl__bnv;
+static inline gdl__bnv gdl__bnv_set(double v) { return _mm512_set1_pd(v); }
+static inline gdl__bnv gdl__bnv_load(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
+static inline gdl__bnv gdl__bnv_sub(gdl__bnv a, gdl__bnv b) { return _mm512_sub_pd(a, b); }
+static inline gdl__bnv gdl__bnv_mul(gdl__bnv a, gdl__bnv b) { return _mm512_mul_pd(a, b); }
+static inline gdl__bnv gdl__bnv_add(gdl__bnv a, gdl__bnv b) { return _mm512_add_pd(a, b); }
+static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(v)); }
+/* p = (acc ? p : 0) + v, in float */
+static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
+    _mm256_storeu_ps(p, _mm256_add_ps(acc ? _mm256_loadu_ps(p) : _mm256_setzero_ps(), _mm512_cvtpd_ps(v)));
+}
+#elif defined(GDL__GELU_AVX2)
+#define GDL__BNV_W 4
+typedef __m256d gdl__bnv;
+static inline gdl__bnv gdl__bnv_set(double v) { return _mm256_set1_pd(v); }
+static inline gdl__bnv gdl__bnv_load(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
+static inline gdl__bnv gdl__bnv_sub(gdl__bnv a, gdl__bnv b) { return _mm256_sub_pd(a, b); }
+static inline gdl__bnv gdl__bnv_mul(gdl__bnv a, gdl__bnv b) { return _mm256_mul_pd(a, b); }
+static inline gdl__bnv gdl__bnv_add(gdl__bnv a, gdl__bnv b) { return _mm256_add_pd(a, b); }
+static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); }
+static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
+    _mm_storeu_ps(p, _mm_add_ps(acc ? _mm_loadu_ps(p) : _mm_setzero_ps(), _mm256_cvtpd_ps(v)));
+}
+#endif
+
 /* y = (x - mu) is gm + bt over n values, in double and rounded once, as the scalar expression */
 static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, double mu, double is, double gm, double bt) {
     int64_t i = 0;
-#if defined(GDL__GELU_AVX512)
-    const __m512d m = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is), vg = _mm512_set1_pd(gm), vb = _mm512_set1_pd(bt);
-    for (; i + 8 <= n; i += 8) {
-        __m512d v = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), m);
-        _mm256_storeu_ps(y + i, _mm512_cvtpd_ps(_mm512_add_pd(_mm512_mul_pd(_mm512_mul_pd(v, vis), vg), vb)));
-    }
-#elif defined(GDL__GELU_AVX2)
-    const __m256d m = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is), vg = _mm256_set1_pd(gm), vb = _mm256_set1_pd(bt);
-    for (; i + 4 <= n; i += 4) {
-        __m256d v = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), m);
-        _mm_storeu_ps(y + i, _mm256_cvtpd_ps(_mm256_add_pd(_mm256_mul_pd(_mm256_mul_pd(v, vis), vg), vb)));
+#ifdef GDL__BNV_W
+    const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is), vg = gdl__bnv_set(gm), vb = gdl__bnv_set(bt);
+    for (; i + GDL__BNV_W <= n; i += GDL__BNV_W) {
+        const gdl__bnv v = gdl__bnv_sub(gdl__bnv_load(x + i), m);
+        gdl__bnv_store(y + i, gdl__bnv_add(gdl__bnv_mul(gdl__bnv_mul(v, vis), vg), vb));
     }
 #endif
     for (; i < n; i++) y[i] = (gdl_real)((x[i] - mu) * is * gm + bt);
@@ -10308,26 +10331,15 @@ typedef struct {
 static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *gx, int64_t n, int training, double M,
                               double A, double sg, double sgx, double mu, double is, double gm, int acc) {
     int64_t i = 0;
-#if defined(GDL__GELU_AVX512)
-    const __m512d vM = _mm512_set1_pd(M), vA = _mm512_set1_pd(A), vsg = _mm512_set1_pd(sg), vsgx = _mm512_set1_pd(sgx);
-    const __m512d m = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is);
+#ifdef GDL__BNV_W
+    const gdl__bnv vM = gdl__bnv_set(M), vA = gdl__bnv_set(A), vsg = gdl__bnv_set(sg), vsgx = gdl__bnv_set(sgx);
+    const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is);
     if (training)
-        for (; i + 8 <= n; i += 8) {
-            __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(gy + i)), v = _mm512_cvtps_pd(_mm256_loadu_ps(x + i));
-            __m512d t = _mm512_sub_pd(_mm512_sub_pd(_mm512_mul_pd(vM, g), vsg),
-                                      _mm512_mul_pd(_mm512_mul_pd(_mm512_sub_pd(v, m), vis), vsgx));
-            _mm256_storeu_ps(gx + i, _mm256_add_ps(acc ? _mm256_loadu_ps(gx + i) : _mm256_setzero_ps(),
-                                                   _mm512_cvtpd_ps(_mm512_mul_pd(vA, t))));
-        }
-#elif defined(GDL__GELU_AVX2)
-    const __m256d vM = _mm256_set1_pd(M), vA = _mm256_set1_pd(A), vsg = _mm256_set1_pd(sg), vsgx = _mm256_set1_pd(sgx);
-    const __m256d m = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is);
-    if (training)
-        for (; i + 4 <= n; i += 4) {
-            __m256d g = _mm256_cvtps_pd(_mm_loadu_ps(gy + i)), v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
-            __m256d t = _mm256_sub_pd(_mm256_sub_pd(_mm256_mul_pd(vM, g), vsg),
-                                      _mm256_mul_pd(_mm256_mul_pd(_mm256_sub_pd(v, m), vis), vsgx));
-            _mm_storeu_ps(gx + i, _mm_add_ps(acc ? _mm_loadu_ps(gx + i) : _mm_setzero_ps(), _mm256_cvtpd_ps(_mm256_mul_pd(vA, t))));
+        for (; i + GDL__BNV_W <= n; i += GDL__BNV_W) {
+            const gdl__bnv g = gdl__bnv_load(gy + i), v = gdl__bnv_load(x + i);
+            const gdl__bnv t = gdl__bnv_sub(gdl__bnv_sub(gdl__bnv_mul(vM, g), vsg),
+                                            gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(v, m), vis), vsgx));
+            gdl__bnv_store_add(gx + i, gdl__bnv_mul(vA, t), acc);
         }
 #endif
     for (; i < n; i++)
