@@ -9083,7 +9083,7 @@ static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real
 #ifndef GDL__GEMM_CBLAS /* the implicit GEMM is the built-in GEMM's packing */
 /* Which path: -1 by shape (gdl__conv_implicit_pays, gdl__dconv_pays), 0
    always im2col (conv_implicit declines), 1 the implicit GEMM (or the
-   direct kernel, for a forward it suits) wherever it can run, 2 the same
+   direct kernel, for a pass it suits) wherever it can run, 2 the same
    without the direct kernel. For the tests, which compare them. */
 static int gdl__conv_path = -1;
 
@@ -9190,6 +9190,14 @@ static void gdl__conv_task(void *p, int t, int nt) {
 static int gdl__dconv_pays(const gdl_conv_geom *g, int groups, int OC) {
     return g->C / groups * g->KH * g->KW >= 64 && OC / groups >= GDL__DCONV_OC / 2;
 }
+
+/* The most bytes of buffers a direct pass takes (in the GEMM's grow-only
+   buffer, kept for the next step); a pass that would need more runs the
+   implicit GEMM, whose buffers are a few blocks a thread. (It also keeps
+   every offset into them, the kernel's int tables, far inside an int.) */
+#ifndef GDL__DCONV_MAX
+#define GDL__DCONV_MAX ((size_t)64 << 20)
+#endif
 
 /* The direct forward's plan: task t does the samples [t*nb, t*nb + nb),
    copied with their padding into its thread's buffer (tsz elements after
@@ -9299,7 +9307,7 @@ static void gdl__dconv_task(void *p, int t, int nt) {
    and transposed gradients are read from its cache by all of them. */
 typedef struct {
     const gdl_conv_geom *g;
-    int groups, OC, ntile, nk, kc_blk, chunk, threads;
+    int groups, OC, ntile, nk, kc_blk, chunk;
     const gdl_real *x, *gy;
     gdl_real *gw;
     gdl_real *xp;        /* [N][C][Hp][Wp] */
@@ -9375,10 +9383,7 @@ static void gdl__dconv_gw_task(void *p, int t, int nt) {
 }
 
 /* The weight gradient by the direct kernel; the caller holds the pool. 0 done, 1 not (no memory, or more
-   than GDL__DCONV_GW_MAX bytes of buffers: the implicit GEMM needs none). */
-#ifndef GDL__DCONV_GW_MAX
-#define GDL__DCONV_GW_MAX ((size_t)64 << 20)
-#endif
+   than GDL__DCONV_MAX bytes of buffers). */
 static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, const gdl_real *x, const gdl_real *gy,
                                   gdl_real *gw, int threads) {
     enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
@@ -9388,7 +9393,7 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     size_t xsz, ysz, asz, isz;
     int *rowoff, *po, k, q;
     memset(&d, 0, sizeof d);
-    d.g = g; d.groups = groups; d.OC = OC; d.x = x; d.gy = gy; d.gw = gw; d.threads = threads;
+    d.g = g; d.groups = groups; d.OC = OC; d.x = x; d.gy = gy; d.gw = gw;
     d.ntile = (OCg + OCT - 1) / OCT;
     d.nk = (K + UR - 1) / UR;
     d.kc_blk = gdl__gemm_block(OHW, GDL__GEMM_KC, 1);
@@ -9396,7 +9401,7 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     ysz = (size_t)g->N * groups * d.ntile * OHW * OCT;
     asz = (size_t)groups * d.ntile * d.nk * UR * OCT;
     isz = (size_t)d.nk * UR + (size_t)OHW;
-    if (sizeof(gdl_real) * ((double)xsz + ysz + asz + isz) > (double)GDL__DCONV_GW_MAX ||
+    if (sizeof(gdl_real) * ((double)xsz + ysz + asz + isz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(xsz + ysz + asz + isz))
         return 1;
     d.xp = gdl__gemm_buf;
@@ -9531,7 +9536,9 @@ static int gdl__dconv_input_grad(const gdl_conv_geom *g, int groups, int OC, con
     if (d.nb > 16) d.nb = 16;
     d.wsz = ((size_t)groups * d.ntile * KK * OCg * OCT + (size_t)OCg + 15) & ~(size_t)15;
     d.tsz = (((size_t)d.nb * OC * d.Hq * d.Wq + 15) & ~(size_t)15) + (size_t)2 * UR * OCT;
-    if ((double)d.nb * OC * d.Hq * d.Wq > 1e9 || !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz)) return 1;
+    if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
+        !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
+        return 1;
     wq = gdl__gemm_buf;
     ko = (int *)(void *)(wq + (size_t)groups * d.ntile * KK * OCg * OCT);
     for (gi = 0; gi < groups; gi++)
@@ -9568,7 +9575,9 @@ static int gdl__dconv_forward(const gdl_conv_geom *g, int groups, int OC, int ac
     d.ntile = (OCg + OCT - 1) / OCT;
     d.wsz = ((size_t)groups * d.ntile * K * OCT + (size_t)K + 15) & ~(size_t)15;
     d.tsz = (((size_t)d.nb * g->C * Hp * Wp + 15) & ~(size_t)15) + (size_t)GDL__DCONV_UR * OCT;
-    if ((double)d.nb * g->C * Hp * Wp > 1e9 || !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz)) return 1;
+    if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
+        !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
+        return 1;
     wp = gdl__gemm_buf;
     ko = (int *)(void *)(wp + (size_t)groups * d.ntile * K * OCT);
     for (gi = 0; gi < groups; gi++)
