@@ -283,7 +283,8 @@
    cublasSgemm's and gpudl's kernel in the last bits). bf16/f16 inputs and
    autocast run the f32 op on f32 copies (the GDL__LOWP hook).
    gdl_nn_sequential uses them without code changes: a Linear followed by
-   ReLU or GELU, and a Conv2d followed by ReLU, run fused, except under
+   ReLU or GELU, a Conv2d followed by ReLU, and a BatchNorm followed by ReLU
+   (gdl_batch_norm_relu; a BasicBlock's bn1 too) run fused, except under
    anomaly mode, while gdl_module_summary records, under autocast or with
    non-f32 tensors. gdl_nn_set_fusion(0), or GPUDL_NO_FUSION=1 in the
    environment, turns it off (the per-op profiler then lists linear and
@@ -802,6 +803,12 @@ GPUDL_API gdl_tensor *gdl_sdpa_qkv(gdl_tensor *qkv, int num_heads, gdl_tensor *a
 GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,
                                      gdl_tensor *weight, gdl_tensor *bias, int training,
                                      double momentum, double eps);
+/* relu(batch_norm(...)) as one op: the ReLU in the normalisation's pass and its backward in the batch
+   norm's (one pass over the activation less each way, no intermediate tensor); bitwise gdl_batch_norm
+   then gdl_relu. gdl_nn_sequential runs a BatchNorm followed by a ReLU with it. */
+GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,
+                                          gdl_tensor *weight, gdl_tensor *bias, int training, double momentum,
+                                          double eps);
 /* normalises over the last dim (size D = weight's numel when given) */
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps);
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *indices, gdl_tensor *weight); /* i32 [...] -> [...,D] */
@@ -910,6 +917,7 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
     X(DROPOUT, "dropout", gdl__bw_dropout, 0, GDL_AUTOCAST_PROMOTE) \
     X(SDPA, "scaled_dot_product_attention", gdl__bw_sdpa, 0, GDL_AUTOCAST_LOW) \
     X(BATCH_NORM, "batch_norm", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
+    X(BATCH_NORM_RELU, "batch_norm_relu", gdl__bw_batch_norm, 0, GDL_AUTOCAST_PROMOTE) \
     X(LAYER_NORM, "layer_norm", gdl__bw_layer_norm, 0, GDL_AUTOCAST_F32) \
     X(EMBEDDING, "embedding", gdl__bw_embedding, 0, GDL_AUTOCAST_PROMOTE) \
     X(CROSS_ENTROPY, "cross_entropy", gdl__bw_xent, 0, GDL_AUTOCAST_F32) \
@@ -1453,8 +1461,9 @@ GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods);
 /* Appends m to a Sequential as child "<count>"; takes ownership of m (freed on failure unless it has a parent). 0 / -1. */
 GPUDL_API int gdl_nn_sequential_add(gdl_module *seq, gdl_module *m);
 /* Fusion in Sequential's forward: a Linear followed by ReLU or GELU (either
-   form), or a Conv2d followed by ReLU, runs as one gdl_linear_act /
-   gdl_conv2d_act op (fewer kernel launches and memory passes; the same
+   form), a Conv2d followed by ReLU, or a BatchNorm followed by ReLU, runs as
+   one gdl_linear_act / gdl_conv2d_act / gdl_batch_norm_relu op (a
+   BasicBlock's bn1 and its ReLU too; fewer kernel launches and memory passes; the same
    outputs and gradients bit for bit in f32 on the CPU). Not fused: under
    anomaly mode, during gdl_module_summary, under autocast or with non-f32
    inputs or parameters. On by default; the environment variable
@@ -2769,22 +2778,25 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* x [N,C,S]. Training: batch stats (biased var) -> mean, invstd (saved), \
        running stats updated with unbiased var when run_mean != NULL. \
        Eval: mean/invstd are computed from running stats into mean/invstd. \
-       gamma/beta may be NULL (1 and 0). */ \
+       gamma/beta may be NULL (1 and 0). relu: y = relu(y) in the same pass (gdl_batch_norm_relu; the \
+       normalised value rounded to y's dtype first, then x > 0 ? x : 0, as the two ops). */ \
     X(int, batchnorm, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma, \
         const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, \
-        gdl_real *run_var, int training, double momentum, double eps)) \
+        gdl_real *run_var, int training, double momentum, double eps, int relu)) \
     /* gx/ggamma/gbeta may be NULL; ggamma and gbeta +=, gx too when accumulate (0: gx was unset, its old \
-       contents are not read). training selects the batch-stats formula */ \
+       contents are not read). training selects the batch-stats formula. y: a fused ReLU's output, whose \
+       backward comes first (gy taken as 0 + (y > 0 ? gy : 0), ReLU's backward into an unset gradient); \
+       NULL: none */ \
     X(int, batchnorm_backward, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy, \
-        const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, gdl_real *gx, \
-        gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
+        const gdl_real *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, \
+        gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
     /* the same with x, y, gy and gx f16/bf16 (dt) and the rest f32 (cuDNN's \
        under torch.autocast): f32 arithmetic, y and gx rounded once, gx += */ \
     X(int, batchnorm_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
         const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
-        int training, double momentum, double eps)) \
+        int training, double momentum, double eps, int relu)) \
     X(int, batchnorm_backward_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
-        const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, void *gx, \
+        const void *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, void *gx, \
         gdl_real *ggamma, gdl_real *gbeta)) \
     /* rows of D; mean/rstd saved per row */ \
     X(int, layernorm, (int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma, \
@@ -10202,54 +10214,9 @@ typedef struct {
     int64_t N, C, S;
     const gdl_real *x, *gamma, *beta;
     gdl_real *y, *mean, *invstd, *run_mean, *run_var;
-    int training;
+    int training, relu;
     double momentum, eps;
 } gdl__batchnorm_job;
-static void gdl__bn_sums2(const gdl_real *x, const gdl_real *gy, int64_t N, int64_t stride, int64_t S, double mu,
-                          double is, double *sg, double *sgx) {
-    const int64_t S8 = S - S % 8;
-    double lg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lx[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tg = 0, tx = 0;
-    int64_t n, s;
-    int k;
-#if defined(GDL__GELU_AVX512)
-    __m512d ag = _mm512_setzero_pd(), ax = _mm512_setzero_pd(), m = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is);
-#elif defined(GDL__GELU_AVX2)
-    __m256d ag0 = _mm256_setzero_pd(), ag1 = ag0, ax0 = ag0, ax1 = ag0, m = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is);
-#endif
-    for (n = 0; n < N; n++) {
-        const gdl_real *r = x + n * stride, *g = gy + n * stride;
-        for (s = 0; s < S8; s += 8) {
-#if defined(GDL__GELU_AVX512)
-            __m512d vg = _mm512_cvtps_pd(_mm256_loadu_ps(g + s)), vx = _mm512_cvtps_pd(_mm256_loadu_ps(r + s));
-            ag = _mm512_add_pd(ag, vg);
-            ax = _mm512_add_pd(ax, _mm512_mul_pd(_mm512_mul_pd(vg, _mm512_sub_pd(vx, m)), vis));
-#elif defined(GDL__GELU_AVX2)
-            __m256d g0 = _mm256_cvtps_pd(_mm_loadu_ps(g + s)), g1 = _mm256_cvtps_pd(_mm_loadu_ps(g + s + 4));
-            __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(r + s)), x1 = _mm256_cvtps_pd(_mm_loadu_ps(r + s + 4));
-            ag0 = _mm256_add_pd(ag0, g0), ag1 = _mm256_add_pd(ag1, g1);
-            ax0 = _mm256_add_pd(ax0, _mm256_mul_pd(_mm256_mul_pd(g0, _mm256_sub_pd(x0, m)), vis));
-            ax1 = _mm256_add_pd(ax1, _mm256_mul_pd(_mm256_mul_pd(g1, _mm256_sub_pd(x1, m)), vis));
-#else
-            for (k = 0; k < 8; k++) {
-                lg[k] += g[s + k];
-                lx[k] += g[s + k] * (r[s + k] - mu) * is;
-            }
-#endif
-        }
-        for (; s < S; s++) {
-            tg += g[s];
-            tx += g[s] * (r[s] - mu) * is;
-        }
-    }
-#if defined(GDL__GELU_AVX512)
-    _mm512_storeu_pd(lg, ag), _mm512_storeu_pd(lx, ax);
-#elif defined(GDL__GELU_AVX2)
-    _mm256_storeu_pd(lg, ag0), _mm256_storeu_pd(lg + 4, ag1), _mm256_storeu_pd(lx, ax0), _mm256_storeu_pd(lx + 4, ax1);
-#endif
-    (void)k;
-    *sg = gdl__lanes_total(lg, tg);
-    *sgx = gdl__lanes_total(lx, tx);
-}
 /* Batch norm's elementwise passes in double lanes: GDL__BNV_W floats widened, the scalar expression's
    operations in its order, then rounded once to float (so the vector and scalar loops give one result). */
 #if defined(GDL__GELU_AVX512)
@@ -10265,6 +10232,16 @@ static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm256_storeu_ps(p, _m
 static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
     _mm256_storeu_ps(p, _mm256_add_ps(acc ? _mm256_loadu_ps(p) : _mm256_setzero_ps(), _mm512_cvtpd_ps(v)));
 }
+/* p = relu(v rounded to float): max with v first, as gdl__relu_rows */
+static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) {
+    _mm256_storeu_ps(p, _mm256_max_ps(_mm512_cvtpd_ps(v), _mm256_setzero_ps()));
+}
+/* gdl__bn_gy1's value of each lane, widened */
+static inline gdl__bnv gdl__bnv_load_gy(const float *gy, const float *y) {
+    const __m256 g = _mm256_loadu_ps(gy), z = _mm256_setzero_ps();
+    return _mm512_cvtps_pd(y ? _mm256_add_ps(z, _mm256_and_ps(_mm256_cmp_ps(_mm256_loadu_ps(y), z, _CMP_GT_OQ), g)) : g);
+}
+static inline void gdl__bnv_spill(double *p, gdl__bnv v) { _mm512_storeu_pd(p, v); }
 #elif defined(GDL__GELU_AVX2)
 #define GDL__BNV_W 4
 typedef __m256d gdl__bnv;
@@ -10277,19 +10254,86 @@ static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm25
 static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
     _mm_storeu_ps(p, _mm_add_ps(acc ? _mm_loadu_ps(p) : _mm_setzero_ps(), _mm256_cvtpd_ps(v)));
 }
+static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm_max_ps(_mm256_cvtpd_ps(v), _mm_setzero_ps())); }
+static inline gdl__bnv gdl__bnv_load_gy(const float *gy, const float *y) {
+    const __m128 g = _mm_loadu_ps(gy), z = _mm_setzero_ps();
+    return _mm256_cvtps_pd(y ? _mm_add_ps(z, _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(y), z), g)) : g);
+}
+static inline void gdl__bnv_spill(double *p, gdl__bnv v) { _mm256_storeu_pd(p, v); }
 #endif
 
-/* y = (x - mu) is gm + bt over n values, in double and rounded once, as the scalar expression */
-static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, double mu, double is, double gm, double bt) {
+/* The output gradient batch norm's backward takes at i: gy's, or with a fused ReLU (its output y) ReLU's
+   backward into an unset gradient, 0 + (y > 0 ? gy : 0) (gdl__relu_grad_rows: -0 becomes +0) */
+static inline gdl_real gdl__bn_gy1(const gdl_real *gy, const gdl_real *y, int64_t i) {
+    return y ? (gdl_real)0 + (y[i] > 0 ? gy[i] : (gdl_real)0) : gy[i];
+}
+
+/* The channel's two sums of the backward, over N rows of S (stride apart): sg = sum of g, sgx = sum of
+   g (x - mu) is, g as gdl__bn_gy1 gives it (y NULL: no ReLU). Eight double lanes and a tail, added up
+   by gdl__lanes_total: the vector and scalar loops keep the same lanes, so one result. */
+static void gdl__bn_sums2(const gdl_real *x, const gdl_real *gy, const gdl_real *y, int64_t N, int64_t stride,
+                          int64_t S, double mu, double is, double *sg, double *sgx) {
+    const int64_t S8 = S - S % 8;
+    double lg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lx[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tg = 0, tx = 0;
+    int64_t n, s;
+    int k;
+#ifdef GDL__BNV_W
+    enum { V = 8 / GDL__BNV_W };
+    const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is);
+    gdl__bnv ag[V], ax[V];
+    for (k = 0; k < V; k++) ag[k] = ax[k] = gdl__bnv_set(0);
+#endif
+    for (n = 0; n < N; n++) {
+        const gdl_real *r = x + n * stride, *g = gy + n * stride, *yr = y ? y + n * stride : NULL;
+        for (s = 0; s < S8; s += 8) {
+#ifdef GDL__BNV_W
+            for (k = 0; k < V; k++) {
+                const int64_t at = s + k * GDL__BNV_W;
+                const gdl__bnv vg = gdl__bnv_load_gy(g + at, yr ? yr + at : NULL), vx = gdl__bnv_load(r + at);
+                ag[k] = gdl__bnv_add(ag[k], vg);
+                ax[k] = gdl__bnv_add(ax[k], gdl__bnv_mul(gdl__bnv_mul(vg, gdl__bnv_sub(vx, m)), vis));
+            }
+#else
+            for (k = 0; k < 8; k++) {
+                const gdl_real gk = gdl__bn_gy1(g, yr, s + k);
+                lg[k] += gk;
+                lx[k] += gk * (r[s + k] - mu) * is;
+            }
+#endif
+        }
+        for (; s < S; s++) {
+            const gdl_real gk = gdl__bn_gy1(g, yr, s);
+            tg += gk;
+            tx += gk * (r[s] - mu) * is;
+        }
+    }
+#ifdef GDL__BNV_W
+    for (k = 0; k < V; k++) {
+        gdl__bnv_spill(lg + k * GDL__BNV_W, ag[k]);
+        gdl__bnv_spill(lx + k * GDL__BNV_W, ax[k]);
+    }
+#endif
+    *sg = gdl__lanes_total(lg, tg);
+    *sgx = gdl__lanes_total(lx, tx);
+}
+
+/* y = (x - mu) is gm + bt over n values, in double and rounded once, as the scalar expression; relu:
+   then y > 0 ? y : 0 (a fused ReLU) */
+static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, double mu, double is, double gm, double bt,
+                                int relu) {
     int64_t i = 0;
 #ifdef GDL__BNV_W
     const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is), vg = gdl__bnv_set(gm), vb = gdl__bnv_set(bt);
     for (; i + GDL__BNV_W <= n; i += GDL__BNV_W) {
-        const gdl__bnv v = gdl__bnv_sub(gdl__bnv_load(x + i), m);
-        gdl__bnv_store(y + i, gdl__bnv_add(gdl__bnv_mul(gdl__bnv_mul(v, vis), vg), vb));
+        const gdl__bnv v = gdl__bnv_add(gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(gdl__bnv_load(x + i), m), vis), vg), vb);
+        if (relu) gdl__bnv_store_relu(y + i, v);
+        else gdl__bnv_store(y + i, v);
     }
 #endif
-    for (; i < n; i++) y[i] = (gdl_real)((x[i] - mu) * is * gm + bt);
+    for (; i < n; i++) {
+        const gdl_real v = (gdl_real)((x[i] - mu) * is * gm + bt);
+        y[i] = !relu || v > 0 ? v : 0;
+    }
 }
 static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_job b = *(const gdl__batchnorm_job *)a.ctx;
@@ -10315,13 +10359,14 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
         is = 1.0 / sqrt(var + b.eps);
         b.mean[c] = (gdl_real)mu;
         b.invstd[c] = (gdl_real)is;
-        for (n = 0; n < N; n++) gdl__bn_affine_rows(x + n * C * S, b.y + (n * C + c) * S, S, mu, is, gm, bt);
+        for (n = 0; n < N; n++) gdl__bn_affine_rows(x + n * C * S, b.y + (n * C + c) * S, S, mu, is, gm, bt, b.relu);
     }
 }
 static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
-                              gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps) {
-    gdl__batchnorm_job b = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps};
+                              gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps,
+                              int relu) {
+    gdl__batchnorm_job b = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, relu, momentum, eps};
     gdl__args a = gdl__args_none();
     a.ctx = &b;
     gdl__parallel_loop(C, N * C * S, gdl__batchnorm_part, &a);
@@ -10330,52 +10375,56 @@ static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x
 
 typedef struct {
     int64_t N, C, S;
-    const gdl_real *x, *gy, *gamma, *mean, *invstd;
+    const gdl_real *x, *gy, *y, *gamma, *mean, *invstd;
     int training;
     gdl_real *gx, *ggamma, *gbeta;
     int accumulate;
 } gdl__batchnorm_backward_job;
-/* gx = (acc ? gx : 0) + A (M gy - sg - (x - mu) is sgx) (training; A = gm is / M), or + gy gm is, over n
-   values, the term in double and rounded once, as the scalar expressions */
-static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *gx, int64_t n, int training, double M,
-                              double A, double sg, double sgx, double mu, double is, double gm, int acc) {
+/* gx = (acc ? gx : 0) + A (M g - sg - (x - mu) is sgx) (training; A = gm is / M), or + g gm is, over n
+   values, the term in double and rounded once, as the scalar expressions; g as gdl__bn_gy1 (y: a fused ReLU's output) */
+static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, const gdl_real *y, gdl_real *gx, int64_t n,
+                              int training, double M, double A, double sg, double sgx, double mu, double is, double gm,
+                              int acc) {
     int64_t i = 0;
 #ifdef GDL__BNV_W
     const gdl__bnv vM = gdl__bnv_set(M), vA = gdl__bnv_set(A), vsg = gdl__bnv_set(sg), vsgx = gdl__bnv_set(sgx);
     const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is);
     if (training)
         for (; i + GDL__BNV_W <= n; i += GDL__BNV_W) {
-            const gdl__bnv g = gdl__bnv_load(gy + i), v = gdl__bnv_load(x + i);
+            const gdl__bnv g = gdl__bnv_load_gy(gy + i, y ? y + i : NULL), v = gdl__bnv_load(x + i);
             const gdl__bnv t = gdl__bnv_sub(gdl__bnv_sub(gdl__bnv_mul(vM, g), vsg),
                                             gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(v, m), vis), vsgx));
             gdl__bnv_store_add(gx + i, gdl__bnv_mul(vA, t), acc);
         }
 #endif
-    for (; i < n; i++)
+    for (; i < n; i++) {
+        const gdl_real g = gdl__bn_gy1(gy, y, i);
         gx[i] = (acc ? gx[i] : (gdl_real)0) +
-                (training ? (gdl_real)(A * (M * gy[i] - sg - (x[i] - mu) * is * sgx)) : (gdl_real)(gy[i] * gm * is));
+                (training ? (gdl_real)(A * (M * g - sg - (x[i] - mu) * is * sgx)) : (gdl_real)(g * gm * is));
+    }
 }
 static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_backward_job b = *(const gdl__batchnorm_backward_job *)a.ctx;
     const int64_t N = b.N, C = b.C, S = b.S;
     int64_t c, n;
     for (c = lo; c < hi; c++) {
-        const gdl_real *x = b.x + c * S, *gy = b.gy + c * S;
+        const gdl_real *x = b.x + c * S, *gy = b.gy + c * S, *y = b.y ? b.y + c * S : NULL;
         int64_t M = N * S;
         double sg, sgx, mu = b.mean[c], is = b.invstd[c], gm = b.gamma ? b.gamma[c] : 1;
-        gdl__bn_sums2(x, gy, N, C * S, S, mu, is, &sg, &sgx);
+        gdl__bn_sums2(x, gy, y, N, C * S, S, mu, is, &sg, &sgx);
         if (b.ggamma) b.ggamma[c] += (gdl_real)sgx;
         if (b.gbeta) b.gbeta[c] += (gdl_real)sg;
         if (!b.gx) continue;
         for (n = 0; n < N; n++)
-            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, b.gx + (n * C + c) * S, S, b.training, (double)M,
+            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, y ? y + n * C * S : NULL, b.gx + (n * C + c) * S, S, b.training, (double)M,
                               gm * is / (double)M, sg, sgx, mu, is, gm, b.accumulate);
     }
 }
 static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
-                                       const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
-                                       int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta, int accumulate) {
-    gdl__batchnorm_backward_job b = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta, accumulate};
+                                       const gdl_real *y, const gdl_real *gamma, const gdl_real *mean,
+                                       const gdl_real *invstd, int training, gdl_real *gx, gdl_real *ggamma,
+                                       gdl_real *gbeta, int accumulate) {
+    gdl__batchnorm_backward_job b = {N, C, S, x, gy, y, gamma, mean, invstd, training, gx, ggamma, gbeta, accumulate};
     gdl__args a = gdl__args_none();
     a.ctx = &b;
     gdl__parallel_loop(C, N * C * S, gdl__batchnorm_backward_part, &a);
@@ -10503,7 +10552,7 @@ static int gdl__cpu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, co
 }
 static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
                                  const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
-                                 gdl_real *run_var, int training, double momentum, double eps) {
+                                 gdl_real *run_var, int training, double momentum, double eps, int relu) {
     const void *src[2];
     int64_t n[2];
     gdl_real *b[2], *f;
@@ -10511,23 +10560,27 @@ static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, 
     if (gdl__cpu_lp_check("batchnorm", dt) < 0) return -1;
     src[0] = x; n[0] = N * C * S; src[1] = NULL; n[1] = N * C * S;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps);
+    /* relu on the f32 value, then rounded: the same as rounded, then relu (rounding keeps the sign) */
+    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
+                            relu);
     if (rc == 0) gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return rc;
 }
 static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
-                                          const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
-                                          int training, void *gx, gdl_real *ggamma, gdl_real *gbeta) {
-    const void *src[3];
-    int64_t n[3];
-    gdl_real *b[3], *f;
+                                          const void *y, const gdl_real *gamma, const gdl_real *mean,
+                                          const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
+                                          gdl_real *gbeta) {
+    const void *src[4];
+    int64_t n[4];
+    gdl_real *b[4], *f;
     int rc;
     if (gdl__cpu_lp_check("batchnorm_backward", dt) < 0) return -1;
-    src[0] = x; src[1] = gy; src[2] = gx;
-    n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0;
-    if (!(f = gdl__cpu_lp_wide(dt, 3, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], gamma, mean, invstd, training, gx ? b[2] : NULL, ggamma, gbeta, 1);
+    src[0] = x; src[1] = gy; src[2] = gx; src[3] = y;
+    n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0; n[3] = y ? N * C * S : 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 4, src, n, b))) return -1;
+    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
+                                     gx ? b[2] : NULL, ggamma, gbeta, 1);
     if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
     GPUDL_FREE(f);
     return rc;
@@ -14838,9 +14891,11 @@ static int gdl__check_vec(const char *op, const char *arg, const gdl_tensor *v, 
     return 0;
 }
 
-GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
-                                     gdl_tensor *bias, int training, double momentum, double eps) {
-    const char *op = "gdl_batch_norm";
+/* gdl_batch_norm, and with relu gdl_batch_norm_relu (its ReLU in the backend's passes) */
+static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                   gdl_tensor *bias, int training, double momentum, double eps, int relu) {
+    const char *op = relu ? "gdl_batch_norm_relu" : "gdl_batch_norm";
+    const gdl_op opid = relu ? GDL_OP_BATCH_NORM_RELU : GDL_OP_BATCH_NORM;
     int64_t N, C, S = 1, cshape;
     int k, err, use_batch;
     gdl_tensor *out, *mean, *invstd, *in[3];
@@ -14862,7 +14917,7 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
         }
         if (bias && bias->dtype != GDL_F32 && !(bias = gdl__cast_t(op, bias, GDL_F32))) return NULL;
     } else {
-        GDL__LOWP3_FIRST(op, GDL_OP_BATCH_NORM, gdl_batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps), x,
+        GDL__LOWP3_FIRST(op, opid, gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, relu), x,
                          weight, bias);
     }
     if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0) return NULL;
@@ -14892,15 +14947,15 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
     if (dt != GDL_F32) {
         if (be->batchnorm_lp(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL, rvar ? GDL__R(rvar) : NULL,
-                             use_batch, momentum, eps) < 0)
+                             use_batch, momentum, eps, relu) < 0)
             return NULL;
     } else if (be->batchnorm(N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
-                             rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps) < 0) {
+                             rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, relu) < 0) {
         return NULL;
     }
     in[0] = x; in[1] = weight; in[2] = bias;
-    n = gdl__record(op, GDL_OP_BATCH_NORM, out, 3, in, &err);
+    n = gdl__record(op, opid, out, 3, in, &err);
     if (err) return NULL;
     if (n) {
         n->saved[0] = mean;
@@ -14909,18 +14964,28 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
     }
     return gdl__finish(op, out);
 }
+GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                     gdl_tensor *bias, int training, double momentum, double eps) {
+    return gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, 0);
+}
+GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                          gdl_tensor *bias, int training, double momentum, double eps) {
+    return gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, 1);
+}
 
+/* batch_norm_relu's backward reads its output (the ReLU's mask) */
 static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
+    const int relu = n->op == GDL_OP_BATCH_NORM_RELU;
     if (n->out->dtype != GDL_F32)
         return be->batchnorm_backward_lp(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
-                                         w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
+                                         relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
                                          GDL__G(n->in[2]));
     /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
     if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
     return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
-                                  w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
+                                  relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
                                   GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
 }
 
@@ -20157,8 +20222,8 @@ static gdl_tensor *gdl__nn_fwd_fail(const gdl_module *m, const char *want, const
 static gdl_tensor *gdl__nn_param(const gdl_module *m, int i) { return i < m->nparam ? m->param[i].t : NULL; }
 static gdl_tensor *gdl__nn_buffer(const gdl_module *m, int i) { return i < m->nbuf ? m->buf[i].t : NULL; }
 
-/* Fusion of a Linear or Conv2d with the activation module after it in a
-   Sequential (gdl_nn_set_fusion). It is skipped wherever the intermediate is
+/* Fusion of a Linear, Conv2d or BatchNorm with the activation module after it
+   in a Sequential (gdl_nn_set_fusion). It is skipped wherever the intermediate is
    looked at or the numerics would differ: anomaly mode (which checks each
    op's output), gdl_module_summary's recording (each module's output
    shape), autocast or a non-f32 input or parameter. */
@@ -20174,17 +20239,25 @@ GPUDL_API int gdl_nn_set_fusion(int on) {
     return prev;
 }
 
+/* whether module a may run fused with an activation after it, on input x (the conditions above) */
+static int gdl__nn_fuse_ok(const gdl_module *a, const gdl_tensor *x) {
+    int k;
+    if (gdl_nn_set_fusion(-1) == 0 || gdl__anomaly || gdl__nn_nrows || gdl__ac_dt != GDL_F32 || !x ||
+        x->dtype != GDL_F32)
+        return 0;
+    for (k = 0; k < a->nparam; k++)
+        if (a->param[k].t && a->param[k].t->dtype != GDL_F32) return 0;
+    return 1;
+}
+
 /* the gdl_act to fuse a followed by b with (input x), or -1 */
 static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_tensor *x) {
-    int act, k;
-    if ((a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D) || gdl_nn_set_fusion(-1) == 0) return -1;
+    int act;
+    if (a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D && a->kind != GDL__M_BATCHNORM) return -1;
     if (b->kind == GDL__M_RELU) act = GDL_ACT_RELU;
     else if (b->kind == GDL__M_GELU && a->kind == GDL__M_LINEAR) act = b->ia[0] ? GDL_ACT_GELU_TANH : GDL_ACT_GELU;
     else return -1;
-    if (gdl__anomaly || gdl__nn_nrows || gdl__ac_dt != GDL_F32 || !x || x->dtype != GDL_F32) return -1;
-    for (k = 0; k < a->nparam; k++)
-        if (a->param[k].t && a->param[k].t->dtype != GDL_F32) return -1;
-    return act;
+    return gdl__nn_fuse_ok(a, x) ? act : -1;
 }
 
 /* the Linear / Conv2d module m's forward with act fused in; input checks as gdl__nn_forward's */
@@ -20207,8 +20280,22 @@ static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[
     return 0;
 }
 
+/* A BatchNorm module's forward (relu: gdl_batch_norm_relu's, fused with the ReLU after it) */
+static gdl_tensor *gdl__nn_batchnorm_forward(gdl_module *m, gdl_tensor *x, int relu) {
+    char want[96];
+    const int64_t *a = m->ia;
+    if (a[1] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
+        if (a[1] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)a[0], (long long)a[0]);
+        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+        return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
+    }
+    return gdl__batch_norm(x, gdl__nn_buffer(m, 0), gdl__nn_buffer(m, 1), gdl__nn_param(m, 0), gdl__nn_param(m, 1),
+                           m->training, m->fa[1], m->fa[0], relu);
+}
+
 static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act) {
     int s[2], p[2], d[2], conv = m->kind != GDL__M_LINEAR;
+    if (m->kind == GDL__M_BATCHNORM) return gdl__nn_batchnorm_forward(m, x, act == GDL_ACT_RELU);
     if (gdl__nn_check_xw(m, x, conv, s, p, d) < 0) return NULL;
     if (!conv) return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
     return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)m->ia[10],
@@ -20228,14 +20315,7 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
         if (gdl__nn_check_xw(m, x, 1, s, p, d) < 0) return NULL;
         return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10]);
     }
-    case GDL__M_BATCHNORM:
-        if (a[1] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
-            if (a[1] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)a[0], (long long)a[0]);
-            else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
-            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
-        }
-        return gdl_batch_norm(x, gdl__nn_buffer(m, 0), gdl__nn_buffer(m, 1), gdl__nn_param(m, 0), gdl__nn_param(m, 1),
-                              m->training, m->fa[1], m->fa[0]);
+    case GDL__M_BATCHNORM: return gdl__nn_batchnorm_forward(m, x, 0);
     case GDL__M_LAYERNORM:
         if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
             snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
@@ -20262,7 +20342,7 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     case GDL__M_SEQUENTIAL:
         for (i = 0; i < m->nchild && x; i++) {
             int act = i + 1 < m->nchild ? gdl__nn_fusable(m->child[i], m->child[i + 1], x) : -1;
-            if (act >= 0) { /* Linear/Conv2d then its activation: one fused op (gdl_nn_set_fusion) */
+            if (act >= 0) { /* Linear/Conv2d/BatchNorm then its activation: one fused op (gdl_nn_set_fusion) */
                 x = gdl__nn_forward_act(m->child[i], x, (gdl_act)act);
                 if (!x) gdl__nn_fwd_error(m->child[i]);
                 i++;
@@ -20846,12 +20926,18 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
    ------------------------------------------------------------------------- */
 
 /* relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the children by position; a failing child's error
-   is left as it is */
+   is left as it is. bn1 and its ReLU run as one op where a Sequential would fuse them (gdl_nn_set_fusion). */
 static gdl_tensor *gdl__basic_block_forward(gdl_module *m, gdl_tensor *x) {
     gdl_tensor *y = x, *sc = x;
     int i;
     for (i = 0; i < 4 && y; i++) {
-        y = gdl_forward(gdl_module_child_at(m, i), y);
+        gdl_module *c = gdl_module_child_at(m, i);
+        if (i == 1 && gdl__nn_fuse_ok(c, y)) {
+            y = gdl__nn_batchnorm_forward(c, y, 1);
+            if (!y) gdl__nn_fwd_error(c);
+            continue;
+        }
+        y = gdl_forward(c, y);
         if (y && i == 1) y = gdl_relu(y);
     }
     if (y && m->nchild > 4) sc = gdl_forward(gdl_module_child_at(m, 4), x);

@@ -3196,11 +3196,13 @@ __device__ __forceinline__ int64_t gdl__bn_at(int64_t m, int64_t C, int64_t S, i
 }
 
 // Two passes over the channel (mean, then squared deviations) as the CPU.
-// Per-channel scalars are kept in double, as the CPU keeps them.
+// Per-channel scalars are kept in double, as the CPU keeps them. relu: a fused
+// ReLU on the f32 value before the rounding to T (the same as after it: rounding
+// keeps the sign).
 template <typename T>
 __global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const T *x, const float *gamma,
                                  const float *beta, T *y, float *mean, float *invstd, float *run_mean,
-                                 float *run_var, int training, double momentum, double eps) {
+                                 float *run_var, int training, double momentum, double eps, int relu) {
     GDL_CU_ROWS(c, C) {
         int64_t M = N * S;
         double mu, var;
@@ -3231,7 +3233,8 @@ __global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const T *x, co
         float muf = (float)mu, isf = (float)is, gm = gamma ? gamma[c] : 1.0f, bt = beta ? beta[c] : 0.0f;
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
-            y[j] = gdl__st<T>((gdl__ld(x[j]) - muf) * isf * gm + bt);
+            float v = (gdl__ld(x[j]) - muf) * isf * gm + bt;
+            y[j] = gdl__st<T>(relu && !(v > 0) ? 0.0f : v);
         }
     }
 }
@@ -3239,23 +3242,28 @@ __global__ void gdl__k_batchnorm(int64_t N, int64_t C, int64_t S, const T *x, co
 template <typename T>
 static int gdl__cu_batchnorm_t(int64_t N, int64_t C, int64_t S, const T *x, const float *gamma, const float *beta,
                                T *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
-                               double momentum, double eps) {
+                               double momentum, double eps, int relu) {
     if (C <= 0) return 0;
     if (!training && (!run_mean || !run_var)) {
         gdl__set_error("gdl_cuda: batchnorm in eval mode needs running statistics");
         return -1;
     }
     GDL_CU_LAUNCH(gdl__k_batchnorm<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gamma, beta, y, mean, invstd,
-                                                                    run_mean, run_var, training, momentum, eps);
+                                                                    run_mean, run_var, training, momentum, eps, relu);
     GDL_CU_LAUNCHED();
     return 0;
 }
 
 // training: gx += gamma*invstd/M * (M*gy - sum(gy) - xhat*sum(gy*xhat))
 // eval:     gx += gy*gamma*invstd (the statistics are constants)
-// (gx = 0 + ... when acc is 0: gx unset, not read)
+// (gx = 0 + ... when acc is 0: gx unset, not read). ry: a fused ReLU's output; gy is then
+// taken as ReLU's backward gives it, 0 + (ry > 0 ? gy : 0).
 template <typename T>
-__global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const T *x, const T *gy,
+__device__ __forceinline__ float gdl__bn_gy(const T *gy, const T *ry, int64_t j) {
+    return ry ? 0.0f + (gdl__ld(ry[j]) > 0 ? gdl__ld(gy[j]) : 0.0f) : gdl__ld(gy[j]);
+}
+template <typename T>
+__global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const T *x, const T *gy, const T *ry,
                                           const float *gamma, const float *mean, const float *invstd, int training,
                                           T *gx, float *ggamma, float *gbeta, int acc) {
     GDL_CU_ROWS(c, C) {
@@ -3263,7 +3271,7 @@ __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const
         float mu = mean[c], is = invstd[c], gm = gamma ? gamma[c] : 1.0f, sg = 0, sgx = 0;
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
-            float gj = gdl__ld(gy[j]);
+            float gj = gdl__bn_gy(gy, ry, j);
             sg += gj;
             sgx += gj * (gdl__ld(x[j]) - mu) * is;
         }
@@ -3278,49 +3286,52 @@ __global__ void gdl__k_batchnorm_backward(int64_t N, int64_t C, int64_t S, const
         for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
             int64_t j = gdl__bn_at(m, C, S, c);
             float old = acc ? gdl__ld(gx[j]) : 0.0f;
-            if (training) gx[j] = gdl__st<T>(old + k * (Mf * gdl__ld(gy[j]) - sg - (gdl__ld(x[j]) - mu) * is * sgx));
-            else gx[j] = gdl__st<T>(old + gdl__ld(gy[j]) * gm * is);
+            float gj = gdl__bn_gy(gy, ry, j);
+            if (training) gx[j] = gdl__st<T>(old + k * (Mf * gj - sg - (gdl__ld(x[j]) - mu) * is * sgx));
+            else gx[j] = gdl__st<T>(old + gj * gm * is);
         }
     }
 }
 
 template <typename T>
-static int gdl__cu_batchnorm_backward_t(int64_t N, int64_t C, int64_t S, const T *x, const T *gy,
+static int gdl__cu_batchnorm_backward_t(int64_t N, int64_t C, int64_t S, const T *x, const T *gy, const T *ry,
                                         const float *gamma, const float *mean, const float *invstd, int training,
                                         T *gx, float *ggamma, float *gbeta, int acc) {
     if (C <= 0 || (!gx && !ggamma && !gbeta)) return 0;
-    GDL_CU_LAUNCH(gdl__k_batchnorm_backward<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gy, gamma, mean, invstd,
-                                                                             training, gx, ggamma, gbeta, acc);
+    GDL_CU_LAUNCH(gdl__k_batchnorm_backward<T>, gdl__cu_row_grid(C), GDL__CU_NORM_THREADS, 0, gdl__cu_stream())(N, C, S, x, gy, ry, gamma, mean,
+                                                                             invstd, training, gx, ggamma, gbeta, acc);
     GDL_CU_LAUNCHED();
     return 0;
 }
 
 static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma, const float *beta,
                              float *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
-                             double momentum, double eps) {
-    return gdl__cu_batchnorm_t<float>(N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps);
+                             double momentum, double eps, int relu) {
+    return gdl__cu_batchnorm_t<float>(N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps,
+                                      relu);
 }
-static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy,
+static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy, const float *y,
                                       const float *gamma, const float *mean, const float *invstd, int training,
                                       float *gx, float *ggamma, float *gbeta, int accumulate) {
-    return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta,
+    return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, y, gamma, mean, invstd, training, gx, ggamma, gbeta,
                                                accumulate);
 }
 static int gdl__cu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
                                 const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
-                                int training, double momentum, double eps) {
+                                int training, double momentum, double eps, int relu) {
     return gdl__cu_dispatch("batchnorm", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_batchnorm_t(N, C, S, (const T *)x, gamma, beta, (T *)y, mean, invstd, run_mean, run_var, training,
-                                   momentum, eps);
+                                   momentum, eps, relu);
     });
 }
 static int gdl__cu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
-                                         const float *gamma, const float *mean, const float *invstd, int training,
+                                         const void *y, const float *gamma, const float *mean, const float *invstd, int training,
                                          void *gx, float *ggamma, float *gbeta) {
     return gdl__cu_dispatch("batchnorm_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
-        return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, gamma, mean, invstd, training, (T *)gx,
+        return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, (const T *)y, gamma, mean, invstd,
+                                            training, (T *)gx,
                                             ggamma, gbeta, 1);
     });
 }

@@ -172,6 +172,12 @@ GPUDL_API gdl_tensor *gdl_sdpa_qkv(gdl_tensor *qkv, int num_heads, gdl_tensor *a
 GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,
                                      gdl_tensor *weight, gdl_tensor *bias, int training,
                                      double momentum, double eps);
+/* relu(batch_norm(...)) as one op: the ReLU in the normalisation's pass and its backward in the batch
+   norm's (one pass over the activation less each way, no intermediate tensor); bitwise gdl_batch_norm
+   then gdl_relu. gdl_nn_sequential runs a BatchNorm followed by a ReLU with it. */
+GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *running_mean, gdl_tensor *running_var,
+                                          gdl_tensor *weight, gdl_tensor *bias, int training, double momentum,
+                                          double eps);
 /* normalises over the last dim (size D = weight's numel when given) */
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps);
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *indices, gdl_tensor *weight); /* i32 [...] -> [...,D] */

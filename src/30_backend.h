@@ -273,22 +273,25 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* x [N,C,S]. Training: batch stats (biased var) -> mean, invstd (saved), \
        running stats updated with unbiased var when run_mean != NULL. \
        Eval: mean/invstd are computed from running stats into mean/invstd. \
-       gamma/beta may be NULL (1 and 0). */ \
+       gamma/beta may be NULL (1 and 0). relu: y = relu(y) in the same pass (gdl_batch_norm_relu; the \
+       normalised value rounded to y's dtype first, then x > 0 ? x : 0, as the two ops). */ \
     X(int, batchnorm, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma, \
         const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, \
-        gdl_real *run_var, int training, double momentum, double eps)) \
+        gdl_real *run_var, int training, double momentum, double eps, int relu)) \
     /* gx/ggamma/gbeta may be NULL; ggamma and gbeta +=, gx too when accumulate (0: gx was unset, its old \
-       contents are not read). training selects the batch-stats formula */ \
+       contents are not read). training selects the batch-stats formula. y: a fused ReLU's output, whose \
+       backward comes first (gy taken as 0 + (y > 0 ? gy : 0), ReLU's backward into an unset gradient); \
+       NULL: none */ \
     X(int, batchnorm_backward, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy, \
-        const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, gdl_real *gx, \
-        gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
+        const gdl_real *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, \
+        gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
     /* the same with x, y, gy and gx f16/bf16 (dt) and the rest f32 (cuDNN's \
        under torch.autocast): f32 arithmetic, y and gx rounded once, gx += */ \
     X(int, batchnorm_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
         const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
-        int training, double momentum, double eps)) \
+        int training, double momentum, double eps, int relu)) \
     X(int, batchnorm_backward_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
-        const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, void *gx, \
+        const void *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, void *gx, \
         gdl_real *ggamma, gdl_real *gbeta)) \
     /* rows of D; mean/rstd saved per row */ \
     X(int, layernorm, (int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma, \

@@ -5,54 +5,9 @@ typedef struct {
     int64_t N, C, S;
     const gdl_real *x, *gamma, *beta;
     gdl_real *y, *mean, *invstd, *run_mean, *run_var;
-    int training;
+    int training, relu;
     double momentum, eps;
 } gdl__batchnorm_job;
-static void gdl__bn_sums2(const gdl_real *x, const gdl_real *gy, int64_t N, int64_t stride, int64_t S, double mu,
-                          double is, double *sg, double *sgx) {
-    const int64_t S8 = S - S % 8;
-    double lg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lx[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tg = 0, tx = 0;
-    int64_t n, s;
-    int k;
-#if defined(GDL__GELU_AVX512)
-    __m512d ag = _mm512_setzero_pd(), ax = _mm512_setzero_pd(), m = _mm512_set1_pd(mu), vis = _mm512_set1_pd(is);
-#elif defined(GDL__GELU_AVX2)
-    __m256d ag0 = _mm256_setzero_pd(), ag1 = ag0, ax0 = ag0, ax1 = ag0, m = _mm256_set1_pd(mu), vis = _mm256_set1_pd(is);
-#endif
-    for (n = 0; n < N; n++) {
-        const gdl_real *r = x + n * stride, *g = gy + n * stride;
-        for (s = 0; s < S8; s += 8) {
-#if defined(GDL__GELU_AVX512)
-            __m512d vg = _mm512_cvtps_pd(_mm256_loadu_ps(g + s)), vx = _mm512_cvtps_pd(_mm256_loadu_ps(r + s));
-            ag = _mm512_add_pd(ag, vg);
-            ax = _mm512_add_pd(ax, _mm512_mul_pd(_mm512_mul_pd(vg, _mm512_sub_pd(vx, m)), vis));
-#elif defined(GDL__GELU_AVX2)
-            __m256d g0 = _mm256_cvtps_pd(_mm_loadu_ps(g + s)), g1 = _mm256_cvtps_pd(_mm_loadu_ps(g + s + 4));
-            __m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps(r + s)), x1 = _mm256_cvtps_pd(_mm_loadu_ps(r + s + 4));
-            ag0 = _mm256_add_pd(ag0, g0), ag1 = _mm256_add_pd(ag1, g1);
-            ax0 = _mm256_add_pd(ax0, _mm256_mul_pd(_mm256_mul_pd(g0, _mm256_sub_pd(x0, m)), vis));
-            ax1 = _mm256_add_pd(ax1, _mm256_mul_pd(_mm256_mul_pd(g1, _mm256_sub_pd(x1, m)), vis));
-#else
-            for (k = 0; k < 8; k++) {
-                lg[k] += g[s + k];
-                lx[k] += g[s + k] * (r[s + k] - mu) * is;
-            }
-#endif
-        }
-        for (; s < S; s++) {
-            tg += g[s];
-            tx += g[s] * (r[s] - mu) * is;
-        }
-    }
-#if defined(GDL__GELU_AVX512)
-    _mm512_storeu_pd(lg, ag), _mm512_storeu_pd(lx, ax);
-#elif defined(GDL__GELU_AVX2)
-    _mm256_storeu_pd(lg, ag0), _mm256_storeu_pd(lg + 4, ag1), _mm256_storeu_pd(lx, ax0), _mm256_storeu_pd(lx + 4, ax1);
-#endif
-    (void)k;
-    *sg = gdl__lanes_total(lg, tg);
-    *sgx = gdl__lanes_total(lx, tx);
-}
 /* Batch norm's elementwise passes in double lanes: GDL__BNV_W floats widened, the scalar expression's
    operations in its order, then rounded once to float (so the vector and scalar loops give one result). */
 #if defined(GDL__GELU_AVX512)
@@ -68,6 +23,16 @@ static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm256_storeu_ps(p, _m
 static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
     _mm256_storeu_ps(p, _mm256_add_ps(acc ? _mm256_loadu_ps(p) : _mm256_setzero_ps(), _mm512_cvtpd_ps(v)));
 }
+/* p = relu(v rounded to float): max with v first, as gdl__relu_rows */
+static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) {
+    _mm256_storeu_ps(p, _mm256_max_ps(_mm512_cvtpd_ps(v), _mm256_setzero_ps()));
+}
+/* gdl__bn_gy1's value of each lane, widened */
+static inline gdl__bnv gdl__bnv_load_gy(const float *gy, const float *y) {
+    const __m256 g = _mm256_loadu_ps(gy), z = _mm256_setzero_ps();
+    return _mm512_cvtps_pd(y ? _mm256_add_ps(z, _mm256_and_ps(_mm256_cmp_ps(_mm256_loadu_ps(y), z, _CMP_GT_OQ), g)) : g);
+}
+static inline void gdl__bnv_spill(double *p, gdl__bnv v) { _mm512_storeu_pd(p, v); }
 #elif defined(GDL__GELU_AVX2)
 #define GDL__BNV_W 4
 typedef __m256d gdl__bnv;
@@ -80,19 +45,86 @@ static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm25
 static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
     _mm_storeu_ps(p, _mm_add_ps(acc ? _mm_loadu_ps(p) : _mm_setzero_ps(), _mm256_cvtpd_ps(v)));
 }
+static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm_max_ps(_mm256_cvtpd_ps(v), _mm_setzero_ps())); }
+static inline gdl__bnv gdl__bnv_load_gy(const float *gy, const float *y) {
+    const __m128 g = _mm_loadu_ps(gy), z = _mm_setzero_ps();
+    return _mm256_cvtps_pd(y ? _mm_add_ps(z, _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(y), z), g)) : g);
+}
+static inline void gdl__bnv_spill(double *p, gdl__bnv v) { _mm256_storeu_pd(p, v); }
 #endif
 
-/* y = (x - mu) is gm + bt over n values, in double and rounded once, as the scalar expression */
-static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, double mu, double is, double gm, double bt) {
+/* The output gradient batch norm's backward takes at i: gy's, or with a fused ReLU (its output y) ReLU's
+   backward into an unset gradient, 0 + (y > 0 ? gy : 0) (gdl__relu_grad_rows: -0 becomes +0) */
+static inline gdl_real gdl__bn_gy1(const gdl_real *gy, const gdl_real *y, int64_t i) {
+    return y ? (gdl_real)0 + (y[i] > 0 ? gy[i] : (gdl_real)0) : gy[i];
+}
+
+/* The channel's two sums of the backward, over N rows of S (stride apart): sg = sum of g, sgx = sum of
+   g (x - mu) is, g as gdl__bn_gy1 gives it (y NULL: no ReLU). Eight double lanes and a tail, added up
+   by gdl__lanes_total: the vector and scalar loops keep the same lanes, so one result. */
+static void gdl__bn_sums2(const gdl_real *x, const gdl_real *gy, const gdl_real *y, int64_t N, int64_t stride,
+                          int64_t S, double mu, double is, double *sg, double *sgx) {
+    const int64_t S8 = S - S % 8;
+    double lg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lx[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tg = 0, tx = 0;
+    int64_t n, s;
+    int k;
+#ifdef GDL__BNV_W
+    enum { V = 8 / GDL__BNV_W };
+    const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is);
+    gdl__bnv ag[V], ax[V];
+    for (k = 0; k < V; k++) ag[k] = ax[k] = gdl__bnv_set(0);
+#endif
+    for (n = 0; n < N; n++) {
+        const gdl_real *r = x + n * stride, *g = gy + n * stride, *yr = y ? y + n * stride : NULL;
+        for (s = 0; s < S8; s += 8) {
+#ifdef GDL__BNV_W
+            for (k = 0; k < V; k++) {
+                const int64_t at = s + k * GDL__BNV_W;
+                const gdl__bnv vg = gdl__bnv_load_gy(g + at, yr ? yr + at : NULL), vx = gdl__bnv_load(r + at);
+                ag[k] = gdl__bnv_add(ag[k], vg);
+                ax[k] = gdl__bnv_add(ax[k], gdl__bnv_mul(gdl__bnv_mul(vg, gdl__bnv_sub(vx, m)), vis));
+            }
+#else
+            for (k = 0; k < 8; k++) {
+                const gdl_real gk = gdl__bn_gy1(g, yr, s + k);
+                lg[k] += gk;
+                lx[k] += gk * (r[s + k] - mu) * is;
+            }
+#endif
+        }
+        for (; s < S; s++) {
+            const gdl_real gk = gdl__bn_gy1(g, yr, s);
+            tg += gk;
+            tx += gk * (r[s] - mu) * is;
+        }
+    }
+#ifdef GDL__BNV_W
+    for (k = 0; k < V; k++) {
+        gdl__bnv_spill(lg + k * GDL__BNV_W, ag[k]);
+        gdl__bnv_spill(lx + k * GDL__BNV_W, ax[k]);
+    }
+#endif
+    *sg = gdl__lanes_total(lg, tg);
+    *sgx = gdl__lanes_total(lx, tx);
+}
+
+/* y = (x - mu) is gm + bt over n values, in double and rounded once, as the scalar expression; relu:
+   then y > 0 ? y : 0 (a fused ReLU) */
+static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, double mu, double is, double gm, double bt,
+                                int relu) {
     int64_t i = 0;
 #ifdef GDL__BNV_W
     const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is), vg = gdl__bnv_set(gm), vb = gdl__bnv_set(bt);
     for (; i + GDL__BNV_W <= n; i += GDL__BNV_W) {
-        const gdl__bnv v = gdl__bnv_sub(gdl__bnv_load(x + i), m);
-        gdl__bnv_store(y + i, gdl__bnv_add(gdl__bnv_mul(gdl__bnv_mul(v, vis), vg), vb));
+        const gdl__bnv v = gdl__bnv_add(gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(gdl__bnv_load(x + i), m), vis), vg), vb);
+        if (relu) gdl__bnv_store_relu(y + i, v);
+        else gdl__bnv_store(y + i, v);
     }
 #endif
-    for (; i < n; i++) y[i] = (gdl_real)((x[i] - mu) * is * gm + bt);
+    for (; i < n; i++) {
+        const gdl_real v = (gdl_real)((x[i] - mu) * is * gm + bt);
+        y[i] = !relu || v > 0 ? v : 0;
+    }
 }
 static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_job b = *(const gdl__batchnorm_job *)a.ctx;
@@ -118,13 +150,14 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
         is = 1.0 / sqrt(var + b.eps);
         b.mean[c] = (gdl_real)mu;
         b.invstd[c] = (gdl_real)is;
-        for (n = 0; n < N; n++) gdl__bn_affine_rows(x + n * C * S, b.y + (n * C + c) * S, S, mu, is, gm, bt);
+        for (n = 0; n < N; n++) gdl__bn_affine_rows(x + n * C * S, b.y + (n * C + c) * S, S, mu, is, gm, bt, b.relu);
     }
 }
 static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
-                              gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps) {
-    gdl__batchnorm_job b = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps};
+                              gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps,
+                              int relu) {
+    gdl__batchnorm_job b = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, relu, momentum, eps};
     gdl__args a = gdl__args_none();
     a.ctx = &b;
     gdl__parallel_loop(C, N * C * S, gdl__batchnorm_part, &a);
@@ -133,52 +166,56 @@ static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x
 
 typedef struct {
     int64_t N, C, S;
-    const gdl_real *x, *gy, *gamma, *mean, *invstd;
+    const gdl_real *x, *gy, *y, *gamma, *mean, *invstd;
     int training;
     gdl_real *gx, *ggamma, *gbeta;
     int accumulate;
 } gdl__batchnorm_backward_job;
-/* gx = (acc ? gx : 0) + A (M gy - sg - (x - mu) is sgx) (training; A = gm is / M), or + gy gm is, over n
-   values, the term in double and rounded once, as the scalar expressions */
-static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *gx, int64_t n, int training, double M,
-                              double A, double sg, double sgx, double mu, double is, double gm, int acc) {
+/* gx = (acc ? gx : 0) + A (M g - sg - (x - mu) is sgx) (training; A = gm is / M), or + g gm is, over n
+   values, the term in double and rounded once, as the scalar expressions; g as gdl__bn_gy1 (y: a fused ReLU's output) */
+static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, const gdl_real *y, gdl_real *gx, int64_t n,
+                              int training, double M, double A, double sg, double sgx, double mu, double is, double gm,
+                              int acc) {
     int64_t i = 0;
 #ifdef GDL__BNV_W
     const gdl__bnv vM = gdl__bnv_set(M), vA = gdl__bnv_set(A), vsg = gdl__bnv_set(sg), vsgx = gdl__bnv_set(sgx);
     const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is);
     if (training)
         for (; i + GDL__BNV_W <= n; i += GDL__BNV_W) {
-            const gdl__bnv g = gdl__bnv_load(gy + i), v = gdl__bnv_load(x + i);
+            const gdl__bnv g = gdl__bnv_load_gy(gy + i, y ? y + i : NULL), v = gdl__bnv_load(x + i);
             const gdl__bnv t = gdl__bnv_sub(gdl__bnv_sub(gdl__bnv_mul(vM, g), vsg),
                                             gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(v, m), vis), vsgx));
             gdl__bnv_store_add(gx + i, gdl__bnv_mul(vA, t), acc);
         }
 #endif
-    for (; i < n; i++)
+    for (; i < n; i++) {
+        const gdl_real g = gdl__bn_gy1(gy, y, i);
         gx[i] = (acc ? gx[i] : (gdl_real)0) +
-                (training ? (gdl_real)(A * (M * gy[i] - sg - (x[i] - mu) * is * sgx)) : (gdl_real)(gy[i] * gm * is));
+                (training ? (gdl_real)(A * (M * g - sg - (x[i] - mu) * is * sgx)) : (gdl_real)(g * gm * is));
+    }
 }
 static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_backward_job b = *(const gdl__batchnorm_backward_job *)a.ctx;
     const int64_t N = b.N, C = b.C, S = b.S;
     int64_t c, n;
     for (c = lo; c < hi; c++) {
-        const gdl_real *x = b.x + c * S, *gy = b.gy + c * S;
+        const gdl_real *x = b.x + c * S, *gy = b.gy + c * S, *y = b.y ? b.y + c * S : NULL;
         int64_t M = N * S;
         double sg, sgx, mu = b.mean[c], is = b.invstd[c], gm = b.gamma ? b.gamma[c] : 1;
-        gdl__bn_sums2(x, gy, N, C * S, S, mu, is, &sg, &sgx);
+        gdl__bn_sums2(x, gy, y, N, C * S, S, mu, is, &sg, &sgx);
         if (b.ggamma) b.ggamma[c] += (gdl_real)sgx;
         if (b.gbeta) b.gbeta[c] += (gdl_real)sg;
         if (!b.gx) continue;
         for (n = 0; n < N; n++)
-            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, b.gx + (n * C + c) * S, S, b.training, (double)M,
+            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, y ? y + n * C * S : NULL, b.gx + (n * C + c) * S, S, b.training, (double)M,
                               gm * is / (double)M, sg, sgx, mu, is, gm, b.accumulate);
     }
 }
 static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
-                                       const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
-                                       int training, gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta, int accumulate) {
-    gdl__batchnorm_backward_job b = {N, C, S, x, gy, gamma, mean, invstd, training, gx, ggamma, gbeta, accumulate};
+                                       const gdl_real *y, const gdl_real *gamma, const gdl_real *mean,
+                                       const gdl_real *invstd, int training, gdl_real *gx, gdl_real *ggamma,
+                                       gdl_real *gbeta, int accumulate) {
+    gdl__batchnorm_backward_job b = {N, C, S, x, gy, y, gamma, mean, invstd, training, gx, ggamma, gbeta, accumulate};
     gdl__args a = gdl__args_none();
     a.ctx = &b;
     gdl__parallel_loop(C, N * C * S, gdl__batchnorm_backward_part, &a);
@@ -306,7 +343,7 @@ static int gdl__cpu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, co
 }
 static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
                                  const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
-                                 gdl_real *run_var, int training, double momentum, double eps) {
+                                 gdl_real *run_var, int training, double momentum, double eps, int relu) {
     const void *src[2];
     int64_t n[2];
     gdl_real *b[2], *f;
@@ -314,23 +351,27 @@ static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, 
     if (gdl__cpu_lp_check("batchnorm", dt) < 0) return -1;
     src[0] = x; n[0] = N * C * S; src[1] = NULL; n[1] = N * C * S;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps);
+    /* relu on the f32 value, then rounded: the same as rounded, then relu (rounding keeps the sign) */
+    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
+                            relu);
     if (rc == 0) gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return rc;
 }
 static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
-                                          const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd,
-                                          int training, void *gx, gdl_real *ggamma, gdl_real *gbeta) {
-    const void *src[3];
-    int64_t n[3];
-    gdl_real *b[3], *f;
+                                          const void *y, const gdl_real *gamma, const gdl_real *mean,
+                                          const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
+                                          gdl_real *gbeta) {
+    const void *src[4];
+    int64_t n[4];
+    gdl_real *b[4], *f;
     int rc;
     if (gdl__cpu_lp_check("batchnorm_backward", dt) < 0) return -1;
-    src[0] = x; src[1] = gy; src[2] = gx;
-    n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0;
-    if (!(f = gdl__cpu_lp_wide(dt, 3, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], gamma, mean, invstd, training, gx ? b[2] : NULL, ggamma, gbeta, 1);
+    src[0] = x; src[1] = gy; src[2] = gx; src[3] = y;
+    n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0; n[3] = y ? N * C * S : 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 4, src, n, b))) return -1;
+    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
+                                     gx ? b[2] : NULL, ggamma, gbeta, 1);
     if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
     GPUDL_FREE(f);
     return rc;

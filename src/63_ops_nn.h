@@ -637,9 +637,11 @@ static int gdl__check_vec(const char *op, const char *arg, const gdl_tensor *v, 
     return 0;
 }
 
-GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
-                                     gdl_tensor *bias, int training, double momentum, double eps) {
-    const char *op = "gdl_batch_norm";
+/* gdl_batch_norm, and with relu gdl_batch_norm_relu (its ReLU in the backend's passes) */
+static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                   gdl_tensor *bias, int training, double momentum, double eps, int relu) {
+    const char *op = relu ? "gdl_batch_norm_relu" : "gdl_batch_norm";
+    const gdl_op opid = relu ? GDL_OP_BATCH_NORM_RELU : GDL_OP_BATCH_NORM;
     int64_t N, C, S = 1, cshape;
     int k, err, use_batch;
     gdl_tensor *out, *mean, *invstd, *in[3];
@@ -661,7 +663,7 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
         }
         if (bias && bias->dtype != GDL_F32 && !(bias = gdl__cast_t(op, bias, GDL_F32))) return NULL;
     } else {
-        GDL__LOWP3_FIRST(op, GDL_OP_BATCH_NORM, gdl_batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps), x,
+        GDL__LOWP3_FIRST(op, opid, gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, relu), x,
                          weight, bias);
     }
     if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0) return NULL;
@@ -691,15 +693,15 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
     if (dt != GDL_F32) {
         if (be->batchnorm_lp(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL, rvar ? GDL__R(rvar) : NULL,
-                             use_batch, momentum, eps) < 0)
+                             use_batch, momentum, eps, relu) < 0)
             return NULL;
     } else if (be->batchnorm(N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
-                             rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps) < 0) {
+                             rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, relu) < 0) {
         return NULL;
     }
     in[0] = x; in[1] = weight; in[2] = bias;
-    n = gdl__record(op, GDL_OP_BATCH_NORM, out, 3, in, &err);
+    n = gdl__record(op, opid, out, 3, in, &err);
     if (err) return NULL;
     if (n) {
         n->saved[0] = mean;
@@ -708,18 +710,28 @@ GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tenso
     }
     return gdl__finish(op, out);
 }
+GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                     gdl_tensor *bias, int training, double momentum, double eps) {
+    return gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, 0);
+}
+GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                          gdl_tensor *bias, int training, double momentum, double eps) {
+    return gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, 1);
+}
 
+/* batch_norm_relu's backward reads its output (the ReLU's mask) */
 static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
+    const int relu = n->op == GDL_OP_BATCH_NORM_RELU;
     if (n->out->dtype != GDL_F32)
         return be->batchnorm_backward_lp(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
-                                         w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
+                                         relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
                                          GDL__G(n->in[2]));
     /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
     if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
     return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
-                                  w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
+                                  relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
                                   GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
 }
 

@@ -655,8 +655,8 @@ static gdl_tensor *gdl__nn_fwd_fail(const gdl_module *m, const char *want, const
 static gdl_tensor *gdl__nn_param(const gdl_module *m, int i) { return i < m->nparam ? m->param[i].t : NULL; }
 static gdl_tensor *gdl__nn_buffer(const gdl_module *m, int i) { return i < m->nbuf ? m->buf[i].t : NULL; }
 
-/* Fusion of a Linear or Conv2d with the activation module after it in a
-   Sequential (gdl_nn_set_fusion). It is skipped wherever the intermediate is
+/* Fusion of a Linear, Conv2d or BatchNorm with the activation module after it
+   in a Sequential (gdl_nn_set_fusion). It is skipped wherever the intermediate is
    looked at or the numerics would differ: anomaly mode (which checks each
    op's output), gdl_module_summary's recording (each module's output
    shape), autocast or a non-f32 input or parameter. */
@@ -672,17 +672,25 @@ GPUDL_API int gdl_nn_set_fusion(int on) {
     return prev;
 }
 
+/* whether module a may run fused with an activation after it, on input x (the conditions above) */
+static int gdl__nn_fuse_ok(const gdl_module *a, const gdl_tensor *x) {
+    int k;
+    if (gdl_nn_set_fusion(-1) == 0 || gdl__anomaly || gdl__nn_nrows || gdl__ac_dt != GDL_F32 || !x ||
+        x->dtype != GDL_F32)
+        return 0;
+    for (k = 0; k < a->nparam; k++)
+        if (a->param[k].t && a->param[k].t->dtype != GDL_F32) return 0;
+    return 1;
+}
+
 /* the gdl_act to fuse a followed by b with (input x), or -1 */
 static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_tensor *x) {
-    int act, k;
-    if ((a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D) || gdl_nn_set_fusion(-1) == 0) return -1;
+    int act;
+    if (a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D && a->kind != GDL__M_BATCHNORM) return -1;
     if (b->kind == GDL__M_RELU) act = GDL_ACT_RELU;
     else if (b->kind == GDL__M_GELU && a->kind == GDL__M_LINEAR) act = b->ia[0] ? GDL_ACT_GELU_TANH : GDL_ACT_GELU;
     else return -1;
-    if (gdl__anomaly || gdl__nn_nrows || gdl__ac_dt != GDL_F32 || !x || x->dtype != GDL_F32) return -1;
-    for (k = 0; k < a->nparam; k++)
-        if (a->param[k].t && a->param[k].t->dtype != GDL_F32) return -1;
-    return act;
+    return gdl__nn_fuse_ok(a, x) ? act : -1;
 }
 
 /* the Linear / Conv2d module m's forward with act fused in; input checks as gdl__nn_forward's */
@@ -705,8 +713,22 @@ static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[
     return 0;
 }
 
+/* A BatchNorm module's forward (relu: gdl_batch_norm_relu's, fused with the ReLU after it) */
+static gdl_tensor *gdl__nn_batchnorm_forward(gdl_module *m, gdl_tensor *x, int relu) {
+    char want[96];
+    const int64_t *a = m->ia;
+    if (a[1] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
+        if (a[1] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)a[0], (long long)a[0]);
+        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+        return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
+    }
+    return gdl__batch_norm(x, gdl__nn_buffer(m, 0), gdl__nn_buffer(m, 1), gdl__nn_param(m, 0), gdl__nn_param(m, 1),
+                           m->training, m->fa[1], m->fa[0], relu);
+}
+
 static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act) {
     int s[2], p[2], d[2], conv = m->kind != GDL__M_LINEAR;
+    if (m->kind == GDL__M_BATCHNORM) return gdl__nn_batchnorm_forward(m, x, act == GDL_ACT_RELU);
     if (gdl__nn_check_xw(m, x, conv, s, p, d) < 0) return NULL;
     if (!conv) return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
     return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)m->ia[10],
@@ -726,14 +748,7 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
         if (gdl__nn_check_xw(m, x, 1, s, p, d) < 0) return NULL;
         return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10]);
     }
-    case GDL__M_BATCHNORM:
-        if (a[1] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
-            if (a[1] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)a[0], (long long)a[0]);
-            else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
-            return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
-        }
-        return gdl_batch_norm(x, gdl__nn_buffer(m, 0), gdl__nn_buffer(m, 1), gdl__nn_param(m, 0), gdl__nn_param(m, 1),
-                              m->training, m->fa[1], m->fa[0]);
+    case GDL__M_BATCHNORM: return gdl__nn_batchnorm_forward(m, x, 0);
     case GDL__M_LAYERNORM:
         if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
             snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
@@ -760,7 +775,7 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     case GDL__M_SEQUENTIAL:
         for (i = 0; i < m->nchild && x; i++) {
             int act = i + 1 < m->nchild ? gdl__nn_fusable(m->child[i], m->child[i + 1], x) : -1;
-            if (act >= 0) { /* Linear/Conv2d then its activation: one fused op (gdl_nn_set_fusion) */
+            if (act >= 0) { /* Linear/Conv2d/BatchNorm then its activation: one fused op (gdl_nn_set_fusion) */
                 x = gdl__nn_forward_act(m->child[i], x, (gdl_act)act);
                 if (!x) gdl__nn_fwd_error(m->child[i]);
                 i++;

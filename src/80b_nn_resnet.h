@@ -6,12 +6,18 @@
    ------------------------------------------------------------------------- */
 
 /* relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x)), the children by position; a failing child's error
-   is left as it is */
+   is left as it is. bn1 and its ReLU run as one op where a Sequential would fuse them (gdl_nn_set_fusion). */
 static gdl_tensor *gdl__basic_block_forward(gdl_module *m, gdl_tensor *x) {
     gdl_tensor *y = x, *sc = x;
     int i;
     for (i = 0; i < 4 && y; i++) {
-        y = gdl_forward(gdl_module_child_at(m, i), y);
+        gdl_module *c = gdl_module_child_at(m, i);
+        if (i == 1 && gdl__nn_fuse_ok(c, y)) {
+            y = gdl__nn_batchnorm_forward(c, y, 1);
+            if (!y) gdl__nn_fwd_error(c);
+            continue;
+        }
+        y = gdl_forward(c, y);
         if (y && i == 1) y = gdl_relu(y);
     }
     if (y && m->nchild > 4) sc = gdl_forward(gdl_module_child_at(m, 4), x);

@@ -2,14 +2,16 @@
    by the CPU suite (test_nn.c) and the GPU suite (test_cuda.c, on the
    emulator): each case takes the device to run on. Include after gpudl.h and
    harness.h.
-   * a Sequential MLP (Linear+ReLU, Linear+GELU tanh, Linear+GELU erf) and a
-     CNN (Conv2d+ReLU twice, pooling, Linear) trained 20 steps with fusion on
+   * a Sequential MLP (Linear+ReLU, Linear+GELU tanh, Linear+GELU erf), a
+     CNN (Conv2d+ReLU twice, pooling, Linear) and a small ResNet (BatchNorm2d
+     +ReLU, two BasicBlocks, BatchNorm1d+ReLU) trained 20 steps with fusion on
      and off (gdl_nn_set_fusion) give the same losses, outputs, gradients and
      weights bit for bit; the sizes take the threaded CPU loops and, on a GPU,
      cuBLASLt's epilogues and both bias-gradient reductions;
    * the fused op is what runs, and is not used where the module layer must
      not fuse (fusion off, anomaly mode, autocast, a non-f32 parameter);
-   * gdl_linear_act / gdl_conv2d_act's errors name the op, shapes, dtypes. */
+   * gdl_linear_act / gdl_conv2d_act / gdl_batch_norm_relu's errors name the
+     op, shapes, dtypes. */
 #ifndef GPUDL_FUSION_CASES_H
 #define GPUDL_FUSION_CASES_H
 
@@ -36,6 +38,18 @@ static gdl_module *fz_cnn(int big) {
                                                  gdl_nn_relu(), gdl_nn_flatten(1), gdl_nn_linear(72, 10, 1)});
 }
 
+/* BatchNorm + ReLU in a Sequential and in a BasicBlock (bn1 and its ReLU), with both shortcuts; big: 16
+   channels, 132 pixels a sample (the CPU's vector lanes and a tail) */
+static gdl_module *fz_resnet(int big) {
+    int c = big ? 16 : 4;
+    gdl_manual_seed(14);
+    return gdl_nn_sequential(10, (gdl_module *[]){gdl_nn_conv2d(3, c, 3, 1, 1, 1, 1, 0), gdl_nn_batchnorm2d(c),
+                                                  gdl_nn_relu(), gdl_nn_basic_block(c, c, 1),
+                                                  gdl_nn_basic_block(c, 2 * c, 2), gdl_nn_global_avgpool2d(),
+                                                  gdl_nn_flatten(1), gdl_nn_batchnorm1d(2 * c), gdl_nn_relu(),
+                                                  gdl_nn_linear(2 * c, 10, 1)});
+}
+
 /* appends t's bytes (copied to the host) to *buf */
 static int fz_append(unsigned char **buf, size_t *len, gdl_tensor *t) {
     gdl_tensor *h = t ? gdl_to(t, gdl_cpu()) : NULL;
@@ -54,11 +68,11 @@ static int fz_append(unsigned char **buf, size_t *len, gdl_tensor *t) {
     return 0;
 }
 
-/* trains a fresh model (cnn or mlp) FZ_STEPS SGD steps on dev with fusion on or off; the losses, the last
-   output, every gradient and weight in *buf */
-static int fz_train(gdl_device dev, int cnn, int fuse, unsigned char **buf, size_t *len) {
-    int big = dev.type == GDL_DEVICE_CPU;
-    gdl_module *m = cnn ? fz_cnn(big) : fz_mlp(big);
+/* trains a fresh model (kind 0 the MLP, 1 the CNN, 2 the ResNet) FZ_STEPS SGD steps on dev with fusion
+   on or off; the losses, the last output, every gradient and weight in *buf */
+static int fz_train(gdl_device dev, int kind, int fuse, unsigned char **buf, size_t *len) {
+    int big = dev.type == GDL_DEVICE_CPU, cnn = kind > 0;
+    gdl_module *m = kind == 2 ? fz_resnet(big) : cnn ? fz_cnn(big) : fz_mlp(big);
     gdl_optimizer *opt = gdl_sgd_new(0.05, 0.9, 0, 1e-4, 0);
     gdl_tensor *x, *y, *out = NULL, *ts[32];
     int32_t lab[130];
@@ -130,27 +144,28 @@ static double fz_rel_diff(const unsigned char *a, const unsigned char *b, size_t
 #include "cuda_emu/emu_api.h"
 #endif
 TEST fz_train_bitwise_case(gdl_device dev) {
-    int cnn;
+    static const char *const name[3] = {"MLP", "CNN", "ResNet"};
+    int kind;
 #ifdef GPUDL_EMU
     int exact = dev.type == GDL_DEVICE_CPU || strcmp(gdl_emu_gemm_mode(), "plain") == 0;
 #else
     int exact = dev.type == GDL_DEVICE_CPU;
 #endif
-    for (cnn = 0; cnn < 2; cnn++) {
+    for (kind = 0; kind < 3; kind++) {
         unsigned char *a = NULL, *b = NULL;
         size_t la = 0, lb = 0;
-        int ra = fz_train(dev, cnn, 1, &a, &la), rb = fz_train(dev, cnn, 0, &b, &lb);
+        int ra = fz_train(dev, kind, 1, &a, &la), rb = fz_train(dev, kind, 0, &b, &lb);
         if (ra < 0 || rb < 0) {
             free(a);
             free(b);
-            FAILf("%s training failed: %s", cnn ? "CNN" : "MLP", gdl_last_error());
+            FAILf("%s training failed: %s", name[kind], gdl_last_error());
         }
         if (la != lb || la == 0 || (exact ? fz_first_diff(a, b, la) >= 0 : !(fz_rel_diff(a, b, la) <= 1e-3))) {
             int at = la == lb ? fz_first_diff(a, b, la) : -2;
             free(a);
             free(b);
             FAILf("%s: fused and unfused training differ (%zu vs %zu bytes, first differing byte %d)",
-                  cnn ? "CNN" : "MLP", la, lb, at);
+                  name[kind], la, lb, at);
         }
         free(a);
         free(b);
@@ -158,14 +173,17 @@ TEST fz_train_bitwise_case(gdl_device dev) {
     PASS();
 }
 
-/* the op that made a two-module Sequential's output */
+/* the op that made a two-module Sequential's output: a Linear (conv 0), Conv2d (1) or BatchNorm2d (2), then act */
 static int fz_pair_op(gdl_device dev, gdl_module *act, int conv) {
     gdl_module *m;
     gdl_tensor *x, *y;
     int64_t s4[4] = {2, 3, 5, 4}, s2[2] = {4, 6};
     int op;
     gdl_manual_seed(3);
-    m = gdl_nn_sequential(2, (gdl_module *[]){conv ? gdl_nn_conv2d(3, 4, 3, 1, 1, 1, 1, 1) : gdl_nn_linear(6, 5, 1), act});
+    m = gdl_nn_sequential(2, (gdl_module *[]){conv == 2 ? gdl_nn_batchnorm2d(3)
+                                              : conv   ? gdl_nn_conv2d(3, 4, 3, 1, 1, 1, 1, 1)
+                                                       : gdl_nn_linear(6, 5, 1),
+                                              act});
     x = conv ? gdl_randn(4, s4, dev) : gdl_randn(2, s2, dev);
     if (!m || !x || gdl_module_to(m, dev) < 0) return -2;
     y = gdl_forward(m, x);
@@ -184,10 +202,13 @@ TEST fz_when_fused_case(gdl_device dev) {
     ASSERT_EQ(GDL_OP_LINEAR_ACT, fz_pair_op(dev, gdl_nn_gelu(0), 0));
     ASSERT_EQ(GDL_OP_CONV2D_ACT, fz_pair_op(dev, gdl_nn_relu(), 1));
     ASSERT_EQ(GDL_OP_GELU_TANH, fz_pair_op(dev, gdl_nn_gelu(1), 1)); /* only ReLU after a Conv2d */
+    ASSERT_EQ(GDL_OP_BATCH_NORM_RELU, fz_pair_op(dev, gdl_nn_relu(), 2));
+    ASSERT_EQ(GDL_OP_GELU, fz_pair_op(dev, gdl_nn_gelu(0), 2)); /* and after a BatchNorm */
     ASSERT_EQ(GDL_OP_TANH, fz_pair_op(dev, gdl_nn_tanh(), 0));
     /* anomaly mode checks the intermediate: not fused */
     gdl_set_anomaly_mode(1);
     ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 0));
+    ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 2));
     gdl_set_anomaly_mode(0);
     /* autocast: the unfused ops' dtypes */
     {
@@ -200,6 +221,7 @@ TEST fz_when_fused_case(gdl_device dev) {
     ASSERT_EQ(1, gdl_nn_set_fusion(0));
     ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 0));
     ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 1));
+    ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 2));
     ASSERT_EQ(0, gdl_nn_set_fusion(prev));
     PASS();
 }
@@ -232,6 +254,13 @@ TEST fz_errors_case(gdl_device dev) {
     ASSERT_CONTAINS(gdl_last_error(), "gdl_conv2d_act: expected input [N,C,H,W] and weight");
     ASSERT(gdl_conv2d_act(xc, wc, b, 1, 1, 1, 1, GDL_ACT_RELU) == NULL);
     ASSERT_CONTAINS(gdl_last_error(), "gdl_conv2d_act: bias [5] does not match 4 output channels");
+    ASSERT(gdl_batch_norm_relu(b, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_batch_norm_relu: expected input [N,C], [N,C,L] or [N,C,H,W], got [5]");
+    ASSERT(gdl_batch_norm_relu(xc, NULL, NULL, b, NULL, 1, 0.1, 1e-5) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_batch_norm_relu: weight [5] should have 3 elements to match input [2,3,5,4]");
+    ASSERT(gdl_batch_norm_relu(xi, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5) == NULL);
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_batch_norm_relu");
+    ASSERT_CONTAINS(gdl_last_error(), "i32");
     /* the inputs are untouched and still usable */
     y = gdl_linear_act(x, w, b, GDL_ACT_RELU);
     ASSERT(y != NULL);

@@ -96,6 +96,9 @@ static gdl_tensor *f_dropout(gdl_tensor **x) { return gdl_dropout(x[0], 0.3, 1);
 static gdl_tensor *f_bn_train(gdl_tensor **x) { return gdl_batch_norm(x[0], x[3], x[4], x[1], x[2], 1, 0.1, 1e-5); }
 static gdl_tensor *f_bn_eval(gdl_tensor **x) { return gdl_batch_norm(x[0], x[3], x[4], x[1], x[2], 0, 0.1, 1e-5); }
 static gdl_tensor *f_bn_plain(gdl_tensor **x) { return gdl_batch_norm(x[0], NULL, NULL, NULL, NULL, 1, 0.1, 1e-5); }
+static gdl_tensor *f_bnr_train(gdl_tensor **x) { return gdl_batch_norm_relu(x[0], x[3], x[4], x[1], x[2], 1, 0.1, 1e-5); }
+static gdl_tensor *f_bnr_eval(gdl_tensor **x) { return gdl_batch_norm_relu(x[0], x[3], x[4], x[1], x[2], 0, 0.1, 1e-5); }
+static gdl_tensor *f_bnr_plain(gdl_tensor **x) { return gdl_batch_norm_relu(x[0], NULL, NULL, NULL, NULL, 1, 0.1, 1e-5); }
 static gdl_tensor *f_ln(gdl_tensor **x) { return gdl_layer_norm(x[0], x[1], x[2], 1e-5); }
 static gdl_tensor *f_ln_plain(gdl_tensor **x) { return gdl_layer_norm(x[0], NULL, NULL, 1e-5); }
 static gdl_tensor *f_embedding(gdl_tensor **x) { return gdl_embedding(x[0], x[1]); }
@@ -306,6 +309,14 @@ static const gc_case cases[] = {
     {"batch_norm_eval", GDL_OP_BATCH_NORM, f_bn_eval, 5,
      {{R3(3, 2, 4), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
     {"batch_norm_no_affine", GDL_OP_BATCH_NORM, f_bn_plain, 1, {{R3(4, 3, 2), IN_RANDN, 0}}},
+    /* the fused ReLU: rows of 21 again (vector lanes and a tail, the mask in both), 1-D, eval, no affine */
+    {"batch_norm_relu_2d_train", GDL_OP_BATCH_NORM_RELU, f_bnr_train, 5,
+     {{R4(2, 3, 3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
+    {"batch_norm_relu_1d_train", GDL_OP_BATCH_NORM_RELU, f_bnr_train, 5,
+     {{R2(5, 3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
+    {"batch_norm_relu_eval", GDL_OP_BATCH_NORM_RELU, f_bnr_eval, 5,
+     {{R3(3, 2, 9), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
+    {"batch_norm_relu_no_affine", GDL_OP_BATCH_NORM_RELU, f_bnr_plain, 1, {{R3(4, 3, 2), IN_RANDN, 0}}},
     {"layer_norm", GDL_OP_LAYER_NORM, f_ln, 3, {{R2(3, 5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
     {"layer_norm_no_affine", GDL_OP_LAYER_NORM, f_ln_plain, 1, {{R3(2, 2, 17), IN_RANDN, 0}}},
     {"embedding", GDL_OP_EMBEDDING, f_embedding, 2, {{R2(2, 3), IN_TARGET, 7}, {R2(7, 4), IN_RANDN, 0}}},

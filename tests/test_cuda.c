@@ -221,6 +221,8 @@ static const gc_case gpu_cases[] = {
      {{R4(4, 3, 10, 10), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
     {"batch_norm_1d_300", GDL_OP_BATCH_NORM, f_bn_train, 5,
      {{R2(300, 5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R1(5), IN_CONST, 0}, {R1(5), IN_CONST_POS, 0}}},
+    {"batch_norm_relu_2d_big", GDL_OP_BATCH_NORM_RELU, f_bnr_train, 5,
+     {{R4(4, 3, 10, 10), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
     {"batch_norm_eval_big", GDL_OP_BATCH_NORM, f_bn_eval, 5,
      {{R3(30, 2, 13), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
     {"layer_norm_D1", GDL_OP_LAYER_NORM, f_ln, 3, {{R2(3, 1), IN_RANDN, 0}, {R1(1), IN_RANDN, 0}, {R1(1), IN_RANDN, 0}}},

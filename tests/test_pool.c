@@ -163,8 +163,16 @@ static void run_kernels(float *out) {
         float *mean = o + 2 * KN, *inv = mean + 16, *rm = inv + 16, *rv = rm + 16, *gg = rv + 16, *gb = gg + 16;
         int c;
         for (c = 0; c < 16; c++) rv[c] = 1;
-        gdl__cpu_batchnorm(64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5);
-        gdl__cpu_batchnorm_backward(64, 16, 64, x, y, w, mean, inv, 1, o + KN, gg, gb, 1);
+        gdl__cpu_batchnorm(64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, 0);
+        gdl__cpu_batchnorm_backward(64, 16, 64, x, y, NULL, w, mean, inv, 1, o + KN, gg, gb, 1);
+        o += 2 * KN + 6 * 16;
+    }
+    { /* the same with a fused ReLU (its output the backward's mask) */
+        float *mean = o + 2 * KN, *inv = mean + 16, *rm = inv + 16, *rv = rm + 16, *gg = rv + 16, *gb = gg + 16;
+        int c;
+        for (c = 0; c < 16; c++) rv[c] = 1;
+        gdl__cpu_batchnorm(64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, 1);
+        gdl__cpu_batchnorm_backward(64, 16, 64, x, y, o, w, mean, inv, 1, o + KN, gg, gb, 0);
         o += 2 * KN + 6 * 16;
     }
     gdl__cpu_layernorm(700, 100, x, w, y, 1e-5, o, o + KN, o + KN + 700);
