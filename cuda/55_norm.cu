@@ -140,13 +140,12 @@ static int gdl__cu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, c
     });
 }
 static int gdl__cu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
-                                         const void *y, const float *gamma, const float *mean, const float *invstd, int training,
-                                         void *gx, float *ggamma, float *gbeta) {
+                                         const void *y, const float *gamma, const float *mean, const float *invstd,
+                                         int training, void *gx, float *ggamma, float *gbeta) {
     return gdl__cu_dispatch("batchnorm_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, (const T *)y, gamma, mean, invstd,
-                                            training, (T *)gx,
-                                            ggamma, gbeta, 1);
+                                            training, (T *)gx, ggamma, gbeta, 1);
     });
 }
 
