@@ -9227,22 +9227,23 @@ typedef struct {
     size_t wsz, tsz;
 } gdl__dconv_job;
 
-/* Copy samples [n0, n0+cnt) of x into xp with their padding written out ([cnt][C][Hp][Wp]). */
-static void gdl__dconv_pad(const gdl_conv_geom *g, const gdl_real *x, int n0, int cnt, gdl_real *xp) {
-    const int Hp = g->H + 2 * g->PH, Wp = g->W + 2 * g->PW;
-    int64_t plane, nplanes = (int64_t)cnt * g->C;
+/* Copy nplanes planes of H x W from x into xp with PH rows and PW columns of zeros written out on each
+   side ([nplanes][H + 2 PH][W + 2 PW]). */
+static void gdl__dconv_pad(const gdl_real *x, int64_t nplanes, int H, int W, int PH, int PW, gdl_real *xp) {
+    const int Hp = H + 2 * PH, Wp = W + 2 * PW;
+    int64_t plane;
     int ih;
     for (plane = 0; plane < nplanes; plane++) {
-        const gdl_real *src = x + ((int64_t)n0 * g->C + plane) * g->H * g->W;
+        const gdl_real *src = x + plane * H * W;
         gdl_real *dst = xp + plane * Hp * Wp;
-        memset(dst, 0, sizeof(gdl_real) * (size_t)g->PH * Wp);
-        for (ih = 0; ih < g->H; ih++) {
-            gdl_real *row = dst + (ptrdiff_t)(g->PH + ih) * Wp;
-            memset(row, 0, sizeof(gdl_real) * (size_t)g->PW);
-            memcpy(row + g->PW, src + (ptrdiff_t)ih * g->W, sizeof(gdl_real) * (size_t)g->W);
-            memset(row + g->PW + g->W, 0, sizeof(gdl_real) * (size_t)g->PW);
+        memset(dst, 0, sizeof(gdl_real) * (size_t)PH * Wp);
+        for (ih = 0; ih < H; ih++) {
+            gdl_real *row = dst + (ptrdiff_t)(PH + ih) * Wp;
+            memset(row, 0, sizeof(gdl_real) * (size_t)PW);
+            memcpy(row + PW, src + (ptrdiff_t)ih * W, sizeof(gdl_real) * (size_t)W);
+            memset(row + PW + W, 0, sizeof(gdl_real) * (size_t)PW);
         }
-        memset(dst + (ptrdiff_t)(g->PH + g->H) * Wp, 0, sizeof(gdl_real) * (size_t)g->PH * Wp);
+        memset(dst + (ptrdiff_t)(PH + H) * Wp, 0, sizeof(gdl_real) * (size_t)PH * Wp);
     }
 }
 
@@ -9259,7 +9260,7 @@ static void gdl__dconv_task(void *p, int t, int nt) {
     int xo[UR], qs[UR], qp[UR];
     int gi, ot, q0, i, o, pc;
     (void)nt;
-    gdl__dconv_pad(g, d->x, n0, cnt, xp);
+    gdl__dconv_pad(d->x + (int64_t)n0 * g->C * g->H * g->W, (int64_t)cnt * g->C, g->H, g->W, g->PH, g->PW, xp);
     for (gi = 0; gi < d->groups; gi++) {
         gdl__gemm_args m; /* the epilogue's: the group's channels are its rows */
         gdl__gemm_args_init(&m, 0, 0, OCg, OHW, K, 1, NULL, 0, NULL, 0, 0, NULL, OHW);
@@ -9338,7 +9339,7 @@ static void gdl__dconv_gw_prep(void *p, int t, int nt) {
     const ptrdiff_t CHpWp = (ptrdiff_t)g->C * (g->H + 2 * g->PH) * (g->W + 2 * g->PW);
     int gi, ot, o, q, i;
     (void)nt;
-    gdl__dconv_pad(g, d->x, t, 1, d->xp + t * CHpWp);
+    gdl__dconv_pad(d->x + (int64_t)t * g->C * g->H * g->W, g->C, g->H, g->W, g->PH, g->PW, d->xp + t * CHpWp);
     for (gi = 0; gi < d->groups; gi++)
         for (ot = 0; ot < d->ntile; ot++) {
             gdl_real *dst = d->gyt + (((size_t)t * d->groups + gi) * d->ntile + ot) * OHW * OCT;
@@ -9474,16 +9475,10 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
     gdl_real *gq = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
     gdl_real *acc = gq + d->tsz - 2 * UR * OCT, *part = acc + UR * OCT;
     int xo[UR], qs[UR], qh[UR], qw[UR];
-    int s, oc, oh, gi, ct, q0, i, o, kh, kw, pc;
+    int gi, ct, q0, i, o, kh, kw, pc;
     (void)nt;
-    for (s = 0; s < cnt; s++) /* gy with the padding written out */
-        for (oc = 0; oc < d->OC; oc++) {
-            gdl_real *dst = gq + s * OCHqWq + oc * HqWq;
-            const gdl_real *src = d->gy + ((ptrdiff_t)(n0 + s) * d->OC + oc) * OHW;
-            memset(dst, 0, sizeof(gdl_real) * (size_t)HqWq);
-            for (oh = 0; oh < g->OH; oh++)
-                memcpy(dst + (ptrdiff_t)(PT + oh) * Wq + PL, src + (ptrdiff_t)oh * g->OW, sizeof(gdl_real) * (size_t)g->OW);
-        }
+    /* gy with the padding written out: (PT, PL) each side makes (Hq, Wq) */
+    gdl__dconv_pad(d->gy + (ptrdiff_t)n0 * d->OC * OHW, (int64_t)cnt * d->OC, g->OH, g->OW, PT, PL, gq);
     for (gi = 0; gi < d->groups; gi++)
         for (ct = 0; ct < d->ntile; ct++) {
             const int c0 = ct * OCT, cn = Cg - c0 < OCT ? Cg - c0 : OCT;
