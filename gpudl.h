@@ -9247,6 +9247,27 @@ static void gdl__dconv_pad(const gdl_real *x, int64_t nplanes, int H, int W, int
     }
 }
 
+/* A tile's pixels, q0 .. q0+qn-1 counted over the samples' pixels in order (HW a sample, in rows of W):
+   pixel i is pixel qp[i] of sample qs[i], and the kernel reads it at xo[i] = qs sstride + its row rstride
+   + its column cstride. Past qn the last pixel's offset is repeated (those lanes are not stored). */
+static void gdl__dconv_tile(int q0, int qn, int HW, int W, ptrdiff_t sstride, ptrdiff_t rstride, int cstride, int *qs,
+                            int *qp, int *xo) {
+    int s = q0 / HW, pix = q0 % HW, i;
+    for (i = 0; i < GDL__DCONV_UR; i++) {
+        if (i < qn) {
+            qs[i] = s;
+            qp[i] = pix;
+            xo[i] = (int)(s * sstride + (ptrdiff_t)(pix / W) * rstride + pix % W * cstride);
+            if (++pix == HW) {
+                pix = 0;
+                s++;
+            }
+        } else {
+            xo[i] = xo[qn - 1];
+        }
+    }
+}
+
 static void gdl__dconv_task(void *p, int t, int nt) {
     const gdl__dconv_job *d = (const gdl__dconv_job *)p;
     const gdl_conv_geom *g = d->g;
@@ -9271,20 +9292,7 @@ static void gdl__dconv_task(void *p, int t, int nt) {
             const int o0 = ot * OCT, on = OCg - o0 < OCT ? OCg - o0 : OCT;
             for (q0 = 0; q0 < nq; q0 += UR) {
                 const int qn = nq - q0 < UR ? nq - q0 : UR;
-                int s = q0 / OHW, pix = q0 % OHW;
-                for (i = 0; i < UR; i++) { /* pixel i: sample qs, output column qp; past qn, the last again */
-                    if (i < qn) {
-                        qs[i] = s;
-                        qp[i] = pix;
-                        xo[i] = (int)(s * CHpWp + (ptrdiff_t)(pix / g->OW) * g->SH * Wp + pix % g->OW * g->SW);
-                        if (++pix == OHW) {
-                            pix = 0;
-                            s++;
-                        }
-                    } else {
-                        xo[i] = xo[qn - 1];
-                    }
-                }
+                gdl__dconv_tile(q0, qn, OHW, g->OW, CHpWp, (ptrdiff_t)g->SH * Wp, g->SW, qs, qp, xo);
                 for (pc = 0; pc < K; pc += d->kc_blk)
                     gdl__dconv_kernel(K - pc < d->kc_blk ? K - pc : d->kc_blk, wt + (size_t)pc * OCT, d->ko + pc,
                                       xp + (ptrdiff_t)gi * Cg * HpWp, xo, tile, pc == 0);
@@ -9474,7 +9482,7 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
     const ptrdiff_t HqWq = (ptrdiff_t)Hq * Wq, OCHqWq = d->OC * HqWq, CHW = (ptrdiff_t)g->C * HW;
     gdl_real *gq = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
     gdl_real *acc = gq + d->tsz - 2 * UR * OCT, *part = acc + UR * OCT;
-    int xo[UR], qs[UR], qh[UR], qw[UR];
+    int xo[UR], qs[UR], qp[UR], qh[UR], qw[UR];
     int gi, ct, q0, i, o, kh, kw, pc;
     (void)nt;
     /* gy with the padding written out: (PT, PL) each side makes (Hq, Wq) */
@@ -9484,23 +9492,15 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
             const int c0 = ct * OCT, cn = Cg - c0 < OCT ? Cg - c0 : OCT;
             for (q0 = 0; q0 < nq; q0 += UR) {
                 const int qn = nq - q0 < UR ? nq - q0 : UR;
-                int ss = q0 / HW, pix = q0 % HW;
-                for (i = 0; i < UR; i++) { /* gx pixel i: sample qs, row qh, column qw; past qn, the last again */
-                    if (i < qn) {
-                        qs[i] = ss; qh[i] = pix / g->W; qw[i] = pix % g->W;
-                        xo[i] = (int)(ss * OCHqWq + (ptrdiff_t)qh[i] * Wq + qw[i]);
-                        if (++pix == HW) {
-                            pix = 0;
-                            ss++;
-                        }
-                    } else {
-                        xo[i] = xo[qn - 1];
-                    }
+                gdl__dconv_tile(q0, qn, HW, g->W, OCHqWq, Wq, 1, qs, qp, xo); /* gx pixels; gy read from (qh, qw) */
+                for (i = 0; i < qn; i++) {
+                    qh[i] = qp[i] / g->W;
+                    qw[i] = qp[i] % g->W;
                 }
                 memset(acc, 0, sizeof(gdl_real) * UR * OCT);
                 for (o = 0; o < cn; o++) /* the sums start from gx; a channel at a time, as below */
                     for (i = 0; i < qn; i++)
-                        acc[i * OCT + o] = d->gx[(n0 + qs[i]) * CHW + ((ptrdiff_t)gi * Cg + c0 + o) * HW + qh[i] * g->W + qw[i]];
+                        acc[i * OCT + o] = d->gx[(n0 + qs[i]) * CHW + ((ptrdiff_t)gi * Cg + c0 + o) * HW + qp[i]];
                 for (kh = 0; kh < g->KH; kh++)
                     for (kw = 0; kw < g->KW; kw++) {
                         /* pixel (ih, iw) reads gy at (ih + PH - kh*DH, iw + PW - kw*DW), padded: + (PT, PL) */
@@ -9518,7 +9518,7 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
                     }
                 for (o = 0; o < cn; o++)
                     for (i = 0; i < qn; i++)
-                        d->gx[(n0 + qs[i]) * CHW + ((ptrdiff_t)gi * Cg + c0 + o) * HW + qh[i] * g->W + qw[i]] = acc[i * OCT + o];
+                        d->gx[(n0 + qs[i]) * CHW + ((ptrdiff_t)gi * Cg + c0 + o) * HW + qp[i]] = acc[i * OCT + o];
             }
         }
 }
