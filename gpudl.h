@@ -15333,7 +15333,7 @@ static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
 static int gdl__bw_fresh_ok(const gdl_node *n) {
     int k;
     if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB &&
-        n->op != GDL_OP_BATCH_NORM && gdl__op(n->op)->backward != gdl__bw_unary)
+        n->op != GDL_OP_BATCH_NORM && n->op != GDL_OP_BATCH_NORM_RELU && gdl__op(n->op)->backward != gdl__bw_unary)
         return 0;
     if (n->out->dtype != GDL_F32) return 0;
     for (k = 0; k < n->nin; k++)
@@ -20927,7 +20927,7 @@ static gdl_tensor *gdl__basic_block_forward(gdl_module *m, gdl_tensor *x) {
     int i;
     for (i = 0; i < 4 && y; i++) {
         gdl_module *c = gdl_module_child_at(m, i);
-        if (i == 1 && gdl__nn_fuse_ok(c, y)) {
+        if (i == 1 && c->kind == GDL__M_BATCHNORM && gdl__nn_fuse_ok(c, y)) {
             y = gdl__nn_batchnorm_forward(c, y, 1);
             if (!y) gdl__nn_fwd_error(c);
             continue;

@@ -12,7 +12,7 @@ static gdl_tensor *gdl__basic_block_forward(gdl_module *m, gdl_tensor *x) {
     int i;
     for (i = 0; i < 4 && y; i++) {
         gdl_module *c = gdl_module_child_at(m, i);
-        if (i == 1 && gdl__nn_fuse_ok(c, y)) {
+        if (i == 1 && c->kind == GDL__M_BATCHNORM && gdl__nn_fuse_ok(c, y)) {
             y = gdl__nn_batchnorm_forward(c, y, 1);
             if (!y) gdl__nn_fwd_error(c);
             continue;

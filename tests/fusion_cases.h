@@ -15,6 +15,7 @@
 #ifndef GPUDL_FUSION_CASES_H
 #define GPUDL_FUSION_CASES_H
 
+#include <math.h>
 #include <string.h>
 
 #define FZ_STEPS 20
@@ -173,6 +174,90 @@ TEST fz_train_bitwise_case(gdl_device dev) {
     PASS();
 }
 
+/* One run of batch norm + ReLU, fused (gdl_batch_norm_relu) or as the two ops, on x [3, 4, 21] in dt with
+   NaN, +-0 and Inf in it: mode 0 training with affine parameters and running statistics (updated), 1
+   training with neither, 2 eval (running statistics) with affine parameters, 3 eval without. x goes through a scale by 1 first (an intermediate: its gradient is
+   unset until the backward stores it) and the output is used twice. The output and the gradients of the
+   intermediate, x, weight and bias and the running statistics, widened to f32, in *buf. */
+static int fz_bn_relu_run(gdl_device dev, int mode, gdl_dtype dt, int fused, unsigned char **buf, size_t *len) {
+    enum { N = 3, C = 4, S = 21 };
+    static const float mv[C] = {0.5f, -0.25f, 0, 1}, vv[C] = {1, 0.5f, 2, 0.25f}, wv[C] = {1.5f, -0.5f, 1, 0.75f},
+                       bv[C] = {0, 0.25f, -0.5f, 0};
+    float xv[N * C * S], rv[N * C * S];
+    int64_t xs[3] = {N, C, S}, cs = C;
+    int training = mode < 2, affine = mode % 2 == 0, k, rc = -1;
+    gdl_tensor *x, *x0, *t, *r, *w = NULL, *b = NULL, *rm = NULL, *rvar = NULL, *o = NULL, *ts[7];
+    for (k = 0; k < N * C * S; k++) {
+        xv[k] = (float)((k * 37 % 29) - 14) / 4.0f; /* channel 0 has 0.5s: its running mean, so 0 in eval */
+        rv[k] = (float)((k * 11 % 13) - 6) / 3.0f;
+    }
+    xv[3] = NAN;                  /* channel 0 (all NaN in training) */
+    xv[2 * C * S + S + 4] = -0.0f; /* channel 1 */
+    xv[C * S + 3 * S + 7] = INFINITY;
+    *buf = NULL;
+    *len = 0;
+    x0 = gdl_from_array(xv, 3, xs, GDL_F32, dev);
+    r = gdl_from_array(rv, 3, xs, GDL_F32, dev);
+    if (affine) {
+        w = gdl_from_array(wv, 1, &cs, GDL_F32, dev);
+        b = gdl_from_array(bv, 1, &cs, GDL_F32, dev);
+    }
+    if (mode != 1) {
+        rm = gdl_from_array(mv, 1, &cs, GDL_F32, dev);
+        rvar = gdl_from_array(vv, 1, &cs, GDL_F32, dev);
+    }
+    if (!x0 || !r || (affine && (!w || !b)) || (mode != 1 && (!rm || !rvar))) goto done;
+    gdl_set_requires_grad(x0, 1);
+    if (w) gdl_set_requires_grad(w, 1);
+    if (b) gdl_set_requires_grad(b, 1);
+    x = dt == GDL_F32 ? x0 : gdl_to_dtype(x0, dt);
+    t = x ? gdl_mul_scalar(x, 1) : NULL;
+    if (t) o = fused ? gdl_batch_norm_relu(t, rm, rvar, w, b, training, 0.1, 1e-5)
+                     : gdl_relu(gdl_batch_norm(t, rm, rvar, w, b, training, 0.1, 1e-5));
+    if (!o || gdl_backward(gdl_sum(gdl_add(gdl_mul(o, dt == GDL_F32 ? r : gdl_to_dtype(r, dt)), o))) < 0) goto done;
+    ts[0] = o; ts[1] = t->grad; ts[2] = x0->grad; ts[3] = w ? w->grad : NULL; ts[4] = b ? b->grad : NULL;
+    ts[5] = rm;
+    ts[6] = rvar;
+    for (k = 0; k < 7; k++)
+        if (ts[k] && fz_append(buf, len, ts[k]->dtype == GDL_F32 ? ts[k] : gdl_to_dtype(ts[k], GDL_F32)) < 0) goto done;
+    rc = 0;
+done:
+    gdl_arena_reset();
+    gdl_free(x0); gdl_free(r); gdl_free(w); gdl_free(b); gdl_free(rm); gdl_free(rvar);
+    return rc;
+}
+
+/* gdl_batch_norm_relu is bitwise gdl_batch_norm then gdl_relu (NaN where the other has NaN), in every mode,
+   in f32 and bf16 */
+TEST fz_bn_relu_bitwise_case(gdl_device dev) {
+    static const gdl_dtype dts[2] = {GDL_F32, GDL_BF16};
+    int mode, d;
+    for (d = 0; d < 2; d++)
+        for (mode = 0; mode < 4; mode++) {
+            unsigned char *a = NULL, *b = NULL;
+            size_t la = 0, lb = 0, i;
+            int ra = fz_bn_relu_run(dev, mode, dts[d], 1, &a, &la), rb = fz_bn_relu_run(dev, mode, dts[d], 0, &b, &lb);
+            long bad = -1;
+            if (ra < 0 || rb < 0) {
+                free(a);
+                free(b);
+                FAILf("batch norm + ReLU, mode %d, %s: %s", mode, gdl_dtype_name(dts[d]), gdl_last_error());
+            }
+            for (i = 0; la == lb && i + sizeof(float) <= la && bad < 0; i += sizeof(float)) {
+                float u, v;
+                memcpy(&u, a + i, sizeof u);
+                memcpy(&v, b + i, sizeof v);
+                if (memcmp(&u, &v, sizeof u) != 0 && !(u != u && v != v)) bad = (long)(i / sizeof(float));
+            }
+            free(a);
+            free(b);
+            if (la != lb || la == 0 || bad >= 0)
+                FAILf("batch norm + ReLU, mode %d, %s: fused and unfused differ (%zu vs %zu bytes, float %ld)", mode,
+                      gdl_dtype_name(dts[d]), la, lb, bad);
+        }
+    PASS();
+}
+
 /* the op that made a two-module Sequential's output: a Linear (conv 0), Conv2d (1) or BatchNorm2d (2), then act */
 static int fz_pair_op(gdl_device dev, gdl_module *act, int conv) {
     gdl_module *m;
@@ -217,6 +302,10 @@ TEST fz_when_fused_case(gdl_device dev) {
         op = fz_pair_op(dev, gdl_nn_relu(), 0);
         ASSERT_EQ(0, gdl_autocast_end());
         ASSERT(op >= 0 && op != GDL_OP_LINEAR_ACT); /* relu on bf16: its f32 run and the cast to bf16 */
+        ASSERT_EQ(0, gdl_autocast_begin(GDL_BF16));
+        op = fz_pair_op(dev, gdl_nn_relu(), 2);
+        ASSERT_EQ(0, gdl_autocast_end());
+        ASSERT(op >= 0 && op != GDL_OP_BATCH_NORM_RELU);
     }
     ASSERT_EQ(1, gdl_nn_set_fusion(0));
     ASSERT_EQ(GDL_OP_RELU, fz_pair_op(dev, gdl_nn_relu(), 0));

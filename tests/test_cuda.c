@@ -2405,6 +2405,30 @@ TEST fusion_launch_counts(void) {
     ASSERT(gdl_relu(gdl_linear(x, w, gdl_slice(b, 0, 24))) != NULL);
     ASSERT_EQ(1, gdl_emu_count("cublas") - c0);
     ASSERT_EQ(2, gdl_emu_count("launch") - l0);
+    /* batch norm + ReLU: one kernel against two; its backward stores the unset gradient of an intermediate
+       input as batch norm's does, with no memset first (gdl__bw_fresh_ok) */
+    {
+        int64_t s4[4] = {3, 4, 5, 6};
+        long mem[2];
+        int fused;
+        for (fused = 0; fused < 2; fused++) {
+            gdl_tensor *xb = gdl_randn(4, s4, GPU), *t, *o;
+            ASSERT(xb != NULL);
+            gdl_set_requires_grad(xb, 1);
+            ASSERT((t = gdl_mul_scalar(xb, 2)) != NULL);
+            l0 = gdl_emu_count("launch");
+            o = fused ? gdl_batch_norm_relu(t, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5)
+                      : gdl_relu(gdl_batch_norm(t, NULL, NULL, NULL, NULL, 1, 0.1, 1e-5));
+            ASSERT(o != NULL);
+            ASSERT_EQ(fused ? 1 : 2, gdl_emu_count("launch") - l0);
+            mem[fused] = gdl_emu_count("memset");
+            ASSERT_EQ(0, gdl_backward(gdl_sum(o)));
+            mem[fused] = gdl_emu_count("memset") - mem[fused];
+            gdl_arena_reset();
+            gdl_free(xb);
+        }
+        ASSERT_EQ(mem[0], mem[1]);
+    }
     /* backward of a fused op whose output gradient is given: one kernel (act' + bias gradient), two GEMMs */
     {
         gdl_tensor *xg = gdl_randn(2, xs, GPU), *wg = gdl_randn(2, ws, GPU), *bg = gdl_randn(1, &ws[0], GPU), *o, *s;
@@ -2519,6 +2543,7 @@ SUITE(graphs) {
     RUN_GPU_ON("fusion_train_bitwise", fz_train_bitwise_case);
     RUN_GPU_ON("fusion_when", fz_when_fused_case);
     RUN_GPU_ON("fusion_errors", fz_errors_case);
+    RUN_GPU_ON("fusion_bn_relu_bitwise", fz_bn_relu_bitwise_case);
     RUN_GPU(fusion_launch_counts);
     RUN_GPU(fusion_lt_fallbacks);
     RUN_GPU(fusion_lt_notice);
