@@ -9492,7 +9492,7 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
             const int c0 = ct * OCT, cn = Cg - c0 < OCT ? Cg - c0 : OCT;
             for (q0 = 0; q0 < nq; q0 += UR) {
                 const int qn = nq - q0 < UR ? nq - q0 : UR;
-                gdl__dconv_tile(q0, qn, HW, g->W, OCHqWq, Wq, 1, qs, qp, xo); /* gx pixels; gy read from (qh, qw) */
+                gdl__dconv_tile(q0, qn, HW, g->W, OCHqWq, Wq, 1, qs, qp, xo); /* gx pixels; (qh, qw) for col2im's reach */
                 for (i = 0; i < qn; i++) {
                     qh[i] = qp[i] / g->W;
                     qw[i] = qp[i] % g->W;
@@ -10249,7 +10249,9 @@ static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm25
 static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
     _mm_storeu_ps(p, _mm_add_ps(acc ? _mm_loadu_ps(p) : _mm_setzero_ps(), _mm256_cvtpd_ps(v)));
 }
-static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm_max_ps(_mm256_cvtpd_ps(v), _mm_setzero_ps())); }
+static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) {
+    _mm_storeu_ps(p, _mm_max_ps(_mm256_cvtpd_ps(v), _mm_setzero_ps()));
+}
 static inline gdl__bnv gdl__bnv_load_gy(const float *gy, const float *y) {
     const __m128 g = _mm_loadu_ps(gy), z = _mm_setzero_ps();
     return _mm256_cvtps_pd(y ? _mm_add_ps(z, _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(y), z), g)) : g);
@@ -10376,7 +10378,8 @@ typedef struct {
     int accumulate;
 } gdl__batchnorm_backward_job;
 /* gx = (acc ? gx : 0) + A (M g - sg - (x - mu) is sgx) (training; A = gm is / M), or + g gm is, over n
-   values, the term in double and rounded once, as the scalar expressions; g as gdl__bn_gy1 (y: a fused ReLU's output) */
+   values, the term in double and rounded once, as the scalar expressions; g as gdl__bn_gy1 gives it (y: a
+   fused ReLU's output) */
 static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, const gdl_real *y, gdl_real *gx, int64_t n,
                               int training, double M, double A, double sg, double sgx, double mu, double is, double gm,
                               int acc) {
@@ -10411,7 +10414,8 @@ static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
         if (b.gbeta) b.gbeta[c] += (gdl_real)sg;
         if (!b.gx) continue;
         for (n = 0; n < N; n++)
-            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, y ? y + n * C * S : NULL, b.gx + (n * C + c) * S, S, b.training, (double)M,
+            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, y ? y + n * C * S : NULL, b.gx + (n * C + c) * S, S,
+                              b.training, (double)M,
                               gm * is / (double)M, sg, sgx, mu, is, gm, b.accumulate);
     }
 }
@@ -14974,13 +14978,15 @@ static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     const int relu = n->op == GDL_OP_BATCH_NORM_RELU;
     if (n->out->dtype != GDL_F32)
         return be->batchnorm_backward_lp(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
-                                         relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
+                                         relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
+                                         GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
                                          GDL__G(n->in[2]));
     /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
     if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
     return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
-                                  relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
+                                  relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
+                                  GDL__R(n->saved[1]), (int)n->i[3],
                                   GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
 }
 
@@ -20255,7 +20261,8 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
     return gdl__nn_fuse_ok(a, x) ? act : -1;
 }
 
-/* the Linear / Conv2d module m's forward with act fused in; input checks as gdl__nn_forward's */
+/* the Linear / Conv2d / BatchNorm module m's forward with act fused in (gdl__nn_forward_act, below); input
+   checks as gdl__nn_forward's */
 /* A Linear's input [..., in_features] (conv: a Conv2d's [N, in_channels, H, W]) checked against module m:
    0, or -1 after the error; for a Conv2d its stride, padding and dilation. */
 static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[2], int p[2], int d[2]) {

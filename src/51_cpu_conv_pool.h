@@ -488,7 +488,7 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
             const int c0 = ct * OCT, cn = Cg - c0 < OCT ? Cg - c0 : OCT;
             for (q0 = 0; q0 < nq; q0 += UR) {
                 const int qn = nq - q0 < UR ? nq - q0 : UR;
-                gdl__dconv_tile(q0, qn, HW, g->W, OCHqWq, Wq, 1, qs, qp, xo); /* gx pixels; gy read from (qh, qw) */
+                gdl__dconv_tile(q0, qn, HW, g->W, OCHqWq, Wq, 1, qs, qp, xo); /* gx pixels; (qh, qw) for col2im's reach */
                 for (i = 0; i < qn; i++) {
                     qh[i] = qp[i] / g->W;
                     qw[i] = qp[i] % g->W;

@@ -45,7 +45,9 @@ static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm25
 static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
     _mm_storeu_ps(p, _mm_add_ps(acc ? _mm_loadu_ps(p) : _mm_setzero_ps(), _mm256_cvtpd_ps(v)));
 }
-static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm_max_ps(_mm256_cvtpd_ps(v), _mm_setzero_ps())); }
+static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) {
+    _mm_storeu_ps(p, _mm_max_ps(_mm256_cvtpd_ps(v), _mm_setzero_ps()));
+}
 static inline gdl__bnv gdl__bnv_load_gy(const float *gy, const float *y) {
     const __m128 g = _mm_loadu_ps(gy), z = _mm_setzero_ps();
     return _mm256_cvtps_pd(y ? _mm_add_ps(z, _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(y), z), g)) : g);
@@ -172,7 +174,8 @@ typedef struct {
     int accumulate;
 } gdl__batchnorm_backward_job;
 /* gx = (acc ? gx : 0) + A (M g - sg - (x - mu) is sgx) (training; A = gm is / M), or + g gm is, over n
-   values, the term in double and rounded once, as the scalar expressions; g as gdl__bn_gy1 (y: a fused ReLU's output) */
+   values, the term in double and rounded once, as the scalar expressions; g as gdl__bn_gy1 gives it (y: a
+   fused ReLU's output) */
 static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, const gdl_real *y, gdl_real *gx, int64_t n,
                               int training, double M, double A, double sg, double sgx, double mu, double is, double gm,
                               int acc) {
@@ -207,7 +210,8 @@ static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
         if (b.gbeta) b.gbeta[c] += (gdl_real)sg;
         if (!b.gx) continue;
         for (n = 0; n < N; n++)
-            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, y ? y + n * C * S : NULL, b.gx + (n * C + c) * S, S, b.training, (double)M,
+            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, y ? y + n * C * S : NULL, b.gx + (n * C + c) * S, S,
+                              b.training, (double)M,
                               gm * is / (double)M, sg, sgx, mu, is, gm, b.accumulate);
     }
 }

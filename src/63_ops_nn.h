@@ -725,13 +725,15 @@ static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     const int relu = n->op == GDL_OP_BATCH_NORM_RELU;
     if (n->out->dtype != GDL_F32)
         return be->batchnorm_backward_lp(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
-                                         relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
+                                         relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
+                                         GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
                                          GDL__G(n->in[2]));
     /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
     if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
     return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
-                                  relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]), GDL__R(n->saved[1]), (int)n->i[3],
+                                  relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
+                                  GDL__R(n->saved[1]), (int)n->i[3],
                                   GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
 }
 

@@ -693,7 +693,8 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
     return gdl__nn_fuse_ok(a, x) ? act : -1;
 }
 
-/* the Linear / Conv2d module m's forward with act fused in; input checks as gdl__nn_forward's */
+/* the Linear / Conv2d / BatchNorm module m's forward with act fused in (gdl__nn_forward_act, below); input
+   checks as gdl__nn_forward's */
 /* A Linear's input [..., in_features] (conv: a Conv2d's [N, in_channels, H, W]) checked against module m:
    0, or -1 after the error; for a Conv2d its stride, padding and dilation. */
 static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[2], int p[2], int d[2]) {
