@@ -4,7 +4,7 @@
    from it; bench/pytorch/recipes.py is the same in PyTorch (keep the two in step).
 
    Every recipe: inputs normalised by 0.2860/0.3530, random horizontal flips, RandomErasing (value 0, on
-   the normalised image; not for the cnn), cross entropy with label smoothing 0.1, the 0-D/1-D parameters (biases, norm
+   the normalised image; only for the mlp), cross entropy with label smoothing 0.1, the 0-D/1-D parameters (biases, norm
    weights) without weight decay, a linear warm-up from 0.1 x lr over the first 5 % of the steps then a
    cosine to 0 (stepped per batch), an EMA of the weights and BatchNorm statistics (used for every test
    pass; its decay is capped at 1 - 10 / (the run's steps), so that a short run averages over its last
@@ -16,7 +16,8 @@
              no erasing (seed 0: 93.78 % without it, 93.49 % with p 0.1, 93.43 % with p 0.25: with
              everything else this small net is short of capacity, not of regularisation); 30 epochs
      resnet  conv3x3 1-32 BN ReLU (28x28), BasicBlock 32-64 stride 2 (14x14), BasicBlock 64-128 stride 2
-             (7x7), global average pool, linear 128-10; recipe as cnn but lr 0.1 and erasing p 0.25
+             (7x7), global average pool, linear 128-10; recipe as cnn but lr 0.1 (seed 0: 93.89 % with
+             erasing p 0.25)
    Batch 128 and EMA decay 0.999 for all. Not part of gpudl's API: a helper of the programs. */
 #ifndef GPUDL_EXAMPLE_RECIPE_H
 #define GPUDL_EXAMPLE_RECIPE_H
@@ -36,7 +37,7 @@ typedef struct ex_recipe {
 static const ex_recipe ex_recipes[] = {
     {"mlp", 30, 0, 2e-3, 0.05, 0, 0.25, 0.1, 0.999},
     {"cnn", 30, 1, 0.05, 5e-4, 2, 0, 0.1, 0.999},
-    {"resnet", 30, 1, 0.1, 5e-4, 2, 0.25, 0.1, 0.999},
+    {"resnet", 30, 1, 0.1, 5e-4, 2, 0, 0.1, 0.999},
 };
 enum { EX_RECIPE_BATCH = 128 };
 

@@ -2,8 +2,8 @@
    stem of 32 channels with BatchNorm and ReLU, BasicBlocks 32-64 (stride 2, projection shortcut),
    64-128 (stride 2, projection), global average pool, linear 128-10: 289,514 parameters, 22.7 M
    multiply-adds per image. Trained with SGD nesterov (lr 0.1, weight decay 5e-4 off the biases and
-   norm weights), warm-up + cosine per batch, label smoothing 0.1, random crop (padding 2) + flip +
-   random erasing, an EMA of the weights; each epoch's test pass uses the EMA weights and averages the
+   norm weights), warm-up + cosine per batch, label smoothing 0.1, random crop (padding 2) + flip,
+   an EMA of the weights; each epoch's test pass uses the EMA weights and averages the
    outputs with the flipped image's. One epoch on 2 CPU cores: about 2 to 3 minutes (estimated from the CPU time of a
    2560-image epoch, 9 s; on the loaded development VM it took 20 s wall, some 8 minutes per full
    epoch). bench/recipes.c --net resnet times it against its PyTorch twin.
