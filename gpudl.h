@@ -2699,7 +2699,7 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
         const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out, gdl_real *pre)) \
     /* pooling per (n,c) plane; idx: flat h*W+w of the max; avg counts padding */ \
     X(int, maxpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx)) \
-    X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx)) \
+    X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx, int beta)) \
     X(int, avgpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y)) \
     X(int, avgpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx)) \
     /* the same on f16/bf16 tensors (dt): im2col copies; col2im, the pooling \
@@ -9821,7 +9821,9 @@ static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real 
 }
 
 /* Each plane's indices point into that plane of gx only: the planes are
-   independent tasks, each summed in the order of its outputs. */
+   independent tasks, each summed in the order of its outputs. An unset gx
+   (accumulate 0) is zeroed a plane at a time, so that the adds that follow
+   find it in cache rather than after a pass over the whole gradient. */
 static void gdl__maxpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl_conv_geom *g = a.g;
     const int64_t OHW = (int64_t)g->OH * g->OW, HW = (int64_t)g->H * g->W;
@@ -9830,12 +9832,14 @@ static void gdl__maxpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl_real *gxp = a.out + p * HW;
         const gdl_real *gyp = a.gy + p * OHW;
         const int32_t *ip = a.argmax + p * OHW;
+        if (!a.accumulate) memset(gxp, 0, (size_t)HW * sizeof *gxp);
         for (o = 0; o < OHW; o++) gxp[ip[o]] += gyp[o];
     }
 }
-static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx) {
+static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx,
+                                     int beta) {
     gdl__args a = gdl__args_none();
-    a.g = g; a.gy = gy; a.argmax = idx; a.out = gx;
+    a.g = g; a.gy = gy; a.argmax = idx; a.out = gx; a.accumulate = beta;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW, gdl__maxpool_backward_part, &a);
     return 0;
 }
@@ -10532,7 +10536,7 @@ static int gdl__cpu_pool_backward_lp(gdl_dtype dt, int avg, const gdl_conv_geom 
     if (n[0] <= 0 || n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
     if (avg) gdl__cpu_avgpool_backward(g, b[0], b[1]);
-    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1]);
+    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1], 1);
     gdl__cpu_cast(gx, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;
@@ -13778,14 +13782,16 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
 static int gdl__bw_pool(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     gdl_dtype dt = n->out->dtype;
-    if (!gx || !n->out->numel) return 0;
+    if (!gx) return 0;
+    if (!n->out->numel) return gdl__grad_zero(n->in[0], be);
     if (dt != GDL_F32) {
         if (n->op == GDL_OP_MAX_POOL2D)
             return be->maxpool_backward_lp(dt, &n->geom, n->out->grad->data, (const int32_t *)n->saved[0]->data, gx);
         return be->avgpool_backward_lp(dt, &n->geom, n->out->grad->data, gx);
     }
-    if (n->op == GDL_OP_MAX_POOL2D)
-        return be->maxpool_backward(&n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx);
+    if (n->op == GDL_OP_MAX_POOL2D) /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added */
+        return be->maxpool_backward(&n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx,
+                                    gdl__grad_beta(n->in[0]));
     return be->avgpool_backward(&n->geom, GDL__R(n->out->grad), gx);
 }
 
@@ -15339,7 +15345,8 @@ static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
 static int gdl__bw_fresh_ok(const gdl_node *n) {
     int k;
     if (n->op != GDL_OP_LINEAR && n->op != GDL_OP_LINEAR_ACT && n->op != GDL_OP_ADD && n->op != GDL_OP_SUB &&
-        n->op != GDL_OP_BATCH_NORM && n->op != GDL_OP_BATCH_NORM_RELU && gdl__op(n->op)->backward != gdl__bw_unary)
+        n->op != GDL_OP_BATCH_NORM && n->op != GDL_OP_BATCH_NORM_RELU && n->op != GDL_OP_MAX_POOL2D &&
+        gdl__op(n->op)->backward != gdl__bw_unary)
         return 0;
     if (n->out->dtype != GDL_F32) return 0;
     for (k = 0; k < n->nin; k++)

@@ -2958,14 +2958,16 @@ template <typename T> __global__ void gdl__k_maxpool(gdl_conv_geom g, const T *x
 // Backward by gathering: one thread per input pixel looks at the outputs
 // whose window covers it and adds gy where the saved index names it. kh and
 // kw run downwards so that outputs come in ascending order, the CPU's order.
-template <typename T> __global__ void gdl__k_maxpool_backward(gdl_conv_geom g, const T *gy, const int32_t *idx, T *gx) {
+// beta 0: gx is unset and written, not read (no memset before it).
+template <typename T>
+__global__ void gdl__k_maxpool_backward(gdl_conv_geom g, const T *gy, const int32_t *idx, T *gx, int beta) {
     int64_t OHW = (int64_t)g.OH * g.OW, HW = (int64_t)g.H * g.W, total = (int64_t)g.N * g.C * HW;
     GDL_CU_LOOP(t, total) {
         int64_t p = t / HW;
         int hw = (int)(t - p * HW), ih = hw / g.W, iw = hw - ih * g.W;
         const T *gp = gy + p * OHW;
         const int32_t *ip = idx + p * OHW;
-        float acc = gdl__ld(gx[t]);
+        float acc = beta ? gdl__ld(gx[t]) : 0.0f;
         for (int kh = g.KH - 1; kh >= 0; kh--) {
             int h = ih + g.PH - kh * g.DH;
             if (h < 0 || h % g.SH) continue;
@@ -2991,10 +2993,11 @@ template <typename T> static int gdl__cu_maxpool_t(const gdl_conv_geom *g, const
     return 0;
 }
 
-template <typename T> static int gdl__cu_maxpool_backward_t(const gdl_conv_geom *g, const T *gy, const int32_t *idx, T *gx) {
+template <typename T>
+static int gdl__cu_maxpool_backward_t(const gdl_conv_geom *g, const T *gy, const int32_t *idx, T *gx, int beta) {
     int64_t total = (int64_t)g->N * g->C * g->H * g->W;
     if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_maxpool_backward<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, idx, gx);
+    GDL_CU_LAUNCH(gdl__k_maxpool_backward<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, idx, gx, beta);
     GDL_CU_LAUNCHED();
     return 0;
 }
@@ -3002,8 +3005,8 @@ template <typename T> static int gdl__cu_maxpool_backward_t(const gdl_conv_geom 
 static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
     return gdl__cu_maxpool_t<float>(g, x, y, idx);
 }
-static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx) {
-    return gdl__cu_maxpool_backward_t<float>(g, gy, idx, gx);
+static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx, int beta) {
+    return gdl__cu_maxpool_backward_t<float>(g, gy, idx, gx, beta);
 }
 static int gdl__cu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
     return gdl__cu_dispatch("maxpool", dt, 0, [&](auto t) {
@@ -3014,7 +3017,7 @@ static int gdl__cu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *
 static int gdl__cu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
     return gdl__cu_dispatch("maxpool_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
-        return gdl__cu_maxpool_backward_t(g, (const T *)gy, idx, (T *)gx);
+        return gdl__cu_maxpool_backward_t(g, (const T *)gy, idx, (T *)gx, 1);
     });
 }
 

@@ -194,7 +194,7 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
         const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out, gdl_real *pre)) \
     /* pooling per (n,c) plane; idx: flat h*W+w of the max; avg counts padding */ \
     X(int, maxpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx)) \
-    X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx)) \
+    X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx, int beta)) \
     X(int, avgpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y)) \
     X(int, avgpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx)) \
     /* the same on f16/bf16 tensors (dt): im2col copies; col2im, the pooling \

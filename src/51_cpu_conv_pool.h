@@ -817,7 +817,9 @@ static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real 
 }
 
 /* Each plane's indices point into that plane of gx only: the planes are
-   independent tasks, each summed in the order of its outputs. */
+   independent tasks, each summed in the order of its outputs. An unset gx
+   (accumulate 0) is zeroed a plane at a time, so that the adds that follow
+   find it in cache rather than after a pass over the whole gradient. */
 static void gdl__maxpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl_conv_geom *g = a.g;
     const int64_t OHW = (int64_t)g->OH * g->OW, HW = (int64_t)g->H * g->W;
@@ -826,12 +828,14 @@ static void gdl__maxpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl_real *gxp = a.out + p * HW;
         const gdl_real *gyp = a.gy + p * OHW;
         const int32_t *ip = a.argmax + p * OHW;
+        if (!a.accumulate) memset(gxp, 0, (size_t)HW * sizeof *gxp);
         for (o = 0; o < OHW; o++) gxp[ip[o]] += gyp[o];
     }
 }
-static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx) {
+static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx,
+                                     int beta) {
     gdl__args a = gdl__args_none();
-    a.g = g; a.gy = gy; a.argmax = idx; a.out = gx;
+    a.g = g; a.gy = gy; a.argmax = idx; a.out = gx; a.accumulate = beta;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW, gdl__maxpool_backward_part, &a);
     return 0;
 }

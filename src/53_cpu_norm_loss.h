@@ -328,7 +328,7 @@ static int gdl__cpu_pool_backward_lp(gdl_dtype dt, int avg, const gdl_conv_geom 
     if (n[0] <= 0 || n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
     if (avg) gdl__cpu_avgpool_backward(g, b[0], b[1]);
-    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1]);
+    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1], 1);
     gdl__cpu_cast(gx, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;

@@ -459,14 +459,16 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
 static int gdl__bw_pool(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     gdl_dtype dt = n->out->dtype;
-    if (!gx || !n->out->numel) return 0;
+    if (!gx) return 0;
+    if (!n->out->numel) return gdl__grad_zero(n->in[0], be);
     if (dt != GDL_F32) {
         if (n->op == GDL_OP_MAX_POOL2D)
             return be->maxpool_backward_lp(dt, &n->geom, n->out->grad->data, (const int32_t *)n->saved[0]->data, gx);
         return be->avgpool_backward_lp(dt, &n->geom, n->out->grad->data, gx);
     }
-    if (n->op == GDL_OP_MAX_POOL2D)
-        return be->maxpool_backward(&n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx);
+    if (n->op == GDL_OP_MAX_POOL2D) /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added */
+        return be->maxpool_backward(&n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx,
+                                    gdl__grad_beta(n->in[0]));
     return be->avgpool_backward(&n->geom, GDL__R(n->out->grad), gx);
 }
 

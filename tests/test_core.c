@@ -714,6 +714,49 @@ TEST test_unset_grads_unary_and_batchnorm(void) {
     PASS();
 }
 
+/* Max pooling stores an unset gradient too (gdl__bw_fresh_ok) and zeroes what no window picks: 2x2 pools
+   of an odd-sized plane (its last row and column in no window) and 3x3 stride-2 padded ones (overlapping
+   windows), the pool's backward the first or the second to reach t, bit for bit against t a leaf (whose
+   gradient is added to zeros). The arena is filled with NaN first, so that a gradient left unzeroed shows. */
+TEST test_unset_grads_max_pool(void) {
+    float xv[210];
+    int64_t s4[4] = {2, 3, 7, 5}, sj[1] = {4096};
+    gdl_tensor *xb, *leaf, *t, *ones;
+    int i, k, order, src;
+    for (i = 0; i < 210; i++) xv[i] = (float)((i * 37 % 29) - 14) / 5.0f;
+    ones = gdl_ones(1, sj, GDL_F32, gdl_cpu());
+    for (k = 0; k < 2; k++)
+        for (order = 0; order < 2; order++) {
+            xb = arr(xv, 4, s4);
+            leaf = arr(xv, 4, s4);
+            gdl_set_requires_grad(xb, 1);
+            gdl_set_requires_grad(leaf, 1);
+            for (src = 0; src < 2; src++) { /* t an intermediate of xb, then the leaf itself */
+                gdl_tensor *p = NULL, *u = NULL;
+                ASSERT(gdl_mul_scalar(ones, NAN) != NULL);
+                gdl_arena_reset();
+                t = src ? leaf : gdl_mul_scalar(xb, 1);
+                if (order == 0) u = gdl_mul_scalar(t, 0.25); /* later on the tape: the pool's backward is first */
+                p = k ? gdl_max_pool2d(t, 3, 2, 1) : gdl_max_pool2d(t, 2, 0, 0);
+                if (order == 1) u = gdl_mul_scalar(t, 0.25);
+                ASSERT_EQ(0, gdl_backward(gdl_add(gdl_mul_scalar(gdl_sum(p), 1.5), gdl_sum(u))));
+                if (!src) {
+                    for (i = 0; i < 210; i++) ASSERT_EQ(at(xb->grad, i), at(t->grad, i)); /* the scale by 1 is exact */
+                    gdl_arena_reset();
+                }
+            }
+            for (i = 0; i < 210; i++) {
+                ASSERT_EQ(at(leaf->grad, i), at(xb->grad, i));
+                if (!k && (i % 5 == 4 || i / 5 % 7 == 6)) ASSERT_EQ(0.25, at(xb->grad, i)); /* in no window */
+            }
+            gdl_arena_reset();
+            gdl_free(xb);
+            gdl_free(leaf);
+        }
+    gdl_free(ones);
+    PASS();
+}
+
 TEST test_backward_twice_same_graph(void) {
     float a[1] = {3};
     int64_t s[1] = {1};
@@ -1221,6 +1264,7 @@ SUITE(autograd) {
     RUN_TEST(test_grad_accumulates_and_zeroes);
     RUN_TEST(test_unset_intermediate_grads);
     RUN_TEST(test_unset_grads_unary_and_batchnorm);
+    RUN_TEST(test_unset_grads_max_pool);
     RUN_TEST(test_backward_twice_same_graph);
     RUN_TEST(test_no_grad_and_detach);
     RUN_TEST(test_anomaly_mode_names_the_op);

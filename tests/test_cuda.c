@@ -2363,6 +2363,48 @@ TEST fusion_lt_notice(void) {
 #endif
 }
 
+/* Max pooling stores the unset gradient of an intermediate input (gdl__bw_fresh_ok): no memset before its
+   backward (as many as a ReLU in its place), and the same bytes as the CPU with the pool's backward the
+   first or the second to reach t: 2x2 pools of an odd-sized plane (the last row and column in no window)
+   and 3x3 stride-2 padded ones (overlapping windows). The ReLU (k 2) runs first: its counts are the bar. */
+TEST maxpool_unset_grad(void) {
+#ifndef GPUDL_EMU
+    SKIPm("needs the emulator's memset count");
+#else
+    int64_t s4[4] = {2, 3, 7, 5};
+    int k, order, dev;
+    long relu_mem[2] = {0, 0};
+    for (k = 2; k >= 0; k--)
+        for (order = 0; order < 2; order++) {
+            gdl_tensor *x[2], *g[2];
+            long mem = 0;
+            ASSERT_NOT_NULL(x[0] = gdl_randn(4, s4, gdl_cpu()));
+            ASSERT_NOT_NULL(x[1] = gdl_to(x[0], GPU));
+            for (dev = 0; dev < 2; dev++) {
+                gdl_tensor *t, *p = NULL, *u = NULL;
+                gdl_set_requires_grad(x[dev], 1);
+                ASSERT_NOT_NULL(t = gdl_mul_scalar(x[dev], 2));
+                if (order == 0) u = gdl_mul_scalar(t, 0.25); /* later on the tape: the pool's backward is first */
+                p = k == 0 ? gdl_max_pool2d(t, 2, 0, 0) : k == 1 ? gdl_max_pool2d(t, 3, 2, 1) : gdl_relu(t);
+                if (order == 1) u = gdl_mul_scalar(t, 0.25);
+                ASSERT(p && u);
+                mem = gdl_emu_count("memset");
+                ASSERT_EQ(0, gdl_backward(gdl_add(gdl_mul_scalar(gdl_sum(p), 1.5), gdl_sum(u))));
+                mem = gdl_emu_count("memset") - mem;
+                g[dev] = x[dev]->grad;
+            }
+            if (k == 2) relu_mem[order] = mem;
+            else if (mem != relu_mem[order])
+                FAILf("pool %d, order %d: %ld memsets in the GPU backward, a ReLU's %ld", k, order, mem, relu_mem[order]);
+            ASSERT(same_bytes(g[0], g[1]));
+            gdl_arena_reset();
+            gdl_free(x[0]);
+            gdl_free(x[1]);
+        }
+    PASS();
+#endif
+}
+
 /* the launches the fusion saves: linear + bias + ReLU forward is one cuBLASLt call and no kernel (three
    launches unfused); erf GELU (no cuBLASLt epilogue) the GEMM and one pass; a misaligned bias (a view one
    float in) the same; backward one kernel before the GEMMs */
@@ -2545,6 +2587,7 @@ SUITE(graphs) {
     RUN_GPU_ON("fusion_errors", fz_errors_case);
     RUN_GPU_ON("fusion_bn_relu_bitwise", fz_bn_relu_bitwise_case);
     RUN_GPU(fusion_launch_counts);
+    RUN_GPU(maxpool_unset_grad);
     RUN_GPU(fusion_lt_fallbacks);
     RUN_GPU(fusion_lt_notice);
     RUN_GPU(grad_scaler_matches_pytorch);
