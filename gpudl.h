@@ -20268,8 +20268,6 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
     return gdl__nn_fuse_ok(a, x) ? act : -1;
 }
 
-/* the Linear / Conv2d / BatchNorm module m's forward with act fused in (gdl__nn_forward_act, below); input
-   checks as gdl__nn_forward's */
 /* A Linear's input [..., in_features] (conv: a Conv2d's [N, in_channels, H, W]) checked against module m:
    0, or -1 after the error; for a Conv2d its stride, padding and dilation. */
 static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[2], int p[2], int d[2]) {
@@ -20302,6 +20300,7 @@ static gdl_tensor *gdl__nn_batchnorm_forward(gdl_module *m, gdl_tensor *x, int r
                            m->training, m->fa[1], m->fa[0], relu);
 }
 
+/* the Linear / Conv2d / BatchNorm module m's forward with act fused in; input checks as gdl__nn_forward's */
 static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act) {
     int s[2], p[2], d[2], conv = m->kind != GDL__M_LINEAR;
     if (m->kind == GDL__M_BATCHNORM) return gdl__nn_batchnorm_forward(m, x, act == GDL_ACT_RELU);
