@@ -128,10 +128,121 @@ static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, doubl
         y[i] = !relu || v > 0 ? v : 0;
     }
 }
+/* Batch norm of [N, C] (S 1: BatchNorm1d after a Linear) works on blocks of w <= 8 channels side by side,
+   the rows in order: per channel the expressions of the S > 1 code (one running sum down the column, as
+   gdl__rows_sum gives for S < 8), so the same bits; that code, with one strided value per row, spent most
+   of an MLP's step in a chain of dependent adds and a call per element. A full block runs in double
+   lanes (gdl__bnv_*), a short one (and every block without them) in the scalar loop. */
+#ifdef GDL__BNV_W
+enum { GDL__BNV_COLS = 8 / GDL__BNV_W }; /* the vectors of a block of 8 channels */
+static inline gdl__bnv gdl__bnv_loadd(const double *p) {
+#if GDL__BNV_W == 8
+    return _mm512_loadu_pd(p);
+#else
+    return _mm256_loadu_pd(p);
+#endif
+}
+#endif
+/* out[k] = the sum over the N rows (C apart) of x[k] (mu NULL) or of (x[k] - mu[k])^2, k < w */
+static void gdl__bn_col_sums(const gdl_real *x, int64_t N, int64_t C, int w, const double *mu, double *out) {
+    int64_t n;
+    int k;
+    for (k = 0; k < w; k++) out[k] = 0;
+#ifdef GDL__BNV_W
+    if (w == 8) {
+        gdl__bnv acc[GDL__BNV_COLS], m[GDL__BNV_COLS];
+        for (k = 0; k < GDL__BNV_COLS; k++) {
+            acc[k] = gdl__bnv_set(0);
+            m[k] = mu ? gdl__bnv_loadd(mu + k * GDL__BNV_W) : acc[k];
+        }
+        for (n = 0; n < N; n++)
+            for (k = 0; k < GDL__BNV_COLS; k++) {
+                gdl__bnv v = gdl__bnv_load(x + n * C + k * GDL__BNV_W);
+                if (mu) v = gdl__bnv_sub(v, m[k]), v = gdl__bnv_mul(v, v);
+                acc[k] = gdl__bnv_add(acc[k], v);
+            }
+        for (k = 0; k < GDL__BNV_COLS; k++) gdl__bnv_spill(out + k * GDL__BNV_W, acc[k]);
+        return;
+    }
+#endif
+    for (n = 0; n < N; n++)
+        for (k = 0; k < w; k++) {
+            const double d = mu ? x[n * C + k] - mu[k] : x[n * C + k];
+            out[k] += mu ? d * d : d;
+        }
+}
+/* y[k] = (x[k] - mu[k]) is[k] gm[k] + bt[k] over the N rows, as gdl__bn_affine_rows; relu as there */
+static void gdl__bn_col_affine(const gdl_real *x, gdl_real *y, int64_t N, int64_t C, int w, const double *mu,
+                               const double *is, const double *gm, const double *bt, int relu) {
+    int64_t n;
+    int k;
+#ifdef GDL__BNV_W
+    if (w == 8) {
+        gdl__bnv m[GDL__BNV_COLS], vis[GDL__BNV_COLS], vg[GDL__BNV_COLS], vb[GDL__BNV_COLS];
+        for (k = 0; k < GDL__BNV_COLS; k++) {
+            m[k] = gdl__bnv_loadd(mu + k * GDL__BNV_W), vis[k] = gdl__bnv_loadd(is + k * GDL__BNV_W);
+            vg[k] = gdl__bnv_loadd(gm + k * GDL__BNV_W), vb[k] = gdl__bnv_loadd(bt + k * GDL__BNV_W);
+        }
+        for (n = 0; n < N; n++)
+            for (k = 0; k < GDL__BNV_COLS; k++) {
+                const int64_t at = n * C + k * GDL__BNV_W;
+                const gdl__bnv v = gdl__bnv_add(
+                    gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(gdl__bnv_load(x + at), m[k]), vis[k]), vg[k]), vb[k]);
+                if (relu) gdl__bnv_store_relu(y + at, v);
+                else gdl__bnv_store(y + at, v);
+            }
+        return;
+    }
+#endif
+    for (n = 0; n < N; n++)
+        for (k = 0; k < w; k++) {
+            const gdl_real v = (gdl_real)((x[n * C + k] - mu[k]) * is[k] * gm[k] + bt[k]);
+            y[n * C + k] = !relu || v > 0 ? v : 0;
+        }
+}
+static void gdl__batchnorm_cols(const gdl__batchnorm_job *b, int64_t lo, int64_t hi) {
+    const int64_t N = b->N, C = b->C;
+    int64_t c0;
+    int k;
+    for (c0 = lo; c0 < hi; c0 += 8) {
+        const int w = hi - c0 < 8 ? (int)(hi - c0) : 8;
+        double mu[8], is[8], gm[8], bt[8], sq[8];
+        if (b->training) {
+            gdl__bn_col_sums(b->x + c0, N, C, w, NULL, mu);
+            for (k = 0; k < w; k++) mu[k] /= (double)N;
+            gdl__bn_col_sums(b->x + c0, N, C, w, mu, sq);
+        }
+        for (k = 0; k < w; k++) {
+            const int64_t c = c0 + k;
+            double var;
+            if (b->training) {
+                var = sq[k] / (double)N;
+                if (b->run_mean) {
+                    b->run_mean[c] = (gdl_real)((1 - b->momentum) * b->run_mean[c] + b->momentum * mu[k]);
+                    b->run_var[c] = (gdl_real)((1 - b->momentum) * b->run_var[c] +
+                                               b->momentum * (N > 1 ? sq[k] / (double)(N - 1) : var));
+                }
+            } else {
+                mu[k] = b->run_mean[c];
+                var = b->run_var[c];
+            }
+            is[k] = 1.0 / sqrt(var + b->eps);
+            gm[k] = b->gamma ? b->gamma[c] : 1;
+            bt[k] = b->beta ? b->beta[c] : 0;
+            b->mean[c] = (gdl_real)mu[k];
+            b->invstd[c] = (gdl_real)is[k];
+        }
+        gdl__bn_col_affine(b->x + c0, b->y + c0, N, C, w, mu, is, gm, bt, b->relu);
+    }
+}
 static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_job b = *(const gdl__batchnorm_job *)a.ctx;
     const int64_t N = b.N, C = b.C, S = b.S;
     int64_t c, n;
+    if (S == 1) {
+        gdl__batchnorm_cols(&b, lo, hi);
+        return;
+    }
     for (c = lo; c < hi; c++) {
         const gdl_real *x = b.x + c * S;
         int64_t M = N * S;
@@ -197,10 +308,117 @@ static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, const gdl_r
                 (training ? (gdl_real)(A * (M * g - sg - (x[i] - mu) * is * sgx)) : (gdl_real)(g * gm * is));
     }
 }
+/* The backward of gdl__batchnorm_cols (S 1), in the same blocks: per channel gdl__bn_sums2's running sums
+   and gdl__bn_grad_rows' expressions, so the same bits. */
+/* sg[k] = the sum of g, sgx[k] of g (x[k] - mu[k]) is[k] over the N rows, g as gdl__bn_gy1 gives it */
+static void gdl__bn_col_sums2(const gdl_real *x, const gdl_real *gy, const gdl_real *y, int64_t N, int64_t C, int w,
+                              const double *mu, const double *is, double *sg, double *sgx) {
+    int64_t n;
+    int k;
+    for (k = 0; k < w; k++) sg[k] = sgx[k] = 0;
+#ifdef GDL__BNV_W
+    if (w == 8) {
+        gdl__bnv ag[GDL__BNV_COLS], ax[GDL__BNV_COLS], m[GDL__BNV_COLS], vis[GDL__BNV_COLS];
+        for (k = 0; k < GDL__BNV_COLS; k++) {
+            ag[k] = ax[k] = gdl__bnv_set(0);
+            m[k] = gdl__bnv_loadd(mu + k * GDL__BNV_W), vis[k] = gdl__bnv_loadd(is + k * GDL__BNV_W);
+        }
+        for (n = 0; n < N; n++)
+            for (k = 0; k < GDL__BNV_COLS; k++) {
+                const int64_t at = n * C + k * GDL__BNV_W;
+                const gdl__bnv vg = gdl__bnv_load_gy(gy + at, y ? y + at : NULL), vx = gdl__bnv_load(x + at);
+                ag[k] = gdl__bnv_add(ag[k], vg);
+                ax[k] = gdl__bnv_add(ax[k], gdl__bnv_mul(gdl__bnv_mul(vg, gdl__bnv_sub(vx, m[k])), vis[k]));
+            }
+        for (k = 0; k < GDL__BNV_COLS; k++) {
+            gdl__bnv_spill(sg + k * GDL__BNV_W, ag[k]);
+            gdl__bnv_spill(sgx + k * GDL__BNV_W, ax[k]);
+        }
+        return;
+    }
+#endif
+    for (n = 0; n < N; n++)
+        for (k = 0; k < w; k++) {
+            const gdl_real g = gdl__bn_gy1(gy, y, n * C + k);
+            sg[k] += g;
+            sgx[k] += g * (x[n * C + k] - mu[k]) * is[k];
+        }
+}
+/* gx[k] over the N rows, as gdl__bn_grad_rows: (acc ? gx : 0) + A (M g - sg - (x - mu) is sgx) (training),
+   or + g gm is */
+static void gdl__bn_col_grads(const gdl_real *x, const gdl_real *gy, const gdl_real *y, gdl_real *gx, int64_t N,
+                              int64_t C, int w, int training, const double *A, const double *sg, const double *sgx,
+                              const double *mu, const double *is, const double *gm, int acc) {
+    const double M = (double)N;
+    int64_t n;
+    int k;
+#ifdef GDL__BNV_W
+    if (w == 8) {
+        const gdl__bnv vM = gdl__bnv_set(M);
+        gdl__bnv vA[GDL__BNV_COLS], vsg[GDL__BNV_COLS], vsgx[GDL__BNV_COLS], m[GDL__BNV_COLS], vis[GDL__BNV_COLS],
+            vgm[GDL__BNV_COLS];
+        for (k = 0; k < GDL__BNV_COLS; k++) {
+            vA[k] = gdl__bnv_loadd(A + k * GDL__BNV_W), vsg[k] = gdl__bnv_loadd(sg + k * GDL__BNV_W);
+            vsgx[k] = gdl__bnv_loadd(sgx + k * GDL__BNV_W), m[k] = gdl__bnv_loadd(mu + k * GDL__BNV_W);
+            vis[k] = gdl__bnv_loadd(is + k * GDL__BNV_W), vgm[k] = gdl__bnv_loadd(gm + k * GDL__BNV_W);
+        }
+        for (n = 0; n < N; n++)
+            for (k = 0; k < GDL__BNV_COLS; k++) {
+                const int64_t at = n * C + k * GDL__BNV_W;
+                const gdl__bnv g = gdl__bnv_load_gy(gy + at, y ? y + at : NULL);
+                gdl__bnv t;
+                if (training)
+                    t = gdl__bnv_mul(vA[k], gdl__bnv_sub(gdl__bnv_sub(gdl__bnv_mul(vM, g), vsg[k]),
+                                                         gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(gdl__bnv_load(x + at),
+                                                                                                m[k]), vis[k]), vsgx[k])));
+                else
+                    t = gdl__bnv_mul(gdl__bnv_mul(g, vgm[k]), vis[k]);
+                gdl__bnv_store_add(gx + at, t, acc);
+            }
+        return;
+    }
+#endif
+    for (n = 0; n < N; n++)
+        for (k = 0; k < w; k++) {
+            const int64_t i = n * C + k;
+            const gdl_real g = gdl__bn_gy1(gy, y, i);
+            gx[i] = (acc ? gx[i] : (gdl_real)0) +
+                    (training ? (gdl_real)(A[k] * (M * g - sg[k] - (x[i] - mu[k]) * is[k] * sgx[k]))
+                              : (gdl_real)(g * gm[k] * is[k]));
+        }
+}
+static void gdl__batchnorm_backward_cols(const gdl__batchnorm_backward_job *b, int64_t lo, int64_t hi) {
+    const int64_t N = b->N, C = b->C;
+    int64_t c0;
+    int k;
+    for (c0 = lo; c0 < hi; c0 += 8) {
+        const int w = hi - c0 < 8 ? (int)(hi - c0) : 8;
+        const gdl_real *y = b->y ? b->y + c0 : NULL;
+        double mu[8], is[8], gm[8], A[8], sg[8], sgx[8];
+        for (k = 0; k < w; k++) {
+            mu[k] = b->mean[c0 + k];
+            is[k] = b->invstd[c0 + k];
+            gm[k] = b->gamma ? b->gamma[c0 + k] : 1;
+            A[k] = gm[k] * is[k] / (double)N;
+        }
+        gdl__bn_col_sums2(b->x + c0, b->gy + c0, y, N, C, w, mu, is, sg, sgx);
+        for (k = 0; k < w; k++) {
+            if (b->ggamma) b->ggamma[c0 + k] += (gdl_real)sgx[k];
+            if (b->gbeta) b->gbeta[c0 + k] += (gdl_real)sg[k];
+        }
+        if (b->gx)
+            gdl__bn_col_grads(b->x + c0, b->gy + c0, y, b->gx + c0, N, C, w, b->training, A, sg, sgx, mu, is, gm,
+                              b->accumulate);
+    }
+}
 static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__batchnorm_backward_job b = *(const gdl__batchnorm_backward_job *)a.ctx;
     const int64_t N = b.N, C = b.C, S = b.S;
     int64_t c, n;
+    if (S == 1) {
+        gdl__batchnorm_backward_cols(&b, lo, hi);
+        return;
+    }
     for (c = lo; c < hi; c++) {
         const gdl_real *x = b.x + c * S, *gy = b.gy + c * S, *y = b.y ? b.y + c * S : NULL;
         int64_t M = N * S;

@@ -304,8 +304,11 @@ static const gc_case cases[] = {
     /* rows of 21 pixels: two groups of the CPU's 8 running sums and a tail of 5 (gdl__rows_sum) */
     {"batch_norm_2d_train_wide", GDL_OP_BATCH_NORM, f_bn_train, 5,
      {{R4(2, 3, 3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
+    /* [N, C] (S 1): the CPU's block of 8 channels in vector lanes and a tail of 3 in its scalar loop */
     {"batch_norm_1d_train", GDL_OP_BATCH_NORM, f_bn_train, 5,
-     {{R2(5, 3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
+     {{R2(5, 11), IN_RANDN, 0}, {R1(11), IN_RANDN, 0}, {R1(11), IN_RANDN, 0}, {R1(11), IN_CONST, 0}, {R1(11), IN_CONST_POS, 0}}},
+    {"batch_norm_1d_eval", GDL_OP_BATCH_NORM, f_bn_eval, 5,
+     {{R2(4, 11), IN_RANDN, 0}, {R1(11), IN_RANDN, 0}, {R1(11), IN_RANDN, 0}, {R1(11), IN_CONST, 0}, {R1(11), IN_CONST_POS, 0}}},
     {"batch_norm_eval", GDL_OP_BATCH_NORM, f_bn_eval, 5,
      {{R3(3, 2, 4), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
     {"batch_norm_no_affine", GDL_OP_BATCH_NORM, f_bn_plain, 1, {{R3(4, 3, 2), IN_RANDN, 0}}},
@@ -313,7 +316,7 @@ static const gc_case cases[] = {
     {"batch_norm_relu_2d_train", GDL_OP_BATCH_NORM_RELU, f_bnr_train, 5,
      {{R4(2, 3, 3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
     {"batch_norm_relu_1d_train", GDL_OP_BATCH_NORM_RELU, f_bnr_train, 5,
-     {{R2(5, 3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
+     {{R2(5, 11), IN_RANDN, 0}, {R1(11), IN_RANDN, 0}, {R1(11), IN_RANDN, 0}, {R1(11), IN_CONST, 0}, {R1(11), IN_CONST_POS, 0}}},
     {"batch_norm_relu_eval", GDL_OP_BATCH_NORM_RELU, f_bnr_eval, 5,
      {{R3(3, 2, 9), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_RANDN, 0}, {R1(2), IN_CONST, 0}, {R1(2), IN_CONST_POS, 0}}},
     {"batch_norm_relu_no_affine", GDL_OP_BATCH_NORM_RELU, f_bnr_plain, 1, {{R3(4, 3, 2), IN_RANDN, 0}}},

@@ -714,6 +714,92 @@ TEST test_unset_grads_unary_and_batchnorm(void) {
     PASS();
 }
 
+/* One column of batch_norm_1d_columns_bitwise: batch norm of x [N, C] (its column c alone when c >= 0, as
+   [N, 1]) with weight, bias and running statistics from the arrays, then sum(y w) + sum(h w) with h = 1 x
+   (an intermediate that two backwards reach: batch norm's first, storing into an arena filled with NaN, or
+   second, adding, as first_bn); *out holds y, x's gradient, the weight's and the bias's
+   gradients and the running statistics after the step (host memory the caller frees). 0 / -1. */
+static int bn_cols_run(const float *xv, const float *wv, const float *gv, const float *bv, const float *rmv,
+                       const float *rvv, int64_t N, int64_t C, int64_t c, int training, int relu, int first_bn,
+                       float **out) {
+    const int64_t W = c >= 0 ? 1 : C, s[2] = {N, W}, big = 4096;
+    float *xs = (float *)malloc(sizeof(float) * (size_t)(2 * N * W + 4 * W)), *ws = xs + N * W, *ps = ws + N * W;
+    gdl_tensor *x, *w, *h, *g, *b, *rm, *rv, *y, *hw = NULL, *loss, *ones = gdl_ones(1, &big, GDL_F32, gdl_cpu());
+    int64_t n, k, at = 0;
+    if (!xs || !ones || !gdl_mul_scalar(ones, NAN) || !(*out = (float *)malloc(sizeof(float) * (size_t)(2 * N * W + 4 * W))))
+        return -1;
+    gdl_arena_reset(); /* the NaN stay in the arena's memory */
+    for (n = 0; n < N; n++)
+        for (k = 0; k < W; k++) {
+            xs[n * W + k] = xv[n * C + (c >= 0 ? c : k)];
+            ws[n * W + k] = wv[n * C + (c >= 0 ? c : k)];
+        }
+    for (k = 0; k < W; k++) {
+        const int64_t j = c >= 0 ? c : k;
+        ps[k] = gv[j], ps[W + k] = bv[j], ps[2 * W + k] = rmv[j], ps[3 * W + k] = rvv[j];
+    }
+    x = arr(xs, 2, s), w = arr(ws, 2, s);
+    g = arr(ps, 1, &W), b = arr(ps + W, 1, &W), rm = arr(ps + 2 * W, 1, &W), rv = arr(ps + 3 * W, 1, &W);
+    gdl_set_requires_grad(x, 1), gdl_set_requires_grad(g, 1), gdl_set_requires_grad(b, 1);
+    h = gdl_mul_scalar(x, 1);
+    if (first_bn) hw = gdl_sum(gdl_mul(h, w)); /* earlier on the tape: its backward runs second */
+    y = relu ? gdl_batch_norm_relu(h, rm, rv, g, b, training, 0.1, 1e-5) : gdl_batch_norm(h, rm, rv, g, b, training, 0.1, 1e-5);
+    if (!first_bn) hw = gdl_sum(gdl_mul(h, w));
+    loss = y ? gdl_add(gdl_sum(gdl_mul(y, w)), hw) : NULL;
+    if (!loss || gdl_backward(loss) < 0) return -1;
+    memcpy(*out, y->data, sizeof(float) * (size_t)(N * W)), at += N * W;
+    memcpy(*out + at, x->grad->data, sizeof(float) * (size_t)(N * W)), at += N * W;
+    memcpy(*out + at, g->grad->data, sizeof(float) * (size_t)W), at += W;
+    memcpy(*out + at, b->grad->data, sizeof(float) * (size_t)W), at += W;
+    memcpy(*out + at, rm->data, sizeof(float) * (size_t)W), at += W;
+    memcpy(*out + at, rv->data, sizeof(float) * (size_t)W);
+    gdl_arena_reset();
+    gdl_free(x), gdl_free(w), gdl_free(g), gdl_free(b), gdl_free(rm), gdl_free(rv), gdl_free(ones);
+    free(xs);
+    return 0;
+}
+
+/* Batch norm of [N, C] (S 1, BatchNorm1d) works on 8 channels side by side in vector lanes and on the rest
+   in a scalar loop, each channel with the expressions of a channel alone: every column of [N, 19] (two
+   blocks of 8 and a tail of 3) bit for bit the column run as [N, 1] (the scalar loop), forward (y, the
+   running statistics) and backward (x, weight and bias gradients; batch norm's backward the first or the
+   second to reach x's intermediate), training and eval, with and without the fused ReLU; x's values include -0, 0 and ties, so the ReLU's mask and signed zeros are compared too */
+TEST test_batch_norm_1d_columns_bitwise(void) {
+    enum { N = 6, C = 19 };
+    float xv[N * C], wv[N * C], gv[C], bv[C], rmv[C], rvv[C], *whole = NULL, *col = NULL;
+    int i, training, relu, first, c;
+    for (i = 0; i < N * C; i++) {
+        xv[i] = (float)((i * 37 % 23) - 11) / 7.0f;
+        wv[i] = (float)((i * 11 % 17) - 8) / 5.0f;
+    }
+    xv[5] = -0.0f, xv[7] = 0.0f;
+    for (i = 0; i < C; i++) {
+        gv[i] = 0.5f + (float)(i % 5) / 4, bv[i] = (float)(i % 3) - 1;
+        rmv[i] = (float)(i % 4) / 8, rvv[i] = 0.5f + (float)(i % 7) / 7;
+    }
+    for (i = 0; i < 8; i++) {
+        training = i & 1, relu = i >> 1 & 1, first = i >> 2;
+        ASSERT_EQ(0, bn_cols_run(xv, wv, gv, bv, rmv, rvv, N, C, -1, training, relu, first, &whole));
+        for (c = 0; c < C; c++) {
+            /* where y, x's gradient, the weight's and bias's gradients, the running mean and variance start */
+            const int64_t in_whole[6] = {0, N * C, 2 * N * C, 2 * N * C + C, 2 * N * C + 2 * C, 2 * N * C + 3 * C};
+            const int64_t alone[6] = {0, N, 2 * N, 2 * N + 1, 2 * N + 2, 2 * N + 3};
+            int j, n;
+            ASSERT_EQ(0, bn_cols_run(xv, wv, gv, bv, rmv, rvv, N, C, c, training, relu, first, &col));
+            for (j = 0; j < 6; j++)
+                for (n = 0; n < (j < 2 ? N : 1); n++) {
+                    const float a = whole[in_whole[j] + (j < 2 ? n * C : 0) + c], e = col[alone[j] + n];
+                    if (memcmp(&a, &e, sizeof a))
+                        FAILf("training %d relu %d batch norm first %d column %d part %d row %d: %a, alone %a",
+                              training, relu, first, c, j, n, a, e);
+                }
+            free(col), col = NULL;
+        }
+        free(whole), whole = NULL;
+    }
+    PASS();
+}
+
 /* Max pooling stores an unset gradient too (gdl__bw_fresh_ok) and zeroes what no window picks: 2x2 pools
    of an odd-sized plane (its last row and column in no window) and 3x3 stride-2 padded ones (overlapping
    windows), the pool's backward the first or the second to reach t, bit for bit against t a leaf (whose
@@ -1264,6 +1350,7 @@ SUITE(autograd) {
     RUN_TEST(test_grad_accumulates_and_zeroes);
     RUN_TEST(test_unset_intermediate_grads);
     RUN_TEST(test_unset_grads_unary_and_batchnorm);
+    RUN_TEST(test_batch_norm_1d_columns_bitwise);
     RUN_TEST(test_unset_grads_max_pool);
     RUN_TEST(test_backward_twice_same_graph);
     RUN_TEST(test_no_grad_and_detach);
