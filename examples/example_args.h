@@ -51,9 +51,10 @@ typedef struct ex_args {
 } ex_args;
 
 /* An example's own option: --name VALUE. kind 'i' (int *value, a whole number in [lo, hi]), 'd'
-   (double *value, a finite number in [lo, hi]) or 's' (const char **value, non-empty). --help prints
-   "--name METAVAR" (NULL: N, X or TEXT by kind) and help, then the default (the value before parsing)
-   unless help names its own. */
+   (double *value, a finite number in [lo, hi]) or 's' (const char **value, non-empty); or kind 'b', a
+   switch: --name alone sets int *value to 1 (no value; lo and hi unused). --help prints "--name METAVAR"
+   (NULL: N, X or TEXT by kind; a switch has none) and help, then the default (the value before parsing)
+   unless help names its own or the option is a switch. */
 typedef struct ex_opt {
     const char *name;
     char kind;
@@ -94,11 +95,12 @@ static void ex_usage(FILE *f, const char *prog, const char *about, unsigned take
     for (k = 0; k < n_extra; k++) { /* defaults: the values before parsing */
         const ex_opt *o = &extra[k];
         char arg[64];
-        snprintf(arg, sizeof arg, "%s %s", o->name,
-                 o->metavar ? o->metavar : o->kind == 's' ? "TEXT" : o->kind == 'i' ? "N" : "X");
+        if (o->kind == 'b') snprintf(arg, sizeof arg, "%s", o->name);
+        else snprintf(arg, sizeof arg, "%s %s", o->name,
+                      o->metavar ? o->metavar : o->kind == 's' ? "TEXT" : o->kind == 'i' ? "N" : "X");
         if (strlen(arg) < 17) fprintf(f, "  %-17s %s", arg, o->help);
         else fprintf(f, "  %s\n%20s%s", arg, "", o->help); /* too long for the column */
-        if (strstr(o->help, "(default")) fputc('\n', f);
+        if (o->kind == 'b' || strstr(o->help, "(default")) fputc('\n', f);
         else if (o->kind == 'i') fprintf(f, " (default %d)\n", *(const int *)o->value);
         else if (o->kind == 'd') fprintf(f, " (default %g)\n", *(const double *)o->value);
         else fprintf(f, " (default %s)\n", *(const char *const *)o->value ? *(const char *const *)o->value : "none");
@@ -218,13 +220,15 @@ static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, cons
             ex_usage(stderr, prog, about, takes, &defaults, extra, n_extra);
             return 2;
         }
-        if (k < (int)(sizeof flags / sizeof flags[0]) && flags[k].bit == EX_PROFILE) { /* a switch: no value */
+        if ((k < (int)(sizeof flags / sizeof flags[0]) && flags[k].bit == EX_PROFILE) ||
+            (k == (int)(sizeof flags / sizeof flags[0]) && extra[x].kind == 'b')) { /* a switch: no value */
             if (eq) {
-                fprintf(stderr, "%s: --profile takes no value\n", prog);
+                fprintf(stderr, "%s: %.*s takes no value\n", prog, (int)len, arg);
                 ex_usage(stderr, prog, about, takes, &defaults, extra, n_extra);
                 return 2;
             }
-            a->profile = 1;
+            if (k < (int)(sizeof flags / sizeof flags[0])) a->profile = 1;
+            else pending[x].i = 1, given[x] = 1;
             continue;
         }
         if (eq) val = eq + 1;
@@ -304,7 +308,7 @@ static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, cons
     }
     for (x = 0; x < n_extra; x++) {
         if (!given[x]) continue;
-        if (extra[x].kind == 'i') *(int *)extra[x].value = pending[x].i;
+        if (extra[x].kind == 'i' || extra[x].kind == 'b') *(int *)extra[x].value = pending[x].i;
         else if (extra[x].kind == 'd') *(double *)extra[x].value = pending[x].d;
         else *(const char **)extra[x].value = pending[x].s;
     }

@@ -157,6 +157,19 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
         d = a - b; if (d < 0) d = -d
         if (a > 80 && b > 80 && d <= 0.5) { printf "bf16 %s%% within 0.5 points of f32 %s%%\n", b, a; exit 0 }
         printf "bf16 %s%% against f32 %s%%\n", b, a; exit 1 }'
+    # --recipe, what make run trains (issue 31's MLP recipe): its hand-written loop does what gdl_fit does with
+    # the recipe in bench/recipes.c, the same training loss and test accuracy after an epoch (seed 2: 0.9375,
+    # 85.59 %); the epoch's loss well below ln 10 = 2.30 and the accuracy far above chance
+    expect 0 "^  --recipe  .*its defaults: 12 epochs, batch 128" "$b/mnist_mlp" --help
+    expect 2 "\-\-recipe takes no value" "$b/mnist_mlp" --recipe=1
+    expect 0 "^recipe: 784-512-256-10 MLP" "$b/mnist_mlp" --recipe --epochs 1 --device cpu --seed 2 --csv "$t/rc.csv"
+    cp "$t/out" "$t/recipe"
+    expect 0 "^epoch 1: train loss" "$b/recipes" --net mlp --epochs 1 --device cpu --seed 2 --target 1
+    cp "$t/out" "$t/recipes"
+    expect 0 "the same epoch" awk 'NR == FNR && /^epoch 1\/1:/ { l = $4; a = $8; sub(/%/, "", a) }
+        NR != FNR && /^epoch 1:/ { m = $5; b = $8; sub(/,/, "", m) }
+        END { if (l != "" && l == m && a == b && l < 1.1 && a > 80) { print "the same epoch:", l, a; exit 0 }
+              print "mnist_mlp --recipe", l, a, "against recipes", m, b; exit 1 }' "$t/recipe" "$t/recipes"
     # resnet (issue 31): 2 epochs of its recipe on 512 images, batch 32 (about 3 s on 2 idle cores): the
     # training loss falls from ln 10 = 2.30 to below 1.75 (1.51 to 1.56 for seeds 0, 1, 2)
     expect 0 "test accuracy [0-9.]*% (EMA weights" "$b/resnet" --device cpu --epochs 2 --train-subset 512 \
