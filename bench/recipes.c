@@ -1,4 +1,4 @@
-/* recipes.c — issue 31's training recipes on Fashion-MNIST, timed end to end: --net mlp, cnn or resnet
+/* recipes.c — issue 31's training recipes on Fashion-MNIST, timed end to end: --net mlp, cnn, resnet or resnet10
    (the nets and recipes of examples/recipe.h: augmentation, label smoothing, AdamW or SGD nesterov with
    warm-up + cosine, no decay on biases and norm weights, weight EMA, flip-averaged test passes). The test
    set is evaluated after each epoch (EMA weights); the clock runs from the program's start (reading the
@@ -7,11 +7,11 @@
    length) and reports the final accuracy. bench/pytorch/recipes.py is PyTorch's side, with the same nets
    and recipes; bench/compare_recipes.sh runs both for 3 seeds.
 
-   Aims (the targets' defaults): mlp 89.5 %, cnn 93.5 %, resnet 94.5 % in 30 epochs of batch 128.
+   Aims (the targets' defaults): mlp 89.5 %, cnn 93.5 %, resnet and resnet10 94.5 % in 30 epochs of batch 128.
 
    CPU:   make build/recipes && build/recipes --net cnn
    CUDA:  make build/cuda_recipes && build/cuda_recipes --net resnet
-   Flags: --net mlp|cnn|resnet [--target PERCENT] [--ema-decay D (default 0.999; 0: off)] [--eager (no CUDA
+   Flags: --net mlp|cnn|resnet|resnet10 [--target PERCENT] [--ema-decay D (default 0.999; 0: off)] [--eager (no CUDA
           graphs)] [--data DIR] [--epochs N] [--batch-size N] [--device D] [--seed N] [--train-subset N]
           [--test-subset N] [--profile (the first epoch's per-op profile)]
    Prints "result: net N final F target T reached_s S|nan total_s S" last, for the comparison script.
@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
             eager = 1;
         } else if (!strcmp(argv[k], "--net") && k + 1 < argc) {
             if (!(r = ex_recipe_find(argv[++k]))) {
-                fprintf(stderr, "recipes: --net wants mlp, cnn or resnet, got '%s'\n", argv[k]);
+                fprintf(stderr, "recipes: --net wants mlp, cnn, resnet or resnet10, got '%s'\n", argv[k]);
                 return 2;
             }
         } else if (!strcmp(argv[k], "--target") && k + 1 < argc) {
@@ -69,13 +69,13 @@ int main(int argc, char **argv) {
     if (!r) r = ex_recipe_find("cnn"); /* --help's defaults; a run needs --net (below) */
     a = ex_defaults(r->epochs, EX_RECIPE_BATCH);
     parsed = ex_parse(&a, nrest, rest, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_SUBSET | EX_PROFILE,
-                      "Fashion-MNIST with issue 31's recipes, timed end to end: --net mlp|cnn|resnet (needed), "
+                      "Fashion-MNIST with issue 31's recipes, timed end to end: --net mlp|cnn|resnet|resnet10 (needed), "
                       "--target PERCENT (default 89.5, 93.5, 94.5), --ema-decay D (default 0.999, 0: off), "
                       "--eager (no CUDA graphs).");
     if (parsed) return parsed == 1 ? 0 : 2;
     for (k = 1; k < argc && strcmp(argv[k], "--net"); k++) {}
     if (k == argc) {
-        fprintf(stderr, "recipes: --net mlp|cnn|resnet is needed\n");
+        fprintf(stderr, "recipes: --net mlp|cnn|resnet|resnet10 is needed\n");
         return 2;
     }
     if (target < 0) target = default_target(r->net);

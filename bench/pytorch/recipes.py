@@ -18,12 +18,14 @@ test pass, and test outputs averaged with those of the flipped image.
   resnet  conv3x3 1-32 (no bias) BN ReLU, BasicBlock 32-64 stride 2,
           BasicBlock 64-128 stride 2 (torchvision's, projection shortcuts),
           global average pool, linear 128-10; recipe as cnn but lr 0.1
+  resnet10  resnet with two BasicBlocks a stage (32-64 stride 2, 64-64;
+          64-128 stride 2, 128-128); recipe as resnet
 30 epochs of batch 128. PyTorch's default initialisation everywhere (gpudl
 uses the same scheme). The test accuracy is printed after each epoch with the
 time since the start; the time the --target is first reached and the final
 accuracy are reported; the run goes on to the planned epochs.
 
-Run: python3 bench/pytorch/recipes.py --net mlp|cnn|resnet [--device cpu|cuda]
+Run: python3 bench/pytorch/recipes.py --net mlp|cnn|resnet|resnet10 [--device cpu|cuda]
          [--epochs N] [--batch-size N] [--seed N] [--target PERCENT]
          [--ema-decay D] [--train-subset N] [--test-subset N] [--data DIR]
 As fmnist92.py: the whole dataset on the device as one tensor, batches by
@@ -52,6 +54,7 @@ RECIPES = {
     "mlp": (30, False, 2e-3, 0.05, 0, 0.25, 0.1, 0.999, 89.5),
     "cnn": (30, True, 0.05, 5e-4, 2, 0.0, 0.1, 0.999, 93.5),
     "resnet": (30, True, 0.1, 5e-4, 2, 0.0, 0.1, 0.999, 94.5),
+    "resnet10": (30, True, 0.1, 5e-4, 2, 0.0, 0.1, 0.999, 94.5),
 }
 
 
@@ -84,9 +87,11 @@ def make_net(net):
             nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
             nn.Conv2d(64, 128, 3, padding=1), nn.BatchNorm2d(128), nn.ReLU(), nn.Flatten(),
             nn.Linear(128 * 7 * 7, 10))
+    deep = net == "resnet10"
+    stage1 = [BasicBlock(32, 64, 2)] + ([BasicBlock(64, 64, 1)] if deep else [])
+    stage2 = [BasicBlock(64, 128, 2)] + ([BasicBlock(128, 128, 1)] if deep else [])
     return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
-        BasicBlock(32, 64, 2), BasicBlock(64, 128, 2),
+        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), *stage1, *stage2,
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 10))
 
 
