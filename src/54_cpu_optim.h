@@ -355,12 +355,21 @@ oom:
     gdl__set_error("gdl_clip_grad_norm: out of host memory");
     return -1;
 }
-static int gdl__cpu_ema_lerp(int64_t n, gdl_real *avg, const gdl_real *x, gdl_real w) {
+static void gdl__ema_lerp_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_real w = a.alpha;
+    gdl_real *avg = a.out;
+    const gdl_real *x = a.x;
     int64_t i;
     if (w < (gdl_real)0.5)
-        for (i = 0; i < n; i++) avg[i] = avg[i] + w * (x[i] - avg[i]);
+        for (i = lo; i < hi; i++) avg[i] = avg[i] + w * (x[i] - avg[i]);
     else
-        for (i = 0; i < n; i++) avg[i] = x[i] - (x[i] - avg[i]) * ((gdl_real)1 - w);
+        for (i = lo; i < hi; i++) avg[i] = x[i] - (x[i] - avg[i]) * ((gdl_real)1 - w);
+}
+/* in parallel: one pass over every parameter after each step (an MLP's 537k: 2-5 % of its step alone) */
+static int gdl__cpu_ema_lerp(int64_t n, gdl_real *avg, const gdl_real *x, gdl_real w) {
+    gdl__args a = gdl__args_none();
+    a.out = avg; a.x = x; a.alpha = w;
+    gdl__parallel_loop(n, n, gdl__ema_lerp_part, &a);
     return 0;
 }
 static int gdl__cpu_count_nonfinite(int64_t n, const gdl_real *x, int64_t *out) {
