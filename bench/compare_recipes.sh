@@ -9,7 +9,7 @@
 # min and max) of the final accuracy and of the time to the target over the
 # runs that reached it, with the CPU model and the load average before and after.
 #
-#   sh bench/compare_recipes.sh [net ...]       (default: mlp cnn resnet; resnet10 too)
+#   sh bench/compare_recipes.sh [net ...]       (default: mlp cnn resnet; resnet10 when named)
 #   SEEDS="0 1 2" THREADS=2 TORCH_VENV=build/torch-venv DEVICE=cpu   (the defaults)
 #   ARGS="--epochs 1 --train-subset 2000 --test-subset 1000"  (passed to both: a quick check)
 #   LOGDIR=DIR   keep each run's whole output (its per-epoch lines) as DIR/SIDE-NET-seedS.log

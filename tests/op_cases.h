@@ -304,7 +304,8 @@ static const gc_case cases[] = {
     /* rows of 21 pixels: two groups of the CPU's 8 running sums and a tail of 5 (gdl__rows_sum) */
     {"batch_norm_2d_train_wide", GDL_OP_BATCH_NORM, f_bn_train, 5,
      {{R4(2, 3, 3, 7), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_RANDN, 0}, {R1(3), IN_CONST, 0}, {R1(3), IN_CONST_POS, 0}}},
-    /* [N, C] (S 1): the CPU's block of 8 channels in vector lanes and a tail of 3 in its scalar loop */
+    /* [N, C] (S 1): a block of 8 channels and a tail of 3 (in the f32 builds the block runs in vector lanes,
+       as in the CPU/GPU parity rows; test_gradcheck's double build has only the scalar loop) */
     {"batch_norm_1d_train", GDL_OP_BATCH_NORM, f_bn_train, 5,
      {{R2(5, 11), IN_RANDN, 0}, {R1(11), IN_RANDN, 0}, {R1(11), IN_RANDN, 0}, {R1(11), IN_CONST, 0}, {R1(11), IN_CONST_POS, 0}}},
     {"batch_norm_1d_eval", GDL_OP_BATCH_NORM, f_bn_eval, 5,
