@@ -10223,6 +10223,7 @@ typedef struct {
 typedef __m512d gdl__bnv;
 static inline gdl__bnv gdl__bnv_set(double v) { return _mm512_set1_pd(v); }
 static inline gdl__bnv gdl__bnv_load(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
+static inline gdl__bnv gdl__bnv_loadd(const double *p) { return _mm512_loadu_pd(p); }
 static inline gdl__bnv gdl__bnv_sub(gdl__bnv a, gdl__bnv b) { return _mm512_sub_pd(a, b); }
 static inline gdl__bnv gdl__bnv_mul(gdl__bnv a, gdl__bnv b) { return _mm512_mul_pd(a, b); }
 static inline gdl__bnv gdl__bnv_add(gdl__bnv a, gdl__bnv b) { return _mm512_add_pd(a, b); }
@@ -10246,6 +10247,7 @@ static inline void gdl__bnv_spill(double *p, gdl__bnv v) { _mm512_storeu_pd(p, v
 typedef __m256d gdl__bnv;
 static inline gdl__bnv gdl__bnv_set(double v) { return _mm256_set1_pd(v); }
 static inline gdl__bnv gdl__bnv_load(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
+static inline gdl__bnv gdl__bnv_loadd(const double *p) { return _mm256_loadu_pd(p); }
 static inline gdl__bnv gdl__bnv_sub(gdl__bnv a, gdl__bnv b) { return _mm256_sub_pd(a, b); }
 static inline gdl__bnv gdl__bnv_mul(gdl__bnv a, gdl__bnv b) { return _mm256_mul_pd(a, b); }
 static inline gdl__bnv gdl__bnv_add(gdl__bnv a, gdl__bnv b) { return _mm256_add_pd(a, b); }
@@ -10343,13 +10345,6 @@ static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, doubl
    lanes (gdl__bnv_*), a short one (and every block without them) in the scalar loop. */
 #ifdef GDL__BNV_W
 enum { GDL__BNV_COLS = 8 / GDL__BNV_W }; /* the vectors of a block of 8 channels */
-static inline gdl__bnv gdl__bnv_loadd(const double *p) {
-#if GDL__BNV_W == 8
-    return _mm512_loadu_pd(p);
-#else
-    return _mm256_loadu_pd(p);
-#endif
-}
 #endif
 /* out[k] = the sum over the N rows (C apart) of x[k] (mu NULL) or of (x[k] - mu[k])^2, k < w */
 static void gdl__bn_col_sums(const gdl_real *x, int64_t N, int64_t C, int w, const double *mu, double *out) {
@@ -10516,8 +10511,6 @@ static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, const gdl_r
                 (training ? (gdl_real)(A * (M * g - sg - (x[i] - mu) * is * sgx)) : (gdl_real)(g * gm * is));
     }
 }
-/* The backward of gdl__batchnorm_cols (S 1), in the same blocks: per channel gdl__bn_sums2's running sums
-   and gdl__bn_grad_rows' expressions, so the same bits. */
 /* sg[k] = the sum of g, sgx[k] of g (x[k] - mu[k]) is[k] over the N rows, g as gdl__bn_gy1 gives it */
 static void gdl__bn_col_sums2(const gdl_real *x, const gdl_real *gy, const gdl_real *y, int64_t N, int64_t C, int w,
                               const double *mu, const double *is, double *sg, double *sgx) {
@@ -10595,6 +10588,8 @@ static void gdl__bn_col_grads(const gdl_real *x, const gdl_real *gy, const gdl_r
                               : (gdl_real)(g * gm[k] * is[k]));
         }
 }
+/* The backward of gdl__batchnorm_cols (S 1), in the same blocks: per channel gdl__bn_sums2's running sums
+   and gdl__bn_grad_rows' expressions, so the same bits. */
 static void gdl__batchnorm_backward_cols(const gdl__batchnorm_backward_job *b, int64_t lo, int64_t hi) {
     const int64_t N = b->N, C = b->C;
     int64_t c0;

@@ -83,13 +83,14 @@ static inline gdl_module *ex_recipe_net(const ex_recipe *r) {
         l[k++] = gdl_nn_flatten(1);
         l[k++] = gdl_nn_linear(128 * 7 * 7, 10, 1);
     } else {
+        const int two = !strcmp(r->net, "resnet10"); /* two BasicBlocks a stage */
         l[k++] = gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 0); /* no bias: BatchNorm follows, as in torchvision */
         l[k++] = gdl_nn_batchnorm2d(32);
         l[k++] = gdl_nn_relu();
         l[k++] = gdl_nn_basic_block(32, 64, 2);
-        if (!strcmp(r->net, "resnet10")) l[k++] = gdl_nn_basic_block(64, 64, 1);
+        if (two) l[k++] = gdl_nn_basic_block(64, 64, 1);
         l[k++] = gdl_nn_basic_block(64, 128, 2);
-        if (!strcmp(r->net, "resnet10")) l[k++] = gdl_nn_basic_block(128, 128, 1);
+        if (two) l[k++] = gdl_nn_basic_block(128, 128, 1);
         l[k++] = gdl_nn_global_avgpool2d();
         l[k++] = gdl_nn_flatten(1);
         l[k++] = gdl_nn_linear(128, 10, 1);
