@@ -328,6 +328,60 @@ TEST test_dropout_behaviour(void) {
     PASS();
 }
 
+/* Dropout's mask element by element against gdl_dropout_keep (the definition the CUDA kernel shares): sizes
+   around the CPU's 8- and 16-lane blocks and past the parallel split, 1 and 2 threads, probabilities that
+   put one element's 24 hash bits exactly on the threshold and one above it; a NaN and a -0 among the
+   inputs (a dropped element is +0, a kept one x * scale); the backward through x used twice, so dropout's
+   gradient adds to one already there. */
+TEST test_dropout_mask_exact(void) {
+    static const int64_t sizes[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 70001};
+    int nt, si, k;
+    for (nt = 1; nt <= 2; nt++) {
+        gdl_set_num_threads(nt);
+        for (si = 0; si < (int)(sizeof sizes / sizeof *sizes); si++) {
+            const int64_t n = sizes[si], j = n / 2; /* the element whose hash bits set two of the p */
+            for (k = 0; k < 5; k++) {
+                const uint64_t rng = (uint64_t)(100 * si + 10 * k + nt);
+                gdl_tensor *x, *w, *y;
+                uint64_t seed, r;
+                double p;
+                float scale;
+                int64_t i, kept = 0;
+                gdl_manual_seed(rng);
+                seed = gdl_rng_next_u64(); /* the draw gdl_dropout makes */
+                r = gdl_hash64(seed, (uint64_t)j) >> 40;
+                p = k == 0 ? 0.5 : k == 1 ? 1.0 / 3 : k == 2 ? (r ? (double)r : 1) / 16777216.0 /* j kept */
+                  : k == 3 ? (double)(r + 1) / 16777216.0 /* j dropped */ : 1;
+                scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0;
+                x = gdl_randn(1, &n, CPU);
+                w = gdl_randn(1, &n, CPU);
+                ((float *)x->data)[0] = NAN;
+                if (n > 3) ((float *)x->data)[3] = -0.0f;
+                ASSERT_EQ(0, gdl_set_requires_grad(x, 1));
+                gdl_manual_seed(rng);
+                y = gdl_dropout(x, p, 1);
+                ASSERT_NOT_NULL(y);
+                ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(gdl_add(y, x), w))));
+                for (i = 0; i < n; i++) {
+                    const int keep = gdl_dropout_keep(seed, (uint64_t)i, p);
+                    const float want = keep ? at(x, i) * scale : 0, wi = at(w, i);
+                    ASSERTm("dropout's output, bit for bit", memcmp(&want, (const float *)y->data + i, sizeof want) == 0);
+                    ASSERT_IN_RANGE(keep ? wi + wi * scale : wi, at(x->grad, i), 1e-6 * fabs(wi) * (1 + scale));
+                    kept += keep;
+                }
+                if (k == 2) ASSERT(gdl_dropout_keep(seed, (uint64_t)j, p));
+                if (k == 3) ASSERT(!gdl_dropout_keep(seed, (uint64_t)j, p));
+                if (k == 4) ASSERT_EQ(0, kept);
+                gdl_free(x);
+                gdl_free(w);
+                gdl_arena_reset();
+            }
+        }
+    }
+    gdl_set_num_threads(0);
+    PASS();
+}
+
 TEST test_embedding_concat_views(void) {
     float w[6] = {0, 1, 10, 11, 20, 21};
     int32_t idx[3] = {2, 0, 2};
@@ -1337,6 +1391,7 @@ SUITE(values) {
     RUN_TEST(test_cross_entropy_soft_targets);
     RUN_TEST(test_mse_bce_values);
     RUN_TEST(test_dropout_behaviour);
+    RUN_TEST(test_dropout_mask_exact);
     RUN_TEST(test_embedding_concat_views);
     RUN_TEST(test_review_regressions);
     RUN_TEST(test_structure_values);
