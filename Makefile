@@ -327,7 +327,7 @@ test-asan: $(ASAN_TESTS)
 # each test and example source under clang. Each check is a target of its own
 # (two at a time under make test) and runs every time.
 WARN_CHECKS = gcc-c99 gcc-c11 clang-c99 clang-c11 gcc-openmp gcc-O2 gcc-O3-openmp clang-O3 gcc-static clang-static \
-              gcc-cblas gcc-double gcc-zlib gcc-nvml clang-nvml gcc-nothreads g++ clang++
+              gcc-cblas gcc-double gcc-zlib gcc-nvml clang-nvml gcc-nothreads g++ clang++ clang-avx2 clang++-avx512
 WCC_gcc-c99 = gcc -std=c99
 WCC_gcc-c11 = gcc -std=c11
 WCC_clang-c99 = clang -std=c99
@@ -346,6 +346,10 @@ WCC_clang-nvml = clang -std=c11 -DGPUDL_NVML
 WCC_gcc-nothreads = gcc -std=c99 -DGPUDL_NO_THREADS
 WCC_g++ = g++ -std=c++17 -x c++
 WCC_clang++ = clang++ -std=c++17 -x c++
+# the vector kernels (GEMM, GELU, batch norm, dropout ...) under clang and as C++; not g++ with AVX-512: gcc
+# 12's own AVX-512 headers warn there (-Wmaybe-uninitialized in their intrinsics' self-initialised locals)
+WCC_clang-avx2 = clang -std=c99 -O2 -mavx2 -mfma
+WCC_clang++-avx512 = clang++ -std=c++17 -x c++ -O2 -mavx2 -mfma -mavx512f -mavx512dq
 # The sources under clang -std=c99. Those that use gpudl's API only are
 # checked with $(API_ONLY), their own code: the implementation
 # in their context is checked already (clang-c99 above; with _POSIX_C_SOURCE,

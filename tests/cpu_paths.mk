@@ -32,8 +32,10 @@ CPUP_PROGS = test_core test_gradcheck test_nn test_train test_gemm_kernels test_
 CPUP_HDR = gpudl.h tests/harness.h tests/op_cases.h
 
 # Per path: the target flags, the options, the libraries. AVX-512 here is
-# AVX-512F on an x86-64 base (all the kernel needs), not -march=native.
-CPUP_ARCH_avx512 = -march=x86-64 -mavx2 -mfma -mavx512f
+# AVX-512F and DQ on an x86-64 base (all the kernels need: DQ for dropout's
+# 64-bit multiply; every AVX-512 CPU but Knights Landing has both), not
+# -march=native.
+CPUP_ARCH_avx512 = -march=x86-64 -mavx2 -mfma -mavx512f -mavx512dq
 CPUP_ARCH_avx2 = -march=x86-64 -mavx2 -mfma -mno-avx512f
 CPUP_ARCH_portable = -march=x86-64
 CPUP_OPTS_avx512 = $(ZFLAGS)

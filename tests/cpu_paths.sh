@@ -125,7 +125,7 @@ x86)
     for p in portable avx2 avx512; do
         d=$B/cpu-$p
         case $p in
-        avx512) need="avx2 fma avx512f" ;;
+        avx512) need="avx2 fma avx512f avx512dq" ;;
         avx2) need="avx2 fma" ;;
         *) need= ;;
         esac

@@ -350,8 +350,9 @@ TEST test_dropout_mask_exact(void) {
                 gdl_manual_seed(rng);
                 seed = gdl_rng_next_u64(); /* the draw gdl_dropout makes */
                 r = gdl_hash64(seed, (uint64_t)j) >> 40;
-                p = k == 0 ? 0.5 : k == 1 ? 1.0 / 3 : k == 2 ? (r ? (double)r : 1) / 16777216.0 /* j kept */
-                  : k == 3 ? (double)(r + 1) / 16777216.0 /* j dropped */ : 1;
+                /* k 2: j kept (but r = 0, which no p > 0 keeps); 3: j dropped; 4: all dropped */
+                p = k == 0 ? 0.5 : k == 1 ? 1.0 / 3 : k == 2 ? (r ? (double)r : 1) / 16777216.0
+                  : k == 3 ? (double)(r + 1) / 16777216.0 : 1;
                 scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0;
                 x = gdl_randn(1, &n, CPU);
                 w = gdl_randn(1, &n, CPU);
@@ -369,7 +370,7 @@ TEST test_dropout_mask_exact(void) {
                     ASSERT_IN_RANGE(keep ? wi + wi * scale : wi, at(x->grad, i), 1e-6 * fabs(wi) * (1 + scale));
                     kept += keep;
                 }
-                if (k == 2) ASSERT(gdl_dropout_keep(seed, (uint64_t)j, p));
+                if (k == 2 && r) ASSERT(gdl_dropout_keep(seed, (uint64_t)j, p));
                 if (k == 3) ASSERT(!gdl_dropout_keep(seed, (uint64_t)j, p));
                 if (k == 4) ASSERT_EQ(0, kept);
                 gdl_free(x);
