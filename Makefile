@@ -476,11 +476,11 @@ amalgamate:
 # would rebuild every test and example once for nothing. No loop either way.
 # (Only where the parts are: a copy of the tree without src/ builds as before.)
 ifneq ($(wildcard src/PARTS),)
-gpudl.h: src/PARTS $(wildcard src/*.h)
+gpudl.h: src/PARTS $(wildcard src/*.h src/*/*.h)
 	@sh tools/amalgamate.sh
 endif
 ifneq ($(wildcard cuda/PARTS),)
-gpudl_cuda.cu: cuda/PARTS $(wildcard cuda/*.cu*)
+gpudl_cuda.cu: cuda/PARTS $(wildcard cuda/*.cu)
 	@sh tools/amalgamate.sh
 endif
 

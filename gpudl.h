@@ -50,7 +50,7 @@
    * An optimizer moves its parameters, their gradients and its state into
      one flat buffer per device (llm.c's malloc_and_point_parameters): the
      gdl_tensor pointers stay the same, their data become views of it
-     ([api-nn], "The flat parameter buffer").
+     (src/api/nn.h, "The flat parameter buffer").
    * The op layer is single-threaded: call ops from one thread at a time.
 
    Dtypes
@@ -100,7 +100,7 @@
    for the duration of the call (not the arena) and round the result once.
    Every other op given bf16 or f16 runs its f32 kernel on f32 copies of
    the low-precision inputs and rounds its output once (one place in
-   [impl-ops]: gdl__lowp_in/out, with differentiable casts, so autograd
+   src/ops/: gdl__lowp_in/out, with differentiable casts, so autograd
    needs nothing else): PyTorch's numerics, but the f32 copies stay in the
    arena until the step's reset. Mixed dtypes (f16 with bf16, f32 with a
    low one) take that path too. BatchNorm's running statistics must be f32
@@ -243,7 +243,7 @@
    tracker restarts), else counts a clean step and after growth_interval of
    them multiplies it by growth_factor (kept if that is not finite).
    Everything stays on the device, nothing is waited for, so a step with the
-   scaler is captured and replayed as any other ([api-graph]):
+   scaler is captured and replayed as any other (src/api/graph.h):
    * the scale, growth tracker and found_inf are device scalars; scale is a
      differentiable gdl_mul by the scale tensor;
    * unscale is one kernel over the optimizer's flat gradient region (the
@@ -301,126 +301,106 @@
        "gdl_matmul: inner dimensions differ: [64,784] x [128,10]"
    Failed calls leave their inputs untouched. The library never exits.
 
-   Table of contents (search for the tag)
+   Table of contents (search for the file name)
    -----------------
    gpudl.h is generated from src/ by tools/amalgamate.sh: edit the parts.
-   Each section is one or more files of src/, joined in the order of
-   src/PARTS (make amalgamate; make test checks that gpudl.h is what they
-   make); gpudl_cuda.cu is made the same way from cuda/ (cuda/PARTS). The
-   design, layer by layer, and how to extend it: docs/DESIGN.md.
-   tag             file in src/                   holds
-                   00_manual.h                    the manual (this comment)
-   [types]         10_types.h                     version, dtypes, devices, tensors
-   [api-tensor]    20_api_tensor.h                creation, copies, dtypes, threads
-   [api-ops]       21_api_ops.h                   the differentiable ops
-   [api-grad]      22_api_grad.h                  autograd, arena, autocast; GDL_OP_LIST
-   [api-formats]   23_api_formats.h               IDX, CIFAR-10, safetensors files
-   [api-data]      24_api_data.h                  datasets, transforms, the DataLoader
-   [api-text]      24t_api_text.h                 vocabularies, text datasets, fortunes, sampling
-   [api-nn]        25_api_nn.h                    modules, optimizers, schedulers, scaler
-                   25a_api_nn_attention.h         nn.MultiheadAttention
-                   25b_api_nn_transformer.h       Transformer encoder, positions, tying
-   [api-train]     26_api_train.h                 fit / evaluate, checkpoints
-   [api-graph]     27_api_graph.h                 a training step as a CUDA graph
-   [api-dist]      28_api_dist.h                  processes, collectives, DDP, restarts
-   [api-monitor]   29_api_monitor.h               NVML, memory statistics, the profiler
-   [api-quant]     29q_api_quant.h                INT8 quantization, the int8 GEMM
-   [backend]       30_backend.h                   the kernel table GDL_BACKEND_ENTRIES
-                   40_impl_prelude.h              the implementation: guards, includes
-   [impl-platform] 40p_platform.h                 the OS: threads, clocks, files (POSIX, Win32)
-   [impl-errors]   41_errors.h                    gdl__set_error, gdl_last_error
-   [impl-devices]  42_devices.h                   devices and their backends (gdl__be)
-   [impl-profile]  43_profile.h                   the profiler's spans and trace
-   [impl-memory]   44_memory.h                    the per-step arenas
-   [impl-tensor]   45_tensor.h                    storage, tensors, RNG, f16/bf16, copies
-   [impl-pool]     46_pool.h                      the CPU thread pool
-   [impl-gemm]     47_gemm.h                      the CPU GEMM kernels (AVX, CBLAS)
-   [impl-gemm-int8] 48_gemm_int8.h                the CPU int8 GEMM kernels
-   [impl-cpu]      50_cpu_core.h                  elementwise, reductions, softmax
-                   51_cpu_conv_pool.h             im2col, the implicit GEMM and direct kernel, pooling, copy2d, dropout
-                   52_cpu_lowp.h                  native bf16/f16 elementwise kernels
-                   53_cpu_norm_loss.h             norms, embedding, losses
-                   53a_cpu_attention.h            attention (flash-attention style tiles)
-                   53r_cpu_rnn.h                  the LSTM / GRU gate steps
-                   54_cpu_optim.h                 SGD/Adam, scaler, metrics; the table
-   [impl-ops]      60_ops_core.h                  checks, outputs, tape, dtypes, autocast
-                   61_ops_elementwise.h           views, elementwise, matmul, linear
-                   62_ops_conv.h                  reductions, softmax, conv, pooling
-                   62a_ops_attention.h            scaled dot-product attention
-                   62r_ops_rnn.h                  lstm_gates, gru_gates
-                   63_ops_nn.h                    concat, norms, losses; the op table
-   [impl-autograd] 65_autograd.h                  gradient buffers, the backward walk
-   [impl-formats]  70_formats_idx_cifar.h         IDX, CIFAR-10
-                   71_formats_safetensors_read.h  safetensors reader (strict JSON)
-                   72_formats_safetensors_write.h safetensors writer
-   [impl-data]     75_data.h                      datasets, transforms, the DataLoader
-   [impl-text]     76_text.h                      vocabularies, text datasets, fortunes, sampling
-   [impl-nn]       80_nn_modules.h                modules
-                   80a_nn_attention.h             nn.MultiheadAttention
-                   80b_nn_resnet.h                ResNet's BasicBlock
-                   80c_nn_transformer.h           Transformer encoder, positions, tying
-                   80r_nn_rnn.h                   LSTM, GRU
-                   81_optimizers.h                optimizers, master weights, flat blocks
-                   81b_ema.h                      weight EMA
-                   82_gradscaler.h                GradScaler
-                   83_schedulers.h                learning-rate schedulers
-   [impl-quant]    84_quant.h                     quantized modules and their files
-   [impl-train]    85_train.h                     fit / evaluate, gdl_fit's CUDA graphs
-                   86_checkpoints.h               checkpoints
-   [impl-graph]    87_graph.h                     gdl_graph_capture / replay
-   [impl-dist]     90_dist.h                      launchers, rendezvous, MPI and NCCL
-                   91_ddp.h                       DistributedDataParallel
-   [impl-cluster]  92_cluster.h                   host lists, Kubernetes' variables, preemption
-   [impl-monitor]  95_monitor.h                   allocator counters, NVML
-                   99_end.h                       the closing #endifs; the license
+   The parts are files under src/, joined in the order of src/PARTS (make
+   amalgamate; make test checks that gpudl.h is what they make, and that this
+   table is what src/PARTS says); gpudl_cuda.cu is made the same way from
+   cuda/ (cuda/PARTS). The layers and how to extend them: docs/DESIGN.md.
+   api/manual.h             the manual: the opening comment (build, a training step, dtypes, the section map)
+   api/types.h              the header guard, version, GPUDL_API; gdl_real, dtypes, devices, tensors, shapes
+   api/tensor.h             tensor creation, copies, printing, dtype conversion, threads
+   api/ops.h                the differentiable ops
+   api/grad.h               autograd, no-grad mode, the arena, anomaly mode, autocast; GDL_OP_LIST
+   api/formats.h            IDX, CIFAR-10 and safetensors files
+   api/data.h               datasets, transforms, the DataLoader
+   api/text.h               vocabularies, language-modelling windows, labelled text, the fortunes, splits, sampling
+   api/nn.h                 modules, optimizers, learning-rate schedulers, GradScaler
+   api/nn_attention.h       nn.MultiheadAttention
+   api/nn_transformer.h     nn.TransformerEncoderLayer / TransformerEncoder, positional embeddings, weight tying
+   api/train.h              fit / evaluate, checkpoints
+   api/graph.h              a training step captured once as a CUDA graph and replayed
+   api/dist.h               data parallel across processes, collectives, DDP
+   api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler
+   api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
+   api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
+   impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
+   runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
+   runtime/errors.h         gdl__set_error, gdl_last_error
+   runtime/devices.h        devices and the backend they select
+   runtime/profiler.h       the profiler's spans and its trace
+   runtime/arena.h          the per-step arenas (host and device)
+   runtime/tensor.h         storage, tensors, the generator, half precision, copies
+   runtime/thread_pool.h    the CPU thread pool (gdl__parallel_for)
+   cpu/memory.h             allocation and its counters, copies, stream and event stand-ins, fill, cast
+   cpu/gemm.h               the GEMM (AVX-512 / AVX2 / portable micro-kernels, CBLAS) and the backend's GEMM entries
+   cpu/gemm_int8.h          the int8 GEMM (AVX-512 VNNI / AVX2 / NEON sdot / NEON / portable), quantize, dequantize
+   cpu/elementwise.h        binary ops with broadcasting, sum_to, unary ops and their gradients
+   cpu/reductions.h         reductions over a middle dimension, argmax, softmax
+   cpu/bias_act.h           fused bias + activation and its backward
+   cpu/index.h              strided copies, gather / scatter-add, comparisons, where, tril / triu, cumsum
+   cpu/conv_pool.h          im2col / col2im, the implicit GEMM and direct convolution, pooling, copy2d, dropout
+   cpu/lowp.h               the native bf16/f16 elementwise kernels
+   cpu/norm.h               batch norm and layer norm
+   cpu/lowp_layers.h        the bf16/f16 entries of convolution columns, pooling and batch norm (through f32)
+   cpu/embedding_loss.h     embedding, losses
+   cpu/attention.h          scaled dot-product attention (flash-attention style tiles, forward and backward)
+   cpu/rnn.h                the fused LSTM / GRU gate steps and their backwards
+   cpu/optimizers.h         SGD / Adam (master weights), the gradient-norm clip, the weight EMA's update
+   cpu/amp_metrics.h        GradScaler's kernels, gdl_fit's metrics, non-finite counts
+   cpu/backend_table.h      the entries a CPU has nothing for; the CPU backend table
+   ops/core.h               the op layer (checks, outputs, the tape), run-time dtypes, autocast
+   ops/views.h              views: reshape, slices, detach
+   ops/elementwise.h        elementwise binary ops with broadcasting, comparisons, unary ops
+   ops/matmul.h             matmul and linear
+   ops/reductions.h         reductions, softmax, cumsum
+   ops/conv_pool.h          convolution and pooling
+   ops/attention.h          scaled dot-product attention (the fused path's checks and backward, the unfused composition)
+   ops/rnn.h                the recurrent gate ops (lstm_gates, gru_gates)
+   ops/shape.h              concat, permute, slicing, split, stack, gather, where, tril / triu
+   ops/nn.h                 dropout, normalisation, embedding, losses
+   ops/op_table.h           the op table
+   ops/autograd.h           requires_grad, gradient buffers, the backward walk over the tape, grad-ready hooks
+   io/idx_cifar.h           shared helpers, IDX, CIFAR-10 binary
+   io/safetensors_read.h    safetensors dtypes, UTF-8, the strict JSON parser, the reader
+   io/safetensors_write.h   the safetensors writer
+   data/loader.h            datasets, transforms, the DataLoader and its worker threads
+   data/text.h              vocabularies, windows, padded labelled text, the fortune readers, splits, sampling
+   nn/modules.h             modules: layers, forward, tree walks, summary
+   nn/attention.h           nn.MultiheadAttention on scaled dot-product attention
+   nn/resnet.h              ResNet's BasicBlock, under torchvision's names
+   nn/transformer.h         the Transformer encoder, positional embeddings, weight tying
+   nn/rnn.h                 the recurrent modules: LSTM and GRU
+   train/optimizers.h       optimizers (SGD, Adam, AdamW), master weights, the flat blocks
+   train/ema.h              weight EMA (AveragedModel), mirroring the optimizer's flat parameter region
+   train/gradscaler.h       GradScaler (torch.amp.GradScaler)
+   train/clip_grad.h        gradient-norm clipping
+   train/optimizer_state.h  an optimizer's state: master weights, state tensors, step, groups, lr and momentum
+   train/schedulers.h       learning-rate schedulers
+   quant/quantize.h         quantize / dequantize tensors, observers
+   quant/layers.h           quantized layers, where they run, fake quantization (QAT)
+   quant/prepare.h          observed layers (prepare, calibrate), model copies, weight tying in copies
+   quant/rnn.h              the recurrent modules, dynamically quantized
+   quant/files.h            quantized models' files
+   train/fit.h              fit / evaluate, progress output, gdl_fit's CUDA graphs
+   train/checkpoints.h      checkpoints
+   train/graph.h            gdl_graph_capture / replay
+   dist/launch.h            the launcher's environment (shared state, integer variables)
+   dist/rendezvous.h        the rendezvous without MPI: NCCL's id over TCP
+   dist/process_group.h     the process group: init, ranks, shutdown, timeouts
+   dist/collectives.h       collectives (MPI, NCCL)
+   dist/ddp.h               DistributedDataParallel
+   dist/cluster.h           Slurm's host lists, Kubernetes' environments, preemption signals
+   runtime/monitor.h        the allocators' counters, NVML
+   impl_end.h               the closing #endifs of the implementation; the license
 
    Adding an op
    ------------
    One list drives the op enum, names, backward table and autocast classes
-   (GDL_OP_LIST, [api-grad]), another the backends' kernel tables
-   (GDL_BACKEND_ENTRIES, [backend]). Files are in src/ unless named.
-   An op touches:
-     1. a line in GDL_OP_LIST (22_api_grad.h): id, name, backward, kernel
-        code, autocast class (PyTorch's: matmul-like LOW, the f32 list F32,
-        else PROMOTE);
-     2. its declaration in [api-ops] (21_api_ops.h);
-     3. the op (checks, output, backend call, tape node) and its gdl__bw_
-        backward in [impl-ops] (60-63_ops_*.h; a backward adds into the
-        gradients, never assigns); an op taking float tensors starts with
-        GDL__LOWP1/2/3(name, GDL_OP_ id, call, each float argument), which
-        runs it on f32 copies of bf16/f16 inputs and rounds the result, and
-        under autocast casts its inputs as the op's autocast class says (a
-        native low-precision path, as conv2d's or batch_norm's, comes
-        before the hook: inputs of one low dtype, gdl__lp_native, and
-        gdl__ac_native for an op of class LOW);
-     4. only for a new kernel: a line in GDL_BACKEND_ENTRIES (30_backend.h)
-        plus its two implementations, gdl__cpu_NAME ([impl-cpu], 50-54_cpu_*.h)
-        and gdl__cu_NAME (cuda/, joined into gpudl_cuda.cu) -- a backend without
-        one does not compile; a CUDA, cuBLAS or NCCL call new to
-        gpudl_cuda.cu also goes into the emulator (tests/cuda_emu/cuda_emu.cpp);
-     5. tests: a row in tests/op_cases.h (a test fails for an op without
-        one): it runs in the gradient check (tests/test_gradcheck.c), the
-        CPU/GPU parity table, the bf16/f16 parity tables (tests/test_dtype.c,
-        tests/test_cuda.c) and the autocast table (tests/autocast_cases.h);
-        an op of class LOW or F32 also goes into the lists of
-        test_op_list_autocast_classes (tests/test_gradcheck.c);
-     6. sh tools/amalgamate.sh (make amalgamate); commit gpudl.h and
-        gpudl_cuda.cu with the parts. Run test_gradcheck, test_dtype,
-        test_core and make test-emu: the GPU side is checked only there.
-   A new unary function (gdl_sqrt, say) needs no new backend entry: it is
-   1, 2, 3 (a one-line gdl_NAME calling gdl__unary; the backward is
-   gdl__bw_unary), 5, 6 and a new kernel code:
-     a. a GDL_UN_ code in enum gdl_unary_op (30_backend.h), named in its
-        GDL_OP_LIST line;
-     b. a case in gdl__unary1 (the value) and in gdl__unary_grad1 (dy/dx,
-        given x and the output y), both in 50_cpu_core.h AND both in
-        cuda/40_elementwise.cu: the switches' default is pow, so a missing
-        case computes pow without an error;
-     c. when dy/dx reads y (as sigmoid's, tanh's, exp's): the code in need_y
-        of gdl__unary_backward_lp_part (52_cpu_lowp.h), or the bf16/f16
-        backward on the CPU reads y as 0.
-   It is then native in bf16/f16 on both backends (the low-precision
-   kernels call the same gdl__unary1 and gdl__unary_grad1).
+   (GDL_OP_LIST, src/api/grad.h), another the backends' kernel tables
+   (GDL_BACKEND_ENTRIES, src/api/backend.h). The files an op touches, and
+   its tests: docs/DESIGN.md, "Adding an op".
 
    Compile-time options
    --------------------
@@ -431,12 +411,12 @@
    GPUDL_CBLAS            route the CPU GEMM to cblas_sgemm (link -lopenblas)
    GPUDL_GEMM_PORTABLE    use the portable C GEMM micro-kernel even where the
                           compiler targets AVX2, AVX-512 or NEON (for tests);
-                          the int8 GEMM's too ([impl-gemm-int8])
+                          the int8 GEMM's too (src/cpu/gemm_int8.h)
    GPUDL_ZLIB             read gzipped IDX files (link -lz)
    GPUDL_NO_THREADS       no pthreads: the CPU kernels run on one thread,
                           DataLoader workers inline
    GPUDL_MPI              collectives over MPI for multi-process training
-                          ([api-dist]; build with mpicc); CUDA tensors use
+                          (src/api/dist.h; build with mpicc); CUDA tensors use
                           NCCL (-lnccl with gpudl_cuda.cu)
    GPUDL_NO_NCCL          (gpudl_cuda.cu) build the CUDA backend without
                           NCCL: no collectives of CUDA tensors, no -lnccl
@@ -484,7 +464,7 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------
-   [types]
+   src/api/types.h
    ------------------------------------------------------------------------- */
 
 #ifdef GPUDL_DOUBLE
@@ -542,7 +522,8 @@ struct gdl_tensor {
 #endif
 
 /* ---------------------------------------------------------------------------
-   [api-tensor]
+   src/api/tensor.h — tensor creation, copies between devices, printing,
+   dtype conversion, the CPU thread count.
    ------------------------------------------------------------------------- */
 
 GPUDL_API const char *gdl_last_error(void);
@@ -621,7 +602,7 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
    "neon 8x12", "portable 4x8" or "cblas" (chosen at compile time). */
 GPUDL_API const char *gdl_gemm_kernel_name(void);
 
-/* Threads of the CPU kernels (gpudl's own pool; see [impl-pool]). The
+/* Threads of the CPU kernels (gpudl's own pool; see src/runtime/thread_pool.h). The
    default is the environment's GPUDL_NUM_THREADS, else OMP_NUM_THREADS,
    else the CPUs this process may run on (sched_getaffinity). n <= 0 goes
    back to that default. Results are bitwise the same for any count. A
@@ -630,7 +611,7 @@ GPUDL_API void gdl_set_num_threads(int n);
 GPUDL_API int gdl_get_num_threads(void);
 
 /* ---------------------------------------------------------------------------
-   [api-ops]   Every result is a temporary. NULL + gdl_last_error() on error.
+   src/api/ops.h   Every result is a temporary. NULL + gdl_last_error() on error.
    Float inputs may be f32, bf16 or f16; the result's dtype follows them
    (MANUAL: Dtypes).
    ------------------------------------------------------------------------- */
@@ -836,7 +817,8 @@ GPUDL_API gdl_tensor *gdl_mse_loss(gdl_tensor *input, gdl_tensor *target, gdl_re
 GPUDL_API gdl_tensor *gdl_bce_with_logits(gdl_tensor *input, gdl_tensor *target, gdl_reduction r);
 
 /* ---------------------------------------------------------------------------
-   [api-grad]
+   src/api/grad.h — autograd, no-grad mode, the per-step arena, anomaly mode,
+   autocast, and GDL_OP_LIST (the one list of ops).
    ------------------------------------------------------------------------- */
 
 GPUDL_API int gdl_set_requires_grad(gdl_tensor *t, int on); /* float leaves only */
@@ -861,7 +843,7 @@ GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches
 /* The op list: every op the autograd tape records, one line each, as
    X(ID, name, backward function, backend kernel code, autocast class).
    It makes the gdl_op enum (GDL_OP_ID), gdl_op_name, the op table with each
-   op's backward (the functions gdl__bw_* in [impl-ops]) and the autocast
+   op's backward (the functions gdl__bw_* in src/ops/) and the autocast
    class (torch.autocast's CUDA lists: matmul, linear, conv and attention run in the low
    dtype; softmax, losses, layer norm, sum, cumsum, exp, log, rsqrt and pow
    in f32; every other op in its inputs' widest dtype). The manual says how to add an op. */
@@ -956,7 +938,7 @@ GPUDL_API int gdl_tensor_op(const gdl_tensor *t); /* the op that made t, -1 for 
 GPUDL_API void gdl_set_anomaly_mode(int on);
 
 /* ---------------------------------------------------------------------------
-   [api-formats] data and checkpoint files: IDX (MNIST, Fashion-MNIST),
+   src/api/formats.h data and checkpoint files: IDX (MNIST, Fashion-MNIST),
    CIFAR-10 binary, safetensors. Every loader returns 0 on success and -1 with
    gdl_last_error() set ("gdl_idx_load: PATH: truncated: expected ..."); on
    failure the outputs are left untouched and nothing is leaked.
@@ -1035,7 +1017,7 @@ GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors
                            const char *const *meta_keys, const char *const *meta_vals);
 
 /* ---------------------------------------------------------------------------
-   [api-data]   Datasets, transforms and the DataLoader (PyTorch's Dataset,
+   src/api/data.h   Datasets, transforms and the DataLoader (PyTorch's Dataset,
    torchvision.transforms and torch.utils.data.DataLoader).
 
        gdl_dataset *ds = gdl_dataset_fashion_mnist(NULL, 1);   // 60000 x [1,28,28]
@@ -1071,7 +1053,7 @@ typedef struct gdl_dataset {
     int num_classes;                /* labels are in [0, num_classes) */
     void *x;                        /* n * sample_numel elements of dtype, C order; NULL for windows */
     int32_t *labels;                /* n labels; NULL for windows */
-    /* text datasets ([api-text]) */
+    /* text datasets (src/api/text.h) */
     int64_t target_len;             /* 0: a label per sample, y i32 [B]; T: a target sequence, y i32 [B,T] */
     int32_t *lengths;               /* NULL, or n unpadded lengths (gdl_loader_lengths hands them out) */
     int32_t *tokens;                /* windows: sample i is tokens[i*stride, +T), its target the same + 1 */
@@ -1181,7 +1163,7 @@ GPUDL_API int gdl_loader_set_position(gdl_loader *l, uint64_t epoch, int64_t bat
 GPUDL_API void gdl_loader_free(gdl_loader *l);
 
 /* ---------------------------------------------------------------------------
-   [api-text]   Text data: vocabularies, language-modelling windows, labelled
+   src/api/text.h   Text data: vocabularies, language-modelling windows, labelled
    text, Debian's fortunes, fixed splits, and sampling from logits.
 
        gdl_text_list all, tr, va;
@@ -1300,7 +1282,7 @@ GPUDL_API void gdl_text_free(void *p);                         /* what gdl_text_
    is greedy (argmax, the limit as it goes to 0), else > 0 and finite. out: N ids. 0 / -1 + error. */
 GPUDL_API int gdl_sample_logits(gdl_tensor *logits, double temperature, int top_k, uint64_t seed, int32_t *out);
 /* ---------------------------------------------------------------------------
-   [api-nn]   Modules (PyTorch's nn.Module), optimizers (torch.optim) and
+   src/api/nn.h   Modules (PyTorch's nn.Module), optimizers (torch.optim) and
    learning-rate schedulers (torch.optim.lr_scheduler).
 
    Modules
@@ -1696,7 +1678,7 @@ GPUDL_API int gdl_optim_set_grad_scaler(gdl_optimizer *opt, gdl_grad_scaler *s);
 GPUDL_API void gdl_grad_scaler_free(gdl_grad_scaler *s);
 
 /* ---------------------------------------------------------------------------
-   [api-nn] (attention)   nn.MultiheadAttention, on gdl_scaled_dot_product_attention.
+   src/api/nn.h (attention)   nn.MultiheadAttention, on gdl_scaled_dot_product_attention.
    ------------------------------------------------------------------------- */
 
 /* nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first) with PyTorch's parameter names and
@@ -1716,7 +1698,7 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
                                       gdl_tensor *key_padding_mask, gdl_tensor *attn_mask);
 
 /* ---------------------------------------------------------------------------
-   [api-nn] (transformer)   nn.TransformerEncoderLayer, nn.TransformerEncoder,
+   src/api/nn.h (transformer)   nn.TransformerEncoderLayer, nn.TransformerEncoder,
    positional embeddings (learned, sinusoidal) and weight tying.
    ------------------------------------------------------------------------- */
 
@@ -1765,7 +1747,7 @@ GPUDL_API gdl_module *gdl_nn_sinusoidal_positional_encoding(int64_t max_len, int
    Both must be parameters of root's tree with the same shape. 0 / -1. */
 GPUDL_API int gdl_module_tie(gdl_module *root, const char *name, const char *target);
 /* ---------------------------------------------------------------------------
-   [api-train]   Keras-style fit/evaluate, and checkpoints.
+   src/api/train.h   Keras-style fit/evaluate, and checkpoints.
        gdl_fit_opts o = gdl_fit_defaults();
        o.epochs = 5; o.val = test_loader;
        gdl_epoch_stats hist[5];
@@ -1826,11 +1808,11 @@ typedef struct gdl_fit_opts {
                                    of an accumulated step but the last); the epoch's loss and accuracy are summed
                                    over every rank's samples; only rank 0 prints, writes the CSV and saves
                                    checkpoints (every rank resumes from them, also on another number of ranks:
-                                   [api-dist]). Give each rank its shard of the data (the loader's num_replicas,
+                                   src/api/dist.h). Give each rank its shard of the data (the loader's num_replicas,
                                    rank). NULL (default): one process */
     int cuda_graph;             /* 1 (default): on a GPU, after an input shape's first (eager) step its whole step
                                    (forward, loss, backward, optimizer, zero_grad, the metrics) is captured as a
-                                   CUDA graph ([api-graph]) and later batches of that shape replay it: one
+                                   CUDA graph (src/api/graph.h) and later batches of that shape replay it: one
                                    launch instead of dozens, reading each batch in the device buffer the
                                    loader copied it to (with pin_memory, two buffers in turn: a graph each, so
                                    the next batch's copy overlaps this replay). Only where it can be: one
@@ -1957,7 +1939,7 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
                                   int64_t *epoch);
 
 /* ---------------------------------------------------------------------------
-   [api-graph]   A whole training step captured once and replayed, as
+   src/api/graph.h   A whole training step captured once and replayed, as
    torch.cuda.graphs: on a GPU, a step of small kernels costs more in launch
    overhead than in work; a graph launches all of them with one call.
        typedef struct { gdl_tensor *x, *y, *loss; ... } my_step;
@@ -2004,7 +1986,7 @@ GPUDL_API void gdl_graph_free(gdl_graph *g);
 GPUDL_API int gdl_graph_is_capturing(void);
 
 /* ---------------------------------------------------------------------------
-   [api-dist]   Several processes training one model (data parallel), as
+   src/api/dist.h   Several processes training one model (data parallel), as
    launched by torchrun, Slurm's srun or OpenMPI's mpirun:
 
        gdl_dist_init();                          // reads the launcher's variables
@@ -2149,7 +2131,7 @@ GPUDL_API const char *gdl_dist_launcher(void);
 /* cuda:(local rank mod the GPUs this process sees) where CUDA has a GPU, else cpu */
 GPUDL_API gdl_device gdl_dist_device(void);
 GPUDL_API int gdl_dist_barrier(void); /* 0 / -1 */
-/* How long a wait for the other ranks lasts, in seconds (what is bounded: [api-dist] above): what
+/* How long a wait for the other ranks lasts, in seconds (what is bounded: src/api/dist.h above): what
    gdl_dist_set_timeout set last once it has been called (> 0; INFINITY waits for ever), else
    GPUDL_DIST_TIMEOUT as it was at the last gdl_dist_init ('inf' too), else 600 (PyTorch's default for
    NCCL). 0 / -1 + error. */
@@ -2197,7 +2179,7 @@ GPUDL_API gdl_module *gdl_ddp_module(const gdl_ddp *d); /* the module it wraps *
 GPUDL_API void gdl_ddp_free(gdl_ddp *d);
 
 /* ---------------------------------------------------------------------------
-   [api-monitor]   What nvidia-smi shows, from NVIDIA's management library
+   src/api/monitor.h   What nvidia-smi shows, from NVIDIA's management library
    (NVML), loaded at run time with dlopen: no link dependency, and a program
    without the NVIDIA driver (CI, the CUDA emulator, a CPU-only machine)
    gets a clear "NVML not available" error instead. GPUDL_NVML_LIB in the
@@ -2285,7 +2267,7 @@ GPUDL_API int gdl_profile_print(FILE *f); /* the rows as a table. 0 / -1 + error
 GPUDL_API int gdl_profile_trace(const char *path);
 
 /* ---------------------------------------------------------------------------
-   [api-quant]  INT8 quantization: PyTorch's dynamic quantization
+   src/api/quant.h  INT8 quantization: PyTorch's dynamic quantization
    (torch.ao.quantization.quantize_dynamic), static post-training
    quantization (prepare, calibrate, convert), quantization-aware training
    and the int8 GEMM under them.
@@ -2441,7 +2423,7 @@ GPUDL_API int gdl_profile_trace(const char *path);
    -------------
    gdl_gemm_u8s8_cpu: C[M,N] (int32) = A[M,K] (u8) * B[N,K]^T (s8), exact, on
    AVX-512 VNNI, AVX2, NEON (sdot where the compiler targets it) or portable
-   C, chosen as the float GEMM's ([impl-gemm-int8] says how; K at most
+   C, chosen as the float GEMM's (src/cpu/gemm_int8.h says how; K at most
    65536 so that no sum overflows int32). The quantized layers pack their
    weight once and call its kernels directly.
    ------------------------------------------------------------------------- */
@@ -2504,7 +2486,7 @@ GPUDL_API int gdl_gemm_u8s8_cpu(int M, int N, int K, const uint8_t *A, int lda, 
 /* The int8 kernel this build selected: "avx512vnni 8x32", "avx2 4x16", "neon-sdot 8x8", "neon 4x8", "portable 4x8". */
 GPUDL_API const char *gdl_gemm_int8_kernel_name(void);
 /* ---------------------------------------------------------------------------
-   [backend]   A backend is a table of kernels on raw device pointers.
+   src/api/backend.h   A backend is a table of kernels on raw device pointers.
    The CPU backend lives in this header; gpudl_cuda.cu provides the CUDA one
    through gdl_cuda_backend(). Kernels return 0, or -1 after gdl__set_error.
    All gdl_real pointers are contiguous row-major device memory. "+=" in a
@@ -2877,7 +2859,7 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, graph_end, (void **graph)) \
     X(int, graph_launch, (void *graph)) \
     X(void, graph_destroy, (void *graph)) \
-    /* collectives among the processes of a job, one device per process ([impl-dist]; NCCL on a GPU; \
+    /* collectives among the processes of a job, one device per process (src/dist/; NCCL on a GPU; \
        the CPU's collectives are MPI's, in the front end, so its entries refuse). comm_id: the job's id \
        (at most GDL_COMM_ID_BYTES), made by rank 0, which the front end hands to every rank; comm_init: \
        this rank joins on `device` (returns once every rank has); collective: kind (GDL_COLL_*) on the \
@@ -2909,7 +2891,7 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
         gdl_real *h)) \
     X(int, gru_gates_backward, (int64_t B, int64_t H, const gdl_real *gx, const gdl_real *gh, \
         const gdl_real *h_prev, const gdl_real *dh, gdl_real *dgx, gdl_real *dgh, gdl_real *dh_prev)) \
-    /* INT8 ([api-quant]). qweight_new: an int8 weight w [N, K] (host memory; colsum [N] its row sums) made \
+    /* INT8 (src/api/quant.h). qweight_new: an int8 weight w [N, K] (host memory; colsum [N] its row sums) made \
        ready for qgemm on the device (the CPU packs it; CUDA keeps a copy, K padded to a multiple of 4); NULL \
        + error. qgemm: C [M, N] (int32, rows ldc apart) = A [M, K] (u8, rows lda apart) times w^T, exact \
        (K <= GDL_GEMM_INT8_MAX_K). quantize: x [rows, k] (f32) to 8 bits, rows ldq bytes apart (the padding \
@@ -3072,7 +3054,7 @@ void gdl_cuda_set_tf32(int on);               /* off by default, as PyTorch's ma
 #endif
 
 /* ---------------------------------------------------------------------------
-   [impl-platform]  The one part that talks to the operating system, with a
+   src/runtime/platform.h  The one part that talks to the operating system, with a
    POSIX version (Linux, macOS, the BSDs) and a Win32 one (MinGW-w64, MSVC):
    threads, mutexes, condition variables, once-only initialisation, atomics,
    clocks, sleeping, directory listing, processes, files (atomic replace,
@@ -3112,7 +3094,7 @@ void gdl_cuda_set_tf32(int on);               /* off by default, as PyTorch's ma
 #if !defined(_WINSOCKAPI_) || defined(_WINSOCK2API_) /* Winsock 1 first: no sockets (they cannot mix) */
 #include <winsock2.h> /* before windows.h, which would bring Winsock 1 without WIN32_LEAN_AND_MEAN */
 #include <ws2tcpip.h> /* getaddrinfo */
-#define GDL__OS_SOCKETS 1 /* the TCP rendezvous ([impl-dist]) */
+#define GDL__OS_SOCKETS 1 /* the TCP rendezvous (src/dist/) */
 #endif
 #include <windows.h>
 #include <process.h>  /* _beginthreadex */
@@ -3146,7 +3128,7 @@ void gdl_cuda_set_tf32(int on);               /* off by default, as PyTorch's ma
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <netdb.h>
-#define GDL__OS_SOCKETS 1 /* the TCP rendezvous ([impl-dist]) */
+#define GDL__OS_SOCKETS 1 /* the TCP rendezvous (src/dist/) */
 #endif
 #if !defined(__cplusplus) && !defined(__APPLE__)
 /* POSIX headers declare them, but a bare -std=c99 hides them (glibc, musl); the declarations are identical.
@@ -3667,7 +3649,7 @@ GDL__OSFN void *gdl__dl_sym(void *h, const char *sym) {
 GDL__OSFN void gdl__dl_close(void *h) { FreeLibrary((HMODULE)h); }
 #endif
 
-/* ---- sockets: TCP for the rendezvous ([impl-dist]), where GDL__OS_SOCKETS is defined ----
+/* ---- sockets: TCP for the rendezvous (src/dist/), where GDL__OS_SOCKETS is defined ----
    gdl__sock is a connection or a listening socket (an int on POSIX, a SOCKET on Windows). Deadlines are
    gdl_now seconds (gdl__os_wall_seconds); an infinite one waits for ever. Errors are -1 with errno set to
    POSIX's codes (Winsock's WSAE... codes are mapped onto the same names: ECONNREFUSED, ETIMEDOUT...);
@@ -4079,7 +4061,8 @@ GDL__OSFN int gdl__os_sock_io(gdl__sock s, void *buf, size_t n, int out, double 
 }
 #endif
 /* ---------------------------------------------------------------------------
-   [impl-errors]
+   src/runtime/errors.h — the thread-local error message: gdl__set_error,
+   gdl_last_error.
    ------------------------------------------------------------------------- */
 
 static GDL__TLS char gdl__err[1024];
@@ -4148,7 +4131,8 @@ GPUDL_API const char *gdl_shape_str(const gdl_tensor *t) {
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-devices]
+   src/runtime/devices.h — devices, the GPU registry, and the backend a
+   device selects (gdl__be).
    ------------------------------------------------------------------------- */
 
 GPUDL_API gdl_device gdl_cpu(void) {
@@ -4219,7 +4203,7 @@ GPUDL_API const char *gdl_device_name(gdl_device d) {
 static const gdl_backend *gdl__cpu_backend(void);
 
 #define GDL__MAX_GPUS 16
-/* The profiler's switch (its state and code: [impl-profile]). */
+/* The profiler's switch (its state and code: src/runtime/profiler.h). */
 static int gdl__prof_on;
 static void gdl__prof_open(const char *op, gdl_device d, const gdl_backend *be);
 
@@ -4258,7 +4242,7 @@ static const gdl_backend *gdl__be_lookup(const char *op, gdl_device d) {
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-profile]   Spans: an op's opens in gdl__be and closes in gdl__finish
+   src/runtime/profiler.h   Spans: an op's opens in gdl__be and closes in gdl__finish
    (an op that asks for a backend but never finishes — a factory, gdl_free, a
    view — leaves its span open until the next one replaces it, uncounted).
    Explicit spans (backward functions, gdl_step, copies, loader waits) cover
@@ -4567,7 +4551,7 @@ GPUDL_API int gdl_profile_trace(const char *path) {
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-memory]   The per-step arenas: one for the host (tensor structs, tape
+   src/runtime/arena.h   The per-step arenas: one for the host (tensor structs, tape
    nodes and CPU data) and one per GPU. An arena is a list of chunks; a reset
    rewinds to the first chunk and keeps them all, so the next step, making
    the same requests in the same order, lands at the same addresses and
@@ -4599,7 +4583,7 @@ static unsigned gdl__arena_gen = 1; /* never 0: persistent tensors have gen 0 */
 static struct gdl_node *gdl__tape;  /* last recorded node */
 static int gdl__grad_enabled = 1;
 static int gdl__anomaly = 0;
-static int gdl__capturing = 0; /* gdl_graph_capture is recording a step ([impl-graph]) */
+static int gdl__capturing = 0; /* gdl_graph_capture is recording a step (src/train/graph.h) */
 
 static void *gdl__arena_alloc(gdl__arena *a, size_t bytes) {
     size_t need = (bytes + GDL__ALIGN - 1) / GDL__ALIGN * GDL__ALIGN;
@@ -4729,17 +4713,18 @@ static void *gdl__scratch(const char *op, gdl_device dev, size_t bytes) {
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-tensor]
+   src/runtime/tensor.h — storage, tensors, the generator, half precision,
+   copies.
    ------------------------------------------------------------------------- */
 
-/* GDL__T_UNSET, on a gradient: its contents are undefined and stand for zeros ([impl-autograd]) */
+/* GDL__T_UNSET, on a gradient: its contents are undefined and stand for zeros (src/ops/autograd.h) */
 enum { GDL__T_PERSISTENT = 1, GDL__T_OWNS_DATA = 2, GDL__T_UNSET = 4 };
 
 static int gdl__is_persistent(const gdl_tensor *t) { return (t->flags & GDL__T_PERSISTENT) != 0; }
 
 /* One allocation of a device holding parameters, gradients and optimizer
    state as views (llm.c's malloc_and_point_parameters; made by an optimizer,
-   [impl-nn]). Reference counted: every tensor viewing it holds a reference
+   src/nn/). Reference counted: every tensor viewing it holds a reference
    and so does the optimizer, so tensors and optimizer may be freed in any
    order. data: the allocation; base: its first 64-byte boundary, where the
    slots start (whatever the backend's alignment). grad_shift: bytes from a
@@ -4775,7 +4760,7 @@ static int gdl__stale(const char *op, const char *arg, const gdl_tensor *t) {
     return -1;
 }
 
-/* records an op on the autograd tape ([impl-ops]); gdl_to uses it */
+/* records an op on the autograd tape (src/ops/); gdl_to uses it */
 static struct gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int nin, gdl_tensor *const *in,
                                     int *err);
 
@@ -5217,7 +5202,7 @@ GPUDL_API int gdl_move_(gdl_tensor *t, gdl_device dev) {
     return 0;
 }
 
-static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt); /* [impl-ops] */
+static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt); /* src/ops/ */
 static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out);
 GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {
     if (!t) {
@@ -5328,7 +5313,7 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-pool]  The CPU thread pool: gpudl's own workers run the GEMM and the
+   src/runtime/thread_pool.h  The CPU thread pool: gpudl's own workers run the GEMM and the
    parallel loops of the CPU kernels (OpenMP is not used).
 
    Why our own: libgomp's idle threads spin for milliseconds before they
@@ -5354,7 +5339,7 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
    Thread count: gdl_set_num_threads(n); else the environment's
    GPUDL_NUM_THREADS, else OMP_NUM_THREADS (its first number), else the CPUs
    this process may run on (gdl__os_cpu_count). GPUDL_NO_THREADS (or a
-   compiler without atomics, [impl-platform]): no pool, one thread.
+   compiler without atomics, src/runtime/platform.h): no pool, one thread.
    ------------------------------------------------------------------------- */
 
 #if defined(GDL__OS_THREADS) && defined(GDL__ATOMICS)
@@ -5710,8 +5695,136 @@ static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const
 static void gdl__parallel_units(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
     gdl__parallel_loop_as(n, work, body, a, 1);
 }
+/* src/cpu/memory.h — the CPU backend's memory entries: allocation with its
+   counters, copies, the stream and event stand-ins (a CPU runs in order),
+   fill and dtype casts.
+
+   The CPU kernels (this folder): their reductions accumulate in double and
+   run serially over the reduced dimension, so results do not depend on the
+   thread count or the CPU path (AVX-512, AVX2, portable C). */
+
+/* The loops worth threads run through gdl__parallel_loop (src/runtime/thread_pool.h): the
+   loop over a range [lo, hi) in a _part function, its arguments in the
+   slots of a gdl__args. */
+
+/* Each block starts with its size, so that a free knows what it gives back (gdl_memory_stats). 64 bytes
+   keep the alignment malloc gave. The counters belong to the op layer's thread, as the allocations do. */
+#define GDL__CPU_HDR 64
+static gdl_memory_status gdl__cpu_mem;
+static void *gdl__cpu_alloc(size_t bytes) {
+    char *p = bytes <= SIZE_MAX - GDL__CPU_HDR ? (char *)GPUDL_MALLOC(GDL__CPU_HDR + (bytes ? bytes : 1)) : NULL;
+    gdl__cpu_mem.requests++;
+    if (!p) {
+        gdl__set_error("gdl: out of memory allocating %.0f bytes on the host", (double)bytes);
+        return NULL;
+    }
+    memcpy(p, &bytes, sizeof bytes);
+    gdl__cpu_mem.device_mallocs++;
+    gdl__cpu_mem.allocated += bytes;
+    if (gdl__cpu_mem.allocated > gdl__cpu_mem.peak_allocated) gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+    return p + GDL__CPU_HDR;
+}
+static void gdl__cpu_free(void *p) {
+    size_t bytes;
+    if (!p) return;
+    memcpy(&bytes, (char *)p - GDL__CPU_HDR, sizeof bytes);
+    gdl__cpu_mem.allocated -= bytes;
+    gdl__cpu_mem.frees++;
+    GPUDL_FREE((char *)p - GDL__CPU_HDR);
+}
+static int gdl__cpu_memory_stats(int device, gdl_memory_status *s) {
+    (void)device;
+    *s = gdl__cpu_mem;
+    s->reserved = s->allocated; /* nothing is cached */
+    s->peak_reserved = s->peak_allocated;
+    return 0;
+}
+static int gdl__cpu_memory_reset_peak(int device) {
+    (void)device;
+    gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+    return 0;
+}
+static int gdl__cpu_copy(void *dst, const void *src, size_t bytes, int kind) {
+    (void)kind;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return 0;
+}
+static int gdl__cpu_memset0(void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+    return 0;
+}
+static int gdl__cpu_synchronize(void) { return 0; }
+static void *gdl__cpu_host_alloc(size_t bytes) { return gdl__cpu_alloc(bytes); }
+static void gdl__cpu_host_free(void *p) { GPUDL_FREE(p); }
+/* CPU work is finished when its call returns: streams and events are
+   stand-ins that order nothing, distinct non-NULL handles so that callers
+   can tell them from a failure */
+static char gdl__cpu_stream_token, gdl__cpu_event_token;
+static void *gdl__cpu_stream_create(void) { return &gdl__cpu_stream_token; }
+static void gdl__cpu_stream_destroy(void *stream) { (void)stream; }
+static int gdl__cpu_copy_async(void *dst, const void *src, size_t bytes, int kind, void *stream) {
+    (void)stream;
+    return gdl__cpu_copy(dst, src, bytes, kind);
+}
+static void *gdl__cpu_event_create(void) { return &gdl__cpu_event_token; }
+static void gdl__cpu_event_destroy(void *event) { (void)event; }
+static int gdl__cpu_event_record(void *event, void *stream) {
+    (void)event;
+    (void)stream;
+    return 0;
+}
+static int gdl__cpu_stream_wait_event(void *stream, void *event) {
+    (void)stream;
+    (void)event;
+    return 0;
+}
+static int gdl__cpu_event_synchronize(void *event) {
+    (void)event;
+    return 0;
+}
+
+static void gdl__fill_part(gdl__args a, int64_t lo, int64_t hi) {
+    int64_t i;
+    for (i = lo; i < hi; i++) a.out[i] = a.alpha;
+}
+static int gdl__cpu_fill(gdl_real *x, int64_t n, gdl_real v) {
+    gdl__args a = gdl__args_none();
+    a.out = x; a.alpha = v;
+    gdl__parallel_loop(n, n, gdl__fill_part, &a);
+    return 0;
+}
+
+static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n) {
+    int64_t i;
+    size_t ds = gdl_dtype_size(dt), ss = gdl_dtype_size(st);
+    if (dt == st) {
+        memmove(dst, src, (size_t)n * ds);
+        return 0;
+    }
+    if (dt == GDL_F32 && (st == GDL_F16 || st == GDL_BF16)) { /* the low-precision ops' inputs: a tight loop */
+        const uint16_t *h = (const uint16_t *)src;
+        gdl_real *f = (gdl_real *)dst;
+        if (st == GDL_F16)
+            for (i = 0; i < n; i++) f[i] = (gdl_real)gdl_f16_to_f32(h[i]);
+        else
+            for (i = 0; i < n; i++) f[i] = (gdl_real)gdl_bf16_to_f32(h[i]);
+        return 0;
+    }
+    for (i = 0; i < n; i++) {
+        const void *s = (const char *)src + (size_t)i * ss;
+        void *d = (char *)dst + (size_t)i * ds;
+        if (st == GDL_F32 && (dt == GDL_F16 || dt == GDL_BF16)) {
+            /* direct, so the float rounds once */
+            float v = (float)*(const gdl_real *)s;
+            *(uint16_t *)d = dt == GDL_F16 ? gdl_f32_to_f16(v) : gdl_f32_to_bf16(v);
+        } else {
+            gdl__store(d, dt, gdl__load(s, st));
+        }
+    }
+    return 0;
+}
 /* ---------------------------------------------------------------------------
-   [impl-gemm]  CPU GEMM, row-major: C = alpha*op(A)*op(B) + beta*C
+   src/cpu/gemm.h  CPU GEMM, row-major: C = alpha*op(A)*op(B) + beta*C
 
    A GotoBLAS/BLIS-style blocked GEMM. Loops, outermost first:
 
@@ -5764,7 +5877,7 @@ static void gdl__parallel_units(int64_t n, int64_t work, gdl__loop_fn body, cons
    portable kernel multiplies and adds separately (x86-64 has no FMA
    baseline), so it differs from them by rounding only.
 
-   Threads (the pool of [impl-pool]): C is cut, at tile boundaries, into a
+   Threads (the pool of src/runtime/thread_pool.h): C is cut, at tile boundaries, into a
    grid of at most gdl_get_num_threads() rectangles (the grid that
    minimises per-thread work + packing); each thread runs the blocked loops
    above on its rectangle with the packing buffers of its rectangle. No
@@ -6117,7 +6230,7 @@ static void gdl__gemm_kernel(int kc, const gdl_real *GDL__RESTRICT a, const gdl_
    the GEMM kernel's (the same products, fused in the same order), then
    added to t unless first, as the GEMM adds a K block to C. The weight
    and input gradients use it too, k running over pixels or output
-   channels ([impl-cpu] 2/7). */
+   channels (src/cpu/conv_pool.h). */
 #if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2)
 #define GDL__DCONV 1
 /* the vector the direct kernel works in: two of them make a tile's row of GDL__DCONV_OC channels */
@@ -6598,7 +6711,7 @@ static void gdl__gemm_args_init(gdl__gemm_args *g, int transA, int transB, int M
     g->act = -1;
 }
 
-/* gdl__unary1 ([impl-cpu] 1/7): the epilogue's activations are the unary ops' own */
+/* gdl__unary1 (src/cpu/elementwise.h): the epilogue's activations are the unary ops' own */
 static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha);
 static void gdl__gelu_rows(const gdl_real *x, gdl_real *y, int64_t n); /* exact GELU in vectors, the same bits */
 
@@ -6992,8 +7105,72 @@ GPUDL_API const char *gdl_gemm_kernel_name(void) {
 #endif
 }
 
+
+/* ---- the backend's GEMM entries (f32, and bf16/f16 through f32 copies) ---- */
+/* elements a row-major operand spans: rows of cols, ld apart, batch copies s apart */
+static int64_t gdl__gemm_span(int rows, int cols, int ld, int64_t s, int batch) {
+    if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
+    return (int64_t)(rows - 1) * ld + cols + (int64_t)(batch - 1) * (s > 0 ? s : 0);
+}
+static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+                         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
+                         int ldc, int64_t sC, int batch);
+/* f32 copies of the spans (C's gaps between rows too, so they go back as
+   they were), the f32 kernel, C rounded once */
+static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
+                            int batch) {
+    int64_t na, nb, nc;
+    gdl_real *f;
+    int rc;
+    if (M <= 0 || N <= 0 || batch <= 0) return 0;
+    na = K > 0 ? gdl__gemm_span(ta ? K : M, ta ? M : K, lda, sA, batch) : 0;
+    nb = K > 0 ? gdl__gemm_span(tb ? N : K, tb ? K : N, ldb, sB, batch) : 0;
+    nc = gdl__gemm_span(M, N, ldc, sC, batch);
+    if (!(f = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(na + nb + nc + 1)))) {
+        gdl__set_error("%s: out of host memory for a %s GEMM's f32 copies", gdl__be_op, gdl_dtype_name(dt));
+        return -1;
+    }
+    gdl__cpu_cast(f, GDL_F32, A, dt, na);
+    gdl__cpu_cast(f + na, GDL_F32, B, dt, nb);
+    gdl__cpu_cast(f + na + nb, GDL_F32, C, dt, nc);
+    rc = gdl__cpu_gemm(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
+    if (rc == 0) gdl__cpu_cast(C, dt, f + na + nb, GDL_F32, nc);
+    GPUDL_FREE(f);
+    return rc;
+}
+
+static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+                         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
+                         int ldc, int64_t sC, int batch) {
+    int b;
+#ifndef GDL__GEMM_CBLAS
+    if (sC == 0 && batch > 1 && beta == 1 && K > 0 && alpha != 0 && M > 0 && N > 0) {
+        /* every batch accumulates into one C: one call over K segments, so
+           the threads share the whole sum (same bits as the loop below) */
+        gdl__gemm_args g;
+        GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
+        gdl__gemm_args_init(&g, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        g.nseg = batch; g.sA = (ptrdiff_t)sA; g.sB = (ptrdiff_t)sB;
+        gdl__gemm_run(&g);
+        return 0;
+    }
+#ifdef GDL__GEMM_BATCH
+    if (sC != 0 && batch > 1 && K > 0 && alpha != 0 && M > 0 && N > 0 && batch >= gdl_get_num_threads() &&
+        gdl_get_num_threads() > 1 && (double)M * N * K * batch >= GDL__GEMM_MT_MIN) {
+        gdl__gemm_args g;
+        GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
+        gdl__gemm_args_init(&g, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        if (gdl__gemm_batch(&g, (ptrdiff_t)sA, (ptrdiff_t)sB, (ptrdiff_t)sC, batch, gdl_get_num_threads())) return 0;
+    }
+#endif
+#endif
+    for (b = 0; b < batch; b++)
+        gdl_gemm_cpu(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, ldc);
+    return 0;
+}
 /* ---------------------------------------------------------------------------
-   [impl-gemm-int8]  The CPU int8 GEMM of the quantized layers ([api-quant]):
+   src/cpu/gemm_int8.h  The CPU int8 GEMM of the quantized layers (src/api/quant.h):
 
        C[M,N] (int32) = A[M,K] (u8) * B[N,K]^T (s8)
 
@@ -7014,7 +7191,7 @@ GPUDL_API const char *gdl_gemm_kernel_name(void) {
    (it meets B's zero padding). The micro-kernel computes an MR x NR tile
    into a local tile; the driver copies the valid part out.
 
-   Micro-kernels (chosen from what the compiler targets, as [impl-gemm]'s):
+   Micro-kernels (chosen from what the compiler targets, as src/cpu/gemm.h's):
      AVX-512 VNNI 8x32  vpdpbusd: u8 x s8, 4 products summed into an int32
                         lane, exact. Needs -mavx512vnni -mavx512bw
                         (-march=native on Cascade Lake, Ice Lake, Sapphire
@@ -7042,7 +7219,7 @@ GPUDL_API const char *gdl_gemm_kernel_name(void) {
                         summed into int32 by vpadalq_s16: exact.
      portable 4x8       plain C; also -DGPUDL_GEMM_PORTABLE.
    Threads: the MR x NR tiles are cut into contiguous ranges, one task per
-   range ([impl-pool]); every tile is computed whole by one task, so the
+   range (src/runtime/thread_pool.h); every tile is computed whole by one task, so the
    threads change nothing but the time.
    ------------------------------------------------------------------------- */
 
@@ -7452,16 +7629,16 @@ GPUDL_API const char *gdl_gemm_int8_kernel_name(void) {
 #endif
 }
 
-/* --- the CPU backend's INT8 entries ([backend]: qweight_new ... qepilogue) --- */
+/* --- the CPU backend's INT8 entries (src/api/backend.h: qweight_new ... qepilogue) --- */
 
-/* round half to even (gdl_q_round of [backend]), as nearbyintf in the default rounding mode, without a call
+/* round half to even (gdl_q_round of src/api/backend.h), as nearbyintf in the default rounding mode, without a call
    into libm (the quantization loops run it per element, vectorised): adding and taking away big = 1.5 * 2^23 leaves v
    rounded to an integer wherever |v| < 2^22. Larger values (there is no NaN here) come back within 1 of v,
    which every caller then clamps into an 8-bit range anyway. big comes from gdl__q_big(), a volatile read
    the compiler cannot fold, so the sum survives any flags (-ffast-math would otherwise cancel it). */
 static volatile float gdl__q_big_v = 12582912.0f;
 static float gdl__q_big(void) { return gdl__q_big_v; }
-#define gdl__q_round gdl_q_round /* [backend]'s one definition */
+#define gdl__q_round gdl_q_round /* src/api/backend.h's one definition */
 
 /* A quantized value (an integer in [-128, 255] as a float, or NaN) as its byte: u8, or s8's two's complement.
    A NaN (a NaN input of a static layer) gives 0, as the vector loops' conversion does. */
@@ -7470,7 +7647,7 @@ static uint8_t gdl__q_byte(float r) { return (uint8_t)(r == r ? (int)r : 0); }
 /* --- the vectors of the INT8 entries' loops ---------------------------------------------------------------
    The quantize, dequantize, min-max and epilogue loops below are written once over W floats at a time with
    these few operations, AVX-512F (W 16) or AVX2 (W 8) from what the compiler targets (with f32 gdl_real), and a
-   scalar tail made of [backend]'s definitions (gdl_q_quantize1, gdl_q_epilogue1), which is also the whole loop
+   scalar tail made of src/api/backend.h's definitions (gdl_q_quantize1, gdl_q_epilogue1), which is also the whole loop
    elsewhere (portable C, NEON: the compiler's own vectorisation). They give those definitions' bits:
      - round: vroundps / vrndscaleps to nearest even; gdl_q_round's big gives the same wherever |v| < 2^22,
        and beyond it both results lie outside any 8-bit range, which the clamp that follows makes equal;
@@ -7478,7 +7655,7 @@ static uint8_t gdl__q_byte(float r) { return (uint8_t)(r == r ? (int)r : 0); }
        so this is the scalar r < lo ? lo : r > hi ? hi : r, a NaN and a -0 passing through as there; the
        min-max reduction's min(v, l) is likewise l = v < l ? v : l;
      - a NaN converts to 0x80000000, whose low byte (the only one stored) is gdl__q_byte's 0;
-     - products and sums are separate instructions, no FMA, as in [backend] (the library is built as ISO C,
+     - products and sums are separate instructions, no FMA, as in src/api/backend.h (the library is built as ISO C,
        where GCC does not contract a * b + c; gnu modes with -ffp-contract=fast would, on both sides). */
 #if !defined(GPUDL_GEMM_PORTABLE) && !defined(GPUDL_DOUBLE) && defined(__AVX512F__)
 #include <immintrin.h>
@@ -7781,195 +7958,10 @@ static int gdl__cpu_qepilogue(const gdl_qepi *e, int64_t rows, const int32_t *ac
     gdl__parallel_for(rows, GDL__Q_PAR_WORK(rows * e->N), gdl__q_epi_range, &j);
     return 0;
 }
-/* ---------------------------------------------------------------------------
-   [impl-cpu]   The CPU backend: plain loops over contiguous memory. The
-   reductions accumulate in double and run serially over the reduced
-   dimension, so results do not depend on the thread count.
-   ------------------------------------------------------------------------- */
+/* src/cpu/elementwise.h — the CPU's elementwise kernels: binary ops with
+   broadcasting, sum_to, and the unary ops with their gradients (GELU's and
+   ReLU's rows in AVX-512 / AVX2 lanes, bit for bit the scalar loop). */
 
-/* The loops worth threads run through gdl__parallel_loop ([impl-pool]): the
-   loop over a range [lo, hi) in a _part function, its arguments in the
-   slots of a gdl__args. */
-
-/* Each block starts with its size, so that a free knows what it gives back (gdl_memory_stats). 64 bytes
-   keep the alignment malloc gave. The counters belong to the op layer's thread, as the allocations do. */
-#define GDL__CPU_HDR 64
-static gdl_memory_status gdl__cpu_mem;
-static void *gdl__cpu_alloc(size_t bytes) {
-    char *p = bytes <= SIZE_MAX - GDL__CPU_HDR ? (char *)GPUDL_MALLOC(GDL__CPU_HDR + (bytes ? bytes : 1)) : NULL;
-    gdl__cpu_mem.requests++;
-    if (!p) {
-        gdl__set_error("gdl: out of memory allocating %.0f bytes on the host", (double)bytes);
-        return NULL;
-    }
-    memcpy(p, &bytes, sizeof bytes);
-    gdl__cpu_mem.device_mallocs++;
-    gdl__cpu_mem.allocated += bytes;
-    if (gdl__cpu_mem.allocated > gdl__cpu_mem.peak_allocated) gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
-    return p + GDL__CPU_HDR;
-}
-static void gdl__cpu_free(void *p) {
-    size_t bytes;
-    if (!p) return;
-    memcpy(&bytes, (char *)p - GDL__CPU_HDR, sizeof bytes);
-    gdl__cpu_mem.allocated -= bytes;
-    gdl__cpu_mem.frees++;
-    GPUDL_FREE((char *)p - GDL__CPU_HDR);
-}
-static int gdl__cpu_memory_stats(int device, gdl_memory_status *s) {
-    (void)device;
-    *s = gdl__cpu_mem;
-    s->reserved = s->allocated; /* nothing is cached */
-    s->peak_reserved = s->peak_allocated;
-    return 0;
-}
-static int gdl__cpu_memory_reset_peak(int device) {
-    (void)device;
-    gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
-    return 0;
-}
-static int gdl__cpu_copy(void *dst, const void *src, size_t bytes, int kind) {
-    (void)kind;
-    if (bytes && dst != src) memmove(dst, src, bytes);
-    return 0;
-}
-static int gdl__cpu_memset0(void *p, size_t bytes) {
-    if (bytes) memset(p, 0, bytes);
-    return 0;
-}
-static int gdl__cpu_synchronize(void) { return 0; }
-static void *gdl__cpu_host_alloc(size_t bytes) { return gdl__cpu_alloc(bytes); }
-static void gdl__cpu_host_free(void *p) { GPUDL_FREE(p); }
-/* CPU work is finished when its call returns: streams and events are
-   stand-ins that order nothing, distinct non-NULL handles so that callers
-   can tell them from a failure */
-static char gdl__cpu_stream_token, gdl__cpu_event_token;
-static void *gdl__cpu_stream_create(void) { return &gdl__cpu_stream_token; }
-static void gdl__cpu_stream_destroy(void *stream) { (void)stream; }
-static int gdl__cpu_copy_async(void *dst, const void *src, size_t bytes, int kind, void *stream) {
-    (void)stream;
-    return gdl__cpu_copy(dst, src, bytes, kind);
-}
-static void *gdl__cpu_event_create(void) { return &gdl__cpu_event_token; }
-static void gdl__cpu_event_destroy(void *event) { (void)event; }
-static int gdl__cpu_event_record(void *event, void *stream) {
-    (void)event;
-    (void)stream;
-    return 0;
-}
-static int gdl__cpu_stream_wait_event(void *stream, void *event) {
-    (void)stream;
-    (void)event;
-    return 0;
-}
-static int gdl__cpu_event_synchronize(void *event) {
-    (void)event;
-    return 0;
-}
-
-static void gdl__fill_part(gdl__args a, int64_t lo, int64_t hi) {
-    int64_t i;
-    for (i = lo; i < hi; i++) a.out[i] = a.alpha;
-}
-static int gdl__cpu_fill(gdl_real *x, int64_t n, gdl_real v) {
-    gdl__args a = gdl__args_none();
-    a.out = x; a.alpha = v;
-    gdl__parallel_loop(n, n, gdl__fill_part, &a);
-    return 0;
-}
-
-static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n) {
-    int64_t i;
-    size_t ds = gdl_dtype_size(dt), ss = gdl_dtype_size(st);
-    if (dt == st) {
-        memmove(dst, src, (size_t)n * ds);
-        return 0;
-    }
-    if (dt == GDL_F32 && (st == GDL_F16 || st == GDL_BF16)) { /* the low-precision ops' inputs: a tight loop */
-        const uint16_t *h = (const uint16_t *)src;
-        gdl_real *f = (gdl_real *)dst;
-        if (st == GDL_F16)
-            for (i = 0; i < n; i++) f[i] = (gdl_real)gdl_f16_to_f32(h[i]);
-        else
-            for (i = 0; i < n; i++) f[i] = (gdl_real)gdl_bf16_to_f32(h[i]);
-        return 0;
-    }
-    for (i = 0; i < n; i++) {
-        const void *s = (const char *)src + (size_t)i * ss;
-        void *d = (char *)dst + (size_t)i * ds;
-        if (st == GDL_F32 && (dt == GDL_F16 || dt == GDL_BF16)) {
-            /* direct, so the float rounds once */
-            float v = (float)*(const gdl_real *)s;
-            *(uint16_t *)d = dt == GDL_F16 ? gdl_f32_to_f16(v) : gdl_f32_to_bf16(v);
-        } else {
-            gdl__store(d, dt, gdl__load(s, st));
-        }
-    }
-    return 0;
-}
-
-/* elements a row-major operand spans: rows of cols, ld apart, batch copies s apart */
-static int64_t gdl__gemm_span(int rows, int cols, int ld, int64_t s, int batch) {
-    if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
-    return (int64_t)(rows - 1) * ld + cols + (int64_t)(batch - 1) * (s > 0 ? s : 0);
-}
-static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
-                         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
-                         int ldc, int64_t sC, int batch);
-/* f32 copies of the spans (C's gaps between rows too, so they go back as
-   they were), the f32 kernel, C rounded once */
-static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
-                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
-                            int batch) {
-    int64_t na, nb, nc;
-    gdl_real *f;
-    int rc;
-    if (M <= 0 || N <= 0 || batch <= 0) return 0;
-    na = K > 0 ? gdl__gemm_span(ta ? K : M, ta ? M : K, lda, sA, batch) : 0;
-    nb = K > 0 ? gdl__gemm_span(tb ? N : K, tb ? K : N, ldb, sB, batch) : 0;
-    nc = gdl__gemm_span(M, N, ldc, sC, batch);
-    if (!(f = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(na + nb + nc + 1)))) {
-        gdl__set_error("%s: out of host memory for a %s GEMM's f32 copies", gdl__be_op, gdl_dtype_name(dt));
-        return -1;
-    }
-    gdl__cpu_cast(f, GDL_F32, A, dt, na);
-    gdl__cpu_cast(f + na, GDL_F32, B, dt, nb);
-    gdl__cpu_cast(f + na + nb, GDL_F32, C, dt, nc);
-    rc = gdl__cpu_gemm(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
-    if (rc == 0) gdl__cpu_cast(C, dt, f + na + nb, GDL_F32, nc);
-    GPUDL_FREE(f);
-    return rc;
-}
-
-static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
-                         int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
-                         int ldc, int64_t sC, int batch) {
-    int b;
-#ifndef GDL__GEMM_CBLAS
-    if (sC == 0 && batch > 1 && beta == 1 && K > 0 && alpha != 0 && M > 0 && N > 0) {
-        /* every batch accumulates into one C: one call over K segments, so
-           the threads share the whole sum (same bits as the loop below) */
-        gdl__gemm_args g;
-        GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
-        gdl__gemm_args_init(&g, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        g.nseg = batch; g.sA = (ptrdiff_t)sA; g.sB = (ptrdiff_t)sB;
-        gdl__gemm_run(&g);
-        return 0;
-    }
-#ifdef GDL__GEMM_BATCH
-    if (sC != 0 && batch > 1 && K > 0 && alpha != 0 && M > 0 && N > 0 && batch >= gdl_get_num_threads() &&
-        gdl_get_num_threads() > 1 && (double)M * N * K * batch >= GDL__GEMM_MT_MIN) {
-        gdl__gemm_args g;
-        GPUDL_ASSERT(A && B && C && ldc >= N && lda >= (ta ? M : K) && ldb >= (tb ? K : N));
-        gdl__gemm_args_init(&g, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        if (gdl__gemm_batch(&g, (ptrdiff_t)sA, (ptrdiff_t)sB, (ptrdiff_t)sC, batch, gdl_get_num_threads())) return 0;
-    }
-#endif
-#endif
-    for (b = 0; b < batch; b++)
-        gdl_gemm_cpu(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, ldc);
-    return 0;
-}
 
 /* Walks `shape` in row-major order, advancing two strided offsets. */
 typedef struct gdl__iter {
@@ -8493,6 +8485,9 @@ static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const g
     }
     return 0;
 }
+/* src/cpu/reductions.h — the CPU's reductions over a middle dimension (sum,
+   mean, max; their backward), argmax, softmax and log-softmax. */
+
 
 /* Sums over N rows of S contiguous values (row n at x + n * stride), in one order whatever the thread
    count and CPU path: eight double running sums by position mod 8 over each row's first S - S % 8 values,
@@ -8616,74 +8611,6 @@ static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, cons
     return 0;
 }
 
-/* Fused bias + activation (gdl_linear_act, gdl_conv2d_act). The arithmetic is
-   the unfused ops' own (binary add in f32, then gdl__unary1; the backward's
-   gdl__unary_grad1 product rounded and added to zero), so the fused path is
-   bitwise the unfused one. */
-/* y = out in place: y + bias, its copy in pre (when asked), then the activation act (< 0: none). The
-   slots in locals: read from a, gcc does not unswitch the loop on them and leaves it scalar. */
-static void gdl__bias_act_part(gdl__args a, int64_t lo, int64_t hi) {
-    const int act = a.op;
-    const int64_t C = a.C, inner = a.inner;
-    const gdl_real *bias = a.bias;
-    gdl_real *y = a.out, *pre = a.pre;
-    int64_t i;
-    for (i = lo; i < hi; i++) {
-        gdl_real v = y[i];
-        if (bias) v = v + bias[(i / inner) % C];
-        if (pre) pre[i] = v;
-        y[i] = act < 0 || act == GDL_UN_GELU_ERF ? v : act == GDL_UN_RELU ? (v > 0 ? v : 0) : gdl__unary1(act, v, 0);
-    }
-    if (act == GDL_UN_GELU_ERF) gdl__gelu_rows(y + lo, y + lo, hi - lo); /* in vectors, after the pass */
-}
-static int gdl__cpu_bias_act(int act, int64_t outer, int64_t C, int64_t inner, const gdl_real *bias, gdl_real *y,
-                             gdl_real *pre) {
-    gdl__args a = gdl__args_none();
-    int64_t n = outer * C * inner;
-    a.op = act; a.C = C; a.inner = inner ? inner : 1; a.bias = bias; a.out = y; a.pre = pre;
-    gdl__parallel_loop(n, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * n : n, gdl__bias_act_part, &a);
-    return 0;
-}
-static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, const gdl_real *w, const gdl_real *bias,
-                               gdl_real *y, gdl_real *pre) {
-#ifndef GDL__GEMM_CBLAS
-    /* bias and act in the GEMM's epilogue, on each tile as it is stored: one pass over y fewer */
-    gdl__gemm_args g;
-    if (M <= 0 || N <= 0) return 0;
-    gdl__gemm_args_init(&g, 0, 1, M, N, K, 1, x, K, w, K, 0, y, N);
-    g.bias = bias;
-    g.bias_col = 1;
-    g.pre = pre;
-    g.act = act;
-    gdl__gemm_run(&g);
-    return 0;
-#else
-    if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
-    return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
-#endif
-}
-/* x: the pre-activation */
-static void gdl__act_backward_part(gdl__args a, int64_t lo, int64_t hi) {
-    int64_t i;
-    if (a.op < 0)
-        for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + a.gy[i];
-    else if (a.op == GDL_UN_RELU)
-        gdl__relu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 0);
-    else if (a.op == GDL_UN_GELU_ERF)
-        gdl__gelu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 0);
-    else
-        for (i = lo; i < hi; i++)
-            a.out[i] = (gdl_real)0 + (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], 0, 0));
-}
-static int gdl__cpu_act_backward_reduce(int act, int64_t outer, int64_t n, int64_t inner, const gdl_real *pre,
-                                        const gdl_real *gy, gdl_real *gpre, gdl_real *sum, int accumulate) {
-    gdl__args a = gdl__args_none();
-    int64_t total = outer * n * inner;
-    a.op = act; a.x = pre; a.gy = gy; a.out = gpre;
-    gdl__parallel_loop(total, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * total : total,
-                       gdl__act_backward_part, &a);
-    return sum ? gdl__cpu_reduce(GDL_RED_SUM, outer, n, inner, gpre, sum, NULL, accumulate) : 0;
-}
 
 static void gdl__reduce_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     const int64_t n = a.n, inner = a.inner;
@@ -8768,6 +8695,78 @@ static int gdl__cpu_softmax_backward(int log_, int64_t outer, int64_t n, int64_t
     gdl__parallel_loop(outer, outer * n * inner, gdl__softmax_backward_part, &a);
     return 0;
 }
+/* src/cpu/bias_act.h — the CPU's fused bias + activation and its backward. */
+
+/* Fused bias + activation (gdl_linear_act, gdl_conv2d_act). The arithmetic is
+   the unfused ops' own (binary add in f32, then gdl__unary1; the backward's
+   gdl__unary_grad1 product rounded and added to zero), so the fused path is
+   bitwise the unfused one. */
+/* y = out in place: y + bias, its copy in pre (when asked), then the activation act (< 0: none). The
+   slots in locals: read from a, gcc does not unswitch the loop on them and leaves it scalar. */
+static void gdl__bias_act_part(gdl__args a, int64_t lo, int64_t hi) {
+    const int act = a.op;
+    const int64_t C = a.C, inner = a.inner;
+    const gdl_real *bias = a.bias;
+    gdl_real *y = a.out, *pre = a.pre;
+    int64_t i;
+    for (i = lo; i < hi; i++) {
+        gdl_real v = y[i];
+        if (bias) v = v + bias[(i / inner) % C];
+        if (pre) pre[i] = v;
+        y[i] = act < 0 || act == GDL_UN_GELU_ERF ? v : act == GDL_UN_RELU ? (v > 0 ? v : 0) : gdl__unary1(act, v, 0);
+    }
+    if (act == GDL_UN_GELU_ERF) gdl__gelu_rows(y + lo, y + lo, hi - lo); /* in vectors, after the pass */
+}
+static int gdl__cpu_bias_act(int act, int64_t outer, int64_t C, int64_t inner, const gdl_real *bias, gdl_real *y,
+                             gdl_real *pre) {
+    gdl__args a = gdl__args_none();
+    int64_t n = outer * C * inner;
+    a.op = act; a.C = C; a.inner = inner ? inner : 1; a.bias = bias; a.out = y; a.pre = pre;
+    gdl__parallel_loop(n, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * n : n, gdl__bias_act_part, &a);
+    return 0;
+}
+static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, const gdl_real *w, const gdl_real *bias,
+                               gdl_real *y, gdl_real *pre) {
+#ifndef GDL__GEMM_CBLAS
+    /* bias and act in the GEMM's epilogue, on each tile as it is stored: one pass over y fewer */
+    gdl__gemm_args g;
+    if (M <= 0 || N <= 0) return 0;
+    gdl__gemm_args_init(&g, 0, 1, M, N, K, 1, x, K, w, K, 0, y, N);
+    g.bias = bias;
+    g.bias_col = 1;
+    g.pre = pre;
+    g.act = act;
+    gdl__gemm_run(&g);
+    return 0;
+#else
+    if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
+    return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
+#endif
+}
+/* x: the pre-activation */
+static void gdl__act_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    int64_t i;
+    if (a.op < 0)
+        for (i = lo; i < hi; i++) a.out[i] = (gdl_real)0 + a.gy[i];
+    else if (a.op == GDL_UN_RELU)
+        gdl__relu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 0);
+    else if (a.op == GDL_UN_GELU_ERF)
+        gdl__gelu_grad_rows(a.x + lo, a.gy + lo, a.out + lo, hi - lo, 0);
+    else
+        for (i = lo; i < hi; i++)
+            a.out[i] = (gdl_real)0 + (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], 0, 0));
+}
+static int gdl__cpu_act_backward_reduce(int act, int64_t outer, int64_t n, int64_t inner, const gdl_real *pre,
+                                        const gdl_real *gy, gdl_real *gpre, gdl_real *sum, int accumulate) {
+    gdl__args a = gdl__args_none();
+    int64_t total = outer * n * inner;
+    a.op = act; a.x = pre; a.gy = gy; a.out = gpre;
+    gdl__parallel_loop(total, act == GDL_UN_GELU_TANH || act == GDL_UN_GELU_ERF ? 8 * total : total,
+                       gdl__act_backward_part, &a);
+    return sum ? gdl__cpu_reduce(GDL_RED_SUM, outer, n, inner, gpre, sum, NULL, accumulate) : 0;
+}
+/* src/cpu/index.h — the CPU's indexing kernels (strided copies, gather and
+   scatter-add, comparisons, where, tril / triu, cumsum). */
 
 
 /* ---- indexing and copies: strided copies, gather / scatter-add, comparisons, where, tril/triu, cumsum ----
@@ -9002,7 +9001,7 @@ static int gdl__cpu_cumsum(int64_t outer, int64_t n, int64_t inner, const gdl_re
     gdl__parallel_loop(outer, outer * n * inner, gdl__cumsum_part, &a);
     return 0;
 }
-/* [impl-cpu] 2/7: im2col / col2im, the convolution's implicit GEMM and direct kernel (conv_implicit), max and average pooling,
+/* src/cpu/conv_pool.h — im2col / col2im, the convolution's implicit GEMM and direct kernel (conv_implicit), max and average pooling,
    copy2d, dropout */
 
 /* The conv and pool parts do the planes (n, c) in [lo, hi) of a.g's geometry. */
@@ -9088,7 +9087,7 @@ static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real
    gradient gathers them again from x): the step arena loses C*KH*KW*OH*OW
    values a sample for each convolution; the input gradient needs one
    sample's columns a thread instead of the batch's.
-   On x86 the direct kernel (gdl__dconv_kernel, [impl-gemm]) takes the
+   On x86 the direct kernel (gdl__dconv_kernel, src/cpu/gemm.h) takes the
    passes it suits (gdl__dconv_pays, gdl__dconv_gx_pays), in the same bits:
    where the GEMM's packing would cost as much as its products. */
 
@@ -10284,6 +10283,9 @@ static int gdl__cpu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const vo
     return 0;
 }
 
+/* src/cpu/norm.h — the CPU's batch norm and layer norm, forward and backward
+   (batch norm's passes in double lanes, bit for bit the scalar loop). */
+
 /* The normalisations' arguments are theirs alone: a struct of them in a.ctx,
    copied (as gdl__args is) so that the loops keep its fields in registers.
    A part does the channels (batchnorm) or rows (layernorm) [lo, hi). */
@@ -10725,161 +10727,6 @@ static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gd
     return 0;
 }
 
-/* The low-precision entries on the CPU, which has no bf16/f16 arithmetic:
-   the operands widened to f32 in malloc'd memory (not the arena, so only
-   the low-precision tensors stay for backward), the f32 kernel, the output
-   rounded once -- as gdl__cpu_gemm_lp. An accumulated output (x, gx) is
-   widened too, so its old value and the new sum round once together. */
-static gdl_real *gdl__cpu_lp_wide(gdl_dtype dt, int nbuf, const void *const *src, const int64_t *n, gdl_real **out) {
-    int64_t total = 1;
-    int k;
-    gdl_real *f;
-    for (k = 0; k < nbuf; k++) total += n[k] > 0 ? n[k] : 0;
-    if (!(f = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)total))) {
-        gdl__set_error("%s: out of host memory for the f32 copies of a %s kernel", gdl__be_op, gdl_dtype_name(dt));
-        return NULL;
-    }
-    total = 0;
-    for (k = 0; k < nbuf; k++) {
-        out[k] = f + total;
-        if (src[k] && n[k] > 0) gdl__cpu_cast(out[k], GDL_F32, src[k], dt, n[k]);
-        total += n[k] > 0 ? n[k] : 0;
-    }
-    return f;
-}
-static int gdl__cpu_lp_check(const char *entry, gdl_dtype dt) {
-    if (dt == GDL_F16 || dt == GDL_BF16) return 0;
-    gdl__set_error("%s: the low-precision %s takes f16 or bf16, not %s", gdl__be_op, entry, gdl_dtype_name(dt));
-    return -1;
-}
-#define GDL__GEOM_IN(g) ((int64_t)(g)->N * (g)->C * (g)->H * (g)->W)
-#define GDL__GEOM_OUT(g) ((int64_t)(g)->N * (g)->C * (g)->OH * (g)->OW)
-#define GDL__GEOM_COL(g) (GDL__GEOM_OUT(g) * (g)->KH * (g)->KW)
-
-/* im2col moves values without arithmetic: the 16-bit patterns are gathered
-   as they are (f16 and bf16 alike; +0 is 0 in both), in the f32 kernel's
-   layout, planes split over the threads */
-static void gdl__im2col16_part(gdl__args a, int64_t lo, int64_t hi) {
-    const gdl_conv_geom *g = a.g;
-    int64_t nc, OHW = (int64_t)g->OH * g->OW;
-    for (nc = lo; nc < hi; nc++) {
-        const uint16_t *xp = (const uint16_t *)a.lx + nc * g->H * g->W;
-        uint16_t *cp = (uint16_t *)a.lout + nc * g->KH * g->KW * OHW;
-        int kh, kw, oh, ow;
-        for (kh = 0; kh < g->KH; kh++)
-            for (kw = 0; kw < g->KW; kw++)
-                for (oh = 0; oh < g->OH; oh++) {
-                    int ih = oh * g->SH - g->PH + kh * g->DH;
-                    uint16_t *r = cp + (kh * g->KW + kw) * OHW + (int64_t)oh * g->OW;
-                    if (ih < 0 || ih >= g->H) {
-                        memset(r, 0, sizeof(uint16_t) * (size_t)g->OW);
-                        continue;
-                    }
-                    for (ow = 0; ow < g->OW; ow++) {
-                        int iw = ow * g->SW - g->PW + kw * g->DW;
-                        r[ow] = iw >= 0 && iw < g->W ? xp[(int64_t)ih * g->W + iw] : (uint16_t)0;
-                    }
-                }
-    }
-}
-static int gdl__cpu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
-    gdl__args a = gdl__args_none();
-    if (gdl__cpu_lp_check("im2col", dt) < 0) return -1;
-    a.g = g; a.lx = x; a.lout = col;
-    gdl__parallel_loop((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &a);
-    return 0;
-}
-static int gdl__cpu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
-    const void *src[2];
-    int64_t n[2];
-    gdl_real *b[2], *f;
-    if (gdl__cpu_lp_check("col2im", dt) < 0) return -1;
-    src[0] = col; n[0] = GDL__GEOM_COL(g); src[1] = x; n[1] = GDL__GEOM_IN(g);
-    if (n[0] <= 0 || n[1] <= 0) return 0;
-    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    gdl__cpu_col2im(g, b[0], b[1]);
-    gdl__cpu_cast(x, dt, b[1], GDL_F32, n[1]);
-    GPUDL_FREE(f);
-    return 0;
-}
-/* pooling forward (avg selects avgpool; idx for the max) */
-static int gdl__cpu_pool_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
-    const void *src[2];
-    int64_t n[2];
-    gdl_real *b[2], *f;
-    if (gdl__cpu_lp_check(avg ? "avgpool" : "maxpool", dt) < 0) return -1;
-    src[0] = x; n[0] = GDL__GEOM_IN(g); src[1] = NULL; n[1] = GDL__GEOM_OUT(g);
-    if (n[1] <= 0) return 0;
-    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    if (avg) gdl__cpu_avgpool(g, b[0], b[1]);
-    else gdl__cpu_maxpool(g, b[0], b[1], idx);
-    gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
-    GPUDL_FREE(f);
-    return 0;
-}
-static int gdl__cpu_pool_backward_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const void *gy, const int32_t *idx,
-                                     void *gx) {
-    const void *src[2];
-    int64_t n[2];
-    gdl_real *b[2], *f;
-    if (gdl__cpu_lp_check(avg ? "avgpool_backward" : "maxpool_backward", dt) < 0) return -1;
-    src[0] = gy; n[0] = GDL__GEOM_OUT(g); src[1] = gx; n[1] = GDL__GEOM_IN(g);
-    if (n[0] <= 0 || n[1] <= 0) return 0;
-    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    if (avg) gdl__cpu_avgpool_backward(g, b[0], b[1]);
-    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1], 1);
-    gdl__cpu_cast(gx, dt, b[1], GDL_F32, n[1]);
-    GPUDL_FREE(f);
-    return 0;
-}
-static int gdl__cpu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
-    return gdl__cpu_pool_lp(dt, 0, g, x, y, idx);
-}
-static int gdl__cpu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
-    return gdl__cpu_pool_backward_lp(dt, 0, g, gy, idx, gx);
-}
-static int gdl__cpu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
-    return gdl__cpu_pool_lp(dt, 1, g, x, y, NULL);
-}
-static int gdl__cpu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
-    return gdl__cpu_pool_backward_lp(dt, 1, g, gy, NULL, gx);
-}
-static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
-                                 const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
-                                 gdl_real *run_var, int training, double momentum, double eps, int relu) {
-    const void *src[2];
-    int64_t n[2];
-    gdl_real *b[2], *f;
-    int rc;
-    if (gdl__cpu_lp_check("batchnorm", dt) < 0) return -1;
-    src[0] = x; n[0] = N * C * S; src[1] = NULL; n[1] = N * C * S;
-    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    /* relu on the f32 value, then rounded: the same as rounded, then relu (rounding keeps the sign) */
-    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
-                            relu);
-    if (rc == 0) gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
-    GPUDL_FREE(f);
-    return rc;
-}
-static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
-                                          const void *y, const gdl_real *gamma, const gdl_real *mean,
-                                          const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
-                                          gdl_real *gbeta) {
-    const void *src[4];
-    int64_t n[4];
-    gdl_real *b[4], *f;
-    int rc;
-    if (gdl__cpu_lp_check("batchnorm_backward", dt) < 0) return -1;
-    src[0] = x; src[1] = gy; src[2] = gx; src[3] = y;
-    n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0; n[3] = y ? N * C * S : 0;
-    if (!(f = gdl__cpu_lp_wide(dt, 4, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
-                                     gx ? b[2] : NULL, ggamma, gbeta, 1);
-    if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
-    GPUDL_FREE(f);
-    return rc;
-}
-
 typedef struct {
     int64_t rows, D;
     const gdl_real *x, *gamma, *beta;
@@ -11045,6 +10892,165 @@ static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *
     if (ggamma || gbeta) gdl__parallel_units((D + GDL__LNB_COLS - 1) / GDL__LNB_COLS, 2 * rows * D, gdl__lnb_cols_part, &a);
     return 0;
 }
+/* src/cpu/lowp_layers.h — the bf16/f16 entries of the CPU's convolution
+   columns, pooling and batch norm: widened to f32, the f32 kernel, rounded once. */
+
+/* The low-precision entries on the CPU, which has no bf16/f16 arithmetic:
+   the operands widened to f32 in malloc'd memory (not the arena, so only
+   the low-precision tensors stay for backward), the f32 kernel, the output
+   rounded once -- as gdl__cpu_gemm_lp. An accumulated output (x, gx) is
+   widened too, so its old value and the new sum round once together. */
+static gdl_real *gdl__cpu_lp_wide(gdl_dtype dt, int nbuf, const void *const *src, const int64_t *n, gdl_real **out) {
+    int64_t total = 1;
+    int k;
+    gdl_real *f;
+    for (k = 0; k < nbuf; k++) total += n[k] > 0 ? n[k] : 0;
+    if (!(f = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)total))) {
+        gdl__set_error("%s: out of host memory for the f32 copies of a %s kernel", gdl__be_op, gdl_dtype_name(dt));
+        return NULL;
+    }
+    total = 0;
+    for (k = 0; k < nbuf; k++) {
+        out[k] = f + total;
+        if (src[k] && n[k] > 0) gdl__cpu_cast(out[k], GDL_F32, src[k], dt, n[k]);
+        total += n[k] > 0 ? n[k] : 0;
+    }
+    return f;
+}
+static int gdl__cpu_lp_check(const char *entry, gdl_dtype dt) {
+    if (dt == GDL_F16 || dt == GDL_BF16) return 0;
+    gdl__set_error("%s: the low-precision %s takes f16 or bf16, not %s", gdl__be_op, entry, gdl_dtype_name(dt));
+    return -1;
+}
+#define GDL__GEOM_IN(g) ((int64_t)(g)->N * (g)->C * (g)->H * (g)->W)
+#define GDL__GEOM_OUT(g) ((int64_t)(g)->N * (g)->C * (g)->OH * (g)->OW)
+#define GDL__GEOM_COL(g) (GDL__GEOM_OUT(g) * (g)->KH * (g)->KW)
+
+/* im2col moves values without arithmetic: the 16-bit patterns are gathered
+   as they are (f16 and bf16 alike; +0 is 0 in both), in the f32 kernel's
+   layout, planes split over the threads */
+static void gdl__im2col16_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    int64_t nc, OHW = (int64_t)g->OH * g->OW;
+    for (nc = lo; nc < hi; nc++) {
+        const uint16_t *xp = (const uint16_t *)a.lx + nc * g->H * g->W;
+        uint16_t *cp = (uint16_t *)a.lout + nc * g->KH * g->KW * OHW;
+        int kh, kw, oh, ow;
+        for (kh = 0; kh < g->KH; kh++)
+            for (kw = 0; kw < g->KW; kw++)
+                for (oh = 0; oh < g->OH; oh++) {
+                    int ih = oh * g->SH - g->PH + kh * g->DH;
+                    uint16_t *r = cp + (kh * g->KW + kw) * OHW + (int64_t)oh * g->OW;
+                    if (ih < 0 || ih >= g->H) {
+                        memset(r, 0, sizeof(uint16_t) * (size_t)g->OW);
+                        continue;
+                    }
+                    for (ow = 0; ow < g->OW; ow++) {
+                        int iw = ow * g->SW - g->PW + kw * g->DW;
+                        r[ow] = iw >= 0 && iw < g->W ? xp[(int64_t)ih * g->W + iw] : (uint16_t)0;
+                    }
+                }
+    }
+}
+static int gdl__cpu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+    gdl__args a = gdl__args_none();
+    if (gdl__cpu_lp_check("im2col", dt) < 0) return -1;
+    a.g = g; a.lx = x; a.lout = col;
+    gdl__parallel_loop((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &a);
+    return 0;
+}
+static int gdl__cpu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    if (gdl__cpu_lp_check("col2im", dt) < 0) return -1;
+    src[0] = col; n[0] = GDL__GEOM_COL(g); src[1] = x; n[1] = GDL__GEOM_IN(g);
+    if (n[0] <= 0 || n[1] <= 0) return 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    gdl__cpu_col2im(g, b[0], b[1]);
+    gdl__cpu_cast(x, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return 0;
+}
+/* pooling forward (avg selects avgpool; idx for the max) */
+static int gdl__cpu_pool_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    if (gdl__cpu_lp_check(avg ? "avgpool" : "maxpool", dt) < 0) return -1;
+    src[0] = x; n[0] = GDL__GEOM_IN(g); src[1] = NULL; n[1] = GDL__GEOM_OUT(g);
+    if (n[1] <= 0) return 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    if (avg) gdl__cpu_avgpool(g, b[0], b[1]);
+    else gdl__cpu_maxpool(g, b[0], b[1], idx);
+    gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return 0;
+}
+static int gdl__cpu_pool_backward_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const void *gy, const int32_t *idx,
+                                     void *gx) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    if (gdl__cpu_lp_check(avg ? "avgpool_backward" : "maxpool_backward", dt) < 0) return -1;
+    src[0] = gy; n[0] = GDL__GEOM_OUT(g); src[1] = gx; n[1] = GDL__GEOM_IN(g);
+    if (n[0] <= 0 || n[1] <= 0) return 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    if (avg) gdl__cpu_avgpool_backward(g, b[0], b[1]);
+    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1], 1);
+    gdl__cpu_cast(gx, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return 0;
+}
+static int gdl__cpu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    return gdl__cpu_pool_lp(dt, 0, g, x, y, idx);
+}
+static int gdl__cpu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
+    return gdl__cpu_pool_backward_lp(dt, 0, g, gy, idx, gx);
+}
+static int gdl__cpu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+    return gdl__cpu_pool_lp(dt, 1, g, x, y, NULL);
+}
+static int gdl__cpu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+    return gdl__cpu_pool_backward_lp(dt, 1, g, gy, NULL, gx);
+}
+static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
+                                 const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
+                                 gdl_real *run_var, int training, double momentum, double eps, int relu) {
+    const void *src[2];
+    int64_t n[2];
+    gdl_real *b[2], *f;
+    int rc;
+    if (gdl__cpu_lp_check("batchnorm", dt) < 0) return -1;
+    src[0] = x; n[0] = N * C * S; src[1] = NULL; n[1] = N * C * S;
+    if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
+    /* relu on the f32 value, then rounded: the same as rounded, then relu (rounding keeps the sign) */
+    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
+                            relu);
+    if (rc == 0) gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
+    GPUDL_FREE(f);
+    return rc;
+}
+static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
+                                          const void *y, const gdl_real *gamma, const gdl_real *mean,
+                                          const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
+                                          gdl_real *gbeta) {
+    const void *src[4];
+    int64_t n[4];
+    gdl_real *b[4], *f;
+    int rc;
+    if (gdl__cpu_lp_check("batchnorm_backward", dt) < 0) return -1;
+    src[0] = x; src[1] = gy; src[2] = gx; src[3] = y;
+    n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0; n[3] = y ? N * C * S : 0;
+    if (!(f = gdl__cpu_lp_wide(dt, 4, src, n, b))) return -1;
+    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
+                                     gx ? b[2] : NULL, ggamma, gbeta, 1);
+    if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
+    GPUDL_FREE(f);
+    return rc;
+}
+/* src/cpu/embedding_loss.h — the CPU's embedding (gather / scatter-add of
+   rows) and losses (cross-entropy, MSE, BCE with logits), with their backwards. */
 
 static int gdl__cpu_embedding(int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *W, gdl_real *out) {
     int64_t i;
@@ -11140,7 +11146,6 @@ static int gdl__cpu_pointwise_loss_backward(int kind, int64_t n, const gdl_real 
     }
     return 0;
 }
-
 /* ---- scaled dot-product attention (the backend entries attention / attention_backward) ----
    Flash-attention style on the CPU: a task takes one batch and a tile of GDL__ATTN_T query rows (forward,
    dq) or key rows (dk, dv) and walks the other side tile by tile, so nothing of L x S exists at any time:
@@ -11666,7 +11671,7 @@ static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, con
         gdl__parallel_units_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
     return gdl__attn_oom(failed);
 }
-/* [impl-cpu] The fused gate steps of LSTM and GRU (backend entries lstm_gates, gru_gates and their
+/* src/cpu/rnn.h — the fused gate steps of LSTM and GRU (backend entries lstm_gates, gru_gates and their
    backwards): one pass over [B, H] per time step after the two GEMMs, so the gates' pre-activations are
    read once and nothing but the new state is written. The backwards recompute the gates from the saved
    inputs instead of keeping them: the inputs are alive anyway (they are the op's inputs), and a time
@@ -11805,6 +11810,10 @@ static int gdl__cpu_gru_gates_backward(int64_t B, int64_t H, const gdl_real *gx,
                                        gdl_real *dh_prev) {
     return gdl__cpu_rnn_run(gdl__gru_gates_backward_part, B, H, gx, gh, h_prev, dh, NULL, dgx, dgh, dh_prev);
 }
+/* src/cpu/optimizers.h — the CPU's optimizer kernels: SGD and Adam over a
+   flat table of tensors (with f32 master weights of bf16/f16 parameters),
+   the gradient-norm clip, the weight EMA's update. */
+
 /* master weights: a low-precision gradient element in f32, and an f32 master rounded (nearest even); bf16 spelt
    out (gdl_bf16_to_f32, gdl_f32_to_bf16) so the loops below keep no call */
 static float gdl__opt_lowf(int low, uint16_t h) {
@@ -12035,55 +12044,6 @@ static int gdl__cpu_adam_multi(const void *table, int decoupled) {
     gdl__cpu_opt_count(tab);
     return 0;
 }
-
-static int gdl__cpu_amp_unscale(int64_t n, gdl_real *g, const gdl_real *scale, gdl_real *found_inf,
-                                gdl_real *found_inf2) {
-    float inv = (float)(1.0 / (double)*scale); /* PyTorch: scale.double().reciprocal().float() */
-    int64_t i;
-    int found = 0;
-    for (i = 0; i < n; i++) {
-        found |= !(g[i] - g[i] == 0); /* inf and NaN give NaN */
-        if (inv != 1.0f) g[i] = (gdl_real)(g[i] * inv);
-    }
-    if (found) {
-        *found_inf = 1;
-        if (found_inf2) *found_inf2 = 1;
-    }
-    return 0;
-}
-static int gdl__cpu_amp_update_scale(gdl_real *scale, int32_t *tracker, gdl_real *found_inf, double growth,
-                                     double backoff, int interval) {
-    if (*found_inf != 0) {
-        *scale = (gdl_real)(float)(*scale * backoff);
-        *tracker = 0;
-    } else if (*tracker + 1 >= interval) {
-        float grown = (float)(*scale * growth);
-        if (grown - grown == 0) *scale = (gdl_real)grown;
-        *tracker = 0;
-    } else {
-        (*tracker)++;
-    }
-    *found_inf = 0;
-    return 0;
-}
-static int gdl__cpu_fit_metrics(const gdl_real *loss, int64_t B, int64_t C, const gdl_real *logits, const int32_t *y,
-                                double *acc) {
-    acc[0] += (double)loss[0] * (double)B;
-    acc[1] += (double)B;
-    if (logits) {
-        int64_t r, k, correct = 0;
-        for (r = 0; r < B; r++) {
-            const gdl_real *p = logits + r * C;
-            int64_t best = 0;
-            for (k = 1; k < C; k++)
-                if (p[k] > p[best] || (p[k] != p[k] && p[best] == p[best])) best = k; /* gdl__cpu_argmax's rule */
-            correct += best == y[r];
-        }
-        acc[2] += (double)correct;
-        acc[3] += (double)B;
-    }
-    return 0;
-}
 /* The norm: the sum of squares in blocks of GDL__NORM_BLK elements of a gradient, each block in 8 running
    sums (lane l takes elements l, l+8, ...) added up in a fixed tree at its end, the blocks' sums then added
    in order. One chain of dependent adds over every parameter (0.8M in char_gpt) took milliseconds on one
@@ -12179,6 +12139,59 @@ static int gdl__cpu_ema_lerp(int64_t n, gdl_real *avg, const gdl_real *x, gdl_re
     gdl__parallel_loop(n, n, gdl__ema_lerp_part, &a);
     return 0;
 }
+/* src/cpu/amp_metrics.h — the CPU's GradScaler kernels (unscale with the
+   inf check, the scale's update), gdl_fit's batch metrics, and the
+   non-finite count and sum of squares that the anomaly checks use. */
+
+
+static int gdl__cpu_amp_unscale(int64_t n, gdl_real *g, const gdl_real *scale, gdl_real *found_inf,
+                                gdl_real *found_inf2) {
+    float inv = (float)(1.0 / (double)*scale); /* PyTorch: scale.double().reciprocal().float() */
+    int64_t i;
+    int found = 0;
+    for (i = 0; i < n; i++) {
+        found |= !(g[i] - g[i] == 0); /* inf and NaN give NaN */
+        if (inv != 1.0f) g[i] = (gdl_real)(g[i] * inv);
+    }
+    if (found) {
+        *found_inf = 1;
+        if (found_inf2) *found_inf2 = 1;
+    }
+    return 0;
+}
+static int gdl__cpu_amp_update_scale(gdl_real *scale, int32_t *tracker, gdl_real *found_inf, double growth,
+                                     double backoff, int interval) {
+    if (*found_inf != 0) {
+        *scale = (gdl_real)(float)(*scale * backoff);
+        *tracker = 0;
+    } else if (*tracker + 1 >= interval) {
+        float grown = (float)(*scale * growth);
+        if (grown - grown == 0) *scale = (gdl_real)grown;
+        *tracker = 0;
+    } else {
+        (*tracker)++;
+    }
+    *found_inf = 0;
+    return 0;
+}
+static int gdl__cpu_fit_metrics(const gdl_real *loss, int64_t B, int64_t C, const gdl_real *logits, const int32_t *y,
+                                double *acc) {
+    acc[0] += (double)loss[0] * (double)B;
+    acc[1] += (double)B;
+    if (logits) {
+        int64_t r, k, correct = 0;
+        for (r = 0; r < B; r++) {
+            const gdl_real *p = logits + r * C;
+            int64_t best = 0;
+            for (k = 1; k < C; k++)
+                if (p[k] > p[best] || (p[k] != p[k] && p[best] == p[best])) best = k; /* gdl__cpu_argmax's rule */
+            correct += best == y[r];
+        }
+        acc[2] += (double)correct;
+        acc[3] += (double)B;
+    }
+    return 0;
+}
 static int gdl__cpu_count_nonfinite(int64_t n, const gdl_real *x, int64_t *out) {
     int64_t i, c = 0;
     for (i = 0; i < n; i++) c += !(x[i] - x[i] == 0); /* NaN and Inf give NaN */
@@ -12192,6 +12205,8 @@ static int gdl__cpu_sum_squares(int64_t n, const gdl_real *x, double *out) {
     *out = s;
     return 0;
 }
+/* src/cpu/backend_table.h — the CPU backend's table (gdl__cpu_table), and the
+   entries a CPU has nothing for (timing events, graphs, collectives). */
 
 /* The profiler's and the monitor's entries that a CPU has nothing for: its
    ops are timed with the host clock, it launches no kernels, it has no PCI
@@ -12227,7 +12242,7 @@ static int gdl__cpu_graph_launch(void *graph) {
 }
 static void gdl__cpu_graph_destroy(void *graph) { (void)graph; }
 
-/* Collectives of CPU tensors are MPI's ([impl-dist]), not the backend's. */
+/* Collectives of CPU tensors are MPI's (src/dist/), not the backend's. */
 static int gdl__cpu_no_comm(void) {
     gdl__set_error("gdl: the CPU backend has no communicator: collectives of CPU tensors go through MPI");
     return -1;
@@ -12259,11 +12274,10 @@ static void gdl__cpu_comm_destroy(void) {}
 static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CPU)};
 #undef GDL__BACKEND_INIT_CPU
 static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }
-
 /* ---------------------------------------------------------------------------
-   [impl-ops]   The op layer: check arguments, allocate the output, call the
+   src/ops/core.h   The op layer: check arguments, allocate the output, call the
    backend, record a tape node. Each op's backward is listed in the op table
-   (gdl__ops, at the end of this section) under its gdl_op id.
+   (gdl__ops, src/ops/op_table.h) under its gdl_op id.
    ------------------------------------------------------------------------- */
 
 typedef struct gdl_node {
@@ -12292,7 +12306,7 @@ static const gdl__op_info *gdl__op(int op); /* the op table, defined after the o
 #define GDL__G(t) ((t) && (t)->requires_grad ? (gdl_real *)(t)->grad->data : (gdl_real *)NULL)
 
 /* gdl_backward gives an intermediate's gradient buffer unset (GDL__T_UNSET: garbage that stands for
-   zeros) to the ops that can write it instead of adding into it (gdl__bw_fresh_ok, [impl-autograd]),
+   zeros) to the ops that can write it instead of adding into it (gdl__bw_fresh_ok, src/ops/autograd.h),
    which saves zeroing it and reading it back. Such an op asks gdl__grad_beta right before it writes a
    whole gradient: 0 (store; the gradient counts as written from then on) or 1 (add, as usual). */
 static int gdl__grad_beta(gdl_tensor *t) {
@@ -12749,6 +12763,8 @@ static void gdl__split(const gdl_tensor *x, int d, int64_t *outer, int64_t *n, i
     *n = x->shape[d];
 }
 
+/* src/ops/views.h — views: reshape, slices, detach; tensors that share storage. */
+
 /* ---- views ---- */
 
 static gdl_tensor *gdl__view(const char *opname, gdl_tensor *x, int ndim, const int64_t *shape, int64_t elem_offset) {
@@ -12856,6 +12872,8 @@ GPUDL_API gdl_tensor *gdl_detach(gdl_tensor *x) {
     if (gdl__check_in("gdl_detach", "x", x, 0) < 0) return NULL;
     return gdl__make("gdl_detach", x->ndim, x->shape, x->dtype, x->device, 0, x->data);
 }
+/* src/ops/elementwise.h — the elementwise ops: binary with broadcasting,
+   comparisons, unary; checks, outputs, tape nodes and backwards. */
 
 /* ---- elementwise binary ops with broadcasting ---- */
 
@@ -13232,6 +13250,7 @@ GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
     if (gdl__check_in("gdl_mul_scalar_", "t", t, 1) < 0) return -1;
     return be->unary(GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
 }
+/* src/ops/matmul.h — matmul, linear and their fused bias + activation. */
 
 /* ---- matmul and linear ----
    Both run natively in f16 and bf16 (inputs of one low dtype): the
@@ -13620,6 +13639,8 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     }
     return gdl__linear_grads_xw(be, rows, in_f, out_f, g, x, w, gx, gw);
 }
+/* src/ops/reductions.h — reductions (sum, mean, max, argmax), softmax and
+   log-softmax, cumsum. */
 
 /* ---- reductions and softmax ---- */
 
@@ -13763,6 +13784,7 @@ static int gdl__bw_cumsum(gdl_node *n, const gdl_backend *be) {
     if (!gx || !n->out->numel) return 0;
     return be->cumsum(n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad), gx, 1, 1);
 }
+/* src/ops/conv_pool.h — 2-D convolution and pooling (NCHW). */
 
 /* ---- convolution and pooling (NCHW) ---- */
 
@@ -14151,7 +14173,6 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
     }
     return gdl__finish(op, out);
 }
-
 /* ---- scaled dot-product attention (torch.nn.functional.scaled_dot_product_attention) ----
    The fused path is one backend call each way (attention / attention_backward) and saves only the
    output and a log-sum-exp per query row; the unfused composition below covers what the kernels do not
@@ -14484,7 +14505,7 @@ static int gdl__bw_sdpa(gdl_node *n, const gdl_backend *be) {
     return be->attention_backward(out->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, out->grad->data,
                                   GDL__R(n->saved[0]), delta, gp[0], gp[1], gp[2]);
 }
-/* [impl-ops] The recurrent gate ops behind gdl_nn_lstm / gdl_nn_gru: one time step's gate arithmetic after
+/* src/ops/rnn.h — the recurrent gate ops behind gdl_nn_lstm / gdl_nn_gru: one time step's gate arithmetic after
    the two GEMMs, as one op (one kernel forward, one backward) instead of a dozen elementwise ops, each
    with its own output and tape node. bf16 / f16 inputs run on f32 copies (the GDL__LOWP hook),
    the result in gx's dtype. */
@@ -14557,6 +14578,10 @@ static int gdl__bw_gru_gates(gdl_node *n, const gdl_backend *be) {
     return be->gru_gates_backward(hp->shape[0], hp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(hp),
                                   GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(hp));
 }
+/* src/ops/shape.h — the ops that move elements without arithmetic: concat,
+   permute, slicing, split and stack, index_select and gather, where and
+   masked_fill, tril and triu. */
+
 /* ---- concat ---- */
 
 GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
@@ -15134,6 +15159,8 @@ static int gdl__bw_tri(gdl_node *n, const gdl_backend *be) {
 
 GPUDL_API gdl_tensor *gdl_tril(gdl_tensor *x, int64_t diagonal) { return gdl__tri_op("gdl_tril", GDL_OP_TRIL, x, diagonal); }
 GPUDL_API gdl_tensor *gdl_triu(gdl_tensor *x, int64_t diagonal) { return gdl__tri_op("gdl_triu", GDL_OP_TRIU, x, diagonal); }
+/* src/ops/nn.h — the network ops: dropout, batch and layer norm, embedding,
+   and the losses. */
 
 /* ---- dropout ---- */
 
@@ -15528,15 +15555,14 @@ GPUDL_API gdl_tensor *gdl_mse_loss(gdl_tensor *input, gdl_tensor *target, gdl_re
 GPUDL_API gdl_tensor *gdl_bce_with_logits(gdl_tensor *input, gdl_tensor *target, gdl_reduction r) {
     return gdl__pointwise_loss("gdl_bce_with_logits", GDL_OP_BCE_WITH_LOGITS, input, target, r);
 }
-
+/* src/ops/op_table.h — the op table (gdl__ops), made from GDL_OP_LIST. */
 /* ---- the op table, made from the op list (GDL_OP_LIST), by gdl_op ---- */
 #define GDL__OP_ROW(id, name, backward, kernel, autocast) {name, backward, kernel, autocast},
 static const gdl__op_info gdl__ops[GDL_OP_COUNT] = {GDL_OP_LIST(GDL__OP_ROW)};
 #undef GDL__OP_ROW
 static const gdl__op_info *gdl__op(int op) { return &gdl__ops[op]; }
-
 /* ---------------------------------------------------------------------------
-   [impl-autograd]   The tape is a list of nodes in creation order, so a walk
+   src/ops/autograd.h   The tape is a list of nodes in creation order, so a walk
    from the newest node back visits every tensor after all its consumers.
    ------------------------------------------------------------------------- */
 
@@ -15786,8 +15812,8 @@ GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad) {
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-formats] IDX, CIFAR-10 binary, safetensors (reader, strict JSON
-   parser, atomic writer). Every function fails with -1 and a message that
+   src/io/idx_cifar.h — the file helpers that src/io/ shares, IDX files and
+   CIFAR-10 binary batches. Every function of src/io/ fails with -1 and a message that
    names the function, the file and the problem; outputs are written only on
    success, and every error path frees what it allocated.
    ------------------------------------------------------------------------- */
@@ -17470,7 +17496,7 @@ fail:
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-data] datasets, transforms, the DataLoader and its worker threads.
+   src/data/loader.h datasets, transforms, the DataLoader and its worker threads.
 
    Loader design. A batch b of an epoch goes to slot b % nslots of a ring of
    host buffers. Slot states: FREE -> FILLING (a worker claimed it) -> READY
@@ -17760,7 +17786,7 @@ GPUDL_API gdl_dataset *gdl_dataset_fashion_mnist(const char *dir_or_NULL, int tr
 }
 
 /* A windows dataset is defined by its tokens: the subset keeps the tokens its windows cover
-   ([api-text], 76_text.h). */
+   (src/api/text.h, src/data/text.h). */
 static gdl_dataset *gdl__ds_windows_subset(const char *fn, const gdl_dataset *ds, int64_t start, int64_t count);
 
 GPUDL_API gdl_dataset *gdl_dataset_subset(const gdl_dataset *ds, int64_t start, int64_t count) {
@@ -18763,7 +18789,7 @@ GPUDL_API int gdl_loader_set_position(gdl_loader *l, uint64_t epoch, int64_t bat
 #undef GDL__TF_DOMAIN
 
 /* ---------------------------------------------------------------------------
-   [impl-text] text data: char and word vocabularies, language-modelling
+   src/data/text.h text data: char and word vocabularies, language-modelling
    windows, padded labelled text, strfile (fortune) readers, the fixed
    content-hash split, sampling with temperature and top-k.
    ------------------------------------------------------------------------- */
@@ -19874,9 +19900,9 @@ GPUDL_API int gdl_sample_logits(gdl_tensor *logits, double temperature, int top_
     return rc;
 }
 /* ---------------------------------------------------------------------------
-   [impl-nn]   Modules, optimizers, learning-rate schedulers. Front end only:
-   modules call the ops of [api-ops]; optimizers call the backends'
-   multi-tensor sgd_multi/adam_multi once per device and step.
+   src/nn/modules.h — modules (PyTorch's nn.Module): the built-in layers, their
+   forward, tree walks (parameters, state, devices, modes) and the summary.
+   Front end only: modules call the ops of src/api/ops.h.
    ------------------------------------------------------------------------- */
 
 enum {
@@ -19965,7 +19991,7 @@ static const char *gdl__nn_label(const gdl_module *m) {
     return s;
 }
 
-/* the recurrent modules ([impl-nn], src/80r_nn_rnn.h) */
+/* the recurrent modules (src/nn/, src/nn/rnn.h) */
 static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n);
 static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0,
                                gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn);
@@ -20726,8 +20752,8 @@ GPUDL_API int gdl_module_train(gdl_module *m, int on) {
 
 GPUDL_API int gdl_module_is_training(const gdl_module *m) { return m ? m->training : 0; }
 
-static int gdl__qlayer_to(gdl_module *m, gdl_device dev);                   /* [impl-quant] */
-static int gdl__qlayer_first_device(const gdl_module *m, gdl_device *d);    /* [impl-quant] */
+static int gdl__qlayer_to(gdl_module *m, gdl_device dev);                   /* src/quant/ */
+static int gdl__qlayer_first_device(const gdl_module *m, gdl_device *d);    /* src/quant/ */
 GPUDL_API int gdl_module_to(gdl_module *m, gdl_device dev) {
     int i;
     if (!m) {
@@ -20969,7 +20995,7 @@ static int gdl__nn_count_modules(const gdl_module *m) {
     return n;
 }
 
-/* (84_quant.h) a quantized module's parameter count (int8 weights, bias) and bytes; 0 for the others */
+/* (src/quant/) a quantized module's parameter count (int8 weights, bias) and bytes; 0 for the others */
 static int64_t gdl__quant_params(const gdl_module *m, int64_t *bytes);
 
 static void gdl__nn_param_totals(const gdl_module *m, int64_t *total, int64_t *trainable, int64_t *buffers) {
@@ -21227,7 +21253,7 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
     return u->batch_first ? o : gdl_transpose(o, 0, 1);
 }
 /* ---------------------------------------------------------------------------
-   [impl-nn] ResNet's BasicBlock (torchvision.models.resnet.BasicBlock), made
+   src/nn/resnet.h — ResNet's BasicBlock (torchvision.models.resnet.BasicBlock), made
    of the built-in modules under torchvision's names, so a state_dict moves
    between the two: conv1, bn1, conv2, bn2 and, where the stride or the width
    changes, downsample (0: a 1x1 convolution, 1: its BatchNorm).
@@ -21287,8 +21313,8 @@ GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int 
     }
     return m;
 }
-/* [impl-nn] nn.TransformerEncoderLayer and nn.TransformerEncoder as custom modules over nn.MultiheadAttention
-   (80a), Linear, LayerNorm and Dropout children under PyTorch's names; the positional embeddings; weight tying
+/* src/nn/transformer.h — nn.TransformerEncoderLayer and nn.TransformerEncoder as custom modules over nn.MultiheadAttention
+   (src/nn/attention.h), Linear, LayerNorm and Dropout children under PyTorch's names; the positional embeddings; weight tying
    (a parameter entry that refers to another module's tensor without owning it). */
 
 typedef struct gdl__tfm_cfg {
@@ -21641,7 +21667,7 @@ GPUDL_API int gdl_module_tie(gdl_module *root, const char *name, const char *tar
     return 0;
 }
 
-/* (86_checkpoints.h) the tensor that a tied parameter's (unprefixed) name refers to, NULL when name is not one */
+/* (src/train/checkpoints.h) the tensor that a tied parameter's (unprefixed) name refers to, NULL when name is not one */
 static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name) {
     const char *leaf = NULL;
     gdl_module *o;
@@ -21654,11 +21680,11 @@ static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name) {
         if (o->param[i].tied && !strcmp(o->param[i].name, leaf)) return o->param[i].t;
     return NULL;
 }
-/* [impl-nn] The recurrent modules: nn.LSTM and nn.GRU (gdl_nn_lstm, gdl_nn_gru and their forwards).
+/* src/nn/rnn.h — the recurrent modules: nn.LSTM and nn.GRU (gdl_nn_lstm, gdl_nn_gru and their forwards).
    Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in),
    then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates).
    Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy.
-   gdl_quantize_dynamic's copies (DynamicQuantizedLSTM / GRU, [impl-quant]) run here too: flagged
+   gdl_quantize_dynamic's copies (DynamicQuantizedLSTM / GRU, src/quant/) run here too: flagged
    GDL__RNN_QUANT, they hold no parameters but, per layer and direction, the two projections as int8
    children (ih, hh), which take the place of the two gdl_linear calls. */
 
@@ -22074,7 +22100,7 @@ static void gdl__opt_release_devs(gdl_optimizer *opt) {
 }
 
 static void gdl__scaler_forget(gdl_grad_scaler *s, gdl_optimizer *opt);
-static void gdl__ema_detach(struct gdl_ema *e); /* [impl-nn] 81b */
+static void gdl__ema_detach(struct gdl_ema *e); /* src/train/ema.h */
 GPUDL_API void gdl_optim_free(gdl_optimizer *opt) {
     int i;
     if (!opt) return;
@@ -22779,7 +22805,7 @@ static int gdl__step_update(const char *op, gdl_optimizer *opt) {
     return 0;
 }
 
-static int gdl__ema_step(const char *op, struct gdl_ema *e); /* [impl-nn] 81b */
+static int gdl__ema_step(const char *op, struct gdl_ema *e); /* src/train/ema.h */
 static int gdl__step(gdl_optimizer *opt) {
     const char *op = "gdl_step";
     gdl_opt_tensor *t;
@@ -23042,6 +23068,8 @@ GPUDL_API gdl_tensor *gdl_ema_tensor(gdl_ema *e, const gdl_tensor *t) {
     if (!(a = gdl__ema_of(e, t))) gdl__set_error("gdl_ema_tensor: %s %s is not averaged by this EMA", gdl_dtype_name(t->dtype), gdl_shape_str(t));
     return a;
 }
+/* src/train/gradscaler.h — GradScaler (torch.amp.GradScaler). */
+
 /* ---- GradScaler (torch.amp.GradScaler) ----
    The scale, the growth tracker and found_inf are tensors on the device of
    the first loss scaled; every call queues work on that device and reads
@@ -23413,7 +23441,8 @@ GPUDL_API int gdl_grad_scaler_set_state(gdl_grad_scaler *s, double scale, int64_
     s->pending_tracker = growth_tracker;
     return 0;
 }
-
+/* src/train/clip_grad.h — gdl_clip_grad_norm and the optimizer's clip: one
+   fused backend call per device, no read back unless the norm is asked for. */
 /* The gradients of params, all on one device, clipped there by one backend
    call (no read back); the norm goes to *dnorm (device memory) if given.
    0; 1 when the gradients are on several devices (the caller clips them
@@ -23541,7 +23570,8 @@ GPUDL_API double gdl_optim_clip_grad_norm(gdl_optimizer *opt, double max_norm) {
     r = gdl_clip_grad_norm(ps, opt->nparams, max_norm);
     return r;
 }
-
+/* src/train/optimizer_state.h — an optimizer's state from outside: master
+   weights, its state tensors, the step, the groups' learning rate and momentum. */
 GPUDL_API int gdl_optim_set_master_weights(gdl_optimizer *opt, gdl_dtype dt) {
     const char *op = "gdl_optim_set_master_weights";
     gdl_dtype was;
@@ -23700,7 +23730,6 @@ GPUDL_API int gdl_optim_set_momentum(gdl_optimizer *opt, int group, double momen
     else g->beta1 = momentum;
     return gdl__opt_push_hyper("gdl_optim_set_momentum", opt);
 }
-
 /* ---------------------------------------------------------------------------
    Learning-rate schedulers
    ------------------------------------------------------------------------- */
@@ -23967,7 +23996,9 @@ GPUDL_API void gdl_scheduler_free(gdl_scheduler *s) {
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-quant]  Quantized modules ([api-quant]): dynamic quantization of
+   src/quant/quantize.h — quantized tensors (quantize_per_tensor, dequantize)
+   and the activation observers. The folder, src/quant/: quantized modules
+   (src/api/quant.h): dynamic quantization of
    Linear, LSTM and GRU, static post-training quantization of Linear and
    Conv2d (observers, prepare / calibrate / convert), QAT, model copies (weight
    tying kept), sizes, safetensors files. The layers run on the backend
@@ -24190,6 +24221,8 @@ static void gdl__qobs_range(const gdl__qobs *o, float *lo, float *hi) {
     if (first > 0) *lo = (float)(o->lo + first * w); /* bin 0 keeps the exact minimum */
     if (last >= 0 && last < GDL__QHIST_BINS - 1) *hi = (float)(o->lo + (last + 1) * w);
 }
+/* src/quant/layers.h — the quantized layers and where they run, and fake
+   quantization for QAT. */
 
 /* ---- quantized layers: DynamicQuantizedLinear, QuantizedLinear(ReLU), QuantizedConv(ReLU)2d ---- */
 
@@ -24450,7 +24483,7 @@ static int gdl__qlayer_act_params(const gdl_module *m, const gdl__qlayer *q, con
     return gdl_choose_qparams(mm[0], mm[1], 0, gdl__qlayer_qmax(q), sa, za);
 }
 
-/* The forward of every quantized layer (see [api-quant]), on the backend of the layer's device: quantize
+/* The forward of every quantized layer (see src/api/quant.h), on the backend of the layer's device: quantize
    (the image, for a convolution then its u8 columns per sample), the int8 GEMM, the epilogue. */
 static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
     const gdl__qlayer *q = (const gdl__qlayer *)m->user, *ws = gdl__qlayer_wsrc(q);
@@ -24602,6 +24635,8 @@ GPUDL_API gdl_tensor *gdl_fake_quantize(gdl_tensor *x, float scale, int32_t zero
     }
     return gdl__fake_quant(op, x, 0, &scale, &zero_point, qmin, qmax);
 }
+/* src/quant/prepare.h — observed layers (prepare / calibrate), model copies
+   and weight tying in copies. */
 
 /* ---- observed layers (prepare): the float layer, its input and output watched ---- */
 
@@ -24899,12 +24934,13 @@ static void gdl__qties_resolve(gdl__qties *T) {
     }
     GPUDL_FREE(done);
 }
+/* src/quant/rnn.h — the recurrent modules, dynamically quantized. */
 
 /* ---- the recurrent modules, dynamically quantized ----
    torch.ao.nn.quantized.dynamic.LSTM / GRU: per layer and direction, the input and hidden projections
    become DynamicQuantizedLinear children "ih_l<l>" / "hh_l<l>" ("_reverse" for the backward direction)
    with the biases b_ih, b_hh; the module keeps nn.LSTM's kind and configuration (flagged GDL__RNN_QUANT),
-   so [impl-nn]'s recurrence runs it: the input projection of a whole sequence at once (one activation
+   so src/nn/'s recurrence runs it: the input projection of a whole sequence at once (one activation
    scale for all its steps, as PyTorch's CPU path), the hidden one per step, the gates in f32. */
 static gdl_module *gdl__qrnn_new(const char *op, const gdl_module *m, const gdl_qconfig *qc) {
     const int D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, bias = (int)m->ia[GDL__RNN_BIAS], per = bias ? 4 : 2;
@@ -25163,6 +25199,7 @@ GPUDL_API int64_t gdl_module_nbytes(const gdl_module *m) {
     for (i = 0; i < m->nchild; i++) n += gdl_module_nbytes(m->child[i]);
     return n;
 }
+/* src/quant/files.h — quantized models' safetensors files. */
 
 /* ---- files ----
    One list of a quantized model's tensors (name, dtype, shape, where the
@@ -25530,7 +25567,7 @@ GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
     return rc;
 }
 /* ---------------------------------------------------------------------------
-   [impl-train]   fit / evaluate with progress output, and checkpoints.
+   src/train/fit.h   fit / evaluate with progress output, and gdl_fit's CUDA graphs.
    ------------------------------------------------------------------------- */
 GPUDL_API double gdl_now(void) { return gdl__os_wall_seconds(); }
 
@@ -25847,11 +25884,11 @@ static FILE *gdl__csv_resume(const char *path, int64_t from) {
 
 static int gdl__error_is_oom(void) { return strstr(gdl__err, "out of memory") != NULL; }
 
-/* [impl-dist]: a pass's sums over every rank (in double) */
+/* src/dist/: a pass's sums over every rank (in double) */
 static int gdl__dist_pass_sum(gdl__pass *p);
-/* [impl-dist]: v[0..n-1] summed (max: the largest) over every rank, within the timeout; as is in one process */
+/* src/dist/: v[0..n-1] summed (max: the largest) over every rank, within the timeout; as is in one process */
 static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int n, int max);
-/* [impl-dist]: every rank says whether its part (what) worked: 0 when all did. A rank that failed keeps
+/* src/dist/: every rank says whether its part (what) worked: 0 when all did. A rank that failed keeps
    its own error; the others get one saying how many failed. */
 static int gdl__dist_agree(const char *op, const char *what, int ok);
 
@@ -25903,7 +25940,7 @@ static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optim
     return gdl_step(opt);
 }
 
-/* gdl_fit's CUDA graphs ([api-graph]): one per input buffer and batch shape.
+/* gdl_fit's CUDA graphs (src/api/graph.h): one per input buffer and batch shape.
    The loader delivers a GPU's batches into two fixed device buffers in turn
    (gdl__loader_deliver: its events order each copy after the steps that read
    the buffer before), so a graph recorded on each buffer reads the batch
@@ -26020,7 +26057,7 @@ typedef struct gdl__fit_run {
     gdl__fit_graph graphs[GDL__FIT_GRAPHS];
     int epoch, micro; /* the epoch under way; micro-batches of the optimizer step so far */
     int64_t b;        /* its batches so far */
-    int preempted;    /* opts.preempt: the signal that stopped the run ([impl-cluster]) */
+    int preempted;    /* opts.preempt: the signal that stopped the run (src/dist/cluster.h) */
     double t0;        /* when it started (earlier on resume: its time before the checkpoint counts) */
     double es_best, best; /* the monitored figure: best by more than min_delta (early stopping), best at all */
     int es_wait, stopped; /* epochs since es_best improved; early stopping ended the run */
@@ -26292,7 +26329,7 @@ static int gdl__fit_checkpoint(gdl__fit_run *r) {
     return rc;
 }
 
-/* [impl-cluster]: after a step, a preemption signal's checkpoint and stop (0 go on, 1 stopped, -1) */
+/* src/dist/cluster.h: after a step, a preemption signal's checkpoint and stop (0 go on, 1 stopped, -1) */
 static int gdl__fit_preempt(gdl__fit_run *r);
 
 /* The progress bar, when one is due: the only read of the device in a step. */
@@ -26440,7 +26477,7 @@ GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, cons
                       gdl_epoch_stats *history) {
     gdl__fit_run r;
     int epoch, rc = 0, catching = opts && opts->preempt;
-    if (catching && gdl_preempt_catch(1) < 0) return -1; /* [impl-cluster] */
+    if (catching && gdl_preempt_catch(1) < 0) return -1; /* src/dist/cluster.h */
     if (gdl__fit_begin(&r, m, train, opt, opts, history) < 0) {
         if (catching) gdl_preempt_catch(0);
         return -1;
@@ -26473,7 +26510,7 @@ typedef struct gdl__ckpt {
     int prefixed;                     /* model names carry "model." */
 } gdl__ckpt;
 
-/* (80c_nn_transformer.h) the tensor a tied parameter's name refers to, NULL when name is not one */
+/* (src/nn/transformer.h) the tensor a tied parameter's name refers to, NULL when name is not one */
 static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name);
 
 /* the tensor file name `name` refers to under a tied parameter's name, NULL when none */
@@ -27151,7 +27188,7 @@ GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-graph]   gdl_graph_capture / replay: the backend records the
+   src/train/graph.h   gdl_graph_capture / replay: the backend records the
    compute stream; here are the warm-up, the arena resets and the errors.
    ------------------------------------------------------------------------- */
 
@@ -27194,7 +27231,7 @@ static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(
         char why[sizeof gdl__err];
         snprintf(why, sizeof why, "%s", gdl_last_error());
         g->be->graph_end(&g->exec);
-        gdl__set_error("%s: the step cannot be captured on %s: %s (MANUAL [api-graph]: no host reads, new "
+        gdl__set_error("%s: the step cannot be captured on %s: %s (MANUAL src/api/graph.h: no host reads, new "
                        "tensors or dropout inside a captured step)",
                        op, gdl_device_str(dev), why);
         goto fail;
@@ -27255,7 +27292,9 @@ GPUDL_API void gdl_graph_free(gdl_graph *g) {
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-dist]   The launcher's environment and the collectives (MPI).
+   src/dist/launch.h — the state of the process group, the launcher's integer
+   variables, MPI's errors. The other parts of src/dist/: the rendezvous, the
+   process group, the collectives, DDP, the workload managers.
    ------------------------------------------------------------------------- */
 
 #ifdef GPUDL_MPI
@@ -27312,6 +27351,8 @@ static int gdl__mpi_fail(const char *op, const char *call, int rc) {
 static const gdl_backend *gdl__dist_gpu(void) {
     return gdl__cuda_registry && gdl_cuda_device_count() > 0 ? gdl__cuda_registry->backend() : NULL;
 }
+/* src/dist/rendezvous.h — NCCL's id from rank 0 to every rank over TCP,
+   where there is no MPI. */
 
 /* ---- the rendezvous without MPI: NCCL's id from rank 0 over TCP, as torchrun's
    env:// store. Rank 0 listens at MASTER_PORT; every other rank connects to
@@ -27458,7 +27499,7 @@ static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id,
     return 0;
 }
 
-/* [impl-cluster]: MASTER_ADDR / MASTER_PORT, or what Kubeflow or srun's node list give ("" unset); 0 / -1 */
+/* src/dist/cluster.h: MASTER_ADDR / MASTER_PORT, or what Kubeflow or srun's node list give ("" unset); 0 / -1 */
 static int gdl__cluster_master(const char *op, char *addr, size_t alen, char *port, size_t plen);
 
 /* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
@@ -27485,6 +27526,9 @@ static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *i
 
 /* The communicator of CUDA device dev, made at the first collective on it (NCCL's id was handed round
    at init). The GPU backend, made current; NULL + error. */
+/* src/dist/process_group.h — the process group: the launcher's environment
+   read, gdl_dist_init / shutdown, ranks, timeouts. */
+
 static const gdl_backend *gdl__dist_comm(const char *op, gdl_device dev) {
     const gdl_backend *be = gdl__be(op, dev);
     if (!be) return NULL;
@@ -27521,7 +27565,7 @@ static int gdl__dist_settle(const char *op) {
     return be ? be->comm_sync(0, gdl_dist_timeout()) : -1;
 }
 
-/* [impl-cluster]: an Indexed Job's, a PyTorchJob's or Kubeflow's PET_* rank and size (1), none (0), -1 */
+/* src/dist/cluster.h: an Indexed Job's, a PyTorchJob's or Kubeflow's PET_* rank and size (1), none (0), -1 */
 static int gdl__cluster_env(const char *op, int *rank, int *world, int *local, const char **launcher);
 
 /* gdl_dist_init's environment: the launcher's rank, world size and local rank (none: one process), and
@@ -27533,7 +27577,7 @@ static int gdl__dist_env(const char *op, int *rank, int *world, int *local, cons
         {"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
         {"srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
     const char *v;
-    int k = gdl__cluster_env(op, rank, world, local, launcher); /* [impl-cluster]: Kubernetes' */
+    int k = gdl__cluster_env(op, rank, world, local, launcher); /* src/dist/cluster.h: Kubernetes' */
     if (k < 0) return -1;
     for (k = k ? 3 : 0; k < 3; k++) {
         int i;
@@ -27774,6 +27818,9 @@ GPUDL_API double gdl_dist_timeout(void) { return gdl__dist_timeout_s > 0 ? gdl__
 enum { GDL__TAG_ASK = 1, GDL__TAG_ANSWER = 2 };
 
 /* An MPI call failed: nothing more can be trusted of the communicator. */
+/* src/dist/collectives.h — the collectives (MPI for CPU tensors, NCCL for
+   CUDA tensors), their checks and timeouts. */
+
 static int gdl__dist_fail(const char *op, const char *call, int rc) {
     gdl__mpi_fail(op, call, rc);
     gdl__dist.broken = 1;
@@ -28079,7 +28126,6 @@ GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl
     if (op == GDL_AVG) gdl__dist_divide(out);
     return 0;
 }
-
 /* ---- DistributedDataParallel ---- */
 
 typedef struct gdl__bucket {
@@ -28466,7 +28512,7 @@ GPUDL_API int gdl_dist_barrier(void) {
 }
 
 /* ---------------------------------------------------------------------------
-   [impl-cluster]   What workload managers hand a job: Slurm's host lists (the
+   src/dist/cluster.h   What workload managers hand a job: Slurm's host lists (the
    rendezvous's MASTER_ADDR under srun), the environments of Kubernetes'
    controllers (an Indexed Job, Kubeflow's PyTorchJob and TrainJob), and
    preemption: SIGUSR1 / SIGTERM caught as a flag that gdl_fit (or a
@@ -28815,7 +28861,7 @@ static int gdl__fit_preempt(gdl__fit_run *r) {
     return 1;
 }
 /* ---------------------------------------------------------------------------
-   [impl-monitor]   The allocators' counters (gdl_memory_stats), then NVML.
+   src/runtime/monitor.h   The allocators' counters (gdl_memory_stats), then NVML.
    ------------------------------------------------------------------------- */
 GPUDL_API int gdl_memory_stats(gdl_device dev, gdl_memory_status *s) {
     const gdl_backend *be;

@@ -1,6 +1,6 @@
 /*
 gpudl_cuda.cu — the CUDA backend of gpudl: every kernel of `struct gdl_backend`
-(see the [backend] section of gpudl.h), the cuBLAS GEMM path, and a caching
+(see the src/api/backend.h section of gpudl.h), the cuBLAS GEMM path, and a caching
 device allocator.
 
 Build: one .c file of the program defines GPUDL_IMPLEMENTATION and includes
@@ -2585,7 +2585,7 @@ static int gdl__cu_gru_gates_backward(int64_t B, int64_t H, const float *gx, con
     return 0;
 }
 // ----------------------------------------------------------------------------
-// INT8 (the quantized layers of [api-quant]): the int8 GEMM, quantize,
+// INT8 (the quantized layers of src/api/quant.h): the int8 GEMM, quantize,
 // dequantize, min / max, the u8 columns of a convolution, the epilogue. The
 // arithmetic of quantize and the epilogue is gpudl.h's gdl_q_* (the CPU's).
 //
@@ -2693,7 +2693,7 @@ static int gdl__cu_qgemm_blas(int M, const uint8_t *A, int lda, const gdl__cu_qw
     cudaError_t le = cudaGetLastError();
     const int32_t one = 1, zero = 0;
     cublasStatus_t st = CUBLAS_STATUS_EXECUTION_FAILED;
-    if (le == cudaSuccess) { // row-major C = A W^T is column-major C^T = W^T(op T) A (see 30_gemm.cu)
+    if (le == cudaSuccess) { // row-major C = A W^T is column-major C^T = W^T(op T) A (see cuda/gemm.cu)
         gdl__cu_launches.fetch_add(1, std::memory_order_relaxed);
         st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, q->N, M, q->KP, &one, q->w, CUDA_R_8I, q->KP, S, CUDA_R_8I,
                           q->KP, &zero, C, CUDA_R_32I, ldc, CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);

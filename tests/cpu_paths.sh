@@ -14,7 +14,7 @@
 #
 # Training traces (tests/train_trace.c): the AVX-512, AVX2 and NEON GEMM
 # kernels compute each element of a product as the same chain of fused
-# multiply-adds in the same order (gpudl.h, [impl-gemm]) and the rest of the
+# multiply-adds in the same order (gpudl.h, src/cpu/gemm.h) and the rest of the
 # library does not depend on the target, so those paths must agree bit for
 # bit. The portable kernel rounds each product before adding (no FMA in
 # x86-64's baseline); measured, it stays within 2e-7 relative of the others

@@ -1,4 +1,4 @@
-/* ddp_setup.h — the set-up the data-parallel tests share ([api-dist]):
+/* ddp_setup.h — the set-up the data-parallel tests share (src/api/dist.h):
    tests/test_dist.c (CPU tensors under MPI), tests/test_dist_nccl.c (CUDA
    tensors through NCCL) and tests/dist_faults.c (a rank that fails, an
    elastic restart).

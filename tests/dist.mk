@@ -1,5 +1,5 @@
 # tests/dist.mk — make fragment (included by the top-level Makefile):
-# multi-process training, [api-dist].
+# multi-process training, src/api/dist.h.
 #
 #   make test-dist   the launchers' environments and the loader's shards in one
 #                    process (plain and ASan); then, where MPI is installed

@@ -1,5 +1,5 @@
 /* dist_faults.c — what a distributed job does when a rank fails, and an
-   elastic restart with fewer ranks ([api-dist]). One program, one scenario
+   elastic restart with fewer ranks (src/api/dist.h). One program, one scenario
    per run, driven by tests/test_dist_faults.sh under mpirun:
 
      stall            2 ranks, gdl_fit under DDP; rank 1 stops (SIGSTOP) in

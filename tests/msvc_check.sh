@@ -4,7 +4,7 @@
 # no MSVC here: this is the stand-in (README says so); the MinGW-w64 builds of
 # make test-windows check the Win32 code itself.
 #
-#   1. system headers: outside the platform part (src/40p_platform.h) a part
+#   1. system headers: outside the platform part (src/runtime/platform.h) a part
 #      includes only ISO C headers and the optional libraries' (zlib, MPI,
 #      CBLAS, the SIMD intrinsics): no POSIX-only or Windows header;
 #   2. GCC extensions only under a guard: __attribute__, __builtin_*,
@@ -31,11 +31,11 @@ parts=$(awk '/^[ \t]*#/ || NF == 0 { next } { print "src/" $1 }' src/PARTS)
 allowed='stddef.h stdint.h stdio.h stdlib.h string.h math.h stdarg.h float.h assert.h errno.h time.h limits.h signal.h
          zlib.h mpi.h cblas.h immintrin.h arm_neon.h'
 for f in $parts; do
-    [ "$f" = src/40p_platform.h ] && continue
+    [ "$f" = src/runtime/platform.h ] && continue
     for h in $(sed -n 's/^[ \t]*#[ \t]*include[ \t]*<\([^>]*\)>.*/\1/p' "$f"); do
         case " $(echo $allowed) " in
         *" $h "*) ;;
-        *) fail "$f includes <$h>: system headers other than ISO C's belong in src/40p_platform.h" ;;
+        *) fail "$f includes <$h>: system headers other than ISO C's belong in src/runtime/platform.h" ;;
         esac
     done
 done
@@ -95,7 +95,7 @@ for f in $parts; do
             bad("a GNU statement expression \"({\": " $0)
         if (line ~ /\.\.\./ && line !~ /^[ \t]*#[ \t]*define/ && line !~ /\([^)]*\.\.\.[ \t]*\)/)
             bad("a case range or range designator (...): " $0)
-        if (line ~ /(^|[^A-Za-z0-9_])(_Alignas|alignas)[ \t]*\(|__declspec[ \t]*\([ \t]*align/ && file != "src/40p_platform.h")
+        if (line ~ /(^|[^A-Za-z0-9_])(_Alignas|alignas)[ \t]*\(|__declspec[ \t]*\([ \t]*align/ && file != "src/runtime/platform.h")
             bad("alignment outside GDL__ALIGNAS: " $0)
     }
     END { exit found }' "$f" || status=1

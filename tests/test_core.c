@@ -689,7 +689,7 @@ TEST test_grad_accumulates_and_zeroes(void) {
 }
 
 /* An intermediate's gradient starts unset and the first linear / add / sub backward to reach it stores
-   instead of adding ([impl-autograd]); the others add into it after it: here add(t, t) (one tensor twice),
+   instead of adding (src/ops/autograd.h); the others add into it after it: here add(t, t) (one tensor twice),
    linear(t, t) after an add that wrote t's gradient first, a broadcast sub (which adds into zeros) */
 TEST test_unset_intermediate_grads(void) {
     float a[4] = {1, 2, 3, 4}, o[2] = {1, 1};

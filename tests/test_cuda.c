@@ -2208,7 +2208,7 @@ static enum harness_result lt_fallback_case(gdl_act act, int64_t N, int view, in
     gdl_tensor *x = gdl_randn(2, xs, GPU), *w = gdl_randn(2, ws, GPU), *b = gdl_randn(1, &bs, GPU);
     gdl_tensor *xv, *wv, *bv, *xc, *wc, *bc, *y, *yc, *yu;
     double e;
-    /* the backend's own checks (cuda/46_bias_act.cu) before it asks the heuristic: erf GELU has no epilogue, the
+    /* the backend's own checks (cuda/bias_act.cu) before it asks the heuristic: erf GELU has no epilogue, the
        bias must be 16-byte aligned, GELU's aux output (w needs a gradient) an ld N divisible by 8 */
     int reaches = act != GDL_ACT_GELU && !bo && !(act == GDL_ACT_GELU_TANH && N % 8);
 #ifdef GPUDL_EMU
@@ -2319,7 +2319,7 @@ static int count_of(const char *text, const char *what) {
 }
 #endif
 
-/* The fallback's notice (cuda/46_bias_act.cu): with GPUDL_VERBOSE=1 the first fallback in the process says why,
+/* The fallback's notice (cuda/bias_act.cu): with GPUDL_VERBOSE=1 the first fallback in the process says why,
    with the sizes, on stderr, and no later one does; without it nothing is said. (Once per process: the case
    needs a process in which no fallback ran under GPUDL_VERBOSE, so it is skipped where that is set.) */
 TEST fusion_lt_notice(void) {

@@ -1699,7 +1699,7 @@ SUITE(loader) {
     RUN_TEST(test_batch_survives_arena_reset);
 }
 
-/* ---- text data ([api-text]) --------------------------------------------------- */
+/* ---- text data (src/api/text.h) --------------------------------------------------- */
 
 /* Writes the NUL-terminated s to tmp file name; its path. */
 static const char *write_text(const char *name, const char *s) {

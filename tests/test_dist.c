@@ -1,4 +1,4 @@
-/* test_dist.c — multi-process training pieces ([api-dist]): the launchers'
+/* test_dist.c — multi-process training pieces (src/api/dist.h): the launchers'
    environments (torchrun, mpirun, srun) and each of their errors, the
    loader's DistributedSampler shards, and — built with -DGPUDL_MPI and run
    as `mpirun -np 2 build/test_dist_mpi` — the collectives, the shards

@@ -1,5 +1,5 @@
 /* test_dist_nccl.c — collectives and DDP of CUDA tensors through NCCL
-   ([api-dist]), on the CUDA-on-CPU emulator (tests/cuda_emu/, whose NCCL
+   (src/api/dist.h), on the CUDA-on-CPU emulator (tests/cuda_emu/, whose NCCL
    runs ranks as processes or threads over shared memory).
 
    Run alone, it tests one process: the TCP rendezvous's errors (no

@@ -7,7 +7,7 @@
    (255 * -128 pairs) up to the largest K, bitwise across thread counts, and
    the errors for shapes the GEMM cannot take. And the loops around it that
    the quantized layers run (quantize, dequantize, min-max, the epilogue:
-   vectorised for AVX-512 and AVX2), bit for bit against [backend]'s scalar
+   vectorised for AVX-512 and AVX2), bit for bit against src/api/backend.h's scalar
    definitions (gdl_q_quantize1, gdl_q_epilogue1), through the API: lengths
    and channel counts around the vector widths, NaN, inf, -0, ties and the
    clamps, the static layers' requantization and a convolution's transposed
@@ -200,7 +200,7 @@ TEST test_errors(void) {
     PASS();
 }
 
-/* ---- the INT8 entries' loops, through the API, against [backend]'s scalar definitions ---- */
+/* ---- the INT8 entries' loops, through the API, against src/api/backend.h's scalar definitions ---- */
 
 static volatile float big_v = 12582912.0f; /* gdl_q_round's big, unfoldable */
 

@@ -1,4 +1,4 @@
-/* test_platform.c — the platform part ([impl-platform], src/40p_platform.h) on
+/* test_platform.c — the platform part (src/runtime/platform.h) on
    whatever it is built for: natively on Linux (make test-portability) and as
    a MinGW-w64 program under Wine (make test-windows). Threads, mutexes,
    condition variables, once-only initialisation, atomics, clocks, directory
@@ -395,7 +395,7 @@ TEST sockets_loopback(void) {
 }
 #endif
 
-/* The rendezvous itself ([impl-dist], which gdl_dist_init runs for NCCL jobs without MPI): rank 0 hands its
+/* The rendezvous itself (src/dist/, which gdl_dist_init runs for NCCL jobs without MPI): rank 0 hands its
    id to ranks 1 and 2, threads of this process here; a rank that never comes is named. */
 #if defined(GDL__HAVE_RDV)
 static unsigned char rdv_id[GDL_COMM_ID_BYTES];

@@ -1,4 +1,4 @@
-/* test_pool.c — gpudl's CPU thread pool ([impl-pool] in gpudl.h): every
+/* test_pool.c — gpudl's CPU thread pool (src/runtime/thread_pool.h in gpudl.h): every
    index of a parallel loop done exactly once at any thread count; the thread
    count from the API and the environment; the CPU kernels that run in
    parallel give the same bits with 1 thread and with several; a parallel

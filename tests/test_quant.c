@@ -1,4 +1,4 @@
-/* test_quant.c — INT8 quantization ([api-quant]): PyTorch's quantization
+/* test_quant.c — INT8 quantization (src/api/quant.h): PyTorch's quantization
    parameters (fbgemm's ChooseQuantizationParams, the symmetric weight
    observers) on hand-worked values; DynamicQuantizedLinear against an
    independent reference of the documented arithmetic (weights per channel

@@ -2,7 +2,7 @@
    POSIX-written tests (test_formats, test_data) by tests/windows.mk: the few
    POSIX calls their scaffolding makes (temporary directories, mkdir with a
    mode, setenv), done with the C runtime's Windows equivalents. gpudl itself
-   needs none of this: its own system calls go through [impl-platform].
+   needs none of this: its own system calls go through src/runtime/platform.h.
    getrlimit / setrlimit (tests/win_include/sys/resource.h) fail there, so the
    file-size-limit test skips itself, as it does where setrlimit is refused. */
 #ifndef GPUDL_WIN_COMPAT_H

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tools/amalgamate.sh — gpudl.h and gpudl_cuda.cu are generated: joined, byte
 # for byte, from their parts in src/ and cuda/, in the order of src/PARTS and
-# cuda/PARTS (the one place the order lives). Edit the parts, not the outputs;
+# cuda/PARTS (the one place the order lives). A part is named by its path
+# below src/ or cuda/ (src/api/tensor.h is api/tensor.h in src/PARTS). Edit the parts, not the outputs;
 # the outputs stay committed, so a user still takes one header (and one .cu).
 #
 #   sh tools/amalgamate.sh              write gpudl.h and gpudl_cuda.cu (make amalgamate);
@@ -65,11 +66,11 @@ join_parts() {
     done
 }
 
-# every part file in $1 (named $2, a glob) is listed in $1/PARTS
+# every part file under $1 (its name ending in $2) is listed in $1/PARTS, by
+# its path below $1 (api/tensor.h)
 listed() {
-    for f in "$1"/$2; do
-        [ -f "$f" ] || continue
-        parts "$1" | awk -v p="${f##*/}" '$0 == p { found = 1 } END { exit !found }' ||
+    for f in $(find "$1" -type f -name "*$2" | sort); do
+        parts "$1" | awk -v p="${f#"$1"/}" '$0 == p { found = 1 } END { exit !found }' ||
             { echo "$me: $f is not in $1/PARTS (add it there, or remove it)" >&2; return 2; }
     done
 }
@@ -99,8 +100,8 @@ install_if_changed() {
     echo "$me: wrote $2"
 }
 
-listed src '*.h'
-listed cuda '*.cu*'
+listed src .h
+listed cuda .cu
 
 case $mode in
 write|force)

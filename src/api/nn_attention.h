@@ -1,0 +1,20 @@
+/* ---------------------------------------------------------------------------
+   src/api/nn.h (attention)   nn.MultiheadAttention, on gdl_scaled_dot_product_attention.
+   ------------------------------------------------------------------------- */
+
+/* nn.MultiheadAttention(embed_dim, num_heads, dropout, bias, batch_first) with PyTorch's parameter names and
+   layouts, so state dicts load both ways: in_proj_weight [3E, E] (xavier-uniform), in_proj_bias [3E] (0),
+   out_proj.weight [E, E] (U(+-1/sqrt(E))), out_proj.bias [E] (0); embed_dim a multiple of num_heads, the
+   same for query, key and value (kdim = vdim = embed_dim). dropout drops attention weights in training
+   mode. gdl_forward(m, x) is self-attention without masks. */
+GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_heads, double dropout, int bias,
+                                                 int batch_first);
+/* The attention output for query [N, L, E], key and value [N, S, E] ([L, N, E] and [S, N, E] unless
+   batch_first); key_padding_mask [N, S] and attn_mask [L, S] or [N*num_heads, L, S] may be NULL, each u8
+   (non-zero: the key is LEFT OUT, PyTorch's bool convention for this module, the opposite of
+   gdl_scaled_dot_product_attention's) or additive, of the query's dtype. need_weights=False: only the
+   output. The masks become one additive mask and the attention runs the fused kernels (the unfused
+   composition with dropout in training mode). */
+GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
+                                      gdl_tensor *key_padding_mask, gdl_tensor *attn_mask);
+

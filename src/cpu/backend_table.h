@@ -1,0 +1,69 @@
+/* src/cpu/backend_table.h — the CPU backend's table (gdl__cpu_table), and the
+   entries a CPU has nothing for (timing events, graphs, collectives). */
+
+/* The profiler's and the monitor's entries that a CPU has nothing for: its
+   ops are timed with the host clock, it launches no kernels, it has no PCI
+   bus id. */
+static void *gdl__cpu_timing_event(void) { return NULL; }
+static int gdl__cpu_event_elapsed(void *start, void *end, double *ms) {
+    (void)start;
+    (void)end;
+    (void)ms;
+    gdl__set_error("gdl: the CPU has no timing events (its ops are timed with the host clock)");
+    return -1;
+}
+static int64_t gdl__cpu_launch_count(void) { return -1; }
+static int gdl__cpu_pci_bus_id(int device, char *buf, int len) {
+    (void)device;
+    if (buf && len > 0) buf[0] = 0;
+    gdl__set_error("gdl: the CPU has no PCI bus id");
+    return -1;
+}
+
+/* No graphs on the CPU: gdl_graph_* call the step itself there. */
+static int gdl__cpu_graph_begin(void) {
+    gdl__set_error("gdl: the CPU has no CUDA graphs");
+    return -1;
+}
+static int gdl__cpu_graph_end(void **graph) {
+    *graph = NULL;
+    return gdl__cpu_graph_begin();
+}
+static int gdl__cpu_graph_launch(void *graph) {
+    (void)graph;
+    return gdl__cpu_graph_begin();
+}
+static void gdl__cpu_graph_destroy(void *graph) { (void)graph; }
+
+/* Collectives of CPU tensors are MPI's (src/dist/), not the backend's. */
+static int gdl__cpu_no_comm(void) {
+    gdl__set_error("gdl: the CPU backend has no communicator: collectives of CPU tensors go through MPI");
+    return -1;
+}
+static int gdl__cpu_comm_id(void *id, int bytes) {
+    (void)id;
+    (void)bytes;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_comm_init(int device, const void *id, int world, int rank) {
+    (void)device, (void)id, (void)world, (void)rank;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_collective(int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg,
+                               int root, int join) {
+    (void)kind, (void)send, (void)recv, (void)count, (void)dt, (void)avg, (void)root, (void)join;
+    return gdl__cpu_no_comm();
+}
+static int gdl__cpu_comm_join(void) { return gdl__cpu_no_comm(); }
+static int gdl__cpu_comm_sync(int barrier, double timeout_s) {
+    (void)barrier, (void)timeout_s;
+    return gdl__cpu_no_comm();
+}
+static void gdl__cpu_comm_destroy(void) {}
+
+/* The table is the list's entries in the list's order (the struct is made
+   from the same list): a constant, ready before any thread asks for it. */
+#define GDL__BACKEND_INIT_CPU(ret, entry, params) gdl__cpu_##entry,
+static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CPU)};
+#undef GDL__BACKEND_INIT_CPU
+static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }

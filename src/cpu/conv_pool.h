@@ -1,0 +1,1011 @@
+/* src/cpu/conv_pool.h — im2col / col2im, the convolution's implicit GEMM and direct kernel (conv_implicit), max and average pooling,
+   copy2d, dropout */
+
+/* The conv and pool parts do the planes (n, c) in [lo, hi) of a.g's geometry. */
+static void gdl__im2col_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    int64_t nc, OHW = (int64_t)g->OH * g->OW;
+    for (nc = lo; nc < hi; nc++) {
+        const gdl_real *xp = a.x + nc * g->H * g->W;
+        gdl_real *cp = a.out + nc * g->KH * g->KW * OHW; /* [n][c*KK + kk][ohw] */
+        int kh, kw, oh, ow, lo, hi;
+        for (kh = 0; kh < g->KH; kh++)
+            for (kw = 0; kw < g->KW; kw++) {
+                gdl_real *row = cp + (kh * g->KW + kw) * OHW;
+                gdl__valid_cols(g, kw, &lo, &hi);
+                for (oh = 0; oh < g->OH; oh++) {
+                    int ih = oh * g->SH - g->PH + kh * g->DH;
+                    gdl_real *r = row + oh * g->OW;
+                    int64_t base = (int64_t)ih * g->W + kw * g->DW - g->PW; /* input index of ow = 0 */
+                    if (ih < 0 || ih >= g->H) {
+                        for (ow = 0; ow < g->OW; ow++) r[ow] = 0;
+                        continue;
+                    }
+                    for (ow = 0; ow < lo; ow++) r[ow] = 0;
+                    if (g->SW == 1)
+                        for (ow = lo; ow < hi; ow++) r[ow] = xp[base + ow];
+                    else
+                        for (ow = lo; ow < hi; ow++) r[ow] = xp[base + (int64_t)ow * g->SW];
+                    for (ow = hi; ow < g->OW; ow++) r[ow] = 0;
+                }
+            }
+    }
+}
+static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = x; a.out = col;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__im2col_part, &a);
+    return 0;
+}
+
+/* x: the columns; out: the image they add into */
+static void gdl__col2im_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    int64_t nc, OHW = (int64_t)g->OH * g->OW;
+    for (nc = lo; nc < hi; nc++) {
+        gdl_real *xp = a.out + nc * g->H * g->W;
+        const gdl_real *cp = a.x + nc * g->KH * g->KW * OHW;
+        int kh, kw, oh, ow, lo, hi;
+        for (kh = 0; kh < g->KH; kh++)
+            for (kw = 0; kw < g->KW; kw++) {
+                const gdl_real *row = cp + (kh * g->KW + kw) * OHW;
+                gdl__valid_cols(g, kw, &lo, &hi);
+                for (oh = 0; oh < g->OH; oh++) {
+                    int ih = oh * g->SH - g->PH + kh * g->DH;
+                    const gdl_real *r = row + oh * g->OW;
+                    int64_t base = (int64_t)ih * g->W + kw * g->DW - g->PW;
+                    if (ih < 0 || ih >= g->H) continue;
+                    if (g->SW == 1)
+                        for (ow = lo; ow < hi; ow++) xp[base + ow] += r[ow];
+                    else
+                        for (ow = lo; ow < hi; ow++) xp[base + (int64_t)ow * g->SW] += r[ow];
+                }
+            }
+    }
+}
+static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = col; a.out = x;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &a);
+    return 0;
+}
+
+/* --- convolution without the column matrix (backend entry conv_implicit) --
+   Forward: y[n] = W * col(x[n]), an implicit GEMM whose B packing gathers
+   col(x[n]) from the image (gdl__gemm_pack_conv), bias + activation in the
+   GEMM's epilogue. Weight gradient: gw += sum over n of gy[n] * col(x[n])^T,
+   the same gather, transposed. Input gradient: per sample, on its thread,
+   the sample's columns' gradient W^T * gy[n] in a buffer of that thread
+   (C*KH*KW x OH*OW) and its col2im. Each gives the bits of im2col + GEMM
+   (+ col2im): the same packed values, K blocks, tiles and orders. So the
+   path may be chosen by shape and thread count freely, and test_conv
+   compares them bit for bit.
+   Memory: the forward keeps no columns for the backward (the weight
+   gradient gathers them again from x): the step arena loses C*KH*KW*OH*OW
+   values a sample for each convolution; the input gradient needs one
+   sample's columns a thread instead of the batch's.
+   On x86 the direct kernel (gdl__dconv_kernel, src/cpu/gemm.h) takes the
+   passes it suits (gdl__dconv_pays, gdl__dconv_gx_pays), in the same bits:
+   where the GEMM's packing would cost as much as its products. */
+
+#ifndef GDL__GEMM_CBLAS /* the implicit GEMM is the built-in GEMM's packing */
+/* Which path: -1 by shape (gdl__conv_implicit_pays, gdl__dconv_pays), 0
+   always im2col (conv_implicit declines), 1 the implicit GEMM (or the
+   direct kernel, for a pass it suits) wherever it can run, 2 the same
+   without the direct kernel. For the tests, which compare them. */
+static int gdl__conv_path = -1;
+
+/* Where the implicit GEMM pays (pass as conv_implicit's). Measured on the
+   dev VM's Xeon, natively (AVX-512) and with the AVX2 kernel forced, 2
+   threads: a conv2d_act (ReLU) forward and backward on batch 32-64, the two
+   paths interleaved, 7 pairs (bench/RESULTS.md). The forward took 0.1-0.95x
+   im2col's time on every shape tried (a 28x28 one-channel input 0.1x, 1x1
+   stride 2 0.3x, 2x2 images 0.93x): its im2col was a pass over memory as
+   large as the input times KH*KW, now never written. The weight gradient
+   0.6-1.0x. The input gradient 0.86-0.99x from 8x8 outputs up, a tie at 4x4,
+   but 1.1-1.2x at 2x2: a sample's product is then a few columns wide and the
+   sample-a-task loop costs more than the batch's buffer saves. So all but
+   the input gradient of outputs under 16 pixels, which keeps im2col's
+   col2im. (1x1 stride-1 unpadded convolutions do not come here: the op
+   layer runs them as a GEMM on the input itself.) */
+static int gdl__conv_implicit_pays(int pass, const gdl_conv_geom *g) {
+    return pass != 2 || g->OH * g->OW >= 16;
+}
+
+/* Samples side by side in one GEMM (gdl__gemm_args.span) for the forward and
+   the input gradient, when an image has fewer than GDL__CONV_SPAN_COLS output
+   pixels: one sample's product would leave up to NR-1 of the last tile's
+   columns empty (a 7x7 output fills 49 of 64 on AVX-512) and pack all of W
+   for a few columns. A task takes enough samples for GDL__CONV_SPAN_COLS
+   columns, but no more than an equal share of the threads'. Each output is
+   the same sum of the same products as a sample's own GEMM (K blocks and
+   their order are the same), so the bits do not change. */
+#ifndef GDL__CONV_SPAN_COLS
+#define GDL__CONV_SPAN_COLS 512
+#endif
+static int gdl__conv_span(const gdl_conv_geom *g, int threads) {
+    const int OHW = g->OH * g->OW, share = (g->N + threads - 1) / threads;
+    int nb;
+    if (OHW >= GDL__CONV_SPAN_COLS) return 1;
+    nb = (GDL__CONV_SPAN_COLS + OHW - 1) / OHW;
+    return nb < share ? nb : share;
+}
+
+/* The tasks of the forward (pass 0) and the input gradient (pass 2): task t
+   takes the samples [t*nb, t*nb + nb), side by side when nb > 1. Pass 2 puts
+   their columns' gradient, group by group, into this thread's buffer after
+   its packing buffers (csz elements), then col2im's each sample. */
+typedef struct {
+    gdl__gemm_job j; /* the plan of one group's product for nb samples (each group's is the same shape) */
+    const gdl_conv_geom *g;
+    int pass, groups, OC, act, nb;
+    const gdl_real *x, *w, *gy, *bias;
+    gdl_real *out, *pre;
+    size_t csz;
+} gdl__conv_task_job;
+
+static void gdl__conv_gemm_args(int pass, const gdl_conv_geom *g, int groups, int OC, int gi, int act,
+                                const gdl_real *x, const gdl_real *w, const gdl_real *gy, const gdl_real *bias,
+                                gdl_real *out, gdl_real *pre, gdl__gemm_args *m);
+
+static void gdl__conv_task(void *p, int t, int nt) {
+    const gdl__conv_task_job *d = (const gdl__conv_task_job *)p;
+    const gdl_conv_geom *g = d->g;
+    const int Cg = g->C / d->groups, OCg = d->OC / d->groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
+    const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb;
+    const ptrdiff_t CHW = (ptrdiff_t)g->C * g->H * g->W, OCHW = (ptrdiff_t)d->OC * OHW, CKKHW = (ptrdiff_t)d->groups * CgKK * OHW;
+    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (d->j.asz + d->j.bsz + d->csz);
+    gdl_real *gcol = buf + d->j.asz + d->j.bsz;
+    int gi, s;
+    (void)nt;
+    for (gi = 0; gi < d->groups; gi++) {
+        gdl__gemm_args m;
+        if (d->pass == 0) {
+            gdl__conv_gemm_args(0, g, d->groups, d->OC, gi, d->act, d->x + n0 * CHW, d->w, NULL, d->bias,
+                                d->out + n0 * OCHW, d->pre ? d->pre + n0 * OCHW : NULL, &m);
+            m.sBs = CHW;
+            m.sCs = OCHW;
+        } else {
+            gdl__gemm_args_init(&m, 1, 0, CgKK, OHW, OCg, 1, d->w + (ptrdiff_t)gi * OCg * CgKK, CgKK,
+                                d->gy + n0 * OCHW + (ptrdiff_t)gi * OCg * OHW, OHW, 0, gcol + (ptrdiff_t)gi * CgKK * OHW,
+                                OHW);
+            m.sBs = OCHW;
+            m.sCs = CKKHW;
+        }
+        if (cnt > 1) {
+            m.N = cnt * OHW;
+            m.span = OHW;
+        }
+        gdl__gemm_blocked(&m, 0, m.M, 0, m.N, d->j.mc_blk, d->j.kc_blk, d->j.nc_blk, buf, buf + d->j.asz);
+    }
+    if (d->pass == 2)
+        for (s = 0; s < cnt; s++) {
+            gdl__args a = gdl__args_none();
+            a.g = g; a.x = gcol + s * CKKHW; a.out = d->out + (n0 + s) * CHW;
+            gdl__col2im_part(a, 0, g->C);
+        }
+}
+
+#ifdef GDL__DCONV
+/* The forward and the weight gradient by the direct kernel
+   (gdl__dconv_kernel) where col has at least 64 rows a group and a group at
+   least half a vector tile of output channels: below that the tile's
+   stores and the unused lanes outweigh the packing saved (a one-channel
+   input's 9 rows stay with the implicit GEMM). Measured on the dev VM's
+   Xeon (AVX-512), batch 128, 2 threads, the recipe CNN's 3x3 convolutions
+   (bench/RESULTS.md): 32->64 on 14x14, forward 6.5 -> 3.8 ms, backward
+   12.6 -> 9.2 ms; 64->128 on 7x7, 6.3 -> 3.4 and 12.2 -> 7.4 ms. */
+static int gdl__dconv_pays(const gdl_conv_geom *g, int groups, int OC) {
+    return g->C / groups * g->KH * g->KW >= 64 && OC / groups >= GDL__DCONV_OC / 2;
+}
+
+/* The most bytes of buffers a direct pass takes (in the GEMM's grow-only
+   buffer, kept for the next step); a pass that would need more runs the
+   implicit GEMM, whose buffers are a few blocks a thread. (It also keeps
+   every offset into them, the kernel's int tables, far inside an int.) */
+#ifndef GDL__DCONV_MAX
+#define GDL__DCONV_MAX ((size_t)64 << 20)
+#endif
+
+/* The direct forward's plan: task t does the samples [t*nb, t*nb + nb),
+   copied with their padding into its thread's buffer (tsz elements after
+   the shared wsz), then tile by tile: GDL__DCONV_UR pixels (in the order of
+   the samples' output columns) by GDL__DCONV_OC channels of a group, its K
+   blocks those of the implicit GEMM (kc_blk), then the tile written to its
+   samples' planes and the GEMM's epilogue run on it. */
+typedef struct {
+    const gdl_conv_geom *g;
+    int groups, OC, act, nb, kc_blk, ntile;
+    const gdl_real *x, *bias;
+    gdl_real *out, *pre;
+    const float *wp; /* [group][tile][k][GDL__DCONV_OC]: the weights, zero past the group's channels */
+    const int *ko;   /* col row k's offset in a padded sample */
+    size_t wsz, tsz;
+} gdl__dconv_job;
+
+/* Copy nplanes planes of H x W from x into xp with PH rows and PW columns of zeros written out on each
+   side ([nplanes][H + 2 PH][W + 2 PW]). */
+static void gdl__dconv_pad(const gdl_real *x, int64_t nplanes, int H, int W, int PH, int PW, gdl_real *xp) {
+    const int Hp = H + 2 * PH, Wp = W + 2 * PW;
+    int64_t plane;
+    int ih;
+    for (plane = 0; plane < nplanes; plane++) {
+        const gdl_real *src = x + plane * H * W;
+        gdl_real *dst = xp + plane * Hp * Wp;
+        memset(dst, 0, sizeof(gdl_real) * (size_t)PH * Wp);
+        for (ih = 0; ih < H; ih++) {
+            gdl_real *row = dst + (ptrdiff_t)(PH + ih) * Wp;
+            memset(row, 0, sizeof(gdl_real) * (size_t)PW);
+            memcpy(row + PW, src + (ptrdiff_t)ih * W, sizeof(gdl_real) * (size_t)W);
+            memset(row + PW + W, 0, sizeof(gdl_real) * (size_t)PW);
+        }
+        memset(dst + (ptrdiff_t)(PH + H) * Wp, 0, sizeof(gdl_real) * (size_t)PH * Wp);
+    }
+}
+
+/* A tile's pixels, q0 .. q0+qn-1 counted over the samples' pixels in order (HW a sample, in rows of W):
+   pixel i is pixel qp[i] of sample qs[i], and the kernel reads it at xo[i] = qs sstride + its row rstride
+   + its column cstride. Past qn the last pixel's offset is repeated (those lanes are not stored). */
+static void gdl__dconv_tile(int q0, int qn, int HW, int W, ptrdiff_t sstride, ptrdiff_t rstride, int cstride, int *qs,
+                            int *qp, int *xo) {
+    int s = q0 / HW, pix = q0 % HW, i;
+    for (i = 0; i < GDL__DCONV_UR; i++) {
+        if (i < qn) {
+            qs[i] = s;
+            qp[i] = pix;
+            xo[i] = (int)(s * sstride + (ptrdiff_t)(pix / W) * rstride + pix % W * cstride);
+            if (++pix == HW) {
+                pix = 0;
+                s++;
+            }
+        } else {
+            xo[i] = xo[qn - 1];
+        }
+    }
+}
+
+static void gdl__dconv_task(void *p, int t, int nt) {
+    const gdl__dconv_job *d = (const gdl__dconv_job *)p;
+    const gdl_conv_geom *g = d->g;
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    const int Hp = g->H + 2 * g->PH, Wp = g->W + 2 * g->PW, OHW = g->OH * g->OW;
+    const int Cg = g->C / d->groups, OCg = d->OC / d->groups, K = Cg * g->KH * g->KW;
+    const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb, nq = cnt * OHW;
+    const ptrdiff_t HpWp = (ptrdiff_t)Hp * Wp, CHpWp = g->C * HpWp, OCHW = (ptrdiff_t)d->OC * OHW;
+    gdl_real *xp = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
+    gdl_real *tile = xp + d->tsz - UR * OCT;
+    int xo[UR], qs[UR], qp[UR];
+    int gi, ot, q0, i, o, pc;
+    (void)nt;
+    gdl__dconv_pad(d->x + (int64_t)n0 * g->C * g->H * g->W, (int64_t)cnt * g->C, g->H, g->W, g->PH, g->PW, xp);
+    for (gi = 0; gi < d->groups; gi++) {
+        gdl__gemm_args m; /* the epilogue's: the group's channels are its rows */
+        gdl__gemm_args_init(&m, 0, 0, OCg, OHW, K, 1, NULL, 0, NULL, 0, 0, NULL, OHW);
+        m.bias = d->bias ? d->bias + (ptrdiff_t)gi * OCg : NULL;
+        m.act = d->act;
+        for (ot = 0; ot < d->ntile; ot++) {
+            const float *wt = d->wp + ((size_t)gi * d->ntile + ot) * K * OCT;
+            const int o0 = ot * OCT, on = OCg - o0 < OCT ? OCg - o0 : OCT;
+            for (q0 = 0; q0 < nq; q0 += UR) {
+                const int qn = nq - q0 < UR ? nq - q0 : UR;
+                gdl__dconv_tile(q0, qn, OHW, g->OW, CHpWp, (ptrdiff_t)g->SH * Wp, g->SW, qs, qp, xo);
+                for (pc = 0; pc < K; pc += d->kc_blk)
+                    gdl__dconv_kernel(K - pc < d->kc_blk ? K - pc : d->kc_blk, wt + (size_t)pc * OCT, d->ko + pc,
+                                      xp + (ptrdiff_t)gi * Cg * HpWp, xo, tile, pc == 0);
+                for (o = 0; o < on; o++) /* a channel at a time: the pixels are mostly consecutive in memory */
+                    for (i = 0; i < qn; i++)
+                        d->out[(n0 + qs[i]) * OCHW + (ptrdiff_t)(gi * OCg + o0 + o) * OHW + qp[i]] = tile[i * OCT + o];
+                if (m.bias || d->pre || m.act >= 0)
+                    for (i = 0; i < qn;) { /* the tile's run of each sample */
+                        const int s0 = qs[i], p0 = qp[i];
+                        const ptrdiff_t at = (n0 + s0) * OCHW + (ptrdiff_t)gi * OCg * OHW;
+                        int len = 0;
+                        while (i < qn && qs[i] == s0) {
+                            i++;
+                            len++;
+                        }
+                        gdl__gemm_epi_at(&m, d->out + at, d->pre ? d->pre + at : NULL, o0, on, p0, len);
+                    }
+            }
+        }
+    }
+}
+
+/* The weight gradient by the direct kernel: gw[oc][k] += the sum over the
+   samples in turn, each in the implicit GEMM's K blocks of its pixels, of
+   gy[n][oc][p] * col[n][k][p]. The kernel's vectors run over output
+   channels (gy transposed, [p][GDL__DCONV_OC] a channel tile), its
+   broadcasts read col from the padded input (xo: the rows' offsets), and
+   its k loop runs over the pixels (ko: their offsets). A work item is a
+   tile of GDL__DCONV_UR rows of col by a channel tile of a group, whose sums
+   (acc) go through every sample in order, as the GEMM's segments: the bits
+   do not depend on which thread has the item. Each thread takes its items
+   through the samples a chunk at a time, so that a chunk's padded inputs
+   and transposed gradients are read from its cache by all of them. */
+typedef struct {
+    const gdl_conv_geom *g;
+    int groups, OC, ntile, nk, kc_blk, chunk;
+    const gdl_real *x, *gy;
+    gdl_real *gw;
+    gdl_real *xp;        /* [N][C][Hp][Wp] */
+    gdl_real *gyt;       /* [N][groups][ntile][OHW][OCT], zero past a group's channels */
+    gdl_real *acc;       /* [groups][ntile][nk*UR][OCT] */
+    const int *rowoff;   /* [nk*UR]: col row k's offset in a padded sample, the last repeated past K */
+    const int *po;       /* [OHW]: pixel p's */
+} gdl__dconv_gw_job;
+
+/* Sample t's padded input and transposed output gradient. */
+static void gdl__dconv_gw_prep(void *p, int t, int nt) {
+    const gdl__dconv_gw_job *d = (const gdl__dconv_gw_job *)p;
+    const gdl_conv_geom *g = d->g;
+    enum { OCT = GDL__DCONV_OC };
+    const int OHW = g->OH * g->OW, OCg = d->OC / d->groups;
+    const ptrdiff_t CHpWp = (ptrdiff_t)g->C * (g->H + 2 * g->PH) * (g->W + 2 * g->PW);
+    int gi, ot, o, q, i;
+    (void)nt;
+    gdl__dconv_pad(d->x + (int64_t)t * g->C * g->H * g->W, g->C, g->H, g->W, g->PH, g->PW, d->xp + t * CHpWp);
+    for (gi = 0; gi < d->groups; gi++)
+        for (ot = 0; ot < d->ntile; ot++) {
+            gdl_real *dst = d->gyt + (((size_t)t * d->groups + gi) * d->ntile + ot) * OHW * OCT;
+            const int on = OCg - ot * OCT < OCT ? OCg - ot * OCT : OCT;
+            const gdl_real *src = d->gy + ((ptrdiff_t)t * d->OC + (ptrdiff_t)gi * OCg + ot * OCT) * OHW;
+            for (o = 0; o + 8 <= on; o += 8) { /* 8 channels by 8 pixels at a time */
+                for (q = 0; q + 8 <= OHW; q += 8) gdl__gemm_tr8x8(src + (ptrdiff_t)o * OHW + q, OHW, dst + (size_t)q * OCT + o, OCT);
+                for (; q < OHW; q++)
+                    for (i = 0; i < 8; i++) dst[(size_t)q * OCT + o + i] = src[(ptrdiff_t)(o + i) * OHW + q];
+            }
+            for (; o < OCT; o++)
+                for (q = 0; q < OHW; q++) dst[(size_t)q * OCT + o] = o < on ? src[(ptrdiff_t)o * OHW + q] : 0;
+        }
+}
+
+/* Thread t's share of the work items, from gw and back. */
+static void gdl__dconv_gw_task(void *p, int t, int nt) {
+    const gdl__dconv_gw_job *d = (const gdl__dconv_gw_job *)p;
+    const gdl_conv_geom *g = d->g;
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    const int OHW = g->OH * g->OW, Cg = g->C / d->groups, OCg = d->OC / d->groups, K = Cg * g->KH * g->KW;
+    const int nitems = d->groups * d->ntile * d->nk, i0 = (int)((int64_t)nitems * t / nt),
+              i1 = (int)((int64_t)nitems * (t + 1) / nt);
+    const ptrdiff_t HpWp = (ptrdiff_t)(g->H + 2 * g->PH) * (g->W + 2 * g->PW), CHpWp = g->C * HpWp;
+    int it, s0, s, pc, i, o;
+    for (it = i0; it < i1; it++) { /* the sums start from gw (the GEMM's beta 1) */
+        const int gi = it / (d->ntile * d->nk), ot = it / d->nk % d->ntile, k0 = it % d->nk * UR;
+        gdl_real *a = d->acc + (size_t)it * UR * OCT;
+        for (i = 0; i < UR; i++)
+            for (o = 0; o < OCT; o++) {
+                const int oc = ot * OCT + o;
+                a[i * OCT + o] = oc < OCg && k0 + i < K ? d->gw[((ptrdiff_t)gi * OCg + oc) * K + k0 + i] : 0;
+            }
+    }
+    for (s0 = 0; s0 < g->N; s0 += d->chunk)
+        for (it = i0; it < i1; it++) {
+            const int gi = it / (d->ntile * d->nk), ot = it / d->nk % d->ntile, kt = it % d->nk;
+            const int s1 = g->N - s0 < d->chunk ? g->N : s0 + d->chunk;
+            for (s = s0; s < s1; s++) {
+                const gdl_real *gyt = d->gyt + (((size_t)s * d->groups + gi) * d->ntile + ot) * OHW * OCT;
+                const gdl_real *xs = d->xp + s * CHpWp + (ptrdiff_t)gi * Cg * HpWp;
+                for (pc = 0; pc < OHW; pc += d->kc_blk)
+                    gdl__dconv_kernel(OHW - pc < d->kc_blk ? OHW - pc : d->kc_blk, gyt + (size_t)pc * OCT, d->po + pc,
+                                      xs, d->rowoff + kt * UR, d->acc + (size_t)it * UR * OCT, 0);
+            }
+        }
+    for (it = i0; it < i1; it++) {
+        const int gi = it / (d->ntile * d->nk), ot = it / d->nk % d->ntile, k0 = it % d->nk * UR;
+        const gdl_real *a = d->acc + (size_t)it * UR * OCT;
+        for (i = 0; i < UR && k0 + i < K; i++)
+            for (o = 0; o < OCT && ot * OCT + o < OCg; o++)
+                d->gw[((ptrdiff_t)gi * OCg + ot * OCT + o) * K + k0 + i] = a[i * OCT + o];
+    }
+}
+
+/* The weight gradient by the direct kernel; the caller holds the pool. 0 done, 1 not (no memory, or more
+   than GDL__DCONV_MAX bytes of buffers). */
+static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, const gdl_real *x, const gdl_real *gy,
+                                  gdl_real *gw, int threads) {
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    const int Cg = g->C / groups, OCg = OC / groups, KK = g->KH * g->KW, K = Cg * KK, OHW = g->OH * g->OW;
+    const int Hp = g->H + 2 * g->PH, Wp = g->W + 2 * g->PW;
+    gdl__dconv_gw_job d;
+    size_t xsz, ysz, asz, isz;
+    int *rowoff, *po, k, q;
+    memset(&d, 0, sizeof d);
+    d.g = g; d.groups = groups; d.OC = OC; d.x = x; d.gy = gy; d.gw = gw;
+    d.ntile = (OCg + OCT - 1) / OCT;
+    d.nk = (K + UR - 1) / UR;
+    d.kc_blk = gdl__gemm_block(OHW, GDL__GEMM_KC, 1);
+    xsz = ((size_t)g->N * g->C * Hp * Wp + 15) & ~(size_t)15;
+    ysz = (size_t)g->N * groups * d.ntile * OHW * OCT;
+    asz = (size_t)groups * d.ntile * d.nk * UR * OCT;
+    isz = (size_t)d.nk * UR + (size_t)OHW;
+    if (sizeof(gdl_real) * ((double)xsz + ysz + asz + isz) > (double)GDL__DCONV_MAX ||
+        !gdl__gemm_reserve(xsz + ysz + asz + isz))
+        return 1;
+    d.xp = gdl__gemm_buf;
+    d.gyt = d.xp + xsz;
+    d.acc = d.gyt + ysz;
+    rowoff = (int *)(void *)(d.acc + asz);
+    po = rowoff + (size_t)d.nk * UR;
+    for (k = 0; k < d.nk * UR; k++) {
+        const int r = k < K ? k : K - 1, c = r / KK, kh = r % KK / g->KW, kw = r % g->KW;
+        rowoff[k] = (int)((ptrdiff_t)c * Hp * Wp + (ptrdiff_t)kh * g->DH * Wp + (ptrdiff_t)kw * g->DW);
+    }
+    for (q = 0; q < OHW; q++) po[q] = (int)((ptrdiff_t)(q / g->OW) * g->SH * Wp + (ptrdiff_t)(q % g->OW) * g->SW);
+    d.rowoff = rowoff;
+    d.po = po;
+    /* a chunk's padded inputs and gradients in about 512 KB */
+    d.chunk = (int)(((size_t)128 << 10) / ((size_t)g->C * Hp * Wp + (size_t)groups * d.ntile * OHW * OCT + 1));
+    if (d.chunk < 1) d.chunk = 1;
+    gdl__pool_run(g->N, gdl__dconv_gw_prep, &d);
+    gdl__pool_run(threads, gdl__dconv_gw_task, &d);
+    return 0;
+}
+
+/* The input gradient of a stride-1 convolution by the direct kernel, in
+   the bits of the implicit GEMM + col2im: for each (kh, kw) in turn, the
+   column gradient sum over oc (in the GEMM's K blocks) of w[oc][c][kh][kw]
+   * gy[oc][oh][ow], added into gx at the pixels it reaches (col2im adds
+   only those). The kernel's vectors run over a group's input channels
+   (wq: [tile][kh][kw][oc][OCT]), its broadcasts read gy padded by the
+   kernel's reach less the padding (gq: a task's samples), its k loop runs
+   over the output channels. A tile is GDL__DCONV_UR pixels of gx (in the
+   order of the samples' pixels) by a channel tile; its sums start from gx,
+   as col2im's. Task t does the samples [t*nb, t*nb + nb). */
+typedef struct {
+    const gdl_conv_geom *g;
+    int groups, OC, ntile, nb, kc_blk, Hq, Wq;
+    const gdl_real *w, *gy;
+    gdl_real *gx;
+    const float *wq;
+    const int *ko; /* [OCg]: plane oc's offset in a padded sample of gy */
+    size_t wsz, tsz;
+} gdl__dconv_gx_job;
+
+/* Direct kernel for the input gradient here: stride 1, padding within the kernel's reach (gy's padding
+   is not negative), and the forward's conditions with the roles of C and OC swapped. */
+static int gdl__dconv_gx_pays(const gdl_conv_geom *g, int groups, int OC) {
+    return g->SH == 1 && g->SW == 1 && g->PH <= g->DH * (g->KH - 1) && g->PW <= g->DW * (g->KW - 1) &&
+           g->C / groups * g->KH * g->KW >= 64 && g->C / groups >= GDL__DCONV_OC / 2 && OC / groups >= GDL__DCONV_OC / 2;
+}
+
+static void gdl__dconv_gx_task(void *p, int t, int nt) {
+    const gdl__dconv_gx_job *d = (const gdl__dconv_gx_job *)p;
+    const gdl_conv_geom *g = d->g;
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    const int Cg = g->C / d->groups, OCg = d->OC / d->groups, OHW = g->OH * g->OW, HW = g->H * g->W;
+    const int PT = g->DH * (g->KH - 1) - g->PH, PL = g->DW * (g->KW - 1) - g->PW, Hq = d->Hq, Wq = d->Wq;
+    const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb, nq = cnt * HW;
+    const ptrdiff_t HqWq = (ptrdiff_t)Hq * Wq, OCHqWq = d->OC * HqWq, CHW = (ptrdiff_t)g->C * HW;
+    gdl_real *gq = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
+    gdl_real *acc = gq + d->tsz - 2 * UR * OCT, *part = acc + UR * OCT;
+    int xo[UR], qs[UR], qp[UR], qh[UR], qw[UR];
+    int gi, ct, q0, i, o, kh, kw, pc;
+    (void)nt;
+    /* gy with the padding written out: (PT, PL) each side makes (Hq, Wq) */
+    gdl__dconv_pad(d->gy + (ptrdiff_t)n0 * d->OC * OHW, (int64_t)cnt * d->OC, g->OH, g->OW, PT, PL, gq);
+    for (gi = 0; gi < d->groups; gi++)
+        for (ct = 0; ct < d->ntile; ct++) {
+            const int c0 = ct * OCT, cn = Cg - c0 < OCT ? Cg - c0 : OCT;
+            for (q0 = 0; q0 < nq; q0 += UR) {
+                const int qn = nq - q0 < UR ? nq - q0 : UR;
+                gdl__dconv_tile(q0, qn, HW, g->W, OCHqWq, Wq, 1, qs, qp, xo); /* gx pixels; (qh, qw) for col2im's reach */
+                for (i = 0; i < qn; i++) {
+                    qh[i] = qp[i] / g->W;
+                    qw[i] = qp[i] % g->W;
+                }
+                memset(acc, 0, sizeof(gdl_real) * UR * OCT);
+                for (o = 0; o < cn; o++) /* the sums start from gx; a channel at a time, as below */
+                    for (i = 0; i < qn; i++)
+                        acc[i * OCT + o] = d->gx[(n0 + qs[i]) * CHW + ((ptrdiff_t)gi * Cg + c0 + o) * HW + qp[i]];
+                for (kh = 0; kh < g->KH; kh++)
+                    for (kw = 0; kw < g->KW; kw++) {
+                        /* pixel (ih, iw) reads gy at (ih + PH - kh*DH, iw + PW - kw*DW), padded: + (PT, PL) */
+                        const gdl_real *gs = gq + (ptrdiff_t)gi * OCg * HqWq + (ptrdiff_t)g->DH * (g->KH - 1 - kh) * Wq +
+                                             (ptrdiff_t)g->DW * (g->KW - 1 - kw);
+                        const float *wt = d->wq + ((((size_t)gi * d->ntile + ct) * g->KH + kh) * g->KW + kw) * OCg * OCT;
+                        for (pc = 0; pc < OCg; pc += d->kc_blk)
+                            gdl__dconv_kernel(OCg - pc < d->kc_blk ? OCg - pc : d->kc_blk, wt + (size_t)pc * OCT, d->ko + pc,
+                                              gs, xo, part, pc == 0);
+                        for (i = 0; i < qn; i++) { /* col2im adds only what reaches the pixel */
+                            const int oh2 = qh[i] + g->PH - kh * g->DH, ow2 = qw[i] + g->PW - kw * g->DW;
+                            if (oh2 < 0 || oh2 >= g->OH || ow2 < 0 || ow2 >= g->OW) continue;
+                            for (o = 0; o < OCT; o++) acc[i * OCT + o] = acc[i * OCT + o] + part[i * OCT + o];
+                        }
+                    }
+                for (o = 0; o < cn; o++)
+                    for (i = 0; i < qn; i++)
+                        d->gx[(n0 + qs[i]) * CHW + ((ptrdiff_t)gi * Cg + c0 + o) * HW + qp[i]] = acc[i * OCT + o];
+            }
+        }
+}
+
+/* The input gradient by the direct kernel; the caller holds the pool. 0 done, 1 no memory. */
+static int gdl__dconv_input_grad(const gdl_conv_geom *g, int groups, int OC, const gdl_real *w, const gdl_real *gy,
+                                 gdl_real *gx, int threads) {
+    enum { UR = GDL__DCONV_UR, OCT = GDL__DCONV_OC };
+    const int Cg = g->C / groups, OCg = OC / groups, KK = g->KH * g->KW;
+    gdl__dconv_gx_job d;
+    float *wq;
+    int *ko;
+    int gi, ct, kk, oc, o;
+    memset(&d, 0, sizeof d);
+    d.g = g; d.groups = groups; d.OC = OC; d.w = w; d.gy = gy; d.gx = gx;
+    d.Hq = g->H + g->DH * (g->KH - 1);
+    d.Wq = g->W + g->DW * (g->KW - 1);
+    d.ntile = (Cg + OCT - 1) / OCT;
+    d.kc_blk = gdl__gemm_block(OCg, GDL__GEMM_KC, 1);
+    /* samples a task: about an equal share of the threads', at most 16 */
+    d.nb = (g->N + threads - 1) / threads;
+    if (d.nb > 16) d.nb = 16;
+    d.wsz = ((size_t)groups * d.ntile * KK * OCg * OCT + (size_t)OCg + 15) & ~(size_t)15;
+    d.tsz = (((size_t)d.nb * OC * d.Hq * d.Wq + 15) & ~(size_t)15) + (size_t)2 * UR * OCT;
+    if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
+        !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
+        return 1;
+    wq = gdl__gemm_buf;
+    ko = (int *)(void *)(wq + (size_t)groups * d.ntile * KK * OCg * OCT);
+    for (gi = 0; gi < groups; gi++)
+        for (ct = 0; ct < d.ntile; ct++)
+            for (kk = 0; kk < KK; kk++)
+                for (oc = 0; oc < OCg; oc++) {
+                    float *dst = wq + ((((size_t)gi * d.ntile + ct) * KK + kk) * OCg + oc) * OCT;
+                    for (o = 0; o < OCT; o++) {
+                        const int c = ct * OCT + o;
+                        dst[o] = c < Cg ? w[(((ptrdiff_t)gi * OCg + oc) * Cg + c) * KK + kk] : 0.0f;
+                    }
+                }
+    for (oc = 0; oc < OCg; oc++) ko[oc] = (int)((ptrdiff_t)oc * d.Hq * d.Wq);
+    d.wq = wq;
+    d.ko = ko;
+    gdl__pool_run((g->N + d.nb - 1) / d.nb, gdl__dconv_gx_task, &d);
+    return 0;
+}
+
+/* The forward by the direct kernel; the caller holds the pool. 0 done, 1 no memory (nothing done). */
+static int gdl__dconv_forward(const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x,
+                              const gdl_real *w, const gdl_real *bias, gdl_real *out, gdl_real *pre, int threads) {
+    enum { OCT = GDL__DCONV_OC };
+    const int Cg = g->C / groups, OCg = OC / groups, KK = g->KH * g->KW, K = Cg * KK;
+    const int Hp = g->H + 2 * g->PH, Wp = g->W + 2 * g->PW;
+    gdl__dconv_job d;
+    float *wp;
+    int *ko;
+    int gi, ot, k, o;
+    memset(&d, 0, sizeof d);
+    d.g = g; d.groups = groups; d.OC = OC; d.act = act; d.x = x; d.bias = bias; d.out = out; d.pre = pre;
+    d.nb = gdl__conv_span(g, threads);
+    d.kc_blk = gdl__gemm_block(K, GDL__GEMM_KC, 1);
+    d.ntile = (OCg + OCT - 1) / OCT;
+    d.wsz = ((size_t)groups * d.ntile * K * OCT + (size_t)K + 15) & ~(size_t)15;
+    d.tsz = (((size_t)d.nb * g->C * Hp * Wp + 15) & ~(size_t)15) + (size_t)GDL__DCONV_UR * OCT;
+    if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
+        !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
+        return 1;
+    wp = gdl__gemm_buf;
+    ko = (int *)(void *)(wp + (size_t)groups * d.ntile * K * OCT);
+    for (gi = 0; gi < groups; gi++)
+        for (ot = 0; ot < d.ntile; ot++) {
+            float *wt = wp + ((size_t)gi * d.ntile + ot) * K * OCT;
+            for (k = 0; k < K; k++)
+                for (o = 0; o < OCT; o++) {
+                    const int oc = ot * OCT + o;
+                    wt[(size_t)k * OCT + o] = oc < OCg ? w[((ptrdiff_t)gi * OCg + oc) * K + k] : 0.0f;
+                }
+        }
+    for (k = 0; k < K; k++) {
+        const int c = k / KK, kh = k % KK / g->KW, kw = k % g->KW;
+        ko[k] = (int)((ptrdiff_t)c * Hp * Wp + (ptrdiff_t)kh * g->DH * Wp + (ptrdiff_t)kw * g->DW);
+    }
+    d.wp = wp;
+    d.ko = ko;
+    gdl__pool_run((g->N + d.nb - 1) / d.nb, gdl__dconv_task, &d);
+    return 0;
+}
+#endif
+
+/* Group gi's implicit GEMM of pass 0 (y = W col(x) + bias, act) or 1 (gw += sum over n of gy[n] col(x[n])^T;
+   the samples are its segments). Pass 0's samples are sB = C*H*W, sC = OC*OH*OW apart. */
+static void gdl__conv_gemm_args(int pass, const gdl_conv_geom *g, int groups, int OC, int gi, int act,
+                                const gdl_real *x, const gdl_real *w, const gdl_real *gy, const gdl_real *bias,
+                                gdl_real *out, gdl_real *pre, gdl__gemm_args *m) {
+    const int Cg = g->C / groups, OCg = OC / groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
+    const gdl_real *xg = x + (ptrdiff_t)gi * Cg * g->H * g->W;
+    if (pass == 1) {
+        gdl__gemm_args_init(m, 0, 1, OCg, CgKK, OHW, 1, gy + (ptrdiff_t)gi * OCg * OHW, OHW, xg, 0, 1,
+                            out + (ptrdiff_t)gi * OCg * CgKK, CgKK);
+        m->nseg = g->N;
+        m->sA = (ptrdiff_t)OC * OHW;
+        m->sB = (ptrdiff_t)g->C * g->H * g->W;
+    } else {
+        gdl__gemm_args_init(m, 0, 0, OCg, OHW, CgKK, 1, w + (ptrdiff_t)gi * OCg * CgKK, CgKK, xg, 0, 0,
+                            out + (ptrdiff_t)gi * OCg * OHW, OHW);
+        m->bias = bias ? bias + gi * OCg : NULL;
+        m->pre = pre ? pre + (ptrdiff_t)gi * OCg * OHW : NULL;
+        m->act = act;
+    }
+    m->conv = g;
+}
+#endif
+
+static int gdl__cpu_conv_implicit(int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x,
+                                  const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out,
+                                  gdl_real *pre) {
+#ifdef GDL__GEMM_CBLAS
+    (void)pass; (void)g; (void)groups; (void)OC; (void)act; (void)x; (void)w; (void)gy; (void)bias; (void)out;
+    (void)pre;
+    return 1; /* the packing is the built-in GEMM's */
+#else
+    const int Cg = g->C / groups, OCg = OC / groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
+    const ptrdiff_t CHW = (ptrdiff_t)g->C * g->H * g->W;
+    const int threads = gdl_get_num_threads();
+    gdl__gemm_args m;
+    gdl__gemm_job j;
+    int gi, n, nb;
+    if (gdl__conv_path == 0 || (gdl__conv_path < 0 && !gdl__conv_implicit_pays(pass, g))) return 1;
+    if (g->N <= 0 || OCg <= 0 || CgKK <= 0) return 1;
+    /* the input gradient's tasks are the samples: fewer samples than threads would leave threads idle */
+    if (pass == 2 && threads > 1 && g->N < threads) return 1;
+    if (!gdl__pool_acquire()) return 1; /* another thread's GEMM has the packing buffers */
+#ifdef GDL__DCONV
+    if (pass == 0 && gdl__conv_path != 2 && gdl__dconv_pays(g, groups, OC) &&
+        gdl__dconv_forward(g, groups, OC, act, x, w, bias, out, pre, threads) == 0) {
+        gdl__pool_release();
+        return 0;
+    }
+    if (pass == 2 && gdl__conv_path != 2 && gdl__dconv_gx_pays(g, groups, OC) &&
+        gdl__dconv_input_grad(g, groups, OC, w, gy, out, threads) == 0) {
+        gdl__pool_release();
+        return 0;
+    }
+    if (pass == 1 && gdl__conv_path != 2 && gdl__dconv_pays(g, groups, OC) &&
+        gdl__dconv_weight_grad(g, groups, OC, x, gy, out, threads) == 0) {
+        gdl__pool_release();
+        return 0;
+    }
+#endif
+    nb = gdl__conv_span(g, threads);
+    if (pass == 2 || (pass == 0 && (nb > 1 || (threads > 1 && g->N >= threads &&
+                                               (double)OCg * OHW * CgKK * g->N >= GDL__GEMM_MT_MIN)))) {
+        /* tasks of nb samples (one each when the images are large), each whole on its thread */
+        gdl__conv_task_job d;
+        memset(&d, 0, sizeof d);
+        if (pass == 2)
+            gdl__gemm_args_init(&m, 1, 0, CgKK, nb * OHW, OCg, 1, w, CgKK, gy, OHW, 0, out, OHW);
+        else
+            gdl__conv_gemm_args(0, g, groups, OC, 0, act, x, w, gy, bias, out, pre, &m);
+        m.N = nb * OHW;
+        gdl__gemm_plan(&m, &d.j);
+        d.g = g; d.pass = pass; d.groups = groups; d.OC = OC; d.act = act; d.nb = nb;
+        d.x = x; d.w = w; d.gy = gy; d.bias = bias; d.out = out; d.pre = pre;
+        d.csz = pass == 2 ? ((size_t)g->C * g->KH * g->KW * OHW * nb + 15) & ~(size_t)15 : 0;
+        if (!gdl__gemm_reserve((size_t)threads * (d.j.asz + d.j.bsz + d.csz))) {
+            gdl__pool_release();
+            return 1;
+        }
+        gdl__pool_run((g->N + nb - 1) / nb, gdl__conv_task, &d);
+        gdl__pool_release();
+        return 0;
+    }
+    /* every group's product has the same shape, so one plan sizes the buffers; a grid has at most `threads` cells */
+    gdl__conv_gemm_args(pass, g, groups, OC, 0, act, x, w, gy, bias, out, pre, &m);
+    gdl__gemm_plan(&m, &j);
+    if (!gdl__gemm_reserve((size_t)threads * (j.asz + j.bsz))) {
+        gdl__pool_release();
+        return 1;
+    }
+    for (gi = 0; gi < groups; gi++) {
+        gdl__conv_gemm_args(pass, g, groups, OC, gi, act, x, w, gy, bias, out, pre, &m);
+        j.g = &m;
+        j.tm = j.tn = 1;
+        gdl__gemm_plan_grid(&j, threads);
+        if (pass == 1) { /* one product, K running over the samples in turn */
+            gdl__gemm_held(&j);
+            continue;
+        }
+        for (n = 0; n < g->N; n++) { /* a sample at a time, on the grid's threads */
+            gdl__gemm_args s = m;
+            s.B += n * CHW;
+            s.C += (ptrdiff_t)n * OC * OHW;
+            if (s.pre) s.pre += (ptrdiff_t)n * OC * OHW;
+            j.g = &s;
+            gdl__gemm_held(&j);
+        }
+    }
+    gdl__pool_release();
+    return 0;
+#endif
+}
+
+/* gdl_real's bits, for selects by mask */
+#ifdef GPUDL_DOUBLE
+typedef uint64_t gdl__rbits;
+#else
+typedef uint32_t gdl__rbits;
+#endif
+
+/* v replaces best (and j the index bi) if v is larger, or the first NaN:
+   by bit masks, not branches, since after a ReLU ties and the max's place
+   are random (5x faster than the branches compilers emit for ?: here). */
+#define GDL__MAXSEL(v, j)                                                                       \
+    do {                                                                                         \
+        const gdl__rbits m_ = (gdl__rbits)0 - (gdl__rbits)(((v) > best) | (((v) != (v)) & (best == best))); \
+        gdl__rbits bb_, vb_;                                                                     \
+        memcpy(&bb_, &best, sizeof bb_);                                                         \
+        memcpy(&vb_, &(v), sizeof vb_);                                                          \
+        bb_ ^= (bb_ ^ vb_) & m_;                                                                 \
+        memcpy(&best, &bb_, sizeof bb_);                                                         \
+        bi ^= (bi ^ (uint32_t)(j)) & (uint32_t)m_;                                               \
+    } while (0)
+
+/* One output row of a 2x2, stride-2 max pool (the common case): r0 is the
+   top input row, at plane index base. Vectorised at -O3. */
+static void gdl__maxpool2x2_row(const gdl_real *r0, int W, int32_t base, int OW, gdl_real *y, int32_t *idx) {
+    const gdl_real *r1 = r0 + W;
+    int ow;
+    for (ow = 0; ow < OW; ow++) {
+        const gdl_real b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+        const uint32_t j = (uint32_t)(base + 2 * ow);
+        gdl_real best = r0[2 * ow];
+        uint32_t bi = j;
+        GDL__MAXSEL(b, j + 1);
+        GDL__MAXSEL(c, j + (uint32_t)W);
+        GDL__MAXSEL(d, j + (uint32_t)W + 1);
+        y[ow] = best;
+        idx[ow] = (int32_t)bi;
+    }
+}
+
+static void gdl__maxpool_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    int64_t p;
+    for (p = lo; p < hi; p++) {
+        const gdl_real *xp = a.x + p * g->H * g->W;
+        int oh, ow, kh, kw;
+        if (g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->PH == 0 && g->PW == 0) {
+            const int W = g->W, OH = g->OH, OW = g->OW;
+            for (oh = 0; oh < OH; oh++)
+                gdl__maxpool2x2_row(xp + 2 * oh * W, W, 2 * oh * W, OW, a.out + (p * OH + oh) * OW,
+                                    a.idx + (p * OH + oh) * OW);
+            continue;
+        }
+        if (g->PH == 0 && g->PW == 0 && g->DH == 1 && g->DW == 1) { /* every window inside the plane */
+            for (oh = 0; oh < g->OH; oh++)
+                for (ow = 0; ow < g->OW; ow++) {
+                    int32_t base = oh * g->SH * g->W + ow * g->SW, bi = base;
+                    gdl_real best = xp[base];
+                    for (kh = 0; kh < g->KH; kh++)
+                        for (kw = 0; kw < g->KW; kw++) {
+                            int32_t j = base + kh * g->W + kw;
+                            gdl_real v = xp[j];
+                            /* first max; first NaN wins. Branch-free: the max's place is random */
+                            int take = (v > best) | ((v != v) & (best == best));
+                            best = take ? v : best;
+                            bi = take ? j : bi;
+                        }
+                    a.out[(p * g->OH + oh) * g->OW + ow] = best;
+                    a.idx[(p * g->OH + oh) * g->OW + ow] = bi;
+                }
+            continue;
+        }
+        for (oh = 0; oh < g->OH; oh++)
+            for (ow = 0; ow < g->OW; ow++) {
+                gdl_real best = (gdl_real)-INFINITY;
+                int32_t bi = -1;
+                for (kh = 0; kh < g->KH; kh++) {
+                    int ih = oh * g->SH - g->PH + kh * g->DH;
+                    if (ih < 0 || ih >= g->H) continue;
+                    for (kw = 0; kw < g->KW; kw++) {
+                        int iw = ow * g->SW - g->PW + kw * g->DW;
+                        if (iw < 0 || iw >= g->W) continue;
+                        gdl_real v = xp[ih * g->W + iw];
+                        if (bi < 0 || v > best || (v != v && best == best)) { /* first max; first NaN wins */
+                            best = v;
+                            bi = ih * g->W + iw;
+                        }
+                    }
+                }
+                a.out[(p * g->OH + oh) * g->OW + ow] = best;
+                a.idx[(p * g->OH + oh) * g->OW + ow] = bi < 0 ? 0 : bi;
+            }
+    }
+}
+static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = x; a.out = y; a.idx = idx;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__maxpool_part, &a);
+    return 0;
+}
+
+/* Each plane's indices point into that plane of gx only: the planes are
+   independent tasks, each summed in the order of its outputs. An unset gx
+   (accumulate 0) is zeroed a plane at a time, so that the adds that follow
+   find it in cache rather than after a pass over the whole gradient. */
+static void gdl__maxpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    const int64_t OHW = (int64_t)g->OH * g->OW, HW = (int64_t)g->H * g->W;
+    int64_t p, o;
+    for (p = lo; p < hi; p++) {
+        gdl_real *gxp = a.out + p * HW;
+        const gdl_real *gyp = a.gy + p * OHW;
+        const int32_t *ip = a.argmax + p * OHW;
+        if (!a.accumulate) memset(gxp, 0, (size_t)HW * sizeof *gxp);
+        for (o = 0; o < OHW; o++) gxp[ip[o]] += gyp[o];
+    }
+}
+static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx,
+                                     int beta) {
+    gdl__args a = gdl__args_none();
+    a.g = g; a.gy = gy; a.argmax = idx; a.out = gx; a.accumulate = beta;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW, gdl__maxpool_backward_part, &a);
+    return 0;
+}
+
+static void gdl__avgpool_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    int64_t p;
+    for (p = lo; p < hi; p++) {
+        const gdl_real *xp = a.x + p * g->H * g->W;
+        int oh, ow, kh, kw;
+        for (oh = 0; oh < g->OH; oh++)
+            for (ow = 0; ow < g->OW; ow++) {
+                double s = 0;
+                for (kh = 0; kh < g->KH; kh++) {
+                    int ih = oh * g->SH - g->PH + kh;
+                    if (ih < 0 || ih >= g->H) continue;
+                    for (kw = 0; kw < g->KW; kw++) {
+                        int iw = ow * g->SW - g->PW + kw;
+                        if (iw >= 0 && iw < g->W) s += xp[ih * g->W + iw];
+                    }
+                }
+                a.out[(p * g->OH + oh) * g->OW + ow] = (gdl_real)(s / (g->KH * g->KW));
+            }
+    }
+}
+static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
+    gdl__args a = gdl__args_none();
+    a.g = g; a.x = x; a.out = y;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_part, &a);
+    return 0;
+}
+
+static void gdl__avgpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    int64_t p;
+    for (p = lo; p < hi; p++) {
+        gdl_real *xp = a.out + p * g->H * g->W;
+        int oh, ow, kh, kw;
+        for (oh = 0; oh < g->OH; oh++)
+            for (ow = 0; ow < g->OW; ow++) {
+                gdl_real v = a.gy[(p * g->OH + oh) * g->OW + ow] / (gdl_real)(g->KH * g->KW);
+                for (kh = 0; kh < g->KH; kh++) {
+                    int ih = oh * g->SH - g->PH + kh;
+                    if (ih < 0 || ih >= g->H) continue;
+                    for (kw = 0; kw < g->KW; kw++) {
+                        int iw = ow * g->SW - g->PW + kw;
+                        if (iw >= 0 && iw < g->W) xp[ih * g->W + iw] += v;
+                    }
+                }
+            }
+    }
+}
+static int gdl__cpu_avgpool_backward(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
+    gdl__args a = gdl__args_none();
+    a.g = g; a.gy = gy; a.out = gx;
+    gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_backward_part, &a);
+    return 0;
+}
+
+static int gdl__cpu_copy2d(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst,
+                           int64_t dld, int accumulate) {
+    int64_t r, c;
+    for (r = 0; r < rows; r++) {
+        if (accumulate)
+            for (c = 0; c < cols; c++) dst[r * dld + c] += src[r * sld + c];
+        else
+            memmove(dst + r * dld, src + r * sld, sizeof(gdl_real) * (size_t)cols);
+    }
+    return 0;
+}
+
+/* Dropout's mask in vectors: gdl_hash64 in 64-bit lanes, and element i kept iff its hash's top 24 bits r
+   reach gdl__dropout_threshold(p). That is gdl_dropout_keep's r / 2^24 >= p without the conversion to
+   double (both sides exact: r is an integer and p * 2^24 a power-of-two scaling), so the same mask. gcc at
+   -O2, the examples' build, vectorises neither loop on its own, nor at -O3 with AVX2 only (no 64-bit
+   multiply: three 32-bit ones here). The range [lo, hi) starts at a multiple of 16 (gdl__pfor_bound), so
+   the scalar tail holds the same indices for any thread count. */
+#if !defined(GPUDL_DOUBLE) && defined(__AVX512F__) && defined(__AVX512DQ__)
+#include <immintrin.h>
+#define GDL__DROPOUT_LANES 16
+typedef __mmask16 gdl__dmask;
+static inline __m512i gdl__hash64x8(uint64_t seed, int64_t i) { /* gdl_hash64(seed, i .. i + 7) */
+    __m512i z = _mm512_add_epi64(_mm512_set1_epi64((long long)(i + 1)), _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
+    z = _mm512_add_epi64(_mm512_set1_epi64((long long)seed),
+                         _mm512_mullo_epi64(z, _mm512_set1_epi64((long long)0x9E3779B97F4A7C15ull)));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ull));
+    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), _mm512_set1_epi64((long long)0x94D049BB133111EBull));
+    return _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
+}
+static inline gdl__dmask gdl__dropout_mask(uint64_t seed, int64_t i, uint64_t t) { /* elements i .. i + 15 */
+    const __m512i vt = _mm512_set1_epi64((long long)t);
+    const __mmask8 lo = _mm512_cmpge_epu64_mask(_mm512_srli_epi64(gdl__hash64x8(seed, i), 40), vt);
+    const __mmask8 hi = _mm512_cmpge_epu64_mask(_mm512_srli_epi64(gdl__hash64x8(seed, i + 8), 40), vt);
+    return (gdl__dmask)(lo | (unsigned)hi << 8);
+}
+static inline void gdl__dropout_block(gdl__dmask m, gdl_real s, const gdl_real *x, gdl_real *y) {
+    _mm512_storeu_ps(y, _mm512_maskz_mul_ps(m, _mm512_loadu_ps(x), _mm512_set1_ps(s)));
+}
+static inline void gdl__dropout_backward_block(gdl__dmask m, gdl_real s, const gdl_real *gy, gdl_real *gx) {
+    const __m512 g = _mm512_loadu_ps(gx);
+    _mm512_storeu_ps(gx, _mm512_mask_blend_ps(m, g, _mm512_add_ps(g, _mm512_mul_ps(_mm512_loadu_ps(gy), _mm512_set1_ps(s)))));
+}
+#elif !defined(GPUDL_DOUBLE) && defined(__AVX2__)
+#include <immintrin.h>
+#define GDL__DROPOUT_LANES 8
+typedef __m256 gdl__dmask; /* all ones in a kept lane */
+static inline __m256i gdl__mul64x4(__m256i a, uint64_t b) { /* the low 64 bits of a * b, lane by lane */
+    const __m256i bl = _mm256_set1_epi64x((long long)(b & 0xFFFFFFFFu)), bh = _mm256_set1_epi64x((long long)(b >> 32));
+    const __m256i cross = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), bl), _mm256_mul_epu32(a, bh));
+    return _mm256_add_epi64(_mm256_mul_epu32(a, bl), _mm256_slli_epi64(cross, 32));
+}
+static inline __m256i gdl__hash64x4(uint64_t seed, int64_t i) { /* gdl_hash64(seed, i .. i + 3) */
+    __m256i z = _mm256_add_epi64(_mm256_set1_epi64x((long long)(i + 1)), _mm256_setr_epi64x(0, 1, 2, 3));
+    z = _mm256_add_epi64(_mm256_set1_epi64x((long long)seed), gdl__mul64x4(z, 0x9E3779B97F4A7C15ull));
+    z = gdl__mul64x4(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), 0xBF58476D1CE4E5B9ull);
+    z = gdl__mul64x4(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), 0x94D049BB133111EBull);
+    return _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
+}
+static inline gdl__dmask gdl__dropout_mask(uint64_t seed, int64_t i, uint64_t t) { /* elements i .. i + 7 */
+    /* r < 2^24 and t <= 2^24: a signed compare, r > t - 1 */
+    const __m256i vt = _mm256_set1_epi64x((long long)t - 1);
+    const __m256i lo = _mm256_cmpgt_epi64(_mm256_srli_epi64(gdl__hash64x4(seed, i), 40), vt);
+    const __m256i hi = _mm256_cmpgt_epi64(_mm256_srli_epi64(gdl__hash64x4(seed, i + 4), 40), vt);
+    /* each 64-bit lane's low half, in order: lo's 0 1, hi's 0 1 | lo's 2 3, hi's 2 3, then the middle pairs swapped */
+    const __m256 m = _mm256_shuffle_ps(_mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi), _MM_SHUFFLE(2, 0, 2, 0));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(m), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+static inline void gdl__dropout_block(gdl__dmask m, gdl_real s, const gdl_real *x, gdl_real *y) {
+    _mm256_storeu_ps(y, _mm256_and_ps(m, _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_set1_ps(s))));
+}
+static inline void gdl__dropout_backward_block(gdl__dmask m, gdl_real s, const gdl_real *gy, gdl_real *gx) {
+    const __m256 g = _mm256_loadu_ps(gx);
+    _mm256_storeu_ps(gx, _mm256_blendv_ps(g, _mm256_add_ps(g, _mm256_mul_ps(_mm256_loadu_ps(gy), _mm256_set1_ps(s))), m));
+}
+#else
+#define GDL__DROPOUT_LANES 0
+#endif
+#if GDL__DROPOUT_LANES
+static uint64_t gdl__dropout_threshold(double p) { return (uint64_t)ceil(p * 16777216.0); } /* p in [0, 1] */
+#endif
+
+/* forward: a.x to a.out; backward (a.accumulate): a.gy * scale added into a.out where kept */
+static void gdl__dropout_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_real scale = a.p < 1 ? (gdl_real)(1.0 / (1.0 - a.p)) : 0;
+    const int backward = a.accumulate;
+    int64_t i = lo;
+#if GDL__DROPOUT_LANES
+    const uint64_t t = gdl__dropout_threshold(a.p);
+    for (; i + GDL__DROPOUT_LANES <= hi; i += GDL__DROPOUT_LANES) {
+        const gdl__dmask m = gdl__dropout_mask(a.seed, i, t);
+        if (backward) gdl__dropout_backward_block(m, scale, a.gy + i, a.out + i);
+        else gdl__dropout_block(m, scale, a.x + i, a.out + i);
+    }
+#endif
+    for (; i < hi; i++) {
+        const int keep = gdl_dropout_keep(a.seed, (uint64_t)i, a.p);
+        if (!backward) a.out[i] = keep ? a.x[i] * scale : 0;
+        else if (keep) a.out[i] += a.gy[i] * scale;
+    }
+}
+static int gdl__cpu_dropout(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
+    gdl__args a = gdl__args_none();
+    a.p = p; a.seed = seed; a.x = x; a.out = y;
+    gdl__parallel_loop(n, n, gdl__dropout_part, &a);
+    return 0;
+}
+static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
+    gdl__args a = gdl__args_none();
+    a.p = p; a.seed = seed; a.gy = gy; a.out = gx; a.accumulate = 1;
+    gdl__parallel_loop(n, n, gdl__dropout_part, &a);
+    return 0;
+}
+

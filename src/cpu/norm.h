@@ -1,0 +1,609 @@
+/* src/cpu/norm.h — the CPU's batch norm and layer norm, forward and backward
+   (batch norm's passes in double lanes, bit for bit the scalar loop). */
+
+/* The normalisations' arguments are theirs alone: a struct of them in a.ctx,
+   copied (as gdl__args is) so that the loops keep its fields in registers.
+   A part does the channels (batchnorm) or rows (layernorm) [lo, hi). */
+typedef struct {
+    int64_t N, C, S;
+    const gdl_real *x, *gamma, *beta;
+    gdl_real *y, *mean, *invstd, *run_mean, *run_var;
+    int training, relu;
+    double momentum, eps;
+} gdl__batchnorm_job;
+/* Batch norm's elementwise passes in double lanes: GDL__BNV_W floats widened, the scalar expression's
+   operations in its order, then rounded once to float (so the vector and scalar loops give one result). */
+#if defined(GDL__GELU_AVX512)
+#define GDL__BNV_W 8
+typedef __m512d gdl__bnv;
+static inline gdl__bnv gdl__bnv_set(double v) { return _mm512_set1_pd(v); }
+static inline gdl__bnv gdl__bnv_load(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
+static inline gdl__bnv gdl__bnv_loadd(const double *p) { return _mm512_loadu_pd(p); }
+static inline gdl__bnv gdl__bnv_sub(gdl__bnv a, gdl__bnv b) { return _mm512_sub_pd(a, b); }
+static inline gdl__bnv gdl__bnv_mul(gdl__bnv a, gdl__bnv b) { return _mm512_mul_pd(a, b); }
+static inline gdl__bnv gdl__bnv_add(gdl__bnv a, gdl__bnv b) { return _mm512_add_pd(a, b); }
+static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(v)); }
+/* p = (acc ? p : 0) + v, in float */
+static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
+    _mm256_storeu_ps(p, _mm256_add_ps(acc ? _mm256_loadu_ps(p) : _mm256_setzero_ps(), _mm512_cvtpd_ps(v)));
+}
+/* p = relu(v rounded to float): max with v first, as gdl__relu_rows */
+static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) {
+    _mm256_storeu_ps(p, _mm256_max_ps(_mm512_cvtpd_ps(v), _mm256_setzero_ps()));
+}
+/* gdl__bn_gy1's value of each lane, widened */
+static inline gdl__bnv gdl__bnv_load_gy(const float *gy, const float *y) {
+    const __m256 g = _mm256_loadu_ps(gy), z = _mm256_setzero_ps();
+    return _mm512_cvtps_pd(y ? _mm256_add_ps(z, _mm256_and_ps(_mm256_cmp_ps(_mm256_loadu_ps(y), z, _CMP_GT_OQ), g)) : g);
+}
+static inline void gdl__bnv_spill(double *p, gdl__bnv v) { _mm512_storeu_pd(p, v); }
+#elif defined(GDL__GELU_AVX2)
+#define GDL__BNV_W 4
+typedef __m256d gdl__bnv;
+static inline gdl__bnv gdl__bnv_set(double v) { return _mm256_set1_pd(v); }
+static inline gdl__bnv gdl__bnv_load(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
+static inline gdl__bnv gdl__bnv_loadd(const double *p) { return _mm256_loadu_pd(p); }
+static inline gdl__bnv gdl__bnv_sub(gdl__bnv a, gdl__bnv b) { return _mm256_sub_pd(a, b); }
+static inline gdl__bnv gdl__bnv_mul(gdl__bnv a, gdl__bnv b) { return _mm256_mul_pd(a, b); }
+static inline gdl__bnv gdl__bnv_add(gdl__bnv a, gdl__bnv b) { return _mm256_add_pd(a, b); }
+static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); }
+static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
+    _mm_storeu_ps(p, _mm_add_ps(acc ? _mm_loadu_ps(p) : _mm_setzero_ps(), _mm256_cvtpd_ps(v)));
+}
+static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) {
+    _mm_storeu_ps(p, _mm_max_ps(_mm256_cvtpd_ps(v), _mm_setzero_ps()));
+}
+static inline gdl__bnv gdl__bnv_load_gy(const float *gy, const float *y) {
+    const __m128 g = _mm_loadu_ps(gy), z = _mm_setzero_ps();
+    return _mm256_cvtps_pd(y ? _mm_add_ps(z, _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(y), z), g)) : g);
+}
+static inline void gdl__bnv_spill(double *p, gdl__bnv v) { _mm256_storeu_pd(p, v); }
+#endif
+
+/* The output gradient batch norm's backward takes at i: gy's, or with a fused ReLU (its output y) ReLU's
+   backward into an unset gradient, 0 + (y > 0 ? gy : 0) (gdl__relu_grad_rows: -0 becomes +0) */
+static inline gdl_real gdl__bn_gy1(const gdl_real *gy, const gdl_real *y, int64_t i) {
+    return y ? (gdl_real)0 + (y[i] > 0 ? gy[i] : (gdl_real)0) : gy[i];
+}
+
+/* The channel's two sums of the backward, over N rows of S (stride apart): sg = sum of g, sgx = sum of
+   g (x - mu) is, g as gdl__bn_gy1 gives it (y NULL: no ReLU). Eight double lanes and a tail, added up
+   by gdl__lanes_total: the vector and scalar loops keep the same lanes, so one result. */
+static void gdl__bn_sums2(const gdl_real *x, const gdl_real *gy, const gdl_real *y, int64_t N, int64_t stride,
+                          int64_t S, double mu, double is, double *sg, double *sgx) {
+    const int64_t S8 = S - S % 8;
+    double lg[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lx[8] = {0, 0, 0, 0, 0, 0, 0, 0}, tg = 0, tx = 0;
+    int64_t n, s;
+    int k;
+#ifdef GDL__BNV_W
+    enum { V = 8 / GDL__BNV_W };
+    const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is);
+    gdl__bnv ag[V], ax[V];
+    for (k = 0; k < V; k++) ag[k] = ax[k] = gdl__bnv_set(0);
+#endif
+    for (n = 0; n < N; n++) {
+        const gdl_real *r = x + n * stride, *g = gy + n * stride, *yr = y ? y + n * stride : NULL;
+        for (s = 0; s < S8; s += 8) {
+#ifdef GDL__BNV_W
+            for (k = 0; k < V; k++) {
+                const int64_t at = s + k * GDL__BNV_W;
+                const gdl__bnv vg = gdl__bnv_load_gy(g + at, yr ? yr + at : NULL), vx = gdl__bnv_load(r + at);
+                ag[k] = gdl__bnv_add(ag[k], vg);
+                ax[k] = gdl__bnv_add(ax[k], gdl__bnv_mul(gdl__bnv_mul(vg, gdl__bnv_sub(vx, m)), vis));
+            }
+#else
+            for (k = 0; k < 8; k++) {
+                const gdl_real gk = gdl__bn_gy1(g, yr, s + k);
+                lg[k] += gk;
+                lx[k] += gk * (r[s + k] - mu) * is;
+            }
+#endif
+        }
+        for (; s < S; s++) {
+            const gdl_real gk = gdl__bn_gy1(g, yr, s);
+            tg += gk;
+            tx += gk * (r[s] - mu) * is;
+        }
+    }
+#ifdef GDL__BNV_W
+    for (k = 0; k < V; k++) {
+        gdl__bnv_spill(lg + k * GDL__BNV_W, ag[k]);
+        gdl__bnv_spill(lx + k * GDL__BNV_W, ax[k]);
+    }
+#endif
+    *sg = gdl__lanes_total(lg, tg);
+    *sgx = gdl__lanes_total(lx, tx);
+}
+
+/* y = (x - mu) is gm + bt over n values, in double and rounded once, as the scalar expression; relu:
+   then y > 0 ? y : 0 (a fused ReLU) */
+static void gdl__bn_affine_rows(const gdl_real *x, gdl_real *y, int64_t n, double mu, double is, double gm, double bt,
+                                int relu) {
+    int64_t i = 0;
+#ifdef GDL__BNV_W
+    const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is), vg = gdl__bnv_set(gm), vb = gdl__bnv_set(bt);
+    for (; i + GDL__BNV_W <= n; i += GDL__BNV_W) {
+        const gdl__bnv v = gdl__bnv_add(gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(gdl__bnv_load(x + i), m), vis), vg), vb);
+        if (relu) gdl__bnv_store_relu(y + i, v);
+        else gdl__bnv_store(y + i, v);
+    }
+#endif
+    for (; i < n; i++) {
+        const gdl_real v = (gdl_real)((x[i] - mu) * is * gm + bt);
+        y[i] = !relu || v > 0 ? v : 0;
+    }
+}
+/* Batch norm of [N, C] (S 1: BatchNorm1d after a Linear) works on blocks of w <= 8 channels side by side,
+   the rows in order: per channel the expressions of the S > 1 code (one running sum down the column, as
+   gdl__rows_sum gives for S < 8), so the same bits; that code, with one strided value per row, spent most
+   of an MLP's step in a chain of dependent adds and a call per element. A full block runs in double
+   lanes (gdl__bnv_*), a short one (and every block without them) in the scalar loop. */
+#ifdef GDL__BNV_W
+enum { GDL__BNV_COLS = 8 / GDL__BNV_W }; /* the vectors of a block of 8 channels */
+#endif
+/* out[k] = the sum over the N rows (C apart) of x[k] (mu NULL) or of (x[k] - mu[k])^2, k < w */
+static void gdl__bn_col_sums(const gdl_real *x, int64_t N, int64_t C, int w, const double *mu, double *out) {
+    int64_t n;
+    int k;
+    for (k = 0; k < w; k++) out[k] = 0;
+#ifdef GDL__BNV_W
+    if (w == 8) {
+        gdl__bnv acc[GDL__BNV_COLS], m[GDL__BNV_COLS];
+        for (k = 0; k < GDL__BNV_COLS; k++) {
+            acc[k] = gdl__bnv_set(0);
+            m[k] = mu ? gdl__bnv_loadd(mu + k * GDL__BNV_W) : acc[k];
+        }
+        for (n = 0; n < N; n++)
+            for (k = 0; k < GDL__BNV_COLS; k++) {
+                gdl__bnv v = gdl__bnv_load(x + n * C + k * GDL__BNV_W);
+                if (mu) v = gdl__bnv_sub(v, m[k]), v = gdl__bnv_mul(v, v);
+                acc[k] = gdl__bnv_add(acc[k], v);
+            }
+        for (k = 0; k < GDL__BNV_COLS; k++) gdl__bnv_spill(out + k * GDL__BNV_W, acc[k]);
+        return;
+    }
+#endif
+    for (n = 0; n < N; n++)
+        for (k = 0; k < w; k++) {
+            const double d = mu ? x[n * C + k] - mu[k] : x[n * C + k];
+            out[k] += mu ? d * d : d;
+        }
+}
+/* y[k] = (x[k] - mu[k]) is[k] gm[k] + bt[k] over the N rows, as gdl__bn_affine_rows; relu as there */
+static void gdl__bn_col_affine(const gdl_real *x, gdl_real *y, int64_t N, int64_t C, int w, const double *mu,
+                               const double *is, const double *gm, const double *bt, int relu) {
+    int64_t n;
+    int k;
+#ifdef GDL__BNV_W
+    if (w == 8) {
+        gdl__bnv m[GDL__BNV_COLS], vis[GDL__BNV_COLS], vg[GDL__BNV_COLS], vb[GDL__BNV_COLS];
+        for (k = 0; k < GDL__BNV_COLS; k++) {
+            m[k] = gdl__bnv_loadd(mu + k * GDL__BNV_W), vis[k] = gdl__bnv_loadd(is + k * GDL__BNV_W);
+            vg[k] = gdl__bnv_loadd(gm + k * GDL__BNV_W), vb[k] = gdl__bnv_loadd(bt + k * GDL__BNV_W);
+        }
+        for (n = 0; n < N; n++)
+            for (k = 0; k < GDL__BNV_COLS; k++) {
+                const int64_t at = n * C + k * GDL__BNV_W;
+                const gdl__bnv v = gdl__bnv_add(
+                    gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(gdl__bnv_load(x + at), m[k]), vis[k]), vg[k]), vb[k]);
+                if (relu) gdl__bnv_store_relu(y + at, v);
+                else gdl__bnv_store(y + at, v);
+            }
+        return;
+    }
+#endif
+    for (n = 0; n < N; n++)
+        for (k = 0; k < w; k++) {
+            const gdl_real v = (gdl_real)((x[n * C + k] - mu[k]) * is[k] * gm[k] + bt[k]);
+            y[n * C + k] = !relu || v > 0 ? v : 0;
+        }
+}
+static void gdl__batchnorm_cols(const gdl__batchnorm_job *b, int64_t lo, int64_t hi) {
+    const int64_t N = b->N, C = b->C;
+    int64_t c0;
+    int k;
+    for (c0 = lo; c0 < hi; c0 += 8) {
+        const int w = hi - c0 < 8 ? (int)(hi - c0) : 8;
+        double mu[8], is[8], gm[8], bt[8], sq[8];
+        if (b->training) {
+            gdl__bn_col_sums(b->x + c0, N, C, w, NULL, mu);
+            for (k = 0; k < w; k++) mu[k] /= (double)N;
+            gdl__bn_col_sums(b->x + c0, N, C, w, mu, sq);
+        }
+        for (k = 0; k < w; k++) {
+            const int64_t c = c0 + k;
+            double var;
+            if (b->training) {
+                var = sq[k] / (double)N;
+                if (b->run_mean) {
+                    b->run_mean[c] = (gdl_real)((1 - b->momentum) * b->run_mean[c] + b->momentum * mu[k]);
+                    b->run_var[c] = (gdl_real)((1 - b->momentum) * b->run_var[c] +
+                                               b->momentum * (N > 1 ? sq[k] / (double)(N - 1) : var));
+                }
+            } else {
+                mu[k] = b->run_mean[c];
+                var = b->run_var[c];
+            }
+            is[k] = 1.0 / sqrt(var + b->eps);
+            gm[k] = b->gamma ? b->gamma[c] : 1;
+            bt[k] = b->beta ? b->beta[c] : 0;
+            b->mean[c] = (gdl_real)mu[k];
+            b->invstd[c] = (gdl_real)is[k];
+        }
+        gdl__bn_col_affine(b->x + c0, b->y + c0, N, C, w, mu, is, gm, bt, b->relu);
+    }
+}
+static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__batchnorm_job b = *(const gdl__batchnorm_job *)a.ctx;
+    const int64_t N = b.N, C = b.C, S = b.S;
+    int64_t c, n;
+    if (S == 1) {
+        gdl__batchnorm_cols(&b, lo, hi);
+        return;
+    }
+    for (c = lo; c < hi; c++) {
+        const gdl_real *x = b.x + c * S;
+        int64_t M = N * S;
+        double mu, var, is, gm = b.gamma ? b.gamma[c] : 1, bt = b.beta ? b.beta[c] : 0;
+        if (b.training) {
+            double sq;
+            mu = gdl__rows_sum(x, N, C * S, S, 0, 0) / (double)M;
+            sq = gdl__rows_sum(x, N, C * S, S, mu, 1);
+            var = sq / (double)M;
+            if (b.run_mean) {
+                b.run_mean[c] = (gdl_real)((1 - b.momentum) * b.run_mean[c] + b.momentum * mu);
+                b.run_var[c] = (gdl_real)((1 - b.momentum) * b.run_var[c] + b.momentum * (M > 1 ? sq / (double)(M - 1) : var));
+            }
+        } else {
+            mu = b.run_mean[c];
+            var = b.run_var[c];
+        }
+        is = 1.0 / sqrt(var + b.eps);
+        b.mean[c] = (gdl_real)mu;
+        b.invstd[c] = (gdl_real)is;
+        for (n = 0; n < N; n++) gdl__bn_affine_rows(x + n * C * S, b.y + (n * C + c) * S, S, mu, is, gm, bt, b.relu);
+    }
+}
+static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
+                              const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
+                              gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps,
+                              int relu) {
+    gdl__batchnorm_job b = {N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, relu, momentum, eps};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    gdl__parallel_loop(C, N * C * S, gdl__batchnorm_part, &a);
+    return 0;
+}
+
+typedef struct {
+    int64_t N, C, S;
+    const gdl_real *x, *gy, *y, *gamma, *mean, *invstd;
+    int training;
+    gdl_real *gx, *ggamma, *gbeta;
+    int accumulate;
+} gdl__batchnorm_backward_job;
+/* gx = (acc ? gx : 0) + A (M g - sg - (x - mu) is sgx) (training; A = gm is / M), or + g gm is, over n
+   values, the term in double and rounded once, as the scalar expressions; g as gdl__bn_gy1 gives it (y: a
+   fused ReLU's output) */
+static void gdl__bn_grad_rows(const gdl_real *x, const gdl_real *gy, const gdl_real *y, gdl_real *gx, int64_t n,
+                              int training, double M, double A, double sg, double sgx, double mu, double is, double gm,
+                              int acc) {
+    int64_t i = 0;
+#ifdef GDL__BNV_W
+    const gdl__bnv vM = gdl__bnv_set(M), vA = gdl__bnv_set(A), vsg = gdl__bnv_set(sg), vsgx = gdl__bnv_set(sgx);
+    const gdl__bnv m = gdl__bnv_set(mu), vis = gdl__bnv_set(is);
+    if (training)
+        for (; i + GDL__BNV_W <= n; i += GDL__BNV_W) {
+            const gdl__bnv g = gdl__bnv_load_gy(gy + i, y ? y + i : NULL), v = gdl__bnv_load(x + i);
+            const gdl__bnv t = gdl__bnv_sub(gdl__bnv_sub(gdl__bnv_mul(vM, g), vsg),
+                                            gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(v, m), vis), vsgx));
+            gdl__bnv_store_add(gx + i, gdl__bnv_mul(vA, t), acc);
+        }
+#endif
+    for (; i < n; i++) {
+        const gdl_real g = gdl__bn_gy1(gy, y, i);
+        gx[i] = (acc ? gx[i] : (gdl_real)0) +
+                (training ? (gdl_real)(A * (M * g - sg - (x[i] - mu) * is * sgx)) : (gdl_real)(g * gm * is));
+    }
+}
+/* sg[k] = the sum of g, sgx[k] of g (x[k] - mu[k]) is[k] over the N rows, g as gdl__bn_gy1 gives it */
+static void gdl__bn_col_sums2(const gdl_real *x, const gdl_real *gy, const gdl_real *y, int64_t N, int64_t C, int w,
+                              const double *mu, const double *is, double *sg, double *sgx) {
+    int64_t n;
+    int k;
+    for (k = 0; k < w; k++) sg[k] = sgx[k] = 0;
+#ifdef GDL__BNV_W
+    if (w == 8) {
+        gdl__bnv ag[GDL__BNV_COLS], ax[GDL__BNV_COLS], m[GDL__BNV_COLS], vis[GDL__BNV_COLS];
+        for (k = 0; k < GDL__BNV_COLS; k++) {
+            ag[k] = ax[k] = gdl__bnv_set(0);
+            m[k] = gdl__bnv_loadd(mu + k * GDL__BNV_W), vis[k] = gdl__bnv_loadd(is + k * GDL__BNV_W);
+        }
+        for (n = 0; n < N; n++)
+            for (k = 0; k < GDL__BNV_COLS; k++) {
+                const int64_t at = n * C + k * GDL__BNV_W;
+                const gdl__bnv vg = gdl__bnv_load_gy(gy + at, y ? y + at : NULL), vx = gdl__bnv_load(x + at);
+                ag[k] = gdl__bnv_add(ag[k], vg);
+                ax[k] = gdl__bnv_add(ax[k], gdl__bnv_mul(gdl__bnv_mul(vg, gdl__bnv_sub(vx, m[k])), vis[k]));
+            }
+        for (k = 0; k < GDL__BNV_COLS; k++) {
+            gdl__bnv_spill(sg + k * GDL__BNV_W, ag[k]);
+            gdl__bnv_spill(sgx + k * GDL__BNV_W, ax[k]);
+        }
+        return;
+    }
+#endif
+    for (n = 0; n < N; n++)
+        for (k = 0; k < w; k++) {
+            const gdl_real g = gdl__bn_gy1(gy, y, n * C + k);
+            sg[k] += g;
+            sgx[k] += g * (x[n * C + k] - mu[k]) * is[k];
+        }
+}
+/* gx[k] over the N rows, as gdl__bn_grad_rows: (acc ? gx : 0) + A (M g - sg - (x - mu) is sgx) (training),
+   or + g gm is */
+static void gdl__bn_col_grads(const gdl_real *x, const gdl_real *gy, const gdl_real *y, gdl_real *gx, int64_t N,
+                              int64_t C, int w, int training, const double *A, const double *sg, const double *sgx,
+                              const double *mu, const double *is, const double *gm, int acc) {
+    const double M = (double)N;
+    int64_t n;
+    int k;
+#ifdef GDL__BNV_W
+    if (w == 8) {
+        const gdl__bnv vM = gdl__bnv_set(M);
+        gdl__bnv vA[GDL__BNV_COLS], vsg[GDL__BNV_COLS], vsgx[GDL__BNV_COLS], m[GDL__BNV_COLS], vis[GDL__BNV_COLS],
+            vgm[GDL__BNV_COLS];
+        for (k = 0; k < GDL__BNV_COLS; k++) {
+            vA[k] = gdl__bnv_loadd(A + k * GDL__BNV_W), vsg[k] = gdl__bnv_loadd(sg + k * GDL__BNV_W);
+            vsgx[k] = gdl__bnv_loadd(sgx + k * GDL__BNV_W), m[k] = gdl__bnv_loadd(mu + k * GDL__BNV_W);
+            vis[k] = gdl__bnv_loadd(is + k * GDL__BNV_W), vgm[k] = gdl__bnv_loadd(gm + k * GDL__BNV_W);
+        }
+        for (n = 0; n < N; n++)
+            for (k = 0; k < GDL__BNV_COLS; k++) {
+                const int64_t at = n * C + k * GDL__BNV_W;
+                const gdl__bnv g = gdl__bnv_load_gy(gy + at, y ? y + at : NULL);
+                gdl__bnv t;
+                if (training)
+                    t = gdl__bnv_mul(vA[k], gdl__bnv_sub(gdl__bnv_sub(gdl__bnv_mul(vM, g), vsg[k]),
+                                                         gdl__bnv_mul(gdl__bnv_mul(gdl__bnv_sub(gdl__bnv_load(x + at),
+                                                                                                m[k]), vis[k]), vsgx[k])));
+                else
+                    t = gdl__bnv_mul(gdl__bnv_mul(g, vgm[k]), vis[k]);
+                gdl__bnv_store_add(gx + at, t, acc);
+            }
+        return;
+    }
+#endif
+    for (n = 0; n < N; n++)
+        for (k = 0; k < w; k++) {
+            const int64_t i = n * C + k;
+            const gdl_real g = gdl__bn_gy1(gy, y, i);
+            gx[i] = (acc ? gx[i] : (gdl_real)0) +
+                    (training ? (gdl_real)(A[k] * (M * g - sg[k] - (x[i] - mu[k]) * is[k] * sgx[k]))
+                              : (gdl_real)(g * gm[k] * is[k]));
+        }
+}
+/* The backward of gdl__batchnorm_cols (S 1), in the same blocks: per channel gdl__bn_sums2's running sums
+   and gdl__bn_grad_rows' expressions, so the same bits. */
+static void gdl__batchnorm_backward_cols(const gdl__batchnorm_backward_job *b, int64_t lo, int64_t hi) {
+    const int64_t N = b->N, C = b->C;
+    int64_t c0;
+    int k;
+    for (c0 = lo; c0 < hi; c0 += 8) {
+        const int w = hi - c0 < 8 ? (int)(hi - c0) : 8;
+        const gdl_real *y = b->y ? b->y + c0 : NULL;
+        double mu[8], is[8], gm[8], A[8], sg[8], sgx[8];
+        for (k = 0; k < w; k++) {
+            mu[k] = b->mean[c0 + k];
+            is[k] = b->invstd[c0 + k];
+            gm[k] = b->gamma ? b->gamma[c0 + k] : 1;
+            A[k] = gm[k] * is[k] / (double)N;
+        }
+        gdl__bn_col_sums2(b->x + c0, b->gy + c0, y, N, C, w, mu, is, sg, sgx);
+        for (k = 0; k < w; k++) {
+            if (b->ggamma) b->ggamma[c0 + k] += (gdl_real)sgx[k];
+            if (b->gbeta) b->gbeta[c0 + k] += (gdl_real)sg[k];
+        }
+        if (b->gx)
+            gdl__bn_col_grads(b->x + c0, b->gy + c0, y, b->gx + c0, N, C, w, b->training, A, sg, sgx, mu, is, gm,
+                              b->accumulate);
+    }
+}
+static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__batchnorm_backward_job b = *(const gdl__batchnorm_backward_job *)a.ctx;
+    const int64_t N = b.N, C = b.C, S = b.S;
+    int64_t c, n;
+    if (S == 1) {
+        gdl__batchnorm_backward_cols(&b, lo, hi);
+        return;
+    }
+    for (c = lo; c < hi; c++) {
+        const gdl_real *x = b.x + c * S, *gy = b.gy + c * S, *y = b.y ? b.y + c * S : NULL;
+        int64_t M = N * S;
+        double sg, sgx, mu = b.mean[c], is = b.invstd[c], gm = b.gamma ? b.gamma[c] : 1;
+        gdl__bn_sums2(x, gy, y, N, C * S, S, mu, is, &sg, &sgx);
+        if (b.ggamma) b.ggamma[c] += (gdl_real)sgx;
+        if (b.gbeta) b.gbeta[c] += (gdl_real)sg;
+        if (!b.gx) continue;
+        for (n = 0; n < N; n++)
+            gdl__bn_grad_rows(x + n * C * S, gy + n * C * S, y ? y + n * C * S : NULL, b.gx + (n * C + c) * S, S,
+                              b.training, (double)M,
+                              gm * is / (double)M, sg, sgx, mu, is, gm, b.accumulate);
+    }
+}
+static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
+                                       const gdl_real *y, const gdl_real *gamma, const gdl_real *mean,
+                                       const gdl_real *invstd, int training, gdl_real *gx, gdl_real *ggamma,
+                                       gdl_real *gbeta, int accumulate) {
+    gdl__batchnorm_backward_job b = {N, C, S, x, gy, y, gamma, mean, invstd, training, gx, ggamma, gbeta, accumulate};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    gdl__parallel_loop(C, N * C * S, gdl__batchnorm_backward_part, &a);
+    return 0;
+}
+
+typedef struct {
+    int64_t rows, D;
+    const gdl_real *x, *gamma, *beta;
+    double eps;
+    gdl_real *y, *mean, *rstd;
+} gdl__layernorm_job;
+/* A row's mean and variance are sums in double, one add after the other (the bits depend on that order):
+   a chain of dependent adds, each waiting for the last. GDL__LN_R rows at a time keep that order in each
+   row and run the rows' chains side by side. */
+#define GDL__LN_R 8
+static void gdl__layernorm_rows(const gdl__layernorm_job *b, int64_t r0, int nr) {
+    const int64_t D = b->D;
+    const gdl_real *p = b->x + r0 * D;
+    double s[GDL__LN_R], sq[GDL__LN_R], mu[GDL__LN_R], rs[GDL__LN_R];
+    int64_t k;
+    int r;
+    for (r = 0; r < nr; r++) s[r] = sq[r] = 0;
+    for (k = 0; k < D; k++) /* nr constant: the sums stay in registers */
+        if (nr == GDL__LN_R)
+            for (r = 0; r < GDL__LN_R; r++) s[r] += p[r * D + k];
+        else
+            for (r = 0; r < nr; r++) s[r] += p[r * D + k];
+    for (r = 0; r < nr; r++) mu[r] = s[r] / (double)D;
+    for (k = 0; k < D; k++)
+        if (nr == GDL__LN_R)
+            for (r = 0; r < GDL__LN_R; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+        else
+            for (r = 0; r < nr; r++) sq[r] += (p[r * D + k] - mu[r]) * (p[r * D + k] - mu[r]);
+    for (r = 0; r < nr; r++) {
+        const gdl_real *pr = p + r * D;
+        gdl_real *y = b->y + (r0 + r) * D;
+        rs[r] = 1.0 / sqrt(sq[r] / (double)D + b->eps);
+        b->mean[r0 + r] = (gdl_real)mu[r];
+        b->rstd[r0 + r] = (gdl_real)rs[r];
+        for (k = 0; k < D; k++)
+            y[k] = (gdl_real)((pr[k] - mu[r]) * rs[r] * (b->gamma ? b->gamma[k] : 1) + (b->beta ? b->beta[k] : 0));
+    }
+}
+static void gdl__layernorm_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__layernorm_job *b = (const gdl__layernorm_job *)a.ctx;
+    int64_t r;
+    for (r = lo; r < hi; r += GDL__LN_R) gdl__layernorm_rows(b, r, hi - r < GDL__LN_R ? (int)(hi - r) : GDL__LN_R);
+}
+static int gdl__cpu_layernorm(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma,
+                              const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd) {
+    gdl__layernorm_job b = {rows, D, x, gamma, beta, eps, y, mean, rstd};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    gdl__parallel_loop(rows, rows * D, gdl__layernorm_part, &a);
+    return 0;
+}
+
+/* The backward in two parallel passes, each with the one-thread loop's arithmetic (the same bits for any
+   thread count): over rows, gx (a row's sums s1, s2 need only that row); then over blocks of columns,
+   ggamma and gbeta, each column added up in row order as before. */
+typedef struct {
+    int64_t rows, D;
+    const gdl_real *x, *gy, *gamma, *mean, *rstd;
+    gdl_real *gx, *ggamma, *gbeta;
+} gdl__lnb_job;
+/* gx += rs (gh - s1/D - xh s2/D) over a row (m1 = s1/D): blocks of 8 (a constant trip count, which gcc
+   vectorises at -O2 when it knows gx apart from the inputs: this loop divides per element); gamma NULL:
+   gh = gy */
+static void gdl__lnb_gx_row(const gdl_real *GDL__RESTRICT p, const gdl_real *GDL__RESTRICT g,
+                            const gdl_real *GDL__RESTRICT gamma, int64_t D, double mu, double rs, double m1, double s2,
+                            gdl_real *GDL__RESTRICT gx) {
+    int64_t k = 0;
+    int j;
+    if (gamma)
+        for (; k + 8 <= D; k += 8)
+            for (j = 0; j < 8; j++) {
+                double xh = (p[k + j] - mu) * rs, gh = g[k + j] * gamma[k + j];
+                gx[k + j] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+            }
+    else
+        for (; k + 8 <= D; k += 8)
+            for (j = 0; j < 8; j++) {
+                double xh = (p[k + j] - mu) * rs, gh = g[k + j];
+                gx[k + j] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+            }
+    for (; k < D; k++) {
+        double xh = (p[k] - mu) * rs, gh = g[k] * (gamma ? gamma[k] : 1);
+        gx[k] += (gdl_real)(rs * (gh - m1 - xh * s2 / (double)D));
+    }
+}
+static void gdl__lnb_rows(const gdl__lnb_job *b, int64_t r0, int nr) { /* GDL__LN_R rows side by side */
+    const int64_t D = b->D;
+    const gdl_real *x = b->x + r0 * D, *gy = b->gy + r0 * D;
+    double mu[GDL__LN_R], rs[GDL__LN_R], s1[GDL__LN_R], s2[GDL__LN_R];
+    int64_t k;
+    int r;
+    for (r = 0; r < nr; r++) {
+        mu[r] = b->mean[r0 + r];
+        rs[r] = b->rstd[r0 + r];
+        s1[r] = s2[r] = 0;
+    }
+    for (k = 0; k < D; k++) {
+        const gdl_real gam = b->gamma ? b->gamma[k] : 1;
+        if (nr == GDL__LN_R) /* a constant trip count: the sums stay in registers */
+            for (r = 0; r < GDL__LN_R; r++) {
+                double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+                s1[r] += gh;
+                s2[r] += gh * xh;
+            }
+        else
+            for (r = 0; r < nr; r++) {
+                double xh = (x[r * D + k] - mu[r]) * rs[r], gh = gy[r * D + k] * gam;
+                s1[r] += gh;
+                s2[r] += gh * xh;
+            }
+    }
+    for (r = 0; r < nr; r++)
+        gdl__lnb_gx_row(x + r * D, gy + r * D, b->gamma, D, mu[r], rs[r], s1[r] / (double)D, s2[r], b->gx + (r0 + r) * D);
+}
+static void gdl__lnb_rows_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl__lnb_job *b = (const gdl__lnb_job *)a.ctx;
+    int64_t r;
+    for (r = lo; r < hi; r += GDL__LN_R) gdl__lnb_rows(b, r, hi - r < GDL__LN_R ? (int)(hi - r) : GDL__LN_R);
+}
+#define GDL__LNB_COLS 32
+static void gdl__lnb_cols_part(gdl__args a, int64_t lo, int64_t hi) { /* blocks [lo, hi) of GDL__LNB_COLS columns */
+    const gdl__lnb_job b = *(const gdl__lnb_job *)a.ctx;
+    const int64_t D = b.D;
+    int64_t blk, r;
+    int j;
+    for (blk = lo; blk < hi; blk++) {
+        const int64_t k0 = blk * GDL__LNB_COLS, w = D - k0 < GDL__LNB_COLS ? D - k0 : GDL__LNB_COLS;
+        /* the column sums in locals (f32, added in row order as in the output): no aliasing, so they vectorise */
+        gdl_real sg[GDL__LNB_COLS], sb[GDL__LNB_COLS];
+        for (j = 0; j < w; j++) {
+            sg[j] = b.ggamma ? b.ggamma[k0 + j] : 0;
+            sb[j] = b.gbeta ? b.gbeta[k0 + j] : 0;
+        }
+        for (r = 0; r < b.rows; r++) {
+            const gdl_real *p = b.x + r * D + k0, *g = b.gy + r * D + k0;
+            const double mu = b.mean[r], rs = b.rstd[r];
+            if (b.ggamma == b.gbeta) { /* weight and bias one tensor: one sum, both terms in turn */
+                for (j = 0; j < w; j++) {
+                    sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                    sg[j] += g[j];
+                }
+            } else if (w == GDL__LNB_COLS) {
+                for (j = 0; j < GDL__LNB_COLS; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                for (j = 0; j < GDL__LNB_COLS; j++) sb[j] += g[j];
+            } else {
+                for (j = 0; j < w; j++) sg[j] += (gdl_real)(g[j] * ((p[j] - mu) * rs));
+                for (j = 0; j < w; j++) sb[j] += g[j];
+            }
+        }
+        for (j = 0; j < w; j++) {
+            if (b.ggamma) b.ggamma[k0 + j] = sg[j];
+            if (b.gbeta && b.gbeta != b.ggamma) b.gbeta[k0 + j] = sb[j];
+        }
+    }
+}
+static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gy,
+                                       const gdl_real *gamma, const gdl_real *mean, const gdl_real *rstd,
+                                       gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta) {
+    gdl__lnb_job b = {rows, D, x, gy, gamma, mean, rstd, gx, ggamma, gbeta};
+    gdl__args a = gdl__args_none();
+    a.ctx = &b;
+    if (gx) gdl__parallel_loop(rows, 4 * rows * D, gdl__lnb_rows_part, &a);
+    if (ggamma || gbeta) gdl__parallel_units((D + GDL__LNB_COLS - 1) / GDL__LNB_COLS, 2 * rows * D, gdl__lnb_cols_part, &a);
+    return 0;
+}

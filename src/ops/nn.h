@@ -1,0 +1,396 @@
+/* src/ops/nn.h — the network ops: dropout, batch and layer norm, embedding,
+   and the losses. */
+
+/* ---- dropout ---- */
+
+GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
+    const char *op = "gdl_dropout";
+    gdl_tensor *out;
+    gdl_node *n;
+    uint64_t seed;
+    int err;
+    const gdl_backend *be;
+    gdl_dtype dt = GDL_F32;
+    if (gdl__ac_dt != GDL_F32 || (x && x->dtype != GDL_F32)) {
+        if (x && gdl__lp_native(GDL_OP_DROPOUT, x->dtype)) dt = x->dtype; /* native */
+        else GDL__LOWP1(op, GDL_OP_DROPOUT, gdl_dropout(x, p, training), x);
+    }
+    if (gdl__check_in(op, "x", x, dt == GDL_F32) < 0) return NULL;
+    if (!(p >= 0 && p <= 1)) {
+        gdl__set_error("%s: probability %g is not in [0,1]", op, p);
+        return NULL;
+    }
+    if (!training || p == 0) return x; /* identity, as PyTorch */
+    if (gdl__capturing) { /* the host draws the mask's seed: a replay would repeat it */
+        gdl__set_error("%s: dropout in training cannot be captured in a CUDA graph (every replay would drop the "
+                       "same elements)", op);
+        return NULL;
+    }
+    seed = gdl_rng_next_u64();
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
+    if ((dt == GDL_F32 ? be->dropout(x->numel, p, seed, GDL__R(x), GDL__R(out))
+                       : be->dropout_lp(dt, x->numel, p, seed, x->data, out->data)) < 0)
+        return NULL;
+    n = gdl__record(op, GDL_OP_DROPOUT, out, 1, &x, &err);
+    if (err) return NULL;
+    if (n) {
+        n->f[0] = p;
+        memcpy(&n->i[0], &seed, sizeof seed);
+    }
+    return gdl__finish(op, out);
+}
+
+static int gdl__bw_dropout(gdl_node *n, const gdl_backend *be) {
+    gdl_real *gx = GDL__G(n->in[0]);
+    uint64_t seed;
+    memcpy(&seed, &n->i[0], sizeof seed);
+    if (gx && n->out->dtype != GDL_F32)
+        return be->dropout_backward_lp(n->out->dtype, n->out->numel, n->f[0], seed, n->out->grad->data, gx);
+    return gx ? be->dropout_backward(n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
+}
+
+/* ---- normalisation ---- */
+
+static int gdl__check_vec(const char *op, const char *arg, const gdl_tensor *v, int64_t len, const gdl_tensor *x) {
+    if (!v) return 0;
+    if (gdl__check_in(op, arg, v, 1) < 0 || gdl__check_dev(op, x, v) < 0) return -1;
+    if (v->numel != len) {
+        gdl__set_error("%s: %s %s should have %lld elements to match input %s", op, arg, gdl_shape_str(v),
+                       (long long)len, gdl_shape_str(x));
+        return -1;
+    }
+    return 0;
+}
+
+/* gdl_batch_norm, and with relu gdl_batch_norm_relu (its ReLU in the backend's passes) */
+static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                   gdl_tensor *bias, int training, double momentum, double eps, int relu) {
+    const char *op = relu ? "gdl_batch_norm_relu" : "gdl_batch_norm";
+    const gdl_op opid = relu ? GDL_OP_BATCH_NORM_RELU : GDL_OP_BATCH_NORM;
+    int64_t N, C, S = 1, cshape;
+    int k, err, use_batch;
+    gdl_tensor *out, *mean, *invstd, *in[3];
+    gdl_node *n;
+    const gdl_backend *be;
+    gdl_dtype dt = GDL_F32;
+    if (x && gdl__is_low(x->dtype) && (!weight || weight->dtype == GDL_F32 || weight->dtype == x->dtype) &&
+        (!bias || bias->dtype == GDL_F32 || bias->dtype == x->dtype)) {
+        /* native (cuDNN's under autocast): x and y in dt, the statistics and
+           the affine parameters f32 -- low ones get an f32 copy (a cast) */
+        dt = x->dtype;
+        if (gdl__check_in(op, "weight", weight ? weight : x, 0) < 0 || gdl__check_in(op, "bias", bias ? bias : x, 0) < 0 ||
+            gdl__check_dev(op, x, weight) < 0 || gdl__check_dev(op, x, bias) < 0)
+            return NULL;
+        if (weight && weight->dtype != GDL_F32) {
+            gdl_tensor *w0 = weight; /* passed twice (weight is bias): one copy, so its gradient rounds once */
+            if (!(weight = gdl__cast_t(op, weight, GDL_F32))) return NULL;
+            if (bias == w0) bias = weight;
+        }
+        if (bias && bias->dtype != GDL_F32 && !(bias = gdl__cast_t(op, bias, GDL_F32))) return NULL;
+    } else {
+        GDL__LOWP3_FIRST(op, opid, gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, relu), x,
+                         weight, bias);
+    }
+    if (gdl__check_in(op, "input", x, dt == GDL_F32) < 0) return NULL;
+    if (x->ndim < 2 || x->ndim > 4) {
+        gdl__set_error("%s: expected input [N,C], [N,C,L] or [N,C,H,W], got %s", op, gdl_shape_str(x));
+        return NULL;
+    }
+    N = x->shape[0];
+    C = x->shape[1];
+    for (k = 2; k < x->ndim; k++) S *= x->shape[k];
+    if (gdl__check_vec(op, "running_mean", rmean, C, x) < 0 || gdl__check_vec(op, "running_var", rvar, C, x) < 0 ||
+        gdl__check_vec(op, "weight", weight, C, x) < 0 || gdl__check_vec(op, "bias", bias, C, x) < 0)
+        return NULL;
+    if ((rmean == NULL) != (rvar == NULL)) {
+        gdl__set_error("%s: give both running_mean and running_var, or neither", op);
+        return NULL;
+    }
+    use_batch = training || !rmean;
+    if (use_batch && N * S <= 1) {
+        gdl__set_error("%s: expected more than 1 value per channel when training, got input %s", op, gdl_shape_str(x));
+        return NULL;
+    }
+    cshape = C;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device)) ||
+        !(mean = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) || !(invstd = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)))
+        return NULL;
+    if (dt != GDL_F32) {
+        if (be->batchnorm_lp(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
+                             GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL, rvar ? GDL__R(rvar) : NULL,
+                             use_batch, momentum, eps, relu) < 0)
+            return NULL;
+    } else if (be->batchnorm(N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
+                             GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
+                             rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, relu) < 0) {
+        return NULL;
+    }
+    in[0] = x; in[1] = weight; in[2] = bias;
+    n = gdl__record(op, opid, out, 3, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = mean;
+        n->saved[1] = invstd;
+        n->i[0] = N; n->i[1] = C; n->i[2] = S; n->i[3] = use_batch;
+    }
+    return gdl__finish(op, out);
+}
+GPUDL_API gdl_tensor *gdl_batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                     gdl_tensor *bias, int training, double momentum, double eps) {
+    return gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, 0);
+}
+GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor *rvar, gdl_tensor *weight,
+                                          gdl_tensor *bias, int training, double momentum, double eps) {
+    return gdl__batch_norm(x, rmean, rvar, weight, bias, training, momentum, eps, 1);
+}
+
+/* batch_norm_relu's backward reads its output (the ReLU's mask) */
+static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *w = n->in[1];
+    const int relu = n->op == GDL_OP_BATCH_NORM_RELU;
+    if (n->out->dtype != GDL_F32)
+        return be->batchnorm_backward_lp(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
+                                         relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
+                                         GDL__R(n->saved[1]), (int)n->i[3],
+                                         n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
+                                         GDL__G(n->in[2]));
+    /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
+    if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
+    return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
+                                  relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
+                                  GDL__R(n->saved[1]), (int)n->i[3],
+                                  GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
+}
+
+GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps) {
+    const char *op = "gdl_layer_norm";
+    int64_t D, rows;
+    int err;
+    gdl_tensor *out, *mean, *rstd, *in[3];
+    gdl_node *n;
+    const gdl_backend *be;
+    GDL__LOWP3_FIRST(op, GDL_OP_LAYER_NORM, gdl_layer_norm(x, weight, bias, eps), x, weight, bias);
+    if (gdl__check_in(op, "input", x, 1) < 0) return NULL;
+    if (x->ndim < 1 || x->shape[x->ndim - 1] == 0) {
+        gdl__set_error("%s: expected an input with a non-empty last dim, got %s", op, gdl_shape_str(x));
+        return NULL;
+    }
+    D = x->shape[x->ndim - 1];
+    rows = x->numel / D;
+    if (gdl__check_vec(op, "weight", weight, D, x) < 0 || gdl__check_vec(op, "bias", bias, D, x) < 0) return NULL;
+    if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)) ||
+        !(mean = gdl__tmp(op, 1, &rows, GDL_F32, x->device)) || !(rstd = gdl__tmp(op, 1, &rows, GDL_F32, x->device)))
+        return NULL;
+    if (rows && be->layernorm(rows, D, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, eps,
+                              GDL__R(out), GDL__R(mean), GDL__R(rstd)) < 0)
+        return NULL;
+    in[0] = x; in[1] = weight; in[2] = bias;
+    n = gdl__record(op, GDL_OP_LAYER_NORM, out, 3, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = mean;
+        n->saved[1] = rstd;
+        n->i[0] = rows; n->i[1] = D;
+    }
+    return gdl__finish(op, out);
+}
+
+static int gdl__bw_layer_norm(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *w = n->in[1];
+    if (!n->i[0]) return 0;
+    return be->layernorm_backward(n->i[0], n->i[1], GDL__R(n->in[0]), GDL__R(n->out->grad), w ? GDL__R(w) : NULL,
+                                  GDL__R(n->saved[0]), GDL__R(n->saved[1]), GDL__G(n->in[0]), GDL__G(w),
+                                  GDL__G(n->in[2]));
+}
+
+/* ---- embedding ---- */
+
+/* Host-side range check of integer indices (CPU tensors only). */
+static int gdl__check_indices(const char *op, const gdl_tensor *idx, int64_t lo, int64_t hi, int ignore_ok, int ignore) {
+    int64_t i;
+    const int32_t *p = (const int32_t *)idx->data;
+    if (idx->device.type != GDL_DEVICE_CPU) return 0;
+    for (i = 0; i < idx->numel; i++)
+        if ((p[i] < lo || p[i] >= hi) && !(ignore_ok && p[i] == ignore)) {
+            gdl__set_error("%s: index %d at position %lld is out of range [%lld,%lld)", op, p[i], (long long)i,
+                           (long long)lo, (long long)hi);
+            return -1;
+        }
+    return 0;
+}
+
+GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
+    const char *op = "gdl_embedding";
+    int64_t shape[GDL_MAX_DIMS];
+    int err;
+    gdl_tensor *out, *in[2];
+    const gdl_backend *be;
+    GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl_embedding(idx, w), w);
+    if (gdl__check_two(op, "indices", idx, 0, "weight", w, 1) < 0) return NULL;
+    if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
+        gdl__set_error("%s: expected i32 indices and a weight [V,D], got %s %s and %s %s", op, gdl_dtype_name(idx->dtype),
+                       gdl_shape_str(idx), gdl_dtype_name(w->dtype), gdl_shape_str(w));
+        return NULL;
+    }
+    if (gdl__check_indices(op, idx, 0, w->shape[0], 0, 0) < 0) return NULL;
+    memcpy(shape, idx->shape, sizeof shape);
+    shape[idx->ndim] = w->shape[1];
+    if (!(be = gdl__be(op, w->device)) || !(out = gdl__tmp(op, idx->ndim + 1, shape, GDL_F32, w->device))) return NULL;
+    if (out->numel && be->embedding(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w), GDL__R(out)) < 0)
+        return NULL;
+    in[0] = idx;
+    in[1] = w;
+    gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
+    return err ? NULL : gdl__finish(op, out);
+}
+
+static int gdl__bw_embedding(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *w = n->in[1];
+    gdl_real *gw = GDL__G(w);
+    if (!gw || !n->out->numel) return 0;
+    return be->embedding_backward(n->in[0]->numel, w->shape[1], w->shape[0], (const int32_t *)n->in[0]->data,
+                                  GDL__R(n->out->grad), gw);
+}
+
+/* ---- losses ---- */
+
+GPUDL_API gdl_ce_opts gdl_ce_defaults(void) {
+    gdl_ce_opts o;
+    o.reduction = GDL_REDUCE_MEAN;
+    o.ignore_index = -100;
+    o.label_smoothing = 0;
+    return o;
+}
+
+/* Cross entropy with class-probability targets [B,C] (PyTorch's, as mixup/cutmix make them), composed from
+   differentiable ops: -sum_c t_c log_softmax(x)_c per row, the targets smoothed first as
+   t (1 - ls) + ls / C; the mean is over the B rows. */
+static gdl_tensor *gdl__xent_soft(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
+    gdl_tensor *t = tgt, *rows;
+    if (op != GDL_OP_CROSS_ENTROPY || x->ndim != 2 || !gdl_same_shape(x, tgt)) {
+        gdl__set_error("%s: probability targets %s %s need cross entropy over input [B,C] of the same shape, got "
+                       "input %s %s", opname, gdl_dtype_name(tgt->dtype), gdl_shape_str(tgt), gdl_dtype_name(x->dtype),
+                       gdl_shape_str(x));
+        return NULL;
+    }
+    if ((unsigned)o->reduction > GDL_REDUCE_NONE || !(o->label_smoothing >= 0 && o->label_smoothing <= 1)) {
+        gdl__set_error("%s: bad reduction %d or label_smoothing %g", opname, (int)o->reduction, o->label_smoothing);
+        return NULL;
+    }
+    if (x->shape[1] == 0) {
+        gdl__set_error("%s: input %s has no classes", opname, gdl_shape_str(x));
+        return NULL;
+    }
+    if (o->label_smoothing > 0)
+        t = gdl_add_scalar(gdl_mul_scalar(tgt, 1 - o->label_smoothing), o->label_smoothing / (double)x->shape[1]);
+    rows = gdl_mul_scalar(gdl_sum_dim(gdl_mul(t, gdl_log_softmax(x, 1)), 1, 0), -1);
+    if (!rows) return NULL;
+    return o->reduction == GDL_REDUCE_NONE ? rows : o->reduction == GDL_REDUCE_SUM ? gdl_sum(rows) : gdl_mean(rows);
+}
+
+static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
+    int64_t B, C, one = 1;
+    int err;
+    gdl_tensor *rows, *out, *count, *in[2];
+    gdl_node *n;
+    const gdl_backend *be;
+    if (x && tgt && gdl__is_float(tgt->dtype) && tgt->ndim == 2) return gdl__xent_soft(opname, op, x, tgt, o);
+    GDL__LOWP1(opname, op, gdl__xent(opname, op, x, tgt, o), x);
+    if (gdl__check_two(opname, "input", x, 1, "target", tgt, 0) < 0) return NULL;
+    if (x->ndim != 2 || tgt->ndim != 1 || tgt->dtype != GDL_I32 || tgt->shape[0] != x->shape[0]) {
+        gdl__set_error("%s: expected input [B,C] and i32 target [B], got %s %s and %s %s", opname,
+                       gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_dtype_name(tgt->dtype), gdl_shape_str(tgt));
+        return NULL;
+    }
+    if ((unsigned)o->reduction > GDL_REDUCE_NONE || !(o->label_smoothing >= 0 && o->label_smoothing <= 1)) {
+        gdl__set_error("%s: bad reduction %d or label_smoothing %g", opname, (int)o->reduction, o->label_smoothing);
+        return NULL;
+    }
+    B = x->shape[0];
+    C = x->shape[1];
+    if (C == 0) {
+        gdl__set_error("%s: input %s has no classes", opname, gdl_shape_str(x));
+        return NULL;
+    }
+    if (gdl__check_indices(opname, tgt, 0, C, 1, o->ignore_index) < 0) return NULL;
+    if (!(be = gdl__be(opname, x->device)) || !(rows = gdl__tmp(opname, 1, &B, GDL_F32, x->device)) ||
+        !(count = gdl__tmp(opname, 1, &one, GDL_F32, x->device)))
+        return NULL;
+    out = rows;
+    if (o->reduction != GDL_REDUCE_NONE && !(out = gdl__tmp(opname, 0, NULL, GDL_F32, x->device))) return NULL;
+    if (be->xent(B, C, GDL__R(x), (const int32_t *)tgt->data, o->ignore_index, o->label_smoothing,
+                 op == GDL_OP_NLL_LOSS, o->reduction, GDL__R(rows), GDL__R(out), GDL__R(count)) < 0)
+        return NULL;
+    in[0] = x;
+    in[1] = tgt;
+    n = gdl__record(opname, op, out, 2, in, &err);
+    if (err) return NULL;
+    if (n) {
+        n->saved[0] = count;
+        n->i[0] = o->ignore_index;
+        n->i[1] = o->reduction;
+        n->f[0] = o->label_smoothing;
+    }
+    return gdl__finish(opname, out);
+}
+
+static int gdl__bw_xent(gdl_node *n, const gdl_backend *be) {
+    gdl_tensor *x = n->in[0];
+    gdl_real *gx = GDL__G(x);
+    if (!gx) return 0;
+    return be->xent_backward(x->shape[0], x->shape[1], GDL__R(x), (const int32_t *)n->in[1]->data, (int)n->i[0],
+                             n->f[0], n->op == GDL_OP_NLL_LOSS, (int)n->i[1], GDL__R(n->out->grad),
+                             GDL__R(n->saved[0]), gx);
+}
+
+GPUDL_API gdl_tensor *gdl_cross_entropy_ex(gdl_tensor *logits, gdl_tensor *targets, const gdl_ce_opts *opts) {
+    gdl_ce_opts o = opts ? *opts : gdl_ce_defaults();
+    return gdl__xent("gdl_cross_entropy", GDL_OP_CROSS_ENTROPY, logits, targets, &o);
+}
+GPUDL_API gdl_tensor *gdl_cross_entropy(gdl_tensor *logits, gdl_tensor *targets) {
+    return gdl_cross_entropy_ex(logits, targets, NULL);
+}
+GPUDL_API gdl_tensor *gdl_nll_loss(gdl_tensor *log_probs, gdl_tensor *targets, gdl_reduction r, int ignore_index) {
+    gdl_ce_opts o = gdl_ce_defaults();
+    o.reduction = r;
+    o.ignore_index = ignore_index;
+    return gdl__xent("gdl_nll_loss", GDL_OP_NLL_LOSS, log_probs, targets, &o);
+}
+
+static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x, gdl_tensor *y, gdl_reduction r) {
+    int err;
+    gdl_tensor *out, *in[2];
+    const gdl_backend *be;
+    GDL__LOWP2(opname, op, gdl__pointwise_loss(opname, op, x, y, r), x, y);
+    if (gdl__check_two(opname, "input", x, 1, "target", y, 1) < 0) return NULL;
+    if (!gdl_same_shape(x, y)) {
+        gdl__set_error("%s: input %s and target %s must have the same shape", opname, gdl_shape_str(x), gdl_shape_str(y));
+        return NULL;
+    }
+    if ((unsigned)r > GDL_REDUCE_NONE) {
+        gdl__set_error("%s: bad reduction %d", opname, (int)r);
+        return NULL;
+    }
+    if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
+    if (be->pointwise_loss(op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, x->numel, GDL__R(x), GDL__R(y),
+                           GDL__R(out)) < 0)
+        return NULL;
+    in[0] = x;
+    in[1] = y;
+    gdl__record(opname, op, out, 2, in, &err);
+    if (err || !gdl__finish(opname, out)) return NULL;
+    return r == GDL_REDUCE_NONE ? out : r == GDL_REDUCE_SUM ? gdl_sum(out) : gdl_mean(out);
+}
+
+static int gdl__bw_pointwise_loss(gdl_node *n, const gdl_backend *be) {
+    return be->pointwise_loss_backward(n->op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, n->out->numel,
+                                       GDL__R(n->in[0]), GDL__R(n->in[1]), GDL__R(n->out->grad), GDL__G(n->in[0]),
+                                       GDL__G(n->in[1]));
+}
+
+GPUDL_API gdl_tensor *gdl_mse_loss(gdl_tensor *input, gdl_tensor *target, gdl_reduction r) {
+    return gdl__pointwise_loss("gdl_mse_loss", GDL_OP_MSE, input, target, r);
+}
+GPUDL_API gdl_tensor *gdl_bce_with_logits(gdl_tensor *input, gdl_tensor *target, gdl_reduction r) {
+    return gdl__pointwise_loss("gdl_bce_with_logits", GDL_OP_BCE_WITH_LOGITS, input, target, r);
+}
