@@ -2,7 +2,7 @@
 """tools/layers.py — which part of gpudl.h uses which: the layer check.
 
 The layers of gpudl.h are the groups of src/PARTS, each opened by a
-"# ---- name ----" heading, in order (docs/DESIGN.md, "Layers"). A part may
+"# ---- name ----" heading, in order (docs/DESIGN.md, "Which part may use which"). A part may
 use what its own layer and the layers before it define; a use of something
 defined in a later layer (reachable only through a forward declaration, or a
 public declaration in api/) is an upward use. This script reads the parts,
@@ -11,12 +11,14 @@ every use of one from a part of an earlier layer. The public header's parts
 (api/) only declare: they are not read as users.
 
     python3 tools/layers.py            list the upward uses, one a line, and their count
-    python3 tools/layers.py --graph    also the part-to-part use counts (who uses whom)
+    python3 tools/layers.py --graph    also who uses whom: for each pair of parts, how many
+                                       names of the one the other uses
     python3 tools/layers.py --forward  also the uses, inside one layer, of what a later part
                                        of it defines (allowed: a layer's parts are one unit)
     python3 tools/layers.py --check    exit 1 when an upward use is not in the accepted
                                        list below (the one DESIGN.md gives with its reasons),
-                                       or an accepted one is gone (so the list stays true)
+                                       when an accepted one is gone, or when DESIGN.md does
+                                       not name an accepted one (so the lists stay true)
 
 It is a tokenizer, not a compiler: comments and string literals are blanked,
 every preprocessor branch is read (so a use under #ifdef GPUDL_CUDA counts),
@@ -27,8 +29,8 @@ import os
 import re
 import sys
 
-# The upward uses that stay, with their reason in docs/DESIGN.md ("Layers"):
-# (user part, used name).
+# The upward uses that stay, with their reasons in docs/DESIGN.md ("Which part
+# may use which"): (user part, used name). --check holds the two lists equal.
 ACCEPTED = {
     # the runtime picks a device's backend; the CPU's table is made from the
     # kernels, after them (as CUDA's comes from gpudl_cuda.cu, gdl_cuda_backend)
@@ -107,42 +109,34 @@ def definitions(code):
     """Names of the top-level functions and global variables defined in code."""
     defs = set()
     toks = TOKEN.findall(code)
-    stmt = []
-    depth = 0
-    i = 0
-    while i < len(toks):
-        t = toks[i]
+    stmt = []          # the tokens of the top-level statement so far
+    depth = 0          # brace depth
+    in_func = False    # the braces being skipped are a function's body
+    for t in toks:
         if depth > 0:
             if t == "{":
                 depth += 1
             elif t == "}":
                 depth -= 1
-                if depth == 0 and stmt_kind[0] == "func":
+                if depth == 0 and in_func:
                     stmt = []
-            i += 1
             continue
         if t == "{":
-            head = [x for x in stmt if x not in ("static", "inline", "const", "volatile")]
-            if "=" in stmt:                      # initialised aggregate: a global
-                stmt_kind = ["init"]
-            elif _is_func(stmt):
+            # an initialised aggregate (a global), a function's body, or the
+            # braces of a struct / union / enum / extern "C"
+            in_func = "=" not in stmt and _is_func(stmt)
+            if in_func:
                 name = _func_name(stmt)
                 if name:
                     defs.add(name)
-                stmt_kind = ["func"]
-            else:                                # struct / union / enum / extern "C"
-                stmt_kind = ["other"]
-            if stmt_kind[0] != "func":
+            else:
                 stmt.append("{...}")
             depth = 1
-            i += 1
-            continue
-        if t == ";":
+        elif t == ";":
             _global(stmt, defs)
             stmt = []
         else:
             stmt.append(t)
-        i += 1
     return defs
 
 
@@ -261,7 +255,12 @@ def main(argv):
     gone = ACCEPTED - {(p, name) for p, name, q in upward}
     for p, name in sorted(gone):
         print(f"{p}: {name} is accepted in tools/layers.py but no longer used: drop it there and in docs/DESIGN.md")
-    if "--check" in argv and (bad or gone):
+    with open(os.path.join(root, "docs", "DESIGN.md")) as f:
+        design = f.read()
+    untold = sorted((p, name) for p, name in ACCEPTED if f"`{name}`" not in design or f"`{p}`" not in design)
+    for p, name in untold:
+        print(f"{p}: {name} is accepted in tools/layers.py but docs/DESIGN.md does not give its reason")
+    if "--check" in argv and (bad or gone or untold):
         return 1
     return 0
 
