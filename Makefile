@@ -1,6 +1,6 @@
 # Makefile — builds gpudl's tests, examples and benchmarks.
 #
-#   make run         train the Fashion-MNIST MLP with issue 31's recipe
+#   make run         train the Fashion-MNIST MLP with its recipe (examples/recipe.h)
 #                    (examples/mnist_mlp --recipe: 12 epochs, ~89 %); on a fresh
 #                    machine it first installs a compiler and zlib's headers if
 #                    missing, and gets Fashion-MNIST (`make data`)
@@ -130,7 +130,7 @@ $(B)/lib/tsan_%.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
 # The examples, linked with the library (gpu_monitor reads NVML in a CPU build too).
 $(EXAMPLES): $(B)/%: examples/%.c examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/plain_$$(call set_of,$$*).o | $(B)
 	$(CC) $(VARIANT_plain) $(SET_$(call set_of,$*)) $(API_ONLY) $< $(B)/lib/plain_$(call set_of,$*).o -o $@ $(LIBS)
-# the recipes' nets and training set-up (issue 31), shared with bench/recipes.c
+# the recipes' nets and training set-up, shared with bench/recipes.c
 $(B)/resnet $(B)/cuda_resnet $(B)/emu_resnet $(B)/mnist_mlp $(B)/cuda_mnist_mlp $(B)/emu_mnist_mlp: examples/recipe.h
 # a stand-in NVML library for the monitor's tests
 $(B)/libfake_nvml.so: tests/fake_nvml.c | $(B)
@@ -360,7 +360,7 @@ WARN_SRCS = tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test
             tests/test_gradcheck.c tests/test_conv.c
 WARN_API_ONLY = tests/test_core.c tests/test_nn.c tests/test_train.c tests/test_crash.c tests/test_resume.c tests/test_dtype.c \
                 examples/mnist_mlp.c bench/fmnist92.c
-# issue 31's recipes and issue 27's examples
+# the recipes' programs (examples/resnet.c, bench/recipes.c) and char_gpt
 WARN_SRCS += examples/resnet.c bench/recipes.c examples/char_gpt.c
 WARN_API_ONLY += examples/resnet.c bench/recipes.c examples/char_gpt.c
 WFL_tests/test_gradcheck.c = -DGPUDL_DOUBLE
@@ -435,13 +435,13 @@ test-cuda: | $(B)
 $(B)/bench_train: bench/train.c bench/bench_cpu.h gpudl.h | $(B)
 	$(CC) $(STD) -O3 -march=native bench/train.c -o $@ $(LIBS)
 
-# Fashion-MNIST to 92 % end to end (issue 10's target; bench/pytorch/fmnist92.py is PyTorch's side)
+# Fashion-MNIST to 92 % end to end (bench/pytorch/fmnist92.py is PyTorch's side)
 $(B)/fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h | $(B)
 	$(CC) $(STD) $(WARN) -O3 -march=native $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/cuda_fmnist92: bench/fmnist92.c examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/cuda_std.o $(B)/gpudl_cuda.o | $(B)
 	$(NVCC) $(CUDA_HOST) $(CUDA_ARCH) $(API_ONLY) $< $(B)/lib/cuda_std.o $(B)/gpudl_cuda.o $(CUDA_LINK) $(ZLIBS) -o $@
 
-# issue 31's recipes (mlp, cnn, resnet) end to end; bench/pytorch/recipes.py is PyTorch's side
+# the training recipes (mlp, cnn, resnet) end to end; bench/pytorch/recipes.py is PyTorch's side
 $(B)/recipes: bench/recipes.c examples/recipe.h examples/example_args.h gpudl.h | $(B)
 	$(CC) $(STD) $(WARN) -O3 -march=native $(ZFLAGS) $< -o $@ $(LIBS)
 $(B)/cuda_recipes: bench/recipes.c examples/recipe.h examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/cuda_std.o $(B)/gpudl_cuda.o | $(B)

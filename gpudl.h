@@ -4247,7 +4247,8 @@ static const gdl_backend *gdl__be_lookup(const char *op, gdl_device d) {
    view — leaves its span open until the next one replaces it, uncounted).
    Explicit spans (backward functions, gdl_step, copies, loader waits) cover
    everything inside them. Each closed span is a record; gdl_profile_end
-   reads the GPU's events and sums the records per (name, device).
+   reads the GPU's events and sums the records per (name, device). The
+   clocks are here too: gdl_now (the wall clock) and the profiler's own.
    ------------------------------------------------------------------------- */
 typedef struct gdl__prof_rec {
     const char *name;
@@ -4274,6 +4275,9 @@ static struct {
     int nrows;
     char bw_names[GDL_OP_COUNT][48];   /* "gdl_<op> backward" */
 } gdl__prof;
+
+/* The wall clock in seconds (gdl_now: gdl_fit's times, timeouts, the profiler's fallback). */
+GPUDL_API double gdl_now(void) { return gdl__os_wall_seconds(); }
 
 /* The profiler's host clock in seconds: monotonic with nanoseconds where the platform offers it
    (gdl__os_monotonic_seconds), else gdl_now (microseconds). */
@@ -4359,11 +4363,6 @@ static void gdl__prof_pop(int opened, int ok) {
         gdl__prof_drop(&gdl__prof.cur, gdl__prof.cur_be);
         gdl__prof.cur.name = NULL;
     }
-}
-static const char *gdl__prof_bw_name(int op) {
-    char *b = gdl__prof.bw_names[op];
-    if (!b[0]) snprintf(b, sizeof gdl__prof.bw_names[op], "gdl_%s backward", gdl_op_name(op));
-    return b;
 }
 
 static void gdl__prof_free(void) {
@@ -4674,23 +4673,6 @@ GPUDL_API size_t gdl_arena_reserved(void) {
     return s;
 }
 
-static void gdl__gemm_release(void);
-/* Gives back what the library keeps between steps: the arenas' chunks, the
-   GEMM packing buffers and the CUDA allocator's cached blocks (gdl_fit's
-   out-of-memory retry; gdl_shutdown). Between steps only: temporaries die. */
-static void gdl__release_cached_memory(void) {
-    int i;
-    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
-    gdl__arena_release(&gdl__host_arena);
-    gdl__arena_release(&gdl__hdr_arena[0]);
-    gdl__arena_release(&gdl__hdr_arena[1]);
-    for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
-    gdl__tape = NULL;
-    gdl__gemm_release();
-    if (gdl_cuda_device_count() > 0) gdl__cuda_registry->release_cache();
-}
-GPUDL_API void gdl_shutdown(void) { gdl__release_cached_memory(); }
-
 /* Temporary device memory for op scratch and outputs. */
 static void *gdl__scratch(const char *op, gdl_device dev, size_t bytes) {
     gdl__arena *a;
@@ -4759,10 +4741,6 @@ static int gdl__stale(const char *op, const char *arg, const gdl_tensor *t) {
                    op, arg);
     return -1;
 }
-
-/* records an op on the autograd tape (src/ops/); gdl_to uses it */
-static struct gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int nin, gdl_tensor *const *in,
-                                    int *err);
 
 /* Validates and computes numel; 0 on success. */
 static int gdl__check_shape(const char *op, int ndim, const int64_t *shape, int64_t *numel) {
@@ -5128,30 +5106,6 @@ GPUDL_API int gdl_copy_(gdl_tensor *dst, const gdl_tensor *src) {
     }
 }
 
-GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev) {
-    gdl_tensor *r;
-    if (!t) {
-        gdl__null_arg("gdl_to", "t");
-        return NULL;
-    }
-    if (gdl__stale("gdl_to", "t", t) < 0) return NULL;
-    r = gdl__make("gdl_to", t->ndim, t->shape, t->dtype, dev, gdl__is_persistent(t), NULL);
-    if (!r) return NULL;
-    if (gdl_copy_(r, t) < 0) {
-        gdl_free(r);
-        return NULL;
-    }
-    r->name = t->name;
-    if (gdl__is_persistent(t)) {
-        r->requires_grad = t->requires_grad;
-    } else {
-        int err;
-        gdl__record("gdl_to", GDL_OP_TO, r, 1, &t, &err);
-        if (err) return NULL;
-    }
-    return r;
-}
-
 GPUDL_API gdl_tensor *gdl_clone(const gdl_tensor *t) {
     gdl_tensor *r;
     if (!t) {
@@ -5200,21 +5154,6 @@ GPUDL_API int gdl_move_(gdl_tensor *t, gdl_device dev) {
         gdl_free(copy);
     }
     return 0;
-}
-
-static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt); /* src/ops/ */
-static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out);
-GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {
-    if (!t) {
-        gdl__null_arg("gdl_to_dtype", "t");
-        return NULL;
-    }
-    if (gdl__stale("gdl_to_dtype", "t", t) < 0) return NULL;
-    if ((unsigned)dt >= GDL_DTYPE_COUNT) {
-        gdl__set_error("gdl_to_dtype: invalid dtype %d", (int)dt);
-        return NULL;
-    }
-    return gdl__finish("gdl_to_dtype", gdl__cast_t("gdl_to_dtype", t, dt));
 }
 
 /* A host read of a GPU tensor cannot be part of a CUDA graph (it would wait
@@ -5695,6 +5634,237 @@ static void gdl__parallel_loop(int64_t n, int64_t work, gdl__loop_fn body, const
 static void gdl__parallel_units(int64_t n, int64_t work, gdl__loop_fn body, const gdl__args *a) {
     gdl__parallel_loop_as(n, work, body, a, 1);
 }
+/* ---------------------------------------------------------------------------
+   src/runtime/monitor.h   The allocators' counters (gdl_memory_stats), then NVML.
+   ------------------------------------------------------------------------- */
+GPUDL_API int gdl_memory_stats(gdl_device dev, gdl_memory_status *s) {
+    const gdl_backend *be;
+    if (!s) {
+        gdl__null_arg("gdl_memory_stats", "s");
+        return -1;
+    }
+    if (!(be = gdl__be("gdl_memory_stats", dev)) || be->memory_stats(dev.index, s) < 0) return -1;
+    if (dev.type == GDL_DEVICE_CPU) {
+        s->arena_used = gdl__host_arena.used + gdl__hdr_arena[gdl__arena_gen & 1].used;
+        s->arena_reserved = gdl__host_arena.reserved + gdl__hdr_arena[0].reserved + gdl__hdr_arena[1].reserved;
+    } else { /* gdl__be has checked the index */
+        s->arena_used = gdl__gpu_arena[dev.index].used;
+        s->arena_reserved = gdl__gpu_arena[dev.index].reserved;
+    }
+    return 0;
+}
+
+GPUDL_API int gdl_memory_reset_peak(gdl_device dev) {
+    const gdl_backend *be = gdl__be("gdl_memory_reset_peak", dev);
+    return be ? be->memory_reset_peak(dev.index) : -1;
+}
+
+GPUDL_API const char *gdl_memory_summary(gdl_device dev) {
+    static GDL__TLS char buf[2048];
+    gdl_memory_status m;
+    size_t k = 0;
+    const char *rule = "------------------------------------------------------------\n";
+    if (gdl_memory_stats(dev, &m) < 0) return NULL;
+#define GDL__SUM(...) (k += (size_t)snprintf(buf + k, k < sizeof buf ? sizeof buf - k : 0, __VA_ARGS__))
+    GDL__SUM("%s", rule);
+    GDL__SUM("gpudl memory summary, %s (%s)\n", gdl_device_str(dev), gdl_device_name(dev));
+    GDL__SUM("%s", rule);
+    GDL__SUM("%-28s %15s %15s\n", "", "current", "peak");
+    GDL__SUM("%-28s %15.0f %15.0f\n", "allocated (bytes)", (double)m.allocated, (double)m.peak_allocated);
+    GDL__SUM("%-28s %15.0f %15.0f\n", "reserved (bytes)", (double)m.reserved, (double)m.peak_reserved);
+    GDL__SUM("%-28s %15.0f %15.0f\n", "step arena used / reserved", (double)m.arena_used,
+             (double)m.arena_reserved);
+    GDL__SUM("%s", rule);
+    GDL__SUM("%-28s %15lld\n", "allocation requests", (long long)m.requests);
+    GDL__SUM("%-28s %15lld\n", "cache hits", (long long)m.cache_hits);
+    GDL__SUM("%-28s %15lld\n", dev.type == GDL_DEVICE_CPU ? "mallocs" : "cudaMalloc calls",
+             (long long)m.device_mallocs);
+    GDL__SUM("%-28s %15lld\n", "frees", (long long)m.frees);
+    GDL__SUM("%-28s %15lld\n", "cache releases", (long long)m.cache_releases);
+    GDL__SUM("%s", rule);
+#undef GDL__SUM
+    return buf;
+}
+
+/* NVML loaded at run time (gdl__dl_open: dlopen, LoadLibrary). Only the few entry points used are
+   declared here, with NVML's documented types (nvmlDevice_t is a pointer;
+   nvmlReturn_t an int, 0 is success, 3 "not supported"). */
+#if defined(GDL__OS_DL)
+typedef struct { unsigned int gpu, memory; } gdl__nvml_util;
+typedef struct { unsigned long long total, free, used; } gdl__nvml_mem;
+typedef struct gdl__nvml_dev *gdl__nvml_device;
+static struct {
+    int ok;
+    char why[300];
+    int (*init)(void);
+    int (*count)(unsigned int *);
+    int (*handle)(unsigned int, gdl__nvml_device *);
+    int (*handle_pci)(const char *, gdl__nvml_device *);
+    int (*name)(gdl__nvml_device, char *, unsigned int);
+    int (*util)(gdl__nvml_device, gdl__nvml_util *);
+    int (*mem)(gdl__nvml_device, gdl__nvml_mem *);
+    int (*temp)(gdl__nvml_device, int, unsigned int *);
+    int (*power)(gdl__nvml_device, unsigned int *);
+    int (*limit)(gdl__nvml_device, unsigned int *);
+    int (*clock)(gdl__nvml_device, int, unsigned int *);
+    const char *(*errstr)(int);
+} gdl__nvml;
+
+/* Loads and initialises NVML, once per process (gdl__nvml_load). */
+static void gdl__nvml_load_once(void) {
+    {
+        const char *lib = getenv("GPUDL_NVML_LIB");
+        void *h;
+        int rc;
+        char why[200];
+        if (!lib || !lib[0]) lib = GDL__NVML_DEFAULT_LIB;
+        if (!(h = gdl__dl_open(lib, why, sizeof why))) {
+            snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available (%s): no NVIDIA driver here", why);
+        } else {
+            /* object to function pointer through memcpy: ISO C has no cast between them */
+#define GDL__NVML_SYM(field, sym)                                                   \
+            do {                                                                    \
+                void *p_ = gdl__dl_sym(h, sym);                                     \
+                if (!p_) {                                                          \
+                    snprintf(gdl__nvml.why, sizeof gdl__nvml.why,                   \
+                             "NVML not available: %s has no %s (driver too old?)", lib, sym); \
+                    goto nvml_done;                                                 \
+                }                                                                   \
+                memcpy(&gdl__nvml.field, &p_, sizeof p_);                           \
+            } while (0)
+            GDL__NVML_SYM(init, "nvmlInit_v2");
+            GDL__NVML_SYM(count, "nvmlDeviceGetCount_v2");
+            GDL__NVML_SYM(handle, "nvmlDeviceGetHandleByIndex_v2");
+            GDL__NVML_SYM(handle_pci, "nvmlDeviceGetHandleByPciBusId_v2");
+            GDL__NVML_SYM(name, "nvmlDeviceGetName");
+            GDL__NVML_SYM(util, "nvmlDeviceGetUtilizationRates");
+            GDL__NVML_SYM(mem, "nvmlDeviceGetMemoryInfo");
+            GDL__NVML_SYM(temp, "nvmlDeviceGetTemperature");
+            GDL__NVML_SYM(power, "nvmlDeviceGetPowerUsage");
+            GDL__NVML_SYM(limit, "nvmlDeviceGetEnforcedPowerLimit");
+            GDL__NVML_SYM(clock, "nvmlDeviceGetClockInfo");
+            GDL__NVML_SYM(errstr, "nvmlErrorString");
+#undef GDL__NVML_SYM
+            if ((rc = gdl__nvml.init()) != 0)
+                snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available: nvmlInit failed: %s",
+                         gdl__nvml.errstr(rc));
+            else
+                gdl__nvml.ok = 1;
+        nvml_done:
+            if (!gdl__nvml.ok) gdl__dl_close(h); /* kept open while in use: NVML has no clean unload */
+        }
+    }
+}
+
+/* 0 / -1 + error. The first call of any thread loads; the others wait for it (monitors poll from
+   threads of their own). */
+static int gdl__nvml_load(const char *op) {
+#ifdef GDL__OS_THREADS
+    static gdl__once_flag once = GDL__ONCE_INIT;
+    gdl__once(&once, gdl__nvml_load_once);
+#else
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        gdl__nvml_load_once();
+    }
+#endif
+    if (!gdl__nvml.ok) gdl__set_error("%s: %s", op, gdl__nvml.why);
+    return gdl__nvml.ok ? 0 : -1;
+}
+
+GPUDL_API int gdl_gpu_count(void) {
+    unsigned int n = 0;
+    int rc;
+    if (gdl__nvml_load("gdl_gpu_count") < 0) return -1;
+    if (gdl_cuda_device_count() > 0) return gdl_cuda_device_count(); /* gdl_gpu_stats maps them to NVML's */
+    if ((rc = gdl__nvml.count(&n)) != 0) {
+        gdl__set_error("gdl_gpu_count: nvmlDeviceGetCount: %s", gdl__nvml.errstr(rc));
+        return -1;
+    }
+    return (int)n;
+}
+
+GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
+    static const char fn[] = "gdl_gpu_stats";
+    gdl__nvml_device d;
+    gdl__nvml_util u;
+    gdl__nvml_mem m;
+    unsigned int v;
+    int rc, n;
+    if (!s) {
+        gdl__null_arg(fn, "s");
+        return -1;
+    }
+    if ((n = gdl_gpu_count()) < 0) {
+        char why[sizeof gdl__err]; /* the message is rewritten from a copy: its buffer is gdl__set_error's */
+        memcpy(why, gdl__err, sizeof why);
+        gdl__set_error("%s: %s", fn, why + strlen("gdl_gpu_count: "));
+        return -1;
+    }
+    if (gdl_cuda_device_count() > 0) {
+        /* CUDA's index: NVML's device with the same PCI bus id (the orders differ under
+           CUDA_VISIBLE_DEVICES, or without CUDA_DEVICE_ORDER=PCI_BUS_ID) */
+        char bus[64];
+        const gdl_backend *be;
+        if (index < 0 || index >= n) {
+            gdl__set_error("%s: no CUDA device %d (%d available)", fn, index, n);
+            return -1;
+        }
+        if (!(be = gdl__be_lookup(fn, gdl_cuda(index)))) return -1;
+        if (be->pci_bus_id(index, bus, (int)sizeof bus) < 0) {
+            char why[sizeof gdl__err];
+            memcpy(why, gdl__err, sizeof why);
+            gdl__set_error("%s: cuda:%d: no PCI bus id to find it by in NVML: %s", fn, index, why);
+            return -1;
+        }
+        if ((rc = gdl__nvml.handle_pci(bus, &d)) != 0) {
+            gdl__set_error("%s: cuda:%d (PCI %s): NVML does not list it: %s", fn, index, bus, gdl__nvml.errstr(rc));
+            return -1;
+        }
+    } else if (index < 0 || index >= n) {
+        gdl__set_error("%s: no GPU %d (NVML sees %d)", fn, index, n);
+        return -1;
+    } else if ((rc = gdl__nvml.handle((unsigned)index, &d)) != 0) {
+        gdl__set_error("%s: GPU %d: %s", fn, index, gdl__nvml.errstr(rc));
+        return -1;
+    }
+    if ((rc = gdl__nvml.mem(d, &m)) != 0) {
+        gdl__set_error("%s: GPU %d: %s", fn, index, gdl__nvml.errstr(rc));
+        return -1;
+    }
+    memset(s, 0, sizeof *s);
+    s->memory_used = (size_t)m.used;
+    s->memory_total = (size_t)m.total;
+    if (gdl__nvml.name(d, s->name, sizeof s->name) != 0) snprintf(s->name, sizeof s->name, "GPU %d", index);
+    s->name[sizeof s->name - 1] = 0;
+    /* what a GPU does not report (3: not supported) is left unknown, not an error */
+    if (gdl__nvml.util(d, &u) == 0) {
+        s->utilization = (int)u.gpu;
+        s->memory_utilization = (int)u.memory;
+    } else {
+        s->utilization = s->memory_utilization = -1;
+    }
+    s->temperature = gdl__nvml.temp(d, 0 /* NVML_TEMPERATURE_GPU */, &v) == 0 ? (int)v : -1;
+    s->power = gdl__nvml.power(d, &v) == 0 ? v / 1000.0 : NAN;
+    s->power_limit = gdl__nvml.limit(d, &v) == 0 ? v / 1000.0 : NAN;
+    s->sm_clock = gdl__nvml.clock(d, 1 /* NVML_CLOCK_SM */, &v) == 0 ? (int)v : -1;
+    s->memory_clock = gdl__nvml.clock(d, 2 /* NVML_CLOCK_MEM */, &v) == 0 ? (int)v : -1;
+    return 0;
+}
+#else
+GPUDL_API int gdl_gpu_count(void) {
+    gdl__set_error("gdl_gpu_count: GPU monitoring is not compiled in: build with -DGPUDL_CUDA or -DGPUDL_NVML");
+    return -1;
+}
+GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
+    (void)index;
+    (void)s;
+    gdl__set_error("gdl_gpu_stats: GPU monitoring is not compiled in: build with -DGPUDL_CUDA or -DGPUDL_NVML");
+    return -1;
+}
+#endif
+
 /* src/cpu/memory.h — the CPU backend's memory entries: allocation with its
    counters, copies, the stream and event stand-ins (a CPU runs in order),
    fill and dtype casts.
@@ -8075,7 +8245,7 @@ static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, 
 #define GDL__INV_SQRT_2 0.7071067811865476
 
 #ifndef GPUDL_DOUBLE
-/* Exact GELU in f32 without libm's double erf (issue 27: it was a fifth of
+/* Exact GELU in f32 without libm's double erf (libm's was a fifth of
    char_gpt's step). With Phi the normal CDF, a = |x| and T = 0.75:
      a <  T:  Phi(x) = 1/2 + x Q(x^2), GELU' = 1/2 + x S(x^2) (odd parts,
               minimax polynomials);
@@ -9101,10 +9271,11 @@ static int gdl__conv_path = -1;
 /* Where the implicit GEMM pays (pass as conv_implicit's). Measured on the
    dev VM's Xeon, natively (AVX-512) and with the AVX2 kernel forced, 2
    threads: a conv2d_act (ReLU) forward and backward on batch 32-64, the two
-   paths interleaved, 7 pairs (bench/RESULTS.md). The forward took 0.1-0.95x
-   im2col's time on every shape tried (a 28x28 one-channel input 0.1x, 1x1
-   stride 2 0.3x, 2x2 images 0.93x): its im2col was a pass over memory as
-   large as the input times KH*KW, now never written. The weight gradient
+   paths interleaved, 7 pairs (2026-11-28; the table: git log -p
+   bench/RESULTS.md). The forward took 0.1-0.95x im2col's time on every
+   shape tried (a 28x28 one-channel input 0.1x, 1x1 stride 2 0.3x, 2x2
+   images 0.93x): its im2col was a pass over memory as large as the input
+   times KH*KW, now never written. The weight gradient
    0.6-1.0x. The input gradient 0.86-0.99x from 8x8 outputs up, a tie at 4x4,
    but 1.1-1.2x at 2x2: a sample's product is then a few columns wide and the
    sample-a-task loop costs more than the batch's buffer saves. So all but
@@ -9196,7 +9367,7 @@ static void gdl__conv_task(void *p, int t, int nt) {
    stores and the unused lanes outweigh the packing saved (a one-channel
    input's 9 rows stay with the implicit GEMM). Measured on the dev VM's
    Xeon (AVX-512), batch 128, 2 threads, the recipe CNN's 3x3 convolutions
-   (bench/RESULTS.md): 32->64 on 14x14, forward 6.5 -> 3.8 ms, backward
+   (2026-11-28, git log -p bench/RESULTS.md): 32->64 on 14x14, forward 6.5 -> 3.8 ms, backward
    12.6 -> 9.2 ms; 64->128 on 7x7, 6.3 -> 3.4 and 12.2 -> 7.4 ms. */
 static int gdl__dconv_pays(const gdl_conv_geom *g, int groups, int OC) {
     return g->C / groups * g->KH * g->KW >= 64 && OC / groups >= GDL__DCONV_OC / 2;
@@ -12205,8 +12376,10 @@ static int gdl__cpu_sum_squares(int64_t n, const gdl_real *x, double *out) {
     *out = s;
     return 0;
 }
-/* src/cpu/backend_table.h — the CPU backend's table (gdl__cpu_table), and the
-   entries a CPU has nothing for (timing events, graphs, collectives). */
+/* src/cpu/backend_table.h — the CPU backend's table (gdl__cpu_table), the
+   entries a CPU has nothing for (timing events, graphs, collectives), and
+   gdl_shutdown: here because it frees the kernels' caches (the GEMM's packing
+   buffers) with the arenas, and the layers below the kernels cannot see them. */
 
 /* The profiler's and the monitor's entries that a CPU has nothing for: its
    ops are timed with the host clock, it launches no kernels, it has no PCI
@@ -12274,6 +12447,22 @@ static void gdl__cpu_comm_destroy(void) {}
 static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CPU)};
 #undef GDL__BACKEND_INIT_CPU
 static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }
+
+/* Gives back what the library keeps between steps: the arenas' chunks, the
+   GEMM packing buffers and the CUDA allocator's cached blocks (gdl_fit's
+   out-of-memory retry; gdl_shutdown). Between steps only: temporaries die. */
+static void gdl__release_cached_memory(void) {
+    int i;
+    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
+    gdl__arena_release(&gdl__host_arena);
+    gdl__arena_release(&gdl__hdr_arena[0]);
+    gdl__arena_release(&gdl__hdr_arena[1]);
+    for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
+    gdl__tape = NULL;
+    gdl__gemm_release();
+    if (gdl_cuda_device_count() > 0) gdl__cuda_registry->release_cache();
+}
+GPUDL_API void gdl_shutdown(void) { gdl__release_cached_memory(); }
 /* ---------------------------------------------------------------------------
    src/ops/core.h   The op layer: check arguments, allocate the output, call the
    backend, record a tape node. Each op's backward is listed in the op table
@@ -12489,6 +12678,19 @@ static int gdl__bw_cast(gdl_node *n, const gdl_backend *be) {
     if (!x->requires_grad) return 0;
     return gdl__acc_any("gdl_backward", be, x->device, x->grad->data, x->grad->dtype, n->out->grad->data,
                         n->out->grad->dtype, x->numel);
+}
+
+GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {
+    if (!t) {
+        gdl__null_arg("gdl_to_dtype", "t");
+        return NULL;
+    }
+    if (gdl__stale("gdl_to_dtype", "t", t) < 0) return NULL;
+    if ((unsigned)dt >= GDL_DTYPE_COUNT) {
+        gdl__set_error("gdl_to_dtype: invalid dtype %d", (int)dt);
+        return NULL;
+    }
+    return gdl__finish("gdl_to_dtype", gdl__cast_t("gdl_to_dtype", t, dt));
 }
 
 /* ---- autocast (MANUAL: Mixed precision) ----
@@ -12763,7 +12965,8 @@ static void gdl__split(const gdl_tensor *x, int d, int64_t *outer, int64_t *n, i
     *n = x->shape[d];
 }
 
-/* src/ops/views.h — views: reshape, slices, detach; tensors that share storage. */
+/* src/ops/views.h — views: reshape, slices, detach; tensors that share storage;
+   gdl_to, the differentiable copy to another device. */
 
 /* ---- views ---- */
 
@@ -12788,6 +12991,31 @@ static int gdl__bw_view(gdl_node *n, const gdl_backend *be) {
         return gdl__acc_any("gdl_backward", be, x->device, (char *)x->grad->data + (size_t)n->i[0] * gdl_dtype_size(x->dtype),
                             x->dtype, n->out->grad->data, n->out->grad->dtype, n->out->numel);
     return gx ? be->copy2d(1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
+}
+
+/* a copy on another device; differentiable (its backward: gdl__bw_to, below) */
+GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev) {
+    gdl_tensor *r;
+    if (!t) {
+        gdl__null_arg("gdl_to", "t");
+        return NULL;
+    }
+    if (gdl__stale("gdl_to", "t", t) < 0) return NULL;
+    r = gdl__make("gdl_to", t->ndim, t->shape, t->dtype, dev, gdl__is_persistent(t), NULL);
+    if (!r) return NULL;
+    if (gdl_copy_(r, t) < 0) {
+        gdl_free(r);
+        return NULL;
+    }
+    r->name = t->name;
+    if (gdl__is_persistent(t)) {
+        r->requires_grad = t->requires_grad;
+    } else {
+        int err;
+        gdl__record("gdl_to", GDL_OP_TO, r, 1, &t, &err);
+        if (err) return NULL;
+    }
+    return r;
 }
 
 /* gdl_to: the gradient goes back to the source's device and adds there */
@@ -15719,6 +15947,13 @@ static void gdl__signal_ready(gdl_node *n) {
             if (t->grad) gdl__ready_fn(t, gdl__ready_user);
         }
     }
+}
+
+/* a backward function's span name, "gdl_<op> backward", made once per op in the profiler's table */
+static const char *gdl__prof_bw_name(int op) {
+    char *b = gdl__prof.bw_names[op];
+    if (!b[0]) snprintf(b, sizeof gdl__prof.bw_names[op], "gdl_%s backward", gdl_op_name(op));
+    return b;
 }
 
 static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *seed) {
@@ -25567,1731 +25802,6 @@ GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
     return rc;
 }
 /* ---------------------------------------------------------------------------
-   src/train/fit.h   fit / evaluate with progress output, and gdl_fit's CUDA graphs.
-   ------------------------------------------------------------------------- */
-GPUDL_API double gdl_now(void) { return gdl__os_wall_seconds(); }
-
-static int gdl__isatty(FILE *f) { return gdl__os_isatty(f); }
-
-GPUDL_API gdl_fit_opts gdl_fit_defaults(void) {
-    gdl_fit_opts o;
-    memset(&o, 0, sizeof o);
-    o.epochs = 1;
-    o.accumulate = 1;
-    o.verbose = 1;
-    o.oom_retry = 1;
-    o.cuda_graph = 1;
-    return o;
-}
-
-GPUDL_API gdl_tensor *gdl_loss_cross_entropy(gdl_tensor *output, gdl_tensor *target, void *user) {
-    return gdl_cross_entropy_ex(output, target, (const gdl_ce_opts *)user);
-}
-GPUDL_API gdl_tensor *gdl_loss_nll(gdl_tensor *output, gdl_tensor *target, void *user) {
-    gdl_ce_opts o = user ? *(const gdl_ce_opts *)user : gdl_ce_defaults();
-    if (o.label_smoothing != 0) {
-        gdl__set_error("gdl_loss_nll: nll_loss has no label smoothing (got %g)", o.label_smoothing);
-        return NULL;
-    }
-    return gdl_nll_loss(output, target, o.reduction, o.ignore_index);
-}
-GPUDL_API gdl_tensor *gdl_loss_mse(gdl_tensor *output, gdl_tensor *target, void *user) {
-    return gdl_mse_loss(output, target, user ? *(const gdl_reduction *)user : GDL_REDUCE_MEAN);
-}
-GPUDL_API gdl_tensor *gdl_loss_bce_with_logits(gdl_tensor *output, gdl_tensor *target, void *user) {
-    return gdl_bce_with_logits(output, target, user ? *(const gdl_reduction *)user : GDL_REDUCE_MEAN);
-}
-
-/* Running sums of one pass: loss weighted by batch size, and correct
-   predictions when the output is [B,C] logits against i32 labels [B]. */
-/* A pass's running metrics. The per-batch sums stay on the device (the
-   backend's fit_metrics), so a step reads nothing back; gdl__pass_sync adds
-   them into the host fields where they are shown or saved. */
-typedef struct gdl__pass {
-    double loss_sum;
-    int64_t samples, correct, counted; /* as of the last gdl__pass_sync */
-    const gdl_backend *be;
-    gdl_device dev;
-    double *dacc; /* on dev: [0..3] loss_sum, samples, correct, counted since the sync; [4..7] a snapshot */
-} gdl__pass;
-
-static int gdl__pass_init(gdl__pass *p, const char *op, gdl_device dev) {
-    if (p->dacc) {
-        if (gdl_device_equal(p->dev, dev)) return gdl__be(op, dev) ? 0 : -1;
-        gdl__set_error("%s: a batch on %s after batches on %s", op, gdl_device_str(dev), gdl_device_str(p->dev));
-        return -1;
-    }
-    if (!(p->be = gdl__be(op, dev))) return -1;
-    if (!(p->dacc = (double *)p->be->alloc(8 * sizeof(double)))) return -1;
-    p->dev = dev;
-    return p->be->memset0(p->dacc, 8 * sizeof(double));
-}
-
-static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_tensor *loss) {
-    int64_t B = y->ndim >= 1 ? y->shape[0] : 1;
-    int cls = out->ndim == 2 && y->dtype == GDL_I32 && y->ndim == 1 && out->shape[0] == B &&
-              gdl_device_equal(out->device, y->device);
-    if (loss->numel != 1 || loss->dtype != GDL_F32) {
-        gdl__set_error("gdl_fit: the loss function returned %s %s, not one f32 value", gdl_dtype_name(loss->dtype),
-                       gdl_shape_str(loss));
-        return -1;
-    }
-    const gdl_real *o = (const gdl_real *)out->data;
-    if (gdl__pass_init(p, "gdl_fit", loss->device) < 0) return -1;
-    if (cls && out->dtype != GDL_F32) { /* bf16/f16 logits (autocast): the metrics kernel reads f32 */
-        gdl_real *f;
-        if (!gdl__is_float(out->dtype)) cls = 0;
-        else if (!(f = (gdl_real *)gdl__scratch("gdl_fit", out->device, sizeof(gdl_real) * (size_t)out->numel)) ||
-                 p->be->cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0)
-            return -1;
-        else o = f;
-    }
-    return p->be->fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? o : NULL,
-                              cls ? (const int32_t *)y->data : NULL, p->dacc);
-}
-
-/* The device's sums into the host fields: the one read of the device. */
-static int gdl__dist_settle(const char *op);
-static int gdl__pass_sync(gdl__pass *p) {
-    double h[4];
-    if (!p->dacc) return 0;
-    if (gdl__dist_settle("gdl_fit") < 0) return -1; /* DDP's queued NCCL all-reduces end, or time out, first */
-    if (!gdl__be("gdl_fit", p->dev) || p->be->copy(h, p->dacc, sizeof h, 1) < 0 ||
-        p->be->memset0(p->dacc, sizeof h) < 0)
-        return -1;
-    p->loss_sum += h[0];
-    p->samples += (int64_t)h[1];
-    p->correct += (int64_t)h[2];
-    p->counted += (int64_t)h[3];
-    return 0;
-}
-
-/* Snapshot (save != 0) or put back the device's sums, around a batch that may be retried. */
-static int gdl__pass_snapshot(gdl__pass *p, int save) {
-    if (!p->dacc) return 0;
-    if (!gdl__be("gdl_fit", p->dev)) return -1;
-    return p->be->copy(save ? p->dacc + 4 : p->dacc, save ? p->dacc : p->dacc + 4, 4 * sizeof(double), 2);
-}
-
-static void gdl__pass_free(gdl__pass *p) {
-    if (p->dacc && gdl__be("gdl_fit", p->dev)) p->be->free(p->dacc);
-    memset(p, 0, sizeof *p);
-}
-
-static double gdl__pass_acc(const gdl__pass *p) { return p->counted ? (double)p->correct / (double)p->counted : NAN; }
-
-/* The model's output on x, averaged with its output on x flipped along the last dim when *flip (indices
-   W-1 .. 0, made on x's device at the first batch of its width). */
-static gdl_tensor *gdl__eval_forward(gdl_module *m, gdl_tensor *x, int hflip, gdl_tensor **flip) {
-    gdl_tensor *out = gdl_forward(m, x), *xf;
-    int64_t W, i;
-    if (!out || !hflip) return out;
-    if (x->ndim < 3) {
-        gdl__set_error("gdl_evaluate: tta_hflip needs image batches [B,C,H,W] or [B,H,W], got %s", gdl_shape_str(x));
-        return NULL;
-    }
-    W = x->shape[x->ndim - 1];
-    if (!*flip || (*flip)->numel != W || !gdl_device_equal((*flip)->device, x->device)) {
-        gdl_tensor *h = gdl_empty(1, &W, GDL_I32, gdl_cpu());
-        gdl_free(*flip);
-        *flip = NULL;
-        if (!h) return NULL;
-        for (i = 0; i < W; i++) ((int32_t *)h->data)[i] = (int32_t)(W - 1 - i);
-        *flip = gdl_to(h, x->device);
-        gdl_free(h);
-        if (!*flip) return NULL;
-    }
-    if (!(xf = gdl_index_select(x, x->ndim - 1, *flip))) return NULL;
-    return gdl_mul_scalar(gdl_add(out, gdl_forward(m, xf)), 0.5);
-}
-
-GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
-                           double *accuracy_out) {
-    return gdl_evaluate_ex(m, l, loss, user, 0, loss_out, accuracy_out);
-}
-
-GPUDL_API int gdl_evaluate_ex(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, int tta_hflip,
-                              double *loss_out, double *accuracy_out) {
-    gdl__pass p;
-    gdl_tensor *x, *y, *flip = NULL;
-    int was_training, grad, rc;
-    if (!m || !l) {
-        gdl__null_arg("gdl_evaluate", !m ? "module" : "loader");
-        return -1;
-    }
-    if (!loss) loss = gdl_loss_cross_entropy;
-    memset(&p, 0, sizeof p);
-    was_training = gdl_module_is_training(m);
-    gdl_module_train(m, 0);
-    grad = gdl_set_grad_enabled(0);
-    while ((rc = gdl_loader_next(l, &x, &y)) == 1) {
-        gdl_tensor *out, *lt;
-        gdl_arena_reset();
-        if (!(out = gdl__eval_forward(m, x, tta_hflip, &flip)) || !(lt = loss(out, y, user)) ||
-            gdl__pass_batch(&p, out, y, lt) < 0) {
-            rc = -1;
-            break;
-        }
-    }
-    gdl_free(flip);
-    gdl_set_grad_enabled(grad);
-    gdl_module_train(m, was_training);
-    if (rc == 0 && gdl__pass_sync(&p) < 0) rc = -1;
-    if (rc == 0) {
-        if (loss_out) *loss_out = p.samples ? p.loss_sum / (double)p.samples : NAN;
-        if (accuracy_out) *accuracy_out = gdl__pass_acc(&p);
-    }
-    gdl__pass_free(&p);
-    return rc < 0 ? -1 : 0;
-}
-
-static double gdl__last_draw; /* one bar at a time: a terminal shows one */
-
-/* Would gdl_progress_bar draw now? (gdl_fit reads the device only then.) */
-static int gdl__progress_due(FILE *f, int64_t b, int64_t nb) {
-    return f && gdl__isatty(f) && !(b != nb && b > 1 && gdl_now() - gdl__last_draw < 0.1);
-}
-
-GPUDL_API int gdl_progress_bar(FILE *f, int epoch, int epochs, int64_t b, int64_t nb, double loss,
-                               double accuracy, int64_t samples, double t0) {
-    double now = gdl_now(), el = now - t0, rate = el > 0 ? (double)samples / el : 0;
-    double eta = b > 0 ? el * (double)(nb - b) / (double)b : 0;
-    int width = 24, filled = nb > 0 ? (int)(width * b / nb) : width, i;
-    if (!gdl__progress_due(f, b, nb)) return 0;
-    gdl__last_draw = now;
-    fprintf(f, "\repoch %d/%d [", epoch, epochs);
-    for (i = 0; i < width; i++) fputc(i < filled ? '=' : (i == filled ? '>' : ' '), f);
-    fprintf(f, "] %lld/%lld loss %.4f", (long long)b, (long long)nb, loss);
-    if (accuracy == accuracy) fprintf(f, " acc %.2f%%", 100 * accuracy);
-    fprintf(f, " %.0f samples/s ETA %.0fs   ", rate, eta);
-    fflush(f);
-    return 1;
-}
-
-/* After the bar, on CUDA: the GPU's load, as nvidia-smi would show it. NVML's index is taken to be CUDA's
-   (true with one GPU, or with CUDA_DEVICE_ORDER=PCI_BUS_ID). Silent without NVML. */
-static void gdl__progress_gpu(FILE *f, gdl_device dev) {
-    gdl_gpu_status s;
-    char saved[sizeof gdl__err];
-    if (dev.type != GDL_DEVICE_CUDA) return;
-    memcpy(saved, gdl__err, sizeof saved); /* a missing NVML is no error of the training */
-    if (gdl_gpu_stats(dev.index, &s) < 0) {
-        gdl__set_error("%s", saved);
-        return;
-    }
-    if (s.utilization >= 0) fprintf(f, "| GPU %d%% ", s.utilization);
-    else fprintf(f, "| GPU ");
-    fprintf(f, "%.1f/%.0f GiB   ", s.memory_used / 1073741824.0, s.memory_total / 1073741824.0);
-    fflush(f);
-}
-
-GPUDL_API void gdl_print_epoch(FILE *f, int epochs, const gdl_epoch_stats *st) {
-    int tty = gdl__isatty(f);
-    if (tty) fputc('\r', f);
-    fprintf(f, "epoch %d/%d: loss %.4f", st->epoch, epochs, st->loss);
-    if (st->accuracy == st->accuracy) fprintf(f, " acc %.2f%%", 100 * st->accuracy);
-    /* a diverged validation (NaN loss, a counted accuracy) still shows its loss */
-    if (st->val_loss == st->val_loss || st->val_accuracy == st->val_accuracy) fprintf(f, " val_loss %.4f", st->val_loss);
-    if (st->val_accuracy == st->val_accuracy) fprintf(f, " val_acc %.2f%%", 100 * st->val_accuracy);
-    fprintf(f, " %.2fs %.0f samples/s%s\n", st->seconds, st->samples_per_sec, tty ? "                    " : "");
-    fflush(f);
-}
-
-GPUDL_API FILE *gdl_metrics_csv_open(const char *path) {
-    FILE *f;
-    if (!path) {
-        gdl__null_arg("gdl_metrics_csv_open", "path");
-        return NULL;
-    }
-    if (!(f = fopen(path, "w")) ||
-        fprintf(f, "epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec\n") < 0 || fflush(f) != 0) {
-        if (f) fclose(f);
-        gdl__set_error("gdl_metrics_csv_open: cannot write the metrics CSV %s", path);
-        return NULL;
-    }
-    return f;
-}
-
-GPUDL_API int gdl_metrics_csv_row(FILE *f, const gdl_epoch_stats *st) {
-    if (!f || !st) {
-        gdl__null_arg("gdl_metrics_csv_row", !f ? "file" : "stats");
-        return -1;
-    }
-    if (fprintf(f, "%d,%.6f,%.6f,%.6f,%.6f,%.4f,%.1f\n", st->epoch, st->loss, st->accuracy, st->val_loss,
-                st->val_accuracy, st->seconds, st->samples_per_sec) < 0 || fflush(f) != 0) {
-        gdl__set_error("gdl_metrics_csv_row: cannot write the metrics CSV (disk full?)");
-        return -1;
-    }
-    return 0;
-}
-
-/* Where gdl_fit is inside a run, saved with its checkpoints (metadata fit.*). */
-typedef struct gdl__fit_state {
-    int64_t epoch;        /* gdl_fit's epoch, 1-based */
-    int64_t batch;        /* batches of it done */
-    int64_t loader_epoch; /* the train loader's epoch number */
-    int64_t num_batches;  /* the loader's batches per epoch, checked on resume */
-    int64_t val_epoch;    /* the validation loader's epoch number (its transforms depend on it); -1 without */
-    double loss_sum;      /* the epoch's running metrics (gdl__pass) */
-    double seconds;       /* the epoch's training time so far */
-    int64_t samples, correct, counted; /* under DDP: the sums over every rank */
-    int64_t replicas, batch_size; /* the train loader's shards (world size) and per-rank batch size */
-    double es_best, best; /* early stopping's and best_path's best figures so far (NaN: none) */
-    int64_t es_wait;      /* epochs since es_best improved */
-} gdl__fit_state;
-static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                         const gdl__fit_state *fs);
-static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                         gdl__fit_state *fs, const gdl_loader *train, int epochs, int ddp);
-
-/* The metrics CSV of a resumed run: the rows of epochs before `from` are kept (rewritten atomically), the
-   rest dropped, and the file is opened for appending. A missing file is started anew. NULL + error. */
-static FILE *gdl__csv_resume(const char *path, int64_t from) {
-    FILE *in = fopen(path, "r"), *out;
-    char line[1024], *tmp;
-    size_t tl = strlen(path) + 16;
-    if (!in) return gdl_metrics_csv_open(path);
-    if (!(tmp = (char *)GPUDL_MALLOC(tl))) {
-        fclose(in);
-        gdl__set_error("gdl_fit: out of memory (host)");
-        return NULL;
-    }
-    snprintf(tmp, tl, "%s.tmp", path);
-    if (!(out = fopen(tmp, "w"))) {
-        fclose(in);
-        gdl__set_error("gdl_fit: cannot write %s", tmp);
-        GPUDL_FREE(tmp);
-        return NULL;
-    }
-    /* the header always (a run killed early may have left an empty file), then the rows kept */
-    fputs("epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec\n", out);
-    while (fgets(line, sizeof line, in)) {
-        char *end;
-        long long e = strtoll(line, &end, 10);
-        if (end != line && *end == ',' && e < from) fputs(line, out);
-    }
-    fclose(in);
-    if (fclose(out) != 0 || gdl__os_replace(tmp, path) != 0) {
-        gdl__set_error("gdl_fit: cannot rewrite the metrics CSV %s", path);
-        remove(tmp);
-        GPUDL_FREE(tmp);
-        return NULL;
-    }
-    GPUDL_FREE(tmp);
-    if (!(out = fopen(path, "a"))) gdl__set_error("gdl_fit: cannot append to the metrics CSV %s", path);
-    return out;
-}
-
-static int gdl__error_is_oom(void) { return strstr(gdl__err, "out of memory") != NULL; }
-
-/* src/dist/: a pass's sums over every rank (in double) */
-static int gdl__dist_pass_sum(gdl__pass *p);
-/* src/dist/: v[0..n-1] summed (max: the largest) over every rank, within the timeout; as is in one process */
-static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int n, int max);
-/* src/dist/: every rank says whether its part (what) worked: 0 when all did. A rank that failed keeps
-   its own error; the others get one saying how many failed. */
-static int gdl__dist_agree(const char *op, const char *what, int ok);
-
-/* Forward and backward of one batch in `parts` micro-batches, each loss
-   weighted by its share of the batch and by 1/accumulate; the metrics go to
-   p. Then, when `step`, gradient clipping and the optimizer step. */
-static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optimizer *opt, const gdl_fit_opts *o,
-                          gdl_loss_fn loss, int64_t parts, int step, gdl__pass *p) {
-    int64_t B = x->shape[0], k;
-    if (o->scaler && gdl__scaler_rearm(o->scaler, opt) < 0) return -1; /* after a failed attempt */
-    for (k = 0; k < parts; k++) {
-        int64_t lo = B * k / parts, hi = B * (k + 1) / parts;
-        gdl_tensor *xs = x, *ys = y, *out, *lt;
-        double scale = (double)(hi - lo) / (double)B / o->accumulate;
-        if (hi == lo) continue;
-        gdl_arena_reset();
-        if (parts > 1 && (!(xs = gdl_slice(x, lo, hi)) || !(ys = gdl_slice(y, lo, hi)))) return -1;
-        /* the region opens after the reset: its cached casts are this step's temporaries */
-        if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) return -1;
-        out = o->ddp ? gdl_ddp_forward(o->ddp, xs) : gdl_forward(m, xs);
-        lt = out ? loss(out, ys, o->loss_user) : NULL;
-        if (o->autocast != GDL_F32) gdl_autocast_end();
-        if (!lt) return -1;
-        if (gdl__pass_batch(p, out, ys, lt) < 0) return -1; /* on the device: no read back */
-        if (scale != 1) lt = gdl_mul_scalar(lt, scale);
-        if (lt && o->scaler) lt = gdl_grad_scaler_scale(o->scaler, lt);
-        if (!lt) return -1;
-        if (o->ddp) { /* the ranks' gradients are averaged once per optimizer step: at its last backward */
-            gdl_ddp_set_no_sync(o->ddp, !(step && k == parts - 1));
-            if (gdl_ddp_backward(o->ddp, lt) < 0) return -1;
-        } else if (gdl_backward(lt) < 0) {
-            return -1;
-        }
-    }
-    if (!step) return 0;
-    if (o->scaler && o->clip_grad_norm > 0 && gdl_grad_scaler_unscale(o->scaler, opt) < 0) return -1;
-    if (o->clip_grad_norm > 0) { /* clipped on the device: nothing read back */
-        gdl_tensor **ps = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) *
-                                                                                 (size_t)(opt->nparams + 1));
-        int i;
-        if (!ps) {
-            gdl__set_error("gdl_fit: out of memory");
-            return -1;
-        }
-        for (i = 0; i < opt->nparams; i++) ps[i] = opt->params[i].p;
-        if (gdl_clip_grad_norm_nosync(ps, opt->nparams, o->clip_grad_norm) < 0) return -1;
-    }
-    if (o->scaler) return gdl_grad_scaler_step(o->scaler, opt) < 0 ? -1 : gdl_grad_scaler_update(o->scaler);
-    return gdl_step(opt);
-}
-
-/* gdl_fit's CUDA graphs (src/api/graph.h): one per input buffer and batch shape.
-   The loader delivers a GPU's batches into two fixed device buffers in turn
-   (gdl__loader_deliver: its events order each copy after the steps that read
-   the buffer before), so a graph recorded on each buffer reads the batch
-   where the loader wrote it, and a replay copies nothing: two buffers times
-   two shapes (the full batches and the last, partial one). */
-#define GDL__FIT_GRAPHS 4
-static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(void *ctx), void *ctx);
-
-typedef struct gdl__fit_step { /* what a recorded step works on */
-    gdl_module *m;
-    gdl_optimizer *opt;
-    const gdl_fit_opts *o;
-    gdl_loss_fn loss;
-    gdl__pass *p;
-    gdl_tensor *x, *y;
-} gdl__fit_step;
-
-typedef struct gdl__fit_graph {
-    int used;           /* 0: a free slot */
-    gdl_graph *g;       /* NULL (used): the step could not be captured, so batches of this shape run eagerly */
-    const void *xd, *yd; /* the input buffers it reads ... */
-    int ndim;           /* ... and the batch's shape and dtypes */
-    int64_t shape[GDL_MAX_DIMS], ny, ny1; /* y: [ny] labels, or [ny, ny1] soft targets (mixup/cutmix) */
-    gdl_dtype xdt, ydt;
-    gdl__fit_step ctx;
-} gdl__fit_graph;
-
-/* x and y have the shapes and dtypes fg was recorded for (same_buffers: and are its buffers) */
-static int gdl__fit_graph_fits(const gdl__fit_graph *fg, const gdl_tensor *x, const gdl_tensor *y, int same_buffers) {
-    if (!fg->used || fg->xdt != x->dtype || fg->ydt != y->dtype || fg->ndim != x->ndim || y->ndim < 1 ||
-        y->ndim > 2 || fg->ny != y->shape[0] || fg->ny1 != (y->ndim == 2 ? y->shape[1] : 0) || memcmp(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
-        return 0;
-    return !same_buffers || (fg->xd == x->data && fg->yd == y->data);
-}
-
-/* The graph slot for the batch (x, y), and what to do with it: *capture 0: replay it (or, with a NULL
-   graph, run eagerly: this shape's capture failed before); 1: run this step eagerly, then record the
-   next one (the shape's first step: it makes what the step allocates); 2: record now and replay (another
-   buffer of a shape recorded already: everything is made). NULL: eagerly (no slot left). */
-static gdl__fit_graph *gdl__fit_graph_find(gdl__fit_graph *graphs, const gdl_tensor *x, const gdl_tensor *y,
-                                           int *capture) {
-    int k, warm = 0;
-    *capture = 0;
-    if (x->ndim > GDL_MAX_DIMS || y->ndim < 1 || y->ndim > 2) return NULL;
-    for (k = 0; k < GDL__FIT_GRAPHS; k++)
-        if (gdl__fit_graph_fits(&graphs[k], x, y, 1)) return &graphs[k];
-    for (k = 0; k < GDL__FIT_GRAPHS; k++)
-        if (gdl__fit_graph_fits(&graphs[k], x, y, 0)) {
-            if (!graphs[k].g) return &graphs[k]; /* this shape cannot be captured: eager, no new attempt */
-            warm = 1;
-        }
-    for (k = 0; k < GDL__FIT_GRAPHS; k++)
-        if (!graphs[k].used) {
-            *capture = warm ? 2 : 1;
-            return &graphs[k];
-        }
-    return NULL;
-}
-
-/* what the graph holds: the eager path's step of one whole batch and its zero_grad */
-static int gdl__fit_graph_step(void *c) {
-    gdl__fit_step *s = (gdl__fit_step *)c;
-    if (gdl__fit_batch(s->m, s->x, s->y, s->opt, s->o, s->loss, 1, 1, s->p) < 0) return -1;
-    return gdl_zero_grad(s->opt);
-}
-
-/* Records the step on the batch (x, y) in the buffers where it lies, after a step of this shape has run
-   (so its memory exists). A failure is not an error: the slot stays eager and *why says why. */
-static void gdl__fit_graph_capture(gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor *y, gdl_module *m,
-                                   gdl_optimizer *opt, const gdl_fit_opts *o, gdl_loss_fn loss, gdl__pass *p,
-                                   char *why, size_t whylen) {
-    int64_t steps = opt->steps;
-    fg->used = 1;
-    fg->xd = x->data;
-    fg->yd = y->data;
-    fg->ndim = x->ndim;
-    memset(fg->shape, 0, sizeof fg->shape);
-    memcpy(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-    fg->ny = y->shape[0];
-    fg->ny1 = y->ndim == 2 ? y->shape[1] : 0;
-    fg->xdt = x->dtype;
-    fg->ydt = y->dtype;
-    fg->ctx.m = m;
-    fg->ctx.opt = opt;
-    fg->ctx.o = o;
-    fg->ctx.loss = loss;
-    fg->ctx.p = p;
-    fg->ctx.x = x; /* read while recording only: a replay runs the kernels on the buffers */
-    fg->ctx.y = y;
-    fg->g = gdl__graph_record("gdl_fit", x->device, gdl__fit_graph_step, &fg->ctx);
-    opt->steps = steps; /* the recorded gdl_step counted a step that did not run */
-    if (!fg->g) snprintf(why, whylen, "%s", gdl_last_error());
-}
-
-static void gdl__fit_graphs_free(gdl__fit_graph *fg) {
-    int k;
-    for (k = 0; k < GDL__FIT_GRAPHS; k++) gdl_graph_free(fg[k].g);
-    memset(fg, 0, sizeof(gdl__fit_graph) * GDL__FIT_GRAPHS);
-}
-
-/* gdl_fit's run: the options as applied, where it is, and what it holds. */
-typedef struct gdl__fit_run {
-    gdl_module *m;
-    gdl_loader *train;
-    gdl_optimizer *opt;
-    gdl_fit_opts o;
-    gdl_loss_fn loss;
-    FILE *log, *csv;
-    int rank0, tty, resumed, start_epoch, graph_notice;
-    int64_t nb, parts; /* the loader's batches per epoch; micro-batches per batch (oom_split_batch) */
-    char *ckpath;      /* the checkpoint file; NULL without checkpoint_dir */
-    gdl__fit_state fs; /* as loaded on resume, as saved at a checkpoint */
-    gdl__pass p;
-    gdl__fit_graph graphs[GDL__FIT_GRAPHS];
-    int epoch, micro; /* the epoch under way; micro-batches of the optimizer step so far */
-    int64_t b;        /* its batches so far */
-    int preempted;    /* opts.preempt: the signal that stopped the run (src/dist/cluster.h) */
-    double t0;        /* when it started (earlier on resume: its time before the checkpoint counts) */
-    double es_best, best; /* the monitored figure: best by more than min_delta (early stopping), best at all */
-    int es_wait, stopped; /* epochs since es_best improved; early stopping ended the run */
-} gdl__fit_run;
-
-/* Records fg on the batch (x, y); a failure leaves the step eager and says so once. */
-static void gdl__fit_graph_try(gdl__fit_run *r, gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor *y) {
-    char why[sizeof gdl__err];
-    why[0] = 0;
-    gdl__fit_graph_capture(fg, x, y, r->m, r->opt, &r->o, r->loss, &r->p, why, sizeof why);
-    if (!fg->g && r->o.verbose && !r->graph_notice++)
-        fprintf(r->log, "%sgdl_fit: the step runs eagerly, not as a CUDA graph: %s\n", r->tty ? "\n" : "", why);
-}
-
-/* The arguments and options checked and applied (r->o: as gdl_fit runs them). */
-static int gdl__fit_check(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl_optimizer *opt,
-                          const gdl_fit_opts *opts) {
-    gdl_fit_opts *o = &r->o;
-    memset(r, 0, sizeof *r);
-    *o = opts ? *opts : gdl_fit_defaults();
-    r->m = m;
-    r->train = train;
-    r->opt = opt;
-    r->loss = o->loss ? o->loss : gdl_loss_cross_entropy;
-    r->log = o->log ? o->log : stdout;
-    r->rank0 = !o->ddp || gdl_dist_rank() == 0;
-    r->start_epoch = 1;
-    r->nb = train ? gdl_loader_num_batches(train) : 0;
-    r->parts = 1;
-    if (!m || !train || !opt) {
-        gdl__null_arg("gdl_fit", !m ? "module" : !train ? "train loader" : "optimizer");
-        return -1;
-    }
-    if (o->autocast != GDL_F32 && o->autocast != GDL_BF16 && o->autocast != GDL_F16) {
-        gdl__set_error("gdl_fit: the autocast option must be bf16, f16 or f32 (off), got %s", gdl_dtype_name(o->autocast));
-        return -1;
-    }
-    if (o->epochs < 0 || o->accumulate < 0 || o->checkpoint_every < 0) {
-        gdl__set_error("gdl_fit: bad epochs %d, accumulate %d or checkpoint_every %lld", o->epochs, o->accumulate,
-                       (long long)o->checkpoint_every);
-        return -1;
-    }
-    if ((o->checkpoint_every > 0 || o->resume) && !o->checkpoint_dir) {
-        gdl__set_error("gdl_fit: checkpoint_every and resume need checkpoint_dir");
-        return -1;
-    }
-    if (o->accumulate == 0) o->accumulate = 1;
-    if (o->preempt && !o->checkpoint_dir) {
-        gdl__set_error("gdl_fit: preempt needs checkpoint_dir: a signal stops the run after a checkpoint there");
-        return -1;
-    }
-    if (o->monitor < GDL_MONITOR_VAL_LOSS || o->monitor > GDL_MONITOR_LOSS || o->mode < GDL_MODE_AUTO ||
-        o->mode > GDL_MODE_MAX || o->patience < 0 || !(o->min_delta >= 0 && o->min_delta < HUGE_VAL)) {
-        gdl__set_error("gdl_fit: bad monitor %d (0 val_loss, 1 val_accuracy, 2 loss), mode %d (0 auto, 1 min, 2 max), "
-                       "patience %d (>= 0) or min_delta %g (finite, >= 0)", o->monitor, o->mode, o->patience,
-                       o->min_delta);
-        return -1;
-    }
-    if ((o->patience > 0 || o->best_path) && o->monitor != GDL_MONITOR_LOSS && !o->val) {
-        gdl__set_error("gdl_fit: early stopping and best_path monitor the %s, which needs a validation loader (val)",
-                       o->monitor == GDL_MONITOR_VAL_LOSS ? "validation loss" : "validation accuracy");
-        return -1;
-    }
-    r->es_best = r->best = NAN;
-    if (o->ddp && gdl_ddp_module(o->ddp) != m) {
-        gdl__set_error("gdl_fit: opts.ddp wraps another module than the one given");
-        return -1;
-    }
-    /* the scaler's state goes into the checkpoints and comes back on resume */
-    if (o->scaler && opt->scaler != o->scaler && gdl_optim_set_grad_scaler(opt, o->scaler) < 0) return -1;
-    if (!r->rank0) { /* under DDP only rank 0 shows and writes */
-        o->verbose = 0;
-        o->csv_path = NULL;
-    }
-    r->tty = o->verbose && gdl__isatty(r->log);
-    return 0;
-}
-
-/* checkpoint_dir: the checkpoint's path, the directory made, and with resume whether to resume (r->resumed).
-   On failure nothing is left to free. */
-static int gdl__fit_checkpoint_dir(gdl__fit_run *r) {
-    const gdl_fit_opts *o = &r->o;
-    size_t cl = strlen(o->checkpoint_dir) + 32;
-    FILE *probe;
-    double have = 0;
-    if (!(r->ckpath = (char *)GPUDL_MALLOC(cl))) {
-        gdl__set_error("gdl_fit: out of memory (host)");
-        return -1;
-    }
-    snprintf(r->ckpath, cl, "%s/gdl_fit.safetensors", o->checkpoint_dir);
-    if (gdl__os_mkdir(o->checkpoint_dir) != 0 && errno != EEXIST) {
-        gdl__set_error("gdl_fit: cannot create checkpoint_dir %s: %s", o->checkpoint_dir, gdl__strerr(errno));
-        GPUDL_FREE(r->ckpath);
-        return -1;
-    }
-    if (!o->resume) return 0;
-    if (r->rank0 && (probe = fopen(r->ckpath, "rb")) != NULL) {
-        fclose(probe);
-        have = 1;
-    }
-    /* under DDP rank 0's word: every rank resumes, or none does */
-    if (o->ddp && gdl__dist_reduce_f64("gdl_fit", "the look for a checkpoint to resume from", &have, 1, 1) < 0) {
-        GPUDL_FREE(r->ckpath);
-        return -1;
-    }
-    r->resumed = have > 0;
-    return 0;
-}
-
-/* Resume: model, optimizer, scheduler and generator from the checkpoint, the loaders where it was taken. */
-static int gdl__fit_resume(gdl__fit_run *r) {
-    const gdl_fit_opts *o = &r->o;
-    gdl__fit_state *fs = &r->fs;
-    /* checked before anything changes (on every rank, under DDP); then model, optimizer, scheduler
-       and generator at once */
-    if (gdl__fit_load(r->ckpath, r->m, r->opt, o->scheduler, fs, r->train, o->epochs, o->ddp != NULL) < 0) return -1;
-    /* cannot fail: the position was checked against this loader */
-    gdl_loader_set_position(r->train, (uint64_t)fs->loader_epoch, fs->batch);
-    if (o->val && fs->val_epoch >= 0) gdl_loader_set_epoch(o->val, (uint64_t)fs->val_epoch);
-    if (!r->rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
-        fs->loss_sum = 0, fs->samples = fs->correct = fs->counted = 0;
-    r->start_epoch = (int)fs->epoch;
-    r->es_best = fs->es_best, r->best = fs->best, r->es_wait = (int)fs->es_wait;
-    if (o->verbose)
-        fprintf(r->log, "resuming from %s: epoch %d, batch %lld of %lld\n", r->ckpath, r->start_epoch,
-                (long long)fs->batch, (long long)r->nb);
-    return 0;
-}
-
-/* Everything before the first epoch: checks, the checkpoint directory, resume, the metrics CSV, and the
-   history of the epochs a resumed run finished before its checkpoint. Nothing to free on failure. */
-static int gdl__fit_begin(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl_optimizer *opt,
-                          const gdl_fit_opts *opts, gdl_epoch_stats *history) {
-    int epoch;
-    if (gdl__fit_check(r, m, train, opt, opts) < 0) return -1;
-    if (r->o.checkpoint_dir && gdl__fit_checkpoint_dir(r) < 0) return -1;
-    if (r->resumed && gdl__fit_resume(r) < 0) {
-        GPUDL_FREE(r->ckpath);
-        return -1;
-    }
-    if (r->o.csv_path && !(r->csv = r->resumed ? gdl__csv_resume(r->o.csv_path, r->start_epoch)
-                                               : gdl_metrics_csv_open(r->o.csv_path))) {
-        GPUDL_FREE(r->ckpath); /* the error says which file and why */
-        return -1;
-    }
-    if (history)
-        for (epoch = 1; epoch < r->start_epoch; epoch++) { /* finished before the checkpoint: not known here */
-            memset(&history[epoch - 1], 0, sizeof history[0]);
-            history[epoch - 1].epoch = epoch;
-            history[epoch - 1].loss = history[epoch - 1].accuracy = NAN;
-            history[epoch - 1].val_loss = history[epoch - 1].val_accuracy = NAN;
-            history[epoch - 1].seconds = history[epoch - 1].samples_per_sec = NAN;
-        }
-    return 0;
-}
-
-/* What a failed attempt at a batch may have changed, to put back before the next. */
-typedef struct gdl__fit_undo {
-    double loss_sum;
-    int64_t samples, correct, counted;
-    uint64_t rng_seed, rng_counter;
-} gdl__fit_undo;
-
-static int gdl__fit_undo_save(gdl__fit_run *r, gdl__fit_undo *u, gdl_device dev) {
-    u->loss_sum = r->p.loss_sum;
-    u->samples = r->p.samples, u->correct = r->p.correct, u->counted = r->p.counted;
-    u->rng_seed = gdl_rng_get_state(&u->rng_counter);
-    return gdl__pass_init(&r->p, "gdl_fit", dev) < 0 || gdl__pass_snapshot(&r->p, 1) < 0 ? -1 : 0;
-}
-
-/* Back to before the attempt, with the cached memory given back. */
-static int gdl__fit_undo_apply(gdl__fit_run *r, const gdl__fit_undo *u) {
-    r->p.loss_sum = u->loss_sum;
-    r->p.samples = u->samples, r->p.correct = u->correct, r->p.counted = u->counted;
-    if (gdl__pass_snapshot(&r->p, 0) < 0) return -1;
-    gdl_rng_set_state(u->rng_seed, u->rng_counter);
-    gdl_arena_reset();
-    gdl__fit_graphs_free(r->graphs); /* their kernels write into the memory given back next */
-    gdl__release_cached_memory();
-    return gdl_zero_grad(r->opt);
-}
-
-/* After an out-of-memory failure of an attempt: try again? (retried: an attempt was retried already.) From the
-   second retry on, or the first without oom_retry, the batch runs in twice as many micro-batches. */
-static int gdl__fit_oom_again(gdl__fit_run *r, const gdl_tensor *x, int retried) {
-    if (retried && (!r->o.oom_split_batch || 2 * r->parts > x->shape[0])) return 0;
-    if (!retried && !r->o.oom_retry && !r->o.oom_split_batch) return 0;
-    if (retried || !r->o.oom_retry) { /* the same batch in twice as many parts, from now on */
-        r->parts *= 2;
-        if (r->o.verbose)
-            fprintf(r->log, "%sgdl_fit: out of memory at epoch %d, batch %lld; running each batch as %lld "
-                    "micro-batches from now on (%s)\n", r->tty ? "\n" : "", r->epoch, (long long)r->b,
-                    (long long)r->parts, gdl__err);
-    }
-    return 1;
-}
-
-/* One batch eagerly (forward, backward and, when last, the optimizer step); an out of memory on the first
-   micro-batch of a step is retried and split as the options allow, and the error says where it stopped. */
-static int gdl__fit_eager(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y, int first, int last) {
-    gdl__fit_undo u;
-    int rc, retried = 0;
-    if (gdl__fit_undo_save(r, &u, x->device) < 0) return -1;
-    while ((rc = gdl__fit_batch(r->m, x, y, r->opt, &r->o, r->loss, r->parts, last, &r->p)) < 0 && first &&
-           gdl__error_is_oom()) {
-        if (!gdl__fit_oom_again(r, x, retried)) break;
-        retried = 1;
-        if (gdl__fit_undo_apply(r, &u) < 0) break;
-    }
-    if (rc < 0 && gdl__error_is_oom()) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        gdl__set_error("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
-                       "last completed step%s): %s", r->epoch, (long long)r->b, (long long)r->nb,
-                       !first ? "; an out-of-memory failure is retried only on the first micro-batch "
-                                "of an optimizer step"
-                       : retried ? ", after retrying with the cached memory given back"
-                                 : "; oom_retry and oom_split_batch can recover",
-                       prev);
-    }
-    return rc;
-}
-
-/* A recorded step of this batch's buffers and shape: one launch. */
-static int gdl__fit_replay(gdl__fit_run *r, gdl__fit_graph *fg) {
-    if (gdl_graph_replay(fg->g) < 0) return -1;
-    r->opt->steps++;
-    r->micro = 0;
-    return r->o.scheduler && r->o.scheduler_per_batch && gdl_scheduler_step(r->o.scheduler) < 0 ? -1 : 0;
-}
-
-/* The checkpoint after an optimizer step: the running figures (under DDP: the job's, over every rank) and
-   where the run is, saved by rank 0; every rank learns whether the save worked. */
-static int gdl__fit_checkpoint(gdl__fit_run *r) {
-    gdl__fit_state *fs = &r->fs;
-    gdl__pass *p = &r->p;
-    double v[5];
-    int rc = 0;
-    if (gdl__pass_sync(p) < 0) rc = -1;
-    fs->epoch = r->epoch;
-    fs->batch = r->b;
-    fs->loader_epoch = (int64_t)gdl_loader_epoch(r->train);
-    fs->num_batches = r->nb;
-    fs->val_epoch = r->o.val ? (int64_t)gdl_loader_epoch(r->o.val) : -1;
-    fs->seconds = gdl_now() - r->t0;
-    fs->loss_sum = p->loss_sum;
-    fs->samples = p->samples;
-    fs->correct = p->correct;
-    fs->counted = p->counted;
-    fs->replicas = r->train->o.num_replicas > 1 ? r->train->o.num_replicas : 1;
-    fs->batch_size = r->train->B;
-    fs->es_best = r->es_best, fs->best = r->best, fs->es_wait = r->es_wait;
-    if (!r->o.ddp) return rc == 0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0 ? -1 : rc;
-    /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
-       restart with another number of ranks counts them once */
-    v[0] = rc < 0, v[1] = p->loss_sum, v[2] = (double)p->samples, v[3] = (double)p->correct;
-    v[4] = (double)p->counted;
-    if (gdl__dist_reduce_f64("gdl_fit", "the checkpoint's running sums", v, 5, 0) != 0) return -1;
-    if (v[0] > 0 && rc == 0)
-        gdl__set_error("gdl_fit: %.0f rank(s) failed at the checkpoint of step %lld", v[0],
-                       (long long)gdl_optim_get_step(r->opt));
-    if (v[0] > 0) rc = -1;
-    fs->loss_sum = v[1], fs->samples = (int64_t)v[2], fs->correct = (int64_t)v[3];
-    fs->counted = (int64_t)v[4];
-    if (rc == 0 && r->rank0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0) rc = -1;
-    /* every rank learns whether rank 0's save worked, and none goes on before the file
-       is whole (a barrier): a later resume on any rank reads the complete checkpoint */
-    if (gdl__dist_agree("gdl_fit", "saving the checkpoint (rank 0)", rc == 0) < 0) rc = -1;
-    return rc;
-}
-
-/* src/dist/cluster.h: after a step, a preemption signal's checkpoint and stop (0 go on, 1 stopped, -1) */
-static int gdl__fit_preempt(gdl__fit_run *r);
-
-/* The progress bar, when one is due: the only read of the device in a step. */
-static int gdl__fit_progress(gdl__fit_run *r, const gdl_tensor *x) {
-    gdl__pass *p = &r->p;
-    if (!r->tty || !gdl__progress_due(r->log, r->b, r->nb)) return 0;
-    if (gdl__pass_sync(p) < 0) return -1;
-    if (gdl_progress_bar(r->log, r->epoch, r->o.epochs, r->b, r->nb, p->samples ? p->loss_sum / (double)p->samples : 0.0,
-                         gdl__pass_acc(p), p->samples, r->t0))
-        gdl__progress_gpu(r->log, x->device);
-    return 0;
-}
-
-/* One batch of the loader: the step (replayed as a CUDA graph where one is recorded, else eagerly, with the
-   graph recorded after the first step of its shape), then the checkpoint and the progress bar. */
-static int gdl__fit_train_batch(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y) {
-    const gdl_fit_opts *o = &r->o;
-    gdl__fit_graph *fg = NULL;
-    int first, last, capture = 0, stop;
-    r->b++;
-    first = r->micro == 0;
-    last = ++r->micro == o->accumulate || r->b == r->nb;
-    if (o->cuda_graph && x->device.type == GDL_DEVICE_CUDA && o->accumulate == 1 && r->parts == 1 && !o->ddp)
-        fg = gdl__fit_graph_find(r->graphs, x, y, &capture);
-    if (fg && capture == 2) gdl__fit_graph_try(r, fg, x, y); /* the other buffer of a recorded shape: record it now */
-    if (fg && fg->g) {
-        if (gdl__fit_replay(r, fg) < 0) return -1;
-    } else {
-        if (gdl__fit_eager(r, x, y, first, last) < 0) return -1;
-        if (last) {
-            r->micro = 0;
-            if (gdl_zero_grad(r->opt) < 0) return -1;
-            if (o->scheduler && o->scheduler_per_batch && gdl_scheduler_step(o->scheduler) < 0) return -1;
-            if (fg && capture == 1) gdl__fit_graph_try(r, fg, x, y); /* this shape's first step ran: record it */
-        }
-    }
-    if (last && o->checkpoint_every > 0 && gdl_optim_get_step(r->opt) % o->checkpoint_every == 0 &&
-        gdl__fit_checkpoint(r) < 0)
-        return -1;
-    if (last && o->preempt && (stop = gdl__fit_preempt(r)) != 0) return stop; /* 1: stopped by a signal */
-    return gdl__fit_progress(r, x);
-}
-
-/* Early stopping and the best model after an epoch's figures st (with an EMA, while its weights are swapped in,
-   so the best model is the one validated): r->stopped set when patience runs out. 0 / -1. */
-static int gdl__fit_monitor(gdl__fit_run *r, const gdl_epoch_stats *st) {
-    const gdl_fit_opts *o = &r->o;
-    double v = o->monitor == GDL_MONITOR_VAL_LOSS ? st->val_loss : o->monitor == GDL_MONITOR_VAL_ACCURACY
-                                                                       ? st->val_accuracy : st->loss;
-    int maxi = o->mode == GDL_MODE_MAX || (o->mode == GDL_MODE_AUTO && o->monitor == GDL_MONITOR_VAL_ACCURACY);
-    double sign = maxi ? 1 : -1; /* improvements are increases of sign * v; NaN never improves */
-    int rc = 0, stop;
-    if (o->patience <= 0 && !o->best_path) return 0;
-    if (o->ddp) { /* each rank's figure is its shard's: every rank decides on their mean, so all decide alike */
-        if (gdl__dist_reduce_f64("gdl_fit", "the monitored figure", &v, 1, 0) != 0) return -1;
-        v /= (double)gdl_dist_world_size();
-    }
-    if (o->best_path && v == v && !(sign * v <= sign * r->best)) {
-        r->best = v;
-        if (r->rank0 && gdl_save_model(r->m, o->best_path) < 0) rc = -1;
-        if (o->ddp && gdl__dist_agree("gdl_fit", "saving the best model (rank 0)", rc == 0) < 0) rc = -1;
-        if (rc < 0) return -1;
-    }
-    if (o->patience <= 0) return 0;
-    if (v == v && (r->es_best != r->es_best || sign * (v - r->es_best) > o->min_delta)) {
-        r->es_best = v;
-        r->es_wait = 0;
-    } else {
-        r->es_wait++;
-    }
-    stop = r->es_wait >= o->patience;
-    r->stopped = stop;
-    if (stop && o->verbose) fprintf(r->log, "gdl_fit: early stopping after epoch %d: no improvement in %d epochs\n",
-                                    r->epoch, o->patience);
-    return 0;
-}
-
-/* The end of an epoch: the scheduler's epoch step, the epoch's figures, validation, history, output, CSV. */
-static int gdl__fit_epoch_metrics(gdl__fit_run *r, gdl_epoch_stats *history) {
-    const gdl_fit_opts *o = &r->o;
-    const gdl__pass *p = &r->p;
-    gdl_epoch_stats st;
-    if (o->scheduler && !o->scheduler_per_batch && gdl_scheduler_step(o->scheduler) < 0) return -1;
-    memset(&st, 0, sizeof st);
-    st.epoch = r->epoch;
-    st.seconds = gdl_now() - r->t0;
-    st.samples = p->samples;
-    st.loss = p->samples ? p->loss_sum / (double)p->samples : NAN;
-    st.accuracy = gdl__pass_acc(p);
-    st.samples_per_sec = st.seconds > 0 ? (double)p->samples / st.seconds : 0;
-    st.val_loss = st.val_accuracy = NAN;
-    if (o->val) {
-        int erc;
-        gdl_ema *ema = r->opt->ema; /* validated with the averaged weights, swapped in and back */
-        if (ema && gdl_ema_swap(ema) < 0) return -1;
-        if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) erc = -1;
-        else {
-            erc = gdl_evaluate_ex(r->m, o->val, o->loss, o->loss_user, o->val_tta_hflip, &st.val_loss,
-                                  &st.val_accuracy);
-            if (o->autocast != GDL_F32) gdl_autocast_end();
-        }
-        if (erc == 0 && gdl__fit_monitor(r, &st) < 0) erc = -1;
-        if (ema && gdl_ema_swap(ema) < 0) erc = -1;
-        if (erc < 0) return -1;
-    } else if (gdl__fit_monitor(r, &st) < 0) {
-        return -1;
-    }
-    if (history) history[r->epoch - 1] = st;
-    if (o->verbose) gdl_print_epoch(r->log, o->epochs, &st);
-    return r->csv && gdl_metrics_csv_row(r->csv, &st) < 0 ? -1 : 0;
-}
-
-/* One epoch: its batches (the first epoch of a resumed run from where the checkpoint was taken), then the
-   epoch's figures (under DDP over every rank) and the metrics. */
-static int gdl__fit_epoch(gdl__fit_run *r, int epoch, gdl_epoch_stats *history) {
-    gdl__pass *p = &r->p;
-    gdl_tensor *x, *y;
-    int rc = 0, got;
-    r->epoch = epoch;
-    r->b = 0;
-    r->micro = 0;
-    r->t0 = gdl_now();
-    p->loss_sum = 0;
-    p->samples = p->correct = p->counted = 0;
-    if (r->resumed && epoch == r->start_epoch) { /* the epoch the checkpoint was taken in, part done */
-        r->b = r->fs.batch;
-        r->t0 -= r->fs.seconds; /* its time so far counts, for the rate and the CSV */
-        p->loss_sum = r->fs.loss_sum;
-        p->samples = r->fs.samples;
-        p->correct = r->fs.correct;
-        p->counted = r->fs.counted;
-    }
-    gdl_module_train(r->m, 1);
-    if (gdl_zero_grad(r->opt) < 0) rc = -1;
-    while (rc == 0 && (got = gdl_loader_next(r->train, &x, &y)) != 0)
-        rc = got < 0 ? -1 : gdl__fit_train_batch(r, x, y);
-    if (rc > 0) return 1; /* preempted: a checkpoint of this step is saved */
-    if (rc == 0 && gdl__pass_sync(p) < 0) rc = -1;
-    if (rc == 0 && r->o.ddp && gdl__dist_pass_sum(p) < 0) rc = -1; /* the epoch's figures over every rank */
-    if (rc < 0) return -1;
-    return gdl__fit_epoch_metrics(r, history);
-}
-
-GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
-                      gdl_epoch_stats *history) {
-    gdl__fit_run r;
-    int epoch, rc = 0, catching = opts && opts->preempt;
-    if (catching && gdl_preempt_catch(1) < 0) return -1; /* src/dist/cluster.h */
-    if (gdl__fit_begin(&r, m, train, opt, opts, history) < 0) {
-        if (catching) gdl_preempt_catch(0);
-        return -1;
-    }
-    for (epoch = r.start_epoch; epoch <= r.o.epochs && rc == 0 && !r.stopped; epoch++)
-        rc = gdl__fit_epoch(&r, epoch, history);
-    for (; rc == 0 && history && epoch <= r.o.epochs; epoch++) { /* stopped early: the epochs not run */
-        memset(&history[epoch - 1], 0, sizeof *history);
-        history[epoch - 1].loss = history[epoch - 1].accuracy = NAN;
-        history[epoch - 1].val_loss = history[epoch - 1].val_accuracy = NAN;
-    }
-    gdl__fit_graphs_free(r.graphs);
-    gdl__pass_free(&r.p);
-    if (r.csv) fclose(r.csv);
-    GPUDL_FREE(r.ckpath);
-    if (rc < 0 && r.tty) fputc('\n', r.log);
-    if (catching) gdl_preempt_catch(0);
-    return rc < 0 ? -1 : rc > 0 ? GDL_FIT_PREEMPTED : 0;
-}
-/* ---- checkpoints ---- */
-
-#define GDL__CKPT_MAX 4096 /* tensors in one checkpoint */
-
-typedef struct gdl__ckpt {
-    int n;
-    const char *names[GDL__CKPT_MAX]; /* the names in the file */
-    gdl_tensor *tensors[GDL__CKPT_MAX];
-    char *owned[GDL__CKPT_MAX];       /* prefixed names we allocated */
-    gdl_module *m;                    /* the model, for its tied parameters' other names */
-    int prefixed;                     /* model names carry "model." */
-} gdl__ckpt;
-
-/* (src/nn/transformer.h) the tensor a tied parameter's name refers to, NULL when name is not one */
-static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name);
-
-/* the tensor file name `name` refers to under a tied parameter's name, NULL when none */
-static gdl_tensor *gdl__ckpt_tied(const gdl__ckpt *c, const char *name) {
-    if (c->prefixed && strncmp(name, "model.", 6)) return NULL;
-    return gdl__nn_tied_tensor(c->m, c->prefixed ? name + 6 : name);
-}
-
-static void gdl__ckpt_free(gdl__ckpt *c) {
-    int i;
-    for (i = 0; i < c->n; i++) GPUDL_FREE(c->owned[i]);
-    GPUDL_FREE(c);
-}
-
-/* Collects model (and optimizer) tensors with their file names. */
-static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer *opt, int prefixed) {
-    gdl__ckpt *c = (gdl__ckpt *)GPUDL_MALLOC(sizeof(gdl__ckpt));
-    const char *names[GDL__CKPT_MAX];
-    gdl_tensor *ts[GDL__CKPT_MAX];
-    int k, part;
-    if (!c) {
-        gdl__set_error("%s: out of memory (host)", op);
-        return NULL;
-    }
-    memset(c, 0, sizeof *c);
-    c->m = m;
-    c->prefixed = prefixed;
-    /* master weights: the masters are made (or moved) first, and saved under their parameters' names (f32), so a
-       resume is bit for bit and a plain f32 model loads them as its parameters */
-    if (opt && opt->master != GDL_F32 && gdl__opt_layout(op, opt) < 0) {
-        gdl__ckpt_free(c);
-        return NULL;
-    }
-    for (part = 0; part < (opt ? opt->ema ? 3 : 2 : 1); part++) {
-        int n = part != 1 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
-                          : gdl_optim_state(opt, names, ts, GDL__CKPT_MAX);
-        if (part == 2 && n > 0 && n <= GDL__CKPT_MAX) { /* the EMA's averages, under their tensors' names */
-            int j = 0;
-            for (k = 0; k < n; k++)
-                if ((ts[j] = gdl__ema_of(opt->ema, ts[k])) != NULL) names[j++] = names[k];
-            n = j;
-        }
-        if (part == 0 && opt && opt->master != GDL_F32 && n > 0 && n <= GDL__CKPT_MAX) {
-            int j;
-            for (k = 0; k < n; k++)
-                for (j = 0; j < opt->nparams; j++)
-                    if (opt->params[j].p == ts[k] && opt->params[j].master) {
-                        ts[k] = opt->params[j].master;
-                        break;
-                    }
-        }
-        const char *prefix = part == 0 ? "model." : part == 1 ? "optim." : "ema.";
-        if (n < 0 || c->n + n > GDL__CKPT_MAX) {
-            if (n >= 0) gdl__set_error("%s: more than %d tensors", op, GDL__CKPT_MAX);
-            gdl__ckpt_free(c);
-            return NULL;
-        }
-        for (k = 0; k < n; k++) {
-            c->tensors[c->n] = ts[k];
-            if (prefixed) {
-                size_t len = strlen(prefix) + strlen(names[k]) + 1;
-                char *s = (char *)GPUDL_MALLOC(len);
-                if (!s) {
-                    gdl__set_error("%s: out of memory (host)", op);
-                    gdl__ckpt_free(c);
-                    return NULL;
-                }
-                snprintf(s, len, "%s%s", prefix, names[k]);
-                c->owned[c->n] = s;
-                c->names[c->n] = s;
-            } else {
-                c->names[c->n] = names[k];
-            }
-            c->n++;
-        }
-    }
-    return c;
-}
-
-static int gdl__ckpt_write(const char *op, const char *path, gdl__ckpt *c, int n_meta, const char *const *keys,
-                           const char *const *vals) {
-    gdl_st_tensor *st = (gdl_st_tensor *)GPUDL_MALLOC(sizeof(gdl_st_tensor) * (size_t)(c->n + 1));
-    void **host = (void **)GPUDL_MALLOC(sizeof(void *) * (size_t)(c->n + 1));
-    int i, rc = 0;
-    if (!st || !host) {
-        GPUDL_FREE(st);
-        GPUDL_FREE(host);
-        gdl__set_error("%s: out of memory (host)", op);
-        return -1;
-    }
-    memset(host, 0, sizeof(void *) * (size_t)(c->n + 1));
-    for (i = 0; i < c->n && rc == 0; i++) {
-        gdl_tensor *t = c->tensors[i];
-        size_t bytes = (size_t)t->numel * gdl_dtype_size(t->dtype);
-        if (t->dtype != GDL_F32 && t->dtype != GDL_I32 && t->dtype != GDL_F16 && t->dtype != GDL_BF16) {
-            gdl__set_error("%s: tensor %s is %s; checkpoints hold f32 and i32 tensors (f16/bf16 saved as f32)", op,
-                           c->names[i], gdl_dtype_name(t->dtype));
-            rc = -1;
-            break;
-        }
-        if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) { /* widened exactly, so every file holds one float type */
-            uint16_t *h = (uint16_t *)GPUDL_MALLOC(bytes + 1);
-            gdl_real *w = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)t->numel + 1);
-            int64_t j;
-            host[i] = w;
-            if (!h || !w || gdl_copy_to_host(t, h, bytes) < 0) {
-                if (!h || !w) gdl__set_error("%s: out of memory (host)", op);
-                GPUDL_FREE(h);
-                rc = -1;
-                break;
-            }
-            for (j = 0; j < t->numel; j++)
-                w[j] = (gdl_real)(t->dtype == GDL_F16 ? gdl_f16_to_f32(h[j]) : gdl_bf16_to_f32(h[j]));
-            GPUDL_FREE(h);
-        } else if (t->device.type == GDL_DEVICE_CPU) {
-            host[i] = NULL;
-        } else if (!(host[i] = GPUDL_MALLOC(bytes + 1)) || gdl_copy_to_host(t, host[i], bytes) < 0) {
-            if (!host[i]) gdl__set_error("%s: out of memory (host)", op);
-            rc = -1;
-            break;
-        }
-        st[i].name = c->names[i];
-        st[i].dtype = t->dtype == GDL_I32 ? "I32" : sizeof(gdl_real) == 8 ? "F64" : "F32";
-        st[i].ndim = t->ndim;
-        st[i].shape = t->shape;
-        st[i].data = host[i] ? host[i] : t->data;
-    }
-    if (rc == 0) rc = gdl_st_write(path, c->n, st, n_meta, keys, vals);
-    for (i = 0; i < c->n; i++) GPUDL_FREE(host[i]);
-    GPUDL_FREE(host);
-    GPUDL_FREE(st);
-    return rc;
-}
-
-GPUDL_API int gdl_save_model(gdl_module *m, const char *path) {
-    static const char *const keys[2] = {"format", "gpudl"};
-    static const char *const vals[2] = {"pt", GPUDL_VERSION};
-    gdl__ckpt *c;
-    int rc;
-    if (!m || !path) {
-        gdl__null_arg("gdl_save_model", !m ? "module" : "path");
-        return -1;
-    }
-    if (!(c = gdl__ckpt_collect("gdl_save_model", m, NULL, 0))) return -1;
-    rc = gdl__ckpt_write("gdl_save_model", path, c, 2, keys, vals);
-    gdl__ckpt_free(c);
-    return rc;
-}
-
-/* Checks every tensor of c against the file (names, dtypes, shapes, nothing
-   extra) and converts each into a new host buffer of gdl_real: bufs[i]. */
-static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c, const gdl_st_file *f, void **bufs) {
-    int i, k;
-    for (k = 0; k < f->n; k++) {
-        for (i = 0; i < c->n; i++)
-            if (strcmp(f->entries[k].name, c->names[i]) == 0) break;
-        if (i == c->n && gdl__ckpt_tied(c, f->entries[k].name)) continue; /* read below when the owner's name is missing */
-        if (i == c->n) {
-            const char *name = f->entries[k].name;
-            int is_ckpt = strncmp(name, "model.", 6) == 0 || strncmp(name, "optim.", 6) == 0;
-            if (is_ckpt && strcmp(op, "gdl_load_model") == 0)
-                gdl__set_error("%s: %s: this is a training checkpoint (it holds '%s'): load it with "
-                               "gdl_load_checkpoint, or save the model alone with gdl_save_model", op, path, name);
-            else if (strncmp(name, "ema.", 4) == 0)
-                gdl__set_error("%s: %s: the file holds a weight EMA ('%s'): attach one to the optimizer "
-                               "(gdl_ema_new) before loading, or save without", op, path, name);
-            else if (strncmp(name, "optim.", 6) == 0)
-                gdl__set_error("%s: %s: the file holds optimizer state '%s' that this optimizer has no place for: "
-                               "it was saved from another kind of optimizer (Adam's exp_avg into SGD?) or with "
-                               "other parameters", op, path, name);
-            else if (!is_ckpt && strcmp(op, "gdl_load_checkpoint") == 0)
-                gdl__set_error("%s: %s: unexpected tensor '%s': this looks like a model file (gdl_save_model): "
-                               "load it with gdl_load_model", op, path, name);
-            else
-                gdl__set_error("%s: %s: unexpected tensor '%s' (not in the model)", op, path, name);
-            return -1;
-        }
-    }
-    for (i = 0; i < c->n; i++) {
-        const gdl_st_entry *e = gdl_st_find(f, c->names[i]);
-        const gdl_tensor *t = c->tensors[i];
-        const unsigned char *src;
-        gdl_real *dst;
-        int64_t j;
-        for (k = 0; !e && k < f->n; k++) /* a tied parameter saved under its other name (PyTorch may keep that one) */
-            if (gdl__ckpt_tied(c, f->entries[k].name) == t) e = &f->entries[k];
-        if (!e) {
-            if (strncmp(c->names[i], "optim.", 6) == 0)
-                gdl__set_error("%s: %s: missing optimizer state '%s' (saved from another kind of optimizer, or "
-                               "without one?)", op, path, c->names[i]);
-            else if (strncmp(c->names[i], "ema.", 4) == 0)
-                gdl__set_error("%s: %s: missing the weight EMA's '%s' (saved without an EMA, or with "
-                               "use_buffers off?)", op, path, c->names[i]);
-            else
-                gdl__set_error("%s: %s: missing tensor '%s'", op, path, c->names[i]);
-            return -1;
-        }
-        if (e->ndim != t->ndim || (t->ndim && memcmp(e->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))) {
-            gdl__set_error("%s: %s: tensor '%s' has shape %s in the file but %s in the model", op, path, c->names[i],
-                           gdl__shape_fmt(e->ndim, e->shape), gdl_shape_str(t));
-            return -1;
-        }
-        if (t->dtype == GDL_I32) { /* integer state (step counts): stored as I32, taken as is */
-            if (strcmp(e->dtype, "I32")) {
-                gdl__set_error("%s: %s: tensor '%s' has dtype %s; expected I32", op, path, c->names[i], e->dtype);
-                return -1;
-            }
-            if (!(bufs[i] = GPUDL_MALLOC(4 * (size_t)t->numel + 1))) {
-                gdl__set_error("%s: out of memory (host)", op);
-                return -1;
-            }
-            src = f->data + e->begin;
-            for (j = 0; j < t->numel; j++)
-                ((int32_t *)bufs[i])[j] = (int32_t)((uint32_t)src[4 * j] | (uint32_t)src[4 * j + 1] << 8 |
-                                                    (uint32_t)src[4 * j + 2] << 16 | (uint32_t)src[4 * j + 3] << 24);
-            continue;
-        }
-        if (strcmp(e->dtype, "F32") && strcmp(e->dtype, "F64") && strcmp(e->dtype, "F16") && strcmp(e->dtype, "BF16")) {
-            gdl__set_error("%s: %s: tensor '%s' has dtype %s; expected F32, F64, F16 or BF16", op, path, c->names[i],
-                           e->dtype);
-            return -1;
-        }
-        if (!(bufs[i] = GPUDL_MALLOC(sizeof(gdl_real) * (size_t)t->numel + 1))) {
-            gdl__set_error("%s: out of memory (host)", op);
-            return -1;
-        }
-        dst = (gdl_real *)bufs[i];
-        src = f->data + e->begin;
-        {
-            int kind = !strcmp(e->dtype, "F32") ? 0 : !strcmp(e->dtype, "F64") ? 1 : !strcmp(e->dtype, "F16") ? 2 : 3;
-            for (j = 0; j < t->numel; j++) { /* little-endian in the file */
-                if (kind == 0) {
-                    uint32_t u = (uint32_t)src[4 * j] | (uint32_t)src[4 * j + 1] << 8 | (uint32_t)src[4 * j + 2] << 16 |
-                                 (uint32_t)src[4 * j + 3] << 24;
-                    dst[j] = (gdl_real)gdl__bits_f32(u);
-                } else if (kind == 1) {
-                    uint64_t u = 0;
-                    double d;
-                    int b;
-                    for (b = 7; b >= 0; b--) u = u << 8 | src[8 * j + b];
-                    memcpy(&d, &u, 8);
-                    dst[j] = (gdl_real)d;
-                } else {
-                    uint16_t h = (uint16_t)(src[2 * j] | src[2 * j + 1] << 8);
-                    dst[j] = (gdl_real)(kind == 2 ? gdl_f16_to_f32(h) : gdl_bf16_to_f32(h));
-                }
-            }
-            if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) /* rounded in place (2j <= j's element, read before) */
-                for (j = 0; j < t->numel; j++) {
-                    float v = (float)dst[j];
-                    ((uint16_t *)bufs[i])[j] = t->dtype == GDL_F16 ? gdl_f32_to_f16(v) : gdl_f32_to_bf16(v);
-                }
-        }
-    }
-    return 0;
-}
-
-static int gdl__ckpt_apply(const char *op, const gdl__ckpt *c, void **bufs) {
-    int i;
-    for (i = 0; i < c->n; i++)
-        if (gdl__copy_bytes(op, c->tensors[i]->data, c->tensors[i]->device, bufs[i], gdl_cpu(),
-                            gdl_dtype_size(c->tensors[i]->dtype) * (size_t)c->tensors[i]->numel) < 0)
-            return -1;
-    return 0;
-}
-
-static void gdl__free_bufs(void **bufs, int n) {
-    int i;
-    if (!bufs) return;
-    for (i = 0; i < n; i++) GPUDL_FREE(bufs[i]);
-    GPUDL_FREE(bufs);
-}
-
-static void **gdl__alloc_bufs(const char *op, int n) {
-    void **b = (void **)GPUDL_MALLOC(sizeof(void *) * (size_t)(n + 1));
-    if (!b) gdl__set_error("%s: out of memory (host)", op);
-    else memset(b, 0, sizeof(void *) * (size_t)(n + 1));
-    return b;
-}
-
-GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
-    const char *op = "gdl_load_model";
-    gdl_st_file f;
-    gdl__ckpt *c;
-    void **bufs;
-    int rc;
-    if (!m || !path) {
-        gdl__null_arg(op, !m ? "module" : "path");
-        return -1;
-    }
-    if (!(c = gdl__ckpt_collect(op, m, NULL, 0))) return -1;
-    if (gdl_st_read(path, &f) < 0) {
-        gdl__ckpt_free(c);
-        return -1;
-    }
-    bufs = gdl__alloc_bufs(op, c->n);
-    rc = bufs && gdl__ckpt_check(op, path, c, &f, bufs) == 0 ? gdl__ckpt_apply(op, c, bufs) : -1;
-    gdl__free_bufs(bufs, c->n);
-    gdl__ckpt_free(c);
-    gdl_st_free(&f);
-    return rc;
-}
-
-/* metadata of a training checkpoint */
-#define GDL__META_MAX 96 /* 6 + 2 per group (32 at most) + 1 + 12 fit.* keys, with room */
-typedef struct gdl__meta {
-    int n;
-    char keys[GDL__META_MAX][48];
-    char vals[GDL__META_MAX][48];
-    const char *kp[GDL__META_MAX], *vp[GDL__META_MAX];
-} gdl__meta;
-
-static void gdl__meta_add(gdl__meta *md, const char *key, const char *fmt, ...) {
-    va_list ap;
-    if (md->n >= GDL__META_MAX) return;
-    snprintf(md->keys[md->n], sizeof md->keys[0], "%s", key);
-    va_start(ap, fmt);
-    vsnprintf(md->vals[md->n], sizeof md->vals[0], fmt, ap);
-    va_end(ap);
-    md->kp[md->n] = md->keys[md->n];
-    md->vp[md->n] = md->vals[md->n];
-    md->n++;
-}
-
-/* the metadata value of key in f, NULL + error when missing */
-static const char *gdl__meta_find(const char *op, const char *path, const gdl_st_file *f, const char *key) {
-    int i;
-    for (i = 0; i < f->n_meta; i++)
-        if (strcmp(f->meta_keys[i], key) == 0) return f->meta_vals[i];
-    gdl__set_error("%s: %s: metadata '%s' is missing: not a gpudl training checkpoint (a model file saved with "
-                   "gdl_save_model loads with gdl_load_model)", op, path, key);
-    return NULL;
-}
-
-/* a metadata value of f as a number; 0 / -1 */
-static int gdl__meta_get(const char *op, const char *path, const gdl_st_file *f, const char *key, double *out) {
-    const char *v = gdl__meta_find(op, path, f, key);
-    char *end;
-    if (!v) return -1;
-    *out = strtod(v, &end);
-    if (end != v && *end == 0) return 0;
-    gdl__set_error("%s: %s: metadata '%s' is not a number: '%s'", op, path, key, v);
-    return -1;
-}
-
-static int gdl__meta_get_u64(const char *op, const char *path, const gdl_st_file *f, const char *key, uint64_t *out) {
-    const char *v = gdl__meta_find(op, path, f, key);
-    char *end;
-    if (!v) return -1;
-    *out = (uint64_t)strtoull(v, &end, 10);
-    if (end != v && *end == 0) return 0;
-    gdl__set_error("%s: %s: metadata '%s' is not an integer: '%s'", op, path, key, v);
-    return -1;
-}
-
-/* gdl_save_checkpoint, plus gdl_fit's position (fs, may be NULL) as metadata fit.* */
-static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
-                                gdl_scheduler *sched, int64_t epoch, const gdl__fit_state *fs) {
-    gdl__meta *md;
-    gdl__ckpt *c;
-    uint64_t seed, counter;
-    int g, rc;
-    if (!m || !path) {
-        gdl__null_arg(op, !m ? "module" : "path");
-        return -1;
-    }
-    if (!(md = (gdl__meta *)GPUDL_MALLOC(sizeof(gdl__meta)))) {
-        gdl__set_error("%s: out of memory (host)", op);
-        return -1;
-    }
-    md->n = 0;
-    seed = gdl_rng_get_state(&counter);
-    gdl__meta_add(md, "gpudl.checkpoint", "%s", GPUDL_VERSION);
-    gdl__meta_add(md, "epoch", "%lld", (long long)epoch);
-    gdl__meta_add(md, "rng.seed", "%llu", (unsigned long long)seed);
-    gdl__meta_add(md, "rng.counter", "%llu", (unsigned long long)counter);
-    if (opt && gdl_optim_num_groups(opt) > 32) {
-        gdl__set_error("%s: the optimizer has %d parameter groups; checkpoints hold at most 32", op,
-                       gdl_optim_num_groups(opt));
-        GPUDL_FREE(md);
-        return -1;
-    }
-    if (opt) {
-        gdl__meta_add(md, "optim.step", "%lld", (long long)gdl_optim_get_step(opt));
-        gdl__meta_add(md, "optim.groups", "%d", gdl_optim_num_groups(opt));
-        for (g = 0; g < gdl_optim_num_groups(opt) && g < 32; g++) {
-            char k[48];
-            snprintf(k, sizeof k, "optim.lr.%d", g);
-            gdl__meta_add(md, k, "%.17g", gdl_optim_get_lr(opt, g));
-            snprintf(k, sizeof k, "optim.momentum.%d", g);
-            gdl__meta_add(md, k, "%.17g", gdl_optim_get_momentum(opt, g));
-        }
-    }
-    if (sched) gdl__meta_add(md, "sched.last_epoch", "%lld", (long long)gdl_scheduler_get_last_epoch(sched));
-    if (opt && opt->ema) gdl__meta_add(md, "ema.n_averaged", "%lld", (long long)gdl_ema_num_updates(opt->ema));
-    if (opt && opt->scaler && opt->scaler->o.enabled) { /* PyTorch's GradScaler.state_dict() */
-        double sc = gdl_grad_scaler_get_scale(opt->scaler);
-        int64_t tr = gdl_grad_scaler_get_growth_tracker(opt->scaler);
-        if (sc != sc || tr < 0) {
-            GPUDL_FREE(md);
-            return -1;
-        }
-        gdl__meta_add(md, "scaler.scale", "%.17g", sc);
-        gdl__meta_add(md, "scaler.growth_tracker", "%lld", (long long)tr);
-        gdl__meta_add(md, "scaler.growth_factor", "%.17g", opt->scaler->o.growth_factor);
-        gdl__meta_add(md, "scaler.backoff_factor", "%.17g", opt->scaler->o.backoff_factor);
-        gdl__meta_add(md, "scaler.growth_interval", "%d", opt->scaler->o.growth_interval);
-    }
-    if (fs) {
-        gdl__meta_add(md, "fit.epoch", "%lld", (long long)fs->epoch);
-        gdl__meta_add(md, "fit.batch", "%lld", (long long)fs->batch);
-        gdl__meta_add(md, "fit.loader_epoch", "%lld", (long long)fs->loader_epoch);
-        gdl__meta_add(md, "fit.num_batches", "%lld", (long long)fs->num_batches);
-        gdl__meta_add(md, "fit.val_epoch", "%lld", (long long)fs->val_epoch);
-        gdl__meta_add(md, "fit.loss_sum", "%.17g", fs->loss_sum);
-        gdl__meta_add(md, "fit.seconds", "%.17g", fs->seconds);
-        gdl__meta_add(md, "fit.samples", "%lld", (long long)fs->samples);
-        gdl__meta_add(md, "fit.correct", "%lld", (long long)fs->correct);
-        gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
-        gdl__meta_add(md, "fit.replicas", "%lld", (long long)fs->replicas);
-        gdl__meta_add(md, "fit.batch_size", "%lld", (long long)fs->batch_size);
-        gdl__meta_add(md, "fit.es_best", "%.17g", fs->es_best);
-        gdl__meta_add(md, "fit.best", "%.17g", fs->best);
-        gdl__meta_add(md, "fit.es_wait", "%lld", (long long)fs->es_wait);
-    }
-    if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
-        GPUDL_FREE(md);
-        return -1;
-    }
-    rc = gdl__ckpt_write(op, path, c, md->n, md->kp, md->vp);
-    gdl__ckpt_free(c);
-    GPUDL_FREE(md);
-    return rc;
-}
-
-GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                  int64_t epoch) {
-    return gdl__checkpoint_save("gdl_save_checkpoint", path, m, opt, sched, epoch, NULL);
-}
-
-static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                         const gdl__fit_state *fs) {
-    return gdl__checkpoint_save("gdl_fit", path, m, opt, sched, fs->epoch, fs);
-}
-
-static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                int64_t *epoch, int ddp);
-
-/* gdl_fit's position from the checkpoint at path, checked against this run (the train loader, epochs)
-   before anything changes; then the checkpoint itself (all or nothing; under DDP on every rank or on none).
-   A checkpoint taken with other shards (world size) or another batch size is resumed where the same
-   samples of the epoch are done: its position in samples over every rank (batch x batch size x world
-   size) must be a whole number of this run's batches, or the epoch's end. 0 / -1. */
-static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                         gdl__fit_state *fs, const gdl_loader *train, int epochs, int ddp) {
-    static const char op[] = "gdl_fit";
-    static const char *const keys[12] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
-                                         "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
-                                         "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
-    double v[12], es[3] = {NAN, NAN, 0};
-    gdl_st_file f;
-    int i, rc = 0, nk = 10, has_es = 0;
-    int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
-    if (gdl_st_read(path, &f) < 0) goto fail;
-    for (i = 0; i < f.n_meta && strncmp(f.meta_keys[i], "fit.", 4) != 0; i++) {
-    }
-    if (i == f.n_meta) {
-        gdl__set_error("%s: cannot resume from %s: it holds no gdl_fit position (fit.* metadata); only checkpoints "
-                       "written by gdl_fit's checkpoint_every can be resumed from", op, path);
-        gdl_st_free(&f);
-        goto fail;
-    }
-    for (i = 0; i < f.n_meta; i++) { /* the shards and batch size, early stopping: absent from older checkpoints */
-        if (strcmp(f.meta_keys[i], "fit.replicas") == 0) nk = 12;
-        if (strcmp(f.meta_keys[i], "fit.es_wait") == 0) has_es = 1;
-    }
-    for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
-    if (rc == 0 && has_es && (gdl__meta_get(op, path, &f, "fit.es_best", &es[0]) < 0 ||
-                              gdl__meta_get(op, path, &f, "fit.best", &es[1]) < 0 ||
-                              gdl__meta_get(op, path, &f, "fit.es_wait", &es[2]) < 0))
-        rc = -1;
-    gdl_st_free(&f);
-    if (rc < 0) goto fail;
-    if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
-    /* integers in range before they are cast (a damaged file may hold anything, NaN included) */
-    for (i = 0; i < nk; i++)
-        if (i != 5 && i != 6 && !(v[i] >= -1 && v[i] <= 9e15 && v[i] == (double)(int64_t)v[i])) {
-            gdl__set_error("%s: %s: metadata '%s' is not a valid count: %g", op, path, keys[i], v[i]);
-            goto fail;
-        }
-    if (!(es[2] >= 0 && es[2] <= 1e9 && es[2] == (double)(int64_t)es[2])) {
-        gdl__set_error("%s: %s: metadata 'fit.es_wait' is not a valid count: %g", op, path, es[2]);
-        goto fail;
-    }
-    if (!(v[5] == v[5] && v[6] >= 0)) {
-        gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
-        goto fail;
-    }
-    if (v[0] < 1 || v[0] > epochs || v[1] < 0 || v[1] > v[3] || v[2] < 0 || v[7] < 0 || v[8] < 0 || v[9] < 0 ||
-        v[10] < 1 || v[11] < 1) {
-        gdl__set_error("%s: cannot resume from %s: it was taken at epoch %.0f, batch %.0f of %.0f; this run has %d "
-                       "epochs", op, path, v[0], v[1], v[3], epochs);
-        goto fail;
-    }
-    fs->batch = (int64_t)v[1];
-    if ((int64_t)v[10] == W && (int64_t)v[11] == B) {
-        if ((int64_t)v[3] != num_batches) {
-            gdl__set_error("%s: cannot resume from %s: it was taken at epoch %.0f, batch %.0f of a loader with %.0f "
-                           "batches per epoch; this run's has %lld (another dataset?)", op, path, v[0], v[1], v[3],
-                           (long long)num_batches);
-            goto fail;
-        }
-    } else if ((int64_t)v[1] == (int64_t)v[3]) { /* taken at the end of an epoch */
-        fs->batch = num_batches;
-    } else { /* the same samples done: the sampler re-shards the epoch for this run's world size */
-        int64_t done = (int64_t)v[1] * (int64_t)v[10] * (int64_t)v[11];
-        if (done % (W * B) != 0 || done / (W * B) > num_batches) {
-            gdl__set_error("%s: cannot resume from %s: it was taken in epoch %.0f after %lld samples (batch %.0f of "
-                           "batch size %.0f on %.0f ranks); with batch size %lld on %lld ranks (%lld samples a step) "
-                           "that is not a whole number of batches: resume from a checkpoint at an epoch's end, or "
-                           "keep the samples per step", op, path, v[0], (long long)done, v[1], v[11], v[10],
-                           (long long)B, (long long)W, (long long)(W * B));
-            goto fail;
-        }
-        fs->batch = done / (W * B);
-    }
-    fs->epoch = (int64_t)v[0];
-    fs->loader_epoch = (int64_t)v[2];
-    fs->num_batches = num_batches;
-    fs->val_epoch = (int64_t)v[4];
-    fs->loss_sum = v[5]; /* printed with %.17g: exact */
-    fs->seconds = v[6];
-    fs->samples = (int64_t)v[7];
-    fs->correct = (int64_t)v[8];
-    fs->counted = (int64_t)v[9];
-    fs->replicas = W;
-    fs->batch_size = B;
-    fs->es_best = es[0], fs->best = es[1], fs->es_wait = (int64_t)es[2];
-    return gdl__checkpoint_load(path, m, opt, sched, NULL, ddp);
-fail:
-    if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);
-    return -1;
-}
-
-/* ddp: every rank loads, or none: the ranks agree once everything is checked, before anything changes
-   (*agreed says it was done) */
-static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                 int64_t *epoch, int ddp, int *agreed) {
-    const char *op = "gdl_load_checkpoint";
-    gdl_st_file f;
-    gdl__ckpt *c;
-    void **bufs = NULL;
-    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3], nav = 0;
-    uint64_t seed = 0, counter = 0;
-    int g, ng = 0, rc = -1, has_scaler = 0;
-    if (!m || !path) {
-        gdl__null_arg(op, !m ? "module" : "path");
-        return -1;
-    }
-    if (!(c = gdl__ckpt_collect(op, m, opt, 1))) return -1;
-    if (gdl_st_read(path, &f) < 0) {
-        gdl__ckpt_free(c);
-        return -1;
-    }
-    /* read and check everything before changing anything */
-    if (gdl__meta_get(op, path, &f, "epoch", &ep) < 0 || gdl__meta_get_u64(op, path, &f, "rng.seed", &seed) < 0 ||
-        gdl__meta_get_u64(op, path, &f, "rng.counter", &counter) < 0)
-        goto done;
-    if (opt) {
-        ng = gdl_optim_num_groups(opt);
-        if (gdl__meta_get(op, path, &f, "optim.step", &step) < 0 || gdl__meta_get(op, path, &f, "optim.groups", &groups) < 0)
-            goto done;
-        if ((int)groups != ng || ng > 32) {
-            gdl__set_error("%s: %s: the file has %d parameter groups, the optimizer %d", op, path, (int)groups, ng);
-            goto done;
-        }
-        for (g = 0; g < ng; g++) {
-            char k[48];
-            snprintf(k, sizeof k, "optim.lr.%d", g);
-            if (gdl__meta_get(op, path, &f, k, &lr[g]) < 0) goto done;
-            snprintf(k, sizeof k, "optim.momentum.%d", g);
-            if (gdl__meta_get(op, path, &f, k, &mom[g]) < 0) goto done;
-        }
-    }
-    if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
-    if (opt && opt->ema && gdl__meta_get(op, path, &f, "ema.n_averaged", &nav) < 0) goto done;
-    if (opt && opt->ema && !(nav >= 0 && nav <= step && nav == (double)(int64_t)nav)) {
-        gdl__set_error("%s: %s: ema.n_averaged %g is not a count within the optimizer's %g steps", op, path, nav, step);
-        goto done;
-    }
-    if (opt && opt->scaler) { /* older checkpoints and runs without a scaler have none: the scaler is left as is */
-        for (g = 0; g < f.n_meta && strcmp(f.meta_keys[g], "scaler.scale") != 0; g++) {
-        }
-        has_scaler = g < f.n_meta;
-        if (has_scaler && (gdl__meta_get(op, path, &f, "scaler.scale", &sc_scale) < 0 ||
-                           gdl__meta_get(op, path, &f, "scaler.growth_tracker", &sc_tracker) < 0 ||
-                           gdl__meta_get(op, path, &f, "scaler.growth_factor", &sc_opt[0]) < 0 ||
-                           gdl__meta_get(op, path, &f, "scaler.backoff_factor", &sc_opt[1]) < 0 ||
-                           gdl__meta_get(op, path, &f, "scaler.growth_interval", &sc_opt[2]) < 0))
-            goto done;
-        if (has_scaler && (!(sc_scale > 0) || (float)sc_scale - (float)sc_scale != 0 || !(sc_tracker >= 0) ||
-                           sc_tracker > INT32_MAX || sc_tracker != (double)(int64_t)sc_tracker ||
-                           !(sc_opt[0] > 1) || sc_opt[0] - sc_opt[0] != 0 || !(sc_opt[1] > 0 && sc_opt[1] < 1) ||
-                           !(sc_opt[2] >= 1 && sc_opt[2] <= INT32_MAX) || sc_opt[2] != (double)(int64_t)sc_opt[2])) {
-            gdl__set_error("%s: %s: the scaler's state is out of range (scale %g, growth_tracker %g, growth_factor %g, "
-                           "backoff_factor %g, growth_interval %g)", op, path, sc_scale, sc_tracker, sc_opt[0],
-                           sc_opt[1], sc_opt[2]);
-            goto done;
-        }
-    }
-    if (opt) {
-        if (!(step >= 0)) {
-            gdl__set_error("%s: %s: optimizer step %g is negative", op, path, step);
-            goto done;
-        }
-        for (g = 0; g < ng; g++)
-            if (!(lr[g] >= 0) || !(mom[g] >= 0 && mom[g] < 1)) {
-                gdl__set_error("%s: %s: group %d has lr %g or momentum %g out of range", op, path, g, lr[g], mom[g]);
-                goto done;
-            }
-    }
-    if (!(bufs = gdl__alloc_bufs(op, c->n)) || gdl__ckpt_check(op, path, c, &f, bufs) < 0) goto done;
-    if (ddp) {
-        *agreed = 1;
-        if (gdl__dist_agree("gdl_fit", "loading the checkpoint to resume from", 1) < 0) goto done;
-    }
-    /* apply: the scheduler first, since it may refuse the position (OneCycle past its total
-       steps); it changes only the learning rates, which are set again below */
-    if (sched) {
-        int64_t before = gdl_scheduler_get_last_epoch(sched);
-        if (gdl_scheduler_set_last_epoch(sched, (int64_t)last) < 0) {
-            char why[sizeof gdl__err];
-            memcpy(why, gdl__err, sizeof why);
-            gdl_scheduler_set_last_epoch(sched, before);
-            gdl__set_error("%s: %s: %s", op, path, why);
-            goto done;
-        }
-    }
-    if (gdl__ckpt_apply(op, c, bufs) < 0) goto done;
-    if (opt && opt->master != GDL_F32 && gdl__opt_round_params(op, opt) < 0) goto done; /* from the masters loaded */
-    if (opt) {
-        gdl_optim_set_step(opt, (int64_t)step);
-        if (opt->ema) opt->ema->step0 = (int64_t)step - (int64_t)nav;
-        for (g = 0; g < ng; g++) { /* in range: checked above */
-            gdl_optim_set_lr(opt, g, lr[g]);
-            gdl_optim_set_momentum(opt, g, mom[g]);
-        }
-        if (has_scaler) { /* as GradScaler.load_state_dict: the factors and interval too */
-            if (gdl_grad_scaler_set_state(opt->scaler, sc_scale, (int64_t)sc_tracker) < 0) goto done;
-            opt->scaler->o.growth_factor = sc_opt[0];
-            opt->scaler->o.backoff_factor = sc_opt[1];
-            opt->scaler->o.growth_interval = (int)sc_opt[2];
-        }
-    }
-    gdl_rng_set_state(seed, counter);
-    if (epoch) *epoch = (int64_t)ep;
-    rc = 0;
-done:
-    gdl__free_bufs(bufs, c->n);
-    gdl__ckpt_free(c);
-    gdl_st_free(&f);
-    return rc;
-}
-
-static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                int64_t *epoch, int ddp) {
-    int agreed = 0, rc = gdl__checkpoint_load_(path, m, opt, sched, epoch, ddp, &agreed);
-    if (ddp && !agreed) gdl__dist_agree("gdl_fit", "loading the checkpoint to resume from", 0);
-    return rc;
-}
-
-GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                  int64_t *epoch) {
-    return gdl__checkpoint_load(path, m, opt, sched, epoch, 0);
-}
-
-/* ---------------------------------------------------------------------------
-   src/train/graph.h   gdl_graph_capture / replay: the backend records the
-   compute stream; here are the warm-up, the arena resets and the errors.
-   ------------------------------------------------------------------------- */
-
-struct gdl_graph {
-    gdl_device dev;
-    const gdl_backend *be;
-    int (*step)(void *ctx);
-    void *ctx;
-    void *exec; /* the backend's graph; NULL on the CPU, where a replay calls the step */
-};
-
-GPUDL_API int gdl_graph_is_capturing(void) { return gdl__capturing; }
-
-/* Records step (run before, so that its memory exists) into a graph; on the
-   CPU only keeps it. NULL + error naming op. */
-static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(void *ctx), void *ctx) {
-    gdl_graph *g;
-    int rc;
-    if (gdl__capturing) {
-        gdl__set_error("%s: already capturing a step (graphs do not nest)", op);
-        return NULL;
-    }
-    if (!(g = (gdl_graph *)GPUDL_MALLOC(sizeof *g))) {
-        gdl__set_error("%s: out of host memory", op);
-        return NULL;
-    }
-    memset(g, 0, sizeof *g);
-    g->dev = dev;
-    g->step = step;
-    g->ctx = ctx;
-    if (!(g->be = gdl__be_lookup(op, dev))) goto fail;
-    if (dev.type == GDL_DEVICE_CPU) return g;
-    gdl_arena_reset();
-    if (g->be->graph_begin() < 0) goto fail;
-    gdl__capturing = 1;
-    rc = step(ctx);
-    gdl__capturing = 0;
-    if (rc < 0) {
-        /* keep the step's error: ending the capture adds CUDA's own (invalidated) */
-        char why[sizeof gdl__err];
-        snprintf(why, sizeof why, "%s", gdl_last_error());
-        g->be->graph_end(&g->exec);
-        gdl__set_error("%s: the step cannot be captured on %s: %s (MANUAL src/api/graph.h: no host reads, new "
-                       "tensors or dropout inside a captured step)",
-                       op, gdl_device_str(dev), why);
-        goto fail;
-    }
-    if (g->be->graph_end(&g->exec) < 0) {
-        gdl__set_error("%s: capturing the step on %s failed: %s", op, gdl_device_str(dev), gdl_last_error());
-        goto fail;
-    }
-    return g;
-fail:
-    gdl__capturing = 0;
-    gdl_graph_free(g);
-    return NULL;
-}
-
-GPUDL_API gdl_graph *gdl_graph_capture(gdl_device dev, int (*step)(void *ctx), void *ctx) {
-    const char *op = "gdl_graph_capture";
-    if (!step) {
-        gdl__null_arg(op, "step");
-        return NULL;
-    }
-    if (gdl__capturing) {
-        gdl__set_error("%s: already capturing a step (graphs do not nest)", op);
-        return NULL;
-    }
-    if (!gdl__be_lookup(op, dev)) return NULL;
-    /* the warm-up: a real step, which makes everything the recorded one will use */
-    gdl_arena_reset();
-    if (step(ctx) < 0) {
-        gdl__set_error("%s: the warm-up step failed: %s", op, gdl_last_error());
-        return NULL;
-    }
-    return gdl__graph_record(op, dev, step, ctx);
-}
-
-GPUDL_API int gdl_graph_replay(gdl_graph *g) {
-    if (!g) {
-        gdl__null_arg("gdl_graph_replay", "g");
-        return -1;
-    }
-    if (!g->exec) { /* the CPU: the step again, on a fresh arena as at capture */
-        gdl_arena_reset();
-        return g->step(g->ctx);
-    }
-    if (!gdl__be_lookup("gdl_graph_replay", g->dev)) return -1; /* makes the graph's device current */
-    {
-        int span = gdl__prof_on ? gdl__prof_push("gdl_graph_replay", g->dev) : 0, rc;
-        rc = g->be->graph_launch(g->exec);
-        gdl__prof_pop(span, rc == 0);
-        return rc;
-    }
-}
-
-GPUDL_API void gdl_graph_free(gdl_graph *g) {
-    if (!g) return;
-    if (g->exec && gdl__be_lookup("gdl_graph_free", g->dev)) g->be->graph_destroy(g->exec);
-    GPUDL_FREE(g);
-}
-
-/* ---------------------------------------------------------------------------
    src/dist/launch.h — the state of the process group, the launcher's integer
    variables, MPI's errors. The other parts of src/dist/: the rendezvous, the
    process group, the collectives, DDP, the workload managers.
@@ -28281,6 +26791,7 @@ fail:
 GPUDL_API int gdl_ddp_num_buckets(const gdl_ddp *d) { return d ? d->nbuckets : 0; }
 GPUDL_API gdl_module *gdl_ddp_module(const gdl_ddp *d) { return d ? d->m : NULL; }
 
+/* v[0..n-1] summed (max: the largest) over every rank, within the timeout; as is in one process */
 static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int n, int max) {
 #ifdef GPUDL_MPI
     if (gdl__dist.init && gdl__dist.world > 1) {
@@ -28326,6 +26837,8 @@ static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int
     return 0;
 }
 
+/* every rank says whether its part (what) worked: 0 when all did. A rank that failed keeps its own
+   error; the others get one saying how many failed. */
 static int gdl__dist_agree(const char *op, const char *what, int ok) {
     double bad = ok ? 0 : 1;
     char keep[sizeof gdl__err];
@@ -28343,14 +26856,6 @@ static int gdl__dist_agree(const char *op, const char *what, int ok) {
     return 0;
 }
 
-static int gdl__dist_pass_sum(gdl__pass *p) {
-    double v[4];
-    v[0] = p->loss_sum, v[1] = (double)p->samples, v[2] = (double)p->correct, v[3] = (double)p->counted;
-    if (gdl__dist_reduce_f64("gdl_fit", "the all-reduce of the epoch's loss and accuracy sums", v, 4, 0) < 0)
-        return -1;
-    p->loss_sum = v[0], p->samples = (int64_t)v[1], p->correct = (int64_t)v[2], p->counted = (int64_t)v[3];
-    return 0;
-}
 GPUDL_API void gdl_ddp_set_no_sync(gdl_ddp *d, int on) {
     if (d) d->no_sync = on != 0;
 }
@@ -28843,6 +27348,767 @@ GPUDL_API int gdl_preempt_check(void) {
         return -1;
     return (int)v;
 }
+/* ---------------------------------------------------------------------------
+   src/train/fit.h   fit / evaluate with progress output, and gdl_fit's CUDA graphs.
+   ------------------------------------------------------------------------- */
+static int gdl__isatty(FILE *f) { return gdl__os_isatty(f); }
+
+GPUDL_API gdl_fit_opts gdl_fit_defaults(void) {
+    gdl_fit_opts o;
+    memset(&o, 0, sizeof o);
+    o.epochs = 1;
+    o.accumulate = 1;
+    o.verbose = 1;
+    o.oom_retry = 1;
+    o.cuda_graph = 1;
+    return o;
+}
+
+GPUDL_API gdl_tensor *gdl_loss_cross_entropy(gdl_tensor *output, gdl_tensor *target, void *user) {
+    return gdl_cross_entropy_ex(output, target, (const gdl_ce_opts *)user);
+}
+GPUDL_API gdl_tensor *gdl_loss_nll(gdl_tensor *output, gdl_tensor *target, void *user) {
+    gdl_ce_opts o = user ? *(const gdl_ce_opts *)user : gdl_ce_defaults();
+    if (o.label_smoothing != 0) {
+        gdl__set_error("gdl_loss_nll: nll_loss has no label smoothing (got %g)", o.label_smoothing);
+        return NULL;
+    }
+    return gdl_nll_loss(output, target, o.reduction, o.ignore_index);
+}
+GPUDL_API gdl_tensor *gdl_loss_mse(gdl_tensor *output, gdl_tensor *target, void *user) {
+    return gdl_mse_loss(output, target, user ? *(const gdl_reduction *)user : GDL_REDUCE_MEAN);
+}
+GPUDL_API gdl_tensor *gdl_loss_bce_with_logits(gdl_tensor *output, gdl_tensor *target, void *user) {
+    return gdl_bce_with_logits(output, target, user ? *(const gdl_reduction *)user : GDL_REDUCE_MEAN);
+}
+
+/* Running sums of one pass: loss weighted by batch size, and correct
+   predictions when the output is [B,C] logits against i32 labels [B]. */
+/* A pass's running metrics. The per-batch sums stay on the device (the
+   backend's fit_metrics), so a step reads nothing back; gdl__pass_sync adds
+   them into the host fields where they are shown or saved. */
+typedef struct gdl__pass {
+    double loss_sum;
+    int64_t samples, correct, counted; /* as of the last gdl__pass_sync */
+    const gdl_backend *be;
+    gdl_device dev;
+    double *dacc; /* on dev: [0..3] loss_sum, samples, correct, counted since the sync; [4..7] a snapshot */
+} gdl__pass;
+
+static int gdl__pass_init(gdl__pass *p, const char *op, gdl_device dev) {
+    if (p->dacc) {
+        if (gdl_device_equal(p->dev, dev)) return gdl__be(op, dev) ? 0 : -1;
+        gdl__set_error("%s: a batch on %s after batches on %s", op, gdl_device_str(dev), gdl_device_str(p->dev));
+        return -1;
+    }
+    if (!(p->be = gdl__be(op, dev))) return -1;
+    if (!(p->dacc = (double *)p->be->alloc(8 * sizeof(double)))) return -1;
+    p->dev = dev;
+    return p->be->memset0(p->dacc, 8 * sizeof(double));
+}
+
+static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_tensor *loss) {
+    int64_t B = y->ndim >= 1 ? y->shape[0] : 1;
+    int cls = out->ndim == 2 && y->dtype == GDL_I32 && y->ndim == 1 && out->shape[0] == B &&
+              gdl_device_equal(out->device, y->device);
+    if (loss->numel != 1 || loss->dtype != GDL_F32) {
+        gdl__set_error("gdl_fit: the loss function returned %s %s, not one f32 value", gdl_dtype_name(loss->dtype),
+                       gdl_shape_str(loss));
+        return -1;
+    }
+    const gdl_real *o = (const gdl_real *)out->data;
+    if (gdl__pass_init(p, "gdl_fit", loss->device) < 0) return -1;
+    if (cls && out->dtype != GDL_F32) { /* bf16/f16 logits (autocast): the metrics kernel reads f32 */
+        gdl_real *f;
+        if (!gdl__is_float(out->dtype)) cls = 0;
+        else if (!(f = (gdl_real *)gdl__scratch("gdl_fit", out->device, sizeof(gdl_real) * (size_t)out->numel)) ||
+                 p->be->cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0)
+            return -1;
+        else o = f;
+    }
+    return p->be->fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? o : NULL,
+                              cls ? (const int32_t *)y->data : NULL, p->dacc);
+}
+
+/* The device's sums into the host fields: the one read of the device. */
+static int gdl__pass_sync(gdl__pass *p) {
+    double h[4];
+    if (!p->dacc) return 0;
+    if (gdl__dist_settle("gdl_fit") < 0) return -1; /* DDP's queued NCCL all-reduces end, or time out, first */
+    if (!gdl__be("gdl_fit", p->dev) || p->be->copy(h, p->dacc, sizeof h, 1) < 0 ||
+        p->be->memset0(p->dacc, sizeof h) < 0)
+        return -1;
+    p->loss_sum += h[0];
+    p->samples += (int64_t)h[1];
+    p->correct += (int64_t)h[2];
+    p->counted += (int64_t)h[3];
+    return 0;
+}
+
+/* Snapshot (save != 0) or put back the device's sums, around a batch that may be retried. */
+static int gdl__pass_snapshot(gdl__pass *p, int save) {
+    if (!p->dacc) return 0;
+    if (!gdl__be("gdl_fit", p->dev)) return -1;
+    return p->be->copy(save ? p->dacc + 4 : p->dacc, save ? p->dacc : p->dacc + 4, 4 * sizeof(double), 2);
+}
+
+static void gdl__pass_free(gdl__pass *p) {
+    if (p->dacc && gdl__be("gdl_fit", p->dev)) p->be->free(p->dacc);
+    memset(p, 0, sizeof *p);
+}
+
+static double gdl__pass_acc(const gdl__pass *p) { return p->counted ? (double)p->correct / (double)p->counted : NAN; }
+
+/* The model's output on x, averaged with its output on x flipped along the last dim when *flip (indices
+   W-1 .. 0, made on x's device at the first batch of its width). */
+static gdl_tensor *gdl__eval_forward(gdl_module *m, gdl_tensor *x, int hflip, gdl_tensor **flip) {
+    gdl_tensor *out = gdl_forward(m, x), *xf;
+    int64_t W, i;
+    if (!out || !hflip) return out;
+    if (x->ndim < 3) {
+        gdl__set_error("gdl_evaluate: tta_hflip needs image batches [B,C,H,W] or [B,H,W], got %s", gdl_shape_str(x));
+        return NULL;
+    }
+    W = x->shape[x->ndim - 1];
+    if (!*flip || (*flip)->numel != W || !gdl_device_equal((*flip)->device, x->device)) {
+        gdl_tensor *h = gdl_empty(1, &W, GDL_I32, gdl_cpu());
+        gdl_free(*flip);
+        *flip = NULL;
+        if (!h) return NULL;
+        for (i = 0; i < W; i++) ((int32_t *)h->data)[i] = (int32_t)(W - 1 - i);
+        *flip = gdl_to(h, x->device);
+        gdl_free(h);
+        if (!*flip) return NULL;
+    }
+    if (!(xf = gdl_index_select(x, x->ndim - 1, *flip))) return NULL;
+    return gdl_mul_scalar(gdl_add(out, gdl_forward(m, xf)), 0.5);
+}
+
+GPUDL_API int gdl_evaluate(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, double *loss_out,
+                           double *accuracy_out) {
+    return gdl_evaluate_ex(m, l, loss, user, 0, loss_out, accuracy_out);
+}
+
+GPUDL_API int gdl_evaluate_ex(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, void *user, int tta_hflip,
+                              double *loss_out, double *accuracy_out) {
+    gdl__pass p;
+    gdl_tensor *x, *y, *flip = NULL;
+    int was_training, grad, rc;
+    if (!m || !l) {
+        gdl__null_arg("gdl_evaluate", !m ? "module" : "loader");
+        return -1;
+    }
+    if (!loss) loss = gdl_loss_cross_entropy;
+    memset(&p, 0, sizeof p);
+    was_training = gdl_module_is_training(m);
+    gdl_module_train(m, 0);
+    grad = gdl_set_grad_enabled(0);
+    while ((rc = gdl_loader_next(l, &x, &y)) == 1) {
+        gdl_tensor *out, *lt;
+        gdl_arena_reset();
+        if (!(out = gdl__eval_forward(m, x, tta_hflip, &flip)) || !(lt = loss(out, y, user)) ||
+            gdl__pass_batch(&p, out, y, lt) < 0) {
+            rc = -1;
+            break;
+        }
+    }
+    gdl_free(flip);
+    gdl_set_grad_enabled(grad);
+    gdl_module_train(m, was_training);
+    if (rc == 0 && gdl__pass_sync(&p) < 0) rc = -1;
+    if (rc == 0) {
+        if (loss_out) *loss_out = p.samples ? p.loss_sum / (double)p.samples : NAN;
+        if (accuracy_out) *accuracy_out = gdl__pass_acc(&p);
+    }
+    gdl__pass_free(&p);
+    return rc < 0 ? -1 : 0;
+}
+
+static double gdl__last_draw; /* one bar at a time: a terminal shows one */
+
+/* Would gdl_progress_bar draw now? (gdl_fit reads the device only then.) */
+static int gdl__progress_due(FILE *f, int64_t b, int64_t nb) {
+    return f && gdl__isatty(f) && !(b != nb && b > 1 && gdl_now() - gdl__last_draw < 0.1);
+}
+
+GPUDL_API int gdl_progress_bar(FILE *f, int epoch, int epochs, int64_t b, int64_t nb, double loss,
+                               double accuracy, int64_t samples, double t0) {
+    double now = gdl_now(), el = now - t0, rate = el > 0 ? (double)samples / el : 0;
+    double eta = b > 0 ? el * (double)(nb - b) / (double)b : 0;
+    int width = 24, filled = nb > 0 ? (int)(width * b / nb) : width, i;
+    if (!gdl__progress_due(f, b, nb)) return 0;
+    gdl__last_draw = now;
+    fprintf(f, "\repoch %d/%d [", epoch, epochs);
+    for (i = 0; i < width; i++) fputc(i < filled ? '=' : (i == filled ? '>' : ' '), f);
+    fprintf(f, "] %lld/%lld loss %.4f", (long long)b, (long long)nb, loss);
+    if (accuracy == accuracy) fprintf(f, " acc %.2f%%", 100 * accuracy);
+    fprintf(f, " %.0f samples/s ETA %.0fs   ", rate, eta);
+    fflush(f);
+    return 1;
+}
+
+/* After the bar, on CUDA: the GPU's load, as nvidia-smi would show it. NVML's index is taken to be CUDA's
+   (true with one GPU, or with CUDA_DEVICE_ORDER=PCI_BUS_ID). Silent without NVML. */
+static void gdl__progress_gpu(FILE *f, gdl_device dev) {
+    gdl_gpu_status s;
+    char saved[sizeof gdl__err];
+    if (dev.type != GDL_DEVICE_CUDA) return;
+    memcpy(saved, gdl__err, sizeof saved); /* a missing NVML is no error of the training */
+    if (gdl_gpu_stats(dev.index, &s) < 0) {
+        gdl__set_error("%s", saved);
+        return;
+    }
+    if (s.utilization >= 0) fprintf(f, "| GPU %d%% ", s.utilization);
+    else fprintf(f, "| GPU ");
+    fprintf(f, "%.1f/%.0f GiB   ", s.memory_used / 1073741824.0, s.memory_total / 1073741824.0);
+    fflush(f);
+}
+
+GPUDL_API void gdl_print_epoch(FILE *f, int epochs, const gdl_epoch_stats *st) {
+    int tty = gdl__isatty(f);
+    if (tty) fputc('\r', f);
+    fprintf(f, "epoch %d/%d: loss %.4f", st->epoch, epochs, st->loss);
+    if (st->accuracy == st->accuracy) fprintf(f, " acc %.2f%%", 100 * st->accuracy);
+    /* a diverged validation (NaN loss, a counted accuracy) still shows its loss */
+    if (st->val_loss == st->val_loss || st->val_accuracy == st->val_accuracy) fprintf(f, " val_loss %.4f", st->val_loss);
+    if (st->val_accuracy == st->val_accuracy) fprintf(f, " val_acc %.2f%%", 100 * st->val_accuracy);
+    fprintf(f, " %.2fs %.0f samples/s%s\n", st->seconds, st->samples_per_sec, tty ? "                    " : "");
+    fflush(f);
+}
+
+GPUDL_API FILE *gdl_metrics_csv_open(const char *path) {
+    FILE *f;
+    if (!path) {
+        gdl__null_arg("gdl_metrics_csv_open", "path");
+        return NULL;
+    }
+    if (!(f = fopen(path, "w")) ||
+        fprintf(f, "epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec\n") < 0 || fflush(f) != 0) {
+        if (f) fclose(f);
+        gdl__set_error("gdl_metrics_csv_open: cannot write the metrics CSV %s", path);
+        return NULL;
+    }
+    return f;
+}
+
+GPUDL_API int gdl_metrics_csv_row(FILE *f, const gdl_epoch_stats *st) {
+    if (!f || !st) {
+        gdl__null_arg("gdl_metrics_csv_row", !f ? "file" : "stats");
+        return -1;
+    }
+    if (fprintf(f, "%d,%.6f,%.6f,%.6f,%.6f,%.4f,%.1f\n", st->epoch, st->loss, st->accuracy, st->val_loss,
+                st->val_accuracy, st->seconds, st->samples_per_sec) < 0 || fflush(f) != 0) {
+        gdl__set_error("gdl_metrics_csv_row: cannot write the metrics CSV (disk full?)");
+        return -1;
+    }
+    return 0;
+}
+
+/* Where gdl_fit is inside a run, saved with its checkpoints (metadata fit.*). */
+typedef struct gdl__fit_state {
+    int64_t epoch;        /* gdl_fit's epoch, 1-based */
+    int64_t batch;        /* batches of it done */
+    int64_t loader_epoch; /* the train loader's epoch number */
+    int64_t num_batches;  /* the loader's batches per epoch, checked on resume */
+    int64_t val_epoch;    /* the validation loader's epoch number (its transforms depend on it); -1 without */
+    double loss_sum;      /* the epoch's running metrics (gdl__pass) */
+    double seconds;       /* the epoch's training time so far */
+    int64_t samples, correct, counted; /* under DDP: the sums over every rank */
+    int64_t replicas, batch_size; /* the train loader's shards (world size) and per-rank batch size */
+    double es_best, best; /* early stopping's and best_path's best figures so far (NaN: none) */
+    int64_t es_wait;      /* epochs since es_best improved */
+} gdl__fit_state;
+static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                         const gdl__fit_state *fs);
+static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                         gdl__fit_state *fs, const gdl_loader *train, int epochs, int ddp);
+
+/* The metrics CSV of a resumed run: the rows of epochs before `from` are kept (rewritten atomically), the
+   rest dropped, and the file is opened for appending. A missing file is started anew. NULL + error. */
+static FILE *gdl__csv_resume(const char *path, int64_t from) {
+    FILE *in = fopen(path, "r"), *out;
+    char line[1024], *tmp;
+    size_t tl = strlen(path) + 16;
+    if (!in) return gdl_metrics_csv_open(path);
+    if (!(tmp = (char *)GPUDL_MALLOC(tl))) {
+        fclose(in);
+        gdl__set_error("gdl_fit: out of memory (host)");
+        return NULL;
+    }
+    snprintf(tmp, tl, "%s.tmp", path);
+    if (!(out = fopen(tmp, "w"))) {
+        fclose(in);
+        gdl__set_error("gdl_fit: cannot write %s", tmp);
+        GPUDL_FREE(tmp);
+        return NULL;
+    }
+    /* the header always (a run killed early may have left an empty file), then the rows kept */
+    fputs("epoch,loss,accuracy,val_loss,val_accuracy,seconds,samples_per_sec\n", out);
+    while (fgets(line, sizeof line, in)) {
+        char *end;
+        long long e = strtoll(line, &end, 10);
+        if (end != line && *end == ',' && e < from) fputs(line, out);
+    }
+    fclose(in);
+    if (fclose(out) != 0 || gdl__os_replace(tmp, path) != 0) {
+        gdl__set_error("gdl_fit: cannot rewrite the metrics CSV %s", path);
+        remove(tmp);
+        GPUDL_FREE(tmp);
+        return NULL;
+    }
+    GPUDL_FREE(tmp);
+    if (!(out = fopen(path, "a"))) gdl__set_error("gdl_fit: cannot append to the metrics CSV %s", path);
+    return out;
+}
+
+static int gdl__error_is_oom(void) { return strstr(gdl__err, "out of memory") != NULL; }
+
+/* a pass's sums over every rank (in double) */
+static int gdl__dist_pass_sum(gdl__pass *p) {
+    double v[4];
+    v[0] = p->loss_sum, v[1] = (double)p->samples, v[2] = (double)p->correct, v[3] = (double)p->counted;
+    if (gdl__dist_reduce_f64("gdl_fit", "the all-reduce of the epoch's loss and accuracy sums", v, 4, 0) < 0)
+        return -1;
+    p->loss_sum = v[0], p->samples = (int64_t)v[1], p->correct = (int64_t)v[2], p->counted = (int64_t)v[3];
+    return 0;
+}
+
+/* Forward and backward of one batch in `parts` micro-batches, each loss
+   weighted by its share of the batch and by 1/accumulate; the metrics go to
+   p. Then, when `step`, gradient clipping and the optimizer step. */
+static int gdl__fit_batch(gdl_module *m, gdl_tensor *x, gdl_tensor *y, gdl_optimizer *opt, const gdl_fit_opts *o,
+                          gdl_loss_fn loss, int64_t parts, int step, gdl__pass *p) {
+    int64_t B = x->shape[0], k;
+    if (o->scaler && gdl__scaler_rearm(o->scaler, opt) < 0) return -1; /* after a failed attempt */
+    for (k = 0; k < parts; k++) {
+        int64_t lo = B * k / parts, hi = B * (k + 1) / parts;
+        gdl_tensor *xs = x, *ys = y, *out, *lt;
+        double scale = (double)(hi - lo) / (double)B / o->accumulate;
+        if (hi == lo) continue;
+        gdl_arena_reset();
+        if (parts > 1 && (!(xs = gdl_slice(x, lo, hi)) || !(ys = gdl_slice(y, lo, hi)))) return -1;
+        /* the region opens after the reset: its cached casts are this step's temporaries */
+        if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) return -1;
+        out = o->ddp ? gdl_ddp_forward(o->ddp, xs) : gdl_forward(m, xs);
+        lt = out ? loss(out, ys, o->loss_user) : NULL;
+        if (o->autocast != GDL_F32) gdl_autocast_end();
+        if (!lt) return -1;
+        if (gdl__pass_batch(p, out, ys, lt) < 0) return -1; /* on the device: no read back */
+        if (scale != 1) lt = gdl_mul_scalar(lt, scale);
+        if (lt && o->scaler) lt = gdl_grad_scaler_scale(o->scaler, lt);
+        if (!lt) return -1;
+        if (o->ddp) { /* the ranks' gradients are averaged once per optimizer step: at its last backward */
+            gdl_ddp_set_no_sync(o->ddp, !(step && k == parts - 1));
+            if (gdl_ddp_backward(o->ddp, lt) < 0) return -1;
+        } else if (gdl_backward(lt) < 0) {
+            return -1;
+        }
+    }
+    if (!step) return 0;
+    if (o->scaler && o->clip_grad_norm > 0 && gdl_grad_scaler_unscale(o->scaler, opt) < 0) return -1;
+    if (o->clip_grad_norm > 0) { /* clipped on the device: nothing read back */
+        gdl_tensor **ps = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) *
+                                                                                 (size_t)(opt->nparams + 1));
+        int i;
+        if (!ps) {
+            gdl__set_error("gdl_fit: out of memory");
+            return -1;
+        }
+        for (i = 0; i < opt->nparams; i++) ps[i] = opt->params[i].p;
+        if (gdl_clip_grad_norm_nosync(ps, opt->nparams, o->clip_grad_norm) < 0) return -1;
+    }
+    if (o->scaler) return gdl_grad_scaler_step(o->scaler, opt) < 0 ? -1 : gdl_grad_scaler_update(o->scaler);
+    return gdl_step(opt);
+}
+
+/* gdl_fit's CUDA graphs (src/api/graph.h): one per input buffer and batch shape.
+   The loader delivers a GPU's batches into two fixed device buffers in turn
+   (gdl__loader_deliver: its events order each copy after the steps that read
+   the buffer before), so a graph recorded on each buffer reads the batch
+   where the loader wrote it, and a replay copies nothing: two buffers times
+   two shapes (the full batches and the last, partial one). */
+#define GDL__FIT_GRAPHS 4
+static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(void *ctx), void *ctx);
+
+typedef struct gdl__fit_step { /* what a recorded step works on */
+    gdl_module *m;
+    gdl_optimizer *opt;
+    const gdl_fit_opts *o;
+    gdl_loss_fn loss;
+    gdl__pass *p;
+    gdl_tensor *x, *y;
+} gdl__fit_step;
+
+typedef struct gdl__fit_graph {
+    int used;           /* 0: a free slot */
+    gdl_graph *g;       /* NULL (used): the step could not be captured, so batches of this shape run eagerly */
+    const void *xd, *yd; /* the input buffers it reads ... */
+    int ndim;           /* ... and the batch's shape and dtypes */
+    int64_t shape[GDL_MAX_DIMS], ny, ny1; /* y: [ny] labels, or [ny, ny1] soft targets (mixup/cutmix) */
+    gdl_dtype xdt, ydt;
+    gdl__fit_step ctx;
+} gdl__fit_graph;
+
+/* x and y have the shapes and dtypes fg was recorded for (same_buffers: and are its buffers) */
+static int gdl__fit_graph_fits(const gdl__fit_graph *fg, const gdl_tensor *x, const gdl_tensor *y, int same_buffers) {
+    if (!fg->used || fg->xdt != x->dtype || fg->ydt != y->dtype || fg->ndim != x->ndim || y->ndim < 1 ||
+        y->ndim > 2 || fg->ny != y->shape[0] || fg->ny1 != (y->ndim == 2 ? y->shape[1] : 0) || memcmp(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
+        return 0;
+    return !same_buffers || (fg->xd == x->data && fg->yd == y->data);
+}
+
+/* The graph slot for the batch (x, y), and what to do with it: *capture 0: replay it (or, with a NULL
+   graph, run eagerly: this shape's capture failed before); 1: run this step eagerly, then record the
+   next one (the shape's first step: it makes what the step allocates); 2: record now and replay (another
+   buffer of a shape recorded already: everything is made). NULL: eagerly (no slot left). */
+static gdl__fit_graph *gdl__fit_graph_find(gdl__fit_graph *graphs, const gdl_tensor *x, const gdl_tensor *y,
+                                           int *capture) {
+    int k, warm = 0;
+    *capture = 0;
+    if (x->ndim > GDL_MAX_DIMS || y->ndim < 1 || y->ndim > 2) return NULL;
+    for (k = 0; k < GDL__FIT_GRAPHS; k++)
+        if (gdl__fit_graph_fits(&graphs[k], x, y, 1)) return &graphs[k];
+    for (k = 0; k < GDL__FIT_GRAPHS; k++)
+        if (gdl__fit_graph_fits(&graphs[k], x, y, 0)) {
+            if (!graphs[k].g) return &graphs[k]; /* this shape cannot be captured: eager, no new attempt */
+            warm = 1;
+        }
+    for (k = 0; k < GDL__FIT_GRAPHS; k++)
+        if (!graphs[k].used) {
+            *capture = warm ? 2 : 1;
+            return &graphs[k];
+        }
+    return NULL;
+}
+
+/* what the graph holds: the eager path's step of one whole batch and its zero_grad */
+static int gdl__fit_graph_step(void *c) {
+    gdl__fit_step *s = (gdl__fit_step *)c;
+    if (gdl__fit_batch(s->m, s->x, s->y, s->opt, s->o, s->loss, 1, 1, s->p) < 0) return -1;
+    return gdl_zero_grad(s->opt);
+}
+
+/* Records the step on the batch (x, y) in the buffers where it lies, after a step of this shape has run
+   (so its memory exists). A failure is not an error: the slot stays eager and *why says why. */
+static void gdl__fit_graph_capture(gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor *y, gdl_module *m,
+                                   gdl_optimizer *opt, const gdl_fit_opts *o, gdl_loss_fn loss, gdl__pass *p,
+                                   char *why, size_t whylen) {
+    int64_t steps = opt->steps;
+    fg->used = 1;
+    fg->xd = x->data;
+    fg->yd = y->data;
+    fg->ndim = x->ndim;
+    memset(fg->shape, 0, sizeof fg->shape);
+    memcpy(fg->shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    fg->ny = y->shape[0];
+    fg->ny1 = y->ndim == 2 ? y->shape[1] : 0;
+    fg->xdt = x->dtype;
+    fg->ydt = y->dtype;
+    fg->ctx.m = m;
+    fg->ctx.opt = opt;
+    fg->ctx.o = o;
+    fg->ctx.loss = loss;
+    fg->ctx.p = p;
+    fg->ctx.x = x; /* read while recording only: a replay runs the kernels on the buffers */
+    fg->ctx.y = y;
+    fg->g = gdl__graph_record("gdl_fit", x->device, gdl__fit_graph_step, &fg->ctx);
+    opt->steps = steps; /* the recorded gdl_step counted a step that did not run */
+    if (!fg->g) snprintf(why, whylen, "%s", gdl_last_error());
+}
+
+static void gdl__fit_graphs_free(gdl__fit_graph *fg) {
+    int k;
+    for (k = 0; k < GDL__FIT_GRAPHS; k++) gdl_graph_free(fg[k].g);
+    memset(fg, 0, sizeof(gdl__fit_graph) * GDL__FIT_GRAPHS);
+}
+
+/* gdl_fit's run: the options as applied, where it is, and what it holds. */
+typedef struct gdl__fit_run {
+    gdl_module *m;
+    gdl_loader *train;
+    gdl_optimizer *opt;
+    gdl_fit_opts o;
+    gdl_loss_fn loss;
+    FILE *log, *csv;
+    int rank0, tty, resumed, start_epoch, graph_notice;
+    int64_t nb, parts; /* the loader's batches per epoch; micro-batches per batch (oom_split_batch) */
+    char *ckpath;      /* the checkpoint file; NULL without checkpoint_dir */
+    gdl__fit_state fs; /* as loaded on resume, as saved at a checkpoint */
+    gdl__pass p;
+    gdl__fit_graph graphs[GDL__FIT_GRAPHS];
+    int epoch, micro; /* the epoch under way; micro-batches of the optimizer step so far */
+    int64_t b;        /* its batches so far */
+    int preempted;    /* opts.preempt: the signal that stopped the run (src/dist/cluster.h) */
+    double t0;        /* when it started (earlier on resume: its time before the checkpoint counts) */
+    double es_best, best; /* the monitored figure: best by more than min_delta (early stopping), best at all */
+    int es_wait, stopped; /* epochs since es_best improved; early stopping ended the run */
+} gdl__fit_run;
+
+/* Records fg on the batch (x, y); a failure leaves the step eager and says so once. */
+static void gdl__fit_graph_try(gdl__fit_run *r, gdl__fit_graph *fg, gdl_tensor *x, gdl_tensor *y) {
+    char why[sizeof gdl__err];
+    why[0] = 0;
+    gdl__fit_graph_capture(fg, x, y, r->m, r->opt, &r->o, r->loss, &r->p, why, sizeof why);
+    if (!fg->g && r->o.verbose && !r->graph_notice++)
+        fprintf(r->log, "%sgdl_fit: the step runs eagerly, not as a CUDA graph: %s\n", r->tty ? "\n" : "", why);
+}
+
+/* The arguments and options checked and applied (r->o: as gdl_fit runs them). */
+static int gdl__fit_check(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl_optimizer *opt,
+                          const gdl_fit_opts *opts) {
+    gdl_fit_opts *o = &r->o;
+    memset(r, 0, sizeof *r);
+    *o = opts ? *opts : gdl_fit_defaults();
+    r->m = m;
+    r->train = train;
+    r->opt = opt;
+    r->loss = o->loss ? o->loss : gdl_loss_cross_entropy;
+    r->log = o->log ? o->log : stdout;
+    r->rank0 = !o->ddp || gdl_dist_rank() == 0;
+    r->start_epoch = 1;
+    r->nb = train ? gdl_loader_num_batches(train) : 0;
+    r->parts = 1;
+    if (!m || !train || !opt) {
+        gdl__null_arg("gdl_fit", !m ? "module" : !train ? "train loader" : "optimizer");
+        return -1;
+    }
+    if (o->autocast != GDL_F32 && o->autocast != GDL_BF16 && o->autocast != GDL_F16) {
+        gdl__set_error("gdl_fit: the autocast option must be bf16, f16 or f32 (off), got %s", gdl_dtype_name(o->autocast));
+        return -1;
+    }
+    if (o->epochs < 0 || o->accumulate < 0 || o->checkpoint_every < 0) {
+        gdl__set_error("gdl_fit: bad epochs %d, accumulate %d or checkpoint_every %lld", o->epochs, o->accumulate,
+                       (long long)o->checkpoint_every);
+        return -1;
+    }
+    if ((o->checkpoint_every > 0 || o->resume) && !o->checkpoint_dir) {
+        gdl__set_error("gdl_fit: checkpoint_every and resume need checkpoint_dir");
+        return -1;
+    }
+    if (o->accumulate == 0) o->accumulate = 1;
+    if (o->preempt && !o->checkpoint_dir) {
+        gdl__set_error("gdl_fit: preempt needs checkpoint_dir: a signal stops the run after a checkpoint there");
+        return -1;
+    }
+    if (o->monitor < GDL_MONITOR_VAL_LOSS || o->monitor > GDL_MONITOR_LOSS || o->mode < GDL_MODE_AUTO ||
+        o->mode > GDL_MODE_MAX || o->patience < 0 || !(o->min_delta >= 0 && o->min_delta < HUGE_VAL)) {
+        gdl__set_error("gdl_fit: bad monitor %d (0 val_loss, 1 val_accuracy, 2 loss), mode %d (0 auto, 1 min, 2 max), "
+                       "patience %d (>= 0) or min_delta %g (finite, >= 0)", o->monitor, o->mode, o->patience,
+                       o->min_delta);
+        return -1;
+    }
+    if ((o->patience > 0 || o->best_path) && o->monitor != GDL_MONITOR_LOSS && !o->val) {
+        gdl__set_error("gdl_fit: early stopping and best_path monitor the %s, which needs a validation loader (val)",
+                       o->monitor == GDL_MONITOR_VAL_LOSS ? "validation loss" : "validation accuracy");
+        return -1;
+    }
+    r->es_best = r->best = NAN;
+    if (o->ddp && gdl_ddp_module(o->ddp) != m) {
+        gdl__set_error("gdl_fit: opts.ddp wraps another module than the one given");
+        return -1;
+    }
+    /* the scaler's state goes into the checkpoints and comes back on resume */
+    if (o->scaler && opt->scaler != o->scaler && gdl_optim_set_grad_scaler(opt, o->scaler) < 0) return -1;
+    if (!r->rank0) { /* under DDP only rank 0 shows and writes */
+        o->verbose = 0;
+        o->csv_path = NULL;
+    }
+    r->tty = o->verbose && gdl__isatty(r->log);
+    return 0;
+}
+
+/* checkpoint_dir: the checkpoint's path, the directory made, and with resume whether to resume (r->resumed).
+   On failure nothing is left to free. */
+static int gdl__fit_checkpoint_dir(gdl__fit_run *r) {
+    const gdl_fit_opts *o = &r->o;
+    size_t cl = strlen(o->checkpoint_dir) + 32;
+    FILE *probe;
+    double have = 0;
+    if (!(r->ckpath = (char *)GPUDL_MALLOC(cl))) {
+        gdl__set_error("gdl_fit: out of memory (host)");
+        return -1;
+    }
+    snprintf(r->ckpath, cl, "%s/gdl_fit.safetensors", o->checkpoint_dir);
+    if (gdl__os_mkdir(o->checkpoint_dir) != 0 && errno != EEXIST) {
+        gdl__set_error("gdl_fit: cannot create checkpoint_dir %s: %s", o->checkpoint_dir, gdl__strerr(errno));
+        GPUDL_FREE(r->ckpath);
+        return -1;
+    }
+    if (!o->resume) return 0;
+    if (r->rank0 && (probe = fopen(r->ckpath, "rb")) != NULL) {
+        fclose(probe);
+        have = 1;
+    }
+    /* under DDP rank 0's word: every rank resumes, or none does */
+    if (o->ddp && gdl__dist_reduce_f64("gdl_fit", "the look for a checkpoint to resume from", &have, 1, 1) < 0) {
+        GPUDL_FREE(r->ckpath);
+        return -1;
+    }
+    r->resumed = have > 0;
+    return 0;
+}
+
+/* Resume: model, optimizer, scheduler and generator from the checkpoint, the loaders where it was taken. */
+static int gdl__fit_resume(gdl__fit_run *r) {
+    const gdl_fit_opts *o = &r->o;
+    gdl__fit_state *fs = &r->fs;
+    /* checked before anything changes (on every rank, under DDP); then model, optimizer, scheduler
+       and generator at once */
+    if (gdl__fit_load(r->ckpath, r->m, r->opt, o->scheduler, fs, r->train, o->epochs, o->ddp != NULL) < 0) return -1;
+    /* cannot fail: the position was checked against this loader */
+    gdl_loader_set_position(r->train, (uint64_t)fs->loader_epoch, fs->batch);
+    if (o->val && fs->val_epoch >= 0) gdl_loader_set_epoch(o->val, (uint64_t)fs->val_epoch);
+    if (!r->rank0) /* the checkpoint's running sums are the job's: rank 0 carries them */
+        fs->loss_sum = 0, fs->samples = fs->correct = fs->counted = 0;
+    r->start_epoch = (int)fs->epoch;
+    r->es_best = fs->es_best, r->best = fs->best, r->es_wait = (int)fs->es_wait;
+    if (o->verbose)
+        fprintf(r->log, "resuming from %s: epoch %d, batch %lld of %lld\n", r->ckpath, r->start_epoch,
+                (long long)fs->batch, (long long)r->nb);
+    return 0;
+}
+
+/* Everything before the first epoch: checks, the checkpoint directory, resume, the metrics CSV, and the
+   history of the epochs a resumed run finished before its checkpoint. Nothing to free on failure. */
+static int gdl__fit_begin(gdl__fit_run *r, gdl_module *m, gdl_loader *train, gdl_optimizer *opt,
+                          const gdl_fit_opts *opts, gdl_epoch_stats *history) {
+    int epoch;
+    if (gdl__fit_check(r, m, train, opt, opts) < 0) return -1;
+    if (r->o.checkpoint_dir && gdl__fit_checkpoint_dir(r) < 0) return -1;
+    if (r->resumed && gdl__fit_resume(r) < 0) {
+        GPUDL_FREE(r->ckpath);
+        return -1;
+    }
+    if (r->o.csv_path && !(r->csv = r->resumed ? gdl__csv_resume(r->o.csv_path, r->start_epoch)
+                                               : gdl_metrics_csv_open(r->o.csv_path))) {
+        GPUDL_FREE(r->ckpath); /* the error says which file and why */
+        return -1;
+    }
+    if (history)
+        for (epoch = 1; epoch < r->start_epoch; epoch++) { /* finished before the checkpoint: not known here */
+            memset(&history[epoch - 1], 0, sizeof history[0]);
+            history[epoch - 1].epoch = epoch;
+            history[epoch - 1].loss = history[epoch - 1].accuracy = NAN;
+            history[epoch - 1].val_loss = history[epoch - 1].val_accuracy = NAN;
+            history[epoch - 1].seconds = history[epoch - 1].samples_per_sec = NAN;
+        }
+    return 0;
+}
+
+/* What a failed attempt at a batch may have changed, to put back before the next. */
+typedef struct gdl__fit_undo {
+    double loss_sum;
+    int64_t samples, correct, counted;
+    uint64_t rng_seed, rng_counter;
+} gdl__fit_undo;
+
+static int gdl__fit_undo_save(gdl__fit_run *r, gdl__fit_undo *u, gdl_device dev) {
+    u->loss_sum = r->p.loss_sum;
+    u->samples = r->p.samples, u->correct = r->p.correct, u->counted = r->p.counted;
+    u->rng_seed = gdl_rng_get_state(&u->rng_counter);
+    return gdl__pass_init(&r->p, "gdl_fit", dev) < 0 || gdl__pass_snapshot(&r->p, 1) < 0 ? -1 : 0;
+}
+
+/* Back to before the attempt, with the cached memory given back. */
+static int gdl__fit_undo_apply(gdl__fit_run *r, const gdl__fit_undo *u) {
+    r->p.loss_sum = u->loss_sum;
+    r->p.samples = u->samples, r->p.correct = u->correct, r->p.counted = u->counted;
+    if (gdl__pass_snapshot(&r->p, 0) < 0) return -1;
+    gdl_rng_set_state(u->rng_seed, u->rng_counter);
+    gdl_arena_reset();
+    gdl__fit_graphs_free(r->graphs); /* their kernels write into the memory given back next */
+    gdl__release_cached_memory();
+    return gdl_zero_grad(r->opt);
+}
+
+/* After an out-of-memory failure of an attempt: try again? (retried: an attempt was retried already.) From the
+   second retry on, or the first without oom_retry, the batch runs in twice as many micro-batches. */
+static int gdl__fit_oom_again(gdl__fit_run *r, const gdl_tensor *x, int retried) {
+    if (retried && (!r->o.oom_split_batch || 2 * r->parts > x->shape[0])) return 0;
+    if (!retried && !r->o.oom_retry && !r->o.oom_split_batch) return 0;
+    if (retried || !r->o.oom_retry) { /* the same batch in twice as many parts, from now on */
+        r->parts *= 2;
+        if (r->o.verbose)
+            fprintf(r->log, "%sgdl_fit: out of memory at epoch %d, batch %lld; running each batch as %lld "
+                    "micro-batches from now on (%s)\n", r->tty ? "\n" : "", r->epoch, (long long)r->b,
+                    (long long)r->parts, gdl__err);
+    }
+    return 1;
+}
+
+/* One batch eagerly (forward, backward and, when last, the optimizer step); an out of memory on the first
+   micro-batch of a step is retried and split as the options allow, and the error says where it stopped. */
+static int gdl__fit_eager(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y, int first, int last) {
+    gdl__fit_undo u;
+    int rc, retried = 0;
+    if (gdl__fit_undo_save(r, &u, x->device) < 0) return -1;
+    while ((rc = gdl__fit_batch(r->m, x, y, r->opt, &r->o, r->loss, r->parts, last, &r->p)) < 0 && first &&
+           gdl__error_is_oom()) {
+        if (!gdl__fit_oom_again(r, x, retried)) break;
+        retried = 1;
+        if (gdl__fit_undo_apply(r, &u) < 0) break;
+    }
+    if (rc < 0 && gdl__error_is_oom()) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl__set_error("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
+                       "last completed step%s): %s", r->epoch, (long long)r->b, (long long)r->nb,
+                       !first ? "; an out-of-memory failure is retried only on the first micro-batch "
+                                "of an optimizer step"
+                       : retried ? ", after retrying with the cached memory given back"
+                                 : "; oom_retry and oom_split_batch can recover",
+                       prev);
+    }
+    return rc;
+}
+
+/* A recorded step of this batch's buffers and shape: one launch. */
+static int gdl__fit_replay(gdl__fit_run *r, gdl__fit_graph *fg) {
+    if (gdl_graph_replay(fg->g) < 0) return -1;
+    r->opt->steps++;
+    r->micro = 0;
+    return r->o.scheduler && r->o.scheduler_per_batch && gdl_scheduler_step(r->o.scheduler) < 0 ? -1 : 0;
+}
+
+/* The checkpoint after an optimizer step: the running figures (under DDP: the job's, over every rank) and
+   where the run is, saved by rank 0; every rank learns whether the save worked. */
+static int gdl__fit_checkpoint(gdl__fit_run *r) {
+    gdl__fit_state *fs = &r->fs;
+    gdl__pass *p = &r->p;
+    double v[5];
+    int rc = 0;
+    if (gdl__pass_sync(p) < 0) rc = -1;
+    fs->epoch = r->epoch;
+    fs->batch = r->b;
+    fs->loader_epoch = (int64_t)gdl_loader_epoch(r->train);
+    fs->num_batches = r->nb;
+    fs->val_epoch = r->o.val ? (int64_t)gdl_loader_epoch(r->o.val) : -1;
+    fs->seconds = gdl_now() - r->t0;
+    fs->loss_sum = p->loss_sum;
+    fs->samples = p->samples;
+    fs->correct = p->correct;
+    fs->counted = p->counted;
+    fs->replicas = r->train->o.num_replicas > 1 ? r->train->o.num_replicas : 1;
+    fs->batch_size = r->train->B;
+    fs->es_best = r->es_best, fs->best = r->best, fs->es_wait = r->es_wait;
+    if (!r->o.ddp) return rc == 0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0 ? -1 : rc;
+    /* under DDP the checkpoint holds the job's running figures (every rank's), so that a
+       restart with another number of ranks counts them once */
+    v[0] = rc < 0, v[1] = p->loss_sum, v[2] = (double)p->samples, v[3] = (double)p->correct;
+    v[4] = (double)p->counted;
+    if (gdl__dist_reduce_f64("gdl_fit", "the checkpoint's running sums", v, 5, 0) != 0) return -1;
+    if (v[0] > 0 && rc == 0)
+        gdl__set_error("gdl_fit: %.0f rank(s) failed at the checkpoint of step %lld", v[0],
+                       (long long)gdl_optim_get_step(r->opt));
+    if (v[0] > 0) rc = -1;
+    fs->loss_sum = v[1], fs->samples = (int64_t)v[2], fs->correct = (int64_t)v[3];
+    fs->counted = (int64_t)v[4];
+    if (rc == 0 && r->rank0 && gdl__fit_save(r->ckpath, r->m, r->opt, r->o.scheduler, fs) < 0) rc = -1;
+    /* every rank learns whether rank 0's save worked, and none goes on before the file
+       is whole (a barrier): a later resume on any rank reads the complete checkpoint */
+    if (gdl__dist_agree("gdl_fit", "saving the checkpoint (rank 0)", rc == 0) < 0) rc = -1;
+    return rc;
+}
 
 /* gdl_fit after an optimizer step, with opts.preempt: a signal caught on any rank (the ranks agree) stops
    the run here, after a checkpoint of this step (unless checkpoint_every just wrote it). 0: go on; 1:
@@ -28860,236 +28126,965 @@ static int gdl__fit_preempt(gdl__fit_run *r) {
                 (long long)r->nb, (long long)gdl_optim_get_step(r->opt), r->ckpath);
     return 1;
 }
-/* ---------------------------------------------------------------------------
-   src/runtime/monitor.h   The allocators' counters (gdl_memory_stats), then NVML.
-   ------------------------------------------------------------------------- */
-GPUDL_API int gdl_memory_stats(gdl_device dev, gdl_memory_status *s) {
-    const gdl_backend *be;
-    if (!s) {
-        gdl__null_arg("gdl_memory_stats", "s");
+
+/* The progress bar, when one is due: the only read of the device in a step. */
+static int gdl__fit_progress(gdl__fit_run *r, const gdl_tensor *x) {
+    gdl__pass *p = &r->p;
+    if (!r->tty || !gdl__progress_due(r->log, r->b, r->nb)) return 0;
+    if (gdl__pass_sync(p) < 0) return -1;
+    if (gdl_progress_bar(r->log, r->epoch, r->o.epochs, r->b, r->nb, p->samples ? p->loss_sum / (double)p->samples : 0.0,
+                         gdl__pass_acc(p), p->samples, r->t0))
+        gdl__progress_gpu(r->log, x->device);
+    return 0;
+}
+
+/* One batch of the loader: the step (replayed as a CUDA graph where one is recorded, else eagerly, with the
+   graph recorded after the first step of its shape), then the checkpoint and the progress bar. */
+static int gdl__fit_train_batch(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y) {
+    const gdl_fit_opts *o = &r->o;
+    gdl__fit_graph *fg = NULL;
+    int first, last, capture = 0, stop;
+    r->b++;
+    first = r->micro == 0;
+    last = ++r->micro == o->accumulate || r->b == r->nb;
+    if (o->cuda_graph && x->device.type == GDL_DEVICE_CUDA && o->accumulate == 1 && r->parts == 1 && !o->ddp)
+        fg = gdl__fit_graph_find(r->graphs, x, y, &capture);
+    if (fg && capture == 2) gdl__fit_graph_try(r, fg, x, y); /* the other buffer of a recorded shape: record it now */
+    if (fg && fg->g) {
+        if (gdl__fit_replay(r, fg) < 0) return -1;
+    } else {
+        if (gdl__fit_eager(r, x, y, first, last) < 0) return -1;
+        if (last) {
+            r->micro = 0;
+            if (gdl_zero_grad(r->opt) < 0) return -1;
+            if (o->scheduler && o->scheduler_per_batch && gdl_scheduler_step(o->scheduler) < 0) return -1;
+            if (fg && capture == 1) gdl__fit_graph_try(r, fg, x, y); /* this shape's first step ran: record it */
+        }
+    }
+    if (last && o->checkpoint_every > 0 && gdl_optim_get_step(r->opt) % o->checkpoint_every == 0 &&
+        gdl__fit_checkpoint(r) < 0)
+        return -1;
+    if (last && o->preempt && (stop = gdl__fit_preempt(r)) != 0) return stop; /* 1: stopped by a signal */
+    return gdl__fit_progress(r, x);
+}
+
+/* Early stopping and the best model after an epoch's figures st (with an EMA, while its weights are swapped in,
+   so the best model is the one validated): r->stopped set when patience runs out. 0 / -1. */
+static int gdl__fit_monitor(gdl__fit_run *r, const gdl_epoch_stats *st) {
+    const gdl_fit_opts *o = &r->o;
+    double v = o->monitor == GDL_MONITOR_VAL_LOSS ? st->val_loss : o->monitor == GDL_MONITOR_VAL_ACCURACY
+                                                                       ? st->val_accuracy : st->loss;
+    int maxi = o->mode == GDL_MODE_MAX || (o->mode == GDL_MODE_AUTO && o->monitor == GDL_MONITOR_VAL_ACCURACY);
+    double sign = maxi ? 1 : -1; /* improvements are increases of sign * v; NaN never improves */
+    int rc = 0, stop;
+    if (o->patience <= 0 && !o->best_path) return 0;
+    if (o->ddp) { /* each rank's figure is its shard's: every rank decides on their mean, so all decide alike */
+        if (gdl__dist_reduce_f64("gdl_fit", "the monitored figure", &v, 1, 0) != 0) return -1;
+        v /= (double)gdl_dist_world_size();
+    }
+    if (o->best_path && v == v && !(sign * v <= sign * r->best)) {
+        r->best = v;
+        if (r->rank0 && gdl_save_model(r->m, o->best_path) < 0) rc = -1;
+        if (o->ddp && gdl__dist_agree("gdl_fit", "saving the best model (rank 0)", rc == 0) < 0) rc = -1;
+        if (rc < 0) return -1;
+    }
+    if (o->patience <= 0) return 0;
+    if (v == v && (r->es_best != r->es_best || sign * (v - r->es_best) > o->min_delta)) {
+        r->es_best = v;
+        r->es_wait = 0;
+    } else {
+        r->es_wait++;
+    }
+    stop = r->es_wait >= o->patience;
+    r->stopped = stop;
+    if (stop && o->verbose) fprintf(r->log, "gdl_fit: early stopping after epoch %d: no improvement in %d epochs\n",
+                                    r->epoch, o->patience);
+    return 0;
+}
+
+/* The end of an epoch: the scheduler's epoch step, the epoch's figures, validation, history, output, CSV. */
+static int gdl__fit_epoch_metrics(gdl__fit_run *r, gdl_epoch_stats *history) {
+    const gdl_fit_opts *o = &r->o;
+    const gdl__pass *p = &r->p;
+    gdl_epoch_stats st;
+    if (o->scheduler && !o->scheduler_per_batch && gdl_scheduler_step(o->scheduler) < 0) return -1;
+    memset(&st, 0, sizeof st);
+    st.epoch = r->epoch;
+    st.seconds = gdl_now() - r->t0;
+    st.samples = p->samples;
+    st.loss = p->samples ? p->loss_sum / (double)p->samples : NAN;
+    st.accuracy = gdl__pass_acc(p);
+    st.samples_per_sec = st.seconds > 0 ? (double)p->samples / st.seconds : 0;
+    st.val_loss = st.val_accuracy = NAN;
+    if (o->val) {
+        int erc;
+        gdl_ema *ema = r->opt->ema; /* validated with the averaged weights, swapped in and back */
+        if (ema && gdl_ema_swap(ema) < 0) return -1;
+        if (o->autocast != GDL_F32 && gdl_autocast_begin(o->autocast) < 0) erc = -1;
+        else {
+            erc = gdl_evaluate_ex(r->m, o->val, o->loss, o->loss_user, o->val_tta_hflip, &st.val_loss,
+                                  &st.val_accuracy);
+            if (o->autocast != GDL_F32) gdl_autocast_end();
+        }
+        if (erc == 0 && gdl__fit_monitor(r, &st) < 0) erc = -1;
+        if (ema && gdl_ema_swap(ema) < 0) erc = -1;
+        if (erc < 0) return -1;
+    } else if (gdl__fit_monitor(r, &st) < 0) {
         return -1;
     }
-    if (!(be = gdl__be("gdl_memory_stats", dev)) || be->memory_stats(dev.index, s) < 0) return -1;
-    if (dev.type == GDL_DEVICE_CPU) {
-        s->arena_used = gdl__host_arena.used + gdl__hdr_arena[gdl__arena_gen & 1].used;
-        s->arena_reserved = gdl__host_arena.reserved + gdl__hdr_arena[0].reserved + gdl__hdr_arena[1].reserved;
-    } else { /* gdl__be has checked the index */
-        s->arena_used = gdl__gpu_arena[dev.index].used;
-        s->arena_reserved = gdl__gpu_arena[dev.index].reserved;
+    if (history) history[r->epoch - 1] = st;
+    if (o->verbose) gdl_print_epoch(r->log, o->epochs, &st);
+    return r->csv && gdl_metrics_csv_row(r->csv, &st) < 0 ? -1 : 0;
+}
+
+/* One epoch: its batches (the first epoch of a resumed run from where the checkpoint was taken), then the
+   epoch's figures (under DDP over every rank) and the metrics. */
+static int gdl__fit_epoch(gdl__fit_run *r, int epoch, gdl_epoch_stats *history) {
+    gdl__pass *p = &r->p;
+    gdl_tensor *x, *y;
+    int rc = 0, got;
+    r->epoch = epoch;
+    r->b = 0;
+    r->micro = 0;
+    r->t0 = gdl_now();
+    p->loss_sum = 0;
+    p->samples = p->correct = p->counted = 0;
+    if (r->resumed && epoch == r->start_epoch) { /* the epoch the checkpoint was taken in, part done */
+        r->b = r->fs.batch;
+        r->t0 -= r->fs.seconds; /* its time so far counts, for the rate and the CSV */
+        p->loss_sum = r->fs.loss_sum;
+        p->samples = r->fs.samples;
+        p->correct = r->fs.correct;
+        p->counted = r->fs.counted;
+    }
+    gdl_module_train(r->m, 1);
+    if (gdl_zero_grad(r->opt) < 0) rc = -1;
+    while (rc == 0 && (got = gdl_loader_next(r->train, &x, &y)) != 0)
+        rc = got < 0 ? -1 : gdl__fit_train_batch(r, x, y);
+    if (rc > 0) return 1; /* preempted: a checkpoint of this step is saved */
+    if (rc == 0 && gdl__pass_sync(p) < 0) rc = -1;
+    if (rc == 0 && r->o.ddp && gdl__dist_pass_sum(p) < 0) rc = -1; /* the epoch's figures over every rank */
+    if (rc < 0) return -1;
+    return gdl__fit_epoch_metrics(r, history);
+}
+
+GPUDL_API int gdl_fit(gdl_module *m, gdl_loader *train, gdl_optimizer *opt, const gdl_fit_opts *opts,
+                      gdl_epoch_stats *history) {
+    gdl__fit_run r;
+    int epoch, rc = 0, catching = opts && opts->preempt;
+    if (catching && gdl_preempt_catch(1) < 0) return -1; /* src/dist/cluster.h */
+    if (gdl__fit_begin(&r, m, train, opt, opts, history) < 0) {
+        if (catching) gdl_preempt_catch(0);
+        return -1;
+    }
+    for (epoch = r.start_epoch; epoch <= r.o.epochs && rc == 0 && !r.stopped; epoch++)
+        rc = gdl__fit_epoch(&r, epoch, history);
+    for (; rc == 0 && history && epoch <= r.o.epochs; epoch++) { /* stopped early: the epochs not run */
+        memset(&history[epoch - 1], 0, sizeof *history);
+        history[epoch - 1].loss = history[epoch - 1].accuracy = NAN;
+        history[epoch - 1].val_loss = history[epoch - 1].val_accuracy = NAN;
+    }
+    gdl__fit_graphs_free(r.graphs);
+    gdl__pass_free(&r.p);
+    if (r.csv) fclose(r.csv);
+    GPUDL_FREE(r.ckpath);
+    if (rc < 0 && r.tty) fputc('\n', r.log);
+    if (catching) gdl_preempt_catch(0);
+    return rc < 0 ? -1 : rc > 0 ? GDL_FIT_PREEMPTED : 0;
+}
+/* ---- checkpoints ---- */
+
+#define GDL__CKPT_MAX 4096 /* tensors in one checkpoint */
+
+typedef struct gdl__ckpt {
+    int n;
+    const char *names[GDL__CKPT_MAX]; /* the names in the file */
+    gdl_tensor *tensors[GDL__CKPT_MAX];
+    char *owned[GDL__CKPT_MAX];       /* prefixed names we allocated */
+    gdl_module *m;                    /* the model, for its tied parameters' other names */
+    int prefixed;                     /* model names carry "model." */
+} gdl__ckpt;
+
+/* (src/nn/transformer.h) the tensor a tied parameter's name refers to, NULL when name is not one */
+static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name);
+
+/* the tensor file name `name` refers to under a tied parameter's name, NULL when none */
+static gdl_tensor *gdl__ckpt_tied(const gdl__ckpt *c, const char *name) {
+    if (c->prefixed && strncmp(name, "model.", 6)) return NULL;
+    return gdl__nn_tied_tensor(c->m, c->prefixed ? name + 6 : name);
+}
+
+static void gdl__ckpt_free(gdl__ckpt *c) {
+    int i;
+    for (i = 0; i < c->n; i++) GPUDL_FREE(c->owned[i]);
+    GPUDL_FREE(c);
+}
+
+/* Collects model (and optimizer) tensors with their file names. */
+static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer *opt, int prefixed) {
+    gdl__ckpt *c = (gdl__ckpt *)GPUDL_MALLOC(sizeof(gdl__ckpt));
+    const char *names[GDL__CKPT_MAX];
+    gdl_tensor *ts[GDL__CKPT_MAX];
+    int k, part;
+    if (!c) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return NULL;
+    }
+    memset(c, 0, sizeof *c);
+    c->m = m;
+    c->prefixed = prefixed;
+    /* master weights: the masters are made (or moved) first, and saved under their parameters' names (f32), so a
+       resume is bit for bit and a plain f32 model loads them as its parameters */
+    if (opt && opt->master != GDL_F32 && gdl__opt_layout(op, opt) < 0) {
+        gdl__ckpt_free(c);
+        return NULL;
+    }
+    for (part = 0; part < (opt ? opt->ema ? 3 : 2 : 1); part++) {
+        int n = part != 1 ? gdl_module_named_tensors(m, GDL_PARAMS_AND_BUFFERS, names, ts, GDL__CKPT_MAX)
+                          : gdl_optim_state(opt, names, ts, GDL__CKPT_MAX);
+        if (part == 2 && n > 0 && n <= GDL__CKPT_MAX) { /* the EMA's averages, under their tensors' names */
+            int j = 0;
+            for (k = 0; k < n; k++)
+                if ((ts[j] = gdl__ema_of(opt->ema, ts[k])) != NULL) names[j++] = names[k];
+            n = j;
+        }
+        if (part == 0 && opt && opt->master != GDL_F32 && n > 0 && n <= GDL__CKPT_MAX) {
+            int j;
+            for (k = 0; k < n; k++)
+                for (j = 0; j < opt->nparams; j++)
+                    if (opt->params[j].p == ts[k] && opt->params[j].master) {
+                        ts[k] = opt->params[j].master;
+                        break;
+                    }
+        }
+        const char *prefix = part == 0 ? "model." : part == 1 ? "optim." : "ema.";
+        if (n < 0 || c->n + n > GDL__CKPT_MAX) {
+            if (n >= 0) gdl__set_error("%s: more than %d tensors", op, GDL__CKPT_MAX);
+            gdl__ckpt_free(c);
+            return NULL;
+        }
+        for (k = 0; k < n; k++) {
+            c->tensors[c->n] = ts[k];
+            if (prefixed) {
+                size_t len = strlen(prefix) + strlen(names[k]) + 1;
+                char *s = (char *)GPUDL_MALLOC(len);
+                if (!s) {
+                    gdl__set_error("%s: out of memory (host)", op);
+                    gdl__ckpt_free(c);
+                    return NULL;
+                }
+                snprintf(s, len, "%s%s", prefix, names[k]);
+                c->owned[c->n] = s;
+                c->names[c->n] = s;
+            } else {
+                c->names[c->n] = names[k];
+            }
+            c->n++;
+        }
+    }
+    return c;
+}
+
+static int gdl__ckpt_write(const char *op, const char *path, gdl__ckpt *c, int n_meta, const char *const *keys,
+                           const char *const *vals) {
+    gdl_st_tensor *st = (gdl_st_tensor *)GPUDL_MALLOC(sizeof(gdl_st_tensor) * (size_t)(c->n + 1));
+    void **host = (void **)GPUDL_MALLOC(sizeof(void *) * (size_t)(c->n + 1));
+    int i, rc = 0;
+    if (!st || !host) {
+        GPUDL_FREE(st);
+        GPUDL_FREE(host);
+        gdl__set_error("%s: out of memory (host)", op);
+        return -1;
+    }
+    memset(host, 0, sizeof(void *) * (size_t)(c->n + 1));
+    for (i = 0; i < c->n && rc == 0; i++) {
+        gdl_tensor *t = c->tensors[i];
+        size_t bytes = (size_t)t->numel * gdl_dtype_size(t->dtype);
+        if (t->dtype != GDL_F32 && t->dtype != GDL_I32 && t->dtype != GDL_F16 && t->dtype != GDL_BF16) {
+            gdl__set_error("%s: tensor %s is %s; checkpoints hold f32 and i32 tensors (f16/bf16 saved as f32)", op,
+                           c->names[i], gdl_dtype_name(t->dtype));
+            rc = -1;
+            break;
+        }
+        if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) { /* widened exactly, so every file holds one float type */
+            uint16_t *h = (uint16_t *)GPUDL_MALLOC(bytes + 1);
+            gdl_real *w = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)t->numel + 1);
+            int64_t j;
+            host[i] = w;
+            if (!h || !w || gdl_copy_to_host(t, h, bytes) < 0) {
+                if (!h || !w) gdl__set_error("%s: out of memory (host)", op);
+                GPUDL_FREE(h);
+                rc = -1;
+                break;
+            }
+            for (j = 0; j < t->numel; j++)
+                w[j] = (gdl_real)(t->dtype == GDL_F16 ? gdl_f16_to_f32(h[j]) : gdl_bf16_to_f32(h[j]));
+            GPUDL_FREE(h);
+        } else if (t->device.type == GDL_DEVICE_CPU) {
+            host[i] = NULL;
+        } else if (!(host[i] = GPUDL_MALLOC(bytes + 1)) || gdl_copy_to_host(t, host[i], bytes) < 0) {
+            if (!host[i]) gdl__set_error("%s: out of memory (host)", op);
+            rc = -1;
+            break;
+        }
+        st[i].name = c->names[i];
+        st[i].dtype = t->dtype == GDL_I32 ? "I32" : sizeof(gdl_real) == 8 ? "F64" : "F32";
+        st[i].ndim = t->ndim;
+        st[i].shape = t->shape;
+        st[i].data = host[i] ? host[i] : t->data;
+    }
+    if (rc == 0) rc = gdl_st_write(path, c->n, st, n_meta, keys, vals);
+    for (i = 0; i < c->n; i++) GPUDL_FREE(host[i]);
+    GPUDL_FREE(host);
+    GPUDL_FREE(st);
+    return rc;
+}
+
+GPUDL_API int gdl_save_model(gdl_module *m, const char *path) {
+    static const char *const keys[2] = {"format", "gpudl"};
+    static const char *const vals[2] = {"pt", GPUDL_VERSION};
+    gdl__ckpt *c;
+    int rc;
+    if (!m || !path) {
+        gdl__null_arg("gdl_save_model", !m ? "module" : "path");
+        return -1;
+    }
+    if (!(c = gdl__ckpt_collect("gdl_save_model", m, NULL, 0))) return -1;
+    rc = gdl__ckpt_write("gdl_save_model", path, c, 2, keys, vals);
+    gdl__ckpt_free(c);
+    return rc;
+}
+
+/* Checks every tensor of c against the file (names, dtypes, shapes, nothing
+   extra) and converts each into a new host buffer of gdl_real: bufs[i]. */
+static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c, const gdl_st_file *f, void **bufs) {
+    int i, k;
+    for (k = 0; k < f->n; k++) {
+        for (i = 0; i < c->n; i++)
+            if (strcmp(f->entries[k].name, c->names[i]) == 0) break;
+        if (i == c->n && gdl__ckpt_tied(c, f->entries[k].name)) continue; /* read below when the owner's name is missing */
+        if (i == c->n) {
+            const char *name = f->entries[k].name;
+            int is_ckpt = strncmp(name, "model.", 6) == 0 || strncmp(name, "optim.", 6) == 0;
+            if (is_ckpt && strcmp(op, "gdl_load_model") == 0)
+                gdl__set_error("%s: %s: this is a training checkpoint (it holds '%s'): load it with "
+                               "gdl_load_checkpoint, or save the model alone with gdl_save_model", op, path, name);
+            else if (strncmp(name, "ema.", 4) == 0)
+                gdl__set_error("%s: %s: the file holds a weight EMA ('%s'): attach one to the optimizer "
+                               "(gdl_ema_new) before loading, or save without", op, path, name);
+            else if (strncmp(name, "optim.", 6) == 0)
+                gdl__set_error("%s: %s: the file holds optimizer state '%s' that this optimizer has no place for: "
+                               "it was saved from another kind of optimizer (Adam's exp_avg into SGD?) or with "
+                               "other parameters", op, path, name);
+            else if (!is_ckpt && strcmp(op, "gdl_load_checkpoint") == 0)
+                gdl__set_error("%s: %s: unexpected tensor '%s': this looks like a model file (gdl_save_model): "
+                               "load it with gdl_load_model", op, path, name);
+            else
+                gdl__set_error("%s: %s: unexpected tensor '%s' (not in the model)", op, path, name);
+            return -1;
+        }
+    }
+    for (i = 0; i < c->n; i++) {
+        const gdl_st_entry *e = gdl_st_find(f, c->names[i]);
+        const gdl_tensor *t = c->tensors[i];
+        const unsigned char *src;
+        gdl_real *dst;
+        int64_t j;
+        for (k = 0; !e && k < f->n; k++) /* a tied parameter saved under its other name (PyTorch may keep that one) */
+            if (gdl__ckpt_tied(c, f->entries[k].name) == t) e = &f->entries[k];
+        if (!e) {
+            if (strncmp(c->names[i], "optim.", 6) == 0)
+                gdl__set_error("%s: %s: missing optimizer state '%s' (saved from another kind of optimizer, or "
+                               "without one?)", op, path, c->names[i]);
+            else if (strncmp(c->names[i], "ema.", 4) == 0)
+                gdl__set_error("%s: %s: missing the weight EMA's '%s' (saved without an EMA, or with "
+                               "use_buffers off?)", op, path, c->names[i]);
+            else
+                gdl__set_error("%s: %s: missing tensor '%s'", op, path, c->names[i]);
+            return -1;
+        }
+        if (e->ndim != t->ndim || (t->ndim && memcmp(e->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim))) {
+            gdl__set_error("%s: %s: tensor '%s' has shape %s in the file but %s in the model", op, path, c->names[i],
+                           gdl__shape_fmt(e->ndim, e->shape), gdl_shape_str(t));
+            return -1;
+        }
+        if (t->dtype == GDL_I32) { /* integer state (step counts): stored as I32, taken as is */
+            if (strcmp(e->dtype, "I32")) {
+                gdl__set_error("%s: %s: tensor '%s' has dtype %s; expected I32", op, path, c->names[i], e->dtype);
+                return -1;
+            }
+            if (!(bufs[i] = GPUDL_MALLOC(4 * (size_t)t->numel + 1))) {
+                gdl__set_error("%s: out of memory (host)", op);
+                return -1;
+            }
+            src = f->data + e->begin;
+            for (j = 0; j < t->numel; j++)
+                ((int32_t *)bufs[i])[j] = (int32_t)((uint32_t)src[4 * j] | (uint32_t)src[4 * j + 1] << 8 |
+                                                    (uint32_t)src[4 * j + 2] << 16 | (uint32_t)src[4 * j + 3] << 24);
+            continue;
+        }
+        if (strcmp(e->dtype, "F32") && strcmp(e->dtype, "F64") && strcmp(e->dtype, "F16") && strcmp(e->dtype, "BF16")) {
+            gdl__set_error("%s: %s: tensor '%s' has dtype %s; expected F32, F64, F16 or BF16", op, path, c->names[i],
+                           e->dtype);
+            return -1;
+        }
+        if (!(bufs[i] = GPUDL_MALLOC(sizeof(gdl_real) * (size_t)t->numel + 1))) {
+            gdl__set_error("%s: out of memory (host)", op);
+            return -1;
+        }
+        dst = (gdl_real *)bufs[i];
+        src = f->data + e->begin;
+        {
+            int kind = !strcmp(e->dtype, "F32") ? 0 : !strcmp(e->dtype, "F64") ? 1 : !strcmp(e->dtype, "F16") ? 2 : 3;
+            for (j = 0; j < t->numel; j++) { /* little-endian in the file */
+                if (kind == 0) {
+                    uint32_t u = (uint32_t)src[4 * j] | (uint32_t)src[4 * j + 1] << 8 | (uint32_t)src[4 * j + 2] << 16 |
+                                 (uint32_t)src[4 * j + 3] << 24;
+                    dst[j] = (gdl_real)gdl__bits_f32(u);
+                } else if (kind == 1) {
+                    uint64_t u = 0;
+                    double d;
+                    int b;
+                    for (b = 7; b >= 0; b--) u = u << 8 | src[8 * j + b];
+                    memcpy(&d, &u, 8);
+                    dst[j] = (gdl_real)d;
+                } else {
+                    uint16_t h = (uint16_t)(src[2 * j] | src[2 * j + 1] << 8);
+                    dst[j] = (gdl_real)(kind == 2 ? gdl_f16_to_f32(h) : gdl_bf16_to_f32(h));
+                }
+            }
+            if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) /* rounded in place (2j <= j's element, read before) */
+                for (j = 0; j < t->numel; j++) {
+                    float v = (float)dst[j];
+                    ((uint16_t *)bufs[i])[j] = t->dtype == GDL_F16 ? gdl_f32_to_f16(v) : gdl_f32_to_bf16(v);
+                }
+        }
     }
     return 0;
 }
 
-GPUDL_API int gdl_memory_reset_peak(gdl_device dev) {
-    const gdl_backend *be = gdl__be("gdl_memory_reset_peak", dev);
-    return be ? be->memory_reset_peak(dev.index) : -1;
+static int gdl__ckpt_apply(const char *op, const gdl__ckpt *c, void **bufs) {
+    int i;
+    for (i = 0; i < c->n; i++)
+        if (gdl__copy_bytes(op, c->tensors[i]->data, c->tensors[i]->device, bufs[i], gdl_cpu(),
+                            gdl_dtype_size(c->tensors[i]->dtype) * (size_t)c->tensors[i]->numel) < 0)
+            return -1;
+    return 0;
 }
 
-GPUDL_API const char *gdl_memory_summary(gdl_device dev) {
-    static GDL__TLS char buf[2048];
-    gdl_memory_status m;
-    size_t k = 0;
-    const char *rule = "------------------------------------------------------------\n";
-    if (gdl_memory_stats(dev, &m) < 0) return NULL;
-#define GDL__SUM(...) (k += (size_t)snprintf(buf + k, k < sizeof buf ? sizeof buf - k : 0, __VA_ARGS__))
-    GDL__SUM("%s", rule);
-    GDL__SUM("gpudl memory summary, %s (%s)\n", gdl_device_str(dev), gdl_device_name(dev));
-    GDL__SUM("%s", rule);
-    GDL__SUM("%-28s %15s %15s\n", "", "current", "peak");
-    GDL__SUM("%-28s %15.0f %15.0f\n", "allocated (bytes)", (double)m.allocated, (double)m.peak_allocated);
-    GDL__SUM("%-28s %15.0f %15.0f\n", "reserved (bytes)", (double)m.reserved, (double)m.peak_reserved);
-    GDL__SUM("%-28s %15.0f %15.0f\n", "step arena used / reserved", (double)m.arena_used,
-             (double)m.arena_reserved);
-    GDL__SUM("%s", rule);
-    GDL__SUM("%-28s %15lld\n", "allocation requests", (long long)m.requests);
-    GDL__SUM("%-28s %15lld\n", "cache hits", (long long)m.cache_hits);
-    GDL__SUM("%-28s %15lld\n", dev.type == GDL_DEVICE_CPU ? "mallocs" : "cudaMalloc calls",
-             (long long)m.device_mallocs);
-    GDL__SUM("%-28s %15lld\n", "frees", (long long)m.frees);
-    GDL__SUM("%-28s %15lld\n", "cache releases", (long long)m.cache_releases);
-    GDL__SUM("%s", rule);
-#undef GDL__SUM
-    return buf;
+static void gdl__free_bufs(void **bufs, int n) {
+    int i;
+    if (!bufs) return;
+    for (i = 0; i < n; i++) GPUDL_FREE(bufs[i]);
+    GPUDL_FREE(bufs);
 }
 
-/* NVML loaded at run time (gdl__dl_open: dlopen, LoadLibrary). Only the few entry points used are
-   declared here, with NVML's documented types (nvmlDevice_t is a pointer;
-   nvmlReturn_t an int, 0 is success, 3 "not supported"). */
-#if defined(GDL__OS_DL)
-typedef struct { unsigned int gpu, memory; } gdl__nvml_util;
-typedef struct { unsigned long long total, free, used; } gdl__nvml_mem;
-typedef struct gdl__nvml_dev *gdl__nvml_device;
-static struct {
-    int ok;
-    char why[300];
-    int (*init)(void);
-    int (*count)(unsigned int *);
-    int (*handle)(unsigned int, gdl__nvml_device *);
-    int (*handle_pci)(const char *, gdl__nvml_device *);
-    int (*name)(gdl__nvml_device, char *, unsigned int);
-    int (*util)(gdl__nvml_device, gdl__nvml_util *);
-    int (*mem)(gdl__nvml_device, gdl__nvml_mem *);
-    int (*temp)(gdl__nvml_device, int, unsigned int *);
-    int (*power)(gdl__nvml_device, unsigned int *);
-    int (*limit)(gdl__nvml_device, unsigned int *);
-    int (*clock)(gdl__nvml_device, int, unsigned int *);
-    const char *(*errstr)(int);
-} gdl__nvml;
+static void **gdl__alloc_bufs(const char *op, int n) {
+    void **b = (void **)GPUDL_MALLOC(sizeof(void *) * (size_t)(n + 1));
+    if (!b) gdl__set_error("%s: out of memory (host)", op);
+    else memset(b, 0, sizeof(void *) * (size_t)(n + 1));
+    return b;
+}
 
-/* Loads and initialises NVML, once per process (gdl__nvml_load). */
-static void gdl__nvml_load_once(void) {
-    {
-        const char *lib = getenv("GPUDL_NVML_LIB");
-        void *h;
-        int rc;
-        char why[200];
-        if (!lib || !lib[0]) lib = GDL__NVML_DEFAULT_LIB;
-        if (!(h = gdl__dl_open(lib, why, sizeof why))) {
-            snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available (%s): no NVIDIA driver here", why);
-        } else {
-            /* object to function pointer through memcpy: ISO C has no cast between them */
-#define GDL__NVML_SYM(field, sym)                                                   \
-            do {                                                                    \
-                void *p_ = gdl__dl_sym(h, sym);                                     \
-                if (!p_) {                                                          \
-                    snprintf(gdl__nvml.why, sizeof gdl__nvml.why,                   \
-                             "NVML not available: %s has no %s (driver too old?)", lib, sym); \
-                    goto nvml_done;                                                 \
-                }                                                                   \
-                memcpy(&gdl__nvml.field, &p_, sizeof p_);                           \
-            } while (0)
-            GDL__NVML_SYM(init, "nvmlInit_v2");
-            GDL__NVML_SYM(count, "nvmlDeviceGetCount_v2");
-            GDL__NVML_SYM(handle, "nvmlDeviceGetHandleByIndex_v2");
-            GDL__NVML_SYM(handle_pci, "nvmlDeviceGetHandleByPciBusId_v2");
-            GDL__NVML_SYM(name, "nvmlDeviceGetName");
-            GDL__NVML_SYM(util, "nvmlDeviceGetUtilizationRates");
-            GDL__NVML_SYM(mem, "nvmlDeviceGetMemoryInfo");
-            GDL__NVML_SYM(temp, "nvmlDeviceGetTemperature");
-            GDL__NVML_SYM(power, "nvmlDeviceGetPowerUsage");
-            GDL__NVML_SYM(limit, "nvmlDeviceGetEnforcedPowerLimit");
-            GDL__NVML_SYM(clock, "nvmlDeviceGetClockInfo");
-            GDL__NVML_SYM(errstr, "nvmlErrorString");
-#undef GDL__NVML_SYM
-            if ((rc = gdl__nvml.init()) != 0)
-                snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available: nvmlInit failed: %s",
-                         gdl__nvml.errstr(rc));
-            else
-                gdl__nvml.ok = 1;
-        nvml_done:
-            if (!gdl__nvml.ok) gdl__dl_close(h); /* kept open while in use: NVML has no clean unload */
+GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
+    const char *op = "gdl_load_model";
+    gdl_st_file f;
+    gdl__ckpt *c;
+    void **bufs;
+    int rc;
+    if (!m || !path) {
+        gdl__null_arg(op, !m ? "module" : "path");
+        return -1;
+    }
+    if (!(c = gdl__ckpt_collect(op, m, NULL, 0))) return -1;
+    if (gdl_st_read(path, &f) < 0) {
+        gdl__ckpt_free(c);
+        return -1;
+    }
+    bufs = gdl__alloc_bufs(op, c->n);
+    rc = bufs && gdl__ckpt_check(op, path, c, &f, bufs) == 0 ? gdl__ckpt_apply(op, c, bufs) : -1;
+    gdl__free_bufs(bufs, c->n);
+    gdl__ckpt_free(c);
+    gdl_st_free(&f);
+    return rc;
+}
+
+/* metadata of a training checkpoint */
+#define GDL__META_MAX 96 /* 6 + 2 per group (32 at most) + 1 + 12 fit.* keys, with room */
+typedef struct gdl__meta {
+    int n;
+    char keys[GDL__META_MAX][48];
+    char vals[GDL__META_MAX][48];
+    const char *kp[GDL__META_MAX], *vp[GDL__META_MAX];
+} gdl__meta;
+
+static void gdl__meta_add(gdl__meta *md, const char *key, const char *fmt, ...) {
+    va_list ap;
+    if (md->n >= GDL__META_MAX) return;
+    snprintf(md->keys[md->n], sizeof md->keys[0], "%s", key);
+    va_start(ap, fmt);
+    vsnprintf(md->vals[md->n], sizeof md->vals[0], fmt, ap);
+    va_end(ap);
+    md->kp[md->n] = md->keys[md->n];
+    md->vp[md->n] = md->vals[md->n];
+    md->n++;
+}
+
+/* the metadata value of key in f, NULL + error when missing */
+static const char *gdl__meta_find(const char *op, const char *path, const gdl_st_file *f, const char *key) {
+    int i;
+    for (i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_keys[i], key) == 0) return f->meta_vals[i];
+    gdl__set_error("%s: %s: metadata '%s' is missing: not a gpudl training checkpoint (a model file saved with "
+                   "gdl_save_model loads with gdl_load_model)", op, path, key);
+    return NULL;
+}
+
+/* a metadata value of f as a number; 0 / -1 */
+static int gdl__meta_get(const char *op, const char *path, const gdl_st_file *f, const char *key, double *out) {
+    const char *v = gdl__meta_find(op, path, f, key);
+    char *end;
+    if (!v) return -1;
+    *out = strtod(v, &end);
+    if (end != v && *end == 0) return 0;
+    gdl__set_error("%s: %s: metadata '%s' is not a number: '%s'", op, path, key, v);
+    return -1;
+}
+
+static int gdl__meta_get_u64(const char *op, const char *path, const gdl_st_file *f, const char *key, uint64_t *out) {
+    const char *v = gdl__meta_find(op, path, f, key);
+    char *end;
+    if (!v) return -1;
+    *out = (uint64_t)strtoull(v, &end, 10);
+    if (end != v && *end == 0) return 0;
+    gdl__set_error("%s: %s: metadata '%s' is not an integer: '%s'", op, path, key, v);
+    return -1;
+}
+
+/* gdl_save_checkpoint, plus gdl_fit's position (fs, may be NULL) as metadata fit.* */
+static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
+                                gdl_scheduler *sched, int64_t epoch, const gdl__fit_state *fs) {
+    gdl__meta *md;
+    gdl__ckpt *c;
+    uint64_t seed, counter;
+    int g, rc;
+    if (!m || !path) {
+        gdl__null_arg(op, !m ? "module" : "path");
+        return -1;
+    }
+    if (!(md = (gdl__meta *)GPUDL_MALLOC(sizeof(gdl__meta)))) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return -1;
+    }
+    md->n = 0;
+    seed = gdl_rng_get_state(&counter);
+    gdl__meta_add(md, "gpudl.checkpoint", "%s", GPUDL_VERSION);
+    gdl__meta_add(md, "epoch", "%lld", (long long)epoch);
+    gdl__meta_add(md, "rng.seed", "%llu", (unsigned long long)seed);
+    gdl__meta_add(md, "rng.counter", "%llu", (unsigned long long)counter);
+    if (opt && gdl_optim_num_groups(opt) > 32) {
+        gdl__set_error("%s: the optimizer has %d parameter groups; checkpoints hold at most 32", op,
+                       gdl_optim_num_groups(opt));
+        GPUDL_FREE(md);
+        return -1;
+    }
+    if (opt) {
+        gdl__meta_add(md, "optim.step", "%lld", (long long)gdl_optim_get_step(opt));
+        gdl__meta_add(md, "optim.groups", "%d", gdl_optim_num_groups(opt));
+        for (g = 0; g < gdl_optim_num_groups(opt) && g < 32; g++) {
+            char k[48];
+            snprintf(k, sizeof k, "optim.lr.%d", g);
+            gdl__meta_add(md, k, "%.17g", gdl_optim_get_lr(opt, g));
+            snprintf(k, sizeof k, "optim.momentum.%d", g);
+            gdl__meta_add(md, k, "%.17g", gdl_optim_get_momentum(opt, g));
         }
     }
-}
-
-/* 0 / -1 + error. The first call of any thread loads; the others wait for it (monitors poll from
-   threads of their own). */
-static int gdl__nvml_load(const char *op) {
-#ifdef GDL__OS_THREADS
-    static gdl__once_flag once = GDL__ONCE_INIT;
-    gdl__once(&once, gdl__nvml_load_once);
-#else
-    static int tried;
-    if (!tried) {
-        tried = 1;
-        gdl__nvml_load_once();
-    }
-#endif
-    if (!gdl__nvml.ok) gdl__set_error("%s: %s", op, gdl__nvml.why);
-    return gdl__nvml.ok ? 0 : -1;
-}
-
-GPUDL_API int gdl_gpu_count(void) {
-    unsigned int n = 0;
-    int rc;
-    if (gdl__nvml_load("gdl_gpu_count") < 0) return -1;
-    if (gdl_cuda_device_count() > 0) return gdl_cuda_device_count(); /* gdl_gpu_stats maps them to NVML's */
-    if ((rc = gdl__nvml.count(&n)) != 0) {
-        gdl__set_error("gdl_gpu_count: nvmlDeviceGetCount: %s", gdl__nvml.errstr(rc));
-        return -1;
-    }
-    return (int)n;
-}
-
-GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
-    static const char fn[] = "gdl_gpu_stats";
-    gdl__nvml_device d;
-    gdl__nvml_util u;
-    gdl__nvml_mem m;
-    unsigned int v;
-    int rc, n;
-    if (!s) {
-        gdl__null_arg(fn, "s");
-        return -1;
-    }
-    if ((n = gdl_gpu_count()) < 0) {
-        char why[sizeof gdl__err]; /* the message is rewritten from a copy: its buffer is gdl__set_error's */
-        memcpy(why, gdl__err, sizeof why);
-        gdl__set_error("%s: %s", fn, why + strlen("gdl_gpu_count: "));
-        return -1;
-    }
-    if (gdl_cuda_device_count() > 0) {
-        /* CUDA's index: NVML's device with the same PCI bus id (the orders differ under
-           CUDA_VISIBLE_DEVICES, or without CUDA_DEVICE_ORDER=PCI_BUS_ID) */
-        char bus[64];
-        const gdl_backend *be;
-        if (index < 0 || index >= n) {
-            gdl__set_error("%s: no CUDA device %d (%d available)", fn, index, n);
+    if (sched) gdl__meta_add(md, "sched.last_epoch", "%lld", (long long)gdl_scheduler_get_last_epoch(sched));
+    if (opt && opt->ema) gdl__meta_add(md, "ema.n_averaged", "%lld", (long long)gdl_ema_num_updates(opt->ema));
+    if (opt && opt->scaler && opt->scaler->o.enabled) { /* PyTorch's GradScaler.state_dict() */
+        double sc = gdl_grad_scaler_get_scale(opt->scaler);
+        int64_t tr = gdl_grad_scaler_get_growth_tracker(opt->scaler);
+        if (sc != sc || tr < 0) {
+            GPUDL_FREE(md);
             return -1;
         }
-        if (!(be = gdl__be_lookup(fn, gdl_cuda(index)))) return -1;
-        if (be->pci_bus_id(index, bus, (int)sizeof bus) < 0) {
+        gdl__meta_add(md, "scaler.scale", "%.17g", sc);
+        gdl__meta_add(md, "scaler.growth_tracker", "%lld", (long long)tr);
+        gdl__meta_add(md, "scaler.growth_factor", "%.17g", opt->scaler->o.growth_factor);
+        gdl__meta_add(md, "scaler.backoff_factor", "%.17g", opt->scaler->o.backoff_factor);
+        gdl__meta_add(md, "scaler.growth_interval", "%d", opt->scaler->o.growth_interval);
+    }
+    if (fs) {
+        gdl__meta_add(md, "fit.epoch", "%lld", (long long)fs->epoch);
+        gdl__meta_add(md, "fit.batch", "%lld", (long long)fs->batch);
+        gdl__meta_add(md, "fit.loader_epoch", "%lld", (long long)fs->loader_epoch);
+        gdl__meta_add(md, "fit.num_batches", "%lld", (long long)fs->num_batches);
+        gdl__meta_add(md, "fit.val_epoch", "%lld", (long long)fs->val_epoch);
+        gdl__meta_add(md, "fit.loss_sum", "%.17g", fs->loss_sum);
+        gdl__meta_add(md, "fit.seconds", "%.17g", fs->seconds);
+        gdl__meta_add(md, "fit.samples", "%lld", (long long)fs->samples);
+        gdl__meta_add(md, "fit.correct", "%lld", (long long)fs->correct);
+        gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
+        gdl__meta_add(md, "fit.replicas", "%lld", (long long)fs->replicas);
+        gdl__meta_add(md, "fit.batch_size", "%lld", (long long)fs->batch_size);
+        gdl__meta_add(md, "fit.es_best", "%.17g", fs->es_best);
+        gdl__meta_add(md, "fit.best", "%.17g", fs->best);
+        gdl__meta_add(md, "fit.es_wait", "%lld", (long long)fs->es_wait);
+    }
+    if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
+        GPUDL_FREE(md);
+        return -1;
+    }
+    rc = gdl__ckpt_write(op, path, c, md->n, md->kp, md->vp);
+    gdl__ckpt_free(c);
+    GPUDL_FREE(md);
+    return rc;
+}
+
+GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                  int64_t epoch) {
+    return gdl__checkpoint_save("gdl_save_checkpoint", path, m, opt, sched, epoch, NULL);
+}
+
+static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                         const gdl__fit_state *fs) {
+    return gdl__checkpoint_save("gdl_fit", path, m, opt, sched, fs->epoch, fs);
+}
+
+static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                int64_t *epoch, int ddp);
+
+/* gdl_fit's position from the checkpoint at path, checked against this run (the train loader, epochs)
+   before anything changes; then the checkpoint itself (all or nothing; under DDP on every rank or on none).
+   A checkpoint taken with other shards (world size) or another batch size is resumed where the same
+   samples of the epoch are done: its position in samples over every rank (batch x batch size x world
+   size) must be a whole number of this run's batches, or the epoch's end. 0 / -1. */
+static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                         gdl__fit_state *fs, const gdl_loader *train, int epochs, int ddp) {
+    static const char op[] = "gdl_fit";
+    static const char *const keys[12] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
+                                         "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
+                                         "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
+    double v[12], es[3] = {NAN, NAN, 0};
+    gdl_st_file f;
+    int i, rc = 0, nk = 10, has_es = 0;
+    int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
+    if (gdl_st_read(path, &f) < 0) goto fail;
+    for (i = 0; i < f.n_meta && strncmp(f.meta_keys[i], "fit.", 4) != 0; i++) {
+    }
+    if (i == f.n_meta) {
+        gdl__set_error("%s: cannot resume from %s: it holds no gdl_fit position (fit.* metadata); only checkpoints "
+                       "written by gdl_fit's checkpoint_every can be resumed from", op, path);
+        gdl_st_free(&f);
+        goto fail;
+    }
+    for (i = 0; i < f.n_meta; i++) { /* the shards and batch size, early stopping: absent from older checkpoints */
+        if (strcmp(f.meta_keys[i], "fit.replicas") == 0) nk = 12;
+        if (strcmp(f.meta_keys[i], "fit.es_wait") == 0) has_es = 1;
+    }
+    for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
+    if (rc == 0 && has_es && (gdl__meta_get(op, path, &f, "fit.es_best", &es[0]) < 0 ||
+                              gdl__meta_get(op, path, &f, "fit.best", &es[1]) < 0 ||
+                              gdl__meta_get(op, path, &f, "fit.es_wait", &es[2]) < 0))
+        rc = -1;
+    gdl_st_free(&f);
+    if (rc < 0) goto fail;
+    if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
+    /* integers in range before they are cast (a damaged file may hold anything, NaN included) */
+    for (i = 0; i < nk; i++)
+        if (i != 5 && i != 6 && !(v[i] >= -1 && v[i] <= 9e15 && v[i] == (double)(int64_t)v[i])) {
+            gdl__set_error("%s: %s: metadata '%s' is not a valid count: %g", op, path, keys[i], v[i]);
+            goto fail;
+        }
+    if (!(es[2] >= 0 && es[2] <= 1e9 && es[2] == (double)(int64_t)es[2])) {
+        gdl__set_error("%s: %s: metadata 'fit.es_wait' is not a valid count: %g", op, path, es[2]);
+        goto fail;
+    }
+    if (!(v[5] == v[5] && v[6] >= 0)) {
+        gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
+        goto fail;
+    }
+    if (v[0] < 1 || v[0] > epochs || v[1] < 0 || v[1] > v[3] || v[2] < 0 || v[7] < 0 || v[8] < 0 || v[9] < 0 ||
+        v[10] < 1 || v[11] < 1) {
+        gdl__set_error("%s: cannot resume from %s: it was taken at epoch %.0f, batch %.0f of %.0f; this run has %d "
+                       "epochs", op, path, v[0], v[1], v[3], epochs);
+        goto fail;
+    }
+    fs->batch = (int64_t)v[1];
+    if ((int64_t)v[10] == W && (int64_t)v[11] == B) {
+        if ((int64_t)v[3] != num_batches) {
+            gdl__set_error("%s: cannot resume from %s: it was taken at epoch %.0f, batch %.0f of a loader with %.0f "
+                           "batches per epoch; this run's has %lld (another dataset?)", op, path, v[0], v[1], v[3],
+                           (long long)num_batches);
+            goto fail;
+        }
+    } else if ((int64_t)v[1] == (int64_t)v[3]) { /* taken at the end of an epoch */
+        fs->batch = num_batches;
+    } else { /* the same samples done: the sampler re-shards the epoch for this run's world size */
+        int64_t done = (int64_t)v[1] * (int64_t)v[10] * (int64_t)v[11];
+        if (done % (W * B) != 0 || done / (W * B) > num_batches) {
+            gdl__set_error("%s: cannot resume from %s: it was taken in epoch %.0f after %lld samples (batch %.0f of "
+                           "batch size %.0f on %.0f ranks); with batch size %lld on %lld ranks (%lld samples a step) "
+                           "that is not a whole number of batches: resume from a checkpoint at an epoch's end, or "
+                           "keep the samples per step", op, path, v[0], (long long)done, v[1], v[11], v[10],
+                           (long long)B, (long long)W, (long long)(W * B));
+            goto fail;
+        }
+        fs->batch = done / (W * B);
+    }
+    fs->epoch = (int64_t)v[0];
+    fs->loader_epoch = (int64_t)v[2];
+    fs->num_batches = num_batches;
+    fs->val_epoch = (int64_t)v[4];
+    fs->loss_sum = v[5]; /* printed with %.17g: exact */
+    fs->seconds = v[6];
+    fs->samples = (int64_t)v[7];
+    fs->correct = (int64_t)v[8];
+    fs->counted = (int64_t)v[9];
+    fs->replicas = W;
+    fs->batch_size = B;
+    fs->es_best = es[0], fs->best = es[1], fs->es_wait = (int64_t)es[2];
+    return gdl__checkpoint_load(path, m, opt, sched, NULL, ddp);
+fail:
+    if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);
+    return -1;
+}
+
+/* ddp: every rank loads, or none: the ranks agree once everything is checked, before anything changes
+   (*agreed says it was done) */
+static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                 int64_t *epoch, int ddp, int *agreed) {
+    const char *op = "gdl_load_checkpoint";
+    gdl_st_file f;
+    gdl__ckpt *c;
+    void **bufs = NULL;
+    double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3], nav = 0;
+    uint64_t seed = 0, counter = 0;
+    int g, ng = 0, rc = -1, has_scaler = 0;
+    if (!m || !path) {
+        gdl__null_arg(op, !m ? "module" : "path");
+        return -1;
+    }
+    if (!(c = gdl__ckpt_collect(op, m, opt, 1))) return -1;
+    if (gdl_st_read(path, &f) < 0) {
+        gdl__ckpt_free(c);
+        return -1;
+    }
+    /* read and check everything before changing anything */
+    if (gdl__meta_get(op, path, &f, "epoch", &ep) < 0 || gdl__meta_get_u64(op, path, &f, "rng.seed", &seed) < 0 ||
+        gdl__meta_get_u64(op, path, &f, "rng.counter", &counter) < 0)
+        goto done;
+    if (opt) {
+        ng = gdl_optim_num_groups(opt);
+        if (gdl__meta_get(op, path, &f, "optim.step", &step) < 0 || gdl__meta_get(op, path, &f, "optim.groups", &groups) < 0)
+            goto done;
+        if ((int)groups != ng || ng > 32) {
+            gdl__set_error("%s: %s: the file has %d parameter groups, the optimizer %d", op, path, (int)groups, ng);
+            goto done;
+        }
+        for (g = 0; g < ng; g++) {
+            char k[48];
+            snprintf(k, sizeof k, "optim.lr.%d", g);
+            if (gdl__meta_get(op, path, &f, k, &lr[g]) < 0) goto done;
+            snprintf(k, sizeof k, "optim.momentum.%d", g);
+            if (gdl__meta_get(op, path, &f, k, &mom[g]) < 0) goto done;
+        }
+    }
+    if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
+    if (opt && opt->ema && gdl__meta_get(op, path, &f, "ema.n_averaged", &nav) < 0) goto done;
+    if (opt && opt->ema && !(nav >= 0 && nav <= step && nav == (double)(int64_t)nav)) {
+        gdl__set_error("%s: %s: ema.n_averaged %g is not a count within the optimizer's %g steps", op, path, nav, step);
+        goto done;
+    }
+    if (opt && opt->scaler) { /* older checkpoints and runs without a scaler have none: the scaler is left as is */
+        for (g = 0; g < f.n_meta && strcmp(f.meta_keys[g], "scaler.scale") != 0; g++) {
+        }
+        has_scaler = g < f.n_meta;
+        if (has_scaler && (gdl__meta_get(op, path, &f, "scaler.scale", &sc_scale) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.growth_tracker", &sc_tracker) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.growth_factor", &sc_opt[0]) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.backoff_factor", &sc_opt[1]) < 0 ||
+                           gdl__meta_get(op, path, &f, "scaler.growth_interval", &sc_opt[2]) < 0))
+            goto done;
+        if (has_scaler && (!(sc_scale > 0) || (float)sc_scale - (float)sc_scale != 0 || !(sc_tracker >= 0) ||
+                           sc_tracker > INT32_MAX || sc_tracker != (double)(int64_t)sc_tracker ||
+                           !(sc_opt[0] > 1) || sc_opt[0] - sc_opt[0] != 0 || !(sc_opt[1] > 0 && sc_opt[1] < 1) ||
+                           !(sc_opt[2] >= 1 && sc_opt[2] <= INT32_MAX) || sc_opt[2] != (double)(int64_t)sc_opt[2])) {
+            gdl__set_error("%s: %s: the scaler's state is out of range (scale %g, growth_tracker %g, growth_factor %g, "
+                           "backoff_factor %g, growth_interval %g)", op, path, sc_scale, sc_tracker, sc_opt[0],
+                           sc_opt[1], sc_opt[2]);
+            goto done;
+        }
+    }
+    if (opt) {
+        if (!(step >= 0)) {
+            gdl__set_error("%s: %s: optimizer step %g is negative", op, path, step);
+            goto done;
+        }
+        for (g = 0; g < ng; g++)
+            if (!(lr[g] >= 0) || !(mom[g] >= 0 && mom[g] < 1)) {
+                gdl__set_error("%s: %s: group %d has lr %g or momentum %g out of range", op, path, g, lr[g], mom[g]);
+                goto done;
+            }
+    }
+    if (!(bufs = gdl__alloc_bufs(op, c->n)) || gdl__ckpt_check(op, path, c, &f, bufs) < 0) goto done;
+    if (ddp) {
+        *agreed = 1;
+        if (gdl__dist_agree("gdl_fit", "loading the checkpoint to resume from", 1) < 0) goto done;
+    }
+    /* apply: the scheduler first, since it may refuse the position (OneCycle past its total
+       steps); it changes only the learning rates, which are set again below */
+    if (sched) {
+        int64_t before = gdl_scheduler_get_last_epoch(sched);
+        if (gdl_scheduler_set_last_epoch(sched, (int64_t)last) < 0) {
             char why[sizeof gdl__err];
             memcpy(why, gdl__err, sizeof why);
-            gdl__set_error("%s: cuda:%d: no PCI bus id to find it by in NVML: %s", fn, index, why);
-            return -1;
+            gdl_scheduler_set_last_epoch(sched, before);
+            gdl__set_error("%s: %s: %s", op, path, why);
+            goto done;
         }
-        if ((rc = gdl__nvml.handle_pci(bus, &d)) != 0) {
-            gdl__set_error("%s: cuda:%d (PCI %s): NVML does not list it: %s", fn, index, bus, gdl__nvml.errstr(rc));
-            return -1;
+    }
+    if (gdl__ckpt_apply(op, c, bufs) < 0) goto done;
+    if (opt && opt->master != GDL_F32 && gdl__opt_round_params(op, opt) < 0) goto done; /* from the masters loaded */
+    if (opt) {
+        gdl_optim_set_step(opt, (int64_t)step);
+        if (opt->ema) opt->ema->step0 = (int64_t)step - (int64_t)nav;
+        for (g = 0; g < ng; g++) { /* in range: checked above */
+            gdl_optim_set_lr(opt, g, lr[g]);
+            gdl_optim_set_momentum(opt, g, mom[g]);
         }
-    } else if (index < 0 || index >= n) {
-        gdl__set_error("%s: no GPU %d (NVML sees %d)", fn, index, n);
-        return -1;
-    } else if ((rc = gdl__nvml.handle((unsigned)index, &d)) != 0) {
-        gdl__set_error("%s: GPU %d: %s", fn, index, gdl__nvml.errstr(rc));
+        if (has_scaler) { /* as GradScaler.load_state_dict: the factors and interval too */
+            if (gdl_grad_scaler_set_state(opt->scaler, sc_scale, (int64_t)sc_tracker) < 0) goto done;
+            opt->scaler->o.growth_factor = sc_opt[0];
+            opt->scaler->o.backoff_factor = sc_opt[1];
+            opt->scaler->o.growth_interval = (int)sc_opt[2];
+        }
+    }
+    gdl_rng_set_state(seed, counter);
+    if (epoch) *epoch = (int64_t)ep;
+    rc = 0;
+done:
+    gdl__free_bufs(bufs, c->n);
+    gdl__ckpt_free(c);
+    gdl_st_free(&f);
+    return rc;
+}
+
+static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                int64_t *epoch, int ddp) {
+    int agreed = 0, rc = gdl__checkpoint_load_(path, m, opt, sched, epoch, ddp, &agreed);
+    if (ddp && !agreed) gdl__dist_agree("gdl_fit", "loading the checkpoint to resume from", 0);
+    return rc;
+}
+
+GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
+                                  int64_t *epoch) {
+    return gdl__checkpoint_load(path, m, opt, sched, epoch, 0);
+}
+
+/* ---------------------------------------------------------------------------
+   src/train/graph.h   gdl_graph_capture / replay: the backend records the
+   compute stream; here are the warm-up, the arena resets and the errors.
+   ------------------------------------------------------------------------- */
+
+struct gdl_graph {
+    gdl_device dev;
+    const gdl_backend *be;
+    int (*step)(void *ctx);
+    void *ctx;
+    void *exec; /* the backend's graph; NULL on the CPU, where a replay calls the step */
+};
+
+GPUDL_API int gdl_graph_is_capturing(void) { return gdl__capturing; }
+
+/* Records step (run before, so that its memory exists) into a graph; on the
+   CPU only keeps it. NULL + error naming op. */
+static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(void *ctx), void *ctx) {
+    gdl_graph *g;
+    int rc;
+    if (gdl__capturing) {
+        gdl__set_error("%s: already capturing a step (graphs do not nest)", op);
+        return NULL;
+    }
+    if (!(g = (gdl_graph *)GPUDL_MALLOC(sizeof *g))) {
+        gdl__set_error("%s: out of host memory", op);
+        return NULL;
+    }
+    memset(g, 0, sizeof *g);
+    g->dev = dev;
+    g->step = step;
+    g->ctx = ctx;
+    if (!(g->be = gdl__be_lookup(op, dev))) goto fail;
+    if (dev.type == GDL_DEVICE_CPU) return g;
+    gdl_arena_reset();
+    if (g->be->graph_begin() < 0) goto fail;
+    gdl__capturing = 1;
+    rc = step(ctx);
+    gdl__capturing = 0;
+    if (rc < 0) {
+        /* keep the step's error: ending the capture adds CUDA's own (invalidated) */
+        char why[sizeof gdl__err];
+        snprintf(why, sizeof why, "%s", gdl_last_error());
+        g->be->graph_end(&g->exec);
+        gdl__set_error("%s: the step cannot be captured on %s: %s (MANUAL src/api/graph.h: no host reads, new "
+                       "tensors or dropout inside a captured step)",
+                       op, gdl_device_str(dev), why);
+        goto fail;
+    }
+    if (g->be->graph_end(&g->exec) < 0) {
+        gdl__set_error("%s: capturing the step on %s failed: %s", op, gdl_device_str(dev), gdl_last_error());
+        goto fail;
+    }
+    return g;
+fail:
+    gdl__capturing = 0;
+    gdl_graph_free(g);
+    return NULL;
+}
+
+GPUDL_API gdl_graph *gdl_graph_capture(gdl_device dev, int (*step)(void *ctx), void *ctx) {
+    const char *op = "gdl_graph_capture";
+    if (!step) {
+        gdl__null_arg(op, "step");
+        return NULL;
+    }
+    if (gdl__capturing) {
+        gdl__set_error("%s: already capturing a step (graphs do not nest)", op);
+        return NULL;
+    }
+    if (!gdl__be_lookup(op, dev)) return NULL;
+    /* the warm-up: a real step, which makes everything the recorded one will use */
+    gdl_arena_reset();
+    if (step(ctx) < 0) {
+        gdl__set_error("%s: the warm-up step failed: %s", op, gdl_last_error());
+        return NULL;
+    }
+    return gdl__graph_record(op, dev, step, ctx);
+}
+
+GPUDL_API int gdl_graph_replay(gdl_graph *g) {
+    if (!g) {
+        gdl__null_arg("gdl_graph_replay", "g");
         return -1;
     }
-    if ((rc = gdl__nvml.mem(d, &m)) != 0) {
-        gdl__set_error("%s: GPU %d: %s", fn, index, gdl__nvml.errstr(rc));
-        return -1;
+    if (!g->exec) { /* the CPU: the step again, on a fresh arena as at capture */
+        gdl_arena_reset();
+        return g->step(g->ctx);
     }
-    memset(s, 0, sizeof *s);
-    s->memory_used = (size_t)m.used;
-    s->memory_total = (size_t)m.total;
-    if (gdl__nvml.name(d, s->name, sizeof s->name) != 0) snprintf(s->name, sizeof s->name, "GPU %d", index);
-    s->name[sizeof s->name - 1] = 0;
-    /* what a GPU does not report (3: not supported) is left unknown, not an error */
-    if (gdl__nvml.util(d, &u) == 0) {
-        s->utilization = (int)u.gpu;
-        s->memory_utilization = (int)u.memory;
-    } else {
-        s->utilization = s->memory_utilization = -1;
+    if (!gdl__be_lookup("gdl_graph_replay", g->dev)) return -1; /* makes the graph's device current */
+    {
+        int span = gdl__prof_on ? gdl__prof_push("gdl_graph_replay", g->dev) : 0, rc;
+        rc = g->be->graph_launch(g->exec);
+        gdl__prof_pop(span, rc == 0);
+        return rc;
     }
-    s->temperature = gdl__nvml.temp(d, 0 /* NVML_TEMPERATURE_GPU */, &v) == 0 ? (int)v : -1;
-    s->power = gdl__nvml.power(d, &v) == 0 ? v / 1000.0 : NAN;
-    s->power_limit = gdl__nvml.limit(d, &v) == 0 ? v / 1000.0 : NAN;
-    s->sm_clock = gdl__nvml.clock(d, 1 /* NVML_CLOCK_SM */, &v) == 0 ? (int)v : -1;
-    s->memory_clock = gdl__nvml.clock(d, 2 /* NVML_CLOCK_MEM */, &v) == 0 ? (int)v : -1;
-    return 0;
 }
-#else
-GPUDL_API int gdl_gpu_count(void) {
-    gdl__set_error("gdl_gpu_count: GPU monitoring is not compiled in: build with -DGPUDL_CUDA or -DGPUDL_NVML");
-    return -1;
+
+GPUDL_API void gdl_graph_free(gdl_graph *g) {
+    if (!g) return;
+    if (g->exec && gdl__be_lookup("gdl_graph_free", g->dev)) g->be->graph_destroy(g->exec);
+    GPUDL_FREE(g);
 }
-GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
-    (void)index;
-    (void)s;
-    gdl__set_error("gdl_gpu_stats: GPU monitoring is not compiled in: build with -DGPUDL_CUDA or -DGPUDL_NVML");
-    return -1;
-}
-#endif
 
 #endif /* GPUDL_IMPLEMENTATION_DONE */
 #endif /* GPUDL_IMPLEMENTATION */

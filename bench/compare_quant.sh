@@ -1,6 +1,6 @@
 #!/bin/sh
 # compare_quant.sh — the dynamic-quantized MLP's inference, gpudl against PyTorch's quantize_dynamic
-# (issue 28's target: ours <= 1.0x PyTorch's time on the same thread count), side by side: REPEATS rounds,
+# (the target: ours <= 1.0x PyTorch's time on the same thread count), side by side: REPEATS rounds,
 # each running bench/quant.c's `mlp` mode and then bench/pytorch/quant_mlp.py on the same batch sizes
 # (interleaved, so both see the same load); prints each round's figures and, per batch size, the median
 # of our int8 time over PyTorch's int8 time, and of f32 over f32 for reference.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# compare_recipes.sh — issue 31's recipes, gpudl against PyTorch on the CPU (or
+# compare_recipes.sh — the training recipes, gpudl against PyTorch on the CPU (or
 # a GPU), side by side on this machine: builds build/recipes, puts torch and
 # numpy into a virtual environment if they are missing (as compare_cpu.sh),
 # then for each net runs bench/recipes.c and bench/pytorch/recipes.py, the same
@@ -15,7 +15,7 @@
 #   LOGDIR=DIR   keep each run's whole output (its per-epoch lines) as DIR/SIDE-NET-seedS.log
 #
 # Full runs are long on a CPU: 30 epochs each, 3 seeds, both sides (see
-# bench/RESULTS.md, "Recipes (issue 31)"). DEVICE=cuda builds and runs
+# bench/RESULTS.md, "Recipes"). DEVICE=cuda builds and runs
 # build/cuda_recipes and PyTorch on the GPU (a CUDA build of torch needed).
 # PyTorch runs with OMP_WAIT_POLICY=passive (libgomp otherwise spins).
 set -e

@@ -1,4 +1,4 @@
-/* fmnist92.c — issue 10's end-to-end target: Fashion-MNIST to >= 92 % test
+/* fmnist92.c — the end-to-end target: Fashion-MNIST to >= 92 % test
    accuracy, timed from the program's start (reading the gzipped IDX files,
    making the device, the loader's workers, every epoch and its test pass).
    bench/pytorch/fmnist92.py is PyTorch's side, with the same net and recipe:

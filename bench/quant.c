@@ -1,4 +1,4 @@
-/* quant.c — the int8 Linear against our f32 Linear on the CPU (issue 28's
+/* quant.c — the int8 Linear against our f32 Linear on the CPU (the
    target: K and N >= 256 at batch >= 32, int8 at most 0.6x the f32 time),
    side by side in one run: for each shape, REPS rounds of timed stretches
    (interleaved: each round times every variant in turn, so that they see the
@@ -20,7 +20,7 @@
    bench/compare_quant.sh runs it beside PyTorch's quantize_dynamic model
    (bench/pytorch/quant_mlp.py), interleaved. `build/bench_quant mlp --device
    cuda BATCH...` (a CUDA build: make build/cuda_bench_quant) times the same two
-   models on the GPU (issue 28: int8 not slower than f32 at batch 1024). */
+   models on the GPU (the aim: int8 not slower than f32 at batch 1024). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 

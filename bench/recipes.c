@@ -1,4 +1,4 @@
-/* recipes.c — issue 31's training recipes on Fashion-MNIST, timed end to end: --net mlp, cnn, resnet or resnet10
+/* recipes.c — the training recipes on Fashion-MNIST, timed end to end: --net mlp, cnn, resnet or resnet10
    (the nets and recipes of examples/recipe.h: augmentation, label smoothing, AdamW or SGD nesterov with
    warm-up + cosine, no decay on biases and norm weights, weight EMA, flip-averaged test passes). The test
    set is evaluated after each epoch (EMA weights); the clock runs from the program's start (reading the
@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
     if (!r) r = ex_recipe_find("cnn"); /* --help's defaults; a run needs --net (below) */
     a = ex_defaults(r->epochs, EX_RECIPE_BATCH);
     parsed = ex_parse(&a, nrest, rest, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_SUBSET | EX_PROFILE,
-                      "Fashion-MNIST with issue 31's recipes, timed end to end: --net mlp|cnn|resnet|resnet10 (needed), "
+                      "Fashion-MNIST with the training recipes, timed end to end: --net mlp|cnn|resnet|resnet10 (needed), "
                       "--target PERCENT (default 89.5, 93.5, 94.5), --ema-decay D (default 0.999, 0: off), "
                       "--eager (no CUDA graphs).");
     if (parsed) return parsed == 1 ? 0 : 2;

@@ -1,4 +1,4 @@
-# tests/cpu_paths.mk — every CPU code path of gpudl.h built and run (issue 17).
+# tests/cpu_paths.mk — every CPU code path of gpudl.h built and run.
 # Included by the top-level Makefile; uses its B, CC, STD, WARN, ZFLAGS,
 # LIBS, NVCC and HDR, and tests/gpudl_impl.c.
 #

@@ -685,7 +685,7 @@ TEST dtype_native_cnn(void *arg) {
     ASSERT_EQ(0, gdl_backward_grad(root, one));
     gdl_free(one);
     af = (double)dtype_arena_used(r->dev);
-    /* On the CPU the f32 convolutions keep no columns (the implicit GEMM, issue 26), the native bf16/f16
+    /* On the CPU the f32 convolutions keep no columns (the implicit GEMM), the native bf16/f16
        one still keeps its columns in dt: the f32 side is counted with those of the root convolution
        (out's size, as its im2col kept them), and a convolution case's own arena is not compared there
        (until the low dtypes get the implicit GEMM too). */

@@ -1,6 +1,6 @@
 # tests/launch.mk — make fragment (included by the top-level Makefile): the
 # real build's kernels held against the launches the GPU suite makes
-# (issue 25; tests/launch_limits.sh says what is checked).
+# (tests/launch_limits.sh says what is checked).
 #
 #   make test-launch-limits   the script's self-test on a written report;
 #                   then, with nvcc, the planted kernels (tests/launch_planted.cu,

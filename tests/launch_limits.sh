@@ -1,6 +1,6 @@
 #!/bin/sh
 # launch_limits.sh — holds the real build's kernels against the launches the
-# GPU suite makes (issue 25). ptxas's resource report of gpudl_cuda.cu (nvcc
+# GPU suite makes. ptxas's resource report of gpudl_cuda.cu (nvcc
 # --resource-usage, written by make's own compiles of gpudl_cuda.o: sm_80 and
 # sm_90 in $(B), sm_87 in the Jetson build) gives each kernel's registers,
 # spill stores, static shared memory and stack; the emulator's launch log

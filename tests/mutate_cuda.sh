@@ -1,5 +1,5 @@
 #!/bin/sh
-# mutate_cuda.sh — the GPU suite's mutation check (issue 8). Plants typical
+# mutate_cuda.sh — the GPU suite's mutation check. Plants typical
 # kernel bugs into gpudl_cuda.cu one at a time in a scratch copy of the
 # repository (the working tree is never touched), builds the suite against
 # the CUDA-on-CPU emulator there with the fragment's own rules
@@ -190,7 +190,7 @@ M = [
 ("lt_relu_without_bias", "cuBLASLt's ReLU epilogue without the bias",
  "    if (act == GDL_UN_RELU) epi = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;",
  "    if (act == GDL_UN_RELU) epi = CUBLASLT_EPILOGUE_RELU;"),
-# issue 25: bugs for the emulator's racecheck and initcheck (the "checks" run)
+# bugs for the emulator's racecheck and initcheck (the "checks" run)
 ("argmax_no_barrier_before_reuse", "missing __syncthreads before the block argmax refills its shared buffers (a second call overwrites them while a slow warp still reads; needs a block that loops over rows: GPUDL_CUDA_MAX_GRID)",
  "    }\n    __syncthreads();\n    if (lane == 0) { sv[wid] = v; sk[wid] = k; }",
  "    }\n    if (lane == 0) { sv[wid] = v; sk[wid] = k; }"),
@@ -203,7 +203,7 @@ M = [
 ("softmax_strided_reads_one_past", "the max of a strided softmax reads one element past its row (lse does not depend on it, the read is still wrong; past the tensor, into bytes the caching allocator's earlier tenant wrote)",
  "        for (int64_t k = 0; k < n; k++) mx = fmaxf(mx, p[k * inner]);",
  "        for (int64_t k = 0; k <= n; k++) mx = fmaxf(mx, p[k * inner]);"),
-# issue 25: the libraries' workspaces under graph capture
+# the libraries' workspaces under graph capture
 ("blas_stream_after_workspace", "cublasSetStream after cublasSetWorkspace: it resets the handle to cuBLAS's default workspace pool, which allocates inside a graph capture",
  "            if (st2 == CUBLAS_STATUS_SUCCESS) st2 = cublasSetStream(h, st);\n            if (st2 == CUBLAS_STATUS_SUCCESS) st2 = cublasSetWorkspace(h, ws, wsb);",
  "            if (st2 == CUBLAS_STATUS_SUCCESS) st2 = cublasSetWorkspace(h, ws, wsb);\n            if (st2 == CUBLAS_STATUS_SUCCESS) st2 = cublasSetStream(h, st);"),

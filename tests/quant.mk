@@ -1,4 +1,4 @@
-# tests/quant.mk — INT8 quantization (issue 28): make fragment, included by
+# tests/quant.mk — INT8 quantization: make fragment, included by
 # the top-level Makefile; uses its B, CC, VARIANT_*, SET_std, API_ONLY, LIBS,
 # HDR, and tests/cpu_paths.mk's CPUP_* and A64 variables.
 #

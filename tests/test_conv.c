@@ -1,4 +1,4 @@
-/* test_conv.c — the CPU convolution's two paths (issue 26): the implicit
+/* test_conv.c — the CPU convolution's two paths: the implicit
    GEMM (the columns gathered by the GEMM's packing, bias and activation in
    its epilogue, the input gradient a sample at a time) against im2col +
    GEMM + col2im, bit for bit, forward and both gradients, over strides,

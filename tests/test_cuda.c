@@ -3855,7 +3855,7 @@ SUITE(monitor) {
     RUN_GPU(cuda_profile);
 }
 
-/* ---- INT8 (issue 28): the int8 kernels of gpudl_cuda.cu against host integer references, quantized
+/* ---- INT8: the int8 kernels of gpudl_cuda.cu against host integer references, quantized
    models on the GPU against the CPU ---- */
 
 /* the int8 GEMM C = A W^T of the CUDA backend's entries (a cuBLAS shape, or the fallback's) against an int64

@@ -931,7 +931,7 @@ TEST preempt_one_process(void) {
     PASS();
 }
 
-/* Issue 29: "a second signal during the save must not corrupt the checkpoint". A wide model (hidden
+/* A second signal during the save must not corrupt the checkpoint. A wide model (hidden
    10000: a checkpoint of 1.2 MB, the weights and Adam's two moments) makes the save last milliseconds,
    so that the storm's signals land inside its writes, fsync and rename, each of them counted
    (storm_in_save): gdl_fit still stops with GDL_FIT_PREEMPTED at the signalled step, the checkpoint

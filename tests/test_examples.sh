@@ -35,7 +35,7 @@ for e in mnist_mlp cnn keras_style; do
     expect 1 "not found in $t/none2 (from GPUDL_DATA).*make data" env GPUDL_DATA="$t/none2" "$b/$e" --epochs 1
 done
 expect 0 "^usage: " "$b/linear_regression" --help
-# resnet (issue 31): its flags, the subsets (--train-subset, --test-subset) among them
+# resnet: its flags, the subsets (--train-subset, --test-subset) among them
 expect 0 "^  --train-subset N " "$b/resnet" --help
 expect 2 "\-\-train-subset '0': expected a whole number" "$b/resnet" --train-subset 0
 expect 2 "\-\-test-subset 'x': expected a whole number" "$b/resnet" --test-subset x
@@ -62,7 +62,7 @@ gpt_agree() {
           for (i = 1; i <= m; i++) if (x[i] != y[i] && (x[i] - y[i] > tol || y[i] - x[i] > tol)) bad = 1 }
         END { if (bad || n != 9) { print "the two runs differ:"; exit 1 } print n " lines agree" }' "$2" "$3"
 }
-# char_gpt (issue 27): its own options checked as strictly, then a tiny GPT (2 layers, width 64, context 32)
+# char_gpt: its own options checked as strictly, then a tiny GPT (2 layers, width 64, context 32)
 # trained for 300 steps on the English fortunes on 2 threads (the fortunes fetched first when missing:
 # tools/fetch_data.sh text, as `make data-text`; 13 to 17 s on the loaded 2-core development VM): its
 # validation loss must end well under ln(V) (~4.7, a uniform guess) and under the characters' unigram
@@ -145,7 +145,7 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "^gdl_step  *cpu  *938 " cat "$t/profile"
     expect 0 "^allocation requests  *[0-9]" cat "$t/profile"
     expect 0 "test accuracy [0-9]" env GPUDL_DATA=/usr/share/datasets/fashion-mnist "$b/mnist_mlp" --epochs 1 --csv "$t/3.csv"
-    # mixed precision (issue 10): the main job with bf16 autocast ends within 0.5 points of f32's test
+    # mixed precision: the main job with bf16 autocast ends within 0.5 points of f32's test
     # accuracy (5 epochs, seed 0; about 13 s for both on the development VM)
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --device cpu --seed 0 --csv "$t/5.csv"
     cp "$t/out" "$t/f32"
@@ -157,7 +157,7 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
         d = a - b; if (d < 0) d = -d
         if (a > 80 && b > 80 && d <= 0.5) { printf "bf16 %s%% within 0.5 points of f32 %s%%\n", b, a; exit 0 }
         printf "bf16 %s%% against f32 %s%%\n", b, a; exit 1 }'
-    # --recipe, what make run trains (issue 31's MLP recipe): its hand-written loop does what gdl_fit does with
+    # --recipe, what make run trains (the MLP recipe): its hand-written loop does what gdl_fit does with
     # the recipe in bench/recipes.c, the same training loss and test accuracy after an epoch (seed 2: 0.9375,
     # 85.59 %); the epoch's loss well below ln 10 = 2.30 and the accuracy far above chance
     expect 0 "^  --recipe  .*its defaults: 12 epochs, batch 128" "$b/mnist_mlp" --help
@@ -170,7 +170,7 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
         NR != FNR && /^epoch 1:/ { m = $5; b = $8; sub(/,/, "", m) }
         END { if (l != "" && l == m && a == b && l + 0 < 1.1 && a + 0 > 80) { print "the same epoch:", l, a; exit 0 }
               print "mnist_mlp --recipe", l, a, "against recipes", m, b; exit 1 }' "$t/recipe" "$t/recipes"
-    # resnet (issue 31, the resnet10 net): 2 epochs of its recipe on 512 images, batch 32 (about 7 s an
+    # resnet (the resnet10 net): 2 epochs of its recipe on 512 images, batch 32 (about 7 s an
     # epoch on 2 loaded cores): the training loss falls from ln 10 = 2.30 to below 1.75 (1.42 to 1.60 for
     # seeds 0, 1, 2)
     expect 0 "test accuracy [0-9.]*% (EMA weights" "$b/resnet" --device cpu --epochs 2 --train-subset 512 \
@@ -178,7 +178,7 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "loss fell" awk -F, 'NR == 2 { a = $2 } NR == 3 { b = $2 }
         END { if (NR == 3 && b < 1.75 && b < a) { print "loss fell:", a, b; exit 0 } print "losses", a, b; exit 1 }' "$t/r.csv"
     expect 1 "out of range for a dataset of 60000" "$b/resnet" --train-subset 60001 --epochs 1
-    # quantize (issue 28): --net, and the CNN's static PTQ on a subset (1 epoch on 2,000 images, the last
+    # quantize: --net, and the CNN's static PTQ on a subset (1 epoch on 2,000 images, the last
     # epoch QAT's; 1,000 test images; about 12 s of CPU, 36 s on the loaded 2-core VM), run in $t (it writes
     # its files): the f32 CNN well above chance (74 % at seed 0), static int8 within 3 points of it (0 apart
     # at seed 0; the full run's figures: bench/RESULTS.md)
@@ -192,7 +192,7 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
 else
     skip=$((skip + 3)); echo "  SKIP the training runs: Fashion-MNIST is not installed (sh tools/deps.sh test installs it)"
 fi
-# text_classify (issue 27): language identification on Debian's fortunes, fetched when missing (a failure,
+# text_classify: language identification on Debian's fortunes, fetched when missing (a failure,
 # not a skip, when they cannot be); each model on a subset (800 texts, 32 characters, 2 epochs: about 5 s
 # each on 2 busy cores) must learn: held-out accuracy at least 50 % (chance is 1/6) and a falling loss
 expect 0 "" sh tools/fetch_data.sh text

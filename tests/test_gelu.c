@@ -1,4 +1,4 @@
-/* test_gelu.c — the f32 build's exact GELU and its derivative (issue 27) on
+/* test_gelu.c — the f32 build's exact GELU and its derivative on
    the CPU path this build selects (AVX-512, AVX2, NEON or portable C):
    against double erfc over a sweep of every 997th float bit pattern (all
    exponents and signs, mantissas spread), bit for bit against the scalar

@@ -21,7 +21,7 @@
 #             PyTorch's (bench/fmnist92.c; needs the data in ./data, carried),
 #             the character GPT's step time (examples/char_gpt.c), and its
 #             tokens/s in bf16 against its PyTorch twin (F.scaled_dot_product_attention,
-#             the same weights and batches; issue 27's GPU figure; needs
+#             the same weights and batches; the char_gpt GPU figure; needs
 #             the fortunes in ./data/fortunes, carried: `make data-text` puts
 #             them there where the Debian packages cannot be installed)
 #   nccl      NCCL's collectives and DDP of CUDA tensors, one rank per GPU
@@ -207,7 +207,7 @@ sanitize() {
 }
 bench() {
     need_build || return 1
-    # the dynamic int8 MLP against its f32 model (issue 28: not slower at batch 1024); "mlp BATCH f32_us int8_us"
+    # the dynamic int8 MLP against its f32 model (the aim: not slower at batch 1024); "mlp BATCH f32_us int8_us"
     echo "== bench_quant: the 784-256-128-10 MLP's inference, f32 and dynamic int8"
     if [ "$dry" = 1 ]; then "$(bin bench_quant)" mlp --device cuda 64 || return 1
     else "$(bin bench_quant)" mlp --device cuda 256 1024 4096 || return 1
@@ -255,7 +255,7 @@ char_gpt() { # OPTIONS: the character GPT on the GPU, when the fortunes are here
     echo "== char_gpt"
     "$(bin char_gpt)" --device cuda --data "$d" "$@"
 }
-# gpt_vs_torch OPTIONS: issue 27's GPU figure: the character GPT in bf16 (autocast), ours and PyTorch's twin
+# gpt_vs_torch OPTIONS: the char_gpt GPU figure: the character GPT in bf16 (autocast), ours and PyTorch's twin
 # (F.scaled_dot_product_attention) from the same initial weights on the same batches; the ratio of the
 # median step times is that of the tokens/s (the same batch and context). The dry run's twin runs on the
 # CPU where python3 has torch, so that the script is tested too.

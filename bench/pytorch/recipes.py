@@ -1,4 +1,4 @@
-"""recipes.py - PyTorch's side of bench/recipes.c: issue 31's recipes on
+"""recipes.py - PyTorch's side of bench/recipes.c: the training recipes on
 Fashion-MNIST, timed end to end (reading the gzipped IDX files included), with
 the same nets and recipes as examples/recipe.h (keep the two in step):
 

@@ -5,7 +5,7 @@ synchronised by loss.item() at the end of each repeat. Prints the same table
 
 Run: python3 bench/pytorch/train.py [net ...]   (mlp cnn fc10 fc50 wide air)
 
-A net name may carry a mode suffix (the baselines of issue 10):
+A net name may carry a mode suffix (the mixed-precision baselines):
   NET-amp    bf16 autocast (torch.autocast), and channels_last for the conv nets
   NET-graph  the whole step (forward, backward, optimizer) captured once with
              torch.cuda.graph and replayed (CUDA only; Adam with capturable=True)

@@ -1,5 +1,7 @@
-/* src/cpu/backend_table.h — the CPU backend's table (gdl__cpu_table), and the
-   entries a CPU has nothing for (timing events, graphs, collectives). */
+/* src/cpu/backend_table.h — the CPU backend's table (gdl__cpu_table), the
+   entries a CPU has nothing for (timing events, graphs, collectives), and
+   gdl_shutdown: here because it frees the kernels' caches (the GEMM's packing
+   buffers) with the arenas, and the layers below the kernels cannot see them. */
 
 /* The profiler's and the monitor's entries that a CPU has nothing for: its
    ops are timed with the host clock, it launches no kernels, it has no PCI
@@ -67,3 +69,19 @@ static void gdl__cpu_comm_destroy(void) {}
 static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CPU)};
 #undef GDL__BACKEND_INIT_CPU
 static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }
+
+/* Gives back what the library keeps between steps: the arenas' chunks, the
+   GEMM packing buffers and the CUDA allocator's cached blocks (gdl_fit's
+   out-of-memory retry; gdl_shutdown). Between steps only: temporaries die. */
+static void gdl__release_cached_memory(void) {
+    int i;
+    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
+    gdl__arena_release(&gdl__host_arena);
+    gdl__arena_release(&gdl__hdr_arena[0]);
+    gdl__arena_release(&gdl__hdr_arena[1]);
+    for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
+    gdl__tape = NULL;
+    gdl__gemm_release();
+    if (gdl_cuda_device_count() > 0) gdl__cuda_registry->release_cache();
+}
+GPUDL_API void gdl_shutdown(void) { gdl__release_cached_memory(); }

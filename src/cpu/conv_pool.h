@@ -98,10 +98,11 @@ static int gdl__conv_path = -1;
 /* Where the implicit GEMM pays (pass as conv_implicit's). Measured on the
    dev VM's Xeon, natively (AVX-512) and with the AVX2 kernel forced, 2
    threads: a conv2d_act (ReLU) forward and backward on batch 32-64, the two
-   paths interleaved, 7 pairs (bench/RESULTS.md). The forward took 0.1-0.95x
-   im2col's time on every shape tried (a 28x28 one-channel input 0.1x, 1x1
-   stride 2 0.3x, 2x2 images 0.93x): its im2col was a pass over memory as
-   large as the input times KH*KW, now never written. The weight gradient
+   paths interleaved, 7 pairs (2026-11-28; the table: git log -p
+   bench/RESULTS.md). The forward took 0.1-0.95x im2col's time on every
+   shape tried (a 28x28 one-channel input 0.1x, 1x1 stride 2 0.3x, 2x2
+   images 0.93x): its im2col was a pass over memory as large as the input
+   times KH*KW, now never written. The weight gradient
    0.6-1.0x. The input gradient 0.86-0.99x from 8x8 outputs up, a tie at 4x4,
    but 1.1-1.2x at 2x2: a sample's product is then a few columns wide and the
    sample-a-task loop costs more than the batch's buffer saves. So all but
@@ -193,7 +194,7 @@ static void gdl__conv_task(void *p, int t, int nt) {
    stores and the unused lanes outweigh the packing saved (a one-channel
    input's 9 rows stay with the implicit GEMM). Measured on the dev VM's
    Xeon (AVX-512), batch 128, 2 threads, the recipe CNN's 3x3 convolutions
-   (bench/RESULTS.md): 32->64 on 14x14, forward 6.5 -> 3.8 ms, backward
+   (2026-11-28, git log -p bench/RESULTS.md): 32->64 on 14x14, forward 6.5 -> 3.8 ms, backward
    12.6 -> 9.2 ms; 64->128 on 7x7, 6.3 -> 3.4 and 12.2 -> 7.4 ms. */
 static int gdl__dconv_pays(const gdl_conv_geom *g, int groups, int OC) {
     return g->C / groups * g->KH * g->KW >= 64 && OC / groups >= GDL__DCONV_OC / 2;

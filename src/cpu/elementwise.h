@@ -115,7 +115,7 @@ static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, 
 #define GDL__INV_SQRT_2 0.7071067811865476
 
 #ifndef GPUDL_DOUBLE
-/* Exact GELU in f32 without libm's double erf (issue 27: it was a fifth of
+/* Exact GELU in f32 without libm's double erf (libm's was a fifth of
    char_gpt's step). With Phi the normal CDF, a = |x| and T = 0.75:
      a <  T:  Phi(x) = 1/2 + x Q(x^2), GELU' = 1/2 + x S(x^2) (odd parts,
               minimax polynomials);

@@ -330,20 +330,3 @@ GPUDL_API int gdl_preempt_check(void) {
         return -1;
     return (int)v;
 }
-
-/* gdl_fit after an optimizer step, with opts.preempt: a signal caught on any rank (the ranks agree) stops
-   the run here, after a checkpoint of this step (unless checkpoint_every just wrote it). 0: go on; 1:
-   stopped, saved; -1 + error. */
-static int gdl__fit_preempt(gdl__fit_run *r) {
-    int sig = r->o.ddp ? gdl_preempt_check() : gdl_preempt_signal();
-    if (sig <= 0) return sig;
-    if (!(r->o.checkpoint_every > 0 && gdl_optim_get_step(r->opt) % r->o.checkpoint_every == 0) &&
-        gdl__fit_checkpoint(r) < 0)
-        return -1;
-    r->preempted = sig;
-    if (r->o.verbose)
-        fprintf(r->log, "%sgdl_fit: signal %d at epoch %d, batch %lld of %lld (step %lld): checkpoint saved to %s; "
-                "stopping (resume = 1 continues from it)\n", r->tty ? "\n" : "", sig, r->epoch, (long long)r->b,
-                (long long)r->nb, (long long)gdl_optim_get_step(r->opt), r->ckpath);
-    return 1;
-}

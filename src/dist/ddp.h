@@ -153,6 +153,7 @@ fail:
 GPUDL_API int gdl_ddp_num_buckets(const gdl_ddp *d) { return d ? d->nbuckets : 0; }
 GPUDL_API gdl_module *gdl_ddp_module(const gdl_ddp *d) { return d ? d->m : NULL; }
 
+/* v[0..n-1] summed (max: the largest) over every rank, within the timeout; as is in one process */
 static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int n, int max) {
 #ifdef GPUDL_MPI
     if (gdl__dist.init && gdl__dist.world > 1) {
@@ -198,6 +199,8 @@ static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int
     return 0;
 }
 
+/* every rank says whether its part (what) worked: 0 when all did. A rank that failed keeps its own
+   error; the others get one saying how many failed. */
 static int gdl__dist_agree(const char *op, const char *what, int ok) {
     double bad = ok ? 0 : 1;
     char keep[sizeof gdl__err];
@@ -215,14 +218,6 @@ static int gdl__dist_agree(const char *op, const char *what, int ok) {
     return 0;
 }
 
-static int gdl__dist_pass_sum(gdl__pass *p) {
-    double v[4];
-    v[0] = p->loss_sum, v[1] = (double)p->samples, v[2] = (double)p->correct, v[3] = (double)p->counted;
-    if (gdl__dist_reduce_f64("gdl_fit", "the all-reduce of the epoch's loss and accuracy sums", v, 4, 0) < 0)
-        return -1;
-    p->loss_sum = v[0], p->samples = (int64_t)v[1], p->correct = (int64_t)v[2], p->counted = (int64_t)v[3];
-    return 0;
-}
 GPUDL_API void gdl_ddp_set_no_sync(gdl_ddp *d, int on) {
     if (d) d->no_sync = on != 0;
 }

@@ -158,6 +158,13 @@ static void gdl__signal_ready(gdl_node *n) {
     }
 }
 
+/* a backward function's span name, "gdl_<op> backward", made once per op in the profiler's table */
+static const char *gdl__prof_bw_name(int op) {
+    char *b = gdl__prof.bw_names[op];
+    if (!b[0]) snprintf(b, sizeof gdl__prof.bw_names[op], "gdl_%s backward", gdl_op_name(op));
+    return b;
+}
+
 static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *seed) {
     gdl_node *n;
     const gdl_backend *be;

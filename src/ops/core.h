@@ -215,6 +215,19 @@ static int gdl__bw_cast(gdl_node *n, const gdl_backend *be) {
                         n->out->grad->dtype, x->numel);
 }
 
+GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {
+    if (!t) {
+        gdl__null_arg("gdl_to_dtype", "t");
+        return NULL;
+    }
+    if (gdl__stale("gdl_to_dtype", "t", t) < 0) return NULL;
+    if ((unsigned)dt >= GDL_DTYPE_COUNT) {
+        gdl__set_error("gdl_to_dtype: invalid dtype %d", (int)dt);
+        return NULL;
+    }
+    return gdl__finish("gdl_to_dtype", gdl__cast_t("gdl_to_dtype", t, dt));
+}
+
 /* ---- autocast (MANUAL: Mixed precision) ----
    The state is per host thread, as torch.autocast's: the dtype ops of class
    GDL_AUTOCAST_LOW run in (GDL_F32 = off, so the hooks' test is one compare

@@ -1,4 +1,5 @@
-/* src/ops/views.h — views: reshape, slices, detach; tensors that share storage. */
+/* src/ops/views.h — views: reshape, slices, detach; tensors that share storage;
+   gdl_to, the differentiable copy to another device. */
 
 /* ---- views ---- */
 
@@ -23,6 +24,31 @@ static int gdl__bw_view(gdl_node *n, const gdl_backend *be) {
         return gdl__acc_any("gdl_backward", be, x->device, (char *)x->grad->data + (size_t)n->i[0] * gdl_dtype_size(x->dtype),
                             x->dtype, n->out->grad->data, n->out->grad->dtype, n->out->numel);
     return gx ? be->copy2d(1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
+}
+
+/* a copy on another device; differentiable (its backward: gdl__bw_to, below) */
+GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev) {
+    gdl_tensor *r;
+    if (!t) {
+        gdl__null_arg("gdl_to", "t");
+        return NULL;
+    }
+    if (gdl__stale("gdl_to", "t", t) < 0) return NULL;
+    r = gdl__make("gdl_to", t->ndim, t->shape, t->dtype, dev, gdl__is_persistent(t), NULL);
+    if (!r) return NULL;
+    if (gdl_copy_(r, t) < 0) {
+        gdl_free(r);
+        return NULL;
+    }
+    r->name = t->name;
+    if (gdl__is_persistent(t)) {
+        r->requires_grad = t->requires_grad;
+    } else {
+        int err;
+        gdl__record("gdl_to", GDL_OP_TO, r, 1, &t, &err);
+        if (err) return NULL;
+    }
+    return r;
 }
 
 /* gdl_to: the gradient goes back to the source's device and adds there */

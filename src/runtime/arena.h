@@ -122,23 +122,6 @@ GPUDL_API size_t gdl_arena_reserved(void) {
     return s;
 }
 
-static void gdl__gemm_release(void);
-/* Gives back what the library keeps between steps: the arenas' chunks, the
-   GEMM packing buffers and the CUDA allocator's cached blocks (gdl_fit's
-   out-of-memory retry; gdl_shutdown). Between steps only: temporaries die. */
-static void gdl__release_cached_memory(void) {
-    int i;
-    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
-    gdl__arena_release(&gdl__host_arena);
-    gdl__arena_release(&gdl__hdr_arena[0]);
-    gdl__arena_release(&gdl__hdr_arena[1]);
-    for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
-    gdl__tape = NULL;
-    gdl__gemm_release();
-    if (gdl_cuda_device_count() > 0) gdl__cuda_registry->release_cache();
-}
-GPUDL_API void gdl_shutdown(void) { gdl__release_cached_memory(); }
-
 /* Temporary device memory for op scratch and outputs. */
 static void *gdl__scratch(const char *op, gdl_device dev, size_t bytes) {
     gdl__arena *a;

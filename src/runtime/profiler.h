@@ -4,7 +4,8 @@
    view — leaves its span open until the next one replaces it, uncounted).
    Explicit spans (backward functions, gdl_step, copies, loader waits) cover
    everything inside them. Each closed span is a record; gdl_profile_end
-   reads the GPU's events and sums the records per (name, device).
+   reads the GPU's events and sums the records per (name, device). The
+   clocks are here too: gdl_now (the wall clock) and the profiler's own.
    ------------------------------------------------------------------------- */
 typedef struct gdl__prof_rec {
     const char *name;
@@ -31,6 +32,9 @@ static struct {
     int nrows;
     char bw_names[GDL_OP_COUNT][48];   /* "gdl_<op> backward" */
 } gdl__prof;
+
+/* The wall clock in seconds (gdl_now: gdl_fit's times, timeouts, the profiler's fallback). */
+GPUDL_API double gdl_now(void) { return gdl__os_wall_seconds(); }
 
 /* The profiler's host clock in seconds: monotonic with nanoseconds where the platform offers it
    (gdl__os_monotonic_seconds), else gdl_now (microseconds). */
@@ -116,11 +120,6 @@ static void gdl__prof_pop(int opened, int ok) {
         gdl__prof_drop(&gdl__prof.cur, gdl__prof.cur_be);
         gdl__prof.cur.name = NULL;
     }
-}
-static const char *gdl__prof_bw_name(int op) {
-    char *b = gdl__prof.bw_names[op];
-    if (!b[0]) snprintf(b, sizeof gdl__prof.bw_names[op], "gdl_%s backward", gdl_op_name(op));
-    return b;
 }
 
 static void gdl__prof_free(void) {

@@ -46,10 +46,6 @@ static int gdl__stale(const char *op, const char *arg, const gdl_tensor *t) {
     return -1;
 }
 
-/* records an op on the autograd tape (src/ops/); gdl_to uses it */
-static struct gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int nin, gdl_tensor *const *in,
-                                    int *err);
-
 /* Validates and computes numel; 0 on success. */
 static int gdl__check_shape(const char *op, int ndim, const int64_t *shape, int64_t *numel) {
     int64_t n = 1;
@@ -414,30 +410,6 @@ GPUDL_API int gdl_copy_(gdl_tensor *dst, const gdl_tensor *src) {
     }
 }
 
-GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev) {
-    gdl_tensor *r;
-    if (!t) {
-        gdl__null_arg("gdl_to", "t");
-        return NULL;
-    }
-    if (gdl__stale("gdl_to", "t", t) < 0) return NULL;
-    r = gdl__make("gdl_to", t->ndim, t->shape, t->dtype, dev, gdl__is_persistent(t), NULL);
-    if (!r) return NULL;
-    if (gdl_copy_(r, t) < 0) {
-        gdl_free(r);
-        return NULL;
-    }
-    r->name = t->name;
-    if (gdl__is_persistent(t)) {
-        r->requires_grad = t->requires_grad;
-    } else {
-        int err;
-        gdl__record("gdl_to", GDL_OP_TO, r, 1, &t, &err);
-        if (err) return NULL;
-    }
-    return r;
-}
-
 GPUDL_API gdl_tensor *gdl_clone(const gdl_tensor *t) {
     gdl_tensor *r;
     if (!t) {
@@ -486,21 +458,6 @@ GPUDL_API int gdl_move_(gdl_tensor *t, gdl_device dev) {
         gdl_free(copy);
     }
     return 0;
-}
-
-static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt); /* src/ops/ */
-static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out);
-GPUDL_API gdl_tensor *gdl_to_dtype(gdl_tensor *t, gdl_dtype dt) {
-    if (!t) {
-        gdl__null_arg("gdl_to_dtype", "t");
-        return NULL;
-    }
-    if (gdl__stale("gdl_to_dtype", "t", t) < 0) return NULL;
-    if ((unsigned)dt >= GDL_DTYPE_COUNT) {
-        gdl__set_error("gdl_to_dtype: invalid dtype %d", (int)dt);
-        return NULL;
-    }
-    return gdl__finish("gdl_to_dtype", gdl__cast_t("gdl_to_dtype", t, dt));
 }
 
 /* A host read of a GPU tensor cannot be part of a CUDA graph (it would wait

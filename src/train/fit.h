@@ -1,8 +1,6 @@
 /* ---------------------------------------------------------------------------
    src/train/fit.h   fit / evaluate with progress output, and gdl_fit's CUDA graphs.
    ------------------------------------------------------------------------- */
-GPUDL_API double gdl_now(void) { return gdl__os_wall_seconds(); }
-
 static int gdl__isatty(FILE *f) { return gdl__os_isatty(f); }
 
 GPUDL_API gdl_fit_opts gdl_fit_defaults(void) {
@@ -83,7 +81,6 @@ static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_ten
 }
 
 /* The device's sums into the host fields: the one read of the device. */
-static int gdl__dist_settle(const char *op);
 static int gdl__pass_sync(gdl__pass *p) {
     double h[4];
     if (!p->dacc) return 0;
@@ -316,13 +313,15 @@ static FILE *gdl__csv_resume(const char *path, int64_t from) {
 
 static int gdl__error_is_oom(void) { return strstr(gdl__err, "out of memory") != NULL; }
 
-/* src/dist/: a pass's sums over every rank (in double) */
-static int gdl__dist_pass_sum(gdl__pass *p);
-/* src/dist/: v[0..n-1] summed (max: the largest) over every rank, within the timeout; as is in one process */
-static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int n, int max);
-/* src/dist/: every rank says whether its part (what) worked: 0 when all did. A rank that failed keeps
-   its own error; the others get one saying how many failed. */
-static int gdl__dist_agree(const char *op, const char *what, int ok);
+/* a pass's sums over every rank (in double) */
+static int gdl__dist_pass_sum(gdl__pass *p) {
+    double v[4];
+    v[0] = p->loss_sum, v[1] = (double)p->samples, v[2] = (double)p->correct, v[3] = (double)p->counted;
+    if (gdl__dist_reduce_f64("gdl_fit", "the all-reduce of the epoch's loss and accuracy sums", v, 4, 0) < 0)
+        return -1;
+    p->loss_sum = v[0], p->samples = (int64_t)v[1], p->correct = (int64_t)v[2], p->counted = (int64_t)v[3];
+    return 0;
+}
 
 /* Forward and backward of one batch in `parts` micro-batches, each loss
    weighted by its share of the batch and by 1/accumulate; the metrics go to
@@ -761,8 +760,22 @@ static int gdl__fit_checkpoint(gdl__fit_run *r) {
     return rc;
 }
 
-/* src/dist/cluster.h: after a step, a preemption signal's checkpoint and stop (0 go on, 1 stopped, -1) */
-static int gdl__fit_preempt(gdl__fit_run *r);
+/* gdl_fit after an optimizer step, with opts.preempt: a signal caught on any rank (the ranks agree) stops
+   the run here, after a checkpoint of this step (unless checkpoint_every just wrote it). 0: go on; 1:
+   stopped, saved; -1 + error. */
+static int gdl__fit_preempt(gdl__fit_run *r) {
+    int sig = r->o.ddp ? gdl_preempt_check() : gdl_preempt_signal();
+    if (sig <= 0) return sig;
+    if (!(r->o.checkpoint_every > 0 && gdl_optim_get_step(r->opt) % r->o.checkpoint_every == 0) &&
+        gdl__fit_checkpoint(r) < 0)
+        return -1;
+    r->preempted = sig;
+    if (r->o.verbose)
+        fprintf(r->log, "%sgdl_fit: signal %d at epoch %d, batch %lld of %lld (step %lld): checkpoint saved to %s; "
+                "stopping (resume = 1 continues from it)\n", r->tty ? "\n" : "", sig, r->epoch, (long long)r->b,
+                (long long)r->nb, (long long)gdl_optim_get_step(r->opt), r->ckpath);
+    return 1;
+}
 
 /* The progress bar, when one is due: the only read of the device in a step. */
 static int gdl__fit_progress(gdl__fit_run *r, const gdl_tensor *x) {
