@@ -110,13 +110,15 @@ static gdl_tensor *tied_fwd(gdl_module *self, gdl_tensor *x) {
 /* Weight tying frees the tied parameter's own tensor; the shared one is freed once, with the root.
    Quantized copies are new roots: the float model stays the caller's. */
 TEST tying_and_copies(void) {
-    gdl_module *m = gdl_nn_custom("Tied", tied_fwd, NULL, NULL), *q, *f;
+    gdl_module *m = gdl_nn_custom("Tied", tied_fwd, NULL, NULL), *q, *f, *mods[2];
     ASSERT_NOT_NULL(m);
     ASSERT_EQ(0, gdl_module_add_child(m, "emb", gdl_nn_embedding(8, 4)));
     ASSERT_EQ(0, gdl_module_add_child(m, "head", gdl_nn_linear(4, 8, 0)));
     ASSERT_EQ(0, gdl_module_tie(m, "head.weight", "emb.weight"));
     gdl_module_free(m);
-    ASSERT_NOT_NULL(f = gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_linear(4, 4, 1), gdl_nn_linear(4, 2, 1)}));
+    mods[0] = gdl_nn_linear(4, 4, 1);
+    mods[1] = gdl_nn_linear(4, 2, 1);
+    ASSERT_NOT_NULL(f = gdl_nn_sequential(2, mods));
     ASSERT_NOT_NULL(q = gdl_quantize_dynamic(f, NULL));
     gdl_module_free(f); /* the copy does not share its tensors */
     gdl_module_free(q);
