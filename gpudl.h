@@ -53,6 +53,46 @@
      (src/api/nn.h, "The flat parameter buffer").
    * The op layer is single-threaded: call ops from one thread at a time.
 
+   Ownership
+   ---------
+   Who frees what (every *_free is NULL-safe; tests/test_ownership.c does
+   each of these under AddressSanitizer):
+   * Tensors: factories (gdl_zeros, gdl_randn, gdl_from_array, gdl_clone,
+     ...) return persistent tensors, the caller's until gdl_free. Op results
+     are temporaries of the arena: never freed one by one (gdl_free on one is
+     a no-op), all gone at gdl_arena_reset (read them before, or keep one
+     with gdl_clone). A parameter's .grad belongs to the parameter.
+   * Modules: a constructor returns a root the caller frees with
+     gdl_module_free, which frees its children and every parameter and
+     buffer. Containers take their children: gdl_nn_sequential,
+     gdl_nn_residual, gdl_module_add_child, gdl_nn_sequential_add,
+     gdl_nn_transformer_encoder (encoder_layer, norm), also when they fail,
+     so constructors nest without leaks; a child is never freed on its own
+     (gdl_module_free refuses it). gdl_module_add_param / add_buffer take the
+     tensor, also on failure. gdl_module_tie frees the tied parameter's own
+     tensor. gdl_quantize_dynamic, gdl_quant_prepare(_qat) and
+     gdl_quant_convert return new roots and leave their input to the caller.
+   * Optimizers keep pointers to their parameters, which must outlive the
+     optimizer's use; gdl_optim_free frees the state, not the parameters.
+     Free in this order: schedulers, EMA and GradScaler (each detaches
+     itself; one freed after its optimizer is detached already), DDP
+     (gdl_ddp_free leaves the module to the caller), the optimizer, then the
+     model.
+   * Data: a dataset (gdl_dataset_*) is the caller's, freed with
+     gdl_dataset_free after its loaders: a loader does not own its dataset,
+     which must outlive it. A loader owns its batches (gdl_loader_next's *x,
+     *y, gdl_loader_lengths): persistent, so they survive gdl_arena_reset,
+     valid until the next gdl_loader_next, freed by gdl_loader_free; never
+     gdl_free them. gdl_idx_load's and gdl_st_read's structs are released
+     with gdl_idx_free / gdl_st_free (gdl_cifar10_load's arrays with free());
+     vocabularies with gdl_vocab_free, text lists with gdl_text_list_free,
+     gdl_text_join's string with gdl_text_free.
+   * Strings returned by the library (gdl_last_error, gdl_version,
+     gdl_shape_str, gdl_device_str, gdl_vocab_token, the names of
+     gdl_optim_state) are the library's: never freed; gdl_shape_str's live
+     in a small thread-local ring.
+   * gdl_shutdown frees the arenas and the backends' caches: call it last.
+
    Dtypes
    ------
    f32, bf16 and f16 tensors can all be computed on; i32 holds labels and
@@ -195,14 +235,14 @@
    input promotes to f32).
    GDL_F32 makes the parameters f32 again with their masters' values (state
    and step counts kept); f16 works the same way (GDL_F16). Consequences:
-   * checkpoints (gdl_save_checkpoint, gdl_fit's) save each master under its
+   * checkpoints (gdl_checkpoint_save, gdl_fit's) save each master under its
      parameter's name, as f32, so resuming into a master-weights optimizer
      is bit for bit (the parameters are rounded from the masters loaded),
      and loading into a plain f32 model and optimizer gives it the masters
      as its parameters (and the same state); an f32 checkpoint loads into a
      master-weights run the same way. gdl_save_model / gdl_load_model of a
      bf16 model write the bf16 values widened to f32 and round them back
-     (the masters are not touched: load weights through gdl_load_checkpoint
+     (the masters are not touched: load weights through gdl_checkpoint_load
      with the optimizer, or before gdl_optim_set_master_weights). A write to
      a bf16 parameter by hand is overwritten by the next step's rounding of
      its master: write the master (gdl_optim_master_weight) instead;
@@ -300,6 +340,16 @@
    returns a thread-local message naming the op, shapes, dtypes and devices:
        "gdl_matmul: inner dimensions differ: [64,784] x [128,10]"
    Failed calls leave their inputs untouched. The library never exits.
+   The message names the public call made, also when a helper underneath
+   failed: gdl_load_model on a missing file says "gdl_load_model: PATH:
+   cannot open: ...". gdl_item returns NaN on an error, which a NaN loss
+   cannot be told from; gdl_item_ex(t, &v) returns 0 (v may be NaN) or -1
+   with the error set. Calls kept for one release under an older spelling
+   are marked GDL_DEPRECATED: the compiler warns where they are used
+   (define GPUDL_NO_DEPRECATED_WARNINGS to silence it). The version is
+   GPUDL_VERSION ("MAJOR.MINOR.PATCH", with GPUDL_VERSION_MAJOR, _MINOR,
+   _PATCH) at compile time and gdl_version() in the built library; pkg-config
+   and CMake's find_package(gpudl) take theirs from the same line.
 
    Table of contents (search for the file name)
    -----------------
@@ -459,6 +509,19 @@
 #define GPUDL_API extern
 #endif
 
+/* GDL_DEPRECATED(msg) marks a call kept for one release under an older spelling: the compiler warns where a
+   program calls it (-Wdeprecated-declarations; MSVC C4996). Define GPUDL_NO_DEPRECATED_WARNINGS before
+   including gpudl.h to silence it. */
+#if defined(GPUDL_NO_DEPRECATED_WARNINGS)
+#define GDL_DEPRECATED(msg)
+#elif defined(__GNUC__) || defined(__clang__)
+#define GDL_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#elif defined(_MSC_VER)
+#define GDL_DEPRECATED(msg) __declspec(deprecated(msg))
+#else
+#define GDL_DEPRECATED(msg)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -582,7 +645,12 @@ GPUDL_API int gdl_copy_(gdl_tensor *dst, const gdl_tensor *src); /* same shape &
 GPUDL_API int gdl_fill_(gdl_tensor *t, double value);
 GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s);          /* in place, no grad */
 GPUDL_API int gdl_copy_to_host(const gdl_tensor *t, void *dst, size_t bytes);
-GPUDL_API double gdl_item(const gdl_tensor *t); /* one element; NaN + error otherwise */
+/* The one element of a tensor as a double (a wait for a device). NaN + error otherwise, which a NaN loss cannot
+   be told from: gdl_item_ex tells them apart. */
+GPUDL_API double gdl_item(const gdl_tensor *t);
+/* The one element in *out and 0; -1 + error (no element, a stale temporary, inside a graph capture, a
+   failed copy) with *out untouched. A NaN element is a success: 0 with *out NaN. */
+GPUDL_API int gdl_item_ex(const gdl_tensor *t, double *out);
 GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f);
 GPUDL_API const char *gdl_shape_str(const gdl_tensor *t); /* "[64,784]" (thread-local ring) */
 GPUDL_API int gdl_same_shape(const gdl_tensor *a, const gdl_tensor *b);
@@ -1427,6 +1495,20 @@ GPUDL_API gdl_module *gdl_nn_flatten(int start_dim);
    [T, B, D*H] (batch_first: [B, T, D*H]; the directions concatenated on the last dim, D = 2 when
    bidirectional); dropout on every layer's output but the last, in training mode only. gdl_forward gives
    the output only. */
+/* nn.LSTM / nn.GRU's keyword arguments under PyTorch's names; start from gdl_rnn_defaults(). */
+typedef struct gdl_rnn_opts {
+    int num_layers;    /* default 1; >= 1 */
+    int bias;          /* default 1: bias_ih_l<l> and bias_hh_l<l> */
+    int batch_first;   /* default 0: input and output [T, B, *]; 1: [B, T, *] */
+    double dropout;    /* default 0; in [0,1]: on every layer's output but the last, in training mode */
+    int bidirectional; /* default 0 */
+} gdl_rnn_opts;
+/* num_layers 1, bias 1, batch_first 0, dropout 0, bidirectional 0 (PyTorch's). */
+GPUDL_API gdl_rnn_opts gdl_rnn_defaults(void);
+/* nn.LSTM(input_size, hidden_size, **o) / nn.GRU(...); o NULL means defaults. NULL + error. */
+GPUDL_API gdl_module *gdl_nn_lstm_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o);
+GPUDL_API gdl_module *gdl_nn_gru_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o);
+/* The same with every option given, in PyTorch's positional order. */
 GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
                                   double dropout, int bidirectional);
 GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
@@ -1593,7 +1675,7 @@ typedef struct gdl_ema gdl_ema;
    parameter region and one per averaged buffer, nothing read back (so a CUDA graph of the step holds it):
    the first step copies (AveragedModel's n_averaged == 0), later ones avg = lerp(avg, p, 1 - decay).
    It starts as a copy of the parameters. Make it after every parameter is added (f32, no master weights).
-   Checkpoints of opt (gdl_save_checkpoint, gdl_fit's) hold the averages as "ema.<name>"; gdl_fit's
+   Checkpoints of opt (gdl_checkpoint_save, gdl_fit's) hold the averages as "ema.<name>"; gdl_fit's
    validation runs with the averaged weights. NULL + error. */
 GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, int use_buffers);
 /* Exchanges the model's parameters (and averaged buffers) with the averages: call, evaluate, call again. 0 / -1. */
@@ -1670,7 +1752,7 @@ GPUDL_API double gdl_grad_scaler_get_scale(gdl_grad_scaler *s);
 GPUDL_API int64_t gdl_grad_scaler_get_growth_tracker(gdl_grad_scaler *s);
 /* Sets the scale (> 0, finite) and the growth tracker (>= 0), as load_state_dict. 0 / -1. */
 GPUDL_API int gdl_grad_scaler_set_state(gdl_grad_scaler *s, double scale, int64_t growth_tracker);
-/* Attaches s to opt (NULL detaches) so gdl_save_checkpoint / gdl_load_checkpoint with opt save and restore its
+/* Attaches s to opt (NULL detaches) so gdl_checkpoint_save / gdl_checkpoint_load with opt save and restore its
    state ("scaler.scale", "scaler.growth_tracker", the factors and the interval: PyTorch's state_dict); gdl_grad_scaler_unscale attaches it too. An optimizer has
    at most one scaler. 0 / -1. */
 GPUDL_API int gdl_optim_set_grad_scaler(gdl_optimizer *opt, gdl_grad_scaler *s);
@@ -1688,6 +1770,16 @@ GPUDL_API void gdl_grad_scaler_free(gdl_grad_scaler *s);
    mode. gdl_forward(m, x) is self-attention without masks. */
 GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_heads, double dropout, int bias,
                                                  int batch_first);
+/* nn.MultiheadAttention's keyword arguments under PyTorch's names; start from gdl_mha_defaults(). */
+typedef struct gdl_mha_opts {
+    double dropout;  /* default 0; in [0,1]: on the attention weights, in training mode */
+    int bias;        /* default 1: in_proj_bias and out_proj.bias */
+    int batch_first; /* default 0: [L, N, E]; 1: [N, L, E] */
+} gdl_mha_opts;
+/* dropout 0, bias 1, batch_first 0 (PyTorch's). */
+GPUDL_API gdl_mha_opts gdl_mha_defaults(void);
+/* nn.MultiheadAttention(embed_dim, num_heads, **o); o NULL means defaults. NULL + error. */
+GPUDL_API gdl_module *gdl_nn_multihead_attention_ex(int64_t embed_dim, int num_heads, const gdl_mha_opts *o);
 /* The attention output for query [N, L, E], key and value [N, S, E] ([L, N, E] and [S, N, E] unless
    batch_first); key_padding_mask [N, S] and attn_mask [L, S] or [N*num_heads, L, S] may be NULL, each u8
    (non-zero: the key is LEFT OUT, PyTorch's bool convention for this module, the opposite of
@@ -1716,6 +1808,23 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
 GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhead, int64_t dim_feedforward,
                                                        double dropout, int gelu, double layer_norm_eps,
                                                        int batch_first, int norm_first, int bias);
+/* nn.TransformerEncoderLayer's keyword arguments under PyTorch's names; start from
+   gdl_transformer_encoder_layer_defaults(). */
+typedef struct gdl_transformer_encoder_layer_opts {
+    int64_t dim_feedforward; /* default 2048 */
+    double dropout;          /* default 0.1; in [0,1] */
+    gdl_act activation;      /* default GDL_ACT_RELU; or GDL_ACT_GELU (exact, erf: PyTorch's "gelu") */
+    double layer_norm_eps;   /* default 1e-5; > 0 */
+    int batch_first;         /* default 0: [T, N, d]; 1: [N, T, d] */
+    int norm_first;          /* default 0: post-norm; 1: pre-norm */
+    int bias;                /* default 1: the Linear and LayerNorm biases */
+} gdl_transformer_encoder_layer_opts;
+/* dim_feedforward 2048, dropout 0.1, ReLU, layer_norm_eps 1e-5, batch_first 0, norm_first 0, bias 1 (PyTorch's). */
+GPUDL_API gdl_transformer_encoder_layer_opts gdl_transformer_encoder_layer_defaults(void);
+/* nn.TransformerEncoderLayer(d_model, nhead, **o); o NULL means defaults. NULL + error (also for an activation
+   other than GDL_ACT_RELU and GDL_ACT_GELU). */
+GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer_ex(int64_t d_model, int nhead,
+                                                          const gdl_transformer_encoder_layer_opts *o);
 /* nn.TransformerEncoder(encoder_layer, num_layers, norm): num_layers copies of encoder_layer (a
    gdl_nn_transformer_encoder_layer; the copies start with its values, as PyTorch's deepcopy) under
    layers.0. ... layers.<n-1>., then the optional final norm (any module, usually gdl_nn_layernorm(d)) under
@@ -1928,13 +2037,28 @@ GPUDL_API int gdl_preempt_signal(void);
    so they stop at the same step. */
 GPUDL_API int gdl_preempt_check(void);
 
+/* Saving and loading take what is saved or loaded into first and the path last, as torch.save(obj, path):
+   gdl_save_model, gdl_load_model, gdl_checkpoint_save, gdl_checkpoint_load, gdl_quant_save, gdl_quant_load,
+   gdl_vocab_save. (The file-format readers that make new data from a file, gdl_st_read, gdl_idx_load,
+   gdl_cifar10_load and gdl_vocab_load, take the path first and their outputs last, as fopen and fread; and
+   so does gdl_st_write, gdl_st_read's mirror.) Errors name the call made ("gdl_load_model: PATH: cannot
+   open: ..."). */
 /* Model parameters and buffers, PyTorch names, F32. 0 / -1. */
 GPUDL_API int gdl_save_model(gdl_module *m, const char *path);
 /* Strict: the file must hold exactly the model's names with matching shapes (F32, F16, BF16 or F64). 0 / -1. */
 GPUDL_API int gdl_load_model(gdl_module *m, const char *path);
-/* The full training state; opt, sched may be NULL. epoch is the caller's counter. 0 / -1. */
+/* The full training state; opt, sched may be NULL. epoch is the caller's counter (gdl_checkpoint_load's
+   *epoch; epoch may be NULL there). 0 / -1. */
+GPUDL_API int gdl_checkpoint_save(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, int64_t epoch,
+                                  const char *path);
+GPUDL_API int gdl_checkpoint_load(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, int64_t *epoch,
+                                  const char *path);
+/* Deprecated (kept for one release): the spellings before gdl_checkpoint_save / gdl_checkpoint_load, path
+   first; the same files and behaviour. */
+GDL_DEPRECATED("use gdl_checkpoint_save(m, opt, sched, epoch, path)")
 GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t epoch);
+GDL_DEPRECATED("use gdl_checkpoint_load(m, opt, sched, &epoch, path)")
 GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t *epoch);
 
@@ -5181,19 +5305,32 @@ GPUDL_API int gdl_copy_to_host(const gdl_tensor *t, void *dst, size_t bytes) {
     return gdl__copy_bytes("gdl_copy_to_host", dst, gdl_cpu(), t->data, t->device, need);
 }
 
-GPUDL_API double gdl_item(const gdl_tensor *t) {
+/* gdl_item / gdl_item_ex: the one element in *out, 0; -1 + error (errors named op) */
+static int gdl__item(const char *op, const gdl_tensor *t, double *out) {
     unsigned char buf[8];
     if (!t) {
-        gdl__null_arg("gdl_item", "t");
-        return NAN;
+        gdl__null_arg(op, "t");
+        return -1;
     }
-    if (gdl__stale("gdl_item", "t", t) < 0 || gdl__no_capture("gdl_item", t->device) < 0) return NAN;
+    if (gdl__stale(op, "t", t) < 0 || gdl__no_capture(op, t->device) < 0) return -1;
     if (t->numel != 1) {
-        gdl__set_error("gdl_item: tensor %s has %lld elements, expected 1", gdl_shape_str(t), (long long)t->numel);
-        return NAN;
+        gdl__set_error("%s: tensor %s has %lld elements, expected 1", op, gdl_shape_str(t), (long long)t->numel);
+        return -1;
     }
-    if (gdl_copy_to_host(t, buf, sizeof buf) < 0) return NAN;
-    return gdl__load(buf, t->dtype);
+    if (gdl_copy_to_host(t, buf, sizeof buf) < 0) return -1;
+    *out = gdl__load(buf, t->dtype);
+    return 0;
+}
+GPUDL_API double gdl_item(const gdl_tensor *t) {
+    double v;
+    return gdl__item("gdl_item", t, &v) < 0 ? NAN : v;
+}
+GPUDL_API int gdl_item_ex(const gdl_tensor *t, double *out) {
+    if (!out) {
+        gdl__null_arg("gdl_item_ex", "out");
+        return -1;
+    }
+    return gdl__item("gdl_item_ex", t, out);
 }
 
 GPUDL_API int gdl_same_shape(const gdl_tensor *a, const gdl_tensor *b) {
@@ -16464,8 +16601,8 @@ GPUDL_API int gdl_idx_check_pair(const gdl_idx *images, const gdl_idx *labels, i
 
 #define GDL__CIFAR_REC 3073 /* 1 label byte + 3 x 32 x 32 pixel bytes */
 
-GPUDL_API int gdl_cifar10_load(const char *path, uint8_t **images, uint8_t **labels, int64_t *n) {
-    static const char fn[] = "gdl_cifar10_load";
+/* gdl_cifar10_load with its errors prefixed by fn, the public call the user made */
+static int gdl__cifar10_load(const char *fn, const char *path, uint8_t **images, uint8_t **labels, int64_t *n) {
     unsigned char *buf, *shrunk;
     uint8_t *lab;
     size_t len, cnt, i;
@@ -16506,6 +16643,9 @@ GPUDL_API int gdl_cifar10_load(const char *path, uint8_t **images, uint8_t **lab
     *n = (int64_t)cnt;
     return 0;
 }
+GPUDL_API int gdl_cifar10_load(const char *path, uint8_t **images, uint8_t **labels, int64_t *n) {
+    return gdl__cifar10_load("gdl_cifar10_load", path, images, labels, n);
+}
 
 GPUDL_API int gdl_cifar10_load_dir(const char *dir, int train, uint8_t **images, uint8_t **labels,
                                    int64_t *n) {
@@ -16536,7 +16676,7 @@ GPUDL_API int gdl_cifar10_load_dir(const char *dir, int train, uint8_t **images,
         memcpy(p, dir, dlen);
         if (sep) p[dlen] = '/';
         strcpy(p + dlen + (size_t)sep, names[k]);
-        rc = gdl_cifar10_load(p, &img, &lab, &cnt); /* its message names the file */
+        rc = gdl__cifar10_load(fn, p, &img, &lab, &cnt); /* its message names the file */
         GPUDL_FREE(p);
         if (rc < 0) goto fail;
         if (!all_img) {
@@ -17351,16 +17491,17 @@ GPUDL_API int gdl_st_parse(const unsigned char *buf, uint64_t len, gdl_st_file *
     return gdl__st_parse_impl("gdl_st_parse", what ? what : "(buffer)", buf, len, out);
 }
 
-GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) {
+/* gdl_st_read with its errors prefixed by fn, the public call the user made (gdl_load_model, ...) */
+static int gdl__st_read(const char *fn, const char *path, gdl_st_file *out) {
     unsigned char *buf;
     size_t len;
     gdl_st_file f;
     if (!out) {
-        gdl__set_error("gdl_st_read: out is NULL");
+        gdl__set_error("%s: out is NULL", fn);
         return -1;
     }
-    if (gdl__read_file("gdl_st_read", path, &buf, &len) < 0) return -1;
-    if (gdl__st_parse_impl("gdl_st_read", path, buf, (uint64_t)len, &f) < 0) {
+    if (gdl__read_file(fn, path, &buf, &len) < 0) return -1;
+    if (gdl__st_parse_impl(fn, path, buf, (uint64_t)len, &f) < 0) {
         GPUDL_FREE(buf);
         return -1;
     }
@@ -17368,6 +17509,7 @@ GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) {
     *out = f;
     return 0;
 }
+GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) { return gdl__st_read("gdl_st_read", path, out); }
 
 GPUDL_API void gdl_st_free(gdl_st_file *f) {
     int k;
@@ -17639,9 +17781,9 @@ static int gdl__st_write_data(FILE *f, int n, const gdl_st_tensor *tensors, cons
     return 0;
 }
 
-GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
-                           const char *const *meta_keys, const char *const *meta_vals) {
-    static const char fn[] = "gdl_st_write";
+/* gdl_st_write with its errors prefixed by fn, the public call the user made (gdl_save_model, ...) */
+static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
+                         const char *const *meta_keys, const char *const *meta_vals) {
     static unsigned counter = 0;
     gdl__sb h;
     uint64_t *sizes = NULL;
@@ -17730,6 +17872,11 @@ fail:
     return -1;
 }
 
+
+GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
+                           const char *const *meta_keys, const char *const *meta_vals) {
+    return gdl__st_write("gdl_st_write", path, n, tensors, n_meta, meta_keys, meta_vals);
+}
 /* ---------------------------------------------------------------------------
    src/data/loader.h datasets, transforms, the DataLoader and its worker threads.
 
@@ -20772,6 +20919,18 @@ typedef struct gdl__nn_row {
 static gdl__nn_row *gdl__nn_rows;
 static int gdl__nn_nrows;
 
+/* During a summary, records y as module m's output: gdl_forward does, and so does every public forward that
+   runs a module some other way (gdl_nn_lstm_forward, gdl_mha_forward, gdl_transformer_encoder_forward). */
+static void gdl__nn_record(const gdl_module *m, const gdl_tensor *y) {
+    int i;
+    for (i = 0; i < gdl__nn_nrows; i++)
+        if (gdl__nn_rows[i].m == m) {
+            gdl__nn_rows[i].ran = 1;
+            gdl__nn_rows[i].ndim = y->ndim;
+            memcpy(gdl__nn_rows[i].shape, y->shape, sizeof y->shape);
+        }
+}
+
 /* Prefixes the current error with the module (once: nested modules keep the innermost). */
 static void gdl__nn_fwd_error(const gdl_module *m) {
     char prev[sizeof gdl__err], cfg[200];
@@ -20946,7 +21105,6 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
 
 GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x) {
     gdl_tensor *y;
-    int i;
     if (!m) {
         gdl__null_arg("gdl_forward", "module");
         return NULL;
@@ -20963,12 +21121,7 @@ GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x) {
         gdl__nn_fwd_error(m);
         return NULL;
     }
-    for (i = 0; i < gdl__nn_nrows; i++)
-        if (gdl__nn_rows[i].m == m) {
-            gdl__nn_rows[i].ran = 1;
-            gdl__nn_rows[i].ndim = y->ndim;
-            memcpy(gdl__nn_rows[i].shape, y->shape, sizeof y->shape);
-        }
+    gdl__nn_record(m, y);
     return y;
 }
 
@@ -21352,9 +21505,8 @@ static void gdl__mha_free(void *u) { GPUDL_FREE(u); }
 
 static gdl_tensor *gdl__mha_self(gdl_module *self, gdl_tensor *x) { return gdl_mha_forward(self, x, x, x, NULL, NULL); }
 
-GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_heads, double dropout, int bias,
-                                                 int batch_first) {
-    const char *op = "gdl_nn_multihead_attention";
+static gdl_module *gdl__nn_mha(const char *op, int64_t embed_dim, int num_heads, double dropout, int bias,
+                               int batch_first) {
     int64_t ws[2], bs[1];
     double a;
     gdl__mha *u;
@@ -21394,6 +21546,21 @@ GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_head
         memset(t[1]->data, 0, sizeof(gdl_real) * (size_t)t[1]->numel);
     }
     return m;
+}
+
+GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_heads, double dropout, int bias,
+                                                 int batch_first) {
+    return gdl__nn_mha("gdl_nn_multihead_attention", embed_dim, num_heads, dropout, bias, batch_first);
+}
+GPUDL_API gdl_mha_opts gdl_mha_defaults(void) {
+    gdl_mha_opts o;
+    memset(&o, 0, sizeof o);
+    o.bias = 1;
+    return o;
+}
+GPUDL_API gdl_module *gdl_nn_multihead_attention_ex(int64_t embed_dim, int num_heads, const gdl_mha_opts *o) {
+    gdl_mha_opts d = o ? *o : gdl_mha_defaults();
+    return gdl__nn_mha("gdl_nn_multihead_attention_ex", embed_dim, num_heads, d.dropout, d.bias, d.batch_first);
 }
 
 /* a temporary of zeros with mask's shape made additive: -inf where the u8 mask is non-zero; a float mask
@@ -21484,8 +21651,9 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
         }
         o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, 0);
     }
-    if (!o || !(o = gdl_forward(u->out, o))) return NULL;
-    return u->batch_first ? o : gdl_transpose(o, 0, 1);
+    if (!o || !(o = gdl_forward(u->out, o)) || !(o = u->batch_first ? o : gdl_transpose(o, 0, 1))) return NULL;
+    gdl__nn_record(m, o);
+    return o;
 }
 /* ---------------------------------------------------------------------------
    src/nn/resnet.h — ResNet's BasicBlock (torchvision.models.resnet.BasicBlock), made
@@ -21623,14 +21791,14 @@ static gdl_module *gdl__tfm_layer_new(const gdl__tfm_cfg *c) {
     return m;
 }
 
-GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhead, int64_t dim_feedforward,
-                                                       double dropout, int gelu, double layer_norm_eps,
-                                                       int batch_first, int norm_first, int bias) {
+static gdl_module *gdl__nn_tfm_layer(const char *op, int64_t d_model, int nhead, int64_t dim_feedforward,
+                                     double dropout, int gelu, double layer_norm_eps, int batch_first, int norm_first,
+                                     int bias) {
     gdl__tfm_cfg c;
     if (d_model < 1 || nhead < 1 || d_model % nhead || dim_feedforward < 1 || !(dropout >= 0 && dropout <= 1) ||
         !(layer_norm_eps > 0)) {
-        gdl__set_error("gdl_nn_transformer_encoder_layer: d_model %lld must be a positive multiple of nhead %d, "
-                       "dim_feedforward %lld positive, dropout %g in [0,1] and layer_norm_eps %g > 0",
+        gdl__set_error("%s: d_model %lld must be a positive multiple of nhead %d, "
+                       "dim_feedforward %lld positive, dropout %g in [0,1] and layer_norm_eps %g > 0", op,
                        (long long)d_model, nhead, (long long)dim_feedforward, dropout, layer_norm_eps);
         return NULL;
     }
@@ -21644,6 +21812,34 @@ GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhea
     c.dropout = dropout;
     c.eps = layer_norm_eps;
     return gdl__tfm_layer_new(&c);
+}
+GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhead, int64_t dim_feedforward,
+                                                       double dropout, int gelu, double layer_norm_eps,
+                                                       int batch_first, int norm_first, int bias) {
+    return gdl__nn_tfm_layer("gdl_nn_transformer_encoder_layer", d_model, nhead, dim_feedforward, dropout, gelu,
+                             layer_norm_eps, batch_first, norm_first, bias);
+}
+GPUDL_API gdl_transformer_encoder_layer_opts gdl_transformer_encoder_layer_defaults(void) {
+    gdl_transformer_encoder_layer_opts o;
+    memset(&o, 0, sizeof o);
+    o.dim_feedforward = 2048;
+    o.dropout = 0.1;
+    o.activation = GDL_ACT_RELU;
+    o.layer_norm_eps = 1e-5;
+    o.bias = 1;
+    return o;
+}
+GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer_ex(int64_t d_model, int nhead,
+                                                          const gdl_transformer_encoder_layer_opts *o) {
+    const char *op = "gdl_nn_transformer_encoder_layer_ex";
+    gdl_transformer_encoder_layer_opts d = o ? *o : gdl_transformer_encoder_layer_defaults();
+    if (d.activation != GDL_ACT_RELU && d.activation != GDL_ACT_GELU) {
+        gdl__set_error("%s: activation %d must be GDL_ACT_RELU or GDL_ACT_GELU (PyTorch's \"relu\", \"gelu\")", op,
+                       (int)d.activation);
+        return NULL;
+    }
+    return gdl__nn_tfm_layer(op, d_model, nhead, d.dim_feedforward, d.dropout, d.activation == GDL_ACT_GELU,
+                             d.layer_norm_eps, d.batch_first, d.norm_first, d.bias);
 }
 
 static gdl__tfm_layer *gdl__tfm_layer_of(gdl_module *m) {
@@ -21783,9 +21979,16 @@ GPUDL_API gdl_tensor *gdl_transformer_encoder_forward(gdl_module *m, gdl_tensor 
     }
     if (is_causal && !src_mask && !(src_mask = gdl__tfm_causal(op, src->shape[c->batch_first ? 1 : 0], src->device)))
         return NULL;
-    if (lu) return gdl__tfm_layer_run(lu, src, src_mask, src_key_padding_mask);
-    for (i = 0; i < su->n && x; i++) x = gdl__tfm_layer_run(gdl__tfm_layer_of(su->layers[i]), x, src_mask, src_key_padding_mask);
-    return x && su->norm ? gdl_forward(su->norm, x) : x;
+    if (lu) {
+        if ((x = gdl__tfm_layer_run(lu, src, src_mask, src_key_padding_mask))) gdl__nn_record(m, x);
+        return x;
+    }
+    for (i = 0; i < su->n && x; i++)
+        if ((x = gdl__tfm_layer_run(gdl__tfm_layer_of(su->layers[i]), x, src_mask, src_key_padding_mask)))
+            gdl__nn_record(su->layers[i], x);
+    if (x && su->norm) x = gdl_forward(su->norm, x);
+    if (x) gdl__nn_record(m, x);
+    return x;
 }
 
 static gdl_tensor *gdl__tfm_layer_self(gdl_module *self, gdl_tensor *x) {
@@ -21978,6 +22181,24 @@ GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int nu
                        dropout, bidirectional);
 }
 
+GPUDL_API gdl_rnn_opts gdl_rnn_defaults(void) {
+    gdl_rnn_opts o;
+    memset(&o, 0, sizeof o);
+    o.num_layers = 1;
+    o.bias = 1;
+    return o;
+}
+GPUDL_API gdl_module *gdl_nn_lstm_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o) {
+    gdl_rnn_opts d = o ? *o : gdl_rnn_defaults();
+    return gdl__nn_rnn("gdl_nn_lstm_ex", GDL__M_LSTM, "LSTM", 4, input_size, hidden_size, d.num_layers, d.bias,
+                       d.batch_first, d.dropout, d.bidirectional);
+}
+GPUDL_API gdl_module *gdl_nn_gru_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o) {
+    gdl_rnn_opts d = o ? *o : gdl_rnn_defaults();
+    return gdl__nn_rnn("gdl_nn_gru_ex", GDL__M_GRU, "GRU", 3, input_size, hidden_size, d.num_layers, d.bias,
+                       d.batch_first, d.dropout, d.bidirectional);
+}
+
 /* nn.LSTM's extra_repr: "10, 20, num_layers=2, batch_first=True" (defaults left out) */
 static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n) {
     const int64_t *a = m->ia;
@@ -22074,10 +22295,12 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
         }
         if (!(xs = D == 2 ? gdl_concat(2, dirs, 2) : dirs[0])) return -1;
     }
-    if (out) {
+    if (out || gdl__nn_nrows) { /* the output's layout; a summary records its shape even when it is not wanted */
         if (bf) xs = gdl_transpose(xs, 0, 1);
         else if (unbatched) xs = gdl_select(xs, 1, 0);
-        if (!(*out = xs)) return -1;
+        if (!xs) return -1;
+        gdl__nn_record(m, xs);
+        if (out) *out = xs;
     }
     if (hn && !(*hn = gdl_stack(L * D, hs, 0))) return -1;
     if (lstm && cn && !(*cn = gdl_stack(L * D, cs, 0))) return -1;
@@ -22904,6 +23127,11 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
     int span, rc;
     if (!opt) {
         gdl__null_arg("gdl_step", "opt");
+        return -1;
+    }
+    if (opt->nparams == 0) { /* PyTorch refuses at construction: "optimizer got an empty parameter list" */
+        gdl__set_error("gdl_step: the %s optimizer has no parameters: add them first (gdl_optim_add_module, "
+                       "gdl_optim_add_params)", gdl__opt_kind_name(opt->kind));
         return -1;
     }
     /* the profiler times the whole step on the first parameter's device */
@@ -25605,7 +25833,7 @@ GPUDL_API int gdl_quant_save(gdl_module *m, const char *path) {
         }
         n++;
     }
-    rc = gdl_st_write(path, n, st, 2, keys, vals);
+    rc = gdl__st_write(op, path, n, st, 2, keys, vals);
 done:
     if (conv)
         for (i = 0; i < L.n; i++) GPUDL_FREE(conv[i]);
@@ -25754,7 +25982,7 @@ GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
     gdl__qlayer *fresh; /* per slot: its new weight (packed), made before anything changes */
     int i, rc = -1;
     if (gdl__qlist_make(op, &L, m, path) < 0) return -1;
-    if (gdl_st_read(path, &f) < 0) {
+    if (gdl__st_read(op, path, &f) < 0) {
         GPUDL_FREE(L.s);
         return -1;
     }
@@ -28433,7 +28661,7 @@ static int gdl__ckpt_write(const char *op, const char *path, gdl__ckpt *c, int n
         st[i].shape = t->shape;
         st[i].data = host[i] ? host[i] : t->data;
     }
-    if (rc == 0) rc = gdl_st_write(path, c->n, st, n_meta, keys, vals);
+    if (rc == 0) rc = gdl__st_write(op, path, c->n, st, n_meta, keys, vals);
     for (i = 0; i < c->n; i++) GPUDL_FREE(host[i]);
     GPUDL_FREE(host);
     GPUDL_FREE(st);
@@ -28468,7 +28696,7 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
             int is_ckpt = strncmp(name, "model.", 6) == 0 || strncmp(name, "optim.", 6) == 0;
             if (is_ckpt && strcmp(op, "gdl_load_model") == 0)
                 gdl__set_error("%s: %s: this is a training checkpoint (it holds '%s'): load it with "
-                               "gdl_load_checkpoint, or save the model alone with gdl_save_model", op, path, name);
+                               "gdl_checkpoint_load, or save the model alone with gdl_save_model", op, path, name);
             else if (strncmp(name, "ema.", 4) == 0)
                 gdl__set_error("%s: %s: the file holds a weight EMA ('%s'): attach one to the optimizer "
                                "(gdl_ema_new) before loading, or save without", op, path, name);
@@ -28476,7 +28704,7 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
                 gdl__set_error("%s: %s: the file holds optimizer state '%s' that this optimizer has no place for: "
                                "it was saved from another kind of optimizer (Adam's exp_avg into SGD?) or with "
                                "other parameters", op, path, name);
-            else if (!is_ckpt && strcmp(op, "gdl_load_checkpoint") == 0)
+            else if (!is_ckpt && (strcmp(op, "gdl_checkpoint_load") == 0 || strcmp(op, "gdl_load_checkpoint") == 0))
                 gdl__set_error("%s: %s: unexpected tensor '%s': this looks like a model file (gdl_save_model): "
                                "load it with gdl_load_model", op, path, name);
             else
@@ -28597,7 +28825,7 @@ GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
         return -1;
     }
     if (!(c = gdl__ckpt_collect(op, m, NULL, 0))) return -1;
-    if (gdl_st_read(path, &f) < 0) {
+    if (gdl__st_read(op, path, &f) < 0) {
         gdl__ckpt_free(c);
         return -1;
     }
@@ -28661,7 +28889,7 @@ static int gdl__meta_get_u64(const char *op, const char *path, const gdl_st_file
     return -1;
 }
 
-/* gdl_save_checkpoint, plus gdl_fit's position (fs, may be NULL) as metadata fit.* */
+/* gdl_checkpoint_save, plus gdl_fit's position (fs, may be NULL) as metadata fit.* */
 static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
                                 gdl_scheduler *sched, int64_t epoch, const gdl__fit_state *fs) {
     gdl__meta *md;
@@ -28741,6 +28969,11 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
     return rc;
 }
 
+GPUDL_API int gdl_checkpoint_save(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, int64_t epoch,
+                                  const char *path) {
+    return gdl__checkpoint_save("gdl_checkpoint_save", path, m, opt, sched, epoch, NULL);
+}
+/* the spelling before gdl_checkpoint_save (path first); deprecated, kept for one release */
 GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t epoch) {
     return gdl__checkpoint_save("gdl_save_checkpoint", path, m, opt, sched, epoch, NULL);
@@ -28751,8 +28984,8 @@ static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     return gdl__checkpoint_save("gdl_fit", path, m, opt, sched, fs->epoch, fs);
 }
 
-static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                int64_t *epoch, int ddp);
+static int gdl__checkpoint_load(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
+                                gdl_scheduler *sched, int64_t *epoch, int ddp);
 
 /* gdl_fit's position from the checkpoint at path, checked against this run (the train loader, epochs)
    before anything changes; then the checkpoint itself (all or nothing; under DDP on every rank or on none).
@@ -28769,7 +29002,7 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     gdl_st_file f;
     int i, rc = 0, nk = 10, has_es = 0;
     int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
-    if (gdl_st_read(path, &f) < 0) goto fail;
+    if (gdl__st_read(op, path, &f) < 0) goto fail;
     for (i = 0; i < f.n_meta && strncmp(f.meta_keys[i], "fit.", 4) != 0; i++) {
     }
     if (i == f.n_meta) {
@@ -28844,7 +29077,7 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     fs->replicas = W;
     fs->batch_size = B;
     fs->es_best = es[0], fs->best = es[1], fs->es_wait = (int64_t)es[2];
-    return gdl__checkpoint_load(path, m, opt, sched, NULL, ddp);
+    return gdl__checkpoint_load(op, path, m, opt, sched, NULL, ddp);
 fail:
     if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);
     return -1;
@@ -28852,9 +29085,8 @@ fail:
 
 /* ddp: every rank loads, or none: the ranks agree once everything is checked, before anything changes
    (*agreed says it was done) */
-static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                 int64_t *epoch, int ddp, int *agreed) {
-    const char *op = "gdl_load_checkpoint";
+static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
+                                 gdl_scheduler *sched, int64_t *epoch, int ddp, int *agreed) {
     gdl_st_file f;
     gdl__ckpt *c;
     void **bufs = NULL;
@@ -28866,7 +29098,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
         return -1;
     }
     if (!(c = gdl__ckpt_collect(op, m, opt, 1))) return -1;
-    if (gdl_st_read(path, &f) < 0) {
+    if (gdl__st_read(op, path, &f) < 0) {
         gdl__ckpt_free(c);
         return -1;
     }
@@ -28970,16 +29202,21 @@ done:
     return rc;
 }
 
-static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                int64_t *epoch, int ddp) {
-    int agreed = 0, rc = gdl__checkpoint_load_(path, m, opt, sched, epoch, ddp, &agreed);
+static int gdl__checkpoint_load(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
+                                gdl_scheduler *sched, int64_t *epoch, int ddp) {
+    int agreed = 0, rc = gdl__checkpoint_load_(op, path, m, opt, sched, epoch, ddp, &agreed);
     if (ddp && !agreed) gdl__dist_agree("gdl_fit", "loading the checkpoint to resume from", 0);
     return rc;
 }
 
+GPUDL_API int gdl_checkpoint_load(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, int64_t *epoch,
+                                  const char *path) {
+    return gdl__checkpoint_load("gdl_checkpoint_load", path, m, opt, sched, epoch, 0);
+}
+/* the spelling before gdl_checkpoint_load (path first); deprecated, kept for one release */
 GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t *epoch) {
-    return gdl__checkpoint_load(path, m, opt, sched, epoch, 0);
+    return gdl__checkpoint_load("gdl_load_checkpoint", path, m, opt, sched, epoch, 0);
 }
 
 /* ---------------------------------------------------------------------------

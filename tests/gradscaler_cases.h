@@ -258,7 +258,7 @@ static enum harness_result gs_clip_and_checkpoint_case(gdl_device dev, const cha
     ASSERT_EQ(1, gdl_grad_scaler_get_growth_tracker(s));
     /* the checkpoint: attached by unscale; restored into another scaler attached to another optimizer */
     ASSERT_EQ(0, gdl_grad_scaler_set_state(s, 1024.0, 7));
-    ASSERT_EQ(0, gdl_save_checkpoint(path, m, opt, NULL, 3));
+    ASSERT_EQ(0, gdl_checkpoint_save(m, opt, NULL, 3, path));
     ASSERT_EQ(0, gdl_st_read(path, &f));
     {
         int i, found = 0;
@@ -270,14 +270,14 @@ static enum harness_result gs_clip_and_checkpoint_case(gdl_device dev, const cha
         ASSERT_EQ(2, found);
     }
     ASSERT_EQ(0, gdl_optim_set_grad_scaler(opt2, s2));
-    ASSERT_EQ(0, gdl_load_checkpoint(path, m2, opt2, NULL, NULL));
+    ASSERT_EQ(0, gdl_checkpoint_load(m2, opt2, NULL, NULL, path));
     ASSERT_IN_RANGE(1024.0, gdl_grad_scaler_get_scale(s2), 0);
     ASSERT_EQ(7, gdl_grad_scaler_get_growth_tracker(s2));
     /* a checkpoint without a scaler (an older one) loads and leaves the scaler alone */
     ASSERT_EQ(0, gdl_optim_set_grad_scaler(opt, NULL));
-    ASSERT_EQ(0, gdl_save_checkpoint(path, m, opt, NULL, 3));
+    ASSERT_EQ(0, gdl_checkpoint_save(m, opt, NULL, 3, path));
     ASSERT_EQ(0, gdl_grad_scaler_set_state(s2, 8.0, 1));
-    ASSERT_EQ(0, gdl_load_checkpoint(path, m2, opt2, NULL, NULL));
+    ASSERT_EQ(0, gdl_checkpoint_load(m2, opt2, NULL, NULL, path));
     ASSERT_IN_RANGE(8.0, gdl_grad_scaler_get_scale(s2), 0);
     ASSERT_EQ(1, gdl_grad_scaler_get_growth_tracker(s2));
     remove(path);

@@ -381,11 +381,11 @@ static enum harness_result mw_checkpoint_case(gdl_device dev, const char *path) 
     ASSERT_EQ(0, gdl_optim_set_master_weights(oa, GDL_BF16));
     ASSERT_EQ(0, gdl_optim_set_master_weights(ob, GDL_BF16));
     ASSERT_EQ(0, mw_ckpt_steps(a, oa, x, y, 4));
-    ASSERT_EQ(0, gdl_save_checkpoint(path, a, oa, NULL, 0));
+    ASSERT_EQ(0, gdl_checkpoint_save(a, oa, NULL, 0, path));
     ASSERT_EQ(4, gdl_module_named_tensors(a, GDL_PARAMS, NULL, wa, 4));
     ASSERT_EQ(4, gdl_module_named_tensors(c, GDL_PARAMS, NULL, wb, 4));
     /* the plain f32 model takes the masters as its parameters */
-    ASSERT_EQ(0, gdl_load_checkpoint(path, c, oc, NULL, NULL));
+    ASSERT_EQ(0, gdl_checkpoint_load(c, oc, NULL, NULL, path));
     for (k = 0; k < 4; k++) {
         float fa[256], fc[256];
         ASSERT_EQ(GDL_F32, wb[k]->dtype);
@@ -395,7 +395,7 @@ static enum harness_result mw_checkpoint_case(gdl_device dev, const char *path) 
         ASSERTm("a plain f32 model loads the masters", !memcmp(fa, fc, sizeof(float) * (size_t)ma->numel));
     }
     ASSERT_EQ(0, mw_ckpt_steps(a, oa, x, y, 4));
-    ASSERT_EQ(0, gdl_load_checkpoint(path, b, ob, NULL, NULL));
+    ASSERT_EQ(0, gdl_checkpoint_load(b, ob, NULL, NULL, path));
     ASSERT_EQ(0, mw_ckpt_steps(b, ob, x, y, 4));
     ASSERT_EQ(4, gdl_module_named_tensors(b, GDL_PARAMS, NULL, wb, 4));
     for (k = 0; k < 4; k++) {

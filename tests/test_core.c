@@ -1415,6 +1415,56 @@ SUITE(autograd) {
     RUN_TEST(test_anomaly_mode_names_the_op);
 }
 
+/* gdl_item_ex tells a NaN element (0, *out NaN) from an error (-1, *out untouched); gdl_item gives NaN for both */
+TEST test_item_ex(void) {
+    int64_t s1[1] = {1}, s3[1] = {3};
+    gdl_tensor *one = gdl_full(1, s1, 2.5, GDL_F32, CPU), *nan = gdl_full(1, s1, NAN, GDL_F32, CPU);
+    gdl_tensor *three = gdl_zeros(1, s3, GDL_F32, CPU), *h = gdl_full(0, s1, -1.5, GDL_BF16, CPU), *old;
+    double v = 7;
+    ASSERT(one && nan && three && h);
+    ASSERT_EQ(0, gdl_item_ex(one, &v));
+    ASSERT_IN_RANGE(2.5, v, 0);
+    ASSERT_EQ(0, gdl_item_ex(h, &v)); /* a 0-d bf16 scalar */
+    ASSERT_IN_RANGE(-1.5, v, 0);
+    gdl_clear_error();
+    ASSERT_EQ(0, gdl_item_ex(nan, &v)); /* a NaN loss is a value, not an error */
+    ASSERT(isnan(v));
+    ASSERT_STR_EQ("", gdl_last_error());
+    v = 7;
+    ASSERT_EQ(-1, gdl_item_ex(three, &v)); /* an error leaves *out alone */
+    ASSERT_IN_RANGE(7, v, 0);
+    ASSERT_STR_EQ("gdl_item_ex: tensor [3] has 3 elements, expected 1", gdl_last_error());
+    gdl_clear_error();
+    ASSERT_EQ(-1, gdl_item_ex(NULL, &v));
+    ASSERT_STR_EQ("gdl_item_ex: t is NULL", gdl_last_error());
+    ASSERT_EQ(-1, gdl_item_ex(one, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_item_ex: out is NULL");
+    old = gdl_add(one, one); /* a temporary read after the reset */
+    ASSERT_NOT_NULL(old);
+    gdl_arena_reset();
+    ASSERT_EQ(-1, gdl_item_ex(old, &v));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_item_ex: t is a temporary from before the last gdl_arena_reset()");
+    ASSERT_IN_RANGE(7, v, 0);
+    /* gdl_item: NaN either way, the error only after a failure */
+    ASSERT(isnan(gdl_item(nan)));
+    ASSERT(isnan(gdl_item(three)));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_item: tensor [3] has 3 elements");
+    gdl_free(one);
+    gdl_free(nan);
+    gdl_free(three);
+    gdl_free(h);
+    PASS();
+}
+
+/* The version is written once (GPUDL_VERSION); the numeric macros and gdl_version() agree with it */
+TEST test_version(void) {
+    char v[64];
+    snprintf(v, sizeof v, "%d.%d.%d", GPUDL_VERSION_MAJOR, GPUDL_VERSION_MINOR, GPUDL_VERSION_PATCH);
+    ASSERT_STR_EQ(GPUDL_VERSION, v);
+    ASSERT_STR_EQ(GPUDL_VERSION, gdl_version());
+    PASS();
+}
+
 SUITE(errors) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_error_messages);
@@ -1424,6 +1474,8 @@ SUITE(errors) {
     RUN_TEST(test_factory_errors);
     RUN_TEST(test_failed_ops_leave_inputs_untouched);
     RUN_TEST(test_seq_op_errors);
+    RUN_TEST(test_item_ex);
+    RUN_TEST(test_version);
 }
 
 SUITE(tensors) {

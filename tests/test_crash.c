@@ -92,7 +92,7 @@ TEST kill_during_save(void) {
     ASSERT_NOT_NULL(m);
     ASSERT_NOT_NULL(r = make_model(&ropt));
     ASSERT_EQ(0, set_all(m, 1.0));
-    ASSERT_EQ(0, gdl_save_checkpoint(ck, m, opt, NULL, 0));
+    ASSERT_EQ(0, gdl_checkpoint_save(m, opt, NULL, 0, ck));
     srand(12345);
     for (trial = 0; trial < 120; trial++) {
         pid_t pid;
@@ -106,7 +106,7 @@ TEST kill_during_save(void) {
             /* saves until killed; the first save is the one the kill may interrupt */
             if (set_all(m, want) < 0) _exit(3);
             for (;;)
-                if (gdl_save_checkpoint(ck, m, opt, NULL, trial) < 0) _exit(2);
+                if (gdl_checkpoint_save(m, opt, NULL, trial, ck) < 0) _exit(2);
         }
         ts.tv_sec = 0;
         ts.tv_nsec = (long)(rand() % 30000) * 1000L; /* 0 to 30 ms: before, inside and after the first save */
@@ -116,7 +116,7 @@ TEST kill_during_save(void) {
         if (!WIFSIGNALED(status)) FAILf("trial %d: the child exited by itself (status %d): a save failed", trial, status);
         if (count_temporaries() > 0) killed_mid++;
         /* what is on disk must load, whole */
-        if (gdl_load_checkpoint(ck, r, ropt, NULL, NULL) < 0)
+        if (gdl_checkpoint_load(r, ropt, NULL, NULL, ck) < 0)
             FAILf("trial %d: the checkpoint does not load after a kill: %s", trial, gdl_last_error());
         v = common_value(r);
         if (v != v) torn++;
@@ -158,13 +158,13 @@ TEST kill_during_save(void) {
             for (;;) pause();
         }
         ASSERT_EQ(1, (int)read(pfd[0], &c, 1)); /* the lock is held */
-        ASSERT_EQ(0, gdl_save_checkpoint(ck, m, opt, NULL, 0));
+        ASSERT_EQ(0, gdl_checkpoint_save(m, opt, NULL, 0, ck));
         ASSERT_EQ(0, access(decoy1, F_OK));
         ASSERT_EQ(0, access(decoy2, F_OK));
         ASSERT_EQ(0, access(locked, F_OK));
         kill(holder, SIGKILL);
         ASSERT_EQ(holder, waitpid(holder, &status, 0));
-        ASSERT_EQ(0, gdl_save_checkpoint(ck, m, opt, NULL, 0));
+        ASSERT_EQ(0, gdl_checkpoint_save(m, opt, NULL, 0, ck));
         ASSERT(access(locked, F_OK) != 0); /* its writer gone, its lock too: removed */
         ASSERT_EQ(0, unlink(decoy1));
         ASSERT_EQ(0, unlink(decoy2));
@@ -182,7 +182,7 @@ TEST kill_during_save(void) {
         fclose(f);
         ASSERT_NOT_NULL(f = fopen(own, "wb"));
         fclose(f);
-        ASSERT_EQ(0, gdl_save_checkpoint(ck, m, opt, NULL, 0));
+        ASSERT_EQ(0, gdl_checkpoint_save(m, opt, NULL, 0, ck));
         ASSERT_EQ(2, count_temporaries());
         ASSERT_EQ(0, unlink(live));
         ASSERT_EQ(0, unlink(own));
@@ -205,7 +205,7 @@ TEST disk_full_during_save(void) {
     ASSERT_NOT_NULL(m);
     ASSERT_NOT_NULL(r);
     ASSERT_EQ(0, set_all(m, 5.0));
-    ASSERT_EQ(0, gdl_save_checkpoint(ck, m, opt, NULL, 0));
+    ASSERT_EQ(0, gdl_checkpoint_save(m, opt, NULL, 0, ck));
     ASSERT_EQ(0, set_all(m, 6.0));
     /* the file size limit stands in for a full disk: writes past it fail with EFBIG */
     memset(&ign, 0, sizeof ign);
@@ -215,7 +215,7 @@ TEST disk_full_during_save(void) {
     lim = old;
     lim.rlim_cur = 100000;
     ASSERT_EQ(0, setrlimit(RLIMIT_FSIZE, &lim));
-    rc = gdl_save_checkpoint(ck, m, opt, NULL, 1);
+    rc = gdl_checkpoint_save(m, opt, NULL, 1, ck);
     setrlimit(RLIMIT_FSIZE, &old);
     sigaction(SIGXFSZ, &was, NULL);
     ASSERT_EQ(-1, rc);
@@ -223,7 +223,7 @@ TEST disk_full_during_save(void) {
     ASSERT_CONTAINS(gdl_last_error(), "File too large");
     ASSERT_EQ(0, count_temporaries());
     /* the previous checkpoint, intact */
-    ASSERT_EQ(0, gdl_load_checkpoint(ck, r, ropt, NULL, NULL));
+    ASSERT_EQ(0, gdl_checkpoint_load(r, ropt, NULL, NULL, ck));
     ASSERT_IN_RANGE(5.0, common_value(r), 0);
     gdl_optim_free(opt);
     gdl_optim_free(ropt);

@@ -850,12 +850,12 @@ TEST flat_buffer_follows_module_to(void) {
     ASSERT_EQ(1, w->device.index);
     ASSERT_EQ(1, w->grad->device.index);
     /* the checkpoint: from cuda:1 into a fresh pair on cuda:0 */
-    ASSERT_EQ(0, gdl_save_checkpoint(path, b, ob, NULL, 0));
+    ASSERT_EQ(0, gdl_checkpoint_save(b, ob, NULL, 0, path));
     ASSERT_NOT_NULL(c = flat_net());
     ASSERT_EQ(0, gdl_module_to(c, gdl_cuda(0)));
     ASSERT_NOT_NULL(oc = gdl_adam_new(0.05, 0.9, 0.999, 1e-8, 0.01));
     ASSERT_EQ(0, gdl_optim_add_module(oc, c, 1));
-    ASSERT_EQ(0, gdl_load_checkpoint(path, c, oc, NULL, NULL));
+    ASSERT_EQ(0, gdl_checkpoint_load(c, oc, NULL, NULL, path));
     ASSERT_EQ(6, gdl_optim_get_step(oc));
     for (s = 0; s < 2; s++) {
         ASSERT_EQ(0, flat_net_step(a, oa, x, y));

@@ -856,7 +856,7 @@ static enum harness_result preempt_case(const char *dir, int at, int sig) {
     ASSERT(!save_in_progress(dir));
     snprintf(path, sizeof path, "%s/gdl_fit.safetensors", dir);
     ASSERT_EQ(0, run_make(&b, 4));
-    if (gdl_load_checkpoint(path, b.m, b.opt, NULL, NULL) < 0)
+    if (gdl_checkpoint_load(b.m, b.opt, NULL, NULL, path) < 0)
         FAILf("rank %d: the checkpoint: %s", gdl_dist_rank(), gdl_last_error());
     ASSERT_EQ(at, gdl_optim_get_step(b.opt));
     ddp_job_free(&b);

@@ -630,6 +630,41 @@ TEST cifar_dir(void) {
     im = NULL;
     ASSERT(gdl_cifar10_load_dir(dir, 1, &im, &lb, &n) != 0);
     ASSERT_CONTAINS(gdl_last_error(), "data_batch_3.bin");
+    ASSERT_EQ(0, strncmp(gdl_last_error(), "gdl_cifar10_load_dir: ", 22)); /* the call made, not its helper */
+    ASSERT_NULL(im);
+    PASS();
+}
+
+/* every file call's error starts with the public call the user made, also where a helper underneath failed */
+static enum harness_result starts_with(const char *s, const char *prefix) {
+    ASSERTm(s, strncmp(s, prefix, strlen(prefix)) == 0);
+    PASS();
+}
+
+TEST errors_name_the_call(void) {
+    static const char missing[] = "no-such-dir-gpudl/file";
+    uint8_t *im = NULL, *lb = NULL;
+    int64_t n = 0, shape[1] = {1};
+    float v = 1;
+    gdl_st_tensor t;
+    gdl_st_file f;
+    gdl_idx idx;
+    t.name = "t", t.dtype = "F32", t.ndim = 1, t.shape = shape, t.data = &v;
+    ASSERT_EQ(-1, gdl_idx_load(missing, &idx));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_idx_load: no-such-dir-gpudl/file: cannot open"));
+    ASSERT_EQ(-1, gdl_cifar10_load(missing, &im, &lb, &n));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_cifar10_load: no-such-dir-gpudl/file: cannot open"));
+    ASSERT_EQ(-1, gdl_cifar10_load_dir(missing, 1, &im, &lb, &n));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_cifar10_load_dir: no-such-dir-gpudl/file/data_batch_1.bin"));
+    ASSERT_EQ(-1, gdl_st_read(missing, &f));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_st_read: no-such-dir-gpudl/file: cannot open"));
+    ASSERT_EQ(-1, gdl_st_write(missing, 1, &t, 0, NULL, NULL));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_st_write: no-such-dir-gpudl/file: "));
+    /* the datasets over these files */
+    ASSERT_NULL(gdl_dataset_from_idx(missing, missing));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_dataset_from_idx: "));
+    ASSERT_NULL(gdl_dataset_from_cifar10(missing, 0));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_dataset_from_cifar10: "));
     ASSERT_NULL(im);
     PASS();
 }
@@ -639,6 +674,7 @@ SUITE(cifar_suite) {
     RUN_TEST(cifar_bad_size);
     RUN_TEST(cifar_bad_label);
     RUN_TEST(cifar_dir);
+    RUN_TEST(errors_name_the_call);
 }
 
 /* ---------------------------------------------------------------------------

@@ -23,17 +23,20 @@ step "make install PREFIX=<tmp>" make --no-print-directory install PREFIX="$p"
 step "installed files" test -f "$p/include/gpudl.h" -a -f "$p/share/gpudl/gpudl_cuda.cu" -a -f "$p/lib/pkgconfig/gpudl.pc" \
     -a -f "$p/lib/cmake/gpudl/gpudl-config.cmake"
 export PKG_CONFIG_PATH="$p/lib/pkgconfig"
-step "pkg-config --modversion gpudl = GPUDL_VERSION" \
-    test "$(pkg-config --modversion gpudl)" = "$(sed -n 's/^#define GPUDL_VERSION "\(.*\)"$/\1/p' gpudl.h)"
+v=$(sed -n 's/^#define GPUDL_VERSION "\(.*\)"$/\1/p' gpudl.h) # the one place the version is written
+step "GPUDL_VERSION is MAJOR.MINOR.PATCH" sh -c "echo '$v' | grep -Eq '^[0-9]+\.[0-9]+\.[0-9]+\$'"
+step "pkg-config --modversion gpudl = GPUDL_VERSION" test "$(pkg-config --modversion gpudl)" = "$v"
 # shellcheck disable=SC2046
 step "cc via pkg-config, and it trains" sh -c "cd '$t' && cc -std=c99 -O1 consumer.c \$(pkg-config --cflags --libs gpudl) -o c_pc && ./c_pc"
-step "cmake find_package(gpudl), and it trains" sh -c "cmake -S '$t' -B '$t/b' -DCMAKE_PREFIX_PATH='$p' && cmake --build '$t/b' && '$t/b/consumer'"
+step "the installed gdl_version() = GPUDL_VERSION" sh -c "'$t/c_pc' | grep -q '^gpudl $v on '"
+step "cmake find_package(gpudl GPUDL_VERSION EXACT), and it trains" sh -c "cmake -S '$t' -B '$t/b' -DCMAKE_PREFIX_PATH='$p' \
+    -DGPUDL_EXPECT_VERSION='$v' && cmake --build '$t/b' && '$t/b/consumer'"
 mkdir -p "$t/v9" && printf 'cmake_minimum_required(VERSION 3.18)\nproject(v C)\nfind_package(gpudl 9.0 REQUIRED)\n' > "$t/v9/CMakeLists.txt"
 step "find_package(gpudl 9.0) refuses version 0.x" sh -c "! cmake -S '$t/v9' -B '$t/v9/b' -DCMAKE_PREFIX_PATH='$p'"
 if [ -x "$nvcc" ] && [ "${GPUDL_INSTALL_TEST_CUDA:-1}" = 1 ]; then
     step "nvcc via pkg-config gpudl-cuda (builds; runs on the CPU without a GPU)" sh -c "cd '$t' && '$nvcc' -O1 \$(pkg-config --cflags gpudl-cuda) consumer.c \
         \$(pkg-config --variable=cuda_source gpudl-cuda) \$(pkg-config --libs gpudl-cuda) -o c_cuda && ./c_cuda"
-    step "cmake gpudl::cuda (builds; runs on the CPU without a GPU)" sh -c "cmake -S '$t' -B '$t/bc' -DCMAKE_PREFIX_PATH='$p' -DWITH_CUDA=ON \
+    step "cmake gpudl::cuda (builds; runs on the CPU without a GPU)" sh -c "cmake -S '$t' -B '$t/bc' -DCMAKE_PREFIX_PATH='$p' -DGPUDL_EXPECT_VERSION='$v' -DWITH_CUDA=ON \
         -DCMAKE_CUDA_COMPILER='$nvcc' -DCMAKE_CUDA_ARCHITECTURES=80 && cmake --build '$t/bc' && '$t/bc/consumer_cuda'"
 else
     skip=$((skip + 2)); echo "  SKIP the CUDA consumers: nvcc not found"

@@ -951,12 +951,12 @@ TEST test_ema(void) {
     ema_collect(m, now);
     for (i = 0; i < n; i++) ASSERT_EQ(ema_prev[i], now[i]);
     /* a checkpoint holds the averages and n_averaged */
-    ASSERT_EQ(0, gdl_save_checkpoint(path, m, opt, NULL, 1));
-    ASSERT_EQ(-1, gdl_load_checkpoint(path, m2, opt2, NULL, NULL)); /* opt2 has no EMA yet */
+    ASSERT_EQ(0, gdl_checkpoint_save(m, opt, NULL, 1, path));
+    ASSERT_EQ(-1, gdl_checkpoint_load(m2, opt2, NULL, NULL, path)); /* opt2 has no EMA yet */
     ASSERT_CONTAINS(gdl_last_error(), "the file holds a weight EMA ('ema.0.weight'): attach one to the optimizer");
     e2 = gdl_ema_new(opt2, m2, 0.8, 1);
     ASSERT_NOT_NULL(e2);
-    ASSERT_EQ(0, gdl_load_checkpoint(path, m2, opt2, NULL, NULL));
+    ASSERT_EQ(0, gdl_checkpoint_load(m2, opt2, NULL, NULL, path));
     ASSERT_EQ(4, gdl_ema_num_updates(e2));
     ASSERT_EQ(n, ema_collect_avg(e2, m2, now));
     for (i = 0; i < n; i++) ASSERT_EQ(got[i], now[i]);
@@ -1836,6 +1836,387 @@ TEST test_multihead_attention_pytorch(void) {
     PASS();
 }
 
+/* ---- the options structs (gdl_rnn_opts, gdl_mha_opts, gdl_transformer_encoder_layer_opts): the _ex form
+   equals the positional form given the same values (the same tensors, the same output), and each option is
+   honoured ---- */
+
+/* a and b hold the same parameters and buffers: names, shapes and values */
+static enum harness_result same_tensors(gdl_module *a, gdl_module *b) {
+    const char *na[64], *nb[64];
+    gdl_tensor *ta[64], *tb[64];
+    int n = gdl_module_named_tensors(a, GDL_PARAMS_AND_BUFFERS, na, ta, 64), i;
+    ASSERT(n > 0 && n <= 64);
+    ASSERT_EQ(n, gdl_module_named_tensors(b, GDL_PARAMS_AND_BUFFERS, nb, tb, 64));
+    for (i = 0; i < n; i++) {
+        ASSERT_STR_EQ(na[i], nb[i]);
+        ASSERT(gdl_same_shape(ta[i], tb[i]));
+        ASSERT_EQ(0, memcmp(ta[i]->data, tb[i]->data, sizeof(gdl_real) * (size_t)ta[i]->numel));
+    }
+    PASS();
+}
+
+/* the same shape and the same bits */
+static enum harness_result same_values(const gdl_tensor *a, const gdl_tensor *b) {
+    ASSERT(a && b && gdl_same_shape(a, b));
+    ASSERT_EQ(0, memcmp(a->data, b->data, sizeof(gdl_real) * (size_t)a->numel));
+    PASS();
+}
+
+/* the largest |a - b| (same numel) */
+static double max_abs_diff(const gdl_tensor *a, const gdl_tensor *b) {
+    double m = 0;
+    int64_t i;
+    for (i = 0; i < a->numel && i < b->numel; i++) {
+        double d = fabs((double)R(a)[i] - (double)R(b)[i]);
+        if (!(d <= m)) m = d;
+    }
+    return m;
+}
+
+/* y [N, T, E] (batch-first) against z [T, N, E] (sequence-first): the same numbers, transposed */
+static enum harness_result transposed_equal(const gdl_tensor *y, const gdl_tensor *z, double tol) {
+    int64_t n, t, e, N, T, E;
+    ASSERT(y && z && y->ndim == 3 && z->ndim == 3);
+    N = y->shape[0], T = y->shape[1], E = y->shape[2];
+    ASSERT(z->shape[0] == T && z->shape[1] == N && z->shape[2] == E);
+    for (n = 0; n < N; n++)
+        for (t = 0; t < T; t++)
+            for (e = 0; e < E; e++)
+                ASSERT_IN_RANGE(R(z)[(t * N + n) * E + e], R(y)[(n * T + t) * E + e], tol);
+    PASS();
+}
+
+/* A module kind built from options (o NULL: the defaults) through its _ex call (positional 0) or its
+   positional call given the same values (positional 1). */
+typedef gdl_module *(*opts_make_fn)(const void *o, int positional);
+
+/* builds both forms under one seed; the same tensors; the same output on x in training mode under one seed
+   (dropout draws alike). *ex gets the _ex module, *y its output. */
+static enum harness_result ex_matches_positional(opts_make_fn make, const void *o, gdl_tensor *x, gdl_module **ex,
+                                                 gdl_tensor **y) {
+    gdl_module *a, *b;
+    gdl_tensor *ya, *yb;
+    enum harness_result r;
+    gdl_manual_seed(5);
+    a = make(o, 0);
+    gdl_manual_seed(5);
+    b = make(o, 1);
+    ASSERT_NOT_NULL(a);
+    ASSERT_NOT_NULL(b);
+    r = same_tensors(a, b);
+    if (r == HARNESS_PASS) {
+        gdl_manual_seed(9);
+        ya = gdl_forward(a, x);
+        gdl_manual_seed(9);
+        yb = gdl_forward(b, x);
+        r = same_values(ya, yb);
+        *y = ya;
+    }
+    gdl_module_free(b);
+    if (r != HARNESS_PASS) {
+        gdl_module_free(a);
+        return r;
+    }
+    *ex = a;
+    PASS();
+}
+
+static gdl_module *make_lstm(const void *p, int positional) {
+    const gdl_rnn_opts *o = (const gdl_rnn_opts *)p;
+    gdl_rnn_opts d = gdl_rnn_defaults();
+    if (!positional) return gdl_nn_lstm_ex(4, 3, o);
+    if (o) d = *o;
+    return gdl_nn_lstm(4, 3, d.num_layers, d.bias, d.batch_first, d.dropout, d.bidirectional);
+}
+static gdl_module *make_gru(const void *p, int positional) {
+    const gdl_rnn_opts *o = (const gdl_rnn_opts *)p;
+    gdl_rnn_opts d = gdl_rnn_defaults();
+    if (!positional) return gdl_nn_gru_ex(4, 3, o);
+    if (o) d = *o;
+    return gdl_nn_gru(4, 3, d.num_layers, d.bias, d.batch_first, d.dropout, d.bidirectional);
+}
+
+/* one option set: the _ex form against the positional one, the output shape, the number of parameters */
+static enum harness_result rnn_opts_case(opts_make_fn make, const gdl_rnn_opts *o, gdl_tensor *x, int64_t out_last,
+                                         int nparams, gdl_module **keep, gdl_tensor **y) {
+    int64_t s[3];
+    CHECK_CALL(ex_matches_positional(make, o, x, keep, y));
+    s[0] = x->shape[0], s[1] = x->shape[1], s[2] = out_last;
+    ASSERT(shape_is(*y, 3, s));
+    ASSERT_EQ(nparams, gdl_module_named_tensors(*keep, GDL_PARAMS, NULL, NULL, 0));
+    PASS();
+}
+
+TEST test_rnn_opts(void) {
+    int64_t xs[3] = {5, 2, 4};
+    gdl_tensor *x, *y, *y0, *yd, *ybf;
+    gdl_module *m, *m0;
+    gdl_rnn_opts d = gdl_rnn_defaults(), o;
+    int lstm;
+    /* PyTorch's defaults */
+    ASSERT_EQ(1, d.num_layers);
+    ASSERT_EQ(1, d.bias);
+    ASSERT_EQ(0, d.batch_first);
+    ASSERT_IN_RANGE(0, d.dropout, 0);
+    ASSERT_EQ(0, d.bidirectional);
+    gdl_manual_seed(3);
+    ASSERT_NOT_NULL(x = gdl_randn(3, xs, CPU));
+    for (lstm = 1; lstm >= 0; lstm--) {
+        opts_make_fn make = lstm ? make_lstm : make_gru;
+        /* NULL and the defaults struct: the same module as the positional call with PyTorch's defaults */
+        CHECK_CALL(rnn_opts_case(make, NULL, x, 3, 4, &m0, &y0));
+        CHECK_CALL(rnn_opts_case(make, &d, x, 3, 4, &m, &y));
+        CHECK_CALL(same_values(y0, y));
+        gdl_module_free(m);
+        /* num_layers: the layer-1 tensors */
+        o = d, o.num_layers = 2;
+        CHECK_CALL(rnn_opts_case(make, &o, x, 3, 8, &m, &y));
+        ASSERT_NOT_NULL(gdl_module_tensor(m, "weight_ih_l1"));
+        gdl_module_free(m);
+        /* bias 0: no bias tensors */
+        o = d, o.bias = 0;
+        CHECK_CALL(rnn_opts_case(make, &o, x, 3, 2, &m, &y));
+        ASSERT_NULL(gdl_module_tensor(m, "bias_ih_l0"));
+        gdl_module_free(m);
+        /* bidirectional: the reverse direction's tensors, both directions in the output */
+        o = d, o.bidirectional = 1;
+        CHECK_CALL(rnn_opts_case(make, &o, x, 6, 8, &m, &y));
+        ASSERT_NOT_NULL(gdl_module_tensor(m, "weight_hh_l0_reverse"));
+        gdl_module_free(m);
+        /* batch_first: [B, T, in]; the same weights give the transposed sequence-first result */
+        o = d, o.batch_first = 1;
+        CHECK_CALL(rnn_opts_case(make, &o, x, 3, 4, &m, &ybf));
+        gdl_module_train(m0, 1);
+        CHECK_CALL(transposed_equal(ybf, gdl_forward(m0, gdl_transpose(x, 0, 1)), 1e-6));
+        gdl_module_free(m);
+        /* dropout between two layers: training draws masks (the output differs from eval's), eval does not */
+        o = d, o.num_layers = 2, o.dropout = 0.5;
+        CHECK_CALL(rnn_opts_case(make, &o, x, 3, 8, &m, &y));
+        ASSERT_EQ(0, gdl_module_train(m, 0));
+        ASSERT_NOT_NULL(yd = gdl_forward(m, x));
+        ASSERT_GT(max_abs_diff(y, yd), 1e-4);
+        gdl_module_free(m);
+        gdl_module_free(m0);
+    }
+    /* bad options name the _ex call */
+    o = d, o.dropout = 2;
+    ASSERT_NULL(gdl_nn_lstm_ex(4, 3, &o));
+    ASSERT_EQ(0, strncmp(gdl_last_error(), "gdl_nn_lstm_ex: ", 16));
+    gdl_free(x);
+    PASS();
+}
+
+static gdl_module *make_mha(const void *p, int positional) {
+    const gdl_mha_opts *o = (const gdl_mha_opts *)p;
+    gdl_mha_opts d = gdl_mha_defaults();
+    if (!positional) return gdl_nn_multihead_attention_ex(4, 2, o);
+    if (o) d = *o;
+    return gdl_nn_multihead_attention(4, 2, d.dropout, d.bias, d.batch_first);
+}
+
+TEST test_mha_opts(void) {
+    int64_t xs[3] = {3, 2, 4};
+    gdl_tensor *x, *y, *y0, *ye;
+    gdl_module *m, *m0;
+    gdl_mha_opts d = gdl_mha_defaults(), o;
+    ASSERT_IN_RANGE(0, d.dropout, 0);
+    ASSERT_EQ(1, d.bias);
+    ASSERT_EQ(0, d.batch_first);
+    gdl_manual_seed(3);
+    ASSERT_NOT_NULL(x = gdl_randn(3, xs, CPU));
+    CHECK_CALL(ex_matches_positional(make_mha, NULL, x, &m0, &y0));
+    ASSERT(shape_is(y0, 3, xs));
+    ASSERT_EQ(4, gdl_module_named_tensors(m0, GDL_PARAMS, NULL, NULL, 0));
+    CHECK_CALL(ex_matches_positional(make_mha, &d, x, &m, &y));
+    CHECK_CALL(same_values(y0, y));
+    gdl_module_free(m);
+    o = d, o.bias = 0; /* no in_proj_bias, no out_proj.bias */
+    CHECK_CALL(ex_matches_positional(make_mha, &o, x, &m, &y));
+    ASSERT_EQ(2, gdl_module_named_tensors(m, GDL_PARAMS, NULL, NULL, 0));
+    ASSERT_NULL(gdl_module_tensor(m, "in_proj_bias"));
+    gdl_module_free(m);
+    o = d, o.batch_first = 1; /* [N, L, E]: the sequence-first result transposed */
+    CHECK_CALL(ex_matches_positional(make_mha, &o, x, &m, &y));
+    CHECK_CALL(transposed_equal(y, gdl_forward(m0, gdl_transpose(x, 0, 1)), 1e-6));
+    gdl_module_free(m);
+    o = d, o.dropout = 0.5; /* drops attention weights in training mode only */
+    CHECK_CALL(ex_matches_positional(make_mha, &o, x, &m, &y));
+    ASSERT_EQ(0, gdl_module_train(m, 0));
+    ASSERT_NOT_NULL(ye = gdl_forward(m, x));
+    ASSERT_GT(max_abs_diff(y, ye), 1e-4);
+    ASSERT_LT(max_abs_diff(y0, ye), 1e-6); /* eval: the default module's weights, no dropout */
+    gdl_module_free(m);
+    gdl_module_free(m0);
+    o = d, o.dropout = -1;
+    ASSERT_NULL(gdl_nn_multihead_attention_ex(4, 2, &o));
+    ASSERT_EQ(0, strncmp(gdl_last_error(), "gdl_nn_multihead_attention_ex: ", 31));
+    gdl_free(x);
+    PASS();
+}
+
+static gdl_module *make_tfm(const void *p, int positional) {
+    const gdl_transformer_encoder_layer_opts *o = (const gdl_transformer_encoder_layer_opts *)p;
+    gdl_transformer_encoder_layer_opts d = gdl_transformer_encoder_layer_defaults();
+    if (!positional) return gdl_nn_transformer_encoder_layer_ex(4, 2, o);
+    if (o) d = *o;
+    return gdl_nn_transformer_encoder_layer(4, 2, d.dim_feedforward, d.dropout, d.activation == GDL_ACT_GELU,
+                                            d.layer_norm_eps, d.batch_first, d.norm_first, d.bias);
+}
+
+/* the _ex layer with o against the positional one, then its eval-mode output on x (*ye) */
+static enum harness_result tfm_opts_case(const gdl_transformer_encoder_layer_opts *o, gdl_tensor *x, gdl_module **m,
+                                         gdl_tensor **ye) {
+    gdl_tensor *y;
+    CHECK_CALL(ex_matches_positional(make_tfm, o, x, m, &y));
+    ASSERT_EQ(0, gdl_module_train(*m, 0));
+    ASSERT_NOT_NULL(*ye = gdl_forward(*m, x));
+    PASS();
+}
+
+TEST test_transformer_opts(void) {
+    int64_t xs[3] = {3, 2, 4}, ff[2] = {8, 4};
+    gdl_tensor *x, *y0, *y;
+    gdl_module *m, *m0;
+    gdl_transformer_encoder_layer_opts d = gdl_transformer_encoder_layer_defaults(), o;
+    /* PyTorch's defaults */
+    ASSERT_EQ(2048, d.dim_feedforward);
+    ASSERT_IN_RANGE(0.1, d.dropout, 0);
+    ASSERT_EQ(GDL_ACT_RELU, d.activation);
+    ASSERT_IN_RANGE(1e-5, d.layer_norm_eps, 0);
+    ASSERT_EQ(0, d.batch_first);
+    ASSERT_EQ(0, d.norm_first);
+    ASSERT_EQ(1, d.bias);
+    gdl_manual_seed(3);
+    ASSERT_NOT_NULL(x = gdl_randn(3, xs, CPU));
+    CHECK_CALL(tfm_opts_case(NULL, x, &m0, &y0));
+    ASSERT(shape_is(y0, 3, xs));
+    ASSERT_EQ(2048, gdl_module_tensor(m0, "linear1.weight")->shape[0]);
+    CHECK_CALL(tfm_opts_case(&d, x, &m, &y));
+    CHECK_CALL(same_values(y0, y));
+    gdl_module_free(m);
+    gdl_module_free(m0);
+    /* the rest against a smaller feed-forward layer (and its eval-mode output y0) */
+    d.dim_feedforward = 8;
+    CHECK_CALL(tfm_opts_case(&d, x, &m0, &y0));
+    ASSERT(shape_is(gdl_module_tensor(m0, "linear1.weight"), 2, ff));
+    o = d, o.activation = GDL_ACT_GELU;
+    CHECK_CALL(tfm_opts_case(&o, x, &m, &y));
+    ASSERT_GT(max_abs_diff(y0, y), 1e-6);
+    gdl_module_free(m);
+    o = d, o.layer_norm_eps = 0.5;
+    CHECK_CALL(tfm_opts_case(&o, x, &m, &y));
+    ASSERT_GT(max_abs_diff(y0, y), 1e-6);
+    gdl_module_free(m);
+    o = d, o.norm_first = 1;
+    CHECK_CALL(tfm_opts_case(&o, x, &m, &y));
+    ASSERT_GT(max_abs_diff(y0, y), 1e-6);
+    gdl_module_free(m);
+    o = d, o.batch_first = 1;
+    CHECK_CALL(tfm_opts_case(&o, x, &m, &y));
+    CHECK_CALL(transposed_equal(y, gdl_forward(m0, gdl_transpose(x, 0, 1)), 1e-5));
+    gdl_module_free(m);
+    o = d, o.bias = 0; /* no Linear, in_proj or LayerNorm biases: 12 parameters less 6 */
+    CHECK_CALL(tfm_opts_case(&o, x, &m, &y));
+    ASSERT_EQ(6, gdl_module_named_tensors(m, GDL_PARAMS, NULL, NULL, 0));
+    ASSERT_EQ(12, gdl_module_named_tensors(m0, GDL_PARAMS, NULL, NULL, 0));
+    gdl_module_free(m);
+    o = d, o.dropout = 0.5; /* training mode drops, eval does not */
+    CHECK_CALL(ex_matches_positional(make_tfm, &o, x, &m, &y));
+    ASSERT_GT(max_abs_diff(y0, y), 1e-4);
+    gdl_module_free(m);
+    gdl_module_free(m0);
+    o = d, o.activation = GDL_ACT_GELU_TANH; /* PyTorch's layer takes "relu" or "gelu" */
+    ASSERT_NULL(gdl_nn_transformer_encoder_layer_ex(4, 2, &o));
+    ASSERT_EQ(0, strncmp(gdl_last_error(), "gdl_nn_transformer_encoder_layer_ex: activation", 47));
+    o = d, o.layer_norm_eps = 0;
+    ASSERT_NULL(gdl_nn_transformer_encoder_layer_ex(4, 2, &o));
+    ASSERT_EQ(0, strncmp(gdl_last_error(), "gdl_nn_transformer_encoder_layer_ex: ", 37));
+    gdl_free(x);
+    PASS();
+}
+
+/* ---- gdl_module_summary records the output shape of modules run through their own forwards
+   (gdl_nn_lstm_forward, gdl_nn_gru_forward, gdl_mha_forward, gdl_transformer_encoder_forward), not only
+   gdl_forward ---- */
+static gdl_tensor *seq_model_fwd(gdl_module *self, gdl_tensor *x) {
+    gdl_tensor *out = NULL, *h = NULL, *c = NULL, *g = NULL;
+    if (gdl_nn_lstm_forward(gdl_module_child(self, "lstm"), x, NULL, NULL, &out, &h, &c) < 0) return NULL;
+    if (gdl_nn_gru_forward(gdl_module_child(self, "gru"), out, NULL, NULL, &g) < 0) return NULL; /* h_n only */
+    out = gdl_mha_forward(gdl_module_child(self, "attn"), out, out, out, NULL, NULL);
+    return out ? gdl_transformer_encoder_forward(gdl_module_child(self, "enc"), out, NULL, NULL, 1) : NULL;
+}
+
+/* the Output Shape column of the summary's row for the module at path ("--" when it did not run) */
+static enum harness_result summary_shape_is(const char *s, const char *path, const char *shape) {
+    char needle[96], row[200];
+    const char *p, *e;
+    size_t n;
+    snprintf(needle, sizeof needle, " %s (", path);
+    ASSERTm(path, (p = strstr(s, needle)) != NULL);
+    e = strchr(p, '\n');
+    n = e ? (size_t)(e - p) : strlen(p);
+    if (n >= sizeof row) n = sizeof row - 1;
+    memcpy(row, p, n);
+    row[n] = 0;
+    ASSERT_CONTAINS(row, shape);
+    PASS();
+}
+
+TEST test_summary_other_forwards(void) {
+    gdl_rnn_opts ro = gdl_rnn_defaults();
+    gdl_transformer_encoder_layer_opts to = gdl_transformer_encoder_layer_defaults();
+    gdl_module *m = gdl_nn_custom("SeqModel", seq_model_fwd, NULL, NULL);
+    int64_t in[3] = {5, 2, 4};
+    char *s;
+    int rc = -1;
+    ro.bidirectional = 1;
+    to.dim_feedforward = 8;
+    ASSERT_NOT_NULL(m);
+    ASSERT_EQ(0, gdl_module_add_child(m, "lstm", gdl_nn_lstm_ex(4, 3, &ro)));
+    ASSERT_EQ(0, gdl_module_add_child(m, "gru", gdl_nn_gru_ex(6, 6, NULL)));
+    ASSERT_EQ(0, gdl_module_add_child(m, "attn", gdl_nn_multihead_attention_ex(6, 2, NULL)));
+    ASSERT_EQ(0, gdl_module_add_child(m, "enc", gdl_nn_transformer_encoder(gdl_nn_transformer_encoder_layer_ex(6, 2, &to),
+                                                                           2, gdl_nn_layernorm(6))));
+    ASSERT_NOT_NULL(s = summary_text(m, 3, in, &rc));
+    ASSERT_EQ(0, rc);
+    CHECK_CALL(summary_shape_is(s, "lstm", "[5,2,6]"));
+    CHECK_CALL(summary_shape_is(s, "gru", "[5,2,6]")); /* the output, though only h_n was asked for */
+    CHECK_CALL(summary_shape_is(s, "attn", "[5,2,6]"));
+    CHECK_CALL(summary_shape_is(s, "enc", "[5,2,6]"));
+    CHECK_CALL(summary_shape_is(s, "enc.layers.0", "[5,2,6]"));
+    CHECK_CALL(summary_shape_is(s, "enc.layers.1", "[5,2,6]"));
+    CHECK_CALL(summary_shape_is(s, "enc.layers.0.self_attn", "[5,2,6]"));
+    CHECK_CALL(summary_shape_is(s, "enc.layers.1.linear1", "[5,2,8]"));
+    free(s);
+    gdl_module_free(m);
+    PASS();
+}
+
+/* PyTorch refuses an optimizer over no parameters ("optimizer got an empty parameter list"); gdl_step on one
+   is an error, not a silent no-op */
+TEST test_step_empty_optimizer(void) {
+    gdl_optimizer *opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0);
+    gdl_module *m = gdl_nn_relu(); /* no parameters */
+    int64_t s[1] = {2};
+    gdl_tensor *p;
+    ASSERT_NOT_NULL(opt);
+    ASSERT_EQ(0, gdl_optim_add_module(opt, m, 0));
+    ASSERT_EQ(0, gdl_optim_num_params(opt));
+    ASSERT_EQ(-1, gdl_step(opt));
+    ASSERT_EQ(0, strncmp(gdl_last_error(), "gdl_step: the Adam optimizer has no parameters", 46));
+    ASSERT_EQ(0, gdl_optim_get_step(opt)); /* nothing counted */
+    /* with a parameter it steps */
+    ASSERT_NOT_NULL(p = gdl_ones(1, s, GDL_F32, CPU));
+    gdl_set_requires_grad(p, 1);
+    ASSERT_GE(gdl_optim_add_params(opt, &p, 1, -1, -1), 0);
+    ASSERT_EQ(0, gdl_step(opt));
+    ASSERT_EQ(1, gdl_optim_get_step(opt));
+    gdl_optim_free(opt);
+    gdl_module_free(m);
+    gdl_free(p);
+    PASS();
+}
+
 SUITE(modules) {
     RUN_TEST(test_module_cycle_refused);
     SET_SETUP(reset, NULL);
@@ -1849,12 +2230,14 @@ SUITE(modules) {
     RUN_TEST(test_custom_module);
     RUN_TEST(test_train_eval);
     RUN_TEST(test_summary);
+    RUN_TEST(test_summary_other_forwards);
     RUN_TEST(test_module_to);
     RUN_TEST(test_fusion_train_bitwise);
     RUN_TEST(test_fusion_when);
     RUN_TEST(test_fusion_errors);
     RUN_TEST(test_fusion_bn_relu_bitwise);
     RUN_TEST(test_multihead_attention_pytorch);
+    RUN_TEST(test_mha_opts);
 }
 
 /* lr of a group added after the flat buffer was made: set before the next
@@ -1993,6 +2376,7 @@ SUITE(errors) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_module_errors);
     RUN_TEST(test_optim_errors);
+    RUN_TEST(test_step_empty_optimizer);
 }
 
 /* ---- the recurrent modules (LSTM, GRU) ---- */
@@ -2418,6 +2802,7 @@ SUITE(recurrent) {
     RUN_TEST(test_rnn_errors);
     RUN_TEST(test_rnn_trains);
     RUN_TEST(test_rnn_autocast);
+    RUN_TEST(test_rnn_opts);
 }
 
 /* ---- nn.TransformerEncoderLayer / TransformerEncoder, positional embeddings, weight tying ----
@@ -2789,6 +3174,7 @@ SUITE(transformer) {
     RUN_TEST(test_transformer_errors);
     RUN_TEST(test_positional_embeddings);
     RUN_TEST(test_weight_tying);
+    RUN_TEST(test_transformer_opts);
 }
 
 HARNESS_MAIN_DEFS();

@@ -232,18 +232,18 @@ TEST test_load_wrong_kind_messages(void) {
     ASSERT_EQ(0, gdl_optim_add_module(sgd, b, 0));
     tmp_path(ck, sizeof ck, "adam.safetensors");
     tmp_path(mf, sizeof mf, "model.safetensors");
-    ASSERT_EQ(0, gdl_save_checkpoint(ck, a, adam, NULL, 1));
+    ASSERT_EQ(0, gdl_checkpoint_save(a, adam, NULL, 1, ck));
     ASSERT_EQ(0, gdl_save_model(a, mf));
     /* an Adam checkpoint into SGD */
-    ASSERT_EQ(-1, gdl_load_checkpoint(ck, b, sgd, NULL, NULL));
+    ASSERT_EQ(-1, gdl_checkpoint_load(b, sgd, NULL, NULL, ck));
     ASSERT_CONTAINS(gdl_last_error(), "optimizer state 'optim.state.");
     ASSERT_CONTAINS(gdl_last_error(), "another kind of optimizer");
     /* a checkpoint into gdl_load_model */
     ASSERT_EQ(-1, gdl_load_model(b, ck));
     ASSERT_CONTAINS(gdl_last_error(), "this is a training checkpoint");
-    ASSERT_CONTAINS(gdl_last_error(), "gdl_load_checkpoint");
-    /* a model file into gdl_load_checkpoint */
-    ASSERT_EQ(-1, gdl_load_checkpoint(mf, b, NULL, NULL, NULL));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_checkpoint_load");
+    /* a model file into gdl_checkpoint_load */
+    ASSERT_EQ(-1, gdl_checkpoint_load(b, NULL, NULL, NULL, mf));
     ASSERT_CONTAINS(gdl_last_error(), "not a gpudl training checkpoint (a model file saved with gdl_save_model loads "
                                       "with gdl_load_model)");
     remove(ck);
@@ -314,11 +314,11 @@ TEST test_resume_is_exact(void) {
     /* the uninterrupted run, with a checkpoint after epoch 2 */
     gdl_manual_seed(123);
     ASSERT_EQ(0, run_epochs(a, oa, sa, la, 0, 2));
-    ASSERT_EQ(0, gdl_save_checkpoint(path, a, oa, sa, 2));
+    ASSERT_EQ(0, gdl_checkpoint_save(a, oa, sa, 2, path));
     ASSERT_EQ(0, run_epochs(a, oa, sa, la, 2, 4));
     /* a fresh process's view: other weights, other RNG state; then resume */
     gdl_manual_seed(999);
-    ASSERT_EQ(0, gdl_load_checkpoint(path, b, ob, sb, &epoch));
+    ASSERT_EQ(0, gdl_checkpoint_load(b, ob, sb, &epoch, path));
     ASSERT_EQ(2, epoch);
     ASSERT_EQ(0, run_epochs(b, ob, sb, lb, (int)epoch, 4));
     ASSERT(same_params(a, b)); /* bit for bit */
@@ -356,12 +356,12 @@ TEST test_resume_with_scaler_is_exact(void) {
     gdl_optim_add_module(ob, b, 0);
     gdl_manual_seed(123);
     ASSERT_EQ(0, run_epochs_scaled(a, oa, NULL, la, 0, 2, ca));
-    ASSERT_EQ(0, gdl_save_checkpoint(path, a, oa, NULL, 2));
+    ASSERT_EQ(0, gdl_checkpoint_save(a, oa, NULL, 2, path));
     ASSERT_LT(gdl_grad_scaler_get_scale(ca), 0x1p125); /* it overflowed */
     ASSERT_EQ(0, run_epochs_scaled(a, oa, NULL, la, 2, 4, ca));
     gdl_manual_seed(999);
     ASSERT_EQ(0, gdl_optim_set_grad_scaler(ob, cb));
-    ASSERT_EQ(0, gdl_load_checkpoint(path, b, ob, NULL, &epoch));
+    ASSERT_EQ(0, gdl_checkpoint_load(b, ob, NULL, &epoch, path));
     ASSERT_EQ(0, run_epochs_scaled(b, ob, NULL, lb, (int)epoch, 4, cb));
     ASSERT(same_params(a, b)); /* bit for bit */
     ASSERT_IN_RANGE(gdl_grad_scaler_get_scale(ca), gdl_grad_scaler_get_scale(cb), 0);
@@ -393,10 +393,10 @@ TEST test_checkpoint_refuses_bad_scheduler_position(void) {
     sa = gdl_onecycle_lr_new(oa, 0.5, 20);
     sb = gdl_onecycle_lr_new(ob, 0.5, 10);
     for (i = 0; i < 12; i++) gdl_scheduler_step(sa);
-    ASSERT_EQ(0, gdl_save_checkpoint(path, a, oa, sa, 1));
+    ASSERT_EQ(0, gdl_checkpoint_save(a, oa, sa, 1, path));
     lr0 = gdl_optim_get_lr(ob, 0);
-    ASSERT_EQ(-1, gdl_load_checkpoint(path, b, ob, sb, NULL));
-    ASSERT_CONTAINS(gdl_last_error(), "gdl_load_checkpoint");
+    ASSERT_EQ(-1, gdl_checkpoint_load(b, ob, sb, NULL, path));
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_checkpoint_load");
     ASSERT(same_params(b, copy));
     ASSERT_EQ(0, gdl_scheduler_get_last_epoch(sb));
     ASSERT_IN_RANGE(lr0, gdl_optim_get_lr(ob, 0), 0);
@@ -418,12 +418,12 @@ TEST test_checkpoint_refuses_mismatch(void) {
     tmp_path(path, sizeof path, "ckpt2.safetensors");
     gdl_optim_add_module(oa, a, 0);
     gdl_optim_add_module(ob, b, 0);
-    ASSERT_EQ(0, gdl_save_checkpoint(path, a, oa, NULL, 1));
-    ASSERT_EQ(-1, gdl_load_checkpoint(path, b, ob, NULL, NULL)); /* Adam state into SGD */
-    ASSERT_CONTAINS(gdl_last_error(), "gdl_load_checkpoint");
+    ASSERT_EQ(0, gdl_checkpoint_save(a, oa, NULL, 1, path));
+    ASSERT_EQ(-1, gdl_checkpoint_load(b, ob, NULL, NULL, path)); /* Adam state into SGD */
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_checkpoint_load");
     ASSERT(same_params(b, copy));
     ASSERT_EQ(0, gdl_save_model(a, path)); /* a model file is not a training checkpoint */
-    ASSERT_EQ(-1, gdl_load_checkpoint(path, b, NULL, NULL, NULL));
+    ASSERT_EQ(-1, gdl_checkpoint_load(b, NULL, NULL, NULL, path));
     ASSERT_CONTAINS(gdl_last_error(), "missing");
     ASSERT(same_params(b, copy));
     remove(path);
@@ -789,6 +789,95 @@ SUITE(fit) {
     RUN_TEST(test_recipe_reaches_bound);
     RUN_TEST(test_fashion_mnist_one_epoch);
 }
+/* errors of the file calls name the call the user made, not a helper underneath (gdl_st_read, gdl_st_write) */
+static enum harness_result starts_with(const char *s, const char *prefix) {
+    ASSERTm(s, strncmp(s, prefix, strlen(prefix)) == 0);
+    PASS();
+}
+
+TEST test_file_errors_name_the_call(void) {
+    static const char missing[] = "no-such-dir-gpudl/x.safetensors";
+    gdl_module *a = small_net(5), *q;
+    gdl_optimizer *opt = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
+    char bad[256];
+    FILE *f;
+    ASSERT_NOT_NULL(a);
+    ASSERT_NOT_NULL(opt);
+    ASSERT_EQ(0, gdl_optim_add_module(opt, a, 0));
+    ASSERT_EQ(-1, gdl_load_model(a, missing));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_load_model: no-such-dir-gpudl/x.safetensors: cannot open"));
+    ASSERT_EQ(-1, gdl_save_model(a, missing));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_save_model: no-such-dir-gpudl/x.safetensors: "));
+    ASSERT_EQ(-1, gdl_checkpoint_load(a, opt, NULL, NULL, missing));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_checkpoint_load: no-such-dir-gpudl/x.safetensors: cannot open"));
+    ASSERT_EQ(-1, gdl_checkpoint_save(a, opt, NULL, 0, missing));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_checkpoint_save: no-such-dir-gpudl/x.safetensors: "));
+    /* a damaged file: the parser's message under the public name */
+    tmp_path(bad, sizeof bad, "short.safetensors");
+    ASSERT_NOT_NULL(f = fopen(bad, "wb"));
+    fputs("abc", f);
+    fclose(f);
+    ASSERT_EQ(-1, gdl_load_model(a, bad));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_load_model: "));
+    ASSERT_CONTAINS(gdl_last_error(), "too short");
+    ASSERT_EQ(-1, gdl_checkpoint_load(a, opt, NULL, NULL, bad));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_checkpoint_load: "));
+    remove(bad);
+    /* quantized models' files */
+    ASSERT_NOT_NULL(q = gdl_quantize_dynamic(a, NULL));
+    ASSERT_EQ(-1, gdl_quant_load(q, missing));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_quant_load: no-such-dir-gpudl/x.safetensors: cannot open"));
+    ASSERT_EQ(-1, gdl_quant_save(q, missing));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_quant_save: "));
+    gdl_module_free(q);
+    gdl_optim_free(opt);
+    gdl_module_free(a);
+    PASS();
+}
+
+/* gdl_save_checkpoint / gdl_load_checkpoint (path first) are deprecated spellings of gdl_checkpoint_save /
+   gdl_checkpoint_load: the same files both ways, their errors under their own names */
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+TEST test_deprecated_checkpoint_spellings(void) {
+    gdl_module *a = small_net(5), *b = small_net(6);
+    gdl_optimizer *oa = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0), *ob = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0);
+    gdl_tensor *ta[16], *tb[16];
+    char p1[256], p2[256];
+    int64_t epoch = 0;
+    int n, i;
+    ASSERT(a && b && oa && ob);
+    ASSERT_EQ(0, gdl_optim_add_module(oa, a, 0));
+    ASSERT_EQ(0, gdl_optim_add_module(ob, b, 0));
+    tmp_path(p1, sizeof p1, "old_spelling.safetensors");
+    tmp_path(p2, sizeof p2, "new_spelling.safetensors");
+    ASSERT_EQ(0, gdl_save_checkpoint(p1, a, oa, NULL, 4));
+    ASSERT_EQ(0, gdl_checkpoint_load(b, ob, NULL, &epoch, p1));
+    ASSERT_EQ(4, epoch);
+    n = gdl_module_named_tensors(a, GDL_PARAMS_AND_BUFFERS, NULL, ta, 16);
+    ASSERT_EQ(n, gdl_module_named_tensors(b, GDL_PARAMS_AND_BUFFERS, NULL, tb, 16));
+    for (i = 0; i < n; i++) ASSERT_EQ(0, memcmp(ta[i]->data, tb[i]->data, sizeof(gdl_real) * (size_t)ta[i]->numel));
+    ASSERT_EQ(0, gdl_checkpoint_save(a, oa, NULL, 7, p2));
+    ASSERT_EQ(0, gdl_load_checkpoint(p2, b, ob, NULL, &epoch));
+    ASSERT_EQ(7, epoch);
+    ASSERT_EQ(-1, gdl_load_checkpoint("no-such-dir-gpudl/x.safetensors", b, ob, NULL, NULL));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_load_checkpoint: "));
+    ASSERT_EQ(-1, gdl_save_checkpoint("no-such-dir-gpudl/x.safetensors", a, oa, NULL, 0));
+    CHECK_CALL(starts_with(gdl_last_error(), "gdl_save_checkpoint: "));
+    remove(p1);
+    remove(p2);
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    PASS();
+}
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 SUITE(checkpoints) {
     SET_SETUP(reset, NULL);
     RUN_TEST(test_save_load_model);
@@ -799,6 +888,8 @@ SUITE(checkpoints) {
     RUN_TEST(test_resume_with_scaler_is_exact);
     RUN_TEST(test_checkpoint_refuses_mismatch);
     RUN_TEST(test_checkpoint_refuses_bad_scheduler_position);
+    RUN_TEST(test_file_errors_name_the_call);
+    RUN_TEST(test_deprecated_checkpoint_spellings);
 }
 
 HARNESS_MAIN_DEFS();

@@ -53,6 +53,46 @@
      (src/api/nn.h, "The flat parameter buffer").
    * The op layer is single-threaded: call ops from one thread at a time.
 
+   Ownership
+   ---------
+   Who frees what (every *_free is NULL-safe; tests/test_ownership.c does
+   each of these under AddressSanitizer):
+   * Tensors: factories (gdl_zeros, gdl_randn, gdl_from_array, gdl_clone,
+     ...) return persistent tensors, the caller's until gdl_free. Op results
+     are temporaries of the arena: never freed one by one (gdl_free on one is
+     a no-op), all gone at gdl_arena_reset (read them before, or keep one
+     with gdl_clone). A parameter's .grad belongs to the parameter.
+   * Modules: a constructor returns a root the caller frees with
+     gdl_module_free, which frees its children and every parameter and
+     buffer. Containers take their children: gdl_nn_sequential,
+     gdl_nn_residual, gdl_module_add_child, gdl_nn_sequential_add,
+     gdl_nn_transformer_encoder (encoder_layer, norm), also when they fail,
+     so constructors nest without leaks; a child is never freed on its own
+     (gdl_module_free refuses it). gdl_module_add_param / add_buffer take the
+     tensor, also on failure. gdl_module_tie frees the tied parameter's own
+     tensor. gdl_quantize_dynamic, gdl_quant_prepare(_qat) and
+     gdl_quant_convert return new roots and leave their input to the caller.
+   * Optimizers keep pointers to their parameters, which must outlive the
+     optimizer's use; gdl_optim_free frees the state, not the parameters.
+     Free in this order: schedulers, EMA and GradScaler (each detaches
+     itself; one freed after its optimizer is detached already), DDP
+     (gdl_ddp_free leaves the module to the caller), the optimizer, then the
+     model.
+   * Data: a dataset (gdl_dataset_*) is the caller's, freed with
+     gdl_dataset_free after its loaders: a loader does not own its dataset,
+     which must outlive it. A loader owns its batches (gdl_loader_next's *x,
+     *y, gdl_loader_lengths): persistent, so they survive gdl_arena_reset,
+     valid until the next gdl_loader_next, freed by gdl_loader_free; never
+     gdl_free them. gdl_idx_load's and gdl_st_read's structs are released
+     with gdl_idx_free / gdl_st_free (gdl_cifar10_load's arrays with free());
+     vocabularies with gdl_vocab_free, text lists with gdl_text_list_free,
+     gdl_text_join's string with gdl_text_free.
+   * Strings returned by the library (gdl_last_error, gdl_version,
+     gdl_shape_str, gdl_device_str, gdl_vocab_token, the names of
+     gdl_optim_state) are the library's: never freed; gdl_shape_str's live
+     in a small thread-local ring.
+   * gdl_shutdown frees the arenas and the backends' caches: call it last.
+
    Dtypes
    ------
    f32, bf16 and f16 tensors can all be computed on; i32 holds labels and
@@ -195,14 +235,14 @@
    input promotes to f32).
    GDL_F32 makes the parameters f32 again with their masters' values (state
    and step counts kept); f16 works the same way (GDL_F16). Consequences:
-   * checkpoints (gdl_save_checkpoint, gdl_fit's) save each master under its
+   * checkpoints (gdl_checkpoint_save, gdl_fit's) save each master under its
      parameter's name, as f32, so resuming into a master-weights optimizer
      is bit for bit (the parameters are rounded from the masters loaded),
      and loading into a plain f32 model and optimizer gives it the masters
      as its parameters (and the same state); an f32 checkpoint loads into a
      master-weights run the same way. gdl_save_model / gdl_load_model of a
      bf16 model write the bf16 values widened to f32 and round them back
-     (the masters are not touched: load weights through gdl_load_checkpoint
+     (the masters are not touched: load weights through gdl_checkpoint_load
      with the optimizer, or before gdl_optim_set_master_weights). A write to
      a bf16 parameter by hand is overwritten by the next step's rounding of
      its master: write the master (gdl_optim_master_weight) instead;
@@ -300,6 +340,16 @@
    returns a thread-local message naming the op, shapes, dtypes and devices:
        "gdl_matmul: inner dimensions differ: [64,784] x [128,10]"
    Failed calls leave their inputs untouched. The library never exits.
+   The message names the public call made, also when a helper underneath
+   failed: gdl_load_model on a missing file says "gdl_load_model: PATH:
+   cannot open: ...". gdl_item returns NaN on an error, which a NaN loss
+   cannot be told from; gdl_item_ex(t, &v) returns 0 (v may be NaN) or -1
+   with the error set. Calls kept for one release under an older spelling
+   are marked GDL_DEPRECATED: the compiler warns where they are used
+   (define GPUDL_NO_DEPRECATED_WARNINGS to silence it). The version is
+   GPUDL_VERSION ("MAJOR.MINOR.PATCH", with GPUDL_VERSION_MAJOR, _MINOR,
+   _PATCH) at compile time and gdl_version() in the built library; pkg-config
+   and CMake's find_package(gpudl) take theirs from the same line.
 
    Table of contents (search for the file name)
    -----------------

@@ -144,6 +144,20 @@ GPUDL_API gdl_module *gdl_nn_flatten(int start_dim);
    [T, B, D*H] (batch_first: [B, T, D*H]; the directions concatenated on the last dim, D = 2 when
    bidirectional); dropout on every layer's output but the last, in training mode only. gdl_forward gives
    the output only. */
+/* nn.LSTM / nn.GRU's keyword arguments under PyTorch's names; start from gdl_rnn_defaults(). */
+typedef struct gdl_rnn_opts {
+    int num_layers;    /* default 1; >= 1 */
+    int bias;          /* default 1: bias_ih_l<l> and bias_hh_l<l> */
+    int batch_first;   /* default 0: input and output [T, B, *]; 1: [B, T, *] */
+    double dropout;    /* default 0; in [0,1]: on every layer's output but the last, in training mode */
+    int bidirectional; /* default 0 */
+} gdl_rnn_opts;
+/* num_layers 1, bias 1, batch_first 0, dropout 0, bidirectional 0 (PyTorch's). */
+GPUDL_API gdl_rnn_opts gdl_rnn_defaults(void);
+/* nn.LSTM(input_size, hidden_size, **o) / nn.GRU(...); o NULL means defaults. NULL + error. */
+GPUDL_API gdl_module *gdl_nn_lstm_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o);
+GPUDL_API gdl_module *gdl_nn_gru_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o);
+/* The same with every option given, in PyTorch's positional order. */
 GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
                                   double dropout, int bidirectional);
 GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
@@ -310,7 +324,7 @@ typedef struct gdl_ema gdl_ema;
    parameter region and one per averaged buffer, nothing read back (so a CUDA graph of the step holds it):
    the first step copies (AveragedModel's n_averaged == 0), later ones avg = lerp(avg, p, 1 - decay).
    It starts as a copy of the parameters. Make it after every parameter is added (f32, no master weights).
-   Checkpoints of opt (gdl_save_checkpoint, gdl_fit's) hold the averages as "ema.<name>"; gdl_fit's
+   Checkpoints of opt (gdl_checkpoint_save, gdl_fit's) hold the averages as "ema.<name>"; gdl_fit's
    validation runs with the averaged weights. NULL + error. */
 GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, int use_buffers);
 /* Exchanges the model's parameters (and averaged buffers) with the averages: call, evaluate, call again. 0 / -1. */
@@ -387,7 +401,7 @@ GPUDL_API double gdl_grad_scaler_get_scale(gdl_grad_scaler *s);
 GPUDL_API int64_t gdl_grad_scaler_get_growth_tracker(gdl_grad_scaler *s);
 /* Sets the scale (> 0, finite) and the growth tracker (>= 0), as load_state_dict. 0 / -1. */
 GPUDL_API int gdl_grad_scaler_set_state(gdl_grad_scaler *s, double scale, int64_t growth_tracker);
-/* Attaches s to opt (NULL detaches) so gdl_save_checkpoint / gdl_load_checkpoint with opt save and restore its
+/* Attaches s to opt (NULL detaches) so gdl_checkpoint_save / gdl_checkpoint_load with opt save and restore its
    state ("scaler.scale", "scaler.growth_tracker", the factors and the interval: PyTorch's state_dict); gdl_grad_scaler_unscale attaches it too. An optimizer has
    at most one scaler. 0 / -1. */
 GPUDL_API int gdl_optim_set_grad_scaler(gdl_optimizer *opt, gdl_grad_scaler *s);

@@ -9,6 +9,16 @@
    mode. gdl_forward(m, x) is self-attention without masks. */
 GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_heads, double dropout, int bias,
                                                  int batch_first);
+/* nn.MultiheadAttention's keyword arguments under PyTorch's names; start from gdl_mha_defaults(). */
+typedef struct gdl_mha_opts {
+    double dropout;  /* default 0; in [0,1]: on the attention weights, in training mode */
+    int bias;        /* default 1: in_proj_bias and out_proj.bias */
+    int batch_first; /* default 0: [L, N, E]; 1: [N, L, E] */
+} gdl_mha_opts;
+/* dropout 0, bias 1, batch_first 0 (PyTorch's). */
+GPUDL_API gdl_mha_opts gdl_mha_defaults(void);
+/* nn.MultiheadAttention(embed_dim, num_heads, **o); o NULL means defaults. NULL + error. */
+GPUDL_API gdl_module *gdl_nn_multihead_attention_ex(int64_t embed_dim, int num_heads, const gdl_mha_opts *o);
 /* The attention output for query [N, L, E], key and value [N, S, E] ([L, N, E] and [S, N, E] unless
    batch_first); key_padding_mask [N, S] and attn_mask [L, S] or [N*num_heads, L, S] may be NULL, each u8
    (non-zero: the key is LEFT OUT, PyTorch's bool convention for this module, the opposite of

@@ -17,6 +17,23 @@
 GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhead, int64_t dim_feedforward,
                                                        double dropout, int gelu, double layer_norm_eps,
                                                        int batch_first, int norm_first, int bias);
+/* nn.TransformerEncoderLayer's keyword arguments under PyTorch's names; start from
+   gdl_transformer_encoder_layer_defaults(). */
+typedef struct gdl_transformer_encoder_layer_opts {
+    int64_t dim_feedforward; /* default 2048 */
+    double dropout;          /* default 0.1; in [0,1] */
+    gdl_act activation;      /* default GDL_ACT_RELU; or GDL_ACT_GELU (exact, erf: PyTorch's "gelu") */
+    double layer_norm_eps;   /* default 1e-5; > 0 */
+    int batch_first;         /* default 0: [T, N, d]; 1: [N, T, d] */
+    int norm_first;          /* default 0: post-norm; 1: pre-norm */
+    int bias;                /* default 1: the Linear and LayerNorm biases */
+} gdl_transformer_encoder_layer_opts;
+/* dim_feedforward 2048, dropout 0.1, ReLU, layer_norm_eps 1e-5, batch_first 0, norm_first 0, bias 1 (PyTorch's). */
+GPUDL_API gdl_transformer_encoder_layer_opts gdl_transformer_encoder_layer_defaults(void);
+/* nn.TransformerEncoderLayer(d_model, nhead, **o); o NULL means defaults. NULL + error (also for an activation
+   other than GDL_ACT_RELU and GDL_ACT_GELU). */
+GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer_ex(int64_t d_model, int nhead,
+                                                          const gdl_transformer_encoder_layer_opts *o);
 /* nn.TransformerEncoder(encoder_layer, num_layers, norm): num_layers copies of encoder_layer (a
    gdl_nn_transformer_encoder_layer; the copies start with its values, as PyTorch's deepcopy) under
    layers.0. ... layers.<n-1>., then the optional final norm (any module, usually gdl_nn_layernorm(d)) under

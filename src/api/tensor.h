@@ -59,7 +59,12 @@ GPUDL_API int gdl_copy_(gdl_tensor *dst, const gdl_tensor *src); /* same shape &
 GPUDL_API int gdl_fill_(gdl_tensor *t, double value);
 GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s);          /* in place, no grad */
 GPUDL_API int gdl_copy_to_host(const gdl_tensor *t, void *dst, size_t bytes);
-GPUDL_API double gdl_item(const gdl_tensor *t); /* one element; NaN + error otherwise */
+/* The one element of a tensor as a double (a wait for a device). NaN + error otherwise, which a NaN loss cannot
+   be told from: gdl_item_ex tells them apart. */
+GPUDL_API double gdl_item(const gdl_tensor *t);
+/* The one element in *out and 0; -1 + error (no element, a stale temporary, inside a graph capture, a
+   failed copy) with *out untouched. A NaN element is a success: 0 with *out NaN. */
+GPUDL_API int gdl_item_ex(const gdl_tensor *t, double *out);
 GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f);
 GPUDL_API const char *gdl_shape_str(const gdl_tensor *t); /* "[64,784]" (thread-local ring) */
 GPUDL_API int gdl_same_shape(const gdl_tensor *a, const gdl_tensor *b);

@@ -180,13 +180,28 @@ GPUDL_API int gdl_preempt_signal(void);
    so they stop at the same step. */
 GPUDL_API int gdl_preempt_check(void);
 
+/* Saving and loading take what is saved or loaded into first and the path last, as torch.save(obj, path):
+   gdl_save_model, gdl_load_model, gdl_checkpoint_save, gdl_checkpoint_load, gdl_quant_save, gdl_quant_load,
+   gdl_vocab_save. (The file-format readers that make new data from a file, gdl_st_read, gdl_idx_load,
+   gdl_cifar10_load and gdl_vocab_load, take the path first and their outputs last, as fopen and fread; and
+   so does gdl_st_write, gdl_st_read's mirror.) Errors name the call made ("gdl_load_model: PATH: cannot
+   open: ..."). */
 /* Model parameters and buffers, PyTorch names, F32. 0 / -1. */
 GPUDL_API int gdl_save_model(gdl_module *m, const char *path);
 /* Strict: the file must hold exactly the model's names with matching shapes (F32, F16, BF16 or F64). 0 / -1. */
 GPUDL_API int gdl_load_model(gdl_module *m, const char *path);
-/* The full training state; opt, sched may be NULL. epoch is the caller's counter. 0 / -1. */
+/* The full training state; opt, sched may be NULL. epoch is the caller's counter (gdl_checkpoint_load's
+   *epoch; epoch may be NULL there). 0 / -1. */
+GPUDL_API int gdl_checkpoint_save(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, int64_t epoch,
+                                  const char *path);
+GPUDL_API int gdl_checkpoint_load(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, int64_t *epoch,
+                                  const char *path);
+/* Deprecated (kept for one release): the spellings before gdl_checkpoint_save / gdl_checkpoint_load, path
+   first; the same files and behaviour. */
+GDL_DEPRECATED("use gdl_checkpoint_save(m, opt, sched, epoch, path)")
 GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t epoch);
+GDL_DEPRECATED("use gdl_checkpoint_load(m, opt, sched, &epoch, path)")
 GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t *epoch);
 

@@ -23,6 +23,19 @@
 #define GPUDL_API extern
 #endif
 
+/* GDL_DEPRECATED(msg) marks a call kept for one release under an older spelling: the compiler warns where a
+   program calls it (-Wdeprecated-declarations; MSVC C4996). Define GPUDL_NO_DEPRECATED_WARNINGS before
+   including gpudl.h to silence it. */
+#if defined(GPUDL_NO_DEPRECATED_WARNINGS)
+#define GDL_DEPRECATED(msg)
+#elif defined(__GNUC__) || defined(__clang__)
+#define GDL_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#elif defined(_MSC_VER)
+#define GDL_DEPRECATED(msg) __declspec(deprecated(msg))
+#else
+#define GDL_DEPRECATED(msg)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

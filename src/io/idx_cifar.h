@@ -416,8 +416,8 @@ GPUDL_API int gdl_idx_check_pair(const gdl_idx *images, const gdl_idx *labels, i
 
 #define GDL__CIFAR_REC 3073 /* 1 label byte + 3 x 32 x 32 pixel bytes */
 
-GPUDL_API int gdl_cifar10_load(const char *path, uint8_t **images, uint8_t **labels, int64_t *n) {
-    static const char fn[] = "gdl_cifar10_load";
+/* gdl_cifar10_load with its errors prefixed by fn, the public call the user made */
+static int gdl__cifar10_load(const char *fn, const char *path, uint8_t **images, uint8_t **labels, int64_t *n) {
     unsigned char *buf, *shrunk;
     uint8_t *lab;
     size_t len, cnt, i;
@@ -458,6 +458,9 @@ GPUDL_API int gdl_cifar10_load(const char *path, uint8_t **images, uint8_t **lab
     *n = (int64_t)cnt;
     return 0;
 }
+GPUDL_API int gdl_cifar10_load(const char *path, uint8_t **images, uint8_t **labels, int64_t *n) {
+    return gdl__cifar10_load("gdl_cifar10_load", path, images, labels, n);
+}
 
 GPUDL_API int gdl_cifar10_load_dir(const char *dir, int train, uint8_t **images, uint8_t **labels,
                                    int64_t *n) {
@@ -488,7 +491,7 @@ GPUDL_API int gdl_cifar10_load_dir(const char *dir, int train, uint8_t **images,
         memcpy(p, dir, dlen);
         if (sep) p[dlen] = '/';
         strcpy(p + dlen + (size_t)sep, names[k]);
-        rc = gdl_cifar10_load(p, &img, &lab, &cnt); /* its message names the file */
+        rc = gdl__cifar10_load(fn, p, &img, &lab, &cnt); /* its message names the file */
         GPUDL_FREE(p);
         if (rc < 0) goto fail;
         if (!all_img) {

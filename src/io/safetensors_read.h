@@ -778,16 +778,17 @@ GPUDL_API int gdl_st_parse(const unsigned char *buf, uint64_t len, gdl_st_file *
     return gdl__st_parse_impl("gdl_st_parse", what ? what : "(buffer)", buf, len, out);
 }
 
-GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) {
+/* gdl_st_read with its errors prefixed by fn, the public call the user made (gdl_load_model, ...) */
+static int gdl__st_read(const char *fn, const char *path, gdl_st_file *out) {
     unsigned char *buf;
     size_t len;
     gdl_st_file f;
     if (!out) {
-        gdl__set_error("gdl_st_read: out is NULL");
+        gdl__set_error("%s: out is NULL", fn);
         return -1;
     }
-    if (gdl__read_file("gdl_st_read", path, &buf, &len) < 0) return -1;
-    if (gdl__st_parse_impl("gdl_st_read", path, buf, (uint64_t)len, &f) < 0) {
+    if (gdl__read_file(fn, path, &buf, &len) < 0) return -1;
+    if (gdl__st_parse_impl(fn, path, buf, (uint64_t)len, &f) < 0) {
         GPUDL_FREE(buf);
         return -1;
     }
@@ -795,6 +796,7 @@ GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) {
     *out = f;
     return 0;
 }
+GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) { return gdl__st_read("gdl_st_read", path, out); }
 
 GPUDL_API void gdl_st_free(gdl_st_file *f) {
     int k;

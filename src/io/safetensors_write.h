@@ -246,9 +246,9 @@ static int gdl__st_write_data(FILE *f, int n, const gdl_st_tensor *tensors, cons
     return 0;
 }
 
-GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
-                           const char *const *meta_keys, const char *const *meta_vals) {
-    static const char fn[] = "gdl_st_write";
+/* gdl_st_write with its errors prefixed by fn, the public call the user made (gdl_save_model, ...) */
+static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
+                         const char *const *meta_keys, const char *const *meta_vals) {
     static unsigned counter = 0;
     gdl__sb h;
     uint64_t *sizes = NULL;
@@ -337,3 +337,8 @@ fail:
     return -1;
 }
 
+
+GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
+                           const char *const *meta_keys, const char *const *meta_vals) {
+    return gdl__st_write("gdl_st_write", path, n, tensors, n_meta, meta_keys, meta_vals);
+}

@@ -17,9 +17,8 @@ static void gdl__mha_free(void *u) { GPUDL_FREE(u); }
 
 static gdl_tensor *gdl__mha_self(gdl_module *self, gdl_tensor *x) { return gdl_mha_forward(self, x, x, x, NULL, NULL); }
 
-GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_heads, double dropout, int bias,
-                                                 int batch_first) {
-    const char *op = "gdl_nn_multihead_attention";
+static gdl_module *gdl__nn_mha(const char *op, int64_t embed_dim, int num_heads, double dropout, int bias,
+                               int batch_first) {
     int64_t ws[2], bs[1];
     double a;
     gdl__mha *u;
@@ -59,6 +58,21 @@ GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_head
         memset(t[1]->data, 0, sizeof(gdl_real) * (size_t)t[1]->numel);
     }
     return m;
+}
+
+GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_heads, double dropout, int bias,
+                                                 int batch_first) {
+    return gdl__nn_mha("gdl_nn_multihead_attention", embed_dim, num_heads, dropout, bias, batch_first);
+}
+GPUDL_API gdl_mha_opts gdl_mha_defaults(void) {
+    gdl_mha_opts o;
+    memset(&o, 0, sizeof o);
+    o.bias = 1;
+    return o;
+}
+GPUDL_API gdl_module *gdl_nn_multihead_attention_ex(int64_t embed_dim, int num_heads, const gdl_mha_opts *o) {
+    gdl_mha_opts d = o ? *o : gdl_mha_defaults();
+    return gdl__nn_mha("gdl_nn_multihead_attention_ex", embed_dim, num_heads, d.dropout, d.bias, d.batch_first);
 }
 
 /* a temporary of zeros with mask's shape made additive: -inf where the u8 mask is non-zero; a float mask
@@ -149,6 +163,7 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
         }
         o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, 0);
     }
-    if (!o || !(o = gdl_forward(u->out, o))) return NULL;
-    return u->batch_first ? o : gdl_transpose(o, 0, 1);
+    if (!o || !(o = gdl_forward(u->out, o)) || !(o = u->batch_first ? o : gdl_transpose(o, 0, 1))) return NULL;
+    gdl__nn_record(m, o);
+    return o;
 }

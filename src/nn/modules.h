@@ -636,6 +636,18 @@ typedef struct gdl__nn_row {
 static gdl__nn_row *gdl__nn_rows;
 static int gdl__nn_nrows;
 
+/* During a summary, records y as module m's output: gdl_forward does, and so does every public forward that
+   runs a module some other way (gdl_nn_lstm_forward, gdl_mha_forward, gdl_transformer_encoder_forward). */
+static void gdl__nn_record(const gdl_module *m, const gdl_tensor *y) {
+    int i;
+    for (i = 0; i < gdl__nn_nrows; i++)
+        if (gdl__nn_rows[i].m == m) {
+            gdl__nn_rows[i].ran = 1;
+            gdl__nn_rows[i].ndim = y->ndim;
+            memcpy(gdl__nn_rows[i].shape, y->shape, sizeof y->shape);
+        }
+}
+
 /* Prefixes the current error with the module (once: nested modules keep the innermost). */
 static void gdl__nn_fwd_error(const gdl_module *m) {
     char prev[sizeof gdl__err], cfg[200];
@@ -810,7 +822,6 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
 
 GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x) {
     gdl_tensor *y;
-    int i;
     if (!m) {
         gdl__null_arg("gdl_forward", "module");
         return NULL;
@@ -827,12 +838,7 @@ GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x) {
         gdl__nn_fwd_error(m);
         return NULL;
     }
-    for (i = 0; i < gdl__nn_nrows; i++)
-        if (gdl__nn_rows[i].m == m) {
-            gdl__nn_rows[i].ran = 1;
-            gdl__nn_rows[i].ndim = y->ndim;
-            memcpy(gdl__nn_rows[i].shape, y->shape, sizeof y->shape);
-        }
+    gdl__nn_record(m, y);
     return y;
 }
 

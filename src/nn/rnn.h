@@ -61,6 +61,24 @@ GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int nu
                        dropout, bidirectional);
 }
 
+GPUDL_API gdl_rnn_opts gdl_rnn_defaults(void) {
+    gdl_rnn_opts o;
+    memset(&o, 0, sizeof o);
+    o.num_layers = 1;
+    o.bias = 1;
+    return o;
+}
+GPUDL_API gdl_module *gdl_nn_lstm_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o) {
+    gdl_rnn_opts d = o ? *o : gdl_rnn_defaults();
+    return gdl__nn_rnn("gdl_nn_lstm_ex", GDL__M_LSTM, "LSTM", 4, input_size, hidden_size, d.num_layers, d.bias,
+                       d.batch_first, d.dropout, d.bidirectional);
+}
+GPUDL_API gdl_module *gdl_nn_gru_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o) {
+    gdl_rnn_opts d = o ? *o : gdl_rnn_defaults();
+    return gdl__nn_rnn("gdl_nn_gru_ex", GDL__M_GRU, "GRU", 3, input_size, hidden_size, d.num_layers, d.bias,
+                       d.batch_first, d.dropout, d.bidirectional);
+}
+
 /* nn.LSTM's extra_repr: "10, 20, num_layers=2, batch_first=True" (defaults left out) */
 static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n) {
     const int64_t *a = m->ia;
@@ -157,10 +175,12 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
         }
         if (!(xs = D == 2 ? gdl_concat(2, dirs, 2) : dirs[0])) return -1;
     }
-    if (out) {
+    if (out || gdl__nn_nrows) { /* the output's layout; a summary records its shape even when it is not wanted */
         if (bf) xs = gdl_transpose(xs, 0, 1);
         else if (unbatched) xs = gdl_select(xs, 1, 0);
-        if (!(*out = xs)) return -1;
+        if (!xs) return -1;
+        gdl__nn_record(m, xs);
+        if (out) *out = xs;
     }
     if (hn && !(*hn = gdl_stack(L * D, hs, 0))) return -1;
     if (lstm && cn && !(*cn = gdl_stack(L * D, cs, 0))) return -1;

@@ -73,14 +73,14 @@ static gdl_module *gdl__tfm_layer_new(const gdl__tfm_cfg *c) {
     return m;
 }
 
-GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhead, int64_t dim_feedforward,
-                                                       double dropout, int gelu, double layer_norm_eps,
-                                                       int batch_first, int norm_first, int bias) {
+static gdl_module *gdl__nn_tfm_layer(const char *op, int64_t d_model, int nhead, int64_t dim_feedforward,
+                                     double dropout, int gelu, double layer_norm_eps, int batch_first, int norm_first,
+                                     int bias) {
     gdl__tfm_cfg c;
     if (d_model < 1 || nhead < 1 || d_model % nhead || dim_feedforward < 1 || !(dropout >= 0 && dropout <= 1) ||
         !(layer_norm_eps > 0)) {
-        gdl__set_error("gdl_nn_transformer_encoder_layer: d_model %lld must be a positive multiple of nhead %d, "
-                       "dim_feedforward %lld positive, dropout %g in [0,1] and layer_norm_eps %g > 0",
+        gdl__set_error("%s: d_model %lld must be a positive multiple of nhead %d, "
+                       "dim_feedforward %lld positive, dropout %g in [0,1] and layer_norm_eps %g > 0", op,
                        (long long)d_model, nhead, (long long)dim_feedforward, dropout, layer_norm_eps);
         return NULL;
     }
@@ -94,6 +94,34 @@ GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhea
     c.dropout = dropout;
     c.eps = layer_norm_eps;
     return gdl__tfm_layer_new(&c);
+}
+GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhead, int64_t dim_feedforward,
+                                                       double dropout, int gelu, double layer_norm_eps,
+                                                       int batch_first, int norm_first, int bias) {
+    return gdl__nn_tfm_layer("gdl_nn_transformer_encoder_layer", d_model, nhead, dim_feedforward, dropout, gelu,
+                             layer_norm_eps, batch_first, norm_first, bias);
+}
+GPUDL_API gdl_transformer_encoder_layer_opts gdl_transformer_encoder_layer_defaults(void) {
+    gdl_transformer_encoder_layer_opts o;
+    memset(&o, 0, sizeof o);
+    o.dim_feedforward = 2048;
+    o.dropout = 0.1;
+    o.activation = GDL_ACT_RELU;
+    o.layer_norm_eps = 1e-5;
+    o.bias = 1;
+    return o;
+}
+GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer_ex(int64_t d_model, int nhead,
+                                                          const gdl_transformer_encoder_layer_opts *o) {
+    const char *op = "gdl_nn_transformer_encoder_layer_ex";
+    gdl_transformer_encoder_layer_opts d = o ? *o : gdl_transformer_encoder_layer_defaults();
+    if (d.activation != GDL_ACT_RELU && d.activation != GDL_ACT_GELU) {
+        gdl__set_error("%s: activation %d must be GDL_ACT_RELU or GDL_ACT_GELU (PyTorch's \"relu\", \"gelu\")", op,
+                       (int)d.activation);
+        return NULL;
+    }
+    return gdl__nn_tfm_layer(op, d_model, nhead, d.dim_feedforward, d.dropout, d.activation == GDL_ACT_GELU,
+                             d.layer_norm_eps, d.batch_first, d.norm_first, d.bias);
 }
 
 static gdl__tfm_layer *gdl__tfm_layer_of(gdl_module *m) {
@@ -233,9 +261,16 @@ GPUDL_API gdl_tensor *gdl_transformer_encoder_forward(gdl_module *m, gdl_tensor 
     }
     if (is_causal && !src_mask && !(src_mask = gdl__tfm_causal(op, src->shape[c->batch_first ? 1 : 0], src->device)))
         return NULL;
-    if (lu) return gdl__tfm_layer_run(lu, src, src_mask, src_key_padding_mask);
-    for (i = 0; i < su->n && x; i++) x = gdl__tfm_layer_run(gdl__tfm_layer_of(su->layers[i]), x, src_mask, src_key_padding_mask);
-    return x && su->norm ? gdl_forward(su->norm, x) : x;
+    if (lu) {
+        if ((x = gdl__tfm_layer_run(lu, src, src_mask, src_key_padding_mask))) gdl__nn_record(m, x);
+        return x;
+    }
+    for (i = 0; i < su->n && x; i++)
+        if ((x = gdl__tfm_layer_run(gdl__tfm_layer_of(su->layers[i]), x, src_mask, src_key_padding_mask)))
+            gdl__nn_record(su->layers[i], x);
+    if (x && su->norm) x = gdl_forward(su->norm, x);
+    if (x) gdl__nn_record(m, x);
+    return x;
 }
 
 static gdl_tensor *gdl__tfm_layer_self(gdl_module *self, gdl_tensor *x) {

@@ -169,7 +169,7 @@ GPUDL_API int gdl_quant_save(gdl_module *m, const char *path) {
         }
         n++;
     }
-    rc = gdl_st_write(path, n, st, 2, keys, vals);
+    rc = gdl__st_write(op, path, n, st, 2, keys, vals);
 done:
     if (conv)
         for (i = 0; i < L.n; i++) GPUDL_FREE(conv[i]);
@@ -318,7 +318,7 @@ GPUDL_API int gdl_quant_load(gdl_module *m, const char *path) {
     gdl__qlayer *fresh; /* per slot: its new weight (packed), made before anything changes */
     int i, rc = -1;
     if (gdl__qlist_make(op, &L, m, path) < 0) return -1;
-    if (gdl_st_read(path, &f) < 0) {
+    if (gdl__st_read(op, path, &f) < 0) {
         GPUDL_FREE(L.s);
         return -1;
     }

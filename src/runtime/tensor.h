@@ -485,19 +485,32 @@ GPUDL_API int gdl_copy_to_host(const gdl_tensor *t, void *dst, size_t bytes) {
     return gdl__copy_bytes("gdl_copy_to_host", dst, gdl_cpu(), t->data, t->device, need);
 }
 
-GPUDL_API double gdl_item(const gdl_tensor *t) {
+/* gdl_item / gdl_item_ex: the one element in *out, 0; -1 + error (errors named op) */
+static int gdl__item(const char *op, const gdl_tensor *t, double *out) {
     unsigned char buf[8];
     if (!t) {
-        gdl__null_arg("gdl_item", "t");
-        return NAN;
+        gdl__null_arg(op, "t");
+        return -1;
     }
-    if (gdl__stale("gdl_item", "t", t) < 0 || gdl__no_capture("gdl_item", t->device) < 0) return NAN;
+    if (gdl__stale(op, "t", t) < 0 || gdl__no_capture(op, t->device) < 0) return -1;
     if (t->numel != 1) {
-        gdl__set_error("gdl_item: tensor %s has %lld elements, expected 1", gdl_shape_str(t), (long long)t->numel);
-        return NAN;
+        gdl__set_error("%s: tensor %s has %lld elements, expected 1", op, gdl_shape_str(t), (long long)t->numel);
+        return -1;
     }
-    if (gdl_copy_to_host(t, buf, sizeof buf) < 0) return NAN;
-    return gdl__load(buf, t->dtype);
+    if (gdl_copy_to_host(t, buf, sizeof buf) < 0) return -1;
+    *out = gdl__load(buf, t->dtype);
+    return 0;
+}
+GPUDL_API double gdl_item(const gdl_tensor *t) {
+    double v;
+    return gdl__item("gdl_item", t, &v) < 0 ? NAN : v;
+}
+GPUDL_API int gdl_item_ex(const gdl_tensor *t, double *out) {
+    if (!out) {
+        gdl__null_arg("gdl_item_ex", "out");
+        return -1;
+    }
+    return gdl__item("gdl_item_ex", t, out);
 }
 
 GPUDL_API int gdl_same_shape(const gdl_tensor *a, const gdl_tensor *b) {

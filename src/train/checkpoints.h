@@ -139,7 +139,7 @@ static int gdl__ckpt_write(const char *op, const char *path, gdl__ckpt *c, int n
         st[i].shape = t->shape;
         st[i].data = host[i] ? host[i] : t->data;
     }
-    if (rc == 0) rc = gdl_st_write(path, c->n, st, n_meta, keys, vals);
+    if (rc == 0) rc = gdl__st_write(op, path, c->n, st, n_meta, keys, vals);
     for (i = 0; i < c->n; i++) GPUDL_FREE(host[i]);
     GPUDL_FREE(host);
     GPUDL_FREE(st);
@@ -174,7 +174,7 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
             int is_ckpt = strncmp(name, "model.", 6) == 0 || strncmp(name, "optim.", 6) == 0;
             if (is_ckpt && strcmp(op, "gdl_load_model") == 0)
                 gdl__set_error("%s: %s: this is a training checkpoint (it holds '%s'): load it with "
-                               "gdl_load_checkpoint, or save the model alone with gdl_save_model", op, path, name);
+                               "gdl_checkpoint_load, or save the model alone with gdl_save_model", op, path, name);
             else if (strncmp(name, "ema.", 4) == 0)
                 gdl__set_error("%s: %s: the file holds a weight EMA ('%s'): attach one to the optimizer "
                                "(gdl_ema_new) before loading, or save without", op, path, name);
@@ -182,7 +182,7 @@ static int gdl__ckpt_check(const char *op, const char *path, const gdl__ckpt *c,
                 gdl__set_error("%s: %s: the file holds optimizer state '%s' that this optimizer has no place for: "
                                "it was saved from another kind of optimizer (Adam's exp_avg into SGD?) or with "
                                "other parameters", op, path, name);
-            else if (!is_ckpt && strcmp(op, "gdl_load_checkpoint") == 0)
+            else if (!is_ckpt && (strcmp(op, "gdl_checkpoint_load") == 0 || strcmp(op, "gdl_load_checkpoint") == 0))
                 gdl__set_error("%s: %s: unexpected tensor '%s': this looks like a model file (gdl_save_model): "
                                "load it with gdl_load_model", op, path, name);
             else
@@ -303,7 +303,7 @@ GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
         return -1;
     }
     if (!(c = gdl__ckpt_collect(op, m, NULL, 0))) return -1;
-    if (gdl_st_read(path, &f) < 0) {
+    if (gdl__st_read(op, path, &f) < 0) {
         gdl__ckpt_free(c);
         return -1;
     }
@@ -367,7 +367,7 @@ static int gdl__meta_get_u64(const char *op, const char *path, const gdl_st_file
     return -1;
 }
 
-/* gdl_save_checkpoint, plus gdl_fit's position (fs, may be NULL) as metadata fit.* */
+/* gdl_checkpoint_save, plus gdl_fit's position (fs, may be NULL) as metadata fit.* */
 static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
                                 gdl_scheduler *sched, int64_t epoch, const gdl__fit_state *fs) {
     gdl__meta *md;
@@ -447,6 +447,11 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
     return rc;
 }
 
+GPUDL_API int gdl_checkpoint_save(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, int64_t epoch,
+                                  const char *path) {
+    return gdl__checkpoint_save("gdl_checkpoint_save", path, m, opt, sched, epoch, NULL);
+}
+/* the spelling before gdl_checkpoint_save (path first); deprecated, kept for one release */
 GPUDL_API int gdl_save_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t epoch) {
     return gdl__checkpoint_save("gdl_save_checkpoint", path, m, opt, sched, epoch, NULL);
@@ -457,8 +462,8 @@ static int gdl__fit_save(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     return gdl__checkpoint_save("gdl_fit", path, m, opt, sched, fs->epoch, fs);
 }
 
-static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                int64_t *epoch, int ddp);
+static int gdl__checkpoint_load(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
+                                gdl_scheduler *sched, int64_t *epoch, int ddp);
 
 /* gdl_fit's position from the checkpoint at path, checked against this run (the train loader, epochs)
    before anything changes; then the checkpoint itself (all or nothing; under DDP on every rank or on none).
@@ -475,7 +480,7 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     gdl_st_file f;
     int i, rc = 0, nk = 10, has_es = 0;
     int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
-    if (gdl_st_read(path, &f) < 0) goto fail;
+    if (gdl__st_read(op, path, &f) < 0) goto fail;
     for (i = 0; i < f.n_meta && strncmp(f.meta_keys[i], "fit.", 4) != 0; i++) {
     }
     if (i == f.n_meta) {
@@ -550,7 +555,7 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     fs->replicas = W;
     fs->batch_size = B;
     fs->es_best = es[0], fs->best = es[1], fs->es_wait = (int64_t)es[2];
-    return gdl__checkpoint_load(path, m, opt, sched, NULL, ddp);
+    return gdl__checkpoint_load(op, path, m, opt, sched, NULL, ddp);
 fail:
     if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);
     return -1;
@@ -558,9 +563,8 @@ fail:
 
 /* ddp: every rank loads, or none: the ranks agree once everything is checked, before anything changes
    (*agreed says it was done) */
-static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                 int64_t *epoch, int ddp, int *agreed) {
-    const char *op = "gdl_load_checkpoint";
+static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
+                                 gdl_scheduler *sched, int64_t *epoch, int ddp, int *agreed) {
     gdl_st_file f;
     gdl__ckpt *c;
     void **bufs = NULL;
@@ -572,7 +576,7 @@ static int gdl__checkpoint_load_(const char *path, gdl_module *m, gdl_optimizer 
         return -1;
     }
     if (!(c = gdl__ckpt_collect(op, m, opt, 1))) return -1;
-    if (gdl_st_read(path, &f) < 0) {
+    if (gdl__st_read(op, path, &f) < 0) {
         gdl__ckpt_free(c);
         return -1;
     }
@@ -676,15 +680,20 @@ done:
     return rc;
 }
 
-static int gdl__checkpoint_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
-                                int64_t *epoch, int ddp) {
-    int agreed = 0, rc = gdl__checkpoint_load_(path, m, opt, sched, epoch, ddp, &agreed);
+static int gdl__checkpoint_load(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
+                                gdl_scheduler *sched, int64_t *epoch, int ddp) {
+    int agreed = 0, rc = gdl__checkpoint_load_(op, path, m, opt, sched, epoch, ddp, &agreed);
     if (ddp && !agreed) gdl__dist_agree("gdl_fit", "loading the checkpoint to resume from", 0);
     return rc;
 }
 
+GPUDL_API int gdl_checkpoint_load(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, int64_t *epoch,
+                                  const char *path) {
+    return gdl__checkpoint_load("gdl_checkpoint_load", path, m, opt, sched, epoch, 0);
+}
+/* the spelling before gdl_checkpoint_load (path first); deprecated, kept for one release */
 GPUDL_API int gdl_load_checkpoint(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                                   int64_t *epoch) {
-    return gdl__checkpoint_load(path, m, opt, sched, epoch, 0);
+    return gdl__checkpoint_load("gdl_load_checkpoint", path, m, opt, sched, epoch, 0);
 }
 

@@ -750,6 +750,11 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
         gdl__null_arg("gdl_step", "opt");
         return -1;
     }
+    if (opt->nparams == 0) { /* PyTorch refuses at construction: "optimizer got an empty parameter list" */
+        gdl__set_error("gdl_step: the %s optimizer has no parameters: add them first (gdl_optim_add_module, "
+                       "gdl_optim_add_params)", gdl__opt_kind_name(opt->kind));
+        return -1;
+    }
     /* the profiler times the whole step on the first parameter's device */
     span = gdl__prof_on && opt->nparams ? gdl__prof_push("gdl_step", opt->params[0].p->device) : 0;
     rc = gdl__step(opt);

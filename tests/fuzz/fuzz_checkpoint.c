@@ -1,4 +1,4 @@
-/* fuzz_checkpoint.c — libFuzzer harness for gdl_load_checkpoint (and, with
+/* fuzz_checkpoint.c — libFuzzer harness for gdl_checkpoint_load (and, with
    -DFZ_MODEL_ONLY, gdl_load_model) into a small model with Adam and StepLR.
    The property: an input either loads, or fails with a message and leaves
    the model, the optimizer and the scheduler bitwise as they were. "As they
@@ -12,7 +12,7 @@
 #ifdef FZ_MODEL_ONLY
 #define FZ_LOAD(path) gdl_load_model(st.model, (path))
 #else
-#define FZ_LOAD(path) gdl_load_checkpoint((path), st.model, st.opt, st.sched, &epoch)
+#define FZ_LOAD(path) gdl_checkpoint_load(st.model, st.opt, st.sched, &epoch, (path))
 #endif
 
 static fz_state st;
@@ -23,7 +23,7 @@ static uint8_t *fz_snapshot(size_t *n) {
     FILE *f;
     uint8_t *buf;
     long len;
-    if (gdl_save_checkpoint(snap, st.model, st.opt, st.sched, 7) < 0) {
+    if (gdl_checkpoint_save(st.model, st.opt, st.sched, 7, snap) < 0) {
         fprintf(stderr, "fuzz: save failed: %s\n", gdl_last_error());
         abort();
     }
@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
         in = fz_file_new();
         snprintf(snap, sizeof snap, "%s", fz_tmp_path("snapshot.safetensors"));
         snprintf(ref, sizeof ref, "%s", fz_tmp_path("reference.safetensors"));
-        if (gdl_save_checkpoint(ref, st.model, st.opt, st.sched, 7) < 0) abort();
+        if (gdl_checkpoint_save(st.model, st.opt, st.sched, 7, ref) < 0) abort();
         init = 1;
     }
     before = fz_snapshot(&nb);
@@ -85,7 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
         free(after);
     } else {
         fz_check_loaded(data, n);
-        if (gdl_load_checkpoint(ref, st.model, st.opt, st.sched, &epoch) < 0) abort();
+        if (gdl_checkpoint_load(st.model, st.opt, st.sched, &epoch, ref) < 0) abort();
     }
     free(before);
     gdl_arena_reset();

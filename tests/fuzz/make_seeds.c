@@ -127,7 +127,7 @@ static void seeds_checkpoints(void) {
     snprintf(path, sizeof path, "%s/checkpoint", out);
     mkdir(path, 0755);
     snprintf(path, sizeof path, "%s/checkpoint/adam_steplr.safetensors", out);
-    if (gdl_save_checkpoint(path, s.model, s.opt, s.sched, 3) < 0) exit(1);
+    if (gdl_checkpoint_save(s.model, s.opt, s.sched, 3, path) < 0) exit(1);
     snprintf(path, sizeof path, "%s/checkpoint/model_only.safetensors", out);
     if (gdl_save_model(s.model, path) < 0) exit(1);
     snprintf(path, sizeof path, "%s/model", out);
@@ -135,7 +135,7 @@ static void seeds_checkpoints(void) {
     snprintf(path, sizeof path, "%s/model/model.safetensors", out);
     if (gdl_save_model(s.model, path) < 0) exit(1);
     snprintf(path, sizeof path, "%s/model/checkpoint.safetensors", out);
-    if (gdl_save_checkpoint(path, s.model, s.opt, s.sched, 3) < 0) exit(1);
+    if (gdl_checkpoint_save(s.model, s.opt, s.sched, 3, path) < 0) exit(1);
     gdl_scheduler_free(s.sched);
     gdl_optim_free(s.opt);
     gdl_module_free(s.model);
