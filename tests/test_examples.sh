@@ -1,8 +1,11 @@
 #!/bin/sh
 # test_examples.sh — the examples as a user runs them: strict flags (a bad
 # value, an unknown flag or a stray argument is refused with exit status 2 and
-# says why), --help, data located through --data and GPUDL_DATA, and one short
-# real training run of the main job. Usage: tests/test_examples.sh BUILD_DIR
+# says why), --help (exit 0, with the flags docs/examples.md says each takes),
+# output files checked before any work and named when written, data located
+# through --data and GPUDL_DATA, every example's metrics CSV in gdl_fit's one
+# schema, README's C code blocks compiled (the training step run), and short
+# real training runs. Usage: tests/test_examples.sh BUILD_DIR
 # Ends with "N passed, N failed, N skipped".
 set -u
 b=${1:-${GPUDL_BUILD:-build}}
@@ -10,6 +13,57 @@ pass=0 fail=0 skip=0
 t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT
 . "$(dirname "$0")/expect.sh" # expect STATUS PATTERN COMMAND...
+# the one metrics CSV schema: gdl_metrics_csv_open's header, read from the library
+schema=$(sed -n 's/.*fprintf(f, "\(epoch,[a-z_,]*\)\\n").*/\1/p' gpudl.h | head -n 1)
+# csv_schema FILE ROWS: FILE is a metrics CSV of that schema with ROWS rows, epochs numbered 1, 2, ..., every
+# field a number (nan where a figure is not known)
+csv_schema() {
+    expect 0 "schema and $2 rows" awk -F, -v want="$schema" -v rows="$2" '
+        NR == 1 { if ($0 != want) { print "header " $0 " is not " want; bad = 1 } next }
+        { if (NF != 7 || $1 != NR - 1) bad = 1
+          for (i = 2; i <= NF; i++) if ($i != "nan" && $i !~ /^-?[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?$/) bad = 1 }
+        END { if (!bad && NR - 1 == rows) { print "schema and " rows " rows"; exit 0 }
+              print "not the schema or not " rows " rows:"; exit 1 }' "$1"
+}
+expect 0 "^epoch,loss,accuracy," echo "$schema"
+# every C block of README is a whole program that compiles (the training step also runs, further down)
+awk -v d="$t" '/^```c$/ { n++; f = d "/readme_block_" n ".c"; on = 1; next } /^```$/ { on = 0 } on { print > f }' README.md
+expect 0 "" ls "$t/readme_block_1.c"
+for f in "$t"/readme_block_*.c; do expect 0 "" cc -std=c99 -fsyntax-only -I. "$f"; done
+# has_flags PROGRAM FLAG...: PROGRAM --help exits 0 and lists every FLAG
+has_flags() {
+    prog=$1; shift
+    "$prog" --help >"$t/help" 2>&1 || { echo "--help exited $?"; return 1; }
+    for f in "$@"; do grep -q -e "^  $f " "$t/help" || { echo "no $f in --help"; return 1; }; done
+    echo "has its flags"
+}
+# --help of every example: exit 0, with the flags docs/examples.md's table gives it ("-": none)
+for e in mnist_mlp cnn keras_style resnet quantize char_gpt text_classify linear_regression cpu_vs_gpu device_query \
+    gpu_monitor ddp model_parallel cluster_train; do
+    if [ ! -x "$b/$e" ]; then
+        skip=$((skip + 2)); echo "  SKIP $e --help: $b/$e not built"; continue
+    fi
+    flags=$(sed -n "s/^| \`$e\` | \(.*\) |\$/\1/p" docs/examples.md | tr -d '\`' | sed 's/^-$//')
+    expect 0 "^| \`$e\` |" cat docs/examples.md
+    # shellcheck disable=SC2086 # flags: split on purpose
+    expect 0 "has its flags" has_flags "$b/$e" $flags
+done
+expect 2 "\-\-csv $t/none/x.csv: cannot write it: No such file or directory" "$b/text_classify" --csv "$t/none/x.csv"
+expect 2 "\-\-save $t/none/m.st: cannot write it: No such file" "$b/char_gpt" --save "$t/none/m.st"
+expect 2 "\-\-out-dir $t/none/quantize_f32.safetensors: cannot write it" "$b/quantize" --out-dir "$t/none"
+expect 2 "\-\-subset '0': expected a whole number" "$b/text_classify" --subset 0
+expect 2 "\-\-lr 'x': expected a number" "$b/text_classify" --lr x
+expect 2 "\-\-epochs '0': expected a whole number" "$b/cluster_train" --epochs 0
+expect 2 "\-\-load trains nothing" "$b/char_gpt" --load "$t/x" --csv "$t/y.csv"
+if [ -x "$b/cluster_train" ]; then
+    mkdir -p "$t/ct"
+    expect 0 "^wrote $t/ct/w.safetensors" "$b/cluster_train" --epochs 2 --batch-size 16 --out-dir "$t/ct" --out w.safetensors \
+        --csv m.csv
+    expect 0 "^wrote $t/ct/m.csv" cat "$t/out"
+    csv_schema "$t/ct/m.csv" 2
+else
+    skip=$((skip + 3)); echo "  SKIP cluster_train's files: $b/cluster_train not built"
+fi
 for e in mnist_mlp cnn keras_style; do
     expect 0 "^usage: .*$e \[options\]" "$b/$e" --help
     expect 2 "unexpected argument '3'" "$b/$e" 3
@@ -35,7 +89,7 @@ for e in mnist_mlp cnn keras_style; do
     expect 1 "not found in $t/none2 (from GPUDL_DATA).*make data" env GPUDL_DATA="$t/none2" "$b/$e" --epochs 1
 done
 expect 0 "^usage: " "$b/linear_regression" --help
-# resnet (issue 31): its flags, the subsets (--train-subset, --test-subset) among them
+# resnet: its flags, the subsets (--train-subset, --test-subset) among them
 expect 0 "^  --train-subset N " "$b/resnet" --help
 expect 2 "\-\-train-subset '0': expected a whole number" "$b/resnet" --train-subset 0
 expect 2 "\-\-test-subset 'x': expected a whole number" "$b/resnet" --test-subset x
@@ -62,7 +116,7 @@ gpt_agree() {
           for (i = 1; i <= m; i++) if (x[i] != y[i] && (x[i] - y[i] > tol || y[i] - x[i] > tol)) bad = 1 }
         END { if (bad || n != 9) { print "the two runs differ:"; exit 1 } print n " lines agree" }' "$2" "$3"
 }
-# char_gpt (issue 27): its own options checked as strictly, then a tiny GPT (2 layers, width 64, context 32)
+# char_gpt: its own options checked as strictly, then a tiny GPT (2 layers, width 64, context 32)
 # trained for 300 steps on the English fortunes on 2 threads (the fortunes fetched first when missing:
 # tools/fetch_data.sh text, as `make data-text`; 13 to 17 s on the loaded 2-core development VM): its
 # validation loss must end well under ln(V) (~4.7, a uniform guess) and under the characters' unigram
@@ -87,7 +141,16 @@ cp "$t/out" "$t/gpt"
 expect 0 "validation loss .* under 2.8" awk '/^data: / { v = $(NF - 4) } /^eval 300: / { l = $6 }
     END { if (v > 50 && l > 0 && l < 2.8) { printf "validation loss %s under 2.8 (ln %d = %.2f)\n", l, v, log(v); exit 0 }
           printf "validation loss %s, vocabulary %s\n", l, v; exit 1 }' "$t/gpt"
-expect 0 "^2,[0-9.]*,nan,[0-9.]*,nan," cat "$t/gpt.csv"
+# the CSV: a row per --eval-interval (2 here), the training accuracy not measured (nan), the validation's
+csv_schema "$t/gpt.csv" 2
+expect 0 "^2,[0-9.]*,nan,[0-9.]*,0\.[0-9]*," cat "$t/gpt.csv"
+expect 0 "^wrote $t/gpt.safetensors" cat "$t/gpt"
+# --load: a sample from the saved model, no training; a prompt character the fortunes never use is refused
+expect 0 "^sample (temperature 0.8" "$b/char_gpt" --device cpu --layers 2 --heads 2 --width 64 --context 32 \
+    --load "$t/gpt.safetensors" --sample-len 20 --prompt "The "
+cp "$t/out" "$t/gptload"
+expect 1 "" grep -q "^step " "$t/gptload"
+expect 2 "the character '☃' (U+2603) is not in the vocabulary" "$b/char_gpt" --prompt "snow☃" --steps 1
 # nanoGPT's names, and the head tied to wte: no lm_head.weight of its own
 expect 0 "transformer.h.1.mlp.c_proj.weight" sh -c "head -c 8192 '$t/gpt.safetensors' | tr -c '[:print:]' ' '"
 expect 1 "" grep -aq lm_head "$t/gpt.safetensors"
@@ -124,6 +187,15 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 2 --device cpu --batch-size 128 --seed 3 --csv "$t/m.csv"
     # the metrics CSV: a header and one row per epoch, drawn by tools/plot.sh
     expect 0 "^2,0\.[0-9]*,nan,0\.[0-9]*,0\.[0-9]*," cat "$t/m.csv"
+    csv_schema "$t/m.csv" 2
+    # the other Fashion-MNIST examples' CSVs and files, in --out-dir (one short epoch each)
+    mkdir -p "$t/o"
+    expect 0 "^wrote $t/o/cnn.csv" "$b/cnn" --device cpu --epochs 1 --train-subset 512 --test-subset 256 --out-dir "$t/o" \
+        --csv cnn.csv
+    csv_schema "$t/o/cnn.csv" 1
+    expect 0 "^wrote $t/o/keras_style_metrics.csv" "$b/keras_style" --device cpu --epochs 1 --out-dir "$t/o"
+    expect 0 "^wrote $t/o/keras_style.safetensors" cat "$t/out"
+    csv_schema "$t/o/keras_style_metrics.csv" 1
     if command -v gnuplot >/dev/null 2>&1; then
         expect 0 "wrote $t/m.png" sh tools/plot.sh "$t/m.csv" "$t/m.png"
         expect 0 "^PNG$" sh -c "head -c 4 '$t/m.png' | tail -c 3"
@@ -145,7 +217,7 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "^gdl_step  *cpu  *938 " cat "$t/profile"
     expect 0 "^allocation requests  *[0-9]" cat "$t/profile"
     expect 0 "test accuracy [0-9]" env GPUDL_DATA=/usr/share/datasets/fashion-mnist "$b/mnist_mlp" --epochs 1 --csv "$t/3.csv"
-    # mixed precision (issue 10): the main job with bf16 autocast ends within 0.5 points of f32's test
+    # mixed precision: the main job with bf16 autocast ends within 0.5 points of f32's test
     # accuracy (5 epochs, seed 0; about 13 s for both on the development VM)
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --device cpu --seed 0 --csv "$t/5.csv"
     cp "$t/out" "$t/f32"
@@ -157,7 +229,7 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
         d = a - b; if (d < 0) d = -d
         if (a > 80 && b > 80 && d <= 0.5) { printf "bf16 %s%% within 0.5 points of f32 %s%%\n", b, a; exit 0 }
         printf "bf16 %s%% against f32 %s%%\n", b, a; exit 1 }'
-    # --recipe, what make run trains (issue 31's MLP recipe): its hand-written loop does what gdl_fit does with
+    # --recipe, what make run trains (the MLP recipe): its hand-written loop does what gdl_fit does with
     # the recipe in bench/recipes.c, the same training loss and test accuracy after an epoch (seed 2: 0.9375,
     # 85.59 %); the epoch's loss well below ln 10 = 2.30 and the accuracy far above chance
     expect 0 "^  --recipe  .*its defaults: 12 epochs, batch 128" "$b/mnist_mlp" --help
@@ -170,43 +242,54 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
         NR != FNR && /^epoch 1:/ { m = $5; b = $8; sub(/,/, "", m) }
         END { if (l != "" && l == m && a == b && l + 0 < 1.1 && a + 0 > 80) { print "the same epoch:", l, a; exit 0 }
               print "mnist_mlp --recipe", l, a, "against recipes", m, b; exit 1 }' "$t/recipe" "$t/recipes"
-    # resnet (issue 31, the resnet10 net): 2 epochs of its recipe on 512 images, batch 32 (about 7 s an
+    # resnet (the resnet10 net): 2 epochs of its recipe on 512 images, batch 32 (about 7 s an
     # epoch on 2 loaded cores): the training loss falls from ln 10 = 2.30 to below 1.75 (1.42 to 1.60 for
     # seeds 0, 1, 2)
     expect 0 "test accuracy [0-9.]*% (EMA weights" "$b/resnet" --device cpu --epochs 2 --train-subset 512 \
         --test-subset 200 --batch-size 32 --csv "$t/r.csv"
+    csv_schema "$t/r.csv" 2
     expect 0 "loss fell" awk -F, 'NR == 2 { a = $2 } NR == 3 { b = $2 }
         END { if (NR == 3 && b < 1.75 && b < a) { print "loss fell:", a, b; exit 0 } print "losses", a, b; exit 1 }' "$t/r.csv"
     expect 1 "out of range for a dataset of 60000" "$b/resnet" --train-subset 60001 --epochs 1
-    # quantize (issue 28): --net, and the CNN's static PTQ on a subset (1 epoch on 2,000 images, the last
-    # epoch QAT's; 1,000 test images; about 12 s of CPU, 36 s on the loaded 2-core VM), run in $t (it writes
-    # its files): the f32 CNN well above chance (74 % at seed 0), static int8 within 3 points of it (0 apart
+    # quantize: --net, and the CNN's static PTQ on a subset (1 epoch on 2,000 images, the last
+    # epoch QAT's; 1,000 test images; about 12 s of CPU, 36 s on the loaded 2-core VM), its files in $t: the f32 CNN well above chance (74 % at seed 0), static int8 within 3 points of it (0 apart
     # at seed 0; the full run's figures: bench/RESULTS.md)
     expect 0 "^  --net NET " "$b/quantize" --help
     expect 2 "\-\-net 'rnn': expected mlp or cnn" "$b/quantize" --net rnn
-    expect 0 "^static int8 " sh -c "cd '$t' && exec '$(cd "$b" && pwd)/quantize' --net cnn --epochs 1 --train-subset 2000 --test-subset 1000"
+    expect 0 "^static int8 " "$b/quantize" --net cnn --epochs 1 --train-subset 2000 --test-subset 1000 --out-dir "$t" \
+        --csv q.csv
     cp "$t/out" "$t/quant"
+    csv_schema "$t/q.csv" 1
+    expect 0 "^wrote $t/quantize_qat.safetensors" cat "$t/quant"
+    # --epochs 2: the f32 epochs numbered 1/2 and 2/2 (each once), QAT's the 2nd
+    expect 0 "^QAT epoch 2/2" "$b/quantize" --epochs 2 --train-subset 256 --test-subset 256 --out-dir "$t"
+    expect 0 "1/2 2/2" sh -c "grep -o '^epoch [0-9]/[0-9]' '$t/out' | cut -d' ' -f2 | tr '\n' ' '"
     expect 0 "static int8 within" awk '/^f32 / { f = $2 + 0 } /^static int8 / { s = $3 + 0 } END {
         if (f > 60 && s >= f - 3) { printf "static int8 within 3 points of f32: %s%% against %s%%\n", s, f; exit 0 }
         printf "static int8 %s%% against f32 %s%%\n", s, f; exit 1 }' "$t/quant"
 else
     skip=$((skip + 3)); echo "  SKIP the training runs: Fashion-MNIST is not installed (sh tools/deps.sh test installs it)"
 fi
-# text_classify (issue 27): language identification on Debian's fortunes, fetched when missing (a failure,
+# text_classify: language identification on Debian's fortunes, fetched when missing (a failure,
 # not a skip, when they cannot be); each model on a subset (800 texts, 32 characters, 2 epochs: about 5 s
 # each on 2 busy cores) must learn: held-out accuracy at least 50 % (chance is 1/6) and a falling loss
 expect 0 "" sh tools/fetch_data.sh text
 expect 0 "^  --model M " "$b/text_classify" --help
 expect 2 "\-\-model 'cnn': expected lstm or transformer" "$b/text_classify" --model cnn
 expect 2 "\-\-pos 'abs': expected sin or learned" "$b/text_classify" --pos abs
-expect 2 "\-\-dropout '2': expected a number in \[0, 1\]" "$b/text_classify" --dropout 2
+expect 2 "\-\-dropout '2': expected a number from 0 to 1" "$b/text_classify" --dropout 2
 expect 2 "\-\-schedule 'step': expected const or cosine" "$b/text_classify" --schedule step
 expect 2 "\-\-warmup '1': expected a number in \[0, 1)" "$b/text_classify" --warmup 1
 expect 2 "unknown option '--bogus'" "$b/text_classify" --bogus
 expect 1 "fortunes-min" "$b/text_classify" --data "$t/none"
 for m in lstm transformer; do
     expect 0 "held-out accuracy [0-9.]*% ($m, 2 epochs" "$b/text_classify" --model $m --subset 800 --epochs 2 \
-        --max-len 32 --batch-size 32 --device cpu --csv "$t/tc_$m.csv"
+        --max-len 32 --batch-size 32 --device cpu --csv "$t/tc_$m.csv" --save "$t/tc_$m.safetensors"
+    csv_schema "$t/tc_$m.csv" 2
+    # --load: the saved model's held-out accuracy, the same as the run's last
+    tc_acc=$(sed -n 's/^held-out accuracy \([0-9.]*%\).*/\1/p' "$t/out")
+    expect 0 "^held-out accuracy $tc_acc ($m, loaded from" "$b/text_classify" --model $m --subset 800 --max-len 32 --device cpu \
+        --load "$t/tc_$m.safetensors"
     expect 0 "learns" awk -F, 'NR == 2 { l1 = $2 } NR == 3 { l2 = $2; a = $5 } END {
         if (NR == 3 && l2 < l1 && a >= 0.5) { print "learns: loss " l1 " -> " l2 ", accuracy " a; exit 0 }
         print "loss " l1 " -> " l2 ", held-out accuracy " a; exit 1 }' "$t/tc_$m.csv"
