@@ -26,6 +26,9 @@ csv_schema() {
               print "not the schema or not " rows " rows:"; exit 1 }' "$1"
 }
 expect 0 "^epoch,loss,accuracy," echo "$schema"
+# the header's license notice is the text of LICENSE, word for word
+sed -n '/^   LICENSE (MIT): the same text as the file LICENSE$/,/^\*\/$/p' gpudl.h | sed '1,2d;$d' | sed 's/^   //' >"$t/notice"
+expect 0 "" cmp "$t/notice" LICENSE
 # every C block of README is a whole program that compiles (the training step also runs, further down)
 awk -v d="$t" '/^```c$/ { n++; f = d "/readme_block_" n ".c"; on = 1; next } /^```$/ { on = 0 } on { print > f }' README.md
 expect 0 "" ls "$t/readme_block_1.c"
