@@ -118,7 +118,7 @@ else
     echo "SKIPPED: train_mpi.sbatch: no MPI build (mpicc)"
 fi
 
-# 2b. the same MPI build started by srun itself through PMIx (README "On a cluster" says why it works with
+# 2b. the same MPI build started by srun itself through PMIx (docs/clusters.md says why it works with
 # Debian's Slurm and OpenMPI, and why pmi2 does not): the ranks are a job step of their own
 if [ -x "$b/mpi_cluster_train" ] && srun --mpi=list 2>&1 | grep -q pmix; then
     mkdir -p "$tmp/pmix"
