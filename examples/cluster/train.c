@@ -116,6 +116,7 @@ int main(int argc, char **argv) {
     fo.resume = ckpt != NULL;
     fo.preempt = ckpt != NULL;
     fo.verbose = 1;
+    if (gdl_dist_rank() == 0 && ckpt) printf("train: checkpoints go to %s/gdl_fit.safetensors\n", ckpt);
     if (gdl_dist_rank() == 0) printf("train: training\n");
     if ((fit = gdl_fit(m, l, opt, &fo, NULL)) < 0) goto fail;
     if (fit == GDL_FIT_PREEMPTED) {
