@@ -9,8 +9,11 @@
    linear warm-up then cosine decay to --min-lr, random windows of the training text (a fixed 90/10
    split of the fortunes), the validation loss the mean over a fixed set of --eval-batches windows
    spread over the validation text. Every --eval-interval steps a line with the mean training loss since
-   the last one, the validation loss, the learning rate and the speed (--csv FILE: the same as rows of
-   gdl_fit's metrics CSV, "epoch" counting the intervals, accuracies NaN). At the end, a sample from --prompt.
+   the last one, the validation loss and next-character accuracy, the learning rate and the speed (--csv FILE:
+   gdl_fit's metrics CSV, a row per interval, its "epoch" column numbering the intervals, the training accuracy
+   NaN: not measured). At the end, a sample from --prompt (characters the fortunes use). --save FILE writes the
+   model; --load FILE samples from such a file without training (give the same --layers, --heads, --width and
+   --context).
 
    bench/pytorch/char_gpt.py is its PyTorch twin: given --save-init and --dump-batches files it trains
    the same model from the same weights on the same batches (bench/compare_char_gpt.sh compares them).
@@ -21,7 +24,8 @@
    CPU:   cc -O2 -march=native examples/char_gpt.c -lm -pthread -o char_gpt
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/char_gpt.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o char_gpt
    Run:   ./char_gpt [--steps N] [--layers N] [--heads N] [--width N] [--context N] [--batch-size N]
-                     [--device cpu|cuda] [--amp bf16|f16] [--csv FILE] [--temperature X] [--top-k N] [--prompt TEXT] ...
+                     [--device cpu|cuda] [--amp bf16|f16] [--csv FILE] [--temperature X] [--top-k N] [--prompt TEXT]
+                     [--save FILE] [--load FILE] [--out-dir DIR] ...
           (--help lists them all; the data: `make data-text`, or --data DIR holding the fortunes) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -192,18 +196,35 @@ static int load_text(const char *dir, text_data *d) {
 typedef struct opts {
     int steps, layers, heads, width, context, warmup, log_interval, eval_interval, eval_batches, sample_len, top_k;
     double dropout, lr, min_lr, weight_decay, grad_clip, temperature;
-    const char *prompt, *save, *save_init, *dump;
+    const char *prompt, *save, *save_init, *dump, *load;
 } opts;
 
 /* mean cross entropy of the logits [B, T, V] against y [B, T]; the forward and the loss under autocast to
-   amp unless it is GDL_F32 (the backward outside the region, as with torch.autocast) */
-static gdl_tensor *lm_loss(gdl_module *m, gdl_tensor *x, gdl_tensor *y, int V, gdl_dtype amp) {
+   amp unless it is GDL_F32 (the backward outside the region, as with torch.autocast). *logits, when not
+   NULL: the logits as rows [B*T, V]. */
+static gdl_tensor *lm_loss(gdl_module *m, gdl_tensor *x, gdl_tensor *y, int V, gdl_dtype amp, gdl_tensor **logits) {
     int64_t rows[2] = {-1, V}, flat = -1;
-    gdl_tensor *loss;
+    gdl_tensor *loss, *z;
     if (amp != GDL_F32 && gdl_autocast_begin(amp) < 0) return NULL;
-    loss = gdl_cross_entropy(gdl_reshape(gdl_forward(m, x), 2, rows), gdl_reshape(y, 1, &flat));
+    z = gdl_reshape(gdl_forward(m, x), 2, rows);
+    loss = gdl_cross_entropy(z, gdl_reshape(y, 1, &flat));
     if (amp != GDL_F32) gdl_autocast_end();
+    if (logits) *logits = z;
     return loss;
+}
+
+/* How many of the rows' likeliest characters are y's (next-character accuracy), counted on the host. -1 + error. */
+static int64_t lm_correct(gdl_tensor *logits, gdl_tensor *y) {
+    gdl_tensor *pred = gdl_argmax(logits, 1);
+    int64_t n = y->numel, i, right = 0;
+    int32_t *p = (int32_t *)malloc(sizeof(int32_t) * (size_t)n), *t = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+    if (!pred || !p || !t || gdl_copy_to_host(pred, p, sizeof(int32_t) * (size_t)n) < 0 ||
+        gdl_copy_to_host(y, t, sizeof(int32_t) * (size_t)n) < 0)
+        right = -1;
+    for (i = 0; right >= 0 && i < n; i++) right += p[i] == t[i];
+    free(p);
+    free(t);
+    return right;
 }
 
 /* The next batch, into the next epoch at an epoch's end. 0 / -1. */
@@ -219,25 +240,31 @@ static int record_batch(gdl_tensor *x, gdl_tensor *y, int32_t *xs, int32_t *ys) 
     return gdl_copy_to_host(x, xs, bytes) < 0 || gdl_copy_to_host(y, ys, bytes) < 0 ? -1 : 0;
 }
 
-/* The mean loss over the first nb batches of l (always the same ones), in eval mode without gradients;
-   their ids copied to xs, ys when not NULL. 0 / -1. */
+/* The mean loss and next-character accuracy over the first nb batches of l (always the same ones), in eval
+   mode without gradients; their ids copied to xs, ys when not NULL. 0 / -1. */
 static int evaluate(gdl_module *m, gdl_loader *l, int nb, int V, gdl_dtype amp, int32_t *xs, int32_t *ys,
-                    double *mean) {
+                    double *mean, double *accuracy) {
     int grad = gdl_set_grad_enabled(0), k, rc = 0;
     double sum = 0;
-    gdl_tensor *x, *y, *loss = NULL;
+    int64_t right = 0, total = 0, r;
+    gdl_tensor *x, *y, *loss = NULL, *logits = NULL;
     gdl_module_train(m, 0);
     if (gdl_loader_set_epoch(l, 0) < 0) rc = -1;
     for (k = 0; k < nb && rc == 0; k++) {
         gdl_arena_reset();
-        if (next_batch(l, &x, &y) < 0 || !(loss = lm_loss(m, x, y, V, amp)) ||
-            (xs && record_batch(x, y, xs + k * x->numel, ys + k * x->numel) < 0))
+        if (next_batch(l, &x, &y) < 0 || !(loss = lm_loss(m, x, y, V, amp, &logits)) ||
+            (xs && record_batch(x, y, xs + k * x->numel, ys + k * x->numel) < 0) || (r = lm_correct(logits, y)) < 0)
             rc = -1;
-        else sum += gdl_item(loss);
+        else {
+            sum += gdl_item(loss);
+            right += r;
+            total += y->numel;
+        }
     }
     gdl_set_grad_enabled(grad);
     gdl_module_train(m, 1);
     *mean = sum / nb;
+    *accuracy = total ? (double)right / (double)total : NAN;
     return rc;
 }
 
@@ -249,7 +276,7 @@ static int train_step(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, g
                       int V, double *loss_out) {
     gdl_tensor *loss;
     gdl_arena_reset();
-    if (gdl_zero_grad(opt) < 0 || !(loss = lm_loss(m, x, y, V, amp)) ||
+    if (gdl_zero_grad(opt) < 0 || !(loss = lm_loss(m, x, y, V, amp, NULL)) ||
         gdl_backward(scaler ? gdl_grad_scaler_scale(scaler, loss) : loss) < 0 ||
         (scaler && gdl_grad_scaler_unscale(scaler, opt) < 0) ||
         (clip > 0 && gdl_clip_grad_norm_nosync(params, np, clip) < 0) ||
@@ -309,6 +336,37 @@ static int dump_write(const char *path, const dump *d, const opts *o, const gpt_
 
 /* ---- sampling ---- */
 
+/* 0 when every character of the prompt is in v; else -1 after naming the first that is not (the model knows
+   only the characters of the fortunes, and anything else would be read as <unk>), or where the prompt is not
+   UTF-8. */
+static int check_prompt(const gdl_vocab *v, const char *prompt) {
+    const unsigned char *p = (const unsigned char *)prompt;
+    size_t i = 0, n = strlen(prompt);
+    while (i < n) {
+        size_t len = p[i] < 0x80 ? 1 : (p[i] & 0xE0) == 0xC0 ? 2 : (p[i] & 0xF0) == 0xE0 ? 3 : (p[i] & 0xF8) == 0xF0 ? 4 : 0;
+        unsigned long cp = len == 1 ? p[i] : len == 2 ? p[i] & 0x1Fu : len == 3 ? p[i] & 0x0Fu : p[i] & 0x07u;
+        char ch[5];
+        size_t k;
+        for (k = 1; len && k < len; k++) {
+            if (i + k >= n || (p[i + k] & 0xC0) != 0x80) len = 0;
+            else cp = cp << 6 | (p[i + k] & 0x3Fu);
+        }
+        if (!len) {
+            fprintf(stderr, "char_gpt: --prompt is not valid UTF-8 at byte %lu\n", (unsigned long)i + 1);
+            return -1;
+        }
+        memcpy(ch, p + i, len);
+        ch[len] = 0;
+        if (gdl_vocab_id(v, ch) == GDL_VOCAB_UNK) {
+            fprintf(stderr, "char_gpt: --prompt: the character '%s' (U+%04lX) is not in the vocabulary: the fortunes "
+                            "never use it\n", ch, cp);
+            return -1;
+        }
+        i += len;
+    }
+    return 0;
+}
+
 /* Prints o->sample_len characters sampled after o->prompt (the last block_size tokens as context). 0 / -1. */
 static int sample(gdl_module *m, const gdl_vocab *v, const opts *o, int T, uint64_t seed, gdl_device dev) {
     int64_t n = gdl_vocab_encode(v, o->prompt, strlen(o->prompt), NULL, 0), len, shape[2], i;
@@ -364,26 +422,32 @@ typedef struct run {
     dump d;        /* with --dump-batches */
 } run;
 
-/* The validation loss at a step (0: before training), with the training loss and speed since the last one. */
+/* The validation loss at a step (0: before training), with the training loss and speed since the last one.
+   The CSV row (gdl_fit's metrics CSV) is the evaluation interval's: char_gpt trains by steps, and its
+   "epoch" column numbers the --eval-interval periods (an epoch of its data would be every window of the
+   text). A sample is a window of --context characters: samples_per_sec is windows a second, the console
+   prints that and the characters (tokens) a second. The training accuracy is not measured (it would cost
+   each step a copy to the host): NaN, as gdl_fit writes for what it does not know. */
 static int report(run *r, int step, int rows, double train_sum, double seconds) {
     gdl_epoch_stats st;
     int first = step == 0;
     memset(&st, 0, sizeof st);
     if (evaluate(r->model, r->val, r->o->eval_batches, r->c->vocab_size, r->amp, first ? r->d.val_x : NULL,
-                 first ? r->d.val_y : NULL, &st.val_loss) < 0)
+                 first ? r->d.val_y : NULL, &st.val_loss, &st.val_accuracy) < 0)
         return -1;
     if (first) {
-        printf("eval 0: val %.6f\n", st.val_loss);
+        printf("eval 0: val %.6f, val_acc %.2f%%\n", st.val_loss, 100 * st.val_accuracy);
         return 0;
     }
     st.epoch = step / r->o->eval_interval + (step % r->o->eval_interval != 0);
     st.loss = train_sum / rows;
-    st.accuracy = st.val_accuracy = NAN;
+    st.accuracy = NAN;
     st.seconds = seconds;
     st.samples = (int64_t)rows * r->B;
     st.samples_per_sec = st.samples / seconds;
-    printf("eval %d: train %.6f val %.6f lr %.2e, %.1f s, %.0f tokens/s\n", step, st.loss, st.val_loss,
-           gdl_optim_get_lr(r->opt, 0), seconds, st.samples_per_sec * r->c->block_size);
+    printf("eval %d: train %.6f val %.6f lr %.2e, val_acc %.2f%%, %.1f s, %.0f samples/s (%.0f tokens/s)\n", step,
+           st.loss, st.val_loss, gdl_optim_get_lr(r->opt, 0), 100 * st.val_accuracy, seconds, st.samples_per_sec,
+           st.samples_per_sec * r->c->block_size);
     return r->csv ? gdl_metrics_csv_row(r->csv, &st) : 0;
 }
 
@@ -496,7 +560,7 @@ static void run_free(run *r) {
 
 int main(int argc, char **argv) {
     ex_args a = ex_defaults(1, 12);
-    opts o = {2000, 4, 4, 128, 64, -1, 50, 250, 20, 300, 0, 0.0, 1e-3, 1e-4, 0.1, 1.0, 0.8, "\n", NULL, NULL, NULL};
+    opts o = {2000, 4, 4, 128, 64, -1, 50, 250, 20, 300, 0, 0.0, 1e-3, 1e-4, 0.1, 1.0, 0.8, "\n", NULL, NULL, NULL, NULL};
     const ex_opt extra[] = {
         {"--steps", 'i', &o.steps, 1, 1e7, "training steps", "N"},
         {"--layers", 'i', &o.layers, 1, 64, "transformer blocks (n_layer)", "N"},
@@ -515,10 +579,12 @@ int main(int argc, char **argv) {
         {"--sample-len", 'i', &o.sample_len, 0, 1e6, "characters sampled at the end", "N"},
         {"--temperature", 'd', &o.temperature, 0, 100, "sampling temperature (0: greedy)", "X"},
         {"--top-k", 'i', &o.top_k, 0, 1e6, "sample among the k likeliest characters (0: all)", "N"},
-        {"--prompt", 's', &o.prompt, 0, 0, "the sample's beginning (default: a newline)", "TEXT"},
-        {"--save", 's', &o.save, 0, 0, "write the trained model (safetensors, nanoGPT's names)", "FILE"},
-        {"--save-init", 's', &o.save_init, 0, 0, "write the initial model (for bench/pytorch/char_gpt.py)", "FILE"},
-        {"--dump-batches", 's', &o.dump, 0, 0, "write the batches' ids (for bench/pytorch/char_gpt.py)", "FILE"}};
+        {"--prompt", 's', &o.prompt, 0, 0, "the sample's beginning, characters of the fortunes (default: a newline)", "TEXT"},
+        {"--save", 'o', &o.save, 0, 0, "write the trained model (safetensors, nanoGPT's names)", "FILE"},
+        {"--load", 's', &o.load, 0, 0, "sample from a model --save wrote (the same --layers, --heads, --width, --context), "
+                                       "no training", "FILE"},
+        {"--save-init", 'o', &o.save_init, 0, 0, "write the initial model (for bench/pytorch/char_gpt.py)", "FILE"},
+        {"--dump-batches", 'o', &o.dump, 0, 0, "write the batches' ids (for bench/pytorch/char_gpt.py)", "FILE"}};
     text_data d;
     gpt_config c;
     run r;
@@ -527,11 +593,16 @@ int main(int argc, char **argv) {
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     a.data_help = "the fortunes' folder (default: $GPUDL_DATA/fortunes, ./data/fortunes, /usr/share/games/fortunes)";
-    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_AMP,
+    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_AMP | EX_OUT_DIR,
                            "Trains a character-level GPT (nanoGPT's) on Debian's English fortunes, then samples from it.",
                            extra, (int)(sizeof extra / sizeof extra[0]));
     if (parsed) return parsed == 1 ? 0 : 2;
     if (o.warmup < 0) o.warmup = o.steps / 20;
+    if (o.load && (a.csv || o.save || o.save_init || o.dump || a.profile)) {
+        fprintf(stderr, "char_gpt: --load trains nothing: --csv, --save, --save-init, --dump-batches and --profile need "
+                        "a training run\n");
+        return 2;
+    }
     if (o.width % o.heads != 0 || o.warmup >= o.steps) {
         fprintf(stderr, "char_gpt: %s\n", o.warmup >= o.steps ? "--warmup must be below --steps"
                                                                 : "--width must be a multiple of --heads");
@@ -545,14 +616,30 @@ int main(int argc, char **argv) {
     r.amp = a.amp;
     gdl_manual_seed(a.seed);
     if (load_text(a.data, &d) < 0) goto fail;
+    if (check_prompt(d.vocab, o.prompt) < 0) {
+        rc = 2;
+        goto done;
+    }
     c.n_layer = o.layers;
     c.n_head = o.heads;
     c.n_embd = o.width;
     c.block_size = o.context;
     c.vocab_size = (int)gdl_vocab_size(d.vocab);
     c.dropout = o.dropout;
-    if (!(r.model = gpt_new(&c)) || (o.save_init && gdl_save_model(r.model, o.save_init) < 0) ||
-        gdl_module_to(r.model, a.device) < 0 || make_loaders(&r, &d, a.device, a.seed, ds) < 0 || make_training(&r) < 0 ||
+    if (!(r.model = gpt_new(&c))) goto fail;
+    if (o.load) { /* a saved model: straight to the sample */
+        if (gdl_load_model(r.model, o.load) < 0 || gdl_module_to(r.model, a.device) < 0) goto fail;
+        printf("char_gpt on %s: %s loaded (%d layers, %d heads, width %d, context %d)\n", gdl_device_str(a.device), o.load,
+               c.n_layer, c.n_head, c.n_embd, c.block_size);
+        if (o.sample_len > 0 && sample(r.model, d.vocab, &o, c.block_size, a.seed, a.device) < 0) goto fail;
+        rc = 0;
+        goto done;
+    }
+    if (o.save_init) {
+        if (gdl_save_model(r.model, o.save_init) < 0) goto fail;
+        ex_wrote(o.save_init);
+    }
+    if (gdl_module_to(r.model, a.device) < 0 || make_loaders(&r, &d, a.device, a.seed, ds) < 0 || make_training(&r) < 0 ||
         (a.csv && !(r.csv = gdl_metrics_csv_open(a.csv))))
         goto fail;
     printf("char_gpt on %s (%s): %d layers, %d heads, width %d, context %d, batch %d, %.2fM parameters, dropout %g\n",
@@ -563,12 +650,24 @@ int main(int argc, char **argv) {
            (long long)d.n_train, (long long)d.n_val, c.vocab_size, c.vocab_size, log((double)c.vocab_size));
     if (a.profile && gdl_profile_begin() < 0) goto fail;
     if (train(&r) < 0 || (a.profile && ex_profile_print("the training", a.device) < 0)) goto fail;
-    if ((o.dump && dump_write(o.dump, &r.d, &o, &c, r.B) < 0) || (o.save && gdl_save_model(r.model, o.save) < 0) ||
-        (o.sample_len > 0 && sample(r.model, d.vocab, &o, c.block_size, a.seed, a.device) < 0))
-        goto fail;
+    if (a.csv) {
+        fclose(r.csv);
+        r.csv = NULL;
+        ex_wrote(a.csv);
+    }
+    if (o.dump) {
+        if (dump_write(o.dump, &r.d, &o, &c, r.B) < 0) goto fail;
+        ex_wrote(o.dump);
+    }
+    if (o.save) {
+        if (gdl_save_model(r.model, o.save) < 0) goto fail;
+        ex_wrote(o.save);
+    }
+    if (o.sample_len > 0 && sample(r.model, d.vocab, &o, c.block_size, a.seed, a.device) < 0) goto fail;
     rc = 0;
 fail:
-    if (rc) fprintf(stderr, "char_gpt: %s\n", gdl_last_error());
+    if (rc == 1) fprintf(stderr, "char_gpt: %s\n", gdl_last_error());
+done:
     run_free(&r);
     gdl_dataset_free(ds[0]);
     gdl_dataset_free(ds[1]);

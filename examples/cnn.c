@@ -5,7 +5,8 @@
 
    CPU:   cc -O2 -march=native examples/cnn.c -DGPUDL_ZLIB -lz -lm -pthread -o cnn
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/cnn.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o cnn
-   Run:   ./cnn [--data fashion_mnist_dir|cifar10_dir] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE]
+   Run:   ./cnn [--data fashion_mnist_dir|cifar10_dir] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE] [--out-dir DIR]
+                [--train-subset N] [--test-subset N]
                 [--profile]   (per-op times of the whole gdl_fit, validation included: try --epochs 1) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -25,7 +26,7 @@ static int is_cifar_dir(const char *dir) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     ex_args a = ex_defaults(5, 64);
-    int parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE,
+    int parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_OUT_DIR | EX_SUBSET,
                           "Trains a small CNN on Fashion-MNIST, or on CIFAR-10 when --data names its folder.");
     const char *dir = a.data;
     int epochs = a.epochs, cifar = is_cifar_dir(dir), C = cifar ? 3 : 1, side = cifar ? 32 : 28;
@@ -46,7 +47,9 @@ int main(int argc, char **argv) {
     gdl_manual_seed(a.seed);
     train = cifar ? gdl_dataset_from_cifar10(dir, 1) : gdl_dataset_fashion_mnist(dir, 1);
     test = cifar ? gdl_dataset_from_cifar10(dir, 0) : gdl_dataset_fashion_mnist(dir, 0);
-    if (!train || !test || !(hist = (gdl_epoch_stats *)calloc((size_t)epochs, sizeof *hist))) goto fail;
+    if (!train || !test || ex_subset(&train, a.train_subset) < 0 || ex_subset(&test, a.test_subset) < 0 ||
+        !(hist = (gdl_epoch_stats *)calloc((size_t)epochs, sizeof *hist)))
+        goto fail;
 
     lo.batch_size = a.batch_size;
     lo.shuffle = 1;
@@ -101,8 +104,9 @@ int main(int argc, char **argv) {
     if (a.profile && ex_profile_print("gdl_fit", dev) < 0) goto fail;
     for (e = 0; e < epochs; e++) secs += hist[e].seconds;
     acc = hist[epochs - 1].val_accuracy;
-    printf("test accuracy %.2f%% after %d epochs, %.2f s per training epoch on %s\n", 100 * acc, epochs, secs / epochs,
-           gdl_device_str(dev));
+    printf("test accuracy %.2f%% after %d epoch%s, %.2f s per training epoch on %s\n", 100 * acc, epochs,
+           epochs == 1 ? "" : "s", secs / epochs, gdl_device_str(dev));
+    if (a.csv) ex_wrote(a.csv);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "cnn: %s\n", gdl_last_error());

@@ -113,8 +113,8 @@ int main(int argc, char **argv) {
     Y = gdl_from_array(labels, 1, &n, GDL_I32, gdl_cpu());
     if (!X || !Y) return fail("data");
 
-    printf("%d random samples of %d features, batch %d, SGD, %d epochs; GPU: %s\n", SAMPLES, WIDTH, BATCH, a.epochs,
-           have_gpu ? gdl_device_name(gpu) : "none (only the CPU column is measured)");
+    printf("%d random samples of %d features, batch %d, SGD, %d epoch%s; GPU: %s\n", SAMPLES, WIDTH, BATCH, a.epochs,
+           a.epochs == 1 ? "" : "s", have_gpu ? gdl_device_name(gpu) : "none (only the CPU column is measured)");
     printf("\n%-10s %10s %10s %9s %12s %12s\n", "net", "cpu s", have_gpu ? gdl_device_str(gpu) : "gpu", "speed-up",
            "cpu loss", "gpu loss");
     for (k = 0; k < (int)(sizeof nets / sizeof nets[0]); k++) {

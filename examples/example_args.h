@@ -15,11 +15,19 @@
                      bf16 or f16 (gdl_autocast_begin); default off (f32)
    --train-subset N  train on the first N training samples only (quick runs, tests)
    --test-subset N   test on the first N test samples only
-   --help            the usage
+   --out-dir DIR     where the files the example writes go (default: the
+                     current directory); a relative FILE given to --csv or
+                     to an example's own output option is taken inside it
+   --help            the usage, exit status 0
+
+   Every file an example will write (its CSV, saved models) is checked
+   before any work starts: one that cannot be written is refused with the
+   system's reason, exit status 2. Each file written is printed ("wrote
+   PATH").
 
    An example's own options (char_gpt's --steps, --lr, ...) are ex_opt rows
-   given to ex_parse_opts: a whole number, a real number or a text each, with
-   its range, checked as strictly and listed by --help.
+   given to ex_parse_opts: a whole number, a real number, a text or an output
+   file each, with its range, checked as strictly and listed by --help.
 
    Each example says which of these it takes. Values may follow the flag or
    an '=' (--epochs=3). A bad value, an unknown flag or a stray argument
@@ -36,7 +44,10 @@
 #include <string.h>
 
 enum { EX_DATA = 1, EX_EPOCHS = 2, EX_BATCH = 4, EX_DEVICE = 8, EX_SEED = 16, EX_CSV = 32, EX_PROFILE = 64, EX_AMP = 128,
-       EX_SUBSET = 256 /* --train-subset and --test-subset */ };
+       EX_SUBSET = 256 /* --train-subset and --test-subset */, EX_OUT_DIR = 512 };
+
+#define EX_MAX_PATHS 8     /* output files an example names (its CSV, models) */
+#define EX_PATH_MAX 1024
 
 typedef struct ex_args {
     const char *data;  /* NULL: the default search */
@@ -48,10 +59,14 @@ typedef struct ex_args {
     gdl_dtype amp;     /* --amp: GDL_BF16 or GDL_F16; GDL_F32 (0): off */
     int64_t train_subset, test_subset; /* --train-subset, --test-subset; 0: the whole set */
     const char *data_help; /* --help's text for --data when the data is not Fashion-MNIST; NULL: that one */
+    const char *out_dir;   /* --out-dir; NULL: the current directory */
+    char paths[EX_MAX_PATHS][EX_PATH_MAX]; /* output paths joined to out_dir (ex_out_path) */
+    int n_paths;
 } ex_args;
 
 /* An example's own option: --name VALUE. kind 'i' (int *value, a whole number in [lo, hi]), 'd'
-   (double *value, a finite number in [lo, hi]) or 's' (const char **value, non-empty); or kind 'b', a
+   (double *value, a finite number in [lo, hi]), 's' (const char **value, non-empty) or 'o' (an output
+   file: as 's', then taken inside --out-dir and checked writable before the example starts); or kind 'b', a
    switch: --name alone sets int *value to 1 (no value; lo and hi unused). --help prints "--name METAVAR"
    (NULL: N, X or TEXT by kind; a switch has none) and help, then the default (the value before parsing)
    unless help names its own or the option is a switch. */
@@ -65,7 +80,7 @@ typedef struct ex_opt {
 } ex_opt;
 
 /* The example's defaults: no --data (the default search), no CSV, seed 0, device auto. */
-static ex_args ex_defaults(int epochs, int batch_size) {
+static inline ex_args ex_defaults(int epochs, int batch_size) { /* inline: no warning where unused */
     ex_args a;
     memset(&a, 0, sizeof a);
     a.epochs = epochs;
@@ -92,12 +107,13 @@ static void ex_usage(FILE *f, const char *prog, const char *about, unsigned take
         fprintf(f, "  --train-subset N  train on the first N training samples only (default: all)\n");
         fprintf(f, "  --test-subset N   test on the first N test samples only (default: all)\n");
     }
+    if (takes & EX_OUT_DIR) fprintf(f, "  --out-dir DIR     where the files it writes go (default: the current directory)\n");
     for (k = 0; k < n_extra; k++) { /* defaults: the values before parsing */
         const ex_opt *o = &extra[k];
         char arg[64];
         if (o->kind == 'b') snprintf(arg, sizeof arg, "%s", o->name);
         else snprintf(arg, sizeof arg, "%s %s", o->name,
-                      o->metavar ? o->metavar : o->kind == 's' ? "TEXT" : o->kind == 'i' ? "N" : "X");
+                      o->metavar ? o->metavar : o->kind == 's' ? "TEXT" : o->kind == 'o' ? "FILE" : o->kind == 'i' ? "N" : "X");
         if (strlen(arg) < 17) fprintf(f, "  %-17s %s", arg, o->help);
         else fprintf(f, "  %s\n%20s%s", arg, "", o->help); /* too long for the column */
         if (o->kind == 'b' || strstr(o->help, "(default")) fputc('\n', f);
@@ -128,6 +144,44 @@ static inline int ex_subset(gdl_dataset **ds, int64_t n) {
     *ds = sub;
     return 0;
 }
+
+/* name inside a->out_dir (name as it is without one, or when it is absolute): a path kept in a. NULL when
+   name is NULL, the path is too long or a has no room left (then a message was printed). */
+static const char *ex_out_path(ex_args *a, const char *name) {
+    char *p;
+    if (!name || !a->out_dir || name[0] == '/' || name[0] == '\\' || (name[0] && name[1] == ':')) return name;
+    if (a->n_paths == EX_MAX_PATHS) {
+        fprintf(stderr, "example: more than %d output files\n", EX_MAX_PATHS);
+        return NULL;
+    }
+    p = a->paths[a->n_paths];
+    if (snprintf(p, EX_PATH_MAX, "%s/%s", a->out_dir, name) >= EX_PATH_MAX) {
+        fprintf(stderr, "example: the path %s/%s is too long\n", a->out_dir, name);
+        return NULL;
+    }
+    a->n_paths++;
+    return p;
+}
+
+/* Whether path can be written, found out before any work is done: opened for appending (which changes
+   nothing) and removed again when it did not exist. 0, or -1 after printing flag, path and the system's
+   reason. */
+static int ex_check_writable(const char *prog, const char *flag, const char *path) {
+    FILE *f = fopen(path, "rb");
+    int existed = f != NULL;
+    if (f) fclose(f);
+    errno = 0;
+    if (!(f = fopen(path, "ab"))) {
+        fprintf(stderr, "%s: %s %s: cannot write it: %s\n", prog, flag, path, errno ? strerror(errno) : "unknown error");
+        return -1;
+    }
+    fclose(f);
+    if (!existed) remove(path);
+    return 0;
+}
+
+/* The line every example prints for each file it wrote. */
+static inline void ex_wrote(const char *path) { printf("wrote %s\n", path); } /* inline: no warning where unused */
 
 /* A whole decimal number in [lo, hi]; 0 on success. */
 static int ex_number(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out) {
@@ -164,7 +218,7 @@ typedef union ex_value { int i; double d; const char *s; } ex_value;
 static int ex_extra_value(const char *prog, const ex_opt *o, const char *val, ex_value *out) {
     unsigned long long n;
     char *end;
-    if (o->kind == 's') {
+    if (o->kind == 's' || o->kind == 'o') {
         if (!*val) {
             fprintf(stderr, "%s: %s needs a non-empty value\n", prog, o->name);
             return -1;
@@ -195,7 +249,7 @@ static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, cons
     static const struct { const char *name; unsigned bit; } flags[] = {
         {"--data", EX_DATA}, {"--epochs", EX_EPOCHS}, {"--batch-size", EX_BATCH},
         {"--device", EX_DEVICE}, {"--seed", EX_SEED}, {"--csv", EX_CSV}, {"--profile", EX_PROFILE},
-        {"--amp", EX_AMP}, {"--train-subset", EX_SUBSET}, {"--test-subset", EX_SUBSET}};
+        {"--amp", EX_AMP}, {"--train-subset", EX_SUBSET}, {"--test-subset", EX_SUBSET}, {"--out-dir", EX_OUT_DIR}};
     ex_value pending[EX_MAX_EXTRA];
     int given[EX_MAX_EXTRA] = {0}, x;
     const char *prog = argc > 0 ? argv[0] : "example";
@@ -246,12 +300,14 @@ static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, cons
         switch (flags[k].bit) {
         case EX_DATA:
         case EX_CSV:
+        case EX_OUT_DIR:
             if (!*val) {
                 fprintf(stderr, "%s: %s needs a non-empty value\n", prog, flags[k].name);
                 return 2;
             }
             if (flags[k].bit == EX_DATA) a->data = val;
-            else a->csv = val;
+            else if (flags[k].bit == EX_CSV) a->csv = val;
+            else a->out_dir = val;
             break;
         case EX_EPOCHS:
             if (ex_number(val, 1, 100000, &n) < 0) {
@@ -311,6 +367,14 @@ static int ex_parse_opts(ex_args *a, int argc, char **argv, unsigned takes, cons
         if (extra[x].kind == 'i' || extra[x].kind == 'b') *(int *)extra[x].value = pending[x].i;
         else if (extra[x].kind == 'd') *(double *)extra[x].value = pending[x].d;
         else *(const char **)extra[x].value = pending[x].s;
+    }
+    /* the output files: inside --out-dir, and writable, before any work */
+    if ((takes & EX_CSV) && a->csv && (!(a->csv = ex_out_path(a, a->csv)) || ex_check_writable(prog, "--csv", a->csv) < 0))
+        return 2;
+    for (x = 0; x < n_extra; x++) {
+        const char **p = (const char **)extra[x].value;
+        if (extra[x].kind != 'o' || !*p) continue;
+        if (!(*p = ex_out_path(a, *p)) || ex_check_writable(prog, extra[x].name, *p) < 0) return 2;
     }
     return 0;
 }

@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
+#include "example_args.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -37,33 +38,16 @@ static void print_table(int n) {
 }
 
 int main(int argc, char **argv) {
-    int count = 0, k, n;
+    int count = 0, n, k, parsed;
     double interval = 1.0;
+    ex_args a; /* none of the shared flags: only --help; not ex_defaults (no CUDA probe needed) */
+    const ex_opt extra[] = {{"--count", 'i', &count, 1, 1e9, "print the table N times (default: until Ctrl-C)", "N"},
+                            {"--interval", 'd', &interval, 0.05, 3600, "seconds between tables", "SECONDS"}};
     setvbuf(stdout, NULL, _IOLBF, 0);
-    for (k = 1; k < argc; k++) { /* its own two flags: none of the training flags apply */
-        char *end;
-        if (!strcmp(argv[k], "--help") || !strcmp(argv[k], "-h")) {
-            printf("usage: %s [--count N] [--interval SECONDS]\nPrints every GPU's utilisation, memory, "
-                   "temperature, power and clocks (NVML), every SECONDS (default 1), N times (default: until "
-                   "Ctrl-C).\n", argv[0]);
-            return 0;
-        } else if (!strcmp(argv[k], "--count") && k + 1 < argc) {
-            count = (int)strtol(argv[++k], &end, 10);
-            if (*end || count < 1) {
-                fprintf(stderr, "%s: --count '%s': expected a whole number >= 1\n", argv[0], argv[k]);
-                return 2;
-            }
-        } else if (!strcmp(argv[k], "--interval") && k + 1 < argc) {
-            interval = strtod(argv[++k], &end);
-            if (*end || !(interval >= 0.05 && interval <= 3600)) {
-                fprintf(stderr, "%s: --interval '%s': expected seconds from 0.05 to 3600\n", argv[0], argv[k]);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", argv[0], argv[k]);
-            return 2;
-        }
-    }
+    memset(&a, 0, sizeof a);
+    parsed = ex_parse_opts(&a, argc, argv, 0, "Prints every GPU's utilisation, memory, temperature, power and clocks (NVML).",
+                           extra, 2);
+    if (parsed) return parsed == 1 ? 0 : 2;
     if ((n = gdl_gpu_count()) < 0) {
         fprintf(stderr, "gpu_monitor: %s\n", gdl_last_error());
         return 1;

@@ -6,7 +6,8 @@
 
    CPU:   cc -O2 -march=native examples/keras_style.c -DGPUDL_ZLIB -lz -lm -pthread -o keras_style
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/keras_style.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o keras_style
-   Run:   ./keras_style [--data DIR] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE] */
+   Run:   ./keras_style [--data DIR] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE]
+                         [--save FILE] [--out-dir DIR] */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"
@@ -15,6 +16,8 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     ex_args a = ex_defaults(3, 128);
     int parsed, epochs, rc = 1;
+    const char *save = "keras_style.safetensors";
+    const ex_opt extra[] = {{"--save", 'o', &save, 0, 0, "the trained model, saved and loaded back (safetensors)", "FILE"}};
     gdl_device dev;
     gdl_dataset *all = NULL, *train = NULL, *val = NULL, *test = NULL;
     gdl_loader *tl = NULL, *vl = NULL, *el = NULL;
@@ -29,8 +32,9 @@ int main(int argc, char **argv) {
 
     a.seed = 1;
     a.csv = "keras_style_metrics.csv";
-    parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV,
-                      "Keras-style summary / fit / evaluate / save of an MLP with batch norm on Fashion-MNIST.");
+    parsed = ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_OUT_DIR,
+                           "Keras-style summary / fit / evaluate / save of an MLP with batch norm on Fashion-MNIST.",
+                           extra, 1);
     if (parsed) return parsed == 1 ? 0 : 2;
     epochs = a.epochs;
     dev = a.device;
@@ -73,14 +77,16 @@ int main(int argc, char **argv) {
     if (gdl_fit(model, tl, opt, &fo, hist) < 0) goto fail;
     /* model.evaluate(x_test, y_test) */
     if (gdl_evaluate(model, el, NULL, NULL, &test_loss, &test_acc) < 0) goto fail;
-    printf("test loss %.4f, test accuracy %.2f%%, last epoch %.0f samples/s (metrics in %s)\n", test_loss,
-           100 * test_acc, hist[epochs - 1].samples_per_sec, a.csv);
+    printf("test loss %.4f, test accuracy %.2f%%, last epoch %.0f samples/s\n", test_loss, 100 * test_acc,
+           hist[epochs - 1].samples_per_sec);
+    ex_wrote(a.csv);
 
     /* model.save / load */
-    if (gdl_save_model(model, "keras_style.safetensors") < 0 || gdl_load_model(model, "keras_style.safetensors") < 0 ||
+    if (gdl_save_model(model, save) < 0 || gdl_load_model(model, save) < 0 ||
         gdl_evaluate(model, el, NULL, NULL, NULL, &again) < 0)
         goto fail;
-    printf("saved keras_style.safetensors and loaded it back: test accuracy %.2f%%\n", 100 * again);
+    ex_wrote(save);
+    printf("loaded %s back: test accuracy %.2f%%\n", save, 100 * again);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "keras_style: %s\n", gdl_last_error());

@@ -3,7 +3,7 @@
    epoch's loss, test accuracy and time, and writes them to a metrics CSV (mnist_mlp_metrics.csv;
    `make plot` draws it). Two nets, one loop:
      default    a 784-128-10 MLP with ReLU, Adam lr 1e-3, batch 64, 5 epochs: the bare loop (87 %)
-     --recipe   what `make run` trains: issue 31's MLP recipe (examples/recipe.h, which bench/recipes.c
+     --recipe   what `make run` trains: the MLP recipe (examples/recipe.h, which bench/recipes.c
                 times against PyTorch): 784-512 BN ReLU dropout, 512-256 BN ReLU dropout, 256-10;
                 flips and random erasing, label smoothing 0.1, AdamW 2e-3 with weight decay off the
                 biases and norm weights, a warm-up + cosine schedule stepped per batch, an EMA of the
@@ -13,7 +13,7 @@
    CPU:   cc -O2 -march=native examples/mnist_mlp.c -DGPUDL_ZLIB -lz -lm -pthread -o mnist_mlp
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/mnist_mlp.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o mnist_mlp
    Run:   ./mnist_mlp [--recipe] [--data DIR] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N]
-                      [--csv FILE]
+                      [--csv FILE] [--out-dir DIR]
                       [--profile]   (the first epoch's per-op time table and the memory summary)
                       [--amp bf16|f16]  (mixed precision: forward and loss under autocast)
    Data:  --data DIR if given, else $GPUDL_DATA if set, else ./data, then Debian's
@@ -29,7 +29,7 @@ enum { RECIPE_EPOCHS = 12 };
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
-    const ex_recipe *r = NULL;        /* --recipe: issue 31's MLP recipe */
+    const ex_recipe *r = NULL;        /* --recipe: the MLP recipe of recipe.h */
     int recipe = 0, k;
     ex_args a;
     FILE *csv = NULL;
@@ -45,15 +45,15 @@ int main(int argc, char **argv) {
     double total = 0, test_loss = 0, test_acc = 0;
     int rc = 1;
     const ex_opt extra[] = {{"--recipe", 'b', &recipe, 0, 0,
-                             "issue 31's MLP recipe (examples/recipe.h; what make run trains); its defaults: 12 "
+                             "the MLP recipe (examples/recipe.h; what make run trains); its defaults: 12 "
                              "epochs, batch 128", NULL}};
 
     /* the defaults follow the net, so --recipe is looked for first (the parser takes no value starting "--") */
     for (k = 1; k < argc && strcmp(argv[k], "--recipe"); k++) {}
     a = k < argc ? ex_defaults(RECIPE_EPOCHS, EX_RECIPE_BATCH) : ex_defaults(5, 64);
     a.csv = "mnist_mlp_metrics.csv";
-    switch (ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_AMP,
-                          "Trains an MLP on Fashion-MNIST (784-128-10 with Adam, or with --recipe issue 31's recipe) "
+    switch (ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_PROFILE | EX_AMP | EX_OUT_DIR,
+                          "Trains an MLP on Fashion-MNIST (784-128-10 with Adam, or with --recipe the MLP recipe) "
                           "and prints the test accuracy.", extra, 1)) {
     case 1: return 0;
     case 2: return 2;
@@ -151,8 +151,9 @@ int main(int argc, char **argv) {
         gdl_print_epoch(stdout, epochs, &st);
         if (gdl_metrics_csv_row(csv, &st) < 0) goto fail;
     }
-    printf("test loss %.4f, test accuracy %.2f%% (%d epochs, %.2f s per epoch on %s; metrics in %s)\n", test_loss,
-           100 * test_acc, epochs, total / epochs, gdl_device_str(dev), a.csv);
+    printf("test loss %.4f, test accuracy %.2f%% (%d epoch%s, %.2f s per epoch on %s)\n", test_loss, 100 * test_acc,
+           epochs, epochs == 1 ? "" : "s", total / epochs, gdl_device_str(dev));
+    ex_wrote(a.csv);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "mnist_mlp: %s\n", gdl_last_error());

@@ -1,4 +1,4 @@
-/* recipe.h — issue 31's training recipes for small nets on Fashion-MNIST: four nets (an MLP, the
+/* recipe.h — the training recipes for small nets on Fashion-MNIST: four nets (an MLP, the
    batch-normed CNN of bench/fmnist92.c, a small ResNet and a deeper one, resnet10, examples/resnet.c's) and for each its
    augmentation, loss, optimizer, schedule and weight EMA. examples/resnet.c and bench/recipes.c build
    from it; bench/pytorch/recipes.py is the same in PyTorch (keep the two in step).

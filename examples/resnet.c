@@ -1,4 +1,4 @@
-/* resnet.c — a small ResNet on Fashion-MNIST with issue 31's recipe (examples/recipe.h, its resnet10): a
+/* resnet.c — a small ResNet on Fashion-MNIST with the resnet10 recipe of examples/recipe.h: a
    3x3 conv stem of 32 channels with BatchNorm and ReLU, two stages of two torchvision BasicBlocks (32-64
    stride 2 with a projection shortcut, 64-64; 64-128 stride 2 with a projection, 128-128), global average
    pool, linear 128-10: 658,922 parameters, 51.6 M multiply-adds per image. Trained with SGD nesterov
@@ -12,7 +12,7 @@
    CPU:   cc -O2 -march=native examples/resnet.c -DGPUDL_ZLIB -lz -lm -pthread -o resnet
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/resnet.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o resnet
    Run:   ./resnet [--data DIR] [--epochs N (default 30)] [--batch-size N (default 128)] [--device cpu|cuda]
-                   [--seed N] [--csv FILE (default resnet_metrics.csv; `make plot` draws such a file)]
+                   [--seed N] [--csv FILE (default resnet_metrics.csv; `make plot` draws such a file)] [--out-dir DIR]
                    [--train-subset N] [--test-subset N]   (the first N samples only: a quick run) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -31,7 +31,7 @@ int main(int argc, char **argv) {
 
     setvbuf(stdout, NULL, _IOLBF, 0); /* status lines and errors in the order they happen, also when piped */
     a.csv = "resnet_metrics.csv";
-    parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_SUBSET,
+    parsed = ex_parse(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_SUBSET | EX_OUT_DIR,
                       "Trains a small ResNet on Fashion-MNIST with a full training recipe (see the source's top).");
     if (parsed) return parsed == 1 ? 0 : 2;
     printf("device: %s (%s)\n", gdl_device_str(a.device), gdl_device_name(a.device));
@@ -42,9 +42,10 @@ int main(int argc, char **argv) {
     run.fo.csv_path = a.csv;
     if (gdl_fit(run.model, run.tl, run.opt, &run.fo, hist) < 0) goto fail;
     for (e = 0; e < a.epochs; e++) secs += hist[e].seconds;
-    printf("test accuracy %.2f%% (EMA weights, flip-averaged) after %d epochs, %.2f s per training epoch on %s; "
-           "metrics in %s\n", 100 * hist[a.epochs - 1].val_accuracy, a.epochs, secs / a.epochs,
-           gdl_device_str(a.device), a.csv);
+    printf("test accuracy %.2f%% (EMA weights, flip-averaged) after %d epoch%s, %.2f s per training epoch on %s\n",
+           100 * hist[a.epochs - 1].val_accuracy, a.epochs, a.epochs == 1 ? "" : "s", secs / a.epochs,
+           gdl_device_str(a.device));
+    ex_wrote(a.csv);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "resnet: %s\n", gdl_last_error());

@@ -26,7 +26,9 @@
    Data:  make data-text (or sh tools/fetch_data.sh text): the fortunes-* packs
    Run:   ./text_classify [--model lstm|transformer] [--epochs N] [--batch-size N] [--device D] [--seed N] [--csv FILE]
                           [--data DIR] [--max-len N] [--subset N] [--lr X] [--schedule const|cosine] [--warmup F]
-                          [--dropout P] [--pos sin|learned] [--save-init FILE] [--dump FILE] */
+                          [--dropout P] [--pos sin|learned] [--save FILE] [--load FILE] [--out-dir DIR]
+                          [--save-init FILE] [--dump FILE]
+          --save writes the trained model; --load FILE evaluates such a model on the held-out texts, no training. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"
@@ -47,8 +49,8 @@
 #define TC_TFM_DROPOUT_STR TC_STR(TC_TFM_DROPOUT)
 
 typedef struct tc_opts {
-    const char *model, *pos, *data, *save_init, *dump, *schedule;
-    int64_t max_len, subset;
+    const char *model, *pos, *save_init, *dump, *schedule, *save, *load;
+    int max_len, subset; /* subset 0: every text */
     double lr, dropout, warmup;
 } tc_opts;
 
@@ -315,64 +317,45 @@ static int tc_dump(const char *path, const tc_opts *o, const tc_split *tr, const
     return gdl_st_write(path, 7, st, 11, keys, vp);
 }
 
-static const char *const tc_help =
-    "  --model M         lstm or transformer (default lstm)\n"
-    "  --data DIR        the fortunes folder (default: $GPUDL_DATA/fortunes, ./data/fortunes, /usr/share/games/fortunes)\n"
-    "  --max-len N       characters kept per text (default 64)\n"
-    "  --subset N        train on N texts and validate on N/4 (every k-th: all languages stay in; default all)\n"
-    "  --lr X            Adam's (peak) learning rate (default: lstm 0.002, transformer " TC_TFM_LR_STR ")\n"
-    "  --schedule S      const, or cosine: a linear warm-up from lr/100, then cosine annealing to 0 by the last\n"
-    "                    step, stepped every batch (default: lstm const, transformer cosine)\n"
-    "  --warmup F        the fraction of the training steps that warm up, with cosine (default 0.05)\n"
-    "  --dropout P       the Transformer's dropout (default " TC_TFM_DROPOUT_STR ")\n"
-    "  --pos P           the Transformer's positions: sin or learned (default sin)\n"
-    "  --save-init FILE  the initial state dict (safetensors), for bench/pytorch/text_classify.py\n"
-    "  --dump FILE       the encoded splits, the options and every epoch's order, for the same\n"
-    "  (--epochs: default lstm 2, transformer " TC_TFM_EPOCHS_STR ")\n";
-
-/* takes this example's own options out of argv (the rest go to ex_parse); 0, or 2 after an error. Options left
-   unset stay NULL or negative, for main to fill with the model's defaults. */
-static int tc_parse(tc_opts *o, int *argc, char **argv) {
-    static const char *const flags[11] = {"--model", "--pos", "--data", "--save-init", "--dump", "--schedule",
-                                          "--max-len", "--subset", "--lr", "--dropout", "--warmup"};
-    int i, k, out = 1;
-    for (i = 1; i < *argc; i++) {
-        const char *val;
-        char *end;
-        for (k = 0; k < 11 && strcmp(argv[i], flags[k]); k++) {}
-        if (k == 11) {
-            argv[out++] = argv[i];
-            continue;
-        }
-        if (i + 1 >= *argc) {
-            fprintf(stderr, "%s: %s needs a value\n", argv[0], flags[k]);
-            return 2;
-        }
-        val = argv[++i];
-        if (k < 6) {
-            const char **dst[6] = {&o->model, &o->pos, &o->data, &o->save_init, &o->dump, &o->schedule};
-            *dst[k] = val;
-        } else if (k < 8) {
-            unsigned long long n;
-            if (ex_number(val, k == 6 ? 1 : 0, 1 << 20, &n) < 0) {
-                fprintf(stderr, "%s: %s '%s': expected a whole number\n", argv[0], flags[k], val);
-                return 2;
-            }
-            if (k == 6) o->max_len = (int64_t)n;
-            else o->subset = (int64_t)n;
-        } else {
-            double v = strtod(val, &end);
-            if (*end || !(v >= 0) || (k == 9 && v > 1) || (k == 10 && v >= 1) || (k == 8 && !(v > 0 && v < 10))) {
-                fprintf(stderr, "%s: %s '%s': expected a number in %s\n", argv[0], flags[k], val,
-                        k == 8 ? "(0, 10)" : k == 9 ? "[0, 1]" : "[0, 1)");
-                return 2;
-            }
-            if (k == 8) o->lr = v;
-            else if (k == 9) o->dropout = v;
-            else o->warmup = v;
-        }
+/* The model's defaults: --model is looked for first (the parser below checks it and everything else). */
+static int tc_is_transformer(int argc, char **argv) {
+    int k;
+    for (k = 1; k < argc; k++) {
+        if (!strcmp(argv[k], "--model") && k + 1 < argc) return !strcmp(argv[k + 1], "transformer");
+        if (!strncmp(argv[k], "--model=", 8)) return !strcmp(argv[k] + 8, "transformer");
     }
-    *argc = out;
+    return 0;
+}
+
+/* Every option through example_args.h (typed: whole numbers, numbers, texts, output files), then the choices
+   checked. 0: run; 1: --help was printed; 2: an error was printed. */
+static int tc_parse(tc_opts *o, ex_args *a, int argc, char **argv) {
+    const ex_opt extra[] = {
+        {"--model", 's', &o->model, 0, 0, "lstm or transformer", "M"},
+        {"--max-len", 'i', &o->max_len, 1, 1 << 20, "characters kept per text", "N"},
+        {"--subset", 'i', &o->subset, 1, 1 << 30,
+         "train on N texts and validate on N/4 rounded up, every k-th so that all languages stay in (default all)", "N"},
+        {"--lr", 'd', &o->lr, 1e-12, 10, "Adam's (peak) learning rate (default: lstm 0.002, transformer " TC_TFM_LR_STR ")",
+         "X"},
+        {"--schedule", 's', &o->schedule, 0, 0,
+         "const, or cosine: a linear warm-up from lr/100, then cosine annealing to 0 by the last step, stepped every "
+         "batch (default: lstm const, transformer cosine)", "S"},
+        {"--warmup", 'd', &o->warmup, 0, 1, "the fraction of the training steps that warm up, below 1, with cosine", "F"},
+        {"--dropout", 'd', &o->dropout, 0, 1, "the Transformer's dropout (default " TC_TFM_DROPOUT_STR ")", "P"},
+        {"--pos", 's', &o->pos, 0, 0, "the Transformer's positions: sin or learned", "P"},
+        {"--save", 'o', &o->save, 0, 0, "the trained model (safetensors)", "FILE"},
+        {"--load", 's', &o->load, 0, 0, "a model --save wrote (the same --model, --max-len, --pos): no training, "
+                                        "its held-out accuracy", "FILE"},
+        {"--save-init", 'o', &o->save_init, 0, 0, "the initial state dict (safetensors), for bench/pytorch/text_classify.py",
+         "FILE"},
+        {"--dump", 'o', &o->dump, 0, 0, "the encoded splits, the options and every epoch's order, for the same", "FILE"}};
+    int parsed;
+    a->data_help = "the fortunes folder (default: $GPUDL_DATA/fortunes, ./data/fortunes, /usr/share/games/fortunes)";
+    parsed = ex_parse_opts(a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV | EX_OUT_DIR,
+                           "Language identification (en, de, es, it, pl, ru) on Debian's fortunes, char level, with an\n"
+                           "LSTM or a Transformer encoder. (--epochs: default lstm 2, transformer " TC_TFM_EPOCHS_STR ")",
+                           extra, (int)(sizeof extra / sizeof extra[0]));
+    if (parsed) return parsed;
     if (strcmp(o->model, "lstm") && strcmp(o->model, "transformer")) {
         fprintf(stderr, "%s: --model '%s': expected lstm or transformer\n", argv[0], o->model);
         return 2;
@@ -381,8 +364,16 @@ static int tc_parse(tc_opts *o, int *argc, char **argv) {
         fprintf(stderr, "%s: --pos '%s': expected sin or learned\n", argv[0], o->pos);
         return 2;
     }
-    if (o->schedule && strcmp(o->schedule, "const") && strcmp(o->schedule, "cosine")) {
+    if (strcmp(o->schedule, "const") && strcmp(o->schedule, "cosine")) {
         fprintf(stderr, "%s: --schedule '%s': expected const or cosine\n", argv[0], o->schedule);
+        return 2;
+    }
+    if (o->warmup >= 1) {
+        fprintf(stderr, "%s: --warmup '%g': expected a number in [0, 1)\n", argv[0], o->warmup);
+        return 2;
+    }
+    if (o->load && (o->save_init || o->dump)) {
+        fprintf(stderr, "%s: --load trains nothing: --save-init and --dump need a training run\n", argv[0]);
         return 2;
     }
     return 0;
@@ -402,7 +393,7 @@ int main(int argc, char **argv) {
     FILE *csv = NULL;
     char *joined = NULL;
     size_t jlen = 0;
-    double acc = 0, secs = 0;
+    double acc = 0, vl = 0, secs = 0;
     int64_t in_shape[2], i, total_steps, warmup_steps;
     int e, rc = 1, parsed, tfm;
 
@@ -414,29 +405,25 @@ int main(int argc, char **argv) {
     memset(&str, 0, sizeof str);
     memset(&sva, 0, sizeof sva);
     memset(&b, 0, sizeof b);
+    tfm = tc_is_transformer(argc, argv); /* the defaults follow the model */
+    a = ex_defaults(tfm ? TC_TFM_EPOCHS : 2, 128);
     o.model = "lstm";
     o.pos = "sin";
     o.max_len = 64;
-    o.lr = -1;
-    o.dropout = -1;
+    o.lr = tfm ? TC_TFM_LR : 2e-3;
+    o.dropout = TC_TFM_DROPOUT;
     o.warmup = 0.05;
-    if (tc_parse(&o, &argc, argv)) return 2;
-    tfm = !strcmp(o.model, "transformer");
-    a = ex_defaults(tfm ? TC_TFM_EPOCHS : 2, 128);
-    if (o.lr < 0) o.lr = tfm ? TC_TFM_LR : 2e-3;
-    if (o.dropout < 0) o.dropout = TC_TFM_DROPOUT;
-    if (!o.schedule) o.schedule = tfm ? "cosine" : "const";
-    parsed = ex_parse(&a, argc, argv, EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED | EX_CSV,
-                      "Language identification (en, de, es, it, pl, ru) on Debian's fortunes, char level, with an LSTM or\n"
-                      "a Transformer encoder.");
-    if (parsed == 1) printf("%s", tc_help);
+    o.schedule = tfm ? "cosine" : "const";
+    parsed = tc_parse(&o, &a, argc, argv);
     if (parsed) return parsed == 1 ? 0 : 2;
+    tfm = !strcmp(o.model, "transformer");
     printf("device: %s (%s), model: %s\n", gdl_device_str(a.device), gdl_device_name(a.device), o.model);
     gdl_manual_seed(a.seed);
-    if (gdl_fortunes_languages(o.data, &all) < 0 || gdl_text_split(&all, 0.1, 0, &tr, &va) < 0 ||
+    if (gdl_fortunes_languages(a.data, &all) < 0 || gdl_text_split(&all, 0.1, 0, &tr, &va) < 0 ||
         !(joined = gdl_text_join(&tr, &jlen)) || !(v = gdl_vocab_build(joined, jlen, NULL)))
         goto fail;
-    if (tc_encode(&tr, o.subset, v, o.max_len, &str) < 0 || tc_encode(&va, o.subset / 4, v, o.max_len, &sva) < 0) goto fail;
+    if (tc_encode(&tr, o.subset, v, o.max_len, &str) < 0 || tc_encode(&va, o.subset > 0 ? (o.subset + 3) / 4 : 0, v, o.max_len, &sva) < 0)
+        goto fail;
     printf("texts: %lld train, %lld validation (of %lld, %d languages), vocabulary %lld, max_len %lld\n",
            (long long)str.n, (long long)sva.n, (long long)all.n, all.num_classes, (long long)gdl_vocab_size(v),
            (long long)o.max_len);
@@ -458,10 +445,25 @@ int main(int argc, char **argv) {
     }
 
     if (!(model = tc_model(&o, gdl_vocab_size(v), all.num_classes))) goto fail;
-    if (o.save_init && gdl_save_model(model, o.save_init) < 0) goto fail;
-    if (o.dump && tc_dump(o.dump, &o, &str, &sva, orders, a.epochs, a.batch_size, gdl_vocab_size(v), all.num_classes,
-                          warmup_steps, total_steps) < 0)
-        goto fail;
+    if (o.load) { /* no training: the saved model's held-out accuracy */
+        if (gdl_load_model(model, o.load) < 0 || gdl_module_to(model, a.device) < 0 ||
+            tc_epoch(model, NULL, NULL, &sva, val_idx, EVAL_BATCH, &b, a.device, &vl, &acc) < 0)
+            goto fail;
+        printf("held-out accuracy %.2f%% (%s, loaded from %s, on %s)\n", 100 * acc, o.model, o.load,
+               gdl_device_str(a.device));
+        rc = 0;
+        goto done;
+    }
+    if (o.save_init) {
+        if (gdl_save_model(model, o.save_init) < 0) goto fail;
+        ex_wrote(o.save_init);
+    }
+    if (o.dump) {
+        if (tc_dump(o.dump, &o, &str, &sva, orders, a.epochs, a.batch_size, gdl_vocab_size(v), all.num_classes,
+                    warmup_steps, total_steps) < 0)
+            goto fail;
+        ex_wrote(o.dump);
+    }
     if (gdl_module_to(model, a.device) < 0) goto fail;
     in_shape[0] = 1;
     in_shape[1] = o.max_len;
@@ -473,25 +475,34 @@ int main(int argc, char **argv) {
     printf("Adam, lr %g, %s", o.lr, o.schedule);
     if (sched) printf(" (warm-up %lld of %lld steps)", (long long)warmup_steps, (long long)total_steps);
     if (tfm) printf(", dropout %g, %s positions", o.dropout, o.pos);
-    printf(", %d epochs of batch %d\n", a.epochs, a.batch_size);
-    if (a.csv && !(csv = fopen(a.csv, "w"))) {
-        fprintf(stderr, "text_classify: cannot write %s\n", a.csv);
-        goto done;
-    }
-    if (csv) fprintf(csv, "epoch,train_loss,train_acc,val_loss,val_acc,seconds\n");
+    printf(", %d epoch%s of batch %d\n", a.epochs, a.epochs == 1 ? "" : "s", a.batch_size);
+    if (a.csv && !(csv = gdl_metrics_csv_open(a.csv))) goto fail;
     printf("%5s %10s %9s %10s %9s %8s\n", "epoch", "train_loss", "train_acc", "val_loss", "val_acc", "seconds");
     for (e = 0; e < a.epochs; e++) {
-        double tl, ta, vl, wall = gdl_now();
-        if (tc_epoch(model, opt, sched, &str, orders + e * str.n, a.batch_size, &b, a.device, &tl, &ta) < 0 ||
-            tc_epoch(model, NULL, NULL, &sva, val_idx, EVAL_BATCH, &b, a.device, &vl, &acc) < 0)
+        gdl_epoch_stats st;
+        double wall = gdl_now();
+        memset(&st, 0, sizeof st);
+        if (tc_epoch(model, opt, sched, &str, orders + e * str.n, a.batch_size, &b, a.device, &st.loss, &st.accuracy) < 0)
             goto fail;
+        st.seconds = gdl_now() - wall; /* the training pass, as gdl_fit counts it */
+        if (tc_epoch(model, NULL, NULL, &sva, val_idx, EVAL_BATCH, &b, a.device, &vl, &acc) < 0) goto fail;
         wall = gdl_now() - wall;
         secs += wall;
-        printf("%5d %10.4f %8.2f%% %10.4f %8.2f%% %8.1f\n", e + 1, tl, 100 * ta, vl, 100 * acc, wall);
-        if (csv) fprintf(csv, "%d,%.6f,%.6f,%.6f,%.6f,%.3f\n", e + 1, tl, ta, vl, acc, wall);
+        st.epoch = e + 1;
+        st.val_loss = vl;
+        st.val_accuracy = acc;
+        st.samples = str.n;
+        st.samples_per_sec = (double)str.n / st.seconds;
+        printf("%5d %10.4f %8.2f%% %10.4f %8.2f%% %8.1f\n", e + 1, st.loss, 100 * st.accuracy, vl, 100 * acc, wall);
+        if (csv && gdl_metrics_csv_row(csv, &st) < 0) goto fail;
     }
-    printf("held-out accuracy %.2f%% (%s, %d epochs, %.1f s on %s)\n", 100 * acc, o.model, a.epochs, secs,
-           gdl_device_str(a.device));
+    printf("held-out accuracy %.2f%% (%s, %d epoch%s, %.1f s on %s)\n", 100 * acc, o.model, a.epochs,
+           a.epochs == 1 ? "" : "s", secs, gdl_device_str(a.device));
+    if (csv) ex_wrote(a.csv);
+    if (o.save) {
+        if (gdl_save_model(model, o.save) < 0) goto fail;
+        ex_wrote(o.save);
+    }
     rc = 0;
     goto done;
 fail:

@@ -28,3 +28,6 @@ $(B)/same_weights $(B)/hostnames: $(B)/%: tests/slurm/%.c gpudl.h tests/api_only
 CLUSTER_PROGS = $(B)/cluster_train $(B)/emu_cluster_train $(B)/same_weights $(B)/hostnames $(if $(HAVE_MPI),$(B)/mpi_cluster_train)
 test-cluster: $(CLUSTER_PROGS)
 	GPUDL_BUILD=$(B) sh tests/run.sh tests/test_dist_k8s.sh tests/slurm/test_slurm.sh
+
+# tests/test_examples.sh checks cluster/train's flags, files and CSV with the other examples
+test-examples: $(B)/cluster_train

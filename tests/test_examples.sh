@@ -1,8 +1,11 @@
 #!/bin/sh
 # test_examples.sh — the examples as a user runs them: strict flags (a bad
 # value, an unknown flag or a stray argument is refused with exit status 2 and
-# says why), --help, data located through --data and GPUDL_DATA, and one short
-# real training run of the main job. Usage: tests/test_examples.sh BUILD_DIR
+# says why), --help (exit 0, with the flags docs/examples.md says each takes),
+# output files checked before any work and named when written, data located
+# through --data and GPUDL_DATA, every example's metrics CSV in gdl_fit's one
+# schema, README's C code blocks compiled (the training step run), and short
+# real training runs. Usage: tests/test_examples.sh BUILD_DIR
 # Ends with "N passed, N failed, N skipped".
 set -u
 b=${1:-${GPUDL_BUILD:-build}}
@@ -10,6 +13,62 @@ pass=0 fail=0 skip=0
 t=$(mktemp -d) || exit 1
 trap 'rm -rf "$t"' EXIT
 . "$(dirname "$0")/expect.sh" # expect STATUS PATTERN COMMAND...
+# the one metrics CSV schema: gdl_metrics_csv_open's header, read from the library
+schema=$(sed -n 's/.*fprintf(f, "\(epoch,[a-z_,]*\)\\n").*/\1/p' gpudl.h | head -n 1)
+# csv_schema FILE ROWS: FILE is a metrics CSV of that schema with ROWS rows, epochs numbered 1, 2, ..., every
+# field a number (nan where a figure is not known)
+csv_schema() {
+    expect 0 "schema and $2 rows" awk -F, -v want="$schema" -v rows="$2" '
+        NR == 1 { if ($0 != want) { print "header " $0 " is not " want; bad = 1 } next }
+        { if (NF != 7 || $1 != NR - 1) bad = 1
+          for (i = 2; i <= NF; i++) if ($i != "nan" && $i !~ /^-?[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?$/) bad = 1 }
+        END { if (!bad && NR - 1 == rows) { print "schema and " rows " rows"; exit 0 }
+              print "not the schema or not " rows " rows:"; exit 1 }' "$1"
+}
+expect 0 "^epoch,loss,accuracy," echo "$schema"
+# the header's license notice is the text of LICENSE, word for word
+sed -n '/^   LICENSE (MIT): the same text as the file LICENSE$/,/^\*\/$/p' gpudl.h | sed '1,2d;$d' | sed 's/^   //' >"$t/notice"
+expect 0 "" cmp "$t/notice" LICENSE
+# every C block of README is a whole program that compiles (the training step also runs, further down)
+awk -v d="$t" '/^```c$/ { n++; f = d "/readme_block_" n ".c"; on = 1; next } /^```$/ { on = 0 } on { print > f }' README.md
+expect 0 "" ls "$t/readme_block_1.c"
+for f in "$t"/readme_block_*.c; do expect 0 "" cc -std=c99 -fsyntax-only -I. "$f"; done
+# has_flags PROGRAM FLAG...: PROGRAM --help exits 0 and lists every FLAG
+has_flags() {
+    prog=$1; shift
+    "$prog" --help >"$t/help" 2>&1 || { echo "--help exited $?"; return 1; }
+    for f in "$@"; do grep -q -e "^  $f " "$t/help" || { echo "no $f in --help"; return 1; }; done
+    echo "has its flags"
+}
+# --help of every example: exit 0, with the flags docs/examples.md's table gives it ("-": none)
+for e in mnist_mlp cnn keras_style resnet quantize char_gpt text_classify linear_regression cpu_vs_gpu device_query \
+    gpu_monitor ddp model_parallel cluster_train; do
+    if [ ! -x "$b/$e" ]; then
+        skip=$((skip + 2)); echo "  SKIP $e --help: $b/$e not built"; continue
+    fi
+    flags=$(sed -n '/^| example | shared flags |$/,/^$/p' docs/examples.md | sed -n "s/^| \`$e\` | \(.*\) |\$/\1/p" |
+        tr -d '\`' | sed 's/^-$//')
+    expect 0 "^| \`$e\` |" cat docs/examples.md
+    # shellcheck disable=SC2086 # flags: split on purpose
+    expect 0 "has its flags" has_flags "$b/$e" $flags
+done
+expect 2 "\-\-csv $t/none/x.csv: cannot write it: No such file or directory" "$b/text_classify" --csv "$t/none/x.csv"
+expect 2 "\-\-save $t/none/m.st: cannot write it: No such file" "$b/char_gpt" --save "$t/none/m.st"
+expect 2 "\-\-out-dir $t/none/quantize_f32.safetensors: cannot write it" "$b/quantize" --out-dir "$t/none"
+expect 2 "\-\-subset '0': expected a whole number" "$b/text_classify" --subset 0
+expect 2 "\-\-lr 'x': expected a number" "$b/text_classify" --lr x
+expect 2 "\-\-epochs '0': expected a whole number" "$b/cluster_train" --epochs 0
+expect 2 "\-\-load trains nothing" "$b/char_gpt" --load "$t/x" --csv "$t/y.csv"
+if [ -x "$b/cluster_train" ]; then
+    mkdir -p "$t/ct"
+    expect 0 "^wrote $t/ct/w.safetensors" "$b/cluster_train" --epochs 2 --batch-size 16 --out-dir "$t/ct" --out w.safetensors \
+        --csv m.csv
+    cp "$t/out" "$t/ct.out"
+    expect 0 "^wrote $t/ct/m.csv" cat "$t/ct.out"
+    csv_schema "$t/ct/m.csv" 2
+else
+    skip=$((skip + 3)); echo "  SKIP cluster_train's files: $b/cluster_train not built"
+fi
 for e in mnist_mlp cnn keras_style; do
     expect 0 "^usage: .*$e \[options\]" "$b/$e" --help
     expect 2 "unexpected argument '3'" "$b/$e" 3
@@ -87,7 +146,16 @@ cp "$t/out" "$t/gpt"
 expect 0 "validation loss .* under 2.8" awk '/^data: / { v = $(NF - 4) } /^eval 300: / { l = $6 }
     END { if (v > 50 && l > 0 && l < 2.8) { printf "validation loss %s under 2.8 (ln %d = %.2f)\n", l, v, log(v); exit 0 }
           printf "validation loss %s, vocabulary %s\n", l, v; exit 1 }' "$t/gpt"
-expect 0 "^2,[0-9.]*,nan,[0-9.]*,nan," cat "$t/gpt.csv"
+# the CSV: a row per --eval-interval (2 here), the training accuracy not measured (nan), the validation's
+csv_schema "$t/gpt.csv" 2
+expect 0 "^2,[0-9.]*,nan,[0-9.]*,0\.[0-9]*," cat "$t/gpt.csv"
+expect 0 "^wrote $t/gpt.safetensors" cat "$t/gpt"
+# --load: a sample from the saved model, no training; a prompt character the fortunes never use is refused
+expect 0 "^sample (temperature 0.8" "$b/char_gpt" --device cpu --layers 2 --heads 2 --width 64 --context 32 \
+    --load "$t/gpt.safetensors" --sample-len 20 --prompt "The "
+cp "$t/out" "$t/gptload"
+expect 1 "" grep -q "^step " "$t/gptload"
+expect 2 "the character '☃' (U+2603) is not in the vocabulary" "$b/char_gpt" --prompt "snow☃" --steps 1
 # nanoGPT's names, and the head tied to wte: no lm_head.weight of its own
 expect 0 "transformer.h.1.mlp.c_proj.weight" sh -c "head -c 8192 '$t/gpt.safetensors' | tr -c '[:print:]' ' '"
 expect 1 "" grep -aq lm_head "$t/gpt.safetensors"
@@ -124,6 +192,16 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 2 --device cpu --batch-size 128 --seed 3 --csv "$t/m.csv"
     # the metrics CSV: a header and one row per epoch, drawn by tools/plot.sh
     expect 0 "^2,0\.[0-9]*,nan,0\.[0-9]*,0\.[0-9]*," cat "$t/m.csv"
+    csv_schema "$t/m.csv" 2
+    # the other Fashion-MNIST examples' CSVs and files, in --out-dir (one short epoch each)
+    mkdir -p "$t/o"
+    expect 0 "^wrote $t/o/cnn.csv" "$b/cnn" --device cpu --epochs 1 --train-subset 512 --test-subset 256 --out-dir "$t/o" \
+        --csv cnn.csv
+    csv_schema "$t/o/cnn.csv" 1
+    expect 0 "^wrote $t/o/keras_style_metrics.csv" "$b/keras_style" --device cpu --epochs 1 --out-dir "$t/o"
+    cp "$t/out" "$t/keras.out"
+    expect 0 "^wrote $t/o/keras_style.safetensors" cat "$t/keras.out"
+    csv_schema "$t/o/keras_style_metrics.csv" 1
     if command -v gnuplot >/dev/null 2>&1; then
         expect 0 "wrote $t/m.png" sh tools/plot.sh "$t/m.csv" "$t/m.png"
         expect 0 "^PNG$" sh -c "head -c 4 '$t/m.png' | tail -c 3"
@@ -175,17 +253,25 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     # seeds 0, 1, 2)
     expect 0 "test accuracy [0-9.]*% (EMA weights" "$b/resnet" --device cpu --epochs 2 --train-subset 512 \
         --test-subset 200 --batch-size 32 --csv "$t/r.csv"
+    csv_schema "$t/r.csv" 2
     expect 0 "loss fell" awk -F, 'NR == 2 { a = $2 } NR == 3 { b = $2 }
         END { if (NR == 3 && b < 1.75 && b < a) { print "loss fell:", a, b; exit 0 } print "losses", a, b; exit 1 }' "$t/r.csv"
     expect 1 "out of range for a dataset of 60000" "$b/resnet" --train-subset 60001 --epochs 1
     # quantize: --net, and the CNN's static PTQ on a subset (1 epoch on 2,000 images, the last
-    # epoch QAT's; 1,000 test images; about 12 s of CPU, 36 s on the loaded 2-core VM), run in $t (it writes
-    # its files): the f32 CNN well above chance (74 % at seed 0), static int8 within 3 points of it (0 apart
+    # epoch QAT's; 1,000 test images; about 12 s of CPU, 36 s on the loaded 2-core VM), its files in $t:
+    # the f32 CNN well above chance (74 % at seed 0), static int8 within 3 points of it (0 apart
     # at seed 0; the full run's figures: bench/RESULTS.md)
     expect 0 "^  --net NET " "$b/quantize" --help
     expect 2 "\-\-net 'rnn': expected mlp or cnn" "$b/quantize" --net rnn
-    expect 0 "^static int8 " sh -c "cd '$t' && exec '$(cd "$b" && pwd)/quantize' --net cnn --epochs 1 --train-subset 2000 --test-subset 1000"
+    expect 0 "^static int8 " "$b/quantize" --net cnn --epochs 1 --train-subset 2000 --test-subset 1000 --out-dir "$t" \
+        --csv q.csv
     cp "$t/out" "$t/quant"
+    csv_schema "$t/q.csv" 1
+    expect 0 "^wrote $t/quantize_qat.safetensors" cat "$t/quant"
+    # --epochs 2: the f32 epochs numbered 1/2 and 2/2 (each once), QAT's the 2nd
+    expect 0 "^QAT epoch 2/2" "$b/quantize" --epochs 2 --train-subset 256 --test-subset 256 --out-dir "$t"
+    cp "$t/out" "$t/quant2"
+    expect 0 "^1/2 2/2 \$" sh -c "grep -o '^epoch [0-9]/[0-9]' '$t/quant2' | cut -d' ' -f2 | tr '\n' ' '"
     expect 0 "static int8 within" awk '/^f32 / { f = $2 + 0 } /^static int8 / { s = $3 + 0 } END {
         if (f > 60 && s >= f - 3) { printf "static int8 within 3 points of f32: %s%% against %s%%\n", s, f; exit 0 }
         printf "static int8 %s%% against f32 %s%%\n", s, f; exit 1 }' "$t/quant"
@@ -199,14 +285,19 @@ expect 0 "" sh tools/fetch_data.sh text
 expect 0 "^  --model M " "$b/text_classify" --help
 expect 2 "\-\-model 'cnn': expected lstm or transformer" "$b/text_classify" --model cnn
 expect 2 "\-\-pos 'abs': expected sin or learned" "$b/text_classify" --pos abs
-expect 2 "\-\-dropout '2': expected a number in \[0, 1\]" "$b/text_classify" --dropout 2
+expect 2 "\-\-dropout '2': expected a number from 0 to 1" "$b/text_classify" --dropout 2
 expect 2 "\-\-schedule 'step': expected const or cosine" "$b/text_classify" --schedule step
 expect 2 "\-\-warmup '1': expected a number in \[0, 1)" "$b/text_classify" --warmup 1
 expect 2 "unknown option '--bogus'" "$b/text_classify" --bogus
 expect 1 "fortunes-min" "$b/text_classify" --data "$t/none"
 for m in lstm transformer; do
     expect 0 "held-out accuracy [0-9.]*% ($m, 2 epochs" "$b/text_classify" --model $m --subset 800 --epochs 2 \
-        --max-len 32 --batch-size 32 --device cpu --csv "$t/tc_$m.csv"
+        --max-len 32 --batch-size 32 --device cpu --csv "$t/tc_$m.csv" --save "$t/tc_$m.safetensors"
+    # --load: the saved model's held-out accuracy, the same as the run's last
+    tc_acc=$(sed -n 's/^held-out accuracy \([0-9.]*%\).*/\1/p' "$t/out")
+    csv_schema "$t/tc_$m.csv" 2
+    expect 0 "^held-out accuracy $tc_acc ($m, loaded from" "$b/text_classify" --model $m --subset 800 --max-len 32 --device cpu \
+        --load "$t/tc_$m.safetensors"
     expect 0 "learns" awk -F, 'NR == 2 { l1 = $2 } NR == 3 { l2 = $2; a = $5 } END {
         if (NR == 3 && l2 < l1 && a >= 0.5) { print "learns: loss " l1 " -> " l2 ", accuracy " a; exit 0 }
         print "loss " l1 " -> " l2 ", held-out accuracy " a; exit 1 }' "$t/tc_$m.csv"

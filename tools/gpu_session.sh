@@ -2,7 +2,7 @@
 # tools/gpu_session.sh — the checks that need a real NVIDIA GPU, planned for a
 # lent machine: 15 minutes of device time in all, the machine's start (a minute
 # or two) included, at most 10 minutes a command, so it runs as steps, the most
-# valuable first. README "Testing on a GPU" says what each step proves.
+# valuable first. docs/gpu.md says what each step proves.
 #
 #   sh tools/gpu_session.sh [STEP ...]       (no STEP: every step, in order)
 #

@@ -141,7 +141,7 @@ def main():
     if not a.csv:
         return 0
     with open(a.csv) as f:
-        theirs = [(float(r["train_loss"]), float(r["train_acc"]), float(r["val_loss"]), float(r["val_acc"]))
+        theirs = [(float(r["loss"]), float(r["accuracy"]), float(r["val_loss"]), float(r["val_accuracy"]))
                   for r in csv.DictReader(f)]
     if len(theirs) != len(rows):
         print("the CSV has %d epochs, the dump %d" % (len(theirs), len(rows)))

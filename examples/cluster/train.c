@@ -10,13 +10,15 @@
    Build: mpicc -O2 -DGPUDL_MPI examples/cluster/train.c -lm -pthread -o train           (CPU, MPI)
           nvcc -O3 -arch=sm_90 -DGPUDL_CUDA examples/cluster/train.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl \
                -o train                                                                     (GPUs, NCCL)
-   Run:   train [--epochs N] [--batch N] [--samples N] [--ckpt DIR] [--every K] [--out FILE] [--pause-ms MS]
-     --batch      samples per process and step (default 8): N processes at --batch B train what one process
-                  at --batch N*B trains
+   Run:   train [--epochs N] [--batch-size N] [--samples N] [--ckpt DIR] [--every K] [--out FILE] [--csv FILE]
+                [--out-dir DIR] [--pause-ms MS]   (--help lists them; the flags are example_args.h's)
+     --batch-size samples per process and step (default 8): N processes at --batch-size B train what one
+                  process at --batch-size N*B trains (--batch is the same option)
      --ckpt DIR   checkpoints (every --every steps, default 0: only when signalled) and resume from them
      --out FILE   rank 0 saves the final weights (safetensors) there
      --pause-ms   sleep this long in each step: a demonstration run lasts long enough to be signalled
-   Exit status: 0 done, 75 preempted (checkpoint saved: run again), 1 error. */
+   The device is the launcher's: cuda:(local rank) in a CUDA build with GPUs, else the CPU.
+   Exit status: 0 done, 75 preempted (checkpoint saved: run again), 1 error, 2 a bad command line. */
 #define _POSIX_C_SOURCE 200809L /* sigaction: the robust preemption handler; nanosleep */
 #include <math.h>
 #include <stdio.h>
@@ -25,8 +27,9 @@
 #include <time.h>
 #define GPUDL_IMPLEMENTATION
 #include "../../gpudl.h"
+#include "../example_args.h"
 
-static long pause_ms;
+static int pause_ms;
 
 /* cross entropy, after --pause-ms (each step's forward calls it once) */
 static gdl_tensor *slow_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
@@ -38,24 +41,17 @@ static gdl_tensor *slow_loss(gdl_tensor *out, gdl_tensor *y, void *user) {
     return gdl_cross_entropy(out, y);
 }
 
-static long arg_long(int argc, char **argv, int *i) {
-    char *end;
-    long v;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "train: %s needs a value\n", argv[*i]);
-        exit(2);
-    }
-    v = strtol(argv[++*i], &end, 10);
-    if (*end || v < 0) {
-        fprintf(stderr, "train: %s '%s' is not a whole number >= 0\n", argv[*i - 1], argv[*i]);
-        exit(2);
-    }
-    return v;
-}
-
 int main(int argc, char **argv) {
-    long epochs = 3, batch = 8, samples = 96, every = 0;
+    ex_args a; /* not ex_defaults: no CUDA probe before gdl_dist_init picks this rank's device */
+    int batch = 0, samples = 96, every = 0, parsed;
     const char *ckpt = NULL, *out = NULL;
+    const ex_opt extra[] = {
+        {"--batch", 'i', &batch, 1, 1 << 20, "the same as --batch-size (default: that one)", "N"},
+        {"--samples", 'i', &samples, 1, 1 << 24, "samples in the generated data set", "N"},
+        {"--ckpt", 's', &ckpt, 0, 0, "checkpoints (and resume from them; a signal saves one and exits 75)", "DIR"},
+        {"--every", 'i', &every, 0, 1 << 30, "a checkpoint every K optimizer steps (0: only when signalled)", "K"},
+        {"--out", 'o', &out, 0, 0, "rank 0 saves the final weights there (safetensors)", "FILE"},
+        {"--pause-ms", 'i', &pause_ms, 0, 600000, "sleep this long in each step (a demonstration run to signal)", "MS"}};
     gdl_dataset *ds = NULL;
     gdl_loader *l = NULL;
     gdl_module *m = NULL, *mods[3];
@@ -69,31 +65,22 @@ int main(int argc, char **argv) {
     int i, rc = 1, fit;
     gdl_device dev;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    for (i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--epochs")) epochs = arg_long(argc, argv, &i);
-        else if (!strcmp(argv[i], "--batch")) batch = arg_long(argc, argv, &i);
-        else if (!strcmp(argv[i], "--samples")) samples = arg_long(argc, argv, &i);
-        else if (!strcmp(argv[i], "--every")) every = arg_long(argc, argv, &i);
-        else if (!strcmp(argv[i], "--pause-ms")) pause_ms = arg_long(argc, argv, &i);
-        else if (!strcmp(argv[i], "--ckpt") && i + 1 < argc) ckpt = argv[++i];
-        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else {
-            fprintf(stderr, "usage: train [--epochs N] [--batch N] [--samples N] [--ckpt DIR] [--every K] "
-                            "[--out FILE] [--pause-ms MS]\n");
-            return 2;
-        }
-    }
-    if (epochs < 1 || batch < 1 || samples < 1) {
-        fprintf(stderr, "train: --epochs, --batch and --samples must be at least 1\n");
-        return 2;
-    }
+    memset(&a, 0, sizeof a);
+    a.epochs = 3;
+    a.batch_size = 8;
+    parsed = ex_parse_opts(&a, argc, argv, EX_EPOCHS | EX_BATCH | EX_CSV | EX_OUT_DIR,
+                           "Trains a small classifier with gdl_fit under DDP on every process its launcher started "
+                           "(srun,\nmpirun, torchrun's variables, Kubernetes), on data it makes; preemption-safe "
+                           "with --ckpt.", extra, (int)(sizeof extra / sizeof extra[0]));
+    if (parsed) return parsed == 1 ? 0 : 2;
+    if (batch) a.batch_size = batch;
     /* before anything slow: a signal from now on is a checkpoint and a stop, never a kill */
     if (ckpt && gdl_preempt_catch(1) < 0) goto fail;
     if (gdl_dist_init() < 0) goto fail;
     dev = gdl_dist_device();
     if (gdl_dist_rank() == 0)
-        printf("train: %d process%s (%s) on %s, batch %ld per process\n", gdl_dist_world_size(),
-               gdl_dist_world_size() > 1 ? "es" : "", gdl_dist_launcher(), gdl_device_str(dev), batch);
+        printf("train: %d process%s (%s) on %s, batch %d per process\n", gdl_dist_world_size(),
+               gdl_dist_world_size() > 1 ? "es" : "", gdl_dist_launcher(), gdl_device_str(dev), a.batch_size);
     /* the data: a formula, the same on every rank */
     x = (float *)malloc(sizeof(float) * (size_t)samples * 6);
     y = (int32_t *)malloc(sizeof(int32_t) * (size_t)samples);
@@ -106,7 +93,7 @@ int main(int argc, char **argv) {
     ds = gdl_dataset_from_arrays(x, GDL_F32, 1, s1, y, samples, 3);
     free(x);
     free(y);
-    lo.batch_size = (int)batch;
+    lo.batch_size = a.batch_size;
     lo.shuffle = 1;
     lo.seed = 12;
     lo.device = dev;
@@ -120,7 +107,8 @@ int main(int argc, char **argv) {
         !(opt = gdl_adam_new(1e-2, 0.9, 0.999, 1e-8, 0)) || gdl_optim_add_module(opt, m, 0) < 0)
         goto fail;
     if (gdl_dist_world_size() > 1 && !(ddp = gdl_ddp_new(m, NULL))) goto fail;
-    fo.epochs = (int)epochs;
+    fo.epochs = a.epochs;
+    fo.csv_path = a.csv;
     fo.ddp = ddp;
     fo.loss = slow_loss;
     fo.checkpoint_dir = ckpt;
@@ -128,6 +116,7 @@ int main(int argc, char **argv) {
     fo.resume = ckpt != NULL;
     fo.preempt = ckpt != NULL;
     fo.verbose = 1;
+    if (gdl_dist_rank() == 0 && ckpt) printf("train: checkpoints go to %s/gdl_fit.safetensors\n", ckpt);
     if (gdl_dist_rank() == 0) printf("train: training\n");
     if ((fit = gdl_fit(m, l, opt, &fo, NULL)) < 0) goto fail;
     if (fit == GDL_FIT_PREEMPTED) {
@@ -137,7 +126,11 @@ int main(int argc, char **argv) {
         rc = GDL_EXIT_PREEMPTED;
     } else {
         if (gdl_dist_rank() == 0) printf("train: done, %lld steps\n", (long long)gdl_optim_get_step(opt));
-        if (out && gdl_dist_rank() == 0 && gdl_save_model(m, out) < 0) goto fail;
+        if (out && gdl_dist_rank() == 0) {
+            if (gdl_save_model(m, out) < 0) goto fail;
+            ex_wrote(out);
+        }
+        if (a.csv && gdl_dist_rank() == 0) ex_wrote(a.csv);
         rc = 0;
     }
     if (0) {

@@ -1,5 +1,5 @@
 /* gpudl.h — train neural networks in C on the CPU and on NVIDIA GPUs, the way
-   a PyTorch user does. Single header, public domain-style (MIT, see the end).
+   a PyTorch user does. Single header, MIT licensed (the notice is at the end).
 
    ===========================================================================
    MANUAL

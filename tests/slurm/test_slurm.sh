@@ -62,10 +62,18 @@ done
 
 # the one process the jobs are checked against: batch 16 = 2 ranks x 8
 args="--epochs 3 --samples 96"
-"$b/cluster_train" $args --batch 16 --out "$tmp/one.safetensors" >"$tmp/one.log" 2>&1 ||
+# examples/cluster's sbatch files ask for what a real cluster has (nodes, GPUs, cores, a time limit); this
+# one-node cluster without GPU gres overrides those lines on sbatch's command line, and mpirun's flags for
+# a root container through the environment train_mpi.sbatch reads
+nccl_here="--nodes=1 --ntasks-per-node=2 --gpus-per-task=0 --cpus-per-task=1 --time=10"
+mpi_here="--nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=10"
+GPUDL_MPIRUN_FLAGS="--oversubscribe"
+[ "$(id -u)" = 0 ] && GPUDL_MPIRUN_FLAGS="$GPUDL_MPIRUN_FLAGS --allow-run-as-root"
+export GPUDL_MPIRUN_FLAGS
+"$b/cluster_train" $args --batch-size 16 --out "$tmp/one.safetensors" >"$tmp/one.log" 2>&1 ||
     { bad "one process: $(tail -n 3 "$tmp/one.log")"; }
 # and on an emulated GPU, for the NCCL jobs (its GEMM rounds otherwise than the CPU's)
-GPUDL_EMU_DEVICES=1 GPUDL_EMU_QUIET=1 "$b/emu_cluster_train" $args --batch 16 --out "$tmp/one_gpu.safetensors" \
+GPUDL_EMU_DEVICES=1 GPUDL_EMU_QUIET=1 "$b/emu_cluster_train" $args --batch-size 16 --out "$tmp/one_gpu.safetensors" \
     >"$tmp/one_gpu.log" 2>&1 || { bad "one process on an emulated GPU: $(tail -n 3 "$tmp/one_gpu.log")"; }
 
 # job_wait ID LIMIT: until the job has ended (requeues included); prints its state
@@ -97,8 +105,9 @@ job_wait() {
 if [ -x "$b/mpi_cluster_train" ]; then
     mkdir -p "$tmp/mpi"
     t0=$(date +%s)
-    (cd "$tmp/mpi" && timeout 180 sbatch --wait -o "$tmp/mpi/job.out" "$ex/train_mpi.sbatch" "$b/mpi_cluster_train" \
-        $args --batch 8 --out "$tmp/mpi/w.safetensors" >/dev/null 2>"$tmp/mpi/sbatch.err")
+    # shellcheck disable=SC2086 # mpi_here, args: options, split on purpose
+    (cd "$tmp/mpi" && timeout 180 sbatch --wait $mpi_here -o "$tmp/mpi/job.out" "$ex/train_mpi.sbatch" "$b/mpi_cluster_train" \
+        $args --batch-size 8 --out "$tmp/mpi/w.safetensors" >/dev/null 2>"$tmp/mpi/sbatch.err")
     rc=$?
     if [ $rc -eq 0 ] && r=$("$b/same_weights" "$tmp/mpi/w.safetensors" "$tmp/one.safetensors" 1e-6); then
         ok "train_mpi.sbatch (2 MPI ranks x 8, sbatch --wait, $(($(date +%s) - t0)) s) equals one process x 16: $r"
@@ -109,12 +118,12 @@ else
     echo "SKIPPED: train_mpi.sbatch: no MPI build (mpicc)"
 fi
 
-# 2b. the same MPI build started by srun itself through PMIx (README "On a cluster" says why it works with
+# 2b. the same MPI build started by srun itself through PMIx (docs/clusters.md says why it works with
 # Debian's Slurm and OpenMPI, and why pmi2 does not): the ranks are a job step of their own
 if [ -x "$b/mpi_cluster_train" ] && srun --mpi=list 2>&1 | grep -q pmix; then
     mkdir -p "$tmp/pmix"
     t0=$(date +%s)
-    (cd "$tmp/pmix" && timeout 120 srun --mpi=pmix -n 2 "$b/mpi_cluster_train" $args --batch 8 \
+    (cd "$tmp/pmix" && timeout 120 srun --mpi=pmix -n 2 "$b/mpi_cluster_train" $args --batch-size 8 \
         --out "$tmp/pmix/w.safetensors" >"$tmp/pmix/out.log" 2>&1)
     rc=$?
     if [ $rc -eq 0 ] && r=$("$b/same_weights" "$tmp/pmix/w.safetensors" "$tmp/one.safetensors" 1e-6); then
@@ -130,8 +139,9 @@ fi
 export GPUDL_EMU_DEVICES=2 GPUDL_EMU_QUIET=1 GPUDL_DIST_TIMEOUT=60
 mkdir -p "$tmp/nccl"
 t0=$(date +%s)
-(cd "$tmp/nccl" && GPUDL_LOG_DIR="$tmp/nccl" timeout 180 sbatch --wait -o "$tmp/nccl/job.out" "$ex/train_nccl.sbatch" \
-    "$b/emu_cluster_train" $args --batch 8 --out "$tmp/nccl/w.safetensors" >/dev/null 2>"$tmp/nccl/sbatch.err")
+# shellcheck disable=SC2086 # nccl_here, args: options, split on purpose
+(cd "$tmp/nccl" && GPUDL_LOG_DIR="$tmp/nccl" timeout 180 sbatch --wait $nccl_here -o "$tmp/nccl/job.out" "$ex/train_nccl.sbatch" \
+    "$b/emu_cluster_train" $args --batch-size 8 --out "$tmp/nccl/w.safetensors" >/dev/null 2>"$tmp/nccl/sbatch.err")
 rc=$?
 if [ $rc -eq 0 ] && r=$("$b/same_weights" "$tmp/nccl/w.safetensors" "$tmp/one_gpu.safetensors" 1e-6); then
     ok "train_nccl.sbatch (2 srun tasks x 8 on emulated GPUs, NCCL, $(($(date +%s) - t0)) s) equals one process x 16: $r"
@@ -141,14 +151,15 @@ else
 fi
 
 # 4. signal -> checkpoint -> requeue -> resume, bit for bit: preempt NAME SCRIPT PROGRAM LOG REFERENCE
-# SCANCEL_OPTION... (LOG: where rank 0 prints)
+# SBATCH_OPTIONS SCANCEL_OPTION... (LOG: where rank 0 prints; SBATCH_OPTIONS: this cluster's overrides)
 preempt() {
-    name=$1 script=$2 prog=$3 logf=$4 ref=$5
-    shift 5
+    name=$1 script=$2 prog=$3 logf=$4 ref=$5 here_opts=$6
+    shift 6
     mkdir -p "$tmp/$name"
     t0=$(date +%s)
-    id=$(cd "$tmp/$name" && GPUDL_LOG_DIR="$tmp/$name" sbatch --parsable -o "$tmp/$name/job.out" "$ex/$script" \
-        "$prog" $args --batch 8 --ckpt "$tmp/$name/ckpt" --pause-ms 150 --out "$tmp/$name/w.safetensors")
+    # shellcheck disable=SC2086 # here_opts, args: options, split on purpose
+    id=$(cd "$tmp/$name" && GPUDL_LOG_DIR="$tmp/$name" sbatch --parsable $here_opts -o "$tmp/$name/job.out" "$ex/$script" \
+        "$prog" $args --batch-size 8 --ckpt "$tmp/$name/ckpt" --pause-ms 150 --out "$tmp/$name/w.safetensors")
     i=0
     while [ $i -lt 240 ] && ! grep -q '^train: training' "$tmp/$name/$logf" 2>/dev/null; do sleep 0.25; i=$((i + 1)); done
     sleep 1
@@ -168,11 +179,11 @@ preempt() {
     fi
 }
 # the tasks of srun's step get the signal themselves
-preempt pre-nccl train_nccl.sbatch "$b/emu_cluster_train" rank-0.log "$tmp/nccl/w.safetensors"
+preempt pre-nccl train_nccl.sbatch "$b/emu_cluster_train" rank-0.log "$tmp/nccl/w.safetensors" "$nccl_here"
 unset GPUDL_EMU_DEVICES GPUDL_EMU_QUIET GPUDL_DIST_TIMEOUT
 # mpirun's ranks are no step of their own: the batch script gets it (--batch) and hands it to mpirun
 if [ -x "$b/mpi_cluster_train" ]; then
-    preempt pre-mpi train_mpi.sbatch "$b/mpi_cluster_train" job.out "$tmp/mpi/w.safetensors" --batch
+    preempt pre-mpi train_mpi.sbatch "$b/mpi_cluster_train" job.out "$tmp/mpi/w.safetensors" "$mpi_here" --batch
 fi
 
 t0=$(date +%s)
