@@ -42,28 +42,29 @@ void board_init(void) {
     SYST_CSR = 5; /* enabled, processor clock, no interrupt */
 }
 uint32_t board_ticks(void) { return (0xFFFFFFu - SYST_CVR) & 0xFFFFFFu; } /* counts up, wraps at 2^24 */
+uint32_t board_ticks_since(uint32_t start) { return (board_ticks() - start) & 0xFFFFFFu; } /* < 2^24 ticks */
 uint32_t board_ticks_to_insns(uint32_t ticks) { return ticks * (1000000000u / MPS2_CPU_HZ); }
 
 /* the counter checked against a loop of known length: 100000 turns of 2 instructions */
 uint32_t board_calibration(void) {
     uint32_t n = 100000, t = board_ticks();
     __asm__ volatile("1: subs %0, %0, #1\n\tbne 1b" : "+r"(n) : : "cc");
-    return board_ticks_to_insns(board_ticks() - t);
+    return board_ticks_to_insns(board_ticks_since(t));
 }
 
-/* the stack (startup_mps2.c, mps2.ld): painted from its limit up to just below the caller's frame */
-extern uint32_t __stack_limit[];
+/* The stack (startup_mps2.c, mps2.ld): painted from its limit up to just below the caller's frame; the
+   high-water mark is then the distance from the top of the stack to the lowest word no longer painted: all
+   the firmware's frames (main's, the net's, the output's), what the stack must be sized for. */
+extern uint32_t __stack_limit[], __stack_top[];
 #define STACK_PAINT 0xC0FFEE11u
-static uint32_t *paint_top;
 
 void board_stack_paint(void) {
     volatile uint32_t here = 0;
-    uint32_t *p = __stack_limit;
-    paint_top = (uint32_t *)(uintptr_t)(((uintptr_t)&here - 64) & ~(uintptr_t)3); /* below this frame */
-    while (p < paint_top) *p++ = STACK_PAINT;
+    uint32_t *p = __stack_limit, *end = (uint32_t *)(uintptr_t)(((uintptr_t)&here - 64) & ~(uintptr_t)3);
+    while (p < end) *p++ = STACK_PAINT;
 }
 uint32_t board_stack_used(void) {
     const uint32_t *p = __stack_limit;
-    while (p < paint_top && *p == STACK_PAINT) p++;
-    return (uint32_t)((uintptr_t)paint_top - (uintptr_t)p);
+    while (p < __stack_top && *p == STACK_PAINT) p++;
+    return (uint32_t)((uintptr_t)__stack_top - (uintptr_t)p);
 }

@@ -3,7 +3,7 @@
    (board_host.c). For each image it prints the prediction and the raw
    outputs (f32 as the hex of their bits, INT8 as the u8 values in hex), so
    that the two runs can be compared bit for bit; then the accuracy, the
-   arena, the stack used by one inference and the instructions it took.
+   arena, the stack's high-water mark and the instructions an inference took.
 
    Build: NET_DATA names the data header that tests/test_export_c.c writes
    (it includes the net's header and says which net: NET_RUN, NET_INT8...);
@@ -60,13 +60,12 @@ int main(void) {
     int i, k;
     char *p;
     board_init();
+    board_stack_paint();
     for (i = 0; i < TEST_N; i++) {
         int pred = 0, digits;
-        if (i == 0) board_stack_paint();
         t = board_ticks();
         NET_RUN(test_x[i], out);
-        t = board_ticks() - t;
-        if (i == 0) stack = board_stack_used();
+        t = board_ticks_since(t);
         ticks += t;
         for (k = 1; k < NET_OUTPUT_SIZE; k++)
             if (out[k] > out[pred]) pred = k;
@@ -85,6 +84,7 @@ int main(void) {
     put_line(put_dec(put_str(p, "/"), TEST_N));
     p = put_str(put_str(line, "net "), NET_NAME);
     put_line(put_dec(put_str(p, " arena_bytes "), NET_ARENA_BYTES));
+    stack = board_stack_used();
     put_line(put_dec(put_str(line, "stack_bytes "), stack));
     put_line(put_dec(put_str(line, "insns_per_inference "), board_ticks_to_insns((uint32_t)(ticks / TEST_N))));
     put_line(put_dec(put_str(line, "calibration_loop_insns 200000 measured "), board_calibration()));
