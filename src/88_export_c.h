@@ -658,19 +658,26 @@ static const char gdl__x_k_conv[] =
     "            for (ow = 0; ow < OW; ow++) {\n"
     "                const float *xc = x + (size_t)(oc / og * cg) * (size_t)(H * W);\n"
     "                const float *wc = w + (size_t)oc * (size_t)(cg * KH * KW);\n"
+    "                int t[4];\n"
     "                float s = 0.0f;\n"
+    "                $__taps(oh * g[6] - g[8], g[10], H, KH, t);\n"
+    "                $__taps(ow * g[7] - g[9], g[11], W, KW, t + 2);\n"
     "                for (c = 0; c < cg; c++, xc += H * W, wc += KH * KW)\n"
-    "                    for (i = 0; i < KH; i++) {\n"
-    "                        const int ih = oh * g[6] - g[8] + i * g[10];\n"
-    "                        if (ih < 0 || ih >= H) continue;\n"
-    "                        for (j = 0; j < KW; j++) {\n"
-    "                            const int iw = ow * g[7] - g[9] + j * g[11];\n"
-    "                            if (iw >= 0 && iw < W) s += xc[ih * W + iw] * wc[i * KW + j];\n"
-    "                        }\n"
+    "                    for (i = t[0]; i < t[1]; i++) {\n"
+    "                        const float *xr = xc + (oh * g[6] - g[8] + i * g[10]) * W + ow * g[7] - g[9];\n"
+    "                        for (j = t[2]; j < t[3]; j++) s += xr[j * g[11]] * wc[i * KW + j];\n"
     "                    }\n"
     "                s += b[oc];\n"
     "                y[((size_t)oc * (size_t)OH + (size_t)oh) * (size_t)OW + (size_t)ow] = relu && s < 0.0f ? 0.0f : s;\n"
     "            }\n"
+    "}\n";
+/* the taps k of a window starting at p0 (dilation d, k taps) that fall inside [0, n): [t[0], t[1]) */
+static const char gdl__x_k_taps[] =
+    "static void $__taps(int p0, int d, int n, int k, int *t) {\n"
+    "    t[0] = p0 < 0 ? (-p0 + d - 1) / d : 0;\n"
+    "    t[1] = n - p0 <= 0 ? 0 : (n - p0 - 1) / d + 1;\n"
+    "    if (t[1] > k) t[1] = k;\n"
+    "    if (t[1] < t[0]) t[1] = t[0];\n"
     "}\n";
 /* g: C, H, W, KH, KW, SH, SW, PH, PW, OH, OW; the taps in the padding are skipped (max) or count as 0 (avg) */
 static const char gdl__x_k_pool[] =
@@ -766,15 +773,14 @@ static const char gdl__x_k_qconv[] =
     "            for (ow = 0; ow < OW; ow++) {\n"
     "                const uint8_t *xc = x;\n"
     "                const int8_t *wc = w + (size_t)oc * (size_t)(C * KH * KW);\n"
+    "                int t[4];\n"
     "                int32_t s = b[oc];\n"
+    "                $__taps(oh * g[6] - g[8], g[10], H, KH, t);\n"
+    "                $__taps(ow * g[7] - g[9], g[11], W, KW, t + 2);\n"
     "                for (c = 0; c < C; c++, xc += H * W, wc += KH * KW)\n"
-    "                    for (i = 0; i < KH; i++) {\n"
-    "                        const int ih = oh * g[6] - g[8] + i * g[10];\n"
-    "                        if (ih < 0 || ih >= H) continue;\n"
-    "                        for (j = 0; j < KW; j++) {\n"
-    "                            const int iw = ow * g[7] - g[9] + j * g[11];\n"
-    "                            if (iw >= 0 && iw < W) s += ((int32_t)xc[ih * W + iw] - zx) * wc[i * KW + j];\n"
-    "                        }\n"
+    "                    for (i = t[0]; i < t[1]; i++) {\n"
+    "                        const uint8_t *xr = xc + (oh * g[6] - g[8] + i * g[10]) * W + ow * g[7] - g[9];\n"
+    "                        for (j = t[2]; j < t[3]; j++) s += ((int32_t)xr[j * g[11]] - zx) * wc[i * KW + j];\n"
     "                    }\n"
     "                *y++ = $__rq(s, mult[m], rs[m], zy, lo, hi);\n"
     "            }\n"
@@ -881,6 +887,7 @@ static int64_t gdl__x_print_data(gdl__xbuf *b, const gdl__xnet *N, const char *p
     gdl__xbuf_printf(b, "\n");
     if (!N->int8) {
         if (used[GDL__XO_LINEAR]) gdl__x_src(b, pre, gdl__x_k_linear);
+        if (used[GDL__XO_CONV]) gdl__x_src(b, pre, gdl__x_k_taps);
         if (used[GDL__XO_CONV]) gdl__x_src(b, pre, gdl__x_k_conv);
         if (used[GDL__XO_MAXPOOL] || used[GDL__XO_AVGPOOL]) gdl__x_src(b, pre, gdl__x_k_pool);
         if (used[GDL__XO_ADD]) gdl__x_src(b, pre, gdl__x_k_add);
@@ -890,6 +897,7 @@ static int64_t gdl__x_print_data(gdl__xbuf *b, const gdl__xnet *N, const char *p
     } else {
         gdl__x_src(b, pre, gdl__x_k_rq);
         if (used[GDL__XO_LINEAR]) gdl__x_src(b, pre, gdl__x_k_qlinear);
+        if (used[GDL__XO_CONV]) gdl__x_src(b, pre, gdl__x_k_taps);
         if (used[GDL__XO_CONV]) gdl__x_src(b, pre, gdl__x_k_qconv);
         if (used[GDL__XO_MAXPOOL] || used[GDL__XO_AVGPOOL]) gdl__x_src(b, pre, gdl__x_k_qpool);
         if (used[GDL__XO_ACT]) gdl__x_src(b, pre, gdl__x_k_qrelu);

@@ -173,6 +173,17 @@ static gdl_module *make_zoo(void) {
         gdl_nn_global_avgpool2d(), gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_linear(12, 5, 1)})});
 }
 
+/* the INT8 forms the MLP and CNN do not use: a strided convolution, average pooling with padding (its
+   output's range differs from the next layer's input range: a requantization), a dilated convolution
+   with BatchNorm, max pooling then a ReLU of its own, global pooling; quantized with one weight scale per
+   tensor and activations in 0..255 */
+static gdl_module *make_zoo_int8(void) {
+    return gdl_nn_sequential(11, (gdl_module *[]){
+        gdl_nn_conv2d(3, 8, 3, 2, 1, 1, 1, 1), gdl_nn_relu(), gdl_nn_avgpool2d(3, 1, 1),
+        gdl_nn_conv2d(8, 8, 3, 1, 2, 2, 1, 1), gdl_nn_batchnorm2d(8), gdl_nn_maxpool2d(2, 2, 0), gdl_nn_relu(),
+        gdl_nn_conv2d(8, 6, 1, 1, 0, 1, 1, 1), gdl_nn_global_avgpool2d(), gdl_nn_flatten(1), gdl_nn_linear(6, 5, 1)});
+}
+
 /* gdl's static INT8 model of m, calibrated on the first batches of l */
 static gdl_module *ptq(gdl_module *m, gdl_loader *l) {
     gdl_module *p = gdl_quant_prepare(m, NULL), *q;
@@ -249,6 +260,32 @@ static int make(const char *dir, int64_t ntrain) {
             return 1;
         }
         gdl_module_free(z);
+    }
+    { /* the INT8 zoo: calibrated on random images (the 8 exported ones among them) */
+        gdl_qconfig qc = gdl_qconfig_default();
+        gdl_module *z, *p, *q;
+        int k;
+        gdl_manual_seed(11);
+        if (!(z = make_zoo_int8())) return 1;
+        for (k = 0; k < 4; k++) gdl_forward(z, gdl_randn(4, (int64_t[]){8, 3, 16, 16}, gdl_cpu()));
+        gdl_module_train(z, 0);
+        qc.per_channel = 0;
+        qc.reduce_range = 0;
+        if (!(p = gdl_quant_prepare(z, &qc))) return 1;
+        gdl_module_train(p, 0);
+        for (k = 0; k < 4; k++) gdl_forward(p, gdl_randn(4, (int64_t[]){8, 3, 16, 16}, gdl_cpu()));
+        gdl_forward(p, xz);
+        if (!(q = gdl_quant_convert(p))) return 1;
+        gdl_module_train(q, 0);
+        o.softmax = 0;
+        if (export_net(dir, "zoo_int8", q, 4, (int64_t[]){1, 3, 16, 16}, xz, NULL, 8, &o) < 0) {
+            fprintf(stderr, "train_export: zoo_int8: %s\n", gdl_last_error());
+            return 1;
+        }
+        gdl_module_free(q);
+        gdl_module_free(p);
+        gdl_module_free(z);
+        gdl_arena_reset();
     }
     gdl_loader_free(l);
     gdl_loader_free(lt);
