@@ -2,7 +2,8 @@
 # fragment, included by the top-level Makefile; uses its B, CC, VARIANT_plain,
 # SET_std, API_ONLY, LIBS and HDR.
 #
-#   make test-mcu   tests/test_mcu.sh: the export's refusals
+#   make test-mcu   tests/test_export_c.c under ASan+UBSan, then
+#                   tests/test_mcu.sh: the export's refusals
 #                   (tests/test_export_c.c); examples/mcu/train_export trains
 #                   and quantizes the Fashion-MNIST MLP and a CNN briefly and
 #                   exports them; each file is checked alone (gcc and clang
@@ -20,11 +21,14 @@
 $(B)/mcu:
 	mkdir -p $@
 $(B)/mcu/test_export_c: tests/test_export_c.c $(HDR) tests/api_only.h $(B)/lib/plain_std.o | $(B)/mcu
-	$(CC) $(VARIANT_plain) $(SET_std) $(API_ONLY) $< $(B)/lib/plain_std.o -o $@ $(LIBS)
+	$(CC) $(VARIANT_plain) -Werror $(SET_std) $(API_ONLY) $< $(B)/lib/plain_std.o -o $@ $(LIBS)
+$(B)/mcu/asan_test_export_c: tests/test_export_c.c $(HDR) tests/api_only.h $(B)/lib/asan_std.o | $(B)/mcu
+	$(CC) $(VARIANT_asan) $(SET_std) $(API_ONLY) $< $(B)/lib/asan_std.o -o $@ $(LIBS)
 $(B)/mcu/train_export: examples/mcu/train_export.c gpudl.h tests/api_only.h $(B)/lib/plain_std.o | $(B)/mcu
-	$(CC) $(VARIANT_plain) $(SET_std) $(API_ONLY) $< $(B)/lib/plain_std.o -o $@ $(LIBS)
+	$(CC) $(VARIANT_plain) -Werror $(SET_std) $(API_ONLY) $< $(B)/lib/plain_std.o -o $@ $(LIBS)
 
-test-mcu: $(B)/mcu/test_export_c $(B)/mcu/train_export
+test-mcu: $(B)/mcu/test_export_c $(B)/mcu/asan_test_export_c $(B)/mcu/train_export
+	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(B)/mcu/asan_test_export_c
 	B=$(B) sh tests/test_mcu.sh
 
 mcu-demo: $(B)/mcu/test_export_c $(B)/mcu/train_export

@@ -81,6 +81,7 @@ static gdl_module *static_int8(gdl_module *m, int64_t in) {
     gdl_tensor *x = gdl_randn(2, (int64_t[]){8, in}, gdl_cpu());
     gdl_module_train(p, 0);
     gdl_forward(p, x);
+    gdl_free(x);
     q = gdl_quant_convert(p);
     gdl_module_free(p);
     gdl_arena_reset();

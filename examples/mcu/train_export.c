@@ -1,7 +1,8 @@
 /* train_export.c — the training half of the embedded demo (examples/mcu/,
    make mcu-demo): trains a Fashion-MNIST MLP (784-128-10) and a small CNN
-   for one epoch on a subset, quantizes both to INT8 (static post-training
-   quantization: prepare, calibrate on 16 batches, convert), and exports
+   on a subset (the MLP 5 epochs, the CNN 1), quantizes both to INT8
+   (static post-training quantization: prepare, calibrate on 16 batches,
+   convert), and exports
    each, f32 and INT8, as one C99 file with gdl_export_c. For each net NAME
    (mlp_f32, mlp_int8, cnn_f32, cnn_int8; mlp_f32_softmax: the f32 MLP with
    a softmax and no libm) it writes to OUTDIR:
@@ -25,14 +26,18 @@
 
 #define NTEST 100
 
-static int train_epoch(gdl_module *m, gdl_loader *l) {
+/* epochs of Adam (lr 2e-3) over l */
+static int train(gdl_module *m, gdl_loader *l, int epochs) {
     gdl_optimizer *opt = gdl_adam_new(2e-3, 0.9, 0.999, 1e-8, 0);
-    gdl_tensor *x, *y;
-    int got;
+    gdl_tensor *x, *y, *loss;
+    int got = 0;
     if (!opt || gdl_optim_add_module(opt, m, 0) < 0) return -1;
     gdl_module_train(m, 1);
-    while ((got = gdl_loader_next(l, &x, &y)) == 1) {
-        gdl_tensor *loss;
+    while (epochs > 0 && (got = gdl_loader_next(l, &x, &y)) >= 0) {
+        if (got == 0) { /* the end of an epoch */
+            epochs--;
+            continue;
+        }
         gdl_arena_reset();
         gdl_zero_grad(opt);
         loss = gdl_cross_entropy(gdl_forward(m, x), y);
@@ -184,6 +189,17 @@ static gdl_module *make_zoo_int8(void) {
         gdl_nn_conv2d(8, 6, 1, 1, 0, 1, 1, 1), gdl_nn_global_avgpool2d(), gdl_nn_flatten(1), gdl_nn_linear(6, 5, 1)});
 }
 
+/* n forward passes of m on random images [8, 3, 16, 16] (BatchNorm's statistics in training mode, a
+   prepared model's observers in eval mode) */
+static void forward_random(gdl_module *m, int n) {
+    while (n-- > 0) {
+        gdl_tensor *x = gdl_randn(4, (int64_t[]){8, 3, 16, 16}, gdl_cpu());
+        if (x) gdl_forward(m, x);
+        gdl_free(x);
+        gdl_arena_reset();
+    }
+}
+
 /* gdl's static INT8 model of m, calibrated on the first batches of l */
 static gdl_module *ptq(gdl_module *m, gdl_loader *l) {
     gdl_module *p = gdl_quant_prepare(m, NULL), *q;
@@ -221,12 +237,12 @@ static int make(const char *dir, int64_t ntrain) {
         gdl_module *m, *q;
         gdl_manual_seed(42);
         m = net ? make_cnn() : make_mlp();
-        if (!m || train_epoch(m, l) < 0 || !(q = ptq(m, l))) {
+        if (!m || train(m, l, net ? 1 : 5) < 0 || !(q = ptq(m, l))) {
             fprintf(stderr, "train_export: %s: %s\n", nm, gdl_last_error());
             return 1;
         }
-        printf("train_export: %s trained (one epoch of %lld images) and quantized after %.1f s\n", nm, (long long)ntrain,
-               gdl_now() - t0);
+        printf("train_export: %s trained (%d epoch%s of %lld images) and quantized after %.1f s\n", nm, net ? 1 : 5,
+               net ? "" : "s", (long long)ntrain, gdl_now() - t0);
         snprintf(name, sizeof name, "%s_f32", nm);
         if (export_net(dir, name, m, net ? 4 : 2, net ? (int64_t[]){1, 1, 28, 28} : (int64_t[]){1, 784}, x, labels,
                        NTEST, &o) < 0)
@@ -248,10 +264,9 @@ static int make(const char *dir, int64_t ntrain) {
     }
     { /* the zoo: fixed-seed weights, BatchNorm statistics from a few training-mode passes */
         gdl_module *z;
-        int k;
         gdl_manual_seed(7);
         if (!(z = make_zoo()) || !(xz = gdl_randn(4, (int64_t[]){8, 3, 16, 16}, gdl_cpu()))) return 1;
-        for (k = 0; k < 4; k++) gdl_forward(z, gdl_randn(4, (int64_t[]){8, 3, 16, 16}, gdl_cpu()));
+        forward_random(z, 4);
         gdl_module_train(z, 0);
         o.softmax = 1;
         o.no_libm = 0;
@@ -264,16 +279,15 @@ static int make(const char *dir, int64_t ntrain) {
     { /* the INT8 zoo: calibrated on random images (the 8 exported ones among them) */
         gdl_qconfig qc = gdl_qconfig_default();
         gdl_module *z, *p, *q;
-        int k;
         gdl_manual_seed(11);
         if (!(z = make_zoo_int8())) return 1;
-        for (k = 0; k < 4; k++) gdl_forward(z, gdl_randn(4, (int64_t[]){8, 3, 16, 16}, gdl_cpu()));
+        forward_random(z, 4);
         gdl_module_train(z, 0);
         qc.per_channel = 0;
         qc.reduce_range = 0;
         if (!(p = gdl_quant_prepare(z, &qc))) return 1;
         gdl_module_train(p, 0);
-        for (k = 0; k < 4; k++) gdl_forward(p, gdl_randn(4, (int64_t[]){8, 3, 16, 16}, gdl_cpu()));
+        forward_random(p, 4);
         gdl_forward(p, xz);
         if (!(q = gdl_quant_convert(p))) return 1;
         gdl_module_train(q, 0);
@@ -287,6 +301,7 @@ static int make(const char *dir, int64_t ntrain) {
         gdl_module_free(z);
         gdl_arena_reset();
     }
+    gdl_free(xz);
     gdl_loader_free(l);
     gdl_loader_free(lt);
     gdl_dataset_free(trs);
