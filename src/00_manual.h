@@ -325,6 +325,7 @@
    [api-dist]      28_api_dist.h                  processes, collectives, DDP, restarts
    [api-monitor]   29_api_monitor.h               NVML, memory statistics, the profiler
    [api-quant]     29q_api_quant.h                INT8 quantization, the int8 GEMM
+   [api-export-c]  29m_api_export_c.h             a model as one C99 file for a microcontroller
    [backend]       30_backend.h                   the kernel table GDL_BACKEND_ENTRIES
                    40_impl_prelude.h              the implementation: guards, includes
    [impl-platform] 40p_platform.h                 the OS: threads, clocks, files (POSIX, Win32)
@@ -368,6 +369,7 @@
    [impl-train]    85_train.h                     fit / evaluate, gdl_fit's CUDA graphs
                    86_checkpoints.h               checkpoints
    [impl-graph]    87_graph.h                     gdl_graph_capture / replay
+   [impl-export-c] 88_export_c.h                  gdl_export_c: lowering, the arena, the C file
    [impl-dist]     90_dist.h                      launchers, rendezvous, MPI and NCCL
                    91_ddp.h                       DistributedDataParallel
    [impl-cluster]  92_cluster.h                   host lists, Kubernetes' variables, preemption

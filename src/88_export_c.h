@@ -159,52 +159,63 @@ static int64_t gdl__x_win(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d)
     return (n + 2 * p - d * (k - 1) - 1) / s + 1;
 }
 
+/* the LINEAR or CONV op of a layer with the float module configuration a (Linear: in, out; Conv2d: as
+   gdl_nn_conv2d_ex's ia) on value x, its output shape and call geometry; NULL + error */
+static gdl__xop *gdl__x_layer_op(gdl__xnet *N, const gdl_module *m, int conv, const int64_t *a, int x) {
+    const gdl__xval *v = &N->v[x];
+    int64_t d[3];
+    char want[64];
+    gdl__xop *o;
+    int k;
+    if (!conv) {
+        if (v->d[v->ndim - 1] != a[0]) {
+            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+            gdl__x_shape_error(N, m, x, want);
+            return NULL;
+        }
+        memcpy(d, v->d, sizeof d);
+        d[v->ndim - 1] = a[1];
+        if (!(o = gdl__x_op(N, GDL__XO_LINEAR, x, v->ndim, d))) return NULL;
+        v = &N->v[x];
+        o->g[0] = (int)(v->n / a[0]); o->g[1] = (int)a[0]; o->g[2] = (int)a[1];
+        snprintf(o->what, sizeof o->what, "%s %lld -> %lld", gdl__nn_label(m), (long long)a[0], (long long)a[1]);
+        return o;
+    }
+    if (v->ndim != 3 || v->d[0] != a[0]) {
+        snprintf(want, sizeof want, "[1,%lld,H,W]", (long long)a[0]);
+        gdl__x_shape_error(N, m, x, want);
+        return NULL;
+    }
+    d[0] = a[1];
+    d[1] = gdl__x_win(v->d[1], a[2], a[4], a[6], a[8]);
+    d[2] = gdl__x_win(v->d[2], a[3], a[5], a[7], a[9]);
+    if (d[1] < 1 || d[2] < 1) {
+        gdl__x_shape_error(N, m, x, "at least as large as the kernel");
+        return NULL;
+    }
+    if (!(o = gdl__x_op(N, GDL__XO_CONV, x, 3, d))) return NULL;
+    v = &N->v[x];
+    o->g[0] = (int)v->d[0]; o->g[1] = (int)v->d[1]; o->g[2] = (int)v->d[2];
+    for (k = 0; k < 9; k++) o->g[3 + k] = (int)a[1 + k]; /* OC, KH, KW, SH, SW, PH, PW, DH, DW */
+    o->g[12] = (int)a[10];
+    o->g[13] = (int)d[1]; o->g[14] = (int)d[2];
+    snprintf(o->what, sizeof o->what, "%s %lldx%lldx%lld -> %lldx%lldx%lld", gdl__nn_label(m), (long long)v->d[0],
+             (long long)v->d[1], (long long)v->d[2], (long long)d[0], (long long)d[1], (long long)d[2]);
+    return o;
+}
+
 /* an f32 Linear or Conv2d m, with BatchNorm bn (or NULL) folded in and activation act, on value x */
 static int gdl__x_layer(gdl__xnet *N, const gdl_module *m, const gdl_module *bn, int act, int x) {
-    const int64_t *a = m->ia;
-    const gdl__xval *v = &N->v[x];
     const int conv = m->kind == GDL__M_CONV2D;
-    const int64_t out = a[1];
-    int64_t d[3];
+    const int64_t out = m->ia[1];
     gdl__xop *o;
     if (N->int8)
         return gdl__x_refuse(N, m, "a float layer in a quantized model (the INT8 export is integer arithmetic "
                                    "only: quantize every Linear / Conv2d with gdl_quant_prepare and convert)");
     if (bn && bn->ia[1] != (conv ? 2 : 1))
         return gdl__x_refuse(N, bn, conv ? "a BatchNorm1d after a Conv2d" : "a BatchNorm2d after a Linear");
-    if (!conv) {
-        if (v->d[v->ndim - 1] != a[0]) {
-            char want[64];
-            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
-            return gdl__x_shape_error(N, m, x, want);
-        }
-        if (bn && v->ndim != 1) return gdl__x_refuse(N, bn, "a BatchNorm1d over [N, C, L] after a Linear");
-        memcpy(d, v->d, sizeof d);
-        d[v->ndim - 1] = out;
-        if (!(o = gdl__x_op(N, GDL__XO_LINEAR, x, v->ndim, d))) return -1;
-        o->g[0] = (int)(v->n / a[0]); o->g[1] = (int)a[0]; o->g[2] = (int)out;
-        snprintf(o->what, sizeof o->what, "%s %lld -> %lld", gdl__nn_label(m), (long long)a[0], (long long)out);
-    } else {
-        int k;
-        if (v->ndim != 3 || v->d[0] != a[0]) {
-            char want[64];
-            snprintf(want, sizeof want, "[1,%lld,H,W]", (long long)a[0]);
-            return gdl__x_shape_error(N, m, x, want);
-        }
-        d[0] = out;
-        d[1] = gdl__x_win(v->d[1], a[2], a[4], a[6], a[8]);
-        d[2] = gdl__x_win(v->d[2], a[3], a[5], a[7], a[9]);
-        if (d[1] < 1 || d[2] < 1) return gdl__x_shape_error(N, m, x, "at least as large as the kernel");
-        if (!(o = gdl__x_op(N, GDL__XO_CONV, x, 3, d))) return -1;
-        v = &N->v[x];
-        o->g[0] = (int)v->d[0]; o->g[1] = (int)v->d[1]; o->g[2] = (int)v->d[2];
-        for (k = 0; k < 9; k++) o->g[3 + k] = (int)a[1 + k]; /* OC, KH, KW, SH, SW, PH, PW, DH, DW */
-        o->g[12] = (int)a[10];
-        o->g[13] = (int)d[1]; o->g[14] = (int)d[2];
-        snprintf(o->what, sizeof o->what, "%s %lldx%lldx%lld -> %lldx%lldx%lld", gdl__nn_label(m),
-                 (long long)v->d[0], (long long)v->d[1], (long long)v->d[2], (long long)d[0], (long long)d[1],
-                 (long long)d[2]);
-    }
+    if (bn && !conv && N->v[x].ndim != 1) return gdl__x_refuse(N, bn, "a BatchNorm1d over [N, C, L] after a Linear");
+    if (!(o = gdl__x_layer_op(N, m, conv, m->ia, x))) return -1;
     o->act = act;
     o->nw = gdl__nn_param(m, 0)->numel;
     o->nb = out;
@@ -288,43 +299,7 @@ static int gdl__x_qlayer(gdl__xnet *N, const gdl_module *m, int x) {
         N->qknown = 1, N->qs = q->in_scale, N->qz = q->in_zp, N->qmax = qmax;
     }
     if ((x = gdl__x_requant(N, m, x, q->in_scale, q->in_zp, qmax)) < 0) return -1;
-    {
-        const gdl__xval *v = &N->v[x];
-        int64_t d[3];
-        char want[64];
-        o = NULL;
-        if (!q->conv) {
-            if (v->d[v->ndim - 1] != q->in) {
-                snprintf(want, sizeof want, "[..., %lld]", (long long)q->in);
-                return gdl__x_shape_error(N, m, x, want);
-            }
-            memcpy(d, v->d, sizeof d);
-            d[v->ndim - 1] = q->out;
-            if (!(o = gdl__x_op(N, GDL__XO_LINEAR, x, v->ndim, d))) return -1;
-            v = &N->v[x];
-            o->g[0] = (int)(v->n / q->in); o->g[1] = (int)q->in; o->g[2] = (int)q->out;
-            snprintf(o->what, sizeof o->what, "%s %lld -> %lld", gdl__nn_label(m), (long long)q->in, (long long)q->out);
-        } else {
-            const int64_t *a = q->ia;
-            if (v->ndim != 3 || v->d[0] != a[0]) {
-                snprintf(want, sizeof want, "[1,%lld,H,W]", (long long)a[0]);
-                return gdl__x_shape_error(N, m, x, want);
-            }
-            d[0] = q->out;
-            d[1] = gdl__x_win(v->d[1], a[2], a[4], a[6], a[8]);
-            d[2] = gdl__x_win(v->d[2], a[3], a[5], a[7], a[9]);
-            if (d[1] < 1 || d[2] < 1) return gdl__x_shape_error(N, m, x, "at least as large as the kernel");
-            if (!(o = gdl__x_op(N, GDL__XO_CONV, x, 3, d))) return -1;
-            v = &N->v[x];
-            o->g[0] = (int)v->d[0]; o->g[1] = (int)v->d[1]; o->g[2] = (int)v->d[2];
-            for (k = 0; k < 9; k++) o->g[3 + k] = (int)a[1 + k]; /* OC, KH, KW, SH, SW, PH, PW, DH, DW */
-            o->g[12] = 1;
-            o->g[13] = (int)d[1]; o->g[14] = (int)d[2];
-            snprintf(o->what, sizeof o->what, "%s %lldx%lldx%lld -> %lldx%lldx%lld", gdl__nn_label(m),
-                     (long long)v->d[0], (long long)v->d[1], (long long)v->d[2], (long long)d[0], (long long)d[1],
-                     (long long)d[2]);
-        }
-    }
+    if (!(o = gdl__x_layer_op(N, m, q->conv, q->ia, x))) return -1;
     o->nw = q->in * q->out;
     o->nb = q->out;
     o->nmult = q->per_channel ? (int)q->out : 1;
@@ -856,6 +831,10 @@ static void gdl__x_ptr(const gdl__xnet *N, int v, int input, int esz, char *s, s
 
 /* the weights' arrays and the kernels the ops use; the bytes of the arrays */
 static int64_t gdl__x_print_data(gdl__xbuf *b, const gdl__xnet *N, const char *pre, int softmax) {
+    /* the kernel of each GDL__XO_ kind, f32 and INT8 (f32 activations: gdl__x_act_src) */
+    static const char *const kernels[2][7] = {
+        {gdl__x_k_linear, gdl__x_k_conv, gdl__x_k_pool, gdl__x_k_pool, NULL, gdl__x_k_add, NULL},
+        {gdl__x_k_qlinear, gdl__x_k_qconv, gdl__x_k_qpool, gdl__x_k_qpool, gdl__x_k_qrelu, NULL, gdl__x_k_requant}};
     int i, used[8] = {0}, act_used[GDL__XA_COUNT] = {0};
     int64_t bytes = 0;
     for (i = 0; i < N->nop; i++) {
@@ -885,24 +864,15 @@ static int64_t gdl__x_print_data(gdl__xbuf *b, const gdl__xnet *N, const char *p
         }
     }
     gdl__xbuf_printf(b, "\n");
-    if (!N->int8) {
-        if (used[GDL__XO_LINEAR]) gdl__x_src(b, pre, gdl__x_k_linear);
-        if (used[GDL__XO_CONV]) gdl__x_src(b, pre, gdl__x_k_taps);
-        if (used[GDL__XO_CONV]) gdl__x_src(b, pre, gdl__x_k_conv);
-        if (used[GDL__XO_MAXPOOL] || used[GDL__XO_AVGPOOL]) gdl__x_src(b, pre, gdl__x_k_pool);
-        if (used[GDL__XO_ADD]) gdl__x_src(b, pre, gdl__x_k_add);
-        if (used[GDL__XO_ACT]) gdl__x_act_src(b, pre, act_used);
-        if (softmax) gdl__x_src(b, pre, N->no_libm ? gdl__x_k_exp : "static float $__exp(float x) { return expf(x); }\n");
-        if (softmax) gdl__x_src(b, pre, gdl__x_k_softmax);
-    } else {
-        gdl__x_src(b, pre, gdl__x_k_rq);
-        if (used[GDL__XO_LINEAR]) gdl__x_src(b, pre, gdl__x_k_qlinear);
-        if (used[GDL__XO_CONV]) gdl__x_src(b, pre, gdl__x_k_taps);
-        if (used[GDL__XO_CONV]) gdl__x_src(b, pre, gdl__x_k_qconv);
-        if (used[GDL__XO_MAXPOOL] || used[GDL__XO_AVGPOOL]) gdl__x_src(b, pre, gdl__x_k_qpool);
-        if (used[GDL__XO_ACT]) gdl__x_src(b, pre, gdl__x_k_qrelu);
-        if (used[GDL__XO_REQUANT]) gdl__x_src(b, pre, gdl__x_k_requant);
+    if (N->int8) gdl__x_src(b, pre, gdl__x_k_rq); /* the helpers first */
+    if (used[GDL__XO_CONV]) gdl__x_src(b, pre, gdl__x_k_taps);
+    for (i = 0; i < 7; i++) { /* each kernel once (both pools share one) */
+        const char *k = kernels[N->int8][i];
+        if (used[i] && k && !(i == GDL__XO_AVGPOOL && used[GDL__XO_MAXPOOL])) gdl__x_src(b, pre, k);
     }
+    if (!N->int8 && used[GDL__XO_ACT]) gdl__x_act_src(b, pre, act_used);
+    if (softmax) gdl__x_src(b, pre, N->no_libm ? gdl__x_k_exp : "static float $__exp(float x) { return expf(x); }\n");
+    if (softmax) gdl__x_src(b, pre, gdl__x_k_softmax);
     return bytes;
 }
 
@@ -970,7 +940,7 @@ static void gdl__x_print(gdl__xbuf *b, const gdl__xnet *N, const char *pre, cons
     size_t k = 0;
     shp[0] = 0;
     for (i = 0; i < ndim && k + 24 < sizeof shp; i++) k += (size_t)snprintf(shp + k, sizeof shp - k, "%s%lld", i ? "," : "", (long long)ishape[i]);
-    gdl__xbuf_printf(b, "/* %s.h: a %s network for microcontrollers, written by gpudl %s (gdl_export_c): one\n"
+    gdl__xbuf_printf(b, "/* %s.h: an %s network for microcontrollers, written by gpudl %s (gdl_export_c): one\n"
                         "   self-contained C99 file, stb-style. In ONE C file of the program:\n"
                         "       #define %s_IMPLEMENTATION\n       #include \"%s.h\"\n"
                         "   elsewhere only the #include. %s_run(input, output) computes the forward of one sample\n"
