@@ -113,6 +113,34 @@ TEST refuses_quantized_forms(void) {
     PASS();
 }
 
+/* a QAT model converts to the same static layers: it exports as INT8 */
+TEST exports_qat_model(void) {
+    gdl_export_c_info inf;
+    gdl_export_c_opts o = gdl_export_c_defaults();
+    const char *path = harness_tmp("qat.h");
+    gdl_module *f = seq_eval(3, (gdl_module *[]){gdl_nn_linear(4, 8, 1), gdl_nn_relu(), gdl_nn_linear(8, 2, 1)});
+    gdl_module *p = gdl_quant_prepare_qat(f, NULL), *q;
+    gdl_tensor *x = gdl_randn(2, (int64_t[]){8, 4}, gdl_cpu());
+    ASSERT(p && x);
+    gdl_module_train(p, 1);
+    ASSERT(gdl_forward(p, x) != NULL);
+    gdl_free(x);
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_quant_freeze_observers(p, 1));
+    ASSERT(q = gdl_quant_convert(p));
+    gdl_module_train(q, 0);
+    o.report = NULL;
+    ASSERT_EQ(0, gdl_export_c(q, 2, (int64_t[]){1, 4}, path, &o, &inf));
+    ASSERT_EQ(1, inf.int8);
+    ASSERT_EQ(2, inf.nops);
+    ASSERT_EQ(12, inf.arena_bytes); /* 8 + 2 u8 values, rounded up to a multiple of 4 bytes */
+    remove(path);
+    gdl_module_free(q);
+    gdl_module_free(p);
+    gdl_module_free(f);
+    PASS();
+}
+
 /* nothing half-written: a path in a missing directory, and a path that is a directory (the rename fails
    after the temporary is written: it is removed), and a file already there is kept when an export fails */
 TEST unwritable_paths_leave_nothing(void) {
@@ -232,6 +260,7 @@ int main(int argc, char **argv) {
         RUN_TEST(refuses_training_mode);
         RUN_TEST(refuses_bad_arguments);
         RUN_TEST(refuses_quantized_forms);
+        RUN_TEST(exports_qat_model);
         RUN_TEST(unwritable_paths_leave_nothing);
         RUN_TEST(arena_sizes);
         HARNESS_MAIN_END();

@@ -167,7 +167,8 @@ static gdl_module *make_cnn(void) {
         gdl_nn_flatten(1), gdl_nn_dropout(0.1), gdl_nn_linear(16 * 7 * 7, 10, 1)});
 }
 /* every other f32 form: strided and depthwise convolutions with BatchNorm, LeakyReLU, a BasicBlock with a
-   projection, average pooling with padding, Sigmoid, global pooling, a Residual, softmax */
+   projection, average pooling with padding, Sigmoid, a Residual with Tanh, global pooling, a Linear with
+   BatchNorm1d, softmax */
 static gdl_module *make_zoo(void) {
     return gdl_nn_sequential(12, (gdl_module *[]){
         gdl_nn_conv2d(3, 8, 3, 2, 1, 1, 1, 1), gdl_nn_batchnorm2d(8), gdl_nn_leaky_relu(0.1),
@@ -175,7 +176,8 @@ static gdl_module *make_zoo(void) {
         gdl_nn_avgpool2d(3, 1, 1), gdl_nn_sigmoid(),
         gdl_nn_residual(gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_conv2d(12, 12, 1, 1, 0, 1, 1, 1), gdl_nn_tanh()}),
                         NULL),
-        gdl_nn_global_avgpool2d(), gdl_nn_sequential(2, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_linear(12, 5, 1)})});
+        gdl_nn_global_avgpool2d(), gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_linear(12, 5, 1),
+                                                              gdl_nn_batchnorm1d(5)})});
 }
 
 /* the INT8 forms the MLP and CNN do not use: a strided convolution, average pooling with padding (its
