@@ -2560,13 +2560,16 @@ GPUDL_API const char *gdl_gemm_int8_kernel_name(void);
    layer does it: q = clamp(round(x / NAME_INPUT_SCALE) + NAME_INPUT_ZERO_POINT,
    0, NAME_INPUT_QMAX); the output the last layer's u8 values, real value
    (q - NAME_OUTPUT_ZERO_POINT) * NAME_OUTPUT_SCALE. Each layer sums
-   (x - zero point) * w in int32 and requantizes as CMSIS-NN and TensorFlow
-   Lite Micro do: the bias rounded to the sum's scale s_x * s_w, the
-   multiplier s_x * s_w / s_y (per output channel with per-channel weights) as
-   an int32 fraction and a shift, rounding half away from zero, then the
-   output's zero point and the clamp (ReLU: the zero point as the floor). The
-   result is within one quantization step of the gpudl model's output (which
-   computes that step in f32). Where a layer's input parameters differ from
+   (x - zero point) * w in int32 and requantizes with the fixed-point scheme
+   of CMSIS-NN and TensorFlow Lite Micro: the bias rounded to the sum's scale
+   s_x * s_w, the multiplier s_x * s_w / s_y (per output channel with
+   per-channel weights) as an int32 fraction and a shift, one 64-bit product
+   rounded once, half away from zero, then the output's zero point and the
+   clamp (ReLU: the zero point as the floor). The weights' scales appear only
+   in these multipliers. The result was within one quantization step of the
+   gpudl model's output (which computes that step in f32) on every output the
+   tests check; a step's difference in an early layer could in principle
+   grow through later ones. Where a layer's input parameters differ from
    the previous layer's output parameters a requantization is emitted.
    Softmax (opts.softmax) is refused for INT8 models.
    ------------------------------------------------------------------------- */
@@ -28060,8 +28063,10 @@ static const char gdl__x_k_softmax[] =
     "    for (i = 0; i < n; i++) s += (y[i] = $__exp(y[i] - m));\n"
     "    for (i = 0; i < n; i++) y[i] /= s;\n"
     "}\n";
-/* INT8: r = round(acc * mult / 2^rs) (half away from zero, as CMSIS-NN's arm_nn_requantize without its
-   doubling step) + the zero point, clamped to [lo, hi] */
+/* INT8: r = round(acc * mult / 2^rs), half away from zero, + the zero point, clamped to [lo, hi]: CMSIS-NN's
+   and TFLite's multiplier (an int32 fraction of 2^31) and shift, applied as one 64-bit product and one rounding
+   shift. TFLite and CMSIS-NN by default round twice (a doubling high multiply, then a rounding divide by a
+   power of two); CMSIS-NN's CMSIS_NN_USE_SINGLE_ROUNDING rounds once, half up. */
 static const char gdl__x_k_rq[] =
     "static uint8_t $__rq(int32_t acc, int32_t mult, int rs, int32_t zy, int32_t lo, int32_t hi) {\n"
     "    const int64_t p = (int64_t)acc * mult, h = (int64_t)1 << (rs - 1);\n"
@@ -28227,10 +28232,15 @@ static int64_t gdl__x_print_data(gdl__xbuf *b, const gdl__xnet *N, const char *p
 /* one kernel call of NAME_run */
 static void gdl__x_print_call(gdl__xbuf *b, const gdl__xnet *N, const char *pre, int i, int input, int esz) {
     const gdl__xop *o = &N->op[i];
-    char x[64], x2[64], y[64];
+    char x[64], x2[64], y[64], what[sizeof o->what];
+    size_t k;
     gdl__x_ptr(N, o->x, input, esz, x, sizeof x);
     gdl__x_ptr(N, o->y, input, esz, y, sizeof y);
-    gdl__xbuf_printf(b, "    /* %d: %s */\n    ", i, o->what);
+    /* module names are the user's: a '/' beside a '*' in one would end the comment or open another */
+    for (k = 0; o->what[k]; k++)
+        what[k] = o->what[k] == '/' && ((k && o->what[k - 1] == '*') || o->what[k + 1] == '*') ? '|' : o->what[k];
+    what[k] = 0;
+    gdl__xbuf_printf(b, "    /* %d: %s */\n    ", i, what);
     if (N->int8) {
         switch (o->kind) {
         case GDL__XO_LINEAR:

@@ -53,13 +53,16 @@
    layer does it: q = clamp(round(x / NAME_INPUT_SCALE) + NAME_INPUT_ZERO_POINT,
    0, NAME_INPUT_QMAX); the output the last layer's u8 values, real value
    (q - NAME_OUTPUT_ZERO_POINT) * NAME_OUTPUT_SCALE. Each layer sums
-   (x - zero point) * w in int32 and requantizes as CMSIS-NN and TensorFlow
-   Lite Micro do: the bias rounded to the sum's scale s_x * s_w, the
-   multiplier s_x * s_w / s_y (per output channel with per-channel weights) as
-   an int32 fraction and a shift, rounding half away from zero, then the
-   output's zero point and the clamp (ReLU: the zero point as the floor). The
-   result is within one quantization step of the gpudl model's output (which
-   computes that step in f32). Where a layer's input parameters differ from
+   (x - zero point) * w in int32 and requantizes with the fixed-point scheme
+   of CMSIS-NN and TensorFlow Lite Micro: the bias rounded to the sum's scale
+   s_x * s_w, the multiplier s_x * s_w / s_y (per output channel with
+   per-channel weights) as an int32 fraction and a shift, one 64-bit product
+   rounded once, half away from zero, then the output's zero point and the
+   clamp (ReLU: the zero point as the floor). The weights' scales appear only
+   in these multipliers. The result was within one quantization step of the
+   gpudl model's output (which computes that step in f32) on every output the
+   tests check; a step's difference in an early layer could in principle
+   grow through later ones. Where a layer's input parameters differ from
    the previous layer's output parameters a requantization is emitted.
    Softmax (opts.softmax) is refused for INT8 models.
    ------------------------------------------------------------------------- */

@@ -712,8 +712,10 @@ static const char gdl__x_k_softmax[] =
     "    for (i = 0; i < n; i++) s += (y[i] = $__exp(y[i] - m));\n"
     "    for (i = 0; i < n; i++) y[i] /= s;\n"
     "}\n";
-/* INT8: r = round(acc * mult / 2^rs) (half away from zero, as CMSIS-NN's arm_nn_requantize without its
-   doubling step) + the zero point, clamped to [lo, hi] */
+/* INT8: r = round(acc * mult / 2^rs), half away from zero, + the zero point, clamped to [lo, hi]: CMSIS-NN's
+   and TFLite's multiplier (an int32 fraction of 2^31) and shift, applied as one 64-bit product and one rounding
+   shift. TFLite and CMSIS-NN by default round twice (a doubling high multiply, then a rounding divide by a
+   power of two); CMSIS-NN's CMSIS_NN_USE_SINGLE_ROUNDING rounds once, half up. */
 static const char gdl__x_k_rq[] =
     "static uint8_t $__rq(int32_t acc, int32_t mult, int rs, int32_t zy, int32_t lo, int32_t hi) {\n"
     "    const int64_t p = (int64_t)acc * mult, h = (int64_t)1 << (rs - 1);\n"
@@ -879,10 +881,15 @@ static int64_t gdl__x_print_data(gdl__xbuf *b, const gdl__xnet *N, const char *p
 /* one kernel call of NAME_run */
 static void gdl__x_print_call(gdl__xbuf *b, const gdl__xnet *N, const char *pre, int i, int input, int esz) {
     const gdl__xop *o = &N->op[i];
-    char x[64], x2[64], y[64];
+    char x[64], x2[64], y[64], what[sizeof o->what];
+    size_t k;
     gdl__x_ptr(N, o->x, input, esz, x, sizeof x);
     gdl__x_ptr(N, o->y, input, esz, y, sizeof y);
-    gdl__xbuf_printf(b, "    /* %d: %s */\n    ", i, o->what);
+    /* module names are the user's: a '/' beside a '*' in one would end the comment or open another */
+    for (k = 0; o->what[k]; k++)
+        what[k] = o->what[k] == '/' && ((k && o->what[k - 1] == '*') || o->what[k + 1] == '*') ? '|' : o->what[k];
+    what[k] = 0;
+    gdl__xbuf_printf(b, "    /* %d: %s */\n    ", i, what);
     if (N->int8) {
         switch (o->kind) {
         case GDL__XO_LINEAR:

@@ -113,6 +113,34 @@ TEST refuses_quantized_forms(void) {
     PASS();
 }
 
+/* a module name holding comment delimiters cannot end the comment that names it in the file */
+TEST module_names_stay_in_comments(void) {
+    gdl_export_c_opts o = gdl_export_c_defaults();
+    const char *path = harness_tmp("names.h");
+    char cmd[1200], line[512];
+    int found = 0;
+    gdl_module *m = seq_eval(1, (gdl_module *[]){gdl_nn_linear(4, 2, 1)});
+    FILE *f;
+    ASSERT_EQ(0, gdl_module_add_child(m, "x*/y/*z", gdl_nn_sigmoid()));
+    gdl_module_train(m, 0);
+    o.report = NULL;
+    o.name = "names";
+    ASSERT_EQ(0, gdl_export_c(m, 2, (int64_t[]){1, 4}, path, &o, NULL));
+    ASSERT(f = fopen(path, "r"));
+    while (fgets(line, sizeof line, f)) {
+        ASSERT(strstr(line, "*/y") == NULL && strstr(line, "/*z") == NULL);
+        found += strstr(line, "Sigmoid 'x*|y|*z'") != NULL;
+    }
+    fclose(f);
+    ASSERT_EQ(1, found);
+    snprintf(cmd, sizeof cmd, "cc -std=c99 -Wall -Wextra -Wpedantic -Werror -fsyntax-only -x c -DNAMES_IMPLEMENTATION '%s'",
+             path);
+    ASSERT_EQ(0, system(cmd));
+    gdl_module_free(m);
+    remove(path);
+    PASS();
+}
+
 /* a QAT model converts to the same static layers: it exports as INT8 */
 TEST exports_qat_model(void) {
     gdl_export_c_info inf;
@@ -261,6 +289,7 @@ int main(int argc, char **argv) {
         RUN_TEST(refuses_bad_arguments);
         RUN_TEST(refuses_quantized_forms);
         RUN_TEST(exports_qat_model);
+        RUN_TEST(module_names_stay_in_comments);
         RUN_TEST(unwritable_paths_leave_nothing);
         RUN_TEST(arena_sizes);
         HARNESS_MAIN_END();
