@@ -27376,12 +27376,13 @@ typedef struct gdl__xop {
     int g[15];             /* LINEAR: rows, in, out; CONV: C,H,W, OC,KH,KW, SH,SW, PH,PW, DH,DW, G, OH,OW;
                               pools: C,H,W, K(h),K(w), S,S, P,P, OH,OW (global: K = H, W) */
     float *w, *b;          /* f32 weights and bias, owned */
+    float *wscale;         /* INT8: the weights' scales (nmult of them), for the file's comments */
     int8_t *qw, *shift;    /* INT8 weights; the right shifts (one per multiplier) */
     int32_t *qb, *mult;    /* INT8 bias (in the sum's scale, zero point folded where it can be), multipliers */
     int64_t nw, nb;        /* weights; bias entries and multipliers (per channel: out, else 1 multiplier) */
     int nmult;
     int32_t zx, zy, lo, hi; /* INT8: input zero point, output zero point, clamp (ReLU: lo = zy) */
-    char what[160];        /* the comment on its line: the module and the shapes */
+    char what[256];        /* the comment on its line: the module, the shapes, INT8 parameters */
 } gdl__xop;
 
 typedef struct gdl__xnet {
@@ -27404,7 +27405,7 @@ static void gdl__x_free(gdl__xnet *N) {
     int i;
     for (i = 0; i < N->nop; i++) {
         gdl__xop *o = &N->op[i];
-        GPUDL_FREE(o->w); GPUDL_FREE(o->b); GPUDL_FREE(o->qw); GPUDL_FREE(o->shift);
+        GPUDL_FREE(o->w); GPUDL_FREE(o->b); GPUDL_FREE(o->qw); GPUDL_FREE(o->shift); GPUDL_FREE(o->wscale);
         GPUDL_FREE(o->qb); GPUDL_FREE(o->mult);
     }
     GPUDL_FREE(N->op);
@@ -27656,16 +27657,21 @@ static int gdl__x_qlayer(gdl__xnet *N, const gdl_module *m, int x) {
     o->nmult = q->per_channel ? (int)q->out : 1;
     o->zx = q->in_zp, o->zy = q->out_zp;
     o->lo = q->relu ? q->out_zp : 0, o->hi = qmax;
-    if (q->relu) snprintf(o->what + strlen(o->what), sizeof o->what - strlen(o->what), ", ReLU");
+    snprintf(o->what + strlen(o->what), sizeof o->what - strlen(o->what),
+             "%s; in: scale %.6g zero point %d, out: scale %.6g zero point %d, weights: int8, %s", q->relu ? ", ReLU" : "",
+             (double)q->in_scale, (int)q->in_zp, (double)q->out_scale, (int)q->out_zp,
+             q->per_channel ? "a scale per output channel" : "one scale");
     o->qw = (int8_t *)GPUDL_MALLOC((size_t)o->nw);
     o->qb = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)q->out);
     o->mult = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)o->nmult);
     o->shift = (int8_t *)GPUDL_MALLOC((size_t)o->nmult);
-    if (!o->qw || !o->qb || !o->mult || !o->shift) {
+    o->wscale = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)o->nmult);
+    if (!o->qw || !o->qb || !o->mult || !o->shift || !o->wscale) {
         gdl__set_error("%s: out of memory", N->fn);
         return -1;
     }
     memcpy(o->qw, ws->w, (size_t)o->nw);
+    memcpy(o->wscale, ws->w_scale, sizeof(float) * (size_t)o->nmult);
     for (n = 0; n < q->out; n++) {
         const float sc = q->in_scale * ws->w_scale[q->per_channel ? n : 0]; /* the sum's scale, as gpudl's f32 */
         const double bq = q->bias ? floor((double)q->bias[n] / (double)sc + 0.5) : 0;
@@ -28206,6 +28212,11 @@ static int64_t gdl__x_print_data(gdl__xbuf *b, const gdl__xnet *N, const char *p
             bytes += 4 * (o->nw + o->nb);
         }
         if (o->qw) {
+            int64_t k;
+            gdl__xbuf_printf(b, "/* op %d's weights: real value = w * scale, %s (the multipliers m%d hold them):", i,
+                             o->nmult > 1 ? "a scale per output channel" : "one scale", i);
+            for (k = 0; k < o->nmult; k++) gdl__xbuf_printf(b, "%s%.8g", k % 8 ? " " : "\n   ", (double)o->wscale[k]);
+            gdl__xbuf_printf(b, " */\n");
             gdl__x_ints_out(b, "int8_t", pre, i, "w", o->qw, NULL, o->nw);
             gdl__x_ints_out(b, "int32_t", pre, i, "b", NULL, o->qb, o->nb);
             bytes += o->nw + 4 * o->nb;
