@@ -28,8 +28,7 @@ $(B)/mcu/train_export: examples/mcu/train_export.c gpudl.h tests/api_only.h $(B)
 	$(CC) $(VARIANT_plain) -Werror $(SET_std) $(API_ONLY) $< $(B)/lib/plain_std.o -o $@ $(LIBS)
 
 test-mcu: $(B)/mcu/test_export_c $(B)/mcu/asan_test_export_c $(B)/mcu/train_export
-	ASAN_OPTIONS=detect_leaks=1 sh tests/run.sh $(B)/mcu/asan_test_export_c
-	B=$(B) sh tests/test_mcu.sh
+	ASAN_OPTIONS=detect_leaks=1 B=$(B) sh tests/run.sh $(B)/mcu/asan_test_export_c tests/test_mcu.sh
 
 mcu-demo: $(B)/mcu/test_export_c $(B)/mcu/train_export
 	B=$(B) sh examples/mcu/demo.sh
