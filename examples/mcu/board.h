@@ -2,7 +2,7 @@
    tick counter and a stack high-water mark. board_mps2.c implements it for
    qemu's MPS2 boards (semihosting, SysTick, a painted stack); board_host.c
    for a PC, so that the same main.c and exported net run on both and their
-   outputs can be compared bit for bit. On a real board, write these four
+   outputs can be compared bit for bit. On a real board, write these
    functions over the vendor's HAL: board_puts over a UART, board_exit as a
    breakpoint or a reset, board_ticks over DWT->CYCCNT. */
 #ifndef BOARD_H

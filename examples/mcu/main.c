@@ -5,12 +5,13 @@
    that the two runs can be compared bit for bit; then the accuracy, the
    arena, the stack's high-water mark and the instructions an inference took.
 
-   Build: NET_DATA names the data header that tests/test_export_c.c writes
-   (it includes the net's header and says which net: NET_RUN, NET_INT8...);
-   the net's implementation is compiled on its own (net.c or
-   -DNAME_IMPLEMENTATION), so that its flash and RAM can be measured apart:
+   Build: NET_DATA names the data header that train_export.c writes (it
+   includes the net's header and says which net: NET_RUN, NET_INT8...); the
+   net's implementation is compiled on its own (-DNAME_IMPLEMENTATION), so
+   that its flash and RAM can be measured apart:
+       cc -x c -DMLP_INT8_IMPLEMENTATION -c build/mcu/out/mlp_int8.h -o net.o
        cc -DNET_DATA='"mlp_int8_data.h"' -Ibuild/mcu/out main.c board_host.c net.o
-   `make mcu-demo` does it all (tests/mcu.mk). No printf: the numbers are
+   firmware.sh does the same for a Cortex-M; `make mcu-demo` does it all. No printf: the numbers are
    formatted here, so the firmware links no stdio. */
 #include <stdint.h>
 #include "board.h"
