@@ -27412,12 +27412,15 @@ static void gdl__x_free(gdl__xnet *N) {
     GPUDL_FREE(N->v);
 }
 
-/* a new value of shape d[0..ndim) made by op `def`; its id or -1 */
+/* a new value of shape d[0..ndim) made by op `def` (d may point into N->v: it is read before N->v grows);
+   its id or -1 */
 static int gdl__x_value(gdl__xnet *N, int ndim, const int64_t *d, int def) {
     gdl__xval *v;
+    int64_t dims[3];
     int k;
-    void *p = gdl__nn_reserve(N->v, &N->cap_v, N->nv, sizeof *N->v);
-    if (!p) {
+    void *p;
+    for (k = 0; k < ndim; k++) dims[k] = d[k];
+    if (!(p = gdl__nn_reserve(N->v, &N->cap_v, N->nv, sizeof *N->v))) {
         gdl__set_error("%s: out of memory", N->fn);
         return -1;
     }
@@ -27426,7 +27429,7 @@ static int gdl__x_value(gdl__xnet *N, int ndim, const int64_t *d, int def) {
     memset(v, 0, sizeof *v);
     v->ndim = ndim;
     v->n = 1;
-    for (k = 0; k < ndim; k++) v->d[k] = d[k], v->n *= d[k];
+    for (k = 0; k < ndim; k++) v->d[k] = dims[k], v->n *= dims[k];
     v->def = def;
     v->last = def;
     v->root = -1;
@@ -27460,9 +27463,12 @@ static int gdl__x_refuse(gdl__xnet *N, const gdl_module *m, const char *why) {
 
 static int gdl__x_shape_error(gdl__xnet *N, const gdl_module *m, int x, const char *want) {
     const gdl__xval *v = &N->v[x];
-    gdl__set_error("%s: %s expects an input %s, gets [1,%lld%s%lld%s%lld] here", N->fn, gdl__nn_label(m), want,
-                   (long long)v->d[0], v->ndim > 1 ? "," : "", v->ndim > 1 ? (long long)v->d[1] : 0LL,
-                   v->ndim > 2 ? "," : "", v->ndim > 2 ? (long long)v->d[2] : 0LL);
+    char got[96];
+    size_t n = (size_t)snprintf(got, sizeof got, "[1");
+    int k;
+    for (k = 0; k < v->ndim && n < sizeof got; k++)
+        n += (size_t)snprintf(got + n, sizeof got - n, ",%lld", (long long)v->d[k]);
+    gdl__set_error("%s: %s expects an input %s, gets %s] here", N->fn, gdl__nn_label(m), want, got);
     return -1;
 }
 

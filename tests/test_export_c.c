@@ -65,7 +65,9 @@ TEST refuses_bad_arguments(void) {
     m = seq_eval(1, (gdl_module *[]){gdl_nn_linear(4, 2, 1)});
     CHECK_CALL(refused(m, 2, (int64_t[]){1, 4}, &o, "C identifier"));
     m = seq_eval(1, (gdl_module *[]){gdl_nn_linear(4, 2, 1)});
-    CHECK_CALL(refused(m, 2, (int64_t[]){1, 5}, NULL, "Linear '0' expects an input [..., 4]"));
+    CHECK_CALL(refused(m, 2, (int64_t[]){1, 5}, NULL, "Linear '0' expects an input [..., 4], gets [1,5] here"));
+    m = seq_eval(2, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_conv2d(3, 4, 3, 1, 0, 1, 1, 1)});
+    CHECK_CALL(refused(m, 4, (int64_t[]){1, 3, 8, 8}, NULL, "Conv2d '1' expects an input [1,3,H,W], gets [1,192] here"));
     m = seq_eval(1, (gdl_module *[]){gdl_nn_sigmoid()});
     o = gdl_export_c_defaults();
     o.no_libm = 1;
@@ -214,6 +216,16 @@ TEST arena_sizes(void) {
     ASSERT_EQ(4 * (32 + 8), inf.arena_bytes); /* the sigmoid in place */
     ASSERT_EQ(4 * (16 * 32 + 32 + 32 * 8 + 8), inf.weight_bytes);
     gdl_module_free(m);
+    { /* a long chain of activations: in place, one slot; the value list grows (reallocated) as it goes */
+        int k;
+        m = seq_eval(1, (gdl_module *[]){gdl_nn_linear(4, 4, 1)});
+        for (k = 0; k < 40; k++) ASSERT_EQ(0, gdl_nn_sequential_add(m, k % 2 ? gdl_nn_sigmoid() : gdl_nn_tanh()));
+        gdl_module_train(m, 0);
+        ASSERT_EQ(0, gdl_export_c(m, 2, (int64_t[]){1, 4}, path, &o, &inf));
+        ASSERT_EQ(41, inf.nops);
+        ASSERT_EQ(16, inf.arena_bytes);
+        gdl_module_free(m);
+    }
     m = seq_eval(1, (gdl_module *[]){gdl_nn_basic_block(4, 4, 1)});
     ASSERT_EQ(0, gdl_export_c(m, 4, (int64_t[]){1, 4, 5, 5}, path, &o, &inf));
     ASSERT_EQ(3, inf.nops);
