@@ -275,6 +275,7 @@ $(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
 -include tests/launch.mk
 -include tests/fuzz/fuzz.mk
 -include tests/quant.mk
+-include tests/mcu.mk
 -include tests/windows.mk
 
 test: test-amalgamation
@@ -294,7 +295,7 @@ test: test-amalgamation
 # files.)
 TEST_PARTS = test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build \
              test-unit test-dist test-emu test-dist-nccl test-cluster test-gpu-session-dry \
-             test-cpu-paths test-aarch64 test-launch-limits test-quant test-portability test-windows
+             test-cpu-paths test-aarch64 test-launch-limits test-quant test-mcu test-portability test-windows
 TEST_JOBS ?= $(if $(filter -j%,$(MAKEFLAGS)),,-j2) --output-sync=target
 # make -k (k among make's one-letter flags)
 keep_going = $(findstring k,$(filter-out -%,$(firstword $(MAKEFLAGS))))

@@ -14,8 +14,13 @@
 #                            MinGW-w64 (with zlib) and Wine (make test-windows),
 #                            curl, cmake, pkg-config, gnuplot, the Fashion-MNIST
 #                            package and the fortunes packages (the suite trains on
-#                            them), python3's yaml, and as root Slurm and munge
+#                            them), python3's yaml, arm-none-eabi-gcc with newlib
+#                            and qemu-system-arm (make test-mcu's firmware), and as
+#                            root Slurm and munge
 #                            (make test-cluster's cluster)
+#   sh tools/deps.sh mcu     what `make mcu-demo` needs: a C compiler, make, the Fashion-MNIST
+#                            package, and the Cortex-M tools: arm-none-eabi-gcc with newlib and
+#                            qemu-system-arm (`make test` needs them too: make test-mcu)
 #   sh tools/deps.sh fresh   what tools/fresh_check.sh (make test-fresh) needs: debootstrap
 #
 # Each prerequisite is a capability, probed by doing what the suite does with
@@ -33,8 +38,8 @@
 set -u
 
 what=${1:-test}
-case "$what" in run|plot|data|data-text|test|fresh) ;;
-*) echo "usage: sh tools/deps.sh run|plot|data|data-text|test|fresh" >&2; exit 2 ;; esac
+case "$what" in run|plot|data|data-text|test|mcu|fresh) ;;
+*) echo "usage: sh tools/deps.sh run|plot|data|data-text|test|mcu|fresh" >&2; exit 2 ;; esac
 
 # capability: the Debian packages it needs (all of them, not only the one that
 # pulls the others in, since we install without Recommends)
@@ -59,6 +64,7 @@ packages() {
     yaml)       echo "python3-yaml" ;;
     mingw)      echo "gcc-mingw-w64-x86-64 libz-mingw-w64-dev" ;;
     wine)       echo "wine wine64" ;;
+    mcu)        echo "gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm" ;;
     esac
 }
 
@@ -84,6 +90,7 @@ describe() {
     yaml)       echo "python3 reads YAML (the Kubernetes manifests' check)" ;;
     mingw)      echo "x86_64-w64-mingw32-gcc links a Windows program with zlib (-static -lz)" ;;
     wine)       echo "wine runs a Windows program (a MinGW-w64 hello.exe)" ;;
+    mcu)        echo "arm-none-eabi-gcc links a Cortex-M4F and a Cortex-M7 firmware with newlib, and qemu-system-arm runs them (semihosting)" ;;
     esac
 }
 
@@ -93,7 +100,8 @@ plot)  caps="gnuplot" ;;
 data)  caps="fmnist" ;;
 data-text) caps="fortunes" ;;
 fresh) caps="debootstrap" ;;
-test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist fortunes yaml mingw wine" ;;
+mcu)   caps="cc make fmnist mcu" ;;
+test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist fortunes yaml mingw wine mcu" ;;
 esac
 # the one-node Slurm cluster of make test-cluster runs its daemons as root: elsewhere it is skipped
 # (loudly), so Slurm is a prerequisite only for root
@@ -194,6 +202,44 @@ probe_wine() {
     out=$(WINEPREFIX="$tmp/wineprefix" WINEDEBUG=-all WINEDLLOVERRIDES='mscoree,mshtml=' DISPLAY= timeout 300 wine h.exe)
     WINEPREFIX="$tmp/wineprefix" wineserver -k 2>/dev/null
     [ "$(printf '%s' "$out" | tr -d '\r')" = hello ] || { echo "wine h.exe printed '$out'"; return 1; }
+}
+# a firmware as make test-mcu builds them (examples/mcu/firmware.sh): hard float, newlib's memcpy and
+# expf, a vector table, semihosting's SYS_WRITE0 and SYS_EXIT; run on both boards, its output checked
+probe_mcu() {
+    have arm-none-eabi-gcc || { echo "no arm-none-eabi-gcc"; return 1; }
+    have qemu-system-arm || { echo "no qemu-system-arm"; return 1; }
+    cat >fw.c <<'EOF_FW'
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+static int semihost(int op, const void *arg) {
+    register int r0 __asm__("r0") = op;
+    register const void *r1 __asm__("r1") = arg;
+    __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
+    return r0;
+}
+extern uint32_t __stack_top[];
+void reset(void) {
+    volatile float x = 0.0f;
+    char s[8];
+    *(volatile uint32_t *)0xE000ED88u |= 0xFu << 20;
+    __asm__ volatile("dsb\n\tisb" ::: "memory");
+    memcpy(s, "mcu ok\n", 8);
+    if (expf(x) == 1.0f) semihost(4, s);
+    semihost(0x18, (const void *)0x20026);
+}
+__attribute__((section(".vectors"), used)) static void (*const vectors[2])(void) = {
+    (void (*)(void))(uintptr_t)__stack_top, reset};
+EOF_FW
+    printf 'MEMORY { FLASH (rx) : ORIGIN = 0, LENGTH = 4M\n RAM (rwx) : ORIGIN = 0x20000000, LENGTH = 4M }\nSECTIONS { .text : { KEEP(*(.vectors)) *(.text*) *(.rodata*) } > FLASH\n .data : { *(.data*) } > RAM AT > FLASH\n .bss : { *(.bss*) *(COMMON) . = ALIGN(8); . += 0x1000; __stack_top = .; } > RAM }\n' >fw.ld
+    for b in "mps2-an386 -mcpu=cortex-m4 -mfpu=fpv4-sp-d16" "mps2-an500 -mcpu=cortex-m7 -mfpu=fpv5-d16"; do
+        set -- $b
+        arm-none-eabi-gcc $2 $3 -mthumb -mfloat-abi=hard -O2 -std=c99 -T fw.ld -nostartfiles --specs=nano.specs \
+            --specs=nosys.specs fw.c -lm -o fw.elf || return 1
+        out=$(timeout 60 qemu-system-arm -M "$1" -nographic -monitor none -serial none -chardev file,id=o,path=fw.txt \
+              -semihosting-config enable=on,target=native,chardev=o -icount shift=0 -kernel fw.elf </dev/null && cat fw.txt)
+        [ "$out" = "mcu ok" ] || { echo "qemu-system-arm -M $1 printed '$out'"; return 1; }
+    done
 }
 
 failing=""

@@ -374,6 +374,7 @@
    api/dist.h               data parallel across processes, collectives, DDP
    api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler
    api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
+   api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
    api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
    impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
@@ -383,6 +384,7 @@
    runtime/arena.h          the per-step arenas (host and device)
    runtime/tensor.h         storage, tensors, the generator, half precision, copies
    runtime/thread_pool.h    the CPU thread pool (gdl__parallel_for)
+   runtime/monitor.h        the allocators' counters, NVML
    cpu/memory.h             allocation and its counters, copies, stream and event stand-ins, fill, cast
    cpu/gemm.h               the GEMM (AVX-512 / AVX2 / portable micro-kernels, CBLAS) and the backend's GEMM entries
    cpu/gemm_int8.h          the int8 GEMM (AVX-512 VNNI / AVX2 / NEON sdot / NEON / portable), quantize, dequantize
@@ -399,7 +401,7 @@
    cpu/rnn.h                the fused LSTM / GRU gate steps and their backwards
    cpu/optimizers.h         SGD / Adam (master weights), the gradient-norm clip, the weight EMA's update
    cpu/amp_metrics.h        GradScaler's kernels, gdl_fit's metrics, non-finite counts
-   cpu/backend_table.h      the entries a CPU has nothing for; the CPU backend table
+   cpu/backend_table.h      the entries a CPU has nothing for; the CPU backend table; gdl_shutdown
    ops/core.h               the op layer (checks, outputs, the tape), run-time dtypes, autocast
    ops/views.h              views: reshape, slices, detach
    ops/elementwise.h        elementwise binary ops with broadcasting, comparisons, unary ops
@@ -433,16 +435,16 @@
    quant/prepare.h          observed layers (prepare, calibrate), model copies, weight tying in copies
    quant/rnn.h              the recurrent modules, dynamically quantized
    quant/files.h            quantized models' files
-   train/fit.h              fit / evaluate, progress output, gdl_fit's CUDA graphs
-   train/checkpoints.h      checkpoints
-   train/graph.h            gdl_graph_capture / replay
+   export/c.h               gdl_export_c: a model lowered to one C99 file (the arena's placement, the INT8 requantization)
    dist/launch.h            the launcher's environment (shared state, integer variables)
    dist/rendezvous.h        the rendezvous without MPI: NCCL's id over TCP
    dist/process_group.h     the process group: init, ranks, shutdown, timeouts
    dist/collectives.h       collectives (MPI, NCCL)
    dist/ddp.h               DistributedDataParallel
    dist/cluster.h           Slurm's host lists, Kubernetes' environments, preemption signals
-   runtime/monitor.h        the allocators' counters, NVML
+   train/fit.h              fit / evaluate, progress output, gdl_fit's CUDA graphs
+   train/checkpoints.h      checkpoints
+   train/graph.h            gdl_graph_capture / replay
    impl_end.h               the closing #endifs of the implementation; the license
 
    Adding an op
