@@ -448,6 +448,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h> /* the elementwise ops' scalar math (src/api/op_math.h); here, outside extern "C" */
 
 #ifdef GPUDL_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -2486,11 +2487,11 @@ GPUDL_API int gdl_gemm_u8s8_cpu(int M, int N, int K, const uint8_t *A, int lda, 
 /* The int8 kernel this build selected: "avx512vnni 8x32", "avx2 4x16", "neon-sdot 8x8", "neon 4x8", "portable 4x8". */
 GPUDL_API const char *gdl_gemm_int8_kernel_name(void);
 /* ---------------------------------------------------------------------------
-   src/api/backend.h   A backend is a table of kernels on raw device pointers.
-   The CPU backend lives in this header; gpudl_cuda.cu provides the CUDA one
-   through gdl_cuda_backend(). Kernels return 0, or -1 after gdl__set_error.
-   All gdl_real pointers are contiguous row-major device memory. "+=" in a
-   comment means the kernel accumulates into its output (gradients).
+   src/api/op_math.h   The elementwise ops (enum gdl_binary_op, gdl_unary_op)
+   and their scalar math, written once for both backends: the CPU kernels
+   (src/cpu/elementwise.h, lowp.h, bias_act.h, the GEMM's epilogue) and the
+   CUDA kernels (cuda/elementwise.cu, bias_act.cu) call the functions below,
+   __host__ __device__ under nvcc.
    ------------------------------------------------------------------------- */
 
 /* MIN, MAX, POW: torch.minimum, maximum and pow (NaN propagates through min and max); the rest are their
@@ -2509,6 +2510,123 @@ enum gdl_unary_op {
     GDL_UN_GELU_TANH, GDL_UN_EXP, GDL_UN_LOG, GDL_UN_SCALE, GDL_UN_ADD_SCALAR,
     GDL_UN_POW, GDL_UN_SQRT, GDL_UN_RSQRT, GDL_UN_ABS, GDL_UN_CLAMP_MIN, GDL_UN_CLAMP_MAX
 };
+
+/* GDL_HD: a function both backends compile (host and device under nvcc). The op math is forced inline on
+   the device, as the kernels' own functions were: nvcc then sees, and contracts, the same expressions. */
+#ifdef __CUDACC__
+#define GDL_HD __host__ __device__
+#define GDL__OPM_FN static __host__ __device__ __forceinline__
+#else
+#define GDL_HD
+#define GDL__OPM_FN static inline
+#endif
+
+/* GDL__OP_MATH(N, T, G, F) defines, with F the suffix of the libm functions and the literals (f, or nothing:
+   double's):
+     T gdl_unary1_N(op, T x, T alpha)            y = f(x; alpha)
+     G gdl_unary_grad1_N(op, G x, G y, G alpha)  dy/dx at x, the forward's output y given
+     T gdl_binary1_N(op, T a, T b)               a op b
+   Each switch names every code of its enum and has no default: a code without a case fails the build
+   (-Wswitch, an error here under GCC and Clang); a value outside the enum gives NaN.
+
+   Two definitions, one per backend, since every result is pinned bit for bit (tests/train_trace.c, the
+   CPU/GPU parity tables) and the backends' precisions differ:
+     gdl_*_float  the CUDA kernels': float arithmetic, CUDA's float functions (expf, tanhf, powf ...);
+     gdl_*_real   the CPU's: gdl_real arithmetic (f32, or f64 under GPUDL_DOUBLE) where an op is a selection
+                  or one operation (relu, clamp, scale, min, a + b ...), and where it takes a libm function or
+                  a literal, double (libm's exp, tanh, pow ... and double constants), the result rounded once
+                  to gdl_real; the derivatives all in double.
+   One case stays apart: in f32 builds the CPU's GELU (erf) is its own polynomial, gdl__gelu_f32
+   (src/cpu/elementwise.h: the erf formula below in double was a fifth of a GPT's step); the CPU calls it
+   instead of the GELU_ERF case, whose formula the GPU and the GPUDL_DOUBLE build compute. Apart too, as
+   loops of their own for speed, with their bits pinned as they are: the CPU's vectorised ReLU and GELU
+   rows, its loops for the cheap ops in gdl__cpu_unary / gdl__cpu_unary_backward and their bf16/f16 twins
+   (src/cpu/lowp.h; their sigmoid and tanh backwards multiply in gdl_real, gy * y * (1 - y), not in double),
+   and the CUDA backward's selection of gy for ReLU and clamp. An op without such a loop needs none. */
+#define GDL__OP_MATH(N, T, G, F) \
+    GDL__OPM_FN T gdl_unary1_##N(enum gdl_unary_op op, T x, T alpha) { \
+        switch (op) { \
+        case GDL_UN_RELU: return x > 0 ? x : (T)0; \
+        case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x; \
+        case GDL_UN_SIGMOID: return (T)(1.0##F / (1.0##F + exp##F(-x))); \
+        case GDL_UN_TANH: return (T)tanh##F(x); \
+        case GDL_UN_GELU_ERF: return (T)(0.5##F * x * (1.0##F + erf##F(x * 0.7071067811865476##F))); \
+        case GDL_UN_GELU_TANH: \
+            return (T)(0.5##F * x * (1.0##F + tanh##F(0.7978845608028654##F * (x + 0.044715##F * x * x * x)))); \
+        case GDL_UN_EXP: return (T)exp##F(x); \
+        case GDL_UN_LOG: return (T)log##F(x); \
+        case GDL_UN_SCALE: return alpha * x; \
+        case GDL_UN_ADD_SCALAR: return x + alpha; \
+        case GDL_UN_POW: return (T)pow##F(x, alpha); \
+        case GDL_UN_SQRT: return (T)sqrt##F(x); \
+        case GDL_UN_RSQRT: return (T)(1.0##F / sqrt##F(x)); \
+        case GDL_UN_ABS: return (T)fabs##F(x); \
+        case GDL_UN_CLAMP_MIN: return x < alpha ? alpha : x; \
+        case GDL_UN_CLAMP_MAX: return x > alpha ? alpha : x; \
+        } \
+        return (x - x) / (x - x); \
+    } \
+    GDL__OPM_FN G gdl_unary_grad1_##N(enum gdl_unary_op op, G x, G y, G alpha) { \
+        switch (op) { \
+        case GDL_UN_RELU: return x > 0 ? (G)1 : (G)0; \
+        case GDL_UN_LEAKY_RELU: return x > 0 ? (G)1 : alpha; \
+        case GDL_UN_SIGMOID: return y * (1.0##F - y); \
+        case GDL_UN_TANH: return 1.0##F - y * y; \
+        case GDL_UN_GELU_ERF: \
+            return 0.5##F * (1.0##F + erf##F(x * 0.7071067811865476##F)) + \
+                   x * exp##F(-0.5##F * x * x) * 0.3989422804014327##F; \
+        case GDL_UN_GELU_TANH: { \
+            const G u = 0.7978845608028654##F * (x + 0.044715##F * x * x * x), th = tanh##F(u); \
+            return 0.5##F * (1.0##F + th) + \
+                   0.5##F * x * (1.0##F - th * th) * 0.7978845608028654##F * (1.0##F + 3.0##F * 0.044715##F * x * x); \
+        } \
+        case GDL_UN_EXP: return y; \
+        case GDL_UN_LOG: return 1.0##F / x; \
+        case GDL_UN_SCALE: return alpha; \
+        case GDL_UN_ADD_SCALAR: return (G)1; \
+        case GDL_UN_POW: return alpha * pow##F(x, alpha - 1.0##F); \
+        case GDL_UN_SQRT: return 0.5##F / y;          /* PyTorch: grad / (2 * result) */ \
+        case GDL_UN_RSQRT: return -0.5##F * y * y * y; /* -0.5 * grad * result^3 */ \
+        case GDL_UN_ABS: return x > 0 ? (G)1 : x < 0 ? (G)-1 : (G)0; /* sgn: 0 at 0 and NaN */ \
+        case GDL_UN_CLAMP_MIN: return x >= alpha ? (G)1 : (G)0; \
+        case GDL_UN_CLAMP_MAX: return x <= alpha ? (G)1 : (G)0; \
+        } \
+        return (x - x) / (x - x); \
+    } \
+    GDL__OPM_FN T gdl_binary1_##N(enum gdl_binary_op op, T a, T b) { \
+        switch (op) { \
+        case GDL_BIN_ADD: return a + b; \
+        case GDL_BIN_SUB: return a - b; \
+        case GDL_BIN_MUL: return a * b; \
+        case GDL_BIN_DIV: return a / b; \
+        case GDL_BIN_MIN: return a != a ? a : b != b ? b : a < b ? a : b; \
+        case GDL_BIN_MAX: return a != a ? a : b != b ? b : a > b ? a : b; \
+        case GDL_BIN_POW: return (T)pow##F(a, b); \
+        case GDL_BIN_MAX_DA: return a > b ? (T)1 : a == b ? (T)0.5##F : a < b ? (T)0 : (T)1; \
+        case GDL_BIN_MIN_DA: return a < b ? (T)1 : a == b ? (T)0.5##F : a > b ? (T)0 : (T)1; \
+        case GDL_BIN_POW_DA: return b == 0 ? (T)0 : (T)(b * pow##F(a, b - 1.0##F)); \
+        case GDL_BIN_POW_DB: return a == 0 && b >= 0 ? (T)0 : (T)(pow##F(a, b) * log##F(a)); \
+        case GDL_BIN_GRAD_SCALE: return b == 0 ? (T)0 : a * b; \
+        } \
+        return (a - a) / (a - a); \
+    }
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
+#endif
+GDL__OP_MATH(float, float, float, f)
+GDL__OP_MATH(real, gdl_real, double, )
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+/* ---------------------------------------------------------------------------
+   src/api/backend.h   A backend is a table of kernels on raw device pointers.
+   The CPU backend lives in this header; gpudl_cuda.cu provides the CUDA one
+   through gdl_cuda_backend(). Kernels return 0, or -1 after gdl__set_error.
+   All gdl_real pointers are contiguous row-major device memory. "+=" in a
+   comment means the kernel accumulates into its output (gradients).
+   ------------------------------------------------------------------------- */
 
 enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX };
 enum gdl_pointwise_loss { GDL_LOSS_MSE, GDL_LOSS_BCE_LOGITS };
@@ -2915,12 +3033,6 @@ typedef struct gdl_backend {
     const char *name;
     GDL_BACKEND_ENTRIES(GDL__BACKEND_MEMBER)
 } gdl_backend;
-
-#ifdef __CUDACC__
-#define GDL_HD __host__ __device__
-#else
-#define GDL_HD
-#endif
 
 /* The dropout mask both backends use: a counter-based hash, bit-identical
    on every device. */
@@ -7969,23 +8081,8 @@ typedef struct gdl__iter {
     int64_t idx[GDL_MAX_DIMS];
 } gdl__iter;
 
-/* one element of a binary op (enum gdl_binary_op); the CUDA backend's gdl__bin1 is the same in f32 */
-static gdl_real gdl__bin1(int op, gdl_real a, gdl_real b) {
-    switch (op) {
-    case GDL_BIN_ADD: return a + b;
-    case GDL_BIN_SUB: return a - b;
-    case GDL_BIN_MUL: return a * b;
-    case GDL_BIN_DIV: return a / b;
-    case GDL_BIN_MIN: return a != a ? a : b != b ? b : a < b ? a : b;
-    case GDL_BIN_MAX: return a != a ? a : b != b ? b : a > b ? a : b;
-    case GDL_BIN_POW: return (gdl_real)pow((double)a, (double)b);
-    case GDL_BIN_MAX_DA: return a > b ? 1 : a == b ? (gdl_real)0.5 : a < b ? 0 : 1;
-    case GDL_BIN_MIN_DA: return a < b ? 1 : a == b ? (gdl_real)0.5 : a > b ? 0 : 1;
-    case GDL_BIN_POW_DA: return b == 0 ? 0 : (gdl_real)((double)b * pow((double)a, (double)b - 1));
-    case GDL_BIN_POW_DB: return a == 0 && b >= 0 ? 0 : (gdl_real)(pow((double)a, (double)b) * log((double)a));
-    default: return b == 0 ? 0 : a * b; /* GDL_BIN_GRAD_SCALE */
-    }
-}
+/* one element of a binary op (enum gdl_binary_op): src/api/op_math.h's, the CPU's definition */
+static gdl_real gdl__bin1(int op, gdl_real a, gdl_real b) { return gdl_binary1_real((enum gdl_binary_op)op, a, b); }
 
 /* one row of a binary op: o[i] = a[i*sa] op b[i*sb]; the contiguous and
    broadcast-scalar cases of the four arithmetic ops get their own loops so
@@ -7999,7 +8096,7 @@ static void gdl__bin_row(int op, int64_t n, const gdl_real *a, int64_t sa, const
         case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
         case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
         case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
-        default: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+        case GDL_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
         }
     } else if (sa == 1 && sb == 0) {
         const gdl_real v = b[0];
@@ -8007,14 +8104,14 @@ static void gdl__bin_row(int op, int64_t n, const gdl_real *a, int64_t sa, const
         case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + v; break;
         case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - v; break;
         case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * v; break;
-        default: for (i = 0; i < n; i++) o[i] = a[i] / v; break;
+        case GDL_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i] / v; break;
         }
     } else {
         switch (op) {
         case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i * sa] + b[i * sb]; break;
         case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i * sa] - b[i * sb]; break;
         case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i * sa] * b[i * sb]; break;
-        default: for (i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; break;
+        case GDL_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; break;
         }
     }
 }
@@ -8070,9 +8167,6 @@ static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, 
     }
     return 0;
 }
-
-#define GDL__SQRT_2_OVER_PI 0.7978845608028654
-#define GDL__INV_SQRT_2 0.7071067811865476
 
 #ifndef GPUDL_DOUBLE
 /* Exact GELU in f32 without libm's double erf (issue 27: it was a fifth of
@@ -8289,11 +8383,9 @@ static __m256 gdl__gelu_grad8(__m256 x) {
 #endif
 static gdl_real gdl__gelu1(gdl_real x) { return gdl__gelu_f32(x); }
 static double gdl__gelu_grad1(double x) { return gdl__gelu_grad_f32((float)x); } /* x: a float */
-#else /* GPUDL_DOUBLE: libm's double erf, PyTorch's float64 numerics */
-static gdl_real gdl__gelu1(gdl_real x) { return (gdl_real)(0.5 * x * (1.0 + erf(x * GDL__INV_SQRT_2))); }
-static double gdl__gelu_grad1(double x) {
-    return 0.5 * (1 + erf(x * GDL__INV_SQRT_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
-}
+#else /* GPUDL_DOUBLE: the erf formula of src/api/op_math.h in double (libm's erf), PyTorch's float64 numerics */
+static gdl_real gdl__gelu1(gdl_real x) { return gdl_unary1_real(GDL_UN_GELU_ERF, x, 0); }
+static double gdl__gelu_grad1(double x) { return gdl_unary_grad1_real(GDL_UN_GELU_ERF, x, 0, 0); }
 #endif
 
 /* y = GELU(x) over n (y may be x) */
@@ -8356,51 +8448,17 @@ static void gdl__relu_rows(const gdl_real *x, gdl_real *y, int64_t n) {
     for (; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
 }
 
+/* y = f(x; alpha): src/api/op_math.h's, the CPU's definition, but for GELU (erf): the CPU's own gdl__gelu1
+   (in f32 builds the polynomial gdl__gelu_f32; op_math.h says why it stays apart) */
 static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha) {
-    switch (op) {
-    case GDL_UN_RELU: return x > 0 ? x : 0;
-    case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x;
-    case GDL_UN_SIGMOID: return (gdl_real)(1.0 / (1.0 + exp(-(double)x)));
-    case GDL_UN_TANH: return (gdl_real)tanh((double)x);
-    case GDL_UN_GELU_ERF: return gdl__gelu1(x);
-    case GDL_UN_GELU_TANH:
-        return (gdl_real)(0.5 * x * (1.0 + tanh(GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))));
-    case GDL_UN_EXP: return (gdl_real)exp((double)x);
-    case GDL_UN_LOG: return (gdl_real)log((double)x);
-    case GDL_UN_SQRT: return (gdl_real)sqrt((double)x);
-    case GDL_UN_RSQRT: return (gdl_real)(1.0 / sqrt((double)x));
-    case GDL_UN_ABS: return (gdl_real)fabs((double)x);
-    case GDL_UN_CLAMP_MIN: return x < alpha ? alpha : x;
-    case GDL_UN_CLAMP_MAX: return x > alpha ? alpha : x;
-    case GDL_UN_SCALE: return alpha * x;
-    case GDL_UN_ADD_SCALAR: return x + alpha;
-    default: return (gdl_real)pow((double)x, (double)alpha); /* GDL_UN_POW */
-    }
+    if (op == GDL_UN_GELU_ERF) return gdl__gelu1(x);
+    return gdl_unary1_real((enum gdl_unary_op)op, x, alpha);
 }
 
-/* d y / d x at x (y = f(x) given) */
+/* d y / d x at x (y = f(x) given), in double, likewise */
 static double gdl__unary_grad1(int op, double x, double y, double alpha) {
-    switch (op) {
-    case GDL_UN_RELU: return x > 0 ? 1 : 0;
-    case GDL_UN_LEAKY_RELU: return x > 0 ? 1 : alpha;
-    case GDL_UN_SIGMOID: return y * (1 - y);
-    case GDL_UN_TANH: return 1 - y * y;
-    case GDL_UN_GELU_ERF: return gdl__gelu_grad1(x);
-    case GDL_UN_GELU_TANH: {
-        double u = GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x), th = tanh(u);
-        return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * GDL__SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x);
-    }
-    case GDL_UN_EXP: return y;
-    case GDL_UN_LOG: return 1 / x;
-    case GDL_UN_SQRT: return 0.5 / y;      /* PyTorch: grad / (2 * result) */
-    case GDL_UN_RSQRT: return -0.5 * y * y * y; /* -0.5 * grad * result^3 */
-    case GDL_UN_ABS: return x > 0 ? 1 : x < 0 ? -1 : 0; /* sgn: 0 at 0 and NaN */
-    case GDL_UN_CLAMP_MIN: return x >= alpha ? 1 : 0;
-    case GDL_UN_CLAMP_MAX: return x <= alpha ? 1 : 0;
-    case GDL_UN_SCALE: return alpha;
-    case GDL_UN_ADD_SCALAR: return 1;
-    default: return alpha * pow(x, alpha - 1); /* GDL_UN_POW */
-    }
+    if (op == GDL_UN_GELU_ERF) return gdl__gelu_grad1(x);
+    return gdl_unary_grad1_real((enum gdl_unary_op)op, x, y, alpha);
 }
 
 /* the cheap ops get their own loops (they vectorise); the rest go through
