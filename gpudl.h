@@ -19970,6 +19970,26 @@ enum {
     GDL__M_CUSTOM, GDL__M_LSTM, GDL__M_GRU
 };
 
+/* the number of configuration slots, integer and real, of every module */
+enum { GDL__NN_IA = 12, GDL__NN_FA = 4 };
+/* A module's configuration slots, named per kind: which element of its ia[] (integers) or fa[] (reals)
+   holds what. LSTM's and GRU's are GDL__RNN_* (src/nn/rnn.h); a quantized Linear or Conv2d
+   (src/quant/layers.h) keeps its float module's ia[] under these names. */
+enum { GDL__LIN_IN, GDL__LIN_OUT };                                    /* Linear: ia */
+enum { GDL__CONV_IN, GDL__CONV_OUT, GDL__CONV_KH, GDL__CONV_KW, GDL__CONV_SH, GDL__CONV_SW, GDL__CONV_PH,
+       GDL__CONV_PW, GDL__CONV_DH, GDL__CONV_DW, GDL__CONV_GROUPS };  /* Conv2d: ia */
+enum { GDL__BN_C, GDL__BN_DIMS, GDL__BN_AFFINE, GDL__BN_TRACK };       /* BatchNorm: ia (DIMS: 1 or 2) */
+enum { GDL__BN_EPS, GDL__BN_MOMENTUM };                                /* BatchNorm: fa */
+enum { GDL__LN_D = 0, GDL__LN_EPS = 0 };                               /* LayerNorm: ia, fa */
+enum { GDL__DROPOUT_P = 0 };                                           /* Dropout: fa */
+enum { GDL__EMB_V, GDL__EMB_D };                                       /* Embedding: ia */
+enum { GDL__LEAKY_SLOPE = 0 };                                         /* LeakyReLU: fa */
+enum { GDL__GELU_TANH = 0 };                                           /* GELU: ia (the tanh approximation) */
+enum { GDL__POOL_K, GDL__POOL_S, GDL__POOL_P };                        /* MaxPool2d, AvgPool2d: ia */
+enum { GDL__FLATTEN_START = 0 };                                       /* Flatten: ia */
+enum { GDL__RES_SHORTCUT = 0 };                                        /* Residual: ia (has a shortcut child) */
+enum { GDL__BLOCK_IN, GDL__BLOCK_OUT, GDL__BLOCK_STRIDE };             /* ResNet's BasicBlock: ia */
+
 typedef struct gdl__nn_named {
     char *name;    /* local name, owned */
     gdl_tensor *t; /* persistent, owned unless tied */
@@ -19988,8 +20008,8 @@ struct gdl_module {
     gdl__nn_named *param;
     int nbuf, cap_buf;
     gdl__nn_named *buf;
-    int64_t ia[12];         /* integer configuration (per kind, see the constructors) */
-    double fa[4];           /* real configuration */
+    int64_t ia[GDL__NN_IA]; /* integer configuration, in the kind's named slots (GDL__CONV_GROUPS ...) */
+    double fa[GDL__NN_FA];  /* real configuration, likewise (GDL__BN_EPS ...) */
     gdl_forward_fn fwd;     /* custom modules */
     void *user;
     void (*free_user)(void *);
@@ -20060,27 +20080,31 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
     s[0] = 0;
     switch (m->kind) {
     case GDL__M_LINEAR:
-        snprintf(s, n, "in_features=%lld, out_features=%lld, bias=%s", (long long)a[0], (long long)a[1],
+        snprintf(s, n, "in_features=%lld, out_features=%lld, bias=%s", (long long)a[GDL__LIN_IN],
+                 (long long)a[GDL__LIN_OUT],
                  m->nparam > 1 ? "True" : "False");
         break;
     case GDL__M_CONV2D:
         snprintf(s, n, "%lld, %lld, kernel_size=(%lld,%lld), stride=(%lld,%lld), padding=(%lld,%lld), "
-                 "dilation=(%lld,%lld), groups=%lld", (long long)a[0], (long long)a[1], (long long)a[2],
-                 (long long)a[3], (long long)a[4], (long long)a[5], (long long)a[6], (long long)a[7],
-                 (long long)a[8], (long long)a[9], (long long)a[10]);
+                 "dilation=(%lld,%lld), groups=%lld", (long long)a[GDL__CONV_IN], (long long)a[GDL__CONV_OUT],
+                 (long long)a[GDL__CONV_KH], (long long)a[GDL__CONV_KW], (long long)a[GDL__CONV_SH],
+                 (long long)a[GDL__CONV_SW], (long long)a[GDL__CONV_PH], (long long)a[GDL__CONV_PW],
+                 (long long)a[GDL__CONV_DH], (long long)a[GDL__CONV_DW], (long long)a[GDL__CONV_GROUPS]);
         break;
     case GDL__M_BATCHNORM:
-        snprintf(s, n, "%lld, eps=%g, momentum=%g", (long long)a[0], m->fa[0], m->fa[1]);
+        snprintf(s, n, "%lld, eps=%g, momentum=%g", (long long)a[GDL__BN_C], m->fa[GDL__BN_EPS],
+                 m->fa[GDL__BN_MOMENTUM]);
         break;
-    case GDL__M_LAYERNORM: snprintf(s, n, "(%lld,), eps=%g", (long long)a[0], m->fa[0]); break;
-    case GDL__M_DROPOUT: snprintf(s, n, "p=%g", m->fa[0]); break;
-    case GDL__M_EMBEDDING: snprintf(s, n, "%lld, %lld", (long long)a[0], (long long)a[1]); break;
-    case GDL__M_LEAKY_RELU: snprintf(s, n, "negative_slope=%g", m->fa[0]); break;
+    case GDL__M_LAYERNORM: snprintf(s, n, "(%lld,), eps=%g", (long long)a[GDL__LN_D], m->fa[GDL__LN_EPS]); break;
+    case GDL__M_DROPOUT: snprintf(s, n, "p=%g", m->fa[GDL__DROPOUT_P]); break;
+    case GDL__M_EMBEDDING: snprintf(s, n, "%lld, %lld", (long long)a[GDL__EMB_V], (long long)a[GDL__EMB_D]); break;
+    case GDL__M_LEAKY_RELU: snprintf(s, n, "negative_slope=%g", m->fa[GDL__LEAKY_SLOPE]); break;
     case GDL__M_MAXPOOL:
     case GDL__M_AVGPOOL:
-        snprintf(s, n, "kernel_size=%lld, stride=%lld, padding=%lld", (long long)a[0], (long long)a[1], (long long)a[2]);
+        snprintf(s, n, "kernel_size=%lld, stride=%lld, padding=%lld", (long long)a[GDL__POOL_K],
+                 (long long)a[GDL__POOL_S], (long long)a[GDL__POOL_P]);
         break;
-    case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[0]); break;
+    case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[GDL__FLATTEN_START]); break;
     case GDL__M_LSTM:
     case GDL__M_GRU: gdl__nn_rnn_config(m, s, n); break;
     default: break;
@@ -20288,8 +20312,8 @@ GPUDL_API gdl_module *gdl_nn_linear(int64_t in_features, int64_t out_features, i
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_LINEAR, "Linear"))) return NULL;
-    m->ia[0] = in_features;
-    m->ia[1] = out_features;
+    m->ia[GDL__LIN_IN] = in_features;
+    m->ia[GDL__LIN_OUT] = out_features;
     ws[0] = out_features;
     ws[1] = in_features;
     if (gdl__nn_add_tensor(op, m, "weight", gdl__nn_uniform_init(2, ws, in_features), 0) < 0 ||
@@ -20326,12 +20350,12 @@ GPUDL_API gdl_module *gdl_nn_conv2d_ex(int in_channels, int out_channels, const 
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_CONV2D, "Conv2d"))) return NULL;
-    m->ia[0] = in_channels; m->ia[1] = out_channels;
-    m->ia[2] = kernel[0]; m->ia[3] = kernel[1];
-    m->ia[4] = s[0]; m->ia[5] = s[1];
-    m->ia[6] = p[0]; m->ia[7] = p[1];
-    m->ia[8] = d[0]; m->ia[9] = d[1];
-    m->ia[10] = groups;
+    m->ia[GDL__CONV_IN] = in_channels; m->ia[GDL__CONV_OUT] = out_channels;
+    m->ia[GDL__CONV_KH] = kernel[0]; m->ia[GDL__CONV_KW] = kernel[1];
+    m->ia[GDL__CONV_SH] = s[0]; m->ia[GDL__CONV_SW] = s[1];
+    m->ia[GDL__CONV_PH] = p[0]; m->ia[GDL__CONV_PW] = p[1];
+    m->ia[GDL__CONV_DH] = d[0]; m->ia[GDL__CONV_DW] = d[1];
+    m->ia[GDL__CONV_GROUPS] = groups;
     ws[0] = out_channels;
     ws[1] = in_channels / groups;
     ws[2] = kernel[0];
@@ -20369,12 +20393,12 @@ GPUDL_API gdl_module *gdl_nn_batchnorm_ex(int spatial_dims, int64_t C, double ep
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_BATCHNORM, spatial_dims == 1 ? "BatchNorm1d" : "BatchNorm2d"))) return NULL;
-    m->ia[0] = C;
-    m->ia[1] = spatial_dims;
-    m->ia[2] = affine != 0;
-    m->ia[3] = track_running_stats != 0;
-    m->fa[0] = eps;
-    m->fa[1] = momentum;
+    m->ia[GDL__BN_C] = C;
+    m->ia[GDL__BN_DIMS] = spatial_dims;
+    m->ia[GDL__BN_AFFINE] = affine != 0;
+    m->ia[GDL__BN_TRACK] = track_running_stats != 0;
+    m->fa[GDL__BN_EPS] = eps;
+    m->fa[GDL__BN_MOMENTUM] = momentum;
     if ((affine && (gdl__nn_add_tensor(op, m, "weight", gdl_ones(1, &C, GDL_F32, gdl_cpu()), 0) < 0 ||
                     gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &C, GDL_F32, gdl_cpu()), 0) < 0)) ||
         (track_running_stats &&
@@ -20396,8 +20420,8 @@ GPUDL_API gdl_module *gdl_nn_layernorm(int64_t D) {
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_LAYERNORM, "LayerNorm"))) return NULL;
-    m->ia[0] = D;
-    m->fa[0] = 1e-5;
+    m->ia[GDL__LN_D] = D;
+    m->fa[GDL__LN_EPS] = 1e-5;
     if (gdl__nn_add_tensor(op, m, "weight", gdl_ones(1, &D, GDL_F32, gdl_cpu()), 0) < 0 ||
         gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &D, GDL_F32, gdl_cpu()), 0) < 0) {
         gdl__nn_free_tree(m);
@@ -20413,7 +20437,7 @@ GPUDL_API gdl_module *gdl_nn_dropout(double p) {
         return NULL;
     }
     if (!(m = gdl__nn_new("gdl_nn_dropout", GDL__M_DROPOUT, "Dropout"))) return NULL;
-    m->fa[0] = p;
+    m->fa[GDL__DROPOUT_P] = p;
     return m;
 }
 
@@ -20427,8 +20451,8 @@ GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_EMBEDDING, "Embedding"))) return NULL;
-    m->ia[0] = V;
-    m->ia[1] = D;
+    m->ia[GDL__EMB_V] = V;
+    m->ia[GDL__EMB_D] = D;
     ws[0] = V;
     ws[1] = D;
     if (gdl__nn_add_tensor(op, m, "weight", gdl_randn(2, ws, gdl_cpu()), 0) < 0) {
@@ -20438,31 +20462,34 @@ GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
     return m;
 }
 
-static gdl_module *gdl__nn_simple(const char *op, int kind, const char *kind_name, double f, int64_t i) {
+/* a module of kind with no parameters; its one configuration value, when it has one, in slot islot of ia[]
+   (i) or fslot of fa[] (f); -1: none */
+static gdl_module *gdl__nn_simple(const char *op, int kind, const char *kind_name, int fslot, double f, int islot,
+                                  int64_t i) {
     gdl_module *m = gdl__nn_new(op, kind, kind_name);
-    if (m) {
-        m->fa[0] = f;
-        m->ia[0] = i;
-    }
+    if (m && fslot >= 0) m->fa[fslot] = f;
+    if (m && islot >= 0) m->ia[islot] = i;
     return m;
 }
-GPUDL_API gdl_module *gdl_nn_relu(void) { return gdl__nn_simple("gdl_nn_relu", GDL__M_RELU, "ReLU", 0, 0); }
+GPUDL_API gdl_module *gdl_nn_relu(void) { return gdl__nn_simple("gdl_nn_relu", GDL__M_RELU, "ReLU", -1, 0, -1, 0); }
 GPUDL_API gdl_module *gdl_nn_leaky_relu(double slope) {
-    return gdl__nn_simple("gdl_nn_leaky_relu", GDL__M_LEAKY_RELU, "LeakyReLU", slope, 0);
+    return gdl__nn_simple("gdl_nn_leaky_relu", GDL__M_LEAKY_RELU, "LeakyReLU", GDL__LEAKY_SLOPE, slope, -1, 0);
 }
-GPUDL_API gdl_module *gdl_nn_sigmoid(void) { return gdl__nn_simple("gdl_nn_sigmoid", GDL__M_SIGMOID, "Sigmoid", 0, 0); }
-GPUDL_API gdl_module *gdl_nn_tanh(void) { return gdl__nn_simple("gdl_nn_tanh", GDL__M_TANH, "Tanh", 0, 0); }
+GPUDL_API gdl_module *gdl_nn_sigmoid(void) {
+    return gdl__nn_simple("gdl_nn_sigmoid", GDL__M_SIGMOID, "Sigmoid", -1, 0, -1, 0);
+}
+GPUDL_API gdl_module *gdl_nn_tanh(void) { return gdl__nn_simple("gdl_nn_tanh", GDL__M_TANH, "Tanh", -1, 0, -1, 0); }
 GPUDL_API gdl_module *gdl_nn_gelu(int tanh_approx) {
-    return gdl__nn_simple("gdl_nn_gelu", GDL__M_GELU, "GELU", 0, tanh_approx != 0);
+    return gdl__nn_simple("gdl_nn_gelu", GDL__M_GELU, "GELU", -1, 0, GDL__GELU_TANH, tanh_approx != 0);
 }
 GPUDL_API gdl_module *gdl_nn_identity(void) {
-    return gdl__nn_simple("gdl_nn_identity", GDL__M_IDENTITY, "Identity", 0, 0);
+    return gdl__nn_simple("gdl_nn_identity", GDL__M_IDENTITY, "Identity", -1, 0, -1, 0);
 }
 GPUDL_API gdl_module *gdl_nn_global_avgpool2d(void) {
-    return gdl__nn_simple("gdl_nn_global_avgpool2d", GDL__M_GAP, "GlobalAvgPool2d", 0, 0);
+    return gdl__nn_simple("gdl_nn_global_avgpool2d", GDL__M_GAP, "GlobalAvgPool2d", -1, 0, -1, 0);
 }
 GPUDL_API gdl_module *gdl_nn_flatten(int start_dim) {
-    return gdl__nn_simple("gdl_nn_flatten", GDL__M_FLATTEN, "Flatten", 0, start_dim);
+    return gdl__nn_simple("gdl_nn_flatten", GDL__M_FLATTEN, "Flatten", -1, 0, GDL__FLATTEN_START, start_dim);
 }
 
 static gdl_module *gdl__nn_pool(const char *op, int kind, const char *kind_name, int kernel, int stride, int padding) {
@@ -20473,9 +20500,9 @@ static gdl_module *gdl__nn_pool(const char *op, int kind, const char *kind_name,
         return NULL;
     }
     if (!(m = gdl__nn_new(op, kind, kind_name))) return NULL;
-    m->ia[0] = kernel;
-    m->ia[1] = stride ? stride : kernel;
-    m->ia[2] = padding;
+    m->ia[GDL__POOL_K] = kernel;
+    m->ia[GDL__POOL_S] = stride ? stride : kernel;
+    m->ia[GDL__POOL_P] = padding;
     return m;
 }
 GPUDL_API gdl_module *gdl_nn_maxpool2d(int kernel, int stride, int padding) {
@@ -20550,7 +20577,7 @@ GPUDL_API gdl_module *gdl_nn_residual(gdl_module *body, gdl_module *shortcut) {
         gdl__nn_drop(shortcut);
         return NULL;
     }
-    m->ia[0] = shortcut != NULL;
+    m->ia[GDL__RES_SHORTCUT] = shortcut != NULL;
     if (gdl__nn_add_child(op, m, "body", body) < 0) {
         gdl__nn_drop(shortcut);
         gdl__nn_free_tree(m);
@@ -20647,7 +20674,8 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
     int act;
     if (a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D && a->kind != GDL__M_BATCHNORM) return -1;
     if (b->kind == GDL__M_RELU) act = GDL_ACT_RELU;
-    else if (b->kind == GDL__M_GELU && a->kind == GDL__M_LINEAR) act = b->ia[0] ? GDL_ACT_GELU_TANH : GDL_ACT_GELU;
+    else if (b->kind == GDL__M_GELU && a->kind == GDL__M_LINEAR)
+        act = b->ia[GDL__GELU_TANH] ? GDL_ACT_GELU_TANH : GDL_ACT_GELU;
     else return -1;
     return gdl__nn_fuse_ok(a, x) ? act : -1;
 }
@@ -20657,16 +20685,17 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
 static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[2], int p[2], int d[2]) {
     char want[96];
     const int64_t *a = m->ia;
-    if (!conv ? x->ndim < 1 || x->shape[x->ndim - 1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
-        if (!conv) snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
-        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+    const int64_t in = conv ? a[GDL__CONV_IN] : a[GDL__LIN_IN];
+    if (!conv ? x->ndim < 1 || x->shape[x->ndim - 1] != in : x->ndim != 4 || x->shape[1] != in) {
+        if (!conv) snprintf(want, sizeof want, "[..., %lld]", (long long)in);
+        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)in);
         gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
         return -1;
     }
     if (conv) {
-        s[0] = (int)a[4]; s[1] = (int)a[5];
-        p[0] = (int)a[6]; p[1] = (int)a[7];
-        d[0] = (int)a[8]; d[1] = (int)a[9];
+        s[0] = (int)a[GDL__CONV_SH]; s[1] = (int)a[GDL__CONV_SW];
+        p[0] = (int)a[GDL__CONV_PH]; p[1] = (int)a[GDL__CONV_PW];
+        d[0] = (int)a[GDL__CONV_DH]; d[1] = (int)a[GDL__CONV_DW];
     }
     return 0;
 }
@@ -20675,13 +20704,14 @@ static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[
 static gdl_tensor *gdl__nn_batchnorm_forward(gdl_module *m, gdl_tensor *x, int relu) {
     char want[96];
     const int64_t *a = m->ia;
-    if (a[1] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
-        if (a[1] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)a[0], (long long)a[0]);
-        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+    const int64_t C = a[GDL__BN_C];
+    if (a[GDL__BN_DIMS] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != C : x->ndim != 4 || x->shape[1] != C) {
+        if (a[GDL__BN_DIMS] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)C, (long long)C);
+        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)C);
         return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
     }
     return gdl__batch_norm(x, gdl__nn_buffer(m, 0), gdl__nn_buffer(m, 1), gdl__nn_param(m, 0), gdl__nn_param(m, 1),
-                           m->training, m->fa[1], m->fa[0], relu);
+                           m->training, m->fa[GDL__BN_MOMENTUM], m->fa[GDL__BN_EPS], relu);
 }
 
 /* the Linear / Conv2d / BatchNorm module m's forward with act fused in; input checks as gdl__nn_forward's */
@@ -20690,8 +20720,8 @@ static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act
     if (m->kind == GDL__M_BATCHNORM) return gdl__nn_batchnorm_forward(m, x, act == GDL_ACT_RELU);
     if (gdl__nn_check_xw(m, x, conv, s, p, d) < 0) return NULL;
     if (!conv) return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
-    return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)m->ia[10],
-                       gdl__act_code("gdl_conv2d_act", (int)act));
+    return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d,
+                       (int)m->ia[GDL__CONV_GROUPS], gdl__act_code("gdl_conv2d_act", (int)act));
 }
 
 static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
@@ -20705,32 +20735,32 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     case GDL__M_CONV2D: {
         int s[2], p[2], d[2];
         if (gdl__nn_check_xw(m, x, 1, s, p, d) < 0) return NULL;
-        return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10]);
+        return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[GDL__CONV_GROUPS]);
     }
     case GDL__M_BATCHNORM: return gdl__nn_batchnorm_forward(m, x, 0);
     case GDL__M_LAYERNORM:
-        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
-            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[GDL__LN_D]) {
+            snprintf(want, sizeof want, "[..., %lld]", (long long)a[GDL__LN_D]);
             return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
         }
-        return gdl_layer_norm(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), m->fa[0]);
-    case GDL__M_DROPOUT: return gdl_dropout(x, m->fa[0], m->training);
+        return gdl_layer_norm(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), m->fa[GDL__LN_EPS]);
+    case GDL__M_DROPOUT: return gdl_dropout(x, m->fa[GDL__DROPOUT_P], m->training);
     case GDL__M_EMBEDDING:
         if (x->dtype != GDL_I32) {
-            snprintf(want, sizeof want, "i32 indices in [0, %lld)", (long long)a[0]);
+            snprintf(want, sizeof want, "i32 indices in [0, %lld)", (long long)a[GDL__EMB_V]);
             return gdl__nn_fwd_fail(m, want, gdl_dtype_name(x->dtype));
         }
         return gdl_embedding(x, gdl__nn_param(m, 0));
     case GDL__M_RELU: return gdl_relu(x);
-    case GDL__M_LEAKY_RELU: return gdl_leaky_relu(x, m->fa[0]);
+    case GDL__M_LEAKY_RELU: return gdl_leaky_relu(x, m->fa[GDL__LEAKY_SLOPE]);
     case GDL__M_SIGMOID: return gdl_sigmoid(x);
     case GDL__M_TANH: return gdl_tanh(x);
-    case GDL__M_GELU: return gdl_gelu(x, (int)a[0]);
+    case GDL__M_GELU: return gdl_gelu(x, (int)a[GDL__GELU_TANH]);
     case GDL__M_IDENTITY: return x;
-    case GDL__M_MAXPOOL: return gdl_max_pool2d(x, (int)a[0], (int)a[1], (int)a[2]);
-    case GDL__M_AVGPOOL: return gdl_avg_pool2d(x, (int)a[0], (int)a[1], (int)a[2]);
+    case GDL__M_MAXPOOL: return gdl_max_pool2d(x, (int)a[GDL__POOL_K], (int)a[GDL__POOL_S], (int)a[GDL__POOL_P]);
+    case GDL__M_AVGPOOL: return gdl_avg_pool2d(x, (int)a[GDL__POOL_K], (int)a[GDL__POOL_S], (int)a[GDL__POOL_P]);
     case GDL__M_GAP: return gdl_global_avg_pool2d(x);
-    case GDL__M_FLATTEN: return gdl_flatten(x, (int)a[0]);
+    case GDL__M_FLATTEN: return gdl_flatten(x, (int)a[GDL__FLATTEN_START]);
     case GDL__M_SEQUENTIAL:
         for (i = 0; i < m->nchild && x; i++) {
             int act = i + 1 < m->nchild ? gdl__nn_fusable(m->child[i], m->child[i + 1], x) : -1;
@@ -20746,12 +20776,13 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     case GDL__M_RESIDUAL: {
         gdl_tensor *y = gdl_forward(m->child[0], x), *sc;
         if (!y) return NULL;
-        sc = a[0] ? gdl_forward(m->child[1], x) : x;
+        sc = a[GDL__RES_SHORTCUT] ? gdl_forward(m->child[1], x) : x;
         if (!sc) return NULL;
         if (!gdl_same_shape(y, sc)) {
             gdl__set_error("gdl_forward: %s: body output %s and shortcut output %s differ (%s)", gdl__nn_label(m),
-                           gdl_shape_str(y), gdl_shape_str(sc), a[0] ? "check the shortcut's stride and channels"
-                                                                      : "an identity shortcut needs the body to keep the shape");
+                           gdl_shape_str(y), gdl_shape_str(sc),
+                           a[GDL__RES_SHORTCUT] ? "check the shortcut's stride and channels"
+                                                : "an identity shortcut needs the body to keep the shape");
             return NULL;
         }
         y = gdl_add(y, sc);
@@ -21352,7 +21383,7 @@ GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int 
         return NULL;
     }
     if (!(m = gdl_nn_custom("BasicBlock", gdl__basic_block_forward, NULL, NULL))) return NULL;
-    m->ia[0] = in_channels, m->ia[1] = out_channels, m->ia[2] = stride;
+    m->ia[GDL__BLOCK_IN] = in_channels, m->ia[GDL__BLOCK_OUT] = out_channels, m->ia[GDL__BLOCK_STRIDE] = stride;
     /* gdl_module_add_child and gdl_nn_sequential take each child, also on failure */
     if (gdl_module_add_child(m, "conv1", gdl_nn_conv2d(in_channels, out_channels, 3, stride, 1, 1, 1, 0)) < 0 ||
         gdl_module_add_child(m, "bn1", gdl_nn_batchnorm2d(out_channels)) < 0 ||
@@ -21404,7 +21435,7 @@ static void gdl__tfm_stack_free(void *u) {
 static gdl_module *gdl__tfm_norm(int64_t d, double eps, int bias) {
     gdl_module *m = gdl_nn_layernorm(d);
     if (!m) return NULL;
-    m->fa[0] = eps;
+    m->fa[GDL__LN_EPS] = eps;
     if (!bias) {
         gdl_free(m->param[1].t);
         GPUDL_FREE(m->param[1].name);
@@ -21748,6 +21779,7 @@ static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name) {
 
 enum { GDL__RNN_IN, GDL__RNN_H, GDL__RNN_LAYERS, GDL__RNN_BIAS, GDL__RNN_BATCH_FIRST, GDL__RNN_BIDIR, GDL__RNN_G,
        GDL__RNN_QUANT };
+enum { GDL__RNN_DROPOUT = 0 }; /* the one real slot (fa) */
 
 static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, int G, int64_t input_size,
                                int64_t hidden_size, int num_layers, int bias, int batch_first, double dropout,
@@ -21772,7 +21804,7 @@ static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, 
     m->ia[GDL__RNN_BATCH_FIRST] = batch_first != 0;
     m->ia[GDL__RNN_BIDIR] = D == 2;
     m->ia[GDL__RNN_G] = G;
-    m->fa[0] = dropout;
+    m->fa[GDL__RNN_DROPOUT] = dropout;
     /* PyTorch's order (and its reset_parameters: every tensor U(±1/sqrt(H)), in that order) */
     for (l = 0; l < num_layers; l++)
         for (d = 0; d < D; d++)
@@ -21809,7 +21841,8 @@ static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n) {
         k += snprintf(s + k, n - (size_t)k, ", num_layers=%lld", (long long)a[GDL__RNN_LAYERS]);
     if (!a[GDL__RNN_BIAS] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", bias=False");
     if (a[GDL__RNN_BATCH_FIRST] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", batch_first=True");
-    if (m->fa[0] != 0 && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", dropout=%g", m->fa[0]);
+    if (m->fa[GDL__RNN_DROPOUT] != 0 && k >= 0 && (size_t)k < n)
+        k += snprintf(s + k, n - (size_t)k, ", dropout=%g", m->fa[GDL__RNN_DROPOUT]);
     if (a[GDL__RNN_BIDIR] && k >= 0 && (size_t)k < n) snprintf(s + k, n - (size_t)k, ", bidirectional=True");
 }
 
@@ -21888,7 +21921,9 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
     cs = hs + L * D;
     for (l = 0; l < L; l++) {
         gdl_tensor *dirs[2];
-        if (l > 0 && m->fa[0] > 0 && m->training && !(xs = gdl_dropout(xs, m->fa[0], 1))) return -1;
+        if (l > 0 && m->fa[GDL__RNN_DROPOUT] > 0 && m->training &&
+            !(xs = gdl_dropout(xs, m->fa[GDL__RNN_DROPOUT], 1)))
+            return -1;
         for (d = 0; d < D; d++) {
             int k = l * D + d;
             if (!(hs[k] = gdl_select(h0, 0, k)) || (lstm && !(cs[k] = gdl_select(c0, 0, k))) ||
@@ -24289,7 +24324,7 @@ enum { GDL__Q_DYNAMIC, GDL__Q_STATIC };
 typedef struct gdl__qlayer {
     int mode, conv, relu;  /* GDL__Q_*; a Conv2d; ReLU fused */
     int64_t in, out;       /* the GEMM's K (in_features, or in_channels*kh*kw) and N */
-    int64_t ia[12];        /* the float module's configuration (Conv2d: geometry) */
+    int64_t ia[GDL__NN_IA]; /* the float module's configuration: GDL__LIN_* or GDL__CONV_* slots */
     int per_channel, reduce_range;
     int8_t *w;             /* [out][in] */
     float *w_scale;        /* [out], or [1] per tensor */
@@ -24379,8 +24414,9 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
                        b ? " (and its bias on the same device)" : "");
         return NULL;
     }
-    if (conv && ia[10] != 1) {
-        gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, who, (long long)ia[10]);
+    if (conv && ia[GDL__CONV_GROUPS] != 1) {
+        gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, who,
+                       (long long)ia[GDL__CONV_GROUPS]);
         return NULL;
     }
     if (!(q = (gdl__qlayer *)GPUDL_MALLOC(sizeof *q))) {
@@ -24392,8 +24428,8 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
     q->conv = conv;
     q->relu = relu;
     memcpy(q->ia, ia, sizeof q->ia);
-    q->in = conv ? ia[0] * ia[2] * ia[3] : ia[0];
-    q->out = ia[1];
+    q->in = conv ? ia[GDL__CONV_IN] * ia[GDL__CONV_KH] * ia[GDL__CONV_KW] : ia[GDL__LIN_IN];
+    q->out = conv ? ia[GDL__CONV_OUT] : ia[GDL__LIN_OUT];
     q->per_channel = qc->per_channel != 0;
     q->reduce_range = qc->reduce_range != 0;
     if (act_s) {
@@ -24514,12 +24550,13 @@ static int gdl__qlayer_first_device(const gdl_module *m, gdl_device *d) {
 static int gdl__qlayer_check(const gdl_module *m, const gdl__qlayer *q, const gdl_tensor *x) {
     char want[128];
     const char *where = q->dev.type == GDL_DEVICE_CPU ? "the CPU" : gdl_device_str(q->dev);
-    const int ok = !q->conv ? x->ndim >= 1 && x->shape[x->ndim - 1] == q->in : x->ndim == 4 && x->shape[1] == q->ia[0];
+    const int64_t C = q->ia[GDL__CONV_IN];
+    const int ok = !q->conv ? x->ndim >= 1 && x->shape[x->ndim - 1] == q->in : x->ndim == 4 && x->shape[1] == C;
     if (x->dtype == GDL_F32 && gdl_device_equal(x->device, q->dev) && ok) return 0;
     if (!q->conv) snprintf(want, sizeof want, "f32 [..., %lld] on %s", (long long)q->in, where);
-    else snprintf(want, sizeof want, "f32 [N, %lld, H, W] on %s", (long long)q->ia[0], where);
+    else snprintf(want, sizeof want, "f32 [N, %lld, H, W] on %s", (long long)C, where);
     gdl__set_error("gdl_forward: %s (in=%lld, out=%lld, dtype=qint8): expected input %s, got %s %s on %s%s",
-                   gdl__nn_label(m), (long long)(q->conv ? q->ia[0] : q->in), (long long)q->out, want,
+                   gdl__nn_label(m), (long long)(q->conv ? C : q->in), (long long)q->out, want,
                    gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_device_str(x->device),
                    gdl_device_equal(x->device, q->dev) ? "" : " (the layer moves with gdl_module_to)");
     return -1;
@@ -24560,8 +24597,10 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
     memset(&g, 0, sizeof g);
     if (q->conv) {
         const int64_t *ia = q->ia;
-        const int64_t OH = (x->shape[2] + 2 * ia[6] - ia[8] * (ia[2] - 1) - 1) / ia[4] + 1;
-        const int64_t OW = (x->shape[3] + 2 * ia[7] - ia[9] * (ia[3] - 1) - 1) / ia[5] + 1;
+        const int64_t OH = (x->shape[2] + 2 * ia[GDL__CONV_PH] - ia[GDL__CONV_DH] * (ia[GDL__CONV_KH] - 1) - 1) /
+                               ia[GDL__CONV_SH] + 1;
+        const int64_t OW = (x->shape[3] + 2 * ia[GDL__CONV_PW] - ia[GDL__CONV_DW] * (ia[GDL__CONV_KW] - 1) - 1) /
+                               ia[GDL__CONV_SW] + 1;
         if (OH < 1 || OW < 1) {
             gdl__set_error("gdl_forward: %s: input %s is smaller than the kernel", gdl__nn_label(m), gdl_shape_str(x));
             return NULL;
@@ -24571,8 +24610,11 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
             return NULL;
         }
         N = x->shape[0];
-        g.N = 1; g.C = (int)ia[0]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3]; g.KH = (int)ia[2]; g.KW = (int)ia[3];
-        g.SH = (int)ia[4]; g.SW = (int)ia[5]; g.PH = (int)ia[6]; g.PW = (int)ia[7]; g.DH = (int)ia[8]; g.DW = (int)ia[9];
+        g.N = 1; g.C = (int)ia[GDL__CONV_IN]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3];
+        g.KH = (int)ia[GDL__CONV_KH]; g.KW = (int)ia[GDL__CONV_KW];
+        g.SH = (int)ia[GDL__CONV_SH]; g.SW = (int)ia[GDL__CONV_SW];
+        g.PH = (int)ia[GDL__CONV_PH]; g.PW = (int)ia[GDL__CONV_PW];
+        g.DH = (int)ia[GDL__CONV_DH]; g.DW = (int)ia[GDL__CONV_DW];
         g.OH = (int)OH; g.OW = (int)OW;
         shape[1] = q->out;
         shape[2] = OH;
@@ -24768,7 +24810,8 @@ static gdl_tensor *gdl__qprep_forward(gdl_module *m, gdl_tensor *x) {
     if (o->qat) { /* the input and the weight as the quantized layer will see them */
         if (!(x = gdl__qprep_fq(o, &o->in, x)) || !(w = gdl__qprep_fq_weight(o, w))) return NULL;
     }
-    y = o->conv ? gdl_conv2d_ex(x, w, gdl__nn_param(m, 1), s, p, d, (int)m->ia[10]) : gdl_linear(x, w, gdl__nn_param(m, 1));
+    y = o->conv ? gdl_conv2d_ex(x, w, gdl__nn_param(m, 1), s, p, d, (int)m->ia[GDL__CONV_GROUPS])
+                : gdl_linear(x, w, gdl__nn_param(m, 1));
     if (y && o->relu) y = gdl_relu(y);
     if (y && observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->out, y) < 0) return NULL;
     return o->qat ? gdl__qprep_fq(o, &o->out, y) : y;
@@ -24780,7 +24823,7 @@ static int gdl__is_qprep(const gdl_module *m) { return m && m->kind == GDL__M_CU
    torch.nn.utils.fuse_conv_bn_eval: w' = w * g / sqrt(var + eps) per output channel, b' = (b - mean) * g /
    sqrt(var + eps) + beta (a missing bias taken as 0 and added). 0 / -1. */
 static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *bn) {
-    const int64_t C = m->ia[1];
+    const int64_t C = m->ia[GDL__CONV_OUT];
     const gdl_tensor *st[4]; /* running mean and variance, weight and bias (NULL when not affine) */
     gdl_real *tmp[4] = {NULL, NULL, NULL, NULL};
     const gdl_real *h[4] = {NULL, NULL, NULL, NULL};
@@ -24790,11 +24833,11 @@ static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *b
     int k, rc = 0;
     st[0] = gdl__nn_buffer(bn, 0);
     st[1] = gdl__nn_buffer(bn, 1);
-    st[2] = bn->ia[2] ? gdl__nn_param(bn, 0) : NULL;
-    st[3] = bn->ia[2] ? gdl__nn_param(bn, 1) : NULL;
-    if (!bn->ia[3] || bn->ia[0] != C) {
+    st[2] = bn->ia[GDL__BN_AFFINE] ? gdl__nn_param(bn, 0) : NULL;
+    st[3] = bn->ia[GDL__BN_AFFINE] ? gdl__nn_param(bn, 1) : NULL;
+    if (!bn->ia[GDL__BN_TRACK] || bn->ia[GDL__BN_C] != C) {
         gdl__set_error("%s: %s cannot be folded into the convolution before it: %s", op, gdl__nn_label(bn),
-                       !bn->ia[3] ? "it keeps no running statistics" : "its channels differ");
+                       !bn->ia[GDL__BN_TRACK] ? "it keeps no running statistics" : "its channels differ");
         return -1;
     }
     if (st[0]->dtype != GDL_F32 || w->dtype != GDL_F32 || (st[2] && st[2]->dtype != GDL_F32)) {
@@ -24810,7 +24853,7 @@ static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *b
     if (rc == 0 && (gdl_move_(w, gdl_cpu()) < 0 || gdl_move_(b, gdl_cpu()) < 0)) rc = -1;
     per = w->numel / C;
     for (c = 0; c < C && rc == 0; c++) {
-        const double kc = (h[2] ? (double)h[2][c] : 1.0) / sqrt((double)h[1][c] + bn->fa[0]);
+        const double kc = (h[2] ? (double)h[2][c] : 1.0) / sqrt((double)h[1][c] + bn->fa[GDL__BN_EPS]);
         gdl_real *wc = (gdl_real *)w->data + c * per, *bc = (gdl_real *)b->data + c;
         for (i = 0; i < per; i++) wc[i] = (gdl_real)(wc[i] * kc);
         *bc = (gdl_real)((*bc - h[0][c]) * kc + (h[3] ? h[3][c] : 0));
@@ -24889,7 +24932,7 @@ static int gdl__quant_fusable(const gdl_module *seq, int i, const gdl_module **b
     *relu = 0;
     if (a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D) return 0;
     if (seq->kind != GDL__M_SEQUENTIAL || !b) return 1;
-    if (a->kind == GDL__M_CONV2D && b->kind == GDL__M_BATCHNORM && b->ia[1] == 2) {
+    if (a->kind == GDL__M_CONV2D && b->kind == GDL__M_BATCHNORM && b->ia[GDL__BN_DIMS] == 2) {
         *bn = b;
         *relu = c && c->kind == GDL__M_RELU;
         return 2 + *relu;
@@ -25015,11 +25058,11 @@ static gdl_module *gdl__qrnn_new(const char *op, const gdl_module *m, const gdl_
             for (j = 0; j < 2; j++) { /* ih, hh */
                 const int base = (l * D + d) * per;
                 const gdl_tensor *W = gdl__nn_param(m, base + j), *b = bias ? gdl__nn_param(m, base + 2 + j) : NULL;
-                int64_t ia[12];
+                int64_t ia[GDL__NN_IA];
                 char name[48], who[320];
                 memset(ia, 0, sizeof ia);
-                ia[0] = W->shape[1];
-                ia[1] = W->shape[0];
+                ia[GDL__LIN_IN] = W->shape[1];
+                ia[GDL__LIN_OUT] = W->shape[0];
                 snprintf(name, sizeof name, "%s_l%d%s", j ? "hh" : "ih", l, d ? "_reverse" : "");
                 snprintf(who, sizeof who, "%s's %s", gdl__nn_label(m), m->param[base + j].name);
                 k = gdl__qlayer_new(op, who, GDL__Q_DYNAMIC, 0, 0, ia, W, b, qc, NULL, NULL);
@@ -25051,9 +25094,9 @@ static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode
     if (mode == GDL__QC_DYNAMIC && (m->kind == GDL__M_LSTM || m->kind == GDL__M_GRU) && !m->ia[GDL__RNN_QUANT])
         return gdl__qrnn_new(op, m, qc);
     if ((mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT) && (m->kind == GDL__M_LINEAR || m->kind == GDL__M_CONV2D)) {
-        if (m->kind == GDL__M_CONV2D && m->ia[10] != 1) {
+        if (m->kind == GDL__M_CONV2D && m->ia[GDL__CONV_GROUPS] != 1) {
             gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, gdl__nn_label(m),
-                           (long long)m->ia[10]);
+                           (long long)m->ia[GDL__CONV_GROUPS]);
             return NULL;
         }
         k = gdl__qprep_new(op, m, NULL, 0, mode == GDL__QC_PREPARE_QAT, qc);
@@ -25088,7 +25131,8 @@ static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode
     for (i = 0; i < m->nchild; i++) {
         const gdl_module *ch = m->child[i], *bn;
         int relu, j, nf = mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT ? gdl__quant_fusable(m, i, &bn, &relu) : 0;
-        if (nf > 1 && (ch->kind == GDL__M_LINEAR || ch->ia[10] == 1)) { /* fused: BatchNorm, ReLU become Identities */
+        /* fused: BatchNorm, ReLU become Identities */
+        if (nf > 1 && (ch->kind == GDL__M_LINEAR || ch->ia[GDL__CONV_GROUPS] == 1)) {
             k = gdl__qprep_new(op, ch, bn, relu, mode == GDL__QC_PREPARE_QAT, qc);
             if (!k || gdl__nn_add_child(op, c, ch->name, k) < 0) goto fail;
             if (!bn && gdl__qties_params(op, T, ch, k) < 0) goto fail; /* a folded weight is another tensor */
@@ -25312,7 +25356,8 @@ static int gdl__qlist_qlayer(const char *op, gdl__qlist *L, const char *path, gd
         if (!(e = gdl__qlist_add(op, L, path, "weight_int8", "I8"))) return -1;
         e->ndim = 2; e->shape[0] = q->out; e->shape[1] = q->in; e->numel = q->out * q->in; e->raw = q->w; e->q = q;
         if (q->conv) { /* Conv2d's [out, in, kh, kw] */
-            e->ndim = 4; e->shape[1] = q->ia[0]; e->shape[2] = q->ia[2]; e->shape[3] = q->ia[3];
+            e->ndim = 4; e->shape[1] = q->ia[GDL__CONV_IN]; e->shape[2] = q->ia[GDL__CONV_KH];
+            e->shape[3] = q->ia[GDL__CONV_KW];
         }
         if (!(e = gdl__qlist_add(op, L, path, "weight_scale", "F32"))) return -1;
         e->ndim = 1; e->shape[0] = ns; e->numel = ns; e->raw = q->w_scale;
