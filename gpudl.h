@@ -12377,7 +12377,7 @@ static int gdl__grad_zero(gdl_tensor *t, const gdl_backend *be) {
     gdl_tensor *g = t && t->requires_grad ? t->grad : NULL;
     if (!g || !(g->flags & GDL__T_UNSET)) return 0;
     g->flags &= ~(unsigned)GDL__T_UNSET;
-    return be->memset0(g->data, (size_t)g->numel * (g->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(g->dtype)));
+    return be->memset0(g->data, (size_t)g->numel * gdl_dtype_size(g->dtype));
 }
 
 GPUDL_API const char *gdl_op_name(int op) {
@@ -15645,8 +15645,7 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
     if (gdl__check_in("gdl_zero_grad_tensor", "t", t, 0) < 0) return -1;
     if (!t->grad) return 0;
     if (!(be = gdl__be("gdl_zero_grad_tensor", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->grad->numel *
-                                          (t->grad->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->grad->dtype)));
+    return be->memset0(t->grad->data, (size_t)t->grad->numel * gdl_dtype_size(t->grad->dtype));
 }
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
@@ -15688,7 +15687,7 @@ static gdl_tensor *gdl__flat_view(const char *op, gdl__flat *f, void *slot, int 
     gdl_tensor *v = gdl__make(op, ndim, shape, dt, f->device, 1, slot);
     if (!v) return NULL;
     if (zero && (!(be = gdl__be(op, f->device)) ||
-                 be->memset0(slot, (size_t)v->numel * (dt == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(dt))) < 0)) {
+                 be->memset0(slot, (size_t)v->numel * gdl_dtype_size(dt)) < 0)) {
         GPUDL_FREE(v);
         return NULL;
     }
@@ -15719,7 +15718,7 @@ static int gdl__ensure_grad_as(gdl_tensor *t, int lazy) {
         return 0;
     }
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->numel * (t->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->dtype)));
+    return be->memset0(t->grad->data, (size_t)t->numel * gdl_dtype_size(t->dtype));
 }
 
 static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
@@ -22333,7 +22332,6 @@ static char *gdl__opt_slot(const gdl_optimizer *opt, const gdl__opt_param *pp, i
 static size_t gdl__opt_f32_bytes(const gdl__opt_dev *dv) {
     return dv->region * (size_t)(dv->nregions - 2 + (dv->low != GDL_F32));
 }
-static size_t gdl__elt_bytes(gdl_dtype dt) { return dt == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(dt); }
 
 /* Moves t's elements into `slot` of block f and lets go of its old storage
    (an allocation, or a slot of another block): the same gdl_tensor* now
@@ -22349,7 +22347,7 @@ static int gdl__flat_rehome_as(const char *op, gdl_tensor *t, gdl__flat *f, void
                                const gdl_tensor *src) {
     if (t->flat == f && t->data == slot && t->dtype == dt && src == t) return 0;
     if (src->dtype == dt) {
-        if (gdl__copy_bytes(op, slot, f->device, src->data, src->device, (size_t)t->numel * gdl__elt_bytes(dt)) < 0)
+        if (gdl__copy_bytes(op, slot, f->device, src->data, src->device, (size_t)t->numel * gdl_dtype_size(dt)) < 0)
             return -1;
     } else {
         const gdl_backend *be = gdl__be(op, f->device);
@@ -22540,7 +22538,7 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
     gdl__opt_dev *devs;
     int nd = 0, i, d, nregions, *where_dev;
     size_t *where_off, *where_lo;
-    size_t lo_size = opt->master == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(opt->master);
+    size_t lo_size = gdl_dtype_size(opt->master);
     size_t hyper_bytes = gdl__flat_round(sizeof(gdl_opt_hyper) * (size_t)(opt->ngroups ? opt->ngroups : 1));
     if (gdl__opt_steps_down(op, opt) < 0) return -1;
     nregions = opt->kind != GDL__OPT_SGD ? 4 : gdl__opt_needs_s1(opt) ? 3 : 2;
