@@ -375,6 +375,7 @@
    api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler
    api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
    api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
+   api/op_math.h            the elementwise ops' codes and their scalar math, one definition for the CPU and CUDA kernels
    api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
    impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
@@ -500,6 +501,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h> /* the elementwise ops' scalar math (src/api/op_math.h); here, outside extern "C" */
 
 #ifdef GPUDL_STATIC
 #if defined(__GNUC__) || defined(__clang__)
@@ -2705,11 +2707,11 @@ GPUDL_API gdl_export_c_opts gdl_export_c_defaults(void);
 GPUDL_API int gdl_export_c(gdl_module *m, int ndim, const int64_t *input_shape, const char *path,
                            const gdl_export_c_opts *o, gdl_export_c_info *info);
 /* ---------------------------------------------------------------------------
-   src/api/backend.h   A backend is a table of kernels on raw device pointers.
-   The CPU backend lives in this header; gpudl_cuda.cu provides the CUDA one
-   through gdl_cuda_backend(). Kernels return 0, or -1 after gdl__set_error.
-   All gdl_real pointers are contiguous row-major device memory. "+=" in a
-   comment means the kernel accumulates into its output (gradients).
+   src/api/op_math.h   The elementwise ops (enum gdl_binary_op, gdl_unary_op)
+   and their scalar math, written once for both backends: the CPU kernels
+   (src/cpu/elementwise.h, lowp.h, bias_act.h, the GEMM's epilogue) and the
+   CUDA kernels (cuda/elementwise.cu, bias_act.cu) call the functions below,
+   __host__ __device__ under nvcc.
    ------------------------------------------------------------------------- */
 
 /* MIN, MAX, POW: torch.minimum, maximum and pow (NaN propagates through min and max); the rest are their
@@ -2728,6 +2730,123 @@ enum gdl_unary_op {
     GDL_UN_GELU_TANH, GDL_UN_EXP, GDL_UN_LOG, GDL_UN_SCALE, GDL_UN_ADD_SCALAR,
     GDL_UN_POW, GDL_UN_SQRT, GDL_UN_RSQRT, GDL_UN_ABS, GDL_UN_CLAMP_MIN, GDL_UN_CLAMP_MAX
 };
+
+/* GDL_HD: a function both backends compile (host and device under nvcc). The op math is forced inline on
+   the device, as the kernels' own functions were: nvcc then sees, and contracts, the same expressions. */
+#ifdef __CUDACC__
+#define GDL_HD __host__ __device__
+#define GDL__OPM_FN static __host__ __device__ __forceinline__
+#else
+#define GDL_HD
+#define GDL__OPM_FN static inline
+#endif
+
+/* GDL__OP_MATH(N, T, G, F) defines, with F the suffix of the libm functions and the literals (f, or nothing:
+   double's):
+     T gdl_unary1_N(op, T x, T alpha)            y = f(x; alpha)
+     G gdl_unary_grad1_N(op, G x, G y, G alpha)  dy/dx at x, the forward's output y given
+     T gdl_binary1_N(op, T a, T b)               a op b
+   Each switch names every code of its enum and has no default: a code without a case fails the build
+   (-Wswitch, an error here under GCC and Clang); a value outside the enum gives NaN.
+
+   Two definitions, one per backend, since every result is pinned bit for bit (tests/train_trace.c, the
+   CPU/GPU parity tables) and the backends' precisions differ:
+     gdl_*_float  the CUDA kernels': float arithmetic, CUDA's float functions (expf, tanhf, powf ...);
+     gdl_*_real   the CPU's: gdl_real arithmetic (f32, or f64 under GPUDL_DOUBLE) where an op is a selection
+                  or one operation (relu, clamp, scale, min, a + b ...), and where it takes a libm function or
+                  a literal, double (libm's exp, tanh, pow ... and double constants), the result rounded once
+                  to gdl_real; the derivatives all in double.
+   One case stays apart: in f32 builds the CPU's GELU (erf) is its own polynomial, gdl__gelu_f32
+   (src/cpu/elementwise.h: the erf formula below in double was a fifth of a GPT's step); the CPU calls it
+   instead of the GELU_ERF case, whose formula the GPU and the GPUDL_DOUBLE build compute. Apart too, as
+   loops of their own for speed, with their bits pinned as they are: the CPU's vectorised ReLU and GELU
+   rows, its loops for the cheap ops in gdl__cpu_unary / gdl__cpu_unary_backward and their bf16/f16 twins
+   (src/cpu/lowp.h; their sigmoid and tanh backwards multiply in gdl_real, gy * y * (1 - y), not in double),
+   and the CUDA backward's selection of gy for ReLU and clamp. An op without such a loop needs none. */
+#define GDL__OP_MATH(N, T, G, F) \
+    GDL__OPM_FN T gdl_unary1_##N(enum gdl_unary_op op, T x, T alpha) { \
+        switch (op) { \
+        case GDL_UN_RELU: return x > 0 ? x : (T)0; \
+        case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x; \
+        case GDL_UN_SIGMOID: return (T)(1.0##F / (1.0##F + exp##F(-x))); \
+        case GDL_UN_TANH: return (T)tanh##F(x); \
+        case GDL_UN_GELU_ERF: return (T)(0.5##F * x * (1.0##F + erf##F(x * 0.7071067811865476##F))); \
+        case GDL_UN_GELU_TANH: \
+            return (T)(0.5##F * x * (1.0##F + tanh##F(0.7978845608028654##F * (x + 0.044715##F * x * x * x)))); \
+        case GDL_UN_EXP: return (T)exp##F(x); \
+        case GDL_UN_LOG: return (T)log##F(x); \
+        case GDL_UN_SCALE: return alpha * x; \
+        case GDL_UN_ADD_SCALAR: return x + alpha; \
+        case GDL_UN_POW: return (T)pow##F(x, alpha); \
+        case GDL_UN_SQRT: return (T)sqrt##F(x); \
+        case GDL_UN_RSQRT: return (T)(1.0##F / sqrt##F(x)); \
+        case GDL_UN_ABS: return (T)fabs##F(x); \
+        case GDL_UN_CLAMP_MIN: return x < alpha ? alpha : x; \
+        case GDL_UN_CLAMP_MAX: return x > alpha ? alpha : x; \
+        } \
+        return (x - x) / (x - x); \
+    } \
+    GDL__OPM_FN G gdl_unary_grad1_##N(enum gdl_unary_op op, G x, G y, G alpha) { \
+        switch (op) { \
+        case GDL_UN_RELU: return x > 0 ? (G)1 : (G)0; \
+        case GDL_UN_LEAKY_RELU: return x > 0 ? (G)1 : alpha; \
+        case GDL_UN_SIGMOID: return y * (1.0##F - y); \
+        case GDL_UN_TANH: return 1.0##F - y * y; \
+        case GDL_UN_GELU_ERF: \
+            return 0.5##F * (1.0##F + erf##F(x * 0.7071067811865476##F)) + \
+                   x * exp##F(-0.5##F * x * x) * 0.3989422804014327##F; \
+        case GDL_UN_GELU_TANH: { \
+            const G u = 0.7978845608028654##F * (x + 0.044715##F * x * x * x), th = tanh##F(u); \
+            return 0.5##F * (1.0##F + th) + \
+                   0.5##F * x * (1.0##F - th * th) * 0.7978845608028654##F * (1.0##F + 3.0##F * 0.044715##F * x * x); \
+        } \
+        case GDL_UN_EXP: return y; \
+        case GDL_UN_LOG: return 1.0##F / x; \
+        case GDL_UN_SCALE: return alpha; \
+        case GDL_UN_ADD_SCALAR: return (G)1; \
+        case GDL_UN_POW: return alpha * pow##F(x, alpha - 1.0##F); \
+        case GDL_UN_SQRT: return 0.5##F / y;          /* PyTorch: grad / (2 * result) */ \
+        case GDL_UN_RSQRT: return -0.5##F * y * y * y; /* -0.5 * grad * result^3 */ \
+        case GDL_UN_ABS: return x > 0 ? (G)1 : x < 0 ? (G)-1 : (G)0; /* sgn: 0 at 0 and NaN */ \
+        case GDL_UN_CLAMP_MIN: return x >= alpha ? (G)1 : (G)0; \
+        case GDL_UN_CLAMP_MAX: return x <= alpha ? (G)1 : (G)0; \
+        } \
+        return (x - x) / (x - x); \
+    } \
+    GDL__OPM_FN T gdl_binary1_##N(enum gdl_binary_op op, T a, T b) { \
+        switch (op) { \
+        case GDL_BIN_ADD: return a + b; \
+        case GDL_BIN_SUB: return a - b; \
+        case GDL_BIN_MUL: return a * b; \
+        case GDL_BIN_DIV: return a / b; \
+        case GDL_BIN_MIN: return a != a ? a : b != b ? b : a < b ? a : b; \
+        case GDL_BIN_MAX: return a != a ? a : b != b ? b : a > b ? a : b; \
+        case GDL_BIN_POW: return (T)pow##F(a, b); \
+        case GDL_BIN_MAX_DA: return a > b ? (T)1 : a == b ? (T)0.5##F : a < b ? (T)0 : (T)1; \
+        case GDL_BIN_MIN_DA: return a < b ? (T)1 : a == b ? (T)0.5##F : a > b ? (T)0 : (T)1; \
+        case GDL_BIN_POW_DA: return b == 0 ? (T)0 : (T)(b * pow##F(a, b - 1.0##F)); \
+        case GDL_BIN_POW_DB: return a == 0 && b >= 0 ? (T)0 : (T)(pow##F(a, b) * log##F(a)); \
+        case GDL_BIN_GRAD_SCALE: return b == 0 ? (T)0 : a * b; \
+        } \
+        return (a - a) / (a - a); \
+    }
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
+#endif
+GDL__OP_MATH(float, float, float, f)
+GDL__OP_MATH(real, gdl_real, double, )
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+/* ---------------------------------------------------------------------------
+   src/api/backend.h   A backend is a table of kernels on raw device pointers.
+   The CPU backend lives in this header; gpudl_cuda.cu provides the CUDA one
+   through gdl_cuda_backend(). Kernels return 0, or -1 after gdl__set_error.
+   All gdl_real pointers are contiguous row-major device memory. "+=" in a
+   comment means the kernel accumulates into its output (gradients).
+   ------------------------------------------------------------------------- */
 
 enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX };
 enum gdl_pointwise_loss { GDL_LOSS_MSE, GDL_LOSS_BCE_LOGITS };
@@ -3134,12 +3253,6 @@ typedef struct gdl_backend {
     const char *name;
     GDL_BACKEND_ENTRIES(GDL__BACKEND_MEMBER)
 } gdl_backend;
-
-#ifdef __CUDACC__
-#define GDL_HD __host__ __device__
-#else
-#define GDL_HD
-#endif
 
 /* The dropout mask both backends use: a counter-based hash, bit-identical
    on every device. */
@@ -8371,23 +8484,8 @@ typedef struct gdl__iter {
     int64_t idx[GDL_MAX_DIMS];
 } gdl__iter;
 
-/* one element of a binary op (enum gdl_binary_op); the CUDA backend's gdl__bin1 is the same in f32 */
-static gdl_real gdl__bin1(int op, gdl_real a, gdl_real b) {
-    switch (op) {
-    case GDL_BIN_ADD: return a + b;
-    case GDL_BIN_SUB: return a - b;
-    case GDL_BIN_MUL: return a * b;
-    case GDL_BIN_DIV: return a / b;
-    case GDL_BIN_MIN: return a != a ? a : b != b ? b : a < b ? a : b;
-    case GDL_BIN_MAX: return a != a ? a : b != b ? b : a > b ? a : b;
-    case GDL_BIN_POW: return (gdl_real)pow((double)a, (double)b);
-    case GDL_BIN_MAX_DA: return a > b ? 1 : a == b ? (gdl_real)0.5 : a < b ? 0 : 1;
-    case GDL_BIN_MIN_DA: return a < b ? 1 : a == b ? (gdl_real)0.5 : a > b ? 0 : 1;
-    case GDL_BIN_POW_DA: return b == 0 ? 0 : (gdl_real)((double)b * pow((double)a, (double)b - 1));
-    case GDL_BIN_POW_DB: return a == 0 && b >= 0 ? 0 : (gdl_real)(pow((double)a, (double)b) * log((double)a));
-    default: return b == 0 ? 0 : a * b; /* GDL_BIN_GRAD_SCALE */
-    }
-}
+/* one element of a binary op (enum gdl_binary_op): src/api/op_math.h's, the CPU's definition */
+static gdl_real gdl__bin1(int op, gdl_real a, gdl_real b) { return gdl_binary1_real((enum gdl_binary_op)op, a, b); }
 
 /* one row of a binary op: o[i] = a[i*sa] op b[i*sb]; the contiguous and
    broadcast-scalar cases of the four arithmetic ops get their own loops so
@@ -8401,7 +8499,7 @@ static void gdl__bin_row(int op, int64_t n, const gdl_real *a, int64_t sa, const
         case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
         case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
         case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
-        default: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+        case GDL_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
         }
     } else if (sa == 1 && sb == 0) {
         const gdl_real v = b[0];
@@ -8409,14 +8507,14 @@ static void gdl__bin_row(int op, int64_t n, const gdl_real *a, int64_t sa, const
         case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + v; break;
         case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - v; break;
         case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * v; break;
-        default: for (i = 0; i < n; i++) o[i] = a[i] / v; break;
+        case GDL_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i] / v; break;
         }
     } else {
         switch (op) {
         case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i * sa] + b[i * sb]; break;
         case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i * sa] - b[i * sb]; break;
         case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i * sa] * b[i * sb]; break;
-        default: for (i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; break;
+        case GDL_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; break;
         }
     }
 }
@@ -8472,9 +8570,6 @@ static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, 
     }
     return 0;
 }
-
-#define GDL__SQRT_2_OVER_PI 0.7978845608028654
-#define GDL__INV_SQRT_2 0.7071067811865476
 
 #ifndef GPUDL_DOUBLE
 /* Exact GELU in f32 without libm's double erf (libm's was a fifth of
@@ -8691,11 +8786,9 @@ static __m256 gdl__gelu_grad8(__m256 x) {
 #endif
 static gdl_real gdl__gelu1(gdl_real x) { return gdl__gelu_f32(x); }
 static double gdl__gelu_grad1(double x) { return gdl__gelu_grad_f32((float)x); } /* x: a float */
-#else /* GPUDL_DOUBLE: libm's double erf, PyTorch's float64 numerics */
-static gdl_real gdl__gelu1(gdl_real x) { return (gdl_real)(0.5 * x * (1.0 + erf(x * GDL__INV_SQRT_2))); }
-static double gdl__gelu_grad1(double x) {
-    return 0.5 * (1 + erf(x * GDL__INV_SQRT_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
-}
+#else /* GPUDL_DOUBLE: the erf formula of src/api/op_math.h in double (libm's erf), PyTorch's float64 numerics */
+static gdl_real gdl__gelu1(gdl_real x) { return gdl_unary1_real(GDL_UN_GELU_ERF, x, 0); }
+static double gdl__gelu_grad1(double x) { return gdl_unary_grad1_real(GDL_UN_GELU_ERF, x, 0, 0); }
 #endif
 
 /* y = GELU(x) over n (y may be x) */
@@ -8758,51 +8851,17 @@ static void gdl__relu_rows(const gdl_real *x, gdl_real *y, int64_t n) {
     for (; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
 }
 
+/* y = f(x; alpha): src/api/op_math.h's, the CPU's definition, but for GELU (erf): the CPU's own gdl__gelu1
+   (in f32 builds the polynomial gdl__gelu_f32; op_math.h says why it stays apart) */
 static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha) {
-    switch (op) {
-    case GDL_UN_RELU: return x > 0 ? x : 0;
-    case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x;
-    case GDL_UN_SIGMOID: return (gdl_real)(1.0 / (1.0 + exp(-(double)x)));
-    case GDL_UN_TANH: return (gdl_real)tanh((double)x);
-    case GDL_UN_GELU_ERF: return gdl__gelu1(x);
-    case GDL_UN_GELU_TANH:
-        return (gdl_real)(0.5 * x * (1.0 + tanh(GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))));
-    case GDL_UN_EXP: return (gdl_real)exp((double)x);
-    case GDL_UN_LOG: return (gdl_real)log((double)x);
-    case GDL_UN_SQRT: return (gdl_real)sqrt((double)x);
-    case GDL_UN_RSQRT: return (gdl_real)(1.0 / sqrt((double)x));
-    case GDL_UN_ABS: return (gdl_real)fabs((double)x);
-    case GDL_UN_CLAMP_MIN: return x < alpha ? alpha : x;
-    case GDL_UN_CLAMP_MAX: return x > alpha ? alpha : x;
-    case GDL_UN_SCALE: return alpha * x;
-    case GDL_UN_ADD_SCALAR: return x + alpha;
-    default: return (gdl_real)pow((double)x, (double)alpha); /* GDL_UN_POW */
-    }
+    if (op == GDL_UN_GELU_ERF) return gdl__gelu1(x);
+    return gdl_unary1_real((enum gdl_unary_op)op, x, alpha);
 }
 
-/* d y / d x at x (y = f(x) given) */
+/* d y / d x at x (y = f(x) given), in double, likewise */
 static double gdl__unary_grad1(int op, double x, double y, double alpha) {
-    switch (op) {
-    case GDL_UN_RELU: return x > 0 ? 1 : 0;
-    case GDL_UN_LEAKY_RELU: return x > 0 ? 1 : alpha;
-    case GDL_UN_SIGMOID: return y * (1 - y);
-    case GDL_UN_TANH: return 1 - y * y;
-    case GDL_UN_GELU_ERF: return gdl__gelu_grad1(x);
-    case GDL_UN_GELU_TANH: {
-        double u = GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x), th = tanh(u);
-        return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * GDL__SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x);
-    }
-    case GDL_UN_EXP: return y;
-    case GDL_UN_LOG: return 1 / x;
-    case GDL_UN_SQRT: return 0.5 / y;      /* PyTorch: grad / (2 * result) */
-    case GDL_UN_RSQRT: return -0.5 * y * y * y; /* -0.5 * grad * result^3 */
-    case GDL_UN_ABS: return x > 0 ? 1 : x < 0 ? -1 : 0; /* sgn: 0 at 0 and NaN */
-    case GDL_UN_CLAMP_MIN: return x >= alpha ? 1 : 0;
-    case GDL_UN_CLAMP_MAX: return x <= alpha ? 1 : 0;
-    case GDL_UN_SCALE: return alpha;
-    case GDL_UN_ADD_SCALAR: return 1;
-    default: return alpha * pow(x, alpha - 1); /* GDL_UN_POW */
-    }
+    if (op == GDL_UN_GELU_ERF) return gdl__gelu_grad1(x);
+    return gdl_unary_grad1_real((enum gdl_unary_op)op, x, y, alpha);
 }
 
 /* the cheap ops get their own loops (they vectorise); the rest go through
@@ -12740,7 +12799,7 @@ static int gdl__grad_zero(gdl_tensor *t, const gdl_backend *be) {
     gdl_tensor *g = t && t->requires_grad ? t->grad : NULL;
     if (!g || !(g->flags & GDL__T_UNSET)) return 0;
     g->flags &= ~(unsigned)GDL__T_UNSET;
-    return be->memset0(g->data, (size_t)g->numel * (g->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(g->dtype)));
+    return be->memset0(g->data, (size_t)g->numel * gdl_dtype_size(g->dtype));
 }
 
 GPUDL_API const char *gdl_op_name(int op) {
@@ -16047,8 +16106,7 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
     if (gdl__check_in("gdl_zero_grad_tensor", "t", t, 0) < 0) return -1;
     if (!t->grad) return 0;
     if (!(be = gdl__be("gdl_zero_grad_tensor", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->grad->numel *
-                                          (t->grad->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->grad->dtype)));
+    return be->memset0(t->grad->data, (size_t)t->grad->numel * gdl_dtype_size(t->grad->dtype));
 }
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
@@ -16090,7 +16148,7 @@ static gdl_tensor *gdl__flat_view(const char *op, gdl__flat *f, void *slot, int 
     gdl_tensor *v = gdl__make(op, ndim, shape, dt, f->device, 1, slot);
     if (!v) return NULL;
     if (zero && (!(be = gdl__be(op, f->device)) ||
-                 be->memset0(slot, (size_t)v->numel * (dt == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(dt))) < 0)) {
+                 be->memset0(slot, (size_t)v->numel * gdl_dtype_size(dt)) < 0)) {
         GPUDL_FREE(v);
         return NULL;
     }
@@ -16121,7 +16179,7 @@ static int gdl__ensure_grad_as(gdl_tensor *t, int lazy) {
         return 0;
     }
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->numel * (t->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->dtype)));
+    return be->memset0(t->grad->data, (size_t)t->numel * gdl_dtype_size(t->dtype));
 }
 
 static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
@@ -20389,6 +20447,26 @@ enum {
     GDL__M_CUSTOM, GDL__M_LSTM, GDL__M_GRU
 };
 
+/* the number of configuration slots, integer and real, of every module */
+enum { GDL__NN_IA = 12, GDL__NN_FA = 4 };
+/* A module's configuration slots, named per kind: which element of its ia[] (integers) or fa[] (reals)
+   holds what. LSTM's and GRU's are GDL__RNN_* (src/nn/rnn.h); a quantized Linear or Conv2d
+   (src/quant/layers.h) keeps its float module's ia[] under these names. */
+enum { GDL__LIN_IN, GDL__LIN_OUT };                                    /* Linear: ia */
+enum { GDL__CONV_IN, GDL__CONV_OUT, GDL__CONV_KH, GDL__CONV_KW, GDL__CONV_SH, GDL__CONV_SW, GDL__CONV_PH,
+       GDL__CONV_PW, GDL__CONV_DH, GDL__CONV_DW, GDL__CONV_GROUPS };  /* Conv2d: ia */
+enum { GDL__BN_C, GDL__BN_DIMS, GDL__BN_AFFINE, GDL__BN_TRACK };       /* BatchNorm: ia (DIMS: 1 or 2) */
+enum { GDL__BN_EPS, GDL__BN_MOMENTUM };                                /* BatchNorm: fa */
+enum { GDL__LN_D = 0, GDL__LN_EPS = 0 };                               /* LayerNorm: ia, fa */
+enum { GDL__DROPOUT_P = 0 };                                           /* Dropout: fa */
+enum { GDL__EMB_V, GDL__EMB_D };                                       /* Embedding: ia */
+enum { GDL__LEAKY_SLOPE = 0 };                                         /* LeakyReLU: fa */
+enum { GDL__GELU_TANH = 0 };                                           /* GELU: ia (the tanh approximation) */
+enum { GDL__POOL_K, GDL__POOL_S, GDL__POOL_P };                        /* MaxPool2d, AvgPool2d: ia */
+enum { GDL__FLATTEN_START = 0 };                                       /* Flatten: ia */
+enum { GDL__RES_SHORTCUT = 0 };                                        /* Residual: ia (has a shortcut child) */
+enum { GDL__BLOCK_IN, GDL__BLOCK_OUT, GDL__BLOCK_STRIDE };             /* ResNet's BasicBlock: ia */
+
 typedef struct gdl__nn_named {
     char *name;    /* local name, owned */
     gdl_tensor *t; /* persistent, owned unless tied */
@@ -20407,8 +20485,8 @@ struct gdl_module {
     gdl__nn_named *param;
     int nbuf, cap_buf;
     gdl__nn_named *buf;
-    int64_t ia[12];         /* integer configuration (per kind, see the constructors) */
-    double fa[4];           /* real configuration */
+    int64_t ia[GDL__NN_IA]; /* integer configuration, in the kind's named slots (GDL__CONV_GROUPS ...) */
+    double fa[GDL__NN_FA];  /* real configuration, likewise (GDL__BN_EPS ...) */
     gdl_forward_fn fwd;     /* custom modules */
     void *user;
     void (*free_user)(void *);
@@ -20479,27 +20557,31 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
     s[0] = 0;
     switch (m->kind) {
     case GDL__M_LINEAR:
-        snprintf(s, n, "in_features=%lld, out_features=%lld, bias=%s", (long long)a[0], (long long)a[1],
+        snprintf(s, n, "in_features=%lld, out_features=%lld, bias=%s", (long long)a[GDL__LIN_IN],
+                 (long long)a[GDL__LIN_OUT],
                  m->nparam > 1 ? "True" : "False");
         break;
     case GDL__M_CONV2D:
         snprintf(s, n, "%lld, %lld, kernel_size=(%lld,%lld), stride=(%lld,%lld), padding=(%lld,%lld), "
-                 "dilation=(%lld,%lld), groups=%lld", (long long)a[0], (long long)a[1], (long long)a[2],
-                 (long long)a[3], (long long)a[4], (long long)a[5], (long long)a[6], (long long)a[7],
-                 (long long)a[8], (long long)a[9], (long long)a[10]);
+                 "dilation=(%lld,%lld), groups=%lld", (long long)a[GDL__CONV_IN], (long long)a[GDL__CONV_OUT],
+                 (long long)a[GDL__CONV_KH], (long long)a[GDL__CONV_KW], (long long)a[GDL__CONV_SH],
+                 (long long)a[GDL__CONV_SW], (long long)a[GDL__CONV_PH], (long long)a[GDL__CONV_PW],
+                 (long long)a[GDL__CONV_DH], (long long)a[GDL__CONV_DW], (long long)a[GDL__CONV_GROUPS]);
         break;
     case GDL__M_BATCHNORM:
-        snprintf(s, n, "%lld, eps=%g, momentum=%g", (long long)a[0], m->fa[0], m->fa[1]);
+        snprintf(s, n, "%lld, eps=%g, momentum=%g", (long long)a[GDL__BN_C], m->fa[GDL__BN_EPS],
+                 m->fa[GDL__BN_MOMENTUM]);
         break;
-    case GDL__M_LAYERNORM: snprintf(s, n, "(%lld,), eps=%g", (long long)a[0], m->fa[0]); break;
-    case GDL__M_DROPOUT: snprintf(s, n, "p=%g", m->fa[0]); break;
-    case GDL__M_EMBEDDING: snprintf(s, n, "%lld, %lld", (long long)a[0], (long long)a[1]); break;
-    case GDL__M_LEAKY_RELU: snprintf(s, n, "negative_slope=%g", m->fa[0]); break;
+    case GDL__M_LAYERNORM: snprintf(s, n, "(%lld,), eps=%g", (long long)a[GDL__LN_D], m->fa[GDL__LN_EPS]); break;
+    case GDL__M_DROPOUT: snprintf(s, n, "p=%g", m->fa[GDL__DROPOUT_P]); break;
+    case GDL__M_EMBEDDING: snprintf(s, n, "%lld, %lld", (long long)a[GDL__EMB_V], (long long)a[GDL__EMB_D]); break;
+    case GDL__M_LEAKY_RELU: snprintf(s, n, "negative_slope=%g", m->fa[GDL__LEAKY_SLOPE]); break;
     case GDL__M_MAXPOOL:
     case GDL__M_AVGPOOL:
-        snprintf(s, n, "kernel_size=%lld, stride=%lld, padding=%lld", (long long)a[0], (long long)a[1], (long long)a[2]);
+        snprintf(s, n, "kernel_size=%lld, stride=%lld, padding=%lld", (long long)a[GDL__POOL_K],
+                 (long long)a[GDL__POOL_S], (long long)a[GDL__POOL_P]);
         break;
-    case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[0]); break;
+    case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[GDL__FLATTEN_START]); break;
     case GDL__M_LSTM:
     case GDL__M_GRU: gdl__nn_rnn_config(m, s, n); break;
     default: break;
@@ -20707,8 +20789,8 @@ GPUDL_API gdl_module *gdl_nn_linear(int64_t in_features, int64_t out_features, i
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_LINEAR, "Linear"))) return NULL;
-    m->ia[0] = in_features;
-    m->ia[1] = out_features;
+    m->ia[GDL__LIN_IN] = in_features;
+    m->ia[GDL__LIN_OUT] = out_features;
     ws[0] = out_features;
     ws[1] = in_features;
     if (gdl__nn_add_tensor(op, m, "weight", gdl__nn_uniform_init(2, ws, in_features), 0) < 0 ||
@@ -20745,12 +20827,12 @@ GPUDL_API gdl_module *gdl_nn_conv2d_ex(int in_channels, int out_channels, const 
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_CONV2D, "Conv2d"))) return NULL;
-    m->ia[0] = in_channels; m->ia[1] = out_channels;
-    m->ia[2] = kernel[0]; m->ia[3] = kernel[1];
-    m->ia[4] = s[0]; m->ia[5] = s[1];
-    m->ia[6] = p[0]; m->ia[7] = p[1];
-    m->ia[8] = d[0]; m->ia[9] = d[1];
-    m->ia[10] = groups;
+    m->ia[GDL__CONV_IN] = in_channels; m->ia[GDL__CONV_OUT] = out_channels;
+    m->ia[GDL__CONV_KH] = kernel[0]; m->ia[GDL__CONV_KW] = kernel[1];
+    m->ia[GDL__CONV_SH] = s[0]; m->ia[GDL__CONV_SW] = s[1];
+    m->ia[GDL__CONV_PH] = p[0]; m->ia[GDL__CONV_PW] = p[1];
+    m->ia[GDL__CONV_DH] = d[0]; m->ia[GDL__CONV_DW] = d[1];
+    m->ia[GDL__CONV_GROUPS] = groups;
     ws[0] = out_channels;
     ws[1] = in_channels / groups;
     ws[2] = kernel[0];
@@ -20788,12 +20870,12 @@ GPUDL_API gdl_module *gdl_nn_batchnorm_ex(int spatial_dims, int64_t C, double ep
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_BATCHNORM, spatial_dims == 1 ? "BatchNorm1d" : "BatchNorm2d"))) return NULL;
-    m->ia[0] = C;
-    m->ia[1] = spatial_dims;
-    m->ia[2] = affine != 0;
-    m->ia[3] = track_running_stats != 0;
-    m->fa[0] = eps;
-    m->fa[1] = momentum;
+    m->ia[GDL__BN_C] = C;
+    m->ia[GDL__BN_DIMS] = spatial_dims;
+    m->ia[GDL__BN_AFFINE] = affine != 0;
+    m->ia[GDL__BN_TRACK] = track_running_stats != 0;
+    m->fa[GDL__BN_EPS] = eps;
+    m->fa[GDL__BN_MOMENTUM] = momentum;
     if ((affine && (gdl__nn_add_tensor(op, m, "weight", gdl_ones(1, &C, GDL_F32, gdl_cpu()), 0) < 0 ||
                     gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &C, GDL_F32, gdl_cpu()), 0) < 0)) ||
         (track_running_stats &&
@@ -20815,8 +20897,8 @@ GPUDL_API gdl_module *gdl_nn_layernorm(int64_t D) {
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_LAYERNORM, "LayerNorm"))) return NULL;
-    m->ia[0] = D;
-    m->fa[0] = 1e-5;
+    m->ia[GDL__LN_D] = D;
+    m->fa[GDL__LN_EPS] = 1e-5;
     if (gdl__nn_add_tensor(op, m, "weight", gdl_ones(1, &D, GDL_F32, gdl_cpu()), 0) < 0 ||
         gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &D, GDL_F32, gdl_cpu()), 0) < 0) {
         gdl__nn_free_tree(m);
@@ -20832,7 +20914,7 @@ GPUDL_API gdl_module *gdl_nn_dropout(double p) {
         return NULL;
     }
     if (!(m = gdl__nn_new("gdl_nn_dropout", GDL__M_DROPOUT, "Dropout"))) return NULL;
-    m->fa[0] = p;
+    m->fa[GDL__DROPOUT_P] = p;
     return m;
 }
 
@@ -20846,8 +20928,8 @@ GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_EMBEDDING, "Embedding"))) return NULL;
-    m->ia[0] = V;
-    m->ia[1] = D;
+    m->ia[GDL__EMB_V] = V;
+    m->ia[GDL__EMB_D] = D;
     ws[0] = V;
     ws[1] = D;
     if (gdl__nn_add_tensor(op, m, "weight", gdl_randn(2, ws, gdl_cpu()), 0) < 0) {
@@ -20857,31 +20939,34 @@ GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
     return m;
 }
 
-static gdl_module *gdl__nn_simple(const char *op, int kind, const char *kind_name, double f, int64_t i) {
+/* a module of kind with no parameters; its one configuration value, when it has one, in slot islot of ia[]
+   (i) or fslot of fa[] (f); -1: none */
+static gdl_module *gdl__nn_simple(const char *op, int kind, const char *kind_name, int fslot, double f, int islot,
+                                  int64_t i) {
     gdl_module *m = gdl__nn_new(op, kind, kind_name);
-    if (m) {
-        m->fa[0] = f;
-        m->ia[0] = i;
-    }
+    if (m && fslot >= 0) m->fa[fslot] = f;
+    if (m && islot >= 0) m->ia[islot] = i;
     return m;
 }
-GPUDL_API gdl_module *gdl_nn_relu(void) { return gdl__nn_simple("gdl_nn_relu", GDL__M_RELU, "ReLU", 0, 0); }
+GPUDL_API gdl_module *gdl_nn_relu(void) { return gdl__nn_simple("gdl_nn_relu", GDL__M_RELU, "ReLU", -1, 0, -1, 0); }
 GPUDL_API gdl_module *gdl_nn_leaky_relu(double slope) {
-    return gdl__nn_simple("gdl_nn_leaky_relu", GDL__M_LEAKY_RELU, "LeakyReLU", slope, 0);
+    return gdl__nn_simple("gdl_nn_leaky_relu", GDL__M_LEAKY_RELU, "LeakyReLU", GDL__LEAKY_SLOPE, slope, -1, 0);
 }
-GPUDL_API gdl_module *gdl_nn_sigmoid(void) { return gdl__nn_simple("gdl_nn_sigmoid", GDL__M_SIGMOID, "Sigmoid", 0, 0); }
-GPUDL_API gdl_module *gdl_nn_tanh(void) { return gdl__nn_simple("gdl_nn_tanh", GDL__M_TANH, "Tanh", 0, 0); }
+GPUDL_API gdl_module *gdl_nn_sigmoid(void) {
+    return gdl__nn_simple("gdl_nn_sigmoid", GDL__M_SIGMOID, "Sigmoid", -1, 0, -1, 0);
+}
+GPUDL_API gdl_module *gdl_nn_tanh(void) { return gdl__nn_simple("gdl_nn_tanh", GDL__M_TANH, "Tanh", -1, 0, -1, 0); }
 GPUDL_API gdl_module *gdl_nn_gelu(int tanh_approx) {
-    return gdl__nn_simple("gdl_nn_gelu", GDL__M_GELU, "GELU", 0, tanh_approx != 0);
+    return gdl__nn_simple("gdl_nn_gelu", GDL__M_GELU, "GELU", -1, 0, GDL__GELU_TANH, tanh_approx != 0);
 }
 GPUDL_API gdl_module *gdl_nn_identity(void) {
-    return gdl__nn_simple("gdl_nn_identity", GDL__M_IDENTITY, "Identity", 0, 0);
+    return gdl__nn_simple("gdl_nn_identity", GDL__M_IDENTITY, "Identity", -1, 0, -1, 0);
 }
 GPUDL_API gdl_module *gdl_nn_global_avgpool2d(void) {
-    return gdl__nn_simple("gdl_nn_global_avgpool2d", GDL__M_GAP, "GlobalAvgPool2d", 0, 0);
+    return gdl__nn_simple("gdl_nn_global_avgpool2d", GDL__M_GAP, "GlobalAvgPool2d", -1, 0, -1, 0);
 }
 GPUDL_API gdl_module *gdl_nn_flatten(int start_dim) {
-    return gdl__nn_simple("gdl_nn_flatten", GDL__M_FLATTEN, "Flatten", 0, start_dim);
+    return gdl__nn_simple("gdl_nn_flatten", GDL__M_FLATTEN, "Flatten", -1, 0, GDL__FLATTEN_START, start_dim);
 }
 
 static gdl_module *gdl__nn_pool(const char *op, int kind, const char *kind_name, int kernel, int stride, int padding) {
@@ -20892,9 +20977,9 @@ static gdl_module *gdl__nn_pool(const char *op, int kind, const char *kind_name,
         return NULL;
     }
     if (!(m = gdl__nn_new(op, kind, kind_name))) return NULL;
-    m->ia[0] = kernel;
-    m->ia[1] = stride ? stride : kernel;
-    m->ia[2] = padding;
+    m->ia[GDL__POOL_K] = kernel;
+    m->ia[GDL__POOL_S] = stride ? stride : kernel;
+    m->ia[GDL__POOL_P] = padding;
     return m;
 }
 GPUDL_API gdl_module *gdl_nn_maxpool2d(int kernel, int stride, int padding) {
@@ -20969,7 +21054,7 @@ GPUDL_API gdl_module *gdl_nn_residual(gdl_module *body, gdl_module *shortcut) {
         gdl__nn_drop(shortcut);
         return NULL;
     }
-    m->ia[0] = shortcut != NULL;
+    m->ia[GDL__RES_SHORTCUT] = shortcut != NULL;
     if (gdl__nn_add_child(op, m, "body", body) < 0) {
         gdl__nn_drop(shortcut);
         gdl__nn_free_tree(m);
@@ -21078,7 +21163,8 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
     int act;
     if (a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D && a->kind != GDL__M_BATCHNORM) return -1;
     if (b->kind == GDL__M_RELU) act = GDL_ACT_RELU;
-    else if (b->kind == GDL__M_GELU && a->kind == GDL__M_LINEAR) act = b->ia[0] ? GDL_ACT_GELU_TANH : GDL_ACT_GELU;
+    else if (b->kind == GDL__M_GELU && a->kind == GDL__M_LINEAR)
+        act = b->ia[GDL__GELU_TANH] ? GDL_ACT_GELU_TANH : GDL_ACT_GELU;
     else return -1;
     return gdl__nn_fuse_ok(a, x) ? act : -1;
 }
@@ -21088,16 +21174,17 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
 static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[2], int p[2], int d[2]) {
     char want[96];
     const int64_t *a = m->ia;
-    if (!conv ? x->ndim < 1 || x->shape[x->ndim - 1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
-        if (!conv) snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
-        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+    const int64_t in = conv ? a[GDL__CONV_IN] : a[GDL__LIN_IN];
+    if (!conv ? x->ndim < 1 || x->shape[x->ndim - 1] != in : x->ndim != 4 || x->shape[1] != in) {
+        if (!conv) snprintf(want, sizeof want, "[..., %lld]", (long long)in);
+        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)in);
         gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
         return -1;
     }
     if (conv) {
-        s[0] = (int)a[4]; s[1] = (int)a[5];
-        p[0] = (int)a[6]; p[1] = (int)a[7];
-        d[0] = (int)a[8]; d[1] = (int)a[9];
+        s[0] = (int)a[GDL__CONV_SH]; s[1] = (int)a[GDL__CONV_SW];
+        p[0] = (int)a[GDL__CONV_PH]; p[1] = (int)a[GDL__CONV_PW];
+        d[0] = (int)a[GDL__CONV_DH]; d[1] = (int)a[GDL__CONV_DW];
     }
     return 0;
 }
@@ -21106,13 +21193,14 @@ static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[
 static gdl_tensor *gdl__nn_batchnorm_forward(gdl_module *m, gdl_tensor *x, int relu) {
     char want[96];
     const int64_t *a = m->ia;
-    if (a[1] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
-        if (a[1] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)a[0], (long long)a[0]);
-        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+    const int64_t C = a[GDL__BN_C];
+    if (a[GDL__BN_DIMS] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != C : x->ndim != 4 || x->shape[1] != C) {
+        if (a[GDL__BN_DIMS] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)C, (long long)C);
+        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)C);
         return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
     }
     return gdl__batch_norm(x, gdl__nn_buffer(m, 0), gdl__nn_buffer(m, 1), gdl__nn_param(m, 0), gdl__nn_param(m, 1),
-                           m->training, m->fa[1], m->fa[0], relu);
+                           m->training, m->fa[GDL__BN_MOMENTUM], m->fa[GDL__BN_EPS], relu);
 }
 
 /* the Linear / Conv2d / BatchNorm module m's forward with act fused in; input checks as gdl__nn_forward's */
@@ -21121,8 +21209,8 @@ static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act
     if (m->kind == GDL__M_BATCHNORM) return gdl__nn_batchnorm_forward(m, x, act == GDL_ACT_RELU);
     if (gdl__nn_check_xw(m, x, conv, s, p, d) < 0) return NULL;
     if (!conv) return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
-    return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)m->ia[10],
-                       gdl__act_code("gdl_conv2d_act", (int)act));
+    return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d,
+                       (int)m->ia[GDL__CONV_GROUPS], gdl__act_code("gdl_conv2d_act", (int)act));
 }
 
 static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
@@ -21136,32 +21224,32 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     case GDL__M_CONV2D: {
         int s[2], p[2], d[2];
         if (gdl__nn_check_xw(m, x, 1, s, p, d) < 0) return NULL;
-        return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10]);
+        return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[GDL__CONV_GROUPS]);
     }
     case GDL__M_BATCHNORM: return gdl__nn_batchnorm_forward(m, x, 0);
     case GDL__M_LAYERNORM:
-        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
-            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[GDL__LN_D]) {
+            snprintf(want, sizeof want, "[..., %lld]", (long long)a[GDL__LN_D]);
             return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
         }
-        return gdl_layer_norm(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), m->fa[0]);
-    case GDL__M_DROPOUT: return gdl_dropout(x, m->fa[0], m->training);
+        return gdl_layer_norm(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), m->fa[GDL__LN_EPS]);
+    case GDL__M_DROPOUT: return gdl_dropout(x, m->fa[GDL__DROPOUT_P], m->training);
     case GDL__M_EMBEDDING:
         if (x->dtype != GDL_I32) {
-            snprintf(want, sizeof want, "i32 indices in [0, %lld)", (long long)a[0]);
+            snprintf(want, sizeof want, "i32 indices in [0, %lld)", (long long)a[GDL__EMB_V]);
             return gdl__nn_fwd_fail(m, want, gdl_dtype_name(x->dtype));
         }
         return gdl_embedding(x, gdl__nn_param(m, 0));
     case GDL__M_RELU: return gdl_relu(x);
-    case GDL__M_LEAKY_RELU: return gdl_leaky_relu(x, m->fa[0]);
+    case GDL__M_LEAKY_RELU: return gdl_leaky_relu(x, m->fa[GDL__LEAKY_SLOPE]);
     case GDL__M_SIGMOID: return gdl_sigmoid(x);
     case GDL__M_TANH: return gdl_tanh(x);
-    case GDL__M_GELU: return gdl_gelu(x, (int)a[0]);
+    case GDL__M_GELU: return gdl_gelu(x, (int)a[GDL__GELU_TANH]);
     case GDL__M_IDENTITY: return x;
-    case GDL__M_MAXPOOL: return gdl_max_pool2d(x, (int)a[0], (int)a[1], (int)a[2]);
-    case GDL__M_AVGPOOL: return gdl_avg_pool2d(x, (int)a[0], (int)a[1], (int)a[2]);
+    case GDL__M_MAXPOOL: return gdl_max_pool2d(x, (int)a[GDL__POOL_K], (int)a[GDL__POOL_S], (int)a[GDL__POOL_P]);
+    case GDL__M_AVGPOOL: return gdl_avg_pool2d(x, (int)a[GDL__POOL_K], (int)a[GDL__POOL_S], (int)a[GDL__POOL_P]);
     case GDL__M_GAP: return gdl_global_avg_pool2d(x);
-    case GDL__M_FLATTEN: return gdl_flatten(x, (int)a[0]);
+    case GDL__M_FLATTEN: return gdl_flatten(x, (int)a[GDL__FLATTEN_START]);
     case GDL__M_SEQUENTIAL:
         for (i = 0; i < m->nchild && x; i++) {
             int act = i + 1 < m->nchild ? gdl__nn_fusable(m->child[i], m->child[i + 1], x) : -1;
@@ -21177,12 +21265,13 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     case GDL__M_RESIDUAL: {
         gdl_tensor *y = gdl_forward(m->child[0], x), *sc;
         if (!y) return NULL;
-        sc = a[0] ? gdl_forward(m->child[1], x) : x;
+        sc = a[GDL__RES_SHORTCUT] ? gdl_forward(m->child[1], x) : x;
         if (!sc) return NULL;
         if (!gdl_same_shape(y, sc)) {
             gdl__set_error("gdl_forward: %s: body output %s and shortcut output %s differ (%s)", gdl__nn_label(m),
-                           gdl_shape_str(y), gdl_shape_str(sc), a[0] ? "check the shortcut's stride and channels"
-                                                                      : "an identity shortcut needs the body to keep the shape");
+                           gdl_shape_str(y), gdl_shape_str(sc),
+                           a[GDL__RES_SHORTCUT] ? "check the shortcut's stride and channels"
+                                                : "an identity shortcut needs the body to keep the shape");
             return NULL;
         }
         y = gdl_add(y, sc);
@@ -21792,7 +21881,7 @@ GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int 
         return NULL;
     }
     if (!(m = gdl_nn_custom("BasicBlock", gdl__basic_block_forward, NULL, NULL))) return NULL;
-    m->ia[0] = in_channels, m->ia[1] = out_channels, m->ia[2] = stride;
+    m->ia[GDL__BLOCK_IN] = in_channels, m->ia[GDL__BLOCK_OUT] = out_channels, m->ia[GDL__BLOCK_STRIDE] = stride;
     /* gdl_module_add_child and gdl_nn_sequential take each child, also on failure */
     if (gdl_module_add_child(m, "conv1", gdl_nn_conv2d(in_channels, out_channels, 3, stride, 1, 1, 1, 0)) < 0 ||
         gdl_module_add_child(m, "bn1", gdl_nn_batchnorm2d(out_channels)) < 0 ||
@@ -21844,7 +21933,7 @@ static void gdl__tfm_stack_free(void *u) {
 static gdl_module *gdl__tfm_norm(int64_t d, double eps, int bias) {
     gdl_module *m = gdl_nn_layernorm(d);
     if (!m) return NULL;
-    m->fa[0] = eps;
+    m->fa[GDL__LN_EPS] = eps;
     if (!bias) {
         gdl_free(m->param[1].t);
         GPUDL_FREE(m->param[1].name);
@@ -22223,6 +22312,7 @@ static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name) {
 
 enum { GDL__RNN_IN, GDL__RNN_H, GDL__RNN_LAYERS, GDL__RNN_BIAS, GDL__RNN_BATCH_FIRST, GDL__RNN_BIDIR, GDL__RNN_G,
        GDL__RNN_QUANT };
+enum { GDL__RNN_DROPOUT = 0 }; /* the one real slot (fa) */
 
 static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, int G, int64_t input_size,
                                int64_t hidden_size, int num_layers, int bias, int batch_first, double dropout,
@@ -22247,7 +22337,7 @@ static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, 
     m->ia[GDL__RNN_BATCH_FIRST] = batch_first != 0;
     m->ia[GDL__RNN_BIDIR] = D == 2;
     m->ia[GDL__RNN_G] = G;
-    m->fa[0] = dropout;
+    m->fa[GDL__RNN_DROPOUT] = dropout;
     /* PyTorch's order (and its reset_parameters: every tensor U(±1/sqrt(H)), in that order) */
     for (l = 0; l < num_layers; l++)
         for (d = 0; d < D; d++)
@@ -22302,7 +22392,8 @@ static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n) {
         k += snprintf(s + k, n - (size_t)k, ", num_layers=%lld", (long long)a[GDL__RNN_LAYERS]);
     if (!a[GDL__RNN_BIAS] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", bias=False");
     if (a[GDL__RNN_BATCH_FIRST] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", batch_first=True");
-    if (m->fa[0] != 0 && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", dropout=%g", m->fa[0]);
+    if (m->fa[GDL__RNN_DROPOUT] != 0 && k >= 0 && (size_t)k < n)
+        k += snprintf(s + k, n - (size_t)k, ", dropout=%g", m->fa[GDL__RNN_DROPOUT]);
     if (a[GDL__RNN_BIDIR] && k >= 0 && (size_t)k < n) snprintf(s + k, n - (size_t)k, ", bidirectional=True");
 }
 
@@ -22381,7 +22472,9 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
     cs = hs + L * D;
     for (l = 0; l < L; l++) {
         gdl_tensor *dirs[2];
-        if (l > 0 && m->fa[0] > 0 && m->training && !(xs = gdl_dropout(xs, m->fa[0], 1))) return -1;
+        if (l > 0 && m->fa[GDL__RNN_DROPOUT] > 0 && m->training &&
+            !(xs = gdl_dropout(xs, m->fa[GDL__RNN_DROPOUT], 1)))
+            return -1;
         for (d = 0; d < D; d++) {
             int k = l * D + d;
             if (!(hs[k] = gdl_select(h0, 0, k)) || (lstm && !(cs[k] = gdl_select(c0, 0, k))) ||
@@ -22793,7 +22886,6 @@ static char *gdl__opt_slot(const gdl_optimizer *opt, const gdl__opt_param *pp, i
 static size_t gdl__opt_f32_bytes(const gdl__opt_dev *dv) {
     return dv->region * (size_t)(dv->nregions - 2 + (dv->low != GDL_F32));
 }
-static size_t gdl__elt_bytes(gdl_dtype dt) { return dt == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(dt); }
 
 /* Moves t's elements into `slot` of block f and lets go of its old storage
    (an allocation, or a slot of another block): the same gdl_tensor* now
@@ -22809,7 +22901,7 @@ static int gdl__flat_rehome_as(const char *op, gdl_tensor *t, gdl__flat *f, void
                                const gdl_tensor *src) {
     if (t->flat == f && t->data == slot && t->dtype == dt && src == t) return 0;
     if (src->dtype == dt) {
-        if (gdl__copy_bytes(op, slot, f->device, src->data, src->device, (size_t)t->numel * gdl__elt_bytes(dt)) < 0)
+        if (gdl__copy_bytes(op, slot, f->device, src->data, src->device, (size_t)t->numel * gdl_dtype_size(dt)) < 0)
             return -1;
     } else {
         const gdl_backend *be = gdl__be(op, f->device);
@@ -23000,7 +23092,7 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
     gdl__opt_dev *devs;
     int nd = 0, i, d, nregions, *where_dev;
     size_t *where_off, *where_lo;
-    size_t lo_size = opt->master == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(opt->master);
+    size_t lo_size = gdl_dtype_size(opt->master);
     size_t hyper_bytes = gdl__flat_round(sizeof(gdl_opt_hyper) * (size_t)(opt->ngroups ? opt->ngroups : 1));
     if (gdl__opt_steps_down(op, opt) < 0) return -1;
     nregions = opt->kind != GDL__OPT_SGD ? 4 : gdl__opt_needs_s1(opt) ? 3 : 2;
@@ -24789,7 +24881,7 @@ enum { GDL__Q_DYNAMIC, GDL__Q_STATIC };
 typedef struct gdl__qlayer {
     int mode, conv, relu;  /* GDL__Q_*; a Conv2d; ReLU fused */
     int64_t in, out;       /* the GEMM's K (in_features, or in_channels*kh*kw) and N */
-    int64_t ia[12];        /* the float module's configuration (Conv2d: geometry) */
+    int64_t ia[GDL__NN_IA]; /* the float module's configuration: GDL__LIN_* or GDL__CONV_* slots */
     int per_channel, reduce_range;
     int8_t *w;             /* [out][in] */
     float *w_scale;        /* [out], or [1] per tensor */
@@ -24879,8 +24971,9 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
                        b ? " (and its bias on the same device)" : "");
         return NULL;
     }
-    if (conv && ia[10] != 1) {
-        gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, who, (long long)ia[10]);
+    if (conv && ia[GDL__CONV_GROUPS] != 1) {
+        gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, who,
+                       (long long)ia[GDL__CONV_GROUPS]);
         return NULL;
     }
     if (!(q = (gdl__qlayer *)GPUDL_MALLOC(sizeof *q))) {
@@ -24892,8 +24985,8 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
     q->conv = conv;
     q->relu = relu;
     memcpy(q->ia, ia, sizeof q->ia);
-    q->in = conv ? ia[0] * ia[2] * ia[3] : ia[0];
-    q->out = ia[1];
+    q->in = conv ? ia[GDL__CONV_IN] * ia[GDL__CONV_KH] * ia[GDL__CONV_KW] : ia[GDL__LIN_IN];
+    q->out = conv ? ia[GDL__CONV_OUT] : ia[GDL__LIN_OUT];
     q->per_channel = qc->per_channel != 0;
     q->reduce_range = qc->reduce_range != 0;
     if (act_s) {
@@ -25014,12 +25107,13 @@ static int gdl__qlayer_first_device(const gdl_module *m, gdl_device *d) {
 static int gdl__qlayer_check(const gdl_module *m, const gdl__qlayer *q, const gdl_tensor *x) {
     char want[128];
     const char *where = q->dev.type == GDL_DEVICE_CPU ? "the CPU" : gdl_device_str(q->dev);
-    const int ok = !q->conv ? x->ndim >= 1 && x->shape[x->ndim - 1] == q->in : x->ndim == 4 && x->shape[1] == q->ia[0];
+    const int64_t C = q->ia[GDL__CONV_IN];
+    const int ok = !q->conv ? x->ndim >= 1 && x->shape[x->ndim - 1] == q->in : x->ndim == 4 && x->shape[1] == C;
     if (x->dtype == GDL_F32 && gdl_device_equal(x->device, q->dev) && ok) return 0;
     if (!q->conv) snprintf(want, sizeof want, "f32 [..., %lld] on %s", (long long)q->in, where);
-    else snprintf(want, sizeof want, "f32 [N, %lld, H, W] on %s", (long long)q->ia[0], where);
+    else snprintf(want, sizeof want, "f32 [N, %lld, H, W] on %s", (long long)C, where);
     gdl__set_error("gdl_forward: %s (in=%lld, out=%lld, dtype=qint8): expected input %s, got %s %s on %s%s",
-                   gdl__nn_label(m), (long long)(q->conv ? q->ia[0] : q->in), (long long)q->out, want,
+                   gdl__nn_label(m), (long long)(q->conv ? C : q->in), (long long)q->out, want,
                    gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_device_str(x->device),
                    gdl_device_equal(x->device, q->dev) ? "" : " (the layer moves with gdl_module_to)");
     return -1;
@@ -25060,8 +25154,10 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
     memset(&g, 0, sizeof g);
     if (q->conv) {
         const int64_t *ia = q->ia;
-        const int64_t OH = (x->shape[2] + 2 * ia[6] - ia[8] * (ia[2] - 1) - 1) / ia[4] + 1;
-        const int64_t OW = (x->shape[3] + 2 * ia[7] - ia[9] * (ia[3] - 1) - 1) / ia[5] + 1;
+        const int64_t OH = (x->shape[2] + 2 * ia[GDL__CONV_PH] - ia[GDL__CONV_DH] * (ia[GDL__CONV_KH] - 1) - 1) /
+                               ia[GDL__CONV_SH] + 1;
+        const int64_t OW = (x->shape[3] + 2 * ia[GDL__CONV_PW] - ia[GDL__CONV_DW] * (ia[GDL__CONV_KW] - 1) - 1) /
+                               ia[GDL__CONV_SW] + 1;
         if (OH < 1 || OW < 1) {
             gdl__set_error("gdl_forward: %s: input %s is smaller than the kernel", gdl__nn_label(m), gdl_shape_str(x));
             return NULL;
@@ -25071,8 +25167,11 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
             return NULL;
         }
         N = x->shape[0];
-        g.N = 1; g.C = (int)ia[0]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3]; g.KH = (int)ia[2]; g.KW = (int)ia[3];
-        g.SH = (int)ia[4]; g.SW = (int)ia[5]; g.PH = (int)ia[6]; g.PW = (int)ia[7]; g.DH = (int)ia[8]; g.DW = (int)ia[9];
+        g.N = 1; g.C = (int)ia[GDL__CONV_IN]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3];
+        g.KH = (int)ia[GDL__CONV_KH]; g.KW = (int)ia[GDL__CONV_KW];
+        g.SH = (int)ia[GDL__CONV_SH]; g.SW = (int)ia[GDL__CONV_SW];
+        g.PH = (int)ia[GDL__CONV_PH]; g.PW = (int)ia[GDL__CONV_PW];
+        g.DH = (int)ia[GDL__CONV_DH]; g.DW = (int)ia[GDL__CONV_DW];
         g.OH = (int)OH; g.OW = (int)OW;
         shape[1] = q->out;
         shape[2] = OH;
@@ -25268,7 +25367,8 @@ static gdl_tensor *gdl__qprep_forward(gdl_module *m, gdl_tensor *x) {
     if (o->qat) { /* the input and the weight as the quantized layer will see them */
         if (!(x = gdl__qprep_fq(o, &o->in, x)) || !(w = gdl__qprep_fq_weight(o, w))) return NULL;
     }
-    y = o->conv ? gdl_conv2d_ex(x, w, gdl__nn_param(m, 1), s, p, d, (int)m->ia[10]) : gdl_linear(x, w, gdl__nn_param(m, 1));
+    y = o->conv ? gdl_conv2d_ex(x, w, gdl__nn_param(m, 1), s, p, d, (int)m->ia[GDL__CONV_GROUPS])
+                : gdl_linear(x, w, gdl__nn_param(m, 1));
     if (y && o->relu) y = gdl_relu(y);
     if (y && observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->out, y) < 0) return NULL;
     return o->qat ? gdl__qprep_fq(o, &o->out, y) : y;
@@ -25280,7 +25380,7 @@ static int gdl__is_qprep(const gdl_module *m) { return m && m->kind == GDL__M_CU
    torch.nn.utils.fuse_conv_bn_eval: w' = w * g / sqrt(var + eps) per output channel, b' = (b - mean) * g /
    sqrt(var + eps) + beta (a missing bias taken as 0 and added). 0 / -1. */
 static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *bn) {
-    const int64_t C = m->ia[1];
+    const int64_t C = m->ia[GDL__CONV_OUT];
     const gdl_tensor *st[4]; /* running mean and variance, weight and bias (NULL when not affine) */
     gdl_real *tmp[4] = {NULL, NULL, NULL, NULL};
     const gdl_real *h[4] = {NULL, NULL, NULL, NULL};
@@ -25290,11 +25390,11 @@ static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *b
     int k, rc = 0;
     st[0] = gdl__nn_buffer(bn, 0);
     st[1] = gdl__nn_buffer(bn, 1);
-    st[2] = bn->ia[2] ? gdl__nn_param(bn, 0) : NULL;
-    st[3] = bn->ia[2] ? gdl__nn_param(bn, 1) : NULL;
-    if (!bn->ia[3] || bn->ia[0] != C) {
+    st[2] = bn->ia[GDL__BN_AFFINE] ? gdl__nn_param(bn, 0) : NULL;
+    st[3] = bn->ia[GDL__BN_AFFINE] ? gdl__nn_param(bn, 1) : NULL;
+    if (!bn->ia[GDL__BN_TRACK] || bn->ia[GDL__BN_C] != C) {
         gdl__set_error("%s: %s cannot be folded into the convolution before it: %s", op, gdl__nn_label(bn),
-                       !bn->ia[3] ? "it keeps no running statistics" : "its channels differ");
+                       !bn->ia[GDL__BN_TRACK] ? "it keeps no running statistics" : "its channels differ");
         return -1;
     }
     if (st[0]->dtype != GDL_F32 || w->dtype != GDL_F32 || (st[2] && st[2]->dtype != GDL_F32)) {
@@ -25310,7 +25410,7 @@ static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *b
     if (rc == 0 && (gdl_move_(w, gdl_cpu()) < 0 || gdl_move_(b, gdl_cpu()) < 0)) rc = -1;
     per = w->numel / C;
     for (c = 0; c < C && rc == 0; c++) {
-        const double kc = (h[2] ? (double)h[2][c] : 1.0) / sqrt((double)h[1][c] + bn->fa[0]);
+        const double kc = (h[2] ? (double)h[2][c] : 1.0) / sqrt((double)h[1][c] + bn->fa[GDL__BN_EPS]);
         gdl_real *wc = (gdl_real *)w->data + c * per, *bc = (gdl_real *)b->data + c;
         for (i = 0; i < per; i++) wc[i] = (gdl_real)(wc[i] * kc);
         *bc = (gdl_real)((*bc - h[0][c]) * kc + (h[3] ? h[3][c] : 0));
@@ -25389,7 +25489,7 @@ static int gdl__quant_fusable(const gdl_module *seq, int i, const gdl_module **b
     *relu = 0;
     if (a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D) return 0;
     if (seq->kind != GDL__M_SEQUENTIAL || !b) return 1;
-    if (a->kind == GDL__M_CONV2D && b->kind == GDL__M_BATCHNORM && b->ia[1] == 2) {
+    if (a->kind == GDL__M_CONV2D && b->kind == GDL__M_BATCHNORM && b->ia[GDL__BN_DIMS] == 2) {
         *bn = b;
         *relu = c && c->kind == GDL__M_RELU;
         return 2 + *relu;
@@ -25515,11 +25615,11 @@ static gdl_module *gdl__qrnn_new(const char *op, const gdl_module *m, const gdl_
             for (j = 0; j < 2; j++) { /* ih, hh */
                 const int base = (l * D + d) * per;
                 const gdl_tensor *W = gdl__nn_param(m, base + j), *b = bias ? gdl__nn_param(m, base + 2 + j) : NULL;
-                int64_t ia[12];
+                int64_t ia[GDL__NN_IA];
                 char name[48], who[320];
                 memset(ia, 0, sizeof ia);
-                ia[0] = W->shape[1];
-                ia[1] = W->shape[0];
+                ia[GDL__LIN_IN] = W->shape[1];
+                ia[GDL__LIN_OUT] = W->shape[0];
                 snprintf(name, sizeof name, "%s_l%d%s", j ? "hh" : "ih", l, d ? "_reverse" : "");
                 snprintf(who, sizeof who, "%s's %s", gdl__nn_label(m), m->param[base + j].name);
                 k = gdl__qlayer_new(op, who, GDL__Q_DYNAMIC, 0, 0, ia, W, b, qc, NULL, NULL);
@@ -25551,9 +25651,9 @@ static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode
     if (mode == GDL__QC_DYNAMIC && (m->kind == GDL__M_LSTM || m->kind == GDL__M_GRU) && !m->ia[GDL__RNN_QUANT])
         return gdl__qrnn_new(op, m, qc);
     if ((mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT) && (m->kind == GDL__M_LINEAR || m->kind == GDL__M_CONV2D)) {
-        if (m->kind == GDL__M_CONV2D && m->ia[10] != 1) {
+        if (m->kind == GDL__M_CONV2D && m->ia[GDL__CONV_GROUPS] != 1) {
             gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, gdl__nn_label(m),
-                           (long long)m->ia[10]);
+                           (long long)m->ia[GDL__CONV_GROUPS]);
             return NULL;
         }
         k = gdl__qprep_new(op, m, NULL, 0, mode == GDL__QC_PREPARE_QAT, qc);
@@ -25588,7 +25688,8 @@ static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode
     for (i = 0; i < m->nchild; i++) {
         const gdl_module *ch = m->child[i], *bn;
         int relu, j, nf = mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT ? gdl__quant_fusable(m, i, &bn, &relu) : 0;
-        if (nf > 1 && (ch->kind == GDL__M_LINEAR || ch->ia[10] == 1)) { /* fused: BatchNorm, ReLU become Identities */
+        /* fused: BatchNorm, ReLU become Identities */
+        if (nf > 1 && (ch->kind == GDL__M_LINEAR || ch->ia[GDL__CONV_GROUPS] == 1)) {
             k = gdl__qprep_new(op, ch, bn, relu, mode == GDL__QC_PREPARE_QAT, qc);
             if (!k || gdl__nn_add_child(op, c, ch->name, k) < 0) goto fail;
             if (!bn && gdl__qties_params(op, T, ch, k) < 0) goto fail; /* a folded weight is another tensor */
@@ -25812,7 +25913,8 @@ static int gdl__qlist_qlayer(const char *op, gdl__qlist *L, const char *path, gd
         if (!(e = gdl__qlist_add(op, L, path, "weight_int8", "I8"))) return -1;
         e->ndim = 2; e->shape[0] = q->out; e->shape[1] = q->in; e->numel = q->out * q->in; e->raw = q->w; e->q = q;
         if (q->conv) { /* Conv2d's [out, in, kh, kw] */
-            e->ndim = 4; e->shape[1] = q->ia[0]; e->shape[2] = q->ia[2]; e->shape[3] = q->ia[3];
+            e->ndim = 4; e->shape[1] = q->ia[GDL__CONV_IN]; e->shape[2] = q->ia[GDL__CONV_KH];
+            e->shape[3] = q->ia[GDL__CONV_KW];
         }
         if (!(e = gdl__qlist_add(op, L, path, "weight_scale", "F32"))) return -1;
         e->ndim = 1; e->shape[0] = ns; e->numel = ns; e->raw = q->w_scale;
@@ -26272,14 +26374,14 @@ static int gdl__x_fold_bn(gdl__xnet *N, const gdl_module *bn, int64_t C, int64_t
     float *st[4] = {NULL, NULL, NULL, NULL}; /* running mean, running var, gamma, beta */
     int64_t c, i;
     int k, rc = 0;
-    if (!bn->ia[3]) return gdl__x_refuse(N, bn, "it keeps no running statistics (eval mode uses the batch's)");
-    if (bn->ia[0] != C) return gdl__x_refuse(N, bn, "its channels differ from the layer's before it");
+    if (!bn->ia[GDL__BN_TRACK]) return gdl__x_refuse(N, bn, "it keeps no running statistics (eval mode uses the batch's)");
+    if (bn->ia[GDL__BN_C] != C) return gdl__x_refuse(N, bn, "its channels differ from the layer's before it");
     for (k = 0; k < 4 && rc == 0; k++) {
-        const gdl_tensor *t = k < 2 ? gdl__nn_buffer(bn, k) : bn->ia[2] ? gdl__nn_param(bn, k - 2) : NULL;
+        const gdl_tensor *t = k < 2 ? gdl__nn_buffer(bn, k) : bn->ia[GDL__BN_AFFINE] ? gdl__nn_param(bn, k - 2) : NULL;
         if (t && !(st[k] = gdl__x_floats(N->fn, t))) rc = -1;
     }
     for (c = 0; c < C && rc == 0; c++) {
-        const double kc = (st[2] ? (double)st[2][c] : 1.0) / sqrt((double)st[1][c] + bn->fa[0]);
+        const double kc = (st[2] ? (double)st[2][c] : 1.0) / sqrt((double)st[1][c] + bn->fa[GDL__BN_EPS]);
         for (i = 0; i < per; i++) w[c * per + i] = (float)(w[c * per + i] * kc);
         b[c] = (float)((b[c] - st[0][c]) * kc + (st[3] ? st[3][c] : 0));
     }
@@ -26301,27 +26403,27 @@ static gdl__xop *gdl__x_layer_op(gdl__xnet *N, const gdl_module *m, int conv, co
     gdl__xop *o;
     int k;
     if (!conv) {
-        if (v->d[v->ndim - 1] != a[0]) {
-            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+        if (v->d[v->ndim - 1] != a[GDL__LIN_IN]) {
+            snprintf(want, sizeof want, "[..., %lld]", (long long)a[GDL__LIN_IN]);
             gdl__x_shape_error(N, m, x, want);
             return NULL;
         }
         memcpy(d, v->d, sizeof d);
-        d[v->ndim - 1] = a[1];
+        d[v->ndim - 1] = a[GDL__LIN_OUT];
         if (!(o = gdl__x_op(N, GDL__XO_LINEAR, x, v->ndim, d))) return NULL;
         v = &N->v[x];
-        o->g[0] = (int)(v->n / a[0]); o->g[1] = (int)a[0]; o->g[2] = (int)a[1];
-        snprintf(o->what, sizeof o->what, "%s %lld -> %lld", gdl__nn_label(m), (long long)a[0], (long long)a[1]);
+        o->g[0] = (int)(v->n / a[GDL__LIN_IN]); o->g[1] = (int)a[GDL__LIN_IN]; o->g[2] = (int)a[GDL__LIN_OUT];
+        snprintf(o->what, sizeof o->what, "%s %lld -> %lld", gdl__nn_label(m), (long long)a[GDL__LIN_IN], (long long)a[GDL__LIN_OUT]);
         return o;
     }
-    if (v->ndim != 3 || v->d[0] != a[0]) {
-        snprintf(want, sizeof want, "[1,%lld,H,W]", (long long)a[0]);
+    if (v->ndim != 3 || v->d[0] != a[GDL__CONV_IN]) {
+        snprintf(want, sizeof want, "[1,%lld,H,W]", (long long)a[GDL__CONV_IN]);
         gdl__x_shape_error(N, m, x, want);
         return NULL;
     }
-    d[0] = a[1];
-    d[1] = gdl__x_win(v->d[1], a[2], a[4], a[6], a[8]);
-    d[2] = gdl__x_win(v->d[2], a[3], a[5], a[7], a[9]);
+    d[0] = a[GDL__CONV_OUT];
+    d[1] = gdl__x_win(v->d[1], a[GDL__CONV_KH], a[GDL__CONV_SH], a[GDL__CONV_PH], a[GDL__CONV_DH]);
+    d[2] = gdl__x_win(v->d[2], a[GDL__CONV_KW], a[GDL__CONV_SW], a[GDL__CONV_PW], a[GDL__CONV_DW]);
     if (d[1] < 1 || d[2] < 1) {
         gdl__x_shape_error(N, m, x, "at least as large as the kernel");
         return NULL;
@@ -26329,8 +26431,8 @@ static gdl__xop *gdl__x_layer_op(gdl__xnet *N, const gdl_module *m, int conv, co
     if (!(o = gdl__x_op(N, GDL__XO_CONV, x, 3, d))) return NULL;
     v = &N->v[x];
     o->g[0] = (int)v->d[0]; o->g[1] = (int)v->d[1]; o->g[2] = (int)v->d[2];
-    for (k = 0; k < 9; k++) o->g[3 + k] = (int)a[1 + k]; /* OC, KH, KW, SH, SW, PH, PW, DH, DW */
-    o->g[12] = (int)a[10];
+    for (k = 0; k < 9; k++) o->g[3 + k] = (int)a[GDL__CONV_OUT + k]; /* OC, KH, KW, SH, SW, PH, PW, DH, DW */
+    o->g[12] = (int)a[GDL__CONV_GROUPS];
     o->g[13] = (int)d[1]; o->g[14] = (int)d[2];
     snprintf(o->what, sizeof o->what, "%s %lldx%lldx%lld -> %lldx%lldx%lld", gdl__nn_label(m), (long long)v->d[0],
              (long long)v->d[1], (long long)v->d[2], (long long)d[0], (long long)d[1], (long long)d[2]);
@@ -26340,12 +26442,12 @@ static gdl__xop *gdl__x_layer_op(gdl__xnet *N, const gdl_module *m, int conv, co
 /* an f32 Linear or Conv2d m, with BatchNorm bn (or NULL) folded in and activation act, on value x */
 static int gdl__x_layer(gdl__xnet *N, const gdl_module *m, const gdl_module *bn, int act, int x) {
     const int conv = m->kind == GDL__M_CONV2D;
-    const int64_t out = m->ia[1];
+    const int64_t out = m->ia[conv ? GDL__CONV_OUT : GDL__LIN_OUT];
     gdl__xop *o;
     if (N->int8)
         return gdl__x_refuse(N, m, "a float layer in a quantized model (the INT8 export is integer arithmetic "
                                    "only: quantize every Linear / Conv2d with gdl_quant_prepare and convert)");
-    if (bn && bn->ia[1] != (conv ? 2 : 1))
+    if (bn && bn->ia[GDL__BN_DIMS] != (conv ? 2 : 1))
         return gdl__x_refuse(N, bn, conv ? "a BatchNorm1d after a Conv2d" : "a BatchNorm2d after a Linear");
     if (bn && !conv && N->v[x].ndim != 1) return gdl__x_refuse(N, bn, "a BatchNorm1d over [N, C, L] after a Linear");
     if (!(o = gdl__x_layer_op(N, m, conv, m->ia, x))) return -1;
@@ -26479,7 +26581,7 @@ static int gdl__x_pool(gdl__xnet *N, const gdl_module *m, int x) {
     int64_t d[3], k, s, p;
     gdl__xop *o;
     if (v->ndim != 3) return gdl__x_shape_error(N, m, x, "[1,C,H,W]");
-    k = gap ? 0 : m->ia[0], s = gap ? 1 : m->ia[1], p = gap ? 0 : m->ia[2];
+    k = gap ? 0 : m->ia[GDL__POOL_K], s = gap ? 1 : m->ia[GDL__POOL_S], p = gap ? 0 : m->ia[GDL__POOL_P];
     if (N->int8 && !N->nq && m->kind != GDL__M_MAXPOOL)
         return gdl__x_refuse(N, m, "it comes before the first quantized layer (the INT8 export takes its input "
                                    "quantized with that layer's parameters)");
@@ -26510,7 +26612,7 @@ static int gdl__x_act(gdl__xnet *N, const gdl_module *m, int x, int act) {
         return gdl__x_refuse(N, m, "it needs libm's expf / tanhf and opts.no_libm is set");
     if (!(o = gdl__x_op(N, GDL__XO_ACT, x, N->v[x].ndim, N->v[x].d))) return -1;
     o->act = act;
-    o->slope = (float)m->fa[0];
+    o->slope = (float)m->fa[GDL__LEAKY_SLOPE];
     o->g[0] = (int)N->v[x].n;
     o->zx = o->zy = N->qz, o->lo = N->qz, o->hi = N->qmax;
     snprintf(o->what, sizeof o->what, "%s", gdl__nn_label(m));
@@ -26570,7 +26672,7 @@ static int gdl__x_lower(gdl__xnet *N, gdl_module *m, int x) {
     case GDL__M_IDENTITY:
     case GDL__M_DROPOUT: return x; /* eval mode */
     case GDL__M_FLATTEN: {
-        int64_t d[3], sd = m->ia[0] < 0 ? m->ia[0] + v->ndim + 1 : m->ia[0], k, nd;
+        int64_t d[3], sd = m->ia[GDL__FLATTEN_START] < 0 ? m->ia[GDL__FLATTEN_START] + v->ndim + 1 : m->ia[GDL__FLATTEN_START], k, nd;
         if (sd < 0 || sd > v->ndim) return gdl__x_shape_error(N, m, x, "with the dim it flattens from");
         if (sd <= 1) { /* the batch dim is 1: flattening from 0 or 1 leaves the sample's elements */
             d[0] = v->n;
@@ -26592,7 +26694,7 @@ static int gdl__x_lower(gdl__xnet *N, gdl_module *m, int x) {
         int y, s;
         if (N->int8) return gdl__x_refuse(N, m, "residual blocks are exported in f32 models only");
         if ((y = gdl__x_lower(N, m->child[0], x)) < 0) return -1;
-        if ((s = m->ia[0] ? gdl__x_lower(N, m->child[1], x) : x) < 0) return -1;
+        if ((s = m->ia[GDL__RES_SHORTCUT] ? gdl__x_lower(N, m->child[1], x) : x) < 0) return -1;
         return gdl__x_add_relu(N, m, y, s);
     }
     case GDL__M_CUSTOM:

@@ -1142,24 +1142,6 @@ static void gdl__cu_coalesce(int ndim, const int64_t *shape, const int64_t *astr
     }
 }
 
-// gpudl.h's gdl__bin1 in f32 (enum gdl_binary_op)
-__device__ __forceinline__ float gdl__bin1(int op, float x, float y) {
-    switch (op) {
-    case GDL_BIN_ADD: return x + y;
-    case GDL_BIN_SUB: return x - y;
-    case GDL_BIN_MUL: return x * y;
-    case GDL_BIN_DIV: return x / y;
-    case GDL_BIN_MIN: return x != x ? x : y != y ? y : x < y ? x : y;
-    case GDL_BIN_MAX: return x != x ? x : y != y ? y : x > y ? x : y;
-    case GDL_BIN_POW: return powf(x, y);
-    case GDL_BIN_MAX_DA: return x > y ? 1.0f : x == y ? 0.5f : x < y ? 0.0f : 1.0f;
-    case GDL_BIN_MIN_DA: return x < y ? 1.0f : x == y ? 0.5f : x > y ? 0.0f : 1.0f;
-    case GDL_BIN_POW_DA: return y == 0 ? 0.0f : y * powf(x, y - 1.0f);
-    case GDL_BIN_POW_DB: return x == 0 && y >= 0 ? 0.0f : powf(x, y) * logf(x);
-    default: return y == 0 ? 0.0f : x * y; /* GDL_BIN_GRAD_SCALE */
-    }
-}
-
 // ND: the number of dims after coalescing (0: a scalar op), as a template
 // argument so the index arithmetic unrolls. TA, TB, TO: the storage types of
 // a, b and out, each float, __half or __nv_bfloat16 (any mix: the *_lp
@@ -1175,7 +1157,7 @@ __global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const TA *a, 
             oa += id * g.as[d];
             ob += id * g.bs[d];
         }
-        out[i] = gdl__st<TO>(gdl__bin1(op, gdl__ld(a[oa]), gdl__ld(b[ob])));
+        out[i] = gdl__st<TO>(gdl_binary1_float((enum gdl_binary_op)op, gdl__ld(a[oa]), gdl__ld(b[ob])));
     }
 }
 
@@ -1390,58 +1372,11 @@ static int gdl__cu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const
     });
 }
 
-#define GDL__CU_SQRT_2_OVER_PI 0.7978845608028654f
-#define GDL__CU_INV_SQRT_2 0.7071067811865476f
-
-__device__ __forceinline__ float gdl__unary1(int op, float x, float alpha) {
-    switch (op) {
-    case GDL_UN_RELU: return x > 0 ? x : 0.0f;
-    case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x;
-    case GDL_UN_SIGMOID: return 1.0f / (1.0f + expf(-x));
-    case GDL_UN_TANH: return tanhf(x);
-    case GDL_UN_GELU_ERF: return 0.5f * x * (1.0f + erff(x * GDL__CU_INV_SQRT_2));
-    case GDL_UN_GELU_TANH: return 0.5f * x * (1.0f + tanhf(GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x)));
-    case GDL_UN_EXP: return expf(x);
-    case GDL_UN_LOG: return logf(x);
-    case GDL_UN_SQRT: return sqrtf(x);
-    case GDL_UN_RSQRT: return 1.0f / sqrtf(x);
-    case GDL_UN_ABS: return fabsf(x);
-    case GDL_UN_CLAMP_MIN: return x < alpha ? alpha : x;
-    case GDL_UN_CLAMP_MAX: return x > alpha ? alpha : x;
-    case GDL_UN_SCALE: return alpha * x;
-    case GDL_UN_ADD_SCALAR: return x + alpha;
-    default: return powf(x, alpha); /* GDL_UN_POW */
-    }
-}
-
-// d y / d x at x, y = f(x) given
-__device__ __forceinline__ float gdl__unary_grad1(int op, float x, float y, float alpha) {
-    switch (op) {
-    case GDL_UN_RELU: return x > 0 ? 1.0f : 0.0f;
-    case GDL_UN_LEAKY_RELU: return x > 0 ? 1.0f : alpha;
-    case GDL_UN_SIGMOID: return y * (1.0f - y);
-    case GDL_UN_TANH: return 1.0f - y * y;
-    case GDL_UN_GELU_ERF:
-        return 0.5f * (1.0f + erff(x * GDL__CU_INV_SQRT_2)) + x * expf(-0.5f * x * x) * 0.3989422804014327f;
-    case GDL_UN_GELU_TANH: {
-        float u = GDL__CU_SQRT_2_OVER_PI * (x + 0.044715f * x * x * x), th = tanhf(u);
-        return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * GDL__CU_SQRT_2_OVER_PI * (1.0f + 3.0f * 0.044715f * x * x);
-    }
-    case GDL_UN_EXP: return y;
-    case GDL_UN_LOG: return 1.0f / x;
-    case GDL_UN_SQRT: return 0.5f / y;
-    case GDL_UN_RSQRT: return -0.5f * y * y * y;
-    case GDL_UN_ABS: return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f;
-    case GDL_UN_CLAMP_MIN: return x >= alpha ? 1.0f : 0.0f;
-    case GDL_UN_CLAMP_MAX: return x <= alpha ? 1.0f : 0.0f;
-    case GDL_UN_SCALE: return alpha;
-    case GDL_UN_ADD_SCALAR: return 1.0f;
-    default: return alpha * powf(x, alpha - 1.0f); /* GDL_UN_POW */
-    }
-}
+// The op math (gdl_unary1_float, gdl_unary_grad1_float, gdl_binary1_float) is gpudl.h's
+// (src/api/op_math.h), the CPU's in f32: one definition for both backends.
 
 template <typename T> __global__ void gdl__k_unary(int op, int64_t n, const T *x, T *y, float alpha) {
-    GDL_CU_LOOP(i, n) y[i] = gdl__st<T>(gdl__unary1(op, gdl__ld(x[i]), alpha));
+    GDL_CU_LOOP(i, n) y[i] = gdl__st<T>(gdl_unary1_float((enum gdl_unary_op)op, gdl__ld(x[i]), alpha));
 }
 
 // ReLU (and clamp) selects gy as the CPU does (x > 0 ? gy : 0) rather than multiplying
@@ -1463,7 +1398,7 @@ __global__ void gdl__k_unary_backward(int op, int64_t n, const T *x, const T *y,
         return;
     }
     GDL_CU_LOOP(i, n) {
-        float g = gdl__ld(gy[i]), d = gdl__unary_grad1(op, gdl__ld(x[i]), gdl__ld(y[i]), alpha);
+        float g = gdl__ld(gy[i]), d = gdl_unary_grad1_float((enum gdl_unary_op)op, gdl__ld(x[i]), gdl__ld(y[i]), alpha);
         gx[i] = gdl__st<T>((acc ? gdl__ld(gx[i]) : 0.0f) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));
     }
 }
@@ -2019,17 +1954,19 @@ static int gdl__cu_lt_matmul(int act, int M, int N, int K, const float *x, const
 
 // ----------------------------------------------------------------------------
 // fused bias + activation (gdl_linear_act, gdl_conv2d_act): the arithmetic of
-// the unfused kernels (the binary add, gdl__unary1, unary_backward adding to a
+// the unfused kernels (the binary add, gdl_unary1_float, unary_backward adding to a
 // zeroed gradient, reduce's summation order), so fused and unfused agree bit
 // for bit wherever the GEMMs do
 
 __device__ __forceinline__ float gdl__act1(int act, float v) {
-    return act < 0 ? v : act == GDL_UN_RELU ? (v > 0 ? v : 0.0f) : gdl__unary1(act, v, 0.0f);
+    return act < 0 ? v : act == GDL_UN_RELU ? (v > 0 ? v : 0.0f) : gdl_unary1_float((enum gdl_unary_op)act, v, 0.0f);
 }
 
 // ReLU selects (as unary_backward does); pre may be ReLU's output
 __device__ __forceinline__ float gdl__act_grad(int act, float pre, float gy) {
-    return 0.0f + (act < 0 ? gy : act == GDL_UN_RELU ? (pre > 0 ? gy : 0.0f) : gy * gdl__unary_grad1(act, pre, 0.0f, 0.0f));
+    return 0.0f + (act < 0 ? gy
+                   : act == GDL_UN_RELU ? (pre > 0 ? gy : 0.0f)
+                   : gy * gdl_unary_grad1_float((enum gdl_unary_op)act, pre, 0.0f, 0.0f));
 }
 
 __global__ void gdl__k_bias_act(int act, int64_t n, int64_t C, int64_t inner, const float *bias, float *y, float *pre) {

@@ -1,16 +1,18 @@
 // ----------------------------------------------------------------------------
 // fused bias + activation (gdl_linear_act, gdl_conv2d_act): the arithmetic of
-// the unfused kernels (the binary add, gdl__unary1, unary_backward adding to a
+// the unfused kernels (the binary add, gdl_unary1_float, unary_backward adding to a
 // zeroed gradient, reduce's summation order), so fused and unfused agree bit
 // for bit wherever the GEMMs do
 
 __device__ __forceinline__ float gdl__act1(int act, float v) {
-    return act < 0 ? v : act == GDL_UN_RELU ? (v > 0 ? v : 0.0f) : gdl__unary1(act, v, 0.0f);
+    return act < 0 ? v : act == GDL_UN_RELU ? (v > 0 ? v : 0.0f) : gdl_unary1_float((enum gdl_unary_op)act, v, 0.0f);
 }
 
 // ReLU selects (as unary_backward does); pre may be ReLU's output
 __device__ __forceinline__ float gdl__act_grad(int act, float pre, float gy) {
-    return 0.0f + (act < 0 ? gy : act == GDL_UN_RELU ? (pre > 0 ? gy : 0.0f) : gy * gdl__unary_grad1(act, pre, 0.0f, 0.0f));
+    return 0.0f + (act < 0 ? gy
+                   : act == GDL_UN_RELU ? (pre > 0 ? gy : 0.0f)
+                   : gy * gdl_unary_grad1_float((enum gdl_unary_op)act, pre, 0.0f, 0.0f));
 }
 
 __global__ void gdl__k_bias_act(int act, int64_t n, int64_t C, int64_t inner, const float *bias, float *y, float *pre) {

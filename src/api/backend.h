@@ -6,23 +6,6 @@
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */
 
-/* MIN, MAX, POW: torch.minimum, maximum and pow (NaN propagates through min and max); the rest are their
-   derivatives, for the backwards: MAX_DA = d max(a,b)/da (1 where a > b, 1/2 on a tie, 0 where a < b, 1
-   where unordered; MIN_DA the same for min; d/db is the same code with a and b swapped), POW_DA = d a^b/da
-   (0 where b == 0), POW_DB = d a^b/db (0 where a == 0 and b >= 0), GRAD_SCALE = a * b but exactly 0 where
-   b == 0 (PyTorch masks such gradients: an infinite one does not become NaN) */
-enum gdl_binary_op {
-    GDL_BIN_ADD, GDL_BIN_SUB, GDL_BIN_MUL, GDL_BIN_DIV, GDL_BIN_MIN, GDL_BIN_MAX, GDL_BIN_POW,
-    GDL_BIN_MAX_DA, GDL_BIN_MIN_DA, GDL_BIN_POW_DA, GDL_BIN_POW_DB, GDL_BIN_GRAD_SCALE
-};
-/* CLAMP_MIN / CLAMP_MAX: max(x, alpha) / min(x, alpha), NaN kept, the gradient passing where x >= alpha /
-   x <= alpha (torch.clamp_min / clamp_max) */
-enum gdl_unary_op {
-    GDL_UN_RELU, GDL_UN_LEAKY_RELU, GDL_UN_SIGMOID, GDL_UN_TANH, GDL_UN_GELU_ERF,
-    GDL_UN_GELU_TANH, GDL_UN_EXP, GDL_UN_LOG, GDL_UN_SCALE, GDL_UN_ADD_SCALAR,
-    GDL_UN_POW, GDL_UN_SQRT, GDL_UN_RSQRT, GDL_UN_ABS, GDL_UN_CLAMP_MIN, GDL_UN_CLAMP_MAX
-};
-
 enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX };
 enum gdl_pointwise_loss { GDL_LOSS_MSE, GDL_LOSS_BCE_LOGITS };
 
@@ -428,12 +411,6 @@ typedef struct gdl_backend {
     const char *name;
     GDL_BACKEND_ENTRIES(GDL__BACKEND_MEMBER)
 } gdl_backend;
-
-#ifdef __CUDACC__
-#define GDL_HD __host__ __device__
-#else
-#define GDL_HD
-#endif
 
 /* The dropout mask both backends use: a counter-based hash, bit-identical
    on every device. */

@@ -375,6 +375,7 @@
    api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler
    api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
    api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
+   api/op_math.h            the elementwise ops' codes and their scalar math, one definition for the CPU and CUDA kernels
    api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
    impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets

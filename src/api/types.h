@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h> /* the elementwise ops' scalar math (src/api/op_math.h); here, outside extern "C" */
 
 #ifdef GPUDL_STATIC
 #if defined(__GNUC__) || defined(__clang__)

@@ -9,23 +9,8 @@ typedef struct gdl__iter {
     int64_t idx[GDL_MAX_DIMS];
 } gdl__iter;
 
-/* one element of a binary op (enum gdl_binary_op); the CUDA backend's gdl__bin1 is the same in f32 */
-static gdl_real gdl__bin1(int op, gdl_real a, gdl_real b) {
-    switch (op) {
-    case GDL_BIN_ADD: return a + b;
-    case GDL_BIN_SUB: return a - b;
-    case GDL_BIN_MUL: return a * b;
-    case GDL_BIN_DIV: return a / b;
-    case GDL_BIN_MIN: return a != a ? a : b != b ? b : a < b ? a : b;
-    case GDL_BIN_MAX: return a != a ? a : b != b ? b : a > b ? a : b;
-    case GDL_BIN_POW: return (gdl_real)pow((double)a, (double)b);
-    case GDL_BIN_MAX_DA: return a > b ? 1 : a == b ? (gdl_real)0.5 : a < b ? 0 : 1;
-    case GDL_BIN_MIN_DA: return a < b ? 1 : a == b ? (gdl_real)0.5 : a > b ? 0 : 1;
-    case GDL_BIN_POW_DA: return b == 0 ? 0 : (gdl_real)((double)b * pow((double)a, (double)b - 1));
-    case GDL_BIN_POW_DB: return a == 0 && b >= 0 ? 0 : (gdl_real)(pow((double)a, (double)b) * log((double)a));
-    default: return b == 0 ? 0 : a * b; /* GDL_BIN_GRAD_SCALE */
-    }
-}
+/* one element of a binary op (enum gdl_binary_op): src/api/op_math.h's, the CPU's definition */
+static gdl_real gdl__bin1(int op, gdl_real a, gdl_real b) { return gdl_binary1_real((enum gdl_binary_op)op, a, b); }
 
 /* one row of a binary op: o[i] = a[i*sa] op b[i*sb]; the contiguous and
    broadcast-scalar cases of the four arithmetic ops get their own loops so
@@ -39,7 +24,7 @@ static void gdl__bin_row(int op, int64_t n, const gdl_real *a, int64_t sa, const
         case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + b[i]; break;
         case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - b[i]; break;
         case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * b[i]; break;
-        default: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
+        case GDL_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i] / b[i]; break;
         }
     } else if (sa == 1 && sb == 0) {
         const gdl_real v = b[0];
@@ -47,14 +32,14 @@ static void gdl__bin_row(int op, int64_t n, const gdl_real *a, int64_t sa, const
         case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i] + v; break;
         case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i] - v; break;
         case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i] * v; break;
-        default: for (i = 0; i < n; i++) o[i] = a[i] / v; break;
+        case GDL_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i] / v; break;
         }
     } else {
         switch (op) {
         case GDL_BIN_ADD: for (i = 0; i < n; i++) o[i] = a[i * sa] + b[i * sb]; break;
         case GDL_BIN_SUB: for (i = 0; i < n; i++) o[i] = a[i * sa] - b[i * sb]; break;
         case GDL_BIN_MUL: for (i = 0; i < n; i++) o[i] = a[i * sa] * b[i * sb]; break;
-        default: for (i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; break;
+        case GDL_BIN_DIV: for (i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; break;
         }
     }
 }
@@ -110,9 +95,6 @@ static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, 
     }
     return 0;
 }
-
-#define GDL__SQRT_2_OVER_PI 0.7978845608028654
-#define GDL__INV_SQRT_2 0.7071067811865476
 
 #ifndef GPUDL_DOUBLE
 /* Exact GELU in f32 without libm's double erf (libm's was a fifth of
@@ -329,11 +311,9 @@ static __m256 gdl__gelu_grad8(__m256 x) {
 #endif
 static gdl_real gdl__gelu1(gdl_real x) { return gdl__gelu_f32(x); }
 static double gdl__gelu_grad1(double x) { return gdl__gelu_grad_f32((float)x); } /* x: a float */
-#else /* GPUDL_DOUBLE: libm's double erf, PyTorch's float64 numerics */
-static gdl_real gdl__gelu1(gdl_real x) { return (gdl_real)(0.5 * x * (1.0 + erf(x * GDL__INV_SQRT_2))); }
-static double gdl__gelu_grad1(double x) {
-    return 0.5 * (1 + erf(x * GDL__INV_SQRT_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
-}
+#else /* GPUDL_DOUBLE: the erf formula of src/api/op_math.h in double (libm's erf), PyTorch's float64 numerics */
+static gdl_real gdl__gelu1(gdl_real x) { return gdl_unary1_real(GDL_UN_GELU_ERF, x, 0); }
+static double gdl__gelu_grad1(double x) { return gdl_unary_grad1_real(GDL_UN_GELU_ERF, x, 0, 0); }
 #endif
 
 /* y = GELU(x) over n (y may be x) */
@@ -396,51 +376,17 @@ static void gdl__relu_rows(const gdl_real *x, gdl_real *y, int64_t n) {
     for (; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
 }
 
+/* y = f(x; alpha): src/api/op_math.h's, the CPU's definition, but for GELU (erf): the CPU's own gdl__gelu1
+   (in f32 builds the polynomial gdl__gelu_f32; op_math.h says why it stays apart) */
 static gdl_real gdl__unary1(int op, gdl_real x, gdl_real alpha) {
-    switch (op) {
-    case GDL_UN_RELU: return x > 0 ? x : 0;
-    case GDL_UN_LEAKY_RELU: return x > 0 ? x : alpha * x;
-    case GDL_UN_SIGMOID: return (gdl_real)(1.0 / (1.0 + exp(-(double)x)));
-    case GDL_UN_TANH: return (gdl_real)tanh((double)x);
-    case GDL_UN_GELU_ERF: return gdl__gelu1(x);
-    case GDL_UN_GELU_TANH:
-        return (gdl_real)(0.5 * x * (1.0 + tanh(GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x))));
-    case GDL_UN_EXP: return (gdl_real)exp((double)x);
-    case GDL_UN_LOG: return (gdl_real)log((double)x);
-    case GDL_UN_SQRT: return (gdl_real)sqrt((double)x);
-    case GDL_UN_RSQRT: return (gdl_real)(1.0 / sqrt((double)x));
-    case GDL_UN_ABS: return (gdl_real)fabs((double)x);
-    case GDL_UN_CLAMP_MIN: return x < alpha ? alpha : x;
-    case GDL_UN_CLAMP_MAX: return x > alpha ? alpha : x;
-    case GDL_UN_SCALE: return alpha * x;
-    case GDL_UN_ADD_SCALAR: return x + alpha;
-    default: return (gdl_real)pow((double)x, (double)alpha); /* GDL_UN_POW */
-    }
+    if (op == GDL_UN_GELU_ERF) return gdl__gelu1(x);
+    return gdl_unary1_real((enum gdl_unary_op)op, x, alpha);
 }
 
-/* d y / d x at x (y = f(x) given) */
+/* d y / d x at x (y = f(x) given), in double, likewise */
 static double gdl__unary_grad1(int op, double x, double y, double alpha) {
-    switch (op) {
-    case GDL_UN_RELU: return x > 0 ? 1 : 0;
-    case GDL_UN_LEAKY_RELU: return x > 0 ? 1 : alpha;
-    case GDL_UN_SIGMOID: return y * (1 - y);
-    case GDL_UN_TANH: return 1 - y * y;
-    case GDL_UN_GELU_ERF: return gdl__gelu_grad1(x);
-    case GDL_UN_GELU_TANH: {
-        double u = GDL__SQRT_2_OVER_PI * (x + 0.044715 * x * x * x), th = tanh(u);
-        return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * GDL__SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x);
-    }
-    case GDL_UN_EXP: return y;
-    case GDL_UN_LOG: return 1 / x;
-    case GDL_UN_SQRT: return 0.5 / y;      /* PyTorch: grad / (2 * result) */
-    case GDL_UN_RSQRT: return -0.5 * y * y * y; /* -0.5 * grad * result^3 */
-    case GDL_UN_ABS: return x > 0 ? 1 : x < 0 ? -1 : 0; /* sgn: 0 at 0 and NaN */
-    case GDL_UN_CLAMP_MIN: return x >= alpha ? 1 : 0;
-    case GDL_UN_CLAMP_MAX: return x <= alpha ? 1 : 0;
-    case GDL_UN_SCALE: return alpha;
-    case GDL_UN_ADD_SCALAR: return 1;
-    default: return alpha * pow(x, alpha - 1); /* GDL_UN_POW */
-    }
+    if (op == GDL_UN_GELU_ERF) return gdl__gelu_grad1(x);
+    return gdl_unary_grad1_real((enum gdl_unary_op)op, x, y, alpha);
 }
 
 /* the cheap ops get their own loops (they vectorise); the rest go through

@@ -146,14 +146,14 @@ static int gdl__x_fold_bn(gdl__xnet *N, const gdl_module *bn, int64_t C, int64_t
     float *st[4] = {NULL, NULL, NULL, NULL}; /* running mean, running var, gamma, beta */
     int64_t c, i;
     int k, rc = 0;
-    if (!bn->ia[3]) return gdl__x_refuse(N, bn, "it keeps no running statistics (eval mode uses the batch's)");
-    if (bn->ia[0] != C) return gdl__x_refuse(N, bn, "its channels differ from the layer's before it");
+    if (!bn->ia[GDL__BN_TRACK]) return gdl__x_refuse(N, bn, "it keeps no running statistics (eval mode uses the batch's)");
+    if (bn->ia[GDL__BN_C] != C) return gdl__x_refuse(N, bn, "its channels differ from the layer's before it");
     for (k = 0; k < 4 && rc == 0; k++) {
-        const gdl_tensor *t = k < 2 ? gdl__nn_buffer(bn, k) : bn->ia[2] ? gdl__nn_param(bn, k - 2) : NULL;
+        const gdl_tensor *t = k < 2 ? gdl__nn_buffer(bn, k) : bn->ia[GDL__BN_AFFINE] ? gdl__nn_param(bn, k - 2) : NULL;
         if (t && !(st[k] = gdl__x_floats(N->fn, t))) rc = -1;
     }
     for (c = 0; c < C && rc == 0; c++) {
-        const double kc = (st[2] ? (double)st[2][c] : 1.0) / sqrt((double)st[1][c] + bn->fa[0]);
+        const double kc = (st[2] ? (double)st[2][c] : 1.0) / sqrt((double)st[1][c] + bn->fa[GDL__BN_EPS]);
         for (i = 0; i < per; i++) w[c * per + i] = (float)(w[c * per + i] * kc);
         b[c] = (float)((b[c] - st[0][c]) * kc + (st[3] ? st[3][c] : 0));
     }
@@ -175,27 +175,27 @@ static gdl__xop *gdl__x_layer_op(gdl__xnet *N, const gdl_module *m, int conv, co
     gdl__xop *o;
     int k;
     if (!conv) {
-        if (v->d[v->ndim - 1] != a[0]) {
-            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+        if (v->d[v->ndim - 1] != a[GDL__LIN_IN]) {
+            snprintf(want, sizeof want, "[..., %lld]", (long long)a[GDL__LIN_IN]);
             gdl__x_shape_error(N, m, x, want);
             return NULL;
         }
         memcpy(d, v->d, sizeof d);
-        d[v->ndim - 1] = a[1];
+        d[v->ndim - 1] = a[GDL__LIN_OUT];
         if (!(o = gdl__x_op(N, GDL__XO_LINEAR, x, v->ndim, d))) return NULL;
         v = &N->v[x];
-        o->g[0] = (int)(v->n / a[0]); o->g[1] = (int)a[0]; o->g[2] = (int)a[1];
-        snprintf(o->what, sizeof o->what, "%s %lld -> %lld", gdl__nn_label(m), (long long)a[0], (long long)a[1]);
+        o->g[0] = (int)(v->n / a[GDL__LIN_IN]); o->g[1] = (int)a[GDL__LIN_IN]; o->g[2] = (int)a[GDL__LIN_OUT];
+        snprintf(o->what, sizeof o->what, "%s %lld -> %lld", gdl__nn_label(m), (long long)a[GDL__LIN_IN], (long long)a[GDL__LIN_OUT]);
         return o;
     }
-    if (v->ndim != 3 || v->d[0] != a[0]) {
-        snprintf(want, sizeof want, "[1,%lld,H,W]", (long long)a[0]);
+    if (v->ndim != 3 || v->d[0] != a[GDL__CONV_IN]) {
+        snprintf(want, sizeof want, "[1,%lld,H,W]", (long long)a[GDL__CONV_IN]);
         gdl__x_shape_error(N, m, x, want);
         return NULL;
     }
-    d[0] = a[1];
-    d[1] = gdl__x_win(v->d[1], a[2], a[4], a[6], a[8]);
-    d[2] = gdl__x_win(v->d[2], a[3], a[5], a[7], a[9]);
+    d[0] = a[GDL__CONV_OUT];
+    d[1] = gdl__x_win(v->d[1], a[GDL__CONV_KH], a[GDL__CONV_SH], a[GDL__CONV_PH], a[GDL__CONV_DH]);
+    d[2] = gdl__x_win(v->d[2], a[GDL__CONV_KW], a[GDL__CONV_SW], a[GDL__CONV_PW], a[GDL__CONV_DW]);
     if (d[1] < 1 || d[2] < 1) {
         gdl__x_shape_error(N, m, x, "at least as large as the kernel");
         return NULL;
@@ -203,8 +203,8 @@ static gdl__xop *gdl__x_layer_op(gdl__xnet *N, const gdl_module *m, int conv, co
     if (!(o = gdl__x_op(N, GDL__XO_CONV, x, 3, d))) return NULL;
     v = &N->v[x];
     o->g[0] = (int)v->d[0]; o->g[1] = (int)v->d[1]; o->g[2] = (int)v->d[2];
-    for (k = 0; k < 9; k++) o->g[3 + k] = (int)a[1 + k]; /* OC, KH, KW, SH, SW, PH, PW, DH, DW */
-    o->g[12] = (int)a[10];
+    for (k = 0; k < 9; k++) o->g[3 + k] = (int)a[GDL__CONV_OUT + k]; /* OC, KH, KW, SH, SW, PH, PW, DH, DW */
+    o->g[12] = (int)a[GDL__CONV_GROUPS];
     o->g[13] = (int)d[1]; o->g[14] = (int)d[2];
     snprintf(o->what, sizeof o->what, "%s %lldx%lldx%lld -> %lldx%lldx%lld", gdl__nn_label(m), (long long)v->d[0],
              (long long)v->d[1], (long long)v->d[2], (long long)d[0], (long long)d[1], (long long)d[2]);
@@ -214,12 +214,12 @@ static gdl__xop *gdl__x_layer_op(gdl__xnet *N, const gdl_module *m, int conv, co
 /* an f32 Linear or Conv2d m, with BatchNorm bn (or NULL) folded in and activation act, on value x */
 static int gdl__x_layer(gdl__xnet *N, const gdl_module *m, const gdl_module *bn, int act, int x) {
     const int conv = m->kind == GDL__M_CONV2D;
-    const int64_t out = m->ia[1];
+    const int64_t out = m->ia[conv ? GDL__CONV_OUT : GDL__LIN_OUT];
     gdl__xop *o;
     if (N->int8)
         return gdl__x_refuse(N, m, "a float layer in a quantized model (the INT8 export is integer arithmetic "
                                    "only: quantize every Linear / Conv2d with gdl_quant_prepare and convert)");
-    if (bn && bn->ia[1] != (conv ? 2 : 1))
+    if (bn && bn->ia[GDL__BN_DIMS] != (conv ? 2 : 1))
         return gdl__x_refuse(N, bn, conv ? "a BatchNorm1d after a Conv2d" : "a BatchNorm2d after a Linear");
     if (bn && !conv && N->v[x].ndim != 1) return gdl__x_refuse(N, bn, "a BatchNorm1d over [N, C, L] after a Linear");
     if (!(o = gdl__x_layer_op(N, m, conv, m->ia, x))) return -1;
@@ -353,7 +353,7 @@ static int gdl__x_pool(gdl__xnet *N, const gdl_module *m, int x) {
     int64_t d[3], k, s, p;
     gdl__xop *o;
     if (v->ndim != 3) return gdl__x_shape_error(N, m, x, "[1,C,H,W]");
-    k = gap ? 0 : m->ia[0], s = gap ? 1 : m->ia[1], p = gap ? 0 : m->ia[2];
+    k = gap ? 0 : m->ia[GDL__POOL_K], s = gap ? 1 : m->ia[GDL__POOL_S], p = gap ? 0 : m->ia[GDL__POOL_P];
     if (N->int8 && !N->nq && m->kind != GDL__M_MAXPOOL)
         return gdl__x_refuse(N, m, "it comes before the first quantized layer (the INT8 export takes its input "
                                    "quantized with that layer's parameters)");
@@ -384,7 +384,7 @@ static int gdl__x_act(gdl__xnet *N, const gdl_module *m, int x, int act) {
         return gdl__x_refuse(N, m, "it needs libm's expf / tanhf and opts.no_libm is set");
     if (!(o = gdl__x_op(N, GDL__XO_ACT, x, N->v[x].ndim, N->v[x].d))) return -1;
     o->act = act;
-    o->slope = (float)m->fa[0];
+    o->slope = (float)m->fa[GDL__LEAKY_SLOPE];
     o->g[0] = (int)N->v[x].n;
     o->zx = o->zy = N->qz, o->lo = N->qz, o->hi = N->qmax;
     snprintf(o->what, sizeof o->what, "%s", gdl__nn_label(m));
@@ -444,7 +444,7 @@ static int gdl__x_lower(gdl__xnet *N, gdl_module *m, int x) {
     case GDL__M_IDENTITY:
     case GDL__M_DROPOUT: return x; /* eval mode */
     case GDL__M_FLATTEN: {
-        int64_t d[3], sd = m->ia[0] < 0 ? m->ia[0] + v->ndim + 1 : m->ia[0], k, nd;
+        int64_t d[3], sd = m->ia[GDL__FLATTEN_START] < 0 ? m->ia[GDL__FLATTEN_START] + v->ndim + 1 : m->ia[GDL__FLATTEN_START], k, nd;
         if (sd < 0 || sd > v->ndim) return gdl__x_shape_error(N, m, x, "with the dim it flattens from");
         if (sd <= 1) { /* the batch dim is 1: flattening from 0 or 1 leaves the sample's elements */
             d[0] = v->n;
@@ -466,7 +466,7 @@ static int gdl__x_lower(gdl__xnet *N, gdl_module *m, int x) {
         int y, s;
         if (N->int8) return gdl__x_refuse(N, m, "residual blocks are exported in f32 models only");
         if ((y = gdl__x_lower(N, m->child[0], x)) < 0) return -1;
-        if ((s = m->ia[0] ? gdl__x_lower(N, m->child[1], x) : x) < 0) return -1;
+        if ((s = m->ia[GDL__RES_SHORTCUT] ? gdl__x_lower(N, m->child[1], x) : x) < 0) return -1;
         return gdl__x_add_relu(N, m, y, s);
     }
     case GDL__M_CUSTOM:

@@ -11,6 +11,26 @@ enum {
     GDL__M_CUSTOM, GDL__M_LSTM, GDL__M_GRU
 };
 
+/* the number of configuration slots, integer and real, of every module */
+enum { GDL__NN_IA = 12, GDL__NN_FA = 4 };
+/* A module's configuration slots, named per kind: which element of its ia[] (integers) or fa[] (reals)
+   holds what. LSTM's and GRU's are GDL__RNN_* (src/nn/rnn.h); a quantized Linear or Conv2d
+   (src/quant/layers.h) keeps its float module's ia[] under these names. */
+enum { GDL__LIN_IN, GDL__LIN_OUT };                                    /* Linear: ia */
+enum { GDL__CONV_IN, GDL__CONV_OUT, GDL__CONV_KH, GDL__CONV_KW, GDL__CONV_SH, GDL__CONV_SW, GDL__CONV_PH,
+       GDL__CONV_PW, GDL__CONV_DH, GDL__CONV_DW, GDL__CONV_GROUPS };  /* Conv2d: ia */
+enum { GDL__BN_C, GDL__BN_DIMS, GDL__BN_AFFINE, GDL__BN_TRACK };       /* BatchNorm: ia (DIMS: 1 or 2) */
+enum { GDL__BN_EPS, GDL__BN_MOMENTUM };                                /* BatchNorm: fa */
+enum { GDL__LN_D = 0, GDL__LN_EPS = 0 };                               /* LayerNorm: ia, fa */
+enum { GDL__DROPOUT_P = 0 };                                           /* Dropout: fa */
+enum { GDL__EMB_V, GDL__EMB_D };                                       /* Embedding: ia */
+enum { GDL__LEAKY_SLOPE = 0 };                                         /* LeakyReLU: fa */
+enum { GDL__GELU_TANH = 0 };                                           /* GELU: ia (the tanh approximation) */
+enum { GDL__POOL_K, GDL__POOL_S, GDL__POOL_P };                        /* MaxPool2d, AvgPool2d: ia */
+enum { GDL__FLATTEN_START = 0 };                                       /* Flatten: ia */
+enum { GDL__RES_SHORTCUT = 0 };                                        /* Residual: ia (has a shortcut child) */
+enum { GDL__BLOCK_IN, GDL__BLOCK_OUT, GDL__BLOCK_STRIDE };             /* ResNet's BasicBlock: ia */
+
 typedef struct gdl__nn_named {
     char *name;    /* local name, owned */
     gdl_tensor *t; /* persistent, owned unless tied */
@@ -29,8 +49,8 @@ struct gdl_module {
     gdl__nn_named *param;
     int nbuf, cap_buf;
     gdl__nn_named *buf;
-    int64_t ia[12];         /* integer configuration (per kind, see the constructors) */
-    double fa[4];           /* real configuration */
+    int64_t ia[GDL__NN_IA]; /* integer configuration, in the kind's named slots (GDL__CONV_GROUPS ...) */
+    double fa[GDL__NN_FA];  /* real configuration, likewise (GDL__BN_EPS ...) */
     gdl_forward_fn fwd;     /* custom modules */
     void *user;
     void (*free_user)(void *);
@@ -101,27 +121,31 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
     s[0] = 0;
     switch (m->kind) {
     case GDL__M_LINEAR:
-        snprintf(s, n, "in_features=%lld, out_features=%lld, bias=%s", (long long)a[0], (long long)a[1],
+        snprintf(s, n, "in_features=%lld, out_features=%lld, bias=%s", (long long)a[GDL__LIN_IN],
+                 (long long)a[GDL__LIN_OUT],
                  m->nparam > 1 ? "True" : "False");
         break;
     case GDL__M_CONV2D:
         snprintf(s, n, "%lld, %lld, kernel_size=(%lld,%lld), stride=(%lld,%lld), padding=(%lld,%lld), "
-                 "dilation=(%lld,%lld), groups=%lld", (long long)a[0], (long long)a[1], (long long)a[2],
-                 (long long)a[3], (long long)a[4], (long long)a[5], (long long)a[6], (long long)a[7],
-                 (long long)a[8], (long long)a[9], (long long)a[10]);
+                 "dilation=(%lld,%lld), groups=%lld", (long long)a[GDL__CONV_IN], (long long)a[GDL__CONV_OUT],
+                 (long long)a[GDL__CONV_KH], (long long)a[GDL__CONV_KW], (long long)a[GDL__CONV_SH],
+                 (long long)a[GDL__CONV_SW], (long long)a[GDL__CONV_PH], (long long)a[GDL__CONV_PW],
+                 (long long)a[GDL__CONV_DH], (long long)a[GDL__CONV_DW], (long long)a[GDL__CONV_GROUPS]);
         break;
     case GDL__M_BATCHNORM:
-        snprintf(s, n, "%lld, eps=%g, momentum=%g", (long long)a[0], m->fa[0], m->fa[1]);
+        snprintf(s, n, "%lld, eps=%g, momentum=%g", (long long)a[GDL__BN_C], m->fa[GDL__BN_EPS],
+                 m->fa[GDL__BN_MOMENTUM]);
         break;
-    case GDL__M_LAYERNORM: snprintf(s, n, "(%lld,), eps=%g", (long long)a[0], m->fa[0]); break;
-    case GDL__M_DROPOUT: snprintf(s, n, "p=%g", m->fa[0]); break;
-    case GDL__M_EMBEDDING: snprintf(s, n, "%lld, %lld", (long long)a[0], (long long)a[1]); break;
-    case GDL__M_LEAKY_RELU: snprintf(s, n, "negative_slope=%g", m->fa[0]); break;
+    case GDL__M_LAYERNORM: snprintf(s, n, "(%lld,), eps=%g", (long long)a[GDL__LN_D], m->fa[GDL__LN_EPS]); break;
+    case GDL__M_DROPOUT: snprintf(s, n, "p=%g", m->fa[GDL__DROPOUT_P]); break;
+    case GDL__M_EMBEDDING: snprintf(s, n, "%lld, %lld", (long long)a[GDL__EMB_V], (long long)a[GDL__EMB_D]); break;
+    case GDL__M_LEAKY_RELU: snprintf(s, n, "negative_slope=%g", m->fa[GDL__LEAKY_SLOPE]); break;
     case GDL__M_MAXPOOL:
     case GDL__M_AVGPOOL:
-        snprintf(s, n, "kernel_size=%lld, stride=%lld, padding=%lld", (long long)a[0], (long long)a[1], (long long)a[2]);
+        snprintf(s, n, "kernel_size=%lld, stride=%lld, padding=%lld", (long long)a[GDL__POOL_K],
+                 (long long)a[GDL__POOL_S], (long long)a[GDL__POOL_P]);
         break;
-    case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[0]); break;
+    case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[GDL__FLATTEN_START]); break;
     case GDL__M_LSTM:
     case GDL__M_GRU: gdl__nn_rnn_config(m, s, n); break;
     default: break;
@@ -329,8 +353,8 @@ GPUDL_API gdl_module *gdl_nn_linear(int64_t in_features, int64_t out_features, i
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_LINEAR, "Linear"))) return NULL;
-    m->ia[0] = in_features;
-    m->ia[1] = out_features;
+    m->ia[GDL__LIN_IN] = in_features;
+    m->ia[GDL__LIN_OUT] = out_features;
     ws[0] = out_features;
     ws[1] = in_features;
     if (gdl__nn_add_tensor(op, m, "weight", gdl__nn_uniform_init(2, ws, in_features), 0) < 0 ||
@@ -367,12 +391,12 @@ GPUDL_API gdl_module *gdl_nn_conv2d_ex(int in_channels, int out_channels, const 
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_CONV2D, "Conv2d"))) return NULL;
-    m->ia[0] = in_channels; m->ia[1] = out_channels;
-    m->ia[2] = kernel[0]; m->ia[3] = kernel[1];
-    m->ia[4] = s[0]; m->ia[5] = s[1];
-    m->ia[6] = p[0]; m->ia[7] = p[1];
-    m->ia[8] = d[0]; m->ia[9] = d[1];
-    m->ia[10] = groups;
+    m->ia[GDL__CONV_IN] = in_channels; m->ia[GDL__CONV_OUT] = out_channels;
+    m->ia[GDL__CONV_KH] = kernel[0]; m->ia[GDL__CONV_KW] = kernel[1];
+    m->ia[GDL__CONV_SH] = s[0]; m->ia[GDL__CONV_SW] = s[1];
+    m->ia[GDL__CONV_PH] = p[0]; m->ia[GDL__CONV_PW] = p[1];
+    m->ia[GDL__CONV_DH] = d[0]; m->ia[GDL__CONV_DW] = d[1];
+    m->ia[GDL__CONV_GROUPS] = groups;
     ws[0] = out_channels;
     ws[1] = in_channels / groups;
     ws[2] = kernel[0];
@@ -410,12 +434,12 @@ GPUDL_API gdl_module *gdl_nn_batchnorm_ex(int spatial_dims, int64_t C, double ep
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_BATCHNORM, spatial_dims == 1 ? "BatchNorm1d" : "BatchNorm2d"))) return NULL;
-    m->ia[0] = C;
-    m->ia[1] = spatial_dims;
-    m->ia[2] = affine != 0;
-    m->ia[3] = track_running_stats != 0;
-    m->fa[0] = eps;
-    m->fa[1] = momentum;
+    m->ia[GDL__BN_C] = C;
+    m->ia[GDL__BN_DIMS] = spatial_dims;
+    m->ia[GDL__BN_AFFINE] = affine != 0;
+    m->ia[GDL__BN_TRACK] = track_running_stats != 0;
+    m->fa[GDL__BN_EPS] = eps;
+    m->fa[GDL__BN_MOMENTUM] = momentum;
     if ((affine && (gdl__nn_add_tensor(op, m, "weight", gdl_ones(1, &C, GDL_F32, gdl_cpu()), 0) < 0 ||
                     gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &C, GDL_F32, gdl_cpu()), 0) < 0)) ||
         (track_running_stats &&
@@ -437,8 +461,8 @@ GPUDL_API gdl_module *gdl_nn_layernorm(int64_t D) {
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_LAYERNORM, "LayerNorm"))) return NULL;
-    m->ia[0] = D;
-    m->fa[0] = 1e-5;
+    m->ia[GDL__LN_D] = D;
+    m->fa[GDL__LN_EPS] = 1e-5;
     if (gdl__nn_add_tensor(op, m, "weight", gdl_ones(1, &D, GDL_F32, gdl_cpu()), 0) < 0 ||
         gdl__nn_add_tensor(op, m, "bias", gdl_zeros(1, &D, GDL_F32, gdl_cpu()), 0) < 0) {
         gdl__nn_free_tree(m);
@@ -454,7 +478,7 @@ GPUDL_API gdl_module *gdl_nn_dropout(double p) {
         return NULL;
     }
     if (!(m = gdl__nn_new("gdl_nn_dropout", GDL__M_DROPOUT, "Dropout"))) return NULL;
-    m->fa[0] = p;
+    m->fa[GDL__DROPOUT_P] = p;
     return m;
 }
 
@@ -468,8 +492,8 @@ GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
         return NULL;
     }
     if (!(m = gdl__nn_new(op, GDL__M_EMBEDDING, "Embedding"))) return NULL;
-    m->ia[0] = V;
-    m->ia[1] = D;
+    m->ia[GDL__EMB_V] = V;
+    m->ia[GDL__EMB_D] = D;
     ws[0] = V;
     ws[1] = D;
     if (gdl__nn_add_tensor(op, m, "weight", gdl_randn(2, ws, gdl_cpu()), 0) < 0) {
@@ -479,31 +503,34 @@ GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
     return m;
 }
 
-static gdl_module *gdl__nn_simple(const char *op, int kind, const char *kind_name, double f, int64_t i) {
+/* a module of kind with no parameters; its one configuration value, when it has one, in slot islot of ia[]
+   (i) or fslot of fa[] (f); -1: none */
+static gdl_module *gdl__nn_simple(const char *op, int kind, const char *kind_name, int fslot, double f, int islot,
+                                  int64_t i) {
     gdl_module *m = gdl__nn_new(op, kind, kind_name);
-    if (m) {
-        m->fa[0] = f;
-        m->ia[0] = i;
-    }
+    if (m && fslot >= 0) m->fa[fslot] = f;
+    if (m && islot >= 0) m->ia[islot] = i;
     return m;
 }
-GPUDL_API gdl_module *gdl_nn_relu(void) { return gdl__nn_simple("gdl_nn_relu", GDL__M_RELU, "ReLU", 0, 0); }
+GPUDL_API gdl_module *gdl_nn_relu(void) { return gdl__nn_simple("gdl_nn_relu", GDL__M_RELU, "ReLU", -1, 0, -1, 0); }
 GPUDL_API gdl_module *gdl_nn_leaky_relu(double slope) {
-    return gdl__nn_simple("gdl_nn_leaky_relu", GDL__M_LEAKY_RELU, "LeakyReLU", slope, 0);
+    return gdl__nn_simple("gdl_nn_leaky_relu", GDL__M_LEAKY_RELU, "LeakyReLU", GDL__LEAKY_SLOPE, slope, -1, 0);
 }
-GPUDL_API gdl_module *gdl_nn_sigmoid(void) { return gdl__nn_simple("gdl_nn_sigmoid", GDL__M_SIGMOID, "Sigmoid", 0, 0); }
-GPUDL_API gdl_module *gdl_nn_tanh(void) { return gdl__nn_simple("gdl_nn_tanh", GDL__M_TANH, "Tanh", 0, 0); }
+GPUDL_API gdl_module *gdl_nn_sigmoid(void) {
+    return gdl__nn_simple("gdl_nn_sigmoid", GDL__M_SIGMOID, "Sigmoid", -1, 0, -1, 0);
+}
+GPUDL_API gdl_module *gdl_nn_tanh(void) { return gdl__nn_simple("gdl_nn_tanh", GDL__M_TANH, "Tanh", -1, 0, -1, 0); }
 GPUDL_API gdl_module *gdl_nn_gelu(int tanh_approx) {
-    return gdl__nn_simple("gdl_nn_gelu", GDL__M_GELU, "GELU", 0, tanh_approx != 0);
+    return gdl__nn_simple("gdl_nn_gelu", GDL__M_GELU, "GELU", -1, 0, GDL__GELU_TANH, tanh_approx != 0);
 }
 GPUDL_API gdl_module *gdl_nn_identity(void) {
-    return gdl__nn_simple("gdl_nn_identity", GDL__M_IDENTITY, "Identity", 0, 0);
+    return gdl__nn_simple("gdl_nn_identity", GDL__M_IDENTITY, "Identity", -1, 0, -1, 0);
 }
 GPUDL_API gdl_module *gdl_nn_global_avgpool2d(void) {
-    return gdl__nn_simple("gdl_nn_global_avgpool2d", GDL__M_GAP, "GlobalAvgPool2d", 0, 0);
+    return gdl__nn_simple("gdl_nn_global_avgpool2d", GDL__M_GAP, "GlobalAvgPool2d", -1, 0, -1, 0);
 }
 GPUDL_API gdl_module *gdl_nn_flatten(int start_dim) {
-    return gdl__nn_simple("gdl_nn_flatten", GDL__M_FLATTEN, "Flatten", 0, start_dim);
+    return gdl__nn_simple("gdl_nn_flatten", GDL__M_FLATTEN, "Flatten", -1, 0, GDL__FLATTEN_START, start_dim);
 }
 
 static gdl_module *gdl__nn_pool(const char *op, int kind, const char *kind_name, int kernel, int stride, int padding) {
@@ -514,9 +541,9 @@ static gdl_module *gdl__nn_pool(const char *op, int kind, const char *kind_name,
         return NULL;
     }
     if (!(m = gdl__nn_new(op, kind, kind_name))) return NULL;
-    m->ia[0] = kernel;
-    m->ia[1] = stride ? stride : kernel;
-    m->ia[2] = padding;
+    m->ia[GDL__POOL_K] = kernel;
+    m->ia[GDL__POOL_S] = stride ? stride : kernel;
+    m->ia[GDL__POOL_P] = padding;
     return m;
 }
 GPUDL_API gdl_module *gdl_nn_maxpool2d(int kernel, int stride, int padding) {
@@ -591,7 +618,7 @@ GPUDL_API gdl_module *gdl_nn_residual(gdl_module *body, gdl_module *shortcut) {
         gdl__nn_drop(shortcut);
         return NULL;
     }
-    m->ia[0] = shortcut != NULL;
+    m->ia[GDL__RES_SHORTCUT] = shortcut != NULL;
     if (gdl__nn_add_child(op, m, "body", body) < 0) {
         gdl__nn_drop(shortcut);
         gdl__nn_free_tree(m);
@@ -700,7 +727,8 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
     int act;
     if (a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D && a->kind != GDL__M_BATCHNORM) return -1;
     if (b->kind == GDL__M_RELU) act = GDL_ACT_RELU;
-    else if (b->kind == GDL__M_GELU && a->kind == GDL__M_LINEAR) act = b->ia[0] ? GDL_ACT_GELU_TANH : GDL_ACT_GELU;
+    else if (b->kind == GDL__M_GELU && a->kind == GDL__M_LINEAR)
+        act = b->ia[GDL__GELU_TANH] ? GDL_ACT_GELU_TANH : GDL_ACT_GELU;
     else return -1;
     return gdl__nn_fuse_ok(a, x) ? act : -1;
 }
@@ -710,16 +738,17 @@ static int gdl__nn_fusable(const gdl_module *a, const gdl_module *b, const gdl_t
 static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[2], int p[2], int d[2]) {
     char want[96];
     const int64_t *a = m->ia;
-    if (!conv ? x->ndim < 1 || x->shape[x->ndim - 1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
-        if (!conv) snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
-        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+    const int64_t in = conv ? a[GDL__CONV_IN] : a[GDL__LIN_IN];
+    if (!conv ? x->ndim < 1 || x->shape[x->ndim - 1] != in : x->ndim != 4 || x->shape[1] != in) {
+        if (!conv) snprintf(want, sizeof want, "[..., %lld]", (long long)in);
+        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)in);
         gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
         return -1;
     }
     if (conv) {
-        s[0] = (int)a[4]; s[1] = (int)a[5];
-        p[0] = (int)a[6]; p[1] = (int)a[7];
-        d[0] = (int)a[8]; d[1] = (int)a[9];
+        s[0] = (int)a[GDL__CONV_SH]; s[1] = (int)a[GDL__CONV_SW];
+        p[0] = (int)a[GDL__CONV_PH]; p[1] = (int)a[GDL__CONV_PW];
+        d[0] = (int)a[GDL__CONV_DH]; d[1] = (int)a[GDL__CONV_DW];
     }
     return 0;
 }
@@ -728,13 +757,14 @@ static int gdl__nn_check_xw(gdl_module *m, const gdl_tensor *x, int conv, int s[
 static gdl_tensor *gdl__nn_batchnorm_forward(gdl_module *m, gdl_tensor *x, int relu) {
     char want[96];
     const int64_t *a = m->ia;
-    if (a[1] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != a[0] : x->ndim != 4 || x->shape[1] != a[0]) {
-        if (a[1] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)a[0], (long long)a[0]);
-        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)a[0]);
+    const int64_t C = a[GDL__BN_C];
+    if (a[GDL__BN_DIMS] == 1 ? (x->ndim != 2 && x->ndim != 3) || x->shape[1] != C : x->ndim != 4 || x->shape[1] != C) {
+        if (a[GDL__BN_DIMS] == 1) snprintf(want, sizeof want, "[N, %lld] or [N, %lld, L]", (long long)C, (long long)C);
+        else snprintf(want, sizeof want, "[N, %lld, H, W]", (long long)C);
         return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
     }
     return gdl__batch_norm(x, gdl__nn_buffer(m, 0), gdl__nn_buffer(m, 1), gdl__nn_param(m, 0), gdl__nn_param(m, 1),
-                           m->training, m->fa[1], m->fa[0], relu);
+                           m->training, m->fa[GDL__BN_MOMENTUM], m->fa[GDL__BN_EPS], relu);
 }
 
 /* the Linear / Conv2d / BatchNorm module m's forward with act fused in; input checks as gdl__nn_forward's */
@@ -743,8 +773,8 @@ static gdl_tensor *gdl__nn_forward_act(gdl_module *m, gdl_tensor *x, gdl_act act
     if (m->kind == GDL__M_BATCHNORM) return gdl__nn_batchnorm_forward(m, x, act == GDL_ACT_RELU);
     if (gdl__nn_check_xw(m, x, conv, s, p, d) < 0) return NULL;
     if (!conv) return gdl_linear_act(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), act);
-    return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)m->ia[10],
-                       gdl__act_code("gdl_conv2d_act", (int)act));
+    return gdl__conv2d("gdl_conv2d_act", x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d,
+                       (int)m->ia[GDL__CONV_GROUPS], gdl__act_code("gdl_conv2d_act", (int)act));
 }
 
 static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
@@ -758,32 +788,32 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     case GDL__M_CONV2D: {
         int s[2], p[2], d[2];
         if (gdl__nn_check_xw(m, x, 1, s, p, d) < 0) return NULL;
-        return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[10]);
+        return gdl_conv2d_ex(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), s, p, d, (int)a[GDL__CONV_GROUPS]);
     }
     case GDL__M_BATCHNORM: return gdl__nn_batchnorm_forward(m, x, 0);
     case GDL__M_LAYERNORM:
-        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[0]) {
-            snprintf(want, sizeof want, "[..., %lld]", (long long)a[0]);
+        if (x->ndim < 1 || x->shape[x->ndim - 1] != a[GDL__LN_D]) {
+            snprintf(want, sizeof want, "[..., %lld]", (long long)a[GDL__LN_D]);
             return gdl__nn_fwd_fail(m, want, gdl_shape_str(x));
         }
-        return gdl_layer_norm(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), m->fa[0]);
-    case GDL__M_DROPOUT: return gdl_dropout(x, m->fa[0], m->training);
+        return gdl_layer_norm(x, gdl__nn_param(m, 0), gdl__nn_param(m, 1), m->fa[GDL__LN_EPS]);
+    case GDL__M_DROPOUT: return gdl_dropout(x, m->fa[GDL__DROPOUT_P], m->training);
     case GDL__M_EMBEDDING:
         if (x->dtype != GDL_I32) {
-            snprintf(want, sizeof want, "i32 indices in [0, %lld)", (long long)a[0]);
+            snprintf(want, sizeof want, "i32 indices in [0, %lld)", (long long)a[GDL__EMB_V]);
             return gdl__nn_fwd_fail(m, want, gdl_dtype_name(x->dtype));
         }
         return gdl_embedding(x, gdl__nn_param(m, 0));
     case GDL__M_RELU: return gdl_relu(x);
-    case GDL__M_LEAKY_RELU: return gdl_leaky_relu(x, m->fa[0]);
+    case GDL__M_LEAKY_RELU: return gdl_leaky_relu(x, m->fa[GDL__LEAKY_SLOPE]);
     case GDL__M_SIGMOID: return gdl_sigmoid(x);
     case GDL__M_TANH: return gdl_tanh(x);
-    case GDL__M_GELU: return gdl_gelu(x, (int)a[0]);
+    case GDL__M_GELU: return gdl_gelu(x, (int)a[GDL__GELU_TANH]);
     case GDL__M_IDENTITY: return x;
-    case GDL__M_MAXPOOL: return gdl_max_pool2d(x, (int)a[0], (int)a[1], (int)a[2]);
-    case GDL__M_AVGPOOL: return gdl_avg_pool2d(x, (int)a[0], (int)a[1], (int)a[2]);
+    case GDL__M_MAXPOOL: return gdl_max_pool2d(x, (int)a[GDL__POOL_K], (int)a[GDL__POOL_S], (int)a[GDL__POOL_P]);
+    case GDL__M_AVGPOOL: return gdl_avg_pool2d(x, (int)a[GDL__POOL_K], (int)a[GDL__POOL_S], (int)a[GDL__POOL_P]);
     case GDL__M_GAP: return gdl_global_avg_pool2d(x);
-    case GDL__M_FLATTEN: return gdl_flatten(x, (int)a[0]);
+    case GDL__M_FLATTEN: return gdl_flatten(x, (int)a[GDL__FLATTEN_START]);
     case GDL__M_SEQUENTIAL:
         for (i = 0; i < m->nchild && x; i++) {
             int act = i + 1 < m->nchild ? gdl__nn_fusable(m->child[i], m->child[i + 1], x) : -1;
@@ -799,12 +829,13 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
     case GDL__M_RESIDUAL: {
         gdl_tensor *y = gdl_forward(m->child[0], x), *sc;
         if (!y) return NULL;
-        sc = a[0] ? gdl_forward(m->child[1], x) : x;
+        sc = a[GDL__RES_SHORTCUT] ? gdl_forward(m->child[1], x) : x;
         if (!sc) return NULL;
         if (!gdl_same_shape(y, sc)) {
             gdl__set_error("gdl_forward: %s: body output %s and shortcut output %s differ (%s)", gdl__nn_label(m),
-                           gdl_shape_str(y), gdl_shape_str(sc), a[0] ? "check the shortcut's stride and channels"
-                                                                      : "an identity shortcut needs the body to keep the shape");
+                           gdl_shape_str(y), gdl_shape_str(sc),
+                           a[GDL__RES_SHORTCUT] ? "check the shortcut's stride and channels"
+                                                : "an identity shortcut needs the body to keep the shape");
             return NULL;
         }
         y = gdl_add(y, sc);

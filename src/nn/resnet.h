@@ -40,7 +40,7 @@ GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int 
         return NULL;
     }
     if (!(m = gdl_nn_custom("BasicBlock", gdl__basic_block_forward, NULL, NULL))) return NULL;
-    m->ia[0] = in_channels, m->ia[1] = out_channels, m->ia[2] = stride;
+    m->ia[GDL__BLOCK_IN] = in_channels, m->ia[GDL__BLOCK_OUT] = out_channels, m->ia[GDL__BLOCK_STRIDE] = stride;
     /* gdl_module_add_child and gdl_nn_sequential take each child, also on failure */
     if (gdl_module_add_child(m, "conv1", gdl_nn_conv2d(in_channels, out_channels, 3, stride, 1, 1, 1, 0)) < 0 ||
         gdl_module_add_child(m, "bn1", gdl_nn_batchnorm2d(out_channels)) < 0 ||

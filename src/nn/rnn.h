@@ -8,6 +8,7 @@
 
 enum { GDL__RNN_IN, GDL__RNN_H, GDL__RNN_LAYERS, GDL__RNN_BIAS, GDL__RNN_BATCH_FIRST, GDL__RNN_BIDIR, GDL__RNN_G,
        GDL__RNN_QUANT };
+enum { GDL__RNN_DROPOUT = 0 }; /* the one real slot (fa) */
 
 static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, int G, int64_t input_size,
                                int64_t hidden_size, int num_layers, int bias, int batch_first, double dropout,
@@ -32,7 +33,7 @@ static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, 
     m->ia[GDL__RNN_BATCH_FIRST] = batch_first != 0;
     m->ia[GDL__RNN_BIDIR] = D == 2;
     m->ia[GDL__RNN_G] = G;
-    m->fa[0] = dropout;
+    m->fa[GDL__RNN_DROPOUT] = dropout;
     /* PyTorch's order (and its reset_parameters: every tensor U(±1/sqrt(H)), in that order) */
     for (l = 0; l < num_layers; l++)
         for (d = 0; d < D; d++)
@@ -87,7 +88,8 @@ static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n) {
         k += snprintf(s + k, n - (size_t)k, ", num_layers=%lld", (long long)a[GDL__RNN_LAYERS]);
     if (!a[GDL__RNN_BIAS] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", bias=False");
     if (a[GDL__RNN_BATCH_FIRST] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", batch_first=True");
-    if (m->fa[0] != 0 && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", dropout=%g", m->fa[0]);
+    if (m->fa[GDL__RNN_DROPOUT] != 0 && k >= 0 && (size_t)k < n)
+        k += snprintf(s + k, n - (size_t)k, ", dropout=%g", m->fa[GDL__RNN_DROPOUT]);
     if (a[GDL__RNN_BIDIR] && k >= 0 && (size_t)k < n) snprintf(s + k, n - (size_t)k, ", bidirectional=True");
 }
 
@@ -166,7 +168,9 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
     cs = hs + L * D;
     for (l = 0; l < L; l++) {
         gdl_tensor *dirs[2];
-        if (l > 0 && m->fa[0] > 0 && m->training && !(xs = gdl_dropout(xs, m->fa[0], 1))) return -1;
+        if (l > 0 && m->fa[GDL__RNN_DROPOUT] > 0 && m->training &&
+            !(xs = gdl_dropout(xs, m->fa[GDL__RNN_DROPOUT], 1)))
+            return -1;
         for (d = 0; d < D; d++) {
             int k = l * D + d;
             if (!(hs[k] = gdl_select(h0, 0, k)) || (lstm && !(cs[k] = gdl_select(c0, 0, k))) ||

@@ -31,7 +31,7 @@ static void gdl__tfm_stack_free(void *u) {
 static gdl_module *gdl__tfm_norm(int64_t d, double eps, int bias) {
     gdl_module *m = gdl_nn_layernorm(d);
     if (!m) return NULL;
-    m->fa[0] = eps;
+    m->fa[GDL__LN_EPS] = eps;
     if (!bias) {
         gdl_free(m->param[1].t);
         GPUDL_FREE(m->param[1].name);

@@ -24,8 +24,7 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
     if (gdl__check_in("gdl_zero_grad_tensor", "t", t, 0) < 0) return -1;
     if (!t->grad) return 0;
     if (!(be = gdl__be("gdl_zero_grad_tensor", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->grad->numel *
-                                          (t->grad->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->grad->dtype)));
+    return be->memset0(t->grad->data, (size_t)t->grad->numel * gdl_dtype_size(t->grad->dtype));
 }
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
@@ -67,7 +66,7 @@ static gdl_tensor *gdl__flat_view(const char *op, gdl__flat *f, void *slot, int 
     gdl_tensor *v = gdl__make(op, ndim, shape, dt, f->device, 1, slot);
     if (!v) return NULL;
     if (zero && (!(be = gdl__be(op, f->device)) ||
-                 be->memset0(slot, (size_t)v->numel * (dt == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(dt))) < 0)) {
+                 be->memset0(slot, (size_t)v->numel * gdl_dtype_size(dt)) < 0)) {
         GPUDL_FREE(v);
         return NULL;
     }
@@ -98,7 +97,7 @@ static int gdl__ensure_grad_as(gdl_tensor *t, int lazy) {
         return 0;
     }
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->numel * (t->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(t->dtype)));
+    return be->memset0(t->grad->data, (size_t)t->numel * gdl_dtype_size(t->dtype));
 }
 
 static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }

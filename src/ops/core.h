@@ -43,7 +43,7 @@ static int gdl__grad_zero(gdl_tensor *t, const gdl_backend *be) {
     gdl_tensor *g = t && t->requires_grad ? t->grad : NULL;
     if (!g || !(g->flags & GDL__T_UNSET)) return 0;
     g->flags &= ~(unsigned)GDL__T_UNSET;
-    return be->memset0(g->data, (size_t)g->numel * (g->dtype == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(g->dtype)));
+    return be->memset0(g->data, (size_t)g->numel * gdl_dtype_size(g->dtype));
 }
 
 GPUDL_API const char *gdl_op_name(int op) {

@@ -53,7 +53,8 @@ static int gdl__qlist_qlayer(const char *op, gdl__qlist *L, const char *path, gd
         if (!(e = gdl__qlist_add(op, L, path, "weight_int8", "I8"))) return -1;
         e->ndim = 2; e->shape[0] = q->out; e->shape[1] = q->in; e->numel = q->out * q->in; e->raw = q->w; e->q = q;
         if (q->conv) { /* Conv2d's [out, in, kh, kw] */
-            e->ndim = 4; e->shape[1] = q->ia[0]; e->shape[2] = q->ia[2]; e->shape[3] = q->ia[3];
+            e->ndim = 4; e->shape[1] = q->ia[GDL__CONV_IN]; e->shape[2] = q->ia[GDL__CONV_KH];
+            e->shape[3] = q->ia[GDL__CONV_KW];
         }
         if (!(e = gdl__qlist_add(op, L, path, "weight_scale", "F32"))) return -1;
         e->ndim = 1; e->shape[0] = ns; e->numel = ns; e->raw = q->w_scale;

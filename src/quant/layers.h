@@ -8,7 +8,7 @@ enum { GDL__Q_DYNAMIC, GDL__Q_STATIC };
 typedef struct gdl__qlayer {
     int mode, conv, relu;  /* GDL__Q_*; a Conv2d; ReLU fused */
     int64_t in, out;       /* the GEMM's K (in_features, or in_channels*kh*kw) and N */
-    int64_t ia[12];        /* the float module's configuration (Conv2d: geometry) */
+    int64_t ia[GDL__NN_IA]; /* the float module's configuration: GDL__LIN_* or GDL__CONV_* slots */
     int per_channel, reduce_range;
     int8_t *w;             /* [out][in] */
     float *w_scale;        /* [out], or [1] per tensor */
@@ -98,8 +98,9 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
                        b ? " (and its bias on the same device)" : "");
         return NULL;
     }
-    if (conv && ia[10] != 1) {
-        gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, who, (long long)ia[10]);
+    if (conv && ia[GDL__CONV_GROUPS] != 1) {
+        gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, who,
+                       (long long)ia[GDL__CONV_GROUPS]);
         return NULL;
     }
     if (!(q = (gdl__qlayer *)GPUDL_MALLOC(sizeof *q))) {
@@ -111,8 +112,8 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
     q->conv = conv;
     q->relu = relu;
     memcpy(q->ia, ia, sizeof q->ia);
-    q->in = conv ? ia[0] * ia[2] * ia[3] : ia[0];
-    q->out = ia[1];
+    q->in = conv ? ia[GDL__CONV_IN] * ia[GDL__CONV_KH] * ia[GDL__CONV_KW] : ia[GDL__LIN_IN];
+    q->out = conv ? ia[GDL__CONV_OUT] : ia[GDL__LIN_OUT];
     q->per_channel = qc->per_channel != 0;
     q->reduce_range = qc->reduce_range != 0;
     if (act_s) {
@@ -233,12 +234,13 @@ static int gdl__qlayer_first_device(const gdl_module *m, gdl_device *d) {
 static int gdl__qlayer_check(const gdl_module *m, const gdl__qlayer *q, const gdl_tensor *x) {
     char want[128];
     const char *where = q->dev.type == GDL_DEVICE_CPU ? "the CPU" : gdl_device_str(q->dev);
-    const int ok = !q->conv ? x->ndim >= 1 && x->shape[x->ndim - 1] == q->in : x->ndim == 4 && x->shape[1] == q->ia[0];
+    const int64_t C = q->ia[GDL__CONV_IN];
+    const int ok = !q->conv ? x->ndim >= 1 && x->shape[x->ndim - 1] == q->in : x->ndim == 4 && x->shape[1] == C;
     if (x->dtype == GDL_F32 && gdl_device_equal(x->device, q->dev) && ok) return 0;
     if (!q->conv) snprintf(want, sizeof want, "f32 [..., %lld] on %s", (long long)q->in, where);
-    else snprintf(want, sizeof want, "f32 [N, %lld, H, W] on %s", (long long)q->ia[0], where);
+    else snprintf(want, sizeof want, "f32 [N, %lld, H, W] on %s", (long long)C, where);
     gdl__set_error("gdl_forward: %s (in=%lld, out=%lld, dtype=qint8): expected input %s, got %s %s on %s%s",
-                   gdl__nn_label(m), (long long)(q->conv ? q->ia[0] : q->in), (long long)q->out, want,
+                   gdl__nn_label(m), (long long)(q->conv ? C : q->in), (long long)q->out, want,
                    gdl_dtype_name(x->dtype), gdl_shape_str(x), gdl_device_str(x->device),
                    gdl_device_equal(x->device, q->dev) ? "" : " (the layer moves with gdl_module_to)");
     return -1;
@@ -279,8 +281,10 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
     memset(&g, 0, sizeof g);
     if (q->conv) {
         const int64_t *ia = q->ia;
-        const int64_t OH = (x->shape[2] + 2 * ia[6] - ia[8] * (ia[2] - 1) - 1) / ia[4] + 1;
-        const int64_t OW = (x->shape[3] + 2 * ia[7] - ia[9] * (ia[3] - 1) - 1) / ia[5] + 1;
+        const int64_t OH = (x->shape[2] + 2 * ia[GDL__CONV_PH] - ia[GDL__CONV_DH] * (ia[GDL__CONV_KH] - 1) - 1) /
+                               ia[GDL__CONV_SH] + 1;
+        const int64_t OW = (x->shape[3] + 2 * ia[GDL__CONV_PW] - ia[GDL__CONV_DW] * (ia[GDL__CONV_KW] - 1) - 1) /
+                               ia[GDL__CONV_SW] + 1;
         if (OH < 1 || OW < 1) {
             gdl__set_error("gdl_forward: %s: input %s is smaller than the kernel", gdl__nn_label(m), gdl_shape_str(x));
             return NULL;
@@ -290,8 +294,11 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
             return NULL;
         }
         N = x->shape[0];
-        g.N = 1; g.C = (int)ia[0]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3]; g.KH = (int)ia[2]; g.KW = (int)ia[3];
-        g.SH = (int)ia[4]; g.SW = (int)ia[5]; g.PH = (int)ia[6]; g.PW = (int)ia[7]; g.DH = (int)ia[8]; g.DW = (int)ia[9];
+        g.N = 1; g.C = (int)ia[GDL__CONV_IN]; g.H = (int)x->shape[2]; g.W = (int)x->shape[3];
+        g.KH = (int)ia[GDL__CONV_KH]; g.KW = (int)ia[GDL__CONV_KW];
+        g.SH = (int)ia[GDL__CONV_SH]; g.SW = (int)ia[GDL__CONV_SW];
+        g.PH = (int)ia[GDL__CONV_PH]; g.PW = (int)ia[GDL__CONV_PW];
+        g.DH = (int)ia[GDL__CONV_DH]; g.DW = (int)ia[GDL__CONV_DW];
         g.OH = (int)OH; g.OW = (int)OW;
         shape[1] = q->out;
         shape[2] = OH;

@@ -73,7 +73,8 @@ static gdl_tensor *gdl__qprep_forward(gdl_module *m, gdl_tensor *x) {
     if (o->qat) { /* the input and the weight as the quantized layer will see them */
         if (!(x = gdl__qprep_fq(o, &o->in, x)) || !(w = gdl__qprep_fq_weight(o, w))) return NULL;
     }
-    y = o->conv ? gdl_conv2d_ex(x, w, gdl__nn_param(m, 1), s, p, d, (int)m->ia[10]) : gdl_linear(x, w, gdl__nn_param(m, 1));
+    y = o->conv ? gdl_conv2d_ex(x, w, gdl__nn_param(m, 1), s, p, d, (int)m->ia[GDL__CONV_GROUPS])
+                : gdl_linear(x, w, gdl__nn_param(m, 1));
     if (y && o->relu) y = gdl_relu(y);
     if (y && observe && !o->frozen && gdl__qobs_add(gdl__nn_label(m), &o->out, y) < 0) return NULL;
     return o->qat ? gdl__qprep_fq(o, &o->out, y) : y;
@@ -85,7 +86,7 @@ static int gdl__is_qprep(const gdl_module *m) { return m && m->kind == GDL__M_CU
    torch.nn.utils.fuse_conv_bn_eval: w' = w * g / sqrt(var + eps) per output channel, b' = (b - mean) * g /
    sqrt(var + eps) + beta (a missing bias taken as 0 and added). 0 / -1. */
 static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *bn) {
-    const int64_t C = m->ia[1];
+    const int64_t C = m->ia[GDL__CONV_OUT];
     const gdl_tensor *st[4]; /* running mean and variance, weight and bias (NULL when not affine) */
     gdl_real *tmp[4] = {NULL, NULL, NULL, NULL};
     const gdl_real *h[4] = {NULL, NULL, NULL, NULL};
@@ -95,11 +96,11 @@ static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *b
     int k, rc = 0;
     st[0] = gdl__nn_buffer(bn, 0);
     st[1] = gdl__nn_buffer(bn, 1);
-    st[2] = bn->ia[2] ? gdl__nn_param(bn, 0) : NULL;
-    st[3] = bn->ia[2] ? gdl__nn_param(bn, 1) : NULL;
-    if (!bn->ia[3] || bn->ia[0] != C) {
+    st[2] = bn->ia[GDL__BN_AFFINE] ? gdl__nn_param(bn, 0) : NULL;
+    st[3] = bn->ia[GDL__BN_AFFINE] ? gdl__nn_param(bn, 1) : NULL;
+    if (!bn->ia[GDL__BN_TRACK] || bn->ia[GDL__BN_C] != C) {
         gdl__set_error("%s: %s cannot be folded into the convolution before it: %s", op, gdl__nn_label(bn),
-                       !bn->ia[3] ? "it keeps no running statistics" : "its channels differ");
+                       !bn->ia[GDL__BN_TRACK] ? "it keeps no running statistics" : "its channels differ");
         return -1;
     }
     if (st[0]->dtype != GDL_F32 || w->dtype != GDL_F32 || (st[2] && st[2]->dtype != GDL_F32)) {
@@ -115,7 +116,7 @@ static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *b
     if (rc == 0 && (gdl_move_(w, gdl_cpu()) < 0 || gdl_move_(b, gdl_cpu()) < 0)) rc = -1;
     per = w->numel / C;
     for (c = 0; c < C && rc == 0; c++) {
-        const double kc = (h[2] ? (double)h[2][c] : 1.0) / sqrt((double)h[1][c] + bn->fa[0]);
+        const double kc = (h[2] ? (double)h[2][c] : 1.0) / sqrt((double)h[1][c] + bn->fa[GDL__BN_EPS]);
         gdl_real *wc = (gdl_real *)w->data + c * per, *bc = (gdl_real *)b->data + c;
         for (i = 0; i < per; i++) wc[i] = (gdl_real)(wc[i] * kc);
         *bc = (gdl_real)((*bc - h[0][c]) * kc + (h[3] ? h[3][c] : 0));
@@ -194,7 +195,7 @@ static int gdl__quant_fusable(const gdl_module *seq, int i, const gdl_module **b
     *relu = 0;
     if (a->kind != GDL__M_LINEAR && a->kind != GDL__M_CONV2D) return 0;
     if (seq->kind != GDL__M_SEQUENTIAL || !b) return 1;
-    if (a->kind == GDL__M_CONV2D && b->kind == GDL__M_BATCHNORM && b->ia[1] == 2) {
+    if (a->kind == GDL__M_CONV2D && b->kind == GDL__M_BATCHNORM && b->ia[GDL__BN_DIMS] == 2) {
         *bn = b;
         *relu = c && c->kind == GDL__M_RELU;
         return 2 + *relu;

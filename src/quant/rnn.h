@@ -21,11 +21,11 @@ static gdl_module *gdl__qrnn_new(const char *op, const gdl_module *m, const gdl_
             for (j = 0; j < 2; j++) { /* ih, hh */
                 const int base = (l * D + d) * per;
                 const gdl_tensor *W = gdl__nn_param(m, base + j), *b = bias ? gdl__nn_param(m, base + 2 + j) : NULL;
-                int64_t ia[12];
+                int64_t ia[GDL__NN_IA];
                 char name[48], who[320];
                 memset(ia, 0, sizeof ia);
-                ia[0] = W->shape[1];
-                ia[1] = W->shape[0];
+                ia[GDL__LIN_IN] = W->shape[1];
+                ia[GDL__LIN_OUT] = W->shape[0];
                 snprintf(name, sizeof name, "%s_l%d%s", j ? "hh" : "ih", l, d ? "_reverse" : "");
                 snprintf(who, sizeof who, "%s's %s", gdl__nn_label(m), m->param[base + j].name);
                 k = gdl__qlayer_new(op, who, GDL__Q_DYNAMIC, 0, 0, ia, W, b, qc, NULL, NULL);
@@ -57,9 +57,9 @@ static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode
     if (mode == GDL__QC_DYNAMIC && (m->kind == GDL__M_LSTM || m->kind == GDL__M_GRU) && !m->ia[GDL__RNN_QUANT])
         return gdl__qrnn_new(op, m, qc);
     if ((mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT) && (m->kind == GDL__M_LINEAR || m->kind == GDL__M_CONV2D)) {
-        if (m->kind == GDL__M_CONV2D && m->ia[10] != 1) {
+        if (m->kind == GDL__M_CONV2D && m->ia[GDL__CONV_GROUPS] != 1) {
             gdl__set_error("%s: %s has groups=%lld: quantized convolutions take groups=1 only", op, gdl__nn_label(m),
-                           (long long)m->ia[10]);
+                           (long long)m->ia[GDL__CONV_GROUPS]);
             return NULL;
         }
         k = gdl__qprep_new(op, m, NULL, 0, mode == GDL__QC_PREPARE_QAT, qc);
@@ -94,7 +94,8 @@ static gdl_module *gdl__quant_copy(const char *op, const gdl_module *m, int mode
     for (i = 0; i < m->nchild; i++) {
         const gdl_module *ch = m->child[i], *bn;
         int relu, j, nf = mode == GDL__QC_PREPARE || mode == GDL__QC_PREPARE_QAT ? gdl__quant_fusable(m, i, &bn, &relu) : 0;
-        if (nf > 1 && (ch->kind == GDL__M_LINEAR || ch->ia[10] == 1)) { /* fused: BatchNorm, ReLU become Identities */
+        /* fused: BatchNorm, ReLU become Identities */
+        if (nf > 1 && (ch->kind == GDL__M_LINEAR || ch->ia[GDL__CONV_GROUPS] == 1)) {
             k = gdl__qprep_new(op, ch, bn, relu, mode == GDL__QC_PREPARE_QAT, qc);
             if (!k || gdl__nn_add_child(op, c, ch->name, k) < 0) goto fail;
             if (!bn && gdl__qties_params(op, T, ch, k) < 0) goto fail; /* a folded weight is another tensor */

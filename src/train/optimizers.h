@@ -319,7 +319,6 @@ static char *gdl__opt_slot(const gdl_optimizer *opt, const gdl__opt_param *pp, i
 static size_t gdl__opt_f32_bytes(const gdl__opt_dev *dv) {
     return dv->region * (size_t)(dv->nregions - 2 + (dv->low != GDL_F32));
 }
-static size_t gdl__elt_bytes(gdl_dtype dt) { return dt == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(dt); }
 
 /* Moves t's elements into `slot` of block f and lets go of its old storage
    (an allocation, or a slot of another block): the same gdl_tensor* now
@@ -335,7 +334,7 @@ static int gdl__flat_rehome_as(const char *op, gdl_tensor *t, gdl__flat *f, void
                                const gdl_tensor *src) {
     if (t->flat == f && t->data == slot && t->dtype == dt && src == t) return 0;
     if (src->dtype == dt) {
-        if (gdl__copy_bytes(op, slot, f->device, src->data, src->device, (size_t)t->numel * gdl__elt_bytes(dt)) < 0)
+        if (gdl__copy_bytes(op, slot, f->device, src->data, src->device, (size_t)t->numel * gdl_dtype_size(dt)) < 0)
             return -1;
     } else {
         const gdl_backend *be = gdl__be(op, f->device);
@@ -526,7 +525,7 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
     gdl__opt_dev *devs;
     int nd = 0, i, d, nregions, *where_dev;
     size_t *where_off, *where_lo;
-    size_t lo_size = opt->master == GDL_F32 ? sizeof(gdl_real) : gdl_dtype_size(opt->master);
+    size_t lo_size = gdl_dtype_size(opt->master);
     size_t hyper_bytes = gdl__flat_round(sizeof(gdl_opt_hyper) * (size_t)(opt->ngroups ? opt->ngroups : 1));
     if (gdl__opt_steps_down(op, opt) < 0) return -1;
     nregions = opt->kind != GDL__OPT_SGD ? 4 : gdl__opt_needs_s1(opt) ? 3 : 2;
