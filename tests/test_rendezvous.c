@@ -145,6 +145,9 @@ TEST token_sources(void) {
     setenv("SLURM_STEP_ID", "1", 1); /* another step of the job: another token */
     ASSERT_EQ(0, gdl__rdv_token(k2, src, sizeof src));
     ASSERT(memcmp(k2, k3, 32) != 0);
+    setenv("TORCHELASTIC_RUN_ID", "none", 1); /* torchrun without --rdzv-id or --standalone: no secret */
+    ASSERT_EQ(0, gdl__rdv_token(k1, src, sizeof src));
+    ASSERT_STR_EQ("SLURM_JOB_ID+SLURM_STEP_ID", src);
     setenv("TORCHELASTIC_RUN_ID", "5c1e", 1);
     ASSERT_EQ(0, gdl__rdv_token(k1, src, sizeof src));
     ASSERT_STR_EQ("TORCHELASTIC_RUN_ID", src);

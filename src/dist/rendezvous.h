@@ -153,7 +153,8 @@ static uint32_t gdl__get32(const unsigned char *b) {
 }
 
 /* The job's token: GPUDL_DIST_TOKEN, else GPUDL_JOB_UID (a Kubernetes Job's uid through the downward API),
-   else what the launcher gives every rank of one job alike: torchrun's TORCHELASTIC_RUN_ID, Slurm's
+   else what the launcher gives every rank of one job alike: torchrun's TORCHELASTIC_RUN_ID (not its default
+   "none"), Slurm's
    SLURM_JOB_ID and SLURM_STEP_ID, Open MPI's OMPI_MCA_orte_ess_jobid or PMIx's PMIX_NAMESPACE. key: the
    rendezvous's key, HMAC(token, "gpudl rendezvous key"), where the token is "NAME=value" of the variables
    (ranks whose tokens come from different variables do not meet). src: the variables' names. 0: found;
@@ -170,7 +171,7 @@ static int gdl__rdv_token(unsigned char key[32], char *src, size_t slen) {
     snprintf(src, slen, "none");
     for (i = 0; i < sizeof vars / sizeof *vars; i++) {
         const char *a = getenv(vars[i][0]), *b = vars[i][1] ? getenv(vars[i][1]) : NULL;
-        if (!a || !a[0]) continue;
+        if (!a || !a[0] || (i == 2 && !strcmp(a, "none"))) continue; /* torchrun's default run id: no secret */
         n = (size_t)snprintf(tok, sizeof tok, "%s=%s", vars[i][0], a);
         if (b && b[0] && n < sizeof tok) n += (size_t)snprintf(tok + n, sizeof tok - n, " %s=%s", vars[i][1], b);
         if (n >= sizeof tok) n = sizeof tok - 1; /* a longer token: its first 1023 bytes */
@@ -485,12 +486,22 @@ static int gdl__rdv_round(gdl__rdv_server *sv, gdl__sock lfd, double deadline) {
     return 0;
 }
 
-/* gdl__rendezvous on rank 0: waits for every other rank at MASTER_PORT (until deadline), then sends each the id. */
+static const char *gdl__rdv_bind_addr(const char *addr);
+
+/* gdl__rendezvous on rank 0: waits for every other rank at MASTER_PORT (until deadline), then sends each the
+   id. The token from the environment (gdl__rdv_token), the address to listen at too (gdl__rdv_bind_addr). */
 static int gdl__rdv_serve(const char *op, int world, const unsigned char *id, double timeout, double deadline,
-                          const char *addr, long port, const char *bind_addr, const unsigned char key[32]) {
+                          const char *addr, long port) {
+    const char *bind_addr = gdl__rdv_bind_addr(addr);
+    unsigned char key[32];
+    char src[64];
     gdl__rdv_server *sv;
     gdl__sock lfd;
     int i, rc = -1;
+    if (gdl__rdv_token(key, src, sizeof src) < 0)
+        fprintf(stderr, "gpudl rendezvous (rank 0, MASTER_PORT=%ld): no job token (GPUDL_DIST_TOKEN, or the "
+                        "launcher's job id): any process that reaches the port can join; see docs/security.md\n",
+                port);
     if (!(sv = (gdl__rdv_server *)GPUDL_MALLOC(sizeof *sv)) ||
         !(sv->rank = (gdl__rdv_conn *)GPUDL_MALLOC(sizeof(gdl__rdv_conn) * (size_t)world))) {
         GPUDL_FREE(sv);
@@ -507,6 +518,7 @@ static int gdl__rdv_serve(const char *op, int world, const unsigned char *id, do
                        i == -2 ? "that is no IPv4 address"
                        : e == EADDRNOTAVAIL ? "not an address of this machine" : gdl__os_sock_strerror(e));
         GPUDL_FREE(sv->rank), GPUDL_FREE(sv);
+        memset(key, 0, sizeof key);
         return -1;
     }
     while (sv->got < sv->world - 1) {
@@ -535,6 +547,7 @@ done:
     while (sv->npend) gdl__rdv_drop_pending(sv, sv->npend - 1, NULL);
     gdl__os_sock_close(lfd);
     GPUDL_FREE(sv->rank), GPUDL_FREE(sv);
+    memset(key, 0, sizeof key);
     return rc;
 }
 
@@ -628,13 +641,15 @@ static int gdl__rdv_join_once(const char *op, gdl__sock fd, int rank, int world,
     return -1;
 }
 
-/* gdl__rendezvous on the other ranks: reaches rank 0 (until deadline), proves the token and checks rank 0's
-   proof, receives the id. */
+/* gdl__rendezvous on the other ranks: reaches rank 0 (until deadline), proves the token (from the
+   environment: gdl__rdv_token) and checks rank 0's proof, receives the id. */
 static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id, double timeout, double deadline,
-                         const char *addr, long port, const unsigned char key[32], const char *src) {
+                         const char *addr, long port) {
     double t0 = gdl_now();
-    char where[300], last[200] = "";
+    char where[300], last[200] = "", src[64];
+    unsigned char key[32];
     int tries = 0, rc = 0, e = 0;
+    (void)gdl__rdv_token(key, src, sizeof src);
     snprintf(where, sizeof where, "MASTER_ADDR=%s MASTER_PORT=%ld", addr, port);
     for (;;) {
         gdl__sock fd = GDL__SOCK_NONE;
@@ -643,7 +658,7 @@ static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id,
             rc = gdl__rdv_join_once(op, fd, rank, world, id, t0, timeout, deadline, where, key, src, last,
                                     sizeof last);
             gdl__os_sock_close(fd);
-            if (rc <= 0) return rc;
+            if (rc <= 0) break;
         } else {
             e = rc == -2 ? 0 : errno;
         }
@@ -661,10 +676,13 @@ static int gdl__rdv_join(const char *op, int rank, int world, unsigned char *id,
                                           "_POSIX_C_SOURCE 200112L or more for host names)"
 #endif
                                         : gdl__os_sock_strerror(e));
-            return -1;
+            rc = -1;
+            break;
         }
         gdl__os_sleep_ms(100); /* rank 0 may not listen yet, or dropped the connection when crowded */
     }
+    memset(key, 0, sizeof key);
+    return rc;
 }
 
 /* src/dist/cluster.h: MASTER_ADDR / MASTER_PORT, or what Kubeflow or srun's node list give ("" unset); 0 / -1 */
@@ -684,11 +702,9 @@ static const char *gdl__rdv_bind_addr(const char *addr) {
 
 /* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
 static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
-    char addr[256], ps[32], src[64], *end;
-    unsigned char key[32];
+    char addr[256], ps[32], *end;
     long port;
     double deadline = gdl_now() + timeout;
-    int have_token, rc;
     if (gdl__cluster_master(op, addr, sizeof addr, ps, sizeof ps) < 0) return -1;
     if (!addr[0] || !ps[0]) {
         gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
@@ -701,14 +717,7 @@ static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *i
         gdl__set_error("%s: MASTER_PORT='%s' is not a port number in [1, 65535]", op, ps);
         return -1;
     }
-    have_token = gdl__rdv_token(key, src, sizeof src) == 0;
-    if (rank == 0 && !have_token)
-        fprintf(stderr, "gpudl rendezvous (rank 0, MASTER_PORT=%ld): no job token (GPUDL_DIST_TOKEN, or the "
-                        "launcher's job id): any process that reaches the port can join; see docs/security.md\n",
-                port);
-    rc = rank == 0 ? gdl__rdv_serve(op, world, id, timeout, deadline, addr, port, gdl__rdv_bind_addr(addr), key)
-                   : gdl__rdv_join(op, rank, world, id, timeout, deadline, addr, port, key, src);
-    memset(key, 0, sizeof key);
-    return rc;
+    return rank == 0 ? gdl__rdv_serve(op, world, id, timeout, deadline, addr, port)
+                     : gdl__rdv_join(op, rank, world, id, timeout, deadline, addr, port);
 }
 #endif
