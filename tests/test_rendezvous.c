@@ -51,8 +51,8 @@ static const char *sha_hex(const void *p, size_t n, size_t chunk) {
 
 TEST sha256_fips180_vectors(void) {
     static const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-    static const char *four = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrl"
-                              "mnopqrsmnopqrstnopqrstu";
+    static const char *four = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmno"
+                              "ijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu";
     static const size_t chunks[] = {1, 3, 63, 64, 65, 1000};
     char *million = (char *)malloc(1000000);
     size_t c;
@@ -207,7 +207,7 @@ static void nap(double s) {
 typedef struct {
     pid_t pid;
     int fd;
-    char said[1200]; /* what it said; for rank 0 also its stderr (the dropped connections) */
+    char said[16384]; /* what it said; for rank 0 also its stderr (the dropped connections) */
 } proc;
 
 /* Starts rank `rank` of `world` after `delay` seconds with GPUDL_DIST_TOKEN=token (NULL: none) and the
@@ -430,6 +430,39 @@ TEST idle_connections_stall_nothing(void) {
     PASS();
 }
 
+/* 300 connections of random bytes (some begin as a hello, then send a random auth; random lengths; some
+   closed at once, some left open) beside the job: rank 0 drops them all and the job forms */
+TEST random_bytes_are_dropped(void) {
+    proc r[WORLD];
+    int port = free_port(), k, open_fds[40], nopen = 0;
+    unsigned seed = 12345;
+    r[0] = start_rank(0, WORLD, port, "job-token", 20, 0, "127.0.0.1");
+    for (k = 0; k < 300; k++) {
+        unsigned char m[256];
+        size_t n, i;
+        int fd = dial(port);
+        ASSERT(fd >= 0);
+        for (i = 0; i < sizeof m; i++) m[i] = (unsigned char)((seed = seed * 1103515245u + 12345u) >> 16);
+        n = (seed >> 8) % sizeof m;
+        if (k % 3 == 0 && n >= 4) memcpy(m, "gdlH", 4);
+        if (k % 3 == 1 && n >= 4) memcpy(m, "gdlA", 4);
+        if (n && write(fd, m, n) < 0) { /* rank 0 may have dropped it already */
+        }
+        if (k % 3 == 0 && n >= GDL__RDV_HELLO) { /* a hello: the challenge, then a random auth */
+            unsigned char c[GDL__RDV_CHAL];
+            if (read_within(fd, c, sizeof c, 2) == (long)sizeof c && write(fd, m, sizeof m) < 0) {
+            }
+        }
+        if (k % 5 == 0 && nopen < 40) open_fds[nopen++] = fd;
+        else close(fd);
+    }
+    r[1] = start_rank(1, WORLD, port, "job-token", 20, 0, "127.0.0.1");
+    r[2] = start_rank(2, WORLD, port, "job-token", 20, 0, "127.0.0.1");
+    CHECK_CALL(job_formed(r, "more connections dropped; not logged"));
+    while (nopen) close(open_fds[--nopen]);
+    PASS();
+}
+
 /* a listener that is not rank 0: it answers the hello with a challenge it cannot prove, or with the older
    protocol's status 0 and an id of its own: the joiner refuses it at once, saying so */
 static void fake_rank0(int port, int old_style) {
@@ -580,6 +613,7 @@ int main(int argc, char **argv) {
     RUN_TEST(forged_rank_evicts_nobody);
     RUN_TEST(wrong_world_is_dropped);
     RUN_TEST(idle_connections_stall_nothing);
+    RUN_TEST(random_bytes_are_dropped);
     RUN_TEST(fake_rank0_is_refused);
     RUN_TEST(other_token_is_refused);
     RUN_TEST(restarted_rank_replaces_its_older_self);

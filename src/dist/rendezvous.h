@@ -511,7 +511,8 @@ static int gdl__rdv_serve(const char *op, int world, const unsigned char *id, do
     sv->op = op, sv->addr = addr, sv->port = port, sv->world = world, sv->got = 0;
     sv->key = key, sv->id = id, sv->npend = 0, sv->dropped = sv->logged = 0, sv->note[0] = 0;
     for (i = 0; i < world; i++) sv->rank[i].fd = GDL__SOCK_NONE;
-    if ((i = gdl__os_sock_listen_at(&lfd, bind_addr, (int)port, world < 4096 ? world : 4096)) != 0) {
+    /* the listen queue: every rank, and room for strangers beside them (the kernel caps it) */
+    if ((i = gdl__os_sock_listen_at(&lfd, bind_addr, (int)port, world < 4096 - 128 ? world + 128 : 4096)) != 0) {
         int e = errno;
         gdl__set_error("%s: rank 0 cannot listen at %s%s MASTER_PORT=%ld: %s", op,
                        bind_addr ? "address " : "every address,", bind_addr ? bind_addr : "", port,
@@ -576,7 +577,8 @@ static int gdl__rdv_join_once(const char *op, gdl__sock fd, int rank, int world,
             return -1;
         }
         snprintf(last, llen, "%.1f s after this rank began, the listener closed the connection without "
-                 "answering the hello (%s)", gdl_now() - t0, e == EPIPE ? "it closed its end" : gdl__os_sock_strerror(e));
+                 "answering the hello (%s)", gdl_now() - t0,
+                 e == EPIPE ? "it closed its end" : gdl__os_sock_strerror(e));
         return 1;
     }
     gdl__rdv_mac(key, "gdl rank 0", nj, n0, 0, 0, 0, mac);

@@ -844,7 +844,8 @@ GDL__OSFN int gdl__os_sock_ipv4(const char *host, struct sockaddr_in *sa) {
 #else
     if (gdl__ws_ready() < 0 || gdl__ws.getaddrinfo_(host, NULL, &hints, &res) != 0) return -2;
 #endif
-    if ((size_t)res->ai_addrlen >= sizeof *sa) sa->sin_addr = ((const struct sockaddr_in *)(void *)res->ai_addr)->sin_addr;
+    if ((size_t)res->ai_addrlen >= sizeof *sa)
+        sa->sin_addr = ((const struct sockaddr_in *)(void *)res->ai_addr)->sin_addr;
 #if defined(GDL__OS_POSIX)
     freeaddrinfo(res);
 #else
