@@ -27677,11 +27677,10 @@ static uint32_t gdl__get32(const unsigned char *b) {
 
 /* The job's token: GPUDL_DIST_TOKEN, else GPUDL_JOB_UID (a Kubernetes Job's uid through the downward API),
    else what the launcher gives every rank of one job alike: torchrun's TORCHELASTIC_RUN_ID (not its default
-   "none"), Slurm's
-   SLURM_JOB_ID and SLURM_STEP_ID, Open MPI's OMPI_MCA_orte_ess_jobid or PMIx's PMIX_NAMESPACE. key: the
-   rendezvous's key, HMAC(token, "gpudl rendezvous key"), where the token is "NAME=value" of the variables
-   (ranks whose tokens come from different variables do not meet). src: the variables' names. 0: found;
-   -1: none (key from the empty token: the protocol runs, but any process can join). */
+   "none"), Slurm's SLURM_JOB_ID and SLURM_STEP_ID, Open MPI's OMPI_MCA_orte_ess_jobid or PMIx's
+   PMIX_NAMESPACE. key: the rendezvous's key, HMAC(token, "gpudl rendezvous key"), where the token is
+   "NAME=value" of the variables (ranks whose tokens come from different variables do not meet). src: the
+   variables' names. 0: found; -1: none (key from the empty token: the protocol runs, but anyone can join). */
 static int gdl__rdv_token(unsigned char key[32], char *src, size_t slen) {
     static const char *const vars[][2] = {{"GPUDL_DIST_TOKEN", NULL},       {"GPUDL_JOB_UID", NULL},
                                           {"TORCHELASTIC_RUN_ID", NULL},    {"SLURM_JOB_ID", "SLURM_STEP_ID"},
@@ -27712,37 +27711,51 @@ static int gdl__rdv_token(unsigned char key[32], char *src, size_t slen) {
 /* a fresh nonce: the system's random bytes, hashed with the time, the process and a count, so that two
    nonces differ even where the system has no random source */
 static void gdl__rdv_nonce(unsigned char out[GDL__RDV_NONCE]) {
-    static unsigned long count;
+    static int64_t count; /* atomic where there are atomics (threads may meet: tests/test_platform.c) */
     unsigned char r[32];
     double t = gdl_now();
     long pid = gdl__os_pid();
     clock_t c = clock();
     gdl__sha256 s;
     memset(r, 0, sizeof r);
+    int64_t k;
     (void)gdl__os_random(r, sizeof r);
-    count++;
+#if defined(GDL__ATOMICS)
+    k = gdl__atomic_add(&count, 1, GDL__MO_RELAXED);
+#else
+    k = ++count;
+#endif
     gdl__sha256_init(&s);
     gdl__sha256_add(&s, r, sizeof r);
     gdl__sha256_add(&s, &t, sizeof t);
     gdl__sha256_add(&s, &pid, sizeof pid);
     gdl__sha256_add(&s, &c, sizeof c);
-    gdl__sha256_add(&s, &count, sizeof count);
+    gdl__sha256_add(&s, &k, sizeof k);
     gdl__sha256_end(&s, out);
 }
 
-/* HMAC(key, label\0 a b [rank world]) into out; a, b: nonces; rank and world when with_rank */
+/* an HMAC begun with key over label\0 a b (a, b: nonces), the start of every MAC of the protocol */
+static void gdl__rdv_mac_begin(gdl__hmac *m, const unsigned char key[32], const char *label, const unsigned char *a,
+                               const unsigned char *b) {
+    gdl__hmac_init(m, key, 32);
+    gdl__hmac_add(m, label, strlen(label) + 1);
+    gdl__hmac_add(m, a, GDL__RDV_NONCE);
+    gdl__hmac_add(m, b, GDL__RDV_NONCE);
+}
+
+/* v, 4 bytes big-endian, into the HMAC */
+static void gdl__rdv_mac_u32(gdl__hmac *m, uint32_t v) {
+    unsigned char b[4];
+    gdl__put32(b, v);
+    gdl__hmac_add(m, b, 4);
+}
+
+/* HMAC(key, label\0 a b [rank world]) into out; rank and world when with_rank */
 static void gdl__rdv_mac(const unsigned char key[32], const char *label, const unsigned char *a,
                          const unsigned char *b, int with_rank, uint32_t rank, uint32_t world, unsigned char out[32]) {
     gdl__hmac m;
-    unsigned char rw[8];
-    gdl__hmac_init(&m, key, 32);
-    gdl__hmac_add(&m, label, strlen(label) + 1);
-    gdl__hmac_add(&m, a, GDL__RDV_NONCE);
-    gdl__hmac_add(&m, b, GDL__RDV_NONCE);
-    if (with_rank) {
-        gdl__put32(rw, rank), gdl__put32(rw + 4, world);
-        gdl__hmac_add(&m, rw, 8);
-    }
+    gdl__rdv_mac_begin(&m, key, label, a, b);
+    if (with_rank) gdl__rdv_mac_u32(&m, rank), gdl__rdv_mac_u32(&m, world);
     gdl__hmac_end(&m, out);
 }
 
@@ -27757,17 +27770,13 @@ static int gdl__rdv_same(const unsigned char *a, const unsigned char *b, size_t 
 /* the id's bytes at p masked, or unmasked, by the session's key stream HMAC(K, "gdl id\0" N_0 N_j block) */
 static void gdl__rdv_mask(const unsigned char key[32], const unsigned char *n0, const unsigned char *nj,
                           unsigned char *p) {
-    unsigned char mask[32], blk[4];
+    unsigned char mask[32];
     uint32_t i;
     for (i = 0; i * 32 < GDL_COMM_ID_BYTES; i++) {
         gdl__hmac m;
         size_t j;
-        gdl__hmac_init(&m, key, 32);
-        gdl__hmac_add(&m, "gdl id", 7);
-        gdl__hmac_add(&m, n0, GDL__RDV_NONCE);
-        gdl__hmac_add(&m, nj, GDL__RDV_NONCE);
-        gdl__put32(blk, i);
-        gdl__hmac_add(&m, blk, 4);
+        gdl__rdv_mac_begin(&m, key, "gdl id", n0, nj);
+        gdl__rdv_mac_u32(&m, i);
         gdl__hmac_end(&m, mask);
         for (j = 0; j < 32 && i * 32 + j < GDL_COMM_ID_BYTES; j++) p[i * 32 + j] ^= mask[j];
     }
@@ -27777,13 +27786,8 @@ static void gdl__rdv_mask(const unsigned char key[32], const unsigned char *n0, 
 static void gdl__rdv_reply_mac(const unsigned char key[32], const unsigned char *n0, const unsigned char *nj,
                                uint32_t rank, const unsigned char *r, unsigned char out[32]) {
     gdl__hmac m;
-    unsigned char blk[4];
-    gdl__hmac_init(&m, key, 32);
-    gdl__hmac_add(&m, "gdl reply", 10);
-    gdl__hmac_add(&m, n0, GDL__RDV_NONCE);
-    gdl__hmac_add(&m, nj, GDL__RDV_NONCE);
-    gdl__put32(blk, rank);
-    gdl__hmac_add(&m, blk, 4);
+    gdl__rdv_mac_begin(&m, key, "gdl reply", n0, nj);
+    gdl__rdv_mac_u32(&m, rank);
     gdl__hmac_add(&m, r, GDL__RDV_REPLY - 32);
     gdl__hmac_end(&m, out);
 }
@@ -27842,6 +27846,7 @@ static void gdl__rdv_log(gdl__rdv_server *sv, const char *peer, const char *why)
     sv->logged++;
 }
 
+/* pending connection i closed (logged with why, unless NULL); the last pending one takes its place */
 static void gdl__rdv_drop_pending(gdl__rdv_server *sv, int i, const char *why) {
     if (why) gdl__rdv_log(sv, sv->pend[i].peer, why);
     gdl__os_sock_close(sv->pend[i].fd);

@@ -126,6 +126,12 @@ static void clear_env(void) {
     for (i = 0; i < sizeof token_vars / sizeof *token_vars; i++) unsetenv(token_vars[i]);
 }
 
+/* where gdl__rdv_token found the token ("error" when it found none), its key in key */
+static const char *source(unsigned char key[32]) {
+    static char src[64];
+    return gdl__rdv_token(key, src, sizeof src) == 0 ? src : "error";
+}
+
 TEST token_sources(void) {
     unsigned char none[32], k1[32], k2[32], k3[32];
     char src[64];
@@ -133,36 +139,28 @@ TEST token_sources(void) {
     ASSERT_EQ(-1, gdl__rdv_token(none, src, sizeof src));
     ASSERT_STR_EQ("none", src);
     setenv("PMIX_NAMESPACE", "prterun-node1-1234@1", 1);
-    ASSERT_EQ(0, gdl__rdv_token(k1, src, sizeof src));
-    ASSERT_STR_EQ("PMIX_NAMESPACE", src);
+    ASSERT_STR_EQ("PMIX_NAMESPACE", source(k1));
     setenv("SLURM_JOB_ID", "4242", 1);
-    ASSERT_EQ(0, gdl__rdv_token(k2, src, sizeof src));
-    ASSERT_STR_EQ("SLURM_JOB_ID", src);
+    ASSERT_STR_EQ("SLURM_JOB_ID", source(k2));
     setenv("SLURM_STEP_ID", "0", 1);
-    ASSERT_EQ(0, gdl__rdv_token(k3, src, sizeof src));
-    ASSERT_STR_EQ("SLURM_JOB_ID+SLURM_STEP_ID", src);
+    ASSERT_STR_EQ("SLURM_JOB_ID+SLURM_STEP_ID", source(k3));
     ASSERT(memcmp(k2, k3, 32) != 0 && memcmp(k1, k2, 32) != 0 && memcmp(none, k1, 32) != 0);
     setenv("SLURM_STEP_ID", "1", 1); /* another step of the job: another token */
-    ASSERT_EQ(0, gdl__rdv_token(k2, src, sizeof src));
+    ASSERT_STR_EQ("SLURM_JOB_ID+SLURM_STEP_ID", source(k2));
     ASSERT(memcmp(k2, k3, 32) != 0);
     setenv("TORCHELASTIC_RUN_ID", "none", 1); /* torchrun without --rdzv-id or --standalone: no secret */
-    ASSERT_EQ(0, gdl__rdv_token(k1, src, sizeof src));
-    ASSERT_STR_EQ("SLURM_JOB_ID+SLURM_STEP_ID", src);
+    ASSERT_STR_EQ("SLURM_JOB_ID+SLURM_STEP_ID", source(k1));
     setenv("TORCHELASTIC_RUN_ID", "5c1e", 1);
-    ASSERT_EQ(0, gdl__rdv_token(k1, src, sizeof src));
-    ASSERT_STR_EQ("TORCHELASTIC_RUN_ID", src);
+    ASSERT_STR_EQ("TORCHELASTIC_RUN_ID", source(k1));
     setenv("GPUDL_JOB_UID", "0b6c7c1e-7d5a-4b8e-9f63-2d5c1f0e8a11", 1);
-    ASSERT_EQ(0, gdl__rdv_token(k1, src, sizeof src));
-    ASSERT_STR_EQ("GPUDL_JOB_UID", src);
+    ASSERT_STR_EQ("GPUDL_JOB_UID", source(k1));
     setenv("GPUDL_DIST_TOKEN", "s3cret", 1);
-    ASSERT_EQ(0, gdl__rdv_token(k1, src, sizeof src));
-    ASSERT_STR_EQ("GPUDL_DIST_TOKEN", src);
+    ASSERT_STR_EQ("GPUDL_DIST_TOKEN", source(k1));
     setenv("GPUDL_DIST_TOKEN", "s3creT", 1);
-    ASSERT_EQ(0, gdl__rdv_token(k2, src, sizeof src));
+    ASSERT_STR_EQ("GPUDL_DIST_TOKEN", source(k2));
     ASSERT(memcmp(k1, k2, 32) != 0);
     setenv("GPUDL_DIST_TOKEN", "", 1); /* empty: not set */
-    ASSERT_EQ(0, gdl__rdv_token(k1, src, sizeof src));
-    ASSERT_STR_EQ("GPUDL_JOB_UID", src);
+    ASSERT_STR_EQ("GPUDL_JOB_UID", source(k1));
     clear_env();
     /* where rank 0 listens */
     ASSERT_STR_EQ("127.0.0.1", gdl__rdv_bind_addr("127.0.0.1"));
@@ -182,18 +180,13 @@ TEST token_sources(void) {
 enum { WORLD = 3 };
 static unsigned char job_id[GDL_COMM_ID_BYTES];
 
-/* a TCP port nobody listens at (the kernel's pick, released) */
+/* a TCP port nobody listens at (the system's pick, released) */
 static int free_port(void) {
-    struct sockaddr_in sa;
-    socklen_t len = sizeof sa;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(0x7f000001u);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
-    if (fd >= 0) close(fd);
+    gdl__sock l;
+    int port;
+    if (gdl__os_sock_listen_at(&l, "127.0.0.1", 0, 1) != 0) return 0;
+    port = gdl__os_sock_port(l);
+    gdl__os_sock_close(l);
     return port;
 }
 
