@@ -419,7 +419,10 @@ static void gdl__rdv_on_accept(gdl__rdv_server *sv, gdl__sock lfd, double deadli
     gdl__rdv_conn c;
     double now = gdl_now();
     memset(&c, 0, sizeof c);
-    if (gdl__os_sock_accept_from(lfd, &c.fd, c.peer, sizeof c.peer, now + 1) != 0) return; /* poll: one waits */
+    if (gdl__os_sock_accept_from(lfd, &c.fd, c.peer, sizeof c.peer, now + 1) != 0) { /* poll: one waits */
+        gdl__os_sleep_ms(10); /* gone before it was taken, or no descriptor left (EMFILE): no busy loop */
+        return;
+    }
     c.since = now;
     c.until = now + GDL__RDV_HANDSHAKE_S < deadline ? now + GDL__RDV_HANDSHAKE_S : deadline;
     if (sv->npend == GDL__RDV_PENDING) {
