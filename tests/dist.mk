@@ -2,7 +2,9 @@
 # multi-process training, src/api/dist.h.
 #
 #   make test-dist   the launchers' environments and the loader's shards in one
-#                    process (plain and ASan); then, where MPI is installed
+#                    process (plain and ASan); the TCP rendezvous without MPI
+#                    against an attacker (tests/test_rendezvous.c, plain and
+#                    ASan: processes on 127.0.0.1); then, where MPI is installed
 #                    (mpicc, mpirun: Debian's libopenmpi-dev openmpi-bin), the
 #                    collectives and 2-rank data-parallel SGD under mpirun -np 2,
 #                    a rank that stalls or is killed (timeouts, never a hang),
@@ -30,6 +32,11 @@ $(B)/test_dist: tests/test_dist.c $(DIST_HDR) tests/api_only.h $(B)/lib/plain_po
 	$(CC) $(VARIANT_plain) $(SET_posix) $(API_ONLY) $< $(B)/lib/plain_posix.o -o $@ $(LIBS)
 $(B)/asan_test_dist: tests/test_dist.c $(DIST_HDR) tests/api_only.h $(B)/lib/asan_posix.o | $(B)
 	$(CC) $(VARIANT_asan) $(SET_posix) $(API_ONLY) $< $(B)/lib/asan_posix.o -o $@ $(LIBS)
+# the rendezvous (one translation unit with the implementation: it calls the static gdl__rdv_ functions)
+$(B)/test_rendezvous: tests/test_rendezvous.c $(HDR) | $(B)
+	$(CC) $(VARIANT_plain) $(SET_posix) $< -o $@ $(LIBS)
+$(B)/asan_test_rendezvous: tests/test_rendezvous.c $(HDR) | $(B)
+	$(CC) $(VARIANT_asan) $(SET_posix) $< -o $@ $(LIBS)
 MPI_CFLAGS = $(STD) $(WARN) -Werror $(CFLAGS) -DGPUDL_MPI
 $(B)/lib/mpi_%.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
 	$(MPICC) $(MPI_CFLAGS) $(SET_$*) -c $< -o $@
@@ -37,8 +44,8 @@ $(B)/lib/mpi_%.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
 $(B)/test_dist_mpi: tests/test_dist.c $(DIST_HDR) tests/api_only.h $(B)/lib/mpi_posix.o | $(B)
 	$(MPICC) $(MPI_CFLAGS) $(SET_posix) $(API_ONLY) $< $(B)/lib/mpi_posix.o -o $@ $(LIBS)
 
-test-dist: $(B)/test_dist $(B)/asan_test_dist $(if $(HAVE_MPI),$(B)/test_dist_mpi $(B)/dist_faults $(B)/ddp_mpi $(B)/mnist_mlp)
-	sh tests/run.sh $(B)/test_dist $(B)/asan_test_dist
+test-dist: $(B)/test_dist $(B)/asan_test_dist $(B)/test_rendezvous $(B)/asan_test_rendezvous $(if $(HAVE_MPI),$(B)/test_dist_mpi $(B)/dist_faults $(B)/ddp_mpi $(B)/mnist_mlp)
+	sh tests/run.sh $(B)/test_dist $(B)/asan_test_dist $(B)/test_rendezvous $(B)/asan_test_rendezvous
 	@if command -v $(MPICC) >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1; then \
 	  $(MAKE) --no-print-directory test-dist-mpi; else \
 	  echo "SKIPPED: mpicc or mpirun not found (apt-get install libopenmpi-dev openmpi-bin): the 2-rank tests did not run"; fi

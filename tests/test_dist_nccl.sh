@@ -40,12 +40,13 @@ tally() {
 timeout 120 "$prog" >"$tmp/alone" 2>&1
 tally "$tmp/alone" "one process"
 
-# two ranks, torchrun-style: a port the kernel picks per run
+# two ranks, torchrun-style: a port the kernel picks per run, a token of the run's own
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
        echo $((20000 + $$ % 20000)))
 if [ "${GPUDL_NCCL_RANKS:-2}" -ge 2 ]; then
     for r in 0 1; do
         RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GPUDL_DIST_TIMEOUT=30 \
+            GPUDL_DIST_TOKEN="test-$$-$port" \
             timeout 120 "$prog" >"$tmp/rank.$r" 2>&1 &
     done
     wait

@@ -40,7 +40,18 @@
    is made by rank 0 at gdl_dist_init and handed round over MPI (MPI_Bcast)
    when built with -DGPUDL_MPI, otherwise over TCP: rank 0 listens at
    MASTER_PORT, the others connect to MASTER_ADDR:MASTER_PORT (retrying
-   until rank 0 is up) and receive it. The communicator itself is made at
+   until rank 0 is up) and receive it, once both sides have proved that they
+   know the job's token (HMAC-SHA-256 over the other side's fresh nonce; the
+   id travels masked): GPUDL_DIST_TOKEN, else GPUDL_JOB_UID (a Kubernetes
+   Job's uid, through the downward API), else the launcher's job id
+   (TORCHELASTIC_RUN_ID, SLURM_JOB_ID + SLURM_STEP_ID, OMPI_MCA_orte_ess_jobid,
+   PMIX_NAMESPACE); none: anyone may join (rank 0 says so on stderr). Rank 0
+   serves every connection at once; one that does not prove the token, or
+   says another WORLD_SIZE, is logged on stderr and dropped. Rank 0 listens
+   on every IPv4 address, or at GPUDL_DIST_BIND_ADDR (an address, or
+   MASTER_ADDR for its address), or at MASTER_ADDR when that is localhost or
+   127.x.y.z. Launchers' job ids are not secrets: on an untrusted network set
+   GPUDL_DIST_TOKEN from a secret (docs/security.md). The communicator itself is made at
    the first collective of a CUDA tensor (gdl_ddp_new's broadcast), which
    returns once every rank has made its own. gdl_fit's epoch figures under
    DDP are summed over MPI, or without MPI through NCCL. Builds:
@@ -82,7 +93,8 @@
      timeout and the variable;
    - with NCCL (CUDA tensors), the TCP rendezvous without MPI (a rank that
      never comes: an error naming MASTER_ADDR, MASTER_PORT and the missing
-     rank; a different WORLD_SIZE: an error on both sides), and every place
+     rank; a different WORLD_SIZE: that rank's error says so at once, rank 0
+     names it at its timeout), and every place
      where the host waits for NCCL's queued collectives: gdl_dist_barrier,
      gdl_dist_shutdown, gdl_fit's reads of its loss and accuracy sums (each
      epoch's end, a checkpoint, the progress bar) and its agreements between

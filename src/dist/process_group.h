@@ -1,6 +1,8 @@
 /* src/dist/process_group.h — the process group: the launcher's environment
    read, gdl_dist_init / shutdown, ranks, timeouts. */
 
+/* The communicator of CUDA device dev, made at the first collective on it (NCCL's id was handed round
+   at init). The GPU backend, made current; NULL + error. */
 static const gdl_backend *gdl__dist_comm(const char *op, gdl_device dev) {
     const gdl_backend *be = gdl__be(op, dev);
     if (!be) return NULL;

@@ -826,23 +826,162 @@ GDL__OSFN int gdl__os_sock_readable(gdl__sock s) {
 #endif
 }
 
-/* A listening TCP socket at port (0: one the system picks) on every IPv4 address: 0 and *out, or -1 with
-   errno (EADDRINUSE: another socket listens there). POSIX: SO_REUSEADDR, so that a port whose last job's
-   connections linger in TIME_WAIT is free again. Windows: neither option; TIME_WAIT does not block a
-   bind there by default, its SO_REUSEADDR would let two jobs share the port, and SO_EXCLUSIVEADDRUSE
+/* host's IPv4 address into sa->sin_addr (family and port untouched): 0, or -2 when host is no IPv4
+   address (it does not resolve, or only to IPv6) */
+GDL__OSFN int gdl__os_sock_ipv4(const char *host, struct sockaddr_in *sa) {
+#if defined(GDL__OS_SOCK_NUMERIC_ONLY)
+    in_addr_t a = !strcmp(host, "localhost") ? inet_addr("127.0.0.1") : inet_addr(host);
+    if (a == (in_addr_t)-1) return -2;
+    sa->sin_addr.s_addr = a;
+    return 0;
+#else
+    struct addrinfo hints, *res;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+#if defined(GDL__OS_POSIX)
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return -2;
+#else
+    if (gdl__ws_ready() < 0 || gdl__ws.getaddrinfo_(host, NULL, &hints, &res) != 0) return -2;
+#endif
+    if ((size_t)res->ai_addrlen >= sizeof *sa)
+        sa->sin_addr = ((const struct sockaddr_in *)(void *)res->ai_addr)->sin_addr;
+#if defined(GDL__OS_POSIX)
+    freeaddrinfo(res);
+#else
+    gdl__ws.freeaddrinfo_(res);
+#endif
+    return 0;
+#endif
+}
+
+/* "a.b.c.d:port" of an IPv4 socket address into buf (len >= 22) */
+GDL__OSFN void gdl__os_sock_addr_str(const struct sockaddr_in *sa, char *buf, size_t len) {
+    const unsigned char *b = (const unsigned char *)&sa->sin_addr;
+    snprintf(buf, len, "%u.%u.%u.%u:%d", b[0], b[1], b[2], b[3], gdl__os_sock_get_port(sa));
+}
+
+/* Waits until one of the n (at most GDL__OS_SOCK_POLL_MAX) sockets s[i] is writable (out[i]) or readable
+   (a connection that closed or failed counts as readable: its read says so), or the deadline: the count
+   of those ready, each marked in ready[i] (1 / 0); 0 at the deadline; -1 with errno. One wait for many
+   connections: the rendezvous serves them all at once. */
+#define GDL__OS_SOCK_POLL_MAX 128
+GDL__OSFN int gdl__os_sock_poll(const gdl__sock *s, const unsigned char *out, unsigned char *ready, int n,
+                                double deadline) {
+    int i, r = 0;
+    if (n < 0 || n > GDL__OS_SOCK_POLL_MAX) {
+        errno = EINVAL;
+        return -1;
+    }
+    for (;;) {
+        double left = deadline - gdl__os_wall_seconds();
+        int ms = gdl__os_sock_wait_ms(left);
+#if defined(GDL__OS_POSIX)
+        struct pollfd pf[GDL__OS_SOCK_POLL_MAX];
+        for (i = 0; i < n; i++) pf[i].fd = s[i], pf[i].events = (short)(out[i] ? POLLOUT : POLLIN), pf[i].revents = 0;
+        r = poll(pf, (nfds_t)n, left <= 0 ? 0 : ms);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        for (i = 0; i < n; i++) ready[i] = pf[i].revents != 0;
+#else
+        /* Winsock's select reads fd_count sockets from the array: a set larger than FD_SETSIZE (64) */
+        struct {
+            u_int fd_count;
+            SOCKET fd_array[GDL__OS_SOCK_POLL_MAX];
+        } rd, wr, ex;
+        struct timeval tv;
+        int k;
+        rd.fd_count = wr.fd_count = ex.fd_count = 0;
+        for (i = 0; i < n; i++) {
+            if (out[i]) wr.fd_array[wr.fd_count++] = s[i];
+            else rd.fd_array[rd.fd_count++] = s[i];
+            ex.fd_array[ex.fd_count++] = s[i];
+        }
+        if (left <= 0) ms = 0;
+        tv.tv_sec = ms / 1000, tv.tv_usec = ms % 1000 * 1000;
+        r = n ? gdl__ws.select_(0, (fd_set *)(void *)&rd, (fd_set *)(void *)&wr, (fd_set *)(void *)&ex, &tv) : 0;
+        if (!n) gdl__os_sleep_ms(ms);
+        if (r < 0) return gdl__ws_fail(gdl__ws.last_error());
+        for (i = 0; i < n; i++) { /* select leaves the ready sockets in each set */
+            ready[i] = 0;
+            for (k = 0; k < (int)rd.fd_count; k++) ready[i] |= !out[i] && rd.fd_array[k] == s[i];
+            for (k = 0; k < (int)wr.fd_count; k++) ready[i] |= out[i] && wr.fd_array[k] == s[i];
+            for (k = 0; k < (int)ex.fd_count; k++) ready[i] |= ex.fd_array[k] == s[i];
+        }
+#endif
+        if (r > 0) {
+            for (r = i = 0; i < n; i++) r += ready[i];
+            return r;
+        }
+        if (left <= 0 || gdl__os_wall_seconds() >= deadline) return 0;
+    }
+}
+
+/* One read of at most n bytes from s, which poll found readable (so it does not block): the count read
+   (> 0); 0: the peer closed the connection; -1 with errno */
+GDL__OSFN long gdl__os_sock_read_some(gdl__sock s, void *buf, size_t n) {
+    long r;
+    size_t want = n < 1u << 30 ? n : 1u << 30;
+#if defined(GDL__OS_POSIX)
+    do r = (long)recv(s, buf, want, 0);
+    while (r < 0 && errno == EINTR);
+#else
+    r = gdl__ws.recv_(s, (char *)buf, (int)want, 0);
+    if (r < 0) return gdl__ws_fail(gdl__ws.last_error());
+#endif
+    return r;
+}
+
+/* n bytes of the operating system's random source (/dev/urandom; RtlGenRandom on Windows): 0, or -1 with
+   errno (none there: a chroot without /dev, ...) */
+GDL__OSFN int gdl__os_random(void *buf, size_t n) {
+#if defined(GDL__OS_POSIX)
+    FILE *f = fopen("/dev/urandom", "rb");
+    size_t got;
+    if (!f) return -1;
+    setvbuf(f, NULL, _IONBF, 0); /* no buffer of its bytes left behind in memory */
+    got = fread(buf, 1, n, f);
+    fclose(f);
+    if (got != n) errno = EIO;
+    return got == n ? 0 : -1;
+#else
+    typedef BOOLEAN(WINAPI * gen_fn)(PVOID, ULONG);
+    HMODULE h = LoadLibraryA("advapi32.dll");
+    FARPROC f = h ? GetProcAddress(h, "SystemFunction036") : NULL; /* RtlGenRandom */
+    gen_fn gen;
+    int ok;
+    if (!f) {
+        if (h) FreeLibrary(h);
+        errno = ENOSYS;
+        return -1;
+    }
+    memcpy(&gen, &f, sizeof gen); /* ISO C has no cast between unrelated function pointers */
+    ok = n <= 0xffffffffu && gen(buf, (ULONG)n);
+    FreeLibrary(h);
+    if (!ok) errno = EIO;
+    return ok ? 0 : -1;
+#endif
+}
+
+/* A listening TCP socket at port (0: one the system picks) on the IPv4 address host (NULL or "": every
+   one): 0 and *out; -1 with errno (EADDRINUSE: another socket listens there; EADDRNOTAVAIL: host is not
+   an address of this machine); -2: host is no IPv4 address. POSIX: SO_REUSEADDR, so that a port whose last
+   job's connections linger in TIME_WAIT is free again. Windows: neither option; TIME_WAIT does not block
+   a bind there by default, its SO_REUSEADDR would let two jobs share the port, and SO_EXCLUSIVEADDRUSE
    would keep the port blocked while connections linger. */
-GDL__OSFN int gdl__os_sock_listen(gdl__sock *out, int port, int backlog) {
+GDL__OSFN int gdl__os_sock_listen_at(gdl__sock *out, const char *host, int port, int backlog) {
     struct sockaddr_in sa;
-    gdl__sock s = gdl__os_sock_new(AF_INET);
+    gdl__sock s;
     int e;
 #if defined(GDL__OS_POSIX)
     const int one = 1;
 #endif
-    if (s == GDL__SOCK_NONE) return -1;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
     gdl__os_sock_put_port(&sa, port);
     sa.sin_addr.s_addr = 0; /* INADDR_ANY */
+    if (host && host[0] && gdl__os_sock_ipv4(host, &sa) != 0) return -2;
+    if ((s = gdl__os_sock_new(AF_INET)) == GDL__SOCK_NONE) return -1;
 #if defined(GDL__OS_POSIX)
     if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
         bind(s, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(s, backlog) == 0) {
@@ -863,6 +1002,11 @@ GDL__OSFN int gdl__os_sock_listen(gdl__sock *out, int port, int backlog) {
     return -1;
 }
 
+/* gdl__os_sock_listen_at on every IPv4 address */
+GDL__OSFN int gdl__os_sock_listen(gdl__sock *out, int port, int backlog) {
+    return gdl__os_sock_listen_at(out, NULL, port, backlog);
+}
+
 /* the local port of s; 0 when unknown */
 GDL__OSFN int gdl__os_sock_port(gdl__sock s) {
     struct sockaddr_in sa;
@@ -875,20 +1019,34 @@ GDL__OSFN int gdl__os_sock_port(gdl__sock s) {
 #endif
 }
 
-/* A connection from the listening socket l, waiting until the deadline: 0 and *out, or -1 with errno
-   (ETIMEDOUT) */
-GDL__OSFN int gdl__os_sock_accept(gdl__sock l, gdl__sock *out, double deadline) {
+/* A connection from the listening socket l (IPv4), waiting until the deadline: 0 and *out, the peer's
+   "address:port" in peer (len >= 22; NULL: not wanted); or -1 with errno (ETIMEDOUT) */
+GDL__OSFN int gdl__os_sock_accept_from(gdl__sock l, gdl__sock *out, char *peer, size_t len, double deadline) {
     gdl__sock s;
+    struct sockaddr_in sa;
+#if defined(GDL__OS_POSIX)
+    socklen_t sl = sizeof sa;
+#else
+    int sl = (int)sizeof sa;
+#endif
+    memset(&sa, 0, sizeof sa);
     if (gdl__os_sock_wait(l, 0, deadline) < 0) return -1;
 #if defined(GDL__OS_POSIX)
-    if ((s = accept(l, NULL, NULL)) < 0) return -1;
+    if ((s = accept(l, (struct sockaddr *)&sa, &sl)) < 0) return -1;
     (void)fcntl(s, F_SETFD, FD_CLOEXEC);
 #else
-    if ((s = gdl__ws.accept_(l, NULL, NULL)) == INVALID_SOCKET) return gdl__ws_fail(gdl__ws.last_error());
+    if ((s = gdl__ws.accept_(l, (struct sockaddr *)&sa, &sl)) == INVALID_SOCKET)
+        return gdl__ws_fail(gdl__ws.last_error());
     (void)SetHandleInformation((HANDLE)s, HANDLE_FLAG_INHERIT, 0);
 #endif
+    if (peer) gdl__os_sock_addr_str(&sa, peer, len);
     *out = s;
     return 0;
+}
+
+/* gdl__os_sock_accept_from without the peer's address */
+GDL__OSFN int gdl__os_sock_accept(gdl__sock l, gdl__sock *out, double deadline) {
+    return gdl__os_sock_accept_from(l, out, NULL, 0, deadline);
 }
 
 /* connect() that gives up at the deadline: a host that does not answer would otherwise hold a blocking
