@@ -305,9 +305,11 @@
    -----------------
    gpudl.h is generated from src/ by tools/amalgamate.sh: edit the parts.
    The parts are files under src/, joined in the order of src/PARTS (make
-   amalgamate; make test checks that gpudl.h is what they make, and that this
-   table is what src/PARTS says); gpudl_cuda.cu is made the same way from
-   cuda/ (cuda/PARTS). The layers and how to extend them: docs/DESIGN.md.
+   amalgamate, which also writes this table from src/PARTS; make test checks
+   that gpudl.h and the table are what src/PARTS makes); gpudl_cuda.cu is made
+   the same way from cuda/ (cuda/PARTS). The layers and how to extend them:
+   docs/DESIGN.md.
+
    api/manual.h             the manual: the opening comment (build, a training step, dtypes, the section map)
    api/types.h              the header guard, version, GPUDL_API; gdl_real, dtypes, devices, tensors, shapes
    api/tensor.h             tensor creation, copies, printing, dtype conversion, threads
