@@ -26,9 +26,13 @@
 #   make clean
 #   make amalgamate  join src/ and cuda/ (order: src/PARTS, cuda/PARTS) into gpudl.h and
 #                    gpudl_cuda.cu: edit the parts, not those two (make test checks they match)
-#   make dev-header  the same into build/dev/ with #line, so errors and gdb name src/ files; tests
-#                    include "../gpudl.h", so build a copy from there: cp tests/test_core.c
-#                    build/dev/tests/ && cc -std=c99 -Itests build/dev/tests/test_core.c -lm -pthread
+#   make dev-header  the same into build/dev/ with #line, so errors and gdb name src/ files
+#   make check       the fast loop, a few minutes: the op table on the CPU (values, gradient
+#                    checks, bf16/f16) and on the CUDA emulator, built against the dev header
+#                    (tests/check.mk); make test is the whole suite
+#   make compile_commands.json  for an editor's clangd: each part of src/ and cuda/ compiled
+#                    with the parts before it (tools/compile_commands.sh)
+#   make suite-lists the test programs of SUITE (below) and the builds made of them
 #
 # Override CC, CXX, CFLAGS, NVCC, CUDA_ARCH as usual.
 
@@ -49,11 +53,46 @@ ZLIBS = -lz
 endif
 LIBS = -pthread -lm $(ZLIBS)
 
-# The CPU suite: each program plain, most also under ASan+UBSan (asan_), the
-# threaded ones under ThreadSanitizer too (tsan_).
-TESTS = $(B)/test_core $(B)/test_gradcheck $(B)/test_alloc $(B)/test_formats $(B)/test_data $(B)/test_nn $(B)/test_train $(B)/test_crash $(B)/test_resume $(B)/test_monitor $(B)/test_pool $(B)/test_dtype $(B)/test_conv
-ASAN_TESTS = $(B)/asan_test_core $(B)/asan_test_gradcheck $(B)/asan_test_alloc $(B)/asan_test_formats $(B)/asan_test_data $(B)/tsan_test_data $(B)/asan_test_nn $(B)/asan_test_train $(B)/asan_test_crash $(B)/asan_test_resume $(B)/asan_test_monitor $(B)/tsan_test_monitor $(B)/asan_test_pool $(B)/tsan_test_pool $(B)/asan_test_dtype \
-             $(B)/asan_test_conv
+# The CPU suite's programs, each once, with what it is built as and where it
+# runs: NAME:ATTRIBUTE:... (tests/NAME.c). Every list of test programs below
+# and in tests/cpu_paths.mk and tests/windows.mk is made from this one.
+#   linked    compiled with $(API_ONLY), linked with its configuration's library object
+#   whole     one translation unit with the implementation (gpudl's internal
+#             gdl__ functions, or its own allocator); with neither, the
+#             fragment that builds it has a rule of its own
+#   posix double nvml none   its flag set (below); std when none is named
+#   plain     $(B)/NAME (make test-unit)
+#   asan      $(B)/asan_NAME, under ASan + UBSan (make test-unit, test-asan)
+#   tsan      $(B)/tsan_NAME, under ThreadSanitizer (make test-unit, test-asan)
+#   cpup      on every CPU code path (tests/cpu_paths.mk: make test-cpu-paths, test-aarch64)
+#   win       MinGW-w64 under Wine (tests/windows.mk: make test-windows)
+#   warn      its source warning-free under clang (make test-warnings)
+#   check     in the fast loop (make check)
+SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
+        test_gradcheck:linked:double:plain:asan:cpup:win:warn:check \
+        test_alloc:whole:plain:asan:warn \
+        test_formats:whole:plain:asan:win:warn \
+        test_data:whole:plain:asan:tsan:win:warn \
+        test_nn:linked:plain:asan:cpup:win:warn \
+        test_train:linked:plain:asan:cpup:win:warn \
+        test_crash:linked:posix:plain:asan:warn \
+        test_resume:linked:posix:plain:asan:win:warn \
+        test_monitor:linked:nvml:plain:asan:tsan \
+        test_pool:whole:none:plain:asan:tsan:win:warn \
+        test_dtype:linked:plain:asan:warn:check \
+        test_ownership:linked:plain:asan:warn \
+        test_conv:whole:plain:asan:cpup:warn \
+        test_gemm_kernels:cpup \
+        test_gelu:whole:cpup \
+        train_trace:linked:cpup \
+        test_platform:whole:win
+# the attributes of program $(1) (its name first)
+attrs_of = $(subst :, ,$(filter $(1):%,$(SUITE)))
+# the programs that have every attribute in $(1), in the list's order
+suite_with = $(strip $(foreach r,$(SUITE),$(if $(filter-out $(subst :, ,$(r)),$(1)),,$(firstword $(subst :, ,$(r))))))
+TESTS = $(addprefix $(B)/,$(call suite_with,plain))
+# the sanitizer builds (test-unit, test-asan): ASan + UBSan, and ThreadSanitizer's beside it
+ASAN_TESTS = $(strip $(foreach p,$(call suite_with,asan),$(B)/asan_$(p) $(if $(filter tsan,$(call attrs_of,$(p))),$(B)/tsan_$(p))))
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype_parity.h tests/autocast_cases.h \
@@ -103,15 +142,12 @@ SET_posix = $(POSIX)
 SET_double = -DGPUDL_DOUBLE
 SET_nvml = -DGPUDL_NVML $(POSIX)
 SET_none =
-# the flag set of a program (its name without the variant's prefix), std unless named here
-SET_OF_test_crash = posix
-SET_OF_test_resume = posix
+# the flag set of a program (its name without the variant's prefix): the one
+# SUITE names, else the one named here (programs outside SUITE), else std
+FLAG_SETS = std posix double nvml none
 SET_OF_test_dist = posix
-SET_OF_test_gradcheck = double
-SET_OF_test_monitor = nvml
 SET_OF_gpu_monitor = nvml
-SET_OF_test_pool = none
-set_of = $(or $(SET_OF_$(1)),std)
+set_of = $(or $(firstword $(filter $(FLAG_SETS),$(call attrs_of,$(1)))),$(SET_OF_$(1)),std)
 LIB_OBJS = $(foreach v,plain asan tsan,$(foreach s,std posix double nvml,$(B)/lib/$(v)_$(s).o))
 .SECONDARY: $(LIB_OBJS)
 
@@ -235,8 +271,8 @@ $(B):
 #   tsan_test_data the loader's worker threads; tsan_test_pool the CPU thread pool
 #                  (asan_test_pool: its workers joined at exit)
 #   test_conv      the CPU convolution's implicit GEMM against im2col, bit for bit (sets gdl__conv_path)
-LINKED_TESTS = test_core test_gradcheck test_nn test_train test_crash test_resume test_monitor test_dtype
-WHOLE_TESTS = test_alloc test_formats test_data test_pool test_conv
+LINKED_TESTS = $(call suite_with,linked plain)
+WHOLE_TESTS = $(call suite_with,whole plain)
 
 # (the options of one test beyond its variant and flag set)
 OPTS_test_monitor = -DFAKE_NVML='"$(B)/libfake_nvml.so"'
@@ -261,6 +297,7 @@ $(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
 
 # Parts of `make test` that live in their own fragments:
 #   tests/cuda_emu/emu.mk   test-emu (the GPU suite on the CUDA-on-CPU emulator), emu
+#   tests/check.mk          check (the fast loop: the op table on the CPU and the emulator)
 #   tests/cpu_paths.mk      test-cpu-paths (AVX-512 / AVX2 / portable C), test-aarch64 (qemu)
 #   tests/launch.mk         test-launch-limits (the real build's kernels against the suite's launches)
 #   tests/fuzz/fuzz.mk      fuzz (libFuzzer harnesses for every parser), fuzz-seeds
@@ -269,6 +306,7 @@ $(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
 #   tests/quant.mk          test-quant (INT8 quantization; the int8 GEMM's VNNI and sdot paths)
 #   tests/windows.mk        test-windows (MinGW-w64 builds under Wine), test-portability (MSVC, strict POSIX)
 -include tests/cuda_emu/emu.mk
+-include tests/check.mk
 -include tests/dist.mk
 -include tests/slurm.mk
 -include tests/cpu_paths.mk
@@ -322,6 +360,12 @@ test-unit: $(TESTS) $(ASAN_TESTS)
 test-asan: $(ASAN_TESTS)
 	sh tests/run.sh $(ASAN_TESTS)
 
+# what SUITE makes: each list of programs, one a line
+.PHONY: suite-lists
+suite-lists:
+	@printf '%s\n' "plain: $(TESTS)" "asan, tsan: $(ASAN_TESTS)" "linked: $(LINKED_TESTS)" "whole: $(WHOLE_TESTS)" \
+	  "cpu paths: $(CPUP_PROGS)" "windows: $(WIN_LINKED) $(WIN_WHOLE)" "warnings: $(WARN_SRCS)" "check: $(CHECK_PROGS)"
+
 # The header (implementation included) must build warning-free everywhere:
 # tests/build_check.c with each of these compilers and options (-Werror; with
 # -fopenmp too, which gpudl does not use but a user may pass), then
@@ -356,19 +400,16 @@ WCC_clang++-avx512 = clang++ -std=c++17 -x c++ -O2 -mavx2 -mfma -mavx512f -mavx5
 # in their context is checked already (clang-c99 above; with _POSIX_C_SOURCE,
 # which test_crash and test_resume define, by test_pool). The others bring
 # their own (allocator, internal functions, -DGPUDL_DOUBLE) and are checked whole.
-WARN_SRCS = tests/test_core.c tests/test_alloc.c tests/test_formats.c tests/test_data.c tests/test_nn.c tests/test_train.c \
-            tests/test_crash.c tests/test_resume.c tests/test_pool.c tests/test_dtype.c examples/mnist_mlp.c bench/fmnist92.c \
-            tests/test_gradcheck.c tests/test_conv.c
-WARN_API_ONLY = tests/test_core.c tests/test_nn.c tests/test_train.c tests/test_crash.c tests/test_resume.c tests/test_dtype.c \
-                examples/mnist_mlp.c bench/fmnist92.c
-# the recipes' programs (examples/resnet.c, bench/recipes.c) and char_gpt
-WARN_SRCS += examples/resnet.c bench/recipes.c examples/char_gpt.c
-WARN_API_ONLY += examples/resnet.c bench/recipes.c examples/char_gpt.c
-WFL_tests/test_gradcheck.c = -DGPUDL_DOUBLE
-$(foreach f,$(WARN_API_ONLY),$(eval WFL_$(f) = $$(API_ONLY)))
-# (api_only.h comes before the source's own #define _POSIX_C_SOURCE)
-WFL_tests/test_crash.c += $(POSIX)
-WFL_tests/test_resume.c += $(POSIX)
+# (a test's flags follow from SUITE: $(API_ONLY) if linked, but for the
+# double build, which is checked whole; its set's _POSIX_C_SOURCE, after
+# api_only.h as in the source; -DGPUDL_DOUBLE.) The examples and benchmarks
+# are all checked with $(API_ONLY).
+WARN_OTHER = examples/mnist_mlp.c bench/fmnist92.c examples/resnet.c bench/recipes.c examples/char_gpt.c
+WARN_SRCS = $(patsubst %,tests/%.c,$(call suite_with,warn)) $(WARN_OTHER)
+warn_flags = $(if $(filter linked,$(call attrs_of,$(1))),$(if $(filter double,$(call set_of,$(1))),,$$(API_ONLY))) \
+             $(if $(filter posix,$(call set_of,$(1))),$$(POSIX)) $(if $(filter double,$(call set_of,$(1))),-DGPUDL_DOUBLE)
+$(foreach t,$(call suite_with,warn),$(eval WFL_tests/$(t).c = $(strip $(call warn_flags,$(t)))))
+$(foreach f,$(WARN_OTHER),$(eval WFL_$(f) = $$(API_ONLY)))
 .PHONY: $(WARN_CHECKS:%=warn-%) $(WARN_SRCS:%=warn-%)
 
 test-warnings: $(WARN_CHECKS:%=warn-%) $(WARN_SRCS:%=warn-%)

@@ -28,7 +28,8 @@
 # no -g: it adds ~20 % to the compile time that dominates these targets
 CPUP_OPT ?= -O2
 CPUP_DIRS = $(B)/cpu-avx512 $(B)/cpu-avx2 $(B)/cpu-portable
-CPUP_PROGS = test_core test_gradcheck test_nn test_train test_gemm_kernels test_conv test_gelu train_trace
+# the programs: those with the cpup attribute in the Makefile's SUITE
+CPUP_PROGS = $(call suite_with,cpup)
 CPUP_HDR = gpudl.h tests/harness.h tests/op_cases.h
 
 # Per path: the target flags, the options, the libraries. AVX-512 here is
@@ -100,9 +101,9 @@ test-jetson-build:
 # Each path compiles gpudl.h's implementation twice (tests/gpudl_impl.c):
 # gpudl.o in its float build, gpudl_double.o in the double build of
 # test_gradcheck (portable GEMM: the path changes the rest of the code).
-# test_core, test_nn, test_train and train_trace are compiled with
-# $(API_ONLY) (the Makefile's) and linked with gpudl.o, test_gradcheck with
-# gpudl_double.o. test_gemm_kernels calls gpudl's static GEMM kernels: one
+# The programs SUITE marks linked (test_core, test_nn, test_train,
+# train_trace) are compiled with $(API_ONLY) (the Makefile's) and linked with
+# gpudl.o, test_gradcheck with gpudl_double.o. test_gemm_kernels calls gpudl's static GEMM kernels: one
 # translation unit with the implementation (plus tgk_portable.o, the
 # portable kernel's), as before.
 # (kept, so that a second `make` finds everything up to date)
@@ -114,53 +115,35 @@ $(CPUP_DIRS) $(A64):
 # --- x86-64 paths: $* is avx512, avx2 or portable ---
 CPUP_FLAGS = $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(CPUP_OPTS_$*)
 CPUP_DFLAGS = $(STD) $(WARN) $(CPUP_OPT) $(CPUP_ARCH_$*) $(filter-out $(ZFLAGS),$(CPUP_OPTS_$*)) -DGPUDL_DOUBLE
-cpup_linked = $(CC) $(CPUP_FLAGS) $(API_ONLY) $< $(B)/cpu-$*/gpudl.o -o $@ $(CPUP_LIBS_$*)
 $(B)/cpu-%/gpudl.o: tests/gpudl_impl.c gpudl.h | $(CPUP_DIRS)
 	$(CC) $(CPUP_FLAGS) -c $< -o $@
 $(B)/cpu-%/gpudl_double.o: tests/gpudl_impl.c gpudl.h | $(CPUP_DIRS)
 	$(CC) $(CPUP_DFLAGS) -c $< -o $@
-$(B)/cpu-%/test_core: tests/test_core.c $(CPUP_HDR) tests/api_only.h $(B)/cpu-%/gpudl.o | $(CPUP_DIRS)
-	$(cpup_linked)
-$(B)/cpu-%/test_nn: tests/test_nn.c $(CPUP_HDR) tests/api_only.h $(B)/cpu-%/gpudl.o | $(CPUP_DIRS)
-	$(cpup_linked)
-$(B)/cpu-%/test_train: tests/test_train.c $(CPUP_HDR) tests/api_only.h $(B)/cpu-%/gpudl.o | $(CPUP_DIRS)
-	$(cpup_linked)
-$(B)/cpu-%/train_trace: tests/train_trace.c gpudl.h tests/api_only.h $(B)/cpu-%/gpudl.o | $(CPUP_DIRS)
-	$(cpup_linked)
-$(B)/cpu-%/test_gradcheck: tests/test_gradcheck.c $(CPUP_HDR) tests/api_only.h $(B)/cpu-%/gpudl_double.o | $(CPUP_DIRS)
-	$(CC) $(CPUP_DFLAGS) $(API_ONLY) $< $(B)/cpu-$*/gpudl_double.o -o $@ $(CPUP_LIBS_$*)
 $(B)/cpu-%/tgk_portable.o: tests/test_gemm_kernels.c gpudl.h | $(CPUP_DIRS)
 	$(CC) $(CPUP_FLAGS) -DTGK_PORTABLE_TU -c $< -o $@
 $(B)/cpu-%/test_gemm_kernels: tests/test_gemm_kernels.c $(B)/cpu-%/tgk_portable.o tests/harness.h gpudl.h | $(CPUP_DIRS)
 	$(CC) $(CPUP_FLAGS) -DTGK_EXPECT='"$*"' $< $(B)/cpu-$*/tgk_portable.o -o $@ $(CPUP_LIBS_$*)
-# (one translation unit with the implementation: it sets gpudl's internal gdl__conv_path)
-$(B)/cpu-%/test_conv: tests/test_conv.c tests/harness.h gpudl.h | $(CPUP_DIRS)
-	$(CC) $(CPUP_FLAGS) $< -o $@ $(CPUP_LIBS_$*)
-$(B)/cpu-%/test_gelu: tests/test_gelu.c tests/harness.h gpudl.h | $(CPUP_DIRS)
-	$(CC) $(CPUP_FLAGS) $< -o $@ $(CPUP_LIBS_$*)
 
 # --- AArch64 ---
 A64_FLAGS = $(STD) $(WARN) $(CPUP_OPT)
-a64_linked = $(AARCH64_CC) $(A64_FLAGS) $(API_ONLY) $< $(A64)/gpudl.o -o $@ -pthread -lm
 $(A64)/gpudl.o: tests/gpudl_impl.c gpudl.h | $(A64)
 	$(AARCH64_CC) $(A64_FLAGS) -c $< -o $@
 $(A64)/gpudl_double.o: tests/gpudl_impl.c gpudl.h | $(A64)
 	$(AARCH64_CC) $(A64_FLAGS) -DGPUDL_DOUBLE -c $< -o $@
-$(A64)/test_core: tests/test_core.c $(CPUP_HDR) tests/api_only.h $(A64)/gpudl.o | $(A64)
-	$(a64_linked)
-$(A64)/test_nn: tests/test_nn.c $(CPUP_HDR) tests/api_only.h $(A64)/gpudl.o | $(A64)
-	$(a64_linked)
-$(A64)/test_train: tests/test_train.c $(CPUP_HDR) tests/api_only.h $(A64)/gpudl.o | $(A64)
-	$(a64_linked)
-$(A64)/train_trace: tests/train_trace.c gpudl.h tests/api_only.h $(A64)/gpudl.o | $(A64)
-	$(a64_linked)
-$(A64)/test_gradcheck: tests/test_gradcheck.c $(CPUP_HDR) tests/api_only.h $(A64)/gpudl_double.o | $(A64)
-	$(AARCH64_CC) $(A64_FLAGS) -DGPUDL_DOUBLE $(API_ONLY) $< $(A64)/gpudl_double.o -o $@ -pthread -lm
 $(A64)/tgk_portable.o: tests/test_gemm_kernels.c gpudl.h | $(A64)
 	$(AARCH64_CC) $(A64_FLAGS) -DTGK_PORTABLE_TU -c $< -o $@
 $(A64)/test_gemm_kernels: tests/test_gemm_kernels.c $(A64)/tgk_portable.o tests/harness.h gpudl.h | $(A64)
 	$(AARCH64_CC) $(A64_FLAGS) -DTGK_EXPECT='"neon"' $< $(A64)/tgk_portable.o -o $@ -pthread -lm
-$(A64)/test_conv: tests/test_conv.c tests/harness.h gpudl.h | $(A64)
-	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
-$(A64)/test_gelu: tests/test_gelu.c tests/harness.h gpudl.h | $(A64)
-	$(AARCH64_CC) $(A64_FLAGS) $< -o $@ -pthread -lm
+
+# --- the suite's programs on every path: their rules, from SUITE ---
+# Linked ones with the path's library object (gpudl_double.o for the double
+# set), whole ones alone; $(1) the program, $(2) linked or empty, $(3) the object.
+cpup_double = $(filter double,$(call set_of,$(1)))
+define cpup_rule
+$$(B)/cpu-%/$(1): tests/$(1).c $$(CPUP_HDR) $(if $(2),tests/api_only.h $$(B)/cpu-%/$(3)) | $$(CPUP_DIRS)
+	$$(CC) $$(CPUP_$(if $(call cpup_double,$(1)),D)FLAGS) $(if $(2),$$(API_ONLY)) $$< $(if $(2),$$(B)/cpu-$$*/$(3)) -o $$@ $$(CPUP_LIBS_$$*)
+$$(A64)/$(1): tests/$(1).c $$(CPUP_HDR) $(if $(2),tests/api_only.h $$(A64)/$(3)) | $$(A64)
+	$$(AARCH64_CC) $$(A64_FLAGS) $(if $(call cpup_double,$(1)),-DGPUDL_DOUBLE) $(if $(2),$$(API_ONLY)) $$< $(if $(2),$$(A64)/$(3)) -o $$@ -pthread -lm
+endef
+$(foreach p,$(call suite_with,cpup linked),$(eval $(call cpup_rule,$(p),linked,gpudl$(if $(call cpup_double,$(p)),_double).o)))
+$(foreach p,$(call suite_with,cpup whole),$(eval $(call cpup_rule,$(p))))

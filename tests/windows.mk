@@ -35,8 +35,9 @@ WIN_SET_double = -DGPUDL_DOUBLE
 WIN_SET_nvml = -DGPUDL_NVML $(POSIX)
 WIN_SET_none =
 # the parts of the Linux suite built and run here; those left out, and why
-WIN_LINKED = test_core test_gradcheck test_nn test_train test_resume
-WIN_WHOLE = test_formats test_data test_platform test_pool
+# (the programs with the win attribute in the Makefile's SUITE)
+WIN_LINKED = $(call suite_with,win linked)
+WIN_WHOLE = $(call suite_with,win whole)
 WIN_EXAMPLES = mnist_mlp cnn keras_style linear_regression cpu_vs_gpu device_query gpu_monitor ddp model_parallel
 # (test_pool's fork test skips itself here: no fork on Windows; test_resume starts its child with _spawnv
 # and kills it with TerminateProcess in place of fork and SIGKILL)

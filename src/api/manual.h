@@ -355,9 +355,11 @@
    -----------------
    gpudl.h is generated from src/ by tools/amalgamate.sh: edit the parts.
    The parts are files under src/, joined in the order of src/PARTS (make
-   amalgamate; make test checks that gpudl.h is what they make, and that this
-   table is what src/PARTS says); gpudl_cuda.cu is made the same way from
-   cuda/ (cuda/PARTS). The layers and how to extend them: docs/DESIGN.md.
+   amalgamate, which also writes this table from src/PARTS; make test checks
+   that gpudl.h and the table are what src/PARTS makes); gpudl_cuda.cu is made
+   the same way from cuda/ (cuda/PARTS). The layers and how to extend them:
+   docs/DESIGN.md.
+
    api/manual.h             the manual: the opening comment (build, a training step, dtypes, the section map)
    api/types.h              the header guard, version, GPUDL_API; gdl_real, dtypes, devices, tensors, shapes
    api/tensor.h             tensor creation, copies, printing, dtype conversion, threads
@@ -438,7 +440,7 @@
    quant/files.h            quantized models' files
    export/c.h               gdl_export_c: a model lowered to one C99 file (the arena's placement, the INT8 requantization)
    dist/launch.h            the launcher's environment (shared state, integer variables)
-   dist/rendezvous.h        the rendezvous without MPI: NCCL's id over TCP
+   dist/rendezvous.h        the rendezvous without MPI: NCCL's id over TCP, to processes that prove the job's token (HMAC-SHA-256; docs/security.md)
    dist/process_group.h     the process group: init, ranks, shutdown, timeouts
    dist/collectives.h       collectives (MPI, NCCL)
    dist/ddp.h               DistributedDataParallel
