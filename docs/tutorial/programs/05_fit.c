@@ -6,8 +6,9 @@
 
    Build and run from gpudl's repository root (Fashion-MNIST: `sh tools/fetch_data.sh`):
        cc -O2 -DGPUDL_ZLIB docs/tutorial/programs/05_fit.c -lz -lm -pthread -o fit && ./fit
-   On a GPU build the loaders deliver to cuda:0 and gdl_fit also captures the
-   step as a CUDA graph (fewer launches); the code is the same. */
+   On a GPU build the loaders deliver to cuda:0 and the code is the same
+   (gdl_fit captures a step as a CUDA graph where it can; this model's
+   dropout keeps it eager, with one notice). */
 #define GPUDL_IMPLEMENTATION
 #include "../../../gpudl.h"
 
