@@ -32,6 +32,8 @@
 #                    (tests/check.mk); make test is the whole suite
 #   make compile_commands.json  for an editor's clangd: each part of src/ and cuda/ compiled
 #                    with the parts before it (tools/compile_commands.sh)
+#   make mcu-demo    train, quantize and export the MLP as one C file, run it on a Cortex-M
+#                    under qemu (examples/mcu/, docs/mcu.md)
 #   make suite-lists the test programs of SUITE (below) and the builds made of them
 #
 # Override CC, CXX, CFLAGS, NVCC, CUDA_ARCH as usual.
@@ -333,7 +335,7 @@ test: test-amalgamation
 # files.)
 TEST_PARTS = test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build \
              test-unit test-dist test-emu test-dist-nccl test-cluster test-gpu-session-dry \
-             test-cpu-paths test-aarch64 test-launch-limits test-quant test-mcu test-portability test-windows
+             test-cpu-paths test-aarch64 test-launch-limits test-quant test-mcu test-tutorial test-portability test-windows
 TEST_JOBS ?= $(if $(filter -j%,$(MAKEFLAGS)),,-j2) --output-sync=target
 # make -k (k among make's one-letter flags)
 keep_going = $(findstring k,$(filter-out -%,$(firstword $(MAKEFLAGS))))
@@ -435,6 +437,12 @@ test-install:
 TEST_FUZZ_SECONDS ?= 30
 test-fuzz:
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
+
+# the tutorial (docs/tutorial/, English and Chinese): every chapter's program built with the
+# command the chapter shows and run; the outputs the chapters show compared; links checked
+.PHONY: test-tutorial
+test-tutorial:
+	sh tests/run.sh tests/test_tutorial.sh
 
 # the examples as a user runs them: flags, errors, a short training run
 test-examples: $(EXAMPLES) $(B)/libfake_nvml.so

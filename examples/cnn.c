@@ -7,7 +7,8 @@
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/cnn.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o cnn
    Run:   ./cnn [--data fashion_mnist_dir|cifar10_dir] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE] [--out-dir DIR]
                 [--train-subset N] [--test-subset N]
-                [--profile]   (per-op times of the whole gdl_fit, validation included: try --epochs 1) */
+                [--profile]   (per-op times of the whole gdl_fit, validation included: try --epochs 1)
+   Tutorial: docs/tutorial/13-cnn.md (chapter 13). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"

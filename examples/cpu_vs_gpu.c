@@ -14,7 +14,8 @@
    Small nets like the 10-layer one are launch-bound on a GPU: each step is
    a few dozen small kernels, so the speed-up grows with the work per launch
    (the 50-layer net, bigger batches). On the CUDA-on-CPU emulator the GPU
-   column is the emulator's time, which says nothing about a real GPU. */
+   column is the emulator's time, which says nothing about a real GPU.
+   Tutorial: docs/tutorial/08-cpu-vs-gpu.md (chapter 8). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"

@@ -20,7 +20,8 @@
    Run:   ./ddp [--data DIR] [--epochs N] [--batch-size N] [--seed N]
    A rank that stalls or dies: the others stop with an error naming it after
    GPUDL_DIST_TIMEOUT seconds (default 600; e.g. mpirun -x GPUDL_DIST_TIMEOUT=60)
-   and exit 1, and the launcher ends the job. */
+   and exit 1, and the launcher ends the job.
+   Tutorial: docs/tutorial/11-multi-gpu.md (chapter 11). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"

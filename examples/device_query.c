@@ -3,6 +3,7 @@
 
    CPU-only build:  cc -O2 examples/device_query.c -lm -o device_query
    CUDA build:      nvcc -O2 -arch=sm_90 -DGPUDL_CUDA examples/device_query.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -o device_query
+   Tutorial: docs/tutorial/02-check-gpu.md (chapter 2).
 */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"

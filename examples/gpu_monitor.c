@@ -5,7 +5,8 @@
 
    Build: cc -O2 -DGPUDL_NVML examples/gpu_monitor.c -lm -o gpu_monitor   (glibc < 2.34: add -ldl)
           (a CUDA build, -DGPUDL_CUDA, has it too)
-   Run:   ./gpu_monitor [--count N] [--interval SECONDS] */
+   Run:   ./gpu_monitor [--count N] [--interval SECONDS]
+   Tutorial: docs/tutorial/09-monitoring.md (chapter 9). */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"

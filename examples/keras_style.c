@@ -7,7 +7,8 @@
    CPU:   cc -O2 -march=native examples/keras_style.c -DGPUDL_ZLIB -lz -lm -pthread -o keras_style
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/keras_style.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o keras_style
    Run:   ./keras_style [--data DIR] [--epochs N] [--batch-size N] [--device cpu|cuda] [--seed N] [--csv FILE]
-                         [--save FILE] [--out-dir DIR] */
+                         [--save FILE] [--out-dir DIR]
+   Tutorial: docs/tutorial/05-fit.md (chapter 5). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"

@@ -6,6 +6,7 @@
    Build and run (from the repository root):
        cc -O2 examples/linear_regression.c -lm -o linear_regression && ./linear_regression
    Options: [--epochs N] [--device cpu|cuda] [--seed N] (--help lists them)
+   Tutorial: docs/tutorial/03-devices.md (chapter 3).
 */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"

@@ -18,7 +18,9 @@
                       [--amp bf16|f16]  (mixed precision: forward and loss under autocast)
    Data:  --data DIR if given, else $GPUDL_DATA if set, else ./data, then Debian's
           dataset-fashion-mnist (/usr/share/datasets/fashion-mnist); `make data`
-          installs or downloads it (`make run` does that first). */
+          installs or downloads it (`make run` does that first).
+   Tutorial: docs/tutorial/04-training-loop.md, 07-mixed-precision.md (--amp) and
+   09-monitoring.md (--profile): chapters 4, 7 and 9. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"

@@ -8,7 +8,8 @@
 
    CPU:   cc -O2 -march=native -DGPUDL_ZLIB examples/model_parallel.c -lz -lm -pthread -o model_parallel
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/model_parallel.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o model_parallel
-   Run:   ./model_parallel [--data DIR] [--epochs N] [--batch-size N] [--seed N] */
+   Run:   ./model_parallel [--data DIR] [--epochs N] [--batch-size N] [--seed N]
+   Tutorial: docs/tutorial/11-multi-gpu.md (chapter 11). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"

@@ -13,7 +13,8 @@
    CUDA:  nvcc -O3 -arch=sm_90 -DGPUDL_CUDA -DGPUDL_ZLIB examples/resnet.c gpudl_cuda.cu -lcublas -lcublasLt -lnccl -lz -o resnet
    Run:   ./resnet [--data DIR] [--epochs N (default 30)] [--batch-size N (default 128)] [--device cpu|cuda]
                    [--seed N] [--csv FILE (default resnet_metrics.csv; `make plot` draws such a file)] [--out-dir DIR]
-                   [--train-subset N] [--test-subset N]   (the first N samples only: a quick run) */
+                   [--train-subset N] [--test-subset N]   (the first N samples only: a quick run)
+   Tutorial: docs/tutorial/13-cnn.md (chapter 13). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"

@@ -18,7 +18,8 @@
      --out FILE   rank 0 saves the final weights (safetensors) there
      --pause-ms   sleep this long in each step: a demonstration run lasts long enough to be signalled
    The device is the launcher's: cuda:(local rank) in a CUDA build with GPUs, else the CPU.
-   Exit status: 0 done, 75 preempted (checkpoint saved: run again), 1 error, 2 a bad command line. */
+   Exit status: 0 done, 75 preempted (checkpoint saved: run again), 1 error, 2 a bad command line.
+   Tutorial: docs/tutorial/12-clusters.md (chapter 12). */
 #define _POSIX_C_SOURCE 200809L /* sigaction: the robust preemption handler; nanosleep */
 #include <math.h>
 #include <stdio.h>
