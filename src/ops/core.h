@@ -13,6 +13,7 @@ typedef struct gdl_node {
     void *buf;            /* scratch kept for backward (im2col columns) */
     int64_t i[8];         /* integer parameters */
     double f[2];          /* real parameters */
+    gdl_tensor *stats[2]; /* read, not differentiated: batch norm's running mean and var (for gdl_export_onnx) */
     gdl_conv_geom geom;
     struct gdl_node *prev;
 } gdl_node;
@@ -103,8 +104,13 @@ static int gdl__check_xwb(const char *op, const gdl_tensor *x, const gdl_tensor 
     return 0;
 }
 
+/* gdl_export_onnx's trace (src/io/onnx_export.h): while it is set every op records its node, whatever
+   needs a gradient, and marks no output as needing one; the values computed are the same. */
+static int gdl__tracing;
+
 static int gdl__needs_grad(int nin, gdl_tensor *const *in) {
     int k;
+    if (gdl__tracing) return 1;
     if (!gdl__grad_enabled) return 0;
     for (k = 0; k < nin; k++)
         if (in[k] && in[k]->requires_grad) return 1;
@@ -134,7 +140,7 @@ static gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int ni
     n->prev = gdl__tape;
     gdl__tape = n;
     out->node = n;
-    out->requires_grad = 1;
+    out->requires_grad = !gdl__tracing;
     return n;
 }
 

@@ -1,0 +1,284 @@
+/* tests/onnx_export.c — builds the nets of the ONNX test (tests/test_onnx.sh) with fixed seeds, exports
+   each with gdl_export_onnx (traced at batch 2) into DIR, and writes the inputs and gpudl's outputs at
+   batch 1 and 3 as .npy files for tests/onnx_check.py, which runs the files in ONNX Runtime. Also checks
+   here the export's errors: an op without an ONNX form names the op and leaves nothing at the path, and
+   bad options are refused.
+
+     onnx_export DIR      writes DIR/<net>.onnx, DIR/<net>.b<N>.in.npy, DIR/<net>.b<N>.out.npy and
+                          DIR/nets.txt (one line a net: name, opset, whether the batch is dynamic) */
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+#include "../examples/example_args.h"
+#include "../examples/recipe.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define CHECK(c)                                                                                    \
+    do {                                                                                            \
+        if (!(c)) {                                                                                 \
+            fprintf(stderr, "onnx_export: %s:%d: %s failed: %s\n", __FILE__, __LINE__, #c, gdl_last_error()); \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+/* a float32 or int32 array as a .npy file (format 1.0, C order) */
+static void write_npy(const char *path, const gdl_tensor *t) {
+    char hdr[256], shape[160];
+    size_t len = 0, bytes = (size_t)t->numel * gdl_dtype_size(t->dtype);
+    int k, h;
+    void *buf = malloc(bytes ? bytes : 1);
+    FILE *f = fopen(path, "wb");
+    CHECK(buf && f);
+    for (k = 0; k < t->ndim; k++) len += (size_t)snprintf(shape + len, sizeof shape - len, "%lld,", (long long)t->shape[k]);
+    shape[len] = 0;
+    h = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }",
+                 t->dtype == GDL_I32 ? "<i4" : "<f4", shape);
+    while ((10 + h + 1) % 64) hdr[h++] = ' ';
+    hdr[h++] = '\n';
+    CHECK(gdl_copy_to_host(t, buf, bytes) == 0);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fputc(h & 0xff, f);
+    fputc(h >> 8, f);
+    fwrite(hdr, 1, (size_t)h, f);
+    fwrite(buf, 1, bytes, f);
+    CHECK(fclose(f) == 0);
+    free(buf);
+}
+
+/* ---- the custom modules: forwards written with gdl ops ---- */
+
+/* [B,4,12,12] -> [B,24]: grouped, strided and dilated convolutions, leaky ReLU, sigmoid, average / max /
+   global pooling, a permute, reshapes, layer norm, both GELUs, matmul, softmax, log-softmax, mean, tanh,
+   concat, a scalar multiply and a residual add */
+static gdl_tensor *custom_conv_forward(gdl_module *self, gdl_tensor *x) {
+    static const int s2[2] = {2, 2}, p1[2] = {1, 1}, p2[2] = {2, 2}, d1[2] = {1, 1}, d2[2] = {2, 2};
+    static const int perm[4] = {0, 2, 3, 1};
+    gdl_tensor *a, *c, *s, *p, *q, *g, *h, *t, *u, *parts[4];
+    int64_t shp[3];
+    a = gdl_leaky_relu(gdl_conv2d_ex(x, gdl_module_tensor(self, "w1"), gdl_module_tensor(self, "b1"), s2, p1, d1, 2), 0.1);
+    c = gdl_conv2d_ex(x, gdl_module_tensor(self, "w2"), NULL, s2, p2, d2, 1);
+    s = gdl_add(a, gdl_sigmoid(c));                           /* [B,8,6,6] */
+    p = gdl_avg_pool2d(s, 3, 1, 1);                           /* [B,8,6,6] */
+    q = gdl_max_pool2d(s, 3, 2, 1);                           /* [B,8,3,3] */
+    g = gdl_flatten(gdl_global_avg_pool2d(p), 1);             /* [B,8] */
+    h = gdl_tanh(gdl_linear(g, gdl_module_tensor(self, "fc.weight"), gdl_module_tensor(self, "fc.bias"))); /* [B,6] */
+    if (!p) return NULL;
+    shp[0] = p->shape[0]; shp[1] = 36; shp[2] = 8;
+    t = gdl_reshape(gdl_permute(p, 4, perm), 3, shp);         /* [B,36,8] */
+    t = gdl_layer_norm(t, gdl_module_tensor(self, "ln.weight"), gdl_module_tensor(self, "ln.bias"), 1e-5);
+    u = gdl_add(t, gdl_mul_scalar(gdl_gelu(t, 1), 0.5));      /* a residual */
+    u = gdl_matmul(u, gdl_module_tensor(self, "proj"));       /* [B,36,4] */
+    parts[0] = h;
+    parts[1] = gdl_mean_dim(gdl_softmax(u, 2), 1, 0);         /* [B,4] */
+    parts[2] = gdl_log_softmax(gdl_mean_dim(gdl_gelu(u, 0), 1, 0), 1); /* [B,4] */
+    parts[3] = gdl_flatten(gdl_mean_dim(q, 1, 1), 1);        /* [B,9]... [B,1,3,3] -> [B,9] */
+    if (!parts[0] || !parts[1] || !parts[2] || !parts[3]) return NULL;
+    return gdl_concat(4, parts, 1);                           /* [B,23] */
+}
+
+static gdl_module *custom_conv_net(void) {
+    gdl_module *m = gdl_nn_custom("CustomConv", custom_conv_forward, NULL, NULL);
+    CHECK(m);
+    CHECK(gdl_module_add_param(m, "w1", gdl_randn(GDL_DIMS(8, 2, 3, 3), gdl_cpu())) == 0);
+    CHECK(gdl_module_add_param(m, "b1", gdl_randn(GDL_DIMS(8), gdl_cpu())) == 0);
+    CHECK(gdl_module_add_param(m, "w2", gdl_randn(GDL_DIMS(8, 4, 3, 3), gdl_cpu())) == 0);
+    CHECK(gdl_module_add_child(m, "fc", gdl_nn_linear(8, 6, 1)) == 0);
+    CHECK(gdl_module_add_child(m, "ln", gdl_nn_layernorm(8)) == 0);
+    CHECK(gdl_module_add_param(m, "proj", gdl_randn(GDL_DIMS(8, 4), gdl_cpu())) == 0);
+    return m;
+}
+
+/* i32 tokens [B,10] -> [B,5]: an embedding (Gather), a residual block with GELU, layer norm, mean, linear */
+static gdl_tensor *custom_embed_forward(gdl_module *self, gdl_tensor *x) {
+    gdl_tensor *e = gdl_forward(gdl_module_child(self, "emb"), x), *r;
+    r = gdl_add(e, gdl_forward(gdl_module_child(self, "mlp"), e));
+    r = gdl_forward(gdl_module_child(self, "norm"), r);
+    return gdl_forward(gdl_module_child(self, "head"), gdl_mean_dim(r, 1, 0));
+}
+
+static gdl_module *custom_embed_net(void) {
+    gdl_module *m = gdl_nn_custom("CustomEmbed", custom_embed_forward, NULL, NULL);
+    CHECK(m);
+    CHECK(gdl_module_add_child(m, "emb", gdl_nn_embedding(50, 16)) == 0);
+    CHECK(gdl_module_add_child(m, "mlp", gdl_nn_sequential(3, (gdl_module *[]){gdl_nn_linear(16, 32, 1),
+                                          gdl_nn_gelu(0), gdl_nn_linear(32, 16, 1)})) == 0);
+    CHECK(gdl_module_add_child(m, "norm", gdl_nn_layernorm(16)) == 0);
+    CHECK(gdl_module_add_child(m, "head", gdl_nn_linear(16, 5, 1)) == 0);
+    return m;
+}
+
+/* ---- the nets ---- */
+
+/* examples/mnist_mlp.c's net */
+static gdl_module *mnist_mlp_net(void) {
+    return gdl_nn_sequential(4, (gdl_module *[]){gdl_nn_flatten(1), gdl_nn_linear(784, 128, 1), gdl_nn_relu(),
+                                                 gdl_nn_linear(128, 10, 1)});
+}
+
+/* examples/cnn.c's net (28x28, one channel) */
+static gdl_module *cnn_net(void) {
+    return gdl_nn_sequential(11, (gdl_module *[]){gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 1), gdl_nn_relu(),
+                                                  gdl_nn_maxpool2d(2, 2, 0), gdl_nn_conv2d(32, 64, 3, 1, 1, 1, 1, 1),
+                                                  gdl_nn_relu(), gdl_nn_maxpool2d(2, 2, 0), gdl_nn_flatten(1),
+                                                  gdl_nn_linear(64 * 7 * 7, 128, 1), gdl_nn_relu(),
+                                                  gdl_nn_dropout(0.25), gdl_nn_linear(128, 10, 1)});
+}
+
+/* a small net of the remaining modules: sigmoid, tanh, leaky ReLU, GELU (tanh), unfused batch norm */
+static gdl_module *act_mix_net(void) {
+    return gdl_nn_sequential(9, (gdl_module *[]){gdl_nn_linear(12, 16, 1), gdl_nn_sigmoid(), gdl_nn_linear(16, 16, 0),
+                                                 gdl_nn_tanh(), gdl_nn_batchnorm1d(16), gdl_nn_leaky_relu(0.2),
+                                                 gdl_nn_linear(16, 16, 1), gdl_nn_gelu(1), gdl_nn_linear(16, 3, 1)});
+}
+
+typedef struct net_case {
+    const char *name;
+    gdl_module *(*make)(void);
+    const char *recipe; /* a net of examples/recipe.h instead */
+    int ndim;
+    int64_t shape[4];   /* the input's shape after the batch */
+    int tokens;         /* i32 tokens below this, not floats */
+    int opset, dynamic, external;
+} net_case;
+
+static const net_case cases[] = {
+    {"mnist_mlp", mnist_mlp_net, NULL, 4, {1, 28, 28}, 0, 18, 1, 0},
+    {"cnn", cnn_net, NULL, 4, {1, 28, 28}, 0, 18, 1, 0},
+    {"recipe_mlp", NULL, "mlp", 4, {1, 28, 28}, 0, 18, 1, 0},
+    {"recipe_cnn", NULL, "cnn", 4, {1, 28, 28}, 0, 17, 1, 0},
+    {"resnet10", NULL, "resnet10", 4, {1, 28, 28}, 0, 18, 1, 1},
+    {"act_mix", act_mix_net, NULL, 2, {12}, 0, 17, 1, 0},
+    {"act_mix_opset20", act_mix_net, NULL, 2, {12}, 0, 20, 1, 0},
+    {"custom_conv", custom_conv_net, NULL, 4, {4, 12, 12}, 0, 18, 1, 0},
+    {"custom_conv_opset20", custom_conv_net, NULL, 4, {4, 12, 12}, 0, 20, 1, 0},
+    {"custom_conv_static", custom_conv_net, NULL, 4, {4, 12, 12}, 0, 18, 0, 0},
+    {"custom_embed", custom_embed_net, NULL, 2, {10}, 50, 18, 1, 0},
+};
+
+/* an input of batch b: N(0,1) floats, or tokens in [0, tokens) */
+static gdl_tensor *make_input(const net_case *c, int64_t b) {
+    int64_t shape[5];
+    int k;
+    shape[0] = b;
+    for (k = 1; k < c->ndim; k++) shape[k] = c->shape[k - 1];
+    if (c->tokens) {
+        int64_t n = b, i;
+        int32_t *v;
+        gdl_tensor *t;
+        for (k = 1; k < c->ndim; k++) n *= shape[k];
+        v = (int32_t *)malloc(sizeof(int32_t) * (size_t)n);
+        CHECK(v);
+        for (i = 0; i < n; i++) v[i] = (int32_t)(gdl_rng_next_u64() % (uint64_t)c->tokens);
+        t = gdl_from_array(v, c->ndim, shape, GDL_I32, gdl_cpu());
+        free(v);
+        return t;
+    }
+    return gdl_randn(c->ndim, shape, gdl_cpu());
+}
+
+static void run_case(const net_case *c, const char *dir, FILE *list, int idx) {
+    char path[512];
+    gdl_module *m;
+    gdl_tensor *x, *y;
+    gdl_onnx_opts o = gdl_onnx_defaults();
+    int64_t batches[2] = {1, 3};
+    int k;
+    gdl_manual_seed(1000 + (uint64_t)idx);
+    m = c->make ? c->make() : ex_recipe_net(ex_recipe_find(c->recipe));
+    CHECK(m);
+    /* a few training-mode forwards: batch norm's running statistics move away from 0 and 1 */
+    for (k = 0; k < 3 && !c->tokens; k++) {
+        gdl_arena_reset();
+        CHECK(gdl_forward(m, make_input(c, 8)));
+    }
+    gdl_arena_reset();
+    o.opset = c->opset;
+    o.dynamic_batch = c->dynamic;
+    o.external_data = c->external;
+    snprintf(path, sizeof path, "%s/%s.onnx", dir, c->name);
+    x = make_input(c, 2);
+    CHECK(x && gdl_export_onnx(m, x, path, &o) == 0);
+    CHECK(gdl_module_is_training(m)); /* the export restores the training flags */
+    gdl_module_train(m, 0);
+    for (k = 0; k < (c->dynamic ? 2 : 1); k++) {
+        int64_t b = c->dynamic ? batches[k] : 2;
+        gdl_arena_reset();
+        x = make_input(c, b);
+        CHECK(x && (y = gdl_forward(m, x)));
+        snprintf(path, sizeof path, "%s/%s.b%lld.in.npy", dir, c->name, (long long)b);
+        write_npy(path, x);
+        snprintf(path, sizeof path, "%s/%s.b%lld.out.npy", dir, c->name, (long long)b);
+        write_npy(path, y);
+        fprintf(list, "%s %lld\n", c->name, (long long)b);
+    }
+    gdl_arena_reset();
+    gdl_module_free(m);
+}
+
+/* ---- the errors ---- */
+
+static gdl_tensor *cumsum_forward(gdl_module *self, gdl_tensor *x) {
+    (void)self;
+    return gdl_relu(gdl_cumsum(gdl_relu(x), 1));
+}
+static gdl_tensor *train_dropout_forward(gdl_module *self, gdl_tensor *x) {
+    (void)self;
+    return gdl_dropout(x, 0.5, 1);
+}
+
+static int exists(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+static void check_errors(const char *dir) {
+    char path[512];
+    gdl_module *m;
+    gdl_tensor *x = gdl_randn(GDL_DIMS(2, 5), gdl_cpu());
+    gdl_onnx_opts o = gdl_onnx_defaults();
+    snprintf(path, sizeof path, "%s/error.onnx", dir);
+    remove(path);
+    m = gdl_nn_custom("Cumsum", cumsum_forward, NULL, NULL);
+    CHECK(m && gdl_export_onnx(m, x, path, NULL) < 0);
+    CHECK(strstr(gdl_last_error(), "gdl_export_onnx: op \"cumsum\" has no ONNX form"));
+    CHECK(strstr(gdl_last_error(), "node 1 of 3"));
+    CHECK(!exists(path));
+    printf("onnx_export: error as expected: %s\n", gdl_last_error());
+    gdl_module_free(m);
+    m = gdl_nn_custom("TrainDropout", train_dropout_forward, NULL, NULL);
+    CHECK(m && gdl_export_onnx(m, x, path, NULL) < 0 && strstr(gdl_last_error(), "op \"dropout\"") && !exists(path));
+    gdl_module_free(m);
+    m = mnist_mlp_net();
+    o.opset = 16;
+    CHECK(gdl_export_onnx(m, gdl_randn(GDL_DIMS(2, 1, 28, 28), gdl_cpu()), path, &o) < 0 &&
+          strstr(gdl_last_error(), "opset 16 is not supported"));
+    CHECK(gdl_export_onnx(m, NULL, path, NULL) < 0 && strstr(gdl_last_error(), "example input 0 is NULL"));
+    CHECK(gdl_export_onnx(m, x, path, NULL) < 0 && strstr(gdl_last_error(), "the traced forward failed") &&
+          !exists(path));
+    snprintf(path, sizeof path, "%s/no-such-dir/model.onnx", dir);
+    CHECK(gdl_export_onnx(m, gdl_randn(GDL_DIMS(2, 1, 28, 28), gdl_cpu()), path, NULL) < 0 &&
+          strstr(gdl_last_error(), "cannot create temporary file"));
+    gdl_module_free(m);
+    gdl_arena_reset();
+}
+
+int main(int argc, char **argv) {
+    char path[512];
+    FILE *list;
+    size_t k;
+    (void)ex_defaults; /* examples/example_args.h's, which recipe.h needs the types of */
+    if (argc != 2) {
+        fprintf(stderr, "usage: onnx_export DIR\n");
+        return 2;
+    }
+    snprintf(path, sizeof path, "%s/nets.txt", argv[1]);
+    CHECK((list = fopen(path, "w")) != NULL);
+    for (k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k], argv[1], list, (int)k);
+    CHECK(fclose(list) == 0);
+    check_errors(argv[1]);
+    printf("onnx_export: %d nets exported to %s\n", (int)(sizeof cases / sizeof cases[0]), argv[1]);
+    gdl_shutdown();
+    return 0;
+}
