@@ -190,7 +190,9 @@ static void run_case(const net_case *c, const char *dir, FILE *list, int idx) {
     /* a few training-mode forwards: batch norm's running statistics move away from 0 and 1 */
     for (k = 0; k < 3 && !c->tokens; k++) {
         gdl_arena_reset();
-        CHECK(gdl_forward(m, make_input(c, 8)));
+        x = make_input(c, 8);
+        CHECK(x && gdl_forward(m, x));
+        gdl_free(x);
     }
     gdl_arena_reset();
     o.opset = c->opset;
@@ -199,6 +201,7 @@ static void run_case(const net_case *c, const char *dir, FILE *list, int idx) {
     snprintf(path, sizeof path, "%s/%s.onnx", dir, c->name);
     x = make_input(c, 2);
     CHECK(x && gdl_export_onnx(m, x, path, &o) == 0);
+    gdl_free(x);
     CHECK(gdl_module_is_training(m)); /* the export restores the training flags */
     gdl_module_train(m, 0);
     for (k = 0; k < (c->dynamic ? 2 : 1); k++) {
@@ -211,6 +214,7 @@ static void run_case(const net_case *c, const char *dir, FILE *list, int idx) {
         snprintf(path, sizeof path, "%s/%s.b%lld.out.npy", dir, c->name, (long long)b);
         write_npy(path, y);
         fprintf(list, "%s %lld\n", c->name, (long long)b);
+        gdl_free(x);
     }
     gdl_arena_reset();
     gdl_module_free(m);
@@ -236,7 +240,7 @@ static int exists(const char *path) {
 static void check_errors(const char *dir) {
     char path[512];
     gdl_module *m;
-    gdl_tensor *x = gdl_randn(GDL_DIMS(2, 5), gdl_cpu());
+    gdl_tensor *x = gdl_randn(GDL_DIMS(2, 5), gdl_cpu()), *img = gdl_randn(GDL_DIMS(2, 1, 28, 28), gdl_cpu());
     gdl_onnx_opts o = gdl_onnx_defaults();
     snprintf(path, sizeof path, "%s/error.onnx", dir);
     remove(path);
@@ -252,15 +256,16 @@ static void check_errors(const char *dir) {
     gdl_module_free(m);
     m = mnist_mlp_net();
     o.opset = 16;
-    CHECK(gdl_export_onnx(m, gdl_randn(GDL_DIMS(2, 1, 28, 28), gdl_cpu()), path, &o) < 0 &&
+    CHECK(gdl_export_onnx(m, img, path, &o) < 0 &&
           strstr(gdl_last_error(), "opset 16 is not supported"));
     CHECK(gdl_export_onnx(m, NULL, path, NULL) < 0 && strstr(gdl_last_error(), "example input 0 is NULL"));
     CHECK(gdl_export_onnx(m, x, path, NULL) < 0 && strstr(gdl_last_error(), "the traced forward failed") &&
           !exists(path));
     snprintf(path, sizeof path, "%s/no-such-dir/model.onnx", dir);
-    CHECK(gdl_export_onnx(m, gdl_randn(GDL_DIMS(2, 1, 28, 28), gdl_cpu()), path, NULL) < 0 &&
-          strstr(gdl_last_error(), "cannot create temporary file"));
+    CHECK(gdl_export_onnx(m, img, path, NULL) < 0 && strstr(gdl_last_error(), "cannot create temporary file"));
     gdl_module_free(m);
+    gdl_free(x);
+    gdl_free(img);
     gdl_arena_reset();
 }
 

@@ -1,0 +1,21 @@
+# tests/onnx.mk — ONNX export (gdl_export_onnx) checked against the real runtimes: make fragment,
+# included by the top-level Makefile; uses its B, CC, VARIANT_*, SET_std, API_ONLY, LIBS and HDR.
+#
+#   make test-onnx   tests/onnx_export.c (plain, and under ASan+UBSan) exports the test's nets
+#                    (examples/' MLP and CNN, examples/recipe.h's nets with resnet10, custom
+#                    modules) and writes gpudl's outputs at batch 1 and 3; tests/onnx_check.py
+#                    checks each file with onnx.checker (full_check) and runs it in ONNX Runtime.
+#                    Needs the venv of `sh tools/deps.sh onnx` (build/onnx-venv; ONNX_VENV
+#                    overrides).
+
+.PHONY: test-onnx
+
+$(B)/onnx_export: tests/onnx_export.c $(HDR) tests/api_only.h examples/recipe.h examples/example_args.h \
+                  $(B)/lib/plain_std.o | $(B)
+	$(CC) $(VARIANT_plain) $(SET_std) $(API_ONLY) $< $(B)/lib/plain_std.o -o $@ $(LIBS)
+$(B)/asan_onnx_export: tests/onnx_export.c $(HDR) tests/api_only.h examples/recipe.h examples/example_args.h \
+                       $(B)/lib/asan_std.o | $(B)
+	$(CC) $(VARIANT_asan) $(SET_std) $(API_ONLY) $< $(B)/lib/asan_std.o -o $@ $(LIBS)
+
+test-onnx: $(B)/onnx_export $(B)/asan_onnx_export
+	sh tests/test_onnx.sh $(B)/onnx_export $(B)/asan_onnx_export
