@@ -10,12 +10,12 @@
 
 .PHONY: test-onnx
 
-$(B)/onnx_export: tests/onnx_export.c $(HDR) tests/api_only.h examples/recipe.h examples/example_args.h \
+$(B)/test_onnx_export: tests/onnx_export.c $(HDR) tests/api_only.h examples/recipe.h examples/example_args.h \
                   $(B)/lib/plain_std.o | $(B)
 	$(CC) $(VARIANT_plain) $(SET_std) $(API_ONLY) $< $(B)/lib/plain_std.o -o $@ $(LIBS)
-$(B)/asan_onnx_export: tests/onnx_export.c $(HDR) tests/api_only.h examples/recipe.h examples/example_args.h \
+$(B)/asan_test_onnx_export: tests/onnx_export.c $(HDR) tests/api_only.h examples/recipe.h examples/example_args.h \
                        $(B)/lib/asan_std.o | $(B)
 	$(CC) $(VARIANT_asan) $(SET_std) $(API_ONLY) $< $(B)/lib/asan_std.o -o $@ $(LIBS)
 
-test-onnx: $(B)/onnx_export $(B)/asan_onnx_export
-	sh tests/test_onnx.sh $(B)/onnx_export $(B)/asan_onnx_export
+test-onnx: $(B)/test_onnx_export $(B)/asan_test_onnx_export
+	sh tests/test_onnx.sh $(B)/test_onnx_export $(B)/asan_test_onnx_export
