@@ -29276,7 +29276,7 @@ enum {
     GDL__OX_ENTRY_KEY = 1, GDL__OX_ENTRY_VALUE = 2,
     GDL__OX_VI_NAME = 1, GDL__OX_VI_TYPE = 2, GDL__OX_TYPE_TENSOR = 1, GDL__OX_TT_ELEM = 1, GDL__OX_TT_SHAPE = 2,
     GDL__OX_SHAPE_DIM = 1, GDL__OX_DIM_VALUE = 1, GDL__OX_DIM_PARAM = 2,
-    GDL__OX_FLOAT = 1, GDL__OX_INT32 = 6, GDL__OX_INT64 = 7, GDL__OX_BOOL = 9, GDL__OX_FLOAT16 = 10,
+    GDL__OX_FLOAT = 1, GDL__OX_UINT8 = 2, GDL__OX_INT32 = 6, GDL__OX_INT64 = 7, GDL__OX_BOOL = 9, GDL__OX_FLOAT16 = 10,
     GDL__OX_BFLOAT16 = 16
 };
 
@@ -29300,6 +29300,7 @@ static int gdl__ox_dtype(gdl_dtype dt) {
     case GDL_I32: return GDL__OX_INT32;
     case GDL_F16: return GDL__OX_FLOAT16;
     case GDL_BF16: return GDL__OX_BFLOAT16;
+    case GDL_U8: return GDL__OX_UINT8;
     default: return 0;
     }
 }
@@ -29792,6 +29793,131 @@ static int gdl__ox_reduce(gdl__ox *X, const char *op_type, const char *x, int di
     return 0;
 }
 
+/* x [..., L, H*E] (nd dims) -> [..., H, L, E]: a Reshape that keeps the leading dims (0: copy) and a Transpose */
+static const char *gdl__ox_split_heads(gdl__ox *X, const char *x, int nd, int64_t H, int64_t E) {
+    int64_t shape[GDL_MAX_DIMS + 1], perm[GDL_MAX_DIMS + 1];
+    const char *s, *r, *t;
+    gdl__pb at = {0};
+    int d;
+    for (d = 0; d < nd - 1; d++) shape[d] = 0;
+    shape[nd - 1] = H;
+    shape[nd] = E;
+    for (d = 0; d <= nd; d++) perm[d] = d;
+    perm[nd - 2] = nd - 1;
+    perm[nd - 1] = nd - 2;
+    if (!(s = gdl__ox_const_i64(X, shape, nd + 1)) || !(r = gdl__ox_tmp(X)) || !(t = gdl__ox_tmp(X))) return NULL;
+    gdl__ox_node2(X, "Reshape", x, s, r, NULL);
+    gdl__ox_attr_ints(&at, "perm", perm, nd + 1);
+    gdl__ox_node1(X, "Transpose", r, t, &at);
+    return t;
+}
+
+/* scaled dot-product attention as the composition softmax(scale q k^T + mask) v (q, k, v with nd dims,
+   heads split or not); the causal mask a constant [L, S] of 0 and -inf above the diagonal, a u8 mask's
+   zeros -inf, a float mask added */
+static int gdl__ox_attention(gdl__ox *X, const gdl_node *n, const char *q, const char *k, const char *v,
+                             const char *mask, int nd, int64_t L, int64_t S, const char *out) {
+    int64_t perm[GDL_MAX_DIMS + 1];
+    const char *kt, *s, *c, *w;
+    gdl__pb at = {0};
+    int d;
+    for (d = 0; d < nd; d++) perm[d] = d;
+    perm[nd - 2] = nd - 1;
+    perm[nd - 1] = nd - 2;
+    if (!(kt = gdl__ox_tmp(X)) || !(s = gdl__ox_tmp(X))) return -1;
+    gdl__ox_attr_ints(&at, "perm", perm, nd);
+    gdl__ox_node1(X, "Transpose", k, kt, &at);
+    gdl__ox_node2(X, "MatMul", q, kt, s, NULL);
+    if (!(c = gdl__ox_const_f32(X, n->f[0])) || !(w = gdl__ox_tmp(X))) return -1;
+    gdl__ox_node2(X, "Mul", s, c, w, NULL);
+    s = w;
+    if (n->i[0]) { /* causal */
+        float *m = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)(L * S > 0 ? L * S : 1));
+        int64_t i, j, dims[2];
+        int rc;
+        if (!m) return gdl__ox_oom(X);
+        for (i = 0; i < L; i++)
+            for (j = 0; j < S; j++) m[i * S + j] = j > i ? -INFINITY : 0.0f;
+        dims[0] = L;
+        dims[1] = S;
+        c = gdl__ox_tmp(X);
+        rc = c ? gdl__ox_init_raw(X, c, GDL__OX_FLOAT, 2, dims, m, sizeof(float) * (size_t)(L * S), 4) : -1;
+        GPUDL_FREE(m);
+        if (rc < 0 || !(w = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node2(X, "Add", s, c, w, NULL);
+        s = w;
+    } else if (mask && n->in[3]->dtype == GDL_U8) {
+        const char *b, *wi[3];
+        gdl__pb at2 = {0};
+        if (!(b = gdl__ox_tmp(X)) || !(wi[2] = gdl__ox_const_f32(X, -INFINITY)) || !(w = gdl__ox_tmp(X))) return -1;
+        gdl__ox_attr_int(&at2, "to", GDL__OX_BOOL);
+        gdl__ox_node1(X, "Cast", mask, b, &at2);
+        wi[0] = b;
+        wi[1] = s;
+        gdl__ox_node(X, "Where", 3, wi, w, NULL);
+        s = w;
+    } else if (mask) {
+        if (!(w = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node2(X, "Add", s, mask, w, NULL);
+        s = w;
+    }
+    if (!(w = gdl__ox_tmp(X))) return -1;
+    gdl__ox_attr_int(&at, "axis", -1);
+    gdl__ox_node1(X, "Softmax", s, w, &at);
+    gdl__ox_node2(X, "MatMul", w, v, out, NULL);
+    return 0;
+}
+
+/* SDPA's node: layouts plain, heads packed in the last dim, or q, k and v side by side (src/ops/attention.h) */
+static int gdl__ox_sdpa(gdl__ox *X, const gdl_node *n, const char *const *in, const char *out) {
+    const gdl_tensor *q = n->in[0];
+    const int lay = (int)n->i[1], nd = q->ndim;
+    const int64_t H = n->i[2], L = q->shape[nd - 2];
+    const char *qs, *ks, *vs, *o, *t, *s;
+    int64_t E, Ev, S, shape[GDL_MAX_DIMS], perm[GDL_MAX_DIMS + 1];
+    gdl__pb at = {0};
+    int d;
+    if (lay == GDL__SDPA_PLAIN)
+        return gdl__ox_attention(X, n, in[0], in[1], in[2], in[3], nd, L, n->in[1]->shape[nd - 2], out);
+    if (lay == GDL__SDPA_QKV) { /* the three thirds of the last dim */
+        const char *si[4], *part[3];
+        int64_t third = q->shape[nd - 1] / 3, ax = -1, st, en;
+        int j;
+        for (j = 0; j < 3; j++) {
+            st = j * third;
+            en = st + third;
+            si[0] = in[0];
+            if (!(si[1] = gdl__ox_const_i64(X, &st, 1)) || !(si[2] = gdl__ox_const_i64(X, &en, 1)) ||
+                !(si[3] = gdl__ox_const_i64(X, &ax, 1)) || !(part[j] = gdl__ox_tmp(X)))
+                return -1;
+            gdl__ox_node(X, "Slice", 4, si, part[j], NULL);
+        }
+        E = Ev = third / H;
+        S = L;
+        qs = part[0], ks = part[1], vs = part[2];
+    } else {
+        E = q->shape[nd - 1] / H;
+        Ev = n->in[2]->shape[nd - 1] / H;
+        S = n->in[1]->shape[nd - 2];
+        qs = in[0], ks = in[1], vs = in[2];
+    }
+    if (!(qs = gdl__ox_split_heads(X, qs, nd, H, E)) || !(ks = gdl__ox_split_heads(X, ks, nd, H, E)) ||
+        !(vs = gdl__ox_split_heads(X, vs, nd, H, Ev)) || !(o = gdl__ox_tmp(X)) ||
+        gdl__ox_attention(X, n, qs, ks, vs, in[3], nd + 1, L, S, o) < 0)
+        return -1;
+    for (d = 0; d <= nd; d++) perm[d] = d; /* [..., H, L, Ev] -> [..., L, H, Ev] -> [..., L, H*Ev] */
+    perm[nd - 2] = nd - 1;
+    perm[nd - 1] = nd - 2;
+    if (!(t = gdl__ox_tmp(X))) return -1;
+    gdl__ox_attr_ints(&at, "perm", perm, nd + 1);
+    gdl__ox_node1(X, "Transpose", o, t, &at);
+    for (d = 0; d < nd - 1; d++) shape[d] = 0;
+    shape[nd - 1] = H * Ev;
+    if (!(s = gdl__ox_const_i64(X, shape, nd))) return -1;
+    gdl__ox_node2(X, "Reshape", t, s, out, NULL);
+    return 0;
+}
+
 /* One trace node n (whose output is named out) as ONNX nodes; its output's batch dim in *bax. */
 static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out, int *bax) {
     const char *in[GDL__OX_MAX_IN], *t, *c;
@@ -29963,6 +30089,9 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
         gdl__ox_node(X, "LayerNormalization", 3, li, out, &at);
         return 0;
     }
+    case GDL_OP_SDPA:
+        if (b0 >= n->in[0]->ndim - 2) *bax = -1; /* the batch among q's leading dims */
+        return gdl__ox_sdpa(X, n, in, out);
     case GDL_OP_CAST:
         if (!gdl__ox_dtype(n->out->dtype)) return gdl__ox_no_form(X, n, total, "to a dtype ONNX lacks here");
         gdl__ox_attr_int(&at, "to", gdl__ox_dtype(n->out->dtype));

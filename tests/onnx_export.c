@@ -108,6 +108,54 @@ static gdl_module *custom_embed_net(void) {
     return m;
 }
 
+/* examples/char_gpt.c's GPT, small: causal self-attention over q, k, v side by side (gdl_sdpa_qkv), the
+   exact GELU fused into c_fc (gdl_linear_act), pre-norm blocks, learned positions cut to T (gdl_narrow),
+   the head tied to the token embedding. i32 tokens [B,10] -> logits [B,10,20] */
+enum { GPT_HEADS = 2, GPT_EMBD = 16, GPT_BLOCK = 12, GPT_VOCAB = 20 };
+
+static gdl_tensor *gpt_attn_forward(gdl_module *self, gdl_tensor *x) {
+    gdl_tensor *y = gdl_sdpa_qkv(gdl_forward(gdl_module_child(self, "c_attn"), x), GPT_HEADS, NULL, 0, 1, NAN);
+    return gdl_forward(gdl_module_child(self, "c_proj"), y);
+}
+static gdl_tensor *gpt_mlp_forward(gdl_module *self, gdl_tensor *x) {
+    gdl_tensor *h = gdl_linear_act(x, gdl_module_tensor(self, "c_fc.weight"), gdl_module_tensor(self, "c_fc.bias"),
+                                   GDL_ACT_GELU);
+    return gdl_forward(gdl_module_child(self, "c_proj"), h);
+}
+static gdl_tensor *gpt_block_forward(gdl_module *self, gdl_tensor *x) {
+    x = gdl_add(x, gdl_forward(gdl_module_child(self, "attn"), gdl_forward(gdl_module_child(self, "ln_1"), x)));
+    return gdl_add(x, gdl_forward(gdl_module_child(self, "mlp"), gdl_forward(gdl_module_child(self, "ln_2"), x)));
+}
+static gdl_tensor *gpt_forward(gdl_module *self, gdl_tensor *idx) {
+    gdl_tensor *pos = gdl_narrow(gdl_module_tensor(self, "wpe.weight"), 0, 0, idx->shape[idx->ndim - 1]), *x;
+    x = gdl_add(gdl_forward(gdl_module_child(self, "wte"), idx), pos);
+    x = gdl_forward(gdl_module_child(self, "ln_f"), gdl_forward(gdl_module_child(self, "h"), x));
+    return gdl_linear(x, gdl_module_tensor(self, "wte.weight"), NULL);
+}
+
+static gdl_module *gpt_block(void) {
+    gdl_module *b = gdl_nn_custom("Block", gpt_block_forward, NULL, NULL), *attn, *mlp;
+    CHECK(b && (attn = gdl_nn_custom("CausalSelfAttention", gpt_attn_forward, NULL, NULL)) &&
+          (mlp = gdl_nn_custom("MLP", gpt_mlp_forward, NULL, NULL)));
+    CHECK(gdl_module_add_child(attn, "c_attn", gdl_nn_linear(GPT_EMBD, 3 * GPT_EMBD, 1)) == 0 &&
+          gdl_module_add_child(attn, "c_proj", gdl_nn_linear(GPT_EMBD, GPT_EMBD, 1)) == 0 &&
+          gdl_module_add_child(mlp, "c_fc", gdl_nn_linear(GPT_EMBD, 4 * GPT_EMBD, 1)) == 0 &&
+          gdl_module_add_child(mlp, "c_proj", gdl_nn_linear(4 * GPT_EMBD, GPT_EMBD, 1)) == 0);
+    CHECK(gdl_module_add_child(b, "ln_1", gdl_nn_layernorm(GPT_EMBD)) == 0 && gdl_module_add_child(b, "attn", attn) == 0 &&
+          gdl_module_add_child(b, "ln_2", gdl_nn_layernorm(GPT_EMBD)) == 0 && gdl_module_add_child(b, "mlp", mlp) == 0);
+    return b;
+}
+
+static gdl_module *gpt_net(void) {
+    gdl_module *g = gdl_nn_custom("GPT", gpt_forward, NULL, NULL);
+    CHECK(g);
+    CHECK(gdl_module_add_child(g, "wte", gdl_nn_embedding(GPT_VOCAB, GPT_EMBD)) == 0 &&
+          gdl_module_add_child(g, "wpe", gdl_nn_embedding(GPT_BLOCK, GPT_EMBD)) == 0 &&
+          gdl_module_add_child(g, "h", gdl_nn_sequential(2, (gdl_module *[]){gpt_block(), gpt_block()})) == 0 &&
+          gdl_module_add_child(g, "ln_f", gdl_nn_layernorm(GPT_EMBD)) == 0);
+    return g;
+}
+
 /* ---- the nets ---- */
 
 /* examples/mnist_mlp.c's net */
@@ -154,6 +202,7 @@ static const net_case cases[] = {
     {"custom_conv_opset20", custom_conv_net, NULL, 4, {4, 12, 12}, 0, 20, 1, 0},
     {"custom_conv_static", custom_conv_net, NULL, 4, {4, 12, 12}, 0, 18, 0, 0},
     {"custom_embed", custom_embed_net, NULL, 2, {10}, 50, 18, 1, 0},
+    {"char_gpt", gpt_net, NULL, 2, {10}, GPT_VOCAB, 18, 1, 0},
 };
 
 /* an input of batch b: N(0,1) floats, or tokens in [0, tokens) */
