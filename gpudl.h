@@ -12619,8 +12619,11 @@ static int gdl__check_xwb(const char *op, const gdl_tensor *x, const gdl_tensor 
 }
 
 /* gdl_export_onnx's trace (src/io/onnx_export.h): while it is set every op records its node, whatever
-   needs a gradient, and marks no output as needing one; the values computed are the same. */
+   needs a gradient, and marks no output as needing one; the values computed are the same. The ops that
+   are not differentiable record theirs only then, under ids after the op list's (a comparison) or as a
+   cast between any dtypes (gdl_to_dtype), so that a mask computed from an input is traced too. */
 static int gdl__tracing;
+enum { GDL__OP_TRACE_COMPARE = GDL_OP_COUNT }; /* i[0]: the gdl_compare_op */
 
 static int gdl__needs_grad(int nin, gdl_tensor *const *in) {
     int k;
@@ -12721,7 +12724,7 @@ static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt) {
     if (!(be = gdl__be(op, x->device)) || !(r = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
     if (x->numel && be->cast(r->data, dt, x->data, x->dtype, x->numel) < 0) return NULL;
     r->name = x->name;
-    if (gdl__is_float(x->dtype) && gdl__is_float(dt)) {
+    if ((gdl__is_float(x->dtype) && gdl__is_float(dt)) || gdl__tracing) {
         gdl__record(op, GDL_OP_CAST, r, 1, &x, &err);
         if (err) return NULL;
     }
@@ -13419,6 +13422,15 @@ static gdl_tensor *gdl__compare(const char *opname, gdl_tensor *a, gdl_tensor *b
     if (out->numel &&
         be->compare(op, nd, shape, a->dtype, a->data, str[0], b->dtype, b->data, str[1], (uint8_t *)out->data) < 0)
         return NULL;
+    if (gdl__tracing) { /* gdl_export_onnx's trace only: no gradient flows through a comparison */
+        gdl_tensor *in[2];
+        gdl_node *n;
+        int err;
+        in[0] = a;
+        in[1] = b;
+        if ((n = gdl__record(opname, GDL__OP_TRACE_COMPARE, out, 2, in, &err)) != NULL) n->i[0] = op;
+        if (err) return NULL;
+    }
     return gdl__finish(opname, out);
 }
 
@@ -14059,6 +14071,7 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     if (err) return NULL;
     if (n) {
         n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = d; /* the dim, for gdl_export_onnx */
     }
     return gdl__finish(op, out);
 }
@@ -15350,6 +15363,7 @@ GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double va
     int64_t shape[GDL_MAX_DIMS], str[2][GDL_MAX_DIMS], zero[GDL_MAX_DIMS] = {0};
     const gdl_tensor *t[2];
     gdl_tensor *out, *v, *in[2];
+    gdl_node *n;
     const gdl_backend *be;
     int nd, err;
     if (gdl__check_in(op, "x", x, 0) < 0 || gdl__check_mask(op, "mask", mask, x) < 0) return NULL;
@@ -15372,7 +15386,8 @@ GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double va
         return NULL;
     in[0] = x;
     in[1] = mask;
-    gdl__record(op, GDL_OP_MASKED_FILL, out, 2, in, &err);
+    n = gdl__record(op, GDL_OP_MASKED_FILL, out, 2, in, &err);
+    if (n) n->f[0] = value; /* for gdl_export_onnx */
     return err ? NULL : gdl__finish(op, out);
 }
 
@@ -29322,6 +29337,8 @@ typedef struct gdl__ox {
     char **pnames;        /* the module's state_dict names and tensors */
     gdl_tensor **ptens;
     int np, nconst, ntmp;
+    int64_t B;            /* the traced batch (input 0's dim 0; dynamic batch), and its Shape node's name */
+    const char *batch_name;
     int cur;              /* the trace node being written, for names */
     char curname[64];
     FILE *ext;            /* external data: the .bin being written, its name (relative) and length */
@@ -29550,6 +29567,11 @@ static const char *gdl__ox_const_i64(gdl__ox *X, const int64_t *v, int n) {
     GPUDL_FREE(copy);
     return rc < 0 ? NULL : name;
 }
+static const char *gdl__ox_const_i64_scalar(gdl__ox *X, int64_t v) {
+    const char *name = gdl__ox_tmp(X);
+    if (!name || gdl__ox_init_raw(X, name, GDL__OX_INT64, 0, NULL, &v, sizeof v, sizeof v) < 0) return NULL;
+    return name;
+}
 static const char *gdl__ox_const_f32(gdl__ox *X, double v) {
     const char *name = gdl__ox_tmp(X);
     float f = (float)v;
@@ -29573,10 +29595,68 @@ static const char *gdl__ox_const_fill(gdl__ox *X, int64_t n, double v) {
     return rc < 0 ? NULL : name;
 }
 
+/* A temporary the forward filled with one value that has a dim of the traced batch's size (an RNN's zero
+   state [layers, B, H]): with a dynamic batch, that value expanded to the shape with the input's batch at
+   that dim (the first such). The value's name, or NULL: not such a tensor (or an error: X->err). */
+static const char *gdl__ox_batch_fill(gdl__ox *X, const gdl_tensor *t, const char *name, int *err) {
+    size_t es = gdl_dtype_size(t->dtype), bytes = (size_t)t->numel * es, k;
+    unsigned char *host;
+    const char *parts[3], *val, *shape;
+    int64_t dims[GDL_MAX_DIMS];
+    int d, bd = -1, np = 0, rc;
+    gdl__pb at = {0};
+    *err = 0;
+    if (!X->dyn || !t->gen || t->ndim < 1 || !t->numel || !gdl__ox_dtype(t->dtype)) return NULL;
+    for (d = 0; d < t->ndim && bd < 0; d++)
+        if (t->shape[d] == X->B) bd = d;
+    if (bd < 0) return NULL;
+    if (!(host = (unsigned char *)GPUDL_MALLOC(bytes))) {
+        *err = 1;
+        gdl__ox_oom(X);
+        return NULL;
+    }
+    if (gdl_copy_to_host(t, host, bytes) < 0) {
+        GPUDL_FREE(host);
+        *err = 1;
+        return NULL;
+    }
+    for (k = es; k < bytes && !memcmp(host + k, host, es); k += es) {}
+    if (k < bytes) { /* not one value */
+        GPUDL_FREE(host);
+        return NULL;
+    }
+    if (!X->batch_name) { /* Shape(input 0)[0:1] */
+        gdl__ox_attr_int(&at, "start", 0);
+        gdl__ox_attr_int(&at, "end", 1);
+        if (!(X->batch_name = gdl__ox_tmp(X))) goto fail;
+        gdl__ox_node1(X, "Shape", X->v[0].name, X->batch_name, &at);
+    }
+    if (bd > 0) {
+        memcpy(dims, t->shape, sizeof(int64_t) * (size_t)bd);
+        if (!(parts[np++] = gdl__ox_const_i64(X, dims, bd))) goto fail;
+    }
+    parts[np++] = X->batch_name;
+    if (bd + 1 < t->ndim && !(parts[np++] = gdl__ox_const_i64(X, t->shape + bd + 1, t->ndim - bd - 1))) goto fail;
+    if (!(shape = gdl__ox_tmp(X)) || !(val = gdl__ox_tmp(X))) goto fail;
+    gdl__ox_attr_int(&at, "axis", 0);
+    gdl__ox_node(X, "Concat", np, parts, shape, &at);
+    rc = gdl__ox_init_raw(X, val, gdl__ox_dtype(t->dtype), 0, NULL, host, es, es);
+    GPUDL_FREE(host);
+    host = NULL;
+    if (rc < 0) goto fail;
+    gdl__ox_node2(X, "Expand", val, shape, name, NULL);
+    return name;
+fail:
+    GPUDL_FREE(host);
+    *err = 1;
+    return NULL;
+}
+
 /* The name of tensor t read by a node: a value named already, or a leaf first used here, which becomes
-   an initializer (a module tensor under its state_dict name, anything else const_<k>). */
+   an initializer (a module tensor under its state_dict name, anything else const_<k>) or a batch-sized
+   fill (gdl__ox_batch_fill). */
 static const char *gdl__ox_use(gdl__ox *X, const gdl_tensor *t) {
-    int k = gdl__ox_find(X, t), j;
+    int k = gdl__ox_find(X, t), j, err;
     char name[32];
     const char *nm = NULL;
     if (k >= 0) return X->v[k].name;
@@ -29584,6 +29664,13 @@ static const char *gdl__ox_use(gdl__ox *X, const gdl_tensor *t) {
         if (X->ptens[j] == t) nm = X->pnames[j];
     if (!nm) {
         snprintf(name, sizeof name, "const_%d", X->nconst++);
+        if (gdl__ox_batch_fill(X, t, name, &err)) {
+            int d, bd = -1;
+            for (d = 0; d < t->ndim && bd < 0; d++)
+                if (t->shape[d] == X->B) bd = d;
+            return (k = gdl__ox_add(X, t, name, bd)) < 0 ? NULL : X->v[k].name;
+        }
+        if (err) return NULL;
         nm = name;
     }
     if ((k = gdl__ox_add(X, t, nm, -1)) < 0 || gdl__ox_init_tensor(X, t, X->v[k].name) < 0) return NULL;
@@ -29643,24 +29730,28 @@ static int gdl__ox_act(gdl__ox *X, int code, const char *x, const char *out) {
     return 0;
 }
 
-/* Reshape's target for out = reshape(in): out's shape, where in has a batch dim (dynamic batch) with the
-   dim of out that holds it as -1 (the others are fixed). -1 after the error when the batch is split. */
-static int gdl__ox_reshape_target(gdl__ox *X, const gdl_node *n, int in_bax, int64_t *target, int *out_bax) {
-    const gdl_tensor *x = n->in[0], *y = n->out;
+/* Reshape's target for y = reshape(x) (shapes xs, ys): ys, where x has a batch dim (dynamic batch) with the
+   dim of y that holds it as -1 (the others are fixed). -1 after the error when the batch is split. */
+static int gdl__ox_reshape_target(gdl__ox *X, int xnd, const int64_t *xs, int ynd, const int64_t *ys, int in_bax,
+                                  int64_t *target, int *out_bax) {
     int64_t P = 1, B, cum = 1;
     int j, k;
-    memcpy(target, y->shape, sizeof(int64_t) * (size_t)y->ndim);
+    memcpy(target, ys, sizeof(int64_t) * (size_t)ynd);
     *out_bax = -1;
     if (in_bax < 0) return 0;
-    for (k = 0; k < in_bax; k++) P *= x->shape[k];
-    B = x->shape[in_bax];
-    for (j = 0; j < y->ndim; j++) {
-        if (cum * y->shape[j] >= P * B) break;
-        cum *= y->shape[j];
+    for (k = 0; k < in_bax; k++) P *= xs[k];
+    B = xs[in_bax];
+    for (j = 0; j < ynd; j++) {
+        if (cum * ys[j] >= P * B) break;
+        cum *= ys[j];
     }
-    if (j == y->ndim || !cum || P % cum != 0 || !B || (cum * y->shape[j]) % (P * B) != 0) {
-        gdl__set_error("%s: reshape %s -> %s (node %d) splits the batch dimension: it has no dynamic-batch form "
-                       "(export with dynamic_batch = 0)", X->fn, gdl_shape_str(x), gdl_shape_str(y), X->cur);
+    if (j == ynd || !cum || P % cum != 0 || !B || (cum * ys[j]) % (P * B) != 0) {
+        char a[64], b[64];
+        size_t la = 0, lb = 0;
+        for (k = 0; k < xnd && la + 24 < sizeof a; k++) la += (size_t)snprintf(a + la, sizeof a - la, "%s%lld", k ? "," : "", (long long)xs[k]);
+        for (k = 0; k < ynd && lb + 24 < sizeof b; k++) lb += (size_t)snprintf(b + lb, sizeof b - lb, "%s%lld", k ? "," : "", (long long)ys[k]);
+        gdl__set_error("%s: reshape [%s] -> [%s] (node %d) splits the batch dimension (dim %d): it has no "
+                       "dynamic-batch form (export with dynamic_batch = 0)", X->fn, a, b, X->cur, in_bax);
         return -1;
     }
     target[j] = -1;
@@ -29678,6 +29769,8 @@ static int gdl__ox_inputs(gdl__ox *X, const gdl_node *n, const char **in) {
     return 0;
 }
 
+static const char *gdl__ox_op_name(int op) { return op == GDL__OP_TRACE_COMPARE ? "compare" : gdl_op_name(op); }
+
 static int gdl__ox_no_form(gdl__ox *X, const gdl_node *n, int total, const char *why) {
     char ins[512];
     size_t len = 0;
@@ -29690,7 +29783,7 @@ static int gdl__ox_no_form(gdl__ox *X, const gdl_node *n, int total, const char 
                                 n->in[k] ? gdl_shape_str(n->in[k]) : "");
     }
     gdl__set_error("%s: op \"%s\" has no ONNX form%s%s (node %d of %d of the trace, output %s, inputs: %s)", X->fn,
-                   gdl_op_name(n->op), why ? ": " : "", why ? why : "", X->cur, total, gdl_shape_str(n->out), ins);
+                   gdl__ox_op_name(n->op), why ? ": " : "", why ? why : "", X->cur, total, gdl_shape_str(n->out), ins);
     return -1;
 }
 
@@ -29918,6 +30011,150 @@ static int gdl__ox_sdpa(gdl__ox *X, const gdl_node *n, const char *const *in, co
     return 0;
 }
 
+/* a view of a contiguous block of x (elements off .. off + count, SLICE's node): x[i0, .., ia-1, s:s+len] for
+   the outermost dim a where the block is whole rows of dim a, as a Slice over dims 0..a, then reshaped */
+static int gdl__ox_block(gdl__ox *X, const gdl_node *n, int total, const char *x, int b0, const char *out, int *bax) {
+    const gdl_tensor *t = n->in[0], *y = n->out;
+    int64_t off = n->i[0], cnt = y->numel, inner = 1, s = 0, len = 0, starts[GDL_MAX_DIMS], ends[GDL_MAX_DIMS],
+            axes[GDL_MAX_DIMS], mid[GDL_MAX_DIMS], target[GDL_MAX_DIMS];
+    const char *si[4], *part, *shape;
+    int a, k, sb;
+    for (a = 0; a < t->ndim; a++) {
+        for (inner = 1, k = a + 1; k < t->ndim; k++) inner *= t->shape[k];
+        if (!inner || off % inner || cnt % inner) continue;
+        s = off / inner;
+        len = cnt / inner;
+        if (s % t->shape[a] + len <= t->shape[a]) break;
+    }
+    if (a == t->ndim) return gdl__ox_no_form(X, n, total, "a block that is not whole rows of one dim");
+    starts[a] = s % t->shape[a];
+    ends[a] = starts[a] + len;
+    s /= t->shape[a];
+    for (k = a - 1; k >= 0; k--) { /* the fixed indices of the dims before a */
+        starts[k] = s % t->shape[k];
+        ends[k] = starts[k] + 1;
+        s /= t->shape[k];
+    }
+    if (b0 >= 0 && (b0 < a || (b0 == a && len != t->shape[a])))
+        return gdl__ox_no_form(X, n, total, "a block across the batch dim (export with dynamic_batch = 0)");
+    for (k = 0; k <= a; k++) axes[k] = k;
+    for (k = 0; k < t->ndim; k++) mid[k] = k < a ? 1 : k == a ? len : t->shape[k];
+    si[0] = x;
+    if (!(si[1] = gdl__ox_const_i64(X, starts, a + 1)) || !(si[2] = gdl__ox_const_i64(X, ends, a + 1)) ||
+        !(si[3] = gdl__ox_const_i64(X, axes, a + 1)) || !(part = gdl__ox_tmp(X)))
+        return -1;
+    gdl__ox_node(X, "Slice", 4, si, part, NULL);
+    if (gdl__ox_reshape_target(X, t->ndim, mid, y->ndim, y->shape, b0, target, &sb) < 0 ||
+        !(shape = gdl__ox_const_i64(X, target, y->ndim)))
+        return -1;
+    gdl__ox_node2(X, "Reshape", part, shape, out, NULL);
+    *bax = sb;
+    return 0;
+}
+
+/* a u8 mask as ONNX's bool */
+static const char *gdl__ox_bool(gdl__ox *X, const char *mask) {
+    gdl__pb at = {0};
+    const char *b = gdl__ox_tmp(X);
+    if (!b) return NULL;
+    gdl__ox_attr_int(&at, "to", GDL__OX_BOOL);
+    gdl__ox_node1(X, "Cast", mask, b, &at);
+    return b;
+}
+
+/* a comparison (u8 result): both sides as f32 where their dtypes differ, as gdl_compare does */
+static int gdl__ox_compare(gdl__ox *X, const gdl_node *n, const char *const *in, const char *out) {
+    static const char *const names[] = {"Equal", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
+    const char *a = in[0], *b = in[1], *r, *r2;
+    gdl__pb at = {0};
+    int op = (int)n->i[0], k;
+    if (n->in[0]->dtype != n->in[1]->dtype) {
+        const char **side[2];
+        side[0] = &a;
+        side[1] = &b;
+        for (k = 0; k < 2; k++) {
+            gdl__pb c = {0};
+            const char *f;
+            if (n->in[k]->dtype == GDL_F32) continue;
+            if (!(f = gdl__ox_tmp(X))) return -1;
+            gdl__ox_attr_int(&c, "to", GDL__OX_FLOAT);
+            gdl__ox_node1(X, "Cast", *side[k], f, &c);
+            *side[k] = f;
+        }
+    }
+    if (op < 0 || op > GDL_CMP_GE || !(r = gdl__ox_tmp(X))) return -1;
+    gdl__ox_node2(X, names[op], a, b, r, NULL);
+    if (op == GDL_CMP_NE) {
+        if (!(r2 = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node1(X, "Not", r, r2, NULL);
+        r = r2;
+    }
+    gdl__ox_attr_int(&at, "to", GDL__OX_UINT8);
+    gdl__ox_node1(X, "Cast", r, out, &at);
+    return 0;
+}
+
+/* [B, G*H] -> its k-th of G parts along dim 1 */
+static const char *gdl__ox_part(gdl__ox *X, const char *x, int64_t k, int64_t H) {
+    const char *si[4], *p;
+    int64_t st = k * H, en = (k + 1) * H, ax = 1;
+    if (!(si[0] = x)) return NULL;
+    if (!(si[1] = gdl__ox_const_i64(X, &st, 1)) || !(si[2] = gdl__ox_const_i64(X, &en, 1)) ||
+        !(si[3] = gdl__ox_const_i64(X, &ax, 1)) || !(p = gdl__ox_tmp(X)))
+        return NULL;
+    gdl__ox_node(X, "Slice", 4, si, p, NULL);
+    return p;
+}
+
+/* y = op(a, b) into a fresh name; NULL after an error */
+static const char *gdl__ox_bin(gdl__ox *X, const char *op, const char *a, const char *b) {
+    const char *y = a && b ? gdl__ox_tmp(X) : NULL;
+    if (y) gdl__ox_node2(X, op, a, b, y, NULL);
+    return y;
+}
+static const char *gdl__ox_un(gdl__ox *X, const char *op, const char *a) {
+    const char *y = a ? gdl__ox_tmp(X) : NULL;
+    if (y) gdl__ox_node1(X, op, a, y, NULL);
+    return y;
+}
+
+/* lstm_gates (gates i, f, g, o of gx + gh; out [2, B, H]: h' then c') and gru_gates (r, z, n; out [B, H]),
+   the formulas of src/api/ops.h */
+static int gdl__ox_rnn_gates(gdl__ox *X, const gdl_node *n, const char *const *in, const char *out) {
+    const int64_t H = n->in[2]->shape[1];
+    const char *g[4], *s, *c, *h, *r3[2], *shape;
+    gdl__pb at = {0};
+    int k;
+    if (n->op == GDL_OP_LSTM_GATES) {
+        int64_t tgt[3];
+        if (!(s = gdl__ox_bin(X, "Add", in[0], in[1]))) return -1;
+        for (k = 0; k < 4; k++)
+            if (!(g[k] = gdl__ox_part(X, s, k, H)) || !(g[k] = gdl__ox_un(X, k == 2 ? "Tanh" : "Sigmoid", g[k])))
+                return -1;
+        if (!(c = gdl__ox_bin(X, "Add", gdl__ox_bin(X, "Mul", g[1], in[2]), gdl__ox_bin(X, "Mul", g[0], g[2]))) ||
+            !(h = gdl__ox_bin(X, "Mul", g[3], gdl__ox_un(X, "Tanh", c))))
+            return -1;
+        tgt[0] = 1; tgt[1] = -1; tgt[2] = H;
+        if (!(shape = gdl__ox_const_i64(X, tgt, 3)) || !(r3[0] = gdl__ox_bin(X, "Reshape", h, shape)) ||
+            !(r3[1] = gdl__ox_bin(X, "Reshape", c, shape)))
+            return -1;
+        gdl__ox_attr_int(&at, "axis", 0);
+        gdl__ox_node(X, "Concat", 2, r3, out, &at);
+        return 0;
+    }
+    { /* GRU: r, z from gx + gh; n = tanh(gx_n + r gh_n); h' = (1 - z) n + z h_prev = n + z (h_prev - n) */
+        const char *r, *z, *nn;
+        if (!(r = gdl__ox_un(X, "Sigmoid", gdl__ox_bin(X, "Add", gdl__ox_part(X, in[0], 0, H), gdl__ox_part(X, in[1], 0, H)))) ||
+            !(z = gdl__ox_un(X, "Sigmoid", gdl__ox_bin(X, "Add", gdl__ox_part(X, in[0], 1, H), gdl__ox_part(X, in[1], 1, H)))) ||
+            !(nn = gdl__ox_un(X, "Tanh", gdl__ox_bin(X, "Add", gdl__ox_part(X, in[0], 2, H),
+                                                      gdl__ox_bin(X, "Mul", r, gdl__ox_part(X, in[1], 2, H))))) ||
+            !(h = gdl__ox_bin(X, "Mul", z, gdl__ox_bin(X, "Sub", in[2], nn))))
+            return -1;
+        gdl__ox_node2(X, "Add", nn, h, out, NULL);
+        return 0;
+    }
+}
+
 /* One trace node n (whose output is named out) as ONNX nodes; its output's batch dim in *bax. */
 static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out, int *bax) {
     const char *in[GDL__OX_MAX_IN], *t, *c;
@@ -29946,30 +30183,13 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
     switch (op) {
     case GDL_OP_RESHAPE: {
         const char *shape;
-        if (gdl__ox_reshape_target(X, n, b0, v, bax) < 0 || !(shape = gdl__ox_const_i64(X, v, n->out->ndim))) return -1;
+        if (gdl__ox_reshape_target(X, n->in[0]->ndim, n->in[0]->shape, n->out->ndim, n->out->shape, b0, v, bax) < 0 ||
+            !(shape = gdl__ox_const_i64(X, v, n->out->ndim)))
+            return -1;
         gdl__ox_node2(X, "Reshape", in[0], shape, out, NULL);
         return 0;
     }
-    case GDL_OP_SLICE: { /* a contiguous block of x at an offset: flat, sliced, reshaped */
-        const char *flat, *part, *s;
-        int64_t start = n->i[0], end = n->i[0] + n->out->numel, zero = 0, minus1 = -1;
-        if (b0 >= 0)
-            return gdl__ox_no_form(X, n, total, "a block of a batched tensor (export with dynamic_batch = 0)");
-        if (!(s = gdl__ox_const_i64(X, &minus1, 1)) || !(flat = gdl__ox_tmp(X))) return -1;
-        gdl__ox_node2(X, "Reshape", in[0], s, flat, NULL);
-        {
-            const char *si[4];
-            if (!(si[1] = gdl__ox_const_i64(X, &start, 1)) || !(si[2] = gdl__ox_const_i64(X, &end, 1)) ||
-                !(si[3] = gdl__ox_const_i64(X, &zero, 1)) || !(part = gdl__ox_tmp(X)))
-                return -1;
-            si[0] = flat;
-            gdl__ox_node(X, "Slice", 4, si, part, NULL);
-        }
-        memcpy(v, n->out->shape, sizeof(int64_t) * (size_t)n->out->ndim);
-        if (!(s = gdl__ox_const_i64(X, v, n->out->ndim))) return -1;
-        gdl__ox_node2(X, "Reshape", part, s, out, NULL);
-        return 0;
-    }
+    case GDL_OP_SLICE: return gdl__ox_block(X, n, total, in[0], b0, out, bax);
     case GDL_OP_LEAKY_RELU:
         gdl__ox_attr_float(&at, "alpha", n->f[0]);
         gdl__ox_node1(X, "LeakyRelu", in[0], out, &at);
@@ -30092,6 +30312,39 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
     case GDL_OP_SDPA:
         if (b0 >= n->in[0]->ndim - 2) *bax = -1; /* the batch among q's leading dims */
         return gdl__ox_sdpa(X, n, in, out);
+    case GDL__OP_TRACE_COMPARE:
+        *bax = gdl__ox_bax_broadcast(X, n);
+        return gdl__ox_compare(X, n, in, out);
+    case GDL_OP_WHERE: {
+        const char *wi[3];
+        if (!(wi[0] = gdl__ox_bool(X, in[0]))) return -1;
+        wi[1] = in[1];
+        wi[2] = in[2];
+        gdl__ox_node(X, "Where", 3, wi, out, NULL);
+        *bax = gdl__ox_bax_broadcast(X, n);
+        return 0;
+    }
+    case GDL_OP_MASKED_FILL: {
+        const char *wi[3];
+        if (!(wi[0] = gdl__ox_bool(X, in[1])) || !(wi[1] = gdl__ox_const_f32(X, n->f[0]))) return -1;
+        wi[2] = in[0];
+        gdl__ox_node(X, "Where", 3, wi, out, NULL);
+        return 0;
+    }
+    case GDL_OP_TRIL:
+    case GDL_OP_TRIU:
+        if (!(c = gdl__ox_const_i64_scalar(X, n->i[0]))) return -1;
+        gdl__ox_attr_int(&at, "upper", op == GDL_OP_TRIU);
+        gdl__ox_node2(X, "Trilu", in[0], c, out, &at);
+        return 0;
+    case GDL_OP_CUMSUM:
+        if (!(c = gdl__ox_const_i64_scalar(X, n->i[3]))) return -1;
+        gdl__ox_node2(X, "CumSum", in[0], c, out, NULL);
+        return 0;
+    case GDL_OP_LSTM_GATES:
+    case GDL_OP_GRU_GATES:
+        if (op == GDL_OP_LSTM_GATES && b0 >= 0) *bax = b0 + 1;
+        return gdl__ox_rnn_gates(X, n, in, out);
     case GDL_OP_CAST:
         if (!gdl__ox_dtype(n->out->dtype)) return gdl__ox_no_form(X, n, total, "to a dtype ONNX lacks here");
         gdl__ox_attr_int(&at, "to", gdl__ox_dtype(n->out->dtype));
@@ -30309,7 +30562,7 @@ static int gdl__ox_translate(gdl__ox *X, gdl_node **nodes, int nn, const char *l
         const char *out = NULL;
         if (!live[k]) continue;
         X->ntmp = 0;
-        snprintf(X->curname, sizeof X->curname, "%s_%d", gdl_op_name(n->op), X->cur);
+        snprintf(X->curname, sizeof X->curname, "%s_%d", gdl__ox_op_name(n->op), X->cur);
         for (j = 0; j < nout && !out; j++) /* a graph output takes its given name */
             if (outs[j] == n->out && out_idx[j] < 0) {
                 if (o->output_names && o->output_names[j] && *o->output_names[j]) out = o->output_names[j];
@@ -30407,6 +30660,7 @@ static int gdl__ox_export(const char *fn, gdl_module *model, gdl_onnx_forward_fn
     if (gdl__ox_check_opts(fn, &o, nin, inputs, path) < 0) return -1;
     X.opset = o.opset;
     X.dyn = o.dynamic_batch != 0;
+    X.B = X.dyn ? inputs[0]->shape[0] : -1;
     X.ext_min = o.external_min_bytes;
     if (model) { /* the state_dict names */
         int np = gdl_module_named_tensors(model, GDL_PARAMS_AND_BUFFERS, NULL, NULL, 0);

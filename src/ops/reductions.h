@@ -135,6 +135,7 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     if (err) return NULL;
     if (n) {
         n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = d; /* the dim, for gdl_export_onnx */
     }
     return gdl__finish(op, out);
 }
