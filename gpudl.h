@@ -324,6 +324,7 @@
    api/dist.h               data parallel across processes, collectives, DDP
    api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler
    api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
+   api/onnx.h               ONNX export by tracing (gdl_export_onnx); docs/onnx.md
    api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
    impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
@@ -365,6 +366,7 @@
    io/idx_cifar.h           shared helpers, IDX, CIFAR-10 binary
    io/safetensors_read.h    safetensors dtypes, UTF-8, the strict JSON parser, the reader
    io/safetensors_write.h   the safetensors writer
+   io/protobuf.h            a protocol-buffers encoder (varints, length-delimited fields)
    data/loader.h            datasets, transforms, the DataLoader and its worker threads
    data/text.h              vocabularies, windows, padded labelled text, the fortune readers, splits, sampling
    nn/modules.h             modules: layers, forward, tree walks, summary
@@ -386,6 +388,7 @@
    train/fit.h              fit / evaluate, progress output, gdl_fit's CUDA graphs
    train/checkpoints.h      checkpoints
    train/graph.h            gdl_graph_capture / replay
+   io/onnx_export.h         gdl_export_onnx: the trace, its ops as ONNX nodes, the ModelProto
    dist/launch.h            the launcher's environment (shared state, integer variables)
    dist/rendezvous.h        the rendezvous without MPI: NCCL's id over TCP
    dist/process_group.h     the process group: init, ranks, shutdown, timeouts
@@ -30583,6 +30586,12 @@ static int gdl__ox_translate(gdl__ox *X, gdl_node **nodes, int nn, const char *l
     for (k = 0; k < nout; k++) {
         const char *src;
         if (out_idx[k] >= 0) continue;
+        if (gdl__ox_find(X, outs[k]) < 0 && outs[k]->gen) { /* a temporary no recorded op made */
+            gdl__set_error("%s: output %d %s was not made by an op the trace records (computed outside the ops, "
+                           "e.g. read back to the host and made again): it would be a constant", X->fn, k,
+                           gdl_shape_str(outs[k]));
+            return -1;
+        }
         X->ntmp = 0;
         snprintf(X->curname, sizeof X->curname, "output_identity_%d", k);
         if (o->output_names && o->output_names[k] && *o->output_names[k]) snprintf(name, sizeof name, "%s", o->output_names[k]);
@@ -30658,6 +30667,11 @@ static int gdl__ox_export(const char *fn, gdl_module *model, gdl_onnx_forward_fn
         return -1;
     }
     if (gdl__ox_check_opts(fn, &o, nin, inputs, path) < 0) return -1;
+    if (model && gdl_module_is_quantized(model) > 0) { /* int8 layers run outside the tape: nothing to trace */
+        gdl__set_error("%s: the model has quantized (int8) layers, which have no ONNX form here (no "
+                       "QuantizeLinear / DequantizeLinear export): export the float model", fn);
+        return -1;
+    }
     X.opset = o.opset;
     X.dyn = o.dynamic_batch != 0;
     X.B = X.dyn ? inputs[0]->shape[0] : -1;

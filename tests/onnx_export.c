@@ -283,6 +283,7 @@ static void run_case(const net_case *c, const char *dir, FILE *list, int idx) {
     gdl_tensor *x, *y;
     gdl_onnx_opts o = gdl_onnx_defaults();
     int64_t batches[2] = {1, 3};
+    double t0;
     int k;
     gdl_manual_seed(1000 + (uint64_t)idx);
     m = c->make ? c->make() : ex_recipe_net(ex_recipe_find(c->recipe));
@@ -300,7 +301,10 @@ static void run_case(const net_case *c, const char *dir, FILE *list, int idx) {
     o.external_data = c->external;
     snprintf(path, sizeof path, "%s/%s.onnx", dir, c->name);
     x = make_input(c, 2);
+    t0 = gdl_now();
     CHECK(x && gdl_export_onnx(m, x, path, &o) == 0);
+    printf("onnx_export: %-20s exported in %6.1f ms (%lld parameters)\n", c->name, 1e3 * (gdl_now() - t0),
+           (long long)gdl_module_num_params(m));
     gdl_free(x);
     CHECK(gdl_module_is_training(m)); /* the export restores the training flags */
     gdl_module_train(m, 0);
@@ -363,6 +367,13 @@ static void check_errors(const char *dir) {
           !exists(path));
     snprintf(path, sizeof path, "%s/no-such-dir/model.onnx", dir);
     CHECK(gdl_export_onnx(m, img, path, NULL) < 0 && strstr(gdl_last_error(), "cannot create temporary file"));
+    {
+        gdl_module *q = gdl_quantize_dynamic(m, NULL); /* int8 layers: refused, not exported as a constant */
+        snprintf(path, sizeof path, "%s/error.onnx", dir);
+        CHECK(q && gdl_export_onnx(q, img, path, NULL) < 0 && strstr(gdl_last_error(), "quantized (int8) layers") &&
+              !exists(path));
+        gdl_module_free(q);
+    }
     gdl_module_free(m);
     gdl_free(x);
     gdl_free(img);

@@ -324,6 +324,7 @@
    api/dist.h               data parallel across processes, collectives, DDP
    api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler
    api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
+   api/onnx.h               ONNX export by tracing (gdl_export_onnx); docs/onnx.md
    api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
    impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
@@ -365,6 +366,7 @@
    io/idx_cifar.h           shared helpers, IDX, CIFAR-10 binary
    io/safetensors_read.h    safetensors dtypes, UTF-8, the strict JSON parser, the reader
    io/safetensors_write.h   the safetensors writer
+   io/protobuf.h            a protocol-buffers encoder (varints, length-delimited fields)
    data/loader.h            datasets, transforms, the DataLoader and its worker threads
    data/text.h              vocabularies, windows, padded labelled text, the fortune readers, splits, sampling
    nn/modules.h             modules: layers, forward, tree walks, summary
@@ -386,6 +388,7 @@
    train/fit.h              fit / evaluate, progress output, gdl_fit's CUDA graphs
    train/checkpoints.h      checkpoints
    train/graph.h            gdl_graph_capture / replay
+   io/onnx_export.h         gdl_export_onnx: the trace, its ops as ONNX nodes, the ModelProto
    dist/launch.h            the launcher's environment (shared state, integer variables)
    dist/rendezvous.h        the rendezvous without MPI: NCCL's id over TCP
    dist/process_group.h     the process group: init, ranks, shutdown, timeouts

@@ -1313,6 +1313,12 @@ static int gdl__ox_translate(gdl__ox *X, gdl_node **nodes, int nn, const char *l
     for (k = 0; k < nout; k++) {
         const char *src;
         if (out_idx[k] >= 0) continue;
+        if (gdl__ox_find(X, outs[k]) < 0 && outs[k]->gen) { /* a temporary no recorded op made */
+            gdl__set_error("%s: output %d %s was not made by an op the trace records (computed outside the ops, "
+                           "e.g. read back to the host and made again): it would be a constant", X->fn, k,
+                           gdl_shape_str(outs[k]));
+            return -1;
+        }
         X->ntmp = 0;
         snprintf(X->curname, sizeof X->curname, "output_identity_%d", k);
         if (o->output_names && o->output_names[k] && *o->output_names[k]) snprintf(name, sizeof name, "%s", o->output_names[k]);
@@ -1388,6 +1394,11 @@ static int gdl__ox_export(const char *fn, gdl_module *model, gdl_onnx_forward_fn
         return -1;
     }
     if (gdl__ox_check_opts(fn, &o, nin, inputs, path) < 0) return -1;
+    if (model && gdl_module_is_quantized(model) > 0) { /* int8 layers run outside the tape: nothing to trace */
+        gdl__set_error("%s: the model has quantized (int8) layers, which have no ONNX form here (no "
+                       "QuantizeLinear / DequantizeLinear export): export the float model", fn);
+        return -1;
+    }
     X.opset = o.opset;
     X.dyn = o.dynamic_batch != 0;
     X.B = X.dyn ? inputs[0]->shape[0] : -1;
