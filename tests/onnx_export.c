@@ -108,6 +108,49 @@ static gdl_module *custom_embed_net(void) {
     return m;
 }
 
+/* [B,6,5] -> [B,6,48] (+ [B,6,2] gathered with gdl_module_user set: its index has the traced batch): the
+   remaining ops, each once: exp, log, sqrt, rsqrt, abs, the scalar ops, clamps, minimum, maximum, pow, sub,
+   tril / triu, cumsum, index_select, gather, where and masked_fill on comparisons, casts through f16, a
+   copy to the device (gdl_to), a strided narrow, max over a dim */
+static gdl_tensor *custom_misc_forward(gdl_module *self, gdl_tensor *x) {
+    gdl_tensor *p[11], *a, *b, *e, *r;
+    int n = 0;
+    a = gdl_exp(gdl_mul_scalar(x, 0.3));
+    b = gdl_log(gdl_add_scalar(a, 1.0));
+    e = gdl_abs(x);
+    p[n++] = gdl_maximum(gdl_sqrt(b), gdl_rsqrt(gdl_add_scalar(b, 0.5)));
+    p[n++] = gdl_sub(gdl_minimum(e, gdl_clamp_max(x, 0.5)), gdl_pow_scalar(e, 1.5));
+    p[n++] = gdl_pow(gdl_add_scalar(e, 1.0), gdl_clamp_min(b, 0.1));
+    p[n++] = gdl_add(gdl_tril(x, 0), gdl_triu(x, 2));
+    p[n++] = gdl_cumsum(x, 2);
+    p[n++] = gdl_where(gdl_compare_scalar(x, GDL_CMP_GT, 0), x, gdl_mul_scalar(x, 0.1));
+    p[n++] = gdl_masked_fill(x, gdl_compare(x, gdl_exp(gdl_mul_scalar(x, 0.1)), GDL_CMP_LE), -2.0);
+    p[n++] = gdl_to_dtype(gdl_to_dtype(x, GDL_F16), GDL_F32);
+    p[n++] = gdl_narrow(gdl_to(e, gdl_cpu()), 2, 1, 3);                /* [B,6,3] */
+    p[n++] = gdl_add(gdl_max_dim(x, 2, 1), gdl_max_dim(x, 1, 1));     /* [B,6,1] + [B,1,5] */
+    r = gdl_concat(n, p, 2); /* [B,6,48] */
+    r = r ? gdl_add(r, gdl_sum_dim(gdl_index_select(r, 1, gdl_module_tensor(self, "pick")), 1, 1)) : NULL;
+    if (r && gdl_module_user(self) && x->shape[0] == 2) { /* a fixed batch: the index is [2,6,2] */
+        p[0] = r;
+        p[1] = gdl_gather(x, 2, gdl_module_tensor(self, "gather_index"));
+        r = gdl_concat(2, p, 2);
+    }
+    return r;
+}
+static int misc_static_flag;
+static gdl_module *misc_net(void *user) { /* the indices are buffers: what the forward reads must outlive it */
+    static const int32_t pick[3] = {4, 0, 2};
+    int32_t g[24];
+    int k;
+    gdl_module *m = gdl_nn_custom("CustomMisc", custom_misc_forward, user, NULL);
+    for (k = 0; k < 24; k++) g[k] = (int32_t)((k * 7) % 5);
+    CHECK(m && gdl_module_add_buffer(m, "pick", gdl_from_array(pick, GDL_DIMS(3), GDL_I32, gdl_cpu())) == 0 &&
+          gdl_module_add_buffer(m, "gather_index", gdl_from_array(g, GDL_DIMS(2, 6, 2), GDL_I32, gdl_cpu())) == 0);
+    return m;
+}
+static gdl_module *custom_misc_net(void) { return misc_net(NULL); }
+static gdl_module *custom_misc_static_net(void) { return misc_net(&misc_static_flag); }
+
 /* examples/char_gpt.c's GPT, small: causal self-attention over q, k, v side by side (gdl_sdpa_qkv), the
    exact GELU fused into c_fc (gdl_linear_act), pre-norm blocks, learned positions cut to T (gdl_narrow),
    the head tied to the token embedding. i32 tokens [B,10] -> logits [B,10,20] */
@@ -246,6 +289,8 @@ static const net_case cases[] = {
     {"custom_conv_opset20", custom_conv_net, NULL, 4, {4, 12, 12}, 0, 20, 1, 0},
     {"custom_conv_static", custom_conv_net, NULL, 4, {4, 12, 12}, 0, 18, 0, 0},
     {"custom_embed", custom_embed_net, NULL, 2, {10}, 50, 18, 1, 0},
+    {"custom_misc", custom_misc_net, NULL, 3, {6, 5}, 0, 18, 1, 0},
+    {"custom_misc_static", custom_misc_static_net, NULL, 3, {6, 5}, 0, 18, 0, 0},
     {"char_gpt", gpt_net, NULL, 2, {10}, GPT_VOCAB, 18, 1, 0},
     {"text_lstm", tc_lstm_net, NULL, 2, {12}, TC_V, 18, 1, 0},
     {"text_gru", tc_gru_net, NULL, 2, {12}, TC_V, 18, 1, 0},
