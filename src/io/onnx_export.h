@@ -230,7 +230,7 @@ static int gdl__ox_init_raw(gdl__ox *X, const char *name, int otype, int ndim, c
     gdl__pb_int(b, GDL__OX_TENSOR_TYPE, otype);
     gdl__pb_str(b, GDL__OX_TENSOR_NAME, name);
     if (X->ext && (int64_t)bytes >= X->ext_min) {
-        static const unsigned char zeros[64];
+        static const unsigned char zeros[64] = {0};
         char num[32];
         size_t e;
         size_t pad = (size_t)((64 - X->ext_off % 64) % 64); /* each tensor 64-byte aligned in the file */
@@ -276,6 +276,12 @@ static int gdl__ox_init_tensor(gdl__ox *X, const gdl_tensor *t, const char *name
     if (bytes && gdl_copy_to_host(t, host, bytes) < 0) {
         GPUDL_FREE(host);
         return -1;
+    }
+    if (t->dtype == GDL_F32 && es != 4) { /* GPUDL_DOUBLE: f32 tensors hold doubles; ONNX's FLOAT is 4 bytes */
+        int64_t k;
+        for (k = 0; k < t->numel; k++) ((float *)host)[k] = (float)((const gdl_real *)host)[k];
+        es = 4;
+        bytes = (size_t)t->numel * 4;
     }
     rc = gdl__ox_init_raw(X, name, ot, t->ndim, t->shape, host, bytes, es);
     GPUDL_FREE(host);
@@ -334,7 +340,7 @@ static const char *gdl__ox_batch_fill(gdl__ox *X, const gdl_tensor *t, const cha
     const char *parts[3], *val, *shape;
     int64_t dims[GDL_MAX_DIMS];
     int d, bd = -1, np = 0, rc;
-    gdl__pb at = {0};
+    gdl__pb at = {NULL, 0, 0, 0};
     *err = 0;
     if (!X->dyn || !t->gen || t->ndim < 1 || !t->numel || !gdl__ox_dtype(t->dtype)) return NULL;
     for (d = 0; d < t->ndim && bd < 0; d++)
@@ -370,6 +376,11 @@ static const char *gdl__ox_batch_fill(gdl__ox *X, const gdl_tensor *t, const cha
     if (!(shape = gdl__ox_tmp(X)) || !(val = gdl__ox_tmp(X))) goto fail;
     gdl__ox_attr_int(&at, "axis", 0);
     gdl__ox_node(X, "Concat", np, parts, shape, &at);
+    if (t->dtype == GDL_F32 && es != 4) { /* GPUDL_DOUBLE: the value as ONNX's 4-byte FLOAT */
+        float f = (float)*(const gdl_real *)(const void *)host;
+        memcpy(host, &f, 4);
+        es = 4;
+    }
     rc = gdl__ox_init_raw(X, val, gdl__ox_dtype(t->dtype), 0, NULL, host, es, es);
     GPUDL_FREE(host);
     host = NULL;
@@ -418,7 +429,7 @@ static int gdl__ox_bax_of(const gdl__ox *X, const gdl_tensor *t) {
 static int gdl__ox_gelu(gdl__ox *X, int tanh_form, const char *x, const char *out) {
     const char *a, *b, *c, *d, *k;
     if (X->opset >= 20) {
-        gdl__pb at = {0};
+        gdl__pb at = {NULL, 0, 0, 0};
         gdl__ox_attr_str(&at, "approximate", tanh_form ? "tanh" : "none");
         gdl__ox_node1(X, "Gelu", x, out, &at);
         return 0;
@@ -558,7 +569,7 @@ static int gdl__ox_bax_broadcast(const gdl__ox *X, const gdl_node *n) {
 
 /* linear (and linear_act's linear part) to out: Gemm for a 2-D input, else MatMul by W^T (+ bias) */
 static int gdl__ox_linear(gdl__ox *X, const char *const *in, int xdim, const char *out) {
-    gdl__pb at = {0};
+    gdl__pb at = {NULL, 0, 0, 0};
     const char *wt, *m;
     static const int64_t perm[2] = {1, 0};
     if (xdim == 2) {
@@ -597,7 +608,7 @@ static void gdl__ox_window(gdl__pb *at, const gdl_conv_geom *g, int dilations) {
 /* ReduceSum / ReduceMean / ReduceMax over dim (-1: all) keeping it or not; axes an input from opset 18
    (ReduceSum: 13) */
 static int gdl__ox_reduce(gdl__ox *X, const char *op_type, const char *x, int dim, int keep, const char *out) {
-    gdl__pb at = {0};
+    gdl__pb at = {NULL, 0, 0, 0};
     int64_t ax = dim;
     gdl__ox_attr_int(&at, "keepdims", keep);
     if (dim < 0) {
@@ -620,7 +631,7 @@ static int gdl__ox_reduce(gdl__ox *X, const char *op_type, const char *x, int di
 static const char *gdl__ox_split_heads(gdl__ox *X, const char *x, int nd, int64_t H, int64_t E) {
     int64_t shape[GDL_MAX_DIMS + 1], perm[GDL_MAX_DIMS + 1];
     const char *s, *r, *t;
-    gdl__pb at = {0};
+    gdl__pb at = {NULL, 0, 0, 0};
     int d;
     for (d = 0; d < nd - 1; d++) shape[d] = 0;
     shape[nd - 1] = H;
@@ -642,7 +653,7 @@ static int gdl__ox_attention(gdl__ox *X, const gdl_node *n, const char *q, const
                              const char *mask, int nd, int64_t L, int64_t S, const char *out) {
     int64_t perm[GDL_MAX_DIMS + 1];
     const char *kt, *s, *c, *w;
-    gdl__pb at = {0};
+    gdl__pb at = {NULL, 0, 0, 0};
     int d;
     for (d = 0; d < nd; d++) perm[d] = d;
     perm[nd - 2] = nd - 1;
@@ -671,7 +682,7 @@ static int gdl__ox_attention(gdl__ox *X, const gdl_node *n, const char *q, const
         s = w;
     } else if (mask && n->in[3]->dtype == GDL_U8) {
         const char *b, *wi[3];
-        gdl__pb at2 = {0};
+        gdl__pb at2 = {NULL, 0, 0, 0};
         if (!(b = gdl__ox_tmp(X)) || !(wi[2] = gdl__ox_const_f32(X, -INFINITY)) || !(w = gdl__ox_tmp(X))) return -1;
         gdl__ox_attr_int(&at2, "to", GDL__OX_BOOL);
         gdl__ox_node1(X, "Cast", mask, b, &at2);
@@ -698,7 +709,7 @@ static int gdl__ox_sdpa(gdl__ox *X, const gdl_node *n, const char *const *in, co
     const int64_t H = n->i[2], L = q->shape[nd - 2];
     const char *qs, *ks, *vs, *o, *t, *s;
     int64_t E, Ev, S, shape[GDL_MAX_DIMS], perm[GDL_MAX_DIMS + 1];
-    gdl__pb at = {0};
+    gdl__pb at = {NULL, 0, 0, 0};
     int d;
     if (lay == GDL__SDPA_PLAIN)
         return gdl__ox_attention(X, n, in[0], in[1], in[2], in[3], nd, L, n->in[1]->shape[nd - 2], out);
@@ -784,7 +795,7 @@ static int gdl__ox_block(gdl__ox *X, const gdl_node *n, int total, const char *x
 
 /* a u8 mask as ONNX's bool */
 static const char *gdl__ox_bool(gdl__ox *X, const char *mask) {
-    gdl__pb at = {0};
+    gdl__pb at = {NULL, 0, 0, 0};
     const char *b = gdl__ox_tmp(X);
     if (!b) return NULL;
     gdl__ox_attr_int(&at, "to", GDL__OX_BOOL);
@@ -796,14 +807,14 @@ static const char *gdl__ox_bool(gdl__ox *X, const char *mask) {
 static int gdl__ox_compare(gdl__ox *X, const gdl_node *n, const char *const *in, const char *out) {
     static const char *const names[] = {"Equal", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
     const char *a = in[0], *b = in[1], *r, *r2;
-    gdl__pb at = {0};
+    gdl__pb at = {NULL, 0, 0, 0};
     int op = (int)n->i[0], k;
     if (n->in[0]->dtype != n->in[1]->dtype) {
         const char **side[2];
         side[0] = &a;
         side[1] = &b;
         for (k = 0; k < 2; k++) {
-            gdl__pb c = {0};
+            gdl__pb c = {NULL, 0, 0, 0};
             const char *f;
             if (n->in[k]->dtype == GDL_F32) continue;
             if (!(f = gdl__ox_tmp(X))) return -1;
@@ -853,7 +864,7 @@ static const char *gdl__ox_un(gdl__ox *X, const char *op, const char *a) {
 static int gdl__ox_rnn_gates(gdl__ox *X, const gdl_node *n, const char *const *in, const char *out) {
     const int64_t H = n->in[2]->shape[1];
     const char *g[4], *s, *c, *h, *r3[2], *shape;
-    gdl__pb at = {0};
+    gdl__pb at = {NULL, 0, 0, 0};
     int k;
     if (n->op == GDL_OP_LSTM_GATES) {
         int64_t tgt[3];
@@ -888,7 +899,7 @@ static int gdl__ox_rnn_gates(gdl__ox *X, const gdl_node *n, const char *const *i
 /* One trace node n (whose output is named out) as ONNX nodes; its output's batch dim in *bax. */
 static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out, int *bax) {
     const char *in[GDL__OX_MAX_IN], *t, *c;
-    gdl__pb at = {0};
+    gdl__pb at = {NULL, 0, 0, 0};
     int b0, op = n->op;
     int64_t v[GDL_MAX_DIMS + 2];
     *bax = -1;
@@ -1381,7 +1392,7 @@ static int gdl__ox_export(const char *fn, gdl_module *model, gdl_onnx_forward_fn
     static unsigned counter;
     gdl_onnx_opts o = opts ? *opts : gdl_onnx_defaults();
     gdl__ox X;
-    gdl__pb m = {0};
+    gdl__pb m = {NULL, 0, 0, 0};
     gdl_node **nodes = NULL;
     gdl_tensor *outs[GDL__OX_MAX_OUT];
     int out_idx[GDL__OX_MAX_OUT], nout = 0, nn = 0, k, rc = -1;
