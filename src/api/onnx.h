@@ -47,3 +47,16 @@ typedef int (*gdl_onnx_forward_fn)(void *user, int nin, gdl_tensor *const *in, i
    and model is put in evaluation mode during the trace. 0 / -1 + error. */
 GPUDL_API int gdl_export_onnx_fn(gdl_module *model, gdl_onnx_forward_fn fn, void *user, int nin,
                                  gdl_tensor *const *inputs, const char *path, const gdl_onnx_opts *opts);
+
+/* ---- import: an ONNX file run with gdl's ops ----
+   gdl_load_onnx reads the file (untrusted: every length, count, shape and external-data range is checked;
+   external data only from the file's directory) with its initializers on dev; gdl_onnx_run runs the graph
+   on inputs (in the graph's input order) with gdl's ops, giving temporaries (valid until the next
+   gdl_arena_reset). It runs the ops gdl_export_onnx writes, except Erf (GELU below opset 20), in the forms
+   it writes them (docs/onnx.md); another op fails the run with its name. */
+typedef struct gdl_onnx_model gdl_onnx_model;
+GPUDL_API gdl_onnx_model *gdl_load_onnx(const char *path, gdl_device dev);          /* NULL + error */
+GPUDL_API gdl_onnx_model *gdl_onnx_parse(const void *data, size_t len, gdl_device dev); /* from memory: no external data */
+GPUDL_API int gdl_onnx_run(gdl_onnx_model *m, int nin, gdl_tensor *const *inputs, int max_out, gdl_tensor **outputs,
+                           int *nout); /* 0 / -1 + error */
+GPUDL_API void gdl_onnx_free(gdl_onnx_model *m); /* NULL: no-op */

@@ -105,3 +105,63 @@ static void gdl__pb_close(gdl__pb *b, size_t start) {
     if (k < 5) memmove(b->p + start - 5 + k, b->p + start, body);
     b->n -= 5 - k;
 }
+
+/* ---- the reader: untrusted bytes, every length checked against what is left ---- */
+
+typedef struct gdl__pbr {
+    const unsigned char *p, *end;
+} gdl__pbr;
+
+/* one field of the message r holds: its number and wire type; a varint's or a fixed field's value in
+   *v, a length-delimited field's bytes in *sub. 1: read, 0: the message's end, -1: malformed. */
+static int gdl__pbr_next(gdl__pbr *r, int *field, int *wire, uint64_t *v, gdl__pbr *sub) {
+    uint64_t key = 0, x = 0;
+    int shift, k;
+    if (r->p >= r->end) return 0;
+    for (shift = 0;; shift += 7) { /* the key: a varint of at most 10 bytes */
+        if (r->p >= r->end || shift > 63) return -1;
+        key |= (uint64_t)(*r->p & 0x7f) << shift;
+        if (!(*r->p++ & 0x80)) break;
+    }
+    if ((key >> 3) == 0 || (key >> 3) > 0x1fffffff) return -1;
+    *field = (int)(key >> 3);
+    *wire = (int)(key & 7);
+    switch (*wire) {
+    case GDL__PB_VARINT:
+    case GDL__PB_BYTES:
+        for (shift = 0;; shift += 7) {
+            if (r->p >= r->end || shift > 63) return -1;
+            x |= (uint64_t)(*r->p & 0x7f) << shift;
+            if (!(*r->p++ & 0x80)) break;
+        }
+        if (*wire == GDL__PB_VARINT) {
+            *v = x;
+            return 1;
+        }
+        if (x > (uint64_t)(r->end - r->p)) return -1;
+        sub->p = r->p;
+        sub->end = r->p + x;
+        r->p += x;
+        return 1;
+    case GDL__PB_FIXED32:
+    case GDL__PB_FIXED64:
+        k = *wire == GDL__PB_FIXED32 ? 4 : 8;
+        if (r->end - r->p < k) return -1;
+        for (shift = 0; shift < k; shift++) x |= (uint64_t)r->p[shift] << (8 * shift);
+        r->p += k;
+        *v = x;
+        return 1;
+    default: return -1; /* groups (3, 4) and the undefined types */
+    }
+}
+
+/* a varint from r (a packed repeated field's element): 0 / -1 */
+static int gdl__pbr_varint(gdl__pbr *r, uint64_t *v) {
+    int shift;
+    *v = 0;
+    for (shift = 0;; shift += 7) {
+        if (r->p >= r->end || shift > 63) return -1;
+        *v |= (uint64_t)(*r->p & 0x7f) << shift;
+        if (!(*r->p++ & 0x80)) return 0;
+    }
+}
