@@ -149,7 +149,8 @@ static int gdl__oi_ints(int wire, uint64_t v, const gdl__pbr *sub, int64_t **arr
 
 /* ---- TensorProto ---- */
 
-/* external data at location (relative to the model's directory, no "..", not absolute), offset, length */
+/* external data at location (relative to the model's directory, no "..", not absolute), offset, length,
+   into dst (NULL: only whether the file holds that range) */
 static int gdl__oi_external(const gdl_onnx_model *m, const char *loc, uint64_t off, uint64_t len, void *dst) {
     char path[8300];
     FILE *f;
@@ -167,7 +168,7 @@ static int gdl__oi_external(const gdl_onnx_model *m, const char *loc, uint64_t o
         return -1;
     }
     if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || off > (uint64_t)size || len > (uint64_t)size - off ||
-        fseek(f, (long)off, SEEK_SET) != 0 || fread(dst, 1, (size_t)len, f) != (size_t)len) {
+        (dst && (fseek(f, (long)off, SEEK_SET) != 0 || fread(dst, 1, (size_t)len, f) != (size_t)len))) {
         fclose(f);
         gdl__set_error("gdl_load_onnx: the external data %s does not hold bytes %llu..%llu", path,
                        (unsigned long long)off, (unsigned long long)(off + len));
@@ -245,37 +246,31 @@ static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
                        v->name ? v->name : "", type);
         goto fail;
     }
+    /* the data's length checked against the shape before anything is allocated */
+    if (ext ? (uint64_t)numel * es != elen
+            : raw.p ? (uint64_t)(raw.end - raw.p) != (uint64_t)numel * es
+            : fl.p && type == GDL__OX_FLOAT ? (uint64_t)(fl.end - fl.p) != (uint64_t)numel * 4
+            : numel && (ni64 != numel || type == GDL__OX_FLOAT)) {
+        gdl__oi_bad("a tensor whose data's length is not its shape's");
+        goto fail;
+    }
+    if (ext && gdl__oi_external(m, loc, off, elen, NULL) < 0) goto fail; /* the range, before the allocation */
     if (!(host = (unsigned char *)GPUDL_MALLOC((size_t)numel * 8 + 8))) {
         gdl__set_error("gdl_load_onnx: out of memory");
         goto fail;
     }
     if (ext) {
-        if ((uint64_t)numel * es != elen) {
-            gdl__oi_bad("an external tensor whose length is not its shape's");
-            goto fail;
-        }
         if (gdl__oi_external(m, loc, off, elen, host) < 0) goto fail;
     } else if (raw.p) {
-        if ((uint64_t)(raw.end - raw.p) != (uint64_t)numel * es) {
-            gdl__oi_bad("raw_data whose length is not its shape's");
-            goto fail;
-        }
         memcpy(host, raw.p, (size_t)numel * es);
     } else if (fl.p && type == GDL__OX_FLOAT) {
-        if ((uint64_t)(fl.end - fl.p) != (uint64_t)numel * 4) {
-            gdl__oi_bad("float_data whose count is not its shape's");
-            goto fail;
-        }
         memcpy(host, fl.p, (size_t)numel * 4);
-    } else if (ni64 == numel && type != GDL__OX_FLOAT) { /* int32_data / int64_data, as varints */
+    } else { /* int32_data / int64_data, as varints */
         for (k = 0; k < numel; k++) {
             uint64_t u = (uint64_t)i64[k];
             int b;
             for (b = 0; b < (int)es; b++) host[k * (int64_t)es + b] = (unsigned char)(u >> (8 * b));
         }
-    } else if (numel) {
-        gdl__oi_bad("a tensor without data for its shape");
-        goto fail;
     }
     if (es == 8) { /* int64: kept on the host; its i32 copy when every value fits */
         int fits = 1;
@@ -695,7 +690,7 @@ static int gdl__oi_node_run(gdl__oi_run *R, gdl_tensor **y, int64_t **i64, int64
             return 0;
         }
     }
-    if (strcmp(op, "Constant") && strcmp(op, "Shape") && n->nin > 0 && !(x = gdl__oi_t(R, 0))) return -1;
+    if (strcmp(op, "Constant") && strcmp(op, "Shape") && !(x = gdl__oi_t(R, 0))) return -1; /* every other op has one */
 #define GDL__OI_UN(name, call) if (!strcmp(op, name)) return (*y = (call)) ? 0 : -1
     GDL__OI_UN("Identity", x);
     GDL__OI_UN("Relu", gdl_relu(x));
@@ -919,7 +914,16 @@ static int gdl__oi_node_run(gdl__oi_run *R, gdl_tensor **y, int64_t **i64, int64
     }
     if (!strcmp(op, "Expand")) { /* x broadcast to the shape: x + zeros(shape) */
         gdl_tensor *z;
+        int64_t cnt = 1, k;
         if ((nl = gdl__oi_list(R, 1, L, GDL_MAX_DIMS)) < 0) return -1;
+        for (k = 0; k < nl; k++) {
+            if (L[k] < 0 || (L[k] && cnt > ((int64_t)1 << 28) / L[k])) {
+                gdl__set_error("gdl_onnx_run: Expand node '%s': a shape of over 2^28 elements or a negative dim",
+                               n->out[0]);
+                return -1;
+            }
+            cnt *= L[k];
+        }
         if (!(z = gdl__tmp("gdl_onnx_run", (int)nl, L, x->dtype, x->device)) || gdl_fill_(z, 0) < 0) return -1;
         return (*y = x->dtype == GDL_F32 ? gdl_add(z, x) : gdl_where(gdl_compare_scalar(z, GDL_CMP_EQ, 0), x, z)) ? 0 : -1;
     }
