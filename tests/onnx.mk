@@ -4,7 +4,10 @@
 #   make test-onnx   tests/onnx_export.c (plain, and under ASan+UBSan) exports the test's nets
 #                    (examples/' MLP and CNN, examples/recipe.h's nets with resnet10, custom
 #                    modules) and writes gpudl's outputs at batch 1 and 3; tests/onnx_check.py
-#                    checks each file with onnx.checker (full_check) and runs it in ONNX Runtime.
+#                    checks each file with onnx.checker (full_check) and runs it in ONNX Runtime;
+#                    the C program also reads each file back (gdl_load_onnx, gdl_onnx_run).
+#                    The reader's libFuzzer harness, tests/fuzz/fuzz_onnx.c, builds with
+#                    tests/fuzz/fuzz.mk's pattern rule once FUZZ_NAMES has onnx.
 #                    Needs the venv of `sh tools/deps.sh onnx` (build/onnx-venv; ONNX_VENV
 #                    overrides).
 

@@ -1,11 +1,13 @@
 /* tests/onnx_export.c — builds the nets of the ONNX test (tests/test_onnx.sh) with fixed seeds, exports
    each with gdl_export_onnx (traced at batch 2) into DIR, and writes the inputs and gpudl's outputs at
    batch 1 and 3 as .npy files for tests/onnx_check.py, which runs the files in ONNX Runtime. Also checks
-   here the export's errors: an op without an ONNX form names the op and leaves nothing at the path, and
-   bad options are refused.
+   here: each file read back with gdl_load_onnx and run by gdl_onnx_run against gpudl's outputs (files
+   with Erf, GELU below opset 20, are said and skipped); the export's errors (an op without an ONNX form
+   names the op and leaves nothing at the path, bad options and int8 models are refused); truncated and
+   corrupted copies of a model load or fail with a message.
 
      onnx_export DIR      writes DIR/<net>.onnx, DIR/<net>.b<N>.in.npy, DIR/<net>.b<N>.out.npy and
-                          DIR/nets.txt (one line a net: name, opset, whether the batch is dynamic) */
+                          DIR/nets.txt (one line a run: the net's name and the batch size) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "../examples/example_args.h"
