@@ -503,7 +503,7 @@ GPUDL_API gdl_onnx_model *gdl_load_onnx(const char *path, gdl_device dev) {
     }
     fclose(f);
     slash = strrchr(path, '/');
-    if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path ? slash - path : 1), path);
+    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path); /* "/x": "/" */
     else snprintf(dir, sizeof dir, ".");
     m = gdl__oi_parse(buf, (size_t)size, dir, dev);
     GPUDL_FREE(buf);
