@@ -52,8 +52,8 @@ GPUDL_API int gdl_export_onnx_fn(gdl_module *model, gdl_onnx_forward_fn fn, void
    gdl_load_onnx reads the file (untrusted: every length, count, shape and external-data range is checked;
    external data only from the file's directory) with its initializers on dev; gdl_onnx_run runs the graph
    on inputs (in the graph's input order) with gdl's ops, giving temporaries (valid until the next
-   gdl_arena_reset). It runs the ops gdl_export_onnx writes, except Erf (GELU below opset 20), in the forms
-   it writes them (docs/onnx.md); another op fails the run with its name. */
+   gdl_arena_reset). It runs the ops gdl_export_onnx writes, in the forms it writes them (docs/onnx.md; Erf,
+   which GELU below opset 20 uses, as an approximation within 1.5e-7); another op fails the run with its name. */
 typedef struct gdl_onnx_model gdl_onnx_model;
 GPUDL_API gdl_onnx_model *gdl_load_onnx(const char *path, gdl_device dev);          /* NULL + error */
 GPUDL_API gdl_onnx_model *gdl_onnx_parse(const void *data, size_t len, gdl_device dev); /* from memory: no external data */
