@@ -29689,9 +29689,15 @@ static const char *gdl__ox_batch_fill(gdl__ox *X, const gdl_tensor *t, const cha
     gdl__pb at = {NULL, 0, 0, 0};
     *err = 0;
     if (!X->dyn || !t->gen || t->ndim < 1 || !t->numel || !gdl__ox_dtype(t->dtype)) return NULL;
-    for (d = 0; d < t->ndim && bd < 0; d++)
-        if (t->shape[d] == X->B) bd = d;
+    for (d = 0, k = 0; d < t->ndim; d++)
+        if (t->shape[d] == X->B && (k++, bd < 0)) bd = d;
     if (bd < 0) return NULL;
+    if (k > 1) { /* which one is the batch? */
+        gdl__set_error("%s: a constant %s made in the forward has %d dims of the traced batch's size %lld: trace "
+                       "with a batch size that no other dim has", X->fn, gdl_shape_str(t), (int)k, (long long)X->B);
+        *err = 1;
+        return NULL;
+    }
     if (!(host = (unsigned char *)GPUDL_MALLOC(bytes))) {
         *err = 1;
         gdl__ox_oom(X);

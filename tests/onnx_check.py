@@ -2,9 +2,9 @@
 
     python onnx_check.py DIR
 
-For every net of DIR/nets.txt: onnx.checker.check_model(full_check=True) on DIR/<net>.onnx (shape
+For every run of DIR/nets.txt (net, batch, and for several inputs or outputs their counts): onnx.checker.check_model(full_check=True) on DIR/<net>.onnx (shape
 inference included; a file with external data is checked by path), then ONNX Runtime (CPU) runs it
-on each saved input, and its output must equal gpudl's within 1e-5 relative: max |ort - gpudl| /
+on each saved input, and its outputs must equal gpudl's within 1e-5 relative: max |ort - gpudl| /
 max |gpudl|. Prints one line a net and batch; exits 1 on the first failure's end with every failure
 listed."""
 import os
@@ -25,7 +25,9 @@ def main(d):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.log_severity_level = 3
-    for net, batch in runs:
+    for run in runs:
+        net, batch = run[0], run[1]
+        nin, nout = (int(run[2]), int(run[3])) if len(run) > 3 else (0, 0)
         path = os.path.join(d, net + ".onnx")
         if net not in checked:
             try:
@@ -45,24 +47,29 @@ def main(d):
         sess = checked[net]
         if sess is None:
             continue
-        x = np.load(os.path.join(d, "%s.b%s.in.npy" % (net, batch)))
-        want = np.load(os.path.join(d, "%s.b%s.out.npy" % (net, batch)))
+        def npy(kind, k, count):  # a run's k-th input or output: <net>.b<N>.in.npy, or .in<k>.npy when counted
+            return np.load(os.path.join(d, "%s.b%s.%s%s.npy" % (net, batch, kind, k if count else "")))
+        xs = [npy("in", k, nin) for k in range(max(nin, 1))]
+        wants = [npy("out", k, nout) for k in range(max(nout, 1))]
         try:
-            got = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+            gots = sess.run(None, {i.name: x for i, x in zip(sess.get_inputs(), xs)})
         except Exception as e:  # a runtime's refusal at this batch size is the test's failure
             failures.append("%s batch %s: ONNX Runtime failed: %s" % (net, batch, str(e).splitlines()[0]))
             print("FAIL " + failures[-1])
             continue
-        if got.shape != want.shape:
-            failures.append("%s batch %s: ONNX Runtime's output is %s, gpudl's %s" % (net, batch, got.shape, want.shape))
-            print("FAIL " + failures[-1])
-            continue
-        rel = float(np.max(np.abs(got.astype(np.float64) - want)) / max(float(np.max(np.abs(want))), 1e-30))
-        ok = rel <= TOL and np.all(np.isfinite(got))
-        print("%s %-22s batch %s: output %s, max relative error %.2e" % (
-            "ok  " if ok else "FAIL", net, batch, list(want.shape), rel))
-        if not ok:
-            failures.append("%s batch %s: relative error %.3e over %.0e" % (net, batch, rel, TOL))
+        for k, (got, want) in enumerate(zip(gots, wants)):
+            what = "output %d" % k if len(wants) > 1 else "output"
+            if got.shape != want.shape:
+                failures.append("%s batch %s: ONNX Runtime's %s is %s, gpudl's %s" % (net, batch, what, got.shape,
+                                                                                   want.shape))
+                print("FAIL " + failures[-1])
+                continue
+            rel = float(np.max(np.abs(got.astype(np.float64) - want)) / max(float(np.max(np.abs(want))), 1e-30))
+            ok = rel <= TOL and np.all(np.isfinite(got))
+            print("%s %-22s batch %s: %s %s, max relative error %.2e" % (
+                "ok  " if ok else "FAIL", net, batch, what, list(want.shape), rel))
+            if not ok:
+                failures.append("%s batch %s: %s: relative error %.3e over %.0e" % (net, batch, what, rel, TOL))
     if failures:
         print("onnx_check: %d failures:\n  %s" % (len(failures), "\n  ".join(failures)))
         return 1

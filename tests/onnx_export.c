@@ -1,12 +1,14 @@
 /* tests/onnx_export.c — builds the nets of the ONNX test (tests/test_onnx.sh) with fixed seeds, exports
-   each with gdl_export_onnx (traced at batch 2) into DIR, and writes the inputs and gpudl's outputs at
+   each with gdl_export_onnx (traced at batch 5, a fixed batch at 2) into DIR, and writes the inputs and gpudl's outputs at
    batch 1 and 3 as .npy files for tests/onnx_check.py, which runs the files in ONNX Runtime. Also checks
    here: each file read back with gdl_load_onnx and run by gdl_onnx_run against gpudl's outputs; the export's errors (an op without an ONNX form
    names the op and leaves nothing at the path, bad options and int8 models are refused); truncated and
    corrupted copies of a model load or fail with a message.
 
      onnx_export DIR      writes DIR/<net>.onnx, DIR/<net>.b<N>.in.npy, DIR/<net>.b<N>.out.npy and
-                          DIR/nets.txt (one line a run: the net's name and the batch size) */
+                          DIR/nets.txt (one line a run: the net's name, the batch size, and for a
+                          forward of several inputs or outputs their counts, whose files are then
+                          DIR/<net>.b<N>.in<k>.npy and .out<k>.npy) */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "../examples/example_args.h"
@@ -269,6 +271,10 @@ static gdl_module *act_mix_net(void) {
                                                  gdl_nn_linear(16, 16, 1), gdl_nn_gelu(1), gdl_nn_linear(16, 3, 1)});
 }
 
+/* the batch the dynamic-batch exports trace at: one no other dim of the nets has (an RNN's zero state
+   [layers, B, H] has to say which dim is the batch) */
+enum { TRACE_BATCH = 5 };
+
 typedef struct net_case {
     const char *name;
     gdl_module *(*make)(void);
@@ -324,29 +330,36 @@ static gdl_tensor *make_input(const net_case *c, int64_t b) {
     return gdl_randn(c->ndim, shape, gdl_cpu());
 }
 
+/* got[k] within 1e-5 relative of want[k] (f32, one shape each): max |got - want| / max |want| */
+static void check_close(gdl_tensor *const *got, gdl_tensor *const *want, int n) {
+    int j;
+    for (j = 0; j < n; j++) {
+        const gdl_tensor *y = want[j];
+        float *a = (float *)malloc(sizeof(float) * (size_t)(y->numel + 1)), *b = (float *)malloc(sizeof(float) * (size_t)(y->numel + 1));
+        double dmax = 0, ymax = 0;
+        int64_t k;
+        CHECK(a && b && gdl_same_shape(got[j], y) && got[j]->dtype == GDL_F32 && y->dtype == GDL_F32 &&
+              gdl_copy_to_host(got[j], a, sizeof(float) * (size_t)y->numel) == 0 &&
+              gdl_copy_to_host(y, b, sizeof(float) * (size_t)y->numel) == 0);
+        for (k = 0; k < y->numel; k++) {
+            double d = fabs((double)a[k] - b[k]);
+            dmax = d > dmax ? d : dmax;
+            ymax = fabs(b[k]) > ymax ? fabs(b[k]) : ymax;
+        }
+        CHECK(dmax <= 1e-5 * ymax);
+        free(a);
+        free(b);
+    }
+}
+
 /* The file read back with gdl_load_onnx and run by gdl_onnx_run on x: within 1e-5 relative of y */
 static void check_import(const char *path, gdl_tensor *x, gdl_tensor *y) {
     gdl_onnx_model *om = gdl_load_onnx(path, gdl_cpu());
     gdl_tensor *out[1];
-    float *a, *b;
-    double dmax = 0, ymax = 0;
     int nout = 0;
-    int64_t k;
     CHECK(om);
-    CHECK(gdl_onnx_run(om, 1, &x, 1, out, &nout) == 0);
-    CHECK(nout == 1 && gdl_same_shape(out[0], y) && out[0]->dtype == GDL_F32);
-    a = (float *)malloc(sizeof(float) * (size_t)y->numel);
-    b = (float *)malloc(sizeof(float) * (size_t)y->numel);
-    CHECK(a && b && gdl_copy_to_host(out[0], a, sizeof(float) * (size_t)y->numel) == 0 &&
-          gdl_copy_to_host(y, b, sizeof(float) * (size_t)y->numel) == 0);
-    for (k = 0; k < y->numel; k++) {
-        double d = fabs((double)a[k] - b[k]);
-        dmax = d > dmax ? d : dmax;
-        ymax = fabs(b[k]) > ymax ? fabs(b[k]) : ymax;
-    }
-    CHECK(dmax <= 1e-5 * ymax);
-    free(a);
-    free(b);
+    CHECK(gdl_onnx_run(om, 1, &x, 1, out, &nout) == 0 && nout == 1);
+    check_close(out, &y, 1);
     gdl_onnx_free(om);
 }
 
@@ -373,7 +386,7 @@ static void run_case(const net_case *c, const char *dir, FILE *list, int idx) {
     o.dynamic_batch = c->dynamic;
     o.external_data = c->external;
     snprintf(path, sizeof path, "%s/%s.onnx", dir, c->name);
-    x = make_input(c, 2);
+    x = make_input(c, c->dynamic ? TRACE_BATCH : 2);
     t0 = gdl_now();
     CHECK(x && gdl_export_onnx(m, x, path, &o) == 0);
     printf("onnx_export: %-20s exported in %6.1f ms (%lld parameters)\n", c->name, 1e3 * (gdl_now() - t0),
@@ -428,6 +441,88 @@ static void check_malformed(const char *path) {
     CHECK(!gdl_load_onnx("/nonexistent/model.onnx", gdl_cpu()) && strstr(gdl_last_error(), "cannot open"));
     free(buf);
     free(cp);
+}
+
+/* ---- gdl_export_onnx_fn: a forward of two inputs and three outputs ----
+   An LSTM with its states: ids x [B,8] i32 and a scale s [B,1] -> the outputs' mean over time times s,
+   h_n and c_n, under the names given in the options. */
+static int lstm_states_forward(void *user, int nin, gdl_tensor *const *in, int max_out, gdl_tensor **out, int *nout) {
+    gdl_module *m = (gdl_module *)user;
+    gdl_tensor *seq, *h, *c;
+    (void)nin;
+    (void)max_out;
+    if (gdl_nn_lstm_forward(gdl_module_child(m, "lstm"), gdl_forward(gdl_module_child(m, "emb"), in[0]), NULL, NULL,
+                            &seq, &h, &c) < 0)
+        return -1;
+    out[0] = gdl_mul(gdl_mean_dim(seq, 1, 0), in[1]);
+    out[1] = h;
+    out[2] = c;
+    *nout = 3;
+    return out[0] ? 0 : -1;
+}
+
+static gdl_tensor *lstm_seq_forward(gdl_module *self, gdl_tensor *x) { /* gdl_forward's: the sequence only */
+    return gdl_forward(gdl_module_child(self, "lstm"), gdl_forward(gdl_module_child(self, "emb"), x));
+}
+
+static void run_fn_case(const char *dir, FILE *list) {
+    static const char *const in_names[2] = {"ids", "scale"}, *const out_names[3] = {"pooled", "h_n", "c_n"};
+    char path[512];
+    gdl_module *m = gdl_nn_custom("LSTMStates", lstm_seq_forward, NULL, NULL);
+    gdl_onnx_opts o = gdl_onnx_defaults();
+    int64_t batches[2] = {1, 3};
+    int k, j, nout;
+    gdl_manual_seed(77);
+    CHECK(m && gdl_module_add_child(m, "emb", gdl_nn_embedding(TC_V, TC_D)) == 0 &&
+          gdl_module_add_child(m, "lstm", gdl_nn_lstm(TC_D, TC_H, 2, 1, 1, 0, 0)) == 0);
+    o.input_names = in_names;
+    o.output_names = out_names;
+    snprintf(path, sizeof path, "%s/lstm_states.onnx", dir);
+    { /* traced at batch 2 = num_layers: the zero state [2, 2, 12] cannot say which dim is the batch */
+        net_case c = {"lstm_states", NULL, NULL, 2, {8}, TC_V, 18, 1, 0};
+        gdl_tensor *in[2];
+        in[0] = make_input(&c, 2);
+        in[1] = gdl_randn(GDL_DIMS(2, 1), gdl_cpu());
+        CHECK(gdl_export_onnx_fn(m, lstm_states_forward, m, 2, in, path, &o) < 0 &&
+              strstr(gdl_last_error(), "2 dims of the traced batch's size 2"));
+        gdl_free(in[0]);
+        gdl_free(in[1]);
+    }
+    for (k = -1; k < 2; k++) { /* k -1: the export at batch 2; then the runs at batch 1 and 3 */
+        net_case c = {"lstm_states", NULL, NULL, 2, {8}, TC_V, 18, 1, 0};
+        int64_t b = k < 0 ? TRACE_BATCH : batches[k];
+        gdl_tensor *in[2], *out[3];
+        gdl_arena_reset();
+        in[0] = make_input(&c, b);
+        in[1] = gdl_randn(GDL_DIMS(b, 1), gdl_cpu());
+        if (k < 0) {
+            CHECK(gdl_export_onnx_fn(m, lstm_states_forward, m, 2, in, path, &o) == 0);
+        } else {
+            gdl_onnx_model *om = gdl_load_onnx(path, gdl_cpu());
+            gdl_tensor *back[3];
+            gdl_module_train(m, 0);
+            CHECK(lstm_states_forward(m, 2, in, 3, out, &nout) == 0 && nout == 3);
+            CHECK(om && gdl_onnx_run(om, 2, in, 3, back, &nout) == 0 && nout == 3);
+            for (j = 0; j < 2; j++) {
+                snprintf(path, sizeof path, "%s/lstm_states.b%lld.in%d.npy", dir, (long long)b, j);
+                write_npy(path, in[j]);
+            }
+            for (j = 0; j < 3; j++) {
+                CHECK(gdl_same_shape(back[j], out[j]));
+                snprintf(path, sizeof path, "%s/lstm_states.b%lld.out%d.npy", dir, (long long)b, j);
+                write_npy(path, out[j]);
+            }
+            check_close(back, out, 3);
+            gdl_onnx_free(om);
+            fprintf(list, "lstm_states %lld 2 3\n", (long long)b);
+            snprintf(path, sizeof path, "%s/lstm_states.onnx", dir);
+        }
+        gdl_free(in[0]);
+        gdl_free(in[1]);
+    }
+    printf("onnx_export: lstm_states (gdl_export_onnx_fn: 2 inputs, 3 outputs) read back: outputs match\n");
+    gdl_arena_reset();
+    gdl_module_free(m);
 }
 
 /* ---- the errors ---- */
@@ -498,6 +593,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/nets.txt", argv[1]);
     CHECK((list = fopen(path, "w")) != NULL);
     for (k = 0; k < sizeof cases / sizeof cases[0]; k++) run_case(&cases[k], argv[1], list, (int)k);
+    run_fn_case(argv[1], list);
     CHECK(fclose(list) == 0);
     check_errors(argv[1]);
     snprintf(path, sizeof path, "%s/custom_misc.onnx", argv[1]);
