@@ -104,7 +104,7 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype
 .PHONY: all test test-gpu-session-dry test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data data-text plot mutate-cuda install uninstall bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel $(B)/resnet \
-           $(B)/char_gpt $(B)/text_classify
+           $(B)/char_gpt $(B)/text_classify $(B)/onnx_export
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
                 $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_cpu_vs_gpu $(B)/cuda_ddp $(B)/cuda_resnet $(B)/cuda_char_gpt \
                 $(B)/cuda_text_classify
@@ -306,6 +306,8 @@ $(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
 #   tests/dist.mk           test-dist (launch environments, sharding; 2 MPI ranks)
 #   tests/slurm.mk          test-cluster (Kubernetes' environments; a real one-node Slurm cluster)
 #   tests/quant.mk          test-quant (INT8 quantization; the int8 GEMM's VNNI and sdot paths)
+#   tests/mcu.mk            test-mcu (gdl_export_c, the Cortex-M firmware under qemu), mcu-demo
+#   tests/onnx.mk           test-onnx (gdl_export_onnx against onnx.checker and ONNX Runtime, gdl_load_onnx)
 #   tests/windows.mk        test-windows (MinGW-w64 builds under Wine), test-portability (MSVC, strict POSIX)
 -include tests/cuda_emu/emu.mk
 -include tests/check.mk
@@ -316,6 +318,7 @@ $(WHOLE_TESTS:%=$(B)/tsan_%): $(B)/tsan_%: tests/%.c $(HDR) | $(B)
 -include tests/fuzz/fuzz.mk
 -include tests/quant.mk
 -include tests/mcu.mk
+-include tests/onnx.mk
 -include tests/windows.mk
 
 test: test-amalgamation
@@ -335,7 +338,7 @@ test: test-amalgamation
 # files.)
 TEST_PARTS = test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build \
              test-unit test-dist test-emu test-dist-nccl test-cluster test-gpu-session-dry \
-             test-cpu-paths test-aarch64 test-launch-limits test-quant test-mcu test-tutorial test-portability test-windows
+             test-cpu-paths test-aarch64 test-launch-limits test-quant test-mcu test-onnx test-tutorial test-portability test-windows
 TEST_JOBS ?= $(if $(filter -j%,$(MAKEFLAGS)),,-j2) --output-sync=target
 # make -k (k among make's one-letter flags)
 keep_going = $(findstring k,$(filter-out -%,$(firstword $(MAKEFLAGS))))
@@ -406,7 +409,7 @@ WCC_clang++-avx512 = clang++ -std=c++17 -x c++ -O2 -mavx2 -mfma -mavx512f -mavx5
 # double build, which is checked whole; its set's _POSIX_C_SOURCE, after
 # api_only.h as in the source; -DGPUDL_DOUBLE.) The examples and benchmarks
 # are all checked with $(API_ONLY).
-WARN_OTHER = examples/mnist_mlp.c bench/fmnist92.c examples/resnet.c bench/recipes.c examples/char_gpt.c
+WARN_OTHER = examples/mnist_mlp.c bench/fmnist92.c examples/resnet.c bench/recipes.c examples/char_gpt.c examples/onnx_export.c
 WARN_SRCS = $(patsubst %,tests/%.c,$(call suite_with,warn)) $(WARN_OTHER)
 warn_flags = $(if $(filter linked,$(call attrs_of,$(1))),$(if $(filter double,$(call set_of,$(1))),,$$(API_ONLY))) \
              $(if $(filter posix,$(call set_of,$(1))),$$(POSIX)) $(if $(filter double,$(call set_of,$(1))),-DGPUDL_DOUBLE)

@@ -376,6 +376,7 @@
    api/dist.h               data parallel across processes, collectives, DDP
    api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler
    api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
+   api/onnx.h               ONNX export by tracing and import (gdl_export_onnx, gdl_load_onnx, gdl_onnx_run)
    api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
    api/op_math.h            the elementwise ops' codes and their scalar math, one definition for the CPU and CUDA kernels
    api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
@@ -420,6 +421,7 @@
    io/idx_cifar.h           shared helpers, IDX, CIFAR-10 binary
    io/safetensors_read.h    safetensors dtypes, UTF-8, the strict JSON parser, the reader
    io/safetensors_write.h   the safetensors writer
+   io/protobuf.h            a protocol-buffers encoder (varints, length-delimited fields)
    data/loader.h            datasets, transforms, the DataLoader and its worker threads
    data/text.h              vocabularies, windows, padded labelled text, the fortune readers, splits, sampling
    nn/modules.h             modules: layers, forward, tree walks, summary
@@ -448,6 +450,8 @@
    train/fit.h              fit / evaluate, progress output, gdl_fit's CUDA graphs
    train/checkpoints.h      checkpoints
    train/graph.h            gdl_graph_capture / replay
+   io/onnx_export.h         gdl_export_onnx: the trace, its ops as ONNX nodes, the ModelProto
+   io/onnx_import.h         gdl_load_onnx: the checked ModelProto reader; gdl_onnx_run runs the graph with gdl's ops
    impl_end.h               the closing #endifs of the implementation; the license
 
    Adding an op
@@ -2627,6 +2631,68 @@ GPUDL_API int gdl_gemm_u8s8_cpu(int M, int N, int K, const uint8_t *A, int lda, 
                                 int ldc);
 /* The int8 kernel this build selected: "avx512vnni 8x32", "avx2 4x16", "neon-sdot 8x8", "neon 4x8", "portable 4x8". */
 GPUDL_API const char *gdl_gemm_int8_kernel_name(void);
+/* ---------------------------------------------------------------------------
+   src/api/onnx.h   ONNX export by tracing (torch.onnx.export's way): one forward
+   in evaluation mode on example inputs, every op it runs recorded on the tape,
+   written as an ONNX model whose initializers are the module's parameters and
+   buffers under their state_dict names. docs/onnx.md has the op table.
+
+       gdl_onnx_opts o = gdl_onnx_defaults();   // opset 18, dynamic batch
+       if (gdl_export_onnx(model, x, "model.onnx", &o) < 0)
+           fprintf(stderr, "%s\n", gdl_last_error());
+
+   The trace records what the forward did for these inputs: branches taken on
+   values, loop counts and shapes other than the batch dimension are frozen
+   into the file. With dynamic_batch every input's and output's dimension 0 is
+   the symbolic "batch"; a tensor of the batch's size made inside the forward
+   from numbers (not from the input) stays at the traced size. Dropout is the
+   identity and batch norm uses its running statistics (evaluation mode); the
+   module's training flags and the grad mode are restored afterwards. The
+   file is written to a temporary and renamed: a failed export leaves nothing
+   at path. An op without an ONNX form fails the export with an error naming
+   the op and the node.
+   ------------------------------------------------------------------------- */
+
+#define GDL_ONNX_OPSET_MIN 17 /* LayerNormalization */
+#define GDL_ONNX_OPSET_MAX 23
+#define GDL_ONNX_OPSET_DEFAULT 18
+
+typedef struct gdl_onnx_opts {
+    int opset;                       /* default GDL_ONNX_OPSET_DEFAULT; GDL_ONNX_OPSET_MIN..GDL_ONNX_OPSET_MAX */
+    int dynamic_batch;               /* default 1: dimension 0 of the inputs and outputs is "batch"; 0: fixed */
+    const char *const *input_names;  /* one per input; NULL: "input" (one input) or "input0", "input1", ... */
+    const char *const *output_names; /* one per output; NULL: "output" or "output0", ... */
+    int external_data;               /* default 0: weights inside the file; 1: in <path without .onnx>.bin
+                                        beside it (ONNX's external data: needed past protobuf's 2 GiB) */
+    int64_t external_min_bytes;      /* with external_data: tensors under this many bytes stay inside (default 1024) */
+} gdl_onnx_opts;
+GPUDL_API gdl_onnx_opts gdl_onnx_defaults(void);
+
+/* Exports model with the example input x (on the model's device). opts NULL: the defaults. 0 / -1 + error. */
+GPUDL_API int gdl_export_onnx(gdl_module *model, gdl_tensor *x, const char *path, const gdl_onnx_opts *opts);
+
+/* A forward of several inputs or outputs: fills out[0..*nout) (at most max_out) from in[0..nin), with gdl ops;
+   0 / -1 + error. */
+typedef int (*gdl_onnx_forward_fn)(void *user, int nin, gdl_tensor *const *in, int max_out, gdl_tensor **out,
+                                   int *nout);
+/* Exports fn's forward on the example inputs; the parameters and buffers of model (may be NULL: then every
+   tensor the forward reads that is not an input is a constant named const_<k>) get their state_dict names,
+   and model is put in evaluation mode during the trace. 0 / -1 + error. */
+GPUDL_API int gdl_export_onnx_fn(gdl_module *model, gdl_onnx_forward_fn fn, void *user, int nin,
+                                 gdl_tensor *const *inputs, const char *path, const gdl_onnx_opts *opts);
+
+/* ---- import: an ONNX file run with gdl's ops ----
+   gdl_load_onnx reads the file (untrusted: every length, count, shape and external-data range is checked;
+   external data only from the file's directory) with its initializers on dev; gdl_onnx_run runs the graph
+   on inputs (in the graph's input order) with gdl's ops, giving temporaries (valid until the next
+   gdl_arena_reset). It runs the ops gdl_export_onnx writes, in the forms it writes them (docs/onnx.md; Erf,
+   which GELU below opset 20 uses, as an approximation within 1.5e-7); another op fails the run with its name. */
+typedef struct gdl_onnx_model gdl_onnx_model;
+GPUDL_API gdl_onnx_model *gdl_load_onnx(const char *path, gdl_device dev);          /* NULL + error */
+GPUDL_API gdl_onnx_model *gdl_onnx_parse(const void *data, size_t len, gdl_device dev); /* from memory: no external data */
+GPUDL_API int gdl_onnx_run(gdl_onnx_model *m, int nin, gdl_tensor *const *inputs, int max_out, gdl_tensor **outputs,
+                           int *nout); /* 0 / -1 + error */
+GPUDL_API void gdl_onnx_free(gdl_onnx_model *m); /* NULL: no-op */
 /* ---------------------------------------------------------------------------
    src/api/export.h  A trained model as one self-contained C99 file for a
    microcontroller: the last step of an embedded demo (examples/mcu/).
@@ -12941,6 +13007,7 @@ typedef struct gdl_node {
     void *buf;            /* scratch kept for backward (im2col columns) */
     int64_t i[8];         /* integer parameters */
     double f[2];          /* real parameters */
+    gdl_tensor *stats[2]; /* read, not differentiated: batch norm's running mean and var (for gdl_export_onnx) */
     gdl_conv_geom geom;
     struct gdl_node *prev;
 } gdl_node;
@@ -13031,8 +13098,16 @@ static int gdl__check_xwb(const char *op, const gdl_tensor *x, const gdl_tensor 
     return 0;
 }
 
+/* gdl_export_onnx's trace (src/io/onnx_export.h): while it is set every op records its node, whatever
+   needs a gradient, and marks no output as needing one; the values computed are the same. The ops that
+   are not differentiable record theirs only then, under ids after the op list's (a comparison) or as a
+   cast between any dtypes (gdl_to_dtype), so that a mask computed from an input is traced too. */
+static int gdl__tracing;
+enum { GDL__OP_TRACE_COMPARE = GDL_OP_COUNT }; /* i[0]: the gdl_compare_op */
+
 static int gdl__needs_grad(int nin, gdl_tensor *const *in) {
     int k;
+    if (gdl__tracing) return 1;
     if (!gdl__grad_enabled) return 0;
     for (k = 0; k < nin; k++)
         if (in[k] && in[k]->requires_grad) return 1;
@@ -13062,7 +13137,7 @@ static gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int ni
     n->prev = gdl__tape;
     gdl__tape = n;
     out->node = n;
-    out->requires_grad = 1;
+    out->requires_grad = !gdl__tracing;
     return n;
 }
 
@@ -13129,7 +13204,7 @@ static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt) {
     if (!(be = gdl__be(op, x->device)) || !(r = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
     if (x->numel && be->cast(r->data, dt, x->data, x->dtype, x->numel) < 0) return NULL;
     r->name = x->name;
-    if (gdl__is_float(x->dtype) && gdl__is_float(dt)) {
+    if ((gdl__is_float(x->dtype) && gdl__is_float(dt)) || gdl__tracing) {
         gdl__record(op, GDL_OP_CAST, r, 1, &x, &err);
         if (err) return NULL;
     }
@@ -13471,7 +13546,7 @@ GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev) {
         return NULL;
     }
     r->name = t->name;
-    if (gdl__is_persistent(t)) {
+    if (gdl__is_persistent(t) && !gdl__tracing) { /* traced: recorded, as a copy made from the input */
         r->requires_grad = t->requires_grad;
     } else {
         int err;
@@ -13827,6 +13902,15 @@ static gdl_tensor *gdl__compare(const char *opname, gdl_tensor *a, gdl_tensor *b
     if (out->numel &&
         be->compare(op, nd, shape, a->dtype, a->data, str[0], b->dtype, b->data, str[1], (uint8_t *)out->data) < 0)
         return NULL;
+    if (gdl__tracing) { /* gdl_export_onnx's trace only: no gradient flows through a comparison */
+        gdl_tensor *in[2];
+        gdl_node *n;
+        int err;
+        in[0] = a;
+        in[1] = b;
+        if ((n = gdl__record(opname, GDL__OP_TRACE_COMPARE, out, 2, in, &err)) != NULL) n->i[0] = op;
+        if (err) return NULL;
+    }
     return gdl__finish(opname, out);
 }
 
@@ -14367,6 +14451,7 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
     if (err) return NULL;
     if (n) {
         n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = all ? -1 : d; /* the dim reduced (-1: all), for gdl_export_onnx */
         n->saved[0] = idx;
     }
     return gdl__finish(opname, out);
@@ -14424,6 +14509,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
     if (err) return NULL;
     if (n) {
         n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = d; /* the dim, for gdl_export_onnx */
     }
     return gdl__finish(opname, out);
 }
@@ -14465,6 +14551,7 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     if (err) return NULL;
     if (n) {
         n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = d; /* the dim, for gdl_export_onnx */
     }
     return gdl__finish(op, out);
 }
@@ -15756,6 +15843,7 @@ GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double va
     int64_t shape[GDL_MAX_DIMS], str[2][GDL_MAX_DIMS], zero[GDL_MAX_DIMS] = {0};
     const gdl_tensor *t[2];
     gdl_tensor *out, *v, *in[2];
+    gdl_node *n;
     const gdl_backend *be;
     int nd, err;
     if (gdl__check_in(op, "x", x, 0) < 0 || gdl__check_mask(op, "mask", mask, x) < 0) return NULL;
@@ -15778,7 +15866,8 @@ GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double va
         return NULL;
     in[0] = x;
     in[1] = mask;
-    gdl__record(op, GDL_OP_MASKED_FILL, out, 2, in, &err);
+    n = gdl__record(op, GDL_OP_MASKED_FILL, out, 2, in, &err);
+    if (n) n->f[0] = value; /* for gdl_export_onnx */
     return err ? NULL : gdl__finish(op, out);
 }
 
@@ -15984,6 +16073,8 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
         n->saved[0] = mean;
         n->saved[1] = invstd;
         n->i[0] = N; n->i[1] = C; n->i[2] = S; n->i[3] = use_batch;
+        n->f[0] = eps;
+        n->stats[0] = rmean; n->stats[1] = rvar;
     }
     return gdl__finish(op, out);
 }
@@ -16043,6 +16134,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
         n->saved[0] = mean;
         n->saved[1] = rstd;
         n->i[0] = rows; n->i[1] = D;
+        n->f[0] = eps;
     }
     return gdl__finish(op, out);
 }
@@ -18201,6 +18293,173 @@ fail:
 GPUDL_API int gdl_st_write(const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                            const char *const *meta_keys, const char *const *meta_vals) {
     return gdl__st_write("gdl_st_write", path, n, tensors, n_meta, meta_keys, meta_vals);
+}
+/* src/io/protobuf.h — a small protocol-buffers encoder (the wire format: varints, length-delimited
+   fields, fixed 32-bit floats) into a growable byte buffer; gdl_export_onnx writes its ONNX files with it.
+   A nested message is opened with a 5-byte room for its length and closed by writing the length and
+   moving the body back over the room it did not use, so a message is built in one pass. */
+
+typedef struct gdl__pb {
+    unsigned char *p;
+    size_t n, cap;
+    int oom; /* an allocation failed: every later write is dropped, the caller checks once at the end */
+} gdl__pb;
+
+enum { GDL__PB_VARINT = 0, GDL__PB_FIXED64 = 1, GDL__PB_BYTES = 2, GDL__PB_FIXED32 = 5 };
+
+static void gdl__pb_free(gdl__pb *b) {
+    GPUDL_FREE(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+static int gdl__pb_reserve(gdl__pb *b, size_t more) {
+    size_t cap;
+    unsigned char *q;
+    if (b->oom) return -1;
+    if (b->n + more <= b->cap) return 0;
+    cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + more) {
+        if (cap > ((size_t)-1) / 2) {
+            b->oom = 1;
+            return -1;
+        }
+        cap *= 2;
+    }
+    if (!(q = (unsigned char *)GPUDL_REALLOC(b->p, cap))) {
+        b->oom = 1;
+        return -1;
+    }
+    b->p = q;
+    b->cap = cap;
+    return 0;
+}
+
+static void gdl__pb_raw(gdl__pb *b, const void *data, size_t len) {
+    if (!len || gdl__pb_reserve(b, len) < 0) return;
+    memcpy(b->p + b->n, data, len);
+    b->n += len;
+}
+
+static void gdl__pb_varint(gdl__pb *b, uint64_t v) {
+    unsigned char tmp[10];
+    size_t k = 0;
+    do {
+        tmp[k++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    gdl__pb_raw(b, tmp, k);
+}
+
+static void gdl__pb_tag(gdl__pb *b, int field, int wire) { gdl__pb_varint(b, ((uint64_t)field << 3) | (uint64_t)wire); }
+
+/* int32 / int64 / enum fields: negative values as their 64-bit two's complement (10 bytes), as protobuf does */
+static void gdl__pb_int(gdl__pb *b, int field, int64_t v) {
+    gdl__pb_tag(b, field, GDL__PB_VARINT);
+    gdl__pb_varint(b, (uint64_t)v);
+}
+
+static void gdl__pb_bytes(gdl__pb *b, int field, const void *data, size_t len) {
+    gdl__pb_tag(b, field, GDL__PB_BYTES);
+    gdl__pb_varint(b, (uint64_t)len);
+    gdl__pb_raw(b, data, len);
+}
+
+static void gdl__pb_str(gdl__pb *b, int field, const char *s) { gdl__pb_bytes(b, field, s, strlen(s)); }
+
+static void gdl__pb_float(gdl__pb *b, int field, float f) {
+    unsigned char le[4];
+    uint32_t u;
+    int k;
+    memcpy(&u, &f, 4);
+    for (k = 0; k < 4; k++) le[k] = (unsigned char)(u >> (8 * k));
+    gdl__pb_tag(b, field, GDL__PB_FIXED32);
+    gdl__pb_raw(b, le, 4);
+}
+
+/* Opens a nested message in field `field`: returns where its body starts (after a 5-byte room for the
+   length, enough for any length below 2^35). */
+static size_t gdl__pb_open(gdl__pb *b, int field) {
+    gdl__pb_tag(b, field, GDL__PB_BYTES);
+    if (gdl__pb_reserve(b, 5) < 0) return 0;
+    b->n += 5;
+    return b->n;
+}
+
+/* Closes the message opened at start: its length in front, the body moved back next to it. */
+static void gdl__pb_close(gdl__pb *b, size_t start) {
+    unsigned char len[10];
+    size_t body, k = 0;
+    uint64_t v;
+    if (b->oom) return;
+    body = b->n - start;
+    v = body;
+    do {
+        len[k++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    memcpy(b->p + start - 5, len, k);
+    if (k < 5) memmove(b->p + start - 5 + k, b->p + start, body);
+    b->n -= 5 - k;
+}
+
+/* ---- the reader: untrusted bytes, every length checked against what is left ---- */
+
+typedef struct gdl__pbr {
+    const unsigned char *p, *end;
+} gdl__pbr;
+
+/* one field of the message r holds: its number and wire type; a varint's or a fixed field's value in
+   *v, a length-delimited field's bytes in *sub. 1: read, 0: the message's end, -1: malformed. */
+static int gdl__pbr_next(gdl__pbr *r, int *field, int *wire, uint64_t *v, gdl__pbr *sub) {
+    uint64_t key = 0, x = 0;
+    int shift, k;
+    if (r->p >= r->end) return 0;
+    for (shift = 0;; shift += 7) { /* the key: a varint of at most 10 bytes */
+        if (r->p >= r->end || shift > 63) return -1;
+        key |= (uint64_t)(*r->p & 0x7f) << shift;
+        if (!(*r->p++ & 0x80)) break;
+    }
+    if ((key >> 3) == 0 || (key >> 3) > 0x1fffffff) return -1;
+    *field = (int)(key >> 3);
+    *wire = (int)(key & 7);
+    switch (*wire) {
+    case GDL__PB_VARINT:
+    case GDL__PB_BYTES:
+        for (shift = 0;; shift += 7) {
+            if (r->p >= r->end || shift > 63) return -1;
+            x |= (uint64_t)(*r->p & 0x7f) << shift;
+            if (!(*r->p++ & 0x80)) break;
+        }
+        if (*wire == GDL__PB_VARINT) {
+            *v = x;
+            return 1;
+        }
+        if (x > (uint64_t)(r->end - r->p)) return -1;
+        sub->p = r->p;
+        sub->end = r->p + x;
+        r->p += x;
+        return 1;
+    case GDL__PB_FIXED32:
+    case GDL__PB_FIXED64:
+        k = *wire == GDL__PB_FIXED32 ? 4 : 8;
+        if (r->end - r->p < k) return -1;
+        for (shift = 0; shift < k; shift++) x |= (uint64_t)r->p[shift] << (8 * shift);
+        r->p += k;
+        *v = x;
+        return 1;
+    default: return -1; /* groups (3, 4) and the undefined types */
+    }
+}
+
+/* a varint from r (a packed repeated field's element): 0 / -1 */
+static int gdl__pbr_varint(gdl__pbr *r, uint64_t *v) {
+    int shift;
+    *v = 0;
+    for (shift = 0;; shift += 7) {
+        if (r->p >= r->end || shift > 63) return -1;
+        *v |= (uint64_t)(*r->p & 0x7f) << shift;
+        if (!(*r->p++ & 0x80)) return 0;
+    }
 }
 /* ---------------------------------------------------------------------------
    src/data/loader.h datasets, transforms, the DataLoader and its worker threads.
@@ -31400,6 +31659,2547 @@ GPUDL_API void gdl_graph_free(gdl_graph *g) {
     GPUDL_FREE(g);
 }
 
+/* src/io/onnx_export.h — gdl_export_onnx: ONNX export by tracing. One forward runs in evaluation mode
+   with gdl__tracing set (src/ops/core.h), so that every op records its tape node; the nodes the outputs
+   depend on become ONNX nodes (gdl__ox_op, one case per op of GDL_OP_LIST that has an ONNX form), the
+   tensors they read that are not inputs become initializers (the module's parameters and buffers under
+   their state_dict names, anything else const_<k>), and src/io/protobuf.h writes the ModelProto
+   (onnx.proto's field numbers below). Written after the modules: it walks the module tree. */
+
+/* onnx.proto's field numbers and enums, those written here */
+enum {
+    GDL__OX_MODEL_IR_VERSION = 1, GDL__OX_MODEL_PRODUCER = 2, GDL__OX_MODEL_PRODUCER_VERSION = 3,
+    GDL__OX_MODEL_GRAPH = 7, GDL__OX_MODEL_OPSET = 8,
+    GDL__OX_OPSET_DOMAIN = 1, GDL__OX_OPSET_VERSION = 2,
+    GDL__OX_GRAPH_NODE = 1, GDL__OX_GRAPH_NAME = 2, GDL__OX_GRAPH_INIT = 5, GDL__OX_GRAPH_INPUT = 11,
+    GDL__OX_GRAPH_OUTPUT = 12,
+    GDL__OX_NODE_INPUT = 1, GDL__OX_NODE_OUTPUT = 2, GDL__OX_NODE_NAME = 3, GDL__OX_NODE_OP = 4, GDL__OX_NODE_ATTR = 5,
+    GDL__OX_ATTR_NAME = 1, GDL__OX_ATTR_F = 2, GDL__OX_ATTR_I = 3, GDL__OX_ATTR_S = 4, GDL__OX_ATTR_INTS = 8,
+    GDL__OX_ATTR_TYPE = 20,
+    GDL__OX_AT_FLOAT = 1, GDL__OX_AT_INT = 2, GDL__OX_AT_STRING = 3, GDL__OX_AT_INTS = 7,
+    GDL__OX_TENSOR_DIMS = 1, GDL__OX_TENSOR_TYPE = 2, GDL__OX_TENSOR_NAME = 8, GDL__OX_TENSOR_RAW = 9,
+    GDL__OX_TENSOR_EXTERNAL = 13, GDL__OX_TENSOR_LOCATION = 14, GDL__OX_LOCATION_EXTERNAL = 1,
+    GDL__OX_ENTRY_KEY = 1, GDL__OX_ENTRY_VALUE = 2,
+    GDL__OX_VI_NAME = 1, GDL__OX_VI_TYPE = 2, GDL__OX_TYPE_TENSOR = 1, GDL__OX_TT_ELEM = 1, GDL__OX_TT_SHAPE = 2,
+    GDL__OX_SHAPE_DIM = 1, GDL__OX_DIM_VALUE = 1, GDL__OX_DIM_PARAM = 2,
+    GDL__OX_FLOAT = 1, GDL__OX_UINT8 = 2, GDL__OX_INT32 = 6, GDL__OX_INT64 = 7, GDL__OX_BOOL = 9, GDL__OX_FLOAT16 = 10,
+    GDL__OX_BFLOAT16 = 16
+};
+
+#define GDL__OX_MAX_IN 256 /* inputs of one op (a concat's) */
+
+GPUDL_API gdl_onnx_opts gdl_onnx_defaults(void) {
+    gdl_onnx_opts o;
+    memset(&o, 0, sizeof o);
+    o.opset = GDL_ONNX_OPSET_DEFAULT;
+    o.dynamic_batch = 1;
+    o.external_min_bytes = 1024;
+    return o;
+}
+
+/* the IR version that goes with an opset (onnx's helper.VERSION_TABLE) */
+static int gdl__ox_ir_version(int opset) { return opset <= 18 ? 8 : opset <= 20 ? 9 : opset <= 22 ? 10 : 11; }
+
+static int gdl__ox_dtype(gdl_dtype dt) {
+    switch (dt) {
+    case GDL_F32: return GDL__OX_FLOAT;
+    case GDL_I32: return GDL__OX_INT32;
+    case GDL_F16: return GDL__OX_FLOAT16;
+    case GDL_BF16: return GDL__OX_BFLOAT16;
+    case GDL_U8: return GDL__OX_UINT8;
+    default: return 0;
+    }
+}
+
+/* a value of the graph: a tensor and its name; bax: which of its dims is the batch (-1 none) */
+typedef struct gdl__ox_val {
+    const gdl_tensor *t;
+    char *name;
+    int bax;
+} gdl__ox_val;
+
+typedef struct gdl__ox {
+    const char *fn, *path;
+    int opset, dyn;
+    gdl__pb nodes, inits; /* the GraphProto's node and initializer fields, in order */
+    gdl__ox_val *v;
+    int nv, capv;
+    int *hash, hcap;      /* tensor -> index in v + 1 (0: empty), open addressing */
+    char **pnames;        /* the module's state_dict names and tensors */
+    gdl_tensor **ptens;
+    int np, nconst, ntmp;
+    int64_t B;            /* the traced batch (input 0's dim 0; dynamic batch), and its Shape node's name */
+    const char *batch_name;
+    int cur;              /* the trace node being written, for names */
+    char curname[64];
+    FILE *ext;            /* external data: the .bin being written, its name (relative) and length */
+    const char *ext_name;
+    uint64_t ext_off;
+    int64_t ext_min;
+} gdl__ox;
+
+static size_t gdl__ox_hash_of(const void *p, int cap) {
+    uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 17) & (size_t)(cap - 1);
+}
+
+static int gdl__ox_find(const gdl__ox *X, const gdl_tensor *t) {
+    size_t i;
+    if (!X->hcap) return -1;
+    for (i = gdl__ox_hash_of(t, X->hcap); X->hash[i]; i = (i + 1) & (size_t)(X->hcap - 1))
+        if (X->v[X->hash[i] - 1].t == t) return X->hash[i] - 1;
+    return -1;
+}
+
+static int gdl__ox_oom(gdl__ox *X) {
+    gdl__set_error("%s: %s: out of memory", X->fn, X->path);
+    return -1;
+}
+
+/* Names tensor t (a copy of name is kept); its batch dim bax. The index, or -1 after the error. */
+static int gdl__ox_add(gdl__ox *X, const gdl_tensor *t, const char *name, int bax) {
+    size_t i;
+    int k;
+    if (X->nv + 1 > X->capv) {
+        int cap = X->capv ? 2 * X->capv : 256;
+        gdl__ox_val *nv = (gdl__ox_val *)GPUDL_REALLOC(X->v, sizeof *nv * (size_t)cap);
+        if (!nv) return gdl__ox_oom(X);
+        X->v = nv;
+        X->capv = cap;
+    }
+    if (2 * (X->nv + 1) > X->hcap) { /* rehash at half full */
+        int cap = X->hcap ? 2 * X->hcap : 1024;
+        int *h = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)cap);
+        if (!h) return gdl__ox_oom(X);
+        memset(h, 0, sizeof(int) * (size_t)cap);
+        for (k = 0; k < X->nv; k++) {
+            if (!X->v[k].t) continue;
+            for (i = gdl__ox_hash_of(X->v[k].t, cap); h[i]; i = (i + 1) & (size_t)(cap - 1)) {}
+            h[i] = k + 1;
+        }
+        GPUDL_FREE(X->hash);
+        X->hash = h;
+        X->hcap = cap;
+    }
+    k = X->nv;
+    if (!(X->v[k].name = (char *)GPUDL_MALLOC(strlen(name) + 1))) return gdl__ox_oom(X);
+    strcpy(X->v[k].name, name);
+    X->v[k].t = t;
+    X->v[k].bax = bax;
+    X->nv++;
+    if (t) {
+        for (i = gdl__ox_hash_of(t, X->hcap); X->hash[i]; i = (i + 1) & (size_t)(X->hcap - 1)) {}
+        X->hash[i] = k + 1;
+    }
+    return k;
+}
+
+/* A fresh name inside the current node ("<op>_<k>/t<j>"), kept in the value list (no tensor). */
+static const char *gdl__ox_tmp(gdl__ox *X) {
+    char name[96];
+    int k;
+    snprintf(name, sizeof name, "%s/t%d", X->curname, X->ntmp++);
+    k = gdl__ox_add(X, NULL, name, -1);
+    return k < 0 ? NULL : X->v[k].name;
+}
+
+/* ---- writing: attributes, nodes, initializers ---- */
+
+static void gdl__ox_attr_int(gdl__pb *a, const char *name, int64_t v) {
+    size_t s = gdl__pb_open(a, GDL__OX_NODE_ATTR);
+    gdl__pb_str(a, GDL__OX_ATTR_NAME, name);
+    gdl__pb_int(a, GDL__OX_ATTR_TYPE, GDL__OX_AT_INT);
+    gdl__pb_int(a, GDL__OX_ATTR_I, v);
+    gdl__pb_close(a, s);
+}
+static void gdl__ox_attr_ints(gdl__pb *a, const char *name, const int64_t *v, int n) {
+    size_t s = gdl__pb_open(a, GDL__OX_NODE_ATTR);
+    int k;
+    gdl__pb_str(a, GDL__OX_ATTR_NAME, name);
+    gdl__pb_int(a, GDL__OX_ATTR_TYPE, GDL__OX_AT_INTS);
+    for (k = 0; k < n; k++) gdl__pb_int(a, GDL__OX_ATTR_INTS, v[k]);
+    gdl__pb_close(a, s);
+}
+static void gdl__ox_attr_float(gdl__pb *a, const char *name, double f) {
+    size_t s = gdl__pb_open(a, GDL__OX_NODE_ATTR);
+    gdl__pb_str(a, GDL__OX_ATTR_NAME, name);
+    gdl__pb_int(a, GDL__OX_ATTR_TYPE, GDL__OX_AT_FLOAT);
+    gdl__pb_float(a, GDL__OX_ATTR_F, (float)f);
+    gdl__pb_close(a, s);
+}
+static void gdl__ox_attr_str(gdl__pb *a, const char *name, const char *v) {
+    size_t s = gdl__pb_open(a, GDL__OX_NODE_ATTR);
+    gdl__pb_str(a, GDL__OX_ATTR_NAME, name);
+    gdl__pb_int(a, GDL__OX_ATTR_TYPE, GDL__OX_AT_STRING);
+    gdl__pb_str(a, GDL__OX_ATTR_S, v);
+    gdl__pb_close(a, s);
+}
+
+/* A NodeProto: op_type on inputs in[0..nin) (NULL entries: an omitted optional input, written as "")
+   to output out, with the attributes already encoded in attrs (may be NULL; freed here). */
+static void gdl__ox_node(gdl__ox *X, const char *op_type, int nin, const char *const *in, const char *out,
+                         gdl__pb *attrs) {
+    size_t s = gdl__pb_open(&X->nodes, GDL__OX_GRAPH_NODE);
+    char name[96];
+    int k, last = nin;
+    while (last > 0 && !in[last - 1]) last--; /* trailing omitted inputs are left out */
+    for (k = 0; k < last; k++) gdl__pb_str(&X->nodes, GDL__OX_NODE_INPUT, in[k] ? in[k] : "");
+    gdl__pb_str(&X->nodes, GDL__OX_NODE_OUTPUT, out);
+    snprintf(name, sizeof name, "%s/%s_%d", X->curname, op_type, X->ntmp++);
+    gdl__pb_str(&X->nodes, GDL__OX_NODE_NAME, name);
+    gdl__pb_str(&X->nodes, GDL__OX_NODE_OP, op_type);
+    if (attrs) {
+        if (attrs->oom) X->nodes.oom = 1;
+        gdl__pb_raw(&X->nodes, attrs->p, attrs->n);
+        gdl__pb_free(attrs);
+    }
+    gdl__pb_close(&X->nodes, s);
+}
+static void gdl__ox_node1(gdl__ox *X, const char *op_type, const char *a, const char *out, gdl__pb *attrs) {
+    gdl__ox_node(X, op_type, 1, &a, out, attrs);
+}
+static void gdl__ox_node2(gdl__ox *X, const char *op_type, const char *a, const char *b, const char *out,
+                          gdl__pb *attrs) {
+    const char *in[2];
+    in[0] = a;
+    in[1] = b;
+    gdl__ox_node(X, op_type, 2, in, out, attrs);
+}
+
+static int gdl__ox_big_endian(void) {
+    const uint16_t one = 1;
+    unsigned char c;
+    memcpy(&c, &one, 1);
+    return c == 0;
+}
+
+/* A TensorProto initializer `name` of ONNX type otype, dims, with `bytes` bytes of host data of
+   elements esize wide (made little-endian here); in the external file when asked and large enough. */
+static int gdl__ox_init_raw(gdl__ox *X, const char *name, int otype, int ndim, const int64_t *dims, void *data,
+                            size_t bytes, size_t esize) {
+    gdl__pb *b = &X->inits;
+    size_t s = gdl__pb_open(b, GDL__OX_GRAPH_INIT), k, j;
+    int d;
+    if (gdl__ox_big_endian() && esize > 1)
+        for (k = 0; k + esize <= bytes; k += esize)
+            for (j = 0; j < esize / 2; j++) {
+                unsigned char t = ((unsigned char *)data)[k + j];
+                ((unsigned char *)data)[k + j] = ((unsigned char *)data)[k + esize - 1 - j];
+                ((unsigned char *)data)[k + esize - 1 - j] = t;
+            }
+    for (d = 0; d < ndim; d++) gdl__pb_int(b, GDL__OX_TENSOR_DIMS, dims[d]);
+    gdl__pb_int(b, GDL__OX_TENSOR_TYPE, otype);
+    gdl__pb_str(b, GDL__OX_TENSOR_NAME, name);
+    if (X->ext && (int64_t)bytes >= X->ext_min) {
+        static const unsigned char zeros[64] = {0};
+        char num[32];
+        size_t e;
+        size_t pad = (size_t)((64 - X->ext_off % 64) % 64); /* each tensor 64-byte aligned in the file */
+        if ((pad && fwrite(zeros, 1, pad, X->ext) != pad) || fwrite(data, 1, bytes, X->ext) != bytes) {
+            gdl__set_error("%s: %s: writing the external data failed: %s", X->fn, X->path, gdl__strerr(errno));
+            return -1;
+        }
+        X->ext_off += pad;
+        e = gdl__pb_open(b, GDL__OX_TENSOR_EXTERNAL);
+        gdl__pb_str(b, GDL__OX_ENTRY_KEY, "location");
+        gdl__pb_str(b, GDL__OX_ENTRY_VALUE, X->ext_name);
+        gdl__pb_close(b, e);
+        e = gdl__pb_open(b, GDL__OX_TENSOR_EXTERNAL);
+        gdl__pb_str(b, GDL__OX_ENTRY_KEY, "offset");
+        snprintf(num, sizeof num, "%llu", (unsigned long long)X->ext_off);
+        gdl__pb_str(b, GDL__OX_ENTRY_VALUE, num);
+        gdl__pb_close(b, e);
+        e = gdl__pb_open(b, GDL__OX_TENSOR_EXTERNAL);
+        gdl__pb_str(b, GDL__OX_ENTRY_KEY, "length");
+        snprintf(num, sizeof num, "%llu", (unsigned long long)bytes);
+        gdl__pb_str(b, GDL__OX_ENTRY_VALUE, num);
+        gdl__pb_close(b, e);
+        gdl__pb_int(b, GDL__OX_TENSOR_LOCATION, GDL__OX_LOCATION_EXTERNAL);
+        X->ext_off += bytes;
+    } else {
+        gdl__pb_bytes(b, GDL__OX_TENSOR_RAW, bytes ? data : "", bytes);
+    }
+    gdl__pb_close(b, s);
+    return 0;
+}
+
+/* A tensor's data as an initializer named name. */
+static int gdl__ox_init_tensor(gdl__ox *X, const gdl_tensor *t, const char *name) {
+    size_t es = gdl_dtype_size(t->dtype), bytes = (size_t)t->numel * es;
+    int ot = gdl__ox_dtype(t->dtype), rc;
+    void *host;
+    if (!ot) {
+        gdl__set_error("%s: tensor '%s' %s is %s, which has no ONNX type here (f32, i32, f16, bf16)", X->fn, name,
+                       gdl_shape_str(t), gdl_dtype_name(t->dtype));
+        return -1;
+    }
+    if (!(host = GPUDL_MALLOC(bytes ? bytes : 1))) return gdl__ox_oom(X);
+    if (bytes && gdl_copy_to_host(t, host, bytes) < 0) {
+        GPUDL_FREE(host);
+        return -1;
+    }
+    if (t->dtype == GDL_F32 && es != 4) { /* GPUDL_DOUBLE: f32 tensors hold doubles; ONNX's FLOAT is 4 bytes */
+        int64_t k;
+        for (k = 0; k < t->numel; k++) ((float *)host)[k] = (float)((const gdl_real *)host)[k];
+        es = 4;
+        bytes = (size_t)t->numel * 4;
+    }
+    rc = gdl__ox_init_raw(X, name, ot, t->ndim, t->shape, host, bytes, es);
+    GPUDL_FREE(host);
+    return rc;
+}
+
+/* constants the translation adds: an int64 vector, an f32 scalar */
+static const char *gdl__ox_const_i64(gdl__ox *X, const int64_t *v, int n) {
+    const char *name = gdl__ox_tmp(X);
+    int64_t dim = n, *copy;
+    int rc;
+    if (!name) return NULL;
+    if (!(copy = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)(n ? n : 1)))) {
+        gdl__ox_oom(X);
+        return NULL;
+    }
+    memcpy(copy, v, sizeof(int64_t) * (size_t)n);
+    rc = gdl__ox_init_raw(X, name, GDL__OX_INT64, 1, &dim, copy, sizeof(int64_t) * (size_t)n, sizeof(int64_t));
+    GPUDL_FREE(copy);
+    return rc < 0 ? NULL : name;
+}
+static const char *gdl__ox_const_i64_scalar(gdl__ox *X, int64_t v) {
+    const char *name = gdl__ox_tmp(X);
+    if (!name || gdl__ox_init_raw(X, name, GDL__OX_INT64, 0, NULL, &v, sizeof v, sizeof v) < 0) return NULL;
+    return name;
+}
+static const char *gdl__ox_const_f32(gdl__ox *X, double v) {
+    const char *name = gdl__ox_tmp(X);
+    float f = (float)v;
+    if (!name || gdl__ox_init_raw(X, name, GDL__OX_FLOAT, 0, NULL, &f, 4, 4) < 0) return NULL;
+    return name;
+}
+/* an f32 vector of n copies of v */
+static const char *gdl__ox_const_fill(gdl__ox *X, int64_t n, double v) {
+    const char *name = gdl__ox_tmp(X);
+    float *f;
+    int64_t k;
+    int rc;
+    if (!name) return NULL;
+    if (!(f = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)(n ? n : 1)))) {
+        gdl__ox_oom(X);
+        return NULL;
+    }
+    for (k = 0; k < n; k++) f[k] = (float)v;
+    rc = gdl__ox_init_raw(X, name, GDL__OX_FLOAT, 1, &n, f, sizeof(float) * (size_t)n, 4);
+    GPUDL_FREE(f);
+    return rc < 0 ? NULL : name;
+}
+
+/* A temporary the forward filled with one value that has a dim of the traced batch's size (an RNN's zero
+   state [layers, B, H]): with a dynamic batch, that value expanded to the shape with the input's batch at
+   that dim (the first such). The value's name, or NULL: not such a tensor (or an error: X->err). */
+static const char *gdl__ox_batch_fill(gdl__ox *X, const gdl_tensor *t, const char *name, int *err) {
+    size_t es = gdl_dtype_size(t->dtype), bytes = (size_t)t->numel * es, k;
+    unsigned char *host;
+    const char *parts[3], *val, *shape;
+    int64_t dims[GDL_MAX_DIMS];
+    int d, bd = -1, np = 0, rc;
+    gdl__pb at = {NULL, 0, 0, 0};
+    *err = 0;
+    if (!X->dyn || !t->gen || t->ndim < 1 || !t->numel || !gdl__ox_dtype(t->dtype)) return NULL;
+    for (d = 0, k = 0; d < t->ndim; d++)
+        if (t->shape[d] == X->B && (k++, bd < 0)) bd = d;
+    if (bd < 0) return NULL;
+    if (k > 1) { /* which one is the batch? */
+        gdl__set_error("%s: a constant %s made in the forward has %d dims of the traced batch's size %lld: trace "
+                       "with a batch size that no other dim has", X->fn, gdl_shape_str(t), (int)k, (long long)X->B);
+        *err = 1;
+        return NULL;
+    }
+    if (!(host = (unsigned char *)GPUDL_MALLOC(bytes))) {
+        *err = 1;
+        gdl__ox_oom(X);
+        return NULL;
+    }
+    if (gdl_copy_to_host(t, host, bytes) < 0) {
+        GPUDL_FREE(host);
+        *err = 1;
+        return NULL;
+    }
+    for (k = es; k < bytes && !memcmp(host + k, host, es); k += es) {}
+    if (k < bytes) { /* not one value */
+        GPUDL_FREE(host);
+        return NULL;
+    }
+    if (!X->batch_name) { /* Shape(input 0)[0:1] */
+        gdl__ox_attr_int(&at, "start", 0);
+        gdl__ox_attr_int(&at, "end", 1);
+        if (!(X->batch_name = gdl__ox_tmp(X))) goto fail;
+        gdl__ox_node1(X, "Shape", X->v[0].name, X->batch_name, &at);
+    }
+    if (bd > 0) {
+        memcpy(dims, t->shape, sizeof(int64_t) * (size_t)bd);
+        if (!(parts[np++] = gdl__ox_const_i64(X, dims, bd))) goto fail;
+    }
+    parts[np++] = X->batch_name;
+    if (bd + 1 < t->ndim && !(parts[np++] = gdl__ox_const_i64(X, t->shape + bd + 1, t->ndim - bd - 1))) goto fail;
+    if (!(shape = gdl__ox_tmp(X)) || !(val = gdl__ox_tmp(X))) goto fail;
+    gdl__ox_attr_int(&at, "axis", 0);
+    gdl__ox_node(X, "Concat", np, parts, shape, &at);
+    if (t->dtype == GDL_F32 && es != 4) { /* GPUDL_DOUBLE: the value as ONNX's 4-byte FLOAT */
+        float f = (float)*(const gdl_real *)(const void *)host;
+        memcpy(host, &f, 4);
+        es = 4;
+    }
+    rc = gdl__ox_init_raw(X, val, gdl__ox_dtype(t->dtype), 0, NULL, host, es, es);
+    GPUDL_FREE(host);
+    host = NULL;
+    if (rc < 0) goto fail;
+    gdl__ox_node2(X, "Expand", val, shape, name, NULL);
+    return name;
+fail:
+    GPUDL_FREE(host);
+    *err = 1;
+    return NULL;
+}
+
+/* The name of tensor t read by a node: a value named already, or a leaf first used here, which becomes
+   an initializer (a module tensor under its state_dict name, anything else const_<k>) or a batch-sized
+   fill (gdl__ox_batch_fill). */
+static const char *gdl__ox_use(gdl__ox *X, const gdl_tensor *t) {
+    int k = gdl__ox_find(X, t), j, err;
+    char name[32];
+    const char *nm = NULL;
+    if (k >= 0) return X->v[k].name;
+    for (j = 0; j < X->np && !nm; j++)
+        if (X->ptens[j] == t) nm = X->pnames[j];
+    if (!nm) {
+        snprintf(name, sizeof name, "const_%d", X->nconst++);
+        if (gdl__ox_batch_fill(X, t, name, &err)) {
+            int d, bd = -1;
+            for (d = 0; d < t->ndim && bd < 0; d++)
+                if (t->shape[d] == X->B) bd = d;
+            return (k = gdl__ox_add(X, t, name, bd)) < 0 ? NULL : X->v[k].name;
+        }
+        if (err) return NULL;
+        nm = name;
+    }
+    if ((k = gdl__ox_add(X, t, nm, -1)) < 0 || gdl__ox_init_tensor(X, t, X->v[k].name) < 0) return NULL;
+    return X->v[k].name;
+}
+
+/* ---- one trace node -> ONNX nodes ---- */
+
+static int gdl__ox_bax_of(const gdl__ox *X, const gdl_tensor *t) {
+    int k = t ? gdl__ox_find(X, t) : -1;
+    return k >= 0 ? X->v[k].bax : -1;
+}
+
+/* GELU: Gelu from opset 20, before it its formula (erf, or PyTorch's tanh approximation) */
+static int gdl__ox_gelu(gdl__ox *X, int tanh_form, const char *x, const char *out) {
+    const char *a, *b, *c, *d, *k;
+    if (X->opset >= 20) {
+        gdl__pb at = {NULL, 0, 0, 0};
+        gdl__ox_attr_str(&at, "approximate", tanh_form ? "tanh" : "none");
+        gdl__ox_node1(X, "Gelu", x, out, &at);
+        return 0;
+    }
+    if (!tanh_form) { /* 0.5 x (1 + erf(x / sqrt 2)) */
+        if (!(k = gdl__ox_const_f32(X, 0.70710678118654752440)) || !(a = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node2(X, "Mul", x, k, a, NULL);
+        if (!(b = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node1(X, "Erf", a, b, NULL);
+    } else { /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+        const char *x2, *x3;
+        if (!(x2 = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node2(X, "Mul", x, x, x2, NULL);
+        if (!(x3 = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node2(X, "Mul", x2, x, x3, NULL);
+        if (!(k = gdl__ox_const_f32(X, 0.044715)) || !(a = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node2(X, "Mul", x3, k, a, NULL);
+        if (!(b = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node2(X, "Add", x, a, b, NULL);
+        if (!(k = gdl__ox_const_f32(X, 0.79788456080286535588)) || !(a = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node2(X, "Mul", b, k, a, NULL);
+        if (!(b = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node1(X, "Tanh", a, b, NULL);
+    }
+    if (!(k = gdl__ox_const_f32(X, 1.0)) || !(c = gdl__ox_tmp(X))) return -1;
+    gdl__ox_node2(X, "Add", b, k, c, NULL);
+    if (!(d = gdl__ox_tmp(X))) return -1;
+    gdl__ox_node2(X, "Mul", x, c, d, NULL);
+    if (!(k = gdl__ox_const_f32(X, 0.5))) return -1;
+    gdl__ox_node2(X, "Mul", d, k, out, NULL);
+    return 0;
+}
+
+/* the activation of a fused op (a backend code GDL_UN_*, negative: none) from x to out */
+static int gdl__ox_act(gdl__ox *X, int code, const char *x, const char *out) {
+    if (code == GDL_UN_RELU) gdl__ox_node1(X, "Relu", x, out, NULL);
+    else if (code == GDL_UN_GELU_ERF || code == GDL_UN_GELU_TANH) return gdl__ox_gelu(X, code == GDL_UN_GELU_TANH, x, out);
+    else gdl__ox_node1(X, "Identity", x, out, NULL);
+    return 0;
+}
+
+/* Reshape's target for y = reshape(x) (shapes xs, ys): ys, where x has a batch dim (dynamic batch) with the
+   dim of y that holds it as -1 (the others are fixed). -1 after the error when the batch is split. */
+static int gdl__ox_reshape_target(gdl__ox *X, int xnd, const int64_t *xs, int ynd, const int64_t *ys, int in_bax,
+                                  int64_t *target, int *out_bax) {
+    int64_t P = 1, B, cum = 1;
+    int j, k;
+    memcpy(target, ys, sizeof(int64_t) * (size_t)ynd);
+    *out_bax = -1;
+    if (in_bax < 0) return 0;
+    for (k = 0; k < in_bax; k++) P *= xs[k];
+    B = xs[in_bax];
+    for (j = 0; j < ynd; j++) {
+        if (cum * ys[j] >= P * B) break;
+        cum *= ys[j];
+    }
+    if (j == ynd || !cum || P % cum != 0 || !B || (cum * ys[j]) % (P * B) != 0) {
+        char a[64], b[64];
+        size_t la = 0, lb = 0;
+        for (k = 0; k < xnd && la + 24 < sizeof a; k++) la += (size_t)snprintf(a + la, sizeof a - la, "%s%lld", k ? "," : "", (long long)xs[k]);
+        for (k = 0; k < ynd && lb + 24 < sizeof b; k++) lb += (size_t)snprintf(b + lb, sizeof b - lb, "%s%lld", k ? "," : "", (long long)ys[k]);
+        gdl__set_error("%s: reshape [%s] -> [%s] (node %d) splits the batch dimension (dim %d): it has no "
+                       "dynamic-batch form (export with dynamic_batch = 0)", X->fn, a, b, X->cur, in_bax);
+        return -1;
+    }
+    target[j] = -1;
+    *out_bax = j;
+    return 0;
+}
+
+/* the input names of n; NULL after the error */
+static int gdl__ox_inputs(gdl__ox *X, const gdl_node *n, const char **in) {
+    int k;
+    for (k = 0; k < n->nin; k++) {
+        in[k] = NULL;
+        if (n->in[k] && !(in[k] = gdl__ox_use(X, n->in[k]))) return -1;
+    }
+    return 0;
+}
+
+static const char *gdl__ox_op_name(int op) { return op == GDL__OP_TRACE_COMPARE ? "compare" : gdl_op_name(op); }
+
+static int gdl__ox_no_form(gdl__ox *X, const gdl_node *n, int total, const char *why) {
+    char ins[512];
+    size_t len = 0;
+    int k;
+    ins[0] = 0;
+    for (k = 0; k < n->nin && len + 80 < sizeof ins; k++) {
+        int j = n->in[k] ? gdl__ox_find(X, n->in[k]) : -1;
+        len += (size_t)snprintf(ins + len, sizeof ins - len, "%s%s %s", k ? ", " : "",
+                                j >= 0 ? X->v[j].name : n->in[k] ? "(a tensor)" : "(none)",
+                                n->in[k] ? gdl_shape_str(n->in[k]) : "");
+    }
+    gdl__set_error("%s: op \"%s\" has no ONNX form%s%s (node %d of %d of the trace, output %s, inputs: %s)", X->fn,
+                   gdl__ox_op_name(n->op), why ? ": " : "", why ? why : "", X->cur, total, gdl_shape_str(n->out), ins);
+    return -1;
+}
+
+static const char *gdl__ox_unary_name(int op) {
+    switch (op) {
+    case GDL_OP_EXP: return "Exp";
+    case GDL_OP_LOG: return "Log";
+    case GDL_OP_RELU: return "Relu";
+    case GDL_OP_SIGMOID: return "Sigmoid";
+    case GDL_OP_TANH: return "Tanh";
+    case GDL_OP_SQRT: return "Sqrt";
+    case GDL_OP_ABS: return "Abs";
+    case GDL_OP_TO: return "Identity";
+    default: return NULL;
+    }
+}
+static const char *gdl__ox_binary_name(int op) {
+    switch (op) {
+    case GDL_OP_ADD: return "Add";
+    case GDL_OP_SUB: return "Sub";
+    case GDL_OP_MUL: return "Mul";
+    case GDL_OP_DIV: return "Div";
+    case GDL_OP_POW: return "Pow";
+    case GDL_OP_MINIMUM: return "Min";
+    case GDL_OP_MAXIMUM: return "Max";
+    case GDL_OP_ADD_SCALAR: return "Add";
+    case GDL_OP_MUL_SCALAR: return "Mul";
+    case GDL_OP_POW_SCALAR: return "Pow";
+    case GDL_OP_CLAMP_MIN: return "Max";
+    case GDL_OP_CLAMP_MAX: return "Min";
+    default: return NULL;
+    }
+}
+
+/* the batch dim of a broadcasting op's output: the first input's that has one, moved by the ranks' difference */
+static int gdl__ox_bax_broadcast(const gdl__ox *X, const gdl_node *n) {
+    int k, b;
+    for (k = 0; k < n->nin; k++)
+        if (n->in[k] && (b = gdl__ox_bax_of(X, n->in[k])) >= 0) return b + n->out->ndim - n->in[k]->ndim;
+    return -1;
+}
+
+/* linear (and linear_act's linear part) to out: Gemm for a 2-D input, else MatMul by W^T (+ bias) */
+static int gdl__ox_linear(gdl__ox *X, const char *const *in, int xdim, const char *out) {
+    gdl__pb at = {NULL, 0, 0, 0};
+    const char *wt, *m;
+    static const int64_t perm[2] = {1, 0};
+    if (xdim == 2) {
+        gdl__ox_attr_int(&at, "transB", 1);
+        gdl__ox_node(X, "Gemm", 3, in, out, &at);
+        return 0;
+    }
+    if (!(wt = gdl__ox_tmp(X))) return -1;
+    gdl__ox_attr_ints(&at, "perm", perm, 2);
+    gdl__ox_node1(X, "Transpose", in[1], wt, &at);
+    if (!in[2]) {
+        gdl__ox_node2(X, "MatMul", in[0], wt, out, NULL);
+        return 0;
+    }
+    if (!(m = gdl__ox_tmp(X))) return -1;
+    gdl__ox_node2(X, "MatMul", in[0], wt, m, NULL);
+    gdl__ox_node2(X, "Add", m, in[2], out, NULL);
+    return 0;
+}
+
+/* conv2d / max / avg pooling's window attributes from the node's geometry */
+static void gdl__ox_window(gdl__pb *at, const gdl_conv_geom *g, int dilations) {
+    int64_t v[4];
+    v[0] = g->KH; v[1] = g->KW;
+    gdl__ox_attr_ints(at, "kernel_shape", v, 2);
+    v[0] = g->SH; v[1] = g->SW;
+    gdl__ox_attr_ints(at, "strides", v, 2);
+    v[0] = v[2] = g->PH; v[1] = v[3] = g->PW;
+    gdl__ox_attr_ints(at, "pads", v, 4);
+    if (dilations) {
+        v[0] = g->DH; v[1] = g->DW;
+        gdl__ox_attr_ints(at, "dilations", v, 2);
+    }
+}
+
+/* ReduceSum / ReduceMean / ReduceMax over dim (-1: all) keeping it or not; axes an input from opset 18
+   (ReduceSum: 13) */
+static int gdl__ox_reduce(gdl__ox *X, const char *op_type, const char *x, int dim, int keep, const char *out) {
+    gdl__pb at = {NULL, 0, 0, 0};
+    int64_t ax = dim;
+    gdl__ox_attr_int(&at, "keepdims", keep);
+    if (dim < 0) {
+        gdl__ox_node1(X, op_type, x, out, &at);
+    } else if (X->opset >= 18 || !strcmp(op_type, "ReduceSum")) {
+        const char *axes = gdl__ox_const_i64(X, &ax, 1);
+        if (!axes) {
+            gdl__pb_free(&at);
+            return -1;
+        }
+        gdl__ox_node2(X, op_type, x, axes, out, &at);
+    } else {
+        gdl__ox_attr_ints(&at, "axes", &ax, 1);
+        gdl__ox_node1(X, op_type, x, out, &at);
+    }
+    return 0;
+}
+
+/* x [..., L, H*E] (nd dims) -> [..., H, L, E]: a Reshape that keeps the leading dims (0: copy) and a Transpose */
+static const char *gdl__ox_split_heads(gdl__ox *X, const char *x, int nd, int64_t H, int64_t E) {
+    int64_t shape[GDL_MAX_DIMS + 1], perm[GDL_MAX_DIMS + 1];
+    const char *s, *r, *t;
+    gdl__pb at = {NULL, 0, 0, 0};
+    int d;
+    for (d = 0; d < nd - 1; d++) shape[d] = 0;
+    shape[nd - 1] = H;
+    shape[nd] = E;
+    for (d = 0; d <= nd; d++) perm[d] = d;
+    perm[nd - 2] = nd - 1;
+    perm[nd - 1] = nd - 2;
+    if (!(s = gdl__ox_const_i64(X, shape, nd + 1)) || !(r = gdl__ox_tmp(X)) || !(t = gdl__ox_tmp(X))) return NULL;
+    gdl__ox_node2(X, "Reshape", x, s, r, NULL);
+    gdl__ox_attr_ints(&at, "perm", perm, nd + 1);
+    gdl__ox_node1(X, "Transpose", r, t, &at);
+    return t;
+}
+
+/* scaled dot-product attention as the composition softmax(scale q k^T + mask) v (q, k, v with nd dims,
+   heads split or not); the causal mask a constant [L, S] of 0 and -inf above the diagonal, a u8 mask's
+   zeros -inf, a float mask added */
+static int gdl__ox_attention(gdl__ox *X, const gdl_node *n, const char *q, const char *k, const char *v,
+                             const char *mask, int nd, int64_t L, int64_t S, const char *out) {
+    int64_t perm[GDL_MAX_DIMS + 1];
+    const char *kt, *s, *c, *w;
+    gdl__pb at = {NULL, 0, 0, 0};
+    int d;
+    for (d = 0; d < nd; d++) perm[d] = d;
+    perm[nd - 2] = nd - 1;
+    perm[nd - 1] = nd - 2;
+    if (!(kt = gdl__ox_tmp(X)) || !(s = gdl__ox_tmp(X))) return -1;
+    gdl__ox_attr_ints(&at, "perm", perm, nd);
+    gdl__ox_node1(X, "Transpose", k, kt, &at);
+    gdl__ox_node2(X, "MatMul", q, kt, s, NULL);
+    if (!(c = gdl__ox_const_f32(X, n->f[0])) || !(w = gdl__ox_tmp(X))) return -1;
+    gdl__ox_node2(X, "Mul", s, c, w, NULL);
+    s = w;
+    if (n->i[0]) { /* causal */
+        float *m = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)(L * S > 0 ? L * S : 1));
+        int64_t i, j, dims[2];
+        int rc;
+        if (!m) return gdl__ox_oom(X);
+        for (i = 0; i < L; i++)
+            for (j = 0; j < S; j++) m[i * S + j] = j > i ? -INFINITY : 0.0f;
+        dims[0] = L;
+        dims[1] = S;
+        c = gdl__ox_tmp(X);
+        rc = c ? gdl__ox_init_raw(X, c, GDL__OX_FLOAT, 2, dims, m, sizeof(float) * (size_t)(L * S), 4) : -1;
+        GPUDL_FREE(m);
+        if (rc < 0 || !(w = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node2(X, "Add", s, c, w, NULL);
+        s = w;
+    } else if (mask && n->in[3]->dtype == GDL_U8) {
+        const char *b, *wi[3];
+        gdl__pb at2 = {NULL, 0, 0, 0};
+        if (!(b = gdl__ox_tmp(X)) || !(wi[2] = gdl__ox_const_f32(X, -INFINITY)) || !(w = gdl__ox_tmp(X))) return -1;
+        gdl__ox_attr_int(&at2, "to", GDL__OX_BOOL);
+        gdl__ox_node1(X, "Cast", mask, b, &at2);
+        wi[0] = b;
+        wi[1] = s;
+        gdl__ox_node(X, "Where", 3, wi, w, NULL);
+        s = w;
+    } else if (mask) {
+        if (!(w = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node2(X, "Add", s, mask, w, NULL);
+        s = w;
+    }
+    if (!(w = gdl__ox_tmp(X))) return -1;
+    gdl__ox_attr_int(&at, "axis", -1);
+    gdl__ox_node1(X, "Softmax", s, w, &at);
+    gdl__ox_node2(X, "MatMul", w, v, out, NULL);
+    return 0;
+}
+
+/* SDPA's node: layouts plain, heads packed in the last dim, or q, k and v side by side (src/ops/attention.h) */
+static int gdl__ox_sdpa(gdl__ox *X, const gdl_node *n, const char *const *in, const char *out) {
+    const gdl_tensor *q = n->in[0];
+    const int lay = (int)n->i[1], nd = q->ndim;
+    const int64_t H = n->i[2], L = q->shape[nd - 2];
+    const char *qs, *ks, *vs, *o, *t, *s;
+    int64_t E, Ev, S, shape[GDL_MAX_DIMS], perm[GDL_MAX_DIMS + 1];
+    gdl__pb at = {NULL, 0, 0, 0};
+    int d;
+    if (lay == GDL__SDPA_PLAIN)
+        return gdl__ox_attention(X, n, in[0], in[1], in[2], in[3], nd, L, n->in[1]->shape[nd - 2], out);
+    if (lay == GDL__SDPA_QKV) { /* the three thirds of the last dim */
+        const char *si[4], *part[3];
+        int64_t third = q->shape[nd - 1] / 3, ax = -1, st, en;
+        int j;
+        for (j = 0; j < 3; j++) {
+            st = j * third;
+            en = st + third;
+            si[0] = in[0];
+            if (!(si[1] = gdl__ox_const_i64(X, &st, 1)) || !(si[2] = gdl__ox_const_i64(X, &en, 1)) ||
+                !(si[3] = gdl__ox_const_i64(X, &ax, 1)) || !(part[j] = gdl__ox_tmp(X)))
+                return -1;
+            gdl__ox_node(X, "Slice", 4, si, part[j], NULL);
+        }
+        E = Ev = third / H;
+        S = L;
+        qs = part[0], ks = part[1], vs = part[2];
+    } else {
+        E = q->shape[nd - 1] / H;
+        Ev = n->in[2]->shape[nd - 1] / H;
+        S = n->in[1]->shape[nd - 2];
+        qs = in[0], ks = in[1], vs = in[2];
+    }
+    if (!(qs = gdl__ox_split_heads(X, qs, nd, H, E)) || !(ks = gdl__ox_split_heads(X, ks, nd, H, E)) ||
+        !(vs = gdl__ox_split_heads(X, vs, nd, H, Ev)) || !(o = gdl__ox_tmp(X)) ||
+        gdl__ox_attention(X, n, qs, ks, vs, in[3], nd + 1, L, S, o) < 0)
+        return -1;
+    for (d = 0; d <= nd; d++) perm[d] = d; /* [..., H, L, Ev] -> [..., L, H, Ev] -> [..., L, H*Ev] */
+    perm[nd - 2] = nd - 1;
+    perm[nd - 1] = nd - 2;
+    if (!(t = gdl__ox_tmp(X))) return -1;
+    gdl__ox_attr_ints(&at, "perm", perm, nd + 1);
+    gdl__ox_node1(X, "Transpose", o, t, &at);
+    for (d = 0; d < nd - 1; d++) shape[d] = 0;
+    shape[nd - 1] = H * Ev;
+    if (!(s = gdl__ox_const_i64(X, shape, nd))) return -1;
+    gdl__ox_node2(X, "Reshape", t, s, out, NULL);
+    return 0;
+}
+
+/* a view of a contiguous block of x (elements off .. off + count, SLICE's node): x[i0, .., ia-1, s:s+len] for
+   the outermost dim a where the block is whole rows of dim a, as a Slice over dims 0..a, then reshaped */
+static int gdl__ox_block(gdl__ox *X, const gdl_node *n, int total, const char *x, int b0, const char *out, int *bax) {
+    const gdl_tensor *t = n->in[0], *y = n->out;
+    int64_t off = n->i[0], cnt = y->numel, inner = 1, s = 0, len = 0, starts[GDL_MAX_DIMS], ends[GDL_MAX_DIMS],
+            axes[GDL_MAX_DIMS], mid[GDL_MAX_DIMS], target[GDL_MAX_DIMS];
+    const char *si[4], *part, *shape;
+    int a, k, sb;
+    for (a = 0; a < t->ndim; a++) {
+        for (inner = 1, k = a + 1; k < t->ndim; k++) inner *= t->shape[k];
+        if (!inner || off % inner || cnt % inner) continue;
+        s = off / inner;
+        len = cnt / inner;
+        if (s % t->shape[a] + len <= t->shape[a]) break;
+    }
+    if (a == t->ndim) return gdl__ox_no_form(X, n, total, "a block that is not whole rows of one dim");
+    starts[a] = s % t->shape[a];
+    ends[a] = starts[a] + len;
+    s /= t->shape[a];
+    for (k = a - 1; k >= 0; k--) { /* the fixed indices of the dims before a */
+        starts[k] = s % t->shape[k];
+        ends[k] = starts[k] + 1;
+        s /= t->shape[k];
+    }
+    if (b0 >= 0 && (b0 < a || (b0 == a && len != t->shape[a])))
+        return gdl__ox_no_form(X, n, total, "a block across the batch dim (export with dynamic_batch = 0)");
+    for (k = 0; k <= a; k++) axes[k] = k;
+    for (k = 0; k < t->ndim; k++) mid[k] = k < a ? 1 : k == a ? len : t->shape[k];
+    si[0] = x;
+    if (!(si[1] = gdl__ox_const_i64(X, starts, a + 1)) || !(si[2] = gdl__ox_const_i64(X, ends, a + 1)) ||
+        !(si[3] = gdl__ox_const_i64(X, axes, a + 1)) || !(part = gdl__ox_tmp(X)))
+        return -1;
+    gdl__ox_node(X, "Slice", 4, si, part, NULL);
+    if (gdl__ox_reshape_target(X, t->ndim, mid, y->ndim, y->shape, b0, target, &sb) < 0 ||
+        !(shape = gdl__ox_const_i64(X, target, y->ndim)))
+        return -1;
+    gdl__ox_node2(X, "Reshape", part, shape, out, NULL);
+    *bax = sb;
+    return 0;
+}
+
+/* a u8 mask as ONNX's bool */
+static const char *gdl__ox_bool(gdl__ox *X, const char *mask) {
+    gdl__pb at = {NULL, 0, 0, 0};
+    const char *b = gdl__ox_tmp(X);
+    if (!b) return NULL;
+    gdl__ox_attr_int(&at, "to", GDL__OX_BOOL);
+    gdl__ox_node1(X, "Cast", mask, b, &at);
+    return b;
+}
+
+/* a comparison (u8 result): both sides as f32 where their dtypes differ, as gdl_compare does */
+static int gdl__ox_compare(gdl__ox *X, const gdl_node *n, const char *const *in, const char *out) {
+    static const char *const names[] = {"Equal", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
+    const char *a = in[0], *b = in[1], *r, *r2;
+    gdl__pb at = {NULL, 0, 0, 0};
+    int op = (int)n->i[0], k;
+    if (n->in[0]->dtype != n->in[1]->dtype) {
+        const char **side[2];
+        side[0] = &a;
+        side[1] = &b;
+        for (k = 0; k < 2; k++) {
+            gdl__pb c = {NULL, 0, 0, 0};
+            const char *f;
+            if (n->in[k]->dtype == GDL_F32) continue;
+            if (!(f = gdl__ox_tmp(X))) return -1;
+            gdl__ox_attr_int(&c, "to", GDL__OX_FLOAT);
+            gdl__ox_node1(X, "Cast", *side[k], f, &c);
+            *side[k] = f;
+        }
+    }
+    if (op < 0 || op > GDL_CMP_GE || !(r = gdl__ox_tmp(X))) return -1;
+    gdl__ox_node2(X, names[op], a, b, r, NULL);
+    if (op == GDL_CMP_NE) {
+        if (!(r2 = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node1(X, "Not", r, r2, NULL);
+        r = r2;
+    }
+    gdl__ox_attr_int(&at, "to", GDL__OX_UINT8);
+    gdl__ox_node1(X, "Cast", r, out, &at);
+    return 0;
+}
+
+/* [B, G*H] -> its k-th of G parts along dim 1 */
+static const char *gdl__ox_part(gdl__ox *X, const char *x, int64_t k, int64_t H) {
+    const char *si[4], *p;
+    int64_t st = k * H, en = (k + 1) * H, ax = 1;
+    if (!(si[0] = x)) return NULL;
+    if (!(si[1] = gdl__ox_const_i64(X, &st, 1)) || !(si[2] = gdl__ox_const_i64(X, &en, 1)) ||
+        !(si[3] = gdl__ox_const_i64(X, &ax, 1)) || !(p = gdl__ox_tmp(X)))
+        return NULL;
+    gdl__ox_node(X, "Slice", 4, si, p, NULL);
+    return p;
+}
+
+/* y = op(a, b) into a fresh name; NULL after an error */
+static const char *gdl__ox_bin(gdl__ox *X, const char *op, const char *a, const char *b) {
+    const char *y = a && b ? gdl__ox_tmp(X) : NULL;
+    if (y) gdl__ox_node2(X, op, a, b, y, NULL);
+    return y;
+}
+static const char *gdl__ox_un(gdl__ox *X, const char *op, const char *a) {
+    const char *y = a ? gdl__ox_tmp(X) : NULL;
+    if (y) gdl__ox_node1(X, op, a, y, NULL);
+    return y;
+}
+
+/* lstm_gates (gates i, f, g, o of gx + gh; out [2, B, H]: h' then c') and gru_gates (r, z, n; out [B, H]),
+   the formulas of src/api/ops.h */
+static int gdl__ox_rnn_gates(gdl__ox *X, const gdl_node *n, const char *const *in, const char *out) {
+    const int64_t H = n->in[2]->shape[1];
+    const char *g[4], *s, *c, *h, *r3[2], *shape;
+    gdl__pb at = {NULL, 0, 0, 0};
+    int k;
+    if (n->op == GDL_OP_LSTM_GATES) {
+        int64_t tgt[3];
+        if (!(s = gdl__ox_bin(X, "Add", in[0], in[1]))) return -1;
+        for (k = 0; k < 4; k++)
+            if (!(g[k] = gdl__ox_part(X, s, k, H)) || !(g[k] = gdl__ox_un(X, k == 2 ? "Tanh" : "Sigmoid", g[k])))
+                return -1;
+        if (!(c = gdl__ox_bin(X, "Add", gdl__ox_bin(X, "Mul", g[1], in[2]), gdl__ox_bin(X, "Mul", g[0], g[2]))) ||
+            !(h = gdl__ox_bin(X, "Mul", g[3], gdl__ox_un(X, "Tanh", c))))
+            return -1;
+        tgt[0] = 1; tgt[1] = -1; tgt[2] = H;
+        if (!(shape = gdl__ox_const_i64(X, tgt, 3)) || !(r3[0] = gdl__ox_bin(X, "Reshape", h, shape)) ||
+            !(r3[1] = gdl__ox_bin(X, "Reshape", c, shape)))
+            return -1;
+        gdl__ox_attr_int(&at, "axis", 0);
+        gdl__ox_node(X, "Concat", 2, r3, out, &at);
+        return 0;
+    }
+    { /* GRU: r, z from gx + gh; n = tanh(gx_n + r gh_n); h' = (1 - z) n + z h_prev = n + z (h_prev - n) */
+        const char *r, *z, *nn;
+        if (!(r = gdl__ox_un(X, "Sigmoid", gdl__ox_bin(X, "Add", gdl__ox_part(X, in[0], 0, H), gdl__ox_part(X, in[1], 0, H)))) ||
+            !(z = gdl__ox_un(X, "Sigmoid", gdl__ox_bin(X, "Add", gdl__ox_part(X, in[0], 1, H), gdl__ox_part(X, in[1], 1, H)))) ||
+            !(nn = gdl__ox_un(X, "Tanh", gdl__ox_bin(X, "Add", gdl__ox_part(X, in[0], 2, H),
+                                                      gdl__ox_bin(X, "Mul", r, gdl__ox_part(X, in[1], 2, H))))) ||
+            !(h = gdl__ox_bin(X, "Mul", z, gdl__ox_bin(X, "Sub", in[2], nn))))
+            return -1;
+        gdl__ox_node2(X, "Add", nn, h, out, NULL);
+        return 0;
+    }
+}
+
+/* One trace node n (whose output is named out) as ONNX nodes; its output's batch dim in *bax. */
+static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out, int *bax) {
+    const char *in[GDL__OX_MAX_IN], *t, *c;
+    gdl__pb at = {NULL, 0, 0, 0};
+    int b0, op = n->op;
+    int64_t v[GDL_MAX_DIMS + 2];
+    *bax = -1;
+    if (n->nin > GDL__OX_MAX_IN) return gdl__ox_no_form(X, n, total, "too many inputs");
+    if (gdl__ox_inputs(X, n, in) < 0) return -1;
+    b0 = n->nin && n->in[0] ? gdl__ox_bax_of(X, n->in[0]) : -1;
+    *bax = b0;
+    if (gdl__ox_unary_name(op)) {
+        gdl__ox_node1(X, gdl__ox_unary_name(op), in[0], out, NULL);
+        return 0;
+    }
+    if (gdl__ox_binary_name(op)) {
+        if (n->nin == 1) { /* a scalar op: its scalar a constant */
+            if (!(c = gdl__ox_const_f32(X, n->f[0]))) return -1;
+            gdl__ox_node2(X, gdl__ox_binary_name(op), in[0], c, out, NULL);
+            return 0;
+        }
+        gdl__ox_node2(X, gdl__ox_binary_name(op), in[0], in[1], out, NULL);
+        *bax = gdl__ox_bax_broadcast(X, n);
+        return 0;
+    }
+    switch (op) {
+    case GDL_OP_RESHAPE: {
+        const char *shape;
+        if (gdl__ox_reshape_target(X, n->in[0]->ndim, n->in[0]->shape, n->out->ndim, n->out->shape, b0, v, bax) < 0 ||
+            !(shape = gdl__ox_const_i64(X, v, n->out->ndim)))
+            return -1;
+        gdl__ox_node2(X, "Reshape", in[0], shape, out, NULL);
+        return 0;
+    }
+    case GDL_OP_SLICE: return gdl__ox_block(X, n, total, in[0], b0, out, bax);
+    case GDL_OP_LEAKY_RELU:
+        gdl__ox_attr_float(&at, "alpha", n->f[0]);
+        gdl__ox_node1(X, "LeakyRelu", in[0], out, &at);
+        return 0;
+    case GDL_OP_RSQRT:
+        if (!(t = gdl__ox_tmp(X))) return -1;
+        gdl__ox_node1(X, "Sqrt", in[0], t, NULL);
+        gdl__ox_node1(X, "Reciprocal", t, out, NULL);
+        return 0;
+    case GDL_OP_GELU:
+    case GDL_OP_GELU_TANH: return gdl__ox_gelu(X, op == GDL_OP_GELU_TANH, in[0], out);
+    case GDL_OP_MATMUL: {
+        int ba = b0, bb = gdl__ox_bax_of(X, n->in[1]);
+        gdl__ox_node2(X, "MatMul", in[0], in[1], out, NULL);
+        *bax = ba >= 0 && ba <= n->in[0]->ndim - 2 ? ba + n->out->ndim - n->in[0]->ndim
+             : bb >= 0 && bb != n->in[1]->ndim - 2 ? bb + n->out->ndim - n->in[1]->ndim : -1;
+        return 0;
+    }
+    case GDL_OP_LINEAR:
+    case GDL_OP_LINEAR_ACT: {
+        int code = op == GDL_OP_LINEAR_ACT ? (int)n->i[0] : -1;
+        const char *y = code >= 0 ? gdl__ox_tmp(X) : out;
+        if (b0 >= n->in[0]->ndim - 1) *bax = -1;
+        if (!y || gdl__ox_linear(X, in, n->in[0]->ndim, y) < 0) return -1;
+        return code >= 0 ? gdl__ox_act(X, code, y, out) : 0;
+    }
+    case GDL_OP_SUM:
+    case GDL_OP_MEAN:
+    case GDL_OP_MAX: {
+        int dim = (int)n->i[3], keep = dim >= 0 && n->out->ndim == n->in[0]->ndim;
+        if (b0 >= 0 && (dim < 0 || dim == b0)) *bax = -1;
+        else if (b0 > dim && !keep) *bax = b0 - 1;
+        return gdl__ox_reduce(X, op == GDL_OP_SUM ? "ReduceSum" : op == GDL_OP_MEAN ? "ReduceMean" : "ReduceMax", in[0],
+                              dim, keep, out);
+    }
+    case GDL_OP_SOFTMAX:
+    case GDL_OP_LOG_SOFTMAX:
+        gdl__ox_attr_int(&at, "axis", n->i[3]);
+        gdl__ox_node1(X, op == GDL_OP_SOFTMAX ? "Softmax" : "LogSoftmax", in[0], out, &at);
+        return 0;
+    case GDL_OP_CONV2D:
+    case GDL_OP_CONV2D_ACT: {
+        int code = (int)n->i[2];
+        const char *y = code >= 0 ? gdl__ox_tmp(X) : out;
+        if (!y) return -1;
+        gdl__ox_window(&at, &n->geom, 1);
+        gdl__ox_attr_int(&at, "group", n->i[0]);
+        gdl__ox_node(X, "Conv", n->in[2] ? 3 : 2, in, y, &at);
+        return code >= 0 ? gdl__ox_act(X, code, y, out) : 0;
+    }
+    case GDL_OP_MAX_POOL2D:
+    case GDL_OP_AVG_POOL2D:
+        gdl__ox_window(&at, &n->geom, 0);
+        if (op == GDL_OP_AVG_POOL2D) gdl__ox_attr_int(&at, "count_include_pad", 1); /* PyTorch's default */
+        gdl__ox_node1(X, op == GDL_OP_MAX_POOL2D ? "MaxPool" : "AveragePool", in[0], out, &at);
+        return 0;
+    case GDL_OP_GLOBAL_AVG_POOL2D: gdl__ox_node1(X, "GlobalAveragePool", in[0], out, NULL); return 0;
+    case GDL_OP_CONCAT:
+        gdl__ox_attr_int(&at, "axis", n->i[0]);
+        gdl__ox_node(X, "Concat", n->nin, in, out, &at);
+        *bax = gdl__ox_bax_broadcast(X, n);
+        return 0;
+    case GDL_OP_PERMUTE: {
+        int k;
+        for (k = 0; k < n->in[0]->ndim; k++) {
+            v[k] = n->i[k];
+            if (b0 >= 0 && n->i[k] == b0) *bax = k;
+        }
+        gdl__ox_attr_ints(&at, "perm", v, n->in[0]->ndim);
+        gdl__ox_node1(X, "Transpose", in[0], out, &at);
+        return 0;
+    }
+    case GDL_OP_NARROW: { /* i: dim, start, step, length */
+        const char *si[5];
+        int64_t dim = n->i[0], start = n->i[1], step = n->i[2], end = n->i[1] + n->i[2] * (n->i[3] - 1) + 1;
+        if (dim == b0) return gdl__ox_no_form(X, n, total, "a slice along the batch dim (export with dynamic_batch = 0)");
+        si[0] = in[0];
+        if (!(si[1] = gdl__ox_const_i64(X, &start, 1)) || !(si[2] = gdl__ox_const_i64(X, &end, 1)) ||
+            !(si[3] = gdl__ox_const_i64(X, &dim, 1)) || !(si[4] = gdl__ox_const_i64(X, &step, 1)))
+            return -1;
+        gdl__ox_node(X, "Slice", 5, si, out, NULL);
+        return 0;
+    }
+    case GDL_OP_INDEX_SELECT:
+    case GDL_OP_GATHER:
+        gdl__ox_attr_int(&at, "axis", n->i[0]);
+        gdl__ox_node2(X, op == GDL_OP_GATHER ? "GatherElements" : "Gather", in[0], in[1], out, &at);
+        if (b0 >= 0 && b0 == n->i[0]) *bax = -1;
+        return 0;
+    case GDL_OP_EMBEDDING: /* in: indices, weight */
+        gdl__ox_node2(X, "Gather", in[1], in[0], out, NULL);
+        return 0;
+    case GDL_OP_BATCH_NORM:
+    case GDL_OP_BATCH_NORM_RELU: {
+        const char *bi[5], *y = op == GDL_OP_BATCH_NORM_RELU ? gdl__ox_tmp(X) : out;
+        int64_t C = n->in[0]->shape[1];
+        if (n->i[3] || !n->stats[0] || !n->stats[1])
+            return gdl__ox_no_form(X, n, total, "normalising by the batch's statistics (training mode, or no running "
+                                                "statistics): only evaluation mode's running statistics export");
+        bi[0] = in[0];
+        if (!y || !(bi[1] = in[1] ? in[1] : gdl__ox_const_fill(X, C, 1.0)) ||
+            !(bi[2] = in[2] ? in[2] : gdl__ox_const_fill(X, C, 0.0)) || !(bi[3] = gdl__ox_use(X, n->stats[0])) ||
+            !(bi[4] = gdl__ox_use(X, n->stats[1])))
+            return -1;
+        gdl__ox_attr_float(&at, "epsilon", n->f[0]);
+        gdl__ox_node(X, "BatchNormalization", 5, bi, y, &at);
+        if (op == GDL_OP_BATCH_NORM_RELU) gdl__ox_node1(X, "Relu", y, out, NULL);
+        return 0;
+    }
+    case GDL_OP_LAYER_NORM: {
+        const char *li[3];
+        li[0] = in[0];
+        if (!(li[1] = in[1] ? in[1] : gdl__ox_const_fill(X, n->i[1], 1.0))) return -1;
+        li[2] = in[2];
+        gdl__ox_attr_int(&at, "axis", -1);
+        gdl__ox_attr_float(&at, "epsilon", n->f[0]);
+        gdl__ox_node(X, "LayerNormalization", 3, li, out, &at);
+        return 0;
+    }
+    case GDL_OP_SDPA:
+        if (b0 >= n->in[0]->ndim - 2) *bax = -1; /* the batch among q's leading dims */
+        return gdl__ox_sdpa(X, n, in, out);
+    case GDL__OP_TRACE_COMPARE:
+        *bax = gdl__ox_bax_broadcast(X, n);
+        return gdl__ox_compare(X, n, in, out);
+    case GDL_OP_WHERE: {
+        const char *wi[3];
+        if (!(wi[0] = gdl__ox_bool(X, in[0]))) return -1;
+        wi[1] = in[1];
+        wi[2] = in[2];
+        gdl__ox_node(X, "Where", 3, wi, out, NULL);
+        *bax = gdl__ox_bax_broadcast(X, n);
+        return 0;
+    }
+    case GDL_OP_MASKED_FILL: {
+        const char *wi[3];
+        if (!(wi[0] = gdl__ox_bool(X, in[1])) || !(wi[1] = gdl__ox_const_f32(X, n->f[0]))) return -1;
+        wi[2] = in[0];
+        gdl__ox_node(X, "Where", 3, wi, out, NULL);
+        return 0;
+    }
+    case GDL_OP_TRIL:
+    case GDL_OP_TRIU:
+        if (!(c = gdl__ox_const_i64_scalar(X, n->i[0]))) return -1;
+        gdl__ox_attr_int(&at, "upper", op == GDL_OP_TRIU);
+        gdl__ox_node2(X, "Trilu", in[0], c, out, &at);
+        return 0;
+    case GDL_OP_CUMSUM:
+        if (!(c = gdl__ox_const_i64_scalar(X, n->i[3]))) return -1;
+        gdl__ox_node2(X, "CumSum", in[0], c, out, NULL);
+        return 0;
+    case GDL_OP_LSTM_GATES:
+    case GDL_OP_GRU_GATES:
+        if (op == GDL_OP_LSTM_GATES && b0 >= 0) *bax = b0 + 1;
+        return gdl__ox_rnn_gates(X, n, in, out);
+    case GDL_OP_CAST:
+        if (!gdl__ox_dtype(n->out->dtype)) return gdl__ox_no_form(X, n, total, "to a dtype ONNX lacks here");
+        gdl__ox_attr_int(&at, "to", gdl__ox_dtype(n->out->dtype));
+        gdl__ox_node1(X, "Cast", in[0], out, &at);
+        return 0;
+    case GDL_OP_DROPOUT:
+        return gdl__ox_no_form(X, n, total, "dropout called with training = 1 (the export runs modules in "
+                                            "evaluation mode; a forward that calls gdl_dropout itself should pass "
+                                            "gdl_module_is_training)");
+    default: return gdl__ox_no_form(X, n, total, NULL);
+    }
+}
+
+/* ---- the trace ---- */
+
+#define GDL__OX_MAX_OUT 64
+
+/* m's tree in pre-order (list and flags may be NULL: only counted from n on); the count */
+static int gdl__ox_modules(gdl_module *m, gdl_module **list, int *training, int n) {
+    int k;
+    if (list) {
+        list[n] = m;
+        training[n] = gdl_module_is_training(m);
+    }
+    n++;
+    for (k = 0; k < gdl_module_num_children(m); k++) n = gdl__ox_modules(gdl_module_child_at(m, k), list, training, n);
+    return n;
+}
+
+/* Runs fn once with every op recording its node (gdl__tracing), no gradients and model in evaluation
+   mode, all three restored after. The nodes recorded, oldest first, in *nodes (to free), their count in
+   *nn; the tape is left as it was. 0 / -1 + error. */
+static int gdl__ox_trace(gdl__ox *X, gdl_module *model, gdl_onnx_forward_fn fn, void *user, int nin,
+                         gdl_tensor *const *in, gdl_tensor **outs, int *nout, gdl_node ***nodes, int *nn) {
+    gdl_node *tape0 = gdl__tape, *nd;
+    gdl_module **mods = NULL;
+    int *training = NULL, nm = 0, k, rc, prev_grad, count = 0;
+    if (model) {
+        nm = gdl__ox_modules(model, NULL, NULL, 0);
+        mods = (gdl_module **)GPUDL_MALLOC(sizeof *mods * (size_t)nm);
+        training = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)nm);
+        if (!mods || !training) {
+            GPUDL_FREE(mods);
+            GPUDL_FREE(training);
+            return gdl__ox_oom(X);
+        }
+        gdl__ox_modules(model, mods, training, 0);
+        gdl_module_train(model, 0);
+    }
+    prev_grad = gdl_set_grad_enabled(0);
+    gdl__tracing = 1;
+    *nout = 0;
+    rc = fn(user, nin, in, GDL__OX_MAX_OUT, outs, nout);
+    gdl__tracing = 0;
+    for (nd = gdl__tape; nd && nd != tape0; nd = nd->prev) count++;
+    *nodes = (gdl_node **)GPUDL_MALLOC(sizeof(gdl_node *) * (size_t)(count ? count : 1));
+    if (*nodes)
+        for (nd = gdl__tape, k = count; k > 0; nd = nd->prev) (*nodes)[--k] = nd;
+    *nn = count;
+    gdl__tape = tape0; /* the trace's nodes are not the caller's to backward through */
+    gdl_set_grad_enabled(prev_grad);
+    for (k = 0; k < nm; k++) gdl_module_train(mods[k], training[k]); /* pre-order: children after parents */
+    GPUDL_FREE(mods);
+    GPUDL_FREE(training);
+    if (!*nodes) return gdl__ox_oom(X);
+    if (rc < 0) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl__set_error("%s: the traced forward failed: %s", X->fn, prev[0] ? prev : "(no message)");
+        return -1;
+    }
+    if (*nout < 1 || *nout > GDL__OX_MAX_OUT) {
+        gdl__set_error("%s: the forward gave %d outputs (1 to %d)", X->fn, *nout, GDL__OX_MAX_OUT);
+        return -1;
+    }
+    for (k = 0; k < *nout; k++)
+        if (!outs[k]) {
+            gdl__set_error("%s: the forward's output %d is NULL", X->fn, k);
+            return -1;
+        }
+    return 0;
+}
+
+/* which trace nodes the outputs depend on (live[k]) */
+static int gdl__ox_live(gdl__ox *X, gdl_node **nodes, int nn, gdl_tensor **outs, int nout, char *live) {
+    int cap = 16, k, j, *h;
+    size_t i;
+    while (cap < 2 * nn) cap *= 2;
+    if (!(h = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)cap))) return gdl__ox_oom(X);
+    memset(h, 0, sizeof(int) * (size_t)cap);
+    for (k = 0; k < nn; k++) {
+        for (i = gdl__ox_hash_of(nodes[k], cap); h[i]; i = (i + 1) & (size_t)(cap - 1)) {}
+        h[i] = k + 1;
+    }
+#define GDL__OX_MARK(nodep)                                                                          \
+    do {                                                                                             \
+        const gdl_node *m_ = (nodep);                                                                \
+        if (m_)                                                                                      \
+            for (i = gdl__ox_hash_of(m_, cap); h[i]; i = (i + 1) & (size_t)(cap - 1))                \
+                if (nodes[h[i] - 1] == m_) {                                                         \
+                    live[h[i] - 1] = 1;                                                              \
+                    break;                                                                           \
+                }                                                                                    \
+    } while (0)
+    memset(live, 0, (size_t)nn);
+    for (k = 0; k < nout; k++) GDL__OX_MARK(outs[k]->node);
+    for (k = nn - 1; k >= 0; k--)
+        if (live[k])
+            for (j = 0; j < nodes[k]->nin; j++)
+                if (nodes[k]->in[j]) GDL__OX_MARK(nodes[k]->in[j]->node);
+#undef GDL__OX_MARK
+    GPUDL_FREE(h);
+    return 0;
+}
+
+/* ---- the file ---- */
+
+/* a ValueInfoProto: name, the elem type and the shape, dim bax (if >= 0) the symbolic "batch" when it
+   has the traced batch's size B, else unknown */
+static void gdl__ox_value_info(gdl__pb *b, int field, const char *name, const gdl_tensor *t, int bax, int64_t B) {
+    size_t s = gdl__pb_open(b, field), ty, tt, sh, d;
+    int k;
+    gdl__pb_str(b, GDL__OX_VI_NAME, name);
+    ty = gdl__pb_open(b, GDL__OX_VI_TYPE);
+    tt = gdl__pb_open(b, GDL__OX_TYPE_TENSOR);
+    gdl__pb_int(b, GDL__OX_TT_ELEM, gdl__ox_dtype(t->dtype));
+    sh = gdl__pb_open(b, GDL__OX_TT_SHAPE);
+    for (k = 0; k < t->ndim; k++) {
+        d = gdl__pb_open(b, GDL__OX_SHAPE_DIM);
+        if (k != bax) gdl__pb_int(b, GDL__OX_DIM_VALUE, t->shape[k]);
+        else if (t->shape[k] == B) gdl__pb_str(b, GDL__OX_DIM_PARAM, "batch");
+        gdl__pb_close(b, d);
+    }
+    gdl__pb_close(b, sh);
+    gdl__pb_close(b, tt);
+    gdl__pb_close(b, ty);
+    gdl__pb_close(b, s);
+}
+
+/* writes buf to tmp (flushed, synced); 0 / -1 + error */
+static int gdl__ox_write_file(gdl__ox *X, const char *tmp, const void *buf, size_t len) {
+    FILE *f = fopen(tmp, "wb");
+    int ok;
+    if (!f) {
+        gdl__set_error("%s: %s: cannot create temporary file %s: %s", X->fn, X->path, tmp, gdl__strerr(errno));
+        return -1;
+    }
+    ok = fwrite(buf, 1, len, f) == len && fflush(f) == 0 && gdl__os_fsync(f) == 0;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) {
+        gdl__set_error("%s: %s: writing temporary file %s failed: %s", X->fn, X->path, tmp, gdl__strerr(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+static int gdl__ox_check_opts(const char *fn, const gdl_onnx_opts *o, int nin, gdl_tensor *const *inputs,
+                              const char *path) {
+    int k;
+    if (!path || !*path) {
+        gdl__set_error("%s: path is %s", fn, path ? "empty" : "NULL");
+        return -1;
+    }
+    if (o->opset < GDL_ONNX_OPSET_MIN || o->opset > GDL_ONNX_OPSET_MAX) {
+        gdl__set_error("%s: opset %d is not supported (%d to %d)", fn, o->opset, GDL_ONNX_OPSET_MIN, GDL_ONNX_OPSET_MAX);
+        return -1;
+    }
+    if (nin < 1 || nin > GDL__OX_MAX_IN || !inputs) {
+        gdl__set_error("%s: %d example inputs (1 to %d)", fn, nin, GDL__OX_MAX_IN);
+        return -1;
+    }
+    for (k = 0; k < nin; k++) {
+        if (!inputs[k]) {
+            gdl__set_error("%s: example input %d is NULL", fn, k);
+            return -1;
+        }
+        if (!gdl__ox_dtype(inputs[k]->dtype)) {
+            gdl__set_error("%s: example input %d is %s %s: ONNX inputs here are f32, i32, f16 or bf16", fn, k,
+                           gdl_dtype_name(inputs[k]->dtype), gdl_shape_str(inputs[k]));
+            return -1;
+        }
+        if (o->dynamic_batch && inputs[k]->ndim < 1) {
+            gdl__set_error("%s: example input %d is a scalar: a dynamic batch needs a dim 0 (or dynamic_batch = 0)",
+                           fn, k);
+            return -1;
+        }
+        if ((o->input_names && (!o->input_names[k] || !*o->input_names[k]))) {
+            gdl__set_error("%s: input_names[%d] is %s", fn, k, o->input_names[k] ? "empty" : "NULL");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void gdl__ox_free(gdl__ox *X) {
+    int k;
+    for (k = 0; k < X->nv; k++) GPUDL_FREE(X->v[k].name);
+    GPUDL_FREE(X->v);
+    GPUDL_FREE(X->hash);
+    GPUDL_FREE(X->pnames);
+    GPUDL_FREE(X->ptens);
+    gdl__pb_free(&X->nodes);
+    gdl__pb_free(&X->inits);
+}
+
+/* the graph's nodes and initializers from the live trace nodes; the outputs' names. 0 / -1 + error */
+static int gdl__ox_translate(gdl__ox *X, gdl_node **nodes, int nn, const char *live, gdl_tensor **outs, int nout,
+                             const gdl_onnx_opts *o, int *out_idx) {
+    char name[96];
+    int k, j, i, bax = -1, total = 0;
+    for (k = 0; k < nn; k++) total += live[k];
+    for (k = 0, X->cur = 0; k < nn; k++) {
+        const gdl_node *n = nodes[k];
+        const char *out = NULL;
+        if (!live[k]) continue;
+        X->ntmp = 0;
+        snprintf(X->curname, sizeof X->curname, "%s_%d", gdl__ox_op_name(n->op), X->cur);
+        for (j = 0; j < nout && !out; j++) /* a graph output takes its given name */
+            if (outs[j] == n->out && out_idx[j] < 0) {
+                if (o->output_names && o->output_names[j] && *o->output_names[j]) out = o->output_names[j];
+                else if (nout == 1) out = "output";
+                else snprintf(name, sizeof name, "output%d", j), out = name;
+            }
+        if (!out) out = X->curname;
+        if (!gdl__ox_dtype(n->out->dtype))
+            return gdl__ox_no_form(X, n, total, "its output's dtype has no ONNX type here");
+        if (gdl__ox_op(X, n, total, out, &bax) < 0) return -1;
+        if (X->nodes.oom || X->inits.oom) return gdl__ox_oom(X);
+        if ((j = gdl__ox_add(X, n->out, out, X->dyn ? bax : -1)) < 0) return -1;
+        for (i = 0; i < nout; i++)
+            if (outs[i] == n->out && out_idx[i] < 0) out_idx[i] = j;
+        X->cur++;
+    }
+    /* outputs that no node of the trace made (an input, a parameter, a repeated output): an Identity */
+    for (k = 0; k < nout; k++) {
+        const char *src;
+        if (out_idx[k] >= 0) continue;
+        if (gdl__ox_find(X, outs[k]) < 0 && outs[k]->gen) { /* a temporary no recorded op made */
+            gdl__set_error("%s: output %d %s was not made by an op the trace records (computed outside the ops, "
+                           "e.g. read back to the host and made again): it would be a constant", X->fn, k,
+                           gdl_shape_str(outs[k]));
+            return -1;
+        }
+        X->ntmp = 0;
+        snprintf(X->curname, sizeof X->curname, "output_identity_%d", k);
+        if (o->output_names && o->output_names[k] && *o->output_names[k]) snprintf(name, sizeof name, "%s", o->output_names[k]);
+        else if (nout == 1) snprintf(name, sizeof name, "output");
+        else snprintf(name, sizeof name, "output%d", k);
+        if (!(src = gdl__ox_use(X, outs[k]))) return -1;
+        gdl__ox_node1(X, "Identity", src, name, NULL);
+        if ((j = gdl__ox_add(X, NULL, name, gdl__ox_bax_of(X, outs[k]))) < 0) return -1;
+        out_idx[k] = j;
+    }
+    return 0;
+}
+
+/* the ModelProto around the graph, into m */
+static void gdl__ox_model(gdl__ox *X, gdl__pb *m, const char *graph_name, int nin, gdl_tensor *const *inputs,
+                          gdl_tensor **outs, int nout, const int *out_idx) {
+    char ver[32];
+    size_t s;
+    int k;
+    int64_t B = X->dyn ? inputs[0]->shape[0] : -1;
+    snprintf(ver, sizeof ver, "%d.%d.%d", GPUDL_VERSION_MAJOR, GPUDL_VERSION_MINOR, GPUDL_VERSION_PATCH);
+    gdl__pb_int(m, GDL__OX_MODEL_IR_VERSION, gdl__ox_ir_version(X->opset));
+    gdl__pb_str(m, GDL__OX_MODEL_PRODUCER, "gpudl");
+    gdl__pb_str(m, GDL__OX_MODEL_PRODUCER_VERSION, ver);
+    s = gdl__pb_open(m, GDL__OX_MODEL_OPSET);
+    gdl__pb_str(m, GDL__OX_OPSET_DOMAIN, "");
+    gdl__pb_int(m, GDL__OX_OPSET_VERSION, X->opset);
+    gdl__pb_close(m, s);
+    s = gdl__pb_open(m, GDL__OX_MODEL_GRAPH);
+    if (X->nodes.oom || X->inits.oom) m->oom = 1;
+    gdl__pb_raw(m, X->nodes.p, X->nodes.n);
+    gdl__pb_str(m, GDL__OX_GRAPH_NAME, graph_name);
+    gdl__pb_raw(m, X->inits.p, X->inits.n);
+    for (k = 0; k < nin; k++)
+        gdl__ox_value_info(m, GDL__OX_GRAPH_INPUT, X->v[k].name, inputs[k], X->dyn ? 0 : -1, B);
+    for (k = 0; k < nout; k++)
+        gdl__ox_value_info(m, GDL__OX_GRAPH_OUTPUT, X->v[out_idx[k]].name, outs[k], X->v[out_idx[k]].bax, B);
+    gdl__pb_close(m, s);
+}
+
+/* <path without .onnx>.bin, and its last component (what the model's external_data entries name) */
+static char *gdl__ox_bin_path(const char *path, const char **base) {
+    size_t n = strlen(path);
+    char *p;
+    const char *slash;
+    if (n > 5 && !strcmp(path + n - 5, ".onnx")) n -= 5;
+    if (!(p = (char *)GPUDL_MALLOC(n + 5))) return NULL;
+    memcpy(p, path, n);
+    strcpy(p + n, ".bin");
+    slash = strrchr(p, '/');
+#ifdef _WIN32
+    if (strrchr(p, '\\') > slash) slash = strrchr(p, '\\');
+#endif
+    *base = slash ? slash + 1 : p;
+    return p;
+}
+
+static int gdl__ox_export(const char *fn, gdl_module *model, gdl_onnx_forward_fn f, void *user, int nin,
+                          gdl_tensor *const *inputs, const char *path, const gdl_onnx_opts *opts) {
+    static unsigned counter;
+    gdl_onnx_opts o = opts ? *opts : gdl_onnx_defaults();
+    gdl__ox X;
+    gdl__pb m = {NULL, 0, 0, 0};
+    gdl_node **nodes = NULL;
+    gdl_tensor *outs[GDL__OX_MAX_OUT];
+    int out_idx[GDL__OX_MAX_OUT], nout = 0, nn = 0, k, rc = -1;
+    char *live = NULL, *tmp = NULL, *bin = NULL, *bintmp = NULL, name[32];
+    memset(&X, 0, sizeof X);
+    X.fn = fn;
+    X.path = path;
+    if (!f) {
+        gdl__null_arg(fn, "forward");
+        return -1;
+    }
+    if (gdl__ox_check_opts(fn, &o, nin, inputs, path) < 0) return -1;
+    if (model && gdl_module_is_quantized(model) > 0) { /* int8 layers run outside the tape: nothing to trace */
+        gdl__set_error("%s: the model has quantized (int8) layers, which have no ONNX form here (no "
+                       "QuantizeLinear / DequantizeLinear export): export the float model", fn);
+        return -1;
+    }
+    X.opset = o.opset;
+    X.dyn = o.dynamic_batch != 0;
+    X.B = X.dyn ? inputs[0]->shape[0] : -1;
+    X.ext_min = o.external_min_bytes;
+    if (model) { /* the state_dict names */
+        int np = gdl_module_named_tensors(model, GDL_PARAMS_AND_BUFFERS, NULL, NULL, 0);
+        if (np < 0) return -1;
+        X.pnames = (char **)GPUDL_MALLOC(sizeof(char *) * (size_t)(np + 1));
+        X.ptens = (gdl_tensor **)GPUDL_MALLOC(sizeof(gdl_tensor *) * (size_t)(np + 1));
+        if (!X.pnames || !X.ptens) goto oom;
+        X.np = gdl_module_named_tensors(model, GDL_PARAMS_AND_BUFFERS, (const char **)X.pnames, X.ptens, np);
+    }
+    for (k = 0; k < nin; k++) { /* the inputs come first in the value list */
+        const char *nm = name;
+        if (o.input_names) nm = o.input_names[k];
+        else if (nin == 1) nm = "input";
+        else snprintf(name, sizeof name, "input%d", k);
+        if (gdl__ox_find(&X, inputs[k]) >= 0) {
+            gdl__set_error("%s: example input %d is also input %d: give distinct tensors", fn, k,
+                           gdl__ox_find(&X, inputs[k]));
+            goto done;
+        }
+        if (gdl__ox_add(&X, inputs[k], nm, X.dyn ? 0 : -1) < 0) goto done;
+    }
+    if (gdl__ox_trace(&X, model, f, user, nin, inputs, outs, &nout, &nodes, &nn) < 0) goto done;
+    for (k = 0; k < nout; k++) out_idx[k] = -1;
+    if (!(live = (char *)GPUDL_MALLOC((size_t)(nn ? nn : 1))) || !(tmp = (char *)GPUDL_MALLOC(strlen(path) + 64)))
+        goto oom;
+    if (gdl__ox_live(&X, nodes, nn, outs, nout, live) < 0) goto done;
+    if (o.external_data) {
+        if (!(bin = gdl__ox_bin_path(path, &X.ext_name)) || !(bintmp = (char *)GPUDL_MALLOC(strlen(bin) + 64))) goto oom;
+        snprintf(bintmp, strlen(bin) + 64, "%s.tmp.%ld.%u", bin, gdl__os_pid(), ++counter);
+        if (!(X.ext = fopen(bintmp, "wb"))) {
+            gdl__set_error("%s: %s: cannot create temporary file %s: %s", fn, path, bintmp, gdl__strerr(errno));
+            GPUDL_FREE(bintmp);
+            bintmp = NULL;
+            goto done;
+        }
+    }
+    if (gdl__ox_translate(&X, nodes, nn, live, outs, nout, &o, out_idx) < 0) goto done;
+    gdl__ox_model(&X, &m, model ? gdl_module_kind(model) : "gpudl", nin, inputs, outs, nout, out_idx);
+    if (m.oom) goto oom;
+    if (m.n > 0x7fffffffu) {
+        gdl__set_error("%s: %s: the model is %zu bytes, over protobuf's 2 GiB: export with external_data = 1", fn, path,
+                       m.n);
+        goto done;
+    }
+    if (X.ext) {
+        FILE *e = X.ext;
+        int ok = fflush(e) == 0 && gdl__os_fsync(e) == 0;
+        X.ext = NULL;
+        if (fclose(e) != 0 || !ok) {
+            gdl__set_error("%s: %s: writing %s failed: %s", fn, path, bintmp, gdl__strerr(errno));
+            goto done;
+        }
+    }
+    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
+    if (gdl__ox_write_file(&X, tmp, m.p, m.n) < 0) goto done;
+    if (bintmp && gdl__os_replace(bintmp, bin) != 0) {
+        gdl__set_error("%s: %s: cannot rename %s over it: %s", fn, bin, bintmp, gdl__strerr(errno));
+        remove(tmp);
+        goto done;
+    }
+    if (gdl__os_replace(tmp, path) != 0) {
+        gdl__set_error("%s: %s: cannot rename %s over it: %s", fn, path, tmp, gdl__strerr(errno));
+        remove(tmp);
+        if (bin) remove(bin);
+        goto done;
+    }
+    if (bintmp) { /* renamed: nothing left to remove */
+        GPUDL_FREE(bintmp);
+        bintmp = NULL;
+    }
+    rc = 0;
+    goto done;
+oom:
+    gdl__ox_oom(&X);
+done:
+    if (X.ext) fclose(X.ext);
+    if (bintmp) remove(bintmp);
+    GPUDL_FREE(bintmp);
+    GPUDL_FREE(bin);
+    GPUDL_FREE(tmp);
+    GPUDL_FREE(live);
+    GPUDL_FREE(nodes);
+    gdl__pb_free(&m);
+    gdl__ox_free(&X);
+    return rc;
+}
+
+GPUDL_API int gdl_export_onnx_fn(gdl_module *model, gdl_onnx_forward_fn fn, void *user, int nin,
+                                 gdl_tensor *const *inputs, const char *path, const gdl_onnx_opts *opts) {
+    return gdl__ox_export("gdl_export_onnx_fn", model, fn, user, nin, inputs, path, opts);
+}
+
+/* gdl_export_onnx's forward: the module's, one input, one output */
+static int gdl__ox_module_forward(void *user, int nin, gdl_tensor *const *in, int max_out, gdl_tensor **out,
+                                  int *nout) {
+    (void)nin;
+    (void)max_out;
+    if (!(out[0] = gdl_forward((gdl_module *)user, in[0]))) return -1;
+    *nout = 1;
+    return 0;
+}
+
+GPUDL_API int gdl_export_onnx(gdl_module *model, gdl_tensor *x, const char *path, const gdl_onnx_opts *opts) {
+    if (!model) {
+        gdl__null_arg("gdl_export_onnx", "model");
+        return -1;
+    }
+    return gdl__ox_export("gdl_export_onnx", model, gdl__ox_module_forward, model, 1, &x, path, opts);
+}
+/* src/io/onnx_import.h — gdl_load_onnx: an ONNX file read with the bounds-checked protobuf reader of
+   src/io/protobuf.h into nodes, attributes and initializers (untrusted input: every length, count, dim,
+   dtype and external-data range checked; fuzzed by tests/fuzz/fuzz_onnx.c), and gdl_onnx_run, which runs
+   the graph with gdl's ops. It takes the ops gdl_export_onnx writes (docs/onnx.md lists them); any other
+   op fails the run with its name. */
+
+#define GDL__OI_MAX_NAME 4096     /* bytes of a name or string attribute */
+#define GDL__OI_MAX_COUNT 4000000 /* nodes, attributes, inputs of one list */
+
+typedef struct gdl__oi_val {
+    char *name;
+    gdl_tensor *t;  /* f32 / i32 / u8 data (int64 data: its i32 copy when every value fits, else NULL) */
+    int64_t *i64;   /* int64 data, kept on the host (shapes, axes); NULL otherwise */
+    int64_t n64;
+    int owned;      /* t is freed with the model (an initializer) */
+} gdl__oi_val;
+
+typedef struct gdl__oi_attr {
+    char *name, *s;
+    int type;
+    int64_t i, *ints;
+    int nints;
+    double f;
+    gdl__oi_val *t; /* a tensor attribute (Constant's value) */
+} gdl__oi_attr;
+
+typedef struct gdl__oi_node {
+    char *op, **in, **out;
+    int nin, nout, nat, cap_in, cap_out, cap_at;
+    gdl__oi_attr *at;
+} gdl__oi_node;
+
+struct gdl_onnx_model {
+    gdl__oi_node *node;
+    int nnode, cap_node;
+    gdl__oi_val *init;
+    int ninit, cap_init;
+    char **in, **out;
+    int nin, nout, cap_in, cap_out;
+    int64_t opset;
+    gdl_device dev;
+    char dir[4096]; /* the file's directory, for external data ("" from memory: none allowed) */
+};
+
+static void gdl__oi_val_free(gdl__oi_val *v) {
+    GPUDL_FREE(v->name);
+    GPUDL_FREE(v->i64);
+    if (v->owned) gdl_free(v->t);
+    memset(v, 0, sizeof *v);
+}
+
+GPUDL_API void gdl_onnx_free(gdl_onnx_model *m) {
+    int k, j, a;
+    if (!m) return;
+    for (k = 0; k < m->nnode; k++) {
+        gdl__oi_node *n = &m->node[k];
+        GPUDL_FREE(n->op);
+        for (j = 0; j < n->nin; j++) GPUDL_FREE(n->in[j]);
+        for (j = 0; j < n->nout; j++) GPUDL_FREE(n->out[j]);
+        for (a = 0; a < n->nat; a++) {
+            GPUDL_FREE(n->at[a].name);
+            GPUDL_FREE(n->at[a].s);
+            GPUDL_FREE(n->at[a].ints);
+            if (n->at[a].t) gdl__oi_val_free(n->at[a].t);
+            GPUDL_FREE(n->at[a].t);
+        }
+        GPUDL_FREE(n->in);
+        GPUDL_FREE(n->out);
+        GPUDL_FREE(n->at);
+    }
+    for (k = 0; k < m->ninit; k++) gdl__oi_val_free(&m->init[k]);
+    for (k = 0; k < m->nin; k++) GPUDL_FREE(m->in[k]);
+    for (k = 0; k < m->nout; k++) GPUDL_FREE(m->out[k]);
+    GPUDL_FREE(m->node);
+    GPUDL_FREE(m->init);
+    GPUDL_FREE(m->in);
+    GPUDL_FREE(m->out);
+    GPUDL_FREE(m);
+}
+
+static int gdl__oi_bad(const char *what) {
+    gdl__set_error("gdl_load_onnx: malformed file: %s", what);
+    return -1;
+}
+
+/* room for one more element in *arr (count n, capacity *cap, elem bytes each); 0 / -1 + error */
+static int gdl__oi_grow(void **arr, int *cap, int n, size_t elem) {
+    void *p;
+    int c;
+    if (n < *cap) return 0;
+    if (n >= GDL__OI_MAX_COUNT) return gdl__oi_bad("a list is longer than 4000000 entries");
+    c = *cap ? 2 * *cap : 8;
+    if (!(p = GPUDL_REALLOC(*arr, elem * (size_t)c))) {
+        gdl__set_error("gdl_load_onnx: out of memory");
+        return -1;
+    }
+    memset((char *)p + elem * (size_t)n, 0, elem * (size_t)(c - n));
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
+/* a string field's bytes as a new C string (no NUL inside, at most GDL__OI_MAX_NAME bytes); NULL + error */
+static char *gdl__oi_str(const gdl__pbr *s) {
+    size_t n = (size_t)(s->end - s->p);
+    char *r;
+    if (n > GDL__OI_MAX_NAME || memchr(s->p, 0, n)) {
+        gdl__oi_bad(n > GDL__OI_MAX_NAME ? "a name longer than 4096 bytes" : "a name with a NUL byte");
+        return NULL;
+    }
+    if (!(r = (char *)GPUDL_MALLOC(n + 1))) {
+        gdl__set_error("gdl_load_onnx: out of memory");
+        return NULL;
+    }
+    memcpy(r, s->p, n);
+    r[n] = 0;
+    return r;
+}
+
+/* appends a string field to a list; 0 / -1 */
+static int gdl__oi_push_str(char ***list, int *n, int *cap, const gdl__pbr *s) {
+    char *str;
+    if (gdl__oi_grow((void **)list, cap, *n, sizeof(char *)) < 0 || !(str = gdl__oi_str(s))) return -1;
+    (*list)[(*n)++] = str;
+    return 0;
+}
+
+/* a repeated int64 field's element(s): one varint, or a packed run of them */
+static int gdl__oi_ints(int wire, uint64_t v, const gdl__pbr *sub, int64_t **arr, int64_t *n, int64_t max) {
+    gdl__pbr r = *sub;
+    if (wire == GDL__PB_VARINT) r.p = r.end = NULL;
+    else if (wire != GDL__PB_BYTES) return gdl__oi_bad("an int64 list of the wrong wire type");
+    for (;;) {
+        int64_t *p;
+        if (wire == GDL__PB_BYTES) {
+            if (r.p >= r.end) return 0;
+            if (gdl__pbr_varint(&r, &v) < 0) return gdl__oi_bad("a packed int64 list");
+        }
+        if (*n >= max) return gdl__oi_bad("an int64 list longer than its limit");
+        if (!(p = (int64_t *)GPUDL_REALLOC(*arr, sizeof(int64_t) * (size_t)(*n + 1)))) {
+            gdl__set_error("gdl_load_onnx: out of memory");
+            return -1;
+        }
+        *arr = p;
+        p[(*n)++] = (int64_t)v;
+        if (wire == GDL__PB_VARINT) return 0;
+    }
+}
+
+/* ---- TensorProto ---- */
+
+/* external data at location (relative to the model's directory, no "..", not absolute), offset, length,
+   into dst (NULL: only whether the file holds that range) */
+static int gdl__oi_external(const gdl_onnx_model *m, const char *loc, uint64_t off, uint64_t len, void *dst) {
+    char path[8300];
+    FILE *f;
+    long size;
+    if (!m->dir[0] && !loc[0]) return gdl__oi_bad("external data without a location");
+    if (!loc[0] || loc[0] == '/' || loc[0] == '\\' || strstr(loc, "..") || strchr(loc, ':'))
+        return gdl__oi_bad("an external data location outside the model's directory");
+    if (!m->dir[0]) {
+        gdl__set_error("gdl_load_onnx: external data (%s) needs the model read from a file", loc);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/%s", m->dir, loc);
+    if (!(f = gdl__os_fopen_read(path))) {
+        gdl__set_error("gdl_load_onnx: cannot open the external data %s: %s", path, gdl__strerr(errno));
+        return -1;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || off > (uint64_t)size || len > (uint64_t)size - off ||
+        (dst && (fseek(f, (long)off, SEEK_SET) != 0 || fread(dst, 1, (size_t)len, f) != (size_t)len))) {
+        fclose(f);
+        gdl__set_error("gdl_load_onnx: the external data %s does not hold bytes %llu..%llu", path,
+                       (unsigned long long)off, (unsigned long long)(off + len));
+        return -1;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* a TensorProto into v: f32 / i32 / u8 (bool) as a tensor on m->dev, int64 on the host (and as i32 when
+   it fits); its data from raw_data, the typed lists or external data, each checked against the shape */
+static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
+    int64_t *dims = NULL, ndim = 0, numel = 1, k, *i64 = NULL, ni64 = 0;
+    int field, wire, type = 0, rc = -1, prc, ext = 0, d;
+    uint64_t x, off = 0, elen = 0;
+    gdl__pbr sub, raw = {NULL, NULL}, fl = {NULL, NULL};
+    char loc[512];
+    int64_t nfl = 0;
+    size_t es;
+    unsigned char *host = NULL;
+    gdl_dtype dt;
+    loc[0] = 0;
+    while ((prc = gdl__pbr_next(&r, &field, &wire, &x, &sub)) == 1) {
+        if (field == 1 && gdl__oi_ints(wire, x, &sub, &dims, &ndim, GDL_MAX_DIMS) < 0) goto fail;
+        else if (field == 2 && wire == GDL__PB_VARINT) type = (int)x;
+        else if (field == 8 && wire == GDL__PB_BYTES && !v->name && !(v->name = gdl__oi_str(&sub))) goto fail;
+        else if (field == 9 && wire == GDL__PB_BYTES) raw = sub;
+        else if (field == 4 && wire == GDL__PB_BYTES) fl = sub; /* packed float_data */
+        else if (field == 4 && wire == GDL__PB_FIXED32) nfl = -1; /* unpacked: not taken */
+        else if ((field == 5 || field == 7) && gdl__oi_ints(wire, x, &sub, &i64, &ni64, (int64_t)1 << 28) < 0) goto fail;
+        else if (field == 14 && wire == GDL__PB_VARINT) ext = x == 1;
+        else if (field == 13 && wire == GDL__PB_BYTES) { /* external_data: key, value */
+            gdl__pbr e = sub, kv;
+            char *key = NULL, *val = NULL;
+            int f2, w2;
+            uint64_t y;
+            while (gdl__pbr_next(&e, &f2, &w2, &y, &kv) == 1)
+                if (w2 == GDL__PB_BYTES && (f2 == 1 || f2 == 2)) {
+                    char **dst = f2 == 1 ? &key : &val;
+                    GPUDL_FREE(*dst);
+                    *dst = gdl__oi_str(&kv);
+                }
+            if (key && val) {
+                if (!strcmp(key, "location")) snprintf(loc, sizeof loc, "%s", val);
+                else if (!strcmp(key, "offset")) off = strtoull(val, NULL, 10);
+                else if (!strcmp(key, "length")) elen = strtoull(val, NULL, 10);
+            }
+            GPUDL_FREE(key);
+            GPUDL_FREE(val);
+        }
+    }
+    if (prc < 0) {
+        gdl__oi_bad("a tensor's fields");
+        goto fail;
+    }
+    if (nfl < 0) {
+        gdl__set_error("gdl_load_onnx: tensor '%s': unpacked float_data is not read (use raw_data)", v->name ? v->name : "");
+        goto fail;
+    }
+    for (k = 0; k < ndim; k++) {
+        if (dims[k] < 0 || dims[k] > ((int64_t)1 << 31) || (dims[k] && numel > ((int64_t)1 << 34) / dims[k])) {
+            gdl__oi_bad("a tensor's dims (negative, or over 2^34 elements)");
+            goto fail;
+        }
+        numel *= dims[k];
+    }
+    switch (type) {
+    case GDL__OX_FLOAT: dt = GDL_F32; es = 4; break;
+    case GDL__OX_INT32: dt = GDL_I32; es = 4; break;
+    case GDL__OX_UINT8:
+    case GDL__OX_BOOL: dt = GDL_U8; es = 1; break;
+    case GDL__OX_INT64: dt = GDL_I32; es = 8; break;
+    default:
+        gdl__set_error("gdl_load_onnx: tensor '%s' has data type %d: only FLOAT, INT32, INT64, UINT8 and BOOL are read",
+                       v->name ? v->name : "", type);
+        goto fail;
+    }
+    /* the data's length checked against the shape before anything is allocated */
+    if (ext ? (uint64_t)numel * es != elen
+            : raw.p ? (uint64_t)(raw.end - raw.p) != (uint64_t)numel * es
+            : fl.p && type == GDL__OX_FLOAT ? (uint64_t)(fl.end - fl.p) != (uint64_t)numel * 4
+            : numel && (ni64 != numel || type == GDL__OX_FLOAT)) {
+        gdl__oi_bad("a tensor whose data's length is not its shape's");
+        goto fail;
+    }
+    if (ext && gdl__oi_external(m, loc, off, elen, NULL) < 0) goto fail; /* the range, before the allocation */
+    if (!(host = (unsigned char *)GPUDL_MALLOC((size_t)numel * 8 + 8))) {
+        gdl__set_error("gdl_load_onnx: out of memory");
+        goto fail;
+    }
+    if (ext) {
+        if (gdl__oi_external(m, loc, off, elen, host) < 0) goto fail;
+    } else if (raw.p) {
+        memcpy(host, raw.p, (size_t)numel * es);
+    } else if (fl.p && type == GDL__OX_FLOAT) {
+        memcpy(host, fl.p, (size_t)numel * 4);
+    } else { /* int32_data / int64_data, as varints */
+        for (k = 0; k < numel; k++) {
+            uint64_t u = (uint64_t)i64[k];
+            int b;
+            for (b = 0; b < (int)es; b++) host[k * (int64_t)es + b] = (unsigned char)(u >> (8 * b));
+        }
+    }
+    if (es == 8) { /* int64: kept on the host; its i32 copy when every value fits */
+        int fits = 1;
+        if (!(v->i64 = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)(numel ? numel : 1)))) goto oom;
+        for (k = 0; k < numel; k++) {
+            uint64_t u = 0;
+            int b;
+            for (b = 0; b < 8; b++) u |= (uint64_t)host[k * 8 + b] << (8 * b);
+            v->i64[k] = (int64_t)u;
+            if (v->i64[k] < INT32_MIN || v->i64[k] > INT32_MAX) fits = 0;
+            else ((int32_t *)(void *)host)[k] = (int32_t)v->i64[k]; /* k*4 < k*8: read already */
+        }
+        v->n64 = numel;
+        if (!fits) goto done;
+    } else if (es == 4 && gdl__ox_big_endian()) {
+        for (k = 0; k < numel; k++) {
+            unsigned char *e = host + 4 * k, t0 = e[0], t1 = e[1];
+            e[0] = e[3]; e[1] = e[2]; e[2] = t1; e[3] = t0;
+        }
+    }
+    if (dt == GDL_F32 && sizeof(gdl_real) != 4) { /* GPUDL_DOUBLE: f32 tensors hold doubles */
+        for (k = numel - 1; k >= 0; k--) {
+            float f;
+            memcpy(&f, host + 4 * k, 4);
+            ((gdl_real *)(void *)host)[k] = (gdl_real)f;
+        }
+    }
+    {
+        int64_t shape[GDL_MAX_DIMS];
+        for (d = 0; d < ndim; d++) shape[d] = dims[d];
+        if (!(v->t = gdl_from_array(host, (int)ndim, shape, dt, m->dev))) goto fail;
+        v->owned = 1;
+    }
+done:
+    rc = 0;
+    goto fail;
+oom:
+    gdl__set_error("gdl_load_onnx: out of memory");
+fail:
+    GPUDL_FREE(host);
+    GPUDL_FREE(dims);
+    GPUDL_FREE(i64);
+    return rc;
+}
+
+/* ---- NodeProto, AttributeProto, GraphProto, ModelProto ---- */
+
+static int gdl__oi_attr_read(gdl_onnx_model *m, gdl__pbr r, gdl__oi_attr *a) {
+    int field, wire, rc;
+    uint64_t x;
+    gdl__pbr sub;
+    int64_t n = 0;
+    while ((rc = gdl__pbr_next(&r, &field, &wire, &x, &sub)) == 1) {
+        if (field == 1 && wire == GDL__PB_BYTES && !a->name) {
+            if (!(a->name = gdl__oi_str(&sub))) return -1;
+        } else if (field == 20 && wire == GDL__PB_VARINT) {
+            a->type = (int)x;
+        } else if (field == 2 && wire == GDL__PB_FIXED32) {
+            uint32_t u = (uint32_t)x;
+            float f;
+            memcpy(&f, &u, 4);
+            a->f = f;
+        } else if (field == 3 && wire == GDL__PB_VARINT) {
+            a->i = (int64_t)x;
+        } else if (field == 4 && wire == GDL__PB_BYTES && !a->s) {
+            if (!(a->s = gdl__oi_str(&sub))) return -1;
+        } else if (field == 8) {
+            if (gdl__oi_ints(wire, x, &sub, &a->ints, &n, 1024) < 0) return -1;
+            a->nints = (int)n;
+        } else if (field == 5 && wire == GDL__PB_BYTES && !a->t) {
+            if (!(a->t = (gdl__oi_val *)GPUDL_MALLOC(sizeof *a->t))) return gdl__oi_bad("out of memory");
+            memset(a->t, 0, sizeof *a->t);
+            if (gdl__oi_tensor(m, sub, a->t) < 0) return -1;
+        }
+    }
+    if (rc < 0) return gdl__oi_bad("an attribute's fields");
+    if (!a->name) return gdl__oi_bad("an attribute without a name");
+    return 0;
+}
+
+static int gdl__oi_node_read(gdl_onnx_model *m, gdl__pbr r, gdl__oi_node *n) {
+    int field, wire, rc;
+    uint64_t x;
+    gdl__pbr sub;
+    while ((rc = gdl__pbr_next(&r, &field, &wire, &x, &sub)) == 1) {
+        if (wire != GDL__PB_BYTES) continue;
+        if (field == 1 && gdl__oi_push_str(&n->in, &n->nin, &n->cap_in, &sub) < 0) return -1;
+        if (field == 2 && gdl__oi_push_str(&n->out, &n->nout, &n->cap_out, &sub) < 0) return -1;
+        if (field == 4 && !n->op && !(n->op = gdl__oi_str(&sub))) return -1;
+        if (field == 7 && sub.end > sub.p && (sub.end - sub.p != 7 || memcmp(sub.p, "ai.onnx", 7))) {
+            gdl__set_error("gdl_load_onnx: a node of another domain than ai.onnx ('%.*s')", (int)(sub.end - sub.p),
+                           (const char *)sub.p);
+            return -1;
+        }
+        if (field == 5) {
+            if (gdl__oi_grow((void **)&n->at, &n->cap_at, n->nat, sizeof *n->at) < 0) return -1;
+            n->nat++;
+            if (gdl__oi_attr_read(m, sub, &n->at[n->nat - 1]) < 0) return -1;
+        }
+    }
+    if (rc < 0) return gdl__oi_bad("a node's fields");
+    if (!n->op || n->nout < 1) return gdl__oi_bad("a node without an op_type or an output");
+    return 0;
+}
+
+static int gdl__oi_graph(gdl_onnx_model *m, gdl__pbr r) {
+    int field, wire, rc;
+    uint64_t x;
+    gdl__pbr sub;
+    while ((rc = gdl__pbr_next(&r, &field, &wire, &x, &sub)) == 1) {
+        if (wire != GDL__PB_BYTES) continue;
+        if (field == 1) {
+            if (gdl__oi_grow((void **)&m->node, &m->cap_node, m->nnode, sizeof *m->node) < 0) return -1;
+            m->nnode++;
+            if (gdl__oi_node_read(m, sub, &m->node[m->nnode - 1]) < 0) return -1;
+        } else if (field == 5) {
+            if (gdl__oi_grow((void **)&m->init, &m->cap_init, m->ninit, sizeof *m->init) < 0) return -1;
+            m->ninit++;
+            if (gdl__oi_tensor(m, sub, &m->init[m->ninit - 1]) < 0) return -1;
+            if (!m->init[m->ninit - 1].name) return gdl__oi_bad("an initializer without a name");
+        } else if (field == 11 || field == 12) { /* ValueInfoProto: its name */
+            gdl__pbr vi = sub, nm;
+            int f2, w2, got = 0;
+            uint64_t y;
+            while ((rc = gdl__pbr_next(&vi, &f2, &w2, &y, &nm)) == 1)
+                if (f2 == 1 && w2 == GDL__PB_BYTES && !got) {
+                    got = 1;
+                    if (field == 11 ? gdl__oi_push_str(&m->in, &m->nin, &m->cap_in, &nm) < 0
+                                    : gdl__oi_push_str(&m->out, &m->nout, &m->cap_out, &nm) < 0)
+                        return -1;
+                }
+            if (rc < 0 || !got) return gdl__oi_bad("a graph input or output without a name");
+        }
+    }
+    return rc < 0 ? gdl__oi_bad("the graph's fields") : 0;
+}
+
+/* the ModelProto in [data, data + len) */
+static gdl_onnx_model *gdl__oi_parse(const void *data, size_t len, const char *dir, gdl_device dev) {
+    gdl_onnx_model *m = (gdl_onnx_model *)GPUDL_MALLOC(sizeof *m);
+    gdl__pbr r, sub;
+    int field, wire, rc, graphs = 0, k, j;
+    uint64_t x;
+    if (!m) {
+        gdl__set_error("gdl_load_onnx: out of memory");
+        return NULL;
+    }
+    memset(m, 0, sizeof *m);
+    m->dev = dev;
+    snprintf(m->dir, sizeof m->dir, "%s", dir ? dir : "");
+    r.p = (const unsigned char *)data;
+    r.end = r.p + len;
+    while ((rc = gdl__pbr_next(&r, &field, &wire, &x, &sub)) == 1) {
+        if (field == 7 && wire == GDL__PB_BYTES) {
+            if (graphs++ || gdl__oi_graph(m, sub) < 0) {
+                if (graphs > 1) gdl__oi_bad("two graphs");
+                goto fail;
+            }
+        } else if (field == 8 && wire == GDL__PB_BYTES) { /* opset_import: domain, version */
+            gdl__pbr o = sub, s2;
+            int f2, w2, ours = 1;
+            uint64_t y, ver = 0;
+            while (gdl__pbr_next(&o, &f2, &w2, &y, &s2) == 1) {
+                if (f2 == 1 && w2 == GDL__PB_BYTES && s2.end > s2.p &&
+                    (s2.end - s2.p != 7 || memcmp(s2.p, "ai.onnx", 7)))
+                    ours = 0;
+                if (f2 == 2 && w2 == GDL__PB_VARINT) ver = y;
+            }
+            if (ours) m->opset = (int64_t)(ver > 1000 ? 1000 : ver);
+        }
+    }
+    if (rc < 0 || !graphs) {
+        gdl__oi_bad(rc < 0 ? "not a protobuf ModelProto" : "no graph");
+        goto fail;
+    }
+    if (m->opset < 13) {
+        gdl__set_error("gdl_load_onnx: opset %lld: opsets from 13 are read", (long long)m->opset);
+        goto fail;
+    }
+    for (k = 0, j = 0; k < m->nin; k++) { /* the graph's inputs that an initializer does not give */
+        int init = 0, i;
+        for (i = 0; i < m->ninit && !init; i++) init = !strcmp(m->init[i].name, m->in[k]);
+        if (init) GPUDL_FREE(m->in[k]);
+        else m->in[j++] = m->in[k];
+    }
+    m->nin = j;
+    if (m->nout < 1) {
+        gdl__oi_bad("a graph without outputs");
+        goto fail;
+    }
+    return m;
+fail:
+    gdl_onnx_free(m);
+    return NULL;
+}
+
+GPUDL_API gdl_onnx_model *gdl_onnx_parse(const void *data, size_t len, gdl_device dev) {
+    if (!data && len) {
+        gdl__null_arg("gdl_onnx_parse", "data");
+        return NULL;
+    }
+    return gdl__oi_parse(data ? data : "", len, NULL, dev);
+}
+
+GPUDL_API gdl_onnx_model *gdl_load_onnx(const char *path, gdl_device dev) {
+    FILE *f;
+    long size;
+    unsigned char *buf;
+    char dir[4096];
+    const char *slash;
+    gdl_onnx_model *m;
+    if (!path) {
+        gdl__null_arg("gdl_load_onnx", "path");
+        return NULL;
+    }
+    if (!(f = gdl__os_fopen_read(path))) {
+        gdl__set_error("gdl_load_onnx: cannot open %s: %s", path, gdl__strerr(errno));
+        return NULL;
+    }
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 || size > 0x7fffffffL) {
+        fclose(f);
+        gdl__set_error("gdl_load_onnx: %s: cannot read its size, or over protobuf's 2 GiB", path);
+        return NULL;
+    }
+    if (!(buf = (unsigned char *)GPUDL_MALLOC((size_t)size + 1)) || fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        fclose(f);
+        GPUDL_FREE(buf);
+        gdl__set_error("gdl_load_onnx: %s: cannot read it", path);
+        return NULL;
+    }
+    fclose(f);
+    slash = strrchr(path, '/');
+    if (slash) snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path); /* "/x": "/" */
+    else snprintf(dir, sizeof dir, ".");
+    m = gdl__oi_parse(buf, (size_t)size, dir, dev);
+    GPUDL_FREE(buf);
+    if (!m) {
+        char prev[sizeof gdl__err];
+        memcpy(prev, gdl__err, sizeof prev);
+        gdl__set_error("%s (%s)", prev, path);
+    }
+    return m;
+}
+
+/* ---- running the graph with gdl's ops ---- */
+
+typedef struct gdl__oi_rv { /* a value during a run */
+    const char *name;
+    gdl_tensor *t;
+    const int64_t *i64;
+    int64_t n64;
+} gdl__oi_rv;
+
+typedef struct gdl__oi_run {
+    const gdl_onnx_model *m;
+    gdl__oi_rv *v;
+    int nv, cap;
+    int64_t *pool[64]; /* int64 values a run makes (Shape's), freed at its end */
+    int npool;
+    const gdl__oi_node *n;
+} gdl__oi_run;
+
+static const gdl__oi_attr *gdl__oi_attr_of(const gdl__oi_node *n, const char *name) {
+    int k;
+    for (k = 0; k < n->nat; k++)
+        if (!strcmp(n->at[k].name, name)) return &n->at[k];
+    return NULL;
+}
+static int64_t gdl__oi_ai(const gdl__oi_node *n, const char *name, int64_t dflt) {
+    const gdl__oi_attr *a = gdl__oi_attr_of(n, name);
+    return a ? a->i : dflt;
+}
+static double gdl__oi_af(const gdl__oi_node *n, const char *name, double dflt) {
+    const gdl__oi_attr *a = gdl__oi_attr_of(n, name);
+    return a ? a->f : dflt;
+}
+
+static int gdl__oi_set(gdl__oi_run *R, const char *name, gdl_tensor *t, const int64_t *i64, int64_t n64) {
+    if (gdl__oi_grow((void **)&R->v, &R->cap, R->nv, sizeof *R->v) < 0) return -1;
+    R->v[R->nv].name = name;
+    R->v[R->nv].t = t;
+    R->v[R->nv].i64 = i64;
+    R->v[R->nv].n64 = n64;
+    R->nv++;
+    return 0;
+}
+
+/* input k of the current node: its value, NULL when absent ("" or past the end) or unknown (error) */
+static const gdl__oi_rv *gdl__oi_in(gdl__oi_run *R, int k, int required) {
+    const char *name = k < R->n->nin ? R->n->in[k] : "";
+    int j;
+    if (name[0])
+        for (j = R->nv - 1; j >= 0; j--)
+            if (!strcmp(R->v[j].name, name)) return &R->v[j];
+    if (required || name[0])
+        gdl__set_error("gdl_onnx_run: %s node '%s': input %d ('%s') %s", R->n->op, R->n->out[0], k, name,
+                       name[0] ? "is not computed before it (the nodes must be in order)" : "is missing");
+    return NULL;
+}
+
+/* an int64 list input (a shape, axes, starts): at most max values into buf; its count or -1 */
+static int64_t gdl__oi_list(gdl__oi_run *R, int k, int64_t *buf, int64_t max) {
+    const gdl__oi_rv *v = gdl__oi_in(R, k, 1);
+    int64_t j, n;
+    if (!v) return -1;
+    if (v->i64) {
+        if (v->n64 > max) goto big;
+        memcpy(buf, v->i64, sizeof(int64_t) * (size_t)v->n64);
+        return v->n64;
+    }
+    if (!v->t || v->t->dtype != GDL_I32) {
+        gdl__set_error("gdl_onnx_run: %s node '%s': input %d must be integers", R->n->op, R->n->out[0], k);
+        return -1;
+    }
+    if ((n = v->t->numel) > max) goto big;
+    {
+        int32_t tmp[GDL_MAX_DIMS * 4];
+        if (n > (int64_t)(sizeof tmp / sizeof tmp[0])) goto big;
+        if (gdl_copy_to_host(v->t, tmp, sizeof(int32_t) * (size_t)n) < 0) return -1;
+        for (j = 0; j < n; j++) buf[j] = tmp[j];
+    }
+    return n;
+big:
+    gdl__set_error("gdl_onnx_run: %s node '%s': input %d has more than %lld values", R->n->op, R->n->out[0], k,
+                   (long long)max);
+    return -1;
+}
+
+/* a tensor input (an int64 one as its i32 copy) */
+static gdl_tensor *gdl__oi_t(gdl__oi_run *R, int k) {
+    const gdl__oi_rv *v = gdl__oi_in(R, k, 1);
+    if (v && !v->t)
+        gdl__set_error("gdl_onnx_run: %s node '%s': input %d holds int64 values beyond i32", R->n->op, R->n->out[0], k);
+    return v ? v->t : NULL;
+}
+
+static int gdl__oi_axis(gdl__oi_run *R, int64_t a, int ndim) {
+    if (a < -ndim || a >= (ndim ? ndim : 1)) {
+        gdl__set_error("gdl_onnx_run: %s node '%s': axis %lld out of range for %d dims", R->n->op, R->n->out[0],
+                       (long long)a, ndim);
+        return -1;
+    }
+    return (int)(a < 0 ? a + ndim : a);
+}
+
+/* Reshape's target: 0 copies x's dim, one -1 is inferred */
+static gdl_tensor *gdl__oi_reshape(gdl__oi_run *R, gdl_tensor *x, const int64_t *s, int64_t n) {
+    int64_t shape[GDL_MAX_DIMS];
+    int k;
+    if (!x) return NULL;
+    if (n > GDL_MAX_DIMS) {
+        gdl__set_error("gdl_onnx_run: Reshape node '%s': %lld dims", R->n->out[0], (long long)n);
+        return NULL;
+    }
+    for (k = 0; k < n; k++) shape[k] = s[k] == 0 && k < x->ndim ? x->shape[k] : s[k];
+    return gdl_reshape(x, (int)n, shape);
+}
+
+static gdl_tensor *gdl__oi_pool(gdl__oi_run *R, gdl_tensor *x, int avg) {
+    const gdl__oi_attr *ks = gdl__oi_attr_of(R->n, "kernel_shape"), *st = gdl__oi_attr_of(R->n, "strides"),
+                       *pd = gdl__oi_attr_of(R->n, "pads");
+    int64_t s = st && st->nints == 2 ? st->ints[0] : 1, p = pd && pd->nints == 4 ? pd->ints[0] : 0;
+    if (!ks || ks->nints != 2 || ks->ints[0] != ks->ints[1] || (st && (st->nints != 2 || st->ints[1] != s)) ||
+        (pd && (pd->nints != 4 || pd->ints[1] != p || pd->ints[2] != p || pd->ints[3] != p)) ||
+        gdl__oi_ai(R->n, "ceil_mode", 0) || (avg && !gdl__oi_ai(R->n, "count_include_pad", 0) && p) ||
+        ks->ints[0] > 1 << 20 || s > 1 << 20 || p > 1 << 20) {
+        gdl__set_error("gdl_onnx_run: %s node '%s': only square windows, equal strides and pads, no ceil_mode%s",
+                       R->n->op, R->n->out[0], avg ? ", padding counted" : "");
+        return NULL;
+    }
+    return avg ? gdl_avg_pool2d(x, (int)ks->ints[0], (int)s, (int)p) : gdl_max_pool2d(x, (int)ks->ints[0], (int)s, (int)p);
+}
+
+static gdl_tensor *gdl__oi_conv(gdl__oi_run *R, gdl_tensor *x, gdl_tensor *w, gdl_tensor *b) {
+    const gdl__oi_attr *st = gdl__oi_attr_of(R->n, "strides"), *pd = gdl__oi_attr_of(R->n, "pads"),
+                       *dl = gdl__oi_attr_of(R->n, "dilations");
+    int s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1}, k;
+    for (k = 0; k < 2; k++) {
+        if (st && st->nints == 2 && st->ints[k] > 0 && st->ints[k] < 1 << 20) s[k] = (int)st->ints[k];
+        if (dl && dl->nints == 2 && dl->ints[k] > 0 && dl->ints[k] < 1 << 20) d[k] = (int)dl->ints[k];
+        if (pd && pd->nints == 4 && pd->ints[k] >= 0 && pd->ints[k] < 1 << 20) p[k] = (int)pd->ints[k];
+    }
+    if ((st && st->nints != 2) || (dl && dl->nints != 2) ||
+        (pd && (pd->nints != 4 || pd->ints[0] != pd->ints[2] || pd->ints[1] != pd->ints[3]))) {
+        gdl__set_error("gdl_onnx_run: Conv node '%s': only 2-D convolutions with symmetric pads", R->n->out[0]);
+        return NULL;
+    }
+    return gdl_conv2d_ex(x, w, b, s, p, d, (int)gdl__oi_ai(R->n, "group", 1));
+}
+
+/* one node; its output in *y (a tensor) or in *i64 and *n64 (int64 values made on the host) */
+static int gdl__oi_node_run(gdl__oi_run *R, gdl_tensor **y, int64_t **i64, int64_t *n64) {
+    const gdl__oi_node *n = R->n;
+    const char *op = n->op;
+    gdl_tensor *x = NULL, *a, *b;
+    int64_t L[GDL_MAX_DIMS * 4], nl;
+    int ax;
+    *y = NULL;
+    *i64 = NULL;
+    if (!strcmp(op, "Concat") && n->nin > 0) { /* of int64 values on the host (a shape made of Shape's parts) */
+        int k, host = 1;
+        int64_t tot = 0;
+        for (k = 0; k < n->nin && host; k++) {
+            const gdl__oi_rv *v = gdl__oi_in(R, k, 1);
+            if (!v) return -1;
+            host = v->i64 != NULL && (tot += v->n64) <= GDL_MAX_DIMS * 4;
+        }
+        if (host) {
+            if (R->npool >= 64) return gdl__oi_bad("over 64 int64 results");
+            if (!(*i64 = R->pool[R->npool++] = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)(tot + 1))))
+                return gdl__oi_bad("out of memory");
+            for (k = 0, *n64 = 0; k < n->nin; k++) {
+                const gdl__oi_rv *v = gdl__oi_in(R, k, 1);
+                memcpy(*i64 + *n64, v->i64, sizeof(int64_t) * (size_t)v->n64);
+                *n64 += v->n64;
+            }
+            return 0;
+        }
+    }
+    if (strcmp(op, "Constant") && strcmp(op, "Shape") && !(x = gdl__oi_t(R, 0))) return -1; /* every other op has one */
+#define GDL__OI_UN(name, call) if (!strcmp(op, name)) return (*y = (call)) ? 0 : -1
+    GDL__OI_UN("Identity", x);
+    GDL__OI_UN("Relu", gdl_relu(x));
+    GDL__OI_UN("Sigmoid", gdl_sigmoid(x));
+    GDL__OI_UN("Tanh", gdl_tanh(x));
+    GDL__OI_UN("Exp", gdl_exp(x));
+    GDL__OI_UN("Log", gdl_log(x));
+    GDL__OI_UN("Sqrt", gdl_sqrt(x));
+    GDL__OI_UN("Abs", gdl_abs(x));
+    GDL__OI_UN("Reciprocal", gdl_pow_scalar(x, -1));
+    GDL__OI_UN("LeakyRelu", gdl_leaky_relu(x, gdl__oi_af(n, "alpha", 0.01)));
+    GDL__OI_UN("MaxPool", gdl__oi_pool(R, x, 0));
+    GDL__OI_UN("AveragePool", gdl__oi_pool(R, x, 1));
+    GDL__OI_UN("GlobalAveragePool", gdl_global_avg_pool2d(x));
+    GDL__OI_UN("Not", gdl_compare_scalar(x, GDL_CMP_EQ, 0));
+    if (!strcmp(op, "Erf")) { /* gpudl has no erf op: Abramowitz and Stegun's 7.1.26, absolute error under 1.5e-7 */
+        static const double p = 0.3275911, c[5] = {0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429};
+        gdl_tensor *ab = gdl_abs(x), *t, *poly, *r;
+        int k;
+        t = gdl_pow_scalar(gdl_add_scalar(gdl_mul_scalar(ab, p), 1), -1);
+        poly = gdl_mul_scalar(t, c[4]);
+        for (k = 3; k >= 0; k--) poly = gdl_mul(gdl_add_scalar(poly, c[k]), t);
+        r = gdl_add_scalar(gdl_mul_scalar(gdl_mul(poly, gdl_exp(gdl_mul_scalar(gdl_mul(ab, ab), -1))), -1), 1);
+        return (*y = gdl_where(gdl_compare_scalar(x, GDL_CMP_GE, 0), r, gdl_mul_scalar(r, -1))) ? 0 : -1;
+    }
+    if (!strcmp(op, "Gelu")) {
+        const gdl__oi_attr *ap = gdl__oi_attr_of(n, "approximate");
+        return (*y = gdl_gelu(x, ap && ap->s && !strcmp(ap->s, "tanh"))) ? 0 : -1;
+    }
+    if (!strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax")) {
+        if ((ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", -1), x->ndim)) < 0) return -1;
+        *y = op[0] == 'S' ? gdl_softmax(x, ax) : gdl_log_softmax(x, ax);
+        return *y ? 0 : -1;
+    }
+    if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") || !strcmp(op, "Pow") ||
+        !strcmp(op, "Min") || !strcmp(op, "Max") || !strcmp(op, "MatMul") || !strcmp(op, "Equal") ||
+        !strcmp(op, "Less") || !strcmp(op, "LessOrEqual") || !strcmp(op, "Greater") || !strcmp(op, "GreaterOrEqual")) {
+        if (!(b = gdl__oi_t(R, 1))) return -1;
+        switch (op[0]) {
+        case 'A': *y = gdl_add(x, b); break;
+        case 'S': *y = gdl_sub(x, b); break;
+        case 'D': *y = gdl_div(x, b); break;
+        case 'P': *y = gdl_pow(x, b); break;
+        case 'E': *y = gdl_compare(x, b, GDL_CMP_EQ); break;
+        case 'L': *y = gdl_compare(x, b, op[4] ? GDL_CMP_LE : GDL_CMP_LT); break;
+        case 'G': *y = gdl_compare(x, b, op[7] ? GDL_CMP_GE : GDL_CMP_GT); break;
+        default:
+            *y = !strcmp(op, "Mul") ? gdl_mul(x, b) : !strcmp(op, "Min") ? gdl_minimum(x, b)
+               : !strcmp(op, "Max") ? gdl_maximum(x, b) : gdl_matmul(x, b);
+        }
+        return *y ? 0 : -1;
+    }
+    if (!strcmp(op, "Gemm")) {
+        gdl_tensor *c = n->nin > 2 && n->in[2][0] ? gdl__oi_t(R, 2) : NULL;
+        if (!(b = gdl__oi_t(R, 1)) || (n->nin > 2 && n->in[2][0] && !c)) return -1;
+        if (gdl__oi_ai(n, "transA", 0) || gdl__oi_af(n, "alpha", 1) != 1 || gdl__oi_af(n, "beta", 1) != 1) {
+            gdl__set_error("gdl_onnx_run: Gemm node '%s': only transA 0, alpha 1, beta 1", n->out[0]);
+            return -1;
+        }
+        if (gdl__oi_ai(n, "transB", 0)) *y = gdl_linear(x, b, c);
+        else *y = c ? gdl_add(gdl_matmul(x, b), c) : gdl_matmul(x, b);
+        return *y ? 0 : -1;
+    }
+    if (!strcmp(op, "Transpose")) {
+        const gdl__oi_attr *p = gdl__oi_attr_of(n, "perm");
+        int perm[GDL_MAX_DIMS], k;
+        if (!p || p->nints != x->ndim) {
+            gdl__set_error("gdl_onnx_run: Transpose node '%s': perm must give %d dims", n->out[0], x->ndim);
+            return -1;
+        }
+        for (k = 0; k < x->ndim; k++) perm[k] = p->ints[k] >= 0 && p->ints[k] < x->ndim ? (int)p->ints[k] : -1;
+        return (*y = gdl_permute(x, x->ndim, perm)) ? 0 : -1;
+    }
+    if (!strcmp(op, "Reshape")) {
+        if ((nl = gdl__oi_list(R, 1, L, GDL_MAX_DIMS)) < 0) return -1;
+        return (*y = gdl__oi_reshape(R, x, L, nl)) ? 0 : -1;
+    }
+    if (!strcmp(op, "Flatten")) {
+        if ((ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", 1), x->ndim + 1)) < 0) return -1;
+        L[0] = 1;
+        for (nl = 0; nl < ax; nl++) L[0] *= x->shape[nl];
+        L[1] = -1;
+        return (*y = gdl_reshape(x, 2, L)) ? 0 : -1;
+    }
+    if (!strcmp(op, "Conv")) {
+        gdl_tensor *c = n->nin > 2 && n->in[2][0] ? gdl__oi_t(R, 2) : NULL;
+        if (!(b = gdl__oi_t(R, 1)) || (n->nin > 2 && n->in[2][0] && !c)) return -1;
+        return (*y = gdl__oi_conv(R, x, b, c)) ? 0 : -1;
+    }
+    if (!strcmp(op, "BatchNormalization")) {
+        gdl_tensor *s = gdl__oi_t(R, 1), *bb = gdl__oi_t(R, 2), *mean = gdl__oi_t(R, 3), *var = gdl__oi_t(R, 4);
+        if (!s || !bb || !mean || !var) return -1;
+        if (gdl__oi_ai(n, "training_mode", 0)) {
+            gdl__set_error("gdl_onnx_run: BatchNormalization node '%s': training_mode is not run", n->out[0]);
+            return -1;
+        }
+        return (*y = gdl_batch_norm(x, mean, var, s, bb, 0, 0.1, gdl__oi_af(n, "epsilon", 1e-5))) ? 0 : -1;
+    }
+    if (!strcmp(op, "LayerNormalization")) {
+        gdl_tensor *s = gdl__oi_t(R, 1), *bb = n->nin > 2 && n->in[2][0] ? gdl__oi_t(R, 2) : NULL;
+        if (!s || (n->nin > 2 && n->in[2][0] && !bb)) return -1;
+        if ((ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", -1), x->ndim)) < 0) return -1;
+        if (ax != x->ndim - 1) {
+            gdl__set_error("gdl_onnx_run: LayerNormalization node '%s': only the last axis", n->out[0]);
+            return -1;
+        }
+        return (*y = gdl_layer_norm(x, s, bb, gdl__oi_af(n, "epsilon", 1e-5))) ? 0 : -1;
+    }
+    if (!strcmp(op, "Concat")) {
+        gdl_tensor *xs[GDL__OX_MAX_IN];
+        int k;
+        if (n->nin > GDL__OX_MAX_IN) return gdl__oi_bad("a Concat of over 256 inputs");
+        for (k = 0; k < n->nin; k++)
+            if (!(xs[k] = gdl__oi_t(R, k))) return -1;
+        if ((ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", 0), x->ndim)) < 0) return -1;
+        return (*y = gdl_concat(n->nin, xs, ax)) ? 0 : -1;
+    }
+    if (!strcmp(op, "Gather")) {
+        if (!(b = gdl__oi_t(R, 1))) return -1;
+        if ((ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", 0), x->ndim)) < 0) return -1;
+        if (ax == 0 && x->ndim == 2 && x->dtype == GDL_F32) *y = gdl_embedding(b, x);
+        else if (b->ndim == 1) *y = gdl_index_select(x, ax, b);
+        else {
+            gdl__set_error("gdl_onnx_run: Gather node '%s': indices %s on axis %d: only an embedding (data [V,D], "
+                           "axis 0) or 1-D indices", n->out[0], gdl_shape_str(b), ax);
+            return -1;
+        }
+        return *y ? 0 : -1;
+    }
+    if (!strcmp(op, "GatherElements")) {
+        if (!(b = gdl__oi_t(R, 1)) || (ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", 0), x->ndim)) < 0) return -1;
+        return (*y = gdl_gather(x, ax, b)) ? 0 : -1;
+    }
+    if (!strcmp(op, "ReduceMean") || !strcmp(op, "ReduceSum") || !strcmp(op, "ReduceMax")) {
+        const gdl__oi_attr *axa = gdl__oi_attr_of(n, "axes");
+        int keep = (int)gdl__oi_ai(n, "keepdims", 1);
+        nl = 0;
+        if (n->nin > 1 && n->in[1][0]) {
+            if ((nl = gdl__oi_list(R, 1, L, 1)) < 0) return -1;
+        } else if (axa) {
+            if (axa->nints > 1) nl = 2;
+            else if ((nl = axa->nints) == 1) L[0] = axa->ints[0];
+        }
+        if (nl > 1 || (nl == 0 && keep)) {
+            gdl__set_error("gdl_onnx_run: %s node '%s': one axis, or all of them without keepdims", op, n->out[0]);
+            return -1;
+        }
+        if (nl == 0 && !strcmp(op, "ReduceMax")) {
+            gdl__set_error("gdl_onnx_run: ReduceMax node '%s': over all axes is not run", n->out[0]);
+            return -1;
+        }
+        if (nl == 0) *y = op[6] == 'M' ? gdl_mean(x) : gdl_sum(x);
+        else if ((ax = gdl__oi_axis(R, L[0], x->ndim)) < 0) return -1;
+        else *y = op[6] == 'M' && op[7] == 'e' ? gdl_mean_dim(x, ax, keep) : op[6] == 'S' ? gdl_sum_dim(x, ax, keep)
+                                                                           : gdl_max_dim(x, ax, keep);
+        return *y ? 0 : -1;
+    }
+    if (!strcmp(op, "Cast")) {
+        int64_t to = gdl__oi_ai(n, "to", 0);
+        gdl_dtype dt = to == GDL__OX_FLOAT ? GDL_F32 : to == GDL__OX_INT32 || to == GDL__OX_INT64 ? GDL_I32
+                     : to == GDL__OX_UINT8 || to == GDL__OX_BOOL ? GDL_U8 : to == GDL__OX_FLOAT16 ? GDL_F16
+                     : to == GDL__OX_BFLOAT16 ? GDL_BF16 : GDL_DTYPE_COUNT;
+        if (dt == GDL_DTYPE_COUNT) {
+            gdl__set_error("gdl_onnx_run: Cast node '%s': to type %lld is not run", n->out[0], (long long)to);
+            return -1;
+        }
+        if (to == GDL__OX_BOOL && x->dtype != GDL_U8) return (*y = gdl_compare_scalar(x, GDL_CMP_NE, 0)) ? 0 : -1;
+        return (*y = x->dtype == dt ? x : gdl_to_dtype(x, dt)) ? 0 : -1;
+    }
+    if (!strcmp(op, "Where")) {
+        gdl_tensor *c = gdl__oi_t(R, 2);
+        if (!(a = gdl__oi_t(R, 1)) || !c) return -1;
+        return (*y = gdl_where(x, a, c)) ? 0 : -1;
+    }
+    if (!strcmp(op, "Trilu")) {
+        int64_t k = 0;
+        if (n->nin > 1 && n->in[1][0] && gdl__oi_list(R, 1, &k, 1) != 1) return -1;
+        *y = gdl__oi_ai(n, "upper", 1) ? gdl_triu(x, k) : gdl_tril(x, k);
+        return *y ? 0 : -1;
+    }
+    if (!strcmp(op, "CumSum")) {
+        if (gdl__oi_list(R, 1, L, 1) != 1 || (ax = gdl__oi_axis(R, L[0], x->ndim)) < 0) return -1;
+        if (gdl__oi_ai(n, "exclusive", 0) || gdl__oi_ai(n, "reverse", 0)) {
+            gdl__set_error("gdl_onnx_run: CumSum node '%s': exclusive and reverse are not run", n->out[0]);
+            return -1;
+        }
+        return (*y = gdl_cumsum(x, ax)) ? 0 : -1;
+    }
+    if (!strcmp(op, "Slice")) {
+        int64_t st[GDL_MAX_DIMS], en[GDL_MAX_DIMS], axs[GDL_MAX_DIMS], sp[GDL_MAX_DIMS], ns, k;
+        gdl_tensor *r = x;
+        if ((ns = gdl__oi_list(R, 1, st, GDL_MAX_DIMS)) < 0 || gdl__oi_list(R, 2, en, GDL_MAX_DIMS) != ns) return -1;
+        for (k = 0; k < ns; k++) {
+            axs[k] = k;
+            sp[k] = 1;
+        }
+        if (n->nin > 3 && n->in[3][0] && gdl__oi_list(R, 3, axs, GDL_MAX_DIMS) != ns) return -1;
+        if (n->nin > 4 && n->in[4][0] && gdl__oi_list(R, 4, sp, GDL_MAX_DIMS) != ns) return -1;
+        for (k = 0; k < ns && r; k++) {
+            int64_t d, s0, e0;
+            if ((ax = gdl__oi_axis(R, axs[k], r->ndim)) < 0) return -1;
+            d = r->shape[ax];
+            if (sp[k] != 1) {
+                gdl__set_error("gdl_onnx_run: Slice node '%s': only step 1", n->out[0]);
+                return -1;
+            }
+            s0 = st[k] < 0 ? st[k] + d : st[k];
+            e0 = en[k] < 0 ? en[k] + d : en[k];
+            s0 = s0 < 0 ? 0 : s0 > d ? d : s0;
+            e0 = e0 < s0 ? s0 : e0 > d ? d : e0;
+            r = gdl_narrow(r, ax, s0, e0 - s0);
+        }
+        return (*y = r) ? 0 : -1;
+    }
+    if (!strcmp(op, "Shape")) { /* int64 values on the host */
+        const gdl__oi_rv *v = gdl__oi_in(R, 0, 1);
+        int64_t s0 = gdl__oi_ai(n, "start", 0), e0, nd, k;
+        if (!v || !v->t) return -1;
+        nd = v->t->ndim;
+        e0 = gdl__oi_ai(n, "end", nd);
+        s0 = s0 < 0 ? s0 + nd : s0;
+        e0 = e0 < 0 ? e0 + nd : e0;
+        s0 = s0 < 0 ? 0 : s0 > nd ? nd : s0;
+        e0 = e0 < s0 ? s0 : e0 > nd ? nd : e0;
+        if (R->npool >= 64) return gdl__oi_bad("over 64 Shape nodes");
+        if (!(*i64 = R->pool[R->npool++] = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)(e0 - s0 + 1))))
+            return gdl__oi_bad("out of memory");
+        for (k = s0; k < e0; k++) (*i64)[k - s0] = v->t->shape[k];
+        *n64 = e0 - s0;
+        return 0;
+    }
+    if (!strcmp(op, "Expand")) { /* x broadcast to the shape: x + zeros(shape) */
+        gdl_tensor *z;
+        int64_t cnt = 1, k;
+        if ((nl = gdl__oi_list(R, 1, L, GDL_MAX_DIMS)) < 0) return -1;
+        for (k = 0; k < nl; k++) {
+            if (L[k] < 0 || (L[k] && cnt > ((int64_t)1 << 28) / L[k])) {
+                gdl__set_error("gdl_onnx_run: Expand node '%s': a shape of over 2^28 elements or a negative dim",
+                               n->out[0]);
+                return -1;
+            }
+            cnt *= L[k];
+        }
+        if (!(z = gdl__tmp("gdl_onnx_run", (int)nl, L, x->dtype, x->device)) || gdl_fill_(z, 0) < 0) return -1;
+        return (*y = x->dtype == GDL_F32 ? gdl_add(z, x) : gdl_where(gdl_compare_scalar(z, GDL_CMP_EQ, 0), x, z)) ? 0 : -1;
+    }
+    if (!strcmp(op, "Constant")) {
+        const gdl__oi_attr *v = gdl__oi_attr_of(n, "value");
+        if (!v || !v->t) {
+            gdl__set_error("gdl_onnx_run: Constant node '%s': only a tensor value", n->out[0]);
+            return -1;
+        }
+        *y = v->t->t;
+        *i64 = v->t->i64;
+        *n64 = v->t->n64;
+        return 0;
+    }
+    gdl__set_error("gdl_onnx_run: op \"%s\" (node '%s') is not run by gpudl (docs/onnx.md lists the ops it runs)", op,
+                   n->out[0]);
+    return -1;
+#undef GDL__OI_UN
+}
+
+GPUDL_API int gdl_onnx_run(gdl_onnx_model *m, int nin, gdl_tensor *const *inputs, int max_out, gdl_tensor **outputs,
+                           int *nout) {
+    gdl__oi_run R;
+    int k, j, rc = -1;
+    if (!m || !inputs || !outputs || !nout) {
+        gdl__null_arg("gdl_onnx_run", !m ? "model" : !inputs ? "inputs" : !outputs ? "outputs" : "nout");
+        return -1;
+    }
+    *nout = 0;
+    if (nin != m->nin || max_out < m->nout) {
+        gdl__set_error("gdl_onnx_run: the model takes %d inputs and gives %d outputs; given %d inputs and room for %d",
+                       m->nin, m->nout, nin, max_out);
+        return -1;
+    }
+    memset(&R, 0, sizeof R);
+    R.m = m;
+    for (k = 0; k < m->ninit; k++)
+        if (gdl__oi_set(&R, m->init[k].name, m->init[k].t, m->init[k].i64, m->init[k].n64) < 0) goto done;
+    for (k = 0; k < nin; k++) {
+        if (!inputs[k]) {
+            gdl__set_error("gdl_onnx_run: input %d ('%s') is NULL", k, m->in[k]);
+            goto done;
+        }
+        if (gdl__oi_set(&R, m->in[k], inputs[k], NULL, 0) < 0) goto done;
+    }
+    for (k = 0; k < m->nnode; k++) {
+        gdl_tensor *y;
+        int64_t *i64, n64 = 0;
+        R.n = &m->node[k];
+        if (gdl__oi_node_run(&R, &y, &i64, &n64) < 0) {
+            if (!gdl__err[0]) gdl__set_error("gdl_onnx_run: %s node '%s' failed", R.n->op, R.n->out[0]);
+            else if (strncmp(gdl__err, "gdl_onnx_run", 12)) {
+                char prev[sizeof gdl__err];
+                memcpy(prev, gdl__err, sizeof prev);
+                gdl__set_error("gdl_onnx_run: %s node '%s': %s", R.n->op, R.n->out[0], prev);
+            }
+            goto done;
+        }
+        if (gdl__oi_set(&R, R.n->out[0], y, i64, n64) < 0) goto done;
+    }
+    for (k = 0; k < m->nout; k++) {
+        for (j = R.nv - 1; j >= 0 && strcmp(R.v[j].name, m->out[k]); j--) {}
+        if (j < 0 || !R.v[j].t) {
+            gdl__set_error("gdl_onnx_run: output '%s' is not computed by the graph", m->out[k]);
+            goto done;
+        }
+        outputs[k] = R.v[j].t;
+    }
+    *nout = m->nout;
+    rc = 0;
+done:
+    for (k = 0; k < R.npool; k++) GPUDL_FREE(R.pool[k]);
+    GPUDL_FREE(R.v);
+    return rc;
+}
 #endif /* GPUDL_IMPLEMENTATION_DONE */
 #endif /* GPUDL_IMPLEMENTATION */
 

@@ -22,6 +22,10 @@
 #                            package, and the Cortex-M tools: arm-none-eabi-gcc with newlib and
 #                            qemu-system-arm (`make test` needs them too: make test-mcu)
 #   sh tools/deps.sh fresh   what tools/fresh_check.sh (make test-fresh) needs: debootstrap
+#   sh tools/deps.sh onnx    what make test-onnx needs: python3's venv, and in the project's
+#                            venv build/onnx-venv (ONNX_VENV overrides) the PyPI packages
+#                            onnx, onnxruntime and numpy (pip, not apt: Debian has no
+#                            onnxruntime); `make test` needs them too
 #
 # Each prerequisite is a capability, probed by doing what the suite does with
 # it: compile and link a small program, run it (under qemu, under mpirun -np 2).
@@ -38,8 +42,12 @@
 set -u
 
 what=${1:-test}
-case "$what" in run|plot|data|data-text|test|mcu|fresh) ;;
-*) echo "usage: sh tools/deps.sh run|plot|data|data-text|test|mcu|fresh" >&2; exit 2 ;; esac
+case "$what" in run|plot|data|data-text|test|mcu|fresh|onnx) ;;
+*) echo "usage: sh tools/deps.sh run|plot|data|data-text|test|mcu|fresh|onnx" >&2; exit 2 ;; esac
+
+# the venv of the ONNX test (tests/test_onnx.sh reads the same default)
+root=$(cd "$(dirname "$0")/.." && pwd)
+ONNX_VENV=${ONNX_VENV:-$root/build/onnx-venv}
 
 # capability: the Debian packages it needs (all of them, not only the one that
 # pulls the others in, since we install without Recommends)
@@ -65,6 +73,7 @@ packages() {
     mingw)      echo "gcc-mingw-w64-x86-64 libz-mingw-w64-dev" ;;
     wine)       echo "wine wine64" ;;
     mcu)        echo "gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm" ;;
+    venv)       echo "python3 python3-venv" ;;
     esac
 }
 
@@ -91,6 +100,8 @@ describe() {
     mingw)      echo "x86_64-w64-mingw32-gcc links a Windows program with zlib (-static -lz)" ;;
     wine)       echo "wine runs a Windows program (a MinGW-w64 hello.exe)" ;;
     mcu)        echo "arm-none-eabi-gcc links a Cortex-M4F and a Cortex-M7 firmware with newlib, and qemu-system-arm runs them (semihosting)" ;;
+    venv)       echo "python3 makes a virtual environment with pip (python3 -m venv)" ;;
+    onnx)       echo "$ONNX_VENV's python checks and runs an ONNX model (onnx, onnxruntime, numpy)" ;;
     esac
 }
 
@@ -101,7 +112,8 @@ data)  caps="fmnist" ;;
 data-text) caps="fortunes" ;;
 fresh) caps="debootstrap" ;;
 mcu)   caps="cc make fmnist mcu" ;;
-test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist fortunes yaml mingw wine mcu" ;;
+onnx)  caps="cc venv onnx" ;;
+test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist fortunes yaml mingw wine mcu venv onnx" ;;
 esac
 # the one-node Slurm cluster of make test-cluster runs its daemons as root: elsewhere it is skipped
 # (loudly), so Slurm is a prerequisite only for root
@@ -242,8 +254,40 @@ EOF_FW
     done
 }
 
+probe_venv() {
+    have python3 || { echo "no python3"; return 1; }
+    python3 -m venv "$tmp/venv-probe" && "$tmp/venv-probe/bin/python" -m pip --version
+}
+# what tests/onnx_check.py does: check a model (full_check) and run it in ONNX Runtime
+probe_onnx() {
+    [ -x "$ONNX_VENV/bin/python" ] || { echo "no $ONNX_VENV/bin/python"; return 1; }
+    "$ONNX_VENV/bin/python" -c '
+import numpy as np, onnx, onnxruntime as ort
+from onnx import helper, TensorProto
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+m.ir_version = 8
+onnx.checker.check_model(m, full_check=True)
+s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+y = s.run(None, {"x": np.array([[-1, 2]], np.float32)})[0]
+assert y.tolist() == [[0, 2]], y
+print("onnx", onnx.__version__, "onnxruntime", ort.__version__)'
+}
+# the venv and its PyPI packages: pip, not apt (probe_onnx says whether it worked)
+install_onnx() {
+    echo "gpudl: making $ONNX_VENV with onnx, onnxruntime and numpy (pip)"
+    { [ -x "$ONNX_VENV/bin/python" ] || python3 -m venv "$ONNX_VENV"; } &&
+        "$ONNX_VENV/bin/python" -m pip install -q onnx onnxruntime numpy >"$tmp/pip.log" 2>&1 ||
+        { tail -n 20 "$tmp/pip.log" >&2 2>/dev/null; echo "gpudl: pip install onnx onnxruntime numpy failed" >&2; }
+}
+
 failing=""
 for c in $caps; do probe "$c" || failing="$failing $c"; done
+# onnx is pip's: installed at the end, once venv (apt) works
+pip_failing=""
+case " $failing " in *" onnx "*) pip_failing=onnx; failing=$(echo "$failing" | sed 's/ onnx//') ;; esac
 
 pkgs_of() { # caps -> their packages, each once
     out=""
@@ -297,6 +341,14 @@ if [ -n "$failing" ]; then
         echo "gpudl: installed$missing, but these still fail:" >&2
         # shellcheck disable=SC2086
         report $still
+        exit 1
+    fi
+fi
+
+if [ -n "$pip_failing" ]; then
+    install_onnx
+    if ! probe onnx; then
+        report onnx
         exit 1
     fi
 fi

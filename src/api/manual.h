@@ -376,6 +376,7 @@
    api/dist.h               data parallel across processes, collectives, DDP
    api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler
    api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
+   api/onnx.h               ONNX export by tracing and import (gdl_export_onnx, gdl_load_onnx, gdl_onnx_run)
    api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
    api/op_math.h            the elementwise ops' codes and their scalar math, one definition for the CPU and CUDA kernels
    api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
@@ -420,6 +421,7 @@
    io/idx_cifar.h           shared helpers, IDX, CIFAR-10 binary
    io/safetensors_read.h    safetensors dtypes, UTF-8, the strict JSON parser, the reader
    io/safetensors_write.h   the safetensors writer
+   io/protobuf.h            a protocol-buffers encoder (varints, length-delimited fields)
    data/loader.h            datasets, transforms, the DataLoader and its worker threads
    data/text.h              vocabularies, windows, padded labelled text, the fortune readers, splits, sampling
    nn/modules.h             modules: layers, forward, tree walks, summary
@@ -448,6 +450,8 @@
    train/fit.h              fit / evaluate, progress output, gdl_fit's CUDA graphs
    train/checkpoints.h      checkpoints
    train/graph.h            gdl_graph_capture / replay
+   io/onnx_export.h         gdl_export_onnx: the trace, its ops as ONNX nodes, the ModelProto
+   io/onnx_import.h         gdl_load_onnx: the checked ModelProto reader; gdl_onnx_run runs the graph with gdl's ops
    impl_end.h               the closing #endifs of the implementation; the license
 
    Adding an op

@@ -13,6 +13,7 @@ typedef struct gdl_node {
     void *buf;            /* scratch kept for backward (im2col columns) */
     int64_t i[8];         /* integer parameters */
     double f[2];          /* real parameters */
+    gdl_tensor *stats[2]; /* read, not differentiated: batch norm's running mean and var (for gdl_export_onnx) */
     gdl_conv_geom geom;
     struct gdl_node *prev;
 } gdl_node;
@@ -103,8 +104,16 @@ static int gdl__check_xwb(const char *op, const gdl_tensor *x, const gdl_tensor 
     return 0;
 }
 
+/* gdl_export_onnx's trace (src/io/onnx_export.h): while it is set every op records its node, whatever
+   needs a gradient, and marks no output as needing one; the values computed are the same. The ops that
+   are not differentiable record theirs only then, under ids after the op list's (a comparison) or as a
+   cast between any dtypes (gdl_to_dtype), so that a mask computed from an input is traced too. */
+static int gdl__tracing;
+enum { GDL__OP_TRACE_COMPARE = GDL_OP_COUNT }; /* i[0]: the gdl_compare_op */
+
 static int gdl__needs_grad(int nin, gdl_tensor *const *in) {
     int k;
+    if (gdl__tracing) return 1;
     if (!gdl__grad_enabled) return 0;
     for (k = 0; k < nin; k++)
         if (in[k] && in[k]->requires_grad) return 1;
@@ -134,7 +143,7 @@ static gdl_node *gdl__record(const char *opname, int op, gdl_tensor *out, int ni
     n->prev = gdl__tape;
     gdl__tape = n;
     out->node = n;
-    out->requires_grad = 1;
+    out->requires_grad = !gdl__tracing;
     return n;
 }
 
@@ -201,7 +210,7 @@ static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt) {
     if (!(be = gdl__be(op, x->device)) || !(r = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
     if (x->numel && be->cast(r->data, dt, x->data, x->dtype, x->numel) < 0) return NULL;
     r->name = x->name;
-    if (gdl__is_float(x->dtype) && gdl__is_float(dt)) {
+    if ((gdl__is_float(x->dtype) && gdl__is_float(dt)) || gdl__tracing) {
         gdl__record(op, GDL_OP_CAST, r, 1, &x, &err);
         if (err) return NULL;
     }

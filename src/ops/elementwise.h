@@ -262,6 +262,15 @@ static gdl_tensor *gdl__compare(const char *opname, gdl_tensor *a, gdl_tensor *b
     if (out->numel &&
         be->compare(op, nd, shape, a->dtype, a->data, str[0], b->dtype, b->data, str[1], (uint8_t *)out->data) < 0)
         return NULL;
+    if (gdl__tracing) { /* gdl_export_onnx's trace only: no gradient flows through a comparison */
+        gdl_tensor *in[2];
+        gdl_node *n;
+        int err;
+        in[0] = a;
+        in[1] = b;
+        if ((n = gdl__record(opname, GDL__OP_TRACE_COMPARE, out, 2, in, &err)) != NULL) n->i[0] = op;
+        if (err) return NULL;
+    }
     return gdl__finish(opname, out);
 }
 

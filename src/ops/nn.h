@@ -132,6 +132,8 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
         n->saved[0] = mean;
         n->saved[1] = invstd;
         n->i[0] = N; n->i[1] = C; n->i[2] = S; n->i[3] = use_batch;
+        n->f[0] = eps;
+        n->stats[0] = rmean; n->stats[1] = rvar;
     }
     return gdl__finish(op, out);
 }
@@ -191,6 +193,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
         n->saved[0] = mean;
         n->saved[1] = rstd;
         n->i[0] = rows; n->i[1] = D;
+        n->f[0] = eps;
     }
     return gdl__finish(op, out);
 }

@@ -35,6 +35,7 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
     if (err) return NULL;
     if (n) {
         n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = all ? -1 : d; /* the dim reduced (-1: all), for gdl_export_onnx */
         n->saved[0] = idx;
     }
     return gdl__finish(opname, out);
@@ -92,6 +93,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
     if (err) return NULL;
     if (n) {
         n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = d; /* the dim, for gdl_export_onnx */
     }
     return gdl__finish(opname, out);
 }
@@ -133,6 +135,7 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
     if (err) return NULL;
     if (n) {
         n->i[0] = outer; n->i[1] = nred; n->i[2] = inner;
+        n->i[3] = d; /* the dim, for gdl_export_onnx */
     }
     return gdl__finish(op, out);
 }

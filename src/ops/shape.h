@@ -485,6 +485,7 @@ GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double va
     int64_t shape[GDL_MAX_DIMS], str[2][GDL_MAX_DIMS], zero[GDL_MAX_DIMS] = {0};
     const gdl_tensor *t[2];
     gdl_tensor *out, *v, *in[2];
+    gdl_node *n;
     const gdl_backend *be;
     int nd, err;
     if (gdl__check_in(op, "x", x, 0) < 0 || gdl__check_mask(op, "mask", mask, x) < 0) return NULL;
@@ -507,7 +508,8 @@ GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double va
         return NULL;
     in[0] = x;
     in[1] = mask;
-    gdl__record(op, GDL_OP_MASKED_FILL, out, 2, in, &err);
+    n = gdl__record(op, GDL_OP_MASKED_FILL, out, 2, in, &err);
+    if (n) n->f[0] = value; /* for gdl_export_onnx */
     return err ? NULL : gdl__finish(op, out);
 }
 

@@ -41,7 +41,7 @@ GPUDL_API gdl_tensor *gdl_to(gdl_tensor *t, gdl_device dev) {
         return NULL;
     }
     r->name = t->name;
-    if (gdl__is_persistent(t)) {
+    if (gdl__is_persistent(t) && !gdl__tracing) { /* traced: recorded, as a copy made from the input */
         r->requires_grad = t->requires_grad;
     } else {
         int err;

@@ -10,7 +10,7 @@
 # a crash's input, once fixed, is copied into tests/fuzz/corpus/NAME so that
 # every later run replays it first.
 
-FUZZ_NAMES = idx cifar safetensors checkpoint model text
+FUZZ_NAMES = idx cifar safetensors checkpoint model text onnx
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
 FUZZ_CC ?= clang

@@ -1,0 +1,85 @@
+"""tests/onnx_check.py — the ONNX files tests/onnx_export.c wrote, checked against the real runtimes.
+
+    python onnx_check.py DIR
+
+For every run of DIR/nets.txt (net, batch, and for several inputs or outputs their counts): onnx.checker.check_model(full_check=True) on DIR/<net>.onnx (shape
+inference included; a file with external data is checked by path), then ONNX Runtime (CPU) runs it
+on each saved input, and its outputs must equal gpudl's within 1e-5 relative: max |ort - gpudl| /
+max |gpudl|. Prints one line a net and batch; exits 1 on the first failure's end with every failure
+listed."""
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+TOL = 1e-5
+
+
+def main(d):
+    with open(os.path.join(d, "nets.txt")) as f:
+        runs = [line.split() for line in f if line.strip()]
+    failures = []
+    checked = {}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    for run in runs:
+        net, batch = run[0], run[1]
+        nin, nout = (int(run[2]), int(run[3])) if len(run) > 3 else (0, 0)
+        path = os.path.join(d, net + ".onnx")
+        if net not in checked:
+            try:
+                onnx.checker.check_model(path, full_check=True)
+                model = onnx.load(path)
+                sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            except Exception as e:  # the checker's or the runtime's refusal is the test's failure
+                failures.append("%s: %s" % (net, str(e).splitlines()[0] if str(e) else type(e).__name__))
+                checked[net] = None
+                print("FAIL %-22s %s" % (net, failures[-1]))
+                continue
+            checked[net] = sess
+            ext = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+            print("     %-22s opset %d, %d nodes, %d initializers%s" % (
+                net, model.opset_import[0].version, len(model.graph.node), len(model.graph.initializer),
+                ", external data" if ext else ""))
+        sess = checked[net]
+        if sess is None:
+            continue
+        def npy(kind, k, count):  # a run's k-th input or output: <net>.b<N>.in.npy, or .in<k>.npy when counted
+            return np.load(os.path.join(d, "%s.b%s.%s%s.npy" % (net, batch, kind, k if count else "")))
+        xs = [npy("in", k, nin) for k in range(max(nin, 1))]
+        wants = [npy("out", k, nout) for k in range(max(nout, 1))]
+        try:
+            gots = sess.run(None, {i.name: x for i, x in zip(sess.get_inputs(), xs)})
+        except Exception as e:  # a runtime's refusal at this batch size is the test's failure
+            failures.append("%s batch %s: ONNX Runtime failed: %s" % (net, batch, str(e).splitlines()[0]))
+            print("FAIL " + failures[-1])
+            continue
+        for k, (got, want) in enumerate(zip(gots, wants)):
+            what = "output %d" % k if len(wants) > 1 else "output"
+            if got.shape != want.shape:
+                failures.append("%s batch %s: ONNX Runtime's %s is %s, gpudl's %s" % (net, batch, what, got.shape,
+                                                                                   want.shape))
+                print("FAIL " + failures[-1])
+                continue
+            rel = float(np.max(np.abs(got.astype(np.float64) - want)) / max(float(np.max(np.abs(want))), 1e-30))
+            ok = rel <= TOL and np.all(np.isfinite(got))
+            print("%s %-22s batch %s: %s %s, max relative error %.2e" % (
+                "ok  " if ok else "FAIL", net, batch, what, list(want.shape), rel))
+            if not ok:
+                failures.append("%s batch %s: %s: relative error %.3e over %.0e" % (net, batch, what, rel, TOL))
+    if failures:
+        print("onnx_check: %d failures:\n  %s" % (len(failures), "\n  ".join(failures)))
+        return 1
+    print("onnx_check: %d runs of %d nets match ONNX Runtime %s (onnx %s)" % (
+        len(runs), len(checked), ort.__version__, onnx.__version__))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python onnx_check.py DIR", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1]))
