@@ -33374,7 +33374,7 @@ static int gdl__oi_external(const gdl_onnx_model *m, const char *loc, uint64_t o
 static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
     int64_t *dims = NULL, ndim = 0, numel = 1, k, *i64 = NULL, ni64 = 0;
     int field, wire, type = 0, rc = -1, prc, ext = 0, d;
-    uint64_t x, off = 0, elen = 0;
+    uint64_t x = 0, off = 0, elen = 0; /* x: set by each varint read (gcc -O3 cannot see it) */
     gdl__pbr sub, raw = {NULL, NULL}, fl = {NULL, NULL};
     char loc[512];
     int64_t nfl = 0;
@@ -33511,7 +33511,7 @@ fail:
 
 static int gdl__oi_attr_read(gdl_onnx_model *m, gdl__pbr r, gdl__oi_attr *a) {
     int field, wire, rc;
-    uint64_t x;
+    uint64_t x = 0;
     gdl__pbr sub;
     int64_t n = 0;
     while ((rc = gdl__pbr_next(&r, &field, &wire, &x, &sub)) == 1) {
@@ -33544,7 +33544,7 @@ static int gdl__oi_attr_read(gdl_onnx_model *m, gdl__pbr r, gdl__oi_attr *a) {
 
 static int gdl__oi_node_read(gdl_onnx_model *m, gdl__pbr r, gdl__oi_node *n) {
     int field, wire, rc;
-    uint64_t x;
+    uint64_t x = 0;
     gdl__pbr sub;
     while ((rc = gdl__pbr_next(&r, &field, &wire, &x, &sub)) == 1) {
         if (wire != GDL__PB_BYTES) continue;
@@ -33569,7 +33569,7 @@ static int gdl__oi_node_read(gdl_onnx_model *m, gdl__pbr r, gdl__oi_node *n) {
 
 static int gdl__oi_graph(gdl_onnx_model *m, gdl__pbr r) {
     int field, wire, rc;
-    uint64_t x;
+    uint64_t x = 0;
     gdl__pbr sub;
     while ((rc = gdl__pbr_next(&r, &field, &wire, &x, &sub)) == 1) {
         if (wire != GDL__PB_BYTES) continue;
@@ -33604,7 +33604,7 @@ static gdl_onnx_model *gdl__oi_parse(const void *data, size_t len, const char *d
     gdl_onnx_model *m = (gdl_onnx_model *)GPUDL_MALLOC(sizeof *m);
     gdl__pbr r, sub;
     int field, wire, rc, graphs = 0, k, j;
-    uint64_t x;
+    uint64_t x = 0;
     if (!m) {
         gdl__set_error("gdl_load_onnx: out of memory");
         return NULL;
