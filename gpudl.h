@@ -3931,7 +3931,7 @@ GDL__OSFN int gdl__os_replace(const char *from, const char *to) {
 #endif
 }
 
-/* A save writes to a temporary next to its target, named path.tmp.<pid>.<counter>, and replaces the
+/* A save writes to a temporary next to its target (gdl__os_create_temporary), and replaces the
    target with it (gdl__os_replace). While it writes, the temporary is locked, so that a later process
    that finds it (gdl__os_remove_if_unlocked) leaves a live writer's file alone: on POSIX an advisory
    write lock, which the kernel drops when the writer dies (no lock taken: NFS without lockd; harmless);
@@ -3961,6 +3961,139 @@ GDL__OSFN void gdl__os_remove_if_unlocked(const char *path) {
     remove(path); /* fails while its writer has it open */
 #endif
 }
+
+/* ---- a save's temporary: a new file under a name nobody can guess ---- */
+
+/* n bytes of the operating system's random source (/dev/urandom; RtlGenRandom on Windows): 0, or -1 with
+   errno (none there: a chroot without /dev, ...) */
+GDL__OSFN int gdl__os_random(void *buf, size_t n) {
+#if defined(GDL__OS_POSIX)
+    FILE *f = fopen("/dev/urandom", "rb");
+    size_t got;
+    if (!f) return -1;
+    setvbuf(f, NULL, _IONBF, 0); /* no buffer of its bytes left behind in memory */
+    got = fread(buf, 1, n, f);
+    fclose(f);
+    if (got != n) errno = EIO;
+    return got == n ? 0 : -1;
+#elif defined(GDL__OS_WIN)
+    typedef BOOLEAN(WINAPI * gen_fn)(PVOID, ULONG);
+    HMODULE h = LoadLibraryA("advapi32.dll");
+    FARPROC f = h ? GetProcAddress(h, "SystemFunction036") : NULL; /* RtlGenRandom */
+    gen_fn gen;
+    int ok;
+    if (!f) {
+        if (h) FreeLibrary(h);
+        errno = ENOSYS;
+        return -1;
+    }
+    memcpy(&gen, &f, sizeof gen); /* ISO C has no cast between unrelated function pointers */
+    ok = n <= 0xffffffffu && gen(buf, (ULONG)n);
+    FreeLibrary(h);
+    if (!ok) errno = EIO;
+    return ok ? 0 : -1;
+#else
+    (void)buf, (void)n;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+#if defined(GDL__OS_POSIX) && !defined(__cplusplus) && !defined(__APPLE__)
+FILE *fdopen(int fd, const char *mode); /* POSIX; hidden by a bare -std=c99 (the declaration is identical) */
+#endif
+
+/* Every save (safetensors, checkpoints, gdl_fit's CSV, quantized models, vocabularies, the C exporter)
+   writes a temporary next to path and renames it over path (gdl__os_replace). The temporary is
+   path.tmp.<pid>.<16 hex digits from gdl__os_random>, created new: O_CREAT|O_EXCL|O_NOFOLLOW on POSIX,
+   CREATE_NEW with FILE_FLAG_OPEN_REPARSE_POINT on Windows. A name planted there beforehand (a symlink to
+   someone's file) makes the open fail, so it is never followed or written through; the random part makes
+   such a plant hopeless anyway, and another try takes a fresh name. The mode is the one fopen gives
+   (0666 less the umask). The file is locked while written (gdl__os_lock_temporary). tmp (cap bytes,
+   strlen(path) + 64 suffice) receives the name. Without a random source (a chroot without /dev) the
+   suffix comes from the clocks: guessable, but O_EXCL still refuses whatever is planted. The stream
+   ("wb", or "w" for text), or NULL with errno. */
+GDL__OSFN FILE *gdl__os_create_temporary(const char *path, char *tmp, size_t cap, const char *mode) {
+    static unsigned counter = 0;
+    int attempt;
+    FILE *f = NULL;
+    for (attempt = 0; attempt < 16; attempt++) {
+        unsigned char r[8];
+        unsigned long long x = 0;
+        int i, n;
+        if (gdl__os_random(r, sizeof r) < 0) {
+            double us = gdl__os_wall_seconds() * 1e6; /* about 1.8e15 now: far inside the type's range */
+            unsigned long long c = (us >= 0 && us < 1e18 ? (unsigned long long)us : 0) ^
+                                   (unsigned long long)++counter * 0x9e3779b97f4a7c15ull;
+            for (i = 0; i < 8; i++) r[i] = (unsigned char)(c >> (8 * i));
+        }
+        for (i = 0; i < 8; i++) x = x << 8 | r[i];
+        n = snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, gdl__os_pid(), x);
+        if (n < 0 || (size_t)n >= cap) {
+            errno = ENAMETOOLONG;
+            return NULL;
+        }
+        {
+#if defined(GDL__OS_POSIX)
+            int flags = O_WRONLY | O_CREAT | O_EXCL, fd;
+#ifdef O_NOFOLLOW
+            flags |= O_NOFOLLOW;
+#endif
+#ifdef O_CLOEXEC
+            flags |= O_CLOEXEC;
+#endif
+            do fd = open(tmp, flags, 0666);
+            while (fd < 0 && errno == EINTR);
+            if (fd < 0) {
+                if (errno == EEXIST) continue;
+                return NULL;
+            }
+            if (!(f = fdopen(fd, mode))) {
+                int e = errno;
+                close(fd);
+                remove(tmp);
+                errno = e;
+                return NULL;
+            }
+#elif defined(GDL__OS_WIN)
+            HANDLE h = CreateFileA(tmp, GENERIC_WRITE, FILE_SHARE_READ | FILE_SHARE_WRITE, NULL, CREATE_NEW,
+                                   FILE_ATTRIBUTE_NORMAL | FILE_FLAG_OPEN_REPARSE_POINT, NULL);
+            int fd;
+            if (h == INVALID_HANDLE_VALUE) {
+                DWORD e = GetLastError();
+                if (e == ERROR_FILE_EXISTS || e == ERROR_ALREADY_EXISTS) continue;
+                errno = e == ERROR_PATH_NOT_FOUND || e == ERROR_FILE_NOT_FOUND ? ENOENT
+                      : e == ERROR_ACCESS_DENIED || e == ERROR_SHARING_VIOLATION ? EACCES : EIO;
+                return NULL;
+            }
+            if ((fd = _open_osfhandle((intptr_t)h, _O_WRONLY | (mode[1] == 'b' ? _O_BINARY : _O_TEXT))) < 0) {
+                CloseHandle(h);
+                DeleteFileA(tmp);
+                errno = EIO;
+                return NULL;
+            }
+            if (!(f = _fdopen(fd, mode))) {
+                _close(fd);
+                DeleteFileA(tmp);
+                errno = EIO;
+                return NULL;
+            }
+#else
+            FILE *probe = fopen(tmp, "rb"); /* no exclusive create in ISO C before C11's "wx" */
+            if (probe) {
+                fclose(probe);
+                continue;
+            }
+            if (!(f = fopen(tmp, mode))) return NULL;
+#endif
+        }
+        gdl__os_lock_temporary(f); /* held until the file is closed: see gdl__os_remove_if_unlocked */
+        return f;
+    }
+    errno = EEXIST;
+    return NULL;
+}
+/* ---- (end of a save's temporary) ---- */
 
 /* ---- dynamic loading (NVML): gdl__dl_open (NULL + why), gdl__dl_sym (the symbol's address as an
    object pointer: the caller memcpys it into a function pointer), gdl__dl_close. GDL__OS_DL where it
@@ -4331,37 +4464,6 @@ GDL__OSFN long gdl__os_sock_read_some(gdl__sock s, void *buf, size_t n) {
     if (r < 0) return gdl__ws_fail(gdl__ws.last_error());
 #endif
     return r;
-}
-
-/* n bytes of the operating system's random source (/dev/urandom; RtlGenRandom on Windows): 0, or -1 with
-   errno (none there: a chroot without /dev, ...) */
-GDL__OSFN int gdl__os_random(void *buf, size_t n) {
-#if defined(GDL__OS_POSIX)
-    FILE *f = fopen("/dev/urandom", "rb");
-    size_t got;
-    if (!f) return -1;
-    setvbuf(f, NULL, _IONBF, 0); /* no buffer of its bytes left behind in memory */
-    got = fread(buf, 1, n, f);
-    fclose(f);
-    if (got != n) errno = EIO;
-    return got == n ? 0 : -1;
-#else
-    typedef BOOLEAN(WINAPI * gen_fn)(PVOID, ULONG);
-    HMODULE h = LoadLibraryA("advapi32.dll");
-    FARPROC f = h ? GetProcAddress(h, "SystemFunction036") : NULL; /* RtlGenRandom */
-    gen_fn gen;
-    int ok;
-    if (!f) {
-        if (h) FreeLibrary(h);
-        errno = ENOSYS;
-        return -1;
-    }
-    memcpy(&gen, &f, sizeof gen); /* ISO C has no cast between unrelated function pointers */
-    ok = n <= 0xffffffffu && gen(buf, (ULONG)n);
-    FreeLibrary(h);
-    if (!ok) errno = EIO;
-    return ok ? 0 : -1;
-#endif
 }
 
 /* A listening TCP socket at port (0: one the system picks) on the IPv4 address host (NULL or "": every
@@ -17921,7 +18023,7 @@ static void gdl__sb_json_str(gdl__sb *b, const char *s) {
     gdl__sb_put(b, "\"", 1);
 }
 
-/* A save killed mid-write leaves path.tmp.<pid>.<n> behind. Before writing,
+/* A save killed mid-write leaves path.tmp.<pid>.<hex> behind (gdl__os_create_temporary). Before writing,
    remove those whose process is gone, so that killed saves do not pile up.
    Only names of exactly that form are touched; this process's own are left
    alone, and so are those of live processes: gdl__os_pid_gone says whether
@@ -17954,8 +18056,8 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
         rest = e + bl + 5;
         pid = strtol(rest, &end, 10);
         if (end == rest || *end != '.' || pid <= 0 || pid > 0x7fffffffL || pid == gdl__os_pid()) continue;
-        rest = end + 1; /* the counter: digits to the end of the name */
-        if (*rest < '0' || *rest > '9' || rest[strspn(rest, "0123456789")] != 0) continue;
+        rest = end + 1; /* the random part: hex digits to the end of the name */
+        if (!*rest || rest[strspn(rest, "0123456789abcdef")] != 0) continue;
         if (!gdl__os_pid_gone(pid)) continue;
         snprintf(full, sizeof full, "%s/%s", dirname, e);
         gdl__os_remove_if_unlocked(full);
@@ -18109,7 +18211,6 @@ static int gdl__st_write_data(FILE *f, int n, const gdl_st_tensor *tensors, cons
 /* gdl_st_write with its errors prefixed by fn, the public call the user made (gdl_save_model, ...) */
 static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                          const char *const *meta_keys, const char *const *meta_vals) {
-    static unsigned counter = 0;
     gdl__sb h;
     uint64_t *sizes = NULL;
     const char **names = NULL;
@@ -18149,17 +18250,14 @@ static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_t
     }
     for (k = 0; k < 8; k++) lenb[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
 
-    /* write path.tmp.<pid>.<counter>, flush, fsync, rename over path */
+    /* write a new temporary next to path, flush, fsync, rename over path */
     tmp = (char *)GPUDL_MALLOC(strlen(path) + 64);
     if (!tmp) {
         gdl__set_error("%s: %s: out of memory", fn, path);
         goto fail;
     }
     gdl__st_remove_stale_temporaries(path);
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
-    f = fopen(tmp, "wb");
-    if (f) gdl__os_lock_temporary(f); /* held until the file is closed: see gdl__st_remove_stale_temporaries */
-    if (!f) {
+    if (!(f = gdl__os_create_temporary(path, tmp, strlen(path) + 64, "wb"))) {
         gdl__set_error("%s: %s: cannot create temporary file %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         tmp = NULL; /* nothing to remove */
@@ -19920,7 +20018,6 @@ GPUDL_API int64_t gdl_vocab_decode(const gdl_vocab *v, const int32_t *ids, int64
 
 GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
     static const char fn[] = "gdl_vocab_save";
-    static unsigned counter;
     char *tmp;
     FILE *f;
     int64_t i;
@@ -19933,8 +20030,7 @@ GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
         gdl__set_error("%s: %s: out of memory", fn, path);
         return -1;
     }
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
-    if (!(f = fopen(tmp, "wb"))) {
+    if (!(f = gdl__os_create_temporary(path, tmp, strlen(path) + 64, "wb"))) {
         gdl__set_error("%s: %s: cannot create %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         return -1;
@@ -27409,9 +27505,9 @@ static void gdl__x_print(gdl__xbuf *b, const gdl__xnet *N, const char *pre, cons
     gdl__xbuf_printf(b, "}\n#endif /* %s_IMPLEMENTATION */\n", up);
 }
 
-/* buf written to path.tmp.<pid>.<n>, then renamed over path; the temporary removed on failure */
+/* buf written to a new temporary (gdl__os_create_temporary), then renamed over path; the temporary
+   removed on failure */
 static int gdl__x_write(const char *fn, const char *path, const char *p, size_t n) {
-    static unsigned counter;
     const size_t tl = strlen(path) + 64;
     char *tmp = (char *)GPUDL_MALLOC(tl);
     FILE *f;
@@ -27420,8 +27516,7 @@ static int gdl__x_write(const char *fn, const char *path, const char *p, size_t 
         gdl__set_error("%s: %s: out of memory", fn, path);
         return -1;
     }
-    snprintf(tmp, tl, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
-    if (!(f = fopen(tmp, "wb"))) {
+    if (!(f = gdl__os_create_temporary(path, tmp, tl, "wb"))) {
         gdl__set_error("%s: %s: cannot create the temporary %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         return -1;
@@ -29933,17 +30028,16 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
 static FILE *gdl__csv_resume(const char *path, int64_t from) {
     FILE *in = fopen(path, "r"), *out;
     char line[1024], *tmp;
-    size_t tl = strlen(path) + 16;
+    size_t tl = strlen(path) + 64;
     if (!in) return gdl_metrics_csv_open(path);
     if (!(tmp = (char *)GPUDL_MALLOC(tl))) {
         fclose(in);
         gdl__set_error("gdl_fit: out of memory (host)");
         return NULL;
     }
-    snprintf(tmp, tl, "%s.tmp", path);
-    if (!(out = fopen(tmp, "w"))) {
+    if (!(out = gdl__os_create_temporary(path, tmp, tl, "w"))) {
         fclose(in);
-        gdl__set_error("gdl_fit: cannot write %s", tmp);
+        gdl__set_error("gdl_fit: cannot write a temporary next to %s: %s", path, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         return NULL;
     }

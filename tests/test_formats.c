@@ -1212,6 +1212,67 @@ TEST st_write_refuses_bad_input(void) {
     PASS();
 }
 
+/* Symlinks planted at every name an earlier writer would have used for its temporary (path.tmp.<pid>.<n>,
+   gdl_fit's path.tmp) and pointing at a victim: a save creates its temporary new under a random name,
+   so it never writes through them; the victim is untouched and the saved file is a regular file. */
+TEST st_write_ignores_planted_symlinks(void) {
+    const char *victim = tp("victim.txt"), *p = tp("planted.safetensors");
+    char link[700];
+    unsigned char *after;
+    size_t la;
+    struct stat st;
+    int n, links = 0;
+    mode_t um = umask(022);
+    umask(um);
+    ASSERT_EQ(0, write_bytes(victim, "precious", 8));
+    for (n = 0; n <= 64; n++) {
+        if (n == 0) snprintf(link, sizeof link, "%s.tmp", p);
+        else snprintf(link, sizeof link, "%s.tmp.%ld.%d", p, (long)getpid(), n);
+        ASSERT_EQ(0, symlink(victim, link));
+        links++;
+    }
+    for (n = 0; n < 3; n++) ASSERT_EQ(0, write_simple(p, 1.0f + (float)n));
+    after = read_all(victim, &la);
+    ASSERT_NOT_NULL(after);
+    ASSERT_EQ((size_t)8, la);
+    ASSERT_EQ(0, memcmp(after, "precious", 8));
+    free(after);
+    ASSERT_EQ(0, lstat(p, &st));
+    ASSERT(S_ISREG(st.st_mode));
+    ASSERT_EQ((unsigned)(0666 & ~um), (unsigned)(st.st_mode & 0777)); /* the mode fopen gave */
+    ASSERT_EQ(links, count_matching(tmpdir, "planted.safetensors.tmp")); /* the plants left as they were */
+    for (n = 0; n <= 64; n++) {
+        if (n == 0) snprintf(link, sizeof link, "%s.tmp", p);
+        else snprintf(link, sizeof link, "%s.tmp.%ld.%d", p, (long)getpid(), n);
+        ASSERT_EQ(0, lstat(link, &st));
+        ASSERT(S_ISLNK(st.st_mode));
+        ASSERT_EQ(0, unlink(link));
+    }
+    PASS();
+}
+
+/* the name is new each time and taken exclusively: two temporaries of one path never share a name, and
+   neither follows a symlink */
+TEST os_create_temporary_is_exclusive(void) {
+    const char *p = tp("excl.bin");
+    char a[700], b[700];
+    struct stat st;
+    FILE *fa = gdl__os_create_temporary(p, a, sizeof a, "wb"), *fb = gdl__os_create_temporary(p, b, sizeof b, "wb");
+    ASSERT_NOT_NULL(fa);
+    ASSERT_NOT_NULL(fb);
+    ASSERT(strcmp(a, b) != 0);
+    ASSERT_EQ(0, strncmp(a, p, strlen(p)));
+    ASSERT_EQ(0, lstat(a, &st));
+    ASSERT(S_ISREG(st.st_mode));
+    fclose(fa);
+    fclose(fb);
+    ASSERT_EQ(0, unlink(a));
+    ASSERT_EQ(0, unlink(b));
+    ASSERT(gdl__os_create_temporary(p, a, 8, "wb") == NULL); /* the name does not fit: refused, nothing made */
+    ASSERT_EQ(ENAMETOOLONG, errno);
+    PASS();
+}
+
 TEST st_write_nonexistent_dir(void) {
     char p[600];
     snprintf(p, sizeof p, "%s/no/such/dir/x.safetensors", tmpdir);
@@ -1393,6 +1454,8 @@ SUITE(safetensors_suite) {
     RUN_TEST(st_write_overwrites);
     RUN_TEST(st_write_refuses_bad_input);
     RUN_TEST(st_write_nonexistent_dir);
+    RUN_TEST(st_write_ignores_planted_symlinks);
+    RUN_TEST(os_create_temporary_is_exclusive);
     RUN_TEST(st_write_target_is_directory);
     RUN_TEST(st_write_failure_keeps_previous);
     RUN_TEST(st_read_missing_file);
