@@ -1333,7 +1333,9 @@ GPUDL_API gdl_dataset *gdl_dataset_text_classes(const gdl_text_list *texts, cons
 GPUDL_API int gdl_text_read_fortune_file(const char *path, int32_t label, const char *name, gdl_text_list *out);
 /* Each file of paths[0, n) is one class: gdl_text_read_fortune_file(paths[c], c, its base name). */
 GPUDL_API int gdl_text_read_files(const char *const *paths, int n, gdl_text_list *out);
-/* Every regular file in dir (no ".dat"/".u8", none starting with '.'), sorted by name, with label `label`. */
+/* Every regular file in dir (no ".dat"/".u8", none starting with '.'), sorted by name, with label `label`;
+   directories, FIFOs, devices and sockets are passed over, and a file is read no further than its size
+   when opened (a FIFO cannot block the read, a link to /dev/zero cannot fill the memory). */
 GPUDL_API int gdl_text_read_dir(const char *dir, int32_t label, const char *name, gdl_text_list *out);
 /* Debian's fortunes: dir, else $GPUDL_DATA/fortunes when GPUDL_DATA is set, else ./data/fortunes, then
    /usr/share/games/fortunes (`make data-text`). English: the files of fortunes-min and fortunes (a
@@ -3962,7 +3964,7 @@ GDL__OSFN void gdl__os_remove_if_unlocked(const char *path) {
 #endif
 }
 
-/* ---- a save's temporary: a new file under a name nobody can guess ---- */
+/* ---- hostile files: a save's temporary under a name nobody can guess; regular files only ---- */
 
 /* n bytes of the operating system's random source (/dev/urandom; RtlGenRandom on Windows): 0, or -1 with
    errno (none there: a chroot without /dev, ...) */
@@ -4093,7 +4095,84 @@ GDL__OSFN FILE *gdl__os_create_temporary(const char *path, char *tmp, size_t cap
     errno = EEXIST;
     return NULL;
 }
-/* ---- (end of a save's temporary) ---- */
+
+/* What path is, following symlinks: 1 a regular file, 2 a directory, 0 anything else (a FIFO, a device,
+   a socket), -1 with errno when it cannot be told (gone, no permission). Readers of a directory's files
+   take the regular ones only: a FIFO would block them, a link to /dev/zero feed them for ever. */
+GDL__OSFN int gdl__os_file_kind(const char *path) {
+#if defined(GDL__OS_POSIX)
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    return S_ISREG(st.st_mode) ? 1 : S_ISDIR(st.st_mode) ? 2 : 0;
+#elif defined(GDL__OS_WIN)
+    DWORD a = GetFileAttributesA(path);
+    if (a == INVALID_FILE_ATTRIBUTES) {
+        errno = ENOENT;
+        return -1;
+    }
+    return a & FILE_ATTRIBUTE_DIRECTORY ? 2 : a & FILE_ATTRIBUTE_DEVICE ? 0 : 1;
+#else
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fclose(f);
+    return 1;
+#endif
+}
+
+/* path opened for reading ("rb") if it is a regular file when opened (checked on the open file, so a
+   name swapped for a FIFO meanwhile is still refused): the stream and *size, its size then. POSIX opens
+   with O_NONBLOCK, so that a FIFO cannot block the open, and clears it after the check. NULL with errno;
+   EINVAL: not a regular file. */
+GDL__OSFN FILE *gdl__os_fopen_regular(const char *path, uint64_t *size) {
+#if defined(GDL__OS_POSIX)
+    struct stat st;
+    FILE *f;
+    int fd, flags = O_RDONLY | O_NONBLOCK;
+#ifdef O_CLOEXEC
+    flags |= O_CLOEXEC;
+#endif
+    do fd = open(path, flags);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) return NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) e = EINVAL;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    if (!(f = fdopen(fd, "rb"))) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    *size = (uint64_t)st.st_size;
+    return f;
+#else
+    FILE *f;
+    long end;
+    if (gdl__os_file_kind(path) != 1) {
+        if (errno != ENOENT) errno = EINVAL;
+        return NULL;
+    }
+#if defined(GDL__OS_WIN)
+    f = gdl__os_fopen_read(path);
+#else
+    f = fopen(path, "rb");
+#endif
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (end = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        errno = EINVAL;
+        return NULL;
+    }
+    *size = (uint64_t)end;
+    return f;
+#endif
+}
+/* ---- (end of hostile files) ---- */
 
 /* ---- dynamic loading (NVML): gdl__dl_open (NULL + why), gdl__dl_sym (the symbol's address as an
    object pointer: the caller memcpys it into a function pointer), gdl__dl_close. GDL__OS_DL where it
@@ -16641,21 +16720,13 @@ static void gdl__bswap(unsigned char *p, size_t elem, size_t count) {
 
 static const char *gdl__strerr(int e) { return e ? strerror(e) : "unknown error"; }
 
-/* Read a whole file into a fresh buffer (NUL-terminated for convenience). */
-static int gdl__read_file(const char *fn, const char *path, unsigned char **out, size_t *out_len) {
-    FILE *f;
+/* Read the open file f (path) to its end, or its first max bytes, into a fresh buffer (NUL-terminated for
+   convenience); f is closed. */
+static int gdl__read_stream(const char *fn, const char *path, FILE *f, size_t max, unsigned char **out,
+                            size_t *out_len) {
     unsigned char *buf;
     size_t len = 0, cap = (size_t)1 << 16, hint = 0;
     long end;
-    if (!path) {
-        gdl__set_error("%s: path is NULL", fn);
-        return -1;
-    }
-    f = gdl__os_fopen_read(path);
-    if (!f) {
-        gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
-        return -1;
-    }
     /* the size, as a hint only: trusted once the first chunk reads fine */
     if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (uint64_t)end < (uint64_t)(((size_t)-1) / 2))
         hint = (size_t)end;
@@ -16672,6 +16743,7 @@ static int gdl__read_file(const char *fn, const char *path, unsigned char **out,
     }
     for (;;) {
         size_t k;
+        if (len >= max) break;
         if (len == cap) {
             size_t want = cap * 2;
             unsigned char *nb;
@@ -16688,7 +16760,7 @@ static int gdl__read_file(const char *fn, const char *path, unsigned char **out,
             buf = nb;
             cap = want;
         }
-        k = fread(buf + len, 1, cap - len, f);
+        k = fread(buf + len, 1, cap - len < max - len ? cap - len : max - len, f);
         len += k;
         if (k == 0) {
             if (ferror(f)) {
@@ -16707,6 +16779,39 @@ fail:
     GPUDL_FREE(buf);
     fclose(f);
     return -1;
+}
+
+/* Read a whole file into a fresh buffer (NUL-terminated for convenience). */
+static int gdl__read_file(const char *fn, const char *path, unsigned char **out, size_t *out_len) {
+    FILE *f;
+    if (!path) {
+        gdl__set_error("%s: path is NULL", fn);
+        return -1;
+    }
+    f = gdl__os_fopen_read(path);
+    if (!f) {
+        gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
+        return -1;
+    }
+    return gdl__read_stream(fn, path, f, (size_t)-1, out, out_len);
+}
+
+/* A regular file only (gdl__os_fopen_regular: no FIFO, no device), and no more of it than its size when
+   opened: what a reader of every file in a directory takes. */
+static int gdl__read_regular_file(const char *fn, const char *path, unsigned char **out, size_t *out_len) {
+    uint64_t size = 0;
+    FILE *f = gdl__os_fopen_regular(path, &size);
+    if (!f) {
+        if (errno == EINVAL) gdl__set_error("%s: %s: not a regular file (a FIFO, a device, a socket): not read", fn, path);
+        else gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
+        return -1;
+    }
+    if (size > (uint64_t)(((size_t)-1) / 4)) {
+        gdl__set_error("%s: %s: file too large (%llu bytes)", fn, path, (unsigned long long)size);
+        fclose(f);
+        return -1;
+    }
+    return gdl__read_stream(fn, path, f, (size_t)size, out, out_len);
 }
 
 /* ---- IDX ---------------------------------------------------------------- */
@@ -20296,7 +20401,7 @@ static int gdl__tl_push(const char *fn, gdl_text_list *l, const char *s, size_t 
 
 /* The entries of a strfile file appended to out: their number, or -1. */
 static int64_t gdl__read_fortunes(const char *fn, const char *path, int32_t label, const char *name,
-                                  gdl_text_list *out) {
+                                  gdl_text_list *out, int regular_only) {
     unsigned char *buf = NULL;
     size_t len = 0, i = 0, entry = 0;
     int64_t got = 0;
@@ -20304,7 +20409,8 @@ static int64_t gdl__read_fortunes(const char *fn, const char *path, int32_t labe
         gdl__set_error("%s: out is NULL", fn);
         return -1;
     }
-    if (gdl__read_file(fn, path, &buf, &len) < 0) return -1;
+    if ((regular_only ? gdl__read_regular_file(fn, path, &buf, &len) : gdl__read_file(fn, path, &buf, &len)) < 0)
+        return -1;
     if (gdl__text_utf8(fn, path, (const char *)buf, len) < 0 || gdl__text_no_nul(fn, path, buf, len) < 0 ||
         gdl__tl_class(fn, out, label, name) < 0)
         goto fail;
@@ -20336,7 +20442,7 @@ fail:
 
 GPUDL_API int gdl_text_read_fortune_file(const char *path, int32_t label, const char *name, gdl_text_list *out) {
     static const char fn[] = "gdl_text_read_fortune_file";
-    int64_t got = gdl__read_fortunes(fn, path, label, name, out);
+    int64_t got = gdl__read_fortunes(fn, path, label, name, out, 0);
     if (got == 0) gdl__set_error("%s: %s has no entries", fn, path);
     return got > 0 ? 0 : -1;
 }
@@ -20366,7 +20472,8 @@ static int gdl__ends_with(const char *s, const char *suf) {
     return n >= k && strcmp(s + n - k, suf) == 0;
 }
 
-/* The names of dir's regular files (see gdl_text_read_dir), sorted. 0 / -1. */
+/* The names of dir's regular files (see gdl_text_read_dir), sorted: directories, FIFOs, devices and
+   sockets are passed over (gdl__os_file_kind; the read checks again on the open file). 0 / -1. */
 static int gdl__list_text_files(const char *fn, const char *dir, char ***names, int *count) {
     gdl__dir d;
     const char *e;
@@ -20377,13 +20484,9 @@ static int gdl__list_text_files(const char *fn, const char *dir, char ***names, 
         return -1;
     }
     while ((e = gdl__dir_next(&d)) != NULL) {
-        gdl__dir sub;
         if (e[0] == '.' || gdl__ends_with(e, ".dat") || gdl__ends_with(e, ".u8")) continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e) >= sizeof path) continue;
-        if (gdl__dir_open(&sub, path) == 0) { /* a directory: not read */
-            gdl__dir_close(&sub);
-            continue;
-        }
+        if (gdl__os_file_kind(path) != 1) continue; /* a directory, a FIFO, a device, a dangling link: not read */
         if (n == cap) {
             char **nv = (char **)GPUDL_REALLOC(v, sizeof(char *) * (size_t)(cap = cap ? cap * 2 : 32));
             if (!nv) break;
@@ -20416,7 +20519,7 @@ static int gdl__read_dir(const char *fn, const char *dir, int32_t label, const c
     if (gdl__list_text_files(fn, dir, &names, &n) < 0) return -1;
     for (i = 0; i < n && rc == 0; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if ((k = gdl__read_fortunes(fn, path, label, name, out)) < 0) rc = -1;
+        if ((k = gdl__read_fortunes(fn, path, label, name, out, 1)) < 0) rc = -1;
         got += k;
     }
     for (i = 0; i < n; i++) GPUDL_FREE(names[i]);
@@ -20475,7 +20578,7 @@ static int gdl__fortunes_read_en(const char *fn, const char *dir, int32_t label,
                            gdl__fortunes_en[i], gdl__fortunes_get);
             return -1;
         }
-        if (gdl__read_fortunes(fn, path, label, "en", out) < 0) return -1;
+        if (gdl__read_fortunes(fn, path, label, "en", out, 1) < 0) return -1;
     }
     return 0;
 }

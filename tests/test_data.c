@@ -2050,6 +2050,53 @@ TEST test_text_classes(void) {
 }
 
 /* strfile entries, directories read in name order, and the readers' errors. */
+#ifndef _WIN32
+#include <signal.h>
+/* A directory of texts holding a FIFO (which would block a plain open for ever) and a link to /dev/zero
+   (which would be read until memory runs out): only the regular files are read. alarm() is the test's
+   timeout: a reader that blocks is killed, and the test fails. */
+TEST text_dir_reads_regular_files_only(void) {
+    char dir[512], p[600], q[600];
+    gdl_text_list tl;
+    uint64_t size = 1;
+    FILE *f;
+    memset(&tl, 0, sizeof tl);
+    snprintf(dir, sizeof dir, "%s", tpath("hostile_dir"));
+    ASSERT_EQ(0, make_dir(dir));
+    snprintf(p, sizeof p, "%s/a", dir);
+    ASSERT_EQ(0, write_bytes(p, "ay\n%\nbe\n", 8, 0));
+    snprintf(p, sizeof p, "%s/fifo", dir);
+    ASSERT_EQ(0, mkfifo(p, 0600));
+    remember(p);
+    snprintf(q, sizeof q, "%s/zero", dir);
+    ASSERT_EQ(0, symlink("/dev/zero", q));
+    remember(q);
+    alarm(60);
+    ASSERT_EQ(0, gdl_text_read_dir(dir, 0, "xx", &tl));
+    ASSERT_EQ(2, tl.n);
+    ASSERT_STR_EQ("ay", tl.texts[0]);
+    ASSERT_STR_EQ("be", tl.texts[1]);
+    gdl_text_list_free(&tl);
+    /* the check on the open file: a FIFO and a device refused at once, without blocking */
+    ASSERT_NULL(f = gdl__os_fopen_regular(p, &size));
+    ASSERT_EQ(EINVAL, errno);
+    ASSERT_NULL(f = gdl__os_fopen_regular(q, &size));
+    ASSERT_EQ(EINVAL, errno);
+    ASSERT_EQ(-1, gdl__read_fortunes("t", q, 0, "z", &tl, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "not a regular file");
+    gdl_text_list_free(&tl);
+    snprintf(p, sizeof p, "%s/a", dir);
+    ASSERT_NOT_NULL(f = gdl__os_fopen_regular(p, &size));
+    ASSERT_EQ(8, (int)size);
+    fclose(f);
+    ASSERT_EQ(0, gdl__os_file_kind(q));
+    ASSERT_EQ(2, gdl__os_file_kind(dir));
+    ASSERT_EQ(1, gdl__os_file_kind(p));
+    alarm(0);
+    PASS();
+}
+#endif
+
 TEST test_fortune_reader(void) {
     gdl_text_list tl;
     const char *dir = tpath("lang"), *paths[2];
@@ -2439,6 +2486,9 @@ SUITE(text) {
     RUN_TEST(test_lm_windows);
     RUN_TEST(test_text_classes);
     RUN_TEST(test_fortune_reader);
+#ifndef _WIN32
+    RUN_TEST(text_dir_reads_regular_files_only);
+#endif
     RUN_TEST(test_text_split);
     RUN_TEST(test_sample_greedy);
     RUN_TEST(test_sample_distribution);

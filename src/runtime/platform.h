@@ -561,7 +561,7 @@ GDL__OSFN void gdl__os_remove_if_unlocked(const char *path) {
 #endif
 }
 
-/* ---- a save's temporary: a new file under a name nobody can guess ---- */
+/* ---- hostile files: a save's temporary under a name nobody can guess; regular files only ---- */
 
 /* n bytes of the operating system's random source (/dev/urandom; RtlGenRandom on Windows): 0, or -1 with
    errno (none there: a chroot without /dev, ...) */
@@ -692,7 +692,84 @@ GDL__OSFN FILE *gdl__os_create_temporary(const char *path, char *tmp, size_t cap
     errno = EEXIST;
     return NULL;
 }
-/* ---- (end of a save's temporary) ---- */
+
+/* What path is, following symlinks: 1 a regular file, 2 a directory, 0 anything else (a FIFO, a device,
+   a socket), -1 with errno when it cannot be told (gone, no permission). Readers of a directory's files
+   take the regular ones only: a FIFO would block them, a link to /dev/zero feed them for ever. */
+GDL__OSFN int gdl__os_file_kind(const char *path) {
+#if defined(GDL__OS_POSIX)
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    return S_ISREG(st.st_mode) ? 1 : S_ISDIR(st.st_mode) ? 2 : 0;
+#elif defined(GDL__OS_WIN)
+    DWORD a = GetFileAttributesA(path);
+    if (a == INVALID_FILE_ATTRIBUTES) {
+        errno = ENOENT;
+        return -1;
+    }
+    return a & FILE_ATTRIBUTE_DIRECTORY ? 2 : a & FILE_ATTRIBUTE_DEVICE ? 0 : 1;
+#else
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fclose(f);
+    return 1;
+#endif
+}
+
+/* path opened for reading ("rb") if it is a regular file when opened (checked on the open file, so a
+   name swapped for a FIFO meanwhile is still refused): the stream and *size, its size then. POSIX opens
+   with O_NONBLOCK, so that a FIFO cannot block the open, and clears it after the check. NULL with errno;
+   EINVAL: not a regular file. */
+GDL__OSFN FILE *gdl__os_fopen_regular(const char *path, uint64_t *size) {
+#if defined(GDL__OS_POSIX)
+    struct stat st;
+    FILE *f;
+    int fd, flags = O_RDONLY | O_NONBLOCK;
+#ifdef O_CLOEXEC
+    flags |= O_CLOEXEC;
+#endif
+    do fd = open(path, flags);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) return NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) e = EINVAL;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    if (!(f = fdopen(fd, "rb"))) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    *size = (uint64_t)st.st_size;
+    return f;
+#else
+    FILE *f;
+    long end;
+    if (gdl__os_file_kind(path) != 1) {
+        if (errno != ENOENT) errno = EINVAL;
+        return NULL;
+    }
+#if defined(GDL__OS_WIN)
+    f = gdl__os_fopen_read(path);
+#else
+    f = fopen(path, "rb");
+#endif
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (end = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        errno = EINVAL;
+        return NULL;
+    }
+    *size = (uint64_t)end;
+    return f;
+#endif
+}
+/* ---- (end of hostile files) ---- */
 
 /* ---- dynamic loading (NVML): gdl__dl_open (NULL + why), gdl__dl_sym (the symbol's address as an
    object pointer: the caller memcpys it into a function pointer), gdl__dl_close. GDL__OS_DL where it
