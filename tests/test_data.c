@@ -1407,6 +1407,69 @@ TEST test_loader_mix(void) {
     PASS();
 }
 
+/* Options at the edges of their types: an erase ratio of 1e-300 or 1e300 gives boxes whose sides
+   overflow any integer (compared as doubles, never cast: no box, the image kept); a batch size of
+   INT64_MAX is PyTorch's batch over the epoch, one short batch or none with drop_last (no overflow to
+   an empty epoch). alarm(): a loader that loops is killed and the test fails. */
+TEST test_loader_extreme_options(void) {
+    static const double ratios[][2] = {{1e-300, 1e-300}, {1e300, 1e300}, {1e-300, 1e300}, {4.9e-324, 1e308}};
+    gdl_dataset *img = image_dataset(6, 1, 6, 6, 1);
+    gdl_loader_opts o;
+    gdl_loader *L;
+    gdl_tensor *x, *y;
+    double u[23], lr[2], sc[2] = {0.02, 0.33};
+    int64_t box[4];
+    size_t i;
+    int k;
+    ASSERT_NOT_NULL(img);
+#ifndef _WIN32
+    alarm(120);
+#endif
+    for (k = 0; k < 23; k++) u[k] = k == 0 ? 0 : (k % 5) / 5.0;
+    for (i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
+        lr[0] = log(ratios[i][0]), lr[1] = log(ratios[i][1]);
+        if (ratios[i][0] == ratios[i][1]) ASSERT_EQ(0, gdl__erase_params(6, 6, 1, sc, lr, u, box));
+        o = gdl_loader_defaults();
+        o.batch_size = 3;
+        o.transform.erase_p = 1;
+        o.transform.erase_ratio[0] = ratios[i][0], o.transform.erase_ratio[1] = ratios[i][1];
+        ASSERT_NOT_NULL(L = gdl_loader_new(img, &o));
+        for (k = 0; k < 2; k++) ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+        ASSERT_EQ(0, gdl_loader_next(L, &x, &y));
+        gdl_loader_free(L);
+    }
+    for (k = 0; k < 2; k++) {
+        o = gdl_loader_defaults();
+        o.batch_size = INT64_MAX;
+        o.drop_last = k;
+        o.shuffle = 1;
+        ASSERT_NOT_NULL(L = gdl_loader_new(img, &o));
+        ASSERT_EQ(1 - k, gdl_loader_num_batches(L));
+        if (!k) {
+            ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+            ASSERT_EQ(6, x->shape[0]);
+        }
+        ASSERT_EQ(0, gdl_loader_next(L, &x, &y));
+        ASSERT_EQ(0, gdl_loader_set_position(L, 3, 0));
+        gdl_loader_free(L);
+    }
+    o = gdl_loader_defaults();
+    o.batch_size = INT64_MAX - 1;
+    o.num_replicas = 4;
+    o.rank = 3;
+    ASSERT_NOT_NULL(L = gdl_loader_new(img, &o));
+    ASSERT_EQ(1, gdl_loader_num_batches(L));
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(2, x->shape[0]); /* this rank's shard of ceil(6 / 4) */
+    gdl_loader_free(L);
+#ifndef _WIN32
+    alarm(0);
+#endif
+    gdl_dataset_free(img);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
 TEST test_loader_errors(void) {
     gdl_dataset *img = image_dataset(4, 1, 6, 6, 1), *vec = indexed_dataset(4, 2);
     gdl_loader_opts o = gdl_loader_defaults();
@@ -1693,6 +1756,7 @@ SUITE(loader) {
     RUN_TEST(test_loader_erase);
     RUN_TEST(test_loader_mix);
     RUN_TEST(test_loader_errors);
+    RUN_TEST(test_loader_extreme_options);
     RUN_TEST(test_loader_out_of_memory);
     RUN_TEST(test_free_mid_epoch);
     RUN_TEST(test_loader_stress);
