@@ -1238,6 +1238,7 @@ TEST st_write_refuses_bad_input(void) {
     PASS();
 }
 
+#ifndef _WIN32 /* symlinks: POSIX (Windows needs a privilege to make them) */
 /* Symlinks planted at every name an earlier writer would have used for its temporary (path.tmp.<pid>.<n>,
    gdl_fit's path.tmp) and pointing at a victim: a save creates its temporary new under a random name,
    so it never writes through them; the victim is untouched and the saved file is a regular file. */
@@ -1276,6 +1277,7 @@ TEST st_write_ignores_planted_symlinks(void) {
     }
     PASS();
 }
+#endif
 
 /* the name is new each time and taken exclusively: two temporaries of one path never share a name, and
    neither follows a symlink */
@@ -1288,7 +1290,7 @@ TEST os_create_temporary_is_exclusive(void) {
     ASSERT_NOT_NULL(fb);
     ASSERT(strcmp(a, b) != 0);
     ASSERT_EQ(0, strncmp(a, p, strlen(p)));
-    ASSERT_EQ(0, lstat(a, &st));
+    ASSERT_EQ(0, stat(a, &st));
     ASSERT(S_ISREG(st.st_mode));
     fclose(fa);
     fclose(fb);
@@ -1516,7 +1518,9 @@ SUITE(safetensors_suite) {
     RUN_TEST(st_write_overwrites);
     RUN_TEST(st_write_refuses_bad_input);
     RUN_TEST(st_write_nonexistent_dir);
+#ifndef _WIN32
     RUN_TEST(st_write_ignores_planted_symlinks);
+#endif
     RUN_TEST(os_create_temporary_is_exclusive);
     RUN_TEST(st_many_empty_tensors_memory);
     RUN_TEST(st_write_target_is_directory);
