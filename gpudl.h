@@ -4038,11 +4038,15 @@ GDL__OSFN FILE *gdl__os_create_temporary(const char *path, char *tmp, size_t cap
         {
 #if defined(GDL__OS_POSIX)
             int flags = O_WRONLY | O_CREAT | O_EXCL, fd;
-#ifdef O_NOFOLLOW
+#if defined(O_NOFOLLOW)
             flags |= O_NOFOLLOW;
+#elif defined(__O_NOFOLLOW) /* glibc under a bare -std=c99 hides the name, not the flag */
+            flags |= __O_NOFOLLOW;
 #endif
-#ifdef O_CLOEXEC
+#if defined(O_CLOEXEC)
             flags |= O_CLOEXEC;
+#elif defined(__O_CLOEXEC)
+            flags |= __O_CLOEXEC;
 #endif
             do fd = open(tmp, flags, 0666);
             while (fd < 0 && errno == EINTR);

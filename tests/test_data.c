@@ -1857,6 +1857,40 @@ TEST test_vocab_word(void) {
     PASS();
 }
 
+#ifndef _WIN32
+/* gdl_vocab_save with symlinks planted at the names earlier versions used for its temporaries
+   (path.tmp.<pid>.<n>), pointing at a victim: the temporary is created new under a random
+   name, so the victim is untouched and the saved file is a regular file. */
+TEST test_saves_ignore_planted_symlinks(void) {
+    const char *victim = tpath("victim.keep");
+    char path[600], link[700];
+    gdl_vocab *v = gdl_vocab_build("a b a c", 7, NULL);
+    FILE *f;
+    char got[16];
+    struct stat st;
+    int n;
+    ASSERT_NOT_NULL(v);
+    ASSERT_EQ(0, write_bytes(victim, "precious", 8, 0));
+    snprintf(path, sizeof path, "%s", tpath("planted.vocab"));
+    for (n = 1; n <= 16; n++) {
+        snprintf(link, sizeof link, "%s.tmp.%ld.%d", path, (long)getpid(), n);
+        ASSERT_EQ(0, symlink(victim, link));
+        remember(link);
+    }
+    for (n = 0; n < 3; n++) ASSERT_EQ(0, gdl_vocab_save(v, path));
+    remember(path);
+    ASSERT_NOT_NULL(f = fopen(victim, "rb"));
+    ASSERT_EQ(8, (int)fread(got, 1, sizeof got, f));
+    fclose(f);
+    ASSERT_EQ(0, memcmp(got, "precious", 8));
+    ASSERT_EQ(0, lstat(path, &st));
+    ASSERT(S_ISREG(st.st_mode));
+    gdl_vocab_free(v);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+#endif
+
 TEST test_vocab_save_load(void) {
     static const char text[] = "a\\b\nc\td\r\xD0\x96\xD0\x96 \xE2\x82\xAC<unk>";
     const char *path = tpath("v.vocab");
@@ -2546,6 +2580,9 @@ SUITE(text) {
     RUN_TEST(test_vocab_char_roundtrip);
     RUN_TEST(test_vocab_word);
     RUN_TEST(test_vocab_save_load);
+#ifndef _WIN32
+    RUN_TEST(test_saves_ignore_planted_symlinks);
+#endif
     RUN_TEST(test_vocab_errors);
     RUN_TEST(test_lm_windows);
     RUN_TEST(test_text_classes);
