@@ -1277,6 +1277,35 @@ TEST st_write_ignores_planted_symlinks(void) {
     }
     PASS();
 }
+
+/* gdl_fit's metrics CSV, rewritten on resume, used the fixed temporary path.tmp: a symlink planted
+   there made the rewrite go through it. Now the victim is untouched and the rows kept. */
+TEST csv_resume_ignores_planted_symlink(void) {
+    const char *victim = tp("csv_victim.txt"), *csv = tp("metrics.csv");
+    char link[700];
+    unsigned char *after;
+    size_t la;
+    FILE *f;
+    ASSERT_EQ(0, write_bytes(victim, "precious", 8));
+    ASSERT_EQ(0, write_bytes(csv, "epoch,loss\n1,0.5\n2,0.4\n3,0.3\n", 29));
+    snprintf(link, sizeof link, "%s.tmp", csv);
+    ASSERT_EQ(0, symlink(victim, link));
+    ASSERT_NOT_NULL(f = gdl__csv_resume(csv, 3));
+    fclose(f);
+    after = read_all(victim, &la);
+    ASSERT_NOT_NULL(after);
+    ASSERT_EQ((size_t)8, la);
+    ASSERT_EQ(0, memcmp(after, "precious", 8));
+    free(after);
+    after = read_all(csv, &la);
+    ASSERT_NOT_NULL(after);
+    after[la] = 0;
+    ASSERT_CONTAINS((const char *)after, "\n1,0.5\n2,0.4\n");
+    ASSERT(strstr((const char *)after, "3,0.3") == NULL);
+    free(after);
+    ASSERT_EQ(0, unlink(link));
+    PASS();
+}
 #endif
 
 /* the name is new each time and taken exclusively: two temporaries of one path never share a name, and
@@ -1520,6 +1549,7 @@ SUITE(safetensors_suite) {
     RUN_TEST(st_write_nonexistent_dir);
 #ifndef _WIN32
     RUN_TEST(st_write_ignores_planted_symlinks);
+    RUN_TEST(csv_resume_ignores_planted_symlink);
 #endif
     RUN_TEST(os_create_temporary_is_exclusive);
     RUN_TEST(st_many_empty_tensors_memory);
