@@ -1337,7 +1337,9 @@ GPUDL_API gdl_dataset *gdl_dataset_text_classes(const gdl_text_list *texts, cons
 GPUDL_API int gdl_text_read_fortune_file(const char *path, int32_t label, const char *name, gdl_text_list *out);
 /* Each file of paths[0, n) is one class: gdl_text_read_fortune_file(paths[c], c, its base name). */
 GPUDL_API int gdl_text_read_files(const char *const *paths, int n, gdl_text_list *out);
-/* Every regular file in dir (no ".dat"/".u8", none starting with '.'), sorted by name, with label `label`. */
+/* Every regular file in dir (no ".dat"/".u8", none starting with '.'), sorted by name, with label `label`;
+   directories, FIFOs, devices and sockets are passed over, and a file is read no further than its size
+   when opened (a FIFO cannot block the read, a link to /dev/zero cannot fill the memory). */
 GPUDL_API int gdl_text_read_dir(const char *dir, int32_t label, const char *name, gdl_text_list *out);
 /* Debian's fortunes: dir, else $GPUDL_DATA/fortunes when GPUDL_DATA is set, else ./data/fortunes, then
    /usr/share/games/fortunes (`make data-text`). English: the files of fortunes-min and fortunes (a
@@ -3997,7 +3999,7 @@ GDL__OSFN int gdl__os_replace(const char *from, const char *to) {
 #endif
 }
 
-/* A save writes to a temporary next to its target, named path.tmp.<pid>.<counter>, and replaces the
+/* A save writes to a temporary next to its target (gdl__os_create_temporary), and replaces the
    target with it (gdl__os_replace). While it writes, the temporary is locked, so that a later process
    that finds it (gdl__os_remove_if_unlocked) leaves a live writer's file alone: on POSIX an advisory
    write lock, which the kernel drops when the writer dies (no lock taken: NFS without lockd; harmless);
@@ -4027,6 +4029,220 @@ GDL__OSFN void gdl__os_remove_if_unlocked(const char *path) {
     remove(path); /* fails while its writer has it open */
 #endif
 }
+
+/* ---- hostile files: a save's temporary under a name nobody can guess; regular files only ---- */
+
+/* n bytes of the operating system's random source (/dev/urandom; RtlGenRandom on Windows): 0, or -1 with
+   errno (none there: a chroot without /dev, ...) */
+GDL__OSFN int gdl__os_random(void *buf, size_t n) {
+#if defined(GDL__OS_POSIX)
+    FILE *f = fopen("/dev/urandom", "rb");
+    size_t got;
+    if (!f) return -1;
+    setvbuf(f, NULL, _IONBF, 0); /* no buffer of its bytes left behind in memory */
+    got = fread(buf, 1, n, f);
+    fclose(f);
+    if (got != n) errno = EIO;
+    return got == n ? 0 : -1;
+#elif defined(GDL__OS_WIN)
+    typedef BOOLEAN(WINAPI * gen_fn)(PVOID, ULONG);
+    HMODULE h = LoadLibraryA("advapi32.dll");
+    FARPROC f = h ? GetProcAddress(h, "SystemFunction036") : NULL; /* RtlGenRandom */
+    gen_fn gen;
+    int ok;
+    if (!f) {
+        if (h) FreeLibrary(h);
+        errno = ENOSYS;
+        return -1;
+    }
+    memcpy(&gen, &f, sizeof gen); /* ISO C has no cast between unrelated function pointers */
+    ok = n <= 0xffffffffu && gen(buf, (ULONG)n);
+    FreeLibrary(h);
+    if (!ok) errno = EIO;
+    return ok ? 0 : -1;
+#else
+    (void)buf, (void)n;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+#if defined(GDL__OS_POSIX) && !defined(__cplusplus) && !defined(__APPLE__)
+FILE *fdopen(int fd, const char *mode); /* POSIX; hidden by a bare -std=c99 (the declaration is identical) */
+#endif
+
+/* Every save (safetensors, checkpoints, gdl_fit's CSV, quantized models, vocabularies, the C exporter)
+   writes a temporary next to path and renames it over path (gdl__os_replace). The temporary is
+   path.tmp.<pid>.<16 hex digits from gdl__os_random>, created new: O_CREAT|O_EXCL|O_NOFOLLOW on POSIX,
+   CREATE_NEW with FILE_FLAG_OPEN_REPARSE_POINT on Windows. A name planted there beforehand (a symlink to
+   someone's file) makes the open fail, so it is never followed or written through; the random part makes
+   such a plant hopeless anyway, and another try takes a fresh name. The mode is the one fopen gives
+   (0666 less the umask). The file is locked while written (gdl__os_lock_temporary). tmp (cap bytes,
+   strlen(path) + 64 suffice) receives the name. Without a random source (a chroot without /dev) the
+   suffix comes from the clocks: guessable, but O_EXCL still refuses whatever is planted. The stream
+   ("wb", or "w" for text), or NULL with errno. */
+GDL__OSFN FILE *gdl__os_create_temporary(const char *path, char *tmp, size_t cap, const char *mode) {
+    static unsigned counter = 0;
+    int attempt;
+    FILE *f = NULL;
+    for (attempt = 0; attempt < 16; attempt++) {
+        unsigned char r[8];
+        unsigned long long x = 0;
+        int i, n;
+        if (gdl__os_random(r, sizeof r) < 0) {
+            double us = gdl__os_wall_seconds() * 1e6; /* about 1.8e15 now: far inside the type's range */
+            unsigned long long c = (us >= 0 && us < 1e18 ? (unsigned long long)us : 0) ^
+                                   (unsigned long long)++counter * 0x9e3779b97f4a7c15ull;
+            for (i = 0; i < 8; i++) r[i] = (unsigned char)(c >> (8 * i));
+        }
+        for (i = 0; i < 8; i++) x = x << 8 | r[i];
+        n = snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, gdl__os_pid(), x);
+        if (n < 0 || (size_t)n >= cap) {
+            errno = ENAMETOOLONG;
+            return NULL;
+        }
+        {
+#if defined(GDL__OS_POSIX)
+            int flags = O_WRONLY | O_CREAT | O_EXCL, fd;
+#if defined(O_NOFOLLOW)
+            flags |= O_NOFOLLOW;
+#elif defined(__O_NOFOLLOW) /* glibc under a bare -std=c99 hides the name, not the flag */
+            flags |= __O_NOFOLLOW;
+#endif
+#if defined(O_CLOEXEC)
+            flags |= O_CLOEXEC;
+#elif defined(__O_CLOEXEC)
+            flags |= __O_CLOEXEC;
+#endif
+            do fd = open(tmp, flags, 0666);
+            while (fd < 0 && errno == EINTR);
+            if (fd < 0) {
+                if (errno == EEXIST) continue;
+                return NULL;
+            }
+            if (!(f = fdopen(fd, mode))) {
+                int e = errno;
+                close(fd);
+                remove(tmp);
+                errno = e;
+                return NULL;
+            }
+#elif defined(GDL__OS_WIN)
+            HANDLE h = CreateFileA(tmp, GENERIC_WRITE, FILE_SHARE_READ | FILE_SHARE_WRITE, NULL, CREATE_NEW,
+                                   FILE_ATTRIBUTE_NORMAL | FILE_FLAG_OPEN_REPARSE_POINT, NULL);
+            int fd;
+            if (h == INVALID_HANDLE_VALUE) {
+                DWORD e = GetLastError();
+                if (e == ERROR_FILE_EXISTS || e == ERROR_ALREADY_EXISTS) continue;
+                errno = e == ERROR_PATH_NOT_FOUND || e == ERROR_FILE_NOT_FOUND ? ENOENT
+                      : e == ERROR_ACCESS_DENIED || e == ERROR_SHARING_VIOLATION ? EACCES : EIO;
+                return NULL;
+            }
+            if ((fd = _open_osfhandle((intptr_t)h, _O_WRONLY | (mode[1] == 'b' ? _O_BINARY : _O_TEXT))) < 0) {
+                CloseHandle(h);
+                DeleteFileA(tmp);
+                errno = EIO;
+                return NULL;
+            }
+            if (!(f = _fdopen(fd, mode))) {
+                _close(fd);
+                DeleteFileA(tmp);
+                errno = EIO;
+                return NULL;
+            }
+#else
+            FILE *probe = fopen(tmp, "rb"); /* no exclusive create in ISO C before C11's "wx" */
+            if (probe) {
+                fclose(probe);
+                continue;
+            }
+            if (!(f = fopen(tmp, mode))) return NULL;
+#endif
+        }
+        gdl__os_lock_temporary(f); /* held until the file is closed: see gdl__os_remove_if_unlocked */
+        return f;
+    }
+    errno = EEXIST;
+    return NULL;
+}
+
+/* What path is, following symlinks: 1 a regular file, 2 a directory, 0 anything else (a FIFO, a device,
+   a socket), -1 with errno when it cannot be told (gone, no permission). Readers of a directory's files
+   take the regular ones only: a FIFO would block them, a link to /dev/zero feed them for ever. */
+GDL__OSFN int gdl__os_file_kind(const char *path) {
+#if defined(GDL__OS_POSIX)
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    return S_ISREG(st.st_mode) ? 1 : S_ISDIR(st.st_mode) ? 2 : 0;
+#elif defined(GDL__OS_WIN)
+    DWORD a = GetFileAttributesA(path);
+    if (a == INVALID_FILE_ATTRIBUTES) {
+        errno = ENOENT;
+        return -1;
+    }
+    return a & FILE_ATTRIBUTE_DIRECTORY ? 2 : a & FILE_ATTRIBUTE_DEVICE ? 0 : 1;
+#else
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fclose(f);
+    return 1;
+#endif
+}
+
+/* path opened for reading ("rb") if it is a regular file when opened (checked on the open file, so a
+   name swapped for a FIFO meanwhile is still refused): the stream and *size, its size then. POSIX opens
+   with O_NONBLOCK, so that a FIFO cannot block the open, and clears it after the check. NULL with errno;
+   EINVAL: not a regular file. */
+GDL__OSFN FILE *gdl__os_fopen_regular(const char *path, uint64_t *size) {
+#if defined(GDL__OS_POSIX)
+    struct stat st;
+    FILE *f;
+    int fd, flags = O_RDONLY | O_NONBLOCK;
+#ifdef O_CLOEXEC
+    flags |= O_CLOEXEC;
+#endif
+    do fd = open(path, flags);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) return NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) e = EINVAL;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    if (!(f = fdopen(fd, "rb"))) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    *size = (uint64_t)st.st_size;
+    return f;
+#else
+    FILE *f;
+    long end;
+    if (gdl__os_file_kind(path) != 1) {
+        if (errno != ENOENT) errno = EINVAL;
+        return NULL;
+    }
+#if defined(GDL__OS_WIN)
+    f = gdl__os_fopen_read(path);
+#else
+    f = fopen(path, "rb");
+#endif
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (end = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        errno = EINVAL;
+        return NULL;
+    }
+    *size = (uint64_t)end;
+    return f;
+#endif
+}
+/* ---- (end of hostile files) ---- */
 
 /* ---- dynamic loading (NVML): gdl__dl_open (NULL + why), gdl__dl_sym (the symbol's address as an
    object pointer: the caller memcpys it into a function pointer), gdl__dl_close. GDL__OS_DL where it
@@ -4397,37 +4613,6 @@ GDL__OSFN long gdl__os_sock_read_some(gdl__sock s, void *buf, size_t n) {
     if (r < 0) return gdl__ws_fail(gdl__ws.last_error());
 #endif
     return r;
-}
-
-/* n bytes of the operating system's random source (/dev/urandom; RtlGenRandom on Windows): 0, or -1 with
-   errno (none there: a chroot without /dev, ...) */
-GDL__OSFN int gdl__os_random(void *buf, size_t n) {
-#if defined(GDL__OS_POSIX)
-    FILE *f = fopen("/dev/urandom", "rb");
-    size_t got;
-    if (!f) return -1;
-    setvbuf(f, NULL, _IONBF, 0); /* no buffer of its bytes left behind in memory */
-    got = fread(buf, 1, n, f);
-    fclose(f);
-    if (got != n) errno = EIO;
-    return got == n ? 0 : -1;
-#else
-    typedef BOOLEAN(WINAPI * gen_fn)(PVOID, ULONG);
-    HMODULE h = LoadLibraryA("advapi32.dll");
-    FARPROC f = h ? GetProcAddress(h, "SystemFunction036") : NULL; /* RtlGenRandom */
-    gen_fn gen;
-    int ok;
-    if (!f) {
-        if (h) FreeLibrary(h);
-        errno = ENOSYS;
-        return -1;
-    }
-    memcpy(&gen, &f, sizeof gen); /* ISO C has no cast between unrelated function pointers */
-    ok = n <= 0xffffffffu && gen(buf, (ULONG)n);
-    FreeLibrary(h);
-    if (!ok) errno = EIO;
-    return ok ? 0 : -1;
-#endif
 }
 
 /* A listening TCP socket at port (0: one the system picks) on the IPv4 address host (NULL or "": every
@@ -16631,21 +16816,13 @@ static void gdl__bswap(unsigned char *p, size_t elem, size_t count) {
 
 static const char *gdl__strerr(int e) { return e ? strerror(e) : "unknown error"; }
 
-/* Read a whole file into a fresh buffer (NUL-terminated for convenience). */
-static int gdl__read_file(const char *fn, const char *path, unsigned char **out, size_t *out_len) {
-    FILE *f;
+/* Read the open file f (path) to its end, or its first max bytes, into a fresh buffer (NUL-terminated for
+   convenience); f is closed. */
+static int gdl__read_stream(const char *fn, const char *path, FILE *f, size_t max, unsigned char **out,
+                            size_t *out_len) {
     unsigned char *buf;
     size_t len = 0, cap = (size_t)1 << 16, hint = 0;
     long end;
-    if (!path) {
-        gdl__set_error("%s: path is NULL", fn);
-        return -1;
-    }
-    f = gdl__os_fopen_read(path);
-    if (!f) {
-        gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
-        return -1;
-    }
     /* the size, as a hint only: trusted once the first chunk reads fine */
     if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (uint64_t)end < (uint64_t)(((size_t)-1) / 2))
         hint = (size_t)end;
@@ -16662,6 +16839,7 @@ static int gdl__read_file(const char *fn, const char *path, unsigned char **out,
     }
     for (;;) {
         size_t k;
+        if (len >= max) break;
         if (len == cap) {
             size_t want = cap * 2;
             unsigned char *nb;
@@ -16678,7 +16856,7 @@ static int gdl__read_file(const char *fn, const char *path, unsigned char **out,
             buf = nb;
             cap = want;
         }
-        k = fread(buf + len, 1, cap - len, f);
+        k = fread(buf + len, 1, cap - len < max - len ? cap - len : max - len, f);
         len += k;
         if (k == 0) {
             if (ferror(f)) {
@@ -16697,6 +16875,39 @@ fail:
     GPUDL_FREE(buf);
     fclose(f);
     return -1;
+}
+
+/* Read a whole file into a fresh buffer (NUL-terminated for convenience). */
+static int gdl__read_file(const char *fn, const char *path, unsigned char **out, size_t *out_len) {
+    FILE *f;
+    if (!path) {
+        gdl__set_error("%s: path is NULL", fn);
+        return -1;
+    }
+    f = gdl__os_fopen_read(path);
+    if (!f) {
+        gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
+        return -1;
+    }
+    return gdl__read_stream(fn, path, f, (size_t)-1, out, out_len);
+}
+
+/* A regular file only (gdl__os_fopen_regular: no FIFO, no device), and no more of it than its size when
+   opened: what a reader of every file in a directory takes. */
+static int gdl__read_regular_file(const char *fn, const char *path, unsigned char **out, size_t *out_len) {
+    uint64_t size = 0;
+    FILE *f = gdl__os_fopen_regular(path, &size);
+    if (!f) {
+        if (errno == EINVAL) gdl__set_error("%s: %s: not a regular file (a FIFO, a device, a socket): not read", fn, path);
+        else gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
+        return -1;
+    }
+    if (size > (uint64_t)(((size_t)-1) / 4)) {
+        gdl__set_error("%s: %s: file too large (%llu bytes)", fn, path, (unsigned long long)size);
+        fclose(f);
+        return -1;
+    }
+    return gdl__read_stream(fn, path, f, (size_t)size, out, out_len);
 }
 
 /* ---- IDX ---------------------------------------------------------------- */
@@ -17437,6 +17648,13 @@ static int gdl__js_uint_array(gdl__json *J, const char *name, const char *field,
     return 0;
 }
 
+/* The shortest a tensor's entry can be in a header: "":{"dtype":"U8","shape":[],"data_offsets":[0,0]}
+   (every key required, no space), 49 bytes, and a comma before the next. A header of N bytes holds at
+   most (N + 1) / 50 entries: the entry array never grows past that, so that a header of many empty
+   tensors costs memory in proportion to its size (an entry is sizeof(gdl_st_entry), about 350 bytes,
+   for at least 50 bytes of header: the public struct's fixed name and shape set that ratio). */
+#define GDL__ST_MIN_ENTRY 49
+
 /* Dynamic arrays of entries and metadata while parsing. */
 typedef struct gdl__st_build {
     gdl_st_entry *e;
@@ -17692,8 +17910,14 @@ static const char *gdl__find_dup(const char *const *strs, int n, int *oom) {
     return dup;
 }
 
+/* a tensor's byte range and its index: what the tiling check sorts (not the 350-byte entries) */
+typedef struct gdl__st_span {
+    uint64_t begin, end;
+    int k;
+} gdl__st_span;
+
 static int gdl__cmp_entry_off(const void *a, const void *b) {
-    const gdl_st_entry *x = (const gdl_st_entry *)a, *y = (const gdl_st_entry *)b;
+    const gdl__st_span *x = (const gdl__st_span *)a, *y = (const gdl__st_span *)b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end) return x->end < y->end ? -1 : 1;
     return 0;
@@ -17769,14 +17993,20 @@ static int gdl__st_parse_top(gdl__json *J, gdl__st_build *b) {
                     return -1;
                 }
                 if (b->n == b->cap) {
-                    int nc = b->cap ? b->cap * 2 : 16;
-                    gdl_st_entry *ne = (gdl_st_entry *)GPUDL_REALLOC(b->e, (size_t)nc * sizeof *ne);
+                    size_t most = (J->n + 1) / (GDL__ST_MIN_ENTRY + 1) + 1, nc = b->cap ? (size_t)b->cap * 2 : 16;
+                    gdl_st_entry *ne;
+                    if (nc > most) nc = most;
+                    if (nc <= (size_t)b->cap || nc > (size_t)INT32_MAX) { /* past what the header's size can hold */
+                        snprintf(J->err, sizeof J->err, "more tensor entries than a %zu-byte header can hold", J->n);
+                        return -1;
+                    }
+                    ne = (gdl_st_entry *)GPUDL_REALLOC(b->e, nc * sizeof *ne);
                     if (!ne) {
                         snprintf(J->err, sizeof J->err, "out of memory parsing the header");
                         return -1;
                     }
                     b->e = ne;
-                    b->cap = nc;
+                    b->cap = (int)nc;
                 }
                 e = &b->e[b->n++];
                 memset(e, 0, sizeof *e);
@@ -17823,7 +18053,7 @@ static int gdl__st_check_dups(gdl__json *J, const gdl__st_build *b) {
 
 /* The tensors must tile [0, data_len) exactly: no tensor past the end, no hole, no overlap, nothing after. */
 static int gdl__st_check_tiling(const char *fn, const char *what, const gdl__st_build *b, uint64_t data_len) {
-    gdl_st_entry *sorted = NULL;
+    gdl__st_span *sorted = NULL;
     uint64_t pos = 0;
     int k, rc = 0;
     for (k = 0; k < b->n; k++)
@@ -17834,23 +18064,23 @@ static int gdl__st_check_tiling(const char *fn, const char *what, const gdl__st_
             return -1;
         }
     if (b->n > 0) {
-        sorted = (gdl_st_entry *)GPUDL_MALLOC((size_t)b->n * sizeof *sorted);
+        sorted = (gdl__st_span *)GPUDL_MALLOC((size_t)b->n * sizeof *sorted);
         if (!sorted) {
             gdl__set_error("%s: %s: header: %s", fn, what, "out of memory");
             return -1;
         }
-        memcpy(sorted, b->e, (size_t)b->n * sizeof *sorted);
+        for (k = 0; k < b->n; k++) sorted[k].begin = b->e[k].begin, sorted[k].end = b->e[k].end, sorted[k].k = k;
         qsort(sorted, (size_t)b->n, sizeof *sorted, gdl__cmp_entry_off);
         for (k = 0; k < b->n && rc == 0; k++) {
             if (sorted[k].begin > pos) {
                 gdl__set_error("%s: %s: hole in the data buffer: bytes [%llu, %llu) belong to no tensor (next is "
                                "'%s')", fn, what, (unsigned long long)pos, (unsigned long long)sorted[k].begin,
-                               sorted[k].name);
+                               b->e[sorted[k].k].name);
                 rc = -1;
             } else if (sorted[k].begin < pos) {
                 gdl__set_error("%s: %s: tensor '%s' data_offsets [%llu, %llu] overlap '%s', which ends at %llu", fn,
-                               what, sorted[k].name, (unsigned long long)sorted[k].begin,
-                               (unsigned long long)sorted[k].end, sorted[k - 1].name, (unsigned long long)pos);
+                               what, b->e[sorted[k].k].name, (unsigned long long)sorted[k].begin,
+                               (unsigned long long)sorted[k].end, b->e[sorted[k - 1].k].name, (unsigned long long)pos);
                 rc = -1;
             } else {
                 pos = sorted[k].end;
@@ -17884,6 +18114,10 @@ static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned c
         goto fail;
     }
     if (gdl__st_check_tiling(fn, what, &b, data_len) < 0) goto fail;
+    if (b.n > 0 && b.n < b.cap) { /* no spare entries kept (a shrinking realloc that fails keeps the block) */
+        gdl_st_entry *e = (gdl_st_entry *)GPUDL_REALLOC(b.e, (size_t)b.n * sizeof *e);
+        if (e) b.e = e;
+    }
     GPUDL_FREE(J.str);
     memset(out, 0, sizeof *out);
     out->n = b.n;
@@ -18013,7 +18247,7 @@ static void gdl__sb_json_str(gdl__sb *b, const char *s) {
     gdl__sb_put(b, "\"", 1);
 }
 
-/* A save killed mid-write leaves path.tmp.<pid>.<n> behind. Before writing,
+/* A save killed mid-write leaves path.tmp.<pid>.<hex> behind (gdl__os_create_temporary). Before writing,
    remove those whose process is gone, so that killed saves do not pile up.
    Only names of exactly that form are touched; this process's own are left
    alone, and so are those of live processes: gdl__os_pid_gone says whether
@@ -18046,8 +18280,8 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
         rest = e + bl + 5;
         pid = strtol(rest, &end, 10);
         if (end == rest || *end != '.' || pid <= 0 || pid > 0x7fffffffL || pid == gdl__os_pid()) continue;
-        rest = end + 1; /* the counter: digits to the end of the name */
-        if (*rest < '0' || *rest > '9' || rest[strspn(rest, "0123456789")] != 0) continue;
+        rest = end + 1; /* the random part: hex digits to the end of the name */
+        if (!*rest || rest[strspn(rest, "0123456789abcdef")] != 0) continue;
         if (!gdl__os_pid_gone(pid)) continue;
         snprintf(full, sizeof full, "%s/%s", dirname, e);
         gdl__os_remove_if_unlocked(full);
@@ -18201,7 +18435,6 @@ static int gdl__st_write_data(FILE *f, int n, const gdl_st_tensor *tensors, cons
 /* gdl_st_write with its errors prefixed by fn, the public call the user made (gdl_save_model, ...) */
 static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                          const char *const *meta_keys, const char *const *meta_vals) {
-    static unsigned counter = 0;
     gdl__sb h;
     uint64_t *sizes = NULL;
     const char **names = NULL;
@@ -18241,17 +18474,14 @@ static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_t
     }
     for (k = 0; k < 8; k++) lenb[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
 
-    /* write path.tmp.<pid>.<counter>, flush, fsync, rename over path */
+    /* write a new temporary next to path, flush, fsync, rename over path */
     tmp = (char *)GPUDL_MALLOC(strlen(path) + 64);
     if (!tmp) {
         gdl__set_error("%s: %s: out of memory", fn, path);
         goto fail;
     }
     gdl__st_remove_stale_temporaries(path);
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
-    f = fopen(tmp, "wb");
-    if (f) gdl__os_lock_temporary(f); /* held until the file is closed: see gdl__st_remove_stale_temporaries */
-    if (!f) {
+    if (!(f = gdl__os_create_temporary(path, tmp, strlen(path) + 64, "wb"))) {
         gdl__set_error("%s: %s: cannot create temporary file %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         tmp = NULL; /* nothing to remove */
@@ -18915,9 +19145,11 @@ static int gdl__erase_params(int64_t H, int64_t W, double p, const double scale[
     for (t = 0; t < 10; t++) {
         double area = (double)(H * W) * (scale[0] + u[k] * (scale[1] - scale[0]));
         double ar = exp(logratio[0] + u[k + 1] * (logratio[1] - logratio[0]));
-        int64_t h = (int64_t)rint(sqrt(area * ar)), w = (int64_t)rint(sqrt(area / ar));
+        double hd = rint(sqrt(area * ar)), wd = rint(sqrt(area / ar)); /* inf or NaN for an extreme ratio */
+        int64_t h, w;
         k += 2;
-        if (!(h < H && w < W)) continue;
+        if (!(hd < (double)H && wd < (double)W)) continue; /* compared as doubles, cast only when inside */
+        h = (int64_t)hd, w = (int64_t)wd;
         box[0] = (int64_t)(u[k] * (double)(H - h + 1));
         box[1] = (int64_t)(u[k + 1] * (double)(W - w + 1));
         box[2] = h;
@@ -19533,9 +19765,12 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
     memset(l, 0, sizeof *l);
     l->ds = ds;
     l->o = o;
-    l->B = o.batch_size;
     l->n = o.num_replicas > 1 ? (ds->n + o.num_replicas - 1) / o.num_replicas : ds->n;
-    l->nb = o.drop_last ? l->n / l->B : (l->n + l->B - 1) / l->B;
+    /* PyTorch's count: a batch size over the epoch gives one short batch, or none with drop_last (no
+       n + B - 1 that overflows); the batch size is then capped by the epoch, so that no product of it
+       (positions, samples per step) can overflow either */
+    l->nb = o.drop_last ? l->n / o.batch_size : l->n / o.batch_size + (l->n % o.batch_size != 0);
+    l->B = o.batch_size < l->n ? o.batch_size : l->n > 0 ? l->n : 1;
     l->held = -1;
     if (gdl__loader_plan(fn, l) < 0) goto fail; /* out_shape[0]: min(B, N), the buffers' batch */
 #ifdef GPUDL_NO_THREADS
@@ -20179,7 +20414,6 @@ GPUDL_API int64_t gdl_vocab_decode(const gdl_vocab *v, const int32_t *ids, int64
 
 GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
     static const char fn[] = "gdl_vocab_save";
-    static unsigned counter;
     char *tmp;
     FILE *f;
     int64_t i;
@@ -20192,8 +20426,7 @@ GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
         gdl__set_error("%s: %s: out of memory", fn, path);
         return -1;
     }
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
-    if (!(f = fopen(tmp, "wb"))) {
+    if (!(f = gdl__os_create_temporary(path, tmp, strlen(path) + 64, "wb"))) {
         gdl__set_error("%s: %s: cannot create %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         return -1;
@@ -20459,7 +20692,7 @@ static int gdl__tl_push(const char *fn, gdl_text_list *l, const char *s, size_t 
 
 /* The entries of a strfile file appended to out: their number, or -1. */
 static int64_t gdl__read_fortunes(const char *fn, const char *path, int32_t label, const char *name,
-                                  gdl_text_list *out) {
+                                  gdl_text_list *out, int regular_only) {
     unsigned char *buf = NULL;
     size_t len = 0, i = 0, entry = 0;
     int64_t got = 0;
@@ -20467,7 +20700,8 @@ static int64_t gdl__read_fortunes(const char *fn, const char *path, int32_t labe
         gdl__set_error("%s: out is NULL", fn);
         return -1;
     }
-    if (gdl__read_file(fn, path, &buf, &len) < 0) return -1;
+    if ((regular_only ? gdl__read_regular_file(fn, path, &buf, &len) : gdl__read_file(fn, path, &buf, &len)) < 0)
+        return -1;
     if (gdl__text_utf8(fn, path, (const char *)buf, len) < 0 || gdl__text_no_nul(fn, path, buf, len) < 0 ||
         gdl__tl_class(fn, out, label, name) < 0)
         goto fail;
@@ -20499,7 +20733,7 @@ fail:
 
 GPUDL_API int gdl_text_read_fortune_file(const char *path, int32_t label, const char *name, gdl_text_list *out) {
     static const char fn[] = "gdl_text_read_fortune_file";
-    int64_t got = gdl__read_fortunes(fn, path, label, name, out);
+    int64_t got = gdl__read_fortunes(fn, path, label, name, out, 0);
     if (got == 0) gdl__set_error("%s: %s has no entries", fn, path);
     return got > 0 ? 0 : -1;
 }
@@ -20529,7 +20763,8 @@ static int gdl__ends_with(const char *s, const char *suf) {
     return n >= k && strcmp(s + n - k, suf) == 0;
 }
 
-/* The names of dir's regular files (see gdl_text_read_dir), sorted. 0 / -1. */
+/* The names of dir's regular files (see gdl_text_read_dir), sorted: directories, FIFOs, devices and
+   sockets are passed over (gdl__os_file_kind; the read checks again on the open file). 0 / -1. */
 static int gdl__list_text_files(const char *fn, const char *dir, char ***names, int *count) {
     gdl__dir d;
     const char *e;
@@ -20540,13 +20775,9 @@ static int gdl__list_text_files(const char *fn, const char *dir, char ***names, 
         return -1;
     }
     while ((e = gdl__dir_next(&d)) != NULL) {
-        gdl__dir sub;
         if (e[0] == '.' || gdl__ends_with(e, ".dat") || gdl__ends_with(e, ".u8")) continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e) >= sizeof path) continue;
-        if (gdl__dir_open(&sub, path) == 0) { /* a directory: not read */
-            gdl__dir_close(&sub);
-            continue;
-        }
+        if (gdl__os_file_kind(path) != 1) continue; /* a directory, a FIFO, a device, a dangling link: not read */
         if (n == cap) {
             char **nv = (char **)GPUDL_REALLOC(v, sizeof(char *) * (size_t)(cap = cap ? cap * 2 : 32));
             if (!nv) break;
@@ -20579,7 +20810,7 @@ static int gdl__read_dir(const char *fn, const char *dir, int32_t label, const c
     if (gdl__list_text_files(fn, dir, &names, &n) < 0) return -1;
     for (i = 0; i < n && rc == 0; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if ((k = gdl__read_fortunes(fn, path, label, name, out)) < 0) rc = -1;
+        if ((k = gdl__read_fortunes(fn, path, label, name, out, 1)) < 0) rc = -1;
         got += k;
     }
     for (i = 0; i < n; i++) GPUDL_FREE(names[i]);
@@ -20638,7 +20869,7 @@ static int gdl__fortunes_read_en(const char *fn, const char *dir, int32_t label,
                            gdl__fortunes_en[i], gdl__fortunes_get);
             return -1;
         }
-        if (gdl__read_fortunes(fn, path, label, "en", out) < 0) return -1;
+        if (gdl__read_fortunes(fn, path, label, "en", out, 1) < 0) return -1;
     }
     return 0;
 }
@@ -27668,9 +27899,9 @@ static void gdl__x_print(gdl__xbuf *b, const gdl__xnet *N, const char *pre, cons
     gdl__xbuf_printf(b, "}\n#endif /* %s_IMPLEMENTATION */\n", up);
 }
 
-/* buf written to path.tmp.<pid>.<n>, then renamed over path; the temporary removed on failure */
+/* buf written to a new temporary (gdl__os_create_temporary), then renamed over path; the temporary
+   removed on failure */
 static int gdl__x_write(const char *fn, const char *path, const char *p, size_t n) {
-    static unsigned counter;
     const size_t tl = strlen(path) + 64;
     char *tmp = (char *)GPUDL_MALLOC(tl);
     FILE *f;
@@ -27679,8 +27910,7 @@ static int gdl__x_write(const char *fn, const char *path, const char *p, size_t 
         gdl__set_error("%s: %s: out of memory", fn, path);
         return -1;
     }
-    snprintf(tmp, tl, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
-    if (!(f = fopen(tmp, "wb"))) {
+    if (!(f = gdl__os_create_temporary(path, tmp, tl, "wb"))) {
         gdl__set_error("%s: %s: cannot create the temporary %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         return -1;
@@ -30192,17 +30422,16 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
 static FILE *gdl__csv_resume(const char *path, int64_t from) {
     FILE *in = fopen(path, "r"), *out;
     char line[1024], *tmp;
-    size_t tl = strlen(path) + 16;
+    size_t tl = strlen(path) + 64;
     if (!in) return gdl_metrics_csv_open(path);
     if (!(tmp = (char *)GPUDL_MALLOC(tl))) {
         fclose(in);
         gdl__set_error("gdl_fit: out of memory (host)");
         return NULL;
     }
-    snprintf(tmp, tl, "%s.tmp", path);
-    if (!(out = fopen(tmp, "w"))) {
+    if (!(out = gdl__os_create_temporary(path, tmp, tl, "w"))) {
         fclose(in);
-        gdl__set_error("gdl_fit: cannot write %s", tmp);
+        gdl__set_error("gdl_fit: cannot write a temporary next to %s: %s", path, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         return NULL;
     }
@@ -31219,11 +31448,27 @@ static int gdl__meta_get_u64(const char *op, const char *path, const gdl_st_file
     const char *v = gdl__meta_find(op, path, f, key);
     char *end;
     if (!v) return -1;
+    errno = 0;
     *out = (uint64_t)strtoull(v, &end, 10);
-    if (end != v && *end == 0) return 0;
+    if (end != v && *end == 0 && errno != ERANGE && v[strspn(v, " \t")] != '-') return 0;
     gdl__set_error("%s: %s: metadata '%s' is not an integer: '%s'", op, path, key, v);
     return -1;
 }
+
+/* The one door from a number read from a file to an integer: v (metadata `key`) must be finite, integral
+   and within [lo, hi] (bounds exactly representable, |bound| <= 9e15 < 2^53), checked before the cast
+   (a cast of 1e300 or NaN is undefined behaviour). 0 and *out, or -1 + error. */
+static int gdl__meta_int(const char *op, const char *path, const char *key, double v, double lo, double hi,
+                         int64_t *out) {
+    if (!(v >= lo && v <= hi && v == floor(v))) {
+        gdl__set_error("%s: %s: metadata '%s' is %g: not an integer in [%.0f, %.0f] (a damaged file?)", op, path,
+                       key, v, lo, hi);
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+#define GDL__META_INT_MAX 9e15 /* every count a checkpoint holds; doubles are exact integers up to 2^53 */
 
 /* gdl_checkpoint_save, plus gdl_fit's position (fs, may be NULL) as metadata fit.* */
 static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
@@ -31335,6 +31580,7 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
                                          "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
                                          "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
     double v[12], es[3] = {NAN, NAN, 0};
+    int64_t iv[12], es_wait = 0;
     gdl_st_file f;
     int i, rc = 0, nk = 10, has_es = 0;
     int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
@@ -31361,14 +31607,9 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
     /* integers in range before they are cast (a damaged file may hold anything, NaN included) */
     for (i = 0; i < nk; i++)
-        if (i != 5 && i != 6 && !(v[i] >= -1 && v[i] <= 9e15 && v[i] == (double)(int64_t)v[i])) {
-            gdl__set_error("%s: %s: metadata '%s' is not a valid count: %g", op, path, keys[i], v[i]);
-            goto fail;
-        }
-    if (!(es[2] >= 0 && es[2] <= 1e9 && es[2] == (double)(int64_t)es[2])) {
-        gdl__set_error("%s: %s: metadata 'fit.es_wait' is not a valid count: %g", op, path, es[2]);
-        goto fail;
-    }
+        if (i != 5 && i != 6 && gdl__meta_int(op, path, keys[i], v[i], -1, GDL__META_INT_MAX, &iv[i]) < 0) goto fail;
+    if (nk == 10) iv[10] = W, iv[11] = B;
+    if (gdl__meta_int(op, path, "fit.es_wait", es[2], 0, 1e9, &es_wait) < 0) goto fail;
     if (!(v[5] == v[5] && v[6] >= 0)) {
         gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
         goto fail;
@@ -31379,18 +31620,24 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
                        "epochs", op, path, v[0], v[1], v[3], epochs);
         goto fail;
     }
-    fs->batch = (int64_t)v[1];
-    if ((int64_t)v[10] == W && (int64_t)v[11] == B) {
-        if ((int64_t)v[3] != num_batches) {
+    fs->batch = iv[1];
+    if (iv[10] == W && iv[11] == B) {
+        if (iv[3] != num_batches) {
             gdl__set_error("%s: cannot resume from %s: it was taken at epoch %.0f, batch %.0f of a loader with %.0f "
                            "batches per epoch; this run's has %lld (another dataset?)", op, path, v[0], v[1], v[3],
                            (long long)num_batches);
             goto fail;
         }
-    } else if ((int64_t)v[1] == (int64_t)v[3]) { /* taken at the end of an epoch */
+    } else if (iv[1] == iv[3]) { /* taken at the end of an epoch */
         fs->batch = num_batches;
     } else { /* the same samples done: the sampler re-shards the epoch for this run's world size */
-        int64_t done = (int64_t)v[1] * (int64_t)v[10] * (int64_t)v[11];
+        int64_t done;
+        if ((double)iv[1] * (double)iv[10] * (double)iv[11] > GDL__META_INT_MAX) { /* no overflow below */
+            gdl__set_error("%s: %s: its position (batch %.0f of batch size %.0f on %.0f ranks) is out of range", op,
+                           path, v[1], v[11], v[10]);
+            goto fail;
+        }
+        done = iv[1] * iv[10] * iv[11];
         if (done % (W * B) != 0 || done / (W * B) > num_batches) {
             gdl__set_error("%s: cannot resume from %s: it was taken in epoch %.0f after %lld samples (batch %.0f of "
                            "batch size %.0f on %.0f ranks); with batch size %lld on %lld ranks (%lld samples a step) "
@@ -31401,18 +31648,18 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
         }
         fs->batch = done / (W * B);
     }
-    fs->epoch = (int64_t)v[0];
-    fs->loader_epoch = (int64_t)v[2];
+    fs->epoch = iv[0];
+    fs->loader_epoch = iv[2];
     fs->num_batches = num_batches;
-    fs->val_epoch = (int64_t)v[4];
+    fs->val_epoch = iv[4];
     fs->loss_sum = v[5]; /* printed with %.17g: exact */
     fs->seconds = v[6];
-    fs->samples = (int64_t)v[7];
-    fs->correct = (int64_t)v[8];
-    fs->counted = (int64_t)v[9];
+    fs->samples = iv[7];
+    fs->correct = iv[8];
+    fs->counted = iv[9];
     fs->replicas = W;
     fs->batch_size = B;
-    fs->es_best = es[0], fs->best = es[1], fs->es_wait = (int64_t)es[2];
+    fs->es_best = es[0], fs->best = es[1], fs->es_wait = es_wait;
     return gdl__checkpoint_load(op, path, m, opt, sched, NULL, ddp);
 fail:
     if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);
@@ -31427,6 +31674,7 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
     gdl__ckpt *c;
     void **bufs = NULL;
     double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3], nav = 0;
+    int64_t i_ep = 0, i_step = 0, i_groups = 0, i_last = 0, i_nav = 0, i_tracker = 0, i_interval = 0;
     uint64_t seed = 0, counter = 0;
     int g, ng = 0, rc = -1, has_scaler = 0;
     if (!m || !path) {
@@ -31440,14 +31688,17 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
     }
     /* read and check everything before changing anything */
     if (gdl__meta_get(op, path, &f, "epoch", &ep) < 0 || gdl__meta_get_u64(op, path, &f, "rng.seed", &seed) < 0 ||
-        gdl__meta_get_u64(op, path, &f, "rng.counter", &counter) < 0)
+        gdl__meta_get_u64(op, path, &f, "rng.counter", &counter) < 0 ||
+        gdl__meta_int(op, path, "epoch", ep, -GDL__META_INT_MAX, GDL__META_INT_MAX, &i_ep) < 0)
         goto done;
     if (opt) {
         ng = gdl_optim_num_groups(opt);
-        if (gdl__meta_get(op, path, &f, "optim.step", &step) < 0 || gdl__meta_get(op, path, &f, "optim.groups", &groups) < 0)
+        if (gdl__meta_get(op, path, &f, "optim.step", &step) < 0 || gdl__meta_get(op, path, &f, "optim.groups", &groups) < 0 ||
+            gdl__meta_int(op, path, "optim.step", step, 0, GDL__META_INT_MAX, &i_step) < 0 ||
+            gdl__meta_int(op, path, "optim.groups", groups, 0, 32, &i_groups) < 0)
             goto done;
-        if ((int)groups != ng || ng > 32) {
-            gdl__set_error("%s: %s: the file has %d parameter groups, the optimizer %d", op, path, (int)groups, ng);
+        if (i_groups != ng || ng > 32) {
+            gdl__set_error("%s: %s: the file has %d parameter groups, the optimizer %d", op, path, (int)i_groups, ng);
             goto done;
         }
         for (g = 0; g < ng; g++) {
@@ -31458,12 +31709,15 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
             if (gdl__meta_get(op, path, &f, k, &mom[g]) < 0) goto done;
         }
     }
-    if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
+    if (sched && (gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0 ||
+                  gdl__meta_int(op, path, "sched.last_epoch", last, 0, GDL__META_INT_MAX, &i_last) < 0))
+        goto done;
     if (opt && opt->ema && gdl__meta_get(op, path, &f, "ema.n_averaged", &nav) < 0) goto done;
-    if (opt && opt->ema && !(nav >= 0 && nav <= step && nav == (double)(int64_t)nav)) {
+    if (opt && opt->ema && !(nav >= 0 && nav <= step)) {
         gdl__set_error("%s: %s: ema.n_averaged %g is not a count within the optimizer's %g steps", op, path, nav, step);
         goto done;
     }
+    if (opt && opt->ema && gdl__meta_int(op, path, "ema.n_averaged", nav, 0, GDL__META_INT_MAX, &i_nav) < 0) goto done;
     if (opt && opt->scaler) { /* older checkpoints and runs without a scaler have none: the scaler is left as is */
         for (g = 0; g < f.n_meta && strcmp(f.meta_keys[g], "scaler.scale") != 0; g++) {
         }
@@ -31474,23 +31728,20 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
                            gdl__meta_get(op, path, &f, "scaler.backoff_factor", &sc_opt[1]) < 0 ||
                            gdl__meta_get(op, path, &f, "scaler.growth_interval", &sc_opt[2]) < 0))
             goto done;
-        if (has_scaler && (!(sc_scale > 0) || (float)sc_scale - (float)sc_scale != 0 || !(sc_tracker >= 0) ||
-                           sc_tracker > INT32_MAX || sc_tracker != (double)(int64_t)sc_tracker ||
-                           !(sc_opt[0] > 1) || sc_opt[0] - sc_opt[0] != 0 || !(sc_opt[1] > 0 && sc_opt[1] < 1) ||
-                           !(sc_opt[2] >= 1 && sc_opt[2] <= INT32_MAX) || sc_opt[2] != (double)(int64_t)sc_opt[2])) {
+        if (has_scaler && (!(sc_scale > 0 && sc_scale <= FLT_MAX) || !(sc_tracker >= 0 && sc_tracker <= INT32_MAX) ||
+                           sc_tracker != floor(sc_tracker) || !(sc_opt[0] > 1) || sc_opt[0] - sc_opt[0] != 0 ||
+                           !(sc_opt[1] > 0 && sc_opt[1] < 1) || !(sc_opt[2] >= 1 && sc_opt[2] <= INT32_MAX) ||
+                           sc_opt[2] != floor(sc_opt[2]))) {
             gdl__set_error("%s: %s: the scaler's state is out of range (scale %g, growth_tracker %g, growth_factor %g, "
                            "backoff_factor %g, growth_interval %g)", op, path, sc_scale, sc_tracker, sc_opt[0],
                            sc_opt[1], sc_opt[2]);
             goto done;
         }
+        if (has_scaler) i_tracker = (int64_t)sc_tracker, i_interval = (int64_t)sc_opt[2]; /* in range: above */
     }
     if (opt) {
-        if (!(step >= 0)) {
-            gdl__set_error("%s: %s: optimizer step %g is negative", op, path, step);
-            goto done;
-        }
         for (g = 0; g < ng; g++)
-            if (!(lr[g] >= 0) || !(mom[g] >= 0 && mom[g] < 1)) {
+            if (!(lr[g] >= 0 && lr[g] < INFINITY) || !(mom[g] >= 0 && mom[g] < 1)) {
                 gdl__set_error("%s: %s: group %d has lr %g or momentum %g out of range", op, path, g, lr[g], mom[g]);
                 goto done;
             }
@@ -31504,7 +31755,7 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
        steps); it changes only the learning rates, which are set again below */
     if (sched) {
         int64_t before = gdl_scheduler_get_last_epoch(sched);
-        if (gdl_scheduler_set_last_epoch(sched, (int64_t)last) < 0) {
+        if (gdl_scheduler_set_last_epoch(sched, i_last) < 0) {
             char why[sizeof gdl__err];
             memcpy(why, gdl__err, sizeof why);
             gdl_scheduler_set_last_epoch(sched, before);
@@ -31515,21 +31766,21 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
     if (gdl__ckpt_apply(op, c, bufs) < 0) goto done;
     if (opt && opt->master != GDL_F32 && gdl__opt_round_params(op, opt) < 0) goto done; /* from the masters loaded */
     if (opt) {
-        gdl_optim_set_step(opt, (int64_t)step);
-        if (opt->ema) opt->ema->step0 = (int64_t)step - (int64_t)nav;
+        gdl_optim_set_step(opt, i_step);
+        if (opt->ema) opt->ema->step0 = i_step - i_nav;
         for (g = 0; g < ng; g++) { /* in range: checked above */
             gdl_optim_set_lr(opt, g, lr[g]);
             gdl_optim_set_momentum(opt, g, mom[g]);
         }
         if (has_scaler) { /* as GradScaler.load_state_dict: the factors and interval too */
-            if (gdl_grad_scaler_set_state(opt->scaler, sc_scale, (int64_t)sc_tracker) < 0) goto done;
+            if (gdl_grad_scaler_set_state(opt->scaler, sc_scale, i_tracker) < 0) goto done;
             opt->scaler->o.growth_factor = sc_opt[0];
             opt->scaler->o.backoff_factor = sc_opt[1];
-            opt->scaler->o.growth_interval = (int)sc_opt[2];
+            opt->scaler->o.growth_interval = (int)i_interval;
         }
     }
     gdl_rng_set_state(seed, counter);
-    if (epoch) *epoch = (int64_t)ep;
+    if (epoch) *epoch = i_ep;
     rc = 0;
 done:
     gdl__free_bufs(bufs, c->n);

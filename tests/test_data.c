@@ -1407,6 +1407,69 @@ TEST test_loader_mix(void) {
     PASS();
 }
 
+/* Options at the edges of their types: an erase ratio of 1e-300 or 1e300 gives boxes whose sides
+   overflow any integer (compared as doubles, never cast: no box, the image kept); a batch size of
+   INT64_MAX is PyTorch's batch over the epoch, one short batch or none with drop_last (no overflow to
+   an empty epoch). alarm(): a loader that loops is killed and the test fails. */
+TEST test_loader_extreme_options(void) {
+    static const double ratios[][2] = {{1e-300, 1e-300}, {1e300, 1e300}, {1e-300, 1e300}, {4.9e-324, 1e308}};
+    gdl_dataset *img = image_dataset(6, 1, 6, 6, 1);
+    gdl_loader_opts o;
+    gdl_loader *L;
+    gdl_tensor *x, *y;
+    double u[23], lr[2], sc[2] = {0.02, 0.33};
+    int64_t box[4];
+    size_t i;
+    int k;
+    ASSERT_NOT_NULL(img);
+#ifndef _WIN32
+    alarm(120);
+#endif
+    for (k = 0; k < 23; k++) u[k] = k == 0 ? 0 : (k % 5) / 5.0;
+    for (i = 0; i < sizeof ratios / sizeof ratios[0]; i++) {
+        lr[0] = log(ratios[i][0]), lr[1] = log(ratios[i][1]);
+        if (ratios[i][0] == ratios[i][1]) ASSERT_EQ(0, gdl__erase_params(6, 6, 1, sc, lr, u, box));
+        o = gdl_loader_defaults();
+        o.batch_size = 3;
+        o.transform.erase_p = 1;
+        o.transform.erase_ratio[0] = ratios[i][0], o.transform.erase_ratio[1] = ratios[i][1];
+        ASSERT_NOT_NULL(L = gdl_loader_new(img, &o));
+        for (k = 0; k < 2; k++) ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+        ASSERT_EQ(0, gdl_loader_next(L, &x, &y));
+        gdl_loader_free(L);
+    }
+    for (k = 0; k < 2; k++) {
+        o = gdl_loader_defaults();
+        o.batch_size = INT64_MAX;
+        o.drop_last = k;
+        o.shuffle = 1;
+        ASSERT_NOT_NULL(L = gdl_loader_new(img, &o));
+        ASSERT_EQ(1 - k, gdl_loader_num_batches(L));
+        if (!k) {
+            ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+            ASSERT_EQ(6, x->shape[0]);
+        }
+        ASSERT_EQ(0, gdl_loader_next(L, &x, &y));
+        ASSERT_EQ(0, gdl_loader_set_position(L, 3, 0));
+        gdl_loader_free(L);
+    }
+    o = gdl_loader_defaults();
+    o.batch_size = INT64_MAX - 1;
+    o.num_replicas = 4;
+    o.rank = 3;
+    ASSERT_NOT_NULL(L = gdl_loader_new(img, &o));
+    ASSERT_EQ(1, gdl_loader_num_batches(L));
+    ASSERT_EQ(1, gdl_loader_next(L, &x, &y));
+    ASSERT_EQ(2, x->shape[0]); /* this rank's shard of ceil(6 / 4) */
+    gdl_loader_free(L);
+#ifndef _WIN32
+    alarm(0);
+#endif
+    gdl_dataset_free(img);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+
 TEST test_loader_errors(void) {
     gdl_dataset *img = image_dataset(4, 1, 6, 6, 1), *vec = indexed_dataset(4, 2);
     gdl_loader_opts o = gdl_loader_defaults();
@@ -1693,6 +1756,7 @@ SUITE(loader) {
     RUN_TEST(test_loader_erase);
     RUN_TEST(test_loader_mix);
     RUN_TEST(test_loader_errors);
+    RUN_TEST(test_loader_extreme_options);
     RUN_TEST(test_loader_out_of_memory);
     RUN_TEST(test_free_mid_epoch);
     RUN_TEST(test_loader_stress);
@@ -1792,6 +1856,40 @@ TEST test_vocab_word(void) {
     ASSERT_NO_LEAK();
     PASS();
 }
+
+#ifndef _WIN32
+/* gdl_vocab_save with symlinks planted at the names earlier versions used for its temporaries
+   (path.tmp.<pid>.<n>), pointing at a victim: the temporary is created new under a random
+   name, so the victim is untouched and the saved file is a regular file. */
+TEST test_saves_ignore_planted_symlinks(void) {
+    const char *victim = tpath("victim.keep");
+    char path[600], link[700];
+    gdl_vocab *v = gdl_vocab_build("a b a c", 7, NULL);
+    FILE *f;
+    char got[16];
+    struct stat st;
+    int n;
+    ASSERT_NOT_NULL(v);
+    ASSERT_EQ(0, write_bytes(victim, "precious", 8, 0));
+    snprintf(path, sizeof path, "%s", tpath("planted.vocab"));
+    for (n = 1; n <= 16; n++) {
+        snprintf(link, sizeof link, "%s.tmp.%ld.%d", path, (long)getpid(), n);
+        ASSERT_EQ(0, symlink(victim, link));
+        remember(link);
+    }
+    for (n = 0; n < 3; n++) ASSERT_EQ(0, gdl_vocab_save(v, path));
+    remember(path);
+    ASSERT_NOT_NULL(f = fopen(victim, "rb"));
+    ASSERT_EQ(8, (int)fread(got, 1, sizeof got, f));
+    fclose(f);
+    ASSERT_EQ(0, memcmp(got, "precious", 8));
+    ASSERT_EQ(0, lstat(path, &st));
+    ASSERT(S_ISREG(st.st_mode));
+    gdl_vocab_free(v);
+    ASSERT_NO_LEAK();
+    PASS();
+}
+#endif
 
 TEST test_vocab_save_load(void) {
     static const char text[] = "a\\b\nc\td\r\xD0\x96\xD0\x96 \xE2\x82\xAC<unk>";
@@ -2050,6 +2148,53 @@ TEST test_text_classes(void) {
 }
 
 /* strfile entries, directories read in name order, and the readers' errors. */
+#ifndef _WIN32
+#include <signal.h>
+/* A directory of texts holding a FIFO (which would block a plain open for ever) and a link to /dev/zero
+   (which would be read until memory runs out): only the regular files are read. alarm() is the test's
+   timeout: a reader that blocks is killed, and the test fails. */
+TEST text_dir_reads_regular_files_only(void) {
+    char dir[512], p[600], q[600];
+    gdl_text_list tl;
+    uint64_t size = 1;
+    FILE *f;
+    memset(&tl, 0, sizeof tl);
+    snprintf(dir, sizeof dir, "%s", tpath("hostile_dir"));
+    ASSERT_EQ(0, make_dir(dir));
+    snprintf(p, sizeof p, "%s/a", dir);
+    ASSERT_EQ(0, write_bytes(p, "ay\n%\nbe\n", 8, 0));
+    snprintf(p, sizeof p, "%s/fifo", dir);
+    ASSERT_EQ(0, mkfifo(p, 0600));
+    remember(p);
+    snprintf(q, sizeof q, "%s/zero", dir);
+    ASSERT_EQ(0, symlink("/dev/zero", q));
+    remember(q);
+    alarm(60);
+    ASSERT_EQ(0, gdl_text_read_dir(dir, 0, "xx", &tl));
+    ASSERT_EQ(2, tl.n);
+    ASSERT_STR_EQ("ay", tl.texts[0]);
+    ASSERT_STR_EQ("be", tl.texts[1]);
+    gdl_text_list_free(&tl);
+    /* the check on the open file: a FIFO and a device refused at once, without blocking */
+    ASSERT_NULL(f = gdl__os_fopen_regular(p, &size));
+    ASSERT_EQ(EINVAL, errno);
+    ASSERT_NULL(f = gdl__os_fopen_regular(q, &size));
+    ASSERT_EQ(EINVAL, errno);
+    ASSERT_EQ(-1, gdl__read_fortunes("t", q, 0, "z", &tl, 1));
+    ASSERT_CONTAINS(gdl_last_error(), "not a regular file");
+    gdl_text_list_free(&tl);
+    snprintf(p, sizeof p, "%s/a", dir);
+    ASSERT_NOT_NULL(f = gdl__os_fopen_regular(p, &size));
+    ASSERT_EQ(8, (int)size);
+    fclose(f);
+    ASSERT_EQ(0, gdl__os_file_kind(q));
+    ASSERT_EQ(2, gdl__os_file_kind(dir));
+    ASSERT_EQ(1, gdl__os_file_kind(p));
+    alarm(0);
+    PASS();
+}
+#endif
+
 TEST test_fortune_reader(void) {
     gdl_text_list tl;
     const char *dir = tpath("lang"), *paths[2];
@@ -2435,10 +2580,16 @@ SUITE(text) {
     RUN_TEST(test_vocab_char_roundtrip);
     RUN_TEST(test_vocab_word);
     RUN_TEST(test_vocab_save_load);
+#ifndef _WIN32
+    RUN_TEST(test_saves_ignore_planted_symlinks);
+#endif
     RUN_TEST(test_vocab_errors);
     RUN_TEST(test_lm_windows);
     RUN_TEST(test_text_classes);
     RUN_TEST(test_fortune_reader);
+#ifndef _WIN32
+    RUN_TEST(text_dir_reads_regular_files_only);
+#endif
     RUN_TEST(test_text_split);
     RUN_TEST(test_sample_greedy);
     RUN_TEST(test_sample_distribution);

@@ -26,22 +26,48 @@
 #include "harness.h"
 
 /* A fault-injecting allocator: with fail_after = k >= 0 the (k+1)-th
-   allocation from the library fails; -1 never fails. */
+   allocation from the library fails; -1 never fails. Where the C library
+   tells a block's size (glibc's malloc_usable_size), it also counts the
+   library's live bytes and their peak (live_bytes, peak_bytes). */
+#if defined(__GLIBC__)
+#include <malloc.h>
+#define BLOCK_SIZE(p) ((p) ? (long long)malloc_usable_size(p) : 0)
+#define COUNTS_BYTES 1
+#else
+#define BLOCK_SIZE(p) 0LL
+#define COUNTS_BYTES 0
+#endif
 static long fail_after = -1;
 static int injected;
+static long long live_bytes, peak_bytes;
+static void count_bytes(long long delta) {
+    live_bytes += delta;
+    if (live_bytes > peak_bytes) peak_bytes = live_bytes;
+}
 static void *test_malloc(size_t sz) {
+    void *p;
     if (fail_after == 0) { injected = 1; return NULL; }
     if (fail_after > 0) fail_after--;
-    return malloc(sz);
+    p = malloc(sz);
+    count_bytes(BLOCK_SIZE(p));
+    return p;
 }
 static void *test_realloc(void *p, size_t sz) {
+    long long before = BLOCK_SIZE(p);
+    void *q;
     if (fail_after == 0) { injected = 1; return NULL; }
     if (fail_after > 0) fail_after--;
-    return realloc(p, sz);
+    q = realloc(p, sz);
+    if (q) count_bytes(BLOCK_SIZE(q) - before);
+    return q;
+}
+static void test_free(void *p) {
+    count_bytes(-BLOCK_SIZE(p));
+    free(p);
 }
 #define GPUDL_MALLOC(sz) test_malloc(sz)
 #define GPUDL_REALLOC(p, sz) test_realloc(p, sz)
-#define GPUDL_FREE(p) free(p)
+#define GPUDL_FREE(p) test_free(p)
 
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
@@ -1212,6 +1238,134 @@ TEST st_write_refuses_bad_input(void) {
     PASS();
 }
 
+#ifndef _WIN32 /* symlinks: POSIX (Windows needs a privilege to make them) */
+/* Symlinks planted at every name an earlier writer would have used for its temporary (path.tmp.<pid>.<n>,
+   gdl_fit's path.tmp) and pointing at a victim: a save creates its temporary new under a random name,
+   so it never writes through them; the victim is untouched and the saved file is a regular file. */
+TEST st_write_ignores_planted_symlinks(void) {
+    const char *victim = tp("victim.txt"), *p = tp("planted.safetensors");
+    char link[700];
+    unsigned char *after;
+    size_t la;
+    struct stat st;
+    int n, links = 0;
+    mode_t um = umask(022);
+    umask(um);
+    ASSERT_EQ(0, write_bytes(victim, "precious", 8));
+    for (n = 0; n <= 64; n++) {
+        if (n == 0) snprintf(link, sizeof link, "%s.tmp", p);
+        else snprintf(link, sizeof link, "%s.tmp.%ld.%d", p, (long)getpid(), n);
+        ASSERT_EQ(0, symlink(victim, link));
+        links++;
+    }
+    for (n = 0; n < 3; n++) ASSERT_EQ(0, write_simple(p, 1.0f + (float)n));
+    after = read_all(victim, &la);
+    ASSERT_NOT_NULL(after);
+    ASSERT_EQ((size_t)8, la);
+    ASSERT_EQ(0, memcmp(after, "precious", 8));
+    free(after);
+    ASSERT_EQ(0, lstat(p, &st));
+    ASSERT(S_ISREG(st.st_mode));
+    ASSERT_EQ((unsigned)(0666 & ~um), (unsigned)(st.st_mode & 0777)); /* the mode fopen gave */
+    ASSERT_EQ(links, count_matching(tmpdir, "planted.safetensors.tmp")); /* the plants left as they were */
+    for (n = 0; n <= 64; n++) {
+        if (n == 0) snprintf(link, sizeof link, "%s.tmp", p);
+        else snprintf(link, sizeof link, "%s.tmp.%ld.%d", p, (long)getpid(), n);
+        ASSERT_EQ(0, lstat(link, &st));
+        ASSERT(S_ISLNK(st.st_mode));
+        ASSERT_EQ(0, unlink(link));
+    }
+    PASS();
+}
+
+/* gdl_fit's metrics CSV, rewritten on resume, used the fixed temporary path.tmp: a symlink planted
+   there made the rewrite go through it. Now the victim is untouched and the rows kept. */
+TEST csv_resume_ignores_planted_symlink(void) {
+    const char *victim = tp("csv_victim.txt"), *csv = tp("metrics.csv");
+    char link[700];
+    unsigned char *after;
+    size_t la;
+    FILE *f;
+    ASSERT_EQ(0, write_bytes(victim, "precious", 8));
+    ASSERT_EQ(0, write_bytes(csv, "epoch,loss\n1,0.5\n2,0.4\n3,0.3\n", 29));
+    snprintf(link, sizeof link, "%s.tmp", csv);
+    ASSERT_EQ(0, symlink(victim, link));
+    ASSERT_NOT_NULL(f = gdl__csv_resume(csv, 3));
+    fclose(f);
+    after = read_all(victim, &la);
+    ASSERT_NOT_NULL(after);
+    ASSERT_EQ((size_t)8, la);
+    ASSERT_EQ(0, memcmp(after, "precious", 8));
+    free(after);
+    after = read_all(csv, &la);
+    ASSERT_NOT_NULL(after);
+    after[la] = 0;
+    ASSERT_CONTAINS((const char *)after, "\n1,0.5\n2,0.4\n");
+    ASSERT(strstr((const char *)after, "3,0.3") == NULL);
+    free(after);
+    ASSERT_EQ(0, unlink(link));
+    PASS();
+}
+#endif
+
+/* the name is new each time and taken exclusively: two temporaries of one path never share a name, and
+   neither follows a symlink */
+TEST os_create_temporary_is_exclusive(void) {
+    const char *p = tp("excl.bin");
+    char a[700], b[700];
+    struct stat st;
+    FILE *fa = gdl__os_create_temporary(p, a, sizeof a, "wb"), *fb = gdl__os_create_temporary(p, b, sizeof b, "wb");
+    ASSERT_NOT_NULL(fa);
+    ASSERT_NOT_NULL(fb);
+    ASSERT(strcmp(a, b) != 0);
+    ASSERT_EQ(0, strncmp(a, p, strlen(p)));
+    ASSERT_EQ(0, stat(a, &st));
+    ASSERT(S_ISREG(st.st_mode));
+    fclose(fa);
+    fclose(fb);
+    ASSERT_EQ(0, unlink(a));
+    ASSERT_EQ(0, unlink(b));
+    ASSERT(gdl__os_create_temporary(p, a, 8, "wb") == NULL); /* the name does not fit: refused, nothing made */
+    ASSERT_EQ(ENAMETOOLONG, errno);
+    PASS();
+}
+
+/* A header of many zero-size tensors (a 6 MB file of 100000 empty entries): the reader's memory stays a
+   fixed multiple of the file. The entry array is the public gdl_st_entry (about 350 bytes, its name and
+   shape fixed-size) for at least 50 bytes of header, so about 7x is the floor; before the bound it took
+   13x (doubling past what the header can hold, and a full copy of the entries to sort them). */
+TEST st_many_empty_tensors_memory(void) {
+    const int n = 100000;
+    size_t cap = (size_t)n * 64 + 64, len = 8;
+    unsigned char *buf = (unsigned char *)malloc(cap);
+    gdl_st_file f;
+    long long before;
+    int k;
+    if (!COUNTS_BYTES) {
+        free(buf);
+        SKIPm("the C library tells no block sizes (malloc_usable_size)");
+    }
+    ASSERT_NOT_NULL(buf);
+    buf[len++] = '{';
+    for (k = 0; k < n; k++)
+        len += (size_t)snprintf((char *)buf + len, cap - len, "%s\"t%06d\":{\"dtype\":\"F32\",\"shape\":[0],"
+                                "\"data_offsets\":[0,0]}", k ? "," : "", k);
+    buf[len++] = '}';
+    for (k = 0; k < 8; k++) buf[k] = (unsigned char)((uint64_t)(len - 8) >> (8 * k));
+    before = live_bytes;
+    peak_bytes = live_bytes;
+    ASSERT_EQ(0, gdl_st_parse(buf, len, &f, "many"));
+    ASSERT_EQ(n, f.n);
+    ASSERT_STR_EQ("t099999", f.entries[n - 1].name);
+    printf("\n    %d empty tensors, %.1f MB header: peak %.1f MB held (%.2fx the file)\n", n, len / 1e6,
+           (peak_bytes - before) / 1e6, (double)(peak_bytes - before) / (double)len);
+    ASSERT((double)(peak_bytes - before) <= 9.0 * (double)len);
+    gdl_st_free(&f);
+    ASSERT_EQ(before, live_bytes);
+    free(buf);
+    PASS();
+}
+
 TEST st_write_nonexistent_dir(void) {
     char p[600];
     snprintf(p, sizeof p, "%s/no/such/dir/x.safetensors", tmpdir);
@@ -1393,6 +1547,12 @@ SUITE(safetensors_suite) {
     RUN_TEST(st_write_overwrites);
     RUN_TEST(st_write_refuses_bad_input);
     RUN_TEST(st_write_nonexistent_dir);
+#ifndef _WIN32
+    RUN_TEST(st_write_ignores_planted_symlinks);
+    RUN_TEST(csv_resume_ignores_planted_symlink);
+#endif
+    RUN_TEST(os_create_temporary_is_exclusive);
+    RUN_TEST(st_many_empty_tensors_memory);
     RUN_TEST(st_write_target_is_directory);
     RUN_TEST(st_write_failure_keeps_previous);
     RUN_TEST(st_read_missing_file);

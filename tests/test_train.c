@@ -411,6 +411,98 @@ TEST test_checkpoint_refuses_bad_scheduler_position(void) {
     PASS();
 }
 
+/* src rewritten to dst with metadata key's value replaced by val (a crafted, damaged checkpoint) */
+static int rewrite_meta(const char *src, const char *dst, const char *key, const char *val) {
+    gdl_st_file f;
+    gdl_st_tensor t[64];
+    const char *k[128], *v[128];
+    int i, rc, found = 0;
+    if (gdl_st_read(src, &f) < 0) return -1;
+    if (f.n > 64 || f.n_meta > 128) {
+        gdl_st_free(&f);
+        return -1;
+    }
+    for (i = 0; i < f.n; i++) {
+        t[i].name = f.entries[i].name;
+        t[i].dtype = f.entries[i].dtype;
+        t[i].ndim = f.entries[i].ndim;
+        t[i].shape = f.entries[i].shape;
+        t[i].data = f.data + f.entries[i].begin;
+    }
+    for (i = 0; i < f.n_meta; i++) {
+        k[i] = f.meta_keys[i];
+        v[i] = strcmp(k[i], key) == 0 ? (found = 1, val) : f.meta_vals[i];
+    }
+    rc = found ? gdl_st_write(dst, f.n, t, f.n_meta, k, v) : -1;
+    gdl_st_free(&f);
+    return rc;
+}
+
+/* Every metadata value of a checkpoint is checked (finite, integral where a count is meant, in its type's
+   range, non-negative where it must be) before anything is cast or restored: a damaged value fails the
+   load with an error naming it, and the model, optimizer, scheduler, epoch and generator are untouched. */
+TEST test_checkpoint_refuses_damaged_metadata(void) {
+    static const char *const bad[][2] = {
+        {"epoch", "1e300"}, {"epoch", "-1e300"}, {"epoch", "nan"}, {"epoch", "2.5"},
+        {"optim.step", "1e300"}, {"optim.step", "-1"}, {"optim.step", "inf"}, {"optim.step", "1.5"},
+        {"optim.groups", "1e300"}, {"optim.groups", "-1e300"}, {"optim.groups", "nan"},
+        {"optim.lr.0", "inf"}, {"optim.lr.0", "nan"}, {"optim.lr.0", "-1"},
+        {"optim.momentum.0", "inf"}, {"optim.momentum.0", "1"},
+        {"sched.last_epoch", "1e300"}, {"sched.last_epoch", "-1"}, {"sched.last_epoch", "0.5"},
+        {"rng.seed", "-1"}, {"rng.counter", "99999999999999999999999"}};
+    gdl_module *a = small_net(9), *b = small_net(10), *copy = small_net(10);
+    gdl_optimizer *oa = gdl_sgd_new(0.1, 0.9, 0, 0, 0), *ob = gdl_sgd_new(0.3, 0.5, 0, 0, 0);
+    gdl_scheduler *sa, *sb;
+    char path[256], bad_path[256];
+    int64_t epoch = 77;
+    uint64_t seed, counter, seed2, counter2;
+    size_t i;
+    tmp_path(path, sizeof path, "ckpt_meta.safetensors");
+    tmp_path(bad_path, sizeof bad_path, "ckpt_meta_bad.safetensors");
+    gdl_optim_add_module(oa, a, 0);
+    gdl_optim_add_module(ob, b, 0);
+    sa = gdl_steplr_new(oa, 2, 0.5);
+    sb = gdl_steplr_new(ob, 3, 0.9);
+    for (i = 0; i < 5; i++) gdl_scheduler_step(sa);
+    ASSERT_EQ(0, gdl_optim_set_step(oa, 12));
+    ASSERT_EQ(0, gdl_optim_set_step(ob, 7));
+    ASSERT_EQ(0, gdl_checkpoint_save(a, oa, sa, 4, path));
+    gdl_manual_seed(4321);
+    seed = gdl_rng_get_state(&counter);
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ASSERT_EQ(0, rewrite_meta(path, bad_path, bad[i][0], bad[i][1]));
+        ASSERT_EQ(-1, gdl_checkpoint_load(b, ob, sb, &epoch, bad_path));
+        ASSERT_CONTAINS(gdl_last_error(), "gdl_checkpoint_load");
+        if (strncmp(bad[i][0], "optim.", 6) != 0 || !strcmp(bad[i][0], "optim.step"))
+            ASSERT_CONTAINS(gdl_last_error(), bad[i][0]);
+        ASSERT(same_params(b, copy));
+        ASSERT_EQ(7, gdl_optim_get_step(ob));
+        ASSERT_IN_RANGE(0.3, gdl_optim_get_lr(ob, 0), 0);
+        ASSERT_IN_RANGE(0.5, gdl_optim_get_momentum(ob, 0), 0);
+        ASSERT_EQ(0, gdl_scheduler_get_last_epoch(sb));
+        ASSERT_EQ(77, epoch);
+        seed2 = gdl_rng_get_state(&counter2);
+        ASSERT_EQ(seed, seed2);
+        ASSERT_EQ(counter, counter2);
+    }
+    ASSERT_EQ(0, rewrite_meta(path, bad_path, "epoch", "5")); /* the same route with sound values loads */
+    ASSERT_EQ(0, gdl_checkpoint_load(b, ob, sb, &epoch, bad_path));
+    ASSERT_EQ(5, epoch);
+    ASSERT_EQ(12, gdl_optim_get_step(ob));
+    ASSERT_EQ(5, gdl_scheduler_get_last_epoch(sb));
+    ASSERT(same_params(a, b));
+    remove(path);
+    remove(bad_path);
+    gdl_scheduler_free(sa);
+    gdl_scheduler_free(sb);
+    gdl_optim_free(oa);
+    gdl_optim_free(ob);
+    gdl_module_free(a);
+    gdl_module_free(b);
+    gdl_module_free(copy);
+    PASS();
+}
+
 TEST test_checkpoint_refuses_mismatch(void) {
     gdl_module *a = small_net(9), *b = small_net(10), *copy = small_net(10);
     gdl_optimizer *oa = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0), *ob = gdl_sgd_new(0.1, 0.9, 0, 0, 0);
@@ -887,6 +979,7 @@ SUITE(checkpoints) {
     RUN_TEST(test_resume_is_exact);
     RUN_TEST(test_resume_with_scaler_is_exact);
     RUN_TEST(test_checkpoint_refuses_mismatch);
+    RUN_TEST(test_checkpoint_refuses_damaged_metadata);
     RUN_TEST(test_checkpoint_refuses_bad_scheduler_position);
     RUN_TEST(test_file_errors_name_the_call);
     RUN_TEST(test_deprecated_checkpoint_spellings);

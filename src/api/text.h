@@ -95,7 +95,9 @@ GPUDL_API gdl_dataset *gdl_dataset_text_classes(const gdl_text_list *texts, cons
 GPUDL_API int gdl_text_read_fortune_file(const char *path, int32_t label, const char *name, gdl_text_list *out);
 /* Each file of paths[0, n) is one class: gdl_text_read_fortune_file(paths[c], c, its base name). */
 GPUDL_API int gdl_text_read_files(const char *const *paths, int n, gdl_text_list *out);
-/* Every regular file in dir (no ".dat"/".u8", none starting with '.'), sorted by name, with label `label`. */
+/* Every regular file in dir (no ".dat"/".u8", none starting with '.'), sorted by name, with label `label`;
+   directories, FIFOs, devices and sockets are passed over, and a file is read no further than its size
+   when opened (a FIFO cannot block the read, a link to /dev/zero cannot fill the memory). */
 GPUDL_API int gdl_text_read_dir(const char *dir, int32_t label, const char *name, gdl_text_list *out);
 /* Debian's fortunes: dir, else $GPUDL_DATA/fortunes when GPUDL_DATA is set, else ./data/fortunes, then
    /usr/share/games/fortunes (`make data-text`). English: the files of fortunes-min and fortunes (a

@@ -452,9 +452,11 @@ static int gdl__erase_params(int64_t H, int64_t W, double p, const double scale[
     for (t = 0; t < 10; t++) {
         double area = (double)(H * W) * (scale[0] + u[k] * (scale[1] - scale[0]));
         double ar = exp(logratio[0] + u[k + 1] * (logratio[1] - logratio[0]));
-        int64_t h = (int64_t)rint(sqrt(area * ar)), w = (int64_t)rint(sqrt(area / ar));
+        double hd = rint(sqrt(area * ar)), wd = rint(sqrt(area / ar)); /* inf or NaN for an extreme ratio */
+        int64_t h, w;
         k += 2;
-        if (!(h < H && w < W)) continue;
+        if (!(hd < (double)H && wd < (double)W)) continue; /* compared as doubles, cast only when inside */
+        h = (int64_t)hd, w = (int64_t)wd;
         box[0] = (int64_t)(u[k] * (double)(H - h + 1));
         box[1] = (int64_t)(u[k + 1] * (double)(W - w + 1));
         box[2] = h;
@@ -1070,9 +1072,12 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
     memset(l, 0, sizeof *l);
     l->ds = ds;
     l->o = o;
-    l->B = o.batch_size;
     l->n = o.num_replicas > 1 ? (ds->n + o.num_replicas - 1) / o.num_replicas : ds->n;
-    l->nb = o.drop_last ? l->n / l->B : (l->n + l->B - 1) / l->B;
+    /* PyTorch's count: a batch size over the epoch gives one short batch, or none with drop_last (no
+       n + B - 1 that overflows); the batch size is then capped by the epoch, so that no product of it
+       (positions, samples per step) can overflow either */
+    l->nb = o.drop_last ? l->n / o.batch_size : l->n / o.batch_size + (l->n % o.batch_size != 0);
+    l->B = o.batch_size < l->n ? o.batch_size : l->n > 0 ? l->n : 1;
     l->held = -1;
     if (gdl__loader_plan(fn, l) < 0) goto fail; /* out_shape[0]: min(B, N), the buffers' batch */
 #ifdef GPUDL_NO_THREADS

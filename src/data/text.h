@@ -423,7 +423,6 @@ GPUDL_API int64_t gdl_vocab_decode(const gdl_vocab *v, const int32_t *ids, int64
 
 GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
     static const char fn[] = "gdl_vocab_save";
-    static unsigned counter;
     char *tmp;
     FILE *f;
     int64_t i;
@@ -436,8 +435,7 @@ GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
         gdl__set_error("%s: %s: out of memory", fn, path);
         return -1;
     }
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
-    if (!(f = fopen(tmp, "wb"))) {
+    if (!(f = gdl__os_create_temporary(path, tmp, strlen(path) + 64, "wb"))) {
         gdl__set_error("%s: %s: cannot create %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         return -1;
@@ -703,7 +701,7 @@ static int gdl__tl_push(const char *fn, gdl_text_list *l, const char *s, size_t 
 
 /* The entries of a strfile file appended to out: their number, or -1. */
 static int64_t gdl__read_fortunes(const char *fn, const char *path, int32_t label, const char *name,
-                                  gdl_text_list *out) {
+                                  gdl_text_list *out, int regular_only) {
     unsigned char *buf = NULL;
     size_t len = 0, i = 0, entry = 0;
     int64_t got = 0;
@@ -711,7 +709,8 @@ static int64_t gdl__read_fortunes(const char *fn, const char *path, int32_t labe
         gdl__set_error("%s: out is NULL", fn);
         return -1;
     }
-    if (gdl__read_file(fn, path, &buf, &len) < 0) return -1;
+    if ((regular_only ? gdl__read_regular_file(fn, path, &buf, &len) : gdl__read_file(fn, path, &buf, &len)) < 0)
+        return -1;
     if (gdl__text_utf8(fn, path, (const char *)buf, len) < 0 || gdl__text_no_nul(fn, path, buf, len) < 0 ||
         gdl__tl_class(fn, out, label, name) < 0)
         goto fail;
@@ -743,7 +742,7 @@ fail:
 
 GPUDL_API int gdl_text_read_fortune_file(const char *path, int32_t label, const char *name, gdl_text_list *out) {
     static const char fn[] = "gdl_text_read_fortune_file";
-    int64_t got = gdl__read_fortunes(fn, path, label, name, out);
+    int64_t got = gdl__read_fortunes(fn, path, label, name, out, 0);
     if (got == 0) gdl__set_error("%s: %s has no entries", fn, path);
     return got > 0 ? 0 : -1;
 }
@@ -773,7 +772,8 @@ static int gdl__ends_with(const char *s, const char *suf) {
     return n >= k && strcmp(s + n - k, suf) == 0;
 }
 
-/* The names of dir's regular files (see gdl_text_read_dir), sorted. 0 / -1. */
+/* The names of dir's regular files (see gdl_text_read_dir), sorted: directories, FIFOs, devices and
+   sockets are passed over (gdl__os_file_kind; the read checks again on the open file). 0 / -1. */
 static int gdl__list_text_files(const char *fn, const char *dir, char ***names, int *count) {
     gdl__dir d;
     const char *e;
@@ -784,13 +784,9 @@ static int gdl__list_text_files(const char *fn, const char *dir, char ***names, 
         return -1;
     }
     while ((e = gdl__dir_next(&d)) != NULL) {
-        gdl__dir sub;
         if (e[0] == '.' || gdl__ends_with(e, ".dat") || gdl__ends_with(e, ".u8")) continue;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e) >= sizeof path) continue;
-        if (gdl__dir_open(&sub, path) == 0) { /* a directory: not read */
-            gdl__dir_close(&sub);
-            continue;
-        }
+        if (gdl__os_file_kind(path) != 1) continue; /* a directory, a FIFO, a device, a dangling link: not read */
         if (n == cap) {
             char **nv = (char **)GPUDL_REALLOC(v, sizeof(char *) * (size_t)(cap = cap ? cap * 2 : 32));
             if (!nv) break;
@@ -823,7 +819,7 @@ static int gdl__read_dir(const char *fn, const char *dir, int32_t label, const c
     if (gdl__list_text_files(fn, dir, &names, &n) < 0) return -1;
     for (i = 0; i < n && rc == 0; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if ((k = gdl__read_fortunes(fn, path, label, name, out)) < 0) rc = -1;
+        if ((k = gdl__read_fortunes(fn, path, label, name, out, 1)) < 0) rc = -1;
         got += k;
     }
     for (i = 0; i < n; i++) GPUDL_FREE(names[i]);
@@ -882,7 +878,7 @@ static int gdl__fortunes_read_en(const char *fn, const char *dir, int32_t label,
                            gdl__fortunes_en[i], gdl__fortunes_get);
             return -1;
         }
-        if (gdl__read_fortunes(fn, path, label, "en", out) < 0) return -1;
+        if (gdl__read_fortunes(fn, path, label, "en", out, 1) < 0) return -1;
     }
     return 0;
 }

@@ -29,21 +29,13 @@ static void gdl__bswap(unsigned char *p, size_t elem, size_t count) {
 
 static const char *gdl__strerr(int e) { return e ? strerror(e) : "unknown error"; }
 
-/* Read a whole file into a fresh buffer (NUL-terminated for convenience). */
-static int gdl__read_file(const char *fn, const char *path, unsigned char **out, size_t *out_len) {
-    FILE *f;
+/* Read the open file f (path) to its end, or its first max bytes, into a fresh buffer (NUL-terminated for
+   convenience); f is closed. */
+static int gdl__read_stream(const char *fn, const char *path, FILE *f, size_t max, unsigned char **out,
+                            size_t *out_len) {
     unsigned char *buf;
     size_t len = 0, cap = (size_t)1 << 16, hint = 0;
     long end;
-    if (!path) {
-        gdl__set_error("%s: path is NULL", fn);
-        return -1;
-    }
-    f = gdl__os_fopen_read(path);
-    if (!f) {
-        gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
-        return -1;
-    }
     /* the size, as a hint only: trusted once the first chunk reads fine */
     if (fseek(f, 0, SEEK_END) == 0 && (end = ftell(f)) > 0 && (uint64_t)end < (uint64_t)(((size_t)-1) / 2))
         hint = (size_t)end;
@@ -60,6 +52,7 @@ static int gdl__read_file(const char *fn, const char *path, unsigned char **out,
     }
     for (;;) {
         size_t k;
+        if (len >= max) break;
         if (len == cap) {
             size_t want = cap * 2;
             unsigned char *nb;
@@ -76,7 +69,7 @@ static int gdl__read_file(const char *fn, const char *path, unsigned char **out,
             buf = nb;
             cap = want;
         }
-        k = fread(buf + len, 1, cap - len, f);
+        k = fread(buf + len, 1, cap - len < max - len ? cap - len : max - len, f);
         len += k;
         if (k == 0) {
             if (ferror(f)) {
@@ -95,6 +88,39 @@ fail:
     GPUDL_FREE(buf);
     fclose(f);
     return -1;
+}
+
+/* Read a whole file into a fresh buffer (NUL-terminated for convenience). */
+static int gdl__read_file(const char *fn, const char *path, unsigned char **out, size_t *out_len) {
+    FILE *f;
+    if (!path) {
+        gdl__set_error("%s: path is NULL", fn);
+        return -1;
+    }
+    f = gdl__os_fopen_read(path);
+    if (!f) {
+        gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
+        return -1;
+    }
+    return gdl__read_stream(fn, path, f, (size_t)-1, out, out_len);
+}
+
+/* A regular file only (gdl__os_fopen_regular: no FIFO, no device), and no more of it than its size when
+   opened: what a reader of every file in a directory takes. */
+static int gdl__read_regular_file(const char *fn, const char *path, unsigned char **out, size_t *out_len) {
+    uint64_t size = 0;
+    FILE *f = gdl__os_fopen_regular(path, &size);
+    if (!f) {
+        if (errno == EINVAL) gdl__set_error("%s: %s: not a regular file (a FIFO, a device, a socket): not read", fn, path);
+        else gdl__set_error("%s: %s: cannot open: %s", fn, path, gdl__strerr(errno));
+        return -1;
+    }
+    if (size > (uint64_t)(((size_t)-1) / 4)) {
+        gdl__set_error("%s: %s: file too large (%llu bytes)", fn, path, (unsigned long long)size);
+        fclose(f);
+        return -1;
+    }
+    return gdl__read_stream(fn, path, f, (size_t)size, out, out_len);
 }
 
 /* ---- IDX ---------------------------------------------------------------- */

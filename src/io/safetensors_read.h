@@ -307,6 +307,13 @@ static int gdl__js_uint_array(gdl__json *J, const char *name, const char *field,
     return 0;
 }
 
+/* The shortest a tensor's entry can be in a header: "":{"dtype":"U8","shape":[],"data_offsets":[0,0]}
+   (every key required, no space), 49 bytes, and a comma before the next. A header of N bytes holds at
+   most (N + 1) / 50 entries: the entry array never grows past that, so that a header of many empty
+   tensors costs memory in proportion to its size (an entry is sizeof(gdl_st_entry), about 350 bytes,
+   for at least 50 bytes of header: the public struct's fixed name and shape set that ratio). */
+#define GDL__ST_MIN_ENTRY 49
+
 /* Dynamic arrays of entries and metadata while parsing. */
 typedef struct gdl__st_build {
     gdl_st_entry *e;
@@ -562,8 +569,14 @@ static const char *gdl__find_dup(const char *const *strs, int n, int *oom) {
     return dup;
 }
 
+/* a tensor's byte range and its index: what the tiling check sorts (not the 350-byte entries) */
+typedef struct gdl__st_span {
+    uint64_t begin, end;
+    int k;
+} gdl__st_span;
+
 static int gdl__cmp_entry_off(const void *a, const void *b) {
-    const gdl_st_entry *x = (const gdl_st_entry *)a, *y = (const gdl_st_entry *)b;
+    const gdl__st_span *x = (const gdl__st_span *)a, *y = (const gdl__st_span *)b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     if (x->end != y->end) return x->end < y->end ? -1 : 1;
     return 0;
@@ -639,14 +652,20 @@ static int gdl__st_parse_top(gdl__json *J, gdl__st_build *b) {
                     return -1;
                 }
                 if (b->n == b->cap) {
-                    int nc = b->cap ? b->cap * 2 : 16;
-                    gdl_st_entry *ne = (gdl_st_entry *)GPUDL_REALLOC(b->e, (size_t)nc * sizeof *ne);
+                    size_t most = (J->n + 1) / (GDL__ST_MIN_ENTRY + 1) + 1, nc = b->cap ? (size_t)b->cap * 2 : 16;
+                    gdl_st_entry *ne;
+                    if (nc > most) nc = most;
+                    if (nc <= (size_t)b->cap || nc > (size_t)INT32_MAX) { /* past what the header's size can hold */
+                        snprintf(J->err, sizeof J->err, "more tensor entries than a %zu-byte header can hold", J->n);
+                        return -1;
+                    }
+                    ne = (gdl_st_entry *)GPUDL_REALLOC(b->e, nc * sizeof *ne);
                     if (!ne) {
                         snprintf(J->err, sizeof J->err, "out of memory parsing the header");
                         return -1;
                     }
                     b->e = ne;
-                    b->cap = nc;
+                    b->cap = (int)nc;
                 }
                 e = &b->e[b->n++];
                 memset(e, 0, sizeof *e);
@@ -693,7 +712,7 @@ static int gdl__st_check_dups(gdl__json *J, const gdl__st_build *b) {
 
 /* The tensors must tile [0, data_len) exactly: no tensor past the end, no hole, no overlap, nothing after. */
 static int gdl__st_check_tiling(const char *fn, const char *what, const gdl__st_build *b, uint64_t data_len) {
-    gdl_st_entry *sorted = NULL;
+    gdl__st_span *sorted = NULL;
     uint64_t pos = 0;
     int k, rc = 0;
     for (k = 0; k < b->n; k++)
@@ -704,23 +723,23 @@ static int gdl__st_check_tiling(const char *fn, const char *what, const gdl__st_
             return -1;
         }
     if (b->n > 0) {
-        sorted = (gdl_st_entry *)GPUDL_MALLOC((size_t)b->n * sizeof *sorted);
+        sorted = (gdl__st_span *)GPUDL_MALLOC((size_t)b->n * sizeof *sorted);
         if (!sorted) {
             gdl__set_error("%s: %s: header: %s", fn, what, "out of memory");
             return -1;
         }
-        memcpy(sorted, b->e, (size_t)b->n * sizeof *sorted);
+        for (k = 0; k < b->n; k++) sorted[k].begin = b->e[k].begin, sorted[k].end = b->e[k].end, sorted[k].k = k;
         qsort(sorted, (size_t)b->n, sizeof *sorted, gdl__cmp_entry_off);
         for (k = 0; k < b->n && rc == 0; k++) {
             if (sorted[k].begin > pos) {
                 gdl__set_error("%s: %s: hole in the data buffer: bytes [%llu, %llu) belong to no tensor (next is "
                                "'%s')", fn, what, (unsigned long long)pos, (unsigned long long)sorted[k].begin,
-                               sorted[k].name);
+                               b->e[sorted[k].k].name);
                 rc = -1;
             } else if (sorted[k].begin < pos) {
                 gdl__set_error("%s: %s: tensor '%s' data_offsets [%llu, %llu] overlap '%s', which ends at %llu", fn,
-                               what, sorted[k].name, (unsigned long long)sorted[k].begin,
-                               (unsigned long long)sorted[k].end, sorted[k - 1].name, (unsigned long long)pos);
+                               what, b->e[sorted[k].k].name, (unsigned long long)sorted[k].begin,
+                               (unsigned long long)sorted[k].end, b->e[sorted[k - 1].k].name, (unsigned long long)pos);
                 rc = -1;
             } else {
                 pos = sorted[k].end;
@@ -754,6 +773,10 @@ static int gdl__st_parse_impl(const char *fn, const char *what, const unsigned c
         goto fail;
     }
     if (gdl__st_check_tiling(fn, what, &b, data_len) < 0) goto fail;
+    if (b.n > 0 && b.n < b.cap) { /* no spare entries kept (a shrinking realloc that fails keeps the block) */
+        gdl_st_entry *e = (gdl_st_entry *)GPUDL_REALLOC(b.e, (size_t)b.n * sizeof *e);
+        if (e) b.e = e;
+    }
     GPUDL_FREE(J.str);
     memset(out, 0, sizeof *out);
     out->n = b.n;

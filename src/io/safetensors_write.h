@@ -61,7 +61,7 @@ static void gdl__sb_json_str(gdl__sb *b, const char *s) {
     gdl__sb_put(b, "\"", 1);
 }
 
-/* A save killed mid-write leaves path.tmp.<pid>.<n> behind. Before writing,
+/* A save killed mid-write leaves path.tmp.<pid>.<hex> behind (gdl__os_create_temporary). Before writing,
    remove those whose process is gone, so that killed saves do not pile up.
    Only names of exactly that form are touched; this process's own are left
    alone, and so are those of live processes: gdl__os_pid_gone says whether
@@ -94,8 +94,8 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
         rest = e + bl + 5;
         pid = strtol(rest, &end, 10);
         if (end == rest || *end != '.' || pid <= 0 || pid > 0x7fffffffL || pid == gdl__os_pid()) continue;
-        rest = end + 1; /* the counter: digits to the end of the name */
-        if (*rest < '0' || *rest > '9' || rest[strspn(rest, "0123456789")] != 0) continue;
+        rest = end + 1; /* the random part: hex digits to the end of the name */
+        if (!*rest || rest[strspn(rest, "0123456789abcdef")] != 0) continue;
         if (!gdl__os_pid_gone(pid)) continue;
         snprintf(full, sizeof full, "%s/%s", dirname, e);
         gdl__os_remove_if_unlocked(full);
@@ -249,7 +249,6 @@ static int gdl__st_write_data(FILE *f, int n, const gdl_st_tensor *tensors, cons
 /* gdl_st_write with its errors prefixed by fn, the public call the user made (gdl_save_model, ...) */
 static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                          const char *const *meta_keys, const char *const *meta_vals) {
-    static unsigned counter = 0;
     gdl__sb h;
     uint64_t *sizes = NULL;
     const char **names = NULL;
@@ -289,17 +288,14 @@ static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_t
     }
     for (k = 0; k < 8; k++) lenb[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
 
-    /* write path.tmp.<pid>.<counter>, flush, fsync, rename over path */
+    /* write a new temporary next to path, flush, fsync, rename over path */
     tmp = (char *)GPUDL_MALLOC(strlen(path) + 64);
     if (!tmp) {
         gdl__set_error("%s: %s: out of memory", fn, path);
         goto fail;
     }
     gdl__st_remove_stale_temporaries(path);
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
-    f = fopen(tmp, "wb");
-    if (f) gdl__os_lock_temporary(f); /* held until the file is closed: see gdl__st_remove_stale_temporaries */
-    if (!f) {
+    if (!(f = gdl__os_create_temporary(path, tmp, strlen(path) + 64, "wb"))) {
         gdl__set_error("%s: %s: cannot create temporary file %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         tmp = NULL; /* nothing to remove */

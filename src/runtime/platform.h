@@ -530,7 +530,7 @@ GDL__OSFN int gdl__os_replace(const char *from, const char *to) {
 #endif
 }
 
-/* A save writes to a temporary next to its target, named path.tmp.<pid>.<counter>, and replaces the
+/* A save writes to a temporary next to its target (gdl__os_create_temporary), and replaces the
    target with it (gdl__os_replace). While it writes, the temporary is locked, so that a later process
    that finds it (gdl__os_remove_if_unlocked) leaves a live writer's file alone: on POSIX an advisory
    write lock, which the kernel drops when the writer dies (no lock taken: NFS without lockd; harmless);
@@ -560,6 +560,220 @@ GDL__OSFN void gdl__os_remove_if_unlocked(const char *path) {
     remove(path); /* fails while its writer has it open */
 #endif
 }
+
+/* ---- hostile files: a save's temporary under a name nobody can guess; regular files only ---- */
+
+/* n bytes of the operating system's random source (/dev/urandom; RtlGenRandom on Windows): 0, or -1 with
+   errno (none there: a chroot without /dev, ...) */
+GDL__OSFN int gdl__os_random(void *buf, size_t n) {
+#if defined(GDL__OS_POSIX)
+    FILE *f = fopen("/dev/urandom", "rb");
+    size_t got;
+    if (!f) return -1;
+    setvbuf(f, NULL, _IONBF, 0); /* no buffer of its bytes left behind in memory */
+    got = fread(buf, 1, n, f);
+    fclose(f);
+    if (got != n) errno = EIO;
+    return got == n ? 0 : -1;
+#elif defined(GDL__OS_WIN)
+    typedef BOOLEAN(WINAPI * gen_fn)(PVOID, ULONG);
+    HMODULE h = LoadLibraryA("advapi32.dll");
+    FARPROC f = h ? GetProcAddress(h, "SystemFunction036") : NULL; /* RtlGenRandom */
+    gen_fn gen;
+    int ok;
+    if (!f) {
+        if (h) FreeLibrary(h);
+        errno = ENOSYS;
+        return -1;
+    }
+    memcpy(&gen, &f, sizeof gen); /* ISO C has no cast between unrelated function pointers */
+    ok = n <= 0xffffffffu && gen(buf, (ULONG)n);
+    FreeLibrary(h);
+    if (!ok) errno = EIO;
+    return ok ? 0 : -1;
+#else
+    (void)buf, (void)n;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+#if defined(GDL__OS_POSIX) && !defined(__cplusplus) && !defined(__APPLE__)
+FILE *fdopen(int fd, const char *mode); /* POSIX; hidden by a bare -std=c99 (the declaration is identical) */
+#endif
+
+/* Every save (safetensors, checkpoints, gdl_fit's CSV, quantized models, vocabularies, the C exporter)
+   writes a temporary next to path and renames it over path (gdl__os_replace). The temporary is
+   path.tmp.<pid>.<16 hex digits from gdl__os_random>, created new: O_CREAT|O_EXCL|O_NOFOLLOW on POSIX,
+   CREATE_NEW with FILE_FLAG_OPEN_REPARSE_POINT on Windows. A name planted there beforehand (a symlink to
+   someone's file) makes the open fail, so it is never followed or written through; the random part makes
+   such a plant hopeless anyway, and another try takes a fresh name. The mode is the one fopen gives
+   (0666 less the umask). The file is locked while written (gdl__os_lock_temporary). tmp (cap bytes,
+   strlen(path) + 64 suffice) receives the name. Without a random source (a chroot without /dev) the
+   suffix comes from the clocks: guessable, but O_EXCL still refuses whatever is planted. The stream
+   ("wb", or "w" for text), or NULL with errno. */
+GDL__OSFN FILE *gdl__os_create_temporary(const char *path, char *tmp, size_t cap, const char *mode) {
+    static unsigned counter = 0;
+    int attempt;
+    FILE *f = NULL;
+    for (attempt = 0; attempt < 16; attempt++) {
+        unsigned char r[8];
+        unsigned long long x = 0;
+        int i, n;
+        if (gdl__os_random(r, sizeof r) < 0) {
+            double us = gdl__os_wall_seconds() * 1e6; /* about 1.8e15 now: far inside the type's range */
+            unsigned long long c = (us >= 0 && us < 1e18 ? (unsigned long long)us : 0) ^
+                                   (unsigned long long)++counter * 0x9e3779b97f4a7c15ull;
+            for (i = 0; i < 8; i++) r[i] = (unsigned char)(c >> (8 * i));
+        }
+        for (i = 0; i < 8; i++) x = x << 8 | r[i];
+        n = snprintf(tmp, cap, "%s.tmp.%ld.%016llx", path, gdl__os_pid(), x);
+        if (n < 0 || (size_t)n >= cap) {
+            errno = ENAMETOOLONG;
+            return NULL;
+        }
+        {
+#if defined(GDL__OS_POSIX)
+            int flags = O_WRONLY | O_CREAT | O_EXCL, fd;
+#if defined(O_NOFOLLOW)
+            flags |= O_NOFOLLOW;
+#elif defined(__O_NOFOLLOW) /* glibc under a bare -std=c99 hides the name, not the flag */
+            flags |= __O_NOFOLLOW;
+#endif
+#if defined(O_CLOEXEC)
+            flags |= O_CLOEXEC;
+#elif defined(__O_CLOEXEC)
+            flags |= __O_CLOEXEC;
+#endif
+            do fd = open(tmp, flags, 0666);
+            while (fd < 0 && errno == EINTR);
+            if (fd < 0) {
+                if (errno == EEXIST) continue;
+                return NULL;
+            }
+            if (!(f = fdopen(fd, mode))) {
+                int e = errno;
+                close(fd);
+                remove(tmp);
+                errno = e;
+                return NULL;
+            }
+#elif defined(GDL__OS_WIN)
+            HANDLE h = CreateFileA(tmp, GENERIC_WRITE, FILE_SHARE_READ | FILE_SHARE_WRITE, NULL, CREATE_NEW,
+                                   FILE_ATTRIBUTE_NORMAL | FILE_FLAG_OPEN_REPARSE_POINT, NULL);
+            int fd;
+            if (h == INVALID_HANDLE_VALUE) {
+                DWORD e = GetLastError();
+                if (e == ERROR_FILE_EXISTS || e == ERROR_ALREADY_EXISTS) continue;
+                errno = e == ERROR_PATH_NOT_FOUND || e == ERROR_FILE_NOT_FOUND ? ENOENT
+                      : e == ERROR_ACCESS_DENIED || e == ERROR_SHARING_VIOLATION ? EACCES : EIO;
+                return NULL;
+            }
+            if ((fd = _open_osfhandle((intptr_t)h, _O_WRONLY | (mode[1] == 'b' ? _O_BINARY : _O_TEXT))) < 0) {
+                CloseHandle(h);
+                DeleteFileA(tmp);
+                errno = EIO;
+                return NULL;
+            }
+            if (!(f = _fdopen(fd, mode))) {
+                _close(fd);
+                DeleteFileA(tmp);
+                errno = EIO;
+                return NULL;
+            }
+#else
+            FILE *probe = fopen(tmp, "rb"); /* no exclusive create in ISO C before C11's "wx" */
+            if (probe) {
+                fclose(probe);
+                continue;
+            }
+            if (!(f = fopen(tmp, mode))) return NULL;
+#endif
+        }
+        gdl__os_lock_temporary(f); /* held until the file is closed: see gdl__os_remove_if_unlocked */
+        return f;
+    }
+    errno = EEXIST;
+    return NULL;
+}
+
+/* What path is, following symlinks: 1 a regular file, 2 a directory, 0 anything else (a FIFO, a device,
+   a socket), -1 with errno when it cannot be told (gone, no permission). Readers of a directory's files
+   take the regular ones only: a FIFO would block them, a link to /dev/zero feed them for ever. */
+GDL__OSFN int gdl__os_file_kind(const char *path) {
+#if defined(GDL__OS_POSIX)
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    return S_ISREG(st.st_mode) ? 1 : S_ISDIR(st.st_mode) ? 2 : 0;
+#elif defined(GDL__OS_WIN)
+    DWORD a = GetFileAttributesA(path);
+    if (a == INVALID_FILE_ATTRIBUTES) {
+        errno = ENOENT;
+        return -1;
+    }
+    return a & FILE_ATTRIBUTE_DIRECTORY ? 2 : a & FILE_ATTRIBUTE_DEVICE ? 0 : 1;
+#else
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fclose(f);
+    return 1;
+#endif
+}
+
+/* path opened for reading ("rb") if it is a regular file when opened (checked on the open file, so a
+   name swapped for a FIFO meanwhile is still refused): the stream and *size, its size then. POSIX opens
+   with O_NONBLOCK, so that a FIFO cannot block the open, and clears it after the check. NULL with errno;
+   EINVAL: not a regular file. */
+GDL__OSFN FILE *gdl__os_fopen_regular(const char *path, uint64_t *size) {
+#if defined(GDL__OS_POSIX)
+    struct stat st;
+    FILE *f;
+    int fd, flags = O_RDONLY | O_NONBLOCK;
+#ifdef O_CLOEXEC
+    flags |= O_CLOEXEC;
+#endif
+    do fd = open(path, flags);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) return NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) e = EINVAL;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    if (!(f = fdopen(fd, "rb"))) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return NULL;
+    }
+    *size = (uint64_t)st.st_size;
+    return f;
+#else
+    FILE *f;
+    long end;
+    if (gdl__os_file_kind(path) != 1) {
+        if (errno != ENOENT) errno = EINVAL;
+        return NULL;
+    }
+#if defined(GDL__OS_WIN)
+    f = gdl__os_fopen_read(path);
+#else
+    f = fopen(path, "rb");
+#endif
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) != 0 || (end = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        errno = EINVAL;
+        return NULL;
+    }
+    *size = (uint64_t)end;
+    return f;
+#endif
+}
+/* ---- (end of hostile files) ---- */
 
 /* ---- dynamic loading (NVML): gdl__dl_open (NULL + why), gdl__dl_sym (the symbol's address as an
    object pointer: the caller memcpys it into a function pointer), gdl__dl_close. GDL__OS_DL where it
@@ -930,37 +1144,6 @@ GDL__OSFN long gdl__os_sock_read_some(gdl__sock s, void *buf, size_t n) {
     if (r < 0) return gdl__ws_fail(gdl__ws.last_error());
 #endif
     return r;
-}
-
-/* n bytes of the operating system's random source (/dev/urandom; RtlGenRandom on Windows): 0, or -1 with
-   errno (none there: a chroot without /dev, ...) */
-GDL__OSFN int gdl__os_random(void *buf, size_t n) {
-#if defined(GDL__OS_POSIX)
-    FILE *f = fopen("/dev/urandom", "rb");
-    size_t got;
-    if (!f) return -1;
-    setvbuf(f, NULL, _IONBF, 0); /* no buffer of its bytes left behind in memory */
-    got = fread(buf, 1, n, f);
-    fclose(f);
-    if (got != n) errno = EIO;
-    return got == n ? 0 : -1;
-#else
-    typedef BOOLEAN(WINAPI * gen_fn)(PVOID, ULONG);
-    HMODULE h = LoadLibraryA("advapi32.dll");
-    FARPROC f = h ? GetProcAddress(h, "SystemFunction036") : NULL; /* RtlGenRandom */
-    gen_fn gen;
-    int ok;
-    if (!f) {
-        if (h) FreeLibrary(h);
-        errno = ENOSYS;
-        return -1;
-    }
-    memcpy(&gen, &f, sizeof gen); /* ISO C has no cast between unrelated function pointers */
-    ok = n <= 0xffffffffu && gen(buf, (ULONG)n);
-    FreeLibrary(h);
-    if (!ok) errno = EIO;
-    return ok ? 0 : -1;
-#endif
 }
 
 /* A listening TCP socket at port (0: one the system picks) on the IPv4 address host (NULL or "": every

@@ -361,11 +361,27 @@ static int gdl__meta_get_u64(const char *op, const char *path, const gdl_st_file
     const char *v = gdl__meta_find(op, path, f, key);
     char *end;
     if (!v) return -1;
+    errno = 0;
     *out = (uint64_t)strtoull(v, &end, 10);
-    if (end != v && *end == 0) return 0;
+    if (end != v && *end == 0 && errno != ERANGE && v[strspn(v, " \t")] != '-') return 0;
     gdl__set_error("%s: %s: metadata '%s' is not an integer: '%s'", op, path, key, v);
     return -1;
 }
+
+/* The one door from a number read from a file to an integer: v (metadata `key`) must be finite, integral
+   and within [lo, hi] (bounds exactly representable, |bound| <= 9e15 < 2^53), checked before the cast
+   (a cast of 1e300 or NaN is undefined behaviour). 0 and *out, or -1 + error. */
+static int gdl__meta_int(const char *op, const char *path, const char *key, double v, double lo, double hi,
+                         int64_t *out) {
+    if (!(v >= lo && v <= hi && v == floor(v))) {
+        gdl__set_error("%s: %s: metadata '%s' is %g: not an integer in [%.0f, %.0f] (a damaged file?)", op, path,
+                       key, v, lo, hi);
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+#define GDL__META_INT_MAX 9e15 /* every count a checkpoint holds; doubles are exact integers up to 2^53 */
 
 /* gdl_checkpoint_save, plus gdl_fit's position (fs, may be NULL) as metadata fit.* */
 static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt,
@@ -477,6 +493,7 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
                                          "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
                                          "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
     double v[12], es[3] = {NAN, NAN, 0};
+    int64_t iv[12], es_wait = 0;
     gdl_st_file f;
     int i, rc = 0, nk = 10, has_es = 0;
     int64_t num_batches = train->nb, W = train->o.num_replicas > 1 ? train->o.num_replicas : 1, B = train->B;
@@ -503,14 +520,9 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
     if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
     /* integers in range before they are cast (a damaged file may hold anything, NaN included) */
     for (i = 0; i < nk; i++)
-        if (i != 5 && i != 6 && !(v[i] >= -1 && v[i] <= 9e15 && v[i] == (double)(int64_t)v[i])) {
-            gdl__set_error("%s: %s: metadata '%s' is not a valid count: %g", op, path, keys[i], v[i]);
-            goto fail;
-        }
-    if (!(es[2] >= 0 && es[2] <= 1e9 && es[2] == (double)(int64_t)es[2])) {
-        gdl__set_error("%s: %s: metadata 'fit.es_wait' is not a valid count: %g", op, path, es[2]);
-        goto fail;
-    }
+        if (i != 5 && i != 6 && gdl__meta_int(op, path, keys[i], v[i], -1, GDL__META_INT_MAX, &iv[i]) < 0) goto fail;
+    if (nk == 10) iv[10] = W, iv[11] = B;
+    if (gdl__meta_int(op, path, "fit.es_wait", es[2], 0, 1e9, &es_wait) < 0) goto fail;
     if (!(v[5] == v[5] && v[6] >= 0)) {
         gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
         goto fail;
@@ -521,18 +533,24 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
                        "epochs", op, path, v[0], v[1], v[3], epochs);
         goto fail;
     }
-    fs->batch = (int64_t)v[1];
-    if ((int64_t)v[10] == W && (int64_t)v[11] == B) {
-        if ((int64_t)v[3] != num_batches) {
+    fs->batch = iv[1];
+    if (iv[10] == W && iv[11] == B) {
+        if (iv[3] != num_batches) {
             gdl__set_error("%s: cannot resume from %s: it was taken at epoch %.0f, batch %.0f of a loader with %.0f "
                            "batches per epoch; this run's has %lld (another dataset?)", op, path, v[0], v[1], v[3],
                            (long long)num_batches);
             goto fail;
         }
-    } else if ((int64_t)v[1] == (int64_t)v[3]) { /* taken at the end of an epoch */
+    } else if (iv[1] == iv[3]) { /* taken at the end of an epoch */
         fs->batch = num_batches;
     } else { /* the same samples done: the sampler re-shards the epoch for this run's world size */
-        int64_t done = (int64_t)v[1] * (int64_t)v[10] * (int64_t)v[11];
+        int64_t done;
+        if ((double)iv[1] * (double)iv[10] * (double)iv[11] > GDL__META_INT_MAX) { /* no overflow below */
+            gdl__set_error("%s: %s: its position (batch %.0f of batch size %.0f on %.0f ranks) is out of range", op,
+                           path, v[1], v[11], v[10]);
+            goto fail;
+        }
+        done = iv[1] * iv[10] * iv[11];
         if (done % (W * B) != 0 || done / (W * B) > num_batches) {
             gdl__set_error("%s: cannot resume from %s: it was taken in epoch %.0f after %lld samples (batch %.0f of "
                            "batch size %.0f on %.0f ranks); with batch size %lld on %lld ranks (%lld samples a step) "
@@ -543,18 +561,18 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
         }
         fs->batch = done / (W * B);
     }
-    fs->epoch = (int64_t)v[0];
-    fs->loader_epoch = (int64_t)v[2];
+    fs->epoch = iv[0];
+    fs->loader_epoch = iv[2];
     fs->num_batches = num_batches;
-    fs->val_epoch = (int64_t)v[4];
+    fs->val_epoch = iv[4];
     fs->loss_sum = v[5]; /* printed with %.17g: exact */
     fs->seconds = v[6];
-    fs->samples = (int64_t)v[7];
-    fs->correct = (int64_t)v[8];
-    fs->counted = (int64_t)v[9];
+    fs->samples = iv[7];
+    fs->correct = iv[8];
+    fs->counted = iv[9];
     fs->replicas = W;
     fs->batch_size = B;
-    fs->es_best = es[0], fs->best = es[1], fs->es_wait = (int64_t)es[2];
+    fs->es_best = es[0], fs->best = es[1], fs->es_wait = es_wait;
     return gdl__checkpoint_load(op, path, m, opt, sched, NULL, ddp);
 fail:
     if (ddp) gdl__dist_agree(op, "loading the checkpoint to resume from", 0);
@@ -569,6 +587,7 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
     gdl__ckpt *c;
     void **bufs = NULL;
     double ep = 0, step = 0, groups = 0, last = 0, lr[32], mom[32], sc_scale = 0, sc_tracker = 0, sc_opt[3], nav = 0;
+    int64_t i_ep = 0, i_step = 0, i_groups = 0, i_last = 0, i_nav = 0, i_tracker = 0, i_interval = 0;
     uint64_t seed = 0, counter = 0;
     int g, ng = 0, rc = -1, has_scaler = 0;
     if (!m || !path) {
@@ -582,14 +601,17 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
     }
     /* read and check everything before changing anything */
     if (gdl__meta_get(op, path, &f, "epoch", &ep) < 0 || gdl__meta_get_u64(op, path, &f, "rng.seed", &seed) < 0 ||
-        gdl__meta_get_u64(op, path, &f, "rng.counter", &counter) < 0)
+        gdl__meta_get_u64(op, path, &f, "rng.counter", &counter) < 0 ||
+        gdl__meta_int(op, path, "epoch", ep, -GDL__META_INT_MAX, GDL__META_INT_MAX, &i_ep) < 0)
         goto done;
     if (opt) {
         ng = gdl_optim_num_groups(opt);
-        if (gdl__meta_get(op, path, &f, "optim.step", &step) < 0 || gdl__meta_get(op, path, &f, "optim.groups", &groups) < 0)
+        if (gdl__meta_get(op, path, &f, "optim.step", &step) < 0 || gdl__meta_get(op, path, &f, "optim.groups", &groups) < 0 ||
+            gdl__meta_int(op, path, "optim.step", step, 0, GDL__META_INT_MAX, &i_step) < 0 ||
+            gdl__meta_int(op, path, "optim.groups", groups, 0, 32, &i_groups) < 0)
             goto done;
-        if ((int)groups != ng || ng > 32) {
-            gdl__set_error("%s: %s: the file has %d parameter groups, the optimizer %d", op, path, (int)groups, ng);
+        if (i_groups != ng || ng > 32) {
+            gdl__set_error("%s: %s: the file has %d parameter groups, the optimizer %d", op, path, (int)i_groups, ng);
             goto done;
         }
         for (g = 0; g < ng; g++) {
@@ -600,12 +622,15 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
             if (gdl__meta_get(op, path, &f, k, &mom[g]) < 0) goto done;
         }
     }
-    if (sched && gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0) goto done;
+    if (sched && (gdl__meta_get(op, path, &f, "sched.last_epoch", &last) < 0 ||
+                  gdl__meta_int(op, path, "sched.last_epoch", last, 0, GDL__META_INT_MAX, &i_last) < 0))
+        goto done;
     if (opt && opt->ema && gdl__meta_get(op, path, &f, "ema.n_averaged", &nav) < 0) goto done;
-    if (opt && opt->ema && !(nav >= 0 && nav <= step && nav == (double)(int64_t)nav)) {
+    if (opt && opt->ema && !(nav >= 0 && nav <= step)) {
         gdl__set_error("%s: %s: ema.n_averaged %g is not a count within the optimizer's %g steps", op, path, nav, step);
         goto done;
     }
+    if (opt && opt->ema && gdl__meta_int(op, path, "ema.n_averaged", nav, 0, GDL__META_INT_MAX, &i_nav) < 0) goto done;
     if (opt && opt->scaler) { /* older checkpoints and runs without a scaler have none: the scaler is left as is */
         for (g = 0; g < f.n_meta && strcmp(f.meta_keys[g], "scaler.scale") != 0; g++) {
         }
@@ -616,23 +641,20 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
                            gdl__meta_get(op, path, &f, "scaler.backoff_factor", &sc_opt[1]) < 0 ||
                            gdl__meta_get(op, path, &f, "scaler.growth_interval", &sc_opt[2]) < 0))
             goto done;
-        if (has_scaler && (!(sc_scale > 0) || (float)sc_scale - (float)sc_scale != 0 || !(sc_tracker >= 0) ||
-                           sc_tracker > INT32_MAX || sc_tracker != (double)(int64_t)sc_tracker ||
-                           !(sc_opt[0] > 1) || sc_opt[0] - sc_opt[0] != 0 || !(sc_opt[1] > 0 && sc_opt[1] < 1) ||
-                           !(sc_opt[2] >= 1 && sc_opt[2] <= INT32_MAX) || sc_opt[2] != (double)(int64_t)sc_opt[2])) {
+        if (has_scaler && (!(sc_scale > 0 && sc_scale <= FLT_MAX) || !(sc_tracker >= 0 && sc_tracker <= INT32_MAX) ||
+                           sc_tracker != floor(sc_tracker) || !(sc_opt[0] > 1) || sc_opt[0] - sc_opt[0] != 0 ||
+                           !(sc_opt[1] > 0 && sc_opt[1] < 1) || !(sc_opt[2] >= 1 && sc_opt[2] <= INT32_MAX) ||
+                           sc_opt[2] != floor(sc_opt[2]))) {
             gdl__set_error("%s: %s: the scaler's state is out of range (scale %g, growth_tracker %g, growth_factor %g, "
                            "backoff_factor %g, growth_interval %g)", op, path, sc_scale, sc_tracker, sc_opt[0],
                            sc_opt[1], sc_opt[2]);
             goto done;
         }
+        if (has_scaler) i_tracker = (int64_t)sc_tracker, i_interval = (int64_t)sc_opt[2]; /* in range: above */
     }
     if (opt) {
-        if (!(step >= 0)) {
-            gdl__set_error("%s: %s: optimizer step %g is negative", op, path, step);
-            goto done;
-        }
         for (g = 0; g < ng; g++)
-            if (!(lr[g] >= 0) || !(mom[g] >= 0 && mom[g] < 1)) {
+            if (!(lr[g] >= 0 && lr[g] < INFINITY) || !(mom[g] >= 0 && mom[g] < 1)) {
                 gdl__set_error("%s: %s: group %d has lr %g or momentum %g out of range", op, path, g, lr[g], mom[g]);
                 goto done;
             }
@@ -646,7 +668,7 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
        steps); it changes only the learning rates, which are set again below */
     if (sched) {
         int64_t before = gdl_scheduler_get_last_epoch(sched);
-        if (gdl_scheduler_set_last_epoch(sched, (int64_t)last) < 0) {
+        if (gdl_scheduler_set_last_epoch(sched, i_last) < 0) {
             char why[sizeof gdl__err];
             memcpy(why, gdl__err, sizeof why);
             gdl_scheduler_set_last_epoch(sched, before);
@@ -657,21 +679,21 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
     if (gdl__ckpt_apply(op, c, bufs) < 0) goto done;
     if (opt && opt->master != GDL_F32 && gdl__opt_round_params(op, opt) < 0) goto done; /* from the masters loaded */
     if (opt) {
-        gdl_optim_set_step(opt, (int64_t)step);
-        if (opt->ema) opt->ema->step0 = (int64_t)step - (int64_t)nav;
+        gdl_optim_set_step(opt, i_step);
+        if (opt->ema) opt->ema->step0 = i_step - i_nav;
         for (g = 0; g < ng; g++) { /* in range: checked above */
             gdl_optim_set_lr(opt, g, lr[g]);
             gdl_optim_set_momentum(opt, g, mom[g]);
         }
         if (has_scaler) { /* as GradScaler.load_state_dict: the factors and interval too */
-            if (gdl_grad_scaler_set_state(opt->scaler, sc_scale, (int64_t)sc_tracker) < 0) goto done;
+            if (gdl_grad_scaler_set_state(opt->scaler, sc_scale, i_tracker) < 0) goto done;
             opt->scaler->o.growth_factor = sc_opt[0];
             opt->scaler->o.backoff_factor = sc_opt[1];
-            opt->scaler->o.growth_interval = (int)sc_opt[2];
+            opt->scaler->o.growth_interval = (int)i_interval;
         }
     }
     gdl_rng_set_state(seed, counter);
-    if (epoch) *epoch = (int64_t)ep;
+    if (epoch) *epoch = i_ep;
     rc = 0;
 done:
     gdl__free_bufs(bufs, c->n);

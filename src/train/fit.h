@@ -278,17 +278,16 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
 static FILE *gdl__csv_resume(const char *path, int64_t from) {
     FILE *in = fopen(path, "r"), *out;
     char line[1024], *tmp;
-    size_t tl = strlen(path) + 16;
+    size_t tl = strlen(path) + 64;
     if (!in) return gdl_metrics_csv_open(path);
     if (!(tmp = (char *)GPUDL_MALLOC(tl))) {
         fclose(in);
         gdl__set_error("gdl_fit: out of memory (host)");
         return NULL;
     }
-    snprintf(tmp, tl, "%s.tmp", path);
-    if (!(out = fopen(tmp, "w"))) {
+    if (!(out = gdl__os_create_temporary(path, tmp, tl, "w"))) {
         fclose(in);
-        gdl__set_error("gdl_fit: cannot write %s", tmp);
+        gdl__set_error("gdl_fit: cannot write a temporary next to %s: %s", path, gdl__strerr(errno));
         GPUDL_FREE(tmp);
         return NULL;
     }
