@@ -51,7 +51,52 @@
      one flat buffer per device (llm.c's malloc_and_point_parameters): the
      gdl_tensor pointers stay the same, their data become views of it
      (src/api/nn.h, "The flat parameter buffer").
-   * The op layer is single-threaded: call ops from one thread at a time.
+   * Temporaries, the tape and the arena are per thread ("Threads" below).
+
+   Threads
+   -------
+   Several threads may call ops at once (tests/test_threads.c, also under
+   ThreadSanitizer). Each thread has its own: step arena and temporaries,
+   autograd tape, grad mode (gdl_set_grad_enabled), anomaly mode, autocast
+   region, grad-ready hook, graph capture, gdl_module_summary's recording,
+   error message (gdl_last_error) and generator. Shared by all: the CPU
+   thread pool and its size (gdl_set_num_threads), the memory counters
+   (atomic), the profiler, the fusion switch, the devices.
+   * A temporary belongs to the thread that made it: gdl_arena_reset ends
+     that thread's temporaries only, and another thread must not use them
+     (gdl_clone makes a persistent copy that any thread may read).
+   * Training: a model (its modules, optimizer, GradScaler, EMA, scheduler,
+     gdl_fit) is trained by one thread at a time. Two threads may each
+     train its own model at once; each gets the bits it would get alone.
+     Training one model from two threads at once is not supported, and
+     neither is a forward in training mode on a module another thread uses
+     (batch norm writes its running statistics).
+   * Inference: a module in eval mode (gdl_module_train(m, 0)) run with grad
+     off may be shared by any number of threads at once: such a forward
+     only reads the parameters and buffers.
+   * Persistent tensors: any number of threads may read one; one that
+     writes it (an optimizer step, an in-place op, a copy into it, freeing
+     it) must be the only thread using it: the caller synchronises.
+   * A DataLoader (and a dataset it reads) belongs to the thread that
+     calls gdl_loader_next; its worker threads are its own.
+   * The generator: gdl_manual_seed(s) sets the calling thread's generator
+     to (s, 0) and makes s the process seed; a thread that has not seeded
+     (or called gdl_rng_set_state) starts from (process seed, 0) at its first
+     draw, so two unseeded threads draw the same numbers: seed each thread
+     for streams of its own. A model built and trained on a thread after
+     gdl_manual_seed(s) gets the bits it gets alone after gdl_manual_seed(s).
+   * The CPU pool runs one parallel job at a time; a kernel that finds it
+     held by another thread runs on its own thread instead, in the same bits
+     (results never depend on the thread count). Two threads at once thus
+     share the pool rather than each getting gdl_get_num_threads() threads.
+   * gdl_thread_cleanup() gives back the calling thread's arenas: call it
+     before a thread that ran ops ends, or its arena memory stays held
+     until exit. gdl_shutdown (the caches, the profile: process-wide) is
+     for one thread, when no other thread runs ops.
+   * The profiler (gdl_profile_begin ...) is process-wide: profile while
+     one thread runs ops.
+   * GPUs: the same rules are meant to hold, but only the CPU backend is
+     tested with several threads; drive a GPU from one thread.
 
    Ownership
    ---------
@@ -630,7 +675,9 @@ GPUDL_API gdl_tensor *gdl_randn(int ndim, const int64_t *shape, gdl_device dev);
 GPUDL_API gdl_tensor *gdl_uniform(int ndim, const int64_t *shape, double lo, double hi, gdl_device dev);
 GPUDL_API void gdl_free(gdl_tensor *t); /* NULL and temporaries: no-op */
 
-/* The global generator: counter-based, same seed gives the same numbers. */
+/* The generator: counter-based, same seed gives the same numbers. One per thread: gdl_manual_seed sets the
+   calling thread's to (seed, 0) and makes seed the process seed, where a thread that never set its own
+   starts at its first draw (MANUAL "Threads"). */
 GPUDL_API void gdl_manual_seed(uint64_t seed);
 GPUDL_API uint64_t gdl_rng_get_state(uint64_t *counter); /* returns seed */
 GPUDL_API void gdl_rng_set_state(uint64_t seed, uint64_t counter);
@@ -680,7 +727,10 @@ GPUDL_API const char *gdl_gemm_kernel_name(void);
    default is the environment's GPUDL_NUM_THREADS, else OMP_NUM_THREADS,
    else the CPUs this process may run on (sched_getaffinity). n <= 0 goes
    back to that default. Results are bitwise the same for any count. A
-   GPUDL_NO_THREADS build always has 1. */
+   GPUDL_NO_THREADS build always has 1. The pool and this count are shared by
+   every thread that calls ops; the pool runs one parallel job at a time, and
+   a kernel that finds it busy with another thread's job runs on its caller's
+   thread alone, in the same bits (MANUAL "Threads"). */
 GPUDL_API void gdl_set_num_threads(int n);
 GPUDL_API int gdl_get_num_threads(void);
 
@@ -905,14 +955,17 @@ GPUDL_API void gdl_set_grad_ready_hook(gdl_grad_ready_fn fn, void *user);
 GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad); /* t.backward(grad) */
 GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t);
 GPUDL_API int gdl_sgd_update_(gdl_tensor *param, double lr); /* p -= lr*grad, no grad */
-GPUDL_API int gdl_set_grad_enabled(int on);                  /* returns the previous mode */
+GPUDL_API int gdl_set_grad_enabled(int on);                  /* this thread's; returns the previous mode */
 GPUDL_API int gdl_is_grad_enabled(void);
 
-/* Per-step arena of temporaries. */
+/* Per-step arena of temporaries, and the tape: the calling thread's (each thread has its own). */
 GPUDL_API void gdl_arena_reset(void);
 GPUDL_API size_t gdl_arena_used(void);     /* bytes handed out since the reset */
 GPUDL_API size_t gdl_arena_reserved(void); /* bytes held */
-GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches and the last profile */
+GPUDL_API void gdl_shutdown(void); /* frees this thread's arenas, the backends' caches and the last profile */
+/* Frees the calling thread's arenas (its temporaries die): a thread that ran ops, other than the one that
+   calls gdl_shutdown, calls it before it ends, or its arenas stay held until the process exits. */
+GPUDL_API void gdl_thread_cleanup(void);
 
 /* The op list: every op the autograd tape records, one line each, as
    X(ID, name, backward function, backend kernel code, autocast class).
@@ -1008,7 +1061,7 @@ GPUDL_API void gdl_autocast_stats(int64_t *casts, int64_t *cache_hits);
 GPUDL_API int gdl_tensor_op(const gdl_tensor *t); /* the op that made t, -1 for a leaf */
 
 /* Anomaly mode: every op checks its outputs (forward and backward) and
-   fails with "gdl_<op>: produced NaN/Inf ..." at the first non-finite. */
+   fails with "gdl_<op>: produced NaN/Inf ..." at the first non-finite. Per thread. */
 GPUDL_API void gdl_set_anomaly_mode(int on);
 
 /* ---------------------------------------------------------------------------
@@ -3775,6 +3828,17 @@ GDL__OSFN long gdl__os_pid(void) {
 #endif
 }
 
+/* The next number for a temporary file's name (path.tmp.<pid>.<n>): one counter for the process, so
+   two threads saving at once never pick the same name. */
+static unsigned gdl__os_tmp_seq;
+GDL__OSFN unsigned gdl__os_tmp_number(void) {
+#ifdef GDL__ATOMICS
+    return (unsigned)gdl__atomic_add(&gdl__os_tmp_seq, 1, GDL__MO_RELAXED);
+#else
+    return ++gdl__os_tmp_seq;
+#endif
+}
+
 /* 1 when no process `pid` exists here for sure; 0 when it lives, or nobody can tell */
 GDL__OSFN int gdl__os_pid_gone(long pid) {
 #if defined(GDL__OS_POSIX)
@@ -5074,19 +5138,24 @@ typedef struct gdl__arena {
 } gdl__arena;
 
 #define GDL__ALIGN 64
-static gdl__arena gdl__host_arena;
-static gdl__arena gdl__gpu_arena[GDL__MAX_GPUS];
+/* This state is per thread (GDL__TLS): each thread that calls ops has its own
+   arenas, tape, grad mode, anomaly mode and capture flag, as PyTorch keeps
+   grad mode per thread, so two threads training two models do not reset or
+   record into each other's steps. A temporary belongs to the thread that
+   made it; gdl_shutdown on a thread gives back that thread's arenas. */
+static GDL__TLS gdl__arena gdl__host_arena;
+static GDL__TLS gdl__arena gdl__gpu_arena[GDL__MAX_GPUS];
 /* Temporaries' headers live in two arenas used in turn, one per arena
    generation: a header made before the last gdl_arena_reset is not written
    over during this step, so its generation still shows that it is stale
    (its data has been reused). One kept across two resets is caught unless a
    new header took its place; both cost one comparison per op input. */
-static gdl__arena gdl__hdr_arena[2];
-static unsigned gdl__arena_gen = 1; /* never 0: persistent tensors have gen 0 */
-static struct gdl_node *gdl__tape;  /* last recorded node */
-static int gdl__grad_enabled = 1;
-static int gdl__anomaly = 0;
-static int gdl__capturing = 0; /* gdl_graph_capture is recording a step (src/train/graph.h) */
+static GDL__TLS gdl__arena gdl__hdr_arena[2];
+static GDL__TLS unsigned gdl__arena_gen = 1; /* never 0: persistent tensors have gen 0 */
+static GDL__TLS struct gdl_node *gdl__tape;  /* last recorded node */
+static GDL__TLS int gdl__grad_enabled = 1;
+static GDL__TLS int gdl__anomaly = 0;
+static GDL__TLS int gdl__capturing = 0; /* gdl_graph_capture is recording a step (src/train/graph.h) */
 
 static void *gdl__arena_alloc(gdl__arena *a, size_t bytes) {
     size_t need = (bytes + GDL__ALIGN - 1) / GDL__ALIGN * GDL__ALIGN;
@@ -5462,23 +5531,51 @@ static gdl_tensor *gdl__host_fill(const char *op, int ndim, const int64_t *shape
     return t;
 }
 
-/* ---- the generator: counter-based (splitmix64 of seed and a counter) ---- */
-static uint64_t gdl__rng_seed = 0x5eed;
-static uint64_t gdl__rng_counter = 0;
+/* ---- the generator: counter-based (splitmix64 of seed and a counter) ----
+   Each thread has its own generator (seed, counter), so a model trained on a
+   thread draws the same numbers as it would alone. gdl_manual_seed(s) sets the
+   calling thread's generator to (s, 0) and makes s the process seed; a thread
+   whose generator was never set starts from (process seed, 0) at its first
+   use. The process seed is 0x5eed until gdl_manual_seed is called. */
+static uint64_t gdl__rng_process_seed = 0x5eed; /* atomic where there are atomics */
+static GDL__TLS uint64_t gdl__rng_seed;
+static GDL__TLS uint64_t gdl__rng_counter;
+static GDL__TLS int gdl__rng_set; /* this thread's generator was set or used */
 
+static void gdl__rng_init(void) {
+    if (gdl__rng_set) return;
+#ifdef GDL__ATOMICS
+    gdl__rng_seed = gdl__atomic_load(&gdl__rng_process_seed, GDL__MO_RELAXED);
+#else
+    gdl__rng_seed = gdl__rng_process_seed;
+#endif
+    gdl__rng_counter = 0;
+    gdl__rng_set = 1;
+}
 GPUDL_API void gdl_manual_seed(uint64_t seed) {
+#ifdef GDL__ATOMICS
+    gdl__atomic_store(&gdl__rng_process_seed, seed, GDL__MO_RELAXED);
+#else
+    gdl__rng_process_seed = seed;
+#endif
     gdl__rng_seed = seed;
     gdl__rng_counter = 0;
+    gdl__rng_set = 1;
 }
 GPUDL_API uint64_t gdl_rng_get_state(uint64_t *counter) {
+    gdl__rng_init();
     if (counter) *counter = gdl__rng_counter;
     return gdl__rng_seed;
 }
 GPUDL_API void gdl_rng_set_state(uint64_t seed, uint64_t counter) {
     gdl__rng_seed = seed;
     gdl__rng_counter = counter;
+    gdl__rng_set = 1;
 }
-GPUDL_API uint64_t gdl_rng_next_u64(void) { return gdl_hash64(gdl__rng_seed, gdl__rng_counter++); }
+GPUDL_API uint64_t gdl_rng_next_u64(void) {
+    gdl__rng_init();
+    return gdl_hash64(gdl__rng_seed, gdl__rng_counter++);
+}
 GPUDL_API double gdl_rng_uniform(void) { return (double)(gdl_rng_next_u64() >> 11) * (1.0 / 9007199254740992.0); }
 static double gdl__rng_normal(void) {
     /* Box-Muller; 1-u keeps the log finite */
@@ -5787,8 +5884,9 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
 
    One job at a time. The pool (and the GEMM's packing buffers) belong to the
    thread that acquired it; a parallel region entered while the pool is held
-   (from inside a task, or from another thread such as a DataLoader worker)
-   runs serially on its own thread. After fork() the child starts with no
+   (from inside a task, or from another thread: a DataLoader worker, or a
+   second thread that calls ops) runs serially on its own thread, in the
+   same bits, so two threads that train at once get what each gets alone. After fork() the child starts with no
    workers and makes new ones when it needs them (gdl__os_after_fork). At exit
    the workers are stopped and joined (atexit).
 
@@ -6395,40 +6493,65 @@ GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
    slots of a gdl__args. */
 
 /* Each block starts with its size, so that a free knows what it gives back (gdl_memory_stats). 64 bytes
-   keep the alignment malloc gave. The counters belong to the op layer's thread, as the allocations do. */
+   keep the alignment malloc gave. */
 #define GDL__CPU_HDR 64
+/* Counted from every thread that allocates (two threads may each train a model): atomic where the
+   platform has atomics, the peak by compare-and-swap. */
 static gdl_memory_status gdl__cpu_mem;
+#ifdef GDL__ATOMICS
+#define GDL__CPU_MEM_ADD(field, v) gdl__atomic_add(&gdl__cpu_mem.field, v, GDL__MO_RELAXED)
+#define GDL__CPU_MEM_GET(field) gdl__atomic_load(&gdl__cpu_mem.field, GDL__MO_RELAXED)
+#else
+#define GDL__CPU_MEM_ADD(field, v) (gdl__cpu_mem.field += (v))
+#define GDL__CPU_MEM_GET(field) (gdl__cpu_mem.field)
+#endif
+static void gdl__cpu_mem_peak(size_t now) {
+#ifdef GDL__ATOMICS
+    size_t peak = (size_t)GDL__CPU_MEM_GET(peak_allocated);
+    while (now > peak && !gdl__atomic_cas(&gdl__cpu_mem.peak_allocated, &peak, now, 1, GDL__MO_RELAXED, GDL__MO_RELAXED)) {}
+#else
+    if (now > gdl__cpu_mem.peak_allocated) gdl__cpu_mem.peak_allocated = now;
+#endif
+}
 static void *gdl__cpu_alloc(size_t bytes) {
     char *p = bytes <= SIZE_MAX - GDL__CPU_HDR ? (char *)GPUDL_MALLOC(GDL__CPU_HDR + (bytes ? bytes : 1)) : NULL;
-    gdl__cpu_mem.requests++;
+    (void)GDL__CPU_MEM_ADD(requests, 1);
     if (!p) {
         gdl__set_error("gdl: out of memory allocating %.0f bytes on the host", (double)bytes);
         return NULL;
     }
     memcpy(p, &bytes, sizeof bytes);
-    gdl__cpu_mem.device_mallocs++;
-    gdl__cpu_mem.allocated += bytes;
-    if (gdl__cpu_mem.allocated > gdl__cpu_mem.peak_allocated) gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+    (void)GDL__CPU_MEM_ADD(device_mallocs, 1);
+    gdl__cpu_mem_peak((size_t)GDL__CPU_MEM_ADD(allocated, bytes));
     return p + GDL__CPU_HDR;
 }
 static void gdl__cpu_free(void *p) {
     size_t bytes;
     if (!p) return;
     memcpy(&bytes, (char *)p - GDL__CPU_HDR, sizeof bytes);
-    gdl__cpu_mem.allocated -= bytes;
-    gdl__cpu_mem.frees++;
+    (void)GDL__CPU_MEM_ADD(allocated, (size_t)0 - bytes);
+    (void)GDL__CPU_MEM_ADD(frees, 1);
     GPUDL_FREE((char *)p - GDL__CPU_HDR);
 }
 static int gdl__cpu_memory_stats(int device, gdl_memory_status *s) {
     (void)device;
-    *s = gdl__cpu_mem;
+    memset(s, 0, sizeof *s);
+    s->allocated = (size_t)GDL__CPU_MEM_GET(allocated);
+    s->peak_allocated = (size_t)GDL__CPU_MEM_GET(peak_allocated);
+    s->requests = GDL__CPU_MEM_GET(requests);
+    s->device_mallocs = GDL__CPU_MEM_GET(device_mallocs);
+    s->frees = GDL__CPU_MEM_GET(frees);
     s->reserved = s->allocated; /* nothing is cached */
     s->peak_reserved = s->peak_allocated;
     return 0;
 }
 static int gdl__cpu_memory_reset_peak(int device) {
     (void)device;
+#ifdef GDL__ATOMICS
+    gdl__atomic_store(&gdl__cpu_mem.peak_allocated, GDL__CPU_MEM_GET(allocated), GDL__MO_RELAXED);
+#else
     gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+#endif
     return 0;
 }
 static int gdl__cpu_copy(void *dst, const void *src, size_t bytes, int kind) {
@@ -12911,21 +13034,29 @@ static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKE
 #undef GDL__BACKEND_INIT_CPU
 static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }
 
-/* Gives back what the library keeps between steps: the arenas' chunks, the
-   GEMM packing buffers and the CUDA allocator's cached blocks (gdl_fit's
+/* Gives back what the library keeps between steps: the calling thread's
+   arenas' chunks, the GEMM packing buffers (unless another thread's GEMM
+   holds them) and the CUDA allocator's cached blocks (gdl_fit's
    out-of-memory retry; gdl_shutdown). Between steps only: temporaries die. */
-static void gdl__release_cached_memory(void) {
+static void gdl__release_thread_arenas(void) {
     int i;
-    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
     gdl__arena_release(&gdl__host_arena);
     gdl__arena_release(&gdl__hdr_arena[0]);
     gdl__arena_release(&gdl__hdr_arena[1]);
     for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
     gdl__tape = NULL;
-    gdl__gemm_release();
+}
+static void gdl__release_cached_memory(void) {
+    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
+    gdl__release_thread_arenas();
+    if (gdl__pool_acquire()) { /* the packing buffers: not while another thread's GEMM uses them */
+        gdl__gemm_release();
+        gdl__pool_release();
+    }
     if (gdl_cuda_device_count() > 0) gdl__cuda_registry->release_cache();
 }
 GPUDL_API void gdl_shutdown(void) { gdl__release_cached_memory(); }
+GPUDL_API void gdl_thread_cleanup(void) { gdl__release_thread_arenas(); }
 /* ---------------------------------------------------------------------------
    src/ops/core.h   The op layer: check arguments, allocate the output, call the
    backend, record a tape node. Each op's backward is listed in the op table
@@ -18109,7 +18240,6 @@ static int gdl__st_write_data(FILE *f, int n, const gdl_st_tensor *tensors, cons
 /* gdl_st_write with its errors prefixed by fn, the public call the user made (gdl_save_model, ...) */
 static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                          const char *const *meta_keys, const char *const *meta_vals) {
-    static unsigned counter = 0;
     gdl__sb h;
     uint64_t *sizes = NULL;
     const char **names = NULL;
@@ -18156,7 +18286,7 @@ static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_t
         goto fail;
     }
     gdl__st_remove_stale_temporaries(path);
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
+    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), gdl__os_tmp_number());
     f = fopen(tmp, "wb");
     if (f) gdl__os_lock_temporary(f); /* held until the file is closed: see gdl__st_remove_stale_temporaries */
     if (!f) {
@@ -19920,7 +20050,6 @@ GPUDL_API int64_t gdl_vocab_decode(const gdl_vocab *v, const int32_t *ids, int64
 
 GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
     static const char fn[] = "gdl_vocab_save";
-    static unsigned counter;
     char *tmp;
     FILE *f;
     int64_t i;
@@ -19933,7 +20062,7 @@ GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
         gdl__set_error("%s: %s: out of memory", fn, path);
         return -1;
     }
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
+    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), gdl__os_tmp_number());
     if (!(f = fopen(tmp, "wb"))) {
         gdl__set_error("%s: %s: cannot create %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
@@ -21268,8 +21397,8 @@ typedef struct gdl__nn_row {
     int64_t shape[GDL_MAX_DIMS];
     int training;
 } gdl__nn_row;
-static gdl__nn_row *gdl__nn_rows;
-static int gdl__nn_nrows;
+static GDL__TLS gdl__nn_row *gdl__nn_rows; /* per thread: a summary records its own thread's forwards */
+static GDL__TLS int gdl__nn_nrows;
 
 /* During a summary, records y as module m's output: gdl_forward does, and so does every public forward that
    runs a module some other way (gdl_nn_lstm_forward, gdl_mha_forward, gdl_transformer_encoder_forward). */
@@ -21307,15 +21436,26 @@ static gdl_tensor *gdl__nn_buffer(const gdl_module *m, int i) { return i < m->nb
    looked at or the numerics would differ: anomaly mode (which checks each
    op's output), gdl_module_summary's recording (each module's output
    shape), autocast or a non-f32 input or parameter. */
-static int gdl__nn_fuse = -1; /* -1: not read from GPUDL_NO_FUSION yet */
+static int gdl__nn_fuse = -1; /* -1: not read from GPUDL_NO_FUSION yet; atomic: every forward reads it */
 GPUDL_API int gdl_nn_set_fusion(int on) {
-    int prev;
-    if (gdl__nn_fuse < 0) {
+#ifdef GDL__ATOMICS
+    const int stored = gdl__atomic_load(&gdl__nn_fuse, GDL__MO_RELAXED);
+#else
+    const int stored = gdl__nn_fuse;
+#endif
+    int prev = stored;
+    if (prev < 0) { /* two threads may both read the environment: they store the same value */
         const char *e = getenv("GPUDL_NO_FUSION");
-        gdl__nn_fuse = !(e && e[0] && strcmp(e, "0") != 0);
+        prev = !(e && e[0] && strcmp(e, "0") != 0);
     }
-    prev = gdl__nn_fuse;
-    if (on >= 0) gdl__nn_fuse = on != 0;
+    if (on >= 0 || stored < 0) {
+        const int next = on >= 0 ? on != 0 : prev;
+#ifdef GDL__ATOMICS
+        gdl__atomic_store(&gdl__nn_fuse, next, GDL__MO_RELAXED);
+#else
+        gdl__nn_fuse = next;
+#endif
+    }
     return prev;
 }
 
@@ -27411,7 +27551,6 @@ static void gdl__x_print(gdl__xbuf *b, const gdl__xnet *N, const char *pre, cons
 
 /* buf written to path.tmp.<pid>.<n>, then renamed over path; the temporary removed on failure */
 static int gdl__x_write(const char *fn, const char *path, const char *p, size_t n) {
-    static unsigned counter;
     const size_t tl = strlen(path) + 64;
     char *tmp = (char *)GPUDL_MALLOC(tl);
     FILE *f;
@@ -27420,7 +27559,7 @@ static int gdl__x_write(const char *fn, const char *path, const char *p, size_t 
         gdl__set_error("%s: %s: out of memory", fn, path);
         return -1;
     }
-    snprintf(tmp, tl, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
+    snprintf(tmp, tl, "%s.tmp.%ld.%u", path, gdl__os_pid(), gdl__os_tmp_number());
     if (!(f = fopen(tmp, "wb"))) {
         gdl__set_error("%s: %s: cannot create the temporary %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);
@@ -29829,7 +29968,7 @@ GPUDL_API int gdl_evaluate_ex(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, vo
     return rc < 0 ? -1 : 0;
 }
 
-static double gdl__last_draw; /* one bar at a time: a terminal shows one */
+static GDL__TLS double gdl__last_draw; /* one bar at a time: a terminal shows one (per thread: no data race) */
 
 /* Would gdl_progress_bar draw now? (gdl_fit reads the device only then.) */
 static int gdl__progress_due(FILE *f, int64_t b, int64_t nb) {

@@ -423,7 +423,6 @@ GPUDL_API int64_t gdl_vocab_decode(const gdl_vocab *v, const int32_t *ids, int64
 
 GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
     static const char fn[] = "gdl_vocab_save";
-    static unsigned counter;
     char *tmp;
     FILE *f;
     int64_t i;
@@ -436,7 +435,7 @@ GPUDL_API int gdl_vocab_save(const gdl_vocab *v, const char *path) {
         gdl__set_error("%s: %s: out of memory", fn, path);
         return -1;
     }
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
+    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), gdl__os_tmp_number());
     if (!(f = fopen(tmp, "wb"))) {
         gdl__set_error("%s: %s: cannot create %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);

@@ -1011,7 +1011,6 @@ static void gdl__x_print(gdl__xbuf *b, const gdl__xnet *N, const char *pre, cons
 
 /* buf written to path.tmp.<pid>.<n>, then renamed over path; the temporary removed on failure */
 static int gdl__x_write(const char *fn, const char *path, const char *p, size_t n) {
-    static unsigned counter;
     const size_t tl = strlen(path) + 64;
     char *tmp = (char *)GPUDL_MALLOC(tl);
     FILE *f;
@@ -1020,7 +1019,7 @@ static int gdl__x_write(const char *fn, const char *path, const char *p, size_t 
         gdl__set_error("%s: %s: out of memory", fn, path);
         return -1;
     }
-    snprintf(tmp, tl, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
+    snprintf(tmp, tl, "%s.tmp.%ld.%u", path, gdl__os_pid(), gdl__os_tmp_number());
     if (!(f = fopen(tmp, "wb"))) {
         gdl__set_error("%s: %s: cannot create the temporary %s: %s", fn, path, tmp, gdl__strerr(errno));
         GPUDL_FREE(tmp);

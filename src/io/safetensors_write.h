@@ -249,7 +249,6 @@ static int gdl__st_write_data(FILE *f, int n, const gdl_st_tensor *tensors, cons
 /* gdl_st_write with its errors prefixed by fn, the public call the user made (gdl_save_model, ...) */
 static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_tensor *tensors, int n_meta,
                          const char *const *meta_keys, const char *const *meta_vals) {
-    static unsigned counter = 0;
     gdl__sb h;
     uint64_t *sizes = NULL;
     const char **names = NULL;
@@ -296,7 +295,7 @@ static int gdl__st_write(const char *fn, const char *path, int n, const gdl_st_t
         goto fail;
     }
     gdl__st_remove_stale_temporaries(path);
-    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), ++counter);
+    snprintf(tmp, strlen(path) + 64, "%s.tmp.%ld.%u", path, gdl__os_pid(), gdl__os_tmp_number());
     f = fopen(tmp, "wb");
     if (f) gdl__os_lock_temporary(f); /* held until the file is closed: see gdl__st_remove_stale_temporaries */
     if (!f) {

@@ -374,6 +374,17 @@ GDL__OSFN long gdl__os_pid(void) {
 #endif
 }
 
+/* The next number for a temporary file's name (path.tmp.<pid>.<n>): one counter for the process, so
+   two threads saving at once never pick the same name. */
+static unsigned gdl__os_tmp_seq;
+GDL__OSFN unsigned gdl__os_tmp_number(void) {
+#ifdef GDL__ATOMICS
+    return (unsigned)gdl__atomic_add(&gdl__os_tmp_seq, 1, GDL__MO_RELAXED);
+#else
+    return ++gdl__os_tmp_seq;
+#endif
+}
+
 /* 1 when no process `pid` exists here for sure; 0 when it lives, or nobody can tell */
 GDL__OSFN int gdl__os_pid_gone(long pid) {
 #if defined(GDL__OS_POSIX)
