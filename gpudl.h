@@ -6706,9 +6706,12 @@ static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st,
    first use with GPUDL_MALLOC, grow-only and reused by later calls, so the
    steady state allocates nothing; gdl__gemm_release() frees it. If the
    allocation fails, a simple unpacked loop computes the result (slower;
-   same K blocks and summation order). That loop is also used when another
-   thread holds the pool (gdl_gemm_cpu called from inside a parallel region,
-   or from two threads at once), because the buffers are shared.
+   same K blocks and summation order). A GEMM that finds the pool held by
+   another thread (a second thread that calls ops, or a DataLoader worker)
+   runs on its own thread with packing buffers of that thread's own
+   (thread-local, freed by gdl_thread_cleanup / gdl_shutdown), in the same
+   bits; the unpacked loop is left for the pool's workers (a GEMM inside a
+   parallel region) and for a failed allocation.
 
    With -DGPUDL_CBLAS (float build) everything routes to cblas_sgemm.
    ------------------------------------------------------------------------- */
@@ -6826,33 +6829,39 @@ static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
 #define GDL__GEMM_MADD(a, b, acc) ((acc) + (a) * (b))
 #endif
 
-/* The packing buffers of all threads, one block: grow-only, 64-byte aligned
-   inside the raw allocation. */
-static void *gdl__gemm_raw;
-static gdl_real *gdl__gemm_buf;
-static size_t gdl__gemm_cap; /* in elements */
+/* Packing buffers: grow-only, 64-byte aligned inside the raw allocation. */
+typedef struct {
+    void *raw;
+    gdl_real *buf;
+    size_t cap; /* in elements */
+} gdl__gemm_space;
+static gdl__gemm_space gdl__gemm_shared;       /* the pool's threads', one block: the pool's holder's */
+static GDL__TLS gdl__gemm_space gdl__gemm_own; /* a thread's own, when the pool is another thread's */
 
-static void gdl__gemm_release(void) {
-    GPUDL_FREE(gdl__gemm_raw);
-    gdl__gemm_raw = NULL;
-    gdl__gemm_buf = NULL;
-    gdl__gemm_cap = 0;
+static void gdl__gemm_space_free(gdl__gemm_space *s) {
+    GPUDL_FREE(s->raw);
+    s->raw = NULL;
+    s->buf = NULL;
+    s->cap = 0;
 }
+static void gdl__gemm_release(void) { gdl__gemm_space_free(&gdl__gemm_shared); }
+static void gdl__gemm_release_own(void) { gdl__gemm_space_free(&gdl__gemm_own); }
 
-/* Make the buffer hold at least n elements. Returns 0 on allocation failure
-   (the old buffer is kept). The contents are not preserved: free + malloc,
-   not realloc, so nothing is copied. */
-static int gdl__gemm_reserve(size_t n) {
+/* Make s hold at least n elements. Returns 0 on allocation failure (the old
+   buffer is kept). The contents are not preserved: free + malloc, not
+   realloc, so nothing is copied. */
+static int gdl__gemm_space_reserve(gdl__gemm_space *s, size_t n) {
     void *p;
-    if (n <= gdl__gemm_cap) return 1;
+    if (n <= s->cap) return 1;
     p = GPUDL_MALLOC(n * sizeof(gdl_real) + 64);
     if (!p) return 0;
-    GPUDL_FREE(gdl__gemm_raw);
-    gdl__gemm_raw = p;
-    gdl__gemm_buf = (gdl_real *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
-    gdl__gemm_cap = n;
+    GPUDL_FREE(s->raw);
+    s->raw = p;
+    s->buf = (gdl_real *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    s->cap = n;
     return 1;
 }
+static int gdl__gemm_reserve(size_t n) { return gdl__gemm_space_reserve(&gdl__gemm_shared, n); }
 
 /* --- micro-kernels -------------------------------------------------------
    gdl__gemm_kernel(kc, a, b, c, ldc, alpha, beta): one full MR x NR tile.
@@ -7696,7 +7705,7 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
 }
 
 /* A GEMM's plan and its tasks, each on its thread's packing buffers
-   (asz + bsz elements, from gdl__gemm_buf): the rectangles of a tm x tn
+   (asz + bsz elements, from gdl__gemm_shared.buf): the rectangles of a tm x tn
    grid of C (gdl__gemm_task), or the products of a batch, sA, sB, sC apart
    (gdl__gemm_batch_task): the pool's tasks below. */
 typedef struct {
@@ -7752,7 +7761,7 @@ static int gdl__gemm_slot(void) { return gdl__pool_slot; }
 /* One rectangle of the grid: the pool's task t. */
 static void gdl__gemm_task(void *p, int t, int nt) {
     const gdl__gemm_job *j = (const gdl__gemm_job *)p;
-    gdl_real *buf = gdl__gemm_buf + (size_t)t * (j->asz + j->bsz);
+    gdl_real *buf = gdl__gemm_shared.buf + (size_t)t * (j->asz + j->bsz);
     int m0, m1, n0, n1;
     (void)nt;
     gdl__gemm_cell(j->g->M, j->g->N, j->tm, j->tn, t, &m0, &m1, &n0, &n1);
@@ -7763,7 +7772,7 @@ static void gdl__gemm_task(void *p, int t, int nt) {
 static void gdl__gemm_batch_task(void *p, int t, int nt) {
     const gdl__gemm_job *j = (const gdl__gemm_job *)p;
     gdl__gemm_args g = *j->g;
-    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (j->asz + j->bsz);
+    gdl_real *buf = gdl__gemm_shared.buf + (size_t)gdl__gemm_slot() * (j->asz + j->bsz);
     (void)nt;
     g.A += t * j->sA;
     g.B += t * j->sB;
@@ -7789,7 +7798,7 @@ static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
 }
 
 /* The planned GEMM (K > 0, alpha != 0), the caller holding the pool and
-   gdl__gemm_buf at least tm*tn threads' buffers: on the grid's threads, or
+   gdl__gemm_shared.buf at least tm*tn threads' buffers: on the grid's threads, or
    on this one. */
 static void gdl__gemm_held(gdl__gemm_job *j) {
 #ifdef GDL__POOL
@@ -7798,8 +7807,8 @@ static void gdl__gemm_held(gdl__gemm_job *j) {
         return;
     }
 #endif
-    gdl__gemm_blocked(j->g, 0, j->g->M, 0, j->g->N, j->mc_blk, j->kc_blk, j->nc_blk, gdl__gemm_buf,
-                      gdl__gemm_buf + j->asz);
+    gdl__gemm_blocked(j->g, 0, j->g->M, 0, j->g->N, j->mc_blk, j->kc_blk, j->nc_blk, gdl__gemm_shared.buf,
+                      gdl__gemm_shared.buf + j->asz);
 }
 
 /* The grid of j's GEMM on up to `threads` threads (one below GDL__GEMM_MT_MIN). */
@@ -7826,7 +7835,12 @@ static int gdl__gemm_run(const gdl__gemm_args *g) {
         return 1;
     }
     gdl__gemm_plan(g, &j);
-    if (!gdl__pool_acquire()) { /* the packing buffers are in use: don't race */
+    if (!gdl__pool_acquire()) { /* the shared packing buffers are in use: don't race */
+        if (gdl__gemm_slot() == 0 && gdl__gemm_space_reserve(&gdl__gemm_own, j.asz + j.bsz)) {
+            gdl__gemm_blocked(g, 0, g->M, 0, g->N, j.mc_blk, j.kc_blk, j.nc_blk, gdl__gemm_own.buf,
+                              gdl__gemm_own.buf + j.asz); /* another thread's pool: this thread's own buffers */
+            return 1;
+        }
         if (g->conv) return 0;
         gdl__gemm_simple(g, j.kc_blk);
         return 1;
@@ -7897,6 +7911,7 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
 
 #ifdef GDL__GEMM_CBLAS
 static void gdl__gemm_release(void) {} /* nothing cached on the CBLAS path */
+static void gdl__gemm_release_own(void) {}
 #endif
 
 GPUDL_API const char *gdl_gemm_kernel_name(void) {
@@ -9914,7 +9929,7 @@ static void gdl__conv_task(void *p, int t, int nt) {
     const int Cg = g->C / d->groups, OCg = d->OC / d->groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
     const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb;
     const ptrdiff_t CHW = (ptrdiff_t)g->C * g->H * g->W, OCHW = (ptrdiff_t)d->OC * OHW, CKKHW = (ptrdiff_t)d->groups * CgKK * OHW;
-    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (d->j.asz + d->j.bsz + d->csz);
+    gdl_real *buf = gdl__gemm_shared.buf + (size_t)gdl__gemm_slot() * (d->j.asz + d->j.bsz + d->csz);
     gdl_real *gcol = buf + d->j.asz + d->j.bsz;
     int gi, s;
     (void)nt;
@@ -10032,7 +10047,7 @@ static void gdl__dconv_task(void *p, int t, int nt) {
     const int Cg = g->C / d->groups, OCg = d->OC / d->groups, K = Cg * g->KH * g->KW;
     const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb, nq = cnt * OHW;
     const ptrdiff_t HpWp = (ptrdiff_t)Hp * Wp, CHpWp = g->C * HpWp, OCHW = (ptrdiff_t)d->OC * OHW;
-    gdl_real *xp = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
+    gdl_real *xp = gdl__gemm_shared.buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
     gdl_real *tile = xp + d->tsz - UR * OCT;
     int xo[UR], qs[UR], qp[UR];
     int gi, ot, q0, i, o, pc;
@@ -10181,7 +10196,7 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     if (sizeof(gdl_real) * ((double)xsz + ysz + asz + isz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(xsz + ysz + asz + isz))
         return 1;
-    d.xp = gdl__gemm_buf;
+    d.xp = gdl__gemm_shared.buf;
     d.gyt = d.xp + xsz;
     d.acc = d.gyt + ysz;
     rowoff = (int *)(void *)(d.acc + asz);
@@ -10236,7 +10251,7 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
     const int PT = g->DH * (g->KH - 1) - g->PH, PL = g->DW * (g->KW - 1) - g->PW, Hq = d->Hq, Wq = d->Wq;
     const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb, nq = cnt * HW;
     const ptrdiff_t HqWq = (ptrdiff_t)Hq * Wq, OCHqWq = d->OC * HqWq, CHW = (ptrdiff_t)g->C * HW;
-    gdl_real *gq = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
+    gdl_real *gq = gdl__gemm_shared.buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
     gdl_real *acc = gq + d->tsz - 2 * UR * OCT, *part = acc + UR * OCT;
     int xo[UR], qs[UR], qp[UR], qh[UR], qw[UR];
     int gi, ct, q0, i, o, kh, kw, pc;
@@ -10302,7 +10317,7 @@ static int gdl__dconv_input_grad(const gdl_conv_geom *g, int groups, int OC, con
     if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
         return 1;
-    wq = gdl__gemm_buf;
+    wq = gdl__gemm_shared.buf;
     ko = (int *)(void *)(wq + (size_t)groups * d.ntile * KK * OCg * OCT);
     for (gi = 0; gi < groups; gi++)
         for (ct = 0; ct < d.ntile; ct++)
@@ -10341,7 +10356,7 @@ static int gdl__dconv_forward(const gdl_conv_geom *g, int groups, int OC, int ac
     if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
         return 1;
-    wp = gdl__gemm_buf;
+    wp = gdl__gemm_shared.buf;
     ko = (int *)(void *)(wp + (size_t)groups * d.ntile * K * OCT);
     for (gi = 0; gi < groups; gi++)
         for (ot = 0; ot < d.ntile; ot++) {
@@ -13045,6 +13060,7 @@ static void gdl__release_thread_arenas(void) {
     gdl__arena_release(&gdl__hdr_arena[1]);
     for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
     gdl__tape = NULL;
+    gdl__gemm_release_own();
 }
 static void gdl__release_cached_memory(void) {
     if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */

@@ -5,9 +5,13 @@
    give the single-thread outputs; each thread has its own generator, grad
    mode and step arena. Built plain, under ASan + UBSan and under
    ThreadSanitizer (build/tsan_test_threads), which checks that none of this
-   writes shared state without synchronisation. */
-#include "harness.h"
+   writes shared state without synchronisation. One translation unit with
+   the implementation: a test holds the CPU pool itself (gdl__pool_acquire),
+   as another thread's job would, to run every kernel on the path a thread
+   takes when the pool is busy. */
+#define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
+#include "harness.h"
 #include <pthread.h>
 #include <string.h>
 
@@ -15,7 +19,7 @@
 #define MAX_STEPS 64
 typedef struct {
     int ok;
-    char err[256];
+    char err[1200]; /* room for gdl_last_error and a prefix */
     int nsteps;
     double loss[MAX_STEPS];
     uint64_t fnv;     /* over every parameter and buffer, in the module's order */
@@ -193,6 +197,32 @@ TEST two_threads_train_as_alone(void) {
     PASS();
 }
 
+/* A thread that finds the pool held by another thread runs each parallel loop, GEMM and convolution on
+   its own thread (a GEMM with packing buffers of its own): the same bits. Here the pool is held throughout,
+   so every kernel takes that path, which two threads at once take only now and then. */
+TEST a_busy_pool_gives_the_same_bits(void) {
+    static run_result mlp_ref, cnn_ref, mlp_busy, cnn_busy;
+    int held;
+    if (gdl_get_num_threads() < 2) SKIPm("one thread: the pool is never used");
+    run_mlp(11, &mlp_ref);
+    ASSERTm(mlp_ref.err, mlp_ref.ok);
+    run_cnn(22, &cnn_ref);
+    ASSERTm(cnn_ref.err, cnn_ref.ok);
+    held = gdl__pool_acquire();
+    ASSERT(held);
+    run_mlp(11, &mlp_busy);
+    run_cnn(22, &cnn_busy);
+    gdl__pool_release();
+    ASSERTm(mlp_busy.err, mlp_busy.ok);
+    ASSERTm(cnn_busy.err, cnn_busy.ok);
+    ASSERTm("the MLP trained while the pool was busy differs", same_run(&mlp_busy, &mlp_ref));
+    ASSERTm("the CNN trained while the pool was busy differs", same_run(&cnn_busy, &cnn_ref));
+    ASSERT(gdl__gemm_own.cap > 0); /* the GEMMs ran on this thread's own packing buffers */
+    gdl_thread_cleanup();
+    ASSERT_EQ((size_t)0, gdl__gemm_own.cap);
+    PASS();
+}
+
 /* ---- inference on one shared model ---- */
 
 enum { INF_B = 16, INF_D = 64, INF_C = 10, INF_REPS = 6 };
@@ -201,7 +231,7 @@ typedef struct {
     const float *x;
     const float *want; /* the single-thread output */
     int ok;
-    char err[256];
+    char err[1200]; /* room for gdl_last_error and a prefix */
 } infer_job;
 
 /* This thread's forward passes, without grad, compared with the reference bit for bit. */
@@ -346,6 +376,7 @@ HARNESS_MAIN_DEFS();
 int main(int argc, char **argv) {
     HARNESS_MAIN_BEGIN(argc, argv);
     RUN_TEST(each_thread_has_its_own_generator_grad_mode_and_arena);
+    RUN_TEST(a_busy_pool_gives_the_same_bits);
     RUN_TEST(two_threads_train_as_alone);
     RUN_TEST(four_threads_share_a_model_for_inference);
     gdl_shutdown();

@@ -81,6 +81,7 @@ static void gdl__release_thread_arenas(void) {
     gdl__arena_release(&gdl__hdr_arena[1]);
     for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
     gdl__tape = NULL;
+    gdl__gemm_release_own();
 }
 static void gdl__release_cached_memory(void) {
     if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
