@@ -223,6 +223,33 @@ TEST a_busy_pool_gives_the_same_bits(void) {
     PASS();
 }
 
+/* A step of an optimizer while another thread is in a step of it fails, and changes nothing. The other
+   thread's step is stood in for by the optimizer's flag, set by hand: two real steps overlap only by chance. */
+TEST a_step_during_another_threads_step_fails(void) {
+    const int64_t n = 4;
+    gdl_tensor *p = gdl_full(1, &n, 1.0, GDL_F32, gdl_cpu());
+    gdl_optimizer *opt = gdl_sgd_new(0.5, 0, 0, 0, 0);
+    float v[4];
+    ASSERT(p != NULL && opt != NULL);
+    ASSERT_EQ(0, gdl_set_requires_grad(p, 1));
+    ASSERT_EQ(0, gdl_optim_add_params(opt, &p, 1, -1, -1));
+    gdl_arena_reset();
+    ASSERT_EQ(0, gdl_backward(gdl_sum(p)));
+    opt->stepping = 1;
+    ASSERT_EQ(-1, gdl_step(opt));
+    ASSERT(strstr(gdl_last_error(), "gdl_step: the SGD optimizer is in a step on another thread") != NULL);
+    ASSERT_EQ(0, gdl_copy_to_host(p, v, sizeof v));
+    ASSERT_EQ(1.0f, v[0]); /* unchanged */
+    opt->stepping = 0;
+    ASSERT_EQ(0, gdl_step(opt));
+    ASSERT_EQ(0, gdl_copy_to_host(p, v, sizeof v));
+    ASSERT_EQ(0.5f, v[0]);
+    ASSERT_EQ(0, opt->stepping);
+    gdl_optim_free(opt);
+    gdl_free(p);
+    PASS();
+}
+
 /* ---- inference on one shared model ---- */
 
 enum { INF_B = 16, INF_D = 64, INF_C = 10, INF_REPS = 6 };
@@ -378,6 +405,7 @@ int main(int argc, char **argv) {
     RUN_TEST(each_thread_has_its_own_generator_grad_mode_and_arena);
     RUN_TEST(a_busy_pool_gives_the_same_bits);
     RUN_TEST(two_threads_train_as_alone);
+    RUN_TEST(a_step_during_another_threads_step_fails);
     RUN_TEST(four_threads_share_a_model_for_inference);
     gdl_shutdown();
     HARNESS_MAIN_END();

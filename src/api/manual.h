@@ -70,7 +70,9 @@
      train its own model at once; each gets the bits it would get alone.
      Training one model from two threads at once is not supported, and
      neither is a forward in training mode on a module another thread uses
-     (batch norm writes its running statistics).
+     (batch norm writes its running statistics). Of that misuse, gdl_step
+     catches only an overlap: a step of an optimizer while another thread
+     is in a step of it fails ("... is in a step on another thread").
    * Inference: a module in eval mode (gdl_module_train(m, 0)) run with grad
      off may be shared by any number of threads at once: such a forward
      only reads the parameters and buffers.
