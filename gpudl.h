@@ -51,7 +51,54 @@
      one flat buffer per device (llm.c's malloc_and_point_parameters): the
      gdl_tensor pointers stay the same, their data become views of it
      (src/api/nn.h, "The flat parameter buffer").
-   * The op layer is single-threaded: call ops from one thread at a time.
+   * Temporaries, the tape and the arena are per thread ("Threads" below).
+
+   Threads
+   -------
+   Several threads may call ops at once (tests/test_threads.c, also under
+   ThreadSanitizer). Each thread has its own: step arena and temporaries,
+   autograd tape, grad mode (gdl_set_grad_enabled), anomaly mode, autocast
+   region, grad-ready hook, graph capture, gdl_module_summary's recording,
+   error message (gdl_last_error) and generator. Shared by all: the CPU
+   thread pool and its size (gdl_set_num_threads), the memory counters
+   (atomic), the profiler, the fusion switch, the devices.
+   * A temporary belongs to the thread that made it: gdl_arena_reset ends
+     that thread's temporaries only, and another thread must not use them
+     (gdl_clone makes a persistent copy that any thread may read).
+   * Training: a model (its modules, optimizer, GradScaler, EMA, scheduler,
+     gdl_fit) is trained by one thread at a time. Two threads may each
+     train its own model at once; each gets the bits it would get alone.
+     Training one model from two threads at once is not supported, and
+     neither is a forward in training mode on a module another thread uses
+     (batch norm writes its running statistics). Of that misuse, gdl_step
+     catches only an overlap: a step of an optimizer while another thread
+     is in a step of it fails ("... is in a step on another thread").
+   * Inference: a module in eval mode (gdl_module_train(m, 0)) run with grad
+     off may be shared by any number of threads at once: such a forward
+     only reads the parameters and buffers.
+   * Persistent tensors: any number of threads may read one; one that
+     writes it (an optimizer step, an in-place op, a copy into it, freeing
+     it) must be the only thread using it: the caller synchronises.
+   * A DataLoader (and a dataset it reads) belongs to the thread that
+     calls gdl_loader_next; its worker threads are its own.
+   * The generator: gdl_manual_seed(s) sets the calling thread's generator
+     to (s, 0) and makes s the process seed; a thread that has not seeded
+     (or called gdl_rng_set_state) starts from (process seed, 0) at its first
+     draw, so two unseeded threads draw the same numbers: seed each thread
+     for streams of its own. A model built and trained on a thread after
+     gdl_manual_seed(s) gets the bits it gets alone after gdl_manual_seed(s).
+   * The CPU pool runs one parallel job at a time; a kernel that finds it
+     held by another thread runs on its own thread instead, in the same bits
+     (results never depend on the thread count). Two threads at once thus
+     share the pool rather than each getting gdl_get_num_threads() threads.
+   * gdl_thread_cleanup() gives back the calling thread's arenas: call it
+     before a thread that ran ops ends, or its arena memory stays held
+     until exit. gdl_shutdown (the caches, the profile: process-wide) is
+     for one thread, when no other thread runs ops.
+   * The profiler (gdl_profile_begin ...) is process-wide: profile while
+     one thread runs ops.
+   * GPUs: the same rules are meant to hold, but only the CPU backend is
+     tested with several threads; drive a GPU from one thread.
 
    Ownership
    ---------
@@ -634,7 +681,9 @@ GPUDL_API gdl_tensor *gdl_randn(int ndim, const int64_t *shape, gdl_device dev);
 GPUDL_API gdl_tensor *gdl_uniform(int ndim, const int64_t *shape, double lo, double hi, gdl_device dev);
 GPUDL_API void gdl_free(gdl_tensor *t); /* NULL and temporaries: no-op */
 
-/* The global generator: counter-based, same seed gives the same numbers. */
+/* The generator: counter-based, same seed gives the same numbers. One per thread: gdl_manual_seed sets the
+   calling thread's to (seed, 0) and makes seed the process seed, where a thread that never set its own
+   starts at its first draw (MANUAL "Threads"). */
 GPUDL_API void gdl_manual_seed(uint64_t seed);
 GPUDL_API uint64_t gdl_rng_get_state(uint64_t *counter); /* returns seed */
 GPUDL_API void gdl_rng_set_state(uint64_t seed, uint64_t counter);
@@ -684,7 +733,10 @@ GPUDL_API const char *gdl_gemm_kernel_name(void);
    default is the environment's GPUDL_NUM_THREADS, else OMP_NUM_THREADS,
    else the CPUs this process may run on (sched_getaffinity). n <= 0 goes
    back to that default. Results are bitwise the same for any count. A
-   GPUDL_NO_THREADS build always has 1. */
+   GPUDL_NO_THREADS build always has 1. The pool and this count are shared by
+   every thread that calls ops; the pool runs one parallel job at a time, and
+   a kernel that finds it busy with another thread's job runs on its caller's
+   thread alone, in the same bits (MANUAL "Threads"). */
 GPUDL_API void gdl_set_num_threads(int n);
 GPUDL_API int gdl_get_num_threads(void);
 
@@ -909,14 +961,17 @@ GPUDL_API void gdl_set_grad_ready_hook(gdl_grad_ready_fn fn, void *user);
 GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad); /* t.backward(grad) */
 GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t);
 GPUDL_API int gdl_sgd_update_(gdl_tensor *param, double lr); /* p -= lr*grad, no grad */
-GPUDL_API int gdl_set_grad_enabled(int on);                  /* returns the previous mode */
+GPUDL_API int gdl_set_grad_enabled(int on);                  /* this thread's; returns the previous mode */
 GPUDL_API int gdl_is_grad_enabled(void);
 
-/* Per-step arena of temporaries. */
+/* Per-step arena of temporaries, and the tape: the calling thread's (each thread has its own). */
 GPUDL_API void gdl_arena_reset(void);
 GPUDL_API size_t gdl_arena_used(void);     /* bytes handed out since the reset */
 GPUDL_API size_t gdl_arena_reserved(void); /* bytes held */
-GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches and the last profile */
+GPUDL_API void gdl_shutdown(void); /* frees this thread's arenas, the backends' caches and the last profile */
+/* Frees the calling thread's arenas (its temporaries die): a thread that ran ops, other than the one that
+   calls gdl_shutdown, calls it before it ends, or its arenas stay held until the process exits. */
+GPUDL_API void gdl_thread_cleanup(void);
 
 /* The op list: every op the autograd tape records, one line each, as
    X(ID, name, backward function, backend kernel code, autocast class).
@@ -1012,7 +1067,7 @@ GPUDL_API void gdl_autocast_stats(int64_t *casts, int64_t *cache_hits);
 GPUDL_API int gdl_tensor_op(const gdl_tensor *t); /* the op that made t, -1 for a leaf */
 
 /* Anomaly mode: every op checks its outputs (forward and backward) and
-   fails with "gdl_<op>: produced NaN/Inf ..." at the first non-finite. */
+   fails with "gdl_<op>: produced NaN/Inf ..." at the first non-finite. Per thread. */
 GPUDL_API void gdl_set_anomaly_mode(int on);
 
 /* ---------------------------------------------------------------------------
@@ -5325,19 +5380,24 @@ typedef struct gdl__arena {
 } gdl__arena;
 
 #define GDL__ALIGN 64
-static gdl__arena gdl__host_arena;
-static gdl__arena gdl__gpu_arena[GDL__MAX_GPUS];
+/* This state is per thread (GDL__TLS): each thread that calls ops has its own
+   arenas, tape, grad mode, anomaly mode and capture flag, as PyTorch keeps
+   grad mode per thread, so two threads training two models do not reset or
+   record into each other's steps. A temporary belongs to the thread that
+   made it; gdl_shutdown on a thread gives back that thread's arenas. */
+static GDL__TLS gdl__arena gdl__host_arena;
+static GDL__TLS gdl__arena gdl__gpu_arena[GDL__MAX_GPUS];
 /* Temporaries' headers live in two arenas used in turn, one per arena
    generation: a header made before the last gdl_arena_reset is not written
    over during this step, so its generation still shows that it is stale
    (its data has been reused). One kept across two resets is caught unless a
    new header took its place; both cost one comparison per op input. */
-static gdl__arena gdl__hdr_arena[2];
-static unsigned gdl__arena_gen = 1; /* never 0: persistent tensors have gen 0 */
-static struct gdl_node *gdl__tape;  /* last recorded node */
-static int gdl__grad_enabled = 1;
-static int gdl__anomaly = 0;
-static int gdl__capturing = 0; /* gdl_graph_capture is recording a step (src/train/graph.h) */
+static GDL__TLS gdl__arena gdl__hdr_arena[2];
+static GDL__TLS unsigned gdl__arena_gen = 1; /* never 0: persistent tensors have gen 0 */
+static GDL__TLS struct gdl_node *gdl__tape;  /* last recorded node */
+static GDL__TLS int gdl__grad_enabled = 1;
+static GDL__TLS int gdl__anomaly = 0;
+static GDL__TLS int gdl__capturing = 0; /* gdl_graph_capture is recording a step (src/train/graph.h) */
 
 static void *gdl__arena_alloc(gdl__arena *a, size_t bytes) {
     size_t need = (bytes + GDL__ALIGN - 1) / GDL__ALIGN * GDL__ALIGN;
@@ -5713,23 +5773,51 @@ static gdl_tensor *gdl__host_fill(const char *op, int ndim, const int64_t *shape
     return t;
 }
 
-/* ---- the generator: counter-based (splitmix64 of seed and a counter) ---- */
-static uint64_t gdl__rng_seed = 0x5eed;
-static uint64_t gdl__rng_counter = 0;
+/* ---- the generator: counter-based (splitmix64 of seed and a counter) ----
+   Each thread has its own generator (seed, counter), so a model trained on a
+   thread draws the same numbers as it would alone. gdl_manual_seed(s) sets the
+   calling thread's generator to (s, 0) and makes s the process seed; a thread
+   whose generator was never set starts from (process seed, 0) at its first
+   use. The process seed is 0x5eed until gdl_manual_seed is called. */
+static uint64_t gdl__rng_process_seed = 0x5eed; /* atomic where there are atomics */
+static GDL__TLS uint64_t gdl__rng_seed;
+static GDL__TLS uint64_t gdl__rng_counter;
+static GDL__TLS int gdl__rng_set; /* this thread's generator was set or used */
 
+static void gdl__rng_init(void) {
+    if (gdl__rng_set) return;
+#ifdef GDL__ATOMICS
+    gdl__rng_seed = gdl__atomic_load(&gdl__rng_process_seed, GDL__MO_RELAXED);
+#else
+    gdl__rng_seed = gdl__rng_process_seed;
+#endif
+    gdl__rng_counter = 0;
+    gdl__rng_set = 1;
+}
 GPUDL_API void gdl_manual_seed(uint64_t seed) {
+#ifdef GDL__ATOMICS
+    gdl__atomic_store(&gdl__rng_process_seed, seed, GDL__MO_RELAXED);
+#else
+    gdl__rng_process_seed = seed;
+#endif
     gdl__rng_seed = seed;
     gdl__rng_counter = 0;
+    gdl__rng_set = 1;
 }
 GPUDL_API uint64_t gdl_rng_get_state(uint64_t *counter) {
+    gdl__rng_init();
     if (counter) *counter = gdl__rng_counter;
     return gdl__rng_seed;
 }
 GPUDL_API void gdl_rng_set_state(uint64_t seed, uint64_t counter) {
     gdl__rng_seed = seed;
     gdl__rng_counter = counter;
+    gdl__rng_set = 1;
 }
-GPUDL_API uint64_t gdl_rng_next_u64(void) { return gdl_hash64(gdl__rng_seed, gdl__rng_counter++); }
+GPUDL_API uint64_t gdl_rng_next_u64(void) {
+    gdl__rng_init();
+    return gdl_hash64(gdl__rng_seed, gdl__rng_counter++);
+}
 GPUDL_API double gdl_rng_uniform(void) { return (double)(gdl_rng_next_u64() >> 11) * (1.0 / 9007199254740992.0); }
 static double gdl__rng_normal(void) {
     /* Box-Muller; 1-u keeps the log finite */
@@ -6038,8 +6126,9 @@ GPUDL_API int gdl_print(const gdl_tensor *t, FILE *f) {
 
    One job at a time. The pool (and the GEMM's packing buffers) belong to the
    thread that acquired it; a parallel region entered while the pool is held
-   (from inside a task, or from another thread such as a DataLoader worker)
-   runs serially on its own thread. After fork() the child starts with no
+   (from inside a task, or from another thread: a DataLoader worker, or a
+   second thread that calls ops) runs serially on its own thread, in the
+   same bits, so two threads that train at once get what each gets alone. After fork() the child starts with no
    workers and makes new ones when it needs them (gdl__os_after_fork). At exit
    the workers are stopped and joined (atexit).
 
@@ -6646,40 +6735,65 @@ GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
    slots of a gdl__args. */
 
 /* Each block starts with its size, so that a free knows what it gives back (gdl_memory_stats). 64 bytes
-   keep the alignment malloc gave. The counters belong to the op layer's thread, as the allocations do. */
+   keep the alignment malloc gave. */
 #define GDL__CPU_HDR 64
+/* Counted from every thread that allocates (two threads may each train a model): atomic where the
+   platform has atomics, the peak by compare-and-swap. */
 static gdl_memory_status gdl__cpu_mem;
+#ifdef GDL__ATOMICS
+#define GDL__CPU_MEM_ADD(field, v) gdl__atomic_add(&gdl__cpu_mem.field, v, GDL__MO_RELAXED)
+#define GDL__CPU_MEM_GET(field) gdl__atomic_load(&gdl__cpu_mem.field, GDL__MO_RELAXED)
+#else
+#define GDL__CPU_MEM_ADD(field, v) (gdl__cpu_mem.field += (v))
+#define GDL__CPU_MEM_GET(field) (gdl__cpu_mem.field)
+#endif
+static void gdl__cpu_mem_peak(size_t now) {
+#ifdef GDL__ATOMICS
+    size_t peak = (size_t)GDL__CPU_MEM_GET(peak_allocated);
+    while (now > peak && !gdl__atomic_cas(&gdl__cpu_mem.peak_allocated, &peak, now, 1, GDL__MO_RELAXED, GDL__MO_RELAXED)) {}
+#else
+    if (now > gdl__cpu_mem.peak_allocated) gdl__cpu_mem.peak_allocated = now;
+#endif
+}
 static void *gdl__cpu_alloc(size_t bytes) {
     char *p = bytes <= SIZE_MAX - GDL__CPU_HDR ? (char *)GPUDL_MALLOC(GDL__CPU_HDR + (bytes ? bytes : 1)) : NULL;
-    gdl__cpu_mem.requests++;
+    (void)GDL__CPU_MEM_ADD(requests, 1);
     if (!p) {
         gdl__set_error("gdl: out of memory allocating %.0f bytes on the host", (double)bytes);
         return NULL;
     }
     memcpy(p, &bytes, sizeof bytes);
-    gdl__cpu_mem.device_mallocs++;
-    gdl__cpu_mem.allocated += bytes;
-    if (gdl__cpu_mem.allocated > gdl__cpu_mem.peak_allocated) gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+    (void)GDL__CPU_MEM_ADD(device_mallocs, 1);
+    gdl__cpu_mem_peak((size_t)GDL__CPU_MEM_ADD(allocated, bytes));
     return p + GDL__CPU_HDR;
 }
 static void gdl__cpu_free(void *p) {
     size_t bytes;
     if (!p) return;
     memcpy(&bytes, (char *)p - GDL__CPU_HDR, sizeof bytes);
-    gdl__cpu_mem.allocated -= bytes;
-    gdl__cpu_mem.frees++;
+    (void)GDL__CPU_MEM_ADD(allocated, (size_t)0 - bytes);
+    (void)GDL__CPU_MEM_ADD(frees, 1);
     GPUDL_FREE((char *)p - GDL__CPU_HDR);
 }
 static int gdl__cpu_memory_stats(int device, gdl_memory_status *s) {
     (void)device;
-    *s = gdl__cpu_mem;
+    memset(s, 0, sizeof *s);
+    s->allocated = (size_t)GDL__CPU_MEM_GET(allocated);
+    s->peak_allocated = (size_t)GDL__CPU_MEM_GET(peak_allocated);
+    s->requests = GDL__CPU_MEM_GET(requests);
+    s->device_mallocs = GDL__CPU_MEM_GET(device_mallocs);
+    s->frees = GDL__CPU_MEM_GET(frees);
     s->reserved = s->allocated; /* nothing is cached */
     s->peak_reserved = s->peak_allocated;
     return 0;
 }
 static int gdl__cpu_memory_reset_peak(int device) {
     (void)device;
+#ifdef GDL__ATOMICS
+    gdl__atomic_store(&gdl__cpu_mem.peak_allocated, GDL__CPU_MEM_GET(allocated), GDL__MO_RELAXED);
+#else
     gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+#endif
     return 0;
 }
 static int gdl__cpu_copy(void *dst, const void *src, size_t bytes, int kind) {
@@ -6834,9 +6948,12 @@ static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st,
    first use with GPUDL_MALLOC, grow-only and reused by later calls, so the
    steady state allocates nothing; gdl__gemm_release() frees it. If the
    allocation fails, a simple unpacked loop computes the result (slower;
-   same K blocks and summation order). That loop is also used when another
-   thread holds the pool (gdl_gemm_cpu called from inside a parallel region,
-   or from two threads at once), because the buffers are shared.
+   same K blocks and summation order). A GEMM that finds the pool held by
+   another thread (a second thread that calls ops, or a DataLoader worker)
+   runs on its own thread with packing buffers of that thread's own
+   (thread-local, freed by gdl_thread_cleanup / gdl_shutdown), in the same
+   bits; the unpacked loop is left for the pool's workers (a GEMM inside a
+   parallel region) and for a failed allocation.
 
    With -DGPUDL_CBLAS (float build) everything routes to cblas_sgemm.
    ------------------------------------------------------------------------- */
@@ -6954,33 +7071,39 @@ static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
 #define GDL__GEMM_MADD(a, b, acc) ((acc) + (a) * (b))
 #endif
 
-/* The packing buffers of all threads, one block: grow-only, 64-byte aligned
-   inside the raw allocation. */
-static void *gdl__gemm_raw;
-static gdl_real *gdl__gemm_buf;
-static size_t gdl__gemm_cap; /* in elements */
+/* Packing buffers: grow-only, 64-byte aligned inside the raw allocation. */
+typedef struct {
+    void *raw;
+    gdl_real *buf;
+    size_t cap; /* in elements */
+} gdl__gemm_space;
+static gdl__gemm_space gdl__gemm_shared;       /* the pool's threads', one block: the pool's holder's */
+static GDL__TLS gdl__gemm_space gdl__gemm_own; /* a thread's own, when the pool is another thread's */
 
-static void gdl__gemm_release(void) {
-    GPUDL_FREE(gdl__gemm_raw);
-    gdl__gemm_raw = NULL;
-    gdl__gemm_buf = NULL;
-    gdl__gemm_cap = 0;
+static void gdl__gemm_space_free(gdl__gemm_space *s) {
+    GPUDL_FREE(s->raw);
+    s->raw = NULL;
+    s->buf = NULL;
+    s->cap = 0;
 }
+static void gdl__gemm_release(void) { gdl__gemm_space_free(&gdl__gemm_shared); }
+static void gdl__gemm_release_own(void) { gdl__gemm_space_free(&gdl__gemm_own); }
 
-/* Make the buffer hold at least n elements. Returns 0 on allocation failure
-   (the old buffer is kept). The contents are not preserved: free + malloc,
-   not realloc, so nothing is copied. */
-static int gdl__gemm_reserve(size_t n) {
+/* Make s hold at least n elements. Returns 0 on allocation failure (the old
+   buffer is kept). The contents are not preserved: free + malloc, not
+   realloc, so nothing is copied. */
+static int gdl__gemm_space_reserve(gdl__gemm_space *s, size_t n) {
     void *p;
-    if (n <= gdl__gemm_cap) return 1;
+    if (n <= s->cap) return 1;
     p = GPUDL_MALLOC(n * sizeof(gdl_real) + 64);
     if (!p) return 0;
-    GPUDL_FREE(gdl__gemm_raw);
-    gdl__gemm_raw = p;
-    gdl__gemm_buf = (gdl_real *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
-    gdl__gemm_cap = n;
+    GPUDL_FREE(s->raw);
+    s->raw = p;
+    s->buf = (gdl_real *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    s->cap = n;
     return 1;
 }
+static int gdl__gemm_reserve(size_t n) { return gdl__gemm_space_reserve(&gdl__gemm_shared, n); }
 
 /* --- micro-kernels -------------------------------------------------------
    gdl__gemm_kernel(kc, a, b, c, ldc, alpha, beta): one full MR x NR tile.
@@ -7824,7 +7947,7 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
 }
 
 /* A GEMM's plan and its tasks, each on its thread's packing buffers
-   (asz + bsz elements, from gdl__gemm_buf): the rectangles of a tm x tn
+   (asz + bsz elements, from gdl__gemm_shared.buf): the rectangles of a tm x tn
    grid of C (gdl__gemm_task), or the products of a batch, sA, sB, sC apart
    (gdl__gemm_batch_task): the pool's tasks below. */
 typedef struct {
@@ -7880,7 +8003,7 @@ static int gdl__gemm_slot(void) { return gdl__pool_slot; }
 /* One rectangle of the grid: the pool's task t. */
 static void gdl__gemm_task(void *p, int t, int nt) {
     const gdl__gemm_job *j = (const gdl__gemm_job *)p;
-    gdl_real *buf = gdl__gemm_buf + (size_t)t * (j->asz + j->bsz);
+    gdl_real *buf = gdl__gemm_shared.buf + (size_t)t * (j->asz + j->bsz);
     int m0, m1, n0, n1;
     (void)nt;
     gdl__gemm_cell(j->g->M, j->g->N, j->tm, j->tn, t, &m0, &m1, &n0, &n1);
@@ -7891,7 +8014,7 @@ static void gdl__gemm_task(void *p, int t, int nt) {
 static void gdl__gemm_batch_task(void *p, int t, int nt) {
     const gdl__gemm_job *j = (const gdl__gemm_job *)p;
     gdl__gemm_args g = *j->g;
-    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (j->asz + j->bsz);
+    gdl_real *buf = gdl__gemm_shared.buf + (size_t)gdl__gemm_slot() * (j->asz + j->bsz);
     (void)nt;
     g.A += t * j->sA;
     g.B += t * j->sB;
@@ -7917,7 +8040,7 @@ static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
 }
 
 /* The planned GEMM (K > 0, alpha != 0), the caller holding the pool and
-   gdl__gemm_buf at least tm*tn threads' buffers: on the grid's threads, or
+   gdl__gemm_shared.buf at least tm*tn threads' buffers: on the grid's threads, or
    on this one. */
 static void gdl__gemm_held(gdl__gemm_job *j) {
 #ifdef GDL__POOL
@@ -7926,8 +8049,8 @@ static void gdl__gemm_held(gdl__gemm_job *j) {
         return;
     }
 #endif
-    gdl__gemm_blocked(j->g, 0, j->g->M, 0, j->g->N, j->mc_blk, j->kc_blk, j->nc_blk, gdl__gemm_buf,
-                      gdl__gemm_buf + j->asz);
+    gdl__gemm_blocked(j->g, 0, j->g->M, 0, j->g->N, j->mc_blk, j->kc_blk, j->nc_blk, gdl__gemm_shared.buf,
+                      gdl__gemm_shared.buf + j->asz);
 }
 
 /* The grid of j's GEMM on up to `threads` threads (one below GDL__GEMM_MT_MIN). */
@@ -7954,7 +8077,12 @@ static int gdl__gemm_run(const gdl__gemm_args *g) {
         return 1;
     }
     gdl__gemm_plan(g, &j);
-    if (!gdl__pool_acquire()) { /* the packing buffers are in use: don't race */
+    if (!gdl__pool_acquire()) { /* the shared packing buffers are in use: don't race */
+        if (gdl__gemm_slot() == 0 && gdl__gemm_space_reserve(&gdl__gemm_own, j.asz + j.bsz)) {
+            gdl__gemm_blocked(g, 0, g->M, 0, g->N, j.mc_blk, j.kc_blk, j.nc_blk, gdl__gemm_own.buf,
+                              gdl__gemm_own.buf + j.asz); /* another thread's pool: this thread's own buffers */
+            return 1;
+        }
         if (g->conv) return 0;
         gdl__gemm_simple(g, j.kc_blk);
         return 1;
@@ -8025,6 +8153,7 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
 
 #ifdef GDL__GEMM_CBLAS
 static void gdl__gemm_release(void) {} /* nothing cached on the CBLAS path */
+static void gdl__gemm_release_own(void) {}
 #endif
 
 GPUDL_API const char *gdl_gemm_kernel_name(void) {
@@ -10042,7 +10171,7 @@ static void gdl__conv_task(void *p, int t, int nt) {
     const int Cg = g->C / d->groups, OCg = d->OC / d->groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
     const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb;
     const ptrdiff_t CHW = (ptrdiff_t)g->C * g->H * g->W, OCHW = (ptrdiff_t)d->OC * OHW, CKKHW = (ptrdiff_t)d->groups * CgKK * OHW;
-    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (d->j.asz + d->j.bsz + d->csz);
+    gdl_real *buf = gdl__gemm_shared.buf + (size_t)gdl__gemm_slot() * (d->j.asz + d->j.bsz + d->csz);
     gdl_real *gcol = buf + d->j.asz + d->j.bsz;
     int gi, s;
     (void)nt;
@@ -10160,7 +10289,7 @@ static void gdl__dconv_task(void *p, int t, int nt) {
     const int Cg = g->C / d->groups, OCg = d->OC / d->groups, K = Cg * g->KH * g->KW;
     const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb, nq = cnt * OHW;
     const ptrdiff_t HpWp = (ptrdiff_t)Hp * Wp, CHpWp = g->C * HpWp, OCHW = (ptrdiff_t)d->OC * OHW;
-    gdl_real *xp = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
+    gdl_real *xp = gdl__gemm_shared.buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
     gdl_real *tile = xp + d->tsz - UR * OCT;
     int xo[UR], qs[UR], qp[UR];
     int gi, ot, q0, i, o, pc;
@@ -10309,7 +10438,7 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     if (sizeof(gdl_real) * ((double)xsz + ysz + asz + isz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(xsz + ysz + asz + isz))
         return 1;
-    d.xp = gdl__gemm_buf;
+    d.xp = gdl__gemm_shared.buf;
     d.gyt = d.xp + xsz;
     d.acc = d.gyt + ysz;
     rowoff = (int *)(void *)(d.acc + asz);
@@ -10364,7 +10493,7 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
     const int PT = g->DH * (g->KH - 1) - g->PH, PL = g->DW * (g->KW - 1) - g->PW, Hq = d->Hq, Wq = d->Wq;
     const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb, nq = cnt * HW;
     const ptrdiff_t HqWq = (ptrdiff_t)Hq * Wq, OCHqWq = d->OC * HqWq, CHW = (ptrdiff_t)g->C * HW;
-    gdl_real *gq = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
+    gdl_real *gq = gdl__gemm_shared.buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
     gdl_real *acc = gq + d->tsz - 2 * UR * OCT, *part = acc + UR * OCT;
     int xo[UR], qs[UR], qp[UR], qh[UR], qw[UR];
     int gi, ct, q0, i, o, kh, kw, pc;
@@ -10430,7 +10559,7 @@ static int gdl__dconv_input_grad(const gdl_conv_geom *g, int groups, int OC, con
     if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
         return 1;
-    wq = gdl__gemm_buf;
+    wq = gdl__gemm_shared.buf;
     ko = (int *)(void *)(wq + (size_t)groups * d.ntile * KK * OCg * OCT);
     for (gi = 0; gi < groups; gi++)
         for (ct = 0; ct < d.ntile; ct++)
@@ -10469,7 +10598,7 @@ static int gdl__dconv_forward(const gdl_conv_geom *g, int groups, int OC, int ac
     if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
         return 1;
-    wp = gdl__gemm_buf;
+    wp = gdl__gemm_shared.buf;
     ko = (int *)(void *)(wp + (size_t)groups * d.ntile * K * OCT);
     for (gi = 0; gi < groups; gi++)
         for (ot = 0; ot < d.ntile; ot++) {
@@ -13162,21 +13291,30 @@ static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKE
 #undef GDL__BACKEND_INIT_CPU
 static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }
 
-/* Gives back what the library keeps between steps: the arenas' chunks, the
-   GEMM packing buffers and the CUDA allocator's cached blocks (gdl_fit's
+/* Gives back what the library keeps between steps: the calling thread's
+   arenas' chunks, the GEMM packing buffers (unless another thread's GEMM
+   holds them) and the CUDA allocator's cached blocks (gdl_fit's
    out-of-memory retry; gdl_shutdown). Between steps only: temporaries die. */
-static void gdl__release_cached_memory(void) {
+static void gdl__release_thread_arenas(void) {
     int i;
-    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
     gdl__arena_release(&gdl__host_arena);
     gdl__arena_release(&gdl__hdr_arena[0]);
     gdl__arena_release(&gdl__hdr_arena[1]);
     for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
     gdl__tape = NULL;
-    gdl__gemm_release();
+    gdl__gemm_release_own();
+}
+static void gdl__release_cached_memory(void) {
+    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
+    gdl__release_thread_arenas();
+    if (gdl__pool_acquire()) { /* the packing buffers: not while another thread's GEMM uses them */
+        gdl__gemm_release();
+        gdl__pool_release();
+    }
     if (gdl_cuda_device_count() > 0) gdl__cuda_registry->release_cache();
 }
 GPUDL_API void gdl_shutdown(void) { gdl__release_cached_memory(); }
+GPUDL_API void gdl_thread_cleanup(void) { gdl__release_thread_arenas(); }
 /* ---------------------------------------------------------------------------
    src/ops/core.h   The op layer: check arguments, allocate the output, call the
    backend, record a tape node. Each op's backward is listed in the op table
@@ -21758,8 +21896,8 @@ typedef struct gdl__nn_row {
     int64_t shape[GDL_MAX_DIMS];
     int training;
 } gdl__nn_row;
-static gdl__nn_row *gdl__nn_rows;
-static int gdl__nn_nrows;
+static GDL__TLS gdl__nn_row *gdl__nn_rows; /* per thread: a summary records its own thread's forwards */
+static GDL__TLS int gdl__nn_nrows;
 
 /* During a summary, records y as module m's output: gdl_forward does, and so does every public forward that
    runs a module some other way (gdl_nn_lstm_forward, gdl_mha_forward, gdl_transformer_encoder_forward). */
@@ -21797,15 +21935,26 @@ static gdl_tensor *gdl__nn_buffer(const gdl_module *m, int i) { return i < m->nb
    looked at or the numerics would differ: anomaly mode (which checks each
    op's output), gdl_module_summary's recording (each module's output
    shape), autocast or a non-f32 input or parameter. */
-static int gdl__nn_fuse = -1; /* -1: not read from GPUDL_NO_FUSION yet */
+static int gdl__nn_fuse = -1; /* -1: not read from GPUDL_NO_FUSION yet; atomic: every forward reads it */
 GPUDL_API int gdl_nn_set_fusion(int on) {
-    int prev;
-    if (gdl__nn_fuse < 0) {
+#ifdef GDL__ATOMICS
+    const int stored = gdl__atomic_load(&gdl__nn_fuse, GDL__MO_RELAXED);
+#else
+    const int stored = gdl__nn_fuse;
+#endif
+    int prev = stored;
+    if (prev < 0) { /* two threads may both read the environment: they store the same value */
         const char *e = getenv("GPUDL_NO_FUSION");
-        gdl__nn_fuse = !(e && e[0] && strcmp(e, "0") != 0);
+        prev = !(e && e[0] && strcmp(e, "0") != 0);
     }
-    prev = gdl__nn_fuse;
-    if (on >= 0) gdl__nn_fuse = on != 0;
+    if (on >= 0 || stored < 0) {
+        const int next = on >= 0 ? on != 0 : prev;
+#ifdef GDL__ATOMICS
+        gdl__atomic_store(&gdl__nn_fuse, next, GDL__MO_RELAXED);
+#else
+        gdl__nn_fuse = next;
+#endif
+    }
     return prev;
 }
 
@@ -23302,6 +23451,7 @@ struct gdl_optimizer {
     int steps_dirty;           /* 1: the blocks are new, every host step count goes up; 2: gdl_optim_state
                                   handed the step tensors out, those written since (a checkpoint load) go up
                                   (the others may be behind the blocks': replayed graphs step on the device) */
+    int stepping;              /* atomic: 1 while gdl_step runs, so a step from a second thread at once fails */
 };
 
 static const char *gdl__opt_kind_name(int kind) {
@@ -23983,10 +24133,23 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
                        "gdl_optim_add_params)", gdl__opt_kind_name(opt->kind));
         return -1;
     }
+#ifdef GDL__ATOMICS
+    { /* a model is trained by one thread at a time (MANUAL "Threads"): two steps at once would race */
+        int idle = 0;
+        if (!gdl__atomic_cas(&opt->stepping, &idle, 1, 0, GDL__MO_ACQUIRE, GDL__MO_RELAXED)) {
+            gdl__set_error("gdl_step: the %s optimizer is in a step on another thread: a model is trained by "
+                           "one thread at a time", gdl__opt_kind_name(opt->kind));
+            return -1;
+        }
+    }
+#endif
     /* the profiler times the whole step on the first parameter's device */
     span = gdl__prof_on && opt->nparams ? gdl__prof_push("gdl_step", opt->params[0].p->device) : 0;
     rc = gdl__step(opt);
     gdl__prof_pop(span, rc == 0);
+#ifdef GDL__ATOMICS
+    gdl__atomic_store(&opt->stepping, 0, GDL__MO_RELEASE);
+#endif
     return rc;
 }
 /* gdl_step's parts, in order. Every parameter's grad matches it (device, size, dtype), on a usable device. */
@@ -30318,7 +30481,7 @@ GPUDL_API int gdl_evaluate_ex(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, vo
     return rc < 0 ? -1 : 0;
 }
 
-static double gdl__last_draw; /* one bar at a time: a terminal shows one */
+static GDL__TLS double gdl__last_draw; /* one bar at a time: a terminal shows one (per thread: no data race) */
 
 /* Would gdl_progress_bar draw now? (gdl_fit reads the device only then.) */
 static int gdl__progress_due(FILE *f, int64_t b, int64_t nb) {

@@ -13,14 +13,17 @@ GPUDL_API void gdl_set_grad_ready_hook(gdl_grad_ready_fn fn, void *user);
 GPUDL_API int gdl_backward_grad(gdl_tensor *t, const gdl_tensor *grad); /* t.backward(grad) */
 GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t);
 GPUDL_API int gdl_sgd_update_(gdl_tensor *param, double lr); /* p -= lr*grad, no grad */
-GPUDL_API int gdl_set_grad_enabled(int on);                  /* returns the previous mode */
+GPUDL_API int gdl_set_grad_enabled(int on);                  /* this thread's; returns the previous mode */
 GPUDL_API int gdl_is_grad_enabled(void);
 
-/* Per-step arena of temporaries. */
+/* Per-step arena of temporaries, and the tape: the calling thread's (each thread has its own). */
 GPUDL_API void gdl_arena_reset(void);
 GPUDL_API size_t gdl_arena_used(void);     /* bytes handed out since the reset */
 GPUDL_API size_t gdl_arena_reserved(void); /* bytes held */
-GPUDL_API void gdl_shutdown(void);         /* frees the arenas, backends' caches and the last profile */
+GPUDL_API void gdl_shutdown(void); /* frees this thread's arenas, the backends' caches and the last profile */
+/* Frees the calling thread's arenas (its temporaries die): a thread that ran ops, other than the one that
+   calls gdl_shutdown, calls it before it ends, or its arenas stay held until the process exits. */
+GPUDL_API void gdl_thread_cleanup(void);
 
 /* The op list: every op the autograd tape records, one line each, as
    X(ID, name, backward function, backend kernel code, autocast class).
@@ -116,6 +119,6 @@ GPUDL_API void gdl_autocast_stats(int64_t *casts, int64_t *cache_hits);
 GPUDL_API int gdl_tensor_op(const gdl_tensor *t); /* the op that made t, -1 for a leaf */
 
 /* Anomaly mode: every op checks its outputs (forward and backward) and
-   fails with "gdl_<op>: produced NaN/Inf ..." at the first non-finite. */
+   fails with "gdl_<op>: produced NaN/Inf ..." at the first non-finite. Per thread. */
 GPUDL_API void gdl_set_anomaly_mode(int on);
 

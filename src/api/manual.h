@@ -51,7 +51,54 @@
      one flat buffer per device (llm.c's malloc_and_point_parameters): the
      gdl_tensor pointers stay the same, their data become views of it
      (src/api/nn.h, "The flat parameter buffer").
-   * The op layer is single-threaded: call ops from one thread at a time.
+   * Temporaries, the tape and the arena are per thread ("Threads" below).
+
+   Threads
+   -------
+   Several threads may call ops at once (tests/test_threads.c, also under
+   ThreadSanitizer). Each thread has its own: step arena and temporaries,
+   autograd tape, grad mode (gdl_set_grad_enabled), anomaly mode, autocast
+   region, grad-ready hook, graph capture, gdl_module_summary's recording,
+   error message (gdl_last_error) and generator. Shared by all: the CPU
+   thread pool and its size (gdl_set_num_threads), the memory counters
+   (atomic), the profiler, the fusion switch, the devices.
+   * A temporary belongs to the thread that made it: gdl_arena_reset ends
+     that thread's temporaries only, and another thread must not use them
+     (gdl_clone makes a persistent copy that any thread may read).
+   * Training: a model (its modules, optimizer, GradScaler, EMA, scheduler,
+     gdl_fit) is trained by one thread at a time. Two threads may each
+     train its own model at once; each gets the bits it would get alone.
+     Training one model from two threads at once is not supported, and
+     neither is a forward in training mode on a module another thread uses
+     (batch norm writes its running statistics). Of that misuse, gdl_step
+     catches only an overlap: a step of an optimizer while another thread
+     is in a step of it fails ("... is in a step on another thread").
+   * Inference: a module in eval mode (gdl_module_train(m, 0)) run with grad
+     off may be shared by any number of threads at once: such a forward
+     only reads the parameters and buffers.
+   * Persistent tensors: any number of threads may read one; one that
+     writes it (an optimizer step, an in-place op, a copy into it, freeing
+     it) must be the only thread using it: the caller synchronises.
+   * A DataLoader (and a dataset it reads) belongs to the thread that
+     calls gdl_loader_next; its worker threads are its own.
+   * The generator: gdl_manual_seed(s) sets the calling thread's generator
+     to (s, 0) and makes s the process seed; a thread that has not seeded
+     (or called gdl_rng_set_state) starts from (process seed, 0) at its first
+     draw, so two unseeded threads draw the same numbers: seed each thread
+     for streams of its own. A model built and trained on a thread after
+     gdl_manual_seed(s) gets the bits it gets alone after gdl_manual_seed(s).
+   * The CPU pool runs one parallel job at a time; a kernel that finds it
+     held by another thread runs on its own thread instead, in the same bits
+     (results never depend on the thread count). Two threads at once thus
+     share the pool rather than each getting gdl_get_num_threads() threads.
+   * gdl_thread_cleanup() gives back the calling thread's arenas: call it
+     before a thread that ran ops ends, or its arena memory stays held
+     until exit. gdl_shutdown (the caches, the profile: process-wide) is
+     for one thread, when no other thread runs ops.
+   * The profiler (gdl_profile_begin ...) is process-wide: profile while
+     one thread runs ops.
+   * GPUs: the same rules are meant to hold, but only the CPU backend is
+     tested with several threads; drive a GPU from one thread.
 
    Ownership
    ---------

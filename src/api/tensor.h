@@ -38,7 +38,9 @@ GPUDL_API gdl_tensor *gdl_randn(int ndim, const int64_t *shape, gdl_device dev);
 GPUDL_API gdl_tensor *gdl_uniform(int ndim, const int64_t *shape, double lo, double hi, gdl_device dev);
 GPUDL_API void gdl_free(gdl_tensor *t); /* NULL and temporaries: no-op */
 
-/* The global generator: counter-based, same seed gives the same numbers. */
+/* The generator: counter-based, same seed gives the same numbers. One per thread: gdl_manual_seed sets the
+   calling thread's to (seed, 0) and makes seed the process seed, where a thread that never set its own
+   starts at its first draw (MANUAL "Threads"). */
 GPUDL_API void gdl_manual_seed(uint64_t seed);
 GPUDL_API uint64_t gdl_rng_get_state(uint64_t *counter); /* returns seed */
 GPUDL_API void gdl_rng_set_state(uint64_t seed, uint64_t counter);
@@ -88,7 +90,10 @@ GPUDL_API const char *gdl_gemm_kernel_name(void);
    default is the environment's GPUDL_NUM_THREADS, else OMP_NUM_THREADS,
    else the CPUs this process may run on (sched_getaffinity). n <= 0 goes
    back to that default. Results are bitwise the same for any count. A
-   GPUDL_NO_THREADS build always has 1. */
+   GPUDL_NO_THREADS build always has 1. The pool and this count are shared by
+   every thread that calls ops; the pool runs one parallel job at a time, and
+   a kernel that finds it busy with another thread's job runs on its caller's
+   thread alone, in the same bits (MANUAL "Threads"). */
 GPUDL_API void gdl_set_num_threads(int n);
 GPUDL_API int gdl_get_num_threads(void);
 

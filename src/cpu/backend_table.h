@@ -70,18 +70,27 @@ static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKE
 #undef GDL__BACKEND_INIT_CPU
 static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }
 
-/* Gives back what the library keeps between steps: the arenas' chunks, the
-   GEMM packing buffers and the CUDA allocator's cached blocks (gdl_fit's
+/* Gives back what the library keeps between steps: the calling thread's
+   arenas' chunks, the GEMM packing buffers (unless another thread's GEMM
+   holds them) and the CUDA allocator's cached blocks (gdl_fit's
    out-of-memory retry; gdl_shutdown). Between steps only: temporaries die. */
-static void gdl__release_cached_memory(void) {
+static void gdl__release_thread_arenas(void) {
     int i;
-    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
     gdl__arena_release(&gdl__host_arena);
     gdl__arena_release(&gdl__hdr_arena[0]);
     gdl__arena_release(&gdl__hdr_arena[1]);
     for (i = 0; i < GDL__MAX_GPUS; i++) gdl__arena_release(&gdl__gpu_arena[i]);
     gdl__tape = NULL;
-    gdl__gemm_release();
+    gdl__gemm_release_own();
+}
+static void gdl__release_cached_memory(void) {
+    if (!gdl__prof_on) gdl__prof_free(); /* its GPU events go before the devices' memory */
+    gdl__release_thread_arenas();
+    if (gdl__pool_acquire()) { /* the packing buffers: not while another thread's GEMM uses them */
+        gdl__gemm_release();
+        gdl__pool_release();
+    }
     if (gdl_cuda_device_count() > 0) gdl__cuda_registry->release_cache();
 }
 GPUDL_API void gdl_shutdown(void) { gdl__release_cached_memory(); }
+GPUDL_API void gdl_thread_cleanup(void) { gdl__release_thread_arenas(); }

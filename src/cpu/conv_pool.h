@@ -155,7 +155,7 @@ static void gdl__conv_task(void *p, int t, int nt) {
     const int Cg = g->C / d->groups, OCg = d->OC / d->groups, CgKK = Cg * g->KH * g->KW, OHW = g->OH * g->OW;
     const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb;
     const ptrdiff_t CHW = (ptrdiff_t)g->C * g->H * g->W, OCHW = (ptrdiff_t)d->OC * OHW, CKKHW = (ptrdiff_t)d->groups * CgKK * OHW;
-    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (d->j.asz + d->j.bsz + d->csz);
+    gdl_real *buf = gdl__gemm_shared.buf + (size_t)gdl__gemm_slot() * (d->j.asz + d->j.bsz + d->csz);
     gdl_real *gcol = buf + d->j.asz + d->j.bsz;
     int gi, s;
     (void)nt;
@@ -273,7 +273,7 @@ static void gdl__dconv_task(void *p, int t, int nt) {
     const int Cg = g->C / d->groups, OCg = d->OC / d->groups, K = Cg * g->KH * g->KW;
     const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb, nq = cnt * OHW;
     const ptrdiff_t HpWp = (ptrdiff_t)Hp * Wp, CHpWp = g->C * HpWp, OCHW = (ptrdiff_t)d->OC * OHW;
-    gdl_real *xp = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
+    gdl_real *xp = gdl__gemm_shared.buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
     gdl_real *tile = xp + d->tsz - UR * OCT;
     int xo[UR], qs[UR], qp[UR];
     int gi, ot, q0, i, o, pc;
@@ -422,7 +422,7 @@ static int gdl__dconv_weight_grad(const gdl_conv_geom *g, int groups, int OC, co
     if (sizeof(gdl_real) * ((double)xsz + ysz + asz + isz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(xsz + ysz + asz + isz))
         return 1;
-    d.xp = gdl__gemm_buf;
+    d.xp = gdl__gemm_shared.buf;
     d.gyt = d.xp + xsz;
     d.acc = d.gyt + ysz;
     rowoff = (int *)(void *)(d.acc + asz);
@@ -477,7 +477,7 @@ static void gdl__dconv_gx_task(void *p, int t, int nt) {
     const int PT = g->DH * (g->KH - 1) - g->PH, PL = g->DW * (g->KW - 1) - g->PW, Hq = d->Hq, Wq = d->Wq;
     const int n0 = t * d->nb, cnt = g->N - n0 < d->nb ? g->N - n0 : d->nb, nq = cnt * HW;
     const ptrdiff_t HqWq = (ptrdiff_t)Hq * Wq, OCHqWq = d->OC * HqWq, CHW = (ptrdiff_t)g->C * HW;
-    gdl_real *gq = gdl__gemm_buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
+    gdl_real *gq = gdl__gemm_shared.buf + d->wsz + (size_t)gdl__gemm_slot() * d->tsz;
     gdl_real *acc = gq + d->tsz - 2 * UR * OCT, *part = acc + UR * OCT;
     int xo[UR], qs[UR], qp[UR], qh[UR], qw[UR];
     int gi, ct, q0, i, o, kh, kw, pc;
@@ -543,7 +543,7 @@ static int gdl__dconv_input_grad(const gdl_conv_geom *g, int groups, int OC, con
     if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
         return 1;
-    wq = gdl__gemm_buf;
+    wq = gdl__gemm_shared.buf;
     ko = (int *)(void *)(wq + (size_t)groups * d.ntile * KK * OCg * OCT);
     for (gi = 0; gi < groups; gi++)
         for (ct = 0; ct < d.ntile; ct++)
@@ -582,7 +582,7 @@ static int gdl__dconv_forward(const gdl_conv_geom *g, int groups, int OC, int ac
     if (sizeof(gdl_real) * ((double)d.wsz + (double)threads * d.tsz) > (double)GDL__DCONV_MAX ||
         !gdl__gemm_reserve(d.wsz + (size_t)threads * d.tsz))
         return 1;
-    wp = gdl__gemm_buf;
+    wp = gdl__gemm_shared.buf;
     ko = (int *)(void *)(wp + (size_t)groups * d.ntile * K * OCT);
     for (gi = 0; gi < groups; gi++)
         for (ot = 0; ot < d.ntile; ot++) {

@@ -71,9 +71,12 @@
    first use with GPUDL_MALLOC, grow-only and reused by later calls, so the
    steady state allocates nothing; gdl__gemm_release() frees it. If the
    allocation fails, a simple unpacked loop computes the result (slower;
-   same K blocks and summation order). That loop is also used when another
-   thread holds the pool (gdl_gemm_cpu called from inside a parallel region,
-   or from two threads at once), because the buffers are shared.
+   same K blocks and summation order). A GEMM that finds the pool held by
+   another thread (a second thread that calls ops, or a DataLoader worker)
+   runs on its own thread with packing buffers of that thread's own
+   (thread-local, freed by gdl_thread_cleanup / gdl_shutdown), in the same
+   bits; the unpacked loop is left for the pool's workers (a GEMM inside a
+   parallel region) and for a failed allocation.
 
    With -DGPUDL_CBLAS (float build) everything routes to cblas_sgemm.
    ------------------------------------------------------------------------- */
@@ -191,33 +194,39 @@ static void gdl__valid_cols(const gdl_conv_geom *g, int kw, int *lo, int *hi) {
 #define GDL__GEMM_MADD(a, b, acc) ((acc) + (a) * (b))
 #endif
 
-/* The packing buffers of all threads, one block: grow-only, 64-byte aligned
-   inside the raw allocation. */
-static void *gdl__gemm_raw;
-static gdl_real *gdl__gemm_buf;
-static size_t gdl__gemm_cap; /* in elements */
+/* Packing buffers: grow-only, 64-byte aligned inside the raw allocation. */
+typedef struct {
+    void *raw;
+    gdl_real *buf;
+    size_t cap; /* in elements */
+} gdl__gemm_space;
+static gdl__gemm_space gdl__gemm_shared;       /* the pool's threads', one block: the pool's holder's */
+static GDL__TLS gdl__gemm_space gdl__gemm_own; /* a thread's own, when the pool is another thread's */
 
-static void gdl__gemm_release(void) {
-    GPUDL_FREE(gdl__gemm_raw);
-    gdl__gemm_raw = NULL;
-    gdl__gemm_buf = NULL;
-    gdl__gemm_cap = 0;
+static void gdl__gemm_space_free(gdl__gemm_space *s) {
+    GPUDL_FREE(s->raw);
+    s->raw = NULL;
+    s->buf = NULL;
+    s->cap = 0;
 }
+static void gdl__gemm_release(void) { gdl__gemm_space_free(&gdl__gemm_shared); }
+static void gdl__gemm_release_own(void) { gdl__gemm_space_free(&gdl__gemm_own); }
 
-/* Make the buffer hold at least n elements. Returns 0 on allocation failure
-   (the old buffer is kept). The contents are not preserved: free + malloc,
-   not realloc, so nothing is copied. */
-static int gdl__gemm_reserve(size_t n) {
+/* Make s hold at least n elements. Returns 0 on allocation failure (the old
+   buffer is kept). The contents are not preserved: free + malloc, not
+   realloc, so nothing is copied. */
+static int gdl__gemm_space_reserve(gdl__gemm_space *s, size_t n) {
     void *p;
-    if (n <= gdl__gemm_cap) return 1;
+    if (n <= s->cap) return 1;
     p = GPUDL_MALLOC(n * sizeof(gdl_real) + 64);
     if (!p) return 0;
-    GPUDL_FREE(gdl__gemm_raw);
-    gdl__gemm_raw = p;
-    gdl__gemm_buf = (gdl_real *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
-    gdl__gemm_cap = n;
+    GPUDL_FREE(s->raw);
+    s->raw = p;
+    s->buf = (gdl_real *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    s->cap = n;
     return 1;
 }
+static int gdl__gemm_reserve(size_t n) { return gdl__gemm_space_reserve(&gdl__gemm_shared, n); }
 
 /* --- micro-kernels -------------------------------------------------------
    gdl__gemm_kernel(kc, a, b, c, ldc, alpha, beta): one full MR x NR tile.
@@ -1061,7 +1070,7 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
 }
 
 /* A GEMM's plan and its tasks, each on its thread's packing buffers
-   (asz + bsz elements, from gdl__gemm_buf): the rectangles of a tm x tn
+   (asz + bsz elements, from gdl__gemm_shared.buf): the rectangles of a tm x tn
    grid of C (gdl__gemm_task), or the products of a batch, sA, sB, sC apart
    (gdl__gemm_batch_task): the pool's tasks below. */
 typedef struct {
@@ -1117,7 +1126,7 @@ static int gdl__gemm_slot(void) { return gdl__pool_slot; }
 /* One rectangle of the grid: the pool's task t. */
 static void gdl__gemm_task(void *p, int t, int nt) {
     const gdl__gemm_job *j = (const gdl__gemm_job *)p;
-    gdl_real *buf = gdl__gemm_buf + (size_t)t * (j->asz + j->bsz);
+    gdl_real *buf = gdl__gemm_shared.buf + (size_t)t * (j->asz + j->bsz);
     int m0, m1, n0, n1;
     (void)nt;
     gdl__gemm_cell(j->g->M, j->g->N, j->tm, j->tn, t, &m0, &m1, &n0, &n1);
@@ -1128,7 +1137,7 @@ static void gdl__gemm_task(void *p, int t, int nt) {
 static void gdl__gemm_batch_task(void *p, int t, int nt) {
     const gdl__gemm_job *j = (const gdl__gemm_job *)p;
     gdl__gemm_args g = *j->g;
-    gdl_real *buf = gdl__gemm_buf + (size_t)gdl__gemm_slot() * (j->asz + j->bsz);
+    gdl_real *buf = gdl__gemm_shared.buf + (size_t)gdl__gemm_slot() * (j->asz + j->bsz);
     (void)nt;
     g.A += t * j->sA;
     g.B += t * j->sB;
@@ -1154,7 +1163,7 @@ static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
 }
 
 /* The planned GEMM (K > 0, alpha != 0), the caller holding the pool and
-   gdl__gemm_buf at least tm*tn threads' buffers: on the grid's threads, or
+   gdl__gemm_shared.buf at least tm*tn threads' buffers: on the grid's threads, or
    on this one. */
 static void gdl__gemm_held(gdl__gemm_job *j) {
 #ifdef GDL__POOL
@@ -1163,8 +1172,8 @@ static void gdl__gemm_held(gdl__gemm_job *j) {
         return;
     }
 #endif
-    gdl__gemm_blocked(j->g, 0, j->g->M, 0, j->g->N, j->mc_blk, j->kc_blk, j->nc_blk, gdl__gemm_buf,
-                      gdl__gemm_buf + j->asz);
+    gdl__gemm_blocked(j->g, 0, j->g->M, 0, j->g->N, j->mc_blk, j->kc_blk, j->nc_blk, gdl__gemm_shared.buf,
+                      gdl__gemm_shared.buf + j->asz);
 }
 
 /* The grid of j's GEMM on up to `threads` threads (one below GDL__GEMM_MT_MIN). */
@@ -1191,7 +1200,12 @@ static int gdl__gemm_run(const gdl__gemm_args *g) {
         return 1;
     }
     gdl__gemm_plan(g, &j);
-    if (!gdl__pool_acquire()) { /* the packing buffers are in use: don't race */
+    if (!gdl__pool_acquire()) { /* the shared packing buffers are in use: don't race */
+        if (gdl__gemm_slot() == 0 && gdl__gemm_space_reserve(&gdl__gemm_own, j.asz + j.bsz)) {
+            gdl__gemm_blocked(g, 0, g->M, 0, g->N, j.mc_blk, j.kc_blk, j.nc_blk, gdl__gemm_own.buf,
+                              gdl__gemm_own.buf + j.asz); /* another thread's pool: this thread's own buffers */
+            return 1;
+        }
         if (g->conv) return 0;
         gdl__gemm_simple(g, j.kc_blk);
         return 1;
@@ -1262,6 +1276,7 @@ GPUDL_API void gdl_gemm_cpu(int transA, int transB, int M, int N, int K, gdl_rea
 
 #ifdef GDL__GEMM_CBLAS
 static void gdl__gemm_release(void) {} /* nothing cached on the CBLAS path */
+static void gdl__gemm_release_own(void) {}
 #endif
 
 GPUDL_API const char *gdl_gemm_kernel_name(void) {

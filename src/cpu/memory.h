@@ -11,40 +11,65 @@
    slots of a gdl__args. */
 
 /* Each block starts with its size, so that a free knows what it gives back (gdl_memory_stats). 64 bytes
-   keep the alignment malloc gave. The counters belong to the op layer's thread, as the allocations do. */
+   keep the alignment malloc gave. */
 #define GDL__CPU_HDR 64
+/* Counted from every thread that allocates (two threads may each train a model): atomic where the
+   platform has atomics, the peak by compare-and-swap. */
 static gdl_memory_status gdl__cpu_mem;
+#ifdef GDL__ATOMICS
+#define GDL__CPU_MEM_ADD(field, v) gdl__atomic_add(&gdl__cpu_mem.field, v, GDL__MO_RELAXED)
+#define GDL__CPU_MEM_GET(field) gdl__atomic_load(&gdl__cpu_mem.field, GDL__MO_RELAXED)
+#else
+#define GDL__CPU_MEM_ADD(field, v) (gdl__cpu_mem.field += (v))
+#define GDL__CPU_MEM_GET(field) (gdl__cpu_mem.field)
+#endif
+static void gdl__cpu_mem_peak(size_t now) {
+#ifdef GDL__ATOMICS
+    size_t peak = (size_t)GDL__CPU_MEM_GET(peak_allocated);
+    while (now > peak && !gdl__atomic_cas(&gdl__cpu_mem.peak_allocated, &peak, now, 1, GDL__MO_RELAXED, GDL__MO_RELAXED)) {}
+#else
+    if (now > gdl__cpu_mem.peak_allocated) gdl__cpu_mem.peak_allocated = now;
+#endif
+}
 static void *gdl__cpu_alloc(size_t bytes) {
     char *p = bytes <= SIZE_MAX - GDL__CPU_HDR ? (char *)GPUDL_MALLOC(GDL__CPU_HDR + (bytes ? bytes : 1)) : NULL;
-    gdl__cpu_mem.requests++;
+    (void)GDL__CPU_MEM_ADD(requests, 1);
     if (!p) {
         gdl__set_error("gdl: out of memory allocating %.0f bytes on the host", (double)bytes);
         return NULL;
     }
     memcpy(p, &bytes, sizeof bytes);
-    gdl__cpu_mem.device_mallocs++;
-    gdl__cpu_mem.allocated += bytes;
-    if (gdl__cpu_mem.allocated > gdl__cpu_mem.peak_allocated) gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+    (void)GDL__CPU_MEM_ADD(device_mallocs, 1);
+    gdl__cpu_mem_peak((size_t)GDL__CPU_MEM_ADD(allocated, bytes));
     return p + GDL__CPU_HDR;
 }
 static void gdl__cpu_free(void *p) {
     size_t bytes;
     if (!p) return;
     memcpy(&bytes, (char *)p - GDL__CPU_HDR, sizeof bytes);
-    gdl__cpu_mem.allocated -= bytes;
-    gdl__cpu_mem.frees++;
+    (void)GDL__CPU_MEM_ADD(allocated, (size_t)0 - bytes);
+    (void)GDL__CPU_MEM_ADD(frees, 1);
     GPUDL_FREE((char *)p - GDL__CPU_HDR);
 }
 static int gdl__cpu_memory_stats(int device, gdl_memory_status *s) {
     (void)device;
-    *s = gdl__cpu_mem;
+    memset(s, 0, sizeof *s);
+    s->allocated = (size_t)GDL__CPU_MEM_GET(allocated);
+    s->peak_allocated = (size_t)GDL__CPU_MEM_GET(peak_allocated);
+    s->requests = GDL__CPU_MEM_GET(requests);
+    s->device_mallocs = GDL__CPU_MEM_GET(device_mallocs);
+    s->frees = GDL__CPU_MEM_GET(frees);
     s->reserved = s->allocated; /* nothing is cached */
     s->peak_reserved = s->peak_allocated;
     return 0;
 }
 static int gdl__cpu_memory_reset_peak(int device) {
     (void)device;
+#ifdef GDL__ATOMICS
+    gdl__atomic_store(&gdl__cpu_mem.peak_allocated, GDL__CPU_MEM_GET(allocated), GDL__MO_RELAXED);
+#else
     gdl__cpu_mem.peak_allocated = gdl__cpu_mem.allocated;
+#endif
     return 0;
 }
 static int gdl__cpu_copy(void *dst, const void *src, size_t bytes, int kind) {

@@ -660,8 +660,8 @@ typedef struct gdl__nn_row {
     int64_t shape[GDL_MAX_DIMS];
     int training;
 } gdl__nn_row;
-static gdl__nn_row *gdl__nn_rows;
-static int gdl__nn_nrows;
+static GDL__TLS gdl__nn_row *gdl__nn_rows; /* per thread: a summary records its own thread's forwards */
+static GDL__TLS int gdl__nn_nrows;
 
 /* During a summary, records y as module m's output: gdl_forward does, and so does every public forward that
    runs a module some other way (gdl_nn_lstm_forward, gdl_mha_forward, gdl_transformer_encoder_forward). */
@@ -699,15 +699,26 @@ static gdl_tensor *gdl__nn_buffer(const gdl_module *m, int i) { return i < m->nb
    looked at or the numerics would differ: anomaly mode (which checks each
    op's output), gdl_module_summary's recording (each module's output
    shape), autocast or a non-f32 input or parameter. */
-static int gdl__nn_fuse = -1; /* -1: not read from GPUDL_NO_FUSION yet */
+static int gdl__nn_fuse = -1; /* -1: not read from GPUDL_NO_FUSION yet; atomic: every forward reads it */
 GPUDL_API int gdl_nn_set_fusion(int on) {
-    int prev;
-    if (gdl__nn_fuse < 0) {
+#ifdef GDL__ATOMICS
+    const int stored = gdl__atomic_load(&gdl__nn_fuse, GDL__MO_RELAXED);
+#else
+    const int stored = gdl__nn_fuse;
+#endif
+    int prev = stored;
+    if (prev < 0) { /* two threads may both read the environment: they store the same value */
         const char *e = getenv("GPUDL_NO_FUSION");
-        gdl__nn_fuse = !(e && e[0] && strcmp(e, "0") != 0);
+        prev = !(e && e[0] && strcmp(e, "0") != 0);
     }
-    prev = gdl__nn_fuse;
-    if (on >= 0) gdl__nn_fuse = on != 0;
+    if (on >= 0 || stored < 0) {
+        const int next = on >= 0 ? on != 0 : prev;
+#ifdef GDL__ATOMICS
+        gdl__atomic_store(&gdl__nn_fuse, next, GDL__MO_RELAXED);
+#else
+        gdl__nn_fuse = next;
+#endif
+    }
     return prev;
 }
 

@@ -19,19 +19,24 @@ typedef struct gdl__arena {
 } gdl__arena;
 
 #define GDL__ALIGN 64
-static gdl__arena gdl__host_arena;
-static gdl__arena gdl__gpu_arena[GDL__MAX_GPUS];
+/* This state is per thread (GDL__TLS): each thread that calls ops has its own
+   arenas, tape, grad mode, anomaly mode and capture flag, as PyTorch keeps
+   grad mode per thread, so two threads training two models do not reset or
+   record into each other's steps. A temporary belongs to the thread that
+   made it; gdl_shutdown on a thread gives back that thread's arenas. */
+static GDL__TLS gdl__arena gdl__host_arena;
+static GDL__TLS gdl__arena gdl__gpu_arena[GDL__MAX_GPUS];
 /* Temporaries' headers live in two arenas used in turn, one per arena
    generation: a header made before the last gdl_arena_reset is not written
    over during this step, so its generation still shows that it is stale
    (its data has been reused). One kept across two resets is caught unless a
    new header took its place; both cost one comparison per op input. */
-static gdl__arena gdl__hdr_arena[2];
-static unsigned gdl__arena_gen = 1; /* never 0: persistent tensors have gen 0 */
-static struct gdl_node *gdl__tape;  /* last recorded node */
-static int gdl__grad_enabled = 1;
-static int gdl__anomaly = 0;
-static int gdl__capturing = 0; /* gdl_graph_capture is recording a step (src/train/graph.h) */
+static GDL__TLS gdl__arena gdl__hdr_arena[2];
+static GDL__TLS unsigned gdl__arena_gen = 1; /* never 0: persistent tensors have gen 0 */
+static GDL__TLS struct gdl_node *gdl__tape;  /* last recorded node */
+static GDL__TLS int gdl__grad_enabled = 1;
+static GDL__TLS int gdl__anomaly = 0;
+static GDL__TLS int gdl__capturing = 0; /* gdl_graph_capture is recording a step (src/train/graph.h) */
 
 static void *gdl__arena_alloc(gdl__arena *a, size_t bytes) {
     size_t need = (bytes + GDL__ALIGN - 1) / GDL__ALIGN * GDL__ALIGN;

@@ -262,23 +262,51 @@ static gdl_tensor *gdl__host_fill(const char *op, int ndim, const int64_t *shape
     return t;
 }
 
-/* ---- the generator: counter-based (splitmix64 of seed and a counter) ---- */
-static uint64_t gdl__rng_seed = 0x5eed;
-static uint64_t gdl__rng_counter = 0;
+/* ---- the generator: counter-based (splitmix64 of seed and a counter) ----
+   Each thread has its own generator (seed, counter), so a model trained on a
+   thread draws the same numbers as it would alone. gdl_manual_seed(s) sets the
+   calling thread's generator to (s, 0) and makes s the process seed; a thread
+   whose generator was never set starts from (process seed, 0) at its first
+   use. The process seed is 0x5eed until gdl_manual_seed is called. */
+static uint64_t gdl__rng_process_seed = 0x5eed; /* atomic where there are atomics */
+static GDL__TLS uint64_t gdl__rng_seed;
+static GDL__TLS uint64_t gdl__rng_counter;
+static GDL__TLS int gdl__rng_set; /* this thread's generator was set or used */
 
+static void gdl__rng_init(void) {
+    if (gdl__rng_set) return;
+#ifdef GDL__ATOMICS
+    gdl__rng_seed = gdl__atomic_load(&gdl__rng_process_seed, GDL__MO_RELAXED);
+#else
+    gdl__rng_seed = gdl__rng_process_seed;
+#endif
+    gdl__rng_counter = 0;
+    gdl__rng_set = 1;
+}
 GPUDL_API void gdl_manual_seed(uint64_t seed) {
+#ifdef GDL__ATOMICS
+    gdl__atomic_store(&gdl__rng_process_seed, seed, GDL__MO_RELAXED);
+#else
+    gdl__rng_process_seed = seed;
+#endif
     gdl__rng_seed = seed;
     gdl__rng_counter = 0;
+    gdl__rng_set = 1;
 }
 GPUDL_API uint64_t gdl_rng_get_state(uint64_t *counter) {
+    gdl__rng_init();
     if (counter) *counter = gdl__rng_counter;
     return gdl__rng_seed;
 }
 GPUDL_API void gdl_rng_set_state(uint64_t seed, uint64_t counter) {
     gdl__rng_seed = seed;
     gdl__rng_counter = counter;
+    gdl__rng_set = 1;
 }
-GPUDL_API uint64_t gdl_rng_next_u64(void) { return gdl_hash64(gdl__rng_seed, gdl__rng_counter++); }
+GPUDL_API uint64_t gdl_rng_next_u64(void) {
+    gdl__rng_init();
+    return gdl_hash64(gdl__rng_seed, gdl__rng_counter++);
+}
 GPUDL_API double gdl_rng_uniform(void) { return (double)(gdl_rng_next_u64() >> 11) * (1.0 / 9007199254740992.0); }
 static double gdl__rng_normal(void) {
     /* Box-Muller; 1-u keeps the log finite */

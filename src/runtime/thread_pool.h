@@ -17,8 +17,9 @@
 
    One job at a time. The pool (and the GEMM's packing buffers) belong to the
    thread that acquired it; a parallel region entered while the pool is held
-   (from inside a task, or from another thread such as a DataLoader worker)
-   runs serially on its own thread. After fork() the child starts with no
+   (from inside a task, or from another thread: a DataLoader worker, or a
+   second thread that calls ops) runs serially on its own thread, in the
+   same bits, so two threads that train at once get what each gets alone. After fork() the child starts with no
    workers and makes new ones when it needs them (gdl__os_after_fork). At exit
    the workers are stopped and joined (atexit).
 

@@ -174,7 +174,7 @@ GPUDL_API int gdl_evaluate_ex(gdl_module *m, gdl_loader *l, gdl_loss_fn loss, vo
     return rc < 0 ? -1 : 0;
 }
 
-static double gdl__last_draw; /* one bar at a time: a terminal shows one */
+static GDL__TLS double gdl__last_draw; /* one bar at a time: a terminal shows one (per thread: no data race) */
 
 /* Would gdl_progress_bar draw now? (gdl_fit reads the device only then.) */
 static int gdl__progress_due(FILE *f, int64_t b, int64_t nb) {

@@ -73,6 +73,7 @@ struct gdl_optimizer {
     int steps_dirty;           /* 1: the blocks are new, every host step count goes up; 2: gdl_optim_state
                                   handed the step tensors out, those written since (a checkpoint load) go up
                                   (the others may be behind the blocks': replayed graphs step on the device) */
+    int stepping;              /* atomic: 1 while gdl_step runs, so a step from a second thread at once fails */
 };
 
 static const char *gdl__opt_kind_name(int kind) {
@@ -754,10 +755,23 @@ GPUDL_API int gdl_step(gdl_optimizer *opt) {
                        "gdl_optim_add_params)", gdl__opt_kind_name(opt->kind));
         return -1;
     }
+#ifdef GDL__ATOMICS
+    { /* a model is trained by one thread at a time (MANUAL "Threads"): two steps at once would race */
+        int idle = 0;
+        if (!gdl__atomic_cas(&opt->stepping, &idle, 1, 0, GDL__MO_ACQUIRE, GDL__MO_RELAXED)) {
+            gdl__set_error("gdl_step: the %s optimizer is in a step on another thread: a model is trained by "
+                           "one thread at a time", gdl__opt_kind_name(opt->kind));
+            return -1;
+        }
+    }
+#endif
     /* the profiler times the whole step on the first parameter's device */
     span = gdl__prof_on && opt->nparams ? gdl__prof_push("gdl_step", opt->params[0].p->device) : 0;
     rc = gdl__step(opt);
     gdl__prof_pop(span, rc == 0);
+#ifdef GDL__ATOMICS
+    gdl__atomic_store(&opt->stepping, 0, GDL__MO_RELEASE);
+#endif
     return rc;
 }
 /* gdl_step's parts, in order. Every parameter's grad matches it (device, size, dtype), on a usable device. */
