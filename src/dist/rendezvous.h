@@ -712,18 +712,19 @@ static const char *gdl__rdv_bind_addr(const char *addr) {
 
 /* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
 static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
-    char addr[256], ps[32], *end;
+    char addr[256], ps[32];
+    const char *bind;
     long port;
     double deadline = gdl_now() + timeout;
     if (gdl__cluster_master(op, addr, sizeof addr, ps, sizeof ps) < 0) return -1;
+    if (gdl__env_str(op, "GPUDL_DIST_BIND_ADDR", 255, &bind) < 0) return -1; /* gdl__rdv_bind_addr's */
     if (!addr[0] || !ps[0]) {
         gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
                        "(rank 0's host and a free port, as torchrun sets them)", op, !addr[0] ?
                        "MASTER_ADDR" : "MASTER_PORT", world);
         return -1;
     }
-    port = strtol(ps, &end, 10);
-    if (!ps[0] || *end || port < 1 || port > 65535) {
+    if (gdl__parse_long(ps, 1, 65535, &port) < 0) {
         gdl__set_error("%s: MASTER_PORT='%s' is not a port number in [1, 65535]", op, ps);
         return -1;
     }

@@ -703,8 +703,7 @@ static int gdl__nn_fuse = -1; /* -1: not read from GPUDL_NO_FUSION yet */
 GPUDL_API int gdl_nn_set_fusion(int on) {
     int prev;
     if (gdl__nn_fuse < 0) {
-        const char *e = getenv("GPUDL_NO_FUSION");
-        gdl__nn_fuse = !(e && e[0] && strcmp(e, "0") != 0);
+        gdl__nn_fuse = !gdl__env_flag("GPUDL_NO_FUSION", 0);
     }
     prev = gdl__nn_fuse;
     if (on >= 0) gdl__nn_fuse = on != 0;
