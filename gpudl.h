@@ -901,14 +901,18 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training);
    k [..., S, E], v [..., S, Ev] -> [..., L, Ev]; the batch dims of q, k and v broadcast as in PyTorch.
    attn_mask (may be NULL), broadcastable to [..., L, S]: u8 (PyTorch's bool: non-zero takes part) or
    additive, of q's dtype. is_causal: key j takes part in query i only when j <= i (the top-left aligned
-   lower triangle, as PyTorch), and an error with a mask. scale: NAN or <= 0 means 1/sqrt(E). dropout_p
+   lower triangle, as PyTorch), and an error with a mask. scale: GDL_SCALE_DEFAULT (NAN) means 1/sqrt(E),
+   PyTorch's scale=None; any other value multiplies the scores as given, as PyTorch's: 0 gives uniform
+   weights, a negative one is legal. dropout_p
    (in [0,1]) drops attention weights whatever the mode, as PyTorch's: pass 0 in evaluation.
    One fused kernel (online softmax over K/V tiles, flash-attention style) saves only the output and a
    log-sum-exp per query row, so memory grows linearly in L and S; the backward recomputes the weights
    tile by tile. The unfused composition (matmul, mask, softmax, dropout, matmul: L x S weights) runs
    instead when dropout_p > 0, when q, k and v have different batch dims, when E or Ev exceeds 256, or
-   for an additive mask that requires a gradient. A row that no key takes part in gives 0 in the fused
-   path (NaN in the unfused one, as softmax of -inf). Autocast class LOW, as in PyTorch. */
+   for an additive mask that requires a gradient. A query row that no key may attend to (a bool mask row
+   all false, an additive one all -inf) gives 0 and no gradient in both paths, as PyTorch's (its math
+   path's "safe softmax"), not softmax's NaN. Autocast class LOW, as in PyTorch. */
+#define GDL_SCALE_DEFAULT NAN /* the attention ops' scale: 1/sqrt(E) */
 GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *attn_mask,
                                                        double dropout_p, int is_causal, double scale);
 /* The same attention over heads packed in the last dim, as Linear layers give them, without the copies of
@@ -916,9 +920,10 @@ GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor
    of each row; q, k and v with the same batch dims) -> [..., L, H*Ev], the heads joined as an output
    projection reads them. The values and gradients of splitting each into [..., H, L, E] (reshape to
    [..., L, H, E], transpose(-3, -2)), gdl_scaled_dot_product_attention, and joining the result back: the
-   mask broadcasts against [..., H, L, S]; scale NAN or <= 0 means 1/sqrt(E). The fused kernels read q, k
-   and v and write the output and the gradients in place, at strides; what they do not take (dropout_p > 0,
-   E or Ev over 256, a mask requiring grad) runs the composition above, copies included. num_heads >= 1. */
+   mask broadcasts against [..., H, L, S]; scale as there (GDL_SCALE_DEFAULT: 1/sqrt(E)). The fused
+   kernels read q, k and v and write the output and the gradients in place, at strides; what they do not
+   take (dropout_p > 0, E or Ev over 256, a mask requiring grad) runs the composition above, copies
+   included. num_heads >= 1. */
 GPUDL_API gdl_tensor *gdl_sdpa_heads(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, int num_heads, gdl_tensor *attn_mask,
                                      double dropout_p, int is_causal, double scale);
 /* gdl_sdpa_heads over one tensor qkv [..., L, 3*H*E] holding q, k and v side by side along the last dim (a
@@ -15066,7 +15071,16 @@ static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v
     } else if (s && mask) {
         s = gdl_add(s, mask);
     }
-    s = gdl_softmax(s, -1);
+    if (s && mask) {
+        /* a query row no key may attend to (a bool row all false, an additive one all -inf) gives 0 and no
+           gradient, as the fused kernels and PyTorch's safe softmax do, not softmax's NaN (which would spread
+           into every gradient through the matmuls): such rows take 0 before the softmax (no NaN there or in
+           its backward) and 0 after it */
+        gdl_tensor *dead = gdl_compare_scalar(gdl_max_dim(gdl_detach(s), -1, 1), GDL_CMP_EQ, -INFINITY);
+        s = gdl_masked_fill(gdl_softmax(gdl_masked_fill(s, dead, 0), -1), dead, 0);
+    } else {
+        s = gdl_softmax(s, -1);
+    }
     if (s && dropout_p > 0) s = gdl_dropout(s, dropout_p, 1);
     return s ? gdl_matmul(s, v) : NULL;
 }
@@ -15204,7 +15218,8 @@ static int gdl__sdpa_geom(const char *op, int lay, int H, const gdl_tensor *q, c
             g->vrow = g->orow = g->Ev;
         }
     }
-    g->scale = scale > 0 ? scale : g->E > 0 ? 1 / sqrt((double)g->E) : 1; /* NaN fails scale > 0 */
+    /* GDL_SCALE_DEFAULT (NaN): PyTorch's scale=None; any other value as given, 0 and negative ones too */
+    g->scale = scale == scale ? scale : g->E > 0 ? 1 / sqrt((double)g->E) : 1;
     g->causal = causal != 0;
     if (!mask) return 0;
     if (causal) {
@@ -22168,13 +22183,13 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
     }
     if (self) {
         if (!(h[0] = gdl_linear(x[0], u->w, u->b))) return NULL;
-        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, 0, 0);
+        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, 0, GDL_SCALE_DEFAULT);
     } else {
         for (k = 0; k < 3; k++) {
             gdl_tensor *w = gdl_narrow(u->w, 0, k * E, E), *b = u->b ? gdl_narrow(u->b, 0, k * E, E) : NULL;
             if (!w || (u->b && !b) || !(h[k] = gdl_linear(x[k], w, b))) return NULL;
         }
-        o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, 0);
+        o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, GDL_SCALE_DEFAULT);
     }
     if (!o || !(o = gdl_forward(u->out, o)) || !(o = u->batch_first ? o : gdl_transpose(o, 0, 1))) return NULL;
     gdl__nn_record(m, o);
