@@ -559,6 +559,6 @@
    SLURM_STEP_ID, OMPI_MCA_orte_ess_jobid, PMIX_NAMESPACE
                         the rendezvous's shared secret, the first one set in
                         this order (TORCHELASTIC_RUN_ID "none" skipped); any
-                        string, its first 1023 bytes (with the variable's
-                        name) keyed into the HMAC; none: anyone may join
+                        string, all of it (with the variable's name) keyed
+                        into the HMAC; none: anyone may join, with a notice
 */
