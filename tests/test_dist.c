@@ -263,7 +263,7 @@ TEST hostlists(void) {
 
 /* The collectives' timeout: GPUDL_DIST_TIMEOUT at gdl_dist_init, gdl_dist_set_timeout; bad values named. */
 TEST timeout_settings(void) {
-    static const char *const bad[] = {"0", "-3", "x", "", "2s", "nan"};
+    static const char *const bad[] = {"0", "-3", "x", "", "2s", "nan", " 5", "+5", "0x10", "5 "};
     size_t i;
     clear_env();
     ASSERT_EQ(600.0, gdl_dist_timeout());
