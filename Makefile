@@ -80,6 +80,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_crash:linked:posix:plain:asan:warn \
         test_resume:linked:posix:plain:asan:win:warn \
         test_monitor:linked:nvml:plain:asan:tsan \
+        test_env:whole:posix:plain:asan:warn \
         test_pool:whole:none:plain:asan:tsan:win:warn \
         test_threads:whole:plain:asan:tsan:warn \
         test_dtype:linked:plain:asan:warn:check \
@@ -278,7 +279,7 @@ LINKED_TESTS = $(call suite_with,linked plain)
 WHOLE_TESTS = $(call suite_with,whole plain)
 
 # (the options of one test beyond its variant and flag set)
-OPTS_test_monitor = -DFAKE_NVML='"$(B)/libfake_nvml.so"'
+OPTS_test_monitor = -DFAKE_NVML='"$(abspath $(B))/libfake_nvml.so"'
 $(B)/test_monitor $(B)/asan_test_monitor $(B)/tsan_test_monitor: $(B)/libfake_nvml.so
 
 # $(1): the variant; the rules take the program's name ($*) from the target

@@ -430,6 +430,7 @@
    impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
    runtime/errors.h         gdl__set_error, gdl_last_error
+   runtime/env.h            the environment variables, parsed whole (numbers in range, strings that fit, 0/1 switches)
    runtime/devices.h        devices and the backend they select
    runtime/profiler.h       the profiler's spans and its trace
    runtime/arena.h          the per-step arenas (host and device)
@@ -539,6 +540,78 @@
    not needed): gdl_set_num_threads, else the environment's
    GPUDL_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs the process may
    run on. Results are bitwise the same for any thread count.
+
+   Environment variables
+   ---------------------
+   Every variable gpudl reads, parsed whole (src/runtime/env.h): a number is
+   decimal digits only (no sign unless the range has negatives, no spaces, no
+   suffix, no exponent) within its range; a string longer than its limit is
+   an error, never cut short; a switch is 0 or 1 (unset or empty: 0). Where
+   the value is read by a call that can fail, a bad one is that call's error
+   naming the variable, its value and what is allowed; where it is read at
+   first use (a thread count, a switch), it is one warning line on stderr,
+   "gpudl: warning: ignoring NAME='value': ...", and the default.
+
+   NAME                 what it does; allowed values; default; a bad value
+   GPUDL_NUM_THREADS    the CPU pool's threads (gdl_set_num_threads wins);
+                        1..1048576, capped at 256; the CPUs the process may
+                        run on; a warning, the default
+   OMP_NUM_THREADS      the same when GPUDL_NUM_THREADS is unset; N or a
+                        list N,M,... (the first, OpenMP's outer level, is
+                        used); as above; as above
+   GPUDL_QUIET          1 hides gdl_default_device's notice that no CUDA
+                        device was found; 0/1; 0; a warning, 0
+   GPUDL_NO_FUSION      1 turns module fusion off (gdl_nn_set_fusion's
+                        initial state); 0/1; 0; a warning, 0
+   GPUDL_VERBOSE        (CUDA) 1: says once on stderr why a fused linear ran
+                        without cuBLASLt's epilogue; 0/1; 0; a warning, 0
+   GPUDL_CUDA_MAX_GRID  (CUDA; for tests) caps every kernel grid at N blocks;
+                        1..2147483647; no cap below the built-in ones; a
+                        warning, no cap
+   GPUDL_NVML_LIB       another NVML library (the tests' stand-in): an
+                        absolute path; honoured only with GPUDL_NVML or
+                        GPUDL_CUDA, never in a setuid/setgid process (there:
+                        the system's NVML); libnvidia-ml.so.1 (Windows:
+                        nvml.dll from the system directory only); a relative
+                        path: gdl_gpu_count / gdl_gpu_stats fail, "NVML not
+                        available: GPUDL_NVML_LIB='...' is not an absolute
+                        path"
+   GPUDL_DATA           where gdl_dataset_fashion_mnist and the fortunes
+                        (GPUDL_DATA/fortunes) are looked for when no
+                        directory is given; a directory; ./data, then
+                        Debian's package directory; too long for a path:
+                        that call's error
+   RANK, WORLD_SIZE, LOCAL_RANK (torchrun, PyTorchJob), OMPI_COMM_WORLD_RANK,
+   OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK (mpirun), SLURM_PROCID,
+   SLURM_NTASKS, SLURM_LOCALID (srun), JOB_COMPLETION_INDEX (Kubernetes'
+   Indexed Job), PET_NODE_RANK
+                        the process's rank, the world size, the local rank
+                        (gdl_dist_init); the size 1..1048576, a rank 0..size-1;
+                        one process; gdl_dist_init fails naming the variable
+   PET_NNODES           Kubeflow's pod count; N or N:N; as above
+   PET_NPROC_PER_NODE   Kubeflow's processes per pod; 1; 1; gdl_dist_init fails
+   GPUDL_DIST_TIMEOUT   how long a collective waits for the other ranks, in
+                        seconds; a decimal number > 0, or inf; 600 (see
+                        gdl_dist_set_timeout); gdl_dist_init fails
+   MASTER_ADDR, PET_MASTER_ADDR
+                        rank 0's host for the rendezvous (several processes
+                        without MPI); at most 255 bytes; from srun's node
+                        list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST,
+                        SLURM_NODELIST: Slurm's host list syntax); too long
+                        or a bad node list: gdl_dist_init fails
+   MASTER_PORT, PET_MASTER_PORT
+                        its port; 1..65535; under srun 20000 + SLURM_JOB_ID
+                        mod 20000 (SLURM_JOB_ID: a whole number >= 0); a bad
+                        port or job id: gdl_dist_init fails
+   GPUDL_DIST_BIND_ADDR the address rank 0 listens at (MASTER_ADDR: that
+                        one's); at most 255 bytes; every address, or
+                        MASTER_ADDR when it is a loopback; gdl_dist_init fails
+   GPUDL_DIST_TOKEN, GPUDL_JOB_UID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID with
+   SLURM_STEP_ID, OMPI_MCA_orte_ess_jobid, PMIX_NAMESPACE
+                        the rendezvous's shared secret, the first one set in
+                        this order (TORCHELASTIC_RUN_ID "none" skipped); any
+                        string, all of it (with the variable's name) keyed
+                        into the HMAC; none: anyone may join, with a notice
 */
 #ifndef GPUDL_H
 #define GPUDL_H
@@ -884,14 +957,18 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training);
    k [..., S, E], v [..., S, Ev] -> [..., L, Ev]; the batch dims of q, k and v broadcast as in PyTorch.
    attn_mask (may be NULL), broadcastable to [..., L, S]: u8 (PyTorch's bool: non-zero takes part) or
    additive, of q's dtype. is_causal: key j takes part in query i only when j <= i (the top-left aligned
-   lower triangle, as PyTorch), and an error with a mask. scale: NAN or <= 0 means 1/sqrt(E). dropout_p
+   lower triangle, as PyTorch), and an error with a mask. scale: GDL_SCALE_DEFAULT (NAN) means 1/sqrt(E),
+   PyTorch's scale=None; any other value multiplies the scores as given, as PyTorch's: 0 gives uniform
+   weights, a negative one is legal. dropout_p
    (in [0,1]) drops attention weights whatever the mode, as PyTorch's: pass 0 in evaluation.
    One fused kernel (online softmax over K/V tiles, flash-attention style) saves only the output and a
    log-sum-exp per query row, so memory grows linearly in L and S; the backward recomputes the weights
    tile by tile. The unfused composition (matmul, mask, softmax, dropout, matmul: L x S weights) runs
    instead when dropout_p > 0, when q, k and v have different batch dims, when E or Ev exceeds 256, or
-   for an additive mask that requires a gradient. A row that no key takes part in gives 0 in the fused
-   path (NaN in the unfused one, as softmax of -inf). Autocast class LOW, as in PyTorch. */
+   for an additive mask that requires a gradient. A query row that no key may attend to (a bool mask row
+   all false, an additive one all -inf) gives 0 and no gradient in both paths, as PyTorch's (its math
+   path's "safe softmax"), not softmax's NaN. Autocast class LOW, as in PyTorch. */
+#define GDL_SCALE_DEFAULT NAN /* the attention ops' scale: 1/sqrt(E) */
 GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *attn_mask,
                                                        double dropout_p, int is_causal, double scale);
 /* The same attention over heads packed in the last dim, as Linear layers give them, without the copies of
@@ -899,9 +976,10 @@ GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor
    of each row; q, k and v with the same batch dims) -> [..., L, H*Ev], the heads joined as an output
    projection reads them. The values and gradients of splitting each into [..., H, L, E] (reshape to
    [..., L, H, E], transpose(-3, -2)), gdl_scaled_dot_product_attention, and joining the result back: the
-   mask broadcasts against [..., H, L, S]; scale NAN or <= 0 means 1/sqrt(E). The fused kernels read q, k
-   and v and write the output and the gradients in place, at strides; what they do not take (dropout_p > 0,
-   E or Ev over 256, a mask requiring grad) runs the composition above, copies included. num_heads >= 1. */
+   mask broadcasts against [..., H, L, S]; scale as there (GDL_SCALE_DEFAULT: 1/sqrt(E)). The fused
+   kernels read q, k and v and write the output and the gradients in place, at strides; what they do not
+   take (dropout_p > 0, E or Ev over 256, a mask requiring grad) runs the composition above, copies
+   included. num_heads >= 1. */
 GPUDL_API gdl_tensor *gdl_sdpa_heads(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, int num_heads, gdl_tensor *attn_mask,
                                      double dropout_p, int is_causal, double scale);
 /* gdl_sdpa_heads over one tensor qkv [..., L, 3*H*E] holding q, k and v side by side along the last dim (a
@@ -2386,7 +2464,8 @@ GPUDL_API void gdl_ddp_free(gdl_ddp *d);
    (NVML), loaded at run time with dlopen: no link dependency, and a program
    without the NVIDIA driver (CI, the CUDA emulator, a CPU-only machine)
    gets a clear "NVML not available" error instead. GPUDL_NVML_LIB in the
-   environment names another library file (tests use a stand-in).
+   environment names another library file by absolute path (tests use a
+   stand-in; ignored in a setuid/setgid process; the manual's table).
    Enabled with GPUDL_CUDA or GPUDL_NVML; otherwise the calls fail with a
    message saying how to enable them.
        gdl_gpu_status s;
@@ -4301,10 +4380,15 @@ GDL__OSFN FILE *gdl__os_fopen_regular(const char *path, uint64_t *size) {
 
 /* ---- dynamic loading (NVML): gdl__dl_open (NULL + why), gdl__dl_sym (the symbol's address as an
    object pointer: the caller memcpys it into a function pointer), gdl__dl_close. GDL__OS_DL where it
-   exists. ---- */
+   exists. gdl__dl_open takes a system library's bare name (Windows: looked for in the system directory
+   only, never the current one) or an absolute path (gdl__dl_absolute). gdl__os_secure_exec: the process
+   runs with privileges its user lacks (setuid, setgid), where the environment must not pick a library.
+   ---- */
 #if defined(GDL__OS_POSIX) && (defined(GPUDL_CUDA) || defined(GPUDL_NVML))
 #define GDL__OS_DL 1
 #define GDL__NVML_DEFAULT_LIB "libnvidia-ml.so.1"
+GDL__OSFN int gdl__dl_absolute(const char *path) { return path[0] == '/'; }
+GDL__OSFN int gdl__os_secure_exec(void) { return getuid() != geteuid() || getgid() != getegid(); }
 GDL__OSFN void *gdl__dl_open(const char *name, char *why, size_t why_size) {
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -4318,8 +4402,17 @@ GDL__OSFN void gdl__dl_close(void *h) { dlclose(h); }
 #elif defined(GDL__OS_WIN) && (defined(GPUDL_CUDA) || defined(GPUDL_NVML))
 #define GDL__OS_DL 1
 #define GDL__NVML_DEFAULT_LIB "nvml.dll"
+#ifndef LOAD_LIBRARY_SEARCH_SYSTEM32
+#define LOAD_LIBRARY_SEARCH_SYSTEM32 0x00000800
+#endif
+GDL__OSFN int gdl__dl_absolute(const char *p) {
+    return ((p[0] | 32) >= 'a' && (p[0] | 32) <= 'z' && p[1] == ':' && (p[2] == '\\' || p[2] == '/')) ||
+           ((p[0] == '\\' || p[0] == '/') && (p[1] == '\\' || p[1] == '/'));
+}
+GDL__OSFN int gdl__os_secure_exec(void) { return 0; }
 GDL__OSFN void *gdl__dl_open(const char *name, char *why, size_t why_size) {
-    HMODULE h = LoadLibraryA(name);
+    HMODULE h = gdl__dl_absolute(name) ? LoadLibraryExA(name, NULL, 0)
+                                       : LoadLibraryExA(name, NULL, LOAD_LIBRARY_SEARCH_SYSTEM32);
     if (!h) snprintf(why, why_size, "%s: LoadLibrary failed, error %lu", name, (unsigned long)GetLastError());
     return (void *)h;
 }
@@ -4940,6 +5033,71 @@ GPUDL_API const char *gdl_shape_str(const gdl_tensor *t) {
     return t ? gdl__shape_fmt(t->ndim, t->shape) : "(null)";
 }
 
+/* src/runtime/env.h — the environment variables the library reads, parsed whole: a number is all
+   digits and in range, a string fits its buffer, a flag is 0 or 1. The manual's "Environment variables"
+   table lists each one, with what a bad value does. */
+#include <errno.h>
+#include <limits.h>
+
+/* s as a whole decimal number in [lo, hi] (no sign other than a leading '-', no spaces, no suffix,
+   no exponent): 0 and *out set, else -1 */
+GDL__OSFN int gdl__parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    long x;
+    if (!s || !((s[0] >= '0' && s[0] <= '9') || (s[0] == '-' && s[1] >= '0' && s[1] <= '9'))) return -1;
+    errno = 0;
+    x = strtol(s, &end, 10);
+    if (*end || errno == ERANGE || x < lo || x > hi) return -1;
+    *out = x;
+    return 0;
+}
+
+/* The variable `name` as a whole number in [lo, hi]: 1 and *out set; 0 when unset or empty (*out = def);
+   -1 + an error naming op, the variable, its value and the range. */
+GDL__OSFN int gdl__env_long(const char *op, const char *name, long lo, long hi, long def, long *out) {
+    const char *v = getenv(name);
+    *out = def;
+    if (!v || !v[0]) return 0;
+    if (gdl__parse_long(v, lo, hi, out) < 0) {
+        *out = def;
+        gdl__set_error("%s: %s='%.64s%s' is not a whole number in [%ld, %ld]", op, name, v,
+                       strlen(v) > 64 ? "..." : "", lo, hi);
+        return -1;
+    }
+    return 1;
+}
+
+/* The variable `name` when it has at most max bytes: 1 and *out its value; 0 unset or empty (*out = "");
+   -1 + an error naming op, the variable, its length and the limit (never a silent truncation). */
+GDL__OSFN int gdl__env_str(const char *op, const char *name, size_t max, const char **out) {
+    const char *v = getenv(name);
+    size_t n = v ? strlen(v) : 0;
+    *out = "";
+    if (!n) return 0;
+    if (n > max) {
+        gdl__set_error("%s: %s is %lu bytes long (it starts '%.32s...'): at most %lu", op, name,
+                       (unsigned long)n, v, (unsigned long)max);
+        return -1;
+    }
+    *out = v;
+    return 1;
+}
+
+/* One line on stderr for a variable read where no call can fail (a thread count at first use, a
+   notice's switch): what was wrong and what is used instead. */
+GDL__OSFN void gdl__env_warn(const char *name, const char *value, const char *allowed, const char *instead) {
+    fprintf(stderr, "gpudl: warning: ignoring %s='%.64s%s': not %s; using %s\n", name, value,
+            strlen(value) > 64 ? "..." : "", allowed, instead);
+}
+
+/* A switch: unset, empty or "0": 0; "1": 1; anything else: a warning line and def. */
+GDL__OSFN int gdl__env_flag(const char *name, int def) {
+    const char *v = getenv(name);
+    if (!v || !v[0] || !strcmp(v, "0")) return 0;
+    if (!strcmp(v, "1")) return 1;
+    gdl__env_warn(name, v, "0 or 1", def ? "1" : "0");
+    return def;
+}
 /* ---------------------------------------------------------------------------
    src/runtime/devices.h — devices, the GPU registry, and the backend a
    device selects (gdl__be).
@@ -4995,9 +5153,8 @@ GPUDL_API gdl_device gdl_default_device(void) {
     if (!gdl__cuda_registry) return gdl_cpu();
     if (gdl_cuda_is_available()) return gdl_cuda(0);
     if (!told) {
-        const char *q = getenv("GPUDL_QUIET");
         told = 1;
-        if (!q || !q[0] || strcmp(q, "0") == 0)
+        if (!gdl__env_flag("GPUDL_QUIET", 0))
             fprintf(stderr, "gpudl: no CUDA device found (no GPU, or no driver): using the CPU "
                             "(GPUDL_QUIET=1 hides this notice)\n");
     }
@@ -6149,11 +6306,24 @@ typedef void (*gdl__task_fn)(void *ctx, int t, int nt);
 static int gdl__nthreads_want; /* gdl_set_num_threads; 0: from the environment */
 static int gdl__nthreads_env;  /* the environment's choice, once read; 0: not yet */
 
+/* GPUDL_NUM_THREADS, else OMP_NUM_THREADS ("4", or "4,2": its outer level), each a whole number >= 1;
+   read at first use, where nothing can fail: a bad value is one warning line and the default (the
+   CPUs), as PyTorch does with OMP_NUM_THREADS */
 static int gdl__env_threads(void) {
-    const char *s = getenv("GPUDL_NUM_THREADS");
+    const char *name = "GPUDL_NUM_THREADS", *s = getenv(name);
+    char first[24];
     long n = 0;
-    if (!s || !*s) s = getenv("OMP_NUM_THREADS"); /* "4" or "4,2": the outer level */
-    if (s && *s) n = strtol(s, NULL, 10);
+    int omp = !s || !*s;
+    if (omp) s = getenv(name = "OMP_NUM_THREADS");
+    if (s && *s) {
+        size_t len = strcspn(s, omp ? "," : "");
+        snprintf(first, sizeof first, "%.*s", (int)(len < sizeof first ? len : sizeof first - 1), s);
+        if (len >= sizeof first || gdl__parse_long(first, 1, 1L << 20, &n) < 0) {
+            gdl__env_warn(name, s, omp ? "a whole number in [1, 1048576] (or a list: 4,2)" : "a whole number in [1, 1048576]",
+                          "the CPU count");
+            n = 0;
+        }
+    }
     if (n <= 0) n = gdl__os_cpu_count();
     if (n < 1) n = 1;
     return n > GDL__POOL_MAX ? GDL__POOL_MAX : (int)n;
@@ -6570,12 +6740,18 @@ static struct {
 /* Loads and initialises NVML, once per process (gdl__nvml_load). */
 static void gdl__nvml_load_once(void) {
     {
+        /* GPUDL_NVML_LIB: another NVML (tests' fake one), by absolute path only (a relative one would
+           depend on the current directory), and never in a setuid/setgid process */
         const char *lib = getenv("GPUDL_NVML_LIB");
         void *h;
         int rc;
         char why[200];
-        if (!lib || !lib[0]) lib = GDL__NVML_DEFAULT_LIB;
-        if (!(h = gdl__dl_open(lib, why, sizeof why))) {
+        int ours = lib && lib[0] && !gdl__os_secure_exec();
+        if (!ours) lib = GDL__NVML_DEFAULT_LIB;
+        if (ours && !gdl__dl_absolute(lib)) {
+            snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available: GPUDL_NVML_LIB='%.100s' is not an "
+                     "absolute path", lib);
+        } else if (!(h = gdl__dl_open(lib, why, sizeof why))) {
             snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available (%s): no NVIDIA driver here", why);
         } else {
             /* object to function pointer through memcpy: ISO C has no cast between them */
@@ -15306,7 +15482,16 @@ static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v
     } else if (s && mask) {
         s = gdl_add(s, mask);
     }
-    s = gdl_softmax(s, -1);
+    if (s && mask) {
+        /* a query row no key may attend to (a bool row all false, an additive one all -inf) gives 0 and no
+           gradient, as the fused kernels and PyTorch's safe softmax do, not softmax's NaN (which would spread
+           into every gradient through the matmuls): such rows take 0 before the softmax (no NaN there or in
+           its backward) and 0 after it */
+        gdl_tensor *dead = gdl_compare_scalar(gdl_max_dim(gdl_detach(s), -1, 1), GDL_CMP_EQ, -INFINITY);
+        s = gdl_masked_fill(gdl_softmax(gdl_masked_fill(s, dead, 0), -1), dead, 0);
+    } else {
+        s = gdl_softmax(s, -1);
+    }
     if (s && dropout_p > 0) s = gdl_dropout(s, dropout_p, 1);
     return s ? gdl_matmul(s, v) : NULL;
 }
@@ -15444,7 +15629,8 @@ static int gdl__sdpa_geom(const char *op, int lay, int H, const gdl_tensor *q, c
             g->vrow = g->orow = g->Ev;
         }
     }
-    g->scale = scale > 0 ? scale : g->E > 0 ? 1 / sqrt((double)g->E) : 1; /* NaN fails scale > 0 */
+    /* GDL_SCALE_DEFAULT (NaN): PyTorch's scale=None; any other value as given, 0 and negative ones too */
+    g->scale = scale == scale ? scale : g->E > 0 ? 1 / sqrt((double)g->E) : 1;
     g->causal = causal != 0;
     if (!mask) return 0;
     if (causal) {
@@ -21944,8 +22130,7 @@ GPUDL_API int gdl_nn_set_fusion(int on) {
 #endif
     int prev = stored;
     if (prev < 0) { /* two threads may both read the environment: they store the same value */
-        const char *e = getenv("GPUDL_NO_FUSION");
-        prev = !(e && e[0] && strcmp(e, "0") != 0);
+        prev = !gdl__env_flag("GPUDL_NO_FUSION", 0);
     }
     if (on >= 0 || stored < 0) {
         const int next = on >= 0 ? on != 0 : prev;
@@ -22638,13 +22823,13 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
     }
     if (self) {
         if (!(h[0] = gdl_linear(x[0], u->w, u->b))) return NULL;
-        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, 0, 0);
+        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, 0, GDL_SCALE_DEFAULT);
     } else {
         for (k = 0; k < 3; k++) {
             gdl_tensor *w = gdl_narrow(u->w, 0, k * E, E), *b = u->b ? gdl_narrow(u->b, 0, k * E, E) : NULL;
             if (!w || (u->b && !b) || !(h[k] = gdl_linear(x[k], w, b))) return NULL;
         }
-        o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, 0);
+        o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, GDL_SCALE_DEFAULT);
     }
     if (!o || !(o = gdl_forward(u->out, o)) || !(o = u->batch_first ? o : gdl_transpose(o, 0, 1))) return NULL;
     gdl__nn_record(m, o);
@@ -28232,12 +28417,10 @@ static int gdl__dist_timeout_called; /* gdl_dist_set_timeout was called: GPUDL_D
 /* The variable `name` as a whole number in [lo, hi]: 1 set, 0 unset, -1 bad. */
 static int gdl__env_int(const char *op, const char *launcher, const char *name, long lo, long hi, int *out) {
     const char *v = getenv(name);
-    char *end;
     long x;
     if (!v) return 0;
-    x = strtol(v, &end, 10);
-    if (!v[0] || *end || x < lo || x > hi) {
-        gdl__set_error("%s: %s='%s' (%s) is not a whole number in [%ld, %ld]", op, name, v, launcher, lo, hi);
+    if (gdl__parse_long(v, lo, hi, &x) < 0) {
+        gdl__set_error("%s: %s='%.64s' (%s) is not a whole number in [%ld, %ld]", op, name, v, launcher, lo, hi);
         return -1;
     }
     *out = (int)x;
@@ -28422,18 +28605,30 @@ static int gdl__rdv_token(unsigned char key[32], char *src, size_t slen) {
     static const char *const vars[][2] = {{"GPUDL_DIST_TOKEN", NULL},       {"GPUDL_JOB_UID", NULL},
                                           {"TORCHELASTIC_RUN_ID", NULL},    {"SLURM_JOB_ID", "SLURM_STEP_ID"},
                                           {"OMPI_MCA_orte_ess_jobid", NULL}, {"PMIX_NAMESPACE", NULL}};
-    char tok[1024];
+    unsigned char tok[65]; /* the token, or (over 64 bytes) its SHA-256, as HMAC keys it (RFC 2104) */
     size_t i, n = 0;
     gdl__hmac m;
     int found = -1;
-    tok[0] = 0;
     snprintf(src, slen, "none");
     for (i = 0; i < sizeof vars / sizeof *vars; i++) {
         const char *a = getenv(vars[i][0]), *b = vars[i][1] ? getenv(vars[i][1]) : NULL;
+        const char *piece[7];
+        gdl__sha256 h;
+        size_t k, np = 3;
         if (!a || !a[0] || (i == 2 && !strcmp(a, "none"))) continue; /* torchrun's default run id: no secret */
-        n = (size_t)snprintf(tok, sizeof tok, "%s=%s", vars[i][0], a);
-        if (b && b[0] && n < sizeof tok) n += (size_t)snprintf(tok + n, sizeof tok - n, " %s=%s", vars[i][1], b);
-        if (n >= sizeof tok) n = sizeof tok - 1; /* a longer token: its first 1023 bytes */
+        /* "NAME=value[ NAME2=value2]", hashed piece by piece: a token of any length counts whole */
+        piece[0] = vars[i][0], piece[1] = "=", piece[2] = a;
+        if (b && b[0]) piece[3] = " ", piece[4] = vars[i][1], piece[5] = "=", piece[6] = b, np = 7;
+        for (k = 0; k < np; k++) n += strlen(piece[k]);
+        if (n <= 64) {
+            for (n = 0, k = 0; k < np; n += strlen(piece[k]), k++) memcpy(tok + n, piece[k], strlen(piece[k]));
+        } else {
+            gdl__sha256_init(&h);
+            for (k = 0; k < np; k++) gdl__sha256_add(&h, piece[k], strlen(piece[k]));
+            gdl__sha256_end(&h, tok);
+            memset(&h, 0, sizeof h);
+            n = 32;
+        }
         snprintf(src, slen, "%s%s%s", vars[i][0], b && b[0] ? "+" : "", b && b[0] ? vars[i][1] : "");
         found = 0;
         break;
@@ -28972,18 +29167,19 @@ static const char *gdl__rdv_bind_addr(const char *addr) {
 
 /* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
 static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
-    char addr[256], ps[32], *end;
+    char addr[256], ps[32];
+    const char *bind;
     long port;
     double deadline = gdl_now() + timeout;
     if (gdl__cluster_master(op, addr, sizeof addr, ps, sizeof ps) < 0) return -1;
+    if (gdl__env_str(op, "GPUDL_DIST_BIND_ADDR", 255, &bind) < 0) return -1; /* gdl__rdv_bind_addr's */
     if (!addr[0] || !ps[0]) {
         gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
                        "(rank 0's host and a free port, as torchrun sets them)", op, !addr[0] ?
                        "MASTER_ADDR" : "MASTER_PORT", world);
         return -1;
     }
-    port = strtol(ps, &end, 10);
-    if (!ps[0] || *end || port < 1 || port > 65535) {
+    if (gdl__parse_long(ps, 1, 65535, &port) < 0) {
         gdl__set_error("%s: MASTER_PORT='%s' is not a port number in [1, 65535]", op, ps);
         return -1;
     }
@@ -29065,7 +29261,8 @@ static int gdl__dist_env(const char *op, int *rank, int *world, int *local, cons
     if ((v = getenv("GPUDL_DIST_TIMEOUT")) != NULL) {
         char *end;
         double t = strtod(v, &end);
-        if (!v[0] || *end || !(t > 0)) {
+        /* decimal digits (strtod also takes spaces, a sign, hex), or inf */
+        if (!v[0] || *end || !(t > 0) || (strspn(v, "0123456789.eE-") != strlen(v) && strcmp(v, "inf") != 0)) {
             gdl__set_error("%s: GPUDL_DIST_TIMEOUT='%s' is not a number of seconds > 0 (how long a collective "
                            "waits for the other ranks; 'inf': for ever)", op, v);
             return -1;
@@ -30147,16 +30344,19 @@ GPUDL_API int64_t gdl_hostlist_host(const char *list, int64_t n, char *out, size
 /* The rendezvous's address and port (gdl__rendezvous): MASTER_ADDR, MASTER_PORT as set; else
    Kubeflow's PET_MASTER_ADDR, PET_MASTER_PORT; else, in a process srun started (SLURM_PROCID), the
    first host of the step's (or job's) node list, where srun starts rank 0, and a port from the job's id.
-   Unset ones stay "". 0, or -1 + error (a bad node list). Only the rendezvous without MPI asks. */
+   Unset ones stay "". 0, or -1 + error (a value too long for its buffer, a bad node list, a job id
+   that is not a number). Only the rendezvous without MPI asks. */
 #if defined(GDL__HAVE_RDV)
 static int gdl__cluster_master(const char *op, char *addr, size_t alen, char *port, size_t plen) {
     static const char *const lists[3] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
-    const char *a = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT"), *job;
+    const char *a, *p, *job;
     int i;
-    if (!a || !a[0]) a = getenv("PET_MASTER_ADDR");
-    if (!p) p = getenv("PET_MASTER_PORT");
-    snprintf(addr, alen, "%s", a ? a : "");
-    snprintf(port, plen, "%s", p ? p : "");
+    if (gdl__env_str(op, "MASTER_ADDR", alen - 1, &a) < 0 || gdl__env_str(op, "MASTER_PORT", plen - 1, &p) < 0)
+        return -1;
+    if (!a[0] && gdl__env_str(op, "PET_MASTER_ADDR", alen - 1, &a) < 0) return -1;
+    if (!p[0] && gdl__env_str(op, "PET_MASTER_PORT", plen - 1, &p) < 0) return -1;
+    snprintf(addr, alen, "%s", a);
+    snprintf(port, plen, "%s", p);
     if (!getenv("SLURM_PROCID")) return 0;
     for (i = 0; i < 3 && !addr[0]; i++) {
         const char *l = getenv(lists[i]);
@@ -30169,8 +30369,15 @@ static int gdl__cluster_master(const char *op, char *addr, size_t alen, char *po
         }
     }
     /* a port of the job's own, the same on every rank; jobs sharing a node differ (Lightning's way too) */
-    if (!port[0] && (job = getenv("SLURM_JOB_ID")) != NULL && job[0])
-        snprintf(port, plen, "%lu", 20000 + strtoul(job, NULL, 10) % 20000);
+    if (!port[0] && (job = getenv("SLURM_JOB_ID")) != NULL && job[0]) {
+        long id;
+        if (gdl__parse_long(job, 0, LONG_MAX, &id) < 0) {
+            gdl__set_error("%s: MASTER_PORT is not set and cannot come from SLURM_JOB_ID='%.64s': not a whole "
+                           "number >= 0 (set MASTER_PORT)", op, job);
+            return -1;
+        }
+        snprintf(port, plen, "%ld", 20000 + id % 20000);
+    }
     return 0;
 }
 #endif
@@ -30224,7 +30431,7 @@ static int gdl__cluster_env(const char *op, int *rank, int *world, int *local, c
         char *end;
         long lo = strtol(nn, &end, 10), hi = lo;
         if (*end == ':') hi = strtol(end + 1, &end, 10);
-        if (!nn[0] || *end || lo < 1 || lo > (1L << 20) || hi != lo) {
+        if (!nn[0] || *end || strspn(nn, "0123456789:") != strlen(nn) || lo < 1 || lo > (1L << 20) || hi != lo) {
             gdl__set_error("%s: PET_NNODES='%s' (Kubeflow) is not a number of pods%s", op, nn,
                            hi != lo ? ": an elastic range needs torchrun's rendezvous; gpudl takes a fixed size "
                                       "(minNodes = maxNodes)" : "");

@@ -48,7 +48,10 @@ or NULL. Nothing here calls exit().
 #ifndef GPUDL_NO_NCCL
 #include <nccl.h>
 #endif
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include <atomic>
@@ -632,11 +635,22 @@ static int gdl__cu_pci_bus_id(int device, char *buf, int len) {
 // loop otherwise. The emulator's checks run (tests/cuda_emu/emu.mk) uses it,
 // so that a missing barrier before a block reuses its shared memory for its
 // next row shows; it changes only the order of a reduction's partial sums.
+// The value is a whole number in [1, 2^31 - 1]; anything else (read where no
+// call can fail) is one warning line on stderr, and the caps stay.
 static int64_t gdl__cu_cap(int64_t limit) {
     static const int64_t env = [] {
         const char *e = getenv("GPUDL_CUDA_MAX_GRID");
-        long long v = e ? atoll(e) : 0;
-        return (int64_t)(v > 0 ? v : 0);
+        char *end = NULL;
+        long long v;
+        if (!e || !e[0]) return (int64_t)0;
+        errno = 0;
+        v = e[0] >= '0' && e[0] <= '9' ? strtoll(e, &end, 10) : 0;
+        if (!end || *end || errno == ERANGE || v < 1 || v > 2147483647LL) {
+            fprintf(stderr, "gpudl: warning: ignoring GPUDL_CUDA_MAX_GRID='%.64s': not a whole number in "
+                            "[1, 2147483647]; using the default grid caps\n", e);
+            return (int64_t)0;
+        }
+        return (int64_t)v;
     }();
     return env > 0 && env < limit ? env : limit;
 }
@@ -2051,8 +2065,12 @@ static int gdl__cu_act_backward_reduce(int act, int64_t outer, int64_t n, int64_
 // stderr (a notice once, not a log: a model falls back on every step).
 static void gdl__cu_lt_fallback_notice(const char *why, int M, int N, int K) {
     static std::atomic<int> told(0);
-    const char *v = getenv("GPUDL_VERBOSE");
+    const char *v = getenv("GPUDL_VERBOSE"); // 0 or 1: anything else warns (once) and counts as 0
     if (!v || !v[0] || strcmp(v, "0") == 0 || told.exchange(1)) return;
+    if (strcmp(v, "1") != 0) {
+        fprintf(stderr, "gpudl: warning: ignoring GPUDL_VERBOSE='%.64s': not 0 or 1; using 0\n", v);
+        return;
+    }
     fprintf(stderr, "gpudl: fused linear %d x %d x %d without cuBLASLt's epilogue (%s): the GEMM, then the "
                     "bias/activation kernel (said once per process)\n", M, N, K, why);
 }

@@ -97,8 +97,12 @@ static int gdl__cu_act_backward_reduce(int act, int64_t outer, int64_t n, int64_
 // stderr (a notice once, not a log: a model falls back on every step).
 static void gdl__cu_lt_fallback_notice(const char *why, int M, int N, int K) {
     static std::atomic<int> told(0);
-    const char *v = getenv("GPUDL_VERBOSE");
+    const char *v = getenv("GPUDL_VERBOSE"); // 0 or 1: anything else warns (once) and counts as 0
     if (!v || !v[0] || strcmp(v, "0") == 0 || told.exchange(1)) return;
+    if (strcmp(v, "1") != 0) {
+        fprintf(stderr, "gpudl: warning: ignoring GPUDL_VERBOSE='%.64s': not 0 or 1; using 0\n", v);
+        return;
+    }
     fprintf(stderr, "gpudl: fused linear %d x %d x %d without cuBLASLt's epilogue (%s): the GEMM, then the "
                     "bias/activation kernel (said once per process)\n", M, N, K, why);
 }

@@ -48,7 +48,10 @@ or NULL. Nothing here calls exit().
 #ifndef GPUDL_NO_NCCL
 #include <nccl.h>
 #endif
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <math.h>
 #include <atomic>

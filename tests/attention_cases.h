@@ -9,6 +9,9 @@
    * the error paths (shapes, dtypes, masks, is_causal with a mask, dropout_p, devices);
    * the memory a step saves grows linearly in T (the step arena's bytes, T = 64 ... 1024), where the
      unfused composition's grows as T^2.
+   * PyTorch's semantics on the fused kernels and the unfused composition alike, against a reference in
+     double: a query row no key may attend to gives 0 and no gradient; an explicit scale (-0.5, 0) is
+     applied as given, GDL_SCALE_DEFAULT is 1/sqrt(E).
    Needs dtype_parity.h (dtype_compare, dtype_tol) first. */
 #ifndef GPUDL_ATTENTION_CASES_H
 #define GPUDL_ATTENTION_CASES_H
@@ -318,8 +321,8 @@ TEST attn_heads_errors(void *arg) {
     ATTN_BAD("gdl_sdpa_qkv", gdl_sdpa_qkv(NULL, 3, NULL, 0, 0, 0), "qkv");
 #undef ATTN_BAD
     gdl_arena_reset(); /* the good calls, to show the inputs above differ from them only where named */
-    ASSERT_NOT_NULL(gdl_sdpa_heads(q, k, v, 3, NULL, 0, 0, 0));
-    ASSERT_NOT_NULL(gdl_sdpa_qkv(qkv, 3, NULL, 0, 1, 0));
+    ASSERT_NOT_NULL(gdl_sdpa_heads(q, k, v, 3, NULL, 0, 0, GDL_SCALE_DEFAULT));
+    ASSERT_NOT_NULL(gdl_sdpa_qkv(qkv, 3, NULL, 0, 1, GDL_SCALE_DEFAULT));
     gdl_free(q); gdl_free(k); gdl_free(v); gdl_free(kb); gdl_free(v7); gdl_free(qkv); gdl_free(q1); gdl_free(m);
     gdl_free(qi); gdl_free(q6); gdl_free(kh);
     gdl_arena_reset();
@@ -371,7 +374,7 @@ TEST attn_errors(void *arg) {
 #undef ATTN_BAD
     /* the good call, to show the inputs above differ from it only where named */
     gdl_arena_reset();
-    ASSERT_NOT_NULL(gdl_scaled_dot_product_attention(q, k, v, m, 0, 0, 0));
+    ASSERT_NOT_NULL(gdl_scaled_dot_product_attention(q, k, v, m, 0, 0, GDL_SCALE_DEFAULT));
     gdl_free(q); gdl_free(k); gdl_free(v); gdl_free(m); gdl_free(mi); gdl_free(mb); gdl_free(m5); gdl_free(q1);
     gdl_free(kE); gdl_free(vS); gdl_free(kb); gdl_free(qi); gdl_free(kB); gdl_free(vB); gdl_free(mf);
     gdl_arena_reset();
@@ -389,8 +392,8 @@ static size_t attn_step_bytes(gdl_device dev, int64_t T, int fused, size_t *afte
     if (q && k && v && gdl_set_requires_grad(q, 1) == 0 && gdl_set_requires_grad(k, 1) == 0 &&
         gdl_set_requires_grad(v, 1) == 0) {
         gdl_arena_reset();
-        out = fused ? gdl_scaled_dot_product_attention(q, k, v, NULL, 0, 1, 0)
-                    : gdl_scaled_dot_product_attention(q, k, v, NULL, 0.1, 1, 0); /* dropout: the composition */
+        out = fused ? gdl_scaled_dot_product_attention(q, k, v, NULL, 0, 1, GDL_SCALE_DEFAULT)
+                    : gdl_scaled_dot_product_attention(q, k, v, NULL, 0.1, 1, GDL_SCALE_DEFAULT); /* dropout: the composition */
         used = out ? gdl_arena_used() : 0;
         if (after_backward) *after_backward = out && gdl_backward(gdl_sum(out)) == 0 ? gdl_arena_used() : 0;
     }
@@ -421,6 +424,173 @@ TEST attn_memory_linear(void *arg) {
                   "before (linear: 2)", 64 << i, fwd[i], bwd[i], 32 << i, f, b);
     }
     ASSERT(unfused > 8 * fwd[2]);
+    PASS();
+}
+
+/* ---- PyTorch's semantics on both paths: a query row that no key may attend to gives 0 and no gradient
+   (PyTorch's safe softmax), and an explicit scale is applied as given, 0 and negative ones too. Each
+   path against a reference computed here in double: the fused kernels (a u8 mask; an additive one), and
+   the unfused composition (an additive mask that requires a gradient; a head of 300, over the kernels'
+   256, with either mask). ---- */
+
+/* softmax(scale q k^T, rows masked by keep) v and its three gradients for the output gradient go, over
+   BH heads of L x S, in double; a row with no kept key: 0, no gradient */
+static void attn_hand(const float *q, const float *k, const float *v, const float *go, const uint8_t *keep, int BH,
+                      int L, int S, int E, int Ev, double scale, double *o, double *gq, double *gk, double *gv) {
+    double p[8], dp[8];
+    int b, i, j, e;
+    memset(gq, 0, sizeof(double) * (size_t)(BH * L * E));
+    memset(gk, 0, sizeof(double) * (size_t)(BH * S * E));
+    memset(gv, 0, sizeof(double) * (size_t)(BH * S * Ev));
+    for (b = 0; b < BH; b++)
+        for (i = 0; i < L; i++) {
+            const float *qi = q + (b * L + i) * E, *goi = go + (b * L + i) * Ev;
+            double m = -INFINITY, sum = 0, dot = 0;
+            for (j = 0; j < S; j++) {
+                double x = 0;
+                for (e = 0; e < E; e++) x += (double)qi[e] * k[(b * S + j) * E + e];
+                p[j] = keep[i * S + j] ? scale * x : -INFINITY;
+                if (p[j] > m) m = p[j];
+            }
+            for (j = 0; j < S; j++) sum += p[j] = m == -INFINITY ? 0 : exp(p[j] - m);
+            for (j = 0; j < S; j++) p[j] = sum > 0 ? p[j] / sum : 0;
+            for (e = 0; e < Ev; e++) {
+                double x = 0;
+                for (j = 0; j < S; j++) x += p[j] * v[(b * S + j) * Ev + e];
+                o[(b * L + i) * Ev + e] = x;
+            }
+            for (j = 0; j < S; j++) {
+                dp[j] = 0;
+                for (e = 0; e < Ev; e++) {
+                    dp[j] += (double)goi[e] * v[(b * S + j) * Ev + e];
+                    gv[(b * S + j) * Ev + e] += p[j] * goi[e];
+                }
+                dot += p[j] * dp[j];
+            }
+            for (j = 0; j < S; j++) {
+                double ds = scale * p[j] * (dp[j] - dot);
+                for (e = 0; e < E; e++) {
+                    gq[(b * L + i) * E + e] += ds * k[(b * S + j) * E + e];
+                    gk[(b * S + j) * E + e] += ds * qi[e];
+                }
+            }
+        }
+}
+
+/* 0 when t (any device, f32) holds want within 1e-4 (relative above 1), else a message */
+static int attn_near(gdl_tensor *t, const double *want, const char *what, char *msg, size_t msz) {
+    gdl_tensor *c = t ? gdl_to(t, gdl_cpu()) : NULL;
+    int64_t i;
+    if (!c) {
+        snprintf(msg, msz, "%s: none (%.200s)", what, gdl_last_error());
+        return 1;
+    }
+    for (i = 0; i < c->numel; i++) {
+        double x = ((const float *)c->data)[i];
+        if (!(fabs(x - want[i]) <= 1e-4 * (1 + fabs(want[i])))) {
+            snprintf(msg, msz, "%s[%lld] = %.7g, expected %.7g", what, (long long)i, x, want[i]);
+            if (c != t) gdl_free(c);
+            return 1;
+        }
+    }
+    if (c != t) gdl_free(c);
+    return 0;
+}
+
+enum { ATTN_MASK_NONE, ATTN_MASK_BOOL, ATTN_MASK_ADD, ATTN_MASK_ADD_GRAD };
+
+/* one run: heads of E (over 256: the composition), the mask kind (its row 1 keeps no key when dead),
+   scale (GDL_SCALE_DEFAULT: 1/sqrt(E)); 0 when the output and gradients match attn_hand */
+static int attn_semantics_one(gdl_device dev, int E, int mkind, int dead, double scale, char *msg, size_t msz) {
+    enum { BH = 2, L = 3, S = 5, EV = 3 };
+    int64_t sq[3] = {BH, L, E}, sk[3] = {BH, S, E}, sv[3] = {BH, S, EV}, so[3] = {BH, L, EV}, sm[2] = {L, S};
+    uint8_t keep[L * S];
+    float hm[L * S], *h[4];
+    double *want[4], eff = scale == scale ? scale : 1 / sqrt((double)E);
+    gdl_tensor *t[4] = {NULL, NULL, NULL, NULL}, *mask = NULL, *o = NULL;
+    int i, bad = 1;
+    const int64_t n[4] = {BH * L * E, BH * S * E, BH * S * EV, BH * L * EV};
+    for (i = 0; i < L * S; i++) {
+        keep[i] = (uint8_t)(mkind == ATTN_MASK_NONE || (!(dead && i / S == 1) && (i % S != 2 || i / S == 0)));
+        hm[i] = keep[i] ? 0.0f : -INFINITY;
+    }
+    for (i = 0; i < 4; i++) h[i] = attn_randn(n[i], GDL_F32, 1);
+    for (i = 0; i < 4; i++) want[i] = (double *)malloc(sizeof(double) * (size_t)n[i]); /* gq, gk, gv, o */
+    if (!h[0] || !h[1] || !h[2] || !h[3] || !want[0] || !want[1] || !want[2] || !want[3]) {
+        snprintf(msg, msz, "out of memory");
+        goto done;
+    }
+    attn_hand(h[0], h[1], h[2], h[3], keep, BH, L, S, E, EV, eff, want[3], want[0], want[1], want[2]);
+    gdl_arena_reset();
+    if (!(t[0] = attn_put(h[0], 3, sq, GDL_F32, dev, 1)) || !(t[1] = attn_put(h[1], 3, sk, GDL_F32, dev, 1)) ||
+        !(t[2] = attn_put(h[2], 3, sv, GDL_F32, dev, 1)) || !(t[3] = attn_put(h[3], 3, so, GDL_F32, dev, 0)))
+        goto fail;
+    if (mkind == ATTN_MASK_BOOL) {
+        gdl_tensor *u = gdl_from_array(keep, 2, sm, GDL_U8, gdl_cpu());
+        mask = u ? gdl_to(u, dev) : NULL;
+        if (mask != u) gdl_free(u);
+    } else if (mkind != ATTN_MASK_NONE) {
+        mask = attn_put(hm, 2, sm, GDL_F32, dev, mkind == ATTN_MASK_ADD_GRAD);
+    }
+    if ((mkind != ATTN_MASK_NONE && !mask) || !(o = gdl_scaled_dot_product_attention(t[0], t[1], t[2], mask, 0, 0, scale)) ||
+        gdl_backward_grad(o, t[3]) < 0)
+        goto fail;
+    bad = attn_near(o, want[3], "the output", msg, msz) || attn_near(t[0]->grad, want[0], "query's gradient", msg, msz) ||
+          attn_near(t[1]->grad, want[1], "key's gradient", msg, msz) ||
+          attn_near(t[2]->grad, want[2], "value's gradient", msg, msz);
+    if (!bad && mkind == ATTN_MASK_ADD_GRAD) { /* the mask's gradient: finite, 0 where no weight is */
+        gdl_tensor *c = mask->grad ? gdl_to(mask->grad, gdl_cpu()) : NULL;
+        for (i = 0; c && i < L * S && !bad; i++) {
+            float g = ((const float *)c->data)[i];
+            if (!(g == g) || (!keep[i] && g != 0)) {
+                snprintf(msg, msz, "the mask's gradient [%d] = %g", i, (double)g);
+                bad = 1;
+            }
+        }
+        if (!c) {
+            snprintf(msg, msz, "the mask has no gradient");
+            bad = 1;
+        }
+        if (c && c != mask->grad) gdl_free(c);
+    }
+    goto done;
+fail:
+    snprintf(msg, msz, "failed: %.200s", gdl_last_error());
+done:
+    for (i = 0; i < 4; i++) {
+        gdl_free(t[i]);
+        free(h[i]);
+        free(want[i]);
+    }
+    gdl_free(mask);
+    gdl_arena_reset();
+    return bad;
+}
+
+TEST attn_fully_masked_rows(void *arg) {
+    static const char *kinds[4] = {"no mask", "a u8 mask (fused)", "an additive mask (fused)",
+                                   "an additive mask requiring grad (unfused)"};
+    const gdl_device dev = *(const gdl_device *)arg;
+    char msg[300];
+    int E, kind;
+    gdl_manual_seed(31);
+    for (E = 4; E <= 300; E += 296) /* 300: over the kernels' 256, the composition with every mask */
+        for (kind = ATTN_MASK_BOOL; kind <= ATTN_MASK_ADD_GRAD; kind++)
+            if (attn_semantics_one(dev, E, kind, 1, GDL_SCALE_DEFAULT, msg, sizeof msg))
+                FAILf("E %d, %s, a row with no key: %s", E, kinds[kind], msg);
+    PASS();
+}
+
+TEST attn_explicit_scale(void *arg) {
+    static const double scales[4] = {-0.5, 0, 0.75, GDL_SCALE_DEFAULT};
+    const gdl_device dev = *(const gdl_device *)arg;
+    char msg[300];
+    int s, kind;
+    gdl_manual_seed(37);
+    for (s = 0; s < 4; s++)
+        for (kind = ATTN_MASK_NONE; kind <= ATTN_MASK_ADD_GRAD; kind += 3) /* fused; the composition */
+            if (attn_semantics_one(dev, 4, kind, 0, scales[s], msg, sizeof msg))
+                FAILf("scale %g, %s: %s", scales[s], kind ? "the composition" : "fused", msg);
     PASS();
 }
 

@@ -202,13 +202,13 @@ static gdl_tensor *f_bmm(gdl_tensor **x) { return gdl_bmm(x[0], x[1]); }
 static gdl_tensor *f_sdpa(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[1], x[2], NULL, 0, 0, NAN); }
 static gdl_tensor *f_sdpa_causal(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[1], x[2], NULL, 0, 1, 0.7); }
 static gdl_tensor *f_sdpa_bool(gdl_tensor **x) {
-    return gdl_scaled_dot_product_attention(x[0], x[1], x[2], gdl_compare_scalar(x[3], GDL_CMP_GT, -0.8), 0, 0, 0);
+    return gdl_scaled_dot_product_attention(x[0], x[1], x[2], gdl_compare_scalar(x[3], GDL_CMP_GT, -0.8), 0, 0, GDL_SCALE_DEFAULT);
 }
 static gdl_tensor *f_sdpa_additive(gdl_tensor **x) {
     return gdl_scaled_dot_product_attention(x[0], x[1], x[2], gdl_to_dtype(x[3], x[0]->dtype), 0, 0, NAN);
 }
-static gdl_tensor *f_sdpa_self(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[0], x[0], NULL, 0, 1, 0); }
-static gdl_tensor *f_sdpa_dropout(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[1], x[2], NULL, 0.3, 0, 0); }
+static gdl_tensor *f_sdpa_self(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[0], x[0], NULL, 0, 1, GDL_SCALE_DEFAULT); }
+static gdl_tensor *f_sdpa_dropout(gdl_tensor **x) { return gdl_scaled_dot_product_attention(x[0], x[1], x[2], NULL, 0.3, 0, GDL_SCALE_DEFAULT); }
 /* heads packed in the last dim, read and written at strides: three tensors (2 heads), 4-D with an additive
    mask, one qkv tensor with is_causal, and dropout (the composition on copies) */
 static gdl_tensor *f_sdpa_heads(gdl_tensor **x) { return gdl_sdpa_heads(x[0], x[1], x[2], 2, NULL, 0, 0, NAN); }
@@ -216,7 +216,7 @@ static gdl_tensor *f_sdpa_heads_additive(gdl_tensor **x) {
     return gdl_sdpa_heads(x[0], x[1], x[2], 2, gdl_to_dtype(x[3], x[0]->dtype), 0, 0, NAN);
 }
 static gdl_tensor *f_sdpa_qkv_causal(gdl_tensor **x) { return gdl_sdpa_qkv(x[0], 2, NULL, 0, 1, 0.6); }
-static gdl_tensor *f_sdpa_heads_dropout(gdl_tensor **x) { return gdl_sdpa_heads(x[0], x[1], x[2], 2, NULL, 0.3, 0, 0); }
+static gdl_tensor *f_sdpa_heads_dropout(gdl_tensor **x) { return gdl_sdpa_heads(x[0], x[1], x[2], 2, NULL, 0.3, 0, GDL_SCALE_DEFAULT); }
 static gdl_tensor *f_lstm_gates(gdl_tensor **x) { return gdl_lstm_gates(x[0], x[1], x[2]); }
 static gdl_tensor *f_lstm_gates_self(gdl_tensor **x) { return gdl_lstm_gates(x[0], x[0], x[1]); }
 static gdl_tensor *f_gru_gates(gdl_tensor **x) { return gdl_gru_gates(x[0], x[1], x[2]); }

@@ -1369,7 +1369,7 @@ TEST test_sdpa_pytorch_values(void) {
                 FAILf("%s: %s differs from PyTorch's", pass ? "u8 mask" : "is_causal", j ? "a gradient" : "the output");
     }
     gdl_arena_reset(); /* the first query row with no key: 0 */
-    ASSERT_NOT_NULL(o = gdl_scaled_dot_product_attention(q, k, v, m0, 0, 0, 0));
+    ASSERT_NOT_NULL(o = gdl_scaled_dot_product_attention(q, k, v, m0, 0, 0, GDL_SCALE_DEFAULT));
     for (j = 0; j < 3; j++) ASSERT_EQ(0.0, (double)((float *)o->data)[1 * 3 + j]);
     gdl_free(q); gdl_free(k); gdl_free(v); gdl_free(w); gdl_free(m); gdl_free(m0);
     gdl_arena_reset();

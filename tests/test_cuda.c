@@ -3442,6 +3442,8 @@ SUITE(seq_ops) {
         RUN_GPU_NAMED("attention_heads_strided", attn_heads_strided, &dev);
         RUN_GPU_NAMED("attention_heads_errors", attn_heads_errors, &dev);
         RUN_GPU_NAMED("attention_memory_linear_in_T", attn_memory_linear, &dev);
+        RUN_GPU_NAMED("attention_fully_masked_rows", attn_fully_masked_rows, &dev);
+        RUN_GPU_NAMED("attention_explicit_scale", attn_explicit_scale, &dev);
     }
     RUN_GPU(mha_parity);
     RUN_GPU(tfm_parity);

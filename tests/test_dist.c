@@ -77,6 +77,71 @@ TEST bad_environments(void) {
     PASS();
 }
 
+/* The launchers' and the rendezvous's variables are parsed whole: a number with anything around it, a
+   value too long for its buffer, a Slurm job id that is not a number (the port comes from it) are errors
+   naming the variable, never a number read from the front, a truncation or a default port. The
+   rendezvous itself runs only for CUDA tensors without MPI: it is called here directly, and every case
+   fails before any connection. */
+#if defined(GDL__HAVE_RDV)
+static int rdv_fails_with(const char *needle, int rank, const char *const *kv, char *msg, size_t len) {
+    static const char *const vars[] = {"MASTER_ADDR", "MASTER_PORT", "PET_MASTER_ADDR", "PET_MASTER_PORT",
+                                       "SLURM_PROCID", "SLURM_JOB_NODELIST", "SLURM_JOB_ID", "GPUDL_DIST_BIND_ADDR"};
+    unsigned char id[GDL_COMM_ID_BYTES];
+    size_t i;
+    int rc;
+    for (i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+    for (; kv[0]; kv += 2) setenv(kv[0], kv[1], 1);
+    rc = gdl__rendezvous("gdl_dist_init", rank, 2, id, 0.5);
+    for (i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+    if (rc == 0) {
+        snprintf(msg, len, "the rendezvous succeeded; expected an error naming %s", needle);
+        return 0;
+    }
+    if (!strstr(gdl_last_error(), needle)) {
+        snprintf(msg, len, "the error '%.300s' does not name %s", gdl_last_error(), needle);
+        return 0;
+    }
+    return 1;
+}
+#endif
+
+TEST variables_parsed_whole(void) {
+    static const char *const r1[] = {"RANK", "1e3", "WORLD_SIZE", "2", "LOCAL_RANK", "0", NULL};
+    static const char *const r2[] = {"RANK", "0", "WORLD_SIZE", "2abc", "LOCAL_RANK", "0", NULL};
+    static const char *const r3[] = {"RANK", "0", "WORLD_SIZE", "2", "LOCAL_RANK", " 0", NULL};
+    static const char *const r4[] = {"PET_NNODES", " 2", "PET_NODE_RANK", "0", NULL};
+    char msg[512];
+    if (!init_fails_with("RANK='1e3' (torchrun) is not a whole number", r1, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("WORLD_SIZE='2abc'", r2, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("LOCAL_RANK=' 0'", r3, msg, sizeof msg)) FAILm(msg);
+    if (!init_fails_with("PET_NNODES=' 2'", r4, msg, sizeof msg)) FAILm(msg);
+#if defined(GDL__HAVE_RDV)
+    {
+        static char long_name[301];
+        const char *a1[] = {"MASTER_ADDR", long_name, "MASTER_PORT", "29500", NULL};
+        const char *a2[] = {"PET_MASTER_ADDR", long_name, "MASTER_PORT", "29500", NULL};
+        static const char *const p1[] = {"MASTER_ADDR", "localhost", "MASTER_PORT", "29500x", NULL};
+        static const char *const p2[] = {"MASTER_ADDR", "localhost", "MASTER_PORT", "+29500", NULL};
+        static const char *const p3[] = {"MASTER_ADDR", "localhost", "MASTER_PORT", "123456789012345678901234567890123",
+                                         NULL};
+        static const char *const s1[] = {"SLURM_PROCID", "1", "SLURM_JOB_NODELIST", "localhost", "SLURM_JOB_ID",
+                                         "12ab", NULL};
+        const char *b1[] = {"MASTER_ADDR", "localhost", "MASTER_PORT", "29500", "GPUDL_DIST_BIND_ADDR", long_name,
+                            NULL};
+        memset(long_name, 'h', 300);
+        if (!rdv_fails_with("MASTER_ADDR is 300 bytes long", 1, a1, msg, sizeof msg)) FAILm(msg);
+        if (!rdv_fails_with("PET_MASTER_ADDR is 300 bytes long", 1, a2, msg, sizeof msg)) FAILm(msg);
+        if (!rdv_fails_with("MASTER_PORT='29500x' is not a port number", 1, p1, msg, sizeof msg)) FAILm(msg);
+        if (!rdv_fails_with("MASTER_PORT='+29500'", 1, p2, msg, sizeof msg)) FAILm(msg);
+        if (!rdv_fails_with("MASTER_PORT is 33 bytes long", 1, p3, msg, sizeof msg)) FAILm(msg);
+        if (!rdv_fails_with("SLURM_JOB_ID='12ab': not a whole number", 1, s1, msg, sizeof msg)) FAILm(msg);
+        if (!rdv_fails_with("GPUDL_DIST_BIND_ADDR is 300 bytes long", 0, b1, msg, sizeof msg)) FAILm(msg);
+    }
+#endif
+    ASSERT(!gdl_dist_is_initialized());
+    PASS();
+}
+
 /* Kubernetes' controllers: an Indexed Job (JOB_COMPLETION_INDEX and WORLD_SIZE from the manifest),
    Kubeflow's PyTorchJob (RANK, WORLD_SIZE, PET_*: no LOCAL_RANK) and PET_* alone (TrainJob); as one
    process each is read, and each broken environment is refused naming the variable. */
@@ -198,7 +263,7 @@ TEST hostlists(void) {
 
 /* The collectives' timeout: GPUDL_DIST_TIMEOUT at gdl_dist_init, gdl_dist_set_timeout; bad values named. */
 TEST timeout_settings(void) {
-    static const char *const bad[] = {"0", "-3", "x", "", "2s", "nan"};
+    static const char *const bad[] = {"0", "-3", "x", "", "2s", "nan", " 5", "+5", "0x10", "5 "};
     size_t i;
     clear_env();
     ASSERT_EQ(600.0, gdl_dist_timeout());
@@ -957,6 +1022,7 @@ TEST preempt_signals_during_save(void) {
 
 SUITE(environment) {
     RUN_TEST(bad_environments);
+    RUN_TEST(variables_parsed_whole);
     RUN_TEST(several_processes_need_mpi);
     RUN_TEST(timeout_settings);
     RUN_TEST(single_process);

@@ -421,6 +421,8 @@ SUITE(attention) {
     RUN_TEST_NAMED("heads_strided", attn_heads_strided, (void *)&cpu);
     RUN_TEST_NAMED("heads_errors", attn_heads_errors, (void *)&cpu);
     RUN_TEST_NAMED("memory_linear_in_T", attn_memory_linear, (void *)&cpu);
+    RUN_TEST_NAMED("fully_masked_rows", attn_fully_masked_rows, (void *)&cpu);
+    RUN_TEST_NAMED("explicit_scale", attn_explicit_scale, (void *)&cpu);
     RUN_TEST(attn_backward_one_pass);
 }
 

@@ -103,7 +103,7 @@ expect 2 "unexpected argument '3'" "$b/resnet" 3
 expect 1 "not found in $t/none (the directory given).*make data" "$b/resnet" --data "$t/none" --epochs 1
 # the monitor: a table from the stand-in NVML, and a clear message where there is none
 if [ -f "$b/libfake_nvml.so" ]; then
-    expect 0 "Fake H100 80GB HBM3 .* 87% .* 12.0 /    80.0 GiB" env GPUDL_NVML_LIB="$b/libfake_nvml.so" "$b/gpu_monitor" --count 2 --interval 0.05
+    expect 0 "Fake H100 80GB HBM3 .* 87% .* 12.0 /    80.0 GiB" env GPUDL_NVML_LIB="$(cd "$b" && pwd)/libfake_nvml.so" "$b/gpu_monitor" --count 2 --interval 0.05
 else
     skip=$((skip + 1)); echo "  SKIP gpu_monitor with the stand-in NVML: $b/libfake_nvml.so not built"
 fi

@@ -87,6 +87,10 @@ TEST without_nvml(void) {
     ASSERT_EQ(0, child_fails_with("/nonexistent/libnvidia-ml.so.1", 0,
                                   "gdl_gpu_stats: NVML not available (/nonexistent/libnvidia-ml.so.1"));
     ASSERT_EQ(0, child_fails_with(FAKE_NVML, 1, "gdl_gpu_stats: NVML not available: nvmlInit failed: Driver Not Loaded"));
+    /* the override is an absolute path only: a relative one would load whatever the current directory has */
+    ASSERT_EQ(0, child_fails_with("build/libfake_nvml.so", 0,
+                                  "gdl_gpu_stats: NVML not available: GPUDL_NVML_LIB='build/libfake_nvml.so' is not "
+                                  "an absolute path"));
     PASS();
 }
 

@@ -159,6 +159,23 @@ TEST token_sources(void) {
     setenv("GPUDL_DIST_TOKEN", "s3creT", 1);
     ASSERT_STR_EQ("GPUDL_DIST_TOKEN", source(k2));
     ASSERT(memcmp(k1, k2, 32) != 0);
+    { /* a token counts whole, however long: two differing in their last byte only give two keys, and the
+         key is HMAC's over the whole "NAME=value" */
+        static char tok[2001], full[2100];
+        gdl__hmac m;
+        memset(tok, 'x', 2000);
+        setenv("GPUDL_DIST_TOKEN", tok, 1);
+        ASSERT_STR_EQ("GPUDL_DIST_TOKEN", source(k1));
+        snprintf(full, sizeof full, "GPUDL_DIST_TOKEN=%s", tok);
+        gdl__hmac_init(&m, full, strlen(full));
+        gdl__hmac_add(&m, "gpudl rendezvous key", 20);
+        gdl__hmac_end(&m, k3);
+        ASSERT(memcmp(k1, k3, 32) == 0);
+        tok[1999] = 'y';
+        setenv("GPUDL_DIST_TOKEN", tok, 1);
+        ASSERT_STR_EQ("GPUDL_DIST_TOKEN", source(k2));
+        ASSERT(memcmp(k1, k2, 32) != 0);
+    }
     setenv("GPUDL_DIST_TOKEN", "", 1); /* empty: not set */
     ASSERT_STR_EQ("GPUDL_JOB_UID", source(k1));
     clear_env();

@@ -430,6 +430,7 @@
    impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
    runtime/errors.h         gdl__set_error, gdl_last_error
+   runtime/env.h            the environment variables, parsed whole (numbers in range, strings that fit, 0/1 switches)
    runtime/devices.h        devices and the backend they select
    runtime/profiler.h       the profiler's spans and its trace
    runtime/arena.h          the per-step arenas (host and device)
@@ -539,4 +540,76 @@
    not needed): gdl_set_num_threads, else the environment's
    GPUDL_NUM_THREADS, else OMP_NUM_THREADS, else the CPUs the process may
    run on. Results are bitwise the same for any thread count.
+
+   Environment variables
+   ---------------------
+   Every variable gpudl reads, parsed whole (src/runtime/env.h): a number is
+   decimal digits only (no sign unless the range has negatives, no spaces, no
+   suffix, no exponent) within its range; a string longer than its limit is
+   an error, never cut short; a switch is 0 or 1 (unset or empty: 0). Where
+   the value is read by a call that can fail, a bad one is that call's error
+   naming the variable, its value and what is allowed; where it is read at
+   first use (a thread count, a switch), it is one warning line on stderr,
+   "gpudl: warning: ignoring NAME='value': ...", and the default.
+
+   NAME                 what it does; allowed values; default; a bad value
+   GPUDL_NUM_THREADS    the CPU pool's threads (gdl_set_num_threads wins);
+                        1..1048576, capped at 256; the CPUs the process may
+                        run on; a warning, the default
+   OMP_NUM_THREADS      the same when GPUDL_NUM_THREADS is unset; N or a
+                        list N,M,... (the first, OpenMP's outer level, is
+                        used); as above; as above
+   GPUDL_QUIET          1 hides gdl_default_device's notice that no CUDA
+                        device was found; 0/1; 0; a warning, 0
+   GPUDL_NO_FUSION      1 turns module fusion off (gdl_nn_set_fusion's
+                        initial state); 0/1; 0; a warning, 0
+   GPUDL_VERBOSE        (CUDA) 1: says once on stderr why a fused linear ran
+                        without cuBLASLt's epilogue; 0/1; 0; a warning, 0
+   GPUDL_CUDA_MAX_GRID  (CUDA; for tests) caps every kernel grid at N blocks;
+                        1..2147483647; no cap below the built-in ones; a
+                        warning, no cap
+   GPUDL_NVML_LIB       another NVML library (the tests' stand-in): an
+                        absolute path; honoured only with GPUDL_NVML or
+                        GPUDL_CUDA, never in a setuid/setgid process (there:
+                        the system's NVML); libnvidia-ml.so.1 (Windows:
+                        nvml.dll from the system directory only); a relative
+                        path: gdl_gpu_count / gdl_gpu_stats fail, "NVML not
+                        available: GPUDL_NVML_LIB='...' is not an absolute
+                        path"
+   GPUDL_DATA           where gdl_dataset_fashion_mnist and the fortunes
+                        (GPUDL_DATA/fortunes) are looked for when no
+                        directory is given; a directory; ./data, then
+                        Debian's package directory; too long for a path:
+                        that call's error
+   RANK, WORLD_SIZE, LOCAL_RANK (torchrun, PyTorchJob), OMPI_COMM_WORLD_RANK,
+   OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK (mpirun), SLURM_PROCID,
+   SLURM_NTASKS, SLURM_LOCALID (srun), JOB_COMPLETION_INDEX (Kubernetes'
+   Indexed Job), PET_NODE_RANK
+                        the process's rank, the world size, the local rank
+                        (gdl_dist_init); the size 1..1048576, a rank 0..size-1;
+                        one process; gdl_dist_init fails naming the variable
+   PET_NNODES           Kubeflow's pod count; N or N:N; as above
+   PET_NPROC_PER_NODE   Kubeflow's processes per pod; 1; 1; gdl_dist_init fails
+   GPUDL_DIST_TIMEOUT   how long a collective waits for the other ranks, in
+                        seconds; a decimal number > 0, or inf; 600 (see
+                        gdl_dist_set_timeout); gdl_dist_init fails
+   MASTER_ADDR, PET_MASTER_ADDR
+                        rank 0's host for the rendezvous (several processes
+                        without MPI); at most 255 bytes; from srun's node
+                        list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST,
+                        SLURM_NODELIST: Slurm's host list syntax); too long
+                        or a bad node list: gdl_dist_init fails
+   MASTER_PORT, PET_MASTER_PORT
+                        its port; 1..65535; under srun 20000 + SLURM_JOB_ID
+                        mod 20000 (SLURM_JOB_ID: a whole number >= 0); a bad
+                        port or job id: gdl_dist_init fails
+   GPUDL_DIST_BIND_ADDR the address rank 0 listens at (MASTER_ADDR: that
+                        one's); at most 255 bytes; every address, or
+                        MASTER_ADDR when it is a loopback; gdl_dist_init fails
+   GPUDL_DIST_TOKEN, GPUDL_JOB_UID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID with
+   SLURM_STEP_ID, OMPI_MCA_orte_ess_jobid, PMIX_NAMESPACE
+                        the rendezvous's shared secret, the first one set in
+                        this order (TORCHELASTIC_RUN_ID "none" skipped); any
+                        string, all of it (with the variable's name) keyed
+                        into the HMAC; none: anyone may join, with a notice
 */

@@ -3,7 +3,8 @@
    (NVML), loaded at run time with dlopen: no link dependency, and a program
    without the NVIDIA driver (CI, the CUDA emulator, a CPU-only machine)
    gets a clear "NVML not available" error instead. GPUDL_NVML_LIB in the
-   environment names another library file (tests use a stand-in).
+   environment names another library file by absolute path (tests use a
+   stand-in; ignored in a setuid/setgid process; the manual's table).
    Enabled with GPUDL_CUDA or GPUDL_NVML; otherwise the calls fail with a
    message saying how to enable them.
        gdl_gpu_status s;

@@ -142,14 +142,18 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training);
    k [..., S, E], v [..., S, Ev] -> [..., L, Ev]; the batch dims of q, k and v broadcast as in PyTorch.
    attn_mask (may be NULL), broadcastable to [..., L, S]: u8 (PyTorch's bool: non-zero takes part) or
    additive, of q's dtype. is_causal: key j takes part in query i only when j <= i (the top-left aligned
-   lower triangle, as PyTorch), and an error with a mask. scale: NAN or <= 0 means 1/sqrt(E). dropout_p
+   lower triangle, as PyTorch), and an error with a mask. scale: GDL_SCALE_DEFAULT (NAN) means 1/sqrt(E),
+   PyTorch's scale=None; any other value multiplies the scores as given, as PyTorch's: 0 gives uniform
+   weights, a negative one is legal. dropout_p
    (in [0,1]) drops attention weights whatever the mode, as PyTorch's: pass 0 in evaluation.
    One fused kernel (online softmax over K/V tiles, flash-attention style) saves only the output and a
    log-sum-exp per query row, so memory grows linearly in L and S; the backward recomputes the weights
    tile by tile. The unfused composition (matmul, mask, softmax, dropout, matmul: L x S weights) runs
    instead when dropout_p > 0, when q, k and v have different batch dims, when E or Ev exceeds 256, or
-   for an additive mask that requires a gradient. A row that no key takes part in gives 0 in the fused
-   path (NaN in the unfused one, as softmax of -inf). Autocast class LOW, as in PyTorch. */
+   for an additive mask that requires a gradient. A query row that no key may attend to (a bool mask row
+   all false, an additive one all -inf) gives 0 and no gradient in both paths, as PyTorch's (its math
+   path's "safe softmax"), not softmax's NaN. Autocast class LOW, as in PyTorch. */
+#define GDL_SCALE_DEFAULT NAN /* the attention ops' scale: 1/sqrt(E) */
 GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *attn_mask,
                                                        double dropout_p, int is_causal, double scale);
 /* The same attention over heads packed in the last dim, as Linear layers give them, without the copies of
@@ -157,9 +161,10 @@ GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor
    of each row; q, k and v with the same batch dims) -> [..., L, H*Ev], the heads joined as an output
    projection reads them. The values and gradients of splitting each into [..., H, L, E] (reshape to
    [..., L, H, E], transpose(-3, -2)), gdl_scaled_dot_product_attention, and joining the result back: the
-   mask broadcasts against [..., H, L, S]; scale NAN or <= 0 means 1/sqrt(E). The fused kernels read q, k
-   and v and write the output and the gradients in place, at strides; what they do not take (dropout_p > 0,
-   E or Ev over 256, a mask requiring grad) runs the composition above, copies included. num_heads >= 1. */
+   mask broadcasts against [..., H, L, S]; scale as there (GDL_SCALE_DEFAULT: 1/sqrt(E)). The fused
+   kernels read q, k and v and write the output and the gradients in place, at strides; what they do not
+   take (dropout_p > 0, E or Ev over 256, a mask requiring grad) runs the composition above, copies
+   included. num_heads >= 1. */
 GPUDL_API gdl_tensor *gdl_sdpa_heads(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, int num_heads, gdl_tensor *attn_mask,
                                      double dropout_p, int is_causal, double scale);
 /* gdl_sdpa_heads over one tensor qkv [..., L, 3*H*E] holding q, k and v side by side along the last dim (a

@@ -172,16 +172,19 @@ GPUDL_API int64_t gdl_hostlist_host(const char *list, int64_t n, char *out, size
 /* The rendezvous's address and port (gdl__rendezvous): MASTER_ADDR, MASTER_PORT as set; else
    Kubeflow's PET_MASTER_ADDR, PET_MASTER_PORT; else, in a process srun started (SLURM_PROCID), the
    first host of the step's (or job's) node list, where srun starts rank 0, and a port from the job's id.
-   Unset ones stay "". 0, or -1 + error (a bad node list). Only the rendezvous without MPI asks. */
+   Unset ones stay "". 0, or -1 + error (a value too long for its buffer, a bad node list, a job id
+   that is not a number). Only the rendezvous without MPI asks. */
 #if defined(GDL__HAVE_RDV)
 static int gdl__cluster_master(const char *op, char *addr, size_t alen, char *port, size_t plen) {
     static const char *const lists[3] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
-    const char *a = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT"), *job;
+    const char *a, *p, *job;
     int i;
-    if (!a || !a[0]) a = getenv("PET_MASTER_ADDR");
-    if (!p) p = getenv("PET_MASTER_PORT");
-    snprintf(addr, alen, "%s", a ? a : "");
-    snprintf(port, plen, "%s", p ? p : "");
+    if (gdl__env_str(op, "MASTER_ADDR", alen - 1, &a) < 0 || gdl__env_str(op, "MASTER_PORT", plen - 1, &p) < 0)
+        return -1;
+    if (!a[0] && gdl__env_str(op, "PET_MASTER_ADDR", alen - 1, &a) < 0) return -1;
+    if (!p[0] && gdl__env_str(op, "PET_MASTER_PORT", plen - 1, &p) < 0) return -1;
+    snprintf(addr, alen, "%s", a);
+    snprintf(port, plen, "%s", p);
     if (!getenv("SLURM_PROCID")) return 0;
     for (i = 0; i < 3 && !addr[0]; i++) {
         const char *l = getenv(lists[i]);
@@ -194,8 +197,15 @@ static int gdl__cluster_master(const char *op, char *addr, size_t alen, char *po
         }
     }
     /* a port of the job's own, the same on every rank; jobs sharing a node differ (Lightning's way too) */
-    if (!port[0] && (job = getenv("SLURM_JOB_ID")) != NULL && job[0])
-        snprintf(port, plen, "%lu", 20000 + strtoul(job, NULL, 10) % 20000);
+    if (!port[0] && (job = getenv("SLURM_JOB_ID")) != NULL && job[0]) {
+        long id;
+        if (gdl__parse_long(job, 0, LONG_MAX, &id) < 0) {
+            gdl__set_error("%s: MASTER_PORT is not set and cannot come from SLURM_JOB_ID='%.64s': not a whole "
+                           "number >= 0 (set MASTER_PORT)", op, job);
+            return -1;
+        }
+        snprintf(port, plen, "%ld", 20000 + id % 20000);
+    }
     return 0;
 }
 #endif
@@ -249,7 +259,7 @@ static int gdl__cluster_env(const char *op, int *rank, int *world, int *local, c
         char *end;
         long lo = strtol(nn, &end, 10), hi = lo;
         if (*end == ':') hi = strtol(end + 1, &end, 10);
-        if (!nn[0] || *end || lo < 1 || lo > (1L << 20) || hi != lo) {
+        if (!nn[0] || *end || strspn(nn, "0123456789:") != strlen(nn) || lo < 1 || lo > (1L << 20) || hi != lo) {
             gdl__set_error("%s: PET_NNODES='%s' (Kubeflow) is not a number of pods%s", op, nn,
                            hi != lo ? ": an elastic range needs torchrun's rendezvous; gpudl takes a fixed size "
                                       "(minNodes = maxNodes)" : "");

@@ -32,12 +32,10 @@ static int gdl__dist_timeout_called; /* gdl_dist_set_timeout was called: GPUDL_D
 /* The variable `name` as a whole number in [lo, hi]: 1 set, 0 unset, -1 bad. */
 static int gdl__env_int(const char *op, const char *launcher, const char *name, long lo, long hi, int *out) {
     const char *v = getenv(name);
-    char *end;
     long x;
     if (!v) return 0;
-    x = strtol(v, &end, 10);
-    if (!v[0] || *end || x < lo || x > hi) {
-        gdl__set_error("%s: %s='%s' (%s) is not a whole number in [%ld, %ld]", op, name, v, launcher, lo, hi);
+    if (gdl__parse_long(v, lo, hi, &x) < 0) {
+        gdl__set_error("%s: %s='%.64s' (%s) is not a whole number in [%ld, %ld]", op, name, v, launcher, lo, hi);
         return -1;
     }
     *out = (int)x;

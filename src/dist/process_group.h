@@ -72,7 +72,8 @@ static int gdl__dist_env(const char *op, int *rank, int *world, int *local, cons
     if ((v = getenv("GPUDL_DIST_TIMEOUT")) != NULL) {
         char *end;
         double t = strtod(v, &end);
-        if (!v[0] || *end || !(t > 0)) {
+        /* decimal digits (strtod also takes spaces, a sign, hex), or inf */
+        if (!v[0] || *end || !(t > 0) || (strspn(v, "0123456789.eE-") != strlen(v) && strcmp(v, "inf") != 0)) {
             gdl__set_error("%s: GPUDL_DIST_TIMEOUT='%s' is not a number of seconds > 0 (how long a collective "
                            "waits for the other ranks; 'inf': for ever)", op, v);
             return -1;

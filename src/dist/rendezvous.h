@@ -162,18 +162,30 @@ static int gdl__rdv_token(unsigned char key[32], char *src, size_t slen) {
     static const char *const vars[][2] = {{"GPUDL_DIST_TOKEN", NULL},       {"GPUDL_JOB_UID", NULL},
                                           {"TORCHELASTIC_RUN_ID", NULL},    {"SLURM_JOB_ID", "SLURM_STEP_ID"},
                                           {"OMPI_MCA_orte_ess_jobid", NULL}, {"PMIX_NAMESPACE", NULL}};
-    char tok[1024];
+    unsigned char tok[65]; /* the token, or (over 64 bytes) its SHA-256, as HMAC keys it (RFC 2104) */
     size_t i, n = 0;
     gdl__hmac m;
     int found = -1;
-    tok[0] = 0;
     snprintf(src, slen, "none");
     for (i = 0; i < sizeof vars / sizeof *vars; i++) {
         const char *a = getenv(vars[i][0]), *b = vars[i][1] ? getenv(vars[i][1]) : NULL;
+        const char *piece[7];
+        gdl__sha256 h;
+        size_t k, np = 3;
         if (!a || !a[0] || (i == 2 && !strcmp(a, "none"))) continue; /* torchrun's default run id: no secret */
-        n = (size_t)snprintf(tok, sizeof tok, "%s=%s", vars[i][0], a);
-        if (b && b[0] && n < sizeof tok) n += (size_t)snprintf(tok + n, sizeof tok - n, " %s=%s", vars[i][1], b);
-        if (n >= sizeof tok) n = sizeof tok - 1; /* a longer token: its first 1023 bytes */
+        /* "NAME=value[ NAME2=value2]", hashed piece by piece: a token of any length counts whole */
+        piece[0] = vars[i][0], piece[1] = "=", piece[2] = a;
+        if (b && b[0]) piece[3] = " ", piece[4] = vars[i][1], piece[5] = "=", piece[6] = b, np = 7;
+        for (k = 0; k < np; k++) n += strlen(piece[k]);
+        if (n <= 64) {
+            for (n = 0, k = 0; k < np; n += strlen(piece[k]), k++) memcpy(tok + n, piece[k], strlen(piece[k]));
+        } else {
+            gdl__sha256_init(&h);
+            for (k = 0; k < np; k++) gdl__sha256_add(&h, piece[k], strlen(piece[k]));
+            gdl__sha256_end(&h, tok);
+            memset(&h, 0, sizeof h);
+            n = 32;
+        }
         snprintf(src, slen, "%s%s%s", vars[i][0], b && b[0] ? "+" : "", b && b[0] ? vars[i][1] : "");
         found = 0;
         break;
@@ -712,18 +724,19 @@ static const char *gdl__rdv_bind_addr(const char *addr) {
 
 /* Rank 0 hands `id` to every rank; the others receive it. 0 / -1 + error naming MASTER_ADDR, MASTER_PORT. */
 static int gdl__rendezvous(const char *op, int rank, int world, unsigned char *id, double timeout) {
-    char addr[256], ps[32], *end;
+    char addr[256], ps[32];
+    const char *bind;
     long port;
     double deadline = gdl_now() + timeout;
     if (gdl__cluster_master(op, addr, sizeof addr, ps, sizeof ps) < 0) return -1;
+    if (gdl__env_str(op, "GPUDL_DIST_BIND_ADDR", 255, &bind) < 0) return -1; /* gdl__rdv_bind_addr's */
     if (!addr[0] || !ps[0]) {
         gdl__set_error("%s: %s is not set: the %d processes of a job without MPI meet at MASTER_ADDR:MASTER_PORT "
                        "(rank 0's host and a free port, as torchrun sets them)", op, !addr[0] ?
                        "MASTER_ADDR" : "MASTER_PORT", world);
         return -1;
     }
-    port = strtol(ps, &end, 10);
-    if (!ps[0] || *end || port < 1 || port > 65535) {
+    if (gdl__parse_long(ps, 1, 65535, &port) < 0) {
         gdl__set_error("%s: MASTER_PORT='%s' is not a port number in [1, 65535]", op, ps);
         return -1;
     }

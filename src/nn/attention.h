@@ -155,13 +155,13 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
     }
     if (self) {
         if (!(h[0] = gdl_linear(x[0], u->w, u->b))) return NULL;
-        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, 0, 0);
+        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, 0, GDL_SCALE_DEFAULT);
     } else {
         for (k = 0; k < 3; k++) {
             gdl_tensor *w = gdl_narrow(u->w, 0, k * E, E), *b = u->b ? gdl_narrow(u->b, 0, k * E, E) : NULL;
             if (!w || (u->b && !b) || !(h[k] = gdl_linear(x[k], w, b))) return NULL;
         }
-        o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, 0);
+        o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, GDL_SCALE_DEFAULT);
     }
     if (!o || !(o = gdl_forward(u->out, o)) || !(o = u->batch_first ? o : gdl_transpose(o, 0, 1))) return NULL;
     gdl__nn_record(m, o);

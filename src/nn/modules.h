@@ -708,8 +708,7 @@ GPUDL_API int gdl_nn_set_fusion(int on) {
 #endif
     int prev = stored;
     if (prev < 0) { /* two threads may both read the environment: they store the same value */
-        const char *e = getenv("GPUDL_NO_FUSION");
-        prev = !(e && e[0] && strcmp(e, "0") != 0);
+        prev = !gdl__env_flag("GPUDL_NO_FUSION", 0);
     }
     if (on >= 0 || stored < 0) {
         const int next = on >= 0 ? on != 0 : prev;

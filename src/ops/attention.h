@@ -30,7 +30,16 @@ static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v
     } else if (s && mask) {
         s = gdl_add(s, mask);
     }
-    s = gdl_softmax(s, -1);
+    if (s && mask) {
+        /* a query row no key may attend to (a bool row all false, an additive one all -inf) gives 0 and no
+           gradient, as the fused kernels and PyTorch's safe softmax do, not softmax's NaN (which would spread
+           into every gradient through the matmuls): such rows take 0 before the softmax (no NaN there or in
+           its backward) and 0 after it */
+        gdl_tensor *dead = gdl_compare_scalar(gdl_max_dim(gdl_detach(s), -1, 1), GDL_CMP_EQ, -INFINITY);
+        s = gdl_masked_fill(gdl_softmax(gdl_masked_fill(s, dead, 0), -1), dead, 0);
+    } else {
+        s = gdl_softmax(s, -1);
+    }
     if (s && dropout_p > 0) s = gdl_dropout(s, dropout_p, 1);
     return s ? gdl_matmul(s, v) : NULL;
 }
@@ -168,7 +177,8 @@ static int gdl__sdpa_geom(const char *op, int lay, int H, const gdl_tensor *q, c
             g->vrow = g->orow = g->Ev;
         }
     }
-    g->scale = scale > 0 ? scale : g->E > 0 ? 1 / sqrt((double)g->E) : 1; /* NaN fails scale > 0 */
+    /* GDL_SCALE_DEFAULT (NaN): PyTorch's scale=None; any other value as given, 0 and negative ones too */
+    g->scale = scale == scale ? scale : g->E > 0 ? 1 / sqrt((double)g->E) : 1;
     g->causal = causal != 0;
     if (!mask) return 0;
     if (causal) {

@@ -53,9 +53,8 @@ GPUDL_API gdl_device gdl_default_device(void) {
     if (!gdl__cuda_registry) return gdl_cpu();
     if (gdl_cuda_is_available()) return gdl_cuda(0);
     if (!told) {
-        const char *q = getenv("GPUDL_QUIET");
         told = 1;
-        if (!q || !q[0] || strcmp(q, "0") == 0)
+        if (!gdl__env_flag("GPUDL_QUIET", 0))
             fprintf(stderr, "gpudl: no CUDA device found (no GPU, or no driver): using the CPU "
                             "(GPUDL_QUIET=1 hides this notice)\n");
     }

@@ -77,12 +77,18 @@ static struct {
 /* Loads and initialises NVML, once per process (gdl__nvml_load). */
 static void gdl__nvml_load_once(void) {
     {
+        /* GPUDL_NVML_LIB: another NVML (tests' fake one), by absolute path only (a relative one would
+           depend on the current directory), and never in a setuid/setgid process */
         const char *lib = getenv("GPUDL_NVML_LIB");
         void *h;
         int rc;
         char why[200];
-        if (!lib || !lib[0]) lib = GDL__NVML_DEFAULT_LIB;
-        if (!(h = gdl__dl_open(lib, why, sizeof why))) {
+        int ours = lib && lib[0] && !gdl__os_secure_exec();
+        if (!ours) lib = GDL__NVML_DEFAULT_LIB;
+        if (ours && !gdl__dl_absolute(lib)) {
+            snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available: GPUDL_NVML_LIB='%.100s' is not an "
+                     "absolute path", lib);
+        } else if (!(h = gdl__dl_open(lib, why, sizeof why))) {
             snprintf(gdl__nvml.why, sizeof gdl__nvml.why, "NVML not available (%s): no NVIDIA driver here", why);
         } else {
             /* object to function pointer through memcpy: ISO C has no cast between them */

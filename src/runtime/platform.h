@@ -777,10 +777,15 @@ GDL__OSFN FILE *gdl__os_fopen_regular(const char *path, uint64_t *size) {
 
 /* ---- dynamic loading (NVML): gdl__dl_open (NULL + why), gdl__dl_sym (the symbol's address as an
    object pointer: the caller memcpys it into a function pointer), gdl__dl_close. GDL__OS_DL where it
-   exists. ---- */
+   exists. gdl__dl_open takes a system library's bare name (Windows: looked for in the system directory
+   only, never the current one) or an absolute path (gdl__dl_absolute). gdl__os_secure_exec: the process
+   runs with privileges its user lacks (setuid, setgid), where the environment must not pick a library.
+   ---- */
 #if defined(GDL__OS_POSIX) && (defined(GPUDL_CUDA) || defined(GPUDL_NVML))
 #define GDL__OS_DL 1
 #define GDL__NVML_DEFAULT_LIB "libnvidia-ml.so.1"
+GDL__OSFN int gdl__dl_absolute(const char *path) { return path[0] == '/'; }
+GDL__OSFN int gdl__os_secure_exec(void) { return getuid() != geteuid() || getgid() != getegid(); }
 GDL__OSFN void *gdl__dl_open(const char *name, char *why, size_t why_size) {
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -794,8 +799,17 @@ GDL__OSFN void gdl__dl_close(void *h) { dlclose(h); }
 #elif defined(GDL__OS_WIN) && (defined(GPUDL_CUDA) || defined(GPUDL_NVML))
 #define GDL__OS_DL 1
 #define GDL__NVML_DEFAULT_LIB "nvml.dll"
+#ifndef LOAD_LIBRARY_SEARCH_SYSTEM32
+#define LOAD_LIBRARY_SEARCH_SYSTEM32 0x00000800
+#endif
+GDL__OSFN int gdl__dl_absolute(const char *p) {
+    return ((p[0] | 32) >= 'a' && (p[0] | 32) <= 'z' && p[1] == ':' && (p[2] == '\\' || p[2] == '/')) ||
+           ((p[0] == '\\' || p[0] == '/') && (p[1] == '\\' || p[1] == '/'));
+}
+GDL__OSFN int gdl__os_secure_exec(void) { return 0; }
 GDL__OSFN void *gdl__dl_open(const char *name, char *why, size_t why_size) {
-    HMODULE h = LoadLibraryA(name);
+    HMODULE h = gdl__dl_absolute(name) ? LoadLibraryExA(name, NULL, 0)
+                                       : LoadLibraryExA(name, NULL, LOAD_LIBRARY_SEARCH_SYSTEM32);
     if (!h) snprintf(why, why_size, "%s: LoadLibrary failed, error %lu", name, (unsigned long)GetLastError());
     return (void *)h;
 }

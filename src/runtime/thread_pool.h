@@ -40,11 +40,24 @@ typedef void (*gdl__task_fn)(void *ctx, int t, int nt);
 static int gdl__nthreads_want; /* gdl_set_num_threads; 0: from the environment */
 static int gdl__nthreads_env;  /* the environment's choice, once read; 0: not yet */
 
+/* GPUDL_NUM_THREADS, else OMP_NUM_THREADS ("4", or "4,2": its outer level), each a whole number >= 1;
+   read at first use, where nothing can fail: a bad value is one warning line and the default (the
+   CPUs), as PyTorch does with OMP_NUM_THREADS */
 static int gdl__env_threads(void) {
-    const char *s = getenv("GPUDL_NUM_THREADS");
+    const char *name = "GPUDL_NUM_THREADS", *s = getenv(name);
+    char first[24];
     long n = 0;
-    if (!s || !*s) s = getenv("OMP_NUM_THREADS"); /* "4" or "4,2": the outer level */
-    if (s && *s) n = strtol(s, NULL, 10);
+    int omp = !s || !*s;
+    if (omp) s = getenv(name = "OMP_NUM_THREADS");
+    if (s && *s) {
+        size_t len = strcspn(s, omp ? "," : "");
+        snprintf(first, sizeof first, "%.*s", (int)(len < sizeof first ? len : sizeof first - 1), s);
+        if (len >= sizeof first || gdl__parse_long(first, 1, 1L << 20, &n) < 0) {
+            gdl__env_warn(name, s, omp ? "a whole number in [1, 1048576] (or a list: 4,2)" : "a whole number in [1, 1048576]",
+                          "the CPU count");
+            n = 0;
+        }
+    }
     if (n <= 0) n = gdl__os_cpu_count();
     if (n < 1) n = 1;
     return n > GDL__POOL_MAX ? GDL__POOL_MAX : (int)n;
