@@ -335,26 +335,43 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
     GPUDL_FREE(qb);
 }
 
+/* the backward's tile buffers, one allocation per task range: the K and V tiles and their transposes, a Q
+   and a dO tile, the dK and dV sums, a tile pair's P (s) and dS (dp), then `extra` reals (the one-pass
+   dq); pass 1 reads O's rows into vb and sums dq in dk */
+typedef struct gdl__attn_bw_bufs {
+    gdl_real *kb, *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *extra;
+} gdl__attn_bw_bufs;
+
+static gdl_real *gdl__attn_bw_alloc(const gdl__attn_ctx *c, int64_t extra, gdl__attn_bw_bufs *w) {
+    const int64_t T = GDL__ATTN_T, E = c->g->E, Ev = c->g->Ev;
+    gdl_real *all = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + extra + 1));
+    if (!all) {
+        GDL__ATTN_FAILED(c);
+        return NULL;
+    }
+    w->kb = all;
+    w->kt = w->kb + T * E;
+    w->vb = w->kt + T * E;
+    w->vt = w->vb + T * Ev;
+    w->qb = w->vt + T * Ev;
+    w->gb = w->qb + T * E;
+    w->dk = w->gb + T * Ev;
+    w->dv = w->dk + T * E;
+    w->s = w->dv + T * Ev;
+    w->dp = w->s + T * T;
+    w->extra = w->dp + T * T;
+    return all;
+}
+
 /* backward, pass 1 over tasks (batch, query tile): delta = rowsum(gout * out), and dq += ds k */
 static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const gdl_attn_geom *g = c->g;
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
-    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 3 * Ev + 2 * T) + 1));
-    gdl_real *gb, *ob, *kb, *kt, *vt, *dq, *s, *dp;
+    gdl__attn_bw_bufs w;
+    gdl_real *all = gdl__attn_bw_alloc(c, 0, &w);
     int64_t idx, j0;
-    if (!qb) {
-        GDL__ATTN_FAILED(c);
-        return;
-    }
-    gb = qb + T * E;
-    ob = gb + T * Ev;
-    kb = ob + T * Ev;
-    kt = kb + T * E;
-    vt = kt + T * E;
-    dq = vt + T * Ev;
-    s = dq + T * E;
-    dp = s + T * T;
+    if (!all) return;
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
@@ -362,68 +379,63 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
         const int64_t ko = gdl_attn_base(g, b, g->kstr), vo = gdl_attn_base(g, b, g->vstr);
         const gdl_real *lse = c->lse + b * L + i0;
         gdl_real *D = c->delta + b * L + i0;
-        gdl__attn_delta(c, oo, nq, gb, ob, D);
+        gdl__attn_delta(c, oo, nq, w.gb, w.vb, D);
         if (!c->gq) continue;
-        gdl__attn_get(c->dt, c->q, qo, g->qrow, nq, E, qb);
-        memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
+        gdl__attn_get(c->dt, c->q, qo, g->qrow, nq, E, w.qb);
+        memset(w.dk, 0, sizeof(gdl_real) * (size_t)(nq * E));
         for (j0 = 0; j0 < send; j0 += T) {
             const int64_t nk = gdl__attn_min(T, send - j0);
-            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
-            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, ob); /* out's rows are read: V's tile */
-            gdl__attn_turn(kb, nk, E, kt);
-            gdl__attn_turn(ob, nk, Ev, vt);
-            gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, lse, D, s, dp);
-            gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq, E); /* dq += dS K */
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, w.kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, w.vb);
+            gdl__attn_turn(w.kb, nk, E, w.kt);
+            gdl__attn_turn(w.vb, nk, Ev, w.vt);
+            gdl__attn_pair(c, w.qb, w.gb, nq, w.kt, w.vt, nk, i0, j0, mb, lse, D, w.s, w.dp);
+            gdl__attn_mm(nq, E, nk, w.dp, T, 1, w.kb, E, w.dk, E); /* dq += dS K */
         }
-        gdl__attn_acc(c->dt, c->gq, qo, g->qrow, nq, E, dq, kb);
+        gdl__attn_acc(c->dt, c->gq, qo, g->qrow, nq, E, w.dk, w.kb);
     }
-    GPUDL_FREE(qb);
+    GPUDL_FREE(all);
+}
+
+/* the key tile at j0 of batch entry b: dk and dv over the query tiles that see its keys (in ascending
+   order), added into gk and gv; with dq (the entry's L x E sums), dq += dS K as well */
+static void gdl__attn_key_tile(const gdl__attn_ctx *c, const gdl__attn_bw_bufs *w, int64_t b, int64_t j0, gdl_real *dq) {
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, nk = gdl__attn_min(T, g->S - j0);
+    const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+    const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
+    const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
+    int64_t i0;
+    gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, w->kb);
+    gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, w->vb);
+    gdl__attn_turn(w->kb, nk, E, w->kt);
+    gdl__attn_turn(w->vb, nk, Ev, w->vt);
+    memset(w->dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
+    memset(w->dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
+    for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+        const int64_t nq = gdl__attn_min(T, L - i0);
+        gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, w->qb);
+        gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, w->gb);
+        gdl__attn_pair(c, w->qb, w->gb, nq, w->kt, w->vt, nk, i0, j0, mb, c->lse + b * L + i0, c->delta + b * L + i0,
+                       w->s, w->dp);
+        if (c->gv) gdl__attn_mm(nk, Ev, nq, w->s, 1, T, w->gb, Ev, w->dv, Ev); /* dv += P^T dO */
+        if (c->gk) gdl__attn_mm(nk, E, nq, w->dp, 1, T, w->qb, E, w->dk, E);   /* dk += dS^T Q */
+        if (dq) gdl__attn_mm(nq, E, nk, w->dp, T, 1, w->kb, E, dq + i0 * E, E); /* dq += dS K */
+    }
+    if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, w->dk, w->qb);
+    if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, w->dv, w->qb);
 }
 
 /* backward, pass 2 over tasks (batch, key tile): dk and dv, walking the query tiles that see the keys */
 static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
-    const gdl_attn_geom *g = c->g;
-    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nkt = (S + T - 1) / T;
-    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + 1));
-    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp;
-    int64_t idx, i0;
-    if (!kb) {
-        GDL__ATTN_FAILED(c);
-        return;
-    }
-    kt = kb + T * E;
-    vb = kt + T * E;
-    vt = vb + T * Ev;
-    qb = vt + T * Ev;
-    gb = qb + T * E;
-    dk = gb + T * Ev;
-    dv = dk + T * E;
-    s = dv + T * Ev;
-    dp = s + T * T;
-    for (idx = lo; idx < hi; idx++) {
-        const int64_t b = idx / nkt, j0 = (idx % nkt) * T, nk = gdl__attn_min(T, S - j0);
-        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
-        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
-        const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
-        gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, kb);
-        gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, vb);
-        gdl__attn_turn(kb, nk, E, kt);
-        gdl__attn_turn(vb, nk, Ev, vt);
-        memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
-        memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
-        for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
-            const int64_t nq = gdl__attn_min(T, L - i0);
-            gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
-            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
-            gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, c->lse + b * L + i0, c->delta + b * L + i0, s, dp);
-            gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
-            gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
-        }
-        if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, dk, qb);
-        if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, dv, qb);
-    }
-    GPUDL_FREE(kb);
+    const int64_t T = GDL__ATTN_T, nkt = (c->g->S + T - 1) / T;
+    gdl__attn_bw_bufs w;
+    gdl_real *all = gdl__attn_bw_alloc(c, 0, &w);
+    int64_t idx;
+    if (!all) return;
+    for (idx = lo; idx < hi; idx++) gdl__attn_key_tile(c, &w, idx / nkt, (idx % nkt) * T, NULL);
+    GPUDL_FREE(all);
 }
 
 /* backward in one pass over tasks (batch): per key tile, the query tiles that see it, each pair's
@@ -435,57 +447,22 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
 static void gdl__attn_bw_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const gdl_attn_geom *g = c->g;
-    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S;
-    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + L * E + 1));
-    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *dq;
+    const int64_t T = GDL__ATTN_T, E = g->E, L = g->L;
+    gdl__attn_bw_bufs w;
+    gdl_real *all = gdl__attn_bw_alloc(c, L * E, &w), *dq;
     int64_t b, i0, j0;
-    if (!kb) {
-        GDL__ATTN_FAILED(c);
-        return;
-    }
-    kt = kb + T * E;
-    vb = kt + T * E;
-    vt = vb + T * Ev;
-    qb = vt + T * Ev;
-    gb = qb + T * E;
-    dk = gb + T * Ev;
-    dv = dk + T * E;
-    s = dv + T * Ev;
-    dp = s + T * T;
-    dq = dp + T * T;
+    if (!all) return;
+    dq = c->gq ? w.extra : NULL;
     for (b = lo; b < hi; b++) {
-        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
-        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr);
-        const int64_t vo = gdl_attn_base(g, b, g->vstr);
-        const gdl_real *lse = c->lse + b * L;
-        gdl_real *D = c->delta + b * L;
+        const int64_t oo = gdl_attn_base(g, b, g->ostr), qo = gdl_attn_base(g, b, g->qstr);
         for (i0 = 0; i0 < L; i0 += T) /* delta, as pass 1 */
-            gdl__attn_delta(c, oo + i0 * g->orow, gdl__attn_min(T, L - i0), gb, vb, D + i0);
-        if (c->gq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
-        for (j0 = 0; j0 < S; j0 += T) {
-            const int64_t nk = gdl__attn_min(T, S - j0);
-            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
-            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, vb);
-            gdl__attn_turn(kb, nk, E, kt);
-            gdl__attn_turn(vb, nk, Ev, vt);
-            memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
-            memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
-            for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
-                const int64_t nq = gdl__attn_min(T, L - i0);
-                gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
-                gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
-                gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, lse + i0, D + i0, s, dp);
-                if (c->gv) gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
-                if (c->gk) gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
-                if (c->gq) gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq + i0 * E, E); /* dq += dS K */
-            }
-            if (c->gk) gdl__attn_acc(c->dt, c->gk, ko + j0 * g->krow, g->krow, nk, E, dk, qb);
-            if (c->gv) gdl__attn_acc(c->dt, c->gv, vo + j0 * g->vrow, g->vrow, nk, Ev, dv, qb);
-        }
-        for (i0 = 0; c->gq && i0 < L; i0 += T)
-            gdl__attn_acc(c->dt, c->gq, qo + i0 * g->qrow, g->qrow, gdl__attn_min(T, L - i0), E, dq + i0 * E, qb);
+            gdl__attn_delta(c, oo + i0 * g->orow, gdl__attn_min(T, L - i0), w.gb, w.vb, c->delta + b * L + i0);
+        if (dq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
+        for (j0 = 0; j0 < g->S; j0 += T) gdl__attn_key_tile(c, &w, b, j0, dq);
+        for (i0 = 0; dq && i0 < L; i0 += T)
+            gdl__attn_acc(c->dt, c->gq, qo + i0 * g->qrow, g->qrow, gdl__attn_min(T, L - i0), E, dq + i0 * E, w.qb);
     }
-    GPUDL_FREE(kb);
+    GPUDL_FREE(all);
 }
 
 static int gdl__attn_oom(int failed) {
