@@ -26537,7 +26537,7 @@ static gdl__xop *gdl__x_layer_op(gdl__xnet *N, const gdl_module *m, int conv, co
 /* an f32 Linear or Conv2d m, with BatchNorm bn (or NULL) folded in and activation act, on value x */
 static int gdl__x_layer(gdl__xnet *N, const gdl_module *m, const gdl_module *bn, int act, int x) {
     const int conv = m->kind == GDL__M_CONV2D;
-    const int64_t out = m->ia[conv ? GDL__CONV_OUT : GDL__LIN_OUT];
+    const int64_t out = m->ia[conv ? (int)GDL__CONV_OUT : (int)GDL__LIN_OUT];
     gdl__xop *o;
     if (N->int8)
         return gdl__x_refuse(N, m, "a float layer in a quantized model (the INT8 export is integer arithmetic "
