@@ -22,6 +22,7 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "bench_cpu.h"
+#include "../examples/nets.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -36,20 +37,7 @@ static gdl_module *mlp(void) {
 }
 
 /* examples/cnn.c's net on 1x28x28 */
-static gdl_module *cnn(void) {
-    gdl_module *l[10];
-    l[0] = gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 1);
-    l[1] = gdl_nn_relu();
-    l[2] = gdl_nn_maxpool2d(2, 2, 0);
-    l[3] = gdl_nn_conv2d(32, 64, 3, 1, 1, 1, 1, 1);
-    l[4] = gdl_nn_relu();
-    l[5] = gdl_nn_maxpool2d(2, 2, 0);
-    l[6] = gdl_nn_flatten(1);
-    l[7] = gdl_nn_linear(64 * 7 * 7, 128, 1);
-    l[8] = gdl_nn_relu();
-    l[9] = gdl_nn_linear(128, 10, 1);
-    return gdl_nn_sequential(10, l);
-}
+static gdl_module *cnn(void) { return ex_cnn_net(1, 28, 0); }
 
 /* conv-bn-relu-pool, conv-bn-relu, global average pool, fc: the native
    low-precision batch norm and pooling */
