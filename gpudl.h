@@ -4580,6 +4580,18 @@ GPUDL_API void gdl__set_error(const char *fmt, ...) {
 GPUDL_API const char *gdl_last_error(void) { return gdl__err; }
 GPUDL_API void gdl_clear_error(void) { gdl__err[0] = 0; }
 
+/* bytes of zeroed host memory for the record of op's object (a module's, a scaler's, a graph's ...), or
+   NULL with the error "op: out of memory (host)" */
+static void *gdl__zalloc(const char *op, size_t bytes) {
+    void *p = GPUDL_MALLOC(bytes);
+    if (!p) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
 static int64_t gdl__syncs; /* host waits for a device, from every thread */
 GPUDL_API void gdl__count_sync(void) {
 #ifdef GDL__ATOMICS
@@ -21795,11 +21807,7 @@ static gdl_module *gdl__nn_mha(const char *op, int64_t embed_dim, int num_heads,
                        (long long)embed_dim, num_heads, dropout);
         return NULL;
     }
-    if (!(u = (gdl__mha *)GPUDL_MALLOC(sizeof *u))) {
-        gdl__set_error("%s: out of host memory", op);
-        return NULL;
-    }
-    memset(u, 0, sizeof *u);
+    if (!(u = (gdl__mha *)gdl__zalloc(op, sizeof *u))) return NULL;
     u->E = embed_dim;
     u->H = num_heads;
     u->dropout = dropout;
@@ -22045,13 +22053,9 @@ static int gdl__tfm_child(gdl_module *m, const char *name, gdl_module *c, gdl_mo
 }
 
 static gdl_module *gdl__tfm_layer_new(const gdl__tfm_cfg *c) {
-    gdl__tfm_layer *u = (gdl__tfm_layer *)GPUDL_MALLOC(sizeof *u);
+    gdl__tfm_layer *u = (gdl__tfm_layer *)gdl__zalloc("gdl_nn_transformer_encoder_layer", sizeof *u);
     gdl_module *m;
-    if (!u) {
-        gdl__set_error("gdl_nn_transformer_encoder_layer: out of host memory");
-        return NULL;
-    }
-    memset(u, 0, sizeof *u);
+    if (!u) return NULL;
     u->c = *c;
     if (!(m = gdl_nn_custom("TransformerEncoderLayer", gdl__tfm_layer_self, u, gdl__mha_free))) return NULL;
     /* PyTorch's order of construction (and of the state dict): self_attn, linear1, dropout, linear2, norm1, norm2 */
@@ -23870,11 +23874,7 @@ GPUDL_API gdl_grad_scaler *gdl_grad_scaler_new(const gdl_grad_scaler_opts *opts)
         gdl__set_error("%s: growth_interval %d must be >= 1", op, o.growth_interval);
         return NULL;
     }
-    if (!(s = (gdl_grad_scaler *)GPUDL_MALLOC(sizeof *s))) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(s, 0, sizeof *s);
+    if (!(s = (gdl_grad_scaler *)gdl__zalloc(op, sizeof *s))) return NULL;
     s->o = o;
     s->o.enabled = o.enabled != 0;
     s->pending_scale = (double)(float)o.init_scale;
@@ -25071,11 +25071,7 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
                        (long long)ia[GDL__CONV_GROUPS]);
         return NULL;
     }
-    if (!(q = (gdl__qlayer *)GPUDL_MALLOC(sizeof *q))) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(q, 0, sizeof *q);
+    if (!(q = (gdl__qlayer *)gdl__zalloc(op, sizeof *q))) return NULL;
     q->mode = mode;
     q->conv = conv;
     q->relu = relu;
@@ -25520,14 +25516,10 @@ static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *b
 static gdl_module *gdl__qprep_new(const char *op, const gdl_module *lin, const gdl_module *bn, int relu, int qat,
                                   const gdl_qconfig *qc) {
     const int conv = lin->kind == GDL__M_CONV2D;
-    gdl__qprep *o = (gdl__qprep *)GPUDL_MALLOC(sizeof(gdl__qprep));
+    gdl__qprep *o = (gdl__qprep *)gdl__zalloc(op, sizeof(gdl__qprep));
     gdl_module *m;
     int i;
-    if (!o) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(o, 0, sizeof *o);
+    if (!o) return NULL;
     o->conv = conv;
     o->relu = relu;
     o->qat = qat;
@@ -28934,12 +28926,7 @@ GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o) {
         gdl__null_arg(fn, "module");
         return NULL;
     }
-    d = (gdl_ddp *)GPUDL_MALLOC(sizeof *d);
-    if (!d) {
-        gdl__set_error("%s: out of memory", fn);
-        return NULL;
-    }
-    memset(d, 0, sizeof *d);
+    if (!(d = (gdl_ddp *)gdl__zalloc(fn, sizeof *d))) return NULL;
     d->m = m;
     d->o = o ? *o : gdl_ddp_defaults();
     if (!(d->o.bucket_cap_mb > 0) || !(d->o.first_bucket_mb > 0)) {
@@ -31243,11 +31230,7 @@ static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(
         gdl__set_error("%s: already capturing a step (graphs do not nest)", op);
         return NULL;
     }
-    if (!(g = (gdl_graph *)GPUDL_MALLOC(sizeof *g))) {
-        gdl__set_error("%s: out of host memory", op);
-        return NULL;
-    }
-    memset(g, 0, sizeof *g);
+    if (!(g = (gdl_graph *)gdl__zalloc(op, sizeof *g))) return NULL;
     g->dev = dev;
     g->step = step;
     g->ctx = ctx;
