@@ -11862,50 +11862,57 @@ static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, i
         }
 }
 
+/* gdl__attn_mm's block of 4 rows x 2W columns at (r, j) in registers of W floats: V the vector type, P the
+   intrinsics' prefix, SET1(p) *p in every lane. One definition for the 16-column (AVX2) and the 32-column
+   (AVX-512) block: the same fused multiply-add per element and step, W columns per instruction. */
+#define GDL__ATTN_MM_BLOCK(name, V, P, W, SET1)                                                                     \
+    static void name(int64_t r, int64_t j, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b, \
+                     int64_t ldb, gdl_real *c, int64_t ldc) {                                                        \
+        gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;                             \
+        const gdl_real *a0 = a + r * ars;                                                                            \
+        V s00 = P##_loadu_ps(c0), s01 = P##_loadu_ps(c0 + W), s10 = P##_loadu_ps(c1);                               \
+        V s11 = P##_loadu_ps(c1 + W), s20 = P##_loadu_ps(c2), s21 = P##_loadu_ps(c2 + W);                           \
+        V s30 = P##_loadu_ps(c3), s31 = P##_loadu_ps(c3 + W);                                                       \
+        int64_t p;                                                                                                   \
+        for (p = 0; p < k; p++) {                                                                                    \
+            const gdl_real *ap = a0 + p * acs;                                                                       \
+            const V b0 = P##_loadu_ps(b + p * ldb + j), b1 = P##_loadu_ps(b + p * ldb + j + W);                     \
+            V x = SET1(ap);                                                                                          \
+            s00 = P##_fmadd_ps(x, b0, s00);                                                                          \
+            s01 = P##_fmadd_ps(x, b1, s01);                                                                          \
+            x = SET1(ap + ars);                                                                                      \
+            s10 = P##_fmadd_ps(x, b0, s10);                                                                          \
+            s11 = P##_fmadd_ps(x, b1, s11);                                                                          \
+            x = SET1(ap + 2 * ars);                                                                                  \
+            s20 = P##_fmadd_ps(x, b0, s20);                                                                          \
+            s21 = P##_fmadd_ps(x, b1, s21);                                                                          \
+            x = SET1(ap + 3 * ars);                                                                                  \
+            s30 = P##_fmadd_ps(x, b0, s30);                                                                          \
+            s31 = P##_fmadd_ps(x, b1, s31);                                                                          \
+        }                                                                                                            \
+        P##_storeu_ps(c0, s00);                                                                                      \
+        P##_storeu_ps(c0 + W, s01);                                                                                  \
+        P##_storeu_ps(c1, s10);                                                                                      \
+        P##_storeu_ps(c1 + W, s11);                                                                                  \
+        P##_storeu_ps(c2, s20);                                                                                      \
+        P##_storeu_ps(c2 + W, s21);                                                                                  \
+        P##_storeu_ps(c3, s30);                                                                                      \
+        P##_storeu_ps(c3 + W, s31);                                                                                  \
+    }
+#ifdef GDL__ATTN_AVX2
+GDL__ATTN_MM_BLOCK(gdl__attn_mm_4x16, __m256, _mm256, 8, _mm256_broadcast_ss)
+#endif
 #if defined(GDL__ATTN_AVX2) && defined(__AVX512F__)
 #define GDL__ATTN_AVX512 1
-/* gdl__attn_mm's block of 4 rows x 32 columns at (r, j) in 512-bit registers: the same fused multiply-add
-   per element and step as the 16-column block, twice the columns per instruction */
-static void gdl__attn_mm_4x32(int64_t r, int64_t j, int64_t k, const gdl_real *a, int64_t ars, int64_t acs,
-                              const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
-    gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
-    const gdl_real *a0 = a + r * ars;
-    __m512 s00 = _mm512_loadu_ps(c0), s01 = _mm512_loadu_ps(c0 + 16), s10 = _mm512_loadu_ps(c1);
-    __m512 s11 = _mm512_loadu_ps(c1 + 16), s20 = _mm512_loadu_ps(c2), s21 = _mm512_loadu_ps(c2 + 16);
-    __m512 s30 = _mm512_loadu_ps(c3), s31 = _mm512_loadu_ps(c3 + 16);
-    int64_t p;
-    for (p = 0; p < k; p++) {
-        const gdl_real *ap = a0 + p * acs;
-        const __m512 b0 = _mm512_loadu_ps(b + p * ldb + j), b1 = _mm512_loadu_ps(b + p * ldb + j + 16);
-        __m512 x = _mm512_set1_ps(ap[0]);
-        s00 = _mm512_fmadd_ps(x, b0, s00);
-        s01 = _mm512_fmadd_ps(x, b1, s01);
-        x = _mm512_set1_ps(ap[ars]);
-        s10 = _mm512_fmadd_ps(x, b0, s10);
-        s11 = _mm512_fmadd_ps(x, b1, s11);
-        x = _mm512_set1_ps(ap[2 * ars]);
-        s20 = _mm512_fmadd_ps(x, b0, s20);
-        s21 = _mm512_fmadd_ps(x, b1, s21);
-        x = _mm512_set1_ps(ap[3 * ars]);
-        s30 = _mm512_fmadd_ps(x, b0, s30);
-        s31 = _mm512_fmadd_ps(x, b1, s31);
-    }
-    _mm512_storeu_ps(c0, s00);
-    _mm512_storeu_ps(c0 + 16, s01);
-    _mm512_storeu_ps(c1, s10);
-    _mm512_storeu_ps(c1 + 16, s11);
-    _mm512_storeu_ps(c2, s20);
-    _mm512_storeu_ps(c2 + 16, s21);
-    _mm512_storeu_ps(c3, s30);
-    _mm512_storeu_ps(c3 + 16, s31);
-}
+#define GDL__ATTN_SET1_512(p) _mm512_set1_ps(*(p))
+GDL__ATTN_MM_BLOCK(gdl__attn_mm_4x32, __m512, _mm512, 16, GDL__ATTN_SET1_512)
 #endif
 
 static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b,
                          int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t m4 = 0, n16 = 0;
 #ifdef GDL__ATTN_AVX2
-    int64_t r, j, p, n32 = 0;
+    int64_t r, j, n32 = 0;
     m4 = m / 4 * 4;
     n16 = n / 16 * 16;
 #ifdef GDL__ATTN_AVX512 /* columns [0, n32) in blocks of 32, the rest of [0, n16) in blocks of 16 */
@@ -11914,37 +11921,7 @@ static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int
         for (j = 0; j < n32; j += 32) gdl__attn_mm_4x32(r, j, k, a, ars, acs, b, ldb, c, ldc);
 #endif
     for (r = 0; r < m4; r += 4)
-        for (j = n32; j < n16; j += 16) {
-            gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
-            const gdl_real *a0 = a + r * ars;
-            __m256 s00 = _mm256_loadu_ps(c0), s01 = _mm256_loadu_ps(c0 + 8), s10 = _mm256_loadu_ps(c1);
-            __m256 s11 = _mm256_loadu_ps(c1 + 8), s20 = _mm256_loadu_ps(c2), s21 = _mm256_loadu_ps(c2 + 8);
-            __m256 s30 = _mm256_loadu_ps(c3), s31 = _mm256_loadu_ps(c3 + 8);
-            for (p = 0; p < k; p++) {
-                const gdl_real *ap = a0 + p * acs;
-                const __m256 b0 = _mm256_loadu_ps(b + p * ldb + j), b1 = _mm256_loadu_ps(b + p * ldb + j + 8);
-                __m256 x = _mm256_broadcast_ss(ap);
-                s00 = _mm256_fmadd_ps(x, b0, s00);
-                s01 = _mm256_fmadd_ps(x, b1, s01);
-                x = _mm256_broadcast_ss(ap + ars);
-                s10 = _mm256_fmadd_ps(x, b0, s10);
-                s11 = _mm256_fmadd_ps(x, b1, s11);
-                x = _mm256_broadcast_ss(ap + 2 * ars);
-                s20 = _mm256_fmadd_ps(x, b0, s20);
-                s21 = _mm256_fmadd_ps(x, b1, s21);
-                x = _mm256_broadcast_ss(ap + 3 * ars);
-                s30 = _mm256_fmadd_ps(x, b0, s30);
-                s31 = _mm256_fmadd_ps(x, b1, s31);
-            }
-            _mm256_storeu_ps(c0, s00);
-            _mm256_storeu_ps(c0 + 8, s01);
-            _mm256_storeu_ps(c1, s10);
-            _mm256_storeu_ps(c1 + 8, s11);
-            _mm256_storeu_ps(c2, s20);
-            _mm256_storeu_ps(c2 + 8, s21);
-            _mm256_storeu_ps(c3, s30);
-            _mm256_storeu_ps(c3 + 8, s31);
-        }
+        for (j = n32; j < n16; j += 16) gdl__attn_mm_4x16(r, j, k, a, ars, acs, b, ldb, c, ldc);
 #endif
     gdl__attn_mm_plain(0, m4, n16, n, k, a, ars, acs, b, ldb, c, ldc);
     gdl__attn_mm_plain(m4, m, 0, n, k, a, ars, acs, b, ldb, c, ldc);
