@@ -4,13 +4,13 @@
                      dropout (when given), linear 10
      ex_bn_cnn_layers bench/fmnist92.c's batch-normed net (also examples/recipe.h's "cnn"), as layers
                      appended to an array, for a Sequential
-   Not part of gpudl's API: a helper of the programs. */
+   Not part of gpudl's API: a helper of the programs. inline: no warning where unused. */
 #ifndef GPUDL_EXAMPLE_NETS_H
 #define GPUDL_EXAMPLE_NETS_H
 
 /* on channels x side x side inputs (side a multiple of 4); dropout 0: no Dropout layer. NULL on error
    (gdl_last_error says why). */
-static gdl_module *ex_cnn_net(int channels, int side, double dropout) {
+static inline gdl_module *ex_cnn_net(int channels, int side, double dropout) {
     gdl_module *l[11];
     int k = 0;
     l[k++] = gdl_nn_conv2d(channels, 32, 3, 1, 1, 1, 1, 1);
@@ -29,7 +29,7 @@ static gdl_module *ex_cnn_net(int channels, int side, double dropout) {
 
 /* conv32-BN-ReLU-pool, conv64-BN-ReLU-pool, conv128-BN-ReLU, linear 6272-10 on 1x28x28, appended at
    l[k]; returns the new count (k + 13) */
-static int ex_bn_cnn_layers(gdl_module **l, int k) {
+static inline int ex_bn_cnn_layers(gdl_module **l, int k) {
     l[k++] = gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 1);
     l[k++] = gdl_nn_batchnorm2d(32);
     l[k++] = gdl_nn_relu();
