@@ -171,7 +171,10 @@ $(B)/lib/tsan_%.o: tests/gpudl_impl.c gpudl.h | $(B)/lib
 $(EXAMPLES): $(B)/%: examples/%.c examples/example_args.h gpudl.h tests/api_only.h $(B)/lib/plain_$$(call set_of,$$*).o | $(B)
 	$(CC) $(VARIANT_plain) $(SET_$(call set_of,$*)) $(API_ONLY) $< $(B)/lib/plain_$(call set_of,$*).o -o $@ $(LIBS)
 # the recipes' nets and training set-up, shared with bench/recipes.c
-$(B)/resnet $(B)/cuda_resnet $(B)/emu_resnet $(B)/mnist_mlp $(B)/cuda_mnist_mlp $(B)/emu_mnist_mlp: examples/recipe.h
+$(B)/resnet $(B)/cuda_resnet $(B)/emu_resnet $(B)/mnist_mlp $(B)/cuda_mnist_mlp $(B)/emu_mnist_mlp: examples/recipe.h examples/nets.h
+# the nets shared by the examples and the benchmarks (examples/nets.h)
+$(B)/cnn $(B)/cuda_cnn $(B)/emu_cnn $(B)/fmnist92 $(B)/cuda_fmnist92 $(B)/recipes $(B)/cuda_recipes: examples/nets.h
+$(B)/bench_train $(B)/cuda_bench_train.o $(B)/bench_amp: examples/nets.h
 # a stand-in NVML library for the monitor's tests
 $(B)/libfake_nvml.so: tests/fake_nvml.c | $(B)
 	$(CC) $(STD) -O1 -shared -fPIC $< -o $@

@@ -4979,6 +4979,18 @@ GPUDL_API void gdl__set_error(const char *fmt, ...) {
 GPUDL_API const char *gdl_last_error(void) { return gdl__err; }
 GPUDL_API void gdl_clear_error(void) { gdl__err[0] = 0; }
 
+/* bytes of zeroed host memory for the record of op's object (a module's, a scaler's, a graph's ...), or
+   NULL with the error "op: out of memory (host)" */
+static void *gdl__zalloc(const char *op, size_t bytes) {
+    void *p = GPUDL_MALLOC(bytes);
+    if (!p) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
 static int64_t gdl__syncs; /* host waits for a device, from every thread */
 GPUDL_API void gdl__count_sync(void) {
 #ifdef GDL__ATOMICS
@@ -7156,16 +7168,6 @@ static int gdl__cpu_cast(void *dst, gdl_dtype dt, const void *src, gdl_dtype st,
 #endif
 #endif
 
-#ifndef GDL__RESTRICT
-#if defined(__cplusplus)
-#define GDL__RESTRICT __restrict
-#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L
-#define GDL__RESTRICT restrict
-#else
-#define GDL__RESTRICT
-#endif
-#endif
-
 /* A convolution's output columns ow whose input column ow*SW - PW + kw*DW
    lies inside [0, W): [*lo, *hi) (im2col, col2im, the implicit GEMM's
    packing). A row of columns is then a zero head, a strided copy and a
@@ -8903,25 +8905,12 @@ static uint8_t gdl__q_byte(float r) { return (uint8_t)(r == r ? (int)r : 0); }
 #if !defined(GPUDL_GEMM_PORTABLE) && !defined(GPUDL_DOUBLE) && defined(__AVX512F__)
 #include <immintrin.h>
 #define GDL__QV_W 16
+#define GDL__QV(op) _mm512_##op /* the ISA's intrinsic of the operations written once below */
 typedef __m512 gdl__qv;
 typedef __m512i gdl__qvi;
 typedef __mmask16 gdl__qvnan; /* lanes that have seen a NaN */
-#define GDL__QV_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-static gdl__qv gdl__qv_set(float v) { return _mm512_set1_ps(v); }
-static gdl__qv gdl__qv_load(const float *p) { return _mm512_loadu_ps(p); }
-static void gdl__qv_store(float *p, gdl__qv v) { _mm512_storeu_ps(p, v); }
-static gdl__qv gdl__qv_mul(gdl__qv a, gdl__qv b) { return _mm512_mul_ps(a, b); }
-static gdl__qv gdl__qv_add(gdl__qv a, gdl__qv b) { return _mm512_add_ps(a, b); }
-static gdl__qv gdl__qv_sub(gdl__qv a, gdl__qv b) { return _mm512_sub_ps(a, b); }
-static gdl__qv gdl__qv_div(gdl__qv a, gdl__qv b) { return _mm512_div_ps(a, b); }
-static gdl__qv gdl__qv_min(gdl__qv a, gdl__qv b) { return _mm512_min_ps(a, b); }
-static gdl__qv gdl__qv_max(gdl__qv a, gdl__qv b) { return _mm512_max_ps(a, b); }
-static gdl__qv gdl__qv_round(gdl__qv v) { return _mm512_roundscale_ps(v, GDL__QV_RN); }
-static gdl__qvi gdl__qvi_set(int32_t v) { return _mm512_set1_epi32(v); }
+static gdl__qv gdl__qv_round(gdl__qv v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 static gdl__qvi gdl__qvi_load(const int32_t *p) { return _mm512_loadu_si512((const void *)p); }
-static gdl__qvi gdl__qvi_sub(gdl__qvi a, gdl__qvi b) { return _mm512_sub_epi32(a, b); }
-static gdl__qvi gdl__qvi_mul(gdl__qvi a, gdl__qvi b) { return _mm512_mullo_epi32(a, b); }
-static gdl__qv gdl__qvi_float(gdl__qvi v) { return _mm512_cvtepi32_ps(v); }
 static gdl__qvi gdl__qv_bytes_in(const uint8_t *p, int is_signed) { /* W bytes, u8 or s8, widened */
     const __m128i b = _mm_loadu_si128((const __m128i *)p);
     return is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
@@ -8935,25 +8924,12 @@ static int gdl__qv_nan_any(gdl__qvnan m) { return m != 0; }
 #elif !defined(GPUDL_GEMM_PORTABLE) && !defined(GPUDL_DOUBLE) && defined(__AVX2__)
 #include <immintrin.h>
 #define GDL__QV_W 8
+#define GDL__QV(op) _mm256_##op
 typedef __m256 gdl__qv;
 typedef __m256i gdl__qvi;
 typedef __m256 gdl__qvnan;
-#define GDL__QV_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-static gdl__qv gdl__qv_set(float v) { return _mm256_set1_ps(v); }
-static gdl__qv gdl__qv_load(const float *p) { return _mm256_loadu_ps(p); }
-static void gdl__qv_store(float *p, gdl__qv v) { _mm256_storeu_ps(p, v); }
-static gdl__qv gdl__qv_mul(gdl__qv a, gdl__qv b) { return _mm256_mul_ps(a, b); }
-static gdl__qv gdl__qv_add(gdl__qv a, gdl__qv b) { return _mm256_add_ps(a, b); }
-static gdl__qv gdl__qv_sub(gdl__qv a, gdl__qv b) { return _mm256_sub_ps(a, b); }
-static gdl__qv gdl__qv_div(gdl__qv a, gdl__qv b) { return _mm256_div_ps(a, b); }
-static gdl__qv gdl__qv_min(gdl__qv a, gdl__qv b) { return _mm256_min_ps(a, b); }
-static gdl__qv gdl__qv_max(gdl__qv a, gdl__qv b) { return _mm256_max_ps(a, b); }
-static gdl__qv gdl__qv_round(gdl__qv v) { return _mm256_round_ps(v, GDL__QV_RN); }
-static gdl__qvi gdl__qvi_set(int32_t v) { return _mm256_set1_epi32(v); }
+static gdl__qv gdl__qv_round(gdl__qv v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 static gdl__qvi gdl__qvi_load(const int32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static gdl__qvi gdl__qvi_sub(gdl__qvi a, gdl__qvi b) { return _mm256_sub_epi32(a, b); }
-static gdl__qvi gdl__qvi_mul(gdl__qvi a, gdl__qvi b) { return _mm256_mullo_epi32(a, b); }
-static gdl__qv gdl__qvi_float(gdl__qvi v) { return _mm256_cvtepi32_ps(v); }
 static gdl__qvi gdl__qv_bytes_in(const uint8_t *p, int is_signed) {
     const __m128i b = _mm_loadl_epi64((const __m128i *)p);
     return is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
@@ -8967,6 +8943,21 @@ static void gdl__qv_bytes_out(uint8_t *p, gdl__qv r) { /* bytes 0, 4, 8, 12 of e
 static gdl__qvnan gdl__qv_nan_none(void) { return _mm256_setzero_ps(); }
 static gdl__qvnan gdl__qv_nan_add(gdl__qvnan m, gdl__qv v) { return _mm256_or_ps(m, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)); }
 static int gdl__qv_nan_any(gdl__qvnan m) { return _mm256_movemask_ps(m) != 0; }
+#endif
+#ifdef GDL__QV_W /* the operations spelled alike in both ISAs but for the prefix */
+static gdl__qv gdl__qv_set(float v) { return GDL__QV(set1_ps)(v); }
+static gdl__qv gdl__qv_load(const float *p) { return GDL__QV(loadu_ps)(p); }
+static void gdl__qv_store(float *p, gdl__qv v) { GDL__QV(storeu_ps)(p, v); }
+static gdl__qv gdl__qv_mul(gdl__qv a, gdl__qv b) { return GDL__QV(mul_ps)(a, b); }
+static gdl__qv gdl__qv_add(gdl__qv a, gdl__qv b) { return GDL__QV(add_ps)(a, b); }
+static gdl__qv gdl__qv_sub(gdl__qv a, gdl__qv b) { return GDL__QV(sub_ps)(a, b); }
+static gdl__qv gdl__qv_div(gdl__qv a, gdl__qv b) { return GDL__QV(div_ps)(a, b); }
+static gdl__qv gdl__qv_min(gdl__qv a, gdl__qv b) { return GDL__QV(min_ps)(a, b); }
+static gdl__qv gdl__qv_max(gdl__qv a, gdl__qv b) { return GDL__QV(max_ps)(a, b); }
+static gdl__qvi gdl__qvi_set(int32_t v) { return GDL__QV(set1_epi32)(v); }
+static gdl__qvi gdl__qvi_sub(gdl__qvi a, gdl__qvi b) { return GDL__QV(sub_epi32)(a, b); }
+static gdl__qvi gdl__qvi_mul(gdl__qvi a, gdl__qvi b) { return GDL__QV(mullo_epi32)(a, b); }
+static gdl__qv gdl__qvi_float(gdl__qvi v) { return GDL__QV(cvtepi32_ps)(v); }
 #endif
 
 /* min and max of x[0, n) (0 when n is 0); 1 if x holds a NaN (left out of the min and max). A zero may come
@@ -9388,128 +9379,99 @@ static float gdl__gelu_grad_f32(float x) {
     return x > 0 ? 1.0f - d : d + 0.0f;
 }
 
-/* The vector loops: gdl__gelu_f32's and gdl__gelu_grad_f32's arithmetic, 16 or 8 lanes at a time, both
-   branches computed and the lanes selected. */
+/* The vector loops: gdl__gelu_f32's and gdl__gelu_grad_f32's arithmetic, GDL__GV_N lanes at a time (16
+   with AVX-512, 8 with AVX2), both branches computed and the lanes selected. They are written once over
+   GDL__GV(op), the ISA's intrinsic (_mm512_op or _mm256_op); what is not spelled alike stays in each ISA's
+   block: rounding, the integer cast, |x| and the sign flip, and the lane masks (AVX-512 mask registers,
+   AVX2 compare vectors and blends). */
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define GDL__GELU_AVX512 1
-static __m512 gdl__gelu_poly16(const float *c, int n, __m512 v) {
-    __m512 p = _mm512_set1_ps(c[n - 1]);
-    int i;
-    for (i = n - 2; i >= 0; i--) p = _mm512_fmadd_ps(p, v, _mm512_set1_ps(c[i]));
-    return p;
-}
-static __m512 gdl__gelu_pow2_neg16(__m512i k) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(127), k), 23));
-}
-static void gdl__gelu_tail16(__m512 a, __m512 *m, __m512i *k, __m512 *r) {
-    __m512 s = _mm512_mul_ps(a, a), e = _mm512_fmsub_ps(a, a, s), h = _mm512_mul_ps(_mm512_set1_ps(0.5f), s);
-    __m512 kf = _mm512_roundscale_ps(_mm512_mul_ps(h, _mm512_set1_ps(GDL__GELU_INV_LN2)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 rr = _mm512_fnmadd_ps(kf, _mm512_set1_ps(GDL__GELU_LN2_HI), h), t;
-    rr = _mm512_fnmadd_ps(kf, _mm512_set1_ps(GDL__GELU_LN2_LO), rr);
-    rr = _mm512_fmadd_ps(_mm512_set1_ps(0.5f), e, rr);
-    *m = gdl__gelu_poly16(gdl__gelu_e, 8, rr);
-    *k = _mm512_cvtps_epi32(kf);
-    t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(0.5f), a, _mm512_set1_ps(1.0f)));
-    *r = _mm512_mul_ps(t, gdl__gelu_poly16(gdl__gelu_p, 13, t));
-}
-static __m512 gdl__gelu_scale16(__m512 v, __m512i k) {
-    __m512i k1 = _mm512_srai_epi32(k, 1);
-    return _mm512_mul_ps(_mm512_mul_ps(v, gdl__gelu_pow2_neg16(k1)), gdl__gelu_pow2_neg16(_mm512_sub_epi32(k, k1)));
-}
-static __m512 gdl__gelu16(__m512 x) {
-    const __m512 sign = _mm512_set1_ps(-0.0f);
-    __m512 a = _mm512_abs_ps(x), ac = _mm512_min_ps(a, _mm512_set1_ps(GDL__GELU_AMAX)), m, r, pos, neg, small;
-    __m512i k;
-    __mmask16 tiny = _mm512_cmp_ps_mask(a, _mm512_set1_ps(GDL__GELU_T), _CMP_LT_OQ);
-    __mmask16 gt0 = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    __mmask16 ninf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
-    gdl__gelu_tail16(ac, &m, &k, &r);
-    pos = _mm512_fnmadd_ps(ac, gdl__gelu_scale16(_mm512_mul_ps(r, m), k), a);
-    neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gdl__gelu_scale16(_mm512_mul_ps(ac, _mm512_mul_ps(r, m)), k)),
-                                               _mm512_castps_si512(sign))); /* AVX-512F: no xor_ps */
-    small = _mm512_mul_ps(x, _mm512_fmadd_ps(x, gdl__gelu_poly16(gdl__gelu_q, 6, _mm512_mul_ps(x, x)), _mm512_set1_ps(0.5f)));
-    r = _mm512_mask_blend_ps(gt0, neg, pos);
-    r = _mm512_mask_blend_ps(tiny, r, small);
-    r = _mm512_mask_blend_ps(ninf, r, _mm512_set1_ps(NAN));
-    return _mm512_mask_blend_ps(nan, r, _mm512_add_ps(x, x));
-}
-static __m512 gdl__gelu_grad16(__m512 x) {
-    __m512 a = _mm512_abs_ps(x), ac = _mm512_min_ps(a, _mm512_set1_ps(GDL__GELU_AMAX)), m, r, d, small;
-    __m512i k;
-    __mmask16 tiny = _mm512_cmp_ps_mask(a, _mm512_set1_ps(GDL__GELU_T), _CMP_LT_OQ);
-    __mmask16 gt0 = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    __mmask16 inf = _mm512_cmp_ps_mask(a, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ);
-    gdl__gelu_tail16(ac, &m, &k, &r);
-    d = gdl__gelu_scale16(_mm512_mul_ps(_mm512_fmadd_ps(ac, _mm512_set1_ps(-GDL__GELU_INV_SQRT_2PI), r), m), k);
-    small = _mm512_fmadd_ps(x, gdl__gelu_poly16(gdl__gelu_s, 6, _mm512_mul_ps(x, x)), _mm512_set1_ps(0.5f));
-    r = _mm512_mask_blend_ps(gt0, _mm512_add_ps(d, _mm512_setzero_ps()), _mm512_sub_ps(_mm512_set1_ps(1.0f), d));
-    r = _mm512_mask_blend_ps(tiny, r, small);
-    r = _mm512_mask_blend_ps(inf, r, _mm512_set1_ps(NAN));
-    return _mm512_mask_blend_ps(nan, r, _mm512_add_ps(x, x));
-}
+#define GDL__GV_N 16
+#define GDL__GV(op) _mm512_##op
+typedef __m512 gdl__gv;
+typedef __m512i gdl__gvi;
+typedef __mmask16 gdl__gvm;
+#define GDL__GV_ROUND(v) _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define GDL__GV_AS_PS(i) _mm512_castsi512_ps(i)
+#define GDL__GV_ABS(v) _mm512_abs_ps(v)
+#define GDL__GV_FLIP(v) /* AVX-512F: no xor_ps */ \
+    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_castps_si512(_mm512_set1_ps(-0.0f))))
+#define GDL__GV_CMP(a, b, pred) _mm512_cmp_ps_mask(a, b, pred)
+#define GDL__GV_SEL(m, a, b) _mm512_mask_blend_ps(m, a, b) /* m ? b : a, per lane */
+#define GDL__GV_KEEP(m, v) _mm512_maskz_mov_ps(m, v)      /* m ? v : 0, per lane */
 #elif defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER))
 #include <immintrin.h>
 #define GDL__GELU_AVX2 1
-static __m256 gdl__gelu_poly8(const float *c, int n, __m256 v) {
-    __m256 p = _mm256_set1_ps(c[n - 1]);
+#define GDL__GV_N 8
+#define GDL__GV(op) _mm256_##op
+typedef __m256 gdl__gv;
+typedef __m256i gdl__gvi;
+typedef __m256 gdl__gvm;
+#define GDL__GV_ROUND(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define GDL__GV_AS_PS(i) _mm256_castsi256_ps(i)
+#define GDL__GV_ABS(v) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v)
+#define GDL__GV_FLIP(v) _mm256_xor_ps(v, _mm256_set1_ps(-0.0f))
+#define GDL__GV_CMP(a, b, pred) _mm256_cmp_ps(a, b, pred)
+#define GDL__GV_SEL(m, a, b) _mm256_blendv_ps(a, b, m)
+#define GDL__GV_KEEP(m, v) _mm256_and_ps(m, v)
+#endif
+#ifdef GDL__GV_N
+#define GDL__GV1(c) GDL__GV(set1_ps)(c)
+static gdl__gv gdl__gelu_vpoly(const float *c, int n, gdl__gv v) {
+    gdl__gv p = GDL__GV1(c[n - 1]);
     int i;
-    for (i = n - 2; i >= 0; i--) p = _mm256_fmadd_ps(p, v, _mm256_set1_ps(c[i]));
+    for (i = n - 2; i >= 0; i--) p = GDL__GV(fmadd_ps)(p, v, GDL__GV1(c[i]));
     return p;
 }
-static __m256 gdl__gelu_pow2_neg8(__m256i k) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), k), 23));
+static gdl__gv gdl__gelu_vpow2_neg(gdl__gvi k) {
+    return GDL__GV_AS_PS(GDL__GV(slli_epi32)(GDL__GV(sub_epi32)(GDL__GV(set1_epi32)(127), k), 23));
 }
-static void gdl__gelu_tail8(__m256 a, __m256 *m, __m256i *k, __m256 *r) {
-    __m256 s = _mm256_mul_ps(a, a), e = _mm256_fmsub_ps(a, a, s), h = _mm256_mul_ps(_mm256_set1_ps(0.5f), s);
-    __m256 kf = _mm256_round_ps(_mm256_mul_ps(h, _mm256_set1_ps(GDL__GELU_INV_LN2)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 rr = _mm256_fnmadd_ps(kf, _mm256_set1_ps(GDL__GELU_LN2_HI), h), t;
-    rr = _mm256_fnmadd_ps(kf, _mm256_set1_ps(GDL__GELU_LN2_LO), rr);
-    rr = _mm256_fmadd_ps(_mm256_set1_ps(0.5f), e, rr);
-    *m = gdl__gelu_poly8(gdl__gelu_e, 8, rr);
-    *k = _mm256_cvtps_epi32(kf);
-    t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(0.5f), a, _mm256_set1_ps(1.0f)));
-    *r = _mm256_mul_ps(t, gdl__gelu_poly8(gdl__gelu_p, 13, t));
+static void gdl__gelu_vtail(gdl__gv a, gdl__gv *m, gdl__gvi *k, gdl__gv *r) {
+    gdl__gv s = GDL__GV(mul_ps)(a, a), e = GDL__GV(fmsub_ps)(a, a, s), h = GDL__GV(mul_ps)(GDL__GV1(0.5f), s);
+    gdl__gv kf = GDL__GV_ROUND(GDL__GV(mul_ps)(h, GDL__GV1(GDL__GELU_INV_LN2)));
+    gdl__gv rr = GDL__GV(fnmadd_ps)(kf, GDL__GV1(GDL__GELU_LN2_HI), h), t;
+    rr = GDL__GV(fnmadd_ps)(kf, GDL__GV1(GDL__GELU_LN2_LO), rr);
+    rr = GDL__GV(fmadd_ps)(GDL__GV1(0.5f), e, rr);
+    *m = gdl__gelu_vpoly(gdl__gelu_e, 8, rr);
+    *k = GDL__GV(cvtps_epi32)(kf);
+    t = GDL__GV(div_ps)(GDL__GV1(1.0f), GDL__GV(fmadd_ps)(GDL__GV1(0.5f), a, GDL__GV1(1.0f)));
+    *r = GDL__GV(mul_ps)(t, gdl__gelu_vpoly(gdl__gelu_p, 13, t));
 }
-static __m256 gdl__gelu_scale8(__m256 v, __m256i k) {
-    __m256i k1 = _mm256_srai_epi32(k, 1);
-    return _mm256_mul_ps(_mm256_mul_ps(v, gdl__gelu_pow2_neg8(k1)), gdl__gelu_pow2_neg8(_mm256_sub_epi32(k, k1)));
+static gdl__gv gdl__gelu_vscale(gdl__gv v, gdl__gvi k) {
+    gdl__gvi k1 = GDL__GV(srai_epi32)(k, 1);
+    return GDL__GV(mul_ps)(GDL__GV(mul_ps)(v, gdl__gelu_vpow2_neg(k1)), gdl__gelu_vpow2_neg(GDL__GV(sub_epi32)(k, k1)));
 }
-static __m256 gdl__gelu8(__m256 x) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 a = _mm256_andnot_ps(sign, x), ac = _mm256_min_ps(a, _mm256_set1_ps(GDL__GELU_AMAX)), m, r, pos, neg, small;
-    __m256 tiny = _mm256_cmp_ps(a, _mm256_set1_ps(GDL__GELU_T), _CMP_LT_OQ);
-    __m256 gt0 = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ);
-    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    __m256 ninf = _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
-    __m256i k;
-    gdl__gelu_tail8(ac, &m, &k, &r);
-    pos = _mm256_fnmadd_ps(ac, gdl__gelu_scale8(_mm256_mul_ps(r, m), k), a);
-    neg = _mm256_xor_ps(gdl__gelu_scale8(_mm256_mul_ps(ac, _mm256_mul_ps(r, m)), k), sign);
-    small = _mm256_mul_ps(x, _mm256_fmadd_ps(x, gdl__gelu_poly8(gdl__gelu_q, 6, _mm256_mul_ps(x, x)), _mm256_set1_ps(0.5f)));
-    r = _mm256_blendv_ps(neg, pos, gt0);
-    r = _mm256_blendv_ps(r, small, tiny);
-    r = _mm256_blendv_ps(r, _mm256_set1_ps(NAN), ninf);
-    return _mm256_blendv_ps(r, _mm256_add_ps(x, x), nan);
+static gdl__gv gdl__gelu_v(gdl__gv x) {
+    gdl__gv a = GDL__GV_ABS(x), ac = GDL__GV(min_ps)(a, GDL__GV1(GDL__GELU_AMAX)), m, r, pos, neg, small;
+    gdl__gvi k;
+    gdl__gvm tiny = GDL__GV_CMP(a, GDL__GV1(GDL__GELU_T), _CMP_LT_OQ);
+    gdl__gvm gt0 = GDL__GV_CMP(x, GDL__GV(setzero_ps)(), _CMP_GT_OQ);
+    gdl__gvm nan = GDL__GV_CMP(x, x, _CMP_UNORD_Q);
+    gdl__gvm ninf = GDL__GV_CMP(x, GDL__GV1(-INFINITY), _CMP_EQ_OQ);
+    gdl__gelu_vtail(ac, &m, &k, &r);
+    pos = GDL__GV(fnmadd_ps)(ac, gdl__gelu_vscale(GDL__GV(mul_ps)(r, m), k), a);
+    neg = GDL__GV_FLIP(gdl__gelu_vscale(GDL__GV(mul_ps)(ac, GDL__GV(mul_ps)(r, m)), k));
+    small = GDL__GV(mul_ps)(x, GDL__GV(fmadd_ps)(x, gdl__gelu_vpoly(gdl__gelu_q, 6, GDL__GV(mul_ps)(x, x)), GDL__GV1(0.5f)));
+    r = GDL__GV_SEL(gt0, neg, pos);
+    r = GDL__GV_SEL(tiny, r, small);
+    r = GDL__GV_SEL(ninf, r, GDL__GV1(NAN));
+    return GDL__GV_SEL(nan, r, GDL__GV(add_ps)(x, x));
 }
-static __m256 gdl__gelu_grad8(__m256 x) {
-    __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), ac = _mm256_min_ps(a, _mm256_set1_ps(GDL__GELU_AMAX)), m, r, d, small;
-    __m256 tiny = _mm256_cmp_ps(a, _mm256_set1_ps(GDL__GELU_T), _CMP_LT_OQ);
-    __m256 gt0 = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ);
-    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    __m256 inf = _mm256_cmp_ps(a, _mm256_set1_ps(INFINITY), _CMP_EQ_OQ);
-    __m256i k;
-    gdl__gelu_tail8(ac, &m, &k, &r);
-    d = gdl__gelu_scale8(_mm256_mul_ps(_mm256_fmadd_ps(ac, _mm256_set1_ps(-GDL__GELU_INV_SQRT_2PI), r), m), k);
-    small = _mm256_fmadd_ps(x, gdl__gelu_poly8(gdl__gelu_s, 6, _mm256_mul_ps(x, x)), _mm256_set1_ps(0.5f));
-    r = _mm256_blendv_ps(_mm256_add_ps(d, _mm256_setzero_ps()), _mm256_sub_ps(_mm256_set1_ps(1.0f), d), gt0);
-    r = _mm256_blendv_ps(r, small, tiny);
-    r = _mm256_blendv_ps(r, _mm256_set1_ps(NAN), inf);
-    return _mm256_blendv_ps(r, _mm256_add_ps(x, x), nan);
+static gdl__gv gdl__gelu_grad_v(gdl__gv x) {
+    gdl__gv a = GDL__GV_ABS(x), ac = GDL__GV(min_ps)(a, GDL__GV1(GDL__GELU_AMAX)), m, r, d, small;
+    gdl__gvi k;
+    gdl__gvm tiny = GDL__GV_CMP(a, GDL__GV1(GDL__GELU_T), _CMP_LT_OQ);
+    gdl__gvm gt0 = GDL__GV_CMP(x, GDL__GV(setzero_ps)(), _CMP_GT_OQ);
+    gdl__gvm nan = GDL__GV_CMP(x, x, _CMP_UNORD_Q);
+    gdl__gvm inf = GDL__GV_CMP(a, GDL__GV1(INFINITY), _CMP_EQ_OQ);
+    gdl__gelu_vtail(ac, &m, &k, &r);
+    d = gdl__gelu_vscale(GDL__GV(mul_ps)(GDL__GV(fmadd_ps)(ac, GDL__GV1(-GDL__GELU_INV_SQRT_2PI), r), m), k);
+    small = GDL__GV(fmadd_ps)(x, gdl__gelu_vpoly(gdl__gelu_s, 6, GDL__GV(mul_ps)(x, x)), GDL__GV1(0.5f));
+    r = GDL__GV_SEL(gt0, GDL__GV(add_ps)(d, GDL__GV(setzero_ps)()), GDL__GV(sub_ps)(GDL__GV1(1.0f), d));
+    r = GDL__GV_SEL(tiny, r, small);
+    r = GDL__GV_SEL(inf, r, GDL__GV1(NAN));
+    return GDL__GV_SEL(nan, r, GDL__GV(add_ps)(x, x));
 }
 #endif
 static gdl_real gdl__gelu1(gdl_real x) { return gdl__gelu_f32(x); }
@@ -9522,25 +9484,18 @@ static double gdl__gelu_grad1(double x) { return gdl_unary_grad1_real(GDL_UN_GEL
 /* y = GELU(x) over n (y may be x) */
 static void gdl__gelu_rows(const gdl_real *x, gdl_real *y, int64_t n) {
     int64_t i = 0;
-#if defined(GDL__GELU_AVX512)
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gdl__gelu16(_mm512_loadu_ps(x + i)));
-#elif defined(GDL__GELU_AVX2)
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gdl__gelu8(_mm256_loadu_ps(x + i)));
+#ifdef GDL__GV_N
+    for (; i + GDL__GV_N <= n; i += GDL__GV_N) GDL__GV(storeu_ps)(y + i, gdl__gelu_v(GDL__GV(loadu_ps)(x + i)));
 #endif
     for (; i < n; i++) y[i] = gdl__gelu1(x[i]);
 }
 /* out = (accumulate ? out : 0) + gy GELU'(x) over n, the product rounded first, as gdl__unary_grad1's callers */
 static void gdl__gelu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *out, int64_t n, int accumulate) {
     int64_t i = 0;
-#if defined(GDL__GELU_AVX512)
-    for (; i + 16 <= n; i += 16) {
-        __m512 p = _mm512_mul_ps(_mm512_loadu_ps(gy + i), gdl__gelu_grad16(_mm512_loadu_ps(x + i)));
-        _mm512_storeu_ps(out + i, _mm512_add_ps(accumulate ? _mm512_loadu_ps(out + i) : _mm512_setzero_ps(), p));
-    }
-#elif defined(GDL__GELU_AVX2)
-    for (; i + 8 <= n; i += 8) {
-        __m256 p = _mm256_mul_ps(_mm256_loadu_ps(gy + i), gdl__gelu_grad8(_mm256_loadu_ps(x + i)));
-        _mm256_storeu_ps(out + i, _mm256_add_ps(accumulate ? _mm256_loadu_ps(out + i) : _mm256_setzero_ps(), p));
+#ifdef GDL__GV_N
+    for (; i + GDL__GV_N <= n; i += GDL__GV_N) {
+        gdl__gv p = GDL__GV(mul_ps)(GDL__GV(loadu_ps)(gy + i), gdl__gelu_grad_v(GDL__GV(loadu_ps)(x + i)));
+        GDL__GV(storeu_ps)(out + i, GDL__GV(add_ps)(accumulate ? GDL__GV(loadu_ps)(out + i) : GDL__GV(setzero_ps)(), p));
     }
 #endif
     for (; i < n; i++) out[i] = (accumulate ? out[i] : (gdl_real)0) + (gdl_real)(gy[i] * gdl__gelu_grad1(x[i]));
@@ -9552,17 +9507,11 @@ static void gdl__gelu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real 
    step's time. */
 static void gdl__relu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *out, int64_t n, int accumulate) {
     int64_t i = 0;
-#if defined(GDL__GELU_AVX512)
-    for (; i + 16 <= n; i += 16) {
-        const __mmask16 pos = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
-        _mm512_storeu_ps(out + i, _mm512_add_ps(accumulate ? _mm512_loadu_ps(out + i) : _mm512_setzero_ps(),
-                                                _mm512_maskz_mov_ps(pos, _mm512_loadu_ps(gy + i))));
-    }
-#elif defined(GDL__GELU_AVX2)
-    for (; i + 8 <= n; i += 8) {
-        const __m256 pos = _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps(), _CMP_GT_OQ);
-        _mm256_storeu_ps(out + i, _mm256_add_ps(accumulate ? _mm256_loadu_ps(out + i) : _mm256_setzero_ps(),
-                                                _mm256_and_ps(pos, _mm256_loadu_ps(gy + i))));
+#ifdef GDL__GV_N
+    for (; i + GDL__GV_N <= n; i += GDL__GV_N) {
+        const gdl__gvm pos = GDL__GV_CMP(GDL__GV(loadu_ps)(x + i), GDL__GV(setzero_ps)(), _CMP_GT_OQ);
+        GDL__GV(storeu_ps)(out + i, GDL__GV(add_ps)(accumulate ? GDL__GV(loadu_ps)(out + i) : GDL__GV(setzero_ps)(),
+                                                    GDL__GV_KEEP(pos, GDL__GV(loadu_ps)(gy + i))));
     }
 #endif
     for (; i < n; i++) out[i] = (accumulate ? out[i] : (gdl_real)0) + (x[i] > 0 ? gy[i] : 0);
@@ -9571,10 +9520,9 @@ static void gdl__relu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real 
    unless x > 0 */
 static void gdl__relu_rows(const gdl_real *x, gdl_real *y, int64_t n) {
     int64_t i = 0;
-#if defined(GDL__GELU_AVX512)
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), _mm512_setzero_ps()));
-#elif defined(GDL__GELU_AVX2)
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps()));
+#ifdef GDL__GV_N
+    for (; i + GDL__GV_N <= n; i += GDL__GV_N)
+        GDL__GV(storeu_ps)(y + i, GDL__GV(max_ps)(GDL__GV(loadu_ps)(x + i), GDL__GV(setzero_ps)()));
 #endif
     for (; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
 }
@@ -11487,52 +11435,48 @@ typedef struct {
     double momentum, eps;
 } gdl__batchnorm_job;
 /* Batch norm's elementwise passes in double lanes: GDL__BNV_W floats widened, the scalar expression's
-   operations in its order, then rounded once to float (so the vector and scalar loops give one result). */
+   operations in its order, then rounded once to float (so the vector and scalar loops give one result).
+   Written once over GDL__BNV(op), the double lanes' intrinsic, and GDL__BNF(op), that of the floats they
+   widen (AVX-512: 8 doubles from 8 floats in 256 bits; AVX2: 4 from 4 in 128); the float compare, spelled
+   apart, stays per ISA. */
 #if defined(GDL__GELU_AVX512)
 #define GDL__BNV_W 8
+#define GDL__BNV(op) _mm512_##op
+#define GDL__BNF(op) _mm256_##op
 typedef __m512d gdl__bnv;
-static inline gdl__bnv gdl__bnv_set(double v) { return _mm512_set1_pd(v); }
-static inline gdl__bnv gdl__bnv_load(const float *p) { return _mm512_cvtps_pd(_mm256_loadu_ps(p)); }
-static inline gdl__bnv gdl__bnv_loadd(const double *p) { return _mm512_loadu_pd(p); }
-static inline gdl__bnv gdl__bnv_sub(gdl__bnv a, gdl__bnv b) { return _mm512_sub_pd(a, b); }
-static inline gdl__bnv gdl__bnv_mul(gdl__bnv a, gdl__bnv b) { return _mm512_mul_pd(a, b); }
-static inline gdl__bnv gdl__bnv_add(gdl__bnv a, gdl__bnv b) { return _mm512_add_pd(a, b); }
-static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm256_storeu_ps(p, _mm512_cvtpd_ps(v)); }
+typedef __m256 gdl__bnf;
+#define GDL__BNF_GT(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
+#elif defined(GDL__GELU_AVX2)
+#define GDL__BNV_W 4
+#define GDL__BNV(op) _mm256_##op
+#define GDL__BNF(op) _mm_##op
+typedef __m256d gdl__bnv;
+typedef __m128 gdl__bnf;
+#define GDL__BNF_GT(a, b) _mm_cmpgt_ps(a, b)
+#endif
+#ifdef GDL__BNV_W
+static inline gdl__bnv gdl__bnv_set(double v) { return GDL__BNV(set1_pd)(v); }
+static inline gdl__bnv gdl__bnv_load(const float *p) { return GDL__BNV(cvtps_pd)(GDL__BNF(loadu_ps)(p)); }
+static inline gdl__bnv gdl__bnv_loadd(const double *p) { return GDL__BNV(loadu_pd)(p); }
+static inline gdl__bnv gdl__bnv_sub(gdl__bnv a, gdl__bnv b) { return GDL__BNV(sub_pd)(a, b); }
+static inline gdl__bnv gdl__bnv_mul(gdl__bnv a, gdl__bnv b) { return GDL__BNV(mul_pd)(a, b); }
+static inline gdl__bnv gdl__bnv_add(gdl__bnv a, gdl__bnv b) { return GDL__BNV(add_pd)(a, b); }
+static inline void gdl__bnv_store(float *p, gdl__bnv v) { GDL__BNF(storeu_ps)(p, GDL__BNV(cvtpd_ps)(v)); }
 /* p = (acc ? p : 0) + v, in float */
 static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
-    _mm256_storeu_ps(p, _mm256_add_ps(acc ? _mm256_loadu_ps(p) : _mm256_setzero_ps(), _mm512_cvtpd_ps(v)));
+    const gdl__bnf base = acc ? GDL__BNF(loadu_ps)(p) : GDL__BNF(setzero_ps)();
+    GDL__BNF(storeu_ps)(p, GDL__BNF(add_ps)(base, GDL__BNV(cvtpd_ps)(v)));
 }
 /* p = relu(v rounded to float): max with v first, as gdl__relu_rows */
 static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) {
-    _mm256_storeu_ps(p, _mm256_max_ps(_mm512_cvtpd_ps(v), _mm256_setzero_ps()));
+    GDL__BNF(storeu_ps)(p, GDL__BNF(max_ps)(GDL__BNV(cvtpd_ps)(v), GDL__BNF(setzero_ps)()));
 }
 /* gdl__bn_gy1's value of each lane, widened */
 static inline gdl__bnv gdl__bnv_load_gy(const float *gy, const float *y) {
-    const __m256 g = _mm256_loadu_ps(gy), z = _mm256_setzero_ps();
-    return _mm512_cvtps_pd(y ? _mm256_add_ps(z, _mm256_and_ps(_mm256_cmp_ps(_mm256_loadu_ps(y), z, _CMP_GT_OQ), g)) : g);
+    const gdl__bnf g = GDL__BNF(loadu_ps)(gy), z = GDL__BNF(setzero_ps)();
+    return GDL__BNV(cvtps_pd)(y ? GDL__BNF(add_ps)(z, GDL__BNF(and_ps)(GDL__BNF_GT(GDL__BNF(loadu_ps)(y), z), g)) : g);
 }
-static inline void gdl__bnv_spill(double *p, gdl__bnv v) { _mm512_storeu_pd(p, v); }
-#elif defined(GDL__GELU_AVX2)
-#define GDL__BNV_W 4
-typedef __m256d gdl__bnv;
-static inline gdl__bnv gdl__bnv_set(double v) { return _mm256_set1_pd(v); }
-static inline gdl__bnv gdl__bnv_load(const float *p) { return _mm256_cvtps_pd(_mm_loadu_ps(p)); }
-static inline gdl__bnv gdl__bnv_loadd(const double *p) { return _mm256_loadu_pd(p); }
-static inline gdl__bnv gdl__bnv_sub(gdl__bnv a, gdl__bnv b) { return _mm256_sub_pd(a, b); }
-static inline gdl__bnv gdl__bnv_mul(gdl__bnv a, gdl__bnv b) { return _mm256_mul_pd(a, b); }
-static inline gdl__bnv gdl__bnv_add(gdl__bnv a, gdl__bnv b) { return _mm256_add_pd(a, b); }
-static inline void gdl__bnv_store(float *p, gdl__bnv v) { _mm_storeu_ps(p, _mm256_cvtpd_ps(v)); }
-static inline void gdl__bnv_store_add(float *p, gdl__bnv v, int acc) {
-    _mm_storeu_ps(p, _mm_add_ps(acc ? _mm_loadu_ps(p) : _mm_setzero_ps(), _mm256_cvtpd_ps(v)));
-}
-static inline void gdl__bnv_store_relu(float *p, gdl__bnv v) {
-    _mm_storeu_ps(p, _mm_max_ps(_mm256_cvtpd_ps(v), _mm_setzero_ps()));
-}
-static inline gdl__bnv gdl__bnv_load_gy(const float *gy, const float *y) {
-    const __m128 g = _mm_loadu_ps(gy), z = _mm_setzero_ps();
-    return _mm256_cvtps_pd(y ? _mm_add_ps(z, _mm_and_ps(_mm_cmpgt_ps(_mm_loadu_ps(y), z), g)) : g);
-}
-static inline void gdl__bnv_spill(double *p, gdl__bnv v) { _mm256_storeu_pd(p, v); }
+static inline void gdl__bnv_spill(double *p, gdl__bnv v) { GDL__BNV(storeu_pd)(p, v); }
 #endif
 
 /* The output gradient batch norm's backward takes at i: gy's, or with a fused ReLU (its output y) ReLU's
@@ -12460,50 +12404,57 @@ static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, i
         }
 }
 
+/* gdl__attn_mm's block of 4 rows x 2W columns at (r, j) in registers of W floats: V the vector type, P the
+   intrinsics' prefix, SET1(p) *p in every lane. One definition for the 16-column (AVX2) and the 32-column
+   (AVX-512) block: the same fused multiply-add per element and step, W columns per instruction. */
+#define GDL__ATTN_MM_BLOCK(name, V, P, W, SET1)                                                                     \
+    static void name(int64_t r, int64_t j, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b, \
+                     int64_t ldb, gdl_real *c, int64_t ldc) {                                                        \
+        gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;                             \
+        const gdl_real *a0 = a + r * ars;                                                                            \
+        V s00 = P##_loadu_ps(c0), s01 = P##_loadu_ps(c0 + W), s10 = P##_loadu_ps(c1);                               \
+        V s11 = P##_loadu_ps(c1 + W), s20 = P##_loadu_ps(c2), s21 = P##_loadu_ps(c2 + W);                           \
+        V s30 = P##_loadu_ps(c3), s31 = P##_loadu_ps(c3 + W);                                                       \
+        int64_t p;                                                                                                   \
+        for (p = 0; p < k; p++) {                                                                                    \
+            const gdl_real *ap = a0 + p * acs;                                                                       \
+            const V b0 = P##_loadu_ps(b + p * ldb + j), b1 = P##_loadu_ps(b + p * ldb + j + W);                     \
+            V x = SET1(ap);                                                                                          \
+            s00 = P##_fmadd_ps(x, b0, s00);                                                                          \
+            s01 = P##_fmadd_ps(x, b1, s01);                                                                          \
+            x = SET1(ap + ars);                                                                                      \
+            s10 = P##_fmadd_ps(x, b0, s10);                                                                          \
+            s11 = P##_fmadd_ps(x, b1, s11);                                                                          \
+            x = SET1(ap + 2 * ars);                                                                                  \
+            s20 = P##_fmadd_ps(x, b0, s20);                                                                          \
+            s21 = P##_fmadd_ps(x, b1, s21);                                                                          \
+            x = SET1(ap + 3 * ars);                                                                                  \
+            s30 = P##_fmadd_ps(x, b0, s30);                                                                          \
+            s31 = P##_fmadd_ps(x, b1, s31);                                                                          \
+        }                                                                                                            \
+        P##_storeu_ps(c0, s00);                                                                                      \
+        P##_storeu_ps(c0 + W, s01);                                                                                  \
+        P##_storeu_ps(c1, s10);                                                                                      \
+        P##_storeu_ps(c1 + W, s11);                                                                                  \
+        P##_storeu_ps(c2, s20);                                                                                      \
+        P##_storeu_ps(c2 + W, s21);                                                                                  \
+        P##_storeu_ps(c3, s30);                                                                                      \
+        P##_storeu_ps(c3 + W, s31);                                                                                  \
+    }
+#ifdef GDL__ATTN_AVX2
+GDL__ATTN_MM_BLOCK(gdl__attn_mm_4x16, __m256, _mm256, 8, _mm256_broadcast_ss)
+#endif
 #if defined(GDL__ATTN_AVX2) && defined(__AVX512F__)
 #define GDL__ATTN_AVX512 1
-/* gdl__attn_mm's block of 4 rows x 32 columns at (r, j) in 512-bit registers: the same fused multiply-add
-   per element and step as the 16-column block, twice the columns per instruction */
-static void gdl__attn_mm_4x32(int64_t r, int64_t j, int64_t k, const gdl_real *a, int64_t ars, int64_t acs,
-                              const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
-    gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
-    const gdl_real *a0 = a + r * ars;
-    __m512 s00 = _mm512_loadu_ps(c0), s01 = _mm512_loadu_ps(c0 + 16), s10 = _mm512_loadu_ps(c1);
-    __m512 s11 = _mm512_loadu_ps(c1 + 16), s20 = _mm512_loadu_ps(c2), s21 = _mm512_loadu_ps(c2 + 16);
-    __m512 s30 = _mm512_loadu_ps(c3), s31 = _mm512_loadu_ps(c3 + 16);
-    int64_t p;
-    for (p = 0; p < k; p++) {
-        const gdl_real *ap = a0 + p * acs;
-        const __m512 b0 = _mm512_loadu_ps(b + p * ldb + j), b1 = _mm512_loadu_ps(b + p * ldb + j + 16);
-        __m512 x = _mm512_set1_ps(ap[0]);
-        s00 = _mm512_fmadd_ps(x, b0, s00);
-        s01 = _mm512_fmadd_ps(x, b1, s01);
-        x = _mm512_set1_ps(ap[ars]);
-        s10 = _mm512_fmadd_ps(x, b0, s10);
-        s11 = _mm512_fmadd_ps(x, b1, s11);
-        x = _mm512_set1_ps(ap[2 * ars]);
-        s20 = _mm512_fmadd_ps(x, b0, s20);
-        s21 = _mm512_fmadd_ps(x, b1, s21);
-        x = _mm512_set1_ps(ap[3 * ars]);
-        s30 = _mm512_fmadd_ps(x, b0, s30);
-        s31 = _mm512_fmadd_ps(x, b1, s31);
-    }
-    _mm512_storeu_ps(c0, s00);
-    _mm512_storeu_ps(c0 + 16, s01);
-    _mm512_storeu_ps(c1, s10);
-    _mm512_storeu_ps(c1 + 16, s11);
-    _mm512_storeu_ps(c2, s20);
-    _mm512_storeu_ps(c2 + 16, s21);
-    _mm512_storeu_ps(c3, s30);
-    _mm512_storeu_ps(c3 + 16, s31);
-}
+#define GDL__ATTN_SET1_512(p) _mm512_set1_ps(*(p))
+GDL__ATTN_MM_BLOCK(gdl__attn_mm_4x32, __m512, _mm512, 16, GDL__ATTN_SET1_512)
 #endif
 
 static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b,
                          int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t m4 = 0, n16 = 0;
 #ifdef GDL__ATTN_AVX2
-    int64_t r, j, p, n32 = 0;
+    int64_t r, j, n32 = 0;
     m4 = m / 4 * 4;
     n16 = n / 16 * 16;
 #ifdef GDL__ATTN_AVX512 /* columns [0, n32) in blocks of 32, the rest of [0, n16) in blocks of 16 */
@@ -12512,37 +12463,7 @@ static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int
         for (j = 0; j < n32; j += 32) gdl__attn_mm_4x32(r, j, k, a, ars, acs, b, ldb, c, ldc);
 #endif
     for (r = 0; r < m4; r += 4)
-        for (j = n32; j < n16; j += 16) {
-            gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
-            const gdl_real *a0 = a + r * ars;
-            __m256 s00 = _mm256_loadu_ps(c0), s01 = _mm256_loadu_ps(c0 + 8), s10 = _mm256_loadu_ps(c1);
-            __m256 s11 = _mm256_loadu_ps(c1 + 8), s20 = _mm256_loadu_ps(c2), s21 = _mm256_loadu_ps(c2 + 8);
-            __m256 s30 = _mm256_loadu_ps(c3), s31 = _mm256_loadu_ps(c3 + 8);
-            for (p = 0; p < k; p++) {
-                const gdl_real *ap = a0 + p * acs;
-                const __m256 b0 = _mm256_loadu_ps(b + p * ldb + j), b1 = _mm256_loadu_ps(b + p * ldb + j + 8);
-                __m256 x = _mm256_broadcast_ss(ap);
-                s00 = _mm256_fmadd_ps(x, b0, s00);
-                s01 = _mm256_fmadd_ps(x, b1, s01);
-                x = _mm256_broadcast_ss(ap + ars);
-                s10 = _mm256_fmadd_ps(x, b0, s10);
-                s11 = _mm256_fmadd_ps(x, b1, s11);
-                x = _mm256_broadcast_ss(ap + 2 * ars);
-                s20 = _mm256_fmadd_ps(x, b0, s20);
-                s21 = _mm256_fmadd_ps(x, b1, s21);
-                x = _mm256_broadcast_ss(ap + 3 * ars);
-                s30 = _mm256_fmadd_ps(x, b0, s30);
-                s31 = _mm256_fmadd_ps(x, b1, s31);
-            }
-            _mm256_storeu_ps(c0, s00);
-            _mm256_storeu_ps(c0 + 8, s01);
-            _mm256_storeu_ps(c1, s10);
-            _mm256_storeu_ps(c1 + 8, s11);
-            _mm256_storeu_ps(c2, s20);
-            _mm256_storeu_ps(c2 + 8, s21);
-            _mm256_storeu_ps(c3, s30);
-            _mm256_storeu_ps(c3 + 8, s31);
-        }
+        for (j = n32; j < n16; j += 16) gdl__attn_mm_4x16(r, j, k, a, ars, acs, b, ldb, c, ldc);
 #endif
     gdl__attn_mm_plain(0, m4, n16, n, k, a, ars, acs, b, ldb, c, ldc);
     gdl__attn_mm_plain(m4, m, 0, n, k, a, ars, acs, b, ldb, c, ldc);
@@ -12673,26 +12594,43 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
     GPUDL_FREE(qb);
 }
 
+/* the backward's tile buffers, one allocation per task range: the K and V tiles and their transposes, a Q
+   and a dO tile, the dK and dV sums, a tile pair's P (s) and dS (dp), then `extra` reals (the one-pass
+   dq); pass 1 reads O's rows into vb and sums dq in dk */
+typedef struct gdl__attn_bw_bufs {
+    gdl_real *kb, *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *extra;
+} gdl__attn_bw_bufs;
+
+static gdl_real *gdl__attn_bw_alloc(const gdl__attn_ctx *c, int64_t extra, gdl__attn_bw_bufs *w) {
+    const int64_t T = GDL__ATTN_T, E = c->g->E, Ev = c->g->Ev;
+    gdl_real *all = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + extra + 1));
+    if (!all) {
+        GDL__ATTN_FAILED(c);
+        return NULL;
+    }
+    w->kb = all;
+    w->kt = w->kb + T * E;
+    w->vb = w->kt + T * E;
+    w->vt = w->vb + T * Ev;
+    w->qb = w->vt + T * Ev;
+    w->gb = w->qb + T * E;
+    w->dk = w->gb + T * Ev;
+    w->dv = w->dk + T * E;
+    w->s = w->dv + T * Ev;
+    w->dp = w->s + T * T;
+    w->extra = w->dp + T * T;
+    return all;
+}
+
 /* backward, pass 1 over tasks (batch, query tile): delta = rowsum(gout * out), and dq += ds k */
 static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const gdl_attn_geom *g = c->g;
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
-    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 3 * Ev + 2 * T) + 1));
-    gdl_real *gb, *ob, *kb, *kt, *vt, *dq, *s, *dp;
+    gdl__attn_bw_bufs w;
+    gdl_real *all = gdl__attn_bw_alloc(c, 0, &w);
     int64_t idx, j0;
-    if (!qb) {
-        GDL__ATTN_FAILED(c);
-        return;
-    }
-    gb = qb + T * E;
-    ob = gb + T * Ev;
-    kb = ob + T * Ev;
-    kt = kb + T * E;
-    vt = kt + T * E;
-    dq = vt + T * Ev;
-    s = dq + T * E;
-    dp = s + T * T;
+    if (!all) return;
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
@@ -12700,68 +12638,63 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
         const int64_t ko = gdl_attn_base(g, b, g->kstr), vo = gdl_attn_base(g, b, g->vstr);
         const gdl_real *lse = c->lse + b * L + i0;
         gdl_real *D = c->delta + b * L + i0;
-        gdl__attn_delta(c, oo, nq, gb, ob, D);
+        gdl__attn_delta(c, oo, nq, w.gb, w.vb, D);
         if (!c->gq) continue;
-        gdl__attn_get(c->dt, c->q, qo, g->qrow, nq, E, qb);
-        memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
+        gdl__attn_get(c->dt, c->q, qo, g->qrow, nq, E, w.qb);
+        memset(w.dk, 0, sizeof(gdl_real) * (size_t)(nq * E));
         for (j0 = 0; j0 < send; j0 += T) {
             const int64_t nk = gdl__attn_min(T, send - j0);
-            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
-            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, ob); /* out's rows are read: V's tile */
-            gdl__attn_turn(kb, nk, E, kt);
-            gdl__attn_turn(ob, nk, Ev, vt);
-            gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, lse, D, s, dp);
-            gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq, E); /* dq += dS K */
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, w.kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, w.vb);
+            gdl__attn_turn(w.kb, nk, E, w.kt);
+            gdl__attn_turn(w.vb, nk, Ev, w.vt);
+            gdl__attn_pair(c, w.qb, w.gb, nq, w.kt, w.vt, nk, i0, j0, mb, lse, D, w.s, w.dp);
+            gdl__attn_mm(nq, E, nk, w.dp, T, 1, w.kb, E, w.dk, E); /* dq += dS K */
         }
-        gdl__attn_acc(c->dt, c->gq, qo, g->qrow, nq, E, dq, kb);
+        gdl__attn_acc(c->dt, c->gq, qo, g->qrow, nq, E, w.dk, w.kb);
     }
-    GPUDL_FREE(qb);
+    GPUDL_FREE(all);
+}
+
+/* the key tile at j0 of batch entry b: dk and dv over the query tiles that see its keys (in ascending
+   order), added into gk and gv; with dq (the entry's L x E sums), dq += dS K as well */
+static void gdl__attn_key_tile(const gdl__attn_ctx *c, const gdl__attn_bw_bufs *w, int64_t b, int64_t j0, gdl_real *dq) {
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, nk = gdl__attn_min(T, g->S - j0);
+    const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+    const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
+    const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
+    int64_t i0;
+    gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, w->kb);
+    gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, w->vb);
+    gdl__attn_turn(w->kb, nk, E, w->kt);
+    gdl__attn_turn(w->vb, nk, Ev, w->vt);
+    memset(w->dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
+    memset(w->dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
+    for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+        const int64_t nq = gdl__attn_min(T, L - i0);
+        gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, w->qb);
+        gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, w->gb);
+        gdl__attn_pair(c, w->qb, w->gb, nq, w->kt, w->vt, nk, i0, j0, mb, c->lse + b * L + i0, c->delta + b * L + i0,
+                       w->s, w->dp);
+        if (c->gv) gdl__attn_mm(nk, Ev, nq, w->s, 1, T, w->gb, Ev, w->dv, Ev); /* dv += P^T dO */
+        if (c->gk) gdl__attn_mm(nk, E, nq, w->dp, 1, T, w->qb, E, w->dk, E);   /* dk += dS^T Q */
+        if (dq) gdl__attn_mm(nq, E, nk, w->dp, T, 1, w->kb, E, dq + i0 * E, E); /* dq += dS K */
+    }
+    if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, w->dk, w->qb);
+    if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, w->dv, w->qb);
 }
 
 /* backward, pass 2 over tasks (batch, key tile): dk and dv, walking the query tiles that see the keys */
 static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
-    const gdl_attn_geom *g = c->g;
-    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nkt = (S + T - 1) / T;
-    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + 1));
-    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp;
-    int64_t idx, i0;
-    if (!kb) {
-        GDL__ATTN_FAILED(c);
-        return;
-    }
-    kt = kb + T * E;
-    vb = kt + T * E;
-    vt = vb + T * Ev;
-    qb = vt + T * Ev;
-    gb = qb + T * E;
-    dk = gb + T * Ev;
-    dv = dk + T * E;
-    s = dv + T * Ev;
-    dp = s + T * T;
-    for (idx = lo; idx < hi; idx++) {
-        const int64_t b = idx / nkt, j0 = (idx % nkt) * T, nk = gdl__attn_min(T, S - j0);
-        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
-        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
-        const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
-        gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, kb);
-        gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, vb);
-        gdl__attn_turn(kb, nk, E, kt);
-        gdl__attn_turn(vb, nk, Ev, vt);
-        memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
-        memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
-        for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
-            const int64_t nq = gdl__attn_min(T, L - i0);
-            gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
-            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
-            gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, c->lse + b * L + i0, c->delta + b * L + i0, s, dp);
-            gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
-            gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
-        }
-        if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, dk, qb);
-        if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, dv, qb);
-    }
-    GPUDL_FREE(kb);
+    const int64_t T = GDL__ATTN_T, nkt = (c->g->S + T - 1) / T;
+    gdl__attn_bw_bufs w;
+    gdl_real *all = gdl__attn_bw_alloc(c, 0, &w);
+    int64_t idx;
+    if (!all) return;
+    for (idx = lo; idx < hi; idx++) gdl__attn_key_tile(c, &w, idx / nkt, (idx % nkt) * T, NULL);
+    GPUDL_FREE(all);
 }
 
 /* backward in one pass over tasks (batch): per key tile, the query tiles that see it, each pair's
@@ -12773,57 +12706,22 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
 static void gdl__attn_bw_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const gdl_attn_geom *g = c->g;
-    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S;
-    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + L * E + 1));
-    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *dq;
+    const int64_t T = GDL__ATTN_T, E = g->E, L = g->L;
+    gdl__attn_bw_bufs w;
+    gdl_real *all = gdl__attn_bw_alloc(c, L * E, &w), *dq;
     int64_t b, i0, j0;
-    if (!kb) {
-        GDL__ATTN_FAILED(c);
-        return;
-    }
-    kt = kb + T * E;
-    vb = kt + T * E;
-    vt = vb + T * Ev;
-    qb = vt + T * Ev;
-    gb = qb + T * E;
-    dk = gb + T * Ev;
-    dv = dk + T * E;
-    s = dv + T * Ev;
-    dp = s + T * T;
-    dq = dp + T * T;
+    if (!all) return;
+    dq = c->gq ? w.extra : NULL;
     for (b = lo; b < hi; b++) {
-        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
-        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr);
-        const int64_t vo = gdl_attn_base(g, b, g->vstr);
-        const gdl_real *lse = c->lse + b * L;
-        gdl_real *D = c->delta + b * L;
+        const int64_t oo = gdl_attn_base(g, b, g->ostr), qo = gdl_attn_base(g, b, g->qstr);
         for (i0 = 0; i0 < L; i0 += T) /* delta, as pass 1 */
-            gdl__attn_delta(c, oo + i0 * g->orow, gdl__attn_min(T, L - i0), gb, vb, D + i0);
-        if (c->gq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
-        for (j0 = 0; j0 < S; j0 += T) {
-            const int64_t nk = gdl__attn_min(T, S - j0);
-            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
-            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, vb);
-            gdl__attn_turn(kb, nk, E, kt);
-            gdl__attn_turn(vb, nk, Ev, vt);
-            memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
-            memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
-            for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
-                const int64_t nq = gdl__attn_min(T, L - i0);
-                gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
-                gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
-                gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, lse + i0, D + i0, s, dp);
-                if (c->gv) gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
-                if (c->gk) gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
-                if (c->gq) gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq + i0 * E, E); /* dq += dS K */
-            }
-            if (c->gk) gdl__attn_acc(c->dt, c->gk, ko + j0 * g->krow, g->krow, nk, E, dk, qb);
-            if (c->gv) gdl__attn_acc(c->dt, c->gv, vo + j0 * g->vrow, g->vrow, nk, Ev, dv, qb);
-        }
-        for (i0 = 0; c->gq && i0 < L; i0 += T)
-            gdl__attn_acc(c->dt, c->gq, qo + i0 * g->qrow, g->qrow, gdl__attn_min(T, L - i0), E, dq + i0 * E, qb);
+            gdl__attn_delta(c, oo + i0 * g->orow, gdl__attn_min(T, L - i0), w.gb, w.vb, c->delta + b * L + i0);
+        if (dq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
+        for (j0 = 0; j0 < g->S; j0 += T) gdl__attn_key_tile(c, &w, b, j0, dq);
+        for (i0 = 0; dq && i0 < L; i0 += T)
+            gdl__attn_acc(c->dt, c->gq, qo + i0 * g->qrow, g->qrow, gdl__attn_min(T, L - i0), E, dq + i0 * E, w.qb);
     }
-    GPUDL_FREE(kb);
+    GPUDL_FREE(all);
 }
 
 static int gdl__attn_oom(int failed) {
@@ -22696,11 +22594,7 @@ static gdl_module *gdl__nn_mha(const char *op, int64_t embed_dim, int num_heads,
                        (long long)embed_dim, num_heads, dropout);
         return NULL;
     }
-    if (!(u = (gdl__mha *)GPUDL_MALLOC(sizeof *u))) {
-        gdl__set_error("%s: out of host memory", op);
-        return NULL;
-    }
-    memset(u, 0, sizeof *u);
+    if (!(u = (gdl__mha *)gdl__zalloc(op, sizeof *u))) return NULL;
     u->E = embed_dim;
     u->H = num_heads;
     u->dropout = dropout;
@@ -22946,13 +22840,9 @@ static int gdl__tfm_child(gdl_module *m, const char *name, gdl_module *c, gdl_mo
 }
 
 static gdl_module *gdl__tfm_layer_new(const gdl__tfm_cfg *c) {
-    gdl__tfm_layer *u = (gdl__tfm_layer *)GPUDL_MALLOC(sizeof *u);
+    gdl__tfm_layer *u = (gdl__tfm_layer *)gdl__zalloc("gdl_nn_transformer_encoder_layer", sizeof *u);
     gdl_module *m;
-    if (!u) {
-        gdl__set_error("gdl_nn_transformer_encoder_layer: out of host memory");
-        return NULL;
-    }
-    memset(u, 0, sizeof *u);
+    if (!u) return NULL;
     u->c = *c;
     if (!(m = gdl_nn_custom("TransformerEncoderLayer", gdl__tfm_layer_self, u, gdl__mha_free))) return NULL;
     /* PyTorch's order of construction (and of the state dict): self_attn, linear1, dropout, linear2, norm1, norm2 */
@@ -24785,11 +24675,7 @@ GPUDL_API gdl_grad_scaler *gdl_grad_scaler_new(const gdl_grad_scaler_opts *opts)
         gdl__set_error("%s: growth_interval %d must be >= 1", op, o.growth_interval);
         return NULL;
     }
-    if (!(s = (gdl_grad_scaler *)GPUDL_MALLOC(sizeof *s))) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(s, 0, sizeof *s);
+    if (!(s = (gdl_grad_scaler *)gdl__zalloc(op, sizeof *s))) return NULL;
     s->o = o;
     s->o.enabled = o.enabled != 0;
     s->pending_scale = (double)(float)o.init_scale;
@@ -25986,11 +25872,7 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
                        (long long)ia[GDL__CONV_GROUPS]);
         return NULL;
     }
-    if (!(q = (gdl__qlayer *)GPUDL_MALLOC(sizeof *q))) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(q, 0, sizeof *q);
+    if (!(q = (gdl__qlayer *)gdl__zalloc(op, sizeof *q))) return NULL;
     q->mode = mode;
     q->conv = conv;
     q->relu = relu;
@@ -26435,14 +26317,10 @@ static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *b
 static gdl_module *gdl__qprep_new(const char *op, const gdl_module *lin, const gdl_module *bn, int relu, int qat,
                                   const gdl_qconfig *qc) {
     const int conv = lin->kind == GDL__M_CONV2D;
-    gdl__qprep *o = (gdl__qprep *)GPUDL_MALLOC(sizeof(gdl__qprep));
+    gdl__qprep *o = (gdl__qprep *)gdl__zalloc(op, sizeof(gdl__qprep));
     gdl_module *m;
     int i;
-    if (!o) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(o, 0, sizeof *o);
+    if (!o) return NULL;
     o->conv = conv;
     o->relu = relu;
     o->qat = qat;
@@ -29860,12 +29738,7 @@ GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o) {
         gdl__null_arg(fn, "module");
         return NULL;
     }
-    d = (gdl_ddp *)GPUDL_MALLOC(sizeof *d);
-    if (!d) {
-        gdl__set_error("%s: out of memory", fn);
-        return NULL;
-    }
-    memset(d, 0, sizeof *d);
+    if (!(d = (gdl_ddp *)gdl__zalloc(fn, sizeof *d))) return NULL;
     d->m = m;
     d->o = o ? *o : gdl_ddp_defaults();
     if (!(d->o.bucket_cap_mb > 0) || !(d->o.first_bucket_mb > 0)) {
@@ -32200,11 +32073,7 @@ static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(
         gdl__set_error("%s: already capturing a step (graphs do not nest)", op);
         return NULL;
     }
-    if (!(g = (gdl_graph *)GPUDL_MALLOC(sizeof *g))) {
-        gdl__set_error("%s: out of host memory", op);
-        return NULL;
-    }
-    memset(g, 0, sizeof *g);
+    if (!(g = (gdl_graph *)gdl__zalloc(op, sizeof *g))) return NULL;
     g->dev = dev;
     g->step = step;
     g->ctx = ctx;

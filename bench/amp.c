@@ -22,6 +22,7 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "bench_cpu.h"
+#include "../examples/nets.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -36,20 +37,7 @@ static gdl_module *mlp(void) {
 }
 
 /* examples/cnn.c's net on 1x28x28 */
-static gdl_module *cnn(void) {
-    gdl_module *l[10];
-    l[0] = gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 1);
-    l[1] = gdl_nn_relu();
-    l[2] = gdl_nn_maxpool2d(2, 2, 0);
-    l[3] = gdl_nn_conv2d(32, 64, 3, 1, 1, 1, 1, 1);
-    l[4] = gdl_nn_relu();
-    l[5] = gdl_nn_maxpool2d(2, 2, 0);
-    l[6] = gdl_nn_flatten(1);
-    l[7] = gdl_nn_linear(64 * 7 * 7, 128, 1);
-    l[8] = gdl_nn_relu();
-    l[9] = gdl_nn_linear(128, 10, 1);
-    return gdl_nn_sequential(10, l);
-}
+static gdl_module *cnn(void) { return ex_cnn_net(1, 28, 0); }
 
 /* conv-bn-relu-pool, conv-bn-relu, global average pool, fc: the native
    low-precision batch norm and pooling */
@@ -104,24 +92,34 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device dev, gdl_dtype dt) {
+/* what both figures' runs train: make()'s net on dev under Adam lr 1e-3 (bf16 parameters with f32 master
+   weights when masters), on a batch of 64 N(0,1) 1x28x28 inputs x with labels i % 10, after seed 1 */
+static int setup(gdl_module *(*make)(void), gdl_device dev, int masters, gdl_module **m, gdl_optimizer **opt,
+                 gdl_tensor **x, gdl_tensor **y) {
     int64_t sx[4] = {64, 1, 28, 28}, sy = 64;
+    int32_t lab[64];
+    int i;
+    gdl_manual_seed(1);
+    for (i = 0; i < 64; i++) lab[i] = i % 10;
+    if (!(*m = make()) || gdl_module_to(*m, dev) < 0) return -1;
+    if (!(*opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0)) || gdl_optim_add_module(*opt, *m, 0) < 0) return -1;
+    if (masters && gdl_optim_set_master_weights(*opt, GDL_BF16) < 0) return -1;
+    *x = gdl_to(gdl_randn(4, sx, gdl_cpu()), dev);
+    *x = *x ? gdl_clone(*x) : NULL;
+    *y = gdl_clone(gdl_to(gdl_from_array(lab, 1, &sy, GDL_I32, gdl_cpu()), dev));
+    if (!*x || !*y) return -1;
+    bench_input = (*x)->data;
+    return 0;
+}
+
+static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device dev, gdl_dtype dt) {
     gdl_tensor *x, *y, *loss;
     gdl_module *m;
     gdl_optimizer *opt;
     size_t arena = 0, act = 0, low = 0, pc = 0, step_arena = 0, dev_peak = 0;
     double t[21];
-    int r, i;
-    int32_t lab[64];
-    gdl_manual_seed(1);
-    for (i = 0; i < 64; i++) lab[i] = i % 10;
-    if (!(m = make()) || gdl_module_to(m, dev) < 0) return -1;
-    if (!(opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0)) || gdl_optim_add_module(opt, m, 0) < 0) return -1;
-    x = gdl_to(gdl_randn(4, sx, gdl_cpu()), dev);
-    x = x ? gdl_clone(x) : NULL;
-    y = gdl_clone(gdl_to(gdl_from_array(lab, 1, &sy, GDL_I32, gdl_cpu()), dev));
-    if (!x || !y) return -1;
-    bench_input = x->data;
+    int r;
+    if (setup(make, dev, 0, &m, &opt, &x, &y) < 0) return -1;
     for (r = 0; r < 24; r++) {
         double t0;
         gdl_arena_reset();
@@ -160,24 +158,13 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
 /* mode 0: f32, 1: f32 under bf16 autocast, 2: bf16 parameters + f32 masters under bf16 autocast */
 static int mw_figures(const char *name, gdl_module *(*make)(void), gdl_device dev, int mode) {
     static const char *const runs[3] = {"f32", "f32+ac", "bf16+mw"};
-    int64_t sx[4] = {64, 1, 28, 28}, sy = 64;
     gdl_tensor *x, *y, *loss, *ps[64], *st[256];
     gdl_module *m;
     gdl_optimizer *opt;
     size_t pb = 0, gb = 0, sb = 0, mb = 0, low = 0, pc = 0;
     double t[21];
     int r, i, np, ns;
-    int32_t lab[64];
-    gdl_manual_seed(1);
-    for (i = 0; i < 64; i++) lab[i] = i % 10;
-    if (!(m = make()) || gdl_module_to(m, dev) < 0) return -1;
-    if (!(opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0)) || gdl_optim_add_module(opt, m, 0) < 0) return -1;
-    if (mode == 2 && gdl_optim_set_master_weights(opt, GDL_BF16) < 0) return -1;
-    x = gdl_to(gdl_randn(4, sx, gdl_cpu()), dev);
-    x = x ? gdl_clone(x) : NULL;
-    y = gdl_clone(gdl_to(gdl_from_array(lab, 1, &sy, GDL_I32, gdl_cpu()), dev));
-    if (!x || !y) return -1;
-    bench_input = x->data;
+    if (setup(make, dev, mode == 2, &m, &opt, &x, &y) < 0) return -1;
     for (r = 0; r < 24; r++) {
         double t0;
         gdl_arena_reset();

@@ -37,7 +37,7 @@ for r in $(seq "$reps"); do
     done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-median() { sort -g "$1" | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+. bench/stats.sh
 echo
 echo "net     quiet ms/step  busy ms/step  busy/quiet   (medians of $reps runs)"
 for n in $nets; do

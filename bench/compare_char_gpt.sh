@@ -35,7 +35,7 @@ losses() { sed -n 's/^step \([0-9]*\): loss \([0-9.naif-]*\)$/\1 \2/p' "$1" | he
 losses "$tmp/ours.1" >"$tmp/ours.loss"
 losses "$tmp/torch.1" >"$tmp/torch.loss"
 val() { sed -n "s/^eval $steps: .* val \([0-9.]*\) .*/\1/p" "$1"; }
-median() { sort -g "$1" | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+. bench/stats.sh
 echo
 status=0
 paste -d' ' "$tmp/ours.loss" "$tmp/torch.loss" | awk '

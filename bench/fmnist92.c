@@ -16,6 +16,7 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "../examples/example_args.h"
+#include "../examples/nets.h"
 
 int main(int argc, char **argv) {
     double t0 = gdl_now(), t_data = 0, target = 92, reached = -1, acc = 0;
@@ -80,20 +81,7 @@ int main(int argc, char **argv) {
     lo.transform.hflip = 0;
     if (!(vl = gdl_loader_new(test, &lo))) goto fail;
 
-    k = 0;
-    layers[k++] = gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 1);
-    layers[k++] = gdl_nn_batchnorm2d(32);
-    layers[k++] = gdl_nn_relu();
-    layers[k++] = gdl_nn_maxpool2d(2, 2, 0);
-    layers[k++] = gdl_nn_conv2d(32, 64, 3, 1, 1, 1, 1, 1);
-    layers[k++] = gdl_nn_batchnorm2d(64);
-    layers[k++] = gdl_nn_relu();
-    layers[k++] = gdl_nn_maxpool2d(2, 2, 0);
-    layers[k++] = gdl_nn_conv2d(64, 128, 3, 1, 1, 1, 1, 1);
-    layers[k++] = gdl_nn_batchnorm2d(128);
-    layers[k++] = gdl_nn_relu();
-    layers[k++] = gdl_nn_flatten(1);
-    layers[k++] = gdl_nn_linear(128 * 7 * 7, 10, 1);
+    k = ex_bn_cnn_layers(layers, 0);
     if (!(model = gdl_nn_sequential(k, layers)) || gdl_module_to(model, a.device) < 0) goto fail;
     if (!(opt = gdl_sgd_new(0.1, 0.9, 0, 5e-4, 1)) || gdl_optim_add_module(opt, model, 0) < 0 ||
         !(sched = gdl_onecycle_lr_new_ex(opt, 0.1, a.epochs * (int)gdl_loader_num_batches(tl), 0.25, 25.0, 1e4, 1, 0.85, 0.95)))

@@ -37,6 +37,7 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "bench_cpu.h"
+#include "../examples/nets.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -100,18 +101,7 @@ static int make_net(bnet *b, const char *full, gdl_device dev) {
         b->flops = 3.0 * 2 * 64 * (784.0 * 128 + 128 * 10);
         b->opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0);
     } else if (!strcmp(name, "cnn")) {
-        gdl_module *l[10];
-        l[0] = gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 1);
-        l[1] = gdl_nn_relu();
-        l[2] = gdl_nn_maxpool2d(2, 2, 0);
-        l[3] = gdl_nn_conv2d(32, 64, 3, 1, 1, 1, 1, 1);
-        l[4] = gdl_nn_relu();
-        l[5] = gdl_nn_maxpool2d(2, 2, 0);
-        l[6] = gdl_nn_flatten(1);
-        l[7] = gdl_nn_linear(64 * 7 * 7, 128, 1);
-        l[8] = gdl_nn_relu();
-        l[9] = gdl_nn_linear(128, 10, 1);
-        b->m = gdl_nn_sequential(10, l);
+        b->m = ex_cnn_net(1, 28, 0);
         b->batch = 64;
         nd = 4;
         xs[1] = 1; xs[2] = 28; xs[3] = 28;

@@ -12,6 +12,7 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "example_args.h"
+#include "nets.h"
 #include <stdlib.h>
 
 static int is_cifar_dir(const char *dir) {
@@ -34,7 +35,7 @@ int main(int argc, char **argv) {
     gdl_device dev = a.device;
     gdl_dataset *train = NULL, *test = NULL;
     gdl_loader *tl = NULL, *vl = NULL;
-    gdl_module *model = NULL, *layers[11];
+    gdl_module *model = NULL;
     gdl_optimizer *opt = NULL;
     gdl_loader_opts lo = gdl_loader_defaults();
     gdl_fit_opts fo = gdl_fit_defaults();
@@ -81,18 +82,7 @@ int main(int argc, char **argv) {
     }
     if (!(vl = gdl_loader_new(test, &lo))) goto fail;
 
-    layers[0] = gdl_nn_conv2d(C, 32, 3, 1, 1, 1, 1, 1);
-    layers[1] = gdl_nn_relu();
-    layers[2] = gdl_nn_maxpool2d(2, 2, 0);
-    layers[3] = gdl_nn_conv2d(32, 64, 3, 1, 1, 1, 1, 1);
-    layers[4] = gdl_nn_relu();
-    layers[5] = gdl_nn_maxpool2d(2, 2, 0);
-    layers[6] = gdl_nn_flatten(1);
-    layers[7] = gdl_nn_linear(64 * (side / 4) * (side / 4), 128, 1);
-    layers[8] = gdl_nn_relu();
-    layers[9] = gdl_nn_dropout(0.25);
-    layers[10] = gdl_nn_linear(128, 10, 1);
-    if (!(model = gdl_nn_sequential(11, layers)) || gdl_module_to(model, dev) < 0) goto fail;
+    if (!(model = ex_cnn_net(C, side, 0.25)) || gdl_module_to(model, dev) < 0) goto fail;
     in_shape[0] = 1; in_shape[1] = C; in_shape[2] = side; in_shape[3] = side;
     gdl_module_summary(model, 4, in_shape, stdout);
     if (!(opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0)) || gdl_optim_add_module(opt, model, 0) < 0) goto fail;

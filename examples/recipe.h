@@ -27,6 +27,8 @@
 
 #include <string.h>
 
+#include "nets.h"
+
 typedef struct ex_recipe {
     const char *net;         /* mlp, cnn, resnet or resnet10 */
     int epochs;              /* planned (the schedule's length) */
@@ -69,19 +71,7 @@ static inline gdl_module *ex_recipe_net(const ex_recipe *r) {
         l[k++] = gdl_nn_dropout(0.2);
         l[k++] = gdl_nn_linear(256, 10, 1);
     } else if (!strcmp(r->net, "cnn")) {
-        l[k++] = gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 1);
-        l[k++] = gdl_nn_batchnorm2d(32);
-        l[k++] = gdl_nn_relu();
-        l[k++] = gdl_nn_maxpool2d(2, 2, 0);
-        l[k++] = gdl_nn_conv2d(32, 64, 3, 1, 1, 1, 1, 1);
-        l[k++] = gdl_nn_batchnorm2d(64);
-        l[k++] = gdl_nn_relu();
-        l[k++] = gdl_nn_maxpool2d(2, 2, 0);
-        l[k++] = gdl_nn_conv2d(64, 128, 3, 1, 1, 1, 1, 1);
-        l[k++] = gdl_nn_batchnorm2d(128);
-        l[k++] = gdl_nn_relu();
-        l[k++] = gdl_nn_flatten(1);
-        l[k++] = gdl_nn_linear(128 * 7 * 7, 10, 1);
+        k = ex_bn_cnn_layers(l, k);
     } else {
         const int two = !strcmp(r->net, "resnet10"); /* two BasicBlocks a stage */
         l[k++] = gdl_nn_conv2d(1, 32, 3, 1, 1, 1, 1, 0); /* no bias: BatchNorm follows, as in torchvision */

@@ -71,7 +71,8 @@ $(WB)/test_platform_interlocked.exe: tests/test_platform.c $(HDR) | $(WB)/lib
 	$(MINGW_CC) $(WIN_CFLAGS) -DGDL__ATOMICS_INTERLOCKED $< -o $@ $(WIN_LIBS)
 $(WIN_EXAMPLES:%=$(WB)/%.exe): $(WB)/%.exe: examples/%.c examples/example_args.h gpudl.h tests/api_only.h $(WB)/lib/$$(call set_of,$$*).o | $(WB)/lib
 	$(MINGW_CC) $(WIN_CFLAGS) $(WIN_SET_$(call set_of,$*)) $(API_ONLY) $< $(WB)/lib/$(call set_of,$*).o -o $@ $(WIN_LIBS)
-$(WB)/mnist_mlp.exe: examples/recipe.h
+$(WB)/mnist_mlp.exe: examples/recipe.h examples/nets.h
+$(WB)/cnn.exe: examples/nets.h
 
 test-windows: | $(B)
 	@if test -z "$(HAVE_MINGW)" || test -z "$(HAVE_WINE)"; then \

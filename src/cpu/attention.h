@@ -122,50 +122,57 @@ static void gdl__attn_mm_plain(int64_t r0, int64_t r1, int64_t j0, int64_t j1, i
         }
 }
 
+/* gdl__attn_mm's block of 4 rows x 2W columns at (r, j) in registers of W floats: V the vector type, P the
+   intrinsics' prefix, SET1(p) *p in every lane. One definition for the 16-column (AVX2) and the 32-column
+   (AVX-512) block: the same fused multiply-add per element and step, W columns per instruction. */
+#define GDL__ATTN_MM_BLOCK(name, V, P, W, SET1)                                                                     \
+    static void name(int64_t r, int64_t j, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b, \
+                     int64_t ldb, gdl_real *c, int64_t ldc) {                                                        \
+        gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;                             \
+        const gdl_real *a0 = a + r * ars;                                                                            \
+        V s00 = P##_loadu_ps(c0), s01 = P##_loadu_ps(c0 + W), s10 = P##_loadu_ps(c1);                               \
+        V s11 = P##_loadu_ps(c1 + W), s20 = P##_loadu_ps(c2), s21 = P##_loadu_ps(c2 + W);                           \
+        V s30 = P##_loadu_ps(c3), s31 = P##_loadu_ps(c3 + W);                                                       \
+        int64_t p;                                                                                                   \
+        for (p = 0; p < k; p++) {                                                                                    \
+            const gdl_real *ap = a0 + p * acs;                                                                       \
+            const V b0 = P##_loadu_ps(b + p * ldb + j), b1 = P##_loadu_ps(b + p * ldb + j + W);                     \
+            V x = SET1(ap);                                                                                          \
+            s00 = P##_fmadd_ps(x, b0, s00);                                                                          \
+            s01 = P##_fmadd_ps(x, b1, s01);                                                                          \
+            x = SET1(ap + ars);                                                                                      \
+            s10 = P##_fmadd_ps(x, b0, s10);                                                                          \
+            s11 = P##_fmadd_ps(x, b1, s11);                                                                          \
+            x = SET1(ap + 2 * ars);                                                                                  \
+            s20 = P##_fmadd_ps(x, b0, s20);                                                                          \
+            s21 = P##_fmadd_ps(x, b1, s21);                                                                          \
+            x = SET1(ap + 3 * ars);                                                                                  \
+            s30 = P##_fmadd_ps(x, b0, s30);                                                                          \
+            s31 = P##_fmadd_ps(x, b1, s31);                                                                          \
+        }                                                                                                            \
+        P##_storeu_ps(c0, s00);                                                                                      \
+        P##_storeu_ps(c0 + W, s01);                                                                                  \
+        P##_storeu_ps(c1, s10);                                                                                      \
+        P##_storeu_ps(c1 + W, s11);                                                                                  \
+        P##_storeu_ps(c2, s20);                                                                                      \
+        P##_storeu_ps(c2 + W, s21);                                                                                  \
+        P##_storeu_ps(c3, s30);                                                                                      \
+        P##_storeu_ps(c3 + W, s31);                                                                                  \
+    }
+#ifdef GDL__ATTN_AVX2
+GDL__ATTN_MM_BLOCK(gdl__attn_mm_4x16, __m256, _mm256, 8, _mm256_broadcast_ss)
+#endif
 #if defined(GDL__ATTN_AVX2) && defined(__AVX512F__)
 #define GDL__ATTN_AVX512 1
-/* gdl__attn_mm's block of 4 rows x 32 columns at (r, j) in 512-bit registers: the same fused multiply-add
-   per element and step as the 16-column block, twice the columns per instruction */
-static void gdl__attn_mm_4x32(int64_t r, int64_t j, int64_t k, const gdl_real *a, int64_t ars, int64_t acs,
-                              const gdl_real *b, int64_t ldb, gdl_real *c, int64_t ldc) {
-    gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
-    const gdl_real *a0 = a + r * ars;
-    __m512 s00 = _mm512_loadu_ps(c0), s01 = _mm512_loadu_ps(c0 + 16), s10 = _mm512_loadu_ps(c1);
-    __m512 s11 = _mm512_loadu_ps(c1 + 16), s20 = _mm512_loadu_ps(c2), s21 = _mm512_loadu_ps(c2 + 16);
-    __m512 s30 = _mm512_loadu_ps(c3), s31 = _mm512_loadu_ps(c3 + 16);
-    int64_t p;
-    for (p = 0; p < k; p++) {
-        const gdl_real *ap = a0 + p * acs;
-        const __m512 b0 = _mm512_loadu_ps(b + p * ldb + j), b1 = _mm512_loadu_ps(b + p * ldb + j + 16);
-        __m512 x = _mm512_set1_ps(ap[0]);
-        s00 = _mm512_fmadd_ps(x, b0, s00);
-        s01 = _mm512_fmadd_ps(x, b1, s01);
-        x = _mm512_set1_ps(ap[ars]);
-        s10 = _mm512_fmadd_ps(x, b0, s10);
-        s11 = _mm512_fmadd_ps(x, b1, s11);
-        x = _mm512_set1_ps(ap[2 * ars]);
-        s20 = _mm512_fmadd_ps(x, b0, s20);
-        s21 = _mm512_fmadd_ps(x, b1, s21);
-        x = _mm512_set1_ps(ap[3 * ars]);
-        s30 = _mm512_fmadd_ps(x, b0, s30);
-        s31 = _mm512_fmadd_ps(x, b1, s31);
-    }
-    _mm512_storeu_ps(c0, s00);
-    _mm512_storeu_ps(c0 + 16, s01);
-    _mm512_storeu_ps(c1, s10);
-    _mm512_storeu_ps(c1 + 16, s11);
-    _mm512_storeu_ps(c2, s20);
-    _mm512_storeu_ps(c2 + 16, s21);
-    _mm512_storeu_ps(c3, s30);
-    _mm512_storeu_ps(c3 + 16, s31);
-}
+#define GDL__ATTN_SET1_512(p) _mm512_set1_ps(*(p))
+GDL__ATTN_MM_BLOCK(gdl__attn_mm_4x32, __m512, _mm512, 16, GDL__ATTN_SET1_512)
 #endif
 
 static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int64_t ars, int64_t acs, const gdl_real *b,
                          int64_t ldb, gdl_real *c, int64_t ldc) {
     int64_t m4 = 0, n16 = 0;
 #ifdef GDL__ATTN_AVX2
-    int64_t r, j, p, n32 = 0;
+    int64_t r, j, n32 = 0;
     m4 = m / 4 * 4;
     n16 = n / 16 * 16;
 #ifdef GDL__ATTN_AVX512 /* columns [0, n32) in blocks of 32, the rest of [0, n16) in blocks of 16 */
@@ -174,37 +181,7 @@ static void gdl__attn_mm(int64_t m, int64_t n, int64_t k, const gdl_real *a, int
         for (j = 0; j < n32; j += 32) gdl__attn_mm_4x32(r, j, k, a, ars, acs, b, ldb, c, ldc);
 #endif
     for (r = 0; r < m4; r += 4)
-        for (j = n32; j < n16; j += 16) {
-            gdl_real *c0 = c + r * ldc + j, *c1 = c0 + ldc, *c2 = c1 + ldc, *c3 = c2 + ldc;
-            const gdl_real *a0 = a + r * ars;
-            __m256 s00 = _mm256_loadu_ps(c0), s01 = _mm256_loadu_ps(c0 + 8), s10 = _mm256_loadu_ps(c1);
-            __m256 s11 = _mm256_loadu_ps(c1 + 8), s20 = _mm256_loadu_ps(c2), s21 = _mm256_loadu_ps(c2 + 8);
-            __m256 s30 = _mm256_loadu_ps(c3), s31 = _mm256_loadu_ps(c3 + 8);
-            for (p = 0; p < k; p++) {
-                const gdl_real *ap = a0 + p * acs;
-                const __m256 b0 = _mm256_loadu_ps(b + p * ldb + j), b1 = _mm256_loadu_ps(b + p * ldb + j + 8);
-                __m256 x = _mm256_broadcast_ss(ap);
-                s00 = _mm256_fmadd_ps(x, b0, s00);
-                s01 = _mm256_fmadd_ps(x, b1, s01);
-                x = _mm256_broadcast_ss(ap + ars);
-                s10 = _mm256_fmadd_ps(x, b0, s10);
-                s11 = _mm256_fmadd_ps(x, b1, s11);
-                x = _mm256_broadcast_ss(ap + 2 * ars);
-                s20 = _mm256_fmadd_ps(x, b0, s20);
-                s21 = _mm256_fmadd_ps(x, b1, s21);
-                x = _mm256_broadcast_ss(ap + 3 * ars);
-                s30 = _mm256_fmadd_ps(x, b0, s30);
-                s31 = _mm256_fmadd_ps(x, b1, s31);
-            }
-            _mm256_storeu_ps(c0, s00);
-            _mm256_storeu_ps(c0 + 8, s01);
-            _mm256_storeu_ps(c1, s10);
-            _mm256_storeu_ps(c1 + 8, s11);
-            _mm256_storeu_ps(c2, s20);
-            _mm256_storeu_ps(c2 + 8, s21);
-            _mm256_storeu_ps(c3, s30);
-            _mm256_storeu_ps(c3 + 8, s31);
-        }
+        for (j = n32; j < n16; j += 16) gdl__attn_mm_4x16(r, j, k, a, ars, acs, b, ldb, c, ldc);
 #endif
     gdl__attn_mm_plain(0, m4, n16, n, k, a, ars, acs, b, ldb, c, ldc);
     gdl__attn_mm_plain(m4, m, 0, n, k, a, ars, acs, b, ldb, c, ldc);
@@ -335,26 +312,43 @@ static void gdl__attn_fwd_range(const void *p, int64_t lo, int64_t hi) {
     GPUDL_FREE(qb);
 }
 
+/* the backward's tile buffers, one allocation per task range: the K and V tiles and their transposes, a Q
+   and a dO tile, the dK and dV sums, a tile pair's P (s) and dS (dp), then `extra` reals (the one-pass
+   dq); pass 1 reads O's rows into vb and sums dq in dk */
+typedef struct gdl__attn_bw_bufs {
+    gdl_real *kb, *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *extra;
+} gdl__attn_bw_bufs;
+
+static gdl_real *gdl__attn_bw_alloc(const gdl__attn_ctx *c, int64_t extra, gdl__attn_bw_bufs *w) {
+    const int64_t T = GDL__ATTN_T, E = c->g->E, Ev = c->g->Ev;
+    gdl_real *all = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + extra + 1));
+    if (!all) {
+        GDL__ATTN_FAILED(c);
+        return NULL;
+    }
+    w->kb = all;
+    w->kt = w->kb + T * E;
+    w->vb = w->kt + T * E;
+    w->vt = w->vb + T * Ev;
+    w->qb = w->vt + T * Ev;
+    w->gb = w->qb + T * E;
+    w->dk = w->gb + T * Ev;
+    w->dv = w->dk + T * E;
+    w->s = w->dv + T * Ev;
+    w->dp = w->s + T * T;
+    w->extra = w->dp + T * T;
+    return all;
+}
+
 /* backward, pass 1 over tasks (batch, query tile): delta = rowsum(gout * out), and dq += ds k */
 static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const gdl_attn_geom *g = c->g;
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nqt = (L + T - 1) / T;
-    gdl_real *qb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 3 * Ev + 2 * T) + 1));
-    gdl_real *gb, *ob, *kb, *kt, *vt, *dq, *s, *dp;
+    gdl__attn_bw_bufs w;
+    gdl_real *all = gdl__attn_bw_alloc(c, 0, &w);
     int64_t idx, j0;
-    if (!qb) {
-        GDL__ATTN_FAILED(c);
-        return;
-    }
-    gb = qb + T * E;
-    ob = gb + T * Ev;
-    kb = ob + T * Ev;
-    kt = kb + T * E;
-    vt = kt + T * E;
-    dq = vt + T * Ev;
-    s = dq + T * E;
-    dp = s + T * T;
+    if (!all) return;
     for (idx = lo; idx < hi; idx++) {
         const int64_t b = idx / nqt, i0 = (idx % nqt) * T, nq = gdl__attn_min(T, L - i0);
         const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, send = g->causal ? gdl__attn_min(S, i0 + nq) : S;
@@ -362,68 +356,63 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
         const int64_t ko = gdl_attn_base(g, b, g->kstr), vo = gdl_attn_base(g, b, g->vstr);
         const gdl_real *lse = c->lse + b * L + i0;
         gdl_real *D = c->delta + b * L + i0;
-        gdl__attn_delta(c, oo, nq, gb, ob, D);
+        gdl__attn_delta(c, oo, nq, w.gb, w.vb, D);
         if (!c->gq) continue;
-        gdl__attn_get(c->dt, c->q, qo, g->qrow, nq, E, qb);
-        memset(dq, 0, sizeof(gdl_real) * (size_t)(nq * E));
+        gdl__attn_get(c->dt, c->q, qo, g->qrow, nq, E, w.qb);
+        memset(w.dk, 0, sizeof(gdl_real) * (size_t)(nq * E));
         for (j0 = 0; j0 < send; j0 += T) {
             const int64_t nk = gdl__attn_min(T, send - j0);
-            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
-            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, ob); /* out's rows are read: V's tile */
-            gdl__attn_turn(kb, nk, E, kt);
-            gdl__attn_turn(ob, nk, Ev, vt);
-            gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, lse, D, s, dp);
-            gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq, E); /* dq += dS K */
+            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, w.kb);
+            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, w.vb);
+            gdl__attn_turn(w.kb, nk, E, w.kt);
+            gdl__attn_turn(w.vb, nk, Ev, w.vt);
+            gdl__attn_pair(c, w.qb, w.gb, nq, w.kt, w.vt, nk, i0, j0, mb, lse, D, w.s, w.dp);
+            gdl__attn_mm(nq, E, nk, w.dp, T, 1, w.kb, E, w.dk, E); /* dq += dS K */
         }
-        gdl__attn_acc(c->dt, c->gq, qo, g->qrow, nq, E, dq, kb);
+        gdl__attn_acc(c->dt, c->gq, qo, g->qrow, nq, E, w.dk, w.kb);
     }
-    GPUDL_FREE(qb);
+    GPUDL_FREE(all);
+}
+
+/* the key tile at j0 of batch entry b: dk and dv over the query tiles that see its keys (in ascending
+   order), added into gk and gv; with dq (the entry's L x E sums), dq += dS K as well */
+static void gdl__attn_key_tile(const gdl__attn_ctx *c, const gdl__attn_bw_bufs *w, int64_t b, int64_t j0, gdl_real *dq) {
+    const gdl_attn_geom *g = c->g;
+    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, nk = gdl__attn_min(T, g->S - j0);
+    const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+    const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
+    const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
+    int64_t i0;
+    gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, w->kb);
+    gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, w->vb);
+    gdl__attn_turn(w->kb, nk, E, w->kt);
+    gdl__attn_turn(w->vb, nk, Ev, w->vt);
+    memset(w->dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
+    memset(w->dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
+    for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+        const int64_t nq = gdl__attn_min(T, L - i0);
+        gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, w->qb);
+        gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, w->gb);
+        gdl__attn_pair(c, w->qb, w->gb, nq, w->kt, w->vt, nk, i0, j0, mb, c->lse + b * L + i0, c->delta + b * L + i0,
+                       w->s, w->dp);
+        if (c->gv) gdl__attn_mm(nk, Ev, nq, w->s, 1, T, w->gb, Ev, w->dv, Ev); /* dv += P^T dO */
+        if (c->gk) gdl__attn_mm(nk, E, nq, w->dp, 1, T, w->qb, E, w->dk, E);   /* dk += dS^T Q */
+        if (dq) gdl__attn_mm(nq, E, nk, w->dp, T, 1, w->kb, E, dq + i0 * E, E); /* dq += dS K */
+    }
+    if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, w->dk, w->qb);
+    if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, w->dv, w->qb);
 }
 
 /* backward, pass 2 over tasks (batch, key tile): dk and dv, walking the query tiles that see the keys */
 static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
-    const gdl_attn_geom *g = c->g;
-    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S, nkt = (S + T - 1) / T;
-    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + 1));
-    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp;
-    int64_t idx, i0;
-    if (!kb) {
-        GDL__ATTN_FAILED(c);
-        return;
-    }
-    kt = kb + T * E;
-    vb = kt + T * E;
-    vt = vb + T * Ev;
-    qb = vt + T * Ev;
-    gb = qb + T * E;
-    dk = gb + T * Ev;
-    dv = dk + T * E;
-    s = dv + T * Ev;
-    dp = s + T * T;
-    for (idx = lo; idx < hi; idx++) {
-        const int64_t b = idx / nkt, j0 = (idx % nkt) * T, nk = gdl__attn_min(T, S - j0);
-        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
-        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
-        const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
-        gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, kb);
-        gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, vb);
-        gdl__attn_turn(kb, nk, E, kt);
-        gdl__attn_turn(vb, nk, Ev, vt);
-        memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
-        memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
-        for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
-            const int64_t nq = gdl__attn_min(T, L - i0);
-            gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
-            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
-            gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, c->lse + b * L + i0, c->delta + b * L + i0, s, dp);
-            gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
-            gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
-        }
-        if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, dk, qb);
-        if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, dv, qb);
-    }
-    GPUDL_FREE(kb);
+    const int64_t T = GDL__ATTN_T, nkt = (c->g->S + T - 1) / T;
+    gdl__attn_bw_bufs w;
+    gdl_real *all = gdl__attn_bw_alloc(c, 0, &w);
+    int64_t idx;
+    if (!all) return;
+    for (idx = lo; idx < hi; idx++) gdl__attn_key_tile(c, &w, idx / nkt, (idx % nkt) * T, NULL);
+    GPUDL_FREE(all);
 }
 
 /* backward in one pass over tasks (batch): per key tile, the query tiles that see it, each pair's
@@ -435,57 +424,22 @@ static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
 static void gdl__attn_bw_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const gdl_attn_geom *g = c->g;
-    const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, S = g->S;
-    gdl_real *kb = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(T * (4 * E + 4 * Ev + 2 * T) + L * E + 1));
-    gdl_real *kt, *vb, *vt, *qb, *gb, *dk, *dv, *s, *dp, *dq;
+    const int64_t T = GDL__ATTN_T, E = g->E, L = g->L;
+    gdl__attn_bw_bufs w;
+    gdl_real *all = gdl__attn_bw_alloc(c, L * E, &w), *dq;
     int64_t b, i0, j0;
-    if (!kb) {
-        GDL__ATTN_FAILED(c);
-        return;
-    }
-    kt = kb + T * E;
-    vb = kt + T * E;
-    vt = vb + T * Ev;
-    qb = vt + T * Ev;
-    gb = qb + T * E;
-    dk = gb + T * Ev;
-    dv = dk + T * E;
-    s = dv + T * Ev;
-    dp = s + T * T;
-    dq = dp + T * T;
+    if (!all) return;
+    dq = c->gq ? w.extra : NULL;
     for (b = lo; b < hi; b++) {
-        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
-        const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr);
-        const int64_t vo = gdl_attn_base(g, b, g->vstr);
-        const gdl_real *lse = c->lse + b * L;
-        gdl_real *D = c->delta + b * L;
+        const int64_t oo = gdl_attn_base(g, b, g->ostr), qo = gdl_attn_base(g, b, g->qstr);
         for (i0 = 0; i0 < L; i0 += T) /* delta, as pass 1 */
-            gdl__attn_delta(c, oo + i0 * g->orow, gdl__attn_min(T, L - i0), gb, vb, D + i0);
-        if (c->gq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
-        for (j0 = 0; j0 < S; j0 += T) {
-            const int64_t nk = gdl__attn_min(T, S - j0);
-            gdl__attn_get(c->dt, c->k, ko + j0 * g->krow, g->krow, nk, E, kb);
-            gdl__attn_get(c->dt, c->v, vo + j0 * g->vrow, g->vrow, nk, Ev, vb);
-            gdl__attn_turn(kb, nk, E, kt);
-            gdl__attn_turn(vb, nk, Ev, vt);
-            memset(dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
-            memset(dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
-            for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
-                const int64_t nq = gdl__attn_min(T, L - i0);
-                gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, qb);
-                gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, gb);
-                gdl__attn_pair(c, qb, gb, nq, kt, vt, nk, i0, j0, mb, lse + i0, D + i0, s, dp);
-                if (c->gv) gdl__attn_mm(nk, Ev, nq, s, 1, T, gb, Ev, dv, Ev); /* dv += P^T dO */
-                if (c->gk) gdl__attn_mm(nk, E, nq, dp, 1, T, qb, E, dk, E);   /* dk += dS^T Q */
-                if (c->gq) gdl__attn_mm(nq, E, nk, dp, T, 1, kb, E, dq + i0 * E, E); /* dq += dS K */
-            }
-            if (c->gk) gdl__attn_acc(c->dt, c->gk, ko + j0 * g->krow, g->krow, nk, E, dk, qb);
-            if (c->gv) gdl__attn_acc(c->dt, c->gv, vo + j0 * g->vrow, g->vrow, nk, Ev, dv, qb);
-        }
-        for (i0 = 0; c->gq && i0 < L; i0 += T)
-            gdl__attn_acc(c->dt, c->gq, qo + i0 * g->qrow, g->qrow, gdl__attn_min(T, L - i0), E, dq + i0 * E, qb);
+            gdl__attn_delta(c, oo + i0 * g->orow, gdl__attn_min(T, L - i0), w.gb, w.vb, c->delta + b * L + i0);
+        if (dq) memset(dq, 0, sizeof(gdl_real) * (size_t)(L * E));
+        for (j0 = 0; j0 < g->S; j0 += T) gdl__attn_key_tile(c, &w, b, j0, dq);
+        for (i0 = 0; dq && i0 < L; i0 += T)
+            gdl__attn_acc(c->dt, c->gq, qo + i0 * g->qrow, g->qrow, gdl__attn_min(T, L - i0), E, dq + i0 * E, w.qb);
     }
-    GPUDL_FREE(kb);
+    GPUDL_FREE(all);
 }
 
 static int gdl__attn_oom(int failed) {

@@ -185,128 +185,99 @@ static float gdl__gelu_grad_f32(float x) {
     return x > 0 ? 1.0f - d : d + 0.0f;
 }
 
-/* The vector loops: gdl__gelu_f32's and gdl__gelu_grad_f32's arithmetic, 16 or 8 lanes at a time, both
-   branches computed and the lanes selected. */
+/* The vector loops: gdl__gelu_f32's and gdl__gelu_grad_f32's arithmetic, GDL__GV_N lanes at a time (16
+   with AVX-512, 8 with AVX2), both branches computed and the lanes selected. They are written once over
+   GDL__GV(op), the ISA's intrinsic (_mm512_op or _mm256_op); what is not spelled alike stays in each ISA's
+   block: rounding, the integer cast, |x| and the sign flip, and the lane masks (AVX-512 mask registers,
+   AVX2 compare vectors and blends). */
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #define GDL__GELU_AVX512 1
-static __m512 gdl__gelu_poly16(const float *c, int n, __m512 v) {
-    __m512 p = _mm512_set1_ps(c[n - 1]);
-    int i;
-    for (i = n - 2; i >= 0; i--) p = _mm512_fmadd_ps(p, v, _mm512_set1_ps(c[i]));
-    return p;
-}
-static __m512 gdl__gelu_pow2_neg16(__m512i k) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_sub_epi32(_mm512_set1_epi32(127), k), 23));
-}
-static void gdl__gelu_tail16(__m512 a, __m512 *m, __m512i *k, __m512 *r) {
-    __m512 s = _mm512_mul_ps(a, a), e = _mm512_fmsub_ps(a, a, s), h = _mm512_mul_ps(_mm512_set1_ps(0.5f), s);
-    __m512 kf = _mm512_roundscale_ps(_mm512_mul_ps(h, _mm512_set1_ps(GDL__GELU_INV_LN2)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 rr = _mm512_fnmadd_ps(kf, _mm512_set1_ps(GDL__GELU_LN2_HI), h), t;
-    rr = _mm512_fnmadd_ps(kf, _mm512_set1_ps(GDL__GELU_LN2_LO), rr);
-    rr = _mm512_fmadd_ps(_mm512_set1_ps(0.5f), e, rr);
-    *m = gdl__gelu_poly16(gdl__gelu_e, 8, rr);
-    *k = _mm512_cvtps_epi32(kf);
-    t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(0.5f), a, _mm512_set1_ps(1.0f)));
-    *r = _mm512_mul_ps(t, gdl__gelu_poly16(gdl__gelu_p, 13, t));
-}
-static __m512 gdl__gelu_scale16(__m512 v, __m512i k) {
-    __m512i k1 = _mm512_srai_epi32(k, 1);
-    return _mm512_mul_ps(_mm512_mul_ps(v, gdl__gelu_pow2_neg16(k1)), gdl__gelu_pow2_neg16(_mm512_sub_epi32(k, k1)));
-}
-static __m512 gdl__gelu16(__m512 x) {
-    const __m512 sign = _mm512_set1_ps(-0.0f);
-    __m512 a = _mm512_abs_ps(x), ac = _mm512_min_ps(a, _mm512_set1_ps(GDL__GELU_AMAX)), m, r, pos, neg, small;
-    __m512i k;
-    __mmask16 tiny = _mm512_cmp_ps_mask(a, _mm512_set1_ps(GDL__GELU_T), _CMP_LT_OQ);
-    __mmask16 gt0 = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    __mmask16 ninf = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
-    gdl__gelu_tail16(ac, &m, &k, &r);
-    pos = _mm512_fnmadd_ps(ac, gdl__gelu_scale16(_mm512_mul_ps(r, m), k), a);
-    neg = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gdl__gelu_scale16(_mm512_mul_ps(ac, _mm512_mul_ps(r, m)), k)),
-                                               _mm512_castps_si512(sign))); /* AVX-512F: no xor_ps */
-    small = _mm512_mul_ps(x, _mm512_fmadd_ps(x, gdl__gelu_poly16(gdl__gelu_q, 6, _mm512_mul_ps(x, x)), _mm512_set1_ps(0.5f)));
-    r = _mm512_mask_blend_ps(gt0, neg, pos);
-    r = _mm512_mask_blend_ps(tiny, r, small);
-    r = _mm512_mask_blend_ps(ninf, r, _mm512_set1_ps(NAN));
-    return _mm512_mask_blend_ps(nan, r, _mm512_add_ps(x, x));
-}
-static __m512 gdl__gelu_grad16(__m512 x) {
-    __m512 a = _mm512_abs_ps(x), ac = _mm512_min_ps(a, _mm512_set1_ps(GDL__GELU_AMAX)), m, r, d, small;
-    __m512i k;
-    __mmask16 tiny = _mm512_cmp_ps_mask(a, _mm512_set1_ps(GDL__GELU_T), _CMP_LT_OQ);
-    __mmask16 gt0 = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
-    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    __mmask16 inf = _mm512_cmp_ps_mask(a, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ);
-    gdl__gelu_tail16(ac, &m, &k, &r);
-    d = gdl__gelu_scale16(_mm512_mul_ps(_mm512_fmadd_ps(ac, _mm512_set1_ps(-GDL__GELU_INV_SQRT_2PI), r), m), k);
-    small = _mm512_fmadd_ps(x, gdl__gelu_poly16(gdl__gelu_s, 6, _mm512_mul_ps(x, x)), _mm512_set1_ps(0.5f));
-    r = _mm512_mask_blend_ps(gt0, _mm512_add_ps(d, _mm512_setzero_ps()), _mm512_sub_ps(_mm512_set1_ps(1.0f), d));
-    r = _mm512_mask_blend_ps(tiny, r, small);
-    r = _mm512_mask_blend_ps(inf, r, _mm512_set1_ps(NAN));
-    return _mm512_mask_blend_ps(nan, r, _mm512_add_ps(x, x));
-}
+#define GDL__GV_N 16
+#define GDL__GV(op) _mm512_##op
+typedef __m512 gdl__gv;
+typedef __m512i gdl__gvi;
+typedef __mmask16 gdl__gvm;
+#define GDL__GV_ROUND(v) _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define GDL__GV_AS_PS(i) _mm512_castsi512_ps(i)
+#define GDL__GV_ABS(v) _mm512_abs_ps(v)
+#define GDL__GV_FLIP(v) /* AVX-512F: no xor_ps */ \
+    _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_castps_si512(_mm512_set1_ps(-0.0f))))
+#define GDL__GV_CMP(a, b, pred) _mm512_cmp_ps_mask(a, b, pred)
+#define GDL__GV_SEL(m, a, b) _mm512_mask_blend_ps(m, a, b) /* m ? b : a, per lane */
+#define GDL__GV_KEEP(m, v) _mm512_maskz_mov_ps(m, v)      /* m ? v : 0, per lane */
 #elif defined(__AVX2__) && (defined(__FMA__) || defined(_MSC_VER))
 #include <immintrin.h>
 #define GDL__GELU_AVX2 1
-static __m256 gdl__gelu_poly8(const float *c, int n, __m256 v) {
-    __m256 p = _mm256_set1_ps(c[n - 1]);
+#define GDL__GV_N 8
+#define GDL__GV(op) _mm256_##op
+typedef __m256 gdl__gv;
+typedef __m256i gdl__gvi;
+typedef __m256 gdl__gvm;
+#define GDL__GV_ROUND(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define GDL__GV_AS_PS(i) _mm256_castsi256_ps(i)
+#define GDL__GV_ABS(v) _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v)
+#define GDL__GV_FLIP(v) _mm256_xor_ps(v, _mm256_set1_ps(-0.0f))
+#define GDL__GV_CMP(a, b, pred) _mm256_cmp_ps(a, b, pred)
+#define GDL__GV_SEL(m, a, b) _mm256_blendv_ps(a, b, m)
+#define GDL__GV_KEEP(m, v) _mm256_and_ps(m, v)
+#endif
+#ifdef GDL__GV_N
+#define GDL__GV1(c) GDL__GV(set1_ps)(c)
+static gdl__gv gdl__gelu_vpoly(const float *c, int n, gdl__gv v) {
+    gdl__gv p = GDL__GV1(c[n - 1]);
     int i;
-    for (i = n - 2; i >= 0; i--) p = _mm256_fmadd_ps(p, v, _mm256_set1_ps(c[i]));
+    for (i = n - 2; i >= 0; i--) p = GDL__GV(fmadd_ps)(p, v, GDL__GV1(c[i]));
     return p;
 }
-static __m256 gdl__gelu_pow2_neg8(__m256i k) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), k), 23));
+static gdl__gv gdl__gelu_vpow2_neg(gdl__gvi k) {
+    return GDL__GV_AS_PS(GDL__GV(slli_epi32)(GDL__GV(sub_epi32)(GDL__GV(set1_epi32)(127), k), 23));
 }
-static void gdl__gelu_tail8(__m256 a, __m256 *m, __m256i *k, __m256 *r) {
-    __m256 s = _mm256_mul_ps(a, a), e = _mm256_fmsub_ps(a, a, s), h = _mm256_mul_ps(_mm256_set1_ps(0.5f), s);
-    __m256 kf = _mm256_round_ps(_mm256_mul_ps(h, _mm256_set1_ps(GDL__GELU_INV_LN2)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 rr = _mm256_fnmadd_ps(kf, _mm256_set1_ps(GDL__GELU_LN2_HI), h), t;
-    rr = _mm256_fnmadd_ps(kf, _mm256_set1_ps(GDL__GELU_LN2_LO), rr);
-    rr = _mm256_fmadd_ps(_mm256_set1_ps(0.5f), e, rr);
-    *m = gdl__gelu_poly8(gdl__gelu_e, 8, rr);
-    *k = _mm256_cvtps_epi32(kf);
-    t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(_mm256_set1_ps(0.5f), a, _mm256_set1_ps(1.0f)));
-    *r = _mm256_mul_ps(t, gdl__gelu_poly8(gdl__gelu_p, 13, t));
+static void gdl__gelu_vtail(gdl__gv a, gdl__gv *m, gdl__gvi *k, gdl__gv *r) {
+    gdl__gv s = GDL__GV(mul_ps)(a, a), e = GDL__GV(fmsub_ps)(a, a, s), h = GDL__GV(mul_ps)(GDL__GV1(0.5f), s);
+    gdl__gv kf = GDL__GV_ROUND(GDL__GV(mul_ps)(h, GDL__GV1(GDL__GELU_INV_LN2)));
+    gdl__gv rr = GDL__GV(fnmadd_ps)(kf, GDL__GV1(GDL__GELU_LN2_HI), h), t;
+    rr = GDL__GV(fnmadd_ps)(kf, GDL__GV1(GDL__GELU_LN2_LO), rr);
+    rr = GDL__GV(fmadd_ps)(GDL__GV1(0.5f), e, rr);
+    *m = gdl__gelu_vpoly(gdl__gelu_e, 8, rr);
+    *k = GDL__GV(cvtps_epi32)(kf);
+    t = GDL__GV(div_ps)(GDL__GV1(1.0f), GDL__GV(fmadd_ps)(GDL__GV1(0.5f), a, GDL__GV1(1.0f)));
+    *r = GDL__GV(mul_ps)(t, gdl__gelu_vpoly(gdl__gelu_p, 13, t));
 }
-static __m256 gdl__gelu_scale8(__m256 v, __m256i k) {
-    __m256i k1 = _mm256_srai_epi32(k, 1);
-    return _mm256_mul_ps(_mm256_mul_ps(v, gdl__gelu_pow2_neg8(k1)), gdl__gelu_pow2_neg8(_mm256_sub_epi32(k, k1)));
+static gdl__gv gdl__gelu_vscale(gdl__gv v, gdl__gvi k) {
+    gdl__gvi k1 = GDL__GV(srai_epi32)(k, 1);
+    return GDL__GV(mul_ps)(GDL__GV(mul_ps)(v, gdl__gelu_vpow2_neg(k1)), gdl__gelu_vpow2_neg(GDL__GV(sub_epi32)(k, k1)));
 }
-static __m256 gdl__gelu8(__m256 x) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 a = _mm256_andnot_ps(sign, x), ac = _mm256_min_ps(a, _mm256_set1_ps(GDL__GELU_AMAX)), m, r, pos, neg, small;
-    __m256 tiny = _mm256_cmp_ps(a, _mm256_set1_ps(GDL__GELU_T), _CMP_LT_OQ);
-    __m256 gt0 = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ);
-    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    __m256 ninf = _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
-    __m256i k;
-    gdl__gelu_tail8(ac, &m, &k, &r);
-    pos = _mm256_fnmadd_ps(ac, gdl__gelu_scale8(_mm256_mul_ps(r, m), k), a);
-    neg = _mm256_xor_ps(gdl__gelu_scale8(_mm256_mul_ps(ac, _mm256_mul_ps(r, m)), k), sign);
-    small = _mm256_mul_ps(x, _mm256_fmadd_ps(x, gdl__gelu_poly8(gdl__gelu_q, 6, _mm256_mul_ps(x, x)), _mm256_set1_ps(0.5f)));
-    r = _mm256_blendv_ps(neg, pos, gt0);
-    r = _mm256_blendv_ps(r, small, tiny);
-    r = _mm256_blendv_ps(r, _mm256_set1_ps(NAN), ninf);
-    return _mm256_blendv_ps(r, _mm256_add_ps(x, x), nan);
+static gdl__gv gdl__gelu_v(gdl__gv x) {
+    gdl__gv a = GDL__GV_ABS(x), ac = GDL__GV(min_ps)(a, GDL__GV1(GDL__GELU_AMAX)), m, r, pos, neg, small;
+    gdl__gvi k;
+    gdl__gvm tiny = GDL__GV_CMP(a, GDL__GV1(GDL__GELU_T), _CMP_LT_OQ);
+    gdl__gvm gt0 = GDL__GV_CMP(x, GDL__GV(setzero_ps)(), _CMP_GT_OQ);
+    gdl__gvm nan = GDL__GV_CMP(x, x, _CMP_UNORD_Q);
+    gdl__gvm ninf = GDL__GV_CMP(x, GDL__GV1(-INFINITY), _CMP_EQ_OQ);
+    gdl__gelu_vtail(ac, &m, &k, &r);
+    pos = GDL__GV(fnmadd_ps)(ac, gdl__gelu_vscale(GDL__GV(mul_ps)(r, m), k), a);
+    neg = GDL__GV_FLIP(gdl__gelu_vscale(GDL__GV(mul_ps)(ac, GDL__GV(mul_ps)(r, m)), k));
+    small = GDL__GV(mul_ps)(x, GDL__GV(fmadd_ps)(x, gdl__gelu_vpoly(gdl__gelu_q, 6, GDL__GV(mul_ps)(x, x)), GDL__GV1(0.5f)));
+    r = GDL__GV_SEL(gt0, neg, pos);
+    r = GDL__GV_SEL(tiny, r, small);
+    r = GDL__GV_SEL(ninf, r, GDL__GV1(NAN));
+    return GDL__GV_SEL(nan, r, GDL__GV(add_ps)(x, x));
 }
-static __m256 gdl__gelu_grad8(__m256 x) {
-    __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), ac = _mm256_min_ps(a, _mm256_set1_ps(GDL__GELU_AMAX)), m, r, d, small;
-    __m256 tiny = _mm256_cmp_ps(a, _mm256_set1_ps(GDL__GELU_T), _CMP_LT_OQ);
-    __m256 gt0 = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ);
-    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    __m256 inf = _mm256_cmp_ps(a, _mm256_set1_ps(INFINITY), _CMP_EQ_OQ);
-    __m256i k;
-    gdl__gelu_tail8(ac, &m, &k, &r);
-    d = gdl__gelu_scale8(_mm256_mul_ps(_mm256_fmadd_ps(ac, _mm256_set1_ps(-GDL__GELU_INV_SQRT_2PI), r), m), k);
-    small = _mm256_fmadd_ps(x, gdl__gelu_poly8(gdl__gelu_s, 6, _mm256_mul_ps(x, x)), _mm256_set1_ps(0.5f));
-    r = _mm256_blendv_ps(_mm256_add_ps(d, _mm256_setzero_ps()), _mm256_sub_ps(_mm256_set1_ps(1.0f), d), gt0);
-    r = _mm256_blendv_ps(r, small, tiny);
-    r = _mm256_blendv_ps(r, _mm256_set1_ps(NAN), inf);
-    return _mm256_blendv_ps(r, _mm256_add_ps(x, x), nan);
+static gdl__gv gdl__gelu_grad_v(gdl__gv x) {
+    gdl__gv a = GDL__GV_ABS(x), ac = GDL__GV(min_ps)(a, GDL__GV1(GDL__GELU_AMAX)), m, r, d, small;
+    gdl__gvi k;
+    gdl__gvm tiny = GDL__GV_CMP(a, GDL__GV1(GDL__GELU_T), _CMP_LT_OQ);
+    gdl__gvm gt0 = GDL__GV_CMP(x, GDL__GV(setzero_ps)(), _CMP_GT_OQ);
+    gdl__gvm nan = GDL__GV_CMP(x, x, _CMP_UNORD_Q);
+    gdl__gvm inf = GDL__GV_CMP(a, GDL__GV1(INFINITY), _CMP_EQ_OQ);
+    gdl__gelu_vtail(ac, &m, &k, &r);
+    d = gdl__gelu_vscale(GDL__GV(mul_ps)(GDL__GV(fmadd_ps)(ac, GDL__GV1(-GDL__GELU_INV_SQRT_2PI), r), m), k);
+    small = GDL__GV(fmadd_ps)(x, gdl__gelu_vpoly(gdl__gelu_s, 6, GDL__GV(mul_ps)(x, x)), GDL__GV1(0.5f));
+    r = GDL__GV_SEL(gt0, GDL__GV(add_ps)(d, GDL__GV(setzero_ps)()), GDL__GV(sub_ps)(GDL__GV1(1.0f), d));
+    r = GDL__GV_SEL(tiny, r, small);
+    r = GDL__GV_SEL(inf, r, GDL__GV1(NAN));
+    return GDL__GV_SEL(nan, r, GDL__GV(add_ps)(x, x));
 }
 #endif
 static gdl_real gdl__gelu1(gdl_real x) { return gdl__gelu_f32(x); }
@@ -319,25 +290,18 @@ static double gdl__gelu_grad1(double x) { return gdl_unary_grad1_real(GDL_UN_GEL
 /* y = GELU(x) over n (y may be x) */
 static void gdl__gelu_rows(const gdl_real *x, gdl_real *y, int64_t n) {
     int64_t i = 0;
-#if defined(GDL__GELU_AVX512)
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, gdl__gelu16(_mm512_loadu_ps(x + i)));
-#elif defined(GDL__GELU_AVX2)
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gdl__gelu8(_mm256_loadu_ps(x + i)));
+#ifdef GDL__GV_N
+    for (; i + GDL__GV_N <= n; i += GDL__GV_N) GDL__GV(storeu_ps)(y + i, gdl__gelu_v(GDL__GV(loadu_ps)(x + i)));
 #endif
     for (; i < n; i++) y[i] = gdl__gelu1(x[i]);
 }
 /* out = (accumulate ? out : 0) + gy GELU'(x) over n, the product rounded first, as gdl__unary_grad1's callers */
 static void gdl__gelu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *out, int64_t n, int accumulate) {
     int64_t i = 0;
-#if defined(GDL__GELU_AVX512)
-    for (; i + 16 <= n; i += 16) {
-        __m512 p = _mm512_mul_ps(_mm512_loadu_ps(gy + i), gdl__gelu_grad16(_mm512_loadu_ps(x + i)));
-        _mm512_storeu_ps(out + i, _mm512_add_ps(accumulate ? _mm512_loadu_ps(out + i) : _mm512_setzero_ps(), p));
-    }
-#elif defined(GDL__GELU_AVX2)
-    for (; i + 8 <= n; i += 8) {
-        __m256 p = _mm256_mul_ps(_mm256_loadu_ps(gy + i), gdl__gelu_grad8(_mm256_loadu_ps(x + i)));
-        _mm256_storeu_ps(out + i, _mm256_add_ps(accumulate ? _mm256_loadu_ps(out + i) : _mm256_setzero_ps(), p));
+#ifdef GDL__GV_N
+    for (; i + GDL__GV_N <= n; i += GDL__GV_N) {
+        gdl__gv p = GDL__GV(mul_ps)(GDL__GV(loadu_ps)(gy + i), gdl__gelu_grad_v(GDL__GV(loadu_ps)(x + i)));
+        GDL__GV(storeu_ps)(out + i, GDL__GV(add_ps)(accumulate ? GDL__GV(loadu_ps)(out + i) : GDL__GV(setzero_ps)(), p));
     }
 #endif
     for (; i < n; i++) out[i] = (accumulate ? out[i] : (gdl_real)0) + (gdl_real)(gy[i] * gdl__gelu_grad1(x[i]));
@@ -349,17 +313,11 @@ static void gdl__gelu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real 
    step's time. */
 static void gdl__relu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real *out, int64_t n, int accumulate) {
     int64_t i = 0;
-#if defined(GDL__GELU_AVX512)
-    for (; i + 16 <= n; i += 16) {
-        const __mmask16 pos = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), _mm512_setzero_ps(), _CMP_GT_OQ);
-        _mm512_storeu_ps(out + i, _mm512_add_ps(accumulate ? _mm512_loadu_ps(out + i) : _mm512_setzero_ps(),
-                                                _mm512_maskz_mov_ps(pos, _mm512_loadu_ps(gy + i))));
-    }
-#elif defined(GDL__GELU_AVX2)
-    for (; i + 8 <= n; i += 8) {
-        const __m256 pos = _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps(), _CMP_GT_OQ);
-        _mm256_storeu_ps(out + i, _mm256_add_ps(accumulate ? _mm256_loadu_ps(out + i) : _mm256_setzero_ps(),
-                                                _mm256_and_ps(pos, _mm256_loadu_ps(gy + i))));
+#ifdef GDL__GV_N
+    for (; i + GDL__GV_N <= n; i += GDL__GV_N) {
+        const gdl__gvm pos = GDL__GV_CMP(GDL__GV(loadu_ps)(x + i), GDL__GV(setzero_ps)(), _CMP_GT_OQ);
+        GDL__GV(storeu_ps)(out + i, GDL__GV(add_ps)(accumulate ? GDL__GV(loadu_ps)(out + i) : GDL__GV(setzero_ps)(),
+                                                    GDL__GV_KEEP(pos, GDL__GV(loadu_ps)(gy + i))));
     }
 #endif
     for (; i < n; i++) out[i] = (accumulate ? out[i] : (gdl_real)0) + (x[i] > 0 ? gy[i] : 0);
@@ -368,10 +326,9 @@ static void gdl__relu_grad_rows(const gdl_real *x, const gdl_real *gy, gdl_real 
    unless x > 0 */
 static void gdl__relu_rows(const gdl_real *x, gdl_real *y, int64_t n) {
     int64_t i = 0;
-#if defined(GDL__GELU_AVX512)
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_max_ps(_mm512_loadu_ps(x + i), _mm512_setzero_ps()));
-#elif defined(GDL__GELU_AVX2)
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_loadu_ps(x + i), _mm256_setzero_ps()));
+#ifdef GDL__GV_N
+    for (; i + GDL__GV_N <= n; i += GDL__GV_N)
+        GDL__GV(storeu_ps)(y + i, GDL__GV(max_ps)(GDL__GV(loadu_ps)(x + i), GDL__GV(setzero_ps)()));
 #endif
     for (; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
 }

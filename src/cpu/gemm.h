@@ -103,16 +103,6 @@
 #endif
 #endif
 
-#ifndef GDL__RESTRICT
-#if defined(__cplusplus)
-#define GDL__RESTRICT __restrict
-#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 199901L
-#define GDL__RESTRICT restrict
-#else
-#define GDL__RESTRICT
-#endif
-#endif
-
 /* A convolution's output columns ow whose input column ow*SW - PW + kw*DW
    lies inside [0, W): [*lo, *hi) (im2col, col2im, the implicit GEMM's
    packing). A row of columns is then a zero head, a strided copy and a

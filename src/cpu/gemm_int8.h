@@ -489,25 +489,12 @@ static uint8_t gdl__q_byte(float r) { return (uint8_t)(r == r ? (int)r : 0); }
 #if !defined(GPUDL_GEMM_PORTABLE) && !defined(GPUDL_DOUBLE) && defined(__AVX512F__)
 #include <immintrin.h>
 #define GDL__QV_W 16
+#define GDL__QV(op) _mm512_##op /* the ISA's intrinsic of the operations written once below */
 typedef __m512 gdl__qv;
 typedef __m512i gdl__qvi;
 typedef __mmask16 gdl__qvnan; /* lanes that have seen a NaN */
-#define GDL__QV_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-static gdl__qv gdl__qv_set(float v) { return _mm512_set1_ps(v); }
-static gdl__qv gdl__qv_load(const float *p) { return _mm512_loadu_ps(p); }
-static void gdl__qv_store(float *p, gdl__qv v) { _mm512_storeu_ps(p, v); }
-static gdl__qv gdl__qv_mul(gdl__qv a, gdl__qv b) { return _mm512_mul_ps(a, b); }
-static gdl__qv gdl__qv_add(gdl__qv a, gdl__qv b) { return _mm512_add_ps(a, b); }
-static gdl__qv gdl__qv_sub(gdl__qv a, gdl__qv b) { return _mm512_sub_ps(a, b); }
-static gdl__qv gdl__qv_div(gdl__qv a, gdl__qv b) { return _mm512_div_ps(a, b); }
-static gdl__qv gdl__qv_min(gdl__qv a, gdl__qv b) { return _mm512_min_ps(a, b); }
-static gdl__qv gdl__qv_max(gdl__qv a, gdl__qv b) { return _mm512_max_ps(a, b); }
-static gdl__qv gdl__qv_round(gdl__qv v) { return _mm512_roundscale_ps(v, GDL__QV_RN); }
-static gdl__qvi gdl__qvi_set(int32_t v) { return _mm512_set1_epi32(v); }
+static gdl__qv gdl__qv_round(gdl__qv v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 static gdl__qvi gdl__qvi_load(const int32_t *p) { return _mm512_loadu_si512((const void *)p); }
-static gdl__qvi gdl__qvi_sub(gdl__qvi a, gdl__qvi b) { return _mm512_sub_epi32(a, b); }
-static gdl__qvi gdl__qvi_mul(gdl__qvi a, gdl__qvi b) { return _mm512_mullo_epi32(a, b); }
-static gdl__qv gdl__qvi_float(gdl__qvi v) { return _mm512_cvtepi32_ps(v); }
 static gdl__qvi gdl__qv_bytes_in(const uint8_t *p, int is_signed) { /* W bytes, u8 or s8, widened */
     const __m128i b = _mm_loadu_si128((const __m128i *)p);
     return is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
@@ -521,25 +508,12 @@ static int gdl__qv_nan_any(gdl__qvnan m) { return m != 0; }
 #elif !defined(GPUDL_GEMM_PORTABLE) && !defined(GPUDL_DOUBLE) && defined(__AVX2__)
 #include <immintrin.h>
 #define GDL__QV_W 8
+#define GDL__QV(op) _mm256_##op
 typedef __m256 gdl__qv;
 typedef __m256i gdl__qvi;
 typedef __m256 gdl__qvnan;
-#define GDL__QV_RN (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-static gdl__qv gdl__qv_set(float v) { return _mm256_set1_ps(v); }
-static gdl__qv gdl__qv_load(const float *p) { return _mm256_loadu_ps(p); }
-static void gdl__qv_store(float *p, gdl__qv v) { _mm256_storeu_ps(p, v); }
-static gdl__qv gdl__qv_mul(gdl__qv a, gdl__qv b) { return _mm256_mul_ps(a, b); }
-static gdl__qv gdl__qv_add(gdl__qv a, gdl__qv b) { return _mm256_add_ps(a, b); }
-static gdl__qv gdl__qv_sub(gdl__qv a, gdl__qv b) { return _mm256_sub_ps(a, b); }
-static gdl__qv gdl__qv_div(gdl__qv a, gdl__qv b) { return _mm256_div_ps(a, b); }
-static gdl__qv gdl__qv_min(gdl__qv a, gdl__qv b) { return _mm256_min_ps(a, b); }
-static gdl__qv gdl__qv_max(gdl__qv a, gdl__qv b) { return _mm256_max_ps(a, b); }
-static gdl__qv gdl__qv_round(gdl__qv v) { return _mm256_round_ps(v, GDL__QV_RN); }
-static gdl__qvi gdl__qvi_set(int32_t v) { return _mm256_set1_epi32(v); }
+static gdl__qv gdl__qv_round(gdl__qv v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 static gdl__qvi gdl__qvi_load(const int32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
-static gdl__qvi gdl__qvi_sub(gdl__qvi a, gdl__qvi b) { return _mm256_sub_epi32(a, b); }
-static gdl__qvi gdl__qvi_mul(gdl__qvi a, gdl__qvi b) { return _mm256_mullo_epi32(a, b); }
-static gdl__qv gdl__qvi_float(gdl__qvi v) { return _mm256_cvtepi32_ps(v); }
 static gdl__qvi gdl__qv_bytes_in(const uint8_t *p, int is_signed) {
     const __m128i b = _mm_loadl_epi64((const __m128i *)p);
     return is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
@@ -553,6 +527,21 @@ static void gdl__qv_bytes_out(uint8_t *p, gdl__qv r) { /* bytes 0, 4, 8, 12 of e
 static gdl__qvnan gdl__qv_nan_none(void) { return _mm256_setzero_ps(); }
 static gdl__qvnan gdl__qv_nan_add(gdl__qvnan m, gdl__qv v) { return _mm256_or_ps(m, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)); }
 static int gdl__qv_nan_any(gdl__qvnan m) { return _mm256_movemask_ps(m) != 0; }
+#endif
+#ifdef GDL__QV_W /* the operations spelled alike in both ISAs but for the prefix */
+static gdl__qv gdl__qv_set(float v) { return GDL__QV(set1_ps)(v); }
+static gdl__qv gdl__qv_load(const float *p) { return GDL__QV(loadu_ps)(p); }
+static void gdl__qv_store(float *p, gdl__qv v) { GDL__QV(storeu_ps)(p, v); }
+static gdl__qv gdl__qv_mul(gdl__qv a, gdl__qv b) { return GDL__QV(mul_ps)(a, b); }
+static gdl__qv gdl__qv_add(gdl__qv a, gdl__qv b) { return GDL__QV(add_ps)(a, b); }
+static gdl__qv gdl__qv_sub(gdl__qv a, gdl__qv b) { return GDL__QV(sub_ps)(a, b); }
+static gdl__qv gdl__qv_div(gdl__qv a, gdl__qv b) { return GDL__QV(div_ps)(a, b); }
+static gdl__qv gdl__qv_min(gdl__qv a, gdl__qv b) { return GDL__QV(min_ps)(a, b); }
+static gdl__qv gdl__qv_max(gdl__qv a, gdl__qv b) { return GDL__QV(max_ps)(a, b); }
+static gdl__qvi gdl__qvi_set(int32_t v) { return GDL__QV(set1_epi32)(v); }
+static gdl__qvi gdl__qvi_sub(gdl__qvi a, gdl__qvi b) { return GDL__QV(sub_epi32)(a, b); }
+static gdl__qvi gdl__qvi_mul(gdl__qvi a, gdl__qvi b) { return GDL__QV(mullo_epi32)(a, b); }
+static gdl__qv gdl__qvi_float(gdl__qvi v) { return GDL__QV(cvtepi32_ps)(v); }
 #endif
 
 /* min and max of x[0, n) (0 when n is 0); 1 if x holds a NaN (left out of the min and max). A zero may come

@@ -68,12 +68,7 @@ GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o) {
         gdl__null_arg(fn, "module");
         return NULL;
     }
-    d = (gdl_ddp *)GPUDL_MALLOC(sizeof *d);
-    if (!d) {
-        gdl__set_error("%s: out of memory", fn);
-        return NULL;
-    }
-    memset(d, 0, sizeof *d);
+    if (!(d = (gdl_ddp *)gdl__zalloc(fn, sizeof *d))) return NULL;
     d->m = m;
     d->o = o ? *o : gdl_ddp_defaults();
     if (!(d->o.bucket_cap_mb > 0) || !(d->o.first_bucket_mb > 0)) {

@@ -28,11 +28,7 @@ static gdl_module *gdl__nn_mha(const char *op, int64_t embed_dim, int num_heads,
                        (long long)embed_dim, num_heads, dropout);
         return NULL;
     }
-    if (!(u = (gdl__mha *)GPUDL_MALLOC(sizeof *u))) {
-        gdl__set_error("%s: out of host memory", op);
-        return NULL;
-    }
-    memset(u, 0, sizeof *u);
+    if (!(u = (gdl__mha *)gdl__zalloc(op, sizeof *u))) return NULL;
     u->E = embed_dim;
     u->H = num_heads;
     u->dropout = dropout;

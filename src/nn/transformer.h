@@ -48,13 +48,9 @@ static int gdl__tfm_child(gdl_module *m, const char *name, gdl_module *c, gdl_mo
 }
 
 static gdl_module *gdl__tfm_layer_new(const gdl__tfm_cfg *c) {
-    gdl__tfm_layer *u = (gdl__tfm_layer *)GPUDL_MALLOC(sizeof *u);
+    gdl__tfm_layer *u = (gdl__tfm_layer *)gdl__zalloc("gdl_nn_transformer_encoder_layer", sizeof *u);
     gdl_module *m;
-    if (!u) {
-        gdl__set_error("gdl_nn_transformer_encoder_layer: out of host memory");
-        return NULL;
-    }
-    memset(u, 0, sizeof *u);
+    if (!u) return NULL;
     u->c = *c;
     if (!(m = gdl_nn_custom("TransformerEncoderLayer", gdl__tfm_layer_self, u, gdl__mha_free))) return NULL;
     /* PyTorch's order of construction (and of the state dict): self_attn, linear1, dropout, linear2, norm1, norm2 */

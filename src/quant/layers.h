@@ -103,11 +103,7 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
                        (long long)ia[GDL__CONV_GROUPS]);
         return NULL;
     }
-    if (!(q = (gdl__qlayer *)GPUDL_MALLOC(sizeof *q))) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(q, 0, sizeof *q);
+    if (!(q = (gdl__qlayer *)gdl__zalloc(op, sizeof *q))) return NULL;
     q->mode = mode;
     q->conv = conv;
     q->relu = relu;

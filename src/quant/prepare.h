@@ -131,14 +131,10 @@ static int gdl__qprep_fold_bn(const char *op, gdl_module *m, const gdl_module *b
 static gdl_module *gdl__qprep_new(const char *op, const gdl_module *lin, const gdl_module *bn, int relu, int qat,
                                   const gdl_qconfig *qc) {
     const int conv = lin->kind == GDL__M_CONV2D;
-    gdl__qprep *o = (gdl__qprep *)GPUDL_MALLOC(sizeof(gdl__qprep));
+    gdl__qprep *o = (gdl__qprep *)gdl__zalloc(op, sizeof(gdl__qprep));
     gdl_module *m;
     int i;
-    if (!o) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(o, 0, sizeof *o);
+    if (!o) return NULL;
     o->conv = conv;
     o->relu = relu;
     o->qat = qat;

@@ -14,6 +14,18 @@ GPUDL_API void gdl__set_error(const char *fmt, ...) {
 GPUDL_API const char *gdl_last_error(void) { return gdl__err; }
 GPUDL_API void gdl_clear_error(void) { gdl__err[0] = 0; }
 
+/* bytes of zeroed host memory for the record of op's object (a module's, a scaler's, a graph's ...), or
+   NULL with the error "op: out of memory (host)" */
+static void *gdl__zalloc(const char *op, size_t bytes) {
+    void *p = GPUDL_MALLOC(bytes);
+    if (!p) {
+        gdl__set_error("%s: out of memory (host)", op);
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
 static int64_t gdl__syncs; /* host waits for a device, from every thread */
 GPUDL_API void gdl__count_sync(void) {
 #ifdef GDL__ATOMICS

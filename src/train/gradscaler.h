@@ -55,11 +55,7 @@ GPUDL_API gdl_grad_scaler *gdl_grad_scaler_new(const gdl_grad_scaler_opts *opts)
         gdl__set_error("%s: growth_interval %d must be >= 1", op, o.growth_interval);
         return NULL;
     }
-    if (!(s = (gdl_grad_scaler *)GPUDL_MALLOC(sizeof *s))) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(s, 0, sizeof *s);
+    if (!(s = (gdl_grad_scaler *)gdl__zalloc(op, sizeof *s))) return NULL;
     s->o = o;
     s->o.enabled = o.enabled != 0;
     s->pending_scale = (double)(float)o.init_scale;

@@ -22,11 +22,7 @@ static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(
         gdl__set_error("%s: already capturing a step (graphs do not nest)", op);
         return NULL;
     }
-    if (!(g = (gdl_graph *)GPUDL_MALLOC(sizeof *g))) {
-        gdl__set_error("%s: out of host memory", op);
-        return NULL;
-    }
-    memset(g, 0, sizeof *g);
+    if (!(g = (gdl_graph *)gdl__zalloc(op, sizeof *g))) return NULL;
     g->dev = dev;
     g->step = step;
     g->ctx = ctx;
