@@ -381,13 +381,14 @@ suite-lists:
 # -fopenmp too, which gpudl does not use but a user may pass), then
 # each test and example source under clang. Each check is a target of its own
 # (two at a time under make test) and runs every time.
-WARN_CHECKS = gcc-c99 gcc-c11 clang-c99 clang-c11 gcc-openmp gcc-O2 gcc-O3-openmp clang-O3 gcc-static clang-static \
+WARN_CHECKS = gcc-c99 gcc-c11 gcc-O1 clang-c99 clang-c11 gcc-openmp gcc-O2 gcc-O3-openmp clang-O3 gcc-static clang-static \
               gcc-cblas gcc-double gcc-zlib gcc-nvml clang-nvml gcc-nothreads g++ clang++ clang-avx2 clang++-avx512
 WCC_gcc-c99 = gcc -std=c99
 WCC_gcc-c11 = gcc -std=c11
 WCC_clang-c99 = clang -std=c99
 WCC_clang-c11 = clang -std=c11
 WCC_gcc-openmp = gcc -std=c99 -fopenmp
+WCC_gcc-O1 = gcc -std=c99 -O1
 WCC_gcc-O2 = gcc -std=c99 -O2
 WCC_gcc-O3-openmp = gcc -std=c99 -O3 -march=native -fopenmp
 WCC_clang-O3 = clang -std=c99 -O3

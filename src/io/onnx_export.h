@@ -1196,7 +1196,7 @@ static int gdl__ox_live(gdl__ox *X, gdl_node **nodes, int nn, gdl_tensor **outs,
                     break;                                                                           \
                 }                                                                                    \
     } while (0)
-    memset(live, 0, (size_t)nn);
+    if (nn > 0) memset(live, 0, (size_t)nn); /* nn >= 0: the guard tells gcc -O1 so */
     for (k = 0; k < nout; k++) GDL__OX_MARK(outs[k]->node);
     for (k = nn - 1; k >= 0; k--)
         if (live[k])
