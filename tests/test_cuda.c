@@ -1678,7 +1678,7 @@ static void *job_train(void *arg) {
         snprintf(j->err, sizeof j->err, "%.200s", gdl_last_error());
     }
     if (j->ok) j->ok = steps_agree(&j->a, &j->b, 2, j->err, sizeof j->err, "in the thread");
-    gdl_arena_reset();
+    gdl_thread_cleanup(); /* this thread's arenas are its own: given back before it ends */
     return NULL;
 }
 
