@@ -227,7 +227,7 @@ examples() {
     need_build || return 1
     "$(bin device_query)" || return 1
     if [ "$dry" = 1 ]; then
-        GPUDL_NVML_LIB=build/libfake_nvml.so "$(bin gpu_monitor)" --count 1 --interval 0.05 || return 1
+        GPUDL_NVML_LIB="$(pwd)/build/libfake_nvml.so" "$(bin gpu_monitor)" --count 1 --interval 0.05 || return 1
         # an epoch of large batches: the emulator is slow
         "$(bin mnist_mlp)" --device cuda --epochs 1 --batch-size 1024 || return 1
         echo "SKIPPED (dry run): cpu_vs_gpu and Fashion-MNIST to 92 % (minutes on the emulator)"
