@@ -522,14 +522,14 @@ TEST gemm_sums_batches(void) {
         l0 = gdl_emu_count("launch");
         b0 = gdl_emu_count("cublas");
         if (c->dt == GDL_F32) {
-            ASSERT_EQ(0, gb->gemm(0, c->tb, c->M, c->N, c->K, 1.0f, (float *)ga->data, c->K, sA, (float *)gbt->data,
+            ASSERT_EQ(0, gb->k.gemm(0, c->tb, c->M, c->N, c->K, 1.0f, (float *)ga->data, c->K, sA, (float *)gbt->data,
                                   c->tb ? c->K : c->N, sB, c->beta, (float *)gc->data, c->N, 0, c->batch));
-            ASSERT_EQ(0, cb->gemm(0, c->tb, c->M, c->N, c->K, 1.0f, (float *)a->data, c->K, sA, (float *)b->data,
+            ASSERT_EQ(0, cb->k.gemm(0, c->tb, c->M, c->N, c->K, 1.0f, (float *)a->data, c->K, sA, (float *)b->data,
                                   c->tb ? c->K : c->N, sB, c->beta, (float *)cc->data, c->N, 0, c->batch));
         } else {
-            ASSERT_EQ(0, gb->gemm_lp(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, ga->data, c->K, sA, gbt->data,
+            ASSERT_EQ(0, gb->k.gemm_lp(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, ga->data, c->K, sA, gbt->data,
                                      c->tb ? c->K : c->N, sB, c->beta, gc->data, c->N, 0, c->batch));
-            ASSERT_EQ(0, cb->gemm_lp(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, a->data, c->K, sA, b->data,
+            ASSERT_EQ(0, cb->k.gemm_lp(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, a->data, c->K, sA, b->data,
                                      c->tb ? c->K : c->N, sB, c->beta, cc->data, c->N, 0, c->batch));
         }
         launches = gdl_emu_count("launch") - l0;
@@ -3889,20 +3889,20 @@ static enum harness_result q8_gemm_one(int M, int N, int K, int fill, int want_l
             R[i * N + n] = (int32_t)s;
         }
     ASSERT_NOT_NULL(gdl__be("test", GPU));
-    ASSERT_NOT_NULL(qw = gb->qweight_new(N, K, W, colsum));
-    ASSERT_NOT_NULL(dA = gb->alloc((size_t)M * KP + 1));
-    ASSERT_NOT_NULL(dC = gb->alloc(sizeof(int32_t) * (size_t)M * N + 4));
-    ASSERT_EQ(0, gb->copy(dA, A, (size_t)M * KP, 0));
-    l0 = gb->launch_count();
-    ASSERT_EQ(0, gb->qgemm(M, (const uint8_t *)dA, KP, qw, (int32_t *)dC, N));
-    ASSERT_EQ(want_launches, (int)(gb->launch_count() - l0));
-    ASSERT_EQ(0, gb->copy(C, dC, sizeof(int32_t) * (size_t)M * N, 1));
+    ASSERT_NOT_NULL(qw = gb->k.qweight_new(N, K, W, colsum));
+    ASSERT_NOT_NULL(dA = gb->rt.alloc((size_t)M * KP + 1));
+    ASSERT_NOT_NULL(dC = gb->rt.alloc(sizeof(int32_t) * (size_t)M * N + 4));
+    ASSERT_EQ(0, gb->rt.copy(dA, A, (size_t)M * KP, 0));
+    l0 = gb->rt.launch_count();
+    ASSERT_EQ(0, gb->k.qgemm(M, (const uint8_t *)dA, KP, qw, (int32_t *)dC, N));
+    ASSERT_EQ(want_launches, (int)(gb->rt.launch_count() - l0));
+    ASSERT_EQ(0, gb->rt.copy(C, dC, sizeof(int32_t) * (size_t)M * N, 1));
     ASSERTm("int8 GEMM on the GPU equals the int64 sums", !memcmp(C, R, sizeof(int32_t) * (size_t)M * N));
     ASSERT_EQ(0, gdl_gemm_u8s8_cpu(M, N, K, A, KP, W, K, C, N));
     ASSERTm("the CPU's int8 GEMM equals the int64 sums", !memcmp(C, R, sizeof(int32_t) * (size_t)M * N));
-    gb->qweight_free(qw);
-    gb->free(dA);
-    gb->free(dC);
+    gb->k.qweight_free(qw);
+    gb->rt.free(dA);
+    gb->rt.free(dC);
     free(A), free(W), free(C), free(R), free(colsum);
     PASS();
 }
@@ -3933,17 +3933,17 @@ TEST q8_quantize_ties(void) {
     for (i = 0; i < n; i++) x[i] = (float)(i - 32) * 0.25f; /* -8 .. 7.75: every other one a tie */
     x[0] = -1000.0f, x[1] = 1000.0f, x[2] = 63.75f, x[3] = 64.25f, x[4] = -64.25f;
     ASSERT_NOT_NULL(gdl__be("test", GPU));
-    ASSERT_NOT_NULL(dx = gb->alloc(sizeof x));
-    ASSERT_NOT_NULL(dq = gb->alloc(sizeof q));
-    ASSERT_NOT_NULL(dy = gb->alloc(sizeof back));
-    ASSERT_EQ(0, gb->copy(dx, x, sizeof x, 0));
+    ASSERT_NOT_NULL(dx = gb->rt.alloc(sizeof x));
+    ASSERT_NOT_NULL(dq = gb->rt.alloc(sizeof q));
+    ASSERT_NOT_NULL(dy = gb->rt.alloc(sizeof back));
+    ASSERT_EQ(0, gb->rt.copy(dx, x, sizeof x, 0));
     for (ri = 0; ri < 2; ri++)
         for (zi = 0; zi < 3; zi++) {
             const int qmin = ranges[ri][0], qmax = ranges[ri][1], z = ri ? zps[zi] - 128 : zps[zi];
-            ASSERT_EQ(0, gb->quantize(1, n, (const float *)dx, 0.5f, z, qmin, qmax, dq, n));
-            ASSERT_EQ(0, gb->copy(q, dq, sizeof q, 1));
-            ASSERT_EQ(0, gb->dequantize(n, dq, qmin < 0, 0.5f, z, (float *)dy));
-            ASSERT_EQ(0, gb->copy(back, dy, sizeof back, 1));
+            ASSERT_EQ(0, gb->k.quantize(1, n, (const float *)dx, 0.5f, z, qmin, qmax, dq, n));
+            ASSERT_EQ(0, gb->rt.copy(q, dq, sizeof q, 1));
+            ASSERT_EQ(0, gb->k.dequantize(n, dq, qmin < 0, 0.5f, z, (float *)dy));
+            ASSERT_EQ(0, gb->rt.copy(back, dy, sizeof back, 1));
             for (i = 0; i < n; i++) {
                 float r = nearbyintf(x[i] * 2.0f) + (float)z;
                 int v = qmin < 0 ? (int)(int8_t)q[i] : (int)q[i];
@@ -3969,7 +3969,7 @@ TEST q8_quantize_ties(void) {
         gdl_free(xc);
         gdl_free(xg);
     }
-    gb->free(dx), gb->free(dq), gb->free(dy);
+    gb->rt.free(dx), gb->rt.free(dq), gb->rt.free(dy);
     gdl_arena_reset();
     PASS();
 }
@@ -4092,10 +4092,10 @@ TEST q8_errors(void) {
     ASSERT_CONTAINS(gdl_last_error(), "expected input f32 [..., 13] on the CPU, got f32 [4,13] on cuda:0");
     /* a shape the GEMM cannot take: rows closer than K rounded up to 4 */
     ASSERT_NOT_NULL(gdl__be("test", GPU));
-    ASSERT_NOT_NULL(qw = gb->qweight_new(8, 13, w, cs));
-    ASSERT_EQ(-1, gb->qgemm(4, (const uint8_t *)u->data, 13, qw, (int32_t *)xg->data, 8));
+    ASSERT_NOT_NULL(qw = gb->k.qweight_new(8, 13, w, cs));
+    ASSERT_EQ(-1, gb->k.qgemm(4, (const uint8_t *)u->data, 13, qw, (int32_t *)xg->data, 8));
     ASSERT_CONTAINS(gdl_last_error(), "the int8 GEMM cannot take M=4 (>= 0), lda=13 (>= 16: K=13 rounded up to 4)");
-    gb->qweight_free(qw);
+    gb->k.qweight_free(qw);
     gdl_module_free(q);
     gdl_module_free(m);
     gdl_free(x);

@@ -88,11 +88,15 @@ typedef struct gdl_qepi {
 enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATHER, GDL_COLL_REDUCE_SCATTER };
 #define GDL_COMM_ID_BYTES 128
 
-/* The backend's entries, one line each: X(return type, name, (parameters)).
-   This list makes the gdl_backend struct and both backends' tables (the CPU
-   one in this header, gdl__cpu_NAME; the CUDA one in gpudl_cuda.cu,
-   gdl__cu_NAME), so an entry a backend does not define does not compile. */
-#define GDL_BACKEND_ENTRIES(X) \
+/* The backend's entries, one line each: X(return type, name, (parameters)), in two halves.
+   GDL_RUNTIME_ENTRIES is the runtime: memory, copies, streams and events, the allocator's counters,
+   timing events, the PCI bus id, graphs and collectives -- everything that is not a compute kernel.
+   GDL_KERNEL_ENTRIES are the compute kernels; a kernel that runs on more than one float dtype takes
+   it as a `gdl_dtype dt` argument (GDL_F32 the f32 code, GDL_BF16 / GDL_F16 the low-precision one).
+   The lists make the structs gdl_runtime and gdl_kernels, the two halves of gdl_backend (be->rt.copy,
+   be->k.gemm), and both backends' tables (the CPU one in this header, gdl__cpu_NAME; the CUDA one in
+   gpudl_cuda.cu, gdl__cu_NAME), so an entry a backend does not define does not compile. */
+#define GDL_RUNTIME_ENTRIES(X) \
     /* memory, on the current device */ \
     X(void *, alloc, (size_t bytes)) \
     X(void, free, (void *p)) \
@@ -116,6 +120,46 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, stream_wait_event, (void *stream, void *event)) \
     /* waits (counted by gdl_sync_count) only if the event is not reached yet */ \
     X(int, event_synchronize, (void *event)) \
+    /* the allocator's counters for one device (gdl_memory_stats; the arena fields are left to the \
+       front end) and the restart of its peaks */ \
+    X(int, memory_stats, (int device, gdl_memory_status *s)) \
+    X(int, memory_reset_peak, (int device)) \
+    /* the profiler (gdl_profile_*): a timing marker recorded in the current device's compute stream \
+       (NULL without an error where the device has none: the CPU, whose ops the host clock times; freed \
+       with event_destroy); the milliseconds between two markers, waiting for the second; the kernels \
+       launched so far (-1: not counted) */ \
+    X(void *, timing_event, (void)) \
+    X(int, event_elapsed, (void *start, void *end, double *ms)) \
+    X(int64_t, launch_count, (void)) \
+    /* a device's PCI bus id ("0000:65:00.0"), which NVML's devices are matched by; -1 + error: none */ \
+    X(int, pci_bus_id, (int device, char *buf, int len)) \
+    /* CUDA graphs (gdl_graph_*): record the current device's compute stream instead of running it \
+       (device allocations are refused meanwhile), stop into a ready-to-launch graph (also after a \
+       failure, which leaves *graph NULL), launch one on the compute stream, free one. The CPU has none. */ \
+    X(int, graph_begin, (void)) \
+    X(int, graph_end, (void **graph)) \
+    X(int, graph_launch, (void *graph)) \
+    X(void, graph_destroy, (void *graph)) \
+    /* collectives among the processes of a job, one device per process (src/dist/; NCCL on a GPU; \
+       the CPU's collectives are MPI's, in the front end, so its entries refuse). comm_id: the job's id \
+       (at most GDL_COMM_ID_BYTES), made by rank 0, which the front end hands to every rank; comm_init: \
+       this rank joins on `device` (returns once every rank has); collective: kind (GDL_COLL_*) on the \
+       device's communication stream, after the compute stream's work so far; count is per rank (all-gather: \
+       sent, reduce-scatter: received); avg divides the sum by the world size; join: the compute stream \
+       waits for it now, else at the next comm_join (DDP's buckets overlap the rest of backward); \
+       comm_sync: the host waits for the communication stream (barrier: an all-reduce of one element \
+       first) at most timeout_s seconds; a timeout or a peer's error aborts the communicator and every \
+       later call fails; comm_destroy frees it (nothing to do when none was made) */ \
+    X(int, comm_id, (void *id, int bytes)) \
+    X(int, comm_init, (int device, const void *id, int world, int rank)) \
+    X(int, collective, (int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg, int root, \
+        int join)) \
+    X(int, comm_join, (void)) \
+    X(int, comm_sync, (int barrier, double timeout_s)) \
+    X(void, comm_destroy, (void))
+
+#define GDL_KERNEL_ENTRIES(X) \
+    /* x[i] = v; cast: n elements of dtype st to dtype dt */ \
     X(int, fill, (gdl_real *x, int64_t n, gdl_real v)) \
     X(int, cast, (void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n)) \
     /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch, \
@@ -335,43 +379,6 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* host-visible results (synchronising) */ \
     X(int, count_nonfinite, (int64_t n, const gdl_real *x, int64_t *out)) \
     X(int, sum_squares, (int64_t n, const gdl_real *x, double *out)) \
-    /* the allocator's counters for one device (gdl_memory_stats; the arena fields are left to the \
-       front end) and the restart of its peaks */ \
-    X(int, memory_stats, (int device, gdl_memory_status *s)) \
-    X(int, memory_reset_peak, (int device)) \
-    /* the profiler (gdl_profile_*): a timing marker recorded in the current device's compute stream \
-       (NULL without an error where the device has none: the CPU, whose ops the host clock times; freed \
-       with event_destroy); the milliseconds between two markers, waiting for the second; the kernels \
-       launched so far (-1: not counted) */ \
-    X(void *, timing_event, (void)) \
-    X(int, event_elapsed, (void *start, void *end, double *ms)) \
-    X(int64_t, launch_count, (void)) \
-    /* a device's PCI bus id ("0000:65:00.0"), which NVML's devices are matched by; -1 + error: none */ \
-    X(int, pci_bus_id, (int device, char *buf, int len)) \
-    /* CUDA graphs (gdl_graph_*): record the current device's compute stream instead of running it \
-       (device allocations are refused meanwhile), stop into a ready-to-launch graph (also after a \
-       failure, which leaves *graph NULL), launch one on the compute stream, free one. The CPU has none. */ \
-    X(int, graph_begin, (void)) \
-    X(int, graph_end, (void **graph)) \
-    X(int, graph_launch, (void *graph)) \
-    X(void, graph_destroy, (void *graph)) \
-    /* collectives among the processes of a job, one device per process (src/dist/; NCCL on a GPU; \
-       the CPU's collectives are MPI's, in the front end, so its entries refuse). comm_id: the job's id \
-       (at most GDL_COMM_ID_BYTES), made by rank 0, which the front end hands to every rank; comm_init: \
-       this rank joins on `device` (returns once every rank has); collective: kind (GDL_COLL_*) on the \
-       device's communication stream, after the compute stream's work so far; count is per rank (all-gather: \
-       sent, reduce-scatter: received); avg divides the sum by the world size; join: the compute stream \
-       waits for it now, else at the next comm_join (DDP's buckets overlap the rest of backward); \
-       comm_sync: the host waits for the communication stream (barrier: an all-reduce of one element \
-       first) at most timeout_s seconds; a timeout or a peer's error aborts the communicator and every \
-       later call fails; comm_destroy frees it (nothing to do when none was made) */ \
-    X(int, comm_id, (void *id, int bytes)) \
-    X(int, comm_init, (int device, const void *id, int world, int rank)) \
-    X(int, collective, (int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg, int root, \
-        int join)) \
-    X(int, comm_join, (void)) \
-    X(int, comm_sync, (int barrier, double timeout_s)) \
-    X(void, comm_destroy, (void)) \
     /* the fused gate step of a recurrent layer at one time step (gdl_lstm_gates, gdl_gru_gates): gx, gh \
        [B, G·H] the input and hidden pre-activations with their biases in, gate blocks of H in PyTorch's \
        order. LSTM (G = 4: i, f, g, o): hc [2, B, H] gets h' = o·tanh(c') then c' = f·c_prev + i·g. GRU \
@@ -407,9 +414,16 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, qepilogue, (const gdl_qepi *e, int64_t rows, const int32_t *acc, gdl_real *y))
 
 #define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
+typedef struct gdl_runtime {
+    GDL_RUNTIME_ENTRIES(GDL__BACKEND_MEMBER)
+} gdl_runtime;
+typedef struct gdl_kernels {
+    GDL_KERNEL_ENTRIES(GDL__BACKEND_MEMBER)
+} gdl_kernels;
 typedef struct gdl_backend {
     const char *name;
-    GDL_BACKEND_ENTRIES(GDL__BACKEND_MEMBER)
+    gdl_runtime rt; /* memory, copies, streams, events, graphs, collectives, device queries */
+    gdl_kernels k;  /* the compute kernels */
 } gdl_backend;
 
 /* The dropout mask both backends use: a counter-based hash, bit-identical

@@ -378,7 +378,7 @@
    api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
    api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
    api/op_math.h            the elementwise ops' codes and their scalar math, one definition for the CPU and CUDA kernels
-   api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
+   api/backend.h            the backend table: runtime and kernel entries (GDL_RUNTIME_ENTRIES, GDL_KERNEL_ENTRIES); the end of the API (GPUDL_H)
    impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
    runtime/errors.h         gdl__set_error, gdl_last_error
@@ -453,8 +453,9 @@
    Adding an op
    ------------
    One list drives the op enum, names, backward table and autocast classes
-   (GDL_OP_LIST, src/api/grad.h), another the backends' kernel tables
-   (GDL_BACKEND_ENTRIES, src/api/backend.h). The files an op touches, and
+   (GDL_OP_LIST, src/api/grad.h), two more the backends' tables (their
+   runtime and kernel halves: GDL_RUNTIME_ENTRIES, GDL_KERNEL_ENTRIES,
+   src/api/backend.h). The files an op touches, and
    its tests: docs/DESIGN.md, "Adding an op".
 
    Compile-time options
