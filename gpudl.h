@@ -396,9 +396,9 @@
    cpu/bias_act.h           fused bias + activation and its backward
    cpu/index.h              strided copies, gather / scatter-add, comparisons, where, tril / triu, cumsum
    cpu/conv_pool.h          im2col / col2im, the implicit GEMM and direct convolution, pooling, copy2d, dropout
-   cpu/lowp.h               the native bf16/f16 elementwise kernels
+   cpu/lowp.h               the elementwise entries that take dtypes: the native bf16/f16 kernels
    cpu/norm.h               batch norm and layer norm
-   cpu/lowp_layers.h        the bf16/f16 entries of convolution columns, pooling and batch norm (through f32)
+   cpu/lowp_layers.h        the dtype entries of convolution columns, pooling and batch norm (bf16/f16 through f32)
    cpu/embedding_loss.h     embedding, losses
    cpu/attention.h          scaled dot-product attention (flash-attention style tiles, forward and backward)
    cpu/rnn.h                the fused LSTM / GRU gate steps and their backwards
@@ -3019,29 +3019,30 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* x[i] = v; cast: n elements of dtype st to dtype dt */ \
     X(int, fill, (gdl_real *x, int64_t n, gdl_real v)) \
     X(int, cast, (void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n)) \
-    /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch, \
+    /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch, matrices of dtype dt, \
        element strides sA, sB, sC between batches (0 repeats a matrix; sC 0: every batch in turn into \
-       the one C, so beta 1 sums the products -- a GPU sums a chunk of them in f32 first) */ \
-    X(int, gemm, (int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda, \
-        int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C, int ldc, \
-        int64_t sC, int batch)) \
-    /* the same GEMM on f16 or bf16 matrices (dt): products summed in f32, \
-       C = alpha*AB + beta*C formed in f32 and rounded once to dt (cuBLAS: \
+       the one C, so beta 1 sums the products -- a GPU sums a chunk of them in f32 first). f16 / bf16: \
+       products summed in f32, C = alpha*AB + beta*C formed in f32 and rounded once to dt (cuBLAS: \
        GemmEx, CUBLAS_COMPUTE_32F; the CPU: f32 copies, the f32 kernel) */ \
-    X(int, gemm_lp, (gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, \
+    X(int, gemm, (gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, \
         int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC, int batch)) \
-    /* out[i] = a[i·astr] op b[i·bstr] over `shape` (ndim dims, out contiguous; \
-       a stride of 0 broadcasts) */ \
-    X(int, binary, (int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr, \
-        const gdl_real *b, const int64_t *bstr, gdl_real *out)) \
-    /* dst[i·dstr] += alpha*src[i] over `shape` (src contiguous): sums broadcast dims */ \
-    X(int, sum_to, (int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst, \
-        const int64_t *dstr, gdl_real alpha)) \
+    /* The elementwise kernels take a dtype (binary and sum_to one per operand: f32, or one low dtype \
+       with f32). bf16 / f16: every element is loaded to f32, computed with the f32 kernel's formula and \
+       rounded once on store; "+=" loads the accumulator, adds in f32 and rounds once. */ \
+    /* out[i] = a[i·astr] op b[i·bstr] over `shape` (ndim dims, out contiguous; a stride of 0 \
+       broadcasts); out may be a itself (same strides: an in-place add) */ \
+    X(int, binary, (int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr, \
+        gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out)) \
+    /* dst[i·dstr] += alpha*src[i] over `shape` (src contiguous): sums broadcast dims. Not all f32: each \
+       destination's sources summed in f32 first (from 0, as the f32 sum_to into a zeroed buffer), then \
+       added to dst and rounded */ \
+    X(int, sum_to, (int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst, \
+        const int64_t *dstr, float alpha)) \
     /* y = f(x; alpha) ; gx = (accumulate ? gx : 0) + f'(x)·gy (y is the forward output; accumulate 0: \
        gx was unset, its old contents are not read) */ \
-    X(int, unary, (int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha)) \
-    X(int, unary_backward, (int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy, \
-        gdl_real *gx, gdl_real alpha, int accumulate)) \
+    X(int, unary, (gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha)) \
+    X(int, unary_backward, (gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy, \
+        void *gx, float alpha, int accumulate)) \
     /* fused bias + activation; act: GDL_UN_RELU, GDL_UN_GELU_TANH, GDL_UN_GELU_ERF, or -1 (none). \
        bias_act: y viewed as [outer, C, inner], in place: pre = y + bias[c] (bias NULL: y), kept in `pre` \
        when not NULL, and y = act(pre), in one pass, with unary's and binary's arithmetic. linear_act: \
@@ -3066,9 +3067,10 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, softmax, (int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y)) \
     X(int, softmax_backward, (int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y, \
         const gdl_real *gy, gdl_real *gx)) \
-    /* x [N,C,H,W] -> col [N, C*KH*KW, OH*OW]; col2im: x += (adjoint) */ \
-    X(int, im2col, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *col)) \
-    X(int, col2im, (const gdl_conv_geom *g, const gdl_real *col, gdl_real *x)) \
+    /* x [N,C,H,W] -> col [N, C*KH*KW, OH*OW]; col2im: x += (adjoint); elements of dt (bf16 / f16: \
+       im2col copies, col2im sums in f32 and rounds once: the old value plus the sum) */ \
+    X(int, im2col, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col)) \
+    X(int, col2im, (gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x)) \
     /* a convolution's GEMMs without the column matrix (the CPU's implicit GEMM), the bits of im2col + gemm \
        (+ col2im); w [OC, C/groups, KH, KW]. pass 0: out [N,OC,OH,OW] = conv(x, w), then + bias (NULL: none), \
        pre and act as bias_act's; pass 1: out (gw) += the weight gradient of x and gy; pass 2: out (gx) += the \
@@ -3076,40 +3078,18 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        or im2col is the faster for the shape: the caller then runs im2col, gemm, col2im. */ \
     X(int, conv_implicit, (int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x, \
         const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out, gdl_real *pre)) \
-    /* pooling per (n,c) plane; idx: flat h*W+w of the max; avg counts padding */ \
-    X(int, maxpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx)) \
-    X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx, int beta)) \
-    X(int, avgpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y)) \
-    X(int, avgpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx)) \
-    /* the same on f16/bf16 tensors (dt): im2col copies; col2im, the pooling \
-       backward and avgpool sum in f32 and round each result once (x/gx: \
-       the old value plus the sum, rounded once); max pooling is exact */ \
-    X(int, im2col_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col)) \
-    X(int, col2im_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x)) \
-    X(int, maxpool_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx)) \
-    X(int, maxpool_backward_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx)) \
-    X(int, avgpool_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y)) \
-    X(int, avgpool_backward_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx)) \
-    /* native bf16/f16 elementwise kernels (dt: GDL_BF16 or GDL_F16; binary_lp and sum_to_lp take \
-       each operand's dtype, f32 or one low dtype): every element is loaded to f32, computed with \
-       the f32 kernel's formula and rounded once on store; "+=" loads the accumulator, adds in f32 \
-       and rounds once. binary_lp's out may be a itself (same strides: an in-place add); sum_to_lp \
-       sums each destination's sources in f32 first (from 0, as the f32 sum_to into a zeroed \
-       buffer), then adds that to dst and rounds */ \
-    X(int, unary_lp, (gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha)) \
-    X(int, unary_backward_lp, (gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy, \
-        void *gx, float alpha)) \
-    X(int, binary_lp, (int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr, \
-        gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out)) \
-    X(int, sum_to_lp, (int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst, \
-        const int64_t *dstr, float alpha)) \
-    X(int, dropout_lp, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y)) \
-    X(int, dropout_backward_lp, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx)) \
-    /* copy2d on elements of dt: a copy is exact; accumulate adds in f32 and rounds once */ \
-    X(int, copy2d_lp, (gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst, \
-        int64_t dld, int accumulate)) \
-    /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols */ \
-    X(int, copy2d, (int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst, \
+    /* pooling per (n,c) plane, elements of dt; idx: flat h*W+w of the max; avg counts padding; \
+       maxpool_backward: gx = (beta ? gx : 0) + the gradient, avgpool_backward: gx +=. bf16 / f16: the \
+       backwards and avgpool sum in f32 and round each result once (gx: the old value plus the sum, \
+       rounded once); max pooling is exact */ \
+    X(int, maxpool, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx)) \
+    X(int, maxpool_backward, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx, \
+        int beta)) \
+    X(int, avgpool, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y)) \
+    X(int, avgpool_backward, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx)) \
+    /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols, elements of dt (a copy is exact; \
+       accumulate on bf16 / f16 adds in f32 and rounds once) */ \
+    X(int, copy2d, (gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst, \
         int64_t dld, int accumulate)) \
     /* indexing and copies. strided_copy: dst[i·dstr] (+)= src[i·sstr] over `shape` (i its row-major \
        multi-index), elements of any dtype dt; accumulate (a float dt, no two i sharing a destination): \
@@ -3151,32 +3131,26 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, attention_backward, (gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, \
         const void *v, const void *mask, const void *out, const void *gout, const gdl_real *lse, \
         gdl_real *delta, void *gq, void *gk, void *gv)) \
-    /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p) */ \
-    X(int, dropout, (int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y)) \
-    X(int, dropout_backward, (int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx)) \
-    /* x [N,C,S]. Training: batch stats (biased var) -> mean, invstd (saved), \
+    /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p); elements of dt \
+       (bf16 / f16: computed in f32, rounded once); the backward: gx += */ \
+    X(int, dropout, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y)) \
+    X(int, dropout_backward, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx)) \
+    /* x [N,C,S], and y, gy, gx, of dtype dt; the rest f32 (bf16 / f16: cuDNN's under torch.autocast, \
+       f32 arithmetic, y and gx rounded once). Training: batch stats (biased var) -> mean, invstd (saved), \
        running stats updated with unbiased var when run_mean != NULL. \
        Eval: mean/invstd are computed from running stats into mean/invstd. \
        gamma/beta may be NULL (1 and 0). relu: y = relu(y) in the same pass (gdl_batch_norm_relu; the \
        normalised value rounded to y's dtype first, then x > 0 ? x : 0, as the two ops). */ \
-    X(int, batchnorm, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma, \
-        const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, \
-        gdl_real *run_var, int training, double momentum, double eps, int relu)) \
+    X(int, batchnorm, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
+        const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
+        int training, double momentum, double eps, int relu)) \
     /* gx/ggamma/gbeta may be NULL; ggamma and gbeta +=, gx too when accumulate (0: gx was unset, its old \
        contents are not read). training selects the batch-stats formula. y: a fused ReLU's output, whose \
        backward comes first (gy taken as 0 + (y > 0 ? gy : 0), ReLU's backward into an unset gradient); \
        NULL: none */ \
-    X(int, batchnorm_backward, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy, \
-        const gdl_real *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, \
-        gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
-    /* the same with x, y, gy and gx f16/bf16 (dt) and the rest f32 (cuDNN's \
-       under torch.autocast): f32 arithmetic, y and gx rounded once, gx += */ \
-    X(int, batchnorm_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
-        const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
-        int training, double momentum, double eps, int relu)) \
-    X(int, batchnorm_backward_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
+    X(int, batchnorm_backward, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
         const void *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, void *gx, \
-        gdl_real *ggamma, gdl_real *gbeta)) \
+        gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
     /* rows of D; mean/rstd saved per row */ \
     X(int, layernorm, (int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma, \
         const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd)) \
@@ -7814,17 +7788,21 @@ static int64_t gdl__gemm_span(int rows, int cols, int ld, int64_t s, int batch) 
     if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
     return (int64_t)(rows - 1) * ld + cols + (int64_t)(batch - 1) * (s > 0 ? s : 0);
 }
-static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
                          int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
                          int ldc, int64_t sC, int batch);
-/* f32 copies of the spans (C's gaps between rows too, so they go back as
-   they were), the f32 kernel, C rounded once */
-static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
-                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
-                            int batch) {
+/* The GEMM entry: f32 runs the f32 kernel; bf16 / f16 take f32 copies of
+   the spans (C's gaps between rows too, so they go back as they were), the
+   f32 kernel, C rounded once */
+static int gdl__cpu_gemm(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                         int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
+                         int batch) {
     int64_t na, nb, nc;
     gdl_real *f;
     int rc;
+    if (dt == GDL_F32)
+        return gdl__cpu_gemm_f32(ta, tb, M, N, K, alpha, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB,
+                                 beta, (gdl_real *)C, ldc, sC, batch);
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
     na = K > 0 ? gdl__gemm_span(ta ? K : M, ta ? M : K, lda, sA, batch) : 0;
     nb = K > 0 ? gdl__gemm_span(tb ? N : K, tb ? K : N, ldb, sB, batch) : 0;
@@ -7836,13 +7814,13 @@ static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, f
     gdl__cpu_cast(f, GDL_F32, A, dt, na);
     gdl__cpu_cast(f + na, GDL_F32, B, dt, nb);
     gdl__cpu_cast(f + na + nb, GDL_F32, C, dt, nc);
-    rc = gdl__cpu_gemm(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
+    rc = gdl__cpu_gemm_f32(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
     if (rc == 0) gdl__cpu_cast(C, dt, f + na + nb, GDL_F32, nc);
     GPUDL_FREE(f);
     return rc;
 }
 
-static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
                          int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
                          int ldc, int64_t sC, int batch) {
     int b;
@@ -8721,7 +8699,7 @@ static void gdl__odometer_step(int ndim, const int64_t *shape, int64_t *idx, int
     }
 }
 
-static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr,
+static int gdl__cpu_binary_f32(int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr,
                            const gdl_real *b, const int64_t *bstr, gdl_real *out) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, oa = 0, ob = 0, idx[GDL_MAX_DIMS] = {0};
     int d;
@@ -8734,7 +8712,7 @@ static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, const gdl_rea
     return 0;
 }
 
-static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst,
+static int gdl__cpu_sum_to_f32(int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst,
                            const int64_t *dstr, gdl_real alpha) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, i, o = 0, unused = 0, idx[GDL_MAX_DIMS] = {0};
     int64_t ds = ndim ? dstr[ndim - 1] : 0, zero[GDL_MAX_DIMS] = {0};
@@ -9079,7 +9057,7 @@ static void gdl__unary_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     }
     for (i = lo; i < hi; i++) a.out[i] += (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], a.y[i], a.alpha));
 }
-static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
+static int gdl__cpu_unary_f32(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
     int64_t i;
     switch (op) {
     case GDL_UN_SCALE:
@@ -9097,7 +9075,7 @@ static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl
     }
     return 0;
 }
-static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
+static int gdl__cpu_unary_backward_f32(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
                                    gdl_real *gx, gdl_real alpha, int accumulate) {
     int64_t i;
     /* the ReLU and GELU store an unset gradient in their pass; the rest add to zeros, as before */
@@ -9387,7 +9365,7 @@ static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, 
     gdl__gemm_run(&g);
     return 0;
 #else
-    if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
+    if (gdl__cpu_gemm_f32(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
     return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
 #endif
 }
@@ -9682,7 +9660,7 @@ static void gdl__im2col_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
+static int gdl__cpu_im2col_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = x; a.out = col;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__im2col_part, &a);
@@ -9714,7 +9692,7 @@ static void gdl__col2im_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
+static int gdl__cpu_col2im_f32(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = col; a.out = x;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &a);
@@ -10461,7 +10439,7 @@ static void gdl__maxpool_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
+static int gdl__cpu_maxpool_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = x; a.out = y; a.idx = idx;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__maxpool_part, &a);
@@ -10484,7 +10462,7 @@ static void gdl__maxpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
         for (o = 0; o < OHW; o++) gxp[ip[o]] += gyp[o];
     }
 }
-static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx,
+static int gdl__cpu_maxpool_backward_f32(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx,
                                      int beta) {
     gdl__args a = gdl__args_none();
     a.g = g; a.gy = gy; a.argmax = idx; a.out = gx; a.accumulate = beta;
@@ -10513,7 +10491,7 @@ static void gdl__avgpool_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
+static int gdl__cpu_avgpool_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = x; a.out = y;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_part, &a);
@@ -10540,14 +10518,14 @@ static void gdl__avgpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_avgpool_backward(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
+static int gdl__cpu_avgpool_backward_f32(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
     gdl__args a = gdl__args_none();
     a.g = g; a.gy = gy; a.out = gx;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_backward_part, &a);
     return 0;
 }
 
-static int gdl__cpu_copy2d(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst,
+static int gdl__cpu_copy2d_f32(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst,
                            int64_t dld, int accumulate) {
     int64_t r, c;
     for (r = 0; r < rows; r++) {
@@ -10648,21 +10626,22 @@ static void gdl__dropout_part(gdl__args a, int64_t lo, int64_t hi) {
         else if (keep) a.out[i] += a.gy[i] * scale;
     }
 }
-static int gdl__cpu_dropout(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
+static int gdl__cpu_dropout_f32(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
     gdl__args a = gdl__args_none();
     a.p = p; a.seed = seed; a.x = x; a.out = y;
     gdl__parallel_loop(n, n, gdl__dropout_part, &a);
     return 0;
 }
-static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
+static int gdl__cpu_dropout_backward_f32(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
     gdl__args a = gdl__args_none();
     a.p = p; a.seed = seed; a.gy = gy; a.out = gx; a.accumulate = 1;
     gdl__parallel_loop(n, n, gdl__dropout_part, &a);
     return 0;
 }
 
-/* ---- native bf16/f16 elementwise kernels ----
-   Chunks of GDL__LP_CHUNK elements are loaded to f32 on the stack, computed
+/* ---- the elementwise entries that take a dtype: native bf16/f16 kernels ----
+   f32 operands run the f32 kernels (src/cpu/elementwise.h). For bf16/f16,
+   chunks of GDL__LP_CHUNK elements are loaded to f32 on the stack, computed
    with the f32 kernels' formulas (the same expressions, so a result equals
    the f32 kernel's on the same values, then rounded once) and stored. */
 #define GDL__LP_CHUNK 256
@@ -10745,8 +10724,9 @@ static void gdl__unary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
-static int gdl__cpu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+static int gdl__cpu_unary(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_unary_f32(op, n, (const gdl_real *)x, (gdl_real *)y, alpha);
     a.dt = dt; a.op = op; a.lx = x; a.lout = y; a.alpha = (gdl_real)alpha;
     gdl__parallel_loop(n, op == GDL_UN_RELU || op == GDL_UN_SCALE || op == GDL_UN_ADD_SCALAR ? n : 8 * n,
                        gdl__unary_lp_part, &a);
@@ -10782,9 +10762,13 @@ static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl__lp_put(a.dt, a.lout, c, m, gb);
     }
 }
-static int gdl__cpu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
-                                      void *gx, float alpha) {
+static int gdl__cpu_unary_backward(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
+                                   void *gx, float alpha, int accumulate) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32)
+        return gdl__cpu_unary_backward_f32(op, n, (const gdl_real *)x, (const gdl_real *)y, (const gdl_real *)gy,
+                                           (gdl_real *)gx, alpha, accumulate);
+    if (!accumulate && n > 0) memset(gx, 0, (size_t)n * gdl_dtype_size(dt)); /* then += onto zeros */
     a.dt = dt; a.op = op; a.lx = x; a.ly = y; a.lgy = gy; a.lout = gx; a.alpha = (gdl_real)alpha;
     gdl__parallel_loop(n, 8 * n, gdl__unary_backward_lp_part, &a);
     return 0;
@@ -10828,12 +10812,15 @@ static void gdl__binary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         }
     }
 }
-static int gdl__cpu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
-                              gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
+                           gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1;
     int d;
     gdl__binary_lp_job j;
     gdl__args args = gdl__args_none();
+    if (at == GDL_F32 && bt == GDL_F32 && ot == GDL_F32)
+        return gdl__cpu_binary_f32(op, ndim, shape, (const gdl_real *)a, astr, (const gdl_real *)b, bstr,
+                                   (gdl_real *)out);
     for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
     if (inner == 0 || rows == 0) return 0;
     j.op = op; j.ndim = ndim; j.shape = shape; j.astr = astr; j.bstr = bstr;
@@ -10843,14 +10830,17 @@ static int gdl__cpu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype 
     return 0;
 }
 
-/* gdl__cpu_sum_to into a zeroed f32 buffer over dst's elements, then added
-   to dst and rounded: the f32 path's gradient of an f32 copy, then its cast */
-static int gdl__cpu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
-                              const int64_t *dstr, float alpha_) {
+/* all f32: gdl__cpu_sum_to_f32 into dst; else into a zeroed f32 buffer over
+   dst's elements, then added to dst and rounded: the f32 path's gradient of
+   an f32 copy, then its cast */
+static int gdl__cpu_sum_to(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
+                           const int64_t *dstr, float alpha_) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, i, c, m, o = 0, unused = 0, span = 1, idx[GDL_MAX_DIMS] = {0};
     int64_t ds = ndim ? dstr[ndim - 1] : 0, zero[GDL_MAX_DIMS] = {0};
     gdl_real *acc, buf[GDL__LP_CHUNK], db[GDL__LP_CHUNK], alpha = (gdl_real)alpha_;
     int d;
+    if (st == GDL_F32 && dt == GDL_F32)
+        return gdl__cpu_sum_to_f32(ndim, shape, (const gdl_real *)src, (gdl_real *)dst, dstr, alpha_);
     for (d = 0; d < ndim; d++) {
         if (shape[d] == 0) return 0;
         span += (shape[d] - 1) * dstr[d];
@@ -10898,24 +10888,28 @@ static void gdl__dropout_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
-static int gdl__cpu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+static int gdl__cpu_dropout(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_dropout_f32(n, p, seed, (const gdl_real *)x, (gdl_real *)y);
     a.dt = dt; a.lx = x; a.lout = y; a.p = p; a.seed = seed;
     gdl__parallel_loop(n, n, gdl__dropout_lp_part, &a);
     return 0;
 }
-static int gdl__cpu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+static int gdl__cpu_dropout_backward(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_dropout_backward_f32(n, p, seed, (const gdl_real *)gy, (gdl_real *)gx);
     a.dt = dt; a.lx = gy; a.lgy = gy; a.lout = gx; a.p = p; a.seed = seed;
     gdl__parallel_loop(n, n, gdl__dropout_lp_part, &a);
     return 0;
 }
 
-static int gdl__cpu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
-                              int64_t dld, int accumulate) {
+static int gdl__cpu_copy2d(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                           int64_t dld, int accumulate) {
     size_t es = gdl_dtype_size(dt);
     gdl_real sb[GDL__LP_CHUNK], db[GDL__LP_CHUNK];
     int64_t r, c, i, m;
+    if (dt == GDL_F32)
+        return gdl__cpu_copy2d_f32(rows, cols, (const gdl_real *)src, sld, (gdl_real *)dst, dld, accumulate);
     for (r = 0; r < rows; r++) {
         if (!accumulate) {
             memmove((char *)dst + (size_t)(r * dld) * es, (const char *)src + (size_t)(r * sld) * es, es * (size_t)cols);
@@ -11198,7 +11192,7 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
         for (n = 0; n < N; n++) gdl__bn_affine_rows(x + n * C * S, b.y + (n * C + c) * S, S, mu, is, gm, bt, b.relu);
     }
 }
-static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
+static int gdl__cpu_batchnorm_f32(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
                               gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps,
                               int relu) {
@@ -11365,7 +11359,7 @@ static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
                               gm * is / (double)M, sg, sgx, mu, is, gm, b.accumulate);
     }
 }
-static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
+static int gdl__cpu_batchnorm_backward_f32(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *y, const gdl_real *gamma, const gdl_real *mean,
                                        const gdl_real *invstd, int training, gdl_real *gx, gdl_real *ggamma,
                                        gdl_real *gbeta, int accumulate) {
@@ -11541,13 +11535,14 @@ static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *
     if (ggamma || gbeta) gdl__parallel_units((D + GDL__LNB_COLS - 1) / GDL__LNB_COLS, 2 * rows * D, gdl__lnb_cols_part, &a);
     return 0;
 }
-/* src/cpu/lowp_layers.h — the bf16/f16 entries of the CPU's convolution
-   columns, pooling and batch norm: widened to f32, the f32 kernel, rounded once. */
+/* src/cpu/lowp_layers.h — the CPU's entries of convolution columns, pooling
+   and batch norm, which take a dtype: f32 runs the f32 kernel; bf16/f16 are
+   widened to f32, run through the f32 kernel and rounded once. */
 
 /* The low-precision entries on the CPU, which has no bf16/f16 arithmetic:
    the operands widened to f32 in malloc'd memory (not the arena, so only
    the low-precision tensors stay for backward), the f32 kernel, the output
-   rounded once -- as gdl__cpu_gemm_lp. An accumulated output (x, gx) is
+   rounded once -- as gdl__cpu_gemm. An accumulated output (x, gx) is
    widened too, so its old value and the new sum round once together. */
 static gdl_real *gdl__cpu_lp_wide(gdl_dtype dt, int nbuf, const void *const *src, const int64_t *n, gdl_real **out) {
     int64_t total = 1;
@@ -11601,22 +11596,24 @@ static void gdl__im2col16_part(gdl__args a, int64_t lo, int64_t hi) {
                 }
     }
 }
-static int gdl__cpu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+static int gdl__cpu_im2col(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_im2col_f32(g, (const gdl_real *)x, (gdl_real *)col);
     if (gdl__cpu_lp_check("im2col", dt) < 0) return -1;
     a.g = g; a.lx = x; a.lout = col;
     gdl__parallel_loop((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &a);
     return 0;
 }
-static int gdl__cpu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+static int gdl__cpu_col2im(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
     const void *src[2];
     int64_t n[2];
     gdl_real *b[2], *f;
+    if (dt == GDL_F32) return gdl__cpu_col2im_f32(g, (const gdl_real *)col, (gdl_real *)x);
     if (gdl__cpu_lp_check("col2im", dt) < 0) return -1;
     src[0] = col; n[0] = GDL__GEOM_COL(g); src[1] = x; n[1] = GDL__GEOM_IN(g);
     if (n[0] <= 0 || n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    gdl__cpu_col2im(g, b[0], b[1]);
+    gdl__cpu_col2im_f32(g, b[0], b[1]);
     gdl__cpu_cast(x, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;
@@ -11630,8 +11627,8 @@ static int gdl__cpu_pool_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const
     src[0] = x; n[0] = GDL__GEOM_IN(g); src[1] = NULL; n[1] = GDL__GEOM_OUT(g);
     if (n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    if (avg) gdl__cpu_avgpool(g, b[0], b[1]);
-    else gdl__cpu_maxpool(g, b[0], b[1], idx);
+    if (avg) gdl__cpu_avgpool_f32(g, b[0], b[1]);
+    else gdl__cpu_maxpool_f32(g, b[0], b[1], idx);
     gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;
@@ -11645,54 +11642,68 @@ static int gdl__cpu_pool_backward_lp(gdl_dtype dt, int avg, const gdl_conv_geom 
     src[0] = gy; n[0] = GDL__GEOM_OUT(g); src[1] = gx; n[1] = GDL__GEOM_IN(g);
     if (n[0] <= 0 || n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    if (avg) gdl__cpu_avgpool_backward(g, b[0], b[1]);
-    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1], 1);
+    if (avg) gdl__cpu_avgpool_backward_f32(g, b[0], b[1]);
+    else gdl__cpu_maxpool_backward_f32(g, b[0], idx, b[1], 1);
     gdl__cpu_cast(gx, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;
 }
-static int gdl__cpu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+/* the pooling entries: f32 runs the f32 kernels, bf16 / f16 the above */
+static int gdl__cpu_maxpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    if (dt == GDL_F32) return gdl__cpu_maxpool_f32(g, (const gdl_real *)x, (gdl_real *)y, idx);
     return gdl__cpu_pool_lp(dt, 0, g, x, y, idx);
 }
-static int gdl__cpu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
+static int gdl__cpu_maxpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx,
+                                     int beta) {
+    if (dt == GDL_F32) return gdl__cpu_maxpool_backward_f32(g, (const gdl_real *)gy, idx, (gdl_real *)gx, beta);
+    if (!beta && GDL__GEOM_IN(g) > 0) memset(gx, 0, (size_t)GDL__GEOM_IN(g) * gdl_dtype_size(dt)); /* then += */
     return gdl__cpu_pool_backward_lp(dt, 0, g, gy, idx, gx);
 }
-static int gdl__cpu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+static int gdl__cpu_avgpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+    if (dt == GDL_F32) return gdl__cpu_avgpool_f32(g, (const gdl_real *)x, (gdl_real *)y);
     return gdl__cpu_pool_lp(dt, 1, g, x, y, NULL);
 }
-static int gdl__cpu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+static int gdl__cpu_avgpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+    if (dt == GDL_F32) return gdl__cpu_avgpool_backward_f32(g, (const gdl_real *)gy, (gdl_real *)gx);
     return gdl__cpu_pool_backward_lp(dt, 1, g, gy, NULL, gx);
 }
-static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
-                                 const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
-                                 gdl_real *run_var, int training, double momentum, double eps, int relu) {
+static int gdl__cpu_batchnorm(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
+                              const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
+                              gdl_real *run_var, int training, double momentum, double eps, int relu) {
     const void *src[2];
     int64_t n[2];
     gdl_real *b[2], *f;
     int rc;
+    if (dt == GDL_F32)
+        return gdl__cpu_batchnorm_f32(N, C, S, (const gdl_real *)x, gamma, beta, (gdl_real *)y, mean, invstd, run_mean,
+                                      run_var, training, momentum, eps, relu);
     if (gdl__cpu_lp_check("batchnorm", dt) < 0) return -1;
     src[0] = x; n[0] = N * C * S; src[1] = NULL; n[1] = N * C * S;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
     /* relu on the f32 value, then rounded: the same as rounded, then relu (rounding keeps the sign) */
-    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
+    rc = gdl__cpu_batchnorm_f32(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
                             relu);
     if (rc == 0) gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return rc;
 }
-static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
-                                          const void *y, const gdl_real *gamma, const gdl_real *mean,
-                                          const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
-                                          gdl_real *gbeta) {
+static int gdl__cpu_batchnorm_backward(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
+                                       const void *y, const gdl_real *gamma, const gdl_real *mean,
+                                       const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
+                                       gdl_real *gbeta, int accumulate) {
     const void *src[4];
     int64_t n[4];
     gdl_real *b[4], *f;
     int rc;
+    if (dt == GDL_F32)
+        return gdl__cpu_batchnorm_backward_f32(N, C, S, (const gdl_real *)x, (const gdl_real *)gy, (const gdl_real *)y,
+                                               gamma, mean, invstd, training, (gdl_real *)gx, ggamma, gbeta, accumulate);
+    if (!accumulate && gx && N * C * S > 0) memset(gx, 0, (size_t)(N * C * S) * gdl_dtype_size(dt)); /* then += */
     if (gdl__cpu_lp_check("batchnorm_backward", dt) < 0) return -1;
     src[0] = x; src[1] = gy; src[2] = gx; src[3] = y;
     n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0; n[3] = y ? N * C * S : 0;
     if (!(f = gdl__cpu_lp_wide(dt, 4, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
+    rc = gdl__cpu_batchnorm_backward_f32(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
                                      gx ? b[2] : NULL, ggamma, gbeta, 1);
     if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
     GPUDL_FREE(f);
@@ -13131,9 +13142,9 @@ static int gdl__acc_any(const char *op, const gdl_backend *be, gdl_device dev, v
     (void)op;
     (void)dev;
     if (n <= 0) return 0;
-    if (sdt == GDL_F32 && ddt == GDL_F32) return be->k.copy2d(1, n, (const gdl_real *)src, 0, (gdl_real *)dst, 0, 1);
+    if (sdt == GDL_F32 && ddt == GDL_F32) return be->k.copy2d(GDL_F32, 1, n, (const gdl_real *)src, 0, (gdl_real *)dst, 0, 1);
     /* in place, no f32 copies: the sum is formed in f32 and rounded once */
-    return be->k.binary_lp(GDL_BIN_ADD, 1, &n, ddt, dst, &one, sdt, src, &one, ddt, dst);
+    return be->k.binary(GDL_BIN_ADD, 1, &n, ddt, dst, &one, sdt, src, &one, ddt, dst);
 }
 
 /* a new temporary x converted to dt; recorded (GDL_OP_CAST) when x needs a
@@ -13469,7 +13480,7 @@ static int gdl__bw_view(gdl_node *n, const gdl_backend *be) {
     if (gx && x->dtype != GDL_F32)
         return gdl__acc_any("gdl_backward", be, x->device, (char *)x->grad->data + (size_t)n->i[0] * gdl_dtype_size(x->dtype),
                             x->dtype, n->out->grad->data, n->out->grad->dtype, n->out->numel);
-    return gx ? be->k.copy2d(1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
+    return gx ? be->k.copy2d(GDL_F32, 1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
 }
 
 /* a copy on another device; differentiable (its backward: gdl__bw_to, below) */
@@ -13514,7 +13525,7 @@ static int gdl__bw_to(gdl_node *n, const gdl_backend *be) {
     if (!(bx = gdl__be("gdl_backward", x->device))) return -1;
     if (x->grad->dtype != GDL_F32)
         return gdl__acc_any("gdl_backward", bx, x->device, gx, x->grad->dtype, g, x->grad->dtype, x->numel);
-    return bx->k.copy2d(1, x->numel, g, 0, gx, 0, 1);
+    return bx->k.copy2d(GDL_F32, 1, x->numel, g, 0, gx, 0, 1);
 }
 
 GPUDL_API gdl_tensor *gdl_reshape(gdl_tensor *x, int ndim, const int64_t *shape) {
@@ -13663,8 +13674,8 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
     if (!(be = gdl__be(opname, a->device))) return NULL;
     if (!(out = gdl__tmp(opname, nd, shape, dt, a->device))) return NULL;
     if (out->numel &&
-        (dt == GDL_F32 ? be->k.binary(gdl__op(op)->kernel, nd, shape, GDL__R(a), astr, GDL__R(b), bstr, GDL__R(out))
-                       : be->k.binary_lp(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data)) < 0)
+        (dt == GDL_F32 ? be->k.binary(gdl__op(op)->kernel, nd, shape, GDL_F32, GDL__R(a), astr, GDL_F32, GDL__R(b), bstr, GDL_F32, GDL__R(out))
+                       : be->k.binary(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data)) < 0)
         return NULL;
     in[0] = a;
     in[1] = b;
@@ -13700,23 +13711,23 @@ static int gdl__bw_binary_lp(gdl_node *n, const gdl_backend *be, int nd, const i
     switch (op) {
     case GDL_OP_ADD:
     case GDL_OP_SUB:
-        if (ga) rc = rc || be->k.sum_to_lp(nd, shape, dt, g, gat, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->k.sum_to_lp(nd, shape, dt, g, gbt, gb, bstr, op == GDL_OP_SUB ? -1.0f : 1.0f) < 0;
+        if (ga) rc = rc || be->k.sum_to(nd, shape, dt, g, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.sum_to(nd, shape, dt, g, gbt, gb, bstr, op == GDL_OP_SUB ? -1.0f : 1.0f) < 0;
         break;
     case GDL_OP_MUL:
-        if (ga) rc = rc || be->k.binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->k.sum_to_lp(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->k.binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, a->data, astr, GDL_F32, tmp) < 0 ||
-                     be->k.sum_to_lp(nd, shape, GDL_F32, tmp, gbt, gb, bstr, 1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, a->data, astr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gbt, gb, bstr, 1) < 0;
         break;
     default: /* DIV: d(a/b)/db = -(a/b)/b, with a/b formed again in f32 (the rounded output would lose
                 cancelling sums over broadcast dims; PyTorch recomputes it too) */
-        if (ga) rc = rc || be->k.binary_lp(GDL_BIN_DIV, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->k.sum_to_lp(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->k.binary_lp(GDL_BIN_DIV, nd, shape, dt, a->data, astr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->k.binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
-                     be->k.binary_lp(GDL_BIN_DIV, nd, shape, GDL_F32, tmp, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->k.sum_to_lp(nd, shape, GDL_F32, tmp, gbt, gb, bstr, -1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_DIV, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_DIV, nd, shape, dt, a->data, astr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.binary(GDL_BIN_MUL, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                     be->k.binary(GDL_BIN_DIV, nd, shape, GDL_F32, tmp, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gbt, gb, bstr, -1) < 0;
         break;
     }
     if (!rc && both) rc = gdl__acc_any("gdl_backward", be, dev, a->grad->data, dt, both, GDL_F32, a->numel) < 0;
@@ -13758,13 +13769,13 @@ static int gdl__bw_binary_deriv(gdl_node *n, const gdl_backend *be, int nd, cons
         const int64_t *xs = swap ? bstr : astr, *ys = swap ? astr : bstr;
         if (!gp[k]) continue;
         if (dt == GDL_F32) {
-            if (be->k.binary(code[k], nd, shape, (const gdl_real *)x, xs, (const gdl_real *)y, ys, tmp) < 0 ||
-                be->k.binary(scale, nd, shape, (const gdl_real *)g, gstr, tmp, gstr, tmp) < 0 ||
-                be->k.sum_to(nd, shape, tmp, (gdl_real *)gp[k], k ? bstr : astr, 1) < 0)
+            if (be->k.binary(code[k], nd, shape, GDL_F32, (const gdl_real *)x, xs, GDL_F32, (const gdl_real *)y, ys, GDL_F32, tmp) < 0 ||
+                be->k.binary(scale, nd, shape, GDL_F32, (const gdl_real *)g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, (gdl_real *)gp[k], k ? bstr : astr, 1) < 0)
                 return -1;
-        } else if (be->k.binary_lp(code[k], nd, shape, dt, x, xs, dt, y, ys, GDL_F32, tmp) < 0 ||
-                   be->k.binary_lp(scale, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
-                   be->k.sum_to_lp(nd, shape, GDL_F32, tmp, gt[k], gp[k], k ? bstr : astr, 1) < 0) {
+        } else if (be->k.binary(code[k], nd, shape, dt, x, xs, dt, y, ys, GDL_F32, tmp) < 0 ||
+                   be->k.binary(scale, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                   be->k.sum_to(nd, shape, GDL_F32, tmp, gt[k], gp[k], k ? bstr : astr, 1) < 0) {
             return -1;
         }
     }
@@ -13790,25 +13801,25 @@ static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     case GDL_OP_ADD:
     case GDL_OP_SUB: /* an unset gradient of a's shape (not broadcast): a copy */
         if (ga && a != b && a->numel == n->out->numel && !gdl__grad_beta(a))
-            rc = be->k.copy2d(1, a->numel, g, 0, ga, 0, 0) < 0;
-        else if (ga) rc = rc || gdl__grad_zero(a, be) < 0 || be->k.sum_to(nd, shape, g, ga, astr, 1) < 0;
+            rc = be->k.copy2d(GDL_F32, 1, a->numel, g, 0, ga, 0, 0) < 0;
+        else if (ga) rc = rc || gdl__grad_zero(a, be) < 0 || be->k.sum_to(nd, shape, GDL_F32, g, GDL_F32, ga, astr, 1) < 0;
         if (gb && op == GDL_OP_ADD && a != b && b->numel == n->out->numel && !gdl__grad_beta(b))
-            rc = rc || be->k.copy2d(1, b->numel, g, 0, gb, 0, 0) < 0;
+            rc = rc || be->k.copy2d(GDL_F32, 1, b->numel, g, 0, gb, 0, 0) < 0;
         else if (gb)
-            rc = rc || gdl__grad_zero(b, be) < 0 || be->k.sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
+            rc = rc || gdl__grad_zero(b, be) < 0 || be->k.sum_to(nd, shape, GDL_F32, g, GDL_F32, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
         break;
     case GDL_OP_MUL:
-        if (ga) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
-                     be->k.sum_to(nd, shape, tmp, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(a), astr, tmp) < 0 ||
-                     be->k.sum_to(nd, shape, tmp, gb, bstr, 1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(b), bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(a), astr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, gb, bstr, 1) < 0;
         break;
     default: /* DIV: d(a/b)/db = -out/b */
-        if (ga) rc = rc || be->k.binary(GDL_BIN_DIV, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
-                     be->k.sum_to(nd, shape, tmp, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(n->out), gstr, tmp) < 0 ||
-                     be->k.binary(GDL_BIN_DIV, nd, shape, tmp, gstr, GDL__R(b), bstr, tmp) < 0 ||
-                     be->k.sum_to(nd, shape, tmp, gb, bstr, -1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_DIV, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(b), bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(n->out), gstr, GDL_F32, tmp) < 0 ||
+                     be->k.binary(GDL_BIN_DIV, nd, shape, GDL_F32, tmp, gstr, GDL_F32, GDL__R(b), bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, gb, bstr, -1) < 0;
         break;
     }
     return rc ? -1 : 0;
@@ -13890,8 +13901,8 @@ static gdl_tensor *gdl__unary(const char *opname, int op, gdl_tensor *x, double 
     }
     if (gdl__check_in(opname, "x", x, dt == GDL_F32) < 0 || !(be = gdl__be(opname, x->device))) return NULL;
     if (!(out = gdl__tmp(opname, x->ndim, x->shape, dt, x->device))) return NULL;
-    if ((dt == GDL_F32 ? be->k.unary(gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha)
-                       : be->k.unary_lp(dt, gdl__op(op)->kernel, x->numel, x->data, out->data, (float)alpha)) < 0)
+    if ((dt == GDL_F32 ? be->k.unary(GDL_F32, gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha)
+                       : be->k.unary(dt, gdl__op(op)->kernel, x->numel, x->data, out->data, (float)alpha)) < 0)
         return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
     if (err) return NULL;
@@ -13903,9 +13914,9 @@ static int gdl__bw_unary(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     if (!gx) return 0;
     if (n->out->dtype != GDL_F32) /* native: the saved output is the rounded one, as PyTorch's */
-        return be->k.unary_backward_lp(n->out->dtype, gdl__op(n->op)->kernel, n->out->numel, n->in[0]->data, n->out->data,
-                                     n->out->grad->data, gx, (float)n->f[0]);
-    return be->k.unary_backward(gdl__op(n->op)->kernel, n->out->numel, GDL__R(n->in[0]), GDL__R(n->out),
+        return be->k.unary_backward(n->out->dtype, gdl__op(n->op)->kernel, n->out->numel, n->in[0]->data, n->out->data,
+                                     n->out->grad->data, gx, (float)n->f[0], 1);
+    return be->k.unary_backward(GDL_F32, gdl__op(n->op)->kernel, n->out->numel, GDL__R(n->in[0]), GDL__R(n->out),
                               GDL__R(n->out->grad), gx, (gdl_real)n->f[0], gdl__grad_beta(n->in[0]));
 }
 
@@ -13953,9 +13964,9 @@ GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
     const gdl_backend *be;
     if (gdl__check_in("gdl_mul_scalar_", "t", t, 0) < 0 || !(be = gdl__be("gdl_mul_scalar_", t->device))) return -1;
     if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) /* in f32, rounded once, in place */
-        return be->k.unary_lp(t->dtype, GDL_UN_SCALE, t->numel, t->data, t->data, (float)s);
+        return be->k.unary(t->dtype, GDL_UN_SCALE, t->numel, t->data, t->data, (float)s);
     if (gdl__check_in("gdl_mul_scalar_", "t", t, 1) < 0) return -1;
-    return be->k.unary(GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
+    return be->k.unary(GDL_F32, GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
 }
 /* src/ops/matmul.h — matmul, linear and their fused bias + activation. */
 
@@ -13969,9 +13980,9 @@ GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
 static int gdl__gemm_dt(const gdl_backend *be, gdl_dtype dt, int ta, int tb, int M, int N, int K, const void *A, int lda,
                         int64_t sA, const void *B, int ldb, int64_t sB, int beta, void *C, int ldc, int64_t sC, int batch) {
     if (dt == GDL_F32)
-        return be->k.gemm(ta, tb, M, N, K, 1, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB, (gdl_real)beta,
+        return be->k.gemm(GDL_F32, ta, tb, M, N, K, 1, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB, (gdl_real)beta,
                         (gdl_real *)C, ldc, sC, batch);
-    return be->k.gemm_lp(dt, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, (float)beta, C, ldc, sC, batch);
+    return be->k.gemm(dt, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, (float)beta, C, ldc, sC, batch);
 }
 
 /* n ones of dtype dt (a low-precision linear's bias goes in and out through a rank-1 GEMM with them) */
@@ -14235,13 +14246,13 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
             return NULL;
     } else if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];
-        if (be->k.gemm(0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
+        if (be->k.gemm(GDL_F32, 0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
                      GDL__R(out), (int)out_f, 0, 1) < 0)
             return NULL;
         s2[0] = rows; s2[1] = out_f;
         ystr[0] = out_f; ystr[1] = 1;
         bstr[0] = 0; bstr[1] = 1;
-        if (bias && be->k.binary(GDL_BIN_ADD, 2, s2, GDL__R(out), ystr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
+        if (bias && be->k.binary(GDL_BIN_ADD, 2, s2, GDL_F32, GDL__R(out), ystr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
     in[0] = x;
     in[1] = w;
@@ -14254,10 +14265,10 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
    (gdl__grad_beta); shared by gdl_linear and gdl_linear_act */
 static int gdl__linear_grads_xw(const gdl_backend *be, int rows, int in_f, int out_f, const gdl_real *g,
                                 gdl_tensor *x, gdl_tensor *w, gdl_real *gx, gdl_real *gw) {
-    if (gx && be->k.gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+    if (gx && be->k.gemm(GDL_F32, 0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
                        in_f, 0, 1) < 0)
         return -1;
-    if (gw && be->k.gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+    if (gw && be->k.gemm(GDL_F32, 1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
                        in_f, 0, 1) < 0)
         return -1;
     return 0;
@@ -14506,7 +14517,7 @@ static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, c
     void *col = x->data;
     int gi;
     if (!direct && (!(col = gdl__scratch(op, x->device, gdl_dtype_size(dt) * (size_t)(g->N * g->C * KK * OHW))) ||
-                    be->k.im2col_lp(dt, g, x->data, col) < 0))
+                    be->k.im2col(dt, g, x->data, col) < 0))
         return -1;
     *colp = col;
     if (bias) {
@@ -14562,7 +14573,7 @@ static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
                              (int)(Cg * KK), 0, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW, OC * OHW, direct ? 1 : 0,
                              GDL__AT(gcol, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, g->N) < 0)
                 return -1;
-        if (!direct && be->k.col2im_lp(dt, g, gcol, gx) < 0) return -1;
+        if (!direct && be->k.col2im(dt, g, gcol, gx) < 0) return -1;
     }
     return 0;
 }
@@ -14642,10 +14653,10 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
             col = GDL__R(x);
         } else {
             col = (gdl_real *)gdl__scratch(op, x->device, sizeof(gdl_real) * (size_t)(g.N * g.C * KK * OHW));
-            if (!col || be->k.im2col(&g, GDL__R(x), col) < 0) return NULL;
+            if (!col || be->k.im2col(GDL_F32, &g, GDL__R(x), col) < 0) return NULL;
         }
         for (gi = 0; gi < groups; gi++)
-            if (be->k.gemm(0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+            if (be->k.gemm(GDL_F32, 0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
                          OC * OHW, g.N) < 0)
                 return NULL;
@@ -14659,7 +14670,7 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
         s3[0] = g.N; s3[1] = OC; s3[2] = OHW;
         ostr[0] = OC * OHW; ostr[1] = OHW; ostr[2] = 1;
         bstr[0] = 0; bstr[1] = 1; bstr[2] = 0;
-        if (be->k.binary(GDL_BIN_ADD, 3, s3, GDL__R(out), ostr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
+        if (be->k.binary(GDL_BIN_ADD, 3, s3, GDL_F32, GDL__R(out), ostr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
     n = gdl__record(op, opid, out, 3, in, &err);
     if (err) return NULL;
@@ -14729,12 +14740,12 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
         if (rc < 0) return -1;
         if (rc == 0) gw = NULL; /* done */
         else if (!(col = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * CKK * OHW))) ||
-                 be->k.im2col(g, GDL__R(n->in[0]), col) < 0)
+                 be->k.im2col(GDL_F32, g, GDL__R(n->in[0]), col) < 0)
             return -1;
     }
     if (gw) /* summed over the samples in turn: one batched call with sC == 0 per group */
         for (gi = 0; gi < groups; gi++)
-            if (be->k.gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
+            if (be->k.gemm(GDL_F32, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
                          col + gi * Cg * KK * OHW, (int)OHW, CKK * OHW, 1, gw + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          g->N) < 0)
                 return -1;
@@ -14749,11 +14760,11 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
                                                                  sizeof(gdl_real) * (size_t)(g->N * CKK * OHW));
         if (!gcol) return -1;
         for (gi = 0; gi < groups; gi++)
-            if (be->k.gemm(1, 0, (int)(Cg * KK), (int)OHW, (int)OCg, 1, W + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+            if (be->k.gemm(GDL_F32, 1, 0, (int)(Cg * KK), (int)OHW, (int)OCg, 1, W + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          gy + gi * OCg * OHW, (int)OHW, OC * OHW, direct ? 1 : 0, gcol + gi * Cg * KK * OHW, (int)OHW,
                          CKK * OHW, g->N) < 0)
                 return -1;
-        if (!direct && be->k.col2im(g, gcol, gx) < 0) return -1;
+        if (!direct && be->k.col2im(GDL_F32, g, gcol, gx) < 0) return -1;
     }
     return 0;
 }
@@ -14793,10 +14804,10 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     if (op == GDL_OP_MAX_POOL2D) {
         if (!(idx = gdl__tmp(opname, 4, shape, GDL_I32, x->device))) return NULL;
         rc = !out->numel ? 0
-             : dt != GDL_F32 ? be->k.maxpool_lp(dt, &g, x->data, out->data, (int32_t *)idx->data)
-                             : be->k.maxpool(&g, GDL__R(x), GDL__R(out), (int32_t *)idx->data);
+             : dt != GDL_F32 ? be->k.maxpool(dt, &g, x->data, out->data, (int32_t *)idx->data)
+                             : be->k.maxpool(GDL_F32, &g, GDL__R(x), GDL__R(out), (int32_t *)idx->data);
     } else {
-        rc = !out->numel ? 0 : dt != GDL_F32 ? be->k.avgpool_lp(dt, &g, x->data, out->data) : be->k.avgpool(&g, GDL__R(x), GDL__R(out));
+        rc = !out->numel ? 0 : dt != GDL_F32 ? be->k.avgpool(dt, &g, x->data, out->data) : be->k.avgpool(GDL_F32, &g, GDL__R(x), GDL__R(out));
     }
     if (rc < 0) return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
@@ -14815,13 +14826,13 @@ static int gdl__bw_pool(gdl_node *n, const gdl_backend *be) {
     if (!n->out->numel) return gdl__grad_zero(n->in[0], be);
     if (dt != GDL_F32) {
         if (n->op == GDL_OP_MAX_POOL2D)
-            return be->k.maxpool_backward_lp(dt, &n->geom, n->out->grad->data, (const int32_t *)n->saved[0]->data, gx);
-        return be->k.avgpool_backward_lp(dt, &n->geom, n->out->grad->data, gx);
+            return be->k.maxpool_backward(dt, &n->geom, n->out->grad->data, (const int32_t *)n->saved[0]->data, gx, 1);
+        return be->k.avgpool_backward(dt, &n->geom, n->out->grad->data, gx);
     }
     if (n->op == GDL_OP_MAX_POOL2D) /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added */
-        return be->k.maxpool_backward(&n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx,
+        return be->k.maxpool_backward(GDL_F32, &n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx,
                                     gdl__grad_beta(n->in[0]));
-    return be->k.avgpool_backward(&n->geom, GDL__R(n->out->grad), gx);
+    return be->k.avgpool_backward(GDL_F32, &n->geom, GDL__R(n->out->grad), gx);
 }
 
 GPUDL_API gdl_tensor *gdl_max_pool2d(gdl_tensor *x, int kernel, int stride, int padding) {
@@ -14844,8 +14855,8 @@ static int gdl__gap_lp(const char *op, const gdl_backend *be, gdl_dtype dt, gdl_
     }
     if (!(ones = gdl__ones_dt(op, be, dev, dt, HW))) return -1;
     if (backward) /* dst = gx [P,HW] += src = gy [P,1] x ones [1,HW] / HW */
-        return be->k.gemm_lp(dt, 0, 0, (int)P, (int)HW, 1, inv, src, 1, 0, ones, (int)HW, 0, 1.0f, dst, (int)HW, 0, 1);
-    return be->k.gemm_lp(dt, 0, 0, (int)P, 1, (int)HW, inv, src, (int)HW, 0, ones, 1, 0, 0.0f, dst, 1, 0, 1);
+        return be->k.gemm(dt, 0, 0, (int)P, (int)HW, 1, inv, src, 1, 0, ones, (int)HW, 0, 1.0f, dst, (int)HW, 0, 1);
+    return be->k.gemm(dt, 0, 0, (int)P, 1, (int)HW, inv, src, (int)HW, 0, ones, 1, 0, 0.0f, dst, 1, 0, 1);
 }
 
 GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
@@ -15359,8 +15370,8 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     for (k = 0; k < count; k++) {
         gdl__split(xs[k], d, &outer, &nd0, &inner);
         if (outer * nd0 * inner != 0 &&
-            (dt == GDL_F32 ? be->k.copy2d(outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0)
-                           : be->k.copy2d_lp(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
+            (dt == GDL_F32 ? be->k.copy2d(GDL_F32, outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0)
+                           : be->k.copy2d(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
                                            (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0)) < 0)
             return NULL;
         off += nd0 * inner;
@@ -15381,8 +15392,8 @@ static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
         gdl_dtype dt = n->out->dtype;
         gdl__split(n->in[k], d, &outer, &nd0, &inner);
         if (gx && outer * nd0 * inner != 0 &&
-            (dt == GDL_F32 ? be->k.copy2d(outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1)
-                           : be->k.copy2d_lp(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
+            (dt == GDL_F32 ? be->k.copy2d(GDL_F32, outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1)
+                           : be->k.copy2d(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
                                            total, gx, nd0 * inner, 1)) < 0)
             return -1;
         off += nd0 * inner;
@@ -15824,8 +15835,8 @@ static int gdl__bw_where(gdl_node *n, const gdl_backend *be) {
         if (be->k.where(dt, nd, shape, (const uint8_t *)cond->data, str[0], k ? zero : out->grad->data, k ? zstr : gstr,
                       k ? out->grad->data : zero, k ? gstr : zstr, tmp) < 0)
             return -1;
-        if ((dt == GDL_F32 && x->grad->dtype == GDL_F32 ? be->k.sum_to(nd, shape, (const gdl_real *)tmp, GDL__R(x->grad), xs, 1)
-                                                       : be->k.sum_to_lp(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1)) < 0)
+        if ((dt == GDL_F32 && x->grad->dtype == GDL_F32 ? be->k.sum_to(nd, shape, GDL_F32, (const gdl_real *)tmp, GDL_F32, GDL__R(x->grad), xs, 1)
+                                                       : be->k.sum_to(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1)) < 0)
             return -1;
     }
     return 0;
@@ -15896,8 +15907,8 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     }
     seed = gdl_rng_next_u64();
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
-    if ((dt == GDL_F32 ? be->k.dropout(x->numel, p, seed, GDL__R(x), GDL__R(out))
-                       : be->k.dropout_lp(dt, x->numel, p, seed, x->data, out->data)) < 0)
+    if ((dt == GDL_F32 ? be->k.dropout(GDL_F32, x->numel, p, seed, GDL__R(x), GDL__R(out))
+                       : be->k.dropout(dt, x->numel, p, seed, x->data, out->data)) < 0)
         return NULL;
     n = gdl__record(op, GDL_OP_DROPOUT, out, 1, &x, &err);
     if (err) return NULL;
@@ -15913,8 +15924,8 @@ static int gdl__bw_dropout(gdl_node *n, const gdl_backend *be) {
     uint64_t seed;
     memcpy(&seed, &n->i[0], sizeof seed);
     if (gx && n->out->dtype != GDL_F32)
-        return be->k.dropout_backward_lp(n->out->dtype, n->out->numel, n->f[0], seed, n->out->grad->data, gx);
-    return gx ? be->k.dropout_backward(n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
+        return be->k.dropout_backward(n->out->dtype, n->out->numel, n->f[0], seed, n->out->grad->data, gx);
+    return gx ? be->k.dropout_backward(GDL_F32, n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
 }
 
 /* ---- normalisation ---- */
@@ -15984,11 +15995,11 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
         !(mean = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) || !(invstd = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)))
         return NULL;
     if (dt != GDL_F32) {
-        if (be->k.batchnorm_lp(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
+        if (be->k.batchnorm(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL, rvar ? GDL__R(rvar) : NULL,
                              use_batch, momentum, eps, relu) < 0)
             return NULL;
-    } else if (be->k.batchnorm(N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
+    } else if (be->k.batchnorm(GDL_F32, N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
                              rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, relu) < 0) {
         return NULL;
@@ -16017,14 +16028,14 @@ static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
     const int relu = n->op == GDL_OP_BATCH_NORM_RELU;
     if (n->out->dtype != GDL_F32)
-        return be->k.batchnorm_backward_lp(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
+        return be->k.batchnorm_backward(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
                                          relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
                                          GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
-                                         GDL__G(n->in[2]));
+                                         GDL__G(n->in[2]), 1);
     /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
     if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
-    return be->k.batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
+    return be->k.batchnorm_backward(GDL_F32, n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
                                   relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
                                   GDL__R(n->saved[1]), (int)n->i[3],
                                   GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
@@ -16457,9 +16468,9 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
                          seed ? seed->dtype : GDL_F32, root->numel) < 0)
             return -1;
     } else if (seed) {
-        if (be->k.copy2d(1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
+        if (be->k.copy2d(GDL_F32, 1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
             return -1;
-    } else if (be->k.unary(GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
+    } else if (be->k.unary(GDL_F32, GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
         return -1;
     }
     if (!root->node) return 0;
@@ -24371,7 +24382,7 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
             const gdl_backend *be;
             gdl_tensor *g = params[i]->grad;
             if (!g || !g->numel) continue;
-            if (!(be = gdl__be(op, g->device)) || be->k.unary(GDL_UN_SCALE, g->numel, GDL__R(g), GDL__R(g), (gdl_real)coef) < 0)
+            if (!(be = gdl__be(op, g->device)) || be->k.unary(GDL_F32, GDL_UN_SCALE, g->numel, GDL__R(g), GDL__R(g), (gdl_real)coef) < 0)
                 return -1;
         }
     return norm;

@@ -522,14 +522,14 @@ TEST gemm_sums_batches(void) {
         l0 = gdl_emu_count("launch");
         b0 = gdl_emu_count("cublas");
         if (c->dt == GDL_F32) {
-            ASSERT_EQ(0, gb->k.gemm(0, c->tb, c->M, c->N, c->K, 1.0f, (float *)ga->data, c->K, sA, (float *)gbt->data,
+            ASSERT_EQ(0, gb->k.gemm(GDL_F32, 0, c->tb, c->M, c->N, c->K, 1.0f, (float *)ga->data, c->K, sA, (float *)gbt->data,
                                   c->tb ? c->K : c->N, sB, c->beta, (float *)gc->data, c->N, 0, c->batch));
-            ASSERT_EQ(0, cb->k.gemm(0, c->tb, c->M, c->N, c->K, 1.0f, (float *)a->data, c->K, sA, (float *)b->data,
+            ASSERT_EQ(0, cb->k.gemm(GDL_F32, 0, c->tb, c->M, c->N, c->K, 1.0f, (float *)a->data, c->K, sA, (float *)b->data,
                                   c->tb ? c->K : c->N, sB, c->beta, (float *)cc->data, c->N, 0, c->batch));
         } else {
-            ASSERT_EQ(0, gb->k.gemm_lp(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, ga->data, c->K, sA, gbt->data,
+            ASSERT_EQ(0, gb->k.gemm(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, ga->data, c->K, sA, gbt->data,
                                      c->tb ? c->K : c->N, sB, c->beta, gc->data, c->N, 0, c->batch));
-            ASSERT_EQ(0, cb->k.gemm_lp(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, a->data, c->K, sA, b->data,
+            ASSERT_EQ(0, cb->k.gemm(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, a->data, c->K, sA, b->data,
                                      c->tb ? c->K : c->N, sB, c->beta, cc->data, c->N, 0, c->batch));
         }
         launches = gdl_emu_count("launch") - l0;

@@ -396,9 +396,9 @@
    cpu/bias_act.h           fused bias + activation and its backward
    cpu/index.h              strided copies, gather / scatter-add, comparisons, where, tril / triu, cumsum
    cpu/conv_pool.h          im2col / col2im, the implicit GEMM and direct convolution, pooling, copy2d, dropout
-   cpu/lowp.h               the native bf16/f16 elementwise kernels
+   cpu/lowp.h               the elementwise entries that take dtypes: the native bf16/f16 kernels
    cpu/norm.h               batch norm and layer norm
-   cpu/lowp_layers.h        the bf16/f16 entries of convolution columns, pooling and batch norm (through f32)
+   cpu/lowp_layers.h        the dtype entries of convolution columns, pooling and batch norm (bf16/f16 through f32)
    cpu/embedding_loss.h     embedding, losses
    cpu/attention.h          scaled dot-product attention (flash-attention style tiles, forward and backward)
    cpu/rnn.h                the fused LSTM / GRU gate steps and their backwards

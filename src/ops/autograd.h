@@ -187,9 +187,9 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
                          seed ? seed->dtype : GDL_F32, root->numel) < 0)
             return -1;
     } else if (seed) {
-        if (be->k.copy2d(1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
+        if (be->k.copy2d(GDL_F32, 1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
             return -1;
-    } else if (be->k.unary(GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
+    } else if (be->k.unary(GDL_F32, GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
         return -1;
     }
     if (!root->node) return 0;

@@ -187,9 +187,9 @@ static int gdl__acc_any(const char *op, const gdl_backend *be, gdl_device dev, v
     (void)op;
     (void)dev;
     if (n <= 0) return 0;
-    if (sdt == GDL_F32 && ddt == GDL_F32) return be->k.copy2d(1, n, (const gdl_real *)src, 0, (gdl_real *)dst, 0, 1);
+    if (sdt == GDL_F32 && ddt == GDL_F32) return be->k.copy2d(GDL_F32, 1, n, (const gdl_real *)src, 0, (gdl_real *)dst, 0, 1);
     /* in place, no f32 copies: the sum is formed in f32 and rounded once */
-    return be->k.binary_lp(GDL_BIN_ADD, 1, &n, ddt, dst, &one, sdt, src, &one, ddt, dst);
+    return be->k.binary(GDL_BIN_ADD, 1, &n, ddt, dst, &one, sdt, src, &one, ddt, dst);
 }
 
 /* a new temporary x converted to dt; recorded (GDL_OP_CAST) when x needs a

@@ -10,9 +10,9 @@
 static int gdl__gemm_dt(const gdl_backend *be, gdl_dtype dt, int ta, int tb, int M, int N, int K, const void *A, int lda,
                         int64_t sA, const void *B, int ldb, int64_t sB, int beta, void *C, int ldc, int64_t sC, int batch) {
     if (dt == GDL_F32)
-        return be->k.gemm(ta, tb, M, N, K, 1, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB, (gdl_real)beta,
+        return be->k.gemm(GDL_F32, ta, tb, M, N, K, 1, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB, (gdl_real)beta,
                         (gdl_real *)C, ldc, sC, batch);
-    return be->k.gemm_lp(dt, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, (float)beta, C, ldc, sC, batch);
+    return be->k.gemm(dt, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, (float)beta, C, ldc, sC, batch);
 }
 
 /* n ones of dtype dt (a low-precision linear's bias goes in and out through a rank-1 GEMM with them) */
@@ -276,13 +276,13 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
             return NULL;
     } else if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];
-        if (be->k.gemm(0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
+        if (be->k.gemm(GDL_F32, 0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
                      GDL__R(out), (int)out_f, 0, 1) < 0)
             return NULL;
         s2[0] = rows; s2[1] = out_f;
         ystr[0] = out_f; ystr[1] = 1;
         bstr[0] = 0; bstr[1] = 1;
-        if (bias && be->k.binary(GDL_BIN_ADD, 2, s2, GDL__R(out), ystr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
+        if (bias && be->k.binary(GDL_BIN_ADD, 2, s2, GDL_F32, GDL__R(out), ystr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
     in[0] = x;
     in[1] = w;
@@ -295,10 +295,10 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
    (gdl__grad_beta); shared by gdl_linear and gdl_linear_act */
 static int gdl__linear_grads_xw(const gdl_backend *be, int rows, int in_f, int out_f, const gdl_real *g,
                                 gdl_tensor *x, gdl_tensor *w, gdl_real *gx, gdl_real *gw) {
-    if (gx && be->k.gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+    if (gx && be->k.gemm(GDL_F32, 0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
                        in_f, 0, 1) < 0)
         return -1;
-    if (gw && be->k.gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+    if (gw && be->k.gemm(GDL_F32, 1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
                        in_f, 0, 1) < 0)
         return -1;
     return 0;

@@ -28,8 +28,8 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     }
     seed = gdl_rng_next_u64();
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
-    if ((dt == GDL_F32 ? be->k.dropout(x->numel, p, seed, GDL__R(x), GDL__R(out))
-                       : be->k.dropout_lp(dt, x->numel, p, seed, x->data, out->data)) < 0)
+    if ((dt == GDL_F32 ? be->k.dropout(GDL_F32, x->numel, p, seed, GDL__R(x), GDL__R(out))
+                       : be->k.dropout(dt, x->numel, p, seed, x->data, out->data)) < 0)
         return NULL;
     n = gdl__record(op, GDL_OP_DROPOUT, out, 1, &x, &err);
     if (err) return NULL;
@@ -45,8 +45,8 @@ static int gdl__bw_dropout(gdl_node *n, const gdl_backend *be) {
     uint64_t seed;
     memcpy(&seed, &n->i[0], sizeof seed);
     if (gx && n->out->dtype != GDL_F32)
-        return be->k.dropout_backward_lp(n->out->dtype, n->out->numel, n->f[0], seed, n->out->grad->data, gx);
-    return gx ? be->k.dropout_backward(n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
+        return be->k.dropout_backward(n->out->dtype, n->out->numel, n->f[0], seed, n->out->grad->data, gx);
+    return gx ? be->k.dropout_backward(GDL_F32, n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
 }
 
 /* ---- normalisation ---- */
@@ -116,11 +116,11 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
         !(mean = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) || !(invstd = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)))
         return NULL;
     if (dt != GDL_F32) {
-        if (be->k.batchnorm_lp(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
+        if (be->k.batchnorm(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL, rvar ? GDL__R(rvar) : NULL,
                              use_batch, momentum, eps, relu) < 0)
             return NULL;
-    } else if (be->k.batchnorm(N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
+    } else if (be->k.batchnorm(GDL_F32, N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
                              rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, relu) < 0) {
         return NULL;
@@ -149,14 +149,14 @@ static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
     const int relu = n->op == GDL_OP_BATCH_NORM_RELU;
     if (n->out->dtype != GDL_F32)
-        return be->k.batchnorm_backward_lp(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
+        return be->k.batchnorm_backward(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
                                          relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
                                          GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
-                                         GDL__G(n->in[2]));
+                                         GDL__G(n->in[2]), 1);
     /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
     if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
-    return be->k.batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
+    return be->k.batchnorm_backward(GDL_F32, n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
                                   relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
                                   GDL__R(n->saved[1]), (int)n->i[3],
                                   GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));

@@ -90,7 +90,7 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
             const gdl_backend *be;
             gdl_tensor *g = params[i]->grad;
             if (!g || !g->numel) continue;
-            if (!(be = gdl__be(op, g->device)) || be->k.unary(GDL_UN_SCALE, g->numel, GDL__R(g), GDL__R(g), (gdl_real)coef) < 0)
+            if (!(be = gdl__be(op, g->device)) || be->k.unary(GDL_F32, GDL_UN_SCALE, g->numel, GDL__R(g), GDL__R(g), (gdl_real)coef) < 0)
                 return -1;
         }
     return norm;
