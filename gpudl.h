@@ -108,11 +108,11 @@
    How: these ops run natively in the low dtype, keeping only bf16/f16
    tensors (activations, saved inputs, gradients) in the arena:
    * matmul and linear, when their inputs share one low dtype (the backend
-     entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA);
+     entry gemm given the dtype: cublasGemmEx with f32 accumulation on CUDA);
    * conv2d (x, weight and bias of one low dtype; any stride, padding,
-     dilation, groups): columns in the low dtype, the GEMMs through gemm_lp,
+     dilation, groups): columns in the low dtype, the GEMMs in the low dtype,
      the bias folded into the GEMM so the output rounds once; backward: the
-     weight and bias gradients through gemm_lp (the batch summed in f32
+     weight and bias gradients through the GEMM (the batch summed in f32
      and rounded once; on a GPU once per chunk of samples of up to 64 MiB
      of f32 products), the input gradient's column sums (col2im) in f32
      with one rounding
@@ -127,8 +127,8 @@
    * the elementwise ops -- relu, leaky_relu, sigmoid, tanh, gelu (both),
      exp, log, add_scalar, mul_scalar (and gdl_mul_scalar_), pow_scalar,
      add, sub, mul, div with broadcasting, dropout, concat -- forward and
-     backward (entries unary_lp, unary_backward_lp, binary_lp, sum_to_lp,
-     dropout_lp, dropout_backward_lp, copy2d_lp): each element is loaded
+     backward (entries unary, unary_backward, binary, sum_to, dropout,
+     dropout_backward, copy2d, given the dtype): each element is loaded
      to f32, computed with the f32 kernel's formula and rounded once on
      store, so the forward result is bit for bit the cast path's below,
      with no f32 temporaries (half of f32's memory); a gradient is summed
@@ -165,7 +165,7 @@
    gdl_op_autocast_class), PyTorch's CUDA lists:
    * LOW (matmul, linear, conv2d, scaled_dot_product_attention): float inputs are cast to the region's
      dtype and the op runs in it natively, accumulating in f32 (the
-     backend's gemm_lp); the result is bf16/f16;
+     backend's gemm in that dtype); the result is bf16/f16;
    * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
      mse_loss, bce_with_logits, sum, cumsum, exp, log, rsqrt, pow_scalar,
      pow): inputs cast to f32, result f32 -- so a loss is f32;
@@ -2856,9 +2856,11 @@ GDL__OP_MATH(real, gdl_real, double, )
 #pragma GCC diagnostic pop
 #endif
 /* ---------------------------------------------------------------------------
-   src/api/backend.h   A backend is a table of kernels on raw device pointers.
-   The CPU backend lives in this header; gpudl_cuda.cu provides the CUDA one
-   through gdl_cuda_backend(). Kernels return 0, or -1 after gdl__set_error.
+   src/api/backend.h   A backend is a table of functions on raw device
+   pointers in two halves: the runtime (memory, copies, streams, events,
+   graphs, collectives, device queries) and the compute kernels. The CPU
+   backend lives in this header; gpudl_cuda.cu provides the CUDA one through
+   gdl_cuda_backend(). Entries return 0, or -1 after gdl__set_error.
    All gdl_real pointers are contiguous row-major device memory. "+=" in a
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */
@@ -13118,7 +13120,7 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
 /* ---- run-time dtypes ----
    The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs
    without a native path (matmul, linear, conv2d, the poolings and
-   batch_norm have one: their *_lp backend entries) runs through
+   batch_norm have one: their backend entries take the dtype) runs through
    gdl__lowp_in / gdl__lowp_out, the one place that knows about low
    precision: each low-precision input becomes an f32 temporary (a
    differentiable cast), the f32 op runs unchanged, and its result is rounded
@@ -13280,7 +13282,7 @@ static int gdl__xwb_native(const gdl_tensor *x, const gdl_tensor *w, const gdl_t
 }
 
 /* an elementwise op (opid) whose float inputs all have the low dtype dt runs
-   natively in dt (the backend's *_lp kernels) unless autocast wants its
+   natively in dt (the backend's kernels, given dt) unless autocast wants its
    inputs cast: class F32 (exp, log, pow_scalar) in a region, or class LOW in
    a region of the other low dtype */
 static int gdl__lp_native(int opid, gdl_dtype dt) {
@@ -13734,7 +13736,7 @@ static int gdl__bw_binary_lp(gdl_node *n, const gdl_backend *be, int nd, const i
     return rc ? -1 : 0;
 }
 
-/* the backward of minimum, maximum and pow, in f32 or natively in a low dtype dt (binary_lp / sum_to_lp:
+/* the backward of minimum, maximum and pow, in f32 or natively in a low dtype dt (binary / sum_to:
    the derivative and its product with the gradient formed in f32, each gradient rounded once): for each
    input, d = the op's derivative code on (a, b) (min/max: on (b, a) for b), t = g * d (min/max mask
    exactly: GRAD_SCALE), summed over the broadcast dims into the gradient. A tensor passed twice gets
@@ -13972,7 +13974,7 @@ GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
 
 /* ---- matmul and linear ----
    Both run natively in f16 and bf16 (inputs of one low dtype): the
-   backend's gemm_lp sums in f32 and rounds C once, forward and backward. */
+   backend's gemm in a low dtype sums in f32 and rounds C once, forward and backward. */
 
 #define GDL__AT(p, dt, off) ((void *)((char *)(p) + (size_t)(off) * gdl_dtype_size(dt)))
 
@@ -14507,7 +14509,7 @@ static int gdl__bw_cumsum(gdl_node *n, const gdl_backend *be) {
 /* ---- convolution and pooling (NCHW) ---- */
 
 /* A convolution on f16/bf16 (dt) x, w, bias: the columns in dt, the GEMMs
-   through gemm_lp (f32 sums), the bias first written into out by a rank-1
+   through gemm in dt (f32 sums), the bias first written into out by a rank-1
    GEMM with ones so that out = bias + W*col rounds once, as gdl_linear's
    low path. *colp: the columns (x's data when direct). */
 static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, const gdl_conv_geom *g, int groups,
@@ -14535,10 +14537,10 @@ static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, c
 }
 
 /* its backward: the same GEMMs as the f32 one, in dt; the bias gradient is
-   gy times ones; the columns' gradient goes back through col2im_lp, whose
+   gy times ones; the columns' gradient goes back through col2im in dt, whose
    sums are f32 (gx rounded once; the columns' gradient itself is rounded
    to dt first, as the GEMM's output). The weight and bias gradients sum
-   over the samples in one gemm_lp call with sC == 0, which sums the
+   over the samples in one gemm call with sC == 0, which sums the
    products in f32 and rounds once (on a GPU once per chunk of samples:
    gdl__cu_gemm_sum), not once a sample. */
 static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {

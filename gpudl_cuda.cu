@@ -813,7 +813,7 @@ __device__ __forceinline__ uint16_t gdl__f32_to_bf16(float f) {
 }
 
 // Loads and stores of the kernels templated on the storage type T: float,
-// __half or __nv_bfloat16 (the low-precision *_lp entries). The arithmetic
+// __half or __nv_bfloat16 (the entries that take a dtype). The arithmetic
 // is f32 whatever T is; for float both are the identity, so the f32
 // instantiations compute exactly what the f32-only kernels did.
 __device__ __forceinline__ float gdl__ld(float v) { return v; }
@@ -830,7 +830,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 gdl__st<__nv_bfloat16>(floa
 // f(gdl__cu_tag<T>()) with T = __half for f16, __nv_bfloat16 for bf16 and,
 // when f32_too, float for f32; any other dtype is an error naming `what`.
 // Each op is one kernel template and one launcher template (gdl__cu_X_t<T>);
-// the f32 entry calls the launcher with float, the *_lp entry dispatches:
+// for f32 the entry calls gdl__cu_NAME_f32 (the launcher with float), else it
+// dispatches:
 //   return gdl__cu_dispatch("unary", dt, 0, [&](auto t) {
 //       typedef typename decltype(t)::type T;
 //       return gdl__cu_unary_t<T>(op, n, (const T *)x, (T *)y, alpha);
@@ -1148,8 +1149,8 @@ static void gdl__cu_coalesce(int ndim, const int64_t *shape, const int64_t *astr
 
 // ND: the number of dims after coalescing (0: a scalar op), as a template
 // argument so the index arithmetic unrolls. TA, TB, TO: the storage types of
-// a, b and out, each float, __half or __nv_bfloat16 (any mix: the *_lp
-// entry's); the operation is in f32 and out rounded once.
+// a, b and out, each float, __half or __nv_bfloat16 (any mix: the entry's
+// operand dtypes); the operation is in f32 and out rounded once.
 template <int ND, typename TA, typename TB, typename TO>
 __global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const TA *a, const TB *b, TO *out) {
     GDL_CU_LOOP(i, n) {
@@ -1240,9 +1241,9 @@ __device__ __forceinline__ void gdl__sumto_base(const gdl__cu_sumto &g, int64_t 
 }
 
 // one thread per destination element; it visits its sources in row-major
-// order (an odometer), the order of the CPU loop. into_dst (the f32
-// entry): the sum starts from dst[o] and is stored, as the CPU adds into
-// dst; otherwise (the *_lp entry) it starts from 0 in f32 (the f32 path's
+// order (an odometer), the order of the CPU loop. into_dst (all f32):
+// the sum starts from dst[o] and is stored, as the CPU adds into dst;
+// otherwise (a low dtype) it starts from 0 in f32 (the f32 path's
 // zeroed gradient of an f32 copy), then is added to dst[o] and rounded once
 // (that copy's cast). TS, TD: the storage types of src and dst.
 template <typename TS, typename TD>

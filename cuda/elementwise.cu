@@ -34,8 +34,8 @@ static void gdl__cu_coalesce(int ndim, const int64_t *shape, const int64_t *astr
 
 // ND: the number of dims after coalescing (0: a scalar op), as a template
 // argument so the index arithmetic unrolls. TA, TB, TO: the storage types of
-// a, b and out, each float, __half or __nv_bfloat16 (any mix: the *_lp
-// entry's); the operation is in f32 and out rounded once.
+// a, b and out, each float, __half or __nv_bfloat16 (any mix: the entry's
+// operand dtypes); the operation is in f32 and out rounded once.
 template <int ND, typename TA, typename TB, typename TO>
 __global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const TA *a, const TB *b, TO *out) {
     GDL_CU_LOOP(i, n) {
@@ -126,9 +126,9 @@ __device__ __forceinline__ void gdl__sumto_base(const gdl__cu_sumto &g, int64_t 
 }
 
 // one thread per destination element; it visits its sources in row-major
-// order (an odometer), the order of the CPU loop. into_dst (the f32
-// entry): the sum starts from dst[o] and is stored, as the CPU adds into
-// dst; otherwise (the *_lp entry) it starts from 0 in f32 (the f32 path's
+// order (an odometer), the order of the CPU loop. into_dst (all f32):
+// the sum starts from dst[o] and is stored, as the CPU adds into dst;
+// otherwise (a low dtype) it starts from 0 in f32 (the f32 path's
 // zeroed gradient of an f32 copy), then is added to dst[o] and rounded once
 // (that copy's cast). TS, TD: the storage types of src and dst.
 template <typename TS, typename TD>

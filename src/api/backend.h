@@ -1,7 +1,9 @@
 /* ---------------------------------------------------------------------------
-   src/api/backend.h   A backend is a table of kernels on raw device pointers.
-   The CPU backend lives in this header; gpudl_cuda.cu provides the CUDA one
-   through gdl_cuda_backend(). Kernels return 0, or -1 after gdl__set_error.
+   src/api/backend.h   A backend is a table of functions on raw device
+   pointers in two halves: the runtime (memory, copies, streams, events,
+   graphs, collectives, device queries) and the compute kernels. The CPU
+   backend lives in this header; gpudl_cuda.cu provides the CUDA one through
+   gdl_cuda_backend(). Entries return 0, or -1 after gdl__set_error.
    All gdl_real pointers are contiguous row-major device memory. "+=" in a
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */

@@ -108,11 +108,11 @@
    How: these ops run natively in the low dtype, keeping only bf16/f16
    tensors (activations, saved inputs, gradients) in the arena:
    * matmul and linear, when their inputs share one low dtype (the backend
-     entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA);
+     entry gemm given the dtype: cublasGemmEx with f32 accumulation on CUDA);
    * conv2d (x, weight and bias of one low dtype; any stride, padding,
-     dilation, groups): columns in the low dtype, the GEMMs through gemm_lp,
+     dilation, groups): columns in the low dtype, the GEMMs in the low dtype,
      the bias folded into the GEMM so the output rounds once; backward: the
-     weight and bias gradients through gemm_lp (the batch summed in f32
+     weight and bias gradients through the GEMM (the batch summed in f32
      and rounded once; on a GPU once per chunk of samples of up to 64 MiB
      of f32 products), the input gradient's column sums (col2im) in f32
      with one rounding
@@ -127,8 +127,8 @@
    * the elementwise ops -- relu, leaky_relu, sigmoid, tanh, gelu (both),
      exp, log, add_scalar, mul_scalar (and gdl_mul_scalar_), pow_scalar,
      add, sub, mul, div with broadcasting, dropout, concat -- forward and
-     backward (entries unary_lp, unary_backward_lp, binary_lp, sum_to_lp,
-     dropout_lp, dropout_backward_lp, copy2d_lp): each element is loaded
+     backward (entries unary, unary_backward, binary, sum_to, dropout,
+     dropout_backward, copy2d, given the dtype): each element is loaded
      to f32, computed with the f32 kernel's formula and rounded once on
      store, so the forward result is bit for bit the cast path's below,
      with no f32 temporaries (half of f32's memory); a gradient is summed
@@ -165,7 +165,7 @@
    gdl_op_autocast_class), PyTorch's CUDA lists:
    * LOW (matmul, linear, conv2d, scaled_dot_product_attention): float inputs are cast to the region's
      dtype and the op runs in it natively, accumulating in f32 (the
-     backend's gemm_lp); the result is bf16/f16;
+     backend's gemm in that dtype); the result is bf16/f16;
    * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
      mse_loss, bce_with_logits, sum, cumsum, exp, log, rsqrt, pow_scalar,
      pow): inputs cast to f32, result f32 -- so a loss is f32;

@@ -3,7 +3,7 @@
 /* ---- convolution and pooling (NCHW) ---- */
 
 /* A convolution on f16/bf16 (dt) x, w, bias: the columns in dt, the GEMMs
-   through gemm_lp (f32 sums), the bias first written into out by a rank-1
+   through gemm in dt (f32 sums), the bias first written into out by a rank-1
    GEMM with ones so that out = bias + W*col rounds once, as gdl_linear's
    low path. *colp: the columns (x's data when direct). */
 static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, const gdl_conv_geom *g, int groups,
@@ -31,10 +31,10 @@ static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, c
 }
 
 /* its backward: the same GEMMs as the f32 one, in dt; the bias gradient is
-   gy times ones; the columns' gradient goes back through col2im_lp, whose
+   gy times ones; the columns' gradient goes back through col2im in dt, whose
    sums are f32 (gx rounded once; the columns' gradient itself is rounded
    to dt first, as the GEMM's output). The weight and bias gradients sum
-   over the samples in one gemm_lp call with sC == 0, which sums the
+   over the samples in one gemm call with sC == 0, which sums the
    products in f32 and rounds once (on a GPU once per chunk of samples:
    gdl__cu_gemm_sum), not once a sample. */
 static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {

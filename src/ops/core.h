@@ -163,7 +163,7 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
 /* ---- run-time dtypes ----
    The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs
    without a native path (matmul, linear, conv2d, the poolings and
-   batch_norm have one: their *_lp backend entries) runs through
+   batch_norm have one: their backend entries take the dtype) runs through
    gdl__lowp_in / gdl__lowp_out, the one place that knows about low
    precision: each low-precision input becomes an f32 temporary (a
    differentiable cast), the f32 op runs unchanged, and its result is rounded
@@ -325,7 +325,7 @@ static int gdl__xwb_native(const gdl_tensor *x, const gdl_tensor *w, const gdl_t
 }
 
 /* an elementwise op (opid) whose float inputs all have the low dtype dt runs
-   natively in dt (the backend's *_lp kernels) unless autocast wants its
+   natively in dt (the backend's kernels, given dt) unless autocast wants its
    inputs cast: class F32 (exp, log, pow_scalar) in a region, or class LOW in
    a region of the other low dtype */
 static int gdl__lp_native(int opid, gdl_dtype dt) {

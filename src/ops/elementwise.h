@@ -142,7 +142,7 @@ static int gdl__bw_binary_lp(gdl_node *n, const gdl_backend *be, int nd, const i
     return rc ? -1 : 0;
 }
 
-/* the backward of minimum, maximum and pow, in f32 or natively in a low dtype dt (binary_lp / sum_to_lp:
+/* the backward of minimum, maximum and pow, in f32 or natively in a low dtype dt (binary / sum_to:
    the derivative and its product with the gradient formed in f32, each gradient rounded once): for each
    input, d = the op's derivative code on (a, b) (min/max: on (b, a) for b), t = g * d (min/max mask
    exactly: GRAD_SCALE), summed over the broadcast dims into the gradient. A tensor passed twice gets

@@ -2,7 +2,7 @@
 
 /* ---- matmul and linear ----
    Both run natively in f16 and bf16 (inputs of one low dtype): the
-   backend's gemm_lp sums in f32 and rounds C once, forward and backward. */
+   backend's gemm in a low dtype sums in f32 and rounds C once, forward and backward. */
 
 #define GDL__AT(p, dt, off) ((void *)((char *)(p) + (size_t)(off) * gdl_dtype_size(dt)))
 
