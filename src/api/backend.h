@@ -169,8 +169,8 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        the one C, so beta 1 sums the products -- a GPU sums a chunk of them in f32 first). f16 / bf16: \
        products summed in f32, C = alpha*AB + beta*C formed in f32 and rounded once to dt (cuBLAS: \
        GemmEx, CUBLAS_COMPUTE_32F; the CPU: f32 copies, the f32 kernel) */ \
-    X(int, gemm, (gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, \
-        int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC, int batch)) \
+    X(int, gemm, (gdl_dtype dt, int ta, int tb, int M, int N, int K, gdl_real alpha, const void *A, int lda, \
+        int64_t sA, const void *B, int ldb, int64_t sB, gdl_real beta, void *C, int ldc, int64_t sC, int batch)) \
     /* The elementwise kernels take a dtype (binary and sum_to one per operand: f32, or one low dtype \
        with f32). bf16 / f16: every element is loaded to f32, computed with the f32 kernel's formula and \
        rounded once on store; "+=" loads the accumulator, adds in f32 and rounds once. */ \
@@ -182,12 +182,12 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        destination's sources summed in f32 first (from 0, as the f32 sum_to into a zeroed buffer), then \
        added to dst and rounded */ \
     X(int, sum_to, (int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst, \
-        const int64_t *dstr, float alpha)) \
+        const int64_t *dstr, gdl_real alpha)) \
     /* y = f(x; alpha) ; gx = (accumulate ? gx : 0) + f'(x)·gy (y is the forward output; accumulate 0: \
        gx was unset, its old contents are not read) */ \
-    X(int, unary, (gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha)) \
+    X(int, unary, (gdl_dtype dt, int op, int64_t n, const void *x, void *y, gdl_real alpha)) \
     X(int, unary_backward, (gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy, \
-        void *gx, float alpha, int accumulate)) \
+        void *gx, gdl_real alpha, int accumulate)) \
     /* fused bias + activation; act: GDL_UN_RELU, GDL_UN_GELU_TANH, GDL_UN_GELU_ERF, or -1 (none). \
        bias_act: y viewed as [outer, C, inner], in place: pre = y + bias[c] (bias NULL: y), kept in `pre` \
        when not NULL, and y = act(pre), in one pass, with unary's and binary's arithmetic. linear_act: \

@@ -1293,8 +1293,8 @@ static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha
 /* The GEMM entry: f32 runs the f32 kernel; bf16 / f16 take f32 copies of
    the spans (C's gaps between rows too, so they go back as they were), the
    f32 kernel, C rounded once */
-static int gdl__cpu_gemm(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
-                         int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
+static int gdl__cpu_gemm(gdl_dtype dt, int ta, int tb, int M, int N, int K, gdl_real alpha, const void *A, int lda,
+                         int64_t sA, const void *B, int ldb, int64_t sB, gdl_real beta, void *C, int ldc, int64_t sC,
                          int batch) {
     int64_t na, nb, nc;
     gdl_real *f;

@@ -83,7 +83,7 @@ static void gdl__unary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
-static int gdl__cpu_unary(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+static int gdl__cpu_unary(gdl_dtype dt, int op, int64_t n, const void *x, void *y, gdl_real alpha) {
     gdl__args a = gdl__args_none();
     if (dt == GDL_F32) return gdl__cpu_unary_f32(op, n, (const gdl_real *)x, (gdl_real *)y, alpha);
     a.dt = dt; a.op = op; a.lx = x; a.lout = y; a.alpha = (gdl_real)alpha;
@@ -122,7 +122,7 @@ static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
     }
 }
 static int gdl__cpu_unary_backward(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
-                                   void *gx, float alpha, int accumulate) {
+                                   void *gx, gdl_real alpha, int accumulate) {
     gdl__args a = gdl__args_none();
     if (dt == GDL_F32)
         return gdl__cpu_unary_backward_f32(op, n, (const gdl_real *)x, (const gdl_real *)y, (const gdl_real *)gy,
@@ -193,7 +193,7 @@ static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, gdl_dtype at,
    dst's elements, then added to dst and rounded: the f32 path's gradient of
    an f32 copy, then its cast */
 static int gdl__cpu_sum_to(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
-                           const int64_t *dstr, float alpha_) {
+                           const int64_t *dstr, gdl_real alpha_) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, i, c, m, o = 0, unused = 0, span = 1, idx[GDL_MAX_DIMS] = {0};
     int64_t ds = ndim ? dstr[ndim - 1] : 0, zero[GDL_MAX_DIMS] = {0};
     gdl_real *acc, buf[GDL__LP_CHUNK], db[GDL__LP_CHUNK], alpha = (gdl_real)alpha_;
