@@ -13675,9 +13675,7 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
         return NULL;
     if (!(be = gdl__be(opname, a->device))) return NULL;
     if (!(out = gdl__tmp(opname, nd, shape, dt, a->device))) return NULL;
-    if (out->numel &&
-        (dt == GDL_F32 ? be->k.binary(gdl__op(op)->kernel, nd, shape, GDL_F32, GDL__R(a), astr, GDL_F32, GDL__R(b), bstr, GDL_F32, GDL__R(out))
-                       : be->k.binary(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data)) < 0)
+    if (out->numel && be->k.binary(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data) < 0)
         return NULL;
     in[0] = a;
     in[1] = b;
@@ -13978,13 +13976,10 @@ GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
 
 #define GDL__AT(p, dt, off) ((void *)((char *)(p) + (size_t)(off) * gdl_dtype_size(dt)))
 
-/* C = op(A)op(B) + beta*C in dtype dt: the f32 kernels or the low-precision GEMM */
+/* C = op(A)op(B) + beta*C in dtype dt (beta 0 or 1) */
 static int gdl__gemm_dt(const gdl_backend *be, gdl_dtype dt, int ta, int tb, int M, int N, int K, const void *A, int lda,
                         int64_t sA, const void *B, int ldb, int64_t sB, int beta, void *C, int ldc, int64_t sC, int batch) {
-    if (dt == GDL_F32)
-        return be->k.gemm(GDL_F32, ta, tb, M, N, K, 1, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB, (gdl_real)beta,
-                        (gdl_real *)C, ldc, sC, batch);
-    return be->k.gemm(dt, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, (float)beta, C, ldc, sC, batch);
+    return be->k.gemm(dt, ta, tb, M, N, K, 1, A, lda, sA, B, ldb, sB, (gdl_real)beta, C, ldc, sC, batch);
 }
 
 /* n ones of dtype dt (a low-precision linear's bias goes in and out through a rank-1 GEMM with them) */
@@ -14805,11 +14800,9 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, 4, shape, dt, x->device))) return NULL;
     if (op == GDL_OP_MAX_POOL2D) {
         if (!(idx = gdl__tmp(opname, 4, shape, GDL_I32, x->device))) return NULL;
-        rc = !out->numel ? 0
-             : dt != GDL_F32 ? be->k.maxpool(dt, &g, x->data, out->data, (int32_t *)idx->data)
-                             : be->k.maxpool(GDL_F32, &g, GDL__R(x), GDL__R(out), (int32_t *)idx->data);
+        rc = !out->numel ? 0 : be->k.maxpool(dt, &g, x->data, out->data, (int32_t *)idx->data);
     } else {
-        rc = !out->numel ? 0 : dt != GDL_F32 ? be->k.avgpool(dt, &g, x->data, out->data) : be->k.avgpool(GDL_F32, &g, GDL__R(x), GDL__R(out));
+        rc = !out->numel ? 0 : be->k.avgpool(dt, &g, x->data, out->data);
     }
     if (rc < 0) return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
@@ -15372,9 +15365,8 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     for (k = 0; k < count; k++) {
         gdl__split(xs[k], d, &outer, &nd0, &inner);
         if (outer * nd0 * inner != 0 &&
-            (dt == GDL_F32 ? be->k.copy2d(GDL_F32, outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0)
-                           : be->k.copy2d(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
-                                           (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0)) < 0)
+            be->k.copy2d(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
+                         (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0) < 0)
             return NULL;
         off += nd0 * inner;
     }
@@ -15394,9 +15386,8 @@ static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
         gdl_dtype dt = n->out->dtype;
         gdl__split(n->in[k], d, &outer, &nd0, &inner);
         if (gx && outer * nd0 * inner != 0 &&
-            (dt == GDL_F32 ? be->k.copy2d(GDL_F32, outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1)
-                           : be->k.copy2d(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
-                                           total, gx, nd0 * inner, 1)) < 0)
+            be->k.copy2d(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
+                         total, gx, nd0 * inner, 1) < 0)
             return -1;
         off += nd0 * inner;
     }
@@ -15837,8 +15828,7 @@ static int gdl__bw_where(gdl_node *n, const gdl_backend *be) {
         if (be->k.where(dt, nd, shape, (const uint8_t *)cond->data, str[0], k ? zero : out->grad->data, k ? zstr : gstr,
                       k ? out->grad->data : zero, k ? gstr : zstr, tmp) < 0)
             return -1;
-        if ((dt == GDL_F32 && x->grad->dtype == GDL_F32 ? be->k.sum_to(nd, shape, GDL_F32, (const gdl_real *)tmp, GDL_F32, GDL__R(x->grad), xs, 1)
-                                                       : be->k.sum_to(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1)) < 0)
+        if (be->k.sum_to(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1) < 0)
             return -1;
     }
     return 0;
@@ -15909,8 +15899,7 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     }
     seed = gdl_rng_next_u64();
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
-    if ((dt == GDL_F32 ? be->k.dropout(GDL_F32, x->numel, p, seed, GDL__R(x), GDL__R(out))
-                       : be->k.dropout(dt, x->numel, p, seed, x->data, out->data)) < 0)
+    if (be->k.dropout(dt, x->numel, p, seed, x->data, out->data) < 0)
         return NULL;
     n = gdl__record(op, GDL_OP_DROPOUT, out, 1, &x, &err);
     if (err) return NULL;

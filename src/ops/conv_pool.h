@@ -299,11 +299,9 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, 4, shape, dt, x->device))) return NULL;
     if (op == GDL_OP_MAX_POOL2D) {
         if (!(idx = gdl__tmp(opname, 4, shape, GDL_I32, x->device))) return NULL;
-        rc = !out->numel ? 0
-             : dt != GDL_F32 ? be->k.maxpool(dt, &g, x->data, out->data, (int32_t *)idx->data)
-                             : be->k.maxpool(GDL_F32, &g, GDL__R(x), GDL__R(out), (int32_t *)idx->data);
+        rc = !out->numel ? 0 : be->k.maxpool(dt, &g, x->data, out->data, (int32_t *)idx->data);
     } else {
-        rc = !out->numel ? 0 : dt != GDL_F32 ? be->k.avgpool(dt, &g, x->data, out->data) : be->k.avgpool(GDL_F32, &g, GDL__R(x), GDL__R(out));
+        rc = !out->numel ? 0 : be->k.avgpool(dt, &g, x->data, out->data);
     }
     if (rc < 0) return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);

@@ -81,9 +81,7 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
         return NULL;
     if (!(be = gdl__be(opname, a->device))) return NULL;
     if (!(out = gdl__tmp(opname, nd, shape, dt, a->device))) return NULL;
-    if (out->numel &&
-        (dt == GDL_F32 ? be->k.binary(gdl__op(op)->kernel, nd, shape, GDL_F32, GDL__R(a), astr, GDL_F32, GDL__R(b), bstr, GDL_F32, GDL__R(out))
-                       : be->k.binary(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data)) < 0)
+    if (out->numel && be->k.binary(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data) < 0)
         return NULL;
     in[0] = a;
     in[1] = b;

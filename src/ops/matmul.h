@@ -6,13 +6,10 @@
 
 #define GDL__AT(p, dt, off) ((void *)((char *)(p) + (size_t)(off) * gdl_dtype_size(dt)))
 
-/* C = op(A)op(B) + beta*C in dtype dt: the f32 kernels or the low-precision GEMM */
+/* C = op(A)op(B) + beta*C in dtype dt (beta 0 or 1) */
 static int gdl__gemm_dt(const gdl_backend *be, gdl_dtype dt, int ta, int tb, int M, int N, int K, const void *A, int lda,
                         int64_t sA, const void *B, int ldb, int64_t sB, int beta, void *C, int ldc, int64_t sC, int batch) {
-    if (dt == GDL_F32)
-        return be->k.gemm(GDL_F32, ta, tb, M, N, K, 1, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB, (gdl_real)beta,
-                        (gdl_real *)C, ldc, sC, batch);
-    return be->k.gemm(dt, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, (float)beta, C, ldc, sC, batch);
+    return be->k.gemm(dt, ta, tb, M, N, K, 1, A, lda, sA, B, ldb, sB, (gdl_real)beta, C, ldc, sC, batch);
 }
 
 /* n ones of dtype dt (a low-precision linear's bias goes in and out through a rank-1 GEMM with them) */

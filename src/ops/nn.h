@@ -28,8 +28,7 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     }
     seed = gdl_rng_next_u64();
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
-    if ((dt == GDL_F32 ? be->k.dropout(GDL_F32, x->numel, p, seed, GDL__R(x), GDL__R(out))
-                       : be->k.dropout(dt, x->numel, p, seed, x->data, out->data)) < 0)
+    if (be->k.dropout(dt, x->numel, p, seed, x->data, out->data) < 0)
         return NULL;
     n = gdl__record(op, GDL_OP_DROPOUT, out, 1, &x, &err);
     if (err) return NULL;

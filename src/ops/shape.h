@@ -72,9 +72,8 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     for (k = 0; k < count; k++) {
         gdl__split(xs[k], d, &outer, &nd0, &inner);
         if (outer * nd0 * inner != 0 &&
-            (dt == GDL_F32 ? be->k.copy2d(GDL_F32, outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0)
-                           : be->k.copy2d(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
-                                           (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0)) < 0)
+            be->k.copy2d(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
+                         (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0) < 0)
             return NULL;
         off += nd0 * inner;
     }
@@ -94,9 +93,8 @@ static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
         gdl_dtype dt = n->out->dtype;
         gdl__split(n->in[k], d, &outer, &nd0, &inner);
         if (gx && outer * nd0 * inner != 0 &&
-            (dt == GDL_F32 ? be->k.copy2d(GDL_F32, outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1)
-                           : be->k.copy2d(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
-                                           total, gx, nd0 * inner, 1)) < 0)
+            be->k.copy2d(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
+                         total, gx, nd0 * inner, 1) < 0)
             return -1;
         off += nd0 * inner;
     }
@@ -537,8 +535,7 @@ static int gdl__bw_where(gdl_node *n, const gdl_backend *be) {
         if (be->k.where(dt, nd, shape, (const uint8_t *)cond->data, str[0], k ? zero : out->grad->data, k ? zstr : gstr,
                       k ? out->grad->data : zero, k ? gstr : zstr, tmp) < 0)
             return -1;
-        if ((dt == GDL_F32 && x->grad->dtype == GDL_F32 ? be->k.sum_to(nd, shape, GDL_F32, (const gdl_real *)tmp, GDL_F32, GDL__R(x->grad), xs, 1)
-                                                       : be->k.sum_to(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1)) < 0)
+        if (be->k.sum_to(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1) < 0)
             return -1;
     }
     return 0;
