@@ -3579,6 +3579,44 @@ SUITE(kernel_paths) {
    pooling and batch_norm natively in bf16 / f16 */
 static dtype_run dtype_runs[4 * NCASES];
 static dtype_run cnn_runs[2 * DTYPE_NCNN];
+/* The CUDA backend's bf16 backwards that take accumulate (unary_backward, maxpool_backward's beta): with
+   0, a gradient holding old values comes out as the one accumulated into zeros, bit for bit. */
+TEST lowp_backwards_set_gpu(void) {
+    const gdl_backend *gb = gdl_cuda_backend();
+    enum { n = 48 };
+    const size_t bytes = n * sizeof(uint16_t);
+    uint16_t h[n], set[n], added[n];
+    gdl_conv_geom g = {1, 3, 4, 4, 2, 2, 2, 2, 0, 0, 1, 1, 2, 2};
+    void *x, *y, *gy, *gs, *ga, *idx;
+    int i, which;
+    ASSERT_EQ(0, gdl_cuda_set_device(0));
+    x = gb->rt.alloc(bytes), y = gb->rt.alloc(bytes), gy = gb->rt.alloc(bytes);
+    gs = gb->rt.alloc(bytes), ga = gb->rt.alloc(bytes), idx = gb->rt.alloc(n * sizeof(int32_t));
+    ASSERT(x && y && gy && gs && ga && idx);
+    for (i = 0; i < n; i++) h[i] = gdl_f32_to_bf16((float)((i * 7) % 11) - 5.25f);
+    ASSERT_EQ(0, gb->rt.copy(x, h, bytes, 0));
+    for (i = 0; i < n; i++) h[i] = gdl_f32_to_bf16(0.5f + (float)(i % 5));
+    ASSERT_EQ(0, gb->rt.copy(gy, h, bytes, 0));
+    for (which = 0; which < 2; which++) {
+        for (i = 0; i < n; i++) h[i] = gdl_f32_to_bf16(2.0f);
+        ASSERT(gb->rt.copy(gs, h, bytes, 0) == 0 && gb->rt.memset0(ga, bytes) == 0);
+        if (which == 0) {
+            ASSERT_EQ(0, gb->k.unary(GDL_BF16, GDL_UN_SIGMOID, n, x, y, 0));
+            ASSERT_EQ(0, gb->k.unary_backward(GDL_BF16, GDL_UN_SIGMOID, n, x, y, gy, gs, 0, 0));
+            ASSERT_EQ(0, gb->k.unary_backward(GDL_BF16, GDL_UN_SIGMOID, n, x, y, gy, ga, 0, 1));
+        } else { /* 3 planes of 4 x 4, windows 2 x 2 */
+            ASSERT_EQ(0, gb->k.maxpool(GDL_BF16, &g, x, y, (int32_t *)idx));
+            ASSERT_EQ(0, gb->k.maxpool_backward(GDL_BF16, &g, gy, (const int32_t *)idx, gs, 0));
+            ASSERT_EQ(0, gb->k.maxpool_backward(GDL_BF16, &g, gy, (const int32_t *)idx, ga, 1));
+        }
+        ASSERT(gb->rt.copy(set, gs, bytes, 1) == 0 && gb->rt.copy(added, ga, bytes, 1) == 0);
+        for (i = 0; i < n; i++)
+            if (set[i] != added[i]) FAILf("entry %d: gx[%d] 0x%04x set, 0x%04x added to zeros", which, i, set[i], added[i]);
+    }
+    gb->rt.free(x), gb->rt.free(y), gb->rt.free(gy), gb->rt.free(gs), gb->rt.free(ga), gb->rt.free(idx);
+    PASS();
+}
+
 SUITE(dtypes) {
     static gdl_device dev;
     int i, j;
@@ -3597,6 +3635,7 @@ SUITE(dtypes) {
     RUN_GPU_NAMED("dtype_gemm_sizes_gpu", dtype_gemm_sizes, &dev);
     RUN_GPU_NAMED("dtype_promotion_gpu", dtype_promotion, &dev);
     RUN_GPU_NAMED("dtype_native_elementwise_gpu", dtype_native_elementwise, &dev);
+    RUN_GPU(lowp_backwards_set_gpu);
     for (i = 0; i < DTYPE_NCNN; i++)
         for (j = 0; j < 2; j++) {
             dtype_run *r = &cnn_runs[2 * i + j];
