@@ -155,11 +155,11 @@
    How: these ops run natively in the low dtype, keeping only bf16/f16
    tensors (activations, saved inputs, gradients) in the arena:
    * matmul and linear, when their inputs share one low dtype (the backend
-     entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA);
+     entry gemm given the dtype: cublasGemmEx with f32 accumulation on CUDA);
    * conv2d (x, weight and bias of one low dtype; any stride, padding,
-     dilation, groups): columns in the low dtype, the GEMMs through gemm_lp,
+     dilation, groups): columns in the low dtype, the GEMMs in the low dtype,
      the bias folded into the GEMM so the output rounds once; backward: the
-     weight and bias gradients through gemm_lp (the batch summed in f32
+     weight and bias gradients through the GEMM (the batch summed in f32
      and rounded once; on a GPU once per chunk of samples of up to 64 MiB
      of f32 products), the input gradient's column sums (col2im) in f32
      with one rounding
@@ -174,8 +174,8 @@
    * the elementwise ops -- relu, leaky_relu, sigmoid, tanh, gelu (both),
      exp, log, add_scalar, mul_scalar (and gdl_mul_scalar_), pow_scalar,
      add, sub, mul, div with broadcasting, dropout, concat -- forward and
-     backward (entries unary_lp, unary_backward_lp, binary_lp, sum_to_lp,
-     dropout_lp, dropout_backward_lp, copy2d_lp): each element is loaded
+     backward (entries unary, unary_backward, binary, sum_to, dropout,
+     dropout_backward, copy2d, given the dtype): each element is loaded
      to f32, computed with the f32 kernel's formula and rounded once on
      store, so the forward result is bit for bit the cast path's below,
      with no f32 temporaries (half of f32's memory); a gradient is summed
@@ -212,7 +212,7 @@
    gdl_op_autocast_class), PyTorch's CUDA lists:
    * LOW (matmul, linear, conv2d, scaled_dot_product_attention): float inputs are cast to the region's
      dtype and the op runs in it natively, accumulating in f32 (the
-     backend's gemm_lp); the result is bf16/f16;
+     backend's gemm in that dtype); the result is bf16/f16;
    * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
      mse_loss, bce_with_logits, sum, cumsum, exp, log, rsqrt, pow_scalar,
      pow): inputs cast to f32, result f32 -- so a loss is f32;
@@ -426,7 +426,7 @@
    api/onnx.h               ONNX export by tracing and import (gdl_export_onnx, gdl_load_onnx, gdl_onnx_run)
    api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
    api/op_math.h            the elementwise ops' codes and their scalar math, one definition for the CPU and CUDA kernels
-   api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
+   api/backend.h            the backend table: runtime and kernel entries (GDL_RUNTIME_ENTRIES, GDL_KERNEL_ENTRIES); the end of the API (GPUDL_H)
    impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
    runtime/errors.h         gdl__set_error, gdl_last_error
@@ -445,9 +445,9 @@
    cpu/bias_act.h           fused bias + activation and its backward
    cpu/index.h              strided copies, gather / scatter-add, comparisons, where, tril / triu, cumsum
    cpu/conv_pool.h          im2col / col2im, the implicit GEMM and direct convolution, pooling, copy2d, dropout
-   cpu/lowp.h               the native bf16/f16 elementwise kernels
+   cpu/lowp.h               the elementwise entries that take dtypes: the native bf16/f16 kernels
    cpu/norm.h               batch norm and layer norm
-   cpu/lowp_layers.h        the bf16/f16 entries of convolution columns, pooling and batch norm (through f32)
+   cpu/lowp_layers.h        the dtype entries of convolution columns, pooling and batch norm (bf16/f16 through f32)
    cpu/embedding_loss.h     embedding, losses
    cpu/attention.h          scaled dot-product attention (flash-attention style tiles, forward and backward)
    cpu/rnn.h                the fused LSTM / GRU gate steps and their backwards
@@ -505,8 +505,9 @@
    Adding an op
    ------------
    One list drives the op enum, names, backward table and autocast classes
-   (GDL_OP_LIST, src/api/grad.h), another the backends' kernel tables
-   (GDL_BACKEND_ENTRIES, src/api/backend.h). The files an op touches, and
+   (GDL_OP_LIST, src/api/grad.h), two more the backends' tables (their
+   runtime and kernel halves: GDL_RUNTIME_ENTRIES, GDL_KERNEL_ENTRIES,
+   src/api/backend.h). The files an op touches, and
    its tests: docs/DESIGN.md, "Adding an op".
 
    Compile-time options
@@ -3057,9 +3058,11 @@ GDL__OP_MATH(real, gdl_real, double, )
 #pragma GCC diagnostic pop
 #endif
 /* ---------------------------------------------------------------------------
-   src/api/backend.h   A backend is a table of kernels on raw device pointers.
-   The CPU backend lives in this header; gpudl_cuda.cu provides the CUDA one
-   through gdl_cuda_backend(). Kernels return 0, or -1 after gdl__set_error.
+   src/api/backend.h   A backend is a table of functions on raw device
+   pointers in two halves: the runtime (memory, copies, streams, events,
+   graphs, collectives, device queries) and the compute kernels. The CPU
+   backend lives in this header; gpudl_cuda.cu provides the CUDA one through
+   gdl_cuda_backend(). Entries return 0, or -1 after gdl__set_error.
    All gdl_real pointers are contiguous row-major device memory. "+=" in a
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */
@@ -3146,11 +3149,15 @@ typedef struct gdl_qepi {
 enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATHER, GDL_COLL_REDUCE_SCATTER };
 #define GDL_COMM_ID_BYTES 128
 
-/* The backend's entries, one line each: X(return type, name, (parameters)).
-   This list makes the gdl_backend struct and both backends' tables (the CPU
-   one in this header, gdl__cpu_NAME; the CUDA one in gpudl_cuda.cu,
-   gdl__cu_NAME), so an entry a backend does not define does not compile. */
-#define GDL_BACKEND_ENTRIES(X) \
+/* The backend's entries, one line each: X(return type, name, (parameters)), in two halves.
+   GDL_RUNTIME_ENTRIES is the runtime: memory, copies, streams and events, the allocator's counters,
+   timing events, the PCI bus id, graphs and collectives -- everything that is not a compute kernel.
+   GDL_KERNEL_ENTRIES are the compute kernels; a kernel that runs on more than one float dtype takes
+   it as a `gdl_dtype dt` argument (GDL_F32 the f32 code, GDL_BF16 / GDL_F16 the low-precision one).
+   The lists make the structs gdl_runtime and gdl_kernels, the two halves of gdl_backend (be->rt.copy,
+   be->k.gemm), and both backends' tables (the CPU one in this header, gdl__cpu_NAME; the CUDA one in
+   gpudl_cuda.cu, gdl__cu_NAME), so an entry a backend does not define does not compile. */
+#define GDL_RUNTIME_ENTRIES(X) \
     /* memory, on the current device */ \
     X(void *, alloc, (size_t bytes)) \
     X(void, free, (void *p)) \
@@ -3174,31 +3181,72 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, stream_wait_event, (void *stream, void *event)) \
     /* waits (counted by gdl_sync_count) only if the event is not reached yet */ \
     X(int, event_synchronize, (void *event)) \
+    /* the allocator's counters for one device (gdl_memory_stats; the arena fields are left to the \
+       front end) and the restart of its peaks */ \
+    X(int, memory_stats, (int device, gdl_memory_status *s)) \
+    X(int, memory_reset_peak, (int device)) \
+    /* the profiler (gdl_profile_*): a timing marker recorded in the current device's compute stream \
+       (NULL without an error where the device has none: the CPU, whose ops the host clock times; freed \
+       with event_destroy); the milliseconds between two markers, waiting for the second; the kernels \
+       launched so far (-1: not counted) */ \
+    X(void *, timing_event, (void)) \
+    X(int, event_elapsed, (void *start, void *end, double *ms)) \
+    X(int64_t, launch_count, (void)) \
+    /* a device's PCI bus id ("0000:65:00.0"), which NVML's devices are matched by; -1 + error: none */ \
+    X(int, pci_bus_id, (int device, char *buf, int len)) \
+    /* CUDA graphs (gdl_graph_*): record the current device's compute stream instead of running it \
+       (device allocations are refused meanwhile), stop into a ready-to-launch graph (also after a \
+       failure, which leaves *graph NULL), launch one on the compute stream, free one. The CPU has none. */ \
+    X(int, graph_begin, (void)) \
+    X(int, graph_end, (void **graph)) \
+    X(int, graph_launch, (void *graph)) \
+    X(void, graph_destroy, (void *graph)) \
+    /* collectives among the processes of a job, one device per process (src/dist/; NCCL on a GPU; \
+       the CPU's collectives are MPI's, in the front end, so its entries refuse). comm_id: the job's id \
+       (at most GDL_COMM_ID_BYTES), made by rank 0, which the front end hands to every rank; comm_init: \
+       this rank joins on `device` (returns once every rank has); collective: kind (GDL_COLL_*) on the \
+       device's communication stream, after the compute stream's work so far; count is per rank (all-gather: \
+       sent, reduce-scatter: received); avg divides the sum by the world size; join: the compute stream \
+       waits for it now, else at the next comm_join (DDP's buckets overlap the rest of backward); \
+       comm_sync: the host waits for the communication stream (barrier: an all-reduce of one element \
+       first) at most timeout_s seconds; a timeout or a peer's error aborts the communicator and every \
+       later call fails; comm_destroy frees it (nothing to do when none was made) */ \
+    X(int, comm_id, (void *id, int bytes)) \
+    X(int, comm_init, (int device, const void *id, int world, int rank)) \
+    X(int, collective, (int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg, int root, \
+        int join)) \
+    X(int, comm_join, (void)) \
+    X(int, comm_sync, (int barrier, double timeout_s)) \
+    X(void, comm_destroy, (void))
+
+#define GDL_KERNEL_ENTRIES(X) \
+    /* x[i] = v; cast: n elements of dtype st to dtype dt */ \
     X(int, fill, (gdl_real *x, int64_t n, gdl_real v)) \
     X(int, cast, (void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n)) \
-    /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch, \
+    /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch, matrices of dtype dt, \
        element strides sA, sB, sC between batches (0 repeats a matrix; sC 0: every batch in turn into \
-       the one C, so beta 1 sums the products -- a GPU sums a chunk of them in f32 first) */ \
-    X(int, gemm, (int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda, \
-        int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C, int ldc, \
-        int64_t sC, int batch)) \
-    /* the same GEMM on f16 or bf16 matrices (dt): products summed in f32, \
-       C = alpha*AB + beta*C formed in f32 and rounded once to dt (cuBLAS: \
+       the one C, so beta 1 sums the products -- a GPU sums a chunk of them in f32 first). f16 / bf16: \
+       products summed in f32, C = alpha*AB + beta*C formed in f32 and rounded once to dt (cuBLAS: \
        GemmEx, CUBLAS_COMPUTE_32F; the CPU: f32 copies, the f32 kernel) */ \
-    X(int, gemm_lp, (gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, \
-        int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC, int batch)) \
-    /* out[i] = a[i·astr] op b[i·bstr] over `shape` (ndim dims, out contiguous; \
-       a stride of 0 broadcasts) */ \
-    X(int, binary, (int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr, \
-        const gdl_real *b, const int64_t *bstr, gdl_real *out)) \
-    /* dst[i·dstr] += alpha*src[i] over `shape` (src contiguous): sums broadcast dims */ \
-    X(int, sum_to, (int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst, \
+    X(int, gemm, (gdl_dtype dt, int ta, int tb, int M, int N, int K, gdl_real alpha, const void *A, int lda, \
+        int64_t sA, const void *B, int ldb, int64_t sB, gdl_real beta, void *C, int ldc, int64_t sC, int batch)) \
+    /* The elementwise kernels take a dtype (binary and sum_to one per operand: f32, or one low dtype \
+       with f32). bf16 / f16: every element is loaded to f32, computed with the f32 kernel's formula and \
+       rounded once on store; "+=" loads the accumulator, adds in f32 and rounds once. */ \
+    /* out[i] = a[i·astr] op b[i·bstr] over `shape` (ndim dims, out contiguous; a stride of 0 \
+       broadcasts); out may be a itself (same strides: an in-place add) */ \
+    X(int, binary, (int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr, \
+        gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out)) \
+    /* dst[i·dstr] += alpha*src[i] over `shape` (src contiguous): sums broadcast dims. Not all f32: each \
+       destination's sources summed in f32 first (from 0, as the f32 sum_to into a zeroed buffer), then \
+       added to dst and rounded */ \
+    X(int, sum_to, (int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst, \
         const int64_t *dstr, gdl_real alpha)) \
     /* y = f(x; alpha) ; gx = (accumulate ? gx : 0) + f'(x)·gy (y is the forward output; accumulate 0: \
        gx was unset, its old contents are not read) */ \
-    X(int, unary, (int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha)) \
-    X(int, unary_backward, (int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy, \
-        gdl_real *gx, gdl_real alpha, int accumulate)) \
+    X(int, unary, (gdl_dtype dt, int op, int64_t n, const void *x, void *y, gdl_real alpha)) \
+    X(int, unary_backward, (gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy, \
+        void *gx, gdl_real alpha, int accumulate)) \
     /* fused bias + activation; act: GDL_UN_RELU, GDL_UN_GELU_TANH, GDL_UN_GELU_ERF, or -1 (none). \
        bias_act: y viewed as [outer, C, inner], in place: pre = y + bias[c] (bias NULL: y), kept in `pre` \
        when not NULL, and y = act(pre), in one pass, with unary's and binary's arithmetic. linear_act: \
@@ -3223,9 +3271,10 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, softmax, (int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y)) \
     X(int, softmax_backward, (int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y, \
         const gdl_real *gy, gdl_real *gx)) \
-    /* x [N,C,H,W] -> col [N, C*KH*KW, OH*OW]; col2im: x += (adjoint) */ \
-    X(int, im2col, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *col)) \
-    X(int, col2im, (const gdl_conv_geom *g, const gdl_real *col, gdl_real *x)) \
+    /* x [N,C,H,W] -> col [N, C*KH*KW, OH*OW]; col2im: x += (adjoint); elements of dt (bf16 / f16: \
+       im2col copies, col2im sums in f32 and rounds once: the old value plus the sum) */ \
+    X(int, im2col, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col)) \
+    X(int, col2im, (gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x)) \
     /* a convolution's GEMMs without the column matrix (the CPU's implicit GEMM), the bits of im2col + gemm \
        (+ col2im); w [OC, C/groups, KH, KW]. pass 0: out [N,OC,OH,OW] = conv(x, w), then + bias (NULL: none), \
        pre and act as bias_act's; pass 1: out (gw) += the weight gradient of x and gy; pass 2: out (gx) += the \
@@ -3233,40 +3282,18 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        or im2col is the faster for the shape: the caller then runs im2col, gemm, col2im. */ \
     X(int, conv_implicit, (int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x, \
         const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out, gdl_real *pre)) \
-    /* pooling per (n,c) plane; idx: flat h*W+w of the max; avg counts padding */ \
-    X(int, maxpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx)) \
-    X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx, int beta)) \
-    X(int, avgpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y)) \
-    X(int, avgpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx)) \
-    /* the same on f16/bf16 tensors (dt): im2col copies; col2im, the pooling \
-       backward and avgpool sum in f32 and round each result once (x/gx: \
-       the old value plus the sum, rounded once); max pooling is exact */ \
-    X(int, im2col_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col)) \
-    X(int, col2im_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x)) \
-    X(int, maxpool_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx)) \
-    X(int, maxpool_backward_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx)) \
-    X(int, avgpool_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y)) \
-    X(int, avgpool_backward_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx)) \
-    /* native bf16/f16 elementwise kernels (dt: GDL_BF16 or GDL_F16; binary_lp and sum_to_lp take \
-       each operand's dtype, f32 or one low dtype): every element is loaded to f32, computed with \
-       the f32 kernel's formula and rounded once on store; "+=" loads the accumulator, adds in f32 \
-       and rounds once. binary_lp's out may be a itself (same strides: an in-place add); sum_to_lp \
-       sums each destination's sources in f32 first (from 0, as the f32 sum_to into a zeroed \
-       buffer), then adds that to dst and rounds */ \
-    X(int, unary_lp, (gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha)) \
-    X(int, unary_backward_lp, (gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy, \
-        void *gx, float alpha)) \
-    X(int, binary_lp, (int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr, \
-        gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out)) \
-    X(int, sum_to_lp, (int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst, \
-        const int64_t *dstr, float alpha)) \
-    X(int, dropout_lp, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y)) \
-    X(int, dropout_backward_lp, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx)) \
-    /* copy2d on elements of dt: a copy is exact; accumulate adds in f32 and rounds once */ \
-    X(int, copy2d_lp, (gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst, \
-        int64_t dld, int accumulate)) \
-    /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols */ \
-    X(int, copy2d, (int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst, \
+    /* pooling per (n,c) plane, elements of dt; idx: flat h*W+w of the max; avg counts padding; \
+       maxpool_backward: gx = (beta ? gx : 0) + the gradient, avgpool_backward: gx +=. bf16 / f16: the \
+       backwards and avgpool sum in f32 and round each result once (gx: the old value plus the sum, \
+       rounded once); max pooling is exact */ \
+    X(int, maxpool, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx)) \
+    X(int, maxpool_backward, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx, \
+        int beta)) \
+    X(int, avgpool, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y)) \
+    X(int, avgpool_backward, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx)) \
+    /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols, elements of dt (a copy is exact; \
+       accumulate on bf16 / f16 adds in f32 and rounds once) */ \
+    X(int, copy2d, (gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst, \
         int64_t dld, int accumulate)) \
     /* indexing and copies. strided_copy: dst[i·dstr] (+)= src[i·sstr] over `shape` (i its row-major \
        multi-index), elements of any dtype dt; accumulate (a float dt, no two i sharing a destination): \
@@ -3308,32 +3335,26 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, attention_backward, (gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, \
         const void *v, const void *mask, const void *out, const void *gout, const gdl_real *lse, \
         gdl_real *delta, void *gq, void *gk, void *gv)) \
-    /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p) */ \
-    X(int, dropout, (int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y)) \
-    X(int, dropout_backward, (int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx)) \
-    /* x [N,C,S]. Training: batch stats (biased var) -> mean, invstd (saved), \
+    /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p); elements of dt \
+       (bf16 / f16: computed in f32, rounded once); the backward: gx += */ \
+    X(int, dropout, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y)) \
+    X(int, dropout_backward, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx)) \
+    /* x [N,C,S], and y, gy, gx, of dtype dt; the rest f32 (bf16 / f16: cuDNN's under torch.autocast, \
+       f32 arithmetic, y and gx rounded once). Training: batch stats (biased var) -> mean, invstd (saved), \
        running stats updated with unbiased var when run_mean != NULL. \
        Eval: mean/invstd are computed from running stats into mean/invstd. \
        gamma/beta may be NULL (1 and 0). relu: y = relu(y) in the same pass (gdl_batch_norm_relu; the \
        normalised value rounded to y's dtype first, then x > 0 ? x : 0, as the two ops). */ \
-    X(int, batchnorm, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma, \
-        const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, \
-        gdl_real *run_var, int training, double momentum, double eps, int relu)) \
+    X(int, batchnorm, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
+        const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
+        int training, double momentum, double eps, int relu)) \
     /* gx/ggamma/gbeta may be NULL; ggamma and gbeta +=, gx too when accumulate (0: gx was unset, its old \
        contents are not read). training selects the batch-stats formula. y: a fused ReLU's output, whose \
        backward comes first (gy taken as 0 + (y > 0 ? gy : 0), ReLU's backward into an unset gradient); \
        NULL: none */ \
-    X(int, batchnorm_backward, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy, \
-        const gdl_real *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, \
-        gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
-    /* the same with x, y, gy and gx f16/bf16 (dt) and the rest f32 (cuDNN's \
-       under torch.autocast): f32 arithmetic, y and gx rounded once, gx += */ \
-    X(int, batchnorm_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
-        const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
-        int training, double momentum, double eps, int relu)) \
-    X(int, batchnorm_backward_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
+    X(int, batchnorm_backward, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
         const void *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, void *gx, \
-        gdl_real *ggamma, gdl_real *gbeta)) \
+        gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
     /* rows of D; mean/rstd saved per row */ \
     X(int, layernorm, (int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma, \
         const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd)) \
@@ -3393,43 +3414,6 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* host-visible results (synchronising) */ \
     X(int, count_nonfinite, (int64_t n, const gdl_real *x, int64_t *out)) \
     X(int, sum_squares, (int64_t n, const gdl_real *x, double *out)) \
-    /* the allocator's counters for one device (gdl_memory_stats; the arena fields are left to the \
-       front end) and the restart of its peaks */ \
-    X(int, memory_stats, (int device, gdl_memory_status *s)) \
-    X(int, memory_reset_peak, (int device)) \
-    /* the profiler (gdl_profile_*): a timing marker recorded in the current device's compute stream \
-       (NULL without an error where the device has none: the CPU, whose ops the host clock times; freed \
-       with event_destroy); the milliseconds between two markers, waiting for the second; the kernels \
-       launched so far (-1: not counted) */ \
-    X(void *, timing_event, (void)) \
-    X(int, event_elapsed, (void *start, void *end, double *ms)) \
-    X(int64_t, launch_count, (void)) \
-    /* a device's PCI bus id ("0000:65:00.0"), which NVML's devices are matched by; -1 + error: none */ \
-    X(int, pci_bus_id, (int device, char *buf, int len)) \
-    /* CUDA graphs (gdl_graph_*): record the current device's compute stream instead of running it \
-       (device allocations are refused meanwhile), stop into a ready-to-launch graph (also after a \
-       failure, which leaves *graph NULL), launch one on the compute stream, free one. The CPU has none. */ \
-    X(int, graph_begin, (void)) \
-    X(int, graph_end, (void **graph)) \
-    X(int, graph_launch, (void *graph)) \
-    X(void, graph_destroy, (void *graph)) \
-    /* collectives among the processes of a job, one device per process (src/dist/; NCCL on a GPU; \
-       the CPU's collectives are MPI's, in the front end, so its entries refuse). comm_id: the job's id \
-       (at most GDL_COMM_ID_BYTES), made by rank 0, which the front end hands to every rank; comm_init: \
-       this rank joins on `device` (returns once every rank has); collective: kind (GDL_COLL_*) on the \
-       device's communication stream, after the compute stream's work so far; count is per rank (all-gather: \
-       sent, reduce-scatter: received); avg divides the sum by the world size; join: the compute stream \
-       waits for it now, else at the next comm_join (DDP's buckets overlap the rest of backward); \
-       comm_sync: the host waits for the communication stream (barrier: an all-reduce of one element \
-       first) at most timeout_s seconds; a timeout or a peer's error aborts the communicator and every \
-       later call fails; comm_destroy frees it (nothing to do when none was made) */ \
-    X(int, comm_id, (void *id, int bytes)) \
-    X(int, comm_init, (int device, const void *id, int world, int rank)) \
-    X(int, collective, (int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg, int root, \
-        int join)) \
-    X(int, comm_join, (void)) \
-    X(int, comm_sync, (int barrier, double timeout_s)) \
-    X(void, comm_destroy, (void)) \
     /* the fused gate step of a recurrent layer at one time step (gdl_lstm_gates, gdl_gru_gates): gx, gh \
        [B, G·H] the input and hidden pre-activations with their biases in, gate blocks of H in PyTorch's \
        order. LSTM (G = 4: i, f, g, o): hc [2, B, H] gets h' = o·tanh(c') then c' = f·c_prev + i·g. GRU \
@@ -3465,9 +3449,16 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, qepilogue, (const gdl_qepi *e, int64_t rows, const int32_t *acc, gdl_real *y))
 
 #define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
+typedef struct gdl_runtime {
+    GDL_RUNTIME_ENTRIES(GDL__BACKEND_MEMBER)
+} gdl_runtime;
+typedef struct gdl_kernels {
+    GDL_KERNEL_ENTRIES(GDL__BACKEND_MEMBER)
+} gdl_kernels;
 typedef struct gdl_backend {
     const char *name;
-    GDL_BACKEND_ENTRIES(GDL__BACKEND_MEMBER)
+    gdl_runtime rt; /* memory, copies, streams, events, graphs, collectives, device queries */
+    gdl_kernels k;  /* the compute kernels */
 } gdl_backend;
 
 /* The dropout mask both backends use: a counter-based hash, bit-identical
@@ -5266,9 +5257,9 @@ static double gdl__prof_clock(void) {
 }
 
 static void gdl__prof_drop(gdl__prof_rec *r, const gdl_backend *be) {
-    if (be && be->event_destroy) {
-        be->event_destroy(r->e0);
-        be->event_destroy(r->e1);
+    if (be && be->rt.event_destroy) {
+        be->rt.event_destroy(r->e0);
+        be->rt.event_destroy(r->e1);
     }
     r->e0 = r->e1 = NULL;
 }
@@ -5279,15 +5270,15 @@ static void gdl__prof_start(const char *name, gdl_device d, const gdl_backend *b
     memset(c, 0, sizeof *c);
     c->name = name;
     c->dev = d;
-    c->launches = be->launch_count();
+    c->launches = be->rt.launch_count();
     gdl__prof.cur_be = be;
     if (d.type != GDL_DEVICE_CPU && d.index >= 0 && d.index < GDL__MAX_GPUS) { /* the CPU: the host clock */
         if (!gdl__prof.base[d.index]) {
-            gdl__prof.base[d.index] = be->timing_event();
+            gdl__prof.base[d.index] = be->rt.timing_event();
             gdl__prof.base_be[d.index] = be;
             gdl__prof.base_t[d.index] = gdl__prof_clock();
         }
-        if (gdl__prof.base[d.index]) c->e0 = be->timing_event(); /* NULL on failure: host time only */
+        if (gdl__prof.base[d.index]) c->e0 = be->rt.timing_event(); /* NULL on failure: host time only */
     }
     c->t0 = gdl__prof_clock();
 }
@@ -5296,8 +5287,8 @@ static void gdl__prof_stop(void) {
     gdl__prof_rec *c = &gdl__prof.cur;
     const gdl_backend *be = gdl__prof.cur_be;
     c->t1 = gdl__prof_clock();
-    if (c->e0) c->e1 = be->timing_event();
-    if (c->launches >= 0) c->launches = be->launch_count() - c->launches;
+    if (c->e0) c->e1 = be->rt.timing_event();
+    if (c->launches >= 0) c->launches = be->rt.launch_count() - c->launches;
     if (gdl__prof.n == gdl__prof.cap) {
         size_t cap = gdl__prof.cap ? 2 * gdl__prof.cap : 1024;
         gdl__prof_rec *r = (gdl__prof_rec *)GPUDL_REALLOC(gdl__prof.rec, cap * sizeof *r);
@@ -5355,7 +5346,7 @@ static void gdl__prof_free(void) {
         }
     }
     for (d = 0; d < GDL__MAX_GPUS; d++) {
-        if (gdl__prof.base[d]) gdl__prof.base_be[d]->event_destroy(gdl__prof.base[d]);
+        if (gdl__prof.base[d]) gdl__prof.base_be[d]->rt.event_destroy(gdl__prof.base[d]);
         gdl__prof.base[d] = NULL;
     }
     GPUDL_FREE(gdl__prof.rec);
@@ -5405,8 +5396,8 @@ GPUDL_API int gdl_profile_end(void) {
         double ms = 0, at = 0;
         if (!r->e0) continue;
         be = gdl__prof.base_be[r->dev.index];
-        if (!r->e1 || be->event_elapsed(r->e0, r->e1, &ms) < 0 ||
-            be->event_elapsed(gdl__prof.base[r->dev.index], r->e0, &at) < 0) {
+        if (!r->e1 || be->rt.event_elapsed(r->e0, r->e1, &ms) < 0 ||
+            be->rt.event_elapsed(gdl__prof.base[r->dev.index], r->e0, &at) < 0) {
             rc = -1;
             break;
         }
@@ -5590,10 +5581,10 @@ static void *gdl__arena_alloc(gdl__arena *a, size_t bytes) {
         if (size < ((size_t)1 << 20)) size = (size_t)1 << 20;
         if (size < 2 * last && 2 * last <= ((size_t)1 << 30)) size = 2 * last;
         if (!nc) return NULL;
-        nc->base = a->be ? (char *)a->be->alloc(size) : (char *)GPUDL_MALLOC(size);
+        nc->base = a->be ? (char *)a->be->rt.alloc(size) : (char *)GPUDL_MALLOC(size);
         if (!nc->base && size > need) { /* retry with what is needed */
             size = need;
-            nc->base = a->be ? (char *)a->be->alloc(size) : (char *)GPUDL_MALLOC(size);
+            nc->base = a->be ? (char *)a->be->rt.alloc(size) : (char *)GPUDL_MALLOC(size);
         }
         if (!nc->base) {
             GPUDL_FREE(nc);
@@ -5627,7 +5618,7 @@ static void gdl__arena_release(gdl__arena *a) {
     gdl__chunk *c = a->head;
     while (c) {
         gdl__chunk *n = c->next;
-        if (a->be) a->be->free(c->base);
+        if (a->be) a->be->rt.free(c->base);
         else GPUDL_FREE(c->base);
         GPUDL_FREE(c);
         c = n;
@@ -5708,7 +5699,7 @@ static void gdl__flat_unref(gdl__flat *f) {
     if (!f || --f->refs > 0) return;
     {
         const gdl_backend *be = gdl__be("gdl_free", f->device);
-        if (be) be->free(f->data);
+        if (be) be->rt.free(f->data);
     }
     GPUDL_FREE(f);
 }
@@ -5792,7 +5783,7 @@ static gdl_tensor *gdl__make(const char *op, int ndim, const int64_t *shape, gdl
     if (data) {
         t->data = data;
     } else if (persistent) {
-        t->data = be->alloc(bytes ? bytes : 1);
+        t->data = be->rt.alloc(bytes ? bytes : 1);
         if (!t->data) {
             if (dev.type == GDL_DEVICE_CPU)
                 gdl__set_error("%s: out of memory allocating %.0f bytes for %s %s on %s", op,
@@ -5818,7 +5809,7 @@ GPUDL_API void gdl_free(gdl_tensor *t) {
     if (t->grad) gdl_free(t->grad);
     if (t->flags & GDL__T_OWNS_DATA) {
         const gdl_backend *be = gdl__be("gdl_free", t->device);
-        if (be) be->free(t->data);
+        if (be) be->rt.free(t->data);
     }
     gdl__flat_unref(t->flat);
     GPUDL_FREE(t);
@@ -5858,7 +5849,7 @@ GPUDL_API int gdl_fill_(gdl_tensor *t, double value) {
         return -1;
     }
     if (!(be = gdl__be("gdl_fill_", t->device))) return -1;
-    if (t->dtype == GDL_F32) return be->fill((gdl_real *)t->data, t->numel, (gdl_real)value);
+    if (t->dtype == GDL_F32) return be->k.fill((gdl_real *)t->data, t->numel, (gdl_real)value);
     {
         /* other dtypes: fill one f32 scratch value then cast elementwise on host */
         size_t es = gdl_dtype_size(t->dtype);
@@ -5876,7 +5867,7 @@ GPUDL_API int gdl_fill_(gdl_tensor *t, double value) {
                 return -1;
             }
             for (i = 0; i < t->numel; i++) memcpy(h + (size_t)i * es, one, es);
-            rc = be->copy(t->data, h, (size_t)t->numel * es, 0);
+            rc = be->rt.copy(t->data, h, (size_t)t->numel * es, 0);
             GPUDL_FREE(h);
             return rc;
         }
@@ -5907,7 +5898,7 @@ GPUDL_API gdl_tensor *gdl_from_array(const void *data, int ndim, const int64_t *
     }
     t = gdl__make("gdl_from_array", ndim, shape, dt, dev, 1, NULL);
     if (!t) return NULL;
-    if (gdl__be("gdl_from_array", dev)->copy(t->data, data, (size_t)t->numel * gdl_dtype_size(dt), 0) < 0) {
+    if (gdl__be("gdl_from_array", dev)->rt.copy(t->data, data, (size_t)t->numel * gdl_dtype_size(dt), 0) < 0) {
         gdl_free(t);
         return NULL;
     }
@@ -6084,8 +6075,8 @@ static int gdl__copy_bytes(const char *op, void *dst, gdl_device ddev, const voi
             gdl__set_error("%s: out of memory (host)", op);
             return -1;
         }
-        rc = gdl__be(op, sdev) && gdl__be(op, sdev)->copy(h, src, bytes, 1) == 0 && gdl__be(op, ddev) &&
-                     gdl__be(op, ddev)->copy(dst, h, bytes, 0) == 0
+        rc = gdl__be(op, sdev) && gdl__be(op, sdev)->rt.copy(h, src, bytes, 1) == 0 && gdl__be(op, ddev) &&
+                     gdl__be(op, ddev)->rt.copy(dst, h, bytes, 0) == 0
                  ? 0
                  : -1;
         GPUDL_FREE(h);
@@ -6093,7 +6084,7 @@ static int gdl__copy_bytes(const char *op, void *dst, gdl_device ddev, const voi
     }
     be = gdl__be(op, ddev.type == GDL_DEVICE_CUDA ? ddev : sdev);
     if (!be) return -1;
-    return be->copy(dst, src, bytes, kind);
+    return be->rt.copy(dst, src, bytes, kind);
 }
 
 GPUDL_API int gdl_copy_(gdl_tensor *dst, const gdl_tensor *src) {
@@ -6682,7 +6673,7 @@ GPUDL_API int gdl_memory_stats(gdl_device dev, gdl_memory_status *s) {
         gdl__null_arg("gdl_memory_stats", "s");
         return -1;
     }
-    if (!(be = gdl__be("gdl_memory_stats", dev)) || be->memory_stats(dev.index, s) < 0) return -1;
+    if (!(be = gdl__be("gdl_memory_stats", dev)) || be->rt.memory_stats(dev.index, s) < 0) return -1;
     if (dev.type == GDL_DEVICE_CPU) {
         s->arena_used = gdl__host_arena.used + gdl__hdr_arena[gdl__arena_gen & 1].used;
         s->arena_reserved = gdl__host_arena.reserved + gdl__hdr_arena[0].reserved + gdl__hdr_arena[1].reserved;
@@ -6695,7 +6686,7 @@ GPUDL_API int gdl_memory_stats(gdl_device dev, gdl_memory_status *s) {
 
 GPUDL_API int gdl_memory_reset_peak(gdl_device dev) {
     const gdl_backend *be = gdl__be("gdl_memory_reset_peak", dev);
-    return be ? be->memory_reset_peak(dev.index) : -1;
+    return be ? be->rt.memory_reset_peak(dev.index) : -1;
 }
 
 GPUDL_API const char *gdl_memory_summary(gdl_device dev) {
@@ -6857,7 +6848,7 @@ GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
             return -1;
         }
         if (!(be = gdl__be_lookup(fn, gdl_cuda(index)))) return -1;
-        if (be->pci_bus_id(index, bus, (int)sizeof bus) < 0) {
+        if (be->rt.pci_bus_id(index, bus, (int)sizeof bus) < 0) {
             char why[sizeof gdl__err];
             memcpy(why, gdl__err, sizeof why);
             gdl__set_error("%s: cuda:%d: no PCI bus id to find it by in NVML: %s", fn, index, why);
@@ -8357,17 +8348,21 @@ static int64_t gdl__gemm_span(int rows, int cols, int ld, int64_t s, int batch) 
     if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
     return (int64_t)(rows - 1) * ld + cols + (int64_t)(batch - 1) * (s > 0 ? s : 0);
 }
-static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
                          int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
                          int ldc, int64_t sC, int batch);
-/* f32 copies of the spans (C's gaps between rows too, so they go back as
-   they were), the f32 kernel, C rounded once */
-static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
-                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
-                            int batch) {
+/* The GEMM entry: f32 runs the f32 kernel; bf16 / f16 take f32 copies of
+   the spans (C's gaps between rows too, so they go back as they were), the
+   f32 kernel, C rounded once */
+static int gdl__cpu_gemm(gdl_dtype dt, int ta, int tb, int M, int N, int K, gdl_real alpha, const void *A, int lda,
+                         int64_t sA, const void *B, int ldb, int64_t sB, gdl_real beta, void *C, int ldc, int64_t sC,
+                         int batch) {
     int64_t na, nb, nc;
     gdl_real *f;
     int rc;
+    if (dt == GDL_F32)
+        return gdl__cpu_gemm_f32(ta, tb, M, N, K, alpha, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB,
+                                 beta, (gdl_real *)C, ldc, sC, batch);
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
     na = K > 0 ? gdl__gemm_span(ta ? K : M, ta ? M : K, lda, sA, batch) : 0;
     nb = K > 0 ? gdl__gemm_span(tb ? N : K, tb ? K : N, ldb, sB, batch) : 0;
@@ -8379,13 +8374,13 @@ static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, f
     gdl__cpu_cast(f, GDL_F32, A, dt, na);
     gdl__cpu_cast(f + na, GDL_F32, B, dt, nb);
     gdl__cpu_cast(f + na + nb, GDL_F32, C, dt, nc);
-    rc = gdl__cpu_gemm(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
+    rc = gdl__cpu_gemm_f32(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
     if (rc == 0) gdl__cpu_cast(C, dt, f + na + nb, GDL_F32, nc);
     GPUDL_FREE(f);
     return rc;
 }
 
-static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
                          int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
                          int ldc, int64_t sC, int batch) {
     int b;
@@ -9253,7 +9248,7 @@ static void gdl__odometer_step(int ndim, const int64_t *shape, int64_t *idx, int
     }
 }
 
-static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr,
+static int gdl__cpu_binary_f32(int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr,
                            const gdl_real *b, const int64_t *bstr, gdl_real *out) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, oa = 0, ob = 0, idx[GDL_MAX_DIMS] = {0};
     int d;
@@ -9266,7 +9261,7 @@ static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, const gdl_rea
     return 0;
 }
 
-static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst,
+static int gdl__cpu_sum_to_f32(int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst,
                            const int64_t *dstr, gdl_real alpha) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, i, o = 0, unused = 0, idx[GDL_MAX_DIMS] = {0};
     int64_t ds = ndim ? dstr[ndim - 1] : 0, zero[GDL_MAX_DIMS] = {0};
@@ -9568,7 +9563,7 @@ static void gdl__unary_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     }
     for (i = lo; i < hi; i++) a.out[i] += (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], a.y[i], a.alpha));
 }
-static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
+static int gdl__cpu_unary_f32(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
     int64_t i;
     switch (op) {
     case GDL_UN_SCALE:
@@ -9586,7 +9581,7 @@ static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl
     }
     return 0;
 }
-static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
+static int gdl__cpu_unary_backward_f32(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
                                    gdl_real *gx, gdl_real alpha, int accumulate) {
     int64_t i;
     /* the ReLU and GELU store an unset gradient in their pass; the rest add to zeros, as before */
@@ -9876,7 +9871,7 @@ static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, 
     gdl__gemm_run(&g);
     return 0;
 #else
-    if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
+    if (gdl__cpu_gemm_f32(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
     return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
 #endif
 }
@@ -10171,7 +10166,7 @@ static void gdl__im2col_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
+static int gdl__cpu_im2col_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = x; a.out = col;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__im2col_part, &a);
@@ -10203,7 +10198,7 @@ static void gdl__col2im_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
+static int gdl__cpu_col2im_f32(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = col; a.out = x;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &a);
@@ -10950,7 +10945,7 @@ static void gdl__maxpool_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
+static int gdl__cpu_maxpool_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = x; a.out = y; a.idx = idx;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__maxpool_part, &a);
@@ -10973,7 +10968,7 @@ static void gdl__maxpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
         for (o = 0; o < OHW; o++) gxp[ip[o]] += gyp[o];
     }
 }
-static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx,
+static int gdl__cpu_maxpool_backward_f32(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx,
                                      int beta) {
     gdl__args a = gdl__args_none();
     a.g = g; a.gy = gy; a.argmax = idx; a.out = gx; a.accumulate = beta;
@@ -11002,7 +10997,7 @@ static void gdl__avgpool_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
+static int gdl__cpu_avgpool_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = x; a.out = y;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_part, &a);
@@ -11029,14 +11024,14 @@ static void gdl__avgpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_avgpool_backward(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
+static int gdl__cpu_avgpool_backward_f32(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
     gdl__args a = gdl__args_none();
     a.g = g; a.gy = gy; a.out = gx;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_backward_part, &a);
     return 0;
 }
 
-static int gdl__cpu_copy2d(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst,
+static int gdl__cpu_copy2d_f32(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst,
                            int64_t dld, int accumulate) {
     int64_t r, c;
     for (r = 0; r < rows; r++) {
@@ -11137,21 +11132,22 @@ static void gdl__dropout_part(gdl__args a, int64_t lo, int64_t hi) {
         else if (keep) a.out[i] += a.gy[i] * scale;
     }
 }
-static int gdl__cpu_dropout(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
+static int gdl__cpu_dropout_f32(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
     gdl__args a = gdl__args_none();
     a.p = p; a.seed = seed; a.x = x; a.out = y;
     gdl__parallel_loop(n, n, gdl__dropout_part, &a);
     return 0;
 }
-static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
+static int gdl__cpu_dropout_backward_f32(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
     gdl__args a = gdl__args_none();
     a.p = p; a.seed = seed; a.gy = gy; a.out = gx; a.accumulate = 1;
     gdl__parallel_loop(n, n, gdl__dropout_part, &a);
     return 0;
 }
 
-/* ---- native bf16/f16 elementwise kernels ----
-   Chunks of GDL__LP_CHUNK elements are loaded to f32 on the stack, computed
+/* ---- the elementwise entries that take a dtype: native bf16/f16 kernels ----
+   f32 operands run the f32 kernels (src/cpu/elementwise.h). For bf16/f16,
+   chunks of GDL__LP_CHUNK elements are loaded to f32 on the stack, computed
    with the f32 kernels' formulas (the same expressions, so a result equals
    the f32 kernel's on the same values, then rounded once) and stored. */
 #define GDL__LP_CHUNK 256
@@ -11234,8 +11230,9 @@ static void gdl__unary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
-static int gdl__cpu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+static int gdl__cpu_unary(gdl_dtype dt, int op, int64_t n, const void *x, void *y, gdl_real alpha) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_unary_f32(op, n, (const gdl_real *)x, (gdl_real *)y, alpha);
     a.dt = dt; a.op = op; a.lx = x; a.lout = y; a.alpha = (gdl_real)alpha;
     gdl__parallel_loop(n, op == GDL_UN_RELU || op == GDL_UN_SCALE || op == GDL_UN_ADD_SCALAR ? n : 8 * n,
                        gdl__unary_lp_part, &a);
@@ -11271,9 +11268,13 @@ static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl__lp_put(a.dt, a.lout, c, m, gb);
     }
 }
-static int gdl__cpu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
-                                      void *gx, float alpha) {
+static int gdl__cpu_unary_backward(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
+                                   void *gx, gdl_real alpha, int accumulate) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32)
+        return gdl__cpu_unary_backward_f32(op, n, (const gdl_real *)x, (const gdl_real *)y, (const gdl_real *)gy,
+                                           (gdl_real *)gx, alpha, accumulate);
+    if (!accumulate && n > 0) memset(gx, 0, (size_t)n * gdl_dtype_size(dt)); /* then += onto zeros */
     a.dt = dt; a.op = op; a.lx = x; a.ly = y; a.lgy = gy; a.lout = gx; a.alpha = (gdl_real)alpha;
     gdl__parallel_loop(n, 8 * n, gdl__unary_backward_lp_part, &a);
     return 0;
@@ -11317,12 +11318,15 @@ static void gdl__binary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         }
     }
 }
-static int gdl__cpu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
-                              gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
+                           gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1;
     int d;
     gdl__binary_lp_job j;
     gdl__args args = gdl__args_none();
+    if (at == GDL_F32 && bt == GDL_F32 && ot == GDL_F32)
+        return gdl__cpu_binary_f32(op, ndim, shape, (const gdl_real *)a, astr, (const gdl_real *)b, bstr,
+                                   (gdl_real *)out);
     for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
     if (inner == 0 || rows == 0) return 0;
     j.op = op; j.ndim = ndim; j.shape = shape; j.astr = astr; j.bstr = bstr;
@@ -11332,14 +11336,17 @@ static int gdl__cpu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype 
     return 0;
 }
 
-/* gdl__cpu_sum_to into a zeroed f32 buffer over dst's elements, then added
-   to dst and rounded: the f32 path's gradient of an f32 copy, then its cast */
-static int gdl__cpu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
-                              const int64_t *dstr, float alpha_) {
+/* all f32: gdl__cpu_sum_to_f32 into dst; else into a zeroed f32 buffer over
+   dst's elements, then added to dst and rounded: the f32 path's gradient of
+   an f32 copy, then its cast */
+static int gdl__cpu_sum_to(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
+                           const int64_t *dstr, gdl_real alpha_) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, i, c, m, o = 0, unused = 0, span = 1, idx[GDL_MAX_DIMS] = {0};
     int64_t ds = ndim ? dstr[ndim - 1] : 0, zero[GDL_MAX_DIMS] = {0};
     gdl_real *acc, buf[GDL__LP_CHUNK], db[GDL__LP_CHUNK], alpha = (gdl_real)alpha_;
     int d;
+    if (st == GDL_F32 && dt == GDL_F32)
+        return gdl__cpu_sum_to_f32(ndim, shape, (const gdl_real *)src, (gdl_real *)dst, dstr, alpha_);
     for (d = 0; d < ndim; d++) {
         if (shape[d] == 0) return 0;
         span += (shape[d] - 1) * dstr[d];
@@ -11387,24 +11394,28 @@ static void gdl__dropout_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
-static int gdl__cpu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+static int gdl__cpu_dropout(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_dropout_f32(n, p, seed, (const gdl_real *)x, (gdl_real *)y);
     a.dt = dt; a.lx = x; a.lout = y; a.p = p; a.seed = seed;
     gdl__parallel_loop(n, n, gdl__dropout_lp_part, &a);
     return 0;
 }
-static int gdl__cpu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+static int gdl__cpu_dropout_backward(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_dropout_backward_f32(n, p, seed, (const gdl_real *)gy, (gdl_real *)gx);
     a.dt = dt; a.lx = gy; a.lgy = gy; a.lout = gx; a.p = p; a.seed = seed;
     gdl__parallel_loop(n, n, gdl__dropout_lp_part, &a);
     return 0;
 }
 
-static int gdl__cpu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
-                              int64_t dld, int accumulate) {
+static int gdl__cpu_copy2d(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                           int64_t dld, int accumulate) {
     size_t es = gdl_dtype_size(dt);
     gdl_real sb[GDL__LP_CHUNK], db[GDL__LP_CHUNK];
     int64_t r, c, i, m;
+    if (dt == GDL_F32)
+        return gdl__cpu_copy2d_f32(rows, cols, (const gdl_real *)src, sld, (gdl_real *)dst, dld, accumulate);
     for (r = 0; r < rows; r++) {
         if (!accumulate) {
             memmove((char *)dst + (size_t)(r * dld) * es, (const char *)src + (size_t)(r * sld) * es, es * (size_t)cols);
@@ -11683,7 +11694,7 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
         for (n = 0; n < N; n++) gdl__bn_affine_rows(x + n * C * S, b.y + (n * C + c) * S, S, mu, is, gm, bt, b.relu);
     }
 }
-static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
+static int gdl__cpu_batchnorm_f32(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
                               gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps,
                               int relu) {
@@ -11850,7 +11861,7 @@ static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
                               gm * is / (double)M, sg, sgx, mu, is, gm, b.accumulate);
     }
 }
-static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
+static int gdl__cpu_batchnorm_backward_f32(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *y, const gdl_real *gamma, const gdl_real *mean,
                                        const gdl_real *invstd, int training, gdl_real *gx, gdl_real *ggamma,
                                        gdl_real *gbeta, int accumulate) {
@@ -12026,13 +12037,14 @@ static int gdl__cpu_layernorm_backward(int64_t rows, int64_t D, const gdl_real *
     if (ggamma || gbeta) gdl__parallel_units((D + GDL__LNB_COLS - 1) / GDL__LNB_COLS, 2 * rows * D, gdl__lnb_cols_part, &a);
     return 0;
 }
-/* src/cpu/lowp_layers.h — the bf16/f16 entries of the CPU's convolution
-   columns, pooling and batch norm: widened to f32, the f32 kernel, rounded once. */
+/* src/cpu/lowp_layers.h — the CPU's entries of convolution columns, pooling
+   and batch norm, which take a dtype: f32 runs the f32 kernel; bf16/f16 are
+   widened to f32, run through the f32 kernel and rounded once. */
 
 /* The low-precision entries on the CPU, which has no bf16/f16 arithmetic:
    the operands widened to f32 in malloc'd memory (not the arena, so only
    the low-precision tensors stay for backward), the f32 kernel, the output
-   rounded once -- as gdl__cpu_gemm_lp. An accumulated output (x, gx) is
+   rounded once -- as gdl__cpu_gemm. An accumulated output (x, gx) is
    widened too, so its old value and the new sum round once together. */
 static gdl_real *gdl__cpu_lp_wide(gdl_dtype dt, int nbuf, const void *const *src, const int64_t *n, gdl_real **out) {
     int64_t total = 1;
@@ -12086,22 +12098,24 @@ static void gdl__im2col16_part(gdl__args a, int64_t lo, int64_t hi) {
                 }
     }
 }
-static int gdl__cpu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+static int gdl__cpu_im2col(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_im2col_f32(g, (const gdl_real *)x, (gdl_real *)col);
     if (gdl__cpu_lp_check("im2col", dt) < 0) return -1;
     a.g = g; a.lx = x; a.lout = col;
     gdl__parallel_loop((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &a);
     return 0;
 }
-static int gdl__cpu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+static int gdl__cpu_col2im(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
     const void *src[2];
     int64_t n[2];
     gdl_real *b[2], *f;
+    if (dt == GDL_F32) return gdl__cpu_col2im_f32(g, (const gdl_real *)col, (gdl_real *)x);
     if (gdl__cpu_lp_check("col2im", dt) < 0) return -1;
     src[0] = col; n[0] = GDL__GEOM_COL(g); src[1] = x; n[1] = GDL__GEOM_IN(g);
     if (n[0] <= 0 || n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    gdl__cpu_col2im(g, b[0], b[1]);
+    gdl__cpu_col2im_f32(g, b[0], b[1]);
     gdl__cpu_cast(x, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;
@@ -12115,8 +12129,8 @@ static int gdl__cpu_pool_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const
     src[0] = x; n[0] = GDL__GEOM_IN(g); src[1] = NULL; n[1] = GDL__GEOM_OUT(g);
     if (n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    if (avg) gdl__cpu_avgpool(g, b[0], b[1]);
-    else gdl__cpu_maxpool(g, b[0], b[1], idx);
+    if (avg) gdl__cpu_avgpool_f32(g, b[0], b[1]);
+    else gdl__cpu_maxpool_f32(g, b[0], b[1], idx);
     gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;
@@ -12130,54 +12144,68 @@ static int gdl__cpu_pool_backward_lp(gdl_dtype dt, int avg, const gdl_conv_geom 
     src[0] = gy; n[0] = GDL__GEOM_OUT(g); src[1] = gx; n[1] = GDL__GEOM_IN(g);
     if (n[0] <= 0 || n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    if (avg) gdl__cpu_avgpool_backward(g, b[0], b[1]);
-    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1], 1);
+    if (avg) gdl__cpu_avgpool_backward_f32(g, b[0], b[1]);
+    else gdl__cpu_maxpool_backward_f32(g, b[0], idx, b[1], 1);
     gdl__cpu_cast(gx, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;
 }
-static int gdl__cpu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+/* the pooling entries: f32 runs the f32 kernels, bf16 / f16 the above */
+static int gdl__cpu_maxpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    if (dt == GDL_F32) return gdl__cpu_maxpool_f32(g, (const gdl_real *)x, (gdl_real *)y, idx);
     return gdl__cpu_pool_lp(dt, 0, g, x, y, idx);
 }
-static int gdl__cpu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
+static int gdl__cpu_maxpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx,
+                                     int beta) {
+    if (dt == GDL_F32) return gdl__cpu_maxpool_backward_f32(g, (const gdl_real *)gy, idx, (gdl_real *)gx, beta);
+    if (!beta && GDL__GEOM_IN(g) > 0) memset(gx, 0, (size_t)GDL__GEOM_IN(g) * gdl_dtype_size(dt)); /* then += */
     return gdl__cpu_pool_backward_lp(dt, 0, g, gy, idx, gx);
 }
-static int gdl__cpu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+static int gdl__cpu_avgpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+    if (dt == GDL_F32) return gdl__cpu_avgpool_f32(g, (const gdl_real *)x, (gdl_real *)y);
     return gdl__cpu_pool_lp(dt, 1, g, x, y, NULL);
 }
-static int gdl__cpu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+static int gdl__cpu_avgpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+    if (dt == GDL_F32) return gdl__cpu_avgpool_backward_f32(g, (const gdl_real *)gy, (gdl_real *)gx);
     return gdl__cpu_pool_backward_lp(dt, 1, g, gy, NULL, gx);
 }
-static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
-                                 const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
-                                 gdl_real *run_var, int training, double momentum, double eps, int relu) {
+static int gdl__cpu_batchnorm(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
+                              const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
+                              gdl_real *run_var, int training, double momentum, double eps, int relu) {
     const void *src[2];
     int64_t n[2];
     gdl_real *b[2], *f;
     int rc;
+    if (dt == GDL_F32)
+        return gdl__cpu_batchnorm_f32(N, C, S, (const gdl_real *)x, gamma, beta, (gdl_real *)y, mean, invstd, run_mean,
+                                      run_var, training, momentum, eps, relu);
     if (gdl__cpu_lp_check("batchnorm", dt) < 0) return -1;
     src[0] = x; n[0] = N * C * S; src[1] = NULL; n[1] = N * C * S;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
     /* relu on the f32 value, then rounded: the same as rounded, then relu (rounding keeps the sign) */
-    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
+    rc = gdl__cpu_batchnorm_f32(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
                             relu);
     if (rc == 0) gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return rc;
 }
-static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
-                                          const void *y, const gdl_real *gamma, const gdl_real *mean,
-                                          const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
-                                          gdl_real *gbeta) {
+static int gdl__cpu_batchnorm_backward(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
+                                       const void *y, const gdl_real *gamma, const gdl_real *mean,
+                                       const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
+                                       gdl_real *gbeta, int accumulate) {
     const void *src[4];
     int64_t n[4];
     gdl_real *b[4], *f;
     int rc;
+    if (dt == GDL_F32)
+        return gdl__cpu_batchnorm_backward_f32(N, C, S, (const gdl_real *)x, (const gdl_real *)gy, (const gdl_real *)y,
+                                               gamma, mean, invstd, training, (gdl_real *)gx, ggamma, gbeta, accumulate);
+    if (!accumulate && gx && N * C * S > 0) memset(gx, 0, (size_t)(N * C * S) * gdl_dtype_size(dt)); /* then += */
     if (gdl__cpu_lp_check("batchnorm_backward", dt) < 0) return -1;
     src[0] = x; src[1] = gy; src[2] = gx; src[3] = y;
     n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0; n[3] = y ? N * C * S : 0;
     if (!(f = gdl__cpu_lp_wide(dt, 4, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
+    rc = gdl__cpu_batchnorm_backward_f32(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
                                      gx ? b[2] : NULL, ggamma, gbeta, 1);
     if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
     GPUDL_FREE(f);
@@ -13358,10 +13386,11 @@ static int gdl__cpu_comm_sync(int barrier, double timeout_s) {
 }
 static void gdl__cpu_comm_destroy(void) {}
 
-/* The table is the list's entries in the list's order (the struct is made
-   from the same list): a constant, ready before any thread asks for it. */
+/* The table is the lists' entries in the lists' order (the structs are made
+   from the same lists): a constant, ready before any thread asks for it. */
 #define GDL__BACKEND_INIT_CPU(ret, entry, params) gdl__cpu_##entry,
-static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CPU)};
+static const gdl_backend gdl__cpu_table = {"cpu", {GDL_RUNTIME_ENTRIES(GDL__BACKEND_INIT_CPU)},
+                                           {GDL_KERNEL_ENTRIES(GDL__BACKEND_INIT_CPU)}};
 #undef GDL__BACKEND_INIT_CPU
 static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }
 
@@ -13435,7 +13464,7 @@ static int gdl__grad_zero(gdl_tensor *t, const gdl_backend *be) {
     gdl_tensor *g = t && t->requires_grad ? t->grad : NULL;
     if (!g || !(g->flags & GDL__T_UNSET)) return 0;
     g->flags &= ~(unsigned)GDL__T_UNSET;
-    return be->memset0(g->data, (size_t)g->numel * gdl_dtype_size(g->dtype));
+    return be->rt.memset0(g->data, (size_t)g->numel * gdl_dtype_size(g->dtype));
 }
 
 GPUDL_API const char *gdl_op_name(int op) {
@@ -13548,9 +13577,9 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
         if (!be) return NULL;
         if (out->dtype != GDL_F32 && /* a native low-precision op's output: checked in f32 */
             (!(f = (gdl_real *)gdl__scratch(op, out->device, sizeof(gdl_real) * (size_t)(out->numel + 1))) ||
-             be->cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0))
+             be->k.cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0))
             return NULL;
-        if (be->count_nonfinite(out->numel, f, &bad) < 0) return NULL;
+        if (be->k.count_nonfinite(out->numel, f, &bad) < 0) return NULL;
         if (bad) {
             gdl__set_error("%s: produced %lld NaN/Inf values in its output %s (anomaly mode)", op, (long long)bad,
                            gdl_shape_str(out));
@@ -13563,7 +13592,7 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
 /* ---- run-time dtypes ----
    The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs
    without a native path (matmul, linear, conv2d, the poolings and
-   batch_norm have one: their *_lp backend entries) runs through
+   batch_norm have one: their backend entries take the dtype) runs through
    gdl__lowp_in / gdl__lowp_out, the one place that knows about low
    precision: each low-precision input becomes an f32 temporary (a
    differentiable cast), the f32 op runs unchanged, and its result is rounded
@@ -13587,9 +13616,9 @@ static int gdl__acc_any(const char *op, const gdl_backend *be, gdl_device dev, v
     (void)op;
     (void)dev;
     if (n <= 0) return 0;
-    if (sdt == GDL_F32 && ddt == GDL_F32) return be->copy2d(1, n, (const gdl_real *)src, 0, (gdl_real *)dst, 0, 1);
+    if (sdt == GDL_F32 && ddt == GDL_F32) return be->k.copy2d(GDL_F32, 1, n, (const gdl_real *)src, 0, (gdl_real *)dst, 0, 1);
     /* in place, no f32 copies: the sum is formed in f32 and rounded once */
-    return be->binary_lp(GDL_BIN_ADD, 1, &n, ddt, dst, &one, sdt, src, &one, ddt, dst);
+    return be->k.binary(GDL_BIN_ADD, 1, &n, ddt, dst, &one, sdt, src, &one, ddt, dst);
 }
 
 /* a new temporary x converted to dt; recorded (GDL_OP_CAST) when x needs a
@@ -13599,7 +13628,7 @@ static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt) {
     const gdl_backend *be;
     int err;
     if (!(be = gdl__be(op, x->device)) || !(r = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
-    if (x->numel && be->cast(r->data, dt, x->data, x->dtype, x->numel) < 0) return NULL;
+    if (x->numel && be->k.cast(r->data, dt, x->data, x->dtype, x->numel) < 0) return NULL;
     r->name = x->name;
     if ((gdl__is_float(x->dtype) && gdl__is_float(dt)) || gdl__tracing) {
         gdl__record(op, GDL_OP_CAST, r, 1, &x, &err);
@@ -13725,7 +13754,7 @@ static int gdl__xwb_native(const gdl_tensor *x, const gdl_tensor *w, const gdl_t
 }
 
 /* an elementwise op (opid) whose float inputs all have the low dtype dt runs
-   natively in dt (the backend's *_lp kernels) unless autocast wants its
+   natively in dt (the backend's kernels, given dt) unless autocast wants its
    inputs cast: class F32 (exp, log, pow_scalar) in a region, or class LOW in
    a region of the other low dtype */
 static int gdl__lp_native(int opid, gdl_dtype dt) {
@@ -13925,7 +13954,7 @@ static int gdl__bw_view(gdl_node *n, const gdl_backend *be) {
     if (gx && x->dtype != GDL_F32)
         return gdl__acc_any("gdl_backward", be, x->device, (char *)x->grad->data + (size_t)n->i[0] * gdl_dtype_size(x->dtype),
                             x->dtype, n->out->grad->data, n->out->grad->dtype, n->out->numel);
-    return gx ? be->copy2d(1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
+    return gx ? be->k.copy2d(GDL_F32, 1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
 }
 
 /* a copy on another device; differentiable (its backward: gdl__bw_to, below) */
@@ -13970,7 +13999,7 @@ static int gdl__bw_to(gdl_node *n, const gdl_backend *be) {
     if (!(bx = gdl__be("gdl_backward", x->device))) return -1;
     if (x->grad->dtype != GDL_F32)
         return gdl__acc_any("gdl_backward", bx, x->device, gx, x->grad->dtype, g, x->grad->dtype, x->numel);
-    return bx->copy2d(1, x->numel, g, 0, gx, 0, 1);
+    return bx->k.copy2d(GDL_F32, 1, x->numel, g, 0, gx, 0, 1);
 }
 
 GPUDL_API gdl_tensor *gdl_reshape(gdl_tensor *x, int ndim, const int64_t *shape) {
@@ -14118,9 +14147,7 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
         return NULL;
     if (!(be = gdl__be(opname, a->device))) return NULL;
     if (!(out = gdl__tmp(opname, nd, shape, dt, a->device))) return NULL;
-    if (out->numel &&
-        (dt == GDL_F32 ? be->binary(gdl__op(op)->kernel, nd, shape, GDL__R(a), astr, GDL__R(b), bstr, GDL__R(out))
-                       : be->binary_lp(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data)) < 0)
+    if (out->numel && be->k.binary(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data) < 0)
         return NULL;
     in[0] = a;
     in[1] = b;
@@ -14148,7 +14175,7 @@ static int gdl__bw_binary_lp(gdl_node *n, const gdl_backend *be, int nd, const i
     }
     if (a == b && ga) {
         if (!(both = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(a->numel + 1))) ||
-            be->fill(both, a->numel, 0) < 0)
+            be->k.fill(both, a->numel, 0) < 0)
             return -1;
         ga = gb = both;
         gat = gbt = GDL_F32;
@@ -14156,30 +14183,30 @@ static int gdl__bw_binary_lp(gdl_node *n, const gdl_backend *be, int nd, const i
     switch (op) {
     case GDL_OP_ADD:
     case GDL_OP_SUB:
-        if (ga) rc = rc || be->sum_to_lp(nd, shape, dt, g, gat, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->sum_to_lp(nd, shape, dt, g, gbt, gb, bstr, op == GDL_OP_SUB ? -1.0f : 1.0f) < 0;
+        if (ga) rc = rc || be->k.sum_to(nd, shape, dt, g, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.sum_to(nd, shape, dt, g, gbt, gb, bstr, op == GDL_OP_SUB ? -1.0f : 1.0f) < 0;
         break;
     case GDL_OP_MUL:
-        if (ga) rc = rc || be->binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, a->data, astr, GDL_F32, tmp) < 0 ||
-                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gbt, gb, bstr, 1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, a->data, astr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gbt, gb, bstr, 1) < 0;
         break;
     default: /* DIV: d(a/b)/db = -(a/b)/b, with a/b formed again in f32 (the rounded output would lose
                 cancelling sums over broadcast dims; PyTorch recomputes it too) */
-        if (ga) rc = rc || be->binary_lp(GDL_BIN_DIV, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->binary_lp(GDL_BIN_DIV, nd, shape, dt, a->data, astr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
-                     be->binary_lp(GDL_BIN_DIV, nd, shape, GDL_F32, tmp, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gbt, gb, bstr, -1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_DIV, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_DIV, nd, shape, dt, a->data, astr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.binary(GDL_BIN_MUL, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                     be->k.binary(GDL_BIN_DIV, nd, shape, GDL_F32, tmp, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gbt, gb, bstr, -1) < 0;
         break;
     }
     if (!rc && both) rc = gdl__acc_any("gdl_backward", be, dev, a->grad->data, dt, both, GDL_F32, a->numel) < 0;
     return rc ? -1 : 0;
 }
 
-/* the backward of minimum, maximum and pow, in f32 or natively in a low dtype dt (binary_lp / sum_to_lp:
+/* the backward of minimum, maximum and pow, in f32 or natively in a low dtype dt (binary / sum_to:
    the derivative and its product with the gradient formed in f32, each gradient rounded once): for each
    input, d = the op's derivative code on (a, b) (min/max: on (b, a) for b), t = g * d (min/max mask
    exactly: GRAD_SCALE), summed over the broadcast dims into the gradient. A tensor passed twice gets
@@ -14202,7 +14229,7 @@ static int gdl__bw_binary_deriv(gdl_node *n, const gdl_backend *be, int nd, cons
     if (!(tmp = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(n->out->numel + 1)))) return -1;
     if (a == b && gp[0] && dt != GDL_F32) {
         if (!(both = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(a->numel + 1))) ||
-            be->fill(both, a->numel, 0) < 0)
+            be->k.fill(both, a->numel, 0) < 0)
             return -1;
         gp[0] = gp[1] = both;
         gt[0] = gt[1] = GDL_F32;
@@ -14214,13 +14241,13 @@ static int gdl__bw_binary_deriv(gdl_node *n, const gdl_backend *be, int nd, cons
         const int64_t *xs = swap ? bstr : astr, *ys = swap ? astr : bstr;
         if (!gp[k]) continue;
         if (dt == GDL_F32) {
-            if (be->binary(code[k], nd, shape, (const gdl_real *)x, xs, (const gdl_real *)y, ys, tmp) < 0 ||
-                be->binary(scale, nd, shape, (const gdl_real *)g, gstr, tmp, gstr, tmp) < 0 ||
-                be->sum_to(nd, shape, tmp, (gdl_real *)gp[k], k ? bstr : astr, 1) < 0)
+            if (be->k.binary(code[k], nd, shape, GDL_F32, (const gdl_real *)x, xs, GDL_F32, (const gdl_real *)y, ys, GDL_F32, tmp) < 0 ||
+                be->k.binary(scale, nd, shape, GDL_F32, (const gdl_real *)g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, (gdl_real *)gp[k], k ? bstr : astr, 1) < 0)
                 return -1;
-        } else if (be->binary_lp(code[k], nd, shape, dt, x, xs, dt, y, ys, GDL_F32, tmp) < 0 ||
-                   be->binary_lp(scale, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
-                   be->sum_to_lp(nd, shape, GDL_F32, tmp, gt[k], gp[k], k ? bstr : astr, 1) < 0) {
+        } else if (be->k.binary(code[k], nd, shape, dt, x, xs, dt, y, ys, GDL_F32, tmp) < 0 ||
+                   be->k.binary(scale, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                   be->k.sum_to(nd, shape, GDL_F32, tmp, gt[k], gp[k], k ? bstr : astr, 1) < 0) {
             return -1;
         }
     }
@@ -14246,25 +14273,25 @@ static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     case GDL_OP_ADD:
     case GDL_OP_SUB: /* an unset gradient of a's shape (not broadcast): a copy */
         if (ga && a != b && a->numel == n->out->numel && !gdl__grad_beta(a))
-            rc = be->copy2d(1, a->numel, g, 0, ga, 0, 0) < 0;
-        else if (ga) rc = rc || gdl__grad_zero(a, be) < 0 || be->sum_to(nd, shape, g, ga, astr, 1) < 0;
+            rc = be->k.copy2d(GDL_F32, 1, a->numel, g, 0, ga, 0, 0) < 0;
+        else if (ga) rc = rc || gdl__grad_zero(a, be) < 0 || be->k.sum_to(nd, shape, GDL_F32, g, GDL_F32, ga, astr, 1) < 0;
         if (gb && op == GDL_OP_ADD && a != b && b->numel == n->out->numel && !gdl__grad_beta(b))
-            rc = rc || be->copy2d(1, b->numel, g, 0, gb, 0, 0) < 0;
+            rc = rc || be->k.copy2d(GDL_F32, 1, b->numel, g, 0, gb, 0, 0) < 0;
         else if (gb)
-            rc = rc || gdl__grad_zero(b, be) < 0 || be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
+            rc = rc || gdl__grad_zero(b, be) < 0 || be->k.sum_to(nd, shape, GDL_F32, g, GDL_F32, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
         break;
     case GDL_OP_MUL:
-        if (ga) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
-                     be->sum_to(nd, shape, tmp, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(a), astr, tmp) < 0 ||
-                     be->sum_to(nd, shape, tmp, gb, bstr, 1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(b), bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(a), astr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, gb, bstr, 1) < 0;
         break;
     default: /* DIV: d(a/b)/db = -out/b */
-        if (ga) rc = rc || be->binary(GDL_BIN_DIV, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
-                     be->sum_to(nd, shape, tmp, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(n->out), gstr, tmp) < 0 ||
-                     be->binary(GDL_BIN_DIV, nd, shape, tmp, gstr, GDL__R(b), bstr, tmp) < 0 ||
-                     be->sum_to(nd, shape, tmp, gb, bstr, -1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_DIV, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(b), bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(n->out), gstr, GDL_F32, tmp) < 0 ||
+                     be->k.binary(GDL_BIN_DIV, nd, shape, GDL_F32, tmp, gstr, GDL_F32, GDL__R(b), bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, gb, bstr, -1) < 0;
         break;
     }
     return rc ? -1 : 0;
@@ -14297,7 +14324,7 @@ static gdl_tensor *gdl__compare(const char *opname, gdl_tensor *a, gdl_tensor *b
         !(out = gdl__tmp(opname, nd, shape, GDL_U8, a->device)))
         return NULL;
     if (out->numel &&
-        be->compare(op, nd, shape, a->dtype, a->data, str[0], b->dtype, b->data, str[1], (uint8_t *)out->data) < 0)
+        be->k.compare(op, nd, shape, a->dtype, a->data, str[0], b->dtype, b->data, str[1], (uint8_t *)out->data) < 0)
         return NULL;
     if (gdl__tracing) { /* gdl_export_onnx's trace only: no gradient flows through a comparison */
         gdl_tensor *in[2];
@@ -14323,9 +14350,9 @@ GPUDL_API gdl_tensor *gdl_ge(gdl_tensor *a, gdl_tensor *b) { return gdl__compare
 static gdl_tensor *gdl__scalar_tmp(const char *op, const gdl_backend *be, gdl_device dev, gdl_dtype dt, double v) {
     static const int64_t one = 1;
     gdl_tensor *f = gdl__tmp(op, 0, &one, GDL_F32, dev), *r;
-    if (!f || be->fill(GDL__R(f), 1, (gdl_real)v) < 0) return NULL;
+    if (!f || be->k.fill(GDL__R(f), 1, (gdl_real)v) < 0) return NULL;
     if (dt == GDL_F32) return f;
-    if (!(r = gdl__tmp(op, 0, &one, dt, dev)) || be->cast(r->data, dt, f->data, GDL_F32, 1) < 0) return NULL;
+    if (!(r = gdl__tmp(op, 0, &one, dt, dev)) || be->k.cast(r->data, dt, f->data, GDL_F32, 1) < 0) return NULL;
     return r;
 }
 
@@ -14355,8 +14382,8 @@ static gdl_tensor *gdl__unary(const char *opname, int op, gdl_tensor *x, double 
     }
     if (gdl__check_in(opname, "x", x, dt == GDL_F32) < 0 || !(be = gdl__be(opname, x->device))) return NULL;
     if (!(out = gdl__tmp(opname, x->ndim, x->shape, dt, x->device))) return NULL;
-    if ((dt == GDL_F32 ? be->unary(gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha)
-                       : be->unary_lp(dt, gdl__op(op)->kernel, x->numel, x->data, out->data, (float)alpha)) < 0)
+    if ((dt == GDL_F32 ? be->k.unary(GDL_F32, gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha)
+                       : be->k.unary(dt, gdl__op(op)->kernel, x->numel, x->data, out->data, (float)alpha)) < 0)
         return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
     if (err) return NULL;
@@ -14368,9 +14395,9 @@ static int gdl__bw_unary(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     if (!gx) return 0;
     if (n->out->dtype != GDL_F32) /* native: the saved output is the rounded one, as PyTorch's */
-        return be->unary_backward_lp(n->out->dtype, gdl__op(n->op)->kernel, n->out->numel, n->in[0]->data, n->out->data,
-                                     n->out->grad->data, gx, (float)n->f[0]);
-    return be->unary_backward(gdl__op(n->op)->kernel, n->out->numel, GDL__R(n->in[0]), GDL__R(n->out),
+        return be->k.unary_backward(n->out->dtype, gdl__op(n->op)->kernel, n->out->numel, n->in[0]->data, n->out->data,
+                                     n->out->grad->data, gx, (float)n->f[0], 1);
+    return be->k.unary_backward(GDL_F32, gdl__op(n->op)->kernel, n->out->numel, GDL__R(n->in[0]), GDL__R(n->out),
                               GDL__R(n->out->grad), gx, (gdl_real)n->f[0], gdl__grad_beta(n->in[0]));
 }
 
@@ -14418,32 +14445,29 @@ GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
     const gdl_backend *be;
     if (gdl__check_in("gdl_mul_scalar_", "t", t, 0) < 0 || !(be = gdl__be("gdl_mul_scalar_", t->device))) return -1;
     if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) /* in f32, rounded once, in place */
-        return be->unary_lp(t->dtype, GDL_UN_SCALE, t->numel, t->data, t->data, (float)s);
+        return be->k.unary(t->dtype, GDL_UN_SCALE, t->numel, t->data, t->data, (float)s);
     if (gdl__check_in("gdl_mul_scalar_", "t", t, 1) < 0) return -1;
-    return be->unary(GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
+    return be->k.unary(GDL_F32, GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
 }
 /* src/ops/matmul.h — matmul, linear and their fused bias + activation. */
 
 /* ---- matmul and linear ----
    Both run natively in f16 and bf16 (inputs of one low dtype): the
-   backend's gemm_lp sums in f32 and rounds C once, forward and backward. */
+   backend's gemm in a low dtype sums in f32 and rounds C once, forward and backward. */
 
 #define GDL__AT(p, dt, off) ((void *)((char *)(p) + (size_t)(off) * gdl_dtype_size(dt)))
 
-/* C = op(A)op(B) + beta*C in dtype dt: the f32 kernels or the low-precision GEMM */
+/* C = op(A)op(B) + beta*C in dtype dt (beta 0 or 1) */
 static int gdl__gemm_dt(const gdl_backend *be, gdl_dtype dt, int ta, int tb, int M, int N, int K, const void *A, int lda,
                         int64_t sA, const void *B, int ldb, int64_t sB, int beta, void *C, int ldc, int64_t sC, int batch) {
-    if (dt == GDL_F32)
-        return be->gemm(ta, tb, M, N, K, 1, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB, (gdl_real)beta,
-                        (gdl_real *)C, ldc, sC, batch);
-    return be->gemm_lp(dt, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, (float)beta, C, ldc, sC, batch);
+    return be->k.gemm(dt, ta, tb, M, N, K, 1, A, lda, sA, B, ldb, sB, (gdl_real)beta, C, ldc, sC, batch);
 }
 
 /* n ones of dtype dt (a low-precision linear's bias goes in and out through a rank-1 GEMM with them) */
 static void *gdl__ones_dt(const char *op, const gdl_backend *be, gdl_device dev, gdl_dtype dt, int64_t n) {
     gdl_real *f = (gdl_real *)gdl__scratch(op, dev, sizeof(gdl_real) * (size_t)(n ? n : 1));
     void *o = gdl__scratch(op, dev, gdl_dtype_size(dt) * (size_t)(n ? n : 1));
-    if (!f || !o || be->fill(f, n, 1) < 0 || be->cast(o, dt, f, GDL_F32, n) < 0) return NULL;
+    if (!f || !o || be->k.fill(f, n, 1) < 0 || be->k.cast(o, dt, f, GDL_F32, n) < 0) return NULL;
     return o;
 }
 
@@ -14696,17 +14720,17 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
     } else if (out->numel && bias && x->device.type == GDL_DEVICE_CPU) {
         /* the bias in the GEMM's epilogue, on each tile as it is stored: the bits of the add below
            without its pass over out (on the GPU, cuBLASLt's epilogue would round differently) */
-        if (be->linear_act(-1, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w), GDL__R(bias), GDL__R(out), NULL) < 0)
+        if (be->k.linear_act(-1, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w), GDL__R(bias), GDL__R(out), NULL) < 0)
             return NULL;
     } else if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];
-        if (be->gemm(0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
+        if (be->k.gemm(GDL_F32, 0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
                      GDL__R(out), (int)out_f, 0, 1) < 0)
             return NULL;
         s2[0] = rows; s2[1] = out_f;
         ystr[0] = out_f; ystr[1] = 1;
         bstr[0] = 0; bstr[1] = 1;
-        if (bias && be->binary(GDL_BIN_ADD, 2, s2, GDL__R(out), ystr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
+        if (bias && be->k.binary(GDL_BIN_ADD, 2, s2, GDL_F32, GDL__R(out), ystr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
     in[0] = x;
     in[1] = w;
@@ -14719,10 +14743,10 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
    (gdl__grad_beta); shared by gdl_linear and gdl_linear_act */
 static int gdl__linear_grads_xw(const gdl_backend *be, int rows, int in_f, int out_f, const gdl_real *g,
                                 gdl_tensor *x, gdl_tensor *w, gdl_real *gx, gdl_real *gw) {
-    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+    if (gx && be->k.gemm(GDL_F32, 0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
                        in_f, 0, 1) < 0)
         return -1;
-    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+    if (gw && be->k.gemm(GDL_F32, 1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
                        in_f, 0, 1) < 0)
         return -1;
     return 0;
@@ -14743,7 +14767,7 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
         return 0;
     }
     if (gdl__linear_grads_xw(be, rows, in_f, out_f, g, x, w, gx, gw) < 0) return -1;
-    if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) return -1;
+    if (gb && be->k.reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) return -1;
     return 0;
 }
 
@@ -14782,7 +14806,7 @@ GPUDL_API gdl_tensor *gdl_linear_act(gdl_tensor *x, gdl_tensor *w, gdl_tensor *b
     if ((ua == GDL_UN_GELU_TANH || ua == GDL_UN_GELU_ERF) && gdl__needs_grad(3, in) &&
         !(pre = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device)))
         return NULL;
-    if (out->numel && be->linear_act(ua, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w),
+    if (out->numel && be->k.linear_act(ua, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w),
                                      bias ? GDL__R(bias) : NULL, GDL__R(out), pre ? GDL__R(pre) : NULL) < 0)
         return NULL;
     n = gdl__record(op, GDL_OP_LINEAR_ACT, out, 3, in, &err);
@@ -14803,10 +14827,10 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     if (ua >= 0 && (gx || gw || gb)) { /* act' and the bias gradient in one pass; then the GEMMs take act'·g */
         gdl_real *gp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
         const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
-        if (!gp || be->act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, gb ? gdl__grad_beta(n->in[2]) : 1) < 0)
+        if (!gp || be->k.act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, gb ? gdl__grad_beta(n->in[2]) : 1) < 0)
             return -1;
         g = gp;
-    } else if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) {
+    } else if (gb && be->k.reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) {
         return -1;
     }
     return gdl__linear_grads_xw(be, rows, in_f, out_f, g, x, w, gx, gw);
@@ -14841,7 +14865,7 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
     }
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, nd, shape, GDL_F32, x->device))) return NULL;
     if (op == GDL_OP_MAX && !(idx = gdl__tmp(opname, nd, shape, GDL_I32, x->device))) return NULL;
-    if (out->numel && be->reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
+    if (out->numel && be->k.reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
                                  idx ? (int32_t *)idx->data : NULL, 0) < 0)
         return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
@@ -14861,7 +14885,7 @@ static int gdl__bw_reduce(gdl_node *n, const gdl_backend *be) {
     if (!gx || !n->out->numel) return 0;
     if (n->op == GDL_OP_GLOBAL_AVG_POOL2D && n->out->dtype != GDL_F32) /* the native low-precision one */
         return gdl__gap_lp("gdl_backward", be, n->out->dtype, n->out->device, n->i[0], n->i[1], n->out->grad->data, gx, 1);
-    return be->reduce_backward(gdl__op(n->op)->kernel, n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad),
+    return be->k.reduce_backward(gdl__op(n->op)->kernel, n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad),
                                n->saved[0] ? (const int32_t *)n->saved[0]->data : NULL, gx);
 }
 
@@ -14887,7 +14911,7 @@ GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
         if (k != d) shape[nd++] = x->shape[k];
     if (!(be = gdl__be("gdl_argmax", x->device)) || !(out = gdl__tmp("gdl_argmax", nd, shape, GDL_I32, x->device)))
         return NULL;
-    if (out->numel && be->argmax(outer, nred, inner, GDL__R(x), (int32_t *)out->data) < 0) return NULL;
+    if (out->numel && be->k.argmax(outer, nred, inner, GDL__R(x), (int32_t *)out->data) < 0) return NULL;
     return gdl__finish("gdl_argmax", out);
 }
 
@@ -14901,7 +14925,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
     if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
-    if (out->numel && be->softmax(op == GDL_OP_LOG_SOFTMAX, outer, nred, inner, GDL__R(x), GDL__R(out)) < 0) return NULL;
+    if (out->numel && be->k.softmax(op == GDL_OP_LOG_SOFTMAX, outer, nred, inner, GDL__R(x), GDL__R(out)) < 0) return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
     if (err) return NULL;
     if (n) {
@@ -14914,7 +14938,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
 static int gdl__bw_softmax(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     if (!gx || !n->out->numel) return 0;
-    return be->softmax_backward(n->op == GDL_OP_LOG_SOFTMAX, n->i[0], n->i[1], n->i[2], GDL__R(n->out),
+    return be->k.softmax_backward(n->op == GDL_OP_LOG_SOFTMAX, n->i[0], n->i[1], n->i[2], GDL__R(n->out),
                                 GDL__R(n->out->grad), gx);
 }
 
@@ -14943,7 +14967,7 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
         gdl__split(x, d, &outer, &nred, &inner);
     }
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
-    if (out->numel && be->cumsum(outer, nred, inner, GDL__R(x), GDL__R(out), 0, 0) < 0) return NULL;
+    if (out->numel && be->k.cumsum(outer, nred, inner, GDL__R(x), GDL__R(out), 0, 0) < 0) return NULL;
     n = gdl__record(op, GDL_OP_CUMSUM, out, 1, &x, &err);
     if (err) return NULL;
     if (n) {
@@ -14957,14 +14981,14 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
 static int gdl__bw_cumsum(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     if (!gx || !n->out->numel) return 0;
-    return be->cumsum(n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad), gx, 1, 1);
+    return be->k.cumsum(n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad), gx, 1, 1);
 }
 /* src/ops/conv_pool.h — 2-D convolution and pooling (NCHW). */
 
 /* ---- convolution and pooling (NCHW) ---- */
 
 /* A convolution on f16/bf16 (dt) x, w, bias: the columns in dt, the GEMMs
-   through gemm_lp (f32 sums), the bias first written into out by a rank-1
+   through gemm in dt (f32 sums), the bias first written into out by a rank-1
    GEMM with ones so that out = bias + W*col rounds once, as gdl_linear's
    low path. *colp: the columns (x's data when direct). */
 static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, const gdl_conv_geom *g, int groups,
@@ -14974,7 +14998,7 @@ static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, c
     void *col = x->data;
     int gi;
     if (!direct && (!(col = gdl__scratch(op, x->device, gdl_dtype_size(dt) * (size_t)(g->N * g->C * KK * OHW))) ||
-                    be->im2col_lp(dt, g, x->data, col) < 0))
+                    be->k.im2col(dt, g, x->data, col) < 0))
         return -1;
     *colp = col;
     if (bias) {
@@ -14992,10 +15016,10 @@ static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, c
 }
 
 /* its backward: the same GEMMs as the f32 one, in dt; the bias gradient is
-   gy times ones; the columns' gradient goes back through col2im_lp, whose
+   gy times ones; the columns' gradient goes back through col2im in dt, whose
    sums are f32 (gx rounded once; the columns' gradient itself is rounded
    to dt first, as the GEMM's output). The weight and bias gradients sum
-   over the samples in one gemm_lp call with sC == 0, which sums the
+   over the samples in one gemm call with sC == 0, which sums the
    products in f32 and rounds once (on a GPU once per chunk of samples:
    gdl__cu_gemm_sum), not once a sample. */
 static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
@@ -15030,7 +15054,7 @@ static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
                              (int)(Cg * KK), 0, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW, OC * OHW, direct ? 1 : 0,
                              GDL__AT(gcol, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, g->N) < 0)
                 return -1;
-        if (!direct && be->col2im_lp(dt, g, gcol, gx) < 0) return -1;
+        if (!direct && be->k.col2im(dt, g, gcol, gx) < 0) return -1;
     }
     return 0;
 }
@@ -15100,7 +15124,7 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
         if (gdl__conv2d_lp(op, be, dt, &g, groups, direct, x, w, bias, out, &lcol) < 0) return NULL;
         col = (gdl_real *)lcol;
     } else if (!direct && out->numel) { /* the columns gathered in the GEMM's packing, bias and act in its epilogue */
-        int rc = be->conv_implicit(0, &g, groups, (int)OC, act >= 0 ? act : -1, GDL__R(x), GDL__R(w), NULL,
+        int rc = be->k.conv_implicit(0, &g, groups, (int)OC, act >= 0 ? act : -1, GDL__R(x), GDL__R(w), NULL,
                                    bias ? GDL__R(bias) : NULL, GDL__R(out), pre ? GDL__R(pre) : NULL);
         if (rc < 0) return NULL;
         implicit = rc == 0; /* 1: not on this backend or for this shape */
@@ -15110,16 +15134,16 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
             col = GDL__R(x);
         } else {
             col = (gdl_real *)gdl__scratch(op, x->device, sizeof(gdl_real) * (size_t)(g.N * g.C * KK * OHW));
-            if (!col || be->im2col(&g, GDL__R(x), col) < 0) return NULL;
+            if (!col || be->k.im2col(GDL_F32, &g, GDL__R(x), col) < 0) return NULL;
         }
         for (gi = 0; gi < groups; gi++)
-            if (be->gemm(0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+            if (be->k.gemm(GDL_F32, 0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
                          OC * OHW, g.N) < 0)
                 return NULL;
     }
     if (act >= -1 && !implicit) {
-        if (out->numel && be->bias_act(act, g.N, OC, OHW, bias ? GDL__R(bias) : NULL, GDL__R(out),
+        if (out->numel && be->k.bias_act(act, g.N, OC, OHW, bias ? GDL__R(bias) : NULL, GDL__R(out),
                                        pre ? GDL__R(pre) : NULL) < 0)
             return NULL;
     } else if (act == -2 && bias && dt == GDL_F32 && !implicit) {
@@ -15127,7 +15151,7 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
         s3[0] = g.N; s3[1] = OC; s3[2] = OHW;
         ostr[0] = OC * OHW; ostr[1] = OHW; ostr[2] = 1;
         bstr[0] = 0; bstr[1] = 1; bstr[2] = 0;
-        if (be->binary(GDL_BIN_ADD, 3, s3, GDL__R(out), ostr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
+        if (be->k.binary(GDL_BIN_ADD, 3, s3, GDL_F32, GDL__R(out), ostr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
     n = gdl__record(op, opid, out, 3, in, &err);
     if (err) return NULL;
@@ -15182,32 +15206,32 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
         gdl_real *t = gb ? (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * OC))
                          : NULL;
         const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
-        if (!gp || (gb && !t) || be->act_backward_reduce(act, g->N * OC, OHW, 1, pre, gy, gp, t, 0) < 0 ||
-            (gb && be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0))
+        if (!gp || (gb && !t) || be->k.act_backward_reduce(act, g->N * OC, OHW, 1, pre, gy, gp, t, 0) < 0 ||
+            (gb && be->k.reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0))
             return -1;
         gy = gp;
     } else if (gb) { /* sum over N and the pixels */
         gdl_real *t = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * OC));
-        if (!t || be->reduce(GDL_RED_SUM, g->N * OC, OHW, 1, gy, t, NULL, 0) < 0 ||
-            be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
+        if (!t || be->k.reduce(GDL_RED_SUM, g->N * OC, OHW, 1, gy, t, NULL, 0) < 0 ||
+            be->k.reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
             return -1;
     }
     if (gw && !direct && !col) { /* the forward's implicit GEMM kept no columns */
-        int rc = be->conv_implicit(1, g, groups, (int)OC, -1, GDL__R(n->in[0]), NULL, gy, NULL, gw, NULL);
+        int rc = be->k.conv_implicit(1, g, groups, (int)OC, -1, GDL__R(n->in[0]), NULL, gy, NULL, gw, NULL);
         if (rc < 0) return -1;
         if (rc == 0) gw = NULL; /* done */
         else if (!(col = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * CKK * OHW))) ||
-                 be->im2col(g, GDL__R(n->in[0]), col) < 0)
+                 be->k.im2col(GDL_F32, g, GDL__R(n->in[0]), col) < 0)
             return -1;
     }
     if (gw) /* summed over the samples in turn: one batched call with sC == 0 per group */
         for (gi = 0; gi < groups; gi++)
-            if (be->gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
+            if (be->k.gemm(GDL_F32, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
                          col + gi * Cg * KK * OHW, (int)OHW, CKK * OHW, 1, gw + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          g->N) < 0)
                 return -1;
     if (gx && !direct) { /* one sample's columns' gradient at a time: no buffer for the batch's */
-        int rc = be->conv_implicit(2, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
+        int rc = be->k.conv_implicit(2, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
         if (rc < 0) return -1;
         if (rc == 0) gx = NULL; /* done */
     }
@@ -15217,11 +15241,11 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
                                                                  sizeof(gdl_real) * (size_t)(g->N * CKK * OHW));
         if (!gcol) return -1;
         for (gi = 0; gi < groups; gi++)
-            if (be->gemm(1, 0, (int)(Cg * KK), (int)OHW, (int)OCg, 1, W + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+            if (be->k.gemm(GDL_F32, 1, 0, (int)(Cg * KK), (int)OHW, (int)OCg, 1, W + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          gy + gi * OCg * OHW, (int)OHW, OC * OHW, direct ? 1 : 0, gcol + gi * Cg * KK * OHW, (int)OHW,
                          CKK * OHW, g->N) < 0)
                 return -1;
-        if (!direct && be->col2im(g, gcol, gx) < 0) return -1;
+        if (!direct && be->k.col2im(GDL_F32, g, gcol, gx) < 0) return -1;
     }
     return 0;
 }
@@ -15260,11 +15284,9 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, 4, shape, dt, x->device))) return NULL;
     if (op == GDL_OP_MAX_POOL2D) {
         if (!(idx = gdl__tmp(opname, 4, shape, GDL_I32, x->device))) return NULL;
-        rc = !out->numel ? 0
-             : dt != GDL_F32 ? be->maxpool_lp(dt, &g, x->data, out->data, (int32_t *)idx->data)
-                             : be->maxpool(&g, GDL__R(x), GDL__R(out), (int32_t *)idx->data);
+        rc = !out->numel ? 0 : be->k.maxpool(dt, &g, x->data, out->data, (int32_t *)idx->data);
     } else {
-        rc = !out->numel ? 0 : dt != GDL_F32 ? be->avgpool_lp(dt, &g, x->data, out->data) : be->avgpool(&g, GDL__R(x), GDL__R(out));
+        rc = !out->numel ? 0 : be->k.avgpool(dt, &g, x->data, out->data);
     }
     if (rc < 0) return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
@@ -15283,13 +15305,13 @@ static int gdl__bw_pool(gdl_node *n, const gdl_backend *be) {
     if (!n->out->numel) return gdl__grad_zero(n->in[0], be);
     if (dt != GDL_F32) {
         if (n->op == GDL_OP_MAX_POOL2D)
-            return be->maxpool_backward_lp(dt, &n->geom, n->out->grad->data, (const int32_t *)n->saved[0]->data, gx);
-        return be->avgpool_backward_lp(dt, &n->geom, n->out->grad->data, gx);
+            return be->k.maxpool_backward(dt, &n->geom, n->out->grad->data, (const int32_t *)n->saved[0]->data, gx, 1);
+        return be->k.avgpool_backward(dt, &n->geom, n->out->grad->data, gx);
     }
     if (n->op == GDL_OP_MAX_POOL2D) /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added */
-        return be->maxpool_backward(&n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx,
+        return be->k.maxpool_backward(GDL_F32, &n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx,
                                     gdl__grad_beta(n->in[0]));
-    return be->avgpool_backward(&n->geom, GDL__R(n->out->grad), gx);
+    return be->k.avgpool_backward(GDL_F32, &n->geom, GDL__R(n->out->grad), gx);
 }
 
 GPUDL_API gdl_tensor *gdl_max_pool2d(gdl_tensor *x, int kernel, int stride, int padding) {
@@ -15312,8 +15334,8 @@ static int gdl__gap_lp(const char *op, const gdl_backend *be, gdl_dtype dt, gdl_
     }
     if (!(ones = gdl__ones_dt(op, be, dev, dt, HW))) return -1;
     if (backward) /* dst = gx [P,HW] += src = gy [P,1] x ones [1,HW] / HW */
-        return be->gemm_lp(dt, 0, 0, (int)P, (int)HW, 1, inv, src, 1, 0, ones, (int)HW, 0, 1.0f, dst, (int)HW, 0, 1);
-    return be->gemm_lp(dt, 0, 0, (int)P, 1, (int)HW, inv, src, (int)HW, 0, ones, 1, 0, 0.0f, dst, 1, 0, 1);
+        return be->k.gemm(dt, 0, 0, (int)P, (int)HW, 1, inv, src, 1, 0, ones, (int)HW, 0, 1.0f, dst, (int)HW, 0, 1);
+    return be->k.gemm(dt, 0, 0, (int)P, 1, (int)HW, inv, src, (int)HW, 0, ones, 1, 0, 0.0f, dst, 1, 0, 1);
 }
 
 GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
@@ -15337,7 +15359,7 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
         if (out->numel && gdl__gap_lp(op, be, dt, x->device, shape[0] * shape[1], x->shape[2] * x->shape[3], x->data,
                                       out->data, 0) < 0)
             return NULL;
-    } else if (out->numel && be->reduce(GDL_RED_MEAN, shape[0] * shape[1], x->shape[2] * x->shape[3], 1, GDL__R(x),
+    } else if (out->numel && be->k.reduce(GDL_RED_MEAN, shape[0] * shape[1], x->shape[2] * x->shape[3], 1, GDL__R(x),
                                         GDL__R(out), NULL, 0) < 0) {
         return NULL;
     }
@@ -15372,7 +15394,7 @@ static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v
         shape[1] = s->shape[s->ndim - 1];
         if (!(be = gdl__be("gdl_scaled_dot_product_attention", s->device)) ||
             !(ones = gdl__tmp("gdl_scaled_dot_product_attention", 2, shape, GDL_F32, s->device)) ||
-            be->fill(GDL__R(ones), ones->numel, 1) < 0)
+            be->k.fill(GDL__R(ones), ones->numel, 1) < 0)
             return NULL;
         s = gdl_masked_fill(s, gdl_compare_scalar(gdl_triu(ones, 1), GDL_CMP_NE, 0), -INFINITY);
     } else if (s && mask && mask->dtype == GDL_U8) {
@@ -15641,7 +15663,7 @@ static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_
     if (!(be = gdl__be(op, q->device)) || !(out = gdl__tmp(op, q->ndim, shape, q->dtype, q->device)) ||
         !(lse = gdl__tmp(op, 1, &nl, GDL_F32, q->device)))
         return NULL;
-    if (out->numel && be->attention(q->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, GDL__R(lse)) < 0)
+    if (out->numel && be->k.attention(q->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, GDL__R(lse)) < 0)
         return NULL;
     in[0] = q;
     in[1] = k;
@@ -15687,7 +15709,7 @@ static int gdl__bw_sdpa(gdl_node *n, const gdl_backend *be) {
         return -1;
     gdl__sdpa_ptrs(lay, &g, q, k, v, 0, p);
     gdl__sdpa_ptrs(lay, &g, q, k, v, 1, gp);
-    return be->attention_backward(out->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, out->grad->data,
+    return be->k.attention_backward(out->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, out->grad->data,
                                   GDL__R(n->saved[0]), delta, gp[0], gp[1], gp[2]);
 }
 /* src/ops/rnn.h — the recurrent gate ops behind gdl_nn_lstm / gdl_nn_gru: one time step's gate arithmetic after
@@ -15720,8 +15742,8 @@ static gdl_tensor *gdl__rnn_gates(const char *op, int opid, int ndim, const int6
     int err, rc;
     if (!(be = gdl__be(op, gx->device)) || !(out = gdl__tmp(op, ndim, shape, GDL_F32, gx->device))) return NULL;
     if (out->numel) {
-        rc = opid == GDL_OP_LSTM_GATES ? be->lstm_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out))
-                                       : be->gru_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out));
+        rc = opid == GDL_OP_LSTM_GATES ? be->k.lstm_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out))
+                                       : be->k.gru_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out));
         if (rc < 0) return NULL;
     }
     in[0] = gx;
@@ -15753,14 +15775,14 @@ GPUDL_API gdl_tensor *gdl_gru_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *
 static int gdl__bw_lstm_gates(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *gx = n->in[0], *gh = n->in[1], *cp = n->in[2];
     if (!n->out->numel) return 0;
-    return be->lstm_gates_backward(cp->shape[0], cp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(cp),
+    return be->k.lstm_gates_backward(cp->shape[0], cp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(cp),
                                    GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(cp));
 }
 
 static int gdl__bw_gru_gates(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *gx = n->in[0], *gh = n->in[1], *hp = n->in[2];
     if (!n->out->numel) return 0;
-    return be->gru_gates_backward(hp->shape[0], hp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(hp),
+    return be->k.gru_gates_backward(hp->shape[0], hp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(hp),
                                   GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(hp));
 }
 /* src/ops/shape.h — the ops that move elements without arithmetic: concat,
@@ -15837,9 +15859,8 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     for (k = 0; k < count; k++) {
         gdl__split(xs[k], d, &outer, &nd0, &inner);
         if (outer * nd0 * inner != 0 &&
-            (dt == GDL_F32 ? be->copy2d(outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0)
-                           : be->copy2d_lp(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
-                                           (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0)) < 0)
+            be->k.copy2d(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
+                         (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0) < 0)
             return NULL;
         off += nd0 * inner;
     }
@@ -15859,9 +15880,8 @@ static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
         gdl_dtype dt = n->out->dtype;
         gdl__split(n->in[k], d, &outer, &nd0, &inner);
         if (gx && outer * nd0 * inner != 0 &&
-            (dt == GDL_F32 ? be->copy2d(outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1)
-                           : be->copy2d_lp(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
-                                           total, gx, nd0 * inner, 1)) < 0)
+            be->k.copy2d(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
+                         total, gx, nd0 * inner, 1) < 0)
             return -1;
         off += nd0 * inner;
     }
@@ -15915,7 +15935,7 @@ static gdl_tensor *gdl__strided_op(const char *opname, int op, gdl_tensor *x, co
     gdl__strided_geom(op, x, p, &nd, shape, xstr, &off);
     gdl__contig_strides(nd, shape, ostr);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, out_nd, out_shape, x->dtype, x->device))) return NULL;
-    if (out->numel && be->strided_copy(x->dtype, nd, shape, GDL__AT(x->data, x->dtype, off), xstr, out->data, ostr, 0) < 0)
+    if (out->numel && be->k.strided_copy(x->dtype, nd, shape, GDL__AT(x->data, x->dtype, off), xstr, out->data, ostr, 0) < 0)
         return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
     if (err) return NULL;
@@ -15931,7 +15951,7 @@ static int gdl__bw_strided(gdl_node *n, const gdl_backend *be) {
     if (!x->requires_grad || !n->out->numel) return 0;
     gdl__strided_geom(n->op, x, n->i, &nd, shape, xstr, &off);
     gdl__contig_strides(nd, shape, gstr);
-    return be->strided_copy(x->grad->dtype, nd, shape, n->out->grad->data, gstr,
+    return be->k.strided_copy(x->grad->dtype, nd, shape, n->out->grad->data, gstr,
                             GDL__AT(x->grad->data, x->grad->dtype, off), xstr, 1);
 }
 
@@ -16164,7 +16184,7 @@ static gdl_tensor *gdl__gather_op(const char *opname, int op, gdl_tensor *x, int
     gdl__contig_strides(x->ndim, x->shape, xstr);
     gdl__gather_istr(op, d, x->ndim, shape, istr);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, shape, x->dtype, x->device))) return NULL;
-    if (out->numel && be->gather(x->dtype, x->ndim, shape, d, x->data, xstr, x->shape[d], (const int32_t *)index->data,
+    if (out->numel && be->k.gather(x->dtype, x->ndim, shape, d, x->data, xstr, x->shape[d], (const int32_t *)index->data,
                                  istr, out->data) < 0)
         return NULL;
     in[0] = x;
@@ -16186,8 +16206,8 @@ static int gdl__bw_gather(gdl_node *n, const gdl_backend *be) {
     gdl__gather_istr(n->op, d, out->ndim, out->shape, istr);
     dst = x->grad->dtype == GDL_F32 ? GDL__R(x->grad)
                                     : (gdl_real *)gdl__scratch("gdl_backward", x->device, sizeof(gdl_real) * (size_t)(x->numel + 1));
-    if (!dst || (x->grad->dtype != GDL_F32 && be->fill(dst, x->numel, 0) < 0)) return -1;
-    if (be->scatter_add(out->grad->dtype, out->ndim, out->shape, d, out->grad->data, (const int32_t *)n->in[1]->data, istr,
+    if (!dst || (x->grad->dtype != GDL_F32 && be->k.fill(dst, x->numel, 0) < 0)) return -1;
+    if (be->k.scatter_add(out->grad->dtype, out->ndim, out->shape, d, out->grad->data, (const int32_t *)n->in[1]->data, istr,
                         dst, xstr, x->shape[d]) < 0)
         return -1;
     return x->grad->dtype == GDL_F32 ? 0
@@ -16235,7 +16255,7 @@ GPUDL_API gdl_tensor *gdl_where(gdl_tensor *cond, gdl_tensor *a, gdl_tensor *b) 
     if (gdl__broadcast_k(op, 3, t, &nd, shape, str) < 0 || !(be = gdl__be(op, a->device)) ||
         !(out = gdl__tmp(op, nd, shape, dt, a->device)))
         return NULL;
-    if (out->numel && be->where(dt, nd, shape, (const uint8_t *)cond->data, str[0], a->data, str[1], b->data, str[2],
+    if (out->numel && be->k.where(dt, nd, shape, (const uint8_t *)cond->data, str[0], a->data, str[1], b->data, str[2],
                                 out->data) < 0)
         return NULL;
     in[0] = cond;
@@ -16269,7 +16289,7 @@ GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double va
         !(out = gdl__tmp(op, x->ndim, x->shape, x->dtype, x->device)))
         return NULL;
     if (out->numel &&
-        be->where(x->dtype, nd, shape, (const uint8_t *)mask->data, str[0], v->data, zero, x->data, str[1], out->data) < 0)
+        be->k.where(x->dtype, nd, shape, (const uint8_t *)mask->data, str[0], v->data, zero, x->data, str[1], out->data) < 0)
         return NULL;
     in[0] = x;
     in[1] = mask;
@@ -16294,18 +16314,17 @@ static int gdl__bw_where(gdl_node *n, const gdl_backend *be) {
     t[2] = br[1];
     if (!out->numel || gdl__broadcast_k("gdl_backward", fill ? 2 : 3, t, &nd, shape, str) < 0) return out->numel ? -1 : 0;
     gdl__contig_strides(nd, shape, gstr);
-    if (!(zero = gdl__scratch("gdl_backward", out->device, 8)) || be->memset0(zero, 8) < 0 ||
+    if (!(zero = gdl__scratch("gdl_backward", out->device, 8)) || be->rt.memset0(zero, 8) < 0 ||
         !(tmp = gdl__scratch("gdl_backward", out->device, gdl_dtype_size(dt) * (size_t)out->numel)))
         return -1;
     for (k = 0; k < 2; k++) {
         gdl_tensor *x = br[k];
         const int64_t *xs = fill ? str[1] : str[k + 1];
         if (!x || !x->requires_grad) continue;
-        if (be->where(dt, nd, shape, (const uint8_t *)cond->data, str[0], k ? zero : out->grad->data, k ? zstr : gstr,
+        if (be->k.where(dt, nd, shape, (const uint8_t *)cond->data, str[0], k ? zero : out->grad->data, k ? zstr : gstr,
                       k ? out->grad->data : zero, k ? gstr : zstr, tmp) < 0)
             return -1;
-        if ((dt == GDL_F32 && x->grad->dtype == GDL_F32 ? be->sum_to(nd, shape, (const gdl_real *)tmp, GDL__R(x->grad), xs, 1)
-                                                       : be->sum_to_lp(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1)) < 0)
+        if (be->k.sum_to(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1) < 0)
             return -1;
     }
     return 0;
@@ -16328,7 +16347,7 @@ static gdl_tensor *gdl__tri_op(const char *opname, int op, gdl_tensor *x, int64_
     R = x->shape[x->ndim - 2];
     C = x->shape[x->ndim - 1];
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, x->dtype, x->device))) return NULL;
-    if (out->numel && be->tri(x->dtype, op == GDL_OP_TRIU, x->numel / (R * C), R, C, k, x->data, out->data, 0) < 0)
+    if (out->numel && be->k.tri(x->dtype, op == GDL_OP_TRIU, x->numel / (R * C), R, C, k, x->data, out->data, 0) < 0)
         return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
     if (err) return NULL;
@@ -16340,7 +16359,7 @@ static int gdl__bw_tri(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *x = n->in[0];
     int64_t R = x->shape[x->ndim - 2], C = x->shape[x->ndim - 1];
     if (!x->requires_grad || !x->numel) return 0;
-    return be->tri(x->grad->dtype, n->op == GDL_OP_TRIU, x->numel / (R * C), R, C, n->i[0], n->out->grad->data,
+    return be->k.tri(x->grad->dtype, n->op == GDL_OP_TRIU, x->numel / (R * C), R, C, n->i[0], n->out->grad->data,
                    x->grad->data, 1);
 }
 
@@ -16376,8 +16395,7 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     }
     seed = gdl_rng_next_u64();
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
-    if ((dt == GDL_F32 ? be->dropout(x->numel, p, seed, GDL__R(x), GDL__R(out))
-                       : be->dropout_lp(dt, x->numel, p, seed, x->data, out->data)) < 0)
+    if (be->k.dropout(dt, x->numel, p, seed, x->data, out->data) < 0)
         return NULL;
     n = gdl__record(op, GDL_OP_DROPOUT, out, 1, &x, &err);
     if (err) return NULL;
@@ -16393,8 +16411,8 @@ static int gdl__bw_dropout(gdl_node *n, const gdl_backend *be) {
     uint64_t seed;
     memcpy(&seed, &n->i[0], sizeof seed);
     if (gx && n->out->dtype != GDL_F32)
-        return be->dropout_backward_lp(n->out->dtype, n->out->numel, n->f[0], seed, n->out->grad->data, gx);
-    return gx ? be->dropout_backward(n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
+        return be->k.dropout_backward(n->out->dtype, n->out->numel, n->f[0], seed, n->out->grad->data, gx);
+    return gx ? be->k.dropout_backward(GDL_F32, n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
 }
 
 /* ---- normalisation ---- */
@@ -16464,11 +16482,11 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
         !(mean = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) || !(invstd = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)))
         return NULL;
     if (dt != GDL_F32) {
-        if (be->batchnorm_lp(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
+        if (be->k.batchnorm(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL, rvar ? GDL__R(rvar) : NULL,
                              use_batch, momentum, eps, relu) < 0)
             return NULL;
-    } else if (be->batchnorm(N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
+    } else if (be->k.batchnorm(GDL_F32, N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
                              rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, relu) < 0) {
         return NULL;
@@ -16499,14 +16517,14 @@ static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
     const int relu = n->op == GDL_OP_BATCH_NORM_RELU;
     if (n->out->dtype != GDL_F32)
-        return be->batchnorm_backward_lp(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
+        return be->k.batchnorm_backward(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
                                          relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
                                          GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
-                                         GDL__G(n->in[2]));
+                                         GDL__G(n->in[2]), 1);
     /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
     if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
-    return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
+    return be->k.batchnorm_backward(GDL_F32, n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
                                   relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
                                   GDL__R(n->saved[1]), (int)n->i[3],
                                   GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
@@ -16531,7 +16549,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)) ||
         !(mean = gdl__tmp(op, 1, &rows, GDL_F32, x->device)) || !(rstd = gdl__tmp(op, 1, &rows, GDL_F32, x->device)))
         return NULL;
-    if (rows && be->layernorm(rows, D, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, eps,
+    if (rows && be->k.layernorm(rows, D, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, eps,
                               GDL__R(out), GDL__R(mean), GDL__R(rstd)) < 0)
         return NULL;
     in[0] = x; in[1] = weight; in[2] = bias;
@@ -16549,7 +16567,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
 static int gdl__bw_layer_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
     if (!n->i[0]) return 0;
-    return be->layernorm_backward(n->i[0], n->i[1], GDL__R(n->in[0]), GDL__R(n->out->grad), w ? GDL__R(w) : NULL,
+    return be->k.layernorm_backward(n->i[0], n->i[1], GDL__R(n->in[0]), GDL__R(n->out->grad), w ? GDL__R(w) : NULL,
                                   GDL__R(n->saved[0]), GDL__R(n->saved[1]), GDL__G(n->in[0]), GDL__G(w),
                                   GDL__G(n->in[2]));
 }
@@ -16587,7 +16605,7 @@ GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
     memcpy(shape, idx->shape, sizeof shape);
     shape[idx->ndim] = w->shape[1];
     if (!(be = gdl__be(op, w->device)) || !(out = gdl__tmp(op, idx->ndim + 1, shape, GDL_F32, w->device))) return NULL;
-    if (out->numel && be->embedding(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w), GDL__R(out)) < 0)
+    if (out->numel && be->k.embedding(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w), GDL__R(out)) < 0)
         return NULL;
     in[0] = idx;
     in[1] = w;
@@ -16599,7 +16617,7 @@ static int gdl__bw_embedding(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
     gdl_real *gw = GDL__G(w);
     if (!gw || !n->out->numel) return 0;
-    return be->embedding_backward(n->in[0]->numel, w->shape[1], w->shape[0], (const int32_t *)n->in[0]->data,
+    return be->k.embedding_backward(n->in[0]->numel, w->shape[1], w->shape[0], (const int32_t *)n->in[0]->data,
                                   GDL__R(n->out->grad), gw);
 }
 
@@ -16669,7 +16687,7 @@ static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tens
         return NULL;
     out = rows;
     if (o->reduction != GDL_REDUCE_NONE && !(out = gdl__tmp(opname, 0, NULL, GDL_F32, x->device))) return NULL;
-    if (be->xent(B, C, GDL__R(x), (const int32_t *)tgt->data, o->ignore_index, o->label_smoothing,
+    if (be->k.xent(B, C, GDL__R(x), (const int32_t *)tgt->data, o->ignore_index, o->label_smoothing,
                  op == GDL_OP_NLL_LOSS, o->reduction, GDL__R(rows), GDL__R(out), GDL__R(count)) < 0)
         return NULL;
     in[0] = x;
@@ -16689,7 +16707,7 @@ static int gdl__bw_xent(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *x = n->in[0];
     gdl_real *gx = GDL__G(x);
     if (!gx) return 0;
-    return be->xent_backward(x->shape[0], x->shape[1], GDL__R(x), (const int32_t *)n->in[1]->data, (int)n->i[0],
+    return be->k.xent_backward(x->shape[0], x->shape[1], GDL__R(x), (const int32_t *)n->in[1]->data, (int)n->i[0],
                              n->f[0], n->op == GDL_OP_NLL_LOSS, (int)n->i[1], GDL__R(n->out->grad),
                              GDL__R(n->saved[0]), gx);
 }
@@ -16723,7 +16741,7 @@ static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x
         return NULL;
     }
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
-    if (be->pointwise_loss(op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, x->numel, GDL__R(x), GDL__R(y),
+    if (be->k.pointwise_loss(op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, x->numel, GDL__R(x), GDL__R(y),
                            GDL__R(out)) < 0)
         return NULL;
     in[0] = x;
@@ -16734,7 +16752,7 @@ static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x
 }
 
 static int gdl__bw_pointwise_loss(gdl_node *n, const gdl_backend *be) {
-    return be->pointwise_loss_backward(n->op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, n->out->numel,
+    return be->k.pointwise_loss_backward(n->op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, n->out->numel,
                                        GDL__R(n->in[0]), GDL__R(n->in[1]), GDL__R(n->out->grad), GDL__G(n->in[0]),
                                        GDL__G(n->in[1]));
 }
@@ -16777,7 +16795,7 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
     if (gdl__check_in("gdl_zero_grad_tensor", "t", t, 0) < 0) return -1;
     if (!t->grad) return 0;
     if (!(be = gdl__be("gdl_zero_grad_tensor", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->grad->numel * gdl_dtype_size(t->grad->dtype));
+    return be->rt.memset0(t->grad->data, (size_t)t->grad->numel * gdl_dtype_size(t->grad->dtype));
 }
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
@@ -16793,7 +16811,7 @@ GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
     /* a one-off table: the optimizers keep theirs */
     memset(&h, 0, sizeof h);
     h.lr = lr;
-    if (!(dh = (gdl_opt_hyper *)gdl__scratch(op, p->device, sizeof h)) || be->copy_async(dh, &h, sizeof h, 0, NULL) < 0)
+    if (!(dh = (gdl_opt_hyper *)gdl__scratch(op, p->device, sizeof h)) || be->rt.copy_async(dh, &h, sizeof h, 0, NULL) < 0)
         return -1;
     memset(&t, 0, sizeof t);
     t.n = p->numel;
@@ -16804,11 +16822,11 @@ GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
         gdl__cpu_opt_table one;
         one.count = 1;
         one.t[0] = t;
-        return be->sgd_multi(&one);
+        return be->k.sgd_multi(&one);
     }
-    if (!(tab = be->opt_table_new(1, &t))) return -1;
-    rc = be->sgd_multi(tab);
-    be->opt_table_free(tab);
+    if (!(tab = be->k.opt_table_new(1, &t))) return -1;
+    rc = be->k.sgd_multi(tab);
+    be->k.opt_table_free(tab);
     return rc;
 }
 
@@ -16819,7 +16837,7 @@ static gdl_tensor *gdl__flat_view(const char *op, gdl__flat *f, void *slot, int 
     gdl_tensor *v = gdl__make(op, ndim, shape, dt, f->device, 1, slot);
     if (!v) return NULL;
     if (zero && (!(be = gdl__be(op, f->device)) ||
-                 be->memset0(slot, (size_t)v->numel * gdl_dtype_size(dt)) < 0)) {
+                 be->rt.memset0(slot, (size_t)v->numel * gdl_dtype_size(dt)) < 0)) {
         GPUDL_FREE(v);
         return NULL;
     }
@@ -16850,7 +16868,7 @@ static int gdl__ensure_grad_as(gdl_tensor *t, int lazy) {
         return 0;
     }
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->numel * gdl_dtype_size(t->dtype));
+    return be->rt.memset0(t->grad->data, (size_t)t->numel * gdl_dtype_size(t->dtype));
 }
 
 static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
@@ -16873,7 +16891,7 @@ static int gdl__check_grad(const gdl_node *n, int k, const gdl_backend *be) {
     int64_t bad = 0;
     gdl_tensor *t = n->in[k];
     if (!gdl__anomaly || !t || !t->requires_grad || t->grad->dtype != GDL_F32) return 0; /* low: its f32 source is checked */
-    if (be->count_nonfinite(t->numel, GDL__R(t->grad), &bad) < 0) return -1;
+    if (be->k.count_nonfinite(t->numel, GDL__R(t->grad), &bad) < 0) return -1;
     if (bad) {
         gdl__set_error("gdl_backward: the gradient of %s's input %d %s has %lld NaN/Inf values (anomaly mode)",
                        gdl__op(n->op)->name, k, gdl_shape_str(t), (long long)bad);
@@ -16934,15 +16952,15 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
     if (gdl__ensure_grad(root) < 0) return -1;
     if (root->dtype != GDL_F32 || (seed && seed->dtype != GDL_F32)) {
         gdl_real *one = NULL;
-        if (!seed && (!(one = (gdl_real *)gdl__scratch(op, root->device, sizeof(gdl_real))) || be->fill(one, 1, 1) < 0))
+        if (!seed && (!(one = (gdl_real *)gdl__scratch(op, root->device, sizeof(gdl_real))) || be->k.fill(one, 1, 1) < 0))
             return -1;
         if (gdl__acc_any(op, be, root->device, root->grad->data, root->dtype, seed ? seed->data : (void *)one,
                          seed ? seed->dtype : GDL_F32, root->numel) < 0)
             return -1;
     } else if (seed) {
-        if (be->copy2d(1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
+        if (be->k.copy2d(GDL_F32, 1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
             return -1;
-    } else if (be->unary(GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
+    } else if (be->k.unary(GDL_F32, GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
         return -1;
     }
     if (!root->node) return 0;
@@ -19660,10 +19678,10 @@ static void gdl__loader_destroy(gdl_loader *l) {
             GPUDL_FREE(s->len);
             if (l->pinned) {
                 /* no copy may still read them */
-                if (s->copied && l->be->event_synchronize(s->copied) < 0) l->be->synchronize();
-                if (s->copied) l->be->event_destroy(s->copied);
-                if (s->x) l->be->host_free(s->x);
-                if (s->y) l->be->host_free(s->y);
+                if (s->copied && l->be->rt.event_synchronize(s->copied) < 0) l->be->rt.synchronize();
+                if (s->copied) l->be->rt.event_destroy(s->copied);
+                if (s->x) l->be->rt.host_free(s->x);
+                if (s->y) l->be->rt.host_free(s->y);
             } else {
                 GPUDL_FREE(s->x);
                 GPUDL_FREE(s->y);
@@ -19675,9 +19693,9 @@ static void gdl__loader_destroy(gdl_loader *l) {
         gdl_free(l->dx[i]);
         gdl_free(l->dy[i]);
         gdl_free(l->dl[i]);
-        if (l->used[i]) l->be->event_destroy(l->used[i]);
+        if (l->used[i]) l->be->rt.event_destroy(l->used[i]);
     }
-    if (l->stream) l->be->stream_destroy(l->stream);
+    if (l->stream) l->be->rt.stream_destroy(l->stream);
     GPUDL_FREE(l->perm);
     GPUDL_FREE(l);
 }
@@ -19862,15 +19880,15 @@ static int gdl__loader_device_buffers(const char *fn, gdl_loader *l) {
             gdl__data_wrap_error(fn);
             return -1;
         }
-        if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->event_create()))) {
+        if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->rt.event_create()))) {
             gdl__data_wrap_error(fn);
             return -1;
         }
     }
     /* the buffers' blocks may come from the cache with kernels still
        queued on them: the first copies wait for those too */
-    if (l->pinned && (!(l->stream = l->be->stream_create()) || l->be->event_record(l->used[0], NULL) < 0 ||
-                      l->be->event_record(l->used[1], NULL) < 0)) {
+    if (l->pinned && (!(l->stream = l->be->rt.stream_create()) || l->be->rt.event_record(l->used[0], NULL) < 0 ||
+                      l->be->rt.event_record(l->used[1], NULL) < 0)) {
         gdl__data_wrap_error(fn);
         return -1;
     }
@@ -19916,9 +19934,9 @@ static int gdl__loader_slots(const char *fn, gdl_loader *l) {
             return -1;
         }
         if (l->pinned) {
-            s->x = l->be->host_alloc(xbytes);
-            s->y = s->x ? (int32_t *)l->be->host_alloc(ybytes) : NULL;
-            if (!s->y || !(s->copied = l->be->event_create())) {
+            s->x = l->be->rt.host_alloc(xbytes);
+            s->y = s->x ? (int32_t *)l->be->rt.host_alloc(ybytes) : NULL;
+            if (!s->y || !(s->copied = l->be->rt.event_create())) {
                 gdl__data_wrap_error(fn);
                 return -1;
             }
@@ -20033,13 +20051,13 @@ fail:
    (gdl__loader_release). */
 static int gdl__loader_copy_pinned(gdl_loader *l, gdl__slot *s, int k, size_t xb, size_t yb) {
     const gdl_backend *be = l->be;
-    if (be->event_record(l->used[k ^ 1], NULL) < 0) return -1;
-    if (be->stream_wait_event(l->stream, l->used[k]) < 0) return -1;
-    if (be->copy_async(l->dx[k]->data, s->x, xb, 0, l->stream) < 0 ||
-        be->copy_async(l->dy[k]->data, s->y, yb, 0, l->stream) < 0)
+    if (be->rt.event_record(l->used[k ^ 1], NULL) < 0) return -1;
+    if (be->rt.stream_wait_event(l->stream, l->used[k]) < 0) return -1;
+    if (be->rt.copy_async(l->dx[k]->data, s->x, xb, 0, l->stream) < 0 ||
+        be->rt.copy_async(l->dy[k]->data, s->y, yb, 0, l->stream) < 0)
         return -1;
-    if (be->event_record(s->copied, l->stream) < 0) return -1;
-    return be->stream_wait_event(NULL, s->copied);
+    if (be->rt.event_record(s->copied, l->stream) < 0) return -1;
+    return be->rt.stream_wait_event(NULL, s->copied);
 }
 
 static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_tensor **x, gdl_tensor **y) {
@@ -20060,7 +20078,7 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
         size_t xb = gdl_dtype_size(l->out_dtype) * (size_t)tx->numel;
         size_t yb = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)ty->numel;
         /* lengths: a plain copy, which is done with s->len when it returns */
-        if (tl && (!gdl__be(fn, l->o.device) || l->be->copy(tl->data, s->len, sizeof(int32_t) * (size_t)bsz, 0) < 0)) {
+        if (tl && (!gdl__be(fn, l->o.device) || l->be->rt.copy(tl->data, s->len, sizeof(int32_t) * (size_t)bsz, 0) < 0)) {
             gdl__data_wrap_error(fn);
             return -1;
         }
@@ -20068,7 +20086,7 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
            after the kernels that still read the buffer */
         if (!gdl__be(fn, l->o.device) ||
             (l->pinned ? gdl__loader_copy_pinned(l, s, k, xb, yb)
-                       : l->be->copy(tx->data, s->x, xb, 0) < 0 || l->be->copy(ty->data, s->y, yb, 0)) < 0) {
+                       : l->be->rt.copy(tx->data, s->x, xb, 0) < 0 || l->be->rt.copy(ty->data, s->y, yb, 0)) < 0) {
             gdl__data_wrap_error(fn);
             return -1;
         }
@@ -20083,7 +20101,7 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
    in a steady state it is, and asking costs no wait. */
 static int gdl__loader_release(gdl_loader *l, gdl__slot *s) {
     if (!l->pinned) return 0;
-    if (!gdl__be("gdl_loader_next", l->o.device) || l->be->event_synchronize(s->copied) < 0) { /* device current */
+    if (!gdl__be("gdl_loader_next", l->o.device) || l->be->rt.event_synchronize(s->copied) < 0) { /* device current */
         gdl__data_wrap_error("gdl_loader_next");
         return -1;
     }
@@ -22644,7 +22662,7 @@ static gdl_tensor *gdl__mha_additive(const char *op, gdl_tensor *mask, gdl_dtype
     const gdl_backend *be;
     if (!r || mask->dtype != GDL_U8) return r;
     if (!(be = gdl__be(op, mask->device)) || !(z = gdl__tmp(op, ndim, shape, dt, mask->device)) ||
-        be->memset0(z->data, (size_t)z->numel * gdl_dtype_size(dt)) < 0)
+        be->rt.memset0(z->data, (size_t)z->numel * gdl_dtype_size(dt)) < 0)
         return NULL;
     return gdl_masked_fill(z, r, -INFINITY);
 }
@@ -23002,7 +23020,7 @@ static gdl_tensor *gdl__tfm_causal(const char *op, int64_t T, gdl_device dev) {
     gdl_tensor *ones;
     const gdl_backend *be;
     s[0] = s[1] = T;
-    if (!(be = gdl__be(op, dev)) || !(ones = gdl__tmp(op, 2, s, GDL_F32, dev)) || be->fill(GDL__R(ones), ones->numel, 1) < 0)
+    if (!(be = gdl__be(op, dev)) || !(ones = gdl__tmp(op, 2, s, GDL_F32, dev)) || be->k.fill(GDL__R(ones), ones->numel, 1) < 0)
         return NULL;
     return gdl_compare_scalar(gdl_triu(ones, 1), GDL_CMP_NE, 0);
 }
@@ -23622,7 +23640,7 @@ static void gdl__opt_release_devs(gdl_optimizer *opt) {
     for (d = 0; d < opt->ndevs; d++) {
         gdl__opt_dev *dv = &opt->devs[d];
         const gdl_backend *be = dv->table ? gdl__be("gdl_optim", dv->device) : NULL;
-        if (be) be->opt_table_free(dv->table);
+        if (be) be->k.opt_table_free(dv->table);
         gdl__flat_unref(dv->flat);
         GPUDL_FREE(dv->hyper_seen);
         GPUDL_FREE(dv->tab);
@@ -23798,7 +23816,7 @@ static int gdl__flat_rehome_as(const char *op, gdl_tensor *t, gdl__flat *f, void
                            gdl_device_str(src->device), gdl_dtype_name(dt), gdl_device_str(f->device));
             return -1;
         }
-        if (!be || be->cast(slot, dt, src->data, src->dtype, t->numel) < 0) return -1;
+        if (!be || be->k.cast(slot, dt, src->data, src->dtype, t->numel) < 0) return -1;
     }
     if (t->flat == f && t->data == slot) { /* converted in place: the dtype is all that changes */
         t->dtype = dt;
@@ -23806,7 +23824,7 @@ static int gdl__flat_rehome_as(const char *op, gdl_tensor *t, gdl__flat *f, void
     }
     if (t->flags & GDL__T_OWNS_DATA) {
         const gdl_backend *be = gdl__be(op, t->device);
-        if (be) be->free(t->data);
+        if (be) be->rt.free(t->data);
         t->flags &= ~(unsigned)GDL__T_OWNS_DATA;
     } else {
         gdl__flat_unref(t->flat);
@@ -23869,7 +23887,7 @@ static int gdl__opt_push_hyper(const char *op, gdl_optimizer *opt) {
                 return -1;
             }
             if (!be && !(be = gdl__be(op, dv->device))) return -1;
-            if (be->copy_async(&dv->hyper[g], &h, sizeof h, 0, NULL) < 0) return -1;
+            if (be->rt.copy_async(&dv->hyper[g], &h, sizeof h, 0, NULL) < 0) return -1;
             dv->hyper_seen[g] = h;
         }
     }
@@ -23917,7 +23935,7 @@ static int gdl__opt_steps_up(const char *op, gdl_optimizer *opt) {
             const gdl_backend *be;
             if (!pp->step || *(const int32_t *)pp->step->data == pp->step_seen) continue;
             if (!(be = gdl__be(op, opt->devs[pp->dev].device)) ||
-                be->copy_async(&opt->devs[pp->dev].steps[i], pp->step->data, sizeof(int32_t), 0, NULL) < 0)
+                be->rt.copy_async(&opt->devs[pp->dev].steps[i], pp->step->data, sizeof(int32_t), 0, NULL) < 0)
                 return -1;
             pp->step_seen = *(const int32_t *)pp->step->data;
         }
@@ -23935,7 +23953,7 @@ static int gdl__opt_steps_up(const char *op, gdl_optimizer *opt) {
     }
     for (d = 0; d < opt->ndevs; d++) {
         const gdl_backend *be = gdl__be(op, opt->devs[d].device);
-        if (!be || be->copy_async(opt->devs[d].steps, buf, sizeof(int32_t) * (size_t)opt->nparams, 0, NULL) < 0)
+        if (!be || be->rt.copy_async(opt->devs[d].steps, buf, sizeof(int32_t) * (size_t)opt->nparams, 0, NULL) < 0)
             return -1;
     }
     opt->steps_dirty = 0;
@@ -24021,12 +24039,12 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
             dv->flat->params_bytes = dv->region_lo;
             dv->flat->grad_shift = dv->region_lo;
             dv->hyper_seen = (gdl_opt_hyper *)GPUDL_MALLOC(hyper_bytes);
-            if (dv->hyper_seen && (dv->flat->data = be->alloc(bytes + GDL__FLAT_ALIGN)) != NULL) {
+            if (dv->hyper_seen && (dv->flat->data = be->rt.alloc(bytes + GDL__FLAT_ALIGN)) != NULL) {
                 uintptr_t a = (uintptr_t)dv->flat->data;
                 dv->flat->base = (char *)dv->flat->data + (GDL__FLAT_ALIGN - a % GDL__FLAT_ALIGN) % GDL__FLAT_ALIGN;
                 /* zeros for the state slots; NaN bits in the host copy, so every group is written below */
                 memset(dv->hyper_seen, 0xff, hyper_bytes);
-                ok = be->memset0(dv->flat->base, bytes) == 0;
+                ok = be->rt.memset0(dv->flat->base, bytes) == 0;
             }
         }
         if (!ok) {
@@ -24034,7 +24052,7 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
             gdl_device where = dv->device;
             memcpy(prev, gdl__err, sizeof prev);
             for (i = 0; i <= d; i++) {
-                if (devs[i].flat && devs[i].flat->data) gdl__be(op, devs[i].device)->free(devs[i].flat->data);
+                if (devs[i].flat && devs[i].flat->data) gdl__be(op, devs[i].device)->rt.free(devs[i].flat->data);
                 GPUDL_FREE(devs[i].flat);
                 GPUDL_FREE(devs[i].hyper_seen);
             }
@@ -24134,7 +24152,7 @@ GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none) {
     if (gdl__opt_layout("gdl_zero_grad", opt) < 0) return -1;
     for (d = 0; d < opt->ndevs; d++) {
         const gdl_backend *be = gdl__be("gdl_zero_grad", opt->devs[d].device);
-        if (!be || be->memset0(opt->devs[d].flat->base + opt->devs[d].region_lo, opt->devs[d].region_lo) < 0)
+        if (!be || be->rt.memset0(opt->devs[d].flat->base + opt->devs[d].region_lo, opt->devs[d].region_lo) < 0)
             return -1;
     }
     for (i = 0; i < opt->nparams; i++) { /* a grad the block could not take (another device or size) */
@@ -24181,7 +24199,7 @@ static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_pa
     { /* its count in the block starts at 0 too (an asynchronous write: nothing is read back) */
         static const int32_t zero = 0;
         const gdl_backend *be = gdl__be(op, p->device);
-        if (!be || be->copy_async(&opt->devs[pp->dev].steps[index], &zero, sizeof zero, 0, NULL) < 0) return -1;
+        if (!be || be->rt.copy_async(&opt->devs[pp->dev].steps[index], &zero, sizeof zero, 0, NULL) < 0) return -1;
     }
     return 0;
 }
@@ -24313,7 +24331,7 @@ static int gdl__step_tables(const char *op, gdl_optimizer *opt, const gdl_opt_te
             continue;
         if (!(be = gdl__be(op, dv->device))) return -1;
         keep = (gdl_opt_tensor *)GPUDL_MALLOC(sizeof(gdl_opt_tensor) * (size_t)(count[d] + 1));
-        if (!keep || !(tab = be->opt_table_new(count[d], t + i))) {
+        if (!keep || !(tab = be->k.opt_table_new(count[d], t + i))) {
             char prev[sizeof gdl__err];
             memcpy(prev, gdl__err, sizeof prev);
             gdl__set_error("%s: cannot make the %s table of %d parameter%s on %s, nothing was updated: %s", op,
@@ -24323,7 +24341,7 @@ static int gdl__step_tables(const char *op, gdl_optimizer *opt, const gdl_opt_te
             return -1;
         }
         if (count[d]) memcpy(keep, t + i, sizeof(gdl_opt_tensor) * (size_t)count[d]);
-        if (dv->table) be->opt_table_free(dv->table);
+        if (dv->table) be->k.opt_table_free(dv->table);
         GPUDL_FREE(dv->tab);
         dv->table = tab;
         dv->tab = keep;
@@ -24341,7 +24359,7 @@ static int gdl__step_update(const char *op, gdl_optimizer *opt) {
         int rc;
         if (!dv->ntab) continue;
         if (!(be = gdl__be(op, dv->device))) return -1;
-        rc = adam ? be->adam_multi(dv->table, opt->kind == GDL__OPT_ADAMW) : be->sgd_multi(dv->table);
+        rc = adam ? be->k.adam_multi(dv->table, opt->kind == GDL__OPT_ADAMW) : be->k.sgd_multi(dv->table);
         if (rc < 0) {
             char prev[sizeof gdl__err];
             memcpy(prev, gdl__err, sizeof prev);
@@ -24413,7 +24431,7 @@ static gdl__flat *gdl__ema_block(const char *op, gdl_device dev, const void *src
     f->refs = 1;
     f->device = dev;
     f->bytes = f->params_bytes = bytes;
-    if (!(f->data = be->alloc(bytes + GDL__FLAT_ALIGN))) {
+    if (!(f->data = be->rt.alloc(bytes + GDL__FLAT_ALIGN))) {
         GPUDL_FREE(f);
         gdl__set_error("%s: cannot allocate the average's %.0f bytes on %s", op, (double)bytes, gdl_device_str(dev));
         return NULL;
@@ -24551,7 +24569,7 @@ static int gdl__ema_step(const char *op, gdl_ema *e) {
     if (gdl__ema_check(op, e) < 0) return -1; /* gdl__step made the layout */
     for (d = 0; d < e->ndevs; d++) {
         const gdl_backend *be = gdl__be(op, opt->devs[d].device);
-        if (!be || be->ema_lerp((int64_t)(e->bytes[d] / sizeof(gdl_real)), (gdl_real *)e->shadow[d]->base,
+        if (!be || be->k.ema_lerp((int64_t)(e->bytes[d] / sizeof(gdl_real)), (gdl_real *)e->shadow[d]->base,
                                 (const gdl_real *)opt->devs[d].flat->base, w) < 0)
             return -1;
     }
@@ -24563,7 +24581,7 @@ static int gdl__ema_step(const char *op, gdl_ema *e) {
                            gdl_device_str(e->bavg[i]->device));
             return -1;
         }
-        if (!be || be->ema_lerp(e->buf[i]->numel, GDL__R(e->bavg[i]), GDL__R(e->buf[i]), w) < 0) return -1;
+        if (!be || be->k.ema_lerp(e->buf[i]->numel, GDL__R(e->bavg[i]), GDL__R(e->buf[i]), w) < 0) return -1;
     }
     return 0;
 }
@@ -24694,7 +24712,7 @@ static int gdl__scaler_clear_skip(const char *op, gdl_optimizer *opt) {
     int d;
     for (d = 0; d < opt->ndevs; d++) {
         const gdl_backend *be = gdl__be(op, opt->devs[d].device);
-        if (!be || be->memset0(opt->devs[d].skip, sizeof(gdl_real)) < 0) return -1;
+        if (!be || be->rt.memset0(opt->devs[d].skip, sizeof(gdl_real)) < 0) return -1;
     }
     return 0;
 }
@@ -24841,12 +24859,12 @@ static int gdl__scaler_unscale(const char *op, gdl_grad_scaler *s, gdl_optimizer
                 hi = slot + (size_t)g->numel * sizeof(gdl_real);
                 continue;
             }
-            if (lo && be->amp_unscale((int64_t)((size_t)(hi - lo) / sizeof(gdl_real)), (gdl_real *)lo,
+            if (lo && be->k.amp_unscale((int64_t)((size_t)(hi - lo) / sizeof(gdl_real)), (gdl_real *)lo,
                                       GDL__R(s->scale), GDL__R(s->found_inf), dv->skip) < 0)
                 return -1;
             lo = hi = NULL;
             if (g && g->numel &&
-                be->amp_unscale(g->numel, GDL__R(g), GDL__R(s->scale), GDL__R(s->found_inf), dv->skip) < 0)
+                be->k.amp_unscale(g->numel, GDL__R(g), GDL__R(s->scale), GDL__R(s->found_inf), dv->skip) < 0)
                 return -1;
         }
     }
@@ -24924,7 +24942,7 @@ GPUDL_API int gdl_grad_scaler_update(gdl_grad_scaler *s) {
         return -1;
     }
     if (!(be = gdl__be(op, s->dev)) ||
-        be->amp_update_scale(GDL__R(s->scale), (int32_t *)s->tracker->data, GDL__R(s->found_inf),
+        be->k.amp_update_scale(GDL__R(s->scale), (int32_t *)s->tracker->data, GDL__R(s->found_inf),
                              s->o.growth_factor, s->o.backoff_factor, s->o.growth_interval) < 0)
         return -1;
     for (i = 0; i < s->nopts; i++)
@@ -24941,7 +24959,7 @@ static int gdl__scaler_rearm(gdl_grad_scaler *s, gdl_optimizer *opt) {
     gdl__scaler_opt *r = s->o.enabled && s->scale ? gdl__scaler_find(s, opt) : NULL;
     const gdl_backend *be;
     if (!r || r->stage == GDL__SC_READY) return 0;
-    if (!(be = gdl__be("gdl_fit", s->dev)) || be->memset0(s->found_inf->data, sizeof(gdl_real)) < 0 ||
+    if (!(be = gdl__be("gdl_fit", s->dev)) || be->rt.memset0(s->found_inf->data, sizeof(gdl_real)) < 0 ||
         gdl__scaler_clear_skip("gdl_fit", opt) < 0)
         return -1;
     r->stage = GDL__SC_READY;
@@ -25036,7 +25054,7 @@ static int gdl__clip_fused(const char *op, gdl_tensor *const *params, int n, dou
             g[k] = GDL__R(params[i]->grad);
             ns[k++] = params[i]->grad->numel;
         }
-    return be->clip_grad_norm(k, g, ns, max_norm, dnorm) < 0 ? -1 : 0;
+    return be->k.clip_grad_norm(k, g, ns, max_norm, dnorm) < 0 ? -1 : 0;
 }
 
 GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max_norm) {
@@ -25054,7 +25072,7 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
     rc = gdl__clip_fused(op, params, n, max_norm, dnorm, &fbe);
     if (rc < 0) return -1;
     if (rc == 0) { /* one device: one call, then the norm's one read back */
-        if (fbe->copy(&norm, dnorm, sizeof norm, dev.type == GDL_DEVICE_CPU ? 2 : 1) < 0) return -1;
+        if (fbe->rt.copy(&norm, dnorm, sizeof norm, dev.type == GDL_DEVICE_CPU ? 2 : 1) < 0) return -1;
         return norm;
     }
     /* gradients on several devices: a norm per device, added on the host */
@@ -25067,7 +25085,7 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
                            gdl_shape_str(params[i]), gdl_dtype_name(params[i]->grad->dtype));
             return -1;
         }
-        if (!(be = gdl__be(op, params[i]->grad->device)) || be->sum_squares(params[i]->grad->numel,
+        if (!(be = gdl__be(op, params[i]->grad->device)) || be->k.sum_squares(params[i]->grad->numel,
                                                                              GDL__R(params[i]->grad), &s) < 0)
             return -1;
         total += s;
@@ -25079,7 +25097,7 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
             const gdl_backend *be;
             gdl_tensor *g = params[i]->grad;
             if (!g || !g->numel) continue;
-            if (!(be = gdl__be(op, g->device)) || be->unary(GDL_UN_SCALE, g->numel, GDL__R(g), GDL__R(g), (gdl_real)coef) < 0)
+            if (!(be = gdl__be(op, g->device)) || be->k.unary(GDL_F32, GDL_UN_SCALE, g->numel, GDL__R(g), GDL__R(g), (gdl_real)coef) < 0)
                 return -1;
         }
     return norm;
@@ -25181,7 +25199,7 @@ static int gdl__opt_round_params(const char *op, gdl_optimizer *opt) {
         const gdl_backend *be;
         if (!pp->master) continue;
         if (!(be = gdl__be(op, pp->p->device)) ||
-            be->cast(pp->p->data, pp->p->dtype, pp->master->data, GDL_F32, pp->p->numel) < 0)
+            be->k.cast(pp->p->data, pp->p->dtype, pp->master->data, GDL_F32, pp->p->numel) < 0)
             return -1;
     }
     return 0;
@@ -25578,7 +25596,7 @@ GPUDL_API gdl_tensor *gdl_quantize_per_tensor(gdl_tensor *x, float scale, int32_
     if (gdl__q_tensor_args(op, x, GDL_F32, scale, zero_point) < 0 || !(be = gdl__be(op, x->device)) ||
         !(q = gdl__tmp(op, x->ndim, x->shape, GDL_U8, x->device)))
         return NULL;
-    return be->quantize(1, x->numel, (const gdl_real *)x->data, scale, zero_point, 0, 255, q->data, x->numel) < 0
+    return be->k.quantize(1, x->numel, (const gdl_real *)x->data, scale, zero_point, 0, 255, q->data, x->numel) < 0
                ? NULL : q;
 }
 
@@ -25589,7 +25607,7 @@ GPUDL_API gdl_tensor *gdl_dequantize(gdl_tensor *q, float scale, int32_t zero_po
     if (gdl__q_tensor_args(op, q, GDL_U8, scale, zero_point) < 0 || !(be = gdl__be(op, q->device)) ||
         !(y = gdl__tmp(op, q->ndim, q->shape, GDL_F32, q->device)))
         return NULL;
-    return be->dequantize(q->numel, q->data, 0, scale, zero_point, (gdl_real *)y->data) < 0 ? NULL : y;
+    return be->k.dequantize(q->numel, q->data, 0, scale, zero_point, (gdl_real *)y->data) < 0 ? NULL : y;
 }
 
 GPUDL_API gdl_qconfig gdl_qconfig_default(void) {
@@ -25708,7 +25726,7 @@ static int gdl__qobs_add(const char *what, gdl__qobs *o, const gdl_tensor *t) {
     float mm[3], bl, bh;
     if (t->numel <= 0) return 0;
     if (gdl__no_capture("gdl_forward", t->device) < 0 || !(be = gdl__be("gdl_forward", t->device)) ||
-        be->qminmax(t->numel, (const gdl_real *)t->data, mm) < 0)
+        be->k.qminmax(t->numel, (const gdl_real *)t->data, mm) < 0)
         return -1;
     bl = mm[0];
     bh = mm[1];
@@ -25933,10 +25951,10 @@ static void gdl__qlayer_drop_dev(gdl__qlayer *q) {
     const gdl_backend *be;
     if (q->dev.type == GDL_DEVICE_CPU) return;
     if ((be = gdl__be("gdl_module_to", q->dev)) != NULL) {
-        if (q->d_qw) be->qweight_free(q->d_qw);
-        be->free(q->d_colsum);
-        be->free(q->d_scale);
-        be->free(q->d_bias);
+        if (q->d_qw) be->k.qweight_free(q->d_qw);
+        be->rt.free(q->d_colsum);
+        be->rt.free(q->d_scale);
+        be->rt.free(q->d_bias);
     }
     q->d_qw = NULL;
     q->d_colsum = NULL;
@@ -25946,9 +25964,9 @@ static void gdl__qlayer_drop_dev(gdl__qlayer *q) {
 
 /* a host array copied to the device of be; NULL + error */
 static void *gdl__qlayer_upload(const gdl_backend *be, const void *src, size_t bytes) {
-    void *d = be->alloc(bytes ? bytes : 1);
-    if (d && bytes && be->copy(d, src, bytes, 0) < 0) {
-        be->free(d);
+    void *d = be->rt.alloc(bytes ? bytes : 1);
+    if (d && bytes && be->rt.copy(d, src, bytes, 0) < 0) {
+        be->rt.free(d);
         return NULL;
     }
     return d;
@@ -25963,7 +25981,7 @@ static int gdl__qlayer_to_dev(gdl__qlayer *q, gdl_device dev) {
     if (dev.type == GDL_DEVICE_CPU) return 0;
     if (!(be = gdl__be("gdl_module_to", dev))) return -1;
     q->dev = dev;
-    q->d_qw = be->qweight_new((int)q->out, (int)q->in, ws->w, ws->pack.colsum);
+    q->d_qw = be->k.qweight_new((int)q->out, (int)q->in, ws->w, ws->pack.colsum);
     q->d_colsum = (int32_t *)gdl__qlayer_upload(be, ws->pack.colsum, sizeof(int32_t) * (size_t)q->out);
     q->d_scale = (float *)gdl__qlayer_upload(be, ws->w_scale, sizeof(float) * (size_t)ns);
     q->d_bias = q->bias ? (float *)gdl__qlayer_upload(be, q->bias, sizeof(float) * (size_t)q->out) : NULL;
@@ -26019,7 +26037,7 @@ static int gdl__qlayer_act_params(const gdl_module *m, const gdl__qlayer *q, con
     *sa = q->in_scale;
     *za = q->in_zp;
     if (q->mode != GDL__Q_DYNAMIC) return 0;
-    if (be->qminmax(x->numel, (const gdl_real *)x->data, mm) < 0) return -1;
+    if (be->k.qminmax(x->numel, (const gdl_real *)x->data, mm) < 0) return -1;
     if (mm[2] != 0 || isinf(mm[0]) || isinf(mm[1])) {
         gdl__set_error("gdl_forward: %s: the input holds NaN or inf: it cannot be quantized", gdl__nn_label(m));
         return -1;
@@ -26098,18 +26116,18 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
             return NULL;
     }
     if (!q->conv) {
-        rc = be->quantize(rows, q->in, (const gdl_real *)x->data, e.sa, e.za, 0, e.qmax, a->data, KP);
-        if (rc == 0) rc = be->qgemm((int)rows, (const uint8_t *)a->data, (int)KP, qw, (int32_t *)acc->data, (int)q->out);
-        if (rc == 0) rc = be->qepilogue(&e, rows, (const int32_t *)acc->data, (gdl_real *)y->data);
+        rc = be->k.quantize(rows, q->in, (const gdl_real *)x->data, e.sa, e.za, 0, e.qmax, a->data, KP);
+        if (rc == 0) rc = be->k.qgemm((int)rows, (const uint8_t *)a->data, (int)KP, qw, (int32_t *)acc->data, (int)q->out);
+        if (rc == 0) rc = be->k.qepilogue(&e, rows, (const int32_t *)acc->data, (gdl_real *)y->data);
     } else {
         const int64_t chw = x->numel / (N ? N : 1);
-        rc = be->quantize(1, x->numel, (const gdl_real *)x->data, e.sa, e.za, 0, e.qmax, a->data, x->numel);
+        rc = be->k.quantize(1, x->numel, (const gdl_real *)x->data, e.sa, e.za, 0, e.qmax, a->data, x->numel);
         for (s = 0; s < N && rc == 0; s++) {
-            rc = be->qim2col(&g, (const uint8_t *)a->data + s * chw, e.za, (uint8_t *)cols->data, KP);
+            rc = be->k.qim2col(&g, (const uint8_t *)a->data + s * chw, e.za, (uint8_t *)cols->data, KP);
             if (rc == 0)
-                rc = be->qgemm((int)rows, (const uint8_t *)cols->data, (int)KP, qw, (int32_t *)acc->data, (int)q->out);
+                rc = be->k.qgemm((int)rows, (const uint8_t *)cols->data, (int)KP, qw, (int32_t *)acc->data, (int)q->out);
             if (rc == 0)
-                rc = be->qepilogue(&e, rows, (const int32_t *)acc->data, (gdl_real *)y->data + s * q->out * rows);
+                rc = be->k.qepilogue(&e, rows, (const int32_t *)acc->data, (gdl_real *)y->data + s * q->out * rows);
         }
     }
     return rc == 0 ? y : NULL;
@@ -29084,10 +29102,10 @@ static const gdl_backend *gdl__dist_comm(const char *op, gdl_device dev) {
             gdl__set_error("%s: no NCCL id was handed round at gdl_dist_init (no GPU then?)", op);
             return NULL;
         }
-        if (be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return NULL;
+        if (be->rt.comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return NULL;
         gdl__dist.have_id = 1;
     }
-    if (be->comm_init(dev.index, gdl__dist.id, gdl__dist.world, gdl__dist.rank) < 0) return NULL;
+    if (be->rt.comm_init(dev.index, gdl__dist.id, gdl__dist.world, gdl__dist.rank) < 0) return NULL;
     gdl__dist.comm_dev = dev.index + 1;
     return be;
 }
@@ -29103,7 +29121,7 @@ static int gdl__dist_settle(const char *op) {
     const gdl_backend *be;
     if (!gdl__dist.comm_dev || gdl__dist.world < 2) return 0;
     be = gdl__dist_comm(op, gdl_cuda(gdl__dist.comm_dev - 1));
-    return be ? be->comm_sync(0, gdl_dist_timeout()) : -1;
+    return be ? be->rt.comm_sync(0, gdl_dist_timeout()) : -1;
 }
 
 /* src/dist/cluster.h: an Indexed Job's, a PyTorchJob's or Kubeflow's PET_* rank and size (1), none (0), -1 */
@@ -29209,7 +29227,7 @@ static int gdl__dist_share_id(const char *op, int rank, int world) {
         int rc;
         char keep[sizeof gdl__err];
         memset(buf, 0, sizeof buf);
-        if (rank == 0 && be) buf[0] = be->comm_id(buf + 1, GDL_COMM_ID_BYTES) == 0 ? 1 : 2;
+        if (rank == 0 && be) buf[0] = be->rt.comm_id(buf + 1, GDL_COMM_ID_BYTES) == 0 ? 1 : 2;
         memcpy(keep, gdl__err, sizeof keep);
         gdl__dist.rank = rank, gdl__dist.world = world; /* for the timed wait's report */
         gdl__dist.seq = 0;
@@ -29234,7 +29252,7 @@ static int gdl__dist_share_id(const char *op, int rank, int world) {
 #else
     if (world > 1 && gdl__dist_gpu()) {
         const gdl_backend *be = gdl__dist_gpu();
-        if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return -1;
+        if (rank == 0 && be->rt.comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return -1;
 #if defined(GDL__HAVE_RDV)
         if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) return -1;
 #else
@@ -29321,8 +29339,8 @@ GPUDL_API void gdl_dist_shutdown(void) {
             char keep[sizeof gdl__err];
             memcpy(keep, gdl__err, sizeof keep); /* shutdown reports nothing: the caller's last error stays */
             (void)gdl__be_lookup("gdl_dist_shutdown", gdl_cuda(gdl__dist.comm_dev - 1));
-            (void)be->comm_sync(0, gdl_dist_timeout());
-            be->comm_destroy();
+            (void)be->rt.comm_sync(0, gdl_dist_timeout());
+            be->rt.comm_destroy();
             memcpy(gdl__err, keep, sizeof keep);
         }
         gdl__dist.comm_dev = 0;
@@ -29533,7 +29551,7 @@ static int gdl__dist_check(const char *op, const char *what, const gdl_tensor *t
 static int gdl__dist_nccl(const char *op, int kind, const gdl_tensor *send, gdl_tensor *recv, int64_t count,
                           int avg, int root) {
     const gdl_backend *be = gdl__dist_comm(op, recv->device);
-    return be ? be->collective(kind, send->data, recv->data, count, recv->dtype, avg, root, 1) : -1;
+    return be ? be->rt.collective(kind, send->data, recv->data, count, recv->dtype, avg, root, 1) : -1;
 }
 
 #ifdef GPUDL_MPI
@@ -29706,8 +29724,8 @@ GPUDL_API void gdl_ddp_free(gdl_ddp *d) {
     int i;
     if (!d) return;
     if (d->gpu && d->b) { /* the buckets' last all-reduce is queued on the device before their memory goes back */
-        if (gdl__be_lookup("gdl_ddp_free", d->dev)) (void)d->gpu->comm_join();
-        for (i = 0; i < d->nbuckets; i++) d->gpu->free(d->b[i].buf);
+        if (gdl__be_lookup("gdl_ddp_free", d->dev)) (void)d->gpu->rt.comm_join();
+        for (i = 0; i < d->nbuckets; i++) d->gpu->rt.free(d->b[i].buf);
     }
     for (i = 0; d->b && !d->gpu && i < d->nbuckets; i++) {
 #ifdef GPUDL_MPI
@@ -29797,7 +29815,7 @@ GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o) {
     d->nbuckets = nb;
     for (i = 0; i < nb; i++)
         if (d->b[i].numel > INT32_MAX ||
-            !(d->b[i].buf = (gdl_real *)(d->gpu ? d->gpu->alloc(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1))
+            !(d->b[i].buf = (gdl_real *)(d->gpu ? d->gpu->rt.alloc(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1))
                                                 : GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1))))) {
             gdl__set_error("%s: out of memory for a bucket of %lld gradients", fn, (long long)d->b[i].numel);
             goto fail;
@@ -29843,7 +29861,7 @@ static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int
         s1[0] = 2 * (int64_t)n, sw[0] = 2 * (int64_t)n * gdl__dist.world;
         if ((in = gdl_from_array(v, 1, s1, GDL_I32, dev)) && (all = gdl_empty(1, sw, GDL_I32, dev)) &&
             gdl_dist_all_gather(all, in) == 0 && (be = gdl__dist_comm(op, dev)) &&
-            be->comm_sync(0, gdl_dist_timeout()) == 0 && (h = gdl_to(all, gdl_cpu()))) {
+            be->rt.comm_sync(0, gdl_dist_timeout()) == 0 && (h = gdl_to(all, gdl_cpu()))) {
             const double *g = (const double *)h->data;
             for (k = 0; k < n; k++) {
                 double a = g[k];
@@ -29909,11 +29927,11 @@ static void gdl__ddp_start(gdl_ddp *d, gdl__bucket *b) {
         for (i = b->first; i < b->first + b->count && !d->failed; i++) {
             gdl_tensor *p = d->params[i];
             size_t bytes = sizeof(gdl_real) * (size_t)p->numel;
-            if ((p->grad ? d->gpu->copy(b->buf + off, p->grad->data, bytes, 2) : d->gpu->memset0(b->buf + off, bytes)) < 0)
+            if ((p->grad ? d->gpu->rt.copy(b->buf + off, p->grad->data, bytes, 2) : d->gpu->rt.memset0(b->buf + off, bytes)) < 0)
                 d->failed = 1;
             off += p->numel;
         }
-        if (!d->failed && d->gpu->collective(GDL_COLL_ALL_REDUCE, b->buf, b->buf, b->numel, GDL_F32, 1, 0, 0) < 0)
+        if (!d->failed && d->gpu->rt.collective(GDL_COLL_ALL_REDUCE, b->buf, b->buf, b->numel, GDL_F32, 1, 0, 0) < 0)
             d->failed = 1;
         b->started = !d->failed;
         return;
@@ -29989,7 +30007,7 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
         }
 #endif
     if (d->gpu) { /* the compute stream waits for the all-reduces, then takes the means back */
-        if (rc < 0 || d->failed || !gdl__be(fn, d->dev) || d->gpu->comm_join() < 0) return -1;
+        if (rc < 0 || d->failed || !gdl__be(fn, d->dev) || d->gpu->rt.comm_join() < 0) return -1;
         for (i = 0; i < d->nbuckets; i++) {
             gdl__bucket *b = &d->b[i];
             int64_t off = 0;
@@ -29997,7 +30015,7 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
             for (k = b->first; k < b->first + b->count; k++) {
                 gdl_tensor *p = d->params[k];
                 if (gdl__ensure_grad(p) < 0) return -1; /* a flat block's parameter: its slot, as on the CPU */
-                if (d->gpu->copy(p->grad->data, b->buf + off, sizeof(gdl_real) * (size_t)p->numel, 2) < 0) return -1;
+                if (d->gpu->rt.copy(p->grad->data, b->buf + off, sizeof(gdl_real) * (size_t)p->numel, 2) < 0) return -1;
                 off += p->numel;
             }
         }
@@ -30025,7 +30043,7 @@ GPUDL_API int gdl_dist_barrier(void) {
     if (gdl__dist.comm_dev) { /* NCCL's queued collectives done first, with the timeout: a missing peer
                                  fails here rather than leave MPI_Barrier waiting */
         const gdl_backend *be = gdl__dist_comm("gdl_dist_barrier", gdl_cuda(gdl__dist.comm_dev - 1));
-        if (!be || be->comm_sync(0, gdl_dist_timeout()) < 0) return -1;
+        if (!be || be->rt.comm_sync(0, gdl_dist_timeout()) < 0) return -1;
     }
     if (gdl__dist.world > 1) {
         MPI_Request q;
@@ -30037,7 +30055,7 @@ GPUDL_API int gdl_dist_barrier(void) {
     if (gdl__dist.world > 1) { /* NCCL is the transport: an all-reduce, waited for with the timeout */
         const gdl_backend *be = gdl__dist_comm("gdl_dist_barrier", gdl__dist.comm_dev ? gdl_cuda(gdl__dist.comm_dev - 1)
                                                                                      : gdl_dist_device());
-        if (!be || be->comm_sync(1, gdl_dist_timeout()) < 0) return -1;
+        if (!be || be->rt.comm_sync(1, gdl_dist_timeout()) < 0) return -1;
     }
 #endif
     return 0;
@@ -30439,9 +30457,9 @@ static int gdl__pass_init(gdl__pass *p, const char *op, gdl_device dev) {
         return -1;
     }
     if (!(p->be = gdl__be(op, dev))) return -1;
-    if (!(p->dacc = (double *)p->be->alloc(8 * sizeof(double)))) return -1;
+    if (!(p->dacc = (double *)p->be->rt.alloc(8 * sizeof(double)))) return -1;
     p->dev = dev;
-    return p->be->memset0(p->dacc, 8 * sizeof(double));
+    return p->be->rt.memset0(p->dacc, 8 * sizeof(double));
 }
 
 static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_tensor *loss) {
@@ -30459,11 +30477,11 @@ static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_ten
         gdl_real *f;
         if (!gdl__is_float(out->dtype)) cls = 0;
         else if (!(f = (gdl_real *)gdl__scratch("gdl_fit", out->device, sizeof(gdl_real) * (size_t)out->numel)) ||
-                 p->be->cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0)
+                 p->be->k.cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0)
             return -1;
         else o = f;
     }
-    return p->be->fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? o : NULL,
+    return p->be->k.fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? o : NULL,
                               cls ? (const int32_t *)y->data : NULL, p->dacc);
 }
 
@@ -30472,8 +30490,8 @@ static int gdl__pass_sync(gdl__pass *p) {
     double h[4];
     if (!p->dacc) return 0;
     if (gdl__dist_settle("gdl_fit") < 0) return -1; /* DDP's queued NCCL all-reduces end, or time out, first */
-    if (!gdl__be("gdl_fit", p->dev) || p->be->copy(h, p->dacc, sizeof h, 1) < 0 ||
-        p->be->memset0(p->dacc, sizeof h) < 0)
+    if (!gdl__be("gdl_fit", p->dev) || p->be->rt.copy(h, p->dacc, sizeof h, 1) < 0 ||
+        p->be->rt.memset0(p->dacc, sizeof h) < 0)
         return -1;
     p->loss_sum += h[0];
     p->samples += (int64_t)h[1];
@@ -30486,11 +30504,11 @@ static int gdl__pass_sync(gdl__pass *p) {
 static int gdl__pass_snapshot(gdl__pass *p, int save) {
     if (!p->dacc) return 0;
     if (!gdl__be("gdl_fit", p->dev)) return -1;
-    return p->be->copy(save ? p->dacc + 4 : p->dacc, save ? p->dacc : p->dacc + 4, 4 * sizeof(double), 2);
+    return p->be->rt.copy(save ? p->dacc + 4 : p->dacc, save ? p->dacc : p->dacc + 4, 4 * sizeof(double), 2);
 }
 
 static void gdl__pass_free(gdl__pass *p) {
-    if (p->dacc && gdl__be("gdl_fit", p->dev)) p->be->free(p->dacc);
+    if (p->dacc && gdl__be("gdl_fit", p->dev)) p->be->rt.free(p->dacc);
     memset(p, 0, sizeof *p);
 }
 
@@ -32080,7 +32098,7 @@ static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(
     if (!(g->be = gdl__be_lookup(op, dev))) goto fail;
     if (dev.type == GDL_DEVICE_CPU) return g;
     gdl_arena_reset();
-    if (g->be->graph_begin() < 0) goto fail;
+    if (g->be->rt.graph_begin() < 0) goto fail;
     gdl__capturing = 1;
     rc = step(ctx);
     gdl__capturing = 0;
@@ -32088,13 +32106,13 @@ static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(
         /* keep the step's error: ending the capture adds CUDA's own (invalidated) */
         char why[sizeof gdl__err];
         snprintf(why, sizeof why, "%s", gdl_last_error());
-        g->be->graph_end(&g->exec);
+        g->be->rt.graph_end(&g->exec);
         gdl__set_error("%s: the step cannot be captured on %s: %s (MANUAL src/api/graph.h: no host reads, new "
                        "tensors or dropout inside a captured step)",
                        op, gdl_device_str(dev), why);
         goto fail;
     }
-    if (g->be->graph_end(&g->exec) < 0) {
+    if (g->be->rt.graph_end(&g->exec) < 0) {
         gdl__set_error("%s: capturing the step on %s failed: %s", op, gdl_device_str(dev), gdl_last_error());
         goto fail;
     }
@@ -32137,7 +32155,7 @@ GPUDL_API int gdl_graph_replay(gdl_graph *g) {
     if (!gdl__be_lookup("gdl_graph_replay", g->dev)) return -1; /* makes the graph's device current */
     {
         int span = gdl__prof_on ? gdl__prof_push("gdl_graph_replay", g->dev) : 0, rc;
-        rc = g->be->graph_launch(g->exec);
+        rc = g->be->rt.graph_launch(g->exec);
         gdl__prof_pop(span, rc == 0);
         return rc;
     }
@@ -32145,7 +32163,7 @@ GPUDL_API int gdl_graph_replay(gdl_graph *g) {
 
 GPUDL_API void gdl_graph_free(gdl_graph *g) {
     if (!g) return;
-    if (g->exec && gdl__be_lookup("gdl_graph_free", g->dev)) g->be->graph_destroy(g->exec);
+    if (g->exec && gdl__be_lookup("gdl_graph_free", g->dev)) g->be->rt.graph_destroy(g->exec);
     GPUDL_FREE(g);
 }
 

@@ -827,7 +827,7 @@ __device__ __forceinline__ uint16_t gdl__f32_to_bf16(float f) {
 }
 
 // Loads and stores of the kernels templated on the storage type T: float,
-// __half or __nv_bfloat16 (the low-precision *_lp entries). The arithmetic
+// __half or __nv_bfloat16 (the entries that take a dtype). The arithmetic
 // is f32 whatever T is; for float both are the identity, so the f32
 // instantiations compute exactly what the f32-only kernels did.
 __device__ __forceinline__ float gdl__ld(float v) { return v; }
@@ -844,7 +844,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 gdl__st<__nv_bfloat16>(floa
 // f(gdl__cu_tag<T>()) with T = __half for f16, __nv_bfloat16 for bf16 and,
 // when f32_too, float for f32; any other dtype is an error naming `what`.
 // Each op is one kernel template and one launcher template (gdl__cu_X_t<T>);
-// the f32 entry calls the launcher with float, the *_lp entry dispatches:
+// for f32 the entry calls gdl__cu_NAME_f32 (the launcher with float), else it
+// dispatches:
 //   return gdl__cu_dispatch("unary", dt, 0, [&](auto t) {
 //       typedef typename decltype(t)::type T;
 //       return gdl__cu_unary_t<T>(op, n, (const T *)x, (T *)y, alpha);
@@ -950,7 +951,7 @@ static int gdl__cu_scale2d_t(T *C, int M, int N, int ldc, int64_t sC, int batch,
 static int gdl__cu_gemm_sum(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
                             int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int batch);
 
-static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
+static int gdl__cu_gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
                         const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
     if (K <= 0) return gdl__cu_scale2d_t<float>(C, M, N, ldc, sC, batch, beta);
@@ -980,12 +981,16 @@ static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
     return 0;
 }
 
-// the low-precision GEMM: f16 / bf16 operands and C, f32 accumulation
-// (CUBLAS_COMPUTE_32F), alpha and beta as floats; C is formed in f32 and
-// rounded once. K == 0 scales C by beta in a kernel, as gdl__cu_gemm does.
-static int gdl__cu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
-                           int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
-                           int batch) {
+// the GEMM entry: f32 runs gdl__cu_gemm_f32; f16 / bf16 operands and C,
+// f32 accumulation (CUBLAS_COMPUTE_32F), alpha and beta as floats; C is
+// formed in f32 and rounded once. K == 0 scales C by beta in a kernel, as
+// gdl__cu_gemm_f32 does.
+static int gdl__cu_gemm(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                        int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
+                        int batch) {
+    if (dt == GDL_F32)
+        return gdl__cu_gemm_f32(ta, tb, M, N, K, alpha, (const float *)A, lda, sA, (const float *)B, ldb, sB, beta,
+                                (float *)C, ldc, sC, batch);
     if (gdl__cu_dtype_check("GEMM", dt, 0) < 0) return -1;
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
     if (K <= 0)
@@ -1158,8 +1163,8 @@ static void gdl__cu_coalesce(int ndim, const int64_t *shape, const int64_t *astr
 
 // ND: the number of dims after coalescing (0: a scalar op), as a template
 // argument so the index arithmetic unrolls. TA, TB, TO: the storage types of
-// a, b and out, each float, __half or __nv_bfloat16 (any mix: the *_lp
-// entry's); the operation is in f32 and out rounded once.
+// a, b and out, each float, __half or __nv_bfloat16 (any mix: the entry's
+// operand dtypes); the operation is in f32 and out rounded once.
 template <int ND, typename TA, typename TB, typename TO>
 __global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const TA *a, const TB *b, TO *out) {
     GDL_CU_LOOP(i, n) {
@@ -1205,13 +1210,15 @@ static int gdl__cu_binary_t(int op, int ndim, const int64_t *shape, const TA *a,
     return 0;
 }
 
-static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a, const int64_t *astr,
+static int gdl__cu_binary_f32(int op, int ndim, const int64_t *shape, const float *a, const int64_t *astr,
                           const float *b, const int64_t *bstr, float *out) {
     return gdl__cu_binary_t(op, ndim, shape, a, astr, b, bstr, out);
 }
 
-static int gdl__cu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
-                             gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+static int gdl__cu_binary(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
+                          gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+    if (at == GDL_F32 && bt == GDL_F32 && ot == GDL_F32)
+        return gdl__cu_binary_f32(op, ndim, shape, (const float *)a, astr, (const float *)b, bstr, (float *)out);
     return gdl__cu_dispatch("binary", at, 1, [&](auto ta) {
         return gdl__cu_dispatch("binary", bt, 1, [&](auto tb) {
             return gdl__cu_dispatch("binary", ot, 1, [&](auto to) {
@@ -1248,9 +1255,9 @@ __device__ __forceinline__ void gdl__sumto_base(const gdl__cu_sumto &g, int64_t 
 }
 
 // one thread per destination element; it visits its sources in row-major
-// order (an odometer), the order of the CPU loop. into_dst (the f32
-// entry): the sum starts from dst[o] and is stored, as the CPU adds into
-// dst; otherwise (the *_lp entry) it starts from 0 in f32 (the f32 path's
+// order (an odometer), the order of the CPU loop. into_dst (all f32):
+// the sum starts from dst[o] and is stored, as the CPU adds into dst;
+// otherwise (a low dtype) it starts from 0 in f32 (the f32 path's
 // zeroed gradient of an f32 copy), then is added to dst[o] and rounded once
 // (that copy's cast). TS, TD: the storage types of src and dst.
 template <typename TS, typename TD>
@@ -1370,13 +1377,15 @@ static int gdl__cu_sum_to_t(int ndim, const int64_t *shape, const TS *src, TD *d
     return 0;
 }
 
-static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
+static int gdl__cu_sum_to_f32(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
                           float alpha) {
     return gdl__cu_sum_to_t(ndim, shape, src, dst, dstr, alpha, 1);
 }
 
-static int gdl__cu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
-                             const int64_t *dstr, float alpha) {
+static int gdl__cu_sum_to(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
+                          const int64_t *dstr, float alpha) {
+    if (st == GDL_F32 && dt == GDL_F32)
+        return gdl__cu_sum_to_f32(ndim, shape, (const float *)src, (float *)dst, dstr, alpha);
     return gdl__cu_dispatch("sum_to", st, 1, [&](auto ts) {
         return gdl__cu_dispatch("sum_to", dt, 1, [&](auto td) {
             typedef typename decltype(ts)::type TS;
@@ -1434,27 +1443,31 @@ static int gdl__cu_unary_backward_t(int op, int64_t n, const T *x, const T *y, c
     return 0;
 }
 
-static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alpha) {
+static int gdl__cu_unary_f32(int op, int64_t n, const float *x, float *y, float alpha) {
     return gdl__cu_unary_t(op, n, x, y, alpha);
 }
 
-static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
+static int gdl__cu_unary_backward_f32(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
                                   float alpha, int accumulate) {
     return gdl__cu_unary_backward_t(op, n, x, y, gy, gx, alpha, accumulate);
 }
 
-static int gdl__cu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+static int gdl__cu_unary(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+    if (dt == GDL_F32) return gdl__cu_unary_f32(op, n, (const float *)x, (float *)y, alpha);
     return gdl__cu_dispatch("unary", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_unary_t(op, n, (const T *)x, (T *)y, alpha);
     });
 }
 
-static int gdl__cu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
-                                     void *gx, float alpha) {
+static int gdl__cu_unary_backward(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
+                                  void *gx, float alpha, int accumulate) {
+    if (dt == GDL_F32)
+        return gdl__cu_unary_backward_f32(op, n, (const float *)x, (const float *)y, (const float *)gy, (float *)gx,
+                                          alpha, accumulate);
     return gdl__cu_dispatch("unary_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
-        return gdl__cu_unary_backward_t(op, n, (const T *)x, (const T *)y, (const T *)gy, (T *)gx, alpha, 1);
+        return gdl__cu_unary_backward_t(op, n, (const T *)x, (const T *)y, (const T *)gy, (T *)gx, alpha, accumulate);
     });
 }
 // ----------------------------------------------------------------------------
@@ -2090,7 +2103,7 @@ static int gdl__cu_linear_act(int act, int M, int N, int K, const float *x, cons
         why = "the heuristic found no algorithm";
     }
     gdl__cu_lt_fallback_notice(why, M, N, K);
-    if (gdl__cu_gemm(0, 1, M, N, K, 1.0f, x, K, 0, w, K, 0, 0.0f, y, N, 0, 1) < 0) return -1;
+    if (gdl__cu_gemm_f32(0, 1, M, N, K, 1.0f, x, K, 0, w, K, 0, 0.0f, y, N, 0, 1) < 0) return -1;
     if (!bias && act < 0) return 0;
     return gdl__cu_bias_act(act, M, N, 1, bias, y, pre);
 }
@@ -2862,21 +2875,23 @@ template <typename T> static int gdl__cu_col2im_t(const gdl_conv_geom *g, const 
     return 0;
 }
 
-static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
-static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) { return gdl__cu_col2im_t<float>(g, col, x); }
+static int gdl__cu_im2col_f32(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
+static int gdl__cu_col2im_f32(const gdl_conv_geom *g, const float *col, float *x) { return gdl__cu_col2im_t<float>(g, col, x); }
 // No implicit GEMM here: cuBLAS wants its operands in memory, so the op layer runs im2col + cuBLAS (+ col2im).
 static int gdl__cu_conv_implicit(int, const gdl_conv_geom *, int, int, int, const float *, const float *, const float *,
                                  const float *, float *, float *) {
     return 1;
 }
 
-static int gdl__cu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+static int gdl__cu_im2col(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+    if (dt == GDL_F32) return gdl__cu_im2col_f32(g, (const float *)x, (float *)col);
     return gdl__cu_dispatch("im2col", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_im2col_t(g, (const T *)x, (T *)col);
     });
 }
-static int gdl__cu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+static int gdl__cu_col2im(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+    if (dt == GDL_F32) return gdl__cu_col2im_f32(g, (const float *)col, (float *)x);
     return gdl__cu_dispatch("col2im", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_col2im_t(g, (const T *)col, (T *)x);
@@ -2957,22 +2972,25 @@ static int gdl__cu_maxpool_backward_t(const gdl_conv_geom *g, const T *gy, const
     return 0;
 }
 
-static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
+static int gdl__cu_maxpool_f32(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
     return gdl__cu_maxpool_t<float>(g, x, y, idx);
 }
-static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx, int beta) {
+static int gdl__cu_maxpool_backward_f32(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx, int beta) {
     return gdl__cu_maxpool_backward_t<float>(g, gy, idx, gx, beta);
 }
-static int gdl__cu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+static int gdl__cu_maxpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    if (dt == GDL_F32) return gdl__cu_maxpool_f32(g, (const float *)x, (float *)y, idx);
     return gdl__cu_dispatch("maxpool", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_maxpool_t(g, (const T *)x, (T *)y, idx);
     });
 }
-static int gdl__cu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
+static int gdl__cu_maxpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx,
+                                    int beta) {
+    if (dt == GDL_F32) return gdl__cu_maxpool_backward_f32(g, (const float *)gy, idx, (float *)gx, beta);
     return gdl__cu_dispatch("maxpool_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
-        return gdl__cu_maxpool_backward_t(g, (const T *)gy, idx, (T *)gx, 1);
+        return gdl__cu_maxpool_backward_t(g, (const T *)gy, idx, (T *)gx, beta);
     });
 }
 
@@ -3039,17 +3057,19 @@ template <typename T> static int gdl__cu_avgpool_backward_t(const gdl_conv_geom 
     return 0;
 }
 
-static int gdl__cu_avgpool(const gdl_conv_geom *g, const float *x, float *y) { return gdl__cu_avgpool_t<float>(g, x, y); }
-static int gdl__cu_avgpool_backward(const gdl_conv_geom *g, const float *gy, float *gx) {
+static int gdl__cu_avgpool_f32(const gdl_conv_geom *g, const float *x, float *y) { return gdl__cu_avgpool_t<float>(g, x, y); }
+static int gdl__cu_avgpool_backward_f32(const gdl_conv_geom *g, const float *gy, float *gx) {
     return gdl__cu_avgpool_backward_t<float>(g, gy, gx);
 }
-static int gdl__cu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+static int gdl__cu_avgpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+    if (dt == GDL_F32) return gdl__cu_avgpool_f32(g, (const float *)x, (float *)y);
     return gdl__cu_dispatch("avgpool", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_avgpool_t(g, (const T *)x, (T *)y);
     });
 }
-static int gdl__cu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+static int gdl__cu_avgpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+    if (dt == GDL_F32) return gdl__cu_avgpool_backward_f32(g, (const float *)gy, (float *)gx);
     return gdl__cu_dispatch("avgpool_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_avgpool_backward_t(g, (const T *)gy, (T *)gx);
@@ -3080,13 +3100,14 @@ static int gdl__cu_copy2d_t(int64_t rows, int64_t cols, const T *src, int64_t sl
     return 0;
 }
 
-static int gdl__cu_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
+static int gdl__cu_copy2d_f32(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
                           int accumulate) {
     return gdl__cu_copy2d_t(rows, cols, src, sld, dst, dld, accumulate);
 }
 
-static int gdl__cu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
-                             int64_t dld, int accumulate) {
+static int gdl__cu_copy2d(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                          int64_t dld, int accumulate) {
+    if (dt == GDL_F32) return gdl__cu_copy2d_f32(rows, cols, (const float *)src, sld, (float *)dst, dld, accumulate);
     return gdl__cu_dispatch("copy2d", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_copy2d_t(rows, cols, (const T *)src, sld, (T *)dst, dld, accumulate);
@@ -3124,19 +3145,21 @@ static int gdl__cu_dropout_t(int64_t n, double p, uint64_t seed, const T *x, T *
     return 0;
 }
 
-static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, float *y) {
+static int gdl__cu_dropout_f32(int64_t n, double p, uint64_t seed, const float *x, float *y) {
     return gdl__cu_dropout_t(n, p, seed, x, y, 0);
 }
-static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
+static int gdl__cu_dropout_backward_f32(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
     return gdl__cu_dropout_t(n, p, seed, gy, gx, 1);
 }
-static int gdl__cu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+static int gdl__cu_dropout(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+    if (dt == GDL_F32) return gdl__cu_dropout_f32(n, p, seed, (const float *)x, (float *)y);
     return gdl__cu_dispatch("dropout", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_dropout_t(n, p, seed, (const T *)x, (T *)y, 0);
     });
 }
-static int gdl__cu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+static int gdl__cu_dropout_backward(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+    if (dt == GDL_F32) return gdl__cu_dropout_backward_f32(n, p, seed, (const float *)gy, (float *)gx);
     return gdl__cu_dispatch("dropout_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_dropout_t(n, p, seed, (const T *)gy, (T *)gx, 1);
@@ -3262,34 +3285,40 @@ static int gdl__cu_batchnorm_backward_t(int64_t N, int64_t C, int64_t S, const T
     return 0;
 }
 
-static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma, const float *beta,
+static int gdl__cu_batchnorm_f32(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma, const float *beta,
                              float *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
                              double momentum, double eps, int relu) {
     return gdl__cu_batchnorm_t<float>(N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps,
                                       relu);
 }
-static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy, const float *y,
+static int gdl__cu_batchnorm_backward_f32(int64_t N, int64_t C, int64_t S, const float *x, const float *gy, const float *y,
                                       const float *gamma, const float *mean, const float *invstd, int training,
                                       float *gx, float *ggamma, float *gbeta, int accumulate) {
     return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, y, gamma, mean, invstd, training, gx, ggamma, gbeta,
                                                accumulate);
 }
-static int gdl__cu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
-                                const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
-                                int training, double momentum, double eps, int relu) {
+static int gdl__cu_batchnorm(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
+                             const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                             int training, double momentum, double eps, int relu) {
+    if (dt == GDL_F32)
+        return gdl__cu_batchnorm_f32(N, C, S, (const float *)x, gamma, beta, (float *)y, mean, invstd, run_mean, run_var,
+                                     training, momentum, eps, relu);
     return gdl__cu_dispatch("batchnorm", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_batchnorm_t(N, C, S, (const T *)x, gamma, beta, (T *)y, mean, invstd, run_mean, run_var, training,
                                    momentum, eps, relu);
     });
 }
-static int gdl__cu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
-                                         const void *y, const float *gamma, const float *mean, const float *invstd,
-                                         int training, void *gx, float *ggamma, float *gbeta) {
+static int gdl__cu_batchnorm_backward(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
+                                      const void *y, const float *gamma, const float *mean, const float *invstd,
+                                      int training, void *gx, float *ggamma, float *gbeta, int accumulate) {
+    if (dt == GDL_F32)
+        return gdl__cu_batchnorm_backward_f32(N, C, S, (const float *)x, (const float *)gy, (const float *)y, gamma, mean,
+                                              invstd, training, (float *)gx, ggamma, gbeta, accumulate);
     return gdl__cu_dispatch("batchnorm_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, (const T *)y, gamma, mean, invstd,
-                                            training, (T *)gx, ggamma, gbeta, 1);
+                                            training, (T *)gx, ggamma, gbeta, accumulate);
     });
 }
 
@@ -4365,10 +4394,11 @@ static void gdl__cu_comm_destroy(void) {}
 // ----------------------------------------------------------------------------
 // the backend table
 
-// The entries in the order of the list in gpudl.h, which also makes the
-// struct: an entry without a gdl__cu_ function does not compile.
+// The entries in the order of the lists in gpudl.h, which also make the
+// structs: an entry without a gdl__cu_ function does not compile.
 #define GDL__BACKEND_INIT_CUDA(ret, entry, params) gdl__cu_##entry,
-static const gdl_backend gdl__cu_table = {"cuda", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CUDA)};
+static const gdl_backend gdl__cu_table = {"cuda", {GDL_RUNTIME_ENTRIES(GDL__BACKEND_INIT_CUDA)},
+                                         {GDL_KERNEL_ENTRIES(GDL__BACKEND_INIT_CUDA)}};
 #undef GDL__BACKEND_INIT_CUDA
 
 const gdl_backend *gdl_cuda_backend(void) { return &gdl__cu_table; }

@@ -122,7 +122,7 @@ static int gdl__cu_linear_act(int act, int M, int N, int K, const float *x, cons
         why = "the heuristic found no algorithm";
     }
     gdl__cu_lt_fallback_notice(why, M, N, K);
-    if (gdl__cu_gemm(0, 1, M, N, K, 1.0f, x, K, 0, w, K, 0, 0.0f, y, N, 0, 1) < 0) return -1;
+    if (gdl__cu_gemm_f32(0, 1, M, N, K, 1.0f, x, K, 0, w, K, 0, 0.0f, y, N, 0, 1) < 0) return -1;
     if (!bias && act < 0) return 0;
     return gdl__cu_bias_act(act, M, N, 1, bias, y, pre);
 }

@@ -58,21 +58,23 @@ template <typename T> static int gdl__cu_col2im_t(const gdl_conv_geom *g, const 
     return 0;
 }
 
-static int gdl__cu_im2col(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
-static int gdl__cu_col2im(const gdl_conv_geom *g, const float *col, float *x) { return gdl__cu_col2im_t<float>(g, col, x); }
+static int gdl__cu_im2col_f32(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
+static int gdl__cu_col2im_f32(const gdl_conv_geom *g, const float *col, float *x) { return gdl__cu_col2im_t<float>(g, col, x); }
 // No implicit GEMM here: cuBLAS wants its operands in memory, so the op layer runs im2col + cuBLAS (+ col2im).
 static int gdl__cu_conv_implicit(int, const gdl_conv_geom *, int, int, int, const float *, const float *, const float *,
                                  const float *, float *, float *) {
     return 1;
 }
 
-static int gdl__cu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+static int gdl__cu_im2col(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+    if (dt == GDL_F32) return gdl__cu_im2col_f32(g, (const float *)x, (float *)col);
     return gdl__cu_dispatch("im2col", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_im2col_t(g, (const T *)x, (T *)col);
     });
 }
-static int gdl__cu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+static int gdl__cu_col2im(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+    if (dt == GDL_F32) return gdl__cu_col2im_f32(g, (const float *)col, (float *)x);
     return gdl__cu_dispatch("col2im", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_col2im_t(g, (const T *)col, (T *)x);
@@ -153,22 +155,25 @@ static int gdl__cu_maxpool_backward_t(const gdl_conv_geom *g, const T *gy, const
     return 0;
 }
 
-static int gdl__cu_maxpool(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
+static int gdl__cu_maxpool_f32(const gdl_conv_geom *g, const float *x, float *y, int32_t *idx) {
     return gdl__cu_maxpool_t<float>(g, x, y, idx);
 }
-static int gdl__cu_maxpool_backward(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx, int beta) {
+static int gdl__cu_maxpool_backward_f32(const gdl_conv_geom *g, const float *gy, const int32_t *idx, float *gx, int beta) {
     return gdl__cu_maxpool_backward_t<float>(g, gy, idx, gx, beta);
 }
-static int gdl__cu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+static int gdl__cu_maxpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    if (dt == GDL_F32) return gdl__cu_maxpool_f32(g, (const float *)x, (float *)y, idx);
     return gdl__cu_dispatch("maxpool", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_maxpool_t(g, (const T *)x, (T *)y, idx);
     });
 }
-static int gdl__cu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
+static int gdl__cu_maxpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx,
+                                    int beta) {
+    if (dt == GDL_F32) return gdl__cu_maxpool_backward_f32(g, (const float *)gy, idx, (float *)gx, beta);
     return gdl__cu_dispatch("maxpool_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
-        return gdl__cu_maxpool_backward_t(g, (const T *)gy, idx, (T *)gx, 1);
+        return gdl__cu_maxpool_backward_t(g, (const T *)gy, idx, (T *)gx, beta);
     });
 }
 
@@ -235,17 +240,19 @@ template <typename T> static int gdl__cu_avgpool_backward_t(const gdl_conv_geom 
     return 0;
 }
 
-static int gdl__cu_avgpool(const gdl_conv_geom *g, const float *x, float *y) { return gdl__cu_avgpool_t<float>(g, x, y); }
-static int gdl__cu_avgpool_backward(const gdl_conv_geom *g, const float *gy, float *gx) {
+static int gdl__cu_avgpool_f32(const gdl_conv_geom *g, const float *x, float *y) { return gdl__cu_avgpool_t<float>(g, x, y); }
+static int gdl__cu_avgpool_backward_f32(const gdl_conv_geom *g, const float *gy, float *gx) {
     return gdl__cu_avgpool_backward_t<float>(g, gy, gx);
 }
-static int gdl__cu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+static int gdl__cu_avgpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+    if (dt == GDL_F32) return gdl__cu_avgpool_f32(g, (const float *)x, (float *)y);
     return gdl__cu_dispatch("avgpool", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_avgpool_t(g, (const T *)x, (T *)y);
     });
 }
-static int gdl__cu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+static int gdl__cu_avgpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+    if (dt == GDL_F32) return gdl__cu_avgpool_backward_f32(g, (const float *)gy, (float *)gx);
     return gdl__cu_dispatch("avgpool_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_avgpool_backward_t(g, (const T *)gy, (T *)gx);
@@ -276,13 +283,14 @@ static int gdl__cu_copy2d_t(int64_t rows, int64_t cols, const T *src, int64_t sl
     return 0;
 }
 
-static int gdl__cu_copy2d(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
+static int gdl__cu_copy2d_f32(int64_t rows, int64_t cols, const float *src, int64_t sld, float *dst, int64_t dld,
                           int accumulate) {
     return gdl__cu_copy2d_t(rows, cols, src, sld, dst, dld, accumulate);
 }
 
-static int gdl__cu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
-                             int64_t dld, int accumulate) {
+static int gdl__cu_copy2d(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                          int64_t dld, int accumulate) {
+    if (dt == GDL_F32) return gdl__cu_copy2d_f32(rows, cols, (const float *)src, sld, (float *)dst, dld, accumulate);
     return gdl__cu_dispatch("copy2d", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_copy2d_t(rows, cols, (const T *)src, sld, (T *)dst, dld, accumulate);
@@ -320,19 +328,21 @@ static int gdl__cu_dropout_t(int64_t n, double p, uint64_t seed, const T *x, T *
     return 0;
 }
 
-static int gdl__cu_dropout(int64_t n, double p, uint64_t seed, const float *x, float *y) {
+static int gdl__cu_dropout_f32(int64_t n, double p, uint64_t seed, const float *x, float *y) {
     return gdl__cu_dropout_t(n, p, seed, x, y, 0);
 }
-static int gdl__cu_dropout_backward(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
+static int gdl__cu_dropout_backward_f32(int64_t n, double p, uint64_t seed, const float *gy, float *gx) {
     return gdl__cu_dropout_t(n, p, seed, gy, gx, 1);
 }
-static int gdl__cu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+static int gdl__cu_dropout(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+    if (dt == GDL_F32) return gdl__cu_dropout_f32(n, p, seed, (const float *)x, (float *)y);
     return gdl__cu_dispatch("dropout", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_dropout_t(n, p, seed, (const T *)x, (T *)y, 0);
     });
 }
-static int gdl__cu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+static int gdl__cu_dropout_backward(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+    if (dt == GDL_F32) return gdl__cu_dropout_backward_f32(n, p, seed, (const float *)gy, (float *)gx);
     return gdl__cu_dispatch("dropout_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_dropout_t(n, p, seed, (const T *)gy, (T *)gx, 1);

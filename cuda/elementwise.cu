@@ -34,8 +34,8 @@ static void gdl__cu_coalesce(int ndim, const int64_t *shape, const int64_t *astr
 
 // ND: the number of dims after coalescing (0: a scalar op), as a template
 // argument so the index arithmetic unrolls. TA, TB, TO: the storage types of
-// a, b and out, each float, __half or __nv_bfloat16 (any mix: the *_lp
-// entry's); the operation is in f32 and out rounded once.
+// a, b and out, each float, __half or __nv_bfloat16 (any mix: the entry's
+// operand dtypes); the operation is in f32 and out rounded once.
 template <int ND, typename TA, typename TB, typename TO>
 __global__ void gdl__k_binary(int op, gdl__cu_bshape g, int64_t n, const TA *a, const TB *b, TO *out) {
     GDL_CU_LOOP(i, n) {
@@ -81,13 +81,15 @@ static int gdl__cu_binary_t(int op, int ndim, const int64_t *shape, const TA *a,
     return 0;
 }
 
-static int gdl__cu_binary(int op, int ndim, const int64_t *shape, const float *a, const int64_t *astr,
+static int gdl__cu_binary_f32(int op, int ndim, const int64_t *shape, const float *a, const int64_t *astr,
                           const float *b, const int64_t *bstr, float *out) {
     return gdl__cu_binary_t(op, ndim, shape, a, astr, b, bstr, out);
 }
 
-static int gdl__cu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
-                             gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+static int gdl__cu_binary(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
+                          gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+    if (at == GDL_F32 && bt == GDL_F32 && ot == GDL_F32)
+        return gdl__cu_binary_f32(op, ndim, shape, (const float *)a, astr, (const float *)b, bstr, (float *)out);
     return gdl__cu_dispatch("binary", at, 1, [&](auto ta) {
         return gdl__cu_dispatch("binary", bt, 1, [&](auto tb) {
             return gdl__cu_dispatch("binary", ot, 1, [&](auto to) {
@@ -124,9 +126,9 @@ __device__ __forceinline__ void gdl__sumto_base(const gdl__cu_sumto &g, int64_t 
 }
 
 // one thread per destination element; it visits its sources in row-major
-// order (an odometer), the order of the CPU loop. into_dst (the f32
-// entry): the sum starts from dst[o] and is stored, as the CPU adds into
-// dst; otherwise (the *_lp entry) it starts from 0 in f32 (the f32 path's
+// order (an odometer), the order of the CPU loop. into_dst (all f32):
+// the sum starts from dst[o] and is stored, as the CPU adds into dst;
+// otherwise (a low dtype) it starts from 0 in f32 (the f32 path's
 // zeroed gradient of an f32 copy), then is added to dst[o] and rounded once
 // (that copy's cast). TS, TD: the storage types of src and dst.
 template <typename TS, typename TD>
@@ -246,13 +248,15 @@ static int gdl__cu_sum_to_t(int ndim, const int64_t *shape, const TS *src, TD *d
     return 0;
 }
 
-static int gdl__cu_sum_to(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
+static int gdl__cu_sum_to_f32(int ndim, const int64_t *shape, const float *src, float *dst, const int64_t *dstr,
                           float alpha) {
     return gdl__cu_sum_to_t(ndim, shape, src, dst, dstr, alpha, 1);
 }
 
-static int gdl__cu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
-                             const int64_t *dstr, float alpha) {
+static int gdl__cu_sum_to(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
+                          const int64_t *dstr, float alpha) {
+    if (st == GDL_F32 && dt == GDL_F32)
+        return gdl__cu_sum_to_f32(ndim, shape, (const float *)src, (float *)dst, dstr, alpha);
     return gdl__cu_dispatch("sum_to", st, 1, [&](auto ts) {
         return gdl__cu_dispatch("sum_to", dt, 1, [&](auto td) {
             typedef typename decltype(ts)::type TS;
@@ -310,26 +314,30 @@ static int gdl__cu_unary_backward_t(int op, int64_t n, const T *x, const T *y, c
     return 0;
 }
 
-static int gdl__cu_unary(int op, int64_t n, const float *x, float *y, float alpha) {
+static int gdl__cu_unary_f32(int op, int64_t n, const float *x, float *y, float alpha) {
     return gdl__cu_unary_t(op, n, x, y, alpha);
 }
 
-static int gdl__cu_unary_backward(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
+static int gdl__cu_unary_backward_f32(int op, int64_t n, const float *x, const float *y, const float *gy, float *gx,
                                   float alpha, int accumulate) {
     return gdl__cu_unary_backward_t(op, n, x, y, gy, gx, alpha, accumulate);
 }
 
-static int gdl__cu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+static int gdl__cu_unary(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+    if (dt == GDL_F32) return gdl__cu_unary_f32(op, n, (const float *)x, (float *)y, alpha);
     return gdl__cu_dispatch("unary", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_unary_t(op, n, (const T *)x, (T *)y, alpha);
     });
 }
 
-static int gdl__cu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
-                                     void *gx, float alpha) {
+static int gdl__cu_unary_backward(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
+                                  void *gx, float alpha, int accumulate) {
+    if (dt == GDL_F32)
+        return gdl__cu_unary_backward_f32(op, n, (const float *)x, (const float *)y, (const float *)gy, (float *)gx,
+                                          alpha, accumulate);
     return gdl__cu_dispatch("unary_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
-        return gdl__cu_unary_backward_t(op, n, (const T *)x, (const T *)y, (const T *)gy, (T *)gx, alpha, 1);
+        return gdl__cu_unary_backward_t(op, n, (const T *)x, (const T *)y, (const T *)gy, (T *)gx, alpha, accumulate);
     });
 }

@@ -35,7 +35,7 @@ static int gdl__cu_scale2d_t(T *C, int M, int N, int ldc, int64_t sC, int batch,
 static int gdl__cu_gemm_sum(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
                             int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int batch);
 
-static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
+static int gdl__cu_gemm_f32(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, int64_t sA,
                         const float *B, int ldb, int64_t sB, float beta, float *C, int ldc, int64_t sC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
     if (K <= 0) return gdl__cu_scale2d_t<float>(C, M, N, ldc, sC, batch, beta);
@@ -65,12 +65,16 @@ static int gdl__cu_gemm(int ta, int tb, int M, int N, int K, float alpha, const 
     return 0;
 }
 
-// the low-precision GEMM: f16 / bf16 operands and C, f32 accumulation
-// (CUBLAS_COMPUTE_32F), alpha and beta as floats; C is formed in f32 and
-// rounded once. K == 0 scales C by beta in a kernel, as gdl__cu_gemm does.
-static int gdl__cu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
-                           int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
-                           int batch) {
+// the GEMM entry: f32 runs gdl__cu_gemm_f32; f16 / bf16 operands and C,
+// f32 accumulation (CUBLAS_COMPUTE_32F), alpha and beta as floats; C is
+// formed in f32 and rounded once. K == 0 scales C by beta in a kernel, as
+// gdl__cu_gemm_f32 does.
+static int gdl__cu_gemm(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                        int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
+                        int batch) {
+    if (dt == GDL_F32)
+        return gdl__cu_gemm_f32(ta, tb, M, N, K, alpha, (const float *)A, lda, sA, (const float *)B, ldb, sB, beta,
+                                (float *)C, ldc, sC, batch);
     if (gdl__cu_dtype_check("GEMM", dt, 0) < 0) return -1;
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
     if (K <= 0)

@@ -74,7 +74,7 @@ __device__ __forceinline__ uint16_t gdl__f32_to_bf16(float f) {
 }
 
 // Loads and stores of the kernels templated on the storage type T: float,
-// __half or __nv_bfloat16 (the low-precision *_lp entries). The arithmetic
+// __half or __nv_bfloat16 (the entries that take a dtype). The arithmetic
 // is f32 whatever T is; for float both are the identity, so the f32
 // instantiations compute exactly what the f32-only kernels did.
 __device__ __forceinline__ float gdl__ld(float v) { return v; }
@@ -91,7 +91,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 gdl__st<__nv_bfloat16>(floa
 // f(gdl__cu_tag<T>()) with T = __half for f16, __nv_bfloat16 for bf16 and,
 // when f32_too, float for f32; any other dtype is an error naming `what`.
 // Each op is one kernel template and one launcher template (gdl__cu_X_t<T>);
-// the f32 entry calls the launcher with float, the *_lp entry dispatches:
+// for f32 the entry calls gdl__cu_NAME_f32 (the launcher with float), else it
+// dispatches:
 //   return gdl__cu_dispatch("unary", dt, 0, [&](auto t) {
 //       typedef typename decltype(t)::type T;
 //       return gdl__cu_unary_t<T>(op, n, (const T *)x, (T *)y, alpha);

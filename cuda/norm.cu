@@ -118,34 +118,40 @@ static int gdl__cu_batchnorm_backward_t(int64_t N, int64_t C, int64_t S, const T
     return 0;
 }
 
-static int gdl__cu_batchnorm(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma, const float *beta,
+static int gdl__cu_batchnorm_f32(int64_t N, int64_t C, int64_t S, const float *x, const float *gamma, const float *beta,
                              float *y, float *mean, float *invstd, float *run_mean, float *run_var, int training,
                              double momentum, double eps, int relu) {
     return gdl__cu_batchnorm_t<float>(N, C, S, x, gamma, beta, y, mean, invstd, run_mean, run_var, training, momentum, eps,
                                       relu);
 }
-static int gdl__cu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const float *x, const float *gy, const float *y,
+static int gdl__cu_batchnorm_backward_f32(int64_t N, int64_t C, int64_t S, const float *x, const float *gy, const float *y,
                                       const float *gamma, const float *mean, const float *invstd, int training,
                                       float *gx, float *ggamma, float *gbeta, int accumulate) {
     return gdl__cu_batchnorm_backward_t<float>(N, C, S, x, gy, y, gamma, mean, invstd, training, gx, ggamma, gbeta,
                                                accumulate);
 }
-static int gdl__cu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
-                                const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
-                                int training, double momentum, double eps, int relu) {
+static int gdl__cu_batchnorm(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const float *gamma,
+                             const float *beta, void *y, float *mean, float *invstd, float *run_mean, float *run_var,
+                             int training, double momentum, double eps, int relu) {
+    if (dt == GDL_F32)
+        return gdl__cu_batchnorm_f32(N, C, S, (const float *)x, gamma, beta, (float *)y, mean, invstd, run_mean, run_var,
+                                     training, momentum, eps, relu);
     return gdl__cu_dispatch("batchnorm", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_batchnorm_t(N, C, S, (const T *)x, gamma, beta, (T *)y, mean, invstd, run_mean, run_var, training,
                                    momentum, eps, relu);
     });
 }
-static int gdl__cu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
-                                         const void *y, const float *gamma, const float *mean, const float *invstd,
-                                         int training, void *gx, float *ggamma, float *gbeta) {
+static int gdl__cu_batchnorm_backward(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
+                                      const void *y, const float *gamma, const float *mean, const float *invstd,
+                                      int training, void *gx, float *ggamma, float *gbeta, int accumulate) {
+    if (dt == GDL_F32)
+        return gdl__cu_batchnorm_backward_f32(N, C, S, (const float *)x, (const float *)gy, (const float *)y, gamma, mean,
+                                              invstd, training, (float *)gx, ggamma, gbeta, accumulate);
     return gdl__cu_dispatch("batchnorm_backward", dt, 0, [&](auto t) {
         typedef typename decltype(t)::type T;
         return gdl__cu_batchnorm_backward_t(N, C, S, (const T *)x, (const T *)gy, (const T *)y, gamma, mean, invstd,
-                                            training, (T *)gx, ggamma, gbeta, 1);
+                                            training, (T *)gx, ggamma, gbeta, accumulate);
     });
 }
 

@@ -304,7 +304,7 @@ TEST dtype_gemm_sizes(void *arg) {
     PASS();
 }
 
-/* ---- native low-precision elementwise ops (the backend's *_lp kernels) ---- */
+/* ---- native low-precision elementwise ops (the backend's kernels given bf16/f16) ---- */
 
 /* 1 when a and b hold the same bytes (any device) */
 static int dtype_same_bits(gdl_tensor *a, gdl_tensor *b) {

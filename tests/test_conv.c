@@ -6,8 +6,9 @@
    kernel's reach and the GEMM's tile and K-block edges; the implicit path
    against a direct double loop; its bits at 1, 2 and 3 threads; its
    fallback when the GEMM's buffers are held by someone else; linear_act's
-   epilogue against linear then the activation. One translation unit with
-   the implementation: it picks the path through gdl__conv_path. */
+   epilogue against linear then the activation; the backend's bf16
+   backwards set (not add to) an unset gradient when told. One translation
+   unit with the implementation: it picks the path through gdl__conv_path. */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 #include "harness.h"
@@ -387,12 +388,55 @@ TEST relu_gradient_matches_unfused(void) {
     PASS();
 }
 
+/* The backend's bf16 backwards that take accumulate (unary_backward, maxpool_backward's beta,
+   batchnorm_backward): with 0, a gradient holding old values comes out as the one accumulated into
+   zeros, bit for bit -- the old values are not read. */
+static uint16_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16); /* truncated: any bf16 values will do */
+}
+TEST lowp_backwards_set_when_not_accumulating(void) {
+    const gdl_kernels *k = &gdl__cpu_backend()->k;
+    enum { n = 48 };
+    uint16_t x[n], y[n], gy[n], set[n], added[n];
+    float mean[3], invstd[3];
+    int32_t idx[n];
+    gdl_conv_geom g = {1, 3, 4, 4, 2, 2, 2, 2, 0, 0, 1, 1, 2, 2};
+    int i, which;
+    for (i = 0; i < n; i++) {
+        x[i] = bf16_of((float)((i * 7) % 11) - 5.25f);
+        gy[i] = bf16_of(0.5f + (float)(i % 5));
+    }
+    for (which = 0; which < 3; which++) {
+        for (i = 0; i < n; i++) set[i] = bf16_of(2.0f), added[i] = 0;
+        if (which == 0) {
+            ASSERT(k->unary(GDL_BF16, GDL_UN_SIGMOID, n, x, y, 0) == 0);
+            ASSERT(k->unary_backward(GDL_BF16, GDL_UN_SIGMOID, n, x, y, gy, set, 0, 0) == 0);
+            ASSERT(k->unary_backward(GDL_BF16, GDL_UN_SIGMOID, n, x, y, gy, added, 0, 1) == 0);
+        } else if (which == 1) { /* 3 planes of 4 x 4, windows 2 x 2: gy's first 12 values */
+            ASSERT(k->maxpool(GDL_BF16, &g, x, y, idx) == 0);
+            ASSERT(k->maxpool_backward(GDL_BF16, &g, gy, idx, set, 0) == 0);
+            ASSERT(k->maxpool_backward(GDL_BF16, &g, gy, idx, added, 1) == 0);
+        } else { /* [2, 3, 8] */
+            ASSERT(k->batchnorm(GDL_BF16, 2, 3, 8, x, NULL, NULL, y, mean, invstd, NULL, NULL, 1, 0.1, 1e-5, 0) == 0);
+            ASSERT(k->batchnorm_backward(GDL_BF16, 2, 3, 8, x, gy, NULL, NULL, mean, invstd, 1, set, NULL, NULL, 0) == 0);
+            ASSERT(k->batchnorm_backward(GDL_BF16, 2, 3, 8, x, gy, NULL, NULL, mean, invstd, 1, added, NULL, NULL, 1) ==
+                   0);
+        }
+        for (i = 0; i < n; i++)
+            if (set[i] != added[i]) FAILf("entry %d: gx[%d] 0x%04x set, 0x%04x added to zeros", which, i, set[i], added[i]);
+    }
+    PASS();
+}
+
 SUITE(conv) {
     size_t i;
     for (i = 0; i < sizeof cases / sizeof *cases; i++) RUN_TEST_NAMED(cases[i].name, conv_paths_agree, &cases[i]);
     RUN_TEST(conv_falls_back_when_the_buffers_are_held);
     RUN_TEST(linear_act_epilogue_matches_unfused);
     RUN_TEST(relu_gradient_matches_unfused);
+    RUN_TEST(lowp_backwards_set_when_not_accumulating);
 }
 
 HARNESS_MAIN_DEFS();

@@ -522,14 +522,14 @@ TEST gemm_sums_batches(void) {
         l0 = gdl_emu_count("launch");
         b0 = gdl_emu_count("cublas");
         if (c->dt == GDL_F32) {
-            ASSERT_EQ(0, gb->gemm(0, c->tb, c->M, c->N, c->K, 1.0f, (float *)ga->data, c->K, sA, (float *)gbt->data,
+            ASSERT_EQ(0, gb->k.gemm(GDL_F32, 0, c->tb, c->M, c->N, c->K, 1.0f, (float *)ga->data, c->K, sA, (float *)gbt->data,
                                   c->tb ? c->K : c->N, sB, c->beta, (float *)gc->data, c->N, 0, c->batch));
-            ASSERT_EQ(0, cb->gemm(0, c->tb, c->M, c->N, c->K, 1.0f, (float *)a->data, c->K, sA, (float *)b->data,
+            ASSERT_EQ(0, cb->k.gemm(GDL_F32, 0, c->tb, c->M, c->N, c->K, 1.0f, (float *)a->data, c->K, sA, (float *)b->data,
                                   c->tb ? c->K : c->N, sB, c->beta, (float *)cc->data, c->N, 0, c->batch));
         } else {
-            ASSERT_EQ(0, gb->gemm_lp(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, ga->data, c->K, sA, gbt->data,
+            ASSERT_EQ(0, gb->k.gemm(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, ga->data, c->K, sA, gbt->data,
                                      c->tb ? c->K : c->N, sB, c->beta, gc->data, c->N, 0, c->batch));
-            ASSERT_EQ(0, cb->gemm_lp(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, a->data, c->K, sA, b->data,
+            ASSERT_EQ(0, cb->k.gemm(c->dt, 0, c->tb, c->M, c->N, c->K, 1.0f, a->data, c->K, sA, b->data,
                                      c->tb ? c->K : c->N, sB, c->beta, cc->data, c->N, 0, c->batch));
         }
         launches = gdl_emu_count("launch") - l0;
@@ -3581,6 +3581,44 @@ SUITE(kernel_paths) {
    pooling and batch_norm natively in bf16 / f16 */
 static dtype_run dtype_runs[4 * NCASES];
 static dtype_run cnn_runs[2 * DTYPE_NCNN];
+/* The CUDA backend's bf16 backwards that take accumulate (unary_backward, maxpool_backward's beta): with
+   0, a gradient holding old values comes out as the one accumulated into zeros, bit for bit. */
+TEST lowp_backwards_set_gpu(void) {
+    const gdl_backend *gb = gdl_cuda_backend();
+    enum { n = 48 };
+    const size_t bytes = n * sizeof(uint16_t);
+    uint16_t h[n], set[n], added[n];
+    gdl_conv_geom g = {1, 3, 4, 4, 2, 2, 2, 2, 0, 0, 1, 1, 2, 2};
+    void *x, *y, *gy, *gs, *ga, *idx;
+    int i, which;
+    ASSERT_EQ(0, gdl_cuda_set_device(0));
+    x = gb->rt.alloc(bytes), y = gb->rt.alloc(bytes), gy = gb->rt.alloc(bytes);
+    gs = gb->rt.alloc(bytes), ga = gb->rt.alloc(bytes), idx = gb->rt.alloc(n * sizeof(int32_t));
+    ASSERT(x && y && gy && gs && ga && idx);
+    for (i = 0; i < n; i++) h[i] = gdl_f32_to_bf16((float)((i * 7) % 11) - 5.25f);
+    ASSERT_EQ(0, gb->rt.copy(x, h, bytes, 0));
+    for (i = 0; i < n; i++) h[i] = gdl_f32_to_bf16(0.5f + (float)(i % 5));
+    ASSERT_EQ(0, gb->rt.copy(gy, h, bytes, 0));
+    for (which = 0; which < 2; which++) {
+        for (i = 0; i < n; i++) h[i] = gdl_f32_to_bf16(2.0f);
+        ASSERT(gb->rt.copy(gs, h, bytes, 0) == 0 && gb->rt.memset0(ga, bytes) == 0);
+        if (which == 0) {
+            ASSERT_EQ(0, gb->k.unary(GDL_BF16, GDL_UN_SIGMOID, n, x, y, 0));
+            ASSERT_EQ(0, gb->k.unary_backward(GDL_BF16, GDL_UN_SIGMOID, n, x, y, gy, gs, 0, 0));
+            ASSERT_EQ(0, gb->k.unary_backward(GDL_BF16, GDL_UN_SIGMOID, n, x, y, gy, ga, 0, 1));
+        } else { /* 3 planes of 4 x 4, windows 2 x 2 */
+            ASSERT_EQ(0, gb->k.maxpool(GDL_BF16, &g, x, y, (int32_t *)idx));
+            ASSERT_EQ(0, gb->k.maxpool_backward(GDL_BF16, &g, gy, (const int32_t *)idx, gs, 0));
+            ASSERT_EQ(0, gb->k.maxpool_backward(GDL_BF16, &g, gy, (const int32_t *)idx, ga, 1));
+        }
+        ASSERT(gb->rt.copy(set, gs, bytes, 1) == 0 && gb->rt.copy(added, ga, bytes, 1) == 0);
+        for (i = 0; i < n; i++)
+            if (set[i] != added[i]) FAILf("entry %d: gx[%d] 0x%04x set, 0x%04x added to zeros", which, i, set[i], added[i]);
+    }
+    gb->rt.free(x), gb->rt.free(y), gb->rt.free(gy), gb->rt.free(gs), gb->rt.free(ga), gb->rt.free(idx);
+    PASS();
+}
+
 SUITE(dtypes) {
     static gdl_device dev;
     int i, j;
@@ -3599,6 +3637,7 @@ SUITE(dtypes) {
     RUN_GPU_NAMED("dtype_gemm_sizes_gpu", dtype_gemm_sizes, &dev);
     RUN_GPU_NAMED("dtype_promotion_gpu", dtype_promotion, &dev);
     RUN_GPU_NAMED("dtype_native_elementwise_gpu", dtype_native_elementwise, &dev);
+    RUN_GPU(lowp_backwards_set_gpu);
     for (i = 0; i < DTYPE_NCNN; i++)
         for (j = 0; j < 2; j++) {
             dtype_run *r = &cnn_runs[2 * i + j];
@@ -3891,20 +3930,20 @@ static enum harness_result q8_gemm_one(int M, int N, int K, int fill, int want_l
             R[i * N + n] = (int32_t)s;
         }
     ASSERT_NOT_NULL(gdl__be("test", GPU));
-    ASSERT_NOT_NULL(qw = gb->qweight_new(N, K, W, colsum));
-    ASSERT_NOT_NULL(dA = gb->alloc((size_t)M * KP + 1));
-    ASSERT_NOT_NULL(dC = gb->alloc(sizeof(int32_t) * (size_t)M * N + 4));
-    ASSERT_EQ(0, gb->copy(dA, A, (size_t)M * KP, 0));
-    l0 = gb->launch_count();
-    ASSERT_EQ(0, gb->qgemm(M, (const uint8_t *)dA, KP, qw, (int32_t *)dC, N));
-    ASSERT_EQ(want_launches, (int)(gb->launch_count() - l0));
-    ASSERT_EQ(0, gb->copy(C, dC, sizeof(int32_t) * (size_t)M * N, 1));
+    ASSERT_NOT_NULL(qw = gb->k.qweight_new(N, K, W, colsum));
+    ASSERT_NOT_NULL(dA = gb->rt.alloc((size_t)M * KP + 1));
+    ASSERT_NOT_NULL(dC = gb->rt.alloc(sizeof(int32_t) * (size_t)M * N + 4));
+    ASSERT_EQ(0, gb->rt.copy(dA, A, (size_t)M * KP, 0));
+    l0 = gb->rt.launch_count();
+    ASSERT_EQ(0, gb->k.qgemm(M, (const uint8_t *)dA, KP, qw, (int32_t *)dC, N));
+    ASSERT_EQ(want_launches, (int)(gb->rt.launch_count() - l0));
+    ASSERT_EQ(0, gb->rt.copy(C, dC, sizeof(int32_t) * (size_t)M * N, 1));
     ASSERTm("int8 GEMM on the GPU equals the int64 sums", !memcmp(C, R, sizeof(int32_t) * (size_t)M * N));
     ASSERT_EQ(0, gdl_gemm_u8s8_cpu(M, N, K, A, KP, W, K, C, N));
     ASSERTm("the CPU's int8 GEMM equals the int64 sums", !memcmp(C, R, sizeof(int32_t) * (size_t)M * N));
-    gb->qweight_free(qw);
-    gb->free(dA);
-    gb->free(dC);
+    gb->k.qweight_free(qw);
+    gb->rt.free(dA);
+    gb->rt.free(dC);
     free(A), free(W), free(C), free(R), free(colsum);
     PASS();
 }
@@ -3935,17 +3974,17 @@ TEST q8_quantize_ties(void) {
     for (i = 0; i < n; i++) x[i] = (float)(i - 32) * 0.25f; /* -8 .. 7.75: every other one a tie */
     x[0] = -1000.0f, x[1] = 1000.0f, x[2] = 63.75f, x[3] = 64.25f, x[4] = -64.25f;
     ASSERT_NOT_NULL(gdl__be("test", GPU));
-    ASSERT_NOT_NULL(dx = gb->alloc(sizeof x));
-    ASSERT_NOT_NULL(dq = gb->alloc(sizeof q));
-    ASSERT_NOT_NULL(dy = gb->alloc(sizeof back));
-    ASSERT_EQ(0, gb->copy(dx, x, sizeof x, 0));
+    ASSERT_NOT_NULL(dx = gb->rt.alloc(sizeof x));
+    ASSERT_NOT_NULL(dq = gb->rt.alloc(sizeof q));
+    ASSERT_NOT_NULL(dy = gb->rt.alloc(sizeof back));
+    ASSERT_EQ(0, gb->rt.copy(dx, x, sizeof x, 0));
     for (ri = 0; ri < 2; ri++)
         for (zi = 0; zi < 3; zi++) {
             const int qmin = ranges[ri][0], qmax = ranges[ri][1], z = ri ? zps[zi] - 128 : zps[zi];
-            ASSERT_EQ(0, gb->quantize(1, n, (const float *)dx, 0.5f, z, qmin, qmax, dq, n));
-            ASSERT_EQ(0, gb->copy(q, dq, sizeof q, 1));
-            ASSERT_EQ(0, gb->dequantize(n, dq, qmin < 0, 0.5f, z, (float *)dy));
-            ASSERT_EQ(0, gb->copy(back, dy, sizeof back, 1));
+            ASSERT_EQ(0, gb->k.quantize(1, n, (const float *)dx, 0.5f, z, qmin, qmax, dq, n));
+            ASSERT_EQ(0, gb->rt.copy(q, dq, sizeof q, 1));
+            ASSERT_EQ(0, gb->k.dequantize(n, dq, qmin < 0, 0.5f, z, (float *)dy));
+            ASSERT_EQ(0, gb->rt.copy(back, dy, sizeof back, 1));
             for (i = 0; i < n; i++) {
                 float r = nearbyintf(x[i] * 2.0f) + (float)z;
                 int v = qmin < 0 ? (int)(int8_t)q[i] : (int)q[i];
@@ -3971,7 +4010,7 @@ TEST q8_quantize_ties(void) {
         gdl_free(xc);
         gdl_free(xg);
     }
-    gb->free(dx), gb->free(dq), gb->free(dy);
+    gb->rt.free(dx), gb->rt.free(dq), gb->rt.free(dy);
     gdl_arena_reset();
     PASS();
 }
@@ -4094,10 +4133,10 @@ TEST q8_errors(void) {
     ASSERT_CONTAINS(gdl_last_error(), "expected input f32 [..., 13] on the CPU, got f32 [4,13] on cuda:0");
     /* a shape the GEMM cannot take: rows closer than K rounded up to 4 */
     ASSERT_NOT_NULL(gdl__be("test", GPU));
-    ASSERT_NOT_NULL(qw = gb->qweight_new(8, 13, w, cs));
-    ASSERT_EQ(-1, gb->qgemm(4, (const uint8_t *)u->data, 13, qw, (int32_t *)xg->data, 8));
+    ASSERT_NOT_NULL(qw = gb->k.qweight_new(8, 13, w, cs));
+    ASSERT_EQ(-1, gb->k.qgemm(4, (const uint8_t *)u->data, 13, qw, (int32_t *)xg->data, 8));
     ASSERT_CONTAINS(gdl_last_error(), "the int8 GEMM cannot take M=4 (>= 0), lda=13 (>= 16: K=13 rounded up to 4)");
-    gb->qweight_free(qw);
+    gb->k.qweight_free(qw);
     gdl_module_free(q);
     gdl_module_free(m);
     gdl_free(x);

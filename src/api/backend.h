@@ -1,7 +1,9 @@
 /* ---------------------------------------------------------------------------
-   src/api/backend.h   A backend is a table of kernels on raw device pointers.
-   The CPU backend lives in this header; gpudl_cuda.cu provides the CUDA one
-   through gdl_cuda_backend(). Kernels return 0, or -1 after gdl__set_error.
+   src/api/backend.h   A backend is a table of functions on raw device
+   pointers in two halves: the runtime (memory, copies, streams, events,
+   graphs, collectives, device queries) and the compute kernels. The CPU
+   backend lives in this header; gpudl_cuda.cu provides the CUDA one through
+   gdl_cuda_backend(). Entries return 0, or -1 after gdl__set_error.
    All gdl_real pointers are contiguous row-major device memory. "+=" in a
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */
@@ -88,11 +90,15 @@ typedef struct gdl_qepi {
 enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATHER, GDL_COLL_REDUCE_SCATTER };
 #define GDL_COMM_ID_BYTES 128
 
-/* The backend's entries, one line each: X(return type, name, (parameters)).
-   This list makes the gdl_backend struct and both backends' tables (the CPU
-   one in this header, gdl__cpu_NAME; the CUDA one in gpudl_cuda.cu,
-   gdl__cu_NAME), so an entry a backend does not define does not compile. */
-#define GDL_BACKEND_ENTRIES(X) \
+/* The backend's entries, one line each: X(return type, name, (parameters)), in two halves.
+   GDL_RUNTIME_ENTRIES is the runtime: memory, copies, streams and events, the allocator's counters,
+   timing events, the PCI bus id, graphs and collectives -- everything that is not a compute kernel.
+   GDL_KERNEL_ENTRIES are the compute kernels; a kernel that runs on more than one float dtype takes
+   it as a `gdl_dtype dt` argument (GDL_F32 the f32 code, GDL_BF16 / GDL_F16 the low-precision one).
+   The lists make the structs gdl_runtime and gdl_kernels, the two halves of gdl_backend (be->rt.copy,
+   be->k.gemm), and both backends' tables (the CPU one in this header, gdl__cpu_NAME; the CUDA one in
+   gpudl_cuda.cu, gdl__cu_NAME), so an entry a backend does not define does not compile. */
+#define GDL_RUNTIME_ENTRIES(X) \
     /* memory, on the current device */ \
     X(void *, alloc, (size_t bytes)) \
     X(void, free, (void *p)) \
@@ -116,31 +122,72 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, stream_wait_event, (void *stream, void *event)) \
     /* waits (counted by gdl_sync_count) only if the event is not reached yet */ \
     X(int, event_synchronize, (void *event)) \
+    /* the allocator's counters for one device (gdl_memory_stats; the arena fields are left to the \
+       front end) and the restart of its peaks */ \
+    X(int, memory_stats, (int device, gdl_memory_status *s)) \
+    X(int, memory_reset_peak, (int device)) \
+    /* the profiler (gdl_profile_*): a timing marker recorded in the current device's compute stream \
+       (NULL without an error where the device has none: the CPU, whose ops the host clock times; freed \
+       with event_destroy); the milliseconds between two markers, waiting for the second; the kernels \
+       launched so far (-1: not counted) */ \
+    X(void *, timing_event, (void)) \
+    X(int, event_elapsed, (void *start, void *end, double *ms)) \
+    X(int64_t, launch_count, (void)) \
+    /* a device's PCI bus id ("0000:65:00.0"), which NVML's devices are matched by; -1 + error: none */ \
+    X(int, pci_bus_id, (int device, char *buf, int len)) \
+    /* CUDA graphs (gdl_graph_*): record the current device's compute stream instead of running it \
+       (device allocations are refused meanwhile), stop into a ready-to-launch graph (also after a \
+       failure, which leaves *graph NULL), launch one on the compute stream, free one. The CPU has none. */ \
+    X(int, graph_begin, (void)) \
+    X(int, graph_end, (void **graph)) \
+    X(int, graph_launch, (void *graph)) \
+    X(void, graph_destroy, (void *graph)) \
+    /* collectives among the processes of a job, one device per process (src/dist/; NCCL on a GPU; \
+       the CPU's collectives are MPI's, in the front end, so its entries refuse). comm_id: the job's id \
+       (at most GDL_COMM_ID_BYTES), made by rank 0, which the front end hands to every rank; comm_init: \
+       this rank joins on `device` (returns once every rank has); collective: kind (GDL_COLL_*) on the \
+       device's communication stream, after the compute stream's work so far; count is per rank (all-gather: \
+       sent, reduce-scatter: received); avg divides the sum by the world size; join: the compute stream \
+       waits for it now, else at the next comm_join (DDP's buckets overlap the rest of backward); \
+       comm_sync: the host waits for the communication stream (barrier: an all-reduce of one element \
+       first) at most timeout_s seconds; a timeout or a peer's error aborts the communicator and every \
+       later call fails; comm_destroy frees it (nothing to do when none was made) */ \
+    X(int, comm_id, (void *id, int bytes)) \
+    X(int, comm_init, (int device, const void *id, int world, int rank)) \
+    X(int, collective, (int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg, int root, \
+        int join)) \
+    X(int, comm_join, (void)) \
+    X(int, comm_sync, (int barrier, double timeout_s)) \
+    X(void, comm_destroy, (void))
+
+#define GDL_KERNEL_ENTRIES(X) \
+    /* x[i] = v; cast: n elements of dtype st to dtype dt */ \
     X(int, fill, (gdl_real *x, int64_t n, gdl_real v)) \
     X(int, cast, (void *dst, gdl_dtype dt, const void *src, gdl_dtype st, int64_t n)) \
-    /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch, \
+    /* C[b] = alpha*op(A[b])*op(B[b]) + beta*C[b], row-major, b < batch, matrices of dtype dt, \
        element strides sA, sB, sC between batches (0 repeats a matrix; sC 0: every batch in turn into \
-       the one C, so beta 1 sums the products -- a GPU sums a chunk of them in f32 first) */ \
-    X(int, gemm, (int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda, \
-        int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C, int ldc, \
-        int64_t sC, int batch)) \
-    /* the same GEMM on f16 or bf16 matrices (dt): products summed in f32, \
-       C = alpha*AB + beta*C formed in f32 and rounded once to dt (cuBLAS: \
+       the one C, so beta 1 sums the products -- a GPU sums a chunk of them in f32 first). f16 / bf16: \
+       products summed in f32, C = alpha*AB + beta*C formed in f32 and rounded once to dt (cuBLAS: \
        GemmEx, CUBLAS_COMPUTE_32F; the CPU: f32 copies, the f32 kernel) */ \
-    X(int, gemm_lp, (gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda, \
-        int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC, int batch)) \
-    /* out[i] = a[i·astr] op b[i·bstr] over `shape` (ndim dims, out contiguous; \
-       a stride of 0 broadcasts) */ \
-    X(int, binary, (int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr, \
-        const gdl_real *b, const int64_t *bstr, gdl_real *out)) \
-    /* dst[i·dstr] += alpha*src[i] over `shape` (src contiguous): sums broadcast dims */ \
-    X(int, sum_to, (int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst, \
+    X(int, gemm, (gdl_dtype dt, int ta, int tb, int M, int N, int K, gdl_real alpha, const void *A, int lda, \
+        int64_t sA, const void *B, int ldb, int64_t sB, gdl_real beta, void *C, int ldc, int64_t sC, int batch)) \
+    /* The elementwise kernels take a dtype (binary and sum_to one per operand: f32, or one low dtype \
+       with f32). bf16 / f16: every element is loaded to f32, computed with the f32 kernel's formula and \
+       rounded once on store; "+=" loads the accumulator, adds in f32 and rounds once. */ \
+    /* out[i] = a[i·astr] op b[i·bstr] over `shape` (ndim dims, out contiguous; a stride of 0 \
+       broadcasts); out may be a itself (same strides: an in-place add) */ \
+    X(int, binary, (int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr, \
+        gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out)) \
+    /* dst[i·dstr] += alpha*src[i] over `shape` (src contiguous): sums broadcast dims. Not all f32: each \
+       destination's sources summed in f32 first (from 0, as the f32 sum_to into a zeroed buffer), then \
+       added to dst and rounded */ \
+    X(int, sum_to, (int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst, \
         const int64_t *dstr, gdl_real alpha)) \
     /* y = f(x; alpha) ; gx = (accumulate ? gx : 0) + f'(x)·gy (y is the forward output; accumulate 0: \
        gx was unset, its old contents are not read) */ \
-    X(int, unary, (int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha)) \
-    X(int, unary_backward, (int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy, \
-        gdl_real *gx, gdl_real alpha, int accumulate)) \
+    X(int, unary, (gdl_dtype dt, int op, int64_t n, const void *x, void *y, gdl_real alpha)) \
+    X(int, unary_backward, (gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy, \
+        void *gx, gdl_real alpha, int accumulate)) \
     /* fused bias + activation; act: GDL_UN_RELU, GDL_UN_GELU_TANH, GDL_UN_GELU_ERF, or -1 (none). \
        bias_act: y viewed as [outer, C, inner], in place: pre = y + bias[c] (bias NULL: y), kept in `pre` \
        when not NULL, and y = act(pre), in one pass, with unary's and binary's arithmetic. linear_act: \
@@ -165,9 +212,10 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, softmax, (int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *x, gdl_real *y)) \
     X(int, softmax_backward, (int log_, int64_t outer, int64_t n, int64_t inner, const gdl_real *y, \
         const gdl_real *gy, gdl_real *gx)) \
-    /* x [N,C,H,W] -> col [N, C*KH*KW, OH*OW]; col2im: x += (adjoint) */ \
-    X(int, im2col, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *col)) \
-    X(int, col2im, (const gdl_conv_geom *g, const gdl_real *col, gdl_real *x)) \
+    /* x [N,C,H,W] -> col [N, C*KH*KW, OH*OW]; col2im: x += (adjoint); elements of dt (bf16 / f16: \
+       im2col copies, col2im sums in f32 and rounds once: the old value plus the sum) */ \
+    X(int, im2col, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col)) \
+    X(int, col2im, (gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x)) \
     /* a convolution's GEMMs without the column matrix (the CPU's implicit GEMM), the bits of im2col + gemm \
        (+ col2im); w [OC, C/groups, KH, KW]. pass 0: out [N,OC,OH,OW] = conv(x, w), then + bias (NULL: none), \
        pre and act as bias_act's; pass 1: out (gw) += the weight gradient of x and gy; pass 2: out (gx) += the \
@@ -175,40 +223,18 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
        or im2col is the faster for the shape: the caller then runs im2col, gemm, col2im. */ \
     X(int, conv_implicit, (int pass, const gdl_conv_geom *g, int groups, int OC, int act, const gdl_real *x, \
         const gdl_real *w, const gdl_real *gy, const gdl_real *bias, gdl_real *out, gdl_real *pre)) \
-    /* pooling per (n,c) plane; idx: flat h*W+w of the max; avg counts padding */ \
-    X(int, maxpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx)) \
-    X(int, maxpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx, int beta)) \
-    X(int, avgpool, (const gdl_conv_geom *g, const gdl_real *x, gdl_real *y)) \
-    X(int, avgpool_backward, (const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx)) \
-    /* the same on f16/bf16 tensors (dt): im2col copies; col2im, the pooling \
-       backward and avgpool sum in f32 and round each result once (x/gx: \
-       the old value plus the sum, rounded once); max pooling is exact */ \
-    X(int, im2col_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col)) \
-    X(int, col2im_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x)) \
-    X(int, maxpool_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx)) \
-    X(int, maxpool_backward_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx)) \
-    X(int, avgpool_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y)) \
-    X(int, avgpool_backward_lp, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx)) \
-    /* native bf16/f16 elementwise kernels (dt: GDL_BF16 or GDL_F16; binary_lp and sum_to_lp take \
-       each operand's dtype, f32 or one low dtype): every element is loaded to f32, computed with \
-       the f32 kernel's formula and rounded once on store; "+=" loads the accumulator, adds in f32 \
-       and rounds once. binary_lp's out may be a itself (same strides: an in-place add); sum_to_lp \
-       sums each destination's sources in f32 first (from 0, as the f32 sum_to into a zeroed \
-       buffer), then adds that to dst and rounds */ \
-    X(int, unary_lp, (gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha)) \
-    X(int, unary_backward_lp, (gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy, \
-        void *gx, float alpha)) \
-    X(int, binary_lp, (int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr, \
-        gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out)) \
-    X(int, sum_to_lp, (int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst, \
-        const int64_t *dstr, float alpha)) \
-    X(int, dropout_lp, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y)) \
-    X(int, dropout_backward_lp, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx)) \
-    /* copy2d on elements of dt: a copy is exact; accumulate adds in f32 and rounds once */ \
-    X(int, copy2d_lp, (gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst, \
-        int64_t dld, int accumulate)) \
-    /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols */ \
-    X(int, copy2d, (int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst, \
+    /* pooling per (n,c) plane, elements of dt; idx: flat h*W+w of the max; avg counts padding; \
+       maxpool_backward: gx = (beta ? gx : 0) + the gradient, avgpool_backward: gx +=. bf16 / f16: the \
+       backwards and avgpool sum in f32 and round each result once (gx: the old value plus the sum, \
+       rounded once); max pooling is exact */ \
+    X(int, maxpool, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx)) \
+    X(int, maxpool_backward, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx, \
+        int beta)) \
+    X(int, avgpool, (gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y)) \
+    X(int, avgpool_backward, (gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx)) \
+    /* dst[r*dld + c] (+)= src[r*sld + c] for r < rows, c < cols, elements of dt (a copy is exact; \
+       accumulate on bf16 / f16 adds in f32 and rounds once) */ \
+    X(int, copy2d, (gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst, \
         int64_t dld, int accumulate)) \
     /* indexing and copies. strided_copy: dst[i·dstr] (+)= src[i·sstr] over `shape` (i its row-major \
        multi-index), elements of any dtype dt; accumulate (a float dt, no two i sharing a destination): \
@@ -250,32 +276,26 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, attention_backward, (gdl_dtype dt, const gdl_attn_geom *g, const void *q, const void *k, \
         const void *v, const void *mask, const void *out, const void *gout, const gdl_real *lse, \
         gdl_real *delta, void *gq, void *gk, void *gv)) \
-    /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p) */ \
-    X(int, dropout, (int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y)) \
-    X(int, dropout_backward, (int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx)) \
-    /* x [N,C,S]. Training: batch stats (biased var) -> mean, invstd (saved), \
+    /* keep element i iff gdl_dropout_keep(seed, i, p); kept values scale by 1/(1-p); elements of dt \
+       (bf16 / f16: computed in f32, rounded once); the backward: gx += */ \
+    X(int, dropout, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y)) \
+    X(int, dropout_backward, (gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx)) \
+    /* x [N,C,S], and y, gy, gx, of dtype dt; the rest f32 (bf16 / f16: cuDNN's under torch.autocast, \
+       f32 arithmetic, y and gx rounded once). Training: batch stats (biased var) -> mean, invstd (saved), \
        running stats updated with unbiased var when run_mean != NULL. \
        Eval: mean/invstd are computed from running stats into mean/invstd. \
        gamma/beta may be NULL (1 and 0). relu: y = relu(y) in the same pass (gdl_batch_norm_relu; the \
        normalised value rounded to y's dtype first, then x > 0 ? x : 0, as the two ops). */ \
-    X(int, batchnorm, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma, \
-        const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, \
-        gdl_real *run_var, int training, double momentum, double eps, int relu)) \
+    X(int, batchnorm, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
+        const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
+        int training, double momentum, double eps, int relu)) \
     /* gx/ggamma/gbeta may be NULL; ggamma and gbeta +=, gx too when accumulate (0: gx was unset, its old \
        contents are not read). training selects the batch-stats formula. y: a fused ReLU's output, whose \
        backward comes first (gy taken as 0 + (y > 0 ? gy : 0), ReLU's backward into an unset gradient); \
        NULL: none */ \
-    X(int, batchnorm_backward, (int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy, \
-        const gdl_real *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, \
-        gdl_real *gx, gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
-    /* the same with x, y, gy and gx f16/bf16 (dt) and the rest f32 (cuDNN's \
-       under torch.autocast): f32 arithmetic, y and gx rounded once, gx += */ \
-    X(int, batchnorm_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma, \
-        const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean, gdl_real *run_var, \
-        int training, double momentum, double eps, int relu)) \
-    X(int, batchnorm_backward_lp, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
+    X(int, batchnorm_backward, (gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy, \
         const void *y, const gdl_real *gamma, const gdl_real *mean, const gdl_real *invstd, int training, void *gx, \
-        gdl_real *ggamma, gdl_real *gbeta)) \
+        gdl_real *ggamma, gdl_real *gbeta, int accumulate)) \
     /* rows of D; mean/rstd saved per row */ \
     X(int, layernorm, (int64_t rows, int64_t D, const gdl_real *x, const gdl_real *gamma, \
         const gdl_real *beta, double eps, gdl_real *y, gdl_real *mean, gdl_real *rstd)) \
@@ -335,43 +355,6 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     /* host-visible results (synchronising) */ \
     X(int, count_nonfinite, (int64_t n, const gdl_real *x, int64_t *out)) \
     X(int, sum_squares, (int64_t n, const gdl_real *x, double *out)) \
-    /* the allocator's counters for one device (gdl_memory_stats; the arena fields are left to the \
-       front end) and the restart of its peaks */ \
-    X(int, memory_stats, (int device, gdl_memory_status *s)) \
-    X(int, memory_reset_peak, (int device)) \
-    /* the profiler (gdl_profile_*): a timing marker recorded in the current device's compute stream \
-       (NULL without an error where the device has none: the CPU, whose ops the host clock times; freed \
-       with event_destroy); the milliseconds between two markers, waiting for the second; the kernels \
-       launched so far (-1: not counted) */ \
-    X(void *, timing_event, (void)) \
-    X(int, event_elapsed, (void *start, void *end, double *ms)) \
-    X(int64_t, launch_count, (void)) \
-    /* a device's PCI bus id ("0000:65:00.0"), which NVML's devices are matched by; -1 + error: none */ \
-    X(int, pci_bus_id, (int device, char *buf, int len)) \
-    /* CUDA graphs (gdl_graph_*): record the current device's compute stream instead of running it \
-       (device allocations are refused meanwhile), stop into a ready-to-launch graph (also after a \
-       failure, which leaves *graph NULL), launch one on the compute stream, free one. The CPU has none. */ \
-    X(int, graph_begin, (void)) \
-    X(int, graph_end, (void **graph)) \
-    X(int, graph_launch, (void *graph)) \
-    X(void, graph_destroy, (void *graph)) \
-    /* collectives among the processes of a job, one device per process (src/dist/; NCCL on a GPU; \
-       the CPU's collectives are MPI's, in the front end, so its entries refuse). comm_id: the job's id \
-       (at most GDL_COMM_ID_BYTES), made by rank 0, which the front end hands to every rank; comm_init: \
-       this rank joins on `device` (returns once every rank has); collective: kind (GDL_COLL_*) on the \
-       device's communication stream, after the compute stream's work so far; count is per rank (all-gather: \
-       sent, reduce-scatter: received); avg divides the sum by the world size; join: the compute stream \
-       waits for it now, else at the next comm_join (DDP's buckets overlap the rest of backward); \
-       comm_sync: the host waits for the communication stream (barrier: an all-reduce of one element \
-       first) at most timeout_s seconds; a timeout or a peer's error aborts the communicator and every \
-       later call fails; comm_destroy frees it (nothing to do when none was made) */ \
-    X(int, comm_id, (void *id, int bytes)) \
-    X(int, comm_init, (int device, const void *id, int world, int rank)) \
-    X(int, collective, (int kind, const void *send, void *recv, int64_t count, gdl_dtype dt, int avg, int root, \
-        int join)) \
-    X(int, comm_join, (void)) \
-    X(int, comm_sync, (int barrier, double timeout_s)) \
-    X(void, comm_destroy, (void)) \
     /* the fused gate step of a recurrent layer at one time step (gdl_lstm_gates, gdl_gru_gates): gx, gh \
        [B, G·H] the input and hidden pre-activations with their biases in, gate blocks of H in PyTorch's \
        order. LSTM (G = 4: i, f, g, o): hc [2, B, H] gets h' = o·tanh(c') then c' = f·c_prev + i·g. GRU \
@@ -407,9 +390,16 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
     X(int, qepilogue, (const gdl_qepi *e, int64_t rows, const int32_t *acc, gdl_real *y))
 
 #define GDL__BACKEND_MEMBER(ret, entry, params) ret(*entry) params;
+typedef struct gdl_runtime {
+    GDL_RUNTIME_ENTRIES(GDL__BACKEND_MEMBER)
+} gdl_runtime;
+typedef struct gdl_kernels {
+    GDL_KERNEL_ENTRIES(GDL__BACKEND_MEMBER)
+} gdl_kernels;
 typedef struct gdl_backend {
     const char *name;
-    GDL_BACKEND_ENTRIES(GDL__BACKEND_MEMBER)
+    gdl_runtime rt; /* memory, copies, streams, events, graphs, collectives, device queries */
+    gdl_kernels k;  /* the compute kernels */
 } gdl_backend;
 
 /* The dropout mask both backends use: a counter-based hash, bit-identical

@@ -155,11 +155,11 @@
    How: these ops run natively in the low dtype, keeping only bf16/f16
    tensors (activations, saved inputs, gradients) in the arena:
    * matmul and linear, when their inputs share one low dtype (the backend
-     entry gemm_lp: cublasGemmEx with f32 accumulation on CUDA);
+     entry gemm given the dtype: cublasGemmEx with f32 accumulation on CUDA);
    * conv2d (x, weight and bias of one low dtype; any stride, padding,
-     dilation, groups): columns in the low dtype, the GEMMs through gemm_lp,
+     dilation, groups): columns in the low dtype, the GEMMs in the low dtype,
      the bias folded into the GEMM so the output rounds once; backward: the
-     weight and bias gradients through gemm_lp (the batch summed in f32
+     weight and bias gradients through the GEMM (the batch summed in f32
      and rounded once; on a GPU once per chunk of samples of up to 64 MiB
      of f32 products), the input gradient's column sums (col2im) in f32
      with one rounding
@@ -174,8 +174,8 @@
    * the elementwise ops -- relu, leaky_relu, sigmoid, tanh, gelu (both),
      exp, log, add_scalar, mul_scalar (and gdl_mul_scalar_), pow_scalar,
      add, sub, mul, div with broadcasting, dropout, concat -- forward and
-     backward (entries unary_lp, unary_backward_lp, binary_lp, sum_to_lp,
-     dropout_lp, dropout_backward_lp, copy2d_lp): each element is loaded
+     backward (entries unary, unary_backward, binary, sum_to, dropout,
+     dropout_backward, copy2d, given the dtype): each element is loaded
      to f32, computed with the f32 kernel's formula and rounded once on
      store, so the forward result is bit for bit the cast path's below,
      with no f32 temporaries (half of f32's memory); a gradient is summed
@@ -212,7 +212,7 @@
    gdl_op_autocast_class), PyTorch's CUDA lists:
    * LOW (matmul, linear, conv2d, scaled_dot_product_attention): float inputs are cast to the region's
      dtype and the op runs in it natively, accumulating in f32 (the
-     backend's gemm_lp); the result is bf16/f16;
+     backend's gemm in that dtype); the result is bf16/f16;
    * F32 (softmax, log_softmax, cross_entropy, nll_loss, layer_norm,
      mse_loss, bce_with_logits, sum, cumsum, exp, log, rsqrt, pow_scalar,
      pow): inputs cast to f32, result f32 -- so a loss is f32;
@@ -426,7 +426,7 @@
    api/onnx.h               ONNX export by tracing and import (gdl_export_onnx, gdl_load_onnx, gdl_onnx_run)
    api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
    api/op_math.h            the elementwise ops' codes and their scalar math, one definition for the CPU and CUDA kernels
-   api/backend.h            the backend table of kernels (GDL_BACKEND_ENTRIES); the end of the API (GPUDL_H)
+   api/backend.h            the backend table: runtime and kernel entries (GDL_RUNTIME_ENTRIES, GDL_KERNEL_ENTRIES); the end of the API (GPUDL_H)
    impl_begin.h             the GPUDL_IMPLEMENTATION guards, system includes, portability macros
    runtime/platform.h       the operating system (POSIX, Win32): threads, atomics, clocks, files, directories, dynamic loading, sockets
    runtime/errors.h         gdl__set_error, gdl_last_error
@@ -445,9 +445,9 @@
    cpu/bias_act.h           fused bias + activation and its backward
    cpu/index.h              strided copies, gather / scatter-add, comparisons, where, tril / triu, cumsum
    cpu/conv_pool.h          im2col / col2im, the implicit GEMM and direct convolution, pooling, copy2d, dropout
-   cpu/lowp.h               the native bf16/f16 elementwise kernels
+   cpu/lowp.h               the elementwise entries that take dtypes: the native bf16/f16 kernels
    cpu/norm.h               batch norm and layer norm
-   cpu/lowp_layers.h        the bf16/f16 entries of convolution columns, pooling and batch norm (through f32)
+   cpu/lowp_layers.h        the dtype entries of convolution columns, pooling and batch norm (bf16/f16 through f32)
    cpu/embedding_loss.h     embedding, losses
    cpu/attention.h          scaled dot-product attention (flash-attention style tiles, forward and backward)
    cpu/rnn.h                the fused LSTM / GRU gate steps and their backwards
@@ -505,8 +505,9 @@
    Adding an op
    ------------
    One list drives the op enum, names, backward table and autocast classes
-   (GDL_OP_LIST, src/api/grad.h), another the backends' kernel tables
-   (GDL_BACKEND_ENTRIES, src/api/backend.h). The files an op touches, and
+   (GDL_OP_LIST, src/api/grad.h), two more the backends' tables (their
+   runtime and kernel halves: GDL_RUNTIME_ENTRIES, GDL_KERNEL_ENTRIES,
+   src/api/backend.h). The files an op touches, and
    its tests: docs/DESIGN.md, "Adding an op".
 
    Compile-time options

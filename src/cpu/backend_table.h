@@ -63,10 +63,11 @@ static int gdl__cpu_comm_sync(int barrier, double timeout_s) {
 }
 static void gdl__cpu_comm_destroy(void) {}
 
-/* The table is the list's entries in the list's order (the struct is made
-   from the same list): a constant, ready before any thread asks for it. */
+/* The table is the lists' entries in the lists' order (the structs are made
+   from the same lists): a constant, ready before any thread asks for it. */
 #define GDL__BACKEND_INIT_CPU(ret, entry, params) gdl__cpu_##entry,
-static const gdl_backend gdl__cpu_table = {"cpu", GDL_BACKEND_ENTRIES(GDL__BACKEND_INIT_CPU)};
+static const gdl_backend gdl__cpu_table = {"cpu", {GDL_RUNTIME_ENTRIES(GDL__BACKEND_INIT_CPU)},
+                                           {GDL_KERNEL_ENTRIES(GDL__BACKEND_INIT_CPU)}};
 #undef GDL__BACKEND_INIT_CPU
 static const gdl_backend *gdl__cpu_backend(void) { return &gdl__cpu_table; }
 

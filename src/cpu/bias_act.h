@@ -42,7 +42,7 @@ static int gdl__cpu_linear_act(int act, int M, int N, int K, const gdl_real *x, 
     gdl__gemm_run(&g);
     return 0;
 #else
-    if (gdl__cpu_gemm(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
+    if (gdl__cpu_gemm_f32(0, 1, M, N, K, 1, x, K, 0, w, K, 0, 0, y, N, 0, 1) < 0) return -1;
     return gdl__cpu_bias_act(act, M, N, 1, bias, y, pre);
 #endif
 }

@@ -31,7 +31,7 @@ static void gdl__im2col_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_im2col(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
+static int gdl__cpu_im2col_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *col) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = x; a.out = col;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__im2col_part, &a);
@@ -63,7 +63,7 @@ static void gdl__col2im_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_col2im(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
+static int gdl__cpu_col2im_f32(const gdl_conv_geom *g, const gdl_real *col, gdl_real *x) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = col; a.out = x;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->KH * g->KW * (int64_t)g->OH * g->OW, gdl__col2im_part, &a);
@@ -810,7 +810,7 @@ static void gdl__maxpool_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_maxpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
+static int gdl__cpu_maxpool_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = x; a.out = y; a.idx = idx;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__maxpool_part, &a);
@@ -833,7 +833,7 @@ static void gdl__maxpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
         for (o = 0; o < OHW; o++) gxp[ip[o]] += gyp[o];
     }
 }
-static int gdl__cpu_maxpool_backward(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx,
+static int gdl__cpu_maxpool_backward_f32(const gdl_conv_geom *g, const gdl_real *gy, const int32_t *idx, gdl_real *gx,
                                      int beta) {
     gdl__args a = gdl__args_none();
     a.g = g; a.gy = gy; a.argmax = idx; a.out = gx; a.accumulate = beta;
@@ -862,7 +862,7 @@ static void gdl__avgpool_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_avgpool(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
+static int gdl__cpu_avgpool_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y) {
     gdl__args a = gdl__args_none();
     a.g = g; a.x = x; a.out = y;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_part, &a);
@@ -889,14 +889,14 @@ static void gdl__avgpool_backward_part(gdl__args a, int64_t lo, int64_t hi) {
             }
     }
 }
-static int gdl__cpu_avgpool_backward(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
+static int gdl__cpu_avgpool_backward_f32(const gdl_conv_geom *g, const gdl_real *gy, gdl_real *gx) {
     gdl__args a = gdl__args_none();
     a.g = g; a.gy = gy; a.out = gx;
     gdl__parallel_loop((int64_t)g->N * g->C, (int64_t)g->N * g->C * g->OH * g->OW * g->KH * g->KW, gdl__avgpool_backward_part, &a);
     return 0;
 }
 
-static int gdl__cpu_copy2d(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst,
+static int gdl__cpu_copy2d_f32(int64_t rows, int64_t cols, const gdl_real *src, int64_t sld, gdl_real *dst,
                            int64_t dld, int accumulate) {
     int64_t r, c;
     for (r = 0; r < rows; r++) {
@@ -997,13 +997,13 @@ static void gdl__dropout_part(gdl__args a, int64_t lo, int64_t hi) {
         else if (keep) a.out[i] += a.gy[i] * scale;
     }
 }
-static int gdl__cpu_dropout(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
+static int gdl__cpu_dropout_f32(int64_t n, double p, uint64_t seed, const gdl_real *x, gdl_real *y) {
     gdl__args a = gdl__args_none();
     a.p = p; a.seed = seed; a.x = x; a.out = y;
     gdl__parallel_loop(n, n, gdl__dropout_part, &a);
     return 0;
 }
-static int gdl__cpu_dropout_backward(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
+static int gdl__cpu_dropout_backward_f32(int64_t n, double p, uint64_t seed, const gdl_real *gy, gdl_real *gx) {
     gdl__args a = gdl__args_none();
     a.p = p; a.seed = seed; a.gy = gy; a.out = gx; a.accumulate = 1;
     gdl__parallel_loop(n, n, gdl__dropout_part, &a);

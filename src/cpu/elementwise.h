@@ -59,7 +59,7 @@ static void gdl__odometer_step(int ndim, const int64_t *shape, int64_t *idx, int
     }
 }
 
-static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr,
+static int gdl__cpu_binary_f32(int op, int ndim, const int64_t *shape, const gdl_real *a, const int64_t *astr,
                            const gdl_real *b, const int64_t *bstr, gdl_real *out) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, oa = 0, ob = 0, idx[GDL_MAX_DIMS] = {0};
     int d;
@@ -72,7 +72,7 @@ static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, const gdl_rea
     return 0;
 }
 
-static int gdl__cpu_sum_to(int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst,
+static int gdl__cpu_sum_to_f32(int ndim, const int64_t *shape, const gdl_real *src, gdl_real *dst,
                            const int64_t *dstr, gdl_real alpha) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, i, o = 0, unused = 0, idx[GDL_MAX_DIMS] = {0};
     int64_t ds = ndim ? dstr[ndim - 1] : 0, zero[GDL_MAX_DIMS] = {0};
@@ -374,7 +374,7 @@ static void gdl__unary_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     }
     for (i = lo; i < hi; i++) a.out[i] += (gdl_real)(a.gy[i] * gdl__unary_grad1(a.op, a.x[i], a.y[i], a.alpha));
 }
-static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
+static int gdl__cpu_unary_f32(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl_real alpha) {
     int64_t i;
     switch (op) {
     case GDL_UN_SCALE:
@@ -392,7 +392,7 @@ static int gdl__cpu_unary(int op, int64_t n, const gdl_real *x, gdl_real *y, gdl
     }
     return 0;
 }
-static int gdl__cpu_unary_backward(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
+static int gdl__cpu_unary_backward_f32(int op, int64_t n, const gdl_real *x, const gdl_real *y, const gdl_real *gy,
                                    gdl_real *gx, gdl_real alpha, int accumulate) {
     int64_t i;
     /* the ReLU and GELU store an unset gradient in their pass; the rest add to zeros, as before */

@@ -1292,17 +1292,21 @@ static int64_t gdl__gemm_span(int rows, int cols, int ld, int64_t s, int batch) 
     if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
     return (int64_t)(rows - 1) * ld + cols + (int64_t)(batch - 1) * (s > 0 ? s : 0);
 }
-static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
                          int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
                          int ldc, int64_t sC, int batch);
-/* f32 copies of the spans (C's gaps between rows too, so they go back as
-   they were), the f32 kernel, C rounded once */
-static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
-                            int64_t sA, const void *B, int ldb, int64_t sB, float beta, void *C, int ldc, int64_t sC,
-                            int batch) {
+/* The GEMM entry: f32 runs the f32 kernel; bf16 / f16 take f32 copies of
+   the spans (C's gaps between rows too, so they go back as they were), the
+   f32 kernel, C rounded once */
+static int gdl__cpu_gemm(gdl_dtype dt, int ta, int tb, int M, int N, int K, gdl_real alpha, const void *A, int lda,
+                         int64_t sA, const void *B, int ldb, int64_t sB, gdl_real beta, void *C, int ldc, int64_t sC,
+                         int batch) {
     int64_t na, nb, nc;
     gdl_real *f;
     int rc;
+    if (dt == GDL_F32)
+        return gdl__cpu_gemm_f32(ta, tb, M, N, K, alpha, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB,
+                                 beta, (gdl_real *)C, ldc, sC, batch);
     if (M <= 0 || N <= 0 || batch <= 0) return 0;
     na = K > 0 ? gdl__gemm_span(ta ? K : M, ta ? M : K, lda, sA, batch) : 0;
     nb = K > 0 ? gdl__gemm_span(tb ? N : K, tb ? K : N, ldb, sB, batch) : 0;
@@ -1314,13 +1318,13 @@ static int gdl__cpu_gemm_lp(gdl_dtype dt, int ta, int tb, int M, int N, int K, f
     gdl__cpu_cast(f, GDL_F32, A, dt, na);
     gdl__cpu_cast(f + na, GDL_F32, B, dt, nb);
     gdl__cpu_cast(f + na + nb, GDL_F32, C, dt, nc);
-    rc = gdl__cpu_gemm(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
+    rc = gdl__cpu_gemm_f32(ta, tb, M, N, K, alpha, f, lda, sA, f + na, ldb, sB, beta, f + na + nb, ldc, sC, batch);
     if (rc == 0) gdl__cpu_cast(C, dt, f + na + nb, GDL_F32, nc);
     GPUDL_FREE(f);
     return rc;
 }
 
-static int gdl__cpu_gemm(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
+static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha, const gdl_real *A, int lda,
                          int64_t sA, const gdl_real *B, int ldb, int64_t sB, gdl_real beta, gdl_real *C,
                          int ldc, int64_t sC, int batch) {
     int b;

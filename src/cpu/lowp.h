@@ -1,5 +1,6 @@
-/* ---- native bf16/f16 elementwise kernels ----
-   Chunks of GDL__LP_CHUNK elements are loaded to f32 on the stack, computed
+/* ---- the elementwise entries that take a dtype: native bf16/f16 kernels ----
+   f32 operands run the f32 kernels (src/cpu/elementwise.h). For bf16/f16,
+   chunks of GDL__LP_CHUNK elements are loaded to f32 on the stack, computed
    with the f32 kernels' formulas (the same expressions, so a result equals
    the f32 kernel's on the same values, then rounded once) and stored. */
 #define GDL__LP_CHUNK 256
@@ -82,8 +83,9 @@ static void gdl__unary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
-static int gdl__cpu_unary_lp(gdl_dtype dt, int op, int64_t n, const void *x, void *y, float alpha) {
+static int gdl__cpu_unary(gdl_dtype dt, int op, int64_t n, const void *x, void *y, gdl_real alpha) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_unary_f32(op, n, (const gdl_real *)x, (gdl_real *)y, alpha);
     a.dt = dt; a.op = op; a.lx = x; a.lout = y; a.alpha = (gdl_real)alpha;
     gdl__parallel_loop(n, op == GDL_UN_RELU || op == GDL_UN_SCALE || op == GDL_UN_ADD_SCALAR ? n : 8 * n,
                        gdl__unary_lp_part, &a);
@@ -119,9 +121,13 @@ static void gdl__unary_backward_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl__lp_put(a.dt, a.lout, c, m, gb);
     }
 }
-static int gdl__cpu_unary_backward_lp(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
-                                      void *gx, float alpha) {
+static int gdl__cpu_unary_backward(gdl_dtype dt, int op, int64_t n, const void *x, const void *y, const void *gy,
+                                   void *gx, gdl_real alpha, int accumulate) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32)
+        return gdl__cpu_unary_backward_f32(op, n, (const gdl_real *)x, (const gdl_real *)y, (const gdl_real *)gy,
+                                           (gdl_real *)gx, alpha, accumulate);
+    if (!accumulate && n > 0) memset(gx, 0, (size_t)n * gdl_dtype_size(dt)); /* then += onto zeros */
     a.dt = dt; a.op = op; a.lx = x; a.ly = y; a.lgy = gy; a.lout = gx; a.alpha = (gdl_real)alpha;
     gdl__parallel_loop(n, 8 * n, gdl__unary_backward_lp_part, &a);
     return 0;
@@ -165,12 +171,15 @@ static void gdl__binary_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         }
     }
 }
-static int gdl__cpu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
-                              gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
+static int gdl__cpu_binary(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
+                           gdl_dtype bt, const void *b, const int64_t *bstr, gdl_dtype ot, void *out) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1;
     int d;
     gdl__binary_lp_job j;
     gdl__args args = gdl__args_none();
+    if (at == GDL_F32 && bt == GDL_F32 && ot == GDL_F32)
+        return gdl__cpu_binary_f32(op, ndim, shape, (const gdl_real *)a, astr, (const gdl_real *)b, bstr,
+                                   (gdl_real *)out);
     for (d = 0; d + 1 < ndim; d++) rows *= shape[d];
     if (inner == 0 || rows == 0) return 0;
     j.op = op; j.ndim = ndim; j.shape = shape; j.astr = astr; j.bstr = bstr;
@@ -180,14 +189,17 @@ static int gdl__cpu_binary_lp(int op, int ndim, const int64_t *shape, gdl_dtype 
     return 0;
 }
 
-/* gdl__cpu_sum_to into a zeroed f32 buffer over dst's elements, then added
-   to dst and rounded: the f32 path's gradient of an f32 copy, then its cast */
-static int gdl__cpu_sum_to_lp(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
-                              const int64_t *dstr, float alpha_) {
+/* all f32: gdl__cpu_sum_to_f32 into dst; else into a zeroed f32 buffer over
+   dst's elements, then added to dst and rounded: the f32 path's gradient of
+   an f32 copy, then its cast */
+static int gdl__cpu_sum_to(int ndim, const int64_t *shape, gdl_dtype st, const void *src, gdl_dtype dt, void *dst,
+                           const int64_t *dstr, gdl_real alpha_) {
     int64_t rows = 1, inner = ndim ? shape[ndim - 1] : 1, r, i, c, m, o = 0, unused = 0, span = 1, idx[GDL_MAX_DIMS] = {0};
     int64_t ds = ndim ? dstr[ndim - 1] : 0, zero[GDL_MAX_DIMS] = {0};
     gdl_real *acc, buf[GDL__LP_CHUNK], db[GDL__LP_CHUNK], alpha = (gdl_real)alpha_;
     int d;
+    if (st == GDL_F32 && dt == GDL_F32)
+        return gdl__cpu_sum_to_f32(ndim, shape, (const gdl_real *)src, (gdl_real *)dst, dstr, alpha_);
     for (d = 0; d < ndim; d++) {
         if (shape[d] == 0) return 0;
         span += (shape[d] - 1) * dstr[d];
@@ -235,24 +247,28 @@ static void gdl__dropout_lp_part(gdl__args a, int64_t lo, int64_t hi) {
         gdl__lp_put(a.dt, a.lout, c, m, ob);
     }
 }
-static int gdl__cpu_dropout_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
+static int gdl__cpu_dropout(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *x, void *y) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_dropout_f32(n, p, seed, (const gdl_real *)x, (gdl_real *)y);
     a.dt = dt; a.lx = x; a.lout = y; a.p = p; a.seed = seed;
     gdl__parallel_loop(n, n, gdl__dropout_lp_part, &a);
     return 0;
 }
-static int gdl__cpu_dropout_backward_lp(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
+static int gdl__cpu_dropout_backward(gdl_dtype dt, int64_t n, double p, uint64_t seed, const void *gy, void *gx) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_dropout_backward_f32(n, p, seed, (const gdl_real *)gy, (gdl_real *)gx);
     a.dt = dt; a.lx = gy; a.lgy = gy; a.lout = gx; a.p = p; a.seed = seed;
     gdl__parallel_loop(n, n, gdl__dropout_lp_part, &a);
     return 0;
 }
 
-static int gdl__cpu_copy2d_lp(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
-                              int64_t dld, int accumulate) {
+static int gdl__cpu_copy2d(gdl_dtype dt, int64_t rows, int64_t cols, const void *src, int64_t sld, void *dst,
+                           int64_t dld, int accumulate) {
     size_t es = gdl_dtype_size(dt);
     gdl_real sb[GDL__LP_CHUNK], db[GDL__LP_CHUNK];
     int64_t r, c, i, m;
+    if (dt == GDL_F32)
+        return gdl__cpu_copy2d_f32(rows, cols, (const gdl_real *)src, sld, (gdl_real *)dst, dld, accumulate);
     for (r = 0; r < rows; r++) {
         if (!accumulate) {
             memmove((char *)dst + (size_t)(r * dld) * es, (const char *)src + (size_t)(r * sld) * es, es * (size_t)cols);

@@ -1,10 +1,11 @@
-/* src/cpu/lowp_layers.h — the bf16/f16 entries of the CPU's convolution
-   columns, pooling and batch norm: widened to f32, the f32 kernel, rounded once. */
+/* src/cpu/lowp_layers.h — the CPU's entries of convolution columns, pooling
+   and batch norm, which take a dtype: f32 runs the f32 kernel; bf16/f16 are
+   widened to f32, run through the f32 kernel and rounded once. */
 
 /* The low-precision entries on the CPU, which has no bf16/f16 arithmetic:
    the operands widened to f32 in malloc'd memory (not the arena, so only
    the low-precision tensors stay for backward), the f32 kernel, the output
-   rounded once -- as gdl__cpu_gemm_lp. An accumulated output (x, gx) is
+   rounded once -- as gdl__cpu_gemm. An accumulated output (x, gx) is
    widened too, so its old value and the new sum round once together. */
 static gdl_real *gdl__cpu_lp_wide(gdl_dtype dt, int nbuf, const void *const *src, const int64_t *n, gdl_real **out) {
     int64_t total = 1;
@@ -58,22 +59,24 @@ static void gdl__im2col16_part(gdl__args a, int64_t lo, int64_t hi) {
                 }
     }
 }
-static int gdl__cpu_im2col_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
+static int gdl__cpu_im2col(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
     gdl__args a = gdl__args_none();
+    if (dt == GDL_F32) return gdl__cpu_im2col_f32(g, (const gdl_real *)x, (gdl_real *)col);
     if (gdl__cpu_lp_check("im2col", dt) < 0) return -1;
     a.g = g; a.lx = x; a.lout = col;
     gdl__parallel_loop((int64_t)g->N * g->C, GDL__GEOM_COL(g), gdl__im2col16_part, &a);
     return 0;
 }
-static int gdl__cpu_col2im_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
+static int gdl__cpu_col2im(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
     const void *src[2];
     int64_t n[2];
     gdl_real *b[2], *f;
+    if (dt == GDL_F32) return gdl__cpu_col2im_f32(g, (const gdl_real *)col, (gdl_real *)x);
     if (gdl__cpu_lp_check("col2im", dt) < 0) return -1;
     src[0] = col; n[0] = GDL__GEOM_COL(g); src[1] = x; n[1] = GDL__GEOM_IN(g);
     if (n[0] <= 0 || n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    gdl__cpu_col2im(g, b[0], b[1]);
+    gdl__cpu_col2im_f32(g, b[0], b[1]);
     gdl__cpu_cast(x, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;
@@ -87,8 +90,8 @@ static int gdl__cpu_pool_lp(gdl_dtype dt, int avg, const gdl_conv_geom *g, const
     src[0] = x; n[0] = GDL__GEOM_IN(g); src[1] = NULL; n[1] = GDL__GEOM_OUT(g);
     if (n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    if (avg) gdl__cpu_avgpool(g, b[0], b[1]);
-    else gdl__cpu_maxpool(g, b[0], b[1], idx);
+    if (avg) gdl__cpu_avgpool_f32(g, b[0], b[1]);
+    else gdl__cpu_maxpool_f32(g, b[0], b[1], idx);
     gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;
@@ -102,54 +105,68 @@ static int gdl__cpu_pool_backward_lp(gdl_dtype dt, int avg, const gdl_conv_geom 
     src[0] = gy; n[0] = GDL__GEOM_OUT(g); src[1] = gx; n[1] = GDL__GEOM_IN(g);
     if (n[0] <= 0 || n[1] <= 0) return 0;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
-    if (avg) gdl__cpu_avgpool_backward(g, b[0], b[1]);
-    else gdl__cpu_maxpool_backward(g, b[0], idx, b[1], 1);
+    if (avg) gdl__cpu_avgpool_backward_f32(g, b[0], b[1]);
+    else gdl__cpu_maxpool_backward_f32(g, b[0], idx, b[1], 1);
     gdl__cpu_cast(gx, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return 0;
 }
-static int gdl__cpu_maxpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+/* the pooling entries: f32 runs the f32 kernels, bf16 / f16 the above */
+static int gdl__cpu_maxpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y, int32_t *idx) {
+    if (dt == GDL_F32) return gdl__cpu_maxpool_f32(g, (const gdl_real *)x, (gdl_real *)y, idx);
     return gdl__cpu_pool_lp(dt, 0, g, x, y, idx);
 }
-static int gdl__cpu_maxpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx) {
+static int gdl__cpu_maxpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, const int32_t *idx, void *gx,
+                                     int beta) {
+    if (dt == GDL_F32) return gdl__cpu_maxpool_backward_f32(g, (const gdl_real *)gy, idx, (gdl_real *)gx, beta);
+    if (!beta && GDL__GEOM_IN(g) > 0) memset(gx, 0, (size_t)GDL__GEOM_IN(g) * gdl_dtype_size(dt)); /* then += */
     return gdl__cpu_pool_backward_lp(dt, 0, g, gy, idx, gx);
 }
-static int gdl__cpu_avgpool_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+static int gdl__cpu_avgpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
+    if (dt == GDL_F32) return gdl__cpu_avgpool_f32(g, (const gdl_real *)x, (gdl_real *)y);
     return gdl__cpu_pool_lp(dt, 1, g, x, y, NULL);
 }
-static int gdl__cpu_avgpool_backward_lp(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+static int gdl__cpu_avgpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
+    if (dt == GDL_F32) return gdl__cpu_avgpool_backward_f32(g, (const gdl_real *)gy, (gdl_real *)gx);
     return gdl__cpu_pool_backward_lp(dt, 1, g, gy, NULL, gx);
 }
-static int gdl__cpu_batchnorm_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
-                                 const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
-                                 gdl_real *run_var, int training, double momentum, double eps, int relu) {
+static int gdl__cpu_batchnorm(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const gdl_real *gamma,
+                              const gdl_real *beta, void *y, gdl_real *mean, gdl_real *invstd, gdl_real *run_mean,
+                              gdl_real *run_var, int training, double momentum, double eps, int relu) {
     const void *src[2];
     int64_t n[2];
     gdl_real *b[2], *f;
     int rc;
+    if (dt == GDL_F32)
+        return gdl__cpu_batchnorm_f32(N, C, S, (const gdl_real *)x, gamma, beta, (gdl_real *)y, mean, invstd, run_mean,
+                                      run_var, training, momentum, eps, relu);
     if (gdl__cpu_lp_check("batchnorm", dt) < 0) return -1;
     src[0] = x; n[0] = N * C * S; src[1] = NULL; n[1] = N * C * S;
     if (!(f = gdl__cpu_lp_wide(dt, 2, src, n, b))) return -1;
     /* relu on the f32 value, then rounded: the same as rounded, then relu (rounding keeps the sign) */
-    rc = gdl__cpu_batchnorm(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
+    rc = gdl__cpu_batchnorm_f32(N, C, S, b[0], gamma, beta, b[1], mean, invstd, run_mean, run_var, training, momentum, eps,
                             relu);
     if (rc == 0) gdl__cpu_cast(y, dt, b[1], GDL_F32, n[1]);
     GPUDL_FREE(f);
     return rc;
 }
-static int gdl__cpu_batchnorm_backward_lp(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
-                                          const void *y, const gdl_real *gamma, const gdl_real *mean,
-                                          const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
-                                          gdl_real *gbeta) {
+static int gdl__cpu_batchnorm_backward(gdl_dtype dt, int64_t N, int64_t C, int64_t S, const void *x, const void *gy,
+                                       const void *y, const gdl_real *gamma, const gdl_real *mean,
+                                       const gdl_real *invstd, int training, void *gx, gdl_real *ggamma,
+                                       gdl_real *gbeta, int accumulate) {
     const void *src[4];
     int64_t n[4];
     gdl_real *b[4], *f;
     int rc;
+    if (dt == GDL_F32)
+        return gdl__cpu_batchnorm_backward_f32(N, C, S, (const gdl_real *)x, (const gdl_real *)gy, (const gdl_real *)y,
+                                               gamma, mean, invstd, training, (gdl_real *)gx, ggamma, gbeta, accumulate);
+    if (!accumulate && gx && N * C * S > 0) memset(gx, 0, (size_t)(N * C * S) * gdl_dtype_size(dt)); /* then += */
     if (gdl__cpu_lp_check("batchnorm_backward", dt) < 0) return -1;
     src[0] = x; src[1] = gy; src[2] = gx; src[3] = y;
     n[0] = n[1] = N * C * S; n[2] = gx ? N * C * S : 0; n[3] = y ? N * C * S : 0;
     if (!(f = gdl__cpu_lp_wide(dt, 4, src, n, b))) return -1;
-    rc = gdl__cpu_batchnorm_backward(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
+    rc = gdl__cpu_batchnorm_backward_f32(N, C, S, b[0], b[1], y ? b[3] : NULL, gamma, mean, invstd, training,
                                      gx ? b[2] : NULL, ggamma, gbeta, 1);
     if (rc == 0 && gx) gdl__cpu_cast(gx, dt, b[2], GDL_F32, n[2]);
     GPUDL_FREE(f);

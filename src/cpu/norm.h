@@ -260,7 +260,7 @@ static void gdl__batchnorm_part(gdl__args a, int64_t lo, int64_t hi) {
         for (n = 0; n < N; n++) gdl__bn_affine_rows(x + n * C * S, b.y + (n * C + c) * S, S, mu, is, gm, bt, b.relu);
     }
 }
-static int gdl__cpu_batchnorm(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
+static int gdl__cpu_batchnorm_f32(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gamma,
                               const gdl_real *beta, gdl_real *y, gdl_real *mean, gdl_real *invstd,
                               gdl_real *run_mean, gdl_real *run_var, int training, double momentum, double eps,
                               int relu) {
@@ -427,7 +427,7 @@ static void gdl__batchnorm_backward_part(gdl__args a, int64_t lo, int64_t hi) {
                               gm * is / (double)M, sg, sgx, mu, is, gm, b.accumulate);
     }
 }
-static int gdl__cpu_batchnorm_backward(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
+static int gdl__cpu_batchnorm_backward_f32(int64_t N, int64_t C, int64_t S, const gdl_real *x, const gdl_real *gy,
                                        const gdl_real *y, const gdl_real *gamma, const gdl_real *mean,
                                        const gdl_real *invstd, int training, gdl_real *gx, gdl_real *ggamma,
                                        gdl_real *gbeta, int accumulate) {

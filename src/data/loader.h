@@ -745,10 +745,10 @@ static void gdl__loader_destroy(gdl_loader *l) {
             GPUDL_FREE(s->len);
             if (l->pinned) {
                 /* no copy may still read them */
-                if (s->copied && l->be->event_synchronize(s->copied) < 0) l->be->synchronize();
-                if (s->copied) l->be->event_destroy(s->copied);
-                if (s->x) l->be->host_free(s->x);
-                if (s->y) l->be->host_free(s->y);
+                if (s->copied && l->be->rt.event_synchronize(s->copied) < 0) l->be->rt.synchronize();
+                if (s->copied) l->be->rt.event_destroy(s->copied);
+                if (s->x) l->be->rt.host_free(s->x);
+                if (s->y) l->be->rt.host_free(s->y);
             } else {
                 GPUDL_FREE(s->x);
                 GPUDL_FREE(s->y);
@@ -760,9 +760,9 @@ static void gdl__loader_destroy(gdl_loader *l) {
         gdl_free(l->dx[i]);
         gdl_free(l->dy[i]);
         gdl_free(l->dl[i]);
-        if (l->used[i]) l->be->event_destroy(l->used[i]);
+        if (l->used[i]) l->be->rt.event_destroy(l->used[i]);
     }
-    if (l->stream) l->be->stream_destroy(l->stream);
+    if (l->stream) l->be->rt.stream_destroy(l->stream);
     GPUDL_FREE(l->perm);
     GPUDL_FREE(l);
 }
@@ -947,15 +947,15 @@ static int gdl__loader_device_buffers(const char *fn, gdl_loader *l) {
             gdl__data_wrap_error(fn);
             return -1;
         }
-        if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->event_create()))) {
+        if (!l->dy[i] || (l->pinned && !(l->used[i] = l->be->rt.event_create()))) {
             gdl__data_wrap_error(fn);
             return -1;
         }
     }
     /* the buffers' blocks may come from the cache with kernels still
        queued on them: the first copies wait for those too */
-    if (l->pinned && (!(l->stream = l->be->stream_create()) || l->be->event_record(l->used[0], NULL) < 0 ||
-                      l->be->event_record(l->used[1], NULL) < 0)) {
+    if (l->pinned && (!(l->stream = l->be->rt.stream_create()) || l->be->rt.event_record(l->used[0], NULL) < 0 ||
+                      l->be->rt.event_record(l->used[1], NULL) < 0)) {
         gdl__data_wrap_error(fn);
         return -1;
     }
@@ -1001,9 +1001,9 @@ static int gdl__loader_slots(const char *fn, gdl_loader *l) {
             return -1;
         }
         if (l->pinned) {
-            s->x = l->be->host_alloc(xbytes);
-            s->y = s->x ? (int32_t *)l->be->host_alloc(ybytes) : NULL;
-            if (!s->y || !(s->copied = l->be->event_create())) {
+            s->x = l->be->rt.host_alloc(xbytes);
+            s->y = s->x ? (int32_t *)l->be->rt.host_alloc(ybytes) : NULL;
+            if (!s->y || !(s->copied = l->be->rt.event_create())) {
                 gdl__data_wrap_error(fn);
                 return -1;
             }
@@ -1118,13 +1118,13 @@ fail:
    (gdl__loader_release). */
 static int gdl__loader_copy_pinned(gdl_loader *l, gdl__slot *s, int k, size_t xb, size_t yb) {
     const gdl_backend *be = l->be;
-    if (be->event_record(l->used[k ^ 1], NULL) < 0) return -1;
-    if (be->stream_wait_event(l->stream, l->used[k]) < 0) return -1;
-    if (be->copy_async(l->dx[k]->data, s->x, xb, 0, l->stream) < 0 ||
-        be->copy_async(l->dy[k]->data, s->y, yb, 0, l->stream) < 0)
+    if (be->rt.event_record(l->used[k ^ 1], NULL) < 0) return -1;
+    if (be->rt.stream_wait_event(l->stream, l->used[k]) < 0) return -1;
+    if (be->rt.copy_async(l->dx[k]->data, s->x, xb, 0, l->stream) < 0 ||
+        be->rt.copy_async(l->dy[k]->data, s->y, yb, 0, l->stream) < 0)
         return -1;
-    if (be->event_record(s->copied, l->stream) < 0) return -1;
-    return be->stream_wait_event(NULL, s->copied);
+    if (be->rt.event_record(s->copied, l->stream) < 0) return -1;
+    return be->rt.stream_wait_event(NULL, s->copied);
 }
 
 static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_tensor **x, gdl_tensor **y) {
@@ -1145,7 +1145,7 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
         size_t xb = gdl_dtype_size(l->out_dtype) * (size_t)tx->numel;
         size_t yb = (l->mix ? sizeof(gdl_real) : sizeof(int32_t)) * (size_t)ty->numel;
         /* lengths: a plain copy, which is done with s->len when it returns */
-        if (tl && (!gdl__be(fn, l->o.device) || l->be->copy(tl->data, s->len, sizeof(int32_t) * (size_t)bsz, 0) < 0)) {
+        if (tl && (!gdl__be(fn, l->o.device) || l->be->rt.copy(tl->data, s->len, sizeof(int32_t) * (size_t)bsz, 0) < 0)) {
             gdl__data_wrap_error(fn);
             return -1;
         }
@@ -1153,7 +1153,7 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
            after the kernels that still read the buffer */
         if (!gdl__be(fn, l->o.device) ||
             (l->pinned ? gdl__loader_copy_pinned(l, s, k, xb, yb)
-                       : l->be->copy(tx->data, s->x, xb, 0) < 0 || l->be->copy(ty->data, s->y, yb, 0)) < 0) {
+                       : l->be->rt.copy(tx->data, s->x, xb, 0) < 0 || l->be->rt.copy(ty->data, s->y, yb, 0)) < 0) {
             gdl__data_wrap_error(fn);
             return -1;
         }
@@ -1168,7 +1168,7 @@ static int gdl__loader_deliver(gdl_loader *l, gdl__slot *s, int64_t bsz, gdl_ten
    in a steady state it is, and asking costs no wait. */
 static int gdl__loader_release(gdl_loader *l, gdl__slot *s) {
     if (!l->pinned) return 0;
-    if (!gdl__be("gdl_loader_next", l->o.device) || l->be->event_synchronize(s->copied) < 0) { /* device current */
+    if (!gdl__be("gdl_loader_next", l->o.device) || l->be->rt.event_synchronize(s->copied) < 0) { /* device current */
         gdl__data_wrap_error("gdl_loader_next");
         return -1;
     }

@@ -171,7 +171,7 @@ static int gdl__dist_check(const char *op, const char *what, const gdl_tensor *t
 static int gdl__dist_nccl(const char *op, int kind, const gdl_tensor *send, gdl_tensor *recv, int64_t count,
                           int avg, int root) {
     const gdl_backend *be = gdl__dist_comm(op, recv->device);
-    return be ? be->collective(kind, send->data, recv->data, count, recv->dtype, avg, root, 1) : -1;
+    return be ? be->rt.collective(kind, send->data, recv->data, count, recv->dtype, avg, root, 1) : -1;
 }
 
 #ifdef GPUDL_MPI

@@ -36,8 +36,8 @@ GPUDL_API void gdl_ddp_free(gdl_ddp *d) {
     int i;
     if (!d) return;
     if (d->gpu && d->b) { /* the buckets' last all-reduce is queued on the device before their memory goes back */
-        if (gdl__be_lookup("gdl_ddp_free", d->dev)) (void)d->gpu->comm_join();
-        for (i = 0; i < d->nbuckets; i++) d->gpu->free(d->b[i].buf);
+        if (gdl__be_lookup("gdl_ddp_free", d->dev)) (void)d->gpu->rt.comm_join();
+        for (i = 0; i < d->nbuckets; i++) d->gpu->rt.free(d->b[i].buf);
     }
     for (i = 0; d->b && !d->gpu && i < d->nbuckets; i++) {
 #ifdef GPUDL_MPI
@@ -127,7 +127,7 @@ GPUDL_API gdl_ddp *gdl_ddp_new(gdl_module *m, const gdl_ddp_opts *o) {
     d->nbuckets = nb;
     for (i = 0; i < nb; i++)
         if (d->b[i].numel > INT32_MAX ||
-            !(d->b[i].buf = (gdl_real *)(d->gpu ? d->gpu->alloc(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1))
+            !(d->b[i].buf = (gdl_real *)(d->gpu ? d->gpu->rt.alloc(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1))
                                                 : GPUDL_MALLOC(sizeof(gdl_real) * (size_t)(d->b[i].numel + 1))))) {
             gdl__set_error("%s: out of memory for a bucket of %lld gradients", fn, (long long)d->b[i].numel);
             goto fail;
@@ -173,7 +173,7 @@ static int gdl__dist_reduce_f64(const char *op, const char *what, double *v, int
         s1[0] = 2 * (int64_t)n, sw[0] = 2 * (int64_t)n * gdl__dist.world;
         if ((in = gdl_from_array(v, 1, s1, GDL_I32, dev)) && (all = gdl_empty(1, sw, GDL_I32, dev)) &&
             gdl_dist_all_gather(all, in) == 0 && (be = gdl__dist_comm(op, dev)) &&
-            be->comm_sync(0, gdl_dist_timeout()) == 0 && (h = gdl_to(all, gdl_cpu()))) {
+            be->rt.comm_sync(0, gdl_dist_timeout()) == 0 && (h = gdl_to(all, gdl_cpu()))) {
             const double *g = (const double *)h->data;
             for (k = 0; k < n; k++) {
                 double a = g[k];
@@ -239,11 +239,11 @@ static void gdl__ddp_start(gdl_ddp *d, gdl__bucket *b) {
         for (i = b->first; i < b->first + b->count && !d->failed; i++) {
             gdl_tensor *p = d->params[i];
             size_t bytes = sizeof(gdl_real) * (size_t)p->numel;
-            if ((p->grad ? d->gpu->copy(b->buf + off, p->grad->data, bytes, 2) : d->gpu->memset0(b->buf + off, bytes)) < 0)
+            if ((p->grad ? d->gpu->rt.copy(b->buf + off, p->grad->data, bytes, 2) : d->gpu->rt.memset0(b->buf + off, bytes)) < 0)
                 d->failed = 1;
             off += p->numel;
         }
-        if (!d->failed && d->gpu->collective(GDL_COLL_ALL_REDUCE, b->buf, b->buf, b->numel, GDL_F32, 1, 0, 0) < 0)
+        if (!d->failed && d->gpu->rt.collective(GDL_COLL_ALL_REDUCE, b->buf, b->buf, b->numel, GDL_F32, 1, 0, 0) < 0)
             d->failed = 1;
         b->started = !d->failed;
         return;
@@ -319,7 +319,7 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
         }
 #endif
     if (d->gpu) { /* the compute stream waits for the all-reduces, then takes the means back */
-        if (rc < 0 || d->failed || !gdl__be(fn, d->dev) || d->gpu->comm_join() < 0) return -1;
+        if (rc < 0 || d->failed || !gdl__be(fn, d->dev) || d->gpu->rt.comm_join() < 0) return -1;
         for (i = 0; i < d->nbuckets; i++) {
             gdl__bucket *b = &d->b[i];
             int64_t off = 0;
@@ -327,7 +327,7 @@ GPUDL_API int gdl_ddp_backward(gdl_ddp *d, gdl_tensor *loss) {
             for (k = b->first; k < b->first + b->count; k++) {
                 gdl_tensor *p = d->params[k];
                 if (gdl__ensure_grad(p) < 0) return -1; /* a flat block's parameter: its slot, as on the CPU */
-                if (d->gpu->copy(p->grad->data, b->buf + off, sizeof(gdl_real) * (size_t)p->numel, 2) < 0) return -1;
+                if (d->gpu->rt.copy(p->grad->data, b->buf + off, sizeof(gdl_real) * (size_t)p->numel, 2) < 0) return -1;
                 off += p->numel;
             }
         }
@@ -355,7 +355,7 @@ GPUDL_API int gdl_dist_barrier(void) {
     if (gdl__dist.comm_dev) { /* NCCL's queued collectives done first, with the timeout: a missing peer
                                  fails here rather than leave MPI_Barrier waiting */
         const gdl_backend *be = gdl__dist_comm("gdl_dist_barrier", gdl_cuda(gdl__dist.comm_dev - 1));
-        if (!be || be->comm_sync(0, gdl_dist_timeout()) < 0) return -1;
+        if (!be || be->rt.comm_sync(0, gdl_dist_timeout()) < 0) return -1;
     }
     if (gdl__dist.world > 1) {
         MPI_Request q;
@@ -367,7 +367,7 @@ GPUDL_API int gdl_dist_barrier(void) {
     if (gdl__dist.world > 1) { /* NCCL is the transport: an all-reduce, waited for with the timeout */
         const gdl_backend *be = gdl__dist_comm("gdl_dist_barrier", gdl__dist.comm_dev ? gdl_cuda(gdl__dist.comm_dev - 1)
                                                                                      : gdl_dist_device());
-        if (!be || be->comm_sync(1, gdl_dist_timeout()) < 0) return -1;
+        if (!be || be->rt.comm_sync(1, gdl_dist_timeout()) < 0) return -1;
     }
 #endif
     return 0;

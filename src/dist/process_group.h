@@ -17,10 +17,10 @@ static const gdl_backend *gdl__dist_comm(const char *op, gdl_device dev) {
             gdl__set_error("%s: no NCCL id was handed round at gdl_dist_init (no GPU then?)", op);
             return NULL;
         }
-        if (be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return NULL;
+        if (be->rt.comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return NULL;
         gdl__dist.have_id = 1;
     }
-    if (be->comm_init(dev.index, gdl__dist.id, gdl__dist.world, gdl__dist.rank) < 0) return NULL;
+    if (be->rt.comm_init(dev.index, gdl__dist.id, gdl__dist.world, gdl__dist.rank) < 0) return NULL;
     gdl__dist.comm_dev = dev.index + 1;
     return be;
 }
@@ -36,7 +36,7 @@ static int gdl__dist_settle(const char *op) {
     const gdl_backend *be;
     if (!gdl__dist.comm_dev || gdl__dist.world < 2) return 0;
     be = gdl__dist_comm(op, gdl_cuda(gdl__dist.comm_dev - 1));
-    return be ? be->comm_sync(0, gdl_dist_timeout()) : -1;
+    return be ? be->rt.comm_sync(0, gdl_dist_timeout()) : -1;
 }
 
 /* src/dist/cluster.h: an Indexed Job's, a PyTorchJob's or Kubeflow's PET_* rank and size (1), none (0), -1 */
@@ -142,7 +142,7 @@ static int gdl__dist_share_id(const char *op, int rank, int world) {
         int rc;
         char keep[sizeof gdl__err];
         memset(buf, 0, sizeof buf);
-        if (rank == 0 && be) buf[0] = be->comm_id(buf + 1, GDL_COMM_ID_BYTES) == 0 ? 1 : 2;
+        if (rank == 0 && be) buf[0] = be->rt.comm_id(buf + 1, GDL_COMM_ID_BYTES) == 0 ? 1 : 2;
         memcpy(keep, gdl__err, sizeof keep);
         gdl__dist.rank = rank, gdl__dist.world = world; /* for the timed wait's report */
         gdl__dist.seq = 0;
@@ -167,7 +167,7 @@ static int gdl__dist_share_id(const char *op, int rank, int world) {
 #else
     if (world > 1 && gdl__dist_gpu()) {
         const gdl_backend *be = gdl__dist_gpu();
-        if (rank == 0 && be->comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return -1;
+        if (rank == 0 && be->rt.comm_id(gdl__dist.id, GDL_COMM_ID_BYTES) < 0) return -1;
 #if defined(GDL__HAVE_RDV)
         if (gdl__rendezvous(op, rank, world, gdl__dist.id, gdl_dist_timeout()) < 0) return -1;
 #else
@@ -254,8 +254,8 @@ GPUDL_API void gdl_dist_shutdown(void) {
             char keep[sizeof gdl__err];
             memcpy(keep, gdl__err, sizeof keep); /* shutdown reports nothing: the caller's last error stays */
             (void)gdl__be_lookup("gdl_dist_shutdown", gdl_cuda(gdl__dist.comm_dev - 1));
-            (void)be->comm_sync(0, gdl_dist_timeout());
-            be->comm_destroy();
+            (void)be->rt.comm_sync(0, gdl_dist_timeout());
+            be->rt.comm_destroy();
             memcpy(gdl__err, keep, sizeof keep);
         }
         gdl__dist.comm_dev = 0;

@@ -78,7 +78,7 @@ static gdl_tensor *gdl__mha_additive(const char *op, gdl_tensor *mask, gdl_dtype
     const gdl_backend *be;
     if (!r || mask->dtype != GDL_U8) return r;
     if (!(be = gdl__be(op, mask->device)) || !(z = gdl__tmp(op, ndim, shape, dt, mask->device)) ||
-        be->memset0(z->data, (size_t)z->numel * gdl_dtype_size(dt)) < 0)
+        be->rt.memset0(z->data, (size_t)z->numel * gdl_dtype_size(dt)) < 0)
         return NULL;
     return gdl_masked_fill(z, r, -INFINITY);
 }

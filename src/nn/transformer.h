@@ -210,7 +210,7 @@ static gdl_tensor *gdl__tfm_causal(const char *op, int64_t T, gdl_device dev) {
     gdl_tensor *ones;
     const gdl_backend *be;
     s[0] = s[1] = T;
-    if (!(be = gdl__be(op, dev)) || !(ones = gdl__tmp(op, 2, s, GDL_F32, dev)) || be->fill(GDL__R(ones), ones->numel, 1) < 0)
+    if (!(be = gdl__be(op, dev)) || !(ones = gdl__tmp(op, 2, s, GDL_F32, dev)) || be->k.fill(GDL__R(ones), ones->numel, 1) < 0)
         return NULL;
     return gdl_compare_scalar(gdl_triu(ones, 1), GDL_CMP_NE, 0);
 }

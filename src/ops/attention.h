@@ -22,7 +22,7 @@ static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v
         shape[1] = s->shape[s->ndim - 1];
         if (!(be = gdl__be("gdl_scaled_dot_product_attention", s->device)) ||
             !(ones = gdl__tmp("gdl_scaled_dot_product_attention", 2, shape, GDL_F32, s->device)) ||
-            be->fill(GDL__R(ones), ones->numel, 1) < 0)
+            be->k.fill(GDL__R(ones), ones->numel, 1) < 0)
             return NULL;
         s = gdl_masked_fill(s, gdl_compare_scalar(gdl_triu(ones, 1), GDL_CMP_NE, 0), -INFINITY);
     } else if (s && mask && mask->dtype == GDL_U8) {
@@ -291,7 +291,7 @@ static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_
     if (!(be = gdl__be(op, q->device)) || !(out = gdl__tmp(op, q->ndim, shape, q->dtype, q->device)) ||
         !(lse = gdl__tmp(op, 1, &nl, GDL_F32, q->device)))
         return NULL;
-    if (out->numel && be->attention(q->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, GDL__R(lse)) < 0)
+    if (out->numel && be->k.attention(q->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, GDL__R(lse)) < 0)
         return NULL;
     in[0] = q;
     in[1] = k;
@@ -337,6 +337,6 @@ static int gdl__bw_sdpa(gdl_node *n, const gdl_backend *be) {
         return -1;
     gdl__sdpa_ptrs(lay, &g, q, k, v, 0, p);
     gdl__sdpa_ptrs(lay, &g, q, k, v, 1, gp);
-    return be->attention_backward(out->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, out->grad->data,
+    return be->k.attention_backward(out->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, out->grad->data,
                                   GDL__R(n->saved[0]), delta, gp[0], gp[1], gp[2]);
 }

@@ -24,7 +24,7 @@ GPUDL_API int gdl_zero_grad_tensor(gdl_tensor *t) {
     if (gdl__check_in("gdl_zero_grad_tensor", "t", t, 0) < 0) return -1;
     if (!t->grad) return 0;
     if (!(be = gdl__be("gdl_zero_grad_tensor", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->grad->numel * gdl_dtype_size(t->grad->dtype));
+    return be->rt.memset0(t->grad->data, (size_t)t->grad->numel * gdl_dtype_size(t->grad->dtype));
 }
 
 GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
@@ -40,7 +40,7 @@ GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
     /* a one-off table: the optimizers keep theirs */
     memset(&h, 0, sizeof h);
     h.lr = lr;
-    if (!(dh = (gdl_opt_hyper *)gdl__scratch(op, p->device, sizeof h)) || be->copy_async(dh, &h, sizeof h, 0, NULL) < 0)
+    if (!(dh = (gdl_opt_hyper *)gdl__scratch(op, p->device, sizeof h)) || be->rt.copy_async(dh, &h, sizeof h, 0, NULL) < 0)
         return -1;
     memset(&t, 0, sizeof t);
     t.n = p->numel;
@@ -51,11 +51,11 @@ GPUDL_API int gdl_sgd_update_(gdl_tensor *p, double lr) {
         gdl__cpu_opt_table one;
         one.count = 1;
         one.t[0] = t;
-        return be->sgd_multi(&one);
+        return be->k.sgd_multi(&one);
     }
-    if (!(tab = be->opt_table_new(1, &t))) return -1;
-    rc = be->sgd_multi(tab);
-    be->opt_table_free(tab);
+    if (!(tab = be->k.opt_table_new(1, &t))) return -1;
+    rc = be->k.sgd_multi(tab);
+    be->k.opt_table_free(tab);
     return rc;
 }
 
@@ -66,7 +66,7 @@ static gdl_tensor *gdl__flat_view(const char *op, gdl__flat *f, void *slot, int 
     gdl_tensor *v = gdl__make(op, ndim, shape, dt, f->device, 1, slot);
     if (!v) return NULL;
     if (zero && (!(be = gdl__be(op, f->device)) ||
-                 be->memset0(slot, (size_t)v->numel * gdl_dtype_size(dt)) < 0)) {
+                 be->rt.memset0(slot, (size_t)v->numel * gdl_dtype_size(dt)) < 0)) {
         GPUDL_FREE(v);
         return NULL;
     }
@@ -97,7 +97,7 @@ static int gdl__ensure_grad_as(gdl_tensor *t, int lazy) {
         return 0;
     }
     if (!(be = gdl__be("gdl_backward", t->device))) return -1;
-    return be->memset0(t->grad->data, (size_t)t->numel * gdl_dtype_size(t->dtype));
+    return be->rt.memset0(t->grad->data, (size_t)t->numel * gdl_dtype_size(t->dtype));
 }
 
 static int gdl__ensure_grad(gdl_tensor *t) { return gdl__ensure_grad_as(t, 0); }
@@ -120,7 +120,7 @@ static int gdl__check_grad(const gdl_node *n, int k, const gdl_backend *be) {
     int64_t bad = 0;
     gdl_tensor *t = n->in[k];
     if (!gdl__anomaly || !t || !t->requires_grad || t->grad->dtype != GDL_F32) return 0; /* low: its f32 source is checked */
-    if (be->count_nonfinite(t->numel, GDL__R(t->grad), &bad) < 0) return -1;
+    if (be->k.count_nonfinite(t->numel, GDL__R(t->grad), &bad) < 0) return -1;
     if (bad) {
         gdl__set_error("gdl_backward: the gradient of %s's input %d %s has %lld NaN/Inf values (anomaly mode)",
                        gdl__op(n->op)->name, k, gdl_shape_str(t), (long long)bad);
@@ -181,15 +181,15 @@ static int gdl__backward(const char *op, gdl_tensor *root, const gdl_tensor *see
     if (gdl__ensure_grad(root) < 0) return -1;
     if (root->dtype != GDL_F32 || (seed && seed->dtype != GDL_F32)) {
         gdl_real *one = NULL;
-        if (!seed && (!(one = (gdl_real *)gdl__scratch(op, root->device, sizeof(gdl_real))) || be->fill(one, 1, 1) < 0))
+        if (!seed && (!(one = (gdl_real *)gdl__scratch(op, root->device, sizeof(gdl_real))) || be->k.fill(one, 1, 1) < 0))
             return -1;
         if (gdl__acc_any(op, be, root->device, root->grad->data, root->dtype, seed ? seed->data : (void *)one,
                          seed ? seed->dtype : GDL_F32, root->numel) < 0)
             return -1;
     } else if (seed) {
-        if (be->copy2d(1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
+        if (be->k.copy2d(GDL_F32, 1, root->numel, GDL__R(seed), 0, GDL__R(root->grad), 0, 1) < 0)
             return -1;
-    } else if (be->unary(GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
+    } else if (be->k.unary(GDL_F32, GDL_UN_ADD_SCALAR, root->numel, GDL__R(root->grad), GDL__R(root->grad), 1) < 0) {
         return -1;
     }
     if (!root->node) return 0;

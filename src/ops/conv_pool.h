@@ -3,7 +3,7 @@
 /* ---- convolution and pooling (NCHW) ---- */
 
 /* A convolution on f16/bf16 (dt) x, w, bias: the columns in dt, the GEMMs
-   through gemm_lp (f32 sums), the bias first written into out by a rank-1
+   through gemm in dt (f32 sums), the bias first written into out by a rank-1
    GEMM with ones so that out = bias + W*col rounds once, as gdl_linear's
    low path. *colp: the columns (x's data when direct). */
 static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, const gdl_conv_geom *g, int groups,
@@ -13,7 +13,7 @@ static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, c
     void *col = x->data;
     int gi;
     if (!direct && (!(col = gdl__scratch(op, x->device, gdl_dtype_size(dt) * (size_t)(g->N * g->C * KK * OHW))) ||
-                    be->im2col_lp(dt, g, x->data, col) < 0))
+                    be->k.im2col(dt, g, x->data, col) < 0))
         return -1;
     *colp = col;
     if (bias) {
@@ -31,10 +31,10 @@ static int gdl__conv2d_lp(const char *op, const gdl_backend *be, gdl_dtype dt, c
 }
 
 /* its backward: the same GEMMs as the f32 one, in dt; the bias gradient is
-   gy times ones; the columns' gradient goes back through col2im_lp, whose
+   gy times ones; the columns' gradient goes back through col2im in dt, whose
    sums are f32 (gx rounded once; the columns' gradient itself is rounded
    to dt first, as the GEMM's output). The weight and bias gradients sum
-   over the samples in one gemm_lp call with sC == 0, which sums the
+   over the samples in one gemm call with sC == 0, which sums the
    products in f32 and rounds once (on a GPU once per chunk of samples:
    gdl__cu_gemm_sum), not once a sample. */
 static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
@@ -69,7 +69,7 @@ static int gdl__bw_conv2d_lp(gdl_node *n, const gdl_backend *be) {
                              (int)(Cg * KK), 0, GDL__AT(gy, dt, gi * OCg * OHW), (int)OHW, OC * OHW, direct ? 1 : 0,
                              GDL__AT(gcol, dt, gi * Cg * KK * OHW), (int)OHW, CKK * OHW, g->N) < 0)
                 return -1;
-        if (!direct && be->col2im_lp(dt, g, gcol, gx) < 0) return -1;
+        if (!direct && be->k.col2im(dt, g, gcol, gx) < 0) return -1;
     }
     return 0;
 }
@@ -139,7 +139,7 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
         if (gdl__conv2d_lp(op, be, dt, &g, groups, direct, x, w, bias, out, &lcol) < 0) return NULL;
         col = (gdl_real *)lcol;
     } else if (!direct && out->numel) { /* the columns gathered in the GEMM's packing, bias and act in its epilogue */
-        int rc = be->conv_implicit(0, &g, groups, (int)OC, act >= 0 ? act : -1, GDL__R(x), GDL__R(w), NULL,
+        int rc = be->k.conv_implicit(0, &g, groups, (int)OC, act >= 0 ? act : -1, GDL__R(x), GDL__R(w), NULL,
                                    bias ? GDL__R(bias) : NULL, GDL__R(out), pre ? GDL__R(pre) : NULL);
         if (rc < 0) return NULL;
         implicit = rc == 0; /* 1: not on this backend or for this shape */
@@ -149,16 +149,16 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
             col = GDL__R(x);
         } else {
             col = (gdl_real *)gdl__scratch(op, x->device, sizeof(gdl_real) * (size_t)(g.N * g.C * KK * OHW));
-            if (!col || be->im2col(&g, GDL__R(x), col) < 0) return NULL;
+            if (!col || be->k.im2col(GDL_F32, &g, GDL__R(x), col) < 0) return NULL;
         }
         for (gi = 0; gi < groups; gi++)
-            if (be->gemm(0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+            if (be->k.gemm(GDL_F32, 0, 0, (int)OCg, (int)OHW, (int)(Cg * KK), 1, GDL__R(w) + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          col + gi * Cg * KK * OHW, (int)OHW, g.C * KK * OHW, 0, GDL__R(out) + gi * OCg * OHW, (int)OHW,
                          OC * OHW, g.N) < 0)
                 return NULL;
     }
     if (act >= -1 && !implicit) {
-        if (out->numel && be->bias_act(act, g.N, OC, OHW, bias ? GDL__R(bias) : NULL, GDL__R(out),
+        if (out->numel && be->k.bias_act(act, g.N, OC, OHW, bias ? GDL__R(bias) : NULL, GDL__R(out),
                                        pre ? GDL__R(pre) : NULL) < 0)
             return NULL;
     } else if (act == -2 && bias && dt == GDL_F32 && !implicit) {
@@ -166,7 +166,7 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
         s3[0] = g.N; s3[1] = OC; s3[2] = OHW;
         ostr[0] = OC * OHW; ostr[1] = OHW; ostr[2] = 1;
         bstr[0] = 0; bstr[1] = 1; bstr[2] = 0;
-        if (be->binary(GDL_BIN_ADD, 3, s3, GDL__R(out), ostr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
+        if (be->k.binary(GDL_BIN_ADD, 3, s3, GDL_F32, GDL__R(out), ostr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
     n = gdl__record(op, opid, out, 3, in, &err);
     if (err) return NULL;
@@ -221,32 +221,32 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
         gdl_real *t = gb ? (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * OC))
                          : NULL;
         const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
-        if (!gp || (gb && !t) || be->act_backward_reduce(act, g->N * OC, OHW, 1, pre, gy, gp, t, 0) < 0 ||
-            (gb && be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0))
+        if (!gp || (gb && !t) || be->k.act_backward_reduce(act, g->N * OC, OHW, 1, pre, gy, gp, t, 0) < 0 ||
+            (gb && be->k.reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0))
             return -1;
         gy = gp;
     } else if (gb) { /* sum over N and the pixels */
         gdl_real *t = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * OC));
-        if (!t || be->reduce(GDL_RED_SUM, g->N * OC, OHW, 1, gy, t, NULL, 0) < 0 ||
-            be->reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
+        if (!t || be->k.reduce(GDL_RED_SUM, g->N * OC, OHW, 1, gy, t, NULL, 0) < 0 ||
+            be->k.reduce(GDL_RED_SUM, 1, g->N, OC, t, gb, NULL, 1) < 0)
             return -1;
     }
     if (gw && !direct && !col) { /* the forward's implicit GEMM kept no columns */
-        int rc = be->conv_implicit(1, g, groups, (int)OC, -1, GDL__R(n->in[0]), NULL, gy, NULL, gw, NULL);
+        int rc = be->k.conv_implicit(1, g, groups, (int)OC, -1, GDL__R(n->in[0]), NULL, gy, NULL, gw, NULL);
         if (rc < 0) return -1;
         if (rc == 0) gw = NULL; /* done */
         else if (!(col = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)(g->N * CKK * OHW))) ||
-                 be->im2col(g, GDL__R(n->in[0]), col) < 0)
+                 be->k.im2col(GDL_F32, g, GDL__R(n->in[0]), col) < 0)
             return -1;
     }
     if (gw) /* summed over the samples in turn: one batched call with sC == 0 per group */
         for (gi = 0; gi < groups; gi++)
-            if (be->gemm(0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
+            if (be->k.gemm(GDL_F32, 0, 1, (int)OCg, (int)(Cg * KK), (int)OHW, 1, gy + gi * OCg * OHW, (int)OHW, OC * OHW,
                          col + gi * Cg * KK * OHW, (int)OHW, CKK * OHW, 1, gw + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          g->N) < 0)
                 return -1;
     if (gx && !direct) { /* one sample's columns' gradient at a time: no buffer for the batch's */
-        int rc = be->conv_implicit(2, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
+        int rc = be->k.conv_implicit(2, g, groups, (int)OC, -1, NULL, W, gy, NULL, gx, NULL);
         if (rc < 0) return -1;
         if (rc == 0) gx = NULL; /* done */
     }
@@ -256,11 +256,11 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
                                                                  sizeof(gdl_real) * (size_t)(g->N * CKK * OHW));
         if (!gcol) return -1;
         for (gi = 0; gi < groups; gi++)
-            if (be->gemm(1, 0, (int)(Cg * KK), (int)OHW, (int)OCg, 1, W + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
+            if (be->k.gemm(GDL_F32, 1, 0, (int)(Cg * KK), (int)OHW, (int)OCg, 1, W + gi * OCg * Cg * KK, (int)(Cg * KK), 0,
                          gy + gi * OCg * OHW, (int)OHW, OC * OHW, direct ? 1 : 0, gcol + gi * Cg * KK * OHW, (int)OHW,
                          CKK * OHW, g->N) < 0)
                 return -1;
-        if (!direct && be->col2im(g, gcol, gx) < 0) return -1;
+        if (!direct && be->k.col2im(GDL_F32, g, gcol, gx) < 0) return -1;
     }
     return 0;
 }
@@ -299,11 +299,9 @@ static gdl_tensor *gdl__pool(const char *opname, int op, gdl_tensor *x, int kern
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, 4, shape, dt, x->device))) return NULL;
     if (op == GDL_OP_MAX_POOL2D) {
         if (!(idx = gdl__tmp(opname, 4, shape, GDL_I32, x->device))) return NULL;
-        rc = !out->numel ? 0
-             : dt != GDL_F32 ? be->maxpool_lp(dt, &g, x->data, out->data, (int32_t *)idx->data)
-                             : be->maxpool(&g, GDL__R(x), GDL__R(out), (int32_t *)idx->data);
+        rc = !out->numel ? 0 : be->k.maxpool(dt, &g, x->data, out->data, (int32_t *)idx->data);
     } else {
-        rc = !out->numel ? 0 : dt != GDL_F32 ? be->avgpool_lp(dt, &g, x->data, out->data) : be->avgpool(&g, GDL__R(x), GDL__R(out));
+        rc = !out->numel ? 0 : be->k.avgpool(dt, &g, x->data, out->data);
     }
     if (rc < 0) return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
@@ -322,13 +320,13 @@ static int gdl__bw_pool(gdl_node *n, const gdl_backend *be) {
     if (!n->out->numel) return gdl__grad_zero(n->in[0], be);
     if (dt != GDL_F32) {
         if (n->op == GDL_OP_MAX_POOL2D)
-            return be->maxpool_backward_lp(dt, &n->geom, n->out->grad->data, (const int32_t *)n->saved[0]->data, gx);
-        return be->avgpool_backward_lp(dt, &n->geom, n->out->grad->data, gx);
+            return be->k.maxpool_backward(dt, &n->geom, n->out->grad->data, (const int32_t *)n->saved[0]->data, gx, 1);
+        return be->k.avgpool_backward(dt, &n->geom, n->out->grad->data, gx);
     }
     if (n->op == GDL_OP_MAX_POOL2D) /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added */
-        return be->maxpool_backward(&n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx,
+        return be->k.maxpool_backward(GDL_F32, &n->geom, GDL__R(n->out->grad), (const int32_t *)n->saved[0]->data, gx,
                                     gdl__grad_beta(n->in[0]));
-    return be->avgpool_backward(&n->geom, GDL__R(n->out->grad), gx);
+    return be->k.avgpool_backward(GDL_F32, &n->geom, GDL__R(n->out->grad), gx);
 }
 
 GPUDL_API gdl_tensor *gdl_max_pool2d(gdl_tensor *x, int kernel, int stride, int padding) {
@@ -351,8 +349,8 @@ static int gdl__gap_lp(const char *op, const gdl_backend *be, gdl_dtype dt, gdl_
     }
     if (!(ones = gdl__ones_dt(op, be, dev, dt, HW))) return -1;
     if (backward) /* dst = gx [P,HW] += src = gy [P,1] x ones [1,HW] / HW */
-        return be->gemm_lp(dt, 0, 0, (int)P, (int)HW, 1, inv, src, 1, 0, ones, (int)HW, 0, 1.0f, dst, (int)HW, 0, 1);
-    return be->gemm_lp(dt, 0, 0, (int)P, 1, (int)HW, inv, src, (int)HW, 0, ones, 1, 0, 0.0f, dst, 1, 0, 1);
+        return be->k.gemm(dt, 0, 0, (int)P, (int)HW, 1, inv, src, 1, 0, ones, (int)HW, 0, 1.0f, dst, (int)HW, 0, 1);
+    return be->k.gemm(dt, 0, 0, (int)P, 1, (int)HW, inv, src, (int)HW, 0, ones, 1, 0, 0.0f, dst, 1, 0, 1);
 }
 
 GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
@@ -376,7 +374,7 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
         if (out->numel && gdl__gap_lp(op, be, dt, x->device, shape[0] * shape[1], x->shape[2] * x->shape[3], x->data,
                                       out->data, 0) < 0)
             return NULL;
-    } else if (out->numel && be->reduce(GDL_RED_MEAN, shape[0] * shape[1], x->shape[2] * x->shape[3], 1, GDL__R(x),
+    } else if (out->numel && be->k.reduce(GDL_RED_MEAN, shape[0] * shape[1], x->shape[2] * x->shape[3], 1, GDL__R(x),
                                         GDL__R(out), NULL, 0) < 0) {
         return NULL;
     }

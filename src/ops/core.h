@@ -44,7 +44,7 @@ static int gdl__grad_zero(gdl_tensor *t, const gdl_backend *be) {
     gdl_tensor *g = t && t->requires_grad ? t->grad : NULL;
     if (!g || !(g->flags & GDL__T_UNSET)) return 0;
     g->flags &= ~(unsigned)GDL__T_UNSET;
-    return be->memset0(g->data, (size_t)g->numel * gdl_dtype_size(g->dtype));
+    return be->rt.memset0(g->data, (size_t)g->numel * gdl_dtype_size(g->dtype));
 }
 
 GPUDL_API const char *gdl_op_name(int op) {
@@ -157,9 +157,9 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
         if (!be) return NULL;
         if (out->dtype != GDL_F32 && /* a native low-precision op's output: checked in f32 */
             (!(f = (gdl_real *)gdl__scratch(op, out->device, sizeof(gdl_real) * (size_t)(out->numel + 1))) ||
-             be->cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0))
+             be->k.cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0))
             return NULL;
-        if (be->count_nonfinite(out->numel, f, &bad) < 0) return NULL;
+        if (be->k.count_nonfinite(out->numel, f, &bad) < 0) return NULL;
         if (bad) {
             gdl__set_error("%s: produced %lld NaN/Inf values in its output %s (anomaly mode)", op, (long long)bad,
                            gdl_shape_str(out));
@@ -172,7 +172,7 @@ static gdl_tensor *gdl__finish(const char *op, gdl_tensor *out) {
 /* ---- run-time dtypes ----
    The kernels compute in f32 (gdl_real). An op given bf16 or f16 inputs
    without a native path (matmul, linear, conv2d, the poolings and
-   batch_norm have one: their *_lp backend entries) runs through
+   batch_norm have one: their backend entries take the dtype) runs through
    gdl__lowp_in / gdl__lowp_out, the one place that knows about low
    precision: each low-precision input becomes an f32 temporary (a
    differentiable cast), the f32 op runs unchanged, and its result is rounded
@@ -196,9 +196,9 @@ static int gdl__acc_any(const char *op, const gdl_backend *be, gdl_device dev, v
     (void)op;
     (void)dev;
     if (n <= 0) return 0;
-    if (sdt == GDL_F32 && ddt == GDL_F32) return be->copy2d(1, n, (const gdl_real *)src, 0, (gdl_real *)dst, 0, 1);
+    if (sdt == GDL_F32 && ddt == GDL_F32) return be->k.copy2d(GDL_F32, 1, n, (const gdl_real *)src, 0, (gdl_real *)dst, 0, 1);
     /* in place, no f32 copies: the sum is formed in f32 and rounded once */
-    return be->binary_lp(GDL_BIN_ADD, 1, &n, ddt, dst, &one, sdt, src, &one, ddt, dst);
+    return be->k.binary(GDL_BIN_ADD, 1, &n, ddt, dst, &one, sdt, src, &one, ddt, dst);
 }
 
 /* a new temporary x converted to dt; recorded (GDL_OP_CAST) when x needs a
@@ -208,7 +208,7 @@ static gdl_tensor *gdl__cast_t(const char *op, gdl_tensor *x, gdl_dtype dt) {
     const gdl_backend *be;
     int err;
     if (!(be = gdl__be(op, x->device)) || !(r = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
-    if (x->numel && be->cast(r->data, dt, x->data, x->dtype, x->numel) < 0) return NULL;
+    if (x->numel && be->k.cast(r->data, dt, x->data, x->dtype, x->numel) < 0) return NULL;
     r->name = x->name;
     if ((gdl__is_float(x->dtype) && gdl__is_float(dt)) || gdl__tracing) {
         gdl__record(op, GDL_OP_CAST, r, 1, &x, &err);
@@ -334,7 +334,7 @@ static int gdl__xwb_native(const gdl_tensor *x, const gdl_tensor *w, const gdl_t
 }
 
 /* an elementwise op (opid) whose float inputs all have the low dtype dt runs
-   natively in dt (the backend's *_lp kernels) unless autocast wants its
+   natively in dt (the backend's kernels, given dt) unless autocast wants its
    inputs cast: class F32 (exp, log, pow_scalar) in a region, or class LOW in
    a region of the other low dtype */
 static int gdl__lp_native(int opid, gdl_dtype dt) {

@@ -81,9 +81,7 @@ static gdl_tensor *gdl__binary(const char *opname, int op, gdl_tensor *a, gdl_te
         return NULL;
     if (!(be = gdl__be(opname, a->device))) return NULL;
     if (!(out = gdl__tmp(opname, nd, shape, dt, a->device))) return NULL;
-    if (out->numel &&
-        (dt == GDL_F32 ? be->binary(gdl__op(op)->kernel, nd, shape, GDL__R(a), astr, GDL__R(b), bstr, GDL__R(out))
-                       : be->binary_lp(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data)) < 0)
+    if (out->numel && be->k.binary(gdl__op(op)->kernel, nd, shape, dt, a->data, astr, dt, b->data, bstr, dt, out->data) < 0)
         return NULL;
     in[0] = a;
     in[1] = b;
@@ -111,7 +109,7 @@ static int gdl__bw_binary_lp(gdl_node *n, const gdl_backend *be, int nd, const i
     }
     if (a == b && ga) {
         if (!(both = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(a->numel + 1))) ||
-            be->fill(both, a->numel, 0) < 0)
+            be->k.fill(both, a->numel, 0) < 0)
             return -1;
         ga = gb = both;
         gat = gbt = GDL_F32;
@@ -119,30 +117,30 @@ static int gdl__bw_binary_lp(gdl_node *n, const gdl_backend *be, int nd, const i
     switch (op) {
     case GDL_OP_ADD:
     case GDL_OP_SUB:
-        if (ga) rc = rc || be->sum_to_lp(nd, shape, dt, g, gat, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->sum_to_lp(nd, shape, dt, g, gbt, gb, bstr, op == GDL_OP_SUB ? -1.0f : 1.0f) < 0;
+        if (ga) rc = rc || be->k.sum_to(nd, shape, dt, g, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.sum_to(nd, shape, dt, g, gbt, gb, bstr, op == GDL_OP_SUB ? -1.0f : 1.0f) < 0;
         break;
     case GDL_OP_MUL:
-        if (ga) rc = rc || be->binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, a->data, astr, GDL_F32, tmp) < 0 ||
-                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gbt, gb, bstr, 1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, dt, g, gstr, dt, a->data, astr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gbt, gb, bstr, 1) < 0;
         break;
     default: /* DIV: d(a/b)/db = -(a/b)/b, with a/b formed again in f32 (the rounded output would lose
                 cancelling sums over broadcast dims; PyTorch recomputes it too) */
-        if (ga) rc = rc || be->binary_lp(GDL_BIN_DIV, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->binary_lp(GDL_BIN_DIV, nd, shape, dt, a->data, astr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->binary_lp(GDL_BIN_MUL, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
-                     be->binary_lp(GDL_BIN_DIV, nd, shape, GDL_F32, tmp, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
-                     be->sum_to_lp(nd, shape, GDL_F32, tmp, gbt, gb, bstr, -1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_DIV, nd, shape, dt, g, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gat, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_DIV, nd, shape, dt, a->data, astr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.binary(GDL_BIN_MUL, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                     be->k.binary(GDL_BIN_DIV, nd, shape, GDL_F32, tmp, gstr, dt, b->data, bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, gbt, gb, bstr, -1) < 0;
         break;
     }
     if (!rc && both) rc = gdl__acc_any("gdl_backward", be, dev, a->grad->data, dt, both, GDL_F32, a->numel) < 0;
     return rc ? -1 : 0;
 }
 
-/* the backward of minimum, maximum and pow, in f32 or natively in a low dtype dt (binary_lp / sum_to_lp:
+/* the backward of minimum, maximum and pow, in f32 or natively in a low dtype dt (binary / sum_to:
    the derivative and its product with the gradient formed in f32, each gradient rounded once): for each
    input, d = the op's derivative code on (a, b) (min/max: on (b, a) for b), t = g * d (min/max mask
    exactly: GRAD_SCALE), summed over the broadcast dims into the gradient. A tensor passed twice gets
@@ -165,7 +163,7 @@ static int gdl__bw_binary_deriv(gdl_node *n, const gdl_backend *be, int nd, cons
     if (!(tmp = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(n->out->numel + 1)))) return -1;
     if (a == b && gp[0] && dt != GDL_F32) {
         if (!(both = (gdl_real *)gdl__scratch("gdl_backward", dev, sizeof(gdl_real) * (size_t)(a->numel + 1))) ||
-            be->fill(both, a->numel, 0) < 0)
+            be->k.fill(both, a->numel, 0) < 0)
             return -1;
         gp[0] = gp[1] = both;
         gt[0] = gt[1] = GDL_F32;
@@ -177,13 +175,13 @@ static int gdl__bw_binary_deriv(gdl_node *n, const gdl_backend *be, int nd, cons
         const int64_t *xs = swap ? bstr : astr, *ys = swap ? astr : bstr;
         if (!gp[k]) continue;
         if (dt == GDL_F32) {
-            if (be->binary(code[k], nd, shape, (const gdl_real *)x, xs, (const gdl_real *)y, ys, tmp) < 0 ||
-                be->binary(scale, nd, shape, (const gdl_real *)g, gstr, tmp, gstr, tmp) < 0 ||
-                be->sum_to(nd, shape, tmp, (gdl_real *)gp[k], k ? bstr : astr, 1) < 0)
+            if (be->k.binary(code[k], nd, shape, GDL_F32, (const gdl_real *)x, xs, GDL_F32, (const gdl_real *)y, ys, GDL_F32, tmp) < 0 ||
+                be->k.binary(scale, nd, shape, GDL_F32, (const gdl_real *)g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, (gdl_real *)gp[k], k ? bstr : astr, 1) < 0)
                 return -1;
-        } else if (be->binary_lp(code[k], nd, shape, dt, x, xs, dt, y, ys, GDL_F32, tmp) < 0 ||
-                   be->binary_lp(scale, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
-                   be->sum_to_lp(nd, shape, GDL_F32, tmp, gt[k], gp[k], k ? bstr : astr, 1) < 0) {
+        } else if (be->k.binary(code[k], nd, shape, dt, x, xs, dt, y, ys, GDL_F32, tmp) < 0 ||
+                   be->k.binary(scale, nd, shape, dt, g, gstr, GDL_F32, tmp, gstr, GDL_F32, tmp) < 0 ||
+                   be->k.sum_to(nd, shape, GDL_F32, tmp, gt[k], gp[k], k ? bstr : astr, 1) < 0) {
             return -1;
         }
     }
@@ -209,25 +207,25 @@ static int gdl__bw_binary(gdl_node *n, const gdl_backend *be) {
     case GDL_OP_ADD:
     case GDL_OP_SUB: /* an unset gradient of a's shape (not broadcast): a copy */
         if (ga && a != b && a->numel == n->out->numel && !gdl__grad_beta(a))
-            rc = be->copy2d(1, a->numel, g, 0, ga, 0, 0) < 0;
-        else if (ga) rc = rc || gdl__grad_zero(a, be) < 0 || be->sum_to(nd, shape, g, ga, astr, 1) < 0;
+            rc = be->k.copy2d(GDL_F32, 1, a->numel, g, 0, ga, 0, 0) < 0;
+        else if (ga) rc = rc || gdl__grad_zero(a, be) < 0 || be->k.sum_to(nd, shape, GDL_F32, g, GDL_F32, ga, astr, 1) < 0;
         if (gb && op == GDL_OP_ADD && a != b && b->numel == n->out->numel && !gdl__grad_beta(b))
-            rc = rc || be->copy2d(1, b->numel, g, 0, gb, 0, 0) < 0;
+            rc = rc || be->k.copy2d(GDL_F32, 1, b->numel, g, 0, gb, 0, 0) < 0;
         else if (gb)
-            rc = rc || gdl__grad_zero(b, be) < 0 || be->sum_to(nd, shape, g, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
+            rc = rc || gdl__grad_zero(b, be) < 0 || be->k.sum_to(nd, shape, GDL_F32, g, GDL_F32, gb, bstr, op == GDL_OP_SUB ? -1 : 1) < 0;
         break;
     case GDL_OP_MUL:
-        if (ga) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
-                     be->sum_to(nd, shape, tmp, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(a), astr, tmp) < 0 ||
-                     be->sum_to(nd, shape, tmp, gb, bstr, 1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(b), bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(a), astr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, gb, bstr, 1) < 0;
         break;
     default: /* DIV: d(a/b)/db = -out/b */
-        if (ga) rc = rc || be->binary(GDL_BIN_DIV, nd, shape, g, gstr, GDL__R(b), bstr, tmp) < 0 ||
-                     be->sum_to(nd, shape, tmp, ga, astr, 1) < 0;
-        if (gb) rc = rc || be->binary(GDL_BIN_MUL, nd, shape, g, gstr, GDL__R(n->out), gstr, tmp) < 0 ||
-                     be->binary(GDL_BIN_DIV, nd, shape, tmp, gstr, GDL__R(b), bstr, tmp) < 0 ||
-                     be->sum_to(nd, shape, tmp, gb, bstr, -1) < 0;
+        if (ga) rc = rc || be->k.binary(GDL_BIN_DIV, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(b), bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, ga, astr, 1) < 0;
+        if (gb) rc = rc || be->k.binary(GDL_BIN_MUL, nd, shape, GDL_F32, g, gstr, GDL_F32, GDL__R(n->out), gstr, GDL_F32, tmp) < 0 ||
+                     be->k.binary(GDL_BIN_DIV, nd, shape, GDL_F32, tmp, gstr, GDL_F32, GDL__R(b), bstr, GDL_F32, tmp) < 0 ||
+                     be->k.sum_to(nd, shape, GDL_F32, tmp, GDL_F32, gb, bstr, -1) < 0;
         break;
     }
     return rc ? -1 : 0;
@@ -260,7 +258,7 @@ static gdl_tensor *gdl__compare(const char *opname, gdl_tensor *a, gdl_tensor *b
         !(out = gdl__tmp(opname, nd, shape, GDL_U8, a->device)))
         return NULL;
     if (out->numel &&
-        be->compare(op, nd, shape, a->dtype, a->data, str[0], b->dtype, b->data, str[1], (uint8_t *)out->data) < 0)
+        be->k.compare(op, nd, shape, a->dtype, a->data, str[0], b->dtype, b->data, str[1], (uint8_t *)out->data) < 0)
         return NULL;
     if (gdl__tracing) { /* gdl_export_onnx's trace only: no gradient flows through a comparison */
         gdl_tensor *in[2];
@@ -286,9 +284,9 @@ GPUDL_API gdl_tensor *gdl_ge(gdl_tensor *a, gdl_tensor *b) { return gdl__compare
 static gdl_tensor *gdl__scalar_tmp(const char *op, const gdl_backend *be, gdl_device dev, gdl_dtype dt, double v) {
     static const int64_t one = 1;
     gdl_tensor *f = gdl__tmp(op, 0, &one, GDL_F32, dev), *r;
-    if (!f || be->fill(GDL__R(f), 1, (gdl_real)v) < 0) return NULL;
+    if (!f || be->k.fill(GDL__R(f), 1, (gdl_real)v) < 0) return NULL;
     if (dt == GDL_F32) return f;
-    if (!(r = gdl__tmp(op, 0, &one, dt, dev)) || be->cast(r->data, dt, f->data, GDL_F32, 1) < 0) return NULL;
+    if (!(r = gdl__tmp(op, 0, &one, dt, dev)) || be->k.cast(r->data, dt, f->data, GDL_F32, 1) < 0) return NULL;
     return r;
 }
 
@@ -318,8 +316,8 @@ static gdl_tensor *gdl__unary(const char *opname, int op, gdl_tensor *x, double 
     }
     if (gdl__check_in(opname, "x", x, dt == GDL_F32) < 0 || !(be = gdl__be(opname, x->device))) return NULL;
     if (!(out = gdl__tmp(opname, x->ndim, x->shape, dt, x->device))) return NULL;
-    if ((dt == GDL_F32 ? be->unary(gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha)
-                       : be->unary_lp(dt, gdl__op(op)->kernel, x->numel, x->data, out->data, (float)alpha)) < 0)
+    if ((dt == GDL_F32 ? be->k.unary(GDL_F32, gdl__op(op)->kernel, x->numel, GDL__R(x), GDL__R(out), (gdl_real)alpha)
+                       : be->k.unary(dt, gdl__op(op)->kernel, x->numel, x->data, out->data, (float)alpha)) < 0)
         return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
     if (err) return NULL;
@@ -331,9 +329,9 @@ static int gdl__bw_unary(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     if (!gx) return 0;
     if (n->out->dtype != GDL_F32) /* native: the saved output is the rounded one, as PyTorch's */
-        return be->unary_backward_lp(n->out->dtype, gdl__op(n->op)->kernel, n->out->numel, n->in[0]->data, n->out->data,
-                                     n->out->grad->data, gx, (float)n->f[0]);
-    return be->unary_backward(gdl__op(n->op)->kernel, n->out->numel, GDL__R(n->in[0]), GDL__R(n->out),
+        return be->k.unary_backward(n->out->dtype, gdl__op(n->op)->kernel, n->out->numel, n->in[0]->data, n->out->data,
+                                     n->out->grad->data, gx, (float)n->f[0], 1);
+    return be->k.unary_backward(GDL_F32, gdl__op(n->op)->kernel, n->out->numel, GDL__R(n->in[0]), GDL__R(n->out),
                               GDL__R(n->out->grad), gx, (gdl_real)n->f[0], gdl__grad_beta(n->in[0]));
 }
 
@@ -381,7 +379,7 @@ GPUDL_API int gdl_mul_scalar_(gdl_tensor *t, double s) {
     const gdl_backend *be;
     if (gdl__check_in("gdl_mul_scalar_", "t", t, 0) < 0 || !(be = gdl__be("gdl_mul_scalar_", t->device))) return -1;
     if (t->dtype == GDL_F16 || t->dtype == GDL_BF16) /* in f32, rounded once, in place */
-        return be->unary_lp(t->dtype, GDL_UN_SCALE, t->numel, t->data, t->data, (float)s);
+        return be->k.unary(t->dtype, GDL_UN_SCALE, t->numel, t->data, t->data, (float)s);
     if (gdl__check_in("gdl_mul_scalar_", "t", t, 1) < 0) return -1;
-    return be->unary(GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
+    return be->k.unary(GDL_F32, GDL_UN_SCALE, t->numel, GDL__R(t), GDL__R(t), (gdl_real)s);
 }

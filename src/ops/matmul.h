@@ -2,24 +2,21 @@
 
 /* ---- matmul and linear ----
    Both run natively in f16 and bf16 (inputs of one low dtype): the
-   backend's gemm_lp sums in f32 and rounds C once, forward and backward. */
+   backend's gemm in a low dtype sums in f32 and rounds C once, forward and backward. */
 
 #define GDL__AT(p, dt, off) ((void *)((char *)(p) + (size_t)(off) * gdl_dtype_size(dt)))
 
-/* C = op(A)op(B) + beta*C in dtype dt: the f32 kernels or the low-precision GEMM */
+/* C = op(A)op(B) + beta*C in dtype dt (beta 0 or 1) */
 static int gdl__gemm_dt(const gdl_backend *be, gdl_dtype dt, int ta, int tb, int M, int N, int K, const void *A, int lda,
                         int64_t sA, const void *B, int ldb, int64_t sB, int beta, void *C, int ldc, int64_t sC, int batch) {
-    if (dt == GDL_F32)
-        return be->gemm(ta, tb, M, N, K, 1, (const gdl_real *)A, lda, sA, (const gdl_real *)B, ldb, sB, (gdl_real)beta,
-                        (gdl_real *)C, ldc, sC, batch);
-    return be->gemm_lp(dt, ta, tb, M, N, K, 1.0f, A, lda, sA, B, ldb, sB, (float)beta, C, ldc, sC, batch);
+    return be->k.gemm(dt, ta, tb, M, N, K, 1, A, lda, sA, B, ldb, sB, (gdl_real)beta, C, ldc, sC, batch);
 }
 
 /* n ones of dtype dt (a low-precision linear's bias goes in and out through a rank-1 GEMM with them) */
 static void *gdl__ones_dt(const char *op, const gdl_backend *be, gdl_device dev, gdl_dtype dt, int64_t n) {
     gdl_real *f = (gdl_real *)gdl__scratch(op, dev, sizeof(gdl_real) * (size_t)(n ? n : 1));
     void *o = gdl__scratch(op, dev, gdl_dtype_size(dt) * (size_t)(n ? n : 1));
-    if (!f || !o || be->fill(f, n, 1) < 0 || be->cast(o, dt, f, GDL_F32, n) < 0) return NULL;
+    if (!f || !o || be->k.fill(f, n, 1) < 0 || be->k.cast(o, dt, f, GDL_F32, n) < 0) return NULL;
     return o;
 }
 
@@ -272,17 +269,17 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
     } else if (out->numel && bias && x->device.type == GDL_DEVICE_CPU) {
         /* the bias in the GEMM's epilogue, on each tile as it is stored: the bits of the add below
            without its pass over out (on the GPU, cuBLASLt's epilogue would round differently) */
-        if (be->linear_act(-1, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w), GDL__R(bias), GDL__R(out), NULL) < 0)
+        if (be->k.linear_act(-1, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w), GDL__R(bias), GDL__R(out), NULL) < 0)
             return NULL;
     } else if (out->numel) {
         int64_t s2[2], ystr[2], bstr[2];
-        if (be->gemm(0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
+        if (be->k.gemm(GDL_F32, 0, 1, (int)rows, (int)out_f, (int)in_f, 1, GDL__R(x), (int)in_f, 0, GDL__R(w), (int)in_f, 0, 0,
                      GDL__R(out), (int)out_f, 0, 1) < 0)
             return NULL;
         s2[0] = rows; s2[1] = out_f;
         ystr[0] = out_f; ystr[1] = 1;
         bstr[0] = 0; bstr[1] = 1;
-        if (bias && be->binary(GDL_BIN_ADD, 2, s2, GDL__R(out), ystr, GDL__R(bias), bstr, GDL__R(out)) < 0) return NULL;
+        if (bias && be->k.binary(GDL_BIN_ADD, 2, s2, GDL_F32, GDL__R(out), ystr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
     in[0] = x;
     in[1] = w;
@@ -295,10 +292,10 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
    (gdl__grad_beta); shared by gdl_linear and gdl_linear_act */
 static int gdl__linear_grads_xw(const gdl_backend *be, int rows, int in_f, int out_f, const gdl_real *g,
                                 gdl_tensor *x, gdl_tensor *w, gdl_real *gx, gdl_real *gw) {
-    if (gx && be->gemm(0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
+    if (gx && be->k.gemm(GDL_F32, 0, 0, rows, in_f, out_f, 1, g, out_f, 0, GDL__R(w), in_f, 0, (gdl_real)gdl__grad_beta(x), gx,
                        in_f, 0, 1) < 0)
         return -1;
-    if (gw && be->gemm(1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
+    if (gw && be->k.gemm(GDL_F32, 1, 0, out_f, in_f, rows, 1, g, out_f, 0, GDL__R(x), in_f, 0, (gdl_real)gdl__grad_beta(w), gw,
                        in_f, 0, 1) < 0)
         return -1;
     return 0;
@@ -319,7 +316,7 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
         return 0;
     }
     if (gdl__linear_grads_xw(be, rows, in_f, out_f, g, x, w, gx, gw) < 0) return -1;
-    if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) return -1;
+    if (gb && be->k.reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) return -1;
     return 0;
 }
 
@@ -358,7 +355,7 @@ GPUDL_API gdl_tensor *gdl_linear_act(gdl_tensor *x, gdl_tensor *w, gdl_tensor *b
     if ((ua == GDL_UN_GELU_TANH || ua == GDL_UN_GELU_ERF) && gdl__needs_grad(3, in) &&
         !(pre = gdl__tmp(op, x->ndim, shape, GDL_F32, x->device)))
         return NULL;
-    if (out->numel && be->linear_act(ua, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w),
+    if (out->numel && be->k.linear_act(ua, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w),
                                      bias ? GDL__R(bias) : NULL, GDL__R(out), pre ? GDL__R(pre) : NULL) < 0)
         return NULL;
     n = gdl__record(op, GDL_OP_LINEAR_ACT, out, 3, in, &err);
@@ -379,10 +376,10 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     if (ua >= 0 && (gx || gw || gb)) { /* act' and the bias gradient in one pass; then the GEMMs take act'·g */
         gdl_real *gp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
         const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
-        if (!gp || be->act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, gb ? gdl__grad_beta(n->in[2]) : 1) < 0)
+        if (!gp || be->k.act_backward_reduce(ua, 1, rows, out_f, pre, g, gp, gb, gb ? gdl__grad_beta(n->in[2]) : 1) < 0)
             return -1;
         g = gp;
-    } else if (gb && be->reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) {
+    } else if (gb && be->k.reduce(GDL_RED_SUM, 1, rows, out_f, g, gb, NULL, gdl__grad_beta(n->in[2])) < 0) {
         return -1;
     }
     return gdl__linear_grads_xw(be, rows, in_f, out_f, g, x, w, gx, gw);

@@ -28,8 +28,7 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training) {
     }
     seed = gdl_rng_next_u64();
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, dt, x->device))) return NULL;
-    if ((dt == GDL_F32 ? be->dropout(x->numel, p, seed, GDL__R(x), GDL__R(out))
-                       : be->dropout_lp(dt, x->numel, p, seed, x->data, out->data)) < 0)
+    if (be->k.dropout(dt, x->numel, p, seed, x->data, out->data) < 0)
         return NULL;
     n = gdl__record(op, GDL_OP_DROPOUT, out, 1, &x, &err);
     if (err) return NULL;
@@ -45,8 +44,8 @@ static int gdl__bw_dropout(gdl_node *n, const gdl_backend *be) {
     uint64_t seed;
     memcpy(&seed, &n->i[0], sizeof seed);
     if (gx && n->out->dtype != GDL_F32)
-        return be->dropout_backward_lp(n->out->dtype, n->out->numel, n->f[0], seed, n->out->grad->data, gx);
-    return gx ? be->dropout_backward(n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
+        return be->k.dropout_backward(n->out->dtype, n->out->numel, n->f[0], seed, n->out->grad->data, gx);
+    return gx ? be->k.dropout_backward(GDL_F32, n->out->numel, n->f[0], seed, GDL__R(n->out->grad), gx) : 0;
 }
 
 /* ---- normalisation ---- */
@@ -116,11 +115,11 @@ static gdl_tensor *gdl__batch_norm(gdl_tensor *x, gdl_tensor *rmean, gdl_tensor 
         !(mean = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)) || !(invstd = gdl__tmp(op, 1, &cshape, GDL_F32, x->device)))
         return NULL;
     if (dt != GDL_F32) {
-        if (be->batchnorm_lp(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
+        if (be->k.batchnorm(dt, N, C, S, x->data, weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, out->data,
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL, rvar ? GDL__R(rvar) : NULL,
                              use_batch, momentum, eps, relu) < 0)
             return NULL;
-    } else if (be->batchnorm(N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
+    } else if (be->k.batchnorm(GDL_F32, N, C, S, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, GDL__R(out),
                              GDL__R(mean), GDL__R(invstd), rmean ? GDL__R(rmean) : NULL,
                              rvar ? GDL__R(rvar) : NULL, use_batch, momentum, eps, relu) < 0) {
         return NULL;
@@ -151,14 +150,14 @@ static int gdl__bw_batch_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
     const int relu = n->op == GDL_OP_BATCH_NORM_RELU;
     if (n->out->dtype != GDL_F32)
-        return be->batchnorm_backward_lp(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
+        return be->k.batchnorm_backward(n->out->dtype, n->i[0], n->i[1], n->i[2], n->in[0]->data, n->out->grad->data,
                                          relu ? n->out->data : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
                                          GDL__R(n->saved[1]), (int)n->i[3],
                                          n->in[0]->requires_grad ? n->in[0]->grad->data : NULL, GDL__G(w),
-                                         GDL__G(n->in[2]));
+                                         GDL__G(n->in[2]), 1);
     /* x's gradient may be unset (gdl__bw_fresh_ok): written, not added; the weight's and bias's are added */
     if (gdl__grad_zero(w, be) < 0 || gdl__grad_zero(n->in[2], be) < 0) return -1;
-    return be->batchnorm_backward(n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
+    return be->k.batchnorm_backward(GDL_F32, n->i[0], n->i[1], n->i[2], GDL__R(n->in[0]), GDL__R(n->out->grad),
                                   relu ? GDL__R(n->out) : NULL, w ? GDL__R(w) : NULL, GDL__R(n->saved[0]),
                                   GDL__R(n->saved[1]), (int)n->i[3],
                                   GDL__G(n->in[0]), GDL__G(w), GDL__G(n->in[2]), gdl__grad_beta(n->in[0]));
@@ -183,7 +182,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device)) ||
         !(mean = gdl__tmp(op, 1, &rows, GDL_F32, x->device)) || !(rstd = gdl__tmp(op, 1, &rows, GDL_F32, x->device)))
         return NULL;
-    if (rows && be->layernorm(rows, D, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, eps,
+    if (rows && be->k.layernorm(rows, D, GDL__R(x), weight ? GDL__R(weight) : NULL, bias ? GDL__R(bias) : NULL, eps,
                               GDL__R(out), GDL__R(mean), GDL__R(rstd)) < 0)
         return NULL;
     in[0] = x; in[1] = weight; in[2] = bias;
@@ -201,7 +200,7 @@ GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tens
 static int gdl__bw_layer_norm(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
     if (!n->i[0]) return 0;
-    return be->layernorm_backward(n->i[0], n->i[1], GDL__R(n->in[0]), GDL__R(n->out->grad), w ? GDL__R(w) : NULL,
+    return be->k.layernorm_backward(n->i[0], n->i[1], GDL__R(n->in[0]), GDL__R(n->out->grad), w ? GDL__R(w) : NULL,
                                   GDL__R(n->saved[0]), GDL__R(n->saved[1]), GDL__G(n->in[0]), GDL__G(w),
                                   GDL__G(n->in[2]));
 }
@@ -239,7 +238,7 @@ GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
     memcpy(shape, idx->shape, sizeof shape);
     shape[idx->ndim] = w->shape[1];
     if (!(be = gdl__be(op, w->device)) || !(out = gdl__tmp(op, idx->ndim + 1, shape, GDL_F32, w->device))) return NULL;
-    if (out->numel && be->embedding(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w), GDL__R(out)) < 0)
+    if (out->numel && be->k.embedding(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w), GDL__R(out)) < 0)
         return NULL;
     in[0] = idx;
     in[1] = w;
@@ -251,7 +250,7 @@ static int gdl__bw_embedding(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *w = n->in[1];
     gdl_real *gw = GDL__G(w);
     if (!gw || !n->out->numel) return 0;
-    return be->embedding_backward(n->in[0]->numel, w->shape[1], w->shape[0], (const int32_t *)n->in[0]->data,
+    return be->k.embedding_backward(n->in[0]->numel, w->shape[1], w->shape[0], (const int32_t *)n->in[0]->data,
                                   GDL__R(n->out->grad), gw);
 }
 
@@ -321,7 +320,7 @@ static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tens
         return NULL;
     out = rows;
     if (o->reduction != GDL_REDUCE_NONE && !(out = gdl__tmp(opname, 0, NULL, GDL_F32, x->device))) return NULL;
-    if (be->xent(B, C, GDL__R(x), (const int32_t *)tgt->data, o->ignore_index, o->label_smoothing,
+    if (be->k.xent(B, C, GDL__R(x), (const int32_t *)tgt->data, o->ignore_index, o->label_smoothing,
                  op == GDL_OP_NLL_LOSS, o->reduction, GDL__R(rows), GDL__R(out), GDL__R(count)) < 0)
         return NULL;
     in[0] = x;
@@ -341,7 +340,7 @@ static int gdl__bw_xent(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *x = n->in[0];
     gdl_real *gx = GDL__G(x);
     if (!gx) return 0;
-    return be->xent_backward(x->shape[0], x->shape[1], GDL__R(x), (const int32_t *)n->in[1]->data, (int)n->i[0],
+    return be->k.xent_backward(x->shape[0], x->shape[1], GDL__R(x), (const int32_t *)n->in[1]->data, (int)n->i[0],
                              n->f[0], n->op == GDL_OP_NLL_LOSS, (int)n->i[1], GDL__R(n->out->grad),
                              GDL__R(n->saved[0]), gx);
 }
@@ -375,7 +374,7 @@ static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x
         return NULL;
     }
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
-    if (be->pointwise_loss(op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, x->numel, GDL__R(x), GDL__R(y),
+    if (be->k.pointwise_loss(op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, x->numel, GDL__R(x), GDL__R(y),
                            GDL__R(out)) < 0)
         return NULL;
     in[0] = x;
@@ -386,7 +385,7 @@ static gdl_tensor *gdl__pointwise_loss(const char *opname, int op, gdl_tensor *x
 }
 
 static int gdl__bw_pointwise_loss(gdl_node *n, const gdl_backend *be) {
-    return be->pointwise_loss_backward(n->op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, n->out->numel,
+    return be->k.pointwise_loss_backward(n->op == GDL_OP_MSE ? GDL_LOSS_MSE : GDL_LOSS_BCE_LOGITS, n->out->numel,
                                        GDL__R(n->in[0]), GDL__R(n->in[1]), GDL__R(n->out->grad), GDL__G(n->in[0]),
                                        GDL__G(n->in[1]));
 }

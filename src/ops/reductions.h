@@ -28,7 +28,7 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
     }
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, nd, shape, GDL_F32, x->device))) return NULL;
     if (op == GDL_OP_MAX && !(idx = gdl__tmp(opname, nd, shape, GDL_I32, x->device))) return NULL;
-    if (out->numel && be->reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
+    if (out->numel && be->k.reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
                                  idx ? (int32_t *)idx->data : NULL, 0) < 0)
         return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
@@ -48,7 +48,7 @@ static int gdl__bw_reduce(gdl_node *n, const gdl_backend *be) {
     if (!gx || !n->out->numel) return 0;
     if (n->op == GDL_OP_GLOBAL_AVG_POOL2D && n->out->dtype != GDL_F32) /* the native low-precision one */
         return gdl__gap_lp("gdl_backward", be, n->out->dtype, n->out->device, n->i[0], n->i[1], n->out->grad->data, gx, 1);
-    return be->reduce_backward(gdl__op(n->op)->kernel, n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad),
+    return be->k.reduce_backward(gdl__op(n->op)->kernel, n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad),
                                n->saved[0] ? (const int32_t *)n->saved[0]->data : NULL, gx);
 }
 
@@ -74,7 +74,7 @@ GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
         if (k != d) shape[nd++] = x->shape[k];
     if (!(be = gdl__be("gdl_argmax", x->device)) || !(out = gdl__tmp("gdl_argmax", nd, shape, GDL_I32, x->device)))
         return NULL;
-    if (out->numel && be->argmax(outer, nred, inner, GDL__R(x), (int32_t *)out->data) < 0) return NULL;
+    if (out->numel && be->k.argmax(outer, nred, inner, GDL__R(x), (int32_t *)out->data) < 0) return NULL;
     return gdl__finish("gdl_argmax", out);
 }
 
@@ -88,7 +88,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
     if (gdl__check_in(opname, "x", x, 1) < 0 || gdl__dim(opname, x, dim, &d) < 0) return NULL;
     gdl__split(x, d, &outer, &nred, &inner);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
-    if (out->numel && be->softmax(op == GDL_OP_LOG_SOFTMAX, outer, nred, inner, GDL__R(x), GDL__R(out)) < 0) return NULL;
+    if (out->numel && be->k.softmax(op == GDL_OP_LOG_SOFTMAX, outer, nred, inner, GDL__R(x), GDL__R(out)) < 0) return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
     if (err) return NULL;
     if (n) {
@@ -101,7 +101,7 @@ static gdl_tensor *gdl__softmax(const char *opname, int op, gdl_tensor *x, int d
 static int gdl__bw_softmax(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     if (!gx || !n->out->numel) return 0;
-    return be->softmax_backward(n->op == GDL_OP_LOG_SOFTMAX, n->i[0], n->i[1], n->i[2], GDL__R(n->out),
+    return be->k.softmax_backward(n->op == GDL_OP_LOG_SOFTMAX, n->i[0], n->i[1], n->i[2], GDL__R(n->out),
                                 GDL__R(n->out->grad), gx);
 }
 
@@ -130,7 +130,7 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
         gdl__split(x, d, &outer, &nred, &inner);
     }
     if (!(be = gdl__be(op, x->device)) || !(out = gdl__tmp(op, x->ndim, x->shape, GDL_F32, x->device))) return NULL;
-    if (out->numel && be->cumsum(outer, nred, inner, GDL__R(x), GDL__R(out), 0, 0) < 0) return NULL;
+    if (out->numel && be->k.cumsum(outer, nred, inner, GDL__R(x), GDL__R(out), 0, 0) < 0) return NULL;
     n = gdl__record(op, GDL_OP_CUMSUM, out, 1, &x, &err);
     if (err) return NULL;
     if (n) {
@@ -144,5 +144,5 @@ GPUDL_API gdl_tensor *gdl_cumsum(gdl_tensor *x, int dim) {
 static int gdl__bw_cumsum(gdl_node *n, const gdl_backend *be) {
     gdl_real *gx = GDL__G(n->in[0]);
     if (!gx || !n->out->numel) return 0;
-    return be->cumsum(n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad), gx, 1, 1);
+    return be->k.cumsum(n->i[0], n->i[1], n->i[2], GDL__R(n->out->grad), gx, 1, 1);
 }

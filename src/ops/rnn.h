@@ -28,8 +28,8 @@ static gdl_tensor *gdl__rnn_gates(const char *op, int opid, int ndim, const int6
     int err, rc;
     if (!(be = gdl__be(op, gx->device)) || !(out = gdl__tmp(op, ndim, shape, GDL_F32, gx->device))) return NULL;
     if (out->numel) {
-        rc = opid == GDL_OP_LSTM_GATES ? be->lstm_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out))
-                                       : be->gru_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out));
+        rc = opid == GDL_OP_LSTM_GATES ? be->k.lstm_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out))
+                                       : be->k.gru_gates(B, H, GDL__R(gx), GDL__R(gh), GDL__R(prev), GDL__R(out));
         if (rc < 0) return NULL;
     }
     in[0] = gx;
@@ -61,13 +61,13 @@ GPUDL_API gdl_tensor *gdl_gru_gates(gdl_tensor *gx, gdl_tensor *gh, gdl_tensor *
 static int gdl__bw_lstm_gates(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *gx = n->in[0], *gh = n->in[1], *cp = n->in[2];
     if (!n->out->numel) return 0;
-    return be->lstm_gates_backward(cp->shape[0], cp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(cp),
+    return be->k.lstm_gates_backward(cp->shape[0], cp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(cp),
                                    GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(cp));
 }
 
 static int gdl__bw_gru_gates(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *gx = n->in[0], *gh = n->in[1], *hp = n->in[2];
     if (!n->out->numel) return 0;
-    return be->gru_gates_backward(hp->shape[0], hp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(hp),
+    return be->k.gru_gates_backward(hp->shape[0], hp->shape[1], GDL__R(gx), GDL__R(gh), GDL__R(hp),
                                   GDL__R(n->out->grad), GDL__G(gx), GDL__G(gh), GDL__G(hp));
 }

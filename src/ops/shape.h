@@ -72,9 +72,8 @@ GPUDL_API gdl_tensor *gdl_concat(int count, gdl_tensor *const *xs, int dim) {
     for (k = 0; k < count; k++) {
         gdl__split(xs[k], d, &outer, &nd0, &inner);
         if (outer * nd0 * inner != 0 &&
-            (dt == GDL_F32 ? be->copy2d(outer, nd0 * inner, GDL__R(xs[k]), nd0 * inner, GDL__R(out) + off, total, 0)
-                           : be->copy2d_lp(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
-                                           (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0)) < 0)
+            be->k.copy2d(dt, outer, nd0 * inner, xs[k]->data, nd0 * inner,
+                         (char *)out->data + (size_t)off * gdl_dtype_size(dt), total, 0) < 0)
             return NULL;
         off += nd0 * inner;
     }
@@ -94,9 +93,8 @@ static int gdl__bw_concat(gdl_node *n, const gdl_backend *be) {
         gdl_dtype dt = n->out->dtype;
         gdl__split(n->in[k], d, &outer, &nd0, &inner);
         if (gx && outer * nd0 * inner != 0 &&
-            (dt == GDL_F32 ? be->copy2d(outer, nd0 * inner, GDL__R(n->out->grad) + off, total, gx, nd0 * inner, 1)
-                           : be->copy2d_lp(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
-                                           total, gx, nd0 * inner, 1)) < 0)
+            be->k.copy2d(dt, outer, nd0 * inner, (const char *)n->out->grad->data + (size_t)off * gdl_dtype_size(dt),
+                         total, gx, nd0 * inner, 1) < 0)
             return -1;
         off += nd0 * inner;
     }
@@ -150,7 +148,7 @@ static gdl_tensor *gdl__strided_op(const char *opname, int op, gdl_tensor *x, co
     gdl__strided_geom(op, x, p, &nd, shape, xstr, &off);
     gdl__contig_strides(nd, shape, ostr);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, out_nd, out_shape, x->dtype, x->device))) return NULL;
-    if (out->numel && be->strided_copy(x->dtype, nd, shape, GDL__AT(x->data, x->dtype, off), xstr, out->data, ostr, 0) < 0)
+    if (out->numel && be->k.strided_copy(x->dtype, nd, shape, GDL__AT(x->data, x->dtype, off), xstr, out->data, ostr, 0) < 0)
         return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
     if (err) return NULL;
@@ -166,7 +164,7 @@ static int gdl__bw_strided(gdl_node *n, const gdl_backend *be) {
     if (!x->requires_grad || !n->out->numel) return 0;
     gdl__strided_geom(n->op, x, n->i, &nd, shape, xstr, &off);
     gdl__contig_strides(nd, shape, gstr);
-    return be->strided_copy(x->grad->dtype, nd, shape, n->out->grad->data, gstr,
+    return be->k.strided_copy(x->grad->dtype, nd, shape, n->out->grad->data, gstr,
                             GDL__AT(x->grad->data, x->grad->dtype, off), xstr, 1);
 }
 
@@ -399,7 +397,7 @@ static gdl_tensor *gdl__gather_op(const char *opname, int op, gdl_tensor *x, int
     gdl__contig_strides(x->ndim, x->shape, xstr);
     gdl__gather_istr(op, d, x->ndim, shape, istr);
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, shape, x->dtype, x->device))) return NULL;
-    if (out->numel && be->gather(x->dtype, x->ndim, shape, d, x->data, xstr, x->shape[d], (const int32_t *)index->data,
+    if (out->numel && be->k.gather(x->dtype, x->ndim, shape, d, x->data, xstr, x->shape[d], (const int32_t *)index->data,
                                  istr, out->data) < 0)
         return NULL;
     in[0] = x;
@@ -421,8 +419,8 @@ static int gdl__bw_gather(gdl_node *n, const gdl_backend *be) {
     gdl__gather_istr(n->op, d, out->ndim, out->shape, istr);
     dst = x->grad->dtype == GDL_F32 ? GDL__R(x->grad)
                                     : (gdl_real *)gdl__scratch("gdl_backward", x->device, sizeof(gdl_real) * (size_t)(x->numel + 1));
-    if (!dst || (x->grad->dtype != GDL_F32 && be->fill(dst, x->numel, 0) < 0)) return -1;
-    if (be->scatter_add(out->grad->dtype, out->ndim, out->shape, d, out->grad->data, (const int32_t *)n->in[1]->data, istr,
+    if (!dst || (x->grad->dtype != GDL_F32 && be->k.fill(dst, x->numel, 0) < 0)) return -1;
+    if (be->k.scatter_add(out->grad->dtype, out->ndim, out->shape, d, out->grad->data, (const int32_t *)n->in[1]->data, istr,
                         dst, xstr, x->shape[d]) < 0)
         return -1;
     return x->grad->dtype == GDL_F32 ? 0
@@ -470,7 +468,7 @@ GPUDL_API gdl_tensor *gdl_where(gdl_tensor *cond, gdl_tensor *a, gdl_tensor *b) 
     if (gdl__broadcast_k(op, 3, t, &nd, shape, str) < 0 || !(be = gdl__be(op, a->device)) ||
         !(out = gdl__tmp(op, nd, shape, dt, a->device)))
         return NULL;
-    if (out->numel && be->where(dt, nd, shape, (const uint8_t *)cond->data, str[0], a->data, str[1], b->data, str[2],
+    if (out->numel && be->k.where(dt, nd, shape, (const uint8_t *)cond->data, str[0], a->data, str[1], b->data, str[2],
                                 out->data) < 0)
         return NULL;
     in[0] = cond;
@@ -504,7 +502,7 @@ GPUDL_API gdl_tensor *gdl_masked_fill(gdl_tensor *x, gdl_tensor *mask, double va
         !(out = gdl__tmp(op, x->ndim, x->shape, x->dtype, x->device)))
         return NULL;
     if (out->numel &&
-        be->where(x->dtype, nd, shape, (const uint8_t *)mask->data, str[0], v->data, zero, x->data, str[1], out->data) < 0)
+        be->k.where(x->dtype, nd, shape, (const uint8_t *)mask->data, str[0], v->data, zero, x->data, str[1], out->data) < 0)
         return NULL;
     in[0] = x;
     in[1] = mask;
@@ -529,18 +527,17 @@ static int gdl__bw_where(gdl_node *n, const gdl_backend *be) {
     t[2] = br[1];
     if (!out->numel || gdl__broadcast_k("gdl_backward", fill ? 2 : 3, t, &nd, shape, str) < 0) return out->numel ? -1 : 0;
     gdl__contig_strides(nd, shape, gstr);
-    if (!(zero = gdl__scratch("gdl_backward", out->device, 8)) || be->memset0(zero, 8) < 0 ||
+    if (!(zero = gdl__scratch("gdl_backward", out->device, 8)) || be->rt.memset0(zero, 8) < 0 ||
         !(tmp = gdl__scratch("gdl_backward", out->device, gdl_dtype_size(dt) * (size_t)out->numel)))
         return -1;
     for (k = 0; k < 2; k++) {
         gdl_tensor *x = br[k];
         const int64_t *xs = fill ? str[1] : str[k + 1];
         if (!x || !x->requires_grad) continue;
-        if (be->where(dt, nd, shape, (const uint8_t *)cond->data, str[0], k ? zero : out->grad->data, k ? zstr : gstr,
+        if (be->k.where(dt, nd, shape, (const uint8_t *)cond->data, str[0], k ? zero : out->grad->data, k ? zstr : gstr,
                       k ? out->grad->data : zero, k ? gstr : zstr, tmp) < 0)
             return -1;
-        if ((dt == GDL_F32 && x->grad->dtype == GDL_F32 ? be->sum_to(nd, shape, (const gdl_real *)tmp, GDL__R(x->grad), xs, 1)
-                                                       : be->sum_to_lp(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1)) < 0)
+        if (be->k.sum_to(nd, shape, dt, tmp, x->grad->dtype, x->grad->data, xs, 1) < 0)
             return -1;
     }
     return 0;
@@ -563,7 +560,7 @@ static gdl_tensor *gdl__tri_op(const char *opname, int op, gdl_tensor *x, int64_
     R = x->shape[x->ndim - 2];
     C = x->shape[x->ndim - 1];
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, x->ndim, x->shape, x->dtype, x->device))) return NULL;
-    if (out->numel && be->tri(x->dtype, op == GDL_OP_TRIU, x->numel / (R * C), R, C, k, x->data, out->data, 0) < 0)
+    if (out->numel && be->k.tri(x->dtype, op == GDL_OP_TRIU, x->numel / (R * C), R, C, k, x->data, out->data, 0) < 0)
         return NULL;
     n = gdl__record(opname, op, out, 1, &x, &err);
     if (err) return NULL;
@@ -575,7 +572,7 @@ static int gdl__bw_tri(gdl_node *n, const gdl_backend *be) {
     gdl_tensor *x = n->in[0];
     int64_t R = x->shape[x->ndim - 2], C = x->shape[x->ndim - 1];
     if (!x->requires_grad || !x->numel) return 0;
-    return be->tri(x->grad->dtype, n->op == GDL_OP_TRIU, x->numel / (R * C), R, C, n->i[0], n->out->grad->data,
+    return be->k.tri(x->grad->dtype, n->op == GDL_OP_TRIU, x->numel / (R * C), R, C, n->i[0], n->out->grad->data,
                    x->grad->data, 1);
 }
 

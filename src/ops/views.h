@@ -23,7 +23,7 @@ static int gdl__bw_view(gdl_node *n, const gdl_backend *be) {
     if (gx && x->dtype != GDL_F32)
         return gdl__acc_any("gdl_backward", be, x->device, (char *)x->grad->data + (size_t)n->i[0] * gdl_dtype_size(x->dtype),
                             x->dtype, n->out->grad->data, n->out->grad->dtype, n->out->numel);
-    return gx ? be->copy2d(1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
+    return gx ? be->k.copy2d(GDL_F32, 1, n->out->numel, GDL__R(n->out->grad), 0, gx + n->i[0], 0, 1) : 0;
 }
 
 /* a copy on another device; differentiable (its backward: gdl__bw_to, below) */
@@ -68,7 +68,7 @@ static int gdl__bw_to(gdl_node *n, const gdl_backend *be) {
     if (!(bx = gdl__be("gdl_backward", x->device))) return -1;
     if (x->grad->dtype != GDL_F32)
         return gdl__acc_any("gdl_backward", bx, x->device, gx, x->grad->dtype, g, x->grad->dtype, x->numel);
-    return bx->copy2d(1, x->numel, g, 0, gx, 0, 1);
+    return bx->k.copy2d(GDL_F32, 1, x->numel, g, 0, gx, 0, 1);
 }
 
 GPUDL_API gdl_tensor *gdl_reshape(gdl_tensor *x, int ndim, const int64_t *shape) {

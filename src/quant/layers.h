@@ -164,10 +164,10 @@ static void gdl__qlayer_drop_dev(gdl__qlayer *q) {
     const gdl_backend *be;
     if (q->dev.type == GDL_DEVICE_CPU) return;
     if ((be = gdl__be("gdl_module_to", q->dev)) != NULL) {
-        if (q->d_qw) be->qweight_free(q->d_qw);
-        be->free(q->d_colsum);
-        be->free(q->d_scale);
-        be->free(q->d_bias);
+        if (q->d_qw) be->k.qweight_free(q->d_qw);
+        be->rt.free(q->d_colsum);
+        be->rt.free(q->d_scale);
+        be->rt.free(q->d_bias);
     }
     q->d_qw = NULL;
     q->d_colsum = NULL;
@@ -177,9 +177,9 @@ static void gdl__qlayer_drop_dev(gdl__qlayer *q) {
 
 /* a host array copied to the device of be; NULL + error */
 static void *gdl__qlayer_upload(const gdl_backend *be, const void *src, size_t bytes) {
-    void *d = be->alloc(bytes ? bytes : 1);
-    if (d && bytes && be->copy(d, src, bytes, 0) < 0) {
-        be->free(d);
+    void *d = be->rt.alloc(bytes ? bytes : 1);
+    if (d && bytes && be->rt.copy(d, src, bytes, 0) < 0) {
+        be->rt.free(d);
         return NULL;
     }
     return d;
@@ -194,7 +194,7 @@ static int gdl__qlayer_to_dev(gdl__qlayer *q, gdl_device dev) {
     if (dev.type == GDL_DEVICE_CPU) return 0;
     if (!(be = gdl__be("gdl_module_to", dev))) return -1;
     q->dev = dev;
-    q->d_qw = be->qweight_new((int)q->out, (int)q->in, ws->w, ws->pack.colsum);
+    q->d_qw = be->k.qweight_new((int)q->out, (int)q->in, ws->w, ws->pack.colsum);
     q->d_colsum = (int32_t *)gdl__qlayer_upload(be, ws->pack.colsum, sizeof(int32_t) * (size_t)q->out);
     q->d_scale = (float *)gdl__qlayer_upload(be, ws->w_scale, sizeof(float) * (size_t)ns);
     q->d_bias = q->bias ? (float *)gdl__qlayer_upload(be, q->bias, sizeof(float) * (size_t)q->out) : NULL;
@@ -250,7 +250,7 @@ static int gdl__qlayer_act_params(const gdl_module *m, const gdl__qlayer *q, con
     *sa = q->in_scale;
     *za = q->in_zp;
     if (q->mode != GDL__Q_DYNAMIC) return 0;
-    if (be->qminmax(x->numel, (const gdl_real *)x->data, mm) < 0) return -1;
+    if (be->k.qminmax(x->numel, (const gdl_real *)x->data, mm) < 0) return -1;
     if (mm[2] != 0 || isinf(mm[0]) || isinf(mm[1])) {
         gdl__set_error("gdl_forward: %s: the input holds NaN or inf: it cannot be quantized", gdl__nn_label(m));
         return -1;
@@ -329,18 +329,18 @@ static gdl_tensor *gdl__qlayer_forward(gdl_module *m, gdl_tensor *x) {
             return NULL;
     }
     if (!q->conv) {
-        rc = be->quantize(rows, q->in, (const gdl_real *)x->data, e.sa, e.za, 0, e.qmax, a->data, KP);
-        if (rc == 0) rc = be->qgemm((int)rows, (const uint8_t *)a->data, (int)KP, qw, (int32_t *)acc->data, (int)q->out);
-        if (rc == 0) rc = be->qepilogue(&e, rows, (const int32_t *)acc->data, (gdl_real *)y->data);
+        rc = be->k.quantize(rows, q->in, (const gdl_real *)x->data, e.sa, e.za, 0, e.qmax, a->data, KP);
+        if (rc == 0) rc = be->k.qgemm((int)rows, (const uint8_t *)a->data, (int)KP, qw, (int32_t *)acc->data, (int)q->out);
+        if (rc == 0) rc = be->k.qepilogue(&e, rows, (const int32_t *)acc->data, (gdl_real *)y->data);
     } else {
         const int64_t chw = x->numel / (N ? N : 1);
-        rc = be->quantize(1, x->numel, (const gdl_real *)x->data, e.sa, e.za, 0, e.qmax, a->data, x->numel);
+        rc = be->k.quantize(1, x->numel, (const gdl_real *)x->data, e.sa, e.za, 0, e.qmax, a->data, x->numel);
         for (s = 0; s < N && rc == 0; s++) {
-            rc = be->qim2col(&g, (const uint8_t *)a->data + s * chw, e.za, (uint8_t *)cols->data, KP);
+            rc = be->k.qim2col(&g, (const uint8_t *)a->data + s * chw, e.za, (uint8_t *)cols->data, KP);
             if (rc == 0)
-                rc = be->qgemm((int)rows, (const uint8_t *)cols->data, (int)KP, qw, (int32_t *)acc->data, (int)q->out);
+                rc = be->k.qgemm((int)rows, (const uint8_t *)cols->data, (int)KP, qw, (int32_t *)acc->data, (int)q->out);
             if (rc == 0)
-                rc = be->qepilogue(&e, rows, (const int32_t *)acc->data, (gdl_real *)y->data + s * q->out * rows);
+                rc = be->k.qepilogue(&e, rows, (const int32_t *)acc->data, (gdl_real *)y->data + s * q->out * rows);
         }
     }
     return rc == 0 ? y : NULL;

@@ -35,7 +35,7 @@ GPUDL_API gdl_tensor *gdl_quantize_per_tensor(gdl_tensor *x, float scale, int32_
     if (gdl__q_tensor_args(op, x, GDL_F32, scale, zero_point) < 0 || !(be = gdl__be(op, x->device)) ||
         !(q = gdl__tmp(op, x->ndim, x->shape, GDL_U8, x->device)))
         return NULL;
-    return be->quantize(1, x->numel, (const gdl_real *)x->data, scale, zero_point, 0, 255, q->data, x->numel) < 0
+    return be->k.quantize(1, x->numel, (const gdl_real *)x->data, scale, zero_point, 0, 255, q->data, x->numel) < 0
                ? NULL : q;
 }
 
@@ -46,7 +46,7 @@ GPUDL_API gdl_tensor *gdl_dequantize(gdl_tensor *q, float scale, int32_t zero_po
     if (gdl__q_tensor_args(op, q, GDL_U8, scale, zero_point) < 0 || !(be = gdl__be(op, q->device)) ||
         !(y = gdl__tmp(op, q->ndim, q->shape, GDL_F32, q->device)))
         return NULL;
-    return be->dequantize(q->numel, q->data, 0, scale, zero_point, (gdl_real *)y->data) < 0 ? NULL : y;
+    return be->k.dequantize(q->numel, q->data, 0, scale, zero_point, (gdl_real *)y->data) < 0 ? NULL : y;
 }
 
 GPUDL_API gdl_qconfig gdl_qconfig_default(void) {
@@ -165,7 +165,7 @@ static int gdl__qobs_add(const char *what, gdl__qobs *o, const gdl_tensor *t) {
     float mm[3], bl, bh;
     if (t->numel <= 0) return 0;
     if (gdl__no_capture("gdl_forward", t->device) < 0 || !(be = gdl__be("gdl_forward", t->device)) ||
-        be->qminmax(t->numel, (const gdl_real *)t->data, mm) < 0)
+        be->k.qminmax(t->numel, (const gdl_real *)t->data, mm) < 0)
         return -1;
     bl = mm[0];
     bh = mm[1];

@@ -60,10 +60,10 @@ static void *gdl__arena_alloc(gdl__arena *a, size_t bytes) {
         if (size < ((size_t)1 << 20)) size = (size_t)1 << 20;
         if (size < 2 * last && 2 * last <= ((size_t)1 << 30)) size = 2 * last;
         if (!nc) return NULL;
-        nc->base = a->be ? (char *)a->be->alloc(size) : (char *)GPUDL_MALLOC(size);
+        nc->base = a->be ? (char *)a->be->rt.alloc(size) : (char *)GPUDL_MALLOC(size);
         if (!nc->base && size > need) { /* retry with what is needed */
             size = need;
-            nc->base = a->be ? (char *)a->be->alloc(size) : (char *)GPUDL_MALLOC(size);
+            nc->base = a->be ? (char *)a->be->rt.alloc(size) : (char *)GPUDL_MALLOC(size);
         }
         if (!nc->base) {
             GPUDL_FREE(nc);
@@ -97,7 +97,7 @@ static void gdl__arena_release(gdl__arena *a) {
     gdl__chunk *c = a->head;
     while (c) {
         gdl__chunk *n = c->next;
-        if (a->be) a->be->free(c->base);
+        if (a->be) a->be->rt.free(c->base);
         else GPUDL_FREE(c->base);
         GPUDL_FREE(c);
         c = n;

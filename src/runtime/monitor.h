@@ -7,7 +7,7 @@ GPUDL_API int gdl_memory_stats(gdl_device dev, gdl_memory_status *s) {
         gdl__null_arg("gdl_memory_stats", "s");
         return -1;
     }
-    if (!(be = gdl__be("gdl_memory_stats", dev)) || be->memory_stats(dev.index, s) < 0) return -1;
+    if (!(be = gdl__be("gdl_memory_stats", dev)) || be->rt.memory_stats(dev.index, s) < 0) return -1;
     if (dev.type == GDL_DEVICE_CPU) {
         s->arena_used = gdl__host_arena.used + gdl__hdr_arena[gdl__arena_gen & 1].used;
         s->arena_reserved = gdl__host_arena.reserved + gdl__hdr_arena[0].reserved + gdl__hdr_arena[1].reserved;
@@ -20,7 +20,7 @@ GPUDL_API int gdl_memory_stats(gdl_device dev, gdl_memory_status *s) {
 
 GPUDL_API int gdl_memory_reset_peak(gdl_device dev) {
     const gdl_backend *be = gdl__be("gdl_memory_reset_peak", dev);
-    return be ? be->memory_reset_peak(dev.index) : -1;
+    return be ? be->rt.memory_reset_peak(dev.index) : -1;
 }
 
 GPUDL_API const char *gdl_memory_summary(gdl_device dev) {
@@ -182,7 +182,7 @@ GPUDL_API int gdl_gpu_stats(int index, gdl_gpu_status *s) {
             return -1;
         }
         if (!(be = gdl__be_lookup(fn, gdl_cuda(index)))) return -1;
-        if (be->pci_bus_id(index, bus, (int)sizeof bus) < 0) {
+        if (be->rt.pci_bus_id(index, bus, (int)sizeof bus) < 0) {
             char why[sizeof gdl__err];
             memcpy(why, gdl__err, sizeof why);
             gdl__set_error("%s: cuda:%d: no PCI bus id to find it by in NVML: %s", fn, index, why);

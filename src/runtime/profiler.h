@@ -44,9 +44,9 @@ static double gdl__prof_clock(void) {
 }
 
 static void gdl__prof_drop(gdl__prof_rec *r, const gdl_backend *be) {
-    if (be && be->event_destroy) {
-        be->event_destroy(r->e0);
-        be->event_destroy(r->e1);
+    if (be && be->rt.event_destroy) {
+        be->rt.event_destroy(r->e0);
+        be->rt.event_destroy(r->e1);
     }
     r->e0 = r->e1 = NULL;
 }
@@ -57,15 +57,15 @@ static void gdl__prof_start(const char *name, gdl_device d, const gdl_backend *b
     memset(c, 0, sizeof *c);
     c->name = name;
     c->dev = d;
-    c->launches = be->launch_count();
+    c->launches = be->rt.launch_count();
     gdl__prof.cur_be = be;
     if (d.type != GDL_DEVICE_CPU && d.index >= 0 && d.index < GDL__MAX_GPUS) { /* the CPU: the host clock */
         if (!gdl__prof.base[d.index]) {
-            gdl__prof.base[d.index] = be->timing_event();
+            gdl__prof.base[d.index] = be->rt.timing_event();
             gdl__prof.base_be[d.index] = be;
             gdl__prof.base_t[d.index] = gdl__prof_clock();
         }
-        if (gdl__prof.base[d.index]) c->e0 = be->timing_event(); /* NULL on failure: host time only */
+        if (gdl__prof.base[d.index]) c->e0 = be->rt.timing_event(); /* NULL on failure: host time only */
     }
     c->t0 = gdl__prof_clock();
 }
@@ -74,8 +74,8 @@ static void gdl__prof_stop(void) {
     gdl__prof_rec *c = &gdl__prof.cur;
     const gdl_backend *be = gdl__prof.cur_be;
     c->t1 = gdl__prof_clock();
-    if (c->e0) c->e1 = be->timing_event();
-    if (c->launches >= 0) c->launches = be->launch_count() - c->launches;
+    if (c->e0) c->e1 = be->rt.timing_event();
+    if (c->launches >= 0) c->launches = be->rt.launch_count() - c->launches;
     if (gdl__prof.n == gdl__prof.cap) {
         size_t cap = gdl__prof.cap ? 2 * gdl__prof.cap : 1024;
         gdl__prof_rec *r = (gdl__prof_rec *)GPUDL_REALLOC(gdl__prof.rec, cap * sizeof *r);
@@ -133,7 +133,7 @@ static void gdl__prof_free(void) {
         }
     }
     for (d = 0; d < GDL__MAX_GPUS; d++) {
-        if (gdl__prof.base[d]) gdl__prof.base_be[d]->event_destroy(gdl__prof.base[d]);
+        if (gdl__prof.base[d]) gdl__prof.base_be[d]->rt.event_destroy(gdl__prof.base[d]);
         gdl__prof.base[d] = NULL;
     }
     GPUDL_FREE(gdl__prof.rec);
@@ -183,8 +183,8 @@ GPUDL_API int gdl_profile_end(void) {
         double ms = 0, at = 0;
         if (!r->e0) continue;
         be = gdl__prof.base_be[r->dev.index];
-        if (!r->e1 || be->event_elapsed(r->e0, r->e1, &ms) < 0 ||
-            be->event_elapsed(gdl__prof.base[r->dev.index], r->e0, &at) < 0) {
+        if (!r->e1 || be->rt.event_elapsed(r->e0, r->e1, &ms) < 0 ||
+            be->rt.event_elapsed(gdl__prof.base[r->dev.index], r->e0, &at) < 0) {
             rc = -1;
             break;
         }

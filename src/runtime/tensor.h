@@ -28,7 +28,7 @@ static void gdl__flat_unref(gdl__flat *f) {
     if (!f || --f->refs > 0) return;
     {
         const gdl_backend *be = gdl__be("gdl_free", f->device);
-        if (be) be->free(f->data);
+        if (be) be->rt.free(f->data);
     }
     GPUDL_FREE(f);
 }
@@ -112,7 +112,7 @@ static gdl_tensor *gdl__make(const char *op, int ndim, const int64_t *shape, gdl
     if (data) {
         t->data = data;
     } else if (persistent) {
-        t->data = be->alloc(bytes ? bytes : 1);
+        t->data = be->rt.alloc(bytes ? bytes : 1);
         if (!t->data) {
             if (dev.type == GDL_DEVICE_CPU)
                 gdl__set_error("%s: out of memory allocating %.0f bytes for %s %s on %s", op,
@@ -138,7 +138,7 @@ GPUDL_API void gdl_free(gdl_tensor *t) {
     if (t->grad) gdl_free(t->grad);
     if (t->flags & GDL__T_OWNS_DATA) {
         const gdl_backend *be = gdl__be("gdl_free", t->device);
-        if (be) be->free(t->data);
+        if (be) be->rt.free(t->data);
     }
     gdl__flat_unref(t->flat);
     GPUDL_FREE(t);
@@ -178,7 +178,7 @@ GPUDL_API int gdl_fill_(gdl_tensor *t, double value) {
         return -1;
     }
     if (!(be = gdl__be("gdl_fill_", t->device))) return -1;
-    if (t->dtype == GDL_F32) return be->fill((gdl_real *)t->data, t->numel, (gdl_real)value);
+    if (t->dtype == GDL_F32) return be->k.fill((gdl_real *)t->data, t->numel, (gdl_real)value);
     {
         /* other dtypes: fill one f32 scratch value then cast elementwise on host */
         size_t es = gdl_dtype_size(t->dtype);
@@ -196,7 +196,7 @@ GPUDL_API int gdl_fill_(gdl_tensor *t, double value) {
                 return -1;
             }
             for (i = 0; i < t->numel; i++) memcpy(h + (size_t)i * es, one, es);
-            rc = be->copy(t->data, h, (size_t)t->numel * es, 0);
+            rc = be->rt.copy(t->data, h, (size_t)t->numel * es, 0);
             GPUDL_FREE(h);
             return rc;
         }
@@ -227,7 +227,7 @@ GPUDL_API gdl_tensor *gdl_from_array(const void *data, int ndim, const int64_t *
     }
     t = gdl__make("gdl_from_array", ndim, shape, dt, dev, 1, NULL);
     if (!t) return NULL;
-    if (gdl__be("gdl_from_array", dev)->copy(t->data, data, (size_t)t->numel * gdl_dtype_size(dt), 0) < 0) {
+    if (gdl__be("gdl_from_array", dev)->rt.copy(t->data, data, (size_t)t->numel * gdl_dtype_size(dt), 0) < 0) {
         gdl_free(t);
         return NULL;
     }
@@ -404,8 +404,8 @@ static int gdl__copy_bytes(const char *op, void *dst, gdl_device ddev, const voi
             gdl__set_error("%s: out of memory (host)", op);
             return -1;
         }
-        rc = gdl__be(op, sdev) && gdl__be(op, sdev)->copy(h, src, bytes, 1) == 0 && gdl__be(op, ddev) &&
-                     gdl__be(op, ddev)->copy(dst, h, bytes, 0) == 0
+        rc = gdl__be(op, sdev) && gdl__be(op, sdev)->rt.copy(h, src, bytes, 1) == 0 && gdl__be(op, ddev) &&
+                     gdl__be(op, ddev)->rt.copy(dst, h, bytes, 0) == 0
                  ? 0
                  : -1;
         GPUDL_FREE(h);
@@ -413,7 +413,7 @@ static int gdl__copy_bytes(const char *op, void *dst, gdl_device ddev, const voi
     }
     be = gdl__be(op, ddev.type == GDL_DEVICE_CUDA ? ddev : sdev);
     if (!be) return -1;
-    return be->copy(dst, src, bytes, kind);
+    return be->rt.copy(dst, src, bytes, kind);
 }
 
 GPUDL_API int gdl_copy_(gdl_tensor *dst, const gdl_tensor *src) {

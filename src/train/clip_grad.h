@@ -47,7 +47,7 @@ static int gdl__clip_fused(const char *op, gdl_tensor *const *params, int n, dou
             g[k] = GDL__R(params[i]->grad);
             ns[k++] = params[i]->grad->numel;
         }
-    return be->clip_grad_norm(k, g, ns, max_norm, dnorm) < 0 ? -1 : 0;
+    return be->k.clip_grad_norm(k, g, ns, max_norm, dnorm) < 0 ? -1 : 0;
 }
 
 GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max_norm) {
@@ -65,7 +65,7 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
     rc = gdl__clip_fused(op, params, n, max_norm, dnorm, &fbe);
     if (rc < 0) return -1;
     if (rc == 0) { /* one device: one call, then the norm's one read back */
-        if (fbe->copy(&norm, dnorm, sizeof norm, dev.type == GDL_DEVICE_CPU ? 2 : 1) < 0) return -1;
+        if (fbe->rt.copy(&norm, dnorm, sizeof norm, dev.type == GDL_DEVICE_CPU ? 2 : 1) < 0) return -1;
         return norm;
     }
     /* gradients on several devices: a norm per device, added on the host */
@@ -78,7 +78,7 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
                            gdl_shape_str(params[i]), gdl_dtype_name(params[i]->grad->dtype));
             return -1;
         }
-        if (!(be = gdl__be(op, params[i]->grad->device)) || be->sum_squares(params[i]->grad->numel,
+        if (!(be = gdl__be(op, params[i]->grad->device)) || be->k.sum_squares(params[i]->grad->numel,
                                                                              GDL__R(params[i]->grad), &s) < 0)
             return -1;
         total += s;
@@ -90,7 +90,7 @@ GPUDL_API double gdl_clip_grad_norm(gdl_tensor *const *params, int n, double max
             const gdl_backend *be;
             gdl_tensor *g = params[i]->grad;
             if (!g || !g->numel) continue;
-            if (!(be = gdl__be(op, g->device)) || be->unary(GDL_UN_SCALE, g->numel, GDL__R(g), GDL__R(g), (gdl_real)coef) < 0)
+            if (!(be = gdl__be(op, g->device)) || be->k.unary(GDL_F32, GDL_UN_SCALE, g->numel, GDL__R(g), GDL__R(g), (gdl_real)coef) < 0)
                 return -1;
         }
     return norm;

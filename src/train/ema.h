@@ -32,7 +32,7 @@ static gdl__flat *gdl__ema_block(const char *op, gdl_device dev, const void *src
     f->refs = 1;
     f->device = dev;
     f->bytes = f->params_bytes = bytes;
-    if (!(f->data = be->alloc(bytes + GDL__FLAT_ALIGN))) {
+    if (!(f->data = be->rt.alloc(bytes + GDL__FLAT_ALIGN))) {
         GPUDL_FREE(f);
         gdl__set_error("%s: cannot allocate the average's %.0f bytes on %s", op, (double)bytes, gdl_device_str(dev));
         return NULL;
@@ -170,7 +170,7 @@ static int gdl__ema_step(const char *op, gdl_ema *e) {
     if (gdl__ema_check(op, e) < 0) return -1; /* gdl__step made the layout */
     for (d = 0; d < e->ndevs; d++) {
         const gdl_backend *be = gdl__be(op, opt->devs[d].device);
-        if (!be || be->ema_lerp((int64_t)(e->bytes[d] / sizeof(gdl_real)), (gdl_real *)e->shadow[d]->base,
+        if (!be || be->k.ema_lerp((int64_t)(e->bytes[d] / sizeof(gdl_real)), (gdl_real *)e->shadow[d]->base,
                                 (const gdl_real *)opt->devs[d].flat->base, w) < 0)
             return -1;
     }
@@ -182,7 +182,7 @@ static int gdl__ema_step(const char *op, gdl_ema *e) {
                            gdl_device_str(e->bavg[i]->device));
             return -1;
         }
-        if (!be || be->ema_lerp(e->buf[i]->numel, GDL__R(e->bavg[i]), GDL__R(e->buf[i]), w) < 0) return -1;
+        if (!be || be->k.ema_lerp(e->buf[i]->numel, GDL__R(e->bavg[i]), GDL__R(e->buf[i]), w) < 0) return -1;
     }
     return 0;
 }

@@ -52,9 +52,9 @@ static int gdl__pass_init(gdl__pass *p, const char *op, gdl_device dev) {
         return -1;
     }
     if (!(p->be = gdl__be(op, dev))) return -1;
-    if (!(p->dacc = (double *)p->be->alloc(8 * sizeof(double)))) return -1;
+    if (!(p->dacc = (double *)p->be->rt.alloc(8 * sizeof(double)))) return -1;
     p->dev = dev;
-    return p->be->memset0(p->dacc, 8 * sizeof(double));
+    return p->be->rt.memset0(p->dacc, 8 * sizeof(double));
 }
 
 static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_tensor *loss) {
@@ -72,11 +72,11 @@ static int gdl__pass_batch(gdl__pass *p, gdl_tensor *out, gdl_tensor *y, gdl_ten
         gdl_real *f;
         if (!gdl__is_float(out->dtype)) cls = 0;
         else if (!(f = (gdl_real *)gdl__scratch("gdl_fit", out->device, sizeof(gdl_real) * (size_t)out->numel)) ||
-                 p->be->cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0)
+                 p->be->k.cast(f, GDL_F32, out->data, out->dtype, out->numel) < 0)
             return -1;
         else o = f;
     }
-    return p->be->fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? o : NULL,
+    return p->be->k.fit_metrics(GDL__R(loss), B, cls ? out->shape[1] : 0, cls ? o : NULL,
                               cls ? (const int32_t *)y->data : NULL, p->dacc);
 }
 
@@ -85,8 +85,8 @@ static int gdl__pass_sync(gdl__pass *p) {
     double h[4];
     if (!p->dacc) return 0;
     if (gdl__dist_settle("gdl_fit") < 0) return -1; /* DDP's queued NCCL all-reduces end, or time out, first */
-    if (!gdl__be("gdl_fit", p->dev) || p->be->copy(h, p->dacc, sizeof h, 1) < 0 ||
-        p->be->memset0(p->dacc, sizeof h) < 0)
+    if (!gdl__be("gdl_fit", p->dev) || p->be->rt.copy(h, p->dacc, sizeof h, 1) < 0 ||
+        p->be->rt.memset0(p->dacc, sizeof h) < 0)
         return -1;
     p->loss_sum += h[0];
     p->samples += (int64_t)h[1];
@@ -99,11 +99,11 @@ static int gdl__pass_sync(gdl__pass *p) {
 static int gdl__pass_snapshot(gdl__pass *p, int save) {
     if (!p->dacc) return 0;
     if (!gdl__be("gdl_fit", p->dev)) return -1;
-    return p->be->copy(save ? p->dacc + 4 : p->dacc, save ? p->dacc : p->dacc + 4, 4 * sizeof(double), 2);
+    return p->be->rt.copy(save ? p->dacc + 4 : p->dacc, save ? p->dacc : p->dacc + 4, 4 * sizeof(double), 2);
 }
 
 static void gdl__pass_free(gdl__pass *p) {
-    if (p->dacc && gdl__be("gdl_fit", p->dev)) p->be->free(p->dacc);
+    if (p->dacc && gdl__be("gdl_fit", p->dev)) p->be->rt.free(p->dacc);
     memset(p, 0, sizeof *p);
 }
 

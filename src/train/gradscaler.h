@@ -74,7 +74,7 @@ static int gdl__scaler_clear_skip(const char *op, gdl_optimizer *opt) {
     int d;
     for (d = 0; d < opt->ndevs; d++) {
         const gdl_backend *be = gdl__be(op, opt->devs[d].device);
-        if (!be || be->memset0(opt->devs[d].skip, sizeof(gdl_real)) < 0) return -1;
+        if (!be || be->rt.memset0(opt->devs[d].skip, sizeof(gdl_real)) < 0) return -1;
     }
     return 0;
 }
@@ -221,12 +221,12 @@ static int gdl__scaler_unscale(const char *op, gdl_grad_scaler *s, gdl_optimizer
                 hi = slot + (size_t)g->numel * sizeof(gdl_real);
                 continue;
             }
-            if (lo && be->amp_unscale((int64_t)((size_t)(hi - lo) / sizeof(gdl_real)), (gdl_real *)lo,
+            if (lo && be->k.amp_unscale((int64_t)((size_t)(hi - lo) / sizeof(gdl_real)), (gdl_real *)lo,
                                       GDL__R(s->scale), GDL__R(s->found_inf), dv->skip) < 0)
                 return -1;
             lo = hi = NULL;
             if (g && g->numel &&
-                be->amp_unscale(g->numel, GDL__R(g), GDL__R(s->scale), GDL__R(s->found_inf), dv->skip) < 0)
+                be->k.amp_unscale(g->numel, GDL__R(g), GDL__R(s->scale), GDL__R(s->found_inf), dv->skip) < 0)
                 return -1;
         }
     }
@@ -304,7 +304,7 @@ GPUDL_API int gdl_grad_scaler_update(gdl_grad_scaler *s) {
         return -1;
     }
     if (!(be = gdl__be(op, s->dev)) ||
-        be->amp_update_scale(GDL__R(s->scale), (int32_t *)s->tracker->data, GDL__R(s->found_inf),
+        be->k.amp_update_scale(GDL__R(s->scale), (int32_t *)s->tracker->data, GDL__R(s->found_inf),
                              s->o.growth_factor, s->o.backoff_factor, s->o.growth_interval) < 0)
         return -1;
     for (i = 0; i < s->nopts; i++)
@@ -321,7 +321,7 @@ static int gdl__scaler_rearm(gdl_grad_scaler *s, gdl_optimizer *opt) {
     gdl__scaler_opt *r = s->o.enabled && s->scale ? gdl__scaler_find(s, opt) : NULL;
     const gdl_backend *be;
     if (!r || r->stage == GDL__SC_READY) return 0;
-    if (!(be = gdl__be("gdl_fit", s->dev)) || be->memset0(s->found_inf->data, sizeof(gdl_real)) < 0 ||
+    if (!(be = gdl__be("gdl_fit", s->dev)) || be->rt.memset0(s->found_inf->data, sizeof(gdl_real)) < 0 ||
         gdl__scaler_clear_skip("gdl_fit", opt) < 0)
         return -1;
     r->stage = GDL__SC_READY;

@@ -29,7 +29,7 @@ static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(
     if (!(g->be = gdl__be_lookup(op, dev))) goto fail;
     if (dev.type == GDL_DEVICE_CPU) return g;
     gdl_arena_reset();
-    if (g->be->graph_begin() < 0) goto fail;
+    if (g->be->rt.graph_begin() < 0) goto fail;
     gdl__capturing = 1;
     rc = step(ctx);
     gdl__capturing = 0;
@@ -37,13 +37,13 @@ static gdl_graph *gdl__graph_record(const char *op, gdl_device dev, int (*step)(
         /* keep the step's error: ending the capture adds CUDA's own (invalidated) */
         char why[sizeof gdl__err];
         snprintf(why, sizeof why, "%s", gdl_last_error());
-        g->be->graph_end(&g->exec);
+        g->be->rt.graph_end(&g->exec);
         gdl__set_error("%s: the step cannot be captured on %s: %s (MANUAL src/api/graph.h: no host reads, new "
                        "tensors or dropout inside a captured step)",
                        op, gdl_device_str(dev), why);
         goto fail;
     }
-    if (g->be->graph_end(&g->exec) < 0) {
+    if (g->be->rt.graph_end(&g->exec) < 0) {
         gdl__set_error("%s: capturing the step on %s failed: %s", op, gdl_device_str(dev), gdl_last_error());
         goto fail;
     }
@@ -86,7 +86,7 @@ GPUDL_API int gdl_graph_replay(gdl_graph *g) {
     if (!gdl__be_lookup("gdl_graph_replay", g->dev)) return -1; /* makes the graph's device current */
     {
         int span = gdl__prof_on ? gdl__prof_push("gdl_graph_replay", g->dev) : 0, rc;
-        rc = g->be->graph_launch(g->exec);
+        rc = g->be->rt.graph_launch(g->exec);
         gdl__prof_pop(span, rc == 0);
         return rc;
     }
@@ -94,7 +94,7 @@ GPUDL_API int gdl_graph_replay(gdl_graph *g) {
 
 GPUDL_API void gdl_graph_free(gdl_graph *g) {
     if (!g) return;
-    if (g->exec && gdl__be_lookup("gdl_graph_free", g->dev)) g->be->graph_destroy(g->exec);
+    if (g->exec && gdl__be_lookup("gdl_graph_free", g->dev)) g->be->rt.graph_destroy(g->exec);
     GPUDL_FREE(g);
 }
 

@@ -63,7 +63,7 @@ static int gdl__opt_round_params(const char *op, gdl_optimizer *opt) {
         const gdl_backend *be;
         if (!pp->master) continue;
         if (!(be = gdl__be(op, pp->p->device)) ||
-            be->cast(pp->p->data, pp->p->dtype, pp->master->data, GDL_F32, pp->p->numel) < 0)
+            be->k.cast(pp->p->data, pp->p->dtype, pp->master->data, GDL_F32, pp->p->numel) < 0)
             return -1;
     }
     return 0;

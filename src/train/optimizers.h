@@ -169,7 +169,7 @@ static void gdl__opt_release_devs(gdl_optimizer *opt) {
     for (d = 0; d < opt->ndevs; d++) {
         gdl__opt_dev *dv = &opt->devs[d];
         const gdl_backend *be = dv->table ? gdl__be("gdl_optim", dv->device) : NULL;
-        if (be) be->opt_table_free(dv->table);
+        if (be) be->k.opt_table_free(dv->table);
         gdl__flat_unref(dv->flat);
         GPUDL_FREE(dv->hyper_seen);
         GPUDL_FREE(dv->tab);
@@ -345,7 +345,7 @@ static int gdl__flat_rehome_as(const char *op, gdl_tensor *t, gdl__flat *f, void
                            gdl_device_str(src->device), gdl_dtype_name(dt), gdl_device_str(f->device));
             return -1;
         }
-        if (!be || be->cast(slot, dt, src->data, src->dtype, t->numel) < 0) return -1;
+        if (!be || be->k.cast(slot, dt, src->data, src->dtype, t->numel) < 0) return -1;
     }
     if (t->flat == f && t->data == slot) { /* converted in place: the dtype is all that changes */
         t->dtype = dt;
@@ -353,7 +353,7 @@ static int gdl__flat_rehome_as(const char *op, gdl_tensor *t, gdl__flat *f, void
     }
     if (t->flags & GDL__T_OWNS_DATA) {
         const gdl_backend *be = gdl__be(op, t->device);
-        if (be) be->free(t->data);
+        if (be) be->rt.free(t->data);
         t->flags &= ~(unsigned)GDL__T_OWNS_DATA;
     } else {
         gdl__flat_unref(t->flat);
@@ -416,7 +416,7 @@ static int gdl__opt_push_hyper(const char *op, gdl_optimizer *opt) {
                 return -1;
             }
             if (!be && !(be = gdl__be(op, dv->device))) return -1;
-            if (be->copy_async(&dv->hyper[g], &h, sizeof h, 0, NULL) < 0) return -1;
+            if (be->rt.copy_async(&dv->hyper[g], &h, sizeof h, 0, NULL) < 0) return -1;
             dv->hyper_seen[g] = h;
         }
     }
@@ -464,7 +464,7 @@ static int gdl__opt_steps_up(const char *op, gdl_optimizer *opt) {
             const gdl_backend *be;
             if (!pp->step || *(const int32_t *)pp->step->data == pp->step_seen) continue;
             if (!(be = gdl__be(op, opt->devs[pp->dev].device)) ||
-                be->copy_async(&opt->devs[pp->dev].steps[i], pp->step->data, sizeof(int32_t), 0, NULL) < 0)
+                be->rt.copy_async(&opt->devs[pp->dev].steps[i], pp->step->data, sizeof(int32_t), 0, NULL) < 0)
                 return -1;
             pp->step_seen = *(const int32_t *)pp->step->data;
         }
@@ -482,7 +482,7 @@ static int gdl__opt_steps_up(const char *op, gdl_optimizer *opt) {
     }
     for (d = 0; d < opt->ndevs; d++) {
         const gdl_backend *be = gdl__be(op, opt->devs[d].device);
-        if (!be || be->copy_async(opt->devs[d].steps, buf, sizeof(int32_t) * (size_t)opt->nparams, 0, NULL) < 0)
+        if (!be || be->rt.copy_async(opt->devs[d].steps, buf, sizeof(int32_t) * (size_t)opt->nparams, 0, NULL) < 0)
             return -1;
     }
     opt->steps_dirty = 0;
@@ -568,12 +568,12 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
             dv->flat->params_bytes = dv->region_lo;
             dv->flat->grad_shift = dv->region_lo;
             dv->hyper_seen = (gdl_opt_hyper *)GPUDL_MALLOC(hyper_bytes);
-            if (dv->hyper_seen && (dv->flat->data = be->alloc(bytes + GDL__FLAT_ALIGN)) != NULL) {
+            if (dv->hyper_seen && (dv->flat->data = be->rt.alloc(bytes + GDL__FLAT_ALIGN)) != NULL) {
                 uintptr_t a = (uintptr_t)dv->flat->data;
                 dv->flat->base = (char *)dv->flat->data + (GDL__FLAT_ALIGN - a % GDL__FLAT_ALIGN) % GDL__FLAT_ALIGN;
                 /* zeros for the state slots; NaN bits in the host copy, so every group is written below */
                 memset(dv->hyper_seen, 0xff, hyper_bytes);
-                ok = be->memset0(dv->flat->base, bytes) == 0;
+                ok = be->rt.memset0(dv->flat->base, bytes) == 0;
             }
         }
         if (!ok) {
@@ -581,7 +581,7 @@ static int gdl__opt_rebuild(const char *op, gdl_optimizer *opt) {
             gdl_device where = dv->device;
             memcpy(prev, gdl__err, sizeof prev);
             for (i = 0; i <= d; i++) {
-                if (devs[i].flat && devs[i].flat->data) gdl__be(op, devs[i].device)->free(devs[i].flat->data);
+                if (devs[i].flat && devs[i].flat->data) gdl__be(op, devs[i].device)->rt.free(devs[i].flat->data);
                 GPUDL_FREE(devs[i].flat);
                 GPUDL_FREE(devs[i].hyper_seen);
             }
@@ -681,7 +681,7 @@ GPUDL_API int gdl_zero_grad_ex(gdl_optimizer *opt, int set_to_none) {
     if (gdl__opt_layout("gdl_zero_grad", opt) < 0) return -1;
     for (d = 0; d < opt->ndevs; d++) {
         const gdl_backend *be = gdl__be("gdl_zero_grad", opt->devs[d].device);
-        if (!be || be->memset0(opt->devs[d].flat->base + opt->devs[d].region_lo, opt->devs[d].region_lo) < 0)
+        if (!be || be->rt.memset0(opt->devs[d].flat->base + opt->devs[d].region_lo, opt->devs[d].region_lo) < 0)
             return -1;
     }
     for (i = 0; i < opt->nparams; i++) { /* a grad the block could not take (another device or size) */
@@ -728,7 +728,7 @@ static int gdl__opt_ensure_state(const char *op, gdl_optimizer *opt, gdl__opt_pa
     { /* its count in the block starts at 0 too (an asynchronous write: nothing is read back) */
         static const int32_t zero = 0;
         const gdl_backend *be = gdl__be(op, p->device);
-        if (!be || be->copy_async(&opt->devs[pp->dev].steps[index], &zero, sizeof zero, 0, NULL) < 0) return -1;
+        if (!be || be->rt.copy_async(&opt->devs[pp->dev].steps[index], &zero, sizeof zero, 0, NULL) < 0) return -1;
     }
     return 0;
 }
@@ -860,7 +860,7 @@ static int gdl__step_tables(const char *op, gdl_optimizer *opt, const gdl_opt_te
             continue;
         if (!(be = gdl__be(op, dv->device))) return -1;
         keep = (gdl_opt_tensor *)GPUDL_MALLOC(sizeof(gdl_opt_tensor) * (size_t)(count[d] + 1));
-        if (!keep || !(tab = be->opt_table_new(count[d], t + i))) {
+        if (!keep || !(tab = be->k.opt_table_new(count[d], t + i))) {
             char prev[sizeof gdl__err];
             memcpy(prev, gdl__err, sizeof prev);
             gdl__set_error("%s: cannot make the %s table of %d parameter%s on %s, nothing was updated: %s", op,
@@ -870,7 +870,7 @@ static int gdl__step_tables(const char *op, gdl_optimizer *opt, const gdl_opt_te
             return -1;
         }
         if (count[d]) memcpy(keep, t + i, sizeof(gdl_opt_tensor) * (size_t)count[d]);
-        if (dv->table) be->opt_table_free(dv->table);
+        if (dv->table) be->k.opt_table_free(dv->table);
         GPUDL_FREE(dv->tab);
         dv->table = tab;
         dv->tab = keep;
@@ -888,7 +888,7 @@ static int gdl__step_update(const char *op, gdl_optimizer *opt) {
         int rc;
         if (!dv->ntab) continue;
         if (!(be = gdl__be(op, dv->device))) return -1;
-        rc = adam ? be->adam_multi(dv->table, opt->kind == GDL__OPT_ADAMW) : be->sgd_multi(dv->table);
+        rc = adam ? be->k.adam_multi(dv->table, opt->kind == GDL__OPT_ADAMW) : be->k.sgd_multi(dv->table);
         if (rc < 0) {
             char prev[sizeof gdl__err];
             memcpy(prev, gdl__err, sizeof prev);
