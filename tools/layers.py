@@ -35,13 +35,6 @@ ACCEPTED = {
     # the runtime picks a device's backend; the CPU's table is made from the
     # kernels, after them (as CUDA's comes from gpudl_cuda.cu, gdl_cuda_backend)
     ("runtime/devices.h", "gdl__cpu_backend"),
-    # the module tree's walks (.to, the device, summary, sizes) count quantized
-    # layers, whose storage quant/ defines
-    ("nn/modules.h", "gdl__qlayer_to"),
-    ("nn/modules.h", "gdl__qlayer_first_device"),
-    ("nn/modules.h", "gdl__quant_params"),
-    ("nn/modules.h", "gdl_module_nbytes"),
-    ("nn/modules.h", "gdl_module_is_quantized"),
 }
 
 KEYWORDS = set("""auto break case char const continue default do double else enum

@@ -37,6 +37,15 @@ typedef struct gdl__nn_named {
     int tied;      /* gdl_module_tie: t is another parameter of the tree (not owned, listed and counted there) */
 } gdl__nn_named;
 
+/* What a module keeps outside its parameters and buffers (a quantized layer's int8 weight: src/quant/
+   makes such modules and fills this in). The tree's walks below ask it, so nn/ needs nothing from quant/. */
+typedef struct gdl__nn_extra {
+    int (*to)(gdl_module *m, gdl_device dev);               /* gdl_module_to's step: 0 / -1 */
+    gdl_device (*device)(const gdl_module *m);              /* where it lives */
+    int64_t (*params)(const gdl_module *m, int64_t *bytes); /* its parameter count; *bytes as stored */
+    const char *summary_note;                               /* after the summary's size ("; int8 weights ...") */
+} gdl__nn_extra;
+
 struct gdl_module {
     int kind;               /* GDL__M_* */
     char *kind_name;        /* "Linear", owned */
@@ -54,6 +63,7 @@ struct gdl_module {
     gdl_forward_fn fwd;     /* custom modules */
     void *user;
     void (*free_user)(void *);
+    const gdl__nn_extra *extra; /* storage outside param / buf; NULL for most modules */
     char **interned;        /* full names handed out by gdl_module_named_tensors */
     int ninterned, cap_interned;
 };
@@ -898,8 +908,6 @@ GPUDL_API int gdl_module_train(gdl_module *m, int on) {
 
 GPUDL_API int gdl_module_is_training(const gdl_module *m) { return m ? m->training : 0; }
 
-static int gdl__qlayer_to(gdl_module *m, gdl_device dev);                   /* src/quant/ */
-static int gdl__qlayer_first_device(const gdl_module *m, gdl_device *d);    /* src/quant/ */
 GPUDL_API int gdl_module_to(gdl_module *m, gdl_device dev) {
     int i;
     if (!m) {
@@ -911,7 +919,7 @@ GPUDL_API int gdl_module_to(gdl_module *m, gdl_device dev) {
         if (gdl_move_(m->param[i].t, dev) < 0) return -1;
     for (i = 0; i < m->nbuf; i++)
         if (gdl_move_(m->buf[i].t, dev) < 0) return -1;
-    if (gdl__qlayer_to(m, dev) < 0) return -1; /* a quantized layer's int8 weight */
+    if (m->extra && m->extra->to(m, dev) < 0) return -1; /* a quantized layer's int8 weight */
     for (i = 0; i < m->nchild; i++)
         if (gdl_module_to(m->child[i], dev) < 0) return -1;
     return 0;
@@ -927,11 +935,20 @@ static const gdl_tensor *gdl__nn_first_tensor(const gdl_module *m) {
     return NULL;
 }
 
+/* the first module of the tree with storage of its own (gdl__nn_extra), or NULL */
+static const gdl_module *gdl__nn_first_extra(const gdl_module *m) {
+    const gdl_module *e;
+    int i;
+    if (m->extra) return m;
+    for (i = 0; i < m->nchild; i++)
+        if ((e = gdl__nn_first_extra(m->child[i])) != NULL) return e;
+    return NULL;
+}
+
 GPUDL_API gdl_device gdl_module_device(const gdl_module *m) {
     const gdl_tensor *t = m ? gdl__nn_first_tensor(m) : NULL;
-    gdl_device d = gdl_cpu();
-    if (!t && m) gdl__qlayer_first_device(m, &d); /* a model of quantized layers only */
-    return t ? t->device : d;
+    const gdl_module *e = m && !t ? gdl__nn_first_extra(m) : NULL; /* a model of quantized layers only */
+    return t ? t->device : e ? e->extra->device(e) : gdl_cpu();
 }
 
 GPUDL_API int gdl_module_zero_grad(gdl_module *m) {
@@ -1141,12 +1158,28 @@ static int gdl__nn_count_modules(const gdl_module *m) {
     return n;
 }
 
-/* (src/quant/) a quantized module's parameter count (int8 weights, bias) and bytes; 0 for the others */
-static int64_t gdl__quant_params(const gdl_module *m, int64_t *bytes);
+/* the parameters a module keeps outside param (a quantized layer's int8 weight and bias) and *bytes
+   (when bytes is not NULL) their size as stored; 0 for the others */
+static int64_t gdl__nn_extra_params(const gdl_module *m, int64_t *bytes) {
+    if (bytes) *bytes = 0;
+    return m->extra ? m->extra->params(m, bytes) : 0;
+}
+
+GPUDL_API int64_t gdl_module_nbytes(const gdl_module *m) {
+    int64_t n = 0, eb;
+    int i;
+    if (!m) return -1;
+    for (i = 0; i < m->nparam; i++) n += m->param[i].tied ? 0 : m->param[i].t->numel * (int64_t)gdl_dtype_size(m->param[i].t->dtype);
+    for (i = 0; i < m->nbuf; i++) n += m->buf[i].t->numel * (int64_t)gdl_dtype_size(m->buf[i].t->dtype);
+    gdl__nn_extra_params(m, &eb);
+    n += eb;
+    for (i = 0; i < m->nchild; i++) n += gdl_module_nbytes(m->child[i]);
+    return n;
+}
 
 static void gdl__nn_param_totals(const gdl_module *m, int64_t *total, int64_t *trainable, int64_t *buffers) {
     int i;
-    *total += gdl__quant_params(m, NULL);
+    *total += gdl__nn_extra_params(m, NULL);
     for (i = 0; i < m->nparam; i++) {
         if (m->param[i].tied) continue;
         *total += m->param[i].t->numel;
@@ -1217,7 +1250,7 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
         int64_t own = 0;
         int k;
         for (k = 0; k < r->nparam; k++) own += r->param[k].tied ? 0 : r->param[k].t->numel;
-        own += gdl__quant_params(r, NULL);
+        own += gdl__nn_extra_params(r, NULL);
         if (i == 0) snprintf(label, sizeof label, "%s", r->kind_name);
         else snprintf(label, sizeof label, "%*s%s (%s)", 2 * rows[i].depth, "", gdl__nn_path(r), r->kind_name);
         if (rows[i].ran) snprintf(shape, sizeof shape, "%s", gdl__shape_fmt(rows[i].ndim, rows[i].shape));
@@ -1237,8 +1270,8 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
     gdl__nn_count_str(buffers, line, sizeof line);
     fprintf(f, "Buffer elements: %s\n", line);
     gdl__nn_count_str(gdl_module_nbytes(m), line, sizeof line);
-    fprintf(f, "Size: %s bytes (parameters and buffers as stored%s)\n", line,
-            gdl_module_is_quantized(m) ? "; int8 weights, f32 scales, i32 zero points" : "");
+    first = gdl__nn_first_extra(m);
+    fprintf(f, "Size: %s bytes (parameters and buffers as stored%s)\n", line, first ? first->extra->summary_note : "");
     fprintf(f, "Input shape: %s on %s\n", gdl__shape_fmt(ndim, input_shape), gdl_device_str(gdl_module_device(m)));
     GPUDL_FREE(rows);
     return 0;

@@ -82,6 +82,30 @@ static const char *gdl__qlayer_kind(const gdl__qlayer *q) {
 
 static int gdl__qlayer_to_dev(gdl__qlayer *q, gdl_device dev);
 
+/* ---- what the module tree's walks ask a quantized layer (gdl__nn_extra, src/nn/modules.h) ---- */
+/* gdl_module_to's step: the int8 weight's copies on dev */
+static int gdl__qlayer_to(gdl_module *m, gdl_device dev) {
+    gdl__qlayer *q = (gdl__qlayer *)m->user;
+    if (gdl_device_equal(q->dev, dev)) return 0;
+    return gdl__qlayer_to_dev(q, dev);
+}
+
+static gdl_device gdl__qlayer_device(const gdl_module *m) { return ((const gdl__qlayer *)m->user)->dev; }
+
+/* the parameter count (int8 weights and bias) and bytes as stored. A weight shared with another layer or derived
+   from a float parameter is counted there, as a tied parameter. */
+static int64_t gdl__qlayer_params(const gdl_module *m, int64_t *bytes) {
+    const gdl__qlayer *q = (const gdl__qlayer *)m->user;
+    const int64_t w = q->wown || q->wfloat ? 0 : q->in * q->out;
+    if (bytes)
+        *bytes = w + (w ? gdl__qlayer_nscale(q) * 8 : 0) + (q->bias ? 4 * q->out : 0) +
+                 (q->mode == GDL__Q_STATIC ? 16 : 0);
+    return w + (q->bias ? q->out : 0);
+}
+
+static const gdl__nn_extra gdl__qlayer_extra = {gdl__qlayer_to, gdl__qlayer_device, gdl__qlayer_params,
+                                                "; int8 weights, f32 scales, i32 zero points"};
+
 /* A quantized layer from a Linear or Conv2d's module configuration (ia), its f32 weight and bias, and for a
    static layer the activations' parameters. It is made in host memory and placed on W's device. */
 static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, int conv, int relu, const int64_t *ia,
@@ -146,6 +170,7 @@ static gdl_module *gdl__qlayer_new(const char *op, const char *who, int mode, in
         return NULL;
     }
     if (!(m = gdl_nn_custom(gdl__qlayer_kind(q), gdl__qlayer_forward, q, gdl__qlayer_free))) return NULL;
+    m->extra = &gdl__qlayer_extra;
     memcpy(m->ia, ia, sizeof m->ia);
     if (W->device.type != GDL_DEVICE_CPU && gdl__qlayer_to_dev(q, W->device) < 0) {
         gdl__nn_free_tree(m);
@@ -202,27 +227,6 @@ static int gdl__qlayer_to_dev(gdl__qlayer *q, gdl_device dev) {
         gdl__qlayer_drop_dev(q);
         return -1;
     }
-    return 0;
-}
-
-/* gdl_module_to's step for a quantized layer (nothing when m is not one) */
-static int gdl__qlayer_to(gdl_module *m, gdl_device dev) {
-    gdl__qlayer *q;
-    if (!gdl__is_qlayer(m)) return 0;
-    q = (gdl__qlayer *)m->user;
-    if (gdl_device_equal(q->dev, dev)) return 0;
-    return gdl__qlayer_to_dev(q, dev);
-}
-
-/* gdl_module_device's answer for a model with no float tensor: its first quantized layer's device */
-static int gdl__qlayer_first_device(const gdl_module *m, gdl_device *d) {
-    int i;
-    if (gdl__is_qlayer(m)) {
-        *d = ((const gdl__qlayer *)m->user)->dev;
-        return 1;
-    }
-    for (i = 0; i < m->nchild; i++)
-        if (gdl__qlayer_first_device(m->child[i], d)) return 1;
     return 0;
 }
 

@@ -236,31 +236,3 @@ GPUDL_API int64_t gdl_quant_calibrate(gdl_module *m, gdl_loader *l, int64_t max_
 
 GPUDL_API int gdl_module_is_quantized(const gdl_module *m) { return gdl__quant_any(m, gdl__is_qlayer); }
 
-/* A quantized module's parameter count (int8 weights and bias) and bytes as stored; 0 for other modules. A
-   weight shared with another layer or derived from a float parameter is counted there, as a tied parameter. */
-static int64_t gdl__quant_params(const gdl_module *m, int64_t *bytes) {
-    const gdl__qlayer *q;
-    int64_t w;
-    if (!gdl__is_qlayer(m)) {
-        if (bytes) *bytes = 0;
-        return 0;
-    }
-    q = (const gdl__qlayer *)m->user;
-    w = q->wown || q->wfloat ? 0 : q->in * q->out;
-    if (bytes)
-        *bytes = w + (w ? gdl__qlayer_nscale(q) * 8 : 0) + (q->bias ? 4 * q->out : 0) +
-                 (q->mode == GDL__Q_STATIC ? 16 : 0);
-    return w + (q->bias ? q->out : 0);
-}
-
-GPUDL_API int64_t gdl_module_nbytes(const gdl_module *m) {
-    int64_t n = 0, qb;
-    int i;
-    if (!m) return -1;
-    for (i = 0; i < m->nparam; i++) n += m->param[i].tied ? 0 : m->param[i].t->numel * (int64_t)gdl_dtype_size(m->param[i].t->dtype);
-    for (i = 0; i < m->nbuf; i++) n += m->buf[i].t->numel * (int64_t)gdl_dtype_size(m->buf[i].t->dtype);
-    gdl__quant_params(m, &qb);
-    n += qb;
-    for (i = 0; i < m->nchild; i++) n += gdl_module_nbytes(m->child[i]);
-    return n;
-}
