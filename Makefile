@@ -88,6 +88,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_conv:whole:plain:asan:cpup:warn \
         test_gemm_kernels:cpup \
         test_gelu:whole:cpup \
+        test_gemm_int8:cpup \
         train_trace:linked:cpup \
         test_platform:whole:win
 # the attributes of program $(1) (its name first)

@@ -10,8 +10,9 @@
 #                        warning-free for AArch64 (gcc, clang); and the CUDA
 #                        backend compiled for Jetson Orin (sm_87)
 #
-# The CPU suite on each path: test_core, test_gradcheck, test_nn, test_train,
-# test_gemm_kernels (the selected GEMM kernel against the portable one and a
+# The CPU suite on each path (SUITE's cpup programs): test_core, test_gradcheck,
+# test_nn, test_train, test_gemm_int8 (the int8 GEMM kernel the path selects;
+# its rules in tests/quant.mk), test_gemm_kernels (the selected GEMM kernel against the portable one and a
 # double reference), test_conv (the implicit-GEMM convolution against im2col
 # bit for bit: its column packing differs per kernel's NR), test_gelu (the f32
 # exact GELU and its derivative against double erfc, its vector loops against
@@ -67,7 +68,7 @@ cpu-paths: $(CPUP_X86_BINS)
 aarch64: $(AARCH64_BINS)
 
 test-cpu-paths: cpu-paths
-	sh tests/cpu_paths.sh x86 $(B)
+	CPUP_PROGS='$(CPUP_PROGS)' sh tests/cpu_paths.sh x86 $(B)
 
 # The AArch64 builds, gpudl.h's warning checks for AArch64 and the Jetson
 # build are prerequisites, built together under make -j (make test); the
@@ -77,7 +78,7 @@ test-aarch64: test-jetson-build $(B)/cpu-avx2/train_trace $(B)/cpu-portable/trai
 	@test -n "$(HAVE_A64)" || { \
 	  echo "test-aarch64: needs $(AARCH64_CC) and $(AARCH64_QEMU):" \
 	       "apt-get install gcc-aarch64-linux-gnu qemu-user (tools/deps.sh installs them)"; exit 1; }
-	AARCH64_QEMU=$(AARCH64_QEMU) AARCH64_SYSROOT=$(AARCH64_SYSROOT) sh tests/cpu_paths.sh aarch64 $(B)
+	CPUP_PROGS='$(CPUP_PROGS)' AARCH64_QEMU=$(AARCH64_QEMU) AARCH64_SYSROOT=$(AARCH64_SYSROOT) sh tests/cpu_paths.sh aarch64 $(B)
 
 # gpudl.h (tests/build_check.c) warning-free for AArch64 (-Werror): each a target of its own, run every time
 A64_WARN = c99 c11-static double $(if $(shell command -v clang 2>/dev/null),clang)

@@ -6,6 +6,11 @@
 #   sh tests/cpu_paths.sh aarch64 BUILD    the AArch64 build under qemu
 #   sh tests/cpu_paths.sh unpack DIR       Fashion-MNIST as plain IDX into DIR
 #
+# The programs come from the Makefile (CPUP_PROGS: SUITE's cpup attribute),
+# which make test-cpu-paths and make test-aarch64 pass in; each runs under
+# the harness's verbose output, test_train with the Fashion-MNIST folder its
+# build reads, and train_trace's traces are compared (below).
+#
 # A path the CPU cannot run is reported as a SKIP line and counted as
 # skipped. Each program runs in its own scratch directory (test_train writes
 # build/test_train_* relative to it), so these runs never share files with
@@ -21,6 +26,7 @@
 # over the trace's 55 steps, and the check allows 1e-5.
 set -u
 mode=${1:-}
+CPUP_PROGS=${CPUP_PROGS:-}
 B=${2:-build}
 PORTABLE_TOL=1e-5
 mkdir -p "$B" && B=$(cd "$B" && pwd) || exit 1
@@ -95,6 +101,26 @@ skip() {
     chmod +x "$W/$1"
 }
 
+# suite PREFIX DATA RUNNER...: every program of CPUP_PROGS but train_trace, from
+# the build folder the caller's RUNNER ends in, wrapped as PREFIX-NAME and
+# added to progs; test_train reads Fashion-MNIST from DATA
+suite() {
+    prefix=$1 data=$2
+    shift 2
+    if [ -z "$CPUP_PROGS" ]; then
+        echo "cpu_paths: CPUP_PROGS is empty: run it through make test-cpu-paths or make test-aarch64"
+        exit 2
+    fi
+    for t in $CPUP_PROGS; do
+        case $t in
+        train_trace) continue ;;
+        test_train) wrap_h "$prefix-$t" env GPUDL_DATA="$data" "$@$t" ;;
+        *) wrap_h "$prefix-$t" "$@$t" ;;
+        esac
+        progs="$progs $W/$prefix-$t"
+    done
+}
+
 has_flags() { # has_flags FLAG...: the CPU has every one (Linux /proc/cpuinfo; CPUINFO=FILE to try a CPU's file)
     for f in "$@"; do
         grep -qw "$f" "${CPUINFO:-/proc/cpuinfo}" 2>/dev/null || return 1
@@ -135,16 +161,7 @@ x86)
             progs="$progs $W/$p-suite"
             continue
         fi
-        for t in test_core test_gradcheck test_nn test_gemm_kernels test_gemm_int8 test_conv test_gelu; do
-            wrap_h "$p-$t" "$d/$t"
-            progs="$progs $W/$p-$t"
-        done
-        if [ $p = portable ]; then
-            wrap_h "$p-test_train" env GPUDL_DATA="$raw" "$d/test_train"
-        else
-            wrap_h "$p-test_train" env GPUDL_DATA="$gz" "$d/test_train"
-        fi
-        progs="$progs $W/$p-test_train"
+        if [ $p = portable ]; then suite $p "$raw" "$d/"; else suite $p "$gz" "$d/"; fi
         if [ $p = portable ]; then
             continue
         fi
@@ -169,13 +186,8 @@ aarch64)
     S=${AARCH64_SYSROOT:-/usr/aarch64-linux-gnu}
     progs=
     echo "cpu_paths: AArch64 under $($Q --version | head -n 1)"
-    for t in test_core test_gradcheck test_nn test_gemm_kernels test_gemm_int8 test_conv test_gelu; do
-        wrap_h "aarch64-$t" "$Q" -L "$S" "$A/$t"
-        progs="$progs $W/aarch64-$t"
-    done
     unpack "$B/fmnist-raw"
-    wrap_h "aarch64-test_train" env GPUDL_DATA="$B/fmnist-raw" "$Q" -L "$S" "$A/test_train"
-    progs="$progs $W/aarch64-test_train"
+    suite aarch64 "$B/fmnist-raw" "$Q" -L "$S" "$A/"
     # NEON must equal AVX2 bit for bit; where the CPU has no AVX2, it is
     # compared with portable C within tolerance (both traces made afresh)
     if has_flags avx2 fma && "$B/cpu-avx2/train_trace" > "$W/trace-avx2.txt"; then

@@ -14,7 +14,8 @@
 # The other paths run in the CPU suite (tests/cpu_paths.sh): each x86 build
 # (portable C, AVX2, and AVX-512F, which selects the AVX2 int8 kernel: VNNI
 # needs -mavx512vnni) and the AArch64 build (NEON without sdot) link
-# test_gemm_int8 with their library object; the rules are here.
+# test_gemm_int8 with their library object (the Makefile's SUITE marks it
+# cpup); the rules are here.
 
 .PHONY: test-quant
 
@@ -34,8 +35,6 @@ $(B)/cpu-%/test_gemm_int8: tests/test_gemm_int8.c tests/harness.h gpudl.h tests/
 	$(CC) $(CPUP_FLAGS) -DQI8_EXPECT='"$(QI8_EXPECT_$*)"' $(API_ONLY) $< $(B)/cpu-$*/gpudl.o -o $@ $(CPUP_LIBS_$*)
 $(A64)/test_gemm_int8: tests/test_gemm_int8.c tests/harness.h gpudl.h tests/api_only.h $(A64)/gpudl.o | $(A64)
 	$(AARCH64_CC) $(A64_FLAGS) -DQI8_EXPECT='"neon 4x8"' $(API_ONLY) $< $(A64)/gpudl.o -o $@ -pthread -lm
-cpu-paths: $(foreach d,$(CPUP_DIRS),$(d)/test_gemm_int8)
-aarch64: $(A64)/test_gemm_int8
 
 # The two paths no other build selects: one translation unit each (the test
 # with the implementation), -O1 (these check results, not speed).
