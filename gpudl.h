@@ -9932,13 +9932,21 @@ typedef struct {
     int64_t xn;
 } gdl__strided_job;
 
+/* part over the n elements of j's shape, on the pool (accumulate: gdl__args') */
+static int gdl__strided_run(const gdl__strided_job *j, gdl__loop_fn part, int accumulate) {
+    gdl__args a = gdl__args_none();
+    const int64_t n = gdl__numel_of(j->ndim, j->shape);
+    a.ctx = j;
+    a.accumulate = accumulate;
+    gdl__parallel_loop(n, n, part, &a);
+    return 0;
+}
+
 static void gdl__strided_copy_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
-    const int64_t *str[2];
+    const int64_t *str[2] = {j->s0, j->s1};
     size_t es = gdl_dtype_size(j->dt);
     int64_t i, off[2];
-    str[0] = j->s0;
-    str[1] = j->s1;
     for (i = lo; i < hi; i++) {
         const char *src;
         char *dst;
@@ -9953,14 +9961,9 @@ static void gdl__strided_copy_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_strided_copy(gdl_dtype dt, int ndim, const int64_t *shape, const void *src, const int64_t *sstr,
                                  void *dst, const int64_t *dstr, int accumulate) {
     gdl__strided_job j;
-    gdl__args a = gdl__args_none();
-    int64_t n = gdl__numel_of(ndim, shape);
     memset(&j, 0, sizeof j);
     j.ndim = ndim; j.shape = shape; j.s0 = sstr; j.s1 = dstr; j.dt = dt; j.p0 = src; j.out = dst;
-    a.ctx = &j;
-    a.accumulate = accumulate;
-    gdl__parallel_loop(n, n, gdl__strided_copy_part, &a);
-    return 0;
+    return gdl__strided_run(&j, gdl__strided_copy_part, accumulate);
 }
 
 /* gather's and scatter_add's element i: the offset in x (dim's coordinate from the index) and the index;
@@ -9990,14 +9993,10 @@ static void gdl__gather_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_gather(gdl_dtype dt, int ndim, const int64_t *shape, int dim, const void *x, const int64_t *xstr,
                            int64_t xn, const int32_t *idx, const int64_t *istr, void *out) {
     gdl__strided_job j;
-    gdl__args a = gdl__args_none();
-    int64_t n = gdl__numel_of(ndim, shape);
     memset(&j, 0, sizeof j);
     j.ndim = ndim; j.dim = dim; j.shape = shape; j.s0 = xstr; j.s1 = istr; j.dt = dt; j.p0 = x; j.p1 = idx;
     j.out = out; j.xn = xn;
-    a.ctx = &j;
-    gdl__parallel_loop(n, n, gdl__gather_part, &a);
-    return 0;
+    return gdl__strided_run(&j, gdl__gather_part, 0);
 }
 /* serial: destinations repeat, and the sums keep one order (the same bits for any thread count) */
 static int gdl__cpu_scatter_add(gdl_dtype st, int ndim, const int64_t *shape, int dim, const void *src,
@@ -10032,11 +10031,9 @@ static int gdl__cmp1(int op, double a, double b) {
 }
 static void gdl__compare_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
-    const int64_t *str[2];
+    const int64_t *str[2] = {j->s0, j->s1};
     int64_t i, off[2];
     int as_float = !((j->t0 == GDL_I32 || j->t0 == GDL_U8) && (j->t1 == GDL_I32 || j->t1 == GDL_U8));
-    str[0] = j->s0;
-    str[1] = j->s1;
     for (i = lo; i < hi; i++) {
         gdl__elem_offsets(j->ndim, j->shape, i, 2, str, off);
         ((uint8_t *)j->out)[i] = (uint8_t)gdl__cmp1(j->op, gdl__cmp_load(j->p0, j->t0, off[0], as_float),
@@ -10046,24 +10043,17 @@ static void gdl__compare_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_compare(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
                             gdl_dtype bt, const void *b, const int64_t *bstr, uint8_t *out) {
     gdl__strided_job j;
-    gdl__args args = gdl__args_none();
-    int64_t n = gdl__numel_of(ndim, shape);
     memset(&j, 0, sizeof j);
     j.op = op; j.ndim = ndim; j.shape = shape; j.s0 = astr; j.s1 = bstr; j.t0 = at; j.t1 = bt; j.p0 = a; j.p1 = b;
     j.out = out;
-    args.ctx = &j;
-    gdl__parallel_loop(n, n, gdl__compare_part, &args);
-    return 0;
+    return gdl__strided_run(&j, gdl__compare_part, 0);
 }
 
 static void gdl__where_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
-    const int64_t *str[3];
+    const int64_t *str[3] = {j->s0, j->s1, j->s2};
     size_t es = gdl_dtype_size(j->dt);
     int64_t i, off[3];
-    str[0] = j->s0;
-    str[1] = j->s1;
-    str[2] = j->s2;
     for (i = lo; i < hi; i++) {
         gdl__elem_offsets(j->ndim, j->shape, i, 3, str, off);
         memcpy((char *)j->out + (size_t)i * es,
@@ -10075,14 +10065,10 @@ static void gdl__where_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_where(gdl_dtype dt, int ndim, const int64_t *shape, const uint8_t *cond, const int64_t *cstr,
                           const void *a, const int64_t *astr, const void *b, const int64_t *bstr, void *out) {
     gdl__strided_job j;
-    gdl__args args = gdl__args_none();
-    int64_t n = gdl__numel_of(ndim, shape);
     memset(&j, 0, sizeof j);
     j.ndim = ndim; j.shape = shape; j.s0 = cstr; j.s1 = astr; j.s2 = bstr; j.dt = dt;
     j.p0 = cond; j.p1 = a; j.p2 = b; j.out = out;
-    args.ctx = &j;
-    gdl__parallel_loop(n, n, gdl__where_part, &args);
-    return 0;
+    return gdl__strided_run(&j, gdl__where_part, 0);
 }
 
 static int gdl__cpu_tri(gdl_dtype dt, int upper, int64_t batch, int64_t R, int64_t C, int64_t k, const void *x, void *y,
@@ -12957,42 +12943,35 @@ static void gdl__sgd_part(gdl__args a, int64_t lo, int64_t hi) {
     const double lr = h.lr, dampening = h.dampening, weight_decay = h.weight_decay;
     const int nesterov = h.nesterov;
     int64_t i;
+/* one element's step, its gradient GI (a double): every loop below is this */
+#define GDL__SGD_ELEM(GI)                                                               \
+    do {                                                                                \
+        double d = (GI) + weight_decay * p[i];                                          \
+        if (momentum != 0) {                                                            \
+            double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;        \
+            buf[i] = (gdl_real)b;                                                       \
+            d = nesterov ? d + momentum * b : b;                                        \
+        }                                                                               \
+        p[i] = (gdl_real)(p[i] - lr * d);                                               \
+    } while (0)
     if (t.low) { /* the same formula on the f32 master, the gradient read from dtype low */
         const uint16_t *glow = (const uint16_t *)t.glow;
         uint16_t *plow = (uint16_t *)t.plow;
         const int low = t.low;
         if (low == GDL_BF16) /* the loop below with the dtype a constant (no call: vectorised) */
             for (i = lo; i < hi; i++) {
-                double d = (double)gdl__opt_lowf(GDL_BF16, glow[i]) + weight_decay * p[i];
-                if (momentum != 0) {
-                    double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
-                    buf[i] = (gdl_real)b;
-                    d = nesterov ? d + momentum * b : b;
-                }
-                p[i] = (gdl_real)(p[i] - lr * d);
+                GDL__SGD_ELEM((double)gdl__opt_lowf(GDL_BF16, glow[i]));
                 plow[i] = gdl__opt_round(GDL_BF16, (float)p[i]);
             }
-        else for (i = lo; i < hi; i++) {
-            double d = (double)gdl__opt_lowf(low, glow[i]) + weight_decay * p[i];
-            if (momentum != 0) {
-                double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
-                buf[i] = (gdl_real)b;
-                d = nesterov ? d + momentum * b : b;
+        else
+            for (i = lo; i < hi; i++) {
+                GDL__SGD_ELEM((double)gdl__opt_lowf(low, glow[i]));
+                plow[i] = gdl__opt_round(low, (float)p[i]);
             }
-            p[i] = (gdl_real)(p[i] - lr * d);
-            plow[i] = gdl__opt_round(low, (float)p[i]);
-        }
         return;
     }
-    for (i = lo; i < hi; i++) {
-        double d = g[i] + weight_decay * p[i];
-        if (momentum != 0) {
-            double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
-            buf[i] = (gdl_real)b;
-            d = nesterov ? d + momentum * b : b;
-        }
-        p[i] = (gdl_real)(p[i] - lr * d);
-    }
+    for (i = lo; i < hi; i++) GDL__SGD_ELEM(g[i]);
+#undef GDL__SGD_ELEM
 }
 /* The CPU's table is a copy of the entries: device memory is host memory. */
 typedef struct {
@@ -13021,19 +13000,23 @@ static void gdl__cpu_opt_count(const gdl__cpu_opt_table *tab) {
 static int gdl__cpu_opt_skipped(const gdl__cpu_opt_table *tab) {
     return tab->count > 0 && tab->t[0].skip && *tab->t[0].skip != 0;
 }
-static int gdl__cpu_sgd_multi(const void *table) {
+/* An optimizer's step over the table: part on each tensor, with a.op = op (op < 0: whether the tensor takes
+   its first step); the step counts then advance. Nothing when GradScaler skips the step. */
+static int gdl__cpu_opt_run(const void *table, gdl__loop_fn part, int op) {
     const gdl__cpu_opt_table *tab = (const gdl__cpu_opt_table *)table;
     int k;
     if (gdl__cpu_opt_skipped(tab)) return 0;
     for (k = 0; k < tab->count; k++) {
         const gdl_opt_tensor *t = &tab->t[k];
         gdl__args a = gdl__args_none();
-        a.t = t; a.op = !t->step || *t->step == 0;
-        gdl__parallel_loop(t->n, t->n, gdl__sgd_part, &a);
+        a.t = t;
+        a.op = op >= 0 ? op : !t->step || *t->step == 0;
+        gdl__parallel_loop(t->n, t->n, part, &a);
     }
     gdl__cpu_opt_count(tab);
     return 0;
 }
+static int gdl__cpu_sgd_multi(const void *table) { return gdl__cpu_opt_run(table, gdl__sgd_part, -1); }
 
 #if defined(GDL__GEMM_AVX512)
 /* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
@@ -13122,43 +13105,32 @@ static void gdl__adam_part(gdl__args a, int64_t lo, int64_t hi) {
 #undef GDL__AF
     }
 #endif
-    if (t.low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
+/* one element's step, its gradient GI (a double): both loops below are this */
+#define GDL__ADAM_ELEM(GI)                                                          \
+    do {                                                                            \
+        double gi = (GI), pi = p[i];                                                \
+        gdl_real mi, vi;                                                            \
+        if (decoupled) pi -= lr * weight_decay * pi;                                \
+        else gi += weight_decay * pi;                                               \
+        m[i] = mi = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);                    \
+        v[i] = vi = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);               \
+        p[i] = (gdl_real)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));           \
+    } while (0)
+    if (t.low) { /* on the f32 master, the gradient read from dtype low */
         const uint16_t *glow = (const uint16_t *)t.glow;
         uint16_t *plow = (uint16_t *)t.plow;
         const int low = t.low;
         for (; i < hi; i++) {
-            double gi = gdl__opt_lowf(low, glow[i]), pi = p[i];
-            gdl_real mi, vi;
-            if (decoupled) pi -= lr * weight_decay * pi;
-            else gi += weight_decay * pi;
-            m[i] = mi = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
-            v[i] = vi = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
-            p[i] = (gdl_real)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+            GDL__ADAM_ELEM(gdl__opt_lowf(low, glow[i]));
             plow[i] = gdl__opt_round(low, (float)p[i]);
         }
         return;
     }
-    for (; i < hi; i++) {
-        double gi = g[i], pi = p[i];
-        if (decoupled) pi -= lr * weight_decay * pi;
-        else gi += weight_decay * pi;
-        m[i] = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
-        v[i] = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
-        p[i] = (gdl_real)(pi - lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + eps));
-    }
+    for (; i < hi; i++) GDL__ADAM_ELEM(g[i]);
+#undef GDL__ADAM_ELEM
 }
 static int gdl__cpu_adam_multi(const void *table, int decoupled) {
-    const gdl__cpu_opt_table *tab = (const gdl__cpu_opt_table *)table;
-    int k;
-    if (gdl__cpu_opt_skipped(tab)) return 0;
-    for (k = 0; k < tab->count; k++) {
-        const gdl_opt_tensor *t = &tab->t[k];
-        gdl__args a = gdl__args_none();
-        a.t = t; a.op = decoupled;
-        gdl__parallel_loop(t->n, t->n, gdl__adam_part, &a);
-    }
-    gdl__cpu_opt_count(tab);
-    return 0;
+    return gdl__cpu_opt_run(table, gdl__adam_part, decoupled != 0);
 }
 /* The norm: the sum of squares in blocks of GDL__NORM_BLK elements of a gradient, each block in 8 running
    sums (lane l takes elements l, l+8, ...) added up in a fixed tree at its end, the blocks' sums then added
@@ -17801,6 +17773,15 @@ static int gdl__js_literal(gdl__json *J, const char *lit) {
     return 0;
 }
 
+/* An object's key (J->str, J->slen) and the ':' after it. 0 / -1. */
+static int gdl__js_key(gdl__json *J) {
+    if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
+    if (gdl__js_string(J) < 0) return -1;
+    if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
+    J->i++;
+    return 0;
+}
+
 /* Skip over any JSON value (validating it). */
 static int gdl__js_skip(gdl__json *J) {
     int c = gdl__js_peek(J), is_uint;
@@ -17813,12 +17794,7 @@ static int gdl__js_skip(gdl__json *J) {
         for (;;) {
             c = gdl__js_peek(J);
             if (c == close && first) break;
-            if (close == '}') {
-                if (c != '"') return gdl__js_fail(J, "expected a string key");
-                if (gdl__js_string(J) < 0) return -1;
-                if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
-                J->i++;
-            }
+            if (close == '}' && gdl__js_key(J) < 0) return -1;
             if (gdl__js_skip(J) < 0) return -1;
             first = 0;
             c = gdl__js_peek(J);
@@ -17903,14 +17879,16 @@ typedef struct gdl__st_build {
     int nm, mcap;
 } gdl__st_build;
 
-static void gdl__st_build_free(gdl__st_build *b) {
+/* n strings and their array */
+static void gdl__st_free_strs(char **s, int n) {
     int k;
-    for (k = 0; k < b->nm; k++) {
-        GPUDL_FREE(b->mk[k]);
-        GPUDL_FREE(b->mv[k]);
-    }
-    GPUDL_FREE(b->mk);
-    GPUDL_FREE(b->mv);
+    for (k = 0; s && k < n; k++) GPUDL_FREE(s[k]);
+    GPUDL_FREE(s);
+}
+
+static void gdl__st_build_free(gdl__st_build *b) {
+    gdl__st_free_strs(b->mk, b->nm);
+    gdl__st_free_strs(b->mv, b->nm);
     GPUDL_FREE(b->e);
     memset(b, 0, sizeof *b);
 }
@@ -17971,10 +17949,7 @@ static int gdl__st_entry_parse(gdl__json *J, gdl_st_entry *e) {
     if (c == '}') J->i++;
     else
         for (;;) {
-            if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
-            if (gdl__js_string(J) < 0) return -1;
-            if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
-            J->i++;
+            if (gdl__js_key(J) < 0) return -1;
             if (strcmp(J->str, "dtype") == 0 && J->slen == 5) {
                 if (seen_dtype++) {
                     snprintf(J->err, sizeof J->err, "tensor '%s': duplicate key \"dtype\"", e->name);
@@ -18211,10 +18186,7 @@ static int gdl__st_parse_top(gdl__json *J, gdl__st_build *b) {
     if (gdl__js_peek(J) == '}') J->i++;
     else
         for (;;) {
-            if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
-            if (gdl__js_string(J) < 0) return -1;
-            if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
-            J->i++;
+            if (gdl__js_key(J) < 0) return -1;
             if (J->slen == 12 && strcmp(J->str, "__metadata__") == 0) {
                 if (seen_meta++) {
                     snprintf(J->err, sizeof J->err, "duplicate \"__metadata__\"");
@@ -18403,14 +18375,9 @@ static int gdl__st_read(const char *fn, const char *path, gdl_st_file *out) {
 GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) { return gdl__st_read("gdl_st_read", path, out); }
 
 GPUDL_API void gdl_st_free(gdl_st_file *f) {
-    int k;
     if (!f) return;
-    for (k = 0; k < f->n_meta; k++) {
-        GPUDL_FREE(f->meta_keys[k]);
-        GPUDL_FREE(f->meta_vals[k]);
-    }
-    GPUDL_FREE(f->meta_keys);
-    GPUDL_FREE(f->meta_vals);
+    gdl__st_free_strs(f->meta_keys, f->n_meta);
+    gdl__st_free_strs(f->meta_vals, f->n_meta);
     GPUDL_FREE(f->entries);
     GPUDL_FREE(f->owned);
     memset(f, 0, sizeof *f);
@@ -18529,13 +18496,21 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
     gdl__dir_close(&d);
 }
 
+/* gdl_st_write's names (what: "tensor name", "metadata key"): none twice. 0 / -1. */
+static int gdl__st_no_dup(const char *fn, const char *path, const char *const *strs, int n, const char *what) {
+    int oom;
+    const char *dup = gdl__find_dup(strs, n, &oom);
+    if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
+    else if (dup) gdl__set_error("%s: %s: duplicate %s '%s'", fn, path, what, dup);
+    return dup || oom ? -1 : 0;
+}
+
 /* gdl_st_write's tensors checked before anything is written: names, dtypes, shapes, data; their byte sizes
    (sizes[k]) and names (names[k]). */
 static int gdl__st_check_tensors(const char *fn, const char *path, int n, const gdl_st_tensor *tensors,
                                  uint64_t *sizes, const char **names) {
     uint64_t off = 0;
-    const char *dup;
-    int k, d, oom = 0;
+    int k, d;
     for (k = 0; k < n; k++) {
         const gdl_st_tensor *t = &tensors[k];
         size_t es, nl;
@@ -18578,20 +18553,13 @@ static int gdl__st_check_tensors(const char *fn, const char *path, int n, const 
         off += sizes[k];
         names[k] = t->name;
     }
-    dup = gdl__find_dup(names, n, &oom);
-    if (dup || oom) {
-        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
-        else gdl__set_error("%s: %s: duplicate tensor name '%s'", fn, path, dup);
-        return -1;
-    }
-    return 0;
+    return gdl__st_no_dup(fn, path, names, n, "tensor name");
 }
 
 /* gdl_st_write's metadata checked: keys and values valid UTF-8, no key twice. */
 static int gdl__st_check_meta(const char *fn, const char *path, int n_meta, const char *const *meta_keys,
                               const char *const *meta_vals) {
-    const char *dup;
-    int k, oom = 0;
+    int k;
     for (k = 0; k < n_meta; k++) {
         const char *mk = meta_keys[k], *mv = meta_vals[k];
         if (!mk || !mv || gdl__utf8_check((const unsigned char *)mk, strlen(mk)) != strlen(mk) ||
@@ -18600,13 +18568,7 @@ static int gdl__st_check_meta(const char *fn, const char *path, int n_meta, cons
             return -1;
         }
     }
-    dup = gdl__find_dup(meta_keys, n_meta, &oom);
-    if (dup || oom) {
-        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
-        else gdl__set_error("%s: %s: duplicate metadata key '%s'", fn, path, dup);
-        return -1;
-    }
-    return 0;
+    return gdl__st_no_dup(fn, path, meta_keys, n_meta, "metadata key");
 }
 
 /* The JSON header into h (h->oom on failure), padded with spaces to a multiple of 8 bytes. */
@@ -19003,12 +18965,8 @@ static gdl_dataset *gdl__ds_alloc(const char *fn, gdl_dtype dt, int ndim, const 
                        gdl_dtype_name(dt), gdl__shape_fmt(ndim, shape));
         return NULL;
     }
-    ds = (gdl_dataset *)GPUDL_MALLOC(sizeof(gdl_dataset));
-    if (!ds) {
-        gdl__set_error("%s: out of memory", fn);
-        return NULL;
-    }
-    memset(ds, 0, sizeof *ds);
+    ds = (gdl_dataset *)gdl__zalloc(fn, sizeof(gdl_dataset));
+    if (!ds) return NULL;
     ds->n = n;
     ds->ndim = ndim;
     memcpy(ds->shape, shape, sizeof(int64_t) * (size_t)ndim);
@@ -19997,12 +19955,8 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
     int ahead;
     if (gdl__loader_check_opts(fn, ds, &o) < 0) return NULL;
     if (o.prefetch == 0) o.prefetch = 2;
-    l = (gdl_loader *)GPUDL_MALLOC(sizeof(gdl_loader));
-    if (!l) {
-        gdl__set_error("%s: out of memory", fn);
-        return NULL;
-    }
-    memset(l, 0, sizeof *l);
+    l = (gdl_loader *)gdl__zalloc(fn, sizeof(gdl_loader));
+    if (!l) return NULL;
     l->ds = ds;
     l->o = o;
     l->n = o.num_replicas > 1 ? (ds->n + o.num_replicas - 1) / o.num_replicas : ds->n;
@@ -21539,12 +21493,8 @@ static void gdl__nn_drop(gdl_module *m) {
 }
 
 static gdl_module *gdl__nn_new(const char *op, int kind, const char *kind_name) {
-    gdl_module *m = (gdl_module *)GPUDL_MALLOC(sizeof(gdl_module));
-    if (!m) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(m, 0, sizeof *m);
+    gdl_module *m = (gdl_module *)gdl__zalloc(op, sizeof(gdl_module));
+    if (!m) return NULL;
     m->kind = kind;
     m->training = 1;
     m->kind_name = gdl__nn_strdup(kind_name);
@@ -23584,13 +23534,17 @@ static const char *gdl__opt_kind_name(int kind) {
     return kind == GDL__OPT_SGD ? "SGD" : kind == GDL__OPT_ADAM ? "Adam" : "AdamW";
 }
 
+/* a group's settings: those every optimizer has, the rest zero; initial_lr unset (a scheduler sets it) */
+static void gdl__opt_group_init(gdl__opt_group *d, double lr, double weight_decay) {
+    memset(d, 0, sizeof *d);
+    d->lr = lr;
+    d->weight_decay = weight_decay;
+    d->initial_lr = -1;
+}
+
 static gdl_optimizer *gdl__opt_new(const char *op, int kind, const gdl__opt_group *d) {
-    gdl_optimizer *o = (gdl_optimizer *)GPUDL_MALLOC(sizeof(gdl_optimizer));
-    if (!o) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(o, 0, sizeof *o);
+    gdl_optimizer *o = (gdl_optimizer *)gdl__zalloc(op, sizeof(gdl_optimizer));
+    if (!o) return NULL;
     o->kind = kind;
     o->defaults = *d;
     return o;
@@ -23613,13 +23567,10 @@ GPUDL_API gdl_optimizer *gdl_sgd_new(double lr, double momentum, double dampenin
                        "dampening %g)", momentum, dampening);
         return NULL;
     }
-    memset(&d, 0, sizeof d);
-    d.lr = lr;
+    gdl__opt_group_init(&d, lr, weight_decay);
     d.momentum = momentum;
     d.dampening = dampening;
-    d.weight_decay = weight_decay;
     d.nesterov = nesterov != 0;
-    d.initial_lr = -1;
     return gdl__opt_new("gdl_sgd_new", GDL__OPT_SGD, &d);
 }
 
@@ -23642,13 +23593,10 @@ static gdl_optimizer *gdl__adam_new(const char *op, int kind, double lr, double 
         gdl__set_error("%s: invalid weight_decay %g (must be >= 0)", op, weight_decay);
         return NULL;
     }
-    memset(&d, 0, sizeof d);
-    d.lr = lr;
+    gdl__opt_group_init(&d, lr, weight_decay);
     d.beta1 = beta1;
     d.beta2 = beta2;
     d.eps = eps;
-    d.weight_decay = weight_decay;
-    d.initial_lr = -1;
     return gdl__opt_new(op, kind, &d);
 }
 
@@ -24456,11 +24404,7 @@ static gdl__flat *gdl__ema_block(const char *op, gdl_device dev, const void *src
     const gdl_backend *be = gdl__be(op, dev);
     gdl__flat *f;
     if (!be) return NULL;
-    if (!(f = (gdl__flat *)GPUDL_MALLOC(sizeof(gdl__flat)))) {
-        gdl__set_error("%s: out of memory (host)", op);
-        return NULL;
-    }
-    memset(f, 0, sizeof *f);
+    if (!(f = (gdl__flat *)gdl__zalloc(op, sizeof(gdl__flat)))) return NULL;
     f->refs = 1;
     f->device = dev;
     f->bytes = f->params_bytes = bytes;
@@ -24542,11 +24486,7 @@ GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, 
         return NULL;
     }
     if (gdl__opt_layout(op, opt) < 0) return NULL; /* the blocks whose parameter regions are mirrored */
-    if (!(e = (gdl_ema *)GPUDL_MALLOC(sizeof(gdl_ema)))) {
-        gdl__set_error("%s: out of memory (host)", op);
-        return NULL;
-    }
-    memset(e, 0, sizeof *e);
+    if (!(e = (gdl_ema *)gdl__zalloc(op, sizeof(gdl_ema)))) return NULL;
     e->decay = decay;
     e->use_buffers = use_buffers != 0;
     e->shadow = (gdl__flat **)GPUDL_MALLOC(sizeof(gdl__flat *) * (size_t)opt->ndevs);
@@ -24915,15 +24855,21 @@ static gdl__scaler_opt *gdl__scaler_record(const char *op, gdl_grad_scaler *s, g
     return gdl__scaler_find(s, opt);
 }
 
-GPUDL_API int gdl_grad_scaler_unscale(gdl_grad_scaler *s, gdl_optimizer *opt) {
-    const char *op = "gdl_grad_scaler_unscale";
-    gdl__scaler_opt *r;
+/* unscale's and step's start: the arguments checked, opt's record (*r). 1; 0 when s is disabled; -1 + error. */
+static int gdl__scaler_begin(const char *op, gdl_grad_scaler *s, gdl_optimizer *opt, gdl__scaler_opt **r) {
     if (!s || !opt) {
         gdl__null_arg(op, !s ? "s" : "opt");
         return -1;
     }
     if (!s->o.enabled) return 0;
-    if (gdl__scaler_ready(op, s) < 0 || !(r = gdl__scaler_record(op, s, opt))) return -1;
+    return gdl__scaler_ready(op, s) < 0 || !(*r = gdl__scaler_record(op, s, opt)) ? -1 : 1;
+}
+
+GPUDL_API int gdl_grad_scaler_unscale(gdl_grad_scaler *s, gdl_optimizer *opt) {
+    const char *op = "gdl_grad_scaler_unscale";
+    gdl__scaler_opt *r = NULL;
+    const int rc = gdl__scaler_begin(op, s, opt, &r);
+    if (rc <= 0) return rc;
     if (r->stage == GDL__SC_UNSCALED) {
         gdl__set_error("%s: already called for this optimizer since the last update (PyTorch: unscale_() has "
                        "already been called on this optimizer since the last update())", op);
@@ -24939,13 +24885,9 @@ GPUDL_API int gdl_grad_scaler_unscale(gdl_grad_scaler *s, gdl_optimizer *opt) {
 
 GPUDL_API int gdl_grad_scaler_step(gdl_grad_scaler *s, gdl_optimizer *opt) {
     const char *op = "gdl_grad_scaler_step";
-    gdl__scaler_opt *r;
-    if (!s || !opt) {
-        gdl__null_arg(op, !s ? "s" : "opt");
-        return -1;
-    }
-    if (!s->o.enabled) return gdl_step(opt);
-    if (gdl__scaler_ready(op, s) < 0 || !(r = gdl__scaler_record(op, s, opt))) return -1;
+    gdl__scaler_opt *r = NULL;
+    const int rc = gdl__scaler_begin(op, s, opt, &r);
+    if (rc <= 0) return rc < 0 ? -1 : gdl_step(opt);
     if (r->stage == GDL__SC_STEPPED) {
         gdl__set_error("%s: already called for this optimizer since the last update (call gdl_grad_scaler_update "
                        "after each step)", op);
@@ -25206,16 +25148,23 @@ GPUDL_API int gdl_optim_set_master_weights(gdl_optimizer *opt, gdl_dtype dt) {
 
 GPUDL_API gdl_dtype gdl_optim_master_weights(const gdl_optimizer *opt) { return opt ? opt->master : GDL_F32; }
 
-GPUDL_API gdl_tensor *gdl_optim_master_weight(gdl_optimizer *opt, int i) {
-    const char *op = "gdl_optim_master_weight";
+/* opt not NULL, and i one of its parameter groups (groups) or parameters. 0 / -1. */
+static int gdl__opt_index_ok(const char *op, const gdl_optimizer *opt, int groups, int i) {
+    const char *what = groups ? "group" : "parameter";
+    int n;
     if (!opt) {
         gdl__null_arg(op, "opt");
-        return NULL;
+        return -1;
     }
-    if (i < 0 || i >= opt->nparams) {
-        gdl__set_error("%s: parameter %d out of range (the optimizer has %d)", op, i, opt->nparams);
-        return NULL;
-    }
+    n = groups ? opt->ngroups : opt->nparams;
+    if (i >= 0 && i < n) return 0;
+    gdl__set_error("%s: %s %d out of range (the optimizer has %d %ss)", op, what, i, n, what);
+    return -1;
+}
+
+GPUDL_API gdl_tensor *gdl_optim_master_weight(gdl_optimizer *opt, int i) {
+    const char *op = "gdl_optim_master_weight";
+    if (gdl__opt_index_ok(op, opt, 0, i) < 0) return NULL;
     if (opt->master == GDL_F32) {
         gdl__set_error("%s: the optimizer keeps no master weights (gdl_optim_set_master_weights)", op);
         return NULL;
@@ -25286,15 +25235,7 @@ GPUDL_API int gdl_optim_num_groups(const gdl_optimizer *opt) { return opt ? opt-
 GPUDL_API int gdl_optim_num_params(const gdl_optimizer *opt) { return opt ? opt->nparams : -1; }
 
 static gdl__opt_group *gdl__opt_group_at(const char *op, const gdl_optimizer *opt, int group) {
-    if (!opt) {
-        gdl__null_arg(op, "opt");
-        return NULL;
-    }
-    if (group < 0 || group >= opt->ngroups) {
-        gdl__set_error("%s: group %d out of range (the optimizer has %d groups)", op, group, opt->ngroups);
-        return NULL;
-    }
-    return &opt->groups[group];
+    return gdl__opt_index_ok(op, opt, 1, group) < 0 ? NULL : &opt->groups[group];
 }
 
 GPUDL_API double gdl_optim_get_lr(const gdl_optimizer *opt, int group) {
@@ -25410,16 +25351,10 @@ static gdl_scheduler *gdl__sched_new(const char *op, int kind, gdl_optimizer *op
         gdl__set_error("%s: the optimizer has no parameter groups yet (add parameters first)", op);
         return NULL;
     }
-    s = (gdl_scheduler *)GPUDL_MALLOC(sizeof(gdl_scheduler));
-    if (!s) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(s, 0, sizeof *s);
-    s->base_lrs = (double *)GPUDL_MALLOC(sizeof(double) * 2 * (size_t)opt->ngroups);
-    if (!s->base_lrs) {
+    s = (gdl_scheduler *)gdl__zalloc(op, sizeof(gdl_scheduler));
+    if (!s) return NULL;
+    if (!(s->base_lrs = (double *)gdl__zalloc(op, sizeof(double) * 2 * (size_t)opt->ngroups))) {
         GPUDL_FREE(s);
-        gdl__set_error("%s: out of memory", op);
         return NULL;
     }
     s->last_lr = s->base_lrs + opt->ngroups;
@@ -25435,66 +25370,57 @@ static gdl_scheduler *gdl__sched_new(const char *op, int kind, gdl_optimizer *op
     return s;
 }
 
-GPUDL_API gdl_scheduler *gdl_steplr_new(gdl_optimizer *opt, int step_size, double gamma) {
-    gdl_scheduler *s;
-    if (step_size < 1 || !(gamma >= 0) || gamma == INFINITY) {
-        gdl__set_error("gdl_steplr_new: bad step_size %d (must be >= 1) or gamma %g (must be finite, >= 0)", step_size,
-                       gamma);
-        return NULL;
-    }
-    if (!(s = gdl__sched_new("gdl_steplr_new", GDL__SCHED_STEP, opt))) return NULL;
-    s->n = step_size;
-    s->a = gamma;
+/* a scheduler of kind with its counts (n, n2) and reals (a, b), applied to opt's groups at once */
+static gdl_scheduler *gdl__sched_make(const char *op, int kind, gdl_optimizer *opt, int n, double a, int n2, double b) {
+    gdl_scheduler *s = gdl__sched_new(op, kind, opt);
+    if (!s) return NULL;
+    s->n = n;
+    s->a = a;
+    s->n2 = n2;
+    s->b = b;
     gdl__sched_apply(s);
     return s;
 }
 
+/* StepLR's and CosineAnnealingLR's arguments: a count n >= 1 and a finite a >= 0. 0 / -1. */
+static int gdl__sched_count_and_real(const char *op, const char *n_name, int n, const char *a_name, double a) {
+    if (n >= 1 && a >= 0 && a != INFINITY) return 0;
+    gdl__set_error("%s: bad %s %d (must be >= 1) or %s %g (must be finite, >= 0)", op, n_name, n, a_name, a);
+    return -1;
+}
+
+GPUDL_API gdl_scheduler *gdl_steplr_new(gdl_optimizer *opt, int step_size, double gamma) {
+    const char *op = "gdl_steplr_new";
+    if (gdl__sched_count_and_real(op, "step_size", step_size, "gamma", gamma) < 0) return NULL;
+    return gdl__sched_make(op, GDL__SCHED_STEP, opt, step_size, gamma, 0, 0);
+}
+
 GPUDL_API gdl_scheduler *gdl_cosine_lr_new(gdl_optimizer *opt, int T_max, double eta_min) {
-    gdl_scheduler *s;
-    if (T_max < 1 || !(eta_min >= 0) || eta_min == INFINITY) {
-        gdl__set_error("gdl_cosine_lr_new: bad T_max %d (must be >= 1) or eta_min %g (must be finite, >= 0)", T_max,
-                       eta_min);
-        return NULL;
-    }
-    if (!(s = gdl__sched_new("gdl_cosine_lr_new", GDL__SCHED_COSINE, opt))) return NULL;
-    s->n = T_max;
-    s->a = eta_min;
-    gdl__sched_apply(s);
-    return s;
+    const char *op = "gdl_cosine_lr_new";
+    if (gdl__sched_count_and_real(op, "T_max", T_max, "eta_min", eta_min) < 0) return NULL;
+    return gdl__sched_make(op, GDL__SCHED_COSINE, opt, T_max, eta_min, 0, 0);
 }
 
 GPUDL_API gdl_scheduler *gdl_linear_warmup_new(gdl_optimizer *opt, double start_factor, double end_factor,
                                                int total_iters) {
-    gdl_scheduler *s;
     if (!(start_factor > 0 && start_factor <= 1) || !(end_factor >= 0 && end_factor <= 1) || total_iters < 1) {
         gdl__set_error("gdl_linear_warmup_new: bad start_factor %g (must be in (0,1]), end_factor %g (in [0,1]) or "
                        "total_iters %d (>= 1)", start_factor, end_factor, total_iters);
         return NULL;
     }
-    if (!(s = gdl__sched_new("gdl_linear_warmup_new", GDL__SCHED_LINEAR, opt))) return NULL;
-    s->n = total_iters;
-    s->a = start_factor;
-    s->b = end_factor;
-    gdl__sched_apply(s);
-    return s;
+    return gdl__sched_make("gdl_linear_warmup_new", GDL__SCHED_LINEAR, opt, total_iters, start_factor, 0, end_factor);
 }
 
 GPUDL_API gdl_scheduler *gdl_warmup_cosine_lr_new(gdl_optimizer *opt, int warmup_iters, double start_factor, int T_max,
                                                   double eta_min) {
-    gdl_scheduler *s;
     if (warmup_iters < 0 || !(start_factor > 0 && start_factor <= 1) || T_max < 1 || !(eta_min >= 0) ||
         eta_min == INFINITY) {
         gdl__set_error("gdl_warmup_cosine_lr_new: bad warmup_iters %d (>= 0), start_factor %g (in (0,1]), T_max %d "
                        "(>= 1) or eta_min %g (finite, >= 0)", warmup_iters, start_factor, T_max, eta_min);
         return NULL;
     }
-    if (!(s = gdl__sched_new("gdl_warmup_cosine_lr_new", GDL__SCHED_WARMUP_COSINE, opt))) return NULL;
-    s->n = warmup_iters;
-    s->a = start_factor;
-    s->n2 = T_max;
-    s->b = eta_min;
-    gdl__sched_apply(s);
-    return s;
+    return gdl__sched_make("gdl_warmup_cosine_lr_new", GDL__SCHED_WARMUP_COSINE, opt, warmup_iters, start_factor, T_max,
+                           eta_min);
 }
 
 GPUDL_API gdl_scheduler *gdl_onecycle_lr_new_ex(gdl_optimizer *opt, double max_lr, int total_steps, double pct_start,
@@ -25622,13 +25548,19 @@ static int gdl__q_tensor_args(const char *op, const gdl_tensor *x, gdl_dtype wan
     return 0;
 }
 
+/* x checked (dtype want; quint8's scale and zero point), its device's backend (*be), and the result: dtype out,
+   x's shape. NULL + error. */
+static gdl_tensor *gdl__q_tensor_begin(const char *op, const gdl_tensor *x, gdl_dtype want, float scale, int32_t zp,
+                                       gdl_dtype out, const gdl_backend **be) {
+    if (gdl__q_tensor_args(op, x, want, scale, zp) < 0 || !(*be = gdl__be(op, x->device))) return NULL;
+    return gdl__tmp(op, x->ndim, x->shape, out, x->device);
+}
+
 GPUDL_API gdl_tensor *gdl_quantize_per_tensor(gdl_tensor *x, float scale, int32_t zero_point) {
     const char *op = "gdl_quantize_per_tensor";
     const gdl_backend *be;
     gdl_tensor *q;
-    if (gdl__q_tensor_args(op, x, GDL_F32, scale, zero_point) < 0 || !(be = gdl__be(op, x->device)) ||
-        !(q = gdl__tmp(op, x->ndim, x->shape, GDL_U8, x->device)))
-        return NULL;
+    if (!(q = gdl__q_tensor_begin(op, x, GDL_F32, scale, zero_point, GDL_U8, &be))) return NULL;
     return be->k.quantize(1, x->numel, (const gdl_real *)x->data, scale, zero_point, 0, 255, q->data, x->numel) < 0
                ? NULL : q;
 }
@@ -25637,9 +25569,7 @@ GPUDL_API gdl_tensor *gdl_dequantize(gdl_tensor *q, float scale, int32_t zero_po
     const char *op = "gdl_dequantize";
     const gdl_backend *be;
     gdl_tensor *y;
-    if (gdl__q_tensor_args(op, q, GDL_U8, scale, zero_point) < 0 || !(be = gdl__be(op, q->device)) ||
-        !(y = gdl__tmp(op, q->ndim, q->shape, GDL_F32, q->device)))
-        return NULL;
+    if (!(y = gdl__q_tensor_begin(op, q, GDL_U8, scale, zero_point, GDL_F32, &be))) return NULL;
     return be->k.dequantize(q->numel, q->data, 0, scale, zero_point, (gdl_real *)y->data) < 0 ? NULL : y;
 }
 
@@ -29515,6 +29445,12 @@ static int gdl__dist_arrive(const char *op, const char *what) {
     gdl__dist.seq++;
     return gdl__dist_run(op, "MPI_Ibarrier", what, MPI_Ibarrier(gdl__dist.comm, &q), &q);
 }
+/* gdl__dist_arrive before collective coll ("all-reduce") of t */
+static int gdl__dist_arrive_for(const char *op, const char *coll, const gdl_tensor *t) {
+    char what[96];
+    snprintf(what, sizeof what, "the %s of %s %s", coll, gdl_dtype_name(t->dtype), gdl_shape_str(t));
+    return gdl__dist_arrive(op, what);
+}
 #endif
 
 /* Every collective first: initialised, and no earlier failure. */
@@ -29592,10 +29528,8 @@ GPUDL_API int gdl_dist_all_reduce(gdl_tensor *t, gdl_dist_op op) {
     if (t->device.type == GDL_DEVICE_CUDA) return gdl__dist_nccl(fn, GDL_COLL_ALL_REDUCE, t, t, t->numel, op == GDL_AVG, 0);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
-        char what[96];
         int rc;
-        snprintf(what, sizeof what, "the all-reduce of %s %s", gdl_dtype_name(t->dtype), gdl_shape_str(t));
-        if (gdl__dist_arrive(fn, what) < 0) return -1;
+        if (gdl__dist_arrive_for(fn, "all-reduce", t) < 0) return -1;
         rc = MPI_Allreduce(MPI_IN_PLACE, t->data, (int)t->numel, gdl__mpi_type(t->dtype), MPI_SUM, gdl__dist.comm);
         if (rc != MPI_SUCCESS) return gdl__dist_fail(fn, "MPI_Allreduce", rc);
     }
@@ -29659,10 +29593,8 @@ GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in) {
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         MPI_Datatype ty = gdl__mpi_type(in->dtype);
-        char what[96];
         int rc;
-        snprintf(what, sizeof what, "the all-gather of %s %s", gdl_dtype_name(in->dtype), gdl_shape_str(in));
-        if (gdl__dist_arrive(fn, what) < 0) return -1;
+        if (gdl__dist_arrive_for(fn, "all-gather", in) < 0) return -1;
         rc = MPI_Allgather(in->data, (int)in->numel, ty, out->data, (int)in->numel, ty, gdl__dist.comm);
         return rc != MPI_SUCCESS ? gdl__dist_fail(fn, "MPI_Allgather", rc) : 0;
     }
@@ -29682,10 +29614,8 @@ GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl
         return gdl__dist_nccl(fn, GDL_COLL_REDUCE_SCATTER, in, out, out->numel, op == GDL_AVG, 0);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
-        char what[96];
         int rc;
-        snprintf(what, sizeof what, "the reduce-scatter of %s %s", gdl_dtype_name(in->dtype), gdl_shape_str(in));
-        if (gdl__dist_arrive(fn, what) < 0) return -1;
+        if (gdl__dist_arrive_for(fn, "reduce-scatter", in) < 0) return -1;
         rc = MPI_Reduce_scatter_block(in->data, out->data, (int)out->numel, gdl__mpi_type(in->dtype), MPI_SUM,
                                       gdl__dist.comm);
         if (rc != MPI_SUCCESS) return gdl__dist_fail(fn, "MPI_Reduce_scatter_block", rc);
@@ -31385,15 +31315,11 @@ static void gdl__ckpt_free(gdl__ckpt *c) {
 
 /* Collects model (and optimizer) tensors with their file names. */
 static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer *opt, int prefixed) {
-    gdl__ckpt *c = (gdl__ckpt *)GPUDL_MALLOC(sizeof(gdl__ckpt));
+    gdl__ckpt *c = (gdl__ckpt *)gdl__zalloc(op, sizeof(gdl__ckpt));
     const char *names[GDL__CKPT_MAX];
     gdl_tensor *ts[GDL__CKPT_MAX];
     int k, part;
-    if (!c) {
-        gdl__set_error("%s: out of memory (host)", op);
-        return NULL;
-    }
-    memset(c, 0, sizeof *c);
+    if (!c) return NULL;
     c->m = m;
     c->prefixed = prefixed;
     /* master weights: the masters are made (or moved) first, and saved under their parameters' names (f32), so a
@@ -31642,11 +31568,22 @@ static void gdl__free_bufs(void **bufs, int n) {
     GPUDL_FREE(bufs);
 }
 
-static void **gdl__alloc_bufs(const char *op, int n) {
-    void **b = (void **)GPUDL_MALLOC(sizeof(void *) * (size_t)(n + 1));
-    if (!b) gdl__set_error("%s: out of memory (host)", op);
-    else memset(b, 0, sizeof(void *) * (size_t)(n + 1));
-    return b;
+static void **gdl__alloc_bufs(const char *op, int n) { return (void **)gdl__zalloc(op, sizeof(void *) * (size_t)(n + 1)); }
+
+/* A load's start: the arguments checked, m's (and opt's) tensors collected, the file read. NULL + error. */
+static gdl__ckpt *gdl__ckpt_open(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt, int prefixed,
+                                 gdl_st_file *f) {
+    gdl__ckpt *c;
+    if (!m || !path) {
+        gdl__null_arg(op, !m ? "module" : "path");
+        return NULL;
+    }
+    if (!(c = gdl__ckpt_collect(op, m, opt, prefixed))) return NULL;
+    if (gdl__st_read(op, path, f) < 0) {
+        gdl__ckpt_free(c);
+        return NULL;
+    }
+    return c;
 }
 
 GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
@@ -31655,15 +31592,7 @@ GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
     gdl__ckpt *c;
     void **bufs;
     int rc;
-    if (!m || !path) {
-        gdl__null_arg(op, !m ? "module" : "path");
-        return -1;
-    }
-    if (!(c = gdl__ckpt_collect(op, m, NULL, 0))) return -1;
-    if (gdl__st_read(op, path, &f) < 0) {
-        gdl__ckpt_free(c);
-        return -1;
-    }
+    if (!(c = gdl__ckpt_open(op, path, m, NULL, 0, &f))) return -1;
     bufs = gdl__alloc_bufs(op, c->n);
     rc = bufs && gdl__ckpt_check(op, path, c, &f, bufs) == 0 ? gdl__ckpt_apply(op, c, bufs) : -1;
     gdl__free_bufs(bufs, c->n);
@@ -31671,6 +31600,22 @@ GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
     gdl_st_free(&f);
     return rc;
 }
+
+/* gdl_fit's position in a checkpoint: the fields of gdl__fit_state as metadata "fit.FIELD", written in this order
+   by gdl__checkpoint_save and read by gdl__fit_load (the first 10 in every checkpoint; replicas and batch_size,
+   then the early-stopping three, absent from older ones) */
+typedef struct gdl__fit_key {
+    const char *key;
+    size_t off;
+    int real; /* a double, written exactly (%.17g); else an int64_t */
+} gdl__fit_key;
+#define GDL__FIT_KEY(field, real) {"fit." #field, offsetof(gdl__fit_state, field), real}
+static const gdl__fit_key gdl__fit_keys[15] = {
+    GDL__FIT_KEY(epoch, 0),   GDL__FIT_KEY(batch, 0),    GDL__FIT_KEY(loader_epoch, 0), GDL__FIT_KEY(num_batches, 0),
+    GDL__FIT_KEY(val_epoch, 0), GDL__FIT_KEY(loss_sum, 1), GDL__FIT_KEY(seconds, 1),    GDL__FIT_KEY(samples, 0),
+    GDL__FIT_KEY(correct, 0), GDL__FIT_KEY(counted, 0),  GDL__FIT_KEY(replicas, 0),     GDL__FIT_KEY(batch_size, 0),
+    GDL__FIT_KEY(es_best, 1), GDL__FIT_KEY(best, 1),     GDL__FIT_KEY(es_wait, 0)};
+#undef GDL__FIT_KEY
 
 /* metadata of a training checkpoint */
 #define GDL__META_MAX 96 /* 6 + 2 per group (32 at most) + 1 + 12 fit.* keys, with room */
@@ -31751,11 +31696,7 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         gdl__null_arg(op, !m ? "module" : "path");
         return -1;
     }
-    if (!(md = (gdl__meta *)GPUDL_MALLOC(sizeof(gdl__meta)))) {
-        gdl__set_error("%s: out of memory (host)", op);
-        return -1;
-    }
-    md->n = 0;
+    if (!(md = (gdl__meta *)gdl__zalloc(op, sizeof(gdl__meta)))) return -1;
     seed = gdl_rng_get_state(&counter);
     gdl__meta_add(md, "gpudl.checkpoint", "%s", GPUDL_VERSION);
     gdl__meta_add(md, "epoch", "%lld", (long long)epoch);
@@ -31794,21 +31735,11 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         gdl__meta_add(md, "scaler.growth_interval", "%d", opt->scaler->o.growth_interval);
     }
     if (fs) {
-        gdl__meta_add(md, "fit.epoch", "%lld", (long long)fs->epoch);
-        gdl__meta_add(md, "fit.batch", "%lld", (long long)fs->batch);
-        gdl__meta_add(md, "fit.loader_epoch", "%lld", (long long)fs->loader_epoch);
-        gdl__meta_add(md, "fit.num_batches", "%lld", (long long)fs->num_batches);
-        gdl__meta_add(md, "fit.val_epoch", "%lld", (long long)fs->val_epoch);
-        gdl__meta_add(md, "fit.loss_sum", "%.17g", fs->loss_sum);
-        gdl__meta_add(md, "fit.seconds", "%.17g", fs->seconds);
-        gdl__meta_add(md, "fit.samples", "%lld", (long long)fs->samples);
-        gdl__meta_add(md, "fit.correct", "%lld", (long long)fs->correct);
-        gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
-        gdl__meta_add(md, "fit.replicas", "%lld", (long long)fs->replicas);
-        gdl__meta_add(md, "fit.batch_size", "%lld", (long long)fs->batch_size);
-        gdl__meta_add(md, "fit.es_best", "%.17g", fs->es_best);
-        gdl__meta_add(md, "fit.best", "%.17g", fs->best);
-        gdl__meta_add(md, "fit.es_wait", "%lld", (long long)fs->es_wait);
+        for (g = 0; g < 15; g++) {
+            const char *p = (const char *)fs + gdl__fit_keys[g].off;
+            if (gdl__fit_keys[g].real) gdl__meta_add(md, gdl__fit_keys[g].key, "%.17g", *(const double *)p);
+            else gdl__meta_add(md, gdl__fit_keys[g].key, "%lld", (long long)*(const int64_t *)p);
+        }
     }
     if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
         GPUDL_FREE(md);
@@ -31846,9 +31777,6 @@ static int gdl__checkpoint_load(const char *op, const char *path, gdl_module *m,
 static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                          gdl__fit_state *fs, const gdl_loader *train, int epochs, int ddp) {
     static const char op[] = "gdl_fit";
-    static const char *const keys[12] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
-                                         "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
-                                         "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
     double v[12], es[3] = {NAN, NAN, 0};
     int64_t iv[12], es_wait = 0;
     gdl_st_file f;
@@ -31864,22 +31792,21 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
         goto fail;
     }
     for (i = 0; i < f.n_meta; i++) { /* the shards and batch size, early stopping: absent from older checkpoints */
-        if (strcmp(f.meta_keys[i], "fit.replicas") == 0) nk = 12;
-        if (strcmp(f.meta_keys[i], "fit.es_wait") == 0) has_es = 1;
+        if (strcmp(f.meta_keys[i], gdl__fit_keys[10].key) == 0) nk = 12;
+        if (strcmp(f.meta_keys[i], gdl__fit_keys[14].key) == 0) has_es = 1;
     }
-    for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
-    if (rc == 0 && has_es && (gdl__meta_get(op, path, &f, "fit.es_best", &es[0]) < 0 ||
-                              gdl__meta_get(op, path, &f, "fit.best", &es[1]) < 0 ||
-                              gdl__meta_get(op, path, &f, "fit.es_wait", &es[2]) < 0))
-        rc = -1;
+    for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, gdl__fit_keys[i].key, &v[i]);
+    for (i = 0; i < 3 && has_es && rc == 0; i++) rc = gdl__meta_get(op, path, &f, gdl__fit_keys[12 + i].key, &es[i]);
     gdl_st_free(&f);
     if (rc < 0) goto fail;
     if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
     /* integers in range before they are cast (a damaged file may hold anything, NaN included) */
     for (i = 0; i < nk; i++)
-        if (i != 5 && i != 6 && gdl__meta_int(op, path, keys[i], v[i], -1, GDL__META_INT_MAX, &iv[i]) < 0) goto fail;
+        if (!gdl__fit_keys[i].real &&
+            gdl__meta_int(op, path, gdl__fit_keys[i].key, v[i], -1, GDL__META_INT_MAX, &iv[i]) < 0)
+            goto fail;
     if (nk == 10) iv[10] = W, iv[11] = B;
-    if (gdl__meta_int(op, path, "fit.es_wait", es[2], 0, 1e9, &es_wait) < 0) goto fail;
+    if (gdl__meta_int(op, path, gdl__fit_keys[14].key, es[2], 0, 1e9, &es_wait) < 0) goto fail;
     if (!(v[5] == v[5] && v[6] >= 0)) {
         gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
         goto fail;
@@ -31947,15 +31874,7 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
     int64_t i_ep = 0, i_step = 0, i_groups = 0, i_last = 0, i_nav = 0, i_tracker = 0, i_interval = 0;
     uint64_t seed = 0, counter = 0;
     int g, ng = 0, rc = -1, has_scaler = 0;
-    if (!m || !path) {
-        gdl__null_arg(op, !m ? "module" : "path");
-        return -1;
-    }
-    if (!(c = gdl__ckpt_collect(op, m, opt, 1))) return -1;
-    if (gdl__st_read(op, path, &f) < 0) {
-        gdl__ckpt_free(c);
-        return -1;
-    }
+    if (!(c = gdl__ckpt_open(op, path, m, opt, 1, &f))) return -1;
     /* read and check everything before changing anything */
     if (gdl__meta_get(op, path, &f, "epoch", &ep) < 0 || gdl__meta_get_u64(op, path, &f, "rng.seed", &seed) < 0 ||
         gdl__meta_get_u64(op, path, &f, "rng.counter", &counter) < 0 ||

@@ -1,6 +1,6 @@
 /* onnx_export.c — a model that leaves the library: trains examples/mnist_mlp.c's MLP (784-128-10, Adam)
-   briefly on Fashion-MNIST, exports it with gdl_export_onnx (dynamic batch, opset 18) and prints gpudl's
-   outputs for an all-zero image next to the one-line command that runs the file in ONNX Runtime on the
+   briefly on Fashion-MNIST with gdl_fit, exports it with gdl_export_onnx (dynamic batch, opset 18) and prints
+   gpudl's outputs for an all-zero image next to the one-line command that runs the file in ONNX Runtime on the
    same image (docs/onnx.md: the op table, the TensorRT route).
 
    CPU:   cc -O2 -march=native examples/onnx_export.c -DGPUDL_ZLIB -lz -lm -pthread -o onnx_export
@@ -23,8 +23,9 @@ int main(int argc, char **argv) {
     gdl_tensor *zero = NULL, *y;
     gdl_loader_opts lo = gdl_loader_defaults();
     gdl_onnx_opts o = gdl_onnx_defaults();
-    double test_loss = 0, test_acc = 0, t0;
-    int epoch, got, k, rc = 1;
+    gdl_fit_opts fo = gdl_fit_defaults();
+    double t0;
+    int k, rc = 1;
     setvbuf(stdout, NULL, _IOLBF, 0);
     switch (ex_parse_opts(&a, argc, argv, EX_DATA | EX_EPOCHS | EX_BATCH | EX_DEVICE | EX_SEED,
                           "Trains an MLP on Fashion-MNIST briefly, exports it to ONNX and prints the command that "
@@ -46,19 +47,9 @@ int main(int argc, char **argv) {
         gdl_module_to(model, a.device) < 0 || !(opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0)) ||
         gdl_optim_add_module(opt, model, 0) < 0)
         goto fail;
-    for (epoch = 1; epoch <= a.epochs; epoch++) { /* the PyTorch loop: zero_grad, forward, loss, backward, step */
-        gdl_tensor *x, *t;
-        gdl_module_train(model, 1);
-        while ((got = gdl_loader_next(train_loader, &x, &t)) == 1) {
-            gdl_tensor *loss;
-            gdl_arena_reset();
-            gdl_zero_grad(opt);
-            loss = gdl_cross_entropy(gdl_forward(model, x), t);
-            if (!loss || gdl_backward(loss) < 0 || gdl_step(opt) < 0) goto fail;
-        }
-        if (got < 0 || gdl_evaluate(model, test_loader, gdl_loss_cross_entropy, NULL, &test_loss, &test_acc) < 0) goto fail;
-        printf("epoch %d: test loss %.4f, test accuracy %.2f%%\n", epoch, test_loss, 100 * test_acc);
-    }
+    fo.epochs = a.epochs; /* the training itself is examples/mnist_mlp.c's; here gdl_fit runs it */
+    fo.val = test_loader;
+    if (gdl_fit(model, train_loader, opt, &fo, NULL) < 0) goto fail;
 
     /* the export: traced on one image; the batch dimension stays free ("batch") */
     gdl_arena_reset();

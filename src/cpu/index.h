@@ -33,13 +33,21 @@ typedef struct {
     int64_t xn;
 } gdl__strided_job;
 
+/* part over the n elements of j's shape, on the pool (accumulate: gdl__args') */
+static int gdl__strided_run(const gdl__strided_job *j, gdl__loop_fn part, int accumulate) {
+    gdl__args a = gdl__args_none();
+    const int64_t n = gdl__numel_of(j->ndim, j->shape);
+    a.ctx = j;
+    a.accumulate = accumulate;
+    gdl__parallel_loop(n, n, part, &a);
+    return 0;
+}
+
 static void gdl__strided_copy_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
-    const int64_t *str[2];
+    const int64_t *str[2] = {j->s0, j->s1};
     size_t es = gdl_dtype_size(j->dt);
     int64_t i, off[2];
-    str[0] = j->s0;
-    str[1] = j->s1;
     for (i = lo; i < hi; i++) {
         const char *src;
         char *dst;
@@ -54,14 +62,9 @@ static void gdl__strided_copy_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_strided_copy(gdl_dtype dt, int ndim, const int64_t *shape, const void *src, const int64_t *sstr,
                                  void *dst, const int64_t *dstr, int accumulate) {
     gdl__strided_job j;
-    gdl__args a = gdl__args_none();
-    int64_t n = gdl__numel_of(ndim, shape);
     memset(&j, 0, sizeof j);
     j.ndim = ndim; j.shape = shape; j.s0 = sstr; j.s1 = dstr; j.dt = dt; j.p0 = src; j.out = dst;
-    a.ctx = &j;
-    a.accumulate = accumulate;
-    gdl__parallel_loop(n, n, gdl__strided_copy_part, &a);
-    return 0;
+    return gdl__strided_run(&j, gdl__strided_copy_part, accumulate);
 }
 
 /* gather's and scatter_add's element i: the offset in x (dim's coordinate from the index) and the index;
@@ -91,14 +94,10 @@ static void gdl__gather_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_gather(gdl_dtype dt, int ndim, const int64_t *shape, int dim, const void *x, const int64_t *xstr,
                            int64_t xn, const int32_t *idx, const int64_t *istr, void *out) {
     gdl__strided_job j;
-    gdl__args a = gdl__args_none();
-    int64_t n = gdl__numel_of(ndim, shape);
     memset(&j, 0, sizeof j);
     j.ndim = ndim; j.dim = dim; j.shape = shape; j.s0 = xstr; j.s1 = istr; j.dt = dt; j.p0 = x; j.p1 = idx;
     j.out = out; j.xn = xn;
-    a.ctx = &j;
-    gdl__parallel_loop(n, n, gdl__gather_part, &a);
-    return 0;
+    return gdl__strided_run(&j, gdl__gather_part, 0);
 }
 /* serial: destinations repeat, and the sums keep one order (the same bits for any thread count) */
 static int gdl__cpu_scatter_add(gdl_dtype st, int ndim, const int64_t *shape, int dim, const void *src,
@@ -133,11 +132,9 @@ static int gdl__cmp1(int op, double a, double b) {
 }
 static void gdl__compare_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
-    const int64_t *str[2];
+    const int64_t *str[2] = {j->s0, j->s1};
     int64_t i, off[2];
     int as_float = !((j->t0 == GDL_I32 || j->t0 == GDL_U8) && (j->t1 == GDL_I32 || j->t1 == GDL_U8));
-    str[0] = j->s0;
-    str[1] = j->s1;
     for (i = lo; i < hi; i++) {
         gdl__elem_offsets(j->ndim, j->shape, i, 2, str, off);
         ((uint8_t *)j->out)[i] = (uint8_t)gdl__cmp1(j->op, gdl__cmp_load(j->p0, j->t0, off[0], as_float),
@@ -147,24 +144,17 @@ static void gdl__compare_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_compare(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
                             gdl_dtype bt, const void *b, const int64_t *bstr, uint8_t *out) {
     gdl__strided_job j;
-    gdl__args args = gdl__args_none();
-    int64_t n = gdl__numel_of(ndim, shape);
     memset(&j, 0, sizeof j);
     j.op = op; j.ndim = ndim; j.shape = shape; j.s0 = astr; j.s1 = bstr; j.t0 = at; j.t1 = bt; j.p0 = a; j.p1 = b;
     j.out = out;
-    args.ctx = &j;
-    gdl__parallel_loop(n, n, gdl__compare_part, &args);
-    return 0;
+    return gdl__strided_run(&j, gdl__compare_part, 0);
 }
 
 static void gdl__where_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
-    const int64_t *str[3];
+    const int64_t *str[3] = {j->s0, j->s1, j->s2};
     size_t es = gdl_dtype_size(j->dt);
     int64_t i, off[3];
-    str[0] = j->s0;
-    str[1] = j->s1;
-    str[2] = j->s2;
     for (i = lo; i < hi; i++) {
         gdl__elem_offsets(j->ndim, j->shape, i, 3, str, off);
         memcpy((char *)j->out + (size_t)i * es,
@@ -176,14 +166,10 @@ static void gdl__where_part(gdl__args a, int64_t lo, int64_t hi) {
 static int gdl__cpu_where(gdl_dtype dt, int ndim, const int64_t *shape, const uint8_t *cond, const int64_t *cstr,
                           const void *a, const int64_t *astr, const void *b, const int64_t *bstr, void *out) {
     gdl__strided_job j;
-    gdl__args args = gdl__args_none();
-    int64_t n = gdl__numel_of(ndim, shape);
     memset(&j, 0, sizeof j);
     j.ndim = ndim; j.shape = shape; j.s0 = cstr; j.s1 = astr; j.s2 = bstr; j.dt = dt;
     j.p0 = cond; j.p1 = a; j.p2 = b; j.out = out;
-    args.ctx = &j;
-    gdl__parallel_loop(n, n, gdl__where_part, &args);
-    return 0;
+    return gdl__strided_run(&j, gdl__where_part, 0);
 }
 
 static int gdl__cpu_tri(gdl_dtype dt, int upper, int64_t batch, int64_t R, int64_t C, int64_t k, const void *x, void *y,

@@ -29,42 +29,35 @@ static void gdl__sgd_part(gdl__args a, int64_t lo, int64_t hi) {
     const double lr = h.lr, dampening = h.dampening, weight_decay = h.weight_decay;
     const int nesterov = h.nesterov;
     int64_t i;
+/* one element's step, its gradient GI (a double): every loop below is this */
+#define GDL__SGD_ELEM(GI)                                                               \
+    do {                                                                                \
+        double d = (GI) + weight_decay * p[i];                                          \
+        if (momentum != 0) {                                                            \
+            double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;        \
+            buf[i] = (gdl_real)b;                                                       \
+            d = nesterov ? d + momentum * b : b;                                        \
+        }                                                                               \
+        p[i] = (gdl_real)(p[i] - lr * d);                                               \
+    } while (0)
     if (t.low) { /* the same formula on the f32 master, the gradient read from dtype low */
         const uint16_t *glow = (const uint16_t *)t.glow;
         uint16_t *plow = (uint16_t *)t.plow;
         const int low = t.low;
         if (low == GDL_BF16) /* the loop below with the dtype a constant (no call: vectorised) */
             for (i = lo; i < hi; i++) {
-                double d = (double)gdl__opt_lowf(GDL_BF16, glow[i]) + weight_decay * p[i];
-                if (momentum != 0) {
-                    double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
-                    buf[i] = (gdl_real)b;
-                    d = nesterov ? d + momentum * b : b;
-                }
-                p[i] = (gdl_real)(p[i] - lr * d);
+                GDL__SGD_ELEM((double)gdl__opt_lowf(GDL_BF16, glow[i]));
                 plow[i] = gdl__opt_round(GDL_BF16, (float)p[i]);
             }
-        else for (i = lo; i < hi; i++) {
-            double d = (double)gdl__opt_lowf(low, glow[i]) + weight_decay * p[i];
-            if (momentum != 0) {
-                double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
-                buf[i] = (gdl_real)b;
-                d = nesterov ? d + momentum * b : b;
+        else
+            for (i = lo; i < hi; i++) {
+                GDL__SGD_ELEM((double)gdl__opt_lowf(low, glow[i]));
+                plow[i] = gdl__opt_round(low, (float)p[i]);
             }
-            p[i] = (gdl_real)(p[i] - lr * d);
-            plow[i] = gdl__opt_round(low, (float)p[i]);
-        }
         return;
     }
-    for (i = lo; i < hi; i++) {
-        double d = g[i] + weight_decay * p[i];
-        if (momentum != 0) {
-            double b = first_step ? d : momentum * buf[i] + (1 - dampening) * d;
-            buf[i] = (gdl_real)b;
-            d = nesterov ? d + momentum * b : b;
-        }
-        p[i] = (gdl_real)(p[i] - lr * d);
-    }
+    for (i = lo; i < hi; i++) GDL__SGD_ELEM(g[i]);
+#undef GDL__SGD_ELEM
 }
 /* The CPU's table is a copy of the entries: device memory is host memory. */
 typedef struct {
@@ -93,19 +86,23 @@ static void gdl__cpu_opt_count(const gdl__cpu_opt_table *tab) {
 static int gdl__cpu_opt_skipped(const gdl__cpu_opt_table *tab) {
     return tab->count > 0 && tab->t[0].skip && *tab->t[0].skip != 0;
 }
-static int gdl__cpu_sgd_multi(const void *table) {
+/* An optimizer's step over the table: part on each tensor, with a.op = op (op < 0: whether the tensor takes
+   its first step); the step counts then advance. Nothing when GradScaler skips the step. */
+static int gdl__cpu_opt_run(const void *table, gdl__loop_fn part, int op) {
     const gdl__cpu_opt_table *tab = (const gdl__cpu_opt_table *)table;
     int k;
     if (gdl__cpu_opt_skipped(tab)) return 0;
     for (k = 0; k < tab->count; k++) {
         const gdl_opt_tensor *t = &tab->t[k];
         gdl__args a = gdl__args_none();
-        a.t = t; a.op = !t->step || *t->step == 0;
-        gdl__parallel_loop(t->n, t->n, gdl__sgd_part, &a);
+        a.t = t;
+        a.op = op >= 0 ? op : !t->step || *t->step == 0;
+        gdl__parallel_loop(t->n, t->n, part, &a);
     }
     gdl__cpu_opt_count(tab);
     return 0;
 }
+static int gdl__cpu_sgd_multi(const void *table) { return gdl__cpu_opt_run(table, gdl__sgd_part, -1); }
 
 #if defined(GDL__GEMM_AVX512)
 /* master weights, 8 bf16 at a time: widened exactly; rounded as gdl__opt_round (nearest even, NaN kept quiet) */
@@ -194,43 +191,32 @@ static void gdl__adam_part(gdl__args a, int64_t lo, int64_t hi) {
 #undef GDL__AF
     }
 #endif
-    if (t.low) { /* the scalar loop below on the f32 master, the gradient read from dtype low */
+/* one element's step, its gradient GI (a double): both loops below are this */
+#define GDL__ADAM_ELEM(GI)                                                          \
+    do {                                                                            \
+        double gi = (GI), pi = p[i];                                                \
+        gdl_real mi, vi;                                                            \
+        if (decoupled) pi -= lr * weight_decay * pi;                                \
+        else gi += weight_decay * pi;                                               \
+        m[i] = mi = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);                    \
+        v[i] = vi = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);               \
+        p[i] = (gdl_real)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));           \
+    } while (0)
+    if (t.low) { /* on the f32 master, the gradient read from dtype low */
         const uint16_t *glow = (const uint16_t *)t.glow;
         uint16_t *plow = (uint16_t *)t.plow;
         const int low = t.low;
         for (; i < hi; i++) {
-            double gi = gdl__opt_lowf(low, glow[i]), pi = p[i];
-            gdl_real mi, vi;
-            if (decoupled) pi -= lr * weight_decay * pi;
-            else gi += weight_decay * pi;
-            m[i] = mi = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
-            v[i] = vi = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
-            p[i] = (gdl_real)(pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps));
+            GDL__ADAM_ELEM(gdl__opt_lowf(low, glow[i]));
             plow[i] = gdl__opt_round(low, (float)p[i]);
         }
         return;
     }
-    for (; i < hi; i++) {
-        double gi = g[i], pi = p[i];
-        if (decoupled) pi -= lr * weight_decay * pi;
-        else gi += weight_decay * pi;
-        m[i] = (gdl_real)(beta1 * m[i] + (1 - beta1) * gi);
-        v[i] = (gdl_real)(beta2 * v[i] + (1 - beta2) * gi * gi);
-        p[i] = (gdl_real)(pi - lr * (m[i] / bc1) / (sqrt(v[i] / bc2) + eps));
-    }
+    for (; i < hi; i++) GDL__ADAM_ELEM(g[i]);
+#undef GDL__ADAM_ELEM
 }
 static int gdl__cpu_adam_multi(const void *table, int decoupled) {
-    const gdl__cpu_opt_table *tab = (const gdl__cpu_opt_table *)table;
-    int k;
-    if (gdl__cpu_opt_skipped(tab)) return 0;
-    for (k = 0; k < tab->count; k++) {
-        const gdl_opt_tensor *t = &tab->t[k];
-        gdl__args a = gdl__args_none();
-        a.t = t; a.op = decoupled;
-        gdl__parallel_loop(t->n, t->n, gdl__adam_part, &a);
-    }
-    gdl__cpu_opt_count(tab);
-    return 0;
+    return gdl__cpu_opt_run(table, gdl__adam_part, decoupled != 0);
 }
 /* The norm: the sum of squares in blocks of GDL__NORM_BLK elements of a gradient, each block in 8 running
    sums (lane l takes elements l, l+8, ...) added up in a fixed tree at its end, the blocks' sums then added

@@ -70,12 +70,8 @@ static gdl_dataset *gdl__ds_alloc(const char *fn, gdl_dtype dt, int ndim, const 
                        gdl_dtype_name(dt), gdl__shape_fmt(ndim, shape));
         return NULL;
     }
-    ds = (gdl_dataset *)GPUDL_MALLOC(sizeof(gdl_dataset));
-    if (!ds) {
-        gdl__set_error("%s: out of memory", fn);
-        return NULL;
-    }
-    memset(ds, 0, sizeof *ds);
+    ds = (gdl_dataset *)gdl__zalloc(fn, sizeof(gdl_dataset));
+    if (!ds) return NULL;
     ds->n = n;
     ds->ndim = ndim;
     memcpy(ds->shape, shape, sizeof(int64_t) * (size_t)ndim);
@@ -1064,12 +1060,8 @@ GPUDL_API gdl_loader *gdl_loader_new(gdl_dataset *ds, const gdl_loader_opts *opt
     int ahead;
     if (gdl__loader_check_opts(fn, ds, &o) < 0) return NULL;
     if (o.prefetch == 0) o.prefetch = 2;
-    l = (gdl_loader *)GPUDL_MALLOC(sizeof(gdl_loader));
-    if (!l) {
-        gdl__set_error("%s: out of memory", fn);
-        return NULL;
-    }
-    memset(l, 0, sizeof *l);
+    l = (gdl_loader *)gdl__zalloc(fn, sizeof(gdl_loader));
+    if (!l) return NULL;
     l->ds = ds;
     l->o = o;
     l->n = o.num_replicas > 1 ? (ds->n + o.num_replicas - 1) / o.num_replicas : ds->n;

@@ -126,6 +126,12 @@ static int gdl__dist_arrive(const char *op, const char *what) {
     gdl__dist.seq++;
     return gdl__dist_run(op, "MPI_Ibarrier", what, MPI_Ibarrier(gdl__dist.comm, &q), &q);
 }
+/* gdl__dist_arrive before collective coll ("all-reduce") of t */
+static int gdl__dist_arrive_for(const char *op, const char *coll, const gdl_tensor *t) {
+    char what[96];
+    snprintf(what, sizeof what, "the %s of %s %s", coll, gdl_dtype_name(t->dtype), gdl_shape_str(t));
+    return gdl__dist_arrive(op, what);
+}
 #endif
 
 /* Every collective first: initialised, and no earlier failure. */
@@ -203,10 +209,8 @@ GPUDL_API int gdl_dist_all_reduce(gdl_tensor *t, gdl_dist_op op) {
     if (t->device.type == GDL_DEVICE_CUDA) return gdl__dist_nccl(fn, GDL_COLL_ALL_REDUCE, t, t, t->numel, op == GDL_AVG, 0);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
-        char what[96];
         int rc;
-        snprintf(what, sizeof what, "the all-reduce of %s %s", gdl_dtype_name(t->dtype), gdl_shape_str(t));
-        if (gdl__dist_arrive(fn, what) < 0) return -1;
+        if (gdl__dist_arrive_for(fn, "all-reduce", t) < 0) return -1;
         rc = MPI_Allreduce(MPI_IN_PLACE, t->data, (int)t->numel, gdl__mpi_type(t->dtype), MPI_SUM, gdl__dist.comm);
         if (rc != MPI_SUCCESS) return gdl__dist_fail(fn, "MPI_Allreduce", rc);
     }
@@ -270,10 +274,8 @@ GPUDL_API int gdl_dist_all_gather(gdl_tensor *out, const gdl_tensor *in) {
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
         MPI_Datatype ty = gdl__mpi_type(in->dtype);
-        char what[96];
         int rc;
-        snprintf(what, sizeof what, "the all-gather of %s %s", gdl_dtype_name(in->dtype), gdl_shape_str(in));
-        if (gdl__dist_arrive(fn, what) < 0) return -1;
+        if (gdl__dist_arrive_for(fn, "all-gather", in) < 0) return -1;
         rc = MPI_Allgather(in->data, (int)in->numel, ty, out->data, (int)in->numel, ty, gdl__dist.comm);
         return rc != MPI_SUCCESS ? gdl__dist_fail(fn, "MPI_Allgather", rc) : 0;
     }
@@ -293,10 +295,8 @@ GPUDL_API int gdl_dist_reduce_scatter(gdl_tensor *out, const gdl_tensor *in, gdl
         return gdl__dist_nccl(fn, GDL_COLL_REDUCE_SCATTER, in, out, out->numel, op == GDL_AVG, 0);
 #ifdef GPUDL_MPI
     if (gdl__dist.world > 1) {
-        char what[96];
         int rc;
-        snprintf(what, sizeof what, "the reduce-scatter of %s %s", gdl_dtype_name(in->dtype), gdl_shape_str(in));
-        if (gdl__dist_arrive(fn, what) < 0) return -1;
+        if (gdl__dist_arrive_for(fn, "reduce-scatter", in) < 0) return -1;
         rc = MPI_Reduce_scatter_block(in->data, out->data, (int)out->numel, gdl__mpi_type(in->dtype), MPI_SUM,
                                       gdl__dist.comm);
         if (rc != MPI_SUCCESS) return gdl__dist_fail(fn, "MPI_Reduce_scatter_block", rc);

@@ -220,6 +220,15 @@ static int gdl__js_literal(gdl__json *J, const char *lit) {
     return 0;
 }
 
+/* An object's key (J->str, J->slen) and the ':' after it. 0 / -1. */
+static int gdl__js_key(gdl__json *J) {
+    if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
+    if (gdl__js_string(J) < 0) return -1;
+    if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
+    J->i++;
+    return 0;
+}
+
 /* Skip over any JSON value (validating it). */
 static int gdl__js_skip(gdl__json *J) {
     int c = gdl__js_peek(J), is_uint;
@@ -232,12 +241,7 @@ static int gdl__js_skip(gdl__json *J) {
         for (;;) {
             c = gdl__js_peek(J);
             if (c == close && first) break;
-            if (close == '}') {
-                if (c != '"') return gdl__js_fail(J, "expected a string key");
-                if (gdl__js_string(J) < 0) return -1;
-                if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
-                J->i++;
-            }
+            if (close == '}' && gdl__js_key(J) < 0) return -1;
             if (gdl__js_skip(J) < 0) return -1;
             first = 0;
             c = gdl__js_peek(J);
@@ -322,14 +326,16 @@ typedef struct gdl__st_build {
     int nm, mcap;
 } gdl__st_build;
 
-static void gdl__st_build_free(gdl__st_build *b) {
+/* n strings and their array */
+static void gdl__st_free_strs(char **s, int n) {
     int k;
-    for (k = 0; k < b->nm; k++) {
-        GPUDL_FREE(b->mk[k]);
-        GPUDL_FREE(b->mv[k]);
-    }
-    GPUDL_FREE(b->mk);
-    GPUDL_FREE(b->mv);
+    for (k = 0; s && k < n; k++) GPUDL_FREE(s[k]);
+    GPUDL_FREE(s);
+}
+
+static void gdl__st_build_free(gdl__st_build *b) {
+    gdl__st_free_strs(b->mk, b->nm);
+    gdl__st_free_strs(b->mv, b->nm);
     GPUDL_FREE(b->e);
     memset(b, 0, sizeof *b);
 }
@@ -390,10 +396,7 @@ static int gdl__st_entry_parse(gdl__json *J, gdl_st_entry *e) {
     if (c == '}') J->i++;
     else
         for (;;) {
-            if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
-            if (gdl__js_string(J) < 0) return -1;
-            if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
-            J->i++;
+            if (gdl__js_key(J) < 0) return -1;
             if (strcmp(J->str, "dtype") == 0 && J->slen == 5) {
                 if (seen_dtype++) {
                     snprintf(J->err, sizeof J->err, "tensor '%s': duplicate key \"dtype\"", e->name);
@@ -630,10 +633,7 @@ static int gdl__st_parse_top(gdl__json *J, gdl__st_build *b) {
     if (gdl__js_peek(J) == '}') J->i++;
     else
         for (;;) {
-            if (gdl__js_peek(J) != '"') return gdl__js_fail(J, "expected a string key");
-            if (gdl__js_string(J) < 0) return -1;
-            if (gdl__js_peek(J) != ':') return gdl__js_fail(J, "expected ':'");
-            J->i++;
+            if (gdl__js_key(J) < 0) return -1;
             if (J->slen == 12 && strcmp(J->str, "__metadata__") == 0) {
                 if (seen_meta++) {
                     snprintf(J->err, sizeof J->err, "duplicate \"__metadata__\"");
@@ -822,14 +822,9 @@ static int gdl__st_read(const char *fn, const char *path, gdl_st_file *out) {
 GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) { return gdl__st_read("gdl_st_read", path, out); }
 
 GPUDL_API void gdl_st_free(gdl_st_file *f) {
-    int k;
     if (!f) return;
-    for (k = 0; k < f->n_meta; k++) {
-        GPUDL_FREE(f->meta_keys[k]);
-        GPUDL_FREE(f->meta_vals[k]);
-    }
-    GPUDL_FREE(f->meta_keys);
-    GPUDL_FREE(f->meta_vals);
+    gdl__st_free_strs(f->meta_keys, f->n_meta);
+    gdl__st_free_strs(f->meta_vals, f->n_meta);
     GPUDL_FREE(f->entries);
     GPUDL_FREE(f->owned);
     memset(f, 0, sizeof *f);

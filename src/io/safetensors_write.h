@@ -103,13 +103,21 @@ static void gdl__st_remove_stale_temporaries(const char *path) {
     gdl__dir_close(&d);
 }
 
+/* gdl_st_write's names (what: "tensor name", "metadata key"): none twice. 0 / -1. */
+static int gdl__st_no_dup(const char *fn, const char *path, const char *const *strs, int n, const char *what) {
+    int oom;
+    const char *dup = gdl__find_dup(strs, n, &oom);
+    if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
+    else if (dup) gdl__set_error("%s: %s: duplicate %s '%s'", fn, path, what, dup);
+    return dup || oom ? -1 : 0;
+}
+
 /* gdl_st_write's tensors checked before anything is written: names, dtypes, shapes, data; their byte sizes
    (sizes[k]) and names (names[k]). */
 static int gdl__st_check_tensors(const char *fn, const char *path, int n, const gdl_st_tensor *tensors,
                                  uint64_t *sizes, const char **names) {
     uint64_t off = 0;
-    const char *dup;
-    int k, d, oom = 0;
+    int k, d;
     for (k = 0; k < n; k++) {
         const gdl_st_tensor *t = &tensors[k];
         size_t es, nl;
@@ -152,20 +160,13 @@ static int gdl__st_check_tensors(const char *fn, const char *path, int n, const 
         off += sizes[k];
         names[k] = t->name;
     }
-    dup = gdl__find_dup(names, n, &oom);
-    if (dup || oom) {
-        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
-        else gdl__set_error("%s: %s: duplicate tensor name '%s'", fn, path, dup);
-        return -1;
-    }
-    return 0;
+    return gdl__st_no_dup(fn, path, names, n, "tensor name");
 }
 
 /* gdl_st_write's metadata checked: keys and values valid UTF-8, no key twice. */
 static int gdl__st_check_meta(const char *fn, const char *path, int n_meta, const char *const *meta_keys,
                               const char *const *meta_vals) {
-    const char *dup;
-    int k, oom = 0;
+    int k;
     for (k = 0; k < n_meta; k++) {
         const char *mk = meta_keys[k], *mv = meta_vals[k];
         if (!mk || !mv || gdl__utf8_check((const unsigned char *)mk, strlen(mk)) != strlen(mk) ||
@@ -174,13 +175,7 @@ static int gdl__st_check_meta(const char *fn, const char *path, int n_meta, cons
             return -1;
         }
     }
-    dup = gdl__find_dup(meta_keys, n_meta, &oom);
-    if (dup || oom) {
-        if (oom) gdl__set_error("%s: %s: out of memory", fn, path);
-        else gdl__set_error("%s: %s: duplicate metadata key '%s'", fn, path, dup);
-        return -1;
-    }
-    return 0;
+    return gdl__st_no_dup(fn, path, meta_keys, n_meta, "metadata key");
 }
 
 /* The JSON header into h (h->oom on failure), padded with spaces to a multiple of 8 bytes. */

@@ -201,12 +201,8 @@ static void gdl__nn_drop(gdl_module *m) {
 }
 
 static gdl_module *gdl__nn_new(const char *op, int kind, const char *kind_name) {
-    gdl_module *m = (gdl_module *)GPUDL_MALLOC(sizeof(gdl_module));
-    if (!m) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(m, 0, sizeof *m);
+    gdl_module *m = (gdl_module *)gdl__zalloc(op, sizeof(gdl_module));
+    if (!m) return NULL;
     m->kind = kind;
     m->training = 1;
     m->kind_name = gdl__nn_strdup(kind_name);

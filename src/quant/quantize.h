@@ -28,13 +28,19 @@ static int gdl__q_tensor_args(const char *op, const gdl_tensor *x, gdl_dtype wan
     return 0;
 }
 
+/* x checked (dtype want; quint8's scale and zero point), its device's backend (*be), and the result: dtype out,
+   x's shape. NULL + error. */
+static gdl_tensor *gdl__q_tensor_begin(const char *op, const gdl_tensor *x, gdl_dtype want, float scale, int32_t zp,
+                                       gdl_dtype out, const gdl_backend **be) {
+    if (gdl__q_tensor_args(op, x, want, scale, zp) < 0 || !(*be = gdl__be(op, x->device))) return NULL;
+    return gdl__tmp(op, x->ndim, x->shape, out, x->device);
+}
+
 GPUDL_API gdl_tensor *gdl_quantize_per_tensor(gdl_tensor *x, float scale, int32_t zero_point) {
     const char *op = "gdl_quantize_per_tensor";
     const gdl_backend *be;
     gdl_tensor *q;
-    if (gdl__q_tensor_args(op, x, GDL_F32, scale, zero_point) < 0 || !(be = gdl__be(op, x->device)) ||
-        !(q = gdl__tmp(op, x->ndim, x->shape, GDL_U8, x->device)))
-        return NULL;
+    if (!(q = gdl__q_tensor_begin(op, x, GDL_F32, scale, zero_point, GDL_U8, &be))) return NULL;
     return be->k.quantize(1, x->numel, (const gdl_real *)x->data, scale, zero_point, 0, 255, q->data, x->numel) < 0
                ? NULL : q;
 }
@@ -43,9 +49,7 @@ GPUDL_API gdl_tensor *gdl_dequantize(gdl_tensor *q, float scale, int32_t zero_po
     const char *op = "gdl_dequantize";
     const gdl_backend *be;
     gdl_tensor *y;
-    if (gdl__q_tensor_args(op, q, GDL_U8, scale, zero_point) < 0 || !(be = gdl__be(op, q->device)) ||
-        !(y = gdl__tmp(op, q->ndim, q->shape, GDL_F32, q->device)))
-        return NULL;
+    if (!(y = gdl__q_tensor_begin(op, q, GDL_U8, scale, zero_point, GDL_F32, &be))) return NULL;
     return be->k.dequantize(q->numel, q->data, 0, scale, zero_point, (gdl_real *)y->data) < 0 ? NULL : y;
 }
 

@@ -28,15 +28,11 @@ static void gdl__ckpt_free(gdl__ckpt *c) {
 
 /* Collects model (and optimizer) tensors with their file names. */
 static gdl__ckpt *gdl__ckpt_collect(const char *op, gdl_module *m, gdl_optimizer *opt, int prefixed) {
-    gdl__ckpt *c = (gdl__ckpt *)GPUDL_MALLOC(sizeof(gdl__ckpt));
+    gdl__ckpt *c = (gdl__ckpt *)gdl__zalloc(op, sizeof(gdl__ckpt));
     const char *names[GDL__CKPT_MAX];
     gdl_tensor *ts[GDL__CKPT_MAX];
     int k, part;
-    if (!c) {
-        gdl__set_error("%s: out of memory (host)", op);
-        return NULL;
-    }
-    memset(c, 0, sizeof *c);
+    if (!c) return NULL;
     c->m = m;
     c->prefixed = prefixed;
     /* master weights: the masters are made (or moved) first, and saved under their parameters' names (f32), so a
@@ -285,11 +281,22 @@ static void gdl__free_bufs(void **bufs, int n) {
     GPUDL_FREE(bufs);
 }
 
-static void **gdl__alloc_bufs(const char *op, int n) {
-    void **b = (void **)GPUDL_MALLOC(sizeof(void *) * (size_t)(n + 1));
-    if (!b) gdl__set_error("%s: out of memory (host)", op);
-    else memset(b, 0, sizeof(void *) * (size_t)(n + 1));
-    return b;
+static void **gdl__alloc_bufs(const char *op, int n) { return (void **)gdl__zalloc(op, sizeof(void *) * (size_t)(n + 1)); }
+
+/* A load's start: the arguments checked, m's (and opt's) tensors collected, the file read. NULL + error. */
+static gdl__ckpt *gdl__ckpt_open(const char *op, const char *path, gdl_module *m, gdl_optimizer *opt, int prefixed,
+                                 gdl_st_file *f) {
+    gdl__ckpt *c;
+    if (!m || !path) {
+        gdl__null_arg(op, !m ? "module" : "path");
+        return NULL;
+    }
+    if (!(c = gdl__ckpt_collect(op, m, opt, prefixed))) return NULL;
+    if (gdl__st_read(op, path, f) < 0) {
+        gdl__ckpt_free(c);
+        return NULL;
+    }
+    return c;
 }
 
 GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
@@ -298,15 +305,7 @@ GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
     gdl__ckpt *c;
     void **bufs;
     int rc;
-    if (!m || !path) {
-        gdl__null_arg(op, !m ? "module" : "path");
-        return -1;
-    }
-    if (!(c = gdl__ckpt_collect(op, m, NULL, 0))) return -1;
-    if (gdl__st_read(op, path, &f) < 0) {
-        gdl__ckpt_free(c);
-        return -1;
-    }
+    if (!(c = gdl__ckpt_open(op, path, m, NULL, 0, &f))) return -1;
     bufs = gdl__alloc_bufs(op, c->n);
     rc = bufs && gdl__ckpt_check(op, path, c, &f, bufs) == 0 ? gdl__ckpt_apply(op, c, bufs) : -1;
     gdl__free_bufs(bufs, c->n);
@@ -314,6 +313,22 @@ GPUDL_API int gdl_load_model(gdl_module *m, const char *path) {
     gdl_st_free(&f);
     return rc;
 }
+
+/* gdl_fit's position in a checkpoint: the fields of gdl__fit_state as metadata "fit.FIELD", written in this order
+   by gdl__checkpoint_save and read by gdl__fit_load (the first 10 in every checkpoint; replicas and batch_size,
+   then the early-stopping three, absent from older ones) */
+typedef struct gdl__fit_key {
+    const char *key;
+    size_t off;
+    int real; /* a double, written exactly (%.17g); else an int64_t */
+} gdl__fit_key;
+#define GDL__FIT_KEY(field, real) {"fit." #field, offsetof(gdl__fit_state, field), real}
+static const gdl__fit_key gdl__fit_keys[15] = {
+    GDL__FIT_KEY(epoch, 0),   GDL__FIT_KEY(batch, 0),    GDL__FIT_KEY(loader_epoch, 0), GDL__FIT_KEY(num_batches, 0),
+    GDL__FIT_KEY(val_epoch, 0), GDL__FIT_KEY(loss_sum, 1), GDL__FIT_KEY(seconds, 1),    GDL__FIT_KEY(samples, 0),
+    GDL__FIT_KEY(correct, 0), GDL__FIT_KEY(counted, 0),  GDL__FIT_KEY(replicas, 0),     GDL__FIT_KEY(batch_size, 0),
+    GDL__FIT_KEY(es_best, 1), GDL__FIT_KEY(best, 1),     GDL__FIT_KEY(es_wait, 0)};
+#undef GDL__FIT_KEY
 
 /* metadata of a training checkpoint */
 #define GDL__META_MAX 96 /* 6 + 2 per group (32 at most) + 1 + 12 fit.* keys, with room */
@@ -394,11 +409,7 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         gdl__null_arg(op, !m ? "module" : "path");
         return -1;
     }
-    if (!(md = (gdl__meta *)GPUDL_MALLOC(sizeof(gdl__meta)))) {
-        gdl__set_error("%s: out of memory (host)", op);
-        return -1;
-    }
-    md->n = 0;
+    if (!(md = (gdl__meta *)gdl__zalloc(op, sizeof(gdl__meta)))) return -1;
     seed = gdl_rng_get_state(&counter);
     gdl__meta_add(md, "gpudl.checkpoint", "%s", GPUDL_VERSION);
     gdl__meta_add(md, "epoch", "%lld", (long long)epoch);
@@ -437,21 +448,11 @@ static int gdl__checkpoint_save(const char *op, const char *path, gdl_module *m,
         gdl__meta_add(md, "scaler.growth_interval", "%d", opt->scaler->o.growth_interval);
     }
     if (fs) {
-        gdl__meta_add(md, "fit.epoch", "%lld", (long long)fs->epoch);
-        gdl__meta_add(md, "fit.batch", "%lld", (long long)fs->batch);
-        gdl__meta_add(md, "fit.loader_epoch", "%lld", (long long)fs->loader_epoch);
-        gdl__meta_add(md, "fit.num_batches", "%lld", (long long)fs->num_batches);
-        gdl__meta_add(md, "fit.val_epoch", "%lld", (long long)fs->val_epoch);
-        gdl__meta_add(md, "fit.loss_sum", "%.17g", fs->loss_sum);
-        gdl__meta_add(md, "fit.seconds", "%.17g", fs->seconds);
-        gdl__meta_add(md, "fit.samples", "%lld", (long long)fs->samples);
-        gdl__meta_add(md, "fit.correct", "%lld", (long long)fs->correct);
-        gdl__meta_add(md, "fit.counted", "%lld", (long long)fs->counted);
-        gdl__meta_add(md, "fit.replicas", "%lld", (long long)fs->replicas);
-        gdl__meta_add(md, "fit.batch_size", "%lld", (long long)fs->batch_size);
-        gdl__meta_add(md, "fit.es_best", "%.17g", fs->es_best);
-        gdl__meta_add(md, "fit.best", "%.17g", fs->best);
-        gdl__meta_add(md, "fit.es_wait", "%lld", (long long)fs->es_wait);
+        for (g = 0; g < 15; g++) {
+            const char *p = (const char *)fs + gdl__fit_keys[g].off;
+            if (gdl__fit_keys[g].real) gdl__meta_add(md, gdl__fit_keys[g].key, "%.17g", *(const double *)p);
+            else gdl__meta_add(md, gdl__fit_keys[g].key, "%lld", (long long)*(const int64_t *)p);
+        }
     }
     if (!(c = gdl__ckpt_collect(op, m, opt, 1))) {
         GPUDL_FREE(md);
@@ -489,9 +490,6 @@ static int gdl__checkpoint_load(const char *op, const char *path, gdl_module *m,
 static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched,
                          gdl__fit_state *fs, const gdl_loader *train, int epochs, int ddp) {
     static const char op[] = "gdl_fit";
-    static const char *const keys[12] = {"fit.epoch", "fit.batch", "fit.loader_epoch", "fit.num_batches",
-                                         "fit.val_epoch", "fit.loss_sum", "fit.seconds", "fit.samples",
-                                         "fit.correct", "fit.counted", "fit.replicas", "fit.batch_size"};
     double v[12], es[3] = {NAN, NAN, 0};
     int64_t iv[12], es_wait = 0;
     gdl_st_file f;
@@ -507,22 +505,21 @@ static int gdl__fit_load(const char *path, gdl_module *m, gdl_optimizer *opt, gd
         goto fail;
     }
     for (i = 0; i < f.n_meta; i++) { /* the shards and batch size, early stopping: absent from older checkpoints */
-        if (strcmp(f.meta_keys[i], "fit.replicas") == 0) nk = 12;
-        if (strcmp(f.meta_keys[i], "fit.es_wait") == 0) has_es = 1;
+        if (strcmp(f.meta_keys[i], gdl__fit_keys[10].key) == 0) nk = 12;
+        if (strcmp(f.meta_keys[i], gdl__fit_keys[14].key) == 0) has_es = 1;
     }
-    for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, keys[i], &v[i]);
-    if (rc == 0 && has_es && (gdl__meta_get(op, path, &f, "fit.es_best", &es[0]) < 0 ||
-                              gdl__meta_get(op, path, &f, "fit.best", &es[1]) < 0 ||
-                              gdl__meta_get(op, path, &f, "fit.es_wait", &es[2]) < 0))
-        rc = -1;
+    for (i = 0; i < nk && rc == 0; i++) rc = gdl__meta_get(op, path, &f, gdl__fit_keys[i].key, &v[i]);
+    for (i = 0; i < 3 && has_es && rc == 0; i++) rc = gdl__meta_get(op, path, &f, gdl__fit_keys[12 + i].key, &es[i]);
     gdl_st_free(&f);
     if (rc < 0) goto fail;
     if (nk == 10) v[10] = (double)W, v[11] = (double)B; /* taken as this run's */
     /* integers in range before they are cast (a damaged file may hold anything, NaN included) */
     for (i = 0; i < nk; i++)
-        if (i != 5 && i != 6 && gdl__meta_int(op, path, keys[i], v[i], -1, GDL__META_INT_MAX, &iv[i]) < 0) goto fail;
+        if (!gdl__fit_keys[i].real &&
+            gdl__meta_int(op, path, gdl__fit_keys[i].key, v[i], -1, GDL__META_INT_MAX, &iv[i]) < 0)
+            goto fail;
     if (nk == 10) iv[10] = W, iv[11] = B;
-    if (gdl__meta_int(op, path, "fit.es_wait", es[2], 0, 1e9, &es_wait) < 0) goto fail;
+    if (gdl__meta_int(op, path, gdl__fit_keys[14].key, es[2], 0, 1e9, &es_wait) < 0) goto fail;
     if (!(v[5] == v[5] && v[6] >= 0)) {
         gdl__set_error("%s: %s: damaged fit.loss_sum or fit.seconds", op, path);
         goto fail;
@@ -590,15 +587,7 @@ static int gdl__checkpoint_load_(const char *op, const char *path, gdl_module *m
     int64_t i_ep = 0, i_step = 0, i_groups = 0, i_last = 0, i_nav = 0, i_tracker = 0, i_interval = 0;
     uint64_t seed = 0, counter = 0;
     int g, ng = 0, rc = -1, has_scaler = 0;
-    if (!m || !path) {
-        gdl__null_arg(op, !m ? "module" : "path");
-        return -1;
-    }
-    if (!(c = gdl__ckpt_collect(op, m, opt, 1))) return -1;
-    if (gdl__st_read(op, path, &f) < 0) {
-        gdl__ckpt_free(c);
-        return -1;
-    }
+    if (!(c = gdl__ckpt_open(op, path, m, opt, 1, &f))) return -1;
     /* read and check everything before changing anything */
     if (gdl__meta_get(op, path, &f, "epoch", &ep) < 0 || gdl__meta_get_u64(op, path, &f, "rng.seed", &seed) < 0 ||
         gdl__meta_get_u64(op, path, &f, "rng.counter", &counter) < 0 ||

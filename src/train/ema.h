@@ -24,11 +24,7 @@ static gdl__flat *gdl__ema_block(const char *op, gdl_device dev, const void *src
     const gdl_backend *be = gdl__be(op, dev);
     gdl__flat *f;
     if (!be) return NULL;
-    if (!(f = (gdl__flat *)GPUDL_MALLOC(sizeof(gdl__flat)))) {
-        gdl__set_error("%s: out of memory (host)", op);
-        return NULL;
-    }
-    memset(f, 0, sizeof *f);
+    if (!(f = (gdl__flat *)gdl__zalloc(op, sizeof(gdl__flat)))) return NULL;
     f->refs = 1;
     f->device = dev;
     f->bytes = f->params_bytes = bytes;
@@ -110,11 +106,7 @@ GPUDL_API gdl_ema *gdl_ema_new(gdl_optimizer *opt, gdl_module *m, double decay, 
         return NULL;
     }
     if (gdl__opt_layout(op, opt) < 0) return NULL; /* the blocks whose parameter regions are mirrored */
-    if (!(e = (gdl_ema *)GPUDL_MALLOC(sizeof(gdl_ema)))) {
-        gdl__set_error("%s: out of memory (host)", op);
-        return NULL;
-    }
-    memset(e, 0, sizeof *e);
+    if (!(e = (gdl_ema *)gdl__zalloc(op, sizeof(gdl_ema)))) return NULL;
     e->decay = decay;
     e->use_buffers = use_buffers != 0;
     e->shadow = (gdl__flat **)GPUDL_MALLOC(sizeof(gdl__flat *) * (size_t)opt->ndevs);

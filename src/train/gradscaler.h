@@ -244,15 +244,21 @@ static gdl__scaler_opt *gdl__scaler_record(const char *op, gdl_grad_scaler *s, g
     return gdl__scaler_find(s, opt);
 }
 
-GPUDL_API int gdl_grad_scaler_unscale(gdl_grad_scaler *s, gdl_optimizer *opt) {
-    const char *op = "gdl_grad_scaler_unscale";
-    gdl__scaler_opt *r;
+/* unscale's and step's start: the arguments checked, opt's record (*r). 1; 0 when s is disabled; -1 + error. */
+static int gdl__scaler_begin(const char *op, gdl_grad_scaler *s, gdl_optimizer *opt, gdl__scaler_opt **r) {
     if (!s || !opt) {
         gdl__null_arg(op, !s ? "s" : "opt");
         return -1;
     }
     if (!s->o.enabled) return 0;
-    if (gdl__scaler_ready(op, s) < 0 || !(r = gdl__scaler_record(op, s, opt))) return -1;
+    return gdl__scaler_ready(op, s) < 0 || !(*r = gdl__scaler_record(op, s, opt)) ? -1 : 1;
+}
+
+GPUDL_API int gdl_grad_scaler_unscale(gdl_grad_scaler *s, gdl_optimizer *opt) {
+    const char *op = "gdl_grad_scaler_unscale";
+    gdl__scaler_opt *r = NULL;
+    const int rc = gdl__scaler_begin(op, s, opt, &r);
+    if (rc <= 0) return rc;
     if (r->stage == GDL__SC_UNSCALED) {
         gdl__set_error("%s: already called for this optimizer since the last update (PyTorch: unscale_() has "
                        "already been called on this optimizer since the last update())", op);
@@ -268,13 +274,9 @@ GPUDL_API int gdl_grad_scaler_unscale(gdl_grad_scaler *s, gdl_optimizer *opt) {
 
 GPUDL_API int gdl_grad_scaler_step(gdl_grad_scaler *s, gdl_optimizer *opt) {
     const char *op = "gdl_grad_scaler_step";
-    gdl__scaler_opt *r;
-    if (!s || !opt) {
-        gdl__null_arg(op, !s ? "s" : "opt");
-        return -1;
-    }
-    if (!s->o.enabled) return gdl_step(opt);
-    if (gdl__scaler_ready(op, s) < 0 || !(r = gdl__scaler_record(op, s, opt))) return -1;
+    gdl__scaler_opt *r = NULL;
+    const int rc = gdl__scaler_begin(op, s, opt, &r);
+    if (rc <= 0) return rc < 0 ? -1 : gdl_step(opt);
     if (r->stage == GDL__SC_STEPPED) {
         gdl__set_error("%s: already called for this optimizer since the last update (call gdl_grad_scaler_update "
                        "after each step)", op);

@@ -37,16 +37,23 @@ GPUDL_API int gdl_optim_set_master_weights(gdl_optimizer *opt, gdl_dtype dt) {
 
 GPUDL_API gdl_dtype gdl_optim_master_weights(const gdl_optimizer *opt) { return opt ? opt->master : GDL_F32; }
 
-GPUDL_API gdl_tensor *gdl_optim_master_weight(gdl_optimizer *opt, int i) {
-    const char *op = "gdl_optim_master_weight";
+/* opt not NULL, and i one of its parameter groups (groups) or parameters. 0 / -1. */
+static int gdl__opt_index_ok(const char *op, const gdl_optimizer *opt, int groups, int i) {
+    const char *what = groups ? "group" : "parameter";
+    int n;
     if (!opt) {
         gdl__null_arg(op, "opt");
-        return NULL;
+        return -1;
     }
-    if (i < 0 || i >= opt->nparams) {
-        gdl__set_error("%s: parameter %d out of range (the optimizer has %d)", op, i, opt->nparams);
-        return NULL;
-    }
+    n = groups ? opt->ngroups : opt->nparams;
+    if (i >= 0 && i < n) return 0;
+    gdl__set_error("%s: %s %d out of range (the optimizer has %d %ss)", op, what, i, n, what);
+    return -1;
+}
+
+GPUDL_API gdl_tensor *gdl_optim_master_weight(gdl_optimizer *opt, int i) {
+    const char *op = "gdl_optim_master_weight";
+    if (gdl__opt_index_ok(op, opt, 0, i) < 0) return NULL;
     if (opt->master == GDL_F32) {
         gdl__set_error("%s: the optimizer keeps no master weights (gdl_optim_set_master_weights)", op);
         return NULL;
@@ -117,15 +124,7 @@ GPUDL_API int gdl_optim_num_groups(const gdl_optimizer *opt) { return opt ? opt-
 GPUDL_API int gdl_optim_num_params(const gdl_optimizer *opt) { return opt ? opt->nparams : -1; }
 
 static gdl__opt_group *gdl__opt_group_at(const char *op, const gdl_optimizer *opt, int group) {
-    if (!opt) {
-        gdl__null_arg(op, "opt");
-        return NULL;
-    }
-    if (group < 0 || group >= opt->ngroups) {
-        gdl__set_error("%s: group %d out of range (the optimizer has %d groups)", op, group, opt->ngroups);
-        return NULL;
-    }
-    return &opt->groups[group];
+    return gdl__opt_index_ok(op, opt, 1, group) < 0 ? NULL : &opt->groups[group];
 }
 
 GPUDL_API double gdl_optim_get_lr(const gdl_optimizer *opt, int group) {

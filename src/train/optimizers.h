@@ -80,13 +80,17 @@ static const char *gdl__opt_kind_name(int kind) {
     return kind == GDL__OPT_SGD ? "SGD" : kind == GDL__OPT_ADAM ? "Adam" : "AdamW";
 }
 
+/* a group's settings: those every optimizer has, the rest zero; initial_lr unset (a scheduler sets it) */
+static void gdl__opt_group_init(gdl__opt_group *d, double lr, double weight_decay) {
+    memset(d, 0, sizeof *d);
+    d->lr = lr;
+    d->weight_decay = weight_decay;
+    d->initial_lr = -1;
+}
+
 static gdl_optimizer *gdl__opt_new(const char *op, int kind, const gdl__opt_group *d) {
-    gdl_optimizer *o = (gdl_optimizer *)GPUDL_MALLOC(sizeof(gdl_optimizer));
-    if (!o) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(o, 0, sizeof *o);
+    gdl_optimizer *o = (gdl_optimizer *)gdl__zalloc(op, sizeof(gdl_optimizer));
+    if (!o) return NULL;
     o->kind = kind;
     o->defaults = *d;
     return o;
@@ -109,13 +113,10 @@ GPUDL_API gdl_optimizer *gdl_sgd_new(double lr, double momentum, double dampenin
                        "dampening %g)", momentum, dampening);
         return NULL;
     }
-    memset(&d, 0, sizeof d);
-    d.lr = lr;
+    gdl__opt_group_init(&d, lr, weight_decay);
     d.momentum = momentum;
     d.dampening = dampening;
-    d.weight_decay = weight_decay;
     d.nesterov = nesterov != 0;
-    d.initial_lr = -1;
     return gdl__opt_new("gdl_sgd_new", GDL__OPT_SGD, &d);
 }
 
@@ -138,13 +139,10 @@ static gdl_optimizer *gdl__adam_new(const char *op, int kind, double lr, double 
         gdl__set_error("%s: invalid weight_decay %g (must be >= 0)", op, weight_decay);
         return NULL;
     }
-    memset(&d, 0, sizeof d);
-    d.lr = lr;
+    gdl__opt_group_init(&d, lr, weight_decay);
     d.beta1 = beta1;
     d.beta2 = beta2;
     d.eps = eps;
-    d.weight_decay = weight_decay;
-    d.initial_lr = -1;
     return gdl__opt_new(op, kind, &d);
 }
 

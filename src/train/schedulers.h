@@ -81,16 +81,10 @@ static gdl_scheduler *gdl__sched_new(const char *op, int kind, gdl_optimizer *op
         gdl__set_error("%s: the optimizer has no parameter groups yet (add parameters first)", op);
         return NULL;
     }
-    s = (gdl_scheduler *)GPUDL_MALLOC(sizeof(gdl_scheduler));
-    if (!s) {
-        gdl__set_error("%s: out of memory", op);
-        return NULL;
-    }
-    memset(s, 0, sizeof *s);
-    s->base_lrs = (double *)GPUDL_MALLOC(sizeof(double) * 2 * (size_t)opt->ngroups);
-    if (!s->base_lrs) {
+    s = (gdl_scheduler *)gdl__zalloc(op, sizeof(gdl_scheduler));
+    if (!s) return NULL;
+    if (!(s->base_lrs = (double *)gdl__zalloc(op, sizeof(double) * 2 * (size_t)opt->ngroups))) {
         GPUDL_FREE(s);
-        gdl__set_error("%s: out of memory", op);
         return NULL;
     }
     s->last_lr = s->base_lrs + opt->ngroups;
@@ -106,66 +100,57 @@ static gdl_scheduler *gdl__sched_new(const char *op, int kind, gdl_optimizer *op
     return s;
 }
 
-GPUDL_API gdl_scheduler *gdl_steplr_new(gdl_optimizer *opt, int step_size, double gamma) {
-    gdl_scheduler *s;
-    if (step_size < 1 || !(gamma >= 0) || gamma == INFINITY) {
-        gdl__set_error("gdl_steplr_new: bad step_size %d (must be >= 1) or gamma %g (must be finite, >= 0)", step_size,
-                       gamma);
-        return NULL;
-    }
-    if (!(s = gdl__sched_new("gdl_steplr_new", GDL__SCHED_STEP, opt))) return NULL;
-    s->n = step_size;
-    s->a = gamma;
+/* a scheduler of kind with its counts (n, n2) and reals (a, b), applied to opt's groups at once */
+static gdl_scheduler *gdl__sched_make(const char *op, int kind, gdl_optimizer *opt, int n, double a, int n2, double b) {
+    gdl_scheduler *s = gdl__sched_new(op, kind, opt);
+    if (!s) return NULL;
+    s->n = n;
+    s->a = a;
+    s->n2 = n2;
+    s->b = b;
     gdl__sched_apply(s);
     return s;
 }
 
+/* StepLR's and CosineAnnealingLR's arguments: a count n >= 1 and a finite a >= 0. 0 / -1. */
+static int gdl__sched_count_and_real(const char *op, const char *n_name, int n, const char *a_name, double a) {
+    if (n >= 1 && a >= 0 && a != INFINITY) return 0;
+    gdl__set_error("%s: bad %s %d (must be >= 1) or %s %g (must be finite, >= 0)", op, n_name, n, a_name, a);
+    return -1;
+}
+
+GPUDL_API gdl_scheduler *gdl_steplr_new(gdl_optimizer *opt, int step_size, double gamma) {
+    const char *op = "gdl_steplr_new";
+    if (gdl__sched_count_and_real(op, "step_size", step_size, "gamma", gamma) < 0) return NULL;
+    return gdl__sched_make(op, GDL__SCHED_STEP, opt, step_size, gamma, 0, 0);
+}
+
 GPUDL_API gdl_scheduler *gdl_cosine_lr_new(gdl_optimizer *opt, int T_max, double eta_min) {
-    gdl_scheduler *s;
-    if (T_max < 1 || !(eta_min >= 0) || eta_min == INFINITY) {
-        gdl__set_error("gdl_cosine_lr_new: bad T_max %d (must be >= 1) or eta_min %g (must be finite, >= 0)", T_max,
-                       eta_min);
-        return NULL;
-    }
-    if (!(s = gdl__sched_new("gdl_cosine_lr_new", GDL__SCHED_COSINE, opt))) return NULL;
-    s->n = T_max;
-    s->a = eta_min;
-    gdl__sched_apply(s);
-    return s;
+    const char *op = "gdl_cosine_lr_new";
+    if (gdl__sched_count_and_real(op, "T_max", T_max, "eta_min", eta_min) < 0) return NULL;
+    return gdl__sched_make(op, GDL__SCHED_COSINE, opt, T_max, eta_min, 0, 0);
 }
 
 GPUDL_API gdl_scheduler *gdl_linear_warmup_new(gdl_optimizer *opt, double start_factor, double end_factor,
                                                int total_iters) {
-    gdl_scheduler *s;
     if (!(start_factor > 0 && start_factor <= 1) || !(end_factor >= 0 && end_factor <= 1) || total_iters < 1) {
         gdl__set_error("gdl_linear_warmup_new: bad start_factor %g (must be in (0,1]), end_factor %g (in [0,1]) or "
                        "total_iters %d (>= 1)", start_factor, end_factor, total_iters);
         return NULL;
     }
-    if (!(s = gdl__sched_new("gdl_linear_warmup_new", GDL__SCHED_LINEAR, opt))) return NULL;
-    s->n = total_iters;
-    s->a = start_factor;
-    s->b = end_factor;
-    gdl__sched_apply(s);
-    return s;
+    return gdl__sched_make("gdl_linear_warmup_new", GDL__SCHED_LINEAR, opt, total_iters, start_factor, 0, end_factor);
 }
 
 GPUDL_API gdl_scheduler *gdl_warmup_cosine_lr_new(gdl_optimizer *opt, int warmup_iters, double start_factor, int T_max,
                                                   double eta_min) {
-    gdl_scheduler *s;
     if (warmup_iters < 0 || !(start_factor > 0 && start_factor <= 1) || T_max < 1 || !(eta_min >= 0) ||
         eta_min == INFINITY) {
         gdl__set_error("gdl_warmup_cosine_lr_new: bad warmup_iters %d (>= 0), start_factor %g (in (0,1]), T_max %d "
                        "(>= 1) or eta_min %g (finite, >= 0)", warmup_iters, start_factor, T_max, eta_min);
         return NULL;
     }
-    if (!(s = gdl__sched_new("gdl_warmup_cosine_lr_new", GDL__SCHED_WARMUP_COSINE, opt))) return NULL;
-    s->n = warmup_iters;
-    s->a = start_factor;
-    s->n2 = T_max;
-    s->b = eta_min;
-    gdl__sched_apply(s);
-    return s;
+    return gdl__sched_make("gdl_warmup_cosine_lr_new", GDL__SCHED_WARMUP_COSINE, opt, warmup_iters, start_factor, T_max,
+                           eta_min);
 }
 
 GPUDL_API gdl_scheduler *gdl_onecycle_lr_new_ex(gdl_optimizer *opt, double max_lr, int total_steps, double pct_start,
