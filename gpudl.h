@@ -8541,11 +8541,14 @@ static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha
    The peak: each thread of the pool runs independent FMA chains in the
    vector width the GEMM's micro-kernel uses (AVX-512, AVX2 + FMA, NEON, or
    the portable C loop the compiler vectorises as it can: the ISA the build
-   targets, src/cpu/gemm.h), all at once, for ~80 ms; the FLOPs they did
-   over the wall time between the start and the last one's end. 12 chains
-   cover two FMA units' 4-6 cycle latency. Measured once per thread count and
-   kept; it is a measurement, so a machine that other processes keep busy
-   reads lower (a benchmark measures it under the same load as its steps).
+   targets, src/cpu/gemm.h), all at once, for ~80 ms, timing each stretch of
+   ~16k FMA instructions; the peak is the sum over the threads of each one's
+   fastest stretch. 12 chains cover two FMA units' 4-6 cycle latency. The
+   fastest stretch is the core's rate while the thread runs: on a machine
+   that other processes keep busy the figure stays the hardware's (the
+   threads are descheduled between stretches, not slowed within one), and
+   the load shows where it belongs, as a lower fraction of it. Measured once
+   per thread count and kept.
    With CBLAS the portable loop stands for OpenBLAS's own kernels. The bf16
    and f16 GEMMs run on the CPU through f32 copies: their peak is f32's.
    ------------------------------------------------------------------------- */
@@ -8578,43 +8581,50 @@ static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha
 
 typedef struct gdl__peak_job {
     double t_end;                   /* the tasks stop at this gdl__prof_clock */
-    double flops[GDL__POOL_MAX];    /* each task's */
+    double rate[GDL__POOL_MAX];     /* each task's fastest stretch, FLOP/s */
     volatile float sink[GDL__POOL_MAX]; /* each task's chains' sum goes here, so its loop stays */
 } gdl__peak_job;
 
-/* task t: FMAs on GDL__PEAK_CHAINS independent accumulators, a block of 256 at a time, until t_end.
-   a = a*m + c with m = 1 - c stays at 1: no overflow, no denormals. */
+/* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
+   until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
+   denormals. */
 static void gdl__peak_task(void *ctx, int t, int nt) {
     gdl__peak_job *j = (gdl__peak_job *)ctx;
-    double done = 0;
+    double best = 0, t0 = gdl__prof_clock(), t1;
     int i, k;
 #if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_NEON)
+    const double stretch = 64 * 256.0 * GDL__PEAK_CHAINS * GDL__PEAK_LANES * 2; /* FLOPs */
     GDL__PEAK_V a[GDL__PEAK_CHAINS], m = GDL__PEAK_SET(0.9999f), c = GDL__PEAK_SET(0.0001f);
     float s = 0;
     for (k = 0; k < GDL__PEAK_CHAINS; k++) a[k] = GDL__PEAK_SET(1.0f);
     do {
-        for (i = 0; i < 256; i++) {
+        for (i = 0; i < 64 * 256; i++) {
             a[0] = GDL__PEAK_FMA(a[0], m, c); a[1] = GDL__PEAK_FMA(a[1], m, c); a[2] = GDL__PEAK_FMA(a[2], m, c);
             a[3] = GDL__PEAK_FMA(a[3], m, c); a[4] = GDL__PEAK_FMA(a[4], m, c); a[5] = GDL__PEAK_FMA(a[5], m, c);
             a[6] = GDL__PEAK_FMA(a[6], m, c); a[7] = GDL__PEAK_FMA(a[7], m, c); a[8] = GDL__PEAK_FMA(a[8], m, c);
             a[9] = GDL__PEAK_FMA(a[9], m, c); a[10] = GDL__PEAK_FMA(a[10], m, c); a[11] = GDL__PEAK_FMA(a[11], m, c);
         }
-        done += 256.0 * GDL__PEAK_CHAINS * GDL__PEAK_LANES * 2;
-    } while (gdl__prof_clock() < j->t_end);
+        t1 = gdl__prof_clock();
+        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
+        t0 = t1;
+    } while (t1 < j->t_end);
     for (k = 0; k < GDL__PEAK_CHAINS; k++) s += GDL__PEAK_SUM(a[k]);
 #else
     /* 4 x 12 scalars: what the portable kernel's C becomes, vectorised by the compiler as the target allows */
+    const double stretch = 64 * 256.0 * 4 * GDL__PEAK_CHAINS * 2;
     gdl_real a[4 * GDL__PEAK_CHAINS], m = (gdl_real)0.9999, c = (gdl_real)0.0001, s = 0;
     for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) a[k] = 1;
     do {
-        for (i = 0; i < 256; i++)
+        for (i = 0; i < 64 * 256; i++)
             for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) a[k] = a[k] * m + c;
-        done += 256.0 * 4 * GDL__PEAK_CHAINS * 2;
-    } while (gdl__prof_clock() < j->t_end);
+        t1 = gdl__prof_clock();
+        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
+        t0 = t1;
+    } while (t1 < j->t_end);
     for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) s += a[k];
 #endif
     (void)nt;
-    j->flops[t] = done;
+    j->rate[t] = best;
     j->sink[t] = (float)s;
 }
 
@@ -8631,16 +8641,14 @@ static double gdl__peak_cache[GDL__POOL_MAX + 1]; /* GFLOP/s by thread count; 0:
 /* the measurement on `threads` of the pool (the caller holds the pool) */
 static double gdl__peak_measure(int threads) {
     gdl__peak_job *j = (gdl__peak_job *)calloc(1, sizeof *j);
-    double t0, t1, sum = 0;
+    double sum = 0;
     int t;
     if (!j) return -1;
-    t0 = gdl__prof_clock();
-    j->t_end = t0 + GDL__PEAK_SECONDS;
+    j->t_end = gdl__prof_clock() + GDL__PEAK_SECONDS;
     gdl__pool_run(threads, gdl__peak_task, j);
-    t1 = gdl__prof_clock();
-    for (t = 0; t < threads; t++) sum += j->flops[t];
+    for (t = 0; t < threads; t++) sum += j->rate[t];
     free(j);
-    return t1 > t0 ? sum / (t1 - t0) * 1e-9 : -1;
+    return sum > 0 ? sum * 1e-9 : -1;
 }
 
 GPUDL_API double gdl_cpu_peak_gflops(int threads) {
