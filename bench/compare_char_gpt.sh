@@ -46,5 +46,7 @@ paste -d' ' "$tmp/ours.loss" "$tmp/torch.loss" | awk '
 echo "validation loss after $steps steps: ours $(val "$tmp/ours.1"), pytorch $(val "$tmp/torch.1")"
 a=$(median "$tmp/ours.times") b=$(median "$tmp/torch.times")
 awk -v a="$a" -v b="$b" -v n="$reps" 'BEGIN { printf "median step time: ours %.2f ms, pytorch %.2f ms, ours/pytorch %.2f (median of %d rounds)\n", a, b, a / b, n }'
-echo "utilisation, the last round (our FLOP count and peak for both): ours $(util "$tmp/ours.$reps"), pytorch $(util "$tmp/torch.$reps")"
+echo "utilisation, the last round (our FLOP count and peak for both; FlopCounterMode's count beside it where it differs):"
+echo "  ours    $(sed -n 's/^utilisation: //p' "$tmp/ours.$reps")"
+echo "  pytorch $(sed -n 's/^utilisation: //p' "$tmp/torch.$reps")"
 exit $status
