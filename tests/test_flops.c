@@ -70,30 +70,27 @@ TEST matmul_batched(void) {
    so 2*6*5*5 = 300 outputs of 2*3*3 = 18 taps (C/groups x KH x KW): 2*300*18 = 10800 forward, each
    gradient as much. Stride 2, padding 0, dilation 1 on the data (no input gradient): OH = OW = 3,
    2*6*9 = 108 outputs: 2*108*18 = 3888 forward, 3888 backward (the weight's). */
-TEST conv_groups_dilation(void) {
+static enum harness_result conv_case(int x_grad, int s, int p, int d, int64_t side, int64_t fwd, int64_t bwd) {
     int64_t xs[4] = {2, 4, 7, 7}, ws[4] = {6, 2, 3, 3}, f, b;
-    int stride[2] = {1, 1}, pad[2] = {1, 1}, dil[2] = {2, 2};
-    gdl_tensor *x = randn_grad(4, xs, 1), *xd = randn_grad(4, xs, 0), *w = randn_grad(4, ws, 1), *y;
+    int stride[2], pad[2], dil[2];
+    gdl_tensor *x = randn_grad(4, xs, x_grad), *w = randn_grad(4, ws, 1), *y;
+    stride[0] = stride[1] = s;
+    pad[0] = pad[1] = p;
+    dil[0] = dil[1] = d;
     gdl_flops_reset();
     y = gdl_conv2d_ex(x, w, NULL, stride, pad, dil, 2);
     ASSERT_NOT_NULL(y);
-    ASSERT_EQ(5, y->shape[2]);
+    ASSERT_EQ(side, y->shape[2]);
     ASSERT_EQ(0, gdl_backward(gdl_sum(y)));
     counts(&f, &b);
-    ASSERT_EQ(10800, f);
-    ASSERT_EQ(21600, b);
-    gdl_flops_reset();
-    y = gdl_conv2d(xd, w, NULL, 2, 0, 1, 2);
-    ASSERT_NOT_NULL(y);
-    ASSERT_EQ(3, y->shape[2]);
-    ASSERT_EQ(0, gdl_backward(gdl_sum(y)));
-    counts(&f, &b);
-    ASSERT_EQ(3888, f);
-    ASSERT_EQ(3888, b);
+    ASSERT_EQ(fwd, f);
+    ASSERT_EQ(bwd, b);
     gdl_arena_reset();
-    gdl_free(x); gdl_free(xd); gdl_free(w);
+    gdl_free(x); gdl_free(w);
     PASS();
 }
+TEST conv_groups_dilation(void) { return conv_case(1, 1, 1, 2, 5, 10800, 21600); }
+TEST conv_stride_data(void) { return conv_case(0, 2, 0, 1, 3, 3888, 3888); }
 
 /* q [2,3,4,8], k and v [2,3,6,8]: 6 heads of 4 queries x 6 keys, the two products 2*6*4*6*8 each: 4608
    forward, the backward's four 9216; causal or not (every query-key pair, as FlopCounterMode). With
@@ -169,6 +166,7 @@ TEST low_precision_once(void) {
     PASS();
 }
 
+#ifdef GDL__OS_THREADS /* (the minimal build, GPUDL_NO_THREADS, has one thread) */
 /* another thread: its linear (2*8*16*16 = 4096 forward) counts on its own counter, not on the caller's */
 typedef struct {
     int64_t fwd, mine_before;
@@ -206,6 +204,7 @@ TEST per_thread(void) {
     gdl_free(w);
     PASS();
 }
+#endif
 
 /* the measured peak: positive, kept (the second call returns the same figure at once), a thread count
    out of range is an error naming the call */
@@ -266,12 +265,15 @@ int main(int argc, char **argv) {
     RUN_TEST(linear_net);
     RUN_TEST(matmul_batched);
     RUN_TEST(conv_groups_dilation);
+    RUN_TEST(conv_stride_data);
     RUN_TEST(attention_fused);
     RUN_TEST(attention_fused_causal);
     RUN_TEST(attention_unfused);
     RUN_TEST(lstm_gates);
     RUN_TEST(low_precision_once);
+#ifdef GDL__OS_THREADS
     RUN_TEST(per_thread);
+#endif
     RUN_TEST(cpu_peak);
     RUN_TEST(gpu_table);
     RUN_TEST(flops_line);
