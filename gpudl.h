@@ -2564,7 +2564,8 @@ GPUDL_API int gdl_profile_trace(const char *path);
    gdl_flops_line: "FLOPs/step X, Y GFLOP/s, Z % of peak (P GFLOP/s, N threads, ISA)" (a GPU:
    "(P GFLOP/s, bf16 dense, <name>)"), in a per-thread buffer valid until the next call. The
    peaks: gdl_cpu_peak_gflops(threads) runs an FMA loop in the GEMM's ISA on that many of the
-   pool's threads (0: all) for ~80 ms, once per count (it reads lower on a busy machine);
+   pool's threads (0: all) for ~80 ms, once per count, and adds up each thread's fastest timed
+   stretch: the cores' rate while they run, so another process's load shows as a lower fraction;
    gdl_gpu_peak_gflops(index, dtype) is NVIDIA's datasheet figure (dense; f32 on the CUDA cores,
    bf16 / f16 on the tensor cores) for the H200, H100 (SXM, PCIe, NVL), A100, A10, A30, L40S, L40,
    L4, V100 and T4. Both -1 + error. */
