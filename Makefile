@@ -86,6 +86,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_dtype:linked:plain:asan:warn:check \
         test_ownership:linked:plain:asan:warn \
         test_conv:whole:plain:asan:cpup:warn \
+        test_flops:whole:plain:asan:tsan:cpup:win:warn \
         test_gemm_kernels:cpup \
         test_gelu:whole:cpup \
         test_gemm_int8:cpup \

@@ -59,7 +59,8 @@
    ThreadSanitizer). Each thread has its own: step arena and temporaries,
    autograd tape, grad mode (gdl_set_grad_enabled), anomaly mode, autocast
    region, grad-ready hook, graph capture, gdl_module_summary's recording,
-   error message (gdl_last_error) and generator. Shared by all: the CPU
+   error message (gdl_last_error), generator and model-FLOP count
+   (gdl_flops_count). Shared by all: the CPU
    thread pool and its size (gdl_set_num_threads), the memory counters
    (atomic), the profiler, the fusion switch, the devices.
    * A temporary belongs to the thread that made it: gdl_arena_reset ends
@@ -421,7 +422,7 @@
    api/train.h              fit / evaluate, checkpoints
    api/graph.h              a training step captured once as a CUDA graph and replayed
    api/dist.h               data parallel across processes, collectives, DDP
-   api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler
+   api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler; model FLOPs and the peaks
    api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
    api/onnx.h               ONNX export by tracing and import (gdl_export_onnx, gdl_load_onnx, gdl_onnx_run)
    api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
@@ -433,12 +434,14 @@
    runtime/env.h            the environment variables, parsed whole (numbers in range, strings that fit, 0/1 switches)
    runtime/devices.h        devices and the backend they select
    runtime/profiler.h       the profiler's spans and its trace
+   runtime/flops.h          the model FLOPs this thread's GEMM-like ops ran (gdl_flops_count); GPUs' datasheet peaks
    runtime/arena.h          the per-step arenas (host and device)
    runtime/tensor.h         storage, tensors, the generator, half precision, copies
    runtime/thread_pool.h    the CPU thread pool (gdl__parallel_for)
    runtime/monitor.h        the allocators' counters, NVML
    cpu/memory.h             allocation and its counters, copies, stream and event stand-ins, fill, cast
    cpu/gemm.h               the GEMM (AVX-512 / AVX2 / portable micro-kernels, CBLAS) and the backend's GEMM entries
+   cpu/peak.h               the CPU's measured FMA peak (gdl_cpu_peak_gflops); the utilisation line (gdl_flops_line)
    cpu/gemm_int8.h          the int8 GEMM (AVX-512 VNNI / AVX2 / NEON sdot / NEON / portable), quantize, dequantize
    cpu/elementwise.h        binary ops with broadcasting, sum_to, unary ops and their gradients
    cpu/reductions.h         reductions over a middle dimension, argmax, softmax
@@ -2549,6 +2552,28 @@ GPUDL_API int gdl_profile_print(FILE *f); /* the rows as a table. 0 / -1 + error
    from gdl_profile_begin; host times on tid 1, GPU times on tid 2 + the device index. 0 / -1. */
 GPUDL_API int gdl_profile_trace(const char *path);
 
+
+/* Model FLOPs and utilisation (llm.c's MFU): the FLOPs of the GEMM-like ops (linear, matmul / bmm,
+   conv2d with groups and dilation, attention's two products; the LSTM / GRU gates through linear)
+   that this thread ran since gdl_flops_reset, counted from their shapes, 2 FLOPs per multiply-add;
+   a backward counts each gradient GEMM it runs (2x the forward where both operands want gradients,
+   the data's layer 1x: as PyTorch's FlopCounterMode). Per thread; a CUDA graph's replay counts
+   nothing (count an eager step).
+       gdl_flops_reset(); ... a step ...; int64_t f = gdl_flops_count(NULL, NULL);
+       printf("%s\n", gdl_flops_line((double)f, seconds, dev, GDL_F32));
+   gdl_flops_line: "FLOPs/step X, Y GFLOP/s, Z % of peak (P GFLOP/s, N threads, ISA)" (a GPU:
+   "(P GFLOP/s, bf16 dense, <name>)"), in a per-thread buffer valid until the next call. The
+   peaks: gdl_cpu_peak_gflops(threads) runs an FMA loop in the GEMM's ISA on that many of the
+   pool's threads (0: all) for ~80 ms, once per count, and adds up each thread's fastest timed
+   stretch: the cores' rate while they run, so another process's load shows as a lower fraction;
+   gdl_gpu_peak_gflops(index, dtype) is NVIDIA's datasheet figure (dense; f32 on the CUDA cores,
+   bf16 / f16 on the tensor cores) for the H200, H100 (SXM, PCIe, NVL), A100, A10, A30, L40S, L40,
+   L4, V100 and T4. Both -1 + error. */
+GPUDL_API void gdl_flops_reset(void);
+GPUDL_API int64_t gdl_flops_count(int64_t *forward, int64_t *backward); /* forward + backward */
+GPUDL_API double gdl_cpu_peak_gflops(int threads);
+GPUDL_API double gdl_gpu_peak_gflops(int index, gdl_dtype dt);
+GPUDL_API const char *gdl_flops_line(double flops_per_step, double seconds_per_step, gdl_device dev, gdl_dtype dt);
 /* ---------------------------------------------------------------------------
    src/api/quant.h  INT8 quantization: PyTorch's dynamic quantization
    (torch.ao.quantization.quantize_dynamic), static post-training
@@ -5520,6 +5545,107 @@ GPUDL_API int gdl_profile_trace(const char *path) {
 }
 
 /* ---------------------------------------------------------------------------
+   src/runtime/flops.h   The model FLOPs this thread's GEMM-like ops ran
+   (gdl_flops_count), and a GPU's datasheet peak (gdl_gpu_peak_gflops). The
+   CPU's measured peak and the utilisation line are in src/cpu/peak.h.
+
+   Counted at the op layer from shapes, one hook per op (its forward, and its
+   backward function): linear, linear_act, matmul / bmm, conv2d (groups,
+   dilation: the multiply-adds of the output's taps), the fused attention's
+   two products; the LSTM / GRU gate GEMMs and the unfused attention are
+   gdl_linear and gdl_matmul calls, counted there. 2 FLOPs per multiply-add.
+   A backward counts each gradient GEMM it runs at the forward's cost: 2x the
+   forward when both operands want gradients (llm.c's rule), 1x for the first
+   layer, whose input (the data) wants none: the GEMMs that run, as PyTorch's
+   FlopCounterMode counts them. Attention's backward counts its four products
+   (2x the forward) and both count every query-key pair, causal or not, as
+   PyTorch's FlopCounterMode does. Per thread (GDL__TLS), like the tape: a
+   thread that trains its own model counts its own work. A CUDA graph's
+   replay runs no op on the host and counts nothing; count an eager step.
+   ------------------------------------------------------------------------- */
+static GDL__TLS int64_t gdl__flops_n[2]; /* this thread's FLOPs: [0] forward, [1] backward */
+
+/* an op's GEMM work: `macs` multiply-adds, run `times` times (a backward: once per gradient it computes) */
+static void gdl__flops_add(int backward, int64_t macs, int times) { gdl__flops_n[backward != 0] += 2 * macs * times; }
+
+GPUDL_API void gdl_flops_reset(void) { gdl__flops_n[0] = gdl__flops_n[1] = 0; }
+
+GPUDL_API int64_t gdl_flops_count(int64_t *forward, int64_t *backward) {
+    if (forward) *forward = gdl__flops_n[0];
+    if (backward) *backward = gdl__flops_n[1];
+    return gdl__flops_n[0] + gdl__flops_n[1];
+}
+
+/* ---- a GPU's peak: NVIDIA's datasheet figures, dense (no sparsity), TFLOP/s ----
+   Matched by name (the first row whose words are all in it, so the longer names come first), the
+   H100's SXM and PCIe boards also by their SM counts (132, 114). f32: the CUDA cores (gpudl's f32
+   matmuls are full f32 unless gdl_cuda_set_tf32); bf16 / f16: the tensor cores with f32 sums; 0: none. */
+typedef struct gdl__gpu_peak_row {
+    const char *words[2]; /* both in the device's name (NULL: none) */
+    int sms;              /* 0: any SM count */
+    double f32, bf16, f16;
+} gdl__gpu_peak_row;
+static const gdl__gpu_peak_row gdl__gpu_peaks[] = {
+    {{"H200", "NVL"}, 0, 60, 835.5, 835.5},
+    {{"H200", NULL}, 0, 67, 989.4, 989.4},     /* H200 SXM */
+    {{"GH200", NULL}, 0, 67, 989.4, 989.4},
+    {{"H100", "NVL"}, 0, 60, 835.5, 835.5},
+    {{"H100", "PCIe"}, 0, 51.2, 756.5, 756.5},
+    {{"H100", NULL}, 114, 51.2, 756.5, 756.5}, /* a PCIe board by its SMs */
+    {{"H100", NULL}, 0, 67, 989.4, 989.4},     /* H100 SXM5 ("H100 80GB HBM3") */
+    {{"A100", NULL}, 0, 19.5, 312, 312},       /* SXM4 and PCIe */
+    {{"A10", NULL}, 0, 31.2, 125, 125},
+    {{"A30", NULL}, 0, 10.3, 165, 165},
+    {{"L40S", NULL}, 0, 91.6, 362.05, 362.05},
+    {{"L40", NULL}, 0, 90.5, 181, 181},
+    {{"L4", NULL}, 0, 30.3, 121, 121},
+    {{"V100", "PCIE"}, 0, 14, 0, 112},
+    {{"V100", NULL}, 0, 15.7, 0, 125},         /* SXM2 */
+    {{"T4", NULL}, 0, 8.1, 0, 65},
+};
+
+/* the table's figure for name and SM count, TFLOP/s; 0: no row (or the row has no such dtype) */
+static double gdl__gpu_peak_lookup(const char *name, int sms, gdl_dtype dt) {
+    size_t r;
+    for (r = 0; r < sizeof gdl__gpu_peaks / sizeof gdl__gpu_peaks[0]; r++) {
+        const gdl__gpu_peak_row *p = &gdl__gpu_peaks[r];
+        if (!strstr(name, p->words[0]) || (p->words[1] && !strstr(name, p->words[1])) || (p->sms && p->sms != sms))
+            continue;
+        return dt == GDL_F32 ? p->f32 : dt == GDL_BF16 ? p->bf16 : dt == GDL_F16 ? p->f16 : 0;
+    }
+    return 0;
+}
+
+GPUDL_API double gdl_gpu_peak_gflops(int index, gdl_dtype dt) {
+    const char *op = "gdl_gpu_peak_gflops";
+    if (dt != GDL_F32 && dt != GDL_BF16 && dt != GDL_F16) {
+        gdl__set_error("%s: dtype %s has no peak here (f32, bf16 or f16)", op, gdl_dtype_name(dt));
+        return -1;
+    }
+#ifdef GPUDL_CUDA
+    {
+        char name[256];
+        int sms = 0;
+        double tf;
+        if (index < 0 || index >= gdl_cuda_device_count()) {
+            gdl__set_error("%s: no GPU %d (%d CUDA devices)", op, index, gdl_cuda_device_count());
+            return -1;
+        }
+        if (gdl_cuda_device_info(index, name, sizeof name, NULL, NULL, NULL, NULL, &sms, NULL) < 0) return -1;
+        if (!(tf = gdl__gpu_peak_lookup(name, sms, dt))) {
+            gdl__set_error("%s: no datasheet peak for %s (%d SMs) in %s here (src/runtime/flops.h's table)", op, name,
+                           sms, gdl_dtype_name(dt));
+            return -1;
+        }
+        return 1e3 * tf;
+    }
+#else
+    (void)gdl__gpu_peak_lookup; /* used by a CUDA build (and tests/test_flops.c) */
+    gdl__set_error("%s: GPU %d: built without CUDA (GPUDL_CUDA)", op, index);
+    return -1;
+#endif
+}
+/* ---------------------------------------------------------------------------
    src/runtime/arena.h   The per-step arenas: one for the host (tensor structs, tape
    nodes and CPU data) and one per GPU. An arena is a list of chunks; a reset
    rewinds to the first chunk and keeps them all, so the next step, making
@@ -8408,6 +8534,171 @@ static int gdl__cpu_gemm_f32(int ta, int tb, int M, int N, int K, gdl_real alpha
     for (b = 0; b < batch; b++)
         gdl_gemm_cpu(ta, tb, M, N, K, alpha, A + b * sA, lda, B + b * sB, ldb, beta, C + b * sC, ldc);
     return 0;
+}
+/* ---------------------------------------------------------------------------
+   src/cpu/peak.h   The CPU's f32 FMA peak, measured (gdl_cpu_peak_gflops),
+   and the utilisation line every training program prints (gdl_flops_line).
+
+   The peak: each thread of the pool runs independent FMA chains in the
+   vector width the GEMM's micro-kernel uses (AVX-512, AVX2 + FMA, NEON, or
+   the portable C loop the compiler vectorises as it can: the ISA the build
+   targets, src/cpu/gemm.h), all at once, for ~80 ms, timing each stretch of
+   ~16k FMA instructions; the peak is the sum over the threads of each one's
+   fastest stretch. 12 chains cover two FMA units' 4-6 cycle latency. The
+   fastest stretch is the core's rate while the thread runs: on a machine
+   that other processes keep busy the figure stays the hardware's (the
+   threads are descheduled between stretches, not slowed within one), and
+   the load shows where it belongs, as a lower fraction of it. Measured once
+   per thread count and kept.
+   With CBLAS the portable loop stands for OpenBLAS's own kernels. The bf16
+   and f16 GEMMs run on the CPU through f32 copies: their peak is f32's.
+   ------------------------------------------------------------------------- */
+#if defined(GDL__GEMM_AVX512)
+#define GDL__PEAK_ISA "avx512 fma"
+#define GDL__PEAK_V __m512
+#define GDL__PEAK_SET(x) _mm512_set1_ps(x)
+#define GDL__PEAK_FMA(a, m, c) _mm512_fmadd_ps(a, m, c)
+#define GDL__PEAK_LANES 16
+#define GDL__PEAK_SUM(v) _mm512_reduce_add_ps(v)
+#elif defined(GDL__GEMM_AVX2)
+#define GDL__PEAK_ISA "avx2 fma"
+#define GDL__PEAK_V __m256
+#define GDL__PEAK_SET(x) _mm256_set1_ps(x)
+#define GDL__PEAK_FMA(a, m, c) _mm256_fmadd_ps(a, m, c)
+#define GDL__PEAK_LANES 8
+#define GDL__PEAK_SUM(v) _mm_cvtss_f32(_mm256_castps256_ps128(v))
+#elif defined(GDL__GEMM_NEON)
+#define GDL__PEAK_ISA "neon fma"
+#define GDL__PEAK_V float32x4_t
+#define GDL__PEAK_SET(x) vdupq_n_f32(x)
+#define GDL__PEAK_FMA(a, m, c) vfmaq_f32(c, a, m)
+#define GDL__PEAK_LANES 4
+#define GDL__PEAK_SUM(v) vgetq_lane_f32(v, 0)
+#else
+#define GDL__PEAK_ISA "portable"
+#endif
+#define GDL__PEAK_CHAINS 12
+#define GDL__PEAK_SECONDS 0.08
+
+typedef struct gdl__peak_job {
+    double t_end;                   /* the tasks stop at this gdl__prof_clock */
+    double rate[GDL__POOL_MAX];     /* each task's fastest stretch, FLOP/s */
+    volatile float sink[GDL__POOL_MAX]; /* each task's chains' sum goes here, so its loop stays */
+} gdl__peak_job;
+
+/* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
+   until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
+   denormals. */
+static void gdl__peak_task(void *ctx, int t, int nt) {
+    gdl__peak_job *j = (gdl__peak_job *)ctx;
+    double best = 0, t0 = gdl__prof_clock(), t1;
+    int i, k;
+#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_NEON)
+    const double stretch = 64 * 256.0 * GDL__PEAK_CHAINS * GDL__PEAK_LANES * 2; /* FLOPs */
+    GDL__PEAK_V a[GDL__PEAK_CHAINS], m = GDL__PEAK_SET(0.9999f), c = GDL__PEAK_SET(0.0001f);
+    float s = 0;
+    for (k = 0; k < GDL__PEAK_CHAINS; k++) a[k] = GDL__PEAK_SET(1.0f);
+    do {
+        for (i = 0; i < 64 * 256; i++) {
+            a[0] = GDL__PEAK_FMA(a[0], m, c); a[1] = GDL__PEAK_FMA(a[1], m, c); a[2] = GDL__PEAK_FMA(a[2], m, c);
+            a[3] = GDL__PEAK_FMA(a[3], m, c); a[4] = GDL__PEAK_FMA(a[4], m, c); a[5] = GDL__PEAK_FMA(a[5], m, c);
+            a[6] = GDL__PEAK_FMA(a[6], m, c); a[7] = GDL__PEAK_FMA(a[7], m, c); a[8] = GDL__PEAK_FMA(a[8], m, c);
+            a[9] = GDL__PEAK_FMA(a[9], m, c); a[10] = GDL__PEAK_FMA(a[10], m, c); a[11] = GDL__PEAK_FMA(a[11], m, c);
+        }
+        t1 = gdl__prof_clock();
+        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
+        t0 = t1;
+    } while (t1 < j->t_end);
+    for (k = 0; k < GDL__PEAK_CHAINS; k++) s += GDL__PEAK_SUM(a[k]);
+#else
+    /* 4 x 12 scalars: what the portable kernel's C becomes, vectorised by the compiler as the target allows */
+    const double stretch = 64 * 256.0 * 4 * GDL__PEAK_CHAINS * 2;
+    gdl_real a[4 * GDL__PEAK_CHAINS], m = (gdl_real)0.9999, c = (gdl_real)0.0001, s = 0;
+    for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) a[k] = 1;
+    do {
+        for (i = 0; i < 64 * 256; i++)
+            for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) a[k] = a[k] * m + c;
+        t1 = gdl__prof_clock();
+        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
+        t0 = t1;
+    } while (t1 < j->t_end);
+    for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) s += a[k];
+#endif
+    (void)nt;
+    j->rate[t] = best;
+    j->sink[t] = (float)s;
+}
+
+#ifdef GDL__OS_THREADS
+static gdl__mutex gdl__peak_mu = GDL__MUTEX_INIT; /* one measurement at a time; guards the cache */
+#define GDL__PEAK_LOCK() gdl__mutex_lock(&gdl__peak_mu)
+#define GDL__PEAK_UNLOCK() gdl__mutex_unlock(&gdl__peak_mu)
+#else
+#define GDL__PEAK_LOCK() ((void)0)
+#define GDL__PEAK_UNLOCK() ((void)0)
+#endif
+static double gdl__peak_cache[GDL__POOL_MAX + 1]; /* GFLOP/s by thread count; 0: not measured */
+
+/* the measurement on `threads` of the pool (the caller holds the pool) */
+static double gdl__peak_measure(int threads) {
+    gdl__peak_job *j = (gdl__peak_job *)calloc(1, sizeof *j);
+    double sum = 0;
+    int t;
+    if (!j) return -1;
+    j->t_end = gdl__prof_clock() + GDL__PEAK_SECONDS;
+    gdl__pool_run(threads, gdl__peak_task, j);
+    for (t = 0; t < threads; t++) sum += j->rate[t];
+    free(j);
+    return sum > 0 ? sum * 1e-9 : -1;
+}
+
+GPUDL_API double gdl_cpu_peak_gflops(int threads) {
+    const char *op = "gdl_cpu_peak_gflops";
+    double p;
+    int tries;
+    if (threads == 0) threads = gdl_get_num_threads();
+    if (threads < 1 || threads > gdl_get_num_threads()) {
+        gdl__set_error("%s: %d threads: 1 to the pool's %d (gdl_set_num_threads), or 0 for all of them", op, threads,
+                       gdl_get_num_threads());
+        return -1;
+    }
+    GDL__PEAK_LOCK();
+    p = gdl__peak_cache[threads];
+    for (tries = 0; p <= 0 && tries < 2000; tries++) { /* the pool may be busy with another thread's op: wait */
+        if (gdl__pool_acquire()) {
+            p = gdl__peak_cache[threads] = gdl__peak_measure(threads);
+            gdl__pool_release();
+            if (p <= 0) break;
+        } else {
+            gdl__os_sleep_ms(1);
+        }
+    }
+    GDL__PEAK_UNLOCK();
+    if (p <= 0) gdl__set_error("%s: could not measure: %s", op, tries >= 2000 ? "the thread pool stayed busy" : "out of memory");
+    return p > 0 ? p : -1;
+}
+
+/* The line, e.g. "FLOPs/step 1.43e+08, 26.4 GFLOP/s, 8.8 % of peak (300.1 GFLOP/s, 2 threads, avx512 fma)";
+   the peak of dev for dt: the CPU's measured with the threads in use, a GPU's from its datasheet. */
+GPUDL_API const char *gdl_flops_line(double flops_per_step, double seconds_per_step, gdl_device dev, gdl_dtype dt) {
+    static GDL__TLS char buf[256];
+    double rate = seconds_per_step > 0 ? flops_per_step / seconds_per_step * 1e-9 : NAN, peak;
+    char how[160];
+    int n;
+    if (dev.type == GDL_DEVICE_CPU) {
+        int threads = gdl_get_num_threads();
+        peak = gdl_cpu_peak_gflops(threads);
+        snprintf(how, sizeof how, "%d thread%s, %s", threads, threads == 1 ? "" : "s", GDL__PEAK_ISA);
+    } else {
+        peak = gdl_gpu_peak_gflops(dev.index, dt);
+        snprintf(how, sizeof how, "%s dense, %s", gdl_dtype_name(dt), gdl_device_name(dev));
+    }
+    n = snprintf(buf, sizeof buf, "FLOPs/step %.3g, %.1f GFLOP/s, ", flops_per_step, rate);
+    if (peak > 0)
+        snprintf(buf + n, sizeof buf - (size_t)n, "%.1f %% of peak (%.1f GFLOP/s, %s)", 100 * rate / peak, peak, how);
+    else
+        snprintf(buf + n, sizeof buf - (size_t)n, "peak unknown (%s)", gdl_last_error());
+    return buf;
 }
 /* ---------------------------------------------------------------------------
    src/cpu/gemm_int8.h  The CPU int8 GEMM of the quantized layers (src/api/quant.h):
@@ -14575,6 +14866,7 @@ static gdl_tensor *gdl__matmul_nd(const char *op, gdl_tensor *a, gdl_tensor *b, 
     if (gdl__mm_plan_of(op, a, b, &p) < 0) return NULL;
     if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, p.out_nd, p.out_shape, dt, a->device))) return NULL;
     if (out->numel && gdl__mm_run(be, dt, &p, 0, a->data, b->data, out->data) < 0) return NULL;
+    gdl__flops_add(0, out->numel * p.K, 1);
     in[0] = a;
     in[1] = b;
     gdl__record(op, GDL_OP_MATMUL, out, 2, in, &err);
@@ -14632,6 +14924,7 @@ static int gdl__bw_matmul(gdl_node *n, const gdl_backend *be) {
     gdl_dtype dt = n->out->dtype; /* f32, or the inputs' one low dtype */
     void *g = n->out->grad->data, *A = n->in[0]->data, *B = n->in[1]->data;
     if (!n->out->numel || gdl__mm_plan_of("gdl_backward", n->in[0], n->in[1], &p) < 0) return n->out->numel ? -1 : 0;
+    gdl__flops_add(1, n->out->numel * p.K, n->in[0]->requires_grad + n->in[1]->requires_grad);
     if (n->in[0]->requires_grad && gdl__mm_run(be, dt, &p, 1, g, B, n->in[0]->grad->data) < 0) return -1;
     if (n->in[1]->requires_grad && gdl__mm_run(be, dt, &p, 2, A, g, n->in[1]->grad->data) < 0) return -1;
     return 0;
@@ -14704,6 +14997,7 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
         bstr[0] = 0; bstr[1] = 1;
         if (bias && be->k.binary(GDL_BIN_ADD, 2, s2, GDL_F32, GDL__R(out), ystr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
+    gdl__flops_add(0, out->numel * in_f, 1);
     in[0] = x;
     in[1] = w;
     in[2] = bias;
@@ -14730,6 +15024,7 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
     gdl_real *g = GDL__R(n->out->grad), *gx = GDL__G(x), *gw = GDL__G(w), *gb = GDL__G(n->in[2]);
     gdl_dtype dt = n->out->dtype;
     if (!n->out->numel) return 0;
+    gdl__flops_add(1, n->out->numel * in_f, (gx != NULL) + (gw != NULL));
     if (dt != GDL_F32) { /* the same GEMMs in dt; the bias gradient is ones^T g */
         void *ones = gb ? gdl__ones_dt("gdl_backward", be, x->device, dt, rows) : NULL;
         if (gx && gdl__gemm_dt(be, dt, 0, 0, rows, in_f, out_f, g, out_f, 0, w->data, in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
@@ -14781,6 +15076,7 @@ GPUDL_API gdl_tensor *gdl_linear_act(gdl_tensor *x, gdl_tensor *w, gdl_tensor *b
     if (out->numel && be->k.linear_act(ua, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w),
                                      bias ? GDL__R(bias) : NULL, GDL__R(out), pre ? GDL__R(pre) : NULL) < 0)
         return NULL;
+    gdl__flops_add(0, out->numel * in_f, 1);
     n = gdl__record(op, GDL_OP_LINEAR_ACT, out, 3, in, &err);
     if (err) return NULL;
     if (n) {
@@ -14796,6 +15092,7 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     int ua = (int)n->i[0];
     gdl_real *g = GDL__R(n->out->grad), *gx = GDL__G(x), *gw = GDL__G(w), *gb = GDL__G(n->in[2]);
     if (!n->out->numel) return 0;
+    gdl__flops_add(1, n->out->numel * in_f, (gx != NULL) + (gw != NULL));
     if (ua >= 0 && (gx || gw || gb)) { /* act' and the bias gradient in one pass; then the GEMMs take act'·g */
         gdl_real *gp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
         const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);
@@ -15125,6 +15422,7 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
         bstr[0] = 0; bstr[1] = 1; bstr[2] = 0;
         if (be->k.binary(GDL_BIN_ADD, 3, s3, GDL_F32, GDL__R(out), ostr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
+    gdl__flops_add(0, out->numel * Cg * KK, 1);
     n = gdl__record(op, opid, out, 3, in, &err);
     if (err) return NULL;
     if (n) {
@@ -15169,6 +15467,7 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
     int64_t OHW = (int64_t)g->OH * g->OW, CKK = (int64_t)g->C * KK;
     gdl_real *gy = GDL__R(n->out->grad), *gx = GDL__G(n->in[0]), *gw = GDL__G(n->in[1]), *gb = GDL__G(n->in[2]);
     gdl_real *W = GDL__R(n->in[1]), *col = (gdl_real *)n->buf;
+    gdl__flops_add(1, n->out->numel * Cg * KK, (gx != NULL) + (gw != NULL));
     if (n->out->dtype != GDL_F32) return gdl__bw_conv2d_lp(n, be);
     int act = n->op == GDL_OP_CONV2D_ACT ? (int)n->i[2] : -1;
     if (act >= 0 && n->out->numel && (gx || gw || gb)) {
@@ -15637,6 +15936,7 @@ static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_
         return NULL;
     if (out->numel && be->k.attention(q->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, GDL__R(lse)) < 0)
         return NULL;
+    gdl__flops_add(0, g.B * g.L * g.S * (g.E + g.Ev), 1);
     in[0] = q;
     in[1] = k;
     in[2] = v;
@@ -15681,6 +15981,7 @@ static int gdl__bw_sdpa(gdl_node *n, const gdl_backend *be) {
         return -1;
     gdl__sdpa_ptrs(lay, &g, q, k, v, 0, p);
     gdl__sdpa_ptrs(lay, &g, q, k, v, 1, gp);
+    gdl__flops_add(1, g.B * g.L * g.S * (g.E + g.Ev), 2);
     return be->k.attention_backward(out->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, out->grad->data,
                                   GDL__R(n->saved[0]), delta, gp[0], gp[1], gp[2]);
 }

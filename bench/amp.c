@@ -117,7 +117,7 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
     gdl_module *m;
     gdl_optimizer *opt;
     size_t arena = 0, act = 0, low = 0, pc = 0, step_arena = 0, dev_peak = 0;
-    double t[21];
+    double t[21], flops = 0; /* the first step's FLOPs (gdl_flops_count) */
     int r;
     if (setup(make, dev, 0, &m, &opt, &x, &y) < 0) return -1;
     for (r = 0; r < 24; r++) {
@@ -125,6 +125,7 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
         gdl_arena_reset();
         if (r == 1 && gdl_memory_reset_peak(dev) < 0) return -1;
         t0 = gdl_now();
+        gdl_flops_reset();
         gdl_zero_grad(opt);
         if (dt != GDL_F32 && gdl_autocast_begin(dt) < 0) return -1;
         loss = gdl_cross_entropy(gdl_forward(m, x), y);
@@ -135,6 +136,7 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
             act = tape_bytes(&low, &pc);
         }
         if (gdl_backward(loss) < 0 || gdl_step(opt) < 0 || gdl_item(loss) != gdl_item(loss)) return -1; /* read: waits */
+        if (r == 0) flops = (double)gdl_flops_count(NULL, NULL);
         if (r == 1) {
             gdl_memory_status st;
             if (gdl_memory_stats(dev, &st) < 0) return -1;
@@ -147,6 +149,7 @@ static int step_figures(const char *name, gdl_module *(*make)(void), gdl_device 
     printf("%-4s %-5s | %10.1f | %10.1f | %10.1f | %5.1f%% | %10.1f | %10.1f | %8.3f\n", name,
            dt == GDL_F32 ? "f32" : gdl_dtype_name(dt), (double)arena / 1024, (double)act / 1024, (double)pc / 1024,
            act ? 100.0 * (double)low / (double)act : 0, (double)step_arena / 1024, (double)dev_peak / 1024, 1e3 * t[10]);
+    printf("%-10s | %s\n", "", gdl_flops_line(flops, t[10], dev, dt));
     gdl_optim_free(opt);
     gdl_module_free(m);
     gdl_free(x);

@@ -8,6 +8,8 @@
 # PyTorch's with channels_last), NET-graph (whole step as a CUDA graph) and
 # NET-amp-graph (both): see bench/train.c and bench/pytorch/train.py. A net
 # or mode one side lacks shows "-" in its column; the other is still taken.
+# Each side prints a utilisation line under each net (FLOPs of a step, GFLOP/s,
+# the fraction of the GPU's datasheet peak for the net's dtype: ours for both).
 set -e
 nets=${*:-"mlp cnn fc10 fc50 wide mlp-graph cnn-graph cnn-amp cnn-amp-graph air air-amp air-amp-graph"}
 ours=${BENCH_TRAIN:-build/cuda_bench_train}
@@ -20,9 +22,13 @@ for n in $nets; do
     "$ours" "$n" >"$tmp/one" 2>&1 || echo "ours: $(grep -m 1 'bench_train:' "$tmp/one")" >>"$tmp/missing"
     cat "$tmp/one"
     awk -v n="$n" '$1 == n' "$tmp/one" >>"$tmp/ours"
+    cat "$tmp/one" >>"$tmp/all"
 done
+# our device's peaks (gdl_flops_line's "(P GFLOP/s, f32 dense" / "bf16 dense"; on the CPU the measured one,
+# for both) for the twin's utilisation lines, which count a step with FlopCounterMode
+peak() { sed -n "s/.* of peak (\([0-9.]*\) GFLOP\/s, \($1 dense\|[0-9]* thread\).*/\1/p" "$tmp/all" | head -n 1; }
 # shellcheck disable=SC2086
-"$py" bench/pytorch/train.py $nets | tee "$tmp/torch"
+BENCH_PEAK_GFLOPS=$(peak f32) BENCH_PEAK_GFLOPS_BF16=$(peak bf16) "$py" bench/pytorch/train.py $nets | tee "$tmp/torch"
 echo
 [ -f "$tmp/missing" ] && cat "$tmp/missing"
 echo "net            ours ms/step  pytorch ms/step  ours/pytorch"

@@ -20,11 +20,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 runs="$steps steps, $reps interleaved rounds"
 . bench/torch_venv.sh
+. bench/stats.sh
 for r in $(seq "$reps"); do
     # shellcheck disable=SC2086 # ARGS: options, split on purpose
     GPUDL_NUM_THREADS=$threads build/char_gpt --device cpu --steps "$steps" --log-interval 1 --eval-interval "$steps" \
         --sample-len 0 --save-init "$tmp/init.safetensors" --dump-batches "$tmp/batches.safetensors" ${ARGS:-} >"$tmp/ours.$r"
-    OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
+    # shellcheck disable=SC2046 # util_env: VAR=value words (our count and peak for the twin's line)
+    env $(util_env "$tmp/ours.$r") OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
         "$py" bench/pytorch/char_gpt.py --threads "$threads" "$tmp/init.safetensors" "$tmp/batches.safetensors" >"$tmp/torch.$r"
     for s in ours torch; do sed -n 's/^median step time \([0-9.]*\) ms.*/\1/p' "$tmp/$s.$r" >>"$tmp/$s.times"; done
     echo "round $r: ours $(tail -1 "$tmp/ours.times") ms/step, pytorch $(tail -1 "$tmp/torch.times") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
@@ -35,7 +37,6 @@ losses() { sed -n 's/^step \([0-9]*\): loss \([0-9.naif-]*\)$/\1 \2/p' "$1" | he
 losses "$tmp/ours.1" >"$tmp/ours.loss"
 losses "$tmp/torch.1" >"$tmp/torch.loss"
 val() { sed -n "s/^eval $steps: .* val \([0-9.]*\) .*/\1/p" "$1"; }
-. bench/stats.sh
 echo
 status=0
 paste -d' ' "$tmp/ours.loss" "$tmp/torch.loss" | awk '
@@ -45,4 +46,7 @@ paste -d' ' "$tmp/ours.loss" "$tmp/torch.loss" | awk '
 echo "validation loss after $steps steps: ours $(val "$tmp/ours.1"), pytorch $(val "$tmp/torch.1")"
 a=$(median "$tmp/ours.times") b=$(median "$tmp/torch.times")
 awk -v a="$a" -v b="$b" -v n="$reps" 'BEGIN { printf "median step time: ours %.2f ms, pytorch %.2f ms, ours/pytorch %.2f (median of %d rounds)\n", a, b, a / b, n }'
+echo "utilisation, the last round (our FLOP count and peak for both; FlopCounterMode's count beside it where it differs):"
+echo "  ours    $(sed -n 's/^utilisation: //p' "$tmp/ours.$reps")"
+echo "  pytorch $(sed -n 's/^utilisation: //p' "$tmp/torch.$reps")"
 exit $status

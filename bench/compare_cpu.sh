@@ -45,6 +45,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 runs="$reps interleaved runs per net, ISA $isa"
 . bench/torch_venv.sh
+. bench/stats.sh
 echo "cpu flags: $(for f in avx2 fma avx512f avx512bw avx512_vnni avx512_bf16 amx_tile; do grep -qw "$f" /proc/cpuinfo && printf '%s ' "$f"; done)"
 echo "ours: $(GPUDL_NUM_THREADS=1 "$ours" __none__ 2>/dev/null | sed -n 's/^cpu: .*, GEMM micro-kernel /GEMM micro-kernel /p')" \
      "(convolutions: on x86 the direct kernel of that width where the shape suits it, else the implicit GEMM on it, im2col where the shape asks)"
@@ -64,11 +65,16 @@ timed() {
 rss() { awk 'BEGIN {v = "?"} /^peak_kib/ {v = sprintf("%.0f", $2 / 1024)} END {print v}' "$tmp/rss"; }
 for r in $(seq "$reps"); do
     for n in $nets; do
-        timed env GPUDL_NUM_THREADS="$threads" "$ours" "$n" | awk -v n="$n" '$1 == n {print $3}' >> "$tmp/ours.$n"
+        timed env GPUDL_NUM_THREADS="$threads" "$ours" "$n" > "$tmp/out"
         ra=$(rss)
-        timed env OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" OMP_WAIT_POLICY=passive \
-            "$py" bench/pytorch/train.py "$n" | awk -v n="$n" '$1 == n {print $3}' >> "$tmp/torch.$n"
+        awk -v n="$n" '$1 == n {print $3}' "$tmp/out" >> "$tmp/ours.$n"
+        util "$tmp/out" > "$tmp/ours_util.$n"
+        # shellcheck disable=SC2046 # util_env: VAR=value words, split on purpose (the C side's peak for the twin)
+        timed env $(util_env "$tmp/out") OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" OMP_WAIT_POLICY=passive \
+            "$py" bench/pytorch/train.py "$n" > "$tmp/out"
         rb=$(rss)
+        awk -v n="$n" '$1 == n {print $3}' "$tmp/out" >> "$tmp/torch.$n"
+        util "$tmp/out" > "$tmp/torch_util.$n"
         a=$(tail -1 "$tmp/ours.$n")
         b=$(tail -1 "$tmp/torch.$n")
         awk -v a="$a" -v b="$b" 'BEGIN { print a / b }' >> "$tmp/ratio.$n"
@@ -77,7 +83,6 @@ for r in $(seq "$reps"); do
     done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-. bench/stats.sh
 echo
 echo "net     ours ms/step  pytorch ms/step  ours/pytorch  median of the runs' ratios   (medians of $reps runs)"
 for n in $nets; do
@@ -85,3 +90,8 @@ for n in $nets; do
         'BEGIN { printf "%-6s %13.3f %16.3f %13.2f %27.2f\n", n, a, b, a / b, r }'
 done
 echo "(a run's ratio compares two programs run one after the other: on a busy machine it is the steadier figure)"
+echo
+echo "utilisation, the last run (FLOPs of a step as gdl_flops_count and FlopCounterMode count them; peak: ours, measured)"
+for n in $nets; do
+    printf "%-6s ours %-28s pytorch %s\n" "$n" "$(cat "$tmp/ours_util.$n")" "$(cat "$tmp/torch_util.$n")"
+done

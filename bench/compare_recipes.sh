@@ -31,6 +31,7 @@ ours=build/recipes
 make -s "$ours"
 runs="seeds $seeds, device $device${args:+, args: $args}"
 . bench/torch_venv.sh
+. bench/stats.sh
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -46,10 +47,13 @@ for s in $seeds; do
         GPUDL_NUM_THREADS=$threads "$ours" --net "$n" --seed "$s" --device "$device" $args > "$tmp/log" 2>&1 || true
         [ -z "${LOGDIR:-}" ] || { mkdir -p "$LOGDIR" && cp "$tmp/log" "$LOGDIR/ours-$n-seed$s.log"; }
         record ours "$n" "$tmp/log"
-        OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
+        util "$tmp/log" > "$tmp/ours_util.$n"
+        # shellcheck disable=SC2046 # util_env: VAR=value words (our peak for the twin's line)
+        env $(util_env "$tmp/log") OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
             "$py" bench/pytorch/recipes.py --net "$n" --seed "$s" --device "$device" $args > "$tmp/log" 2>&1 || true
         [ -z "${LOGDIR:-}" ] || cp "$tmp/log" "$LOGDIR/torch-$n-seed$s.log"
         record torch "$n" "$tmp/log"
+        util "$tmp/log" > "$tmp/torch_util.$n"
         echo "seed $s $n: ours $(tail -1 "$tmp/ours.$n" | awk '{print $1 " %, target at " $2 " s"}')," \
              "pytorch $(tail -1 "$tmp/torch.$n" | awk '{print $1 " %, target at " $2 " s"}') (load $(cut -d' ' -f1 /proc/loadavg))"
     done
@@ -70,4 +74,9 @@ for n in $nets; do
         printf "%-7s %-7s %s   %s  (%d of %d reached)\n" "$n" "$side" "$(stats "$tmp/$side.$n" 1)" \
             "$(stats "$tmp/$side.$n" 2)" "$reached" "$(wc -l < "$tmp/$side.$n")"
     done
+done
+echo
+echo "utilisation, each net's last run (a step's FLOPs counted on each side; peak: ours, measured)"
+for n in $nets; do
+    printf "%-7s ours %-28s pytorch %s\n" "$n" "$(cat "$tmp/ours_util.$n")" "$(cat "$tmp/torch_util.$n")"
 done

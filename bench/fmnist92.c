@@ -31,8 +31,9 @@ int main(int argc, char **argv) {
     gdl_scheduler *sched = NULL;
     gdl_loader_opts lo = gdl_loader_defaults();
     gdl_fit_opts fo = gdl_fit_defaults();
-    gdl_epoch_stats st;
+    gdl_epoch_stats st, trained; /* an epoch's figures; the training samples and seconds of all */
 
+    memset(&trained, 0, sizeof trained);
     setvbuf(stdout, NULL, _IOLBF, 0);
     /* the two flags of this program's own, taken out before the shared parser sees the rest */
     for (k = 1; k < argc; k++) {
@@ -99,6 +100,8 @@ int main(int argc, char **argv) {
            a.device.type == GDL_DEVICE_CUDA && !eager ? "CUDA graphs" : "eager");
     for (ep = 1; ep <= a.epochs; ep++) {
         if (gdl_fit(model, tl, opt, &fo, &st) < 0) goto fail;
+        trained.samples += st.samples; /* for the utilisation line */
+        trained.seconds += st.seconds;
         acc = 100 * st.val_accuracy;
         printf("epoch %d: train loss %.4f, test accuracy %.2f %% at %.2f s\n", ep, st.loss, acc, gdl_now() - t0);
         if (acc >= target) {
@@ -113,6 +116,7 @@ int main(int argc, char **argv) {
     else
         printf("gdl fmnist92 %s%s%s: %.1f %% reached in %.2f s end to end (data %.2f s)\n", gdl_device_name(a.device),
                a.amp == GDL_F32 ? "" : " ", a.amp == GDL_F32 ? "" : gdl_dtype_name(a.amp), target, reached, t_data);
+    ex_print_fit_flops(model, tl, &trained, 1, a.batch_size, a.device, a.amp);
     failed = 0;
 fail:
     if (failed) fprintf(stderr, "fmnist92: %s\n", gdl_last_error());

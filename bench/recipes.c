@@ -42,8 +42,9 @@ int main(int argc, char **argv) {
     int k, failed = 1, eager = 0, parsed, ep, reached_epoch = 0, nrest = 1;
     char *rest[24], when[32];
     ex_run run;
-    gdl_epoch_stats st;
+    gdl_epoch_stats st, trained; /* an epoch's figures; the training samples and seconds of all */
 
+    memset(&trained, 0, sizeof trained);
     setvbuf(stdout, NULL, _IOLBF, 0);
     /* this program's own flags, taken out before the shared parser sees the rest */
     rest[0] = argv[0];
@@ -93,6 +94,8 @@ int main(int argc, char **argv) {
     for (ep = 1; ep <= a.epochs; ep++) {
         if (ep == 1 && a.profile && gdl_profile_begin() < 0) goto fail;
         if (gdl_fit(run.model, run.tl, run.opt, &run.fo, &st) < 0) goto fail;
+        trained.samples += st.samples; /* for the utilisation line */
+        trained.seconds += st.seconds;
         if (ep == 1 && a.profile && ex_profile_print("the first epoch (training and test pass)", a.device) < 0) goto fail;
         acc = 100 * st.val_accuracy;
         printf("epoch %d: train loss %.4f, test accuracy %.2f %% at %.2f s\n", ep, st.loss, acc, gdl_now() - t0);
@@ -109,6 +112,7 @@ int main(int argc, char **argv) {
     else snprintf(when, sizeof when, "%.2f", reached);
     printf("result: net %s final %.2f target %.1f reached_s %s total_s %.2f\n", r->net, acc, target, when,
            gdl_now() - t0);
+    ex_print_fit_flops(run.model, run.tl, &trained, 1, a.batch_size, a.device, GDL_F32);
     failed = 0;
 fail:
     if (failed) fprintf(stderr, "recipes: %s\n", gdl_last_error());

@@ -19,7 +19,9 @@
    Inputs are random (never zeros). Per net: warm-up steps, then the median of
    5 timed repeats of `steps` steps each; the device is synchronised by the
    loss read (gdl_item) at the end of each repeat. Prints time per step,
-   samples/s, the FLOPs of a step and the achieved GFLOP/s, peak GPU memory
+   samples/s, the FLOPs of a step (gdl_flops_count over one eager step) and
+   the achieved GFLOP/s, then the utilisation line (gdl_flops_line: the
+   fraction of the CPU's measured or the GPU's datasheet peak), peak GPU memory
    (CUDA), the host's time to queue a step (on a GPU the launch overhead that
    a graph removes) and the kernel launches of a step (a replay is one; from
    the profiler), the threads, the CPU model and the GEMM micro-kernel; on
@@ -54,7 +56,7 @@ typedef struct bnet {
     gdl_optimizer *opt;
     gdl_tensor *x, *y, *loss;
     int64_t batch;
-    double flops;     /* multiply-adds x2 of forward + backward (3x forward) */
+    double flops;     /* one step's, forward + backward, as gdl_flops_count counts them */
     gdl_graph *graph; /* NET-graph: the step captured once (gdl_graph_capture), replayed */
     int amp;          /* NET-amp: forward and loss in a bf16 autocast region */
 } bnet;
@@ -98,27 +100,23 @@ static int make_net(bnet *b, const char *full, gdl_device dev) {
         b->m = fc_stack(1, 128, 784, 10);
         b->batch = 64;
         xs[1] = 784;
-        b->flops = 3.0 * 2 * 64 * (784.0 * 128 + 128 * 10);
         b->opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0);
     } else if (!strcmp(name, "cnn")) {
         b->m = ex_cnn_net(1, 28, 0);
         b->batch = 64;
         nd = 4;
         xs[1] = 1; xs[2] = 28; xs[3] = 28;
-        b->flops = 3.0 * 2 * 64 * (32.0 * 9 * 784 + 64.0 * 32 * 9 * 196 + 3136.0 * 128 + 1280);
         b->opt = gdl_adam_new(1e-3, 0.9, 0.999, 1e-8, 0);
     } else if (!strcmp(name, "fc10") || !strcmp(name, "fc50")) {
         int L = name[2] == '1' ? 10 : 50;
         b->m = fc_stack(L, 512, 512, 10);
         b->batch = 100;
         xs[1] = 512;
-        b->flops = 3.0 * 2 * 100 * (512.0 * 512 * L + 5120);
         b->opt = gdl_sgd_new(0.01, 0.9, 0, 0, 0);
     } else if (!strcmp(name, "wide")) {
         b->m = fc_stack(2, 4096, 4096, 10);
         b->batch = 512;
         xs[1] = 4096;
-        b->flops = 3.0 * 2 * 512 * (2 * 4096.0 * 4096 + 40960);
         b->opt = gdl_sgd_new(0.01, 0.9, 0, 0, 0);
     } else if (!strcmp(name, "air")) {
         static const int width[3] = {64, 256, 256};
@@ -143,9 +141,6 @@ static int make_net(bnet *b, const char *full, gdl_device dev) {
         b->batch = 1024;
         nd = 4;
         xs[1] = 3; xs[2] = 32; xs[3] = 32;
-        b->flops = 3.0 * 2 * 1024 *
-                   (24.0 * 3 * 4 * 961 + 64.0 * 24 * 9 * 961 + 64.0 * 64 * 9 * 225 + 256.0 * 64 * 9 * 225 +
-                    256.0 * 256 * 9 * 49 + 256.0 * 256 * 9 * 49 + 256.0 * 256 * 9 * 9 + 2560);
         b->opt = gdl_sgd_new(0.01, 0.9, 0, 5e-4, 1);
     } else {
         fprintf(stderr, "bench_train: unknown net %s (mlp, cnn, fc10, fc50, wide, air)\n", name);
@@ -162,6 +157,11 @@ static int make_net(bnet *b, const char *full, gdl_device dev) {
     b->x = gdl_randn(nd, xs, dev);
     if (!b->m || !b->opt || !b->x || !b->y || gdl_module_to(b->m, dev) < 0 || gdl_optim_add_module(b->opt, b->m, 0) < 0)
         return -1;
+    /* one eager step, counted (a graph's replay runs no op on the host); then the capture */
+    gdl_flops_reset();
+    if (bstep(b) < 0) return -1;
+    b->flops = (double)gdl_flops_count(NULL, NULL);
+    gdl_arena_reset();
     if (graph && !(b->graph = gdl_graph_capture(dev, bstep, b))) return -1;
     return 0;
 }
@@ -209,6 +209,8 @@ int main(int argc, char **argv) {
     if (cpu_clock) printf("clock: the process's CPU time (BENCH_CLOCK=cpu), not the wall clock\n");
     printf("device %s (%s), %d CPU threads\n", gdl_device_str(dev), gdl_device_name(dev), threads);
     printf("cpu: %s, GEMM micro-kernel %s\n", bench_cpu_model(), gdl_gemm_kernel_name());
+    /* the CPU's FMA peak, measured here, before the nets, under the machine's present load */
+    if (dev.type == GDL_DEVICE_CPU) printf("cpu peak: %.1f GFLOP/s on %d threads\n", gdl_cpu_peak_gflops(0), threads);
     printf("%-14s %6s %12s %12s %10s %10s %9s %11s %9s\n", "net", "batch", "ms/step", "samples/s", "GFLOP/step", "GFLOP/s",
            "peak MiB", "host us/st", "launch/st");
     for (k = 0; k < nnets; k++) {
@@ -260,6 +262,7 @@ int main(int argc, char **argv) {
             }
             printf("%-14s %6lld %12.3f %12.0f %10.3f %10.1f %9.1f %11.1f %9.1f\n", b.name, (long long)b.batch, 1e3 * med,
                    (double)b.batch / med, b.flops * 1e-9, b.flops * 1e-9 / med, peak, 1e6 * host[2], launches);
+            printf("%-14s %s\n", "", gdl_flops_line(b.flops, med, dev, b.amp ? GDL_BF16 : GDL_F32));
             /* the last step's arena (run_steps resets it before each step) and the process's peak so far */
             if (dev.type == GDL_DEVICE_CPU)
                 printf("memory %s: step arena %.1f MiB (held %.1f MiB), peak RSS %.1f MiB\n", b.name,

@@ -455,7 +455,7 @@ static int report(run *r, int step, int rows, double train_sum, double seconds) 
 static int train(run *r) {
     const opts *o = r->o;
     int64_t bt = (int64_t)r->B * r->c->block_size;
-    double loss, sum = 0, secs = 0, t0;
+    double loss, sum = 0, secs = 0, t0, flops = 0, med; /* flops: the training steps' (gdl_flops_count) */
     int step, rows = 0;
     gdl_tensor *x, *y;
     if (report(r, 0, 0, 0, 0) < 0) return -1;
@@ -464,10 +464,12 @@ static int train(run *r) {
             (r->d.train_x && record_batch(x, y, r->d.train_x + (step - 1) * bt, r->d.train_y + (step - 1) * bt) < 0))
             return -1;
         t0 = gdl_now();
+        gdl_flops_reset();
         if (train_step(r->model, r->opt, r->sched, r->scaler, r->params, r->np, o->grad_clip, r->amp, x, y,
                        r->c->vocab_size, &loss) < 0)
             return -1;
         r->times[step - 1] = gdl_now() - t0;
+        flops += (double)gdl_flops_count(NULL, NULL);
         if (loss != loss) {
             fprintf(stderr, "char_gpt: the loss is NaN at step %d (diverged: try a smaller --lr)\n", step);
             return -1;
@@ -482,8 +484,9 @@ static int train(run *r) {
             rows = 0;
         }
     }
-    printf("median step time %.2f ms (steps %d to %d)\n", 1e3 * median(r->times, o->steps, 3), o->steps > 3 ? 4 : 1,
-           o->steps);
+    med = median(r->times, o->steps, 3);
+    printf("median step time %.2f ms (steps %d to %d)\n", 1e3 * med, o->steps > 3 ? 4 : 1, o->steps);
+    if (r->np > 0) ex_print_flops(flops, med * o->steps, o->steps, r->params[0]->device, r->amp); /* at the median */
     return 0;
 }
 

@@ -97,6 +97,7 @@ int main(int argc, char **argv) {
     acc = hist[epochs - 1].val_accuracy;
     printf("test accuracy %.2f%% after %d epoch%s, %.2f s per training epoch on %s\n", 100 * acc, epochs,
            epochs == 1 ? "" : "s", secs / epochs, gdl_device_str(dev));
+    ex_print_fit_flops(model, tl, hist, epochs, a.batch_size, dev, GDL_F32);
     if (a.csv) ex_wrote(a.csv);
     rc = 0;
 fail:

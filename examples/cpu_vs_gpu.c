@@ -50,9 +50,10 @@ static gdl_module *fc_stack(int layers) {
 /* Trains a fresh net (the same initial weights on every device: the seed is
    reset) for `epochs` over X, Y on dev. *seconds: the time of the epochs,
    after one untimed warm-up step (it pays for the GPU's and cuBLAS's set-up),
-   up to the device finishing the last step. *loss: the last batch's loss. */
+   up to the device finishing the last step. *loss: the last batch's loss. *flops: the timed steps'
+   model FLOPs (gdl_flops_count). */
 static int train(int layers, gdl_device dev, gdl_tensor *X_host, gdl_tensor *Y_host, int epochs,
-                 uint64_t seed, double *seconds, double *loss) {
+                 uint64_t seed, double *seconds, double *loss, double *flops) {
     gdl_module *model;
     gdl_optimizer *opt;
     gdl_tensor *X = NULL, *Y = NULL, *last = NULL;
@@ -75,11 +76,13 @@ static int train(int layers, gdl_device dev, gdl_tensor *X_host, gdl_tensor *Y_h
         }
         if (epoch == 0) {
             if (isnan(gdl_item(last))) goto out; /* waits for the device */
+            gdl_flops_reset();
             t0 = gdl_now();
         }
     }
     *loss = gdl_item(last); /* waits for the device */
     *seconds = gdl_now() - t0;
+    *flops = (double)gdl_flops_count(NULL, NULL);
     rc = isnan(*loss) ? -1 : 0;
 out:
     gdl_free(X);
@@ -119,15 +122,21 @@ int main(int argc, char **argv) {
     printf("\n%-10s %10s %10s %9s %12s %12s\n", "net", "cpu s", have_gpu ? gdl_device_str(gpu) : "gpu", "speed-up",
            "cpu loss", "gpu loss");
     for (k = 0; k < (int)(sizeof nets / sizeof nets[0]); k++) {
-        double tc, tg = 0, lc, lg = 0;
+        double tc, tg = 0, lc, lg = 0, fc, fg = 0, steps = (double)a.epochs * ((SAMPLES + BATCH - 1) / BATCH);
         char name[32];
         snprintf(name, sizeof name, "%d layers", nets[k]);
-        if (train(nets[k], gdl_cpu(), X, Y, a.epochs, a.seed, &tc, &lc) < 0) return fail(name);
-        if (have_gpu && train(nets[k], gpu, X, Y, a.epochs, a.seed, &tg, &lg) < 0) return fail(name);
+        if (train(nets[k], gdl_cpu(), X, Y, a.epochs, a.seed, &tc, &lc, &fc) < 0) return fail(name);
+        if (have_gpu && train(nets[k], gpu, X, Y, a.epochs, a.seed, &tg, &lg, &fg) < 0) return fail(name);
         if (have_gpu)
             printf("%-10s %10.3f %10.3f %8.1fx %12.6f %12.6f\n", name, tc, tg, tc / tg, lc, lg);
         else
             printf("%-10s %10.3f %10s %9s %12.6f %12s\n", name, tc, "-", "-", lc, "-");
+        printf("  cpu ");
+        ex_print_flops(fc, tc, steps, gdl_cpu(), GDL_F32);
+        if (have_gpu) {
+            printf("  %s ", gdl_device_str(gpu));
+            ex_print_flops(fg, tg, steps, gpu, GDL_F32);
+        }
     }
     gdl_free(X);
     gdl_free(Y);

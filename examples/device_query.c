@@ -30,6 +30,14 @@ int main(int argc, char **argv) {
         }
         printf("  cuda:%d: %s, compute capability %d.%d, %d SMs, %.0f MHz, memory %.1f GiB (%.1f GiB free)\n", i,
                name, major, minor, sms, clock_khz / 1000.0, total / 1073741824.0, free_b / 1073741824.0);
+        { /* NVIDIA's datasheet figures (gdl_gpu_peak_gflops), the denominators of gdl_flops_line */
+            double f32 = gdl_gpu_peak_gflops(i, GDL_F32), bf16 = f32 > 0 ? gdl_gpu_peak_gflops(i, GDL_BF16) : -1;
+            if (f32 > 0 && bf16 > 0)
+                printf("  cuda:%d: peak (datasheet, dense) f32 %.0f GFLOP/s, bf16 %.0f GFLOP/s\n", i, f32, bf16);
+            else if (f32 > 0)
+                printf("  cuda:%d: peak (datasheet, dense) f32 %.0f GFLOP/s, no bf16\n", i, f32);
+            else printf("  cuda:%d: peak: %s\n", i, gdl_last_error());
+        }
     }
     if (n == 0) printf("No GPU found: this CUDA build falls back to the CPU.\n");
 #else

@@ -136,6 +136,47 @@ static inline int ex_profile_print(const char *what, gdl_device dev) { /* inline
 
 /* --train-subset / --test-subset: *ds replaced by its first n samples (n 0: left as it is; more than it
    holds: gdl_dataset_subset's error). inline: no warning where unused. 0 / -1 + error. */
+/* The model FLOPs of one training step of model on a batch of l (gdl_flops_count: the forward, and the
+   backward of the outputs' sum; a loss adds no GEMM), for the utilisation line of a run gdl_fit trained
+   (whose steps cannot be counted one by one: validation runs between them, a CUDA graph's replay counts
+   nothing). Run after training: it draws a batch (the loader's next epoch) and leaves gradients in the
+   model. -1 + error. */
+static inline double ex_step_flops(gdl_module *model, gdl_loader *l) { /* inline: no warning where unused */
+    gdl_tensor *x, *y, *out;
+    int64_t f;
+    int got = gdl_loader_next(l, &x, &y);
+    if (got == 0) got = gdl_loader_next(l, &x, &y); /* the end of an epoch: the next one's first batch */
+    if (got != 1) return -1;
+    gdl_arena_reset();
+    gdl_module_train(model, 1);
+    gdl_flops_reset();
+    if (!(out = gdl_forward(model, x)) || gdl_backward(gdl_sum(out)) < 0) return -1;
+    f = gdl_flops_count(NULL, NULL);
+    gdl_arena_reset();
+    return (double)f;
+}
+
+/* The utilisation line (gdl_flops_line) of `steps` training steps of `flops` FLOPs in all that took
+   `seconds`, on dev in dtype dt (the autocast dtype, else f32) */
+static inline void ex_print_flops(double flops, double seconds, double steps, gdl_device dev, gdl_dtype dt) {
+    if (flops >= 0 && steps > 0 && seconds > 0)
+        printf("utilisation: %s\n", gdl_flops_line(flops / steps, seconds / steps, dev, dt));
+}
+
+/* The utilisation line of a gdl_fit run of `epochs` epochs (hist: their training times and samples) in
+   batches of `batch`, each step counted as ex_step_flops counts one on model and its train loader l */
+static inline void ex_print_fit_flops(gdl_module *model, gdl_loader *l, const gdl_epoch_stats *hist, int epochs,
+                                      int batch, gdl_device dev, gdl_dtype dt) { /* inline: no warning where unused */
+    double f = ex_step_flops(model, l), samples = 0, seconds = 0;
+    int e;
+    for (e = 0; e < epochs; e++) {
+        samples += (double)hist[e].samples;
+        seconds += hist[e].seconds;
+    }
+    if (f < 0) printf("utilisation: not counted (%s)\n", gdl_last_error());
+    else ex_print_flops(f * samples / batch, seconds, samples / batch, dev, dt);
+}
+
 static inline int ex_subset(gdl_dataset **ds, int64_t n) {
     gdl_dataset *sub;
     if (n <= 0) return 0;

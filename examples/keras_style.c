@@ -88,6 +88,8 @@ int main(int argc, char **argv) {
         goto fail;
     ex_wrote(save);
     printf("loaded %s back: test accuracy %.2f%%\n", save, 100 * again);
+    /* the last epoch's utilisation (after the save: counting a step trains batch norm's statistics) */
+    ex_print_fit_flops(model, tl, hist + epochs - 1, 1, a.batch_size, dev, GDL_F32);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "keras_style: %s\n", gdl_last_error());

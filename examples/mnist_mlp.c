@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
     gdl_scheduler *sched = NULL;
     gdl_ema *ema = NULL;
     gdl_ce_opts ce = gdl_ce_defaults();
-    double total = 0, test_loss = 0, test_acc = 0;
+    double total = 0, test_loss = 0, test_acc = 0, flops = 0, steps = 0; /* the training steps' FLOPs */
     int rc = 1;
     const ex_opt extra[] = {{"--recipe", 'b', &recipe, 0, 0,
                              "the MLP recipe (examples/recipe.h; what make run trains); its defaults: 12 "
@@ -112,6 +112,7 @@ int main(int argc, char **argv) {
         int64_t n = 0, b = 0, nb = gdl_loader_num_batches(train_loader);
         int got;
         gdl_module_train(model, 1);
+        gdl_flops_reset();
         if (a.profile && epoch == 1 && gdl_profile_begin() < 0) goto fail;
         while ((got = gdl_loader_next(train_loader, &x, &y)) == 1) {
             gdl_tensor *loss;
@@ -128,6 +129,8 @@ int main(int argc, char **argv) {
             gdl_progress_bar(stdout, epoch, epochs, ++b, nb, loss_sum / (double)n, NAN, n, t0);
         }
         if (got < 0) goto fail;
+        flops += (double)gdl_flops_count(NULL, NULL); /* before the test pass */
+        steps += (double)b;
         if (a.profile && epoch == 1 && ex_profile_print("epoch 1's training", dev) < 0) goto fail;
         memset(&st, 0, sizeof st);
         st.epoch = epoch;
@@ -155,6 +158,7 @@ int main(int argc, char **argv) {
     }
     printf("test loss %.4f, test accuracy %.2f%% (%d epoch%s, %.2f s per epoch on %s)\n", test_loss, 100 * test_acc,
            epochs, epochs == 1 ? "" : "s", total / epochs, gdl_device_str(dev));
+    ex_print_flops(flops, total, steps, dev, a.amp);
     ex_wrote(a.csv);
     rc = 0;
 fail:

@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
     printf("test accuracy %.2f%% (EMA weights, flip-averaged) after %d epoch%s, %.2f s per training epoch on %s\n",
            100 * hist[a.epochs - 1].val_accuracy, a.epochs, a.epochs == 1 ? "" : "s", secs / a.epochs,
            gdl_device_str(a.device));
+    ex_print_fit_flops(run.model, run.tl, hist, a.epochs, a.batch_size, a.device, GDL_F32);
     ex_wrote(a.csv);
     rc = 0;
 fail:

@@ -393,7 +393,7 @@ int main(int argc, char **argv) {
     FILE *csv = NULL;
     char *joined = NULL;
     size_t jlen = 0;
-    double acc = 0, vl = 0, secs = 0;
+    double acc = 0, vl = 0, secs = 0, train_flops = 0, train_secs = 0, train_steps = 0; /* train_*: the utilisation line */
     int64_t in_shape[2], i, total_steps, warmup_steps;
     int e, rc = 1, parsed, tfm;
 
@@ -482,9 +482,13 @@ int main(int argc, char **argv) {
         gdl_epoch_stats st;
         double wall = gdl_now();
         memset(&st, 0, sizeof st);
+        gdl_flops_reset();
         if (tc_epoch(model, opt, sched, &str, orders + e * str.n, a.batch_size, &b, a.device, &st.loss, &st.accuracy) < 0)
             goto fail;
         st.seconds = gdl_now() - wall; /* the training pass, as gdl_fit counts it */
+        train_flops += (double)gdl_flops_count(NULL, NULL);
+        train_secs += st.seconds;
+        train_steps += (double)((str.n + a.batch_size - 1) / a.batch_size);
         if (tc_epoch(model, NULL, NULL, &sva, val_idx, EVAL_BATCH, &b, a.device, &vl, &acc) < 0) goto fail;
         wall = gdl_now() - wall;
         secs += wall;
@@ -498,6 +502,7 @@ int main(int argc, char **argv) {
     }
     printf("held-out accuracy %.2f%% (%s, %d epoch%s, %.1f s on %s)\n", 100 * acc, o.model, a.epochs,
            a.epochs == 1 ? "" : "s", secs, gdl_device_str(a.device));
+    ex_print_flops(train_flops, train_secs, train_steps, a.device, GDL_F32);
     if (csv) ex_wrote(a.csv);
     if (o.save) {
         if (gdl_save_model(model, o.save) < 0) goto fail;

@@ -15,8 +15,10 @@
 #   suite     the GPU suite (tests/test_cuda.c) on the device
 #   sanitize  compute-sanitizer on the kernel suites: memcheck, racecheck,
 #             initcheck, synccheck
-#   bench     ours against PyTorch on the same GPU (bench/compare.sh), and
-#             the dynamic int8 MLP against f32 (bench/quant.c's mlp mode)
+#   bench     ours against PyTorch on the same GPU (bench/compare.sh), each
+#             net's FLOPs, GFLOP/s and fraction of the GPU's datasheet peak
+#             (printed first), and the dynamic int8 MLP against f32
+#             (bench/quant.c's mlp mode)
 #   examples  the examples, Fashion-MNIST to 92 % end to end, ours and
 #             PyTorch's (bench/fmnist92.c; needs the data in ./data, carried),
 #             the character GPT's step time (examples/char_gpt.c), and its
@@ -48,6 +50,7 @@
 # runs it, so that the script itself is tested before a GPU is lent.
 set -u
 cd "$(dirname "$0")/.." || exit 1
+. bench/stats.sh # util_env: our utilisation line's count and peak for the PyTorch twins
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT" || exit 1
 S="$OUT/summary.txt"
@@ -212,6 +215,8 @@ bench() {
     if [ "$dry" = 1 ]; then "$(bin bench_quant)" mlp --device cuda 64 || return 1
     else "$(bin bench_quant)" mlp --device cuda 256 1024 4096 || return 1
     fi
+    # the GPU's datasheet peaks, the denominators of the utilisation lines below (gdl_gpu_peak_gflops)
+    "$(bin device_query)" | grep ' peak' || echo "peak: device_query printed none"
     if [ "$torch" = yes ]; then
         # the nets the issues' targets name, each mode once: the whole list would not fit the budget
         BENCH_TRAIN="$(bin bench_train)" sh bench/compare.sh mlp cnn mlp-graph cnn-graph cnn-amp cnn-amp-graph
@@ -240,10 +245,14 @@ examples() {
     "$(bin cpu_vs_gpu)" || return 1
     # once each: the device budget holds one run per side (a median of three waits for a longer loan)
     echo "== fmnist92"
-    "$(bin fmnist92)" --amp bf16 || return 1
+    "$(bin fmnist92)" --amp bf16 > "$G/fmnist92_bf16.txt"
+    rc=$?
+    cat "$G/fmnist92_bf16.txt"
+    [ "$rc" = 0 ] || return 1
     "$(bin fmnist92)" || return 1
     if [ "$torch" = yes ]; then
-        python3 bench/pytorch/fmnist92.py --amp || return 1
+        # shellcheck disable=SC2046 # util_env: VAR=value words (our peak for the twin's utilisation line)
+        env $(util_env "$G/fmnist92_bf16.txt") python3 bench/pytorch/fmnist92.py --amp || return 1
     fi
     [ "$torch" = yes ] || echo "SKIPPED: PyTorch's fmnist92 (python3 cannot import torch with CUDA)"
     # the example's own model (its defaults), long enough for a steady median step time
@@ -271,7 +280,8 @@ gpt_vs_torch() {
     *) echo "SKIPPED: PyTorch's char_gpt (python3 cannot import torch)"; return 0 ;;
     esac
     echo "== PyTorch's char_gpt ($tdev, bf16)"
-    python3 bench/pytorch/char_gpt.py --device "$tdev" --amp bf16 "$init" "$batches" | tee "$G/char_gpt_torch.txt" ||
+    # shellcheck disable=SC2046 # util_env: VAR=value words (our FLOP count and peak for the twin's utilisation line)
+    env $(util_env "$G/char_gpt_bf16.txt") python3 bench/pytorch/char_gpt.py --device "$tdev" --amp bf16 "$init" "$batches" | tee "$G/char_gpt_torch.txt" ||
         return 1
     ours=$(sed -n 's/^median step time \([0-9.]*\) ms.*/\1/p' "$G/char_gpt_bf16.txt")
     theirs=$(sed -n 's/^median step time \([0-9.]*\) ms.*/\1/p' "$G/char_gpt_torch.txt")

@@ -27,6 +27,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import flops  # the utilisation line (this folder is on the path when run as a script)
+
 
 def autocast(device, amp):
     """torch.autocast for --amp, or a context that does nothing."""
@@ -171,13 +173,16 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr_at(step - 1, c)
         opt.zero_grad(set_to_none=True)
-        with autocast(dev, args.amp):
-            loss = model(x, y)
-        if scaler:
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-        else:
-            loss.backward()
+        with flops.counter(step == 1) as fc:  # step 1's FLOPs (its time is not in the median)
+            with autocast(dev, args.amp):
+                loss = model(x, y)
+            if scaler:
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+            else:
+                loss.backward()
+        if step == 1:
+            step_flops = fc.get_total_flops()
         if c["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
         if scaler:
@@ -198,7 +203,9 @@ def main():
                   f"{rows * x.numel() / secs:.0f} tokens/s")
             total, secs, rows = 0.0, 0.0, 0
     first = 3 if steps > 3 else 0
-    print(f"median step time {1e3 * statistics.median(times[first:]):.2f} ms (steps {first + 1} to {steps})")
+    med = statistics.median(times[first:])
+    print(f"median step time {1e3 * med:.2f} ms (steps {first + 1} to {steps})")
+    print("utilisation: " + flops.line(step_flops, med))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import flops  # the utilisation line (this folder is on the path when run as a script)
+
 T0 = time.perf_counter()
 
 
@@ -79,7 +81,9 @@ def main():
     fwd = torch.compile(m) if a.compile else m
     amp = torch.autocast(dev.type, torch.bfloat16, enabled=a.amp)
     reached = None
+    train_s, trained = 0.0, 0  # the training loops' time and samples, for the utilisation line
     for ep in range(1, a.epochs + 1):
+        t_ep = time.perf_counter()
         m.train()
         perm = torch.randperm(n, device=dev)
         for s in range(steps):
@@ -93,6 +97,10 @@ def main():
             loss.backward()
             opt.step()
             sched.step()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        train_s += time.perf_counter() - t_ep
+        trained += n
         m.eval()
         correct = 0
         with torch.no_grad(), amp:
@@ -104,6 +112,9 @@ def main():
         if acc >= a.target and reached is None:
             reached = t
             break
+    with amp:
+        step_flops = flops.model_step(m, xtr[:B])
+    print("utilisation: " + flops.run_line(step_flops, train_s, trained, B), flush=True)
     name = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
     if reached is None:
         print("pytorch fmnist92 %s%s: target %.1f %% not reached in %d epochs (data %.2f s)" %

@@ -45,6 +45,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
+import flops  # the utilisation line
 from fmnist92 import find, idx  # the IDX reader (this folder is on the path when run as a script)
 
 T0 = time.perf_counter()
@@ -198,7 +199,9 @@ def main():
           (a.net, sum(p.numel() for p in m.parameters()), dev, B, epochs, a.seed, target,
            "on" if ema is not None else "off"), flush=True)
     reached, reached_epoch, acc = None, 0, 0.0
+    train_s = 0.0  # the training loops' time, for the utilisation line
     for ep in range(1, epochs + 1):
+        t_ep = time.perf_counter()
         m.train()
         perm = torch.randperm(n, device=dev)
         loss_sum = 0.0
@@ -218,6 +221,7 @@ def main():
             if ema is not None:
                 ema.update_parameters(m)
             loss_sum += loss.item() * x.shape[0]
+        train_s += time.perf_counter() - t_ep
         acc = evaluate(ema if ema is not None else m, xte, yte)
         t = time.perf_counter() - T0
         print("epoch %d: train loss %.4f, test accuracy %.2f %% at %.2f s" % (ep, loss_sum / n, acc, t), flush=True)
@@ -231,6 +235,7 @@ def main():
            "target %.1f %% reached in %.2f s (epoch %d)" % (target, reached, reached_epoch)))
     print("result: net %s final %.2f target %.1f reached_s %s total_s %.2f" %
           (a.net, acc, target, "nan" if reached is None else "%.2f" % reached, total_s))
+    print("utilisation: " + flops.run_line(flops.model_step(m, xtr[:B]), train_s, n * epochs, B), flush=True)
     sys.exit(0 if reached is not None else 1)
 
 

@@ -18,6 +18,7 @@ import time
 import torch
 from torch import nn
 
+import flops  # the utilisation line
 from st_io import read_safetensors
 
 D_MODEL, LSTM_H, EVAL_BATCH = 64, 128, 256
@@ -132,12 +133,16 @@ def main():
                                                                             float(meta["lr"]), schedule))
     print("%5s %10s %9s %10s %9s %8s" % ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "seconds"))
     rows = []
+    train_s, trained = 0.0, 0  # the training passes' time and samples, for the utilisation line
     for e, order in enumerate(t["order"].long()):
         t0 = time.time()
         trl, tra = epoch(model, opt, sched, tx, tl, ty, order, B)
+        train_s += time.time() - t0
+        trained += len(order)
         val, vaa = epoch(model, None, None, vx, vl, vy, torch.arange(len(vy)), EVAL_BATCH)
         rows.append((trl, tra, val, vaa))
         print("%5d %10.4f %8.2f%% %10.4f %8.2f%% %8.1f" % (e + 1, trl, 100 * tra, val, 100 * vaa, time.time() - t0))
+    print("utilisation: " + flops.run_line(flops.model_step(model, tx[:B], tl[:B]), train_s, trained, B))
     if not a.csv:
         return 0
     with open(a.csv) as f:

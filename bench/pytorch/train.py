@@ -1,7 +1,8 @@
 """train.py - the nets of bench/train.c in PyTorch eager mode, timed the same
 way: random inputs, warm-up, then the median of 5 repeats of `steps` steps,
 synchronised by loss.item() at the end of each repeat. Prints the same table
-(and peak GPU memory).
+(and peak GPU memory), a step's FLOPs counted by FlopCounterMode and the
+utilisation line (bench/pytorch/flops.py).
 
 Run: python3 bench/pytorch/train.py [net ...]   (mlp cnn fc10 fc50 wide air)
 
@@ -18,6 +19,8 @@ import time
 import torch
 import torch.nn as nn
 
+import flops as flops_line
+
 
 def fc_stack(layers, width, inp, out):
     mods = []
@@ -31,23 +34,19 @@ def make(name, dev, capturable=False):
     torch.manual_seed(0)
     if name == "mlp":
         m, batch, shape = fc_stack(1, 128, 784, 10), 64, (784,)
-        flops = 3 * 2 * 64 * (784 * 128 + 128 * 10)
         opt = lambda p: torch.optim.Adam(p, 1e-3, capturable=capturable)
     elif name == "cnn":
         m = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                           nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
         batch, shape = 64, (1, 28, 28)
-        flops = 3 * 2 * 64 * (32 * 9 * 784 + 64 * 32 * 9 * 196 + 3136 * 128 + 1280)
         opt = lambda p: torch.optim.Adam(p, 1e-3, capturable=capturable)
     elif name in ("fc10", "fc50"):
         L = 10 if name == "fc10" else 50
         m, batch, shape = fc_stack(L, 512, 512, 10), 100, (512,)
-        flops = 3 * 2 * 100 * (512 * 512 * L + 5120)
         opt = lambda p: torch.optim.SGD(p, 0.01, momentum=0.9)
     elif name == "wide":
         m, batch, shape = fc_stack(2, 4096, 4096, 10), 512, (4096,)
-        flops = 3 * 2 * 512 * (2 * 4096 * 4096 + 40960)
         opt = lambda p: torch.optim.SGD(p, 0.01, momentum=0.9)
     elif name == "air":
         # airbench-shaped CIFAR-10 net: stem, three conv-pool-BN-GELU-conv-BN-GELU groups, head
@@ -57,15 +56,13 @@ def make(name, dev, capturable=False):
         m = nn.Sequential(nn.Conv2d(3, 24, 2), nn.GELU(), *group(24, 64), *group(64, 256), *group(256, 256),
                           nn.MaxPool2d(3), nn.Flatten(), nn.Linear(256, 10, bias=False))
         batch, shape = 1024, (3, 32, 32)
-        flops = 3 * 2 * 1024 * (24 * 3 * 4 * 961 + 64 * 24 * 9 * 961 + 64 * 64 * 9 * 225 + 256 * 64 * 9 * 225
-                                + 2 * 256 * 256 * 9 * 49 + 256 * 256 * 9 * 9 + 2560)
         opt = lambda p: torch.optim.SGD(p, 0.01, momentum=0.9, weight_decay=5e-4, nesterov=True)
     else:
         raise SystemExit(f"unknown net {name}")
     m = m.to(dev)
     x = torch.randn(batch, *shape, device=dev)
     y = torch.randint(0, 10, (batch,), device=dev)
-    return m, opt(m.parameters()), x, y, batch, flops
+    return m, opt(m.parameters()), x, y, batch
 
 
 def step_fn(m, opt, x, y, amp, dev):
@@ -85,11 +82,12 @@ def make_runner(name, dev):
     if mode not in ("", "amp", "graph", "amp-graph"):
         raise SystemExit(f"unknown mode {mode} in {name} (amp, graph, amp-graph)")
     amp, graph = mode.startswith("amp"), mode.endswith("graph")
-    m, opt, x, y, batch, flops = make(base, dev, capturable=graph)
+    m, opt, x, y, batch = make(base, dev, capturable=graph)
     if amp and x.dim() == 4:
         m = m.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
     step = step_fn(m, opt, x, y, amp, dev)
+    flops = flops_line.count(step)  # one eager step, as bench/train.c counts it
     if not graph:
         def run(steps):
             loss = None
@@ -143,7 +141,8 @@ def main():
         med = statistics.median(ts)
         peak = torch.cuda.max_memory_allocated() / 2**20 if dev == "cuda" else float("nan")
         print(f"{n:14} {batch:6d} {1e3 * med:12.3f} {batch / med:12.0f} {flops * 1e-9:10.3f} "
-              f"{flops * 1e-9 / med:10.1f} {peak:9.1f}", flush=True)
+              f"{flops * 1e-9 / med:10.1f} {peak:9.1f}")
+        print(f"{'':14} {flops_line.line(flops, med, 'bf16' if '-amp' in n else 'f32')}", flush=True)
 
 
 if __name__ == "__main__":

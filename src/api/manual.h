@@ -59,7 +59,8 @@
    ThreadSanitizer). Each thread has its own: step arena and temporaries,
    autograd tape, grad mode (gdl_set_grad_enabled), anomaly mode, autocast
    region, grad-ready hook, graph capture, gdl_module_summary's recording,
-   error message (gdl_last_error) and generator. Shared by all: the CPU
+   error message (gdl_last_error), generator and model-FLOP count
+   (gdl_flops_count). Shared by all: the CPU
    thread pool and its size (gdl_set_num_threads), the memory counters
    (atomic), the profiler, the fusion switch, the devices.
    * A temporary belongs to the thread that made it: gdl_arena_reset ends
@@ -421,7 +422,7 @@
    api/train.h              fit / evaluate, checkpoints
    api/graph.h              a training step captured once as a CUDA graph and replayed
    api/dist.h               data parallel across processes, collectives, DDP
-   api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler
+   api/monitor.h            GPU utilisation, memory, temperature, power (NVML); the profiler; model FLOPs and the peaks
    api/quant.h              INT8 quantization (dynamic, static PTQ, QAT), quantized models and their files, the int8 GEMM
    api/onnx.h               ONNX export by tracing and import (gdl_export_onnx, gdl_load_onnx, gdl_onnx_run)
    api/export.h             a model as one self-contained C99 file for microcontrollers (gdl_export_c)
@@ -433,12 +434,14 @@
    runtime/env.h            the environment variables, parsed whole (numbers in range, strings that fit, 0/1 switches)
    runtime/devices.h        devices and the backend they select
    runtime/profiler.h       the profiler's spans and its trace
+   runtime/flops.h          the model FLOPs this thread's GEMM-like ops ran (gdl_flops_count); GPUs' datasheet peaks
    runtime/arena.h          the per-step arenas (host and device)
    runtime/tensor.h         storage, tensors, the generator, half precision, copies
    runtime/thread_pool.h    the CPU thread pool (gdl__parallel_for)
    runtime/monitor.h        the allocators' counters, NVML
    cpu/memory.h             allocation and its counters, copies, stream and event stand-ins, fill, cast
    cpu/gemm.h               the GEMM (AVX-512 / AVX2 / portable micro-kernels, CBLAS) and the backend's GEMM entries
+   cpu/peak.h               the CPU's measured FMA peak (gdl_cpu_peak_gflops); the utilisation line (gdl_flops_line)
    cpu/gemm_int8.h          the int8 GEMM (AVX-512 VNNI / AVX2 / NEON sdot / NEON / portable), quantize, dequantize
    cpu/elementwise.h        binary ops with broadcasting, sum_to, unary ops and their gradients
    cpu/reductions.h         reductions over a middle dimension, argmax, softmax

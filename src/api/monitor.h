@@ -87,3 +87,25 @@ GPUDL_API int gdl_profile_print(FILE *f); /* the rows as a table. 0 / -1 + error
    from gdl_profile_begin; host times on tid 1, GPU times on tid 2 + the device index. 0 / -1. */
 GPUDL_API int gdl_profile_trace(const char *path);
 
+
+/* Model FLOPs and utilisation (llm.c's MFU): the FLOPs of the GEMM-like ops (linear, matmul / bmm,
+   conv2d with groups and dilation, attention's two products; the LSTM / GRU gates through linear)
+   that this thread ran since gdl_flops_reset, counted from their shapes, 2 FLOPs per multiply-add;
+   a backward counts each gradient GEMM it runs (2x the forward where both operands want gradients,
+   the data's layer 1x: as PyTorch's FlopCounterMode). Per thread; a CUDA graph's replay counts
+   nothing (count an eager step).
+       gdl_flops_reset(); ... a step ...; int64_t f = gdl_flops_count(NULL, NULL);
+       printf("%s\n", gdl_flops_line((double)f, seconds, dev, GDL_F32));
+   gdl_flops_line: "FLOPs/step X, Y GFLOP/s, Z % of peak (P GFLOP/s, N threads, ISA)" (a GPU:
+   "(P GFLOP/s, bf16 dense, <name>)"), in a per-thread buffer valid until the next call. The
+   peaks: gdl_cpu_peak_gflops(threads) runs an FMA loop in the GEMM's ISA on that many of the
+   pool's threads (0: all) for ~80 ms, once per count, and adds up each thread's fastest timed
+   stretch: the cores' rate while they run, so another process's load shows as a lower fraction;
+   gdl_gpu_peak_gflops(index, dtype) is NVIDIA's datasheet figure (dense; f32 on the CUDA cores,
+   bf16 / f16 on the tensor cores) for the H200, H100 (SXM, PCIe, NVL), A100, A10, A30, L40S, L40,
+   L4, V100 and T4. Both -1 + error. */
+GPUDL_API void gdl_flops_reset(void);
+GPUDL_API int64_t gdl_flops_count(int64_t *forward, int64_t *backward); /* forward + backward */
+GPUDL_API double gdl_cpu_peak_gflops(int threads);
+GPUDL_API double gdl_gpu_peak_gflops(int index, gdl_dtype dt);
+GPUDL_API const char *gdl_flops_line(double flops_per_step, double seconds_per_step, gdl_device dev, gdl_dtype dt);

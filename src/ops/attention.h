@@ -293,6 +293,7 @@ static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_
         return NULL;
     if (out->numel && be->k.attention(q->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, GDL__R(lse)) < 0)
         return NULL;
+    gdl__flops_add(0, g.B * g.L * g.S * (g.E + g.Ev), 1);
     in[0] = q;
     in[1] = k;
     in[2] = v;
@@ -337,6 +338,7 @@ static int gdl__bw_sdpa(gdl_node *n, const gdl_backend *be) {
         return -1;
     gdl__sdpa_ptrs(lay, &g, q, k, v, 0, p);
     gdl__sdpa_ptrs(lay, &g, q, k, v, 1, gp);
+    gdl__flops_add(1, g.B * g.L * g.S * (g.E + g.Ev), 2);
     return be->k.attention_backward(out->dtype, &g, p[0], p[1], p[2], mask ? mask->data : NULL, out->data, out->grad->data,
                                   GDL__R(n->saved[0]), delta, gp[0], gp[1], gp[2]);
 }

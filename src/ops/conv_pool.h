@@ -168,6 +168,7 @@ static gdl_tensor *gdl__conv2d(const char *op, gdl_tensor *x, gdl_tensor *w, gdl
         bstr[0] = 0; bstr[1] = 1; bstr[2] = 0;
         if (be->k.binary(GDL_BIN_ADD, 3, s3, GDL_F32, GDL__R(out), ostr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
+    gdl__flops_add(0, out->numel * Cg * KK, 1);
     n = gdl__record(op, opid, out, 3, in, &err);
     if (err) return NULL;
     if (n) {
@@ -212,6 +213,7 @@ static int gdl__bw_conv2d(gdl_node *n, const gdl_backend *be) {
     int64_t OHW = (int64_t)g->OH * g->OW, CKK = (int64_t)g->C * KK;
     gdl_real *gy = GDL__R(n->out->grad), *gx = GDL__G(n->in[0]), *gw = GDL__G(n->in[1]), *gb = GDL__G(n->in[2]);
     gdl_real *W = GDL__R(n->in[1]), *col = (gdl_real *)n->buf;
+    gdl__flops_add(1, n->out->numel * Cg * KK, (gx != NULL) + (gw != NULL));
     if (n->out->dtype != GDL_F32) return gdl__bw_conv2d_lp(n, be);
     int act = n->op == GDL_OP_CONV2D_ACT ? (int)n->i[2] : -1;
     if (act >= 0 && n->out->numel && (gx || gw || gb)) {

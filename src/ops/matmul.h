@@ -152,6 +152,7 @@ static gdl_tensor *gdl__matmul_nd(const char *op, gdl_tensor *a, gdl_tensor *b, 
     if (gdl__mm_plan_of(op, a, b, &p) < 0) return NULL;
     if (!(be = gdl__be(op, a->device)) || !(out = gdl__tmp(op, p.out_nd, p.out_shape, dt, a->device))) return NULL;
     if (out->numel && gdl__mm_run(be, dt, &p, 0, a->data, b->data, out->data) < 0) return NULL;
+    gdl__flops_add(0, out->numel * p.K, 1);
     in[0] = a;
     in[1] = b;
     gdl__record(op, GDL_OP_MATMUL, out, 2, in, &err);
@@ -209,6 +210,7 @@ static int gdl__bw_matmul(gdl_node *n, const gdl_backend *be) {
     gdl_dtype dt = n->out->dtype; /* f32, or the inputs' one low dtype */
     void *g = n->out->grad->data, *A = n->in[0]->data, *B = n->in[1]->data;
     if (!n->out->numel || gdl__mm_plan_of("gdl_backward", n->in[0], n->in[1], &p) < 0) return n->out->numel ? -1 : 0;
+    gdl__flops_add(1, n->out->numel * p.K, n->in[0]->requires_grad + n->in[1]->requires_grad);
     if (n->in[0]->requires_grad && gdl__mm_run(be, dt, &p, 1, g, B, n->in[0]->grad->data) < 0) return -1;
     if (n->in[1]->requires_grad && gdl__mm_run(be, dt, &p, 2, A, g, n->in[1]->grad->data) < 0) return -1;
     return 0;
@@ -281,6 +283,7 @@ GPUDL_API gdl_tensor *gdl_linear(gdl_tensor *x, gdl_tensor *w, gdl_tensor *bias)
         bstr[0] = 0; bstr[1] = 1;
         if (bias && be->k.binary(GDL_BIN_ADD, 2, s2, GDL_F32, GDL__R(out), ystr, GDL_F32, GDL__R(bias), bstr, GDL_F32, GDL__R(out)) < 0) return NULL;
     }
+    gdl__flops_add(0, out->numel * in_f, 1);
     in[0] = x;
     in[1] = w;
     in[2] = bias;
@@ -307,6 +310,7 @@ static int gdl__bw_linear(gdl_node *n, const gdl_backend *be) {
     gdl_real *g = GDL__R(n->out->grad), *gx = GDL__G(x), *gw = GDL__G(w), *gb = GDL__G(n->in[2]);
     gdl_dtype dt = n->out->dtype;
     if (!n->out->numel) return 0;
+    gdl__flops_add(1, n->out->numel * in_f, (gx != NULL) + (gw != NULL));
     if (dt != GDL_F32) { /* the same GEMMs in dt; the bias gradient is ones^T g */
         void *ones = gb ? gdl__ones_dt("gdl_backward", be, x->device, dt, rows) : NULL;
         if (gx && gdl__gemm_dt(be, dt, 0, 0, rows, in_f, out_f, g, out_f, 0, w->data, in_f, 0, 1, gx, in_f, 0, 1) < 0) return -1;
@@ -358,6 +362,7 @@ GPUDL_API gdl_tensor *gdl_linear_act(gdl_tensor *x, gdl_tensor *w, gdl_tensor *b
     if (out->numel && be->k.linear_act(ua, (int)rows, (int)out_f, (int)in_f, GDL__R(x), GDL__R(w),
                                      bias ? GDL__R(bias) : NULL, GDL__R(out), pre ? GDL__R(pre) : NULL) < 0)
         return NULL;
+    gdl__flops_add(0, out->numel * in_f, 1);
     n = gdl__record(op, GDL_OP_LINEAR_ACT, out, 3, in, &err);
     if (err) return NULL;
     if (n) {
@@ -373,6 +378,7 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     int ua = (int)n->i[0];
     gdl_real *g = GDL__R(n->out->grad), *gx = GDL__G(x), *gw = GDL__G(w), *gb = GDL__G(n->in[2]);
     if (!n->out->numel) return 0;
+    gdl__flops_add(1, n->out->numel * in_f, (gx != NULL) + (gw != NULL));
     if (ua >= 0 && (gx || gw || gb)) { /* act' and the bias gradient in one pass; then the GEMMs take act'·g */
         gdl_real *gp = (gdl_real *)gdl__scratch("gdl_backward", n->out->device, sizeof(gdl_real) * (size_t)n->out->numel);
         const gdl_real *pre = n->saved[0] ? GDL__R(n->saved[0]) : GDL__R(n->out);

@@ -1,0 +1,165 @@
+/* ---------------------------------------------------------------------------
+   src/cpu/peak.h   The CPU's f32 FMA peak, measured (gdl_cpu_peak_gflops),
+   and the utilisation line every training program prints (gdl_flops_line).
+
+   The peak: each thread of the pool runs independent FMA chains in the
+   vector width the GEMM's micro-kernel uses (AVX-512, AVX2 + FMA, NEON, or
+   the portable C loop the compiler vectorises as it can: the ISA the build
+   targets, src/cpu/gemm.h), all at once, for ~80 ms, timing each stretch of
+   ~16k FMA instructions; the peak is the sum over the threads of each one's
+   fastest stretch. 12 chains cover two FMA units' 4-6 cycle latency. The
+   fastest stretch is the core's rate while the thread runs: on a machine
+   that other processes keep busy the figure stays the hardware's (the
+   threads are descheduled between stretches, not slowed within one), and
+   the load shows where it belongs, as a lower fraction of it. Measured once
+   per thread count and kept.
+   With CBLAS the portable loop stands for OpenBLAS's own kernels. The bf16
+   and f16 GEMMs run on the CPU through f32 copies: their peak is f32's.
+   ------------------------------------------------------------------------- */
+#if defined(GDL__GEMM_AVX512)
+#define GDL__PEAK_ISA "avx512 fma"
+#define GDL__PEAK_V __m512
+#define GDL__PEAK_SET(x) _mm512_set1_ps(x)
+#define GDL__PEAK_FMA(a, m, c) _mm512_fmadd_ps(a, m, c)
+#define GDL__PEAK_LANES 16
+#define GDL__PEAK_SUM(v) _mm512_reduce_add_ps(v)
+#elif defined(GDL__GEMM_AVX2)
+#define GDL__PEAK_ISA "avx2 fma"
+#define GDL__PEAK_V __m256
+#define GDL__PEAK_SET(x) _mm256_set1_ps(x)
+#define GDL__PEAK_FMA(a, m, c) _mm256_fmadd_ps(a, m, c)
+#define GDL__PEAK_LANES 8
+#define GDL__PEAK_SUM(v) _mm_cvtss_f32(_mm256_castps256_ps128(v))
+#elif defined(GDL__GEMM_NEON)
+#define GDL__PEAK_ISA "neon fma"
+#define GDL__PEAK_V float32x4_t
+#define GDL__PEAK_SET(x) vdupq_n_f32(x)
+#define GDL__PEAK_FMA(a, m, c) vfmaq_f32(c, a, m)
+#define GDL__PEAK_LANES 4
+#define GDL__PEAK_SUM(v) vgetq_lane_f32(v, 0)
+#else
+#define GDL__PEAK_ISA "portable"
+#endif
+#define GDL__PEAK_CHAINS 12
+#define GDL__PEAK_SECONDS 0.08
+
+typedef struct gdl__peak_job {
+    double t_end;                   /* the tasks stop at this gdl__prof_clock */
+    double rate[GDL__POOL_MAX];     /* each task's fastest stretch, FLOP/s */
+    volatile float sink[GDL__POOL_MAX]; /* each task's chains' sum goes here, so its loop stays */
+} gdl__peak_job;
+
+/* task t: FMAs on GDL__PEAK_CHAINS independent accumulators in stretches of 64 x 256 steps, each timed,
+   until t_end; its fastest stretch's FLOP/s. a = a*m + c with m = 1 - c stays at 1: no overflow, no
+   denormals. */
+static void gdl__peak_task(void *ctx, int t, int nt) {
+    gdl__peak_job *j = (gdl__peak_job *)ctx;
+    double best = 0, t0 = gdl__prof_clock(), t1;
+    int i, k;
+#if defined(GDL__GEMM_AVX512) || defined(GDL__GEMM_AVX2) || defined(GDL__GEMM_NEON)
+    const double stretch = 64 * 256.0 * GDL__PEAK_CHAINS * GDL__PEAK_LANES * 2; /* FLOPs */
+    GDL__PEAK_V a[GDL__PEAK_CHAINS], m = GDL__PEAK_SET(0.9999f), c = GDL__PEAK_SET(0.0001f);
+    float s = 0;
+    for (k = 0; k < GDL__PEAK_CHAINS; k++) a[k] = GDL__PEAK_SET(1.0f);
+    do {
+        for (i = 0; i < 64 * 256; i++) {
+            a[0] = GDL__PEAK_FMA(a[0], m, c); a[1] = GDL__PEAK_FMA(a[1], m, c); a[2] = GDL__PEAK_FMA(a[2], m, c);
+            a[3] = GDL__PEAK_FMA(a[3], m, c); a[4] = GDL__PEAK_FMA(a[4], m, c); a[5] = GDL__PEAK_FMA(a[5], m, c);
+            a[6] = GDL__PEAK_FMA(a[6], m, c); a[7] = GDL__PEAK_FMA(a[7], m, c); a[8] = GDL__PEAK_FMA(a[8], m, c);
+            a[9] = GDL__PEAK_FMA(a[9], m, c); a[10] = GDL__PEAK_FMA(a[10], m, c); a[11] = GDL__PEAK_FMA(a[11], m, c);
+        }
+        t1 = gdl__prof_clock();
+        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
+        t0 = t1;
+    } while (t1 < j->t_end);
+    for (k = 0; k < GDL__PEAK_CHAINS; k++) s += GDL__PEAK_SUM(a[k]);
+#else
+    /* 4 x 12 scalars: what the portable kernel's C becomes, vectorised by the compiler as the target allows */
+    const double stretch = 64 * 256.0 * 4 * GDL__PEAK_CHAINS * 2;
+    gdl_real a[4 * GDL__PEAK_CHAINS], m = (gdl_real)0.9999, c = (gdl_real)0.0001, s = 0;
+    for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) a[k] = 1;
+    do {
+        for (i = 0; i < 64 * 256; i++)
+            for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) a[k] = a[k] * m + c;
+        t1 = gdl__prof_clock();
+        if (t1 > t0 && stretch / (t1 - t0) > best) best = stretch / (t1 - t0);
+        t0 = t1;
+    } while (t1 < j->t_end);
+    for (k = 0; k < 4 * GDL__PEAK_CHAINS; k++) s += a[k];
+#endif
+    (void)nt;
+    j->rate[t] = best;
+    j->sink[t] = (float)s;
+}
+
+#ifdef GDL__OS_THREADS
+static gdl__mutex gdl__peak_mu = GDL__MUTEX_INIT; /* one measurement at a time; guards the cache */
+#define GDL__PEAK_LOCK() gdl__mutex_lock(&gdl__peak_mu)
+#define GDL__PEAK_UNLOCK() gdl__mutex_unlock(&gdl__peak_mu)
+#else
+#define GDL__PEAK_LOCK() ((void)0)
+#define GDL__PEAK_UNLOCK() ((void)0)
+#endif
+static double gdl__peak_cache[GDL__POOL_MAX + 1]; /* GFLOP/s by thread count; 0: not measured */
+
+/* the measurement on `threads` of the pool (the caller holds the pool) */
+static double gdl__peak_measure(int threads) {
+    gdl__peak_job *j = (gdl__peak_job *)calloc(1, sizeof *j);
+    double sum = 0;
+    int t;
+    if (!j) return -1;
+    j->t_end = gdl__prof_clock() + GDL__PEAK_SECONDS;
+    gdl__pool_run(threads, gdl__peak_task, j);
+    for (t = 0; t < threads; t++) sum += j->rate[t];
+    free(j);
+    return sum > 0 ? sum * 1e-9 : -1;
+}
+
+GPUDL_API double gdl_cpu_peak_gflops(int threads) {
+    const char *op = "gdl_cpu_peak_gflops";
+    double p;
+    int tries;
+    if (threads == 0) threads = gdl_get_num_threads();
+    if (threads < 1 || threads > gdl_get_num_threads()) {
+        gdl__set_error("%s: %d threads: 1 to the pool's %d (gdl_set_num_threads), or 0 for all of them", op, threads,
+                       gdl_get_num_threads());
+        return -1;
+    }
+    GDL__PEAK_LOCK();
+    p = gdl__peak_cache[threads];
+    for (tries = 0; p <= 0 && tries < 2000; tries++) { /* the pool may be busy with another thread's op: wait */
+        if (gdl__pool_acquire()) {
+            p = gdl__peak_cache[threads] = gdl__peak_measure(threads);
+            gdl__pool_release();
+            if (p <= 0) break;
+        } else {
+            gdl__os_sleep_ms(1);
+        }
+    }
+    GDL__PEAK_UNLOCK();
+    if (p <= 0) gdl__set_error("%s: could not measure: %s", op, tries >= 2000 ? "the thread pool stayed busy" : "out of memory");
+    return p > 0 ? p : -1;
+}
+
+/* The line, e.g. "FLOPs/step 1.43e+08, 26.4 GFLOP/s, 8.8 % of peak (300.1 GFLOP/s, 2 threads, avx512 fma)";
+   the peak of dev for dt: the CPU's measured with the threads in use, a GPU's from its datasheet. */
+GPUDL_API const char *gdl_flops_line(double flops_per_step, double seconds_per_step, gdl_device dev, gdl_dtype dt) {
+    static GDL__TLS char buf[256];
+    double rate = seconds_per_step > 0 ? flops_per_step / seconds_per_step * 1e-9 : NAN, peak;
+    char how[160];
+    int n;
+    if (dev.type == GDL_DEVICE_CPU) {
+        int threads = gdl_get_num_threads();
+        peak = gdl_cpu_peak_gflops(threads);
+        snprintf(how, sizeof how, "%d thread%s, %s", threads, threads == 1 ? "" : "s", GDL__PEAK_ISA);
+    } else {
+        peak = gdl_gpu_peak_gflops(dev.index, dt);
+        snprintf(how, sizeof how, "%s dense, %s", gdl_dtype_name(dt), gdl_device_name(dev));
+    }
+    n = snprintf(buf, sizeof buf, "FLOPs/step %.3g, %.1f GFLOP/s, ", flops_per_step, rate);
+    if (peak > 0)
+        snprintf(buf + n, sizeof buf - (size_t)n, "%.1f %% of peak (%.1f GFLOP/s, %s)", 100 * rate / peak, peak, how);
+    else
+        snprintf(buf + n, sizeof buf - (size_t)n, "peak unknown (%s)", gdl_last_error());
+    return buf;
+}
