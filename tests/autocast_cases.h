@@ -31,9 +31,10 @@ static int ac_row_low_view(const gc_case *c) {
            (strncmp(c->name, "matmul_", 7) == 0 || strcmp(c->name, "sdpa_heads_dropout_unfused") == 0);
 }
 
-/* does a row run anything in the low dtype under autocast? (a LOW op) */
+/* does a row run anything in the low dtype under autocast? (a LOW op; a recurrent module's GEMMs) */
 static int ac_row_has_low(const gc_case *c) {
-    return gdl_op_autocast_class(c->op) == GDL_AUTOCAST_LOW || strcmp(c->name, "mlp_chain") == 0 || ac_row_low_view(c);
+    return gdl_op_autocast_class(c->op) == GDL_AUTOCAST_LOW || strcmp(c->name, "mlp_chain") == 0 || ac_row_low_view(c) ||
+           strncmp(c->name, "rnn_module_", 11) == 0;
 }
 
 static gdl_dtype ac_expected(const gc_case *c, gdl_dtype ac, gdl_dtype in) {

@@ -222,6 +222,8 @@ static gdl_tensor *f_lstm_gates_self(gdl_tensor **x) { return gdl_lstm_gates(x[0
 static gdl_tensor *f_gru_gates(gdl_tensor **x) { return gdl_gru_gates(x[0], x[1], x[2]); }
 static gdl_tensor *f_gru_gates_self(gdl_tensor **x) { return gdl_gru_gates(x[0], x[0], x[1]); }
 
+#include "rnn_cases.h"
+
 /* a small net: every op's gradient flows through others */
 static gdl_tensor *f_mlp(gdl_tensor **x) {
     return gdl_cross_entropy(gdl_linear(gdl_relu(gdl_linear(x[0], x[1], x[2])), x[3], NULL), x[4]);
@@ -414,6 +416,12 @@ static const gc_case cases[] = {
     {"gru_gates", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(3, 15), IN_RANDN, 0}, {R2(3, 15), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
     {"gru_gates_self", GDL_OP_GRU_GATES, f_gru_gates_self, 2, {{R2(2, 9), IN_RANDN, 0}, {R2(2, 3), IN_RANDN, 0}}},
     {"gru_gates_const_gh", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(4, 6), IN_RANDN, 0}, {R2(4, 6), IN_CONST, 0}, {R2(4, 2), IN_RANDN, 0}}},
+    /* the recurrent modules (tests/rnn_cases.h): inputs x, h0 (and c0); lengths end some sequences early */
+    {"rnn_module_lstm_proj_lengths", GDL_OP_CONCAT, f_lstm_proj_len, 3, {{R3(3, 4, 3), IN_RANDN, 0}, {R3(4, 3, 2), IN_RANDN, 0}, {R3(4, 3, 4), IN_RANDN, 0}}},
+    {"rnn_module_gru_lengths", GDL_OP_CONCAT, f_gru_len, 2, {{R3(3, 2, 3), IN_RANDN, 0}, {R3(1, 2, 3), IN_RANDN, 0}}},
+    {"rnn_module_rnn_tanh_lengths", GDL_OP_CONCAT, f_rnn_tanh_len, 2, {{R3(3, 3, 3), IN_RANDN, 0}, {R3(4, 3, 4), IN_RANDN, 0}}},
+    {"rnn_module_rnn_relu_no_bias", GDL_OP_CONCAT, f_rnn_relu, 2, {{R3(2, 4, 3), IN_RANDN, 0}, {R3(1, 2, 4), IN_RANDN, 0}}},
+    {"rnn_module_lstm_proj_unbatched", GDL_OP_CONCAT, f_lstm_proj_unbatched, 3, {{R2(4, 2), IN_RANDN, 0}, {R2(2, 1), IN_RANDN, 0}, {R2(2, 3), IN_RANDN, 0}}},
     {"mlp_chain", GDL_OP_CROSS_ENTROPY, f_mlp, 5,
      {{R2(3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}, {R1(3), IN_TARGET, 3}}},
 };

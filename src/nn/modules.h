@@ -8,7 +8,7 @@ enum {
     GDL__M_LINEAR, GDL__M_CONV2D, GDL__M_BATCHNORM, GDL__M_LAYERNORM, GDL__M_DROPOUT, GDL__M_EMBEDDING,
     GDL__M_RELU, GDL__M_LEAKY_RELU, GDL__M_SIGMOID, GDL__M_TANH, GDL__M_GELU, GDL__M_IDENTITY,
     GDL__M_MAXPOOL, GDL__M_AVGPOOL, GDL__M_GAP, GDL__M_FLATTEN, GDL__M_SEQUENTIAL, GDL__M_RESIDUAL,
-    GDL__M_CUSTOM, GDL__M_LSTM, GDL__M_GRU
+    GDL__M_CUSTOM, GDL__M_LSTM, GDL__M_GRU, GDL__M_RNN
 };
 
 /* the number of configuration slots, integer and real, of every module */
@@ -113,7 +113,8 @@ static const char *gdl__nn_label(const gdl_module *m) {
 /* the recurrent modules (src/nn/, src/nn/rnn.h) */
 static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n);
 static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0,
-                               gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn);
+                               const int64_t *lens, int64_t nlens, gdl_tensor **out, gdl_tensor **hn,
+                               gdl_tensor **cn);
 
 /* PyTorch-like description of the configuration: "in_features=10, out_features=1, bias=True". */
 static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
@@ -147,7 +148,8 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
         break;
     case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[GDL__FLATTEN_START]); break;
     case GDL__M_LSTM:
-    case GDL__M_GRU: gdl__nn_rnn_config(m, s, n); break;
+    case GDL__M_GRU:
+    case GDL__M_RNN: gdl__nn_rnn_config(m, s, n); break;
     default: break;
     }
 }
@@ -852,10 +854,11 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
         return y ? gdl_relu(y) : NULL;
     }
     case GDL__M_CUSTOM: return m->fwd(m, x);
-    case GDL__M_LSTM: /* the output sequence; gdl_nn_lstm_forward / gdl_nn_gru_forward give the states too */
-    case GDL__M_GRU: {
+    case GDL__M_LSTM: /* the output sequence; gdl_forward_ex and gdl_nn_rnn_forward give the states too */
+    case GDL__M_GRU:
+    case GDL__M_RNN: {
         gdl_tensor *y;
-        return gdl__nn_rnn_forward("gdl_forward", m, m->kind, x, NULL, NULL, &y, NULL, NULL) < 0 ? NULL : y;
+        return gdl__nn_rnn_forward("gdl_forward", m, m->kind, x, NULL, NULL, NULL, 0, &y, NULL, NULL) < 0 ? NULL : y;
     }
     default: gdl__set_error("gdl_forward: unknown module kind %d", m->kind); return NULL;
     }
