@@ -930,6 +930,12 @@ GPUDL_API gdl_tensor *gdl_mean(gdl_tensor *x);
 GPUDL_API gdl_tensor *gdl_sum_dim(gdl_tensor *x, int dim, int keepdim);
 GPUDL_API gdl_tensor *gdl_mean_dim(gdl_tensor *x, int dim, int keepdim);
 GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim);
+GPUDL_API gdl_tensor *gdl_min_dim(gdl_tensor *x, int dim, int keepdim);
+/* torch.max(x, dim, keepdim) / torch.min(...): *values (differentiable: the gradient goes to each index)
+   and *indices (i32 temporaries, not differentiable) of the first maximum / minimum along dim (the first
+   NaN where there is one, as PyTorch); either may be NULL (not wanted). 0, or -1 + error with both NULL. */
+GPUDL_API int gdl_max_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices);
+GPUDL_API int gdl_min_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices);
 GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim); /* i32, not differentiable */
 GPUDL_API gdl_tensor *gdl_softmax(gdl_tensor *x, int dim);
 GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim);
@@ -1083,6 +1089,7 @@ GPUDL_API void gdl_thread_cleanup(void);
     X(SUM, "sum", gdl__bw_reduce, GDL_RED_SUM, GDL_AUTOCAST_F32) \
     X(MEAN, "mean", gdl__bw_reduce, GDL_RED_MEAN, GDL_AUTOCAST_PROMOTE) \
     X(MAX, "max", gdl__bw_reduce, GDL_RED_MAX, GDL_AUTOCAST_PROMOTE) \
+    X(MIN, "min", gdl__bw_reduce, GDL_RED_MIN, GDL_AUTOCAST_PROMOTE) \
     X(SOFTMAX, "softmax", gdl__bw_softmax, 0, GDL_AUTOCAST_F32) \
     X(LOG_SOFTMAX, "log_softmax", gdl__bw_softmax, 0, GDL_AUTOCAST_F32) \
     X(CONV2D, "conv2d", gdl__bw_conv2d, 0, GDL_AUTOCAST_LOW) \
@@ -3103,7 +3110,7 @@ GDL__OP_MATH(real, gdl_real, double, )
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */
 
-enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX };
+enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX, GDL_RED_MIN };
 enum gdl_pointwise_loss { GDL_LOSS_MSE, GDL_LOSS_BCE_LOGITS };
 
 /* geometry of a 2-D convolution or pooling window */
@@ -9718,12 +9725,14 @@ static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
         for (i = 0; i < inner; i++) {
             const gdl_real *p = a.x + o * n * inner + i;
             gdl_real r;
-            if (a.op == GDL_RED_MAX) {
+            if (a.op == GDL_RED_MAX || a.op == GDL_RED_MIN) {
+                /* min as the max of -x: -NaN is NaN, so NaN still wins, and the first of equal values */
+                const gdl_real sg = a.op == GDL_RED_MIN ? (gdl_real)-1 : (gdl_real)1;
                 int64_t best = 0;
                 for (k = 1; k < n; k++)
-                    if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+                    if (sg * p[k * inner] > sg * p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
                         best = k; /* first max; NaN wins as in PyTorch */
-                r = n ? p[best * inner] : (gdl_real)-INFINITY;
+                r = n ? p[best * inner] : sg * (gdl_real)-INFINITY;
                 if (a.idx) a.idx[o * inner + i] = (int32_t)best;
             } else {
                 double s = 0;
@@ -9771,7 +9780,7 @@ static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, cons
                            int32_t *idx, int accumulate) {
     gdl__args a = gdl__args_none();
     a.op = op; a.n = n; a.inner = inner; a.x = x; a.out = y; a.idx = idx; a.accumulate = accumulate;
-    if (op != GDL_RED_MAX && inner > 1)
+    if (op != GDL_RED_MAX && op != GDL_RED_MIN && inner > 1)
         gdl__parallel_units(outer * ((inner + GDL__RED_COLS - 1) / GDL__RED_COLS), outer * n * inner,
                             gdl__reduce_cols_part, &a);
     else
@@ -9786,7 +9795,7 @@ static void gdl__reduce_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
             gdl_real g = a.gy[o * inner + i];
-            if (a.op == GDL_RED_MAX) {
+            if (a.op == GDL_RED_MAX || a.op == GDL_RED_MIN) {
                 a.out[(o * n + a.argmax[o * inner + i]) * inner + i] += g;
             } else {
                 if (a.op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
@@ -14871,18 +14880,21 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     }
     return gdl__linear_grads_xw(be, rows, in_f, out_f, g, x, w, gx, gw);
 }
-/* src/ops/reductions.h — reductions (sum, mean, max, argmax), softmax and
+/* src/ops/reductions.h — reductions (sum, mean, max, min with their indices, argmax), softmax and
    log-softmax, cumsum. */
 
 /* ---- reductions and softmax ---- */
 
-static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
+/* *idx_out (max, min; when not NULL) gets the index tensor the backward uses: the first extreme, or the
+   first NaN */
+static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim,
+                                   gdl_tensor **idx_out) {
     int64_t outer, nred, inner, shape[GDL_MAX_DIMS] = {0};
     int d = 0, nd = 0, k, err;
     gdl_tensor *out, *idx = NULL;
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP1(opname, op, gdl__reduce(opname, op, x, all, dim, keepdim), x);
+    GDL__LOWP1(opname, op, gdl__reduce_idx(opname, op, x, all, dim, keepdim, idx_out), x);
     if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
     if (all) {
         outer = inner = 1;
@@ -14895,12 +14907,14 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
             else if (keepdim) shape[nd++] = 1;
         }
     }
-    if (op == GDL_OP_MAX && nred == 0) {
-        gdl__set_error("%s: cannot take the max over an empty dimension of %s", opname, gdl_shape_str(x));
+    if ((op == GDL_OP_MAX || op == GDL_OP_MIN) && nred == 0) {
+        gdl__set_error("%s: cannot take the %s over an empty dimension %d of %s", opname,
+                       op == GDL_OP_MAX ? "max" : "min", dim, gdl_shape_str(x));
         return NULL;
     }
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, nd, shape, GDL_F32, x->device))) return NULL;
-    if (op == GDL_OP_MAX && !(idx = gdl__tmp(opname, nd, shape, GDL_I32, x->device))) return NULL;
+    if ((op == GDL_OP_MAX || op == GDL_OP_MIN) && !(idx = gdl__tmp(opname, nd, shape, GDL_I32, x->device)))
+        return NULL;
     if (out->numel && be->k.reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
                                  idx ? (int32_t *)idx->data : NULL, 0) < 0)
         return NULL;
@@ -14911,7 +14925,11 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
         n->i[3] = all ? -1 : d; /* the dim reduced (-1: all), for gdl_export_onnx */
         n->saved[0] = idx;
     }
+    if (idx_out) *idx_out = idx;
     return gdl__finish(opname, out);
+}
+static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
+    return gdl__reduce_idx(opname, op, x, all, dim, keepdim, NULL);
 }
 
 static int gdl__gap_lp(const char *op, const gdl_backend *be, gdl_dtype dt, gdl_device dev, int64_t P, int64_t HW,
@@ -14930,6 +14948,30 @@ GPUDL_API gdl_tensor *gdl_mean(gdl_tensor *x) { return gdl__reduce("gdl_mean", G
 GPUDL_API gdl_tensor *gdl_sum_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_sum_dim", GDL_OP_SUM, x, 0, dim, keepdim); }
 GPUDL_API gdl_tensor *gdl_mean_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_mean_dim", GDL_OP_MEAN, x, 0, dim, keepdim); }
 GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_max_dim", GDL_OP_MAX, x, 0, dim, keepdim); }
+GPUDL_API gdl_tensor *gdl_min_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_min_dim", GDL_OP_MIN, x, 0, dim, keepdim); }
+
+/* torch.max(x, dim, keepdim) / torch.min: the values (differentiable) and their i32 indices */
+static int gdl__extreme_dim(const char *opname, int op, gdl_tensor *x, int dim, int keepdim, gdl_tensor **values,
+                            gdl_tensor **indices) {
+    gdl_tensor *idx = NULL, *v;
+    if (values) *values = NULL;
+    if (indices) *indices = NULL;
+    if (!values && !indices) {
+        gdl__null_arg(opname, "values and indices");
+        return -1;
+    }
+    /* a bf16 / f16 x: the op runs on an f32 copy (GDL__LOWP1), whose call sets idx */
+    if (!(v = gdl__reduce_idx(opname, op, x, 0, dim, keepdim, &idx))) return -1;
+    if (values) *values = v;
+    if (indices) *indices = idx;
+    return 0;
+}
+GPUDL_API int gdl_max_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices) {
+    return gdl__extreme_dim("gdl_max_dim_ex", GDL_OP_MAX, x, dim, keepdim, values, indices);
+}
+GPUDL_API int gdl_min_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices) {
+    return gdl__extreme_dim("gdl_min_dim_ex", GDL_OP_MIN, x, dim, keepdim, values, indices);
+}
 
 GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
     int64_t outer, nred, inner, shape[GDL_MAX_DIMS];
@@ -26768,6 +26810,11 @@ static gdl_module *gdl__qrnn_new(const char *op, const gdl_module *m, const gdl_
     const int lstm = m->kind == GDL__M_LSTM;
     gdl_module *c, *k;
     int l, d, j;
+    if (m->ia[GDL__RNN_PROJ]) { /* as PyTorch's dynamic LSTM, which has no weight_hr */
+        gdl__set_error("%s: %s has proj_size=%lld: a dynamically quantized LSTM has no projection", op,
+                       gdl__nn_label(m), (long long)m->ia[GDL__RNN_PROJ]);
+        return NULL;
+    }
     if (!(c = gdl__nn_new(op, m->kind, lstm ? "DynamicQuantizedLSTM" : "DynamicQuantizedGRU"))) return NULL;
     c->training = m->training;
     memcpy(c->ia, m->ia, sizeof c->ia);
@@ -33391,11 +33438,13 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
     }
     case GDL_OP_SUM:
     case GDL_OP_MEAN:
-    case GDL_OP_MAX: {
+    case GDL_OP_MAX:
+    case GDL_OP_MIN: {
         int dim = (int)n->i[3], keep = dim >= 0 && n->out->ndim == n->in[0]->ndim;
         if (b0 >= 0 && (dim < 0 || dim == b0)) *bax = -1;
         else if (b0 > dim && !keep) *bax = b0 - 1;
-        return gdl__ox_reduce(X, op == GDL_OP_SUM ? "ReduceSum" : op == GDL_OP_MEAN ? "ReduceMean" : "ReduceMax", in[0],
+        return gdl__ox_reduce(X, op == GDL_OP_SUM ? "ReduceSum" : op == GDL_OP_MEAN ? "ReduceMean"
+                              : op == GDL_OP_MAX ? "ReduceMax" : "ReduceMin", in[0],
                               dim, keep, out);
     }
     case GDL_OP_SOFTMAX:

@@ -73,6 +73,16 @@ static gdl_tensor *f_sum_dim1k(gdl_tensor **x) { return gdl_sum_dim(x[0], 1, 1);
 static gdl_tensor *f_mean_dimm1(gdl_tensor **x) { return gdl_mean_dim(x[0], -1, 0); }
 static gdl_tensor *f_max_dim1(gdl_tensor **x) { return gdl_max_dim(x[0], 1, 0); }
 static gdl_tensor *f_max_dim0k(gdl_tensor **x) { return gdl_max_dim(x[0], 0, 1); }
+static gdl_tensor *f_min_dim1(gdl_tensor **x) { return gdl_min_dim(x[0], 1, 0); }
+/* torch.min(x, dim, keepdim=True)'s values, and its indices gathered back from x: the two must agree */
+static gdl_tensor *f_min_dim_ex(gdl_tensor **x) {
+    gdl_tensor *v, *i;
+    return gdl_min_dim_ex(x[0], -1, 1, &v, &i) < 0 ? NULL : gdl_add(v, gdl_gather(x[0], -1, i));
+}
+static gdl_tensor *f_max_dim_ex(gdl_tensor **x) {
+    gdl_tensor *v, *i;
+    return gdl_max_dim_ex(x[0], 0, 1, &v, &i) < 0 ? NULL : gdl_sub(gdl_gather(x[0], 0, i), gdl_mul_scalar(v, 2));
+}
 static gdl_tensor *f_softmax1(gdl_tensor **x) { return gdl_softmax(x[0], 1); }
 static gdl_tensor *f_softmax0(gdl_tensor **x) { return gdl_softmax(x[0], 0); }
 static gdl_tensor *f_log_softmaxm1(gdl_tensor **x) { return gdl_log_softmax(x[0], -1); }
@@ -284,6 +294,9 @@ static const gc_case cases[] = {
     {"mean_dim_last", GDL_OP_MEAN, f_mean_dimm1, 1, {{R3(2, 3, 5), IN_RANDN, 0}}},
     {"max_dim", GDL_OP_MAX, f_max_dim1, 1, {{R3(2, 5, 3), IN_RANDN, 0}}},
     {"max_dim0_keepdim", GDL_OP_MAX, f_max_dim0k, 1, {{R2(17, 3), IN_RANDN, 0}}},
+    {"min_dim", GDL_OP_MIN, f_min_dim1, 1, {{R3(2, 5, 3), IN_RANDN, 0}}},
+    {"min_dim_ex_indices", GDL_OP_ADD, f_min_dim_ex, 1, {{R3(3, 2, 5), IN_PERM, 0}}},
+    {"max_dim_ex_indices", GDL_OP_SUB, f_max_dim_ex, 1, {{R2(6, 4), IN_PERM, 0}}},
     {"softmax_dim1", GDL_OP_SOFTMAX, f_softmax1, 1, {{R2(3, 5), IN_RANDN, 0}}},
     {"softmax_dim0", GDL_OP_SOFTMAX, f_softmax0, 1, {{R3(4, 2, 3), IN_RANDN, 0}}},
     {"log_softmax_last", GDL_OP_LOG_SOFTMAX, f_log_softmaxm1, 1, {{R3(2, 3, 4), IN_RANDN, 0}}},

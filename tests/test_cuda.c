@@ -134,6 +134,8 @@ static gdl_tensor *f_sum_dim1(gdl_tensor **x) { return gdl_sum_dim(x[0], 1, 0); 
 static gdl_tensor *f_mean_dim0(gdl_tensor **x) { return gdl_mean_dim(x[0], 0, 1); }
 static gdl_tensor *f_max_dim0(gdl_tensor **x) { return gdl_max_dim(x[0], 0, 0); }
 static gdl_tensor *f_max_last(gdl_tensor **x) { return gdl_max_dim(x[0], -1, 0); }
+static gdl_tensor *f_min_last(gdl_tensor **x) { return gdl_min_dim(x[0], -1, 0); }
+static gdl_tensor *f_min_dim0(gdl_tensor **x) { return gdl_min_dim(x[0], 0, 0); }
 static gdl_tensor *f_ce_smooth_mean(gdl_tensor **x) {
     gdl_ce_opts o = gdl_ce_defaults();
     o.label_smoothing = 0.05;
@@ -175,6 +177,9 @@ static const gc_case gpu_cases[] = {
     {"mean_dim_63", GDL_OP_MEAN, f_mean_dimm1, 1, {{R2(5, 63), IN_RANDN, 0}}},
     {"mean_dim0_keepdim_block", GDL_OP_MEAN, f_mean_dim0, 1, {{R3(300, 2, 3), IN_RANDN, 0}}},
     {"max_row700", GDL_OP_MAX, f_max_last, 1, {{R2(3, 700), IN_RANDN, 0}}},
+    {"min_row700_ties", GDL_OP_MIN, f_min_last, 1, {{R2(4, 700), IN_TIES, 0}}},
+    {"min_row_nan_block", GDL_OP_MIN, f_min_last, 1, {{R2(5, 300), IN_NAN, 0}}},
+    {"min_nan_thread", GDL_OP_MIN, f_min_dim0, 1, {{R2(40, 3), IN_NAN, 0}}},
     {"max_row700_ties", GDL_OP_MAX, f_max_last, 1, {{R2(4, 700), IN_TIES, 0}}},
     {"max_dim0_strided_ties", GDL_OP_MAX, f_max_dim0, 1, {{R2(300, 4), IN_TIES, 0}}},
     {"max_thread_path_ties", GDL_OP_MAX, f_max_dim1, 1, {{R3(2, 70, 600), IN_TIES, 0}}},

@@ -8,7 +8,7 @@
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */
 
-enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX };
+enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX, GDL_RED_MIN };
 enum gdl_pointwise_loss { GDL_LOSS_MSE, GDL_LOSS_BCE_LOGITS };
 
 /* geometry of a 2-D convolution or pooling window */

@@ -114,6 +114,12 @@ GPUDL_API gdl_tensor *gdl_mean(gdl_tensor *x);
 GPUDL_API gdl_tensor *gdl_sum_dim(gdl_tensor *x, int dim, int keepdim);
 GPUDL_API gdl_tensor *gdl_mean_dim(gdl_tensor *x, int dim, int keepdim);
 GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim);
+GPUDL_API gdl_tensor *gdl_min_dim(gdl_tensor *x, int dim, int keepdim);
+/* torch.max(x, dim, keepdim) / torch.min(...): *values (differentiable: the gradient goes to each index)
+   and *indices (i32 temporaries, not differentiable) of the first maximum / minimum along dim (the first
+   NaN where there is one, as PyTorch); either may be NULL (not wanted). 0, or -1 + error with both NULL. */
+GPUDL_API int gdl_max_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices);
+GPUDL_API int gdl_min_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices);
 GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim); /* i32, not differentiable */
 GPUDL_API gdl_tensor *gdl_softmax(gdl_tensor *x, int dim);
 GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim);
