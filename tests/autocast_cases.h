@@ -20,9 +20,12 @@ typedef struct ac_run {
 } ac_run;
 
 /* the row's ops that leave its result in f32 whatever the PROMOTE rule says:
-   an explicit cast to f32, a mean of an F32-class loss (or of log_softmax's, in soft-target cross entropy) */
+   an explicit cast to f32, a mean of an F32-class loss (or of log_softmax's, in soft-target cross entropy),
+   cross entropy's [B, C, d1, ...] forms and class weights (reshapes and sums of its f32 result) */
 static int ac_row_ends_f32(const gc_case *c) {
-    return c->op == GDL_OP_CAST || strcmp(c->name, "mse_mean") == 0 || strcmp(c->name, "cross_entropy_soft") == 0;
+    return c->op == GDL_OP_CAST || strcmp(c->name, "mse_mean") == 0 || strcmp(c->name, "cross_entropy_soft") == 0 ||
+           strncmp(c->name, "cross_entropy_nd", 16) == 0 || strcmp(c->name, "cross_entropy_weighted_smooth") == 0 ||
+           strcmp(c->name, "cross_entropy_soft_nd_weighted") == 0;
 }
 
 /* a row whose result is a view of a LOW op's: a vector's matmul; packed heads' composition (joined by a reshape) */

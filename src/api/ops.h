@@ -205,10 +205,14 @@ typedef struct gdl_ce_opts {
     gdl_reduction reduction; /* default mean */
     int ignore_index;        /* default -100 */
     double label_smoothing;  /* default 0 */
+    gdl_tensor *weight;      /* default NULL; a float [C] rescaling each class, as PyTorch's weight: the
+                                mean of class-index targets is then over the targets' weights */
 } gdl_ce_opts;
 GPUDL_API gdl_ce_opts gdl_ce_defaults(void);
 /* targets: class indices i32 [B], or class probabilities [B,C] (float, as PyTorch takes them: mixup/cutmix's
-   soft targets; ignore_index does not apply, label smoothing does, the mean is over B) */
+   soft targets; ignore_index does not apply, label smoothing does, the mean is over B). As PyTorch, logits
+   may be [B, C, d1, ...] with i32 targets [B, d1, ...] (or probabilities of the logits' shape): the mean
+   is over every position, the reduction none gives [B, d1, ...]. gdl_nll_loss takes those shapes too. */
 GPUDL_API gdl_tensor *gdl_cross_entropy(gdl_tensor *logits, gdl_tensor *targets);
 GPUDL_API gdl_tensor *gdl_cross_entropy_ex(gdl_tensor *logits, gdl_tensor *targets, const gdl_ce_opts *opts);
 GPUDL_API gdl_tensor *gdl_nll_loss(gdl_tensor *log_probs, gdl_tensor *targets, gdl_reduction r, int ignore_index);
