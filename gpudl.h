@@ -1008,6 +1008,17 @@ GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *running_mea
 /* normalises over the last dim (size D = weight's numel when given) */
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps);
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *indices, gdl_tensor *weight); /* i32 [...] -> [...,D] */
+/* F.embedding's options; start from gdl_embedding_defaults() (no padding row, no max_norm, norm_type 2). */
+#define GDL_NO_PADDING_IDX INT64_MIN
+typedef struct gdl_embedding_opts {
+    int64_t padding_idx; /* GDL_NO_PADDING_IDX (PyTorch's None), or a row in [-V, V) (negative: from the
+                            end): that row gets no gradient from the lookup */
+    double max_norm;     /* 0 (None), or > 0: every row looked up whose norm exceeds it is first scaled in
+                            place (the weight itself, outside autograd) to max_norm / (norm + 1e-7) times */
+    double norm_type;    /* the p of the norm, > 0 (INFINITY: the largest |w|); default 2 */
+} gdl_embedding_opts;
+GPUDL_API gdl_embedding_opts gdl_embedding_defaults(void);
+GPUDL_API gdl_tensor *gdl_embedding_ex(gdl_tensor *indices, gdl_tensor *weight, const gdl_embedding_opts *opts);
 /* One time step of a recurrent layer's gates (what gdl_nn_lstm / gdl_nn_gru run per step), one op:
    gx = x W_ih^T + b_ih and gh = h W_hh^T + b_hh, both [B, G*H] in PyTorch's gate order.
    lstm_gates (G = 4: i, f, g, o): c' = f*c_prev + i*g, h' = o*tanh(c'), returned stacked as [2, B, H]
@@ -1624,6 +1635,9 @@ GPUDL_API gdl_module *gdl_nn_layernorm(int64_t normalized_dim);
 GPUDL_API gdl_module *gdl_nn_dropout(double p);
 /* nn.Embedding(V, D): i32 indices [...] -> [..., D]; weight [V,D] ~ N(0,1). */
 GPUDL_API gdl_module *gdl_nn_embedding(int64_t num_embeddings, int64_t embedding_dim);
+/* nn.Embedding(V, D, padding_idx, max_norm, norm_type) (gdl_embedding_ex's options; o NULL: defaults):
+   the padding row starts at zero and gets no gradient. */
+GPUDL_API gdl_module *gdl_nn_embedding_ex(int64_t num_embeddings, int64_t embedding_dim, const gdl_embedding_opts *o);
 /* nn.ReLU() */
 GPUDL_API gdl_module *gdl_nn_relu(void);
 /* nn.LeakyReLU(negative_slope) (PyTorch's default slope is 0.01) */
@@ -3414,6 +3428,10 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
         gdl_real *out)) \
     X(int, embedding_backward, (int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *gy, \
         gdl_real *gW)) \
+    /* nn.Embedding's max_norm: each row W[idx[i],:] (in the order of idx) whose norm_type-norm exceeds \
+       max_norm scaled in place by max_norm / (norm + 1e-7), as torch.embedding_renorm_ */ \
+    X(int, embedding_renorm, (int64_t n, int64_t D, int64_t V, const int32_t *idx, gdl_real *W, double max_norm, \
+        double norm_type)) \
     /* cross entropy over rows of C classes. from_log_probs: x already holds \
        log-probabilities (nll_loss). rows[b] = per-row loss (0 when ignored); \
        out[0] = sum or mean of rows (reduction != NONE); count[0] = the number \
@@ -12280,6 +12298,36 @@ static int gdl__cpu_embedding_backward(int64_t n, int64_t D, int64_t V, const in
     return 0;
 }
 
+/* the norm of a row: max |w| for norm_type inf, else (sum |w|^p)^(1/p) (PyTorch's torch.norm) */
+static double gdl__row_norm(const gdl_real *w, int64_t D, double p) {
+    double s = 0;
+    int64_t k;
+    for (k = 0; k < D; k++) {
+        double a = fabs((double)w[k]);
+        if (isinf(p)) s = a > s ? a : s;
+        else s += p == 1 ? a : p == 2 ? a * a : pow(a, p);
+    }
+    return isinf(p) || p == 1 ? s : p == 2 ? sqrt(s) : pow(s, 1 / p);
+}
+/* one row after another, in idx's order: a row that repeats is renormalised once (its norm is then below
+   max_norm), the same as the GPU's sequential pass */
+static int gdl__cpu_embedding_renorm(int64_t n, int64_t D, int64_t V, const int32_t *idx, gdl_real *W, double max_norm,
+                                     double norm_type) {
+    int64_t i, k;
+    for (i = 0; i < n; i++) {
+        gdl_real *w;
+        double nrm;
+        if (idx[i] < 0 || idx[i] >= V) continue;
+        w = W + (int64_t)idx[i] * D;
+        nrm = gdl__row_norm(w, D, norm_type);
+        if (nrm > max_norm) {
+            double scale = max_norm / (nrm + 1e-7);
+            for (k = 0; k < D; k++) w[k] = (gdl_real)(w[k] * scale);
+        }
+    }
+    return 0;
+}
+
 /* log-sum-exp of a row, stable */
 static double gdl__lse(const gdl_real *p, int64_t C) {
     double mx = -INFINITY, s = 0;
@@ -16670,37 +16718,94 @@ static int gdl__check_indices(const char *op, const gdl_tensor *idx, int64_t lo,
     return 0;
 }
 
-GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
-    const char *op = "gdl_embedding";
-    int64_t shape[GDL_MAX_DIMS];
+GPUDL_API gdl_embedding_opts gdl_embedding_defaults(void) {
+    gdl_embedding_opts o;
+    o.padding_idx = GDL_NO_PADDING_IDX;
+    o.max_norm = 0;
+    o.norm_type = 2;
+    return o;
+}
+
+/* the options checked against weight [V, D]; *pad the padding row in [0, V), or -1 for none */
+static int gdl__embedding_opts(const char *op, const gdl_embedding_opts *o, int64_t V, int64_t *pad) {
+    *pad = -1;
+    if (o->padding_idx != GDL_NO_PADDING_IDX) {
+        if (o->padding_idx < -V || o->padding_idx >= V) {
+            gdl__set_error("%s: padding_idx %lld is not in [-%lld, %lld) (num_embeddings %lld)", op,
+                           (long long)o->padding_idx, (long long)V, (long long)V, (long long)V);
+            return -1;
+        }
+        *pad = o->padding_idx < 0 ? o->padding_idx + V : o->padding_idx;
+    }
+    if (!(o->max_norm >= 0) || !(o->norm_type > 0)) {
+        gdl__set_error("%s: max_norm %g must be >= 0 (0: none) and norm_type %g positive", op, o->max_norm,
+                       o->norm_type);
+        return -1;
+    }
+    return 0;
+}
+
+static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *o) {
+    int64_t shape[GDL_MAX_DIMS], pad;
     int err;
     gdl_tensor *out, *in[2];
+    gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl_embedding(idx, w), w);
+    if (o->max_norm > 0 && w && w->dtype != GDL_F32) { /* the renormalisation writes the weight itself */
+        gdl__set_error("%s: max_norm renormalises the weight in place: it must be f32, got %s %s", op,
+                       gdl_dtype_name(w->dtype), gdl_shape_str(w));
+        return NULL;
+    }
+    GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl__embedding(op, idx, w, o), w);
     if (gdl__check_two(op, "indices", idx, 0, "weight", w, 1) < 0) return NULL;
     if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
         gdl__set_error("%s: expected i32 indices and a weight [V,D], got %s %s and %s %s", op, gdl_dtype_name(idx->dtype),
                        gdl_shape_str(idx), gdl_dtype_name(w->dtype), gdl_shape_str(w));
         return NULL;
     }
-    if (gdl__check_indices(op, idx, 0, w->shape[0], 0, 0) < 0) return NULL;
+    if (gdl__check_indices(op, idx, 0, w->shape[0], 0, 0) < 0 || gdl__embedding_opts(op, o, w->shape[0], &pad) < 0)
+        return NULL;
     memcpy(shape, idx->shape, sizeof shape);
     shape[idx->ndim] = w->shape[1];
     if (!(be = gdl__be(op, w->device)) || !(out = gdl__tmp(op, idx->ndim + 1, shape, GDL_F32, w->device))) return NULL;
+    if (o->max_norm > 0 && idx->numel &&
+        be->k.embedding_renorm(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w),
+                               o->max_norm, o->norm_type) < 0)
+        return NULL;
     if (out->numel && be->k.embedding(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w), GDL__R(out)) < 0)
         return NULL;
     in[0] = idx;
     in[1] = w;
-    gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
-    return err ? NULL : gdl__finish(op, out);
+    n = gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = pad;
+    return gdl__finish(op, out);
 }
 
+GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    return gdl__embedding("gdl_embedding", idx, w, &o);
+}
+GPUDL_API gdl_tensor *gdl_embedding_ex(gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *opts) {
+    gdl_embedding_opts o = opts ? *opts : gdl_embedding_defaults();
+    return gdl__embedding("gdl_embedding_ex", idx, w, &o);
+}
+
+/* padding_idx: the padding row's gradient as it was before this op's scatter-add (saved, then put back),
+   so the row gets nothing from this lookup and keeps what other ops gave it */
 static int gdl__bw_embedding(gdl_node *n, const gdl_backend *be) {
-    gdl_tensor *w = n->in[1];
+    gdl_tensor *w = n->in[1], *keep = NULL;
     gdl_real *gw = GDL__G(w);
+    const int64_t D = w->shape[1], pad = n->i[0];
+    const size_t row = sizeof(gdl_real) * (size_t)D;
     if (!gw || !n->out->numel) return 0;
-    return be->k.embedding_backward(n->in[0]->numel, w->shape[1], w->shape[0], (const int32_t *)n->in[0]->data,
-                                  GDL__R(n->out->grad), gw);
+    if (pad >= 0 && (!(keep = gdl__tmp("gdl_backward", 1, &w->shape[1], GDL_F32, w->device)) ||
+                     be->rt.copy(keep->data, gw + pad * D, row, 2) < 0))
+        return -1;
+    if (be->k.embedding_backward(n->in[0]->numel, D, w->shape[0], (const int32_t *)n->in[0]->data,
+                                 GDL__R(n->out->grad), gw) < 0)
+        return -1;
+    return keep ? be->rt.copy(gw + pad * D, keep->data, row, 2) : 0;
 }
 
 /* ---- losses ---- */
@@ -21530,7 +21635,8 @@ enum { GDL__BN_C, GDL__BN_DIMS, GDL__BN_AFFINE, GDL__BN_TRACK };       /* BatchN
 enum { GDL__BN_EPS, GDL__BN_MOMENTUM };                                /* BatchNorm: fa */
 enum { GDL__LN_D = 0, GDL__LN_EPS = 0 };                               /* LayerNorm: ia, fa */
 enum { GDL__DROPOUT_P = 0 };                                           /* Dropout: fa */
-enum { GDL__EMB_V, GDL__EMB_D };                                       /* Embedding: ia */
+enum { GDL__EMB_V, GDL__EMB_D, GDL__EMB_PAD };                         /* Embedding: ia (PAD: row + 1, 0 none) */
+enum { GDL__EMB_MAX_NORM, GDL__EMB_NORM_TYPE };                        /* Embedding: fa */
 enum { GDL__LEAKY_SLOPE = 0 };                                         /* LeakyReLU: fa */
 enum { GDL__GELU_TANH = 0 };                                           /* GELU: ia (the tanh approximation) */
 enum { GDL__POOL_K, GDL__POOL_S, GDL__POOL_P };                        /* MaxPool2d, AvgPool2d: ia */
@@ -21646,7 +21752,16 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
         break;
     case GDL__M_LAYERNORM: snprintf(s, n, "(%lld,), eps=%g", (long long)a[GDL__LN_D], m->fa[GDL__LN_EPS]); break;
     case GDL__M_DROPOUT: snprintf(s, n, "p=%g", m->fa[GDL__DROPOUT_P]); break;
-    case GDL__M_EMBEDDING: snprintf(s, n, "%lld, %lld", (long long)a[GDL__EMB_V], (long long)a[GDL__EMB_D]); break;
+    case GDL__M_EMBEDDING: {
+        int k = snprintf(s, n, "%lld, %lld", (long long)a[GDL__EMB_V], (long long)a[GDL__EMB_D]);
+        if (a[GDL__EMB_PAD] && k >= 0 && (size_t)k < n)
+            k += snprintf(s + k, n - (size_t)k, ", padding_idx=%lld", (long long)a[GDL__EMB_PAD] - 1);
+        if (m->fa[GDL__EMB_MAX_NORM] > 0 && k >= 0 && (size_t)k < n)
+            k += snprintf(s + k, n - (size_t)k, ", max_norm=%g", m->fa[GDL__EMB_MAX_NORM]);
+        if (m->fa[GDL__EMB_NORM_TYPE] != 2 && k >= 0 && (size_t)k < n)
+            snprintf(s + k, n - (size_t)k, ", norm_type=%g", m->fa[GDL__EMB_NORM_TYPE]);
+        break;
+    }
     case GDL__M_LEAKY_RELU: snprintf(s, n, "negative_slope=%g", m->fa[GDL__LEAKY_SLOPE]); break;
     case GDL__M_MAXPOOL:
     case GDL__M_AVGPOOL:
@@ -21991,25 +22106,38 @@ GPUDL_API gdl_module *gdl_nn_dropout(double p) {
     return m;
 }
 
-GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
-    const char *op = "gdl_nn_embedding";
+static gdl_module *gdl__nn_embedding(const char *op, int64_t V, int64_t D, const gdl_embedding_opts *o) {
     gdl_module *m;
-    int64_t ws[2];
+    gdl_tensor *w;
+    int64_t ws[2], pad = -1;
     if (V < 1 || D < 1 || V > INT32_MAX) {
         gdl__set_error("%s: num_embeddings %lld (at most 2^31-1) and embedding_dim %lld must be positive", op,
                        (long long)V, (long long)D);
         return NULL;
     }
-    if (!(m = gdl__nn_new(op, GDL__M_EMBEDDING, "Embedding"))) return NULL;
+    if (gdl__embedding_opts(op, o, V, &pad) < 0 || !(m = gdl__nn_new(op, GDL__M_EMBEDDING, "Embedding"))) return NULL;
     m->ia[GDL__EMB_V] = V;
     m->ia[GDL__EMB_D] = D;
+    m->ia[GDL__EMB_PAD] = pad + 1;
+    m->fa[GDL__EMB_MAX_NORM] = o->max_norm;
+    m->fa[GDL__EMB_NORM_TYPE] = o->norm_type;
     ws[0] = V;
     ws[1] = D;
-    if (gdl__nn_add_tensor(op, m, "weight", gdl_randn(2, ws, gdl_cpu()), 0) < 0) {
+    w = gdl_randn(2, ws, gdl_cpu());
+    if (w && pad >= 0) memset((gdl_real *)w->data + pad * D, 0, sizeof(gdl_real) * (size_t)D); /* as PyTorch */
+    if (gdl__nn_add_tensor(op, m, "weight", w, 0) < 0) {
         gdl__nn_free_tree(m);
         return NULL;
     }
     return m;
+}
+GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    return gdl__nn_embedding("gdl_nn_embedding", V, D, &o);
+}
+GPUDL_API gdl_module *gdl_nn_embedding_ex(int64_t V, int64_t D, const gdl_embedding_opts *opts) {
+    gdl_embedding_opts o = opts ? *opts : gdl_embedding_defaults();
+    return gdl__nn_embedding("gdl_nn_embedding_ex", V, D, &o);
 }
 
 /* a module of kind with no parameters; its one configuration value, when it has one, in slot islot of ia[]
@@ -22322,7 +22450,13 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
             snprintf(want, sizeof want, "i32 indices in [0, %lld)", (long long)a[GDL__EMB_V]);
             return gdl__nn_fwd_fail(m, want, gdl_dtype_name(x->dtype));
         }
-        return gdl_embedding(x, gdl__nn_param(m, 0));
+        {
+            gdl_embedding_opts o = gdl_embedding_defaults();
+            o.padding_idx = a[GDL__EMB_PAD] ? a[GDL__EMB_PAD] - 1 : GDL_NO_PADDING_IDX;
+            o.max_norm = m->fa[GDL__EMB_MAX_NORM];
+            o.norm_type = m->fa[GDL__EMB_NORM_TYPE];
+            return gdl_embedding_ex(x, gdl__nn_param(m, 0), &o);
+        }
     case GDL__M_RELU: return gdl_relu(x);
     case GDL__M_LEAKY_RELU: return gdl_leaky_relu(x, m->fa[GDL__LEAKY_SLOPE]);
     case GDL__M_SIGMOID: return gdl_sigmoid(x);

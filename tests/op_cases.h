@@ -112,6 +112,28 @@ static gdl_tensor *f_bnr_plain(gdl_tensor **x) { return gdl_batch_norm_relu(x[0]
 static gdl_tensor *f_ln(gdl_tensor **x) { return gdl_layer_norm(x[0], x[1], x[2], 1e-5); }
 static gdl_tensor *f_ln_plain(gdl_tensor **x) { return gdl_layer_norm(x[0], NULL, NULL, 1e-5); }
 static gdl_tensor *f_embedding(gdl_tensor **x) { return gdl_embedding(x[0], x[1]); }
+/* padding_idx -2 (row 1 of 3): the output's positions that look it up are zeroed, so its true gradient is 0
+   too, and the row's fan-out gradient (added before the lookup's backward) must survive */
+static gdl_tensor *f_embedding_padding(gdl_tensor **x) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    int64_t s[3];
+    o.padding_idx = -2;
+    s[0] = x[0]->shape[0], s[1] = x[0]->shape[1], s[2] = 1;
+    return gdl_masked_fill(gdl_embedding_ex(x[0], x[1], &o), gdl_reshape(gdl_compare_scalar(x[0], GDL_CMP_EQ, 1), 3, s), 0);
+}
+/* max_norm renormalises a copy of a constant weight (in place, outside autograd, as PyTorch's); the
+   values reach the gradient of x[2] (in x[2]'s dtype: the constant stays f32 in the bf16 / f16 runs) */
+static gdl_tensor *f_embedding_max_norm(gdl_tensor **x) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    o.max_norm = 1.1;
+    return gdl_mul(gdl_to_dtype(gdl_embedding_ex(x[0], gdl_mul_scalar(x[1], 1.0), &o), x[2]->dtype), x[2]);
+}
+static gdl_tensor *f_embedding_max_norm_p(gdl_tensor **x) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    o.max_norm = 0.8;
+    o.norm_type = 1.5;
+    return gdl_mul(gdl_to_dtype(gdl_embedding_ex(x[0], gdl_mul_scalar(x[1], 1.0), &o), x[2]->dtype), x[2]);
+}
 static gdl_tensor *f_ce(gdl_tensor **x) { return gdl_cross_entropy(x[0], x[1]); }
 static gdl_tensor *f_ce_smooth_sum(gdl_tensor **x) {
     gdl_ce_opts o = gdl_ce_defaults();
@@ -371,6 +393,11 @@ static const gc_case cases[] = {
     {"layer_norm", GDL_OP_LAYER_NORM, f_ln, 3, {{R2(3, 5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
     {"layer_norm_no_affine", GDL_OP_LAYER_NORM, f_ln_plain, 1, {{R3(2, 2, 17), IN_RANDN, 0}}},
     {"embedding", GDL_OP_EMBEDDING, f_embedding, 2, {{R2(2, 3), IN_TARGET, 7}, {R2(7, 4), IN_RANDN, 0}}},
+    {"embedding_padding_idx", GDL_OP_MASKED_FILL, f_embedding_padding, 2, {{R2(3, 4), IN_TARGET, 3}, {R2(3, 5), IN_RANDN, 0}}},
+    {"embedding_max_norm", GDL_OP_MUL, f_embedding_max_norm, 3,
+     {{R2(2, 3), IN_TARGET, 5}, {R2(5, 4), IN_CONST, 0}, {R2(3, 4), IN_RANDN, 0}}},
+    {"embedding_max_norm_p1_5", GDL_OP_MUL, f_embedding_max_norm_p, 3,
+     {{R2(4, 3), IN_TARGET, 4}, {R2(4, 6), IN_CONST, 0}, {R2(3, 6), IN_RANDN, 0}}},
     {"cross_entropy", GDL_OP_CROSS_ENTROPY, f_ce, 2, {{R2(4, 5), IN_RANDN, 0}, {R1(4), IN_TARGET, 5}}},
     {"cross_entropy_ignore", GDL_OP_CROSS_ENTROPY, f_ce, 2, {{R2(5, 3), IN_RANDN, 0}, {R1(5), IN_TARGET_IGNORE, 3}}},
     {"cross_entropy_smooth_sum", GDL_OP_CROSS_ENTROPY, f_ce_smooth_sum, 2, {{R2(3, 17), IN_RANDN, 0}, {R1(3), IN_TARGET, 17}}},

@@ -116,6 +116,9 @@ GPUDL_API gdl_module *gdl_nn_layernorm(int64_t normalized_dim);
 GPUDL_API gdl_module *gdl_nn_dropout(double p);
 /* nn.Embedding(V, D): i32 indices [...] -> [..., D]; weight [V,D] ~ N(0,1). */
 GPUDL_API gdl_module *gdl_nn_embedding(int64_t num_embeddings, int64_t embedding_dim);
+/* nn.Embedding(V, D, padding_idx, max_norm, norm_type) (gdl_embedding_ex's options; o NULL: defaults):
+   the padding row starts at zero and gets no gradient. */
+GPUDL_API gdl_module *gdl_nn_embedding_ex(int64_t num_embeddings, int64_t embedding_dim, const gdl_embedding_opts *o);
 /* nn.ReLU() */
 GPUDL_API gdl_module *gdl_nn_relu(void);
 /* nn.LeakyReLU(negative_slope) (PyTorch's default slope is 0.01) */

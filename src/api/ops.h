@@ -192,6 +192,17 @@ GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *running_mea
 /* normalises over the last dim (size D = weight's numel when given) */
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps);
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *indices, gdl_tensor *weight); /* i32 [...] -> [...,D] */
+/* F.embedding's options; start from gdl_embedding_defaults() (no padding row, no max_norm, norm_type 2). */
+#define GDL_NO_PADDING_IDX INT64_MIN
+typedef struct gdl_embedding_opts {
+    int64_t padding_idx; /* GDL_NO_PADDING_IDX (PyTorch's None), or a row in [-V, V) (negative: from the
+                            end): that row gets no gradient from the lookup */
+    double max_norm;     /* 0 (None), or > 0: every row looked up whose norm exceeds it is first scaled in
+                            place (the weight itself, outside autograd) to max_norm / (norm + 1e-7) times */
+    double norm_type;    /* the p of the norm, > 0 (INFINITY: the largest |w|); default 2 */
+} gdl_embedding_opts;
+GPUDL_API gdl_embedding_opts gdl_embedding_defaults(void);
+GPUDL_API gdl_tensor *gdl_embedding_ex(gdl_tensor *indices, gdl_tensor *weight, const gdl_embedding_opts *opts);
 /* One time step of a recurrent layer's gates (what gdl_nn_lstm / gdl_nn_gru run per step), one op:
    gx = x W_ih^T + b_ih and gh = h W_hh^T + b_hh, both [B, G*H] in PyTorch's gate order.
    lstm_gates (G = 4: i, f, g, o): c' = f*c_prev + i*g, h' = o*tanh(c'), returned stacked as [2, B, H]

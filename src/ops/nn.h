@@ -221,37 +221,94 @@ static int gdl__check_indices(const char *op, const gdl_tensor *idx, int64_t lo,
     return 0;
 }
 
-GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
-    const char *op = "gdl_embedding";
-    int64_t shape[GDL_MAX_DIMS];
+GPUDL_API gdl_embedding_opts gdl_embedding_defaults(void) {
+    gdl_embedding_opts o;
+    o.padding_idx = GDL_NO_PADDING_IDX;
+    o.max_norm = 0;
+    o.norm_type = 2;
+    return o;
+}
+
+/* the options checked against weight [V, D]; *pad the padding row in [0, V), or -1 for none */
+static int gdl__embedding_opts(const char *op, const gdl_embedding_opts *o, int64_t V, int64_t *pad) {
+    *pad = -1;
+    if (o->padding_idx != GDL_NO_PADDING_IDX) {
+        if (o->padding_idx < -V || o->padding_idx >= V) {
+            gdl__set_error("%s: padding_idx %lld is not in [-%lld, %lld) (num_embeddings %lld)", op,
+                           (long long)o->padding_idx, (long long)V, (long long)V, (long long)V);
+            return -1;
+        }
+        *pad = o->padding_idx < 0 ? o->padding_idx + V : o->padding_idx;
+    }
+    if (!(o->max_norm >= 0) || !(o->norm_type > 0)) {
+        gdl__set_error("%s: max_norm %g must be >= 0 (0: none) and norm_type %g positive", op, o->max_norm,
+                       o->norm_type);
+        return -1;
+    }
+    return 0;
+}
+
+static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *o) {
+    int64_t shape[GDL_MAX_DIMS], pad;
     int err;
     gdl_tensor *out, *in[2];
+    gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl_embedding(idx, w), w);
+    if (o->max_norm > 0 && w && w->dtype != GDL_F32) { /* the renormalisation writes the weight itself */
+        gdl__set_error("%s: max_norm renormalises the weight in place: it must be f32, got %s %s", op,
+                       gdl_dtype_name(w->dtype), gdl_shape_str(w));
+        return NULL;
+    }
+    GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl__embedding(op, idx, w, o), w);
     if (gdl__check_two(op, "indices", idx, 0, "weight", w, 1) < 0) return NULL;
     if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
         gdl__set_error("%s: expected i32 indices and a weight [V,D], got %s %s and %s %s", op, gdl_dtype_name(idx->dtype),
                        gdl_shape_str(idx), gdl_dtype_name(w->dtype), gdl_shape_str(w));
         return NULL;
     }
-    if (gdl__check_indices(op, idx, 0, w->shape[0], 0, 0) < 0) return NULL;
+    if (gdl__check_indices(op, idx, 0, w->shape[0], 0, 0) < 0 || gdl__embedding_opts(op, o, w->shape[0], &pad) < 0)
+        return NULL;
     memcpy(shape, idx->shape, sizeof shape);
     shape[idx->ndim] = w->shape[1];
     if (!(be = gdl__be(op, w->device)) || !(out = gdl__tmp(op, idx->ndim + 1, shape, GDL_F32, w->device))) return NULL;
+    if (o->max_norm > 0 && idx->numel &&
+        be->k.embedding_renorm(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w),
+                               o->max_norm, o->norm_type) < 0)
+        return NULL;
     if (out->numel && be->k.embedding(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w), GDL__R(out)) < 0)
         return NULL;
     in[0] = idx;
     in[1] = w;
-    gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
-    return err ? NULL : gdl__finish(op, out);
+    n = gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = pad;
+    return gdl__finish(op, out);
 }
 
+GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    return gdl__embedding("gdl_embedding", idx, w, &o);
+}
+GPUDL_API gdl_tensor *gdl_embedding_ex(gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *opts) {
+    gdl_embedding_opts o = opts ? *opts : gdl_embedding_defaults();
+    return gdl__embedding("gdl_embedding_ex", idx, w, &o);
+}
+
+/* padding_idx: the padding row's gradient as it was before this op's scatter-add (saved, then put back),
+   so the row gets nothing from this lookup and keeps what other ops gave it */
 static int gdl__bw_embedding(gdl_node *n, const gdl_backend *be) {
-    gdl_tensor *w = n->in[1];
+    gdl_tensor *w = n->in[1], *keep = NULL;
     gdl_real *gw = GDL__G(w);
+    const int64_t D = w->shape[1], pad = n->i[0];
+    const size_t row = sizeof(gdl_real) * (size_t)D;
     if (!gw || !n->out->numel) return 0;
-    return be->k.embedding_backward(n->in[0]->numel, w->shape[1], w->shape[0], (const int32_t *)n->in[0]->data,
-                                  GDL__R(n->out->grad), gw);
+    if (pad >= 0 && (!(keep = gdl__tmp("gdl_backward", 1, &w->shape[1], GDL_F32, w->device)) ||
+                     be->rt.copy(keep->data, gw + pad * D, row, 2) < 0))
+        return -1;
+    if (be->k.embedding_backward(n->in[0]->numel, D, w->shape[0], (const int32_t *)n->in[0]->data,
+                                 GDL__R(n->out->grad), gw) < 0)
+        return -1;
+    return keep ? be->rt.copy(gw + pad * D, keep->data, row, 2) : 0;
 }
 
 /* ---- losses ---- */
