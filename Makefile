@@ -84,6 +84,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_pool:whole:none:plain:asan:tsan:win:warn \
         test_threads:whole:plain:asan:tsan:warn \
         test_dtype:linked:plain:asan:warn:check \
+        test_seq:linked:plain:asan:warn:check \
         test_ownership:linked:plain:asan:warn \
         test_conv:whole:plain:asan:cpup:warn \
         test_gemm_kernels:cpup \

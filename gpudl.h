@@ -476,7 +476,7 @@
    nn/attention.h           nn.MultiheadAttention on scaled dot-product attention
    nn/resnet.h              ResNet's BasicBlock, under torchvision's names
    nn/transformer.h         the Transformer encoder, positional embeddings, weight tying
-   nn/rnn.h                 the recurrent modules: LSTM and GRU
+   nn/rnn.h                 the recurrent modules: LSTM, GRU and RNN (lengths, proj_size); gdl_forward_ex
    train/optimizers.h       optimizers (SGD, Adam, AdamW), master weights, the flat blocks
    train/ema.h              weight EMA (AveragedModel), mirroring the optimizer's flat parameter region
    train/gradscaler.h       GradScaler (torch.amp.GradScaler)
@@ -1665,7 +1665,7 @@ GPUDL_API gdl_module *gdl_nn_flatten(int start_dim);
    Input [T, B, input_size] ([B, T, input_size] with batch_first), or unbatched [T, input_size]. Output
    [T, B, D*H] (batch_first: [B, T, D*H]; the directions concatenated on the last dim, D = 2 when
    bidirectional); dropout on every layer's output but the last, in training mode only. gdl_forward gives
-   the output only. */
+   the output only; gdl_forward_ex the states too. */
 /* nn.LSTM / nn.GRU's keyword arguments under PyTorch's names; start from gdl_rnn_defaults(). */
 typedef struct gdl_rnn_opts {
     int num_layers;    /* default 1; >= 1 */
@@ -23512,9 +23512,13 @@ static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name) {
         if (o->param[i].tied && !strcmp(o->param[i].name, leaf)) return o->param[i].t;
     return NULL;
 }
-/* src/nn/rnn.h — the recurrent modules: nn.LSTM and nn.GRU (gdl_nn_lstm, gdl_nn_gru and their forwards).
+/* src/nn/rnn.h — the recurrent modules: nn.LSTM (with proj_size), nn.GRU and nn.RNN, their forwards over
+   padded batches of sequences of different lengths, and gdl_forward_ex (any module's outputs, PyTorch's tuple).
    Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in),
-   then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates).
+   then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates; an
+   RNN's tanh or relu of the sum; an LSTM with proj_size then projects h by weight_hr). Lengths are masks:
+   past a sequence's end its state is kept (gdl_where) and its output zeroed (gdl_masked_fill), only at
+   the steps past the shortest sequence, so the ops' own backwards give PyTorch's gradients.
    Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy.
    gdl_quantize_dynamic's copies (DynamicQuantizedLSTM / GRU, src/quant/) run here too: flagged
    GDL__RNN_QUANT, they hold no parameters but, per layer and direction, the two projections as int8

@@ -146,7 +146,7 @@ GPUDL_API gdl_module *gdl_nn_flatten(int start_dim);
    Input [T, B, input_size] ([B, T, input_size] with batch_first), or unbatched [T, input_size]. Output
    [T, B, D*H] (batch_first: [B, T, D*H]; the directions concatenated on the last dim, D = 2 when
    bidirectional); dropout on every layer's output but the last, in training mode only. gdl_forward gives
-   the output only. */
+   the output only; gdl_forward_ex the states too. */
 /* nn.LSTM / nn.GRU's keyword arguments under PyTorch's names; start from gdl_rnn_defaults(). */
 typedef struct gdl_rnn_opts {
     int num_layers;    /* default 1; >= 1 */

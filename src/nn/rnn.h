@@ -1,6 +1,10 @@
-/* src/nn/rnn.h — the recurrent modules: nn.LSTM and nn.GRU (gdl_nn_lstm, gdl_nn_gru and their forwards).
+/* src/nn/rnn.h — the recurrent modules: nn.LSTM (with proj_size), nn.GRU and nn.RNN, their forwards over
+   padded batches of sequences of different lengths, and gdl_forward_ex (any module's outputs, PyTorch's tuple).
    Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in),
-   then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates).
+   then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates; an
+   RNN's tanh or relu of the sum; an LSTM with proj_size then projects h by weight_hr). Lengths are masks:
+   past a sequence's end its state is kept (gdl_where) and its output zeroed (gdl_masked_fill), only at
+   the steps past the shortest sequence, so the ops' own backwards give PyTorch's gradients.
    Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy.
    gdl_quantize_dynamic's copies (DynamicQuantizedLSTM / GRU, src/quant/) run here too: flagged
    GDL__RNN_QUANT, they hold no parameters but, per layer and direction, the two projections as int8
