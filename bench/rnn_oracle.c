@@ -23,19 +23,9 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 
-#include <stdio.h>
-#include <string.h>
+#include "oracle_st.h"
 
 #define CPU gdl_cpu()
-#define MAXT 512
-
-#ifdef GPUDL_DOUBLE
-#define ST_REAL "F64"
-#define OUT_FILE "rnn_oracle_f64.safetensors"
-#else
-#define ST_REAL "F32"
-#define OUT_FILE "rnn_oracle.safetensors"
-#endif
 
 typedef struct oracle_case {
     const char *name;
@@ -61,39 +51,12 @@ static const oracle_case oracle_cases[] = {
     {"rnn_relu_bidir_lengths", 2, 3, 5, 2, 1, 0, 1, 0, 1, 2, 4, {4, 3}, 0},
 };
 
-static gdl_st_tensor items[MAXT];
-static char item_names[MAXT][160];
-static int nitems;
-
-/* host values (n of them) as one more entry of the file, named prefix + name */
-static void add_values(const char *prefix, const char *name, int ndim, const int64_t *shape, const gdl_real *v,
-                       int64_t n) {
-    gdl_real *p = (gdl_real *)malloc(sizeof(gdl_real) * (size_t)(n + 1));
-    int64_t *sh = (int64_t *)malloc(sizeof(int64_t) * (size_t)(ndim + 1));
-    if (!p || !sh || nitems == MAXT) {
-        fprintf(stderr, "rnn_oracle: out of memory or entries\n");
-        exit(1);
-    }
-    memcpy(p, v, sizeof(gdl_real) * (size_t)n);
-    memcpy(sh, shape, sizeof(int64_t) * (size_t)ndim);
-    snprintf(item_names[nitems], sizeof item_names[nitems], "%s%s", prefix, name);
-    items[nitems].name = item_names[nitems];
-    items[nitems].dtype = ST_REAL;
-    items[nitems].ndim = ndim;
-    items[nitems].shape = sh;
-    items[nitems].data = p;
-    nitems++;
-}
-static void add(const char *prefix, const char *name, const gdl_tensor *t) {
-    add_values(prefix, name, t->ndim, t->shape, (const gdl_real *)t->data, t->numel);
-}
-
 #ifndef GPUDL_DOUBLE
 /* the quantized outputs of float module m on x, h0, c0 and the quantized models' files (see the top) */
 static int run_quantized(const char *dir, const char *pre, gdl_module *m, int lstm, gdl_tensor *x, gdl_tensor *h0,
                          gdl_tensor *c0) {
     gdl_tensor *out, *hn, *cn = NULL;
-    char sub[64], path[512];
+    char sub[80], path[512];
     int pc, rc;
     for (pc = 0; pc < 2; pc++) {
         gdl_qconfig qc = gdl_qconfig_default();
@@ -104,9 +67,9 @@ static int run_quantized(const char *dir, const char *pre, gdl_module *m, int ls
         snprintf(path, sizeof path, "%s/rnn_quant_%s_pc%d.safetensors", dir, lstm ? "lstm" : "gru", pc);
         if (rc < 0 || gdl_quant_save(q, path) < 0) return -1;
         snprintf(sub, sizeof sub, "%spc%d.", pre, pc);
-        add(sub, "out", out);
-        add(sub, "h_n", hn);
-        if (lstm) add(sub, "c_n", cn);
+        oracle_add(sub, "out", out);
+        oracle_add(sub, "h_n", hn);
+        if (lstm) oracle_add(sub, "c_n", cn);
         gdl_module_free(q);
     }
     return 0;
@@ -130,7 +93,7 @@ static int run(const char *dir, int ci) {
     const oracle_case *c = &oracle_cases[ci];
     const int lstm = c->kind == 0, D = c->bidirectional ? 2 : 1;
     const int64_t S = c->layers * D, F = c->proj ? c->proj : c->hidden;
-    int64_t xs[3], hs[3] = {S, c->B, F}, cs[3] = {S, c->B, c->hidden}, one = 1;
+    int64_t xs[3], hs[3] = {S, c->B, F}, cs[3] = {S, c->B, c->hidden};
     static const char *const in_names[6] = {"x", "h0", "c0", "w0", "w1", "w2"};
     char pre[64], gname[96];
     gdl_module *m;
@@ -163,27 +126,26 @@ static int run(const char *dir, int ci) {
     if (!l || gdl_backward(l) < 0) return -1;
     cfg[0] = c->kind, cfg[1] = (gdl_real)c->in, cfg[2] = (gdl_real)c->hidden, cfg[3] = c->layers, cfg[4] = c->bias;
     cfg[5] = c->batch_first, cfg[6] = c->bidirectional, cfg[7] = (gdl_real)c->proj, cfg[8] = c->relu;
-    one = 9;
-    add_values(pre, "cfg", 1, &one, cfg, 9);
+    oracle_add_values(pre, "cfg", cfg, 9);
     if (c->lengths[0]) {
         for (k = 0; k < c->B; k++) lens[k] = (gdl_real)c->lengths[k];
-        add_values(pre, "lengths", 1, &c->B, lens, c->B);
+        oracle_add_values(pre, "lengths", lens, c->B);
     }
     n = gdl_module_named_tensors(m, GDL_PARAMS, names, ts, 40);
     for (k = 0; k < n; k++) {
-        add(pre, names[k], ts[k]);
+        oracle_add(pre, names[k], ts[k]);
         snprintf(gname, sizeof gname, "grad.%s", names[k]);
-        add(pre, gname, ts[k]->grad);
+        oracle_add(pre, gname, ts[k]->grad);
     }
     for (k = 0; k < 6; k++)
-        if (in[k]) add(pre, in_names[k], in[k]);
-    add(pre, "out", outs[0]);
-    add(pre, "h_n", outs[1]);
-    add(pre, "grad.x", in[0]->grad);
-    add(pre, "grad.h0", in[1]->grad);
+        if (in[k]) oracle_add(pre, in_names[k], in[k]);
+    oracle_add(pre, "out", outs[0]);
+    oracle_add(pre, "h_n", outs[1]);
+    oracle_add(pre, "grad.x", in[0]->grad);
+    oracle_add(pre, "grad.h0", in[1]->grad);
     if (lstm) {
-        add(pre, "c_n", outs[2]);
-        add(pre, "grad.c0", in[2]->grad);
+        oracle_add(pre, "c_n", outs[2]);
+        oracle_add(pre, "grad.c0", in[2]->grad);
     }
 #ifndef GPUDL_DOUBLE
     if (c->quantized && run_quantized(dir, pre, m, lstm, in[0], in[1], in[2]) < 0) return -1;
@@ -194,7 +156,6 @@ static int run(const char *dir, int ci) {
 }
 
 int main(int argc, char **argv) {
-    char path[512];
     int i;
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -205,11 +166,5 @@ int main(int argc, char **argv) {
             fprintf(stderr, "rnn_oracle: %s: %s\n", oracle_cases[i].name, gdl_last_error());
             return 1;
         }
-    snprintf(path, sizeof path, "%s/%s", argv[1], OUT_FILE);
-    if (gdl_st_write(path, nitems, items, 0, NULL, NULL) < 0) {
-        fprintf(stderr, "rnn_oracle: %s\n", gdl_last_error());
-        return 1;
-    }
-    printf("wrote %s (%d tensors)\n", path, nitems);
-    return 0;
+    return oracle_write("rnn_oracle", argv[1], "rnn_oracle");
 }

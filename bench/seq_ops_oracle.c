@@ -13,43 +13,11 @@
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 
-#include <stdio.h>
-#include <string.h>
+#include "oracle_st.h"
+
+#include <math.h>
 
 #define CPU gdl_cpu()
-#define MAXT 256
-
-#ifdef GPUDL_DOUBLE
-#define ST_REAL "F64"
-#define OUT_FILE "seq_ops_oracle_f64.safetensors"
-#else
-#define ST_REAL "F32"
-#define OUT_FILE "seq_ops_oracle.safetensors"
-#endif
-
-static gdl_st_tensor items[MAXT];
-static char item_names[MAXT][160];
-static int nitems;
-
-/* a copy of t's values (float or i32) as one more entry, named prefix + name */
-static void add(const char *prefix, const char *name, const gdl_tensor *t) {
-    size_t bytes = (size_t)t->numel * gdl_dtype_size(t->dtype);
-    void *p = malloc(bytes + 8);
-    int64_t *sh = (int64_t *)malloc(sizeof(int64_t) * (size_t)(t->ndim + 1));
-    if (!p || !sh || nitems == MAXT) {
-        fprintf(stderr, "seq_ops_oracle: out of memory or entries\n");
-        exit(1);
-    }
-    memcpy(p, t->data, bytes);
-    memcpy(sh, t->shape, sizeof(int64_t) * (size_t)t->ndim);
-    snprintf(item_names[nitems], sizeof item_names[nitems], "%s%s", prefix, name);
-    items[nitems].name = item_names[nitems];
-    items[nitems].dtype = t->dtype == GDL_I32 ? "I32" : ST_REAL;
-    items[nitems].ndim = t->ndim;
-    items[nitems].shape = sh;
-    items[nitems].data = p;
-    nitems++;
-}
 
 /* i32 targets in [0, C), every 5th ignored (-100) when ignore */
 static gdl_tensor *targets(int ndim, const int64_t *shape, int C, int ignore) {
@@ -71,12 +39,12 @@ static int finish(const char *pre, gdl_tensor *out, int nin, gdl_tensor **in, co
     char g[64];
     int k;
     if (!w || gdl_backward(gdl_sum(gdl_mul(out, w))) < 0) return -1;
-    add(pre, "w", w);
-    add(pre, "out", out);
+    oracle_add(pre, "w", w);
+    oracle_add(pre, "out", out);
     for (k = 0; k < nin; k++)
         if (in[k]->requires_grad) {
             snprintf(g, sizeof g, "grad.%s", names[k]);
-            add(pre, g, in[k]->grad);
+            oracle_add(pre, g, in[k]->grad);
         }
     return 0;
 }
@@ -88,27 +56,24 @@ static int run_extreme(const char *name, int is_min, int dim, int keepdim, int n
     int64_t shape[3] = {3, 5, 4}, i;
     gdl_tensor *x = gdl_randn(3, shape, CPU), *v, *idx;
     gdl_real cfg[3];
-    int64_t three = 3;
-    gdl_tensor *c;
     snprintf(pre, sizeof pre, "%s.", name);
     if (!x) return -1;
     for (i = 0; i < x->numel; i++) ((gdl_real *)x->data)[i] = (gdl_real)floor(((gdl_real *)x->data)[i] * 1.5);
     if (nan) ((gdl_real *)x->data)[7] = (gdl_real)NAN;
     gdl_set_requires_grad(x, 1);
-    add(pre, "x", x);
+    oracle_add(pre, "x", x);
     if ((is_min ? gdl_min_dim_ex : gdl_max_dim_ex)(x, dim, keepdim, &v, &idx) < 0) return -1;
-    add(pre, "idx", idx);
+    oracle_add(pre, "idx", idx);
     cfg[0] = is_min, cfg[1] = dim, cfg[2] = keepdim;
-    if (!(c = gdl_from_array(cfg, 1, &three, GDL_F32, CPU))) return -1;
-    add(pre, "cfg", c);
+    oracle_add_values(pre, "cfg", cfg, 3);
     return finish(pre, v, 1, &x, names);
 }
 
 /* cross entropy: logits [2, 4, 3, 5] (or 2-D), targets with ignored positions or probabilities */
 static int run_ce(const char *name, int nd, int soft, int weighted, double ls, gdl_reduction red, int nll) {
     static const char *const names[2] = {"x", "weight"};
-    int64_t xs[4] = {2, 4, 3, 5}, ts[3] = {2, 3, 5}, ws = 4, x2[2] = {7, 4}, five = 5;
-    gdl_tensor *in[2], *t, *out, *c;
+    int64_t xs[4] = {2, 4, 3, 5}, ts[3] = {2, 3, 5}, ws = 4, x2[2] = {7, 4};
+    gdl_tensor *in[2], *t, *out;
     gdl_ce_opts o = gdl_ce_defaults();
     gdl_real cfg[5];
     char pre[64];
@@ -124,25 +89,24 @@ static int run_ce(const char *name, int nd, int soft, int weighted, double ls, g
     }
     if (!t) return -1;
     gdl_set_requires_grad(in[0], 1);
-    add(pre, "x", in[0]);
-    add(pre, "target", t);
-    if (weighted) add(pre, "weight", in[1]);
+    oracle_add(pre, "x", in[0]);
+    oracle_add(pre, "target", t);
+    if (weighted) oracle_add(pre, "weight", in[1]);
     o.reduction = red;
     o.label_smoothing = ls;
     o.weight = weighted ? in[1] : NULL;
     out = nll ? gdl_nll_loss(in[0], t, red, -100) : gdl_cross_entropy_ex(in[0], t, &o);
     if (!out) return -1;
     cfg[0] = nll, cfg[1] = soft, cfg[2] = weighted, cfg[3] = (gdl_real)ls, cfg[4] = (gdl_real)red;
-    if (!(c = gdl_from_array(cfg, 1, &five, GDL_F32, CPU))) return -1;
-    add(pre, "cfg", c);
+    oracle_add_values(pre, "cfg", cfg, 5);
     return finish(pre, out, 1, in, names);
 }
 
 /* F.embedding(idx, weight, padding_idx, max_norm, norm_type); padding_idx GDL_NO_PADDING_IDX: None */
 static int run_embedding(const char *name, int64_t padding_idx, double max_norm, double norm_type) {
     static const char *const names[1] = {"weight"};
-    int64_t ws[2] = {6, 4}, is[2] = {3, 5}, four = 4;
-    gdl_tensor *w = gdl_randn(2, ws, CPU), *idx = targets(2, is, 6, 0), *out, *c;
+    int64_t ws[2] = {6, 4}, is[2] = {3, 5};
+    gdl_tensor *w = gdl_randn(2, ws, CPU), *idx = targets(2, is, 6, 0), *out;
     gdl_embedding_opts o = gdl_embedding_defaults();
     gdl_real cfg[4];
     char pre[64];
@@ -151,22 +115,20 @@ static int run_embedding(const char *name, int64_t padding_idx, double max_norm,
     ((int32_t *)idx->data)[3] = 2; /* the padding row and a repeat */
     ((int32_t *)idx->data)[8] = 2;
     gdl_set_requires_grad(w, 1);
-    add(pre, "weight", w);
-    add(pre, "idx", idx);
+    oracle_add(pre, "weight", w);
+    oracle_add(pre, "idx", idx);
     o.padding_idx = padding_idx;
     o.max_norm = max_norm;
     o.norm_type = norm_type;
     if (!(out = gdl_embedding_ex(idx, w, &o))) return -1;
-    add(pre, "weight_after", w);
+    oracle_add(pre, "weight_after", w);
     cfg[0] = padding_idx == GDL_NO_PADDING_IDX ? (gdl_real)NAN : (gdl_real)padding_idx;
     cfg[1] = (gdl_real)max_norm, cfg[2] = (gdl_real)norm_type, cfg[3] = 0;
-    if (!(c = gdl_from_array(cfg, 1, &four, GDL_F32, CPU))) return -1;
-    add(pre, "cfg", c);
+    oracle_add_values(pre, "cfg", cfg, 4);
     return finish(pre, out, 1, &w, names);
 }
 
 int main(int argc, char **argv) {
-    char path[512];
     int rc = 0;
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -195,11 +157,5 @@ int main(int argc, char **argv) {
         fprintf(stderr, "seq_ops_oracle: %s\n", gdl_last_error());
         return 1;
     }
-    snprintf(path, sizeof path, "%s/%s", argv[1], OUT_FILE);
-    if (gdl_st_write(path, nitems, items, 0, NULL, NULL) < 0) {
-        fprintf(stderr, "seq_ops_oracle: %s\n", gdl_last_error());
-        return 1;
-    }
-    printf("wrote %s (%d tensors)\n", path, nitems);
-    return 0;
+    return oracle_write("seq_ops_oracle", argv[1], "seq_ops_oracle");
 }

@@ -153,38 +153,17 @@ static gdl_tensor *f_ce_soft(gdl_tensor **x) {
     o.label_smoothing = 0.1;
     return gdl_cross_entropy_ex(x[0], x[1], &o);
 }
-/* logits [B, C, d1, ...] with targets [B, d1, ...]; class weights (x[2]), with smoothing and ignored targets */
-static gdl_tensor *f_ce_nd_none_smooth(gdl_tensor **x) {
+/* class weights (x[2]) with a reduction and label smoothing; the same over [B, C, d1, ...] logits */
+static gdl_tensor *ce_weighted(gdl_tensor **x, gdl_reduction r, double label_smoothing) {
     gdl_ce_opts o = gdl_ce_defaults();
-    o.reduction = GDL_REDUCE_NONE;
-    o.label_smoothing = 0.2;
-    return gdl_cross_entropy_ex(x[0], x[1], &o);
-}
-static gdl_tensor *f_ce_weighted_smooth(gdl_tensor **x) {
-    gdl_ce_opts o = gdl_ce_defaults();
-    o.label_smoothing = 0.1;
+    o.reduction = r;
+    o.label_smoothing = label_smoothing;
     o.weight = x[2];
     return gdl_cross_entropy_ex(x[0], x[1], &o);
 }
-static gdl_tensor *f_ce_weighted_sum(gdl_tensor **x) {
-    gdl_ce_opts o = gdl_ce_defaults();
-    o.reduction = GDL_REDUCE_SUM;
-    o.weight = x[2];
-    return gdl_cross_entropy_ex(x[0], x[1], &o);
-}
-static gdl_tensor *f_ce_weighted_none(gdl_tensor **x) {
-    gdl_ce_opts o = gdl_ce_defaults();
-    o.reduction = GDL_REDUCE_NONE;
-    o.label_smoothing = 0.3;
-    o.weight = x[2];
-    return gdl_cross_entropy_ex(x[0], x[1], &o);
-}
-static gdl_tensor *f_ce_soft_weighted(gdl_tensor **x) {
-    gdl_ce_opts o = gdl_ce_defaults();
-    o.label_smoothing = 0.1;
-    o.weight = x[2];
-    return gdl_cross_entropy_ex(x[0], x[1], &o);
-}
+static gdl_tensor *f_ce_weighted_smooth(gdl_tensor **x) { return ce_weighted(x, GDL_REDUCE_MEAN, 0.1); }
+static gdl_tensor *f_ce_weighted_sum(gdl_tensor **x) { return ce_weighted(x, GDL_REDUCE_SUM, 0); }
+static gdl_tensor *f_ce_weighted_none(gdl_tensor **x) { return ce_weighted(x, GDL_REDUCE_NONE, 0.3); }
 static gdl_tensor *f_nll(gdl_tensor **x) { return gdl_nll_loss(x[0], x[1], GDL_REDUCE_MEAN, -100); }
 static gdl_tensor *f_nll_sum(gdl_tensor **x) { return gdl_nll_loss(x[0], x[1], GDL_REDUCE_SUM, -100); }
 static gdl_tensor *f_mse_none(gdl_tensor **x) { return gdl_mse_loss(x[0], x[1], GDL_REDUCE_NONE); }
@@ -404,14 +383,14 @@ static const gc_case cases[] = {
     {"cross_entropy_soft", GDL_OP_MEAN, f_ce_soft, 2, {{R2(4, 5), IN_RANDN, 0}, {R2(4, 5), IN_POS, 0}}},
     {"cross_entropy_none", GDL_OP_CROSS_ENTROPY, f_ce_none, 2, {{R2(5, 3), IN_RANDN, 0}, {R1(5), IN_TARGET_IGNORE, 3}}},
     {"cross_entropy_nd", GDL_OP_CROSS_ENTROPY, f_ce, 2, {{R3(2, 3, 4), IN_RANDN, 0}, {R2(2, 4), IN_TARGET_IGNORE, 3}}},
-    {"cross_entropy_nd_none_smooth", GDL_OP_RESHAPE, f_ce_nd_none_smooth, 2, {{R4(2, 4, 3, 2), IN_RANDN, 0}, {R3(2, 3, 2), IN_TARGET_IGNORE, 4}}},
+    {"cross_entropy_nd_none_smooth", GDL_OP_RESHAPE, f_ce_none, 2, {{R4(2, 4, 3, 2), IN_RANDN, 0}, {R3(2, 3, 2), IN_TARGET_IGNORE, 4}}},
     {"cross_entropy_weighted_smooth", GDL_OP_DIV, f_ce_weighted_smooth, 3,
      {{R2(5, 4), IN_RANDN, 0}, {R1(5), IN_TARGET_IGNORE, 4}, {R1(4), IN_CONST_POS, 0}}},
     {"cross_entropy_nd_weighted_sum", GDL_OP_SUM, f_ce_weighted_sum, 3,
      {{R3(2, 3, 5), IN_RANDN, 0}, {R2(2, 5), IN_TARGET_IGNORE, 3}, {R1(3), IN_CONST_POS, 0}}},
     {"cross_entropy_nd_weighted_none", GDL_OP_RESHAPE, f_ce_weighted_none, 3,
      {{R3(3, 4, 2), IN_RANDN, 0}, {R2(3, 2), IN_TARGET_IGNORE, 4}, {R1(4), IN_CONST_POS, 0}}},
-    {"cross_entropy_soft_nd_weighted", GDL_OP_MEAN, f_ce_soft_weighted, 3,
+    {"cross_entropy_soft_nd_weighted", GDL_OP_MEAN, f_ce_weighted_smooth, 3,
      {{R3(2, 3, 4), IN_RANDN, 0}, {R3(2, 3, 4), IN_POS, 0}, {R1(3), IN_CONST_POS, 0}}},
     {"nll_loss_nd", GDL_OP_NLL_LOSS, f_nll, 2, {{R3(2, 5, 3), IN_RANDN, 0}, {R2(2, 3), IN_TARGET_IGNORE, 5}}},
     {"nll_loss", GDL_OP_NLL_LOSS, f_nll, 2, {{R2(4, 5), IN_RANDN, 0}, {R1(4), IN_TARGET_IGNORE, 5}}},

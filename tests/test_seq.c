@@ -22,6 +22,18 @@ static void reset(void *u) {
     gdl_manual_seed(5);
 }
 
+/* tensors made inline as arguments of the error checks, freed after each test */
+static gdl_tensor *kept[16];
+static int nkept;
+static gdl_tensor *Z(gdl_tensor *t) {
+    if (nkept < 16) kept[nkept++] = t;
+    return t;
+}
+static void free_kept(void *u) {
+    (void)u;
+    while (nkept > 0) gdl_free(kept[--nkept]);
+}
+
 /* a persistent copy on the host (for values that outlive the next op) */
 static double max_abs_diff(const gdl_tensor *a, const gdl_tensor *b) {
     double d = 0;
@@ -247,7 +259,7 @@ TEST test_rnn_option_errors(void) {
     ASSERT_EQ(-1, gdl_forward_ex(m, x, &fo, outs, 3));
     ASSERT_STR_EQ("gdl_forward_ex: lengths_tensor must be i32 [B] (one length per sequence), got f32 [2,1]",
                   gdl_last_error());
-    ASSERT_EQ(-1, gdl_nn_rnn_forward(g, gdl_zeros(GDL_DIMS(5, 3), GDL_F32, CPU), NULL, NULL, bad_hi, 1, &out, &hn, NULL));
+    ASSERT_EQ(-1, gdl_nn_rnn_forward(g, Z(gdl_zeros(GDL_DIMS(5, 3), GDL_F32, CPU)), NULL, NULL, bad_hi, 1, &out, &hn, NULL));
     ASSERT_CONTAINS(gdl_last_error(), "an unbatched input takes no lengths");
     /* c0 for a GRU */
     ASSERT_EQ(-1, gdl_nn_rnn_forward(g, x, NULL, c0, NULL, 0, &out, &hn, &cn));
@@ -310,7 +322,7 @@ TEST test_max_min_indices(void) {
     ASSERT_NULL(idx);
     ASSERT_EQ(-1, gdl_min_dim_ex(x, 0, 0, NULL, NULL));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_min_dim_ex");
-    ASSERT_NULL(gdl_min_dim(gdl_zeros(GDL_DIMS(2, 0), GDL_F32, CPU), 1, 0));
+    ASSERT_NULL(gdl_min_dim(Z(gdl_zeros(GDL_DIMS(2, 0), GDL_F32, CPU)), 1, 0));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_min_dim: cannot take the min over an empty dimension 1 of [2,0]");
     gdl_free(x);
     PASS();
@@ -345,7 +357,7 @@ TEST test_cross_entropy_nd_is_rows(void) {
         }
     }
     /* shapes that do not fit */
-    ASSERT_NULL(gdl_cross_entropy(x, gdl_zeros(GDL_DIMS(2, 2, 3), GDL_I32, CPU)));
+    ASSERT_NULL(gdl_cross_entropy(x, Z(gdl_zeros(GDL_DIMS(2, 2, 3), GDL_I32, CPU))));
     ASSERT_STR_EQ("gdl_cross_entropy: expected input [B, C, d1, ...] with i32 target [B, d1, ...] (or probabilities "
                   "of the input's shape), got f32 [2,3,2,2] and i32 [2,2,3]", gdl_last_error());
     o.weight = gdl_rand(GDL_DIMS(4), CPU);
@@ -418,6 +430,7 @@ TEST test_embedding_padding_and_max_norm(void) {
 
 SUITE(recurrent) {
     SET_SETUP(reset, NULL);
+    SET_TEARDOWN(free_kept, NULL);
     RUN_TEST(test_proj_size_params);
     RUN_TEST(test_rnn_module_config);
     RUN_TEST(test_lengths_lstm_proj_bidir);
@@ -430,6 +443,7 @@ SUITE(recurrent) {
 
 SUITE(ops) {
     SET_SETUP(reset, NULL);
+    SET_TEARDOWN(free_kept, NULL);
     RUN_TEST(test_max_min_indices);
     RUN_TEST(test_cross_entropy_nd_is_rows);
     RUN_TEST(test_embedding_padding_and_max_norm);
