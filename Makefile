@@ -84,6 +84,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_pool:whole:none:plain:asan:tsan:win:warn \
         test_threads:whole:plain:asan:tsan:warn \
         test_dtype:linked:plain:asan:warn:check \
+        test_seq:linked:plain:asan:warn:check \
         test_ownership:linked:plain:asan:warn \
         test_conv:whole:plain:asan:cpup:warn \
         test_flops:whole:plain:asan:tsan:cpup:win:warn \
@@ -101,7 +102,7 @@ TESTS = $(addprefix $(B)/,$(call suite_with,plain))
 ASAN_TESTS = $(strip $(foreach p,$(call suite_with,asan),$(B)/asan_$(p) $(if $(filter tsan,$(call attrs_of,$(p))),$(B)/tsan_$(p))))
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-HDR = gpudl.h tests/harness.h tests/op_cases.h tests/monitor_cases.h tests/dtype_parity.h tests/autocast_cases.h \
+HDR = gpudl.h tests/harness.h tests/op_cases.h tests/rnn_cases.h tests/monitor_cases.h tests/dtype_parity.h tests/autocast_cases.h \
       tests/gradscaler_cases.h tests/master_cases.h tests/fusion_cases.h tests/attention_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`

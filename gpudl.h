@@ -479,7 +479,7 @@
    nn/attention.h           nn.MultiheadAttention on scaled dot-product attention
    nn/resnet.h              ResNet's BasicBlock, under torchvision's names
    nn/transformer.h         the Transformer encoder, positional embeddings, weight tying
-   nn/rnn.h                 the recurrent modules: LSTM and GRU
+   nn/rnn.h                 the recurrent modules: LSTM, GRU and RNN (lengths, proj_size); gdl_forward_ex
    train/optimizers.h       optimizers (SGD, Adam, AdamW), master weights, the flat blocks
    train/ema.h              weight EMA (AveragedModel), mirroring the optimizer's flat parameter region
    train/gradscaler.h       GradScaler (torch.amp.GradScaler)
@@ -933,6 +933,12 @@ GPUDL_API gdl_tensor *gdl_mean(gdl_tensor *x);
 GPUDL_API gdl_tensor *gdl_sum_dim(gdl_tensor *x, int dim, int keepdim);
 GPUDL_API gdl_tensor *gdl_mean_dim(gdl_tensor *x, int dim, int keepdim);
 GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim);
+GPUDL_API gdl_tensor *gdl_min_dim(gdl_tensor *x, int dim, int keepdim);
+/* torch.max(x, dim, keepdim) / torch.min(...): *values (differentiable: the gradient goes to each index)
+   and *indices (i32 temporaries, not differentiable) of the first maximum / minimum along dim (the first
+   NaN where there is one, as PyTorch); either may be NULL (not wanted). 0, or -1 + error with both NULL. */
+GPUDL_API int gdl_max_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices);
+GPUDL_API int gdl_min_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices);
 GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim); /* i32, not differentiable */
 GPUDL_API gdl_tensor *gdl_softmax(gdl_tensor *x, int dim);
 GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim);
@@ -1005,6 +1011,17 @@ GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *running_mea
 /* normalises over the last dim (size D = weight's numel when given) */
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps);
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *indices, gdl_tensor *weight); /* i32 [...] -> [...,D] */
+/* F.embedding's options; start from gdl_embedding_defaults() (no padding row, no max_norm, norm_type 2). */
+#define GDL_NO_PADDING_IDX INT64_MIN
+typedef struct gdl_embedding_opts {
+    int64_t padding_idx; /* GDL_NO_PADDING_IDX (PyTorch's None), or a row in [-V, V) (negative: from the
+                            end): that row gets no gradient from the lookup */
+    double max_norm;     /* 0 (None), or > 0: every row looked up whose norm exceeds it is first scaled in
+                            place (the weight itself, outside autograd) to max_norm / (norm + 1e-7) times */
+    double norm_type;    /* the p of the norm, > 0 (INFINITY: the largest |w|); default 2 */
+} gdl_embedding_opts;
+GPUDL_API gdl_embedding_opts gdl_embedding_defaults(void);
+GPUDL_API gdl_tensor *gdl_embedding_ex(gdl_tensor *indices, gdl_tensor *weight, const gdl_embedding_opts *opts);
 /* One time step of a recurrent layer's gates (what gdl_nn_lstm / gdl_nn_gru run per step), one op:
    gx = x W_ih^T + b_ih and gh = h W_hh^T + b_hh, both [B, G*H] in PyTorch's gate order.
    lstm_gates (G = 4: i, f, g, o): c' = f*c_prev + i*g, h' = o*tanh(c'), returned stacked as [2, B, H]
@@ -1018,10 +1035,14 @@ typedef struct gdl_ce_opts {
     gdl_reduction reduction; /* default mean */
     int ignore_index;        /* default -100 */
     double label_smoothing;  /* default 0 */
+    gdl_tensor *weight;      /* default NULL; a float [C] rescaling each class, as PyTorch's weight: the
+                                mean of class-index targets is then over the targets' weights */
 } gdl_ce_opts;
 GPUDL_API gdl_ce_opts gdl_ce_defaults(void);
 /* targets: class indices i32 [B], or class probabilities [B,C] (float, as PyTorch takes them: mixup/cutmix's
-   soft targets; ignore_index does not apply, label smoothing does, the mean is over B) */
+   soft targets; ignore_index does not apply, label smoothing does, the mean is over B). As PyTorch, logits
+   may be [B, C, d1, ...] with i32 targets [B, d1, ...] (or probabilities of the logits' shape): the mean
+   is over every position, the reduction none gives [B, d1, ...]. gdl_nll_loss takes those shapes too. */
 GPUDL_API gdl_tensor *gdl_cross_entropy(gdl_tensor *logits, gdl_tensor *targets);
 GPUDL_API gdl_tensor *gdl_cross_entropy_ex(gdl_tensor *logits, gdl_tensor *targets, const gdl_ce_opts *opts);
 GPUDL_API gdl_tensor *gdl_nll_loss(gdl_tensor *log_probs, gdl_tensor *targets, gdl_reduction r, int ignore_index);
@@ -1086,6 +1107,7 @@ GPUDL_API void gdl_thread_cleanup(void);
     X(SUM, "sum", gdl__bw_reduce, GDL_RED_SUM, GDL_AUTOCAST_F32) \
     X(MEAN, "mean", gdl__bw_reduce, GDL_RED_MEAN, GDL_AUTOCAST_PROMOTE) \
     X(MAX, "max", gdl__bw_reduce, GDL_RED_MAX, GDL_AUTOCAST_PROMOTE) \
+    X(MIN, "min", gdl__bw_reduce, GDL_RED_MIN, GDL_AUTOCAST_PROMOTE) \
     X(SOFTMAX, "softmax", gdl__bw_softmax, 0, GDL_AUTOCAST_F32) \
     X(LOG_SOFTMAX, "log_softmax", gdl__bw_softmax, 0, GDL_AUTOCAST_F32) \
     X(CONV2D, "conv2d", gdl__bw_conv2d, 0, GDL_AUTOCAST_LOW) \
@@ -1616,6 +1638,9 @@ GPUDL_API gdl_module *gdl_nn_layernorm(int64_t normalized_dim);
 GPUDL_API gdl_module *gdl_nn_dropout(double p);
 /* nn.Embedding(V, D): i32 indices [...] -> [..., D]; weight [V,D] ~ N(0,1). */
 GPUDL_API gdl_module *gdl_nn_embedding(int64_t num_embeddings, int64_t embedding_dim);
+/* nn.Embedding(V, D, padding_idx, max_norm, norm_type) (gdl_embedding_ex's options; o NULL: defaults):
+   the padding row starts at zero and gets no gradient. */
+GPUDL_API gdl_module *gdl_nn_embedding_ex(int64_t num_embeddings, int64_t embedding_dim, const gdl_embedding_opts *o);
 /* nn.ReLU() */
 GPUDL_API gdl_module *gdl_nn_relu(void);
 /* nn.LeakyReLU(negative_slope) (PyTorch's default slope is 0.01) */
@@ -1643,7 +1668,7 @@ GPUDL_API gdl_module *gdl_nn_flatten(int start_dim);
    Input [T, B, input_size] ([B, T, input_size] with batch_first), or unbatched [T, input_size]. Output
    [T, B, D*H] (batch_first: [B, T, D*H]; the directions concatenated on the last dim, D = 2 when
    bidirectional); dropout on every layer's output but the last, in training mode only. gdl_forward gives
-   the output only. */
+   the output only; gdl_forward_ex the states too. */
 /* nn.LSTM / nn.GRU's keyword arguments under PyTorch's names; start from gdl_rnn_defaults(). */
 typedef struct gdl_rnn_opts {
     int num_layers;    /* default 1; >= 1 */
@@ -1651,17 +1676,26 @@ typedef struct gdl_rnn_opts {
     int batch_first;   /* default 0: input and output [T, B, *]; 1: [B, T, *] */
     double dropout;    /* default 0; in [0,1]: on every layer's output but the last, in training mode */
     int bidirectional; /* default 0 */
+    int64_t proj_size; /* default 0; an LSTM's h projected to proj_size < hidden_size features by
+                          weight_hr_l<l> [proj_size, hidden_size] (no bias); h0, h_n and the output then
+                          have proj_size features, c0 and c_n hidden_size, weight_hh [4H, proj_size] */
+    const char *nonlinearity; /* an RNN's: NULL or "tanh" (default), "relu"; NULL for an LSTM or GRU */
 } gdl_rnn_opts;
-/* num_layers 1, bias 1, batch_first 0, dropout 0, bidirectional 0 (PyTorch's). */
+/* num_layers 1, bias 1, batch_first 0, dropout 0, bidirectional 0, proj_size 0, tanh (PyTorch's). */
 GPUDL_API gdl_rnn_opts gdl_rnn_defaults(void);
 /* nn.LSTM(input_size, hidden_size, **o) / nn.GRU(...); o NULL means defaults. NULL + error. */
 GPUDL_API gdl_module *gdl_nn_lstm_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o);
 GPUDL_API gdl_module *gdl_nn_gru_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o);
+/* nn.RNN(input_size, hidden_size, **o): h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh), act tanh or relu
+   (o->nonlinearity); weight_ih_l<l> [H, in], weight_hh_l<l> [H, H], biases [H] as LSTM's (G = 1). */
+GPUDL_API gdl_module *gdl_nn_rnn_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o);
 /* The same with every option given, in PyTorch's positional order. */
 GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
                                   double dropout, int bidirectional);
 GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
                                  double dropout, int bidirectional);
+GPUDL_API gdl_module *gdl_nn_rnn(int64_t input_size, int64_t hidden_size, int num_layers, const char *nonlinearity,
+                                 int bias, int batch_first, double dropout, int bidirectional);
 /* The forward with states: h0, c0 [num_layers*D, B, H] ([num_layers*D, H] unbatched; never batch-first),
    NULL for zeros; *out as gdl_forward's, *h_n and *c_n the final states in h0's layout (the forward
    direction's at the last step, the reverse one's at the first). Any of out, h_n, c_n may be NULL (not
@@ -1669,6 +1703,15 @@ GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int nu
 GPUDL_API int gdl_nn_lstm_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, gdl_tensor **out,
                                   gdl_tensor **h_n, gdl_tensor **c_n);
 GPUDL_API int gdl_nn_gru_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor **out, gdl_tensor **h_n);
+/* The forward of an LSTM, GRU or RNN with states and sequences of different lengths in one padded batch:
+   lengths (nlengths = B values, each in [1, T]; NULL: all T) as PyTorch's
+   pack_padded_sequence(x, lengths, batch_first, enforce_sorted=False), the module, then
+   pad_packed_sequence: each sequence's states stop at its last step (h_n, c_n are the states there; the
+   reverse direction starts at the sequence's own end), the output has max(lengths) steps and is zero
+   (no gradient) past each sequence's end. c0 and c_n are an LSTM's only (c_n set NULL otherwise). 0, or
+   -1 + error with every result NULL. */
+GPUDL_API int gdl_nn_rnn_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, const int64_t *lengths,
+                                 int64_t nlengths, gdl_tensor **out, gdl_tensor **h_n, gdl_tensor **c_n);
 /* nn.Sequential of n modules (children "0".."n-1"); takes ownership of mods[], also on failure. */
 GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods);
 /* Appends m to a Sequential as child "<count>"; takes ownership of m (freed on failure unless it has a parent). 0 / -1. */
@@ -1706,6 +1749,24 @@ GPUDL_API int gdl_module_add_buffer(gdl_module *m, const char *name, gdl_tensor 
 /* ---- using modules ---- */
 /* The module's forward on x (a temporary, recorded on the tape); errors name the module ("Linear '0'"). */
 GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x);
+/* The extra inputs of gdl_forward_ex (start from gdl_forward_defaults(): all NULL): a recurrent module's
+   initial states (PyTorch's hx: h0, and c0 for an LSTM) and its sequences' lengths, as a host array
+   (lengths, nlengths) or an i32 [B] tensor on any device (lengths_tensor), as gdl_nn_rnn_forward's. */
+typedef struct gdl_forward_opts {
+    gdl_tensor *h0, *c0;
+    const int64_t *lengths;
+    int64_t nlengths;
+    gdl_tensor *lengths_tensor;
+} gdl_forward_opts;
+GPUDL_API gdl_forward_opts gdl_forward_defaults(void);
+/* How many tensors m's forward gives (PyTorch's output tuple, flattened): 3 for an LSTM (output, h_n,
+   c_n), 2 for a GRU or RNN (output, h_n), 1 for every other module; 0 for NULL. */
+GPUDL_API int gdl_module_num_outputs(const gdl_module *m);
+/* m's forward on x with every output: outs[0..] get the first max_outs of PyTorch's tuple (the rest are
+   not made into outs; outs[0] is gdl_forward's). o NULL: no states, no lengths; a module that is not
+   recurrent takes none. Returns gdl_module_num_outputs(m), or -1 + error with outs[] NULL. */
+GPUDL_API int gdl_forward_ex(gdl_module *m, gdl_tensor *x, const gdl_forward_opts *o, gdl_tensor **outs,
+                             int max_outs);
 /* Sets training mode (on != 0) or eval mode on m and all its descendants, like .train()/.eval(). 0 / -1. */
 GPUDL_API int gdl_module_train(gdl_module *m, int on);
 /* 1 if m is in training mode, 0 in eval mode (or m NULL). */
@@ -3092,7 +3153,7 @@ GDL__OP_MATH(real, gdl_real, double, )
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */
 
-enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX };
+enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX, GDL_RED_MIN };
 enum gdl_pointwise_loss { GDL_LOSS_MSE, GDL_LOSS_BCE_LOGITS };
 
 /* geometry of a 2-D convolution or pooling window */
@@ -3392,6 +3453,10 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
         gdl_real *out)) \
     X(int, embedding_backward, (int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *gy, \
         gdl_real *gW)) \
+    /* nn.Embedding's max_norm: each row W[idx[i],:] (in the order of idx) whose norm_type-norm exceeds \
+       max_norm scaled in place by max_norm / (norm + 1e-7), as torch.embedding_renorm_ */ \
+    X(int, embedding_renorm, (int64_t n, int64_t D, int64_t V, const int32_t *idx, gdl_real *W, double max_norm, \
+        double norm_type)) \
     /* cross entropy over rows of C classes. from_log_probs: x already holds \
        log-probabilities (nll_loss). rows[b] = per-row loss (0 when ignored); \
        out[0] = sum or mean of rows (reduction != NONE); count[0] = the number \
@@ -9973,12 +10038,14 @@ static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
         for (i = 0; i < inner; i++) {
             const gdl_real *p = a.x + o * n * inner + i;
             gdl_real r;
-            if (a.op == GDL_RED_MAX) {
+            if (a.op == GDL_RED_MAX || a.op == GDL_RED_MIN) {
+                /* min as the max of -x: -NaN is NaN, so NaN still wins, and the first of equal values */
+                const gdl_real sg = a.op == GDL_RED_MIN ? (gdl_real)-1 : (gdl_real)1;
                 int64_t best = 0;
                 for (k = 1; k < n; k++)
-                    if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+                    if (sg * p[k * inner] > sg * p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
                         best = k; /* first max; NaN wins as in PyTorch */
-                r = n ? p[best * inner] : (gdl_real)-INFINITY;
+                r = n ? p[best * inner] : sg * (gdl_real)-INFINITY;
                 if (a.idx) a.idx[o * inner + i] = (int32_t)best;
             } else {
                 double s = 0;
@@ -10026,7 +10093,7 @@ static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, cons
                            int32_t *idx, int accumulate) {
     gdl__args a = gdl__args_none();
     a.op = op; a.n = n; a.inner = inner; a.x = x; a.out = y; a.idx = idx; a.accumulate = accumulate;
-    if (op != GDL_RED_MAX && inner > 1)
+    if (op != GDL_RED_MAX && op != GDL_RED_MIN && inner > 1)
         gdl__parallel_units(outer * ((inner + GDL__RED_COLS - 1) / GDL__RED_COLS), outer * n * inner,
                             gdl__reduce_cols_part, &a);
     else
@@ -10041,7 +10108,7 @@ static void gdl__reduce_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
             gdl_real g = a.gy[o * inner + i];
-            if (a.op == GDL_RED_MAX) {
+            if (a.op == GDL_RED_MAX || a.op == GDL_RED_MIN) {
                 a.out[(o * n + a.argmax[o * inner + i]) * inner + i] += g;
             } else {
                 if (a.op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);
@@ -12505,6 +12572,36 @@ static int gdl__cpu_embedding_backward(int64_t n, int64_t D, int64_t V, const in
     for (i = 0; i < n; i++)
         if (idx[i] >= 0 && idx[i] < V)
             for (k = 0; k < D; k++) gW[(int64_t)idx[i] * D + k] += gy[i * D + k];
+    return 0;
+}
+
+/* the norm of a row: max |w| for norm_type inf, else (sum |w|^p)^(1/p) (PyTorch's torch.norm) */
+static double gdl__row_norm(const gdl_real *w, int64_t D, double p) {
+    double s = 0;
+    int64_t k;
+    for (k = 0; k < D; k++) {
+        double a = fabs((double)w[k]);
+        if (isinf(p)) s = a > s ? a : s;
+        else s += p == 1 ? a : p == 2 ? a * a : pow(a, p);
+    }
+    return isinf(p) || p == 1 ? s : p == 2 ? sqrt(s) : pow(s, 1 / p);
+}
+/* one row after another, in idx's order: a row that repeats is renormalised once (its norm is then below
+   max_norm), the same as the GPU's sequential pass */
+static int gdl__cpu_embedding_renorm(int64_t n, int64_t D, int64_t V, const int32_t *idx, gdl_real *W, double max_norm,
+                                     double norm_type) {
+    int64_t i, k;
+    for (i = 0; i < n; i++) {
+        gdl_real *w;
+        double nrm;
+        if (idx[i] < 0 || idx[i] >= V) continue;
+        w = W + (int64_t)idx[i] * D;
+        nrm = gdl__row_norm(w, D, norm_type);
+        if (nrm > max_norm) {
+            double scale = max_norm / (nrm + 1e-7);
+            for (k = 0; k < D; k++) w[k] = (gdl_real)(w[k] * scale);
+        }
+    }
     return 0;
 }
 
@@ -15104,18 +15201,21 @@ static int gdl__bw_linear_act(gdl_node *n, const gdl_backend *be) {
     }
     return gdl__linear_grads_xw(be, rows, in_f, out_f, g, x, w, gx, gw);
 }
-/* src/ops/reductions.h — reductions (sum, mean, max, argmax), softmax and
+/* src/ops/reductions.h — reductions (sum, mean, max, min with their indices, argmax), softmax and
    log-softmax, cumsum. */
 
 /* ---- reductions and softmax ---- */
 
-static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
+/* *idx_out (max, min; when not NULL) gets the index tensor the backward uses: the first extreme, or the
+   first NaN */
+static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim,
+                                   gdl_tensor **idx_out) {
     int64_t outer, nred, inner, shape[GDL_MAX_DIMS] = {0};
     int d = 0, nd = 0, k, err;
     gdl_tensor *out, *idx = NULL;
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP1(opname, op, gdl__reduce(opname, op, x, all, dim, keepdim), x);
+    GDL__LOWP1(opname, op, gdl__reduce_idx(opname, op, x, all, dim, keepdim, idx_out), x);
     if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
     if (all) {
         outer = inner = 1;
@@ -15128,12 +15228,14 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
             else if (keepdim) shape[nd++] = 1;
         }
     }
-    if (op == GDL_OP_MAX && nred == 0) {
-        gdl__set_error("%s: cannot take the max over an empty dimension of %s", opname, gdl_shape_str(x));
+    if ((op == GDL_OP_MAX || op == GDL_OP_MIN) && nred == 0) {
+        gdl__set_error("%s: cannot take the %s over an empty dimension %d of %s", opname,
+                       op == GDL_OP_MAX ? "max" : "min", dim, gdl_shape_str(x));
         return NULL;
     }
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, nd, shape, GDL_F32, x->device))) return NULL;
-    if (op == GDL_OP_MAX && !(idx = gdl__tmp(opname, nd, shape, GDL_I32, x->device))) return NULL;
+    if ((op == GDL_OP_MAX || op == GDL_OP_MIN) && !(idx = gdl__tmp(opname, nd, shape, GDL_I32, x->device)))
+        return NULL;
     if (out->numel && be->k.reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
                                  idx ? (int32_t *)idx->data : NULL, 0) < 0)
         return NULL;
@@ -15144,7 +15246,11 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
         n->i[3] = all ? -1 : d; /* the dim reduced (-1: all), for gdl_export_onnx */
         n->saved[0] = idx;
     }
+    if (idx_out) *idx_out = idx;
     return gdl__finish(opname, out);
+}
+static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
+    return gdl__reduce_idx(opname, op, x, all, dim, keepdim, NULL);
 }
 
 static int gdl__gap_lp(const char *op, const gdl_backend *be, gdl_dtype dt, gdl_device dev, int64_t P, int64_t HW,
@@ -15163,6 +15269,30 @@ GPUDL_API gdl_tensor *gdl_mean(gdl_tensor *x) { return gdl__reduce("gdl_mean", G
 GPUDL_API gdl_tensor *gdl_sum_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_sum_dim", GDL_OP_SUM, x, 0, dim, keepdim); }
 GPUDL_API gdl_tensor *gdl_mean_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_mean_dim", GDL_OP_MEAN, x, 0, dim, keepdim); }
 GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_max_dim", GDL_OP_MAX, x, 0, dim, keepdim); }
+GPUDL_API gdl_tensor *gdl_min_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_min_dim", GDL_OP_MIN, x, 0, dim, keepdim); }
+
+/* torch.max(x, dim, keepdim) / torch.min: the values (differentiable) and their i32 indices */
+static int gdl__extreme_dim(const char *opname, int op, gdl_tensor *x, int dim, int keepdim, gdl_tensor **values,
+                            gdl_tensor **indices) {
+    gdl_tensor *idx = NULL, *v;
+    if (values) *values = NULL;
+    if (indices) *indices = NULL;
+    if (!values && !indices) {
+        gdl__null_arg(opname, "values and indices");
+        return -1;
+    }
+    /* a bf16 / f16 x: the op runs on an f32 copy (GDL__LOWP1), whose call sets idx */
+    if (!(v = gdl__reduce_idx(opname, op, x, 0, dim, keepdim, &idx))) return -1;
+    if (values) *values = v;
+    if (indices) *indices = idx;
+    return 0;
+}
+GPUDL_API int gdl_max_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices) {
+    return gdl__extreme_dim("gdl_max_dim_ex", GDL_OP_MAX, x, dim, keepdim, values, indices);
+}
+GPUDL_API int gdl_min_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices) {
+    return gdl__extreme_dim("gdl_min_dim_ex", GDL_OP_MIN, x, dim, keepdim, values, indices);
+}
 
 GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
     int64_t outer, nred, inner, shape[GDL_MAX_DIMS];
@@ -16861,37 +16991,94 @@ static int gdl__check_indices(const char *op, const gdl_tensor *idx, int64_t lo,
     return 0;
 }
 
-GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
-    const char *op = "gdl_embedding";
-    int64_t shape[GDL_MAX_DIMS];
+GPUDL_API gdl_embedding_opts gdl_embedding_defaults(void) {
+    gdl_embedding_opts o;
+    o.padding_idx = GDL_NO_PADDING_IDX;
+    o.max_norm = 0;
+    o.norm_type = 2;
+    return o;
+}
+
+/* the options checked against weight [V, D]; *pad the padding row in [0, V), or -1 for none */
+static int gdl__embedding_opts(const char *op, const gdl_embedding_opts *o, int64_t V, int64_t *pad) {
+    *pad = -1;
+    if (o->padding_idx != GDL_NO_PADDING_IDX) {
+        if (o->padding_idx < -V || o->padding_idx >= V) {
+            gdl__set_error("%s: padding_idx %lld is not in [-%lld, %lld) (num_embeddings %lld)", op,
+                           (long long)o->padding_idx, (long long)V, (long long)V, (long long)V);
+            return -1;
+        }
+        *pad = o->padding_idx < 0 ? o->padding_idx + V : o->padding_idx;
+    }
+    if (!(o->max_norm >= 0) || !(o->norm_type > 0)) {
+        gdl__set_error("%s: max_norm %g must be >= 0 (0: none) and norm_type %g positive", op, o->max_norm,
+                       o->norm_type);
+        return -1;
+    }
+    return 0;
+}
+
+static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *o) {
+    int64_t shape[GDL_MAX_DIMS], pad;
     int err;
     gdl_tensor *out, *in[2];
+    gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl_embedding(idx, w), w);
+    if (o->max_norm > 0 && w && w->dtype != GDL_F32) { /* the renormalisation writes the weight itself */
+        gdl__set_error("%s: max_norm renormalises the weight in place: it must be f32, got %s %s", op,
+                       gdl_dtype_name(w->dtype), gdl_shape_str(w));
+        return NULL;
+    }
+    GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl__embedding(op, idx, w, o), w);
     if (gdl__check_two(op, "indices", idx, 0, "weight", w, 1) < 0) return NULL;
     if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
         gdl__set_error("%s: expected i32 indices and a weight [V,D], got %s %s and %s %s", op, gdl_dtype_name(idx->dtype),
                        gdl_shape_str(idx), gdl_dtype_name(w->dtype), gdl_shape_str(w));
         return NULL;
     }
-    if (gdl__check_indices(op, idx, 0, w->shape[0], 0, 0) < 0) return NULL;
+    if (gdl__check_indices(op, idx, 0, w->shape[0], 0, 0) < 0 || gdl__embedding_opts(op, o, w->shape[0], &pad) < 0)
+        return NULL;
     memcpy(shape, idx->shape, sizeof shape);
     shape[idx->ndim] = w->shape[1];
     if (!(be = gdl__be(op, w->device)) || !(out = gdl__tmp(op, idx->ndim + 1, shape, GDL_F32, w->device))) return NULL;
+    if (o->max_norm > 0 && idx->numel &&
+        be->k.embedding_renorm(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w),
+                               o->max_norm, o->norm_type) < 0)
+        return NULL;
     if (out->numel && be->k.embedding(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w), GDL__R(out)) < 0)
         return NULL;
     in[0] = idx;
     in[1] = w;
-    gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
-    return err ? NULL : gdl__finish(op, out);
+    n = gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = pad;
+    return gdl__finish(op, out);
 }
 
+GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    return gdl__embedding("gdl_embedding", idx, w, &o);
+}
+GPUDL_API gdl_tensor *gdl_embedding_ex(gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *opts) {
+    gdl_embedding_opts o = opts ? *opts : gdl_embedding_defaults();
+    return gdl__embedding("gdl_embedding_ex", idx, w, &o);
+}
+
+/* padding_idx: the padding row's gradient as it was before this op's scatter-add (saved, then put back),
+   so the row gets nothing from this lookup and keeps what other ops gave it */
 static int gdl__bw_embedding(gdl_node *n, const gdl_backend *be) {
-    gdl_tensor *w = n->in[1];
+    gdl_tensor *w = n->in[1], *keep = NULL;
     gdl_real *gw = GDL__G(w);
+    const int64_t D = w->shape[1], pad = n->i[0];
+    const size_t row = sizeof(gdl_real) * (size_t)D;
     if (!gw || !n->out->numel) return 0;
-    return be->k.embedding_backward(n->in[0]->numel, w->shape[1], w->shape[0], (const int32_t *)n->in[0]->data,
-                                  GDL__R(n->out->grad), gw);
+    if (pad >= 0 && (!(keep = gdl__tmp("gdl_backward", 1, &w->shape[1], GDL_F32, w->device)) ||
+                     be->rt.copy(keep->data, gw + pad * D, row, 2) < 0))
+        return -1;
+    if (be->k.embedding_backward(n->in[0]->numel, D, w->shape[0], (const int32_t *)n->in[0]->data,
+                                 GDL__R(n->out->grad), gw) < 0)
+        return -1;
+    return keep ? be->rt.copy(gw + pad * D, keep->data, row, 2) : 0;
 }
 
 /* ---- losses ---- */
@@ -16901,6 +17088,7 @@ GPUDL_API gdl_ce_opts gdl_ce_defaults(void) {
     o.reduction = GDL_REDUCE_MEAN;
     o.ignore_index = -100;
     o.label_smoothing = 0;
+    o.weight = NULL;
     return o;
 }
 
@@ -16925,9 +17113,94 @@ static gdl_tensor *gdl__xent_soft(const char *opname, int op, gdl_tensor *x, gdl
     }
     if (o->label_smoothing > 0)
         t = gdl_add_scalar(gdl_mul_scalar(tgt, 1 - o->label_smoothing), o->label_smoothing / (double)x->shape[1]);
+    if (o->weight) t = gdl_mul(t, o->weight);
     rows = gdl_mul_scalar(gdl_sum_dim(gdl_mul(t, gdl_log_softmax(x, 1)), 1, 0), -1);
     if (!rows) return NULL;
     return o->reduction == GDL_REDUCE_NONE ? rows : o->reduction == GDL_REDUCE_SUM ? gdl_sum(rows) : gdl_mean(rows);
+}
+
+static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o);
+
+/* PyTorch's weighted cross entropy over x [N, C] and i32 targets [N], composed: the picks are nll_loss
+   ops (on x * weight for the loss, on the weights for each target's weight, on ones for the targets not
+   ignored), so every part has its own backward and ignored targets give 0 everywhere. Per row
+   (1 - ls) * -w_y logp_y + ls / C * -sum_c w_c logp_c; the mean divides the sum by the targets' weights. */
+static gdl_tensor *gdl__xent_weighted(const char *opname, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
+    const double ls = o->label_smoothing;
+    gdl_tensor *logp = gdl_log_softmax(x, 1), *ones, *wlogp, *rows, *wy;
+    ones = gdl__tmp(opname, 2, x->shape, GDL_F32, x->device);
+    if (!logp || !ones || gdl_fill_(ones, 1) < 0 || !(wlogp = gdl_mul(logp, o->weight))) return NULL;
+    rows = gdl_mul_scalar(gdl_nll_loss(wlogp, tgt, GDL_REDUCE_NONE, o->ignore_index), 1 - ls);
+    if (ls > 0) {
+        gdl_tensor *valid = gdl_mul_scalar(gdl_nll_loss(ones, tgt, GDL_REDUCE_NONE, o->ignore_index), -1);
+        gdl_tensor *smooth = gdl_mul(gdl_sum_dim(wlogp, 1, 0), valid);
+        rows = gdl_sub(rows, gdl_mul_scalar(smooth, ls / (double)x->shape[1]));
+    }
+    if (!rows || o->reduction == GDL_REDUCE_NONE) return rows;
+    if (o->reduction == GDL_REDUCE_SUM) return gdl_sum(rows);
+    wy = gdl_nll_loss(gdl_detach(gdl_mul(ones, o->weight)), tgt, GDL_REDUCE_SUM, o->ignore_index);
+    return gdl_div(gdl_sum(rows), gdl_mul_scalar(wy, -1));
+}
+
+/* [B, C, d1, ...] logits (targets [B, d1, ...], or probabilities of the logits' shape) as [N, C] rows, a
+   weight checked, then the loss of the rows; reduction none reshaped to [B, d1, ...] */
+static gdl_tensor *gdl__xent_nd(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
+    const int soft = gdl__is_float(tgt->dtype), nd = x->ndim;
+    int perm[GDL_MAX_DIMS], k, bad = 0;
+    int64_t rows_shape[2], tshape[GDL_MAX_DIMS], N = 1;
+    gdl_ce_opts o2 = *o;
+    gdl_tensor *x2 = x, *t2 = tgt, *r;
+    GDL__LOWP1(opname, op, gdl__xent_nd(opname, op, x, tgt, o), x);
+    if (gdl__check_two(opname, "input", x, 1, "target", tgt, 0) < 0) return NULL;
+    if (nd < 2) bad = 1;
+    else if (soft) bad = !gdl_same_shape(x, tgt);
+    else if (tgt->dtype != GDL_I32 || tgt->ndim != nd - 1 || tgt->shape[0] != x->shape[0]) bad = 1;
+    for (k = 2; !bad && !soft && k < nd; k++) bad = tgt->shape[k - 1] != x->shape[k];
+    if (bad) {
+        gdl__set_error("%s: expected input [B, C, d1, ...] with i32 target [B, d1, ...] (or probabilities of the "
+                       "input's shape), got %s %s and %s %s", opname, gdl_dtype_name(x->dtype), gdl_shape_str(x),
+                       gdl_dtype_name(tgt->dtype), gdl_shape_str(tgt));
+        return NULL;
+    }
+    if ((unsigned)o->reduction > GDL_REDUCE_NONE || !(o->label_smoothing >= 0 && o->label_smoothing <= 1) ||
+        x->shape[1] == 0) {
+        gdl__set_error("%s: bad reduction %d or label_smoothing %g, or input %s has no classes", opname,
+                       (int)o->reduction, o->label_smoothing, gdl_shape_str(x));
+        return NULL;
+    }
+    if (o->weight) {
+        if (gdl__check_in(opname, "weight", o->weight, 1) < 0 ||
+            gdl__check_dev(opname, x, o->weight) < 0)
+            return NULL;
+        if (o->weight->ndim != 1 || o->weight->shape[0] != x->shape[1] || o->weight->dtype != GDL_F32) {
+            gdl__set_error("%s: weight must be f32 [C] = [%lld] for input %s, got %s %s", opname,
+                           (long long)x->shape[1], gdl_shape_str(x), gdl_dtype_name(o->weight->dtype),
+                           gdl_shape_str(o->weight));
+            return NULL;
+        }
+    }
+    if (nd > 2) { /* the classes last: [B, d1, ..., C], then [N, C] */
+        perm[0] = 0;
+        for (k = 1; k < nd - 1; k++) perm[k] = k + 1;
+        perm[nd - 1] = 1;
+        for (k = 0; k < nd; k++)
+            if (k != 1) N *= x->shape[k];
+        rows_shape[0] = N;
+        rows_shape[1] = x->shape[1];
+        if (!(x2 = gdl_reshape(gdl_permute(x, nd, perm), 2, rows_shape))) return NULL;
+        if (!(t2 = soft ? gdl_reshape(gdl_permute(tgt, nd, perm), 2, rows_shape) : gdl_reshape(tgt, 1, &N)))
+            return NULL;
+    }
+    if (o->weight && !soft) {
+        if (gdl__check_indices(opname, t2, 0, x->shape[1], 1, o->ignore_index) < 0) return NULL;
+        r = gdl__xent_weighted(opname, x2, t2, o);
+    } else {
+        r = soft ? gdl__xent_soft(opname, op, x2, t2, o) : (o2.weight = NULL, gdl__xent(opname, op, x2, t2, &o2));
+    }
+    if (!r || nd <= 2 || o->reduction != GDL_REDUCE_NONE) return r;
+    tshape[0] = x->shape[0];
+    for (k = 2; k < nd; k++) tshape[k - 1] = x->shape[k];
+    return gdl_reshape(r, nd - 1, tshape);
 }
 
 static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
@@ -16936,6 +17209,7 @@ static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tens
     gdl_tensor *rows, *out, *count, *in[2];
     gdl_node *n;
     const gdl_backend *be;
+    if (x && tgt && (x->ndim > 2 || o->weight)) return gdl__xent_nd(opname, op, x, tgt, o);
     if (x && tgt && gdl__is_float(tgt->dtype) && tgt->ndim == 2) return gdl__xent_soft(opname, op, x, tgt, o);
     GDL__LOWP1(opname, op, gdl__xent(opname, op, x, tgt, o), x);
     if (gdl__check_two(opname, "input", x, 1, "target", tgt, 0) < 0) return NULL;
@@ -21601,7 +21875,7 @@ enum {
     GDL__M_LINEAR, GDL__M_CONV2D, GDL__M_BATCHNORM, GDL__M_LAYERNORM, GDL__M_DROPOUT, GDL__M_EMBEDDING,
     GDL__M_RELU, GDL__M_LEAKY_RELU, GDL__M_SIGMOID, GDL__M_TANH, GDL__M_GELU, GDL__M_IDENTITY,
     GDL__M_MAXPOOL, GDL__M_AVGPOOL, GDL__M_GAP, GDL__M_FLATTEN, GDL__M_SEQUENTIAL, GDL__M_RESIDUAL,
-    GDL__M_CUSTOM, GDL__M_LSTM, GDL__M_GRU
+    GDL__M_CUSTOM, GDL__M_LSTM, GDL__M_GRU, GDL__M_RNN
 };
 
 /* the number of configuration slots, integer and real, of every module */
@@ -21616,7 +21890,8 @@ enum { GDL__BN_C, GDL__BN_DIMS, GDL__BN_AFFINE, GDL__BN_TRACK };       /* BatchN
 enum { GDL__BN_EPS, GDL__BN_MOMENTUM };                                /* BatchNorm: fa */
 enum { GDL__LN_D = 0, GDL__LN_EPS = 0 };                               /* LayerNorm: ia, fa */
 enum { GDL__DROPOUT_P = 0 };                                           /* Dropout: fa */
-enum { GDL__EMB_V, GDL__EMB_D };                                       /* Embedding: ia */
+enum { GDL__EMB_V, GDL__EMB_D, GDL__EMB_PAD };                         /* Embedding: ia (PAD: row + 1, 0 none) */
+enum { GDL__EMB_MAX_NORM, GDL__EMB_NORM_TYPE };                        /* Embedding: fa */
 enum { GDL__LEAKY_SLOPE = 0 };                                         /* LeakyReLU: fa */
 enum { GDL__GELU_TANH = 0 };                                           /* GELU: ia (the tanh approximation) */
 enum { GDL__POOL_K, GDL__POOL_S, GDL__POOL_P };                        /* MaxPool2d, AvgPool2d: ia */
@@ -21716,7 +21991,8 @@ static const char *gdl__nn_label(const gdl_module *m) {
 /* the recurrent modules (src/nn/, src/nn/rnn.h) */
 static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n);
 static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0,
-                               gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn);
+                               const int64_t *lens, int64_t nlens, gdl_tensor **out, gdl_tensor **hn,
+                               gdl_tensor **cn);
 
 /* PyTorch-like description of the configuration: "in_features=10, out_features=1, bias=True". */
 static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
@@ -21741,7 +22017,16 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
         break;
     case GDL__M_LAYERNORM: snprintf(s, n, "(%lld,), eps=%g", (long long)a[GDL__LN_D], m->fa[GDL__LN_EPS]); break;
     case GDL__M_DROPOUT: snprintf(s, n, "p=%g", m->fa[GDL__DROPOUT_P]); break;
-    case GDL__M_EMBEDDING: snprintf(s, n, "%lld, %lld", (long long)a[GDL__EMB_V], (long long)a[GDL__EMB_D]); break;
+    case GDL__M_EMBEDDING: {
+        int k = snprintf(s, n, "%lld, %lld", (long long)a[GDL__EMB_V], (long long)a[GDL__EMB_D]);
+        if (a[GDL__EMB_PAD] && k >= 0 && (size_t)k < n)
+            k += snprintf(s + k, n - (size_t)k, ", padding_idx=%lld", (long long)a[GDL__EMB_PAD] - 1);
+        if (m->fa[GDL__EMB_MAX_NORM] > 0 && k >= 0 && (size_t)k < n)
+            k += snprintf(s + k, n - (size_t)k, ", max_norm=%g", m->fa[GDL__EMB_MAX_NORM]);
+        if (m->fa[GDL__EMB_NORM_TYPE] != 2 && k >= 0 && (size_t)k < n)
+            snprintf(s + k, n - (size_t)k, ", norm_type=%g", m->fa[GDL__EMB_NORM_TYPE]);
+        break;
+    }
     case GDL__M_LEAKY_RELU: snprintf(s, n, "negative_slope=%g", m->fa[GDL__LEAKY_SLOPE]); break;
     case GDL__M_MAXPOOL:
     case GDL__M_AVGPOOL:
@@ -21750,7 +22035,8 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
         break;
     case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[GDL__FLATTEN_START]); break;
     case GDL__M_LSTM:
-    case GDL__M_GRU: gdl__nn_rnn_config(m, s, n); break;
+    case GDL__M_GRU:
+    case GDL__M_RNN: gdl__nn_rnn_config(m, s, n); break;
     default: break;
     }
 }
@@ -22081,25 +22367,38 @@ GPUDL_API gdl_module *gdl_nn_dropout(double p) {
     return m;
 }
 
-GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
-    const char *op = "gdl_nn_embedding";
+static gdl_module *gdl__nn_embedding(const char *op, int64_t V, int64_t D, const gdl_embedding_opts *o) {
     gdl_module *m;
-    int64_t ws[2];
+    gdl_tensor *w;
+    int64_t ws[2], pad = -1;
     if (V < 1 || D < 1 || V > INT32_MAX) {
         gdl__set_error("%s: num_embeddings %lld (at most 2^31-1) and embedding_dim %lld must be positive", op,
                        (long long)V, (long long)D);
         return NULL;
     }
-    if (!(m = gdl__nn_new(op, GDL__M_EMBEDDING, "Embedding"))) return NULL;
+    if (gdl__embedding_opts(op, o, V, &pad) < 0 || !(m = gdl__nn_new(op, GDL__M_EMBEDDING, "Embedding"))) return NULL;
     m->ia[GDL__EMB_V] = V;
     m->ia[GDL__EMB_D] = D;
+    m->ia[GDL__EMB_PAD] = pad + 1;
+    m->fa[GDL__EMB_MAX_NORM] = o->max_norm;
+    m->fa[GDL__EMB_NORM_TYPE] = o->norm_type;
     ws[0] = V;
     ws[1] = D;
-    if (gdl__nn_add_tensor(op, m, "weight", gdl_randn(2, ws, gdl_cpu()), 0) < 0) {
+    w = gdl_randn(2, ws, gdl_cpu());
+    if (w && pad >= 0) memset((gdl_real *)w->data + pad * D, 0, sizeof(gdl_real) * (size_t)D); /* as PyTorch */
+    if (gdl__nn_add_tensor(op, m, "weight", w, 0) < 0) {
         gdl__nn_free_tree(m);
         return NULL;
     }
     return m;
+}
+GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    return gdl__nn_embedding("gdl_nn_embedding", V, D, &o);
+}
+GPUDL_API gdl_module *gdl_nn_embedding_ex(int64_t V, int64_t D, const gdl_embedding_opts *opts) {
+    gdl_embedding_opts o = opts ? *opts : gdl_embedding_defaults();
+    return gdl__nn_embedding("gdl_nn_embedding_ex", V, D, &o);
 }
 
 /* a module of kind with no parameters; its one configuration value, when it has one, in slot islot of ia[]
@@ -22412,7 +22711,13 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
             snprintf(want, sizeof want, "i32 indices in [0, %lld)", (long long)a[GDL__EMB_V]);
             return gdl__nn_fwd_fail(m, want, gdl_dtype_name(x->dtype));
         }
-        return gdl_embedding(x, gdl__nn_param(m, 0));
+        {
+            gdl_embedding_opts o = gdl_embedding_defaults();
+            o.padding_idx = a[GDL__EMB_PAD] ? a[GDL__EMB_PAD] - 1 : GDL_NO_PADDING_IDX;
+            o.max_norm = m->fa[GDL__EMB_MAX_NORM];
+            o.norm_type = m->fa[GDL__EMB_NORM_TYPE];
+            return gdl_embedding_ex(x, gdl__nn_param(m, 0), &o);
+        }
     case GDL__M_RELU: return gdl_relu(x);
     case GDL__M_LEAKY_RELU: return gdl_leaky_relu(x, m->fa[GDL__LEAKY_SLOPE]);
     case GDL__M_SIGMOID: return gdl_sigmoid(x);
@@ -22451,10 +22756,11 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
         return y ? gdl_relu(y) : NULL;
     }
     case GDL__M_CUSTOM: return m->fwd(m, x);
-    case GDL__M_LSTM: /* the output sequence; gdl_nn_lstm_forward / gdl_nn_gru_forward give the states too */
-    case GDL__M_GRU: {
+    case GDL__M_LSTM: /* the output sequence; gdl_forward_ex and gdl_nn_rnn_forward give the states too */
+    case GDL__M_GRU:
+    case GDL__M_RNN: {
         gdl_tensor *y;
-        return gdl__nn_rnn_forward("gdl_forward", m, m->kind, x, NULL, NULL, &y, NULL, NULL) < 0 ? NULL : y;
+        return gdl__nn_rnn_forward("gdl_forward", m, m->kind, x, NULL, NULL, NULL, 0, &y, NULL, NULL) < 0 ? NULL : y;
     }
     default: gdl__set_error("gdl_forward: unknown module kind %d", m->kind); return NULL;
     }
@@ -23490,52 +23796,86 @@ static gdl_tensor *gdl__nn_tied_tensor(gdl_module *root, const char *name) {
         if (o->param[i].tied && !strcmp(o->param[i].name, leaf)) return o->param[i].t;
     return NULL;
 }
-/* src/nn/rnn.h — the recurrent modules: nn.LSTM and nn.GRU (gdl_nn_lstm, gdl_nn_gru and their forwards).
+/* src/nn/rnn.h — the recurrent modules: nn.LSTM (with proj_size), nn.GRU and nn.RNN, their forwards over
+   padded batches of sequences of different lengths, and gdl_forward_ex (any module's outputs, PyTorch's tuple).
    Per layer and direction, one GEMM projects every time step's input at once ([T*B, in] x W_ih^T, b_ih in),
-   then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates).
+   then each step runs the hidden GEMM (b_hh in) and the fused gate op (gdl_lstm_gates / gdl_gru_gates; an
+   RNN's tanh or relu of the sum; an LSTM with proj_size then projects h by weight_hr). Lengths are masks:
+   past a sequence's end its state is kept (gdl_where) and its output zeroed (gdl_masked_fill), only at
+   the steps past the shortest sequence, so the ops' own backwards give PyTorch's gradients.
    Work is time-major ([T, B, *]): a step's slice of the projection is then a view, not a copy.
    gdl_quantize_dynamic's copies (DynamicQuantizedLSTM / GRU, src/quant/) run here too: flagged
    GDL__RNN_QUANT, they hold no parameters but, per layer and direction, the two projections as int8
    children (ih, hh), which take the place of the two gdl_linear calls. */
 
 enum { GDL__RNN_IN, GDL__RNN_H, GDL__RNN_LAYERS, GDL__RNN_BIAS, GDL__RNN_BATCH_FIRST, GDL__RNN_BIDIR, GDL__RNN_G,
-       GDL__RNN_QUANT };
+       GDL__RNN_QUANT, GDL__RNN_PROJ, GDL__RNN_RELU };
 enum { GDL__RNN_DROPOUT = 0 }; /* the one real slot (fa) */
 
+/* the features of h (proj_size when the LSTM projects, else hidden_size) */
+static int64_t gdl__nn_rnn_hout(const gdl_module *m) {
+    return m->ia[GDL__RNN_PROJ] ? m->ia[GDL__RNN_PROJ] : m->ia[GDL__RNN_H];
+}
+/* the tensors of one layer and direction: weight_ih, weight_hh, bias_ih, bias_hh, weight_hr (those there) */
+static int gdl__nn_rnn_per(const gdl_module *m) { return (m->ia[GDL__RNN_BIAS] ? 4 : 2) + (m->ia[GDL__RNN_PROJ] > 0); }
+
 static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, int G, int64_t input_size,
-                               int64_t hidden_size, int num_layers, int bias, int batch_first, double dropout,
-                               int bidirectional) {
-    static const char *const names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+                               int64_t hidden_size, const gdl_rnn_opts *o) {
+    static const char *const names[5] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"};
     gdl_module *m;
-    int l, d, k, D = bidirectional ? 2 : 1;
+    const int num_layers = o->num_layers, bias = o->bias != 0, D = o->bidirectional ? 2 : 1;
+    const int64_t P = o->proj_size, Hout = P ? P : hidden_size;
+    int l, d, k, relu = 0;
     if (input_size < 1 || hidden_size < 1 || num_layers < 1 || hidden_size > INT64_MAX / 4 / (G > 0 ? G : 1)) {
         gdl__set_error("%s: input_size %lld, hidden_size %lld and num_layers %d must be positive", op,
                        (long long)input_size, (long long)hidden_size, num_layers);
         return NULL;
     }
-    if (!(dropout >= 0 && dropout <= 1)) {
-        gdl__set_error("%s: dropout %g is not in [0,1]", op, dropout);
+    if (!(o->dropout >= 0 && o->dropout <= 1)) {
+        gdl__set_error("%s: dropout %g is not in [0,1]", op, o->dropout);
         return NULL;
+    }
+    if (P < 0 || P >= hidden_size || (P && kind != GDL__M_LSTM)) {
+        gdl__set_error("%s: proj_size %lld: %s", op, (long long)P,
+                       kind != GDL__M_LSTM ? "only an LSTM projects its hidden state (proj_size 0)"
+                                           : "must be >= 0 and smaller than hidden_size");
+        return NULL;
+    }
+    if (o->nonlinearity && kind != GDL__M_RNN) {
+        gdl__set_error("%s: nonlinearity \"%s\" is an RNN's option (leave it NULL)", op, o->nonlinearity);
+        return NULL;
+    }
+    if (o->nonlinearity && strcmp(o->nonlinearity, "tanh") != 0) {
+        if (strcmp(o->nonlinearity, "relu") != 0) {
+            gdl__set_error("%s: unknown nonlinearity \"%s\" (\"tanh\" or \"relu\")", op, o->nonlinearity);
+            return NULL;
+        }
+        relu = 1;
     }
     if (!(m = gdl__nn_new(op, kind, kind_name))) return NULL;
     m->ia[GDL__RNN_IN] = input_size;
     m->ia[GDL__RNN_H] = hidden_size;
     m->ia[GDL__RNN_LAYERS] = num_layers;
-    m->ia[GDL__RNN_BIAS] = bias != 0;
-    m->ia[GDL__RNN_BATCH_FIRST] = batch_first != 0;
+    m->ia[GDL__RNN_BIAS] = bias;
+    m->ia[GDL__RNN_BATCH_FIRST] = o->batch_first != 0;
     m->ia[GDL__RNN_BIDIR] = D == 2;
     m->ia[GDL__RNN_G] = G;
-    m->fa[GDL__RNN_DROPOUT] = dropout;
+    m->ia[GDL__RNN_PROJ] = P;
+    m->ia[GDL__RNN_RELU] = relu;
+    m->fa[GDL__RNN_DROPOUT] = o->dropout;
     /* PyTorch's order (and its reset_parameters: every tensor U(±1/sqrt(H)), in that order) */
     for (l = 0; l < num_layers; l++)
         for (d = 0; d < D; d++)
-            for (k = 0; k < (bias ? 4 : 2); k++) {
+            for (k = 0; k < 5; k++) {
                 char nm[48];
                 int64_t shape[2];
-                shape[0] = G * hidden_size;
-                shape[1] = k == 0 ? (l == 0 ? input_size : D * hidden_size) : hidden_size;
+                if ((k == 2 || k == 3) && !bias) continue;
+                if (k == 4 && !P) continue;
+                shape[0] = k == 4 ? P : G * hidden_size;
+                shape[1] = k == 0 ? (l == 0 ? input_size : D * Hout) : k == 1 ? Hout : hidden_size;
                 snprintf(nm, sizeof nm, "%s_l%d%s", names[k], l, d ? "_reverse" : "");
-                if (gdl__nn_add_tensor(op, m, nm, gdl__nn_uniform_init(k < 2 ? 2 : 1, shape, hidden_size), 0) < 0) {
+                if (gdl__nn_add_tensor(op, m, nm, gdl__nn_uniform_init(k == 2 || k == 3 ? 1 : 2, shape, hidden_size),
+                                       0) < 0) {
                     gdl__nn_free_tree(m);
                     return NULL;
                 }
@@ -23545,13 +23885,24 @@ static gdl_module *gdl__nn_rnn(const char *op, int kind, const char *kind_name, 
 
 GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
                                   double dropout, int bidirectional) {
-    return gdl__nn_rnn("gdl_nn_lstm", GDL__M_LSTM, "LSTM", 4, input_size, hidden_size, num_layers, bias, batch_first,
-                       dropout, bidirectional);
+    gdl_rnn_opts o = gdl_rnn_defaults();
+    o.num_layers = num_layers, o.bias = bias, o.batch_first = batch_first, o.dropout = dropout;
+    o.bidirectional = bidirectional;
+    return gdl__nn_rnn("gdl_nn_lstm", GDL__M_LSTM, "LSTM", 4, input_size, hidden_size, &o);
 }
 GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
                                  double dropout, int bidirectional) {
-    return gdl__nn_rnn("gdl_nn_gru", GDL__M_GRU, "GRU", 3, input_size, hidden_size, num_layers, bias, batch_first,
-                       dropout, bidirectional);
+    gdl_rnn_opts o = gdl_rnn_defaults();
+    o.num_layers = num_layers, o.bias = bias, o.batch_first = batch_first, o.dropout = dropout;
+    o.bidirectional = bidirectional;
+    return gdl__nn_rnn("gdl_nn_gru", GDL__M_GRU, "GRU", 3, input_size, hidden_size, &o);
+}
+GPUDL_API gdl_module *gdl_nn_rnn(int64_t input_size, int64_t hidden_size, int num_layers, const char *nonlinearity,
+                                 int bias, int batch_first, double dropout, int bidirectional) {
+    gdl_rnn_opts o = gdl_rnn_defaults();
+    o.num_layers = num_layers, o.bias = bias, o.batch_first = batch_first, o.dropout = dropout;
+    o.bidirectional = bidirectional, o.nonlinearity = nonlinearity;
+    return gdl__nn_rnn("gdl_nn_rnn", GDL__M_RNN, "RNN", 1, input_size, hidden_size, &o);
 }
 
 GPUDL_API gdl_rnn_opts gdl_rnn_defaults(void) {
@@ -23563,13 +23914,15 @@ GPUDL_API gdl_rnn_opts gdl_rnn_defaults(void) {
 }
 GPUDL_API gdl_module *gdl_nn_lstm_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o) {
     gdl_rnn_opts d = o ? *o : gdl_rnn_defaults();
-    return gdl__nn_rnn("gdl_nn_lstm_ex", GDL__M_LSTM, "LSTM", 4, input_size, hidden_size, d.num_layers, d.bias,
-                       d.batch_first, d.dropout, d.bidirectional);
+    return gdl__nn_rnn("gdl_nn_lstm_ex", GDL__M_LSTM, "LSTM", 4, input_size, hidden_size, &d);
 }
 GPUDL_API gdl_module *gdl_nn_gru_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o) {
     gdl_rnn_opts d = o ? *o : gdl_rnn_defaults();
-    return gdl__nn_rnn("gdl_nn_gru_ex", GDL__M_GRU, "GRU", 3, input_size, hidden_size, d.num_layers, d.bias,
-                       d.batch_first, d.dropout, d.bidirectional);
+    return gdl__nn_rnn("gdl_nn_gru_ex", GDL__M_GRU, "GRU", 3, input_size, hidden_size, &d);
+}
+GPUDL_API gdl_module *gdl_nn_rnn_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o) {
+    gdl_rnn_opts d = o ? *o : gdl_rnn_defaults();
+    return gdl__nn_rnn("gdl_nn_rnn_ex", GDL__M_RNN, "RNN", 1, input_size, hidden_size, &d);
 }
 
 /* nn.LSTM's extra_repr: "10, 20, num_layers=2, batch_first=True" (defaults left out) */
@@ -23578,21 +23931,24 @@ static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n) {
     int k = snprintf(s, n, "%lld, %lld", (long long)a[GDL__RNN_IN], (long long)a[GDL__RNN_H]);
     if (a[GDL__RNN_LAYERS] != 1 && k >= 0 && (size_t)k < n)
         k += snprintf(s + k, n - (size_t)k, ", num_layers=%lld", (long long)a[GDL__RNN_LAYERS]);
+    if (a[GDL__RNN_RELU] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", nonlinearity=relu");
     if (!a[GDL__RNN_BIAS] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", bias=False");
     if (a[GDL__RNN_BATCH_FIRST] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", batch_first=True");
     if (m->fa[GDL__RNN_DROPOUT] != 0 && k >= 0 && (size_t)k < n)
         k += snprintf(s + k, n - (size_t)k, ", dropout=%g", m->fa[GDL__RNN_DROPOUT]);
-    if (a[GDL__RNN_BIDIR] && k >= 0 && (size_t)k < n) snprintf(s + k, n - (size_t)k, ", bidirectional=True");
+    if (a[GDL__RNN_BIDIR] && k >= 0 && (size_t)k < n) k += snprintf(s + k, n - (size_t)k, ", bidirectional=True");
+    if (a[GDL__RNN_PROJ] && k >= 0 && (size_t)k < n)
+        snprintf(s + k, n - (size_t)k, ", proj_size=%lld", (long long)a[GDL__RNN_PROJ]);
 }
 
-/* an initial state h0 / c0 checked against [L*D, B, H] ([L*D, H] unbatched); NULL: zeros. Returns it as
-   [L*D, B, H], or NULL after the error. */
+/* an initial state h0 / c0 checked against [L*D, B, F] ([L*D, F] unbatched; F: h's features for h0,
+   hidden_size for c0); NULL: zeros. Returns it as [L*D, B, F], or NULL after the error. */
 static gdl_tensor *gdl__nn_rnn_state(const char *op, gdl_module *m, const char *name, gdl_tensor *s, gdl_tensor *x,
                                      int unbatched, int64_t B) {
     int64_t shape[3];
     shape[0] = m->ia[GDL__RNN_LAYERS] * (m->ia[GDL__RNN_BIDIR] ? 2 : 1);
     shape[1] = B;
-    shape[2] = m->ia[GDL__RNN_H];
+    shape[2] = name[0] == 'c' ? m->ia[GDL__RNN_H] : gdl__nn_rnn_hout(m);
     if (!s) {
         gdl_tensor *z = gdl__tmp(op, 3, shape, GDL_F32, x->device);
         return z && gdl_fill_(z, 0) == 0 ? z : NULL;
@@ -23600,29 +23956,78 @@ static gdl_tensor *gdl__nn_rnn_state(const char *op, gdl_module *m, const char *
     if (gdl__check_in(op, name, s, 0) < 0 || gdl__check_dev(op, x, s) < 0) return NULL;
     if (unbatched ? s->ndim != 2 || s->shape[0] != shape[0] || s->shape[1] != shape[2]
                   : s->ndim != 3 || s->shape[0] != shape[0] || s->shape[1] != B || s->shape[2] != shape[2]) {
+        const char *feat = m->ia[GDL__RNN_PROJ] && name[0] == 'h' ? "proj_size" : "hidden_size";
         if (unbatched)
-            gdl__set_error("%s: %s: %s must be [%lld, %lld] (num_layers*directions, hidden_size) for an unbatched "
+            gdl__set_error("%s: %s: %s must be [%lld, %lld] (num_layers*directions, %s) for an unbatched "
                            "input %s, got %s", op, gdl__nn_label(m), name, (long long)shape[0], (long long)shape[2],
-                           gdl_shape_str(x), gdl_shape_str(s));
+                           feat, gdl_shape_str(x), gdl_shape_str(s));
         else
-            gdl__set_error("%s: %s: %s must be [%lld, %lld, %lld] (num_layers*directions, batch, hidden_size) for "
+            gdl__set_error("%s: %s: %s must be [%lld, %lld, %lld] (num_layers*directions, batch, %s) for "
                            "input %s, got %s", op, gdl__nn_label(m), name, (long long)shape[0], (long long)B,
-                           (long long)shape[2], gdl_shape_str(x), gdl_shape_str(s));
+                           (long long)shape[2], feat, gdl_shape_str(x), gdl_shape_str(s));
         return NULL;
     }
     return unbatched ? gdl_reshape(s, 3, shape) : s;
 }
 
-/* one direction of one layer over the time-major input xs [T, B, in]: the outputs [T, B, H]; *h, *c (c for
+/* the sequences' lengths, for the masks of the steps some sequences have passed: len [B, 1] on the
+   input's device, the host copy lens, and the shortest length (steps before it need no mask) */
+typedef struct {
+    const int64_t *lens; /* NULL: every sequence has all T steps */
+    gdl_tensor *len;     /* [B, 1], f32 */
+    int64_t shortest;
+} gdl__rnn_lengths;
+
+/* where[b] = step t still inside sequence b: the new state; past it the old one (which then passes
+   through unchanged, so h_n is the state at the sequence's last step, and a reverse direction starts at
+   the sequence's own end) */
+static gdl_tensor *gdl__nn_rnn_keep(const gdl__rnn_lengths *L, int64_t t, gdl_tensor *next, gdl_tensor *prev) {
+    gdl_tensor *inside;
+    if (!L->lens || t < L->shortest) return next;
+    inside = gdl_compare_scalar(L->len, GDL_CMP_GT, (double)t);
+    return inside ? gdl_where(inside, next, prev) : NULL;
+}
+/* a step's output: zeros (and no gradient) where t is past the sequence's end */
+static gdl_tensor *gdl__nn_rnn_pad(const gdl__rnn_lengths *L, int64_t t, gdl_tensor *h) {
+    gdl_tensor *past;
+    if (!L->lens || t < L->shortest) return h;
+    past = gdl_compare_scalar(L->len, GDL_CMP_LE, (double)t);
+    return past ? gdl_masked_fill(h, past, 0) : NULL;
+}
+
+/* one time step of layer / direction k's cell: gx the step's input projection, *h and *c (an LSTM's) the
+   state, replaced by the new one */
+static int gdl__nn_rnn_cell(gdl_module *m, int k, gdl_tensor *gx, const gdl__rnn_lengths *L, int64_t t,
+                            gdl_tensor **h, gdl_tensor **c, gdl_tensor **out) {
+    const int bias = (int)m->ia[GDL__RNN_BIAS], base = k * gdl__nn_rnn_per(m);
+    gdl_module *const *q = m->ia[GDL__RNN_QUANT] ? m->child + 2 * k : NULL; /* ih, hh */
+    gdl_tensor *w_hh = gdl__nn_param(m, base + 1), *b_hh = bias ? gdl__nn_param(m, base + 3) : NULL;
+    gdl_tensor *gh = q ? gdl_forward(q[1], *h) : gdl_linear(*h, w_hh, b_hh), *hn, *cn = NULL;
+    if (!gh) return -1;
+    if (m->kind == GDL__M_LSTM) {
+        gdl_tensor *hc = gdl_lstm_gates(gx, gh, *c);
+        if (!hc || !(hn = gdl_select(hc, 0, 0)) || !(cn = gdl_select(hc, 0, 1))) return -1;
+        if (m->ia[GDL__RNN_PROJ] && !(hn = gdl_linear(hn, gdl__nn_param(m, base + (bias ? 4 : 2)), NULL))) return -1;
+        if (!(*c = gdl__nn_rnn_keep(L, t, cn, *c))) return -1;
+    } else if (m->kind == GDL__M_GRU) {
+        if (!(hn = gdl_gru_gates(gx, gh, *h))) return -1;
+    } else {
+        gdl_tensor *v = gdl_add(gx, gh);
+        if (!v || !(hn = m->ia[GDL__RNN_RELU] ? gdl_relu(v) : gdl_tanh(v))) return -1;
+    }
+    if (!(*out = gdl__nn_rnn_pad(L, t, hn)) || !(*h = gdl__nn_rnn_keep(L, t, hn, *h))) return -1;
+    return 0;
+}
+
+/* one direction of one layer over the time-major input xs [T, B, in]: the outputs [T, B, F]; *h, *c (c for
    an LSTM) hold the initial state on entry and the final one on return */
-static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor *xs, gdl_tensor **h,
-                                   gdl_tensor **c) {
-    const int lstm = m->kind == GDL__M_LSTM, bias = (int)m->ia[GDL__RNN_BIAS];
-    const int D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, per = bias ? 4 : 2, base = (layer * D + dir) * per;
+static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor *xs, const gdl__rnn_lengths *L,
+                                   gdl_tensor **h, gdl_tensor **c) {
+    const int bias = (int)m->ia[GDL__RNN_BIAS], D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, k = layer * D + dir;
+    const int base = k * gdl__nn_rnn_per(m);
     const int64_t T = xs->shape[0];
-    gdl_module *const *q = m->ia[GDL__RNN_QUANT] ? m->child + 2 * (layer * D + dir) : NULL; /* ih, hh */
-    gdl_tensor *w_ih = gdl__nn_param(m, base), *w_hh = gdl__nn_param(m, base + 1);
-    gdl_tensor *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL, *b_hh = bias ? gdl__nn_param(m, base + 3) : NULL;
+    gdl_module *const *q = m->ia[GDL__RNN_QUANT] ? m->child + 2 * k : NULL; /* ih, hh */
+    gdl_tensor *w_ih = gdl__nn_param(m, base), *b_ih = bias ? gdl__nn_param(m, base + 2) : NULL;
     gdl_tensor *gx = q ? gdl_forward(q[0], xs) : gdl_linear(xs, w_ih, b_ih), **outs;
     int64_t s;
     if (!gx) return NULL;
@@ -23632,33 +24037,26 @@ static gdl_tensor *gdl__nn_rnn_dir(gdl_module *m, int layer, int dir, gdl_tensor
     }
     for (s = 0; s < T; s++) {
         int64_t t = dir ? T - 1 - s : s;
-        gdl_tensor *gh = q ? gdl_forward(q[1], *h) : gdl_linear(*h, w_hh, b_hh), *gxt = gdl_select(gx, 0, t);
-        if (!gh || !gxt) return NULL;
-        if (lstm) {
-            gdl_tensor *hc = gdl_lstm_gates(gxt, gh, *c);
-            if (!hc || !(*h = gdl_select(hc, 0, 0)) || !(*c = gdl_select(hc, 0, 1))) return NULL;
-        } else if (!(*h = gdl_gru_gates(gxt, gh, *h))) {
-            return NULL;
-        }
-        outs[t] = *h;
+        gdl_tensor *gxt = gdl_select(gx, 0, t);
+        if (!gxt || gdl__nn_rnn_cell(m, k, gxt, L, t, h, c, &outs[t]) < 0) return NULL;
     }
     return gdl_stack((int)T, outs, 0);
 }
 
-/* the layers over x (checked): out, h_n, c_n as gdl_nn_lstm_forward returns them */
+/* the layers over x (checked): out, h_n, c_n as gdl_nn_rnn_forward returns them */
 static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, int unbatched,
-                              gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn) {
-    const int lstm = m->kind == GDL__M_LSTM, D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, L = (int)m->ia[GDL__RNN_LAYERS];
+                              const gdl__rnn_lengths *L, gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn) {
+    const int lstm = m->kind == GDL__M_LSTM, D = m->ia[GDL__RNN_BIDIR] ? 2 : 1, L_ = (int)m->ia[GDL__RNN_LAYERS];
     const int bf = !unbatched && m->ia[GDL__RNN_BATCH_FIRST];
     gdl_tensor *xs = bf ? gdl_transpose(x, 0, 1) : x, **hs, **cs;
     int l, d;
     if (!xs) return -1;
-    if (!(hs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)(2 * L * D)))) {
+    if (!(hs = (gdl_tensor **)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_tensor *) * (size_t)(2 * L_ * D)))) {
         gdl__set_error("gdl_forward: %s: out of host memory", gdl__nn_label(m));
         return -1;
     }
-    cs = hs + L * D;
-    for (l = 0; l < L; l++) {
+    cs = hs + L_ * D;
+    for (l = 0; l < L_; l++) {
         gdl_tensor *dirs[2];
         if (l > 0 && m->fa[GDL__RNN_DROPOUT] > 0 && m->training &&
             !(xs = gdl_dropout(xs, m->fa[GDL__RNN_DROPOUT], 1)))
@@ -23666,7 +24064,7 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
         for (d = 0; d < D; d++) {
             int k = l * D + d;
             if (!(hs[k] = gdl_select(h0, 0, k)) || (lstm && !(cs[k] = gdl_select(c0, 0, k))) ||
-                !(dirs[d] = gdl__nn_rnn_dir(m, l, d, xs, &hs[k], lstm ? &cs[k] : NULL)))
+                !(dirs[d] = gdl__nn_rnn_dir(m, l, d, xs, L, &hs[k], lstm ? &cs[k] : NULL)))
                 return -1;
         }
         if (!(xs = D == 2 ? gdl_concat(2, dirs, 2) : dirs[0])) return -1;
@@ -23678,19 +24076,67 @@ static int gdl__nn_rnn_layers(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_
         gdl__nn_record(m, xs);
         if (out) *out = xs;
     }
-    if (hn && !(*hn = gdl_stack(L * D, hs, 0))) return -1;
-    if (lstm && cn && !(*cn = gdl_stack(L * D, cs, 0))) return -1;
+    if (hn && !(*hn = gdl_stack(L_ * D, hs, 0))) return -1;
+    if (lstm && cn && !(*cn = gdl_stack(L_ * D, cs, 0))) return -1;
     if (unbatched && hn && !(*hn = gdl_select(*hn, 1, 0))) return -1;
     if (unbatched && lstm && cn && !(*cn = gdl_select(*cn, 1, 0))) return -1;
     return 0;
 }
 
+static const char *gdl__nn_rnn_kind_name(int kind) {
+    return kind == GDL__M_LSTM ? "LSTM" : kind == GDL__M_GRU ? "GRU" : "RNN";
+}
+
+/* the lengths checked against the batch (B of them, each in [1, T]); *L filled, its device tensor made
+   when some sequence is shorter than T, and the input narrowed to the longest (PyTorch's
+   pad_packed_sequence gives max(lengths) steps) */
+static int gdl__nn_rnn_lengths(const char *op, gdl_module *m, const int64_t *lens, int64_t nlens, gdl_tensor **x,
+                               int unbatched, int64_t B, gdl__rnn_lengths *L) {
+    const int bf = (int)m->ia[GDL__RNN_BATCH_FIRST];
+    const int64_t T = (*x)->shape[bf ? 1 : 0];
+    int64_t b, longest = 0, shape[2];
+    gdl_real *v;
+    memset(L, 0, sizeof *L);
+    if (!lens) return 0;
+    if (unbatched || nlens != B) {
+        gdl__set_error("%s: %s: %lld lengths for input %s: one per sequence of the batch (%lld%s)", op,
+                       gdl__nn_label(m), (long long)nlens, gdl_shape_str(*x), (long long)B,
+                       unbatched ? "; an unbatched input takes no lengths" : "");
+        return -1;
+    }
+    L->shortest = T;
+    for (b = 0; b < B; b++) {
+        if (lens[b] < 1 || lens[b] > T) {
+            gdl__set_error("%s: %s: lengths[%lld] = %lld is not in [1, %lld] (the steps of input %s)", op,
+                           gdl__nn_label(m), (long long)b, (long long)lens[b], (long long)T, gdl_shape_str(*x));
+            return -1;
+        }
+        if (lens[b] < L->shortest) L->shortest = lens[b];
+        if (lens[b] > longest) longest = lens[b];
+    }
+    if (longest < T && !(*x = gdl_narrow(*x, bf ? 1 : 0, 0, longest))) return -1;
+    if (L->shortest == longest) return 0; /* one length: the narrowed input alone */
+    shape[0] = B;
+    shape[1] = 1;
+    if (!(v = (gdl_real *)gdl__arena_alloc(&gdl__host_arena, sizeof(gdl_real) * (size_t)B)) ||
+        !(L->len = gdl__tmp(op, 2, shape, GDL_F32, (*x)->device))) {
+        if (!v) gdl__set_error("%s: out of host memory", op);
+        return -1;
+    }
+    for (b = 0; b < B; b++) v[b] = (gdl_real)lens[b];
+    if (gdl__be(op, (*x)->device)->rt.copy(L->len->data, v, sizeof(gdl_real) * (size_t)B, 0) < 0) return -1;
+    L->lens = lens;
+    return 0;
+}
+
 /* checks the input and the states, then runs the layers; every result NULL on failure */
 static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0,
-                               gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn) {
+                               const int64_t *lens, int64_t nlens, gdl_tensor **out, gdl_tensor **hn,
+                               gdl_tensor **cn) {
     int unbatched, rc;
     int64_t B, shape[3];
     gdl_device dev;
+    gdl__rnn_lengths L;
     if (out) *out = NULL;
     if (hn) *hn = NULL;
     if (cn) *cn = NULL;
@@ -23698,8 +24144,13 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
         gdl__null_arg(op, !m ? "module" : "input");
         return -1;
     }
-    if (m->kind != kind) {
-        gdl__set_error("%s: %s is not an %s", op, gdl__nn_label(m), kind == GDL__M_LSTM ? "LSTM" : "GRU");
+    if (kind >= 0 ? m->kind != kind : m->kind != GDL__M_LSTM && m->kind != GDL__M_GRU && m->kind != GDL__M_RNN) {
+        gdl__set_error("%s: %s is not an %s", op, gdl__nn_label(m), kind >= 0 ? gdl__nn_rnn_kind_name(kind)
+                                                                              : "LSTM, a GRU or an RNN");
+        return -1;
+    }
+    if (c0 && m->kind != GDL__M_LSTM) {
+        gdl__set_error("%s: %s takes no c0 (an LSTM's cell state)", op, gdl__nn_label(m));
         return -1;
     }
     if (gdl__check_in(op, "input", x, 0) < 0) return -1;
@@ -23725,6 +24176,7 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
     }
     unbatched = x->ndim == 2;
     B = unbatched ? 1 : x->shape[m->ia[GDL__RNN_BATCH_FIRST] ? 0 : 1];
+    if (gdl__nn_rnn_lengths(op, m, lens, nlens, &x, unbatched, B, &L) < 0) return -1;
     if (unbatched) { /* as [T, 1, in] */
         shape[0] = x->shape[0];
         shape[1] = 1;
@@ -23732,9 +24184,9 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
         if (!(x = gdl_reshape(x, 3, shape))) return -1;
     }
     if (!(h0 = gdl__nn_rnn_state(op, m, "h0", h0, x, unbatched, B)) ||
-        (kind == GDL__M_LSTM && !(c0 = gdl__nn_rnn_state(op, m, "c0", c0, x, unbatched, B))))
+        (m->kind == GDL__M_LSTM && !(c0 = gdl__nn_rnn_state(op, m, "c0", c0, x, unbatched, B))))
         return -1;
-    rc = gdl__nn_rnn_layers(m, x, h0, c0, unbatched, out, hn, cn);
+    rc = gdl__nn_rnn_layers(m, x, h0, c0, unbatched, &L, out, hn, cn);
     if (rc < 0) {
         char prev[sizeof gdl__err];
         memcpy(prev, gdl__err, sizeof prev);
@@ -23748,10 +24200,86 @@ static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tens
 
 GPUDL_API int gdl_nn_lstm_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, gdl_tensor **out,
                                   gdl_tensor **h_n, gdl_tensor **c_n) {
-    return gdl__nn_rnn_forward("gdl_nn_lstm_forward", m, GDL__M_LSTM, x, h0, c0, out, h_n, c_n);
+    return gdl__nn_rnn_forward("gdl_nn_lstm_forward", m, GDL__M_LSTM, x, h0, c0, NULL, 0, out, h_n, c_n);
 }
 GPUDL_API int gdl_nn_gru_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor **out, gdl_tensor **h_n) {
-    return gdl__nn_rnn_forward("gdl_nn_gru_forward", m, GDL__M_GRU, x, h0, NULL, out, h_n, NULL);
+    return gdl__nn_rnn_forward("gdl_nn_gru_forward", m, GDL__M_GRU, x, h0, NULL, NULL, 0, out, h_n, NULL);
+}
+GPUDL_API int gdl_nn_rnn_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, const int64_t *lengths,
+                                 int64_t nlengths, gdl_tensor **out, gdl_tensor **h_n, gdl_tensor **c_n) {
+    if (c_n && m && m->kind != GDL__M_LSTM) *c_n = NULL;
+    return gdl__nn_rnn_forward("gdl_nn_rnn_forward", m, -1, x, h0, c0, lengths, nlengths, out, h_n,
+                               m && m->kind == GDL__M_LSTM ? c_n : NULL);
+}
+
+/* ---- the forward with every output: PyTorch's tuple, flattened ---- */
+
+GPUDL_API gdl_forward_opts gdl_forward_defaults(void) {
+    gdl_forward_opts o;
+    memset(&o, 0, sizeof o);
+    return o;
+}
+
+GPUDL_API int gdl_module_num_outputs(const gdl_module *m) {
+    if (!m) return 0;
+    return m->kind == GDL__M_LSTM ? 3 : m->kind == GDL__M_GRU || m->kind == GDL__M_RNN ? 2 : 1;
+}
+
+/* the lengths tensor's values on the host: i32 [B], any device */
+static const int64_t *gdl__nn_lengths_host(const char *op, const gdl_tensor *t, int64_t *n) {
+    int32_t *v;
+    int64_t *w, i;
+    if (gdl__check_in(op, "lengths_tensor", t, 0) < 0) return NULL;
+    if (t->dtype != GDL_I32 || t->ndim != 1) {
+        gdl__set_error("%s: lengths_tensor must be i32 [B] (one length per sequence), got %s %s", op,
+                       gdl_dtype_name(t->dtype), gdl_shape_str(t));
+        return NULL;
+    }
+    v = (int32_t *)gdl__arena_alloc(&gdl__host_arena, sizeof(int32_t) * (size_t)(t->numel + 1));
+    w = (int64_t *)gdl__arena_alloc(&gdl__host_arena, sizeof(int64_t) * (size_t)(t->numel + 1));
+    if (!v || !w) {
+        gdl__set_error("%s: out of host memory", op);
+        return NULL;
+    }
+    if (t->numel && gdl_copy_to_host(t, v, sizeof(int32_t) * (size_t)t->numel) < 0) return NULL;
+    for (i = 0; i < t->numel; i++) w[i] = v[i];
+    *n = t->numel;
+    return w;
+}
+
+GPUDL_API int gdl_forward_ex(gdl_module *m, gdl_tensor *x, const gdl_forward_opts *o, gdl_tensor **outs,
+                             int max_outs) {
+    const char *op = "gdl_forward_ex";
+    gdl_forward_opts d = o ? *o : gdl_forward_defaults();
+    gdl_tensor *r[3] = {NULL, NULL, NULL};
+    const int64_t *lens = d.lengths;
+    int64_t nlens = d.nlengths;
+    int k, n;
+    for (k = 0; outs && k < max_outs; k++) outs[k] = NULL;
+    if (!m || !x || (!outs && max_outs > 0) || max_outs < 0) {
+        if (max_outs < 0) gdl__set_error("%s: max_outs %d is negative", op, max_outs);
+        else gdl__null_arg(op, !m ? "module" : !x ? "input" : "outs");
+        return -1;
+    }
+    n = gdl_module_num_outputs(m);
+    if (n == 1) {
+        if (d.h0 || d.c0 || d.lengths || d.lengths_tensor) {
+            gdl__set_error("%s: %s takes no states or lengths (those are a recurrent module's)", op,
+                           gdl__nn_label(m));
+            return -1;
+        }
+        if (!(r[0] = gdl_forward(m, x))) return -1;
+    } else {
+        if (d.lengths && d.lengths_tensor) {
+            gdl__set_error("%s: %s: give lengths or lengths_tensor, not both", op, gdl__nn_label(m));
+            return -1;
+        }
+        if (d.lengths_tensor && !(lens = gdl__nn_lengths_host(op, d.lengths_tensor, &nlens))) return -1;
+        if (gdl__nn_rnn_forward(op, m, m->kind, x, d.h0, d.c0, lens, nlens, &r[0], &r[1], n == 3 ? &r[2] : NULL) < 0)
+            return -1;
+    }
+    for (k = 0; k < n && k < max_outs; k++) outs[k] = r[k];
+    return n;
 }
 /* ---------------------------------------------------------------------------
    Optimizers
@@ -26779,6 +27307,11 @@ static gdl_module *gdl__qrnn_new(const char *op, const gdl_module *m, const gdl_
     const int lstm = m->kind == GDL__M_LSTM;
     gdl_module *c, *k;
     int l, d, j;
+    if (m->ia[GDL__RNN_PROJ]) { /* as PyTorch's dynamic LSTM, which has no weight_hr */
+        gdl__set_error("%s: %s has proj_size=%lld: a dynamically quantized LSTM has no projection", op,
+                       gdl__nn_label(m), (long long)m->ia[GDL__RNN_PROJ]);
+        return NULL;
+    }
     if (!(c = gdl__nn_new(op, m->kind, lstm ? "DynamicQuantizedLSTM" : "DynamicQuantizedGRU"))) return NULL;
     c->training = m->training;
     memcpy(c->ia, m->ia, sizeof c->ia);
@@ -33363,11 +33896,13 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
     }
     case GDL_OP_SUM:
     case GDL_OP_MEAN:
-    case GDL_OP_MAX: {
+    case GDL_OP_MAX:
+    case GDL_OP_MIN: {
         int dim = (int)n->i[3], keep = dim >= 0 && n->out->ndim == n->in[0]->ndim;
         if (b0 >= 0 && (dim < 0 || dim == b0)) *bax = -1;
         else if (b0 > dim && !keep) *bax = b0 - 1;
-        return gdl__ox_reduce(X, op == GDL_OP_SUM ? "ReduceSum" : op == GDL_OP_MEAN ? "ReduceMean" : "ReduceMax", in[0],
+        return gdl__ox_reduce(X, op == GDL_OP_SUM ? "ReduceSum" : op == GDL_OP_MEAN ? "ReduceMean"
+                              : op == GDL_OP_MAX ? "ReduceMax" : "ReduceMin", in[0],
                               dim, keep, out);
     }
     case GDL_OP_SOFTMAX:

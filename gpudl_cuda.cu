@@ -1794,17 +1794,18 @@ __global__ void gdl__k_reduce_thread(int op, int64_t outer, int64_t n, int64_t i
         int64_t o = t / inner, i = t - o * inner;
         const float *p = x + o * n * inner + i;
         float r;
-        if (op == GDL_RED_MAX) {
+        if (op == GDL_RED_MAX || op == GDL_RED_MIN) { // min: the max of -x (-NaN is NaN: NaN still wins)
+            const float sg = op == GDL_RED_MIN ? -1.0f : 1.0f;
             int64_t best = 0;
-            float bv = n ? p[0] : 0.0f;
+            float bv = n ? sg * p[0] : 0.0f;
             for (int64_t k = 1; k < n; k++) {
-                float v = p[k * inner];
+                float v = sg * p[k * inner];
                 if (v > bv || (v != v && bv == bv)) {
                     best = k;
                     bv = v;
                 }
             }
-            r = n ? bv : -GDL__CU_INF;
+            r = n ? sg * bv : -GDL__CU_INF * sg;
             if (idx) idx[t] = (int32_t)best;
         } else {
             float s = 0;
@@ -1822,18 +1823,19 @@ __global__ void gdl__k_reduce_block(int op, int64_t outer, int64_t n, int64_t in
         int64_t o = t / inner, i = t - o * inner;
         const float *p = x + o * n * inner + i;
         float r;
-        if (op == GDL_RED_MAX) {
+        if (op == GDL_RED_MAX || op == GDL_RED_MIN) {
+            const float sg = op == GDL_RED_MIN ? -1.0f : 1.0f;
             float bv = 0;
             long long bk = -1;
             for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
-                float v = p[k * inner];
+                float v = sg * p[k * inner];
                 if (gdl__max_better(v, k, bv, bk)) {
                     bv = v;
                     bk = k;
                 }
             }
             gdl__block_argmax(bv, bk);
-            r = bv;
+            r = sg * bv;
             if (idx && threadIdx.x == 0) idx[t] = (int32_t)bk;
         } else {
             float s = 0;
@@ -1860,7 +1862,7 @@ static int gdl__cu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const
     return 0;
 }
 
-// SUM/MEAN: one thread per input element, each owning its gx; MAX: one
+// SUM/MEAN: one thread per input element, each owning its gx; MAX, MIN: one
 // thread per output, each writing the one element its index names
 __global__ void gdl__k_reduce_backward_spread(int op, int64_t outer, int64_t n, int64_t inner, const float *gy,
                                               float *gx) {
@@ -1883,7 +1885,7 @@ __global__ void gdl__k_reduce_backward_max(int64_t outer, int64_t n, int64_t inn
 static int gdl__cu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const float *gy,
                                    const int32_t *idx, float *gx) {
     if (outer * n * inner <= 0) return 0;
-    if (op == GDL_RED_MAX)
+    if (op == GDL_RED_MAX || op == GDL_RED_MIN)
         GDL_CU_LAUNCH(gdl__k_reduce_backward_max, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(outer, n, inner,
                                                                                                     gy, idx, gx);
     else
@@ -3451,6 +3453,39 @@ static int gdl__cu_embedding_backward(int64_t n, int64_t D, int64_t V, const int
                                       float *gW) {
     if (n <= 0 || D <= 0) return 0;
     GDL_CU_LAUNCH(gdl__k_embedding_backward, gdl__cu_grid(n * D, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(n, D, V, idx, gy, gW);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
+// max_norm: one block walks idx in order (a repeated row is seen after its
+// renormalisation, as on the CPU); its threads share a row's norm
+__global__ void gdl__k_embedding_renorm(int64_t n, int64_t D, int64_t V, const int32_t *idx, float *W, float max_norm,
+                                        float norm_type) {
+    const bool inf = isinf(norm_type);
+    for (int64_t i = 0; i < n; i++) {
+        int32_t row = idx[i];
+        if (row < 0 || row >= V) continue;
+        float *w = W + (int64_t)row * D;
+        float s = 0;
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+            float a = fabsf(w[k]);
+            s = inf ? fmaxf(s, a) : s + (norm_type == 1.0f ? a : norm_type == 2.0f ? a * a : powf(a, norm_type));
+        }
+        s = inf ? gdl__block_max(s) : gdl__block_sum(s);
+        float nrm = inf || norm_type == 1.0f ? s : norm_type == 2.0f ? sqrtf(s) : powf(s, 1.0f / norm_type);
+        if (nrm > max_norm) {
+            float scale = max_norm / (nrm + 1e-7f);
+            for (int64_t k = threadIdx.x; k < D; k += blockDim.x) w[k] *= scale;
+        }
+        __syncthreads(); // every thread's writes before the next row (which may be this one) is read
+    }
+}
+
+static int gdl__cu_embedding_renorm(int64_t n, int64_t D, int64_t V, const int32_t *idx, float *W, double max_norm,
+                                    double norm_type) {
+    if (n <= 0 || D <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_embedding_renorm, 1, GDL__CU_THREADS, 0, gdl__cu_stream())(n, D, V, idx, W, (float)max_norm,
+                                                                                  (float)norm_type);
     GDL_CU_LAUNCHED();
     return 0;
 }

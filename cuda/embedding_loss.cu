@@ -34,6 +34,39 @@ static int gdl__cu_embedding_backward(int64_t n, int64_t D, int64_t V, const int
     return 0;
 }
 
+// max_norm: one block walks idx in order (a repeated row is seen after its
+// renormalisation, as on the CPU); its threads share a row's norm
+__global__ void gdl__k_embedding_renorm(int64_t n, int64_t D, int64_t V, const int32_t *idx, float *W, float max_norm,
+                                        float norm_type) {
+    const bool inf = isinf(norm_type);
+    for (int64_t i = 0; i < n; i++) {
+        int32_t row = idx[i];
+        if (row < 0 || row >= V) continue;
+        float *w = W + (int64_t)row * D;
+        float s = 0;
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+            float a = fabsf(w[k]);
+            s = inf ? fmaxf(s, a) : s + (norm_type == 1.0f ? a : norm_type == 2.0f ? a * a : powf(a, norm_type));
+        }
+        s = inf ? gdl__block_max(s) : gdl__block_sum(s);
+        float nrm = inf || norm_type == 1.0f ? s : norm_type == 2.0f ? sqrtf(s) : powf(s, 1.0f / norm_type);
+        if (nrm > max_norm) {
+            float scale = max_norm / (nrm + 1e-7f);
+            for (int64_t k = threadIdx.x; k < D; k += blockDim.x) w[k] *= scale;
+        }
+        __syncthreads(); // every thread's writes before the next row (which may be this one) is read
+    }
+}
+
+static int gdl__cu_embedding_renorm(int64_t n, int64_t D, int64_t V, const int32_t *idx, float *W, double max_norm,
+                                    double norm_type) {
+    if (n <= 0 || D <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_embedding_renorm, 1, GDL__CU_THREADS, 0, gdl__cu_stream())(n, D, V, idx, W, (float)max_norm,
+                                                                                  (float)norm_type);
+    GDL_CU_LAUNCHED();
+    return 0;
+}
+
 // ----------------------------------------------------------------------------
 // losses
 

@@ -9,17 +9,18 @@ __global__ void gdl__k_reduce_thread(int op, int64_t outer, int64_t n, int64_t i
         int64_t o = t / inner, i = t - o * inner;
         const float *p = x + o * n * inner + i;
         float r;
-        if (op == GDL_RED_MAX) {
+        if (op == GDL_RED_MAX || op == GDL_RED_MIN) { // min: the max of -x (-NaN is NaN: NaN still wins)
+            const float sg = op == GDL_RED_MIN ? -1.0f : 1.0f;
             int64_t best = 0;
-            float bv = n ? p[0] : 0.0f;
+            float bv = n ? sg * p[0] : 0.0f;
             for (int64_t k = 1; k < n; k++) {
-                float v = p[k * inner];
+                float v = sg * p[k * inner];
                 if (v > bv || (v != v && bv == bv)) {
                     best = k;
                     bv = v;
                 }
             }
-            r = n ? bv : -GDL__CU_INF;
+            r = n ? sg * bv : -GDL__CU_INF * sg;
             if (idx) idx[t] = (int32_t)best;
         } else {
             float s = 0;
@@ -37,18 +38,19 @@ __global__ void gdl__k_reduce_block(int op, int64_t outer, int64_t n, int64_t in
         int64_t o = t / inner, i = t - o * inner;
         const float *p = x + o * n * inner + i;
         float r;
-        if (op == GDL_RED_MAX) {
+        if (op == GDL_RED_MAX || op == GDL_RED_MIN) {
+            const float sg = op == GDL_RED_MIN ? -1.0f : 1.0f;
             float bv = 0;
             long long bk = -1;
             for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
-                float v = p[k * inner];
+                float v = sg * p[k * inner];
                 if (gdl__max_better(v, k, bv, bk)) {
                     bv = v;
                     bk = k;
                 }
             }
             gdl__block_argmax(bv, bk);
-            r = bv;
+            r = sg * bv;
             if (idx && threadIdx.x == 0) idx[t] = (int32_t)bk;
         } else {
             float s = 0;
@@ -75,7 +77,7 @@ static int gdl__cu_reduce(int op, int64_t outer, int64_t n, int64_t inner, const
     return 0;
 }
 
-// SUM/MEAN: one thread per input element, each owning its gx; MAX: one
+// SUM/MEAN: one thread per input element, each owning its gx; MAX, MIN: one
 // thread per output, each writing the one element its index names
 __global__ void gdl__k_reduce_backward_spread(int op, int64_t outer, int64_t n, int64_t inner, const float *gy,
                                               float *gx) {
@@ -98,7 +100,7 @@ __global__ void gdl__k_reduce_backward_max(int64_t outer, int64_t n, int64_t inn
 static int gdl__cu_reduce_backward(int op, int64_t outer, int64_t n, int64_t inner, const float *gy,
                                    const int32_t *idx, float *gx) {
     if (outer * n * inner <= 0) return 0;
-    if (op == GDL_RED_MAX)
+    if (op == GDL_RED_MAX || op == GDL_RED_MIN)
         GDL_CU_LAUNCH(gdl__k_reduce_backward_max, gdl__cu_grid(outer * inner, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(outer, n, inner,
                                                                                                     gy, idx, gx);
     else

@@ -20,9 +20,12 @@ typedef struct ac_run {
 } ac_run;
 
 /* the row's ops that leave its result in f32 whatever the PROMOTE rule says:
-   an explicit cast to f32, a mean of an F32-class loss (or of log_softmax's, in soft-target cross entropy) */
+   an explicit cast to f32, a mean of an F32-class loss (or of log_softmax's, in soft-target cross entropy),
+   cross entropy's [B, C, d1, ...] forms and class weights (reshapes and sums of its f32 result) */
 static int ac_row_ends_f32(const gc_case *c) {
-    return c->op == GDL_OP_CAST || strcmp(c->name, "mse_mean") == 0 || strcmp(c->name, "cross_entropy_soft") == 0;
+    return c->op == GDL_OP_CAST || strcmp(c->name, "mse_mean") == 0 || strcmp(c->name, "cross_entropy_soft") == 0 ||
+           strncmp(c->name, "cross_entropy_nd", 16) == 0 || strcmp(c->name, "cross_entropy_weighted_smooth") == 0 ||
+           strcmp(c->name, "cross_entropy_soft_nd_weighted") == 0;
 }
 
 /* a row whose result is a view of a LOW op's: a vector's matmul; packed heads' composition (joined by a reshape) */
@@ -31,9 +34,10 @@ static int ac_row_low_view(const gc_case *c) {
            (strncmp(c->name, "matmul_", 7) == 0 || strcmp(c->name, "sdpa_heads_dropout_unfused") == 0);
 }
 
-/* does a row run anything in the low dtype under autocast? (a LOW op) */
+/* does a row run anything in the low dtype under autocast? (a LOW op; a recurrent module's GEMMs) */
 static int ac_row_has_low(const gc_case *c) {
-    return gdl_op_autocast_class(c->op) == GDL_AUTOCAST_LOW || strcmp(c->name, "mlp_chain") == 0 || ac_row_low_view(c);
+    return gdl_op_autocast_class(c->op) == GDL_AUTOCAST_LOW || strcmp(c->name, "mlp_chain") == 0 || ac_row_low_view(c) ||
+           strncmp(c->name, "rnn_module_", 11) == 0;
 }
 
 static gdl_dtype ac_expected(const gc_case *c, gdl_dtype ac, gdl_dtype in) {

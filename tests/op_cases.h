@@ -73,6 +73,16 @@ static gdl_tensor *f_sum_dim1k(gdl_tensor **x) { return gdl_sum_dim(x[0], 1, 1);
 static gdl_tensor *f_mean_dimm1(gdl_tensor **x) { return gdl_mean_dim(x[0], -1, 0); }
 static gdl_tensor *f_max_dim1(gdl_tensor **x) { return gdl_max_dim(x[0], 1, 0); }
 static gdl_tensor *f_max_dim0k(gdl_tensor **x) { return gdl_max_dim(x[0], 0, 1); }
+static gdl_tensor *f_min_dim1(gdl_tensor **x) { return gdl_min_dim(x[0], 1, 0); }
+/* torch.min(x, dim, keepdim=True)'s values, and its indices gathered back from x: the two must agree */
+static gdl_tensor *f_min_dim_ex(gdl_tensor **x) {
+    gdl_tensor *v, *i;
+    return gdl_min_dim_ex(x[0], -1, 1, &v, &i) < 0 ? NULL : gdl_add(v, gdl_gather(x[0], -1, i));
+}
+static gdl_tensor *f_max_dim_ex(gdl_tensor **x) {
+    gdl_tensor *v, *i;
+    return gdl_max_dim_ex(x[0], 0, 1, &v, &i) < 0 ? NULL : gdl_sub(gdl_gather(x[0], 0, i), gdl_mul_scalar(v, 2));
+}
 static gdl_tensor *f_softmax1(gdl_tensor **x) { return gdl_softmax(x[0], 1); }
 static gdl_tensor *f_softmax0(gdl_tensor **x) { return gdl_softmax(x[0], 0); }
 static gdl_tensor *f_log_softmaxm1(gdl_tensor **x) { return gdl_log_softmax(x[0], -1); }
@@ -102,6 +112,28 @@ static gdl_tensor *f_bnr_plain(gdl_tensor **x) { return gdl_batch_norm_relu(x[0]
 static gdl_tensor *f_ln(gdl_tensor **x) { return gdl_layer_norm(x[0], x[1], x[2], 1e-5); }
 static gdl_tensor *f_ln_plain(gdl_tensor **x) { return gdl_layer_norm(x[0], NULL, NULL, 1e-5); }
 static gdl_tensor *f_embedding(gdl_tensor **x) { return gdl_embedding(x[0], x[1]); }
+/* padding_idx -2 (row 1 of 3): the output's positions that look it up are zeroed, so its true gradient is 0
+   too, and the row's fan-out gradient (added before the lookup's backward) must survive */
+static gdl_tensor *f_embedding_padding(gdl_tensor **x) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    int64_t s[3];
+    o.padding_idx = -2;
+    s[0] = x[0]->shape[0], s[1] = x[0]->shape[1], s[2] = 1;
+    return gdl_masked_fill(gdl_embedding_ex(x[0], x[1], &o), gdl_reshape(gdl_compare_scalar(x[0], GDL_CMP_EQ, 1), 3, s), 0);
+}
+/* max_norm renormalises a copy of a constant weight (in place, outside autograd, as PyTorch's); the
+   values reach the gradient of x[2] (in x[2]'s dtype: the constant stays f32 in the bf16 / f16 runs) */
+static gdl_tensor *f_embedding_max_norm(gdl_tensor **x) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    o.max_norm = 1.1;
+    return gdl_mul(gdl_to_dtype(gdl_embedding_ex(x[0], gdl_mul_scalar(x[1], 1.0), &o), x[2]->dtype), x[2]);
+}
+static gdl_tensor *f_embedding_max_norm_p(gdl_tensor **x) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    o.max_norm = 0.8;
+    o.norm_type = 1.5;
+    return gdl_mul(gdl_to_dtype(gdl_embedding_ex(x[0], gdl_mul_scalar(x[1], 1.0), &o), x[2]->dtype), x[2]);
+}
 static gdl_tensor *f_ce(gdl_tensor **x) { return gdl_cross_entropy(x[0], x[1]); }
 static gdl_tensor *f_ce_smooth_sum(gdl_tensor **x) {
     gdl_ce_opts o = gdl_ce_defaults();
@@ -121,6 +153,17 @@ static gdl_tensor *f_ce_soft(gdl_tensor **x) {
     o.label_smoothing = 0.1;
     return gdl_cross_entropy_ex(x[0], x[1], &o);
 }
+/* class weights (x[2]) with a reduction and label smoothing; the same over [B, C, d1, ...] logits */
+static gdl_tensor *ce_weighted(gdl_tensor **x, gdl_reduction r, double label_smoothing) {
+    gdl_ce_opts o = gdl_ce_defaults();
+    o.reduction = r;
+    o.label_smoothing = label_smoothing;
+    o.weight = x[2];
+    return gdl_cross_entropy_ex(x[0], x[1], &o);
+}
+static gdl_tensor *f_ce_weighted_smooth(gdl_tensor **x) { return ce_weighted(x, GDL_REDUCE_MEAN, 0.1); }
+static gdl_tensor *f_ce_weighted_sum(gdl_tensor **x) { return ce_weighted(x, GDL_REDUCE_SUM, 0); }
+static gdl_tensor *f_ce_weighted_none(gdl_tensor **x) { return ce_weighted(x, GDL_REDUCE_NONE, 0.3); }
 static gdl_tensor *f_nll(gdl_tensor **x) { return gdl_nll_loss(x[0], x[1], GDL_REDUCE_MEAN, -100); }
 static gdl_tensor *f_nll_sum(gdl_tensor **x) { return gdl_nll_loss(x[0], x[1], GDL_REDUCE_SUM, -100); }
 static gdl_tensor *f_mse_none(gdl_tensor **x) { return gdl_mse_loss(x[0], x[1], GDL_REDUCE_NONE); }
@@ -222,6 +265,8 @@ static gdl_tensor *f_lstm_gates_self(gdl_tensor **x) { return gdl_lstm_gates(x[0
 static gdl_tensor *f_gru_gates(gdl_tensor **x) { return gdl_gru_gates(x[0], x[1], x[2]); }
 static gdl_tensor *f_gru_gates_self(gdl_tensor **x) { return gdl_gru_gates(x[0], x[0], x[1]); }
 
+#include "rnn_cases.h"
+
 /* a small net: every op's gradient flows through others */
 static gdl_tensor *f_mlp(gdl_tensor **x) {
     return gdl_cross_entropy(gdl_linear(gdl_relu(gdl_linear(x[0], x[1], x[2])), x[3], NULL), x[4]);
@@ -282,6 +327,9 @@ static const gc_case cases[] = {
     {"mean_dim_last", GDL_OP_MEAN, f_mean_dimm1, 1, {{R3(2, 3, 5), IN_RANDN, 0}}},
     {"max_dim", GDL_OP_MAX, f_max_dim1, 1, {{R3(2, 5, 3), IN_RANDN, 0}}},
     {"max_dim0_keepdim", GDL_OP_MAX, f_max_dim0k, 1, {{R2(17, 3), IN_RANDN, 0}}},
+    {"min_dim", GDL_OP_MIN, f_min_dim1, 1, {{R3(2, 5, 3), IN_RANDN, 0}}},
+    {"min_dim_ex_indices", GDL_OP_ADD, f_min_dim_ex, 1, {{R3(3, 2, 5), IN_PERM, 0}}},
+    {"max_dim_ex_indices", GDL_OP_SUB, f_max_dim_ex, 1, {{R2(6, 4), IN_PERM, 0}}},
     {"softmax_dim1", GDL_OP_SOFTMAX, f_softmax1, 1, {{R2(3, 5), IN_RANDN, 0}}},
     {"softmax_dim0", GDL_OP_SOFTMAX, f_softmax0, 1, {{R3(4, 2, 3), IN_RANDN, 0}}},
     {"log_softmax_last", GDL_OP_LOG_SOFTMAX, f_log_softmaxm1, 1, {{R3(2, 3, 4), IN_RANDN, 0}}},
@@ -324,11 +372,27 @@ static const gc_case cases[] = {
     {"layer_norm", GDL_OP_LAYER_NORM, f_ln, 3, {{R2(3, 5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}}},
     {"layer_norm_no_affine", GDL_OP_LAYER_NORM, f_ln_plain, 1, {{R3(2, 2, 17), IN_RANDN, 0}}},
     {"embedding", GDL_OP_EMBEDDING, f_embedding, 2, {{R2(2, 3), IN_TARGET, 7}, {R2(7, 4), IN_RANDN, 0}}},
+    {"embedding_padding_idx", GDL_OP_MASKED_FILL, f_embedding_padding, 2, {{R2(3, 4), IN_TARGET, 3}, {R2(3, 5), IN_RANDN, 0}}},
+    {"embedding_max_norm", GDL_OP_MUL, f_embedding_max_norm, 3,
+     {{R2(2, 3), IN_TARGET, 5}, {R2(5, 4), IN_CONST, 0}, {R2(3, 4), IN_RANDN, 0}}},
+    {"embedding_max_norm_p1_5", GDL_OP_MUL, f_embedding_max_norm_p, 3,
+     {{R2(4, 3), IN_TARGET, 4}, {R2(4, 6), IN_CONST, 0}, {R2(3, 6), IN_RANDN, 0}}},
     {"cross_entropy", GDL_OP_CROSS_ENTROPY, f_ce, 2, {{R2(4, 5), IN_RANDN, 0}, {R1(4), IN_TARGET, 5}}},
     {"cross_entropy_ignore", GDL_OP_CROSS_ENTROPY, f_ce, 2, {{R2(5, 3), IN_RANDN, 0}, {R1(5), IN_TARGET_IGNORE, 3}}},
     {"cross_entropy_smooth_sum", GDL_OP_CROSS_ENTROPY, f_ce_smooth_sum, 2, {{R2(3, 17), IN_RANDN, 0}, {R1(3), IN_TARGET, 17}}},
     {"cross_entropy_soft", GDL_OP_MEAN, f_ce_soft, 2, {{R2(4, 5), IN_RANDN, 0}, {R2(4, 5), IN_POS, 0}}},
     {"cross_entropy_none", GDL_OP_CROSS_ENTROPY, f_ce_none, 2, {{R2(5, 3), IN_RANDN, 0}, {R1(5), IN_TARGET_IGNORE, 3}}},
+    {"cross_entropy_nd", GDL_OP_CROSS_ENTROPY, f_ce, 2, {{R3(2, 3, 4), IN_RANDN, 0}, {R2(2, 4), IN_TARGET_IGNORE, 3}}},
+    {"cross_entropy_nd_none_smooth", GDL_OP_RESHAPE, f_ce_none, 2, {{R4(2, 4, 3, 2), IN_RANDN, 0}, {R3(2, 3, 2), IN_TARGET_IGNORE, 4}}},
+    {"cross_entropy_weighted_smooth", GDL_OP_DIV, f_ce_weighted_smooth, 3,
+     {{R2(5, 4), IN_RANDN, 0}, {R1(5), IN_TARGET_IGNORE, 4}, {R1(4), IN_CONST_POS, 0}}},
+    {"cross_entropy_nd_weighted_sum", GDL_OP_SUM, f_ce_weighted_sum, 3,
+     {{R3(2, 3, 5), IN_RANDN, 0}, {R2(2, 5), IN_TARGET_IGNORE, 3}, {R1(3), IN_CONST_POS, 0}}},
+    {"cross_entropy_nd_weighted_none", GDL_OP_RESHAPE, f_ce_weighted_none, 3,
+     {{R3(3, 4, 2), IN_RANDN, 0}, {R2(3, 2), IN_TARGET_IGNORE, 4}, {R1(4), IN_CONST_POS, 0}}},
+    {"cross_entropy_soft_nd_weighted", GDL_OP_MEAN, f_ce_weighted_smooth, 3,
+     {{R3(2, 3, 4), IN_RANDN, 0}, {R3(2, 3, 4), IN_POS, 0}, {R1(3), IN_CONST_POS, 0}}},
+    {"nll_loss_nd", GDL_OP_NLL_LOSS, f_nll, 2, {{R3(2, 5, 3), IN_RANDN, 0}, {R2(2, 3), IN_TARGET_IGNORE, 5}}},
     {"nll_loss", GDL_OP_NLL_LOSS, f_nll, 2, {{R2(4, 5), IN_RANDN, 0}, {R1(4), IN_TARGET_IGNORE, 5}}},
     {"nll_loss_sum", GDL_OP_NLL_LOSS, f_nll_sum, 2, {{R2(1, 3), IN_RANDN, 0}, {R1(1), IN_TARGET, 3}}},
     {"mse_none", GDL_OP_MSE, f_mse_none, 2, {{R2(3, 5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
@@ -414,6 +478,12 @@ static const gc_case cases[] = {
     {"gru_gates", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(3, 15), IN_RANDN, 0}, {R2(3, 15), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},
     {"gru_gates_self", GDL_OP_GRU_GATES, f_gru_gates_self, 2, {{R2(2, 9), IN_RANDN, 0}, {R2(2, 3), IN_RANDN, 0}}},
     {"gru_gates_const_gh", GDL_OP_GRU_GATES, f_gru_gates, 3, {{R2(4, 6), IN_RANDN, 0}, {R2(4, 6), IN_CONST, 0}, {R2(4, 2), IN_RANDN, 0}}},
+    /* the recurrent modules (tests/rnn_cases.h): inputs x, h0 (and c0); lengths end some sequences early */
+    {"rnn_module_lstm_proj_lengths", GDL_OP_CONCAT, f_lstm_proj_len, 3, {{R3(3, 4, 3), IN_RANDN, 0}, {R3(4, 3, 2), IN_RANDN, 0}, {R3(4, 3, 4), IN_RANDN, 0}}},
+    {"rnn_module_gru_lengths", GDL_OP_CONCAT, f_gru_len, 2, {{R3(3, 2, 3), IN_RANDN, 0}, {R3(1, 2, 3), IN_RANDN, 0}}},
+    {"rnn_module_rnn_tanh_lengths", GDL_OP_CONCAT, f_rnn_tanh_len, 2, {{R3(3, 3, 3), IN_RANDN, 0}, {R3(4, 3, 4), IN_RANDN, 0}}},
+    {"rnn_module_rnn_relu_no_bias", GDL_OP_CONCAT, f_rnn_relu, 2, {{R3(2, 4, 3), IN_RANDN, 0}, {R3(1, 2, 4), IN_RANDN, 0}}},
+    {"rnn_module_lstm_proj_unbatched", GDL_OP_CONCAT, f_lstm_proj_unbatched, 3, {{R2(4, 2), IN_RANDN, 0}, {R2(2, 1), IN_RANDN, 0}, {R2(2, 3), IN_RANDN, 0}}},
     {"mlp_chain", GDL_OP_CROSS_ENTROPY, f_mlp, 5,
      {{R2(3, 4), IN_RANDN, 0}, {R2(5, 4), IN_RANDN, 0}, {R1(5), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}, {R1(3), IN_TARGET, 3}}},
 };

@@ -134,6 +134,8 @@ static gdl_tensor *f_sum_dim1(gdl_tensor **x) { return gdl_sum_dim(x[0], 1, 0); 
 static gdl_tensor *f_mean_dim0(gdl_tensor **x) { return gdl_mean_dim(x[0], 0, 1); }
 static gdl_tensor *f_max_dim0(gdl_tensor **x) { return gdl_max_dim(x[0], 0, 0); }
 static gdl_tensor *f_max_last(gdl_tensor **x) { return gdl_max_dim(x[0], -1, 0); }
+static gdl_tensor *f_min_last(gdl_tensor **x) { return gdl_min_dim(x[0], -1, 0); }
+static gdl_tensor *f_min_dim0(gdl_tensor **x) { return gdl_min_dim(x[0], 0, 0); }
 static gdl_tensor *f_ce_smooth_mean(gdl_tensor **x) {
     gdl_ce_opts o = gdl_ce_defaults();
     o.label_smoothing = 0.05;
@@ -175,6 +177,9 @@ static const gc_case gpu_cases[] = {
     {"mean_dim_63", GDL_OP_MEAN, f_mean_dimm1, 1, {{R2(5, 63), IN_RANDN, 0}}},
     {"mean_dim0_keepdim_block", GDL_OP_MEAN, f_mean_dim0, 1, {{R3(300, 2, 3), IN_RANDN, 0}}},
     {"max_row700", GDL_OP_MAX, f_max_last, 1, {{R2(3, 700), IN_RANDN, 0}}},
+    {"min_row700_ties", GDL_OP_MIN, f_min_last, 1, {{R2(4, 700), IN_TIES, 0}}},
+    {"min_row_nan_block", GDL_OP_MIN, f_min_last, 1, {{R2(5, 300), IN_NAN, 0}}},
+    {"min_nan_thread", GDL_OP_MIN, f_min_dim0, 1, {{R2(40, 3), IN_NAN, 0}}},
     {"max_row700_ties", GDL_OP_MAX, f_max_last, 1, {{R2(4, 700), IN_TIES, 0}}},
     {"max_dim0_strided_ties", GDL_OP_MAX, f_max_dim0, 1, {{R2(300, 4), IN_TIES, 0}}},
     {"max_thread_path_ties", GDL_OP_MAX, f_max_dim1, 1, {{R3(2, 70, 600), IN_TIES, 0}}},
@@ -3528,6 +3533,53 @@ TEST rnn_module_parity(void *arg) {
     PASS();
 }
 
+/* an LSTM with proj_size over sequences of different lengths, the lengths an i32 tensor on the GPU (read
+   back to the host): the GPU module's outputs, states and every gradient against the CPU's */
+TEST rnn_lengths_parity(void) {
+    const int32_t lens[3] = {5, 2, 4};
+    gdl_rnn_opts o = gdl_rnn_defaults();
+    gdl_module *m[2];
+    gdl_tensor *x[2], *lt[2], *outs[2][3], *tc[24], *tg[24], *lc = NULL;
+    gdl_forward_opts fo = gdl_forward_defaults();
+    int d, k, n;
+    double e;
+    o.num_layers = 2, o.bidirectional = 1, o.batch_first = 1, o.proj_size = 40;
+    for (d = 0; d < 2; d++) {
+        gdl_manual_seed(9);
+        ASSERT_NOT_NULL(m[d] = gdl_nn_lstm_ex(7, 90, &o));
+    }
+    ASSERT_EQ(0, gdl_module_to(m[1], GPU));
+    ASSERT_NOT_NULL(x[0] = gdl_randn(GDL_DIMS(3, 6, 7), gdl_cpu()));
+    gdl_set_requires_grad(x[0], 1);
+    ASSERT_NOT_NULL(x[1] = gdl_to(x[0], GPU));
+    ASSERT_NOT_NULL(lc = gdl_from_array(lens, GDL_DIMS(3), GDL_I32, gdl_cpu()));
+    lt[0] = lc;
+    ASSERT_NOT_NULL(lt[1] = gdl_to(lc, GPU));
+    gdl_arena_reset();
+    for (d = 0; d < 2; d++) {
+        gdl_tensor *l;
+        fo.lengths_tensor = lt[d];
+        ASSERT_EQ(3, gdl_forward_ex(m[d], x[d], &fo, outs[d], 3));
+        l = gdl_add(gdl_sum(gdl_mul(outs[d][0], outs[d][0])), gdl_add(gdl_sum(outs[d][1]), gdl_sum(outs[d][2])));
+        ASSERT_EQ(0, gdl_backward(l));
+    }
+    ASSERT_EQ(5, outs[1][0]->shape[1]); /* max(lengths) steps */
+    for (k = 0; k < 3; k++)
+        if (!((e = rel_err(outs[0][k], outs[1][k])) < 1e-5)) FAILf("output %d differs: relative error %.3g", k, e);
+    n = gdl_module_named_tensors(m[0], GDL_PARAMS, NULL, tc, 24);
+    ASSERT_EQ(20, n);
+    ASSERT_EQ(n, gdl_module_named_tensors(m[1], GDL_PARAMS, NULL, tg, 24));
+    for (k = 0; k < n; k++)
+        if (!((e = rel_err(tc[k]->grad, tg[k]->grad)) < 1e-5)) FAILf("gradient %d differs: relative error %.3g", k, e);
+    if (!((e = rel_err(x[0]->grad, x[1]->grad)) < 1e-5)) FAILf("the input's gradient differs: relative error %.3g", e);
+    for (d = 0; d < 2; d++) {
+        gdl_free(x[d]);
+        gdl_free(lt[d]);
+        gdl_module_free(m[d]);
+    }
+    PASS();
+}
+
 SUITE(rnn) {
     int i;
     char name[96];
@@ -3540,6 +3592,7 @@ SUITE(rnn) {
     }
     RUN_GPU_NAMED("lstm_module_parity", rnn_module_parity, (void *)"lstm");
     RUN_GPU_NAMED("gru_module_parity", rnn_module_parity, NULL);
+    RUN_GPU(rnn_lengths_parity);
 }
 
 /* ---- suites ---- */

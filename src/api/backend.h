@@ -8,7 +8,7 @@
    comment means the kernel accumulates into its output (gradients).
    ------------------------------------------------------------------------- */
 
-enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX };
+enum gdl_reduce_op { GDL_RED_SUM, GDL_RED_MEAN, GDL_RED_MAX, GDL_RED_MIN };
 enum gdl_pointwise_loss { GDL_LOSS_MSE, GDL_LOSS_BCE_LOGITS };
 
 /* geometry of a 2-D convolution or pooling window */
@@ -308,6 +308,10 @@ enum gdl_collective { GDL_COLL_ALL_REDUCE, GDL_COLL_BROADCAST, GDL_COLL_ALL_GATH
         gdl_real *out)) \
     X(int, embedding_backward, (int64_t n, int64_t D, int64_t V, const int32_t *idx, const gdl_real *gy, \
         gdl_real *gW)) \
+    /* nn.Embedding's max_norm: each row W[idx[i],:] (in the order of idx) whose norm_type-norm exceeds \
+       max_norm scaled in place by max_norm / (norm + 1e-7), as torch.embedding_renorm_ */ \
+    X(int, embedding_renorm, (int64_t n, int64_t D, int64_t V, const int32_t *idx, gdl_real *W, double max_norm, \
+        double norm_type)) \
     /* cross entropy over rows of C classes. from_log_probs: x already holds \
        log-probabilities (nll_loss). rows[b] = per-row loss (0 when ignored); \
        out[0] = sum or mean of rows (reduction != NONE); count[0] = the number \

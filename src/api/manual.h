@@ -479,7 +479,7 @@
    nn/attention.h           nn.MultiheadAttention on scaled dot-product attention
    nn/resnet.h              ResNet's BasicBlock, under torchvision's names
    nn/transformer.h         the Transformer encoder, positional embeddings, weight tying
-   nn/rnn.h                 the recurrent modules: LSTM and GRU
+   nn/rnn.h                 the recurrent modules: LSTM, GRU and RNN (lengths, proj_size); gdl_forward_ex
    train/optimizers.h       optimizers (SGD, Adam, AdamW), master weights, the flat blocks
    train/ema.h              weight EMA (AveragedModel), mirroring the optimizer's flat parameter region
    train/gradscaler.h       GradScaler (torch.amp.GradScaler)

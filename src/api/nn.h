@@ -116,6 +116,9 @@ GPUDL_API gdl_module *gdl_nn_layernorm(int64_t normalized_dim);
 GPUDL_API gdl_module *gdl_nn_dropout(double p);
 /* nn.Embedding(V, D): i32 indices [...] -> [..., D]; weight [V,D] ~ N(0,1). */
 GPUDL_API gdl_module *gdl_nn_embedding(int64_t num_embeddings, int64_t embedding_dim);
+/* nn.Embedding(V, D, padding_idx, max_norm, norm_type) (gdl_embedding_ex's options; o NULL: defaults):
+   the padding row starts at zero and gets no gradient. */
+GPUDL_API gdl_module *gdl_nn_embedding_ex(int64_t num_embeddings, int64_t embedding_dim, const gdl_embedding_opts *o);
 /* nn.ReLU() */
 GPUDL_API gdl_module *gdl_nn_relu(void);
 /* nn.LeakyReLU(negative_slope) (PyTorch's default slope is 0.01) */
@@ -143,7 +146,7 @@ GPUDL_API gdl_module *gdl_nn_flatten(int start_dim);
    Input [T, B, input_size] ([B, T, input_size] with batch_first), or unbatched [T, input_size]. Output
    [T, B, D*H] (batch_first: [B, T, D*H]; the directions concatenated on the last dim, D = 2 when
    bidirectional); dropout on every layer's output but the last, in training mode only. gdl_forward gives
-   the output only. */
+   the output only; gdl_forward_ex the states too. */
 /* nn.LSTM / nn.GRU's keyword arguments under PyTorch's names; start from gdl_rnn_defaults(). */
 typedef struct gdl_rnn_opts {
     int num_layers;    /* default 1; >= 1 */
@@ -151,17 +154,26 @@ typedef struct gdl_rnn_opts {
     int batch_first;   /* default 0: input and output [T, B, *]; 1: [B, T, *] */
     double dropout;    /* default 0; in [0,1]: on every layer's output but the last, in training mode */
     int bidirectional; /* default 0 */
+    int64_t proj_size; /* default 0; an LSTM's h projected to proj_size < hidden_size features by
+                          weight_hr_l<l> [proj_size, hidden_size] (no bias); h0, h_n and the output then
+                          have proj_size features, c0 and c_n hidden_size, weight_hh [4H, proj_size] */
+    const char *nonlinearity; /* an RNN's: NULL or "tanh" (default), "relu"; NULL for an LSTM or GRU */
 } gdl_rnn_opts;
-/* num_layers 1, bias 1, batch_first 0, dropout 0, bidirectional 0 (PyTorch's). */
+/* num_layers 1, bias 1, batch_first 0, dropout 0, bidirectional 0, proj_size 0, tanh (PyTorch's). */
 GPUDL_API gdl_rnn_opts gdl_rnn_defaults(void);
 /* nn.LSTM(input_size, hidden_size, **o) / nn.GRU(...); o NULL means defaults. NULL + error. */
 GPUDL_API gdl_module *gdl_nn_lstm_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o);
 GPUDL_API gdl_module *gdl_nn_gru_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o);
+/* nn.RNN(input_size, hidden_size, **o): h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh), act tanh or relu
+   (o->nonlinearity); weight_ih_l<l> [H, in], weight_hh_l<l> [H, H], biases [H] as LSTM's (G = 1). */
+GPUDL_API gdl_module *gdl_nn_rnn_ex(int64_t input_size, int64_t hidden_size, const gdl_rnn_opts *o);
 /* The same with every option given, in PyTorch's positional order. */
 GPUDL_API gdl_module *gdl_nn_lstm(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
                                   double dropout, int bidirectional);
 GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int num_layers, int bias, int batch_first,
                                  double dropout, int bidirectional);
+GPUDL_API gdl_module *gdl_nn_rnn(int64_t input_size, int64_t hidden_size, int num_layers, const char *nonlinearity,
+                                 int bias, int batch_first, double dropout, int bidirectional);
 /* The forward with states: h0, c0 [num_layers*D, B, H] ([num_layers*D, H] unbatched; never batch-first),
    NULL for zeros; *out as gdl_forward's, *h_n and *c_n the final states in h0's layout (the forward
    direction's at the last step, the reverse one's at the first). Any of out, h_n, c_n may be NULL (not
@@ -169,6 +181,15 @@ GPUDL_API gdl_module *gdl_nn_gru(int64_t input_size, int64_t hidden_size, int nu
 GPUDL_API int gdl_nn_lstm_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, gdl_tensor **out,
                                   gdl_tensor **h_n, gdl_tensor **c_n);
 GPUDL_API int gdl_nn_gru_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor **out, gdl_tensor **h_n);
+/* The forward of an LSTM, GRU or RNN with states and sequences of different lengths in one padded batch:
+   lengths (nlengths = B values, each in [1, T]; NULL: all T) as PyTorch's
+   pack_padded_sequence(x, lengths, batch_first, enforce_sorted=False), the module, then
+   pad_packed_sequence: each sequence's states stop at its last step (h_n, c_n are the states there; the
+   reverse direction starts at the sequence's own end), the output has max(lengths) steps and is zero
+   (no gradient) past each sequence's end. c0 and c_n are an LSTM's only (c_n set NULL otherwise). 0, or
+   -1 + error with every result NULL. */
+GPUDL_API int gdl_nn_rnn_forward(gdl_module *m, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0, const int64_t *lengths,
+                                 int64_t nlengths, gdl_tensor **out, gdl_tensor **h_n, gdl_tensor **c_n);
 /* nn.Sequential of n modules (children "0".."n-1"); takes ownership of mods[], also on failure. */
 GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods);
 /* Appends m to a Sequential as child "<count>"; takes ownership of m (freed on failure unless it has a parent). 0 / -1. */
@@ -206,6 +227,24 @@ GPUDL_API int gdl_module_add_buffer(gdl_module *m, const char *name, gdl_tensor 
 /* ---- using modules ---- */
 /* The module's forward on x (a temporary, recorded on the tape); errors name the module ("Linear '0'"). */
 GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x);
+/* The extra inputs of gdl_forward_ex (start from gdl_forward_defaults(): all NULL): a recurrent module's
+   initial states (PyTorch's hx: h0, and c0 for an LSTM) and its sequences' lengths, as a host array
+   (lengths, nlengths) or an i32 [B] tensor on any device (lengths_tensor), as gdl_nn_rnn_forward's. */
+typedef struct gdl_forward_opts {
+    gdl_tensor *h0, *c0;
+    const int64_t *lengths;
+    int64_t nlengths;
+    gdl_tensor *lengths_tensor;
+} gdl_forward_opts;
+GPUDL_API gdl_forward_opts gdl_forward_defaults(void);
+/* How many tensors m's forward gives (PyTorch's output tuple, flattened): 3 for an LSTM (output, h_n,
+   c_n), 2 for a GRU or RNN (output, h_n), 1 for every other module; 0 for NULL. */
+GPUDL_API int gdl_module_num_outputs(const gdl_module *m);
+/* m's forward on x with every output: outs[0..] get the first max_outs of PyTorch's tuple (the rest are
+   not made into outs; outs[0] is gdl_forward's). o NULL: no states, no lengths; a module that is not
+   recurrent takes none. Returns gdl_module_num_outputs(m), or -1 + error with outs[] NULL. */
+GPUDL_API int gdl_forward_ex(gdl_module *m, gdl_tensor *x, const gdl_forward_opts *o, gdl_tensor **outs,
+                             int max_outs);
 /* Sets training mode (on != 0) or eval mode on m and all its descendants, like .train()/.eval(). 0 / -1. */
 GPUDL_API int gdl_module_train(gdl_module *m, int on);
 /* 1 if m is in training mode, 0 in eval mode (or m NULL). */

@@ -114,6 +114,12 @@ GPUDL_API gdl_tensor *gdl_mean(gdl_tensor *x);
 GPUDL_API gdl_tensor *gdl_sum_dim(gdl_tensor *x, int dim, int keepdim);
 GPUDL_API gdl_tensor *gdl_mean_dim(gdl_tensor *x, int dim, int keepdim);
 GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim);
+GPUDL_API gdl_tensor *gdl_min_dim(gdl_tensor *x, int dim, int keepdim);
+/* torch.max(x, dim, keepdim) / torch.min(...): *values (differentiable: the gradient goes to each index)
+   and *indices (i32 temporaries, not differentiable) of the first maximum / minimum along dim (the first
+   NaN where there is one, as PyTorch); either may be NULL (not wanted). 0, or -1 + error with both NULL. */
+GPUDL_API int gdl_max_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices);
+GPUDL_API int gdl_min_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices);
 GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim); /* i32, not differentiable */
 GPUDL_API gdl_tensor *gdl_softmax(gdl_tensor *x, int dim);
 GPUDL_API gdl_tensor *gdl_log_softmax(gdl_tensor *x, int dim);
@@ -186,6 +192,17 @@ GPUDL_API gdl_tensor *gdl_batch_norm_relu(gdl_tensor *x, gdl_tensor *running_mea
 /* normalises over the last dim (size D = weight's numel when given) */
 GPUDL_API gdl_tensor *gdl_layer_norm(gdl_tensor *x, gdl_tensor *weight, gdl_tensor *bias, double eps);
 GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *indices, gdl_tensor *weight); /* i32 [...] -> [...,D] */
+/* F.embedding's options; start from gdl_embedding_defaults() (no padding row, no max_norm, norm_type 2). */
+#define GDL_NO_PADDING_IDX INT64_MIN
+typedef struct gdl_embedding_opts {
+    int64_t padding_idx; /* GDL_NO_PADDING_IDX (PyTorch's None), or a row in [-V, V) (negative: from the
+                            end): that row gets no gradient from the lookup */
+    double max_norm;     /* 0 (None), or > 0: every row looked up whose norm exceeds it is first scaled in
+                            place (the weight itself, outside autograd) to max_norm / (norm + 1e-7) times */
+    double norm_type;    /* the p of the norm, > 0 (INFINITY: the largest |w|); default 2 */
+} gdl_embedding_opts;
+GPUDL_API gdl_embedding_opts gdl_embedding_defaults(void);
+GPUDL_API gdl_tensor *gdl_embedding_ex(gdl_tensor *indices, gdl_tensor *weight, const gdl_embedding_opts *opts);
 /* One time step of a recurrent layer's gates (what gdl_nn_lstm / gdl_nn_gru run per step), one op:
    gx = x W_ih^T + b_ih and gh = h W_hh^T + b_hh, both [B, G*H] in PyTorch's gate order.
    lstm_gates (G = 4: i, f, g, o): c' = f*c_prev + i*g, h' = o*tanh(c'), returned stacked as [2, B, H]
@@ -199,10 +216,14 @@ typedef struct gdl_ce_opts {
     gdl_reduction reduction; /* default mean */
     int ignore_index;        /* default -100 */
     double label_smoothing;  /* default 0 */
+    gdl_tensor *weight;      /* default NULL; a float [C] rescaling each class, as PyTorch's weight: the
+                                mean of class-index targets is then over the targets' weights */
 } gdl_ce_opts;
 GPUDL_API gdl_ce_opts gdl_ce_defaults(void);
 /* targets: class indices i32 [B], or class probabilities [B,C] (float, as PyTorch takes them: mixup/cutmix's
-   soft targets; ignore_index does not apply, label smoothing does, the mean is over B) */
+   soft targets; ignore_index does not apply, label smoothing does, the mean is over B). As PyTorch, logits
+   may be [B, C, d1, ...] with i32 targets [B, d1, ...] (or probabilities of the logits' shape): the mean
+   is over every position, the reduction none gives [B, d1, ...]. gdl_nll_loss takes those shapes too. */
 GPUDL_API gdl_tensor *gdl_cross_entropy(gdl_tensor *logits, gdl_tensor *targets);
 GPUDL_API gdl_tensor *gdl_cross_entropy_ex(gdl_tensor *logits, gdl_tensor *targets, const gdl_ce_opts *opts);
 GPUDL_API gdl_tensor *gdl_nll_loss(gdl_tensor *log_probs, gdl_tensor *targets, gdl_reduction r, int ignore_index);

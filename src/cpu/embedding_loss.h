@@ -18,6 +18,36 @@ static int gdl__cpu_embedding_backward(int64_t n, int64_t D, int64_t V, const in
     return 0;
 }
 
+/* the norm of a row: max |w| for norm_type inf, else (sum |w|^p)^(1/p) (PyTorch's torch.norm) */
+static double gdl__row_norm(const gdl_real *w, int64_t D, double p) {
+    double s = 0;
+    int64_t k;
+    for (k = 0; k < D; k++) {
+        double a = fabs((double)w[k]);
+        if (isinf(p)) s = a > s ? a : s;
+        else s += p == 1 ? a : p == 2 ? a * a : pow(a, p);
+    }
+    return isinf(p) || p == 1 ? s : p == 2 ? sqrt(s) : pow(s, 1 / p);
+}
+/* one row after another, in idx's order: a row that repeats is renormalised once (its norm is then below
+   max_norm), the same as the GPU's sequential pass */
+static int gdl__cpu_embedding_renorm(int64_t n, int64_t D, int64_t V, const int32_t *idx, gdl_real *W, double max_norm,
+                                     double norm_type) {
+    int64_t i, k;
+    for (i = 0; i < n; i++) {
+        gdl_real *w;
+        double nrm;
+        if (idx[i] < 0 || idx[i] >= V) continue;
+        w = W + (int64_t)idx[i] * D;
+        nrm = gdl__row_norm(w, D, norm_type);
+        if (nrm > max_norm) {
+            double scale = max_norm / (nrm + 1e-7);
+            for (k = 0; k < D; k++) w[k] = (gdl_real)(w[k] * scale);
+        }
+    }
+    return 0;
+}
+
 /* log-sum-exp of a row, stable */
 static double gdl__lse(const gdl_real *p, int64_t C) {
     double mx = -INFINITY, s = 0;

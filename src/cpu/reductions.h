@@ -63,12 +63,14 @@ static void gdl__reduce_part(gdl__args a, int64_t lo, int64_t hi) {
         for (i = 0; i < inner; i++) {
             const gdl_real *p = a.x + o * n * inner + i;
             gdl_real r;
-            if (a.op == GDL_RED_MAX) {
+            if (a.op == GDL_RED_MAX || a.op == GDL_RED_MIN) {
+                /* min as the max of -x: -NaN is NaN, so NaN still wins, and the first of equal values */
+                const gdl_real sg = a.op == GDL_RED_MIN ? (gdl_real)-1 : (gdl_real)1;
                 int64_t best = 0;
                 for (k = 1; k < n; k++)
-                    if (p[k * inner] > p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
+                    if (sg * p[k * inner] > sg * p[best * inner] || (p[k * inner] != p[k * inner] && p[best * inner] == p[best * inner]))
                         best = k; /* first max; NaN wins as in PyTorch */
-                r = n ? p[best * inner] : (gdl_real)-INFINITY;
+                r = n ? p[best * inner] : sg * (gdl_real)-INFINITY;
                 if (a.idx) a.idx[o * inner + i] = (int32_t)best;
             } else {
                 double s = 0;
@@ -116,7 +118,7 @@ static int gdl__cpu_reduce(int op, int64_t outer, int64_t n, int64_t inner, cons
                            int32_t *idx, int accumulate) {
     gdl__args a = gdl__args_none();
     a.op = op; a.n = n; a.inner = inner; a.x = x; a.out = y; a.idx = idx; a.accumulate = accumulate;
-    if (op != GDL_RED_MAX && inner > 1)
+    if (op != GDL_RED_MAX && op != GDL_RED_MIN && inner > 1)
         gdl__parallel_units(outer * ((inner + GDL__RED_COLS - 1) / GDL__RED_COLS), outer * n * inner,
                             gdl__reduce_cols_part, &a);
     else
@@ -131,7 +133,7 @@ static void gdl__reduce_backward_part(gdl__args a, int64_t lo, int64_t hi) {
     for (o = lo; o < hi; o++)
         for (i = 0; i < inner; i++) {
             gdl_real g = a.gy[o * inner + i];
-            if (a.op == GDL_RED_MAX) {
+            if (a.op == GDL_RED_MAX || a.op == GDL_RED_MIN) {
                 a.out[(o * n + a.argmax[o * inner + i]) * inner + i] += g;
             } else {
                 if (a.op == GDL_RED_MEAN) g = (gdl_real)(g / (double)n);

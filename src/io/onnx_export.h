@@ -965,11 +965,13 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
     }
     case GDL_OP_SUM:
     case GDL_OP_MEAN:
-    case GDL_OP_MAX: {
+    case GDL_OP_MAX:
+    case GDL_OP_MIN: {
         int dim = (int)n->i[3], keep = dim >= 0 && n->out->ndim == n->in[0]->ndim;
         if (b0 >= 0 && (dim < 0 || dim == b0)) *bax = -1;
         else if (b0 > dim && !keep) *bax = b0 - 1;
-        return gdl__ox_reduce(X, op == GDL_OP_SUM ? "ReduceSum" : op == GDL_OP_MEAN ? "ReduceMean" : "ReduceMax", in[0],
+        return gdl__ox_reduce(X, op == GDL_OP_SUM ? "ReduceSum" : op == GDL_OP_MEAN ? "ReduceMean"
+                              : op == GDL_OP_MAX ? "ReduceMax" : "ReduceMin", in[0],
                               dim, keep, out);
     }
     case GDL_OP_SOFTMAX:

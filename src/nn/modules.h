@@ -8,7 +8,7 @@ enum {
     GDL__M_LINEAR, GDL__M_CONV2D, GDL__M_BATCHNORM, GDL__M_LAYERNORM, GDL__M_DROPOUT, GDL__M_EMBEDDING,
     GDL__M_RELU, GDL__M_LEAKY_RELU, GDL__M_SIGMOID, GDL__M_TANH, GDL__M_GELU, GDL__M_IDENTITY,
     GDL__M_MAXPOOL, GDL__M_AVGPOOL, GDL__M_GAP, GDL__M_FLATTEN, GDL__M_SEQUENTIAL, GDL__M_RESIDUAL,
-    GDL__M_CUSTOM, GDL__M_LSTM, GDL__M_GRU
+    GDL__M_CUSTOM, GDL__M_LSTM, GDL__M_GRU, GDL__M_RNN
 };
 
 /* the number of configuration slots, integer and real, of every module */
@@ -23,7 +23,8 @@ enum { GDL__BN_C, GDL__BN_DIMS, GDL__BN_AFFINE, GDL__BN_TRACK };       /* BatchN
 enum { GDL__BN_EPS, GDL__BN_MOMENTUM };                                /* BatchNorm: fa */
 enum { GDL__LN_D = 0, GDL__LN_EPS = 0 };                               /* LayerNorm: ia, fa */
 enum { GDL__DROPOUT_P = 0 };                                           /* Dropout: fa */
-enum { GDL__EMB_V, GDL__EMB_D };                                       /* Embedding: ia */
+enum { GDL__EMB_V, GDL__EMB_D, GDL__EMB_PAD };                         /* Embedding: ia (PAD: row + 1, 0 none) */
+enum { GDL__EMB_MAX_NORM, GDL__EMB_NORM_TYPE };                        /* Embedding: fa */
 enum { GDL__LEAKY_SLOPE = 0 };                                         /* LeakyReLU: fa */
 enum { GDL__GELU_TANH = 0 };                                           /* GELU: ia (the tanh approximation) */
 enum { GDL__POOL_K, GDL__POOL_S, GDL__POOL_P };                        /* MaxPool2d, AvgPool2d: ia */
@@ -123,7 +124,8 @@ static const char *gdl__nn_label(const gdl_module *m) {
 /* the recurrent modules (src/nn/, src/nn/rnn.h) */
 static void gdl__nn_rnn_config(const gdl_module *m, char *s, size_t n);
 static int gdl__nn_rnn_forward(const char *op, gdl_module *m, int kind, gdl_tensor *x, gdl_tensor *h0, gdl_tensor *c0,
-                               gdl_tensor **out, gdl_tensor **hn, gdl_tensor **cn);
+                               const int64_t *lens, int64_t nlens, gdl_tensor **out, gdl_tensor **hn,
+                               gdl_tensor **cn);
 
 /* PyTorch-like description of the configuration: "in_features=10, out_features=1, bias=True". */
 static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
@@ -148,7 +150,16 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
         break;
     case GDL__M_LAYERNORM: snprintf(s, n, "(%lld,), eps=%g", (long long)a[GDL__LN_D], m->fa[GDL__LN_EPS]); break;
     case GDL__M_DROPOUT: snprintf(s, n, "p=%g", m->fa[GDL__DROPOUT_P]); break;
-    case GDL__M_EMBEDDING: snprintf(s, n, "%lld, %lld", (long long)a[GDL__EMB_V], (long long)a[GDL__EMB_D]); break;
+    case GDL__M_EMBEDDING: {
+        int k = snprintf(s, n, "%lld, %lld", (long long)a[GDL__EMB_V], (long long)a[GDL__EMB_D]);
+        if (a[GDL__EMB_PAD] && k >= 0 && (size_t)k < n)
+            k += snprintf(s + k, n - (size_t)k, ", padding_idx=%lld", (long long)a[GDL__EMB_PAD] - 1);
+        if (m->fa[GDL__EMB_MAX_NORM] > 0 && k >= 0 && (size_t)k < n)
+            k += snprintf(s + k, n - (size_t)k, ", max_norm=%g", m->fa[GDL__EMB_MAX_NORM]);
+        if (m->fa[GDL__EMB_NORM_TYPE] != 2 && k >= 0 && (size_t)k < n)
+            snprintf(s + k, n - (size_t)k, ", norm_type=%g", m->fa[GDL__EMB_NORM_TYPE]);
+        break;
+    }
     case GDL__M_LEAKY_RELU: snprintf(s, n, "negative_slope=%g", m->fa[GDL__LEAKY_SLOPE]); break;
     case GDL__M_MAXPOOL:
     case GDL__M_AVGPOOL:
@@ -157,7 +168,8 @@ static void gdl__nn_config(const gdl_module *m, char *s, size_t n) {
         break;
     case GDL__M_FLATTEN: snprintf(s, n, "start_dim=%lld", (long long)a[GDL__FLATTEN_START]); break;
     case GDL__M_LSTM:
-    case GDL__M_GRU: gdl__nn_rnn_config(m, s, n); break;
+    case GDL__M_GRU:
+    case GDL__M_RNN: gdl__nn_rnn_config(m, s, n); break;
     default: break;
     }
 }
@@ -488,25 +500,38 @@ GPUDL_API gdl_module *gdl_nn_dropout(double p) {
     return m;
 }
 
-GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
-    const char *op = "gdl_nn_embedding";
+static gdl_module *gdl__nn_embedding(const char *op, int64_t V, int64_t D, const gdl_embedding_opts *o) {
     gdl_module *m;
-    int64_t ws[2];
+    gdl_tensor *w;
+    int64_t ws[2], pad = -1;
     if (V < 1 || D < 1 || V > INT32_MAX) {
         gdl__set_error("%s: num_embeddings %lld (at most 2^31-1) and embedding_dim %lld must be positive", op,
                        (long long)V, (long long)D);
         return NULL;
     }
-    if (!(m = gdl__nn_new(op, GDL__M_EMBEDDING, "Embedding"))) return NULL;
+    if (gdl__embedding_opts(op, o, V, &pad) < 0 || !(m = gdl__nn_new(op, GDL__M_EMBEDDING, "Embedding"))) return NULL;
     m->ia[GDL__EMB_V] = V;
     m->ia[GDL__EMB_D] = D;
+    m->ia[GDL__EMB_PAD] = pad + 1;
+    m->fa[GDL__EMB_MAX_NORM] = o->max_norm;
+    m->fa[GDL__EMB_NORM_TYPE] = o->norm_type;
     ws[0] = V;
     ws[1] = D;
-    if (gdl__nn_add_tensor(op, m, "weight", gdl_randn(2, ws, gdl_cpu()), 0) < 0) {
+    w = gdl_randn(2, ws, gdl_cpu());
+    if (w && pad >= 0) memset((gdl_real *)w->data + pad * D, 0, sizeof(gdl_real) * (size_t)D); /* as PyTorch */
+    if (gdl__nn_add_tensor(op, m, "weight", w, 0) < 0) {
         gdl__nn_free_tree(m);
         return NULL;
     }
     return m;
+}
+GPUDL_API gdl_module *gdl_nn_embedding(int64_t V, int64_t D) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    return gdl__nn_embedding("gdl_nn_embedding", V, D, &o);
+}
+GPUDL_API gdl_module *gdl_nn_embedding_ex(int64_t V, int64_t D, const gdl_embedding_opts *opts) {
+    gdl_embedding_opts o = opts ? *opts : gdl_embedding_defaults();
+    return gdl__nn_embedding("gdl_nn_embedding_ex", V, D, &o);
 }
 
 /* a module of kind with no parameters; its one configuration value, when it has one, in slot islot of ia[]
@@ -819,7 +844,13 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
             snprintf(want, sizeof want, "i32 indices in [0, %lld)", (long long)a[GDL__EMB_V]);
             return gdl__nn_fwd_fail(m, want, gdl_dtype_name(x->dtype));
         }
-        return gdl_embedding(x, gdl__nn_param(m, 0));
+        {
+            gdl_embedding_opts o = gdl_embedding_defaults();
+            o.padding_idx = a[GDL__EMB_PAD] ? a[GDL__EMB_PAD] - 1 : GDL_NO_PADDING_IDX;
+            o.max_norm = m->fa[GDL__EMB_MAX_NORM];
+            o.norm_type = m->fa[GDL__EMB_NORM_TYPE];
+            return gdl_embedding_ex(x, gdl__nn_param(m, 0), &o);
+        }
     case GDL__M_RELU: return gdl_relu(x);
     case GDL__M_LEAKY_RELU: return gdl_leaky_relu(x, m->fa[GDL__LEAKY_SLOPE]);
     case GDL__M_SIGMOID: return gdl_sigmoid(x);
@@ -858,10 +889,11 @@ static gdl_tensor *gdl__nn_forward(gdl_module *m, gdl_tensor *x) {
         return y ? gdl_relu(y) : NULL;
     }
     case GDL__M_CUSTOM: return m->fwd(m, x);
-    case GDL__M_LSTM: /* the output sequence; gdl_nn_lstm_forward / gdl_nn_gru_forward give the states too */
-    case GDL__M_GRU: {
+    case GDL__M_LSTM: /* the output sequence; gdl_forward_ex and gdl_nn_rnn_forward give the states too */
+    case GDL__M_GRU:
+    case GDL__M_RNN: {
         gdl_tensor *y;
-        return gdl__nn_rnn_forward("gdl_forward", m, m->kind, x, NULL, NULL, &y, NULL, NULL) < 0 ? NULL : y;
+        return gdl__nn_rnn_forward("gdl_forward", m, m->kind, x, NULL, NULL, NULL, 0, &y, NULL, NULL) < 0 ? NULL : y;
     }
     default: gdl__set_error("gdl_forward: unknown module kind %d", m->kind); return NULL;
     }

@@ -221,37 +221,94 @@ static int gdl__check_indices(const char *op, const gdl_tensor *idx, int64_t lo,
     return 0;
 }
 
-GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
-    const char *op = "gdl_embedding";
-    int64_t shape[GDL_MAX_DIMS];
+GPUDL_API gdl_embedding_opts gdl_embedding_defaults(void) {
+    gdl_embedding_opts o;
+    o.padding_idx = GDL_NO_PADDING_IDX;
+    o.max_norm = 0;
+    o.norm_type = 2;
+    return o;
+}
+
+/* the options checked against weight [V, D]; *pad the padding row in [0, V), or -1 for none */
+static int gdl__embedding_opts(const char *op, const gdl_embedding_opts *o, int64_t V, int64_t *pad) {
+    *pad = -1;
+    if (o->padding_idx != GDL_NO_PADDING_IDX) {
+        if (o->padding_idx < -V || o->padding_idx >= V) {
+            gdl__set_error("%s: padding_idx %lld is not in [-%lld, %lld) (num_embeddings %lld)", op,
+                           (long long)o->padding_idx, (long long)V, (long long)V, (long long)V);
+            return -1;
+        }
+        *pad = o->padding_idx < 0 ? o->padding_idx + V : o->padding_idx;
+    }
+    if (!(o->max_norm >= 0) || !(o->norm_type > 0)) {
+        gdl__set_error("%s: max_norm %g must be >= 0 (0: none) and norm_type %g positive", op, o->max_norm,
+                       o->norm_type);
+        return -1;
+    }
+    return 0;
+}
+
+static gdl_tensor *gdl__embedding(const char *op, gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *o) {
+    int64_t shape[GDL_MAX_DIMS], pad;
     int err;
     gdl_tensor *out, *in[2];
+    gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl_embedding(idx, w), w);
+    if (o->max_norm > 0 && w && w->dtype != GDL_F32) { /* the renormalisation writes the weight itself */
+        gdl__set_error("%s: max_norm renormalises the weight in place: it must be f32, got %s %s", op,
+                       gdl_dtype_name(w->dtype), gdl_shape_str(w));
+        return NULL;
+    }
+    GDL__LOWP1(op, GDL_OP_EMBEDDING, gdl__embedding(op, idx, w, o), w);
     if (gdl__check_two(op, "indices", idx, 0, "weight", w, 1) < 0) return NULL;
     if (idx->dtype != GDL_I32 || w->ndim != 2 || idx->ndim >= GDL_MAX_DIMS) {
         gdl__set_error("%s: expected i32 indices and a weight [V,D], got %s %s and %s %s", op, gdl_dtype_name(idx->dtype),
                        gdl_shape_str(idx), gdl_dtype_name(w->dtype), gdl_shape_str(w));
         return NULL;
     }
-    if (gdl__check_indices(op, idx, 0, w->shape[0], 0, 0) < 0) return NULL;
+    if (gdl__check_indices(op, idx, 0, w->shape[0], 0, 0) < 0 || gdl__embedding_opts(op, o, w->shape[0], &pad) < 0)
+        return NULL;
     memcpy(shape, idx->shape, sizeof shape);
     shape[idx->ndim] = w->shape[1];
     if (!(be = gdl__be(op, w->device)) || !(out = gdl__tmp(op, idx->ndim + 1, shape, GDL_F32, w->device))) return NULL;
+    if (o->max_norm > 0 && idx->numel &&
+        be->k.embedding_renorm(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w),
+                               o->max_norm, o->norm_type) < 0)
+        return NULL;
     if (out->numel && be->k.embedding(idx->numel, w->shape[1], w->shape[0], (const int32_t *)idx->data, GDL__R(w), GDL__R(out)) < 0)
         return NULL;
     in[0] = idx;
     in[1] = w;
-    gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
-    return err ? NULL : gdl__finish(op, out);
+    n = gdl__record(op, GDL_OP_EMBEDDING, out, 2, in, &err);
+    if (err) return NULL;
+    if (n) n->i[0] = pad;
+    return gdl__finish(op, out);
 }
 
+GPUDL_API gdl_tensor *gdl_embedding(gdl_tensor *idx, gdl_tensor *w) {
+    gdl_embedding_opts o = gdl_embedding_defaults();
+    return gdl__embedding("gdl_embedding", idx, w, &o);
+}
+GPUDL_API gdl_tensor *gdl_embedding_ex(gdl_tensor *idx, gdl_tensor *w, const gdl_embedding_opts *opts) {
+    gdl_embedding_opts o = opts ? *opts : gdl_embedding_defaults();
+    return gdl__embedding("gdl_embedding_ex", idx, w, &o);
+}
+
+/* padding_idx: the padding row's gradient as it was before this op's scatter-add (saved, then put back),
+   so the row gets nothing from this lookup and keeps what other ops gave it */
 static int gdl__bw_embedding(gdl_node *n, const gdl_backend *be) {
-    gdl_tensor *w = n->in[1];
+    gdl_tensor *w = n->in[1], *keep = NULL;
     gdl_real *gw = GDL__G(w);
+    const int64_t D = w->shape[1], pad = n->i[0];
+    const size_t row = sizeof(gdl_real) * (size_t)D;
     if (!gw || !n->out->numel) return 0;
-    return be->k.embedding_backward(n->in[0]->numel, w->shape[1], w->shape[0], (const int32_t *)n->in[0]->data,
-                                  GDL__R(n->out->grad), gw);
+    if (pad >= 0 && (!(keep = gdl__tmp("gdl_backward", 1, &w->shape[1], GDL_F32, w->device)) ||
+                     be->rt.copy(keep->data, gw + pad * D, row, 2) < 0))
+        return -1;
+    if (be->k.embedding_backward(n->in[0]->numel, D, w->shape[0], (const int32_t *)n->in[0]->data,
+                                 GDL__R(n->out->grad), gw) < 0)
+        return -1;
+    return keep ? be->rt.copy(gw + pad * D, keep->data, row, 2) : 0;
 }
 
 /* ---- losses ---- */
@@ -261,6 +318,7 @@ GPUDL_API gdl_ce_opts gdl_ce_defaults(void) {
     o.reduction = GDL_REDUCE_MEAN;
     o.ignore_index = -100;
     o.label_smoothing = 0;
+    o.weight = NULL;
     return o;
 }
 
@@ -285,9 +343,94 @@ static gdl_tensor *gdl__xent_soft(const char *opname, int op, gdl_tensor *x, gdl
     }
     if (o->label_smoothing > 0)
         t = gdl_add_scalar(gdl_mul_scalar(tgt, 1 - o->label_smoothing), o->label_smoothing / (double)x->shape[1]);
+    if (o->weight) t = gdl_mul(t, o->weight);
     rows = gdl_mul_scalar(gdl_sum_dim(gdl_mul(t, gdl_log_softmax(x, 1)), 1, 0), -1);
     if (!rows) return NULL;
     return o->reduction == GDL_REDUCE_NONE ? rows : o->reduction == GDL_REDUCE_SUM ? gdl_sum(rows) : gdl_mean(rows);
+}
+
+static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o);
+
+/* PyTorch's weighted cross entropy over x [N, C] and i32 targets [N], composed: the picks are nll_loss
+   ops (on x * weight for the loss, on the weights for each target's weight, on ones for the targets not
+   ignored), so every part has its own backward and ignored targets give 0 everywhere. Per row
+   (1 - ls) * -w_y logp_y + ls / C * -sum_c w_c logp_c; the mean divides the sum by the targets' weights. */
+static gdl_tensor *gdl__xent_weighted(const char *opname, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
+    const double ls = o->label_smoothing;
+    gdl_tensor *logp = gdl_log_softmax(x, 1), *ones, *wlogp, *rows, *wy;
+    ones = gdl__tmp(opname, 2, x->shape, GDL_F32, x->device);
+    if (!logp || !ones || gdl_fill_(ones, 1) < 0 || !(wlogp = gdl_mul(logp, o->weight))) return NULL;
+    rows = gdl_mul_scalar(gdl_nll_loss(wlogp, tgt, GDL_REDUCE_NONE, o->ignore_index), 1 - ls);
+    if (ls > 0) {
+        gdl_tensor *valid = gdl_mul_scalar(gdl_nll_loss(ones, tgt, GDL_REDUCE_NONE, o->ignore_index), -1);
+        gdl_tensor *smooth = gdl_mul(gdl_sum_dim(wlogp, 1, 0), valid);
+        rows = gdl_sub(rows, gdl_mul_scalar(smooth, ls / (double)x->shape[1]));
+    }
+    if (!rows || o->reduction == GDL_REDUCE_NONE) return rows;
+    if (o->reduction == GDL_REDUCE_SUM) return gdl_sum(rows);
+    wy = gdl_nll_loss(gdl_detach(gdl_mul(ones, o->weight)), tgt, GDL_REDUCE_SUM, o->ignore_index);
+    return gdl_div(gdl_sum(rows), gdl_mul_scalar(wy, -1));
+}
+
+/* [B, C, d1, ...] logits (targets [B, d1, ...], or probabilities of the logits' shape) as [N, C] rows, a
+   weight checked, then the loss of the rows; reduction none reshaped to [B, d1, ...] */
+static gdl_tensor *gdl__xent_nd(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
+    const int soft = gdl__is_float(tgt->dtype), nd = x->ndim;
+    int perm[GDL_MAX_DIMS], k, bad = 0;
+    int64_t rows_shape[2], tshape[GDL_MAX_DIMS], N = 1;
+    gdl_ce_opts o2 = *o;
+    gdl_tensor *x2 = x, *t2 = tgt, *r;
+    GDL__LOWP1(opname, op, gdl__xent_nd(opname, op, x, tgt, o), x);
+    if (gdl__check_two(opname, "input", x, 1, "target", tgt, 0) < 0) return NULL;
+    if (nd < 2) bad = 1;
+    else if (soft) bad = !gdl_same_shape(x, tgt);
+    else if (tgt->dtype != GDL_I32 || tgt->ndim != nd - 1 || tgt->shape[0] != x->shape[0]) bad = 1;
+    for (k = 2; !bad && !soft && k < nd; k++) bad = tgt->shape[k - 1] != x->shape[k];
+    if (bad) {
+        gdl__set_error("%s: expected input [B, C, d1, ...] with i32 target [B, d1, ...] (or probabilities of the "
+                       "input's shape), got %s %s and %s %s", opname, gdl_dtype_name(x->dtype), gdl_shape_str(x),
+                       gdl_dtype_name(tgt->dtype), gdl_shape_str(tgt));
+        return NULL;
+    }
+    if ((unsigned)o->reduction > GDL_REDUCE_NONE || !(o->label_smoothing >= 0 && o->label_smoothing <= 1) ||
+        x->shape[1] == 0) {
+        gdl__set_error("%s: bad reduction %d or label_smoothing %g, or input %s has no classes", opname,
+                       (int)o->reduction, o->label_smoothing, gdl_shape_str(x));
+        return NULL;
+    }
+    if (o->weight) {
+        if (gdl__check_in(opname, "weight", o->weight, 1) < 0 ||
+            gdl__check_dev(opname, x, o->weight) < 0)
+            return NULL;
+        if (o->weight->ndim != 1 || o->weight->shape[0] != x->shape[1] || o->weight->dtype != GDL_F32) {
+            gdl__set_error("%s: weight must be f32 [C] = [%lld] for input %s, got %s %s", opname,
+                           (long long)x->shape[1], gdl_shape_str(x), gdl_dtype_name(o->weight->dtype),
+                           gdl_shape_str(o->weight));
+            return NULL;
+        }
+    }
+    if (nd > 2) { /* the classes last: [B, d1, ..., C], then [N, C] */
+        perm[0] = 0;
+        for (k = 1; k < nd - 1; k++) perm[k] = k + 1;
+        perm[nd - 1] = 1;
+        for (k = 0; k < nd; k++)
+            if (k != 1) N *= x->shape[k];
+        rows_shape[0] = N;
+        rows_shape[1] = x->shape[1];
+        if (!(x2 = gdl_reshape(gdl_permute(x, nd, perm), 2, rows_shape))) return NULL;
+        if (!(t2 = soft ? gdl_reshape(gdl_permute(tgt, nd, perm), 2, rows_shape) : gdl_reshape(tgt, 1, &N)))
+            return NULL;
+    }
+    if (o->weight && !soft) {
+        if (gdl__check_indices(opname, t2, 0, x->shape[1], 1, o->ignore_index) < 0) return NULL;
+        r = gdl__xent_weighted(opname, x2, t2, o);
+    } else {
+        r = soft ? gdl__xent_soft(opname, op, x2, t2, o) : (o2.weight = NULL, gdl__xent(opname, op, x2, t2, &o2));
+    }
+    if (!r || nd <= 2 || o->reduction != GDL_REDUCE_NONE) return r;
+    tshape[0] = x->shape[0];
+    for (k = 2; k < nd; k++) tshape[k - 1] = x->shape[k];
+    return gdl_reshape(r, nd - 1, tshape);
 }
 
 static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tensor *tgt, const gdl_ce_opts *o) {
@@ -296,6 +439,7 @@ static gdl_tensor *gdl__xent(const char *opname, int op, gdl_tensor *x, gdl_tens
     gdl_tensor *rows, *out, *count, *in[2];
     gdl_node *n;
     const gdl_backend *be;
+    if (x && tgt && (x->ndim > 2 || o->weight)) return gdl__xent_nd(opname, op, x, tgt, o);
     if (x && tgt && gdl__is_float(tgt->dtype) && tgt->ndim == 2) return gdl__xent_soft(opname, op, x, tgt, o);
     GDL__LOWP1(opname, op, gdl__xent(opname, op, x, tgt, o), x);
     if (gdl__check_two(opname, "input", x, 1, "target", tgt, 0) < 0) return NULL;

@@ -1,15 +1,18 @@
-/* src/ops/reductions.h — reductions (sum, mean, max, argmax), softmax and
+/* src/ops/reductions.h — reductions (sum, mean, max, min with their indices, argmax), softmax and
    log-softmax, cumsum. */
 
 /* ---- reductions and softmax ---- */
 
-static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
+/* *idx_out (max, min; when not NULL) gets the index tensor the backward uses: the first extreme, or the
+   first NaN */
+static gdl_tensor *gdl__reduce_idx(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim,
+                                   gdl_tensor **idx_out) {
     int64_t outer, nred, inner, shape[GDL_MAX_DIMS] = {0};
     int d = 0, nd = 0, k, err;
     gdl_tensor *out, *idx = NULL;
     gdl_node *n;
     const gdl_backend *be;
-    GDL__LOWP1(opname, op, gdl__reduce(opname, op, x, all, dim, keepdim), x);
+    GDL__LOWP1(opname, op, gdl__reduce_idx(opname, op, x, all, dim, keepdim, idx_out), x);
     if (gdl__check_in(opname, "x", x, 1) < 0) return NULL;
     if (all) {
         outer = inner = 1;
@@ -22,12 +25,14 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
             else if (keepdim) shape[nd++] = 1;
         }
     }
-    if (op == GDL_OP_MAX && nred == 0) {
-        gdl__set_error("%s: cannot take the max over an empty dimension of %s", opname, gdl_shape_str(x));
+    if ((op == GDL_OP_MAX || op == GDL_OP_MIN) && nred == 0) {
+        gdl__set_error("%s: cannot take the %s over an empty dimension %d of %s", opname,
+                       op == GDL_OP_MAX ? "max" : "min", dim, gdl_shape_str(x));
         return NULL;
     }
     if (!(be = gdl__be(opname, x->device)) || !(out = gdl__tmp(opname, nd, shape, GDL_F32, x->device))) return NULL;
-    if (op == GDL_OP_MAX && !(idx = gdl__tmp(opname, nd, shape, GDL_I32, x->device))) return NULL;
+    if ((op == GDL_OP_MAX || op == GDL_OP_MIN) && !(idx = gdl__tmp(opname, nd, shape, GDL_I32, x->device)))
+        return NULL;
     if (out->numel && be->k.reduce(gdl__op(op)->kernel, outer, nred, inner, GDL__R(x), GDL__R(out),
                                  idx ? (int32_t *)idx->data : NULL, 0) < 0)
         return NULL;
@@ -38,7 +43,11 @@ static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int al
         n->i[3] = all ? -1 : d; /* the dim reduced (-1: all), for gdl_export_onnx */
         n->saved[0] = idx;
     }
+    if (idx_out) *idx_out = idx;
     return gdl__finish(opname, out);
+}
+static gdl_tensor *gdl__reduce(const char *opname, int op, gdl_tensor *x, int all, int dim, int keepdim) {
+    return gdl__reduce_idx(opname, op, x, all, dim, keepdim, NULL);
 }
 
 static int gdl__gap_lp(const char *op, const gdl_backend *be, gdl_dtype dt, gdl_device dev, int64_t P, int64_t HW,
@@ -57,6 +66,30 @@ GPUDL_API gdl_tensor *gdl_mean(gdl_tensor *x) { return gdl__reduce("gdl_mean", G
 GPUDL_API gdl_tensor *gdl_sum_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_sum_dim", GDL_OP_SUM, x, 0, dim, keepdim); }
 GPUDL_API gdl_tensor *gdl_mean_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_mean_dim", GDL_OP_MEAN, x, 0, dim, keepdim); }
 GPUDL_API gdl_tensor *gdl_max_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_max_dim", GDL_OP_MAX, x, 0, dim, keepdim); }
+GPUDL_API gdl_tensor *gdl_min_dim(gdl_tensor *x, int dim, int keepdim) { return gdl__reduce("gdl_min_dim", GDL_OP_MIN, x, 0, dim, keepdim); }
+
+/* torch.max(x, dim, keepdim) / torch.min: the values (differentiable) and their i32 indices */
+static int gdl__extreme_dim(const char *opname, int op, gdl_tensor *x, int dim, int keepdim, gdl_tensor **values,
+                            gdl_tensor **indices) {
+    gdl_tensor *idx = NULL, *v;
+    if (values) *values = NULL;
+    if (indices) *indices = NULL;
+    if (!values && !indices) {
+        gdl__null_arg(opname, "values and indices");
+        return -1;
+    }
+    /* a bf16 / f16 x: the op runs on an f32 copy (GDL__LOWP1), whose call sets idx */
+    if (!(v = gdl__reduce_idx(opname, op, x, 0, dim, keepdim, &idx))) return -1;
+    if (values) *values = v;
+    if (indices) *indices = idx;
+    return 0;
+}
+GPUDL_API int gdl_max_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices) {
+    return gdl__extreme_dim("gdl_max_dim_ex", GDL_OP_MAX, x, dim, keepdim, values, indices);
+}
+GPUDL_API int gdl_min_dim_ex(gdl_tensor *x, int dim, int keepdim, gdl_tensor **values, gdl_tensor **indices) {
+    return gdl__extreme_dim("gdl_min_dim_ex", GDL_OP_MIN, x, dim, keepdim, values, indices);
+}
 
 GPUDL_API gdl_tensor *gdl_argmax(gdl_tensor *x, int dim) {
     int64_t outer, nred, inner, shape[GDL_MAX_DIMS];

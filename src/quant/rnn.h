@@ -11,6 +11,11 @@ static gdl_module *gdl__qrnn_new(const char *op, const gdl_module *m, const gdl_
     const int lstm = m->kind == GDL__M_LSTM;
     gdl_module *c, *k;
     int l, d, j;
+    if (m->ia[GDL__RNN_PROJ]) { /* as PyTorch's dynamic LSTM, which has no weight_hr */
+        gdl__set_error("%s: %s has proj_size=%lld: a dynamically quantized LSTM has no projection", op,
+                       gdl__nn_label(m), (long long)m->ia[GDL__RNN_PROJ]);
+        return NULL;
+    }
     if (!(c = gdl__nn_new(op, m->kind, lstm ? "DynamicQuantizedLSTM" : "DynamicQuantizedGRU"))) return NULL;
     c->training = m->training;
     memcpy(c->ia, m->ia, sizeof c->ia);
