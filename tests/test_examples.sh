@@ -188,6 +188,12 @@ if [ -x "$b/emu_char_gpt" ]; then
 else
     skip=$((skip + 11)); echo "  SKIP char_gpt on the CUDA emulator: $b/emu_char_gpt not built (make $b/emu_char_gpt)"
 fi
+# speedrun: its own flags, refused when bad
+expect 0 "^  --widths A,B,C " "$b/speedrun" --help
+expect 2 "\-\-widths wants three widths" "$b/speedrun" --widths 32,64
+expect 2 "\-\-widths wants three widths" "$b/speedrun" --widths 32,0,128
+expect 2 "\-\-seeds '0'" "$b/speedrun" --seeds 0
+expect 2 "\-\-target '101'" "$b/speedrun" --target 101
 if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "test accuracy [0-9]" "$b/mnist_mlp" --epochs 2 --device cpu --batch-size 128 --seed 3 --csv "$t/m.csv"
     # the metrics CSV: a header and one row per epoch, drawn by tools/plot.sh
@@ -275,6 +281,13 @@ if [ -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz ]; then
     expect 0 "static int8 within" awk '/^f32 / { f = $2 + 0 } /^static int8 / { s = $3 + 0 } END {
         if (f > 60 && s >= f - 3) { printf "static int8 within 3 points of f32: %s%% against %s%%\n", s, f; exit 0 }
         printf "static int8 %s%% against f32 %s%%\n", s, f; exit 1 }' "$t/quant"
+    # speedrun: 2 seeds of 2 epochs on 2,000 images, batch 64 (a few seconds each): both well above
+    # chance (10 %) after the whitening, EMA and flip-averaged test pass; one short of a target it
+    # cannot reach makes the exit status 1
+    expect 0 "2 seeds: accuracy .* 2 of 2 reached 60.00 %" "$b/speedrun" --seeds 2 --epochs 2 --batch-size 64 \
+        --train-subset 2000 --test-subset 1000 --target 60
+    expect 1 "^seed 3: test accuracy .* (short of the target)" "$b/speedrun" --seed 3 --seeds 1 --epochs 1 --batch-size 64 \
+        --train-subset 512 --test-subset 256 --target 99.9
 else
     skip=$((skip + 3)); echo "  SKIP the training runs: Fashion-MNIST is not installed (sh tools/deps.sh test installs it)"
 fi
