@@ -3011,9 +3011,10 @@ GPUDL_API int gdl_export_c(gdl_module *m, int ndim, const int64_t *input_shape, 
                            const gdl_export_c_opts *o, gdl_export_c_info *info);
 /* ---------------------------------------------------------------------------
    src/api/op_math.h   The elementwise ops (enum gdl_binary_op, gdl_unary_op)
-   and their scalar math, written once for both backends: the CPU kernels
-   (src/cpu/elementwise.h, lowp.h, bias_act.h, the GEMM's epilogue) and the
-   CUDA kernels (cuda/elementwise.cu, bias_act.cu) call the functions below,
+   and their scalar math, and the comparisons (gdl_compare_op), written once
+   for both backends: the CPU kernels (src/cpu/elementwise.h, lowp.h,
+   bias_act.h, index.h, the GEMM's epilogue) and the CUDA kernels
+   (cuda/elementwise.cu, bias_act.cu, index.cu) call the functions below,
    __host__ __device__ under nvcc.
    ------------------------------------------------------------------------- */
 
@@ -3143,6 +3144,24 @@ GDL__OP_MATH(real, gdl_real, double, )
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+/* gdl_compare1_N(op, a, b): a op b for one gdl_compare_op, 1 or 0 (NaN compares unequal to all, as in
+   PyTorch). The CPU compares in double (integers exactly, floats as loaded), the GPU integer pairs in int32
+   and the rest in float. */
+#define GDL__COMPARE1(N, T) \
+    GDL__OPM_FN int gdl_compare1_##N(int op, T a, T b) { \
+        switch (op) { \
+        case GDL_CMP_EQ: return a == b; \
+        case GDL_CMP_NE: return a != b; \
+        case GDL_CMP_LT: return a < b; \
+        case GDL_CMP_LE: return a <= b; \
+        case GDL_CMP_GT: return a > b; \
+        default: return a >= b; /* GDL_CMP_GE */ \
+        } \
+    }
+GDL__COMPARE1(double, double)
+GDL__COMPARE1(float, float)
+GDL__COMPARE1(i32, int32_t)
 /* ---------------------------------------------------------------------------
    src/api/backend.h   A backend is a table of functions on raw device
    pointers in two halves: the runtime (memory, copies, streams, events,
@@ -5046,7 +5065,9 @@ GDL__OSFN int gdl__os_sock_io(gdl__sock s, void *buf, size_t n, int out, double 
 #endif
 /* ---------------------------------------------------------------------------
    src/runtime/errors.h — the thread-local error message: gdl__set_error,
-   gdl_last_error.
+   gdl_last_error, and the helpers that keep an earlier message; dtype
+   names and sizes; small host-memory helpers (gdl__zalloc,
+   gdl__free_strings).
    ------------------------------------------------------------------------- */
 
 static GDL__TLS char gdl__err[1024];
@@ -5072,6 +5093,13 @@ static void *gdl__zalloc(const char *op, size_t bytes) {
     return p;
 }
 
+/* frees the n strings of s, then s (a NULL s: nothing) */
+static void gdl__free_strings(char **s, int64_t n) {
+    int64_t i;
+    for (i = 0; s && i < n; i++) GPUDL_FREE(s[i]);
+    GPUDL_FREE(s);
+}
+
 static int64_t gdl__syncs; /* host waits for a device, from every thread */
 GPUDL_API void gdl__count_sync(void) {
 #ifdef GDL__ATOMICS
@@ -5089,15 +5117,31 @@ GPUDL_API int64_t gdl_sync_count(void) {
 }
 GPUDL_API const char *gdl_version(void) { return GPUDL_VERSION; }
 
-/* A NULL argument usually follows an earlier failure: keep that message. */
-static void gdl__null_arg(const char *op, const char *arg) {
-    char prev[sizeof gdl__err];
+/* The error fmt formats, the current one kept with it: "text: current" where after is 0 (a call names
+   itself, or where it stood, in front of the failure of something it called), "text (after: current)"
+   where after is 1 (an argument is NULL, which usually follows an earlier failure; just "text" when there
+   is no current error). */
+static void gdl__error_keep(int after, const char *fmt, va_list ap) {
+    char prev[sizeof gdl__err], text[sizeof gdl__err];
     memcpy(prev, gdl__err, sizeof prev);
-    if (prev[0])
-        gdl__set_error("%s: %s is NULL (after: %s)", op, arg, prev);
-    else
-        gdl__set_error("%s: %s is NULL", op, arg);
+    vsnprintf(text, sizeof text, fmt, ap);
+    if (!after) gdl__set_error("%s: %s", text, prev);
+    else if (prev[0]) gdl__set_error("%s (after: %s)", text, prev);
+    else gdl__set_error("%s", text);
 }
+static void gdl__error_context(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gdl__error_keep(0, fmt, ap);
+    va_end(ap);
+}
+static void gdl__error_after(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gdl__error_keep(1, fmt, ap);
+    va_end(ap);
+}
+static void gdl__null_arg(const char *op, const char *arg) { gdl__error_after("%s: %s is NULL", op, arg); }
 
 static const char *const gdl__dtype_names[GDL_DTYPE_COUNT] = {"f32", "i32", "u8", "f16", "bf16"};
 static const size_t gdl__dtype_sizes[GDL_DTYPE_COUNT] = {sizeof(gdl_real), 4, 1, 2, 2};
@@ -6116,11 +6160,7 @@ static gdl_tensor *gdl__host_fill(const char *op, int ndim, const int64_t *shape
     for (i = 0; i < numel; i++) gdl__store(h + (size_t)i * es, dt, fn(i, arg));
     t = gdl_from_array(h, ndim, shape, dt, dev);
     GPUDL_FREE(h);
-    if (!t) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        gdl__set_error("%s: %s", op, prev);
-    }
+    if (!t) gdl__error_context("%s", op);
     return t;
 }
 
@@ -8835,18 +8875,27 @@ GPUDL_API const char *gdl_flops_line(double flops_per_step, double seconds_per_s
 #endif
 #endif
 
+/* each kernel's tile, MR x NR, and name (gdl_gemm_int8_kernel_name) */
 #if defined(GDL__QG_VNNI)
 #define GDL__QG_MR 8
 #define GDL__QG_NR 32
+#define GDL__QG_NAME "avx512vnni 8x32"
 #elif defined(GDL__QG_AVX2)
 #define GDL__QG_MR 4
 #define GDL__QG_NR 16
+#define GDL__QG_NAME "avx2 4x16"
 #elif defined(GDL__QG_SDOT)
 #define GDL__QG_MR 8
 #define GDL__QG_NR 8
+#define GDL__QG_NAME "neon-sdot 8x8"
 #else /* NEON without sdot, portable */
 #define GDL__QG_MR 4
 #define GDL__QG_NR 8
+#ifdef GDL__QG_NEON
+#define GDL__QG_NAME "neon 4x8"
+#else
+#define GDL__QG_NAME "portable 4x8"
+#endif
 #endif
 #if defined(GDL__QG_SDOT) || defined(GDL__QG_NEON)
 #define GDL__QG_SIGNED_A 1 /* the kernel multiplies a - 128: the driver adds 128 * colsum */
@@ -8915,163 +8964,146 @@ static int gdl__qpack_init(const char *op, gdl__qpack *p, int N, int K, const in
    gdl__qg_kernel(kg, a, lda, m, b, wide, tile): tile[i*NR + j] = sum over the
    kg groups of 4 k's of a[i][k] * b (packed panel), for rows i < m of A
    (rows lda bytes apart; rows m..MR-1 repeat row m-1 and are discarded).
-   wide (AVX2 only): some activation of these rows is above 127. */
+   wide (AVX2 only): some activation of these rows is above 127.
+
+   The SIMD kernels are one body (below the ISAs' sections), each ISA giving
+     GDL__QG_ROWS(X)   X(r) for each of the MR rows
+     GDL__QG_VEC, GDL__QG_LOAD(p)   B's vector type and its aligned load: a
+                       k-group of the panel is two vectors, b0 and b1
+     GDL__QG_CONSTS    the constants the steps use
+     GDL__QG_ACC(r)    declares row r's accumulators c<r>_0 .. (zero)
+     GDL__QG_STEP(r)   adds row r's 4 activations of group g (a<r>[4g ..],
+                       read by gdl__qg_a4) times b0, b1 to its accumulators;
+                       AVX2 has a second, GDL__QG_STEP_WIDE, for any u8
+     GDL__QG_STORE(r)  row r's accumulators into tile[r*NR .. r*NR + NR - 1] */
+
+#if defined(GDL__QG_VNNI) || defined(GDL__QG_AVX2) || defined(GDL__QG_SDOT) || defined(GDL__QG_NEON)
+/* the 4 activations a[0..3], as one 32-bit lane to broadcast */
+static inline uint32_t gdl__qg_a4(const uint8_t *a) {
+    uint32_t v;
+    memcpy(&v, a, 4);
+    return v;
+}
+#endif
 
 #if defined(GDL__QG_VNNI)
 
 #define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
-                           int32_t *GDL__RESTRICT tile) {
-#define GDL__QG_DECL(r)                                                   \
-    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
-    __m512i c##r##_0 = _mm512_setzero_si512(), c##r##_1 = _mm512_setzero_si512();
-    GDL__QG_ROWS(GDL__QG_DECL)
-#undef GDL__QG_DECL
-    int g;
-    (void)wide;
-    for (g = 0; g < kg; g++) {
-        const __m512i b0 = _mm512_load_si512((const void *)b), b1 = _mm512_load_si512((const void *)(b + 64));
-        int32_t v;
-        __m512i av;
-#define GDL__QG_DOT(r)                                   \
-    memcpy(&v, a##r + 4 * g, 4);                         \
-    av = _mm512_set1_epi32(v);                           \
-    c##r##_0 = _mm512_dpbusd_epi32(c##r##_0, av, b0);    \
-    c##r##_1 = _mm512_dpbusd_epi32(c##r##_1, av, b1);
-        GDL__QG_ROWS(GDL__QG_DOT)
-#undef GDL__QG_DOT
-        b += 128;
+#define GDL__QG_VEC __m512i
+#define GDL__QG_LOAD(p) _mm512_load_si512((const void *)(p))
+#define GDL__QG_CONSTS
+#define GDL__QG_ACC(r) __m512i c##r##_0 = _mm512_setzero_si512(), c##r##_1 = _mm512_setzero_si512();
+#define GDL__QG_STEP(r)                                                         \
+    {                                                                           \
+        const __m512i av = _mm512_set1_epi32((int32_t)gdl__qg_a4(a##r + 4 * g)); \
+        c##r##_0 = _mm512_dpbusd_epi32(c##r##_0, av, b0);                       \
+        c##r##_1 = _mm512_dpbusd_epi32(c##r##_1, av, b1);                       \
     }
 #define GDL__QG_STORE(r)                                                        \
     _mm512_storeu_si512((void *)(tile + (r) * 32), c##r##_0);                   \
     _mm512_storeu_si512((void *)(tile + (r) * 32 + 16), c##r##_1);
-    GDL__QG_ROWS(GDL__QG_STORE)
-#undef GDL__QG_STORE
-}
-#undef GDL__QG_ROWS
 
 #elif defined(GDL__QG_AVX2)
 
 #define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3)
-static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
-                           int32_t *GDL__RESTRICT tile) {
-#define GDL__QG_DECL(r)                                                   \
-    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
-    __m256i c##r##_0 = _mm256_setzero_si256(), c##r##_1 = _mm256_setzero_si256();
-    GDL__QG_ROWS(GDL__QG_DECL)
-#undef GDL__QG_DECL
-    const __m256i ones = _mm256_set1_epi16(1), v128 = _mm256_set1_epi16(128);
-    int g;
-    if (!wide) { /* activations <= 127: a pair of products fits int16 */
-        for (g = 0; g < kg; g++) {
-            const __m256i b0 = _mm256_load_si256((const __m256i *)b), b1 = _mm256_load_si256((const __m256i *)(b + 32));
-            int32_t v;
-            __m256i av;
-#define GDL__QG_DOT(r)                                                                          \
-    memcpy(&v, a##r + 4 * g, 4);                                                                \
-    av = _mm256_set1_epi32(v);                                                                  \
-    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
-    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones));
-            GDL__QG_ROWS(GDL__QG_DOT)
-#undef GDL__QG_DOT
-            b += 64;
-        }
-    } else { /* a = l + 128 h: l*b and h*b never saturate */
-        for (g = 0; g < kg; g++) {
-            const __m256i b0 = _mm256_load_si256((const __m256i *)b), b1 = _mm256_load_si256((const __m256i *)(b + 32));
-            uint32_t v;
-            __m256i lo, hi;
-#define GDL__QG_DOT(r)                                                                                       \
-    memcpy(&v, a##r + 4 * g, 4);                                                                             \
-    lo = _mm256_set1_epi32((int32_t)(v & 0x7F7F7F7Fu));                                                      \
-    hi = _mm256_set1_epi32((int32_t)((v >> 7) & 0x01010101u));                                               \
-    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b0), ones));            \
-    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b0), v128));            \
-    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b1), ones));            \
-    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b1), v128));
-            GDL__QG_ROWS(GDL__QG_DOT)
-#undef GDL__QG_DOT
-            b += 64;
-        }
+#define GDL__QG_VEC __m256i
+#define GDL__QG_LOAD(p) _mm256_load_si256((const __m256i *)(p))
+#define GDL__QG_CONSTS const __m256i ones = _mm256_set1_epi16(1), v128 = _mm256_set1_epi16(128);
+#define GDL__QG_ACC(r) __m256i c##r##_0 = _mm256_setzero_si256(), c##r##_1 = _mm256_setzero_si256();
+/* activations <= 127: a pair of products fits int16 */
+#define GDL__QG_STEP(r)                                                                            \
+    {                                                                                              \
+        const __m256i av = _mm256_set1_epi32((int32_t)gdl__qg_a4(a##r + 4 * g));                   \
+        c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
+        c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
+    }
+/* any u8: a = l + 128 h, and l*b and h*b never saturate */
+#define GDL__QG_STEP_WIDE(r)                                                                            \
+    {                                                                                                   \
+        const uint32_t v = gdl__qg_a4(a##r + 4 * g);                                                    \
+        const __m256i lo = _mm256_set1_epi32((int32_t)(v & 0x7F7F7F7Fu));                               \
+        const __m256i hi = _mm256_set1_epi32((int32_t)((v >> 7) & 0x01010101u));                        \
+        c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b0), ones));   \
+        c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b0), v128));   \
+        c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b1), ones));   \
+        c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b1), v128));   \
     }
 #define GDL__QG_STORE(r)                                                        \
     _mm256_storeu_si256((__m256i *)(tile + (r) * 16), c##r##_0);                \
     _mm256_storeu_si256((__m256i *)(tile + (r) * 16 + 8), c##r##_1);
-    GDL__QG_ROWS(GDL__QG_STORE)
-#undef GDL__QG_STORE
-}
-#undef GDL__QG_ROWS
 
-#elif defined(GDL__QG_SDOT)
+#elif defined(GDL__QG_SDOT) || defined(GDL__QG_NEON)
 
+#define GDL__QG_VEC int8x16_t
+#define GDL__QG_LOAD(p) vld1q_s8(p)
+#define GDL__QG_CONSTS const uint8x16_t flip = vdupq_n_u8(0x80);
+/* row r's 4 activations of group g, minus 128 (s8), in each 32-bit lane */
+#define GDL__QG_AS8(r) vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_u32(vdupq_n_u32(gdl__qg_a4(a##r + 4 * g))), flip))
+#if defined(GDL__QG_SDOT)
 #define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
-                           int32_t *GDL__RESTRICT tile) {
-#define GDL__QG_DECL(r)                                                   \
-    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
-    int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = vdupq_n_s32(0);
-    GDL__QG_ROWS(GDL__QG_DECL)
-#undef GDL__QG_DECL
-    const uint8x16_t flip = vdupq_n_u8(0x80);
-    int g;
-    (void)wide;
-    for (g = 0; g < kg; g++) {
-        const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
-        int32_t v;
-        int8x16_t av;
-#define GDL__QG_DOT(r)                                                                         \
-    memcpy(&v, a##r + 4 * g, 4);                                                               \
-    av = vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_s32(vdupq_n_s32(v)), flip));            \
-    c##r##_0 = vdotq_s32(c##r##_0, b0, av);                                                    \
-    c##r##_1 = vdotq_s32(c##r##_1, b1, av);
-        GDL__QG_ROWS(GDL__QG_DOT)
-#undef GDL__QG_DOT
-        b += 32;
+#define GDL__QG_ACC(r) int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = vdupq_n_s32(0);
+#define GDL__QG_STEP(r)                                \
+    {                                                  \
+        const int8x16_t av = GDL__QG_AS8(r);           \
+        c##r##_0 = vdotq_s32(c##r##_0, b0, av);        \
+        c##r##_1 = vdotq_s32(c##r##_1, b1, av);        \
     }
 #define GDL__QG_STORE(r)                       \
     vst1q_s32(tile + (r) * 8, c##r##_0);       \
     vst1q_s32(tile + (r) * 8 + 4, c##r##_1);
-    GDL__QG_ROWS(GDL__QG_STORE)
-#undef GDL__QG_STORE
-}
-#undef GDL__QG_ROWS
-
-#elif defined(GDL__QG_NEON)
-
+#else
 /* per row 4 accumulators of 2 columns each: lanes (j, k0+k1), (j, k2+k3), (j+1, ...), folded at the end */
 #define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3)
-static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
-                           int32_t *GDL__RESTRICT tile) {
-#define GDL__QG_DECL(r)                                                   \
-    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
-    int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = c##r##_0, c##r##_2 = c##r##_0, c##r##_3 = c##r##_0;
-    GDL__QG_ROWS(GDL__QG_DECL)
-#undef GDL__QG_DECL
-    const uint8x16_t flip = vdupq_n_u8(0x80);
-    int g;
-    (void)wide;
-    for (g = 0; g < kg; g++) {
-        const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
-        int32_t v;
-        int8x16_t av;
-#define GDL__QG_DOT(r)                                                                         \
-    memcpy(&v, a##r + 4 * g, 4);                                                               \
-    av = vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_s32(vdupq_n_s32(v)), flip));            \
-    c##r##_0 = vpadalq_s16(c##r##_0, vmull_s8(vget_low_s8(b0), vget_low_s8(av)));              \
-    c##r##_1 = vpadalq_s16(c##r##_1, vmull_high_s8(b0, av));                                   \
-    c##r##_2 = vpadalq_s16(c##r##_2, vmull_s8(vget_low_s8(b1), vget_low_s8(av)));              \
-    c##r##_3 = vpadalq_s16(c##r##_3, vmull_high_s8(b1, av));
-        GDL__QG_ROWS(GDL__QG_DOT)
-#undef GDL__QG_DOT
-        b += 32;
+#define GDL__QG_ACC(r) int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = c##r##_0, c##r##_2 = c##r##_0, c##r##_3 = c##r##_0;
+#define GDL__QG_STEP(r)                                                                    \
+    {                                                                                      \
+        const int8x16_t av = GDL__QG_AS8(r);                                               \
+        c##r##_0 = vpadalq_s16(c##r##_0, vmull_s8(vget_low_s8(b0), vget_low_s8(av)));      \
+        c##r##_1 = vpadalq_s16(c##r##_1, vmull_high_s8(b0, av));                           \
+        c##r##_2 = vpadalq_s16(c##r##_2, vmull_s8(vget_low_s8(b1), vget_low_s8(av)));      \
+        c##r##_3 = vpadalq_s16(c##r##_3, vmull_high_s8(b1, av));                           \
     }
 #define GDL__QG_STORE(r)                                                \
     vst1q_s32(tile + (r) * 8, vpaddq_s32(c##r##_0, c##r##_1));          \
     vst1q_s32(tile + (r) * 8 + 4, vpaddq_s32(c##r##_2, c##r##_3));
+#endif
+
+#endif
+
+#ifdef GDL__QG_ROWS
+/* the k-groups, b advancing a group (NR columns x 4 k's) at a time */
+#define GDL__QG_GROUPS(STEP)                                                                  \
+    for (g = 0; g < kg; g++, b += GDL__QG_NR * 4) {                                           \
+        const GDL__QG_VEC b0 = GDL__QG_LOAD(b), b1 = GDL__QG_LOAD(b + GDL__QG_NR * 2);        \
+        GDL__QG_ROWS(STEP)                                                                    \
+    }
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+#define GDL__QG_DECL(r)                                                   \
+    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
+    GDL__QG_ACC(r)
+    GDL__QG_ROWS(GDL__QG_DECL)
+#undef GDL__QG_DECL
+    GDL__QG_CONSTS
+    int g;
+    (void)wide;
+#ifdef GDL__QG_STEP_WIDE
+    if (wide) GDL__QG_GROUPS(GDL__QG_STEP_WIDE)
+    else
+#endif
+        GDL__QG_GROUPS(GDL__QG_STEP)
     GDL__QG_ROWS(GDL__QG_STORE)
-#undef GDL__QG_STORE
 }
+#undef GDL__QG_GROUPS
 #undef GDL__QG_ROWS
+#undef GDL__QG_VEC
+#undef GDL__QG_LOAD
+#undef GDL__QG_CONSTS
+#undef GDL__QG_ACC
+#undef GDL__QG_STEP
+#undef GDL__QG_STEP_WIDE
+#undef GDL__QG_STORE
+#undef GDL__QG_AS8
 
 #else /* portable */
 
@@ -9134,18 +9166,10 @@ static void gdl__qgemm_range(const void *ctx, int64_t lo, int64_t hi) {
    lda >= KP bytes apart, readable up to KP. 0 / -1 (out of memory). */
 static int gdl__qgemm(const char *op, int M, const uint8_t *A, ptrdiff_t lda, const gdl__qpack *p, int32_t *C,
                       ptrdiff_t ldc) {
-    gdl__qgemm_job j;
+    gdl__qgemm_job j = {M, (M + GDL__QG_MR - 1) / GDL__QG_MR, A, lda, ldc, p, NULL /* wide: below */, C};
     unsigned char *wide = NULL;
     int64_t ntiles;
     if (M <= 0 || p->N <= 0) return 0;
-    j.M = M;
-    j.mt = (M + GDL__QG_MR - 1) / GDL__QG_MR;
-    j.A = A;
-    j.lda = lda;
-    j.ldc = ldc;
-    j.p = p;
-    j.C = C;
-    j.wide = NULL;
     if (p->K == 0) {
         int i;
         for (i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, sizeof(int32_t) * (size_t)p->N);
@@ -9211,19 +9235,7 @@ GPUDL_API int gdl_gemm_u8s8_cpu(int M, int N, int K, const uint8_t *A, int lda, 
     return rc;
 }
 
-GPUDL_API const char *gdl_gemm_int8_kernel_name(void) {
-#if defined(GDL__QG_VNNI)
-    return "avx512vnni 8x32";
-#elif defined(GDL__QG_AVX2)
-    return "avx2 4x16";
-#elif defined(GDL__QG_SDOT)
-    return "neon-sdot 8x8";
-#elif defined(GDL__QG_NEON)
-    return "neon 4x8";
-#else
-    return "portable 4x8";
-#endif
-}
+GPUDL_API const char *gdl_gemm_int8_kernel_name(void) { return GDL__QG_NAME; }
 
 /* --- the CPU backend's INT8 entries (src/api/backend.h: qweight_new ... qepilogue) --- */
 
@@ -10377,16 +10389,6 @@ static double gdl__cmp_load(const void *p, gdl_dtype dt, int64_t i, int as_float
     double v = gdl__load((const char *)p + (size_t)i * gdl_dtype_size(dt), dt);
     return as_float && dt == GDL_I32 ? (double)(float)v : v;
 }
-static int gdl__cmp1(int op, double a, double b) {
-    switch (op) {
-    case GDL_CMP_EQ: return a == b;
-    case GDL_CMP_NE: return a != b;
-    case GDL_CMP_LT: return a < b;
-    case GDL_CMP_LE: return a <= b;
-    case GDL_CMP_GT: return a > b;
-    default: return a >= b; /* GDL_CMP_GE */
-    }
-}
 static void gdl__compare_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
     const int64_t *str[2] = {j->s0, j->s1};
@@ -10394,8 +10396,8 @@ static void gdl__compare_part(gdl__args a, int64_t lo, int64_t hi) {
     int as_float = !((j->t0 == GDL_I32 || j->t0 == GDL_U8) && (j->t1 == GDL_I32 || j->t1 == GDL_U8));
     for (i = lo; i < hi; i++) {
         gdl__elem_offsets(j->ndim, j->shape, i, 2, str, off);
-        ((uint8_t *)j->out)[i] = (uint8_t)gdl__cmp1(j->op, gdl__cmp_load(j->p0, j->t0, off[0], as_float),
-                                                    gdl__cmp_load(j->p1, j->t1, off[1], as_float));
+        ((uint8_t *)j->out)[i] = (uint8_t)gdl_compare1_double(j->op, gdl__cmp_load(j->p0, j->t0, off[0], as_float),
+                                                              gdl__cmp_load(j->p1, j->t1, off[1], as_float));
     }
 }
 static int gdl__cpu_compare(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,
@@ -11235,59 +11237,59 @@ static void gdl__maxpool2x2_row(const gdl_real *r0, int W, int32_t base, int OW,
     }
 }
 
-static void gdl__maxpool_part(gdl__args a, int64_t lo, int64_t hi) {
-    const gdl_conv_geom *g = a.g;
-    int64_t p;
-    for (p = lo; p < hi; p++) {
-        const gdl_real *xp = a.x + p * g->H * g->W;
-        int oh, ow, kh, kw;
-        if (g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->PH == 0 && g->PW == 0) {
-            const int W = g->W, OH = g->OH, OW = g->OW;
-            for (oh = 0; oh < OH; oh++)
-                gdl__maxpool2x2_row(xp + 2 * oh * W, W, 2 * oh * W, OW, a.out + (p * OH + oh) * OW,
-                                    a.idx + (p * OH + oh) * OW);
-            continue;
-        }
-        if (g->PH == 0 && g->PW == 0 && g->DH == 1 && g->DW == 1) { /* every window inside the plane */
-            for (oh = 0; oh < g->OH; oh++)
-                for (ow = 0; ow < g->OW; ow++) {
-                    int32_t base = oh * g->SH * g->W + ow * g->SW, bi = base;
-                    gdl_real best = xp[base];
-                    for (kh = 0; kh < g->KH; kh++)
-                        for (kw = 0; kw < g->KW; kw++) {
-                            int32_t j = base + kh * g->W + kw;
-                            gdl_real v = xp[j];
-                            /* first max; first NaN wins. Branch-free: the max's place is random */
-                            int take = (v > best) | ((v != v) & (best == best));
-                            best = take ? v : best;
-                            bi = take ? j : bi;
-                        }
-                    a.out[(p * g->OH + oh) * g->OW + ow] = best;
-                    a.idx[(p * g->OH + oh) * g->OW + ow] = bi;
-                }
-            continue;
-        }
+/* One plane: xp [H, W] into y and idx [OH, OW] (idx: the max's place in the plane) */
+static void gdl__maxpool_plane(const gdl_conv_geom *g, const gdl_real *xp, gdl_real *y, int32_t *idx) {
+    int oh, ow, kh, kw;
+    if (g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->PH == 0 && g->PW == 0) {
+        const int W = g->W, OW = g->OW;
+        for (oh = 0; oh < g->OH; oh++) gdl__maxpool2x2_row(xp + 2 * oh * W, W, 2 * oh * W, OW, y + oh * OW, idx + oh * OW);
+        return;
+    }
+    if (g->PH == 0 && g->PW == 0 && g->DH == 1 && g->DW == 1) { /* every window inside the plane */
         for (oh = 0; oh < g->OH; oh++)
             for (ow = 0; ow < g->OW; ow++) {
-                gdl_real best = (gdl_real)-INFINITY;
-                int32_t bi = -1;
-                for (kh = 0; kh < g->KH; kh++) {
-                    int ih = oh * g->SH - g->PH + kh * g->DH;
-                    if (ih < 0 || ih >= g->H) continue;
+                int32_t base = oh * g->SH * g->W + ow * g->SW, bi = base;
+                gdl_real best = xp[base];
+                for (kh = 0; kh < g->KH; kh++)
                     for (kw = 0; kw < g->KW; kw++) {
-                        int iw = ow * g->SW - g->PW + kw * g->DW;
-                        if (iw < 0 || iw >= g->W) continue;
-                        gdl_real v = xp[ih * g->W + iw];
-                        if (bi < 0 || v > best || (v != v && best == best)) { /* first max; first NaN wins */
-                            best = v;
-                            bi = ih * g->W + iw;
-                        }
+                        int32_t j = base + kh * g->W + kw;
+                        gdl_real v = xp[j];
+                        /* first max; first NaN wins. Branch-free: the max's place is random */
+                        int take = (v > best) | ((v != v) & (best == best));
+                        best = take ? v : best;
+                        bi = take ? j : bi;
+                    }
+                y[oh * g->OW + ow] = best;
+                idx[oh * g->OW + ow] = bi;
+            }
+        return;
+    }
+    for (oh = 0; oh < g->OH; oh++)
+        for (ow = 0; ow < g->OW; ow++) {
+            gdl_real best = (gdl_real)-INFINITY;
+            int32_t bi = -1;
+            for (kh = 0; kh < g->KH; kh++) {
+                int ih = oh * g->SH - g->PH + kh * g->DH;
+                if (ih < 0 || ih >= g->H) continue;
+                for (kw = 0; kw < g->KW; kw++) {
+                    int iw = ow * g->SW - g->PW + kw * g->DW;
+                    if (iw < 0 || iw >= g->W) continue;
+                    gdl_real v = xp[ih * g->W + iw];
+                    if (bi < 0 || v > best || (v != v && best == best)) { /* first max; first NaN wins */
+                        best = v;
+                        bi = ih * g->W + iw;
                     }
                 }
-                a.out[(p * g->OH + oh) * g->OW + ow] = best;
-                a.idx[(p * g->OH + oh) * g->OW + ow] = bi < 0 ? 0 : bi;
             }
-    }
+            y[oh * g->OW + ow] = best;
+            idx[oh * g->OW + ow] = bi < 0 ? 0 : bi;
+        }
+}
+static void gdl__maxpool_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    const int64_t HW = (int64_t)g->H * g->W, OHW = (int64_t)g->OH * g->OW;
+    int64_t p;
+    for (p = lo; p < hi; p++) gdl__maxpool_plane(g, a.x + p * HW, a.out + p * OHW, a.idx + p * OHW);
 }
 static int gdl__cpu_maxpool_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
     gdl__args a = gdl__args_none();
@@ -18455,15 +18457,9 @@ typedef struct gdl__st_build {
 } gdl__st_build;
 
 /* n strings and their array */
-static void gdl__st_free_strs(char **s, int n) {
-    int k;
-    for (k = 0; s && k < n; k++) GPUDL_FREE(s[k]);
-    GPUDL_FREE(s);
-}
-
 static void gdl__st_build_free(gdl__st_build *b) {
-    gdl__st_free_strs(b->mk, b->nm);
-    gdl__st_free_strs(b->mv, b->nm);
+    gdl__free_strings(b->mk, b->nm);
+    gdl__free_strings(b->mv, b->nm);
     GPUDL_FREE(b->e);
     memset(b, 0, sizeof *b);
 }
@@ -18951,8 +18947,8 @@ GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) { return gdl__st_r
 
 GPUDL_API void gdl_st_free(gdl_st_file *f) {
     if (!f) return;
-    gdl__st_free_strs(f->meta_keys, f->n_meta);
-    gdl__st_free_strs(f->meta_vals, f->n_meta);
+    gdl__free_strings(f->meta_keys, f->n_meta);
+    gdl__free_strings(f->meta_vals, f->n_meta);
     GPUDL_FREE(f->entries);
     GPUDL_FREE(f->owned);
     memset(f, 0, sizeof *f);
@@ -20873,10 +20869,8 @@ static int32_t gdl__vocab_find(const gdl_vocab *v, const unsigned char *s, size_
 }
 
 GPUDL_API void gdl_vocab_free(gdl_vocab *v) {
-    int64_t i;
     if (!v) return;
-    for (i = 0; v->tok && i < v->n; i++) GPUDL_FREE(v->tok[i]);
-    GPUDL_FREE(v->tok);
+    gdl__free_strings(v->tok, v->n);
     GPUDL_FREE(v->tlen);
     GPUDL_FREE(v->table);
     GPUDL_FREE(v);
@@ -21399,14 +21393,11 @@ fail:
 /* ---- text lists and the fortune readers ------------------------------------------------ */
 
 GPUDL_API void gdl_text_list_free(gdl_text_list *l) {
-    int64_t i;
     if (!l) return;
-    for (i = 0; l->texts && i < l->n; i++) GPUDL_FREE(l->texts[i]);
-    for (i = 0; l->class_names && i < l->num_classes; i++) GPUDL_FREE(l->class_names[i]);
-    GPUDL_FREE(l->texts);
+    gdl__free_strings(l->texts, l->n);
+    gdl__free_strings(l->class_names, l->num_classes);
     GPUDL_FREE(l->lens);
     GPUDL_FREE(l->labels);
-    GPUDL_FREE(l->class_names);
     memset(l, 0, sizeof *l);
 }
 
@@ -21582,8 +21573,7 @@ static int gdl__read_dir(const char *fn, const char *dir, int32_t label, const c
         if ((k = gdl__read_fortunes(fn, path, label, name, out, 1)) < 0) rc = -1;
         got += k;
     }
-    for (i = 0; i < n; i++) GPUDL_FREE(names[i]);
-    GPUDL_FREE(names);
+    gdl__free_strings(names, n);
     if (rc == 0 && got == 0) {
         gdl__set_error("%s: %s has no text entries (in %d files)", fn, dir, n);
         rc = -1;
@@ -22057,8 +22047,7 @@ static void gdl__nn_free_tree(gdl_module *m) {
     GPUDL_FREE(m->child);
     gdl__nn_free_named(m->param, m->nparam);
     gdl__nn_free_named(m->buf, m->nbuf);
-    for (i = 0; i < m->ninterned; i++) GPUDL_FREE(m->interned[i]);
-    GPUDL_FREE(m->interned);
+    gdl__free_strings(m->interned, m->ninterned);
     if (m->free_user) m->free_user(m->user);
     GPUDL_FREE(m->kind_name);
     GPUDL_FREE(m->name);
@@ -22463,10 +22452,7 @@ GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods) {
     for (i = 0; i < n && bad < 0; i++)
         if (!mods[i]) bad = i;
     if (bad >= 0) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        if (prev[0]) gdl__set_error("%s: module %d is NULL (after: %s)", op, bad, prev);
-        else gdl__set_error("%s: module %d is NULL", op, bad);
+        gdl__error_after("%s: module %d is NULL", op, bad);
     } else {
         m = gdl__nn_new(op, GDL__M_SEQUENTIAL, "Sequential");
     }
@@ -22575,11 +22561,10 @@ static void gdl__nn_record(const gdl_module *m, const gdl_tensor *y) {
 
 /* Prefixes the current error with the module (once: nested modules keep the innermost). */
 static void gdl__nn_fwd_error(const gdl_module *m) {
-    char prev[sizeof gdl__err], cfg[200];
+    char cfg[200];
     if (!strncmp(gdl__err, "gdl_forward: ", 13)) return;
-    memcpy(prev, gdl__err, sizeof prev);
     gdl__nn_config(m, cfg, sizeof cfg);
-    gdl__set_error("gdl_forward: %s (%s): %s", gdl__nn_label(m), cfg, prev);
+    gdl__error_context("gdl_forward: %s (%s)", gdl__nn_label(m), cfg);
 }
 
 static gdl_tensor *gdl__nn_fwd_fail(const gdl_module *m, const char *want, const char *got) {
@@ -22773,10 +22758,7 @@ GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x) {
         return NULL;
     }
     if (!x) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        if (prev[0]) gdl__set_error("gdl_forward: %s: input is NULL (after: %s)", gdl__nn_label(m), prev);
-        else gdl__set_error("gdl_forward: %s: input is NULL", gdl__nn_label(m));
+        gdl__error_after("gdl_forward: %s: input is NULL", gdl__nn_label(m));
         return NULL;
     }
     y = gdl__nn_forward(m, x);
@@ -23115,9 +23097,7 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
     for (first = m; first->nchild; first = first->child[0]) {}
     x = gdl_zeros(ndim, input_shape, first->kind == GDL__M_EMBEDDING ? GDL_I32 : GDL_F32, gdl_module_device(m));
     if (!x) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        gdl__set_error("%s: cannot make the input: %s", op, prev);
+        gdl__error_context("%s: cannot make the input", op);
         GPUDL_FREE(rows);
         return -1;
     }
@@ -31875,17 +31855,13 @@ static int gdl__fit_eager(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y, int fir
         retried = 1;
         if (gdl__fit_undo_apply(r, &u) < 0) break;
     }
-    if (rc < 0 && gdl__error_is_oom()) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        gdl__set_error("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
-                       "last completed step%s): %s", r->epoch, (long long)r->b, (long long)r->nb,
-                       !first ? "; an out-of-memory failure is retried only on the first micro-batch "
-                                "of an optimizer step"
-                       : retried ? ", after retrying with the cached memory given back"
-                                 : "; oom_retry and oom_split_batch can recover",
-                       prev);
-    }
+    if (rc < 0 && gdl__error_is_oom())
+        gdl__error_context("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
+                           "last completed step%s)", r->epoch, (long long)r->b, (long long)r->nb,
+                           !first ? "; an out-of-memory failure is retried only on the first micro-batch "
+                                    "of an optimizer step"
+                           : retried ? ", after retrying with the cached memory given back"
+                                     : "; oom_retry and oom_split_batch can recover");
     return rc;
 }
 

@@ -521,32 +521,27 @@ static void gdl__cu_host_free(void *p) {
     if (p) GDL_CU_TRY(cudaFreeHost(p), );
 }
 
-static void *gdl__cu_stream_create(void) {
-    cudaStream_t s;
-    // non-blocking: copies on it overlap the kernels on the compute stream
-    GDL_CU_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), NULL);
-    return (void *)s;
-}
-
-static void gdl__cu_stream_destroy(void *stream) {
-    if (stream) GDL_CU_TRY(cudaStreamDestroy((cudaStream_t)stream), );
-}
+// gdl__cu_NAME_create / gdl__cu_NAME_destroy: a handle of TYPE made by CREATE(&h, FLAGS) and released by
+// DESTROY (a NULL handle: nothing to release)
+#define GDL__CU_HANDLE(NAME, TYPE, CREATE, FLAGS, DESTROY) \
+    static void *gdl__cu_##NAME##_create(void) {          \
+        TYPE h;                                           \
+        GDL_CU_TRY(CREATE(&h, FLAGS), NULL);              \
+        return (void *)h;                                 \
+    }                                                     \
+    static void gdl__cu_##NAME##_destroy(void *h) {       \
+        if (h) GDL_CU_TRY(DESTROY((TYPE)h), );            \
+    }
+// streams non-blocking: copies on one overlap the kernels on the compute stream; events without timing
+GDL__CU_HANDLE(stream, cudaStream_t, cudaStreamCreateWithFlags, cudaStreamNonBlocking, cudaStreamDestroy)
+GDL__CU_HANDLE(event, cudaEvent_t, cudaEventCreateWithFlags, cudaEventDisableTiming, cudaEventDestroy)
+#undef GDL__CU_HANDLE
 
 static int gdl__cu_copy_async(void *dst, const void *src, size_t bytes, int kind, void *stream) {
     static const cudaMemcpyKind kinds[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
     if (!bytes) return 0;
     GDL_CU_TRY(cudaMemcpyAsync(dst, src, bytes, kinds[kind], gdl__cu_resolve(stream)), -1);
     return 0;
-}
-
-static void *gdl__cu_event_create(void) {
-    cudaEvent_t e;
-    GDL_CU_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), NULL);
-    return (void *)e;
-}
-
-static void gdl__cu_event_destroy(void *event) {
-    if (event) GDL_CU_TRY(cudaEventDestroy((cudaEvent_t)event), );
 }
 
 static int gdl__cu_event_record(void *event, void *stream) {
@@ -693,31 +688,23 @@ __device__ __forceinline__ float gdl__warp_max(float v) {
     return v;
 }
 
-// Sum over the block (blockDim.x a multiple of 32); every thread gets the
-// result. The leading barrier lets a kernel call it repeatedly. The order of
-// additions depends only on blockDim, so results are reproducible.
-template <typename T> __device__ T gdl__block_sum(T v) {
+// Reduce over the block (blockDim.x a multiple of 32) with a warp
+// reduction WARP whose identity is `none`; every thread gets the result. The
+// leading barrier lets a kernel call it repeatedly. The order of the
+// operations depends only on blockDim, so results are reproducible.
+template <typename T, T (*WARP)(T)> __device__ T gdl__block_reduce(T v, T none) {
     __shared__ T sh[32];
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = gdl__warp_sum(v);
+    v = WARP(v);
     __syncthreads();
     if (lane == 0) sh[wid] = v;
     __syncthreads();
-    v = lane < nw ? sh[lane] : (T)0;
-    return gdl__warp_sum(v);
+    v = lane < nw ? sh[lane] : none;
+    return WARP(v);
 }
-
+template <typename T> __device__ T gdl__block_sum(T v) { return gdl__block_reduce<T, gdl__warp_sum<T> >(v, (T)0); }
 // max ignoring NaN (fmaxf), as the CPU's "if (v > mx) mx = v"
-__device__ float gdl__block_max(float v) {
-    __shared__ float sh[32];
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = gdl__warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : -GDL__CU_INF;
-    return gdl__warp_max(v);
-}
+__device__ float gdl__block_max(float v) { return gdl__block_reduce<float, gdl__warp_max>(v, -GDL__CU_INF); }
 
 // Is (v, k) preferred to (bv, bk) as the max? The CPU's rule: the first NaN
 // if there is one, else the first maximal element. k < 0 marks "none yet".
@@ -1507,17 +1494,12 @@ template <typename T> __global__ void gdl__k_strided_add(gdl__cu_bshape g, int64
     }
 }
 
-// (through pointers: the template's commas would split GDL_CU_LAUNCH's arguments)
-template <typename T> static int gdl__cu_strided_copy_t(const gdl__cu_bshape &g, int64_t n, const void *src, void *dst) {
-    void (*gdl__k_strided_copy_)(gdl__cu_bshape, int64_t, const T *, T *) = gdl__k_strided_copy<T>;
-    GDL_CU_LAUNCH(gdl__k_strided_copy_, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-        g, n, (const T *)src, (T *)dst);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-template <typename T> static int gdl__cu_strided_add_t(const gdl__cu_bshape &g, int64_t n, const void *src, void *dst) {
-    void (*gdl__k_strided_add_)(gdl__cu_bshape, int64_t, const T *, T *) = gdl__k_strided_add<T>;
-    GDL_CU_LAUNCH(gdl__k_strided_add_, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+// one launch for either kernel, gdl__k_strided_copy<T> or gdl__k_strided_add<T> (through a pointer: the
+// template's commas would split GDL_CU_LAUNCH's arguments)
+template <typename T>
+static int gdl__cu_strided_t(void (*gdl__k_strided)(gdl__cu_bshape, int64_t, const T *, T *), const gdl__cu_bshape &g,
+                             int64_t n, const void *src, void *dst) {
+    GDL_CU_LAUNCH(gdl__k_strided, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
         g, n, (const T *)src, (T *)dst);
     GDL_CU_LAUNCHED();
     return 0;
@@ -1533,12 +1515,12 @@ static int gdl__cu_strided_copy(gdl_dtype dt, int ndim, const int64_t *shape, co
     if (accumulate)
         return gdl__cu_dispatch("strided_copy (accumulating)", dt, 1, [&](auto t) {
             typedef typename decltype(t)::type T;
-            return gdl__cu_strided_add_t<T>(g, n, src, dst);
+            return gdl__cu_strided_t<T>(gdl__k_strided_add<T>, g, n, src, dst);
         });
     switch (gdl_dtype_size(dt)) {
-    case 1: return gdl__cu_strided_copy_t<uint8_t>(g, n, src, dst);
-    case 2: return gdl__cu_strided_copy_t<uint16_t>(g, n, src, dst);
-    case 4: return gdl__cu_strided_copy_t<uint32_t>(g, n, src, dst);
+    case 1: return gdl__cu_strided_t<uint8_t>(gdl__k_strided_copy<uint8_t>, g, n, src, dst);
+    case 2: return gdl__cu_strided_t<uint16_t>(gdl__k_strided_copy<uint16_t>, g, n, src, dst);
+    case 4: return gdl__cu_strided_t<uint32_t>(gdl__k_strided_copy<uint32_t>, g, n, src, dst);
     default:
         gdl__set_error("gdl_cuda: strided_copy of an invalid dtype %d", (int)dt);
         return -1;
@@ -1650,16 +1632,6 @@ __device__ __forceinline__ float gdl__ld_f32_of(const void *p, int dt, int64_t i
 __device__ __forceinline__ int32_t gdl__ld_i32_of(const void *p, int dt, int64_t i) {
     return dt == GDL_U8 ? (int32_t)((const uint8_t *)p)[i] : ((const int32_t *)p)[i];
 }
-template <typename V> __device__ __forceinline__ bool gdl__cmp1(int op, V a, V b) {
-    switch (op) {
-    case GDL_CMP_EQ: return a == b;
-    case GDL_CMP_NE: return a != b;
-    case GDL_CMP_LT: return a < b;
-    case GDL_CMP_LE: return a <= b;
-    case GDL_CMP_GT: return a > b;
-    default: return a >= b; /* GDL_CMP_GE */
-    }
-}
 
 // the dtypes' switches are uniform across the grid (as gdl__k_cast's)
 __global__ void gdl__k_compare(int op, gdl__cu_bshape g, int64_t n, int at, const void *a, int bt, const void *b,
@@ -1668,8 +1640,8 @@ __global__ void gdl__k_compare(int op, gdl__cu_bshape g, int64_t n, int at, cons
     GDL_CU_LOOP(i, n) {
         int64_t oa, ob;
         gdl__cu_offsets2(g, i, &oa, &ob);
-        out[i] = ints ? gdl__cmp1(op, gdl__ld_i32_of(a, at, oa), gdl__ld_i32_of(b, bt, ob))
-                      : gdl__cmp1(op, gdl__ld_f32_of(a, at, oa), gdl__ld_f32_of(b, bt, ob));
+        out[i] = ints ? gdl_compare1_i32(op, gdl__ld_i32_of(a, at, oa), gdl__ld_i32_of(b, bt, ob))
+                      : gdl_compare1_float(op, gdl__ld_f32_of(a, at, oa), gdl__ld_f32_of(b, bt, ob));
     }
 }
 
@@ -2110,22 +2082,23 @@ static int gdl__cu_linear_act(int act, int M, int N, int K, const float *x, cons
     return gdl__cu_bias_act(act, M, N, 1, bias, y, pre);
 }
 
-// argmax follows the CPU's scan, as max_dim does: the first maximum, and
-// the first NaN wins. Rows are short (classes): a thread per row is enough
+// argmax by the CPU's rule, gdl__max_better's, as max_dim's: the first
+// maximum, and the first NaN wins (0 for an empty row). Rows are short
+// (classes): a thread per row is enough
 __global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {
     GDL_CU_LOOP(t, outer * inner) {
         int64_t o = t / inner, i = t - o * inner;
         const float *p = x + o * n * inner + i;
-        int64_t best = 0;
-        float bv = n ? p[0] : 0.0f;
-        for (int64_t k = 1; k < n; k++) {
+        float bv = 0;
+        long long bk = -1;
+        for (int64_t k = 0; k < n; k++) {
             float v = p[k * inner];
-            if (v > bv || (v != v && bv == bv)) {
-                best = k;
+            if (gdl__max_better(v, k, bv, bk)) {
                 bv = v;
+                bk = k;
             }
         }
-        out[t] = (int32_t)best;
+        out[t] = (int32_t)(bk < 0 ? 0 : bk);
     }
 }
 
@@ -2861,20 +2834,24 @@ template <typename T> __global__ void gdl__k_col2im(gdl_conv_geom g, const T *co
     }
 }
 
-template <typename T> static int gdl__cu_im2col_t(const gdl_conv_geom *g, const T *x, T *col) {
-    int64_t total = (int64_t)g->N * g->C * g->KH * g->KW * g->OH * g->OW;
-    if (total <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_im2col<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, col);
+// Launches a kernel of one thread per output, total of them, that reads `in` and writes `out` by the geometry
+// g; nothing where total or `terms` (what each output sums) is 0. Through a pointer: the template's commas
+// would split GDL_CU_LAUNCH's arguments.
+template <typename T>
+static int gdl__cu_geom_launch(void (*gdl__k_geom)(gdl_conv_geom, const T *, T *), const gdl_conv_geom *g, int64_t total,
+                               int64_t terms, const T *in, T *out) {
+    if (total <= 0 || terms <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_geom, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, in, out);
     GDL_CU_LAUNCHED();
     return 0;
 }
 
+template <typename T> static int gdl__cu_im2col_t(const gdl_conv_geom *g, const T *x, T *col) {
+    return gdl__cu_geom_launch<T>(gdl__k_im2col<T>, g, (int64_t)g->N * g->C * g->KH * g->KW * g->OH * g->OW, 1, x, col);
+}
 template <typename T> static int gdl__cu_col2im_t(const gdl_conv_geom *g, const T *col, T *x) {
-    int64_t total = (int64_t)g->N * g->C * g->H * g->W;
-    if (total <= 0 || (int64_t)g->KH * g->KW * g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_col2im<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, col, x);
-    GDL_CU_LAUNCHED();
-    return 0;
+    return gdl__cu_geom_launch<T>(gdl__k_col2im<T>, g, (int64_t)g->N * g->C * g->H * g->W,
+                                  (int64_t)g->KH * g->KW * g->OH * g->OW, col, x);
 }
 
 static int gdl__cu_im2col_f32(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
@@ -2885,20 +2862,18 @@ static int gdl__cu_conv_implicit(int, const gdl_conv_geom *, int, int, int, cons
     return 1;
 }
 
-static int gdl__cu_im2col(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
-    if (dt == GDL_F32) return gdl__cu_im2col_f32(g, (const float *)x, (float *)col);
-    return gdl__cu_dispatch("im2col", dt, 0, [&](auto t) {
-        typedef typename decltype(t)::type T;
-        return gdl__cu_im2col_t(g, (const T *)x, (T *)col);
-    });
-}
-static int gdl__cu_col2im(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
-    if (dt == GDL_F32) return gdl__cu_col2im_f32(g, (const float *)col, (float *)x);
-    return gdl__cu_dispatch("col2im", dt, 0, [&](auto t) {
-        typedef typename decltype(t)::type T;
-        return gdl__cu_col2im_t(g, (const T *)col, (T *)x);
-    });
-}
+// gdl__cu_NAME(dt, g, in, out): a gdl_conv_geom op on one tensor (im2col, col2im, avgpool and its backward)
+// in any dtype: gdl__cu_NAME_f32 for f32, else gdl__cu_NAME_t<T> for the dtype's storage type
+#define GDL__CU_GEOM_DTYPES(NAME)                                                                     \
+    static int gdl__cu_##NAME(gdl_dtype dt, const gdl_conv_geom *g, const void *in, void *out) {       \
+        if (dt == GDL_F32) return gdl__cu_##NAME##_f32(g, (const float *)in, (float *)out);            \
+        return gdl__cu_dispatch(#NAME, dt, 0, [&](auto t) {                                            \
+            typedef typename decltype(t)::type T;                                                      \
+            return gdl__cu_##NAME##_t(g, (const T *)in, (T *)out);                                     \
+        });                                                                                            \
+    }
+GDL__CU_GEOM_DTYPES(im2col)
+GDL__CU_GEOM_DTYPES(col2im)
 
 // max pooling: one thread per output, the CPU's scan (first max, first NaN)
 template <typename T> __global__ void gdl__k_maxpool(gdl_conv_geom g, const T *x, T *y, int32_t *idx) {
@@ -3044,39 +3019,19 @@ template <typename T> __global__ void gdl__k_avgpool_backward(gdl_conv_geom g, c
 }
 
 template <typename T> static int gdl__cu_avgpool_t(const gdl_conv_geom *g, const T *x, T *y) {
-    int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
-    if (total <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_avgpool<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, y);
-    GDL_CU_LAUNCHED();
-    return 0;
+    return gdl__cu_geom_launch<T>(gdl__k_avgpool<T>, g, (int64_t)g->N * g->C * g->OH * g->OW, 1, x, y);
 }
-
 template <typename T> static int gdl__cu_avgpool_backward_t(const gdl_conv_geom *g, const T *gy, T *gx) {
-    int64_t total = (int64_t)g->N * g->C * g->H * g->W;
-    if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_avgpool_backward<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, gx);
-    GDL_CU_LAUNCHED();
-    return 0;
+    return gdl__cu_geom_launch<T>(gdl__k_avgpool_backward<T>, g, (int64_t)g->N * g->C * g->H * g->W,
+                                  (int64_t)g->OH * g->OW, gy, gx);
 }
 
 static int gdl__cu_avgpool_f32(const gdl_conv_geom *g, const float *x, float *y) { return gdl__cu_avgpool_t<float>(g, x, y); }
 static int gdl__cu_avgpool_backward_f32(const gdl_conv_geom *g, const float *gy, float *gx) {
     return gdl__cu_avgpool_backward_t<float>(g, gy, gx);
 }
-static int gdl__cu_avgpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
-    if (dt == GDL_F32) return gdl__cu_avgpool_f32(g, (const float *)x, (float *)y);
-    return gdl__cu_dispatch("avgpool", dt, 0, [&](auto t) {
-        typedef typename decltype(t)::type T;
-        return gdl__cu_avgpool_t(g, (const T *)x, (T *)y);
-    });
-}
-static int gdl__cu_avgpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
-    if (dt == GDL_F32) return gdl__cu_avgpool_backward_f32(g, (const float *)gy, (float *)gx);
-    return gdl__cu_dispatch("avgpool_backward", dt, 0, [&](auto t) {
-        typedef typename decltype(t)::type T;
-        return gdl__cu_avgpool_backward_t(g, (const T *)gy, (T *)gx);
-    });
-}
+GDL__CU_GEOM_DTYPES(avgpool)
+GDL__CU_GEOM_DTYPES(avgpool_backward)
 
 // ----------------------------------------------------------------------------
 // copy2d, dropout

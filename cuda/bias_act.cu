@@ -127,22 +127,23 @@ static int gdl__cu_linear_act(int act, int M, int N, int K, const float *x, cons
     return gdl__cu_bias_act(act, M, N, 1, bias, y, pre);
 }
 
-// argmax follows the CPU's scan, as max_dim does: the first maximum, and
-// the first NaN wins. Rows are short (classes): a thread per row is enough
+// argmax by the CPU's rule, gdl__max_better's, as max_dim's: the first
+// maximum, and the first NaN wins (0 for an empty row). Rows are short
+// (classes): a thread per row is enough
 __global__ void gdl__k_argmax(int64_t outer, int64_t n, int64_t inner, const float *x, int32_t *out) {
     GDL_CU_LOOP(t, outer * inner) {
         int64_t o = t / inner, i = t - o * inner;
         const float *p = x + o * n * inner + i;
-        int64_t best = 0;
-        float bv = n ? p[0] : 0.0f;
-        for (int64_t k = 1; k < n; k++) {
+        float bv = 0;
+        long long bk = -1;
+        for (int64_t k = 0; k < n; k++) {
             float v = p[k * inner];
-            if (v > bv || (v != v && bv == bv)) {
-                best = k;
+            if (gdl__max_better(v, k, bv, bk)) {
                 bv = v;
+                bk = k;
             }
         }
-        out[t] = (int32_t)best;
+        out[t] = (int32_t)(bk < 0 ? 0 : bk);
     }
 }
 

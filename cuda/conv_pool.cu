@@ -42,20 +42,24 @@ template <typename T> __global__ void gdl__k_col2im(gdl_conv_geom g, const T *co
     }
 }
 
-template <typename T> static int gdl__cu_im2col_t(const gdl_conv_geom *g, const T *x, T *col) {
-    int64_t total = (int64_t)g->N * g->C * g->KH * g->KW * g->OH * g->OW;
-    if (total <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_im2col<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, col);
+// Launches a kernel of one thread per output, total of them, that reads `in` and writes `out` by the geometry
+// g; nothing where total or `terms` (what each output sums) is 0. Through a pointer: the template's commas
+// would split GDL_CU_LAUNCH's arguments.
+template <typename T>
+static int gdl__cu_geom_launch(void (*gdl__k_geom)(gdl_conv_geom, const T *, T *), const gdl_conv_geom *g, int64_t total,
+                               int64_t terms, const T *in, T *out) {
+    if (total <= 0 || terms <= 0) return 0;
+    GDL_CU_LAUNCH(gdl__k_geom, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, in, out);
     GDL_CU_LAUNCHED();
     return 0;
 }
 
+template <typename T> static int gdl__cu_im2col_t(const gdl_conv_geom *g, const T *x, T *col) {
+    return gdl__cu_geom_launch<T>(gdl__k_im2col<T>, g, (int64_t)g->N * g->C * g->KH * g->KW * g->OH * g->OW, 1, x, col);
+}
 template <typename T> static int gdl__cu_col2im_t(const gdl_conv_geom *g, const T *col, T *x) {
-    int64_t total = (int64_t)g->N * g->C * g->H * g->W;
-    if (total <= 0 || (int64_t)g->KH * g->KW * g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_col2im<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, col, x);
-    GDL_CU_LAUNCHED();
-    return 0;
+    return gdl__cu_geom_launch<T>(gdl__k_col2im<T>, g, (int64_t)g->N * g->C * g->H * g->W,
+                                  (int64_t)g->KH * g->KW * g->OH * g->OW, col, x);
 }
 
 static int gdl__cu_im2col_f32(const gdl_conv_geom *g, const float *x, float *col) { return gdl__cu_im2col_t<float>(g, x, col); }
@@ -66,20 +70,18 @@ static int gdl__cu_conv_implicit(int, const gdl_conv_geom *, int, int, int, cons
     return 1;
 }
 
-static int gdl__cu_im2col(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *col) {
-    if (dt == GDL_F32) return gdl__cu_im2col_f32(g, (const float *)x, (float *)col);
-    return gdl__cu_dispatch("im2col", dt, 0, [&](auto t) {
-        typedef typename decltype(t)::type T;
-        return gdl__cu_im2col_t(g, (const T *)x, (T *)col);
-    });
-}
-static int gdl__cu_col2im(gdl_dtype dt, const gdl_conv_geom *g, const void *col, void *x) {
-    if (dt == GDL_F32) return gdl__cu_col2im_f32(g, (const float *)col, (float *)x);
-    return gdl__cu_dispatch("col2im", dt, 0, [&](auto t) {
-        typedef typename decltype(t)::type T;
-        return gdl__cu_col2im_t(g, (const T *)col, (T *)x);
-    });
-}
+// gdl__cu_NAME(dt, g, in, out): a gdl_conv_geom op on one tensor (im2col, col2im, avgpool and its backward)
+// in any dtype: gdl__cu_NAME_f32 for f32, else gdl__cu_NAME_t<T> for the dtype's storage type
+#define GDL__CU_GEOM_DTYPES(NAME)                                                                     \
+    static int gdl__cu_##NAME(gdl_dtype dt, const gdl_conv_geom *g, const void *in, void *out) {       \
+        if (dt == GDL_F32) return gdl__cu_##NAME##_f32(g, (const float *)in, (float *)out);            \
+        return gdl__cu_dispatch(#NAME, dt, 0, [&](auto t) {                                            \
+            typedef typename decltype(t)::type T;                                                      \
+            return gdl__cu_##NAME##_t(g, (const T *)in, (T *)out);                                     \
+        });                                                                                            \
+    }
+GDL__CU_GEOM_DTYPES(im2col)
+GDL__CU_GEOM_DTYPES(col2im)
 
 // max pooling: one thread per output, the CPU's scan (first max, first NaN)
 template <typename T> __global__ void gdl__k_maxpool(gdl_conv_geom g, const T *x, T *y, int32_t *idx) {
@@ -225,39 +227,19 @@ template <typename T> __global__ void gdl__k_avgpool_backward(gdl_conv_geom g, c
 }
 
 template <typename T> static int gdl__cu_avgpool_t(const gdl_conv_geom *g, const T *x, T *y) {
-    int64_t total = (int64_t)g->N * g->C * g->OH * g->OW;
-    if (total <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_avgpool<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, x, y);
-    GDL_CU_LAUNCHED();
-    return 0;
+    return gdl__cu_geom_launch<T>(gdl__k_avgpool<T>, g, (int64_t)g->N * g->C * g->OH * g->OW, 1, x, y);
 }
-
 template <typename T> static int gdl__cu_avgpool_backward_t(const gdl_conv_geom *g, const T *gy, T *gx) {
-    int64_t total = (int64_t)g->N * g->C * g->H * g->W;
-    if (total <= 0 || (int64_t)g->OH * g->OW <= 0) return 0;
-    GDL_CU_LAUNCH(gdl__k_avgpool_backward<T>, gdl__cu_grid(total, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(*g, gy, gx);
-    GDL_CU_LAUNCHED();
-    return 0;
+    return gdl__cu_geom_launch<T>(gdl__k_avgpool_backward<T>, g, (int64_t)g->N * g->C * g->H * g->W,
+                                  (int64_t)g->OH * g->OW, gy, gx);
 }
 
 static int gdl__cu_avgpool_f32(const gdl_conv_geom *g, const float *x, float *y) { return gdl__cu_avgpool_t<float>(g, x, y); }
 static int gdl__cu_avgpool_backward_f32(const gdl_conv_geom *g, const float *gy, float *gx) {
     return gdl__cu_avgpool_backward_t<float>(g, gy, gx);
 }
-static int gdl__cu_avgpool(gdl_dtype dt, const gdl_conv_geom *g, const void *x, void *y) {
-    if (dt == GDL_F32) return gdl__cu_avgpool_f32(g, (const float *)x, (float *)y);
-    return gdl__cu_dispatch("avgpool", dt, 0, [&](auto t) {
-        typedef typename decltype(t)::type T;
-        return gdl__cu_avgpool_t(g, (const T *)x, (T *)y);
-    });
-}
-static int gdl__cu_avgpool_backward(gdl_dtype dt, const gdl_conv_geom *g, const void *gy, void *gx) {
-    if (dt == GDL_F32) return gdl__cu_avgpool_backward_f32(g, (const float *)gy, (float *)gx);
-    return gdl__cu_dispatch("avgpool_backward", dt, 0, [&](auto t) {
-        typedef typename decltype(t)::type T;
-        return gdl__cu_avgpool_backward_t(g, (const T *)gy, (T *)gx);
-    });
-}
+GDL__CU_GEOM_DTYPES(avgpool)
+GDL__CU_GEOM_DTYPES(avgpool_backward)
 
 // ----------------------------------------------------------------------------
 // copy2d, dropout

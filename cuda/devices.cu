@@ -145,32 +145,27 @@ static void gdl__cu_host_free(void *p) {
     if (p) GDL_CU_TRY(cudaFreeHost(p), );
 }
 
-static void *gdl__cu_stream_create(void) {
-    cudaStream_t s;
-    // non-blocking: copies on it overlap the kernels on the compute stream
-    GDL_CU_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), NULL);
-    return (void *)s;
-}
-
-static void gdl__cu_stream_destroy(void *stream) {
-    if (stream) GDL_CU_TRY(cudaStreamDestroy((cudaStream_t)stream), );
-}
+// gdl__cu_NAME_create / gdl__cu_NAME_destroy: a handle of TYPE made by CREATE(&h, FLAGS) and released by
+// DESTROY (a NULL handle: nothing to release)
+#define GDL__CU_HANDLE(NAME, TYPE, CREATE, FLAGS, DESTROY) \
+    static void *gdl__cu_##NAME##_create(void) {          \
+        TYPE h;                                           \
+        GDL_CU_TRY(CREATE(&h, FLAGS), NULL);              \
+        return (void *)h;                                 \
+    }                                                     \
+    static void gdl__cu_##NAME##_destroy(void *h) {       \
+        if (h) GDL_CU_TRY(DESTROY((TYPE)h), );            \
+    }
+// streams non-blocking: copies on one overlap the kernels on the compute stream; events without timing
+GDL__CU_HANDLE(stream, cudaStream_t, cudaStreamCreateWithFlags, cudaStreamNonBlocking, cudaStreamDestroy)
+GDL__CU_HANDLE(event, cudaEvent_t, cudaEventCreateWithFlags, cudaEventDisableTiming, cudaEventDestroy)
+#undef GDL__CU_HANDLE
 
 static int gdl__cu_copy_async(void *dst, const void *src, size_t bytes, int kind, void *stream) {
     static const cudaMemcpyKind kinds[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
     if (!bytes) return 0;
     GDL_CU_TRY(cudaMemcpyAsync(dst, src, bytes, kinds[kind], gdl__cu_resolve(stream)), -1);
     return 0;
-}
-
-static void *gdl__cu_event_create(void) {
-    cudaEvent_t e;
-    GDL_CU_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), NULL);
-    return (void *)e;
-}
-
-static void gdl__cu_event_destroy(void *event) {
-    if (event) GDL_CU_TRY(cudaEventDestroy((cudaEvent_t)event), );
 }
 
 static int gdl__cu_event_record(void *event, void *stream) {

@@ -35,17 +35,12 @@ template <typename T> __global__ void gdl__k_strided_add(gdl__cu_bshape g, int64
     }
 }
 
-// (through pointers: the template's commas would split GDL_CU_LAUNCH's arguments)
-template <typename T> static int gdl__cu_strided_copy_t(const gdl__cu_bshape &g, int64_t n, const void *src, void *dst) {
-    void (*gdl__k_strided_copy_)(gdl__cu_bshape, int64_t, const T *, T *) = gdl__k_strided_copy<T>;
-    GDL_CU_LAUNCH(gdl__k_strided_copy_, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
-        g, n, (const T *)src, (T *)dst);
-    GDL_CU_LAUNCHED();
-    return 0;
-}
-template <typename T> static int gdl__cu_strided_add_t(const gdl__cu_bshape &g, int64_t n, const void *src, void *dst) {
-    void (*gdl__k_strided_add_)(gdl__cu_bshape, int64_t, const T *, T *) = gdl__k_strided_add<T>;
-    GDL_CU_LAUNCH(gdl__k_strided_add_, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
+// one launch for either kernel, gdl__k_strided_copy<T> or gdl__k_strided_add<T> (through a pointer: the
+// template's commas would split GDL_CU_LAUNCH's arguments)
+template <typename T>
+static int gdl__cu_strided_t(void (*gdl__k_strided)(gdl__cu_bshape, int64_t, const T *, T *), const gdl__cu_bshape &g,
+                             int64_t n, const void *src, void *dst) {
+    GDL_CU_LAUNCH(gdl__k_strided, gdl__cu_grid(n, GDL__CU_THREADS), GDL__CU_THREADS, 0, gdl__cu_stream())(
         g, n, (const T *)src, (T *)dst);
     GDL_CU_LAUNCHED();
     return 0;
@@ -61,12 +56,12 @@ static int gdl__cu_strided_copy(gdl_dtype dt, int ndim, const int64_t *shape, co
     if (accumulate)
         return gdl__cu_dispatch("strided_copy (accumulating)", dt, 1, [&](auto t) {
             typedef typename decltype(t)::type T;
-            return gdl__cu_strided_add_t<T>(g, n, src, dst);
+            return gdl__cu_strided_t<T>(gdl__k_strided_add<T>, g, n, src, dst);
         });
     switch (gdl_dtype_size(dt)) {
-    case 1: return gdl__cu_strided_copy_t<uint8_t>(g, n, src, dst);
-    case 2: return gdl__cu_strided_copy_t<uint16_t>(g, n, src, dst);
-    case 4: return gdl__cu_strided_copy_t<uint32_t>(g, n, src, dst);
+    case 1: return gdl__cu_strided_t<uint8_t>(gdl__k_strided_copy<uint8_t>, g, n, src, dst);
+    case 2: return gdl__cu_strided_t<uint16_t>(gdl__k_strided_copy<uint16_t>, g, n, src, dst);
+    case 4: return gdl__cu_strided_t<uint32_t>(gdl__k_strided_copy<uint32_t>, g, n, src, dst);
     default:
         gdl__set_error("gdl_cuda: strided_copy of an invalid dtype %d", (int)dt);
         return -1;
@@ -178,16 +173,6 @@ __device__ __forceinline__ float gdl__ld_f32_of(const void *p, int dt, int64_t i
 __device__ __forceinline__ int32_t gdl__ld_i32_of(const void *p, int dt, int64_t i) {
     return dt == GDL_U8 ? (int32_t)((const uint8_t *)p)[i] : ((const int32_t *)p)[i];
 }
-template <typename V> __device__ __forceinline__ bool gdl__cmp1(int op, V a, V b) {
-    switch (op) {
-    case GDL_CMP_EQ: return a == b;
-    case GDL_CMP_NE: return a != b;
-    case GDL_CMP_LT: return a < b;
-    case GDL_CMP_LE: return a <= b;
-    case GDL_CMP_GT: return a > b;
-    default: return a >= b; /* GDL_CMP_GE */
-    }
-}
 
 // the dtypes' switches are uniform across the grid (as gdl__k_cast's)
 __global__ void gdl__k_compare(int op, gdl__cu_bshape g, int64_t n, int at, const void *a, int bt, const void *b,
@@ -196,8 +181,8 @@ __global__ void gdl__k_compare(int op, gdl__cu_bshape g, int64_t n, int at, cons
     GDL_CU_LOOP(i, n) {
         int64_t oa, ob;
         gdl__cu_offsets2(g, i, &oa, &ob);
-        out[i] = ints ? gdl__cmp1(op, gdl__ld_i32_of(a, at, oa), gdl__ld_i32_of(b, bt, ob))
-                      : gdl__cmp1(op, gdl__ld_f32_of(a, at, oa), gdl__ld_f32_of(b, bt, ob));
+        out[i] = ints ? gdl_compare1_i32(op, gdl__ld_i32_of(a, at, oa), gdl__ld_i32_of(b, bt, ob))
+                      : gdl_compare1_float(op, gdl__ld_f32_of(a, at, oa), gdl__ld_f32_of(b, bt, ob));
     }
 }
 

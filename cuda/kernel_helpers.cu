@@ -120,31 +120,23 @@ __device__ __forceinline__ float gdl__warp_max(float v) {
     return v;
 }
 
-// Sum over the block (blockDim.x a multiple of 32); every thread gets the
-// result. The leading barrier lets a kernel call it repeatedly. The order of
-// additions depends only on blockDim, so results are reproducible.
-template <typename T> __device__ T gdl__block_sum(T v) {
+// Reduce over the block (blockDim.x a multiple of 32) with a warp
+// reduction WARP whose identity is `none`; every thread gets the result. The
+// leading barrier lets a kernel call it repeatedly. The order of the
+// operations depends only on blockDim, so results are reproducible.
+template <typename T, T (*WARP)(T)> __device__ T gdl__block_reduce(T v, T none) {
     __shared__ T sh[32];
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = gdl__warp_sum(v);
+    v = WARP(v);
     __syncthreads();
     if (lane == 0) sh[wid] = v;
     __syncthreads();
-    v = lane < nw ? sh[lane] : (T)0;
-    return gdl__warp_sum(v);
+    v = lane < nw ? sh[lane] : none;
+    return WARP(v);
 }
-
+template <typename T> __device__ T gdl__block_sum(T v) { return gdl__block_reduce<T, gdl__warp_sum<T> >(v, (T)0); }
 // max ignoring NaN (fmaxf), as the CPU's "if (v > mx) mx = v"
-__device__ float gdl__block_max(float v) {
-    __shared__ float sh[32];
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = gdl__warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : -GDL__CU_INF;
-    return gdl__warp_max(v);
-}
+__device__ float gdl__block_max(float v) { return gdl__block_reduce<float, gdl__warp_max>(v, -GDL__CU_INF); }
 
 // Is (v, k) preferred to (bv, bk) as the max? The CPU's rule: the first NaN
 // if there is one, else the first maximal element. k < 0 marks "none yet".

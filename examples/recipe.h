@@ -88,6 +88,14 @@ static inline gdl_module *ex_recipe_net(const ex_recipe *r) {
     return gdl_nn_sequential(k, l);
 }
 
+/* t: no augmentation, inputs normalised by Fashion-MNIST's pixel mean and standard deviation */
+static inline void ex_recipe_normalize(gdl_transform *t) {
+    memset(t, 0, sizeof *t);
+    t->normalize = 1;
+    t->mean[0] = 0.2860;
+    t->std[0] = 0.3530;
+}
+
 /* The training loader (shuffled, augmented) and the test loader (batches of 1000), both normalised,
    delivering to dev. 0 / -1 + error (a loader made is left in *tl / *vl for the caller to free). */
 static inline int ex_recipe_loaders(const ex_recipe *r, gdl_dataset *train, gdl_dataset *test, int batch_size,
@@ -99,19 +107,14 @@ static inline int ex_recipe_loaders(const ex_recipe *r, gdl_dataset *train, gdl_
     lo.num_workers = 2;
     lo.pin_memory = 1;
     lo.device = dev;
-    lo.transform.normalize = 1;
-    lo.transform.mean[0] = 0.2860;
-    lo.transform.std[0] = 0.3530;
+    ex_recipe_normalize(&lo.transform);
     lo.transform.crop_padding = r->crop_padding;
     lo.transform.hflip = 1;
     lo.transform.erase_p = r->erase_p; /* torchvision's scale (0.02, 0.33) and ratio (0.3, 3.3), value 0 */
     if (!(*tl = gdl_loader_new(train, &lo))) return -1;
     lo.shuffle = 0;
     lo.batch_size = 1000;
-    memset(&lo.transform, 0, sizeof lo.transform);
-    lo.transform.normalize = 1;
-    lo.transform.mean[0] = 0.2860;
-    lo.transform.std[0] = 0.3530;
+    ex_recipe_normalize(&lo.transform);
     return (*vl = gdl_loader_new(test, &lo)) ? 0 : -1;
 }
 

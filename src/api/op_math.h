@@ -1,8 +1,9 @@
 /* ---------------------------------------------------------------------------
    src/api/op_math.h   The elementwise ops (enum gdl_binary_op, gdl_unary_op)
-   and their scalar math, written once for both backends: the CPU kernels
-   (src/cpu/elementwise.h, lowp.h, bias_act.h, the GEMM's epilogue) and the
-   CUDA kernels (cuda/elementwise.cu, bias_act.cu) call the functions below,
+   and their scalar math, and the comparisons (gdl_compare_op), written once
+   for both backends: the CPU kernels (src/cpu/elementwise.h, lowp.h,
+   bias_act.h, index.h, the GEMM's epilogue) and the CUDA kernels
+   (cuda/elementwise.cu, bias_act.cu, index.cu) call the functions below,
    __host__ __device__ under nvcc.
    ------------------------------------------------------------------------- */
 
@@ -132,3 +133,21 @@ GDL__OP_MATH(real, gdl_real, double, )
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+/* gdl_compare1_N(op, a, b): a op b for one gdl_compare_op, 1 or 0 (NaN compares unequal to all, as in
+   PyTorch). The CPU compares in double (integers exactly, floats as loaded), the GPU integer pairs in int32
+   and the rest in float. */
+#define GDL__COMPARE1(N, T) \
+    GDL__OPM_FN int gdl_compare1_##N(int op, T a, T b) { \
+        switch (op) { \
+        case GDL_CMP_EQ: return a == b; \
+        case GDL_CMP_NE: return a != b; \
+        case GDL_CMP_LT: return a < b; \
+        case GDL_CMP_LE: return a <= b; \
+        case GDL_CMP_GT: return a > b; \
+        default: return a >= b; /* GDL_CMP_GE */ \
+        } \
+    }
+GDL__COMPARE1(double, double)
+GDL__COMPARE1(float, float)
+GDL__COMPARE1(i32, int32_t)

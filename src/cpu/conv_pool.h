@@ -756,59 +756,59 @@ static void gdl__maxpool2x2_row(const gdl_real *r0, int W, int32_t base, int OW,
     }
 }
 
-static void gdl__maxpool_part(gdl__args a, int64_t lo, int64_t hi) {
-    const gdl_conv_geom *g = a.g;
-    int64_t p;
-    for (p = lo; p < hi; p++) {
-        const gdl_real *xp = a.x + p * g->H * g->W;
-        int oh, ow, kh, kw;
-        if (g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->PH == 0 && g->PW == 0) {
-            const int W = g->W, OH = g->OH, OW = g->OW;
-            for (oh = 0; oh < OH; oh++)
-                gdl__maxpool2x2_row(xp + 2 * oh * W, W, 2 * oh * W, OW, a.out + (p * OH + oh) * OW,
-                                    a.idx + (p * OH + oh) * OW);
-            continue;
-        }
-        if (g->PH == 0 && g->PW == 0 && g->DH == 1 && g->DW == 1) { /* every window inside the plane */
-            for (oh = 0; oh < g->OH; oh++)
-                for (ow = 0; ow < g->OW; ow++) {
-                    int32_t base = oh * g->SH * g->W + ow * g->SW, bi = base;
-                    gdl_real best = xp[base];
-                    for (kh = 0; kh < g->KH; kh++)
-                        for (kw = 0; kw < g->KW; kw++) {
-                            int32_t j = base + kh * g->W + kw;
-                            gdl_real v = xp[j];
-                            /* first max; first NaN wins. Branch-free: the max's place is random */
-                            int take = (v > best) | ((v != v) & (best == best));
-                            best = take ? v : best;
-                            bi = take ? j : bi;
-                        }
-                    a.out[(p * g->OH + oh) * g->OW + ow] = best;
-                    a.idx[(p * g->OH + oh) * g->OW + ow] = bi;
-                }
-            continue;
-        }
+/* One plane: xp [H, W] into y and idx [OH, OW] (idx: the max's place in the plane) */
+static void gdl__maxpool_plane(const gdl_conv_geom *g, const gdl_real *xp, gdl_real *y, int32_t *idx) {
+    int oh, ow, kh, kw;
+    if (g->KH == 2 && g->KW == 2 && g->SH == 2 && g->SW == 2 && g->PH == 0 && g->PW == 0) {
+        const int W = g->W, OW = g->OW;
+        for (oh = 0; oh < g->OH; oh++) gdl__maxpool2x2_row(xp + 2 * oh * W, W, 2 * oh * W, OW, y + oh * OW, idx + oh * OW);
+        return;
+    }
+    if (g->PH == 0 && g->PW == 0 && g->DH == 1 && g->DW == 1) { /* every window inside the plane */
         for (oh = 0; oh < g->OH; oh++)
             for (ow = 0; ow < g->OW; ow++) {
-                gdl_real best = (gdl_real)-INFINITY;
-                int32_t bi = -1;
-                for (kh = 0; kh < g->KH; kh++) {
-                    int ih = oh * g->SH - g->PH + kh * g->DH;
-                    if (ih < 0 || ih >= g->H) continue;
+                int32_t base = oh * g->SH * g->W + ow * g->SW, bi = base;
+                gdl_real best = xp[base];
+                for (kh = 0; kh < g->KH; kh++)
                     for (kw = 0; kw < g->KW; kw++) {
-                        int iw = ow * g->SW - g->PW + kw * g->DW;
-                        if (iw < 0 || iw >= g->W) continue;
-                        gdl_real v = xp[ih * g->W + iw];
-                        if (bi < 0 || v > best || (v != v && best == best)) { /* first max; first NaN wins */
-                            best = v;
-                            bi = ih * g->W + iw;
-                        }
+                        int32_t j = base + kh * g->W + kw;
+                        gdl_real v = xp[j];
+                        /* first max; first NaN wins. Branch-free: the max's place is random */
+                        int take = (v > best) | ((v != v) & (best == best));
+                        best = take ? v : best;
+                        bi = take ? j : bi;
+                    }
+                y[oh * g->OW + ow] = best;
+                idx[oh * g->OW + ow] = bi;
+            }
+        return;
+    }
+    for (oh = 0; oh < g->OH; oh++)
+        for (ow = 0; ow < g->OW; ow++) {
+            gdl_real best = (gdl_real)-INFINITY;
+            int32_t bi = -1;
+            for (kh = 0; kh < g->KH; kh++) {
+                int ih = oh * g->SH - g->PH + kh * g->DH;
+                if (ih < 0 || ih >= g->H) continue;
+                for (kw = 0; kw < g->KW; kw++) {
+                    int iw = ow * g->SW - g->PW + kw * g->DW;
+                    if (iw < 0 || iw >= g->W) continue;
+                    gdl_real v = xp[ih * g->W + iw];
+                    if (bi < 0 || v > best || (v != v && best == best)) { /* first max; first NaN wins */
+                        best = v;
+                        bi = ih * g->W + iw;
                     }
                 }
-                a.out[(p * g->OH + oh) * g->OW + ow] = best;
-                a.idx[(p * g->OH + oh) * g->OW + ow] = bi < 0 ? 0 : bi;
             }
-    }
+            y[oh * g->OW + ow] = best;
+            idx[oh * g->OW + ow] = bi < 0 ? 0 : bi;
+        }
+}
+static void gdl__maxpool_part(gdl__args a, int64_t lo, int64_t hi) {
+    const gdl_conv_geom *g = a.g;
+    const int64_t HW = (int64_t)g->H * g->W, OHW = (int64_t)g->OH * g->OW;
+    int64_t p;
+    for (p = lo; p < hi; p++) gdl__maxpool_plane(g, a.x + p * HW, a.out + p * OHW, a.idx + p * OHW);
 }
 static int gdl__cpu_maxpool_f32(const gdl_conv_geom *g, const gdl_real *x, gdl_real *y, int32_t *idx) {
     gdl__args a = gdl__args_none();

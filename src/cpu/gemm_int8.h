@@ -68,18 +68,27 @@
 #endif
 #endif
 
+/* each kernel's tile, MR x NR, and name (gdl_gemm_int8_kernel_name) */
 #if defined(GDL__QG_VNNI)
 #define GDL__QG_MR 8
 #define GDL__QG_NR 32
+#define GDL__QG_NAME "avx512vnni 8x32"
 #elif defined(GDL__QG_AVX2)
 #define GDL__QG_MR 4
 #define GDL__QG_NR 16
+#define GDL__QG_NAME "avx2 4x16"
 #elif defined(GDL__QG_SDOT)
 #define GDL__QG_MR 8
 #define GDL__QG_NR 8
+#define GDL__QG_NAME "neon-sdot 8x8"
 #else /* NEON without sdot, portable */
 #define GDL__QG_MR 4
 #define GDL__QG_NR 8
+#ifdef GDL__QG_NEON
+#define GDL__QG_NAME "neon 4x8"
+#else
+#define GDL__QG_NAME "portable 4x8"
+#endif
 #endif
 #if defined(GDL__QG_SDOT) || defined(GDL__QG_NEON)
 #define GDL__QG_SIGNED_A 1 /* the kernel multiplies a - 128: the driver adds 128 * colsum */
@@ -148,163 +157,146 @@ static int gdl__qpack_init(const char *op, gdl__qpack *p, int N, int K, const in
    gdl__qg_kernel(kg, a, lda, m, b, wide, tile): tile[i*NR + j] = sum over the
    kg groups of 4 k's of a[i][k] * b (packed panel), for rows i < m of A
    (rows lda bytes apart; rows m..MR-1 repeat row m-1 and are discarded).
-   wide (AVX2 only): some activation of these rows is above 127. */
+   wide (AVX2 only): some activation of these rows is above 127.
+
+   The SIMD kernels are one body (below the ISAs' sections), each ISA giving
+     GDL__QG_ROWS(X)   X(r) for each of the MR rows
+     GDL__QG_VEC, GDL__QG_LOAD(p)   B's vector type and its aligned load: a
+                       k-group of the panel is two vectors, b0 and b1
+     GDL__QG_CONSTS    the constants the steps use
+     GDL__QG_ACC(r)    declares row r's accumulators c<r>_0 .. (zero)
+     GDL__QG_STEP(r)   adds row r's 4 activations of group g (a<r>[4g ..],
+                       read by gdl__qg_a4) times b0, b1 to its accumulators;
+                       AVX2 has a second, GDL__QG_STEP_WIDE, for any u8
+     GDL__QG_STORE(r)  row r's accumulators into tile[r*NR .. r*NR + NR - 1] */
+
+#if defined(GDL__QG_VNNI) || defined(GDL__QG_AVX2) || defined(GDL__QG_SDOT) || defined(GDL__QG_NEON)
+/* the 4 activations a[0..3], as one 32-bit lane to broadcast */
+static inline uint32_t gdl__qg_a4(const uint8_t *a) {
+    uint32_t v;
+    memcpy(&v, a, 4);
+    return v;
+}
+#endif
 
 #if defined(GDL__QG_VNNI)
 
 #define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
-                           int32_t *GDL__RESTRICT tile) {
-#define GDL__QG_DECL(r)                                                   \
-    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
-    __m512i c##r##_0 = _mm512_setzero_si512(), c##r##_1 = _mm512_setzero_si512();
-    GDL__QG_ROWS(GDL__QG_DECL)
-#undef GDL__QG_DECL
-    int g;
-    (void)wide;
-    for (g = 0; g < kg; g++) {
-        const __m512i b0 = _mm512_load_si512((const void *)b), b1 = _mm512_load_si512((const void *)(b + 64));
-        int32_t v;
-        __m512i av;
-#define GDL__QG_DOT(r)                                   \
-    memcpy(&v, a##r + 4 * g, 4);                         \
-    av = _mm512_set1_epi32(v);                           \
-    c##r##_0 = _mm512_dpbusd_epi32(c##r##_0, av, b0);    \
-    c##r##_1 = _mm512_dpbusd_epi32(c##r##_1, av, b1);
-        GDL__QG_ROWS(GDL__QG_DOT)
-#undef GDL__QG_DOT
-        b += 128;
+#define GDL__QG_VEC __m512i
+#define GDL__QG_LOAD(p) _mm512_load_si512((const void *)(p))
+#define GDL__QG_CONSTS
+#define GDL__QG_ACC(r) __m512i c##r##_0 = _mm512_setzero_si512(), c##r##_1 = _mm512_setzero_si512();
+#define GDL__QG_STEP(r)                                                         \
+    {                                                                           \
+        const __m512i av = _mm512_set1_epi32((int32_t)gdl__qg_a4(a##r + 4 * g)); \
+        c##r##_0 = _mm512_dpbusd_epi32(c##r##_0, av, b0);                       \
+        c##r##_1 = _mm512_dpbusd_epi32(c##r##_1, av, b1);                       \
     }
 #define GDL__QG_STORE(r)                                                        \
     _mm512_storeu_si512((void *)(tile + (r) * 32), c##r##_0);                   \
     _mm512_storeu_si512((void *)(tile + (r) * 32 + 16), c##r##_1);
-    GDL__QG_ROWS(GDL__QG_STORE)
-#undef GDL__QG_STORE
-}
-#undef GDL__QG_ROWS
 
 #elif defined(GDL__QG_AVX2)
 
 #define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3)
-static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
-                           int32_t *GDL__RESTRICT tile) {
-#define GDL__QG_DECL(r)                                                   \
-    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
-    __m256i c##r##_0 = _mm256_setzero_si256(), c##r##_1 = _mm256_setzero_si256();
-    GDL__QG_ROWS(GDL__QG_DECL)
-#undef GDL__QG_DECL
-    const __m256i ones = _mm256_set1_epi16(1), v128 = _mm256_set1_epi16(128);
-    int g;
-    if (!wide) { /* activations <= 127: a pair of products fits int16 */
-        for (g = 0; g < kg; g++) {
-            const __m256i b0 = _mm256_load_si256((const __m256i *)b), b1 = _mm256_load_si256((const __m256i *)(b + 32));
-            int32_t v;
-            __m256i av;
-#define GDL__QG_DOT(r)                                                                          \
-    memcpy(&v, a##r + 4 * g, 4);                                                                \
-    av = _mm256_set1_epi32(v);                                                                  \
-    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
-    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones));
-            GDL__QG_ROWS(GDL__QG_DOT)
-#undef GDL__QG_DOT
-            b += 64;
-        }
-    } else { /* a = l + 128 h: l*b and h*b never saturate */
-        for (g = 0; g < kg; g++) {
-            const __m256i b0 = _mm256_load_si256((const __m256i *)b), b1 = _mm256_load_si256((const __m256i *)(b + 32));
-            uint32_t v;
-            __m256i lo, hi;
-#define GDL__QG_DOT(r)                                                                                       \
-    memcpy(&v, a##r + 4 * g, 4);                                                                             \
-    lo = _mm256_set1_epi32((int32_t)(v & 0x7F7F7F7Fu));                                                      \
-    hi = _mm256_set1_epi32((int32_t)((v >> 7) & 0x01010101u));                                               \
-    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b0), ones));            \
-    c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b0), v128));            \
-    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b1), ones));            \
-    c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b1), v128));
-            GDL__QG_ROWS(GDL__QG_DOT)
-#undef GDL__QG_DOT
-            b += 64;
-        }
+#define GDL__QG_VEC __m256i
+#define GDL__QG_LOAD(p) _mm256_load_si256((const __m256i *)(p))
+#define GDL__QG_CONSTS const __m256i ones = _mm256_set1_epi16(1), v128 = _mm256_set1_epi16(128);
+#define GDL__QG_ACC(r) __m256i c##r##_0 = _mm256_setzero_si256(), c##r##_1 = _mm256_setzero_si256();
+/* activations <= 127: a pair of products fits int16 */
+#define GDL__QG_STEP(r)                                                                            \
+    {                                                                                              \
+        const __m256i av = _mm256_set1_epi32((int32_t)gdl__qg_a4(a##r + 4 * g));                   \
+        c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones)); \
+        c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones)); \
+    }
+/* any u8: a = l + 128 h, and l*b and h*b never saturate */
+#define GDL__QG_STEP_WIDE(r)                                                                            \
+    {                                                                                                   \
+        const uint32_t v = gdl__qg_a4(a##r + 4 * g);                                                    \
+        const __m256i lo = _mm256_set1_epi32((int32_t)(v & 0x7F7F7F7Fu));                               \
+        const __m256i hi = _mm256_set1_epi32((int32_t)((v >> 7) & 0x01010101u));                        \
+        c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b0), ones));   \
+        c##r##_0 = _mm256_add_epi32(c##r##_0, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b0), v128));   \
+        c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, b1), ones));   \
+        c##r##_1 = _mm256_add_epi32(c##r##_1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, b1), v128));   \
     }
 #define GDL__QG_STORE(r)                                                        \
     _mm256_storeu_si256((__m256i *)(tile + (r) * 16), c##r##_0);                \
     _mm256_storeu_si256((__m256i *)(tile + (r) * 16 + 8), c##r##_1);
-    GDL__QG_ROWS(GDL__QG_STORE)
-#undef GDL__QG_STORE
-}
-#undef GDL__QG_ROWS
 
-#elif defined(GDL__QG_SDOT)
+#elif defined(GDL__QG_SDOT) || defined(GDL__QG_NEON)
 
+#define GDL__QG_VEC int8x16_t
+#define GDL__QG_LOAD(p) vld1q_s8(p)
+#define GDL__QG_CONSTS const uint8x16_t flip = vdupq_n_u8(0x80);
+/* row r's 4 activations of group g, minus 128 (s8), in each 32-bit lane */
+#define GDL__QG_AS8(r) vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_u32(vdupq_n_u32(gdl__qg_a4(a##r + 4 * g))), flip))
+#if defined(GDL__QG_SDOT)
 #define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
-static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
-                           int32_t *GDL__RESTRICT tile) {
-#define GDL__QG_DECL(r)                                                   \
-    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
-    int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = vdupq_n_s32(0);
-    GDL__QG_ROWS(GDL__QG_DECL)
-#undef GDL__QG_DECL
-    const uint8x16_t flip = vdupq_n_u8(0x80);
-    int g;
-    (void)wide;
-    for (g = 0; g < kg; g++) {
-        const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
-        int32_t v;
-        int8x16_t av;
-#define GDL__QG_DOT(r)                                                                         \
-    memcpy(&v, a##r + 4 * g, 4);                                                               \
-    av = vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_s32(vdupq_n_s32(v)), flip));            \
-    c##r##_0 = vdotq_s32(c##r##_0, b0, av);                                                    \
-    c##r##_1 = vdotq_s32(c##r##_1, b1, av);
-        GDL__QG_ROWS(GDL__QG_DOT)
-#undef GDL__QG_DOT
-        b += 32;
+#define GDL__QG_ACC(r) int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = vdupq_n_s32(0);
+#define GDL__QG_STEP(r)                                \
+    {                                                  \
+        const int8x16_t av = GDL__QG_AS8(r);           \
+        c##r##_0 = vdotq_s32(c##r##_0, b0, av);        \
+        c##r##_1 = vdotq_s32(c##r##_1, b1, av);        \
     }
 #define GDL__QG_STORE(r)                       \
     vst1q_s32(tile + (r) * 8, c##r##_0);       \
     vst1q_s32(tile + (r) * 8 + 4, c##r##_1);
-    GDL__QG_ROWS(GDL__QG_STORE)
-#undef GDL__QG_STORE
-}
-#undef GDL__QG_ROWS
-
-#elif defined(GDL__QG_NEON)
-
+#else
 /* per row 4 accumulators of 2 columns each: lanes (j, k0+k1), (j, k2+k3), (j+1, ...), folded at the end */
 #define GDL__QG_ROWS(X) X(0) X(1) X(2) X(3)
-static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
-                           int32_t *GDL__RESTRICT tile) {
-#define GDL__QG_DECL(r)                                                   \
-    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
-    int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = c##r##_0, c##r##_2 = c##r##_0, c##r##_3 = c##r##_0;
-    GDL__QG_ROWS(GDL__QG_DECL)
-#undef GDL__QG_DECL
-    const uint8x16_t flip = vdupq_n_u8(0x80);
-    int g;
-    (void)wide;
-    for (g = 0; g < kg; g++) {
-        const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
-        int32_t v;
-        int8x16_t av;
-#define GDL__QG_DOT(r)                                                                         \
-    memcpy(&v, a##r + 4 * g, 4);                                                               \
-    av = vreinterpretq_s8_u8(veorq_u8(vreinterpretq_u8_s32(vdupq_n_s32(v)), flip));            \
-    c##r##_0 = vpadalq_s16(c##r##_0, vmull_s8(vget_low_s8(b0), vget_low_s8(av)));              \
-    c##r##_1 = vpadalq_s16(c##r##_1, vmull_high_s8(b0, av));                                   \
-    c##r##_2 = vpadalq_s16(c##r##_2, vmull_s8(vget_low_s8(b1), vget_low_s8(av)));              \
-    c##r##_3 = vpadalq_s16(c##r##_3, vmull_high_s8(b1, av));
-        GDL__QG_ROWS(GDL__QG_DOT)
-#undef GDL__QG_DOT
-        b += 32;
+#define GDL__QG_ACC(r) int32x4_t c##r##_0 = vdupq_n_s32(0), c##r##_1 = c##r##_0, c##r##_2 = c##r##_0, c##r##_3 = c##r##_0;
+#define GDL__QG_STEP(r)                                                                    \
+    {                                                                                      \
+        const int8x16_t av = GDL__QG_AS8(r);                                               \
+        c##r##_0 = vpadalq_s16(c##r##_0, vmull_s8(vget_low_s8(b0), vget_low_s8(av)));      \
+        c##r##_1 = vpadalq_s16(c##r##_1, vmull_high_s8(b0, av));                           \
+        c##r##_2 = vpadalq_s16(c##r##_2, vmull_s8(vget_low_s8(b1), vget_low_s8(av)));      \
+        c##r##_3 = vpadalq_s16(c##r##_3, vmull_high_s8(b1, av));                           \
     }
 #define GDL__QG_STORE(r)                                                \
     vst1q_s32(tile + (r) * 8, vpaddq_s32(c##r##_0, c##r##_1));          \
     vst1q_s32(tile + (r) * 8 + 4, vpaddq_s32(c##r##_2, c##r##_3));
+#endif
+
+#endif
+
+#ifdef GDL__QG_ROWS
+/* the k-groups, b advancing a group (NR columns x 4 k's) at a time */
+#define GDL__QG_GROUPS(STEP)                                                                  \
+    for (g = 0; g < kg; g++, b += GDL__QG_NR * 4) {                                           \
+        const GDL__QG_VEC b0 = GDL__QG_LOAD(b), b1 = GDL__QG_LOAD(b + GDL__QG_NR * 2);        \
+        GDL__QG_ROWS(STEP)                                                                    \
+    }
+static void gdl__qg_kernel(int kg, const uint8_t *a, ptrdiff_t lda, int m, const int8_t *GDL__RESTRICT b, int wide,
+                           int32_t *GDL__RESTRICT tile) {
+#define GDL__QG_DECL(r)                                                   \
+    const uint8_t *a##r = a + (ptrdiff_t)((r) < m ? (r) : m - 1) * lda;  \
+    GDL__QG_ACC(r)
+    GDL__QG_ROWS(GDL__QG_DECL)
+#undef GDL__QG_DECL
+    GDL__QG_CONSTS
+    int g;
+    (void)wide;
+#ifdef GDL__QG_STEP_WIDE
+    if (wide) GDL__QG_GROUPS(GDL__QG_STEP_WIDE)
+    else
+#endif
+        GDL__QG_GROUPS(GDL__QG_STEP)
     GDL__QG_ROWS(GDL__QG_STORE)
-#undef GDL__QG_STORE
 }
+#undef GDL__QG_GROUPS
 #undef GDL__QG_ROWS
+#undef GDL__QG_VEC
+#undef GDL__QG_LOAD
+#undef GDL__QG_CONSTS
+#undef GDL__QG_ACC
+#undef GDL__QG_STEP
+#undef GDL__QG_STEP_WIDE
+#undef GDL__QG_STORE
+#undef GDL__QG_AS8
 
 #else /* portable */
 
@@ -367,18 +359,10 @@ static void gdl__qgemm_range(const void *ctx, int64_t lo, int64_t hi) {
    lda >= KP bytes apart, readable up to KP. 0 / -1 (out of memory). */
 static int gdl__qgemm(const char *op, int M, const uint8_t *A, ptrdiff_t lda, const gdl__qpack *p, int32_t *C,
                       ptrdiff_t ldc) {
-    gdl__qgemm_job j;
+    gdl__qgemm_job j = {M, (M + GDL__QG_MR - 1) / GDL__QG_MR, A, lda, ldc, p, NULL /* wide: below */, C};
     unsigned char *wide = NULL;
     int64_t ntiles;
     if (M <= 0 || p->N <= 0) return 0;
-    j.M = M;
-    j.mt = (M + GDL__QG_MR - 1) / GDL__QG_MR;
-    j.A = A;
-    j.lda = lda;
-    j.ldc = ldc;
-    j.p = p;
-    j.C = C;
-    j.wide = NULL;
     if (p->K == 0) {
         int i;
         for (i = 0; i < M; i++) memset(C + (ptrdiff_t)i * ldc, 0, sizeof(int32_t) * (size_t)p->N);
@@ -444,19 +428,7 @@ GPUDL_API int gdl_gemm_u8s8_cpu(int M, int N, int K, const uint8_t *A, int lda, 
     return rc;
 }
 
-GPUDL_API const char *gdl_gemm_int8_kernel_name(void) {
-#if defined(GDL__QG_VNNI)
-    return "avx512vnni 8x32";
-#elif defined(GDL__QG_AVX2)
-    return "avx2 4x16";
-#elif defined(GDL__QG_SDOT)
-    return "neon-sdot 8x8";
-#elif defined(GDL__QG_NEON)
-    return "neon 4x8";
-#else
-    return "portable 4x8";
-#endif
-}
+GPUDL_API const char *gdl_gemm_int8_kernel_name(void) { return GDL__QG_NAME; }
 
 /* --- the CPU backend's INT8 entries (src/api/backend.h: qweight_new ... qepilogue) --- */
 

@@ -120,16 +120,6 @@ static double gdl__cmp_load(const void *p, gdl_dtype dt, int64_t i, int as_float
     double v = gdl__load((const char *)p + (size_t)i * gdl_dtype_size(dt), dt);
     return as_float && dt == GDL_I32 ? (double)(float)v : v;
 }
-static int gdl__cmp1(int op, double a, double b) {
-    switch (op) {
-    case GDL_CMP_EQ: return a == b;
-    case GDL_CMP_NE: return a != b;
-    case GDL_CMP_LT: return a < b;
-    case GDL_CMP_LE: return a <= b;
-    case GDL_CMP_GT: return a > b;
-    default: return a >= b; /* GDL_CMP_GE */
-    }
-}
 static void gdl__compare_part(gdl__args a, int64_t lo, int64_t hi) {
     const gdl__strided_job *j = (const gdl__strided_job *)a.ctx;
     const int64_t *str[2] = {j->s0, j->s1};
@@ -137,8 +127,8 @@ static void gdl__compare_part(gdl__args a, int64_t lo, int64_t hi) {
     int as_float = !((j->t0 == GDL_I32 || j->t0 == GDL_U8) && (j->t1 == GDL_I32 || j->t1 == GDL_U8));
     for (i = lo; i < hi; i++) {
         gdl__elem_offsets(j->ndim, j->shape, i, 2, str, off);
-        ((uint8_t *)j->out)[i] = (uint8_t)gdl__cmp1(j->op, gdl__cmp_load(j->p0, j->t0, off[0], as_float),
-                                                    gdl__cmp_load(j->p1, j->t1, off[1], as_float));
+        ((uint8_t *)j->out)[i] = (uint8_t)gdl_compare1_double(j->op, gdl__cmp_load(j->p0, j->t0, off[0], as_float),
+                                                              gdl__cmp_load(j->p1, j->t1, off[1], as_float));
     }
 }
 static int gdl__cpu_compare(int op, int ndim, const int64_t *shape, gdl_dtype at, const void *a, const int64_t *astr,

@@ -113,10 +113,8 @@ static int32_t gdl__vocab_find(const gdl_vocab *v, const unsigned char *s, size_
 }
 
 GPUDL_API void gdl_vocab_free(gdl_vocab *v) {
-    int64_t i;
     if (!v) return;
-    for (i = 0; v->tok && i < v->n; i++) GPUDL_FREE(v->tok[i]);
-    GPUDL_FREE(v->tok);
+    gdl__free_strings(v->tok, v->n);
     GPUDL_FREE(v->tlen);
     GPUDL_FREE(v->table);
     GPUDL_FREE(v);
@@ -639,14 +637,11 @@ fail:
 /* ---- text lists and the fortune readers ------------------------------------------------ */
 
 GPUDL_API void gdl_text_list_free(gdl_text_list *l) {
-    int64_t i;
     if (!l) return;
-    for (i = 0; l->texts && i < l->n; i++) GPUDL_FREE(l->texts[i]);
-    for (i = 0; l->class_names && i < l->num_classes; i++) GPUDL_FREE(l->class_names[i]);
-    GPUDL_FREE(l->texts);
+    gdl__free_strings(l->texts, l->n);
+    gdl__free_strings(l->class_names, l->num_classes);
     GPUDL_FREE(l->lens);
     GPUDL_FREE(l->labels);
-    GPUDL_FREE(l->class_names);
     memset(l, 0, sizeof *l);
 }
 
@@ -822,8 +817,7 @@ static int gdl__read_dir(const char *fn, const char *dir, int32_t label, const c
         if ((k = gdl__read_fortunes(fn, path, label, name, out, 1)) < 0) rc = -1;
         got += k;
     }
-    for (i = 0; i < n; i++) GPUDL_FREE(names[i]);
-    GPUDL_FREE(names);
+    gdl__free_strings(names, n);
     if (rc == 0 && got == 0) {
         gdl__set_error("%s: %s has no text entries (in %d files)", fn, dir, n);
         rc = -1;

@@ -327,15 +327,9 @@ typedef struct gdl__st_build {
 } gdl__st_build;
 
 /* n strings and their array */
-static void gdl__st_free_strs(char **s, int n) {
-    int k;
-    for (k = 0; s && k < n; k++) GPUDL_FREE(s[k]);
-    GPUDL_FREE(s);
-}
-
 static void gdl__st_build_free(gdl__st_build *b) {
-    gdl__st_free_strs(b->mk, b->nm);
-    gdl__st_free_strs(b->mv, b->nm);
+    gdl__free_strings(b->mk, b->nm);
+    gdl__free_strings(b->mv, b->nm);
     GPUDL_FREE(b->e);
     memset(b, 0, sizeof *b);
 }
@@ -823,8 +817,8 @@ GPUDL_API int gdl_st_read(const char *path, gdl_st_file *out) { return gdl__st_r
 
 GPUDL_API void gdl_st_free(gdl_st_file *f) {
     if (!f) return;
-    gdl__st_free_strs(f->meta_keys, f->n_meta);
-    gdl__st_free_strs(f->meta_vals, f->n_meta);
+    gdl__free_strings(f->meta_keys, f->n_meta);
+    gdl__free_strings(f->meta_vals, f->n_meta);
     GPUDL_FREE(f->entries);
     GPUDL_FREE(f->owned);
     memset(f, 0, sizeof *f);

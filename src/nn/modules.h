@@ -190,8 +190,7 @@ static void gdl__nn_free_tree(gdl_module *m) {
     GPUDL_FREE(m->child);
     gdl__nn_free_named(m->param, m->nparam);
     gdl__nn_free_named(m->buf, m->nbuf);
-    for (i = 0; i < m->ninterned; i++) GPUDL_FREE(m->interned[i]);
-    GPUDL_FREE(m->interned);
+    gdl__free_strings(m->interned, m->ninterned);
     if (m->free_user) m->free_user(m->user);
     GPUDL_FREE(m->kind_name);
     GPUDL_FREE(m->name);
@@ -596,10 +595,7 @@ GPUDL_API gdl_module *gdl_nn_sequential(int n, gdl_module *const *mods) {
     for (i = 0; i < n && bad < 0; i++)
         if (!mods[i]) bad = i;
     if (bad >= 0) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        if (prev[0]) gdl__set_error("%s: module %d is NULL (after: %s)", op, bad, prev);
-        else gdl__set_error("%s: module %d is NULL", op, bad);
+        gdl__error_after("%s: module %d is NULL", op, bad);
     } else {
         m = gdl__nn_new(op, GDL__M_SEQUENTIAL, "Sequential");
     }
@@ -708,11 +704,10 @@ static void gdl__nn_record(const gdl_module *m, const gdl_tensor *y) {
 
 /* Prefixes the current error with the module (once: nested modules keep the innermost). */
 static void gdl__nn_fwd_error(const gdl_module *m) {
-    char prev[sizeof gdl__err], cfg[200];
+    char cfg[200];
     if (!strncmp(gdl__err, "gdl_forward: ", 13)) return;
-    memcpy(prev, gdl__err, sizeof prev);
     gdl__nn_config(m, cfg, sizeof cfg);
-    gdl__set_error("gdl_forward: %s (%s): %s", gdl__nn_label(m), cfg, prev);
+    gdl__error_context("gdl_forward: %s (%s)", gdl__nn_label(m), cfg);
 }
 
 static gdl_tensor *gdl__nn_fwd_fail(const gdl_module *m, const char *want, const char *got) {
@@ -906,10 +901,7 @@ GPUDL_API gdl_tensor *gdl_forward(gdl_module *m, gdl_tensor *x) {
         return NULL;
     }
     if (!x) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        if (prev[0]) gdl__set_error("gdl_forward: %s: input is NULL (after: %s)", gdl__nn_label(m), prev);
-        else gdl__set_error("gdl_forward: %s: input is NULL", gdl__nn_label(m));
+        gdl__error_after("gdl_forward: %s: input is NULL", gdl__nn_label(m));
         return NULL;
     }
     y = gdl__nn_forward(m, x);
@@ -1248,9 +1240,7 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
     for (first = m; first->nchild; first = first->child[0]) {}
     x = gdl_zeros(ndim, input_shape, first->kind == GDL__M_EMBEDDING ? GDL_I32 : GDL_F32, gdl_module_device(m));
     if (!x) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        gdl__set_error("%s: cannot make the input: %s", op, prev);
+        gdl__error_context("%s: cannot make the input", op);
         GPUDL_FREE(rows);
         return -1;
     }

@@ -1,6 +1,8 @@
 /* ---------------------------------------------------------------------------
    src/runtime/errors.h — the thread-local error message: gdl__set_error,
-   gdl_last_error.
+   gdl_last_error, and the helpers that keep an earlier message; dtype
+   names and sizes; small host-memory helpers (gdl__zalloc,
+   gdl__free_strings).
    ------------------------------------------------------------------------- */
 
 static GDL__TLS char gdl__err[1024];
@@ -26,6 +28,13 @@ static void *gdl__zalloc(const char *op, size_t bytes) {
     return p;
 }
 
+/* frees the n strings of s, then s (a NULL s: nothing) */
+static void gdl__free_strings(char **s, int64_t n) {
+    int64_t i;
+    for (i = 0; s && i < n; i++) GPUDL_FREE(s[i]);
+    GPUDL_FREE(s);
+}
+
 static int64_t gdl__syncs; /* host waits for a device, from every thread */
 GPUDL_API void gdl__count_sync(void) {
 #ifdef GDL__ATOMICS
@@ -43,15 +52,31 @@ GPUDL_API int64_t gdl_sync_count(void) {
 }
 GPUDL_API const char *gdl_version(void) { return GPUDL_VERSION; }
 
-/* A NULL argument usually follows an earlier failure: keep that message. */
-static void gdl__null_arg(const char *op, const char *arg) {
-    char prev[sizeof gdl__err];
+/* The error fmt formats, the current one kept with it: "text: current" where after is 0 (a call names
+   itself, or where it stood, in front of the failure of something it called), "text (after: current)"
+   where after is 1 (an argument is NULL, which usually follows an earlier failure; just "text" when there
+   is no current error). */
+static void gdl__error_keep(int after, const char *fmt, va_list ap) {
+    char prev[sizeof gdl__err], text[sizeof gdl__err];
     memcpy(prev, gdl__err, sizeof prev);
-    if (prev[0])
-        gdl__set_error("%s: %s is NULL (after: %s)", op, arg, prev);
-    else
-        gdl__set_error("%s: %s is NULL", op, arg);
+    vsnprintf(text, sizeof text, fmt, ap);
+    if (!after) gdl__set_error("%s: %s", text, prev);
+    else if (prev[0]) gdl__set_error("%s (after: %s)", text, prev);
+    else gdl__set_error("%s", text);
 }
+static void gdl__error_context(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gdl__error_keep(0, fmt, ap);
+    va_end(ap);
+}
+static void gdl__error_after(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    gdl__error_keep(1, fmt, ap);
+    va_end(ap);
+}
+static void gdl__null_arg(const char *op, const char *arg) { gdl__error_after("%s: %s is NULL", op, arg); }
 
 static const char *const gdl__dtype_names[GDL_DTYPE_COUNT] = {"f32", "i32", "u8", "f16", "bf16"};
 static const size_t gdl__dtype_sizes[GDL_DTYPE_COUNT] = {sizeof(gdl_real), 4, 1, 2, 2};

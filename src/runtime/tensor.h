@@ -254,11 +254,7 @@ static gdl_tensor *gdl__host_fill(const char *op, int ndim, const int64_t *shape
     for (i = 0; i < numel; i++) gdl__store(h + (size_t)i * es, dt, fn(i, arg));
     t = gdl_from_array(h, ndim, shape, dt, dev);
     GPUDL_FREE(h);
-    if (!t) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        gdl__set_error("%s: %s", op, prev);
-    }
+    if (!t) gdl__error_context("%s", op);
     return t;
 }
 

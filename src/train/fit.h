@@ -697,17 +697,13 @@ static int gdl__fit_eager(gdl__fit_run *r, gdl_tensor *x, gdl_tensor *y, int fir
         retried = 1;
         if (gdl__fit_undo_apply(r, &u) < 0) break;
     }
-    if (rc < 0 && gdl__error_is_oom()) {
-        char prev[sizeof gdl__err];
-        memcpy(prev, gdl__err, sizeof prev);
-        gdl__set_error("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
-                       "last completed step%s): %s", r->epoch, (long long)r->b, (long long)r->nb,
-                       !first ? "; an out-of-memory failure is retried only on the first micro-batch "
-                                "of an optimizer step"
-                       : retried ? ", after retrying with the cached memory given back"
-                                 : "; oom_retry and oom_split_batch can recover",
-                       prev);
-    }
+    if (rc < 0 && gdl__error_is_oom())
+        gdl__error_context("gdl_fit: epoch %d, batch %lld of %lld (the model and optimizer are as after the "
+                           "last completed step%s)", r->epoch, (long long)r->b, (long long)r->nb,
+                           !first ? "; an out-of-memory failure is retried only on the first micro-batch "
+                                    "of an optimizer step"
+                           : retried ? ", after retrying with the cached memory given back"
+                                     : "; oom_retry and oom_split_batch can recover");
     return rc;
 }
 
