@@ -566,6 +566,8 @@ dev-header:
 	sh tools/amalgamate.sh --lines $(B)/dev
 	@mkdir -p $(B)/dev/tests
 
-# the committed gpudl.h and gpudl_cuda.cu are what their parts make (make test's first check)
+# the committed gpudl.h and gpudl_cuda.cu are what their parts make, and each planted
+# kernel bug of tests/mutate_cuda.sh still finds its text (make test's first check)
 test-amalgamation:
 	@sh tools/amalgamate.sh --check
+	@sh tests/mutate_cuda.sh -c

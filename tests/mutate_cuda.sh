@@ -15,6 +15,7 @@
 #   tests/mutate_cuda.sh            every mutant
 #   tests/mutate_cuda.sh NAME...    the mutants whose names contain a NAME
 #   tests/mutate_cuda.sh -l         list the mutants
+#   tests/mutate_cuda.sh -c         check each mutant's text occurs once
 #   MUTATE_KEEP=1                   keep the scratch copy (its path is printed)
 #   MUTATE_REV=HEAD                 test a commit (git archive) instead of the
 #                                   working tree, e.g. while others edit it
@@ -57,8 +58,8 @@ M = [
  "    return v > bv || (v == bv && k < bk);",
  "    return v > bv || (v == bv && k > bk);"),
 ("reduce_thread_max_drops_nan", "NaN not propagated by the per-thread max",
- "            for (int64_t k = 1; k < n; k++) {\n                float v = p[k * inner];\n                if (v > bv || (v != v && bv == bv)) {\n                    best = k;\n                    bv = v;\n                }\n            }\n            r = n ? bv : -GDL__CU_INF;",
- "            for (int64_t k = 1; k < n; k++) {\n                float v = p[k * inner];\n                if (v > bv) {\n                    best = k;\n                    bv = v;\n                }\n            }\n            r = n ? bv : -GDL__CU_INF;"),
+ "            for (int64_t k = 1; k < n; k++) {\n                float v = sg * p[k * inner];\n                if (v > bv || (v != v && bv == bv)) {\n                    best = k;\n                    bv = v;\n                }\n            }\n            r = n ? sg * bv : -GDL__CU_INF * sg;",
+ "            for (int64_t k = 1; k < n; k++) {\n                float v = sg * p[k * inner];\n                if (v > bv) {\n                    best = k;\n                    bv = v;\n                }\n            }\n            r = n ? sg * bv : -GDL__CU_INF * sg;"),
 ("reduce_thread_skips_tail", "skipped tail element in the per-thread sum",
  "            for (int64_t k = 0; k < n; k++) s += p[k * inner];",
  "            for (int64_t k = 0; k < n - 1; k++) s += p[k * inner];"),
@@ -69,10 +70,10 @@ M = [
  "        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) s += p[k];",
  "        for (int64_t k = threadIdx.x; k < D - 1; k += blockDim.x) s += p[k];"),
 ("unary_backward_assigns", "= for += in a backward (the unary ops)",
- "        gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));",
+ "        gx[i] = gdl__st<T>((acc ? gdl__ld(gx[i]) : 0.0f) + (sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d));",
  "        gx[i] = gdl__st<T>(sizeof(T) == 2 ? gdl__mul_rn(g, d) : g * d);"),
 ("relu_backward_assigns", "= for += in the ReLU backward",
- "            gx[i] = gdl__st<T>(gdl__ld(gx[i]) + (pass ? gdl__ld(gy[i]) : 0.0f));",
+ "            gx[i] = gdl__st<T>((acc ? gdl__ld(gx[i]) : 0.0f) + (pass ? gdl__ld(gy[i]) : 0.0f));",
  "            gx[i] = gdl__st<T>(pass ? gdl__ld(gy[i]) : 0.0f);"),
 ("sum_to_block_assigns", "= for += in the block sum_to (bias gradients over long batches)",
  "        if (threadIdx.x == 0) dst[od] = gdl__st<TD>(gdl__ld(dst[od]) + alpha * s);",
@@ -246,6 +247,14 @@ if [ "${1:-}" = "-l" ]; then
     mut list
     rm -f "$PY"
     exit 0
+fi
+# -c: only check that every mutant's text is still in gpudl_cuda.cu, once
+# (seconds; make test-amalgamation runs it, so a kernel edit that strands a
+# mutant fails at once rather than at the next mutation run)
+if [ "${1:-}" = "-c" ]; then
+    st=0; mut check "$ROOT/gpudl_cuda.cu" || st=1
+    rm -f "$PY"
+    exit $st
 fi
 
 # the mutants to run
