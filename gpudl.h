@@ -1965,8 +1965,8 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
                                       gdl_tensor *key_padding_mask, gdl_tensor *attn_mask);
 
 
-/* nn.MultiheadAttention.forward's keyword arguments beyond the masks; start from a zeroed struct (or pass NULL):
-   need_weights 0 (PyTorch's default is True: ask for it here). */
+/* nn.MultiheadAttention.forward's keyword arguments; start from gdl_mha_args_defaults() (NULL means those):
+   need_weights 0 (PyTorch's default is True: ask for the weights here), average_attn_weights 1 (PyTorch's). */
 typedef struct gdl_mha_args {
     gdl_tensor *key_padding_mask; /* [N, S] ([S] unbatched); as gdl_mha_forward's */
     gdl_tensor *attn_mask;        /* [L, S] or [N*num_heads, L, S]; as gdl_mha_forward's */
@@ -1974,6 +1974,8 @@ typedef struct gdl_mha_args {
     int average_attn_weights;     /* with need_weights: 1: [N, L, S], the mean over heads; 0: [N, num_heads, L, S] */
     int is_causal;                /* with attn_mask NULL: keys after each query left out; with one: a hint only */
 } gdl_mha_args;
+/* no masks, need_weights 0, average_attn_weights 1, is_causal 0 */
+GPUDL_API gdl_mha_args gdl_mha_args_defaults(void);
 /* nn.MultiheadAttention.forward(query, key, value, **a) -> the output; *attn_weights (may be NULL when need_weights is 0)
    gets the weights after dropout, as PyTorch returns them (without batch dim for unbatched input), or NULL. query
    [N, L, E] (batch_first; [L, N, E] otherwise; [L, E] unbatched), key [N, S, kdim], value [N, S, vdim]. A query row
@@ -2000,6 +2002,11 @@ GPUDL_API gdl_tensor *gdl_mha_forward_ex(gdl_module *m, gdl_tensor *query, gdl_t
 GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhead, int64_t dim_feedforward,
                                                        double dropout, int gelu, double layer_norm_eps,
                                                        int batch_first, int norm_first, int bias);
+/* The activation of a Transformer layer's feed-forward block, as PyTorch's `activation` takes a name or a
+   callable: activation_fn (any unary op of gdl: gdl_relu, gdl_tanh, gdl_sigmoid, or a function of yours),
+   when set, wins; else activation_name, when set: "relu", "gelu" (erf) or "gelu_tanh" (PyTorch's
+   F.gelu(approximate="tanh")); else the enum activation (GDL_ACT_RELU, GDL_ACT_GELU, GDL_ACT_GELU_TANH). */
+typedef gdl_tensor *(*gdl_unary_fn)(gdl_tensor *x);
 /* nn.TransformerEncoderLayer's keyword arguments under PyTorch's names; start from
    gdl_transformer_encoder_layer_defaults(). */
 typedef struct gdl_transformer_encoder_layer_opts {
@@ -2010,8 +2017,8 @@ typedef struct gdl_transformer_encoder_layer_opts {
     int batch_first;         /* default 0: [T, N, d]; 1: [N, T, d] */
     int norm_first;          /* default 0: post-norm; 1: pre-norm */
     int bias;                /* default 1: the Linear and LayerNorm biases */
-    const char *activation_name;                 /* default NULL; "relu", "gelu", "gelu_tanh" (see gdl_unary_fn) */
-    gdl_tensor *(*activation_fn)(gdl_tensor *x); /* default NULL; a callable: any unary op (see gdl_unary_fn) */
+    const char *activation_name; /* default NULL; "relu", "gelu", "gelu_tanh" (see gdl_unary_fn) */
+    gdl_unary_fn activation_fn;  /* default NULL; a callable: any unary op (see gdl_unary_fn) */
 } gdl_transformer_encoder_layer_opts;
 /* dim_feedforward 2048, dropout 0.1, ReLU, layer_norm_eps 1e-5, batch_first 0, norm_first 0, bias 1 (PyTorch's). */
 GPUDL_API gdl_transformer_encoder_layer_opts gdl_transformer_encoder_layer_defaults(void);
@@ -2052,27 +2059,10 @@ GPUDL_API int gdl_module_tie(gdl_module *root, const char *name, const char *tar
 
 /* ---- nn.TransformerDecoderLayer, nn.TransformerDecoder, nn.Transformer ---- */
 
-/* The activation of a Transformer layer's feed-forward block, as PyTorch's `activation` takes a name or a
-   callable: activation_fn (any unary op of gdl: gdl_relu, gdl_tanh, gdl_sigmoid, or a function of yours),
-   when set, wins; else activation_name, when set: "relu", "gelu" (erf) or "gelu_tanh" (PyTorch's
-   F.gelu(approximate="tanh")); else the enum activation (GDL_ACT_RELU, GDL_ACT_GELU, GDL_ACT_GELU_TANH). These
-   three fields close gdl_transformer_encoder_layer_opts too. */
-typedef gdl_tensor *(*gdl_unary_fn)(gdl_tensor *x);
 
-/* nn.TransformerDecoderLayer's keyword arguments under PyTorch's names; start from
-   gdl_transformer_decoder_layer_defaults(). */
-typedef struct gdl_transformer_decoder_layer_opts {
-    int64_t dim_feedforward;     /* default 2048 */
-    double dropout;              /* default 0.1; in [0,1] */
-    gdl_act activation;          /* default GDL_ACT_RELU */
-    double layer_norm_eps;       /* default 1e-5; > 0 */
-    int batch_first;             /* default 0: [T, N, d]; 1: [N, T, d] */
-    int norm_first;              /* default 0: post-norm; 1: pre-norm */
-    int bias;                    /* default 1: the Linear and LayerNorm biases */
-    const char *activation_name; /* default NULL; "relu", "gelu", "gelu_tanh" */
-    gdl_unary_fn activation_fn;  /* default NULL; a callable */
-} gdl_transformer_decoder_layer_opts;
-/* dim_feedforward 2048, dropout 0.1, ReLU, layer_norm_eps 1e-5, batch_first 0, norm_first 0, bias 1 (PyTorch's). */
+/* nn.TransformerDecoderLayer's keyword arguments: the encoder layer's, the same fields and defaults (dim_feedforward
+   2048, dropout 0.1, ReLU, layer_norm_eps 1e-5, batch_first 0, norm_first 0, bias 1: PyTorch's). */
+typedef gdl_transformer_encoder_layer_opts gdl_transformer_decoder_layer_opts;
 GPUDL_API gdl_transformer_decoder_layer_opts gdl_transformer_decoder_layer_defaults(void);
 /* nn.TransformerDecoderLayer(d_model, nhead, **o); o NULL means defaults. State dict names PyTorch's: self_attn.*,
    multihead_attn.* (both MultiheadAttention(d_model, nhead, dropout, bias)), linear1 [ff, d], linear2 [d, ff], norm1,
@@ -22999,8 +22989,7 @@ static gdl_tensor *gdl__mha_run(const char *op, gdl_module *m, gdl_tensor *query
         gdl__set_error("%s: expected a module made by gdl_nn_multihead_attention", op);
         return NULL;
     }
-    memset(&d, 0, sizeof d);
-    if (a) d = *a;
+    d = a ? *a : gdl_mha_args_defaults();
     if (d.need_weights && !attn_weights) {
         gdl__null_arg(op, "attn_weights (need_weights is set)");
         return NULL;
@@ -23037,8 +23026,6 @@ static gdl_tensor *gdl__mha_run(const char *op, gdl_module *m, gdl_tensor *query
     }
     am = d.attn_mask;
     kpm = d.key_padding_mask;
-    if (unb && am && am->ndim == 3 && !(am = gdl__mha_unsqueeze(am, 0))) return NULL; /* [H, L, S] -> [1*H, L, S] */
-    if (unb && am && am->ndim == 4 && !(am = gdl__mha_squeeze(am, 0))) return NULL;
     if (unb && kpm && kpm->ndim == 1 && !(kpm = gdl__mha_unsqueeze(kpm, 0))) return NULL;
     if (d.is_causal && !am) { /* a flag to the fused kernels alone; a mask when it meets others */
         if (kpm || d.need_weights) {
@@ -23067,6 +23054,13 @@ static gdl_tensor *gdl__mha_run(const char *op, gdl_module *m, gdl_tensor *query
     return o;
 }
 
+GPUDL_API gdl_mha_args gdl_mha_args_defaults(void) {
+    gdl_mha_args a;
+    memset(&a, 0, sizeof a);
+    a.average_attn_weights = 1;
+    return a;
+}
+
 GPUDL_API gdl_tensor *gdl_mha_forward_ex(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
                                          const gdl_mha_args *a, gdl_tensor **attn_weights) {
     return gdl__mha_run("gdl_mha_forward_ex", m, query, key, value, a, attn_weights);
@@ -23074,8 +23068,7 @@ GPUDL_API gdl_tensor *gdl_mha_forward_ex(gdl_module *m, gdl_tensor *query, gdl_t
 
 GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
                                       gdl_tensor *key_padding_mask, gdl_tensor *attn_mask) {
-    gdl_mha_args a;
-    memset(&a, 0, sizeof a);
+    gdl_mha_args a = gdl_mha_args_defaults();
     a.key_padding_mask = key_padding_mask;
     a.attn_mask = attn_mask;
     return gdl__mha_run("gdl_mha_forward", m, query, key, value, &a, NULL);
@@ -23295,41 +23288,30 @@ GPUDL_API gdl_transformer_encoder_layer_opts gdl_transformer_encoder_layer_defau
     o.bias = 1;
     return o;
 }
-GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer_ex(int64_t d_model, int nhead,
-                                                          const gdl_transformer_encoder_layer_opts *o) {
-    const char *op = "gdl_nn_transformer_encoder_layer_ex";
+/* a layer of either kind from its options (o NULL: the defaults) */
+static gdl_module *gdl__tfm_layer_ex(const char *op, int decoder, int64_t d_model, int nhead,
+                                     const gdl_transformer_encoder_layer_opts *o) {
     gdl_transformer_encoder_layer_opts d = o ? *o : gdl_transformer_encoder_layer_defaults();
     gdl__tfm_cfg c;
     memset(&c, 0, sizeof c);
+    c.decoder = decoder;
     if (gdl__tfm_act(op, d.activation, d.activation_name, d.activation_fn, &c) < 0 ||
         gdl__tfm_cfg_set(op, &c, d_model, nhead, d.dim_feedforward, d.dropout, d.layer_norm_eps, d.batch_first,
                          d.norm_first, d.bias) < 0)
         return NULL;
     return gdl__tfm_layer_new(&c);
+}
+GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer_ex(int64_t d_model, int nhead,
+                                                          const gdl_transformer_encoder_layer_opts *o) {
+    return gdl__tfm_layer_ex("gdl_nn_transformer_encoder_layer_ex", 0, d_model, nhead, o);
 }
 
 GPUDL_API gdl_transformer_decoder_layer_opts gdl_transformer_decoder_layer_defaults(void) {
-    gdl_transformer_decoder_layer_opts o;
-    memset(&o, 0, sizeof o);
-    o.dim_feedforward = 2048;
-    o.dropout = 0.1;
-    o.activation = GDL_ACT_RELU;
-    o.layer_norm_eps = 1e-5;
-    o.bias = 1;
-    return o;
+    return gdl_transformer_encoder_layer_defaults();
 }
 GPUDL_API gdl_module *gdl_transformer_decoder_layer(int64_t d_model, int nhead,
                                                     const gdl_transformer_decoder_layer_opts *o) {
-    const char *op = "gdl_transformer_decoder_layer";
-    gdl_transformer_decoder_layer_opts d = o ? *o : gdl_transformer_decoder_layer_defaults();
-    gdl__tfm_cfg c;
-    memset(&c, 0, sizeof c);
-    c.decoder = 1;
-    if (gdl__tfm_act(op, d.activation, d.activation_name, d.activation_fn, &c) < 0 ||
-        gdl__tfm_cfg_set(op, &c, d_model, nhead, d.dim_feedforward, d.dropout, d.layer_norm_eps, d.batch_first,
-                         d.norm_first, d.bias) < 0)
-        return NULL;
-    return gdl__tfm_layer_new(&c);
+    return gdl__tfm_layer_ex("gdl_transformer_decoder_layer", 1, d_model, nhead, o);
 }
 
 /* the layer of either kind behind m, NULL when m is none; dec: -1 either kind, 0 encoder, 1 decoder */
@@ -23539,37 +23521,47 @@ static gdl_tensor *gdl__tfm_ff(gdl__tfm_layer *u, gdl_tensor *x) {
     return gdl_forward(u->l2, gdl_forward(u->drop, x));
 }
 
-/* one attention of a layer: mha(q, kv, kv) with the mask and key padding mask */
-static gdl_tensor *gdl__tfm_attend(gdl_module *mha, gdl_tensor *q, gdl_tensor *kv, gdl_tensor *mask, gdl_tensor *kpm) {
-    return q && kv ? gdl_mha_forward(mha, q, kv, kv, kpm, mask) : NULL;
+/* the masks of one attention of a layer: mask, key padding mask, causal (a flag to the attention when mask is NULL) */
+typedef struct gdl__tfm_att {
+    gdl_tensor *mask, *kpm;
+    int causal;
+} gdl__tfm_att;
+
+/* one attention of a layer: mha(q, kv, kv) with its masks */
+static gdl_tensor *gdl__tfm_attend(gdl_module *mha, gdl_tensor *q, gdl_tensor *kv, const gdl__tfm_att *a) {
+    gdl_mha_args g = gdl_mha_args_defaults();
+    g.attn_mask = a->mask;
+    g.key_padding_mask = a->kpm;
+    g.is_causal = a->causal && !a->mask;
+    return q && kv ? gdl__mha_run("gdl_mha_forward", mha, q, kv, kv, &g, NULL) : NULL;
 }
 
-static gdl_tensor *gdl__tfm_layer_run(gdl__tfm_layer *u, gdl_tensor *x, gdl_tensor *mask, gdl_tensor *kpm) {
+static gdl_tensor *gdl__tfm_layer_run(gdl__tfm_layer *u, gdl_tensor *x, const gdl__tfm_att *sa) {
     gdl_tensor *h;
     if (u->c.norm_first) {
         h = gdl_forward(u->n1, x);
-        if (!(h = gdl__tfm_attend(u->sa, h, h, mask, kpm)) || !(x = gdl_add(x, gdl_forward(u->d1, h)))) return NULL;
+        if (!(h = gdl__tfm_attend(u->sa, h, h, sa)) || !(x = gdl_add(x, gdl_forward(u->d1, h)))) return NULL;
         return gdl_add(x, gdl_forward(u->d2, gdl__tfm_ff(u, gdl_forward(u->n2, x))));
     }
-    h = gdl__tfm_attend(u->sa, x, x, mask, kpm);
+    h = gdl__tfm_attend(u->sa, x, x, sa);
     if (!h || !(x = gdl_forward(u->n1, gdl_add(x, gdl_forward(u->d1, h))))) return NULL;
     return gdl_forward(u->n2, gdl_add(x, gdl_forward(u->d2, gdl__tfm_ff(u, x))));
 }
 
-/* the decoder layer: tm / tk the target's mask and key padding mask, mm / mk the memory's */
-static gdl_tensor *gdl__tfm_dec_run(gdl__tfm_layer *u, gdl_tensor *x, gdl_tensor *mem, gdl_tensor *tm, gdl_tensor *tk,
-                                    gdl_tensor *mm, gdl_tensor *mk) {
+/* the decoder layer: sa the target's self-attention masks, ca the memory's */
+static gdl_tensor *gdl__tfm_dec_run(gdl__tfm_layer *u, gdl_tensor *x, gdl_tensor *mem, const gdl__tfm_att *sa,
+                                    const gdl__tfm_att *ca) {
     gdl_tensor *h;
     if (u->c.norm_first) {
         h = gdl_forward(u->n1, x);
-        if (!(h = gdl__tfm_attend(u->sa, h, h, tm, tk)) || !(x = gdl_add(x, gdl_forward(u->d1, h)))) return NULL;
-        if (!(h = gdl__tfm_attend(u->ca, gdl_forward(u->n2, x), mem, mm, mk)) || !(x = gdl_add(x, gdl_forward(u->d2, h))))
+        if (!(h = gdl__tfm_attend(u->sa, h, h, sa)) || !(x = gdl_add(x, gdl_forward(u->d1, h)))) return NULL;
+        if (!(h = gdl__tfm_attend(u->ca, gdl_forward(u->n2, x), mem, ca)) || !(x = gdl_add(x, gdl_forward(u->d2, h))))
             return NULL;
         return gdl_add(x, gdl_forward(u->d3, gdl__tfm_ff(u, gdl_forward(u->n3, x))));
     }
-    h = gdl__tfm_attend(u->sa, x, x, tm, tk);
+    h = gdl__tfm_attend(u->sa, x, x, sa);
     if (!h || !(x = gdl_forward(u->n1, gdl_add(x, gdl_forward(u->d1, h))))) return NULL;
-    h = gdl__tfm_attend(u->ca, x, mem, mm, mk);
+    h = gdl__tfm_attend(u->ca, x, mem, ca);
     if (!h || !(x = gdl_forward(u->n2, gdl_add(x, gdl_forward(u->d2, h))))) return NULL;
     return gdl_forward(u->n3, gdl_add(x, gdl_forward(u->d3, gdl__tfm_ff(u, x))));
 }
@@ -23588,39 +23580,77 @@ static int gdl__tfm_check_x(const char *op, const char *what, gdl_tensor *x, con
     return 0;
 }
 
-/* the inputs of a batch of one for unbatched ones: x [T, d] -> [1, T, d] or [T, 1, d]; a key padding mask [T] ->
-   [1, T]; an attention mask as it is (gdl_mha_forward takes [L, S] and [num_heads, L, S] is [1*nhead, L, S]) */
+/* an unbatched input as a batch of one: x [T, d] -> [1, T, d] or [T, 1, d] (its masks: gdl__tfm_check_masks) */
 static gdl_tensor *gdl__tfm_batch1(gdl_tensor *x, const gdl__tfm_cfg *c) {
     return gdl__mha_unsqueeze(x, c->batch_first ? 0 : 1);
 }
 
-/* the mask of attention kind (its causal flag set and the mask NULL: the causal mask [L, S]) */
-static gdl_tensor *gdl__tfm_mask(const char *op, gdl_tensor *mask, int causal, int64_t L, int64_t S, gdl_device dev,
-                                 int *err) {
-    *err = 0;
-    if (mask || !causal) return mask;
-    if (!(mask = gdl__mha_causal(op, L, S, dev))) *err = 1;
-    return mask;
+/* checks the masks of one attention (names: the mask's and the key padding mask's) against its query length L, key
+   length S, batch N (the input batched: bat) and heads H, dtype dt and device dev; an unbatched key padding mask [S]
+   becomes [1, S] (a->kpm set); -1 + error */
+static int gdl__tfm_check_masks(const char *op, const char *mname, const char *kname, gdl__tfm_att *a, int64_t L,
+                                int64_t S, int64_t N, int H, int bat, gdl_dtype dt, gdl_device dev) {
+    gdl_tensor *m = a->mask, *k = a->kpm;
+    int k2;
+    if (m) {
+        if (gdl__check_in(op, mname, m, 0) < 0) return -1;
+        if (!((m->ndim == 2 && m->shape[0] == L && m->shape[1] == S) ||
+              (m->ndim == 3 && m->shape[0] == N * H && m->shape[1] == L && m->shape[2] == S))) {
+            gdl__set_error("%s: %s must be [%lld, %lld] or [N*nhead, %lld, %lld] = [%lld, %lld, %lld], got %s", op, mname,
+                           (long long)L, (long long)S, (long long)L, (long long)S, (long long)(N * H), (long long)L,
+                           (long long)S, gdl_shape_str(m));
+            return -1;
+        }
+    }
+    if (k) {
+        if (gdl__check_in(op, kname, k, 0) < 0) return -1;
+        k2 = bat ? k->ndim == 2 && k->shape[0] == N && k->shape[1] == S : k->ndim == 1 && k->shape[0] == S;
+        if (!k2 && bat) {
+            gdl__set_error("%s: %s must be [N, S] = [%lld, %lld], got %s", op, kname, (long long)N, (long long)S,
+                           gdl_shape_str(k));
+            return -1;
+        }
+        if (!k2) {
+            gdl__set_error("%s: %s must be [%lld] (the input unbatched), got %s", op, kname, (long long)S, gdl_shape_str(k));
+            return -1;
+        }
+    }
+    for (k2 = 0; k2 < 2; k2++) {
+        gdl_tensor *t = k2 ? k : m;
+        if (!t) continue;
+        if (t->dtype != GDL_U8 && t->dtype != dt) {
+            gdl__set_error("%s: %s must be u8 (bool) or of the input's dtype %s, got %s %s", op, k2 ? kname : mname,
+                           gdl_dtype_name(dt), gdl_dtype_name(t->dtype), gdl_shape_str(t));
+            return -1;
+        }
+        if (!gdl_device_equal(t->device, dev)) {
+            gdl__set_error("%s: %s %s is on %s, the input on %s", op, k2 ? kname : mname, gdl_shape_str(t),
+                           gdl_device_str(t->device), gdl_device_str(dev));
+            return -1;
+        }
+    }
+    if (k && !bat && !(a->kpm = gdl__mha_unsqueeze(k, 0))) return -1;
+    return 0;
 }
 
-/* the sequence length of x (batched: by batch_first) */
-static int64_t gdl__tfm_len(const gdl_tensor *x, const gdl__tfm_cfg *c) { return x->shape[c->batch_first ? 1 : 0]; }
-
 /* an encoder layer or stack on src (batched), norm included */
-static gdl_tensor *gdl__tfm_enc(gdl_module *m, gdl_tensor *x, gdl_tensor *mask, gdl_tensor *kpm) {
+static gdl_tensor *gdl__tfm_enc(gdl_module *m, gdl_tensor *x, const gdl__tfm_att *sa) {
     gdl__tfm_layer *lu = gdl__tfm_layer_of(m);
     gdl__tfm_stack *su = gdl__tfm_stack_of(m);
     int i;
     if (lu) {
-        if ((x = gdl__tfm_layer_run(lu, x, mask, kpm))) gdl__nn_record(m, x);
+        if ((x = gdl__tfm_layer_run(lu, x, sa))) gdl__nn_record(m, x);
         return x;
     }
     for (i = 0; i < su->n && x; i++)
-        if ((x = gdl__tfm_layer_run(gdl__tfm_layer_of(su->layers[i]), x, mask, kpm))) gdl__nn_record(su->layers[i], x);
+        if ((x = gdl__tfm_layer_run(gdl__tfm_layer_of(su->layers[i]), x, sa))) gdl__nn_record(su->layers[i], x);
     if (x && su->norm) x = gdl_forward(su->norm, x);
     if (x) gdl__nn_record(m, x);
     return x;
 }
+
+/* the batch of x [N, T, d] / [T, N, d] */
+static int64_t gdl__tfm_batch(const gdl_tensor *x, const gdl__tfm_cfg *c) { return x->shape[c->batch_first ? 0 : 1]; }
 
 /* the encoder part of m (a Transformer's encoder, a TransformerEncoder or layer) with the masks; unbatched input
    handled; NULL + error */
@@ -23631,8 +23661,9 @@ static gdl_tensor *gdl__tfm_encode(const char *op, gdl_module *m, gdl_tensor *sr
     gdl__tfm_layer *lu = gdl__tfm_layer_of(e);
     gdl__tfm_stack *su = gdl__tfm_stack_of(e);
     const gdl__tfm_cfg *c;
+    gdl__tfm_att sa;
     gdl_tensor *x;
-    int unb = -1, err;
+    int unb = -1;
     if (!lu && !su) {
         gdl__set_error("%s: expected a module made by gdl_nn_transformer_encoder_layer, gdl_nn_transformer_encoder or "
                        "gdl_transformer, got %s", op, m ? m->kind_name : "NULL");
@@ -23640,10 +23671,15 @@ static gdl_tensor *gdl__tfm_encode(const char *op, gdl_module *m, gdl_tensor *sr
     }
     c = lu ? &lu->c : &gdl__tfm_layer_of(su->layers[0])->c;
     if (gdl__tfm_check_x(op, "src", src, c, &unb) < 0) return NULL;
-    if (unb && (!(src = gdl__tfm_batch1(src, c)) || (kpm && kpm->ndim == 1 && !(kpm = gdl__mha_unsqueeze(kpm, 0)))))
+    sa.mask = mask;
+    sa.kpm = kpm;
+    sa.causal = causal;
+    if (gdl__tfm_check_masks(op, "src_mask", "src_key_padding_mask", &sa, src->shape[unb ? 0 : c->batch_first],
+                             src->shape[unb ? 0 : c->batch_first], unb ? 1 : gdl__tfm_batch(src, c), c->nhead, !unb,
+                             src->dtype, src->device) < 0)
         return NULL;
-    mask = gdl__tfm_mask(op, mask, causal, gdl__tfm_len(src, c), gdl__tfm_len(src, c), src->device, &err);
-    if (err || !(x = gdl__tfm_enc(e, src, mask, kpm))) return NULL;
+    if (unb && !(src = gdl__tfm_batch1(src, c))) return NULL;
+    if (!(x = gdl__tfm_enc(e, src, &sa))) return NULL;
     return unb ? gdl__mha_squeeze(x, c->batch_first ? 0 : 1) : x;
 }
 
@@ -23659,17 +23695,20 @@ GPUDL_API gdl_tensor *gdl_transformer_encode(gdl_module *m, gdl_tensor *src, con
     return gdl__tfm_encode("gdl_transformer_encode", m, src, z.src_mask, z.src_key_padding_mask, z.src_is_causal);
 }
 
-GPUDL_API gdl_tensor *gdl_transformer_decode(gdl_module *m, gdl_tensor *tgt, gdl_tensor *memory,
-                                             const gdl_transformer_masks *masks) {
-    const char *op = "gdl_transformer_decode";
+/* the decoder part of m (a Transformer's decoder, a TransformerDecoder or layer) with the masks; unbatched input
+   handled; NULL + error naming op */
+static gdl_tensor *gdl__tfm_decode(const char *op, gdl_module *m, gdl_tensor *tgt, gdl_tensor *memory,
+                                   const gdl_transformer_masks *masks) {
     gdl__tfm_full *fu = gdl__tfm_full_of(m);
     gdl_module *dm = fu ? fu->dec : m;
     gdl__tfm_layer *lu = gdl__tfm_layer_kind(dm, 1);
     gdl__tfm_stack *su = gdl__tfm_stack_kind(dm, 1);
     const gdl__tfm_cfg *c;
     gdl_transformer_masks z;
+    gdl__tfm_att sa, ca;
     gdl_tensor *x;
-    int unb = -1, err, i;
+    int64_t T, S, N;
+    int unb = -1, i;
     if (!lu && !su) {
         gdl__set_error("%s: expected a module made by gdl_transformer_decoder_layer, gdl_transformer_decoder or "
                        "gdl_transformer, got %s", op, m ? m->kind_name : "NULL");
@@ -23679,36 +23718,42 @@ GPUDL_API gdl_tensor *gdl_transformer_decode(gdl_module *m, gdl_tensor *tgt, gdl
     if (masks) z = *masks;
     c = lu ? &lu->c : &gdl__tfm_layer_kind(su->layers[0], 1)->c;
     if (gdl__tfm_check_x(op, "tgt", tgt, c, &unb) < 0 || gdl__tfm_check_x(op, "memory", memory, c, &unb) < 0) return NULL;
-    if (unb) {
-        if (!(tgt = gdl__tfm_batch1(tgt, c)) || !(memory = gdl__tfm_batch1(memory, c))) return NULL;
-        if (z.tgt_key_padding_mask && z.tgt_key_padding_mask->ndim == 1 &&
-            !(z.tgt_key_padding_mask = gdl__mha_unsqueeze(z.tgt_key_padding_mask, 0)))
-            return NULL;
-        if (z.memory_key_padding_mask && z.memory_key_padding_mask->ndim == 1 &&
-            !(z.memory_key_padding_mask = gdl__mha_unsqueeze(z.memory_key_padding_mask, 0)))
-            return NULL;
+    T = tgt->shape[unb ? 0 : c->batch_first];
+    S = memory->shape[unb ? 0 : c->batch_first];
+    N = unb ? 1 : gdl__tfm_batch(tgt, c);
+    if (!unb && gdl__tfm_batch(memory, c) != N) {
+        gdl__set_error("%s: tgt %s and memory %s must agree in batch", op, gdl_shape_str(tgt), gdl_shape_str(memory));
+        return NULL;
     }
-    z.tgt_mask = gdl__tfm_mask(op, z.tgt_mask, z.tgt_is_causal, gdl__tfm_len(tgt, c), gdl__tfm_len(tgt, c), tgt->device,
-                               &err);
-    if (err) return NULL;
-    z.memory_mask = gdl__tfm_mask(op, z.memory_mask, z.memory_is_causal, gdl__tfm_len(tgt, c), gdl__tfm_len(memory, c),
-                                  tgt->device, &err);
-    if (err) return NULL;
+    sa.mask = z.tgt_mask;
+    sa.kpm = z.tgt_key_padding_mask;
+    sa.causal = z.tgt_is_causal;
+    ca.mask = z.memory_mask;
+    ca.kpm = z.memory_key_padding_mask;
+    ca.causal = z.memory_is_causal;
+    if (gdl__tfm_check_masks(op, "tgt_mask", "tgt_key_padding_mask", &sa, T, T, N, c->nhead, !unb, tgt->dtype,
+                             tgt->device) < 0 ||
+        gdl__tfm_check_masks(op, "memory_mask", "memory_key_padding_mask", &ca, T, S, N, c->nhead, !unb, tgt->dtype,
+                             tgt->device) < 0)
+        return NULL;
+    if (unb && (!(tgt = gdl__tfm_batch1(tgt, c)) || !(memory = gdl__tfm_batch1(memory, c)))) return NULL;
     x = tgt;
     if (lu) {
-        if ((x = gdl__tfm_dec_run(lu, x, memory, z.tgt_mask, z.tgt_key_padding_mask, z.memory_mask,
-                                  z.memory_key_padding_mask)))
-            gdl__nn_record(dm, x);
+        if ((x = gdl__tfm_dec_run(lu, x, memory, &sa, &ca))) gdl__nn_record(dm, x);
     } else {
         for (i = 0; i < su->n && x; i++)
-            if ((x = gdl__tfm_dec_run(gdl__tfm_layer_kind(su->layers[i], 1), x, memory, z.tgt_mask,
-                                      z.tgt_key_padding_mask, z.memory_mask, z.memory_key_padding_mask)))
+            if ((x = gdl__tfm_dec_run(gdl__tfm_layer_kind(su->layers[i], 1), x, memory, &sa, &ca)))
                 gdl__nn_record(su->layers[i], x);
         if (x && su->norm) x = gdl_forward(su->norm, x);
         if (x) gdl__nn_record(dm, x);
     }
     if (!x) return NULL;
     return unb ? gdl__mha_squeeze(x, c->batch_first ? 0 : 1) : x;
+}
+
+GPUDL_API gdl_tensor *gdl_transformer_decode(gdl_module *m, gdl_tensor *tgt, gdl_tensor *memory,
+                                             const gdl_transformer_masks *masks) {
+    return gdl__tfm_decode("gdl_transformer_decode", m, tgt, memory, masks);
 }
 
 GPUDL_API gdl_tensor *gdl_transformer_forward(gdl_module *m, gdl_tensor *src, gdl_tensor *tgt,
@@ -23730,7 +23775,7 @@ GPUDL_API gdl_tensor *gdl_transformer_forward(gdl_module *m, gdl_tensor *src, gd
     }
     if (!(mem = gdl__tfm_encode(op, m, src, masks ? masks->src_mask : NULL, masks ? masks->src_key_padding_mask : NULL,
                                 masks ? masks->src_is_causal : 0)) ||
-        !(out = gdl_transformer_decode(m, tgt, mem, masks)))
+        !(out = gdl__tfm_decode(op, m, tgt, mem, masks)))
         return NULL;
     gdl__nn_record(m, out);
     return out;

@@ -186,7 +186,7 @@ static int case_mha(const char *dir) {
     x[0] = input(3, 3, 2, 6, 0);
     x[1] = input(3, 4, 2, 4, 0);
     x[2] = input(3, 4, 2, 5, 0);
-    memset(&a, 0, sizeof a);
+    a = gdl_mha_args_defaults();
     a.attn_mask = bool_mask(3, 4, am);
     a.key_padding_mask = bool_mask(2, 4, kp);
     a.need_weights = 1;
@@ -199,9 +199,10 @@ static int case_mha(const char *dir) {
     x[3] = input(2, 3, 6, 0, 0); /* unbatched, causal, weights per head */
     x[4] = input(2, 4, 4, 0, 0);
     x[5] = input(2, 4, 5, 0, 0);
-    memset(&a, 0, sizeof a);
+    a = gdl_mha_args_defaults();
     a.is_causal = 1;
     a.need_weights = 1;
+    a.average_attn_weights = 0;
     if (!(out[3] = gdl_mha_forward_ex(m, x[3], x[4], x[5], &a, &out[4]))) return -1;
     return finish(dir, "mha.", m, 6, x, 5, out);
 }

@@ -3487,7 +3487,7 @@ TEST decoder_parity(void) {
         gdl_manual_seed(10);
         ASSERT_NOT_NULL(ag = gdl_nn_multihead_attention_ex(6, 2, &mo));
         ASSERT_EQ(0, gdl_module_to(ag, GPU));
-        memset(&a, 0, sizeof a);
+        a = gdl_mha_args_defaults();
         a.need_weights = 1;
         a.is_causal = 1;
         ASSERT_NOT_NULL(oc = gdl_mha_forward_ex(ac, q, kk, v, &a, &wc));

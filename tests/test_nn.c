@@ -3011,7 +3011,7 @@ TEST test_transformer_errors(void) {
     gdl_free(x);
     ASSERT_NOT_NULL(x = gdl_zeros(3, s, GDL_F32, gdl_cpu()));
     ASSERT_NULL(gdl_transformer_encoder_forward(m, x, mk, NULL, 0));
-    ASSERT_CONTAINS(gdl_last_error(), "attn_mask must be [L, S] = [3, 3]");
+    ASSERT_CONTAINS(gdl_last_error(), "gdl_transformer_encoder_forward: src_mask must be [3, 3] or [N*nhead, 3, 3]");
     ASSERT_NULL(gdl_transformer_encoder_forward(m, x, NULL, mk, 0));
     ASSERT_CONTAINS(gdl_last_error(), "key_padding_mask must be [N, S] = [2, 3], got [2,2]");
     ASSERT_NOT_NULL(relu = gdl_nn_relu());

@@ -222,6 +222,29 @@ TEST transformer_forward_encode_decode(void) {
     ASSERT_CONTAINS(gdl_last_error(), "gdl_transformer_decode: memory must be [N, T, 8]");
     ASSERT_NULL(gdl_transformer_encode(m, randn3(2, 6, 5), NULL));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_transformer_encode: src must be [N, T, 8] (d_model 8), got [2,6,5]");
+    { /* masks: shapes, dtypes, named as the call's arguments */
+        int64_t ms[2] = {4, 5}, ks[2] = {2, 4};
+        gdl_tensor *bad = gdl_zeros(2, ms, GDL_U8, CPU), *kf = gdl_zeros(2, ks, GDL_I32, CPU);
+        gdl_transformer_masks e = mk;
+        ASSERT(bad && kf);
+        e.tgt_mask = bad;
+        ASSERT_NULL(gdl_transformer_forward(m, src, tgt, &e));
+        ASSERT_CONTAINS(gdl_last_error(), "gdl_transformer_forward: tgt_mask must be [4, 4] or [N*nhead, 4, 4] = [4, 4, 4], got [4,5]");
+        e = mk;
+        e.memory_mask = bad; /* [T, S] = [4, 6] */
+        ASSERT_NULL(gdl_transformer_decode(m, tgt, mem, &e));
+        ASSERT_CONTAINS(gdl_last_error(), "gdl_transformer_decode: memory_mask must be [4, 6]");
+        e = mk;
+        e.tgt_key_padding_mask = kf;
+        ASSERT_NULL(gdl_transformer_decode(m, tgt, mem, &e));
+        ASSERT_CONTAINS(gdl_last_error(), "gdl_transformer_decode: tgt_key_padding_mask must be u8 (bool) or of the input's dtype f32, got i32 [2,4]");
+        e = mk;
+        e.src_key_padding_mask = bad;
+        ASSERT_NULL(gdl_transformer_encode(m, src, &e));
+        ASSERT_CONTAINS(gdl_last_error(), "gdl_transformer_encode: src_key_padding_mask must be [N, S] = [2, 6], got [4,5]");
+        gdl_free(bad);
+        gdl_free(kf);
+    }
     ASSERT_NULL(gdl_transformer_forward(gdl_transformer_decoder_layer(8, 2, NULL), src, tgt, NULL));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_transformer_forward: expected a module made by gdl_transformer");
     o.nhead = 3;
@@ -299,7 +322,7 @@ TEST mha_weights_and_kdim(void) {
     ASSERT_NOT_NULL(k = randn3(2, 4, 4));
     ASSERT_NOT_NULL(v = randn3(2, 4, 5));
     memset(((uint8_t *)kpm->data) + 4, 1, 4); /* batch 1: every key masked */
-    memset(&a, 0, sizeof a);
+    a = gdl_mha_args_defaults();
     a.key_padding_mask = kpm;
     ASSERT_NOT_NULL(o1 = gdl_mha_forward_ex(m, q, k, v, &a, NULL));
     a.need_weights = 1;

@@ -31,8 +31,8 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
                                       gdl_tensor *key_padding_mask, gdl_tensor *attn_mask);
 
 
-/* nn.MultiheadAttention.forward's keyword arguments beyond the masks; start from a zeroed struct (or pass NULL):
-   need_weights 0 (PyTorch's default is True: ask for it here). */
+/* nn.MultiheadAttention.forward's keyword arguments; start from gdl_mha_args_defaults() (NULL means those):
+   need_weights 0 (PyTorch's default is True: ask for the weights here), average_attn_weights 1 (PyTorch's). */
 typedef struct gdl_mha_args {
     gdl_tensor *key_padding_mask; /* [N, S] ([S] unbatched); as gdl_mha_forward's */
     gdl_tensor *attn_mask;        /* [L, S] or [N*num_heads, L, S]; as gdl_mha_forward's */
@@ -40,6 +40,8 @@ typedef struct gdl_mha_args {
     int average_attn_weights;     /* with need_weights: 1: [N, L, S], the mean over heads; 0: [N, num_heads, L, S] */
     int is_causal;                /* with attn_mask NULL: keys after each query left out; with one: a hint only */
 } gdl_mha_args;
+/* no masks, need_weights 0, average_attn_weights 1, is_causal 0 */
+GPUDL_API gdl_mha_args gdl_mha_args_defaults(void);
 /* nn.MultiheadAttention.forward(query, key, value, **a) -> the output; *attn_weights (may be NULL when need_weights is 0)
    gets the weights after dropout, as PyTorch returns them (without batch dim for unbatched input), or NULL. query
    [N, L, E] (batch_first; [L, N, E] otherwise; [L, E] unbatched), key [N, S, kdim], value [N, S, vdim]. A query row

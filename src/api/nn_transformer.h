@@ -17,6 +17,11 @@
 GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhead, int64_t dim_feedforward,
                                                        double dropout, int gelu, double layer_norm_eps,
                                                        int batch_first, int norm_first, int bias);
+/* The activation of a Transformer layer's feed-forward block, as PyTorch's `activation` takes a name or a
+   callable: activation_fn (any unary op of gdl: gdl_relu, gdl_tanh, gdl_sigmoid, or a function of yours),
+   when set, wins; else activation_name, when set: "relu", "gelu" (erf) or "gelu_tanh" (PyTorch's
+   F.gelu(approximate="tanh")); else the enum activation (GDL_ACT_RELU, GDL_ACT_GELU, GDL_ACT_GELU_TANH). */
+typedef gdl_tensor *(*gdl_unary_fn)(gdl_tensor *x);
 /* nn.TransformerEncoderLayer's keyword arguments under PyTorch's names; start from
    gdl_transformer_encoder_layer_defaults(). */
 typedef struct gdl_transformer_encoder_layer_opts {
@@ -27,8 +32,8 @@ typedef struct gdl_transformer_encoder_layer_opts {
     int batch_first;         /* default 0: [T, N, d]; 1: [N, T, d] */
     int norm_first;          /* default 0: post-norm; 1: pre-norm */
     int bias;                /* default 1: the Linear and LayerNorm biases */
-    const char *activation_name;                 /* default NULL; "relu", "gelu", "gelu_tanh" (see gdl_unary_fn) */
-    gdl_tensor *(*activation_fn)(gdl_tensor *x); /* default NULL; a callable: any unary op (see gdl_unary_fn) */
+    const char *activation_name; /* default NULL; "relu", "gelu", "gelu_tanh" (see gdl_unary_fn) */
+    gdl_unary_fn activation_fn;  /* default NULL; a callable: any unary op (see gdl_unary_fn) */
 } gdl_transformer_encoder_layer_opts;
 /* dim_feedforward 2048, dropout 0.1, ReLU, layer_norm_eps 1e-5, batch_first 0, norm_first 0, bias 1 (PyTorch's). */
 GPUDL_API gdl_transformer_encoder_layer_opts gdl_transformer_encoder_layer_defaults(void);
@@ -69,27 +74,10 @@ GPUDL_API int gdl_module_tie(gdl_module *root, const char *name, const char *tar
 
 /* ---- nn.TransformerDecoderLayer, nn.TransformerDecoder, nn.Transformer ---- */
 
-/* The activation of a Transformer layer's feed-forward block, as PyTorch's `activation` takes a name or a
-   callable: activation_fn (any unary op of gdl: gdl_relu, gdl_tanh, gdl_sigmoid, or a function of yours),
-   when set, wins; else activation_name, when set: "relu", "gelu" (erf) or "gelu_tanh" (PyTorch's
-   F.gelu(approximate="tanh")); else the enum activation (GDL_ACT_RELU, GDL_ACT_GELU, GDL_ACT_GELU_TANH). These
-   three fields close gdl_transformer_encoder_layer_opts too. */
-typedef gdl_tensor *(*gdl_unary_fn)(gdl_tensor *x);
 
-/* nn.TransformerDecoderLayer's keyword arguments under PyTorch's names; start from
-   gdl_transformer_decoder_layer_defaults(). */
-typedef struct gdl_transformer_decoder_layer_opts {
-    int64_t dim_feedforward;     /* default 2048 */
-    double dropout;              /* default 0.1; in [0,1] */
-    gdl_act activation;          /* default GDL_ACT_RELU */
-    double layer_norm_eps;       /* default 1e-5; > 0 */
-    int batch_first;             /* default 0: [T, N, d]; 1: [N, T, d] */
-    int norm_first;              /* default 0: post-norm; 1: pre-norm */
-    int bias;                    /* default 1: the Linear and LayerNorm biases */
-    const char *activation_name; /* default NULL; "relu", "gelu", "gelu_tanh" */
-    gdl_unary_fn activation_fn;  /* default NULL; a callable */
-} gdl_transformer_decoder_layer_opts;
-/* dim_feedforward 2048, dropout 0.1, ReLU, layer_norm_eps 1e-5, batch_first 0, norm_first 0, bias 1 (PyTorch's). */
+/* nn.TransformerDecoderLayer's keyword arguments: the encoder layer's, the same fields and defaults (dim_feedforward
+   2048, dropout 0.1, ReLU, layer_norm_eps 1e-5, batch_first 0, norm_first 0, bias 1: PyTorch's). */
+typedef gdl_transformer_encoder_layer_opts gdl_transformer_decoder_layer_opts;
 GPUDL_API gdl_transformer_decoder_layer_opts gdl_transformer_decoder_layer_defaults(void);
 /* nn.TransformerDecoderLayer(d_model, nhead, **o); o NULL means defaults. State dict names PyTorch's: self_attn.*,
    multihead_attn.* (both MultiheadAttention(d_model, nhead, dropout, bias)), linear1 [ff, d], linear2 [d, ff], norm1,

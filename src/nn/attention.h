@@ -209,8 +209,7 @@ static gdl_tensor *gdl__mha_run(const char *op, gdl_module *m, gdl_tensor *query
         gdl__set_error("%s: expected a module made by gdl_nn_multihead_attention", op);
         return NULL;
     }
-    memset(&d, 0, sizeof d);
-    if (a) d = *a;
+    d = a ? *a : gdl_mha_args_defaults();
     if (d.need_weights && !attn_weights) {
         gdl__null_arg(op, "attn_weights (need_weights is set)");
         return NULL;
@@ -247,8 +246,6 @@ static gdl_tensor *gdl__mha_run(const char *op, gdl_module *m, gdl_tensor *query
     }
     am = d.attn_mask;
     kpm = d.key_padding_mask;
-    if (unb && am && am->ndim == 3 && !(am = gdl__mha_unsqueeze(am, 0))) return NULL; /* [H, L, S] -> [1*H, L, S] */
-    if (unb && am && am->ndim == 4 && !(am = gdl__mha_squeeze(am, 0))) return NULL;
     if (unb && kpm && kpm->ndim == 1 && !(kpm = gdl__mha_unsqueeze(kpm, 0))) return NULL;
     if (d.is_causal && !am) { /* a flag to the fused kernels alone; a mask when it meets others */
         if (kpm || d.need_weights) {
@@ -277,6 +274,13 @@ static gdl_tensor *gdl__mha_run(const char *op, gdl_module *m, gdl_tensor *query
     return o;
 }
 
+GPUDL_API gdl_mha_args gdl_mha_args_defaults(void) {
+    gdl_mha_args a;
+    memset(&a, 0, sizeof a);
+    a.average_attn_weights = 1;
+    return a;
+}
+
 GPUDL_API gdl_tensor *gdl_mha_forward_ex(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
                                          const gdl_mha_args *a, gdl_tensor **attn_weights) {
     return gdl__mha_run("gdl_mha_forward_ex", m, query, key, value, a, attn_weights);
@@ -284,8 +288,7 @@ GPUDL_API gdl_tensor *gdl_mha_forward_ex(gdl_module *m, gdl_tensor *query, gdl_t
 
 GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
                                       gdl_tensor *key_padding_mask, gdl_tensor *attn_mask) {
-    gdl_mha_args a;
-    memset(&a, 0, sizeof a);
+    gdl_mha_args a = gdl_mha_args_defaults();
     a.key_padding_mask = key_padding_mask;
     a.attn_mask = attn_mask;
     return gdl__mha_run("gdl_mha_forward", m, query, key, value, &a, NULL);
