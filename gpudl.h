@@ -23163,9 +23163,13 @@ typedef struct gdl__tfm_full {
     gdl_module *enc, *dec; /* nn.Transformer's encoder and decoder */
 } gdl__tfm_full;
 
+/* the forwards gdl_forward calls; each kind of module has its own, which tells the kinds apart (a decoder's and
+   nn.Transformer's report that they take two inputs) */
 static gdl_tensor *gdl__tfm_layer_self(gdl_module *self, gdl_tensor *x);
 static gdl_tensor *gdl__tfm_stack_self(gdl_module *self, gdl_tensor *x);
-static gdl_tensor *gdl__tfm_needs_memory(gdl_module *self, gdl_tensor *x);
+static gdl_tensor *gdl__tfm_dec_layer_self(gdl_module *self, gdl_tensor *x);
+static gdl_tensor *gdl__tfm_dec_stack_self(gdl_module *self, gdl_tensor *x);
+static gdl_tensor *gdl__tfm_full_self(gdl_module *self, gdl_tensor *x);
 
 static void gdl__tfm_stack_free(void *u) {
     if (u) GPUDL_FREE(((gdl__tfm_stack *)u)->layers);
@@ -23201,7 +23205,7 @@ static gdl_module *gdl__tfm_layer_new(const gdl__tfm_cfg *c) {
     if (!u) return NULL;
     u->c = *c;
     if (!(m = gdl_nn_custom(c->decoder ? "TransformerDecoderLayer" : "TransformerEncoderLayer",
-                            c->decoder ? gdl__tfm_needs_memory : gdl__tfm_layer_self, u, gdl__mha_free)))
+                            c->decoder ? gdl__tfm_dec_layer_self : gdl__tfm_layer_self, u, gdl__mha_free)))
         return NULL;
     if (gdl__tfm_child(m, "self_attn", gdl_nn_multihead_attention(c->d, c->nhead, c->dropout, c->bias, c->batch_first),
                        &u->sa) < 0 ||
@@ -23316,25 +23320,22 @@ GPUDL_API gdl_module *gdl_transformer_decoder_layer(int64_t d_model, int nhead,
 
 /* the layer of either kind behind m, NULL when m is none; dec: -1 either kind, 0 encoder, 1 decoder */
 static gdl__tfm_layer *gdl__tfm_layer_kind(gdl_module *m, int dec) {
-    gdl__tfm_layer *u;
-    if (!m || m->kind != GDL__M_CUSTOM || (m->fwd != gdl__tfm_layer_self && m->fwd != gdl__tfm_needs_memory)) return NULL;
-    u = (gdl__tfm_layer *)m->user;
-    return dec < 0 || u->c.decoder == dec ? u : NULL;
+    if (!m || m->kind != GDL__M_CUSTOM) return NULL;
+    if ((dec != 1 && m->fwd == gdl__tfm_layer_self) || (dec != 0 && m->fwd == gdl__tfm_dec_layer_self))
+        return (gdl__tfm_layer *)m->user;
+    return NULL;
 }
 static gdl__tfm_layer *gdl__tfm_layer_of(gdl_module *m) { return gdl__tfm_layer_kind(m, 0); }
 /* a stack of either kind (TransformerEncoder, TransformerDecoder), NULL when m is none; dec as above */
 static gdl__tfm_stack *gdl__tfm_stack_kind(gdl_module *m, int dec) {
-    gdl__tfm_stack *u;
-    if (!m || m->kind != GDL__M_CUSTOM || (m->fwd != gdl__tfm_stack_self && m->fwd != gdl__tfm_needs_memory)) return NULL;
-    if (m->fwd == gdl__tfm_needs_memory && strcmp(m->kind_name, "TransformerDecoder")) return NULL;
-    u = (gdl__tfm_stack *)m->user;
-    return dec < 0 || gdl__tfm_layer_kind(u->layers[0], dec) ? u : NULL;
+    if (!m || m->kind != GDL__M_CUSTOM) return NULL;
+    if ((dec != 1 && m->fwd == gdl__tfm_stack_self) || (dec != 0 && m->fwd == gdl__tfm_dec_stack_self))
+        return (gdl__tfm_stack *)m->user;
+    return NULL;
 }
 static gdl__tfm_stack *gdl__tfm_stack_of(gdl_module *m) { return gdl__tfm_stack_kind(m, 0); }
 static gdl__tfm_full *gdl__tfm_full_of(gdl_module *m) {
-    return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__tfm_needs_memory && !strcmp(m->kind_name, "Transformer")
-               ? (gdl__tfm_full *)m->user
-               : NULL;
+    return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__tfm_full_self ? (gdl__tfm_full *)m->user : NULL;
 }
 
 /* copies every parameter and buffer of src into dst (the same architecture) */
@@ -23383,7 +23384,7 @@ static gdl_module *gdl__tfm_stack_new(const char *op, int dec, gdl_module *layer
     }
     u->n = num_layers;
     if (!(m = gdl_nn_custom(dec ? "TransformerDecoder" : "TransformerEncoder",
-                            dec ? gdl__tfm_needs_memory : gdl__tfm_stack_self, u, gdl__tfm_stack_free))) {
+                            dec ? gdl__tfm_dec_stack_self : gdl__tfm_stack_self, u, gdl__tfm_stack_free))) {
         gdl__nn_drop(layer);
         gdl__nn_drop(norm);
         return NULL;
@@ -23483,7 +23484,7 @@ GPUDL_API gdl_module *gdl_transformer(const gdl_transformer_opts *o) {
                          d.norm_first, d.bias) < 0 ||
         !(u = (gdl__tfm_full *)gdl__zalloc(op, sizeof *u)))
         return NULL;
-    if (!(m = gdl_nn_custom("Transformer", gdl__tfm_needs_memory, u, gdl__mha_free))) return NULL;
+    if (!(m = gdl_nn_custom("Transformer", gdl__tfm_full_self, u, gdl__mha_free))) return NULL;
     enc = gdl__tfm_stack_new(op, 0, gdl__tfm_layer_new(&c), d.num_encoder_layers, gdl__tfm_norm(c.d, c.eps, c.bias));
     c.decoder = 1;
     if (gdl__tfm_child(m, "encoder", enc, &u->enc) < 0 ||
@@ -23788,11 +23789,22 @@ static gdl_tensor *gdl__tfm_stack_self(gdl_module *self, gdl_tensor *x) {
     return gdl_transformer_encoder_forward(self, x, NULL, NULL, 0);
 }
 /* a decoder or a Transformer has two inputs: gdl_forward(m, x) cannot run it */
-static gdl_tensor *gdl__tfm_needs_memory(gdl_module *self, gdl_tensor *x) {
-    (void)x;
+static gdl_tensor *gdl__tfm_needs_memory(gdl_module *self) {
     gdl__set_error("%s: takes two inputs; call gdl_transformer_decode (or gdl_transformer_forward) instead of gdl_forward",
                    gdl__nn_label(self));
     return NULL;
+}
+static gdl_tensor *gdl__tfm_dec_layer_self(gdl_module *self, gdl_tensor *x) {
+    (void)x;
+    return gdl__tfm_needs_memory(self);
+}
+static gdl_tensor *gdl__tfm_dec_stack_self(gdl_module *self, gdl_tensor *x) {
+    (void)x;
+    return gdl__tfm_needs_memory(self);
+}
+static gdl_tensor *gdl__tfm_full_self(gdl_module *self, gdl_tensor *x) {
+    (void)x;
+    return gdl__tfm_needs_memory(self);
 }
 
 /* ---- positional embeddings ---- */

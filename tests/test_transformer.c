@@ -128,6 +128,7 @@ TEST decoder_stack(void) {
     ASSERT_NOT_NULL(mem = randn3(2, 5, 8));
     ASSERT_NULL(gdl_forward(m, tgt));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_transformer_decode");
+    gdl_module_free(m);
     /* one layer as a stack of one without norm: the same as the layer */
     ASSERT_NOT_NULL(l = small_layer(1, 0));
     ASSERT_NOT_NULL(a = gdl_transformer_decode(l, tgt, mem, NULL));
