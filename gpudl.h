@@ -23318,20 +23318,19 @@ GPUDL_API gdl_module *gdl_transformer_decoder_layer(int64_t d_model, int nhead,
     return gdl__tfm_layer_ex("gdl_transformer_decoder_layer", 1, d_model, nhead, o);
 }
 
+/* m's state when m is a custom module whose forward is enc (dec: -1 or 0) or dec_fwd (dec: -1 or 1), else NULL */
+static void *gdl__tfm_user(gdl_module *m, int dec, gdl_forward_fn enc, gdl_forward_fn dec_fwd) {
+    if (!m || m->kind != GDL__M_CUSTOM) return NULL;
+    return (dec != 1 && m->fwd == enc) || (dec != 0 && m->fwd == dec_fwd) ? m->user : NULL;
+}
 /* the layer of either kind behind m, NULL when m is none; dec: -1 either kind, 0 encoder, 1 decoder */
 static gdl__tfm_layer *gdl__tfm_layer_kind(gdl_module *m, int dec) {
-    if (!m || m->kind != GDL__M_CUSTOM) return NULL;
-    if ((dec != 1 && m->fwd == gdl__tfm_layer_self) || (dec != 0 && m->fwd == gdl__tfm_dec_layer_self))
-        return (gdl__tfm_layer *)m->user;
-    return NULL;
+    return (gdl__tfm_layer *)gdl__tfm_user(m, dec, gdl__tfm_layer_self, gdl__tfm_dec_layer_self);
 }
 static gdl__tfm_layer *gdl__tfm_layer_of(gdl_module *m) { return gdl__tfm_layer_kind(m, 0); }
 /* a stack of either kind (TransformerEncoder, TransformerDecoder), NULL when m is none; dec as above */
 static gdl__tfm_stack *gdl__tfm_stack_kind(gdl_module *m, int dec) {
-    if (!m || m->kind != GDL__M_CUSTOM) return NULL;
-    if ((dec != 1 && m->fwd == gdl__tfm_stack_self) || (dec != 0 && m->fwd == gdl__tfm_dec_stack_self))
-        return (gdl__tfm_stack *)m->user;
-    return NULL;
+    return (gdl__tfm_stack *)gdl__tfm_user(m, dec, gdl__tfm_stack_self, gdl__tfm_dec_stack_self);
 }
 static gdl__tfm_stack *gdl__tfm_stack_of(gdl_module *m) { return gdl__tfm_stack_kind(m, 0); }
 static gdl__tfm_full *gdl__tfm_full_of(gdl_module *m) {
