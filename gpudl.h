@@ -32253,6 +32253,9 @@ typedef struct gdl__ox {
     const char *ext_name;
     uint64_t ext_off;
     int64_t ext_min;
+    struct gdl__ox_rnn *rnn; /* LSTM / GRU layers found in the trace (gdl__ox_rnn_find), written as one node */
+    int nrnn;
+    int *absorbed;           /* per trace node: the layer that writes it (-1: none) */
 } gdl__ox;
 
 static size_t gdl__ox_hash_of(const void *p, int cap) {
@@ -32353,15 +32356,15 @@ static void gdl__ox_attr_str(gdl__pb *a, const char *name, const char *v) {
 }
 
 /* A NodeProto: op_type on inputs in[0..nin) (NULL entries: an omitted optional input, written as "")
-   to output out, with the attributes already encoded in attrs (may be NULL; freed here). */
-static void gdl__ox_node(gdl__ox *X, const char *op_type, int nin, const char *const *in, const char *out,
-                         gdl__pb *attrs) {
+   to outputs out[0..nout) (gdl__ox_node: one), with the attributes already encoded in attrs (may be NULL; freed here). */
+static void gdl__ox_node_n(gdl__ox *X, const char *op_type, int nin, const char *const *in, int nout,
+                           const char *const *out, gdl__pb *attrs) {
     size_t s = gdl__pb_open(&X->nodes, GDL__OX_GRAPH_NODE);
     char name[96];
     int k, last = nin;
     while (last > 0 && !in[last - 1]) last--; /* trailing omitted inputs are left out */
     for (k = 0; k < last; k++) gdl__pb_str(&X->nodes, GDL__OX_NODE_INPUT, in[k] ? in[k] : "");
-    gdl__pb_str(&X->nodes, GDL__OX_NODE_OUTPUT, out);
+    for (k = 0; k < nout; k++) gdl__pb_str(&X->nodes, GDL__OX_NODE_OUTPUT, out[k]);
     snprintf(name, sizeof name, "%s/%s_%d", X->curname, op_type, X->ntmp++);
     gdl__pb_str(&X->nodes, GDL__OX_NODE_NAME, name);
     gdl__pb_str(&X->nodes, GDL__OX_NODE_OP, op_type);
@@ -32371,6 +32374,10 @@ static void gdl__ox_node(gdl__ox *X, const char *op_type, int nin, const char *c
         gdl__pb_free(attrs);
     }
     gdl__pb_close(&X->nodes, s);
+}
+static void gdl__ox_node(gdl__ox *X, const char *op_type, int nin, const char *const *in, const char *out,
+                         gdl__pb *attrs) {
+    gdl__ox_node_n(X, op_type, nin, in, 1, &out, attrs);
 }
 static void gdl__ox_node1(gdl__ox *X, const char *op_type, const char *a, const char *out, gdl__pb *attrs) {
     gdl__ox_node(X, op_type, 1, &a, out, attrs);
@@ -33385,6 +33392,355 @@ static int gdl__ox_live(gdl__ox *X, gdl_node **nodes, int nn, gdl_tensor **outs,
     return 0;
 }
 
+/* ---- LSTM and GRU layers as ONNX LSTM / GRU nodes ----
+   A recurrent layer's direction runs, in the trace, as: gx = linear(xs [T,B,I], w_ih, b_ih); per step t
+   gh = linear(h, w_hh, b_hh) and the gates op on (gx[t], gh, c or h), the next step reading the h (and c) it
+   made. gdl__ox_rnn_find finds such chains, over every step of gx in order (forward) or backwards
+   (reverse), whose inner values nothing else reads; each becomes one LSTM / GRU node written where gx was
+   (its weights reordered from PyTorch's gates i, f, g, o and r, z, n into ONNX's i, o, f, c and z, r, h; GRU
+   with linear_before_reset = 1), and the steps' h that other ops read are slices of its Y. Anything else
+   stays unrolled (the gates' formulas). */
+
+typedef struct gdl__ox_rnn {
+    int lstm, T, rev, ok;
+    int emit;                     /* the trace node (gx's linear) where the node is written */
+    const gdl_tensor *xs, *w_ih, *b_ih, *w_hh, *b_hh, *h0, *c0, *c_last;
+    const gdl_tensor **h;         /* each step's h, in time order */
+    char *h_read;                 /* which of them something outside the layer reads */
+    int *steps;                   /* the gates nodes, step order */
+} gdl__ox_rnn;
+
+/* pointer -> index maps over the trace nodes (open addressing; cap a power of two) */
+static int gdl__ox_index_of(const int *h, int cap, gdl_node *const *nodes, const gdl_node *p) {
+    size_t i;
+    if (!p) return -1;
+    for (i = gdl__ox_hash_of(p, cap); h[i]; i = (i + 1) & (size_t)(cap - 1))
+        if (nodes[h[i] - 1] == p) return h[i] - 1;
+    return -1;
+}
+
+static int gdl__ox_is_linear(const gdl_node *n) {
+    return n && (n->op == GDL_OP_LINEAR || (n->op == GDL_OP_LINEAR_ACT && n->i[0] < 0)) && n->nin >= 2;
+}
+static int gdl__ox_is_leaf(const gdl_tensor *t) { return !t || (!t->node && t->dtype == GDL_F32); }
+
+/* t as a row of another tensor (gdl_select: a slice then a reshape, or one of them): that tensor, the
+   row's element offset and the view nodes (1 or 2, into v); NULL when t is not such a view */
+static const gdl_tensor *gdl__ox_row(const gdl_tensor *t, int64_t *off, const gdl_node **v) {
+    const gdl_node *n = t->node;
+    v[0] = v[1] = NULL;
+    if (!n || (n->op != GDL_OP_SLICE && n->op != GDL_OP_RESHAPE)) return NULL;
+    v[0] = n;
+    *off = n->op == GDL_OP_SLICE ? n->i[0] : 0;
+    if (n->op == GDL_OP_RESHAPE && n->in[0]->node && n->in[0]->node->op == GDL_OP_SLICE) {
+        v[1] = n->in[0]->node;
+        *off = v[1]->i[0];
+        return v[1]->in[0];
+    }
+    return n->in[0];
+}
+
+/* the gates node whose step comes before gates node g (through its h and c), or NULL */
+static const gdl_node *gdl__ox_rnn_prev(const gdl_node *g) {
+    const gdl_node *gh = g->in[1]->node, *v[2];
+    const gdl_tensor *h, *src, *c;
+    int64_t off = -1, coff = -1;
+    if (!gdl__ox_is_linear(gh)) return NULL;
+    h = gh->in[0];
+    if (g->op == GDL_OP_GRU_GATES) return h == g->in[2] && h->node && h->node->op == GDL_OP_GRU_GATES ? h->node : NULL;
+    if (!(src = gdl__ox_row(h, &off, v)) || off != 0 || !src->node || src->node->op != GDL_OP_LSTM_GATES ||
+        !(c = gdl__ox_row(g->in[2], &coff, v)) || c != src || coff != h->numel)
+        return NULL;
+    return src->node;
+}
+
+static void gdl__ox_rnn_free(gdl__ox *X) {
+    int k;
+    for (k = 0; k < X->nrnn; k++) {
+        GPUDL_FREE(X->rnn[k].h);
+        GPUDL_FREE(X->rnn[k].h_read);
+        GPUDL_FREE(X->rnn[k].steps);
+    }
+    GPUDL_FREE(X->rnn);
+    GPUDL_FREE(X->absorbed);
+    X->rnn = NULL;
+    X->absorbed = NULL;
+    X->nrnn = 0;
+}
+
+/* one chain from its first gates node: checked, its nodes marked absorbed[] = r; 0 not a layer, 1 one, -1 oom */
+static int gdl__ox_rnn_chain(gdl__ox *X, gdl_node **nodes, const int *h, int cap, const int *next, int first,
+                             gdl__ox_rnn *L, int r) {
+    const gdl_node *g0 = nodes[first], *gxn, *v[2];
+    const gdl_tensor *gx;
+    int64_t B, H, G, T, t, off0 = 0;
+    int k, j, m;
+    memset(L, 0, sizeof *L);
+    L->lstm = g0->op == GDL_OP_LSTM_GATES;
+    G = L->lstm ? 4 : 3;
+    if (!(gx = gdl__ox_row(g0->in[0], &off0, v)) || !gdl__ox_is_linear(gxn = gx->node) || gx->ndim != 3 ||
+        gxn->in[0]->ndim != 3)
+        return 0;
+    T = gx->shape[0];
+    B = gx->shape[1];
+    H = g0->in[2]->shape[1];
+    if (gx->shape[2] != G * H || !gdl__ox_is_leaf(gxn->in[1]) || !gdl__ox_is_leaf(gxn->nin > 2 ? gxn->in[2] : NULL))
+        return 0;
+    L->T = (int)T;
+    L->rev = T > 1 && off0 == (T - 1) * B * G * H;
+    L->xs = gxn->in[0];
+    L->w_ih = gxn->in[1];
+    L->b_ih = gxn->nin > 2 ? gxn->in[2] : NULL;
+    L->w_hh = g0->in[1]->node->in[1];
+    L->b_hh = g0->in[1]->node->nin > 2 ? g0->in[1]->node->in[2] : NULL;
+    L->h0 = g0->in[1]->node->in[0];
+    L->c0 = L->lstm ? g0->in[2] : NULL;
+    if (!gdl__ox_is_leaf(L->w_hh) || !gdl__ox_is_leaf(L->b_hh) || L->w_ih->ndim != 2 || L->w_hh->ndim != 2 ||
+        L->w_hh->shape[0] != G * H || L->w_hh->shape[1] != H || (L->b_ih && L->b_ih->numel != G * H) ||
+        (L->b_hh && L->b_hh->numel != G * H) || L->h0->ndim != 2 || (L->c0 && L->c0->ndim != 2))
+        return 0;
+    L->emit = gdl__ox_index_of(h, cap, nodes, gxn);
+    /* the initial states exist before the node is written */
+    if (L->emit < 0 || gdl__ox_index_of(h, cap, nodes, L->h0->node) >= L->emit ||
+        (L->c0 && gdl__ox_index_of(h, cap, nodes, L->c0->node) >= L->emit))
+        return 0;
+    if (!(L->steps = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)T)) ||
+        !(L->h = (const gdl_tensor **)GPUDL_MALLOC(sizeof *L->h * (size_t)T)) || !(L->h_read = (char *)GPUDL_MALLOC((size_t)T)))
+        return -1;
+    memset(L->h_read, 0, (size_t)T);
+    memset((void *)L->h, 0, sizeof *L->h * (size_t)T);
+    for (t = 0, k = first; t < T; t++, k = next[k]) {
+        const gdl_node *g = k >= 0 ? nodes[k] : NULL, *gh;
+        int64_t at = L->rev ? T - 1 - t : t, off = -1;
+        if (!g || (g->op == GDL_OP_LSTM_GATES) != L->lstm || gdl__ox_row(g->in[0], &off, v) != gx ||
+            off != at * B * G * H || !(gh = g->in[1]->node) || !gdl__ox_is_linear(gh) || gh->in[1] != L->w_hh ||
+            (gh->nin > 2 ? gh->in[2] : NULL) != L->b_hh)
+            return 0;
+        L->steps[t] = k;
+    }
+    if (k >= 0) return 0; /* more steps than gx has rows */
+    /* its nodes: gx's linear, and per step the row of gx, gh's linear, the gates, the h and c rows the next
+       step reads (all of this trace) */
+    for (m = 0; m < 2; m++) { /* m 0: each is in the trace; 1: marked */
+        if (m) X->absorbed[L->emit] = r;
+        for (t = 0; t < T; t++) {
+            const gdl_node *g = nodes[L->steps[t]], *part[7];
+            int64_t off;
+            int p, np = 0;
+            part[np++] = g->in[1]->node;
+            gdl__ox_row(g->in[0], &off, v);
+            part[np++] = v[0], part[np++] = v[1];
+            if (t > 0 && L->lstm) {
+                gdl__ox_row(g->in[1]->node->in[0], &off, v);
+                part[np++] = v[0], part[np++] = v[1];
+                gdl__ox_row(g->in[2], &off, v);
+                part[np++] = v[0], part[np++] = v[1];
+            }
+            for (p = 0; p < np; p++) {
+                int at = part[p] ? gdl__ox_index_of(h, cap, nodes, part[p]) : -2;
+                if (at == -1) return 0;
+                if (m && at >= 0) X->absorbed[at] = r;
+            }
+            if (m) X->absorbed[L->steps[t]] = r;
+        }
+    }
+    for (t = 0; t < T; t++) {
+        const gdl_node *g = nodes[L->steps[t]];
+        j = (int)(L->rev ? T - 1 - t : t);
+        if (!L->lstm) L->h[j] = g->out;
+        else if (t > 0) L->h[L->rev ? j + 1 : j - 1] = g->in[1]->node->in[0];
+    }
+    L->ok = 1;
+    return 1;
+}
+
+/* Finds the layers (X->rnn) and the trace nodes they absorb (X->absorbed). 0 / -1 + error. */
+static int gdl__ox_rnn_find(gdl__ox *X, gdl_node **nodes, int nn, const char *live, gdl_tensor **outs, int nout) {
+    int cap = 16, *h = NULL, *next = NULL, *prev = NULL, k, j, r, rc = -1, pass;
+    X->nrnn = 0;
+    size_t i;
+    for (k = 0; k < nn && !(live[k] && (nodes[k]->op == GDL_OP_LSTM_GATES || nodes[k]->op == GDL_OP_GRU_GATES)); k++) {}
+    if (k == nn) return 0; /* no recurrent gates */
+    while (cap < 2 * nn) cap *= 2;
+    if (!(h = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)cap)) || !(next = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)nn)) ||
+        !(prev = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)nn)) ||
+        !(X->absorbed = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)nn)))
+        goto oom;
+    memset(h, 0, sizeof(int) * (size_t)cap);
+    for (k = 0; k < nn; k++) {
+        for (i = gdl__ox_hash_of(nodes[k], cap); h[i]; i = (i + 1) & (size_t)(cap - 1)) {}
+        h[i] = k + 1;
+        next[k] = prev[k] = X->absorbed[k] = -1;
+    }
+    for (k = 0; k < nn; k++) /* each step's link to the one before; a step two read is no chain */
+        if (live[k] && (nodes[k]->op == GDL_OP_LSTM_GATES || nodes[k]->op == GDL_OP_GRU_GATES) &&
+            (j = gdl__ox_index_of(h, cap, nodes, gdl__ox_rnn_prev(nodes[k]))) >= 0) {
+            prev[k] = j;
+            next[j] = next[j] == -1 ? k : -2;
+        }
+    for (k = 0; k < nn; k++) {
+        gdl__ox_rnn *L;
+        if (!live[k] || (nodes[k]->op != GDL_OP_LSTM_GATES && nodes[k]->op != GDL_OP_GRU_GATES) || prev[k] >= 0)
+            continue;
+        if (!(L = (gdl__ox_rnn *)GPUDL_REALLOC(X->rnn, sizeof *L * (size_t)(X->nrnn + 1)))) goto oom;
+        X->rnn = L;
+        X->nrnn++;
+        if ((j = gdl__ox_rnn_chain(X, nodes, h, cap, next, k, &X->rnn[X->nrnn - 1], X->nrnn - 1)) < 0) goto oom;
+    }
+    /* pass 0: the last LSTM step's h and c slices join the layer; pass 1: a value of a layer that anything
+       outside it reads (but its steps' h and the last c) undoes the layer */
+    for (pass = 0; pass < 2; pass++)
+        for (k = 0; k < nn; k++) {
+            const gdl_node *n = nodes[k];
+            if (!live[k] || X->absorbed[k] >= 0) continue;
+            for (j = 0; j < n->nin; j++) {
+                const gdl_tensor *in = n->in[j];
+                int a = in && in->node ? gdl__ox_index_of(h, cap, nodes, in->node) : -1, t;
+                gdl__ox_rnn *L = a >= 0 && X->absorbed[a] >= 0 ? &X->rnn[X->absorbed[a]] : NULL;
+                if (!L || !L->ok) continue;
+                for (t = 0; t < L->T && L->h[t] != in; t++) {}
+                if (t < L->T) {
+                    if (pass) L->h_read[t] = 1;
+                    continue;
+                }
+                if (pass == 0 && L->lstm && (n->op == GDL_OP_SLICE || n->op == GDL_OP_RESHAPE)) {
+                    /* the last step's h (offset 0) or c: a slice of its gates' output, or a reshape of that */
+                    const gdl_node *v[2];
+                    int64_t off = -1;
+                    const gdl_tensor *src = gdl__ox_row(n->out, &off, v);
+                    if (src && src->node == nodes[L->steps[L->T - 1]] && n->out->numel * 2 == src->numel &&
+                        (off == 0 || off == n->out->numel)) {
+                        X->absorbed[k] = (int)(X->absorbed[a]);
+                        if (off == 0) L->h[L->rev ? 0 : L->T - 1] = n->out;
+                        else L->c_last = n->out;
+                        continue;
+                    }
+                }
+                if (pass == 0 || in == L->c_last) continue;
+                L->ok = 0;
+            }
+        }
+    for (k = 0; k < nout; k++) /* a graph output: read from outside too */
+        for (r = 0; r < X->nrnn; r++) {
+            gdl__ox_rnn *L = &X->rnn[r];
+            int t;
+            for (t = 0; t < L->T && L->ok; t++)
+                if (L->h[t] == outs[k]) L->h_read[t] = 1;
+            if (L->ok && outs[k]->node && X->absorbed[gdl__ox_index_of(h, cap, nodes, outs[k]->node)] == r &&
+                outs[k] != L->c_last) {
+                for (t = 0; t < L->T && L->h[t] != outs[k]; t++) {}
+                if (t == L->T) L->ok = 0;
+            }
+        }
+    for (k = 0; k < nn; k++)
+        if (X->absorbed[k] >= 0 && !X->rnn[X->absorbed[k]].ok) X->absorbed[k] = -1;
+    rc = 0;
+    goto done;
+oom:
+    gdl__ox_oom(X);
+done:
+    GPUDL_FREE(h);
+    GPUDL_FREE(next);
+    GPUDL_FREE(prev);
+    return rc;
+}
+
+
+/* W or R of the node: t [G*H, K] (PyTorch's gate order) as [1, G*H, K] in ONNX's, an initializer `name` */
+static int gdl__ox_rnn_weight(gdl__ox *X, const gdl_tensor *t, const int *from, int G, int64_t H, int64_t K,
+                              const char *name, float *buf, gdl_real *host) {
+    int64_t dims[3], j, e;
+    if (gdl_copy_to_host(t, host, sizeof(gdl_real) * (size_t)t->numel) < 0) return -1;
+    for (j = 0; j < G; j++)
+        for (e = 0; e < H * K; e++) buf[j * H * K + e] = (float)host[from[j] * H * K + e];
+    dims[0] = 1;
+    dims[1] = G * H;
+    dims[2] = K;
+    return gdl__ox_init_raw(X, name, GDL__OX_FLOAT, 3, dims, buf, sizeof(float) * (size_t)(G * H * K), 4);
+}
+
+/* layer L as its LSTM / GRU node, written where its gx linear was; names for the steps' h other ops read
+   (Y's rows) and the last c */
+static int gdl__ox_rnn_emit(gdl__ox *X, const gdl__ox_rnn *L) {
+    static const int lstm_from[4] = {0, 3, 1, 2}; /* ONNX i, o, f, c from PyTorch i, f, g, o */
+    static const int gru_from[3] = {1, 0, 2};     /* ONNX z, r, h from PyTorch r, z, n */
+    const int *from = L->lstm ? lstm_from : gru_from;
+    const int G = L->lstm ? 4 : 3;
+    const int64_t H = L->w_hh->shape[1], I = L->w_ih->shape[1], zero = 0;
+    const char *in[7], *outs[3], *ax0;
+    char name[3][160];
+    gdl__pb at = {NULL, 0, 0, 0};
+    int64_t dims[2], big = G * H * (I > H ? I : H), t;
+    int bax, k, rc = -1;
+    float *buf = NULL;
+    gdl_real *host = NULL;
+    if (!(in[0] = gdl__ox_use(X, L->xs)) || !(in[5] = gdl__ox_use(X, L->h0)) || (L->c0 && !(in[6] = gdl__ox_use(X, L->c0))))
+        return -1;
+    bax = gdl__ox_bax_of(X, L->xs);
+    if (bax >= 0 && bax != 1) {
+        gdl__set_error("%s: a recurrent layer's input %s has its batch in dim %d, not 1 (time-major inside the "
+                       "layer): export with dynamic_batch = 0", X->fn, gdl_shape_str(L->xs), bax);
+        return -1;
+    }
+    for (k = 0; k < 3; k++) snprintf(name[k], sizeof name[k], "%s.%c", X->curname, "WRB"[k]);
+    if (!(buf = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)big)) ||
+        !(host = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)big))) {
+        gdl__ox_oom(X);
+        goto done;
+    }
+    if (gdl__ox_rnn_weight(X, L->w_ih, from, G, H, I, name[0], buf, host) < 0 ||
+        gdl__ox_rnn_weight(X, L->w_hh, from, G, H, H, name[1], buf, host) < 0)
+        goto done;
+    memset(buf, 0, sizeof(float) * (size_t)(2 * G * H));
+    for (k = 0; k < 2; k++) { /* B: the input bias, then the hidden one */
+        const gdl_tensor *b = k ? L->b_hh : L->b_ih;
+        int64_t j, e;
+        if (!b) continue;
+        if (gdl_copy_to_host(b, host, sizeof(gdl_real) * (size_t)(G * H)) < 0) goto done;
+        for (j = 0; j < G; j++)
+            for (e = 0; e < H; e++) buf[k * G * H + j * H + e] = (float)host[from[j] * H + e];
+    }
+    dims[0] = 1;
+    dims[1] = 2 * G * H;
+    if (gdl__ox_init_raw(X, name[2], GDL__OX_FLOAT, 2, dims, buf, sizeof(float) * (size_t)(2 * G * H), 4) < 0) goto done;
+    in[1] = name[0];
+    in[2] = name[1];
+    in[3] = name[2];
+    in[4] = NULL; /* sequence_lens */
+    if (!(ax0 = gdl__ox_const_i64(X, &zero, 1)) || !(in[5] = gdl__ox_bin(X, "Unsqueeze", in[5], ax0)) ||
+        (L->lstm && !(in[6] = gdl__ox_bin(X, "Unsqueeze", in[6], ax0))))
+        goto done;
+    for (k = 0; k < (L->lstm ? 3 : 2); k++)
+        if (!(outs[k] = gdl__ox_tmp(X))) goto done;
+    gdl__ox_attr_int(&at, "hidden_size", H);
+    gdl__ox_attr_str(&at, "direction", L->rev ? "reverse" : "forward");
+    if (!L->lstm) gdl__ox_attr_int(&at, "linear_before_reset", 1);
+    gdl__ox_node_n(X, L->lstm ? "LSTM" : "GRU", L->lstm ? 7 : 6, in, L->lstm ? 3 : 2, outs, &at);
+    for (t = 0; t < L->T; t++) { /* Y [T, 1, B, H]: row t, the direction dim squeezed */
+        const char *row;
+        char hn[192];
+        if (!L->h_read[t] || !L->h[t]) continue;
+        at.p = NULL, at.n = at.cap = 0, at.oom = 0;
+        gdl__ox_attr_int(&at, "axis", 0);
+        if (!(row = gdl__ox_tmp(X)) || !(in[1] = gdl__ox_const_i64_scalar(X, t))) goto done;
+        gdl__ox_node2(X, "Gather", outs[0], in[1], row, &at);
+        snprintf(hn, sizeof hn, "%s.h%lld", X->curname, (long long)t);
+        if ((k = gdl__ox_add(X, L->h[t], hn, bax >= 0 ? 0 : -1)) < 0) goto done;
+        gdl__ox_node2(X, "Squeeze", row, ax0, X->v[k].name, NULL);
+    }
+    if (L->c_last) {
+        char cn[192];
+        snprintf(cn, sizeof cn, "%s.c", X->curname);
+        if ((k = gdl__ox_add(X, L->c_last, cn, bax >= 0 ? 0 : -1)) < 0) goto done;
+        gdl__ox_node2(X, "Squeeze", outs[2], ax0, X->v[k].name, NULL);
+    }
+    rc = 0;
+done:
+    GPUDL_FREE(buf);
+    GPUDL_FREE(host);
+    return rc;
+}
+
 /* ---- the file ---- */
 
 /* a ValueInfoProto: name, the elem type and the shape, dim bax (if >= 0) the symbolic "batch" when it
@@ -33472,6 +33828,7 @@ static void gdl__ox_free(gdl__ox *X) {
     GPUDL_FREE(X->hash);
     GPUDL_FREE(X->pnames);
     GPUDL_FREE(X->ptens);
+    gdl__ox_rnn_free(X);
     gdl__pb_free(&X->nodes);
     gdl__pb_free(&X->inits);
 }
@@ -33482,10 +33839,20 @@ static int gdl__ox_translate(gdl__ox *X, gdl_node **nodes, int nn, const char *l
     char name[96];
     int k, j, i, bax = -1, total = 0;
     for (k = 0; k < nn; k++) total += live[k];
+    if (gdl__ox_rnn_find(X, nodes, nn, live, outs, nout) < 0) return -1;
     for (k = 0, X->cur = 0; k < nn; k++) {
         const gdl_node *n = nodes[k];
         const char *out = NULL;
         if (!live[k]) continue;
+        if (X->absorbed && X->absorbed[k] >= 0) { /* a step of a recurrent layer: its node, once */
+            const gdl__ox_rnn *L = &X->rnn[X->absorbed[k]];
+            if (k != L->emit) continue;
+            X->ntmp = 0;
+            snprintf(X->curname, sizeof X->curname, "%s_%d", L->lstm ? "lstm" : "gru", X->cur++);
+            if (gdl__ox_rnn_emit(X, L) < 0) return -1;
+            if (X->nodes.oom || X->inits.oom) return gdl__ox_oom(X);
+            continue;
+        }
         X->ntmp = 0;
         snprintf(X->curname, sizeof X->curname, "%s_%d", gdl__ox_op_name(n->op), X->cur);
         for (j = 0; j < nout && !out; j++) /* a graph output takes its given name */

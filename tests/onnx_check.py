@@ -5,7 +5,8 @@
 For every run of DIR/nets.txt (net, batch, and for several inputs or outputs their counts): onnx.checker.check_model(full_check=True) on DIR/<net>.onnx (shape
 inference included; a file with external data is checked by path), then ONNX Runtime (CPU) runs it
 on each saved input, and its outputs must equal gpudl's within 1e-5 relative: max |ort - gpudl| /
-max |gpudl|. Prints one line a net and batch; exits 1 on the first failure's end with every failure
+max |gpudl|. The recurrent nets must hold their layers as ONNX LSTM / GRU nodes (RNN_NODES), not
+unrolled. Prints one line a net and batch; exits 1 on the first failure's end with every failure
 listed."""
 import os
 import sys
@@ -15,6 +16,8 @@ import onnx
 import onnxruntime as ort
 
 TOL = 1e-5
+# the recurrent layers each net's file holds as ONNX nodes: op type -> count (gdl__ox_rnn_find's fusion)
+RNN_NODES = {"text_lstm": {"LSTM": 1}, "text_gru": {"GRU": 4}, "lstm_states": {"LSTM": 2}}
 
 
 def main(d):
@@ -40,6 +43,11 @@ def main(d):
                 print("FAIL %-22s %s" % (net, failures[-1]))
                 continue
             checked[net] = sess
+            for op, want in RNN_NODES.get(net, {}).items():
+                got = sum(n.op_type == op for n in model.graph.node)
+                if got != want:
+                    failures.append("%s: %d %s nodes, want %d (a layer left unrolled)" % (net, got, op, want))
+                    print("FAIL %-22s %s" % (net, failures[-1]))
             ext = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
             print("     %-22s opset %d, %d nodes, %d initializers%s" % (
                 net, model.opset_import[0].version, len(model.graph.node), len(model.graph.initializer),
