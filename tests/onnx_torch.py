@@ -202,7 +202,8 @@ def main(d):
     torch.manual_seed(0)
     man = []
     t0 = time.time()
-    for name, m, xs, tune in nets():
+    todo = nets()
+    for name, m, xs, tune in todo:
         m.eval()
         with torch.no_grad():
             outs = m(*xs)
@@ -227,7 +228,7 @@ def main(d):
     with open(os.path.join(d, "manifest.txt"), "w") as f:
         f.write("\n".join(man) + "\n")
     print("onnx_torch: %d nets exported twice (torch %s, onnxscript, opset %d and the dynamo default) in %.1f s" % (
-        len(nets()), torch.__version__, TS_OPSET, time.time() - t0))
+        len(todo), torch.__version__, TS_OPSET, time.time() - t0))
     return 0
 
 

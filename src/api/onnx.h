@@ -17,7 +17,9 @@
    module's training flags and the grad mode are restored afterwards. The
    file is written to a temporary and renamed: a failed export leaves nothing
    at path. An op without an ONNX form fails the export with an error naming
-   the op and the node.
+   the op and the node. A recurrent layer (gdl_nn_lstm / gdl_nn_gru) becomes
+   one ONNX LSTM / GRU node per layer and direction (PyTorch's gate order
+   converted to ONNX's).
    ------------------------------------------------------------------------- */
 
 #define GDL_ONNX_OPSET_MIN 17 /* LayerNormalization */

@@ -799,6 +799,7 @@ static int gdl__oi_host_op(gdl__oi_run *R) {
     if (!in[0]) return 0;
     if (!strcmp(op, "Cast") && gdl__oi_ai(n, "to", 0) != GDL__OX_INT64 && gdl__oi_ai(n, "to", 0) != GDL__OX_INT32)
         return 0;
+    if (tot > GDL__OI_MAX_HOST) return 0; /* too many for the host: the tensor path */
     if (!(y = gdl__oi_host_new(R, tot + 1))) return -1;
     if (!strcmp(op, "Identity") || !strcmp(op, "Cast") || !strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze") ||
         !strcmp(op, "Reshape")) {
@@ -835,14 +836,15 @@ static int gdl__oi_host_op(gdl__oi_run *R) {
         e0 = in[2]->i64[0];
         s0 = s0 < 0 ? s0 + d : s0;
         e0 = e0 < 0 ? e0 + d : e0;
-        if (st > 0) {
+        if (st > 0) { /* by count: j + st could overflow */
             s0 = s0 < 0 ? 0 : s0 > d ? d : s0;
             e0 = e0 < 0 ? 0 : e0 > d ? d : e0;
-            for (j = s0; j < e0; j += st) y[ny++] = in[0]->i64[j];
+            for (j = 0; s0 < e0 && j <= (e0 - 1 - s0) / st; j++) y[ny++] = in[0]->i64[s0 + j * st];
         } else {
+            int64_t back = st == INT64_MIN ? INT64_MAX : -st;
             s0 = s0 < 0 ? -1 : s0 > d - 1 ? d - 1 : s0;
             e0 = e0 < -1 ? -1 : e0 > d - 1 ? d - 1 : e0;
-            for (j = s0; j > e0; j += st) y[ny++] = in[0]->i64[j];
+            for (j = 0; s0 > e0 && j <= (s0 - e0 - 1) / back; j++) y[ny++] = in[0]->i64[s0 - j * back];
         }
     } else if (!strcmp(op, "Neg")) {
         for (k = 0; k < in[0]->n64; k++) y[ny++] = -in[0]->i64[k];
@@ -856,7 +858,7 @@ static int gdl__oi_host_op(gdl__oi_run *R) {
         cnt = ceil(((double)in[1]->i64[0] - (double)s0) / (double)dl);
         if (cnt > GDL__OI_MAX_HOST) return gdl__oi_fail(R, "a Range of over %d values", GDL__OI_MAX_HOST);
         if (!(y = gdl__oi_host_new(R, cnt > 0 ? (int64_t)cnt : 0))) return -1;
-        for (j = 0; j < (int64_t)cnt; j++) y[ny++] = s0 + j * dl;
+        for (j = 0; j < (int64_t)cnt; j++) y[ny++] = (int64_t)((uint64_t)s0 + (uint64_t)j * (uint64_t)dl);
     } else { /* Add, Sub, Mul, Div, Min, Max: a vector and a vector of its length or a single value */
         const gdl__oi_rv *a = in[0], *b = n->nin > 1 ? in[1] : NULL;
         if (!b || (a->n64 != b->n64 && a->n64 != 1 && b->n64 != 1)) return gdl__oi_fail(R, "host values of lengths that do not broadcast");
@@ -993,7 +995,7 @@ static int gdl__oi_split(gdl__oi_run *R, gdl_tensor *x) {
         each = (d + parts - 1) / parts;
         for (ns = 0; ns < parts; ns++) sz[ns] = each * (ns + 1) <= d ? each : d - each * ns > 0 ? d - each * ns : 0;
     }
-    for (k = 0; k < ns; k++) at += sz[k] >= 0 ? sz[k] : -1 - d;
+    for (k = 0; k < ns; k++) at += sz[k] >= 0 && sz[k] <= d ? sz[k] : d + 1; /* at most 8 * (d + 1) */
     if (ns != n->nout || at != d)
         return gdl__oi_fail(R, "split sizes for %d outputs that do not add up to dim %d's %lld", n->nout, ax, (long long)d);
     for (k = 0, at = 0; k < ns; at += sz[k], k++)
@@ -1014,8 +1016,8 @@ static gdl_tensor *gdl__oi_squeeze(gdl__oi_run *R, gdl_tensor *x, int un) {
     for (j = 0; j < na; j++) {
         int a = gdl__oi_axis(R, axes[j], out);
         if (a < 0) return NULL;
-        if (!un && x->shape[a] != 1) {
-            gdl__oi_fail(R, "dim %d of %s is not 1", a, gdl_shape_str(x));
+        if ((!un && x->shape[a] != 1) || !keep[a]) {
+            gdl__oi_fail(R, keep[a] ? "dim %d of %s is not 1" : "axis %d twice (input %s)", a, gdl_shape_str(x));
             return NULL;
         }
         keep[a] = 0;
@@ -1124,11 +1126,13 @@ static gdl_tensor *gdl__oi_const_of_shape(gdl__oi_run *R) {
     double val = 0;
     gdl_tensor *t;
     if (nl < 0) return NULL;
-    for (k = 0; k < nl; k++)
-        if (shape[k] < 0 || (shape[k] && (cnt *= shape[k]) > (int64_t)1 << 28)) {
+    for (k = 0; k < nl; k++) {
+        if (shape[k] < 0 || (shape[k] && shape[k] > ((int64_t)1 << 28) / cnt)) {
             gdl__oi_fail(R, "a shape of over 2^28 elements or a negative dim");
             return NULL;
         }
+        cnt *= shape[k] ? shape[k] : 1;
+    }
     if (v && v->t) {
         const gdl_tensor *c = v->t->t;
         unsigned char raw[16];
@@ -1381,9 +1385,11 @@ static int gdl__oi_node_run(gdl__oi_run *R) {
         gdl_tensor *z;
         int64_t cnt = 1, k;
         if ((nl = gdl__oi_list(R, 1, L, GDL_MAX_DIMS)) < 0) return -1;
-        for (k = 0; k < nl; k++)
-            if (L[k] < 0 || (L[k] && (cnt *= L[k]) > (int64_t)1 << 28))
+        for (k = 0; k < nl; k++) {
+            if (L[k] < 0 || (L[k] && L[k] > ((int64_t)1 << 28) / cnt))
                 return gdl__oi_fail(R, "a shape of over 2^28 elements or a negative dim");
+            cnt *= L[k] ? L[k] : 1;
+        }
         if (!(z = gdl__tmp("gdl_onnx_run", (int)nl, L, x->dtype, x->device)) || gdl_fill_(z, 0) < 0) return -1;
         return (*y = x->dtype == GDL_F32 ? gdl_add(z, x) : gdl_where(gdl_compare_scalar(z, GDL_CMP_EQ, 0), x, z)) ? 0 : -1;
     }
