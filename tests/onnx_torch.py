@@ -90,11 +90,11 @@ class Attn(nn.Module):  # embedding, attention of MatMul / Softmax, a mask with 
         return self.head(x[:, 0]), x
 
 
-class Rnn(nn.Module):  # LSTM and a 2-layer bidirectional GRU: ONNX LSTM / GRU nodes
+class Rnn(nn.Module):  # a bidirectional LSTM and a 2-layer bidirectional GRU: ONNX LSTM / GRU nodes
     def __init__(self):
         super().__init__()
-        self.lstm = nn.LSTM(6, 8, batch_first=True)
-        self.gru = nn.GRU(8, 5, num_layers=2, bidirectional=True, batch_first=True)
+        self.lstm = nn.LSTM(6, 8, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(16, 5, num_layers=2, bidirectional=True, batch_first=True)
 
     def forward(self, x):
         y, (h, c) = self.lstm(x)
