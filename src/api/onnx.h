@@ -19,7 +19,9 @@
    at path. An op without an ONNX form fails the export with an error naming
    the op and the node. A recurrent layer (gdl_nn_lstm / gdl_nn_gru) becomes
    one ONNX LSTM / GRU node per layer and direction (PyTorch's gate order
-   converted to ONNX's).
+   converted to ONNX's). A statically quantized (int8) layer becomes
+   QuantizeLinear / DequantizeLinear nodes around its float op; dynamically
+   quantized layers are refused.
    ------------------------------------------------------------------------- */
 
 #define GDL_ONNX_OPSET_MIN 17 /* LayerNormalization */

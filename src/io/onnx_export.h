@@ -21,7 +21,7 @@ enum {
     GDL__OX_ENTRY_KEY = 1, GDL__OX_ENTRY_VALUE = 2,
     GDL__OX_VI_NAME = 1, GDL__OX_VI_TYPE = 2, GDL__OX_TYPE_TENSOR = 1, GDL__OX_TT_ELEM = 1, GDL__OX_TT_SHAPE = 2,
     GDL__OX_SHAPE_DIM = 1, GDL__OX_DIM_VALUE = 1, GDL__OX_DIM_PARAM = 2,
-    GDL__OX_FLOAT = 1, GDL__OX_UINT8 = 2, GDL__OX_INT32 = 6, GDL__OX_INT64 = 7, GDL__OX_BOOL = 9, GDL__OX_FLOAT16 = 10,
+    GDL__OX_FLOAT = 1, GDL__OX_UINT8 = 2, GDL__OX_INT8 = 3, GDL__OX_INT32 = 6, GDL__OX_INT64 = 7, GDL__OX_BOOL = 9, GDL__OX_FLOAT16 = 10,
     GDL__OX_BFLOAT16 = 16
 };
 
@@ -51,6 +51,11 @@ static int gdl__ox_dtype(gdl_dtype dt) {
 }
 
 /* a value of the graph: a tensor and its name; bax: which of its dims is the batch (-1 none) */
+typedef struct gdl__ox_q { /* a static int8 layer the traced forward ran (gdl__ox_qlayer_traced) */
+    const gdl_tensor *x, *y;
+    const gdl_module *m;
+} gdl__ox_q;
+
 typedef struct gdl__ox_val {
     const gdl_tensor *t;
     char *name;
@@ -78,6 +83,8 @@ typedef struct gdl__ox {
     struct gdl__ox_rnn *rnn; /* LSTM / GRU layers found in the trace (gdl__ox_rnn_find), written as one node */
     int nrnn;
     int *absorbed;           /* per trace node: the layer that writes it (-1: none) */
+    gdl__ox_q *q;            /* the static int8 layers the forward ran: input, output, module (gdl__ox_qlayer_traced) */
+    int nq, capq, qoom;
 } gdl__ox;
 
 static size_t gdl__ox_hash_of(const void *p, int cap) {
@@ -406,7 +413,10 @@ fail:
     return NULL;
 }
 
-/* The name of tensor t read by a node: a value named already, or a leaf first used here, which becomes
+static int gdl__ox_qfind(const struct gdl__ox *X, const gdl_tensor *t);
+static const char *gdl__ox_qemit(struct gdl__ox *X, int i);
+
+/* The name of tensor t read by a node: a value named already, an int8 layer's output (written here), or a leaf first used here, which becomes
    an initializer (a module tensor under its state_dict name, anything else const_<k>) or a batch-sized
    fill (gdl__ox_batch_fill). */
 static const char *gdl__ox_use(gdl__ox *X, const gdl_tensor *t) {
@@ -414,6 +424,7 @@ static const char *gdl__ox_use(gdl__ox *X, const gdl_tensor *t) {
     char name[32];
     const char *nm = NULL;
     if (k >= 0) return X->v[k].name;
+    if ((j = gdl__ox_qfind(X, t)) >= 0) return gdl__ox_qemit(X, j);
     for (j = 0; j < X->np && !nm; j++)
         if (X->ptens[j] == t) nm = X->pnames[j];
     if (!nm) {
@@ -1112,6 +1123,174 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
     }
 }
 
+/* ---- static int8 layers as QuantizeLinear / DequantizeLinear (QDQ) around the float op ----
+   A quantized layer runs outside the tape; during the trace its forward is wrapped (gdl__ox_qlayer_traced) to
+   note its input and output, and the output's first reader writes the layer (gdl__ox_qemit): the input
+   clipped to the layer's activation range, QuantizeLinear and DequantizeLinear with its scale and zero point
+   (u8), the int8 weight through DequantizeLinear (per output channel: axis 0), Gemm / MatMul / Conv with the
+   f32 bias, ReLU when fused, and the output requantized the same way: the arithmetic of src/quant/layers.h,
+   written out. A runtime may fuse the pattern into integer ops (QLinearMatMul, QLinearConv). */
+
+static GDL__TLS gdl__ox *gdl__ox_qcur; /* the export whose trace is running on this thread */
+
+static gdl_tensor *gdl__ox_qlayer_traced(gdl_module *m, gdl_tensor *x) {
+    gdl_tensor *y = gdl__qlayer_forward(m, x);
+    gdl__ox *X = gdl__ox_qcur;
+    if (y && X) {
+        if (X->nq == X->capq) {
+            int cap = X->capq ? 2 * X->capq : 16;
+            gdl__ox_q *nq = (gdl__ox_q *)GPUDL_REALLOC(X->q, sizeof *nq * (size_t)cap);
+            if (!nq) {
+                X->qoom = 1;
+                return y;
+            }
+            X->q = nq;
+            X->capq = cap;
+        }
+        X->q[X->nq].x = x;
+        X->q[X->nq].y = y;
+        X->q[X->nq].m = m;
+        X->nq++;
+    }
+    return y;
+}
+
+/* the layer that made t, or -1 */
+static int gdl__ox_qfind(const gdl__ox *X, const gdl_tensor *t) {
+    int k;
+    for (k = X->nq - 1; k >= 0; k--)
+        if (X->q[k].y == t) return k;
+    return -1;
+}
+/* t, or through int8 layers the tensor their chain started from (whose node a trace recorded) */
+static const gdl_tensor *gdl__ox_qsrc(const gdl__ox *X, const gdl_tensor *t) {
+    int k, hops = 0;
+    while (t && (k = gdl__ox_qfind(X, t)) >= 0 && hops++ <= X->nq) t = X->q[k].x;
+    return t;
+}
+
+/* a model's int8 layers wrapped for the trace (on 1) or unwrapped (0); 0, or -1 + error for a dynamic one */
+static int gdl__ox_qwrap(gdl__ox *X, gdl_module *const *mods, int nm, int on) {
+    int k;
+    for (k = 0; k < nm; k++) {
+        gdl_module *m = mods[k];
+        if (!on && m->fwd == gdl__ox_qlayer_traced) m->fwd = gdl__qlayer_forward;
+        if (!on || !gdl__is_qlayer(m)) continue;
+        if (((const gdl__qlayer *)m->user)->mode == GDL__Q_DYNAMIC) {
+            gdl__set_error("%s: %s is a %s: its activations are quantized per batch (%s), which has no ONNX form "
+                           "here; export a statically quantized model (gdl_quant_prepare, calibrate, convert) or "
+                           "the float model", X->fn, gdl__nn_label(m), gdl_module_kind(m),
+                           ((const gdl__qlayer *)m->user)->reduce_range ? "7 bits" : "at run time");
+            gdl__ox_qwrap(X, mods, nm, 0);
+            return -1;
+        }
+        m->fwd = gdl__ox_qlayer_traced;
+    }
+    return 0;
+}
+
+/* a scalar initializer of ONNX type otype (u8 or f32) */
+static const char *gdl__ox_const_scalar(gdl__ox *X, int otype, double v) {
+    const char *name = gdl__ox_tmp(X);
+    unsigned char u = (unsigned char)v;
+    float f = (float)v;
+    if (!name || gdl__ox_init_raw(X, name, otype, 0, NULL, otype == GDL__OX_UINT8 ? (void *)&u : (void *)&f,
+                                  otype == GDL__OX_UINT8 ? 1 : 4, otype == GDL__OX_UINT8 ? 1 : 4) < 0)
+        return NULL;
+    return name;
+}
+
+/* x clipped to the range q's integers 0..qmax hold at (scale, zp), quantized and dequantized; out: the result's
+   name (NULL: a fresh one) */
+static const char *gdl__ox_qdq(gdl__ox *X, const char *x, double scale, int32_t zp, int qmax, const char *out) {
+    const char *ci[3], *s, *z, *c, *q;
+    if (!(s = gdl__ox_const_scalar(X, GDL__OX_FLOAT, scale)) || !(z = gdl__ox_const_scalar(X, GDL__OX_UINT8, zp)) ||
+        !(ci[1] = gdl__ox_const_f32(X, (double)(float)((0 - zp) * scale))) ||
+        !(ci[2] = gdl__ox_const_f32(X, (double)(float)((qmax - zp) * scale))) || !(c = gdl__ox_tmp(X)) ||
+        !(q = gdl__ox_tmp(X)) || (!out && !(out = gdl__ox_tmp(X))))
+        return NULL;
+    ci[0] = x;
+    gdl__ox_node(X, "Clip", 3, ci, c, NULL);
+    ci[0] = c, ci[1] = s, ci[2] = z;
+    gdl__ox_node(X, "QuantizeLinear", 3, ci, q, NULL);
+    ci[0] = q;
+    gdl__ox_node(X, "DequantizeLinear", 3, ci, out, NULL);
+    return out;
+}
+
+/* the int8 layer X->q[i] as QDQ nodes; the name of its output */
+static const char *gdl__ox_qemit(gdl__ox *X, int i) {
+    const gdl_module *m = X->q[i].m;
+    const gdl__qlayer *q = (const gdl__qlayer *)m->user, *ws = gdl__qlayer_wsrc(q);
+    const gdl_tensor *x = X->q[i].x;
+    const int64_t ns = gdl__qlayer_nscale(q);
+    const char *xs, *xd, *in[3], *wd, *y;
+    char name[4][96];
+    gdl__pb at = {NULL, 0, 0, 0};
+    int64_t wdims[4], k;
+    int32_t *zeros;
+    int bax, rc;
+    if (!(xs = gdl__ox_use(X, x))) return NULL;
+    bax = gdl__ox_bax_of(X, x);
+    for (k = 0; k < 4; k++) snprintf(name[k], sizeof name[k], "qlayer_%d.%s", i, k == 0 ? "weight_int8" : k == 1 ? "weight_scale" : k == 2 ? "weight_zero_point" : "bias");
+    if (!(xd = gdl__ox_qdq(X, xs, q->in_scale, q->in_zp, gdl__qlayer_qmax(q), NULL))) return NULL;
+    wdims[0] = q->out;
+    if (q->conv) {
+        wdims[1] = q->ia[GDL__CONV_IN];
+        wdims[2] = q->ia[GDL__CONV_KH];
+        wdims[3] = q->ia[GDL__CONV_KW];
+    } else {
+        wdims[1] = q->in;
+    }
+    if (!(zeros = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)ns))) {
+        gdl__ox_oom(X);
+        return NULL;
+    }
+    memset(zeros, 0, (size_t)ns); /* symmetric: an int8 zero point of 0 per scale */
+    rc = gdl__ox_init_raw(X, name[0], GDL__OX_INT8, q->conv ? 4 : 2, wdims, ws->w, (size_t)(q->in * q->out), 1);
+    if (rc == 0) rc = gdl__ox_init_raw(X, name[2], GDL__OX_INT8, q->per_channel, &ns, zeros, (size_t)ns, 1);
+    /* the f32 data copied first: the writer makes it little-endian in place */
+    for (k = 0; rc == 0 && k < 2; k++) {
+        const int64_t n = k ? (q->bias ? q->out : 0) : ns;
+        float *f = n ? (float *)GPUDL_MALLOC(sizeof(float) * (size_t)n) : NULL;
+        if (!n) continue;
+        if (!f) {
+            rc = gdl__ox_oom(X);
+            break;
+        }
+        memcpy(f, k ? q->bias : ws->w_scale, sizeof(float) * (size_t)n);
+        rc = gdl__ox_init_raw(X, name[k ? 3 : 1], GDL__OX_FLOAT, k ? 1 : q->per_channel, k ? &wdims[0] : &ns, f,
+                              sizeof(float) * (size_t)n, 4);
+        GPUDL_FREE(f);
+    }
+    GPUDL_FREE(zeros);
+    if (rc < 0 || !(wd = gdl__ox_tmp(X)) || !(y = gdl__ox_tmp(X))) return NULL;
+    if (q->per_channel) gdl__ox_attr_int(&at, "axis", 0);
+    in[0] = name[0], in[1] = name[1], in[2] = name[2];
+    gdl__ox_node(X, "DequantizeLinear", 3, in, wd, &at);
+    in[0] = xd, in[1] = wd, in[2] = q->bias ? name[3] : NULL;
+    if (q->conv) {
+        int64_t v[4];
+        v[0] = q->ia[GDL__CONV_SH], v[1] = q->ia[GDL__CONV_SW];
+        gdl__ox_attr_ints(&at, "strides", v, 2);
+        v[0] = v[2] = q->ia[GDL__CONV_PH], v[1] = v[3] = q->ia[GDL__CONV_PW];
+        gdl__ox_attr_ints(&at, "pads", v, 4);
+        v[0] = q->ia[GDL__CONV_DH], v[1] = q->ia[GDL__CONV_DW];
+        gdl__ox_attr_ints(&at, "dilations", v, 2);
+        gdl__ox_node(X, "Conv", q->bias ? 3 : 2, in, y, &at);
+    } else if (x->ndim == 2) {
+        gdl__ox_attr_int(&at, "transB", 1);
+        gdl__ox_node(X, "Gemm", q->bias ? 3 : 2, in, y, &at);
+    } else if (!(in[1] = gdl__ox_un(X, "Transpose", wd)) || !(y = gdl__ox_bin(X, "MatMul", xd, in[1])) ||
+               (q->bias && !(y = gdl__ox_bin(X, "Add", y, name[3])))) {
+        return NULL;
+    }
+    if (q->relu && !(y = gdl__ox_un(X, "Relu", y))) return NULL;
+    snprintf(name[0], sizeof name[0], "qlayer_%d", i);
+    if ((k = gdl__ox_add(X, X->q[i].y, name[0], bax)) < 0) return NULL;
+    return gdl__ox_qdq(X, y, q->out_scale, q->out_zp, gdl__qlayer_qmax(q), X->v[k].name);
+}
+
 /* ---- the trace ---- */
 
 #define GDL__OX_MAX_OUT 64
@@ -1146,13 +1325,21 @@ static int gdl__ox_trace(gdl__ox *X, gdl_module *model, gdl_onnx_forward_fn fn, 
             return gdl__ox_oom(X);
         }
         gdl__ox_modules(model, mods, training, 0);
+        if (gdl__ox_qwrap(X, mods, nm, 1) < 0) {
+            GPUDL_FREE(mods);
+            GPUDL_FREE(training);
+            return -1;
+        }
         gdl_module_train(model, 0);
     }
     prev_grad = gdl_set_grad_enabled(0);
     gdl__tracing = 1;
+    gdl__ox_qcur = X;
     *nout = 0;
     rc = fn(user, nin, in, GDL__OX_MAX_OUT, outs, nout);
+    gdl__ox_qcur = NULL;
     gdl__tracing = 0;
+    if (model) gdl__ox_qwrap(X, mods, nm, 0);
     for (nd = gdl__tape; nd && nd != tape0; nd = nd->prev) count++;
     *nodes = (gdl_node **)GPUDL_MALLOC(sizeof(gdl_node *) * (size_t)(count ? count : 1));
     if (*nodes)
@@ -1163,7 +1350,7 @@ static int gdl__ox_trace(gdl__ox *X, gdl_module *model, gdl_onnx_forward_fn fn, 
     for (k = 0; k < nm; k++) gdl_module_train(mods[k], training[k]); /* pre-order: children after parents */
     GPUDL_FREE(mods);
     GPUDL_FREE(training);
-    if (!*nodes) return gdl__ox_oom(X);
+    if (!*nodes || X->qoom) return gdl__ox_oom(X);
     if (rc < 0) {
         char prev[sizeof gdl__err];
         memcpy(prev, gdl__err, sizeof prev);
@@ -1183,6 +1370,7 @@ static int gdl__ox_trace(gdl__ox *X, gdl_module *model, gdl_onnx_forward_fn fn, 
 }
 
 /* which trace nodes the outputs depend on (live[k]) */
+static const gdl_tensor *gdl__ox_qsrc(const gdl__ox *X, const gdl_tensor *t);
 static int gdl__ox_live(gdl__ox *X, gdl_node **nodes, int nn, gdl_tensor **outs, int nout, char *live) {
     int cap = 16, k, j, *h;
     size_t i;
@@ -1204,11 +1392,11 @@ static int gdl__ox_live(gdl__ox *X, gdl_node **nodes, int nn, gdl_tensor **outs,
                 }                                                                                    \
     } while (0)
     if (nn > 0) memset(live, 0, (size_t)nn); /* nn >= 0: the guard tells gcc -O1 so */
-    for (k = 0; k < nout; k++) GDL__OX_MARK(outs[k]->node);
+    for (k = 0; k < nout; k++) GDL__OX_MARK(gdl__ox_qsrc(X, outs[k])->node); /* through int8 layers to a node */
     for (k = nn - 1; k >= 0; k--)
         if (live[k])
             for (j = 0; j < nodes[k]->nin; j++)
-                if (nodes[k]->in[j]) GDL__OX_MARK(nodes[k]->in[j]->node);
+                if (nodes[k]->in[j]) GDL__OX_MARK(gdl__ox_qsrc(X, nodes[k]->in[j])->node);
 #undef GDL__OX_MARK
     GPUDL_FREE(h);
     return 0;
@@ -1651,6 +1839,7 @@ static void gdl__ox_free(gdl__ox *X) {
     GPUDL_FREE(X->pnames);
     GPUDL_FREE(X->ptens);
     gdl__ox_rnn_free(X);
+    GPUDL_FREE(X->q);
     gdl__pb_free(&X->nodes);
     gdl__pb_free(&X->inits);
 }
@@ -1697,7 +1886,7 @@ static int gdl__ox_translate(gdl__ox *X, gdl_node **nodes, int nn, const char *l
     for (k = 0; k < nout; k++) {
         const char *src;
         if (out_idx[k] >= 0) continue;
-        if (gdl__ox_find(X, outs[k]) < 0 && outs[k]->gen) { /* a temporary no recorded op made */
+        if (gdl__ox_find(X, outs[k]) < 0 && outs[k]->gen && gdl__ox_qfind(X, outs[k]) < 0) { /* made by no op */
             gdl__set_error("%s: output %d %s was not made by an op the trace records (computed outside the ops, "
                            "e.g. read back to the host and made again): it would be a constant", X->fn, k,
                            gdl_shape_str(outs[k]));
@@ -1778,11 +1967,6 @@ static int gdl__ox_export(const char *fn, gdl_module *model, gdl_onnx_forward_fn
         return -1;
     }
     if (gdl__ox_check_opts(fn, &o, nin, inputs, path) < 0) return -1;
-    if (model && gdl_module_is_quantized(model) > 0) { /* int8 layers run outside the tape: nothing to trace */
-        gdl__set_error("%s: the model has quantized (int8) layers, which have no ONNX form here (no "
-                       "QuantizeLinear / DequantizeLinear export): export the float model", fn);
-        return -1;
-    }
     X.opset = o.opset;
     X.dyn = o.dynamic_batch != 0;
     X.B = X.dyn ? inputs[0]->shape[0] : -1;
