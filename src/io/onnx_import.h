@@ -806,7 +806,7 @@ static int gdl__oi_host_op(gdl__oi_run *R) {
         memcpy(y, in[0]->i64, sizeof(int64_t) * (size_t)in[0]->n64);
         ny = in[0]->n64;
         hnd = !strcmp(op, "Unsqueeze") ? in[0]->hnd + 1 : !strcmp(op, "Squeeze") ? 0 : in[0]->hnd;
-        if (!strcmp(op, "Reshape")) hnd = in[1] && in[1]->n64 == 0 ? 0 : 1;
+        if (!strcmp(op, "Reshape")) hnd = !in[1] ? 2 : in[1]->n64 > 1 ? 2 : (int)in[1]->n64; /* the target's dims */
         if (hnd > 1 || (hnd == 0 && ny != 1)) return 0; /* beyond a vector: the tensor path */
     } else if (!strcmp(op, "Concat")) {
         for (k = 0; k < n->nin; k++)
