@@ -3001,7 +3001,11 @@ GPUDL_API const char *gdl_gemm_int8_kernel_name(void);
    module's training flags and the grad mode are restored afterwards. The
    file is written to a temporary and renamed: a failed export leaves nothing
    at path. An op without an ONNX form fails the export with an error naming
-   the op and the node.
+   the op and the node. A recurrent layer (gdl_nn_lstm / gdl_nn_gru) becomes
+   one ONNX LSTM / GRU node per layer and direction (PyTorch's gate order
+   converted to ONNX's). A statically quantized (int8) layer becomes
+   QuantizeLinear / DequantizeLinear nodes around its float op; dynamically
+   quantized layers are refused.
    ------------------------------------------------------------------------- */
 
 #define GDL_ONNX_OPSET_MIN 17 /* LayerNormalization */
@@ -3035,15 +3039,24 @@ GPUDL_API int gdl_export_onnx_fn(gdl_module *model, gdl_onnx_forward_fn fn, void
 /* ---- import: an ONNX file run with gdl's ops ----
    gdl_load_onnx reads the file (untrusted: every length, count, shape and external-data range is checked;
    external data only from the file's directory) with its initializers on dev; gdl_onnx_run runs the graph
-   on inputs (in the graph's input order) with gdl's ops, giving temporaries (valid until the next
-   gdl_arena_reset). It runs the ops gdl_export_onnx writes, in the forms it writes them (docs/onnx.md; Erf,
-   which GELU below opset 20 uses, as an approximation within 1.5e-7); another op fails the run with its name. */
+   on inputs (in the graph's input order; int64 ids as i32 tensors) with gdl's ops, giving temporaries (valid
+   until the next gdl_arena_reset). It runs the files gdl_export_onnx writes and PyTorch's exports of the ops
+   docs/onnx.md lists (both torch.onnx.export exporters: Gemm, Constant and Shape chains, LSTM / GRU nodes, ...;
+   Erf, which GELU below opset 20 uses, as an approximation within 1.5e-7). A node of another op is refused by
+   gdl_load_onnx, an attribute it does not run by gdl_onnx_run, each with the node's name and op type. The run
+   records the tape like any gdl forward: with gdl_onnx_parameters' tensors in an optimizer, a loss on its
+   outputs trains the imported model (fine-tuning). */
 typedef struct gdl_onnx_model gdl_onnx_model;
 GPUDL_API gdl_onnx_model *gdl_load_onnx(const char *path, gdl_device dev);          /* NULL + error */
 GPUDL_API gdl_onnx_model *gdl_onnx_parse(const void *data, size_t len, gdl_device dev); /* from memory: no external data */
 GPUDL_API int gdl_onnx_run(gdl_onnx_model *m, int nin, gdl_tensor *const *inputs, int max_out, gdl_tensor **outputs,
                            int *nout); /* 0 / -1 + error */
 GPUDL_API void gdl_onnx_free(gdl_onnx_model *m); /* NULL: no-op */
+/* The model's trainable initializers (every f32 one but batch norm's running statistics), in the file's order:
+   marks each requires_grad and fills at most max names / params (either may be NULL; names live as long as m).
+   Returns the total count (max 0 counts), -1 + error. The tensors are the model's: an optimizer's step changes
+   what the next gdl_onnx_run computes. */
+GPUDL_API int gdl_onnx_parameters(gdl_onnx_model *m, const char **names, gdl_tensor **params, int max);
 /* ---------------------------------------------------------------------------
    src/api/export.h  A trained model as one self-contained C99 file for a
    microcontroller: the last step of an embedded demo (examples/mcu/).
@@ -33648,7 +33661,7 @@ enum {
     GDL__OX_ENTRY_KEY = 1, GDL__OX_ENTRY_VALUE = 2,
     GDL__OX_VI_NAME = 1, GDL__OX_VI_TYPE = 2, GDL__OX_TYPE_TENSOR = 1, GDL__OX_TT_ELEM = 1, GDL__OX_TT_SHAPE = 2,
     GDL__OX_SHAPE_DIM = 1, GDL__OX_DIM_VALUE = 1, GDL__OX_DIM_PARAM = 2,
-    GDL__OX_FLOAT = 1, GDL__OX_UINT8 = 2, GDL__OX_INT32 = 6, GDL__OX_INT64 = 7, GDL__OX_BOOL = 9, GDL__OX_FLOAT16 = 10,
+    GDL__OX_FLOAT = 1, GDL__OX_UINT8 = 2, GDL__OX_INT8 = 3, GDL__OX_INT32 = 6, GDL__OX_INT64 = 7, GDL__OX_BOOL = 9, GDL__OX_FLOAT16 = 10,
     GDL__OX_BFLOAT16 = 16
 };
 
@@ -33678,6 +33691,11 @@ static int gdl__ox_dtype(gdl_dtype dt) {
 }
 
 /* a value of the graph: a tensor and its name; bax: which of its dims is the batch (-1 none) */
+typedef struct gdl__ox_q { /* a static int8 layer the traced forward ran (gdl__ox_qlayer_traced) */
+    const gdl_tensor *x, *y;
+    const gdl_module *m;
+} gdl__ox_q;
+
 typedef struct gdl__ox_val {
     const gdl_tensor *t;
     char *name;
@@ -33702,6 +33720,11 @@ typedef struct gdl__ox {
     const char *ext_name;
     uint64_t ext_off;
     int64_t ext_min;
+    struct gdl__ox_rnn *rnn; /* LSTM / GRU layers found in the trace (gdl__ox_rnn_find), written as one node */
+    int nrnn;
+    int *absorbed;           /* per trace node: the layer that writes it (-1: none) */
+    gdl__ox_q *q;            /* the static int8 layers the forward ran: input, output, module (gdl__ox_qlayer_traced) */
+    int nq, capq, qoom;
 } gdl__ox;
 
 static size_t gdl__ox_hash_of(const void *p, int cap) {
@@ -33802,15 +33825,15 @@ static void gdl__ox_attr_str(gdl__pb *a, const char *name, const char *v) {
 }
 
 /* A NodeProto: op_type on inputs in[0..nin) (NULL entries: an omitted optional input, written as "")
-   to output out, with the attributes already encoded in attrs (may be NULL; freed here). */
-static void gdl__ox_node(gdl__ox *X, const char *op_type, int nin, const char *const *in, const char *out,
-                         gdl__pb *attrs) {
+   to outputs out[0..nout) (gdl__ox_node: one), with the attributes already encoded in attrs (may be NULL; freed here). */
+static void gdl__ox_node_n(gdl__ox *X, const char *op_type, int nin, const char *const *in, int nout,
+                           const char *const *out, gdl__pb *attrs) {
     size_t s = gdl__pb_open(&X->nodes, GDL__OX_GRAPH_NODE);
     char name[96];
     int k, last = nin;
     while (last > 0 && !in[last - 1]) last--; /* trailing omitted inputs are left out */
     for (k = 0; k < last; k++) gdl__pb_str(&X->nodes, GDL__OX_NODE_INPUT, in[k] ? in[k] : "");
-    gdl__pb_str(&X->nodes, GDL__OX_NODE_OUTPUT, out);
+    for (k = 0; k < nout; k++) gdl__pb_str(&X->nodes, GDL__OX_NODE_OUTPUT, out[k]);
     snprintf(name, sizeof name, "%s/%s_%d", X->curname, op_type, X->ntmp++);
     gdl__pb_str(&X->nodes, GDL__OX_NODE_NAME, name);
     gdl__pb_str(&X->nodes, GDL__OX_NODE_OP, op_type);
@@ -33820,6 +33843,10 @@ static void gdl__ox_node(gdl__ox *X, const char *op_type, int nin, const char *c
         gdl__pb_free(attrs);
     }
     gdl__pb_close(&X->nodes, s);
+}
+static void gdl__ox_node(gdl__ox *X, const char *op_type, int nin, const char *const *in, const char *out,
+                         gdl__pb *attrs) {
+    gdl__ox_node_n(X, op_type, nin, in, 1, &out, attrs);
 }
 static void gdl__ox_node1(gdl__ox *X, const char *op_type, const char *a, const char *out, gdl__pb *attrs) {
     gdl__ox_node(X, op_type, 1, &a, out, attrs);
@@ -34026,7 +34053,10 @@ fail:
     return NULL;
 }
 
-/* The name of tensor t read by a node: a value named already, or a leaf first used here, which becomes
+static int gdl__ox_qfind(const struct gdl__ox *X, const gdl_tensor *t);
+static const char *gdl__ox_qemit(struct gdl__ox *X, int i);
+
+/* The name of tensor t read by a node: a value named already, an int8 layer's output (written here), or a leaf first used here, which becomes
    an initializer (a module tensor under its state_dict name, anything else const_<k>) or a batch-sized
    fill (gdl__ox_batch_fill). */
 static const char *gdl__ox_use(gdl__ox *X, const gdl_tensor *t) {
@@ -34034,6 +34064,7 @@ static const char *gdl__ox_use(gdl__ox *X, const gdl_tensor *t) {
     char name[32];
     const char *nm = NULL;
     if (k >= 0) return X->v[k].name;
+    if ((j = gdl__ox_qfind(X, t)) >= 0) return gdl__ox_qemit(X, j);
     for (j = 0; j < X->np && !nm; j++)
         if (X->ptens[j] == t) nm = X->pnames[j];
     if (!nm) {
@@ -34734,6 +34765,174 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
     }
 }
 
+/* ---- static int8 layers as QuantizeLinear / DequantizeLinear (QDQ) around the float op ----
+   A quantized layer runs outside the tape; during the trace its forward is wrapped (gdl__ox_qlayer_traced) to
+   note its input and output, and the output's first reader writes the layer (gdl__ox_qemit): the input
+   clipped to the layer's activation range, QuantizeLinear and DequantizeLinear with its scale and zero point
+   (u8), the int8 weight through DequantizeLinear (per output channel: axis 0), Gemm / MatMul / Conv with the
+   f32 bias, ReLU when fused, and the output requantized the same way: the arithmetic of src/quant/layers.h,
+   written out. A runtime may fuse the pattern into integer ops (QLinearMatMul, QLinearConv). */
+
+static GDL__TLS gdl__ox *gdl__ox_qcur; /* the export whose trace is running on this thread */
+
+static gdl_tensor *gdl__ox_qlayer_traced(gdl_module *m, gdl_tensor *x) {
+    gdl_tensor *y = gdl__qlayer_forward(m, x);
+    gdl__ox *X = gdl__ox_qcur;
+    if (y && X) {
+        if (X->nq == X->capq) {
+            int cap = X->capq ? 2 * X->capq : 16;
+            gdl__ox_q *nq = (gdl__ox_q *)GPUDL_REALLOC(X->q, sizeof *nq * (size_t)cap);
+            if (!nq) {
+                X->qoom = 1;
+                return y;
+            }
+            X->q = nq;
+            X->capq = cap;
+        }
+        X->q[X->nq].x = x;
+        X->q[X->nq].y = y;
+        X->q[X->nq].m = m;
+        X->nq++;
+    }
+    return y;
+}
+
+/* the layer that made t, or -1 */
+static int gdl__ox_qfind(const gdl__ox *X, const gdl_tensor *t) {
+    int k;
+    for (k = X->nq - 1; k >= 0; k--)
+        if (X->q[k].y == t) return k;
+    return -1;
+}
+/* t, or through int8 layers the tensor their chain started from (whose node a trace recorded) */
+static const gdl_tensor *gdl__ox_qsrc(const gdl__ox *X, const gdl_tensor *t) {
+    int k, hops = 0;
+    while (t && (k = gdl__ox_qfind(X, t)) >= 0 && hops++ <= X->nq) t = X->q[k].x;
+    return t;
+}
+
+/* a model's int8 layers wrapped for the trace (on 1) or unwrapped (0); 0, or -1 + error for a dynamic one */
+static int gdl__ox_qwrap(gdl__ox *X, gdl_module *const *mods, int nm, int on) {
+    int k;
+    for (k = 0; k < nm; k++) {
+        gdl_module *m = mods[k];
+        if (!on && m->fwd == gdl__ox_qlayer_traced) m->fwd = gdl__qlayer_forward;
+        if (!on || !gdl__is_qlayer(m)) continue;
+        if (((const gdl__qlayer *)m->user)->mode == GDL__Q_DYNAMIC) {
+            gdl__set_error("%s: %s is a %s: its activations are quantized per batch (%s), which has no ONNX form "
+                           "here; export a statically quantized model (gdl_quant_prepare, calibrate, convert) or "
+                           "the float model", X->fn, gdl__nn_label(m), gdl_module_kind(m),
+                           ((const gdl__qlayer *)m->user)->reduce_range ? "7 bits" : "at run time");
+            gdl__ox_qwrap(X, mods, nm, 0);
+            return -1;
+        }
+        m->fwd = gdl__ox_qlayer_traced;
+    }
+    return 0;
+}
+
+/* a scalar initializer of ONNX type otype (u8 or f32) */
+static const char *gdl__ox_const_scalar(gdl__ox *X, int otype, double v) {
+    const char *name = gdl__ox_tmp(X);
+    unsigned char u = (unsigned char)v;
+    float f = (float)v;
+    if (!name || gdl__ox_init_raw(X, name, otype, 0, NULL, otype == GDL__OX_UINT8 ? (void *)&u : (void *)&f,
+                                  otype == GDL__OX_UINT8 ? 1 : 4, otype == GDL__OX_UINT8 ? 1 : 4) < 0)
+        return NULL;
+    return name;
+}
+
+/* x clipped to the range q's integers 0..qmax hold at (scale, zp), quantized and dequantized; out: the result's
+   name (NULL: a fresh one) */
+static const char *gdl__ox_qdq(gdl__ox *X, const char *x, double scale, int32_t zp, int qmax, const char *out) {
+    const char *ci[3], *s, *z, *c, *q;
+    if (!(s = gdl__ox_const_scalar(X, GDL__OX_FLOAT, scale)) || !(z = gdl__ox_const_scalar(X, GDL__OX_UINT8, zp)) ||
+        !(ci[1] = gdl__ox_const_f32(X, (double)(float)((0 - zp) * scale))) ||
+        !(ci[2] = gdl__ox_const_f32(X, (double)(float)((qmax - zp) * scale))) || !(c = gdl__ox_tmp(X)) ||
+        !(q = gdl__ox_tmp(X)) || (!out && !(out = gdl__ox_tmp(X))))
+        return NULL;
+    ci[0] = x;
+    gdl__ox_node(X, "Clip", 3, ci, c, NULL);
+    ci[0] = c, ci[1] = s, ci[2] = z;
+    gdl__ox_node(X, "QuantizeLinear", 3, ci, q, NULL);
+    ci[0] = q;
+    gdl__ox_node(X, "DequantizeLinear", 3, ci, out, NULL);
+    return out;
+}
+
+/* the int8 layer X->q[i] as QDQ nodes; the name of its output */
+static const char *gdl__ox_qemit(gdl__ox *X, int i) {
+    const gdl_module *m = X->q[i].m;
+    const gdl__qlayer *q = (const gdl__qlayer *)m->user, *ws = gdl__qlayer_wsrc(q);
+    const gdl_tensor *x = X->q[i].x;
+    const int64_t ns = gdl__qlayer_nscale(q);
+    const char *xs, *xd, *in[3], *wd, *y;
+    char name[4][96];
+    gdl__pb at = {NULL, 0, 0, 0};
+    int64_t wdims[4], k;
+    int32_t *zeros;
+    int bax, rc;
+    if (!(xs = gdl__ox_use(X, x))) return NULL;
+    bax = gdl__ox_bax_of(X, x);
+    for (k = 0; k < 4; k++) snprintf(name[k], sizeof name[k], "qlayer_%d.%s", i, k == 0 ? "weight_int8" : k == 1 ? "weight_scale" : k == 2 ? "weight_zero_point" : "bias");
+    if (!(xd = gdl__ox_qdq(X, xs, q->in_scale, q->in_zp, gdl__qlayer_qmax(q), NULL))) return NULL;
+    wdims[0] = q->out;
+    if (q->conv) {
+        wdims[1] = q->ia[GDL__CONV_IN];
+        wdims[2] = q->ia[GDL__CONV_KH];
+        wdims[3] = q->ia[GDL__CONV_KW];
+    } else {
+        wdims[1] = q->in;
+    }
+    if (!(zeros = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)ns))) {
+        gdl__ox_oom(X);
+        return NULL;
+    }
+    memset(zeros, 0, (size_t)ns); /* symmetric: an int8 zero point of 0 per scale */
+    rc = gdl__ox_init_raw(X, name[0], GDL__OX_INT8, q->conv ? 4 : 2, wdims, ws->w, (size_t)(q->in * q->out), 1);
+    if (rc == 0) rc = gdl__ox_init_raw(X, name[2], GDL__OX_INT8, q->per_channel, &ns, zeros, (size_t)ns, 1);
+    /* the f32 data copied first: the writer makes it little-endian in place */
+    for (k = 0; rc == 0 && k < 2; k++) {
+        const int64_t n = k ? (q->bias ? q->out : 0) : ns;
+        float *f = n ? (float *)GPUDL_MALLOC(sizeof(float) * (size_t)n) : NULL;
+        if (!n) continue;
+        if (!f) {
+            rc = gdl__ox_oom(X);
+            break;
+        }
+        memcpy(f, k ? q->bias : ws->w_scale, sizeof(float) * (size_t)n);
+        rc = gdl__ox_init_raw(X, name[k ? 3 : 1], GDL__OX_FLOAT, k ? 1 : q->per_channel, k ? &wdims[0] : &ns, f,
+                              sizeof(float) * (size_t)n, 4);
+        GPUDL_FREE(f);
+    }
+    GPUDL_FREE(zeros);
+    if (rc < 0 || !(wd = gdl__ox_tmp(X)) || !(y = gdl__ox_tmp(X))) return NULL;
+    if (q->per_channel) gdl__ox_attr_int(&at, "axis", 0);
+    in[0] = name[0], in[1] = name[1], in[2] = name[2];
+    gdl__ox_node(X, "DequantizeLinear", 3, in, wd, &at);
+    in[0] = xd, in[1] = wd, in[2] = q->bias ? name[3] : NULL;
+    if (q->conv) {
+        int64_t v[4];
+        v[0] = q->ia[GDL__CONV_SH], v[1] = q->ia[GDL__CONV_SW];
+        gdl__ox_attr_ints(&at, "strides", v, 2);
+        v[0] = v[2] = q->ia[GDL__CONV_PH], v[1] = v[3] = q->ia[GDL__CONV_PW];
+        gdl__ox_attr_ints(&at, "pads", v, 4);
+        v[0] = q->ia[GDL__CONV_DH], v[1] = q->ia[GDL__CONV_DW];
+        gdl__ox_attr_ints(&at, "dilations", v, 2);
+        gdl__ox_node(X, "Conv", q->bias ? 3 : 2, in, y, &at);
+    } else if (x->ndim == 2) {
+        gdl__ox_attr_int(&at, "transB", 1);
+        gdl__ox_node(X, "Gemm", q->bias ? 3 : 2, in, y, &at);
+    } else if (!(in[1] = gdl__ox_un(X, "Transpose", wd)) || !(y = gdl__ox_bin(X, "MatMul", xd, in[1])) ||
+               (q->bias && !(y = gdl__ox_bin(X, "Add", y, name[3])))) {
+        return NULL;
+    }
+    if (q->relu && !(y = gdl__ox_un(X, "Relu", y))) return NULL;
+    snprintf(name[0], sizeof name[0], "qlayer_%d", i);
+    if ((k = gdl__ox_add(X, X->q[i].y, name[0], bax)) < 0) return NULL;
+    return gdl__ox_qdq(X, y, q->out_scale, q->out_zp, gdl__qlayer_qmax(q), X->v[k].name);
+}
+
 /* ---- the trace ---- */
 
 #define GDL__OX_MAX_OUT 64
@@ -34768,13 +34967,21 @@ static int gdl__ox_trace(gdl__ox *X, gdl_module *model, gdl_onnx_forward_fn fn, 
             return gdl__ox_oom(X);
         }
         gdl__ox_modules(model, mods, training, 0);
+        if (gdl__ox_qwrap(X, mods, nm, 1) < 0) {
+            GPUDL_FREE(mods);
+            GPUDL_FREE(training);
+            return -1;
+        }
         gdl_module_train(model, 0);
     }
     prev_grad = gdl_set_grad_enabled(0);
     gdl__tracing = 1;
+    gdl__ox_qcur = X;
     *nout = 0;
     rc = fn(user, nin, in, GDL__OX_MAX_OUT, outs, nout);
+    gdl__ox_qcur = NULL;
     gdl__tracing = 0;
+    if (model) gdl__ox_qwrap(X, mods, nm, 0);
     for (nd = gdl__tape; nd && nd != tape0; nd = nd->prev) count++;
     *nodes = (gdl_node **)GPUDL_MALLOC(sizeof(gdl_node *) * (size_t)(count ? count : 1));
     if (*nodes)
@@ -34785,7 +34992,7 @@ static int gdl__ox_trace(gdl__ox *X, gdl_module *model, gdl_onnx_forward_fn fn, 
     for (k = 0; k < nm; k++) gdl_module_train(mods[k], training[k]); /* pre-order: children after parents */
     GPUDL_FREE(mods);
     GPUDL_FREE(training);
-    if (!*nodes) return gdl__ox_oom(X);
+    if (!*nodes || X->qoom) return gdl__ox_oom(X);
     if (rc < 0) {
         char prev[sizeof gdl__err];
         memcpy(prev, gdl__err, sizeof prev);
@@ -34805,6 +35012,7 @@ static int gdl__ox_trace(gdl__ox *X, gdl_module *model, gdl_onnx_forward_fn fn, 
 }
 
 /* which trace nodes the outputs depend on (live[k]) */
+static const gdl_tensor *gdl__ox_qsrc(const gdl__ox *X, const gdl_tensor *t);
 static int gdl__ox_live(gdl__ox *X, gdl_node **nodes, int nn, gdl_tensor **outs, int nout, char *live) {
     int cap = 16, k, j, *h;
     size_t i;
@@ -34826,14 +35034,363 @@ static int gdl__ox_live(gdl__ox *X, gdl_node **nodes, int nn, gdl_tensor **outs,
                 }                                                                                    \
     } while (0)
     if (nn > 0) memset(live, 0, (size_t)nn); /* nn >= 0: the guard tells gcc -O1 so */
-    for (k = 0; k < nout; k++) GDL__OX_MARK(outs[k]->node);
+    for (k = 0; k < nout; k++) GDL__OX_MARK(gdl__ox_qsrc(X, outs[k])->node); /* through int8 layers to a node */
     for (k = nn - 1; k >= 0; k--)
         if (live[k])
             for (j = 0; j < nodes[k]->nin; j++)
-                if (nodes[k]->in[j]) GDL__OX_MARK(nodes[k]->in[j]->node);
+                if (nodes[k]->in[j]) GDL__OX_MARK(gdl__ox_qsrc(X, nodes[k]->in[j])->node);
 #undef GDL__OX_MARK
     GPUDL_FREE(h);
     return 0;
+}
+
+/* ---- LSTM and GRU layers as ONNX LSTM / GRU nodes ----
+   A recurrent layer's direction runs, in the trace, as: gx = linear(xs [T,B,I], w_ih, b_ih); per step t
+   gh = linear(h, w_hh, b_hh) and the gates op on (gx[t], gh, c or h), the next step reading the h (and c) it
+   made. gdl__ox_rnn_find finds such chains, over every step of gx in order (forward) or backwards
+   (reverse), whose inner values nothing else reads; each becomes one LSTM / GRU node written where gx was
+   (its weights reordered from PyTorch's gates i, f, g, o and r, z, n into ONNX's i, o, f, c and z, r, h; GRU
+   with linear_before_reset = 1), and the steps' h that other ops read are slices of its Y. Anything else
+   stays unrolled (the gates' formulas). */
+
+typedef struct gdl__ox_rnn {
+    int lstm, T, rev, ok;
+    int emit;                     /* the trace node (gx's linear) where the node is written */
+    const gdl_tensor *xs, *w_ih, *b_ih, *w_hh, *b_hh, *h0, *c0, *c_last;
+    const gdl_tensor **h;         /* each step's h, in time order */
+    char *h_read;                 /* which of them something outside the layer reads */
+    int *steps;                   /* the gates nodes, step order */
+} gdl__ox_rnn;
+
+/* pointer -> index maps over the trace nodes (open addressing; cap a power of two) */
+static int gdl__ox_index_of(const int *h, int cap, gdl_node *const *nodes, const gdl_node *p) {
+    size_t i;
+    if (!p) return -1;
+    for (i = gdl__ox_hash_of(p, cap); h[i]; i = (i + 1) & (size_t)(cap - 1))
+        if (nodes[h[i] - 1] == p) return h[i] - 1;
+    return -1;
+}
+
+static int gdl__ox_is_linear(const gdl_node *n) {
+    return n && (n->op == GDL_OP_LINEAR || (n->op == GDL_OP_LINEAR_ACT && n->i[0] < 0)) && n->nin >= 2;
+}
+static int gdl__ox_is_leaf(const gdl_tensor *t) { return !t || (!t->node && t->dtype == GDL_F32); }
+
+/* t as a row of another tensor (gdl_select: a slice then a reshape, or one of them): that tensor, the
+   row's element offset and the view nodes (1 or 2, into v); NULL when t is not such a view */
+static const gdl_tensor *gdl__ox_row(const gdl_tensor *t, int64_t *off, const gdl_node **v) {
+    const gdl_node *n = t->node;
+    v[0] = v[1] = NULL;
+    if (!n || (n->op != GDL_OP_SLICE && n->op != GDL_OP_RESHAPE)) return NULL;
+    v[0] = n;
+    *off = n->op == GDL_OP_SLICE ? n->i[0] : 0;
+    if (n->op == GDL_OP_RESHAPE && n->in[0]->node && n->in[0]->node->op == GDL_OP_SLICE) {
+        v[1] = n->in[0]->node;
+        *off = v[1]->i[0];
+        return v[1]->in[0];
+    }
+    return n->in[0];
+}
+
+/* the gates node whose step comes before gates node g (through its h and c), or NULL */
+static const gdl_node *gdl__ox_rnn_prev(const gdl_node *g) {
+    const gdl_node *gh = g->in[1]->node, *v[2];
+    const gdl_tensor *h, *src, *c;
+    int64_t off = -1, coff = -1;
+    if (!gdl__ox_is_linear(gh)) return NULL;
+    h = gh->in[0];
+    if (g->op == GDL_OP_GRU_GATES) return h == g->in[2] && h->node && h->node->op == GDL_OP_GRU_GATES ? h->node : NULL;
+    if (!(src = gdl__ox_row(h, &off, v)) || off != 0 || !src->node || src->node->op != GDL_OP_LSTM_GATES ||
+        !(c = gdl__ox_row(g->in[2], &coff, v)) || c != src || coff != h->numel)
+        return NULL;
+    return src->node;
+}
+
+static void gdl__ox_rnn_free(gdl__ox *X) {
+    int k;
+    for (k = 0; k < X->nrnn; k++) {
+        GPUDL_FREE(X->rnn[k].h);
+        GPUDL_FREE(X->rnn[k].h_read);
+        GPUDL_FREE(X->rnn[k].steps);
+    }
+    GPUDL_FREE(X->rnn);
+    GPUDL_FREE(X->absorbed);
+    X->rnn = NULL;
+    X->absorbed = NULL;
+    X->nrnn = 0;
+}
+
+/* one chain from its first gates node: checked, its nodes marked absorbed[] = r; 0 not a layer, 1 one, -1 oom */
+static int gdl__ox_rnn_chain(gdl__ox *X, gdl_node **nodes, const int *h, int cap, const int *next, int first,
+                             gdl__ox_rnn *L, int r) {
+    const gdl_node *g0 = nodes[first], *gxn, *v[2];
+    const gdl_tensor *gx;
+    int64_t B, H, G, T, t, off0 = 0;
+    int k, j, m;
+    memset(L, 0, sizeof *L);
+    L->lstm = g0->op == GDL_OP_LSTM_GATES;
+    G = L->lstm ? 4 : 3;
+    if (!(gx = gdl__ox_row(g0->in[0], &off0, v)) || !gdl__ox_is_linear(gxn = gx->node) || gx->ndim != 3 ||
+        gxn->in[0]->ndim != 3)
+        return 0;
+    T = gx->shape[0];
+    B = gx->shape[1];
+    H = g0->in[2]->shape[1];
+    if (gx->shape[2] != G * H || !gdl__ox_is_leaf(gxn->in[1]) || !gdl__ox_is_leaf(gxn->nin > 2 ? gxn->in[2] : NULL))
+        return 0;
+    L->T = (int)T;
+    L->rev = T > 1 && off0 == (T - 1) * B * G * H;
+    L->xs = gxn->in[0];
+    L->w_ih = gxn->in[1];
+    L->b_ih = gxn->nin > 2 ? gxn->in[2] : NULL;
+    L->w_hh = g0->in[1]->node->in[1];
+    L->b_hh = g0->in[1]->node->nin > 2 ? g0->in[1]->node->in[2] : NULL;
+    L->h0 = g0->in[1]->node->in[0];
+    L->c0 = L->lstm ? g0->in[2] : NULL;
+    if (!gdl__ox_is_leaf(L->w_hh) || !gdl__ox_is_leaf(L->b_hh) || L->w_ih->ndim != 2 || L->w_hh->ndim != 2 ||
+        L->w_hh->shape[0] != G * H || L->w_hh->shape[1] != H || (L->b_ih && L->b_ih->numel != G * H) ||
+        (L->b_hh && L->b_hh->numel != G * H) || L->h0->ndim != 2 || (L->c0 && L->c0->ndim != 2))
+        return 0;
+    L->emit = gdl__ox_index_of(h, cap, nodes, gxn);
+    /* the initial states exist before the node is written */
+    if (L->emit < 0 || gdl__ox_index_of(h, cap, nodes, L->h0->node) >= L->emit ||
+        (L->c0 && gdl__ox_index_of(h, cap, nodes, L->c0->node) >= L->emit))
+        return 0;
+    if (!(L->steps = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)T)) ||
+        !(L->h = (const gdl_tensor **)GPUDL_MALLOC(sizeof *L->h * (size_t)T)) || !(L->h_read = (char *)GPUDL_MALLOC((size_t)T)))
+        return -1;
+    memset(L->h_read, 0, (size_t)T);
+    memset((void *)L->h, 0, sizeof *L->h * (size_t)T);
+    for (t = 0, k = first; t < T; t++, k = next[k]) {
+        const gdl_node *g = k >= 0 ? nodes[k] : NULL, *gh;
+        int64_t at = L->rev ? T - 1 - t : t, off = -1;
+        if (!g || (g->op == GDL_OP_LSTM_GATES) != L->lstm || gdl__ox_row(g->in[0], &off, v) != gx ||
+            off != at * B * G * H || !(gh = g->in[1]->node) || !gdl__ox_is_linear(gh) || gh->in[1] != L->w_hh ||
+            (gh->nin > 2 ? gh->in[2] : NULL) != L->b_hh)
+            return 0;
+        L->steps[t] = k;
+    }
+    if (k >= 0) return 0; /* more steps than gx has rows */
+    /* its nodes: gx's linear, and per step the row of gx, gh's linear, the gates, the h and c rows the next
+       step reads (all of this trace) */
+    for (m = 0; m < 2; m++) { /* m 0: each is in the trace; 1: marked */
+        if (m) X->absorbed[L->emit] = r;
+        for (t = 0; t < T; t++) {
+            const gdl_node *g = nodes[L->steps[t]], *part[7];
+            int64_t off;
+            int p, np = 0;
+            part[np++] = g->in[1]->node;
+            gdl__ox_row(g->in[0], &off, v);
+            part[np++] = v[0], part[np++] = v[1];
+            if (t > 0 && L->lstm) {
+                gdl__ox_row(g->in[1]->node->in[0], &off, v);
+                part[np++] = v[0], part[np++] = v[1];
+                gdl__ox_row(g->in[2], &off, v);
+                part[np++] = v[0], part[np++] = v[1];
+            }
+            for (p = 0; p < np; p++) {
+                int at = part[p] ? gdl__ox_index_of(h, cap, nodes, part[p]) : -2;
+                if (at == -1) return 0;
+                if (m && at >= 0) X->absorbed[at] = r;
+            }
+            if (m) X->absorbed[L->steps[t]] = r;
+        }
+    }
+    for (t = 0; t < T; t++) {
+        const gdl_node *g = nodes[L->steps[t]];
+        j = (int)(L->rev ? T - 1 - t : t);
+        if (!L->lstm) L->h[j] = g->out;
+        else if (t > 0) L->h[L->rev ? j + 1 : j - 1] = g->in[1]->node->in[0];
+    }
+    L->ok = 1;
+    return 1;
+}
+
+/* Finds the layers (X->rnn) and the trace nodes they absorb (X->absorbed). 0 / -1 + error. */
+static int gdl__ox_rnn_find(gdl__ox *X, gdl_node **nodes, int nn, const char *live, gdl_tensor **outs, int nout) {
+    int cap = 16, *h = NULL, *next = NULL, *prev = NULL, k, j, r, rc = -1, pass;
+    X->nrnn = 0;
+    size_t i;
+    for (k = 0; k < nn && !(live[k] && (nodes[k]->op == GDL_OP_LSTM_GATES || nodes[k]->op == GDL_OP_GRU_GATES)); k++) {}
+    if (k == nn) return 0; /* no recurrent gates */
+    while (cap < 2 * nn) cap *= 2;
+    if (!(h = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)cap)) || !(next = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)nn)) ||
+        !(prev = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)nn)) ||
+        !(X->absorbed = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)nn)))
+        goto oom;
+    memset(h, 0, sizeof(int) * (size_t)cap);
+    for (k = 0; k < nn; k++) {
+        for (i = gdl__ox_hash_of(nodes[k], cap); h[i]; i = (i + 1) & (size_t)(cap - 1)) {}
+        h[i] = k + 1;
+        next[k] = prev[k] = X->absorbed[k] = -1;
+    }
+    for (k = 0; k < nn; k++) /* each step's link to the one before; a step two read is no chain */
+        if (live[k] && (nodes[k]->op == GDL_OP_LSTM_GATES || nodes[k]->op == GDL_OP_GRU_GATES) &&
+            (j = gdl__ox_index_of(h, cap, nodes, gdl__ox_rnn_prev(nodes[k]))) >= 0) {
+            prev[k] = j;
+            next[j] = next[j] == -1 ? k : -2;
+        }
+    for (k = 0; k < nn; k++) {
+        gdl__ox_rnn *L;
+        if (!live[k] || (nodes[k]->op != GDL_OP_LSTM_GATES && nodes[k]->op != GDL_OP_GRU_GATES) || prev[k] >= 0)
+            continue;
+        if (!(L = (gdl__ox_rnn *)GPUDL_REALLOC(X->rnn, sizeof *L * (size_t)(X->nrnn + 1)))) goto oom;
+        X->rnn = L;
+        X->nrnn++;
+        if ((j = gdl__ox_rnn_chain(X, nodes, h, cap, next, k, &X->rnn[X->nrnn - 1], X->nrnn - 1)) < 0) goto oom;
+    }
+    /* pass 0: the last LSTM step's h and c slices join the layer; pass 1: a value of a layer that anything
+       outside it reads (but its steps' h and the last c) undoes the layer */
+    for (pass = 0; pass < 2; pass++)
+        for (k = 0; k < nn; k++) {
+            const gdl_node *n = nodes[k];
+            if (!live[k] || X->absorbed[k] >= 0) continue;
+            for (j = 0; j < n->nin; j++) {
+                const gdl_tensor *in = n->in[j];
+                int a = in && in->node ? gdl__ox_index_of(h, cap, nodes, in->node) : -1, t;
+                gdl__ox_rnn *L = a >= 0 && X->absorbed[a] >= 0 ? &X->rnn[X->absorbed[a]] : NULL;
+                if (!L || !L->ok) continue;
+                for (t = 0; t < L->T && L->h[t] != in; t++) {}
+                if (t < L->T) {
+                    if (pass) L->h_read[t] = 1;
+                    continue;
+                }
+                if (pass == 0 && L->lstm && (n->op == GDL_OP_SLICE || n->op == GDL_OP_RESHAPE)) {
+                    /* the last step's h (offset 0) or c: a slice of its gates' output, or a reshape of that */
+                    const gdl_node *v[2];
+                    int64_t off = -1;
+                    const gdl_tensor *src = gdl__ox_row(n->out, &off, v);
+                    if (src && src->node == nodes[L->steps[L->T - 1]] && n->out->numel * 2 == src->numel &&
+                        (off == 0 || off == n->out->numel)) {
+                        X->absorbed[k] = (int)(X->absorbed[a]);
+                        if (off == 0) L->h[L->rev ? 0 : L->T - 1] = n->out;
+                        else L->c_last = n->out;
+                        continue;
+                    }
+                }
+                if (pass == 0 || in == L->c_last) continue;
+                L->ok = 0;
+            }
+        }
+    for (k = 0; k < nout; k++) /* a graph output: read from outside too */
+        for (r = 0; r < X->nrnn; r++) {
+            gdl__ox_rnn *L = &X->rnn[r];
+            int t;
+            for (t = 0; t < L->T && L->ok; t++)
+                if (L->h[t] == outs[k]) L->h_read[t] = 1;
+            if (L->ok && outs[k]->node && X->absorbed[gdl__ox_index_of(h, cap, nodes, outs[k]->node)] == r &&
+                outs[k] != L->c_last) {
+                for (t = 0; t < L->T && L->h[t] != outs[k]; t++) {}
+                if (t == L->T) L->ok = 0;
+            }
+        }
+    for (k = 0; k < nn; k++)
+        if (X->absorbed[k] >= 0 && !X->rnn[X->absorbed[k]].ok) X->absorbed[k] = -1;
+    rc = 0;
+    goto done;
+oom:
+    gdl__ox_oom(X);
+done:
+    GPUDL_FREE(h);
+    GPUDL_FREE(next);
+    GPUDL_FREE(prev);
+    return rc;
+}
+
+
+/* W or R of the node: t [G*H, K] (PyTorch's gate order) as [1, G*H, K] in ONNX's, an initializer `name` */
+static int gdl__ox_rnn_weight(gdl__ox *X, const gdl_tensor *t, const int *from, int G, int64_t H, int64_t K,
+                              const char *name, float *buf, gdl_real *host) {
+    int64_t dims[3], j, e;
+    if (gdl_copy_to_host(t, host, sizeof(gdl_real) * (size_t)t->numel) < 0) return -1;
+    for (j = 0; j < G; j++)
+        for (e = 0; e < H * K; e++) buf[j * H * K + e] = (float)host[from[j] * H * K + e];
+    dims[0] = 1;
+    dims[1] = G * H;
+    dims[2] = K;
+    return gdl__ox_init_raw(X, name, GDL__OX_FLOAT, 3, dims, buf, sizeof(float) * (size_t)(G * H * K), 4);
+}
+
+/* layer L as its LSTM / GRU node, written where its gx linear was; names for the steps' h other ops read
+   (Y's rows) and the last c */
+static int gdl__ox_rnn_emit(gdl__ox *X, const gdl__ox_rnn *L) {
+    static const int lstm_from[4] = {0, 3, 1, 2}; /* ONNX i, o, f, c from PyTorch i, f, g, o */
+    static const int gru_from[3] = {1, 0, 2};     /* ONNX z, r, h from PyTorch r, z, n */
+    const int *from = L->lstm ? lstm_from : gru_from;
+    const int G = L->lstm ? 4 : 3;
+    const int64_t H = L->w_hh->shape[1], I = L->w_ih->shape[1], zero = 0;
+    const char *in[7], *outs[3], *ax0;
+    char name[3][160];
+    gdl__pb at = {NULL, 0, 0, 0};
+    int64_t dims[2], big = G * H * (I > H ? I : H), t;
+    int bax, k, rc = -1;
+    float *buf = NULL;
+    gdl_real *host = NULL;
+    if (!(in[0] = gdl__ox_use(X, L->xs)) || !(in[5] = gdl__ox_use(X, L->h0)) || (L->c0 && !(in[6] = gdl__ox_use(X, L->c0))))
+        return -1;
+    bax = gdl__ox_bax_of(X, L->xs);
+    if (bax >= 0 && bax != 1) {
+        gdl__set_error("%s: a recurrent layer's input %s has its batch in dim %d, not 1 (time-major inside the "
+                       "layer): export with dynamic_batch = 0", X->fn, gdl_shape_str(L->xs), bax);
+        return -1;
+    }
+    for (k = 0; k < 3; k++) snprintf(name[k], sizeof name[k], "%s.%c", X->curname, "WRB"[k]);
+    if (!(buf = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)big)) ||
+        !(host = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)big))) {
+        gdl__ox_oom(X);
+        goto done;
+    }
+    if (gdl__ox_rnn_weight(X, L->w_ih, from, G, H, I, name[0], buf, host) < 0 ||
+        gdl__ox_rnn_weight(X, L->w_hh, from, G, H, H, name[1], buf, host) < 0)
+        goto done;
+    memset(buf, 0, sizeof(float) * (size_t)(2 * G * H));
+    for (k = 0; k < 2; k++) { /* B: the input bias, then the hidden one */
+        const gdl_tensor *b = k ? L->b_hh : L->b_ih;
+        int64_t j, e;
+        if (!b) continue;
+        if (gdl_copy_to_host(b, host, sizeof(gdl_real) * (size_t)(G * H)) < 0) goto done;
+        for (j = 0; j < G; j++)
+            for (e = 0; e < H; e++) buf[k * G * H + j * H + e] = (float)host[from[j] * H + e];
+    }
+    dims[0] = 1;
+    dims[1] = 2 * G * H;
+    if (gdl__ox_init_raw(X, name[2], GDL__OX_FLOAT, 2, dims, buf, sizeof(float) * (size_t)(2 * G * H), 4) < 0) goto done;
+    in[1] = name[0];
+    in[2] = name[1];
+    in[3] = name[2];
+    in[4] = NULL; /* sequence_lens */
+    if (!(ax0 = gdl__ox_const_i64(X, &zero, 1)) || !(in[5] = gdl__ox_bin(X, "Unsqueeze", in[5], ax0)) ||
+        (L->lstm && !(in[6] = gdl__ox_bin(X, "Unsqueeze", in[6], ax0))))
+        goto done;
+    for (k = 0; k < (L->lstm ? 3 : 2); k++)
+        if (!(outs[k] = gdl__ox_tmp(X))) goto done;
+    gdl__ox_attr_int(&at, "hidden_size", H);
+    gdl__ox_attr_str(&at, "direction", L->rev ? "reverse" : "forward");
+    if (!L->lstm) gdl__ox_attr_int(&at, "linear_before_reset", 1);
+    gdl__ox_node_n(X, L->lstm ? "LSTM" : "GRU", L->lstm ? 7 : 6, in, L->lstm ? 3 : 2, outs, &at);
+    for (t = 0; t < L->T; t++) { /* Y [T, 1, B, H]: row t, the direction dim squeezed */
+        const char *row;
+        char hn[192];
+        if (!L->h_read[t] || !L->h[t]) continue;
+        at.p = NULL, at.n = at.cap = 0, at.oom = 0;
+        gdl__ox_attr_int(&at, "axis", 0);
+        if (!(row = gdl__ox_tmp(X)) || !(in[1] = gdl__ox_const_i64_scalar(X, t))) goto done;
+        gdl__ox_node2(X, "Gather", outs[0], in[1], row, &at);
+        snprintf(hn, sizeof hn, "%s.h%lld", X->curname, (long long)t);
+        if ((k = gdl__ox_add(X, L->h[t], hn, bax >= 0 ? 0 : -1)) < 0) goto done;
+        gdl__ox_node2(X, "Squeeze", row, ax0, X->v[k].name, NULL);
+    }
+    if (L->c_last) {
+        char cn[192];
+        snprintf(cn, sizeof cn, "%s.c", X->curname);
+        if ((k = gdl__ox_add(X, L->c_last, cn, bax >= 0 ? 0 : -1)) < 0) goto done;
+        gdl__ox_node2(X, "Squeeze", outs[2], ax0, X->v[k].name, NULL);
+    }
+    rc = 0;
+done:
+    GPUDL_FREE(buf);
+    GPUDL_FREE(host);
+    return rc;
 }
 
 /* ---- the file ---- */
@@ -34923,6 +35480,8 @@ static void gdl__ox_free(gdl__ox *X) {
     GPUDL_FREE(X->hash);
     GPUDL_FREE(X->pnames);
     GPUDL_FREE(X->ptens);
+    gdl__ox_rnn_free(X);
+    GPUDL_FREE(X->q);
     gdl__pb_free(&X->nodes);
     gdl__pb_free(&X->inits);
 }
@@ -34933,10 +35492,20 @@ static int gdl__ox_translate(gdl__ox *X, gdl_node **nodes, int nn, const char *l
     char name[96];
     int k, j, i, bax = -1, total = 0;
     for (k = 0; k < nn; k++) total += live[k];
+    if (gdl__ox_rnn_find(X, nodes, nn, live, outs, nout) < 0) return -1;
     for (k = 0, X->cur = 0; k < nn; k++) {
         const gdl_node *n = nodes[k];
         const char *out = NULL;
         if (!live[k]) continue;
+        if (X->absorbed && X->absorbed[k] >= 0) { /* a step of a recurrent layer: its node, once */
+            const gdl__ox_rnn *L = &X->rnn[X->absorbed[k]];
+            if (k != L->emit) continue;
+            X->ntmp = 0;
+            snprintf(X->curname, sizeof X->curname, "%s_%d", L->lstm ? "lstm" : "gru", X->cur++);
+            if (gdl__ox_rnn_emit(X, L) < 0) return -1;
+            if (X->nodes.oom || X->inits.oom) return gdl__ox_oom(X);
+            continue;
+        }
         X->ntmp = 0;
         snprintf(X->curname, sizeof X->curname, "%s_%d", gdl__ox_op_name(n->op), X->cur);
         for (j = 0; j < nout && !out; j++) /* a graph output takes its given name */
@@ -34959,7 +35528,7 @@ static int gdl__ox_translate(gdl__ox *X, gdl_node **nodes, int nn, const char *l
     for (k = 0; k < nout; k++) {
         const char *src;
         if (out_idx[k] >= 0) continue;
-        if (gdl__ox_find(X, outs[k]) < 0 && outs[k]->gen) { /* a temporary no recorded op made */
+        if (gdl__ox_find(X, outs[k]) < 0 && outs[k]->gen && gdl__ox_qfind(X, outs[k]) < 0) { /* made by no op */
             gdl__set_error("%s: output %d %s was not made by an op the trace records (computed outside the ops, "
                            "e.g. read back to the host and made again): it would be a constant", X->fn, k,
                            gdl_shape_str(outs[k]));
@@ -35040,11 +35609,6 @@ static int gdl__ox_export(const char *fn, gdl_module *model, gdl_onnx_forward_fn
         return -1;
     }
     if (gdl__ox_check_opts(fn, &o, nin, inputs, path) < 0) return -1;
-    if (model && gdl_module_is_quantized(model) > 0) { /* int8 layers run outside the tape: nothing to trace */
-        gdl__set_error("%s: the model has quantized (int8) layers, which have no ONNX form here (no "
-                       "QuantizeLinear / DequantizeLinear export): export the float model", fn);
-        return -1;
-    }
     X.opset = o.opset;
     X.dyn = o.dynamic_batch != 0;
     X.B = X.dyn ? inputs[0]->shape[0] : -1;
@@ -35172,19 +35736,20 @@ typedef struct gdl__oi_val {
     int64_t *i64;   /* int64 data, kept on the host (shapes, axes); NULL otherwise */
     int64_t n64;
     int owned;      /* t is freed with the model (an initializer) */
+    int hnd;        /* the tensor's ndim (int64 data: how the host values are shaped) */
 } gdl__oi_val;
 
 typedef struct gdl__oi_attr {
     char *name, *s;
     int type;
     int64_t i, *ints;
-    int nints;
+    int nints, nlist; /* nlist: floats, strings, tensors or graphs the attribute lists (not read) */
     double f;
     gdl__oi_val *t; /* a tensor attribute (Constant's value) */
 } gdl__oi_attr;
 
 typedef struct gdl__oi_node {
-    char *op, **in, **out;
+    char *op, *name, **in, **out; /* name: NodeProto's, may be NULL */
     int nin, nout, nat, cap_in, cap_out, cap_at;
     gdl__oi_attr *at;
 } gdl__oi_node;
@@ -35214,6 +35779,7 @@ GPUDL_API void gdl_onnx_free(gdl_onnx_model *m) {
     for (k = 0; k < m->nnode; k++) {
         gdl__oi_node *n = &m->node[k];
         GPUDL_FREE(n->op);
+        GPUDL_FREE(n->name);
         for (j = 0; j < n->nin; j++) GPUDL_FREE(n->in[j]);
         for (j = 0; j < n->nout; j++) GPUDL_FREE(n->out[j]);
         for (a = 0; a < n->nat; a++) {
@@ -35443,6 +36009,7 @@ static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
             else ((int32_t *)(void *)host)[k] = (int32_t)v->i64[k]; /* k*4 < k*8: read already */
         }
         v->n64 = numel;
+        v->hnd = (int)ndim;
         if (!fits) goto done;
     } else if (es == 4 && gdl__ox_big_endian()) {
         for (k = 0; k < numel; k++) {
@@ -35460,6 +36027,7 @@ static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
     {
         int64_t shape[GDL_MAX_DIMS];
         for (d = 0; d < ndim; d++) shape[d] = dims[d];
+        v->hnd = (int)ndim;
         if (!(v->t = gdl_from_array(host, (int)ndim, shape, dt, m->dev))) goto fail;
         v->owned = 1;
     }
@@ -35503,6 +36071,8 @@ static int gdl__oi_attr_read(gdl_onnx_model *m, gdl__pbr r, gdl__oi_attr *a) {
             if (!(a->t = (gdl__oi_val *)GPUDL_MALLOC(sizeof *a->t))) return gdl__oi_bad("out of memory");
             memset(a->t, 0, sizeof *a->t);
             if (gdl__oi_tensor(m, sub, a->t) < 0) return -1;
+        } else if (field == 7 || field == 9 || field == 10 || field == 11 || field == 6) {
+            a->nlist += a->nlist < 1 << 30; /* floats, strings, tensors, graphs, a graph: counted, not read */
         }
     }
     if (rc < 0) return gdl__oi_bad("an attribute's fields");
@@ -35519,6 +36089,7 @@ static int gdl__oi_node_read(gdl_onnx_model *m, gdl__pbr r, gdl__oi_node *n) {
         if (field == 1 && gdl__oi_push_str(&n->in, &n->nin, &n->cap_in, &sub) < 0) return -1;
         if (field == 2 && gdl__oi_push_str(&n->out, &n->nout, &n->cap_out, &sub) < 0) return -1;
         if (field == 4 && !n->op && !(n->op = gdl__oi_str(&sub))) return -1;
+        if (field == 3 && !n->name && !(n->name = gdl__oi_str(&sub))) return -1;
         if (field == 7 && sub.end > sub.p && (sub.end - sub.p != 7 || memcmp(sub.p, "ai.onnx", 7))) {
             gdl__set_error("gdl_load_onnx: a node of another domain than ai.onnx ('%.*s')", (int)(sub.end - sub.p),
                            (const char *)sub.p);
@@ -35565,6 +36136,33 @@ static int gdl__oi_graph(gdl_onnx_model *m, gdl__pbr r) {
         }
     }
     return rc < 0 ? gdl__oi_bad("the graph's fields") : 0;
+}
+
+/* The ops gdl_onnx_run runs (the forms it takes are in docs/onnx.md): a node of another op is refused at load. */
+static const char *const gdl__oi_ops[] = {
+    "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Concat", "Constant", "ConstantOfShape",
+    "Conv", "CumSum", "Div", "Dropout", "Equal", "Erf", "Exp", "Expand", "Flatten", "GRU", "Gather", "GatherElements",
+    "Gelu", "Gemm", "GlobalAveragePool", "Greater", "GreaterOrEqual", "Identity", "LSTM", "LayerNormalization",
+    "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "Not",
+    "Pow", "Range", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceSum", "Relu", "Reshape", "Shape", "Sigmoid",
+    "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Transpose", "Trilu", "Unsqueeze", "Where"};
+
+/* the node's name for messages: NodeProto's name, else its first output's */
+static const char *gdl__oi_node_name(const gdl__oi_node *n) { return n->name && n->name[0] ? n->name : n->out[0]; }
+
+/* every node's op is one gdl_onnx_run runs: 0 / -1 + an error naming the first other node and its op */
+static int gdl__oi_check_ops(const gdl_onnx_model *m) {
+    int k, j, found;
+    for (k = 0; k < m->nnode; k++) {
+        for (j = 0, found = 0; j < (int)(sizeof gdl__oi_ops / sizeof gdl__oi_ops[0]) && !found; j++)
+            found = !strcmp(m->node[k].op, gdl__oi_ops[j]);
+        if (!found) {
+            gdl__set_error("gdl_load_onnx: node '%s' (%s): the op is not supported (gdl_onnx_run runs the ops "
+                           "docs/onnx.md lists)", gdl__oi_node_name(&m->node[k]), m->node[k].op);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* the ModelProto in [data, data + len) */
@@ -35616,6 +36214,7 @@ static gdl_onnx_model *gdl__oi_parse(const void *data, size_t len, const char *d
         else m->in[j++] = m->in[k];
     }
     m->nin = j;
+    if (gdl__oi_check_ops(m) < 0) goto fail;
     if (m->nout < 1) {
         gdl__oi_bad("a graph without outputs");
         goto fail;
@@ -35674,22 +36273,30 @@ GPUDL_API gdl_onnx_model *gdl_load_onnx(const char *path, gdl_device dev) {
     return m;
 }
 
-/* ---- running the graph with gdl's ops ---- */
+/* ---- running the graph with gdl's ops ----
+   Values are tensors, or int64 values kept on the host (shapes, axes, indices: int64 initializers, Shape's
+   results and what the exporters compute from them with Gather, Unsqueeze, Concat, Slice, arithmetic); a host
+   value becomes an i32 tensor where an op needs one. */
+
+#define GDL__OI_MAX_OUT 8           /* outputs of one node */
+#define GDL__OI_MAX_HOST (1 << 20)  /* values of one host int64 result */
 
 typedef struct gdl__oi_rv { /* a value during a run */
     const char *name;
-    gdl_tensor *t;
-    const int64_t *i64;
+    gdl_tensor *t;        /* NULL for a host value not yet needed as a tensor */
+    const int64_t *i64;   /* int64 values on the host, or NULL */
     int64_t n64;
+    int hnd;              /* the host values' ndim */
 } gdl__oi_rv;
 
 typedef struct gdl__oi_run {
     const gdl_onnx_model *m;
     gdl__oi_rv *v;
     int nv, cap;
-    int64_t *pool[64]; /* int64 values a run makes (Shape's), freed at its end */
-    int npool;
+    int64_t **pool; /* host values a run makes, freed at its end */
+    int npool, cap_pool;
     const gdl__oi_node *n;
+    gdl__oi_rv o[GDL__OI_MAX_OUT]; /* the current node's outputs */
 } gdl__oi_run;
 
 static const gdl__oi_attr *gdl__oi_attr_of(const gdl__oi_node *n, const char *name) {
@@ -35707,27 +36314,96 @@ static double gdl__oi_af(const gdl__oi_node *n, const char *name, double dflt) {
     return a ? a->f : dflt;
 }
 
-static int gdl__oi_set(gdl__oi_run *R, const char *name, gdl_tensor *t, const int64_t *i64, int64_t n64) {
+/* an error about the current node: "gdl_onnx_run: node 'NAME' (OP): ..." */
+static int gdl__oi_fail(gdl__oi_run *R, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    gdl__set_error("gdl_onnx_run: node '%s' (%s): %s", gdl__oi_node_name(R->n), R->n->op, msg);
+    return -1;
+}
+
+/* a string attribute is absent or one of the allowed values (NULL-terminated list); else the node is refused */
+static int gdl__oi_check_str(gdl__oi_run *R, const char *name, const char *const *allowed) {
+    const gdl__oi_attr *a = gdl__oi_attr_of(R->n, name);
+    int k;
+    if (!a) return 0;
+    for (k = 0; allowed[k]; k++)
+        if (a->s && !strcmp(a->s, allowed[k])) return 0;
+    return gdl__oi_fail(R, "attribute %s = '%s' is not supported", name, a->s ? a->s : "");
+}
+
+static int gdl__oi_set(gdl__oi_run *R, const char *name, const gdl__oi_rv *val) {
     if (gdl__oi_grow((void **)&R->v, &R->cap, R->nv, sizeof *R->v) < 0) return -1;
+    R->v[R->nv] = *val;
     R->v[R->nv].name = name;
-    R->v[R->nv].t = t;
-    R->v[R->nv].i64 = i64;
-    R->v[R->nv].n64 = n64;
     R->nv++;
     return 0;
 }
 
 /* input k of the current node: its value, NULL when absent ("" or past the end) or unknown (error) */
-static const gdl__oi_rv *gdl__oi_in(gdl__oi_run *R, int k, int required) {
+static gdl__oi_rv *gdl__oi_in(gdl__oi_run *R, int k, int required) {
     const char *name = k < R->n->nin ? R->n->in[k] : "";
     int j;
     if (name[0])
         for (j = R->nv - 1; j >= 0; j--)
             if (!strcmp(R->v[j].name, name)) return &R->v[j];
     if (required || name[0])
-        gdl__set_error("gdl_onnx_run: %s node '%s': input %d ('%s') %s", R->n->op, R->n->out[0], k, name,
-                       name[0] ? "is not computed before it (the nodes must be in order)" : "is missing");
+        gdl__oi_fail(R, "input %d ('%s') %s", k, name,
+                     name[0] ? "is not computed before it (the nodes must be in order)" : "is missing");
     return NULL;
+}
+static int gdl__oi_has(const gdl__oi_run *R, int k) { return k < R->n->nin && R->n->in[k][0]; }
+
+/* room for n host values a run makes; NULL + error */
+static int64_t *gdl__oi_host_new(gdl__oi_run *R, int64_t n) {
+    int64_t *p;
+    if (n < 0 || n > GDL__OI_MAX_HOST) {
+        gdl__oi_fail(R, "an int64 result of %lld values (at most %d)", (long long)n, GDL__OI_MAX_HOST);
+        return NULL;
+    }
+    if (gdl__oi_grow((void **)&R->pool, &R->cap_pool, R->npool, sizeof *R->pool) < 0) return NULL;
+    if (!(p = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)(n + 1)))) {
+        gdl__set_error("gdl_onnx_run: out of memory");
+        return NULL;
+    }
+    return R->pool[R->npool++] = p;
+}
+
+/* host int64 values as an i32 temporary (made once); NULL + error */
+static gdl_tensor *gdl__oi_host_tensor(gdl__oi_run *R, gdl__oi_rv *v) {
+    int64_t j, shape[1];
+    int32_t *h;
+    gdl_tensor *t;
+    if (v->t) return v->t;
+    if (v->hnd > 1 || (v->hnd == 0 && v->n64 != 1)) {
+        gdl__set_error("gdl_onnx_run: '%s': int64 values of %d dims beyond i32", v->name, v->hnd);
+        return NULL;
+    }
+    for (j = 0; j < v->n64; j++)
+        if (v->i64[j] < INT32_MIN || v->i64[j] > INT32_MAX) {
+            gdl__set_error("gdl_onnx_run: '%s' holds int64 values beyond i32", v->name);
+            return NULL;
+        }
+    if (!(h = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)(v->n64 + 1)))) {
+        gdl__set_error("gdl_onnx_run: out of memory");
+        return NULL;
+    }
+    for (j = 0; j < v->n64; j++) h[j] = (int32_t)v->i64[j];
+    shape[0] = v->n64;
+    t = gdl__tmp("gdl_onnx_run", v->hnd, shape, GDL_I32, R->m->dev);
+    if (t && v->n64 && gdl__be("gdl_onnx_run", t->device)->rt.copy(t->data, h, sizeof(int32_t) * (size_t)v->n64, 0) < 0)
+        t = NULL;
+    GPUDL_FREE(h);
+    return v->t = t;
+}
+
+/* a tensor input; host int64 values become an i32 temporary here */
+static gdl_tensor *gdl__oi_t(gdl__oi_run *R, int k) {
+    gdl__oi_rv *v = gdl__oi_in(R, k, 1);
+    return v ? gdl__oi_host_tensor(R, v) : NULL;
 }
 
 /* an int64 list input (a shape, axes, starts): at most max values into buf; its count or -1 */
@@ -35740,10 +36416,7 @@ static int64_t gdl__oi_list(gdl__oi_run *R, int k, int64_t *buf, int64_t max) {
         memcpy(buf, v->i64, sizeof(int64_t) * (size_t)v->n64);
         return v->n64;
     }
-    if (!v->t || v->t->dtype != GDL_I32) {
-        gdl__set_error("gdl_onnx_run: %s node '%s': input %d must be integers", R->n->op, R->n->out[0], k);
-        return -1;
-    }
+    if (!v->t || v->t->dtype != GDL_I32) return gdl__oi_fail(R, "input %d must be integers", k);
     if ((n = v->t->numel) > max) goto big;
     {
         int32_t tmp[GDL_MAX_DIMS * 4];
@@ -35753,60 +36426,63 @@ static int64_t gdl__oi_list(gdl__oi_run *R, int k, int64_t *buf, int64_t max) {
     }
     return n;
 big:
-    gdl__set_error("gdl_onnx_run: %s node '%s': input %d has more than %lld values", R->n->op, R->n->out[0], k,
-                   (long long)max);
-    return -1;
-}
-
-/* a tensor input (an int64 one as its i32 copy) */
-static gdl_tensor *gdl__oi_t(gdl__oi_run *R, int k) {
-    const gdl__oi_rv *v = gdl__oi_in(R, k, 1);
-    if (v && !v->t)
-        gdl__set_error("gdl_onnx_run: %s node '%s': input %d holds int64 values beyond i32", R->n->op, R->n->out[0], k);
-    return v ? v->t : NULL;
+    return gdl__oi_fail(R, "input %d has more than %lld values", k, (long long)max);
 }
 
 static int gdl__oi_axis(gdl__oi_run *R, int64_t a, int ndim) {
-    if (a < -ndim || a >= (ndim ? ndim : 1)) {
-        gdl__set_error("gdl_onnx_run: %s node '%s': axis %lld out of range for %d dims", R->n->op, R->n->out[0],
-                       (long long)a, ndim);
-        return -1;
-    }
+    if (a < -ndim || a >= (ndim ? ndim : 1)) return gdl__oi_fail(R, "axis %lld out of range for %d dims", (long long)a, ndim);
     return (int)(a < 0 ? a + ndim : a);
 }
 
-/* Reshape's target: 0 copies x's dim, one -1 is inferred */
+/* the axes of Unsqueeze / Squeeze / Reduce*: the input (opset 13+; 18+ for the reductions) or the attribute;
+   their count, or -1 (absent: 0) */
+static int gdl__oi_axes(gdl__oi_run *R, int k, int64_t *axes) {
+    const gdl__oi_attr *a = gdl__oi_attr_of(R->n, "axes");
+    int j;
+    if (gdl__oi_has(R, k)) return (int)gdl__oi_list(R, k, axes, GDL_MAX_DIMS);
+    if (!a) return 0;
+    if (a->nints > GDL_MAX_DIMS) return gdl__oi_fail(R, "%d axes", a->nints);
+    for (j = 0; j < a->nints; j++) axes[j] = a->ints[j];
+    return a->nints;
+}
+
+/* Reshape's target: 0 copies x's dim (unless allowzero), one -1 is inferred */
 static gdl_tensor *gdl__oi_reshape(gdl__oi_run *R, gdl_tensor *x, const int64_t *s, int64_t n) {
     int64_t shape[GDL_MAX_DIMS];
     int k;
     if (!x) return NULL;
     if (n > GDL_MAX_DIMS) {
-        gdl__set_error("gdl_onnx_run: Reshape node '%s': %lld dims", R->n->out[0], (long long)n);
+        gdl__oi_fail(R, "a shape of %lld dims", (long long)n);
         return NULL;
     }
-    for (k = 0; k < n; k++) shape[k] = s[k] == 0 && k < x->ndim ? x->shape[k] : s[k];
+    for (k = 0; k < n; k++) shape[k] = s[k] == 0 && k < x->ndim && !gdl__oi_ai(R->n, "allowzero", 0) ? x->shape[k] : s[k];
     return gdl_reshape(x, (int)n, shape);
 }
 
 static gdl_tensor *gdl__oi_pool(gdl__oi_run *R, gdl_tensor *x, int avg) {
+    static const char *const notset[] = {"NOTSET", NULL};
     const gdl__oi_attr *ks = gdl__oi_attr_of(R->n, "kernel_shape"), *st = gdl__oi_attr_of(R->n, "strides"),
-                       *pd = gdl__oi_attr_of(R->n, "pads");
+                       *pd = gdl__oi_attr_of(R->n, "pads"), *dl = gdl__oi_attr_of(R->n, "dilations");
     int64_t s = st && st->nints == 2 ? st->ints[0] : 1, p = pd && pd->nints == 4 ? pd->ints[0] : 0;
+    if (gdl__oi_check_str(R, "auto_pad", notset) < 0) return NULL;
     if (!ks || ks->nints != 2 || ks->ints[0] != ks->ints[1] || (st && (st->nints != 2 || st->ints[1] != s)) ||
         (pd && (pd->nints != 4 || pd->ints[1] != p || pd->ints[2] != p || pd->ints[3] != p)) ||
-        gdl__oi_ai(R->n, "ceil_mode", 0) || (avg && !gdl__oi_ai(R->n, "count_include_pad", 0) && p) ||
-        ks->ints[0] > 1 << 20 || s > 1 << 20 || p > 1 << 20) {
-        gdl__set_error("gdl_onnx_run: %s node '%s': only square windows, equal strides and pads, no ceil_mode%s",
-                       R->n->op, R->n->out[0], avg ? ", padding counted" : "");
+        (dl && (dl->nints != 2 || dl->ints[0] != 1 || dl->ints[1] != 1)) || gdl__oi_ai(R->n, "ceil_mode", 0) ||
+        gdl__oi_ai(R->n, "storage_order", 0) || R->n->nout > 1 ||
+        (avg && !gdl__oi_ai(R->n, "count_include_pad", 0) && p) || ks->ints[0] > 1 << 20 || s > 1 << 20 || p > 1 << 20) {
+        gdl__oi_fail(R, "only square windows, equal strides and pads, no dilation, ceil_mode or indices%s",
+                     avg ? ", padding counted" : "");
         return NULL;
     }
     return avg ? gdl_avg_pool2d(x, (int)ks->ints[0], (int)s, (int)p) : gdl_max_pool2d(x, (int)ks->ints[0], (int)s, (int)p);
 }
 
 static gdl_tensor *gdl__oi_conv(gdl__oi_run *R, gdl_tensor *x, gdl_tensor *w, gdl_tensor *b) {
+    static const char *const notset[] = {"NOTSET", NULL};
     const gdl__oi_attr *st = gdl__oi_attr_of(R->n, "strides"), *pd = gdl__oi_attr_of(R->n, "pads"),
                        *dl = gdl__oi_attr_of(R->n, "dilations");
     int s[2] = {1, 1}, p[2] = {0, 0}, d[2] = {1, 1}, k;
+    if (gdl__oi_check_str(R, "auto_pad", notset) < 0) return NULL;
     for (k = 0; k < 2; k++) {
         if (st && st->nints == 2 && st->ints[k] > 0 && st->ints[k] < 1 << 20) s[k] = (int)st->ints[k];
         if (dl && dl->nints == 2 && dl->ints[k] > 0 && dl->ints[k] < 1 << 20) d[k] = (int)dl->ints[k];
@@ -35814,44 +36490,473 @@ static gdl_tensor *gdl__oi_conv(gdl__oi_run *R, gdl_tensor *x, gdl_tensor *w, gd
     }
     if ((st && st->nints != 2) || (dl && dl->nints != 2) ||
         (pd && (pd->nints != 4 || pd->ints[0] != pd->ints[2] || pd->ints[1] != pd->ints[3]))) {
-        gdl__set_error("gdl_onnx_run: Conv node '%s': only 2-D convolutions with symmetric pads", R->n->out[0]);
+        gdl__oi_fail(R, "only 2-D convolutions with symmetric pads");
         return NULL;
     }
     return gdl_conv2d_ex(x, w, b, s, p, d, (int)gdl__oi_ai(R->n, "group", 1));
 }
 
-/* one node; its output in *y (a tensor) or in *i64 and *n64 (int64 values made on the host) */
-static int gdl__oi_node_run(gdl__oi_run *R, gdl_tensor **y, int64_t **i64, int64_t *n64) {
+/* ---- host int64 values: the shape arithmetic the exporters write ---- */
+
+/* the current node on host values when every input it has is one (1-D or a scalar): 1 done (R->o[0] set),
+   0 not a host computation, -1 error */
+static int gdl__oi_host_op(gdl__oi_run *R) {
+    static const char *const ops[] = {"Identity", "Cast", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Add",
+                                      "Sub", "Mul", "Div", "Neg", "Min", "Max", "Reshape", "Range", NULL};
     const gdl__oi_node *n = R->n;
     const char *op = n->op;
-    gdl_tensor *x = NULL, *a, *b;
-    int64_t L[GDL_MAX_DIMS * 4], nl;
-    int ax;
-    *y = NULL;
-    *i64 = NULL;
-    if (!strcmp(op, "Concat") && n->nin > 0) { /* of int64 values on the host (a shape made of Shape's parts) */
-        int k, host = 1;
-        int64_t tot = 0;
-        for (k = 0; k < n->nin && host; k++) {
-            const gdl__oi_rv *v = gdl__oi_in(R, k, 1);
-            if (!v) return -1;
-            host = v->i64 != NULL && (tot += v->n64) <= GDL_MAX_DIMS * 4;
+    const gdl__oi_rv *in[GDL__OX_MAX_IN];
+    int64_t *y, ny = 0, k, j, tot = 0;
+    int hnd = 1, found = 0;
+    for (k = 0; ops[k] && !found; k++) found = !strcmp(op, ops[k]);
+    if (!found || n->nin < 1 || n->nin > GDL__OX_MAX_IN) return 0;
+    for (k = 0; k < n->nin; k++) {
+        if (!n->in[k][0]) {
+            in[k] = NULL;
+            continue;
         }
-        if (host) {
-            if (R->npool >= 64) return gdl__oi_bad("over 64 int64 results");
-            if (!(*i64 = R->pool[R->npool++] = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)(tot + 1))))
-                return gdl__oi_bad("out of memory");
-            for (k = 0, *n64 = 0; k < n->nin; k++) {
-                const gdl__oi_rv *v = gdl__oi_in(R, k, 1);
-                memcpy(*i64 + *n64, v->i64, sizeof(int64_t) * (size_t)v->n64);
-                *n64 += v->n64;
+        if (!(in[k] = gdl__oi_in(R, (int)k, 1))) return -1;
+        if (!in[k]->i64 || in[k]->hnd > 1) return 0;
+        tot += in[k]->n64;
+    }
+    if (!in[0]) return 0;
+    if (!strcmp(op, "Cast") && gdl__oi_ai(n, "to", 0) != GDL__OX_INT64 && gdl__oi_ai(n, "to", 0) != GDL__OX_INT32)
+        return 0;
+    if (tot > GDL__OI_MAX_HOST) return 0; /* too many for the host: the tensor path */
+    if (!(y = gdl__oi_host_new(R, tot + 1))) return -1;
+    if (!strcmp(op, "Identity") || !strcmp(op, "Cast") || !strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze") ||
+        !strcmp(op, "Reshape")) {
+        memcpy(y, in[0]->i64, sizeof(int64_t) * (size_t)in[0]->n64);
+        ny = in[0]->n64;
+        hnd = !strcmp(op, "Unsqueeze") ? in[0]->hnd + 1 : !strcmp(op, "Squeeze") ? 0 : in[0]->hnd;
+        if (!strcmp(op, "Reshape")) hnd = !in[1] ? 2 : in[1]->n64 > 1 ? 2 : (int)in[1]->n64; /* the target's dims */
+        if (hnd > 1 || (hnd == 0 && ny != 1)) return 0; /* beyond a vector: the tensor path */
+    } else if (!strcmp(op, "Concat")) {
+        for (k = 0; k < n->nin; k++)
+            if (in[k]) {
+                memcpy(y + ny, in[k]->i64, sizeof(int64_t) * (size_t)in[k]->n64);
+                ny += in[k]->n64;
             }
-            return 0;
+    } else if (!strcmp(op, "Gather")) { /* a 1-D data's values at the indices */
+        if (!in[1] || in[0]->hnd != 1) return gdl__oi_fail(R, "a host Gather needs 1-D data and indices");
+        for (k = 0; k < in[1]->n64; k++) {
+            int64_t i = in[1]->i64[k];
+            if (i < -in[0]->n64 || i >= in[0]->n64) return gdl__oi_fail(R, "index %lld out of range", (long long)i);
+            y[ny++] = in[0]->i64[i < 0 ? i + in[0]->n64 : i];
+        }
+        hnd = in[1]->hnd;
+    } else if (!strcmp(op, "Slice")) { /* of a 1-D value */
+        const gdl__oi_rv *axes = n->nin > 3 ? in[3] : NULL;
+        int64_t d = in[0]->n64, s0, e0, st = 1;
+        if (!in[1] || !in[2] || in[1]->n64 != 1 || in[2]->n64 != 1 ||
+            (axes && (axes->n64 != 1 || (axes->i64[0] != 0 && axes->i64[0] != -1))))
+            return gdl__oi_fail(R, "a host Slice of one axis");
+        if (n->nin > 4 && in[4]) {
+            if (in[4]->n64 != 1 || in[4]->i64[0] == 0) return gdl__oi_fail(R, "a host Slice's step");
+            st = in[4]->i64[0];
+        }
+        s0 = in[1]->i64[0];
+        e0 = in[2]->i64[0];
+        s0 = s0 < 0 ? s0 + d : s0;
+        e0 = e0 < 0 ? e0 + d : e0;
+        if (st > 0) { /* by count: j + st could overflow */
+            s0 = s0 < 0 ? 0 : s0 > d ? d : s0;
+            e0 = e0 < 0 ? 0 : e0 > d ? d : e0;
+            for (j = 0; s0 < e0 && j <= (e0 - 1 - s0) / st; j++) y[ny++] = in[0]->i64[s0 + j * st];
+        } else {
+            int64_t back = st == INT64_MIN ? INT64_MAX : -st;
+            s0 = s0 < 0 ? -1 : s0 > d - 1 ? d - 1 : s0;
+            e0 = e0 < -1 ? -1 : e0 > d - 1 ? d - 1 : e0;
+            for (j = 0; s0 > e0 && j <= (s0 - e0 - 1) / back; j++) y[ny++] = in[0]->i64[s0 - j * back];
+        }
+    } else if (!strcmp(op, "Neg")) {
+        for (k = 0; k < in[0]->n64; k++) y[ny++] = -in[0]->i64[k];
+        hnd = in[0]->hnd;
+    } else if (!strcmp(op, "Range")) {
+        double cnt;
+        int64_t s0, dl;
+        if (n->nin != 3 || !in[1] || !in[2] || in[0]->n64 != 1 || in[1]->n64 != 1 || in[2]->n64 != 1 || !in[2]->i64[0])
+            return gdl__oi_fail(R, "Range takes three scalars, delta not 0");
+        s0 = in[0]->i64[0], dl = in[2]->i64[0];
+        cnt = ceil(((double)in[1]->i64[0] - (double)s0) / (double)dl);
+        if (cnt > GDL__OI_MAX_HOST) return gdl__oi_fail(R, "a Range of over %d values", GDL__OI_MAX_HOST);
+        if (!(y = gdl__oi_host_new(R, cnt > 0 ? (int64_t)cnt : 0))) return -1;
+        for (j = 0; j < (int64_t)cnt; j++) y[ny++] = (int64_t)((uint64_t)s0 + (uint64_t)j * (uint64_t)dl);
+    } else { /* Add, Sub, Mul, Div, Min, Max: a vector and a vector of its length or a single value */
+        const gdl__oi_rv *a = in[0], *b = n->nin > 1 ? in[1] : NULL;
+        if (!b || (a->n64 != b->n64 && a->n64 != 1 && b->n64 != 1)) return gdl__oi_fail(R, "host values of lengths that do not broadcast");
+        ny = a->n64 > b->n64 ? a->n64 : b->n64;
+        hnd = a->hnd > b->hnd ? a->hnd : b->hnd;
+        for (k = 0; k < ny; k++) {
+            int64_t u = a->i64[a->n64 == 1 ? 0 : k], w = b->i64[b->n64 == 1 ? 0 : k];
+            switch (op[0] == 'M' ? op[1] : op[0]) {
+            case 'A': y[k] = (int64_t)((uint64_t)u + (uint64_t)w); break;
+            case 'S': y[k] = (int64_t)((uint64_t)u - (uint64_t)w); break;
+            case 'u': y[k] = (int64_t)((uint64_t)u * (uint64_t)w); break;
+            case 'i': y[k] = u < w ? u : w; break;
+            case 'a': y[k] = u > w ? u : w; break;
+            default:
+                if (!w || (u == INT64_MIN && w == -1)) return gdl__oi_fail(R, "an integer division by zero");
+                y[k] = u / w;
+            }
         }
     }
-    if (strcmp(op, "Constant") && strcmp(op, "Shape") && !(x = gdl__oi_t(R, 0))) return -1; /* every other op has one */
+    R->o[0].i64 = y;
+    R->o[0].n64 = ny;
+    R->o[0].hnd = hnd;
+    return 1;
+}
+
+/* ---- LSTM and GRU nodes: PyTorch's gate steps (gdl_lstm_gates, gdl_gru_gates), the gates reordered ---- */
+
+/* rows [blk*H, (blk+1)*H) of w for each blk of order, joined: ONNX's gate order into PyTorch's */
+static gdl_tensor *gdl__oi_gates(gdl_tensor *w, int g, const int *order, int64_t h) {
+    gdl_tensor *part[4];
+    int k;
+    for (k = 0; k < g; k++)
+        if (!(part[k] = gdl_narrow(w, 0, order[k] * h, h))) return NULL;
+    return gdl_concat(g, part, 0);
+}
+
+/* X [T,B,I], W [D,G*H,I], R [D,G*H,H], B [D,2*G*H], initial_h [D,B,H] (and initial_c): Y [T,D,B,H], Y_h, Y_c */
+static int gdl__oi_rnn(gdl__oi_run *R, gdl_tensor *x, int lstm) {
+    static const int lstm_order[4] = {0, 2, 3, 1}; /* ONNX i, o, f, c -> PyTorch i, f, g(c), o */
+    static const int gru_order[3] = {1, 0, 2};     /* ONNX z, r, h -> PyTorch r, z, n */
+    static const char *const dirs[] = {"forward", "reverse", "bidirectional", NULL};
+    const gdl__oi_node *n = R->n;
+    const gdl__oi_attr *dir = gdl__oi_attr_of(n, "direction");
+    int g = lstm ? 4 : 3, nd = dir && dir->s && !strcmp(dir->s, "bidirectional") ? 2 : 1, d, rev, rc = -1;
+    int64_t hs = gdl__oi_ai(n, "hidden_size", 0), T, B, t, shape[2];
+    gdl_tensor *W = gdl__oi_t(R, 1), *Rw = gdl__oi_t(R, 2), *Bb = NULL, *h0 = NULL, *c0 = NULL;
+    gdl_tensor **ys = NULL, *yd[2], *hl[2], *cl[2];
+    if (!W || !Rw) return -1;
+    if (gdl__oi_check_str(R, "direction", dirs) < 0) return -1;
+    if (gdl__oi_attr_of(n, "activations") || gdl__oi_attr_of(n, "activation_alpha") ||
+        gdl__oi_attr_of(n, "activation_beta") || gdl__oi_attr_of(n, "clip") || gdl__oi_ai(n, "layout", 0) ||
+        gdl__oi_ai(n, "input_forget", 0) || (!lstm && !gdl__oi_ai(n, "linear_before_reset", 0)) ||
+        gdl__oi_has(R, 4) || (lstm && gdl__oi_has(R, 7)))
+        return gdl__oi_fail(R, "only the default activations, no clip, layout 0, %s, no sequence_lens%s",
+                            lstm ? "input_forget 0" : "linear_before_reset 1 (PyTorch's)", lstm ? " or peepholes" : "");
+    if ((gdl__oi_has(R, 3) && !(Bb = gdl__oi_t(R, 3))) || (gdl__oi_has(R, 5) && !(h0 = gdl__oi_t(R, 5))) ||
+        (lstm && gdl__oi_has(R, 6) && !(c0 = gdl__oi_t(R, 6))))
+        return -1;
+    if (x->ndim != 3 || x->dtype != GDL_F32 || (T = x->shape[0]) < 1 || hs < 1 || hs > 1 << 20 ||
+        W->ndim != 3 || W->shape[0] != nd || W->shape[1] != g * hs || W->shape[2] != x->shape[2] || Rw->ndim != 3 ||
+        Rw->shape[0] != nd || Rw->shape[1] != g * hs || Rw->shape[2] != hs ||
+        (Bb && (Bb->ndim != 2 || Bb->shape[0] != nd || Bb->shape[1] != 2 * g * hs)) ||
+        (h0 && (h0->ndim != 3 || h0->shape[0] != nd || h0->shape[1] != x->shape[1] || h0->shape[2] != hs)) ||
+        (c0 && (c0->ndim != 3 || c0->shape[0] != nd || c0->shape[1] != x->shape[1] || c0->shape[2] != hs)))
+        return gdl__oi_fail(R, "X %s, W %s, R %s with hidden_size %lld and %d directions do not fit", gdl_shape_str(x),
+                            gdl_shape_str(W), gdl_shape_str(Rw), (long long)hs, nd);
+    B = x->shape[1];
+    if (!(ys = (gdl_tensor **)GPUDL_MALLOC(sizeof *ys * (size_t)T))) {
+        gdl__set_error("gdl_onnx_run: out of memory");
+        return -1;
+    }
+    for (d = 0; d < nd; d++) {
+        gdl_tensor *wd = gdl_select(W, 0, d), *rd = gdl_select(Rw, 0, d), *wp, *rp, *wb = NULL, *rb = NULL, *gx, *h, *c;
+        int64_t xs[2] = {T * B, x->shape[2]}, gs[3] = {T, B, g * hs};
+        rev = (dir && dir->s && !strcmp(dir->s, "reverse")) || d == 1;
+        wp = gdl__oi_gates(wd, g, lstm ? lstm_order : gru_order, hs);
+        rp = gdl__oi_gates(rd, g, lstm ? lstm_order : gru_order, hs);
+        if (Bb) {
+            gdl_tensor *bd = gdl_select(Bb, 0, d);
+            wb = gdl__oi_gates(gdl_narrow(bd, 0, 0, g * hs), g, lstm ? lstm_order : gru_order, hs);
+            rb = gdl__oi_gates(gdl_narrow(bd, 0, g * hs, g * hs), g, lstm ? lstm_order : gru_order, hs);
+            if (!wb || !rb) goto done;
+        }
+        if (!wp || !rp || !(gx = gdl_reshape(gdl_linear(gdl_reshape(x, 2, xs), wp, wb), 3, gs))) goto done;
+        shape[0] = B;
+        shape[1] = hs;
+        h = h0 ? gdl_select(h0, 0, d) : gdl__tmp("gdl_onnx_run", 2, shape, GDL_F32, x->device);
+        c = !lstm ? NULL : c0 ? gdl_select(c0, 0, d) : gdl__tmp("gdl_onnx_run", 2, shape, GDL_F32, x->device);
+        if (!h || (lstm && !c) || (!h0 && gdl_fill_(h, 0) < 0) || (lstm && !c0 && gdl_fill_(c, 0) < 0)) goto done;
+        for (t = 0; t < T; t++) {
+            int64_t s = rev ? T - 1 - t : t;
+            gdl_tensor *gh = gdl_linear(h, rp, rb), *gxs = gdl_select(gx, 0, s);
+            if (lstm) {
+                gdl_tensor *st = gdl_lstm_gates(gxs, gh, c);
+                h = gdl_select(st, 0, 0);
+                c = gdl_select(st, 0, 1);
+            } else {
+                h = gdl_gru_gates(gxs, gh, h);
+            }
+            if (!(ys[s] = h) || (lstm && !c)) goto done;
+        }
+        hl[d] = h;
+        cl[d] = c;
+        if (!(yd[d] = gdl_stack((int)T, ys, 0))) goto done;
+    }
+    if (!(R->o[0].t = gdl_stack(nd, yd, 1)) || (n->nout > 1 && n->out[1][0] && !(R->o[1].t = gdl_stack(nd, hl, 0))) ||
+        (lstm && n->nout > 2 && n->out[2][0] && !(R->o[2].t = gdl_stack(nd, cl, 0))))
+        goto done;
+    rc = 0;
+done:
+    GPUDL_FREE(ys);
+    return rc;
+}
+
+/* ---- the nodes ---- */
+
+/* Split: equal parts (num_outputs, opset 18+, or as many as outputs) or the sizes of its second input (the
+   attribute below opset 13) */
+static int gdl__oi_split(gdl__oi_run *R, gdl_tensor *x) {
+    const gdl__oi_node *n = R->n;
+    const gdl__oi_attr *sa = gdl__oi_attr_of(n, "split");
+    int64_t sz[GDL__OI_MAX_OUT], ns = 0, k, at = 0, d;
+    int ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", 0), x->ndim);
+    if (ax < 0) return -1;
+    if (n->nout > GDL__OI_MAX_OUT) return gdl__oi_fail(R, "%d outputs (at most %d)", n->nout, GDL__OI_MAX_OUT);
+    d = x->shape[ax];
+    if (gdl__oi_has(R, 1)) {
+        if ((ns = gdl__oi_list(R, 1, sz, GDL__OI_MAX_OUT)) < 0) return -1;
+    } else if (sa) {
+        for (ns = 0; ns < sa->nints && ns < GDL__OI_MAX_OUT; ns++) sz[ns] = sa->ints[ns];
+    } else { /* equal parts, the last one smaller */
+        int64_t parts = gdl__oi_ai(n, "num_outputs", n->nout), each;
+        if (parts != n->nout || parts < 1) return gdl__oi_fail(R, "num_outputs %lld for %d outputs", (long long)parts, n->nout);
+        each = (d + parts - 1) / parts;
+        for (ns = 0; ns < parts; ns++) sz[ns] = each * (ns + 1) <= d ? each : d - each * ns > 0 ? d - each * ns : 0;
+    }
+    for (k = 0; k < ns; k++) at += sz[k] >= 0 && sz[k] <= d ? sz[k] : d + 1; /* at most 8 * (d + 1) */
+    if (ns != n->nout || at != d)
+        return gdl__oi_fail(R, "split sizes for %d outputs that do not add up to dim %d's %lld", n->nout, ax, (long long)d);
+    for (k = 0, at = 0; k < ns; at += sz[k], k++)
+        if (!(R->o[k].t = gdl_narrow(x, ax, at, sz[k]))) return -1;
+    return 0;
+}
+
+/* Unsqueeze / Squeeze of a tensor: its shape with axes put in or taken out */
+static gdl_tensor *gdl__oi_squeeze(gdl__oi_run *R, gdl_tensor *x, int un) {
+    int64_t axes[GDL_MAX_DIMS], shape[GDL_MAX_DIMS];
+    int na = gdl__oi_axes(R, 1, axes), out = un ? x->ndim + na : x->ndim, k, j, src = 0, keep[GDL_MAX_DIMS * 2];
+    if (na < 0) return NULL;
+    if (out > GDL_MAX_DIMS) {
+        gdl__oi_fail(R, "%d dims", out);
+        return NULL;
+    }
+    for (k = 0; k < GDL_MAX_DIMS * 2; k++) keep[k] = 1;
+    for (j = 0; j < na; j++) {
+        int a = gdl__oi_axis(R, axes[j], out);
+        if (a < 0) return NULL;
+        if ((!un && x->shape[a] != 1) || !keep[a]) {
+            gdl__oi_fail(R, keep[a] ? "dim %d of %s is not 1" : "axis %d twice (input %s)", a, gdl_shape_str(x));
+            return NULL;
+        }
+        keep[a] = 0;
+    }
+    if (!un && !na)
+        for (k = 0; k < x->ndim; k++) keep[k] = x->shape[k] != 1;
+    for (k = 0, j = 0; k < out; k++) {
+        if (un) shape[j++] = keep[k] ? x->shape[src++] : 1;
+        else if (keep[k]) shape[j++] = x->shape[k];
+    }
+    return gdl_reshape(x, j, shape);
+}
+
+/* ReduceMean / ReduceSum / ReduceMax over the given axes (all when none), one dim at a time from the last */
+static gdl_tensor *gdl__oi_reduce(gdl__oi_run *R, gdl_tensor *x) {
+    const char *op = R->n->op;
+    int64_t axes[GDL_MAX_DIMS];
+    int keep = (int)gdl__oi_ai(R->n, "keepdims", 1), na = gdl__oi_axes(R, 1, axes), on[GDL_MAX_DIMS] = {0}, k, nd = x->ndim;
+    if (na < 0) return NULL;
+    if (!na && gdl__oi_ai(R->n, "noop_with_empty_axes", 0)) return x;
+    for (k = 0; k < na; k++) {
+        int a = gdl__oi_axis(R, axes[k], nd);
+        if (a < 0) return NULL;
+        on[a] = 1;
+    }
+    for (k = nd - 1; k >= 0 && x; k--)
+        if (on[k] || !na)
+            x = op[6] == 'S' ? gdl_sum_dim(x, k, keep) : op[7] == 'e' ? gdl_mean_dim(x, k, keep) : gdl_max_dim(x, k, keep);
+    return x;
+}
+
+/* Gemm: alpha * A' B' + beta * C, A' and B' transposed as transA / transB say */
+static gdl_tensor *gdl__oi_gemm(gdl__oi_run *R, gdl_tensor *a) {
+    double alpha = gdl__oi_af(R->n, "alpha", 1), beta = gdl__oi_af(R->n, "beta", 1);
+    gdl_tensor *b = gdl__oi_t(R, 1), *c = gdl__oi_has(R, 2) ? gdl__oi_t(R, 2) : NULL, *y;
+    if (!b || (gdl__oi_has(R, 2) && !c)) return NULL;
+    if (a->ndim != 2 || b->ndim != 2) {
+        gdl__oi_fail(R, "A %s and B %s must be matrices", gdl_shape_str(a), gdl_shape_str(b));
+        return NULL;
+    }
+    if (gdl__oi_ai(R->n, "transA", 0)) a = gdl_transpose(a, 0, 1);
+    if (c && beta != 1) c = gdl_mul_scalar(c, beta);
+    if (gdl__oi_ai(R->n, "transB", 0)) {
+        if (alpha == 1) return gdl_linear(a, b, c); /* PyTorch's nn.Linear: one fused op */
+        y = gdl_linear(a, b, NULL);
+    } else {
+        y = gdl_matmul(a, b);
+    }
+    if (alpha != 1) y = gdl_mul_scalar(y, alpha);
+    return c ? gdl_add(y, c) : y;
+}
+
+/* Gather along axis: an embedding (f32 [V,D] data, axis 0, any indices), 1-D indices (index_select) or a single
+   index (the axis taken out) */
+static gdl_tensor *gdl__oi_gather(gdl__oi_run *R, gdl_tensor *x, gdl_tensor *idx) {
+    int ax = gdl__oi_axis(R, gdl__oi_ai(R->n, "axis", 0), x->ndim), k, j;
+    int64_t shape[GDL_MAX_DIMS], one = 1;
+    gdl_tensor *y;
+    if (ax < 0) return NULL;
+    if (ax == 0 && x->ndim == 2 && x->dtype == GDL_F32) return gdl_embedding(idx, x);
+    if (idx->ndim == 1) return gdl_index_select(x, ax, idx);
+    if (idx->ndim != 0) {
+        gdl__oi_fail(R, "indices %s on axis %d of %s: only an embedding (data [V,D], axis 0), 1-D indices or one "
+                     "index", gdl_shape_str(idx), ax, gdl_shape_str(x));
+        return NULL;
+    }
+    if (!(y = gdl_index_select(x, ax, gdl_reshape(idx, 1, &one)))) return NULL;
+    for (k = 0, j = 0; k < x->ndim; k++)
+        if (k != ax) shape[j++] = x->shape[k];
+    return gdl_reshape(y, j, shape);
+}
+
+/* Constant: a tensor, or value_int / value_ints (host values) or value_float */
+static int gdl__oi_constant(gdl__oi_run *R) {
+    const gdl__oi_node *n = R->n;
+    const gdl__oi_attr *v = gdl__oi_attr_of(n, "value"), *vi = gdl__oi_attr_of(n, "value_int"),
+                       *vis = gdl__oi_attr_of(n, "value_ints"), *vf = gdl__oi_attr_of(n, "value_float");
+    if (v && v->t) {
+        R->o[0].t = v->t->t;
+        R->o[0].i64 = v->t->i64;
+        R->o[0].n64 = v->t->n64;
+        R->o[0].hnd = v->t->hnd;
+        return 0;
+    }
+    if (vi || vis) {
+        R->o[0].i64 = vi ? &vi->i : vis->ints;
+        R->o[0].n64 = vi ? 1 : vis->nints;
+        R->o[0].hnd = vi ? 0 : 1;
+        return 0;
+    }
+    if (vf) {
+        int64_t none[1] = {1};
+        gdl_tensor *t = gdl__tmp("gdl_onnx_run", 0, none, GDL_F32, R->m->dev);
+        if (!t || gdl_fill_(t, vf->f) < 0) return -1;
+        R->o[0].t = t;
+        return 0;
+    }
+    return gdl__oi_fail(R, "only value, value_int, value_ints or value_float");
+}
+
+/* ConstantOfShape: the value (a one-element tensor, 0.0f by default) at the shape of the host input */
+static gdl_tensor *gdl__oi_const_of_shape(gdl__oi_run *R) {
+    const gdl__oi_attr *v = gdl__oi_attr_of(R->n, "value");
+    int64_t shape[GDL_MAX_DIMS], nl = gdl__oi_list(R, 0, shape, GDL_MAX_DIMS), k, cnt = 1;
+    gdl_dtype dt = v && v->t && v->t->t ? v->t->t->dtype : GDL_F32;
+    double val = 0;
+    gdl_tensor *t;
+    if (nl < 0) return NULL;
+    for (k = 0; k < nl; k++) {
+        if (shape[k] < 0 || (shape[k] && shape[k] > ((int64_t)1 << 28) / cnt)) {
+            gdl__oi_fail(R, "a shape of over 2^28 elements or a negative dim");
+            return NULL;
+        }
+        cnt *= shape[k] ? shape[k] : 1;
+    }
+    if (v && v->t) {
+        const gdl_tensor *c = v->t->t;
+        unsigned char raw[16];
+        if (v->t->i64 && v->t->n64 == 1) {
+            val = (double)v->t->i64[0];
+        } else if (!c || c->numel != 1 || (c->dtype != GDL_F32 && c->dtype != GDL_I32 && c->dtype != GDL_U8)) {
+            gdl__oi_fail(R, "the value must be one f32, integer or bool");
+            return NULL;
+        } else if (gdl_copy_to_host(c, raw, gdl_dtype_size(c->dtype)) < 0) {
+            return NULL;
+        } else if (c->dtype == GDL_F32) {
+            gdl_real r;
+            memcpy(&r, raw, sizeof r);
+            val = (double)r;
+        } else if (c->dtype == GDL_I32) {
+            int32_t i;
+            memcpy(&i, raw, sizeof i);
+            val = i;
+        } else {
+            val = raw[0];
+        }
+    }
+    if (!(t = gdl__tmp("gdl_onnx_run", (int)nl, shape, dt, R->m->dev)) || gdl_fill_(t, val) < 0) return NULL;
+    return t;
+}
+
+/* Erf: gpudl has no erf op; Abramowitz and Stegun's 7.1.26, absolute error under 1.5e-7 (differentiable: its
+   gradient is the approximation's) */
+static gdl_tensor *gdl__oi_erf(gdl_tensor *x) {
+    static const double p = 0.3275911, c[5] = {0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429};
+    gdl_tensor *ab = gdl_abs(x), *t, *poly, *r;
+    int k;
+    t = gdl_pow_scalar(gdl_add_scalar(gdl_mul_scalar(ab, p), 1), -1);
+    poly = gdl_mul_scalar(t, c[4]);
+    for (k = 3; k >= 0; k--) poly = gdl_mul(gdl_add_scalar(poly, c[k]), t);
+    r = gdl_add_scalar(gdl_mul_scalar(gdl_mul(poly, gdl_exp(gdl_mul_scalar(gdl_mul(ab, ab), -1))), -1), 1);
+    return gdl_where(gdl_compare_scalar(x, GDL_CMP_GE, 0), r, gdl_mul_scalar(r, -1));
+}
+
+/* the ops of two inputs (broadcasting): their index in this list, or -1 */
+static const char *const gdl__oi_binaries[] = {"Add", "Sub", "Mul", "Div", "Pow", "Min", "Max", "MatMul", "Equal",
+                                               "Less", "LessOrEqual", "Greater", "GreaterOrEqual", NULL};
+static int gdl__oi_binary_of(const char *op) {
+    int k;
+    for (k = 0; gdl__oi_binaries[k]; k++)
+        if (!strcmp(op, gdl__oi_binaries[k])) return k;
+    return -1;
+}
+static gdl_tensor *gdl__oi_binary(int which, gdl_tensor *x, gdl_tensor *b) {
+    static const gdl_compare_op cmp[5] = {GDL_CMP_EQ, GDL_CMP_LT, GDL_CMP_LE, GDL_CMP_GT, GDL_CMP_GE};
+    switch (which) {
+    case 0: return gdl_add(x, b);
+    case 1: return gdl_sub(x, b);
+    case 2: return gdl_mul(x, b);
+    case 3: return gdl_div(x, b);
+    case 4: return gdl_pow(x, b);
+    case 5: return gdl_minimum(x, b);
+    case 6: return gdl_maximum(x, b);
+    case 7: return gdl_matmul(x, b);
+    default: return gdl_compare(x, b, cmp[which - 8]);
+    }
+}
+
+/* the ONNX element type `to` as a gdl dtype (GDL_DTYPE_COUNT: none) */
+static gdl_dtype gdl__oi_dtype(int64_t to) {
+    return to == GDL__OX_FLOAT ? GDL_F32 : to == GDL__OX_INT32 || to == GDL__OX_INT64 ? GDL_I32
+         : to == GDL__OX_UINT8 || to == GDL__OX_BOOL ? GDL_U8 : to == GDL__OX_FLOAT16 ? GDL_F16
+         : to == GDL__OX_BFLOAT16 ? GDL_BF16 : GDL_DTYPE_COUNT;
+}
+
+/* one node on tensors; its outputs in R->o */
+static int gdl__oi_node_run(gdl__oi_run *R) {
+    const gdl__oi_node *n = R->n;
+    const char *op = n->op;
+    gdl_tensor *x = NULL, *a, *b, **y = &R->o[0].t;
+    int64_t L[GDL_MAX_DIMS * 4], nl;
+    int ax, rc;
+    if (!strcmp(op, "Constant")) return gdl__oi_constant(R);
+    if (!strcmp(op, "Shape")) { /* int64 values on the host */
+        const gdl__oi_rv *v = gdl__oi_in(R, 0, 1);
+        int64_t s0 = gdl__oi_ai(n, "start", 0), e0, nd, k, *sh;
+        if (!v) return -1;
+        nd = v->t ? v->t->ndim : v->hnd;
+        e0 = gdl__oi_ai(n, "end", nd);
+        s0 = s0 < 0 ? s0 + nd : s0;
+        e0 = e0 < 0 ? e0 + nd : e0;
+        s0 = s0 < 0 ? 0 : s0 > nd ? nd : s0;
+        e0 = e0 < s0 ? s0 : e0 > nd ? nd : e0;
+        if (!(sh = gdl__oi_host_new(R, e0 - s0))) return -1;
+        for (k = s0; k < e0; k++) sh[k - s0] = v->t ? v->t->shape[k] : v->n64;
+        R->o[0].i64 = sh;
+        R->o[0].n64 = e0 - s0;
+        R->o[0].hnd = 1;
+        return 0;
+    }
+    if ((rc = gdl__oi_host_op(R)) != 0) return rc < 0 ? -1 : 0;
+    if (!strcmp(op, "ConstantOfShape")) return (*y = gdl__oi_const_of_shape(R)) ? 0 : -1;
+    if (!(x = gdl__oi_t(R, 0))) return -1; /* every other op has a first input */
 #define GDL__OI_UN(name, call) if (!strcmp(op, name)) return (*y = (call)) ? 0 : -1
     GDL__OI_UN("Identity", x);
+    GDL__OI_UN("Dropout", x); /* inference: the identity; its mask output is not made */
     GDL__OI_UN("Relu", gdl_relu(x));
     GDL__OI_UN("Sigmoid", gdl_sigmoid(x));
     GDL__OI_UN("Tanh", gdl_tanh(x));
@@ -35859,68 +36964,46 @@ static int gdl__oi_node_run(gdl__oi_run *R, gdl_tensor **y, int64_t **i64, int64
     GDL__OI_UN("Log", gdl_log(x));
     GDL__OI_UN("Sqrt", gdl_sqrt(x));
     GDL__OI_UN("Abs", gdl_abs(x));
+    GDL__OI_UN("Neg", gdl_mul_scalar(x, -1));
     GDL__OI_UN("Reciprocal", gdl_pow_scalar(x, -1));
+    GDL__OI_UN("Erf", gdl__oi_erf(x));
     GDL__OI_UN("LeakyRelu", gdl_leaky_relu(x, gdl__oi_af(n, "alpha", 0.01)));
     GDL__OI_UN("MaxPool", gdl__oi_pool(R, x, 0));
     GDL__OI_UN("AveragePool", gdl__oi_pool(R, x, 1));
     GDL__OI_UN("GlobalAveragePool", gdl_global_avg_pool2d(x));
     GDL__OI_UN("Not", gdl_compare_scalar(x, GDL_CMP_EQ, 0));
-    if (!strcmp(op, "Erf")) { /* gpudl has no erf op: Abramowitz and Stegun's 7.1.26, absolute error under 1.5e-7 */
-        static const double p = 0.3275911, c[5] = {0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429};
-        gdl_tensor *ab = gdl_abs(x), *t, *poly, *r;
-        int k;
-        t = gdl_pow_scalar(gdl_add_scalar(gdl_mul_scalar(ab, p), 1), -1);
-        poly = gdl_mul_scalar(t, c[4]);
-        for (k = 3; k >= 0; k--) poly = gdl_mul(gdl_add_scalar(poly, c[k]), t);
-        r = gdl_add_scalar(gdl_mul_scalar(gdl_mul(poly, gdl_exp(gdl_mul_scalar(gdl_mul(ab, ab), -1))), -1), 1);
-        return (*y = gdl_where(gdl_compare_scalar(x, GDL_CMP_GE, 0), r, gdl_mul_scalar(r, -1))) ? 0 : -1;
-    }
+    GDL__OI_UN("Gemm", gdl__oi_gemm(R, x));
+    GDL__OI_UN("Unsqueeze", gdl__oi_squeeze(R, x, 1));
+    GDL__OI_UN("Squeeze", gdl__oi_squeeze(R, x, 0));
+    GDL__OI_UN("ReduceMean", gdl__oi_reduce(R, x));
+    GDL__OI_UN("ReduceSum", gdl__oi_reduce(R, x));
+    GDL__OI_UN("ReduceMax", gdl__oi_reduce(R, x));
+    if (!strcmp(op, "Split")) return gdl__oi_split(R, x);
+    if (!strcmp(op, "LSTM") || !strcmp(op, "GRU")) return gdl__oi_rnn(R, x, op[0] == 'L');
     if (!strcmp(op, "Gelu")) {
+        static const char *const approx[] = {"none", "tanh", NULL};
         const gdl__oi_attr *ap = gdl__oi_attr_of(n, "approximate");
+        if (gdl__oi_check_str(R, "approximate", approx) < 0) return -1;
         return (*y = gdl_gelu(x, ap && ap->s && !strcmp(ap->s, "tanh"))) ? 0 : -1;
     }
     if (!strcmp(op, "Softmax") || !strcmp(op, "LogSoftmax")) {
         if ((ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", -1), x->ndim)) < 0) return -1;
-        *y = op[0] == 'S' ? gdl_softmax(x, ax) : gdl_log_softmax(x, ax);
-        return *y ? 0 : -1;
+        return (*y = op[0] == 'S' ? gdl_softmax(x, ax) : gdl_log_softmax(x, ax)) ? 0 : -1;
     }
-    if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") || !strcmp(op, "Pow") ||
-        !strcmp(op, "Min") || !strcmp(op, "Max") || !strcmp(op, "MatMul") || !strcmp(op, "Equal") ||
-        !strcmp(op, "Less") || !strcmp(op, "LessOrEqual") || !strcmp(op, "Greater") || !strcmp(op, "GreaterOrEqual")) {
+    if ((rc = gdl__oi_binary_of(op)) >= 0) {
         if (!(b = gdl__oi_t(R, 1))) return -1;
-        switch (op[0]) {
-        case 'A': *y = gdl_add(x, b); break;
-        case 'S': *y = gdl_sub(x, b); break;
-        case 'D': *y = gdl_div(x, b); break;
-        case 'P': *y = gdl_pow(x, b); break;
-        case 'E': *y = gdl_compare(x, b, GDL_CMP_EQ); break;
-        case 'L': *y = gdl_compare(x, b, op[4] ? GDL_CMP_LE : GDL_CMP_LT); break;
-        case 'G': *y = gdl_compare(x, b, op[7] ? GDL_CMP_GE : GDL_CMP_GT); break;
-        default:
-            *y = !strcmp(op, "Mul") ? gdl_mul(x, b) : !strcmp(op, "Min") ? gdl_minimum(x, b)
-               : !strcmp(op, "Max") ? gdl_maximum(x, b) : gdl_matmul(x, b);
-        }
-        return *y ? 0 : -1;
-    }
-    if (!strcmp(op, "Gemm")) {
-        gdl_tensor *c = n->nin > 2 && n->in[2][0] ? gdl__oi_t(R, 2) : NULL;
-        if (!(b = gdl__oi_t(R, 1)) || (n->nin > 2 && n->in[2][0] && !c)) return -1;
-        if (gdl__oi_ai(n, "transA", 0) || gdl__oi_af(n, "alpha", 1) != 1 || gdl__oi_af(n, "beta", 1) != 1) {
-            gdl__set_error("gdl_onnx_run: Gemm node '%s': only transA 0, alpha 1, beta 1", n->out[0]);
-            return -1;
-        }
-        if (gdl__oi_ai(n, "transB", 0)) *y = gdl_linear(x, b, c);
-        else *y = c ? gdl_add(gdl_matmul(x, b), c) : gdl_matmul(x, b);
-        return *y ? 0 : -1;
+        return (*y = gdl__oi_binary(rc, x, b)) ? 0 : -1;
     }
     if (!strcmp(op, "Transpose")) {
         const gdl__oi_attr *p = gdl__oi_attr_of(n, "perm");
         int perm[GDL_MAX_DIMS], k;
-        if (!p || p->nints != x->ndim) {
-            gdl__set_error("gdl_onnx_run: Transpose node '%s': perm must give %d dims", n->out[0], x->ndim);
-            return -1;
+        if (!p) { /* the dims reversed */
+            for (k = 0; k < x->ndim; k++) perm[k] = x->ndim - 1 - k;
+        } else if (p->nints != x->ndim) {
+            return gdl__oi_fail(R, "perm must give %d dims", x->ndim);
+        } else {
+            for (k = 0; k < x->ndim; k++) perm[k] = p->ints[k] >= 0 && p->ints[k] < x->ndim ? (int)p->ints[k] : -1;
         }
-        for (k = 0; k < x->ndim; k++) perm[k] = p->ints[k] >= 0 && p->ints[k] < x->ndim ? (int)p->ints[k] : -1;
         return (*y = gdl_permute(x, x->ndim, perm)) ? 0 : -1;
     }
     if (!strcmp(op, "Reshape")) {
@@ -35932,36 +37015,31 @@ static int gdl__oi_node_run(gdl__oi_run *R, gdl_tensor **y, int64_t **i64, int64
         L[0] = 1;
         for (nl = 0; nl < ax; nl++) L[0] *= x->shape[nl];
         L[1] = -1;
+        if (!L[0]) return gdl__oi_fail(R, "a flatten of an empty tensor");
         return (*y = gdl_reshape(x, 2, L)) ? 0 : -1;
     }
     if (!strcmp(op, "Conv")) {
-        gdl_tensor *c = n->nin > 2 && n->in[2][0] ? gdl__oi_t(R, 2) : NULL;
-        if (!(b = gdl__oi_t(R, 1)) || (n->nin > 2 && n->in[2][0] && !c)) return -1;
+        gdl_tensor *c = gdl__oi_has(R, 2) ? gdl__oi_t(R, 2) : NULL;
+        if (!(b = gdl__oi_t(R, 1)) || (gdl__oi_has(R, 2) && !c)) return -1;
         return (*y = gdl__oi_conv(R, x, b, c)) ? 0 : -1;
     }
     if (!strcmp(op, "BatchNormalization")) {
         gdl_tensor *s = gdl__oi_t(R, 1), *bb = gdl__oi_t(R, 2), *mean = gdl__oi_t(R, 3), *var = gdl__oi_t(R, 4);
         if (!s || !bb || !mean || !var) return -1;
-        if (gdl__oi_ai(n, "training_mode", 0)) {
-            gdl__set_error("gdl_onnx_run: BatchNormalization node '%s': training_mode is not run", n->out[0]);
-            return -1;
-        }
+        if (gdl__oi_ai(n, "training_mode", 0) || n->nout > 1) return gdl__oi_fail(R, "training_mode is not run");
         return (*y = gdl_batch_norm(x, mean, var, s, bb, 0, 0.1, gdl__oi_af(n, "epsilon", 1e-5))) ? 0 : -1;
     }
     if (!strcmp(op, "LayerNormalization")) {
-        gdl_tensor *s = gdl__oi_t(R, 1), *bb = n->nin > 2 && n->in[2][0] ? gdl__oi_t(R, 2) : NULL;
-        if (!s || (n->nin > 2 && n->in[2][0] && !bb)) return -1;
+        gdl_tensor *s = gdl__oi_t(R, 1), *bb = gdl__oi_has(R, 2) ? gdl__oi_t(R, 2) : NULL;
+        if (!s || (gdl__oi_has(R, 2) && !bb)) return -1;
         if ((ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", -1), x->ndim)) < 0) return -1;
-        if (ax != x->ndim - 1) {
-            gdl__set_error("gdl_onnx_run: LayerNormalization node '%s': only the last axis", n->out[0]);
-            return -1;
-        }
+        if (ax != x->ndim - 1 || n->nout > 1) return gdl__oi_fail(R, "only the last axis, and no Mean / InvStdDev outputs");
         return (*y = gdl_layer_norm(x, s, bb, gdl__oi_af(n, "epsilon", 1e-5))) ? 0 : -1;
     }
     if (!strcmp(op, "Concat")) {
         gdl_tensor *xs[GDL__OX_MAX_IN];
         int k;
-        if (n->nin > GDL__OX_MAX_IN) return gdl__oi_bad("a Concat of over 256 inputs");
+        if (n->nin > GDL__OX_MAX_IN) return gdl__oi_fail(R, "over %d inputs", GDL__OX_MAX_IN);
         for (k = 0; k < n->nin; k++)
             if (!(xs[k] = gdl__oi_t(R, k))) return -1;
         if ((ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", 0), x->ndim)) < 0) return -1;
@@ -35969,52 +37047,21 @@ static int gdl__oi_node_run(gdl__oi_run *R, gdl_tensor **y, int64_t **i64, int64
     }
     if (!strcmp(op, "Gather")) {
         if (!(b = gdl__oi_t(R, 1))) return -1;
-        if ((ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", 0), x->ndim)) < 0) return -1;
-        if (ax == 0 && x->ndim == 2 && x->dtype == GDL_F32) *y = gdl_embedding(b, x);
-        else if (b->ndim == 1) *y = gdl_index_select(x, ax, b);
-        else {
-            gdl__set_error("gdl_onnx_run: Gather node '%s': indices %s on axis %d: only an embedding (data [V,D], "
-                           "axis 0) or 1-D indices", n->out[0], gdl_shape_str(b), ax);
-            return -1;
-        }
-        return *y ? 0 : -1;
+        return (*y = gdl__oi_gather(R, x, b)) ? 0 : -1;
     }
     if (!strcmp(op, "GatherElements")) {
         if (!(b = gdl__oi_t(R, 1)) || (ax = gdl__oi_axis(R, gdl__oi_ai(n, "axis", 0), x->ndim)) < 0) return -1;
         return (*y = gdl_gather(x, ax, b)) ? 0 : -1;
     }
-    if (!strcmp(op, "ReduceMean") || !strcmp(op, "ReduceSum") || !strcmp(op, "ReduceMax")) {
-        const gdl__oi_attr *axa = gdl__oi_attr_of(n, "axes");
-        int keep = (int)gdl__oi_ai(n, "keepdims", 1);
-        nl = 0;
-        if (n->nin > 1 && n->in[1][0]) {
-            if ((nl = gdl__oi_list(R, 1, L, 1)) < 0) return -1;
-        } else if (axa) {
-            if (axa->nints > 1) nl = 2;
-            else if ((nl = axa->nints) == 1) L[0] = axa->ints[0];
-        }
-        if (nl > 1 || (nl == 0 && keep)) {
-            gdl__set_error("gdl_onnx_run: %s node '%s': one axis, or all of them without keepdims", op, n->out[0]);
-            return -1;
-        }
-        if (nl == 0 && !strcmp(op, "ReduceMax")) {
-            gdl__set_error("gdl_onnx_run: ReduceMax node '%s': over all axes is not run", n->out[0]);
-            return -1;
-        }
-        if (nl == 0) *y = op[6] == 'M' ? gdl_mean(x) : gdl_sum(x);
-        else if ((ax = gdl__oi_axis(R, L[0], x->ndim)) < 0) return -1;
-        else *y = op[6] == 'M' && op[7] == 'e' ? gdl_mean_dim(x, ax, keep) : op[6] == 'S' ? gdl_sum_dim(x, ax, keep)
-                                                                           : gdl_max_dim(x, ax, keep);
-        return *y ? 0 : -1;
-    }
-    if (!strcmp(op, "Cast")) {
+    if (!strcmp(op, "Cast") || !strcmp(op, "CastLike")) {
+        gdl_dtype dt;
         int64_t to = gdl__oi_ai(n, "to", 0);
-        gdl_dtype dt = to == GDL__OX_FLOAT ? GDL_F32 : to == GDL__OX_INT32 || to == GDL__OX_INT64 ? GDL_I32
-                     : to == GDL__OX_UINT8 || to == GDL__OX_BOOL ? GDL_U8 : to == GDL__OX_FLOAT16 ? GDL_F16
-                     : to == GDL__OX_BFLOAT16 ? GDL_BF16 : GDL_DTYPE_COUNT;
-        if (dt == GDL_DTYPE_COUNT) {
-            gdl__set_error("gdl_onnx_run: Cast node '%s': to type %lld is not run", n->out[0], (long long)to);
-            return -1;
+        if (op[4]) { /* CastLike: the second input's type */
+            if (!(b = gdl__oi_t(R, 1))) return -1;
+            dt = b->dtype;
+            to = dt == GDL_F32 ? GDL__OX_FLOAT : dt == GDL_U8 ? GDL__OX_UINT8 : GDL__OX_INT32;
+        } else if ((dt = gdl__oi_dtype(to)) == GDL_DTYPE_COUNT) {
+            return gdl__oi_fail(R, "to type %lld is not run", (long long)to);
         }
         if (to == GDL__OX_BOOL && x->dtype != GDL_U8) return (*y = gdl_compare_scalar(x, GDL_CMP_NE, 0)) ? 0 : -1;
         return (*y = x->dtype == dt ? x : gdl_to_dtype(x, dt)) ? 0 : -1;
@@ -36026,16 +37073,12 @@ static int gdl__oi_node_run(gdl__oi_run *R, gdl_tensor **y, int64_t **i64, int64
     }
     if (!strcmp(op, "Trilu")) {
         int64_t k = 0;
-        if (n->nin > 1 && n->in[1][0] && gdl__oi_list(R, 1, &k, 1) != 1) return -1;
-        *y = gdl__oi_ai(n, "upper", 1) ? gdl_triu(x, k) : gdl_tril(x, k);
-        return *y ? 0 : -1;
+        if (gdl__oi_has(R, 1) && gdl__oi_list(R, 1, &k, 1) != 1) return -1;
+        return (*y = gdl__oi_ai(n, "upper", 1) ? gdl_triu(x, k) : gdl_tril(x, k)) ? 0 : -1;
     }
     if (!strcmp(op, "CumSum")) {
         if (gdl__oi_list(R, 1, L, 1) != 1 || (ax = gdl__oi_axis(R, L[0], x->ndim)) < 0) return -1;
-        if (gdl__oi_ai(n, "exclusive", 0) || gdl__oi_ai(n, "reverse", 0)) {
-            gdl__set_error("gdl_onnx_run: CumSum node '%s': exclusive and reverse are not run", n->out[0]);
-            return -1;
-        }
+        if (gdl__oi_ai(n, "exclusive", 0) || gdl__oi_ai(n, "reverse", 0)) return gdl__oi_fail(R, "exclusive and reverse are not run");
         return (*y = gdl_cumsum(x, ax)) ? 0 : -1;
     }
     if (!strcmp(op, "Slice")) {
@@ -36046,76 +37089,41 @@ static int gdl__oi_node_run(gdl__oi_run *R, gdl_tensor **y, int64_t **i64, int64
             axs[k] = k;
             sp[k] = 1;
         }
-        if (n->nin > 3 && n->in[3][0] && gdl__oi_list(R, 3, axs, GDL_MAX_DIMS) != ns) return -1;
-        if (n->nin > 4 && n->in[4][0] && gdl__oi_list(R, 4, sp, GDL_MAX_DIMS) != ns) return -1;
+        if (gdl__oi_has(R, 3) && gdl__oi_list(R, 3, axs, GDL_MAX_DIMS) != ns) return -1;
+        if (gdl__oi_has(R, 4) && gdl__oi_list(R, 4, sp, GDL_MAX_DIMS) != ns) return -1;
         for (k = 0; k < ns && r; k++) {
             int64_t d, s0, e0;
             if ((ax = gdl__oi_axis(R, axs[k], r->ndim)) < 0) return -1;
             d = r->shape[ax];
-            if (sp[k] != 1) {
-                gdl__set_error("gdl_onnx_run: Slice node '%s': only step 1", n->out[0]);
-                return -1;
-            }
+            if (sp[k] < 1) return gdl__oi_fail(R, "only positive steps");
             s0 = st[k] < 0 ? st[k] + d : st[k];
             e0 = en[k] < 0 ? en[k] + d : en[k];
             s0 = s0 < 0 ? 0 : s0 > d ? d : s0;
             e0 = e0 < s0 ? s0 : e0 > d ? d : e0;
-            r = gdl_narrow(r, ax, s0, e0 - s0);
+            r = sp[k] == 1 ? gdl_narrow(r, ax, s0, e0 - s0) : gdl_slice_dim(r, ax, s0, e0, sp[k]);
         }
         return (*y = r) ? 0 : -1;
-    }
-    if (!strcmp(op, "Shape")) { /* int64 values on the host */
-        const gdl__oi_rv *v = gdl__oi_in(R, 0, 1);
-        int64_t s0 = gdl__oi_ai(n, "start", 0), e0, nd, k;
-        if (!v || !v->t) return -1;
-        nd = v->t->ndim;
-        e0 = gdl__oi_ai(n, "end", nd);
-        s0 = s0 < 0 ? s0 + nd : s0;
-        e0 = e0 < 0 ? e0 + nd : e0;
-        s0 = s0 < 0 ? 0 : s0 > nd ? nd : s0;
-        e0 = e0 < s0 ? s0 : e0 > nd ? nd : e0;
-        if (R->npool >= 64) return gdl__oi_bad("over 64 Shape nodes");
-        if (!(*i64 = R->pool[R->npool++] = (int64_t *)GPUDL_MALLOC(sizeof(int64_t) * (size_t)(e0 - s0 + 1))))
-            return gdl__oi_bad("out of memory");
-        for (k = s0; k < e0; k++) (*i64)[k - s0] = v->t->shape[k];
-        *n64 = e0 - s0;
-        return 0;
     }
     if (!strcmp(op, "Expand")) { /* x broadcast to the shape: x + zeros(shape) */
         gdl_tensor *z;
         int64_t cnt = 1, k;
         if ((nl = gdl__oi_list(R, 1, L, GDL_MAX_DIMS)) < 0) return -1;
         for (k = 0; k < nl; k++) {
-            if (L[k] < 0 || (L[k] && cnt > ((int64_t)1 << 28) / L[k])) {
-                gdl__set_error("gdl_onnx_run: Expand node '%s': a shape of over 2^28 elements or a negative dim",
-                               n->out[0]);
-                return -1;
-            }
-            cnt *= L[k];
+            if (L[k] < 0 || (L[k] && L[k] > ((int64_t)1 << 28) / cnt))
+                return gdl__oi_fail(R, "a shape of over 2^28 elements or a negative dim");
+            cnt *= L[k] ? L[k] : 1;
         }
         if (!(z = gdl__tmp("gdl_onnx_run", (int)nl, L, x->dtype, x->device)) || gdl_fill_(z, 0) < 0) return -1;
         return (*y = x->dtype == GDL_F32 ? gdl_add(z, x) : gdl_where(gdl_compare_scalar(z, GDL_CMP_EQ, 0), x, z)) ? 0 : -1;
     }
-    if (!strcmp(op, "Constant")) {
-        const gdl__oi_attr *v = gdl__oi_attr_of(n, "value");
-        if (!v || !v->t) {
-            gdl__set_error("gdl_onnx_run: Constant node '%s': only a tensor value", n->out[0]);
-            return -1;
-        }
-        *y = v->t->t;
-        *i64 = v->t->i64;
-        *n64 = v->t->n64;
-        return 0;
-    }
-    gdl__set_error("gdl_onnx_run: op \"%s\" (node '%s') is not run by gpudl (docs/onnx.md lists the ops it runs)", op,
-                   n->out[0]);
-    return -1;
+    return gdl__oi_fail(R, "the op is not run (docs/onnx.md lists the ops gdl_onnx_run runs)");
 #undef GDL__OI_UN
 }
 
 GPUDL_API int gdl_onnx_run(gdl_onnx_model *m, int nin, gdl_tensor *const *inputs, int max_out, gdl_tensor **outputs,
                            int *nout) {
     gdl__oi_run R;
+    gdl__oi_rv val;
     int k, j, rc = -1;
     if (!m || !inputs || !outputs || !nout) {
         gdl__null_arg("gdl_onnx_run", !m ? "model" : !inputs ? "inputs" : !outputs ? "outputs" : "nout");
@@ -36129,44 +37137,89 @@ GPUDL_API int gdl_onnx_run(gdl_onnx_model *m, int nin, gdl_tensor *const *inputs
     }
     memset(&R, 0, sizeof R);
     R.m = m;
-    for (k = 0; k < m->ninit; k++)
-        if (gdl__oi_set(&R, m->init[k].name, m->init[k].t, m->init[k].i64, m->init[k].n64) < 0) goto done;
+    for (k = 0; k < m->ninit; k++) {
+        memset(&val, 0, sizeof val);
+        val.t = m->init[k].t;
+        val.i64 = m->init[k].i64;
+        val.n64 = m->init[k].n64;
+        val.hnd = m->init[k].hnd;
+        if (gdl__oi_set(&R, m->init[k].name, &val) < 0) goto done;
+    }
     for (k = 0; k < nin; k++) {
         if (!inputs[k]) {
             gdl__set_error("gdl_onnx_run: input %d ('%s') is NULL", k, m->in[k]);
             goto done;
         }
-        if (gdl__oi_set(&R, m->in[k], inputs[k], NULL, 0) < 0) goto done;
+        memset(&val, 0, sizeof val);
+        val.t = inputs[k];
+        if (gdl__oi_set(&R, m->in[k], &val) < 0) goto done;
     }
     for (k = 0; k < m->nnode; k++) {
-        gdl_tensor *y;
-        int64_t *i64, n64 = 0;
         R.n = &m->node[k];
-        if (gdl__oi_node_run(&R, &y, &i64, &n64) < 0) {
-            if (!gdl__err[0]) gdl__set_error("gdl_onnx_run: %s node '%s' failed", R.n->op, R.n->out[0]);
-            else if (strncmp(gdl__err, "gdl_onnx_run", 12)) {
+        memset(R.o, 0, sizeof R.o);
+        gdl__err[0] = 0;
+        if (R.n->nout > GDL__OI_MAX_OUT) {
+            gdl__oi_fail(&R, "%d outputs (at most %d)", R.n->nout, GDL__OI_MAX_OUT);
+            goto done;
+        }
+        if (gdl__oi_node_run(&R) < 0) {
+            if (!gdl__err[0]) gdl__oi_fail(&R, "failed");
+            else if (strncmp(gdl__err, "gdl_onnx_run", 12)) { /* an op's error: the node in front */
                 char prev[sizeof gdl__err];
                 memcpy(prev, gdl__err, sizeof prev);
-                gdl__set_error("gdl_onnx_run: %s node '%s': %s", R.n->op, R.n->out[0], prev);
+                gdl__oi_fail(&R, "%s", prev);
             }
             goto done;
         }
-        if (gdl__oi_set(&R, R.n->out[0], y, i64, n64) < 0) goto done;
+        for (j = 0; j < R.n->nout; j++) /* outputs the node does not make ("" or not computed) stay unknown */
+            if (R.n->out[j][0] && (R.o[j].t || R.o[j].i64) && gdl__oi_set(&R, R.n->out[j], &R.o[j]) < 0) goto done;
     }
     for (k = 0; k < m->nout; k++) {
-        for (j = R.nv - 1; j >= 0 && strcmp(R.v[j].name, m->out[k]); j--) {}
-        if (j < 0 || !R.v[j].t) {
+        gdl__oi_rv *v = NULL;
+        for (j = R.nv - 1; j >= 0 && !v; j--)
+            if (!strcmp(R.v[j].name, m->out[k])) v = &R.v[j];
+        if (!v) {
             gdl__set_error("gdl_onnx_run: output '%s' is not computed by the graph", m->out[k]);
             goto done;
         }
-        outputs[k] = R.v[j].t;
+        if (!(outputs[k] = gdl__oi_host_tensor(&R, v))) goto done; /* host values: as an i32 tensor */
     }
     *nout = m->nout;
     rc = 0;
 done:
     for (k = 0; k < R.npool; k++) GPUDL_FREE(R.pool[k]);
+    GPUDL_FREE(R.pool);
     GPUDL_FREE(R.v);
     return rc;
+}
+
+/* The trainable initializers: every f32 one but batch norm's running statistics (inputs 3 and 4 of a
+   BatchNormalization node) */
+GPUDL_API int gdl_onnx_parameters(gdl_onnx_model *m, const char **names, gdl_tensor **params, int max) {
+    int k, j, i, cnt = 0, stat;
+    if (!m) {
+        gdl__null_arg("gdl_onnx_parameters", "model");
+        return -1;
+    }
+    if (max < 0 || (max > 0 && !names && !params)) {
+        gdl__set_error("gdl_onnx_parameters: max %d with %s", max, max < 0 ? "a negative count" : "no names or params");
+        return -1;
+    }
+    for (k = 0; k < m->ninit; k++) {
+        const gdl__oi_val *v = &m->init[k];
+        if (!v->t || v->t->dtype != GDL_F32 || v->i64) continue;
+        for (j = 0, stat = 0; j < m->nnode && !stat; j++)
+            if (!strcmp(m->node[j].op, "BatchNormalization"))
+                for (i = 3; i < 5 && i < m->node[j].nin; i++) stat |= !strcmp(m->node[j].in[i], v->name);
+        if (stat) continue;
+        if (cnt < max) {
+            if (gdl_set_requires_grad(v->t, 1) < 0) return -1;
+            if (names) names[cnt] = v->name;
+            if (params) params[cnt] = v->t;
+        }
+        cnt++;
+    }
+    return cnt;
 }
 #endif /* GPUDL_IMPLEMENTATION_DONE */
 #endif /* GPUDL_IMPLEMENTATION */

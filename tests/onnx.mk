@@ -6,10 +6,13 @@
 #                    modules) and writes gpudl's outputs at batch 1 and 3; tests/onnx_check.py
 #                    checks each file with onnx.checker (full_check) and runs it in ONNX Runtime;
 #                    the C program also reads each file back (gdl_load_onnx, gdl_onnx_run).
+#                    Then tests/onnx_torch.py exports small PyTorch nets with both torch.onnx.export
+#                    exporters, and tests/onnx_import.c (plain and under ASan+UBSan) runs each with
+#                    gdl_onnx_run against PyTorch's outputs and fine-tunes two of them one SGD step.
 #                    The reader's libFuzzer harness, tests/fuzz/fuzz_onnx.c, builds with
 #                    tests/fuzz/fuzz.mk's pattern rule once FUZZ_NAMES has onnx.
-#                    Needs the venv of `sh tools/deps.sh onnx` (build/onnx-venv; ONNX_VENV
-#                    overrides).
+#                    Needs the venv of `sh tools/deps.sh onnx` (build/onnx-venv, with torch and
+#                    onnxscript; ONNX_VENV overrides).
 
 .PHONY: test-onnx
 
@@ -20,5 +23,11 @@ $(B)/asan_test_onnx_export: tests/onnx_export.c $(HDR) tests/api_only.h examples
                        $(B)/lib/asan_std.o | $(B)
 	$(CC) $(VARIANT_asan) $(SET_std) $(API_ONLY) $< $(B)/lib/asan_std.o -o $@ $(LIBS)
 
-test-onnx: $(B)/test_onnx_export $(B)/asan_test_onnx_export
-	sh tests/test_onnx.sh $(B)/test_onnx_export $(B)/asan_test_onnx_export
+$(B)/test_onnx_import: tests/onnx_import.c $(HDR) tests/api_only.h $(B)/lib/plain_std.o | $(B)
+	$(CC) $(VARIANT_plain) $(SET_std) $(API_ONLY) $< $(B)/lib/plain_std.o -o $@ $(LIBS)
+$(B)/asan_test_onnx_import: tests/onnx_import.c $(HDR) tests/api_only.h $(B)/lib/asan_std.o | $(B)
+	$(CC) $(VARIANT_asan) $(SET_std) $(API_ONLY) $< $(B)/lib/asan_std.o -o $@ $(LIBS)
+
+test-onnx: $(B)/test_onnx_export $(B)/asan_test_onnx_export $(B)/test_onnx_import $(B)/asan_test_onnx_import
+	sh tests/test_onnx.sh $(B)/test_onnx_export $(B)/asan_test_onnx_export -- $(B)/test_onnx_import \
+	    $(B)/asan_test_onnx_import

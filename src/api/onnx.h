@@ -17,7 +17,11 @@
    module's training flags and the grad mode are restored afterwards. The
    file is written to a temporary and renamed: a failed export leaves nothing
    at path. An op without an ONNX form fails the export with an error naming
-   the op and the node.
+   the op and the node. A recurrent layer (gdl_nn_lstm / gdl_nn_gru) becomes
+   one ONNX LSTM / GRU node per layer and direction (PyTorch's gate order
+   converted to ONNX's). A statically quantized (int8) layer becomes
+   QuantizeLinear / DequantizeLinear nodes around its float op; dynamically
+   quantized layers are refused.
    ------------------------------------------------------------------------- */
 
 #define GDL_ONNX_OPSET_MIN 17 /* LayerNormalization */
@@ -51,12 +55,21 @@ GPUDL_API int gdl_export_onnx_fn(gdl_module *model, gdl_onnx_forward_fn fn, void
 /* ---- import: an ONNX file run with gdl's ops ----
    gdl_load_onnx reads the file (untrusted: every length, count, shape and external-data range is checked;
    external data only from the file's directory) with its initializers on dev; gdl_onnx_run runs the graph
-   on inputs (in the graph's input order) with gdl's ops, giving temporaries (valid until the next
-   gdl_arena_reset). It runs the ops gdl_export_onnx writes, in the forms it writes them (docs/onnx.md; Erf,
-   which GELU below opset 20 uses, as an approximation within 1.5e-7); another op fails the run with its name. */
+   on inputs (in the graph's input order; int64 ids as i32 tensors) with gdl's ops, giving temporaries (valid
+   until the next gdl_arena_reset). It runs the files gdl_export_onnx writes and PyTorch's exports of the ops
+   docs/onnx.md lists (both torch.onnx.export exporters: Gemm, Constant and Shape chains, LSTM / GRU nodes, ...;
+   Erf, which GELU below opset 20 uses, as an approximation within 1.5e-7). A node of another op is refused by
+   gdl_load_onnx, an attribute it does not run by gdl_onnx_run, each with the node's name and op type. The run
+   records the tape like any gdl forward: with gdl_onnx_parameters' tensors in an optimizer, a loss on its
+   outputs trains the imported model (fine-tuning). */
 typedef struct gdl_onnx_model gdl_onnx_model;
 GPUDL_API gdl_onnx_model *gdl_load_onnx(const char *path, gdl_device dev);          /* NULL + error */
 GPUDL_API gdl_onnx_model *gdl_onnx_parse(const void *data, size_t len, gdl_device dev); /* from memory: no external data */
 GPUDL_API int gdl_onnx_run(gdl_onnx_model *m, int nin, gdl_tensor *const *inputs, int max_out, gdl_tensor **outputs,
                            int *nout); /* 0 / -1 + error */
 GPUDL_API void gdl_onnx_free(gdl_onnx_model *m); /* NULL: no-op */
+/* The model's trainable initializers (every f32 one but batch norm's running statistics), in the file's order:
+   marks each requires_grad and fills at most max names / params (either may be NULL; names live as long as m).
+   Returns the total count (max 0 counts), -1 + error. The tensors are the model's: an optimizer's step changes
+   what the next gdl_onnx_run computes. */
+GPUDL_API int gdl_onnx_parameters(gdl_onnx_model *m, const char **names, gdl_tensor **params, int max);

@@ -21,7 +21,7 @@ enum {
     GDL__OX_ENTRY_KEY = 1, GDL__OX_ENTRY_VALUE = 2,
     GDL__OX_VI_NAME = 1, GDL__OX_VI_TYPE = 2, GDL__OX_TYPE_TENSOR = 1, GDL__OX_TT_ELEM = 1, GDL__OX_TT_SHAPE = 2,
     GDL__OX_SHAPE_DIM = 1, GDL__OX_DIM_VALUE = 1, GDL__OX_DIM_PARAM = 2,
-    GDL__OX_FLOAT = 1, GDL__OX_UINT8 = 2, GDL__OX_INT32 = 6, GDL__OX_INT64 = 7, GDL__OX_BOOL = 9, GDL__OX_FLOAT16 = 10,
+    GDL__OX_FLOAT = 1, GDL__OX_UINT8 = 2, GDL__OX_INT8 = 3, GDL__OX_INT32 = 6, GDL__OX_INT64 = 7, GDL__OX_BOOL = 9, GDL__OX_FLOAT16 = 10,
     GDL__OX_BFLOAT16 = 16
 };
 
@@ -51,6 +51,11 @@ static int gdl__ox_dtype(gdl_dtype dt) {
 }
 
 /* a value of the graph: a tensor and its name; bax: which of its dims is the batch (-1 none) */
+typedef struct gdl__ox_q { /* a static int8 layer the traced forward ran (gdl__ox_qlayer_traced) */
+    const gdl_tensor *x, *y;
+    const gdl_module *m;
+} gdl__ox_q;
+
 typedef struct gdl__ox_val {
     const gdl_tensor *t;
     char *name;
@@ -75,6 +80,11 @@ typedef struct gdl__ox {
     const char *ext_name;
     uint64_t ext_off;
     int64_t ext_min;
+    struct gdl__ox_rnn *rnn; /* LSTM / GRU layers found in the trace (gdl__ox_rnn_find), written as one node */
+    int nrnn;
+    int *absorbed;           /* per trace node: the layer that writes it (-1: none) */
+    gdl__ox_q *q;            /* the static int8 layers the forward ran: input, output, module (gdl__ox_qlayer_traced) */
+    int nq, capq, qoom;
 } gdl__ox;
 
 static size_t gdl__ox_hash_of(const void *p, int cap) {
@@ -175,15 +185,15 @@ static void gdl__ox_attr_str(gdl__pb *a, const char *name, const char *v) {
 }
 
 /* A NodeProto: op_type on inputs in[0..nin) (NULL entries: an omitted optional input, written as "")
-   to output out, with the attributes already encoded in attrs (may be NULL; freed here). */
-static void gdl__ox_node(gdl__ox *X, const char *op_type, int nin, const char *const *in, const char *out,
-                         gdl__pb *attrs) {
+   to outputs out[0..nout) (gdl__ox_node: one), with the attributes already encoded in attrs (may be NULL; freed here). */
+static void gdl__ox_node_n(gdl__ox *X, const char *op_type, int nin, const char *const *in, int nout,
+                           const char *const *out, gdl__pb *attrs) {
     size_t s = gdl__pb_open(&X->nodes, GDL__OX_GRAPH_NODE);
     char name[96];
     int k, last = nin;
     while (last > 0 && !in[last - 1]) last--; /* trailing omitted inputs are left out */
     for (k = 0; k < last; k++) gdl__pb_str(&X->nodes, GDL__OX_NODE_INPUT, in[k] ? in[k] : "");
-    gdl__pb_str(&X->nodes, GDL__OX_NODE_OUTPUT, out);
+    for (k = 0; k < nout; k++) gdl__pb_str(&X->nodes, GDL__OX_NODE_OUTPUT, out[k]);
     snprintf(name, sizeof name, "%s/%s_%d", X->curname, op_type, X->ntmp++);
     gdl__pb_str(&X->nodes, GDL__OX_NODE_NAME, name);
     gdl__pb_str(&X->nodes, GDL__OX_NODE_OP, op_type);
@@ -193,6 +203,10 @@ static void gdl__ox_node(gdl__ox *X, const char *op_type, int nin, const char *c
         gdl__pb_free(attrs);
     }
     gdl__pb_close(&X->nodes, s);
+}
+static void gdl__ox_node(gdl__ox *X, const char *op_type, int nin, const char *const *in, const char *out,
+                         gdl__pb *attrs) {
+    gdl__ox_node_n(X, op_type, nin, in, 1, &out, attrs);
 }
 static void gdl__ox_node1(gdl__ox *X, const char *op_type, const char *a, const char *out, gdl__pb *attrs) {
     gdl__ox_node(X, op_type, 1, &a, out, attrs);
@@ -399,7 +413,10 @@ fail:
     return NULL;
 }
 
-/* The name of tensor t read by a node: a value named already, or a leaf first used here, which becomes
+static int gdl__ox_qfind(const struct gdl__ox *X, const gdl_tensor *t);
+static const char *gdl__ox_qemit(struct gdl__ox *X, int i);
+
+/* The name of tensor t read by a node: a value named already, an int8 layer's output (written here), or a leaf first used here, which becomes
    an initializer (a module tensor under its state_dict name, anything else const_<k>) or a batch-sized
    fill (gdl__ox_batch_fill). */
 static const char *gdl__ox_use(gdl__ox *X, const gdl_tensor *t) {
@@ -407,6 +424,7 @@ static const char *gdl__ox_use(gdl__ox *X, const gdl_tensor *t) {
     char name[32];
     const char *nm = NULL;
     if (k >= 0) return X->v[k].name;
+    if ((j = gdl__ox_qfind(X, t)) >= 0) return gdl__ox_qemit(X, j);
     for (j = 0; j < X->np && !nm; j++)
         if (X->ptens[j] == t) nm = X->pnames[j];
     if (!nm) {
@@ -1107,6 +1125,174 @@ static int gdl__ox_op(gdl__ox *X, const gdl_node *n, int total, const char *out,
     }
 }
 
+/* ---- static int8 layers as QuantizeLinear / DequantizeLinear (QDQ) around the float op ----
+   A quantized layer runs outside the tape; during the trace its forward is wrapped (gdl__ox_qlayer_traced) to
+   note its input and output, and the output's first reader writes the layer (gdl__ox_qemit): the input
+   clipped to the layer's activation range, QuantizeLinear and DequantizeLinear with its scale and zero point
+   (u8), the int8 weight through DequantizeLinear (per output channel: axis 0), Gemm / MatMul / Conv with the
+   f32 bias, ReLU when fused, and the output requantized the same way: the arithmetic of src/quant/layers.h,
+   written out. A runtime may fuse the pattern into integer ops (QLinearMatMul, QLinearConv). */
+
+static GDL__TLS gdl__ox *gdl__ox_qcur; /* the export whose trace is running on this thread */
+
+static gdl_tensor *gdl__ox_qlayer_traced(gdl_module *m, gdl_tensor *x) {
+    gdl_tensor *y = gdl__qlayer_forward(m, x);
+    gdl__ox *X = gdl__ox_qcur;
+    if (y && X) {
+        if (X->nq == X->capq) {
+            int cap = X->capq ? 2 * X->capq : 16;
+            gdl__ox_q *nq = (gdl__ox_q *)GPUDL_REALLOC(X->q, sizeof *nq * (size_t)cap);
+            if (!nq) {
+                X->qoom = 1;
+                return y;
+            }
+            X->q = nq;
+            X->capq = cap;
+        }
+        X->q[X->nq].x = x;
+        X->q[X->nq].y = y;
+        X->q[X->nq].m = m;
+        X->nq++;
+    }
+    return y;
+}
+
+/* the layer that made t, or -1 */
+static int gdl__ox_qfind(const gdl__ox *X, const gdl_tensor *t) {
+    int k;
+    for (k = X->nq - 1; k >= 0; k--)
+        if (X->q[k].y == t) return k;
+    return -1;
+}
+/* t, or through int8 layers the tensor their chain started from (whose node a trace recorded) */
+static const gdl_tensor *gdl__ox_qsrc(const gdl__ox *X, const gdl_tensor *t) {
+    int k, hops = 0;
+    while (t && (k = gdl__ox_qfind(X, t)) >= 0 && hops++ <= X->nq) t = X->q[k].x;
+    return t;
+}
+
+/* a model's int8 layers wrapped for the trace (on 1) or unwrapped (0); 0, or -1 + error for a dynamic one */
+static int gdl__ox_qwrap(gdl__ox *X, gdl_module *const *mods, int nm, int on) {
+    int k;
+    for (k = 0; k < nm; k++) {
+        gdl_module *m = mods[k];
+        if (!on && m->fwd == gdl__ox_qlayer_traced) m->fwd = gdl__qlayer_forward;
+        if (!on || !gdl__is_qlayer(m)) continue;
+        if (((const gdl__qlayer *)m->user)->mode == GDL__Q_DYNAMIC) {
+            gdl__set_error("%s: %s is a %s: its activations are quantized per batch (%s), which has no ONNX form "
+                           "here; export a statically quantized model (gdl_quant_prepare, calibrate, convert) or "
+                           "the float model", X->fn, gdl__nn_label(m), gdl_module_kind(m),
+                           ((const gdl__qlayer *)m->user)->reduce_range ? "7 bits" : "at run time");
+            gdl__ox_qwrap(X, mods, nm, 0);
+            return -1;
+        }
+        m->fwd = gdl__ox_qlayer_traced;
+    }
+    return 0;
+}
+
+/* a scalar initializer of ONNX type otype (u8 or f32) */
+static const char *gdl__ox_const_scalar(gdl__ox *X, int otype, double v) {
+    const char *name = gdl__ox_tmp(X);
+    unsigned char u = (unsigned char)v;
+    float f = (float)v;
+    if (!name || gdl__ox_init_raw(X, name, otype, 0, NULL, otype == GDL__OX_UINT8 ? (void *)&u : (void *)&f,
+                                  otype == GDL__OX_UINT8 ? 1 : 4, otype == GDL__OX_UINT8 ? 1 : 4) < 0)
+        return NULL;
+    return name;
+}
+
+/* x clipped to the range q's integers 0..qmax hold at (scale, zp), quantized and dequantized; out: the result's
+   name (NULL: a fresh one) */
+static const char *gdl__ox_qdq(gdl__ox *X, const char *x, double scale, int32_t zp, int qmax, const char *out) {
+    const char *ci[3], *s, *z, *c, *q;
+    if (!(s = gdl__ox_const_scalar(X, GDL__OX_FLOAT, scale)) || !(z = gdl__ox_const_scalar(X, GDL__OX_UINT8, zp)) ||
+        !(ci[1] = gdl__ox_const_f32(X, (double)(float)((0 - zp) * scale))) ||
+        !(ci[2] = gdl__ox_const_f32(X, (double)(float)((qmax - zp) * scale))) || !(c = gdl__ox_tmp(X)) ||
+        !(q = gdl__ox_tmp(X)) || (!out && !(out = gdl__ox_tmp(X))))
+        return NULL;
+    ci[0] = x;
+    gdl__ox_node(X, "Clip", 3, ci, c, NULL);
+    ci[0] = c, ci[1] = s, ci[2] = z;
+    gdl__ox_node(X, "QuantizeLinear", 3, ci, q, NULL);
+    ci[0] = q;
+    gdl__ox_node(X, "DequantizeLinear", 3, ci, out, NULL);
+    return out;
+}
+
+/* the int8 layer X->q[i] as QDQ nodes; the name of its output */
+static const char *gdl__ox_qemit(gdl__ox *X, int i) {
+    const gdl_module *m = X->q[i].m;
+    const gdl__qlayer *q = (const gdl__qlayer *)m->user, *ws = gdl__qlayer_wsrc(q);
+    const gdl_tensor *x = X->q[i].x;
+    const int64_t ns = gdl__qlayer_nscale(q);
+    const char *xs, *xd, *in[3], *wd, *y;
+    char name[4][96];
+    gdl__pb at = {NULL, 0, 0, 0};
+    int64_t wdims[4], k;
+    int32_t *zeros;
+    int bax, rc;
+    if (!(xs = gdl__ox_use(X, x))) return NULL;
+    bax = gdl__ox_bax_of(X, x);
+    for (k = 0; k < 4; k++) snprintf(name[k], sizeof name[k], "qlayer_%d.%s", i, k == 0 ? "weight_int8" : k == 1 ? "weight_scale" : k == 2 ? "weight_zero_point" : "bias");
+    if (!(xd = gdl__ox_qdq(X, xs, q->in_scale, q->in_zp, gdl__qlayer_qmax(q), NULL))) return NULL;
+    wdims[0] = q->out;
+    if (q->conv) {
+        wdims[1] = q->ia[GDL__CONV_IN];
+        wdims[2] = q->ia[GDL__CONV_KH];
+        wdims[3] = q->ia[GDL__CONV_KW];
+    } else {
+        wdims[1] = q->in;
+    }
+    if (!(zeros = (int32_t *)GPUDL_MALLOC(sizeof(int32_t) * (size_t)ns))) {
+        gdl__ox_oom(X);
+        return NULL;
+    }
+    memset(zeros, 0, (size_t)ns); /* symmetric: an int8 zero point of 0 per scale */
+    rc = gdl__ox_init_raw(X, name[0], GDL__OX_INT8, q->conv ? 4 : 2, wdims, ws->w, (size_t)(q->in * q->out), 1);
+    if (rc == 0) rc = gdl__ox_init_raw(X, name[2], GDL__OX_INT8, q->per_channel, &ns, zeros, (size_t)ns, 1);
+    /* the f32 data copied first: the writer makes it little-endian in place */
+    for (k = 0; rc == 0 && k < 2; k++) {
+        const int64_t n = k ? (q->bias ? q->out : 0) : ns;
+        float *f = n ? (float *)GPUDL_MALLOC(sizeof(float) * (size_t)n) : NULL;
+        if (!n) continue;
+        if (!f) {
+            rc = gdl__ox_oom(X);
+            break;
+        }
+        memcpy(f, k ? q->bias : ws->w_scale, sizeof(float) * (size_t)n);
+        rc = gdl__ox_init_raw(X, name[k ? 3 : 1], GDL__OX_FLOAT, k ? 1 : q->per_channel, k ? &wdims[0] : &ns, f,
+                              sizeof(float) * (size_t)n, 4);
+        GPUDL_FREE(f);
+    }
+    GPUDL_FREE(zeros);
+    if (rc < 0 || !(wd = gdl__ox_tmp(X)) || !(y = gdl__ox_tmp(X))) return NULL;
+    if (q->per_channel) gdl__ox_attr_int(&at, "axis", 0);
+    in[0] = name[0], in[1] = name[1], in[2] = name[2];
+    gdl__ox_node(X, "DequantizeLinear", 3, in, wd, &at);
+    in[0] = xd, in[1] = wd, in[2] = q->bias ? name[3] : NULL;
+    if (q->conv) {
+        int64_t v[4];
+        v[0] = q->ia[GDL__CONV_SH], v[1] = q->ia[GDL__CONV_SW];
+        gdl__ox_attr_ints(&at, "strides", v, 2);
+        v[0] = v[2] = q->ia[GDL__CONV_PH], v[1] = v[3] = q->ia[GDL__CONV_PW];
+        gdl__ox_attr_ints(&at, "pads", v, 4);
+        v[0] = q->ia[GDL__CONV_DH], v[1] = q->ia[GDL__CONV_DW];
+        gdl__ox_attr_ints(&at, "dilations", v, 2);
+        gdl__ox_node(X, "Conv", q->bias ? 3 : 2, in, y, &at);
+    } else if (x->ndim == 2) {
+        gdl__ox_attr_int(&at, "transB", 1);
+        gdl__ox_node(X, "Gemm", q->bias ? 3 : 2, in, y, &at);
+    } else if (!(in[1] = gdl__ox_un(X, "Transpose", wd)) || !(y = gdl__ox_bin(X, "MatMul", xd, in[1])) ||
+               (q->bias && !(y = gdl__ox_bin(X, "Add", y, name[3])))) {
+        return NULL;
+    }
+    if (q->relu && !(y = gdl__ox_un(X, "Relu", y))) return NULL;
+    snprintf(name[0], sizeof name[0], "qlayer_%d", i);
+    if ((k = gdl__ox_add(X, X->q[i].y, name[0], bax)) < 0) return NULL;
+    return gdl__ox_qdq(X, y, q->out_scale, q->out_zp, gdl__qlayer_qmax(q), X->v[k].name);
+}
+
 /* ---- the trace ---- */
 
 #define GDL__OX_MAX_OUT 64
@@ -1141,13 +1327,21 @@ static int gdl__ox_trace(gdl__ox *X, gdl_module *model, gdl_onnx_forward_fn fn, 
             return gdl__ox_oom(X);
         }
         gdl__ox_modules(model, mods, training, 0);
+        if (gdl__ox_qwrap(X, mods, nm, 1) < 0) {
+            GPUDL_FREE(mods);
+            GPUDL_FREE(training);
+            return -1;
+        }
         gdl_module_train(model, 0);
     }
     prev_grad = gdl_set_grad_enabled(0);
     gdl__tracing = 1;
+    gdl__ox_qcur = X;
     *nout = 0;
     rc = fn(user, nin, in, GDL__OX_MAX_OUT, outs, nout);
+    gdl__ox_qcur = NULL;
     gdl__tracing = 0;
+    if (model) gdl__ox_qwrap(X, mods, nm, 0);
     for (nd = gdl__tape; nd && nd != tape0; nd = nd->prev) count++;
     *nodes = (gdl_node **)GPUDL_MALLOC(sizeof(gdl_node *) * (size_t)(count ? count : 1));
     if (*nodes)
@@ -1158,7 +1352,7 @@ static int gdl__ox_trace(gdl__ox *X, gdl_module *model, gdl_onnx_forward_fn fn, 
     for (k = 0; k < nm; k++) gdl_module_train(mods[k], training[k]); /* pre-order: children after parents */
     GPUDL_FREE(mods);
     GPUDL_FREE(training);
-    if (!*nodes) return gdl__ox_oom(X);
+    if (!*nodes || X->qoom) return gdl__ox_oom(X);
     if (rc < 0) {
         char prev[sizeof gdl__err];
         memcpy(prev, gdl__err, sizeof prev);
@@ -1178,6 +1372,7 @@ static int gdl__ox_trace(gdl__ox *X, gdl_module *model, gdl_onnx_forward_fn fn, 
 }
 
 /* which trace nodes the outputs depend on (live[k]) */
+static const gdl_tensor *gdl__ox_qsrc(const gdl__ox *X, const gdl_tensor *t);
 static int gdl__ox_live(gdl__ox *X, gdl_node **nodes, int nn, gdl_tensor **outs, int nout, char *live) {
     int cap = 16, k, j, *h;
     size_t i;
@@ -1199,14 +1394,363 @@ static int gdl__ox_live(gdl__ox *X, gdl_node **nodes, int nn, gdl_tensor **outs,
                 }                                                                                    \
     } while (0)
     if (nn > 0) memset(live, 0, (size_t)nn); /* nn >= 0: the guard tells gcc -O1 so */
-    for (k = 0; k < nout; k++) GDL__OX_MARK(outs[k]->node);
+    for (k = 0; k < nout; k++) GDL__OX_MARK(gdl__ox_qsrc(X, outs[k])->node); /* through int8 layers to a node */
     for (k = nn - 1; k >= 0; k--)
         if (live[k])
             for (j = 0; j < nodes[k]->nin; j++)
-                if (nodes[k]->in[j]) GDL__OX_MARK(nodes[k]->in[j]->node);
+                if (nodes[k]->in[j]) GDL__OX_MARK(gdl__ox_qsrc(X, nodes[k]->in[j])->node);
 #undef GDL__OX_MARK
     GPUDL_FREE(h);
     return 0;
+}
+
+/* ---- LSTM and GRU layers as ONNX LSTM / GRU nodes ----
+   A recurrent layer's direction runs, in the trace, as: gx = linear(xs [T,B,I], w_ih, b_ih); per step t
+   gh = linear(h, w_hh, b_hh) and the gates op on (gx[t], gh, c or h), the next step reading the h (and c) it
+   made. gdl__ox_rnn_find finds such chains, over every step of gx in order (forward) or backwards
+   (reverse), whose inner values nothing else reads; each becomes one LSTM / GRU node written where gx was
+   (its weights reordered from PyTorch's gates i, f, g, o and r, z, n into ONNX's i, o, f, c and z, r, h; GRU
+   with linear_before_reset = 1), and the steps' h that other ops read are slices of its Y. Anything else
+   stays unrolled (the gates' formulas). */
+
+typedef struct gdl__ox_rnn {
+    int lstm, T, rev, ok;
+    int emit;                     /* the trace node (gx's linear) where the node is written */
+    const gdl_tensor *xs, *w_ih, *b_ih, *w_hh, *b_hh, *h0, *c0, *c_last;
+    const gdl_tensor **h;         /* each step's h, in time order */
+    char *h_read;                 /* which of them something outside the layer reads */
+    int *steps;                   /* the gates nodes, step order */
+} gdl__ox_rnn;
+
+/* pointer -> index maps over the trace nodes (open addressing; cap a power of two) */
+static int gdl__ox_index_of(const int *h, int cap, gdl_node *const *nodes, const gdl_node *p) {
+    size_t i;
+    if (!p) return -1;
+    for (i = gdl__ox_hash_of(p, cap); h[i]; i = (i + 1) & (size_t)(cap - 1))
+        if (nodes[h[i] - 1] == p) return h[i] - 1;
+    return -1;
+}
+
+static int gdl__ox_is_linear(const gdl_node *n) {
+    return n && (n->op == GDL_OP_LINEAR || (n->op == GDL_OP_LINEAR_ACT && n->i[0] < 0)) && n->nin >= 2;
+}
+static int gdl__ox_is_leaf(const gdl_tensor *t) { return !t || (!t->node && t->dtype == GDL_F32); }
+
+/* t as a row of another tensor (gdl_select: a slice then a reshape, or one of them): that tensor, the
+   row's element offset and the view nodes (1 or 2, into v); NULL when t is not such a view */
+static const gdl_tensor *gdl__ox_row(const gdl_tensor *t, int64_t *off, const gdl_node **v) {
+    const gdl_node *n = t->node;
+    v[0] = v[1] = NULL;
+    if (!n || (n->op != GDL_OP_SLICE && n->op != GDL_OP_RESHAPE)) return NULL;
+    v[0] = n;
+    *off = n->op == GDL_OP_SLICE ? n->i[0] : 0;
+    if (n->op == GDL_OP_RESHAPE && n->in[0]->node && n->in[0]->node->op == GDL_OP_SLICE) {
+        v[1] = n->in[0]->node;
+        *off = v[1]->i[0];
+        return v[1]->in[0];
+    }
+    return n->in[0];
+}
+
+/* the gates node whose step comes before gates node g (through its h and c), or NULL */
+static const gdl_node *gdl__ox_rnn_prev(const gdl_node *g) {
+    const gdl_node *gh = g->in[1]->node, *v[2];
+    const gdl_tensor *h, *src, *c;
+    int64_t off = -1, coff = -1;
+    if (!gdl__ox_is_linear(gh)) return NULL;
+    h = gh->in[0];
+    if (g->op == GDL_OP_GRU_GATES) return h == g->in[2] && h->node && h->node->op == GDL_OP_GRU_GATES ? h->node : NULL;
+    if (!(src = gdl__ox_row(h, &off, v)) || off != 0 || !src->node || src->node->op != GDL_OP_LSTM_GATES ||
+        !(c = gdl__ox_row(g->in[2], &coff, v)) || c != src || coff != h->numel)
+        return NULL;
+    return src->node;
+}
+
+static void gdl__ox_rnn_free(gdl__ox *X) {
+    int k;
+    for (k = 0; k < X->nrnn; k++) {
+        GPUDL_FREE(X->rnn[k].h);
+        GPUDL_FREE(X->rnn[k].h_read);
+        GPUDL_FREE(X->rnn[k].steps);
+    }
+    GPUDL_FREE(X->rnn);
+    GPUDL_FREE(X->absorbed);
+    X->rnn = NULL;
+    X->absorbed = NULL;
+    X->nrnn = 0;
+}
+
+/* one chain from its first gates node: checked, its nodes marked absorbed[] = r; 0 not a layer, 1 one, -1 oom */
+static int gdl__ox_rnn_chain(gdl__ox *X, gdl_node **nodes, const int *h, int cap, const int *next, int first,
+                             gdl__ox_rnn *L, int r) {
+    const gdl_node *g0 = nodes[first], *gxn, *v[2];
+    const gdl_tensor *gx;
+    int64_t B, H, G, T, t, off0 = 0;
+    int k, j, m;
+    memset(L, 0, sizeof *L);
+    L->lstm = g0->op == GDL_OP_LSTM_GATES;
+    G = L->lstm ? 4 : 3;
+    if (!(gx = gdl__ox_row(g0->in[0], &off0, v)) || !gdl__ox_is_linear(gxn = gx->node) || gx->ndim != 3 ||
+        gxn->in[0]->ndim != 3)
+        return 0;
+    T = gx->shape[0];
+    B = gx->shape[1];
+    H = g0->in[2]->shape[1];
+    if (gx->shape[2] != G * H || !gdl__ox_is_leaf(gxn->in[1]) || !gdl__ox_is_leaf(gxn->nin > 2 ? gxn->in[2] : NULL))
+        return 0;
+    L->T = (int)T;
+    L->rev = T > 1 && off0 == (T - 1) * B * G * H;
+    L->xs = gxn->in[0];
+    L->w_ih = gxn->in[1];
+    L->b_ih = gxn->nin > 2 ? gxn->in[2] : NULL;
+    L->w_hh = g0->in[1]->node->in[1];
+    L->b_hh = g0->in[1]->node->nin > 2 ? g0->in[1]->node->in[2] : NULL;
+    L->h0 = g0->in[1]->node->in[0];
+    L->c0 = L->lstm ? g0->in[2] : NULL;
+    if (!gdl__ox_is_leaf(L->w_hh) || !gdl__ox_is_leaf(L->b_hh) || L->w_ih->ndim != 2 || L->w_hh->ndim != 2 ||
+        L->w_hh->shape[0] != G * H || L->w_hh->shape[1] != H || (L->b_ih && L->b_ih->numel != G * H) ||
+        (L->b_hh && L->b_hh->numel != G * H) || L->h0->ndim != 2 || (L->c0 && L->c0->ndim != 2))
+        return 0;
+    L->emit = gdl__ox_index_of(h, cap, nodes, gxn);
+    /* the initial states exist before the node is written */
+    if (L->emit < 0 || gdl__ox_index_of(h, cap, nodes, L->h0->node) >= L->emit ||
+        (L->c0 && gdl__ox_index_of(h, cap, nodes, L->c0->node) >= L->emit))
+        return 0;
+    if (!(L->steps = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)T)) ||
+        !(L->h = (const gdl_tensor **)GPUDL_MALLOC(sizeof *L->h * (size_t)T)) || !(L->h_read = (char *)GPUDL_MALLOC((size_t)T)))
+        return -1;
+    memset(L->h_read, 0, (size_t)T);
+    memset((void *)L->h, 0, sizeof *L->h * (size_t)T);
+    for (t = 0, k = first; t < T; t++, k = next[k]) {
+        const gdl_node *g = k >= 0 ? nodes[k] : NULL, *gh;
+        int64_t at = L->rev ? T - 1 - t : t, off = -1;
+        if (!g || (g->op == GDL_OP_LSTM_GATES) != L->lstm || gdl__ox_row(g->in[0], &off, v) != gx ||
+            off != at * B * G * H || !(gh = g->in[1]->node) || !gdl__ox_is_linear(gh) || gh->in[1] != L->w_hh ||
+            (gh->nin > 2 ? gh->in[2] : NULL) != L->b_hh)
+            return 0;
+        L->steps[t] = k;
+    }
+    if (k >= 0) return 0; /* more steps than gx has rows */
+    /* its nodes: gx's linear, and per step the row of gx, gh's linear, the gates, the h and c rows the next
+       step reads (all of this trace) */
+    for (m = 0; m < 2; m++) { /* m 0: each is in the trace; 1: marked */
+        if (m) X->absorbed[L->emit] = r;
+        for (t = 0; t < T; t++) {
+            const gdl_node *g = nodes[L->steps[t]], *part[7];
+            int64_t off;
+            int p, np = 0;
+            part[np++] = g->in[1]->node;
+            gdl__ox_row(g->in[0], &off, v);
+            part[np++] = v[0], part[np++] = v[1];
+            if (t > 0 && L->lstm) {
+                gdl__ox_row(g->in[1]->node->in[0], &off, v);
+                part[np++] = v[0], part[np++] = v[1];
+                gdl__ox_row(g->in[2], &off, v);
+                part[np++] = v[0], part[np++] = v[1];
+            }
+            for (p = 0; p < np; p++) {
+                int at = part[p] ? gdl__ox_index_of(h, cap, nodes, part[p]) : -2;
+                if (at == -1) return 0;
+                if (m && at >= 0) X->absorbed[at] = r;
+            }
+            if (m) X->absorbed[L->steps[t]] = r;
+        }
+    }
+    for (t = 0; t < T; t++) {
+        const gdl_node *g = nodes[L->steps[t]];
+        j = (int)(L->rev ? T - 1 - t : t);
+        if (!L->lstm) L->h[j] = g->out;
+        else if (t > 0) L->h[L->rev ? j + 1 : j - 1] = g->in[1]->node->in[0];
+    }
+    L->ok = 1;
+    return 1;
+}
+
+/* Finds the layers (X->rnn) and the trace nodes they absorb (X->absorbed). 0 / -1 + error. */
+static int gdl__ox_rnn_find(gdl__ox *X, gdl_node **nodes, int nn, const char *live, gdl_tensor **outs, int nout) {
+    int cap = 16, *h = NULL, *next = NULL, *prev = NULL, k, j, r, rc = -1, pass;
+    X->nrnn = 0;
+    size_t i;
+    for (k = 0; k < nn && !(live[k] && (nodes[k]->op == GDL_OP_LSTM_GATES || nodes[k]->op == GDL_OP_GRU_GATES)); k++) {}
+    if (k == nn) return 0; /* no recurrent gates */
+    while (cap < 2 * nn) cap *= 2;
+    if (!(h = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)cap)) || !(next = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)nn)) ||
+        !(prev = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)nn)) ||
+        !(X->absorbed = (int *)GPUDL_MALLOC(sizeof(int) * (size_t)nn)))
+        goto oom;
+    memset(h, 0, sizeof(int) * (size_t)cap);
+    for (k = 0; k < nn; k++) {
+        for (i = gdl__ox_hash_of(nodes[k], cap); h[i]; i = (i + 1) & (size_t)(cap - 1)) {}
+        h[i] = k + 1;
+        next[k] = prev[k] = X->absorbed[k] = -1;
+    }
+    for (k = 0; k < nn; k++) /* each step's link to the one before; a step two read is no chain */
+        if (live[k] && (nodes[k]->op == GDL_OP_LSTM_GATES || nodes[k]->op == GDL_OP_GRU_GATES) &&
+            (j = gdl__ox_index_of(h, cap, nodes, gdl__ox_rnn_prev(nodes[k]))) >= 0) {
+            prev[k] = j;
+            next[j] = next[j] == -1 ? k : -2;
+        }
+    for (k = 0; k < nn; k++) {
+        gdl__ox_rnn *L;
+        if (!live[k] || (nodes[k]->op != GDL_OP_LSTM_GATES && nodes[k]->op != GDL_OP_GRU_GATES) || prev[k] >= 0)
+            continue;
+        if (!(L = (gdl__ox_rnn *)GPUDL_REALLOC(X->rnn, sizeof *L * (size_t)(X->nrnn + 1)))) goto oom;
+        X->rnn = L;
+        X->nrnn++;
+        if ((j = gdl__ox_rnn_chain(X, nodes, h, cap, next, k, &X->rnn[X->nrnn - 1], X->nrnn - 1)) < 0) goto oom;
+    }
+    /* pass 0: the last LSTM step's h and c slices join the layer; pass 1: a value of a layer that anything
+       outside it reads (but its steps' h and the last c) undoes the layer */
+    for (pass = 0; pass < 2; pass++)
+        for (k = 0; k < nn; k++) {
+            const gdl_node *n = nodes[k];
+            if (!live[k] || X->absorbed[k] >= 0) continue;
+            for (j = 0; j < n->nin; j++) {
+                const gdl_tensor *in = n->in[j];
+                int a = in && in->node ? gdl__ox_index_of(h, cap, nodes, in->node) : -1, t;
+                gdl__ox_rnn *L = a >= 0 && X->absorbed[a] >= 0 ? &X->rnn[X->absorbed[a]] : NULL;
+                if (!L || !L->ok) continue;
+                for (t = 0; t < L->T && L->h[t] != in; t++) {}
+                if (t < L->T) {
+                    if (pass) L->h_read[t] = 1;
+                    continue;
+                }
+                if (pass == 0 && L->lstm && (n->op == GDL_OP_SLICE || n->op == GDL_OP_RESHAPE)) {
+                    /* the last step's h (offset 0) or c: a slice of its gates' output, or a reshape of that */
+                    const gdl_node *v[2];
+                    int64_t off = -1;
+                    const gdl_tensor *src = gdl__ox_row(n->out, &off, v);
+                    if (src && src->node == nodes[L->steps[L->T - 1]] && n->out->numel * 2 == src->numel &&
+                        (off == 0 || off == n->out->numel)) {
+                        X->absorbed[k] = (int)(X->absorbed[a]);
+                        if (off == 0) L->h[L->rev ? 0 : L->T - 1] = n->out;
+                        else L->c_last = n->out;
+                        continue;
+                    }
+                }
+                if (pass == 0 || in == L->c_last) continue;
+                L->ok = 0;
+            }
+        }
+    for (k = 0; k < nout; k++) /* a graph output: read from outside too */
+        for (r = 0; r < X->nrnn; r++) {
+            gdl__ox_rnn *L = &X->rnn[r];
+            int t;
+            for (t = 0; t < L->T && L->ok; t++)
+                if (L->h[t] == outs[k]) L->h_read[t] = 1;
+            if (L->ok && outs[k]->node && X->absorbed[gdl__ox_index_of(h, cap, nodes, outs[k]->node)] == r &&
+                outs[k] != L->c_last) {
+                for (t = 0; t < L->T && L->h[t] != outs[k]; t++) {}
+                if (t == L->T) L->ok = 0;
+            }
+        }
+    for (k = 0; k < nn; k++)
+        if (X->absorbed[k] >= 0 && !X->rnn[X->absorbed[k]].ok) X->absorbed[k] = -1;
+    rc = 0;
+    goto done;
+oom:
+    gdl__ox_oom(X);
+done:
+    GPUDL_FREE(h);
+    GPUDL_FREE(next);
+    GPUDL_FREE(prev);
+    return rc;
+}
+
+
+/* W or R of the node: t [G*H, K] (PyTorch's gate order) as [1, G*H, K] in ONNX's, an initializer `name` */
+static int gdl__ox_rnn_weight(gdl__ox *X, const gdl_tensor *t, const int *from, int G, int64_t H, int64_t K,
+                              const char *name, float *buf, gdl_real *host) {
+    int64_t dims[3], j, e;
+    if (gdl_copy_to_host(t, host, sizeof(gdl_real) * (size_t)t->numel) < 0) return -1;
+    for (j = 0; j < G; j++)
+        for (e = 0; e < H * K; e++) buf[j * H * K + e] = (float)host[from[j] * H * K + e];
+    dims[0] = 1;
+    dims[1] = G * H;
+    dims[2] = K;
+    return gdl__ox_init_raw(X, name, GDL__OX_FLOAT, 3, dims, buf, sizeof(float) * (size_t)(G * H * K), 4);
+}
+
+/* layer L as its LSTM / GRU node, written where its gx linear was; names for the steps' h other ops read
+   (Y's rows) and the last c */
+static int gdl__ox_rnn_emit(gdl__ox *X, const gdl__ox_rnn *L) {
+    static const int lstm_from[4] = {0, 3, 1, 2}; /* ONNX i, o, f, c from PyTorch i, f, g, o */
+    static const int gru_from[3] = {1, 0, 2};     /* ONNX z, r, h from PyTorch r, z, n */
+    const int *from = L->lstm ? lstm_from : gru_from;
+    const int G = L->lstm ? 4 : 3;
+    const int64_t H = L->w_hh->shape[1], I = L->w_ih->shape[1], zero = 0;
+    const char *in[7], *outs[3], *ax0;
+    char name[3][160];
+    gdl__pb at = {NULL, 0, 0, 0};
+    int64_t dims[2], big = G * H * (I > H ? I : H), t;
+    int bax, k, rc = -1;
+    float *buf = NULL;
+    gdl_real *host = NULL;
+    if (!(in[0] = gdl__ox_use(X, L->xs)) || !(in[5] = gdl__ox_use(X, L->h0)) || (L->c0 && !(in[6] = gdl__ox_use(X, L->c0))))
+        return -1;
+    bax = gdl__ox_bax_of(X, L->xs);
+    if (bax >= 0 && bax != 1) {
+        gdl__set_error("%s: a recurrent layer's input %s has its batch in dim %d, not 1 (time-major inside the "
+                       "layer): export with dynamic_batch = 0", X->fn, gdl_shape_str(L->xs), bax);
+        return -1;
+    }
+    for (k = 0; k < 3; k++) snprintf(name[k], sizeof name[k], "%s.%c", X->curname, "WRB"[k]);
+    if (!(buf = (float *)GPUDL_MALLOC(sizeof(float) * (size_t)big)) ||
+        !(host = (gdl_real *)GPUDL_MALLOC(sizeof(gdl_real) * (size_t)big))) {
+        gdl__ox_oom(X);
+        goto done;
+    }
+    if (gdl__ox_rnn_weight(X, L->w_ih, from, G, H, I, name[0], buf, host) < 0 ||
+        gdl__ox_rnn_weight(X, L->w_hh, from, G, H, H, name[1], buf, host) < 0)
+        goto done;
+    memset(buf, 0, sizeof(float) * (size_t)(2 * G * H));
+    for (k = 0; k < 2; k++) { /* B: the input bias, then the hidden one */
+        const gdl_tensor *b = k ? L->b_hh : L->b_ih;
+        int64_t j, e;
+        if (!b) continue;
+        if (gdl_copy_to_host(b, host, sizeof(gdl_real) * (size_t)(G * H)) < 0) goto done;
+        for (j = 0; j < G; j++)
+            for (e = 0; e < H; e++) buf[k * G * H + j * H + e] = (float)host[from[j] * H + e];
+    }
+    dims[0] = 1;
+    dims[1] = 2 * G * H;
+    if (gdl__ox_init_raw(X, name[2], GDL__OX_FLOAT, 2, dims, buf, sizeof(float) * (size_t)(2 * G * H), 4) < 0) goto done;
+    in[1] = name[0];
+    in[2] = name[1];
+    in[3] = name[2];
+    in[4] = NULL; /* sequence_lens */
+    if (!(ax0 = gdl__ox_const_i64(X, &zero, 1)) || !(in[5] = gdl__ox_bin(X, "Unsqueeze", in[5], ax0)) ||
+        (L->lstm && !(in[6] = gdl__ox_bin(X, "Unsqueeze", in[6], ax0))))
+        goto done;
+    for (k = 0; k < (L->lstm ? 3 : 2); k++)
+        if (!(outs[k] = gdl__ox_tmp(X))) goto done;
+    gdl__ox_attr_int(&at, "hidden_size", H);
+    gdl__ox_attr_str(&at, "direction", L->rev ? "reverse" : "forward");
+    if (!L->lstm) gdl__ox_attr_int(&at, "linear_before_reset", 1);
+    gdl__ox_node_n(X, L->lstm ? "LSTM" : "GRU", L->lstm ? 7 : 6, in, L->lstm ? 3 : 2, outs, &at);
+    for (t = 0; t < L->T; t++) { /* Y [T, 1, B, H]: row t, the direction dim squeezed */
+        const char *row;
+        char hn[192];
+        if (!L->h_read[t] || !L->h[t]) continue;
+        at.p = NULL, at.n = at.cap = 0, at.oom = 0;
+        gdl__ox_attr_int(&at, "axis", 0);
+        if (!(row = gdl__ox_tmp(X)) || !(in[1] = gdl__ox_const_i64_scalar(X, t))) goto done;
+        gdl__ox_node2(X, "Gather", outs[0], in[1], row, &at);
+        snprintf(hn, sizeof hn, "%s.h%lld", X->curname, (long long)t);
+        if ((k = gdl__ox_add(X, L->h[t], hn, bax >= 0 ? 0 : -1)) < 0) goto done;
+        gdl__ox_node2(X, "Squeeze", row, ax0, X->v[k].name, NULL);
+    }
+    if (L->c_last) {
+        char cn[192];
+        snprintf(cn, sizeof cn, "%s.c", X->curname);
+        if ((k = gdl__ox_add(X, L->c_last, cn, bax >= 0 ? 0 : -1)) < 0) goto done;
+        gdl__ox_node2(X, "Squeeze", outs[2], ax0, X->v[k].name, NULL);
+    }
+    rc = 0;
+done:
+    GPUDL_FREE(buf);
+    GPUDL_FREE(host);
+    return rc;
 }
 
 /* ---- the file ---- */
@@ -1296,6 +1840,8 @@ static void gdl__ox_free(gdl__ox *X) {
     GPUDL_FREE(X->hash);
     GPUDL_FREE(X->pnames);
     GPUDL_FREE(X->ptens);
+    gdl__ox_rnn_free(X);
+    GPUDL_FREE(X->q);
     gdl__pb_free(&X->nodes);
     gdl__pb_free(&X->inits);
 }
@@ -1306,10 +1852,20 @@ static int gdl__ox_translate(gdl__ox *X, gdl_node **nodes, int nn, const char *l
     char name[96];
     int k, j, i, bax = -1, total = 0;
     for (k = 0; k < nn; k++) total += live[k];
+    if (gdl__ox_rnn_find(X, nodes, nn, live, outs, nout) < 0) return -1;
     for (k = 0, X->cur = 0; k < nn; k++) {
         const gdl_node *n = nodes[k];
         const char *out = NULL;
         if (!live[k]) continue;
+        if (X->absorbed && X->absorbed[k] >= 0) { /* a step of a recurrent layer: its node, once */
+            const gdl__ox_rnn *L = &X->rnn[X->absorbed[k]];
+            if (k != L->emit) continue;
+            X->ntmp = 0;
+            snprintf(X->curname, sizeof X->curname, "%s_%d", L->lstm ? "lstm" : "gru", X->cur++);
+            if (gdl__ox_rnn_emit(X, L) < 0) return -1;
+            if (X->nodes.oom || X->inits.oom) return gdl__ox_oom(X);
+            continue;
+        }
         X->ntmp = 0;
         snprintf(X->curname, sizeof X->curname, "%s_%d", gdl__ox_op_name(n->op), X->cur);
         for (j = 0; j < nout && !out; j++) /* a graph output takes its given name */
@@ -1332,7 +1888,7 @@ static int gdl__ox_translate(gdl__ox *X, gdl_node **nodes, int nn, const char *l
     for (k = 0; k < nout; k++) {
         const char *src;
         if (out_idx[k] >= 0) continue;
-        if (gdl__ox_find(X, outs[k]) < 0 && outs[k]->gen) { /* a temporary no recorded op made */
+        if (gdl__ox_find(X, outs[k]) < 0 && outs[k]->gen && gdl__ox_qfind(X, outs[k]) < 0) { /* made by no op */
             gdl__set_error("%s: output %d %s was not made by an op the trace records (computed outside the ops, "
                            "e.g. read back to the host and made again): it would be a constant", X->fn, k,
                            gdl_shape_str(outs[k]));
@@ -1413,11 +1969,6 @@ static int gdl__ox_export(const char *fn, gdl_module *model, gdl_onnx_forward_fn
         return -1;
     }
     if (gdl__ox_check_opts(fn, &o, nin, inputs, path) < 0) return -1;
-    if (model && gdl_module_is_quantized(model) > 0) { /* int8 layers run outside the tape: nothing to trace */
-        gdl__set_error("%s: the model has quantized (int8) layers, which have no ONNX form here (no "
-                       "QuantizeLinear / DequantizeLinear export): export the float model", fn);
-        return -1;
-    }
     X.opset = o.opset;
     X.dyn = o.dynamic_batch != 0;
     X.B = X.dyn ? inputs[0]->shape[0] : -1;

@@ -1,0 +1,271 @@
+/* tests/onnx_import.c — PyTorch's own ONNX exports read by gdl_load_onnx (make test-onnx): runs each file that
+   tests/onnx_torch.py wrote (both torch.onnx.export exporters) with gdl_onnx_run on the fixed inputs and wants
+   PyTorch's outputs within 1e-5 relative (max |gpudl - torch| / max |torch|); fine-tunes the nets it marks with
+   one SGD step on mean((out - target)^2) and wants PyTorch's loss and updated parameters within the same
+   tolerance; and checks the refusals: a node of an op gdl does not run fails gdl_load_onnx with its name and op,
+   an attribute it does not run fails gdl_onnx_run the same way.
+
+     onnx_import DIR      reads DIR/manifest.txt (its format: tests/onnx_torch.py) */
+#define GPUDL_IMPLEMENTATION
+#include "../gpudl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-5
+#define MAX_IO 8
+#define MAX_PARAMS 64
+
+#define CHECK(c)                                                                                             \
+    do {                                                                                                     \
+        if (!(c)) {                                                                                          \
+            fprintf(stderr, "onnx_import: %s:%d: %s failed: %s\n", __FILE__, __LINE__, #c, gdl_last_error()); \
+            exit(1);                                                                                         \
+        }                                                                                                    \
+    } while (0)
+
+static const char *dir;
+static int failures;
+
+/* a little-endian raw file of n elements of es bytes into a new buffer */
+static void *read_raw(const char *name, int64_t n, size_t es) {
+    char path[1024];
+    FILE *f;
+    unsigned char *buf = (unsigned char *)malloc((size_t)n * es + 1);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    CHECK(buf && (f = fopen(path, "rb")) != NULL);
+    CHECK(fread(buf, es, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    return buf;
+}
+
+/* "NDIM DIMS..." from the rest of a manifest line (after *pos): the shape and element count */
+static int64_t read_dims(const char *line, int *pos, int *ndim, int64_t *shape) {
+    int k, used;
+    int64_t n = 1;
+    CHECK(sscanf(line + *pos, "%d%n", ndim, &used) == 1 && *ndim >= 0 && *ndim <= GDL_MAX_DIMS);
+    *pos += used;
+    for (k = 0; k < *ndim; k++) {
+        long long d;
+        CHECK(sscanf(line + *pos, "%lld%n", &d, &used) == 1 && d >= 0);
+        *pos += used;
+        n *= (shape[k] = d);
+    }
+    return n;
+}
+
+/* a tensor from a manifest "in"/"out"/"param" line's file: f32, or int64 ids as i32 */
+static gdl_tensor *load_tensor(const char *file, const char *dtype, const char *line, int pos) {
+    int ndim;
+    int64_t shape[GDL_MAX_DIMS], n = read_dims(line, &pos, &ndim, shape), k;
+    gdl_tensor *t;
+    if (!strcmp(dtype, "i64")) {
+        int64_t *v = (int64_t *)read_raw(file, n, 8);
+        int32_t *w = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
+        CHECK(w != NULL);
+        for (k = 0; k < n; k++) w[k] = (int32_t)v[k];
+        CHECK((t = gdl_from_array(w, ndim, shape, GDL_I32, gdl_cpu())) != NULL);
+        free(v);
+        free(w);
+    } else {
+        float *v = (float *)read_raw(file, n, 4);
+        CHECK((t = gdl_from_array(v, ndim, shape, GDL_F32, gdl_cpu())) != NULL);
+        free(v);
+    }
+    return t;
+}
+
+/* max |got - want| / max |want|; -1 when the shapes differ or got is not finite */
+static double rel_error(const gdl_tensor *got, const gdl_tensor *want) {
+    float *g, *w;
+    double num = 0, den = 1e-30;
+    int64_t k;
+    int d;
+    if (got->ndim != want->ndim || got->dtype != GDL_F32) return -1;
+    for (d = 0; d < got->ndim; d++)
+        if (got->shape[d] != want->shape[d]) return -1;
+    g = (float *)malloc(sizeof(float) * (size_t)(got->numel + 1));
+    w = (float *)malloc(sizeof(float) * (size_t)(got->numel + 1));
+    CHECK(g && w && gdl_copy_to_host(got, g, sizeof(float) * (size_t)got->numel) == 0 &&
+          gdl_copy_to_host(want, w, sizeof(float) * (size_t)want->numel) == 0);
+    for (k = 0; k < got->numel; k++) {
+        if (!isfinite(g[k])) num = INFINITY;
+        if (fabs((double)g[k] - w[k]) > num) num = fabs((double)g[k] - w[k]);
+        if (fabs(w[k]) > den) den = fabs(w[k]);
+    }
+    free(g);
+    free(w);
+    return num / den;
+}
+
+static void verdict(int ok, const char *what, const char *file, double err) {
+    printf("%s %-22s %-28s max relative error %.2e\n", ok ? "ok  " : "FAIL", file, what, err);
+    if (!ok) failures++;
+}
+
+/* one exported file: gdl_onnx_run's outputs against PyTorch's */
+static void run_model(const char *file, int nin, gdl_tensor **in, int nout, gdl_tensor **want) {
+    char path[1024];
+    gdl_onnx_model *m;
+    gdl_tensor *out[MAX_IO];
+    int n = 0, k;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (!(m = gdl_load_onnx(path, gdl_cpu())) || gdl_onnx_run(m, nin, in, MAX_IO, out, &n) < 0 || n != nout) {
+        printf("FAIL %-22s %s\n", file, gdl_last_error());
+        failures++;
+    } else {
+        for (k = 0; k < nout; k++) {
+            char what[32];
+            double err = rel_error(out[k], want[k]);
+            snprintf(what, sizeof what, "output %d %s", k, gdl_shape_str(want[k]));
+            verdict(err >= 0 && err <= TOL, what, file, err);
+        }
+    }
+    gdl_onnx_free(m);
+    gdl_arena_reset();
+}
+
+/* one SGD step on the imported file against PyTorch's: the loss and every parameter after it */
+static void fine_tune(const char *file, gdl_tensor *x, gdl_tensor *target, double lr, double want_loss, int np,
+                      char (*pname)[128], gdl_tensor **pwant) {
+    char path[1024];
+    const char *names[MAX_PARAMS];
+    gdl_tensor *params[MAX_PARAMS], *out[MAX_IO], *loss;
+    gdl_optimizer *opt;
+    gdl_onnx_model *m;
+    int n = 0, cnt, k, j;
+    double l, err;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    CHECK((m = gdl_load_onnx(path, gdl_cpu())) != NULL);
+    CHECK((cnt = gdl_onnx_parameters(m, names, params, MAX_PARAMS)) > 0 && cnt <= MAX_PARAMS);
+    CHECK((opt = gdl_sgd_new(lr, 0, 0, 0, 0)) != NULL && gdl_optim_add_params(opt, params, cnt, -1, -1) >= 0);
+    CHECK(gdl_onnx_run(m, 1, &x, MAX_IO, out, &n) == 0);
+    CHECK((loss = gdl_mse_loss(out[0], target, GDL_REDUCE_MEAN)) != NULL);
+    l = gdl_item(loss);
+    CHECK(gdl_zero_grad(opt) == 0 && gdl_backward(loss) == 0 && gdl_step(opt) == 0);
+    err = fabs(l - want_loss) / fabs(want_loss);
+    verdict(err <= TOL, "fine-tune: the loss", file, err);
+    if (cnt != np) {
+        printf("FAIL %-22s fine-tune: %d trainable initializers, PyTorch's model has %d parameters\n", file, cnt, np);
+        failures++;
+    }
+    for (k = 0; k < np; k++) {
+        char what[160];
+        for (j = 0; j < cnt && strcmp(names[j], pname[k]); j++) {}
+        snprintf(what, sizeof what, "fine-tune: %.127s", pname[k]);
+        if (j == cnt) {
+            printf("FAIL %-22s %s is not a parameter of the import\n", file, what);
+            failures++;
+            continue;
+        }
+        err = rel_error(params[j], pwant[k]);
+        verdict(err >= 0 && err <= TOL, what, file, err);
+    }
+    gdl_arena_reset();
+    gdl_optim_free(opt);
+    gdl_onnx_free(m);
+}
+
+/* a file the manifest says is refused: by gdl_load_onnx (an op) or gdl_onnx_run (an attribute), with a message
+   naming the node and its op */
+static void refused(const char *file, const char *at, const char *node, const char *op, gdl_tensor *x) {
+    char path[1024], want[256];
+    gdl_onnx_model *m;
+    gdl_tensor *out[MAX_IO];
+    int n = -1, ok;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    snprintf(want, sizeof want, "node '%s' (%s", node, op);
+    m = gdl_load_onnx(path, gdl_cpu());
+    if (!strcmp(at, "load")) ok = !m;
+    else ok = m && gdl_onnx_run(m, 1, &x, MAX_IO, out, &n) < 0 && n == 0;
+    ok = ok && strstr(gdl_last_error(), want) != NULL;
+    printf("%s %-22s refused at %s: %s\n", ok ? "ok  " : "FAIL", file, at, gdl_last_error());
+    if (!ok) failures++;
+    gdl_onnx_free(m);
+    gdl_arena_reset();
+}
+
+int main(int argc, char **argv) {
+    char path[1024], line[1024], file[512], kind[16], dtype[8], at[8], node[128], op[64];
+    static char pname[MAX_PARAMS][128];
+    gdl_tensor *in[MAX_IO], *want[MAX_IO], *pwant[MAX_PARAMS], *target = NULL;
+    int nin = 0, nout = 0, np = 0, models = 0, k, pos;
+    char model_file[512] = "", train_file[512] = "";
+    double lr = 0, loss = 0;
+    FILE *f;
+    if (argc != 2) {
+        fprintf(stderr, "usage: onnx_import DIR\n");
+        return 2;
+    }
+    dir = argv[1];
+    snprintf(path, sizeof path, "%s/manifest.txt", dir);
+    CHECK((f = fopen(path, "r")) != NULL);
+    for (;;) {
+        int more = fgets(line, sizeof line, f) != NULL;
+        if (!more || !strncmp(line, "model ", 6) || !strncmp(line, "refuse ", 7)) { /* the block before is whole */
+            if (model_file[0]) {
+                run_model(model_file, nin, in, nout, want);
+                models++;
+            }
+            if (train_file[0]) fine_tune(train_file, in[0], target, lr, loss, np, pname, pwant);
+            for (k = 0; k < np; k++) gdl_free(pwant[k]);
+            for (k = 0; k < nin; k++) gdl_free(in[k]);
+            for (k = 0; k < nout; k++) gdl_free(want[k]);
+            gdl_free(target);
+            target = NULL;
+            nin = nout = np = 0;
+            model_file[0] = train_file[0] = 0;
+        }
+        if (!more) break;
+        CHECK(sscanf(line, "%15s %511s%n", kind, file, &pos) == 2);
+        if (!strcmp(kind, "model")) { /* model NAME FILE NIN NOUT: the in and out lines follow */
+            CHECK(sscanf(line + pos, "%511s", model_file) == 1);
+        } else if (!strcmp(kind, "in")) {
+            int used;
+            CHECK(nin < MAX_IO && sscanf(line + pos, "%7s%n", dtype, &used) == 1);
+            in[nin++] = load_tensor(file, dtype, line, pos + used);
+        } else if (!strcmp(kind, "out")) {
+            CHECK(nout < MAX_IO);
+            want[nout++] = load_tensor(file, "f32", line, pos);
+        } else if (!strcmp(kind, "train")) {
+            char tfile[512];
+            int ndim;
+            int64_t shape[GDL_MAX_DIMS];
+            CHECK(sscanf(line + pos, "%511s %lf %lf", tfile, &lr, &loss) == 3 && nout >= 1);
+            for (ndim = 0; ndim < want[0]->ndim; ndim++) shape[ndim] = want[0]->shape[ndim];
+            {
+                float *v = (float *)read_raw(tfile, want[0]->numel, 4);
+                CHECK((target = gdl_from_array(v, ndim, shape, GDL_F32, gdl_cpu())) != NULL);
+                free(v);
+            }
+            snprintf(train_file, sizeof train_file, "%s", file);
+        } else if (!strcmp(kind, "param")) {
+            char pfile[512];
+            int used;
+            CHECK(np < MAX_PARAMS && sscanf(line + pos, "%511s%n", pfile, &used) == 1);
+            snprintf(pname[np], sizeof pname[np], "%.127s", file);
+            pwant[np++] = load_tensor(pfile, "f32", line, pos + used);
+        } else if (!strcmp(kind, "refuse")) { /* refuse FILE load|run NODE OP NDIM DIMS (the input) */
+            int used;
+            gdl_tensor *x;
+            CHECK(sscanf(line + pos, "%7s %127s %63s%n", at, node, op, &used) == 3);
+            {
+                int ndim;
+                int64_t shape[GDL_MAX_DIMS];
+                pos += used;
+                read_dims(line, &pos, &ndim, shape);
+                CHECK((x = gdl_zeros(ndim, shape, GDL_F32, gdl_cpu())) != NULL);
+            }
+            refused(file, at, node, op, x);
+            gdl_free(x);
+        } else {
+            CHECK(!"a manifest line of a known kind");
+        }
+    }
+    fclose(f);
+    printf("onnx_import: %d PyTorch exports run by gdl_onnx_run, %d failures\n", models, failures);
+    gdl_shutdown();
+    return failures ? 1 : 0;
+}
