@@ -19,6 +19,7 @@
 #                    into ./data (tools/fetch_data.sh)
 #   make data-text   get the text data, Debian's fortunes (en, de, es, it, pl, ru):
 #                    the packages, else unpacked into ./data/fortunes
+#   make data-dict   get Debian's FreeDict English-German dictionary (examples/seq2seq.c)
 #   make             build the tests, examples and benchmarks (CPU)
 #   make test-cuda   the GPU suite (needs a GPU)
 #   make bench       CPU benchmarks
@@ -259,6 +260,11 @@ data:
 
 data-text:
 	@sh tools/fetch_data.sh text
+
+# Debian's FreeDict English-German dictionary, examples/seq2seq.c's data
+.PHONY: data-dict
+data-dict:
+	@sh tools/fetch_data.sh dict
 
 $(B):
 	mkdir -p $(B)

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tools/fetch_data.sh — makes sure Fashion-MNIST is where gpudl looks for it
 # (`make data`; `make run` calls it); `sh tools/fetch_data.sh text` does the
-# same for the text data, Debian's fortunes (`make data-text`, see the end).
+# same for the text data, Debian's fortunes (`make data-text`, see the end), and
+# `sh tools/fetch_data.sh dict` for Debian's FreeDict English-German dictionary (`make data-dict`).
 #
 # Where the data may already be, as gdl_dataset_fashion_mnist(NULL, ...) searches:
 # $GPUDL_DATA if set (then only there), else ./data, then
@@ -69,6 +70,53 @@ fetch_text() {
     echo "gpudl:   the fortunes are in $tdir"
 }
 if [ "${1:-}" = text ]; then fetch_text; exit $?; fi
+
+# ---- the dictionary: Debian's FreeDict English-German (examples/seq2seq.c) ----
+# Where seq2seq looks: $GPUDL_DATA/freedict if GPUDL_DATA is set (then only there), else ./data/freedict,
+# then /usr/share/dictd. If none has it: 1. with apt-get usable and GPUDL_DATA unset, install
+# dict-freedict-eng-deu (tools/deps.sh data-dict); 2. otherwise `apt-get download` it, unpack it with dpkg-deb
+# beside the destination, add a plain .dict (gzip -dc of the .dict.dz: a build without zlib reads that) and
+# rename the folder into place.
+dict_name=freedict-eng-deu
+has_dict() { [ -s "$1/$dict_name.index" ] && { [ -s "$1/$dict_name.dict" ] || [ -s "$1/$dict_name.dict.dz" ]; }; }
+fetch_dict() {
+    if [ -n "${GPUDL_DATA:-}" ]; then ddir=$GPUDL_DATA/freedict; has_dict "$ddir" && return 0
+    else
+        ddir=data/freedict
+        has_dict "$ddir" && return 0
+        has_dict /usr/share/dictd && return 0
+        if [ "${GPUDL_FETCH:-}" != download ]; then
+            sh "$(dirname "$0")/deps.sh" data-dict 2>/dev/null && has_dict /usr/share/dictd && return 0
+            echo "gpudl: Debian's dict-freedict-eng-deu could not be installed here; unpacking it into $ddir instead"
+        fi
+    fi
+    if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
+        echo "gpudl: cannot fetch the dictionary: apt-get and dpkg-deb (Debian, Ubuntu) are needed to get Debian's" \
+             "dict-freedict-eng-deu; elsewhere, copy its $dict_name.index and .dict.dz into $ddir" >&2
+        return 1
+    fi
+    parent=$(dirname "$ddir")
+    mkdir -p "$parent" || { echo "gpudl: cannot create $parent" >&2; return 1; }
+    work="$parent/.freedict.part.$$"
+    trap 'rm -rf "$work"' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    mkdir -p "$work/debs" "$work/root" || return 1
+    echo "gpudl: downloading Debian's dict-freedict-eng-deu into $ddir"
+    if ! err=$(cd "$work/debs" && apt-get download -q dict-freedict-eng-deu 2>&1); then
+        echo "gpudl: apt-get download failed: $(printf '%s\n' "$err" | grep -v '^W:' | tail -n 2)" \
+             "-- no network, or an old package list (apt-get update)?" >&2
+        return 1
+    fi
+    dpkg-deb -x "$work"/debs/*.deb "$work/root" || { echo "gpudl: the package does not unpack" >&2; return 1; }
+    src="$work/root/usr/share/dictd"
+    gzip -dc "$src/$dict_name.dict.dz" >"$src/$dict_name.dict" ||
+        { echo "gpudl: $dict_name.dict.dz does not decompress (a corrupt download)" >&2; return 1; }
+    has_dict "$src" || { echo "gpudl: the unpacked package lacks $dict_name.index" >&2; return 1; }
+    rm -rf "$ddir" && mv "$src" "$ddir" || return 1
+    echo "gpudl:   the dictionary is in $ddir"
+}
+if [ "${1:-}" = dict ]; then fetch_dict; exit $?; fi
 
 dir=${GPUDL_DATA:-data}
 mirror=${GPUDL_DATA_MIRROR:-http://fashion-mnist.s3-website.eu-central-1.amazonaws.com}
