@@ -451,8 +451,28 @@ static gdl_module *s2s_new(s2s_config *c) {
     return m;
 }
 
+/* The input tensors of a step or a decoding (ids and masks from host arrays: gdl_from_array's persistent
+   tensors), freed together once the backward, the update or the read of the results no longer needs them. */
+typedef struct inputs {
+    gdl_tensor *t[8];
+    int n;
+} inputs;
+
+static gdl_tensor *keep(inputs *in, gdl_tensor *t) {
+    if (t && in->n == (int)(sizeof in->t / sizeof in->t[0])) { /* a bug of this file: never more than 5 */
+        fprintf(stderr, "seq2seq: too many input tensors\n");
+        abort();
+    }
+    if (t) in->t[in->n++] = t;
+    return t;
+}
+
+static void inputs_free(inputs *in) {
+    while (in->n > 0) gdl_free(in->t[--in->n]);
+}
+
 /* u8 [N, L]: 1 where ids are padding (left out as keys, PyTorch's bool convention) */
-static gdl_tensor *pad_mask(const int32_t *ids, int64_t N, int64_t L, gdl_device dev) {
+static gdl_tensor *pad_mask(inputs *in, const int32_t *ids, int64_t N, int64_t L, gdl_device dev) {
     int64_t shape[2] = {N, L}, i;
     uint8_t *m = (uint8_t *)malloc((size_t)(N * L));
     gdl_tensor *t;
@@ -461,48 +481,51 @@ static gdl_tensor *pad_mask(const int32_t *ids, int64_t N, int64_t L, gdl_device
         return NULL;
     }
     for (i = 0; i < N * L; i++) m[i] = ids[i] == GDL_VOCAB_PAD;
-    t = gdl_from_array(m, 2, shape, GDL_U8, dev);
+    t = keep(in, gdl_from_array(m, 2, shape, GDL_U8, dev));
     free(m);
     return t;
 }
 
-static gdl_tensor *ids_tensor(const int32_t *ids, int64_t N, int64_t L, gdl_device dev) {
+static gdl_tensor *ids_tensor(inputs *in, const int32_t *ids, int64_t N, int64_t L, gdl_device dev) {
     int64_t shape[2] = {N, L};
-    return gdl_from_array(ids, 2, shape, GDL_I32, dev);
+    return keep(in, gdl_from_array(ids, 2, shape, GDL_I32, dev));
 }
 
 /* The encoder's output (memory [N, S, d]) for source ids src [N, S]; *src_pad gets its padding mask. */
-static gdl_tensor *encode(gdl_module *m, const int32_t *src, int64_t N, int S, gdl_device dev, gdl_tensor **src_pad) {
+static gdl_tensor *encode(gdl_module *m, inputs *in, const int32_t *src, int64_t N, int S, gdl_device dev,
+                          gdl_tensor **src_pad) {
     gdl_transformer_masks mk;
-    gdl_tensor *x = ids_tensor(src, N, S, dev);
+    gdl_tensor *x = ids_tensor(in, src, N, S, dev);
     memset(&mk, 0, sizeof mk);
-    if (!x || !(*src_pad = mk.src_key_padding_mask = pad_mask(src, N, S, dev))) return NULL;
+    if (!x || !(*src_pad = mk.src_key_padding_mask = pad_mask(in, src, N, S, dev))) return NULL;
     x = gdl_forward(child(m, "src_pos"), gdl_forward(child(m, "src_embed"), x));
     return gdl_transformer_encode(child(m, "transformer"), x, &mk);
 }
 
 /* The logits [N, L, V] for decoder inputs tgt [N, L] (<bos> first) over memory, causal. */
-static gdl_tensor *decode(gdl_module *m, const int32_t *tgt, int64_t N, int L, gdl_tensor *memory, gdl_tensor *src_pad,
-                          gdl_device dev) {
+static gdl_tensor *decode(gdl_module *m, inputs *in, const int32_t *tgt, int64_t N, int L, gdl_tensor *memory,
+                          gdl_tensor *src_pad, gdl_device dev) {
     gdl_transformer_masks mk;
-    gdl_tensor *y = ids_tensor(tgt, N, L, dev);
+    gdl_tensor *y = ids_tensor(in, tgt, N, L, dev);
     memset(&mk, 0, sizeof mk);
     mk.tgt_is_causal = 1;
     mk.memory_key_padding_mask = src_pad;
-    if (!y || !(mk.tgt_key_padding_mask = pad_mask(tgt, N, L, dev))) return NULL;
+    if (!y || !(mk.tgt_key_padding_mask = pad_mask(in, tgt, N, L, dev))) return NULL;
     y = gdl_forward(child(m, "tgt_pos"), gdl_forward(child(m, "tgt_embed"), y));
     return gdl_forward(child(m, "generator"), gdl_transformer_decode(child(m, "transformer"), y, memory, &mk));
 }
 
-/* Mean cross entropy of a batch under teacher forcing, padding ignored. */
-static gdl_tensor *batch_loss(gdl_module *m, const data *d, const int32_t *src, const int32_t *in, const int32_t *out,
-                              int64_t N, gdl_device dev) {
+/* Mean cross entropy of a batch under teacher forcing (decoder input tgt_in, targets tgt_out), padding ignored;
+   its input tensors kept in in. */
+static gdl_tensor *batch_loss(gdl_module *m, inputs *in, const data *d, const int32_t *src, const int32_t *tgt_in,
+                              const int32_t *tgt_out, int64_t N, gdl_device dev) {
     gdl_ce_opts co = gdl_ce_defaults();
     int64_t rows[2] = {-1, d->V}, flat = -1;
-    gdl_tensor *pad = NULL, *mem = encode(m, src, N, d->S, dev, &pad), *y = ids_tensor(out, N, d->T, dev);
+    gdl_tensor *pad = NULL, *mem = encode(m, in, src, N, d->S, dev, &pad), *y = ids_tensor(in, tgt_out, N, d->T, dev);
     co.ignore_index = GDL_VOCAB_PAD;
     if (!mem || !y) return NULL;
-    return gdl_cross_entropy_ex(gdl_reshape(decode(m, in, N, d->T, mem, pad, dev), 2, rows), gdl_reshape(y, 1, &flat), &co);
+    return gdl_cross_entropy_ex(gdl_reshape(decode(m, in, tgt_in, N, d->T, mem, pad, dev), 2, rows),
+                                gdl_reshape(y, 1, &flat), &co);
 }
 
 /* ---- decoding ---- */
@@ -511,14 +534,16 @@ static gdl_tensor *batch_loss(gdl_module *m, const data *d, const int32_t *src, 
 static int next_logprobs(gdl_module *m, const data *d, const int32_t *ids, int64_t N, int L, gdl_tensor *mem,
                          gdl_tensor *pad, gdl_device dev, float *out) {
     int32_t *pre = (int32_t *)malloc(sizeof *pre * (size_t)(N * L));
+    inputs in = {{NULL}, 0};
     gdl_tensor *lp;
     int64_t i;
     int rc;
     if (!pre) return -1;
     for (i = 0; i < N; i++) memcpy(pre + i * L, ids + i * d->T, sizeof *pre * (size_t)L);
-    lp = gdl_log_softmax(gdl_select(decode(m, pre, N, L, mem, pad, dev), 1, L - 1), 1);
+    lp = gdl_log_softmax(gdl_select(decode(m, &in, pre, N, L, mem, pad, dev), 1, L - 1), 1);
     free(pre);
     rc = lp ? gdl_copy_to_host(lp, out, sizeof *out * (size_t)(N * d->V)) : -1;
+    inputs_free(&in);
     return rc < 0 ? -1 : 0;
 }
 
@@ -527,11 +552,12 @@ static int greedy(gdl_module *m, const data *d, const int32_t *src, int64_t N, g
     int32_t *ids = (int32_t *)calloc((size_t)(N * d->T), sizeof *ids);
     float *lp = (float *)malloc(sizeof *lp * (size_t)(N * d->V));
     char *done = (char *)calloc((size_t)N, 1);
+    inputs in = {{NULL}, 0};
     gdl_tensor *pad = NULL, *mem;
     int64_t i, left = N;
     int L, rc = -1;
     int32_t k, best;
-    if (!ids || !lp || !done || !(mem = encode(m, src, N, d->S, dev, &pad))) goto out;
+    if (!ids || !lp || !done || !(mem = encode(m, &in, src, N, d->S, dev, &pad))) goto out;
     memset(hyp, 0, sizeof *hyp * (size_t)(N * d->T));
     for (i = 0; i < N; i++) ids[i * d->T] = d->bos;
     for (L = 1; L < d->T && left > 0; L++) {
@@ -546,6 +572,7 @@ static int greedy(gdl_module *m, const data *d, const int32_t *src, int64_t N, g
     }
     rc = 0;
 out:
+    inputs_free(&in);
     free(ids), free(lp), free(done);
     return rc;
 }
@@ -576,6 +603,7 @@ static int beam(gdl_module *m, const data *d, const int32_t *src, int64_t N, int
     double *score = (double *)malloc(sizeof *score * (size_t)R), *fin = (double *)malloc(sizeof *fin * (size_t)N);
     cand *cs = (cand *)malloc(sizeof *cs * (size_t)K * (size_t)d->V);
     char *done = (char *)calloc((size_t)N, 1);
+    inputs in = {{NULL}, 0};
     gdl_tensor *pad = NULL, *mem;
     int L, rc = -1, k, live;
     int32_t c;
@@ -587,7 +615,7 @@ static int beam(gdl_module *m, const data *d, const int32_t *src, int64_t N, int
     }
     for (i = 0; i < N; i++) fin[i] = -INFINITY;
     memset(hyp, 0, sizeof *hyp * (size_t)(N * d->T));
-    if (!(mem = encode(m, rsrc, R, d->S, dev, &pad))) goto out;
+    if (!(mem = encode(m, &in, rsrc, R, d->S, dev, &pad))) goto out;
     for (L = 1, left = N; L < d->T && left > 0; L++) {
         if (next_logprobs(m, d, ids, R, L, mem, pad, dev, lp) < 0) goto out;
         memcpy(next, ids, sizeof *ids * (size_t)(R * d->T));
@@ -620,6 +648,7 @@ static int beam(gdl_module *m, const data *d, const int32_t *src, int64_t N, int
     }
     rc = 0;
 out:
+    inputs_free(&in);
     free(rsrc), free(ids), free(next), free(lp), free(score), free(fin), free(cs), free(done);
     return rc;
 }
@@ -715,14 +744,17 @@ static int heldout_loss(run *r, double *mean) {
     double sum = 0;
     gdl_module_train(r->model, 0);
     for (i = 0; i < n && rc == 0; i += b) {
+        inputs in = {{NULL}, 0};
         gdl_tensor *loss;
         int64_t tk = 0;
         b = n - i < r->B ? n - i : r->B;
         for (k = 0; k < b * d->T; k++) tk += d->val_out[i * d->T + k] != GDL_VOCAB_PAD;
         gdl_arena_reset();
-        if (!(loss = batch_loss(r->model, d, d->val_src + i * d->S, d->val_in + i * d->T, d->val_out + i * d->T, b, r->dev)))
+        if (!(loss = batch_loss(r->model, &in, d, d->val_src + i * d->S, d->val_in + i * d->T, d->val_out + i * d->T, b,
+                                r->dev)))
             rc = -1;
         else sum += gdl_item(loss) * (double)tk, tokens += tk;
+        inputs_free(&in);
     }
     gdl_set_grad_enabled(grad);
     gdl_module_train(r->model, 1);
@@ -797,14 +829,17 @@ static int report(run *r, int step, int rows, double sum, double secs) {
 
 /* One step: forward, loss, backward, clipping, AdamW, the schedule. 0 / -1. */
 static int train_step(run *r, double *loss_out) {
+    inputs in = {{NULL}, 0};
     gdl_tensor *loss;
+    int rc = 0;
     gdl_arena_reset();
-    if (gdl_zero_grad(r->opt) < 0 || !(loss = batch_loss(r->model, r->d, r->bsrc, r->bin, r->bout, r->B, r->dev)) ||
+    if (gdl_zero_grad(r->opt) < 0 || !(loss = batch_loss(r->model, &in, r->d, r->bsrc, r->bin, r->bout, r->B, r->dev)) ||
         gdl_backward(loss) < 0 || (r->o->grad_clip > 0 && gdl_clip_grad_norm_nosync(r->params, r->np, r->o->grad_clip) < 0) ||
         gdl_step(r->opt) < 0 || gdl_scheduler_step(r->sched) < 0)
-        return -1;
-    *loss_out = gdl_item(loss);
-    return 0;
+        rc = -1;
+    else *loss_out = gdl_item(loss);
+    inputs_free(&in);
+    return rc;
 }
 
 static int train(run *r, uint64_t seed) {
