@@ -229,7 +229,8 @@ static int find_dict(const char *dir, char *index, char *text, size_t cap, int *
         }
 #else
         fprintf(stderr, "seq2seq: %s has the index but no plain " DICT_NAME ".dict, and this build has no zlib to read "
-                        "the .dict.dz (build with -DGPUDL_ZLIB -lz, or `make data-dict` unpacks a plain one)\n", dirs[k]);
+                        "the .dict.dz (build with -DGPUDL_ZLIB -lz, or unpack a plain one into ./data/freedict: "
+                        "GPUDL_FETCH=download make data-dict)\n", dirs[k]);
         return -1;
 #endif
     }
@@ -281,7 +282,7 @@ static int load_pairs(const char *dir, int max_src, int max_tgt, pair_list *out)
                 (long long)bad, text_path);
         goto out;
     }
-    qsort(es, (size_t)n, sizeof *es, cmp_entry);
+    if (n > 0) qsort(es, (size_t)n, sizeof *es, cmp_entry);
     for (i = 0; i < n; i = j) {
         for (j = i + 1; j < n && !strcmp(es[j].head, es[i].head); j++) continue;
         if (j - i != 1 || !good_source(es[i].head, max_src) ||

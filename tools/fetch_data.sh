@@ -76,7 +76,8 @@ if [ "${1:-}" = text ]; then fetch_text; exit $?; fi
 # then /usr/share/dictd. If none has it: 1. with apt-get usable and GPUDL_DATA unset, install
 # dict-freedict-eng-deu (tools/deps.sh data-dict); 2. otherwise `apt-get download` it, unpack it with dpkg-deb
 # beside the destination, add a plain .dict (gzip -dc of the .dict.dz: a build without zlib reads that) and
-# rename the folder into place.
+# rename the folder into place. GPUDL_FETCH=download goes straight to 2 (a plain .dict in ./data/freedict, for
+# builds without zlib).
 dict_name=freedict-eng-deu
 has_dict() { [ -s "$1/$dict_name.index" ] && { [ -s "$1/$dict_name.dict" ] || [ -s "$1/$dict_name.dict.dz" ]; }; }
 fetch_dict() {
@@ -84,8 +85,8 @@ fetch_dict() {
     else
         ddir=data/freedict
         has_dict "$ddir" && return 0
-        has_dict /usr/share/dictd && return 0
         if [ "${GPUDL_FETCH:-}" != download ]; then
+            has_dict /usr/share/dictd && return 0
             sh "$(dirname "$0")/deps.sh" data-dict 2>/dev/null && has_dict /usr/share/dictd && return 0
             echo "gpudl: Debian's dict-freedict-eng-deu could not be installed here; unpacking it into $ddir instead"
         fi
