@@ -89,6 +89,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_conv:whole:plain:asan:cpup:warn \
         test_gemm_kernels:cpup \
         test_gelu:whole:cpup \
+        test_transformer:linked:plain:asan:warn \
         train_trace:linked:cpup \
         test_platform:whole:win
 # the attributes of program $(1) (its name first)
@@ -523,6 +524,15 @@ bench: $(B)/bench_train
 	$(CC) $(STD) -O3 -march=native bench/gemm.c -o $(B)/bench_gemm $(LIBS) \
 	  $(shell (test -f /usr/include/cblas.h || test -f /usr/include/x86_64-linux-gnu/cblas.h) && echo -DGPUDL_BENCH_OPENBLAS -lopenblas)
 	$(B)/bench_gemm
+
+# the Transformer modules (decoder, nn.Transformer, MultiheadAttention's options, grouped-query attention) against
+# PyTorch in float64, their files through load_state_dict(strict=True); PyTorch from $(TORCH_VENV)
+.PHONY: transformer-oracle
+transformer-oracle: $(B)/transformer_oracle
+	$(B)/transformer_oracle $(B)
+	$${TORCH_VENV:-build/torch-venv}/bin/python bench/pytorch/transformer_oracle.py $(B)
+$(B)/transformer_oracle: bench/transformer_oracle.c gpudl.h | $(B)
+	$(CC) $(VARIANT_plain) $(SET_std) $< -o $@ $(LIBS)
 
 clean:
 	rm -rf $(B)

@@ -113,9 +113,9 @@
      gdl_module_free, which frees its children and every parameter and
      buffer. Containers take their children: gdl_nn_sequential,
      gdl_nn_residual, gdl_module_add_child, gdl_nn_sequential_add,
-     gdl_nn_transformer_encoder (encoder_layer, norm), also when they fail,
-     so constructors nest without leaks; a child is never freed on its own
-     (gdl_module_free refuses it). gdl_module_add_param / add_buffer take the
+     gdl_nn_transformer_encoder and gdl_transformer_decoder (the layer,
+     norm), also when they fail, so constructors nest without leaks; a
+     child is never freed on its own (gdl_module_free refuses it). gdl_module_add_param / add_buffer take the
      tensor, also on failure. gdl_module_tie frees the tied parameter's own
      tensor. gdl_quantize_dynamic, gdl_quant_prepare(_qat) and
      gdl_quant_convert return new roots and leave their input to the caller.
@@ -381,6 +381,25 @@
    bias/activation kernel: the same result. GPUDL_VERBOSE=1 in the
    environment says once per process, on stderr, that and why it happened.
 
+   Attention and Transformer modules (torch.nn's, under its names)
+   ---------------------------------------------------------------
+   Each takes PyTorch's arguments and defaults and saves PyTorch's state_dict
+   names, so load_state_dict(strict=True) takes gpudl's files and back:
+     nn.MultiheadAttention       gdl_nn_multihead_attention(_ex), gdl_mha_forward(_ex)
+                                 (need_weights, average_attn_weights, is_causal,
+                                 kdim / vdim, unbatched input)
+     nn.TransformerEncoderLayer  gdl_nn_transformer_encoder_layer(_ex)
+     nn.TransformerEncoder       gdl_nn_transformer_encoder, gdl_transformer_encoder_forward
+     nn.TransformerDecoderLayer  gdl_transformer_decoder_layer
+     nn.TransformerDecoder       gdl_transformer_decoder, gdl_transformer_decode
+     nn.Transformer              gdl_transformer, gdl_transformer_forward, gdl_transformer_encode /
+                                 gdl_transformer_decode (the memory reused),
+                                 gdl_generate_square_subsequent_mask
+     F.scaled_dot_product_attention  gdl_scaled_dot_product_attention(_ex) (enable_gqa),
+                                 gdl_sdpa_heads, gdl_sdpa_qkv
+   A layer's activation: "relu", "gelu", "gelu_tanh" or any unary function
+   (activation_fn), as PyTorch's name or callable.
+
    Errors
    ------
    Functions return NULL (tensors) or a negative code (int). gdl_last_error()
@@ -417,7 +436,7 @@
    api/text.h               vocabularies, language-modelling windows, labelled text, the fortunes, splits, sampling
    api/nn.h                 modules, optimizers, learning-rate schedulers, GradScaler
    api/nn_attention.h       nn.MultiheadAttention
-   api/nn_transformer.h     nn.TransformerEncoderLayer / TransformerEncoder, positional embeddings, weight tying
+   api/nn_transformer.h     nn.TransformerEncoder(Layer), TransformerDecoder(Layer), Transformer, positional embeddings, weight tying
    api/train.h              fit / evaluate, checkpoints
    api/graph.h              a training step captured once as a CUDA graph and replayed
    api/dist.h               data parallel across processes, collectives, DDP
@@ -475,7 +494,7 @@
    nn/modules.h             modules: layers, forward, tree walks, summary
    nn/attention.h           nn.MultiheadAttention on scaled dot-product attention
    nn/resnet.h              ResNet's BasicBlock, under torchvision's names
-   nn/transformer.h         the Transformer encoder, positional embeddings, weight tying
+   nn/transformer.h         the Transformer encoder, decoder and nn.Transformer, positional embeddings, weight tying
    nn/rnn.h                 the recurrent modules: LSTM and GRU
    train/optimizers.h       optimizers (SGD, Adam, AdamW), master weights, the flat blocks
    train/ema.h              weight EMA (AveragedModel), mirroring the optimizer's flat parameter region
@@ -972,6 +991,14 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training);
 #define GDL_SCALE_DEFAULT NAN /* the attention ops' scale: 1/sqrt(E) */
 GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *attn_mask,
                                                        double dropout_p, int is_causal, double scale);
+/* torch.nn.functional.scaled_dot_product_attention(..., enable_gqa): with enable_gqa set, grouped-query attention:
+   q [..., Hq, L, E], k [..., Hkv, S, E], v [..., Hkv, S, Ev] with Hq a multiple of Hkv; query head h attends with
+   key/value head h / (Hq / Hkv) (PyTorch's repeat_interleave of k and v, without the copies: the fused kernels read
+   each key/value head once per group and sum its gradient over the group's query heads). The mask broadcasts
+   against [..., Hq, L, S]. enable_gqa 0: gdl_scaled_dot_product_attention. */
+GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention_ex(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v,
+                                                          gdl_tensor *attn_mask, double dropout_p, int is_causal,
+                                                          double scale, int enable_gqa);
 /* The same attention over heads packed in the last dim, as Linear layers give them, without the copies of
    splitting and joining heads: q [..., L, H*E], k [..., S, H*E], v [..., S, H*Ev] (head h: columns h*E ...
    of each row; q, k and v with the same batch dims) -> [..., L, H*Ev], the heads joined as an output
@@ -1921,6 +1948,8 @@ typedef struct gdl_mha_opts {
     double dropout;  /* default 0; in [0,1]: on the attention weights, in training mode */
     int bias;        /* default 1: in_proj_bias and out_proj.bias */
     int batch_first; /* default 0: [L, N, E]; 1: [N, L, E] */
+    int64_t kdim;    /* default 0: embed_dim; key's width. Other than embed_dim (or vdim's): q_proj_weight [E, E], */
+    int64_t vdim;    /* k_proj_weight [E, kdim], v_proj_weight [E, vdim] (each xavier-uniform) replace in_proj_weight */
 } gdl_mha_opts;
 /* dropout 0, bias 1, batch_first 0 (PyTorch's). */
 GPUDL_API gdl_mha_opts gdl_mha_defaults(void);
@@ -1935,6 +1964,23 @@ GPUDL_API gdl_module *gdl_nn_multihead_attention_ex(int64_t embed_dim, int num_h
 GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
                                       gdl_tensor *key_padding_mask, gdl_tensor *attn_mask);
 
+
+/* nn.MultiheadAttention.forward's keyword arguments beyond the masks; start from a zeroed struct (or pass NULL):
+   need_weights 0 (PyTorch's default is True: ask for it here). */
+typedef struct gdl_mha_args {
+    gdl_tensor *key_padding_mask; /* [N, S] ([S] unbatched); as gdl_mha_forward's */
+    gdl_tensor *attn_mask;        /* [L, S] or [N*num_heads, L, S]; as gdl_mha_forward's */
+    int need_weights;             /* 1: *attn_weights gets the attention weights (the unfused path runs) */
+    int average_attn_weights;     /* with need_weights: 1: [N, L, S], the mean over heads; 0: [N, num_heads, L, S] */
+    int is_causal;                /* with attn_mask NULL: keys after each query left out; with one: a hint only */
+} gdl_mha_args;
+/* nn.MultiheadAttention.forward(query, key, value, **a) -> the output; *attn_weights (may be NULL when need_weights is 0)
+   gets the weights after dropout, as PyTorch returns them (without batch dim for unbatched input), or NULL. query
+   [N, L, E] (batch_first; [L, N, E] otherwise; [L, E] unbatched), key [N, S, kdim], value [N, S, vdim]. A query row
+   with every key masked gets weights 0 and output out_proj's bias (PyTorch's weights path gives NaN there). NULL +
+   error. */
+GPUDL_API gdl_tensor *gdl_mha_forward_ex(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
+                                         const gdl_mha_args *a, gdl_tensor **attn_weights);
 /* ---------------------------------------------------------------------------
    src/api/nn.h (transformer)   nn.TransformerEncoderLayer, nn.TransformerEncoder,
    positional embeddings (learned, sinusoidal) and weight tying.
@@ -1959,16 +2005,18 @@ GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhea
 typedef struct gdl_transformer_encoder_layer_opts {
     int64_t dim_feedforward; /* default 2048 */
     double dropout;          /* default 0.1; in [0,1] */
-    gdl_act activation;      /* default GDL_ACT_RELU; or GDL_ACT_GELU (exact, erf: PyTorch's "gelu") */
+    gdl_act activation;      /* default GDL_ACT_RELU; GDL_ACT_GELU (erf: PyTorch's "gelu"), GDL_ACT_GELU_TANH */
     double layer_norm_eps;   /* default 1e-5; > 0 */
     int batch_first;         /* default 0: [T, N, d]; 1: [N, T, d] */
     int norm_first;          /* default 0: post-norm; 1: pre-norm */
     int bias;                /* default 1: the Linear and LayerNorm biases */
+    const char *activation_name;                 /* default NULL; "relu", "gelu", "gelu_tanh" (see gdl_unary_fn) */
+    gdl_tensor *(*activation_fn)(gdl_tensor *x); /* default NULL; a callable: any unary op (see gdl_unary_fn) */
 } gdl_transformer_encoder_layer_opts;
 /* dim_feedforward 2048, dropout 0.1, ReLU, layer_norm_eps 1e-5, batch_first 0, norm_first 0, bias 1 (PyTorch's). */
 GPUDL_API gdl_transformer_encoder_layer_opts gdl_transformer_encoder_layer_defaults(void);
-/* nn.TransformerEncoderLayer(d_model, nhead, **o); o NULL means defaults. NULL + error (also for an activation
-   other than GDL_ACT_RELU and GDL_ACT_GELU). */
+/* nn.TransformerEncoderLayer(d_model, nhead, **o); o NULL means defaults. NULL + error (also for an unknown
+   activation). */
 GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer_ex(int64_t d_model, int nhead,
                                                           const gdl_transformer_encoder_layer_opts *o);
 /* nn.TransformerEncoder(encoder_layer, num_layers, norm): num_layers copies of encoder_layer (a
@@ -2001,6 +2049,96 @@ GPUDL_API gdl_module *gdl_nn_sinusoidal_positional_encoding(int64_t max_len, int
    (PyTorch's save_model may keep the other), from name's; a file with both (torch's state_dict) loads too.
    Both must be parameters of root's tree with the same shape. 0 / -1. */
 GPUDL_API int gdl_module_tie(gdl_module *root, const char *name, const char *target);
+
+/* ---- nn.TransformerDecoderLayer, nn.TransformerDecoder, nn.Transformer ---- */
+
+/* The activation of a Transformer layer's feed-forward block, as PyTorch's `activation` takes a name or a
+   callable: activation_fn (any unary op of gdl: gdl_relu, gdl_tanh, gdl_sigmoid, or a function of yours),
+   when set, wins; else activation_name, when set: "relu", "gelu" (erf) or "gelu_tanh" (PyTorch's
+   F.gelu(approximate="tanh")); else the enum activation (GDL_ACT_RELU, GDL_ACT_GELU, GDL_ACT_GELU_TANH). These
+   three fields close gdl_transformer_encoder_layer_opts too. */
+typedef gdl_tensor *(*gdl_unary_fn)(gdl_tensor *x);
+
+/* nn.TransformerDecoderLayer's keyword arguments under PyTorch's names; start from
+   gdl_transformer_decoder_layer_defaults(). */
+typedef struct gdl_transformer_decoder_layer_opts {
+    int64_t dim_feedforward;     /* default 2048 */
+    double dropout;              /* default 0.1; in [0,1] */
+    gdl_act activation;          /* default GDL_ACT_RELU */
+    double layer_norm_eps;       /* default 1e-5; > 0 */
+    int batch_first;             /* default 0: [T, N, d]; 1: [N, T, d] */
+    int norm_first;              /* default 0: post-norm; 1: pre-norm */
+    int bias;                    /* default 1: the Linear and LayerNorm biases */
+    const char *activation_name; /* default NULL; "relu", "gelu", "gelu_tanh" */
+    gdl_unary_fn activation_fn;  /* default NULL; a callable */
+} gdl_transformer_decoder_layer_opts;
+/* dim_feedforward 2048, dropout 0.1, ReLU, layer_norm_eps 1e-5, batch_first 0, norm_first 0, bias 1 (PyTorch's). */
+GPUDL_API gdl_transformer_decoder_layer_opts gdl_transformer_decoder_layer_defaults(void);
+/* nn.TransformerDecoderLayer(d_model, nhead, **o); o NULL means defaults. State dict names PyTorch's: self_attn.*,
+   multihead_attn.* (both MultiheadAttention(d_model, nhead, dropout, bias)), linear1 [ff, d], linear2 [d, ff], norm1,
+   norm2, norm3; dropout, dropout1..3 hold nothing. Post-norm (norm_first 0):
+       x = norm1(x + dropout1(self_attn(x, x, x)))
+       x = norm2(x + dropout2(multihead_attn(x, mem, mem)))
+       x = norm3(x + dropout3(linear2(dropout(act(linear1(x))))))
+   pre-norm: x = x + dropout1(self_attn(norm1(x))); x = x + dropout2(multihead_attn(norm2(x), mem)); x = x + ff(norm3(x)).
+   NULL + error. */
+GPUDL_API gdl_module *gdl_transformer_decoder_layer(int64_t d_model, int nhead,
+                                                    const gdl_transformer_decoder_layer_opts *o);
+/* nn.TransformerDecoder(decoder_layer, num_layers, norm): num_layers copies of decoder_layer (starting with its values)
+   under layers.0 ... layers.<n-1>, then the optional final norm (usually gdl_nn_layernorm(d)) under norm. Takes
+   ownership of decoder_layer and norm, also on failure. */
+GPUDL_API gdl_module *gdl_transformer_decoder(gdl_module *decoder_layer, int num_layers, gdl_module *norm);
+
+/* nn.Transformer's keyword arguments under PyTorch's names; start from gdl_transformer_defaults(). */
+typedef struct gdl_transformer_opts {
+    int64_t d_model;             /* default 512 */
+    int nhead;                   /* default 8 */
+    int num_encoder_layers;      /* default 6 */
+    int num_decoder_layers;      /* default 6 */
+    int64_t dim_feedforward;     /* default 2048 */
+    double dropout;              /* default 0.1 */
+    gdl_act activation;          /* default GDL_ACT_RELU */
+    double layer_norm_eps;       /* default 1e-5 */
+    int batch_first;             /* default 0 */
+    int norm_first;              /* default 0 */
+    int bias;                    /* default 1 */
+    const char *activation_name; /* default NULL; as the layers' */
+    gdl_unary_fn activation_fn;  /* default NULL; as the layers' */
+} gdl_transformer_opts;
+/* d_model 512, nhead 8, 6 + 6 layers, dim_feedforward 2048, dropout 0.1, ReLU, eps 1e-5, batch_first 0, norm_first 0,
+   bias 1 (PyTorch's). */
+GPUDL_API gdl_transformer_opts gdl_transformer_defaults(void);
+/* nn.Transformer(**o); o NULL means defaults: encoder (TransformerEncoder with a final LayerNorm, encoder.norm) and
+   decoder (TransformerDecoder with decoder.norm), every parameter of two or more dims re-drawn xavier-uniform, as
+   PyTorch's _reset_parameters. NULL + error. */
+GPUDL_API gdl_module *gdl_transformer(const gdl_transformer_opts *o);
+
+/* The masks of nn.Transformer's forward under PyTorch's names; all may be NULL / 0 (a zeroed struct, or a NULL pointer,
+   is no mask). Each mask u8 (non-zero: LEFT OUT, PyTorch's bool convention) or additive (the input's dtype).
+   src_mask [S, S] or [N*nhead, S, S]; tgt_mask [T, T] or [N*nhead, T, T]; memory_mask [T, S] or [N*nhead, T, S];
+   *_key_padding_mask [N, S] / [N, T] / [N, S] ([S] / [T] / [S] for unbatched input). *_is_causal with its mask NULL
+   makes the causal mask (keys after the query left out; memory: the top-left [T, S] triangle); with a mask given it
+   is a hint only, as in PyTorch. */
+typedef struct gdl_transformer_masks {
+    gdl_tensor *src_mask, *tgt_mask, *memory_mask;
+    gdl_tensor *src_key_padding_mask, *tgt_key_padding_mask, *memory_key_padding_mask;
+    int src_is_causal, tgt_is_causal, memory_is_causal;
+} gdl_transformer_masks;
+/* nn.Transformer.forward(src, tgt, ...): decode(tgt, encode(src)). src [N, S, d], tgt [N, T, d] with batch_first
+   ([S, N, d], [T, N, d] without; [S, d], [T, d] unbatched) -> [N, T, d] (tgt's layout). */
+GPUDL_API gdl_tensor *gdl_transformer_forward(gdl_module *m, gdl_tensor *src, gdl_tensor *tgt,
+                                              const gdl_transformer_masks *masks);
+/* m's encoder with its final norm on src (src_mask, src_key_padding_mask, src_is_causal): the memory. m: a
+   gdl_transformer, or a TransformerEncoder / TransformerEncoderLayer (then the same as gdl_transformer_encoder_forward). */
+GPUDL_API gdl_tensor *gdl_transformer_encode(gdl_module *m, gdl_tensor *src, const gdl_transformer_masks *masks);
+/* m's decoder with its final norm on tgt over memory (tgt_*, memory_* masks): reuse one memory for greedy or beam
+   decoding. m: a gdl_transformer, a TransformerDecoder or a TransformerDecoderLayer. */
+GPUDL_API gdl_tensor *gdl_transformer_decode(gdl_module *m, gdl_tensor *tgt, gdl_tensor *memory,
+                                             const gdl_transformer_masks *masks);
+/* nn.Transformer.generate_square_subsequent_mask(T): [T, T] f32 on the CPU, -inf above the diagonal and 0 elsewhere
+   (query i sees keys 0..i), PyTorch's additive form; gdl_to it for another device, or pass tgt_is_causal instead.
+   NULL + error for T < 1. */
+GPUDL_API gdl_tensor *gdl_generate_square_subsequent_mask(int64_t T);
 /* ---------------------------------------------------------------------------
    src/api/train.h   Keras-style fit/evaluate, and checkpoints.
        gdl_fit_opts o = gdl_fit_defaults();
@@ -3093,6 +3231,8 @@ typedef struct gdl_attn_geom {
     int mask;            /* 0 none; 1 u8 (non-zero: takes part); 2 additive, of dtype mdt */
     gdl_dtype mdt;
     int nb;              /* batch dims (their product is B) */
+    int64_t group;       /* grouped-query attention: group query heads (the innermost batch dim, of that size, along
+                            which kstr and vstr are 0) share one key/value head; 0 or 1 otherwise */
     int64_t bshape[GDL_MAX_DIMS], mstr[GDL_MAX_DIMS], mrow, mcol;
     int64_t qstr[GDL_MAX_DIMS], kstr[GDL_MAX_DIMS], vstr[GDL_MAX_DIMS], ostr[GDL_MAX_DIMS], qrow, krow, vrow, orow;
 } gdl_attn_geom;
@@ -12684,36 +12824,40 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     GPUDL_FREE(all);
 }
 
-/* the key tile at j0 of batch entry b: dk and dv over the query tiles that see its keys (in ascending
-   order), added into gk and gv; with dq (the entry's L x E sums), dq += dS K as well */
-static void gdl__attn_key_tile(const gdl__attn_ctx *c, const gdl__attn_bw_bufs *w, int64_t b, int64_t j0, gdl_real *dq) {
+/* the key tile at j0 of key/value entry kb: dk and dv over the query tiles that see its keys (in ascending
+   order; grouped-query: over the group's query heads in turn), added into gk and gv; with dq (the entry's L x E
+   sums; no group), dq += dS K as well */
+static void gdl__attn_key_tile(const gdl__attn_ctx *c, const gdl__attn_bw_bufs *w, int64_t kb, int64_t j0, gdl_real *dq) {
     const gdl_attn_geom *g = c->g;
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, nk = gdl__attn_min(T, g->S - j0);
-    const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
-    const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
-    const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
-    int64_t i0;
+    const int64_t G = g->group > 1 ? g->group : 1;
+    const int64_t ko = gdl_attn_base(g, kb * G, g->kstr) + j0 * g->krow, vo = gdl_attn_base(g, kb * G, g->vstr) + j0 * g->vrow;
+    int64_t i0, b;
     gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, w->kb);
     gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, w->vb);
     gdl__attn_turn(w->kb, nk, E, w->kt);
     gdl__attn_turn(w->vb, nk, Ev, w->vt);
     memset(w->dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
     memset(w->dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
-    for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
-        const int64_t nq = gdl__attn_min(T, L - i0);
-        gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, w->qb);
-        gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, w->gb);
-        gdl__attn_pair(c, w->qb, w->gb, nq, w->kt, w->vt, nk, i0, j0, mb, c->lse + b * L + i0, c->delta + b * L + i0,
-                       w->s, w->dp);
-        if (c->gv) gdl__attn_mm(nk, Ev, nq, w->s, 1, T, w->gb, Ev, w->dv, Ev); /* dv += P^T dO */
-        if (c->gk) gdl__attn_mm(nk, E, nq, w->dp, 1, T, w->qb, E, w->dk, E);   /* dk += dS^T Q */
-        if (dq) gdl__attn_mm(nq, E, nk, w->dp, T, 1, w->kb, E, dq + i0 * E, E); /* dq += dS K */
+    for (b = kb * G; b < (kb + 1) * G; b++) {
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+        const int64_t oo = gdl_attn_base(g, b, g->ostr);
+        for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+            const int64_t nq = gdl__attn_min(T, L - i0);
+            gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, w->qb);
+            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, w->gb);
+            gdl__attn_pair(c, w->qb, w->gb, nq, w->kt, w->vt, nk, i0, j0, mb, c->lse + b * L + i0,
+                           c->delta + b * L + i0, w->s, w->dp);
+            if (c->gv) gdl__attn_mm(nk, Ev, nq, w->s, 1, T, w->gb, Ev, w->dv, Ev); /* dv += P^T dO */
+            if (c->gk) gdl__attn_mm(nk, E, nq, w->dp, 1, T, w->qb, E, w->dk, E);   /* dk += dS^T Q */
+            if (dq) gdl__attn_mm(nq, E, nk, w->dp, T, 1, w->kb, E, dq + i0 * E, E); /* dq += dS K */
+        }
     }
     if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, w->dk, w->qb);
     if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, w->dv, w->qb);
 }
 
-/* backward, pass 2 over tasks (batch, key tile): dk and dv, walking the query tiles that see the keys */
+/* backward, pass 2 over tasks (key/value entry, key tile): dk and dv, walking the query tiles that see the keys */
 static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const int64_t T = GDL__ATTN_T, nkt = (c->g->S + T - 1) / T;
@@ -12778,13 +12922,14 @@ static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, con
     memset(&c, 0, sizeof c);
     c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.o = out; c.go = gout;
     c.lse = lse; c.delta = delta; c.gq = gq; c.gk = gk; c.gv = gv; c.failed = &failed;
-    if (gq && (gk || gv) && g->B >= 4 * gdl_get_num_threads()) { /* the same bits as the passes below */
+    const int64_t G = g->group > 1 ? g->group : 1; /* grouped-query: pass 2's tasks take the group's query heads */
+    if (gq && (gk || gv) && G == 1 && g->B >= 4 * gdl_get_num_threads()) { /* the same bits as the passes below */
         gdl__parallel_units_for(g->B, work, gdl__attn_bw_range, &c);
         return gdl__attn_oom(failed);
     }
     gdl__parallel_units_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
     if (!failed && (gk || gv))
-        gdl__parallel_units_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
+        gdl__parallel_units_for(g->B / G * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
     return gdl__attn_oom(failed);
 }
 /* src/cpu/rnn.h — the fused gate steps of LSTM and GRU (backend entries lstm_gates, gru_gates and their
@@ -15382,9 +15527,10 @@ GPUDL_API gdl_tensor *gdl_global_avg_pool2d(gdl_tensor *x) {
    [..., L, H*E], gdl_sdpa_heads); q, k and v side by side in one tensor ([..., L, 3*H*E], gdl_sdpa_qkv) */
 enum { GDL__SDPA_PLAIN, GDL__SDPA_HEADS, GDL__SDPA_QKV };
 
-/* out = softmax(scale q k^T + mask) v from the differentiable ops: L x S weights in memory */
+/* out = softmax(scale q k^T + mask) v from the differentiable ops: L x S weights in memory (*weights, when not
+   NULL, gets them after dropout: nn.MultiheadAttention's need_weights) */
 static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask, double dropout_p,
-                                     int causal, double scale) {
+                                     int causal, double scale, gdl_tensor **weights) {
     gdl_tensor *s = gdl_mul_scalar(gdl_matmul(q, gdl_transpose(k, -2, -1)), scale);
     if (s && causal) { /* the excluded places: above the main diagonal of an [L, S] of ones */
         int64_t shape[2];
@@ -15413,6 +15559,7 @@ static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v
         s = gdl_softmax(s, -1);
     }
     if (s && dropout_p > 0) s = gdl_dropout(s, dropout_p, 1);
+    if (weights) *weights = s;
     return s ? gdl_matmul(s, v) : NULL;
 }
 
@@ -15521,11 +15668,17 @@ static int gdl__sdpa_geom(const char *op, int lay, int H, const gdl_tensor *q, c
         *fused = q->ndim == k->ndim && q->ndim == v->ndim && g->E <= GDL_ATTN_MAX_HEAD && g->Ev <= GDL_ATTN_MAX_HEAD;
         g->B = 1;
         g->nb = nb;
+        g->group = 1;
         for (d = 0; d < nb; d++) {
-            if (*fused && (q->shape[d] != k->shape[d] || q->shape[d] != v->shape[d])) *fused = 0;
+            if (*fused && (q->shape[d] != k->shape[d] || q->shape[d] != v->shape[d])) {
+                /* k and v of 1 along q's innermost batch dim: its query heads share them (grouped-query) */
+                if (d == nb - 1 && k->shape[d] == 1 && v->shape[d] == 1) g->group = q->shape[d];
+                else *fused = 0;
+            }
             g->bshape[d] = q->shape[d];
             g->B *= q->shape[d];
         }
+        if (!*fused) g->group = 1;
         if (!*fused) { /* the batch dims broadcast (matmul's rules), the mask against the broadcast shape */
             const gdl_tensor *t[3];
             int64_t str[3][GDL_MAX_DIMS];
@@ -15547,6 +15700,7 @@ static int gdl__sdpa_geom(const char *op, int lay, int H, const gdl_tensor *q, c
             }
             g->qrow = g->krow = g->E;
             g->vrow = g->orow = g->Ev;
+            if (g->group > 1) g->kstr[nb - 1] = g->vstr[nb - 1] = 0;
         }
     }
     /* GDL_SCALE_DEFAULT (NaN): PyTorch's scale=None; any other value as given, 0 and negative ones too */
@@ -15646,7 +15800,7 @@ static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_
     }
     if (gdl__sdpa_geom(op, lay, H, q, k, v, mask, is_causal, scale, &g, &fused) < 0) return NULL;
     if (!fused || dropout_p > 0) {
-        if (lay == GDL__SDPA_PLAIN) return gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale);
+        if (lay == GDL__SDPA_PLAIN) return gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale, NULL);
         if (qkv) {
             const int64_t third = g.E * H;
             k = gdl_narrow(q, -1, third, third);
@@ -15654,7 +15808,7 @@ static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_
             q = gdl_narrow(q, -1, 0, third);
         }
         if (!(q = gdl__sdpa_split(q, H)) || !(k = gdl__sdpa_split(k, H)) || !(v = gdl__sdpa_split(v, H))) return NULL;
-        return gdl__sdpa_join(gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale));
+        return gdl__sdpa_join(gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale, NULL));
     }
     for (d = 0; d < q->ndim - 1; d++) shape[d] = q->shape[d];
     shape[q->ndim - 1] = lay == GDL__SDPA_PLAIN ? g.Ev : H * g.Ev;
@@ -15684,6 +15838,58 @@ static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_
 GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask,
                                                        double dropout_p, int is_causal, double scale) {
     return gdl__sdpa("gdl_scaled_dot_product_attention", GDL__SDPA_PLAIN, 1, q, k, v, mask, dropout_p, is_causal, scale);
+}
+
+/* x [..., n, a, b] with its dim -3 split into [n / G, G] (mask: a dim -3 of 1 gets one more 1 before it; a mask of
+   two dims stays as it is) */
+static gdl_tensor *gdl__sdpa_group_view(gdl_tensor *x, int64_t G, int mask) {
+    int64_t s[GDL_MAX_DIMS];
+    int d, nd;
+    if (!x || (mask && x->ndim < 3)) return x;
+    nd = x->ndim;
+    for (d = 0; d < nd - 3; d++) s[d] = x->shape[d];
+    s[nd - 3] = x->shape[nd - 3] == 1 ? 1 : x->shape[nd - 3] / G;
+    s[nd - 2] = x->shape[nd - 3] == 1 ? 1 : G;
+    s[nd - 1] = x->shape[nd - 2];
+    s[nd] = x->shape[nd - 1];
+    return gdl_reshape(x, nd + 1, s);
+}
+
+GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention_ex(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v,
+                                                          gdl_tensor *attn_mask, double dropout_p, int is_causal,
+                                                          double scale, int enable_gqa) {
+    const char *op = "gdl_scaled_dot_product_attention_ex";
+    int64_t Hq, Hkv, G, s[GDL_MAX_DIMS];
+    gdl_tensor *o;
+    int d;
+    if (!enable_gqa) return gdl__sdpa(op, GDL__SDPA_PLAIN, 1, q, k, v, attn_mask, dropout_p, is_causal, scale);
+    if (gdl__check_in(op, "query", q, 0) < 0 || gdl__check_in(op, "key", k, 0) < 0 || gdl__check_in(op, "value", v, 0) < 0)
+        return NULL;
+    if (q->ndim < 3 || q->ndim >= GDL_MAX_DIMS || k->ndim != q->ndim || v->ndim != q->ndim ||
+        k->shape[k->ndim - 3] != v->shape[v->ndim - 3] || k->shape[k->ndim - 3] < 1 ||
+        q->shape[q->ndim - 3] % k->shape[k->ndim - 3] != 0) {
+        gdl__set_error("%s: enable_gqa expects query [..., Hq, L, E], key [..., Hkv, S, E] and value [..., Hkv, S, Ev] "
+                       "of 3 to %d dims with Hq a multiple of Hkv, got %s, %s and %s", op, GDL_MAX_DIMS - 1,
+                       gdl_shape_str(q), gdl_shape_str(k), gdl_shape_str(v));
+        return NULL;
+    }
+    Hq = q->shape[q->ndim - 3];
+    Hkv = k->shape[k->ndim - 3];
+    G = Hq / Hkv;
+    if (G == 1) return gdl__sdpa(op, GDL__SDPA_PLAIN, 1, q, k, v, attn_mask, dropout_p, is_causal, scale);
+    if (attn_mask && attn_mask->ndim >= 3 && attn_mask->shape[attn_mask->ndim - 3] != 1 &&
+        attn_mask->shape[attn_mask->ndim - 3] != Hq) {
+        gdl__set_error("%s: attn_mask %s cannot be broadcast to the scores [..., Hq=%lld, L, S] of query %s", op,
+                       gdl_shape_str(attn_mask), (long long)Hq, gdl_shape_str(q));
+        return NULL;
+    }
+    /* q [..., Hkv, G, L, E] against k and v [..., Hkv, 1, S, E]: the fused kernels' group (gdl_attn_geom) */
+    o = gdl__sdpa(op, GDL__SDPA_PLAIN, 1, gdl__sdpa_group_view(q, G, 0), gdl__sdpa_group_view(k, 1, 0),
+                  gdl__sdpa_group_view(v, 1, 0), gdl__sdpa_group_view(attn_mask, G, 1), dropout_p, is_causal, scale);
+    if (!o) return NULL;
+    for (d = 0; d < q->ndim - 1; d++) s[d] = q->shape[d];
+    s[q->ndim - 1] = v->shape[v->ndim - 1];
+    return gdl_reshape(o, q->ndim, s);
 }
 
 GPUDL_API gdl_tensor *gdl_sdpa_heads(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, int num_heads, gdl_tensor *attn_mask,
@@ -22583,53 +22789,70 @@ GPUDL_API int gdl_module_summary(gdl_module *m, int ndim, const int64_t *input_s
 }
 
 /* ---- nn.MultiheadAttention ----
-   A custom module (gdl_nn_custom) whose tensors carry PyTorch's names: in_proj_weight and in_proj_bias,
-   and a Linear child out_proj. The forward is the in-projection (self-attention: one GEMM with all of
+   A custom module (gdl_nn_custom) whose tensors carry PyTorch's names: in_proj_weight (or, when kdim or vdim
+   differ from embed_dim, q_proj_weight, k_proj_weight and v_proj_weight) and in_proj_bias, and a Linear child
+   out_proj. The forward is the in-projection (self-attention: one GEMM with all of
    in_proj_weight, whose output holds q, k and v side by side; otherwise three, with views of its thirds),
    gdl_sdpa_qkv / gdl_sdpa_heads reading the heads where the projection wrote them, and out_proj reading
-   the output as it is: no copy splits or joins the heads. */
+   the output as it is: no copy splits or joins the heads. need_weights runs the unfused composition, which
+   keeps the L x S weights. */
 
 typedef struct gdl__mha {
-    int64_t E;
+    int64_t E, kdim, vdim;
     int H, batch_first;
     double dropout;
-    gdl_tensor *w, *b; /* in_proj_weight, in_proj_bias (NULL without bias) */
-    gdl_module *out;   /* out_proj */
+    gdl_tensor *w, *b;       /* in_proj_weight (NULL with separate weights), in_proj_bias (NULL without bias) */
+    gdl_tensor *wq, *wk, *wv; /* q_proj_weight, k_proj_weight, v_proj_weight (kdim or vdim other than E) */
+    gdl_module *out;          /* out_proj */
 } gdl__mha;
 
 static void gdl__mha_free(void *u) { GPUDL_FREE(u); }
 
 static gdl_tensor *gdl__mha_self(gdl_module *self, gdl_tensor *x) { return gdl_mha_forward(self, x, x, x, NULL, NULL); }
 
-static gdl_module *gdl__nn_mha(const char *op, int64_t embed_dim, int num_heads, double dropout, int bias,
-                               int batch_first) {
-    int64_t ws[2], bs[1];
-    double a;
+/* a xavier-uniform [rows, cols] parameter `name` of m, kept in *slot */
+static int gdl__mha_xavier(gdl_module *m, const char *name, int64_t rows, int64_t cols, gdl_tensor **slot) {
+    int64_t s[2];
+    double a = sqrt(6.0 / (double)(rows + cols));
+    s[0] = rows;
+    s[1] = cols;
+    return gdl_module_add_param(m, name, *slot = gdl_uniform(2, s, -a, a, gdl_cpu()));
+}
+
+static gdl_module *gdl__nn_mha(const char *op, int64_t embed_dim, int num_heads, const gdl_mha_opts *o) {
+    int64_t bs[1];
     gdl__mha *u;
     gdl_module *m, *out;
-    if (embed_dim <= 0 || num_heads <= 0 || embed_dim % num_heads != 0 || !(dropout >= 0 && dropout <= 1)) {
-        gdl__set_error("%s: embed_dim %lld must be a positive multiple of num_heads %d, and dropout %g in [0,1]", op,
-                       (long long)embed_dim, num_heads, dropout);
+    int64_t kdim = o->kdim ? o->kdim : embed_dim, vdim = o->vdim ? o->vdim : embed_dim;
+    if (embed_dim <= 0 || num_heads <= 0 || embed_dim % num_heads != 0 || !(o->dropout >= 0 && o->dropout <= 1) ||
+        kdim < 1 || vdim < 1) {
+        gdl__set_error("%s: embed_dim %lld must be a positive multiple of num_heads %d, dropout %g in [0,1], kdim %lld "
+                       "and vdim %lld positive (0: embed_dim)", op, (long long)embed_dim, num_heads, o->dropout,
+                       (long long)o->kdim, (long long)o->vdim);
         return NULL;
     }
     if (!(u = (gdl__mha *)gdl__zalloc(op, sizeof *u))) return NULL;
     u->E = embed_dim;
+    u->kdim = kdim;
+    u->vdim = vdim;
     u->H = num_heads;
-    u->dropout = dropout;
-    u->batch_first = batch_first != 0;
+    u->dropout = o->dropout;
+    u->batch_first = o->batch_first != 0;
     if (!(m = gdl_nn_custom("MultiheadAttention", gdl__mha_self, u, gdl__mha_free))) return NULL;
-    ws[0] = 3 * embed_dim;
-    ws[1] = embed_dim;
     bs[0] = 3 * embed_dim;
-    a = sqrt(6.0 / (double)(ws[0] + ws[1])); /* xavier_uniform_ of [3E, E] */
-    if (gdl_module_add_param(m, "in_proj_weight", u->w = gdl_uniform(2, ws, -a, a, gdl_cpu())) < 0 ||
-        (bias && gdl_module_add_param(m, "in_proj_bias", u->b = gdl_zeros(1, bs, GDL_F32, gdl_cpu())) < 0) ||
-        gdl_module_add_child(m, "out_proj", out = gdl_nn_linear(embed_dim, embed_dim, bias)) < 0) {
+    /* PyTorch's order: in_proj_weight, or q/k/v_proj_weight; in_proj_bias; out_proj */
+    if ((kdim == embed_dim && vdim == embed_dim
+             ? gdl__mha_xavier(m, "in_proj_weight", 3 * embed_dim, embed_dim, &u->w) < 0
+             : gdl__mha_xavier(m, "q_proj_weight", embed_dim, embed_dim, &u->wq) < 0 ||
+                   gdl__mha_xavier(m, "k_proj_weight", embed_dim, kdim, &u->wk) < 0 ||
+                   gdl__mha_xavier(m, "v_proj_weight", embed_dim, vdim, &u->wv) < 0) ||
+        (o->bias && gdl_module_add_param(m, "in_proj_bias", u->b = gdl_zeros(1, bs, GDL_F32, gdl_cpu())) < 0) ||
+        gdl_module_add_child(m, "out_proj", out = gdl_nn_linear(embed_dim, embed_dim, o->bias)) < 0) {
         gdl_module_free(m);
         return NULL;
     }
     u->out = out;
-    if (bias) { /* PyTorch zeroes out_proj.bias */
+    if (o->bias) { /* PyTorch zeroes out_proj.bias */
         gdl_tensor *t[2];
         if (gdl_module_named_tensors(out, GDL_PARAMS, NULL, t, 2) != 2) {
             gdl_module_free(m);
@@ -22642,7 +22865,11 @@ static gdl_module *gdl__nn_mha(const char *op, int64_t embed_dim, int num_heads,
 
 GPUDL_API gdl_module *gdl_nn_multihead_attention(int64_t embed_dim, int num_heads, double dropout, int bias,
                                                  int batch_first) {
-    return gdl__nn_mha("gdl_nn_multihead_attention", embed_dim, num_heads, dropout, bias, batch_first);
+    gdl_mha_opts o = gdl_mha_defaults();
+    o.dropout = dropout;
+    o.bias = bias;
+    o.batch_first = batch_first;
+    return gdl__nn_mha("gdl_nn_multihead_attention", embed_dim, num_heads, &o);
 }
 GPUDL_API gdl_mha_opts gdl_mha_defaults(void) {
     gdl_mha_opts o;
@@ -22652,7 +22879,7 @@ GPUDL_API gdl_mha_opts gdl_mha_defaults(void) {
 }
 GPUDL_API gdl_module *gdl_nn_multihead_attention_ex(int64_t embed_dim, int num_heads, const gdl_mha_opts *o) {
     gdl_mha_opts d = o ? *o : gdl_mha_defaults();
-    return gdl__nn_mha("gdl_nn_multihead_attention_ex", embed_dim, num_heads, d.dropout, d.bias, d.batch_first);
+    return gdl__nn_mha("gdl_nn_multihead_attention_ex", embed_dim, num_heads, &d);
 }
 
 /* a temporary of zeros with mask's shape made additive: -inf where the u8 mask is non-zero; a float mask
@@ -22667,40 +22894,44 @@ static gdl_tensor *gdl__mha_additive(const char *op, gdl_tensor *mask, gdl_dtype
     return gdl_masked_fill(z, r, -INFINITY);
 }
 
-GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
-                                      gdl_tensor *key_padding_mask, gdl_tensor *attn_mask) {
-    const char *op = "gdl_mha_forward";
-    gdl__mha *u = m && m->fwd == gdl__mha_self ? (gdl__mha *)m->user : NULL;
-    gdl_tensor *x[3], *h[3], *mask = NULL, *o;
-    int64_t N, L, S, E, s4[4];
-    int k, self;
-    if (!u) {
-        gdl__set_error("%s: expected a module made by gdl_nn_multihead_attention", op);
+/* an [L, S] u8 mask of the keys after each query (non-zero: left out; the top-left triangle, PyTorch's is_causal) */
+static gdl_tensor *gdl__mha_causal(const char *op, int64_t L, int64_t S, gdl_device dev) {
+    int64_t s[2];
+    gdl_tensor *ones;
+    const gdl_backend *be;
+    s[0] = L;
+    s[1] = S;
+    if (!(be = gdl__be(op, dev)) || !(ones = gdl__tmp(op, 2, s, GDL_F32, dev)) || be->k.fill(GDL__R(ones), ones->numel, 1) < 0)
         return NULL;
-    }
-    x[0] = query;
-    x[1] = key;
-    x[2] = value;
-    self = query == key && key == value;
-    for (k = 0; k < 3; k++) {
-        if (gdl__check_in(op, k == 0 ? "query" : k == 1 ? "key" : "value", x[k], 0) < 0) return NULL;
-        if (x[k]->ndim != 3 || x[k]->shape[2] != u->E) {
-            gdl__set_error("%s: query, key and value must be [%s, %lld] (embed_dim %lld), got %s, %s and %s", op,
-                           u->batch_first ? "N, L" : "L, N", (long long)u->E, (long long)u->E, gdl_shape_str(query),
-                           gdl_shape_str(key), gdl_shape_str(value));
-            return NULL;
-        }
-        if (!u->batch_first && !(x[k] = k && self ? x[0] : gdl_transpose(x[k], 0, 1))) return NULL;
-    }
-    N = x[0]->shape[0];
-    L = x[0]->shape[1];
-    S = x[1]->shape[1];
-    E = u->E;
-    if (x[1]->shape[0] != N || x[2]->shape[0] != N || x[2]->shape[1] != S) {
-        gdl__set_error("%s: query %s, key %s and value %s disagree in batch or key length", op, gdl_shape_str(query),
-                       gdl_shape_str(key), gdl_shape_str(value));
-        return NULL;
-    }
+    return gdl_compare_scalar(gdl_triu(ones, 1), GDL_CMP_NE, 0);
+}
+
+/* x [lead..., n] viewed with a dim of 1 inserted at `at` (unbatched input as a batch of one), or, with `at` < 0, x
+   as it is */
+static gdl_tensor *gdl__mha_unsqueeze(gdl_tensor *x, int at) {
+    int64_t s[GDL_MAX_DIMS];
+    int d, j = 0;
+    if (!x || at < 0) return x;
+    for (d = 0; d <= x->ndim; d++) s[d] = d == at ? 1 : x->shape[j++];
+    return gdl_reshape(x, x->ndim + 1, s);
+}
+
+/* x without its dim `at` (of size 1) */
+static gdl_tensor *gdl__mha_squeeze(gdl_tensor *x, int at) {
+    int64_t s[GDL_MAX_DIMS];
+    int d, j = 0;
+    if (!x) return NULL;
+    for (d = 0; d < x->ndim; d++)
+        if (d != at) s[j++] = x->shape[d];
+    return gdl_reshape(x, x->ndim - 1, s);
+}
+
+/* the one additive mask [N or 1, H or 1, L, S] of attn_mask and key_padding_mask (NULL when neither); *err on error */
+static gdl_tensor *gdl__mha_mask(const char *op, const gdl__mha *u, gdl_tensor *attn_mask, gdl_tensor *kpm, gdl_dtype dt,
+                                 int64_t N, int64_t L, int64_t S, int *err) {
+    gdl_tensor *mask = NULL;
+    int64_t s4[4];
+    *err = 1;
     if (attn_mask) {
         int three;
         if (gdl__check_in(op, "attn_mask", attn_mask, 0) < 0) return NULL;
@@ -22716,36 +22947,138 @@ GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tens
         s4[1] = three ? u->H : 1;
         s4[2] = L;
         s4[3] = S;
-        if (!(mask = gdl__mha_additive(op, attn_mask, query->dtype, 4, s4))) return NULL;
+        if (!(mask = gdl__mha_additive(op, attn_mask, dt, 4, s4))) return NULL;
     }
-    if (key_padding_mask) {
+    if (kpm) {
         gdl_tensor *km;
-        if (gdl__check_in(op, "key_padding_mask", key_padding_mask, 0) < 0) return NULL;
-        if (key_padding_mask->ndim != 2 || key_padding_mask->shape[0] != N || key_padding_mask->shape[1] != S) {
+        if (gdl__check_in(op, "key_padding_mask", kpm, 0) < 0) return NULL;
+        if (kpm->ndim != 2 || kpm->shape[0] != N || kpm->shape[1] != S) {
             gdl__set_error("%s: key_padding_mask must be [N, S] = [%lld, %lld], got %s", op, (long long)N, (long long)S,
-                           gdl_shape_str(key_padding_mask));
+                           gdl_shape_str(kpm));
             return NULL;
         }
         s4[0] = N;
         s4[1] = 1;
         s4[2] = 1;
         s4[3] = S;
-        if (!(km = gdl__mha_additive(op, key_padding_mask, query->dtype, 4, s4))) return NULL;
+        if (!(km = gdl__mha_additive(op, kpm, dt, 4, s4))) return NULL;
         if (!(mask = mask ? gdl_add(mask, km) : km)) return NULL;
     }
-    if (self) {
-        if (!(h[0] = gdl_linear(x[0], u->w, u->b))) return NULL;
-        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, 0, GDL_SCALE_DEFAULT);
-    } else {
-        for (k = 0; k < 3; k++) {
-            gdl_tensor *w = gdl_narrow(u->w, 0, k * E, E), *b = u->b ? gdl_narrow(u->b, 0, k * E, E) : NULL;
-            if (!w || (u->b && !b) || !(h[k] = gdl_linear(x[k], w, b))) return NULL;
-        }
-        o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, 0, GDL_SCALE_DEFAULT);
-    }
-    if (!o || !(o = gdl_forward(u->out, o)) || !(o = u->batch_first ? o : gdl_transpose(o, 0, 1))) return NULL;
-    gdl__nn_record(m, o);
+    *err = 0;
+    return mask;
+}
+
+/* the in-projection of input k (0 q, 1 k, 2 v) */
+static gdl_tensor *gdl__mha_proj(const gdl__mha *u, int k, gdl_tensor *x) {
+    gdl_tensor *w, *b = u->b ? gdl_narrow(u->b, 0, k * u->E, u->E) : NULL;
+    if (u->b && !b) return NULL;
+    w = u->w ? gdl_narrow(u->w, 0, k * u->E, u->E) : k == 0 ? u->wq : k == 1 ? u->wk : u->wv;
+    return w ? gdl_linear(x, w, b) : NULL;
+}
+
+/* softmax(q k^T / sqrt(E/H) + mask) v over the heads of the projections h (batch-first), the weights kept: *w
+   [N, H, L, S], or [N, L, S] averaged over the heads */
+static gdl_tensor *gdl__mha_weights(const gdl__mha *u, gdl_tensor **h, gdl_tensor *mask, double dropout, int average,
+                                    gdl_tensor **w) {
+    gdl_tensor *q = gdl__sdpa_split(h[0], u->H), *k = gdl__sdpa_split(h[1], u->H), *v = gdl__sdpa_split(h[2], u->H), *o;
+    if (!q || !k || !v) return NULL;
+    o = gdl__sdpa_join(gdl__sdpa_unfused(q, k, v, mask, dropout, 0, 1 / sqrt((double)(u->E / u->H)), w));
+    if (o && average && !(*w = gdl_mean_dim(*w, 1, 0))) return NULL;
     return o;
+}
+
+static gdl_tensor *gdl__mha_run(const char *op, gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
+                                const gdl_mha_args *a, gdl_tensor **attn_weights) {
+    gdl__mha *u = m && m->fwd == gdl__mha_self ? (gdl__mha *)m->user : NULL;
+    gdl_tensor *x[3], *h[3], *mask, *o, *w = NULL, *am, *kpm;
+    gdl_mha_args d;
+    int64_t N, L, S, width[3];
+    int k, self, unb, bf, err, causal = 0;
+    if (attn_weights) *attn_weights = NULL;
+    if (!u) {
+        gdl__set_error("%s: expected a module made by gdl_nn_multihead_attention", op);
+        return NULL;
+    }
+    memset(&d, 0, sizeof d);
+    if (a) d = *a;
+    if (d.need_weights && !attn_weights) {
+        gdl__null_arg(op, "attn_weights (need_weights is set)");
+        return NULL;
+    }
+    x[0] = query;
+    x[1] = key;
+    x[2] = value;
+    width[0] = u->E;
+    width[1] = u->kdim;
+    width[2] = u->vdim;
+    self = query == key && key == value;
+    for (k = 0; k < 3; k++)
+        if (gdl__check_in(op, k == 0 ? "query" : k == 1 ? "key" : "value", x[k], 0) < 0) return NULL;
+    unb = query->ndim == 2; /* unbatched: [L, E], a batch of one */
+    bf = u->batch_first || unb;
+    for (k = 0; k < 3; k++) {
+        if (x[k]->ndim != query->ndim || (x[k]->ndim != 3 && x[k]->ndim != 2) || x[k]->shape[x[k]->ndim - 1] != width[k]) {
+            gdl__set_error("%s: query, key and value must be [%s, %lld], [%s, %lld] and [%s, %lld] (or unbatched, "
+                           "without N), got %s, %s and %s", op, u->batch_first ? "N, L" : "L, N", (long long)u->E,
+                           u->batch_first ? "N, S" : "S, N", (long long)u->kdim, u->batch_first ? "N, S" : "S, N",
+                           (long long)u->vdim, gdl_shape_str(query), gdl_shape_str(key), gdl_shape_str(value));
+            return NULL;
+        }
+        if (unb && !(x[k] = k && self ? x[0] : gdl__mha_unsqueeze(x[k], 0))) return NULL;
+        if (!bf && !(x[k] = k && self ? x[0] : gdl_transpose(x[k], 0, 1))) return NULL;
+    }
+    N = x[0]->shape[0];
+    L = x[0]->shape[1];
+    S = x[1]->shape[1];
+    if (x[1]->shape[0] != N || x[2]->shape[0] != N || x[2]->shape[1] != S) {
+        gdl__set_error("%s: query %s, key %s and value %s disagree in batch or key length", op, gdl_shape_str(query),
+                       gdl_shape_str(key), gdl_shape_str(value));
+        return NULL;
+    }
+    am = d.attn_mask;
+    kpm = d.key_padding_mask;
+    if (unb && am && am->ndim == 3 && !(am = gdl__mha_unsqueeze(am, 0))) return NULL; /* [H, L, S] -> [1*H, L, S] */
+    if (unb && am && am->ndim == 4 && !(am = gdl__mha_squeeze(am, 0))) return NULL;
+    if (unb && kpm && kpm->ndim == 1 && !(kpm = gdl__mha_unsqueeze(kpm, 0))) return NULL;
+    if (d.is_causal && !am) { /* a flag to the fused kernels alone; a mask when it meets others */
+        if (kpm || d.need_weights) {
+            if (!(am = gdl__mha_causal(op, L, S, query->device))) return NULL;
+        } else {
+            causal = 1;
+        }
+    }
+    mask = gdl__mha_mask(op, u, am, kpm, query->dtype, N, L, S, &err);
+    if (err) return NULL;
+    if (self && u->w && !d.need_weights) {
+        if (!(h[0] = gdl_linear(x[0], u->w, u->b))) return NULL;
+        o = gdl_sdpa_qkv(h[0], u->H, mask, m->training ? u->dropout : 0, causal, GDL_SCALE_DEFAULT);
+    } else {
+        for (k = 0; k < 3; k++)
+            if (!(h[k] = gdl__mha_proj(u, k, x[k]))) return NULL;
+        if (d.need_weights)
+            o = gdl__mha_weights(u, h, mask, m->training ? u->dropout : 0, d.average_attn_weights, &w);
+        else
+            o = gdl_sdpa_heads(h[0], h[1], h[2], u->H, mask, m->training ? u->dropout : 0, causal, GDL_SCALE_DEFAULT);
+    }
+    if (!o || !(o = gdl_forward(u->out, o)) || !(o = bf ? o : gdl_transpose(o, 0, 1))) return NULL;
+    if (unb && (!(o = gdl__mha_squeeze(o, 0)) || (w && !(w = gdl__mha_squeeze(w, 0))))) return NULL;
+    gdl__nn_record(m, o);
+    if (attn_weights) *attn_weights = w;
+    return o;
+}
+
+GPUDL_API gdl_tensor *gdl_mha_forward_ex(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
+                                         const gdl_mha_args *a, gdl_tensor **attn_weights) {
+    return gdl__mha_run("gdl_mha_forward_ex", m, query, key, value, a, attn_weights);
+}
+
+GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
+                                      gdl_tensor *key_padding_mask, gdl_tensor *attn_mask) {
+    gdl_mha_args a;
+    memset(&a, 0, sizeof a);
+    a.key_padding_mask = key_padding_mask;
+    a.attn_mask = attn_mask;
+    return gdl__mha_run("gdl_mha_forward", m, query, key, value, &a, NULL);
 }
 /* ---------------------------------------------------------------------------
    src/nn/resnet.h — ResNet's BasicBlock (torchvision.models.resnet.BasicBlock), made
@@ -22808,19 +23141,23 @@ GPUDL_API gdl_module *gdl_nn_basic_block(int in_channels, int out_channels, int 
     }
     return m;
 }
-/* src/nn/transformer.h — nn.TransformerEncoderLayer and nn.TransformerEncoder as custom modules over nn.MultiheadAttention
-   (src/nn/attention.h), Linear, LayerNorm and Dropout children under PyTorch's names; the positional embeddings; weight tying
-   (a parameter entry that refers to another module's tensor without owning it). */
+/* src/nn/transformer.h — nn.TransformerEncoderLayer, nn.TransformerEncoder, nn.TransformerDecoderLayer,
+   nn.TransformerDecoder and nn.Transformer as custom modules over nn.MultiheadAttention (src/nn/attention.h),
+   Linear, LayerNorm and Dropout children under PyTorch's names; the positional embeddings; weight tying (a
+   parameter entry that refers to another module's tensor without owning it). */
 
 typedef struct gdl__tfm_cfg {
     int64_t d, ff;
-    int nhead, gelu, batch_first, norm_first, bias;
+    int nhead, batch_first, norm_first, bias, decoder;
+    gdl_act act;     /* the feed-forward's activation, unless fn */
+    gdl_unary_fn fn; /* a callable activation (PyTorch's activation=<function>) */
     double dropout, eps;
 } gdl__tfm_cfg;
 
+/* an encoder layer (sa, ff, n1, n2, d1, d2) or a decoder layer (also ca, n3, d3) */
 typedef struct gdl__tfm_layer {
     gdl__tfm_cfg c;
-    gdl_module *sa, *l1, *drop, *l2, *n1, *n2, *d1, *d2;
+    gdl_module *sa, *ca, *l1, *drop, *l2, *n1, *n2, *n3, *d1, *d2, *d3;
 } gdl__tfm_layer;
 
 typedef struct gdl__tfm_stack {
@@ -22829,8 +23166,13 @@ typedef struct gdl__tfm_stack {
     gdl_module *norm;    /* NULL without a final norm */
 } gdl__tfm_stack;
 
+typedef struct gdl__tfm_full {
+    gdl_module *enc, *dec; /* nn.Transformer's encoder and decoder */
+} gdl__tfm_full;
+
 static gdl_tensor *gdl__tfm_layer_self(gdl_module *self, gdl_tensor *x);
 static gdl_tensor *gdl__tfm_stack_self(gdl_module *self, gdl_tensor *x);
+static gdl_tensor *gdl__tfm_needs_memory(gdl_module *self, gdl_tensor *x);
 
 static void gdl__tfm_stack_free(void *u) {
     if (u) GPUDL_FREE(((gdl__tfm_stack *)u)->layers);
@@ -22857,55 +23199,91 @@ static int gdl__tfm_child(gdl_module *m, const char *name, gdl_module *c, gdl_mo
     return 0;
 }
 
+/* the layers' children in PyTorch's order of construction (and of the state dict): self_attn, [multihead_attn,]
+   linear1, dropout, linear2, norm1, norm2, [norm3,] dropout1, dropout2[, dropout3] */
 static gdl_module *gdl__tfm_layer_new(const gdl__tfm_cfg *c) {
-    gdl__tfm_layer *u = (gdl__tfm_layer *)gdl__zalloc("gdl_nn_transformer_encoder_layer", sizeof *u);
+    const char *op = c->decoder ? "gdl_transformer_decoder_layer" : "gdl_nn_transformer_encoder_layer";
+    gdl__tfm_layer *u = (gdl__tfm_layer *)gdl__zalloc(op, sizeof *u);
     gdl_module *m;
     if (!u) return NULL;
     u->c = *c;
-    if (!(m = gdl_nn_custom("TransformerEncoderLayer", gdl__tfm_layer_self, u, gdl__mha_free))) return NULL;
-    /* PyTorch's order of construction (and of the state dict): self_attn, linear1, dropout, linear2, norm1, norm2 */
+    if (!(m = gdl_nn_custom(c->decoder ? "TransformerDecoderLayer" : "TransformerEncoderLayer",
+                            c->decoder ? gdl__tfm_needs_memory : gdl__tfm_layer_self, u, gdl__mha_free)))
+        return NULL;
     if (gdl__tfm_child(m, "self_attn", gdl_nn_multihead_attention(c->d, c->nhead, c->dropout, c->bias, c->batch_first),
                        &u->sa) < 0 ||
+        (c->decoder && gdl__tfm_child(m, "multihead_attn", gdl_nn_multihead_attention(c->d, c->nhead, c->dropout,
+                                                                                      c->bias, c->batch_first),
+                                      &u->ca) < 0) ||
         gdl__tfm_child(m, "linear1", gdl_nn_linear(c->d, c->ff, c->bias), &u->l1) < 0 ||
         gdl__tfm_child(m, "dropout", gdl_nn_dropout(c->dropout), &u->drop) < 0 ||
         gdl__tfm_child(m, "linear2", gdl_nn_linear(c->ff, c->d, c->bias), &u->l2) < 0 ||
         gdl__tfm_child(m, "norm1", gdl__tfm_norm(c->d, c->eps, c->bias), &u->n1) < 0 ||
         gdl__tfm_child(m, "norm2", gdl__tfm_norm(c->d, c->eps, c->bias), &u->n2) < 0 ||
+        (c->decoder && gdl__tfm_child(m, "norm3", gdl__tfm_norm(c->d, c->eps, c->bias), &u->n3) < 0) ||
         gdl__tfm_child(m, "dropout1", gdl_nn_dropout(c->dropout), &u->d1) < 0 ||
-        gdl__tfm_child(m, "dropout2", gdl_nn_dropout(c->dropout), &u->d2) < 0) {
+        gdl__tfm_child(m, "dropout2", gdl_nn_dropout(c->dropout), &u->d2) < 0 ||
+        (c->decoder && gdl__tfm_child(m, "dropout3", gdl_nn_dropout(c->dropout), &u->d3) < 0)) {
         gdl_module_free(m);
         return NULL;
     }
     return m;
 }
 
-static gdl_module *gdl__nn_tfm_layer(const char *op, int64_t d_model, int nhead, int64_t dim_feedforward,
-                                     double dropout, int gelu, double layer_norm_eps, int batch_first, int norm_first,
-                                     int bias) {
-    gdl__tfm_cfg c;
+/* the activation from its three spellings (gdl_unary_fn's comment): fn, else name, else act; -1 + error */
+static int gdl__tfm_act(const char *op, gdl_act act, const char *name, gdl_unary_fn fn, gdl__tfm_cfg *c) {
+    c->fn = fn;
+    c->act = act;
+    if (fn) return 0;
+    if (name) {
+        if (!strcmp(name, "relu")) c->act = GDL_ACT_RELU;
+        else if (!strcmp(name, "gelu")) c->act = GDL_ACT_GELU;
+        else if (!strcmp(name, "gelu_tanh")) c->act = GDL_ACT_GELU_TANH;
+        else {
+            gdl__set_error("%s: activation \"%s\" must be \"relu\", \"gelu\" or \"gelu_tanh\" (or pass activation_fn)",
+                           op, name);
+            return -1;
+        }
+        return 0;
+    }
+    if (act != GDL_ACT_RELU && act != GDL_ACT_GELU && act != GDL_ACT_GELU_TANH) {
+        gdl__set_error("%s: activation %d must be GDL_ACT_RELU, GDL_ACT_GELU or GDL_ACT_GELU_TANH", op, (int)act);
+        return -1;
+    }
+    return 0;
+}
+
+/* the checks and the configuration of a layer (c's activation already set) */
+static int gdl__tfm_cfg_set(const char *op, gdl__tfm_cfg *c, int64_t d_model, int nhead, int64_t dim_feedforward,
+                            double dropout, double layer_norm_eps, int batch_first, int norm_first, int bias) {
     if (d_model < 1 || nhead < 1 || d_model % nhead || dim_feedforward < 1 || !(dropout >= 0 && dropout <= 1) ||
         !(layer_norm_eps > 0)) {
         gdl__set_error("%s: d_model %lld must be a positive multiple of nhead %d, "
                        "dim_feedforward %lld positive, dropout %g in [0,1] and layer_norm_eps %g > 0", op,
                        (long long)d_model, nhead, (long long)dim_feedforward, dropout, layer_norm_eps);
-        return NULL;
+        return -1;
     }
-    c.d = d_model;
-    c.ff = dim_feedforward;
-    c.nhead = nhead;
-    c.gelu = gelu != 0;
-    c.batch_first = batch_first != 0;
-    c.norm_first = norm_first != 0;
-    c.bias = bias != 0;
-    c.dropout = dropout;
-    c.eps = layer_norm_eps;
-    return gdl__tfm_layer_new(&c);
+    c->d = d_model;
+    c->ff = dim_feedforward;
+    c->nhead = nhead;
+    c->batch_first = batch_first != 0;
+    c->norm_first = norm_first != 0;
+    c->bias = bias != 0;
+    c->dropout = dropout;
+    c->eps = layer_norm_eps;
+    return 0;
 }
+
 GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhead, int64_t dim_feedforward,
                                                        double dropout, int gelu, double layer_norm_eps,
                                                        int batch_first, int norm_first, int bias) {
-    return gdl__nn_tfm_layer("gdl_nn_transformer_encoder_layer", d_model, nhead, dim_feedforward, dropout, gelu,
-                             layer_norm_eps, batch_first, norm_first, bias);
+    gdl__tfm_cfg c;
+    memset(&c, 0, sizeof c);
+    c.act = gelu ? GDL_ACT_GELU : GDL_ACT_RELU;
+    if (gdl__tfm_cfg_set("gdl_nn_transformer_encoder_layer", &c, d_model, nhead, dim_feedforward, dropout,
+                         layer_norm_eps, batch_first, norm_first, bias) < 0)
+        return NULL;
+    return gdl__tfm_layer_new(&c);
 }
 GPUDL_API gdl_transformer_encoder_layer_opts gdl_transformer_encoder_layer_defaults(void) {
     gdl_transformer_encoder_layer_opts o;
@@ -22921,28 +23299,68 @@ GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer_ex(int64_t d_model, int n
                                                           const gdl_transformer_encoder_layer_opts *o) {
     const char *op = "gdl_nn_transformer_encoder_layer_ex";
     gdl_transformer_encoder_layer_opts d = o ? *o : gdl_transformer_encoder_layer_defaults();
-    if (d.activation != GDL_ACT_RELU && d.activation != GDL_ACT_GELU) {
-        gdl__set_error("%s: activation %d must be GDL_ACT_RELU or GDL_ACT_GELU (PyTorch's \"relu\", \"gelu\")", op,
-                       (int)d.activation);
+    gdl__tfm_cfg c;
+    memset(&c, 0, sizeof c);
+    if (gdl__tfm_act(op, d.activation, d.activation_name, d.activation_fn, &c) < 0 ||
+        gdl__tfm_cfg_set(op, &c, d_model, nhead, d.dim_feedforward, d.dropout, d.layer_norm_eps, d.batch_first,
+                         d.norm_first, d.bias) < 0)
         return NULL;
-    }
-    return gdl__nn_tfm_layer(op, d_model, nhead, d.dim_feedforward, d.dropout, d.activation == GDL_ACT_GELU,
-                             d.layer_norm_eps, d.batch_first, d.norm_first, d.bias);
+    return gdl__tfm_layer_new(&c);
 }
 
-static gdl__tfm_layer *gdl__tfm_layer_of(gdl_module *m) {
-    return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__tfm_layer_self ? (gdl__tfm_layer *)m->user : NULL;
+GPUDL_API gdl_transformer_decoder_layer_opts gdl_transformer_decoder_layer_defaults(void) {
+    gdl_transformer_decoder_layer_opts o;
+    memset(&o, 0, sizeof o);
+    o.dim_feedforward = 2048;
+    o.dropout = 0.1;
+    o.activation = GDL_ACT_RELU;
+    o.layer_norm_eps = 1e-5;
+    o.bias = 1;
+    return o;
 }
-static gdl__tfm_stack *gdl__tfm_stack_of(gdl_module *m) {
-    return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__tfm_stack_self ? (gdl__tfm_stack *)m->user : NULL;
+GPUDL_API gdl_module *gdl_transformer_decoder_layer(int64_t d_model, int nhead,
+                                                    const gdl_transformer_decoder_layer_opts *o) {
+    const char *op = "gdl_transformer_decoder_layer";
+    gdl_transformer_decoder_layer_opts d = o ? *o : gdl_transformer_decoder_layer_defaults();
+    gdl__tfm_cfg c;
+    memset(&c, 0, sizeof c);
+    c.decoder = 1;
+    if (gdl__tfm_act(op, d.activation, d.activation_name, d.activation_fn, &c) < 0 ||
+        gdl__tfm_cfg_set(op, &c, d_model, nhead, d.dim_feedforward, d.dropout, d.layer_norm_eps, d.batch_first,
+                         d.norm_first, d.bias) < 0)
+        return NULL;
+    return gdl__tfm_layer_new(&c);
+}
+
+/* the layer of either kind behind m, NULL when m is none; dec: -1 either kind, 0 encoder, 1 decoder */
+static gdl__tfm_layer *gdl__tfm_layer_kind(gdl_module *m, int dec) {
+    gdl__tfm_layer *u;
+    if (!m || m->kind != GDL__M_CUSTOM || (m->fwd != gdl__tfm_layer_self && m->fwd != gdl__tfm_needs_memory)) return NULL;
+    u = (gdl__tfm_layer *)m->user;
+    return dec < 0 || u->c.decoder == dec ? u : NULL;
+}
+static gdl__tfm_layer *gdl__tfm_layer_of(gdl_module *m) { return gdl__tfm_layer_kind(m, 0); }
+/* a stack of either kind (TransformerEncoder, TransformerDecoder), NULL when m is none; dec as above */
+static gdl__tfm_stack *gdl__tfm_stack_kind(gdl_module *m, int dec) {
+    gdl__tfm_stack *u;
+    if (!m || m->kind != GDL__M_CUSTOM || (m->fwd != gdl__tfm_stack_self && m->fwd != gdl__tfm_needs_memory)) return NULL;
+    if (m->fwd == gdl__tfm_needs_memory && strcmp(m->kind_name, "TransformerDecoder")) return NULL;
+    u = (gdl__tfm_stack *)m->user;
+    return dec < 0 || gdl__tfm_layer_kind(u->layers[0], dec) ? u : NULL;
+}
+static gdl__tfm_stack *gdl__tfm_stack_of(gdl_module *m) { return gdl__tfm_stack_kind(m, 0); }
+static gdl__tfm_full *gdl__tfm_full_of(gdl_module *m) {
+    return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__tfm_needs_memory && !strcmp(m->kind_name, "Transformer")
+               ? (gdl__tfm_full *)m->user
+               : NULL;
 }
 
 /* copies every parameter and buffer of src into dst (the same architecture) */
-static int gdl__tfm_copy_tensors(gdl_module *dst, gdl_module *src) {
+static int gdl__tfm_copy_tensors(const char *op, gdl_module *dst, gdl_module *src) {
     gdl_tensor *a[64], *b[64];
     int n = gdl_module_named_tensors(src, GDL_PARAMS_AND_BUFFERS, NULL, a, 64), i;
     if (n < 0 || n > 64 || gdl_module_named_tensors(dst, GDL_PARAMS_AND_BUFFERS, NULL, b, 64) != n) {
-        gdl__set_error("gdl_nn_transformer_encoder: cannot copy the layer's tensors");
+        gdl__set_error("%s: cannot copy the layer's tensors", op);
         return -1;
     }
     if (gdl_module_to(dst, gdl_module_device(src)) < 0) return -1;
@@ -22957,17 +23375,18 @@ static gdl_tensor *gdl__tfm_list_fwd(gdl_module *self, gdl_tensor *x) {
     return NULL;
 }
 
-GPUDL_API gdl_module *gdl_nn_transformer_encoder(gdl_module *encoder_layer, int num_layers, gdl_module *norm) {
-    const char *op = "gdl_nn_transformer_encoder";
-    gdl__tfm_layer *lu = gdl__tfm_layer_of(encoder_layer);
+/* TransformerEncoder / TransformerDecoder: num_layers copies of layer under layers.<i>, then norm */
+static gdl_module *gdl__tfm_stack_new(const char *op, int dec, gdl_module *layer, int num_layers, gdl_module *norm) {
+    gdl__tfm_layer *lu = gdl__tfm_layer_kind(layer, dec);
     gdl__tfm_stack *u;
     gdl_module *m, *list;
     int i;
-    if (!lu || encoder_layer->parent || num_layers < 1) {
-        gdl__set_error("%s: expected a TransformerEncoderLayer without a parent (gdl_nn_transformer_encoder_layer) and "
-                       "num_layers >= 1, got %s and %d", op, encoder_layer ? encoder_layer->kind_name : "NULL",
-                       num_layers);
-        gdl__nn_drop(encoder_layer);
+    if (!lu || layer->parent || num_layers < 1) {
+        gdl__set_error("%s: expected a %s without a parent and num_layers >= 1, got %s and %d", op,
+                       dec ? "TransformerDecoderLayer (gdl_transformer_decoder_layer)"
+                           : "TransformerEncoderLayer (gdl_nn_transformer_encoder_layer)",
+                       layer ? layer->kind_name : "NULL", num_layers);
+        gdl__nn_drop(layer);
         gdl__nn_drop(norm);
         return NULL;
     }
@@ -22976,28 +23395,29 @@ GPUDL_API gdl_module *gdl_nn_transformer_encoder(gdl_module *encoder_layer, int 
     if (!u || !(u->layers = (gdl_module **)GPUDL_MALLOC(sizeof(gdl_module *) * (size_t)num_layers))) {
         gdl__tfm_stack_free(u);
         gdl__set_error("%s: out of host memory", op);
-        gdl__nn_drop(encoder_layer);
+        gdl__nn_drop(layer);
         gdl__nn_drop(norm);
         return NULL;
     }
     u->n = num_layers;
-    if (!(m = gdl_nn_custom("TransformerEncoder", gdl__tfm_stack_self, u, gdl__tfm_stack_free))) {
-        gdl__nn_drop(encoder_layer);
+    if (!(m = gdl_nn_custom(dec ? "TransformerDecoder" : "TransformerEncoder",
+                            dec ? gdl__tfm_needs_memory : gdl__tfm_stack_self, u, gdl__tfm_stack_free))) {
+        gdl__nn_drop(layer);
         gdl__nn_drop(norm);
         return NULL;
     }
     if (gdl_module_add_child(m, "layers", list = gdl_nn_custom("ModuleList", gdl__tfm_list_fwd, NULL, NULL)) < 0) {
-        gdl__nn_drop(encoder_layer);
+        gdl__nn_drop(layer);
         gdl__nn_drop(norm);
         gdl_module_free(m);
         return NULL;
     }
-    for (i = 0; i < num_layers; i++) { /* layer 0 is encoder_layer itself; the others start as its copies */
+    for (i = 0; i < num_layers; i++) { /* layer 0 is the layer itself; the others start as its copies */
         char nm[16];
-        gdl_module *c = i ? gdl__tfm_layer_new(&lu->c) : encoder_layer;
+        gdl_module *c = i ? gdl__tfm_layer_new(&lu->c) : layer;
         int ok = c != NULL;
         snprintf(nm, sizeof nm, "%d", i);
-        if (ok && i && gdl__tfm_copy_tensors(c, encoder_layer) < 0) {
+        if (ok && i && gdl__tfm_copy_tensors(op, c, layer) < 0) {
             gdl__nn_drop(c);
             ok = 0;
         }
@@ -23014,69 +23434,306 @@ GPUDL_API gdl_module *gdl_nn_transformer_encoder(gdl_module *encoder_layer, int 
     return m;
 }
 
-/* an [T, T] u8 mask of the keys after each query (non-zero: left out) */
-static gdl_tensor *gdl__tfm_causal(const char *op, int64_t T, gdl_device dev) {
-    int64_t s[2];
-    gdl_tensor *ones;
-    const gdl_backend *be;
-    s[0] = s[1] = T;
-    if (!(be = gdl__be(op, dev)) || !(ones = gdl__tmp(op, 2, s, GDL_F32, dev)) || be->k.fill(GDL__R(ones), ones->numel, 1) < 0)
+GPUDL_API gdl_module *gdl_nn_transformer_encoder(gdl_module *encoder_layer, int num_layers, gdl_module *norm) {
+    return gdl__tfm_stack_new("gdl_nn_transformer_encoder", 0, encoder_layer, num_layers, norm);
+}
+GPUDL_API gdl_module *gdl_transformer_decoder(gdl_module *decoder_layer, int num_layers, gdl_module *norm) {
+    return gdl__tfm_stack_new("gdl_transformer_decoder", 1, decoder_layer, num_layers, norm);
+}
+
+GPUDL_API gdl_transformer_opts gdl_transformer_defaults(void) {
+    gdl_transformer_opts o;
+    memset(&o, 0, sizeof o);
+    o.d_model = 512;
+    o.nhead = 8;
+    o.num_encoder_layers = 6;
+    o.num_decoder_layers = 6;
+    o.dim_feedforward = 2048;
+    o.dropout = 0.1;
+    o.activation = GDL_ACT_RELU;
+    o.layer_norm_eps = 1e-5;
+    o.bias = 1;
+    return o;
+}
+
+/* PyTorch's Transformer._reset_parameters: xavier_uniform_ on every parameter of two or more dims */
+static int gdl__tfm_xavier_all(const char *op, gdl_module *m) {
+    int n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, NULL, 0), i;
+    gdl_tensor **t;
+    if (n < 0) return -1;
+    if (!(t = (gdl_tensor **)gdl__zalloc(op, sizeof(gdl_tensor *) * (size_t)(n + 1)))) return -1;
+    gdl_module_named_tensors(m, GDL_PARAMS, NULL, t, n);
+    for (i = 0; i < n; i++) {
+        gdl_tensor *x = t[i], *r;
+        int64_t fan_in, fan_out, rf = 1;
+        int d;
+        double a;
+        if (x->ndim < 2) continue;
+        for (d = 2; d < x->ndim; d++) rf *= x->shape[d];
+        fan_in = x->shape[1] * rf;
+        fan_out = x->shape[0] * rf;
+        a = sqrt(6.0 / (double)(fan_in + fan_out));
+        if (!(r = gdl_uniform(x->ndim, x->shape, -a, a, x->device)) || gdl_copy_(x, r) < 0) {
+            gdl_free(r);
+            GPUDL_FREE(t);
+            return -1;
+        }
+        gdl_free(r);
+    }
+    GPUDL_FREE(t);
+    return 0;
+}
+
+GPUDL_API gdl_module *gdl_transformer(const gdl_transformer_opts *o) {
+    const char *op = "gdl_transformer";
+    gdl_transformer_opts d = o ? *o : gdl_transformer_defaults();
+    gdl__tfm_cfg c;
+    gdl__tfm_full *u;
+    gdl_module *m, *enc, *dec;
+    memset(&c, 0, sizeof c);
+    if (d.num_encoder_layers < 1 || d.num_decoder_layers < 1) {
+        gdl__set_error("%s: num_encoder_layers %d and num_decoder_layers %d must be >= 1", op, d.num_encoder_layers,
+                       d.num_decoder_layers);
         return NULL;
-    return gdl_compare_scalar(gdl_triu(ones, 1), GDL_CMP_NE, 0);
+    }
+    if (gdl__tfm_act(op, d.activation, d.activation_name, d.activation_fn, &c) < 0 ||
+        gdl__tfm_cfg_set(op, &c, d.d_model, d.nhead, d.dim_feedforward, d.dropout, d.layer_norm_eps, d.batch_first,
+                         d.norm_first, d.bias) < 0 ||
+        !(u = (gdl__tfm_full *)gdl__zalloc(op, sizeof *u)))
+        return NULL;
+    if (!(m = gdl_nn_custom("Transformer", gdl__tfm_needs_memory, u, gdl__mha_free))) return NULL;
+    enc = gdl__tfm_stack_new(op, 0, gdl__tfm_layer_new(&c), d.num_encoder_layers, gdl__tfm_norm(c.d, c.eps, c.bias));
+    c.decoder = 1;
+    if (gdl__tfm_child(m, "encoder", enc, &u->enc) < 0 ||
+        gdl__tfm_child(m, "decoder",
+                       gdl__tfm_stack_new(op, 1, gdl__tfm_layer_new(&c), d.num_decoder_layers,
+                                          gdl__tfm_norm(c.d, c.eps, c.bias)),
+                       &dec) < 0 ||
+        gdl__tfm_xavier_all(op, m) < 0) {
+        gdl_module_free(m);
+        return NULL;
+    }
+    u->dec = dec;
+    return m;
+}
+
+GPUDL_API gdl_tensor *gdl_generate_square_subsequent_mask(int64_t T) {
+    const char *op = "gdl_generate_square_subsequent_mask";
+    int64_t s[2], i, j;
+    gdl_tensor *t;
+    if (T < 1 || T > ((int64_t)1 << 31)) {
+        gdl__set_error("%s: T %lld must be in [1, 2^31]", op, (long long)T);
+        return NULL;
+    }
+    s[0] = s[1] = T;
+    if (!(t = gdl_zeros(2, s, GDL_F32, gdl_cpu()))) return NULL;
+    for (i = 0; i < T; i++)
+        for (j = i + 1; j < T; j++) ((gdl_real *)t->data)[i * T + j] = (gdl_real)-INFINITY;
+    return t;
 }
 
 /* linear2(dropout(act(linear1(x)))) */
 static gdl_tensor *gdl__tfm_ff(gdl__tfm_layer *u, gdl_tensor *x) {
-    x = gdl_forward(u->l1, x);
-    x = x ? (u->c.gelu ? gdl_gelu(x, 0) : gdl_relu(x)) : NULL;
+    if (!(x = gdl_forward(u->l1, x))) return NULL;
+    x = u->c.fn ? u->c.fn(x) : u->c.act == GDL_ACT_RELU ? gdl_relu(x) : gdl_gelu(x, u->c.act == GDL_ACT_GELU_TANH);
     return gdl_forward(u->l2, gdl_forward(u->drop, x));
+}
+
+/* one attention of a layer: mha(q, kv, kv) with the mask and key padding mask */
+static gdl_tensor *gdl__tfm_attend(gdl_module *mha, gdl_tensor *q, gdl_tensor *kv, gdl_tensor *mask, gdl_tensor *kpm) {
+    return q && kv ? gdl_mha_forward(mha, q, kv, kv, kpm, mask) : NULL;
 }
 
 static gdl_tensor *gdl__tfm_layer_run(gdl__tfm_layer *u, gdl_tensor *x, gdl_tensor *mask, gdl_tensor *kpm) {
     gdl_tensor *h;
     if (u->c.norm_first) {
         h = gdl_forward(u->n1, x);
-        h = h ? gdl_mha_forward(u->sa, h, h, h, kpm, mask) : NULL;
-        if (!h || !(x = gdl_add(x, gdl_forward(u->d1, h)))) return NULL;
+        if (!(h = gdl__tfm_attend(u->sa, h, h, mask, kpm)) || !(x = gdl_add(x, gdl_forward(u->d1, h)))) return NULL;
         return gdl_add(x, gdl_forward(u->d2, gdl__tfm_ff(u, gdl_forward(u->n2, x))));
     }
-    h = gdl_mha_forward(u->sa, x, x, x, kpm, mask);
+    h = gdl__tfm_attend(u->sa, x, x, mask, kpm);
     if (!h || !(x = gdl_forward(u->n1, gdl_add(x, gdl_forward(u->d1, h))))) return NULL;
     return gdl_forward(u->n2, gdl_add(x, gdl_forward(u->d2, gdl__tfm_ff(u, x))));
 }
 
-GPUDL_API gdl_tensor *gdl_transformer_encoder_forward(gdl_module *m, gdl_tensor *src, gdl_tensor *src_mask,
-                                                      gdl_tensor *src_key_padding_mask, int is_causal) {
-    const char *op = "gdl_transformer_encoder_forward";
+/* the decoder layer: tm / tk the target's mask and key padding mask, mm / mk the memory's */
+static gdl_tensor *gdl__tfm_dec_run(gdl__tfm_layer *u, gdl_tensor *x, gdl_tensor *mem, gdl_tensor *tm, gdl_tensor *tk,
+                                    gdl_tensor *mm, gdl_tensor *mk) {
+    gdl_tensor *h;
+    if (u->c.norm_first) {
+        h = gdl_forward(u->n1, x);
+        if (!(h = gdl__tfm_attend(u->sa, h, h, tm, tk)) || !(x = gdl_add(x, gdl_forward(u->d1, h)))) return NULL;
+        if (!(h = gdl__tfm_attend(u->ca, gdl_forward(u->n2, x), mem, mm, mk)) || !(x = gdl_add(x, gdl_forward(u->d2, h))))
+            return NULL;
+        return gdl_add(x, gdl_forward(u->d3, gdl__tfm_ff(u, gdl_forward(u->n3, x))));
+    }
+    h = gdl__tfm_attend(u->sa, x, x, tm, tk);
+    if (!h || !(x = gdl_forward(u->n1, gdl_add(x, gdl_forward(u->d1, h))))) return NULL;
+    h = gdl__tfm_attend(u->ca, x, mem, mm, mk);
+    if (!h || !(x = gdl_forward(u->n2, gdl_add(x, gdl_forward(u->d2, h))))) return NULL;
+    return gdl_forward(u->n3, gdl_add(x, gdl_forward(u->d3, gdl__tfm_ff(u, x))));
+}
+
+/* checks x (what: its argument's name) against the layers' d_model: [N, T, d] / [T, N, d], or unbatched [T, d] when
+   *unb allows it (-1: either, set here; 0 / 1: as the first input) */
+static int gdl__tfm_check_x(const char *op, const char *what, gdl_tensor *x, const gdl__tfm_cfg *c, int *unb) {
+    if (gdl__check_in(op, what, x, 0) < 0) return -1;
+    if ((x->ndim != 3 && x->ndim != 2) || x->shape[x->ndim - 1] != c->d || (*unb >= 0 && (x->ndim == 2) != *unb)) {
+        gdl__set_error("%s: %s must be [%s, %lld] (d_model %lld), got %s (or unbatched [T, %lld]%s)", op, what,
+                       c->batch_first ? "N, T" : "T, N", (long long)c->d, (long long)c->d, gdl_shape_str(x),
+                       (long long)c->d, *unb >= 0 ? ", as the other input" : "");
+        return -1;
+    }
+    *unb = x->ndim == 2;
+    return 0;
+}
+
+/* the inputs of a batch of one for unbatched ones: x [T, d] -> [1, T, d] or [T, 1, d]; a key padding mask [T] ->
+   [1, T]; an attention mask as it is (gdl_mha_forward takes [L, S] and [num_heads, L, S] is [1*nhead, L, S]) */
+static gdl_tensor *gdl__tfm_batch1(gdl_tensor *x, const gdl__tfm_cfg *c) {
+    return gdl__mha_unsqueeze(x, c->batch_first ? 0 : 1);
+}
+
+/* the mask of attention kind (its causal flag set and the mask NULL: the causal mask [L, S]) */
+static gdl_tensor *gdl__tfm_mask(const char *op, gdl_tensor *mask, int causal, int64_t L, int64_t S, gdl_device dev,
+                                 int *err) {
+    *err = 0;
+    if (mask || !causal) return mask;
+    if (!(mask = gdl__mha_causal(op, L, S, dev))) *err = 1;
+    return mask;
+}
+
+/* the sequence length of x (batched: by batch_first) */
+static int64_t gdl__tfm_len(const gdl_tensor *x, const gdl__tfm_cfg *c) { return x->shape[c->batch_first ? 1 : 0]; }
+
+/* an encoder layer or stack on src (batched), norm included */
+static gdl_tensor *gdl__tfm_enc(gdl_module *m, gdl_tensor *x, gdl_tensor *mask, gdl_tensor *kpm) {
     gdl__tfm_layer *lu = gdl__tfm_layer_of(m);
     gdl__tfm_stack *su = gdl__tfm_stack_of(m);
-    gdl__tfm_cfg *c;
-    gdl_tensor *x = src;
     int i;
-    if (!lu && !su) {
-        gdl__set_error("%s: expected a module made by gdl_nn_transformer_encoder_layer or gdl_nn_transformer_encoder, "
-                       "got %s", op, m ? m->kind_name : "NULL");
-        return NULL;
-    }
-    c = lu ? &lu->c : &gdl__tfm_layer_of(su->layers[0])->c;
-    if (gdl__check_in(op, "src", src, 0) < 0) return NULL;
-    if (src->ndim != 3 || src->shape[2] != c->d) {
-        gdl__set_error("%s: src must be [%s, %lld] (d_model %lld), got %s", op, c->batch_first ? "N, T" : "T, N",
-                       (long long)c->d, (long long)c->d, gdl_shape_str(src));
-        return NULL;
-    }
-    if (is_causal && !src_mask && !(src_mask = gdl__tfm_causal(op, src->shape[c->batch_first ? 1 : 0], src->device)))
-        return NULL;
     if (lu) {
-        if ((x = gdl__tfm_layer_run(lu, src, src_mask, src_key_padding_mask))) gdl__nn_record(m, x);
+        if ((x = gdl__tfm_layer_run(lu, x, mask, kpm))) gdl__nn_record(m, x);
         return x;
     }
     for (i = 0; i < su->n && x; i++)
-        if ((x = gdl__tfm_layer_run(gdl__tfm_layer_of(su->layers[i]), x, src_mask, src_key_padding_mask)))
-            gdl__nn_record(su->layers[i], x);
+        if ((x = gdl__tfm_layer_run(gdl__tfm_layer_of(su->layers[i]), x, mask, kpm))) gdl__nn_record(su->layers[i], x);
     if (x && su->norm) x = gdl_forward(su->norm, x);
     if (x) gdl__nn_record(m, x);
     return x;
+}
+
+/* the encoder part of m (a Transformer's encoder, a TransformerEncoder or layer) with the masks; unbatched input
+   handled; NULL + error */
+static gdl_tensor *gdl__tfm_encode(const char *op, gdl_module *m, gdl_tensor *src, gdl_tensor *mask, gdl_tensor *kpm,
+                                   int causal) {
+    gdl__tfm_full *fu = gdl__tfm_full_of(m);
+    gdl_module *e = fu ? fu->enc : m;
+    gdl__tfm_layer *lu = gdl__tfm_layer_of(e);
+    gdl__tfm_stack *su = gdl__tfm_stack_of(e);
+    const gdl__tfm_cfg *c;
+    gdl_tensor *x;
+    int unb = -1, err;
+    if (!lu && !su) {
+        gdl__set_error("%s: expected a module made by gdl_nn_transformer_encoder_layer, gdl_nn_transformer_encoder or "
+                       "gdl_transformer, got %s", op, m ? m->kind_name : "NULL");
+        return NULL;
+    }
+    c = lu ? &lu->c : &gdl__tfm_layer_of(su->layers[0])->c;
+    if (gdl__tfm_check_x(op, "src", src, c, &unb) < 0) return NULL;
+    if (unb && (!(src = gdl__tfm_batch1(src, c)) || (kpm && kpm->ndim == 1 && !(kpm = gdl__mha_unsqueeze(kpm, 0)))))
+        return NULL;
+    mask = gdl__tfm_mask(op, mask, causal, gdl__tfm_len(src, c), gdl__tfm_len(src, c), src->device, &err);
+    if (err || !(x = gdl__tfm_enc(e, src, mask, kpm))) return NULL;
+    return unb ? gdl__mha_squeeze(x, c->batch_first ? 0 : 1) : x;
+}
+
+GPUDL_API gdl_tensor *gdl_transformer_encoder_forward(gdl_module *m, gdl_tensor *src, gdl_tensor *src_mask,
+                                                      gdl_tensor *src_key_padding_mask, int is_causal) {
+    return gdl__tfm_encode("gdl_transformer_encoder_forward", m, src, src_mask, src_key_padding_mask, is_causal);
+}
+
+GPUDL_API gdl_tensor *gdl_transformer_encode(gdl_module *m, gdl_tensor *src, const gdl_transformer_masks *masks) {
+    gdl_transformer_masks z;
+    memset(&z, 0, sizeof z);
+    if (masks) z = *masks;
+    return gdl__tfm_encode("gdl_transformer_encode", m, src, z.src_mask, z.src_key_padding_mask, z.src_is_causal);
+}
+
+GPUDL_API gdl_tensor *gdl_transformer_decode(gdl_module *m, gdl_tensor *tgt, gdl_tensor *memory,
+                                             const gdl_transformer_masks *masks) {
+    const char *op = "gdl_transformer_decode";
+    gdl__tfm_full *fu = gdl__tfm_full_of(m);
+    gdl_module *dm = fu ? fu->dec : m;
+    gdl__tfm_layer *lu = gdl__tfm_layer_kind(dm, 1);
+    gdl__tfm_stack *su = gdl__tfm_stack_kind(dm, 1);
+    const gdl__tfm_cfg *c;
+    gdl_transformer_masks z;
+    gdl_tensor *x;
+    int unb = -1, err, i;
+    if (!lu && !su) {
+        gdl__set_error("%s: expected a module made by gdl_transformer_decoder_layer, gdl_transformer_decoder or "
+                       "gdl_transformer, got %s", op, m ? m->kind_name : "NULL");
+        return NULL;
+    }
+    memset(&z, 0, sizeof z);
+    if (masks) z = *masks;
+    c = lu ? &lu->c : &gdl__tfm_layer_kind(su->layers[0], 1)->c;
+    if (gdl__tfm_check_x(op, "tgt", tgt, c, &unb) < 0 || gdl__tfm_check_x(op, "memory", memory, c, &unb) < 0) return NULL;
+    if (unb) {
+        if (!(tgt = gdl__tfm_batch1(tgt, c)) || !(memory = gdl__tfm_batch1(memory, c))) return NULL;
+        if (z.tgt_key_padding_mask && z.tgt_key_padding_mask->ndim == 1 &&
+            !(z.tgt_key_padding_mask = gdl__mha_unsqueeze(z.tgt_key_padding_mask, 0)))
+            return NULL;
+        if (z.memory_key_padding_mask && z.memory_key_padding_mask->ndim == 1 &&
+            !(z.memory_key_padding_mask = gdl__mha_unsqueeze(z.memory_key_padding_mask, 0)))
+            return NULL;
+    }
+    z.tgt_mask = gdl__tfm_mask(op, z.tgt_mask, z.tgt_is_causal, gdl__tfm_len(tgt, c), gdl__tfm_len(tgt, c), tgt->device,
+                               &err);
+    if (err) return NULL;
+    z.memory_mask = gdl__tfm_mask(op, z.memory_mask, z.memory_is_causal, gdl__tfm_len(tgt, c), gdl__tfm_len(memory, c),
+                                  tgt->device, &err);
+    if (err) return NULL;
+    x = tgt;
+    if (lu) {
+        if ((x = gdl__tfm_dec_run(lu, x, memory, z.tgt_mask, z.tgt_key_padding_mask, z.memory_mask,
+                                  z.memory_key_padding_mask)))
+            gdl__nn_record(dm, x);
+    } else {
+        for (i = 0; i < su->n && x; i++)
+            if ((x = gdl__tfm_dec_run(gdl__tfm_layer_kind(su->layers[i], 1), x, memory, z.tgt_mask,
+                                      z.tgt_key_padding_mask, z.memory_mask, z.memory_key_padding_mask)))
+                gdl__nn_record(su->layers[i], x);
+        if (x && su->norm) x = gdl_forward(su->norm, x);
+        if (x) gdl__nn_record(dm, x);
+    }
+    if (!x) return NULL;
+    return unb ? gdl__mha_squeeze(x, c->batch_first ? 0 : 1) : x;
+}
+
+GPUDL_API gdl_tensor *gdl_transformer_forward(gdl_module *m, gdl_tensor *src, gdl_tensor *tgt,
+                                              const gdl_transformer_masks *masks) {
+    const char *op = "gdl_transformer_forward";
+    gdl__tfm_full *fu = gdl__tfm_full_of(m);
+    gdl_tensor *mem, *out;
+    int bf;
+    if (!fu) {
+        gdl__set_error("%s: expected a module made by gdl_transformer, got %s", op, m ? m->kind_name : "NULL");
+        return NULL;
+    }
+    if (gdl__check_in(op, "src", src, 0) < 0 || gdl__check_in(op, "tgt", tgt, 0) < 0) return NULL;
+    bf = gdl__tfm_layer_of(gdl__tfm_stack_of(fu->enc)->layers[0])->c.batch_first;
+    if (src->ndim != tgt->ndim || (src->ndim == 3 && src->shape[bf ? 0 : 1] != tgt->shape[bf ? 0 : 1])) {
+        gdl__set_error("%s: src %s and tgt %s must agree in batch (PyTorch's \"the batch number of src and tgt must be "
+                       "equal\")", op, gdl_shape_str(src), gdl_shape_str(tgt));
+        return NULL;
+    }
+    if (!(mem = gdl__tfm_encode(op, m, src, masks ? masks->src_mask : NULL, masks ? masks->src_key_padding_mask : NULL,
+                                masks ? masks->src_is_causal : 0)) ||
+        !(out = gdl_transformer_decode(m, tgt, mem, masks)))
+        return NULL;
+    gdl__nn_record(m, out);
+    return out;
 }
 
 static gdl_tensor *gdl__tfm_layer_self(gdl_module *self, gdl_tensor *x) {
@@ -23084,6 +23741,13 @@ static gdl_tensor *gdl__tfm_layer_self(gdl_module *self, gdl_tensor *x) {
 }
 static gdl_tensor *gdl__tfm_stack_self(gdl_module *self, gdl_tensor *x) {
     return gdl_transformer_encoder_forward(self, x, NULL, NULL, 0);
+}
+/* a decoder or a Transformer has two inputs: gdl_forward(m, x) cannot run it */
+static gdl_tensor *gdl__tfm_needs_memory(gdl_module *self, gdl_tensor *x) {
+    (void)x;
+    gdl__set_error("%s: takes two inputs; call gdl_transformer_decode (or gdl_transformer_forward) instead of gdl_forward",
+                   gdl__nn_label(self));
+    return NULL;
 }
 
 /* ---- positional embeddings ---- */

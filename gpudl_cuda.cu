@@ -2364,22 +2364,21 @@ __global__ void gdl__k_attn_dq(gdl_attn_geom g, int tile, const T *q, const T *k
     }
 }
 
-// dk and dv (+= into gk, gv when not NULL), one thread per key row, walking the query tiles that see it
+// dk and dv (+= into gk, gv when not NULL), one thread per key row, walking the query tiles that see it; a block
+// per (key/value entry, key tile): grouped-query, the group's query heads in turn
 template <typename T>
 __global__ void gdl__k_attn_dkv(gdl_attn_geom g, int tile, const T *q, const T *k, const T *v, const void *mask,
                                 const T *gout, const float *lse, const float *delta, T *gk, T *gv) {
     __shared__ float sm[GDL__CU_ATTN_SMEM];
-    const int64_t E = g.E, Ev = g.Ev, L = g.L, S = g.S, nkt = (S + tile - 1) / tile;
+    const int64_t E = g.E, Ev = g.Ev, L = g.L, S = g.S, nkt = (S + tile - 1) / tile, G = g.group > 1 ? g.group : 1;
     const int r = threadIdx.x;
     const float scale = (float)g.scale;
     float *qs = sm, *gs = qs + tile * E, *kr = gs + tile * Ev + r * E, *vr = sm + tile * (2 * E + Ev) + r * Ev;
     float *dk = sm + tile * (2 * E + 2 * Ev) + r * E, *dv = sm + tile * (3 * E + 2 * Ev) + r * Ev;
     float *ls = sm + tile * (3 * E + 3 * Ev), *ds_ = ls + tile;
-    for (int64_t blk = blockIdx.x; blk < g.B * nkt; blk += gridDim.x) {
-        const int64_t b = blk / nkt, j0 = (blk % nkt) * tile, nk = S - j0 < tile ? S - j0 : tile, j = j0 + r;
-        const int64_t mb = g.mask ? gdl_attn_mask_base(&g, b) : 0;
-        const int64_t qo = gdl_attn_base(&g, b, g.qstr), oo = gdl_attn_base(&g, b, g.ostr);
-        const int64_t ko = gdl_attn_base(&g, b, g.kstr) + j * g.krow, vo = gdl_attn_base(&g, b, g.vstr) + j * g.vrow;
+    for (int64_t blk = blockIdx.x; blk < g.B / G * nkt; blk += gridDim.x) {
+        const int64_t kb = blk / nkt, j0 = (blk % nkt) * tile, nk = S - j0 < tile ? S - j0 : tile, j = j0 + r;
+        const int64_t ko = gdl_attn_base(&g, kb * G, g.kstr) + j * g.krow, vo = gdl_attn_base(&g, kb * G, g.vstr) + j * g.vrow;
         const bool live = r < nk;
         if (live) {
             for (int64_t e = 0; e < E; e++) {
@@ -2391,25 +2390,29 @@ __global__ void gdl__k_attn_dkv(gdl_attn_geom g, int tile, const T *q, const T *
                 dv[e] = 0;
             }
         }
-        for (int64_t i0 = g.causal ? j0 / tile * tile : 0; i0 < L; i0 += tile) { // causal: rows i >= j0 only
-            const int64_t nq = L - i0 < tile ? L - i0 : tile;
-            __syncthreads();
-            for (int64_t x = r; x < nq * E; x += tile) qs[x] = gdl__ld(q[qo + (i0 + x / E) * g.qrow + x % E]);
-            for (int64_t x = r; x < nq * Ev; x += tile) gs[x] = gdl__ld(gout[oo + (i0 + x / Ev) * g.orow + x % Ev]);
-            if (r < nq) {
-                ls[r] = lse[b * L + i0 + r];
-                ds_[r] = delta[b * L + i0 + r];
-            }
-            __syncthreads();
-            if (!live) continue;
-            for (int64_t x = 0; x < nq; x++) {
-                const float *qx = qs + x * E, *gx = gs + x * Ev;
-                float s = scale * gdl__cu_attn_dot(qx, kr, E) + gdl__cu_attn_bias(g, mask, mb, i0 + x, j);
-                float p = expf(s - ls[x]);
-                if (p == 0.0f) continue;
-                for (int64_t e = 0; e < Ev; e++) dv[e] += p * gx[e];
-                float d = scale * p * (gdl__cu_attn_dot(gx, vr, Ev) - ds_[x]);
-                for (int64_t e = 0; e < E; e++) dk[e] += d * qx[e];
+        for (int64_t b = kb * G; b < (kb + 1) * G; b++) {
+            const int64_t mb = g.mask ? gdl_attn_mask_base(&g, b) : 0;
+            const int64_t qo = gdl_attn_base(&g, b, g.qstr), oo = gdl_attn_base(&g, b, g.ostr);
+            for (int64_t i0 = g.causal ? j0 / tile * tile : 0; i0 < L; i0 += tile) { // causal: rows i >= j0 only
+                const int64_t nq = L - i0 < tile ? L - i0 : tile;
+                __syncthreads();
+                for (int64_t x = r; x < nq * E; x += tile) qs[x] = gdl__ld(q[qo + (i0 + x / E) * g.qrow + x % E]);
+                for (int64_t x = r; x < nq * Ev; x += tile) gs[x] = gdl__ld(gout[oo + (i0 + x / Ev) * g.orow + x % Ev]);
+                if (r < nq) {
+                    ls[r] = lse[b * L + i0 + r];
+                    ds_[r] = delta[b * L + i0 + r];
+                }
+                __syncthreads();
+                if (!live) continue;
+                for (int64_t x = 0; x < nq; x++) {
+                    const float *qx = qs + x * E, *gx = gs + x * Ev;
+                    float s = scale * gdl__cu_attn_dot(qx, kr, E) + gdl__cu_attn_bias(g, mask, mb, i0 + x, j);
+                    float p = expf(s - ls[x]);
+                    if (p == 0.0f) continue;
+                    for (int64_t e = 0; e < Ev; e++) dv[e] += p * gx[e];
+                    float d = scale * p * (gdl__cu_attn_dot(gx, vr, Ev) - ds_[x]);
+                    for (int64_t e = 0; e < E; e++) dk[e] += d * qx[e];
+                }
             }
         }
         if (live) { // one thread adds both, so gk and gv may be one buffer (k is v)
@@ -2450,7 +2453,8 @@ static int gdl__cu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, cons
                                       const void *mask, const void *out, const void *gout, const float *lse,
                                       float *delta, void *gq, void *gk, void *gv) {
     const int tile = gdl__cu_attn_tile(g);
-    const int64_t qtiles = g->B * ((g->L + tile - 1) / tile), ktiles = g->B * ((g->S + tile - 1) / tile);
+    const int64_t qtiles = g->B * ((g->L + tile - 1) / tile);
+    const int64_t ktiles = g->B / (g->group > 1 ? g->group : 1) * ((g->S + tile - 1) / tile);
     if (gdl__cu_attn_check(g) < 0) return -1;
     if (qtiles <= 0) return 0;
     return gdl__cu_dispatch("attention_backward", dt, 1, [&](auto t) {

@@ -25,10 +25,12 @@ static int ac_row_ends_f32(const gc_case *c) {
     return c->op == GDL_OP_CAST || strcmp(c->name, "mse_mean") == 0 || strcmp(c->name, "cross_entropy_soft") == 0;
 }
 
-/* a row whose result is a view of a LOW op's: a vector's matmul; packed heads' composition (joined by a reshape) */
+/* a row whose result is a view of a LOW op's: a vector's matmul; packed heads' composition (joined by a reshape);
+   grouped-query attention (its query heads joined by a reshape) */
 static int ac_row_low_view(const gc_case *c) {
-    return c->op == GDL_OP_RESHAPE &&
-           (strncmp(c->name, "matmul_", 7) == 0 || strcmp(c->name, "sdpa_heads_dropout_unfused") == 0);
+    return c->op == GDL_OP_RESHAPE && (strncmp(c->name, "matmul_", 7) == 0 ||
+                                       strcmp(c->name, "sdpa_heads_dropout_unfused") == 0 ||
+                                       strncmp(c->name, "sdpa_gqa_", 9) == 0);
 }
 
 /* does a row run anything in the low dtype under autocast? (a LOW op) */

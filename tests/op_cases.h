@@ -216,6 +216,16 @@ static gdl_tensor *f_sdpa_heads_additive(gdl_tensor **x) {
     return gdl_sdpa_heads(x[0], x[1], x[2], 2, gdl_to_dtype(x[3], x[0]->dtype), 0, 0, NAN);
 }
 static gdl_tensor *f_sdpa_qkv_causal(gdl_tensor **x) { return gdl_sdpa_qkv(x[0], 2, NULL, 0, 1, 0.6); }
+/* grouped-query attention (enable_gqa): query heads 4 and 6 over key/value heads 2; the output is the fused op's
+   reshaped back to [..., Hq, L, Ev]; a 5-D q [N, Hkv, G, L, E] against k and v [N, Hkv, 1, S, E] is the fused op's
+   group itself */
+static gdl_tensor *f_sdpa_gqa_causal(gdl_tensor **x) { return gdl_scaled_dot_product_attention_ex(x[0], x[1], x[2], NULL, 0, 1, NAN, 1); }
+static gdl_tensor *f_sdpa_gqa_mask(gdl_tensor **x) {
+    return gdl_scaled_dot_product_attention_ex(x[0], x[1], x[2], gdl_to_dtype(x[3], x[0]->dtype), 0, 0, 0.8, 1);
+}
+static gdl_tensor *f_sdpa_gqa_dropout(gdl_tensor **x) {
+    return gdl_scaled_dot_product_attention_ex(x[0], x[1], x[2], NULL, 0.3, 0, GDL_SCALE_DEFAULT, 1);
+}
 static gdl_tensor *f_sdpa_heads_dropout(gdl_tensor **x) { return gdl_sdpa_heads(x[0], x[1], x[2], 2, NULL, 0.3, 0, GDL_SCALE_DEFAULT); }
 static gdl_tensor *f_lstm_gates(gdl_tensor **x) { return gdl_lstm_gates(x[0], x[1], x[2]); }
 static gdl_tensor *f_lstm_gates_self(gdl_tensor **x) { return gdl_lstm_gates(x[0], x[0], x[1]); }
@@ -231,6 +241,7 @@ static gdl_tensor *f_mlp(gdl_tensor **x) {
 #define R2(a, b) 2, {a, b}
 #define R3(a, b, c) 3, {a, b, c}
 #define R4(a, b, c, d) 4, {a, b, c, d}
+#define R5(a, b, c, d, e) 5, {a, b, c, d, e}
 
 static const gc_case cases[] = {
     {"reshape", GDL_OP_RESHAPE, f_reshape, 1, {{R2(3, 4), IN_RANDN, 0}}},
@@ -406,6 +417,11 @@ static const gc_case cases[] = {
      {{R3(2, 3, 6), IN_RANDN, 0}, {R3(2, 4, 6), IN_RANDN, 0}, {R3(2, 4, 4), IN_RANDN, 0}}},
     {"sdpa_dropout_unfused", GDL_OP_MATMUL, f_sdpa_dropout, 3, {{R3(2, 3, 4), IN_RANDN, 0}, {R3(2, 5, 4), IN_RANDN, 0}, {R3(2, 5, 3), IN_RANDN, 0}}},
     {"sdpa_broadcast_unfused", GDL_OP_MATMUL, f_sdpa, 3, {{R4(2, 2, 3, 4), IN_RANDN, 0}, {R3(2, 5, 4), IN_RANDN, 0}, {R4(1, 2, 5, 3), IN_RANDN, 0}}},
+    {"sdpa_gqa_causal", GDL_OP_RESHAPE, f_sdpa_gqa_causal, 3, {{R4(2, 4, 3, 4), IN_RANDN, 0}, {R4(2, 2, 5, 4), IN_RANDN, 0}, {R4(2, 2, 5, 3), IN_RANDN, 0}}},
+    {"sdpa_gqa_head_mask", GDL_OP_RESHAPE, f_sdpa_gqa_mask, 4,
+     {{R4(1, 6, 3, 4), IN_RANDN, 0}, {R4(1, 2, 4, 4), IN_RANDN, 0}, {R4(1, 2, 4, 2), IN_RANDN, 0}, {R3(6, 3, 4), IN_CONST, 0}}},
+    {"sdpa_group_fused", GDL_OP_SDPA, f_sdpa, 3, {{R5(1, 2, 3, 3, 4), IN_RANDN, 0}, {R5(1, 2, 1, 5, 4), IN_RANDN, 0}, {R5(1, 2, 1, 5, 3), IN_RANDN, 0}}},
+    {"sdpa_gqa_dropout_unfused", GDL_OP_RESHAPE, f_sdpa_gqa_dropout, 3, {{R4(1, 4, 3, 4), IN_RANDN, 0}, {R4(1, 2, 5, 4), IN_RANDN, 0}, {R4(1, 2, 5, 3), IN_RANDN, 0}}},
     /* the recurrent gate ops: gx and gh [B, G*H], the previous state [B, H]; one tensor as both
        pre-activations (its gradient gets both adds); a constant state or gh (no gradient for it) */
     {"lstm_gates", GDL_OP_LSTM_GATES, f_lstm_gates, 3, {{R2(3, 20), IN_RANDN, 0}, {R2(3, 20), IN_RANDN, 0}, {R2(3, 5), IN_RANDN, 0}}},

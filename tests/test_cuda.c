@@ -3423,6 +3423,90 @@ TEST tfm_parity(void) {
     PASS();
 }
 
+/* nn.Transformer (pre-norm, gelu_tanh, sequence-first) on the GPU against the CPU: the same initialisation, causal
+   tgt, src / memory key padding masks; the output and every parameter's gradient of sum(out * r). Then
+   MultiheadAttention with kdim / vdim and need_weights (per head): the output, the weights and the gradients. */
+TEST decoder_parity(void) {
+    int64_t ss[3] = {7, 2, 8}, st[3] = {5, 2, 8}, sk[2] = {2, 7};
+    uint8_t kb[14] = {0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 1};
+    gdl_transformer_opts o = gdl_transformer_defaults();
+    gdl_transformer_masks mc, mg;
+    gdl_module *tc, *tg;
+    gdl_tensor *src, *tgt, *r, *kpm, *srcg, *tgtg, *rg, *kpmg, *oc, *og, *pc[128], *pg[128];
+    int k, n;
+    o.d_model = 8;
+    o.nhead = 2;
+    o.num_encoder_layers = o.num_decoder_layers = 2;
+    o.dim_feedforward = 16;
+    o.dropout = 0;
+    o.norm_first = 1;
+    o.activation_name = "gelu_tanh";
+    gdl_manual_seed(9);
+    ASSERT_NOT_NULL(tc = gdl_transformer(&o));
+    gdl_manual_seed(9);
+    ASSERT_NOT_NULL(tg = gdl_transformer(&o));
+    ASSERT_EQ(0, gdl_module_to(tg, GPU));
+    ASSERT_NOT_NULL(src = gdl_randn(3, ss, gdl_cpu()));
+    ASSERT_NOT_NULL(tgt = gdl_randn(3, st, gdl_cpu()));
+    ASSERT_NOT_NULL(r = gdl_randn(3, st, gdl_cpu()));
+    ASSERT_NOT_NULL(kpm = gdl_from_array(kb, 2, sk, GDL_U8, gdl_cpu()));
+    ASSERT(!!(srcg = gdl_to(src, GPU)) & !!(tgtg = gdl_to(tgt, GPU)) & !!(rg = gdl_to(r, GPU)) & !!(kpmg = gdl_to(kpm, GPU)));
+    memset(&mc, 0, sizeof mc);
+    mc.tgt_is_causal = 1;
+    mg = mc;
+    mc.src_key_padding_mask = mc.memory_key_padding_mask = kpm;
+    mg.src_key_padding_mask = mg.memory_key_padding_mask = kpmg;
+    gdl_arena_reset();
+    ASSERT_NOT_NULL(oc = gdl_transformer_forward(tc, src, tgt, &mc));
+    ASSERT_NOT_NULL(og = gdl_transformer_forward(tg, srcg, tgtg, &mg));
+    ASSERT(rel_err(oc, og) < 1e-5);
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(oc, r))));
+    ASSERT_EQ(0, gdl_backward(gdl_sum(gdl_mul(og, rg))));
+    ASSERT_EQ(n = gdl_module_named_tensors(tc, GDL_PARAMS, NULL, pc, 128), gdl_module_named_tensors(tg, GDL_PARAMS, NULL, pg, 128));
+    ASSERT(n > 0 && n <= 128);
+    for (k = 0; k < n; k++)
+        if (!(rel_err(pc[k]->grad, pg[k]->grad) < 1e-5)) FAILf("Transformer: parameter %d's gradient differs from the CPU's", k);
+    gdl_module_free(tc);
+    gdl_module_free(tg);
+    gdl_free(src); gdl_free(tgt); gdl_free(r); gdl_free(kpm); gdl_free(srcg); gdl_free(tgtg); gdl_free(rg); gdl_free(kpmg);
+    gdl_arena_reset();
+    {
+        int64_t sq[3] = {2, 3, 6}, skk[3] = {2, 4, 4}, sv[3] = {2, 4, 5};
+        gdl_mha_opts mo = gdl_mha_defaults();
+        gdl_mha_args a;
+        gdl_module *ac, *ag;
+        gdl_tensor *q = gdl_randn(3, sq, gdl_cpu()), *kk = gdl_randn(3, skk, gdl_cpu()), *v = gdl_randn(3, sv, gdl_cpu());
+        gdl_tensor *qg, *kg, *vg, *wc, *wg;
+        ASSERT(q && kk && v);
+        ASSERT(!!(qg = gdl_to(q, GPU)) & !!(kg = gdl_to(kk, GPU)) & !!(vg = gdl_to(v, GPU)));
+        mo.kdim = 4;
+        mo.vdim = 5;
+        mo.batch_first = 1;
+        gdl_manual_seed(10);
+        ASSERT_NOT_NULL(ac = gdl_nn_multihead_attention_ex(6, 2, &mo));
+        gdl_manual_seed(10);
+        ASSERT_NOT_NULL(ag = gdl_nn_multihead_attention_ex(6, 2, &mo));
+        ASSERT_EQ(0, gdl_module_to(ag, GPU));
+        memset(&a, 0, sizeof a);
+        a.need_weights = 1;
+        a.is_causal = 1;
+        ASSERT_NOT_NULL(oc = gdl_mha_forward_ex(ac, q, kk, v, &a, &wc));
+        ASSERT_NOT_NULL(og = gdl_mha_forward_ex(ag, qg, kg, vg, &a, &wg));
+        ASSERT(rel_err(oc, og) < 1e-5 && rel_err(wc, wg) < 1e-5);
+        ASSERT_EQ(0, gdl_backward(gdl_add(gdl_sum(oc), gdl_sum(gdl_mul(wc, wc)))));
+        ASSERT_EQ(0, gdl_backward(gdl_add(gdl_sum(og), gdl_sum(gdl_mul(wg, wg)))));
+        ASSERT_EQ(6, n = gdl_module_named_tensors(ac, GDL_PARAMS, NULL, pc, 128));
+        ASSERT_EQ(6, gdl_module_named_tensors(ag, GDL_PARAMS, NULL, pg, 128));
+        for (k = 0; k < n; k++)
+            if (!(rel_err(pc[k]->grad, pg[k]->grad) < 1e-5)) FAILf("MultiheadAttention: parameter %d's gradient differs", k);
+        gdl_module_free(ac);
+        gdl_module_free(ag);
+        gdl_free(q); gdl_free(kk); gdl_free(v); gdl_free(qg); gdl_free(kg); gdl_free(vg);
+        gdl_arena_reset();
+    }
+    PASS();
+}
+
 SUITE(seq_ops) {
     int i;
     char name[96];
@@ -3447,6 +3531,7 @@ SUITE(seq_ops) {
     }
     RUN_GPU(mha_parity);
     RUN_GPU(tfm_parity);
+    RUN_GPU(decoder_parity);
 }
 
 /* ---- the recurrent gate kernels and modules: rows of B*H past one 256-thread block (two blocks, the

@@ -34,6 +34,8 @@ typedef struct gdl_attn_geom {
     int mask;            /* 0 none; 1 u8 (non-zero: takes part); 2 additive, of dtype mdt */
     gdl_dtype mdt;
     int nb;              /* batch dims (their product is B) */
+    int64_t group;       /* grouped-query attention: group query heads (the innermost batch dim, of that size, along
+                            which kstr and vstr are 0) share one key/value head; 0 or 1 otherwise */
     int64_t bshape[GDL_MAX_DIMS], mstr[GDL_MAX_DIMS], mrow, mcol;
     int64_t qstr[GDL_MAX_DIMS], kstr[GDL_MAX_DIMS], vstr[GDL_MAX_DIMS], ostr[GDL_MAX_DIMS], qrow, krow, vrow, orow;
 } gdl_attn_geom;

@@ -113,9 +113,9 @@
      gdl_module_free, which frees its children and every parameter and
      buffer. Containers take their children: gdl_nn_sequential,
      gdl_nn_residual, gdl_module_add_child, gdl_nn_sequential_add,
-     gdl_nn_transformer_encoder (encoder_layer, norm), also when they fail,
-     so constructors nest without leaks; a child is never freed on its own
-     (gdl_module_free refuses it). gdl_module_add_param / add_buffer take the
+     gdl_nn_transformer_encoder and gdl_transformer_decoder (the layer,
+     norm), also when they fail, so constructors nest without leaks; a
+     child is never freed on its own (gdl_module_free refuses it). gdl_module_add_param / add_buffer take the
      tensor, also on failure. gdl_module_tie frees the tied parameter's own
      tensor. gdl_quantize_dynamic, gdl_quant_prepare(_qat) and
      gdl_quant_convert return new roots and leave their input to the caller.
@@ -381,6 +381,25 @@
    bias/activation kernel: the same result. GPUDL_VERBOSE=1 in the
    environment says once per process, on stderr, that and why it happened.
 
+   Attention and Transformer modules (torch.nn's, under its names)
+   ---------------------------------------------------------------
+   Each takes PyTorch's arguments and defaults and saves PyTorch's state_dict
+   names, so load_state_dict(strict=True) takes gpudl's files and back:
+     nn.MultiheadAttention       gdl_nn_multihead_attention(_ex), gdl_mha_forward(_ex)
+                                 (need_weights, average_attn_weights, is_causal,
+                                 kdim / vdim, unbatched input)
+     nn.TransformerEncoderLayer  gdl_nn_transformer_encoder_layer(_ex)
+     nn.TransformerEncoder       gdl_nn_transformer_encoder, gdl_transformer_encoder_forward
+     nn.TransformerDecoderLayer  gdl_transformer_decoder_layer
+     nn.TransformerDecoder       gdl_transformer_decoder, gdl_transformer_decode
+     nn.Transformer              gdl_transformer, gdl_transformer_forward, gdl_transformer_encode /
+                                 gdl_transformer_decode (the memory reused),
+                                 gdl_generate_square_subsequent_mask
+     F.scaled_dot_product_attention  gdl_scaled_dot_product_attention(_ex) (enable_gqa),
+                                 gdl_sdpa_heads, gdl_sdpa_qkv
+   A layer's activation: "relu", "gelu", "gelu_tanh" or any unary function
+   (activation_fn), as PyTorch's name or callable.
+
    Errors
    ------
    Functions return NULL (tensors) or a negative code (int). gdl_last_error()
@@ -417,7 +436,7 @@
    api/text.h               vocabularies, language-modelling windows, labelled text, the fortunes, splits, sampling
    api/nn.h                 modules, optimizers, learning-rate schedulers, GradScaler
    api/nn_attention.h       nn.MultiheadAttention
-   api/nn_transformer.h     nn.TransformerEncoderLayer / TransformerEncoder, positional embeddings, weight tying
+   api/nn_transformer.h     nn.TransformerEncoder(Layer), TransformerDecoder(Layer), Transformer, positional embeddings, weight tying
    api/train.h              fit / evaluate, checkpoints
    api/graph.h              a training step captured once as a CUDA graph and replayed
    api/dist.h               data parallel across processes, collectives, DDP
@@ -475,7 +494,7 @@
    nn/modules.h             modules: layers, forward, tree walks, summary
    nn/attention.h           nn.MultiheadAttention on scaled dot-product attention
    nn/resnet.h              ResNet's BasicBlock, under torchvision's names
-   nn/transformer.h         the Transformer encoder, positional embeddings, weight tying
+   nn/transformer.h         the Transformer encoder, decoder and nn.Transformer, positional embeddings, weight tying
    nn/rnn.h                 the recurrent modules: LSTM and GRU
    train/optimizers.h       optimizers (SGD, Adam, AdamW), master weights, the flat blocks
    train/ema.h              weight EMA (AveragedModel), mirroring the optimizer's flat parameter region

@@ -14,6 +14,8 @@ typedef struct gdl_mha_opts {
     double dropout;  /* default 0; in [0,1]: on the attention weights, in training mode */
     int bias;        /* default 1: in_proj_bias and out_proj.bias */
     int batch_first; /* default 0: [L, N, E]; 1: [N, L, E] */
+    int64_t kdim;    /* default 0: embed_dim; key's width. Other than embed_dim (or vdim's): q_proj_weight [E, E], */
+    int64_t vdim;    /* k_proj_weight [E, kdim], v_proj_weight [E, vdim] (each xavier-uniform) replace in_proj_weight */
 } gdl_mha_opts;
 /* dropout 0, bias 1, batch_first 0 (PyTorch's). */
 GPUDL_API gdl_mha_opts gdl_mha_defaults(void);
@@ -28,3 +30,20 @@ GPUDL_API gdl_module *gdl_nn_multihead_attention_ex(int64_t embed_dim, int num_h
 GPUDL_API gdl_tensor *gdl_mha_forward(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
                                       gdl_tensor *key_padding_mask, gdl_tensor *attn_mask);
 
+
+/* nn.MultiheadAttention.forward's keyword arguments beyond the masks; start from a zeroed struct (or pass NULL):
+   need_weights 0 (PyTorch's default is True: ask for it here). */
+typedef struct gdl_mha_args {
+    gdl_tensor *key_padding_mask; /* [N, S] ([S] unbatched); as gdl_mha_forward's */
+    gdl_tensor *attn_mask;        /* [L, S] or [N*num_heads, L, S]; as gdl_mha_forward's */
+    int need_weights;             /* 1: *attn_weights gets the attention weights (the unfused path runs) */
+    int average_attn_weights;     /* with need_weights: 1: [N, L, S], the mean over heads; 0: [N, num_heads, L, S] */
+    int is_causal;                /* with attn_mask NULL: keys after each query left out; with one: a hint only */
+} gdl_mha_args;
+/* nn.MultiheadAttention.forward(query, key, value, **a) -> the output; *attn_weights (may be NULL when need_weights is 0)
+   gets the weights after dropout, as PyTorch returns them (without batch dim for unbatched input), or NULL. query
+   [N, L, E] (batch_first; [L, N, E] otherwise; [L, E] unbatched), key [N, S, kdim], value [N, S, vdim]. A query row
+   with every key masked gets weights 0 and output out_proj's bias (PyTorch's weights path gives NaN there). NULL +
+   error. */
+GPUDL_API gdl_tensor *gdl_mha_forward_ex(gdl_module *m, gdl_tensor *query, gdl_tensor *key, gdl_tensor *value,
+                                         const gdl_mha_args *a, gdl_tensor **attn_weights);

@@ -156,6 +156,14 @@ GPUDL_API gdl_tensor *gdl_dropout(gdl_tensor *x, double p, int training);
 #define GDL_SCALE_DEFAULT NAN /* the attention ops' scale: 1/sqrt(E) */
 GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *attn_mask,
                                                        double dropout_p, int is_causal, double scale);
+/* torch.nn.functional.scaled_dot_product_attention(..., enable_gqa): with enable_gqa set, grouped-query attention:
+   q [..., Hq, L, E], k [..., Hkv, S, E], v [..., Hkv, S, Ev] with Hq a multiple of Hkv; query head h attends with
+   key/value head h / (Hq / Hkv) (PyTorch's repeat_interleave of k and v, without the copies: the fused kernels read
+   each key/value head once per group and sum its gradient over the group's query heads). The mask broadcasts
+   against [..., Hq, L, S]. enable_gqa 0: gdl_scaled_dot_product_attention. */
+GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention_ex(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v,
+                                                          gdl_tensor *attn_mask, double dropout_p, int is_causal,
+                                                          double scale, int enable_gqa);
 /* The same attention over heads packed in the last dim, as Linear layers give them, without the copies of
    splitting and joining heads: q [..., L, H*E], k [..., S, H*E], v [..., S, H*Ev] (head h: columns h*E ...
    of each row; q, k and v with the same batch dims) -> [..., L, H*Ev], the heads joined as an output

@@ -374,36 +374,40 @@ static void gdl__attn_dq_range(const void *p, int64_t lo, int64_t hi) {
     GPUDL_FREE(all);
 }
 
-/* the key tile at j0 of batch entry b: dk and dv over the query tiles that see its keys (in ascending
-   order), added into gk and gv; with dq (the entry's L x E sums), dq += dS K as well */
-static void gdl__attn_key_tile(const gdl__attn_ctx *c, const gdl__attn_bw_bufs *w, int64_t b, int64_t j0, gdl_real *dq) {
+/* the key tile at j0 of key/value entry kb: dk and dv over the query tiles that see its keys (in ascending
+   order; grouped-query: over the group's query heads in turn), added into gk and gv; with dq (the entry's L x E
+   sums; no group), dq += dS K as well */
+static void gdl__attn_key_tile(const gdl__attn_ctx *c, const gdl__attn_bw_bufs *w, int64_t kb, int64_t j0, gdl_real *dq) {
     const gdl_attn_geom *g = c->g;
     const int64_t T = GDL__ATTN_T, E = g->E, Ev = g->Ev, L = g->L, nk = gdl__attn_min(T, g->S - j0);
-    const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
-    const int64_t oo = gdl_attn_base(g, b, g->ostr), ko = gdl_attn_base(g, b, g->kstr) + j0 * g->krow;
-    const int64_t vo = gdl_attn_base(g, b, g->vstr) + j0 * g->vrow;
-    int64_t i0;
+    const int64_t G = g->group > 1 ? g->group : 1;
+    const int64_t ko = gdl_attn_base(g, kb * G, g->kstr) + j0 * g->krow, vo = gdl_attn_base(g, kb * G, g->vstr) + j0 * g->vrow;
+    int64_t i0, b;
     gdl__attn_get(c->dt, c->k, ko, g->krow, nk, E, w->kb);
     gdl__attn_get(c->dt, c->v, vo, g->vrow, nk, Ev, w->vb);
     gdl__attn_turn(w->kb, nk, E, w->kt);
     gdl__attn_turn(w->vb, nk, Ev, w->vt);
     memset(w->dk, 0, sizeof(gdl_real) * (size_t)(nk * E));
     memset(w->dv, 0, sizeof(gdl_real) * (size_t)(nk * Ev));
-    for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
-        const int64_t nq = gdl__attn_min(T, L - i0);
-        gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, w->qb);
-        gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, w->gb);
-        gdl__attn_pair(c, w->qb, w->gb, nq, w->kt, w->vt, nk, i0, j0, mb, c->lse + b * L + i0, c->delta + b * L + i0,
-                       w->s, w->dp);
-        if (c->gv) gdl__attn_mm(nk, Ev, nq, w->s, 1, T, w->gb, Ev, w->dv, Ev); /* dv += P^T dO */
-        if (c->gk) gdl__attn_mm(nk, E, nq, w->dp, 1, T, w->qb, E, w->dk, E);   /* dk += dS^T Q */
-        if (dq) gdl__attn_mm(nq, E, nk, w->dp, T, 1, w->kb, E, dq + i0 * E, E); /* dq += dS K */
+    for (b = kb * G; b < (kb + 1) * G; b++) {
+        const int64_t mb = g->mask ? gdl_attn_mask_base(g, b) : 0, qo = gdl_attn_base(g, b, g->qstr);
+        const int64_t oo = gdl_attn_base(g, b, g->ostr);
+        for (i0 = g->causal ? j0 / T * T : 0; i0 < L; i0 += T) { /* causal: rows i >= j0 only */
+            const int64_t nq = gdl__attn_min(T, L - i0);
+            gdl__attn_get(c->dt, c->q, qo + i0 * g->qrow, g->qrow, nq, E, w->qb);
+            gdl__attn_get(c->dt, c->go, oo + i0 * g->orow, g->orow, nq, Ev, w->gb);
+            gdl__attn_pair(c, w->qb, w->gb, nq, w->kt, w->vt, nk, i0, j0, mb, c->lse + b * L + i0,
+                           c->delta + b * L + i0, w->s, w->dp);
+            if (c->gv) gdl__attn_mm(nk, Ev, nq, w->s, 1, T, w->gb, Ev, w->dv, Ev); /* dv += P^T dO */
+            if (c->gk) gdl__attn_mm(nk, E, nq, w->dp, 1, T, w->qb, E, w->dk, E);   /* dk += dS^T Q */
+            if (dq) gdl__attn_mm(nq, E, nk, w->dp, T, 1, w->kb, E, dq + i0 * E, E); /* dq += dS K */
+        }
     }
     if (c->gk) gdl__attn_acc(c->dt, c->gk, ko, g->krow, nk, E, w->dk, w->qb);
     if (c->gv) gdl__attn_acc(c->dt, c->gv, vo, g->vrow, nk, Ev, w->dv, w->qb);
 }
 
-/* backward, pass 2 over tasks (batch, key tile): dk and dv, walking the query tiles that see the keys */
+/* backward, pass 2 over tasks (key/value entry, key tile): dk and dv, walking the query tiles that see the keys */
 static void gdl__attn_dkv_range(const void *p, int64_t lo, int64_t hi) {
     const gdl__attn_ctx *c = (const gdl__attn_ctx *)p;
     const int64_t T = GDL__ATTN_T, nkt = (c->g->S + T - 1) / T;
@@ -468,12 +472,13 @@ static int gdl__cpu_attention_backward(gdl_dtype dt, const gdl_attn_geom *g, con
     memset(&c, 0, sizeof c);
     c.dt = dt; c.g = g; c.q = q; c.k = k; c.v = v; c.mask = mask; c.o = out; c.go = gout;
     c.lse = lse; c.delta = delta; c.gq = gq; c.gk = gk; c.gv = gv; c.failed = &failed;
-    if (gq && (gk || gv) && g->B >= 4 * gdl_get_num_threads()) { /* the same bits as the passes below */
+    const int64_t G = g->group > 1 ? g->group : 1; /* grouped-query: pass 2's tasks take the group's query heads */
+    if (gq && (gk || gv) && G == 1 && g->B >= 4 * gdl_get_num_threads()) { /* the same bits as the passes below */
         gdl__parallel_units_for(g->B, work, gdl__attn_bw_range, &c);
         return gdl__attn_oom(failed);
     }
     gdl__parallel_units_for(g->B * ((g->L + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dq_range, &c);
     if (!failed && (gk || gv))
-        gdl__parallel_units_for(g->B * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
+        gdl__parallel_units_for(g->B / G * ((g->S + GDL__ATTN_T - 1) / GDL__ATTN_T), work, gdl__attn_dkv_range, &c);
     return gdl__attn_oom(failed);
 }

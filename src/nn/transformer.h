@@ -1,16 +1,20 @@
-/* src/nn/transformer.h — nn.TransformerEncoderLayer and nn.TransformerEncoder as custom modules over nn.MultiheadAttention
-   (src/nn/attention.h), Linear, LayerNorm and Dropout children under PyTorch's names; the positional embeddings; weight tying
-   (a parameter entry that refers to another module's tensor without owning it). */
+/* src/nn/transformer.h — nn.TransformerEncoderLayer, nn.TransformerEncoder, nn.TransformerDecoderLayer,
+   nn.TransformerDecoder and nn.Transformer as custom modules over nn.MultiheadAttention (src/nn/attention.h),
+   Linear, LayerNorm and Dropout children under PyTorch's names; the positional embeddings; weight tying (a
+   parameter entry that refers to another module's tensor without owning it). */
 
 typedef struct gdl__tfm_cfg {
     int64_t d, ff;
-    int nhead, gelu, batch_first, norm_first, bias;
+    int nhead, batch_first, norm_first, bias, decoder;
+    gdl_act act;     /* the feed-forward's activation, unless fn */
+    gdl_unary_fn fn; /* a callable activation (PyTorch's activation=<function>) */
     double dropout, eps;
 } gdl__tfm_cfg;
 
+/* an encoder layer (sa, ff, n1, n2, d1, d2) or a decoder layer (also ca, n3, d3) */
 typedef struct gdl__tfm_layer {
     gdl__tfm_cfg c;
-    gdl_module *sa, *l1, *drop, *l2, *n1, *n2, *d1, *d2;
+    gdl_module *sa, *ca, *l1, *drop, *l2, *n1, *n2, *n3, *d1, *d2, *d3;
 } gdl__tfm_layer;
 
 typedef struct gdl__tfm_stack {
@@ -19,8 +23,13 @@ typedef struct gdl__tfm_stack {
     gdl_module *norm;    /* NULL without a final norm */
 } gdl__tfm_stack;
 
+typedef struct gdl__tfm_full {
+    gdl_module *enc, *dec; /* nn.Transformer's encoder and decoder */
+} gdl__tfm_full;
+
 static gdl_tensor *gdl__tfm_layer_self(gdl_module *self, gdl_tensor *x);
 static gdl_tensor *gdl__tfm_stack_self(gdl_module *self, gdl_tensor *x);
+static gdl_tensor *gdl__tfm_needs_memory(gdl_module *self, gdl_tensor *x);
 
 static void gdl__tfm_stack_free(void *u) {
     if (u) GPUDL_FREE(((gdl__tfm_stack *)u)->layers);
@@ -47,55 +56,91 @@ static int gdl__tfm_child(gdl_module *m, const char *name, gdl_module *c, gdl_mo
     return 0;
 }
 
+/* the layers' children in PyTorch's order of construction (and of the state dict): self_attn, [multihead_attn,]
+   linear1, dropout, linear2, norm1, norm2, [norm3,] dropout1, dropout2[, dropout3] */
 static gdl_module *gdl__tfm_layer_new(const gdl__tfm_cfg *c) {
-    gdl__tfm_layer *u = (gdl__tfm_layer *)gdl__zalloc("gdl_nn_transformer_encoder_layer", sizeof *u);
+    const char *op = c->decoder ? "gdl_transformer_decoder_layer" : "gdl_nn_transformer_encoder_layer";
+    gdl__tfm_layer *u = (gdl__tfm_layer *)gdl__zalloc(op, sizeof *u);
     gdl_module *m;
     if (!u) return NULL;
     u->c = *c;
-    if (!(m = gdl_nn_custom("TransformerEncoderLayer", gdl__tfm_layer_self, u, gdl__mha_free))) return NULL;
-    /* PyTorch's order of construction (and of the state dict): self_attn, linear1, dropout, linear2, norm1, norm2 */
+    if (!(m = gdl_nn_custom(c->decoder ? "TransformerDecoderLayer" : "TransformerEncoderLayer",
+                            c->decoder ? gdl__tfm_needs_memory : gdl__tfm_layer_self, u, gdl__mha_free)))
+        return NULL;
     if (gdl__tfm_child(m, "self_attn", gdl_nn_multihead_attention(c->d, c->nhead, c->dropout, c->bias, c->batch_first),
                        &u->sa) < 0 ||
+        (c->decoder && gdl__tfm_child(m, "multihead_attn", gdl_nn_multihead_attention(c->d, c->nhead, c->dropout,
+                                                                                      c->bias, c->batch_first),
+                                      &u->ca) < 0) ||
         gdl__tfm_child(m, "linear1", gdl_nn_linear(c->d, c->ff, c->bias), &u->l1) < 0 ||
         gdl__tfm_child(m, "dropout", gdl_nn_dropout(c->dropout), &u->drop) < 0 ||
         gdl__tfm_child(m, "linear2", gdl_nn_linear(c->ff, c->d, c->bias), &u->l2) < 0 ||
         gdl__tfm_child(m, "norm1", gdl__tfm_norm(c->d, c->eps, c->bias), &u->n1) < 0 ||
         gdl__tfm_child(m, "norm2", gdl__tfm_norm(c->d, c->eps, c->bias), &u->n2) < 0 ||
+        (c->decoder && gdl__tfm_child(m, "norm3", gdl__tfm_norm(c->d, c->eps, c->bias), &u->n3) < 0) ||
         gdl__tfm_child(m, "dropout1", gdl_nn_dropout(c->dropout), &u->d1) < 0 ||
-        gdl__tfm_child(m, "dropout2", gdl_nn_dropout(c->dropout), &u->d2) < 0) {
+        gdl__tfm_child(m, "dropout2", gdl_nn_dropout(c->dropout), &u->d2) < 0 ||
+        (c->decoder && gdl__tfm_child(m, "dropout3", gdl_nn_dropout(c->dropout), &u->d3) < 0)) {
         gdl_module_free(m);
         return NULL;
     }
     return m;
 }
 
-static gdl_module *gdl__nn_tfm_layer(const char *op, int64_t d_model, int nhead, int64_t dim_feedforward,
-                                     double dropout, int gelu, double layer_norm_eps, int batch_first, int norm_first,
-                                     int bias) {
-    gdl__tfm_cfg c;
+/* the activation from its three spellings (gdl_unary_fn's comment): fn, else name, else act; -1 + error */
+static int gdl__tfm_act(const char *op, gdl_act act, const char *name, gdl_unary_fn fn, gdl__tfm_cfg *c) {
+    c->fn = fn;
+    c->act = act;
+    if (fn) return 0;
+    if (name) {
+        if (!strcmp(name, "relu")) c->act = GDL_ACT_RELU;
+        else if (!strcmp(name, "gelu")) c->act = GDL_ACT_GELU;
+        else if (!strcmp(name, "gelu_tanh")) c->act = GDL_ACT_GELU_TANH;
+        else {
+            gdl__set_error("%s: activation \"%s\" must be \"relu\", \"gelu\" or \"gelu_tanh\" (or pass activation_fn)",
+                           op, name);
+            return -1;
+        }
+        return 0;
+    }
+    if (act != GDL_ACT_RELU && act != GDL_ACT_GELU && act != GDL_ACT_GELU_TANH) {
+        gdl__set_error("%s: activation %d must be GDL_ACT_RELU, GDL_ACT_GELU or GDL_ACT_GELU_TANH", op, (int)act);
+        return -1;
+    }
+    return 0;
+}
+
+/* the checks and the configuration of a layer (c's activation already set) */
+static int gdl__tfm_cfg_set(const char *op, gdl__tfm_cfg *c, int64_t d_model, int nhead, int64_t dim_feedforward,
+                            double dropout, double layer_norm_eps, int batch_first, int norm_first, int bias) {
     if (d_model < 1 || nhead < 1 || d_model % nhead || dim_feedforward < 1 || !(dropout >= 0 && dropout <= 1) ||
         !(layer_norm_eps > 0)) {
         gdl__set_error("%s: d_model %lld must be a positive multiple of nhead %d, "
                        "dim_feedforward %lld positive, dropout %g in [0,1] and layer_norm_eps %g > 0", op,
                        (long long)d_model, nhead, (long long)dim_feedforward, dropout, layer_norm_eps);
-        return NULL;
+        return -1;
     }
-    c.d = d_model;
-    c.ff = dim_feedforward;
-    c.nhead = nhead;
-    c.gelu = gelu != 0;
-    c.batch_first = batch_first != 0;
-    c.norm_first = norm_first != 0;
-    c.bias = bias != 0;
-    c.dropout = dropout;
-    c.eps = layer_norm_eps;
-    return gdl__tfm_layer_new(&c);
+    c->d = d_model;
+    c->ff = dim_feedforward;
+    c->nhead = nhead;
+    c->batch_first = batch_first != 0;
+    c->norm_first = norm_first != 0;
+    c->bias = bias != 0;
+    c->dropout = dropout;
+    c->eps = layer_norm_eps;
+    return 0;
 }
+
 GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer(int64_t d_model, int nhead, int64_t dim_feedforward,
                                                        double dropout, int gelu, double layer_norm_eps,
                                                        int batch_first, int norm_first, int bias) {
-    return gdl__nn_tfm_layer("gdl_nn_transformer_encoder_layer", d_model, nhead, dim_feedforward, dropout, gelu,
-                             layer_norm_eps, batch_first, norm_first, bias);
+    gdl__tfm_cfg c;
+    memset(&c, 0, sizeof c);
+    c.act = gelu ? GDL_ACT_GELU : GDL_ACT_RELU;
+    if (gdl__tfm_cfg_set("gdl_nn_transformer_encoder_layer", &c, d_model, nhead, dim_feedforward, dropout,
+                         layer_norm_eps, batch_first, norm_first, bias) < 0)
+        return NULL;
+    return gdl__tfm_layer_new(&c);
 }
 GPUDL_API gdl_transformer_encoder_layer_opts gdl_transformer_encoder_layer_defaults(void) {
     gdl_transformer_encoder_layer_opts o;
@@ -111,28 +156,68 @@ GPUDL_API gdl_module *gdl_nn_transformer_encoder_layer_ex(int64_t d_model, int n
                                                           const gdl_transformer_encoder_layer_opts *o) {
     const char *op = "gdl_nn_transformer_encoder_layer_ex";
     gdl_transformer_encoder_layer_opts d = o ? *o : gdl_transformer_encoder_layer_defaults();
-    if (d.activation != GDL_ACT_RELU && d.activation != GDL_ACT_GELU) {
-        gdl__set_error("%s: activation %d must be GDL_ACT_RELU or GDL_ACT_GELU (PyTorch's \"relu\", \"gelu\")", op,
-                       (int)d.activation);
+    gdl__tfm_cfg c;
+    memset(&c, 0, sizeof c);
+    if (gdl__tfm_act(op, d.activation, d.activation_name, d.activation_fn, &c) < 0 ||
+        gdl__tfm_cfg_set(op, &c, d_model, nhead, d.dim_feedforward, d.dropout, d.layer_norm_eps, d.batch_first,
+                         d.norm_first, d.bias) < 0)
         return NULL;
-    }
-    return gdl__nn_tfm_layer(op, d_model, nhead, d.dim_feedforward, d.dropout, d.activation == GDL_ACT_GELU,
-                             d.layer_norm_eps, d.batch_first, d.norm_first, d.bias);
+    return gdl__tfm_layer_new(&c);
 }
 
-static gdl__tfm_layer *gdl__tfm_layer_of(gdl_module *m) {
-    return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__tfm_layer_self ? (gdl__tfm_layer *)m->user : NULL;
+GPUDL_API gdl_transformer_decoder_layer_opts gdl_transformer_decoder_layer_defaults(void) {
+    gdl_transformer_decoder_layer_opts o;
+    memset(&o, 0, sizeof o);
+    o.dim_feedforward = 2048;
+    o.dropout = 0.1;
+    o.activation = GDL_ACT_RELU;
+    o.layer_norm_eps = 1e-5;
+    o.bias = 1;
+    return o;
 }
-static gdl__tfm_stack *gdl__tfm_stack_of(gdl_module *m) {
-    return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__tfm_stack_self ? (gdl__tfm_stack *)m->user : NULL;
+GPUDL_API gdl_module *gdl_transformer_decoder_layer(int64_t d_model, int nhead,
+                                                    const gdl_transformer_decoder_layer_opts *o) {
+    const char *op = "gdl_transformer_decoder_layer";
+    gdl_transformer_decoder_layer_opts d = o ? *o : gdl_transformer_decoder_layer_defaults();
+    gdl__tfm_cfg c;
+    memset(&c, 0, sizeof c);
+    c.decoder = 1;
+    if (gdl__tfm_act(op, d.activation, d.activation_name, d.activation_fn, &c) < 0 ||
+        gdl__tfm_cfg_set(op, &c, d_model, nhead, d.dim_feedforward, d.dropout, d.layer_norm_eps, d.batch_first,
+                         d.norm_first, d.bias) < 0)
+        return NULL;
+    return gdl__tfm_layer_new(&c);
+}
+
+/* the layer of either kind behind m, NULL when m is none; dec: -1 either kind, 0 encoder, 1 decoder */
+static gdl__tfm_layer *gdl__tfm_layer_kind(gdl_module *m, int dec) {
+    gdl__tfm_layer *u;
+    if (!m || m->kind != GDL__M_CUSTOM || (m->fwd != gdl__tfm_layer_self && m->fwd != gdl__tfm_needs_memory)) return NULL;
+    u = (gdl__tfm_layer *)m->user;
+    return dec < 0 || u->c.decoder == dec ? u : NULL;
+}
+static gdl__tfm_layer *gdl__tfm_layer_of(gdl_module *m) { return gdl__tfm_layer_kind(m, 0); }
+/* a stack of either kind (TransformerEncoder, TransformerDecoder), NULL when m is none; dec as above */
+static gdl__tfm_stack *gdl__tfm_stack_kind(gdl_module *m, int dec) {
+    gdl__tfm_stack *u;
+    if (!m || m->kind != GDL__M_CUSTOM || (m->fwd != gdl__tfm_stack_self && m->fwd != gdl__tfm_needs_memory)) return NULL;
+    if (m->fwd == gdl__tfm_needs_memory && strcmp(m->kind_name, "TransformerDecoder")) return NULL;
+    u = (gdl__tfm_stack *)m->user;
+    return dec < 0 || gdl__tfm_layer_kind(u->layers[0], dec) ? u : NULL;
+}
+static gdl__tfm_stack *gdl__tfm_stack_of(gdl_module *m) { return gdl__tfm_stack_kind(m, 0); }
+static gdl__tfm_full *gdl__tfm_full_of(gdl_module *m) {
+    return m && m->kind == GDL__M_CUSTOM && m->fwd == gdl__tfm_needs_memory && !strcmp(m->kind_name, "Transformer")
+               ? (gdl__tfm_full *)m->user
+               : NULL;
 }
 
 /* copies every parameter and buffer of src into dst (the same architecture) */
-static int gdl__tfm_copy_tensors(gdl_module *dst, gdl_module *src) {
+static int gdl__tfm_copy_tensors(const char *op, gdl_module *dst, gdl_module *src) {
     gdl_tensor *a[64], *b[64];
     int n = gdl_module_named_tensors(src, GDL_PARAMS_AND_BUFFERS, NULL, a, 64), i;
     if (n < 0 || n > 64 || gdl_module_named_tensors(dst, GDL_PARAMS_AND_BUFFERS, NULL, b, 64) != n) {
-        gdl__set_error("gdl_nn_transformer_encoder: cannot copy the layer's tensors");
+        gdl__set_error("%s: cannot copy the layer's tensors", op);
         return -1;
     }
     if (gdl_module_to(dst, gdl_module_device(src)) < 0) return -1;
@@ -147,17 +232,18 @@ static gdl_tensor *gdl__tfm_list_fwd(gdl_module *self, gdl_tensor *x) {
     return NULL;
 }
 
-GPUDL_API gdl_module *gdl_nn_transformer_encoder(gdl_module *encoder_layer, int num_layers, gdl_module *norm) {
-    const char *op = "gdl_nn_transformer_encoder";
-    gdl__tfm_layer *lu = gdl__tfm_layer_of(encoder_layer);
+/* TransformerEncoder / TransformerDecoder: num_layers copies of layer under layers.<i>, then norm */
+static gdl_module *gdl__tfm_stack_new(const char *op, int dec, gdl_module *layer, int num_layers, gdl_module *norm) {
+    gdl__tfm_layer *lu = gdl__tfm_layer_kind(layer, dec);
     gdl__tfm_stack *u;
     gdl_module *m, *list;
     int i;
-    if (!lu || encoder_layer->parent || num_layers < 1) {
-        gdl__set_error("%s: expected a TransformerEncoderLayer without a parent (gdl_nn_transformer_encoder_layer) and "
-                       "num_layers >= 1, got %s and %d", op, encoder_layer ? encoder_layer->kind_name : "NULL",
-                       num_layers);
-        gdl__nn_drop(encoder_layer);
+    if (!lu || layer->parent || num_layers < 1) {
+        gdl__set_error("%s: expected a %s without a parent and num_layers >= 1, got %s and %d", op,
+                       dec ? "TransformerDecoderLayer (gdl_transformer_decoder_layer)"
+                           : "TransformerEncoderLayer (gdl_nn_transformer_encoder_layer)",
+                       layer ? layer->kind_name : "NULL", num_layers);
+        gdl__nn_drop(layer);
         gdl__nn_drop(norm);
         return NULL;
     }
@@ -166,28 +252,29 @@ GPUDL_API gdl_module *gdl_nn_transformer_encoder(gdl_module *encoder_layer, int 
     if (!u || !(u->layers = (gdl_module **)GPUDL_MALLOC(sizeof(gdl_module *) * (size_t)num_layers))) {
         gdl__tfm_stack_free(u);
         gdl__set_error("%s: out of host memory", op);
-        gdl__nn_drop(encoder_layer);
+        gdl__nn_drop(layer);
         gdl__nn_drop(norm);
         return NULL;
     }
     u->n = num_layers;
-    if (!(m = gdl_nn_custom("TransformerEncoder", gdl__tfm_stack_self, u, gdl__tfm_stack_free))) {
-        gdl__nn_drop(encoder_layer);
+    if (!(m = gdl_nn_custom(dec ? "TransformerDecoder" : "TransformerEncoder",
+                            dec ? gdl__tfm_needs_memory : gdl__tfm_stack_self, u, gdl__tfm_stack_free))) {
+        gdl__nn_drop(layer);
         gdl__nn_drop(norm);
         return NULL;
     }
     if (gdl_module_add_child(m, "layers", list = gdl_nn_custom("ModuleList", gdl__tfm_list_fwd, NULL, NULL)) < 0) {
-        gdl__nn_drop(encoder_layer);
+        gdl__nn_drop(layer);
         gdl__nn_drop(norm);
         gdl_module_free(m);
         return NULL;
     }
-    for (i = 0; i < num_layers; i++) { /* layer 0 is encoder_layer itself; the others start as its copies */
+    for (i = 0; i < num_layers; i++) { /* layer 0 is the layer itself; the others start as its copies */
         char nm[16];
-        gdl_module *c = i ? gdl__tfm_layer_new(&lu->c) : encoder_layer;
+        gdl_module *c = i ? gdl__tfm_layer_new(&lu->c) : layer;
         int ok = c != NULL;
         snprintf(nm, sizeof nm, "%d", i);
-        if (ok && i && gdl__tfm_copy_tensors(c, encoder_layer) < 0) {
+        if (ok && i && gdl__tfm_copy_tensors(op, c, layer) < 0) {
             gdl__nn_drop(c);
             ok = 0;
         }
@@ -204,69 +291,306 @@ GPUDL_API gdl_module *gdl_nn_transformer_encoder(gdl_module *encoder_layer, int 
     return m;
 }
 
-/* an [T, T] u8 mask of the keys after each query (non-zero: left out) */
-static gdl_tensor *gdl__tfm_causal(const char *op, int64_t T, gdl_device dev) {
-    int64_t s[2];
-    gdl_tensor *ones;
-    const gdl_backend *be;
-    s[0] = s[1] = T;
-    if (!(be = gdl__be(op, dev)) || !(ones = gdl__tmp(op, 2, s, GDL_F32, dev)) || be->k.fill(GDL__R(ones), ones->numel, 1) < 0)
+GPUDL_API gdl_module *gdl_nn_transformer_encoder(gdl_module *encoder_layer, int num_layers, gdl_module *norm) {
+    return gdl__tfm_stack_new("gdl_nn_transformer_encoder", 0, encoder_layer, num_layers, norm);
+}
+GPUDL_API gdl_module *gdl_transformer_decoder(gdl_module *decoder_layer, int num_layers, gdl_module *norm) {
+    return gdl__tfm_stack_new("gdl_transformer_decoder", 1, decoder_layer, num_layers, norm);
+}
+
+GPUDL_API gdl_transformer_opts gdl_transformer_defaults(void) {
+    gdl_transformer_opts o;
+    memset(&o, 0, sizeof o);
+    o.d_model = 512;
+    o.nhead = 8;
+    o.num_encoder_layers = 6;
+    o.num_decoder_layers = 6;
+    o.dim_feedforward = 2048;
+    o.dropout = 0.1;
+    o.activation = GDL_ACT_RELU;
+    o.layer_norm_eps = 1e-5;
+    o.bias = 1;
+    return o;
+}
+
+/* PyTorch's Transformer._reset_parameters: xavier_uniform_ on every parameter of two or more dims */
+static int gdl__tfm_xavier_all(const char *op, gdl_module *m) {
+    int n = gdl_module_named_tensors(m, GDL_PARAMS, NULL, NULL, 0), i;
+    gdl_tensor **t;
+    if (n < 0) return -1;
+    if (!(t = (gdl_tensor **)gdl__zalloc(op, sizeof(gdl_tensor *) * (size_t)(n + 1)))) return -1;
+    gdl_module_named_tensors(m, GDL_PARAMS, NULL, t, n);
+    for (i = 0; i < n; i++) {
+        gdl_tensor *x = t[i], *r;
+        int64_t fan_in, fan_out, rf = 1;
+        int d;
+        double a;
+        if (x->ndim < 2) continue;
+        for (d = 2; d < x->ndim; d++) rf *= x->shape[d];
+        fan_in = x->shape[1] * rf;
+        fan_out = x->shape[0] * rf;
+        a = sqrt(6.0 / (double)(fan_in + fan_out));
+        if (!(r = gdl_uniform(x->ndim, x->shape, -a, a, x->device)) || gdl_copy_(x, r) < 0) {
+            gdl_free(r);
+            GPUDL_FREE(t);
+            return -1;
+        }
+        gdl_free(r);
+    }
+    GPUDL_FREE(t);
+    return 0;
+}
+
+GPUDL_API gdl_module *gdl_transformer(const gdl_transformer_opts *o) {
+    const char *op = "gdl_transformer";
+    gdl_transformer_opts d = o ? *o : gdl_transformer_defaults();
+    gdl__tfm_cfg c;
+    gdl__tfm_full *u;
+    gdl_module *m, *enc, *dec;
+    memset(&c, 0, sizeof c);
+    if (d.num_encoder_layers < 1 || d.num_decoder_layers < 1) {
+        gdl__set_error("%s: num_encoder_layers %d and num_decoder_layers %d must be >= 1", op, d.num_encoder_layers,
+                       d.num_decoder_layers);
         return NULL;
-    return gdl_compare_scalar(gdl_triu(ones, 1), GDL_CMP_NE, 0);
+    }
+    if (gdl__tfm_act(op, d.activation, d.activation_name, d.activation_fn, &c) < 0 ||
+        gdl__tfm_cfg_set(op, &c, d.d_model, d.nhead, d.dim_feedforward, d.dropout, d.layer_norm_eps, d.batch_first,
+                         d.norm_first, d.bias) < 0 ||
+        !(u = (gdl__tfm_full *)gdl__zalloc(op, sizeof *u)))
+        return NULL;
+    if (!(m = gdl_nn_custom("Transformer", gdl__tfm_needs_memory, u, gdl__mha_free))) return NULL;
+    enc = gdl__tfm_stack_new(op, 0, gdl__tfm_layer_new(&c), d.num_encoder_layers, gdl__tfm_norm(c.d, c.eps, c.bias));
+    c.decoder = 1;
+    if (gdl__tfm_child(m, "encoder", enc, &u->enc) < 0 ||
+        gdl__tfm_child(m, "decoder",
+                       gdl__tfm_stack_new(op, 1, gdl__tfm_layer_new(&c), d.num_decoder_layers,
+                                          gdl__tfm_norm(c.d, c.eps, c.bias)),
+                       &dec) < 0 ||
+        gdl__tfm_xavier_all(op, m) < 0) {
+        gdl_module_free(m);
+        return NULL;
+    }
+    u->dec = dec;
+    return m;
+}
+
+GPUDL_API gdl_tensor *gdl_generate_square_subsequent_mask(int64_t T) {
+    const char *op = "gdl_generate_square_subsequent_mask";
+    int64_t s[2], i, j;
+    gdl_tensor *t;
+    if (T < 1 || T > ((int64_t)1 << 31)) {
+        gdl__set_error("%s: T %lld must be in [1, 2^31]", op, (long long)T);
+        return NULL;
+    }
+    s[0] = s[1] = T;
+    if (!(t = gdl_zeros(2, s, GDL_F32, gdl_cpu()))) return NULL;
+    for (i = 0; i < T; i++)
+        for (j = i + 1; j < T; j++) ((gdl_real *)t->data)[i * T + j] = (gdl_real)-INFINITY;
+    return t;
 }
 
 /* linear2(dropout(act(linear1(x)))) */
 static gdl_tensor *gdl__tfm_ff(gdl__tfm_layer *u, gdl_tensor *x) {
-    x = gdl_forward(u->l1, x);
-    x = x ? (u->c.gelu ? gdl_gelu(x, 0) : gdl_relu(x)) : NULL;
+    if (!(x = gdl_forward(u->l1, x))) return NULL;
+    x = u->c.fn ? u->c.fn(x) : u->c.act == GDL_ACT_RELU ? gdl_relu(x) : gdl_gelu(x, u->c.act == GDL_ACT_GELU_TANH);
     return gdl_forward(u->l2, gdl_forward(u->drop, x));
+}
+
+/* one attention of a layer: mha(q, kv, kv) with the mask and key padding mask */
+static gdl_tensor *gdl__tfm_attend(gdl_module *mha, gdl_tensor *q, gdl_tensor *kv, gdl_tensor *mask, gdl_tensor *kpm) {
+    return q && kv ? gdl_mha_forward(mha, q, kv, kv, kpm, mask) : NULL;
 }
 
 static gdl_tensor *gdl__tfm_layer_run(gdl__tfm_layer *u, gdl_tensor *x, gdl_tensor *mask, gdl_tensor *kpm) {
     gdl_tensor *h;
     if (u->c.norm_first) {
         h = gdl_forward(u->n1, x);
-        h = h ? gdl_mha_forward(u->sa, h, h, h, kpm, mask) : NULL;
-        if (!h || !(x = gdl_add(x, gdl_forward(u->d1, h)))) return NULL;
+        if (!(h = gdl__tfm_attend(u->sa, h, h, mask, kpm)) || !(x = gdl_add(x, gdl_forward(u->d1, h)))) return NULL;
         return gdl_add(x, gdl_forward(u->d2, gdl__tfm_ff(u, gdl_forward(u->n2, x))));
     }
-    h = gdl_mha_forward(u->sa, x, x, x, kpm, mask);
+    h = gdl__tfm_attend(u->sa, x, x, mask, kpm);
     if (!h || !(x = gdl_forward(u->n1, gdl_add(x, gdl_forward(u->d1, h))))) return NULL;
     return gdl_forward(u->n2, gdl_add(x, gdl_forward(u->d2, gdl__tfm_ff(u, x))));
 }
 
-GPUDL_API gdl_tensor *gdl_transformer_encoder_forward(gdl_module *m, gdl_tensor *src, gdl_tensor *src_mask,
-                                                      gdl_tensor *src_key_padding_mask, int is_causal) {
-    const char *op = "gdl_transformer_encoder_forward";
+/* the decoder layer: tm / tk the target's mask and key padding mask, mm / mk the memory's */
+static gdl_tensor *gdl__tfm_dec_run(gdl__tfm_layer *u, gdl_tensor *x, gdl_tensor *mem, gdl_tensor *tm, gdl_tensor *tk,
+                                    gdl_tensor *mm, gdl_tensor *mk) {
+    gdl_tensor *h;
+    if (u->c.norm_first) {
+        h = gdl_forward(u->n1, x);
+        if (!(h = gdl__tfm_attend(u->sa, h, h, tm, tk)) || !(x = gdl_add(x, gdl_forward(u->d1, h)))) return NULL;
+        if (!(h = gdl__tfm_attend(u->ca, gdl_forward(u->n2, x), mem, mm, mk)) || !(x = gdl_add(x, gdl_forward(u->d2, h))))
+            return NULL;
+        return gdl_add(x, gdl_forward(u->d3, gdl__tfm_ff(u, gdl_forward(u->n3, x))));
+    }
+    h = gdl__tfm_attend(u->sa, x, x, tm, tk);
+    if (!h || !(x = gdl_forward(u->n1, gdl_add(x, gdl_forward(u->d1, h))))) return NULL;
+    h = gdl__tfm_attend(u->ca, x, mem, mm, mk);
+    if (!h || !(x = gdl_forward(u->n2, gdl_add(x, gdl_forward(u->d2, h))))) return NULL;
+    return gdl_forward(u->n3, gdl_add(x, gdl_forward(u->d3, gdl__tfm_ff(u, x))));
+}
+
+/* checks x (what: its argument's name) against the layers' d_model: [N, T, d] / [T, N, d], or unbatched [T, d] when
+   *unb allows it (-1: either, set here; 0 / 1: as the first input) */
+static int gdl__tfm_check_x(const char *op, const char *what, gdl_tensor *x, const gdl__tfm_cfg *c, int *unb) {
+    if (gdl__check_in(op, what, x, 0) < 0) return -1;
+    if ((x->ndim != 3 && x->ndim != 2) || x->shape[x->ndim - 1] != c->d || (*unb >= 0 && (x->ndim == 2) != *unb)) {
+        gdl__set_error("%s: %s must be [%s, %lld] (d_model %lld), got %s (or unbatched [T, %lld]%s)", op, what,
+                       c->batch_first ? "N, T" : "T, N", (long long)c->d, (long long)c->d, gdl_shape_str(x),
+                       (long long)c->d, *unb >= 0 ? ", as the other input" : "");
+        return -1;
+    }
+    *unb = x->ndim == 2;
+    return 0;
+}
+
+/* the inputs of a batch of one for unbatched ones: x [T, d] -> [1, T, d] or [T, 1, d]; a key padding mask [T] ->
+   [1, T]; an attention mask as it is (gdl_mha_forward takes [L, S] and [num_heads, L, S] is [1*nhead, L, S]) */
+static gdl_tensor *gdl__tfm_batch1(gdl_tensor *x, const gdl__tfm_cfg *c) {
+    return gdl__mha_unsqueeze(x, c->batch_first ? 0 : 1);
+}
+
+/* the mask of attention kind (its causal flag set and the mask NULL: the causal mask [L, S]) */
+static gdl_tensor *gdl__tfm_mask(const char *op, gdl_tensor *mask, int causal, int64_t L, int64_t S, gdl_device dev,
+                                 int *err) {
+    *err = 0;
+    if (mask || !causal) return mask;
+    if (!(mask = gdl__mha_causal(op, L, S, dev))) *err = 1;
+    return mask;
+}
+
+/* the sequence length of x (batched: by batch_first) */
+static int64_t gdl__tfm_len(const gdl_tensor *x, const gdl__tfm_cfg *c) { return x->shape[c->batch_first ? 1 : 0]; }
+
+/* an encoder layer or stack on src (batched), norm included */
+static gdl_tensor *gdl__tfm_enc(gdl_module *m, gdl_tensor *x, gdl_tensor *mask, gdl_tensor *kpm) {
     gdl__tfm_layer *lu = gdl__tfm_layer_of(m);
     gdl__tfm_stack *su = gdl__tfm_stack_of(m);
-    gdl__tfm_cfg *c;
-    gdl_tensor *x = src;
     int i;
-    if (!lu && !su) {
-        gdl__set_error("%s: expected a module made by gdl_nn_transformer_encoder_layer or gdl_nn_transformer_encoder, "
-                       "got %s", op, m ? m->kind_name : "NULL");
-        return NULL;
-    }
-    c = lu ? &lu->c : &gdl__tfm_layer_of(su->layers[0])->c;
-    if (gdl__check_in(op, "src", src, 0) < 0) return NULL;
-    if (src->ndim != 3 || src->shape[2] != c->d) {
-        gdl__set_error("%s: src must be [%s, %lld] (d_model %lld), got %s", op, c->batch_first ? "N, T" : "T, N",
-                       (long long)c->d, (long long)c->d, gdl_shape_str(src));
-        return NULL;
-    }
-    if (is_causal && !src_mask && !(src_mask = gdl__tfm_causal(op, src->shape[c->batch_first ? 1 : 0], src->device)))
-        return NULL;
     if (lu) {
-        if ((x = gdl__tfm_layer_run(lu, src, src_mask, src_key_padding_mask))) gdl__nn_record(m, x);
+        if ((x = gdl__tfm_layer_run(lu, x, mask, kpm))) gdl__nn_record(m, x);
         return x;
     }
     for (i = 0; i < su->n && x; i++)
-        if ((x = gdl__tfm_layer_run(gdl__tfm_layer_of(su->layers[i]), x, src_mask, src_key_padding_mask)))
-            gdl__nn_record(su->layers[i], x);
+        if ((x = gdl__tfm_layer_run(gdl__tfm_layer_of(su->layers[i]), x, mask, kpm))) gdl__nn_record(su->layers[i], x);
     if (x && su->norm) x = gdl_forward(su->norm, x);
     if (x) gdl__nn_record(m, x);
     return x;
+}
+
+/* the encoder part of m (a Transformer's encoder, a TransformerEncoder or layer) with the masks; unbatched input
+   handled; NULL + error */
+static gdl_tensor *gdl__tfm_encode(const char *op, gdl_module *m, gdl_tensor *src, gdl_tensor *mask, gdl_tensor *kpm,
+                                   int causal) {
+    gdl__tfm_full *fu = gdl__tfm_full_of(m);
+    gdl_module *e = fu ? fu->enc : m;
+    gdl__tfm_layer *lu = gdl__tfm_layer_of(e);
+    gdl__tfm_stack *su = gdl__tfm_stack_of(e);
+    const gdl__tfm_cfg *c;
+    gdl_tensor *x;
+    int unb = -1, err;
+    if (!lu && !su) {
+        gdl__set_error("%s: expected a module made by gdl_nn_transformer_encoder_layer, gdl_nn_transformer_encoder or "
+                       "gdl_transformer, got %s", op, m ? m->kind_name : "NULL");
+        return NULL;
+    }
+    c = lu ? &lu->c : &gdl__tfm_layer_of(su->layers[0])->c;
+    if (gdl__tfm_check_x(op, "src", src, c, &unb) < 0) return NULL;
+    if (unb && (!(src = gdl__tfm_batch1(src, c)) || (kpm && kpm->ndim == 1 && !(kpm = gdl__mha_unsqueeze(kpm, 0)))))
+        return NULL;
+    mask = gdl__tfm_mask(op, mask, causal, gdl__tfm_len(src, c), gdl__tfm_len(src, c), src->device, &err);
+    if (err || !(x = gdl__tfm_enc(e, src, mask, kpm))) return NULL;
+    return unb ? gdl__mha_squeeze(x, c->batch_first ? 0 : 1) : x;
+}
+
+GPUDL_API gdl_tensor *gdl_transformer_encoder_forward(gdl_module *m, gdl_tensor *src, gdl_tensor *src_mask,
+                                                      gdl_tensor *src_key_padding_mask, int is_causal) {
+    return gdl__tfm_encode("gdl_transformer_encoder_forward", m, src, src_mask, src_key_padding_mask, is_causal);
+}
+
+GPUDL_API gdl_tensor *gdl_transformer_encode(gdl_module *m, gdl_tensor *src, const gdl_transformer_masks *masks) {
+    gdl_transformer_masks z;
+    memset(&z, 0, sizeof z);
+    if (masks) z = *masks;
+    return gdl__tfm_encode("gdl_transformer_encode", m, src, z.src_mask, z.src_key_padding_mask, z.src_is_causal);
+}
+
+GPUDL_API gdl_tensor *gdl_transformer_decode(gdl_module *m, gdl_tensor *tgt, gdl_tensor *memory,
+                                             const gdl_transformer_masks *masks) {
+    const char *op = "gdl_transformer_decode";
+    gdl__tfm_full *fu = gdl__tfm_full_of(m);
+    gdl_module *dm = fu ? fu->dec : m;
+    gdl__tfm_layer *lu = gdl__tfm_layer_kind(dm, 1);
+    gdl__tfm_stack *su = gdl__tfm_stack_kind(dm, 1);
+    const gdl__tfm_cfg *c;
+    gdl_transformer_masks z;
+    gdl_tensor *x;
+    int unb = -1, err, i;
+    if (!lu && !su) {
+        gdl__set_error("%s: expected a module made by gdl_transformer_decoder_layer, gdl_transformer_decoder or "
+                       "gdl_transformer, got %s", op, m ? m->kind_name : "NULL");
+        return NULL;
+    }
+    memset(&z, 0, sizeof z);
+    if (masks) z = *masks;
+    c = lu ? &lu->c : &gdl__tfm_layer_kind(su->layers[0], 1)->c;
+    if (gdl__tfm_check_x(op, "tgt", tgt, c, &unb) < 0 || gdl__tfm_check_x(op, "memory", memory, c, &unb) < 0) return NULL;
+    if (unb) {
+        if (!(tgt = gdl__tfm_batch1(tgt, c)) || !(memory = gdl__tfm_batch1(memory, c))) return NULL;
+        if (z.tgt_key_padding_mask && z.tgt_key_padding_mask->ndim == 1 &&
+            !(z.tgt_key_padding_mask = gdl__mha_unsqueeze(z.tgt_key_padding_mask, 0)))
+            return NULL;
+        if (z.memory_key_padding_mask && z.memory_key_padding_mask->ndim == 1 &&
+            !(z.memory_key_padding_mask = gdl__mha_unsqueeze(z.memory_key_padding_mask, 0)))
+            return NULL;
+    }
+    z.tgt_mask = gdl__tfm_mask(op, z.tgt_mask, z.tgt_is_causal, gdl__tfm_len(tgt, c), gdl__tfm_len(tgt, c), tgt->device,
+                               &err);
+    if (err) return NULL;
+    z.memory_mask = gdl__tfm_mask(op, z.memory_mask, z.memory_is_causal, gdl__tfm_len(tgt, c), gdl__tfm_len(memory, c),
+                                  tgt->device, &err);
+    if (err) return NULL;
+    x = tgt;
+    if (lu) {
+        if ((x = gdl__tfm_dec_run(lu, x, memory, z.tgt_mask, z.tgt_key_padding_mask, z.memory_mask,
+                                  z.memory_key_padding_mask)))
+            gdl__nn_record(dm, x);
+    } else {
+        for (i = 0; i < su->n && x; i++)
+            if ((x = gdl__tfm_dec_run(gdl__tfm_layer_kind(su->layers[i], 1), x, memory, z.tgt_mask,
+                                      z.tgt_key_padding_mask, z.memory_mask, z.memory_key_padding_mask)))
+                gdl__nn_record(su->layers[i], x);
+        if (x && su->norm) x = gdl_forward(su->norm, x);
+        if (x) gdl__nn_record(dm, x);
+    }
+    if (!x) return NULL;
+    return unb ? gdl__mha_squeeze(x, c->batch_first ? 0 : 1) : x;
+}
+
+GPUDL_API gdl_tensor *gdl_transformer_forward(gdl_module *m, gdl_tensor *src, gdl_tensor *tgt,
+                                              const gdl_transformer_masks *masks) {
+    const char *op = "gdl_transformer_forward";
+    gdl__tfm_full *fu = gdl__tfm_full_of(m);
+    gdl_tensor *mem, *out;
+    int bf;
+    if (!fu) {
+        gdl__set_error("%s: expected a module made by gdl_transformer, got %s", op, m ? m->kind_name : "NULL");
+        return NULL;
+    }
+    if (gdl__check_in(op, "src", src, 0) < 0 || gdl__check_in(op, "tgt", tgt, 0) < 0) return NULL;
+    bf = gdl__tfm_layer_of(gdl__tfm_stack_of(fu->enc)->layers[0])->c.batch_first;
+    if (src->ndim != tgt->ndim || (src->ndim == 3 && src->shape[bf ? 0 : 1] != tgt->shape[bf ? 0 : 1])) {
+        gdl__set_error("%s: src %s and tgt %s must agree in batch (PyTorch's \"the batch number of src and tgt must be "
+                       "equal\")", op, gdl_shape_str(src), gdl_shape_str(tgt));
+        return NULL;
+    }
+    if (!(mem = gdl__tfm_encode(op, m, src, masks ? masks->src_mask : NULL, masks ? masks->src_key_padding_mask : NULL,
+                                masks ? masks->src_is_causal : 0)) ||
+        !(out = gdl_transformer_decode(m, tgt, mem, masks)))
+        return NULL;
+    gdl__nn_record(m, out);
+    return out;
 }
 
 static gdl_tensor *gdl__tfm_layer_self(gdl_module *self, gdl_tensor *x) {
@@ -274,6 +598,13 @@ static gdl_tensor *gdl__tfm_layer_self(gdl_module *self, gdl_tensor *x) {
 }
 static gdl_tensor *gdl__tfm_stack_self(gdl_module *self, gdl_tensor *x) {
     return gdl_transformer_encoder_forward(self, x, NULL, NULL, 0);
+}
+/* a decoder or a Transformer has two inputs: gdl_forward(m, x) cannot run it */
+static gdl_tensor *gdl__tfm_needs_memory(gdl_module *self, gdl_tensor *x) {
+    (void)x;
+    gdl__set_error("%s: takes two inputs; call gdl_transformer_decode (or gdl_transformer_forward) instead of gdl_forward",
+                   gdl__nn_label(self));
+    return NULL;
 }
 
 /* ---- positional embeddings ---- */

@@ -10,9 +10,10 @@
    [..., L, H*E], gdl_sdpa_heads); q, k and v side by side in one tensor ([..., L, 3*H*E], gdl_sdpa_qkv) */
 enum { GDL__SDPA_PLAIN, GDL__SDPA_HEADS, GDL__SDPA_QKV };
 
-/* out = softmax(scale q k^T + mask) v from the differentiable ops: L x S weights in memory */
+/* out = softmax(scale q k^T + mask) v from the differentiable ops: L x S weights in memory (*weights, when not
+   NULL, gets them after dropout: nn.MultiheadAttention's need_weights) */
 static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask, double dropout_p,
-                                     int causal, double scale) {
+                                     int causal, double scale, gdl_tensor **weights) {
     gdl_tensor *s = gdl_mul_scalar(gdl_matmul(q, gdl_transpose(k, -2, -1)), scale);
     if (s && causal) { /* the excluded places: above the main diagonal of an [L, S] of ones */
         int64_t shape[2];
@@ -41,6 +42,7 @@ static gdl_tensor *gdl__sdpa_unfused(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v
         s = gdl_softmax(s, -1);
     }
     if (s && dropout_p > 0) s = gdl_dropout(s, dropout_p, 1);
+    if (weights) *weights = s;
     return s ? gdl_matmul(s, v) : NULL;
 }
 
@@ -149,11 +151,17 @@ static int gdl__sdpa_geom(const char *op, int lay, int H, const gdl_tensor *q, c
         *fused = q->ndim == k->ndim && q->ndim == v->ndim && g->E <= GDL_ATTN_MAX_HEAD && g->Ev <= GDL_ATTN_MAX_HEAD;
         g->B = 1;
         g->nb = nb;
+        g->group = 1;
         for (d = 0; d < nb; d++) {
-            if (*fused && (q->shape[d] != k->shape[d] || q->shape[d] != v->shape[d])) *fused = 0;
+            if (*fused && (q->shape[d] != k->shape[d] || q->shape[d] != v->shape[d])) {
+                /* k and v of 1 along q's innermost batch dim: its query heads share them (grouped-query) */
+                if (d == nb - 1 && k->shape[d] == 1 && v->shape[d] == 1) g->group = q->shape[d];
+                else *fused = 0;
+            }
             g->bshape[d] = q->shape[d];
             g->B *= q->shape[d];
         }
+        if (!*fused) g->group = 1;
         if (!*fused) { /* the batch dims broadcast (matmul's rules), the mask against the broadcast shape */
             const gdl_tensor *t[3];
             int64_t str[3][GDL_MAX_DIMS];
@@ -175,6 +183,7 @@ static int gdl__sdpa_geom(const char *op, int lay, int H, const gdl_tensor *q, c
             }
             g->qrow = g->krow = g->E;
             g->vrow = g->orow = g->Ev;
+            if (g->group > 1) g->kstr[nb - 1] = g->vstr[nb - 1] = 0;
         }
     }
     /* GDL_SCALE_DEFAULT (NaN): PyTorch's scale=None; any other value as given, 0 and negative ones too */
@@ -274,7 +283,7 @@ static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_
     }
     if (gdl__sdpa_geom(op, lay, H, q, k, v, mask, is_causal, scale, &g, &fused) < 0) return NULL;
     if (!fused || dropout_p > 0) {
-        if (lay == GDL__SDPA_PLAIN) return gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale);
+        if (lay == GDL__SDPA_PLAIN) return gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale, NULL);
         if (qkv) {
             const int64_t third = g.E * H;
             k = gdl_narrow(q, -1, third, third);
@@ -282,7 +291,7 @@ static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_
             q = gdl_narrow(q, -1, 0, third);
         }
         if (!(q = gdl__sdpa_split(q, H)) || !(k = gdl__sdpa_split(k, H)) || !(v = gdl__sdpa_split(v, H))) return NULL;
-        return gdl__sdpa_join(gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale));
+        return gdl__sdpa_join(gdl__sdpa_unfused(q, k, v, mask, dropout_p, g.causal, g.scale, NULL));
     }
     for (d = 0; d < q->ndim - 1; d++) shape[d] = q->shape[d];
     shape[q->ndim - 1] = lay == GDL__SDPA_PLAIN ? g.Ev : H * g.Ev;
@@ -312,6 +321,58 @@ static gdl_tensor *gdl__sdpa(const char *op, int lay, int H, gdl_tensor *q, gdl_
 GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, gdl_tensor *mask,
                                                        double dropout_p, int is_causal, double scale) {
     return gdl__sdpa("gdl_scaled_dot_product_attention", GDL__SDPA_PLAIN, 1, q, k, v, mask, dropout_p, is_causal, scale);
+}
+
+/* x [..., n, a, b] with its dim -3 split into [n / G, G] (mask: a dim -3 of 1 gets one more 1 before it; a mask of
+   two dims stays as it is) */
+static gdl_tensor *gdl__sdpa_group_view(gdl_tensor *x, int64_t G, int mask) {
+    int64_t s[GDL_MAX_DIMS];
+    int d, nd;
+    if (!x || (mask && x->ndim < 3)) return x;
+    nd = x->ndim;
+    for (d = 0; d < nd - 3; d++) s[d] = x->shape[d];
+    s[nd - 3] = x->shape[nd - 3] == 1 ? 1 : x->shape[nd - 3] / G;
+    s[nd - 2] = x->shape[nd - 3] == 1 ? 1 : G;
+    s[nd - 1] = x->shape[nd - 2];
+    s[nd] = x->shape[nd - 1];
+    return gdl_reshape(x, nd + 1, s);
+}
+
+GPUDL_API gdl_tensor *gdl_scaled_dot_product_attention_ex(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v,
+                                                          gdl_tensor *attn_mask, double dropout_p, int is_causal,
+                                                          double scale, int enable_gqa) {
+    const char *op = "gdl_scaled_dot_product_attention_ex";
+    int64_t Hq, Hkv, G, s[GDL_MAX_DIMS];
+    gdl_tensor *o;
+    int d;
+    if (!enable_gqa) return gdl__sdpa(op, GDL__SDPA_PLAIN, 1, q, k, v, attn_mask, dropout_p, is_causal, scale);
+    if (gdl__check_in(op, "query", q, 0) < 0 || gdl__check_in(op, "key", k, 0) < 0 || gdl__check_in(op, "value", v, 0) < 0)
+        return NULL;
+    if (q->ndim < 3 || q->ndim >= GDL_MAX_DIMS || k->ndim != q->ndim || v->ndim != q->ndim ||
+        k->shape[k->ndim - 3] != v->shape[v->ndim - 3] || k->shape[k->ndim - 3] < 1 ||
+        q->shape[q->ndim - 3] % k->shape[k->ndim - 3] != 0) {
+        gdl__set_error("%s: enable_gqa expects query [..., Hq, L, E], key [..., Hkv, S, E] and value [..., Hkv, S, Ev] "
+                       "of 3 to %d dims with Hq a multiple of Hkv, got %s, %s and %s", op, GDL_MAX_DIMS - 1,
+                       gdl_shape_str(q), gdl_shape_str(k), gdl_shape_str(v));
+        return NULL;
+    }
+    Hq = q->shape[q->ndim - 3];
+    Hkv = k->shape[k->ndim - 3];
+    G = Hq / Hkv;
+    if (G == 1) return gdl__sdpa(op, GDL__SDPA_PLAIN, 1, q, k, v, attn_mask, dropout_p, is_causal, scale);
+    if (attn_mask && attn_mask->ndim >= 3 && attn_mask->shape[attn_mask->ndim - 3] != 1 &&
+        attn_mask->shape[attn_mask->ndim - 3] != Hq) {
+        gdl__set_error("%s: attn_mask %s cannot be broadcast to the scores [..., Hq=%lld, L, S] of query %s", op,
+                       gdl_shape_str(attn_mask), (long long)Hq, gdl_shape_str(q));
+        return NULL;
+    }
+    /* q [..., Hkv, G, L, E] against k and v [..., Hkv, 1, S, E]: the fused kernels' group (gdl_attn_geom) */
+    o = gdl__sdpa(op, GDL__SDPA_PLAIN, 1, gdl__sdpa_group_view(q, G, 0), gdl__sdpa_group_view(k, 1, 0),
+                  gdl__sdpa_group_view(v, 1, 0), gdl__sdpa_group_view(attn_mask, G, 1), dropout_p, is_causal, scale);
+    if (!o) return NULL;
+    for (d = 0; d < q->ndim - 1; d++) s[d] = q->shape[d];
+    s[q->ndim - 1] = v->shape[v->ndim - 1];
+    return gdl_reshape(o, q->ndim, s);
 }
 
 GPUDL_API gdl_tensor *gdl_sdpa_heads(gdl_tensor *q, gdl_tensor *k, gdl_tensor *v, int num_heads, gdl_tensor *attn_mask,
