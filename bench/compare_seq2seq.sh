@@ -5,8 +5,10 @@
 # threads (GPUDL_NUM_THREADS; torch.set_num_threads). Prints how many of the STEPS training losses agree to the
 # printed digits (%.6f) and the largest |difference|, each side's held-out loss and greedy / beam figures after
 # STEPS steps (on the first --eval-pairs held-out pairs), each side's median step time (the median of the
-# rounds' medians) and the ratio ours/PyTorch, with the CPU model and the load average before and after. Exits 1
-# when a loss differs by more than TOL (default 1e-4: not the same training).
+# rounds' medians) and the ratio ours/PyTorch, with the CPU model and the load average before and after. The
+# twin also trains once in float64: how far PyTorch's own float32 losses stray from those is the rounding noise
+# that no float32 implementation can beat (a few 1e-5 by step 100), printed beside ours. Exits 1 when a loss
+# differs by more than TOL (default 1e-4: not the same training).
 #
 #   sh bench/compare_seq2seq.sh
 #   THREADS=2 REPEATS=3 STEPS=100 TOL=1e-4 TORCH_VENV=build/torch-venv   (the defaults; ARGS="..." adds seq2seq
@@ -34,10 +36,13 @@ for r in $(seq "$reps"); do
     echo "round $r: ours $(tail -1 "$tmp/ours.times") ms/step, pytorch $(tail -1 "$tmp/torch.times") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
+    "$py" bench/pytorch/seq2seq.py --threads "$threads" --float64 "$tmp/init.safetensors" "$tmp/batches.safetensors" >"$tmp/f64"
 # the losses of the first round (every round trains the same: the same seed)
 losses() { sed -n 's/^step \([0-9]*\): loss \([0-9.naif-]*\)$/\1 \2/p' "$1"; }
 losses "$tmp/ours.1" >"$tmp/ours.loss"
 losses "$tmp/torch.1" >"$tmp/torch.loss"
+losses "$tmp/f64" >"$tmp/f64.loss"
 . bench/stats.sh
 echo
 status=0
@@ -46,9 +51,12 @@ paste -d' ' "$tmp/ours.loss" "$tmp/torch.loss" | awk -v n="$steps" -v tol="$tol"
     END { if (m < n) { printf "only %d of the %d losses on both sides\n", m, n; exit 1 }
           printf "training losses: %d of %d equal to the printed digits, largest |ours - pytorch| %.2e (step %d)\n",
                  same, n, max, at; exit !(max <= tol) }' || status=1
-for s in ours torch; do
-    printf '%-8s %s; %s; %s\n' "$s:" "$(sed -n "s/^eval $steps: .*\(held-out [0-9.]*\).*/\1/p" "$tmp/$s.1")" \
-        "$(grep '^greedy: ' "$tmp/$s.1")" "$(grep '^beam [0-9]*: ' "$tmp/$s.1")"
+paste -d' ' "$tmp/torch.loss" "$tmp/f64.loss" | awk '$1 == $3 { d = $2 - $4; if (d < 0) d = -d; if (d > max) { max = d; at = $1 } }
+    END { printf "the float32 noise: largest |pytorch float32 - pytorch float64| %.2e (step %d)\n", max, at }'
+for s in ours:ours.1 pytorch:torch.1 pytorch-f64:f64; do
+    f=$tmp/${s#*:}
+    printf '%-12s %s; %s; %s\n' "${s%%:*}:" "$(sed -n "s/^eval $steps: .*\(held-out [0-9.]*\).*/\1/p" "$f")" \
+        "$(grep '^greedy: ' "$f")" "$(grep '^beam [0-9]*: ' "$f")"
 done
 a=$(median "$tmp/ours.times") b=$(median "$tmp/torch.times")
 awk -v a="$a" -v b="$b" -v n="$reps" 'BEGIN { printf "median step time: ours %.2f ms, pytorch %.2f ms, ours/pytorch %.2f (median of %d rounds)\n", a, b, a / b, n }'

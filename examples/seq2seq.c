@@ -14,10 +14,10 @@
    generator nn.Linear(d, V); the state-dict names are the PyTorch twin's. Training: teacher forcing (the decoder
    reads <bos> + German, predicts German + <eos>, a causal mask and padding masks), cross entropy ignoring
    padding, AdamW (betas 0.9/0.98, no decay on biases and norms), gradients clipped to norm 1, linear warm-up
-   then cosine decay. Batches: a permutation of the training pairs per epoch drawn from --seed. At the end, the
-   held-out pairs (the first --eval-pairs of them) are translated greedily and with beam search (--beam): the
-   exact-match rate and the character accuracy (1 - edit distance / reference length, over all pairs), and a
-   few translations printed.
+   then cosine decay. Batches: a permutation of the training pairs per epoch drawn from --seed. The held-out loss
+   every --eval-interval steps, and at the end translations greedily and with beam search (--beam), both on
+   --eval-pairs held-out pairs (the first in a fixed shuffled order): the exact-match rate, the character accuracy
+   (1 - edit distance / reference length, summed over the pairs: 1 - CER), and a few translations printed.
 
    bench/pytorch/seq2seq.py is its PyTorch twin: given --save-init and --dump-batches files it trains the same
    model from the same weights on the same batches and decodes the same held-out pairs
@@ -307,11 +307,23 @@ out:
     return rc;
 }
 
-/* Held out: 1 in 20 English words, by their FNV-1a hash (fixed: the same split everywhere). */
-static int held_out(const char *s) {
+static uint64_t fnv1a(const char *s) {
     uint64_t h = 14695981039346656037ull;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h % 20 == 0;
+    return h;
+}
+
+/* Held out: 1 in 20 English words, by their FNV-1a hash (fixed: the same split everywhere). */
+static int held_out(const char *s) { return fnv1a(s) % 20 == 0; }
+
+typedef struct keyed {
+    uint64_t key;
+    int64_t i;
+} keyed;
+
+static int cmp_keyed(const void *a, const void *b) {
+    const keyed *x = (const keyed *)a, *y = (const keyed *)b;
+    return x->key != y->key ? (x->key > y->key) - (x->key < y->key) : (x->i > y->i) - (x->i < y->i);
 }
 
 /* ---- the encoded data ---- */
@@ -355,9 +367,10 @@ static int alloc_side(const data *d, int64_t n, int32_t **s, int32_t **i, int32_
 /* The vocabulary of all pairs, both sides encoded, the split made. 0 / -1 + error. */
 static int encode_data(pair_list *p, int max_src, int max_tgt, data *d) {
     size_t total = 0, at = 0;
-    int64_t i, nt = 0, nv = 0;
+    int64_t i, k, nt = 0, nv = 0;
+    keyed *order;
     char *all;
-    int rc = -1;
+    int rc = 0;
     for (i = 0; i < p->n; i++) total += strlen(p->src[i]) + strlen(p->tgt[i]);
     if (!(all = (char *)malloc(total + 1))) return -1;
     for (i = 0; i < p->n; i++) {
@@ -381,20 +394,27 @@ static int encode_data(pair_list *p, int max_src, int max_tgt, data *d) {
         !(d->val_en = (char **)malloc(sizeof(char *) * (size_t)(d->n_val + 1))) ||
         !(d->val_de = (char **)malloc(sizeof(char *) * (size_t)(d->n_val + 1))))
         return -1;
+    if (!(order = (keyed *)malloc(sizeof *order * (size_t)(d->n_val + 1)))) return -1;
     for (i = 0; i < p->n; i++) {
         if (held_out(p->src[i])) {
-            d->val_en[nv] = p->src[i];
-            d->val_de[nv] = p->tgt[i];
-            rc = encode_pair(d, p->src[i], p->tgt[i], d->val_src + nv * d->S, d->val_in + nv * d->T, d->val_out + nv * d->T);
-            nv++;
-        } else {
-            rc = encode_pair(d, p->src[i], p->tgt[i], d->train_src + nt * d->S, d->train_in + nt * d->T,
-                             d->train_out + nt * d->T);
-            nt++;
-        }
-        if (rc < 0) return -1;
+            order[nv].key = fnv1a(p->src[i]) / 20;
+            order[nv++].i = i;
+        } else if (encode_pair(d, p->src[i], p->tgt[i], d->train_src + nt * d->S, d->train_in + nt * d->T,
+                               d->train_out + nt * d->T) < 0)
+            rc = -1;
+        else nt++;
     }
-    return 0;
+    /* the held-out pairs in the order of their hash (a fixed shuffle): the first --eval-pairs of them are a sample
+       of the whole alphabet, not its beginning */
+    qsort(order, (size_t)nv, sizeof *order, cmp_keyed);
+    for (k = 0; k < nv && rc == 0; k++) {
+        i = order[k].i;
+        d->val_en[k] = p->src[i];
+        d->val_de[k] = p->tgt[i];
+        rc = encode_pair(d, p->src[i], p->tgt[i], d->val_src + k * d->S, d->val_in + k * d->T, d->val_out + k * d->T);
+    }
+    free(order);
+    return rc;
 }
 
 static void data_free(data *d) {
@@ -548,7 +568,8 @@ static int next_logprobs(gdl_module *m, const data *d, const int32_t *ids, int64
     return rc < 0 ? -1 : 0;
 }
 
-/* Greedy decoding of N sources: hyp [N, T] gets each one's German ids up to (not with) <eos>, padded. 0 / -1. */
+/* Greedy decoding of N sources: hyp [N, T] gets each one's German ids up to (not with) <eos>, padded; <pad>, <unk>
+   (no pair has a character outside the vocabulary) and <bos> are never chosen. 0 / -1. */
 static int greedy(gdl_module *m, const data *d, const int32_t *src, int64_t N, gdl_device dev, int32_t *hyp) {
     int32_t *ids = (int32_t *)calloc((size_t)(N * d->T), sizeof *ids);
     float *lp = (float *)malloc(sizeof *lp * (size_t)(N * d->V));
@@ -565,7 +586,7 @@ static int greedy(gdl_module *m, const data *d, const int32_t *src, int64_t N, g
         if (next_logprobs(m, d, ids, N, L, mem, pad, dev, lp) < 0) goto out;
         for (i = 0; i < N; i++) {
             if (done[i]) continue;
-            for (best = GDL_VOCAB_UNK, k = GDL_VOCAB_UNK + 1; k < d->V; k++)
+            for (best = GDL_VOCAB_UNK + 1, k = best + 1; k < d->V; k++) /* never <pad>, <unk> or <bos> */
                 if (k != d->bos && lp[i * d->V + k] > lp[i * d->V + best]) best = k;
             if (best == d->eos) done[i] = 1, left--;
             else ids[i * d->T + L] = hyp[i * d->T + L - 1] = best;
@@ -593,7 +614,7 @@ static int cmp_cand(const void *a, const void *b) {
 }
 
 /* Beam search of width K for N sources, scored by the sum of log-probabilities: each step extends every live
-   hypothesis by every token (not <pad>, not <bos>), keeps the K best that do not end, and records the best that
+   hypothesis by every token (not <pad>, <unk> or <bos>), keeps the K best that do not end, and records the best that
    ends with <eos>; a source is done when that scores at least as well as every live one (scores only fall), or at
    the length limit (then the best live one, unended, if none ended). hyp as greedy's. 0 / -1. */
 static int beam(gdl_module *m, const data *d, const int32_t *src, int64_t N, int K, gdl_device dev, int32_t *hyp) {
@@ -623,7 +644,7 @@ static int beam(gdl_module *m, const data *d, const int32_t *src, int64_t N, int
         for (i = 0; i < N; i++) {
             if (done[i]) continue;
             for (nc = 0, k = 0; k < K; k++)
-                for (r = i * K + k, c = GDL_VOCAB_UNK; score[r] > -INFINITY && c < d->V; c++)
+                for (r = i * K + k, c = GDL_VOCAB_UNK + 1; score[r] > -INFINITY && c < d->V; c++)
                     if (c != d->bos) cs[nc].score = score[r] + lp[r * d->V + c], cs[nc].row = r, cs[nc++].token = c;
             qsort(cs, (size_t)nc, sizeof *cs, cmp_cand);
             for (live = 0, k = 0; k < nc && live < K; k++) {
@@ -763,6 +784,13 @@ static int heldout_loss(run *r, double *mean) {
     return rc;
 }
 
+/* the characters (code points) of UTF-8 text, for aligning columns */
+static int utf8_chars(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
 /* Decodes the first eval_pairs held-out pairs (width 1: greedy), in chunks; the scores, and the first `show`
    translations printed. 0 / -1. */
 static int translate(run *r, int width, int show, scores *s) {
@@ -783,9 +811,10 @@ static int translate(run *r, int width, int show, scores *s) {
         }
         for (k = 0; k < b; k++) {
             score_add(s, hyp + k * d->T, d->val_out + (i + k) * d->T, d->T, d->eos);
-            if (i + k < show && gdl_vocab_decode(d->vocab, hyp + k * d->T, id_len(hyp + k * d->T, d->T), text, sizeof text) >= 0)
-                printf("  %-18s -> %-22s (%s)%s\n", d->val_en[i + k], text, d->val_de[i + k],
+            if (i + k < show && gdl_vocab_decode(d->vocab, hyp + k * d->T, id_len(hyp + k * d->T, d->T), text, sizeof text) >= 0) {
+                printf("  %-18s -> %s%*s (%s)%s\n", d->val_en[i + k], text, 22 - utf8_chars(text), "", d->val_de[i + k],
                        strcmp(text, d->val_de[i + k]) ? "" : "  right");
+            }
         }
     }
     gdl_set_grad_enabled(grad);
@@ -961,7 +990,7 @@ static int final_figures(run *r) {
 
 int main(int argc, char **argv) {
     ex_args a = ex_defaults(1, 64);
-    opts o = {3000, 128, 4, 2, 2, 512, 16, 20, -1, 100, 500, 1000, 4, 12, 0.0, 1e-3, 1e-5, 0.01, 1.0, NULL, NULL, NULL};
+    opts o = {3000, 128, 4, 2, 2, 512, 16, 20, -1, 100, 500, 1000, 4, 12, 0.0, 2e-3, 1e-5, 0.01, 1.0, NULL, NULL, NULL};
     const ex_opt extra[] = {
         {"--steps", 'i', &o.steps, 1, 1e7, "training steps", "N"},
         {"--width", 'i', &o.d_model, 1, 8192, "model width (d_model), a multiple of --heads", "N"},

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-PAD = 0
+PAD, UNK = 0, 1  # gdl's <pad> and <unk>
 
 
 def read_safetensors(path):
@@ -115,7 +115,7 @@ def next_logprobs(model, ids, memory, pad):
 
 
 def greedy(model, src, c):
-    """Each source's German ids (no <eos>), as seq2seq's greedy(): <pad> and <bos> never chosen."""
+    """Each source's German ids (no <eos>), as seq2seq's greedy(): <pad>, <unk> and <bos> never chosen."""
     N, T, bos, eos = src.size(0), c["T"], c["bos"], c["eos"]
     memory, pad = model.encode(src)
     ids = torch.full((N, 1), bos, dtype=torch.long)
@@ -124,7 +124,7 @@ def greedy(model, src, c):
         if all(done):
             break
         lp = next_logprobs(model, ids, memory, pad)
-        lp[:, PAD] = lp[:, bos] = -np.inf
+        lp[:, PAD] = lp[:, UNK] = lp[:, bos] = -np.inf
         best = lp.argmax(1)
         col = torch.zeros(N, dtype=torch.long)
         for i in range(N):
@@ -157,7 +157,7 @@ def beam(model, src, K, c):
                 continue
             rows = [i * K + k for k in range(K) if score[i * K + k] > -np.inf]
             cand = score[rows][:, None] + lp[rows]
-            cand[:, PAD] = cand[:, bos] = -np.inf
+            cand[:, PAD] = cand[:, UNK] = cand[:, bos] = -np.inf
             flat = cand.reshape(-1)
             order = np.argsort(-flat, kind="stable")
             live = 0
@@ -218,6 +218,8 @@ def main():
     ap.add_argument("batches", help="seq2seq --dump-batches's file")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=0, help="stop after N steps (default: all the file holds)")
+    ap.add_argument("--float64", action="store_true",
+                    help="train in float64 (the rounding noise of float32 training: compare its losses with float32's)")
     args = ap.parse_args()
     # nn.Transformer notes that norm_first rules out its nested-tensor fast path: known, and not wanted here
     warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
@@ -230,6 +232,8 @@ def main():
         c[k] = int(c[k])
     model = Seq2Seq(c)
     model.load_state_dict(weights, strict=True)
+    if args.float64:
+        model.double()
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
