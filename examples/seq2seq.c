@@ -823,18 +823,6 @@ static int translate(run *r, int width, int show, scores *s) {
     return hyp ? rc : -1;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of t[from, n) (all of t when n <= from), sorting t. */
-static double median(double *t, int n, int from) {
-    if (n <= from) from = 0;
-    qsort(t + from, (size_t)(n - from), sizeof *t, cmp_double);
-    return (n - from) % 2 ? t[from + (n - from) / 2] : (t[from + (n - from) / 2 - 1] + t[from + (n - from) / 2]) / 2;
-}
-
 /* The held-out loss at a step (0: before training) with the mean training loss and speed since the last one; a
    CSV row (gdl_fit's metrics CSV, its "epoch" column numbering the --eval-interval periods, accuracy NaN: the
    exact-match figures come at the end). 0 / -1. */
@@ -902,7 +890,7 @@ static int train(run *r, uint64_t seed) {
             rows = 0;
         }
     }
-    printf("median step time %.2f ms (steps %d to %d)\n", 1e3 * median(r->times, o->steps, 3), o->steps > 3 ? 4 : 1,
+    printf("median step time %.2f ms (steps %d to %d)\n", 1e3 * ex_median(r->times, o->steps, 3), o->steps > 3 ? 4 : 1,
            o->steps);
     return 0;
 }

@@ -26,6 +26,33 @@ set -u
 #      signed archive's index), unpack their /usr/share/games/fortunes with dpkg-deb into a
 #      temporary beside $GPUDL_DATA/fortunes (or ./data/fortunes) and rename it into place.
 fortune_pkgs="fortunes-min fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru"
+# unpack_debs DEST WHAT PACKAGE...: `apt-get download` the packages into a temporary beside DEST
+# ($work, removed on exit) and unpack them with dpkg-deb into $work/root; WHAT names them in messages
+unpack_debs() {
+    dest=$1 what=$2
+    shift 2
+    if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
+        echo "gpudl: cannot fetch $what: apt-get and dpkg-deb (Debian, Ubuntu) are needed to get Debian's" \
+             "packages ($*); elsewhere, copy the files a Debian system has into $dest" >&2
+        return 1
+    fi
+    parent=$(dirname "$dest")
+    mkdir -p "$parent" || { echo "gpudl: cannot create $parent" >&2; return 1; }
+    work="$parent/.$(basename "$dest").part.$$"
+    trap 'rm -rf "$work"' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    mkdir -p "$work/debs" "$work/root" || return 1
+    echo "gpudl: downloading Debian's $* into $dest"
+    if ! err=$(cd "$work/debs" && apt-get download -q "$@" 2>&1); then
+        echo "gpudl: apt-get download failed: $(printf '%s\n' "$err" | grep -v '^W:' | tail -n 2)" \
+             "-- no network, or an old package list (apt-get update)?" >&2
+        return 1
+    fi
+    for deb in "$work"/debs/*.deb; do
+        dpkg-deb -x "$deb" "$work/root" || { echo "gpudl: $deb does not unpack" >&2; return 1; }
+    done
+}
 has_text() { # dir -> 0 if a file of each package is there (as tools/deps.sh probes them)
     for f in fortunes riddles cookie zippy de/anekdoten es/refranes.fortunes it/italia pl/7thguard ru/2001.03; do
         [ -s "$1/$f" ] || return 1
@@ -42,28 +69,8 @@ fetch_text() {
             echo "gpudl: Debian's fortunes packages could not be installed here; unpacking them into $tdir instead"
         fi
     fi
-    if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
-        echo "gpudl: cannot fetch the fortunes: apt-get and dpkg-deb (Debian, Ubuntu) are needed to get" \
-             "Debian's packages ($fortune_pkgs); elsewhere, copy a Debian /usr/share/games/fortunes into $tdir" >&2
-        return 1
-    fi
-    parent=$(dirname "$tdir")
-    mkdir -p "$parent" || { echo "gpudl: cannot create $parent" >&2; return 1; }
-    work="$parent/.fortunes.part.$$"
-    trap 'rm -rf "$work"' EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    mkdir -p "$work/debs" "$work/root" || return 1
-    echo "gpudl: downloading Debian's $fortune_pkgs into $tdir"
-    # shellcheck disable=SC2086
-    if ! err=$(cd "$work/debs" && apt-get download -q $fortune_pkgs 2>&1); then
-        echo "gpudl: apt-get download failed: $(printf '%s\n' "$err" | grep -v '^W:' | tail -n 2)" \
-             "-- no network, or an old package list (apt-get update)?" >&2
-        return 1
-    fi
-    for deb in "$work"/debs/*.deb; do
-        dpkg-deb -x "$deb" "$work/root" || { echo "gpudl: $deb does not unpack" >&2; return 1; }
-    done
+    # shellcheck disable=SC2086 # the package names, split on purpose
+    unpack_debs "$tdir" "the fortunes" $fortune_pkgs || return 1
     has_text "$work/root/usr/share/games/fortunes" ||
         { echo "gpudl: the unpacked packages lack the expected files" >&2; return 1; }
     rm -rf "$tdir" && mv "$work/root/usr/share/games/fortunes" "$tdir" || return 1
@@ -91,25 +98,7 @@ fetch_dict() {
             echo "gpudl: Debian's dict-freedict-eng-deu could not be installed here; unpacking it into $ddir instead"
         fi
     fi
-    if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
-        echo "gpudl: cannot fetch the dictionary: apt-get and dpkg-deb (Debian, Ubuntu) are needed to get Debian's" \
-             "dict-freedict-eng-deu; elsewhere, copy its $dict_name.index and .dict.dz into $ddir" >&2
-        return 1
-    fi
-    parent=$(dirname "$ddir")
-    mkdir -p "$parent" || { echo "gpudl: cannot create $parent" >&2; return 1; }
-    work="$parent/.freedict.part.$$"
-    trap 'rm -rf "$work"' EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    mkdir -p "$work/debs" "$work/root" || return 1
-    echo "gpudl: downloading Debian's dict-freedict-eng-deu into $ddir"
-    if ! err=$(cd "$work/debs" && apt-get download -q dict-freedict-eng-deu 2>&1); then
-        echo "gpudl: apt-get download failed: $(printf '%s\n' "$err" | grep -v '^W:' | tail -n 2)" \
-             "-- no network, or an old package list (apt-get update)?" >&2
-        return 1
-    fi
-    dpkg-deb -x "$work"/debs/*.deb "$work/root" || { echo "gpudl: the package does not unpack" >&2; return 1; }
+    unpack_debs "$ddir" "the dictionary" dict-freedict-eng-deu || return 1
     src="$work/root/usr/share/dictd"
     gzip -dc "$src/$dict_name.dict.dz" >"$src/$dict_name.dict" ||
         { echo "gpudl: $dict_name.dict.dz does not decompress (a corrupt download)" >&2; return 1; }

@@ -13,35 +13,18 @@ exact-match and character-accuracy lines.
 bench/compare_seq2seq.sh runs both on the CPU and compares them.
 """
 import argparse
-import warnings
-import json
 import math
 import statistics
-import struct
 import time
+import warnings
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from st_io import read_safetensors
 
 PAD, UNK = 0, 1  # gdl's <pad> and <unk>
-
-
-def read_safetensors(path):
-    """The tensors (F32 and I32) and the metadata of a safetensors file."""
-    dtypes = {"F32": np.float32, "I32": np.int32}
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = blob[8 + n:]
-    tensors = {}
-    for name, e in header.items():
-        a, b = e["data_offsets"]
-        tensors[name] = torch.from_numpy(np.frombuffer(data[a:b], dtype=dtypes[e["dtype"]]).reshape(e["shape"]).copy())
-    return tensors, meta
 
 
 class LearnedPositions(nn.Module):
