@@ -19,6 +19,7 @@
 #                    into ./data (tools/fetch_data.sh)
 #   make data-text   get the text data, Debian's fortunes (en, de, es, it, pl, ru):
 #                    the packages, else unpacked into ./data/fortunes
+#   make data-dict   get Debian's FreeDict English-German dictionary (examples/seq2seq.c)
 #   make             build the tests, examples and benchmarks (CPU)
 #   make test-cuda   the GPU suite (needs a GPU)
 #   make bench       CPU benchmarks
@@ -112,7 +113,7 @@ HDR = gpudl.h tests/harness.h tests/op_cases.h tests/rnn_cases.h tests/monitor_c
 .PHONY: all test test-gpu-session-dry test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data data-text plot mutate-cuda install uninstall bench cuda clean
 
 EXAMPLES = $(B)/mnist_mlp $(B)/cnn $(B)/keras_style $(B)/linear_regression $(B)/cpu_vs_gpu $(B)/device_query $(B)/gpu_monitor $(B)/ddp $(B)/model_parallel $(B)/resnet \
-           $(B)/char_gpt $(B)/text_classify $(B)/onnx_export
+           $(B)/char_gpt $(B)/text_classify $(B)/onnx_export $(B)/seq2seq
 CUDA_EXAMPLES = $(B)/cuda_mnist_mlp $(B)/cuda_cnn $(B)/cuda_keras_style $(B)/cuda_linear_regression $(B)/cuda_device_query \
                 $(B)/cuda_gpu_monitor $(B)/cuda_model_parallel $(B)/cuda_cpu_vs_gpu $(B)/cuda_ddp $(B)/cuda_resnet $(B)/cuda_char_gpt \
                 $(B)/cuda_text_classify
@@ -265,6 +266,11 @@ data:
 
 data-text:
 	@sh tools/fetch_data.sh text
+
+# Debian's FreeDict English-German dictionary, examples/seq2seq.c's data
+.PHONY: data-dict
+data-dict:
+	@sh tools/fetch_data.sh dict
 
 $(B):
 	mkdir -p $(B)
@@ -421,7 +427,7 @@ WCC_clang++-avx512 = clang++ -std=c++17 -x c++ -O2 -mavx2 -mfma -mavx512f -mavx5
 # double build, which is checked whole; its set's _POSIX_C_SOURCE, after
 # api_only.h as in the source; -DGPUDL_DOUBLE.) The examples and benchmarks
 # are all checked with $(API_ONLY).
-WARN_OTHER = examples/mnist_mlp.c bench/fmnist92.c examples/resnet.c bench/recipes.c examples/char_gpt.c examples/onnx_export.c
+WARN_OTHER = examples/mnist_mlp.c bench/fmnist92.c examples/resnet.c bench/recipes.c examples/char_gpt.c examples/onnx_export.c examples/seq2seq.c
 WARN_SRCS = $(patsubst %,tests/%.c,$(call suite_with,warn)) $(WARN_OTHER)
 warn_flags = $(if $(filter linked,$(call attrs_of,$(1))),$(if $(filter double,$(call set_of,$(1))),,$$(API_ONLY))) \
              $(if $(filter posix,$(call set_of,$(1))),$$(POSIX)) $(if $(filter double,$(call set_of,$(1))),-DGPUDL_DOUBLE)

@@ -287,18 +287,6 @@ static int train_step(gdl_module *m, gdl_optimizer *opt, gdl_scheduler *sched, g
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of t[from, n) (all of t when n <= from), sorting t. */
-static double median(double *t, int n, int from) {
-    if (n <= from) from = 0;
-    qsort(t + from, (size_t)(n - from), sizeof *t, cmp_double);
-    return (n - from) % 2 ? t[from + (n - from) / 2] : (t[from + (n - from) / 2 - 1] + t[from + (n - from) / 2]) / 2;
-}
-
 /* ---- --dump-batches: what the PyTorch twin needs besides the initial weights ---- */
 
 typedef struct dump {
@@ -484,7 +472,7 @@ static int train(run *r) {
             rows = 0;
         }
     }
-    med = median(r->times, o->steps, 3);
+    med = ex_median(r->times, o->steps, 3);
     printf("median step time %.2f ms (steps %d to %d)\n", 1e3 * med, o->steps > 3 ? 4 : 1, o->steps);
     if (r->np > 0) ex_print_flops(flops, med * o->steps, o->steps, r->params[0]->device, r->amp); /* at the median */
     return 0;

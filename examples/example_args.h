@@ -186,6 +186,19 @@ static inline int ex_subset(gdl_dataset **ds, int64_t n) {
     return 0;
 }
 
+static inline int ex_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of t[from, n) (all of t when n <= from), sorting t: the examples' step times without the first
+   steps' warm-up. inline: no warning where unused. */
+static inline double ex_median(double *t, int n, int from) {
+    if (n <= from) from = 0;
+    qsort(t + from, (size_t)(n - from), sizeof *t, ex_cmp_double);
+    return (n - from) % 2 ? t[from + (n - from) / 2] : (t[from + (n - from) / 2 - 1] + t[from + (n - from) / 2]) / 2;
+}
+
 /* name inside a->out_dir (name as it is without one, or when it is absolute): a path kept in a. NULL when
    name is NULL, the path is too long or a has no room left (then a message was printed). */
 static const char *ex_out_path(ex_args *a, const char *name) {

@@ -92,5 +92,25 @@ else
     skip=$((skip + 1))
     echo "  SKIP text: needs Debian's fortunes in $fort (sh tools/deps.sh test installs them)"
 fi
+# the dictionary (fetch_data.sh dict) the same way: present -> nothing to do; missing with apt-get failing -> a
+# clear error and nothing written
+dict=/usr/share/dictd/freedict-eng-deu
+if [ -f $dict.index ] && [ -f $dict.dict.dz ]; then
+    mkdir -p "$t/dd/freedict" && cp $dict.index $dict.dict.dz "$t/dd/freedict/" || exit 1
+    GPUDL_DATA="$t/dd" sh tools/fetch_data.sh dict >"$t/out" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] && [ ! -s "$t/out" ] && ok "dict: present, nothing done" || { bad "dict: present: exit $rc"; cat "$t/out"; }
+    rm "$t/dd/freedict/freedict-eng-deu.index"
+    mkdir -p "$t/bin" && printf '#!/bin/sh\necho "E: Failed to fetch (no network)" >&2\nexit 100\n' >"$t/bin/apt-get" &&
+        chmod +x "$t/bin/apt-get" || exit 1
+    PATH="$t/bin:$PATH" GPUDL_DATA="$t/dd" sh tools/fetch_data.sh dict >"$t/out" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && grep -q 'apt-get download failed: E: Failed to fetch' "$t/out" &&
+        [ "$(ls -A "$t/dd" | grep -c part)" -eq 0 ] && ok "dict: download fails: clear error, nothing kept" ||
+        { bad "dict: download fails: exit $rc"; cat "$t/out"; }
+else
+    skip=$((skip + 1))
+    echo "  SKIP dict: needs Debian's dict-freedict-eng-deu in /usr/share/dictd (sh tools/deps.sh test installs it)"
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]

@@ -8,13 +8,15 @@
 #   sh tools/deps.sh data-text  Debian's fortunes in English, German, Spanish, Italian,
 #                            Polish and Russian (the text data; tools/fetch_data.sh
 #                            text tries them first, then unpacks them into ./data)
+#   sh tools/deps.sh data-dict  Debian's FreeDict English-German dictionary (examples/seq2seq.c;
+#                            tools/fetch_data.sh dict tries it first, then unpacks it into ./data)
 #   sh tools/deps.sh test    what `make test` needs: also g++, gcc's sanitizers,
 #                            clang with libFuzzer, OpenBLAS, the aarch64 cross
 #                            compiler with its C library and qemu-user, OpenMPI,
 #                            MinGW-w64 (with zlib) and Wine (make test-windows),
 #                            curl, cmake, pkg-config, gnuplot, the Fashion-MNIST
-#                            package and the fortunes packages (the suite trains on
-#                            them), python3's yaml, arm-none-eabi-gcc with newlib
+#                            package, the fortunes packages and the dictionary (the
+#                            suite trains on them), python3's yaml, arm-none-eabi-gcc with newlib
 #                            and qemu-system-arm (make test-mcu's firmware), and as
 #                            root Slurm and munge
 #                            (make test-cluster's cluster)
@@ -44,8 +46,8 @@
 set -u
 
 what=${1:-test}
-case "$what" in run|plot|data|data-text|test|mcu|fresh|onnx) ;;
-*) echo "usage: sh tools/deps.sh run|plot|data|data-text|test|mcu|fresh|onnx" >&2; exit 2 ;; esac
+case "$what" in run|plot|data|data-text|data-dict|test|mcu|fresh|onnx) ;;
+*) echo "usage: sh tools/deps.sh run|plot|data|data-text|data-dict|test|mcu|fresh|onnx" >&2; exit 2 ;; esac
 
 # the venv of the ONNX test (tests/test_onnx.sh reads the same default)
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -60,6 +62,7 @@ packages() {
     gnuplot)    echo "gnuplot-nox" ;;
     fmnist)     echo "dataset-fashion-mnist" ;;
     fortunes)   echo "fortunes-min fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru" ;;
+    freedict)   echo "dict-freedict-eng-deu" ;;
     cxx)        echo "g++" ;;
     sanitizers) echo "gcc g++" ;;
     fuzzer)     echo "clang libclang-rt-dev" ;;
@@ -87,6 +90,7 @@ describe() {
     gnuplot)    echo "gnuplot" ;;
     fmnist)     echo "Fashion-MNIST in /usr/share/datasets/fashion-mnist" ;;
     fortunes)   echo "the fortunes (en, de, es, it, pl, ru) in /usr/share/games/fortunes" ;;
+    freedict)   echo "FreeDict's English-German dictionary in /usr/share/dictd (an index entry, the .dict.dz inflating)" ;;
     cxx)        echo "g++ compiles and links a C++17 program" ;;
     sanitizers) echo "gcc links with -fsanitize=address,undefined and -fsanitize=thread" ;;
     fuzzer)     echo "clang links a libFuzzer program (-fsanitize=fuzzer,address,undefined)" ;;
@@ -112,10 +116,11 @@ run)   caps="cc make" ;;
 plot)  caps="gnuplot" ;;
 data)  caps="fmnist" ;;
 data-text) caps="fortunes" ;;
+data-dict) caps="freedict" ;;
 fresh) caps="debootstrap" ;;
 mcu)   caps="cc make fmnist mcu" ;;
 onnx)  caps="cc venv onnx" ;;
-test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist fortunes yaml mingw wine mcu venv onnx" ;;
+test)  caps="cc make gnuplot cxx sanitizers fuzzer openblas aarch64 mpi curl cmake pkgconfig fmnist fortunes freedict yaml mingw wine mcu venv onnx" ;;
 esac
 # the one-node Slurm cluster of make test-cluster runs its daemons as root: elsewhere it is skipped
 # (loudly), so Slurm is a prerequisite only for root
@@ -156,6 +161,13 @@ probe_fortunes() {
     for f in fortunes riddles cookie zippy de/anekdoten es/refranes.fortunes it/italia pl/7thguard ru/2001.03; do
         [ -s "$d/$f" ] || { echo "no $d/$f"; return 1; }
     done
+}
+# what seq2seq does with the dictionary: an index line "headword TAB offset TAB length" for "house", and the
+# .dict.dz inflating whole (dictzip is gzip) to text that holds the entry
+probe_freedict() {
+    d=/usr/share/dictd/freedict-eng-deu
+    grep -q "$(printf '^house\t[A-Za-z0-9+/]*\t[A-Za-z0-9+/]*$')" "$d.index" || { echo "no entry for house in $d.index"; return 1; }
+    gzip -dc "$d.dict.dz" | grep -q '^Haus <neut>' || { echo "$d.dict.dz does not inflate to the entries"; return 1; }
 }
 probe_cxx() {
     have g++ || { echo "no g++"; return 1; }

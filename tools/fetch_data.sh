@@ -1,7 +1,8 @@
 #!/bin/sh
 # tools/fetch_data.sh — makes sure Fashion-MNIST is where gpudl looks for it
 # (`make data`; `make run` calls it); `sh tools/fetch_data.sh text` does the
-# same for the text data, Debian's fortunes (`make data-text`, see the end).
+# same for the text data, Debian's fortunes (`make data-text`, see the end), and
+# `sh tools/fetch_data.sh dict` for Debian's FreeDict English-German dictionary (`make data-dict`).
 #
 # Where the data may already be, as gdl_dataset_fashion_mnist(NULL, ...) searches:
 # $GPUDL_DATA if set (then only there), else ./data, then
@@ -25,6 +26,33 @@ set -u
 #      signed archive's index), unpack their /usr/share/games/fortunes with dpkg-deb into a
 #      temporary beside $GPUDL_DATA/fortunes (or ./data/fortunes) and rename it into place.
 fortune_pkgs="fortunes-min fortunes fortunes-de fortunes-es fortunes-it fortunes-pl fortunes-ru"
+# unpack_debs DEST WHAT PACKAGE...: `apt-get download` the packages into a temporary beside DEST
+# ($work, removed on exit) and unpack them with dpkg-deb into $work/root; WHAT names them in messages
+unpack_debs() {
+    dest=$1 what=$2
+    shift 2
+    if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
+        echo "gpudl: cannot fetch $what: apt-get and dpkg-deb (Debian, Ubuntu) are needed to get Debian's" \
+             "packages ($*); elsewhere, copy the files a Debian system has into $dest" >&2
+        return 1
+    fi
+    parent=$(dirname "$dest")
+    mkdir -p "$parent" || { echo "gpudl: cannot create $parent" >&2; return 1; }
+    work="$parent/.$(basename "$dest").part.$$"
+    trap 'rm -rf "$work"' EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    mkdir -p "$work/debs" "$work/root" || return 1
+    echo "gpudl: downloading Debian's $* into $dest"
+    if ! err=$(cd "$work/debs" && apt-get download -q "$@" 2>&1); then
+        echo "gpudl: apt-get download failed: $(printf '%s\n' "$err" | grep -v '^W:' | tail -n 2)" \
+             "-- no network, or an old package list (apt-get update)?" >&2
+        return 1
+    fi
+    for deb in "$work"/debs/*.deb; do
+        dpkg-deb -x "$deb" "$work/root" || { echo "gpudl: $deb does not unpack" >&2; return 1; }
+    done
+}
 has_text() { # dir -> 0 if a file of each package is there (as tools/deps.sh probes them)
     for f in fortunes riddles cookie zippy de/anekdoten es/refranes.fortunes it/italia pl/7thguard ru/2001.03; do
         [ -s "$1/$f" ] || return 1
@@ -41,34 +69,44 @@ fetch_text() {
             echo "gpudl: Debian's fortunes packages could not be installed here; unpacking them into $tdir instead"
         fi
     fi
-    if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-deb >/dev/null 2>&1; then
-        echo "gpudl: cannot fetch the fortunes: apt-get and dpkg-deb (Debian, Ubuntu) are needed to get" \
-             "Debian's packages ($fortune_pkgs); elsewhere, copy a Debian /usr/share/games/fortunes into $tdir" >&2
-        return 1
-    fi
-    parent=$(dirname "$tdir")
-    mkdir -p "$parent" || { echo "gpudl: cannot create $parent" >&2; return 1; }
-    work="$parent/.fortunes.part.$$"
-    trap 'rm -rf "$work"' EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    mkdir -p "$work/debs" "$work/root" || return 1
-    echo "gpudl: downloading Debian's $fortune_pkgs into $tdir"
-    # shellcheck disable=SC2086
-    if ! err=$(cd "$work/debs" && apt-get download -q $fortune_pkgs 2>&1); then
-        echo "gpudl: apt-get download failed: $(printf '%s\n' "$err" | grep -v '^W:' | tail -n 2)" \
-             "-- no network, or an old package list (apt-get update)?" >&2
-        return 1
-    fi
-    for deb in "$work"/debs/*.deb; do
-        dpkg-deb -x "$deb" "$work/root" || { echo "gpudl: $deb does not unpack" >&2; return 1; }
-    done
+    # shellcheck disable=SC2086 # the package names, split on purpose
+    unpack_debs "$tdir" "the fortunes" $fortune_pkgs || return 1
     has_text "$work/root/usr/share/games/fortunes" ||
         { echo "gpudl: the unpacked packages lack the expected files" >&2; return 1; }
     rm -rf "$tdir" && mv "$work/root/usr/share/games/fortunes" "$tdir" || return 1
     echo "gpudl:   the fortunes are in $tdir"
 }
 if [ "${1:-}" = text ]; then fetch_text; exit $?; fi
+
+# ---- the dictionary: Debian's FreeDict English-German (examples/seq2seq.c) ----
+# Where seq2seq looks: $GPUDL_DATA/freedict if GPUDL_DATA is set (then only there), else ./data/freedict,
+# then /usr/share/dictd. If none has it: 1. with apt-get usable and GPUDL_DATA unset, install
+# dict-freedict-eng-deu (tools/deps.sh data-dict); 2. otherwise `apt-get download` it, unpack it with dpkg-deb
+# beside the destination, add a plain .dict (gzip -dc of the .dict.dz: a build without zlib reads that) and
+# rename the folder into place. GPUDL_FETCH=download goes straight to 2 (a plain .dict in ./data/freedict, for
+# builds without zlib).
+dict_name=freedict-eng-deu
+has_dict() { [ -s "$1/$dict_name.index" ] && { [ -s "$1/$dict_name.dict" ] || [ -s "$1/$dict_name.dict.dz" ]; }; }
+fetch_dict() {
+    if [ -n "${GPUDL_DATA:-}" ]; then ddir=$GPUDL_DATA/freedict; has_dict "$ddir" && return 0
+    else
+        ddir=data/freedict
+        has_dict "$ddir" && return 0
+        if [ "${GPUDL_FETCH:-}" != download ]; then
+            has_dict /usr/share/dictd && return 0
+            sh "$(dirname "$0")/deps.sh" data-dict 2>/dev/null && has_dict /usr/share/dictd && return 0
+            echo "gpudl: Debian's dict-freedict-eng-deu could not be installed here; unpacking it into $ddir instead"
+        fi
+    fi
+    unpack_debs "$ddir" "the dictionary" dict-freedict-eng-deu || return 1
+    src="$work/root/usr/share/dictd"
+    gzip -dc "$src/$dict_name.dict.dz" >"$src/$dict_name.dict" ||
+        { echo "gpudl: $dict_name.dict.dz does not decompress (a corrupt download)" >&2; return 1; }
+    has_dict "$src" || { echo "gpudl: the unpacked package lacks $dict_name.index" >&2; return 1; }
+    rm -rf "$ddir" && mv "$src" "$ddir" || return 1
+    echo "gpudl:   the dictionary is in $ddir"
+}
+if [ "${1:-}" = dict ]; then fetch_dict; exit $?; fi
 
 dir=${GPUDL_DATA:-data}
 mirror=${GPUDL_DATA_MIRROR:-http://fashion-mnist.s3-website.eu-central-1.amazonaws.com}

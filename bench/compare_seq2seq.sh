@@ -1,0 +1,67 @@
+#!/bin/sh
+# compare_seq2seq.sh — examples/seq2seq.c against its PyTorch twin (bench/pytorch/seq2seq.py) on the CPU: the
+# same nn.Transformer translator from the same initial weights (seq2seq --save-init) on the same batches
+# (seq2seq --dump-batches), dropout 0, REPEATS rounds interleaved (ours, then PyTorch, ...), each on THREADS
+# threads (GPUDL_NUM_THREADS; torch.set_num_threads). Prints how many of the STEPS training losses agree to the
+# printed digits (%.6f) and the largest |difference|, each side's held-out loss and greedy / beam figures after
+# STEPS steps (on the first --eval-pairs held-out pairs), each side's median step time (the median of the
+# rounds' medians) and the ratio ours/PyTorch, with the CPU model and the load average before and after. The
+# twin also trains once in float64: how far PyTorch's own float32 losses stray from those is the rounding noise
+# of float32 training, which grows with the steps and the learning rate (1e-5 to 1e-3 by step 100), printed
+# beside ours. Exits 1 when a loss differs by more than TOL (default 1e-4) and by more than twice that noise:
+# not the same training.
+#
+#   sh bench/compare_seq2seq.sh
+#   THREADS=2 REPEATS=3 STEPS=100 TOL=1e-4 TORCH_VENV=build/torch-venv   (the defaults; ARGS="..." adds seq2seq
+#   options, after the default ARGS="--eval-pairs 300")
+#
+# The data: Debian's FreeDict English-German dictionary (`make data-dict`). PyTorch runs with
+# OMP_WAIT_POLICY=passive (libgomp otherwise spins).
+set -eu
+cd "$(dirname "$0")/.."
+threads=${THREADS:-2} reps=${REPEATS:-3} steps=${STEPS:-100} tol=${TOL:-1e-4}
+make -s build/seq2seq
+sh tools/fetch_data.sh dict
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+runs="$steps steps, $reps interleaved rounds"
+. bench/torch_venv.sh
+for r in $(seq "$reps"); do
+    # shellcheck disable=SC2086 # ARGS: options, split on purpose
+    GPUDL_NUM_THREADS=$threads build/seq2seq --device cpu --steps "$steps" --log-interval 1 --eval-interval "$steps" \
+        --show 0 --eval-pairs 300 --save-init "$tmp/init.safetensors" --dump-batches "$tmp/batches.safetensors" \
+        ${ARGS:-} >"$tmp/ours.$r"
+    OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
+        "$py" bench/pytorch/seq2seq.py --threads "$threads" "$tmp/init.safetensors" "$tmp/batches.safetensors" >"$tmp/torch.$r"
+    for s in ours torch; do sed -n 's/^median step time \([0-9.]*\) ms.*/\1/p' "$tmp/$s.$r" >>"$tmp/$s.times"; done
+    echo "round $r: ours $(tail -1 "$tmp/ours.times") ms/step, pytorch $(tail -1 "$tmp/torch.times") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads OMP_WAIT_POLICY=passive \
+    "$py" bench/pytorch/seq2seq.py --threads "$threads" --float64 "$tmp/init.safetensors" "$tmp/batches.safetensors" >"$tmp/f64"
+# the losses of the first round (every round trains the same: the same seed)
+losses() { sed -n 's/^step \([0-9]*\): loss \([0-9.naif-]*\)$/\1 \2/p' "$1"; }
+losses "$tmp/ours.1" >"$tmp/ours.loss"
+losses "$tmp/torch.1" >"$tmp/torch.loss"
+losses "$tmp/f64" >"$tmp/f64.loss"
+. bench/stats.sh
+echo
+status=0
+noise=$(paste -d' ' "$tmp/torch.loss" "$tmp/f64.loss" | awk '$1 == $3 { d = $2 - $4; if (d < 0) d = -d; if (d > max) max = d }
+    END { printf "%.2e", max }')
+paste -d' ' "$tmp/ours.loss" "$tmp/torch.loss" | awk -v n="$steps" -v tol="$tol" -v noise="$noise" '
+    $1 == $3 { d = $2 - $4; if (d < 0) d = -d; if (m == 0 || d > max) { max = d; at = $1 } m++; same += $2 == $4
+               if ($2 == $4 && !differ) upto = $1; else differ = 1 }
+    END { if (m < n) { printf "only %d of the %d losses on both sides\n", m, n; exit 1 }
+          printf "training losses: %d of %d equal to the printed digits (every one through step %d), largest " \
+                 "|ours - pytorch| %.2e (step %d); the float32 noise, |pytorch float32 - pytorch float64|, up to %.2e\n",
+                 same, n, upto, max, at, noise
+          exit !(max <= tol || max <= 2 * noise) }' || status=1
+for s in ours:ours.1 pytorch:torch.1 pytorch-f64:f64; do
+    f=$tmp/${s#*:}
+    printf '%-12s %s; %s; %s\n' "${s%%:*}:" "$(sed -n "s/^eval $steps: .*\(held-out [0-9.]*\).*/\1/p" "$f")" \
+        "$(grep '^greedy: ' "$f")" "$(grep '^beam [0-9]*: ' "$f")"
+done
+a=$(median "$tmp/ours.times") b=$(median "$tmp/torch.times")
+awk -v a="$a" -v b="$b" -v n="$reps" 'BEGIN { printf "median step time: ours %.2f ms, pytorch %.2f ms, ours/pytorch %.2f (median of %d rounds)\n", a, b, a / b, n }'
+exit $status
