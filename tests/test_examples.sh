@@ -41,8 +41,8 @@ has_flags() {
     echo "has its flags"
 }
 # --help of every example: exit 0, with the flags docs/examples.md's table gives it ("-": none)
-for e in mnist_mlp cnn keras_style resnet quantize char_gpt text_classify linear_regression cpu_vs_gpu device_query \
-    gpu_monitor ddp model_parallel cluster_train; do
+for e in mnist_mlp cnn keras_style resnet quantize char_gpt seq2seq speedrun text_classify linear_regression cpu_vs_gpu \
+    device_query gpu_monitor ddp model_parallel cluster_train; do
     if [ ! -x "$b/$e" ]; then
         skip=$((skip + 2)); echo "  SKIP $e --help: $b/$e not built"; continue
     fi
