@@ -1678,11 +1678,11 @@ static int gdl__ox_rnn_emit(gdl__ox *X, const gdl__ox_rnn *L) {
     static const int gru_from[3] = {1, 0, 2};     /* ONNX z, r, h from PyTorch r, z, n */
     const int *from = L->lstm ? lstm_from : gru_from;
     const int G = L->lstm ? 4 : 3;
-    const int64_t H = L->w_hh->shape[1], I = L->w_ih->shape[1], zero = 0;
+    const int64_t H = L->w_hh->shape[1], In = L->w_ih->shape[1], zero = 0;
     const char *in[7], *outs[3], *ax0;
     char name[3][160];
     gdl__pb at = {NULL, 0, 0, 0};
-    int64_t dims[2], big = G * H * (I > H ? I : H), t;
+    int64_t dims[2], big = G * H * (In > H ? In : H), t;
     int bax, k, rc = -1;
     float *buf = NULL;
     gdl_real *host = NULL;
@@ -1700,7 +1700,7 @@ static int gdl__ox_rnn_emit(gdl__ox *X, const gdl__ox_rnn *L) {
         gdl__ox_oom(X);
         goto done;
     }
-    if (gdl__ox_rnn_weight(X, L->w_ih, from, G, H, I, name[0], buf, host) < 0 ||
+    if (gdl__ox_rnn_weight(X, L->w_ih, from, G, H, In, name[0], buf, host) < 0 ||
         gdl__ox_rnn_weight(X, L->w_hh, from, G, H, H, name[1], buf, host) < 0)
         goto done;
     memset(buf, 0, sizeof(float) * (size_t)(2 * G * H));
