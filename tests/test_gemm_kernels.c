@@ -302,7 +302,7 @@ TEST test_thread_count_independent(void) {
 TEST test_thread_counts_same_bits(void) {
 #ifdef GDL__POOL
     static const int shapes[][3] = {{64, 128, 784}, {128, 784, 64}, {768, 192, 64}, {37, 301, 257},
-                                    {333, 95, 513}, {1100, 1100, 300}, {64, 40000, 200}};
+                                    {333, 95, 513}, {1100, 1100, 300}, {64, 44000, 200}};
     size_t si;
     int v, threads;
     for (si = 0; si < sizeof shapes / sizeof *shapes; si++)
