@@ -8255,13 +8255,19 @@ static void gdl__gemm_task(void *p, int t, int nt) {
 }
 
 /* Claims a panel for packing: 1 when this thread is to pack it, 0 when it
-   is ready, -1 when another thread is packing it now (then the caller packs
-   a private copy rather than wait for a thread the OS may have
-   descheduled: a copy holds the same values, so the bits do not change). */
+   is ready, -1 when another thread is still packing it after a short wait
+   (about a chunk's packing time: two threads that reach a panel together
+   would otherwise both pack it): then the caller packs a private copy
+   rather than wait longer for a thread the OS may have descheduled. A copy
+   holds the same values, so the bits do not change. */
 static int gdl__gemm_claim(int *flag) {
-    int st = gdl__atomic_load(flag, GDL__MO_ACQUIRE), zero = 0;
+    int st = gdl__atomic_load(flag, GDL__MO_ACQUIRE), zero = 0, spin;
     if (st == 2) return 0;
     if (st == 0 && gdl__atomic_cas(flag, &zero, 1, 0, GDL__MO_ACQ_REL, GDL__MO_ACQUIRE)) return 1;
+    for (spin = 0; spin < GDL__POOL_SPIN; spin++) {
+        if (gdl__atomic_load(flag, GDL__MO_ACQUIRE) == 2) return 0;
+        GDL__POOL_PAUSE();
+    }
     return gdl__atomic_load(flag, GDL__MO_ACQUIRE) == 2 ? 0 : -1;
 }
 

@@ -39,7 +39,9 @@ run() {
 tmp=$(mktemp -d)
 busy=
 trap 'rm -rf "$tmp"; [ -z "$busy" ] || kill "$busy" 2>/dev/null' EXIT
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs online; $ours, threads $threads, $reps runs each"
+case " $nets " in *" char_gpt "*) progs="$gpt" ;; *) progs= ;; esac
+[ "$nets" = char_gpt ] || progs="$ours${progs:+, $progs}"
+echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs online; $progs, threads $threads, $reps runs each"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$reps"); do
     for n in $nets; do
