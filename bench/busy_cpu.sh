@@ -8,39 +8,62 @@
 #   sh bench/busy_cpu.sh [net ...]            (default: mlp cnn)
 #   THREADS=2 REPEATS=5 BENCH_TRAIN=build/bench_train   (the defaults; give
 #   BENCH_TRAIN another build, e.g. an older commit's, to compare)
+#   net char_gpt: examples/char_gpt.c's default model, CHAR_GPT=build/char_gpt
+#   (or another build), GPT_STEPS=30 steps a run
+#   THREADS="1 2": each net on 1 and on 2 threads, interleaved
 #
 # Each figure is one run of bench/train.c: its median time per step (5
-# timed stretches of ~0.5 s of steps on one random batch, after warm-up).
+# timed stretches of ~0.5 s of steps on one random batch, after warm-up);
+# for char_gpt its median step time (steps 4 on).
 set -e
 cd "$(dirname "$0")/.."
 nets=${*:-"mlp cnn"}
 threads=${THREADS:-2}
 reps=${REPEATS:-5}
 ours=${BENCH_TRAIN:-build/bench_train}
-[ -n "$BENCH_TRAIN" ] || make -s "$ours"
+gpt=${CHAR_GPT:-build/char_gpt}
+for n in $nets; do
+    if [ "$n" = char_gpt ]; then [ -n "${CHAR_GPT:-}" ] || make -s "$gpt"; else [ -n "${BENCH_TRAIN:-}" ] || make -s "$ours"; fi
+done
+
+# run NET THREADS: one run's ms/step
+run() {
+    if [ "$1" = char_gpt ]; then
+        GPUDL_NUM_THREADS=$2 "$gpt" --device cpu --steps "${GPT_STEPS:-30}" --eval-interval "${GPT_STEPS:-30}" \
+            --sample-len 0 | sed -n 's/^median step time \([0-9.]*\) ms.*/\1/p'
+    else
+        GPUDL_NUM_THREADS=$2 OMP_NUM_THREADS=$2 "$ours" "$1" | awk -v n="$1" '$1 == n {print $3}'
+    fi
+}
 
 tmp=$(mktemp -d)
 busy=
 trap 'rm -rf "$tmp"; [ -z "$busy" ] || kill "$busy" 2>/dev/null' EXIT
-echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs online; $ours, $threads threads, $reps runs each"
+case " $nets " in *" char_gpt "*) progs="$gpt" ;; *) progs= ;; esac
+[ "$nets" = char_gpt ] || progs="$ours${progs:+, $progs}"
+echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs online; $progs, threads $threads, $reps runs each"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$reps"); do
     for n in $nets; do
-        GPUDL_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$ours" "$n" | awk -v n="$n" '$1 == n {print $3}' >> "$tmp/quiet.$n"
-        yes > /dev/null &
-        busy=$!
-        GPUDL_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$ours" "$n" | awk -v n="$n" '$1 == n {print $3}' >> "$tmp/busy.$n"
-        kill "$busy"
-        wait "$busy" 2>/dev/null || true
-        busy=
-        echo "run $r $n: quiet $(tail -1 "$tmp/quiet.$n") ms/step, busy $(tail -1 "$tmp/busy.$n") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
+        for t in $threads; do
+            run "$n" "$t" >> "$tmp/quiet.$n.$t"
+            yes > /dev/null &
+            busy=$!
+            run "$n" "$t" >> "$tmp/busy.$n.$t"
+            kill "$busy"
+            wait "$busy" 2>/dev/null || true
+            busy=
+            echo "run $r $n, $t threads: quiet $(tail -1 "$tmp/quiet.$n.$t") ms/step, busy $(tail -1 "$tmp/busy.$n.$t") ms/step (load $(cut -d' ' -f1 /proc/loadavg))"
+        done
     done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 . bench/stats.sh
 echo
-echo "net     quiet ms/step  busy ms/step  busy/quiet   (medians of $reps runs)"
+echo "net      threads  quiet ms/step  busy ms/step  busy/quiet   (medians of $reps runs)"
 for n in $nets; do
-    awk -v n="$n" -v a="$(median "$tmp/quiet.$n")" -v b="$(median "$tmp/busy.$n")" \
-        'BEGIN { printf "%-6s %14.3f %13.3f %11.2f\n", n, a, b, b / a }'
+    for t in $threads; do
+        awk -v n="$n" -v t="$t" -v a="$(median "$tmp/quiet.$n.$t")" -v b="$(median "$tmp/busy.$n.$t")" \
+            'BEGIN { printf "%-8s %7s %14.3f %13.3f %11.2f\n", n, t, a, b, b / a }'
+    done
 done

@@ -15,9 +15,18 @@
    Define GEMM_BENCH_NO_IMPL to link gdl_gemm_cpu from another object instead
    of compiling gpudl's implementation into this file.
 
-   Shapes: square n x n x n for n = 128 ... 2048, and every GEMM of one
+   Shapes: square n x n x n for n = 128 ... 2048, every GEMM of one
    training step of a 784-128-10 MLP at batch 64 (y = x·Wᵀ forward, dW = gyᵀ·x
-   and dx = gy·W backward). Row-major; C = A·B with alpha = 1, beta = 0.
+   and dx = gy·W backward), the linear layers of examples/char_gpt.c's
+   default model and the LSTM of examples/text_classify.c. Row-major;
+   C = A·B with alpha = 1, beta = 0.
+
+   Peak: the FMA peak of one thread is measured first (16 independent
+   chains of the widest fused multiply-adds the build targets; the best of
+   three), and each figure is also given as a share of it ("%pk"; of
+   threads x peak for the multi-threaded column). Without OpenBLAS the
+   1-thread and the all-thread calls are timed in turn, so "speedup" is
+   their ratio under the same load.
 
    Timing: one warm-up call, then the number of calls that lasts >= 50 ms is
    found; ours and OpenBLAS are timed in turn, 7 such stretches each,
@@ -68,13 +77,30 @@ static const shape shapes[] = {
     {"fc2 bwd  dh=gy.W2", 0, 0, 64, 128, 10},
     {"fc1 bwd dW1=gy^T.x", 1, 0, 128, 784, 64},
     {"fc1 bwd  dx=gy.W1", 0, 0, 64, 784, 128},
+    /* examples/char_gpt.c's defaults: batch 12 x context 64 = 768 rows, width 128 */
+    {"gpt qkv  y=x.Wqkv^T", 0, 1, 768, 384, 128},
+    {"gpt fc   y=x.Wfc^T", 0, 1, 768, 512, 128},
+    {"gpt proj y=h.Wp^T", 0, 1, 768, 128, 512},
+    {"gpt fc dW=gy^T.x", 1, 0, 512, 128, 768},
+    {"gpt fc  dx=gy.W", 0, 0, 768, 128, 512},
+    /* examples/text_classify.c's LSTM(64, 128), batch 128, 64 steps: the input projection of all steps,
+       then per step the hidden GEMM and its two backward GEMMs */
+    {"lstm in  gx=x.Wih^T", 0, 1, 8192, 512, 64},
+    {"lstm hh  gh=h.Whh^T", 0, 1, 128, 512, 128},
+    {"lstm hh  dh=gy.Whh", 0, 0, 128, 128, 512},
+    {"lstm hh dW=gy^T.h", 1, 0, 512, 128, 128},
 };
 #define NSHAPES (int)(sizeof shapes / sizeof shapes[0])
 
 /* GEMM_BENCH_CLOCK=thread: the calling thread's CPU time instead of the
    monotonic clock, for the 1-thread columns on a machine shared with other
    busy processes (the time slices they take are not counted; the caches
-   they disturb still are). The multi-threaded columns are nonsense then. */
+   they disturb still are). The multi-threaded columns are nonsense then.
+   GEMM_BENCH_CLOCK=process: the CPU time of all the process's threads:
+   the multi-threaded column is then the work the threads do together
+   (panels packed twice and spinning waits included), and "speedup" the
+   1-thread work over it: what the threads cost, measurable on a busy
+   machine. */
 static clockid_t bench_clock = CLOCK_MONOTONIC;
 
 static double now_s(void) {
@@ -107,6 +133,17 @@ typedef struct problem {
 static void run_builtin(const problem *p) {
     const shape *s = p->s;
     gdl_gemm_cpu(s->transA, s->transB, s->M, s->N, s->K, 1, p->A, p->lda, p->B, p->ldb, 0, p->C, p->ldc);
+}
+
+/* the built-in GEMM on 1 thread and on all (bench_threads), for timing the two in turn */
+static int bench_threads = 1;
+static void run_builtin_1t(const problem *p) {
+    gdl_set_num_threads(1);
+    run_builtin(p);
+}
+static void run_builtin_nt(const problem *p) {
+    gdl_set_num_threads(bench_threads);
+    run_builtin(p);
 }
 
 #ifdef GPUDL_BENCH_OPENBLAS
@@ -142,6 +179,58 @@ static double seconds_per_call(void (*fn)(const problem *), const problem *p, lo
     long i;
     for (i = 0; i < iters; i++) fn(p);
     return (now_s() - t0) / (double)iters;
+}
+
+/* The measured FMA peak of one thread, GFLOP/s: 16 independent chains of
+   vector fused multiply-adds (more than the FMA units' latency x count on
+   any current core) for >= 50 ms, the widest vectors the build targets, as
+   the micro-kernel. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define PEAK_W 16
+typedef __m512 peak_v;
+#define PEAK_SET(x) _mm512_set1_ps(x)
+#define PEAK_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define PEAK_SUM(v) _mm512_reduce_add_ps(v)
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define PEAK_W 8
+typedef __m256 peak_v;
+#define PEAK_SET(x) _mm256_set1_ps(x)
+#define PEAK_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+static float peak_sum8(__m256 v) {
+    float f[8];
+    int i;
+    _mm256_storeu_ps(f, v);
+    for (i = 1; i < 8; i++) f[0] += f[i];
+    return f[0];
+}
+#define PEAK_SUM(v) peak_sum8(v)
+#else
+#define PEAK_W 1
+typedef float peak_v;
+#define PEAK_SET(x) (x)
+#define PEAK_FMA(a, b, c) ((a) * (b) + (c))
+#define PEAK_SUM(v) (v)
+#endif
+static volatile float peak_sink;
+static double fma_peak_gflops(void) {
+    const peak_v m = PEAK_SET(0.999999f), a = PEAK_SET(1e-7f);
+    peak_v c[16];
+    long iters = 1 << 16, i, reps = 0;
+    double t0, dt = 0;
+    int k;
+    for (k = 0; k < 16; k++) c[k] = PEAK_SET((float)k);
+    t0 = now_s();
+    while (dt < 0.05) {
+        for (i = 0; i < iters; i++)
+            for (k = 0; k < 16; k++) c[k] = PEAK_FMA(c[k], m, a);
+        reps++;
+        dt = now_s() - t0;
+    }
+    for (k = 1; k < 16; k++) c[0] = c[0] + c[k] * 0; /* keep every chain live */
+    peak_sink = PEAK_SUM(c[0]);
+    return 2.0 * PEAK_W * 16.0 * (double)iters * (double)reps / dt * 1e-9;
 }
 
 #define REPEATS 7
@@ -208,16 +297,21 @@ static double check(const problem *p) {
 
 int main(int argc, char **argv) {
     int nthreads = gdl_get_num_threads(), si, target_known = 0, target_met = 0;
-    double target_ratio = 0;
+    double target_ratio = 0, peak = 0;
     if (getenv("GEMM_BENCH_CLOCK") && !strcmp(getenv("GEMM_BENCH_CLOCK"), "thread"))
         bench_clock = CLOCK_THREAD_CPUTIME_ID;
+    if (getenv("GEMM_BENCH_CLOCK") && !strcmp(getenv("GEMM_BENCH_CLOCK"), "process"))
+        bench_clock = CLOCK_PROCESS_CPUTIME_ID;
     printf("cpu: %s\n", bench_cpu_model());
     printf("gpudl GEMM benchmark: gdl_gemm_cpu (%s, micro-kernel %s)", sizeof(gdl_real) == 4 ? "float" : "double",
            gdl_gemm_kernel_name());
 #ifdef GPUDL_BENCH_OPENBLAS
     printf(" vs OpenBLAS cblas_sgemm (core %s)", openblas_get_corename());
 #endif
-    if (bench_clock != CLOCK_MONOTONIC) printf("\nclock: the calling thread's CPU time (GEMM_BENCH_CLOCK=thread)");
+    if (bench_clock == CLOCK_THREAD_CPUTIME_ID) printf("\nclock: the calling thread's CPU time (GEMM_BENCH_CLOCK=thread)");
+    if (bench_clock == CLOCK_PROCESS_CPUTIME_ID)
+        printf("\nclock: the process's CPU time, all threads' (GEMM_BENCH_CLOCK=process): \"speedup\" is the work of "
+               "1 thread over the work of all, waits included (1.00: the threads add no work)");
     printf("\nthreads: 1 and %d (all); GFLOP/s, median of 7 interleaved repeats of >= 50 ms; ratio = built-in / OpenBLAS\n",
            nthreads);
     { /* other busy processes make the multi-threaded columns meaningless: say so */
@@ -230,12 +324,23 @@ int main(int argc, char **argv) {
             fclose(f);
         }
     }
+    { /* the best of three: a busy machine only lowers it */
+        int r;
+        for (r = 0; r < 3; r++) {
+            double g = fma_peak_gflops();
+            if (g > peak) peak = g;
+        }
+        printf("measured FMA peak: %.1f GFLOP/s per thread (%d-wide fused multiply-adds); %%pk: of it (x %d threads "
+               "for the %d-thread column)\n", peak, PEAK_W, nthreads, nthreads);
+    }
+    bench_threads = nthreads;
     printf("\n");
 #ifdef GPUDL_BENCH_OPENBLAS
     printf("%-20s %2s %4s %4s %4s | %8s %8s %5s | %8s %8s %5s | %8s\n", "shape", "op", "M", "N", "K", "ours 1T",
            "oblas 1T", "ratio", "ours", "oblas", "ratio", "err");
 #else
-    printf("%-20s %2s %4s %4s %4s | %8s | %8s | %8s\n", "shape", "op", "M", "N", "K", "ours 1T", "ours", "err");
+    printf("%-20s %2s %4s %4s %4s | %8s %4s | %8s %4s %7s | %8s\n", "shape", "op", "M", "N", "K", "ours 1T", "%pk",
+           "ours", "%pk", "speedup", "err");
 #endif
     for (si = 0; si < NSHAPES; si++) {
         const shape *s = &shapes[si];
@@ -298,11 +403,12 @@ int main(int argc, char **argv) {
             free(p.Cf);
         }
 #else
-        time_pair(run_builtin, NULL, &p, &t_b1, NULL);
-        set_threads(nthreads);
-        time_pair(run_builtin, NULL, &p, &t_bn, NULL);
-        printf("%-20s %c%c %4d %4d %4d | %8.1f | %8.1f | %8.1e\n", s->name, s->transA ? 'T' : 'N',
-               s->transB ? 'T' : 'N', s->M, s->N, s->K, flop / t_b1 * 1e-9, flop / t_bn * 1e-9, err);
+        /* 1 and all threads in turn: the speedup of one run, under the same load */
+        time_pair(run_builtin_1t, run_builtin_nt, &p, &t_b1, &t_bn);
+        printf("%-20s %c%c %4d %4d %4d | %8.1f %3.0f%% | %8.1f %3.0f%% %6.2fx | %8.1e\n", s->name,
+               s->transA ? 'T' : 'N', s->transB ? 'T' : 'N', s->M, s->N, s->K, flop / t_b1 * 1e-9,
+               100 * flop / t_b1 * 1e-9 / peak, flop / t_bn * 1e-9, 100 * flop / t_bn * 1e-9 / (peak * nthreads),
+               t_b1 / t_bn, err);
 #endif
         fflush(stdout);
         free(p.A);

@@ -295,6 +295,59 @@ TEST test_thread_count_independent(void) {
 #endif
 }
 
+/* Every path of the threaded GEMM gives the bits of one thread: cells on the
+   shared packing (many per thread, taken in turn), the fused bias + ReLU
+   epilogue, K over segments, and above GDL__GEMM_PACKED_MAX the cells that
+   pack their own panels; on 2, 3 and 5 threads. */
+TEST test_thread_counts_same_bits(void) {
+#ifdef GDL__POOL
+    static const int shapes[][3] = {{64, 128, 784}, {128, 784, 64}, {768, 192, 64}, {37, 301, 257},
+                                    {333, 95, 513}, {1100, 1100, 300}, {64, 44000, 200}};
+    size_t si;
+    int v, threads;
+    for (si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (v = 0; v < 4; v++) { /* NT plain, TN with beta, NN on 3 segments, NT with bias and ReLU */
+            const int M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], ta = v == 1, tb = v == 0 || v == 3;
+            const int nseg = v == 2 ? 3 : 1, ldc = N + 3;
+            const size_t na = (size_t)M * K * nseg, nb = (size_t)K * N * nseg, nc = (size_t)M * ldc;
+            float *A = (float *)malloc(na * sizeof(float)), *B = (float *)malloc(nb * sizeof(float));
+            float *c1 = (float *)malloc(nc * sizeof(float)), *c2 = (float *)malloc(nc * sizeof(float));
+            float *p1 = (float *)calloc(nc, sizeof(float)), *p2 = (float *)calloc(nc, sizeof(float));
+            float *bias = (float *)malloc((size_t)N * sizeof(float));
+            size_t i;
+            int same = 1, bad = 0;
+            if (si == 6 && v != 0) { /* the large B once is enough */
+                free(A); free(B); free(c1); free(c2); free(p1); free(p2); free(bias);
+                continue;
+            }
+            for (i = 0; i < na; i++) A[i] = urand();
+            for (i = 0; i < nb; i++) B[i] = urand();
+            for (i = 0; i < (size_t)N; i++) bias[i] = urand();
+            for (threads = 1; threads <= 5 && same; threads += threads == 1 ? 1 : 2) {
+                float *c = threads == 1 ? c1 : c2, *pre = threads == 1 ? p1 : p2;
+                for (i = 0; i < nc; i++) c[i] = (float)(i % 7) - 3;
+                gdl_set_num_threads(threads);
+                if (v == 3)
+                    gdl__cpu_linear_act(GDL_UN_RELU, M, N, K, A, B, bias, c, pre);
+                else if (v == 2)
+                    gdl__cpu_gemm(GDL_F32, 0, 0, M, N, K, 0.5f, A, K, (int64_t)M * K, B, N, (int64_t)K * N, 1, c, ldc,
+                                  0, nseg);
+                else
+                    gdl_gemm_cpu(ta, tb, M, N, K, 0.5f, A, ta ? M : K, B, tb ? K : N, v == 1 ? 0.25f : 0, c, ldc);
+                gdl_set_num_threads(0);
+                if (threads > 1 && !(same = !memcmp(c1, c2, nc * sizeof(float)) && !memcmp(p1, p2, nc * sizeof(float))))
+                    bad = threads;
+            }
+            free(A); free(B); free(c1); free(c2); free(p1); free(p2); free(bias);
+            if (!same) fprintf(stderr, "  %d x %d x %d, variant %d: %d threads differ from 1\n", M, N, K, v, bad);
+            ASSERTm("a thread count gives other bits than one thread", same);
+        }
+    PASS();
+#else
+    SKIPm("built without threads");
+#endif
+}
+
 #ifdef GDL__POOL
 typedef struct {
     int ta, tb, M, N, K;
@@ -335,7 +388,7 @@ TEST test_batched_accumulate_same_as_loop(void) {
                 gdl_set_num_threads(threads);
                 for (b = 0; b < batch; b++)
                     gdl_gemm_cpu(ta, tb, M, N, K, 1, A + b * na, lda, B + b * nb, ldb, 1, c1, N);
-                gdl__cpu_gemm(ta, tb, M, N, K, 1, A, lda, (int64_t)na, B, ldb, (int64_t)nb, 1, c2, N, 0, batch);
+                gdl__cpu_gemm(GDL_F32, ta, tb, M, N, K, 1, A, lda, (int64_t)na, B, ldb, (int64_t)nb, 1, c2, N, 0, batch);
                 gdl_set_num_threads(0);
                 same = memcmp(c1, c2, (size_t)M * N * sizeof(float)) == 0;
                 free(A);
@@ -370,7 +423,7 @@ TEST test_batched_same_as_loop(void) {
                 gdl_set_num_threads(threads);
                 for (b = 0; b < batch; b++)
                     gdl_gemm_cpu(ta, tb, M, N, K, 0.5f, A + b * na, lda, B + b * nb, ldb, 0.25f, c1 + b * nc, N);
-                gdl__cpu_gemm(ta, tb, M, N, K, 0.5f, A, lda, (int64_t)na, B, ldb, (int64_t)nb, 0.25f, c2, N,
+                gdl__cpu_gemm(GDL_F32, ta, tb, M, N, K, 0.5f, A, lda, (int64_t)na, B, ldb, (int64_t)nb, 0.25f, c2, N,
                               (int64_t)nc, batch);
                 gdl_set_num_threads(0);
                 same = memcmp(c1, c2, nc * batch * sizeof(float)) == 0;
@@ -436,6 +489,7 @@ SUITE(gemm_kernels) {
     RUN_TEST(test_large_shapes);
     RUN_TEST(test_degenerate);
     RUN_TEST(test_thread_count_independent);
+    RUN_TEST(test_thread_counts_same_bits);
     RUN_TEST(test_batched_accumulate_same_as_loop);
     RUN_TEST(test_batched_same_as_loop);
     RUN_TEST(test_fallback_no_memory);

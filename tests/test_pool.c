@@ -128,9 +128,9 @@ static void run_kernels(float *out) {
     memset(out, 0, KOUT * sizeof(float));
     gdl__cpu_fill(o, KN, 0.5f);
     o += KN;
-    gdl__cpu_unary(GDL_UN_SIGMOID, KN, x, o, 0);
+    gdl__cpu_unary(GDL_F32, GDL_UN_SIGMOID, KN, x, o, 0);
     o += KN;
-    gdl__cpu_unary_backward(GDL_UN_GELU_ERF, KN, x, y, w, o, 0, 1);
+    gdl__cpu_unary_backward(GDL_F32, GDL_UN_GELU_ERF, KN, x, y, w, o, 0, 1);
     o += KN;
     gdl__cpu_reduce(GDL_RED_MAX, 70, 100, 10, x, o, idx, 0);
     gdl__cpu_reduce_backward(GDL_RED_MAX, 70, 100, 10, y, idx, o + 700);
@@ -145,34 +145,34 @@ static void run_kernels(float *out) {
     memset(&g, 0, sizeof g);
     g.N = 8; g.C = 4; g.H = 24; g.W = 24; g.KH = 3; g.KW = 3;
     g.SH = g.SW = 1; g.PH = g.PW = 1; g.DH = g.DW = 1; g.OH = 24; g.OW = 24;
-    gdl__cpu_im2col(&g, x, o); /* 8*4*9*576 = 165888 */
-    gdl__cpu_col2im(&g, o, o + 165888);
+    gdl__cpu_im2col(GDL_F32, &g, x, o); /* 8*4*9*576 = 165888 */
+    gdl__cpu_col2im(GDL_F32, &g, o, o + 165888);
     o += 165888 + 8 * 4 * 576;
     g.PH = g.PW = 0; g.OH = g.OW = 22; /* every window inside: maxpool's fast path */
-    gdl__cpu_maxpool(&g, x, o, idx);
+    gdl__cpu_maxpool(GDL_F32, &g, x, o, idx);
     o += 8 * 4 * 576;
     g.PH = g.PW = 1; g.OH = g.OW = 24;
-    gdl__cpu_maxpool(&g, x, o, idx);
-    gdl__cpu_avgpool(&g, x, o + 8 * 4 * 576);
-    gdl__cpu_avgpool_backward(&g, y, o + 2 * 8 * 4 * 576);
+    gdl__cpu_maxpool(GDL_F32, &g, x, o, idx);
+    gdl__cpu_avgpool(GDL_F32, &g, x, o + 8 * 4 * 576);
+    gdl__cpu_avgpool_backward(GDL_F32, &g, y, o + 2 * 8 * 4 * 576);
     o += 3 * 8 * 4 * 576;
-    gdl__cpu_dropout(KN, 0.3, 7, x, o);
-    gdl__cpu_dropout_backward(KN, 0.3, 7, y, o + KN);
+    gdl__cpu_dropout(GDL_F32, KN, 0.3, 7, x, o);
+    gdl__cpu_dropout_backward(GDL_F32, KN, 0.3, 7, y, o + KN);
     o += 2 * KN;
     { /* batch 64, 16 channels, 8 x 8 */
         float *mean = o + 2 * KN, *inv = mean + 16, *rm = inv + 16, *rv = rm + 16, *gg = rv + 16, *gb = gg + 16;
         int c;
         for (c = 0; c < 16; c++) rv[c] = 1;
-        gdl__cpu_batchnorm(64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, 0);
-        gdl__cpu_batchnorm_backward(64, 16, 64, x, y, NULL, w, mean, inv, 1, o + KN, gg, gb, 1);
+        gdl__cpu_batchnorm(GDL_F32, 64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, 0);
+        gdl__cpu_batchnorm_backward(GDL_F32, 64, 16, 64, x, y, NULL, w, mean, inv, 1, o + KN, gg, gb, 1);
         o += 2 * KN + 6 * 16;
     }
     { /* the same with a fused ReLU (its output the backward's mask) */
         float *mean = o + 2 * KN, *inv = mean + 16, *rm = inv + 16, *rv = rm + 16, *gg = rv + 16, *gb = gg + 16;
         int c;
         for (c = 0; c < 16; c++) rv[c] = 1;
-        gdl__cpu_batchnorm(64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, 1);
-        gdl__cpu_batchnorm_backward(64, 16, 64, x, y, o, w, mean, inv, 1, o + KN, gg, gb, 0);
+        gdl__cpu_batchnorm(GDL_F32, 64, 16, 64, x, w, y, o, mean, inv, rm, rv, 1, 0.1, 1e-5, 1);
+        gdl__cpu_batchnorm_backward(GDL_F32, 64, 16, 64, x, y, o, w, mean, inv, 1, o + KN, gg, gb, 0);
         o += 2 * KN + 6 * 16;
     }
     gdl__cpu_layernorm(700, 100, x, w, y, 1e-5, o, o + KN, o + KN + 700);
@@ -187,7 +187,7 @@ static void run_kernels(float *out) {
     o += 3 * KN;
     gdl_gemm_cpu(0, 1, 150, 130, 140, 1, x, 140, y, 140, 0, o, 130);
     o += 150 * 130;
-    gdl__cpu_gemm(0, 0, 40, 60, 50, 1, x, 50, 2000, y, 60, 3000, 0, o, 60, 2400, 6); /* a batch: one task each */
+    gdl__cpu_gemm(GDL_F32, 0, 0, 40, 60, 50, 1, x, 50, 2000, y, 60, 3000, 0, o, 60, 2400, 6); /* a batch: one task each */
     o += 6 * 2400;
     free(x);
     free(y);
@@ -228,7 +228,7 @@ TEST test_maxpool2x2_path(void) {
     }
     memset(&g, 0, sizeof g);
     g.N = N; g.C = C; g.H = H; g.W = W; g.KH = g.KW = 2; g.SH = g.SW = 2; g.DH = g.DW = 1; g.OH = OH; g.OW = OW;
-    gdl__cpu_maxpool(&g, x, y, idx);
+    gdl__cpu_maxpool(GDL_F32, &g, x, y, idx);
     for (p = 0; p < N * C; p++)
         for (oh = 0; oh < OH; oh++)
             for (ow = 0; ow < OW; ow++) {

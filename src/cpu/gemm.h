@@ -52,24 +52,34 @@
    portable kernel multiplies and adds separately (x86-64 has no FMA
    baseline), so it differs from them by rounding only.
 
-   Threads (the pool of src/runtime/thread_pool.h): C is cut, at tile boundaries, into a
-   grid of at most gdl_get_num_threads() rectangles (the grid that
-   minimises per-thread work + packing); each thread runs the blocked loops
-   above on its rectangle with the packing buffers of its rectangle. No
-   barriers inside the parallel region, no shared writes. K is never split, and every tile
-   and K block is the same whatever the grid, so each element of C is
-   computed by the same operations in the same order with 1 or 64 threads:
-   results are bitwise identical for any thread count. Problems with
-   M*N*K < GDL__GEMM_MT_MIN (64^3) stay on the calling thread: there the
-   fork/join costs more than it saves. The backend's batched GEMM (one
-   product per convolution sample) runs its products as the tasks of one
-   parallel region, each whole on its thread's buffers; with sC == 0 (all
-   products summed into one C, the weight gradient) it is one product whose
-   K runs over the samples in turn. Both give the bits of a loop of calls.
+   Threads (the pool of src/runtime/thread_pool.h): C is cut, at tile
+   boundaries, into a grid of cells, several per thread (GDL__GEMM_SPLIT),
+   and the threads take cells from the pool's counter until none is left,
+   so the others take over the cells of a thread the OS has descheduled (a
+   busy process beside) instead of waiting for it. op(A) and op(B) are
+   packed once for all cells, into shared copies (gdl__gemm_packed_task):
+   the first cell to need a micro-panel (of A) or a chunk of them (of B)
+   packs it and flags it ready; a cell that finds it being packed by
+   another thread packs a private copy rather than wait. So more cells cost
+   no more packing. Above GDL__GEMM_PACKED_MAX elements of packed operands
+   the cells pack their own panels, one cell per thread (the grid that
+   minimises per-thread work + packing). No barriers inside the parallel
+   region; each element of C is written by one cell. K is never split, and
+   every tile and K block is the same whatever the grid, so each element of
+   C is computed by the same operations in the same order with 1 or 64
+   threads: results are bitwise identical for any thread count and any
+   timing. Problems with M*N*K < GDL__GEMM_MT_MIN (64^3) stay on the calling
+   thread: there the fork/join costs more than it saves. The backend's
+   batched GEMM (one product per convolution sample) runs its products as
+   the tasks of one parallel region, each whole on its thread's buffers;
+   with sC == 0 (all products summed into one C, the weight gradient) it is
+   one product whose K runs over the samples in turn. Both give the bits of
+   a loop of calls.
 
-   Memory: the packing buffers of all threads are one block, allocated on
-   first use with GPUDL_MALLOC, grow-only and reused by later calls, so the
-   steady state allocates nothing; gdl__gemm_release() frees it. If the
+   Memory: the packing buffers of all threads are one block, and the shared
+   packing another, allocated on first use with GPUDL_MALLOC, grow-only and
+   reused by later calls, so the steady state allocates nothing;
+   gdl__gemm_release() frees them. If the
    allocation fails, a simple unpacked loop computes the result (slower;
    same K blocks and summation order). A GEMM that finds the pool held by
    another thread (a second thread that calls ops, or a DataLoader worker)
@@ -199,7 +209,11 @@ static void gdl__gemm_space_free(gdl__gemm_space *s) {
     s->buf = NULL;
     s->cap = 0;
 }
-static void gdl__gemm_release(void) { gdl__gemm_space_free(&gdl__gemm_shared); }
+static gdl__gemm_space gdl__gemm_packs; /* the shared packing's (gdl__gemm_plan_grid) */
+static void gdl__gemm_release(void) {
+    gdl__gemm_space_free(&gdl__gemm_shared);
+    gdl__gemm_space_free(&gdl__gemm_packs);
+}
 static void gdl__gemm_release_own(void) { gdl__gemm_space_free(&gdl__gemm_own); }
 
 /* Make s hold at least n elements. Returns 0 on allocation failure (the old
@@ -1060,24 +1074,56 @@ static void gdl__gemm_blocked(const gdl__gemm_args *g, int m0, int m1, int n0, i
 }
 
 /* A GEMM's plan and its tasks, each on its thread's packing buffers
-   (asz + bsz elements, from gdl__gemm_shared.buf): the rectangles of a tm x tn
-   grid of C (gdl__gemm_task), or the products of a batch, sA, sB, sC apart
-   (gdl__gemm_batch_task): the pool's tasks below. */
+   (asz + bsz elements at gdl__gemm_shared.buf + slot * (asz + bsz)): the
+   cells of a tm x tn grid of C (gdl__gemm_task, or gdl__gemm_packed_task
+   when the operands are packed once for all cells), or the products of a
+   batch, sA, sB, sC apart (gdl__gemm_batch_task): the pool's tasks below. */
 typedef struct {
     const gdl__gemm_args *g;
     int mc_blk, kc_blk, nc_blk, tm, tn;
+    int threads; /* the most threads the job runs on: buffers for that many slots */
     size_t asz, bsz;
     ptrdiff_t sA, sB, sC;
+    /* the shared packing (gdl__gemm_packed_task): op(A) and op(B) packed
+       whole, K block by K block, each micro-panel (A) or chunk of
+       GDL__GEMM_BCHUNK micro-panels (B) by the first task that needs it;
+       aflag / bflag: 0 not packed, 1 being packed, 2 ready */
+    int packed, nkc, nkb, pm, pn, nbch;
+    gdl_real *apack, *bpack;
+    int *aflag, *bflag;
 } gdl__gemm_job;
 
 #ifdef GDL__POOL
+/* Cells per thread that a multi-threaded GEMM aims for: with more cells
+   than threads, the other threads take over the cells of one the OS has
+   descheduled (another busy process on the machine) instead of waiting
+   for it. Fewer when the cells would fall below GDL__GEMM_CELL_MIN
+   multiply-adds, where a task's overhead starts to show. */
+#ifndef GDL__GEMM_SPLIT
+#define GDL__GEMM_SPLIT 4
+#endif
+#ifndef GDL__GEMM_CELL_MIN
+#define GDL__GEMM_CELL_MIN (32.0 * 64.0 * 64.0)
+#endif
+/* B micro-panels packed together (one flag): a B not transposed is packed
+   a few rows at a time across them (gdl__gemm_pack_b_rows) */
+#ifndef GDL__GEMM_BCHUNK
+#define GDL__GEMM_BCHUNK 8
+#endif
+/* The shared packing's largest packed A + B (elements); above it the
+   cells pack their own panels (and are few: a cell is then large enough
+   that its packing is a small part of it) */
+#ifndef GDL__GEMM_PACKED_MAX
+#define GDL__GEMM_PACKED_MAX ((size_t)8 << 20)
+#endif
+
 /* Cut the MR x NR tiles of C into a tm x tn grid of at most nthreads
-   rectangles, one per thread. Each thread runs gdl__gemm_blocked on its own
-   rectangle with its own packing buffers: no barriers, no shared writes.
-   Cost of a rectangle of r rows and c columns: r*c*K multiply-adds
-   (~32 per cycle) plus (r + c)*K packed elements (~1 per cycle), so pick
-   the grid with the least r*c + 32*(r + c). Splitting along N makes every
-   thread pack all of its rows of A, splitting along M all of B. */
+   rectangles, one per thread, for cells that pack their own panels
+   (gdl__gemm_task). Cost of a rectangle of r rows and c columns: r*c*K
+   multiply-adds (~32 per cycle) plus (r + c)*K packed elements (~1 per
+   cycle), so pick the grid with the least r*c + 32*(r + c). Splitting along
+   N makes every thread pack all of its rows of A, splitting along M all of
+   B. */
 static void gdl__gemm_grid(int M, int N, int nthreads, int *tm, int *tn) {
     const int pm = (M + GDL__GEMM_MR - 1) / GDL__GEMM_MR, pn = (N + GDL__GEMM_NR - 1) / GDL__GEMM_NR;
     double best = -1;
@@ -1088,6 +1134,32 @@ static void gdl__gemm_grid(int M, int N, int nthreads, int *tm, int *tn) {
             const double r = (double)((pm + a - 1) / a) * GDL__GEMM_MR;
             const double c = (double)((pn + b - 1) / b) * GDL__GEMM_NR;
             const double cost = r * c + 32.0 * (r + c);
+            if (best < 0 || cost < best) {
+                best = cost;
+                *tm = a;
+                *tn = b;
+            }
+        }
+}
+
+/* The grid of the shared packing (nothing is packed twice, so cells cost
+   only their multiply-adds and their reads of the packed panels): at least
+   `want` cells where the tiles allow, the grid with the least time on
+   nthreads threads taking cells in turn (ceil(cells / threads) cells of
+   r*c + 8*(r + c): squarish cells read fewer panels per multiply-add),
+   ties to the fewer cells. */
+static void gdl__gemm_grid_packed(int M, int N, int nthreads, int want, int *tm, int *tn) {
+    const int pm = (M + GDL__GEMM_MR - 1) / GDL__GEMM_MR, pn = (N + GDL__GEMM_NR - 1) / GDL__GEMM_NR;
+    double best = -1;
+    int a, b;
+    if (want > pm * pn) want = pm * pn;
+    *tm = *tn = 1;
+    for (b = 1; b <= pn && b <= 2 * want; b++)
+        for (a = 1; a <= pm && a * b <= 2 * want; a++) {
+            const double r = (double)((pm + a - 1) / a) * GDL__GEMM_MR;
+            const double c = (double)((pn + b - 1) / b) * GDL__GEMM_NR;
+            const double cost = (double)((a * b + nthreads - 1) / nthreads) * (r * c + 8.0 * (r + c));
+            if (a * b < want) continue;
             if (best < 0 || cost < best) {
                 best = cost;
                 *tm = a;
@@ -1113,14 +1185,128 @@ static void gdl__gemm_cell(int M, int N, int tm, int tn, int t, int *m0, int *m1
 /* The calling thread's packing buffers among the threads' (the pool's slot). */
 static int gdl__gemm_slot(void) { return gdl__pool_slot; }
 
-/* One rectangle of the grid: the pool's task t. */
+/* One rectangle of the grid, packing its own panels: the pool's task t. */
 static void gdl__gemm_task(void *p, int t, int nt) {
     const gdl__gemm_job *j = (const gdl__gemm_job *)p;
-    gdl_real *buf = gdl__gemm_shared.buf + (size_t)t * (j->asz + j->bsz);
+    gdl_real *buf = gdl__gemm_shared.buf + (size_t)gdl__gemm_slot() * (j->asz + j->bsz);
     int m0, m1, n0, n1;
     (void)nt;
     gdl__gemm_cell(j->g->M, j->g->N, j->tm, j->tn, t, &m0, &m1, &n0, &n1);
     gdl__gemm_blocked(j->g, m0, m1, n0, n1, j->mc_blk, j->kc_blk, j->nc_blk, buf, buf + j->asz);
+}
+
+/* Claims a panel for packing: 1 when this thread is to pack it, 0 when it
+   is ready, -1 when another thread is still packing it after a short wait
+   (about a chunk's packing time: two threads that reach a panel together
+   would otherwise both pack it): then the caller packs a private copy
+   rather than wait longer for a thread the OS may have descheduled. A copy
+   holds the same values, so the bits do not change. */
+static int gdl__gemm_claim(int *flag) {
+    int st = gdl__atomic_load(flag, GDL__MO_ACQUIRE), zero = 0, spin;
+    if (st == 2) return 0;
+    if (st == 0 && gdl__atomic_cas(flag, &zero, 1, 0, GDL__MO_ACQ_REL, GDL__MO_ACQUIRE)) return 1;
+    for (spin = 0; spin < GDL__POOL_SPIN; spin++) {
+        if (gdl__atomic_load(flag, GDL__MO_ACQUIRE) == 2) return 0;
+        GDL__POOL_PAUSE();
+    }
+    return gdl__atomic_load(flag, GDL__MO_ACQUIRE) == 2 ? 0 : -1;
+}
+
+/* K block kb of the shared packing: its segment, first k and length */
+static void gdl__gemm_kblock(const gdl__gemm_job *j, int kb, int *seg, int *pc, int *kc) {
+    *seg = kb / j->nkc;
+    *pc = kb % j->nkc * j->kc_blk;
+    *kc = j->g->K - *pc < j->kc_blk ? j->g->K - *pc : j->kc_blk;
+}
+
+/* A micro-panel ip (rows ip*MR ...) of K block kb, packed: the shared copy,
+   or a private one in own (MR*kc elements) */
+static const gdl_real *gdl__gemm_apanel(const gdl__gemm_job *j, int kb, int ip, gdl_real *own) {
+    const gdl__gemm_args *g = j->g;
+    int seg, pc, kc, c, m = g->M - ip * GDL__GEMM_MR;
+    gdl_real *dst;
+    gdl__gemm_kblock(j, kb, &seg, &pc, &kc);
+    dst = j->apack + (size_t)kb * j->kc_blk * j->pm * GDL__GEMM_MR + (size_t)ip * GDL__GEMM_MR * kc;
+    if ((c = gdl__gemm_claim(&j->aflag[kb * j->pm + ip])) == 0) return dst;
+    if (m > GDL__GEMM_MR) m = GDL__GEMM_MR;
+    if (c < 0) dst = own;
+    gdl__gemm_pack_a(g->transA, g->A + seg * g->sA, g->lda, ip * GDL__GEMM_MR, m, pc, kc, dst);
+    if (c > 0) gdl__atomic_store(&j->aflag[kb * j->pm + ip], 2, GDL__MO_RELEASE);
+    return dst;
+}
+
+/* B micro-panel jp (columns jp*NR ...) of K block kb, packed: the shared
+   copy (its chunk packed if need be), or a private one in own (NR*kc) */
+static const gdl_real *gdl__gemm_bpanel(const gdl__gemm_job *j, int kb, int jp, gdl_real *own) {
+    const gdl__gemm_args *g = j->g;
+    const int ch = jp / GDL__GEMM_BCHUNK;
+    int seg, pc, kc, c, p;
+    gdl_real *base;
+    gdl__gemm_kblock(j, kb, &seg, &pc, &kc);
+    base = j->bpack + (size_t)kb * j->kc_blk * j->pn * GDL__GEMM_NR;
+    if ((c = gdl__gemm_claim(&j->bflag[kb * j->nbch + ch])) == 0) return base + (size_t)jp * GDL__GEMM_NR * kc;
+    if (c > 0) {
+        const int p0 = ch * GDL__GEMM_BCHUNK, p1 = p0 + GDL__GEMM_BCHUNK < j->pn ? p0 + GDL__GEMM_BCHUNK : j->pn;
+        const int j0 = p0 * GDL__GEMM_NR, j1 = p1 * GDL__GEMM_NR < g->N ? p1 * GDL__GEMM_NR : g->N;
+        if (!g->conv && !g->transB)
+            gdl__gemm_pack_b_rows(g->B + seg * g->sB, g->ldb, pc, kc, j0, j1 - j0, base + (size_t)j0 * kc);
+        else
+            for (p = p0; p < p1; p++) {
+                const int n = g->N - p * GDL__GEMM_NR < GDL__GEMM_NR ? g->N - p * GDL__GEMM_NR : GDL__GEMM_NR;
+                gdl__gemm_pack_b(g->conv, g->transB, g->B + seg * g->sB, g->ldb, pc, kc, p * GDL__GEMM_NR, n,
+                                 base + (size_t)p * GDL__GEMM_NR * kc);
+            }
+        gdl__atomic_store(&j->bflag[kb * j->nbch + ch], 2, GDL__MO_RELEASE);
+        return base + (size_t)jp * GDL__GEMM_NR * kc;
+    }
+    {
+        const int n = g->N - jp * GDL__GEMM_NR < GDL__GEMM_NR ? g->N - jp * GDL__GEMM_NR : GDL__GEMM_NR;
+        gdl__gemm_pack_b(g->conv, g->transB, g->B + seg * g->sB, g->ldb, pc, kc, jp * GDL__GEMM_NR, n, own);
+    }
+    return own;
+}
+
+/* One cell of the grid on the shared packing: gdl__gemm_blocked's loops and
+   tiles, the panels taken from (or packed into) the shared copies */
+static void gdl__gemm_packed_task(void *p, int t, int nt) {
+    const gdl__gemm_job *j = (const gdl__gemm_job *)p;
+    const gdl__gemm_args *g = j->g;
+    gdl_real *own = gdl__gemm_shared.buf + (size_t)gdl__gemm_slot() * (j->asz + j->bsz);
+    const gdl_real *ap[GDL__GEMM_MC / GDL__GEMM_MR];
+    int m0, m1, n0, n1, jc, kb, ic, ir, jr;
+    (void)nt;
+    gdl__gemm_cell(g->M, g->N, j->tm, j->tn, t, &m0, &m1, &n0, &n1);
+    for (jc = n0; jc < n1; jc += j->nc_blk) {
+        const int nc = n1 - jc < j->nc_blk ? n1 - jc : j->nc_blk;
+        for (kb = 0; kb < j->nkb; kb++) {
+            int seg, pc, kc;
+            gdl_real beta;
+            gdl__gemm_kblock(j, kb, &seg, &pc, &kc);
+            beta = kb == 0 ? g->beta : (gdl_real)1; /* later K blocks (and segments) accumulate */
+            for (ic = m0; ic < m1; ic += j->mc_blk) {
+                const int mc = m1 - ic < j->mc_blk ? m1 - ic : j->mc_blk;
+                for (ir = 0; ir < mc; ir += GDL__GEMM_MR) /* a private A panel each: MR*KC apart in own */
+                    ap[ir / GDL__GEMM_MR] = gdl__gemm_apanel(j, kb, (ic + ir) / GDL__GEMM_MR,
+                                                             own + (size_t)ir * j->kc_blk);
+                for (jr = 0; jr < nc; jr += GDL__GEMM_NR) {
+                    const int n = nc - jr < GDL__GEMM_NR ? nc - jr : GDL__GEMM_NR;
+                    const gdl_real *bp = gdl__gemm_bpanel(j, kb, (jc + jr) / GDL__GEMM_NR, own + j->asz);
+                    for (ir = 0; ir < mc; ir += GDL__GEMM_MR) {
+                        const int m = mc - ir < GDL__GEMM_MR ? mc - ir : GDL__GEMM_MR;
+                        gdl_real *c = g->C + (ptrdiff_t)(ic + ir) * g->ldc + jc + jr;
+                        if (m == GDL__GEMM_MR && n == GDL__GEMM_NR) {
+                            gdl__gemm_kernel(kc, ap[ir / GDL__GEMM_MR], bp, c, g->ldc, g->alpha, beta);
+                        } else { /* edge: the full tile into tmp, then the valid part */
+                            gdl_real tmp[GDL__GEMM_MR * GDL__GEMM_NR];
+                            gdl__gemm_kernel(kc, ap[ir / GDL__GEMM_MR], bp, tmp, GDL__GEMM_NR, g->alpha, 0);
+                            gdl__gemm_put(g, tmp, beta, ic + ir, m, jc + jr, n);
+                        }
+                        if (kb == j->nkb - 1) gdl__gemm_epi(g, ic + ir, m, jc + jr, n);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /* Product t of a batch, whole, on the thread's own packing buffers. */
@@ -1144,6 +1330,7 @@ static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
     memset(j, 0, sizeof *j);
     j->g = g;
     j->tm = j->tn = 1;
+    j->threads = 1;
     j->mc_blk = gdl__gemm_block(g->M, GDL__GEMM_MC, GDL__GEMM_MR);
     j->kc_blk = gdl__gemm_block(g->K, GDL__GEMM_KC, 1);
     j->nc_blk = gdl__gemm_block(g->N, GDL__GEMM_NC, GDL__GEMM_NR);
@@ -1153,12 +1340,17 @@ static void gdl__gemm_plan(const gdl__gemm_args *g, gdl__gemm_job *j) {
 }
 
 /* The planned GEMM (K > 0, alpha != 0), the caller holding the pool and
-   gdl__gemm_shared.buf at least tm*tn threads' buffers: on the grid's threads, or
-   on this one. */
+   gdl__gemm_shared.buf at least j->threads threads' buffers (one when
+   tm = tn = 1): on the grid's threads, or on this one. */
 static void gdl__gemm_held(gdl__gemm_job *j) {
 #ifdef GDL__POOL
     if (j->tm * j->tn > 1) {
-        gdl__pool_run(j->tm * j->tn, gdl__gemm_task, j);
+        if (j->packed) { /* every panel unpacked; published to the workers by the pool's start of the job */
+            memset(j->aflag, 0, sizeof(int) * (size_t)j->nkb * (j->pm + j->nbch));
+            gdl__pool_run_on(j->tm * j->tn, j->threads, gdl__gemm_packed_task, j);
+        } else {
+            gdl__pool_run_on(j->tm * j->tn, j->threads, gdl__gemm_task, j);
+        }
         return;
     }
 #endif
@@ -1166,11 +1358,42 @@ static void gdl__gemm_held(gdl__gemm_job *j) {
                       gdl__gemm_shared.buf + j->asz);
 }
 
-/* The grid of j's GEMM on up to `threads` threads (one below GDL__GEMM_MT_MIN). */
+/* The grid of j's GEMM on up to `threads` threads (one below
+   GDL__GEMM_MT_MIN): cells on the shared packing where its panels fit
+   GDL__GEMM_PACKED_MAX (and memory), else at most one cell per thread,
+   each packing its own. The caller reserves threads' packing buffers. */
 static void gdl__gemm_plan_grid(gdl__gemm_job *j, int threads) {
 #ifdef GDL__POOL
     const gdl__gemm_args *g = j->g;
-    if ((double)g->M * g->N * g->K * g->nseg >= GDL__GEMM_MT_MIN) gdl__gemm_grid(g->M, g->N, threads, &j->tm, &j->tn);
+    const double work = (double)g->M * g->N * g->K * g->nseg;
+    j->threads = threads;
+    j->tm = j->tn = 1;
+    j->packed = 0;
+    if (threads <= 1 || work < GDL__GEMM_MT_MIN) return;
+    j->pm = (g->M + GDL__GEMM_MR - 1) / GDL__GEMM_MR;
+    j->pn = (g->N + GDL__GEMM_NR - 1) / GDL__GEMM_NR;
+    j->nbch = (j->pn + GDL__GEMM_BCHUNK - 1) / GDL__GEMM_BCHUNK;
+    j->nkc = (g->K + j->kc_blk - 1) / j->kc_blk;
+    j->nkb = j->nkc * g->nseg;
+    if (!g->span) {
+        /* A and B whole, each K block kc_blk apart (64-byte multiples), then the flags */
+        const size_t asz = ((size_t)j->nkb * j->kc_blk * j->pm * GDL__GEMM_MR + 15) & ~(size_t)15;
+        const size_t bsz = ((size_t)j->nkb * j->kc_blk * j->pn * GDL__GEMM_NR + 15) & ~(size_t)15;
+        const size_t fsz = ((size_t)j->nkb * (j->pm + j->nbch) * sizeof(int) + sizeof(gdl_real) - 1) / sizeof(gdl_real);
+        if (asz + bsz <= GDL__GEMM_PACKED_MAX && gdl__gemm_space_reserve(&gdl__gemm_packs, asz + bsz + fsz)) {
+            double cells = work / GDL__GEMM_CELL_MIN;
+            int want = cells < threads ? threads : cells > (double)GDL__GEMM_SPLIT * threads ? GDL__GEMM_SPLIT * threads
+                                                                                           : (int)cells;
+            j->packed = 1;
+            j->apack = gdl__gemm_packs.buf;
+            j->bpack = gdl__gemm_packs.buf + asz;
+            j->aflag = (int *)(void *)(gdl__gemm_packs.buf + asz + bsz);
+            j->bflag = j->aflag + (size_t)j->nkb * j->pm;
+            gdl__gemm_grid_packed(g->M, g->N, threads, want, &j->tm, &j->tn);
+            return;
+        }
+    }
+    gdl__gemm_grid(g->M, g->N, threads, &j->tm, &j->tn);
 #else
     (void)j;
     (void)threads;
@@ -1201,7 +1424,7 @@ static int gdl__gemm_run(const gdl__gemm_args *g) {
         return 1;
     }
     gdl__gemm_plan_grid(&j, gdl_get_num_threads());
-    if (!gdl__gemm_reserve((size_t)j.tm * j.tn * (j.asz + j.bsz))) {
+    if (!gdl__gemm_reserve((size_t)j.threads * (j.asz + j.bsz))) {
         j.tm = j.tn = 1; /* no memory for every thread: try one thread */
         if (!gdl__gemm_reserve(j.asz + j.bsz)) {
             gdl__pool_release();
@@ -1233,7 +1456,7 @@ static int gdl__gemm_batch(const gdl__gemm_args *g, ptrdiff_t sA, ptrdiff_t sB, 
         gdl__pool_release();
         return 0;
     }
-    gdl__pool_run(batch, gdl__gemm_batch_task, &j);
+    gdl__pool_run_on(batch, threads, gdl__gemm_batch_task, &j);
     gdl__pool_release();
     return 1;
 }

@@ -192,12 +192,13 @@ static void gdl__pool_after_fork(void) {
     gdl__pool_busy = 0;
 }
 
-/* Runs the job on the holder's thread and the workers (up to
-   gdl_get_num_threads() - 1 of them). The caller holds the pool
+/* Runs the job on the holder's thread and up to threads - 1 workers, so
+   that a task's gdl__pool_slot is below threads (the per-thread buffers the
+   caller sized for that many). The caller holds the pool
    (gdl__pool_acquire). */
-static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
+static void gdl__pool_run_on(int nt, int threads, gdl__task_fn fn, void *ctx) {
     uint32_t gen;
-    int spin = 0, workers = (nt < gdl_get_num_threads() ? nt : gdl_get_num_threads()) - 1;
+    int spin = 0, workers = (nt < threads ? nt : threads) - 1;
     if (nt <= 1) {
         if (nt == 1) fn(ctx, 0, 1);
         return;
@@ -241,6 +242,8 @@ static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
         gdl__mutex_unlock(&gdl__pool_mu);
     }
 }
+/* ... on up to gdl_get_num_threads() threads */
+static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) { gdl__pool_run_on(nt, gdl_get_num_threads(), fn, ctx); }
 #else
 static int gdl__pool_acquire(void) { return 1; }
 static void gdl__pool_release(void) {}
@@ -259,8 +262,8 @@ static void gdl__pool_run(int nt, gdl__task_fn fn, void *ctx) {
 #endif
 /* Tasks per thread of a parallel loop: with more tasks than threads, the
    others take over the work of a thread the OS has descheduled (another
-   busy process on the machine) instead of waiting for it. (The GEMM keeps
-   one rectangle per thread: more would pack its panels more often.) */
+   busy process on the machine) instead of waiting for it. (The GEMM cuts
+   its own cells: GDL__GEMM_SPLIT, src/cpu/gemm.h.) */
 #ifndef GDL__POOL_SPLIT
 #define GDL__POOL_SPLIT 4
 #endif
