@@ -6,15 +6,19 @@
 #                    modules) and writes gpudl's outputs at batch 1 and 3; tests/onnx_check.py
 #                    checks each file with onnx.checker (full_check) and runs it in ONNX Runtime;
 #                    the C program also reads each file back (gdl_load_onnx, gdl_onnx_run).
-#                    Then tests/onnx_torch.py exports small PyTorch nets with both torch.onnx.export
-#                    exporters, and tests/onnx_import.c (plain and under ASan+UBSan) runs each with
-#                    gdl_onnx_run against PyTorch's outputs and fine-tunes two of them one SGD step.
+#                    Then tests/onnx_import.c (plain and under ASan+UBSan) runs the committed PyTorch
+#                    exports of tests/onnx_fixtures (both torch.onnx.export exporters) with gdl_onnx_run
+#                    against the outputs PyTorch saved beside them, and fine-tunes two of them one SGD
+#                    step against PyTorch's loss and updated weights.
 #                    The reader's libFuzzer harness, tests/fuzz/fuzz_onnx.c, builds with
 #                    tests/fuzz/fuzz.mk's pattern rule once FUZZ_NAMES has onnx.
-#                    Needs the venv of `sh tools/deps.sh onnx` (build/onnx-venv, with torch and
-#                    onnxscript; ONNX_VENV overrides).
+#                    Needs the venv of `sh tools/deps.sh onnx` (build/onnx-venv with onnx, onnxruntime
+#                    and numpy; ONNX_VENV overrides): no torch.
+#   make onnx-fixtures  rewrites tests/onnx_fixtures with tests/onnx_torch.py (run by hand, then commit the
+#                    files): needs torch, onnxscript, onnx and onnxruntime in $(TORCH_VENV)
+#                    (default build/torch-venv, bench/torch_venv.sh's).
 
-.PHONY: test-onnx
+.PHONY: test-onnx onnx-fixtures
 
 $(B)/test_onnx_export: tests/onnx_export.c $(HDR) tests/api_only.h examples/recipe.h examples/example_args.h \
                   $(B)/lib/plain_std.o | $(B)
@@ -31,3 +35,6 @@ $(B)/asan_test_onnx_import: tests/onnx_import.c $(HDR) tests/api_only.h $(B)/lib
 test-onnx: $(B)/test_onnx_export $(B)/asan_test_onnx_export $(B)/test_onnx_import $(B)/asan_test_onnx_import
 	sh tests/test_onnx.sh $(B)/test_onnx_export $(B)/asan_test_onnx_export -- $(B)/test_onnx_import \
 	    $(B)/asan_test_onnx_import
+
+onnx-fixtures:
+	$${TORCH_VENV:-build/torch-venv}/bin/python tests/onnx_torch.py tests/onnx_fixtures

@@ -5,8 +5,12 @@
 For every run of DIR/nets.txt (net, batch, and for several inputs or outputs their counts): onnx.checker.check_model(full_check=True) on DIR/<net>.onnx (shape
 inference included; a file with external data is checked by path), then ONNX Runtime (CPU) runs it
 on each saved input, and its outputs must equal gpudl's within 1e-5 relative: max |ort - gpudl| /
-max |gpudl| (an int8 net's within one step of its output's quantization). The recurrent nets must hold their layers as ONNX LSTM / GRU nodes (RNN_NODES), not
-unrolled. Prints one line a net and batch; exits 1 on the first failure's end with every failure
+max |gpudl|. An int8 (QDQ) net is run twice: with ONNX Runtime's graph optimizations off
+(ORT_DISABLE_ALL: the QDQ graph as written) within 1e-5 relative too, and at the default level within
+one step of its output's quantization: the optimizer quantizes each float bias to int32 at
+x_scale * w_scale (then fuses QLinearConv / QLinearMatMul), which gdl does not, and a value near a
+rounding boundary moves an output one step. The recurrent nets must hold their layers as ONNX LSTM /
+GRU nodes (RNN_NODES), not unrolled. Prints one line a net and batch; exits 1 on the first failure's end with every failure
 listed."""
 import os
 import sys
@@ -41,6 +45,7 @@ def main(d):
     failures = []
     checked = {}
     qsteps = {}  # an int8 net's output quantum (its last DequantizeLinear's scale)
+    unoptimized = {}  # an int8 net's session with ONNX Runtime's graph optimizations off
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.log_severity_level = 3
@@ -60,6 +65,11 @@ def main(d):
                 continue
             checked[net] = sess
             qsteps[net] = output_quantum(model)
+            if qsteps[net]:  # the QDQ graph as written, without the optimizer's int32 biases
+                plain = ort.SessionOptions()
+                plain.intra_op_num_threads, plain.log_severity_level = 1, 3
+                plain.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+                unoptimized[net] = ort.InferenceSession(path, plain, providers=["CPUExecutionProvider"])
             for op, want in RNN_NODES.get(net, {}).items():
                 got = sum(n.op_type == op for n in model.graph.node)
                 if got != want:
@@ -83,16 +93,28 @@ def main(d):
             print("FAIL " + failures[-1])
             continue
         qstep = qsteps.get(net)
+        if qstep:
+            plain = unoptimized[net].run(None, {i.name: x for i, x in zip(sess.get_inputs(), xs)})
+            gots = [(g, p) for g, p in zip(gots, plain)]
         for k, (got, want) in enumerate(zip(gots, wants)):
             what = "output %d" % k if len(wants) > 1 else "output"
+            got, plain = got if qstep else (got, None)
+            if plain is not None:  # int8, optimizations off: gdl's outputs within 1e-5 relative
+                rel = float(np.max(np.abs(plain.astype(np.float64) - want))) / max(float(np.max(np.abs(want))), 1e-30)
+                ok = plain.shape == want.shape and rel <= TOL
+                print("%s %-22s batch %s: %s %s, ORT_DISABLE_ALL, max relative error %.2e" % (
+                    "ok  " if ok else "FAIL", net, batch, what, list(want.shape), rel))
+                if not ok:
+                    failures.append("%s batch %s: %s (optimizations off): relative error %.3e over %.0e" % (
+                        net, batch, what, rel, TOL))
             if got.shape != want.shape:
                 failures.append("%s batch %s: ONNX Runtime's %s is %s, gpudl's %s" % (net, batch, what, got.shape,
                                                                                    want.shape))
                 print("FAIL " + failures[-1])
                 continue
             err = float(np.max(np.abs(got.astype(np.float64) - want)))
-            if qstep:  # int8: every output within one step of the output's quantization (a rounding tie taken
-                # the other way in some layer moves an output by one step; 1e-3 of a step for the float sums)
+            if qstep:  # int8, optimized: every output within one step of the output's quantization (the int32
+                # biases move a value near a rounding boundary across it; 1e-3 of a step for the float sums)
                 off = float(np.mean(np.abs(got.astype(np.float64) - want) > qstep / 2))
                 ok = err <= qstep * (1 + 1e-3) and np.all(np.isfinite(got))
                 print("%s %-22s batch %s: %s %s, max error %.2e = %.2f output quanta, %.0f%% of the outputs off" % (

@@ -358,15 +358,19 @@ static void check_close(gdl_tensor *const *got, gdl_tensor *const *want, int n) 
     }
 }
 
-/* The file read back with gdl_load_onnx and run by gdl_onnx_run on x: within 1e-5 relative of y */
-static void check_import(const char *path, gdl_tensor *x, gdl_tensor *y) {
+/* The file read back with gdl_load_onnx and run by gdl_onnx_run on x: within 1e-5 relative of y; returns the
+   seconds gdl_load_onnx took (reading and checking the file, the weights copied in) */
+static double check_import(const char *path, gdl_tensor *x, gdl_tensor *y) {
+    double t0 = gdl_now(), load;
     gdl_onnx_model *om = gdl_load_onnx(path, gdl_cpu());
     gdl_tensor *out[1];
     int nout = 0;
+    load = gdl_now() - t0;
     CHECK(om);
     CHECK(gdl_onnx_run(om, 1, &x, 1, out, &nout) == 0 && nout == 1);
     check_close(out, &y, 1);
     gdl_onnx_free(om);
+    return load;
 }
 
 /* m statically quantized (gdl_quant_prepare, calibrate on 64 inputs like the test's, convert), in training
@@ -406,7 +410,7 @@ static void run_case(const net_case *c, const char *dir, FILE *list, int idx) {
     gdl_tensor *x, *y;
     gdl_onnx_opts o = gdl_onnx_defaults();
     int64_t batches[2] = {1, 3};
-    double t0;
+    double t0, load = 0;
     int k;
     gdl_manual_seed(1000 + (uint64_t)idx);
     m = c->make ? c->make() : ex_recipe_net(ex_recipe_find(c->recipe));
@@ -442,12 +446,14 @@ static void run_case(const net_case *c, const char *dir, FILE *list, int idx) {
         snprintf(path, sizeof path, "%s/%s.b%lld.out.npy", dir, c->name, (long long)b);
         write_npy(path, y);
         snprintf(path, sizeof path, "%s/%s.onnx", dir, c->name);
-        if (!c->int8) check_import(path, x, y);
+        if (!c->int8) load = check_import(path, x, y);
         else CHECK(!gdl_load_onnx(path, gdl_cpu()) && strstr(gdl_last_error(), "has data type 3")); /* INT8: not read */
         fprintf(list, "%s %lld\n", c->name, (long long)b);
         gdl_free(x);
     }
-    if (!c->int8) printf("onnx_export: %-20s read back by gdl_load_onnx: gdl_onnx_run's outputs match\n", c->name);
+    if (!c->int8)
+        printf("onnx_export: %-20s read back by gdl_load_onnx (loaded in %.1f ms): gdl_onnx_run's outputs match\n",
+               c->name, 1e3 * load);
     gdl_arena_reset();
     gdl_module_free(m);
 }

@@ -1,11 +1,11 @@
-/* tests/onnx_import.c — PyTorch's own ONNX exports read by gdl_load_onnx (make test-onnx): runs each file that
-   tests/onnx_torch.py wrote (both torch.onnx.export exporters) with gdl_onnx_run on the fixed inputs and wants
-   PyTorch's outputs within 1e-5 relative (max |gpudl - torch| / max |torch|); fine-tunes the nets it marks with
+/* tests/onnx_import.c — PyTorch's own ONNX exports read by gdl_load_onnx (make test-onnx): runs each file of the
+   committed tests/onnx_fixtures that tests/onnx_torch.py wrote by hand (both torch.onnx.export exporters; no torch
+   at test time) with gdl_onnx_run on the fixed inputs saved beside them and wants PyTorch's outputs within 1e-5 relative (max |gpudl - torch| / max |torch|); fine-tunes the nets it marks with
    one SGD step on mean((out - target)^2) and wants PyTorch's loss and updated parameters within the same
    tolerance; and checks the refusals: a node of an op gdl does not run fails gdl_load_onnx with its name and op,
    an attribute it does not run fails gdl_onnx_run the same way.
 
-     onnx_import DIR      reads DIR/manifest.txt (its format: tests/onnx_torch.py) */
+     onnx_import DIR      reads DIR/manifest.txt (its format: tests/onnx_torch.py), DIR = tests/onnx_fixtures */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 

@@ -1,22 +1,28 @@
-"""tests/onnx_torch.py -- PyTorch's own ONNX exports for gdl_load_onnx (make test-onnx).
+"""tests/onnx_torch.py -- writes tests/onnx_fixtures/: PyTorch's own ONNX exports for gdl_load_onnx.
 
-    python onnx_torch.py DIR
+    make onnx-fixtures                         (TORCH_VENV: a venv with torch, onnxscript, onnx, onnxruntime)
+    $VENV/bin/python tests/onnx_torch.py [DIR] (DIR defaults to tests/onnx_fixtures beside this script)
 
-Builds small PyTorch nets (seeded) covering the ops gpudl imports, exports each with both of
-torch.onnx.export's exporters (the TorchScript one, dynamo=False, at opset 17, and the dynamo one,
-dynamo=True, at its default opset), and writes for tests/onnx_import.c, which loads each file with
-gdl_load_onnx and compares gdl_onnx_run's outputs with PyTorch's:
+Run by hand when a net or an exporter changes, and commit what it writes: make test-onnx reads the
+committed files with tests/onnx_import.c, so the test (and CI) needs no torch. Builds small seeded PyTorch
+nets shaped like bench/pytorch's twins (the MLP, a CNN with batch norm, the LSTM text classifier, an
+attention block, plus the activations and LSTM / GRU layers), exports each with both of torch.onnx.export's
+exporters (the TorchScript one, dynamo=False, at opset 17, and the dynamo one, dynamo=True, at its default
+opset), checks each export in ONNX Runtime against PyTorch, and writes:
 
-  DIR/<net>.<ts|dynamo>.onnx   the exports
+  DIR/<net>.<ts|dynamo>.onnx   the exports (the dynamo exporter's weights in <net>.dynamo.onnx.data)
   DIR/<net>.in<k>.bin          the fixed inputs (little-endian float32, or int64 for ids)
   DIR/<net>.out<k>.bin         PyTorch's outputs (float32)
   DIR/manifest.txt             one line per file: "model NAME FILE NIN NOUT", then "in FILE f32|i64 NDIM DIMS..."
                                and "out FILE NDIM DIMS..." lines; for the fine-tuning check "train FILE TARGET LR
-                               LOSS" (one SGD step on mean((out - target)^2)) and its "param NAME FILE NDIM DIMS..."
-                               lines: the parameters after PyTorch's step, under the names the export gave them
+                               LOSS" (one SGD step on mean((out - target)^2) on the batch in0) and its "param NAME
+                               FILE NDIM DIMS..." lines: the parameters after PyTorch's step, under the names the
+                               export gave them
+  DIR/README.md                what made the files: this script and the versions of torch, onnxscript, onnx,
+                               onnxruntime and numpy
 
 The LSTM and GRU nets are also written as ONNX LSTM / GRU nodes by both exporters, so ONNX Runtime's
-outputs are checked against PyTorch's here too (the C side then checks gpudl's).
+outputs are checked against PyTorch's here too (tests/onnx_import.c then checks gpudl's).
 """
 import os
 import sys
@@ -102,6 +108,18 @@ class Rnn(nn.Module):  # a bidirectional LSTM and a 2-layer bidirectional GRU: O
         return z, h, c, hg
 
 
+class Text(nn.Module):  # bench/pytorch/text_classify.py's LSTM model: embedding, LSTM, mean over the non-pad ids
+    def __init__(self):
+        super().__init__()
+        self.embedding, self.lstm, self.head = nn.Embedding(30, 16), nn.LSTM(16, 12, batch_first=True), nn.Linear(12, 3)
+
+    def forward(self, ids):
+        h, _ = self.lstm(self.embedding(ids))
+        keep = (ids != 0).float()
+        w = keep / keep.sum(1, keepdim=True)
+        return self.head((h * w.unsqueeze(2)).sum(1))
+
+
 class Conv(nn.Module):  # the second fine-tuning net: conv, ReLU, max pool, flatten, linear
     def __init__(self):
         super().__init__()
@@ -123,6 +141,8 @@ def nets():
         ("attn", Attn(), (ids,), False),
         ("rnn", Rnn(), (torch.randn(2, 7, 6, generator=g),), False),
         ("conv", Conv(), (torch.randn(2, 2, 6, 6, generator=g),), True),
+        ("text", Text(), (torch.randint(1, 30, (3, 7), generator=g) * (torch.arange(7) < torch.tensor([[7], [5], [3]])),),
+         False),  # not fine-tuned: the exports pack the LSTM's weights into new initializers
     ]
 
 
@@ -198,8 +218,38 @@ def refusals(d, man):
     man.append("refuse refuse_gru.onnx run my_gru GRU 3 3 1 2")
 
 
+MAX_FILE, MAX_TOTAL = 100_000, 1_000_000  # bytes: the fixtures stay small enough to commit
+
+
+def clear(d):  # what an earlier run wrote (a net renamed or dropped leaves no stale file behind)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        if f == "manifest.txt" or f == "README.md" or f.endswith((".onnx", ".onnx.data", ".bin")):
+            os.remove(os.path.join(d, f))
+
+
+def readme(d):
+    import onnxscript
+    total = 0
+    for f in os.listdir(d):
+        size = os.path.getsize(os.path.join(d, f))
+        total += size
+        if size > MAX_FILE:
+            raise SystemExit("onnx_torch: %s has %d bytes, more than %d: make the net smaller" % (f, size, MAX_FILE))
+    if total > MAX_TOTAL:
+        raise SystemExit("onnx_torch: %s holds %d bytes, more than %d" % (d, total, MAX_TOTAL))
+    with open(os.path.join(d, "README.md"), "w") as f:
+        f.write("# tests/onnx_fixtures: PyTorch's ONNX exports that make test-onnx imports\n\n"
+                "Written by tests/onnx_torch.py (`make onnx-fixtures`, run by hand; its docstring describes the\n"
+                "files and manifest.txt) with torch %s, onnxscript %s, onnx %s, onnxruntime %s, numpy %s\n"
+                "and python %d.%d. tests/onnx_import.c reads them: the test itself needs no torch.\n" % (
+                    torch.__version__, onnxscript.__version__, onnx.__version__, ort.__version__, np.__version__,
+                    sys.version_info[0], sys.version_info[1]))
+
+
 def main(d):
     torch.manual_seed(0)
+    clear(d)
     man = []
     t0 = time.time()
     todo = nets()
@@ -227,13 +277,15 @@ def main(d):
     refusals(d, man)
     with open(os.path.join(d, "manifest.txt"), "w") as f:
         f.write("\n".join(man) + "\n")
+    readme(d)
     print("onnx_torch: %d nets exported twice (torch %s, onnxscript, opset %d and the dynamo default) in %.1f s" % (
         len(todo), torch.__version__, TS_OPSET, time.time() - t0))
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: python onnx_torch.py DIR", file=sys.stderr)
+    if len(sys.argv) > 2:
+        print("usage: python onnx_torch.py [DIR]", file=sys.stderr)
         sys.exit(2)
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1] if len(sys.argv) == 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                      "onnx_fixtures")))

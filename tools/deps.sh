@@ -26,10 +26,9 @@
 #   sh tools/deps.sh fresh   what tools/fresh_check.sh (make test-fresh) needs: debootstrap
 #   sh tools/deps.sh onnx    what make test-onnx needs: python3's venv, and in the project's
 #                            venv build/onnx-venv (ONNX_VENV overrides) the PyPI packages
-#                            onnx, onnxruntime, numpy, torch and onnxscript (pip, not apt:
-#                            Debian has no onnxruntime; torch and onnxscript make the
-#                            PyTorch exports gdl_load_onnx is checked on); `make test` needs
-#                            them too
+#                            onnx, onnxruntime and numpy (pip, not apt: Debian has no
+#                            onnxruntime; no torch: gdl_load_onnx is checked on the committed
+#                            PyTorch exports of tests/onnx_fixtures); `make test` needs them too
 #
 # Each prerequisite is a capability, probed by doing what the suite does with
 # it: compile and link a small program, run it (under qemu, under mpirun -np 2).
@@ -107,7 +106,7 @@ describe() {
     wine)       echo "wine runs a Windows program (a MinGW-w64 hello.exe)" ;;
     mcu)        echo "arm-none-eabi-gcc links a Cortex-M4F and a Cortex-M7 firmware with newlib, and qemu-system-arm runs them (semihosting)" ;;
     venv)       echo "python3 makes a virtual environment with pip (python3 -m venv)" ;;
-    onnx)       echo "$ONNX_VENV's python checks and runs an ONNX model (onnx, onnxruntime, numpy) and exports a PyTorch module with both exporters (torch, onnxscript)" ;;
+    onnx)       echo "$ONNX_VENV's python checks and runs an ONNX model (onnx, onnxruntime, numpy) " ;;
     esac
 }
 
@@ -287,22 +286,15 @@ onnx.checker.check_model(m, full_check=True)
 s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
 y = s.run(None, {"x": np.array([[-1, 2]], np.float32)})[0]
 assert y.tolist() == [[0, 2]], y
-import os, tempfile, warnings, torch  # what tests/onnx_torch.py does: both torch.onnx.export exporters
-with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    for dyn in (False, True):
-        f = os.path.join(d, "m%d.onnx" % dyn)
-        torch.onnx.export(torch.nn.Linear(2, 1), (torch.ones(1, 2),), f, dynamo=dyn, verbose=False)
-        onnx.checker.check_model(onnx.load(f))
-print("onnx", onnx.__version__, "onnxruntime", ort.__version__, "torch", torch.__version__)'
+print("onnx", onnx.__version__, "onnxruntime", ort.__version__)'
 }
 # the venv and its PyPI packages: pip, not apt (probe_onnx says whether it worked)
 install_onnx() {
-    echo "gpudl: making $ONNX_VENV with onnx, onnxruntime, numpy, torch and onnxscript (pip)"
+    echo "gpudl: making $ONNX_VENV with onnx, onnxruntime and numpy (pip)"
     { [ -x "$ONNX_VENV/bin/python" ] || python3 -m venv "$ONNX_VENV"; } &&
-        "$ONNX_VENV/bin/python" -m pip install -q onnx onnxruntime numpy torch onnxscript >"$tmp/pip.log" 2>&1 ||
+        "$ONNX_VENV/bin/python" -m pip install -q onnx onnxruntime numpy >"$tmp/pip.log" 2>&1 ||
         { tail -n 20 "$tmp/pip.log" >&2 2>/dev/null;
-          echo "gpudl: pip install onnx onnxruntime numpy torch onnxscript failed" >&2; }
+          echo "gpudl: pip install onnx onnxruntime numpy failed" >&2; }
 }
 
 failing=""
