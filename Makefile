@@ -94,6 +94,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_gelu:whole:cpup \
         test_gemm_int8:cpup \
         test_transformer:linked:plain:asan:warn \
+        test_torch_parity:linked:double:plain:asan:warn \
         train_trace:linked:cpup \
         test_platform:whole:win
 # the attributes of program $(1) (its name first)
@@ -536,6 +537,16 @@ bench: $(B)/bench_train
 	$(CC) $(STD) -O3 -march=native bench/gemm.c -o $(B)/bench_gemm $(LIBS) \
 	  $(shell (test -f /usr/include/cblas.h || test -f /usr/include/x86_64-linux-gnu/cblas.h) && echo -DGPUDL_BENCH_OPENBLAS -lopenblas)
 	$(B)/bench_gemm
+
+# tests/torch_fixtures (tests/test_torch_parity.c's PyTorch values, committed): the cases of the float64 builds
+# of bench/rnn_oracle.c and bench/seq_ops_oracle.c, run through PyTorch by bench/pytorch/seq_fixtures.py;
+# PyTorch from $(TORCH_VENV)
+.PHONY: seq-fixtures
+seq-fixtures: $(B)/rnn_oracle_f64 $(B)/seq_ops_oracle_f64
+	$(B)/rnn_oracle_f64 $(B) && $(B)/seq_ops_oracle_f64 $(B)
+	cd bench/pytorch && $${TORCH_VENV:-$(CURDIR)/build/torch-venv}/bin/python seq_fixtures.py $(CURDIR)/$(B) $(CURDIR)/tests/torch_fixtures
+$(B)/rnn_oracle_f64 $(B)/seq_ops_oracle_f64: $(B)/%_f64: bench/%.c bench/oracle_st.h gpudl.h | $(B)
+	$(CC) $(VARIANT_plain) $(SET_double) $< -o $@ $(LIBS)
 
 # the Transformer modules (decoder, nn.Transformer, MultiheadAttention's options, grouped-query attention) against
 # PyTorch in float64, their files through load_state_dict(strict=True); PyTorch from $(TORCH_VENV)

@@ -1,0 +1,60 @@
+"""seq_fixtures.py — writes the fixtures of tests/test_torch_parity.c (the recurrent modules' and the sequence
+ops' check against PyTorch, run without torch by make test). Reads the files gpudl's float64 oracles wrote
+(DIR/rnn_oracle_f64.safetensors from bench/rnn_oracle.c, DIR/seq_ops_oracle_f64.safetensors from
+bench/seq_ops_oracle.c: their case lists are the only ones), computes every case's outputs and gradients with
+PyTorch in float64 (the functions of rnn_oracle.py and seq_ops_oracle.py), and writes OUT/rnn.safetensors and
+OUT/seq_ops.safetensors: each case's configuration, parameters (state_dict names), inputs, targets, lengths
+and loss weights as gpudl's oracle made them, and in place of gpudl's results PyTorch's (float64; indices as
+I32). Prints the largest |gpudl - torch| per file. Run by make seq-fixtures (TORCH_VENV names PyTorch's venv).
+
+    python3 bench/pytorch/seq_fixtures.py DIR OUT
+"""
+import sys
+
+import torch
+
+import rnn_oracle
+import seq_ops_oracle
+from st_io import read_safetensors, write_safetensors
+
+
+def fixture(path, cases, results):
+    """gpudl's file at path with each case's results replaced by torch's; the largest |gpudl - torch|"""
+    t, _ = read_safetensors(path)
+    out, worst = dict(t), 0.0
+    for pre in cases(t):
+        for name, v in results(pre, t).items():
+            g = t[pre + name]
+            if tuple(v.shape) != tuple(g.shape):
+                raise SystemExit(f"{path}: {pre}{name}: torch's shape {tuple(v.shape)}, gpudl's {tuple(g.shape)}")
+            v = v.detach()
+            if v.is_floating_point():
+                a, b = v.double(), g.double()
+                if bool((torch.isnan(a) != torch.isnan(b)).any()):
+                    raise SystemExit(f"{path}: {pre}{name}: NaN in one and not the other")
+                worst = max(worst, float((a - b).nan_to_num(0.0).abs().max()) if a.numel() else 0.0)
+                out[pre + name] = a
+            else:
+                out[pre + name] = v.to(torch.int32)
+    for k, v in out.items():
+        if v.dtype == torch.float32:
+            out[k] = v.double()
+    return out, worst
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__)
+        sys.exit(2)
+    src, dst = sys.argv[1], sys.argv[2]
+    jobs = (("rnn", rnn_oracle.cases, lambda pre, t: rnn_oracle.torch_results(pre, t, torch.float64)),
+            ("seq_ops", rnn_oracle.cases, seq_ops_oracle.run_case))
+    for base, cases, results in jobs:
+        t, worst = fixture(f"{src}/{base}_oracle_f64.safetensors", cases, results)
+        write_safetensors(f"{dst}/{base}.safetensors", t)
+        print(f"wrote {dst}/{base}.safetensors ({len(t)} tensors; torch {torch.__version__}; "
+              f"largest |gpudl f64 - torch f64| {worst:.3g})")
+
+
+if __name__ == "__main__":
+    main()
