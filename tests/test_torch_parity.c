@@ -1,7 +1,8 @@
-/* test_torch_parity.c — the recurrent modules (LSTM with proj_size and lengths, GRU, nn.RNN) and the sequence
+/* test_torch_parity.c — the recurrent modules (LSTM with proj_size and lengths, GRU, nn.RNN), the sequence
    ops (max/min with indices, cross entropy and nll over [B, C, d...], embedding's padding_idx and max_norm)
+   and the Transformer modules (decoder, nn.Transformer, MultiheadAttention's options, grouped-query attention)
    against PyTorch's float64 outputs and gradients in tests/torch_fixtures (make seq-fixtures writes them from
-   bench/rnn_oracle.c's and bench/seq_ops_oracle.c's cases), on the CPU in float64 (a -DGPUDL_DOUBLE build):
+   the cases of bench/rnn_oracle.c, bench/seq_ops_oracle.c and tests/transformer_parity_cases.h), on the CPU in float64 (a -DGPUDL_DOUBLE build):
    every value within 1e-10 * (1 + |torch's|), indices exact. A fixture with one output nudged must fail. The
    GPU suite runs the same cases in f32 (tests/test_cuda.c, suite torch_parity). */
 #define GPUDL_IMPLEMENTATION
@@ -14,6 +15,11 @@
 
 TEST rnn_modules_match_torch(void) {
     TP_CHECK_FILE("rnn", gdl_cpu(), TOL_F64, 9);
+    PASS();
+}
+
+TEST transformer_modules_match_torch(void) {
+    TP_CHECK_FILE("transformer", gdl_cpu(), TOL_F64, TF_NCASES);
     PASS();
 }
 
@@ -62,6 +68,7 @@ TEST a_nudged_fixture_fails(void) {
 SUITE(parity) {
     RUN_TEST(rnn_modules_match_torch);
     RUN_TEST(seq_ops_match_torch);
+    RUN_TEST(transformer_modules_match_torch);
     RUN_TEST(a_nudged_fixture_fails);
 }
 

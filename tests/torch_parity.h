@@ -1,7 +1,8 @@
-/* torch_parity.h — the recurrent modules and the sequence ops against PyTorch's values, without torch: each
-   case of tests/torch_fixtures/{rnn,seq_ops}.safetensors (written by make seq-fixtures from the cases of
-   bench/rnn_oracle.c and bench/seq_ops_oracle.c, PyTorch's results in float64) is rebuilt from its "cfg"
-   entry on a device, given the fixture's parameters (state_dict names), inputs, lengths and loss weights,
+/* torch_parity.h — the recurrent modules, the sequence ops and the Transformer modules against PyTorch's
+   values, without torch: each case of tests/torch_fixtures/{rnn,seq_ops}.safetensors (written by make
+   seq-fixtures from the cases of bench/rnn_oracle.c and bench/seq_ops_oracle.c, PyTorch's results in float64)
+   is rebuilt from its "cfg" entry (transformer.safetensors: the cases of transformer_parity_cases.h) on a
+   device, given the fixture's parameters (state_dict names), inputs, lengths and loss weights,
    run forward and backward, and every output and gradient compared with PyTorch's: |got - want| <= tol *
    (1 + |want|), NaN where PyTorch has NaN, indices exactly. Included by tests/test_torch_parity.c (the CPU,
    float64) and tests/test_cuda.c (the GPU, f32); include after gpudl.h and harness.h. */
@@ -13,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "transformer_parity_cases.h"
+
 #define TP_FIXTURE_DIR "tests/torch_fixtures/"
+#define TP_MAX_PARAMS 256
 
 typedef struct tp_ctx {
     const gdl_st_file *f;
@@ -139,9 +143,13 @@ static void tp_compare(tp_ctx *c, const char *pre, const char *name, gdl_tensor 
 
 /* the fixture's values copied into m's parameters, found under their state_dict names */
 static int tp_load_params(tp_ctx *c, const char *pre, gdl_module *m) {
-    const char *names[64];
-    gdl_tensor *ts[64];
-    int n = gdl_module_named_tensors(m, GDL_PARAMS, names, ts, 64), k;
+    const char *names[TP_MAX_PARAMS];
+    gdl_tensor *ts[TP_MAX_PARAMS];
+    int n = gdl_module_named_tensors(m, GDL_PARAMS, names, ts, TP_MAX_PARAMS), k;
+    if (n > TP_MAX_PARAMS) {
+        tp_fail(c, pre, "", "more parameters than TP_MAX_PARAMS");
+        return -1;
+    }
     for (k = 0; k < n; k++) {
         gdl_tensor *src = tp_tensor(c, pre, names[k], 0);
         if (!src || src->numel != ts[k]->numel) {
@@ -149,15 +157,17 @@ static int tp_load_params(tp_ctx *c, const char *pre, gdl_module *m) {
             return -1;
         }
         if (gdl_copy_(ts[k], src) < 0) return -1;
+        gdl_free(c->owned[--c->nowned]); /* src, made last */
     }
     return n;
 }
 
 static void tp_compare_param_grads(tp_ctx *c, const char *pre, gdl_module *m) {
-    const char *names[64];
-    gdl_tensor *ts[64];
+    const char *names[TP_MAX_PARAMS];
+    gdl_tensor *ts[TP_MAX_PARAMS];
     char g[96];
-    int n = gdl_module_named_tensors(m, GDL_PARAMS, names, ts, 64), k;
+    int n = gdl_module_named_tensors(m, GDL_PARAMS, names, ts, TP_MAX_PARAMS), k;
+    if (n > TP_MAX_PARAMS) n = TP_MAX_PARAMS; /* tp_load_params failed the case already */
     for (k = 0; k < n; k++) {
         snprintf(g, sizeof g, "grad.%s", names[k]);
         tp_compare(c, pre, g, ts[k]->grad);
@@ -303,7 +313,80 @@ static int tp_run_parsed(tp_ctx *c, const gdl_st_file *f, const char *base) {
     return cases;
 }
 
-/* tests/torch_fixtures/<base>.safetensors through tp_run_parsed; -1 when it cannot be read (printed) */
+/* ---- the Transformer cases (transformer_parity_cases.h) given the fixture's values ---- */
+
+static gdl_tensor *tp_tf_input(tf_io *io, const char *pre, const char *name, int ndim, const int64_t *shape, int grad) {
+    tp_ctx *c = (tp_ctx *)io->user;
+    gdl_tensor *t = tp_tensor(c, pre, name, grad);
+    int k;
+    if (t && t->ndim != ndim) t = NULL;
+    for (k = 0; t && k < ndim; k++)
+        if (t->shape[k] != shape[k]) t = NULL;
+    if (!t) tp_fail(c, pre, name, "missing or not of the case's shape in the fixture");
+    return t;
+}
+
+static gdl_tensor *tp_tf_mask(tf_io *io, const char *pre, const char *name, gdl_tensor *mask) {
+    tp_ctx *c = (tp_ctx *)io->user;
+    (void)pre, (void)name;
+    if (mask && c->nowned < (int)(sizeof c->owned / sizeof c->owned[0])) c->owned[c->nowned++] = mask;
+    return mask;
+}
+
+static int tp_tf_module(tf_io *io, const char *pre, gdl_module *m) {
+    tp_ctx *c = (tp_ctx *)io->user;
+    return gdl_module_to(m, c->dev) < 0 || tp_load_params(c, pre, m) < 0 ? -1 : 0;
+}
+
+static int tp_tf_finish(tf_io *io, const char *pre, gdl_module *m, int nx, gdl_tensor **x, int no, gdl_tensor **out) {
+    tp_ctx *c = (tp_ctx *)io->user;
+    gdl_tensor *l = NULL;
+    char nm[32];
+    int k, rc = -1;
+    for (k = 0; k < no; k++) {
+        gdl_tensor *w, *t;
+        snprintf(nm, sizeof nm, "w%d", k);
+        if (!(w = tp_tensor(c, pre, nm, 0)) || !(t = gdl_sum(gdl_mul(out[k], w)))) goto done;
+        l = l ? gdl_add(l, t) : t;
+    }
+    if (!l || gdl_backward(l) < 0) goto done;
+    for (k = 0; k < no; k++) {
+        snprintf(nm, sizeof nm, "out%d", k);
+        tp_compare(c, pre, nm, out[k]);
+    }
+    for (k = 0; k < nx; k++) {
+        snprintf(nm, sizeof nm, "grad.x%d", k);
+        tp_compare(c, pre, nm, x[k]->grad);
+    }
+    if (m) tp_compare_param_grads(c, pre, m);
+    rc = 0;
+done:
+    gdl_module_free(m);
+    return rc;
+}
+
+/* every case of transformer_parity_cases.h with the fixture f's values on c->dev; the number run */
+static int tp_run_transformer(tp_ctx *c, const gdl_st_file *f) {
+    tf_io io;
+    int i;
+    memset(&io, 0, sizeof io);
+    io.dev = c->dev;
+    io.input = tp_tf_input;
+    io.mask = tp_tf_mask;
+    io.module = tp_tf_module;
+    io.finish = tp_tf_finish;
+    io.user = c;
+    c->f = f;
+    for (i = 0; i < TF_NCASES; i++) {
+        if (tf_cases[i].run(&io) < 0) tp_fail(c, tf_cases[i].prefix, "(the case)", gdl_last_error());
+        while (c->nowned > 0) gdl_free(c->owned[--c->nowned]);
+        gdl_arena_reset();
+    }
+    c->f = NULL;
+    return TF_NCASES;
+}
+
+/* tests/torch_fixtures/<base>.safetensors through tp_run_parsed (tp_run_transformer for "transformer"); -1 when it cannot be read (printed) */
 static int tp_run_file(tp_ctx *c, const char *base) {
     char path[256];
     gdl_st_file f;
@@ -313,7 +396,7 @@ static int tp_run_file(tp_ctx *c, const char *base) {
         printf("    torch parity: %s\n", gdl_last_error());
         return -1;
     }
-    cases = tp_run_parsed(c, &f, base);
+    cases = strcmp(base, "transformer") == 0 ? tp_run_transformer(c, &f) : tp_run_parsed(c, &f, base);
     gdl_st_free(&f);
     return cases;
 }

@@ -1,11 +1,12 @@
 """seq_fixtures.py — writes the fixtures of tests/test_torch_parity.c (the recurrent modules' and the sequence
 ops' check against PyTorch, run without torch by make test). Reads the files gpudl's float64 oracles wrote
 (DIR/rnn_oracle_f64.safetensors from bench/rnn_oracle.c, DIR/seq_ops_oracle_f64.safetensors from
-bench/seq_ops_oracle.c: their case lists are the only ones), computes every case's outputs and gradients with
-PyTorch in float64 (the functions of rnn_oracle.py and seq_ops_oracle.py), and writes OUT/rnn.safetensors and
-OUT/seq_ops.safetensors: each case's configuration, parameters (state_dict names), inputs, targets, lengths
-and loss weights as gpudl's oracle made them, and in place of gpudl's results PyTorch's (float64; indices as
-I32). Prints the largest |gpudl - torch| per file. Run by make seq-fixtures (TORCH_VENV names PyTorch's venv).
+bench/seq_ops_oracle.c, DIR/transformer_oracle_f64.safetensors and the module files from
+bench/transformer_oracle.c: their case lists are the only ones), computes every case's outputs and gradients
+with PyTorch in float64 (the functions of rnn_oracle.py, seq_ops_oracle.py and transformer_oracle.py), and
+writes OUT/rnn.safetensors, OUT/seq_ops.safetensors and OUT/transformer.safetensors: each case's
+configuration, parameters (state_dict names), inputs, masks, targets, lengths and loss weights as gpudl's
+oracle made them, and in place of gpudl's results PyTorch's (float64; indices as I32). Prints the largest |gpudl - torch| per file. Run by make seq-fixtures (TORCH_VENV names PyTorch's venv).
 
     python3 bench/pytorch/seq_fixtures.py DIR OUT
 """
@@ -15,6 +16,7 @@ import torch
 
 import rnn_oracle
 import seq_ops_oracle
+import transformer_oracle
 from st_io import read_safetensors, write_safetensors
 
 
@@ -47,10 +49,17 @@ def main():
         print(__doc__)
         sys.exit(2)
     src, dst = sys.argv[1], sys.argv[2]
+    tf_cases = transformer_oracle.CASES
+    tf_file = transformer_oracle.module_file(src, "_f64")
     jobs = (("rnn", rnn_oracle.cases, lambda pre, t: rnn_oracle.torch_results(pre, t, torch.float64)),
-            ("seq_ops", rnn_oracle.cases, seq_ops_oracle.run_case))
+            ("seq_ops", rnn_oracle.cases, seq_ops_oracle.run_case),
+            ("transformer", lambda t: [c + "." for c in tf_cases], lambda pre, t: tf_cases[pre[:-1]](t, tf_file)))
     for base, cases, results in jobs:
         t, worst = fixture(f"{src}/{base}_oracle_f64.safetensors", cases, results)
+        if base == "transformer":  # the parameters, from each module's gdl_save_model file
+            for c in tf_cases:
+                if c != "gqa":
+                    t.update({f"{c}.{k}": v.double() for k, v in read_safetensors(tf_file(c))[0].items()})
         write_safetensors(f"{dst}/{base}.safetensors", t)
         print(f"wrote {dst}/{base}.safetensors ({len(t)} tensors; torch {torch.__version__}; "
               f"largest |gpudl f64 - torch f64| {worst:.3g})")
