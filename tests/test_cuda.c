@@ -3971,10 +3971,12 @@ SUITE(devices) {
     RUN_GPU2(host_threads_own_devices);
     RUN_GPU(injected_alloc_and_launch_failures);
 }
-/* the recurrent modules, the sequence ops and the Transformer modules against PyTorch's float64 values (tests/torch_parity.h, the
-   CPU's float64 twin tests/test_torch_parity.c), on the GPU in f32: 5e-5 of (1 + |torch's|), f32's rounding
-   over these small sums with room to spare; indices exact */
-#define TORCH_PARITY_TOL_F32 5e-5
+
+/* the recurrent modules, the sequence ops and the Transformer modules against PyTorch's float64
+   values (tests/torch_parity.h; the CPU's float64 twin is tests/test_torch_parity.c), on the GPU in
+   f32: within 2e-5 of (1 + |torch's|) (the largest seen on the emulator is 2.2e-6, f32's rounding
+   over these small sums); indices exact */
+#define TORCH_PARITY_TOL_F32 2e-5
 TEST torch_parity_rnn(void) {
     TP_CHECK_FILE("rnn", GPU, TORCH_PARITY_TOL_F32, 9);
     PASS();
