@@ -4,7 +4,7 @@
    is rebuilt from its "cfg" entry (transformer.safetensors: the cases of transformer_parity_cases.h) on a
    device, given the fixture's parameters (state_dict names), inputs, lengths and loss weights,
    run forward and backward, and every output and gradient compared with PyTorch's: |got - want| <= tol *
-   (1 + |want|), NaN where PyTorch has NaN, indices exactly. Included by tests/test_torch_parity.c (the CPU,
+   (1 + |want|), NaN where PyTorch has NaN, indices exactly, and no gradient of PyTorch's left out. Included by tests/test_torch_parity.c (the CPU,
    float64) and tests/test_cuda.c (the GPU, f32); include after gpudl.h and harness.h. */
 #ifndef GPUDL_TORCH_PARITY_H
 #define GPUDL_TORCH_PARITY_H
@@ -27,6 +27,7 @@ typedef struct tp_ctx {
     char worst_at[160];
     int compared;     /* tensors compared */
     int failed;       /* tensors over tol, missing or misshapen (each printed) */
+    int grads;        /* gradients compared in the case running */
     gdl_tensor *owned[32]; /* the case's tensors made from the fixture, freed after it */
     int nowned;
 } tp_ctx;
@@ -99,6 +100,7 @@ static void tp_compare(tp_ctx *c, const char *pre, const char *name, gdl_tensor 
     int64_t n = 0, i;
     int k;
     c->compared++;
+    if (strncmp(name, "grad.", 5) == 0) c->grads++;
     if (!e || !got) {
         tp_fail(c, pre, name, !e ? "not in the fixture" : "gpudl gave none");
         return;
@@ -279,6 +281,24 @@ static int tp_embedding_case(tp_ctx *c, const char *pre, const double *cfg) {
     return 0;
 }
 
+/* after case pre: every gradient PyTorch has was compared (a parameter gpudl lacks fails here), and the
+   case's tensors freed */
+static void tp_case_done(tp_ctx *c, const char *pre) {
+    size_t len = strlen(pre);
+    int i, want = 0;
+    for (i = 0; i < c->f->n; i++)
+        if (strncmp(c->f->entries[i].name, pre, len) == 0 && strncmp(c->f->entries[i].name + len, "grad.", 5) == 0)
+            want++;
+    if (want != c->grads) {
+        char why[96];
+        snprintf(why, sizeof why, "%d gradients compared, torch has %d", c->grads, want);
+        tp_fail(c, pre, "grad.*", why);
+    }
+    c->grads = 0;
+    while (c->nowned > 0) gdl_free(c->owned[--c->nowned]);
+    gdl_arena_reset();
+}
+
 /* every case (a prefix with a "cfg" entry) of the parsed fixture f of kind base ("rnn" or "seq_ops") on
    c->dev; the number of cases run (a case that could not run is counted in c->failed, printed) */
 static int tp_run_parsed(tp_ctx *c, const gdl_st_file *f, const char *base) {
@@ -305,8 +325,7 @@ static int tp_run_parsed(tp_ctx *c, const gdl_st_file *f, const char *base) {
                                           : (n == 4 ? tp_embedding_case(c, pre, cfg) : -1);
         if (rc < 0) tp_fail(c, pre, "(the case)", gdl_last_error());
         free(cfg);
-        while (c->nowned > 0) gdl_free(c->owned[--c->nowned]);
-        gdl_arena_reset();
+        tp_case_done(c, pre);
         cases++;
     }
     c->f = NULL;
@@ -379,8 +398,7 @@ static int tp_run_transformer(tp_ctx *c, const gdl_st_file *f) {
     c->f = f;
     for (i = 0; i < TF_NCASES; i++) {
         if (tf_cases[i].run(&io) < 0) tp_fail(c, tf_cases[i].prefix, "(the case)", gdl_last_error());
-        while (c->nowned > 0) gdl_free(c->owned[--c->nowned]);
-        gdl_arena_reset();
+        tp_case_done(c, tf_cases[i].prefix);
     }
     c->f = NULL;
     return TF_NCASES;
