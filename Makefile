@@ -539,13 +539,13 @@ bench: $(B)/bench_train
 	  $(shell (test -f /usr/include/cblas.h || test -f /usr/include/x86_64-linux-gnu/cblas.h) && echo -DGPUDL_BENCH_OPENBLAS -lopenblas)
 	$(B)/bench_gemm
 
-# tests/torch_fixtures (tests/test_torch_parity.c's PyTorch values, committed): the cases of the float64 builds
-# of bench/rnn_oracle.c, bench/seq_ops_oracle.c and bench/transformer_oracle.c, run through PyTorch by bench/pytorch/seq_fixtures.py;
-# PyTorch from $(TORCH_VENV)
+# tests/torch_fixtures (tests/test_torch_parity.c's PyTorch values, committed): the cases of the float64
+# builds of bench/rnn_oracle.c, bench/seq_ops_oracle.c and bench/transformer_oracle.c, run through
+# PyTorch by bench/pytorch/seq_fixtures.py; PyTorch from $(TORCH_VENV)
 .PHONY: seq-fixtures
 seq-fixtures: $(B)/rnn_oracle_f64 $(B)/seq_ops_oracle_f64 $(B)/transformer_oracle_f64
 	$(B)/rnn_oracle_f64 $(B) && $(B)/seq_ops_oracle_f64 $(B) && $(B)/transformer_oracle_f64 $(B)
-	cd bench/pytorch && $${TORCH_VENV:-$(CURDIR)/build/torch-venv}/bin/python seq_fixtures.py $(CURDIR)/$(B) $(CURDIR)/tests/torch_fixtures
+	$${TORCH_VENV:-build/torch-venv}/bin/python bench/pytorch/seq_fixtures.py $(B) tests/torch_fixtures
 $(B)/rnn_oracle_f64 $(B)/seq_ops_oracle_f64 $(B)/transformer_oracle_f64: $(B)/%_f64: bench/%.c bench/oracle_st.h \
   tests/transformer_parity_cases.h gpudl.h | $(B)
 	$(CC) $(VARIANT_plain) $(SET_double) $< -o $@ $(LIBS)
