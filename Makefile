@@ -95,6 +95,7 @@ SUITE = test_core:linked:plain:asan:cpup:win:warn:check \
         test_gelu:whole:cpup \
         test_gemm_int8:cpup \
         test_transformer:linked:plain:asan:warn \
+        test_torch_parity:linked:double:plain:asan:warn \
         train_trace:linked:cpup \
         test_platform:whole:win
 # the attributes of program $(1) (its name first)
@@ -107,7 +108,8 @@ ASAN_TESTS = $(strip $(foreach p,$(call suite_with,asan),$(B)/asan_$(p) $(if $(f
 SAN = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 HDR = gpudl.h tests/harness.h tests/op_cases.h tests/rnn_cases.h tests/monitor_cases.h tests/dtype_parity.h tests/autocast_cases.h \
-      tests/gradscaler_cases.h tests/master_cases.h tests/fusion_cases.h tests/attention_cases.h
+      tests/gradscaler_cases.h tests/master_cases.h tests/fusion_cases.h tests/attention_cases.h \
+      tests/torch_parity.h tests/transformer_parity_cases.h
 
 # the examples compiled with nvcc (CUDA builds) are part of `make test`
 .PHONY: all test test-gpu-session-dry test-all test-unit test-asan test-warnings test-harness test-fetch test-examples test-install test-fuzz test-cuda-build test-cuda-build-nvcc test-cuda test-fresh run deps data data-text plot mutate-cuda install uninstall bench cuda clean
@@ -543,13 +545,24 @@ bench: $(B)/bench_train
 	  $(shell (test -f /usr/include/cblas.h || test -f /usr/include/x86_64-linux-gnu/cblas.h) && echo -DGPUDL_BENCH_OPENBLAS -lopenblas)
 	$(B)/bench_gemm
 
+# tests/torch_fixtures (tests/test_torch_parity.c's PyTorch values, committed): the cases of the float64
+# builds of bench/rnn_oracle.c, bench/seq_ops_oracle.c and bench/transformer_oracle.c, run through
+# PyTorch by bench/pytorch/seq_fixtures.py; PyTorch from $(TORCH_VENV)
+.PHONY: seq-fixtures
+seq-fixtures: $(B)/rnn_oracle_f64 $(B)/seq_ops_oracle_f64 $(B)/transformer_oracle_f64
+	$(B)/rnn_oracle_f64 $(B) && $(B)/seq_ops_oracle_f64 $(B) && $(B)/transformer_oracle_f64 $(B)
+	$${TORCH_VENV:-build/torch-venv}/bin/python bench/pytorch/seq_fixtures.py $(B) tests/torch_fixtures
+$(B)/rnn_oracle_f64 $(B)/seq_ops_oracle_f64 $(B)/transformer_oracle_f64: $(B)/%_f64: bench/%.c bench/oracle_st.h \
+  tests/transformer_parity_cases.h gpudl.h | $(B)
+	$(CC) $(VARIANT_plain) $(SET_double) $< -o $@ $(LIBS)
+
 # the Transformer modules (decoder, nn.Transformer, MultiheadAttention's options, grouped-query attention) against
 # PyTorch in float64, their files through load_state_dict(strict=True); PyTorch from $(TORCH_VENV)
 .PHONY: transformer-oracle
 transformer-oracle: $(B)/transformer_oracle
 	$(B)/transformer_oracle $(B)
 	$${TORCH_VENV:-build/torch-venv}/bin/python bench/pytorch/transformer_oracle.py $(B)
-$(B)/transformer_oracle: bench/transformer_oracle.c gpudl.h | $(B)
+$(B)/transformer_oracle: bench/transformer_oracle.c bench/oracle_st.h tests/transformer_parity_cases.h gpudl.h | $(B)
 	$(CC) $(VARIANT_plain) $(SET_std) $< -o $@ $(LIBS)
 
 clean:

@@ -19,7 +19,9 @@
    cc -O2 bench/rnn_oracle.c -lm -lz -pthread -o build/rnn_oracle
    cc -O2 -DGPUDL_DOUBLE bench/rnn_oracle.c -lm -lz -pthread -o build/rnn_oracle_f64
    build/rnn_oracle build && build/rnn_oracle_f64 build && python3 bench/pytorch/rnn_oracle.py build
-   python3 bench/pytorch/quant_rnn_oracle.py build */
+   python3 bench/pytorch/quant_rnn_oracle.py build
+   make seq-fixtures turns the float64 build's cases into tests/torch_fixtures/rnn.safetensors (PyTorch's values
+   for tests/test_torch_parity.c). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 

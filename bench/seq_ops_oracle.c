@@ -9,7 +9,9 @@
 
    cc -O2 bench/seq_ops_oracle.c -lm -lz -pthread -o build/seq_ops_oracle
    cc -O2 -DGPUDL_DOUBLE bench/seq_ops_oracle.c -lm -lz -pthread -o build/seq_ops_oracle_f64
-   build/seq_ops_oracle build && build/seq_ops_oracle_f64 build && python3 bench/pytorch/seq_ops_oracle.py build */
+   build/seq_ops_oracle build && build/seq_ops_oracle_f64 build && python3 bench/pytorch/seq_ops_oracle.py build
+   make seq-fixtures turns the float64 build's cases into tests/torch_fixtures/seq_ops.safetensors (PyTorch's
+   values for tests/test_torch_parity.c). */
 #define GPUDL_IMPLEMENTATION
 #include "../gpudl.h"
 

@@ -25,6 +25,7 @@
 #include "master_cases.h"
 #include "fusion_cases.h"
 #include "attention_cases.h"
+#include "torch_parity.h"
 #ifdef GPUDL_EMU
 #include "cuda_emu/emu_api.h"
 #endif
@@ -3970,6 +3971,30 @@ SUITE(devices) {
     RUN_GPU2(host_threads_own_devices);
     RUN_GPU(injected_alloc_and_launch_failures);
 }
+
+/* the recurrent modules, the sequence ops and the Transformer modules against PyTorch's float64
+   values (tests/torch_parity.h; the CPU's float64 twin is tests/test_torch_parity.c), on the GPU in
+   f32: within 2e-5 of (1 + |torch's|) (the largest seen on the emulator is 2.2e-6, f32's rounding
+   over these small sums); indices exact */
+#define TORCH_PARITY_TOL_F32 2e-5
+TEST torch_parity_rnn(void) {
+    TP_CHECK_FILE("rnn", GPU, TORCH_PARITY_TOL_F32, 9);
+    PASS();
+}
+TEST torch_parity_seq_ops(void) {
+    TP_CHECK_FILE("seq_ops", GPU, TORCH_PARITY_TOL_F32, 18);
+    PASS();
+}
+TEST torch_parity_transformer(void) {
+    TP_CHECK_FILE("transformer", GPU, TORCH_PARITY_TOL_F32, TF_NCASES);
+    PASS();
+}
+SUITE(torch_parity) {
+    RUN_GPU(torch_parity_rnn);
+    RUN_GPU(torch_parity_seq_ops);
+    RUN_GPU(torch_parity_transformer);
+}
+
 SUITE(streams) { RUN_GPU(compute_stream_only); }
 SUITE(faults) {
     int i;
@@ -4573,6 +4598,7 @@ int main(int argc, char **argv) {
     RUN_SUITE(graphs);
     RUN_SUITE(fit_graphs);
     RUN_SUITE(quant);
+    RUN_SUITE(torch_parity);
     RUN_SUITE(streams); /* last: it checks what every suite before it did */
     gdl_shutdown();
     HARNESS_MAIN_END();

@@ -33,7 +33,8 @@ def make(cfg, dtype):
     return m.to(dtype), kind == 0, bool(bf)
 
 
-def check(pre, t, dtype):
+def torch_results(pre, t, dtype):
+    """torch's outputs and gradients for the case pre in gpudl's file t: {name in the file: tensor}"""
     m, lstm, bf = make(t[pre + "cfg"], dtype)
     params = {k[len(pre):]: v for k, v in t.items() if k.startswith(pre) and "." not in k[len(pre):]
               and k[len(pre):].startswith(("weight", "bias"))}
@@ -61,6 +62,11 @@ def check(pre, t, dtype):
         ours.update({"c_n": cn, "grad.c0": c0.grad})
     for name, p in m.named_parameters():
         ours["grad." + name] = p.grad
+    return ours
+
+
+def check(pre, t, dtype):
+    ours = torch_results(pre, t, dtype)
     worst = 0.0
     rows = []
     for name, v in ours.items():
