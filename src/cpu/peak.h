@@ -154,7 +154,8 @@ GPUDL_API const char *gdl_flops_line(double flops_per_step, double seconds_per_s
         snprintf(how, sizeof how, "%d thread%s, %s", threads, threads == 1 ? "" : "s", GDL__PEAK_ISA);
     } else {
         peak = gdl_gpu_peak_gflops(dev.index, dt);
-        snprintf(how, sizeof how, "%s dense, %s", gdl_dtype_name(dt), gdl_device_name(dev));
+        /* a device name may be 255 bytes: the line keeps its first 100 */
+        snprintf(how, sizeof how, "%s dense, %.100s", gdl_dtype_name(dt), gdl_device_name(dev));
     }
     n = snprintf(buf, sizeof buf, "FLOPs/step %.3g, %.1f GFLOP/s, ", flops_per_step, rate);
     if (peak > 0)
