@@ -36694,14 +36694,21 @@ static int gdl__oi_axes(gdl__oi_run *R, int k, int64_t *axes) {
 
 /* Reshape's target: 0 copies x's dim (unless allowzero), one -1 is inferred */
 static gdl_tensor *gdl__oi_reshape(gdl__oi_run *R, gdl_tensor *x, const int64_t *s, int64_t n) {
-    int64_t shape[GDL_MAX_DIMS];
+    int64_t shape[GDL_MAX_DIMS], known = 1;
     int k;
     if (!x) return NULL;
     if (n > GDL_MAX_DIMS) {
         gdl__oi_fail(R, "a shape of %lld dims", (long long)n);
         return NULL;
     }
-    for (k = 0; k < n; k++) shape[k] = s[k] == 0 && k < x->ndim && !gdl__oi_ai(R->n, "allowzero", 0) ? x->shape[k] : s[k];
+    for (k = 0; k < n; k++) {
+        shape[k] = s[k] == 0 && k < x->ndim && !gdl__oi_ai(R->n, "allowzero", 0) ? x->shape[k] : s[k];
+        if (shape[k] > 0 && known > ((int64_t)1 << 40) / shape[k]) { /* bounded before gdl_reshape multiplies */
+            gdl__oi_fail(R, "a target shape of over 2^40 elements");
+            return NULL;
+        }
+        if (shape[k] > 0) known *= shape[k];
+    }
     return gdl_reshape(x, (int)n, shape);
 }
 
