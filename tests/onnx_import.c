@@ -5,7 +5,8 @@
    tolerance; and checks the refusals: a node of an op gdl does not run fails gdl_load_onnx with its name and op,
    an attribute it does not run fails gdl_onnx_run the same way. Then hand-made int8 files (check_int8_files): int8
    initializers read whole, refused cleanly when their data does not fit their dims or type, and the integer ops
-   (QLinearConv, ...) refused at load by name.
+   (QLinearConv, ...) refused at load by name; and QuantizeLinear / DequantizeLinear per axis on values worked out
+   by hand (check_qdq_per_axis).
 
      onnx_import DIR      reads DIR/manifest.txt (its format: tests/onnx_torch.py), DIR = tests/onnx_fixtures */
 #define GPUDL_IMPLEMENTATION
@@ -243,6 +244,73 @@ static pbuf model_bytes(int type, int64_t dim, int nraw, const int64_t *ints, in
     return m;
 }
 
+/* a TensorProto named name of ONNX type `type`, dims {d0 (, d1)}, raw little-endian bytes */
+static void pb_tensor(pbuf *g, int field, const char *name, int type, int nd, const int64_t *dims, const void *raw,
+                      size_t n) {
+    pbuf t = {{0}, 0};
+    int k;
+    for (k = 0; k < nd; k++) pb_int(&t, 1, (uint64_t)dims[k]);
+    pb_int(&t, 2, (uint64_t)type);
+    pb_bytes(&t, 8, name, strlen(name));
+    pb_bytes(&t, 9, raw, n);
+    pb_bytes(g, field, t.b, t.n);
+}
+static void pb_node(pbuf *g, const char *op, const char *a, const char *b, const char *c, const char *out, int axis) {
+    pbuf n = {{0}, 0}, at = {{0}, 0};
+    pb_bytes(&n, 1, a, strlen(a));
+    pb_bytes(&n, 1, b, strlen(b));
+    pb_bytes(&n, 1, c, strlen(c));
+    pb_bytes(&n, 2, out, strlen(out));
+    pb_bytes(&n, 3, out, strlen(out));
+    pb_bytes(&n, 4, op, strlen(op));
+    pb_bytes(&at, 1, "axis", 4);
+    pb_int(&at, 3, (uint64_t)axis);
+    pb_int(&at, 20, 2); /* INT */
+    pb_bytes(&n, 5, at.b, at.n);
+    pb_bytes(g, 1, n.b, n.n);
+}
+
+/* QuantizeLinear and DequantizeLinear per axis (axis 1) with int8 zero points on x [2, 3], against values worked
+   out by hand (ONNX Runtime 1.32 gives the same): round half to even (0.5 -> 0, 1.5 -> 2, 2.5 -> 2) and saturation
+   to -128..127 both ways */
+static void check_qdq_per_axis(void) {
+    static const float x[6] = {0.25f, 2.5f, -300, 0.75f, -126, 250}, sc[3] = {0.5f, 1, 2};
+    static const float want_q[6] = {0, -1, -128, 2, -128, 127}, want_y[6] = {0, 2, -276, 1, -125, 234};
+    static const signed char zp[3] = {0, -3, 10};
+    const int64_t three = 3, xs[2] = {2, 3};
+    pbuf g = {{0}, 0}, m = {{0}, 0}, o = {{0}, 0}, io = {{0}, 0};
+    gdl_onnx_model *om;
+    gdl_tensor *in, *out[2];
+    float q[6], y[6];
+    int nout = 0, ok;
+    pb_node(&g, "QuantizeLinear", "x", "s", "z", "q", 1);
+    pb_node(&g, "DequantizeLinear", "q", "s", "z", "y", 1);
+    pb_tensor(&g, 5, "s", 1, 1, &three, sc, sizeof sc);
+    pb_tensor(&g, 5, "z", 3, 1, &three, zp, sizeof zp);
+    pb_bytes(&io, 1, "x", 1);
+    pb_bytes(&g, 11, io.b, io.n);
+    io.n = 0;
+    pb_bytes(&io, 1, "q", 1);
+    pb_bytes(&g, 12, io.b, io.n);
+    io.n = 0;
+    pb_bytes(&io, 1, "y", 1);
+    pb_bytes(&g, 12, io.b, io.n);
+    pb_int(&o, 2, 18);
+    pb_int(&m, 1, 8);
+    pb_bytes(&m, 7, g.b, g.n);
+    pb_bytes(&m, 8, o.b, o.n);
+    CHECK((om = gdl_onnx_parse(m.b, m.n, gdl_cpu())) != NULL);
+    CHECK((in = gdl_from_array(x, 2, xs, GDL_F32, gdl_cpu())) != NULL);
+    CHECK(gdl_onnx_run(om, 1, &in, 2, out, &nout) == 0 && nout == 2);
+    CHECK(gdl_copy_to_host(out[0], q, sizeof q) == 0 && gdl_copy_to_host(out[1], y, sizeof y) == 0);
+    ok = !memcmp(q, want_q, sizeof q) && !memcmp(y, want_y, sizeof y) && gdl_onnx_parameters(om, NULL, NULL, 0) == 0;
+    printf("%s QuantizeLinear / DequantizeLinear per axis, int8: q %g %g %g %g %g %g, y %g %g %g %g %g %g\n",
+           ok ? "ok  " : "FAIL", q[0], q[1], q[2], q[3], q[4], q[5], y[0], y[1], y[2], y[3], y[4], y[5]);
+    failures += !ok;
+    gdl_free(in);
+    gdl_onnx_free(om);
+}
+
 /* one hand-made file loads (want NULL) or is refused with an error holding want */
 static void expect_load(const char *what, pbuf p, const char *want) {
     gdl_onnx_model *m = gdl_onnx_parse(p.b, p.n, gdl_cpu());
@@ -369,6 +437,7 @@ int main(int argc, char **argv) {
     }
     fclose(f);
     check_int8_files();
+    check_qdq_per_axis();
     printf("onnx_import: %d PyTorch exports run by gdl_onnx_run, %d failures\n", models, failures);
     gdl_shutdown();
     return failures ? 1 : 0;
