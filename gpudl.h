@@ -37220,8 +37220,9 @@ static int gdl__oi_qdq(gdl__oi_run *R, gdl_tensor *x, int q) {
     if (!(s = gdl__oi_qparam(R, 1, x)) || (zv && !(z = gdl__oi_qparam(R, 2, x)))) return -1;
     if (!q) { /* (y - zero_point) * scale: the difference is an exact integer */
         y = gdl_mul(z ? gdl_sub(x, z) : x, s);
-    } else { /* round half to even by adding and taking away 1.5 * 2^23 (exact below 2^22; clamped after) */
-        const double big = 12582912.0, lo = qtype == GDL__OX_INT8 ? -128 : 0, hi = qtype == GDL__OX_INT8 ? 127 : 255;
+    } else { /* round half to even by adding and taking away 1.5 * 2^23 (exact below 2^22; clamped after), 2^52
+                with GPUDL_DOUBLE, whose f32 tensors hold doubles */
+        const double big = sizeof(gdl_real) == 4 ? 12582912.0 : 6755399441055744.0, lo = qtype == GDL__OX_INT8 ? -128 : 0, hi = qtype == GDL__OX_INT8 ? 127 : 255;
         y = gdl_add_scalar(gdl_add_scalar(gdl_div(x, s), big), -big);
         if (y && z) y = gdl_add(y, z);
         if (y) y = gdl_clamp(y, lo, hi);
