@@ -5,11 +5,13 @@
 #                    (examples/' MLP and CNN, examples/recipe.h's nets with resnet10, custom
 #                    modules) and writes gpudl's outputs at batch 1 and 3; tests/onnx_check.py
 #                    checks each file with onnx.checker (full_check) and runs it in ONNX Runtime;
-#                    the C program also reads each file back (gdl_load_onnx, gdl_onnx_run).
+#                    the C program also reads each file back (gdl_load_onnx, gdl_onnx_run), the int8
+#                    (QDQ) nets too, bit for bit.
 #                    Then tests/onnx_import.c (plain and under ASan+UBSan) runs the committed PyTorch
 #                    exports of tests/onnx_fixtures (both torch.onnx.export exporters) with gdl_onnx_run
 #                    against the outputs PyTorch saved beside them, and fine-tunes two of them one SGD
-#                    step against PyTorch's loss and updated weights.
+#                    step against PyTorch's loss and updated weights; and loads hand-made int8 files
+#                    (truncated raw_data refused, QLinear ops refused by name).
 #                    The reader's libFuzzer harness, tests/fuzz/fuzz_onnx.c, builds with
 #                    tests/fuzz/fuzz.mk's pattern rule once FUZZ_NAMES has onnx.
 #                    Needs the venv of `sh tools/deps.sh onnx` (build/onnx-venv with onnx, onnxruntime

@@ -3,7 +3,10 @@
    at test time) with gdl_onnx_run on the fixed inputs saved beside them and wants PyTorch's outputs within 1e-5 relative (max |gpudl - torch| / max |torch|); fine-tunes the nets it marks with
    one SGD step on mean((out - target)^2) and wants PyTorch's loss and updated parameters within the same
    tolerance; and checks the refusals: a node of an op gdl does not run fails gdl_load_onnx with its name and op,
-   an attribute it does not run fails gdl_onnx_run the same way.
+   an attribute it does not run fails gdl_onnx_run the same way. Then hand-made int8 files (check_int8_files): int8
+   initializers read whole, refused cleanly when their data does not fit their dims or type, and the integer ops
+   (QLinearConv, ...) refused at load by name; and QuantizeLinear / DequantizeLinear per axis on values worked out
+   by hand (check_qdq_per_axis).
 
      onnx_import DIR      reads DIR/manifest.txt (its format: tests/onnx_torch.py), DIR = tests/onnx_fixtures */
 #define GPUDL_IMPLEMENTATION
@@ -187,6 +190,174 @@ static void refused(const char *file, const char *at, const char *node, const ch
     gdl_arena_reset();
 }
 
+/* ---- hand-made files: int8 initializers and the quantized ops not run ---- */
+
+typedef struct { unsigned char b[512]; size_t n; } pbuf;
+
+static void pb_varint(pbuf *p, uint64_t v) {
+    do {
+        CHECK(p->n < sizeof p->b);
+        p->b[p->n++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+}
+static void pb_bytes(pbuf *p, int field, const void *data, size_t n) {
+    pb_varint(p, (uint64_t)field << 3 | 2);
+    pb_varint(p, n);
+    CHECK(p->n + n <= sizeof p->b);
+    memcpy(p->b + p->n, data, n);
+    p->n += n;
+}
+static void pb_int(pbuf *p, int field, uint64_t v) {
+    pb_varint(p, (uint64_t)field << 3);
+    pb_varint(p, v);
+}
+
+/* a ModelProto (opset 18) of one initializer 'w' of ONNX type `type`, dims {dim}, with raw_data of nraw bytes
+   (nraw < 0: packed int32_data from ints[0..ni)), and when op is given one node of that op reading 'w' */
+static pbuf model_bytes(int type, int64_t dim, int nraw, const int64_t *ints, int ni, const char *op) {
+    pbuf t = {{0}, 0}, g = {{0}, 0}, m = {{0}, 0}, o = {{0}, 0}, n = {{0}, 0}, v = {{0}, 0}, io = {{0}, 0};
+    static const unsigned char raw[8] = {1, 0xff, 0x80, 0x7f, 2, 3, 4, 5};
+    int k;
+    pb_int(&t, 1, (uint64_t)dim);
+    pb_int(&t, 2, (uint64_t)type);
+    pb_bytes(&t, 8, "w", 1);
+    if (nraw >= 0) pb_bytes(&t, 9, raw, (size_t)nraw);
+    else {
+        for (k = 0; k < ni; k++) pb_varint(&v, (uint64_t)ints[k]);
+        pb_bytes(&t, 5, v.b, v.n);
+    }
+    if (op) {
+        pb_bytes(&n, 1, "w", 1);
+        pb_bytes(&n, 2, "y", 1);
+        pb_bytes(&n, 3, "the_node", 8);
+        pb_bytes(&n, 4, op, strlen(op));
+        pb_bytes(&g, 1, n.b, n.n);
+    }
+    pb_bytes(&g, 5, t.b, t.n);
+    pb_bytes(&io, 1, op ? "y" : "w", 1);
+    pb_bytes(&g, 12, io.b, io.n); /* the graph's output */
+    pb_int(&o, 2, 18);
+    pb_int(&m, 1, 8);
+    pb_bytes(&m, 7, g.b, g.n);
+    pb_bytes(&m, 8, o.b, o.n);
+    return m;
+}
+
+/* a TensorProto named name of ONNX type `type`, dims {d0 (, d1)}, raw little-endian bytes */
+static void pb_tensor(pbuf *g, int field, const char *name, int type, int nd, const int64_t *dims, const void *raw,
+                      size_t n) {
+    pbuf t = {{0}, 0};
+    int k;
+    for (k = 0; k < nd; k++) pb_int(&t, 1, (uint64_t)dims[k]);
+    pb_int(&t, 2, (uint64_t)type);
+    pb_bytes(&t, 8, name, strlen(name));
+    pb_bytes(&t, 9, raw, n);
+    pb_bytes(g, field, t.b, t.n);
+}
+static void pb_node(pbuf *g, const char *op, const char *a, const char *b, const char *c, const char *out, int axis) {
+    pbuf n = {{0}, 0}, at = {{0}, 0};
+    pb_bytes(&n, 1, a, strlen(a));
+    pb_bytes(&n, 1, b, strlen(b));
+    pb_bytes(&n, 1, c, strlen(c));
+    pb_bytes(&n, 2, out, strlen(out));
+    pb_bytes(&n, 3, out, strlen(out));
+    pb_bytes(&n, 4, op, strlen(op));
+    pb_bytes(&at, 1, "axis", 4);
+    pb_int(&at, 3, (uint64_t)axis);
+    pb_int(&at, 20, 2); /* INT */
+    pb_bytes(&n, 5, at.b, at.n);
+    pb_bytes(g, 1, n.b, n.n);
+}
+
+/* QuantizeLinear and DequantizeLinear per axis (axis 1) with int8 zero points on x [2, 3], against values worked
+   out by hand (ONNX Runtime 1.32 gives the same): round half to even (0.5 -> 0, 1.5 -> 2, 2.5 -> 2) and saturation
+   to -128..127 both ways */
+static void check_qdq_per_axis(void) {
+    static const float x[6] = {0.25f, 2.5f, -300, 0.75f, -126, 250}, sc[3] = {0.5f, 1, 2};
+    static const float want_q[6] = {0, -1, -128, 2, -128, 127}, want_y[6] = {0, 2, -276, 1, -125, 234};
+    static const signed char zp[3] = {0, -3, 10};
+    const int64_t three = 3, xs[2] = {2, 3};
+    pbuf g = {{0}, 0}, m = {{0}, 0}, o = {{0}, 0}, io = {{0}, 0};
+    gdl_onnx_model *om;
+    gdl_tensor *in, *out[2];
+    float q[6], y[6];
+    int nout = 0, ok;
+    pb_node(&g, "QuantizeLinear", "x", "s", "z", "q", 1);
+    pb_node(&g, "DequantizeLinear", "q", "s", "z", "y", 1);
+    pb_tensor(&g, 5, "s", 1, 1, &three, sc, sizeof sc);
+    pb_tensor(&g, 5, "z", 3, 1, &three, zp, sizeof zp);
+    pb_bytes(&io, 1, "x", 1);
+    pb_bytes(&g, 11, io.b, io.n);
+    io.n = 0;
+    pb_bytes(&io, 1, "q", 1);
+    pb_bytes(&g, 12, io.b, io.n);
+    io.n = 0;
+    pb_bytes(&io, 1, "y", 1);
+    pb_bytes(&g, 12, io.b, io.n);
+    pb_int(&o, 2, 18);
+    pb_int(&m, 1, 8);
+    pb_bytes(&m, 7, g.b, g.n);
+    pb_bytes(&m, 8, o.b, o.n);
+    CHECK((om = gdl_onnx_parse(m.b, m.n, gdl_cpu())) != NULL);
+    CHECK((in = gdl_from_array(x, 2, xs, GDL_F32, gdl_cpu())) != NULL);
+    CHECK(gdl_onnx_run(om, 1, &in, 2, out, &nout) == 0 && nout == 2);
+    CHECK(gdl_copy_to_host(out[0], q, sizeof q) == 0 && gdl_copy_to_host(out[1], y, sizeof y) == 0);
+    ok = !memcmp(q, want_q, sizeof q) && !memcmp(y, want_y, sizeof y) && gdl_onnx_parameters(om, NULL, NULL, 0) == 0;
+    printf("%s QuantizeLinear / DequantizeLinear per axis, int8: q %g %g %g %g %g %g, y %g %g %g %g %g %g\n",
+           ok ? "ok  " : "FAIL", q[0], q[1], q[2], q[3], q[4], q[5], y[0], y[1], y[2], y[3], y[4], y[5]);
+    failures += !ok;
+    gdl_free(in);
+    gdl_onnx_free(om);
+}
+
+/* one hand-made file loads (want NULL) or is refused with an error holding want */
+static void expect_load(const char *what, pbuf p, const char *want) {
+    gdl_onnx_model *m = gdl_onnx_parse(p.b, p.n, gdl_cpu());
+    int ok = want ? !m && strstr(gdl_last_error(), want) != NULL : m != NULL;
+    printf("%s int8 file: %-44s %s\n", ok ? "ok  " : "FAIL", what, m ? "loads" : gdl_last_error());
+    if (!ok) failures++;
+    gdl_onnx_free(m);
+}
+
+/* int8 initializers: read whole (the graph's output is the initializer: its values come back as f32 integers,
+   and gdl_onnx_parameters offers none), refused cleanly when raw_data is shorter or longer than the dims or
+   int32_data leaves the type's range; the quantized ops that are not run are refused at load with the node's
+   name and op */
+static void check_int8_files(void) {
+    static const int64_t fits[4] = {1, 0x7f, 0x80, 3}, neg[2] = {-1, 0}; /* 0x80: 128, beyond int8 */
+    const int64_t negs[2] = {(int64_t)0xffffffffffffffffull, 5}; /* -1 as an int32_data varint */
+    const char *const unrun[] = {"QLinearConv", "QLinearMatMul", "DynamicQuantizeLinear"};
+    gdl_onnx_model *m;
+    gdl_tensor *out[1], *none[1] = {NULL};
+    float v[4];
+    int nout = 0, k;
+    pbuf whole = model_bytes(3, 4, 4, NULL, 0, NULL);
+    CHECK((m = gdl_onnx_parse(whole.b, whole.n, gdl_cpu())) != NULL);
+    CHECK(gdl_onnx_run(m, 0, none, 1, out, &nout) == 0 && nout == 1 && out[0]->dtype == GDL_F32);
+    CHECK(gdl_copy_to_host(out[0], v, sizeof v) == 0);
+    k = v[0] == 1 && v[1] == -1 && v[2] == -128 && v[3] == 127;
+    printf("%s int8 file: raw_data 01 ff 80 7f read as %g %g %g %g\n", k ? "ok  " : "FAIL", v[0], v[1], v[2], v[3]);
+    failures += !k;
+    CHECK(gdl_onnx_parameters(m, NULL, NULL, 0) == 0); /* int8 data: no float parameter */
+    gdl_onnx_free(m);
+    expect_load("int8 raw_data of 4 bytes for dims [4]", whole, NULL);
+    expect_load("int8 raw_data of 2 bytes for dims [4]", model_bytes(3, 4, 2, NULL, 0, NULL), "data's length");
+    expect_load("int8 raw_data of 8 bytes for dims [4]", model_bytes(3, 4, 8, NULL, 0, NULL), "data's length");
+    expect_load("uint8 raw_data of 3 bytes for dims [4]", model_bytes(2, 4, 3, NULL, 0, NULL), "data's length");
+    expect_load("int8 raw_data for dims [2^33]", model_bytes(3, (int64_t)1 << 33, 4, NULL, 0, NULL), "dims");
+    expect_load("int8 int32_data -1 5", model_bytes(3, 2, -1, negs, 2, NULL), NULL);
+    expect_load("int8 int32_data 1 127 128 3", model_bytes(3, 4, -1, fits, 4, NULL), "outside");
+    expect_load("uint8 int32_data 1 127 128 3", model_bytes(2, 4, -1, fits, 4, NULL), NULL);
+    expect_load("uint8 int32_data -1 0", model_bytes(2, 2, -1, neg, 2, NULL), "outside");
+    expect_load("int8 int32_data of 3 values for dims [4]", model_bytes(3, 4, -1, fits, 3, NULL), "data's length");
+    for (k = 0; k < 3; k++) {
+        char want[96];
+        snprintf(want, sizeof want, "node 'the_node' (%s)", unrun[k]);
+        expect_load(unrun[k], model_bytes(3, 4, 4, NULL, 0, unrun[k]), want);
+    }
+}
+
 int main(int argc, char **argv) {
     char path[1024], line[1024], file[512], kind[16], dtype[8], at[8], node[128], op[64];
     static char pname[MAX_PARAMS][128];
@@ -265,6 +436,8 @@ int main(int argc, char **argv) {
         }
     }
     fclose(f);
+    check_int8_files();
+    check_qdq_per_axis();
     printf("onnx_import: %d PyTorch exports run by gdl_onnx_run, %d failures\n", models, failures);
     gdl_shutdown();
     return failures ? 1 : 0;

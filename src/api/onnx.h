@@ -58,7 +58,9 @@ GPUDL_API int gdl_export_onnx_fn(gdl_module *model, gdl_onnx_forward_fn fn, void
    on inputs (in the graph's input order; int64 ids as i32 tensors) with gdl's ops, giving temporaries (valid
    until the next gdl_arena_reset). It runs the files gdl_export_onnx writes and PyTorch's exports of the ops
    docs/onnx.md lists (both torch.onnx.export exporters: Gemm, Constant and Shape chains, LSTM / GRU nodes, ...;
-   Erf, which GELU below opset 20 uses, as an approximation within 1.5e-7). A node of another op is refused by
+   Erf, which GELU below opset 20 uses, as an approximation within 1.5e-7; quantized QDQ graphs: int8 / uint8 /
+   int32 initializers, QuantizeLinear and DequantizeLinear per tensor and per axis on f32 tensors holding the
+   integers, bit for bit gdl's own int8 arithmetic). A node of another op (QLinearConv, ...) is refused by
    gdl_load_onnx, an attribute it does not run by gdl_onnx_run, each with the node's name and op type. The run
    records the tape like any gdl forward: with gdl_onnx_parameters' tensors in an optimizer, a loss on its
    outputs trains the imported model (fine-tuning). */
@@ -68,7 +70,9 @@ GPUDL_API gdl_onnx_model *gdl_onnx_parse(const void *data, size_t len, gdl_devic
 GPUDL_API int gdl_onnx_run(gdl_onnx_model *m, int nin, gdl_tensor *const *inputs, int max_out, gdl_tensor **outputs,
                            int *nout); /* 0 / -1 + error */
 GPUDL_API void gdl_onnx_free(gdl_onnx_model *m); /* NULL: no-op */
-/* The model's trainable initializers (every f32 one but batch norm's running statistics), in the file's order:
+/* The model's trainable initializers (every f32 one but batch norm's running statistics and the constants of
+   quantization: int8 / uint8 weights, the scales and zero points of QuantizeLinear / DequantizeLinear, Clip's
+   bounds), in the file's order:
    marks each requires_grad and fills at most max names / params (either may be NULL; names live as long as m).
    Returns the total count (max 0 counts), -1 + error. The tensors are the model's: an optimizer's step changes
    what the next gdl_onnx_run computes. */

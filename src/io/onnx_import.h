@@ -14,6 +14,7 @@ typedef struct gdl__oi_val {
     int64_t n64;
     int owned;      /* t is freed with the model (an initializer) */
     int hnd;        /* the tensor's ndim (int64 data: how the host values are shaped) */
+    int qtype;      /* GDL__OX_INT8: t is f32 holding the int8 values (quantized data); else 0 */
 } gdl__oi_val;
 
 typedef struct gdl__oi_attr {
@@ -180,8 +181,9 @@ static int gdl__oi_external(const gdl_onnx_model *m, const char *loc, uint64_t o
     return 0;
 }
 
-/* a TensorProto into v: f32 / i32 / u8 (bool) as a tensor on m->dev, int64 on the host (and as i32 when
-   it fits); its data from raw_data, the typed lists or external data, each checked against the shape */
+/* a TensorProto into v: f32 / i32 / u8 (uint8, bool) as a tensor on m->dev, int8 as an f32 tensor of its integer
+   values (v->qtype tells), int64 on the host (and as i32 when it fits); its data from raw_data, the typed lists or
+   external data, each checked against the shape (and typed 8-bit values against their type's range) */
 static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
     int64_t *dims = NULL, ndim = 0, numel = 1, k, *i64 = NULL, ni64 = 0;
     int field, wire, type = 0, rc = -1, prc, ext = 0, d;
@@ -240,11 +242,12 @@ static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
     switch (type) {
     case GDL__OX_FLOAT: dt = GDL_F32; es = 4; break;
     case GDL__OX_INT32: dt = GDL_I32; es = 4; break;
+    case GDL__OX_INT8: dt = GDL_F32; es = 1; break; /* held as f32 integers: DequantizeLinear's float arithmetic */
     case GDL__OX_UINT8:
     case GDL__OX_BOOL: dt = GDL_U8; es = 1; break;
     case GDL__OX_INT64: dt = GDL_I32; es = 8; break;
     default:
-        gdl__set_error("gdl_load_onnx: tensor '%s' has data type %d: only FLOAT, INT32, INT64, UINT8 and BOOL are read",
+        gdl__set_error("gdl_load_onnx: tensor '%s' has data type %d: only FLOAT, INT8, UINT8, INT32, INT64 and BOOL are read",
                        v->name ? v->name : "", type);
         goto fail;
     }
@@ -271,6 +274,11 @@ static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
         for (k = 0; k < numel; k++) {
             uint64_t u = (uint64_t)i64[k];
             int b;
+            if (es == 1 && (type == GDL__OX_INT8 ? i64[k] < -128 || i64[k] > 127 : i64[k] < 0 || i64[k] > 255)) {
+                gdl__set_error("gdl_load_onnx: tensor '%s': int32_data value %lld is outside its 8-bit type's range",
+                               v->name ? v->name : "", (long long)i64[k]);
+                goto fail;
+            }
             for (b = 0; b < (int)es; b++) host[k * (int64_t)es + b] = (unsigned char)(u >> (8 * b));
         }
     }
@@ -294,7 +302,13 @@ static int gdl__oi_tensor(gdl_onnx_model *m, gdl__pbr r, gdl__oi_val *v) {
             e[0] = e[3]; e[1] = e[2]; e[2] = t1; e[3] = t0;
         }
     }
-    if (dt == GDL_F32 && sizeof(gdl_real) != 4) { /* GPUDL_DOUBLE: f32 tensors hold doubles */
+    if (type == GDL__OX_INT8) { /* two's complement bytes to f32 (gdl_real) integers, from the end: in place */
+        for (k = numel - 1; k >= 0; k--) {
+            const int32_t q = host[k] < 128 ? (int32_t)host[k] : (int32_t)host[k] - 256;
+            ((gdl_real *)(void *)host)[k] = (gdl_real)q;
+        }
+        v->qtype = GDL__OX_INT8;
+    } else if (dt == GDL_F32 && sizeof(gdl_real) != 4) { /* GPUDL_DOUBLE: f32 tensors hold doubles */
         for (k = numel - 1; k >= 0; k--) {
             float f;
             memcpy(&f, host + 4 * k, 4);
@@ -417,11 +431,12 @@ static int gdl__oi_graph(gdl_onnx_model *m, gdl__pbr r) {
 
 /* The ops gdl_onnx_run runs (the forms it takes are in docs/onnx.md): a node of another op is refused at load. */
 static const char *const gdl__oi_ops[] = {
-    "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Concat", "Constant", "ConstantOfShape",
-    "Conv", "CumSum", "Div", "Dropout", "Equal", "Erf", "Exp", "Expand", "Flatten", "GRU", "Gather", "GatherElements",
+    "Abs", "Add", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Clip", "Concat", "Constant",
+    "ConstantOfShape", "Conv", "CumSum", "DequantizeLinear", "Div", "Dropout", "Equal", "Erf", "Exp", "Expand",
+    "Flatten", "GRU", "Gather", "GatherElements",
     "Gelu", "Gemm", "GlobalAveragePool", "Greater", "GreaterOrEqual", "Identity", "LSTM", "LayerNormalization",
     "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Min", "Mul", "Neg", "Not",
-    "Pow", "Range", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceSum", "Relu", "Reshape", "Shape", "Sigmoid",
+    "Pow", "QuantizeLinear", "Range", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceSum", "Relu", "Reshape", "Shape", "Sigmoid",
     "Slice", "Softmax", "Split", "Sqrt", "Squeeze", "Sub", "Tanh", "Transpose", "Trilu", "Unsqueeze", "Where"};
 
 /* the node's name for messages: NodeProto's name, else its first output's */
@@ -564,6 +579,7 @@ typedef struct gdl__oi_rv { /* a value during a run */
     const int64_t *i64;   /* int64 values on the host, or NULL */
     int64_t n64;
     int hnd;              /* the host values' ndim */
+    int qtype;            /* GDL__OX_INT8 / GDL__OX_UINT8: t is f32 holding quantized integers; else 0 */
 } gdl__oi_rv;
 
 typedef struct gdl__oi_run {
@@ -725,14 +741,21 @@ static int gdl__oi_axes(gdl__oi_run *R, int k, int64_t *axes) {
 
 /* Reshape's target: 0 copies x's dim (unless allowzero), one -1 is inferred */
 static gdl_tensor *gdl__oi_reshape(gdl__oi_run *R, gdl_tensor *x, const int64_t *s, int64_t n) {
-    int64_t shape[GDL_MAX_DIMS];
+    int64_t shape[GDL_MAX_DIMS], known = 1;
     int k;
     if (!x) return NULL;
     if (n > GDL_MAX_DIMS) {
         gdl__oi_fail(R, "a shape of %lld dims", (long long)n);
         return NULL;
     }
-    for (k = 0; k < n; k++) shape[k] = s[k] == 0 && k < x->ndim && !gdl__oi_ai(R->n, "allowzero", 0) ? x->shape[k] : s[k];
+    for (k = 0; k < n; k++) {
+        shape[k] = s[k] == 0 && k < x->ndim && !gdl__oi_ai(R->n, "allowzero", 0) ? x->shape[k] : s[k];
+        if (shape[k] > 0 && known > ((int64_t)1 << 40) / shape[k]) { /* bounded before gdl_reshape multiplies */
+            gdl__oi_fail(R, "a target shape of over 2^40 elements");
+            return NULL;
+        }
+        if (shape[k] > 0) known *= shape[k];
+    }
     return gdl_reshape(x, (int)n, shape);
 }
 
@@ -1100,6 +1123,7 @@ static int gdl__oi_constant(gdl__oi_run *R) {
         R->o[0].i64 = v->t->i64;
         R->o[0].n64 = v->t->n64;
         R->o[0].hnd = v->t->hnd;
+        R->o[0].qtype = v->t->qtype;
         return 0;
     }
     if (vi || vis) {
@@ -1196,6 +1220,75 @@ static gdl_tensor *gdl__oi_binary(int which, gdl_tensor *x, gdl_tensor *b) {
     }
 }
 
+/* ---- QuantizeLinear / DequantizeLinear (QDQ), on f32 tensors holding the integers ----
+   y = saturate(round_half_even(x / scale) + zero_point) and x = (y - zero_point) * scale, each step rounded to
+   f32 as ONNX Runtime computes it; the integer type (uint8 or int8) is the zero point's, uint8 without one. */
+
+/* input k (a scale or zero point) shaped to broadcast against x: a scalar or 1-element tensor as it is, a 1-D
+   tensor of x's size along the axis attribute (per axis) as [1.., C, ..1]; as f32. NULL + error */
+static gdl_tensor *gdl__oi_qparam(gdl__oi_run *R, int k, const gdl_tensor *x) {
+    gdl_tensor *p = gdl__oi_t(R, k);
+    int64_t shape[GDL_MAX_DIMS];
+    int ax, d;
+    if (!p) return NULL;
+    if (p->dtype != GDL_F32 && !(p = gdl_to_dtype(p, GDL_F32))) return NULL;
+    if (p->numel == 1 && p->ndim <= 1) return p;
+    if (gdl__oi_ai(R->n, "block_size", 0)) {
+        gdl__oi_fail(R, "blocked quantization (block_size) is not run");
+        return NULL;
+    }
+    if ((ax = gdl__oi_axis(R, gdl__oi_ai(R->n, "axis", 1), x->ndim)) < 0) return NULL;
+    if (p->ndim != 1 || p->numel != x->shape[ax]) {
+        gdl__oi_fail(R, "input %d %s is neither a scalar nor one value per index of axis %d of %s", k, gdl_shape_str(p),
+                     ax, gdl_shape_str(x));
+        return NULL;
+    }
+    for (d = 0; d < x->ndim; d++) shape[d] = d == ax ? x->shape[ax] : 1;
+    return gdl_reshape(p, x->ndim, shape);
+}
+
+/* QuantizeLinear (q = 1) or DequantizeLinear (q = 0) of x into R->o[0] */
+static int gdl__oi_qdq(gdl__oi_run *R, gdl_tensor *x, int q) {
+    const gdl__oi_rv *zv = gdl__oi_has(R, 2) ? gdl__oi_in(R, 2, 1) : NULL;
+    gdl_tensor *s, *z = NULL, *y;
+    int qtype = GDL__OX_UINT8;
+    if (gdl__oi_has(R, 2) && !zv) return -1;
+    if (zv) { /* the integer type: int8 (f32 integers), uint8; int32 zero points only dequantize */
+        const gdl_tensor *zt = zv->t;
+        qtype = zv->qtype ? zv->qtype : zt && zt->dtype == GDL_U8 ? GDL__OX_UINT8 : !q && zt && zt->dtype == GDL_I32 ? GDL__OX_INT32 : 0;
+        if (!qtype) return gdl__oi_fail(R, "zero point type %s is not run (int8 or uint8%s)",
+                                        zt ? gdl_dtype_name(zt->dtype) : "int64", q ? "" : ", or int32");
+    } else if (q && gdl__oi_attr_of(R->n, "output_dtype")) {
+        int64_t od = gdl__oi_ai(R->n, "output_dtype", GDL__OX_UINT8);
+        if (od != GDL__OX_UINT8 && od != GDL__OX_INT8) return gdl__oi_fail(R, "output_dtype %lld is not run", (long long)od);
+        qtype = (int)od;
+    }
+    if (x->dtype != GDL_F32 && !(x = gdl_to_dtype(x, GDL_F32))) return -1;
+    if (!(s = gdl__oi_qparam(R, 1, x)) || (zv && !(z = gdl__oi_qparam(R, 2, x)))) return -1;
+    if (!q) { /* (y - zero_point) * scale: the difference is an exact integer */
+        y = gdl_mul(z ? gdl_sub(x, z) : x, s);
+    } else { /* round half to even by adding and taking away 1.5 * 2^23 (exact below 2^22; clamped after), 2^52
+                with GPUDL_DOUBLE, whose f32 tensors hold doubles */
+        const double big = sizeof(gdl_real) == 4 ? 12582912.0 : 6755399441055744.0, lo = qtype == GDL__OX_INT8 ? -128 : 0, hi = qtype == GDL__OX_INT8 ? 127 : 255;
+        y = gdl_add_scalar(gdl_add_scalar(gdl_div(x, s), big), -big);
+        if (y && z) y = gdl_add(y, z);
+        if (y) y = gdl_clamp(y, lo, hi);
+        R->o[0].qtype = qtype;
+    }
+    return (R->o[0].t = y) ? 0 : -1;
+}
+
+/* Clip: x between the optional min and max inputs (opset 11+) or attributes (before) */
+static gdl_tensor *gdl__oi_clip(gdl__oi_run *R, gdl_tensor *x) {
+    gdl_tensor *lo = gdl__oi_has(R, 1) ? gdl__oi_t(R, 1) : NULL, *hi = gdl__oi_has(R, 2) ? gdl__oi_t(R, 2) : NULL;
+    if ((gdl__oi_has(R, 1) && !lo) || (gdl__oi_has(R, 2) && !hi)) return NULL;
+    if (!gdl__oi_has(R, 1) && gdl__oi_attr_of(R->n, "min")) x = gdl_clamp_min(x, gdl__oi_af(R->n, "min", 0));
+    if (!gdl__oi_has(R, 2) && gdl__oi_attr_of(R->n, "max") && x) x = gdl_clamp_max(x, gdl__oi_af(R->n, "max", 0));
+    if (lo && x) x = gdl_maximum(x, lo);
+    if (hi && x) x = gdl_minimum(x, hi);
+    return x;
+}
+
 /* the ONNX element type `to` as a gdl dtype (GDL_DTYPE_COUNT: none) */
 static gdl_dtype gdl__oi_dtype(int64_t to) {
     return to == GDL__OX_FLOAT ? GDL_F32 : to == GDL__OX_INT32 || to == GDL__OX_INT64 ? GDL_I32
@@ -1255,6 +1348,8 @@ static int gdl__oi_node_run(gdl__oi_run *R) {
     GDL__OI_UN("ReduceMean", gdl__oi_reduce(R, x));
     GDL__OI_UN("ReduceSum", gdl__oi_reduce(R, x));
     GDL__OI_UN("ReduceMax", gdl__oi_reduce(R, x));
+    GDL__OI_UN("Clip", gdl__oi_clip(R, x));
+    if (!strcmp(op, "QuantizeLinear") || !strcmp(op, "DequantizeLinear")) return gdl__oi_qdq(R, x, op[0] == 'Q');
     if (!strcmp(op, "Split")) return gdl__oi_split(R, x);
     if (!strcmp(op, "LSTM") || !strcmp(op, "GRU")) return gdl__oi_rnn(R, x, op[0] == 'L');
     if (!strcmp(op, "Gelu")) {
@@ -1420,6 +1515,7 @@ GPUDL_API int gdl_onnx_run(gdl_onnx_model *m, int nin, gdl_tensor *const *inputs
         val.i64 = m->init[k].i64;
         val.n64 = m->init[k].n64;
         val.hnd = m->init[k].hnd;
+        val.qtype = m->init[k].qtype;
         if (gdl__oi_set(&R, m->init[k].name, &val) < 0) goto done;
     }
     for (k = 0; k < nin; k++) {
@@ -1471,7 +1567,8 @@ done:
 }
 
 /* The trainable initializers: every f32 one but batch norm's running statistics (inputs 3 and 4 of a
-   BatchNormalization node) */
+   BatchNormalization node) and the constants of quantization: int8 data, the scales and zero points of
+   QuantizeLinear / DequantizeLinear and the bounds of Clip (inputs 1 and 2 of each) */
 GPUDL_API int gdl_onnx_parameters(gdl_onnx_model *m, const char **names, gdl_tensor **params, int max) {
     int k, j, i, cnt = 0, stat;
     if (!m) {
@@ -1484,10 +1581,13 @@ GPUDL_API int gdl_onnx_parameters(gdl_onnx_model *m, const char **names, gdl_ten
     }
     for (k = 0; k < m->ninit; k++) {
         const gdl__oi_val *v = &m->init[k];
-        if (!v->t || v->t->dtype != GDL_F32 || v->i64) continue;
-        for (j = 0, stat = 0; j < m->nnode && !stat; j++)
-            if (!strcmp(m->node[j].op, "BatchNormalization"))
-                for (i = 3; i < 5 && i < m->node[j].nin; i++) stat |= !strcmp(m->node[j].in[i], v->name);
+        if (!v->t || v->t->dtype != GDL_F32 || v->i64 || v->qtype) continue;
+        for (j = 0, stat = 0; j < m->nnode && !stat; j++) {
+            const char *op = m->node[j].op;
+            const int qc = !strcmp(op, "QuantizeLinear") || !strcmp(op, "DequantizeLinear") || !strcmp(op, "Clip");
+            if (qc || !strcmp(op, "BatchNormalization"))
+                for (i = qc ? 1 : 3; i < (qc ? 3 : 5) && i < m->node[j].nin; i++) stat |= !strcmp(m->node[j].in[i], v->name);
+        }
         if (stat) continue;
         if (cnt < max) {
             if (gdl_set_requires_grad(v->t, 1) < 0) return -1;

@@ -2,7 +2,8 @@
    either parses or fails with a message; a model that parses is run on a small input of each shape the
    seeds take ([2,1,28,28], [2,12], [2,6,5], [2,7,6]), and the run either gives its outputs or fails with a message.
    The seeds: gdl_export_onnx's files and PyTorch's exports (torch_*.onnx: tests/onnx_torch.py's MLP with both
-   exporters, its bidirectional LSTM / GRU net with the TorchScript one). */
+   exporters, its bidirectional LSTM / GRU net with the TorchScript one), a QDQ Gemm with an int8 per-axis weight
+   (qdq_gemm_opset18.onnx) and an int8 initializer whose raw_data is shorter than its dims. */
 #include "fuzz_common.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
