@@ -975,6 +975,11 @@ TEST test_error_messages(void) {
     ASSERT_CONTAINS(gdl_last_error(), "gdl_cross_entropy: expected input [B,C] and i32 target [B]");
     ASSERT_NULL(gdl_reshape(a, 2, s2));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_reshape: cannot reshape [64,784]");
+    {   /* a target whose element count overflows int64 is refused, not wrapped round to a match */
+        const int64_t huge[3] = {(int64_t)1 << 40, (int64_t)1 << 40, (int64_t)1 << 40};
+        ASSERT_NULL(gdl_reshape(a, 3, huge));
+        ASSERT_CONTAINS(gdl_last_error(), "more elements than int64 counts");
+    }
     ASSERT_NULL(gdl_slice(a, 10, 65));
     ASSERT_CONTAINS(gdl_last_error(), "gdl_slice: rows [10,65) out of range");
     ASSERT_NULL(gdl_dropout(a, 1.5, 1));

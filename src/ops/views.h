@@ -85,6 +85,10 @@ GPUDL_API gdl_tensor *gdl_reshape(gdl_tensor *x, int ndim, const int64_t *shape)
         else if (s[k] < 0) {
             gdl__set_error("gdl_reshape: bad target shape %s", gdl__shape_fmt(ndim, shape));
             return NULL;
+        } else if (s[k] > 0 && known > INT64_MAX / s[k]) { /* the product would overflow: no tensor has it */
+            gdl__set_error("gdl_reshape: cannot reshape %s into %s (more elements than int64 counts)", gdl_shape_str(x),
+                           gdl__shape_fmt(ndim, shape));
+            return NULL;
         } else known *= s[k];
     }
     if (infer >= 0) {
